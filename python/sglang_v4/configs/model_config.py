@@ -1,0 +1,181 @@
+"""Model configuration for DeepSeek-V4-architecture checkpoints.
+
+A checkpoint's ``config.json`` comes in two dialects: DeepSeek's own (legacy keys
+``compress_ratios``, ``num_hash_layers``, ``qk_rope_head_dim``, a flat YaRN ``rope_scaling``)
+and Hugging Face's (``layer_types``, ``mlp_layer_types``, nested ``rope_parameters``). Parsing
+is delegated to ``transformers.DeepseekV4Config``, which folds the legacy keys into the HF ones
+(``transformers/models/deepseek_v4/configuration_deepseek_v4.py``); :class:`ModelConfig` adds
+the derived quantities the runtime needs (per-layer compression ratio, counts of each layer type,
+rope parameters per rope type).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import DeepseekV4Config
+
+SLIDING = "sliding_attention"
+CSA = "compressed_sparse_attention"
+HCA = "heavily_compressed_attention"
+
+
+def _normalize_raw_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """Map DeepSeek's official config keys onto the names ``DeepseekV4Config`` accepts.
+
+    The official release ships ``rope_scaling`` (YaRN) where HF expects ``rope_parameters``,
+    and DeepSeek-style names for a few sizes (``dim``, ``n_layers``, ``n_heads``...). Keys HF
+    already knows are passed through. Unknown keys are kept; ``DeepseekV4Config`` ignores
+    what it does not use.
+    """
+    raw = dict(raw)
+    if "rope_scaling" in raw and "rope_parameters" not in raw:
+        scaling = raw.pop("rope_scaling")
+        if isinstance(scaling, dict):
+            scaling = dict(scaling)
+            if "type" in scaling and "rope_type" not in scaling:
+                scaling["rope_type"] = scaling.pop("type")
+            raw["rope_parameters"] = scaling
+    aliases = {
+        "dim": "hidden_size",
+        "n_layers": "num_hidden_layers",
+        "n_heads": "num_attention_heads",
+        "moe_inter_dim": "moe_intermediate_size",
+        "n_activated_experts": "num_experts_per_tok",
+        "route_scale": "routed_scaling_factor",
+        "window_size": "sliding_window",
+        "score_func": "scoring_func",
+        "index_head_dim": "index_head_dim",
+        "n_hash_layers": "num_hash_layers",
+    }
+    for old, new in aliases.items():
+        if old in raw and new not in raw:
+            raw[new] = raw.pop(old)
+    for k in ("architectures", "auto_map", "torch_dtype", "transformers_version", "dtype"):
+        raw.pop(k, None)
+    return raw
+
+
+@dataclass
+class ModelConfig:
+    """Runtime view of a DeepSeek-V4 config.
+
+    Attributes:
+        hf: the parsed ``transformers.DeepseekV4Config`` (the oracle's own config object).
+        compress_ratios: per layer, 0 (sliding only), 4 (CSA) or 128 (HCA) — taken from
+            ``hf.layer_types`` and ``hf.compress_rates``.
+        csa_layers / hca_layers / sliding_layers: layer indices of each attention type.
+        csa_index / hca_index: map from layer index to its slot in the CSA / HCA pools.
+    """
+
+    hf: DeepseekV4Config
+    compress_ratios: list[int] = field(default_factory=list)
+    csa_layers: list[int] = field(default_factory=list)
+    hca_layers: list[int] = field(default_factory=list)
+    sliding_layers: list[int] = field(default_factory=list)
+    csa_index: dict[int, int] = field(default_factory=dict)
+    hca_index: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        rates = self.hf.compress_rates
+        self.compress_ratios = []
+        for i, t in enumerate(self.hf.layer_types):
+            if t == SLIDING:
+                self.compress_ratios.append(0)
+                self.sliding_layers.append(i)
+            elif t == CSA:
+                self.compress_ratios.append(int(rates[CSA]))
+                self.csa_index[i] = len(self.csa_layers)
+                self.csa_layers.append(i)
+            elif t == HCA:
+                self.compress_ratios.append(int(rates[HCA]))
+                self.hca_index[i] = len(self.hca_layers)
+                self.hca_layers.append(i)
+            else:  # pragma: no cover - DeepseekV4Config validates layer types
+                raise ValueError(f"layer_types[{i}]: unknown layer type {t!r}")
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
+        """Build from a ``config.json`` dict in either dialect.
+
+        Raises:
+            ValueError: if a field is invalid (``DeepseekV4Config``'s own validation).
+        """
+        raw = _normalize_raw_config(raw)
+        mt = raw.pop("model_type", "deepseek_v4")
+        if mt not in ("deepseek_v4", "deepseek_v4_flash"):
+            raise ValueError(f"model_type: expected 'deepseek_v4', got {mt!r}")
+        try:
+            hf = DeepseekV4Config(**raw)
+        except TypeError as e:  # strict dataclass: wrong type for a field
+            raise ValueError(f"config.json: {e}") from e
+        return cls(hf=hf)
+
+    @classmethod
+    def from_pretrained(cls, model_path: str) -> ModelConfig:
+        """Read ``<model_path>/config.json``.
+
+        Raises:
+            FileNotFoundError: if ``config.json`` does not exist.
+            ValueError: if it does not describe a DeepSeek-V4 model.
+        """
+        path = os.path.join(model_path, "config.json")
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        return cls.from_dict(raw)
+
+    # ---- convenient views -----------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return int(self.hf.num_hidden_layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.hf.hidden_size)
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.hf.head_dim)
+
+    @property
+    def rope_dim(self) -> int:
+        return int(self.hf.qk_rope_head_dim)
+
+    @property
+    def index_head_dim(self) -> int:
+        return int(self.hf.index_head_dim)
+
+    @property
+    def sliding_window(self) -> int:
+        return int(self.hf.sliding_window)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.hf.vocab_size)
+
+    @property
+    def csa_ratio(self) -> int:
+        return int(self.hf.compress_rates[CSA])
+
+    @property
+    def hca_ratio(self) -> int:
+        return int(self.hf.compress_rates[HCA])
+
+    @property
+    def context_length(self) -> int:
+        return int(self.hf.max_position_embeddings)
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        eos = self.hf.eos_token_id
+        if eos is None:
+            return []
+        return [int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The HF-dialect config dict (what ``config.json`` of an HF-format checkpoint holds)."""
+        return self.hf.to_dict()
