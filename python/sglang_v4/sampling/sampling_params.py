@@ -1,0 +1,403 @@
+"""Per-request sampling parameters, with SGLang 0.5.x field names, defaults and validation.
+
+Semantics follow SGLang's ``srt/sampling/sampling_params.py`` (read for behaviour, not copied):
+
+* Every field accepts ``None`` meaning "use the default" (the SGLang frontend client sends nulls).
+  ``max_new_tokens=None`` keeps SGLang's meaning: no explicit limit, generation runs until the
+  context length (the scheduler caps it; see :meth:`SamplingParams.max_new_tokens_for`).
+* ``temperature`` in ``[0, 1e-6)`` means greedy: it is turned into ``temperature=1.0, top_k=1`` at
+  construction, as SGLang does, so downstream code never divides by zero.
+* ``top_k=-1`` (the default) means "the whole vocabulary".
+* ``stop`` (a string or a list of strings) is an API alias; :meth:`SamplingParams.normalize` copies it
+  to ``stop_strs`` (always a list) and computes ``stop_str_max_len`` (in tokens) for the stop checker.
+
+Errors: construction, :meth:`from_dict` and :meth:`verify` raise ``ValueError`` whose message names the
+offending field, which the HTTP layers turn into a 400.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "SamplingParams",
+    "TOP_K_ALL",
+    "MAX_STOP_COUNT",
+    "MAX_N",
+    "SAMPLING_EPS",
+    "GRAMMAR_NOT_SUPPORTED_MSG",
+]
+
+SAMPLING_EPS = 1e-6
+"""Temperatures below this (and >= 0) are treated as greedy decoding."""
+
+TOP_K_ALL = -1
+"""``top_k`` value meaning "no top-k truncation" (SGLang's API value)."""
+
+MAX_STOP_COUNT = 32
+"""At most this many stop strings per request (SGLang's limit)."""
+
+MAX_N = 128
+"""At most this many parallel samples per request (``n``)."""
+
+GRAMMAR_NOT_SUPPORTED_MSG = "constrained decoding ({field}) is not supported yet by sglang-v4"
+
+# Fields whose ``None`` means "default"; the value is the default used.
+_SCALAR_DEFAULTS: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": TOP_K_ALL,
+    "min_p": 0.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_new_tokens": 0,
+    "n": 1,
+    "ignore_eos": False,
+    "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "no_stop_trim": False,
+}
+_FLOAT_FIELDS = (
+    "temperature",
+    "top_p",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+)
+_INT_FIELDS = ("top_k", "min_new_tokens", "n")
+_BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _as_float(name: str, x: Any) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"{name} must be a number, got {type(x).__name__} {x!r}.")
+    return float(x)
+
+
+def _as_int(name: str, x: Any) -> int:
+    # Accept integral floats such as 16.0 (JSON clients sometimes send them), reject 1.5 / "3" / True.
+    if _is_int(x):
+        return int(x)
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    raise ValueError(f"{name} must be an integer, got {type(x).__name__} {x!r}.")
+
+
+@dataclass
+class SamplingParams:
+    """Sampling parameters of one request (SGLang 0.5.x field names and defaults).
+
+    API fields (set by callers; ``None`` means default):
+        max_new_tokens: int | None = 128. Upper bound on generated tokens; ``None`` = until context end.
+        stop: str | list[str] | None. Stop strings (API alias of ``stop_strs``).
+        stop_token_ids: list[int] | set[int] | None. Extra token ids that end generation.
+        stop_regex: str | list[str] | None. Regular expressions that end generation when matched
+            in the decoded output tail.
+        temperature: float >= 0 = 1.0. Values < 1e-6 mean greedy.
+        top_p: float in (0, 1] = 1.0. Nucleus sampling mass.
+        top_k: int = -1. ``-1`` = whole vocabulary, else >= 1.
+        min_p: float in [0, 1] = 0.0. Drop tokens with ``p < min_p * p_max``.
+        frequency_penalty, presence_penalty: float in [-2, 2] = 0.0. OpenAI-style penalties over
+            output tokens.
+        repetition_penalty: float in (0, 2] = 1.0. CTRL-style penalty over prompt+output tokens.
+        min_new_tokens: int >= 0 = 0. EOS / stop tokens are masked until this many tokens exist.
+        n: int in [1, MAX_N] = 1. Parallel samples.
+        json_schema, regex, ebnf, structural_tag: str | None. Constrained decoding (not supported
+            yet: :meth:`verify` rejects them).
+        ignore_eos: bool = False. Do not stop on the tokenizer's EOS.
+        skip_special_tokens: bool = True. Detokenization option.
+        spaces_between_special_tokens: bool = True. Detokenization option.
+        no_stop_trim: bool = False. Keep the matched stop string / token in the output text.
+        stream_interval: int | None. Streaming chunk interval (tokens) override.
+        logit_bias: dict[str|int, float] | None. Additive bias per token id.
+        sampling_seed: int | None. Per-request seed for reproducible sampling.
+        custom_params: dict | None. Opaque user data (kept, not interpreted).
+        beam_width: int | None. Only ``None``/``1`` accepted (beam search not supported).
+
+    Internal fields (filled by :meth:`normalize`): ``stop_strs`` (list[str]), ``stop_regex_strs``
+    (list[str]), ``stop_str_max_len`` (max stop-string length in tokens), ``is_normalized``.
+    """
+
+    max_new_tokens: int | None = 128
+    stop: str | list[str] | None = None
+    stop_token_ids: set[int] | None = None
+    stop_regex: str | list[str] | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = TOP_K_ALL
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_new_tokens: int = 0
+    n: int = 1
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    no_stop_trim: bool = False
+    stream_interval: int | None = None
+    logit_bias: dict[str, float] | None = None
+    sampling_seed: int | None = None
+    custom_params: dict[str, Any] | None = None
+    beam_width: int | None = None
+
+    # --- internal (set by normalize) ---
+    stop_strs: list[str] | None = field(default=None, repr=False)
+    stop_regex_strs: list[str] | None = field(default=None, repr=False)
+    stop_str_max_len: int = field(default=0, repr=False)
+    is_normalized: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        """Replace ``None`` by defaults, type-check scalars, and map temperature 0 to greedy.
+
+        Raises:
+            ValueError: a field has the wrong type (the message names the field).
+        """
+        if self.is_normalized:
+            return
+        for name, default in _SCALAR_DEFAULTS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, default)
+        for name in _FLOAT_FIELDS:
+            setattr(self, name, _as_float(name, getattr(self, name)))
+        for name in _INT_FIELDS:
+            setattr(self, name, _as_int(name, getattr(self, name)))
+        for name in _BOOL_FIELDS:
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise ValueError(f"{name} must be a boolean, got {type(v).__name__} {v!r}.")
+        if self.max_new_tokens is not None:
+            self.max_new_tokens = _as_int("max_new_tokens", self.max_new_tokens)
+        for name in ("sampling_seed", "stream_interval", "beam_width"):
+            v = getattr(self, name)
+            if v is not None:
+                setattr(self, name, _as_int(name, v))
+
+        # stop / stop_regex: str or list of str
+        for name in ("stop", "stop_regex"):
+            v = getattr(self, name)
+            if v is None or isinstance(v, str):
+                continue
+            if isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v):
+                setattr(self, name, list(v))
+                continue
+            raise ValueError(f"{name} must be a string or a list of strings, got {v!r}.")
+        self.stop_strs = self.stop if self.stop_strs is None else self.stop_strs
+        self.stop_regex_strs = self.stop_regex if self.stop_regex_strs is None else self.stop_regex_strs
+
+        if self.stop_token_ids:
+            if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(self.stop_token_ids, "__iter__"):
+                raise ValueError(f"stop_token_ids must be a list of integers, got {self.stop_token_ids!r}.")
+            ids = {_as_int("stop_token_ids", t) for t in self.stop_token_ids if t is not None}
+            self.stop_token_ids = ids or None
+        else:
+            self.stop_token_ids = None
+
+        if self.logit_bias is not None and not isinstance(self.logit_bias, dict):
+            raise ValueError(
+                f"logit_bias must be an object mapping token ids to floats, got {self.logit_bias!r}."
+            )
+        if self.custom_params is not None and not isinstance(self.custom_params, dict):
+            raise ValueError(f"custom_params must be an object, got {self.custom_params!r}.")
+
+        # An empty grammar string means "unset" (SGLang does the same).
+        for name in ("json_schema", "regex", "ebnf", "structural_tag"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise ValueError(f"{name} must be a string, got {type(v).__name__}.")
+            setattr(self, name, v or None)
+
+        if 0.0 <= self.temperature < SAMPLING_EPS:
+            # Greedy: argmax of the (penalized) logits. Same mapping as SGLang.
+            self.temperature = 1.0
+            self.top_k = 1
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def field_names(cls) -> set[str]:
+        """Names accepted by :meth:`from_dict` (the public API fields)."""
+        return {f.name for f in dataclasses.fields(cls) if f.repr}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
+        """Build from a JSON-like dict (the ``sampling_params`` of ``/generate``).
+
+        Args:
+            d: mapping of field name to value; ``None`` or ``{}`` gives all defaults.
+
+        Raises:
+            ValueError: ``d`` is not a dict, has an unknown key (named in the message), or a value
+                of the wrong type.
+        """
+        if d is None:
+            return cls()
+        if isinstance(d, SamplingParams):
+            return dataclasses.replace(d)
+        if not isinstance(d, dict):
+            raise ValueError(f"sampling_params must be an object, got {type(d).__name__}.")
+        allowed = cls.field_names()
+        unknown = sorted(k for k in d if k not in allowed)
+        if unknown:
+            raise ValueError(
+                f"Unknown sampling parameter(s): {', '.join(map(str, unknown))}. "
+                f"Allowed: {', '.join(sorted(allowed))}."
+            )
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The public API fields as a plain dict (``stop_token_ids`` as a sorted list)."""
+        out = {name: getattr(self, name) for name in self.field_names()}
+        if out["stop_token_ids"] is not None:
+            out["stop_token_ids"] = sorted(out["stop_token_ids"])
+        return out
+
+    # ------------------------------------------------------------------ checks
+    @property
+    def is_greedy(self) -> bool:
+        """True when the sampler takes the argmax (``top_k == 1``; temperature 0 maps there)."""
+        return self.top_k == 1
+
+    def verify(self, vocab_size: int | None = None) -> None:
+        """Range checks, as SGLang's ``SamplingParams.verify``.
+
+        Args:
+            vocab_size: model vocabulary size; when given, ``stop_token_ids`` and ``logit_bias``
+                keys must lie in ``[0, vocab_size)``.
+
+        Raises:
+            ValueError: naming the first bad field.
+        """
+        if not math.isfinite(self.temperature) or self.temperature < 0.0:
+            raise ValueError(f"temperature must be a non-negative finite number, got {self.temperature}.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}.")
+        if not (self.top_k == TOP_K_ALL or self.top_k >= 1):
+            raise ValueError(f"top_k must be -1 (disable) or at least 1, got {self.top_k}.")
+        if not -2.0 <= self.frequency_penalty <= 2.0:
+            raise ValueError(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
+        if not -2.0 <= self.presence_penalty <= 2.0:
+            raise ValueError(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
+        if not 0.0 < self.repetition_penalty <= 2.0:
+            raise ValueError(
+                f"repetition_penalty must be in (0, 2] (1.0 = no penalty), got {self.repetition_penalty}."
+            )
+        if self.min_new_tokens < 0:
+            raise ValueError(f"min_new_tokens must be in [0, max_new_tokens], got {self.min_new_tokens}.")
+        if self.max_new_tokens is not None:
+            if self.max_new_tokens < 0:
+                raise ValueError(f"max_new_tokens must be at least 0, got {self.max_new_tokens}.")
+            if self.min_new_tokens > self.max_new_tokens:
+                raise ValueError(
+                    f"min_new_tokens must be in [0, max_new_tokens({self.max_new_tokens})], got {self.min_new_tokens}."
+                )
+        if not 1 <= self.n <= MAX_N:
+            raise ValueError(f"n must be in [1, {MAX_N}], got {self.n}.")
+        if self.beam_width is not None and self.beam_width != 1:
+            raise ValueError(f"beam_width: beam search is not supported, got {self.beam_width}.")
+        if self.stream_interval is not None and self.stream_interval < 1:
+            raise ValueError(f"stream_interval must be at least 1, got {self.stream_interval}.")
+        if self.sampling_seed is not None and not -(2**63) <= self.sampling_seed <= 2**63 - 1:
+            raise ValueError(f"sampling_seed must be in [-2**63, 2**63 - 1], got {self.sampling_seed}.")
+        stops = self.stop_strs if self.stop_strs is not None else self.stop
+        if isinstance(stops, list):
+            if len(stops) > MAX_STOP_COUNT:
+                raise ValueError(
+                    f"stop: at most {MAX_STOP_COUNT} stop strings are allowed, got {len(stops)}."
+                )
+            if any(s == "" for s in stops):
+                raise ValueError("stop: stop strings must be non-empty.")
+        elif stops == "":
+            raise ValueError("stop: stop strings must be non-empty.")
+        if self.stop_token_ids:
+            for t in self.stop_token_ids:
+                if t < 0 or (vocab_size is not None and t >= vocab_size):
+                    hi = "" if vocab_size is None else f", {vocab_size - 1}"
+                    raise ValueError(f"stop_token_ids must be in [0{hi}], got {t}.")
+        if self.logit_bias is not None:
+            for k, v in self.logit_bias.items():
+                try:
+                    tid = int(k)
+                except (TypeError, ValueError):
+                    raise ValueError(f"logit_bias keys must be token ids, got {k!r}.") from None
+                if tid < 0 or (vocab_size is not None and tid >= vocab_size):
+                    hi = "" if vocab_size is None else f", {vocab_size - 1}"
+                    raise ValueError(f"logit_bias keys must be in [0{hi}], got {k}.")
+                _as_float(f"logit_bias[{k}]", v)
+        grammars = [
+            n for n in ("json_schema", "regex", "ebnf", "structural_tag") if getattr(self, n) is not None
+        ]
+        if len(grammars) > 1:
+            raise ValueError("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
+        if grammars:
+            raise ValueError(GRAMMAR_NOT_SUPPORTED_MSG.format(field=grammars[0]))
+
+    def normalize(self, tokenizer: Any | None) -> None:
+        """Turn API aliases into internal fields (idempotent).
+
+        ``stop`` -> ``stop_strs`` (list), ``stop_str_max_len`` = the longest stop string in tokens
+        (``tokenizer.encode(s, add_special_tokens=False)``; in characters when ``tokenizer`` is None),
+        ``stop_regex`` -> ``stop_regex_strs`` (list). Greedy mapping is already done at construction.
+
+        Raises:
+            ValueError: more than ``MAX_STOP_COUNT`` stop strings, or an empty stop string.
+        """
+        if self.is_normalized:
+            return
+        stops = self.stop_strs
+        if stops is None:
+            stops = []
+        elif isinstance(stops, str):
+            stops = [stops]
+        if len(stops) > MAX_STOP_COUNT:
+            raise ValueError(f"stop: at most {MAX_STOP_COUNT} stop strings are allowed, got {len(stops)}.")
+        if any(s == "" for s in stops):
+            raise ValueError("stop: stop strings must be non-empty.")
+        max_len = 0
+        for s in stops:
+            if tokenizer is not None:
+                n = len(tokenizer.encode(s, add_special_tokens=False))
+            else:
+                n = len(s)
+            max_len = max(max_len, n)
+        self.stop_strs = list(stops)
+        self.stop_str_max_len = max_len
+
+        regs = self.stop_regex_strs
+        if regs is None:
+            regs = []
+        elif isinstance(regs, str):
+            regs = [regs]
+        self.stop_regex_strs = list(regs)
+
+        self.stop = None
+        self.stop_regex = None
+        self.is_normalized = True
+
+    def max_new_tokens_for(self, prompt_len: int, context_len: int) -> int:
+        """Effective generation budget: ``max_new_tokens`` capped by the room left in the context.
+
+        Args:
+            prompt_len: prompt tokens.
+            context_len: model context length in tokens.
+
+        Returns:
+            ``min(max_new_tokens, context_len - prompt_len)`` (``max_new_tokens=None`` = no own limit),
+            never negative.
+        """
+        room = max(0, context_len - prompt_len)
+        return room if self.max_new_tokens is None else min(self.max_new_tokens, room)
