@@ -1,0 +1,425 @@
+"""Typed messages between the tokenizer manager, scheduler and detokenizer processes.
+
+Names and fields follow SGLang 0.5.x ``srt/managers/io_struct.py`` (``GenerateReqInput``,
+``TokenizedGenerateReqInput``, ``BatchTokenIDOutput`` -> here ``BatchTokenIDOut``,
+``BatchStrOutput`` -> ``BatchStrOut``, ``AbortReq``, ``FlushCacheReqInput``...). All messages are
+plain dataclasses sent with pickle over ZMQ IPC sockets.
+
+Data flow::
+
+    TokenizerManager --TokenizedGenerateReqInput/AbortReq/control--> Scheduler
+    Scheduler --BatchTokenIDOut--> Detokenizer --BatchStrOut--> TokenizerManager
+    Scheduler --control outputs (FlushCacheReqOutput, ...)--> TokenizerManager
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+#: A finish reason as SGLang reports it in ``meta_info["finish_reason"]``:
+#: ``{"type": "stop", "matched": <str | int | None>}`` (stop string, stop token / EOS),
+#: ``{"type": "length", "length": <int>}`` (max_new_tokens or context limit) or
+#: ``{"type": "abort", "message": <str>, "status_code": <int>}``. ``None`` while unfinished.
+FinishReason = dict[str, Any]
+
+
+def finish_stop(matched: str | int | None) -> FinishReason:
+    """Finish reason for a matched stop string / stop token id / EOS (SGLang ``FINISH_MATCHED_*``)."""
+    return {"type": "stop", "matched": matched}
+
+
+def finish_length(length: int) -> FinishReason:
+    """Finish reason for hitting ``max_new_tokens`` (``length`` = tokens generated)."""
+    return {"type": "length", "length": length}
+
+
+def finish_abort(message: str = "Aborted", status_code: int | None = None) -> FinishReason:
+    """Finish reason for an aborted / rejected request. ``status_code`` 400 marks bad input."""
+    out: FinishReason = {"type": "abort", "message": message}
+    if status_code is not None:
+        out["status_code"] = status_code
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# User-facing request (HTTP /generate body, Engine.generate arguments)
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class GenerateReqInput:
+    """A ``/generate`` request: one prompt or a batch, text or token ids.
+
+    After :meth:`normalize_batch_and_arguments` a single request has scalar fields, and a batch
+    (or a single prompt with ``n > 1``) has per-item lists of length
+    ``batch_size * parallel_sample_num`` (prompts repeated ``n`` times, SGLang's order:
+    ``[p0, p1, ..., p0, p1, ...]``). ``obj[i]`` is then the i-th single request.
+
+    Raises:
+        ValueError: neither/both of ``text`` and ``input_ids``, empty batch, inconsistent ``n``
+            across a batch, mismatched list lengths, duplicate ``rid``.
+    """
+
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
+    rid: str | list[str] | None = None
+    return_logprob: bool | list[bool] | None = None
+    logprob_start_len: int | list[int] | None = None
+    top_logprobs_num: int | list[int] | None = None
+    token_ids_logprob: list[int] | list[list[int]] | None = None
+    return_text_in_logprobs: bool = False
+    stream: bool = False
+    log_metrics: bool = True
+    priority: int | list[int] | None = None
+    # Filled by normalization.
+    is_single: bool = True
+    batch_size: int = 1
+    parallel_sample_num: int = 1
+
+    # ----------------------------------------------------------------- normalization
+    def normalize_batch_and_arguments(self) -> None:
+        """Resolve single vs batch, expand ``n`` parallel samples, fill defaults (SGLang's rules)."""
+        if (self.text is None) == (self.input_ids is None):
+            raise ValueError("Either text or input_ids should be provided (exactly one of them).")
+        if self.text is not None:
+            if isinstance(self.text, str):
+                self.is_single, self.batch_size = True, 1
+            else:
+                if len(self.text) == 0:
+                    raise ValueError("text: an empty batch was given.")
+                self.is_single, self.batch_size = False, len(self.text)
+        else:
+            ids = self.input_ids
+            assert ids is not None
+            if len(ids) == 0:
+                raise ValueError("input_ids cannot be empty.")
+            if isinstance(ids[0], list):
+                self.is_single, self.batch_size = False, len(ids)
+            else:
+                self.is_single, self.batch_size = True, 1
+
+        # Parallel sampling (n).
+        sp = self.sampling_params
+        if sp is None:
+            self.parallel_sample_num = 1
+        elif isinstance(sp, dict):
+            self.parallel_sample_num = _get_n(sp)
+        else:
+            if len(sp) == 0:
+                raise ValueError("sampling_params: an empty list was given.")
+            self.parallel_sample_num = _get_n(sp[0])
+            for p in sp:
+                if _get_n(p) != self.parallel_sample_num:
+                    raise ValueError(
+                        "The parallel_sample_num should be the same for all samples in sample params."
+                    )
+        if self.parallel_sample_num > 1 and self.is_single:
+            self.is_single = False
+            if self.text is not None:
+                self.text = [self.text]  # type: ignore[list-item]
+            if self.input_ids is not None:
+                self.input_ids = [self.input_ids]  # type: ignore[list-item]
+
+        if self.is_single:
+            if self.sampling_params is None:
+                self.sampling_params = {}
+            if isinstance(self.sampling_params, list):
+                raise ValueError("sampling_params must be a dict for a single request.")
+            if self.rid is None:
+                self.rid = uuid.uuid4().hex
+            if not isinstance(self.rid, str):
+                raise ValueError("rid must be a string for a single request.")
+            if self.return_logprob is None:
+                self.return_logprob = False
+            if self.logprob_start_len is None:
+                self.logprob_start_len = -1
+            if self.top_logprobs_num is None:
+                self.top_logprobs_num = 0
+            if self.priority is not None and isinstance(self.priority, list):
+                raise ValueError("priority must be an integer for a single request.")
+            return
+
+        num = self.batch_size * self.parallel_sample_num
+        n = self.parallel_sample_num
+        if self.text is not None:
+            self.text = list(self.text) * n
+        else:
+            assert self.input_ids is not None
+            if not all(isinstance(x, list) for x in self.input_ids):
+                raise ValueError("input_ids should be a list of lists for batch processing.")
+            self.input_ids = list(self.input_ids) * n  # type: ignore[assignment]
+
+        if self.rid is None:
+            self.rid = [uuid.uuid4().hex for _ in range(num)]
+        elif isinstance(self.rid, str):
+            self.rid = [f"{self.rid}_{i}" for i in range(num)]
+        elif isinstance(self.rid, list):
+            if len(self.rid) != self.batch_size:
+                raise ValueError(
+                    "The specified rids length mismatch with the batch_size for batch processing."
+                )
+            if n > 1:
+                self.rid = [f"{r}_{k}" for k in range(n) for r in self.rid]
+        else:
+            raise ValueError("The rid should be a string or a list of strings.")
+
+        if self.sampling_params is None:
+            self.sampling_params = [{} for _ in range(num)]
+        elif isinstance(self.sampling_params, dict):
+            self.sampling_params = [dict(self.sampling_params) for _ in range(num)]
+        else:
+            if len(self.sampling_params) != self.batch_size:
+                raise ValueError(
+                    "The length of sampling_params should be equal to the batch size "
+                    f"({len(self.sampling_params)} != {self.batch_size})."
+                )
+            self.sampling_params = [dict(p) for p in self.sampling_params] * n
+
+        def per_item(value: Any, default: Any, name: str) -> list[Any]:
+            if value is None:
+                return [default] * num
+            if not isinstance(value, list):
+                return [value] * num
+            if n > 1:
+                raise ValueError(f"Cannot use list {name} with parallel_sample_num > 1")
+            if len(value) != self.batch_size:
+                raise ValueError(f"The length of {name} should be equal to the batch size.")
+            return list(value)
+
+        self.return_logprob = per_item(self.return_logprob, False, "return_logprob")
+        self.logprob_start_len = per_item(self.logprob_start_len, -1, "logprob_start_len")
+        self.top_logprobs_num = per_item(self.top_logprobs_num, 0, "top_logprobs_num")
+        self.priority = per_item(self.priority, None, "priority")
+        if self.token_ids_logprob is not None:
+            if not self.token_ids_logprob or not isinstance(self.token_ids_logprob[0], list):
+                self.token_ids_logprob = [list(self.token_ids_logprob) for _ in range(num)]  # type: ignore[arg-type]
+            elif n > 1:
+                raise ValueError("Cannot use list token_ids_logprob with parallel_sample_num > 1")
+        if len(set(self.rid)) != len(self.rid):
+            raise ValueError("Duplicate rid values in one batch request.")
+
+    def __getitem__(self, i: int) -> GenerateReqInput:
+        """The i-th single request of a normalized batch."""
+
+        def pick(v: Any) -> Any:
+            return v[i] if isinstance(v, list) else v
+
+        return GenerateReqInput(
+            text=self.text[i] if self.text is not None else None,  # type: ignore[index]
+            input_ids=self.input_ids[i] if self.input_ids is not None else None,  # type: ignore[arg-type]
+            sampling_params=self.sampling_params[i],  # type: ignore[index]
+            rid=self.rid[i],  # type: ignore[index]
+            return_logprob=pick(self.return_logprob),
+            logprob_start_len=pick(self.logprob_start_len),
+            top_logprobs_num=pick(self.top_logprobs_num),
+            token_ids_logprob=(
+                self.token_ids_logprob[i] if self.token_ids_logprob is not None else None  # type: ignore[arg-type]
+            ),
+            return_text_in_logprobs=self.return_text_in_logprobs,
+            stream=self.stream,
+            log_metrics=self.log_metrics,
+            priority=pick(self.priority),
+            is_single=True,
+            batch_size=1,
+            parallel_sample_num=1,
+        )
+
+
+def _get_n(params: Any) -> int:
+    if not isinstance(params, dict):
+        raise ValueError(f"sampling_params must be a JSON object (got {type(params).__name__}).")
+    n = params.get("n", 1)
+    if n is None:
+        return 1
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"sampling_params.n must be a positive integer (got {n!r}).")
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer manager -> scheduler
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class TokenizedGenerateReqInput:
+    """A validated, tokenized single request (tokenizer manager -> scheduler).
+
+    ``input_ids``: prompt token ids (every id in ``[0, vocab_size)``, length >= 1 and
+    ``< context_len``; the tokenizer manager checks this). ``sampling_params`` is normalized
+    and verified (``SamplingParams.normalize(tokenizer)``, ``.verify(vocab_size)``).
+    ``logprob_start_len``: first prompt position whose logprob is returned (-1: output only).
+    """
+
+    rid: str
+    input_text: str | None
+    input_ids: list[int]
+    sampling_params: SamplingParams
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    token_ids_logprob: list[int] | None = None
+    stream: bool = False
+    priority: int | None = None
+    return_text_in_logprobs: bool = False
+
+
+@dataclass
+class AbortReq:
+    """Abort one request (``rid``) or all (``abort_all``); the scheduler frees its pages and
+    emits a finished(abort) output for it on its next step."""
+
+    rid: str = ""
+    abort_all: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduler -> detokenizer -> tokenizer manager
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class BatchTokenIDOut:
+    """Per-step outputs of the scheduler for the requests that have news (scheduler -> detokenizer).
+
+    Every field is a list indexed like ``rids``. Token-level fields:
+
+    - ``finished_reasons[i]``: :data:`FinishReason` dict or ``None`` while running.
+    - ``decode_ids[i]``: ids the detokenizer decodes = an optional context prefix (``read_offsets[i]``
+      tokens, e.g. the prompt tail; 0 is fine for byte-level BPE) + ALL output ids so far.
+    - ``read_offsets[i]``: length of that context prefix inside ``decode_ids[i]``.
+    - ``output_ids[i]``: output ids new since the last message for this request.
+    - ``skip_special_tokens``, ``spaces_between_special_tokens``, ``no_stop_trim``: from the
+      request's sampling params.
+    - ``prompt_tokens``, ``completion_tokens`` (output tokens so far), ``cached_tokens`` (prompt
+      tokens served from the radix cache).
+
+    Logprob fields are INCREMENTAL (only the positions new in this message) and ``[]`` for
+    requests without ``return_logprob``:
+
+    - ``input_token_logprobs_val[i]`` / ``_idx[i]``: list[float] / list[int] for prompt positions
+      from ``logprob_start_len`` (the first position of the prompt has logprob ``None``, as SGLang),
+      sent once, in the first message of the request.
+    - ``output_token_logprobs_val[i]`` / ``_idx[i]``: list[float] / list[int] for the new output tokens.
+    - ``input_top_logprobs_val[i]`` / ``_idx[i]``, ``output_top_logprobs_val[i]`` / ``_idx[i]``:
+      list (per position) of list (top ``top_logprobs_num``) of float / int.
+    """
+
+    rids: list[str]
+    finished_reasons: list[FinishReason | None]
+    decode_ids: list[list[int]]
+    read_offsets: list[int]
+    output_ids: list[list[int]]
+    skip_special_tokens: list[bool]
+    no_stop_trim: list[bool]
+    prompt_tokens: list[int]
+    completion_tokens: list[int]
+    cached_tokens: list[int]
+    spaces_between_special_tokens: list[bool] = field(default_factory=list)
+    input_token_logprobs_val: list[list[float | None]] = field(default_factory=list)
+    input_token_logprobs_idx: list[list[int]] = field(default_factory=list)
+    output_token_logprobs_val: list[list[float]] = field(default_factory=list)
+    output_token_logprobs_idx: list[list[int]] = field(default_factory=list)
+    input_top_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
+    input_top_logprobs_idx: list[list[list[int] | None]] = field(default_factory=list)
+    output_top_logprobs_val: list[list[list[float]]] = field(default_factory=list)
+    output_top_logprobs_idx: list[list[list[int]]] = field(default_factory=list)
+    #: Per-request retraction counts (optional, SGLang ``num_retractions``).
+    retraction_counts: list[int] = field(default_factory=list)
+
+
+@dataclass
+class BatchStrOut:
+    """``BatchTokenIDOut`` plus text (detokenizer -> tokenizer manager).
+
+    ``output_strs[i]``: text new since the last message (incremental, SGLang semantics).
+    ``final_strs[i]``: for a request finishing in this message the complete output text with a
+    matched stop string / stop token trimmed (unless ``no_stop_trim``); ``None`` otherwise.
+    The other fields are copied from the ``BatchTokenIDOut``.
+    """
+
+    rids: list[str]
+    finished_reasons: list[FinishReason | None]
+    output_strs: list[str]
+    final_strs: list[str | None]
+    output_ids: list[list[int]]
+    prompt_tokens: list[int]
+    completion_tokens: list[int]
+    cached_tokens: list[int]
+    input_token_logprobs_val: list[list[float | None]] = field(default_factory=list)
+    input_token_logprobs_idx: list[list[int]] = field(default_factory=list)
+    output_token_logprobs_val: list[list[float]] = field(default_factory=list)
+    output_token_logprobs_idx: list[list[int]] = field(default_factory=list)
+    input_top_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
+    input_top_logprobs_idx: list[list[list[int] | None]] = field(default_factory=list)
+    output_top_logprobs_val: list[list[list[float]]] = field(default_factory=list)
+    output_top_logprobs_idx: list[list[list[int]]] = field(default_factory=list)
+    retraction_counts: list[int] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Control requests (tokenizer manager <-> scheduler). ``req_id`` pairs a reply with its request.
+# ---------------------------------------------------------------------------------------------
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class FlushCacheReqInput:
+    """Flush the radix cache (only succeeds when no request is running or queued)."""
+
+    req_id: str = field(default_factory=_new_id)
+
+
+@dataclass
+class FlushCacheReqOutput:
+    req_id: str
+    success: bool
+    message: str = ""
+
+
+@dataclass
+class GetServerInfoReq:
+    """Ask the scheduler for ``Scheduler.get_server_info()`` (kv_pool, radix_cache, ...)."""
+
+    req_id: str = field(default_factory=_new_id)
+
+
+@dataclass
+class GetServerInfoReqOutput:
+    req_id: str
+    info: dict[str, Any]
+
+
+@dataclass
+class GetMetricsReq:
+    """Ask the scheduler for ``Scheduler.get_metrics()`` (gauges for /metrics)."""
+
+    req_id: str = field(default_factory=_new_id)
+
+
+@dataclass
+class GetMetricsReqOutput:
+    req_id: str
+    metrics: dict[str, Any]
+
+
+@dataclass
+class SchedulerReadyInfo:
+    """Sent once by the scheduler process over its ready pipe after the model is loaded."""
+
+    status: str  # "ready" or "error"
+    max_total_num_tokens: int = 0
+    max_req_input_len: int = 0
+    context_len: int = 0
+    vocab_size: int = 0
+    model_path: str = ""
+    error: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SchedulerCrashed:
+    """Sent by a dying scheduler process to the tokenizer manager with the formatted traceback."""
+
+    traceback: str

@@ -1,0 +1,258 @@
+"""Server arguments: one dataclass shared by ``launch_server``, ``Engine`` and every process.
+
+The flag names follow SGLang 0.5.x ``srt/server_args.py`` (``--model-path``, ``--page-size``,
+``--mem-fraction-static``, ...) and the list in ``shared/design/RUNTIME.md`` ("Interfaces").
+``ServerArgs`` is resolved and validated in ``__post_init__``: the ``auto`` values of ``device``,
+``dtype`` and ``chunked_prefill_size`` are replaced by concrete ones, and any bad value raises a
+``ValueError`` that names the field. The object is pickled into the child processes unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+DTYPE_CHOICES = ("auto", "float32", "bfloat16")
+KV_CACHE_DTYPE_CHOICES = ("auto", "bf16", "fp8_e4m3")
+SCHEDULE_POLICY_CHOICES = ("fcfs", "lpm")
+LOAD_FORMAT_CHOICES = ("auto", "dummy")
+LOG_LEVEL_CHOICES = ("debug", "info", "warning", "error", "critical")
+
+#: Default chunked-prefill chunk (tokens per prefill step) on CPU and on CUDA.
+DEFAULT_CHUNKED_PREFILL_CPU = 2048
+DEFAULT_CHUNKED_PREFILL_CUDA = 8192
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # pragma: no cover - torch always importable in this project
+        return False
+
+
+@dataclass
+class ServerArgs:
+    """All runtime options (every ``--flag`` of ``python -m sglang_v4.launch_server``).
+
+    Values after construction are resolved: ``device`` is ``"cpu"`` or ``"cuda"``; ``dtype`` is
+    ``"float32"`` or ``"bfloat16"`` (``auto``: float32 on CPU, bfloat16 on CUDA);
+    ``chunked_prefill_size`` is a positive token count (``-1`` disables chunking, as in SGLang).
+    ``model_path=None`` means the embedded default model; ``launch_server`` / ``Engine`` replace it
+    by the directory that ``sglang_v4.tools.default_model.ensure_default_model()`` returns before
+    starting the child processes.
+
+    Raises:
+        ValueError: naming the offending field, e.g. ``page_size must be a positive multiple of
+            128 (got 100)``.
+    """
+
+    # Model and tokenizer.
+    model_path: str | None = None
+    tokenizer_path: str | None = None
+    load_format: str = "auto"
+    context_length: int | None = None
+    served_model_name: str | None = None
+    # HTTP.
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None
+    # Device and dtypes.
+    device: str = "auto"
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    enable_fp4_indexer: bool = False
+    tp_size: int = 1
+    # Memory.
+    page_size: int = 256
+    mem_fraction_static: float | None = None
+    max_total_tokens: int | None = None
+    # Scheduling.
+    max_running_requests: int | None = None
+    max_prefill_tokens: int = 16384
+    chunked_prefill_size: int | None = None
+    disable_radix_cache: bool = False
+    schedule_policy: str = "fcfs"
+    enable_priority_scheduling: bool = False
+    stream_interval: int = 1
+    # CUDA graphs.
+    cuda_graph_max_bs: int | None = None
+    disable_cuda_graph: bool = False
+    # Observability.
+    enable_metrics: bool = False
+    enable_cache_report: bool = False
+    log_requests: bool = False
+    log_level: str = "info"
+    decode_log_interval: int = 40
+    # Misc.
+    random_seed: int | None = None
+    skip_warmup: bool = False
+    watchdog_timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.device == "auto":
+            self.device = "cuda" if _cuda_available() else "cpu"
+        if self.dtype == "auto" and self.device in ("cpu", "cuda"):
+            self.dtype = "float32" if self.device == "cpu" else "bfloat16"
+        if self.chunked_prefill_size is None:
+            self.chunked_prefill_size = (
+                DEFAULT_CHUNKED_PREFILL_CPU if self.device == "cpu" else DEFAULT_CHUNKED_PREFILL_CUDA
+            )
+        if self.random_seed is None:
+            self.random_seed = 0
+        self.check()
+
+    # ------------------------------------------------------------------ validation
+    def check(self) -> None:
+        """Validate every field; raise ``ValueError`` naming the first bad one."""
+
+        def choice(name: str, choices: tuple[str, ...]) -> None:
+            value = getattr(self, name)
+            if value not in choices:
+                raise ValueError(f"{name} must be one of {list(choices)} (got {value!r})")
+
+        def positive_int(name: str, allow_none: bool = True) -> None:
+            value = getattr(self, name)
+            if value is None and allow_none:
+                return
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer (got {value!r})")
+
+        choice("device", ("cpu", "cuda"))
+        choice("dtype", ("float32", "bfloat16"))
+        choice("kv_cache_dtype", KV_CACHE_DTYPE_CHOICES)
+        choice("schedule_policy", SCHEDULE_POLICY_CHOICES)
+        choice("load_format", LOAD_FORMAT_CHOICES)
+        choice("log_level", LOG_LEVEL_CHOICES)
+        if self.device == "cuda" and not _cuda_available():
+            raise ValueError("device='cuda' was requested but CUDA is not available")
+        if self.model_path is not None and not isinstance(self.model_path, str):
+            raise ValueError(f"model_path must be a string path (got {self.model_path!r})")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 < self.port < 65536:
+            raise ValueError(f"port must be an integer in [1, 65535] (got {self.port!r})")
+        positive_int("page_size", allow_none=False)
+        if self.page_size % 128 != 0 or self.page_size % 4 != 0:
+            raise ValueError(
+                f"page_size must be a positive multiple of 128 and of 4 (the HCA and CSA compression "
+                f"ratios) (got {self.page_size})"
+            )
+        if self.mem_fraction_static is not None and not 0.0 < float(self.mem_fraction_static) < 1.0:
+            raise ValueError(f"mem_fraction_static must be in (0, 1) (got {self.mem_fraction_static!r})")
+        positive_int("max_total_tokens")
+        positive_int("max_running_requests")
+        positive_int("max_prefill_tokens", allow_none=False)
+        positive_int("context_length")
+        positive_int("tp_size", allow_none=False)
+        positive_int("stream_interval", allow_none=False)
+        positive_int("cuda_graph_max_bs")
+        positive_int("decode_log_interval", allow_none=False)
+        cps = self.chunked_prefill_size
+        if isinstance(cps, bool) or not isinstance(cps, int) or (cps <= 0 and cps != -1):
+            raise ValueError(f"chunked_prefill_size must be a positive integer or -1 (got {cps!r})")
+        if isinstance(self.random_seed, bool) or not isinstance(self.random_seed, int):
+            raise ValueError(f"random_seed must be an integer (got {self.random_seed!r})")
+        if self.api_key is not None and not isinstance(self.api_key, str):
+            raise ValueError("api_key must be a string")
+        if self.watchdog_timeout <= 0:
+            raise ValueError(f"watchdog_timeout must be positive (got {self.watchdog_timeout!r})")
+        if self.tp_size > 1 and self.device == "cpu":
+            # torch.distributed over gloo is allowed on CPU for tests; nothing to check here.
+            pass
+
+    # ------------------------------------------------------------------ CLI
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        """Add every field as ``--kebab-case`` flag to ``parser`` (defaults = dataclass defaults)."""
+        d = ServerArgs.__dataclass_fields__
+        a = parser.add_argument
+        a("--model-path", type=str, default=None, help="HF-layout model dir; default: embedded model.")
+        a("--tokenizer-path", type=str, default=None, help="Tokenizer dir (default: model path).")
+        a("--load-format", type=str, default="auto", choices=LOAD_FORMAT_CHOICES)
+        a("--context-length", type=int, default=None, help="Max context (default: model config).")
+        a("--served-model-name", type=str, default=None, help="Model name in the APIs.")
+        a("--host", type=str, default=d["host"].default)
+        a("--port", type=int, default=d["port"].default)
+        a("--api-key", type=str, default=None, help="Require 'Authorization: Bearer KEY'.")
+        a("--device", type=str, default="auto", choices=DEVICE_CHOICES)
+        a("--dtype", type=str, default="auto", choices=DTYPE_CHOICES)
+        a("--kv-cache-dtype", type=str, default="auto", choices=KV_CACHE_DTYPE_CHOICES)
+        a("--enable-fp4-indexer", action="store_true", help="Store indexer keys in fp4 (68 B).")
+        a("--tp-size", "--tensor-parallel-size", type=int, default=1, dest="tp_size")
+        a("--page-size", type=int, default=d["page_size"].default, help="Tokens per KV block.")
+        a("--mem-fraction-static", type=float, default=None)
+        a("--max-total-tokens", type=int, default=None)
+        a("--max-running-requests", type=int, default=None)
+        a("--max-prefill-tokens", type=int, default=d["max_prefill_tokens"].default)
+        a("--chunked-prefill-size", type=int, default=None, help="-1 disables chunking.")
+        a("--disable-radix-cache", action="store_true")
+        a("--schedule-policy", type=str, default="fcfs", choices=SCHEDULE_POLICY_CHOICES)
+        a("--enable-priority-scheduling", action="store_true")
+        a("--stream-interval", type=int, default=1)
+        a("--cuda-graph-max-bs", type=int, default=None)
+        a("--disable-cuda-graph", action="store_true")
+        a("--enable-metrics", action="store_true")
+        a("--enable-cache-report", action="store_true")
+        a("--log-requests", action="store_true")
+        a("--log-level", type=str, default="info", choices=LOG_LEVEL_CHOICES)
+        a("--decode-log-interval", type=int, default=d["decode_log_interval"].default)
+        a("--random-seed", type=int, default=None)
+        a("--skip-warmup", "--skip-server-warmup", action="store_true", dest="skip_warmup")
+        a("--watchdog-timeout", type=float, default=d["watchdog_timeout"].default)
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> ServerArgs:
+        """Build from a parsed namespace (attributes named like the fields)."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{n: getattr(args, n) for n in names if hasattr(args, n)})
+
+    # ------------------------------------------------------------------ helpers
+    def resolved_served_model_name(self) -> str:
+        """The model name the APIs report: ``served_model_name`` or else ``model_path``."""
+        if self.served_model_name:
+            return self.served_model_name
+        return self.model_path if self.model_path is not None else "sglang-v4-default"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict of all fields (``api_key`` masked)."""
+        out = dataclasses.asdict(self)
+        if out.get("api_key"):
+            out["api_key"] = "***"
+        return out
+
+    def url(self) -> str:
+        """``http://host:port`` of the HTTP server."""
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass
+class PortArgs:
+    """ZMQ IPC endpoint names joining the three processes (SGLang's ``PortArgs``).
+
+    ``tokenizer_ipc_name``: detokenizer and scheduler -> tokenizer manager (PULL in main).
+    ``scheduler_input_ipc_name``: tokenizer manager -> scheduler (PULL in scheduler).
+    ``detokenizer_ipc_name``: scheduler -> detokenizer (PULL in detokenizer).
+    """
+
+    tokenizer_ipc_name: str
+    scheduler_input_ipc_name: str
+    detokenizer_ipc_name: str
+    ipc_dir: str = field(default="")
+
+    @staticmethod
+    def init_new() -> PortArgs:
+        """Fresh ``ipc://`` names in a new private temp directory."""
+        d = tempfile.mkdtemp(prefix="sglang_v4_ipc_")
+        tag = uuid.uuid4().hex[:8]
+        return PortArgs(
+            tokenizer_ipc_name=f"ipc://{os.path.join(d, f'tok_{tag}')}",
+            scheduler_input_ipc_name=f"ipc://{os.path.join(d, f'sched_{tag}')}",
+            detokenizer_ipc_name=f"ipc://{os.path.join(d, f'detok_{tag}')}",
+            ipc_dir=d,
+        )
