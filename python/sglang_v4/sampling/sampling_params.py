@@ -370,7 +370,8 @@ class SamplingParams:
         max_len = 0
         for s in stops:
             if tokenizer is not None:
-                n = len(tokenizer.encode(s, add_special_tokens=False))
+                enc = tokenizer.encode(s, add_special_tokens=False)
+                n = len(getattr(enc, "ids", enc))  # tokenizers.Tokenizer returns an Encoding
             else:
                 n = len(s)
             max_len = max(max_len, n)

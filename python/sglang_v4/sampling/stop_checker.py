@@ -1,0 +1,126 @@
+"""Finish checks for one request after each generated token, with SGLang 0.5.x semantics.
+
+Re-derived from SGLang's ``Req.update_finish_state`` (``srt/managers/schedule_batch.py``) and
+``DetokenizerManager.trim_matched_stop``. Order of checks (as SGLang): stop strings / stop regex
+first, then stop tokens (EOS, ``stop_token_ids``), then the length limit.
+
+Finish-reason dicts (SGLang's ``to_json`` shapes):
+    ``{"type": "stop", "matched": <int token id>}``  EOS or a ``stop_token_ids`` entry;
+    ``{"type": "stop", "matched": "<stop string or regex>"}``;
+    ``{"type": "length", "length": <int>}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from sglang_v4.sampling.sampling_params import SamplingParams
+
+__all__ = ["check_stop", "trim_matched_stop", "STOP_TAIL_EXTRA_TOKENS"]
+
+STOP_TAIL_EXTRA_TOKENS = 2
+"""Tokens decoded beyond ``stop_str_max_len`` so a stop string straddling token boundaries (and
+multi-byte characters split across byte-level tokens) is still seen whole."""
+
+
+def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    return tokenizer.decode(list(ids))
+
+
+def check_stop(
+    output_ids: Sequence[int],
+    params: SamplingParams,
+    eos_token_ids: set[int] | frozenset[int] | Sequence[int] | None,
+    tokenizer: Any,
+    max_new_tokens_reached: bool,
+) -> dict[str, Any] | None:
+    """Decide whether a request is finished after its latest token.
+
+    Args:
+        output_ids: all generated token ids so far (the last one is the new token).
+        params: the request's sampling parameters (normalized or not; stop strings are read from
+            ``stop_strs``/``stop``).
+        eos_token_ids: the model's EOS ids (ignored when ``params.ignore_eos``).
+        tokenizer: object with ``decode(list[int]) -> str`` (needed only with stop strings / regex).
+        max_new_tokens_reached: the caller's length verdict (``len(output_ids) >= max_new_tokens``
+            or the context is full).
+
+    Returns:
+        A finish-reason dict (see module docstring) or ``None`` when generation continues.
+        Token stops are suppressed while ``len(output_ids) < min_new_tokens`` (the sampler also
+        masks those tokens then). As in SGLang 0.5.x, ``ignore_eos`` disables all token-based stops
+        (EOS and ``stop_token_ids``); stop strings still apply.
+
+    Raises:
+        ValueError: stop strings are set but ``tokenizer`` is ``None``.
+    """
+    if not output_ids:
+        return {"type": "length", "length": 0} if max_new_tokens_reached else None
+    stops = params.stop_strs if params.stop_strs is not None else params.stop
+    if isinstance(stops, str):
+        stops = [stops]
+    regs = params.stop_regex_strs if params.stop_regex_strs is not None else params.stop_regex
+    if isinstance(regs, str):
+        regs = [regs]
+    if stops or regs:
+        if tokenizer is None:
+            raise ValueError("stop: stop strings need a tokenizer to decode the output")
+        max_len = params.stop_str_max_len
+        if not params.is_normalized or max_len <= 0:
+            # Not normalized: bound the window by characters (a token is at least one character
+            # of the stop string in the worst case).
+            max_len = max((len(s) for s in (stops or [])), default=0)
+        if regs:
+            max_len = max(max_len, 64)
+        tail_len = min(len(output_ids), max_len + STOP_TAIL_EXTRA_TOKENS)
+        tail = _decode(tokenizer, output_ids[-tail_len:])
+        for s in stops or []:
+            if s and s in tail:
+                return {"type": "stop", "matched": s}
+        for r in regs or []:
+            if re.search(r, tail):
+                return {"type": "stop", "matched": r}
+
+    last = int(output_ids[-1])
+    if not params.ignore_eos and len(output_ids) >= params.min_new_tokens:
+        if params.stop_token_ids and last in params.stop_token_ids:
+            return {"type": "stop", "matched": last}
+        if eos_token_ids and last in eos_token_ids:
+            return {"type": "stop", "matched": last}
+
+    if max_new_tokens_reached:
+        return {"type": "length", "length": len(output_ids)}
+    return None
+
+
+def trim_matched_stop(
+    output: str | list[int], finish_reason: dict[str, Any] | None, no_stop_trim: bool
+) -> Any:
+    """Remove the matched stop from the final output, as SGLang's detokenizer does.
+
+    Args:
+        output: decoded text (for a string match) or the output id list (for a token match).
+        finish_reason: a dict from :func:`check_stop` (or ``None``).
+        no_stop_trim: keep the stop string / token.
+
+    Returns:
+        Text cut before the first occurrence of the matched stop string (through its end with
+        ``no_stop_trim``), or the id list without its final (matched) token; anything else unchanged.
+    """
+    if not finish_reason:
+        return output
+    matched = finish_reason.get("matched")
+    if matched is None:
+        return output
+    if isinstance(matched, str) and isinstance(output, str):
+        pos = output.find(matched)
+        if pos < 0:
+            return output
+        return output[: pos + len(matched)] if no_stop_trim else output[:pos]
+    if isinstance(matched, int) and isinstance(output, list):
+        if no_stop_trim or not output:
+            return output
+        return output[:-1]
+    return output
