@@ -1,0 +1,44 @@
+"""FastAPI router of the OpenAI-compatible API (integration seam for the HTTP server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from sglang_v4.entrypoints.openai.serving import OpenAIServing
+
+__all__ = ["create_openai_router"]
+
+
+def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
+    """Build the router with ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``.
+
+    Args:
+        tokenizer_manager: provides ``generate_request(obj: GenerateReqInput, request)`` (async
+            generator of SGLang-shaped dicts) and ``tokenizer``; optionally ``model_config``.
+        server_args: ``ServerArgs`` (``served_model_name``, ``api_key``, ``enable_cache_report``...).
+
+    Returns:
+        An ``APIRouter``; mount with ``app.include_router(router)``. Each route checks the API key
+        itself (401 in SGLang's error shape), parses and validates the body itself (400), so no app
+        exception handlers are needed. The :class:`OpenAIServing` instance is ``router.serving``.
+    """
+    serving = OpenAIServing(tokenizer_manager, server_args)
+    router = APIRouter()
+
+    @router.get("/v1/models")
+    async def v1_models(request: Request) -> Response:
+        return await serving.models(request)
+
+    @router.post("/v1/completions")
+    async def v1_completions(request: Request) -> Response:
+        return await serving.completions(request)
+
+    @router.post("/v1/chat/completions")
+    async def v1_chat_completions(request: Request) -> Response:
+        return await serving.chat_completions(request)
+
+    router.serving = serving  # type: ignore[attr-defined]
+    return router

@@ -1,0 +1,297 @@
+"""Pydantic models of the OpenAI-compatible API, with SGLang 0.5.x's extra fields.
+
+Field names, defaults and response shapes follow the OpenAI API reference and SGLang's
+``srt/entrypoints/openai/protocol.py`` (read for behaviour; written independently). Unknown request
+fields are ignored, as OpenAI-compatible servers (SGLang included) do.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ErrorResponse",
+    "StreamOptions",
+    "PromptTokensDetails",
+    "UsageInfo",
+    "ModelCard",
+    "ModelList",
+    "CompletionRequest",
+    "LogProbs",
+    "CompletionResponseChoice",
+    "CompletionResponse",
+    "CompletionResponseStreamChoice",
+    "CompletionStreamResponse",
+    "ChatMessageParam",
+    "ChatCompletionRequest",
+    "TopLogprob",
+    "ChatCompletionTokenLogprob",
+    "ChoiceLogprobs",
+    "ChatMessage",
+    "ChatCompletionResponseChoice",
+    "ChatCompletionResponse",
+    "DeltaMessage",
+    "ChatCompletionResponseStreamChoice",
+    "ChatCompletionStreamResponse",
+]
+
+FinishReasonStr = Literal["stop", "length", "abort", "content_filter", "tool_calls"]
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+class _Req(BaseModel):
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+
+
+class ErrorResponse(BaseModel):
+    """SGLang/OpenAI error body: ``{"object": "error", "message", "type", "param", "code"}``."""
+
+    object: str = "error"
+    message: str
+    type: str
+    param: str | None = None
+    code: int
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``; ``include_usage`` adds a final chunk with ``usage`` and no choices."""
+
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
+
+
+class PromptTokensDetails(BaseModel):
+    """``usage.prompt_tokens_details`` (only with ``--enable-cache-report``)."""
+
+    cached_tokens: int = 0
+
+
+class UsageInfo(BaseModel):
+    """Token accounting of one response (all counts in tokens)."""
+
+    prompt_tokens: int = 0
+    total_tokens: int = 0
+    completion_tokens: int | None = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
+    reasoning_tokens: int | None = 0
+
+
+class ModelCard(BaseModel):
+    """One entry of ``/v1/models``."""
+
+    id: str
+    object: str = "model"
+    created: int = Field(default_factory=_now)
+    owned_by: str = "sglang"
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    """``/v1/models`` body."""
+
+    object: str = "list"
+    data: list[ModelCard] = Field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------- completions
+class _SamplingExtras(_Req):
+    """SGLang's extra sampling fields shared by both request kinds."""
+
+    top_k: int | None = None
+    min_p: float | None = None
+    min_tokens: int | None = None
+    repetition_penalty: float | None = None
+    stop_token_ids: list[int] | None = None
+    stop_regex: str | list[str] | None = None
+    no_stop_trim: bool = False
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    custom_params: dict[str, Any] | None = None
+    rid: str | list[str] | None = None
+    priority: int | None = None
+
+
+class CompletionRequest(_SamplingExtras):
+    """``POST /v1/completions`` body."""
+
+    model: str = "default"
+    prompt: str | list[str] | list[int] | list[list[int]]
+    best_of: int | None = None
+    echo: bool = False
+    frequency_penalty: float | None = 0.0
+    logit_bias: dict[str, float] | None = None
+    logprobs: int | None = None
+    max_tokens: int | None = 16
+    n: int | None = 1
+    presence_penalty: float | None = 0.0
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    suffix: str | None = None
+    temperature: float | None = 1.0
+    top_p: float | None = 1.0
+    user: str | None = None
+    response_format: dict[str, Any] | None = None
+
+
+class LogProbs(BaseModel):
+    """Completions logprobs (legacy OpenAI format)."""
+
+    text_offset: list[int] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class CompletionResponseChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: LogProbs | None = None
+    finish_reason: FinishReasonStr | None = None
+    matched_stop: int | str | None = None
+
+
+class CompletionResponse(BaseModel):
+    id: str = Field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
+    object: str = "text_completion"
+    created: int = Field(default_factory=_now)
+    model: str
+    choices: list[CompletionResponseChoice]
+    usage: UsageInfo
+
+
+class CompletionResponseStreamChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: LogProbs | None = None
+    finish_reason: FinishReasonStr | None = None
+    matched_stop: int | str | None = None
+
+
+class CompletionStreamResponse(BaseModel):
+    id: str
+    object: str = "text_completion"
+    created: int = Field(default_factory=_now)
+    model: str
+    choices: list[CompletionResponseStreamChoice]
+    usage: UsageInfo | None = None
+
+
+# ----------------------------------------------------------------------------------- chat
+class ChatMessageParam(_Req):
+    """One input message. ``content`` is a string, ``None`` or a list of (text) content parts."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    reasoning_content: str | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class ChatCompletionRequest(_SamplingExtras):
+    """``POST /v1/chat/completions`` body."""
+
+    messages: list[ChatMessageParam]
+    model: str = "default"
+    frequency_penalty: float | None = 0.0
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int | None = 1
+    presence_penalty: float | None = 0.0
+    response_format: dict[str, Any] | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    user: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    reasoning_effort: str | None = None
+    continue_final_message: bool = False
+    separate_reasoning: bool = True
+    stream_reasoning: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class TopLogprob(BaseModel):
+    token: str
+    bytes: list[int]
+    logprob: float
+
+
+class ChatCompletionTokenLogprob(BaseModel):
+    token: str
+    bytes: list[int]
+    logprob: float
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[ChatCompletionTokenLogprob]
+
+
+class ChatMessage(BaseModel):
+    role: str = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatCompletionResponseChoice(BaseModel):
+    index: int
+    message: ChatMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReasonStr | None = None
+    matched_stop: int | str | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str = Field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    object: str = "chat.completion"
+    created: int = Field(default_factory=_now)
+    model: str
+    choices: list[ChatCompletionResponseChoice]
+    usage: UsageInfo
+
+
+class DeltaMessage(BaseModel):
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+
+
+class ChatCompletionResponseStreamChoice(BaseModel):
+    index: int
+    delta: DeltaMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReasonStr | None = None
+    matched_stop: int | str | None = None
+
+
+class ChatCompletionStreamResponse(BaseModel):
+    id: str
+    object: str = "chat.completion.chunk"
+    created: int = Field(default_factory=_now)
+    model: str
+    choices: list[ChatCompletionResponseStreamChoice]
+    usage: UsageInfo | None = None
