@@ -1,0 +1,722 @@
+"""bench_serving against a stub HTTP server that replays SGLang's and OpenAI's response shapes.
+
+The stub (aiohttp.web in a thread) streams exactly what the real servers send:
+SGLang ``/generate``: ``data: {"text": <cumulative>, "output_ids", "meta_info": {...}, "index": 0}``
+lines and ``data: [DONE]``; OpenAI ``/v1/completions`` and ``/v1/chat/completions``: chunk
+objects, a finish chunk, a usage chunk with ``choices: []`` when ``stream_options.include_usage``,
+and ``data: [DONE]``. The OpenAI shapes are cross-checked with the official ``openai`` client
+(an independent parser). Tokens are emitted on a known schedule (first token after
+``ttft_s``, then one chunk every ``chunk_s``), so timing metrics have an independent oracle.
+Summary numbers are recomputed in the tests from the per-request records with numpy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp import web
+from sglang_v4 import bench_serving as bs
+
+MODEL = "stub-model"
+
+
+def token_text(i: int) -> str:
+    """The stub's i-th output token's text."""
+    return f" t{i}"
+
+
+@dataclass
+class StubConfig:
+    ttft_s: float = 0.03
+    chunk_s: float = 0.01
+    tokens_per_chunk: int = 1  # native /generate may carry several tokens per chunk
+    cached_fraction: float = 0.0  # cached_tokens = int(prompt_tokens * cached_fraction)
+    fail_every: int = 0  # every n-th generation request (1-based count) gets HTTP 400
+    midstream_error_every: int = 0  # every n-th gets an error event after one token
+    report_cache_in_oai: bool = True
+
+
+@dataclass
+class StubState:
+    requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)  # "flush" / "gen" in arrival order
+    prompt_tokens: list[int] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    count: int = 0
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    """The stub's own prompt-token count (what a server reports): ids, or whitespace words + 1."""
+    if "input_ids" in body:
+        return len(body["input_ids"])
+    if "messages" in body:
+        text = "".join(m["content"] for m in body["messages"])
+    else:
+        text = body.get("text", body.get("prompt", ""))
+    if isinstance(text, list):
+        return len(text)
+    return len(text.split()) + 1
+
+
+class StubServer:
+    """SGLang/OpenAI-shaped stub on 127.0.0.1:<free port>; ``.url``, ``.state``, ``.config``."""
+
+    def __init__(self, config: StubConfig | None = None) -> None:
+        self.config = config or StubConfig()
+        self.state = StubState()
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> StubServer:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+        fut.result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_post("/generate", self.generate)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/model_info", self.model_info)
+        app.router.add_post("/flush_cache", self.flush)
+        app.router.add_post("/reset_prefix_cache", self.flush)  # vLLM's name for it
+        app.router.add_get("/server_info", self.server_info)
+        self._runner = web.AppRunner(app)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+        self._ready.set()
+        self._loop.run_forever()
+
+    # ---- simple endpoints
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "sglang", "root": MODEL}],
+            }
+        )
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "model_path": "/nonexistent/model",
+                "tokenizer_path": "/nonexistent/model",
+                "is_generation": True,
+            }
+        )
+
+    async def flush(self, request: web.Request) -> web.Response:
+        self.state.events.append("flush")
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details.\n")
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        return web.json_response({"model_path": "/nonexistent/model", "internal_states": [{}]})
+
+    # ---- generation
+    def _begin(self, path: str, body: dict[str, Any]) -> tuple[int, int, int, str | None]:
+        st = self.state
+        st.requests.append((path, body))
+        st.events.append("gen")
+        st.count += 1
+        n = st.count
+        ptoks = _prompt_tokens(body)
+        st.prompt_tokens.append(ptoks)
+        cached = int(ptoks * self.config.cached_fraction)
+        fail = None
+        if self.config.fail_every and n % self.config.fail_every == 0:
+            fail = "http"
+        elif self.config.midstream_error_every and n % self.config.midstream_error_every == 0:
+            fail = "midstream"
+        return n, ptoks, cached, fail
+
+    @staticmethod
+    def _bad_request(msg: str) -> web.Response:
+        # SGLang's OpenAI-style error body (ErrorResponse)
+        return web.json_response(
+            {"object": "error", "message": msg, "type": "BadRequestError", "param": None, "code": 400},
+            status=400,
+        )
+
+    async def _sse(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        return resp
+
+    @staticmethod
+    async def _send(resp: web.StreamResponse, obj: Any) -> None:
+        data = obj if isinstance(obj, str) else json.dumps(obj)
+        await resp.write(f"data: {data}\n\n".encode())
+
+    def _track(self, delta: int) -> None:
+        self.state.in_flight += delta
+        self.state.max_in_flight = max(self.state.max_in_flight, self.state.in_flight)
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        n, ptoks, cached, fail = self._begin("/generate", body)
+        if fail == "http":
+            return self._bad_request(f"stub rejects request {n}")
+        max_new = int(body["sampling_params"]["max_new_tokens"])
+        rid = uuid.uuid4().hex
+
+        def meta(k: int, done: bool) -> dict[str, Any]:
+            return {
+                "id": rid,
+                "finish_reason": {"type": "length", "length": max_new} if done else None,
+                "prompt_tokens": ptoks,
+                "weight_version": "default",
+                "total_retractions": 0,
+                "completion_tokens": k,
+                "cached_tokens": cached,
+                "e2e_latency": 0.0,
+            }
+
+        self._track(+1)
+        try:
+            if not body.get("stream"):
+                await asyncio.sleep(self.config.ttft_s + self.config.chunk_s * max(max_new - 1, 0))
+                text = "".join(token_text(i) for i in range(max_new))
+                return web.json_response(
+                    {"text": text, "output_ids": list(range(max_new)), "meta_info": meta(max_new, True)}
+                )
+            resp = await self._sse(request)
+            await asyncio.sleep(self.config.ttft_s)
+            k = 0
+            while k < max_new:
+                step = 1 if k == 0 else min(self.config.tokens_per_chunk, max_new - k)
+                if k > 0:
+                    await asyncio.sleep(self.config.chunk_s * step)
+                k += step
+                text = "".join(token_text(i) for i in range(k))  # cumulative, as SGLang streams
+                await self._send(
+                    resp,
+                    {
+                        "text": text,
+                        "output_ids": list(range(k)),
+                        "meta_info": meta(k, k == max_new),
+                        "index": 0,
+                    },
+                )
+                if fail == "midstream":
+                    await self._send(resp, {"error": {"message": "stub midstream failure"}})
+                    break
+            await self._send(resp, "[DONE]")
+            await resp.write_eof()
+            return resp
+        finally:
+            self._track(-1)
+
+    def _usage(self, ptoks: int, ctoks: int, cached: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": ptoks,
+            "total_tokens": ptoks + ctoks,
+            "completion_tokens": ctoks,
+            "prompt_tokens_details": {"cached_tokens": cached} if self.config.report_cache_in_oai else None,
+        }
+
+    async def _oai(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        body = await request.json()
+        n, ptoks, cached, fail = self._begin("/v1/chat/completions" if chat else "/v1/completions", body)
+        if fail == "http":
+            return self._bad_request(f"stub rejects request {n}")
+        max_new = int(body.get("max_completion_tokens") or body["max_tokens"])
+        cid = uuid.uuid4().hex
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        created = int(time.time())
+
+        def chunk(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+            if chat:
+                delta: dict[str, Any] = {}
+                if role:
+                    delta = {"role": "assistant", "content": ""}
+                elif text is not None:
+                    delta = {"content": text}
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            else:
+                choice = {
+                    "index": 0,
+                    "text": text or "",
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "matched_stop": None,
+                }
+            return {
+                "id": cid,
+                "object": obj,
+                "created": created,
+                "model": MODEL,
+                "choices": [choice],
+                "usage": None,
+            }
+
+        self._track(+1)
+        try:
+            if not body.get("stream"):
+                await asyncio.sleep(self.config.ttft_s + self.config.chunk_s * max(max_new - 1, 0))
+                text = "".join(token_text(i) for i in range(max_new))
+                choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
+                if chat:
+                    choice["message"] = {"role": "assistant", "content": text}
+                else:
+                    choice["text"] = text
+                return web.json_response(
+                    {
+                        "id": cid,
+                        "object": "chat.completion" if chat else "text_completion",
+                        "created": created,
+                        "model": MODEL,
+                        "choices": [choice],
+                        "usage": self._usage(ptoks, max_new, cached),
+                    }
+                )
+            resp = await self._sse(request)
+            if chat:
+                await self._send(resp, chunk(None, None, role=True))
+            await asyncio.sleep(self.config.ttft_s)
+            for i in range(max_new):
+                if i > 0:
+                    await asyncio.sleep(self.config.chunk_s)
+                await self._send(resp, chunk(token_text(i), None))
+                if fail == "midstream":
+                    await self._send(
+                        resp, {"object": "error", "message": "stub midstream failure", "code": 500}
+                    )
+                    break
+            else:
+                await self._send(resp, chunk(None if chat else "", "length"))
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    await self._send(
+                        resp,
+                        {
+                            "id": cid,
+                            "object": obj,
+                            "created": created,
+                            "model": MODEL,
+                            "choices": [],
+                            "usage": self._usage(ptoks, max_new, cached),
+                        },
+                    )
+            await self._send(resp, "[DONE]")
+            await resp.write_eof()
+            return resp
+        finally:
+            self._track(-1)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._oai(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._oai(request, chat=True)
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tok() -> bs.BenchTokenizer:
+    return bs.get_tokenizer(None)
+
+
+def _args(url: str, tmp_path: Path, **kw: Any) -> Any:
+    base = dict(
+        base_url=url,
+        dataset_name="random-ids",
+        random_input_len=24,
+        random_output_len=6,
+        random_range_ratio=1.0,
+        num_prompts=6,
+        output_file=str(tmp_path / "out.jsonl"),
+        output_details=True,
+        disable_tqdm=True,
+        ready_check_timeout_sec=10,
+    )
+    base.update(kw)
+    return bs.make_args(**base)
+
+
+def recompute(res: dict[str, Any]) -> dict[str, float]:
+    """Independent recomputation of the summary from the per-request lists."""
+    ok = [i for i, s in enumerate(res["successes"]) if s]
+    dur = res["duration"]
+    ttft = np.array([res["ttfts"][i] for i in ok])
+    e2e = np.array([res["e2e_latencies"][i] for i in ok])
+    outl = np.array([res["output_lens"][i] for i in ok])
+    inl = np.array([res["input_lens"][i] for i in ok])
+    itl = np.array([x for i in ok for x in res["itls"][i]])
+    tpot = np.array([(e2e[j] - ttft[j]) / (outl[j] - 1) for j in range(len(ok)) if outl[j] > 1])
+    cached = sum(res["cached_tokens"][i] for i in ok)
+    return {
+        "completed": len(ok),
+        "failed": len(res["successes"]) - len(ok),
+        "total_input_tokens": int(inl.sum()),
+        "total_output_tokens": int(outl.sum()),
+        "request_throughput": len(ok) / dur,
+        "input_throughput": inl.sum() / dur,
+        "output_throughput": outl.sum() / dur,
+        "total_throughput": (inl.sum() + outl.sum()) / dur,
+        "mean_ttft_ms": ttft.mean() * 1e3,
+        "median_ttft_ms": np.median(ttft) * 1e3,
+        "p90_ttft_ms": np.percentile(ttft, 90) * 1e3,
+        "p99_ttft_ms": np.percentile(ttft, 99) * 1e3,
+        "mean_tpot_ms": tpot.mean() * 1e3,
+        "median_tpot_ms": np.median(tpot) * 1e3,
+        "p99_tpot_ms": np.percentile(tpot, 99) * 1e3,
+        "mean_itl_ms": itl.mean() * 1e3,
+        "median_itl_ms": np.median(itl) * 1e3,
+        "p90_itl_ms": np.percentile(itl, 90) * 1e3,
+        "p99_itl_ms": np.percentile(itl, 99) * 1e3,
+        "mean_e2e_latency_ms": e2e.mean() * 1e3,
+        "median_e2e_latency_ms": np.median(e2e) * 1e3,
+        "p99_e2e_latency_ms": np.percentile(e2e, 99) * 1e3,
+        "concurrency": e2e.sum() / dur,
+        "total_cached_tokens": cached,
+        "cache_hit_rate": cached / inl.sum(),
+    }
+
+
+SGLANG_JSONL_KEYS = {
+    "backend",
+    "dataset_name",
+    "request_rate",
+    "max_concurrency",
+    "random_input_len",
+    "random_output_len",
+    "random_range_ratio",
+    "duration",
+    "completed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "total_output_tokens_retokenized",
+    "request_throughput",
+    "input_throughput",
+    "output_throughput",
+    "total_throughput",
+    "mean_e2e_latency_ms",
+    "median_e2e_latency_ms",
+    "p90_e2e_latency_ms",
+    "p99_e2e_latency_ms",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p90_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p90_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "p90_itl_ms",
+    "p99_itl_ms",
+    "concurrency",
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "generated_texts",
+    "errors",
+}
+
+
+@pytest.mark.parametrize("backend", ["sglang", "sglang-oai", "sglang-oai-chat", "vllm"])
+def test_stream_parsing_metrics_and_jsonl(backend: str, tok: bs.BenchTokenizer, tmp_path: Path) -> None:
+    cfg = StubConfig(ttft_s=0.04, chunk_s=0.01, tokens_per_chunk=2, cached_fraction=0.5)
+    with StubServer(cfg) as srv:
+        res = bs.run_benchmark(
+            _args(srv.url, tmp_path, backend=backend, max_concurrency=3, flush_cache=True), tok=tok
+        )
+        state = srv.state
+    n_out = 6
+    expected_text = "".join(token_text(i) for i in range(n_out))
+    assert res["completed"] == 6 and res["failed"] == 0
+    assert res["generated_texts"] == [expected_text] * 6
+    assert res["output_lens"] == [n_out] * 6
+    # every token after the first has one ITL entry (chunks of 2 tokens split evenly)
+    assert [len(x) for x in res["itls"]] == [n_out - 1] * 6
+    # input lengths are the server-reported prompt tokens (the 6 measured requests after warm-up)
+    assert sorted(res["input_lens"]) == sorted(state.prompt_tokens[1:])
+    assert res["cached_tokens"] == [int(p * 0.5) for p in res["input_lens"]]
+    # warm-up, then the flush, then the measured requests
+    assert state.events[:2] == ["gen", "flush"] and state.events.count("flush") == 1
+    assert state.max_in_flight <= 3
+    # timing against the stub's schedule: first token >= ttft_s, later tokens ~chunk_s apart
+    assert min(res["ttfts"]) >= cfg.ttft_s * 0.9
+    assert res["median_itl_ms"] >= cfg.chunk_s * 1e3 * 0.8
+    assert res["mean_tpot_ms"] >= cfg.chunk_s * 1e3 * 0.8
+    # request shapes
+    path, body = state.requests[-1]
+    assert path == bs.API_PATHS[backend]
+    if backend == "sglang":
+        assert isinstance(body["text"], str) and body["stream"] is True
+        assert body["sampling_params"] == {"temperature": 0.0, "max_new_tokens": n_out, "ignore_eos": True}
+    else:
+        assert body["model"] == MODEL and body["stream"] is True and body["max_tokens"] == n_out
+        assert body["stream_options"] == {"include_usage": True} and body["ignore_eos"] is True
+    # summary numbers consistent with the per-request records
+    ref = recompute(res)
+    for k, v in ref.items():
+        assert res[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+    # JSONL line
+    lines = Path(tmp_path / "out.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    rec = json.loads(lines[0])
+    assert SGLANG_JSONL_KEYS <= rec.keys()
+    assert rec["backend"] == backend and rec["completed"] == 6
+    assert rec["ttfts"] == res["ttfts"] and rec["output_lens"] == res["output_lens"]
+
+
+@pytest.mark.parametrize("backend", ["sglang", "sglang-oai", "sglang-oai-chat"])
+def test_non_streaming(backend: str, tok: bs.BenchTokenizer, tmp_path: Path) -> None:
+    with StubServer(StubConfig(ttft_s=0.02, chunk_s=0.002)) as srv:
+        res = bs.run_benchmark(
+            _args(srv.url, tmp_path, backend=backend, disable_stream=True, num_prompts=3), tok=tok
+        )
+        assert srv.state.requests[-1][1]["stream"] is False
+    assert res["completed"] == 3
+    assert res["generated_texts"] == ["".join(token_text(i) for i in range(6))] * 3
+    assert res["output_lens"] == [6] * 3
+    assert res["ttfts"] == res["e2e_latencies"]  # no stream: TTFT is the whole latency
+
+
+def test_failures_are_counted_and_reported(tok: bs.BenchTokenizer, tmp_path: Path) -> None:
+    # request count 1 is the warm-up; 3 and 6 get HTTP 400, 5 an error event mid-stream
+    cfg = StubConfig(fail_every=3, midstream_error_every=5, ttft_s=0.005, chunk_s=0.001)
+    with StubServer(cfg) as srv:
+        res = bs.run_benchmark(_args(srv.url, tmp_path, num_prompts=6, max_concurrency=1), tok=tok)
+    assert res["completed"] == 3 and res["failed"] == 3
+    errors = [e for e, ok in zip(res["errors"], res["successes"]) if not ok]
+    assert sum("HTTP 400" in e and "stub rejects" in e for e in errors) == 2
+    assert sum("stub midstream failure" in e for e in errors) == 1
+    ref = recompute(res)
+    assert res["completed"] == ref["completed"] and res["total_output_tokens"] == ref["total_output_tokens"]
+
+
+def test_openai_client_parses_the_stub_identically(tok: bs.BenchTokenizer) -> None:
+    """The official openai client (independent parser) reads the stub's OAI streams; our client must
+    extract the same text and usage from them."""
+    openai = pytest.importorskip("openai")
+    with StubServer(StubConfig(ttft_s=0.001, chunk_s=0.001, cached_fraction=0.25)) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x")
+        text, usage = "", None
+        for ch in client.completions.create(
+            model=MODEL, prompt="a b c", max_tokens=5, stream=True, stream_options={"include_usage": True}
+        ):
+            if ch.choices:
+                text += ch.choices[0].text
+            usage = ch.usage or usage
+        chat_text, chat_usage = "", None
+        for ch in client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "a b c"}],
+            max_tokens=5,
+            stream=True,
+            stream_options={"include_usage": True},
+        ):
+            if ch.choices and ch.choices[0].delta.content:
+                chat_text += ch.choices[0].delta.content
+            chat_usage = ch.usage or chat_usage
+
+        async def ours() -> tuple[bs.RequestFuncOutput, bs.RequestFuncOutput]:
+            import aiohttp
+
+            async with aiohttp.ClientSession() as s:
+                a = await bs.request_openai_completions(
+                    s,
+                    bs.RequestFuncInput("a b c", srv.url + "/v1/completions", 0, 5, MODEL),
+                    bs.ClientOptions(),
+                )
+                b = await bs.request_openai_chat(
+                    s,
+                    bs.RequestFuncInput("a b c", srv.url + "/v1/chat/completions", 0, 5, MODEL),
+                    bs.ClientOptions(backend="sglang-oai-chat"),
+                )
+                return a, b
+
+        a, b = asyncio.run(ours())
+    assert a.success and b.success
+    assert a.generated_text == text and b.generated_text == chat_text
+    assert (a.prompt_len, a.output_len, a.cached_tokens) == (
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.prompt_tokens_details.cached_tokens,
+    )
+    assert (b.prompt_len, b.output_len) == (chat_usage.prompt_tokens, chat_usage.completion_tokens)
+
+
+def test_poisson_arrivals_follow_the_seeded_schedule(tok: bs.BenchTokenizer, tmp_path: Path) -> None:
+    rate, n, seed = 25.0, 8, 7
+    with StubServer(StubConfig(ttft_s=0.001, chunk_s=0.001)) as srv:
+        res = bs.run_benchmark(
+            _args(srv.url, tmp_path, request_rate=rate, num_prompts=n, seed=seed, random_output_len=2),
+            tok=tok,
+        )
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n - 1)
+    starts = np.array(res["start_times"])
+    # launch i happens after sleeping gaps[:i]; the client adds only small overheads
+    offs = starts - starts[0]
+    expect = np.concatenate([[0.0], np.cumsum(gaps)])
+    assert np.all(offs >= expect - 0.005)
+    assert np.all(offs <= expect + 0.25)
+
+
+def test_generated_shared_prefix_and_multi_turn(tok: bs.BenchTokenizer, tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    rows = bs.sample_generated_shared_prefix_requests(tok, 3, 4, 40, 8, 5, 1.0, rng, ordered=True)
+    assert len(rows) == 12
+    for g in range(3):
+        heads = {r.prompt.split("\n\n")[0] for r in rows[g * 4 : (g + 1) * 4]}  # type: ignore[union-attr]
+        assert len(heads) == 1  # one shared system prompt per group
+    assert len({r.prompt.split("\n\n")[0] for r in rows}) == 3  # type: ignore[union-attr]
+    assert all(abs(r.prompt_len - 49) <= 4 for r in rows)  # 40 + 8 tokens + separator, re-tokenized
+
+    # multi-turn: chat backend sends growing message history; native backend a growing text
+    for backend in ("sglang-oai-chat", "sglang"):
+        with StubServer(StubConfig(ttft_s=0.001, chunk_s=0.001)) as srv:
+            res = bs.run_benchmark(
+                _args(
+                    srv.url,
+                    tmp_path,
+                    backend=backend,
+                    dataset_name="generated-shared-prefix",
+                    gsp_num_groups=2,
+                    gsp_prompts_per_group=2,
+                    gsp_system_prompt_len=30,
+                    gsp_question_len=6,
+                    gsp_output_len=3,
+                    gsp_num_turns=3,
+                    warmup_requests=0,
+                ),
+                tok=tok,
+            )
+            reqs = [b for _, b in srv.state.requests]
+        assert res["completed"] == 12  # 4 conversations x 3 turns
+        out_text = "".join(token_text(i) for i in range(3))
+        if backend == "sglang-oai-chat":
+            lengths = sorted(len(b["messages"]) for b in reqs)
+            assert lengths == [1] * 4 + [3] * 4 + [5] * 4
+            for b in reqs:
+                assert [m["role"] for m in b["messages"]] == ["user", "assistant"] * (
+                    len(b["messages"]) // 2
+                ) + ["user"]
+                assert all(m["content"] == out_text for m in b["messages"] if m["role"] == "assistant")
+        else:
+            texts = [b["text"] for b in reqs]
+            firsts = [t for t in texts if out_text not in t]
+            assert len(firsts) == 4
+            for t in texts:
+                if t not in firsts:
+                    assert any(t.startswith(f + out_text + "\n\n") for f in firsts)
+
+
+def test_sharegpt_local_file_and_errors(tok: bs.BenchTokenizer, tmp_path: Path) -> None:
+    data = [
+        {
+            "id": str(i),
+            "conversations": [
+                {"from": "human", "value": f"question number {i} " * 3},
+                {"from": "gpt", "value": "answer " * (i + 2)},
+            ],
+        }
+        for i in range(10)
+    ]
+    data.append({"id": "short", "conversations": [{"from": "human", "value": "only one turn"}]})
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(data))
+    rows = bs.sample_sharegpt_requests(tok, str(path), 5, np.random.default_rng(0))
+    assert len(rows) == 5
+    for r in rows:
+        assert r.prompt.startswith("question number")  # type: ignore[union-attr]
+        assert r.prompt_len == len(tok.encode(r.prompt))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="dataset_path"):
+        bs.sample_sharegpt_requests(tok, str(tmp_path / "missing.json"), 5, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="dataset_path"):
+        bs.sample_sharegpt_requests(tok, "", 5, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="range ratio"):
+        bs.compute_random_lens(10, 1.5, 3, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="unknown option"):
+        bs.make_args(not_a_flag=1)
+
+
+def test_random_lengths(tok: bs.BenchTokenizer) -> None:
+    rows = bs.sample_random_requests(tok, 100, 10, 20, 0.5, np.random.default_rng(3), random_sample=False)
+    assert all(5 <= r.output_len <= 10 for r in rows)
+    assert all(40 <= r.prompt_len <= 104 for r in rows)  # re-tokenized text stays near its target
+    ids_rows = bs.sample_random_requests(
+        tok, 64, 8, 5, 1.0, np.random.default_rng(3), random_sample=False, return_text=False
+    )
+    assert all(isinstance(r.prompt, list) and len(r.prompt) == 64 == r.prompt_len for r in ids_rows)
+    special = set(tok.inner.get_added_tokens_decoder())
+    assert not any(t in special for r in ids_rows for t in r.prompt)  # type: ignore[union-attr]
+
+
+def test_cli_prints_the_sglang_summary(tmp_path: Path) -> None:
+    with StubServer(StubConfig(ttft_s=0.002, chunk_s=0.001)) as srv:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sglang_v4.bench_serving",
+                "--base-url",
+                srv.url,
+                "--dataset-name",
+                "random-ids",
+                "--random-input-len",
+                "16",
+                "--random-output-len",
+                "4",
+                "--num-prompts",
+                "4",
+                "--output-file",
+                str(tmp_path / "cli.jsonl"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for label in (
+        "Serving Benchmark Result",
+        "Successful requests:",
+        "Request throughput (req/s):",
+        "Input token throughput (tok/s):",
+        "Output token throughput (tok/s):",
+        "Total token throughput (tok/s):",
+        "Concurrency:",
+        "Median E2E Latency (ms):",
+        "Mean TTFT (ms):",
+        "P90 TTFT (ms):",
+        "P99 TTFT (ms):",
+        "Mean TPOT (ms):",
+        "P99 ITL (ms):",
+        "Total cached tokens:",
+    ):
+        assert label in out, label
+    assert "it/s]" in proc.stderr or "4/4" in proc.stderr  # tqdm bar
+    rec = json.loads((tmp_path / "cli.jsonl").read_text())
+    assert rec["completed"] == 4 and "ttfts" not in rec  # details only with --output-details
+    assert f"{'Successful requests:':<40} {4:<10}" in out
