@@ -1,0 +1,241 @@
+"""Backend table for the hot DeepSeek-V4 ops.
+
+The model calls every hot op through this module. ``get_op(name, device)`` returns the Triton
+implementation (``sgl_kernel_v4.triton.*``) when ``device`` is a CUDA device, Triton is importable
+and the Triton path is not disabled; otherwise the torch reference (``sgl_kernel_v4.ref.*``).
+The canonical signatures are listed in ``/work/notes/ops.md`` (the op table); both backends
+implement exactly those signatures (the Triton ones additionally accept ``out=`` keyword-only
+output buffers where noted in their docstrings).
+
+Disabling Triton: set the environment variable ``SGLANG_V4_DISABLE_TRITON=1`` before the first
+lookup, or call :func:`set_triton_enabled` (e.g. from a ``--disable-triton-kernels`` server flag).
+
+Nothing here imports ``triton`` at import time: the Triton modules are imported lazily on the
+first CUDA lookup, so ``import sgl_kernel_v4.ops`` works on a CPU-only machine without Triton.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = [
+    "OP_NAMES",
+    "get_op",
+    "set_triton_enabled",
+    "triton_enabled",
+    "triton_available",
+    "rms_norm",
+    "compress_and_insert",
+    "apply_rope",
+    "inv_rope_quant",
+    "qnorm_rope_kv_insert",
+    "sparse_attention",
+    "indexer_topk",
+    "hc_pre",
+    "hc_post",
+    "fused_moe",
+]
+
+# op name -> module under sgl_kernel_v4.ref (written by the lead, exact op-table signatures)
+_REF_MODULES: dict[str, str] = {
+    "rms_norm": "norm",
+    "compress_and_insert": "compressor",
+    "apply_rope": "rope",
+    "inv_rope_quant": "rope",
+    "qnorm_rope_kv_insert": "rope",
+    "sparse_attention": "attention",
+    "indexer_topk": "attention",
+    "hc_pre": "mhc",
+    "hc_post": "mhc",
+    "fused_moe": "moe",
+}
+
+# op name -> module under sgl_kernel_v4.triton (only ops that have a Triton kernel)
+_TRITON_MODULES: dict[str, str] = {
+    "rms_norm": "norm",
+    "compress_and_insert": "compressor",
+    "apply_rope": "rope",
+    "inv_rope_quant": "rope",
+    "qnorm_rope_kv_insert": "rope",
+    "sparse_attention": "attention",
+    "indexer_topk": "indexer",
+    "hc_pre": "mhc",
+    "hc_post": "mhc",
+    "fused_moe": "moe",
+}
+
+OP_NAMES: tuple[str, ...] = tuple(_REF_MODULES)
+
+_triton_flag: bool | None = None  # None = decide from the environment
+_cache: dict[tuple[str, str], Callable[..., Any]] = {}
+
+
+def triton_available() -> bool:
+    """True when the ``triton`` package can be imported and CUDA is available."""
+    return importlib.util.find_spec("triton") is not None and torch.cuda.is_available()
+
+
+def triton_enabled() -> bool:
+    """True when lookups on CUDA devices return Triton kernels.
+
+    Off when ``SGLANG_V4_DISABLE_TRITON`` is set to ``1``/``true``/``yes`` (read at each call until
+    :func:`set_triton_enabled` overrides it), or when Triton/CUDA is unavailable.
+    """
+    if _triton_flag is not None:
+        return _triton_flag and triton_available()
+    env = os.environ.get("SGLANG_V4_DISABLE_TRITON", "").strip().lower()
+    if env in ("1", "true", "yes", "on"):
+        return False
+    return triton_available()
+
+
+def set_triton_enabled(enabled: bool | None) -> None:
+    """Force the Triton path on (``True``, if available) or off (``False``); ``None`` = environment.
+
+    Clears the lookup cache so later :func:`get_op` calls see the change.
+    """
+    global _triton_flag
+    _triton_flag = enabled
+    _cache.clear()
+
+
+def _load(package: str, module: str, name: str) -> Callable[..., Any]:
+    mod = importlib.import_module(f"sgl_kernel_v4.{package}.{module}")
+    return getattr(mod, name)
+
+
+def get_op(name: str, device: torch.device | str) -> Callable[..., Any]:
+    """Return the implementation of op ``name`` for tensors on ``device``.
+
+    Args:
+        name: one of :data:`OP_NAMES` (the op table in ``/work/notes/ops.md``).
+        device: the device the op's inputs live on (``torch.device`` or a string like ``"cuda:0"``).
+
+    Returns:
+        The Triton implementation on CUDA when :func:`triton_enabled`, else the torch reference
+        ``sgl_kernel_v4.ref.<module>.<name>``.
+
+    Raises:
+        ValueError: ``name`` is not an op of the table.
+    """
+    if name not in _REF_MODULES:
+        raise ValueError(f"name: unknown op {name!r}; expected one of {OP_NAMES}")
+    dev = torch.device(device)
+    use_triton = dev.type == "cuda" and name in _TRITON_MODULES and triton_enabled()
+    key = (name, "triton" if use_triton else "ref")
+    fn = _cache.get(key)
+    if fn is None:
+        if use_triton:
+            fn = _load("triton", _TRITON_MODULES[name], name)
+        else:
+            fn = _load("ref", _REF_MODULES[name], name)
+        _cache[key] = fn
+    return fn
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatching wrappers with the op-table signatures (device taken from the first tensor input).
+# ---------------------------------------------------------------------------------------------
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim of ``x [T, D]``; see op table entry 1."""
+    return get_op("rms_norm", x.device)(x, weight, eps)
+
+
+def compress_and_insert(
+    kv: torch.Tensor,
+    score: torch.Tensor,
+    norm_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pool_flat: torch.Tensor,
+    out_index: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    """Softmax pooling + RMSNorm + RoPE + pool write; see op table entry 2."""
+    return get_op("compress_and_insert", kv.device)(kv, score, norm_weight, cos, sin, pool_flat, out_index, eps)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Interleaved RoPE on the trailing ``2*cos.shape[-1]`` channels; see op table entry 3."""
+    return get_op("apply_rope", x.device)(x, cos, sin)
+
+
+def inv_rope_quant(o: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fp8: bool) -> Any:
+    """Inverse RoPE on the attention output (+ optional fp8 quant); see op table entry 3."""
+    return get_op("inv_rope_quant", o.device)(o, cos, sin, fp8)
+
+
+def qnorm_rope_kv_insert(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    kv_norm_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    swa_flat: torch.Tensor,
+    swa_index: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q-norm + RoPE, kv norm + RoPE + window insert; see op table entry 4."""
+    return get_op("qnorm_rope_kv_insert", q.device)(q, kv, kv_norm_weight, cos, sin, swa_flat, swa_index, eps)
+
+
+def sparse_attention(
+    q: torch.Tensor,
+    sources: list[tuple[torch.Tensor, torch.Tensor]],
+    sinks: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Shared-KV sparse attention with a per-head sink; see op table entry 5."""
+    return get_op("sparse_attention", q.device)(q, sources, sinks, scale)
+
+
+def indexer_topk(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    idx_kv_flat: torch.Tensor,
+    candidates: torch.Tensor,
+    topk: int,
+    scale: float,
+) -> torch.Tensor:
+    """Lightning-indexer scores + top-k positions into ``candidates``; see op table entry 6."""
+    return get_op("indexer_topk", q.device)(q, weights, idx_kv_flat, candidates, topk, scale)
+
+
+def hc_pre(
+    x: torch.Tensor,
+    fn: torch.Tensor,
+    base: torch.Tensor,
+    scale: torch.Tensor,
+    sinkhorn_iters: int,
+    eps: float,
+    norm_eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """mHC pre: (collapsed, post, comb); see op table entry 7."""
+    return get_op("hc_pre", x.device)(x, fn, base, scale, sinkhorn_iters, eps, norm_eps)
+
+
+def hc_post(
+    block_out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor
+) -> torch.Tensor:
+    """mHC post: ``post ⊗ out + combᵀ · residual``; see op table entry 7."""
+    return get_op("hc_post", block_out.device)(block_out, residual, post, comb)
+
+
+def fused_moe(
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    swiglu_limit: float,
+) -> torch.Tensor:
+    """Routed experts with clamped SwiGLU, weighted sum over top-k; see op table entry 8."""
+    return get_op("fused_moe", x.device)(x, w_gate_up, w_down, topk_ids, topk_weights, swiglu_limit)

@@ -1,0 +1,10 @@
+"""Triton kernels for the DeepSeek-V4 hot ops (CUDA only).
+
+The submodules import ``triton`` at their own import time, so import them only through
+``sgl_kernel_v4.ops.get_op`` (which does so lazily) or after checking that Triton is installed.
+This package's ``__init__`` deliberately imports nothing.
+
+Modules: ``attention`` (sparse_attention), ``indexer`` (indexer_topk), ``compressor``
+(compress_and_insert), ``rope`` (apply_rope, inv_rope_quant, qnorm_rope_kv_insert), ``norm``
+(rms_norm), ``mhc`` (hc_pre, hc_post), ``moe`` (fused_moe).
+"""
