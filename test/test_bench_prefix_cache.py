@@ -1,0 +1,90 @@
+"""benchmark/prefix_cache.py against two SGLang-shaped stub servers (one reporting cache hits and
+answering faster, one reporting none), with the ratios recomputed from the raw results."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sglang_v4 import bench_serving as bs  # noqa: E402
+from test_bench_serving import StubConfig, StubServer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_prefix_cache", ROOT / "benchmark" / "prefix_cache.py")
+pc = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = pc
+_spec.loader.exec_module(pc)
+
+
+def test_compare_ratios() -> None:
+    on = {"cache_hit_rate": 0.75, "mean_ttft_ms": 10.0, "median_ttft_ms": 8.0, "p99_ttft_ms": 20.0}
+    on |= {"output_throughput": 300.0, "total_throughput": 3000.0}
+    off = {"cache_hit_rate": 0.0, "mean_ttft_ms": 40.0, "median_ttft_ms": 32.0, "p99_ttft_ms": 50.0}
+    off |= {"output_throughput": 100.0, "total_throughput": 1500.0}
+    c = pc.compare(on, off)
+    assert c == {
+        "hit_rate_on": 0.75,
+        "hit_rate_off": 0.0,
+        "ttft_speedup_mean": 4.0,
+        "ttft_speedup_median": 4.0,
+        "ttft_speedup_p99": 2.5,
+        "throughput_ratio_output": 3.0,
+        "throughput_ratio_total": 2.0,
+    }
+    assert pc.compare(on, off | {"output_throughput": 0.0})["throughput_ratio_output"] is None
+
+
+def test_prefix_cache_against_two_stubs(tmp_path: Path) -> None:
+    tok = bs.get_tokenizer(None)
+    cli = pc.argparse.Namespace(
+        gsp_num_groups=2,
+        gsp_prompts_per_group=3,
+        gsp_system_prompt_len=40,
+        gsp_question_len=8,
+        gsp_output_len=4,
+        mt_conversations=2,
+        mt_turns=3,
+        mt_system_len=30,
+        mt_question_len=6,
+        mt_output_len=3,
+    )
+    workloads = {w: pc.workload_args(w, cli) for w in pc.WORKLOADS}
+    with (
+        StubServer(StubConfig(ttft_s=0.01, chunk_s=0.002, cached_fraction=0.5)) as on,
+        StubServer(StubConfig(ttft_s=0.05, chunk_s=0.002)) as off,
+    ):
+        res = pc.run_prefix_cache(on.url, off.url, workloads, tmp_path, tok=tok, max_concurrency=2)
+        # identical requests went to both servers (same seeded workload)
+        on_bodies = [b["text"] for p, b in on.state.requests]
+        off_bodies = [b["text"] for p, b in off.state.requests]
+    assert sorted(on_bodies) == sorted(off_bodies)
+    assert res["gsp"]["on"]["completed"] == 6 and res["multiturn"]["on"]["completed"] == 6
+    for name in pc.WORKLOADS:
+        r = res[name]
+        # the stub reports cached = int(prompt_tokens / 2); recompute the hit rate from the totals
+        assert r["on"]["cache_hit_rate"] == pytest.approx(
+            r["on"]["total_cached_tokens"] / r["on"]["total_input_tokens"]
+        )
+        assert 0.4 < r["on"]["cache_hit_rate"] <= 0.5 and r["off"]["cache_hit_rate"] == 0.0
+        c = r["compare"]
+        assert c["ttft_speedup_mean"] == pytest.approx(r["off"]["mean_ttft_ms"] / r["on"]["mean_ttft_ms"])
+        assert c["ttft_speedup_median"] > 2.0  # stub TTFT 50 ms vs 10 ms
+        assert c["throughput_ratio_output"] == pytest.approx(
+            r["on"]["output_throughput"] / r["off"]["output_throughput"]
+        )
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["gsp"]["compare"] == pytest.approx(res["gsp"]["compare"])
+    md = pc.render_markdown(res)
+    assert "| gsp | on | 6/0 |" in md and "| multiturn | off | 6/0 | 0.0% |" in md
+
+
+def test_cli_needs_servers() -> None:
+    with pytest.raises(SystemExit):
+        pc.main([])
+    with pytest.raises(ValueError, match="workload"):
+        pc.workload_args("nope", pc.argparse.Namespace())
