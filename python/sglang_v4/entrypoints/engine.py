@@ -1,0 +1,356 @@
+"""Offline ``Engine`` and the process launcher shared with the HTTP server.
+
+``launch_subprocesses`` starts SGLang's process split without HTTP: the scheduler process
+(``managers/scheduler_process.py``) and the detokenizer process
+(``managers/detokenizer_manager.py``), joined to the main process's ``TokenizerManager`` by ZMQ
+IPC sockets. ``Engine`` runs the ``TokenizerManager`` on a private event loop in a background
+thread and exposes SGLang's ``Engine`` API (``generate``, ``async_generate``, ``flush_cache``,
+``get_server_info``, ``shutdown``, context manager).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import dataclasses
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from sglang_v4.managers.io_struct import GenerateReqInput, SchedulerReadyInfo
+from sglang_v4.server_args import PortArgs, ServerArgs
+
+logger = logging.getLogger(__name__)
+
+#: Seconds to wait for the scheduler to load the model and report ready.
+SCHEDULER_READY_TIMEOUT_S = float(os.environ.get("SGLANG_V4_READY_TIMEOUT", "900"))
+
+
+def resolve_model_path(server_args: ServerArgs) -> None:
+    """Fill ``model_path`` (embedded default when None) and ``tokenizer_path`` in place.
+
+    Raises:
+        ValueError: ``model_path`` is not a directory.
+    """
+    if server_args.model_path is None:
+        from sglang_v4.tools.default_model import ensure_default_model
+
+        server_args.model_path = str(ensure_default_model())
+    if not os.path.isdir(server_args.model_path):
+        raise ValueError(f"model_path: {server_args.model_path!r} is not a directory")
+    if server_args.tokenizer_path is None:
+        server_args.tokenizer_path = server_args.model_path
+
+
+@dataclasses.dataclass
+class Subprocesses:
+    """The child processes of one server / engine, and their ZMQ endpoints."""
+
+    port_args: PortArgs
+    scheduler_info: SchedulerReadyInfo
+    scheduler: Any
+    detokenizer: Any
+    _shut: bool = False
+
+    def dead_process(self) -> str | None:
+        """Name and exit code of a child that is no longer alive, else None."""
+        for name, p in (("scheduler", self.scheduler), ("detokenizer", self.detokenizer)):
+            if not p.is_alive():
+                return f"{name} process (pid {p.pid}) exited with code {p.exitcode}"
+        return None
+
+    def shutdown(self) -> None:
+        """Kill both children and remove the IPC directory (idempotent)."""
+        if self._shut:
+            return
+        self._shut = True
+        from sglang_v4.utils import kill_process
+
+        for p in (self.scheduler, self.detokenizer):
+            kill_process(p, timeout_s=3.0)
+        if self.port_args.ipc_dir:
+            shutil.rmtree(self.port_args.ipc_dir, ignore_errors=True)
+
+
+def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
+    """Start the scheduler and detokenizer processes and wait until the model is loaded.
+
+    ``server_args.model_path`` must be resolved (see :func:`resolve_model_path`).
+
+    Raises:
+        RuntimeError: the scheduler failed to start (its traceback is in the message) or did not
+            report ready within ``SCHEDULER_READY_TIMEOUT_S``.
+    """
+    from sglang_v4.managers.detokenizer_manager import run_detokenizer_process
+    from sglang_v4.managers.scheduler_process import run_scheduler_process
+
+    ctx = mp.get_context("spawn")
+    port_args = PortArgs.init_new()
+    reader, writer = ctx.Pipe(duplex=False)
+    parent = os.getpid()
+    sched = ctx.Process(
+        target=run_scheduler_process,
+        args=(server_args, port_args, writer, parent),
+        name="sglang_v4::scheduler",
+        daemon=False,
+    )
+    sched.start()
+    detok = ctx.Process(
+        target=run_detokenizer_process,
+        args=(server_args, port_args, parent),
+        name="sglang_v4::detokenizer",
+        daemon=True,
+    )
+    detok.start()
+    procs = Subprocesses(port_args, SchedulerReadyInfo(status="starting"), sched, detok)
+    atexit.register(procs.shutdown)
+    deadline = time.monotonic() + SCHEDULER_READY_TIMEOUT_S
+    info: SchedulerReadyInfo | None = None
+    while time.monotonic() < deadline:
+        if reader.poll(0.2):
+            try:
+                info = reader.recv()
+            except EOFError:
+                info = None
+            break
+        if not sched.is_alive():
+            break
+    if info is None or info.status != "ready":
+        detail = info.error if info is not None else f"scheduler exit code {sched.exitcode}"
+        procs.shutdown()
+        raise RuntimeError(f"The scheduler process failed to start:\n{detail}")
+    procs.scheduler_info = info
+    return procs
+
+
+class Engine:
+    """SGLang-style offline engine: the same processes as the server, without HTTP.
+
+    ``Engine(model_path=None, **kwargs)``: ``kwargs`` are :class:`ServerArgs` fields
+    (``page_size=256``, ``max_total_tokens=...``, ``disable_radix_cache=True``, ...);
+    ``model_path=None`` uses the embedded default model.
+
+    Raises:
+        ValueError: an unknown keyword or a bad value (the message names the field).
+        RuntimeError: the scheduler failed to start.
+    """
+
+    def __init__(self, model_path: str | None = None, **kwargs: Any) -> None:
+        fields = {f.name for f in dataclasses.fields(ServerArgs)}
+        unknown = sorted(set(kwargs) - fields)
+        if unknown:
+            raise ValueError(f"Unknown Engine argument(s): {', '.join(unknown)}")
+        self.server_args = ServerArgs(model_path=model_path, **kwargs)
+        resolve_model_path(self.server_args)
+        self._procs = launch_subprocesses(self.server_args)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="sglang_v4-engine-loop", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+        try:
+            self.tokenizer_manager = self._run(self._create_tokenizer_manager())
+        except Exception:
+            self.shutdown()
+            raise
+        self._watchdog = threading.Thread(
+            target=self._watch_children, name="sglang_v4-engine-watchdog", daemon=True
+        )
+        self._watchdog.start()
+
+    async def _create_tokenizer_manager(self) -> Any:
+        from sglang_v4.managers.tokenizer_manager import TokenizerManager
+
+        tm = TokenizerManager(self.server_args, self._procs.port_args, self._procs.scheduler_info)
+        tm.start()
+        tm.server_status = "Up"
+        return tm
+
+    def _watch_children(self) -> None:
+        while not self._closed:
+            time.sleep(0.5)
+            dead = self._procs.dead_process()
+            if dead is not None and not self._closed:
+                logger.error("Engine backend died: %s", dead)
+                self._loop.call_soon_threadsafe(self.tokenizer_manager.on_crash, dead)
+                return
+
+    def _run(self, coro: Any) -> Any:
+        if self._closed:
+            raise RuntimeError("Engine is shut down")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @staticmethod
+    def _make_obj(
+        prompt: str | list[str] | None,
+        sampling_params: dict[str, Any] | list[dict[str, Any]] | None,
+        input_ids: list[int] | list[list[int]] | None,
+        return_logprob: bool | list[bool],
+        logprob_start_len: int | list[int] | None,
+        top_logprobs_num: int | list[int] | None,
+        return_text_in_logprobs: bool,
+        stream: bool,
+        rid: str | list[str] | None,
+        priority: int | list[int] | None,
+    ) -> GenerateReqInput:
+        return GenerateReqInput(
+            text=prompt,
+            input_ids=input_ids,
+            sampling_params=sampling_params,
+            rid=rid,
+            return_logprob=return_logprob,
+            logprob_start_len=logprob_start_len,
+            top_logprobs_num=top_logprobs_num,
+            return_text_in_logprobs=return_text_in_logprobs,
+            stream=stream,
+            priority=priority,
+        )
+
+    def generate(
+        self,
+        prompt: str | list[str] | None = None,
+        sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None,
+        input_ids: list[int] | list[list[int]] | None = None,
+        return_logprob: bool | list[bool] = False,
+        logprob_start_len: int | list[int] | None = -1,
+        top_logprobs_num: int | list[int] | None = 0,
+        return_text_in_logprobs: bool = False,
+        stream: bool = False,
+        rid: str | list[str] | None = None,
+        priority: int | list[int] | None = None,
+    ) -> dict[str, Any] | list[dict[str, Any]] | Iterator[dict[str, Any]]:
+        """Generate for one prompt (a dict) or a batch / ``n > 1`` (a list of dicts).
+
+        Each dict: ``{"text", "output_ids", "meta_info": {"id", "finish_reason", "prompt_tokens",
+        "completion_tokens", "cached_tokens", "e2e_latency", "input_token_logprobs",
+        "output_token_logprobs", ...}}``; logprob entries are ``[logprob, token_id, text|None]``.
+        ``stream=True`` returns an iterator of cumulative chunks.
+
+        Raises:
+            ValueError: bad input (same checks and messages as HTTP 400).
+        """
+        obj = self._make_obj(
+            prompt,
+            sampling_params,
+            input_ids,
+            return_logprob,
+            logprob_start_len,
+            top_logprobs_num,
+            return_text_in_logprobs,
+            stream,
+            rid,
+            priority,
+        )
+        agen = self.tokenizer_manager.generate_request(obj)
+        if stream:
+            return self._sync_iter(agen)
+        return self._run(agen.__anext__())
+
+    def _sync_iter(self, agen: Any) -> Iterator[dict[str, Any]]:
+        try:
+            while True:
+                try:
+                    yield self._run(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._closed:
+                self._run(agen.aclose())
+
+    async def async_generate(
+        self,
+        prompt: str | list[str] | None = None,
+        sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None,
+        input_ids: list[int] | list[list[int]] | None = None,
+        return_logprob: bool | list[bool] = False,
+        logprob_start_len: int | list[int] | None = -1,
+        top_logprobs_num: int | list[int] | None = 0,
+        return_text_in_logprobs: bool = False,
+        stream: bool = False,
+        rid: str | list[str] | None = None,
+        priority: int | list[int] | None = None,
+    ) -> Any:
+        """``generate`` for asyncio callers (any event loop). With ``stream=True`` returns an
+        async iterator of chunks; otherwise the result of :meth:`generate`."""
+        obj = self._make_obj(
+            prompt,
+            sampling_params,
+            input_ids,
+            return_logprob,
+            logprob_start_len,
+            top_logprobs_num,
+            return_text_in_logprobs,
+            stream,
+            rid,
+            priority,
+        )
+        agen = self.tokenizer_manager.generate_request(obj)
+        if stream:
+            return self._async_iter(agen)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(agen.__anext__(), self._loop))
+
+    async def _async_iter(self, agen: Any) -> AsyncIterator[dict[str, Any]]:
+        try:
+            while True:
+                fut = asyncio.run_coroutine_threadsafe(agen.__anext__(), self._loop)
+                try:
+                    yield await asyncio.wrap_future(fut)
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._closed:
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(agen.aclose(), self._loop))
+
+    def flush_cache(self) -> bool:
+        """Flush the radix cache; False when requests are running (nothing flushed)."""
+        return bool(self._run(self.tokenizer_manager.flush_cache()).success)
+
+    def get_server_info(self) -> dict[str, Any]:
+        """Server args + scheduler limits + live ``Scheduler.get_server_info()`` (kv_pool, ...)."""
+        live = self._run(self.tokenizer_manager.get_internal_state())
+        info = self._procs.scheduler_info
+        return {
+            **self.server_args.to_dict(),
+            "max_total_num_tokens": info.max_total_num_tokens,
+            "max_req_input_len": info.max_req_input_len,
+            "context_len": info.context_len,
+            **live,
+            "internal_states": [live],
+        }
+
+    def shutdown(self) -> None:
+        """Stop the background loop and kill the child processes (idempotent)."""
+        if getattr(self, "_closed", True):
+            return
+        tm = getattr(self, "tokenizer_manager", None)
+        if tm is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(self._close_tm(tm), self._loop).result(timeout=5)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._procs.shutdown()
+
+    @staticmethod
+    async def _close_tm(tm: Any) -> None:
+        tm.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        try:
+            self.shutdown()
+        except Exception:  # noqa: BLE001
+            pass

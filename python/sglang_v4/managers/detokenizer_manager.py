@@ -1,0 +1,182 @@
+"""Detokenizer process: ``BatchTokenIDOut`` (token ids) -> ``BatchStrOut`` (text).
+
+Incremental detokenization follows SGLang's ``detokenizer_manager.py`` scheme: per request keep a
+*surrounding* offset and a *read* offset into the decoded ids; each step decodes
+``ids[surr:read]`` and ``ids[surr:]`` and emits the text difference. A difference that ends in
+U+FFFD (an incomplete UTF-8 character split across tokens) is not committed; only its printable
+prefix is sent and the offsets stay, so the next token completes the character.
+
+On finish, a matched stop string is cut from the text (or a matched stop token id dropped) unless
+``no_stop_trim``; the complete final text goes into ``BatchStrOut.final_strs`` so the tokenizer
+manager never has to un-send streamed text.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from sglang_v4.managers.io_struct import BatchStrOut, BatchTokenIDOut, FinishReason
+from sglang_v4.server_args import PortArgs, ServerArgs
+from sglang_v4.utils import (
+    configure_logging,
+    find_printable_text,
+    get_tokenizer,
+    set_parent_death_signal,
+    start_parent_watchdog,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DecodeStatus:
+    """Incremental decode state of one request.
+
+    ``decoded_text``: committed output text; ``surr_offset`` / ``read_offset``: token offsets into
+    the request's ``decode_ids``; ``sent_offset``: characters already emitted (>= committed length
+    when a printable prefix of an incomplete character was sent early).
+    """
+
+    decoded_text: str
+    surr_offset: int
+    read_offset: int
+    sent_offset: int = 0
+
+
+def trim_matched_stop(text: str, finished_reason: FinishReason | None, no_stop_trim: bool) -> str:
+    """Cut ``text`` at a matched stop string (SGLang semantics).
+
+    With ``finished_reason = {"type": "stop", "matched": "<str>"}`` the text is cut before the
+    first occurrence of the string (or right after it when ``no_stop_trim``). Other reasons leave
+    the text unchanged (stop *token* ids are dropped before decoding, see :class:`DetokenizerManager`).
+    """
+    if not finished_reason:
+        return text
+    matched = finished_reason.get("matched")
+    if not isinstance(matched, str) or not matched:
+        return text
+    pos = text.find(matched)
+    if pos < 0:
+        return text
+    return text[: pos + len(matched)] if no_stop_trim else text[:pos]
+
+
+class DetokenizerManager:
+    """Turns scheduler token outputs into text, one :class:`DecodeStatus` per running request."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_limit = len(tokenizer)
+        self.decode_status: dict[str, DecodeStatus] = {}
+
+    def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
+        ids = [t for t in ids if 0 <= t < self.vocab_limit]
+        if not ids:
+            return ""
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def handle_batch_token_id_out(self, recv: BatchTokenIDOut) -> BatchStrOut:
+        """Decode one scheduler message; returns the matching :class:`BatchStrOut`."""
+        output_strs: list[str] = []
+        final_strs: list[str | None] = []
+        for i, rid in enumerate(recv.rids):
+            ids = list(recv.decode_ids[i])
+            reason = recv.finished_reasons[i]
+            no_trim = bool(recv.no_stop_trim[i]) if recv.no_stop_trim else False
+            skip = bool(recv.skip_special_tokens[i]) if recv.skip_special_tokens else True
+            s = self.decode_status.get(rid)
+            if s is None:
+                s = DecodeStatus(decoded_text="", surr_offset=0, read_offset=recv.read_offsets[i])
+                self.decode_status[rid] = s
+            if reason is not None:
+                # Finished: drop a matched stop token id unless no_stop_trim, then decode the tail.
+                matched = reason.get("matched")
+                read_ids = ids
+                if (
+                    isinstance(matched, int)
+                    and not isinstance(matched, bool)
+                    and not no_trim
+                    and len(ids) > s.read_offset
+                    and ids[-1] == matched
+                ):
+                    read_ids = ids[:-1]
+                surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip)
+                read_text = self._decode(read_ids[s.surr_offset :], skip)
+                full = s.decoded_text + read_text[len(surr_text) :]
+                final = trim_matched_stop(full, reason, no_trim)
+                output_strs.append(final[s.sent_offset :])
+                final_strs.append(final)
+                del self.decode_status[rid]
+                continue
+            surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip)
+            read_text = self._decode(ids[s.surr_offset :], skip)
+            new_text = read_text[len(surr_text) :]
+            if new_text and not new_text.endswith("\ufffd"):
+                s.decoded_text += new_text
+                s.surr_offset = s.read_offset
+                s.read_offset = len(ids)
+                out = s.decoded_text[s.sent_offset :]
+                s.sent_offset = max(s.sent_offset, len(s.decoded_text))
+            else:
+                candidate = s.decoded_text + find_printable_text(new_text)
+                out = candidate[s.sent_offset :]
+                s.sent_offset = max(s.sent_offset, len(candidate))
+            output_strs.append(out)
+            final_strs.append(None)
+        n = len(recv.rids)
+
+        def lst(v: list[Any]) -> list[Any]:
+            return v if len(v) == n else [[] for _ in range(n)]
+
+        return BatchStrOut(
+            rids=recv.rids,
+            finished_reasons=recv.finished_reasons,
+            output_strs=output_strs,
+            final_strs=final_strs,
+            output_ids=recv.output_ids,
+            prompt_tokens=recv.prompt_tokens,
+            completion_tokens=recv.completion_tokens,
+            cached_tokens=recv.cached_tokens,
+            input_token_logprobs_val=lst(recv.input_token_logprobs_val),
+            input_token_logprobs_idx=lst(recv.input_token_logprobs_idx),
+            output_token_logprobs_val=lst(recv.output_token_logprobs_val),
+            output_token_logprobs_idx=lst(recv.output_token_logprobs_idx),
+            input_top_logprobs_val=lst(recv.input_top_logprobs_val),
+            input_top_logprobs_idx=lst(recv.input_top_logprobs_idx),
+            output_top_logprobs_val=lst(recv.output_top_logprobs_val),
+            output_top_logprobs_idx=lst(recv.output_top_logprobs_idx),
+            retraction_counts=recv.retraction_counts if len(recv.retraction_counts) == n else [0] * n,
+        )
+
+
+def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, parent_pid: int) -> None:
+    """Entry point of the detokenizer process: PULL ``BatchTokenIDOut``, PUSH ``BatchStrOut``.
+
+    Other messages (control outputs) are forwarded unchanged. Exits with the parent.
+    """
+    configure_logging(server_args.log_level, prefix=" Detokenizer")
+    set_parent_death_signal()
+    start_parent_watchdog(parent_pid)
+    try:
+        tokenizer = get_tokenizer(server_args.tokenizer_path or server_args.model_path or "")
+        manager = DetokenizerManager(tokenizer)
+        ctx = zmq.Context(2)
+        recv = ctx.socket(zmq.PULL)
+        recv.bind(port_args.detokenizer_ipc_name)
+        send = ctx.socket(zmq.PUSH)
+        send.connect(port_args.tokenizer_ipc_name)
+        while True:
+            msg = recv.recv_pyobj()
+            if isinstance(msg, BatchTokenIDOut):
+                send.send_pyobj(manager.handle_batch_token_id_out(msg))
+            else:
+                send.send_pyobj(msg)
+    except Exception:
+        logger.error("Detokenizer crashed:\n%s", traceback.format_exc())
+        os._exit(1)

