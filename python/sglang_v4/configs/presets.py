@@ -1,0 +1,262 @@
+"""Named DeepSeek-V4 model configurations (``config.json`` dicts).
+
+Every preset is returned in Hugging Face's dialect (``model_type: deepseek_v4``, ``layer_types``,
+``mlp_layer_types``, nested ``rope_parameters``), i.e. what ``transformers.DeepseekV4Config(**d)``
+accepts and what an HF-format checkpoint's ``config.json`` holds. :func:`to_official_config`
+converts a preset to DeepSeek's own dialect (legacy ``compress_ratios``, ``num_hash_layers``,
+``qk_rope_head_dim``, flat YaRN ``rope_scaling``, ``quantization_config``).
+
+Presets:
+
+* ``tiny``: a 4-layer model with the real V4 vocabulary (129280) that has every component: one
+  sliding-only layer, two CSA layers, one HCA layer, one hash-routed MoE layer, YaRN on the
+  compress rope, and ``index_topk`` (16) smaller than the number of compressed entries after a
+  few hundred tokens. Used by the CPU tests and as the embedded default model.
+* ``flash-8l-32e``: V4-Flash per-layer shapes (hidden 4096, 64 heads x 512, ...), 8 layers with
+  Flash's own first 8 ``compress_ratios`` ``[0, 0, 4, 128, 4, 128, 4, 128]``, 32 routed experts,
+  one hash layer. For GPU benchmarks.
+* ``flash`` / ``pro``: the published DeepSeek-V4-Flash (43 layers, 256 experts) and
+  DeepSeek-V4-Pro (61 layers, 384 experts) configurations. Used by the memory planner; never
+  instantiated as weights. Their layer schedules are the published ``compress_ratios``
+  (``deepseek-ai/DeepSeek-V4-Flash`` / ``-Pro`` ``config.json``): Flash ``[0, 0]`` then
+  ``4, 128`` alternating from layer 2 (layer 42 is CSA); Pro ``[128, 128]`` then ``4, 128``
+  alternating from layer 2 (layer 60 is CSA), i.e. 31 HCA + 30 CSA layers. The published files
+  carry one extra trailing ``0`` for the MTP layer, which :func:`to_official_config` reproduces.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+SLIDING = "sliding_attention"
+CSA = "compressed_sparse_attention"
+HCA = "heavily_compressed_attention"
+_RATIO_OF = {SLIDING: 0, CSA: 4, HCA: 128}
+
+V4_VOCAB_SIZE = 129280
+
+
+def _rope(partial: float, theta: float, compress_theta: float, yarn: dict[str, Any] | None) -> dict:
+    """Nested ``rope_parameters`` as ``DeepseekV4Config.__post_init__`` builds them.
+
+    The compress rope gets ``attention_factor = 1.0`` for YaRN, as HF injects for the flat form
+    (the V4 reference does not multiply cos/sin by YaRN's mscale; see
+    ``configuration_deepseek_v4.py``).
+    """
+    main = {"rope_type": "default", "rope_theta": float(theta), "partial_rotary_factor": partial}
+    compress: dict[str, Any] = {"rope_theta": float(compress_theta), "partial_rotary_factor": partial}
+    if yarn is not None:
+        compress.update({"rope_type": "yarn", **yarn, "attention_factor": 1.0})
+    else:
+        compress["rope_type"] = "default"
+    return {"main": main, "compress": compress}
+
+
+def _base(**overrides: Any) -> dict[str, Any]:
+    """Keys shared by every preset (V4-Flash values), then ``overrides``."""
+    d: dict[str, Any] = {
+        "architectures": ["DeepseekV4ForCausalLM"],
+        "model_type": "deepseek_v4",
+        "vocab_size": V4_VOCAB_SIZE,
+        "num_key_value_heads": 1,
+        "n_shared_experts": 1,
+        "scoring_func": "sqrtsoftplus",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 1.5,
+        "swiglu_limit": 10.0,
+        "sliding_window": 128,
+        "hc_mult": 4,
+        "hc_sinkhorn_iters": 20,
+        "hc_eps": 1e-6,
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+        "compress_rope_theta": 160000.0,
+        "num_nextn_predict_layers": 1,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "initializer_range": 0.02,
+        "torch_dtype": "bfloat16",
+    }
+    d.update(overrides)
+    return d
+
+
+def _alternating(prefix: list[str], n_layers: int) -> list[str]:
+    """``prefix`` then CSA / HCA alternating (CSA first), ``n_layers`` entries in all."""
+    rest = [CSA if i % 2 == 0 else HCA for i in range(n_layers - len(prefix))]
+    return list(prefix) + rest
+
+
+def _hash_schedule(n_hash: int, n_layers: int) -> list[str]:
+    return ["hash_moe"] * n_hash + ["moe"] * (n_layers - n_hash)
+
+
+def _tiny() -> dict[str, Any]:
+    return _base(
+        hidden_size=128,
+        num_hidden_layers=4,
+        layer_types=[SLIDING, CSA, HCA, CSA],
+        mlp_layer_types=_hash_schedule(1, 4),
+        num_attention_heads=4,
+        head_dim=128,
+        partial_rotary_factor=0.5,
+        q_lora_rank=64,
+        o_groups=2,
+        o_lora_rank=32,
+        index_n_heads=4,
+        # 128, not 32: HF's indexer applies the full 64-dim rope to its heads, so index_head_dim
+        # must be >= qk_rope_head_dim (as in V4-Flash: 128 = 64 nope + 64 rope).
+        index_head_dim=128,
+        index_topk=16,
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        max_position_embeddings=65536,
+        rope_parameters=_rope(
+            0.5,
+            10000.0,
+            160000.0,
+            {"factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0},
+        ),
+        torch_dtype="float32",
+    )
+
+
+_FLASH_YARN = {"factor": 16.0, "original_max_position_embeddings": 65536, "beta_fast": 32.0, "beta_slow": 1.0}
+
+
+def _flash_shapes(n_layers: int, layer_types: list[str], n_hash: int, n_experts: int) -> dict[str, Any]:
+    return _base(
+        hidden_size=4096,
+        num_hidden_layers=n_layers,
+        layer_types=layer_types,
+        mlp_layer_types=_hash_schedule(n_hash, n_layers),
+        num_attention_heads=64,
+        head_dim=512,
+        partial_rotary_factor=64 / 512,
+        q_lora_rank=1024,
+        o_groups=8,
+        o_lora_rank=1024,
+        index_n_heads=64,
+        index_head_dim=128,
+        index_topk=512,
+        n_routed_experts=n_experts,
+        num_experts_per_tok=6,
+        moe_intermediate_size=2048,
+        max_position_embeddings=1048576,
+        rope_parameters=_rope(64 / 512, 10000.0, 160000.0, dict(_FLASH_YARN)),
+    )
+
+
+def _flash_8l_32e() -> dict[str, Any]:
+    return _flash_shapes(8, _alternating([SLIDING, SLIDING], 8), 1, 32)
+
+
+def _flash() -> dict[str, Any]:
+    return _flash_shapes(43, _alternating([SLIDING, SLIDING], 43), 3, 256)
+
+
+def _pro() -> dict[str, Any]:
+    return _base(
+        hidden_size=7168,
+        num_hidden_layers=61,
+        layer_types=_alternating([HCA, HCA], 61),
+        mlp_layer_types=_hash_schedule(3, 61),
+        num_attention_heads=128,
+        head_dim=512,
+        partial_rotary_factor=64 / 512,
+        q_lora_rank=1536,
+        o_groups=16,
+        o_lora_rank=1024,
+        index_n_heads=64,
+        index_head_dim=128,
+        index_topk=1024,
+        n_routed_experts=384,
+        num_experts_per_tok=6,
+        moe_intermediate_size=3072,
+        routed_scaling_factor=2.5,
+        max_position_embeddings=1048576,
+        rope_parameters=_rope(64 / 512, 10000.0, 160000.0, dict(_FLASH_YARN)),
+    )
+
+
+_PRESETS = {"tiny": _tiny, "flash-8l-32e": _flash_8l_32e, "flash": _flash, "pro": _pro}
+
+
+def list_presets() -> list[str]:
+    """Names accepted by :func:`get_preset`."""
+    return list(_PRESETS)
+
+
+def get_preset(name: str) -> dict[str, Any]:
+    """The HF-dialect ``config.json`` dict of preset ``name`` (a fresh copy).
+
+    Raises:
+        ValueError: if ``name`` is not one of :func:`list_presets`.
+    """
+    if name not in _PRESETS:
+        raise ValueError(f"preset: unknown preset {name!r}; choose one of {list_presets()}")
+    return copy.deepcopy(_PRESETS[name]())
+
+
+def to_official_config(hf_config: dict[str, Any], fp8: bool = False) -> dict[str, Any]:
+    """Convert an HF-dialect preset dict to DeepSeek's official ``config.json`` dialect.
+
+    The official files (``deepseek-ai/DeepSeek-V4-Flash``) use ``compress_ratios`` (one entry per
+    layer plus a trailing ``0`` per MTP layer), ``num_hash_layers``, ``qk_rope_head_dim``, a flat
+    YaRN ``rope_scaling`` (``"type": "yarn"``), top-level ``rope_theta`` / ``compress_rope_theta``
+    and, for FP8 weights, ``quantization_config`` (e4m3, ue8m0 scales, 128x128 blocks) with
+    ``expert_dtype: "fp4"``. ``transformers.DeepseekV4Config`` folds all of these back.
+
+    Args:
+        hf_config: an HF-dialect dict (e.g. from :func:`get_preset`).
+        fp8: add the FP8 / FP4 ``quantization_config``.
+
+    Raises:
+        ValueError: if the MLP schedule is not ``hash_moe`` layers followed by ``moe`` layers
+            (the legacy ``num_hash_layers`` cannot express anything else), or a layer type is
+            unknown.
+    """
+    d = copy.deepcopy(hf_config)
+    layer_types = d.pop("layer_types")
+    mlp_types = d.pop("mlp_layer_types")
+    n_hash = sum(1 for t in mlp_types if t == "hash_moe")
+    if mlp_types != _hash_schedule(n_hash, len(mlp_types)):
+        raise ValueError(f"mlp_layer_types: {mlp_types} is not N x hash_moe followed by moe")
+    try:
+        ratios = [_RATIO_OF[t] for t in layer_types]
+    except KeyError as e:
+        raise ValueError(f"layer_types: unknown layer type {e.args[0]!r}") from None
+    ratios += [0] * int(d.get("num_nextn_predict_layers", 0))
+    rope = d.pop("rope_parameters")
+    partial = d.pop("partial_rotary_factor")
+    d["qk_rope_head_dim"] = int(round(d["head_dim"] * partial))
+    d["rope_theta"] = rope["main"]["rope_theta"]
+    d["compress_rope_theta"] = rope["compress"]["rope_theta"]
+    if rope["compress"].get("rope_type") == "yarn":
+        c = rope["compress"]
+        d["rope_scaling"] = {
+            "type": "yarn",
+            "factor": c["factor"],
+            "original_max_position_embeddings": c["original_max_position_embeddings"],
+            "beta_fast": c.get("beta_fast", 32.0),
+            "beta_slow": c.get("beta_slow", 1.0),
+        }
+    d["compress_ratios"] = ratios
+    d["num_hash_layers"] = n_hash
+    d["topk_method"] = "noaux_tc"
+    if fp8:
+        d["torch_dtype"] = "bfloat16"
+        d["expert_dtype"] = "fp4"
+        d["quantization_config"] = {
+            "activation_scheme": "dynamic",
+            "fmt": "e4m3",
+            "quant_method": "fp8",
+            "scale_fmt": "ue8m0",
+            "weight_block_size": [128, 128],
+        }
+    return d

@@ -1,0 +1,398 @@
+"""Read DeepSeek-V4 safetensors checkpoints into HF-named tensors.
+
+Accepts a single ``.safetensors`` file, a directory with ``model.safetensors``, or a directory
+with shards listed by ``model.safetensors.index.json``; tensor names either DeepSeek's official
+ones or HF's (detected from the names, see :mod:`sglang_v4.model_loader.names`). FP8 block-scaled
+weights and FP4 routed experts are dequantized on the CPU (:mod:`sglang_v4.model_loader.quant`),
+per-expert tensors are packed into HF's ``[E, 2I, D]`` / ``[E, D, I]``, ``mtp.*`` tensors (the
+multi-token-prediction head) are skipped with one log line, and the results are cast to the
+requested dtype except the tensors HF keeps in float32
+(``DeepseekV4PreTrainedModel._keep_in_fp32_modules_strict``: mHC, sinks, compressor position
+bias, router correction bias, norms) and integer tensors (``tid2eid`` stays int64).
+
+Everything is planned from the safetensors headers first (:func:`checkpoint_shapes` reads no
+tensor data), so :func:`load_weights_into` reports every missing, mis-shaped or unexpected
+tensor before copying anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+from safetensors import safe_open
+from tqdm.auto import tqdm
+
+from .names import official_to_hf, parse_official_expert
+from .quant import FP4_GROUP, dequantize_fp4, dequantize_fp8_block
+
+logger = logging.getLogger(__name__)
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+_SKIP_PREFIXES = ("mtp.",)
+_FP8_HEADER = "F8_E4M3"
+_FP4_HEADERS = ("I8", "U8", "F4")
+_OFFICIAL_TOP = ("embed.weight", "head.weight", "norm.weight", "hc_head_fn", "hc_head_base", "hc_head_scale")
+
+
+@lru_cache(maxsize=1)
+def _fp32_pattern() -> re.Pattern[str]:
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4PreTrainedModel
+
+    mods = DeepseekV4PreTrainedModel._keep_in_fp32_modules_strict
+    return re.compile("|".join(rf"((^|\.){re.escape(m)}($|\.))" for m in mods))
+
+
+def keeps_fp32(name: str) -> bool:
+    """Whether HF keeps tensor ``name`` (an HF name) in float32 regardless of the model dtype.
+
+    Same matching as transformers: a module name in ``_keep_in_fp32_modules_strict`` appearing
+    as a whole dotted component of ``name``.
+    """
+    return _fp32_pattern().search(name) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# files
+# ---------------------------------------------------------------------------------------------
+def checkpoint_files(model_path: str) -> list[str]:
+    """The safetensors files of a checkpoint, in index order.
+
+    Raises:
+        FileNotFoundError: if there is no safetensors file, or the index names a missing shard.
+    """
+    if os.path.isfile(model_path):
+        if not model_path.endswith(".safetensors"):
+            raise FileNotFoundError(f"{model_path}: not a .safetensors file")
+        return [model_path]
+    index = os.path.join(model_path, INDEX_FILE)
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f)["weight_map"]
+        files = list(dict.fromkeys(weight_map.values()))
+        paths = [os.path.join(model_path, p) for p in files]
+        for p in paths:
+            if not os.path.exists(p):
+                raise FileNotFoundError(f"{p}: shard listed in {INDEX_FILE} does not exist")
+        return paths
+    single = os.path.join(model_path, SINGLE_FILE)
+    if os.path.exists(single):
+        return [single]
+    if os.path.isdir(model_path):
+        found = sorted(
+            os.path.join(model_path, p) for p in os.listdir(model_path) if p.endswith(".safetensors")
+        )
+        if found:
+            return found
+    raise FileNotFoundError(
+        f"{model_path}: no safetensors checkpoint ({INDEX_FILE}, {SINGLE_FILE} or *.safetensors)"
+    )
+
+
+def _block_size(model_path: str) -> tuple[int, int]:
+    """``quantization_config.weight_block_size`` of the checkpoint's config.json, else 128x128."""
+    cfg = os.path.join(model_path, "config.json") if os.path.isdir(model_path) else None
+    if cfg and os.path.exists(cfg):
+        with open(cfg, encoding="utf-8") as f:
+            q = json.load(f).get("quantization_config") or {}
+        bs = q.get("weight_block_size")
+        if bs:
+            return int(bs[0]), int(bs[1])
+    return 128, 128
+
+
+# ---------------------------------------------------------------------------------------------
+# plan (headers only)
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Source:
+    """One stored tensor plus, when quantized, its scale."""
+
+    key: str
+    header_dtype: str
+    shape: tuple[int, ...]
+    scale: str | None = None
+    scale_shape: tuple[int, ...] | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.scale is None:
+            return "plain"
+        if self.header_dtype == _FP8_HEADER:
+            return "fp8"
+        if self.header_dtype in _FP4_HEADERS:
+            return "fp4"
+        return "scaled"  # a float weight with a scale: multiply like FP8
+
+    @property
+    def logical_shape(self) -> tuple[int, ...]:
+        if self.kind == "fp4":
+            return (*self.shape[:-1], 2 * self.shape[-1])
+        return self.shape
+
+
+@dataclass
+class _Entry:
+    """One output (HF-named) tensor and the stored tensors it is built from."""
+
+    name: str
+    shape: tuple[int, ...]
+    sources: list[_Source]
+    # experts: list over expert index of the sources to concatenate on dim 0 (gate_up: [w1, w3])
+    experts: list[list[_Source]] | None = None
+
+
+@dataclass
+class _Plan:
+    entries: list[_Entry] = field(default_factory=list)
+    key_file: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    fmt: str = "hf"
+
+
+def _scale_target(key: str, keys: set[str]) -> str | None:
+    """The weight a scale tensor belongs to, or None if ``key`` is not a scale."""
+    if key.endswith("_scale_inv"):
+        return key[: -len("_scale_inv")]
+    if key.endswith(".scale") and key[: -len(".scale")] + ".weight" in keys:
+        return key[: -len(".scale")] + ".weight"
+    return None
+
+
+def _detect_format(keys: list[str]) -> str:
+    official = any(k.startswith("layers.") or k in _OFFICIAL_TOP for k in keys)
+    hf = any(k.startswith(("model.", "lm_head.")) for k in keys)
+    if official and hf:
+        raise ValueError("checkpoint mixes official DeepSeek names (layers.*) and HF names (model.*)")
+    if not official and not hf:
+        raise ValueError(
+            f"checkpoint tensor names are neither official DeepSeek nor HF names (e.g. {keys[:3]})"
+        )
+    return "official" if official else "hf"
+
+
+def _plan(model_path: str) -> _Plan:
+    files = checkpoint_files(model_path)
+    plan = _Plan()
+    meta: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for path in files:
+        with safe_open(path, framework="pt") as f:
+            for k in f.keys():
+                if k in plan.key_file:
+                    raise ValueError(f"{k}: tensor stored twice ({plan.key_file[k]} and {path})")
+                sl = f.get_slice(k)
+                meta[k] = (sl.get_dtype(), tuple(int(s) for s in sl.get_shape()))
+                plan.key_file[k] = path
+    keys = [k for k in meta if not k.startswith(_SKIP_PREFIXES)]
+    plan.skipped = [k for k in meta if k.startswith(_SKIP_PREFIXES)]
+    if not keys:
+        raise ValueError(f"{model_path}: checkpoint has no model tensors")
+    plan.fmt = _detect_format(keys)
+    keyset = set(keys)
+
+    scale_of: dict[str, str] = {}
+    for k in keys:
+        target = _scale_target(k, keyset)
+        if target is None:
+            continue
+        if target not in keyset:
+            raise ValueError(f"{k}: scale tensor without its weight {target}")
+        scale_of[target] = k
+
+    sources: dict[str, _Source] = {}
+    for k in keys:
+        if _scale_target(k, keyset) is not None:
+            continue
+        dt, shape = meta[k]
+        s = scale_of.get(k)
+        sources[k] = _Source(k, dt, shape, s, meta[s][1] if s else None)
+
+    experts: dict[tuple[int, str], dict[int, dict[str, _Source]]] = {}
+    for k, src in sources.items():
+        part = parse_official_expert(k) if plan.fmt == "official" else None
+        if part is not None:
+            name = part.hf_name
+            experts.setdefault((part.layer, name), {}).setdefault(part.expert, {})[part.proj] = src
+            continue
+        name = official_to_hf(k) if plan.fmt == "official" else k
+        if name is None:  # unknown official name: keep it, so callers can report it as unexpected
+            name = k
+        plan.entries.append(_Entry(name, src.logical_shape, [src]))
+
+    for (layer, name), by_expert in sorted(experts.items()):
+        n = max(by_expert) + 1
+        projs = ("w1", "w3") if name.endswith("gate_up_proj") else ("w2",)
+        rows: list[list[_Source]] = []
+        for e in range(n):
+            got = by_expert.get(e, {})
+            for p in projs:
+                if p not in got:
+                    raise ValueError(
+                        f"{name}: official expert tensor layers.{layer}.ffn.experts.{e}.{p}.weight is missing"
+                    )
+            rows.append([got[p] for p in projs])
+        first = rows[0][0].logical_shape
+        for row in rows:
+            for src in row:
+                if src.logical_shape != first:
+                    raise ValueError(
+                        f"{src.key}: expert weight shape {src.logical_shape} differs from expert 0's {first}"
+                    )
+        shape = (n, first[0] * len(projs), first[1])
+        plan.entries.append(_Entry(name, shape, [s for row in rows for s in row], experts=rows))
+    return plan
+
+
+def checkpoint_shapes(model_path: str) -> dict[str, tuple[int, ...]]:
+    """HF name -> shape of every tensor :func:`load_state_dict` would return (headers only).
+
+    Raises:
+        FileNotFoundError: no checkpoint at ``model_path``.
+        ValueError: malformed checkpoint (see :func:`load_state_dict`).
+    """
+    return {e.name: e.shape for e in _plan(model_path).entries}
+
+
+# ---------------------------------------------------------------------------------------------
+# materialization
+# ---------------------------------------------------------------------------------------------
+def _out_dtype(name: str, t: torch.Tensor, dtype: torch.dtype | None) -> torch.dtype:
+    if not t.dtype.is_floating_point:
+        return torch.int64 if name.endswith("tid2eid") else t.dtype
+    if name.endswith("tid2eid"):
+        return torch.int64
+    if dtype is None:
+        return t.dtype
+    return torch.float32 if keeps_fp32(name) else dtype
+
+
+def _materialize(
+    src: _Source, handles: dict[str, object], plan: _Plan, block: tuple[int, int]
+) -> torch.Tensor:
+    f = handles[plan.key_file[src.key]]
+    w = f.get_tensor(src.key)  # type: ignore[attr-defined]
+    kind = src.kind
+    if kind == "plain":
+        return w
+    assert src.scale is not None
+    scale = handles[plan.key_file[src.scale]].get_tensor(src.scale)  # type: ignore[attr-defined]
+    if kind == "fp4":
+        if src.shape[-1] * 2 % FP4_GROUP:
+            raise ValueError(
+                f"{src.key}: packed FP4 weight of shape {src.shape} is not a multiple of {FP4_GROUP}"
+            )
+        return dequantize_fp4(w, scale, name=src.key)
+    return dequantize_fp8_block(w, scale, block, name=src.key)
+
+
+def iter_state_dict(
+    model_path: str,
+    dtype: torch.dtype | None = torch.float32,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(hf_name, tensor)`` for every model tensor of a checkpoint, one at a time.
+
+    Args:
+        model_path: checkpoint directory (or one ``.safetensors`` file).
+        dtype: output dtype of floating tensors, except the ones :func:`keeps_fp32` (float32);
+            ``None`` keeps the stored dtype (float32 for dequantized tensors).
+        device: where the yielded tensors live (dequantization itself runs on the CPU).
+        progress: show a tqdm progress bar (one step per output tensor).
+
+    Raises:
+        FileNotFoundError: no checkpoint at ``model_path``.
+        ValueError: mixed or unknown naming, a scale without its weight, a scale of the wrong
+            shape, incomplete or inconsistent routed experts (each message names the tensor).
+    """
+    plan = _plan(model_path)
+    if plan.skipped:
+        logger.info("skipping %d mtp.* tensors (multi-token-prediction head; not used)", len(plan.skipped))
+    block = _block_size(model_path)
+    with ExitStack() as stack:
+        handles = {
+            p: stack.enter_context(safe_open(p, framework="pt"))
+            for p in dict.fromkeys(plan.key_file.values())
+        }
+        desc = f"Loading {os.path.basename(os.path.normpath(model_path))} ({plan.fmt} names)"
+        for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=not progress):
+            if entry.experts is None:
+                t = _materialize(entry.sources[0], handles, plan, block)
+            else:
+                per_expert = []
+                for row in entry.experts:
+                    parts = [_materialize(s, handles, plan, block) for s in row]
+                    parts = [p.to(parts[0].dtype) for p in parts]
+                    per_expert.append(torch.cat(parts, dim=0))
+                t = torch.stack(per_expert, dim=0)
+            out = _out_dtype(entry.name, t, dtype)
+            if entry.name.endswith("tid2eid") and t.dtype.is_floating_point:
+                t = t.round()
+            yield entry.name, t.to(device=device, dtype=out)
+
+
+def load_state_dict(
+    model_path: str,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> dict[str, torch.Tensor]:
+    """All model tensors of a checkpoint, HF-named, dequantized and cast (see :func:`iter_state_dict`).
+
+    Returns:
+        ``{hf_name: tensor}``; e.g. ``model.layers.0.mlp.experts.gate_up_proj`` ``[E, 2I, D]``
+        (``dtype``), ``model.layers.0.attn_hc.fn`` (float32), ``model.layers.0.mlp.gate.tid2eid``
+        ``[vocab, top_k]`` (int64).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`iter_state_dict`.
+    """
+    return dict(iter_state_dict(model_path, dtype=dtype, device=device, progress=progress))
+
+
+def _check_shapes(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]]) -> list[str]:
+    problems = []
+    for name, shape in expected.items():
+        if name not in found:
+            problems.append(f"{name}: expected shape {list(shape)}, found missing")
+        elif tuple(found[name]) != tuple(shape):
+            problems.append(f"{name}: expected shape {list(shape)}, found shape {list(found[name])}")
+    for name, shape in found.items():
+        if name not in expected:
+            problems.append(
+                f"{name}: unexpected tensor in checkpoint (shape {list(shape)}), not in the model"
+            )
+    return problems
+
+
+def load_weights_into(
+    model: torch.nn.Module, model_path: str, dtype: torch.dtype | None = None, progress: bool = True
+) -> None:
+    """Copy a checkpoint into ``model`` (whose ``state_dict()`` keys are HF names).
+
+    First checks, from the safetensors headers alone, that every key of ``model.state_dict()`` is
+    in the checkpoint with the same shape and that the checkpoint has no other tensor; then
+    streams the tensors in, each converted to its destination's dtype and device (``dtype``, if
+    given, is the intermediate dtype of floating tensors; None keeps the stored/dequantized one).
+
+    Raises:
+        ValueError: listing every problem, one per line, each naming the tensor, the expected
+            shape and the found shape (or ``missing`` / ``unexpected``).
+        FileNotFoundError: no checkpoint at ``model_path``.
+    """
+    expected = model.state_dict()
+    problems = _check_shapes({k: tuple(v.shape) for k, v in expected.items()}, checkpoint_shapes(model_path))
+    if problems:
+        raise ValueError(f"checkpoint {model_path} does not match the model:\n  " + "\n  ".join(problems))
+    with torch.no_grad():
+        for name, t in iter_state_dict(model_path, dtype=dtype, progress=progress):
+            dst = expected[name]
+            dst.copy_(t.to(device=dst.device, dtype=dst.dtype))

@@ -1,0 +1,147 @@
+"""FP8 block and FP4 (e2m1 / ue8m0) weight quantization formats of DeepSeek-V4 checkpoints.
+
+Formats (DeepSeek-V3 ``README_WEIGHTS.md``; V4-Flash ``config.json`` ``quantization_config``; HF
+``transformers/integrations/finegrained_fp8.py``):
+
+* FP8: the weight ``[..., R, C]`` is ``float8_e4m3fn``; one scale per 128x128 block (partial blocks
+  at the edges have their own scale), ``scale [..., ceil(R/128), ceil(C/128)]``. Dequantized
+  ``w = q * scale`` (the scale is the *inverse* quantization scale, hence HF's name
+  ``weight_scale_inv``; the official V4 files call it ``<module>.scale``). With
+  ``scale_fmt: ue8m0`` (V4) the scale is a power of two stored as ``float8_e8m0fnu``; V3-style
+  files store it as float32.
+* FP4 (routed experts, ``expert_dtype: fp4``): e2m1 values, two per byte (``int8``, element 2j in
+  the low nibble, 2j+1 in the high nibble), ``[..., R, C/2]``; one ue8m0 scale per 32 consecutive
+  input values, ``[..., R, C/32]``. Nibble code: bit 3 = sign, bits 0-2 index
+  ``(0, 0.5, 1, 1.5, 2, 3, 4, 6)``. Dequantized ``w = e2m1(code) * scale``.
+
+Quantization (used by the random-checkpoint writer) picks the smallest power-of-two scale with
+``amax / scale <= 448`` (FP8) or ``<= 6`` (FP4), as ue8m0 requires.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0
+E8M0_DTYPE = torch.float8_e8m0fnu
+FP4_GROUP = 32
+#: e2m1 magnitudes by 3-bit code.
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+_E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+FP4_PACKED_DTYPES: tuple[torch.dtype, ...] = (torch.int8, torch.uint8) + (
+    (torch.float4_e2m1fn_x2,) if hasattr(torch, "float4_e2m1fn_x2") else ()
+)
+
+
+def scale_to_float(scale: torch.Tensor) -> torch.Tensor:
+    """A stored scale tensor as float32.
+
+    ``float8_e8m0fnu`` and float scales convert directly; ``uint8`` is read as raw e8m0 exponent
+    bytes (``2 ** (b - 127)``), as some MX checkpoints store them.
+    """
+    if scale.dtype == torch.uint8:
+        return torch.exp2(scale.to(torch.float32) - 127.0)
+    return scale.to(torch.float32)
+
+
+def _pow2_ceil(x: torch.Tensor) -> torch.Tensor:
+    """Smallest power of two >= x (x > 0), 1 where x == 0."""
+    safe = torch.where(x > 0, x, torch.ones_like(x))
+    return torch.exp2(torch.ceil(torch.log2(safe)))
+
+
+def quantize_fp8_block(
+    w: torch.Tensor, block: tuple[int, int] = (128, 128), scale_dtype: torch.dtype = E8M0_DTYPE
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``w [..., R, C]`` to FP8 e4m3 with one scale per ``block`` (edge blocks partial).
+
+    Returns:
+        ``(q [..., R, C] float8_e4m3fn, scale [..., ceil(R/bm), ceil(C/bn)] scale_dtype)`` with
+        ``w ~= q * scale`` blockwise. ``scale_dtype`` ``float8_e8m0fnu`` rounds each scale up to a
+        power of two (V4's ``scale_fmt: ue8m0``); ``float32`` keeps ``amax / 448`` exactly.
+    """
+    bm, bn = block
+    *lead, r, c = w.shape
+    nr, nc = -(-r // bm), -(-c // bn)
+    x = w.to(torch.float32)
+    x = torch.nn.functional.pad(x, (0, nc * bn - c, 0, nr * bm - r))
+    blocks = x.reshape(*lead, nr, bm, nc, bn)
+    amax = blocks.abs().amax(dim=(-3, -1))  # [..., nr, nc]
+    scale = amax / FP8_MAX
+    if scale_dtype == E8M0_DTYPE:
+        scale = _pow2_ceil(scale)
+    else:
+        scale = torch.where(amax > 0, scale, torch.ones_like(scale))
+    q = (blocks / scale[..., :, None, :, None]).clamp(-FP8_MAX, FP8_MAX)
+    q = q.reshape(*lead, nr * bm, nc * bn)[..., :r, :c].to(FP8_DTYPE)
+    return q.contiguous(), scale.to(scale_dtype)
+
+
+def dequantize_fp8_block(
+    q: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] = (128, 128), name: str = "weight"
+) -> torch.Tensor:
+    """``q [..., R, C]`` (float8_e4m3fn) times its block scale -> float32 ``[..., R, C]``.
+
+    Raises:
+        ValueError: if ``scale``'s shape is not ``[..., ceil(R/bm), ceil(C/bn)]`` (names ``name``).
+    """
+    bm, bn = block
+    *lead, r, c = q.shape
+    want = (*lead, -(-r // bm), -(-c // bn))
+    if tuple(scale.shape) != want:
+        raise ValueError(
+            f"{name}: FP8 block scale has shape {tuple(scale.shape)}, expected {want} for a weight of "
+            f"shape {tuple(q.shape)} with {bm}x{bn} blocks"
+        )
+    s = scale_to_float(scale).repeat_interleave(bm, dim=-2).repeat_interleave(bn, dim=-1)[..., :r, :c]
+    return q.to(torch.float32) * s
+
+
+def quantize_fp4(w: torch.Tensor, scale_dtype: torch.dtype = E8M0_DTYPE) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``w [..., R, C]`` (C divisible by 32) to packed e2m1 with per-32 ue8m0 scales.
+
+    Returns:
+        ``(packed [..., R, C/2] int8, scale [..., R, C/32] scale_dtype)``; rounding is to the
+        nearest e2m1 value.
+
+    Raises:
+        ValueError: if C is not a multiple of 32.
+    """
+    *lead, r, c = w.shape
+    if c % FP4_GROUP:
+        raise ValueError(
+            f"FP4 quantization needs the last dim divisible by {FP4_GROUP}, got shape {tuple(w.shape)}"
+        )
+    g = w.to(torch.float32).reshape(*lead, r, c // FP4_GROUP, FP4_GROUP)
+    scale = _pow2_ceil(g.abs().amax(dim=-1) / E2M1_VALUES[-1])  # [..., R, C/32]
+    x = g / scale[..., None]
+    ax = x.abs()
+    code = torch.zeros(ax.shape, dtype=torch.uint8)
+    for m in _E2M1_MIDPOINTS:  # index of the nearest e2m1 magnitude (0..7)
+        code += (ax > m).to(torch.uint8)
+    code = code | ((x < 0).to(torch.uint8) << 3)
+    code = code.reshape(*lead, r, c)
+    packed = code[..., 0::2] | (code[..., 1::2] << 4)
+    return packed.view(torch.int8).contiguous(), scale.to(scale_dtype)
+
+
+def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor, name: str = "weight") -> torch.Tensor:
+    """Packed e2m1 ``[..., R, C/2]`` times per-32 scales ``[..., R, C/32]`` -> float32 ``[..., R, C]``.
+
+    Raises:
+        ValueError: if the scale shape does not match (names ``name``).
+    """
+    *lead, r, half = packed.shape
+    c = 2 * half
+    want = (*lead, r, c // FP4_GROUP)
+    if c % FP4_GROUP or tuple(scale.shape) != want:
+        raise ValueError(
+            f"{name}: FP4 scale has shape {tuple(scale.shape)}, expected {want} for packed weight of shape "
+            f"{tuple(packed.shape)} (one scale per {FP4_GROUP} values)"
+        )
+    u = packed.contiguous().view(torch.uint8)
+    codes = torch.stack([u & 0x0F, u >> 4], dim=-1).reshape(*lead, r, c).long()
+    lut = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32)
+    vals = lut[codes]
+    return vals * scale_to_float(scale).repeat_interleave(FP4_GROUP, dim=-1)

@@ -1,0 +1,64 @@
+"""The embedded default model: the ``tiny`` preset, HF format, float32 weights, seed 0.
+
+Written on first use to ``$SGLANG_V4_CACHE/default-tiny-v1`` (default cache
+``~/.cache/sglang_v4``) and reused afterwards. The directory appears atomically: the checkpoint is
+written into a temporary sibling directory which is then renamed, so concurrent first uses (e.g.
+several test workers) never see a half-written model; the loser of a race discards its copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+DEFAULT_MODEL_NAME = "default-tiny-v1"
+_COMPLETE_MARKER = ".complete"
+
+
+def default_cache_dir() -> str:
+    """``$SGLANG_V4_CACHE`` if set, else ``~/.cache/sglang_v4``."""
+    return os.environ.get("SGLANG_V4_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "sglang_v4")
+
+
+def _is_complete(path: str) -> bool:
+    return os.path.exists(os.path.join(path, _COMPLETE_MARKER)) and os.path.exists(
+        os.path.join(path, "config.json")
+    )
+
+
+def ensure_default_model(cache_dir: str | None = None) -> str:
+    """Path of the default model directory, writing it first if it does not exist yet.
+
+    Args:
+        cache_dir: parent directory; ``None`` uses :func:`default_cache_dir`.
+
+    Returns:
+        ``<cache_dir>/default-tiny-v1``, a complete HF-format checkpoint (config.json, safetensors
+        shards + index, tokenizer files) of the ``tiny`` preset with seed-0 float32 weights.
+    """
+    from sglang_v4.tools.make_checkpoint import write_checkpoint
+
+    root = cache_dir or default_cache_dir()
+    path = os.path.join(root, DEFAULT_MODEL_NAME)
+    if _is_complete(path):
+        return path
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_NAME}.", dir=root)
+    try:
+        write_checkpoint(tmp, preset="tiny", fmt="hf", weights="fp32", seed=0)
+        open(os.path.join(tmp, _COMPLETE_MARKER), "w").close()
+        if os.path.exists(path) and not _is_complete(path):
+            # a leftover from an older, non-atomic writer: move it out of the way first
+            stale = tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_NAME}.stale.", dir=root)
+            os.replace(path, os.path.join(stale, "old"))
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if not _is_complete(path):  # not a lost race: a real error
+                raise
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
