@@ -70,6 +70,24 @@ def test_filter_probs_matches_bruteforce() -> None:
                 assert math.isclose(w[r, i].item(), probs64[r, i].item(), rel_tol=1e-5)
 
 
+def test_filter_probs_partial_sort_path_matches_bruteforce() -> None:
+    """Vocabulary larger than the partial-sort cap: peaked rows take the top-k fast path, a flat row
+    (top-cap mass below top_p) falls back to the full sort; both must equal the brute force."""
+    g = torch.Generator().manual_seed(11)
+    vocab = 3000
+    logits = torch.randn(5, vocab, generator=g, dtype=torch.float64) * 6.0
+    logits[4] = torch.randn(vocab, generator=g, dtype=torch.float64) * 0.01  # nearly uniform
+    combos = [(50, 1.0, 0.0), (-1, 0.9, 0.0), (2000, 0.95, 0.0), (-1, 0.5, 0.02), (-1, 0.99, 0.0)]
+    probs64 = torch.softmax(logits, dim=-1)
+    params = [SamplingParams(top_k=k, top_p=tp, min_p=mp) for k, tp, mp in combos]
+    w = filter_probs(probs64.to(torch.float32), params)
+    for r, (k, tp, mp) in enumerate(combos):
+        ref = _brute_force_keep(probs64[r].tolist(), k, tp, mp)
+        got = {i for i in range(vocab) if w[r, i] > 0}
+        assert got == ref, (r, len(got), len(ref))
+    assert len({i for i in range(vocab) if w[4, i] > 0}) > 1024  # the flat row really used the full sort
+
+
 def test_sampled_tokens_stay_in_support() -> None:
     g = torch.Generator().manual_seed(2)
     logits = torch.randn(1, 30, generator=g)

@@ -21,11 +21,16 @@ Pipeline per row (SGLang ``srt/layers/sampler.py`` + ``srt/sampling/penaltylib``
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import torch
 
 from sglang_v4.sampling.sampling_params import SamplingParams
+
+_TOPK_CAP = 1024
+"""Candidates examined by the partial-sort fast path of :func:`filter_probs`."""
 
 __all__ = [
     "apply_penalties",
@@ -37,24 +42,19 @@ __all__ = [
 ]
 
 
-def _counts(
-    rows: list[int], ids: list[list[int]], batch: int, vocab: int, device: torch.device
-) -> torch.Tensor:
-    """Token-occurrence counts ``[batch, vocab]`` float32 for the given rows' id lists."""
-    counts = torch.zeros(batch, vocab, dtype=torch.float32, device=device)
-    flat_rows: list[int] = []
-    flat_ids: list[int] = []
-    for r in rows:
-        seq = ids[r]
-        flat_rows.extend([r] * len(seq))
-        flat_ids.extend(seq)
-    if flat_ids:
-        ri = torch.tensor(flat_rows, dtype=torch.long, device=device)
-        ti = torch.tensor(flat_ids, dtype=torch.long, device=device)
-        counts.index_put_(
-            (ri, ti), torch.ones(len(flat_ids), dtype=torch.float32, device=device), accumulate=True
-        )
-    return counts
+def _unique_counts(
+    rows: list[int], ids: Sequence[Sequence[int]], vocab: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distinct flat keys ``row * vocab + token`` (CPU int64) of ``ids[r]`` for ``r`` in ``rows``,
+    with their occurrence counts (int64)."""
+    lengths = [len(ids[r]) for r in rows]
+    total = sum(lengths)
+    if total == 0:
+        empty = torch.zeros(0, dtype=torch.long)
+        return empty, empty
+    flat = torch.from_numpy(np.fromiter(itertools.chain.from_iterable(ids[r] for r in rows), np.int64, total))
+    row_idx = torch.from_numpy(np.repeat(np.asarray(rows, dtype=np.int64), lengths))
+    return torch.unique(row_idx * vocab + flat, return_counts=True)
 
 
 def apply_penalties(
@@ -89,26 +89,33 @@ def apply_penalties(
         raise ValueError(f"batch mismatch: logits has {bsz} rows, prompt_ids {len(prompt_ids)}")
     dev = logits.device
 
+    work = logits if logits.is_contiguous() else logits.contiguous()
+    flat_logits = work.view(-1)
     rep_rows = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
     if rep_rows:
-        rep_set = set(rep_rows)
-        seqs = [
-            (list(prompt_ids[i]) if prompt_ids is not None else []) + list(output_ids[i])
-            if i in rep_set
-            else []
-            for i in range(bsz)
-        ]
-        present = _counts(rep_rows, seqs, bsz, vocab, dev) > 0
-        r = torch.tensor([p.repetition_penalty for p in params], dtype=torch.float32, device=dev).unsqueeze(1)
-        penalized = torch.where(logits > 0, logits / r, logits * r)
-        logits.copy_(torch.where(present, penalized, logits))
+        keys, _ = _unique_counts(rep_rows, output_ids, vocab)
+        if prompt_ids is not None:
+            pkeys, _ = _unique_counts(rep_rows, prompt_ids, vocab)
+            keys = torch.unique(torch.cat([keys, pkeys]))
+        if keys.numel():
+            r_all = torch.tensor([p.repetition_penalty for p in params], dtype=torch.float32)
+            r = r_all[keys // vocab].to(dev)
+            keys = keys.to(dev)
+            z = flat_logits.index_select(0, keys)  # index_select/index_copy_: far faster than [] on CPU
+            flat_logits.index_copy_(0, keys, torch.where(z > 0, z / r, z * r))
 
     fp_rows = [i for i, p in enumerate(params) if p.frequency_penalty != 0.0 or p.presence_penalty != 0.0]
     if fp_rows:
-        cnt = _counts(fp_rows, [list(x) for x in output_ids], bsz, vocab, dev)
-        f = torch.tensor([p.frequency_penalty for p in params], dtype=torch.float32, device=dev).unsqueeze(1)
-        pr = torch.tensor([p.presence_penalty for p in params], dtype=torch.float32, device=dev).unsqueeze(1)
-        logits.sub_(f * cnt + pr * (cnt > 0).to(torch.float32))
+        keys, counts = _unique_counts(fp_rows, output_ids, vocab)
+        if keys.numel():
+            f_all = torch.tensor([p.frequency_penalty for p in params], dtype=torch.float32)
+            p_all = torch.tensor([p.presence_penalty for p in params], dtype=torch.float32)
+            rows_of = keys // vocab
+            delta = f_all[rows_of] * counts.to(torch.float32) + p_all[rows_of]
+            flat_logits.index_add_(0, keys.to(dev), -delta.to(dev, logits.dtype))
+
+    if work is not logits:
+        logits.copy_(work)
 
     for i, p in enumerate(params):
         if p.logit_bias:
@@ -155,16 +162,38 @@ def filter_probs(probs: torch.Tensor, params: Sequence[SamplingParams]) -> torch
     """
     vocab = probs.shape[-1]
     dev = probs.device
-    need_sort = any((0 < p.top_k < vocab) or p.top_p < 1.0 for p in params)
-    if need_sort:
-        p_sort, p_idx = probs.sort(dim=-1, descending=True, stable=True)
-        ranks = torch.arange(vocab, device=dev).unsqueeze(0)
-        ks = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=dev).unsqueeze(1)
-        tps = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=dev).unsqueeze(1)
+    ks_list = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
+    tps_list = [p.top_p for p in params]
+    sort_rows = [i for i in range(len(params)) if ks_list[i] < vocab or tps_list[i] < 1.0]
+    if sort_rows:
+        all_rows = len(sort_rows) == probs.shape[0]
+        ridx = torch.tensor(sort_rows, dtype=torch.long, device=dev)
+        sub = probs if all_rows else probs.index_select(0, ridx)
+        ks = torch.tensor([ks_list[i] for i in sort_rows], device=dev).unsqueeze(1)
+        tps = torch.tensor([tps_list[i] for i in sort_rows], dtype=torch.float32, device=dev).unsqueeze(1)
+        # Fast path: only the top `cap` tokens can survive when top_k <= cap or when the top-cap
+        # mass already exceeds top_p (every lower-ranked token then has exclusive mass > top_p).
+        cap = min(
+            vocab,
+            max(
+                _TOPK_CAP,
+                max(ks_list[i] for i in sort_rows if ks_list[i] < vocab)
+                if any(ks_list[i] < vocab for i in sort_rows)
+                else 0,
+            ),
+        )
+        if cap < vocab:
+            p_sort, p_idx = torch.topk(sub, cap, dim=-1, largest=True, sorted=True)
+            exact = (ks.squeeze(1) <= cap) | (p_sort.sum(dim=-1) > tps.squeeze(1))
+            if not bool(exact.all()):
+                p_sort, p_idx = sub.sort(dim=-1, descending=True, stable=True)
+        else:
+            p_sort, p_idx = sub.sort(dim=-1, descending=True, stable=True)
+        ranks = torch.arange(p_sort.shape[-1], device=dev).unsqueeze(0)
         excl_cum = torch.cumsum(p_sort, dim=-1) - p_sort
-        drop = (ranks >= ks) | (excl_cum > tps)
-        p_sort = p_sort.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter_(1, p_idx, p_sort)
+        kept = p_sort.masked_fill((ranks >= ks) | (excl_cum > tps), 0.0)
+        filtered = torch.zeros_like(sub).scatter_(1, p_idx, kept)
+        probs = filtered if all_rows else probs.index_copy(0, ridx, filtered)
     if any(p.min_p > 0.0 for p in params):
         mps = torch.tensor([p.min_p for p in params], dtype=torch.float32, device=dev).unsqueeze(1)
         pmax = probs.max(dim=-1, keepdim=True).values
