@@ -118,7 +118,9 @@ SCORE_CASES = [
 
 @pytest.mark.parametrize("T,HI,DI,C,k,N", SCORE_CASES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_indexer_topk_matches_fp64(T: int, HI: int, DI: int, C: int, k: int, N: int, dtype: torch.dtype) -> None:
+def test_indexer_topk_matches_fp64(
+    T: int, HI: int, DI: int, C: int, k: int, N: int, dtype: torch.dtype
+) -> None:
     from sgl_kernel_v4.triton.indexer import indexer_scores, indexer_topk
 
     if INTERP and (dtype != torch.float32 or T * C > 20000):

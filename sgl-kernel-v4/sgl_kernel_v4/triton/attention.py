@@ -177,7 +177,9 @@ def _combine_kernel(
     denom = tl.sum(l_s * w, 0) + tl.exp2(sink - m)
     acc = tl.load(part_acc_ptr + row[:, None] * BLOCK_D + offs_d[None, :])
     out = tl.sum(acc * w[:, None], 0) / denom
-    tl.store(out_ptr + t * stride_ot + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty), mask=offs_d < D)
+    tl.store(
+        out_ptr + t * stride_ot + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty), mask=offs_d < D
+    )
 
 
 def _check(q: torch.Tensor, sources: list[tuple[torch.Tensor, torch.Tensor]], sinks: torch.Tensor) -> None:

@@ -73,8 +73,12 @@ def _score_kernel(
     hmask = offs_h < HI
     slot = tl.load(cand_ptr + t * stride_ct + offs_c, mask=cmask, other=-1)
     valid = slot >= 0
-    k = tl.load(kv_ptr + slot[:, None].to(tl.int64) * stride_kv + offs_d[None, :], mask=valid[:, None], other=0.0)
-    q = tl.load(q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0)
+    k = tl.load(
+        kv_ptr + slot[:, None].to(tl.int64) * stride_kv + offs_d[None, :], mask=valid[:, None], other=0.0
+    )
+    q = tl.load(
+        q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0
+    )
     w = tl.load(w_ptr + t * stride_wt + offs_h, mask=hmask, other=0.0).to(tl.float32)
     s = tl.dot(q.to(k.dtype), tl.trans(k))  # [BLOCK_H, BLOCK_C] fp32
     s = tl.maximum(s * scale, 0.0) * w[:, None]
@@ -235,7 +239,18 @@ def _select_from_keys(keys: torch.Tensor, topk: int, out: torch.Tensor, programs
     block = 1024
     if P <= 1:
         _refine_kernel[(T,)](
-            keys, keys, keys, out, C, topk, NB1=NB1, NB2=NB2, NB3=NB3, BLOCK=block, USE_CAND=False, num_warps=8
+            keys,
+            keys,
+            keys,
+            out,
+            C,
+            topk,
+            NB1=NB1,
+            NB2=NB2,
+            NB3=NB3,
+            BLOCK=block,
+            USE_CAND=False,
+            num_warps=8,
         )
         return
     work = torch.zeros(T * (NB1 + 2), dtype=torch.int32, device=dev)  # one memset for both
@@ -244,7 +259,9 @@ def _select_from_keys(keys: torch.Tensor, topk: int, out: torch.Tensor, programs
     cand = torch.empty((T, C), dtype=torch.int32, device=dev)
     chunk = triton.cdiv(triton.cdiv(C, P), block) * block
     _hist_kernel[(T, P)](keys, hist_buf, C, chunk, NB=NB1, BLOCK=block, num_warps=8)
-    _select_kernel[(T, P)](keys, hist_buf, cnt_buf, out, cand, C, topk, chunk, NB=NB1, BLOCK=block, num_warps=8)
+    _select_kernel[(T, P)](
+        keys, hist_buf, cnt_buf, out, cand, C, topk, chunk, NB=NB1, BLOCK=block, num_warps=8
+    )
     _refine_kernel[(T,)](
         keys, cand, cnt_buf, out, C, topk, NB1=NB1, NB2=NB2, NB3=NB3, BLOCK=block, USE_CAND=True, num_warps=8
     )
@@ -261,7 +278,9 @@ def _check(
     if weights.shape != (T, HI):
         raise ValueError(f"weights: expected [{T}, {HI}], got {tuple(weights.shape)}")
     if idx_kv_flat.dim() != 2 or idx_kv_flat.shape[1] != DI or idx_kv_flat.stride(1) != 1:
-        raise ValueError(f"idx_kv_flat: expected contiguous-last-dim [N, {DI}], got {tuple(idx_kv_flat.shape)}")
+        raise ValueError(
+            f"idx_kv_flat: expected contiguous-last-dim [N, {DI}], got {tuple(idx_kv_flat.shape)}"
+        )
     if candidates.dim() != 2 or candidates.shape[0] != T:
         raise ValueError(f"candidates: expected [{T}, C], got {tuple(candidates.shape)}")
     if topk < 1:
@@ -326,7 +345,9 @@ def topk_from_scores(
     if T == 0 or C == 0:
         return out
     keys = torch.empty((T, C), dtype=torch.int32, device=scores.device)
-    _keys_from_scores_kernel[(T, triton.cdiv(C, 1024))](scores, scores.stride(0), keys, C, BLOCK=1024, num_warps=4)
+    _keys_from_scores_kernel[(T, triton.cdiv(C, 1024))](
+        scores, scores.stride(0), keys, C, BLOCK=1024, num_warps=4
+    )
     _select_from_keys(keys, topk, out, programs_per_row)
     return out
 
