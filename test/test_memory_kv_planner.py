@@ -1,0 +1,312 @@
+"""KV byte layout, page-size classes and the KV pool planner against hand-derived arithmetic.
+
+The expected values are computed here from the published configurations and the byte layouts
+(448 e4m3 + 64 bf16 + 7 ue8m0 + 1 pad = 584 B per main entry, 128 e4m3 + fp32 scale = 132 B per
+fp8 indexer key, 64 B e2m1 + 4 ue8m0 = 68 B per fp4 key), not taken from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.mem_cache import kv_layout as kl
+from sglang_v4.tools import kv_planner
+
+GIB = 2**30
+L_1M = 1 << 20
+
+# published DeepSeek-V4 layer schedules (config.json ``compress_ratios`` without the MTP entry)
+FLASH_RATIOS = [0, 0] + [4 if i % 2 == 0 else 128 for i in range(41)]
+PRO_RATIOS = [128, 128] + [4 if i % 2 == 0 else 128 for i in range(59)]
+
+MAIN_BF16 = 512 * 2
+IDX_BF16 = 128 * 2
+MAIN_FP8 = 448 + 64 * 2 + 448 // 64 + 1
+IDX_FP8 = 128 + 4
+IDX_FP4 = 128 // 2 + 128 // 32
+
+
+# a small model of the tiny-test shape: head_dim 128 (64 rope), index_head_dim 32
+TINY = {
+    "model_type": "deepseek_v4",
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "num_hidden_layers": 4,
+    "layer_types": [
+        "sliding_attention",
+        "compressed_sparse_attention",
+        "heavily_compressed_attention",
+        "compressed_sparse_attention",
+    ],
+    "num_attention_heads": 2,
+    "head_dim": 128,
+    "partial_rotary_factor": 0.5,
+    "q_lora_rank": 32,
+    "o_groups": 2,
+    "o_lora_rank": 16,
+    "index_n_heads": 2,
+    "index_head_dim": 32,
+    "index_topk": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "max_position_embeddings": 65536,
+}
+
+
+@pytest.fixture(scope="module")
+def pro() -> ModelConfig:
+    return kv_planner.load_preset_config("pro")
+
+
+@pytest.fixture(scope="module")
+def flash() -> ModelConfig:
+    return kv_planner.load_preset_config("flash")
+
+
+def _expected_total(ratios: list[int], main: int, idx: int, length: int, window: int = 128) -> int:
+    n_csa, n_hca = ratios.count(4), ratios.count(128)
+    return n_csa * (length // 4) * (main + idx) + n_hca * (length // 128) * main + len(ratios) * window * main
+
+
+def test_presets_have_published_schedules(pro: ModelConfig, flash: ModelConfig) -> None:
+    assert pro.compress_ratios == PRO_RATIOS and flash.compress_ratios == FLASH_RATIOS
+    assert (len(pro.csa_layers), len(pro.hca_layers)) == (30, 31)
+
+
+def test_pro_bf16_1m_is_9_62_gib(pro: ModelConfig) -> None:
+    r = kl.kv_bytes_for_context(pro, "bf16", False, L_1M)
+    assert r["total_kv_bytes"] == _expected_total(PRO_RATIOS, MAIN_BF16, IDX_BF16, L_1M)
+    assert abs(r["total_kv_bytes"] / GIB - 9.62) / 9.62 < 0.01
+    per = r["per_layer_type"]
+    assert per["csa"]["bytes_per_token_per_layer"] == (MAIN_BF16 + IDX_BF16) / 4 == 320
+    assert per["hca"]["bytes_per_token_per_layer"] == MAIN_BF16 / 128 == 8
+    assert sum(p["total_bytes"] for p in per.values()) == r["total_kv_bytes"]
+
+
+def test_v32_1m_is_83_9_gib_and_ratio(pro: ModelConfig) -> None:
+    v32 = kl.v32_kv_bytes_per_token("bf16") * L_1M
+    assert v32 == 61 * (576 + 128) * 2 * L_1M
+    assert abs(v32 / GIB - 83.9) / 83.9 < 0.01
+    v4 = kl.kv_bytes_for_context(pro, "bf16", False, L_1M)["total_kv_bytes"]
+    assert 8.6 < v32 / v4 < 8.8
+    # V3.2 in its own fp8 formats: 656 B fp8_ds_mla latent + 132 B (or 68 B fp4) indexer key
+    assert kl.v32_kv_bytes_per_token("fp8_e4m3") == 61 * (656 + 132)
+    assert kl.v32_kv_bytes_per_token("fp8_e4m3", True) == 61 * (656 + 68)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fp4", "main", "idx"),
+    [
+        ("fp8_e4m3", False, MAIN_FP8, IDX_FP8),
+        ("fp8_e4m3", True, MAIN_FP8, IDX_FP4),
+        ("fp32", False, 2048, 512),
+    ],
+)
+def test_low_precision_totals(
+    pro: ModelConfig, flash: ModelConfig, dtype: str, fp4: bool, main: int, idx: int
+) -> None:
+    for mc, ratios in ((pro, PRO_RATIOS), (flash, FLASH_RATIOS)):
+        got = kl.kv_bytes_for_context(mc, dtype, fp4, L_1M)["total_kv_bytes"]
+        assert got == _expected_total(ratios, main, idx, L_1M)
+    # fp8 roughly halves the bf16 figure, fp4 indexer saves a bit more
+    bf16 = _expected_total(PRO_RATIOS, MAIN_BF16, IDX_BF16, L_1M)
+    if dtype == "fp8_e4m3":
+        assert 0.45 < kl.kv_bytes_for_context(pro, dtype, fp4, L_1M)["total_kv_bytes"] / bf16 < 0.6
+
+
+def test_short_context_window_only(flash: ModelConfig) -> None:
+    r = kl.kv_bytes_for_context(flash, "bf16", False, 3)
+    assert r["total_kv_bytes"] == 43 * 3 * MAIN_BF16
+    with pytest.raises(ValueError, match="context_length"):
+        kl.kv_bytes_for_context(flash, "bf16", False, -1)
+
+
+def test_entry_formats_storage(pro: ModelConfig) -> None:
+    f = kl.entry_formats(pro, "fp8_e4m3")
+    assert (f.main_entry_bytes, f.indexer_entry_bytes) == (584, 132)
+    assert f.main_storage_dtype == torch.uint8 and f.main_row_elems == 584 and f.page_align == 576
+    f4 = kl.entry_formats(pro, "fp8_e4m3", fp4_indexer=True)
+    assert (f4.indexer_entry_bytes, f4.indexer_storage_dtype, f4.indexer_row_elems) == (68, torch.uint8, 68)
+    fb = kl.entry_formats(pro, "auto")
+    assert (fb.kv_cache_dtype, fb.main_storage_dtype, fb.main_row_elems) == ("bf16", torch.bfloat16, 512)
+    assert kl.normalize_kv_cache_dtype("auto", torch.float32) == "fp32"
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        kl.entry_formats(pro, "int4")
+
+
+def test_entry_formats_tiny_model_matches_encoder() -> None:
+    from sgl_kernel_v4.ref.kv_quant import indexer_fp4_entry_bytes, kv_fp8_entry_bytes
+
+    tiny = ModelConfig.from_dict(TINY)
+    f = kl.entry_formats(tiny, "fp8_e4m3", fp4_indexer=True)
+    assert f.main_entry_bytes == kv_fp8_entry_bytes(tiny.head_dim, tiny.rope_dim)
+    assert f.indexer_entry_bytes == indexer_fp4_entry_bytes(tiny.index_head_dim)
+
+
+# raw page bytes of each kind for V4 shapes: (rows per page, row bytes)
+def _raw_pages(idx_entry: int, main_entry: int = MAIN_FP8) -> dict[str, int]:
+    return {
+        "csa_main": 64 * main_entry,
+        "swa": 64 * main_entry,
+        "csa_indexer": 64 * idx_entry,
+        "hca": 2 * main_entry,
+        "csa_state": 4 * (2 * 2 * 512 * 4),
+        "csa_indexer_state": 4 * (2 * 2 * 128 * 4),
+        "hca_state": 8 * (2 * 512 * 4),
+    }
+
+
+@pytest.mark.parametrize("name", ["flash", "pro"])
+def test_fp8_page_classes_37440_8640_1728(name: str) -> None:
+    mc = kv_planner.load_preset_config(name)
+    lay = kl.build_kv_layout(mc, "fp8_e4m3", False, page_size=256)
+    assert [c.page_bytes for c in lay.classes] == [37440, 8640, 1728]
+    # each class is a multiple of the 576-byte row and the smallest one holding its largest member
+    raw = _raw_pages(IDX_FP8)
+    for c in lay.classes:
+        assert c.page_bytes % 576 == 0
+        assert c.page_bytes - 576 < max(raw[k] for k in c.kinds) <= c.page_bytes
+    assert set(lay.classes[1].kinds) == {"csa_indexer", "csa_indexer_state"}
+    assert lay.classes[2].kinds == ("hca",)
+    for k, spec in lay.kinds.items():
+        assert spec.raw_page_bytes == raw[k]
+    # per 256-token block and layer
+    assert lay.block_bytes_per_layer("csa_main") == 37440
+    assert lay.block_bytes_per_layer("csa_indexer") == 8640
+    assert lay.block_bytes_per_layer("hca") == 1728
+    n_csa, n_hca = len(mc.csa_layers), len(mc.hca_layers)
+    assert lay.block_page_bytes == n_csa * (37440 + 8640) + n_hca * 1728
+    # window page: 2 SWA pages per layer (128 positions / 64) + 2 pages of each CSA ring (8 rows / 4)
+    assert lay.window_page_bytes == mc.num_layers * 2 * 37440 + n_csa * 2 * (37440 + 8640)
+    assert lay.request_state_bytes == n_hca * 16 * 37440  # 128-row HCA ring / 8 rows per page
+
+
+def test_bf16_and_fp4_classes(pro: ModelConfig) -> None:
+    for dtype, fp4 in (("bf16", False), ("fp32", False), ("fp8_e4m3", True), ("bf16", True)):
+        lay = kl.build_kv_layout(pro, dtype, fp4)
+        assert 1 <= len(lay.classes) <= 3
+        for spec in lay.kinds.values():
+            assert spec.page_bytes >= spec.raw_page_bytes
+            assert spec.page_bytes % lay.formats.page_align == 0
+    lay = kl.build_kv_layout(pro, "fp8_e4m3", True)
+    assert lay.kinds["csa_indexer"].raw_page_bytes == 64 * IDX_FP4
+    with pytest.raises(ValueError, match="page_size"):
+        kl.build_kv_layout(pro, "bf16", False, page_size=192)
+
+
+def test_plan_budget_and_fragmentation(pro: ModelConfig) -> None:
+    budget = 100 * GIB
+    p = kl.plan_kv_pools(pro, "fp8_e4m3", False, 256, budget_bytes=budget, context_length=L_1M)
+    lay = p.layout
+    blocks_per_req = L_1M // 256
+    assert p.total_bytes <= budget
+    assert p.total_bytes == (
+        p.num_block_pages * lay.block_page_bytes
+        + p.num_window_pages * lay.window_page_bytes
+        + p.num_request_slots * lay.request_state_bytes
+    )
+    # one more request would not fit; the planned ones do
+    per_req = blocks_per_req * lay.block_page_bytes + 2 * lay.window_page_bytes + lay.request_state_bytes
+    assert p.max_concurrency == budget // per_req
+    assert p.max_concurrency * blocks_per_req <= p.num_block_pages
+    assert p.kv_capacity_tokens == p.num_block_pages * 256
+    assert p.max_context == L_1M  # capped by the model
+    # fragmentation: padding computed from the raw page sizes
+    raw = _raw_pages(IDX_FP8)
+    n_csa, n_hca, n_layers = 30, 31, 61
+    cls = {k: lay.kinds[k].page_bytes for k in raw}
+    pad_block = n_csa * (cls["csa_main"] - raw["csa_main"] + cls["csa_indexer"] - raw["csa_indexer"])
+    pad_block += n_hca * (cls["hca"] - raw["hca"])
+    pad_window = n_layers * 2 * (cls["swa"] - raw["swa"])
+    pad_window += (
+        n_csa
+        * 2
+        * (cls["csa_state"] - raw["csa_state"] + cls["csa_indexer_state"] - raw["csa_indexer_state"])
+    )
+    pad_req = n_hca * 16 * (cls["hca_state"] - raw["hca_state"])
+    expect = p.num_block_pages * pad_block + p.num_window_pages * pad_window + p.num_request_slots * pad_req
+    assert p.fragmentation_bytes == expect
+    assert 0 < p.fragmentation_ratio < 0.05
+    d = p.to_dict()
+    json.dumps(d)
+    assert d["max_concurrency"] == p.max_concurrency and "layout" in d
+    # class page counts add up to the planned bytes
+    assert sum(c["page_bytes"] * c["num_pages"] for c in d["classes"]) == p.total_bytes
+
+
+def test_plan_max_total_tokens_and_errors(flash: ModelConfig) -> None:
+    p = kl.plan_kv_pools(flash, "bf16", False, 256, max_total_tokens=100_000, context_length=8192)
+    assert p.num_block_pages == -(-100_000 // 256)
+    assert p.max_concurrency == p.num_block_pages // 32
+    assert p.max_context == p.num_block_pages * 256
+    capped = kl.plan_kv_pools(flash, "bf16", False, 256, budget_bytes=50 * GIB, max_total_tokens=4096)
+    assert capped.num_block_pages == 16
+    fixed = kl.plan_kv_pools(
+        flash, "bf16", False, 256, budget_bytes=GIB, context_length=4096, max_running_requests=3
+    )
+    assert fixed.num_request_slots == 3 and fixed.num_window_pages == 6
+    with pytest.raises(ValueError, match="budget_bytes or max_total_tokens"):
+        kl.plan_kv_pools(flash, "bf16")
+    with pytest.raises(ValueError, match="budget_bytes"):
+        kl.plan_kv_pools(flash, "bf16", budget_bytes=1000)
+    with pytest.raises(ValueError, match="context_length"):
+        kl.plan_kv_pools(flash, "bf16", budget_bytes=GIB, context_length=0)
+
+
+def test_weights_match_published_sizes(flash: ModelConfig, pro: ModelConfig) -> None:
+    wf = kv_planner.count_weights(flash)
+    assert abs(wf["params"] / 284e9 - 1) < 0.01  # "284B"
+    wp = kv_planner.count_weights(pro)
+    assert abs(wp["params"] / 1.6e12 - 1) < 0.03  # "1.6T"
+    # routed experts dominate and are stored at ~0.53 B / parameter
+    assert wf["fp4"]["bytes"] == pytest.approx(wf["fp4"]["params"] * (0.5 + 1 / 32), rel=1e-6)
+    assert 140 * GIB < wf["bytes"] < 160 * GIB
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_v4.tools.kv_planner", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+
+
+def test_cli_json_subprocess_pro() -> None:
+    r = _cli("--preset", "pro", "--context-length", str(L_1M), "--kv-cache-dtype", "fp8_e4m3", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["total_kv_bytes"] == _expected_total(PRO_RATIOS, MAIN_FP8, IDX_FP8, L_1M)
+    assert set(d["per_layer_type"]) >= {"csa", "hca"}
+    assert isinstance(d["max_concurrency"], int) and d["max_concurrency"] >= 1
+    assert [c["page_bytes"] for c in d["page_classes"]] == [37440, 8640, 1728]
+
+
+def test_cli_v32_and_bad_args_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    assert kv_planner.main(["--preset", "v3.2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert abs(d["total_kv_bytes"] / GIB - 83.9) / 83.9 < 0.01
+    assert "max_concurrency" in d and "per_layer_type" in d
+    assert kv_planner.main(["--preset", "v3.2", "--kv-cache-dtype", "int3"]) == 2
+    assert "kv_cache_dtype" in capsys.readouterr().err
+    assert kv_planner.main(["--preset", "nope"]) == 2
+    assert "preset" in capsys.readouterr().err
+    assert kv_planner.main(["--preset", "v3.2", "--context-length", "0"]) == 2
+
+
+def test_cli_model_path_text(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    args = ["--model-path", str(tmp_path), "--kv-cache-dtype", "fp8_e4m3", "--enable-fp4-indexer"]
+    assert kv_planner.main([*args, "--context-length", "4096", "--gpu-memory", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "max concurrent requests of 4,096 tokens" in out and "DeepSeek-V3.2" in out
+    assert kv_planner.main(["--model-path", str(tmp_path / "missing")]) == 2
