@@ -1068,14 +1068,16 @@ def resolve_base_url(args: argparse.Namespace) -> str:
 
 
 def wait_for_server(base_url: str, timeout_s: float, headers: dict[str, str]) -> None:
-    """Poll ``GET /v1/models`` until 200. Raises ``TimeoutError`` after ``timeout_s`` seconds."""
+    """Poll ``GET /v1/models`` (as SGLang's tool does; ``GET /health`` for a server without the
+    OpenAI routes) until one answers 200. Raises ``TimeoutError`` after ``timeout_s`` seconds."""
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            if requests.get(base_url + "/v1/models", headers=headers, timeout=5).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
+        for path in ("/v1/models", "/health"):
+            try:
+                if requests.get(base_url + path, headers=headers, timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
         if time.monotonic() > deadline:
             raise TimeoutError(f"server at {base_url} not ready within {timeout_s}s")
         time.sleep(0.5)
