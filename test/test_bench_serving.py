@@ -720,3 +720,17 @@ def test_cli_prints_the_sglang_summary(tmp_path: Path) -> None:
     rec = json.loads((tmp_path / "cli.jsonl").read_text())
     assert rec["completed"] == 4 and "ttfts" not in rec  # details only with --output-details
     assert f"{'Successful requests:':<40} {4:<10}" in out
+
+
+def test_cli_unreachable_server_and_bad_args(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    assert bs.main(["--base-url", url, "--ready-check-timeout-sec", "1", "--dataset-name", "random-ids"]) == 1
+    assert "not ready" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        bs.main(["--base-url", url, "--num-prompts", "0", "--ready-check-timeout-sec", "0"])
+    assert e.value.code == 2 and "num_prompts" in capsys.readouterr().err

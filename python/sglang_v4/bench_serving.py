@@ -1294,13 +1294,17 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (1 if any request failed, 2 on bad arguments)."""
+    """CLI entry point; returns the exit status (1 if any request failed or the server could not be
+    reached, 2 on bad arguments)."""
     parser = get_args_parser()
     args = parser.parse_args(argv)
     try:
         result = run_benchmark(args)
     except ValueError as e:
         parser.error(str(e))
+    except (RuntimeError, TimeoutError, requests.RequestException) as e:
+        print(f"bench_serving: {e}", file=sys.stderr)
+        return 1
     return 1 if result["failed"] else 0
 
 
