@@ -1,0 +1,147 @@
+"""The ``openai`` client against the real server processes (``launch_server``: HTTP, tokenizer
+manager, ZMQ, detokenizer, this package's OpenAI router) over ``server_fixture.FakeScheduler``,
+which emits the tokens of ``FAKE_TEXT`` in order. Expected texts are computed independently from
+the tokenizer; the chat prompt length is checked against the documented DeepSeek-V4 format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import pytest
+import requests
+from server_fixture import (
+    FAKE_CONTEXT_LEN,
+    FAKE_TEXT,
+    fake_env,
+    make_fake_model_dir,
+    start_server,
+    tokenizer_source_dir,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+B, E, U, A = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"
+NAME = "dsv4-fake"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_fake_model_dir(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    h = start_server(
+        ["--model-path", str(model_dir), "--served-model-name", NAME, "--enable-cache-report"],
+        fake_env({"FAKE_STEP_SLEEP": "0.002"}),
+        log,
+    )
+    yield h
+    h.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+
+
+def expected(tok, n: int) -> str:
+    ids = tok.encode(FAKE_TEXT)
+    return tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
+
+
+def test_models(client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list().data] == [NAME]
+
+
+def test_completion_text_usage_and_stream(client: openai.OpenAI, tok) -> None:
+    n_total = len(tok.encode(FAKE_TEXT))
+    out = client.completions.create(model=NAME, prompt="Hello", max_tokens=n_total)
+    assert out.choices[0].text == expected(tok, n_total)
+    assert out.choices[0].finish_reason == "length"
+    assert out.usage.prompt_tokens == len(tok.encode("Hello")) and out.usage.completion_tokens == n_total
+    assert out.usage.prompt_tokens_details.cached_tokens == 0
+    chunks = list(
+        client.completions.create(
+            model=NAME,
+            prompt="Hello",
+            max_tokens=n_total,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    # multi-byte characters split across tokens must arrive whole, in order
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == out.choices[0].text
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == n_total
+
+
+def test_completion_stop_n_logprobs(client: openai.OpenAI, tok) -> None:
+    out = client.completions.create(model=NAME, prompt="x", max_tokens=40, stop=["lazy"], n=2)
+    full = expected(tok, 40)
+    assert [c.text for c in out.choices] == [full[: full.index("lazy")]] * 2
+    assert all(c.finish_reason == "stop" for c in out.choices)
+    assert out.choices[0].model_extra.get("matched_stop") == "lazy"
+    lp = client.completions.create(model=NAME, prompt="x", max_tokens=5, logprobs=2).choices[0].logprobs
+    assert lp.token_logprobs == [-0.25] * 5
+    ids = tok.encode(FAKE_TEXT)[:5]
+    assert lp.tokens == [tok.decode([t]) for t in ids]
+    assert all(len(t) == 2 and set(t.values()) == {-0.1} for t in lp.top_logprobs)
+
+
+def test_chat_prompt_format_and_reasoning(client: openai.OpenAI, tok) -> None:
+    msgs = [{"role": "system", "content": "Sys."}, {"role": "user", "content": "Hi"}]
+    out = client.chat.completions.create(
+        model=NAME, messages=msgs, max_tokens=6, logprobs=True, top_logprobs=1
+    )
+    chat_prompt = B + "Sys." + U + "Hi" + A + "</think>"
+    assert out.usage.prompt_tokens == len(tok.encode(chat_prompt, add_special_tokens=False))
+    assert out.choices[0].message.content == expected(tok, 6)
+    assert [c.logprob for c in out.choices[0].logprobs.content] == [-0.25] * 6
+    think = client.chat.completions.create(
+        model=NAME, messages=msgs, max_tokens=6, extra_body={"chat_template_kwargs": {"thinking": True}}
+    )
+    assert think.usage.prompt_tokens == len(
+        tok.encode(B + "Sys." + U + "Hi" + A + "<think>", add_special_tokens=False)
+    )
+    # the fake text has no "</think>": all of it is reasoning
+    assert think.choices[0].message.model_extra["reasoning_content"] == expected(tok, 6)
+    assert not think.choices[0].message.content
+    chunks = list(
+        client.chat.completions.create(
+            model=NAME, messages=msgs, max_tokens=12, stream=True, n=2, stream_options={"include_usage": True}
+        )
+    )
+    texts = {0: "", 1: ""}
+    for c in chunks:
+        for ch in c.choices:
+            texts[ch.index] += ch.delta.content or ""
+    assert texts == {0: expected(tok, 12), 1: expected(tok, 12)}
+    assert chunks[-1].usage.completion_tokens == 24
+
+
+def test_errors_and_still_serving(client: openai.OpenAI, server) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="gpt-4", prompt="x")
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=NAME, prompt="x", max_tokens=-1)
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.completions.create(model=NAME, prompt="hello " * (FAKE_CONTEXT_LEN + 10), max_tokens=4)
+    assert "context" in str(ei.value)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model=NAME, messages=[{"role": "user", "content": "x"}], extra_body={"top_k": 0}
+        )
+    r = requests.post(
+        server.url + "/v1/chat/completions", data=b"[1, 2", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400 and r.json()["object"] == "error"
+    assert client.completions.create(model=NAME, prompt="ok", max_tokens=2).usage.completion_tokens == 2
