@@ -150,17 +150,26 @@ def test_entry_formats_tiny_model_matches_encoder() -> None:
     assert f.indexer_entry_bytes == indexer_fp4_entry_bytes(tiny.index_head_dim)
 
 
-# raw page bytes of each kind for V4 shapes: (rows per page, row bytes)
+# raw page bytes of each kind for V4 shapes
 def _raw_pages(idx_entry: int, main_entry: int = MAIN_FP8) -> dict[str, int]:
     return {
         "csa_main": 64 * main_entry,
         "swa": 64 * main_entry,
         "csa_indexer": 64 * idx_entry,
         "hca": 2 * main_entry,
-        "csa_state": 4 * (2 * 2 * 512 * 4),
-        "csa_indexer_state": 4 * (2 * 2 * 128 * 4),
-        "hca_state": 8 * (2 * 512 * 4),
     }
+
+
+# fp32 compressor state (mirrors DSV4KVPool): per window page the CSA overlap snapshot (4 rows of kv
+# and score, main 512 + indexer 128 wide); per request slot the CSA partial buffers (4 x 2*d kv +
+# score) + overlap halves (4 x d kv + score), main and indexer, and the HCA buffer (128 x d kv + score)
+def _snapshot_bytes(n_csa: int) -> int:
+    return n_csa * 4 * 2 * (512 + 128) * 4
+
+
+def _request_state_bytes(n_csa: int, n_hca: int) -> int:
+    csa = 4 * (2 * 2 * 512 + 2 * 512) + 4 * (2 * 2 * 128 + 2 * 128)
+    return (n_csa * csa + n_hca * 128 * 2 * 512) * 4
 
 
 @pytest.mark.parametrize("name", ["flash", "pro"])
@@ -173,8 +182,7 @@ def test_fp8_page_classes_37440_8640_1728(name: str) -> None:
     for c in lay.classes:
         assert c.page_bytes % 576 == 0
         assert c.page_bytes - 576 < max(raw[k] for k in c.kinds) <= c.page_bytes
-    assert set(lay.classes[1].kinds) == {"csa_indexer", "csa_indexer_state"}
-    assert lay.classes[2].kinds == ("hca",)
+    assert [set(c.kinds) for c in lay.classes] == [{"csa_main", "swa"}, {"csa_indexer"}, {"hca"}]
     for k, spec in lay.kinds.items():
         assert spec.raw_page_bytes == raw[k]
     # per 256-token block and layer
@@ -183,9 +191,9 @@ def test_fp8_page_classes_37440_8640_1728(name: str) -> None:
     assert lay.block_bytes_per_layer("hca") == 1728
     n_csa, n_hca = len(mc.csa_layers), len(mc.hca_layers)
     assert lay.block_page_bytes == n_csa * (37440 + 8640) + n_hca * 1728
-    # window page: 2 SWA pages per layer (128 positions / 64) + 2 pages of each CSA ring (8 rows / 4)
-    assert lay.window_page_bytes == mc.num_layers * 2 * 37440 + n_csa * 2 * (37440 + 8640)
-    assert lay.request_state_bytes == n_hca * 16 * 37440  # 128-row HCA ring / 8 rows per page
+    # window page: 2 SWA pages per layer (128 positions / 64) + the fp32 overlap snapshot
+    assert lay.window_page_bytes == mc.num_layers * 2 * 37440 + _snapshot_bytes(n_csa)
+    assert lay.request_state_bytes == _request_state_bytes(n_csa, n_hca)
 
 
 def test_bf16_and_fp4_classes(pro: ModelConfig) -> None:
@@ -195,8 +203,11 @@ def test_bf16_and_fp4_classes(pro: ModelConfig) -> None:
         for spec in lay.kinds.values():
             assert spec.page_bytes >= spec.raw_page_bytes
             assert spec.page_bytes % lay.formats.page_align == 0
+        assert len({k.page_bytes for k in lay.kinds.values()}) == len(lay.classes)
     lay = kl.build_kv_layout(pro, "fp8_e4m3", True)
     assert lay.kinds["csa_indexer"].raw_page_bytes == 64 * IDX_FP4
+    assert [c.page_bytes for c in lay.classes] == [37440, 4608, 1728]  # 4,352 -> 8 x 576
+    assert [c.page_bytes for c in kl.build_kv_layout(pro, "bf16").classes] == [65536, 16384, 2048]
     with pytest.raises(ValueError, match="page_size"):
         kl.build_kv_layout(pro, "bf16", False, page_size=192)
 
@@ -212,33 +223,28 @@ def test_plan_budget_and_fragmentation(pro: ModelConfig) -> None:
         + p.num_window_pages * lay.window_page_bytes
         + p.num_request_slots * lay.request_state_bytes
     )
-    # one more request would not fit; the planned ones do
-    per_req = blocks_per_req * lay.block_page_bytes + 2 * lay.window_page_bytes + lay.request_state_bytes
+    # one more request would not fit; the planned ones do (3 window pages per request slot)
+    per_req = blocks_per_req * lay.block_page_bytes + 3 * lay.window_page_bytes + lay.request_state_bytes
     assert p.max_concurrency == budget // per_req
     assert p.max_concurrency * blocks_per_req <= p.num_block_pages
+    assert p.num_window_pages == 3 * p.num_request_slots
     assert p.kv_capacity_tokens == p.num_block_pages * 256
     assert p.max_context == L_1M  # capped by the model
     # fragmentation: padding computed from the raw page sizes
     raw = _raw_pages(IDX_FP8)
     n_csa, n_hca, n_layers = 30, 31, 61
-    cls = {k: lay.kinds[k].page_bytes for k in raw}
-    pad_block = n_csa * (cls["csa_main"] - raw["csa_main"] + cls["csa_indexer"] - raw["csa_indexer"])
-    pad_block += n_hca * (cls["hca"] - raw["hca"])
-    pad_window = n_layers * 2 * (cls["swa"] - raw["swa"])
-    pad_window += (
-        n_csa
-        * 2
-        * (cls["csa_state"] - raw["csa_state"] + cls["csa_indexer_state"] - raw["csa_indexer_state"])
-    )
-    pad_req = n_hca * 16 * (cls["hca_state"] - raw["hca_state"])
-    expect = p.num_block_pages * pad_block + p.num_window_pages * pad_window + p.num_request_slots * pad_req
-    assert p.fragmentation_bytes == expect
+    pad_block = n_csa * (37440 - raw["csa_main"] + 8640 - raw["csa_indexer"]) + n_hca * (1728 - raw["hca"])
+    pad_window = n_layers * 2 * (37440 - raw["swa"])
+    assert p.fragmentation_bytes == p.num_block_pages * pad_block + p.num_window_pages * pad_window
     assert 0 < p.fragmentation_ratio < 0.05
+    assert p.state_bytes == p.num_window_pages * _snapshot_bytes(
+        n_csa
+    ) + p.num_request_slots * _request_state_bytes(n_csa, n_hca)
     d = p.to_dict()
     json.dumps(d)
     assert d["max_concurrency"] == p.max_concurrency and "layout" in d
-    # class page counts add up to the planned bytes
-    assert sum(c["page_bytes"] * c["num_pages"] for c in d["classes"]) == p.total_bytes
+    # class page counts plus the fp32 state add up to the planned bytes
+    assert sum(c["page_bytes"] * c["num_pages"] for c in d["classes"]) + p.state_bytes == p.total_bytes
 
 
 def test_plan_max_total_tokens_and_errors(flash: ModelConfig) -> None:
@@ -251,7 +257,7 @@ def test_plan_max_total_tokens_and_errors(flash: ModelConfig) -> None:
     fixed = kl.plan_kv_pools(
         flash, "bf16", False, 256, budget_bytes=GIB, context_length=4096, max_running_requests=3
     )
-    assert fixed.num_request_slots == 3 and fixed.num_window_pages == 6
+    assert fixed.num_request_slots == 3 and fixed.num_window_pages == 9
     with pytest.raises(ValueError, match="budget_bytes or max_total_tokens"):
         kl.plan_kv_pools(flash, "bf16")
     with pytest.raises(ValueError, match="budget_bytes"):

@@ -36,49 +36,53 @@ format, 132 B, instead gives 76.5 GiB; :func:`v32_kv_bytes_per_token` does eithe
 
 Pages and size classes
 ----------------------
-The cache is paged per 256-token logical block (``page_size``; must be a multiple of the HCA
-ratio, 128, and of the CSA ratio). Each kind of state has its own page geometry, following the
-peers (vLLM's DeepSeek-V4 ``MLAAttentionSpec`` / ``SlidingWindowMLASpec`` and SGLang's
+The cache is paged per 256-token logical block (``page_size``; a multiple of the HCA ratio, 128,
+of the CSA ratio and of the sliding window). Each kind of entry has its own page geometry,
+following the peers (vLLM's DeepSeek-V4 ``MLAAttentionSpec`` / ``SlidingWindowMLASpec``, SGLang's
 ``DeepSeekV4TokenToKVPool``):
 
-=================  =========================  ============================  ============
-kind               page holds                 raw bytes (fp8, V4 shapes)    class (fp8)
-=================  =========================  ============================  ============
-csa_main           256/4 = 64 entries         64 x 584 = 37,376             37,440
-swa                64 raw positions           64 x 584 = 37,376             37,440
-csa_state          4 rows x 2x2x512 fp32      4 x 8,192 = 32,768            37,440
-hca_state          8 rows x 2x512 fp32        8 x 4,096 = 32,768            37,440
-csa_indexer        64 entries                 64 x 132 = 8,448              8,640
-csa_indexer_state  4 rows x 2x2x128 fp32      4 x 2,048 = 8,192             8,640
-hca                256/128 = 2 entries        2 x 584 = 1,168               1,728
-=================  =========================  ============================  ============
+===========  ===================  ============================  ==============
+kind         page holds           raw bytes (fp8, V4 shapes)    class (fp8)
+===========  ===================  ============================  ==============
+csa_main     256/4 = 64 entries   64 x 584 = 37,376             37,440
+swa          64 raw positions     64 x 584 = 37,376             37,440
+csa_indexer  64 entries           64 x 132 = 8,448              8,640
+hca          256/128 = 2 entries  2 x 584 = 1,168               1,728
+===========  ===================  ============================  ==============
 
 Derivation of the three fp8 classes 37,440 / 8,640 / 1,728:
 
-1. every page is first rounded up to the allocation unit. In fp8 the unit is the 576-byte data
-   row of an entry (FlashMLA reads pages with a TMA row stride of 576 B, so the peers pad every
-   page of the shared pool to a multiple of it): 37,376 -> 65 x 576 = 37,440;
-   8,448 -> 15 x 576 = 8,640; 8,192 -> 8,640; 32,768 -> 57 x 576 = 32,832; 1,168 -> 3 x 576 = 1,728.
-   (bf16 / fp32 use a 512-byte unit, FlashInfer's.)
-2. the number of rows of a compressor-state page is the largest power of two whose rows fit into
-   the page of the entries they feed (main: 37,440 / 8,192 -> 4 rows for CSA, 37,440 / 4,096 -> 8
-   rows for HCA; indexer: 8,640 / 2,048 -> 4 rows), which is how the peers pick 4 and 8. The SWA
-   page holds ``page_size / csa_ratio`` = 64 positions so it equals a CSA main page.
+1. every page is rounded up to the allocation unit. In fp8 the unit is the 576-byte data row of
+   an entry: FlashMLA reads pages with a TMA row stride of 576 B, so the peers pad every page to a
+   multiple of it (SGLang: ``ceil_div(page_size * 584, 576) * 576``; vLLM: ``alignment=576``):
+   37,376 -> 65 x 576 = 37,440; 8,448 -> 15 x 576 = 8,640; 1,168 -> 3 x 576 = 1,728. (bf16 / fp32
+   use a 512-byte unit, FlashInfer's; their pages are already multiples of it.)
+2. the SWA page holds ``page_size / csa_ratio`` = 64 positions, so it has the CSA main page's size
+   and shares its class; a 128-position window is 2 such pages per layer.
 3. the distinct aligned sizes are partitioned into at most three classes (contiguous in sorted
-   order; a class's page size is its largest member) minimising the padding bytes of one request
-   at the model's full context (``max_position_embeddings``; for 1M tokens the per-block kinds
-   dominate). For V4 in fp8 this merges 32,832 into 37,440 (608 B of padding per state page)
-   rather than 1,728 into 8,640 (6,912 B per HCA page, 4,096 times per request), giving
-   37,440 / 8,640 / 1,728. One page allocator per class serves every kind in it.
+   order; a class's page size is its largest member), minimising the padding bytes of one
+   request at the model's full context. For V4 the four kinds have three distinct sizes, so the
+   classes are exactly 37,440 / 8,640 / 1,728 (fp8), 65,536 / 16,384 / 2,048 (bf16),
+   37,440 / 4,608 / 1,728 (fp8 + fp4 indexer: 64 x 68 = 4,352 -> 8 x 576). One page allocator
+   per class can serve every kind in it.
+
+The peers also page the fp32 compressor states through these classes (vLLM picks 4-row CSA and
+8-row HCA state pages, 32,768 B, so they pad into 37,440, and 4-row indexer-state pages of 8,192
+B that pad into 8,640). Our pool (``memory_pool.DSV4KVPool``) keeps them as fp32 side tensors
+instead, sized exactly: per window page the CSA overlap snapshot (``m`` rows of kv and score, main
+and indexer), per running request the live compressor buffers (CSA: ``m`` rows of ``2 * d`` kv
+and score plus the ``m``-row overlap halves, main and indexer; HCA: ``m'`` rows of kv and score).
 
 Fragmentation is the padding: bytes inside allocated pages that hold no entry (class size minus
-raw page bytes, summed over all pages), reported by :class:`KVPlan` as ``fragmentation_bytes``.
+raw page bytes, summed over all planned pages), reported by :class:`KVPlan` as
+``fragmentation_bytes``. It is real only if the pools give each page its class size as stride
+(``/work/notes/fp8_integration.md``); with unpadded per-kind tensors it is what padding would cost.
 
-Two id spaces (``allocator.py``): a *block page* is one 256-token block of every layer's
-compressed pools (CSA main + CSA indexer per CSA layer, HCA per HCA layer); a *window page* is
-one request's (or one cached resume point's) sliding window of raw KV for every layer plus the
-CSA compressor rings (overlap halves). The HCA compressor ring (up to 127 rows of fp32 kv and
-score per HCA layer) is live-request state only: one *request slot* per running request.
+Units the planner counts (``allocator.py``'s two id spaces plus request slots): a *block page* is
+one 256-token block of every layer's compressed pools (CSA main + CSA indexer per CSA layer, HCA
+per HCA layer); a *window page* is ``sliding_window`` raw positions of every layer plus the CSA
+overlap snapshot (a request holds up to 2 while decoding, a cached resume point 1); a *request
+slot* is one running request's live fp32 compressor state.
 """
 
 from __future__ import annotations
@@ -94,7 +98,6 @@ __all__ = [
     "KV_CACHE_DTYPES",
     "BLOCK_KINDS",
     "WINDOW_KINDS",
-    "REQUEST_KINDS",
     "EntryFormats",
     "KindSpec",
     "SizeClass",
@@ -128,8 +131,7 @@ _FP4_BLOCK = 32
 _STATE_ELEM_BYTES = 4  # compressor state is fp32
 
 BLOCK_KINDS = ("csa_main", "csa_indexer", "hca")
-WINDOW_KINDS = ("swa", "csa_state", "csa_indexer_state")
-REQUEST_KINDS = ("hca_state",)
+WINDOW_KINDS = ("swa",)
 
 # DeepSeek-V3.2 (MLA + lightning indexer): 61 layers, kv_lora_rank 512 + rope 64, indexer 128-d.
 V32_NUM_LAYERS = 61
@@ -271,16 +273,16 @@ class KindSpec:
     """One kind of page.
 
     Attributes:
-        kind: one of :data:`BLOCK_KINDS`, :data:`WINDOW_KINDS`, :data:`REQUEST_KINDS`.
-        scope: ``"block"`` (one page per layer per 256-token block), ``"window"`` (pages per layer
-            per window page) or ``"request"`` (pages per layer per running request).
+        kind: one of :data:`BLOCK_KINDS`, :data:`WINDOW_KINDS`.
+        scope: ``"block"`` (pages per layer per 256-token block) or ``"window"`` (pages per layer
+            per window page).
         num_layers: layers that have this kind.
-        rows_per_page: entries (or state rows) in one page.
-        row_bytes: bytes of one entry / state row.
+        rows_per_page: entries in one page.
+        row_bytes: bytes of one entry.
         raw_page_bytes: ``rows_per_page * row_bytes``.
         aligned_page_bytes: rounded up to the allocation unit.
         page_bytes: the size class the kind is served from (>= aligned).
-        pages_per_unit: pages per layer per block / window page / request.
+        pages_per_unit: pages per layer per block / window page.
     """
 
     kind: str
@@ -300,7 +302,7 @@ class KindSpec:
 
     @property
     def bytes_per_unit(self) -> int:
-        """Allocated bytes of this kind per block / window page / request, all its layers."""
+        """Allocated bytes of this kind per block / window page, all its layers."""
         return self.num_layers * self.pages_per_unit * self.page_bytes
 
     @property
@@ -325,9 +327,14 @@ class KVLayout:
         page_size: tokens per logical block (256).
         kinds: kind name -> :class:`KindSpec` (kinds with no layers are omitted).
         classes: at most ``max_classes`` :class:`SizeClass`, largest first.
-        block_page_bytes: bytes of one block page (all layers).
-        window_page_bytes: bytes of one window page (all layers).
-        request_state_bytes: bytes of one running request's HCA compressor rings.
+        window_snapshot_bytes: fp32 CSA overlap snapshot stored with each window page (all CSA
+            layers: ``m`` rows of kv and score, main ``d`` and indexer ``d_I`` wide).
+        request_state_bytes: fp32 live compressor state of one request slot (per CSA layer:
+            partial buffer ``m x 2d`` kv + score and overlap ``m x d`` kv + score, main and
+            indexer; per HCA layer: ``m' x d`` kv + score).
+
+    Derived: ``block_page_bytes`` (one block page, all layers, class-padded), ``window_page_bytes``
+    (one window page: class-padded SWA pages + snapshot), their ``*_padding_bytes``.
     """
 
     formats: EntryFormats
@@ -340,6 +347,8 @@ class KVLayout:
     hca_ratio: int
     kinds: dict[str, KindSpec]
     classes: tuple[SizeClass, ...]
+    window_snapshot_bytes: int
+    request_state_bytes: int
 
     def _sum(self, scope: str, attr: str) -> int:
         return sum(getattr(k, attr) for k in self.kinds.values() if k.scope == scope)
@@ -350,11 +359,7 @@ class KVLayout:
 
     @property
     def window_page_bytes(self) -> int:
-        return self._sum("window", "bytes_per_unit")
-
-    @property
-    def request_state_bytes(self) -> int:
-        return self._sum("request", "bytes_per_unit")
+        return self._sum("window", "bytes_per_unit") + self.window_snapshot_bytes
 
     @property
     def block_padding_bytes(self) -> int:
@@ -363,10 +368,6 @@ class KVLayout:
     @property
     def window_padding_bytes(self) -> int:
         return self._sum("window", "padding_per_unit")
-
-    @property
-    def request_padding_bytes(self) -> int:
-        return self._sum("request", "padding_per_unit")
 
     def page_bytes(self, kind: str) -> int:
         """Size-class bytes of one page of ``kind`` (per layer)."""
@@ -389,20 +390,13 @@ class KVLayout:
             "classes": [{"page_bytes": c.page_bytes, "kinds": list(c.kinds)} for c in self.classes],
             "block_page_bytes": self.block_page_bytes,
             "window_page_bytes": self.window_page_bytes,
+            "window_snapshot_bytes": self.window_snapshot_bytes,
             "request_state_bytes": self.request_state_bytes,
         }
 
 
 def _round_up(x: int, unit: int) -> int:
     return -(-x // unit) * unit
-
-
-def _pow2_rows(row_bytes: int, target_bytes: int, cap: int) -> int:
-    """Largest power of two ``r <= cap`` with ``r * row_bytes <= target_bytes`` (at least 1)."""
-    r = 1
-    while r * 2 <= cap and r * 2 * row_bytes <= target_bytes:
-        r *= 2
-    return r
 
 
 def _bucket(sizes: dict[str, int], weights: dict[str, int], max_classes: int) -> dict[str, int]:
@@ -459,13 +453,17 @@ def build_kv_layout(
     """
     fmt = entry_formats(model_config, kv_cache_dtype, fp4_indexer)
     m, mp = model_config.csa_ratio, model_config.hca_ratio
-    if page_size <= 0 or page_size % m != 0 or page_size % mp != 0:
-        raise ValueError(f"page_size: must be a positive multiple of {m} and {mp}, got {page_size}")
+    window = model_config.sliding_window
+    if page_size <= 0 or page_size % m != 0 or page_size % mp != 0 or page_size % window != 0:
+        raise ValueError(
+            f"page_size: must be a positive multiple of {m}, {mp} and the sliding window {window}, "
+            f"got {page_size}"
+        )
     if max_classes < 1:
         raise ValueError(f"max_classes: must be >= 1, got {max_classes}")
     n_layers = model_config.num_layers
     n_csa, n_hca = len(model_config.csa_layers), len(model_config.hca_layers)
-    hd, idx, window = fmt.head_dim, fmt.index_head_dim, model_config.sliding_window
+    hd, idx = fmt.head_dim, fmt.index_head_dim
     align = fmt.page_align
 
     # (scope, layers, rows per page, row bytes, rows per unit)
@@ -477,17 +475,6 @@ def build_kv_layout(
         # SWA page = as many raw positions as a CSA main page has entries (shared page size)
         "swa": ("window", n_layers, main_rows, fmt.main_entry_bytes, window),
     }
-    main_page = _round_up(main_rows * fmt.main_entry_bytes, align)
-    idx_page = _round_up(main_rows * fmt.indexer_entry_bytes, align)
-    # compressor rings: rows of [kv | score], each coff * d wide, fp32. CSA: coff = 2 (overlap),
-    # ring of coff * m rows; HCA: coff = 1, ring of m' rows (HF DeepseekV4CSACompressor / HCA).
-    csa_row = 2 * 2 * hd * _STATE_ELEM_BYTES
-    csa_idx_row = 2 * 2 * idx * _STATE_ELEM_BYTES
-    hca_row = 2 * hd * _STATE_ELEM_BYTES
-    geo["csa_state"] = ("window", n_csa, _pow2_rows(csa_row, main_page, 2 * m), csa_row, 2 * m)
-    geo["csa_indexer_state"] = ("window", n_csa, _pow2_rows(csa_idx_row, idx_page, 2 * m), csa_idx_row, 2 * m)
-    geo["hca_state"] = ("request", n_hca, _pow2_rows(hca_row, main_page, mp), hca_row, mp)
-
     geo = {k: v for k, v in geo.items() if v[1] > 0}
     aligned = {k: _round_up(v[2] * v[3], align) for k, v in geo.items()}
     pages_per_unit = {k: -(-v[4] // v[2]) for k, v in geo.items()}
@@ -524,6 +511,9 @@ def build_kv_layout(
         hca_ratio=mp,
         kinds=kinds,
         classes=classes,
+        window_snapshot_bytes=n_csa * m * 2 * (hd + idx) * _STATE_ELEM_BYTES,
+        request_state_bytes=(n_csa * m * (2 * 2 * (hd + idx) + 2 * (hd + idx)) + n_hca * mp * 2 * hd)
+        * _STATE_ELEM_BYTES,
     )
 
 
@@ -628,7 +618,8 @@ class KVPlan:
             (``csa``: (main + indexer) / 4, ``hca``: main / 128, ``sliding``: 0) plus
             ``window_bytes_per_layer`` (sliding window of one request, every layer).
         classes: the page-size classes (bytes, kinds, number of pages to allocate).
-        block_page_bytes / window_page_bytes / request_state_bytes: unit sizes (all layers).
+        block_page_bytes / window_page_bytes / request_state_bytes: unit sizes (all layers; a
+            window page includes its fp32 overlap snapshot, a request slot is fp32 state only).
         num_block_pages / num_window_pages / num_request_slots: how many to allocate (usable;
             the pools add the reserved dummy page 0 themselves).
         kv_capacity_tokens: ``num_block_pages * page_size``.
@@ -636,6 +627,7 @@ class KVPlan:
         max_context: longest single request the pools can hold (capped by the model's context).
         max_concurrency: requests of ``context_length`` tokens that fit at once.
         total_bytes: bytes of all planned pages and slots; budget_bytes: the budget (or None).
+        state_bytes: fp32 compressor state planned (window snapshots + request slots).
         fragmentation_bytes: padding inside the planned pages (allocated but unusable);
             fragmentation_ratio: ``fragmentation_bytes / total_bytes``.
     """
@@ -658,6 +650,7 @@ class KVPlan:
     max_concurrency: int
     total_bytes: int
     budget_bytes: int | None
+    state_bytes: int
     fragmentation_bytes: int
     fragmentation_ratio: float
     layout: KVLayout = field(repr=False)
@@ -690,15 +683,17 @@ def plan_kv_pools(
     max_total_tokens: int | None = None,
     context_length: int | None = None,
     max_running_requests: int | None = None,
+    window_pages_per_request: int = 3,
 ) -> KVPlan:
     """Size the KV pools (called by the runtime at start-up and by the planner CLI).
 
-    Every running request holds ``ceil(L / page_size)`` block pages, one window page and one
-    request slot; each one also gets one spare window page for a cached resume point (radix
-    cache), so ``window pages = 2 * request slots``. With ``n`` request slots::
+    Every running request holds ``ceil(L / page_size)`` block pages, one request slot and
+    ``window_pages_per_request`` window pages (default 3: the two that cover its last 128
+    positions while decoding, plus one for a cached resume point of the radix cache). With ``n``
+    request slots and ``w = window_pages_per_request``::
 
-        n = max_running_requests or max(1, budget // (blocks(L) * block + 2 * window + state))
-        num_block_pages = (budget - n * (2 * window + state)) // block_page_bytes
+        n = max_running_requests or max(1, budget // (blocks(L) * block + w * window + state))
+        num_block_pages = (budget - n * (w * window + state)) // block_page_bytes
 
     or, with ``max_total_tokens`` instead of a budget, ``num_block_pages = ceil(max_total_tokens /
     page_size)`` and ``n = max(1, num_block_pages // blocks(L))``. ``max_total_tokens`` also caps
@@ -714,6 +709,7 @@ def plan_kv_pools(
         context_length: request length concurrency is planned for (default: the model's
             ``max_position_embeddings``).
         max_running_requests: fixes the number of request slots instead of deriving it.
+        window_pages_per_request: window pages planned per request slot.
 
     Raises:
         ValueError: if neither ``budget_bytes`` nor ``max_total_tokens`` is given, a value is
@@ -725,6 +721,8 @@ def plan_kv_pools(
         raise ValueError(f"budget_bytes: must be positive, got {budget_bytes}")
     if max_total_tokens is not None and max_total_tokens <= 0:
         raise ValueError(f"max_total_tokens: must be positive, got {max_total_tokens}")
+    if window_pages_per_request < 1:
+        raise ValueError(f"window_pages_per_request: must be >= 1, got {window_pages_per_request}")
     if max_running_requests is not None and max_running_requests <= 0:
         raise ValueError(f"max_running_requests: must be positive, got {max_running_requests}")
     model_ctx = model_config.context_length
@@ -733,7 +731,7 @@ def plan_kv_pools(
         raise ValueError(f"context_length: must be positive, got {ctx}")
     lay = build_kv_layout(model_config, kv_cache_dtype, fp4_indexer, page_size)
     blk, win, st = lay.block_page_bytes, lay.window_page_bytes, lay.request_state_bytes
-    per_req_fixed = 2 * win + st
+    per_req_fixed = window_pages_per_request * win + st
     blocks_per_req = -(-ctx // page_size)
 
     if budget_bytes is not None:
@@ -756,10 +754,9 @@ def plan_kv_pools(
 
     max_concurrency = min(n, num_blocks // blocks_per_req)
     max_context = min(model_ctx, num_blocks * page_size)
-    num_windows = 2 * n
+    num_windows = window_pages_per_request * n
     total = num_blocks * blk + num_windows * win + n * st
     frag = num_blocks * lay.block_padding_bytes + num_windows * lay.window_padding_bytes
-    frag += n * lay.request_padding_bytes
 
     fmt = lay.formats
     classes = []
@@ -767,7 +764,7 @@ def plan_kv_pools(
         pages = 0
         for k in c.kinds:
             spec = lay.kinds[k]
-            units = {"block": num_blocks, "window": num_windows, "request": n}[spec.scope]
+            units = num_blocks if spec.scope == "block" else num_windows
             pages += units * spec.num_layers * spec.pages_per_unit
         classes.append({"page_bytes": c.page_bytes, "kinds": list(c.kinds), "num_pages": pages})
     m, mp = lay.csa_ratio, lay.hca_ratio
@@ -795,6 +792,7 @@ def plan_kv_pools(
         max_concurrency=int(max_concurrency),
         total_bytes=int(total),
         budget_bytes=budget_bytes,
+        state_bytes=int(num_windows * lay.window_snapshot_bytes + n * st),
         fragmentation_bytes=int(frag),
         fragmentation_ratio=frag / total if total else 0.0,
         layout=lay,

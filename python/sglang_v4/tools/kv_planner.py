@@ -273,7 +273,9 @@ def plan(
     kv = kv_bytes_for_context(model_config, dt, fp4_indexer, ctx)
     layout = build_kv_layout(model_config, dt, fp4_indexer)
     blocks = -(-ctx // layout.page_size)
-    paged = blocks * layout.block_page_bytes + layout.window_page_bytes + layout.request_state_bytes
+    # as allocated for one running request: its block pages, the 2 window pages covering its last
+    # `sliding_window` positions, its fp32 compressor state
+    paged = blocks * layout.block_page_bytes + 2 * layout.window_page_bytes + layout.request_state_bytes
     weights = count_weights(model_config)
     budget = usable - weights["bytes"]
     conc = _concurrency(model_config, dt, fp4_indexer, ctx, budget)
