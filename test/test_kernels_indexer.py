@@ -70,8 +70,8 @@ TOPK_CASES = [
 
 
 @pytest.mark.parametrize("T,C,k", TOPK_CASES)
-@pytest.mark.parametrize("ppr", [None, 1, 7])
-def test_topk_from_scores_exact(T: int, C: int, k: int, ppr: int | None) -> None:
+@pytest.mark.parametrize("tiling", [None, (1024, 2048)])
+def test_topk_from_scores_exact(T: int, C: int, k: int, tiling: tuple[int, int] | None) -> None:
     from sgl_kernel_v4.triton.indexer import topk_from_scores
 
     if INTERP and T * C > 20000:
@@ -82,13 +82,14 @@ def test_topk_from_scores_exact(T: int, C: int, k: int, ppr: int | None) -> None
     if T > 1:
         scores[-1] = float("-inf")  # all-masked row
     out = torch.full((T, k), 12345, dtype=torch.int64)
-    res = topk_from_scores(scores.to(DEVICE), k, out=out.to(DEVICE), programs_per_row=ppr)
+    ch, mr = tiling or (None, None)
+    res = topk_from_scores(scores.to(DEVICE), k, out=out.to(DEVICE), chunk=ch, max_row=mr)
     # exact: continuous random scores have no ties, so the selected set is the true top-k set
     check_selection(res, scores.double(), k, tol=0.0)
 
 
-@pytest.mark.parametrize("ppr", [1, 5])
-def test_topk_ties_and_concentrated_values(ppr: int) -> None:
+@pytest.mark.parametrize("tiling", [None, (1024, 1024)])
+def test_topk_ties_and_concentrated_values(tiling: tuple[int, int] | None) -> None:
     """Few distinct values (heavy ties in every radix digit) and all-equal rows."""
     from sgl_kernel_v4.triton.indexer import topk_from_scores
 
@@ -98,7 +99,8 @@ def test_topk_ties_and_concentrated_values(ppr: int) -> None:
     scores[1] = 2.5  # every candidate equal
     scores[2, :10] = -1e30
     scores[3] = torch.where(torch.rand(C, generator=gen) < 0.5, float("-inf"), -3.0)
-    res = topk_from_scores(scores.to(DEVICE), k, programs_per_row=ppr).cpu()
+    ch, mr = tiling or (None, None)
+    res = topk_from_scores(scores.to(DEVICE), k, chunk=ch, max_row=mr).cpu()
     for t in range(T):
         sel = res[t][res[t] >= 0]
         got = scores[t, sel].sort(descending=True).values

@@ -6,16 +6,14 @@ Op-table entry 6 (``/work/notes/ops.md``); scoring formula from HF ``DeepseekV4I
 
 Pipeline:
 1. ``_score_kernel`` (grid T x C/BLOCK_C): gathers the candidate keys, one tensor-core dot for all
-   indexer heads, ReLU, head-weighted sum; writes an order-preserving 32-bit key per candidate
-   (float bits mapped so that unsigned order == float order; 0 = invalid candidate).
-2. Exact top-k by radix select on those keys (three digit levels of 12/12/8 bits, histograms via
-   ``tl.histogram``), finding the k-th largest key ``thr`` and writing every candidate with
-   ``key > thr`` plus as many ``key == thr`` ties as needed:
-   - many rows (prefill): ``_refine_kernel`` in row mode, one program per row, 4 passes over it;
-   - few rows with many candidates (decode at 256K): ``_hist_kernel`` + ``_select_kernel`` spread
-     each row over P programs (level-1 histogram via atomics; the top bins are written out, the
-     boundary bin is collected into a candidate list), then ``_refine_kernel`` in list mode
-     finishes the boundary bin in one program per row.
+   indexer heads, ReLU, head-weighted sum; writes an order-preserving int32 key per candidate
+   (float bits mapped so that signed int32 order == float order; INT_MIN = invalid candidate).
+2. Exact top-k select on those keys, in registers: one program holds a chunk of keys and finds
+   the k-th largest key ``thr`` by a 32-step bitwise search (each step one block-wide count),
+   then writes every item with ``key > thr`` plus as many ``key == thr`` ties as needed (two
+   cumsums). Rows longer than ``max_row`` (decode at 256K candidates) are first split into
+   chunks whose local top-k survive (the global top-k is a subset of their union), in parallel
+   over many programs; one program per row then selects from the survivors.
 The output holds positions into ``candidates`` in no particular order; ``-1`` pads rows with fewer
 than ``topk`` valid candidates.
 """
@@ -26,21 +24,16 @@ import torch
 import triton
 import triton.language as tl
 
-from sgl_kernel_v4.triton._utils import num_sms
-
 __all__ = ["indexer_topk", "indexer_scores", "topk_from_scores"]
 
-NB1 = 4096  # level-1 digit: key bits 31..20
-NB2 = 4096  # level-2 digit: key bits 19..8
-NB3 = 256  # level-3 digit: key bits 7..0
+INT_MIN = -(2**31)  # key of an invalid candidate (below every float's key)
 
 
 @triton.jit
 def _float_to_key(x):
-    # i < 0 (negative float): flip all bits; else set the sign bit -> unsigned order == float order
+    # signed-order key: flip the 31 low bits of negative floats, so int32 order == float order
     i = x.to(tl.int32, bitcast=True)
-    mask = (i >> 31) | -2147483648
-    return (i ^ mask).to(tl.uint32, bitcast=True)
+    return i ^ ((i >> 31) & 0x7FFFFFFF)
 
 
 @triton.jit
@@ -83,8 +76,8 @@ def _score_kernel(
     s = tl.dot(q.to(k.dtype), tl.trans(k))  # [BLOCK_H, BLOCK_C] fp32
     s = tl.maximum(s * scale, 0.0) * w[:, None]
     score = tl.sum(s, 0)
-    key = tl.where(valid, _float_to_key(score), 0)
-    tl.store(keys_ptr + t * C + offs_c, key.to(tl.int32, bitcast=True), mask=cmask)
+    key = tl.where(valid, _float_to_key(score), tl.full([BLOCK_C], -(2**31), tl.int32))
+    tl.store(keys_ptr + t * C + offs_c, key, mask=cmask)
     if WRITE_SCORES:
         tl.store(scores_ptr + t * C + offs_c, tl.where(valid, score, float("-inf")), mask=cmask)
 
@@ -95,176 +88,116 @@ def _keys_from_scores_kernel(scores_ptr, stride_st, keys_ptr, C, BLOCK: tl.const
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = offs < C
     x = tl.load(scores_ptr + t * stride_st + offs, mask=m, other=float("-inf")).to(tl.float32)
-    key = tl.where(x == float("-inf"), 0, _float_to_key(x))
-    tl.store(keys_ptr + t * C + offs, key.to(tl.int32, bitcast=True), mask=m)
+    key = tl.where(x == float("-inf"), tl.full([BLOCK], -(2**31), tl.int32), _float_to_key(x))
+    tl.store(keys_ptr + t * C + offs, key, mask=m)
 
 
 @triton.jit
-def _threshold(h, need, NB: tl.constexpr):
-    """Largest bin b with count(bins >= b) >= need (-1 if none) and count(bins > b)."""
-    bins = tl.arange(0, NB)
-    ge = tl.cumsum(h, 0, reverse=True)
-    b = tl.max(tl.where(ge >= need, bins, -1), 0)
-    above = tl.sum(tl.where(bins > b, h, 0), 0)
-    return b, above
-
-
-@triton.jit
-def _load_items(keys_row, cand_row, i0, n, BLOCK: tl.constexpr, USE_CAND: tl.constexpr):
-    offs = i0 + tl.arange(0, BLOCK)
-    m = offs < n
-    if USE_CAND:
-        pos = tl.load(cand_row + offs, mask=m, other=0)
-    else:
-        pos = offs
-    key = tl.load(keys_row + pos, mask=m, other=0).to(tl.uint32, bitcast=True)
-    return pos, key, m & (key != 0)
-
-
-@triton.jit
-def _hist_kernel(keys_ptr, hist_ptr, C, chunk, NB: tl.constexpr, BLOCK: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64)
-    p = tl.program_id(1)
-    start = p * chunk
-    end = tl.minimum(start + chunk, C)
-    h = tl.zeros([NB], tl.int32)
-    for i0 in range(start, end, BLOCK):
-        offs = i0 + tl.arange(0, BLOCK)
-        m = offs < end
-        key = tl.load(keys_ptr + t * C + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
-        b = (key >> 20).to(tl.int32)
-        h += tl.histogram(b, NB, mask=m & (key != 0))
-    tl.atomic_add(hist_ptr + t * NB + tl.arange(0, NB), h, mask=h > 0)
+def _kth_largest(key, valid, k):
+    """Largest int32 ``thr`` with ``count(valid & key >= thr) >= k`` (bit-by-bit search);
+    INT_MIN when fewer than ``k`` items are valid."""
+    cnt0 = tl.sum((valid & (key >= 0)).to(tl.int32), 0)
+    thr = tl.where(cnt0 >= k, tl.full([], 0, tl.int32), tl.full([], -(2**31), tl.int32))
+    for b in tl.static_range(30, -1, -1):
+        t2 = thr | (1 << b)
+        cnt = tl.sum((valid & (key >= t2)).to(tl.int32), 0)
+        thr = tl.where(cnt >= k, t2, thr)
+    return thr
 
 
 @triton.jit
 def _select_kernel(
-    keys_ptr, hist_ptr, cnt_ptr, out_ptr, cand_ptr, C, K, chunk, NB: tl.constexpr, BLOCK: tl.constexpr
+    keys_ptr,
+    pos_ptr,
+    n,
+    stride_in,
+    out_keys_ptr,
+    out_pos_ptr,
+    stride_out,
+    k,
+    BLOCK: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    USE_POS: tl.constexpr,
+    FINAL: tl.constexpr,
 ):
+    """Top-k of one BLOCK-sized chunk held in registers. Non-final: writes the chunk's top-k
+    (key, pos) pairs to slots [p*k, p*k+k) (unused slots get INT_MIN keys). Final: writes the
+    positions (int64) to out[t, 0:count]; the host pre-fills -1."""
     t = tl.program_id(0).to(tl.int64)
     p = tl.program_id(1)
-    h = tl.load(hist_ptr + t * NB + tl.arange(0, NB))
-    b1, a1 = _threshold(h, K, NB)
-    start = p * chunk
-    end = tl.minimum(start + chunk, C)
-    for i0 in range(start, end, BLOCK):
-        offs = i0 + tl.arange(0, BLOCK)
-        m = offs < end
-        key = tl.load(keys_ptr + t * C + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
-        valid = m & (key != 0)
-        b = (key >> 20).to(tl.int32)
-        hi = valid & (b > b1)
-        eq = valid & (b == b1)
-        n_hi = tl.sum(hi.to(tl.int32), 0)
-        if n_hi > 0:
-            base = tl.atomic_add(cnt_ptr + t * 2, n_hi)
-            pos = base + tl.cumsum(hi.to(tl.int32), 0) - 1
-            tl.store(out_ptr + t * K + pos, offs.to(tl.int64), mask=hi)
-        n_eq = tl.sum(eq.to(tl.int32), 0)
-        if n_eq > 0:
-            base2 = tl.atomic_add(cnt_ptr + t * 2 + 1, n_eq)
-            pos2 = base2 + tl.cumsum(eq.to(tl.int32), 0) - 1
-            tl.store(cand_ptr + t * C + pos2, offs, mask=eq)
-
-
-@triton.jit
-def _refine_kernel(
-    keys_ptr,
-    cand_ptr,
-    cnt_ptr,
-    out_ptr,
-    C,
-    K,
-    NB1: tl.constexpr,
-    NB2: tl.constexpr,
-    NB3: tl.constexpr,
-    BLOCK: tl.constexpr,
-    USE_CAND: tl.constexpr,
-):
-    t = tl.program_id(0).to(tl.int64)
-    keys_row = keys_ptr + t * C
-    cand_row = cand_ptr + t * C
-    if USE_CAND:
-        base = tl.load(cnt_ptr + t * 2)
-        n = tl.load(cnt_ptr + t * 2 + 1)
+    offs = p * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    key = tl.load(keys_ptr + t * stride_in + offs, mask=m, other=-(2**31))
+    valid = m & (key != -(2**31))
+    if USE_POS:
+        pos = tl.load(pos_ptr + t * stride_in + offs, mask=m, other=-1)
     else:
-        base = 0
-        n = C
-    need = K - base
-    # level 1: bits 31..20
-    h1 = tl.zeros([NB1], tl.int32)
-    for i0 in range(0, n, BLOCK):
-        pos, key, valid = _load_items(keys_row, cand_row, i0, n, BLOCK, USE_CAND)
-        h1 += tl.histogram((key >> 20).to(tl.int32), NB1, mask=valid)
-    b1, a1 = _threshold(h1, need, NB1)
-    # level 2: bits 19..8 within bin b1
-    h2 = tl.zeros([NB2], tl.int32)
-    for i0 in range(0, n, BLOCK):
-        pos, key, valid = _load_items(keys_row, cand_row, i0, n, BLOCK, USE_CAND)
-        sel = valid & ((key >> 20).to(tl.int32) == b1)
-        h2 += tl.histogram(((key >> 8) & 0xFFF).to(tl.int32), NB2, mask=sel)
-    b2, a2 = _threshold(h2, need - a1, NB2)
-    # level 3: bits 7..0 within (b1, b2)
-    h3 = tl.zeros([NB3], tl.int32)
-    pre = b1 * NB2 + b2
-    for i0 in range(0, n, BLOCK):
-        pos, key, valid = _load_items(keys_row, cand_row, i0, n, BLOCK, USE_CAND)
-        sel = valid & ((key >> 8).to(tl.int32) == pre)
-        h3 += tl.histogram((key & 0xFF).to(tl.int32), NB3, mask=sel)
-    b3, a3 = _threshold(h3, need - a1 - a2, NB3)
-    ok = b1 >= 0  # else: fewer valid items than needed, take them all (thr = 0 = invalid key)
-    thr = tl.where(ok, (b1 << 20) | (b2 << 8) | b3, 0).to(tl.uint32)
-    n_sure = tl.where(ok, a1 + a2 + a3, a1)
-    n_tie = tl.where(ok, need - n_sure, 0)
-    off_s = 0
-    off_t = 0
-    for i0 in range(0, n, BLOCK):
-        pos, key, valid = _load_items(keys_row, cand_row, i0, n, BLOCK, USE_CAND)
-        sure = valid & (key > thr)
-        tie = valid & (key == thr)
-        ps = off_s + tl.cumsum(sure.to(tl.int32), 0) - 1
-        tl.store(out_ptr + t * K + base + ps, pos.to(tl.int64), mask=sure)
-        pt = off_t + tl.cumsum(tie.to(tl.int32), 0) - 1
-        tl.store(out_ptr + t * K + base + n_sure + pt, pos.to(tl.int64), mask=tie & (pt < n_tie))
-        off_s += tl.sum(sure.to(tl.int32), 0)
-        off_t += tl.sum(tie.to(tl.int32), 0)
+        pos = offs
+    thr = _kth_largest(key, valid, k)
+    sure = valid & (key > thr)
+    tie = valid & (key == thr)
+    n_sure = tl.sum(sure.to(tl.int32), 0)
+    ps = tl.cumsum(sure.to(tl.int32), 0) - 1
+    pt = n_sure + tl.cumsum(tie.to(tl.int32), 0) - 1
+    dst = tl.where(sure, ps, pt)
+    sel = sure | (tie & (pt < k))
+    if FINAL:
+        tl.store(out_pos_ptr + t * stride_out + dst, pos.to(tl.int64), mask=sel)
+    else:
+        base = t * stride_out + p * k
+        tl.store(out_keys_ptr + base + dst, key, mask=sel)
+        tl.store(out_pos_ptr + base + dst, pos, mask=sel)
+        n_sel = tl.minimum(tl.sum(sel.to(tl.int32), 0), k)
+        offs_k = tl.arange(0, BLOCK_K)
+        pad = (offs_k >= n_sel) & (offs_k < k)
+        tl.store(out_keys_ptr + base + offs_k, tl.full([BLOCK_K], -(2**31), tl.int32), mask=pad)
 
 
-def _select_from_keys(keys: torch.Tensor, topk: int, out: torch.Tensor, programs_per_row: int | None) -> None:
+def _warps(block: int) -> int:
+    return max(4, min(16, block // 512))
+
+
+def _select_from_keys(
+    keys: torch.Tensor,
+    topk: int,
+    out: torch.Tensor,
+    chunk: int | None = None,
+    max_row: int | None = None,
+) -> None:
+    """Write the positions of each row's ``topk`` largest keys into ``out`` (pre-filled with -1).
+
+    Rows longer than ``max_row`` are first cut into ``chunk``-sized pieces whose local top-k
+    survive (the global top-k is a subset of their union), repeatedly, then one program per row
+    selects from the survivors. Every step holds its items in registers.
+    """
     T, C = keys.shape
-    dev = keys.device
-    if programs_per_row is None:
-        programs_per_row = max(1, min(triton.cdiv(2 * num_sms(dev), T), triton.cdiv(C, 4096)))
-    P = int(programs_per_row)
-    block = 1024
-    if P <= 1:
-        _refine_kernel[(T,)](
-            keys,
-            keys,
-            keys,
-            out,
-            C,
-            topk,
-            NB1=NB1,
-            NB2=NB2,
-            NB3=NB3,
-            BLOCK=block,
-            USE_CAND=False,
-            num_warps=8,
-        )
+    if topk > 4096:  # outside the register budget of the in-register select: torch fallback
+        kk = min(topk, C)
+        vals, idx = keys.topk(kk, dim=1)
+        out[:, :kk] = idx.masked_fill(vals == INT_MIN, -1)
         return
-    work = torch.zeros(T * (NB1 + 2), dtype=torch.int32, device=dev)  # one memset for both
-    hist_buf = work[: T * NB1].view(T, NB1)
-    cnt_buf = work[T * NB1 :].view(T, 2)
-    cand = torch.empty((T, C), dtype=torch.int32, device=dev)
-    chunk = triton.cdiv(triton.cdiv(C, P), block) * block
-    _hist_kernel[(T, P)](keys, hist_buf, C, chunk, NB=NB1, BLOCK=block, num_warps=8)
-    _select_kernel[(T, P)](
-        keys, hist_buf, cnt_buf, out, cand, C, topk, chunk, NB=NB1, BLOCK=block, num_warps=8
-    )
-    _refine_kernel[(T,)](
-        keys, cand, cnt_buf, out, C, topk, NB1=NB1, NB2=NB2, NB3=NB3, BLOCK=block, USE_CAND=True, num_warps=8
-    )
+    if max_row is None:
+        max_row = 16384 if T >= 64 else 8192
+    max_row = max(max_row, triton.next_power_of_2(2 * topk))
+    if chunk is None:
+        chunk = 8192 if C > 65536 else 4096
+    chunk = max(chunk, triton.next_power_of_2(2 * topk))
+    block_k = triton.next_power_of_2(topk)
+    cur_keys, cur_pos, n, use_pos = keys, keys, C, False
+    while n > max_row:
+        P = triton.cdiv(n, chunk)
+        nk = torch.empty((T, P * topk), dtype=torch.int32, device=keys.device)
+        npos = torch.empty((T, P * topk), dtype=torch.int32, device=keys.device)
+        _select_kernel[(T, P)](
+            cur_keys, cur_pos, n, cur_keys.stride(0), nk, npos, nk.stride(0), topk,
+            BLOCK=chunk, BLOCK_K=block_k, USE_POS=use_pos, FINAL=False, num_warps=_warps(chunk),
+        )  # fmt: skip
+        cur_keys, cur_pos, n, use_pos = nk, npos, P * topk, True
+    block = max(16, triton.next_power_of_2(n))
+    _select_kernel[(T, 1)](
+        cur_keys, cur_pos, n, cur_keys.stride(0), out, out, out.stride(0), topk,
+        BLOCK=block, BLOCK_K=block_k, USE_POS=use_pos, FINAL=True, num_warps=_warps(block),
+    )  # fmt: skip
 
 
 def _check(
@@ -296,7 +229,7 @@ def indexer_scores(
     *,
     block_c: int = 128,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indexer scores. Returns ``(keys [T, C] int32 order-preserving, scores [T, C] fp32, -inf = invalid)``."""
+    """Indexer scores: ``(keys [T, C] int32 order-preserving, INT_MIN = invalid; scores [T, C] fp32, -inf = invalid)``."""
     _check(q, weights, idx_kv_flat, candidates, 1)
     return _scores(q, weights, idx_kv_flat, candidates, scale, block_c, write_scores=True)
 
@@ -329,7 +262,12 @@ def _scores(
 
 
 def topk_from_scores(
-    scores: torch.Tensor, topk: int, *, out: torch.Tensor | None = None, programs_per_row: int | None = None
+    scores: torch.Tensor,
+    topk: int,
+    *,
+    out: torch.Tensor | None = None,
+    chunk: int | None = None,
+    max_row: int | None = None,
 ) -> torch.Tensor:
     """Positions of the ``topk`` largest entries of each row of ``scores [T, C]`` (fp32/bf16).
 
@@ -348,7 +286,7 @@ def topk_from_scores(
     _keys_from_scores_kernel[(T, triton.cdiv(C, 1024))](
         scores, scores.stride(0), keys, C, BLOCK=1024, num_warps=4
     )
-    _select_from_keys(keys, topk, out, programs_per_row)
+    _select_from_keys(keys, topk, out, chunk, max_row)
     return out
 
 
@@ -361,7 +299,8 @@ def indexer_topk(
     scale: float,
     *,
     out: torch.Tensor | None = None,
-    programs_per_row: int | None = None,
+    chunk: int | None = None,
+    max_row: int | None = None,
     block_c: int = 128,
 ) -> torch.Tensor:
     """Lightning-indexer top-k (op table entry 6).
@@ -374,7 +313,7 @@ def indexer_topk(
         topk: number of positions to return per row.
         scale: score scale (HF: ``di ** -0.5``), applied inside the ReLU.
         out: optional ``[T, topk]`` int64 output buffer.
-        programs_per_row: programs splitting each row's select (None = by batch size).
+        chunk / max_row: select tiling (rows longer than ``max_row`` are pre-reduced in ``chunk``s).
         block_c: candidates per scoring program.
 
     Returns:
@@ -394,5 +333,5 @@ def indexer_topk(
     if T == 0 or C == 0:
         return out
     keys, _ = _scores(q, weights, idx_kv_flat, candidates, scale, block_c, write_scores=False)
-    _select_from_keys(keys, topk, out, programs_per_row)
+    _select_from_keys(keys, topk, out, chunk, max_row)
     return out
