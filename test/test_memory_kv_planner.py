@@ -316,3 +316,50 @@ def test_cli_model_path_text(tmp_path, capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "max concurrent requests of 4,096 tokens" in out and "DeepSeek-V3.2" in out
     assert kv_planner.main(["--model-path", str(tmp_path / "missing")]) == 2
+
+
+def test_encode_decode_entries_dispatch() -> None:
+    from sgl_kernel_v4.ref import kv_quant as kq
+
+    tiny = ModelConfig.from_dict(TINY)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, tiny.head_dim, generator=g)
+    xi = torch.randn(7, tiny.index_head_dim, generator=g)
+    f8 = kl.entry_formats(tiny, "fp8_e4m3")
+    rows = kl.encode_entries(x, f8, "main")
+    assert rows.shape == (3, 5, 194) and rows.dtype == torch.uint8
+    assert torch.equal(rows.reshape(15, -1), kq.quantize_kv_fp8(x.reshape(15, -1), rope_dim=64))
+    back = kl.decode_entries(rows, f8, "main")
+    assert back.shape == x.shape and (back - x).abs().max() < 0.2
+    assert torch.equal(kl.encode_entries(xi, f8, "indexer"), kq.quantize_indexer_fp8(xi))
+    f4 = kl.entry_formats(tiny, "fp8_e4m3", fp4_indexer=True)
+    assert torch.equal(kl.encode_entries(xi, f4, "indexer"), kq.quantize_indexer_fp4(xi))
+    b4 = kq.quantize_indexer_fp4(xi)
+    assert torch.equal(kl.decode_entries(b4, f4, "indexer"), kq.dequantize_indexer_fp4(b4))
+    fb = kl.entry_formats(tiny, "bf16")
+    assert torch.equal(kl.encode_entries(x, fb, "main"), x.to(torch.bfloat16))
+    assert torch.equal(kl.decode_entries(x.to(torch.bfloat16), fb, "main"), x.to(torch.bfloat16).float())
+    with pytest.raises(ValueError, match="last dim"):
+        kl.encode_entries(xi, f8, "main")
+    with pytest.raises(ValueError, match="which"):
+        kl.encode_entries(x, f8, "value")
+
+
+def test_alloc_kind_storage_padded_pages(pro: ModelConfig) -> None:
+    lay = kl.build_kv_layout(pro, "fp8_e4m3")
+    t = kl.alloc_kind_storage(lay, "csa_main", 3)
+    assert t.shape == (30, 3, 64, 584) and t.dtype == torch.uint8
+    assert t.stride() == (3 * 37440, 37440, 584, 1)  # page stride = size class
+    assert t.untyped_storage().nbytes() == 30 * 3 * 37440
+    t[:, 1] = 7
+    raw = torch.frombuffer(bytearray(t.untyped_storage()), dtype=torch.uint8).view(30, 3, 37440)
+    assert (
+        (raw[:, 1, : 64 * 584] == 7).all() and (raw[:, 1, 64 * 584 :] == 0).all() and (raw[:, 0] == 0).all()
+    )
+    swa = kl.alloc_kind_storage(lay, "swa", 4, padded=False)
+    assert swa.shape == (61, 4, 64, 584) and swa.is_contiguous()
+    lb = kl.build_kv_layout(pro, "bf16")
+    h = kl.alloc_kind_storage(lb, "hca", 2)
+    assert h.shape == (31, 2, 2, 512) and h.dtype == torch.bfloat16 and h.stride()[1] * 2 == 2048
+    with pytest.raises(ValueError, match="num_pages"):
+        kl.alloc_kind_storage(lay, "hca", 0)

@@ -91,6 +91,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from sgl_kernel_v4.ref import kv_quant
 
 from sglang_v4.configs.model_config import ModelConfig
 
@@ -106,6 +107,9 @@ __all__ = [
     "normalize_kv_cache_dtype",
     "entry_formats",
     "build_kv_layout",
+    "encode_entries",
+    "decode_entries",
+    "alloc_kind_storage",
     "plan_kv_pools",
     "kv_bytes_for_context",
     "v32_kv_bytes_per_token",
@@ -515,6 +519,115 @@ def build_kv_layout(
         request_state_bytes=(n_csa * m * (2 * 2 * (hd + idx) + 2 * (hd + idx)) + n_hca * mp * 2 * hd)
         * _STATE_ELEM_BYTES,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# storage helpers for the pools
+# ---------------------------------------------------------------------------------------------
+def _check_which(which: str) -> None:
+    if which not in ("main", "indexer"):
+        raise ValueError(f"which: expected 'main' or 'indexer', got {which!r}")
+
+
+def encode_entries(x: torch.Tensor, fmt: EntryFormats, which: str) -> torch.Tensor:
+    """Convert KV vectors to pool storage rows (quantize on write).
+
+    Args:
+        x: ``[..., head_dim]`` (``which="main"``: CSA main / HCA / sliding-window entries, rope slice
+            already rotated) or ``[..., index_head_dim]`` (``which="indexer"``), any float dtype.
+        fmt: from :func:`entry_formats`.
+        which: ``"main"`` or ``"indexer"``.
+
+    Returns:
+        ``[..., fmt.main_row_elems]`` of ``fmt.main_storage_dtype`` (resp. indexer): uint8 bytes of
+        :func:`~sgl_kernel_v4.ref.kv_quant.quantize_kv_fp8` / ``quantize_indexer_fp8`` /
+        ``quantize_indexer_fp4`` for the quantized formats, a plain cast otherwise.
+
+    Raises:
+        ValueError: on a wrong ``which`` or last dimension.
+    """
+    _check_which(which)
+    dim = fmt.head_dim if which == "main" else fmt.index_head_dim
+    if x.shape[-1] != dim:
+        raise ValueError(f"x: expected last dim {dim} for {which} entries, got {x.shape[-1]}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, dim)
+    if which == "main":
+        if fmt.kv_cache_dtype == "fp8_e4m3":
+            out = kv_quant.quantize_kv_fp8(x2, rope_dim=fmt.rope_dim)
+        else:
+            out = x2.to(fmt.main_storage_dtype)
+    elif fmt.fp4_indexer:
+        out = kv_quant.quantize_indexer_fp4(x2)
+    elif fmt.kv_cache_dtype == "fp8_e4m3":
+        out = kv_quant.quantize_indexer_fp8(x2)
+    else:
+        out = x2.to(fmt.indexer_storage_dtype)
+    return out.reshape(*lead, out.shape[-1])
+
+
+def decode_entries(
+    rows: torch.Tensor, fmt: EntryFormats, which: str, out_dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Inverse of :func:`encode_entries` (dequantize on read): ``[..., row_elems]`` storage rows
+    to ``[..., head_dim]`` (or ``index_head_dim``) ``out_dtype`` values.
+
+    Raises:
+        ValueError: on a wrong ``which`` or row size.
+    """
+    _check_which(which)
+    elems = fmt.main_row_elems if which == "main" else fmt.indexer_row_elems
+    if rows.shape[-1] != elems:
+        raise ValueError(f"rows: expected last dim {elems} for {which} storage, got {rows.shape[-1]}")
+    lead = rows.shape[:-1]
+    r2 = rows.reshape(-1, elems)
+    if which == "main":
+        if fmt.kv_cache_dtype == "fp8_e4m3":
+            out = kv_quant.dequantize_kv_fp8(r2, rope_dim=fmt.rope_dim, out_dtype=out_dtype)
+        else:
+            out = r2.to(out_dtype)
+    elif fmt.fp4_indexer:
+        out = kv_quant.dequantize_indexer_fp4(r2, out_dtype=out_dtype)
+    elif fmt.kv_cache_dtype == "fp8_e4m3":
+        out = kv_quant.dequantize_indexer_fp8(r2, out_dtype=out_dtype)
+    else:
+        out = r2.to(out_dtype)
+    return out.reshape(*lead, out.shape[-1])
+
+
+def alloc_kind_storage(
+    layout: KVLayout,
+    kind: str,
+    num_pages: int,
+    device: torch.device | str = "cpu",
+    padded: bool = True,
+) -> torch.Tensor:
+    """Zeroed storage for ``num_pages`` physical pages of ``kind`` for every layer of that kind.
+
+    Returns:
+        ``[num_layers, num_pages, rows_per_page, row_elems]`` of the kind's storage dtype. With
+        ``padded`` the page stride is the size class (``spec.page_bytes``: 37,440 B for an fp8 CSA
+        main page), i.e. the tensor is a strided view into a ``[num_layers, num_pages,
+        page_bytes]`` byte buffer, so the padding the plan reports as fragmentation is really
+        allocated and the page layout is the peers'. Without ``padded`` it is contiguous (no
+        padding; ``.view(num_layers, -1, row_elems)`` then gives flat slot addressing). A window
+        page of ``swa`` is ``spec.pages_per_unit`` (2) consecutive physical pages.
+
+    Raises:
+        KeyError: for a kind the layout does not have; ValueError: for ``num_pages < 1``.
+    """
+    spec = layout.kinds[kind]
+    if num_pages < 1:
+        raise ValueError(f"num_pages: must be >= 1, got {num_pages}")
+    fmt = layout.formats
+    dtype = fmt.indexer_storage_dtype if kind == "csa_indexer" else fmt.main_storage_dtype
+    elems = fmt.indexer_row_elems if kind == "csa_indexer" else fmt.main_row_elems
+    shape = (spec.num_layers, num_pages, spec.rows_per_page, elems)
+    if not padded:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    buf = torch.zeros(spec.num_layers, num_pages, spec.page_bytes, dtype=torch.uint8, device=device)
+    data = buf[..., : spec.raw_page_bytes].view(dtype)
+    return data.unflatten(-1, (spec.rows_per_page, elems))
 
 
 # ---------------------------------------------------------------------------------------------
