@@ -70,29 +70,114 @@ def start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> threading
     return t
 
 
-def get_tokenizer(path: str) -> Any:
-    """Load the model's tokenizer (a ``transformers`` fast tokenizer) from a HF-layout directory.
+class FastTokenizer:
+    """A light HF-compatible tokenizer on ``tokenizers.Tokenizer`` (no ``transformers`` import).
 
-    Tries ``AutoTokenizer.from_pretrained(path)``, then ``PreTrainedTokenizerFast`` on
-    ``path/tokenizer.json``.
+    Loads ``tokenizer.json`` and reads ``tokenizer_config.json`` for the BOS/EOS tokens and
+    ``add_bos_token`` / ``add_eos_token``. Implements the subset of the ``transformers`` tokenizer
+    API the runtime uses: ``encode``, ``decode``, ``batch_decode``, ``convert_ids_to_tokens``,
+    ``convert_tokens_to_ids``, ``len()``, ``vocab_size``, ``bos/eos/pad_token(_id)``,
+    ``all_special_ids``, ``chat_template``. ``test_server_tokenizer.py`` checks it against
+    ``transformers.AutoTokenizer`` on the same files.
+    """
+
+    def __init__(self, path: str) -> None:
+        import json
+
+        import tokenizers
+
+        self.name_or_path = path
+        self._tok = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+        cfg: dict[str, Any] = {}
+        cfg_file = os.path.join(path, "tokenizer_config.json")
+        if os.path.exists(cfg_file):
+            with open(cfg_file, encoding="utf-8") as f:
+                cfg = json.load(f)
+
+        def token_str(v: Any) -> str | None:
+            if isinstance(v, dict):
+                return v.get("content")
+            return v if isinstance(v, str) else None
+
+        self.bos_token = token_str(cfg.get("bos_token"))
+        self.eos_token = token_str(cfg.get("eos_token"))
+        self.pad_token = token_str(cfg.get("pad_token"))
+        self.bos_token_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None
+        self.eos_token_id = self._tok.token_to_id(self.eos_token) if self.eos_token else None
+        self.pad_token_id = self._tok.token_to_id(self.pad_token) if self.pad_token else None
+        self.add_bos_token = bool(cfg.get("add_bos_token", False))
+        self.add_eos_token = bool(cfg.get("add_eos_token", False))
+        self.clean_up_tokenization_spaces = bool(cfg.get("clean_up_tokenization_spaces", False))
+        self.chat_template = cfg.get("chat_template")
+        self.model_max_length = int(cfg.get("model_max_length", 1 << 30))
+        unk = token_str(cfg.get("unk_token"))
+        named = (self.bos_token, self.eos_token, self.pad_token, unk)
+        self.all_special_ids = sorted({i for t in named if t and (i := self._tok.token_to_id(t)) is not None})
+
+    def __len__(self) -> int:
+        return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    @property
+    def vocab_size(self) -> int:
+        """Base vocabulary size without added tokens (HF's ``vocab_size``)."""
+        return int(self._tok.get_vocab_size(with_added_tokens=False))
+
+    def encode(self, text: str, add_special_tokens: bool = True, **_: Any) -> list[int]:
+        """Token ids of ``text``; BOS/EOS added per ``tokenizer_config.json`` when ``add_special_tokens``."""
+        ids = list(self._tok.encode(text, add_special_tokens=False).ids)
+        if add_special_tokens:
+            if self.add_bos_token and self.bos_token_id is not None:
+                ids = [self.bos_token_id, *ids]
+            if self.add_eos_token and self.eos_token_id is not None:
+                ids = [*ids, self.eos_token_id]
+        return ids
+
+    def __call__(self, text: str, add_special_tokens: bool = True, **_: Any) -> dict[str, list[int]]:
+        return {"input_ids": self.encode(text, add_special_tokens=add_special_tokens)}
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False, **_: Any) -> str:
+        """Text of ``ids`` (an int or a list of ints)."""
+        if isinstance(ids, int):
+            ids = [ids]
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, batch: list[list[int]], skip_special_tokens: bool = False, **_: Any) -> list[str]:
+        return list(self._tok.decode_batch([list(b) for b in batch], skip_special_tokens=skip_special_tokens))
+
+    def convert_ids_to_tokens(self, ids: Any) -> Any:
+        if isinstance(ids, int):
+            return self._tok.id_to_token(ids)
+        return [self._tok.id_to_token(i) for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: Any) -> Any:
+        if isinstance(tokens, str):
+            return self._tok.token_to_id(tokens)
+        return [self._tok.token_to_id(t) for t in tokens]
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self._tok.get_vocab(with_added_tokens=True))
+
+
+def get_tokenizer(path: str) -> Any:
+    """Load the model's tokenizer from a HF-layout directory.
+
+    ``tokenizer.json`` present: a :class:`FastTokenizer` (fast to import; same ids and text as
+    ``transformers``). Otherwise ``transformers.AutoTokenizer.from_pretrained(path)``.
 
     Raises:
-        ValueError: the directory has no usable tokenizer.
+        ValueError: the directory has no usable tokenizer (message names ``tokenizer_path``).
     """
-    import transformers
-
-    errors: list[str] = []
-    try:
-        return transformers.AutoTokenizer.from_pretrained(path)
-    except Exception as e:  # noqa: BLE001 - fall back to the raw tokenizer.json
-        errors.append(f"AutoTokenizer: {e}")
-    tok_file = os.path.join(path, "tokenizer.json")
-    if os.path.exists(tok_file):
+    if os.path.exists(os.path.join(path, "tokenizer.json")):
         try:
-            return transformers.PreTrainedTokenizerFast(tokenizer_file=tok_file)
-        except Exception as e:  # noqa: BLE001
-            errors.append(f"PreTrainedTokenizerFast: {e}")
-    raise ValueError(f"tokenizer_path: cannot load a tokenizer from {path!r}: {'; '.join(errors)}")
+            return FastTokenizer(path)
+        except Exception as e:  # noqa: BLE001 - fall back to transformers
+            logger.warning("FastTokenizer failed on %s (%s); using transformers", path, e)
+    try:
+        import transformers
+
+        return transformers.AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"tokenizer_path: cannot load a tokenizer from {path!r}: {e}") from None
 
 
 def find_printable_text(text: str) -> str:

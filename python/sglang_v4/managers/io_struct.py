@@ -235,8 +235,10 @@ def _get_n(params: Any) -> int:
     n = params.get("n", 1)
     if n is None:
         return 1
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"sampling_params.n must be a positive integer (got {n!r}).")
+    from sglang_v4.sampling.sampling_params import MAX_N
+
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise ValueError(f"n must be in [1, {MAX_N}] (sampling_params.n, got {n!r}).")
     return n
 
 

@@ -1,0 +1,137 @@
+"""``sglang_v4.Engine`` (offline API) over the real processes with the model-free FakeScheduler.
+
+Expected texts come from ``transformers.AutoTokenizer`` on the same tokenizer files (independent
+of the runtime's own tokenizer wrapper).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from server_fixture import FAKE_TEXT, make_fake_model_dir, tokenizer_source_dir
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory):
+    from sglang_v4 import Engine
+
+    model = make_fake_model_dir(tmp_path_factory.mktemp("model"))
+    old = os.environ.get("SGLANG_V4_SCHEDULER_CLASS")
+    os.environ["SGLANG_V4_SCHEDULER_CLASS"] = "server_fixture:FakeScheduler"
+    try:
+        eng = Engine(model_path=str(model), page_size=256)
+    finally:
+        if old is None:
+            os.environ.pop("SGLANG_V4_SCHEDULER_CLASS", None)
+        else:
+            os.environ["SGLANG_V4_SCHEDULER_CLASS"] = old
+    with eng:
+        yield eng
+    assert not eng._procs.scheduler.is_alive() and not eng._procs.detokenizer.is_alive()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+
+
+def expected(tok, n: int) -> str:
+    ids = tok.encode(FAKE_TEXT)
+    return tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
+
+
+def test_generate_single_and_batch(engine, tok):
+    out = engine.generate(prompt="Hello", sampling_params={"max_new_tokens": 6})
+    assert out["text"] == expected(tok, 6)
+    assert out["meta_info"]["prompt_tokens"] == len(tok.encode("Hello"))
+    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 6}
+    assert len(out["output_ids"]) == 6
+    outs = engine.generate(
+        prompt=["a", "b c"], sampling_params=[{"max_new_tokens": 2}, {"max_new_tokens": 4}]
+    )
+    assert [o["text"] for o in outs] == [expected(tok, 2), expected(tok, 4)]
+    outs = engine.generate(input_ids=[[1, 2, 3], [4]], sampling_params={"max_new_tokens": 1})
+    assert [o["meta_info"]["prompt_tokens"] for o in outs] == [3, 1]
+    out = engine.generate(input_ids=[7, 8], sampling_params={"max_new_tokens": 2, "n": 3})
+    assert isinstance(out, list) and len(out) == 3
+
+
+def test_generate_stream(engine, tok):
+    chunks = list(engine.generate(prompt="Hi", sampling_params={"max_new_tokens": 10}, stream=True))
+    assert len(chunks) >= 2
+    assert chunks[-1]["text"] == expected(tok, 10)
+    assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
+    assert all(b["text"].startswith(a["text"]) for a, b in zip(chunks, chunks[1:]))
+
+
+def test_generate_logprobs(engine):
+    out = engine.generate(
+        input_ids=[5, 6, 7],
+        sampling_params={"max_new_tokens": 2},
+        return_logprob=True,
+        logprob_start_len=0,
+        top_logprobs_num=1,
+    )
+    m = out["meta_info"]
+    assert [e[1] for e in m["input_token_logprobs"]] == [5, 6, 7]
+    assert m["input_token_logprobs"][0][0] is None and m["input_token_logprobs"][1][2] is None
+    assert [e[1] for e in m["output_token_logprobs"]] == out["output_ids"]
+    assert len(m["output_top_logprobs"]) == 2
+
+
+def test_bad_input_raises_value_error(engine):
+    with pytest.raises(ValueError, match="not_a_param"):
+        engine.generate(prompt="a", sampling_params={"not_a_param": 1})
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        engine.generate(input_ids=[10**9])
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        engine.generate(prompt="a", sampling_params={"max_new_tokens": -2})
+    assert (
+        engine.generate(prompt="fine", sampling_params={"max_new_tokens": 1})["meta_info"][
+            "completion_tokens"
+        ]
+        == 1
+    )
+
+
+def test_async_generate(engine, tok):
+    async def main():
+        outs = await asyncio.gather(
+            *(engine.async_generate(prompt=f"p{i}", sampling_params={"max_new_tokens": 3}) for i in range(4))
+        )
+        chunks = [
+            c
+            async for c in await engine.async_generate(
+                prompt="s", sampling_params={"max_new_tokens": 3}, stream=True
+            )
+        ]
+        return outs, chunks
+
+    outs, chunks = asyncio.run(main())
+    assert [o["text"] for o in outs] == [expected(tok, 3)] * 4
+    assert chunks[-1]["text"] == expected(tok, 3)
+
+
+def test_flush_cache_and_server_info(engine):
+    assert engine.flush_cache() is True
+    info = engine.get_server_info()
+    assert info["page_size"] == 256 and info["kv_pool"]["used_pages"] == 0
+    assert info["context_len"] > 0
+
+
+def test_engine_arg_errors():
+    from sglang_v4 import Engine
+
+    with pytest.raises(ValueError, match="no_such_option"):
+        Engine(model_path="/nonexistent", no_such_option=1)
+    with pytest.raises(ValueError, match="page_size"):
+        Engine(model_path="/nonexistent", page_size=100)
+    with pytest.raises(ValueError, match="model_path"):
+        Engine(model_path=str(Path("/nonexistent/dir")))

@@ -1,0 +1,376 @@
+"""Native HTTP API of the real server process (``launch_server``) over a model-free scheduler.
+
+The scheduler is ``server_fixture.FakeScheduler`` (emits the tokens of ``FAKE_TEXT`` in order), so
+the expected texts are computed here independently with the tokenizer: the tests check the
+tokenizer manager, ZMQ wiring, detokenizer, HTTP layer, SSE format and error handling.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from server_fixture import (
+    FAKE_CONTEXT_LEN,
+    FAKE_TEXT,
+    FAKE_VOCAB,
+    fake_env,
+    make_fake_model_dir,
+    sse_events,
+    start_server,
+    tokenizer_source_dir,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_fake_model_dir(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    h = start_server(["--model-path", str(model_dir)], fake_env({"FAKE_STEP_SLEEP": "0.01"}), log)
+    yield h
+    code = h.stop()
+    assert code == 0, h.log()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+
+
+def expected_text(tok, n: int) -> str:
+    ids = tok.encode(FAKE_TEXT)
+    return tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
+
+
+def gen(server, body, **kw) -> requests.Response:
+    return requests.post(server.url + "/generate", json=body, timeout=60, **kw)
+
+
+# ----------------------------------------------------------------------------- happy paths
+def test_generate_single_text(server, tok):
+    r = gen(server, {"text": "Hello there", "sampling_params": {"max_new_tokens": 20, "temperature": 0}})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["text"] == expected_text(tok, 20)
+    assert out["output_ids"] == [tok.encode(FAKE_TEXT)[i] for i in range(20)]
+    m = out["meta_info"]
+    assert m["finish_reason"] == {"type": "length", "length": 20}
+    assert m["prompt_tokens"] == len(tok.encode("Hello there"))
+    assert m["completion_tokens"] == 20 and m["cached_tokens"] == 0
+    assert isinstance(m["id"], str) and m["e2e_latency"] > 0
+
+
+def test_generate_input_ids_and_batch_order(server, tok):
+    r = gen(server, {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}, "rid": "ids-single"})
+    assert r.status_code == 200, r.text
+    assert r.json()["meta_info"]["prompt_tokens"] == 3 and r.json()["meta_info"]["id"] == "ids-single"
+    # Batch of input_ids with different lengths, n=2: outputs grouped by prompt (SGLang order).
+    r = gen(server, {"input_ids": [[1, 2], [3, 4, 5, 6]], "sampling_params": {"max_new_tokens": 4, "n": 2}})
+    assert r.status_code == 200, r.text
+    outs = r.json()
+    assert [o["meta_info"]["prompt_tokens"] for o in outs] == [2, 2, 4, 4]
+    assert len({o["meta_info"]["id"] for o in outs}) == 4
+    assert all(o["text"] == expected_text(tok, 4) for o in outs)
+    # Batch of texts with per-item sampling params.
+    r = gen(
+        server,
+        {
+            "text": ["a", "b c d"],
+            "sampling_params": [{"max_new_tokens": 2}, {"max_new_tokens": 5}],
+            "rid": ["x", "y"],
+        },
+    )
+    outs = r.json()
+    assert [o["meta_info"]["id"] for o in outs] == ["x", "y"]
+    assert [o["meta_info"]["completion_tokens"] for o in outs] == [2, 5]
+
+
+def test_streaming_cumulative_and_done(server, tok):
+    body = {"text": "Hi", "sampling_params": {"max_new_tokens": 24}, "stream": True}
+    with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert len(chunks) >= 2
+    texts = [c["text"] for c in chunks]
+    for a, b in zip(texts, texts[1:]):
+        assert b.startswith(a)  # cumulative
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
+    assert texts[-1] == expected_text(tok, 24)
+    # No chunk ever shows a replacement character from a split multi-byte character.
+    assert all("\ufffd" not in t for t in texts)
+
+
+def test_batch_streaming_has_index(server):
+    body = {"text": ["a", "b"], "sampling_params": {"max_new_tokens": 3}, "stream": True}
+    with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    finals = [e for e in events[:-1] if e["meta_info"]["finish_reason"] is not None]
+    assert sorted(e["index"] for e in finals) == [0, 1]
+
+
+def test_stop_string_trim_and_no_trim(server, tok):
+    full = expected_text(tok, 30)
+    stop = "fox"
+    assert stop in full
+    r = gen(server, {"text": "x", "sampling_params": {"max_new_tokens": 30, "stop": stop}})
+    out = r.json()
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    assert out["text"] == full[: full.index(stop)]
+    r = gen(
+        server, {"text": "x", "sampling_params": {"max_new_tokens": 30, "stop": [stop], "no_stop_trim": True}}
+    )
+    assert r.json()["text"] == full[: full.index(stop) + len(stop)]
+    # Streaming never shows text that the final (trimmed) text does not start with.
+    body = {"text": "x", "sampling_params": {"max_new_tokens": 30, "stop": "jumps over"}, "stream": True}
+    with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as resp:
+        chunks = sse_events(resp)[:-1]
+    final = chunks[-1]["text"]
+    assert final == full[: full.index("jumps over")]
+    assert all(final.startswith(c["text"]) for c in chunks)
+
+
+def test_stop_token_ids_trimmed_from_text(server, tok):
+    stop_id = tok.encode(" zebra")[0]
+    r = gen(server, {"text": "x", "sampling_params": {"max_new_tokens": 10, "stop_token_ids": [stop_id]}})
+    out = r.json()
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_id}
+    assert out["output_ids"][-1] == stop_id and len(out["output_ids"]) == 4
+    assert out["text"] == expected_text(tok, 3)
+
+
+def test_logprobs_format(server, tok):
+    body = {
+        "text": "Hello world again",
+        "sampling_params": {"max_new_tokens": 3},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "top_logprobs_num": 2,
+        "return_text_in_logprobs": True,
+    }
+    m = gen(server, body).json()["meta_info"]
+    prompt = tok.encode("Hello world again")
+    assert [e[1] for e in m["input_token_logprobs"]] == prompt
+    assert m["input_token_logprobs"][0][0] is None
+    assert [e[2] for e in m["input_token_logprobs"]] == [tok.decode([t]) for t in prompt]
+    assert len(m["output_token_logprobs"]) == 3
+    assert all(e[0] == -0.25 for e in m["output_token_logprobs"])
+    assert len(m["output_top_logprobs"]) == 3 and len(m["output_top_logprobs"][0]) == 2
+    assert m["output_top_logprobs"][0][1][:2] == [-0.1, 1]
+    # Without return_text_in_logprobs the text slot is null; default start = output only.
+    m = gen(server, {"text": "Hi", "sampling_params": {"max_new_tokens": 2}, "return_logprob": True}).json()[
+        "meta_info"
+    ]
+    assert all(e[2] is None for e in m["output_token_logprobs"])
+    assert "output_top_logprobs" not in m
+
+
+# ----------------------------------------------------------------------------- bad input
+BAD_BODIES = [
+    ({"text": 123}, "text must be"),
+    ({"text": "a", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens"),
+    ({"text": "a", "sampling_params": {"temperature": "hot"}}, "temperature"),
+    ({"text": "a", "sampling_params": {"not_a_param": 1}}, "not_a_param"),
+    ({"text": "a", "sampling_params": {"n": 100000}}, "n must be"),
+    ({"text": "a", "sampling_params": {"top_p": 0}}, "top_p"),
+    ({"text": ""}, "empty"),
+    ({"input_ids": []}, "empty"),
+    ({"input_ids": [1, FAKE_VOCAB + 5]}, "outside the vocabulary"),
+    ({"input_ids": [1, -3]}, "outside the vocabulary"),
+    ({"input_ids": [1] * (FAKE_CONTEXT_LEN + 10)}, "context length"),
+    ({"input_ids": [1] * 100, "sampling_params": {"max_new_tokens": FAKE_CONTEXT_LEN}}, "context length"),
+    ({"input_ids": [1, 2.5]}, "input_ids must be"),
+    ({"text": "a", "input_ids": [1]}, "exactly one"),
+    ({}, "exactly one"),
+    ({"text": "a", "bogus_field": 1}, "bogus_field"),
+    ({"text": "a", "stream": "yes"}, "stream must be"),
+    ({"text": "a", "image_data": "http://x/y.png"}, "not supported"),
+    ({"text": "a", "return_logprob": True, "logprob_start_len": 50}, "logprob_start_len"),
+    ({"text": ["a", "b"], "sampling_params": [{"max_new_tokens": 1}]}, "batch size"),
+    ({"text": "a", "sampling_params": {"json_schema": "{}"}}, "not supported"),
+    ([1, 2, 3], "JSON object"),
+]
+
+
+@pytest.mark.parametrize("body,needle", BAD_BODIES, ids=[str(i) for i in range(len(BAD_BODIES))])
+def test_bad_input_gets_400(server, body, needle):
+    for stream in (False, True):
+        if stream and isinstance(body, dict):
+            body = {**body, "stream": body.get("stream", True)}
+        r = requests.post(server.url + "/generate", json=body, timeout=30)
+        assert r.status_code == 400, (body, r.status_code, r.text)
+        msg = r.json()["error"]["message"]
+        assert needle.lower() in msg.lower(), msg
+
+
+def test_malformed_json_and_server_keeps_serving(server, tok):
+    r = requests.post(
+        server.url + "/generate",
+        data=b'{"text": "a", ',
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert r.status_code == 400 and "Malformed JSON" in r.json()["error"]["message"]
+    r = gen(server, {"text": "still alive?", "sampling_params": {"max_new_tokens": 5}})
+    assert r.status_code == 200 and r.json()["text"] == expected_text(tok, 5)
+    assert requests.get(server.url + "/health", timeout=10).status_code == 200
+
+
+# ----------------------------------------------------------------------------- other endpoints
+def test_info_endpoints(server, model_dir):
+    for path in ("/model_info", "/get_model_info"):
+        m = requests.get(server.url + path, timeout=10).json()
+        assert m["model_path"] == str(model_dir) and m["tokenizer_path"] == str(model_dir)
+        assert m["is_generation"] is True and m["model_type"] == "deepseek_v4"
+    for path in ("/server_info", "/get_server_info"):
+        s = requests.get(server.url + path, timeout=10).json()
+        assert s["page_size"] == 256 and s["context_len"] == FAKE_CONTEXT_LEN
+        assert "kv_pool" in s and s["internal_states"][0]["kv_pool"] == s["kv_pool"]
+    assert requests.get(server.url + "/health_generate", timeout=30).status_code == 200
+    r = requests.post(server.url + "/flush_cache", timeout=10)
+    assert r.status_code == 200 and r.text.startswith("Cache flushed")
+    assert requests.get(server.url + "/metrics", timeout=10).status_code == 404  # metrics off
+
+
+def _used_pages(server) -> int:
+    return requests.get(server.url + "/server_info", timeout=10).json()["kv_pool"]["used_pages"]
+
+
+def test_client_disconnect_mid_stream_returns_pages(server):
+    idle = _used_pages(server)
+    body = {"text": "long one", "sampling_params": {"max_new_tokens": 400}, "stream": True}
+    r = requests.post(server.url + "/generate", json=body, stream=True, timeout=60)
+    it = r.iter_lines()
+    got = [line for _, line in zip(range(6), it) if line]
+    assert len(got) >= 3
+    assert _used_pages(server) > idle  # the request holds pages while it runs
+    r.close()  # client goes away
+    deadline = time.time() + 10
+    while time.time() < deadline and _used_pages(server) != idle:
+        time.sleep(0.1)
+    assert _used_pages(server) == idle
+
+
+def test_abort_request_endpoint(server):
+    results: dict[str, object] = {}
+
+    def run() -> None:
+        results["out"] = gen(
+            server, {"text": "abort me", "rid": "to-abort", "sampling_params": {"max_new_tokens": 450}}
+        )
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1.0)
+    r = requests.post(server.url + "/abort_request", json={"rid": "to-abort"}, timeout=10)
+    assert r.status_code == 200
+    t.join(30)
+    out = results["out"].json()  # type: ignore[union-attr]
+    assert out["meta_info"]["finish_reason"]["type"] == "abort"
+    assert out["meta_info"]["completion_tokens"] < 450
+    assert requests.post(server.url + "/abort_request", data=b"[1]", timeout=10).status_code == 400
+
+
+def test_flush_cache_refused_while_running(server):
+    body = {"text": "busy", "sampling_params": {"max_new_tokens": 200}, "stream": True}
+    with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
+        next(r.iter_lines())
+        f = requests.post(server.url + "/flush_cache", timeout=10)
+        assert f.status_code == 400
+    deadline = time.time() + 10
+    while (
+        time.time() < deadline and requests.post(server.url + "/flush_cache", timeout=10).status_code != 200
+    ):
+        time.sleep(0.1)
+    assert requests.post(server.url + "/flush_cache", timeout=10).status_code == 200
+
+
+# ----------------------------------------------------------------------------- api key + metrics
+@pytest.fixture(scope="module")
+def secured(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    log = tmp_path_factory.mktemp("log2") / "server.log"
+    h = start_server(
+        ["--model-path", str(model_dir), "--enable-metrics", "--served-model-name", "fake-v4"],
+        fake_env(),
+        log,
+        api_key="s3cret",
+    )
+    yield h
+    h.stop()
+
+
+def test_api_key(secured):
+    body = {"text": "a", "sampling_params": {"max_new_tokens": 2}}
+    assert requests.post(secured.url + "/generate", json=body, timeout=30).status_code == 401
+    bad = {"Authorization": "Bearer wrong"}
+    r = requests.post(secured.url + "/generate", json=body, headers=bad, timeout=30)
+    assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
+    assert requests.get(secured.url + "/model_info", timeout=30).status_code == 401
+    r = requests.post(secured.url + "/generate", json=body, headers=secured.headers(), timeout=30)
+    assert r.status_code == 200
+    assert requests.get(secured.url + "/health", timeout=30).status_code == 200  # probes stay open
+    m = requests.get(secured.url + "/model_info", headers=secured.headers(), timeout=30).json()
+    assert m["served_model_name"] == "fake-v4"
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in metrics:\n{text[:2000]}")
+
+
+def test_metrics(secured):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    before = requests.get(secured.url + "/metrics", timeout=30).text
+    gen_before = _metric(before, "sglang:generation_tokens_total")
+    body = {"text": "count me", "sampling_params": {"max_new_tokens": 7}}
+    requests.post(
+        secured.url + "/generate", json=body, headers=secured.headers(), timeout=30
+    ).raise_for_status()
+    text = requests.get(secured.url + "/metrics", timeout=30).text
+    families = {f.name for f in text_string_to_metric_families(text)}  # a real Prometheus parser
+    for name in (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:cache_hit_rate",
+        "sglang:gen_throughput",
+        "sglang:time_to_first_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:e2e_request_latency_seconds",
+        "sglang:prompt_tokens",
+        "sglang:generation_tokens",
+    ):
+        assert name in families, name
+    assert _metric(text, "sglang:generation_tokens_total") == gen_before + 7
+    assert _metric(text, "sglang:gen_throughput") == 123.0  # FakeScheduler.get_metrics value
+    assert 'model_name="fake-v4"' in text
+
+
+def test_sse_payloads_are_json(server):
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}, "stream": True}
+    with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
+        raw = r.content.decode()
+    blocks = [b for b in raw.split("\n\n") if b]
+    assert blocks[-1] == "data: [DONE]"
+    for b in blocks[:-1]:
+        assert b.startswith("data: ")
+        json.loads(b[len("data: ") :])
