@@ -6,7 +6,6 @@ import random
 
 import pytest
 from server_fixture import tokenizer_source_dir
-
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager, trim_matched_stop
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
 from sglang_v4.managers.tokenizer_manager import stop_holdback
