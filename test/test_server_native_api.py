@@ -374,3 +374,28 @@ def test_sse_payloads_are_json(server):
     for b in blocks[:-1]:
         assert b.startswith("data: ")
         json.loads(b[len("data: ") :])
+
+
+def test_client_disconnect_non_streaming_returns_pages(server):
+    import socket
+    from urllib.parse import urlparse
+
+    idle = _used_pages(server)
+    steps0 = requests.get(server.url + "/server_info", timeout=10).json()["num_steps"]
+    u = urlparse(server.url)
+    body = json.dumps({"text": "go away", "sampling_params": {"max_new_tokens": 450}}).encode()
+    req = (
+        f"POST /generate HTTP/1.1\r\nHost: {u.hostname}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.sendall(req)
+        time.sleep(0.8)
+        assert _used_pages(server) > idle
+    # The request would run ~4.5 s more; the server notices the disconnect and aborts it.
+    deadline = time.time() + 8
+    while time.time() < deadline and _used_pages(server) != idle:
+        time.sleep(0.1)
+    assert _used_pages(server) == idle
+    steps = requests.get(server.url + "/server_info", timeout=10).json()["num_steps"] - steps0
+    assert steps < 400  # aborted, not run to its 450 tokens

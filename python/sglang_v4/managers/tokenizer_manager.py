@@ -465,7 +465,7 @@ class TokenizerManager:
         try:
             while True:
                 try:
-                    await asyncio.wait_for(state.event.wait(), timeout=4.0)
+                    await asyncio.wait_for(state.event.wait(), timeout=1.0)
                 except asyncio.TimeoutError:
                     if request is not None and await request.is_disconnected():
                         raise RequestError(f"Client disconnected; request {rid} aborted.", 499) from None
