@@ -38,8 +38,8 @@ logger = logging.getLogger(__name__)
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 _SKIP_PREFIXES = ("mtp.",)
-_FP8_HEADER = "F8_E4M3"
-_FP4_HEADERS = ("I8", "U8", "F4")
+_FP8_HEADER_PREFIX = "F8_"  # F8_E4M3 (V3/V4), F8_E5M2
+_FLOAT_HEADERS = ("BF16", "F16", "F32", "F64")
 _OFFICIAL_TOP = ("embed.weight", "head.weight", "norm.weight", "hc_head_fn", "hc_head_base", "hc_head_scale")
 
 
@@ -126,11 +126,11 @@ class _Source:
     def kind(self) -> str:
         if self.scale is None:
             return "plain"
-        if self.header_dtype == _FP8_HEADER:
+        if self.header_dtype.startswith(_FP8_HEADER_PREFIX):
             return "fp8"
-        if self.header_dtype in _FP4_HEADERS:
-            return "fp4"
-        return "scaled"  # a float weight with a scale: multiply like FP8
+        if self.header_dtype in _FLOAT_HEADERS:
+            return "scaled"  # a float weight with a block scale: multiply like FP8
+        return "fp4"  # packed e2m1 (int8 / uint8 / float4_e2m1fn_x2)
 
     @property
     def logical_shape(self) -> tuple[int, ...]:
@@ -156,6 +156,29 @@ class _Plan:
     key_file: dict[str, str] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     fmt: str = "hf"
+    block: tuple[int, int] = (128, 128)
+
+
+def _check_scale(src: _Source, block: tuple[int, int]) -> None:
+    """Raise ValueError naming ``src.key`` if its scale's header shape does not fit the weight."""
+    if src.scale is None or src.scale_shape is None:
+        return
+    *lead, r, c = src.shape
+    if src.kind == "fp4":
+        want = (*lead, r, 2 * c // FP4_GROUP)
+        if (2 * c) % FP4_GROUP or src.scale_shape != want:
+            raise ValueError(
+                f"{src.key}: FP4 scale has shape {src.scale_shape}, expected {want} for packed weight of shape "
+                f"{src.shape} (one scale per {FP4_GROUP} values)"
+            )
+        return
+    bm, bn = block
+    want = (*lead, -(-r // bm), -(-c // bn))
+    if src.scale_shape != want:
+        raise ValueError(
+            f"{src.key}: FP8 block scale has shape {src.scale_shape}, expected {want} for a weight of "
+            f"shape {src.shape} with {bm}x{bn} blocks"
+        )
 
 
 def _scale_target(key: str, keys: set[str]) -> str | None:
@@ -181,7 +204,7 @@ def _detect_format(keys: list[str]) -> str:
 
 def _plan(model_path: str) -> _Plan:
     files = checkpoint_files(model_path)
-    plan = _Plan()
+    plan = _Plan(block=_block_size(model_path))
     meta: dict[str, tuple[str, tuple[int, ...]]] = {}
     for path in files:
         with safe_open(path, framework="pt") as f:
@@ -214,6 +237,7 @@ def _plan(model_path: str) -> _Plan:
         dt, shape = meta[k]
         s = scale_of.get(k)
         sources[k] = _Source(k, dt, shape, s, meta[s][1] if s else None)
+        _check_scale(sources[k], plan.block)
 
     experts: dict[tuple[int, str], dict[int, dict[str, _Source]]] = {}
     for k, src in sources.items():
@@ -274,9 +298,7 @@ def _out_dtype(name: str, t: torch.Tensor, dtype: torch.dtype | None) -> torch.d
     return torch.float32 if keeps_fp32(name) else dtype
 
 
-def _materialize(
-    src: _Source, handles: dict[str, object], plan: _Plan, block: tuple[int, int]
-) -> torch.Tensor:
+def _materialize(src: _Source, handles: dict[str, object], plan: _Plan) -> torch.Tensor:
     f = handles[plan.key_file[src.key]]
     w = f.get_tensor(src.key)  # type: ignore[attr-defined]
     kind = src.kind
@@ -285,12 +307,8 @@ def _materialize(
     assert src.scale is not None
     scale = handles[plan.key_file[src.scale]].get_tensor(src.scale)  # type: ignore[attr-defined]
     if kind == "fp4":
-        if src.shape[-1] * 2 % FP4_GROUP:
-            raise ValueError(
-                f"{src.key}: packed FP4 weight of shape {src.shape} is not a multiple of {FP4_GROUP}"
-            )
         return dequantize_fp4(w, scale, name=src.key)
-    return dequantize_fp8_block(w, scale, block, name=src.key)
+    return dequantize_fp8_block(w, scale, plan.block, name=src.key)
 
 
 def iter_state_dict(
@@ -316,7 +334,6 @@ def iter_state_dict(
     plan = _plan(model_path)
     if plan.skipped:
         logger.info("skipping %d mtp.* tensors (multi-token-prediction head; not used)", len(plan.skipped))
-    block = _block_size(model_path)
     with ExitStack() as stack:
         handles = {
             p: stack.enter_context(safe_open(p, framework="pt"))
@@ -325,11 +342,11 @@ def iter_state_dict(
         desc = f"Loading {os.path.basename(os.path.normpath(model_path))} ({plan.fmt} names)"
         for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=not progress):
             if entry.experts is None:
-                t = _materialize(entry.sources[0], handles, plan, block)
+                t = _materialize(entry.sources[0], handles, plan)
             else:
                 per_expert = []
                 for row in entry.experts:
-                    parts = [_materialize(s, handles, plan, block) for s in row]
+                    parts = [_materialize(s, handles, plan) for s in row]
                     parts = [p.to(parts[0].dtype) for p in parts]
                     per_expert.append(torch.cat(parts, dim=0))
                 t = torch.stack(per_expert, dim=0)
