@@ -363,3 +363,34 @@ def test_alloc_kind_storage_padded_pages(pro: ModelConfig) -> None:
     assert h.shape == (31, 2, 2, 512) and h.dtype == torch.bfloat16 and h.stride()[1] * 2 == 2048
     with pytest.raises(ValueError, match="num_pages"):
         kl.alloc_kind_storage(lay, "hca", 0)
+
+
+def test_kv_rows_view_with_reference_ops() -> None:
+    """The flat view runs the torch reference ops' indexing unchanged on fp8 / fp4 storage."""
+    from sgl_kernel_v4.ref import kv_quant as kq
+    from sgl_kernel_v4.ref.attention import gather_rows
+
+    tiny = ModelConfig.from_dict(TINY)
+    lay = kl.build_kv_layout(tiny, "fp8_e4m3", fp4_indexer=True)
+    fmt = lay.formats
+    store = kl.alloc_kind_storage(lay, "csa_main", 4)[0]  # one layer: [4 pages, 64, 194], padded
+    view = kl.KVRowsView(store, fmt, "main")
+    assert view.shape == (256, 128) and view.dtype == torch.float32
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 128, generator=g)
+    slots = torch.tensor([0, 63, 64, 130, 255])
+    view[slots] = x.to(view.dtype)
+    # bytes land in page slot // 64, row slot % 64, as quantize_kv_fp8 encodes them
+    assert torch.equal(store[slots // 64, slots % 64], kq.quantize_kv_fp8(x, rope_dim=64))
+    rows, valid = gather_rows(view, torch.tensor([[0, -1], [255, 64]]))
+    assert rows.shape == (2, 2, 128) and valid.tolist() == [[True, False], [True, True]]
+    deq = kq.dequantize_kv_fp8(kq.quantize_kv_fp8(x, rope_dim=64), rope_dim=64)
+    assert torch.equal(rows[0, 0], deq[0]) and torch.equal(rows[1, 0], deq[4]) and (rows[0, 1] == 0).all()
+    # flat indexer storage, fp4
+    istore = torch.zeros(10, fmt.indexer_row_elems, dtype=torch.uint8)
+    iv = kl.KVRowsView(istore, fmt, "indexer")
+    xi = torch.randn(3, 32, generator=g)
+    iv[torch.tensor([1, 5, 9])] = xi
+    assert torch.equal(iv[torch.tensor([5])], kq.dequantize_indexer_fp4(kq.quantize_indexer_fp4(xi[1:2])))
+    with pytest.raises(ValueError, match="storage"):
+        kl.KVRowsView(torch.zeros(4, 7, dtype=torch.uint8), fmt, "main")

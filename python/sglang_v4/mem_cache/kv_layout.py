@@ -110,6 +110,7 @@ __all__ = [
     "encode_entries",
     "decode_entries",
     "alloc_kind_storage",
+    "KVRowsView",
     "plan_kv_pools",
     "kv_bytes_for_context",
     "v32_kv_bytes_per_token",
@@ -628,6 +629,70 @@ def alloc_kind_storage(
     buf = torch.zeros(spec.num_layers, num_pages, spec.page_bytes, dtype=torch.uint8, device=device)
     data = buf[..., : spec.raw_page_bytes].view(dtype)
     return data.unflatten(-1, (spec.rows_per_page, elems))
+
+
+class KVRowsView:
+    """Flat ``[N, dim]`` float view of a pool's storage rows, quantizing on write and
+    dequantizing on read.
+
+    It duck-types the flat pool tensors the torch reference ops index (``flat[slots] = x`` in
+    ``ref/rope.qnorm_rope_kv_insert`` and ``ref/compressor``; ``flat[idx]`` in
+    ``ref/attention.gather_rows``), so those ops run unchanged on fp8 / fp4 storage.
+
+    Args:
+        storage: ``[N, row_elems]`` (flat) or ``[num_pages, rows_per_page, row_elems]`` (paged,
+            e.g. one layer of :func:`alloc_kind_storage`; flat slot ``s`` is page ``s //
+            rows_per_page``, row ``s % rows_per_page``) in the format's storage dtype.
+        fmt: the entry formats.
+        which: ``"main"`` or ``"indexer"``.
+        out_dtype: dtype reads return (and :attr:`dtype` reports, so ``x.to(view.dtype)`` before
+            a write keeps full precision until :func:`encode_entries`).
+
+    Raises:
+        ValueError: if ``storage`` has the wrong rank or row size.
+    """
+
+    def __init__(
+        self, storage: torch.Tensor, fmt: EntryFormats, which: str, out_dtype: torch.dtype = torch.float32
+    ) -> None:
+        _check_which(which)
+        elems = fmt.main_row_elems if which == "main" else fmt.indexer_row_elems
+        if storage.dim() not in (2, 3) or storage.shape[-1] != elems:
+            raise ValueError(f"storage: expected [N, {elems}] or [P, R, {elems}], got {tuple(storage.shape)}")
+        self.storage = storage
+        self.fmt = fmt
+        self.which = which
+        self.dtype = out_dtype
+        self.rows_per_page = storage.shape[1] if storage.dim() == 3 else 0
+        n = storage.shape[0] * storage.shape[1] if storage.dim() == 3 else storage.shape[0]
+        self.shape = torch.Size((n, fmt.head_dim if which == "main" else fmt.index_head_dim))
+
+    @property
+    def device(self) -> torch.device:
+        return self.storage.device
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def dim(self) -> int:
+        return 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _loc(self, idx: Any) -> Any:
+        if not self.rows_per_page:
+            return idx
+        if not isinstance(idx, torch.Tensor):
+            idx = torch.as_tensor(idx, dtype=torch.long, device=self.storage.device)
+        return (idx // self.rows_per_page, idx % self.rows_per_page)
+
+    def __getitem__(self, idx: Any) -> torch.Tensor:
+        return decode_entries(self.storage[self._loc(idx)], self.fmt, self.which, self.dtype)
+
+    def __setitem__(self, idx: Any, value: torch.Tensor) -> None:
+        self.storage[self._loc(idx)] = encode_entries(value, self.fmt, self.which)
 
 
 # ---------------------------------------------------------------------------------------------
