@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -210,6 +211,7 @@ def sample(
     *,
     eos_token_ids: Iterable[int] | None = None,
     return_logprobs: bool = False,
+    grammars: Sequence[Any] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Sample one next token per row.
 
@@ -222,6 +224,8 @@ def sample(
             the whole argument may be ``None``. A generator on another device than ``logits`` is allowed
             (noise is drawn on its device and moved).
         eos_token_ids: the tokenizer's EOS ids, masked until ``min_new_tokens`` is reached.
+        grammars: ``B`` entries of :class:`sglang_v4.sampling.grammar.Grammar` or ``None``; their
+            token bitmasks are applied after the penalties (the caller then ``accept``s the tokens).
         return_logprobs: also return SGLang's output logprobs ``[B, V]`` float32: ``log_softmax`` of the
             penalized logits divided by the row temperature (greedy rows: temperature 1).
 
@@ -237,6 +241,10 @@ def sample(
     dev = logits.device
     z = logits.detach().to(torch.float32).clone()
     apply_penalties(z, params, output_ids, prompt_ids, eos_token_ids)
+    if grammars is not None and any(g is not None for g in grammars):
+        from sglang_v4.sampling.grammar import apply_grammar_masks
+
+        apply_grammar_masks(z, grammars)
 
     temps = torch.tensor(
         [1.0 if p.is_greedy else p.temperature for p in params], dtype=torch.float32, device=dev

@@ -270,12 +270,15 @@ class SamplingParams:
         """True when the sampler takes the argmax (``top_k == 1``; temperature 0 maps there)."""
         return self.top_k == 1
 
-    def verify(self, vocab_size: int | None = None) -> None:
+    def verify(self, vocab_size: int | None = None, allow_grammar: bool = False) -> None:
         """Range checks, as SGLang's ``SamplingParams.verify``.
 
         Args:
             vocab_size: model vocabulary size; when given, ``stop_token_ids`` and ``logit_bias``
                 keys must lie in ``[0, vocab_size)``.
+            allow_grammar: accept ``json_schema`` / ``regex`` / ``ebnf`` (pass True only where the
+                scheduler applies them with :mod:`sglang_v4.sampling.grammar`); otherwise they are
+                rejected as not supported.
 
         Raises:
             ValueError: naming the first bad field.
@@ -343,7 +346,7 @@ class SamplingParams:
         ]
         if len(grammars) > 1:
             raise ValueError("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
-        if grammars:
+        if grammars and (not allow_grammar or grammars[0] == "structural_tag"):
             raise ValueError(GRAMMAR_NOT_SUPPORTED_MSG.format(field=grammars[0]))
 
     def normalize(self, tokenizer: Any | None) -> None:

@@ -1,0 +1,196 @@
+"""Constrained decoding (``json_schema``, ``regex``, ``ebnf``) with xgrammar.
+
+How it works (xgrammar, Dong et al. 2024, "XGrammar: Flexible and Efficient Structured Generation
+Engine for Large Language Models"): a request's grammar is compiled once against the tokenizer's
+vocabulary; a per-request ``GrammarMatcher`` tracks the parse state; before each sampling step it
+fills a packed token bitmask (``int32 [B, ceil(V/32)]``) of the tokens allowed next, which is applied
+to the logits (disallowed -> ``-inf``); after sampling, the chosen token is fed back with
+:meth:`Grammar.accept`. The matcher allows the stop tokens (EOS) only where the grammar may end, and
+is terminated once one is accepted.
+
+Scheduler integration (per request ``req``)::
+
+    backend = GrammarBackend(tokenizer, vocab_size=model_vocab, stop_token_ids=eos_ids)  # once
+    req.grammar = backend.create(req.sampling_params)        # None without a grammar; ValueError -> 400
+    ids = sample(logits, params, outs, prompts, gens, grammars=[r.grammar for r in reqs])
+    for r, t in zip(reqs, ids.tolist()):
+        if r.grammar is not None: r.grammar.accept(t)
+    # after a retraction: r.grammar.reset() and accept the kept output tokens again.
+
+``xgrammar`` is optional: without it :func:`grammar_available` is False and :meth:`GrammarBackend`
+raises ``ValueError`` ("not supported").
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from sglang_v4.sampling.sampling_params import SamplingParams
+
+__all__ = ["Grammar", "GrammarBackend", "apply_grammar_masks", "grammar_available"]
+
+
+def grammar_available() -> bool:
+    """True when the ``xgrammar`` package can be imported."""
+    try:
+        import xgrammar  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "unavailable"
+        return False
+    return True
+
+
+class Grammar:
+    """One request's grammar state (wraps ``xgrammar.GrammarMatcher``).
+
+    Attributes:
+        kind: ``"json_schema"``, ``"regex"`` or ``"ebnf"``.
+        vocab_size: bitmask width in tokens (the model's vocabulary size).
+    """
+
+    def __init__(self, compiled: Any, kind: str, vocab_size: int) -> None:
+        import xgrammar as xgr
+
+        self._compiled = compiled
+        self.kind = kind
+        self.vocab_size = vocab_size
+        self.matcher = xgr.GrammarMatcher(compiled)
+        self.finished_tokens = 0
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        """Write the allowed-next-token mask into ``bitmask[row]`` (``int32 [B, ceil(V/32)]``, CPU)."""
+        self.matcher.fill_next_token_bitmask(bitmask, row)
+
+    def accept(self, token_id: int) -> bool:
+        """Advance by one sampled token. Returns False if the grammar rejects it (state unchanged)."""
+        ok = bool(self.matcher.accept_token(int(token_id)))
+        if ok:
+            self.finished_tokens += 1
+        return ok
+
+    def is_terminated(self) -> bool:
+        """True once a stop token was accepted at a point where the grammar may end."""
+        return bool(self.matcher.is_terminated())
+
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last ``num_tokens`` accepted tokens."""
+        self.matcher.rollback(int(num_tokens))
+        self.finished_tokens -= int(num_tokens)
+
+    def reset(self) -> None:
+        """Back to the start state (e.g. after the request was retracted)."""
+        self.matcher.reset()
+        self.finished_tokens = 0
+
+    def fresh_copy(self) -> Grammar:
+        """A new matcher over the same compiled grammar, at the start state (for ``n > 1``)."""
+        return Grammar(self._compiled, self.kind, self.vocab_size)
+
+
+class GrammarBackend:
+    """Compiles request grammars with xgrammar (an LRU cache of compiled grammars).
+
+    Args:
+        tokenizer: a Hugging Face (fast) tokenizer of the model.
+        vocab_size: the model's vocabulary size (logits width; may exceed the tokenizer's).
+        stop_token_ids: token ids that may end a grammar (the EOS ids).
+        max_threads: compiler threads.
+        cache_size: compiled grammars kept.
+
+    Raises:
+        ValueError: ``xgrammar`` is not installed.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: int,
+        stop_token_ids: Sequence[int],
+        max_threads: int = 2,
+        cache_size: int = 256,
+    ) -> None:
+        if not grammar_available():
+            raise ValueError("constrained decoding needs the `xgrammar` package (pip install xgrammar)")
+        import xgrammar as xgr
+
+        self.vocab_size = int(vocab_size)
+        info = xgr.TokenizerInfo.from_huggingface(
+            tokenizer, vocab_size=self.vocab_size, stop_token_ids=[int(t) for t in stop_token_ids]
+        )
+        self._compiler = xgr.GrammarCompiler(info, max_threads=max_threads)
+        self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def _compile(self, kind: str, spec: str) -> Any:
+        key = (kind, spec)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        try:
+            if kind == "json_schema":
+                json.loads(spec)  # a clear error for malformed JSON before xgrammar's
+                compiled = self._compiler.compile_json_schema(spec)
+            elif kind == "regex":
+                compiled = self._compiler.compile_regex(spec)
+            elif kind == "ebnf":
+                compiled = self._compiler.compile_grammar(spec)
+            else:
+                raise ValueError(f"unknown grammar kind {kind!r}")
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise ValueError(f"{kind}: invalid grammar: {e}") from None
+        with self._lock:
+            self._cache[key] = compiled
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return compiled
+
+    def create(self, params: SamplingParams) -> Grammar | None:
+        """The grammar state of a request, or ``None`` when it sets no grammar field.
+
+        Raises:
+            ValueError: the grammar does not compile (message names the field); ``structural_tag``.
+        """
+        if params.structural_tag is not None:
+            raise ValueError("structural_tag: not supported yet by sglang-v4")
+        for kind in ("json_schema", "regex", "ebnf"):
+            spec = getattr(params, kind)
+            if spec is not None:
+                return Grammar(self._compile(kind, spec), kind, self.vocab_size)
+        return None
+
+
+def apply_grammar_masks(logits: torch.Tensor, grammars: Sequence[Grammar | None]) -> None:
+    """Set the logits of tokens the grammar forbids to ``-inf`` (in place).
+
+    Args:
+        logits: ``[B, V]`` float32 (CPU or CUDA), ``V`` = the backend's ``vocab_size``.
+        grammars: ``B`` entries; ``None`` rows are left untouched, as are terminated grammars.
+
+    Raises:
+        ValueError: length mismatch, or a grammar built for another vocabulary width.
+    """
+    if len(grammars) != logits.shape[0]:
+        raise ValueError(f"batch mismatch: logits has {logits.shape[0]} rows, grammars {len(grammars)}")
+    rows = [i for i, g in enumerate(grammars) if g is not None and not g.is_terminated()]
+    if not rows:
+        return
+    import xgrammar as xgr
+
+    vocab = logits.shape[1]
+    for i in rows:
+        g = grammars[i]
+        assert g is not None
+        if g.vocab_size != vocab:
+            raise ValueError(f"grammar vocab_size {g.vocab_size} != logits width {vocab}")
+    bitmask = xgr.allocate_token_bitmask(logits.shape[0], vocab)
+    for i in rows:
+        grammars[i].fill_bitmask(bitmask, i)  # type: ignore[union-attr]
+    xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True), indices=rows)
