@@ -257,7 +257,8 @@ class OpenAIServing:
         # Validate now so that the client gets a 400 naming the field before anything is queued.
         try:
             sp = SamplingParams.from_dict(d)
-            sp.verify(self._vocab_size())
+            # Grammars are accepted only where the backend applies them (tokenizer_manager.grammar_enabled).
+            sp.verify(self._vocab_size(), allow_grammar=bool(getattr(self.tm, "grammar_enabled", False)))
         except ValueError as e:
             raise RequestError(str(e), param=_param_of(str(e))) from None
         return d
