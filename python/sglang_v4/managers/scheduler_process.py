@@ -155,7 +155,10 @@ def run_scheduler_process(
             context_len=int(scheduler.context_len),
             vocab_size=vocab,
             model_path=str(server_args.model_path or ""),
-            extra={"load_time_s": round(time.perf_counter() - t0, 3)},
+            extra={
+                "load_time_s": round(time.perf_counter() - t0, 3),
+                "grammar_enabled": bool(getattr(scheduler, "grammar_enabled", False)),
+            },
         )
     except Exception:
         tb = traceback.format_exc()

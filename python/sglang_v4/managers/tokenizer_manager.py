@@ -126,6 +126,9 @@ class TokenizerManager:
         self.context_len = scheduler_info.context_len
         self.max_req_input_len = scheduler_info.max_req_input_len or max(self.context_len - 1, 1)
         self.is_generation = True
+        #: Constrained decoding (json_schema / regex / ebnf) is accepted only when the scheduler
+        #: applies grammars (it sets ``Scheduler.grammar_enabled = True``).
+        self.grammar_enabled = bool(scheduler_info.extra.get("grammar_enabled", False))
         self.rid_to_state: dict[str, ReqState] = {}
         self.pending_control: dict[str, asyncio.Future[Any]] = {}
         self.crashed: str | None = None
@@ -328,7 +331,7 @@ class TokenizerManager:
         try:
             sp = SamplingParams.from_dict(dict(raw) if isinstance(raw, dict) else raw)  # type: ignore[arg-type]
             sp.normalize(self.tokenizer)
-            sp.verify(self.vocab_size)
+            sp.verify(self.vocab_size, allow_grammar=self.grammar_enabled)
         except (TypeError, ValueError) as e:
             raise RequestError(f"Invalid sampling_params: {e}") from None
         if sp.max_new_tokens is not None and sp.max_new_tokens + len(input_ids) >= self.context_len:
