@@ -592,9 +592,10 @@ def launch_server(server_args: ServerArgs) -> int:
         )
         server = uvicorn.Server(config)
         state.server = server
-        # uvicorn re-raises a captured SIGTERM after its graceful shutdown; a no-op handler lets
-        # the ``finally`` below still stop the children and return the exit code.
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        # uvicorn re-raises a captured SIGTERM / SIGINT after its graceful shutdown; no-op handlers
+        # let the ``finally`` below still stop the children and return the exit code.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, frame: None)
         logger.info("Serving on http://%s:%d", server_args.host, server_args.port)
         server.run()
         if not server.started and state.exit_code == 0:
