@@ -1,0 +1,100 @@
+"""DeepSeek-V4 attention on the paged tri-structured KV (paper §2.3; HF ``DeepseekV4Attention``).
+
+Per token: ``q = q_b(rmsnorm(q_a(x)))`` with a per-head unweighted RMSNorm and RoPE; one shared
+512-d K=V vector ``kv = rope(rmsnorm(kv_proj(x)))`` written to the sliding-window pool. Keys are the
+last ``sliding_window`` raw KV (query included) plus, in CSA layers, the indexer's top-k compressed
+entries, and in HCA layers every visible compressed entry; a learned per-head sink logit joins the
+softmax. The output's rope slice is rotated back by ``-position``, then the grouped O projection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from sgl_kernel_v4.ref.attention import sparse_attention
+from sgl_kernel_v4.ref.rope import inv_rope_quant, qnorm_rope_kv_insert
+from sglang_v4.configs.model_config import CSA, HCA, ModelConfig
+from sglang_v4.layers.compressor import CompressorState, CSACompressor, HCACompressor
+from sglang_v4.layers.layernorm import RMSNorm
+from sglang_v4.layers.linear import GroupedLinear, Linear
+from sglang_v4.mem_cache.memory_pool import DSV4KVPool
+from sglang_v4.model_executor.forward_batch import ForwardBatch
+
+
+@dataclass
+class RopeCache:
+    """cos/sin computed once per forward: per token for both rope types, per completed window per ratio."""
+
+    tok: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    win: dict[int, tuple[torch.Tensor, torch.Tensor]]
+
+
+class DSV4Attention(nn.Module):
+    """Attention block of one layer; parameter names follow HF (``q_a_proj``, ``q_a_norm``, ``q_b_proj``,
+    ``kv_proj``, ``kv_norm``, ``o_a_proj``, ``o_b_proj``, ``sinks``, ``compressor``)."""
+
+    def __init__(self, model_config: ModelConfig, layer_idx: int, dtype: torch.dtype, device: torch.device | str) -> None:
+        super().__init__()
+        c = model_config.hf
+        self.mc = model_config
+        self.layer_idx = layer_idx
+        self.layer_type = c.layer_types[layer_idx]
+        self.rope_kind = "compress" if self.layer_type in (CSA, HCA) else "main"
+        self.n_heads, self.head_dim, self.eps = c.num_attention_heads, c.head_dim, c.rms_norm_eps
+        self.o_groups = c.o_groups
+        self.q_a_proj = Linear(c.hidden_size, c.q_lora_rank, dtype, device)
+        self.q_a_norm = RMSNorm(c.q_lora_rank, c.rms_norm_eps, device)
+        self.q_b_proj = Linear(c.q_lora_rank, self.n_heads * self.head_dim, dtype, device)
+        self.kv_proj = Linear(c.hidden_size, self.head_dim, dtype, device)
+        self.kv_norm = RMSNorm(self.head_dim, c.rms_norm_eps, device)
+        self.o_a_proj = GroupedLinear(self.n_heads * self.head_dim // c.o_groups, c.o_groups * c.o_lora_rank,
+                                      c.o_groups, dtype, device)
+        self.o_b_proj = Linear(c.o_groups * c.o_lora_rank, c.hidden_size, dtype, device)
+        self.sinks = nn.Parameter(torch.empty(self.n_heads, dtype=torch.float32, device=device), requires_grad=False)
+        self.compressor: nn.Module | None
+        if self.layer_type == CSA:
+            self.compressor = CSACompressor(c, model_config.csa_ratio, dtype, device)
+        elif self.layer_type == HCA:
+            self.compressor = HCACompressor(c, model_config.hca_ratio, dtype, device)
+        else:
+            self.compressor = None
+
+    def forward(self, x: torch.Tensor, fb: ForwardBatch, pool: DSV4KVPool, rc: RopeCache) -> torch.Tensor:
+        """``x [T, D]`` (normalised) -> ``[T, D]``; reads and writes the pool for this layer."""
+        T = x.shape[0]
+        cos, sin = rc.tok[self.rope_kind]
+        q_res = self.q_a_norm(self.q_a_proj(x))
+        q = self.q_b_proj(q_res).view(T, self.n_heads, self.head_dim)
+        kv = self.kv_proj(x)
+        swa_flat = pool.swa_flat(self.layer_idx)
+        q, _ = qnorm_rope_kv_insert(q, kv, self.kv_norm.weight, cos, sin, swa_flat, fb.swa_write, self.eps)
+        sources = [(swa_flat, fb.swa_idx)]
+        if isinstance(self.compressor, CSACompressor):
+            i = self.mc.csa_index[self.layer_idx]
+            plan = fb.csa
+            assert plan is not None
+            main_flat, idx_flat = pool.csa_kv_flat(i), pool.csa_idx_flat(i)
+            self.compressor.run(x, fb, plan, CompressorState(
+                pool.st_csa_buf_kv[i], pool.st_csa_buf_score[i], pool.st_csa_ovl_kv[i], pool.st_csa_ovl_score[i],
+                pool.snap_csa_kv[i], pool.snap_csa_score[i], main_flat), rc.win[plan.ratio])
+            ix = self.compressor.indexer
+            ix.run(x, fb, plan, CompressorState(
+                pool.st_idx_buf_kv[i], pool.st_idx_buf_score[i], pool.st_idx_ovl_kv[i], pool.st_idx_ovl_score[i],
+                pool.snap_idx_kv[i], pool.snap_idx_score[i], idx_flat), rc.win[plan.ratio])
+            sel = ix.select(x, q_res, plan, idx_flat, cos, sin)
+            sources.append((main_flat, sel))
+        elif isinstance(self.compressor, HCACompressor):
+            i = self.mc.hca_index[self.layer_idx]
+            plan = fb.hca
+            assert plan is not None
+            flat = pool.hca_kv_flat(i)
+            self.compressor.run(x, fb, plan, CompressorState(
+                pool.st_hca_buf_kv[i], pool.st_hca_buf_score[i], None, None, None, None, flat), rc.win[plan.ratio])
+            sources.append((flat, plan.candidates))
+        o = sparse_attention(q, sources, self.sinks, self.head_dim**-0.5)
+        o = inv_rope_quant(o, cos, sin)
+        o = self.o_a_proj(o.reshape(T, self.o_groups, -1))
+        return self.o_b_proj(o)

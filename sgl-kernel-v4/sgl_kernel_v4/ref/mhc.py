@@ -1,0 +1,76 @@
+"""Manifold-constrained hyper-connection (mHC) references (paper §2.2; HF ``DeepseekV4HyperConnection``)."""
+
+from __future__ import annotations
+
+import torch
+
+from .norm import rms_norm
+
+
+def hc_pre(
+    x: torch.Tensor,
+    fn: torch.Tensor,
+    base: torch.Tensor,
+    scale: torch.Tensor,
+    sinkhorn_iters: int,
+    eps: float,
+    norm_eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Compute the mHC mixing weights and collapse the ``n`` residual streams.
+
+    Args:
+        x: ``[T, n, D]`` residual streams.
+        fn: ``[(2+n)*n, n*D]`` fp32 projection; base: ``[(2+n)*n]``; scale: ``[3]`` (pre, post, comb).
+        sinkhorn_iters: Sinkhorn-Knopp iterations projecting ``comb`` to a doubly-stochastic matrix.
+        eps: ``hc_eps`` (added to ``pre``/``comb`` and to the Sinkhorn denominators).
+        norm_eps: RMSNorm epsilon of the unweighted input norm.
+
+    Returns:
+        ``(collapsed [T, D] in x.dtype, post [T, n] fp32, comb [T, n, n] fp32)`` where
+        ``pre = sigmoid(.) + eps``, ``post = 2 sigmoid(.)``, ``comb = sinkhorn(softmax(.) + eps)``
+        and ``collapsed = sum_i pre_i x_i``.
+    """
+    T, n, D = x.shape
+    flat = rms_norm(x.reshape(T, n * D).float(), None, norm_eps)
+    mix = flat @ fn.float().t()
+    pre_w, post_w, comb_w = mix.split([n, n, n * n], dim=-1)
+    pre_b, post_b, comb_b = base.float().split([n, n, n * n])
+    s = scale.float()
+    pre = torch.sigmoid(pre_w * s[0] + pre_b) + eps
+    post = 2 * torch.sigmoid(post_w * s[1] + post_b)
+    comb = torch.softmax(comb_w.view(T, n, n) * s[2] + comb_b.view(n, n), dim=-1) + eps
+    comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
+    for _ in range(sinkhorn_iters - 1):
+        comb = comb / (comb.sum(dim=-1, keepdim=True) + eps)
+        comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
+    collapsed = (pre.unsqueeze(-1) * x).sum(dim=1).to(x.dtype)
+    return collapsed, post, comb
+
+
+def hc_post(block_out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+    """Expand a block output back to ``n`` streams and mix in the residual: ``post ⊗ out + combᵀ · residual``.
+
+    Args:
+        block_out: ``[T, D]``; residual: ``[T, n, D]``; post: ``[T, n]``; comb: ``[T, n, n]``.
+
+    Returns:
+        ``[T, n, D]`` in ``residual.dtype`` (HF ``DeepseekV4DecoderLayer.forward``).
+    """
+    dt = residual.dtype
+    return post.to(dt).unsqueeze(-1) * block_out.unsqueeze(-2) + torch.matmul(comb.to(dt).transpose(-1, -2), residual)
+
+
+def hc_head(x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, eps: float, norm_eps: float) -> torch.Tensor:
+    """Final hyper-head collapse of the streams (HF ``DeepseekV4HyperHead``).
+
+    Args:
+        x: ``[T, n, D]``; fn: ``[n, n*D]``; base: ``[n]``; scale: ``[1]``.
+
+    Returns:
+        ``[T, D]`` in ``x.dtype``: ``sum_i (sigmoid(mix_i * scale + base_i) + eps) x_i``.
+    """
+    T, n, D = x.shape
+    flat = rms_norm(x.reshape(T, n * D).float(), None, norm_eps)
+    mix = flat @ fn.float().t()
+    pre = torch.sigmoid(mix * scale.float() + base.float()) + eps
+    return (pre.unsqueeze(-1) * x).sum(dim=1).to(x.dtype)
