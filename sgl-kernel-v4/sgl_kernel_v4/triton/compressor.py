@@ -1,0 +1,156 @@
+"""Fused KV compressor (Triton): gated softmax pooling + RMSNorm + RoPE + compressed-pool write.
+
+Op-table entry 2 (``/work/notes/ops.md``); math from HF ``DeepseekV4CSACompressor.forward`` /
+``DeepseekV4HCACompressor.forward`` (``transformers/models/deepseek_v4/modeling_deepseek_v4.py``;
+paper §2.3, eqs. 20-23): per window ``w`` and channel ``c``,
+``C[w, c] = sum_l softmax_l(score[w, :, c]) * kv[w, l, c]`` (fp32), then ``RMSNorm(weight)`` over
+the channels, then interleaved RoPE on the trailing ``r`` channels at the window's position, then
+``pool_flat[out_index[w]] = C[w]`` (skipped for ``-1``).
+
+One program per window streams the ``L`` window rows in ``BLOCK_L`` chunks with a per-channel
+online softmax (base 2), so the same kernel serves CSA (L = 8 with the overlap, d = 512 main /
+128 indexer) and HCA (L = 128, d = 512); every input element is read once and every entry
+written twice (returned + pool).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["compress_and_insert"]
+
+
+@triton.jit
+def _pool_half(score_ptr, kv_ptr, ssl, skl, offs_p, L, BLOCK_L: tl.constexpr, HALF_D: tl.constexpr):
+    m = tl.full([HALF_D], -1.0e30, tl.float32)
+    den = tl.zeros([HALF_D], tl.float32)
+    acc = tl.zeros([HALF_D], tl.float32)
+    for l0 in range(0, L, BLOCK_L):
+        offs_l = l0 + tl.arange(0, BLOCK_L)
+        lm = offs_l < L
+        sc = tl.load(
+            score_ptr + offs_l[:, None] * ssl + 2 * offs_p[None, :], mask=lm[:, None], other=float("-inf")
+        )
+        sc = sc.to(tl.float32) * 1.4426950408889634
+        kv = tl.load(kv_ptr + offs_l[:, None] * skl + 2 * offs_p[None, :], mask=lm[:, None], other=0.0)
+        m_new = tl.maximum(m, tl.max(sc, 0))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(sc - m_new[None, :])
+        den = den * alpha + tl.sum(p, 0)
+        acc = acc * alpha + tl.sum(p * kv.to(tl.float32), 0)
+        m = m_new
+    return acc / den
+
+
+@triton.jit
+def _compress_kernel(
+    kv_ptr,
+    skw,
+    skl,
+    score_ptr,
+    ssw,
+    ssl,
+    w_ptr,
+    cos_ptr,
+    stride_c,
+    sin_ptr,
+    stride_s,
+    pool_ptr,
+    stride_pool,
+    idx_ptr,
+    out_ptr,
+    stride_o,
+    L,
+    HALF_R,
+    eps,
+    HALF_D: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    w = tl.program_id(0).to(tl.int64)
+    offs_p = tl.arange(0, HALF_D)
+    a = _pool_half(score_ptr + w * ssw, kv_ptr + w * skw, ssl, skl, offs_p, L, BLOCK_L, HALF_D)
+    b = _pool_half(score_ptr + w * ssw + 1, kv_ptr + w * skw + 1, ssl, skl, offs_p, L, BLOCK_L, HALF_D)
+    rstd = tl.rsqrt((tl.sum(a * a, 0) + tl.sum(b * b, 0)) / (2 * HALF_D) + eps)
+    a = a * rstd * tl.load(w_ptr + 2 * offs_p).to(tl.float32)
+    b = b * rstd * tl.load(w_ptr + 2 * offs_p + 1).to(tl.float32)
+    rp = offs_p - (HALF_D - HALF_R)
+    is_rope = rp >= 0
+    c = tl.load(cos_ptr + w * stride_c + rp, mask=is_rope, other=1.0).to(tl.float32)
+    s = tl.load(sin_ptr + w * stride_s + rp, mask=is_rope, other=0.0).to(tl.float32)
+    ra = a * c - b * s
+    rb = b * c + a * s
+    tl.store(out_ptr + w * stride_o + 2 * offs_p, ra.to(out_ptr.dtype.element_ty))
+    tl.store(out_ptr + w * stride_o + 2 * offs_p + 1, rb.to(out_ptr.dtype.element_ty))
+    slot = tl.load(idx_ptr + w)
+    if slot >= 0:
+        dst = pool_ptr + slot.to(tl.int64) * stride_pool + 2 * offs_p
+        tl.store(dst, ra.to(pool_ptr.dtype.element_ty))
+        tl.store(dst + 1, rb.to(pool_ptr.dtype.element_ty))
+
+
+def compress_and_insert(
+    kv: torch.Tensor,
+    score: torch.Tensor,
+    norm_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pool_flat: torch.Tensor,
+    out_index: torch.Tensor,
+    eps: float,
+    *,
+    out: torch.Tensor | None = None,
+    block_l: int | None = None,
+) -> torch.Tensor:
+    """Compress ``W`` windows into entries and write them into the compressed pool (op table entry 2).
+
+    Args:
+        kv: ``[W, L, d]`` window rows (bf16/fp32; strided views allowed, last dim contiguous).
+        score: ``[W, L, d]`` gate + position bias (fp32 usually); ``-inf`` marks empty slots.
+        norm_weight: ``[d]`` fp32 RMSNorm weight.
+        cos, sin: ``[W, r/2]`` at each window's position (``r <= d``).
+        pool_flat: ``[N, d]`` flat view of the compressed pool (written in place).
+        out_index: ``[W]`` int32/int64 flat slots, -1 = do not write.
+        eps: RMSNorm epsilon.
+        out: optional ``[W, d]`` buffer for the returned entries (kv's dtype).
+        block_l: window rows per loop step (default min(L, 16)).
+
+    Returns:
+        ``[W, d]`` compressed entries in kv's dtype.
+
+    Raises:
+        ValueError: shapes/layouts out of range (``d / 2`` must be a power of 2).
+    """
+    if kv.dim() != 3 or score.shape != kv.shape:
+        raise ValueError(f"kv/score: expected equal [W, L, d], got {tuple(kv.shape)} / {tuple(score.shape)}")
+    W, L, d = kv.shape
+    if d % 2 or (d // 2) & (d // 2 - 1):
+        raise ValueError(f"kv: d must be 2 * a power of 2, got {d}")
+    if kv.stride(2) != 1 or score.stride(2) != 1:
+        raise ValueError("kv/score: last dim must be contiguous")
+    if norm_weight.shape != (d,):
+        raise ValueError(f"norm_weight: expected [{d}], got {tuple(norm_weight.shape)}")
+    if cos.shape != sin.shape or cos.dim() != 2 or cos.shape[0] != W or 2 * cos.shape[1] > d:
+        raise ValueError(f"cos/sin: expected [{W}, r/2] with r <= {d}, got {tuple(cos.shape)}")
+    if cos.stride(1) != 1 or sin.stride(1) != 1:
+        raise ValueError("cos/sin: last dim must be contiguous")
+    if pool_flat.dim() != 2 or pool_flat.shape[1] != d or pool_flat.stride(1) != 1:
+        raise ValueError(
+            f"pool_flat: expected [N, {d}] with a contiguous last dim, got {tuple(pool_flat.shape)}"
+        )
+    if out_index.shape != (W,) or out_index.dtype not in (torch.int32, torch.int64):
+        raise ValueError(
+            f"out_index: expected int32/int64 [{W}], got {out_index.dtype} {tuple(out_index.shape)}"
+        )
+    out = torch.empty((W, d), dtype=kv.dtype, device=kv.device) if out is None else out
+    if W == 0:
+        return out
+    if block_l is None:
+        block_l = min(triton.next_power_of_2(max(L, 1)), 16 if d >= 512 else 32)
+    _compress_kernel[(W,)](
+        kv, kv.stride(0), kv.stride(1), score, score.stride(0), score.stride(1), norm_weight,
+        cos, cos.stride(0), sin, sin.stride(0), pool_flat, pool_flat.stride(0), out_index, out, out.stride(0),
+        L, cos.shape[1], float(eps), HALF_D=d // 2, BLOCK_L=block_l, num_warps=4 if d >= 256 else 2,
+    )  # fmt: skip
+    return out

@@ -1,0 +1,295 @@
+"""Manifold-constrained hyper-connections (mHC) pre/post, fused per token (Triton).
+
+Op-table entry 7 (``/work/notes/ops.md``); math from HF ``DeepseekV4HyperConnection.forward`` and
+``DeepseekV4DecoderLayer.forward`` (``transformers/models/deepseek_v4/modeling_deepseek_v4.py``):
+
+``hc_pre``: ``mix = rms(x.flatten()) * (x.flatten() @ fnᵀ)`` (fp32), split into pre / post / comb
+logits; ``pre = sigmoid(pre*s0 + b) + eps``, ``post = 2 sigmoid(post*s1 + b)``,
+``comb = softmax(comb*s2 + b, -1) + eps`` then Sinkhorn (column-normalise, then
+``iters - 1`` x (row, column)); ``collapsed = sum_i pre_i x_i``.
+``hc_post``: ``out[k] = post_k * block_out + sum_j comb[j, k] * residual[j]``.
+
+``hc_pre`` is two launches: a split-K skinny GEMM (``[T, n*D] x [n*D, (2+n)n]`` in fp32 plus the
+sum of squares) spread over many programs, then one program per token that reduces the partials,
+runs the sigmoids / softmax / Sinkhorn on the ``n x n`` matrix in registers and collapses the
+streams. ``hc_post`` is one elementwise launch.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sgl_kernel_v4.triton._utils import num_sms
+
+__all__ = ["hc_pre", "hc_post"]
+
+
+@triton.jit
+def _hc_mix_kernel(
+    x_ptr,
+    stride_xt,
+    fn_ptr,
+    part_ptr,
+    sq_ptr,
+    T,
+    K,
+    NM,
+    chunk,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    NM_PAD: tl.constexpr,
+):
+    tb = tl.program_id(0)
+    s = tl.program_id(1)
+    offs_t = tb * BLOCK_T + tl.arange(0, BLOCK_T)
+    tm = offs_t < T
+    offs_m = tl.arange(0, NM_PAD)
+    mm = offs_m < NM
+    acc = tl.zeros([BLOCK_T, NM_PAD], tl.float32)
+    sq = tl.zeros([BLOCK_T], tl.float32)
+    k_start = s * chunk
+    k_end = tl.minimum(k_start + chunk, K)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        km = offs_k < k_end
+        x = tl.load(
+            x_ptr + offs_t[:, None].to(tl.int64) * stride_xt + offs_k[None, :],
+            mask=tm[:, None] & km[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        sq += tl.sum(x * x, 1)
+        f = tl.load(fn_ptr + offs_m[None, :] * K + offs_k[:, None], mask=mm[None, :] & km[:, None], other=0.0)
+        acc = tl.dot(x, f, acc, input_precision="ieee")
+    tl.store(
+        part_ptr + (s * T + offs_t[:, None]) * NM_PAD + offs_m[None, :],
+        acc,
+        mask=tm[:, None],
+    )
+    tl.store(sq_ptr + s * T + offs_t, sq, mask=tm)
+
+
+@triton.jit
+def _hc_finish_kernel(
+    x_ptr,
+    stride_xt,
+    stride_xn,
+    part_ptr,
+    sq_ptr,
+    base_ptr,
+    scale_ptr,
+    collapsed_ptr,
+    stride_ct,
+    post_ptr,
+    comb_ptr,
+    T,
+    S,
+    K,
+    D,
+    iters,
+    eps,
+    norm_eps,
+    N: tl.constexpr,
+    NM_PAD: tl.constexpr,
+    S_PAD: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    offs_s = tl.arange(0, S_PAD)
+    sm = offs_s < S
+    offs_n = tl.arange(0, N)
+    sq = tl.sum(tl.load(sq_ptr + offs_s * T + t, mask=sm, other=0.0), 0)
+    rstd = tl.rsqrt(sq / K + norm_eps)
+    prow = part_ptr + (offs_s[:, None] * T + t) * NM_PAD
+    pre_w = tl.sum(tl.load(prow + offs_n[None, :], mask=sm[:, None], other=0.0), 0) * rstd
+    post_w = tl.sum(tl.load(prow + N + offs_n[None, :], mask=sm[:, None], other=0.0), 0) * rstd
+    cidx = 2 * N + offs_n[:, None] * N + offs_n[None, :]  # [N, N]
+    comb_w = tl.sum(tl.load(prow[:, :, None] + cidx[None, :, :], mask=sm[:, None, None], other=0.0), 0) * rstd
+    s0 = tl.load(scale_ptr)
+    s1 = tl.load(scale_ptr + 1)
+    s2 = tl.load(scale_ptr + 2)
+    pre = tl.sigmoid(pre_w * s0 + tl.load(base_ptr + offs_n)) + eps
+    post = 2.0 * tl.sigmoid(post_w * s1 + tl.load(base_ptr + N + offs_n))
+    logits = comb_w * s2 + tl.load(base_ptr + cidx)
+    logits = logits - tl.max(logits, 1)[:, None]
+    e = tl.exp(logits)
+    comb = e / tl.sum(e, 1)[:, None] + eps
+    comb = comb / (tl.sum(comb, 0)[None, :] + eps)
+    for _ in range(iters - 1):
+        comb = comb / (tl.sum(comb, 1)[:, None] + eps)
+        comb = comb / (tl.sum(comb, 0)[None, :] + eps)
+    tl.store(post_ptr + t * N + offs_n, post)
+    tl.store(comb_ptr + t * N * N + offs_n[:, None] * N + offs_n[None, :], comb)
+    for d0 in range(0, D, BLOCK_D):
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        dm = offs_d < D
+        xs = tl.load(
+            x_ptr + t * stride_xt + offs_n[:, None] * stride_xn + offs_d[None, :], mask=dm[None, :], other=0.0
+        ).to(tl.float32)
+        col = tl.sum(pre[:, None] * xs, 0)
+        tl.store(collapsed_ptr + t * stride_ct + offs_d, col.to(collapsed_ptr.dtype.element_ty), mask=dm)
+
+
+def hc_pre(
+    x: torch.Tensor,
+    fn: torch.Tensor,
+    base: torch.Tensor,
+    scale: torch.Tensor,
+    sinkhorn_iters: int,
+    eps: float,
+    norm_eps: float,
+    *,
+    splits: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """mHC pre: collapse ``n`` residual streams and compute the post / comb weights (op table entry 7).
+
+    Args:
+        x: ``[T, n, D]`` streams (contiguous per token; n a power of 2, V4: 4).
+        fn: ``[(2+n)*n, n*D]`` fp32 projection; base: ``[(2+n)*n]`` fp32; scale: ``[3]`` fp32.
+        sinkhorn_iters: Sinkhorn iterations (V4: 20; >= 1).
+        eps: ``hc_eps`` (added to pre / comb and the Sinkhorn denominators).
+        norm_eps: RMSNorm epsilon of the flattened streams (``rms_norm_eps``).
+        splits: K splits of the projection (None = fill the GPU).
+
+    Returns:
+        ``(collapsed [T, D] x.dtype, post [T, n] fp32, comb [T, n, n] fp32)``.
+
+    Raises:
+        ValueError: shapes out of range.
+    """
+    if x.dim() != 3:
+        raise ValueError(f"x: expected [T, n, D], got {tuple(x.shape)}")
+    T, n, D = x.shape
+    if n & (n - 1):
+        raise ValueError(f"x: n (hc_mult) must be a power of 2, got {n}")
+    NM, K = (2 + n) * n, n * D
+    if fn.shape != (NM, K):
+        raise ValueError(f"fn: expected [{NM}, {K}], got {tuple(fn.shape)}")
+    if base.shape != (NM,) or scale.shape != (3,):
+        raise ValueError(f"base/scale: expected [{NM}] / [3], got {tuple(base.shape)} / {tuple(scale.shape)}")
+    if sinkhorn_iters < 1:
+        raise ValueError(f"sinkhorn_iters: must be >= 1, got {sinkhorn_iters}")
+    if not (x.stride(2) == 1 and x.stride(1) == D):
+        x = x.contiguous()
+    fn = fn.float().contiguous()
+    base = base.float().contiguous()
+    scale = scale.float().contiguous()
+    dev = x.device
+    collapsed = torch.empty((T, D), dtype=x.dtype, device=dev)
+    post = torch.empty((T, n), dtype=torch.float32, device=dev)
+    comb = torch.empty((T, n, n), dtype=torch.float32, device=dev)
+    if T == 0:
+        return collapsed, post, comb
+    block_t, block_k = 16, 128
+    nm_pad = max(16, triton.next_power_of_2(NM))
+    n_tb = triton.cdiv(T, block_t)
+    if splits is None:
+        splits = max(1, min(triton.cdiv(2 * num_sms(dev), n_tb), K // (4 * block_k)))
+    splits = max(1, min(int(splits), triton.cdiv(K, block_k)))
+    chunk = triton.cdiv(triton.cdiv(K, splits), block_k) * block_k
+    splits = triton.cdiv(K, chunk)
+    part = torch.empty((splits, T, nm_pad), dtype=torch.float32, device=dev)
+    sq = torch.empty((splits, T), dtype=torch.float32, device=dev)
+    _hc_mix_kernel[(n_tb, splits)](
+        x,
+        x.stride(0),
+        fn,
+        part,
+        sq,
+        T,
+        K,
+        NM,
+        chunk,
+        BLOCK_T=block_t,
+        BLOCK_K=block_k,
+        NM_PAD=nm_pad,
+        num_warps=4,
+    )
+    _hc_finish_kernel[(T,)](
+        x, x.stride(0), x.stride(1), part, sq, base, scale, collapsed, collapsed.stride(0), post, comb,
+        T, splits, K, D, int(sinkhorn_iters), float(eps), float(norm_eps),
+        N=n, NM_PAD=nm_pad, S_PAD=triton.next_power_of_2(splits), BLOCK_D=min(1024, triton.next_power_of_2(D)),
+        num_warps=4,
+    )  # fmt: skip
+    return collapsed, post, comb
+
+
+@triton.jit
+def _hc_post_kernel(
+    o_ptr,
+    stride_ot,
+    res_ptr,
+    stride_rt,
+    stride_rn,
+    post_ptr,
+    comb_ptr,
+    out_ptr,
+    stride_yt,
+    stride_yn,
+    D,
+    N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    dm = offs_d < D
+    offs_n = tl.arange(0, N)
+    res = tl.load(
+        res_ptr + t * stride_rt + offs_n[:, None] * stride_rn + offs_d[None, :], mask=dm[None, :], other=0.0
+    ).to(tl.float32)
+    comb = tl.load(comb_ptr + t * N * N + offs_n[:, None] * N + offs_n[None, :]).to(tl.float32)  # [j, k]
+    post = tl.load(post_ptr + t * N + offs_n).to(tl.float32)
+    o = tl.load(o_ptr + t * stride_ot + offs_d, mask=dm, other=0.0).to(tl.float32)
+    mix = tl.sum(comb[:, :, None] * res[:, None, :], 0)  # [k, BLOCK_D]
+    y = post[:, None] * o[None, :] + mix
+    tl.store(
+        out_ptr + t * stride_yt + offs_n[:, None] * stride_yn + offs_d[None, :],
+        y.to(out_ptr.dtype.element_ty),
+        mask=dm[None, :],
+    )
+
+
+def hc_post(
+    block_out: torch.Tensor,
+    residual: torch.Tensor,
+    post: torch.Tensor,
+    comb: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """mHC post: ``out[t, k] = post[t, k] * block_out[t] + sum_j comb[t, j, k] * residual[t, j]``.
+
+    Args:
+        block_out: ``[T, D]``; residual: ``[T, n, D]`` (last dims contiguous); post: ``[T, n]``;
+        comb: ``[T, n, n]`` (contiguous), all math in fp32.
+        out: optional ``[T, n, D]`` output (residual's dtype; may alias ``residual``).
+
+    Returns:
+        ``[T, n, D]`` in residual's dtype.
+
+    Raises:
+        ValueError: shapes out of range.
+    """
+    if residual.dim() != 3:
+        raise ValueError(f"residual: expected [T, n, D], got {tuple(residual.shape)}")
+    T, n, D = residual.shape
+    if n & (n - 1):
+        raise ValueError(f"residual: n must be a power of 2, got {n}")
+    if block_out.shape != (T, D) or block_out.stride(1) != 1 or residual.stride(2) != 1:
+        raise ValueError(
+            f"block_out: expected [{T}, {D}] (last dims contiguous), got {tuple(block_out.shape)}"
+        )
+    if post.shape != (T, n) or comb.shape != (T, n, n):
+        raise ValueError(f"post/comb: expected [{T}, {n}] / [{T}, {n}, {n}]")
+    post = post.contiguous()
+    comb = comb.contiguous()
+    out = torch.empty_like(residual) if out is None else out
+    if T == 0:
+        return out
+    block_d = min(1024, triton.next_power_of_2(D))
+    _hc_post_kernel[(T, triton.cdiv(D, block_d))](
+        block_out, block_out.stride(0), residual, residual.stride(0), residual.stride(1), post, comb,
+        out, out.stride(0), out.stride(1), D, N=n, BLOCK_D=block_d, num_warps=4,
+    )  # fmt: skip
+    return out

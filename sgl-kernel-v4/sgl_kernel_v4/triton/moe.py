@@ -1,0 +1,240 @@
+"""Fused MoE (Triton): grouped GEMMs over the routed experts with clamped SwiGLU, bf16.
+
+Op-table entry 8 (``/work/notes/ops.md``); math from HF ``DeepseekV4Experts``
+(``transformers/models/deepseek_v4/modeling_deepseek_v4.py``): for each (token, slot) pair routed
+to expert ``e``: ``gate, up = x @ W_gate_up[e]ᵀ`` split in halves, ``gate.clamp(max=limit)``,
+``up.clamp(-limit, limit)``, ``h = silu(gate) * up``, ``y = h @ W_down[e]ᵀ * weight``; the output
+is the sum over the token's ``k`` slots.
+
+Steps (no host synchronisation, so the whole op is CUDA-graph capturable):
+1. ``_align`` (torch ops): sort the ``T*k`` pairs by expert and lay them out in ``BLOCK_M``-row
+   blocks, each block belonging to one expert (padding rows carry the sentinel ``T*k``); the
+   number of blocks is the static bound ``cdiv(T*k + E*(BLOCK_M-1), BLOCK_M)``; unused blocks
+   have expert -1 and exit at once.
+2. ``_gate_up_kernel``: per (block, N tile) two accumulators (gate and up rows of the same
+   expert), clamp + SiLU epilogue, ``h [T*k, I]`` in bf16.
+3. ``_down_kernel``: ``h @ W_downᵀ`` per block, scaled by the routing weight and added with fp32
+   atomics into ``[T, D]`` (the sum over the ``k`` slots; order of the k additions unspecified),
+   cast to x's dtype at the end.
+Invalid expert ids (< 0 or >= E) are skipped (their contribution is 0).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["fused_moe"]
+
+
+def _align(topk_ids: torch.Tensor, E: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns ``(sorted_ids [n_blocks*BLOCK_M] int32 pair ids or T*k, block_expert [n_blocks] int32)``."""
+    n = topk_ids.numel()
+    dev = topk_ids.device
+    flat = topk_ids.reshape(-1).to(torch.int64)
+    flat = torch.where((flat >= 0) & (flat < E), flat, torch.full_like(flat, E))
+    counts = torch.zeros(E + 1, dtype=torch.int64, device=dev)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts[:E] + block_m - 1) // block_m * block_m
+    pad_end = torch.cumsum(padded, 0)
+    pad_start = pad_end - padded
+    start = torch.cumsum(counts, 0) - counts
+    order = torch.argsort(flat, stable=True)
+    fs = flat[order]
+    rank = torch.arange(n, device=dev) - start[fs]
+    n_blocks = triton.cdiv(n + E * (block_m - 1), block_m)
+    bound = n_blocks * block_m
+    dest = torch.where(fs < E, pad_start[fs.clamp(max=E - 1)] + rank, torch.full_like(fs, bound))
+    sorted_ids = torch.full((bound + 1,), n, dtype=torch.int32, device=dev)
+    sorted_ids.scatter_(0, dest, order.to(torch.int32))
+    block_start = torch.arange(n_blocks, device=dev, dtype=torch.int64) * block_m
+    be = torch.searchsorted(pad_end, block_start, right=True)
+    block_expert = torch.where(be < E, be, torch.full_like(be, -1)).to(torch.int32)
+    return sorted_ids[:bound], block_expert
+
+
+@triton.jit
+def _gate_up_kernel(
+    x_ptr,
+    stride_xt,
+    w_ptr,
+    stride_we,
+    stride_wn,
+    h_ptr,
+    sorted_ptr,
+    bexp_ptr,
+    n_pairs,
+    I,
+    D,
+    limit,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    b = tl.program_id(0)
+    e = tl.load(bexp_ptr + b)
+    if e >= 0:
+        rows = tl.load(sorted_ptr + b * BLOCK_M + tl.arange(0, BLOCK_M))
+        rm = rows < n_pairs
+        tok = (rows // TOPK).to(tl.int64)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        nm = offs_n < I
+        offs_k = tl.arange(0, BLOCK_K)
+        wbase = w_ptr + e.to(tl.int64) * stride_we
+        acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, D, BLOCK_K):
+            km = (k0 + offs_k) < D
+            a = tl.load(
+                x_ptr + tok[:, None] * stride_xt + (k0 + offs_k)[None, :],
+                mask=rm[:, None] & km[None, :],
+                other=0.0,
+            )
+            wg = tl.load(
+                wbase + offs_n[None, :] * stride_wn + (k0 + offs_k)[:, None],
+                mask=nm[None, :] & km[:, None],
+                other=0.0,
+            )
+            wu = tl.load(
+                wbase + (I + offs_n)[None, :] * stride_wn + (k0 + offs_k)[:, None],
+                mask=nm[None, :] & km[:, None],
+                other=0.0,
+            )
+            acc_g = tl.dot(a, wg, acc_g)
+            acc_u = tl.dot(a, wu, acc_u)
+        g = tl.minimum(acc_g, limit)
+        u = tl.minimum(tl.maximum(acc_u, -limit), limit)
+        h = g * tl.sigmoid(g) * u
+        tl.store(
+            h_ptr + rows[:, None].to(tl.int64) * I + offs_n[None, :],
+            h.to(h_ptr.dtype.element_ty),
+            mask=rm[:, None] & nm[None, :],
+        )
+
+
+@triton.jit
+def _down_kernel(
+    h_ptr,
+    w_ptr,
+    stride_we,
+    stride_wn,
+    y_ptr,
+    wt_ptr,
+    sorted_ptr,
+    bexp_ptr,
+    n_pairs,
+    I,
+    D,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    b = tl.program_id(0)
+    e = tl.load(bexp_ptr + b)
+    if e >= 0:
+        rows = tl.load(sorted_ptr + b * BLOCK_M + tl.arange(0, BLOCK_M))
+        rm = rows < n_pairs
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        nm = offs_n < D
+        offs_k = tl.arange(0, BLOCK_K)
+        wbase = w_ptr + e.to(tl.int64) * stride_we
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, I, BLOCK_K):
+            km = (k0 + offs_k) < I
+            a = tl.load(
+                h_ptr + rows[:, None].to(tl.int64) * I + (k0 + offs_k)[None, :],
+                mask=rm[:, None] & km[None, :],
+                other=0.0,
+            )
+            w = tl.load(
+                wbase + offs_n[None, :] * stride_wn + (k0 + offs_k)[:, None],
+                mask=nm[None, :] & km[:, None],
+                other=0.0,
+            )
+            acc = tl.dot(a, w, acc)
+        wt = tl.load(wt_ptr + rows, mask=rm, other=0.0).to(tl.float32)
+        acc = acc * wt[:, None]
+        tok = (rows // TOPK).to(tl.int64)
+        tl.atomic_add(
+            y_ptr + tok[:, None] * D + offs_n[None, :], acc, mask=rm[:, None] & nm[None, :], sem="relaxed"
+        )
+
+
+def _config(n_pairs: int, E: int) -> dict[str, int]:
+    per_expert = n_pairs / max(E, 1)
+    if per_expert <= 16:
+        return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+    if per_expert <= 64:
+        return {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+    return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4}
+
+
+def fused_moe(
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    swiglu_limit: float,
+    *,
+    config: dict[str, int] | None = None,
+) -> torch.Tensor:
+    """Routed-expert MLP with clamped SwiGLU, weighted sum over the top-k (op table entry 8).
+
+    Args:
+        x: ``[T, D]`` bf16/fp16/fp32 (last dim contiguous).
+        w_gate_up: ``[E, 2I, D]`` (gate rows then up rows; last dim contiguous), x's dtype.
+        w_down: ``[E, D, I]`` (last dim contiguous), x's dtype.
+        topk_ids: ``[T, k]`` int expert ids (ids outside ``[0, E)`` are skipped).
+        topk_weights: ``[T, k]`` fp32 routing weights.
+        swiglu_limit: clamp limit (V4: 10.0).
+        config: tile override ``{BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages}``.
+
+    Returns:
+        ``[T, D]`` in x's dtype (accumulated in fp32).
+
+    Raises:
+        ValueError: shapes/dtypes inconsistent.
+    """
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError(f"x: expected [T, D] with a contiguous last dim, got {tuple(x.shape)}")
+    T, D = x.shape
+    if w_gate_up.dim() != 3 or w_gate_up.shape[2] != D or w_gate_up.shape[1] % 2 or w_gate_up.stride(2) != 1:
+        raise ValueError(
+            f"w_gate_up: expected [E, 2I, {D}] (last dim contiguous), got {tuple(w_gate_up.shape)}"
+        )
+    E, I2, _ = w_gate_up.shape
+    inter = I2 // 2
+    if w_down.shape != (E, D, inter) or w_down.stride(2) != 1:
+        raise ValueError(
+            f"w_down: expected [{E}, {D}, {inter}] (last dim contiguous), got {tuple(w_down.shape)}"
+        )
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != T or topk_weights.shape != topk_ids.shape:
+        raise ValueError(f"topk_ids/topk_weights: expected equal [{T}, k], got {tuple(topk_ids.shape)}")
+    if w_gate_up.dtype != x.dtype or w_down.dtype != x.dtype:
+        raise ValueError(
+            f"w_gate_up/w_down: dtype must match x ({x.dtype}), got {w_gate_up.dtype}/{w_down.dtype}"
+        )
+    k = topk_ids.shape[1]
+    n_pairs = T * k
+    if n_pairs == 0:
+        return torch.zeros_like(x)
+    cfg = dict(config or _config(n_pairs, E))
+    bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
+    sorted_ids, block_expert = _align(topk_ids, E, bm)
+    n_blocks = block_expert.shape[0]
+    h = torch.empty((n_pairs, inter), dtype=x.dtype, device=x.device)
+    _gate_up_kernel[(n_blocks, triton.cdiv(inter, bn))](
+        x, x.stride(0), w_gate_up, w_gate_up.stride(0), w_gate_up.stride(1), h, sorted_ids, block_expert,
+        n_pairs, inter, D, float(swiglu_limit), TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **cfg,
+    )  # fmt: skip
+    y = torch.zeros((T, D), dtype=torch.float32, device=x.device)  # fp32 atomics sum the k slots
+    wt = topk_weights.reshape(-1).float().contiguous()
+    _down_kernel[(n_blocks, triton.cdiv(D, bn))](
+        h, w_down, w_down.stride(0), w_down.stride(1), y, wt, sorted_ids, block_expert,
+        n_pairs, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **cfg,
+    )  # fmt: skip
+    return y.to(x.dtype)

@@ -1,0 +1,334 @@
+"""Interleaved RoPE kernels (Triton): apply / inverse (+ fp8 quant), fused q-norm + kv norm/RoPE + window insert.
+
+Op-table entries 3 and 4 (``/work/notes/ops.md``). RoPE convention: HF ``apply_rotary_pos_emb``
+(``transformers/models/deepseek_v4/modeling_deepseek_v4.py``): interleaved pairs
+``(a, b) = (x[2i], x[2i+1])`` of the trailing ``r = 2 * cos.shape[-1]`` channels become
+``(a cos_i - b sin_i, b cos_i + a sin_i)``, computed in fp32; the leading ``D - r`` channels pass
+through. Inverse RoPE = the same with ``-sin``. RMSNorm: HF ``DeepseekV4RMSNorm`` /
+``DeepseekV4UnweightedRMSNorm`` (fp32 statistics).
+
+All kernels read a row as its even and odd channel halves (``[.., D/2]`` each), so a pair is one
+element of each and the nope channels are pairs with ``cos = 1, sin = 0``: one code path, one
+read and one write of every element.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["apply_rope", "inv_rope_quant", "qnorm_rope_kv_insert", "FP8_GROUP"]
+
+FP8_GROUP = 128  # channels per fp8 scale group (DeepSeek activation quant granularity)
+FP8_MAX = 448.0  # float8_e4m3fn max finite
+
+
+@triton.jit
+def _cos_sin(cos_ptr, sin_ptr, t, stride_ct, stride_st, offs_p, P0, HALF_R, SIGN: tl.constexpr):
+    """cos/sin per pair index (pairs < P0 are nope: cos 1, sin 0)."""
+    rp = offs_p - P0
+    is_rope = (rp >= 0) & (rp < HALF_R)
+    c = tl.load(cos_ptr + t * stride_ct + rp, mask=is_rope, other=1.0).to(tl.float32)
+    s = tl.load(sin_ptr + t * stride_st + rp, mask=is_rope, other=0.0).to(tl.float32)
+    return c, s * SIGN
+
+
+@triton.jit
+def _rope_kernel(
+    x_ptr,
+    stride_xt,
+    stride_xh,
+    cos_ptr,
+    stride_ct,
+    sin_ptr,
+    stride_st,
+    out_ptr,
+    stride_ot,
+    stride_oh,
+    scale_ptr,
+    H,
+    HALF_R,
+    HALF_D: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    SIGN: tl.constexpr,
+    FP8: tl.constexpr,
+    GROUP_P: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    hm = offs_h < H
+    offs_p = tl.arange(0, HALF_D)
+    P0 = HALF_D - HALF_R
+    c, s = _cos_sin(cos_ptr, sin_ptr, t, stride_ct, stride_st, offs_p, P0, HALF_R, SIGN)
+    base = x_ptr + t * stride_xt + offs_h[:, None] * stride_xh + 2 * offs_p[None, :]
+    a = tl.load(base, mask=hm[:, None], other=0.0).to(tl.float32)
+    b = tl.load(base + 1, mask=hm[:, None], other=0.0).to(tl.float32)
+    ra = a * c[None, :] - b * s[None, :]
+    rb = b * c[None, :] + a * s[None, :]
+    obase = out_ptr + t * stride_ot + offs_h[:, None] * stride_oh + 2 * offs_p[None, :]
+    if FP8:
+        G: tl.constexpr = HALF_D // GROUP_P
+        amax = tl.maximum(tl.abs(ra), tl.abs(rb))
+        amax = tl.max(tl.reshape(amax, [BLOCK_H, G, GROUP_P]), 2)  # [BLOCK_H, G]
+        scale = tl.maximum(amax, 1e-10) / 448.0
+        inv = tl.reshape(tl.broadcast_to((1.0 / scale)[:, :, None], [BLOCK_H, G, GROUP_P]), [BLOCK_H, HALF_D])
+        qa = tl.clamp(ra * inv, -448.0, 448.0)
+        qb = tl.clamp(rb * inv, -448.0, 448.0)
+        tl.store(obase, qa.to(out_ptr.dtype.element_ty), mask=hm[:, None])
+        tl.store(obase + 1, qb.to(out_ptr.dtype.element_ty), mask=hm[:, None])
+        offs_g = tl.arange(0, G)
+        tl.store(scale_ptr + (t * H + offs_h[:, None]) * G + offs_g[None, :], scale, mask=hm[:, None])
+    else:
+        tl.store(obase, ra.to(out_ptr.dtype.element_ty), mask=hm[:, None])
+        tl.store(obase + 1, rb.to(out_ptr.dtype.element_ty), mask=hm[:, None])
+
+
+def _check_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    if x.dim() != 3:
+        raise ValueError(f"x: expected [T, H, D], got {tuple(x.shape)}")
+    T, _, D = x.shape
+    if D % 2 or (D // 2) & (D // 2 - 1):
+        raise ValueError(f"x: head dim must be 2 * a power of 2, got {D}")
+    if cos.dim() != 2 or cos.shape[0] != T or cos.shape != sin.shape:
+        raise ValueError(f"cos/sin: expected [{T}, r/2] each, got {tuple(cos.shape)} / {tuple(sin.shape)}")
+    if 2 * cos.shape[1] > D:
+        raise ValueError(f"cos: rope dim {2 * cos.shape[1]} exceeds head dim {D}")
+    if x.stride(2) != 1 or cos.stride(1) != 1 or sin.stride(1) != 1:
+        raise ValueError("x/cos/sin: last dim must be contiguous")
+
+
+def _rope(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    sign: float,
+    fp8: bool,
+    out: torch.Tensor | None,
+    block_h: int = 4,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    _check_rope(x, cos, sin)
+    T, H, D = x.shape
+    if fp8 and D % FP8_GROUP:
+        raise ValueError(f"x: head dim {D} is not a multiple of the fp8 group {FP8_GROUP}")
+    if out is None:
+        out = torch.empty((T, H, D), dtype=torch.float8_e4m3fn if fp8 else x.dtype, device=x.device)
+    scales = torch.empty((T, H, D // FP8_GROUP), dtype=torch.float32, device=x.device) if fp8 else None
+    if T == 0 or H == 0:
+        return out, scales
+    block_h = min(block_h, triton.next_power_of_2(H))
+    _rope_kernel[(T, triton.cdiv(H, block_h))](
+        x, x.stride(0), x.stride(1), cos, cos.stride(0), sin, sin.stride(0),
+        out, out.stride(0), out.stride(1), scales if fp8 else out, H, cos.shape[1],
+        HALF_D=D // 2, BLOCK_H=block_h, SIGN=sign, FP8=fp8, GROUP_P=FP8_GROUP // 2, num_warps=4,
+    )  # fmt: skip
+    return out, scales
+
+
+def apply_rope(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Interleaved RoPE on the trailing ``r = 2 * cos.shape[-1]`` channels (op table entry 3).
+
+    Args:
+        x: ``[T, H, D]`` (last dim contiguous; ``D/2`` a power of 2).
+        cos, sin: ``[T, r/2]`` (any float dtype; math in fp32).
+        out: optional ``[T, H, D]`` output buffer (may be ``x`` itself: in place).
+
+    Returns:
+        ``[T, H, D]`` in x's dtype.
+
+    Raises:
+        ValueError: shapes/layouts out of range.
+    """
+    return _rope(x, cos, sin, 1.0, False, out)[0]
+
+
+def inv_rope_quant(
+    o: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    fp8: bool,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Inverse RoPE on the attention output, optionally quantized to fp8 (op table entry 3).
+
+    Args:
+        o: ``[T, H, D]`` attention output (bf16/fp32).
+        cos, sin: ``[T, r/2]`` of the query positions.
+        fp8: quantize for an fp8 O projection.
+        out: optional output buffer (o's dtype, or float8_e4m3fn when ``fp8``).
+
+    Returns:
+        ``fp8=False``: ``[T, H, D]`` in o's dtype (HF: ``apply_rotary_pos_emb(o, cos, -sin)``).
+        ``fp8=True``: ``(q [T, H, D] float8_e4m3fn, scales [T, H, D // 128] fp32)`` with
+        ``dequant = q * scales`` repeated over each group of 128 channels; ``scale = amax / 448``
+        per (token, head, 128-channel group).
+
+    Raises:
+        ValueError: shapes/layouts out of range (fp8 needs ``D % 128 == 0``).
+    """
+    res, scales = _rope(o, cos, sin, -1.0, fp8, out)
+    return (res, scales) if fp8 else res
+
+
+# ------------------------------------------------------------------------------------------------
+# fused q-norm + kv norm/RoPE + sliding-window insert
+# ------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _norm_rope_rows(
+    x_ptr,
+    stride_r,
+    n_rows,
+    offs_r,
+    w_ptr,
+    out_ptr,
+    stride_or,
+    c,
+    s,
+    eps,
+    HALF_D: tl.constexpr,
+    HAS_W: tl.constexpr,
+):
+    """RMSNorm (optionally weighted) + RoPE of rows ``offs_r`` ([R, D] as even/odd halves)."""
+    rm = offs_r < n_rows
+    offs_p = tl.arange(0, HALF_D)
+    base = x_ptr + offs_r[:, None] * stride_r + 2 * offs_p[None, :]
+    a = tl.load(base, mask=rm[:, None], other=0.0).to(tl.float32)
+    b = tl.load(base + 1, mask=rm[:, None], other=0.0).to(tl.float32)
+    ms = (tl.sum(a * a, 1) + tl.sum(b * b, 1)) / (2 * HALF_D)
+    rstd = tl.rsqrt(ms + eps)
+    a = a * rstd[:, None]
+    b = b * rstd[:, None]
+    if HAS_W:
+        a = a * tl.load(w_ptr + 2 * offs_p).to(tl.float32)[None, :]
+        b = b * tl.load(w_ptr + 2 * offs_p + 1).to(tl.float32)[None, :]
+    ra = a * c[None, :] - b * s[None, :]
+    rb = b * c[None, :] + a * s[None, :]
+    obase = out_ptr + offs_r[:, None] * stride_or + 2 * offs_p[None, :]
+    tl.store(obase, ra.to(out_ptr.dtype.element_ty), mask=rm[:, None])
+    tl.store(obase + 1, rb.to(out_ptr.dtype.element_ty), mask=rm[:, None])
+    return ra, rb
+
+
+@triton.jit
+def _qnorm_rope_kv_kernel(
+    q_ptr,
+    stride_qt,
+    stride_qh,
+    kv_ptr,
+    stride_kvt,
+    w_ptr,
+    cos_ptr,
+    stride_ct,
+    sin_ptr,
+    stride_st,
+    qo_ptr,
+    stride_qot,
+    stride_qoh,
+    kvo_ptr,
+    stride_kvot,
+    swa_ptr,
+    stride_swa,
+    idx_ptr,
+    H,
+    HALF_R,
+    eps,
+    HALF_D: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    N_HB: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    hb = tl.program_id(1)
+    offs_p = tl.arange(0, HALF_D)
+    c, s = _cos_sin(cos_ptr, sin_ptr, t, stride_ct, stride_st, offs_p, HALF_D - HALF_R, HALF_R, 1.0)
+    if hb < N_HB:  # a block of query heads: unweighted RMSNorm + RoPE
+        offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+        _norm_rope_rows(
+            q_ptr + t * stride_qt, stride_qh, H, offs_h, w_ptr, qo_ptr + t * stride_qot, stride_qoh, c, s, eps,
+            HALF_D, False,
+        )  # fmt: skip
+    else:  # the kv row: weighted RMSNorm + RoPE, returned and inserted into the window pool
+        offs_r = tl.arange(0, 1)
+        ra, rb = _norm_rope_rows(
+            kv_ptr + t * stride_kvt,
+            0,
+            1,
+            offs_r,
+            w_ptr,
+            kvo_ptr + t * stride_kvot,
+            0,
+            c,
+            s,
+            eps,
+            HALF_D,
+            True,
+        )
+        slot = tl.load(idx_ptr + t)
+        if slot >= 0:
+            dst = swa_ptr + slot.to(tl.int64) * stride_swa + 2 * offs_p[None, :]
+            tl.store(dst, ra.to(swa_ptr.dtype.element_ty))
+            tl.store(dst + 1, rb.to(swa_ptr.dtype.element_ty))
+
+
+def qnorm_rope_kv_insert(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    kv_norm_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    swa_flat: torch.Tensor,
+    swa_index: torch.Tensor,
+    eps: float,
+    *,
+    q_out: torch.Tensor | None = None,
+    kv_out: torch.Tensor | None = None,
+    block_h: int = 8,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused q-norm + RoPE and kv RMSNorm + RoPE + sliding-window insert (op table entry 4).
+
+    One launch: programs ``(t, head block)`` normalise (unweighted RMSNorm, HF
+    ``DeepseekV4UnweightedRMSNorm``) and rotate ``BLOCK_H`` query heads; program ``(t, last)``
+    normalises ``kv[t]`` with ``kv_norm_weight`` (HF ``DeepseekV4RMSNorm``), rotates it, returns it
+    and writes it to ``swa_flat[swa_index[t]]`` (skipped when the index is -1).
+
+    Args:
+        q: ``[T, H, D]``; kv: ``[T, D]``; kv_norm_weight: ``[D]`` (fp32).
+        cos, sin: ``[T, r/2]``; swa_flat: ``[N, D]`` window pool view (any float dtype);
+        swa_index: ``[T]`` int32/int64 flat slots, -1 = skip; eps: RMSNorm epsilon.
+        q_out / kv_out: optional output buffers (may alias q / kv: in place).
+
+    Returns:
+        ``(q_out [T, H, D], kv_out [T, D])`` in q's / kv's dtype.
+
+    Raises:
+        ValueError: shapes/layouts out of range.
+    """
+    _check_rope(q, cos, sin)
+    T, H, D = q.shape
+    if kv.shape != (T, D) or kv.stride(1) != 1:
+        raise ValueError(f"kv: expected contiguous-last-dim [{T}, {D}], got {tuple(kv.shape)}")
+    if kv_norm_weight.shape != (D,):
+        raise ValueError(f"kv_norm_weight: expected [{D}], got {tuple(kv_norm_weight.shape)}")
+    if swa_flat.dim() != 2 or swa_flat.shape[1] != D or swa_flat.stride(1) != 1:
+        raise ValueError(f"swa_flat: expected [N, {D}] (last dim contiguous), got {tuple(swa_flat.shape)}")
+    if swa_index.shape != (T,) or swa_index.dtype not in (torch.int32, torch.int64):
+        raise ValueError(
+            f"swa_index: expected int32/int64 [{T}], got {swa_index.dtype} {tuple(swa_index.shape)}"
+        )
+    q_out = torch.empty_like(q) if q_out is None else q_out
+    kv_out = torch.empty_like(kv) if kv_out is None else kv_out
+    if T == 0:
+        return q_out, kv_out
+    block_h = min(block_h, triton.next_power_of_2(H))
+    n_hb = triton.cdiv(H, block_h)
+    _qnorm_rope_kv_kernel[(T, n_hb + 1)](
+        q, q.stride(0), q.stride(1), kv, kv.stride(0), kv_norm_weight, cos, cos.stride(0), sin, sin.stride(0),
+        q_out, q_out.stride(0), q_out.stride(1), kv_out, kv_out.stride(0), swa_flat, swa_flat.stride(0),
+        swa_index, H, cos.shape[1], float(eps),
+        HALF_D=D // 2, BLOCK_H=block_h, N_HB=n_hb, num_warps=4,
+    )  # fmt: skip
+    return q_out, kv_out

@@ -1,0 +1,127 @@
+"""GPU tests: Triton mHC pre/post (Sinkhorn per token) vs a float64 transcription of HF (op table 7).
+
+Marked ``gpu``; skipped without CUDA + Triton (they also run under ``TRITON_INTERPRET=1``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
+if torch.cuda.is_available() and _HAS_TRITON:
+    DEVICE: str | None = "cuda"
+elif os.environ.get("TRITON_INTERPRET") == "1" and _HAS_TRITON:
+    DEVICE = "cpu"
+else:
+    DEVICE = None
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")]
+INTERP = DEVICE == "cpu"
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a64, b64 = a.double().cpu(), b.double().cpu()
+    return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item()
+
+
+def dtypes() -> list[torch.dtype]:
+    return [torch.float32] if INTERP else [torch.bfloat16, torch.float32]
+
+
+def hc_pre64(
+    x: torch.Tensor,
+    fn: torch.Tensor,
+    base: torch.Tensor,
+    scale: torch.Tensor,
+    iters: int,
+    eps: float,
+    neps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """float64 transcription of HF DeepseekV4HyperConnection.forward."""
+    T, n, D = x.shape
+    flat = x.double().reshape(T, n * D)
+    flat = flat * torch.rsqrt(flat.square().mean(-1, keepdim=True) + neps)
+    mix = flat @ fn.double().T
+    pre_w, post_w, comb_w = mix.split([n, n, n * n], -1)
+    b = base.double()
+    s = scale.double()
+    pre = torch.sigmoid(pre_w * s[0] + b[:n]) + eps
+    post = 2 * torch.sigmoid(post_w * s[1] + b[n : 2 * n])
+    comb = torch.softmax(comb_w.view(T, n, n) * s[2] + b[2 * n :].view(n, n), -1) + eps
+    comb = comb / (comb.sum(-2, keepdim=True) + eps)
+    for _ in range(iters - 1):
+        comb = comb / (comb.sum(-1, keepdim=True) + eps)
+        comb = comb / (comb.sum(-2, keepdim=True) + eps)
+    collapsed = (pre[..., None] * x.double()).sum(1)
+    return collapsed, post, comb
+
+
+def make(T: int, n: int, D: int, dtype: torch.dtype, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    x = torch.randn(T, n, D, generator=gen).to(dtype)
+    fn = torch.randn((2 + n) * n, n * D, generator=gen) * (n * D) ** -0.5
+    base = torch.randn((2 + n) * n, generator=gen) * 0.5
+    scale = torch.rand(3, generator=gen) + 0.5
+    return x, fn, base, scale
+
+
+@pytest.mark.parametrize("T,n,D", [(1, 4, 4096), (8, 4, 4096), (130, 4, 4096), (5, 2, 256), (3, 4, 1000)])
+@pytest.mark.parametrize("dtype", dtypes())
+def test_hc_pre(T: int, n: int, D: int, dtype: torch.dtype) -> None:
+    from sgl_kernel_v4.triton.mhc import hc_pre
+
+    if INTERP and T * D > 40000:
+        pytest.skip("interpreter: too slow")
+    gen = torch.Generator().manual_seed(T + D)
+    x, fn, base, scale = make(T, n, D, dtype, gen)
+    iters, eps, neps = 20, 1e-6, 1e-6
+    rc, rp, rcomb = hc_pre64(x, fn, base, scale, iters, eps, neps)
+    for splits in (None, 1, 3):
+        col, post, comb = hc_pre(
+            x.to(DEVICE), fn.to(DEVICE), base.to(DEVICE), scale.to(DEVICE), iters, eps, neps, splits=splits
+        )
+        assert col.dtype == dtype and post.dtype == torch.float32 and comb.dtype == torch.float32
+        assert rel_err(post, rp) < 1e-5, splits
+        assert rel_err(comb, rcomb) < 1e-5, splits
+        assert rel_err(col, rc) < (8e-3 if dtype == torch.bfloat16 else 1e-5), splits
+        # comb is doubly stochastic (rows and columns ~ 1)
+        c = comb.double().cpu()
+        assert torch.allclose(c.sum(-2), torch.ones(T, n, dtype=torch.float64), atol=1e-4)
+        assert torch.allclose(c.sum(-1), torch.ones(T, n, dtype=torch.float64), atol=1e-2)
+
+
+@pytest.mark.parametrize("T,n,D", [(1, 4, 4096), (64, 4, 4096), (7, 2, 300)])
+@pytest.mark.parametrize("dtype", dtypes())
+def test_hc_post(T: int, n: int, D: int, dtype: torch.dtype) -> None:
+    from sgl_kernel_v4.triton.mhc import hc_post
+
+    gen = torch.Generator().manual_seed(T * 5 + D)
+    o = torch.randn(T, D, generator=gen).to(dtype)
+    res = torch.randn(T, n, D, generator=gen).to(dtype)
+    post = torch.rand(T, n, generator=gen) * 2
+    comb = torch.softmax(torch.randn(T, n, n, generator=gen), -1)
+    ref = post.double()[..., None] * o.double()[:, None, :] + torch.einsum(
+        "tjk,tjd->tkd", comb.double(), res.double()
+    )
+    out = torch.full_like(res, float("nan")).to(DEVICE)
+    hc_post(o.to(DEVICE), res.to(DEVICE), post.to(DEVICE), comb.to(DEVICE), out=out)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, ref) < (8e-3 if dtype == torch.bfloat16 else 1e-5)
+
+
+def test_hc_bad_input() -> None:
+    from sgl_kernel_v4.triton.mhc import hc_post, hc_pre
+
+    gen = torch.Generator().manual_seed(0)
+    x, fn, base, scale = (t.to(DEVICE) for t in make(2, 4, 64, torch.float32, gen))
+    with pytest.raises(ValueError, match="fn"):
+        hc_pre(x, fn[:, :10], base, scale, 20, 1e-6, 1e-6)
+    with pytest.raises(ValueError, match="sinkhorn_iters"):
+        hc_pre(x, fn, base, scale, 0, 1e-6, 1e-6)
+    with pytest.raises(ValueError, match="post"):
+        hc_post(x[:, 0], x, scale[:2].expand(2, 2), scale.new_zeros(2, 4, 4))
+    col, post, comb = hc_pre(x[:0], fn, base, scale, 20, 1e-6, 1e-6)
+    assert col.shape == (0, 64) and post.shape == (0, 4) and comb.shape == (0, 4, 4)
