@@ -65,7 +65,7 @@ def _gate_up_kernel(
     sorted_ptr,
     bexp_ptr,
     n_pairs,
-    I,
+    N_INTER,
     D,
     limit,
     TOPK: tl.constexpr,
@@ -80,7 +80,7 @@ def _gate_up_kernel(
         rm = rows < n_pairs
         tok = (rows // TOPK).to(tl.int64)
         offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        nm = offs_n < I
+        nm = offs_n < N_INTER
         offs_k = tl.arange(0, BLOCK_K)
         wbase = w_ptr + e.to(tl.int64) * stride_we
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -98,7 +98,7 @@ def _gate_up_kernel(
                 other=0.0,
             )
             wu = tl.load(
-                wbase + (I + offs_n)[None, :] * stride_wn + (k0 + offs_k)[:, None],
+                wbase + (N_INTER + offs_n)[None, :] * stride_wn + (k0 + offs_k)[:, None],
                 mask=nm[None, :] & km[:, None],
                 other=0.0,
             )
@@ -108,7 +108,7 @@ def _gate_up_kernel(
         u = tl.minimum(tl.maximum(acc_u, -limit), limit)
         h = g * tl.sigmoid(g) * u
         tl.store(
-            h_ptr + rows[:, None].to(tl.int64) * I + offs_n[None, :],
+            h_ptr + rows[:, None].to(tl.int64) * N_INTER + offs_n[None, :],
             h.to(h_ptr.dtype.element_ty),
             mask=rm[:, None] & nm[None, :],
         )
@@ -125,7 +125,7 @@ def _down_kernel(
     sorted_ptr,
     bexp_ptr,
     n_pairs,
-    I,
+    N_INTER,
     D,
     TOPK: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -142,10 +142,10 @@ def _down_kernel(
         offs_k = tl.arange(0, BLOCK_K)
         wbase = w_ptr + e.to(tl.int64) * stride_we
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for k0 in range(0, I, BLOCK_K):
-            km = (k0 + offs_k) < I
+        for k0 in range(0, N_INTER, BLOCK_K):
+            km = (k0 + offs_k) < N_INTER
             a = tl.load(
-                h_ptr + rows[:, None].to(tl.int64) * I + (k0 + offs_k)[None, :],
+                h_ptr + rows[:, None].to(tl.int64) * N_INTER + (k0 + offs_k)[None, :],
                 mask=rm[:, None] & km[None, :],
                 other=0.0,
             )
