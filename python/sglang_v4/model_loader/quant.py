@@ -28,7 +28,6 @@ E8M0_DTYPE = torch.float8_e8m0fnu
 FP4_GROUP = 32
 #: e2m1 magnitudes by 3-bit code.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-_E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 FP4_PACKED_DTYPES: tuple[torch.dtype, ...] = (torch.int8, torch.uint8) + (
     (torch.float4_e2m1fn_x2,) if hasattr(torch, "float4_e2m1fn_x2") else ()
 )
@@ -117,9 +116,11 @@ def quantize_fp4(w: torch.Tensor, scale_dtype: torch.dtype = E8M0_DTYPE) -> tupl
     scale = _pow2_ceil(g.abs().amax(dim=-1) / E2M1_VALUES[-1])  # [..., R, C/32]
     x = g / scale[..., None]
     ax = x.abs()
-    code = torch.zeros(ax.shape, dtype=torch.uint8)
-    for m in _E2M1_MIDPOINTS:  # index of the nearest e2m1 magnitude (0..7)
-        code += (ax > m).to(torch.uint8)
+    # index of the nearest e2m1 magnitude: the grid has step 0.5 on [0, 2], 1 on [2, 4], 2 on [4, 6]
+    code = torch.where(
+        ax < 2, torch.round(2 * ax), torch.where(ax < 4, 2 + torch.round(ax), 4 + torch.round(ax / 2))
+    )
+    code = code.clamp_(0, 7).to(torch.uint8)
     code = code | ((x < 0).to(torch.uint8) << 3)
     code = code.reshape(*lead, r, c)
     packed = code[..., 0::2] | (code[..., 1::2] << 4)
