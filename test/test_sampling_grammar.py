@@ -122,3 +122,22 @@ def test_mask_only_touches_grammar_rows_and_errors(tok, backend: GrammarBackend)
         backend.create(SamplingParams(json_schema="{not json"))
     with pytest.raises(ValueError, match="not supported"):
         SamplingParams(regex="a").verify(VOCAB)  # rejected unless the caller enables grammars
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_mask_equals_cpu_mask(backend: GrammarBackend) -> None:
+    g1 = backend.create(SamplingParams(regex="[0-9]+(\\.[0-9]+)?"))
+    g2 = backend.create(SamplingParams(regex="[0-9]+(\\.[0-9]+)?"))
+    logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(0))
+    cpu, gpu = logits.clone(), logits.clone().cuda()
+    apply_grammar_masks(cpu, [g1, None, g1])
+    apply_grammar_masks(gpu, [g2, None, g2])
+    assert torch.equal(cpu, gpu.cpu())
+    out = sample(logits.cuda(), [SamplingParams(temperature=0)] * 3, [[]] * 3, grammars=[g2, None, g2])
+    assert tokens_ok(backend, out[0].item()) and out[1].item() == int(logits[1].argmax())
+
+
+def tokens_ok(backend: GrammarBackend, token: int) -> bool:
+    g = backend.create(SamplingParams(regex="[0-9]+(\\.[0-9]+)?"))
+    return bool(g is not None and g.accept(token))
