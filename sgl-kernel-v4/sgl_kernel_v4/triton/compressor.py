@@ -96,8 +96,8 @@ def compress_and_insert(
     norm_weight: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    pool_flat: torch.Tensor,
-    out_index: torch.Tensor,
+    pool_flat: torch.Tensor | None,
+    out_index: torch.Tensor | None,
     eps: float,
     *,
     out: torch.Tensor | None = None,
@@ -110,8 +110,8 @@ def compress_and_insert(
         score: ``[W, L, d]`` gate + position bias (fp32 usually); ``-inf`` marks empty slots.
         norm_weight: ``[d]`` fp32 RMSNorm weight.
         cos, sin: ``[W, r/2]`` at each window's position (``r <= d``).
-        pool_flat: ``[N, d]`` flat view of the compressed pool (written in place).
-        out_index: ``[W]`` int32/int64 flat slots, -1 = do not write.
+        pool_flat: ``[N, d]`` flat view of the compressed pool (written in place), or None.
+        out_index: ``[W]`` int32/int64 flat slots, -1 = do not write (None: no write).
         eps: RMSNorm epsilon.
         out: optional ``[W, d]`` buffer for the returned entries (kv's dtype).
         block_l: window rows per loop step (default min(L, 16)).
@@ -135,6 +135,9 @@ def compress_and_insert(
         raise ValueError(f"cos/sin: expected [{W}, r/2] with r <= {d}, got {tuple(cos.shape)}")
     if cos.stride(1) != 1 or sin.stride(1) != 1:
         raise ValueError("cos/sin: last dim must be contiguous")
+    out = torch.empty((W, d), dtype=kv.dtype, device=kv.device) if out is None else out
+    if pool_flat is None or out_index is None:  # no pool write: every index -1, out as a dummy pool
+        pool_flat, out_index = out, torch.full((W,), -1, dtype=torch.int64, device=kv.device)
     if pool_flat.dim() != 2 or pool_flat.shape[1] != d or pool_flat.stride(1) != 1:
         raise ValueError(
             f"pool_flat: expected [N, {d}] with a contiguous last dim, got {tuple(pool_flat.shape)}"
@@ -143,7 +146,6 @@ def compress_and_insert(
         raise ValueError(
             f"out_index: expected int32/int64 [{W}], got {out_index.dtype} {tuple(out_index.shape)}"
         )
-    out = torch.empty((W, d), dtype=kv.dtype, device=kv.device) if out is None else out
     if W == 0:
         return out
     if block_l is None:

@@ -35,7 +35,7 @@ def rms_norm(
     """RMSNorm over the last dim.
 
     Args:
-        x: ``[T, D]`` (last dim contiguous), any float dtype.
+        x: ``[..., D]`` (last dim contiguous), any float dtype.
         weight: ``[D]`` (fp32) or None (unweighted).
         eps: added to the mean square.
         out: optional ``[T, D]`` output buffer (may be ``x``).
@@ -46,7 +46,14 @@ def rms_norm(
     Raises:
         ValueError: bad shapes.
     """
-    if x.dim() != 2 or x.stride(1) != 1:
+    if x.dim() != 2:
+        if x.dim() < 1:
+            raise ValueError("x: expected [..., D]")
+        y = rms_norm(
+            x.reshape(-1, x.shape[-1]), weight, eps, out=None if out is None else out.view(-1, x.shape[-1])
+        )
+        return y.view(x.shape) if out is None else out
+    if x.stride(1) != 1:
         raise ValueError(f"x: expected [T, D] with a contiguous last dim, got {tuple(x.shape)}")
     T, D = x.shape
     if weight is not None and weight.shape != (D,):

@@ -131,7 +131,7 @@ def apply_rope(
     """Interleaved RoPE on the trailing ``r = 2 * cos.shape[-1]`` channels (op table entry 3).
 
     Args:
-        x: ``[T, H, D]`` (last dim contiguous; ``D/2`` a power of 2).
+        x: ``[T, H, D]`` or ``[T, D]`` (last dim contiguous; ``D/2`` a power of 2).
         cos, sin: ``[T, r/2]`` (any float dtype; math in fp32).
         out: optional ``[T, H, D]`` output buffer (may be ``x`` itself: in place).
 
@@ -141,6 +141,9 @@ def apply_rope(
     Raises:
         ValueError: shapes/layouts out of range.
     """
+    if x.dim() == 2:
+        o2 = None if out is None else out.unsqueeze(1)
+        return _rope(x.unsqueeze(1), cos, sin, 1.0, False, o2)[0].squeeze(1)
     return _rope(x, cos, sin, 1.0, False, out)[0]
 
 

@@ -1,0 +1,55 @@
+"""CPU tests of the op backend table ``sgl_kernel_v4.ops`` (runs in CI; no CUDA or Triton needed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sgl_kernel_v4 import ops
+
+
+def test_cpu_lookup_returns_reference() -> None:
+    import sgl_kernel_v4.ref.attention as ref_attention
+    import sgl_kernel_v4.ref.rope as ref_rope
+
+    assert ops.get_op("sparse_attention", "cpu") is ref_attention.sparse_attention
+    assert ops.get_op("inv_rope_quant", torch.device("cpu")) is ref_rope.inv_rope_quant
+    for name in ops.OP_NAMES:
+        assert callable(ops.get_op(name, "cpu"))
+
+
+def test_unknown_op_raises() -> None:
+    with pytest.raises(ValueError, match="name"):
+        ops.get_op("not_an_op", "cpu")
+
+
+def test_disable_flag_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sgl_kernel_v4.ref.norm as ref_norm
+
+    monkeypatch.setenv("SGLANG_V4_DISABLE_TRITON", "1")
+    ops.set_triton_enabled(None)
+    assert not ops.triton_enabled()
+    assert ops.get_op("rms_norm", "cuda") is ref_norm.rms_norm  # forced reference even on CUDA
+    ops.set_triton_enabled(False)
+    monkeypatch.delenv("SGLANG_V4_DISABLE_TRITON")
+    assert not ops.triton_enabled()
+    assert ops.get_op("rms_norm", "cuda:0") is ref_norm.rms_norm
+    ops.set_triton_enabled(None)
+
+
+def test_dispatch_wrapper_matches_reference_on_cpu() -> None:
+    import sgl_kernel_v4.ref.norm as ref_norm
+
+    x = torch.randn(3, 16)
+    w = torch.rand(16)
+    assert torch.equal(ops.rms_norm(x, w, 1e-6), ref_norm.rms_norm(x, w, 1e-6))
+
+
+def test_import_does_not_import_triton() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sgl_kernel_v4, sgl_kernel_v4.ops, sgl_kernel_v4.triton; print('triton' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
