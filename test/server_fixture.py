@@ -116,18 +116,7 @@ class FakeScheduler:
         if self.step_sleep:
             time.sleep(self.step_sleep)
         self.num_steps += 1
-        out = BatchTokenIDOut(
-            rids=[],
-            finished_reasons=[],
-            decode_ids=[],
-            read_offsets=[],
-            output_ids=[],
-            skip_special_tokens=[],
-            no_stop_trim=[],
-            prompt_tokens=[],
-            completion_tokens=[],
-            cached_tokens=[],
-        )
+        out = BatchTokenIDOut.empty()
         for rid, r in list(self.reqs.items()):
             req, sp = r.req, r.req.sampling_params
             if self.crash_text and req.input_text and self.crash_text in req.input_text:
@@ -161,39 +150,39 @@ class FakeScheduler:
                                 break
                     if reason is None and len(r.output_ids) >= limit:
                         reason = finish_length(len(r.output_ids))
-            out.rids.append(rid)
-            out.finished_reasons.append(reason)
-            out.decode_ids.append(list(r.output_ids))
-            out.read_offsets.append(0)
-            out.output_ids.append(new)
-            out.skip_special_tokens.append(sp.skip_special_tokens)
-            out.no_stop_trim.append(sp.no_stop_trim)
-            out.prompt_tokens.append(len(req.input_ids))
-            out.completion_tokens.append(len(r.output_ids))
-            out.cached_tokens.append(0)
-            # Fake logprobs: -0.5 - 0.01 * position (input) / -0.25 (output).
+            in_lp = in_top = out_lp = out_top = None
+            # Fake logprobs: -0.5 - 0.01 * position (input) / -0.25 (output); top-k: -0.1, ids 0..k-1.
+            k = req.top_logprobs_num if req.return_logprob else 0
             if req.return_logprob and not r.sent_input_logprobs:
                 start = req.logprob_start_len if req.logprob_start_len >= 0 else len(req.input_ids) - 1
                 ids = req.input_ids[start:]
-                vals: list[float | None] = [-0.5 - 0.01 * (start + k) for k in range(len(ids))]
+                vals: list[float | None] = [-0.5 - 0.01 * (start + j) for j in range(len(ids))]
                 if start == 0:
                     vals[0] = None
-                out.input_token_logprobs_val.append(vals)
-                out.input_token_logprobs_idx.append(list(ids))
-                k = req.top_logprobs_num
-                out.input_top_logprobs_val.append([[-0.1] * k if k else None for _ in ids])
-                out.input_top_logprobs_idx.append([list(range(k)) if k else None for _ in ids])
+                in_lp = (vals, list(ids))
+                in_top = (
+                    [[-0.1] * k if k else None for _ in ids],
+                    [list(range(k)) if k else None for _ in ids],
+                )
                 r.sent_input_logprobs = True
-            else:
-                out.input_token_logprobs_val.append([])
-                out.input_token_logprobs_idx.append([])
-                out.input_top_logprobs_val.append([])
-                out.input_top_logprobs_idx.append([])
-            k = req.top_logprobs_num if req.return_logprob else 0
-            out.output_token_logprobs_val.append([-0.25] * len(new) if req.return_logprob else [])
-            out.output_token_logprobs_idx.append(list(new) if req.return_logprob else [])
-            out.output_top_logprobs_val.append([[-0.1] * k for _ in new] if k else [])
-            out.output_top_logprobs_idx.append([list(range(k)) for _ in new] if k else [])
+            if req.return_logprob:
+                out_lp = ([-0.25] * len(new), list(new))
+            if k:
+                out_top = ([[-0.1] * k for _ in new], [list(range(k)) for _ in new])
+            out.append(
+                rid=rid,
+                finished_reason=reason,
+                decode_ids=r.output_ids,
+                output_ids=new,
+                prompt_tokens=len(req.input_ids),
+                completion_tokens=len(r.output_ids),
+                skip_special_tokens=sp.skip_special_tokens,
+                no_stop_trim=sp.no_stop_trim,
+                input_token_logprobs=in_lp,
+                output_token_logprobs=out_lp,
+                input_top_logprobs=in_top,
+                output_top_logprobs=out_top,
+            )
             if reason is not None:
                 self.used_pages -= r.pages
                 del self.reqs[rid]

@@ -329,6 +329,57 @@ class BatchTokenIDOut:
     #: Per-request retraction counts (optional, SGLang ``num_retractions``).
     retraction_counts: list[int] = field(default_factory=list)
 
+    @classmethod
+    def empty(cls) -> BatchTokenIDOut:
+        """A message with no requests; fill it with :meth:`append`."""
+        return cls([], [], [], [], [], [], [], [], [], [])
+
+    def append(
+        self,
+        *,
+        rid: str,
+        finished_reason: FinishReason | None,
+        decode_ids: list[int],
+        output_ids: list[int],
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int = 0,
+        read_offset: int = 0,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+        no_stop_trim: bool = False,
+        input_token_logprobs: tuple[list[float | None], list[int]] | None = None,
+        output_token_logprobs: tuple[list[float], list[int]] | None = None,
+        input_top_logprobs: tuple[list[list[float] | None], list[list[int] | None]] | None = None,
+        output_top_logprobs: tuple[list[list[float]], list[list[int]]] | None = None,
+        retraction_count: int = 0,
+    ) -> None:
+        """Add one request's news, keeping every per-request list aligned.
+
+        ``*_logprobs`` are ``(values, token_ids)`` pairs for the positions new in this message
+        (``None`` = nothing new); see the class docstring for their meaning.
+        """
+        self.rids.append(rid)
+        self.finished_reasons.append(finished_reason)
+        self.decode_ids.append(list(decode_ids))
+        self.read_offsets.append(read_offset)
+        self.output_ids.append(list(output_ids))
+        self.skip_special_tokens.append(skip_special_tokens)
+        self.spaces_between_special_tokens.append(spaces_between_special_tokens)
+        self.no_stop_trim.append(no_stop_trim)
+        self.prompt_tokens.append(prompt_tokens)
+        self.completion_tokens.append(completion_tokens)
+        self.cached_tokens.append(cached_tokens)
+        for vals, idxs, pair in (
+            (self.input_token_logprobs_val, self.input_token_logprobs_idx, input_token_logprobs),
+            (self.output_token_logprobs_val, self.output_token_logprobs_idx, output_token_logprobs),
+            (self.input_top_logprobs_val, self.input_top_logprobs_idx, input_top_logprobs),
+            (self.output_top_logprobs_val, self.output_top_logprobs_idx, output_top_logprobs),
+        ):
+            vals.append(list(pair[0]) if pair is not None else [])  # type: ignore[arg-type]
+            idxs.append(list(pair[1]) if pair is not None else [])  # type: ignore[arg-type]
+        self.retraction_counts.append(retraction_count)
+
 
 @dataclass
 class BatchStrOut:
