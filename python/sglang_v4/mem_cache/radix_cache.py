@@ -1,0 +1,673 @@
+"""Radix prefix cache over 256-token logical blocks of the tri-structured DeepSeek-V4 KV.
+
+What is cached
+--------------
+The key unit is a *block* of ``page_size`` tokens (default 256 = 64 CSA windows of 4 = 2 HCA
+windows of 128, so every compressor's partial window is empty at a block boundary; see
+``/work/shared/design/DSV4_MODEL.md``, "State that decoding carries"). Per block the tree holds
+two page ids, never tensors:
+
+* ``block_page`` (from ``block_alloc``): the block's compressed entries of every layer (CSA main
+  64 entries, CSA indexer 64 entries, HCA 2 entries). This is the *full-history* state; a later
+  request that extends this prefix reads it through its block table.
+* ``window_page`` (from ``window_alloc``, may be ``None``): the *resume state* at the block's END:
+  the raw sliding-window KV of the last ``sliding_window`` (128) positions of the block for every
+  layer, plus the CSA overlap halves (main and indexer compressor) snapshotted under the same id.
+  A request can continue from a block end only if that resume state is live.
+
+``match_prefix`` therefore returns the longest cached prefix (whole blocks) whose end has a live
+resume state; interior block ends whose resume state was evicted still count as part of a longer
+match, because only the compressed pages are needed there.
+
+Where resume states are kept (``resume_interval``)
+-------------------------------------------------
+A resume state is large compared with the compressed state of its block. Per layer and block
+(values, before dtype): raw window 128 x 512 = 65,536; CSA main + indexer 64 x 512 + 64 x 128 =
+40,960; HCA 2 x 512 = 1,024. So one resume state costs about 1.6x the compressed state of its
+block on a CSA layer and 64x on an HCA layer (roughly 3x over a 50/50 CSA/HCA model), i.e.
+keeping one at every block end makes the cache about 4x larger than the compressed history alone.
+In exchange every prefix length hits (rounded down to 256), which is what multi-turn chat, RAG
+over shared documents and forking programs need: the shared length is not known in advance.
+
+``resume_interval = k`` keeps resume states only at block ends whose block index + 1 is a
+multiple of ``k`` (block index counted from the start of the sequence): memory for resume states
+drops by ``k`` while a hit loses at most ``k - 1`` blocks (it rounds down to ``k * 256``).
+The default ``k = 1`` keeps every block end; under memory pressure resume states are evicted
+before compressed blocks (LRU), so the cost is paid only while memory is free. Window pages that
+``insert`` receives for other block ends are freed at once via ``window_alloc``.
+
+Tree layout and cost
+--------------------
+A radix tree with multi-block edges (the shape of SGLang's ``RadixCache``, with the block as the
+key unit). A node's edge is stored as one ``bytes`` object: the edge's token ids packed as
+little-endian uint32, ``4 * page_size`` bytes per block. A block's key (used for the child dict)
+is the packed bytes of its tokens: built once per block, hashed once for the dict lookup (bytes
+cache their hash), compared with ``memcmp``. Matching walks one dict lookup per node plus one
+bytes comparison per matched edge, so it costs O(matched blocks) (plus O(tokens) once to pack the
+query), independent of how many nodes the tree holds. Nodes are split inside an edge when a match
+or insert ends there or a new branch starts there.
+
+LRU and eviction
+----------------
+Every match (up to the returned node) and insert (the whole inserted path) stamps the nodes it
+touches with one new clock value. Eviction order is ascending ``(stamp, -depth)`` per block
+(oldest first; within one touch the deepest block first), which is well defined because a parent
+is touched whenever a child is. Resume states of unlocked nodes are evicted first (phase 1, for
+``num_window_pages``), then unlocked leaf blocks from the tail of their edge (phase 2, for
+``num_block_pages``; a block evicted frees its resume state too). Locked nodes (path root..node
+locked by ``inc_lock_ref``) lose nothing, their resume states included.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["MatchResult", "RadixCache", "TreeNode"]
+
+_TOKEN_BYTES = 4  # tokens are packed as uint32
+
+
+class _Allocator(Protocol):
+    def free(self, pages: Sequence[int]) -> None: ...
+
+
+class TreeNode:
+    """One radix-tree node: an edge of ``num_blocks`` whole blocks hanging below ``parent``.
+
+    Attributes:
+        edge: packed token ids of the edge (uint32, ``4 * page_size`` bytes per block).
+        block_pages: one block-page id per block of the edge.
+        window_pages: per block, the resume-state page id at that block's end, or ``None``.
+        depth: number of blocks from the root to the first block of this edge.
+        lock_ref: number of outstanding locks whose path passes through this node.
+        last_access: LRU stamp (a clock value of :class:`RadixCache`, not wall time).
+    """
+
+    __slots__ = (
+        "parent",
+        "children",
+        "edge",
+        "block_pages",
+        "window_pages",
+        "depth",
+        "lock_ref",
+        "last_access",
+        "uid",
+        "alive",
+        "heap_key",
+        "num_windows",
+    )
+
+    def __init__(
+        self,
+        parent: TreeNode | None,
+        edge: bytes,
+        block_pages: list[int],
+        window_pages: list[int | None],
+        depth: int,
+        uid: int,
+    ) -> None:
+        self.parent = parent
+        self.children: dict[bytes, TreeNode] = {}
+        self.edge = edge
+        self.block_pages = block_pages
+        self.window_pages = window_pages
+        self.depth = depth
+        self.lock_ref = 0
+        self.last_access = 0
+        self.uid = uid
+        self.alive = True
+        self.heap_key: tuple[int, int] = (0, 0)
+        self.num_windows = sum(w is not None for w in window_pages)
+
+    @property
+    def num_blocks(self) -> int:
+        """Number of blocks on this node's edge."""
+        return len(self.block_pages)
+
+    @property
+    def end_depth(self) -> int:
+        """Number of blocks from the root to the end of this node's edge."""
+        return self.depth + len(self.block_pages)
+
+    def __repr__(self) -> str:
+        return (
+            f"TreeNode(uid={self.uid}, depth={self.depth}, blocks={self.num_blocks}, "
+            f"windows={self.num_windows}, lock_ref={self.lock_ref})"
+        )
+
+
+@dataclass
+class MatchResult:
+    """Result of :meth:`RadixCache.match_prefix`.
+
+    Attributes:
+        num_tokens: matched tokens, a multiple of ``page_size``: the longest cached prefix whose
+            end has a live resume state (0 if none).
+        block_pages: block-page ids of the matched blocks, ``len == num_tokens // page_size``.
+        window_page: resume-state page id at the end of the match; ``None`` iff ``num_tokens == 0``.
+        last_node: node whose edge ends exactly at the match end (the root when nothing matched);
+            pass it to :meth:`RadixCache.inc_lock_ref` / :meth:`RadixCache.dec_lock_ref`.
+    """
+
+    num_tokens: int
+    block_pages: list[int]
+    window_page: int | None
+    last_node: TreeNode
+
+
+class RadixCache:
+    """Radix prefix cache keyed on whole ``page_size``-token blocks (see the module docstring).
+
+    Args:
+        block_alloc: allocator of block pages (``free(ids)`` is called for pages the tree drops).
+        window_alloc: allocator of window pages (resume states).
+        page_size: tokens per block (256 for DeepSeek-V4; must be a multiple of both compression
+            ratios, which the caller checks against the model config).
+        disable: if True the cache holds nothing: ``match_prefix`` matches nothing and ``insert``
+            returns the caller's ids without taking or freeing anything.
+        resume_interval: keep resume states only at block ends whose block index + 1 is a multiple
+            of this (1 = every block end); see the module docstring for the trade-off.
+
+    Raises:
+        ValueError: if ``page_size`` or ``resume_interval`` is not a positive int.
+
+    Page ownership contract of :meth:`insert`: for a block the tree did not have, it takes the
+    caller's block page (and window page, at a kept block end); for a block it had, it returns its
+    own ids and the caller keeps (and must eventually free) its duplicates: the caller frees its
+    page wherever the returned id is a different non-None id. A window page passed for a block end
+    that is not kept (``resume_interval``) is freed by the tree and ``None`` is returned for it,
+    so do not pass a window page that is still being read.
+
+    The tree is not thread-safe; the scheduler calls it from its one event loop.
+    """
+
+    def __init__(
+        self,
+        block_alloc: Any,
+        window_alloc: Any,
+        page_size: int = 256,
+        disable: bool = False,
+        resume_interval: int = 1,
+    ) -> None:
+        if not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+        if not isinstance(resume_interval, int) or resume_interval < 1:
+            raise ValueError(f"resume_interval must be a positive int, got {resume_interval!r}")
+        self.block_alloc = block_alloc
+        self.window_alloc = window_alloc
+        self.page_size = page_size
+        self.disable = disable
+        self.resume_interval = resume_interval
+        self._bb = page_size * _TOKEN_BYTES  # bytes per block key
+        self._uids = itertools.count(1)
+        self._hit_tokens = 0
+        self._prompt_tokens = 0
+        self._evicted_blocks = 0
+        self._evicted_windows = 0
+        self._reset()
+
+    # ------------------------------------------------------------------ internals
+    def _reset(self) -> None:
+        self.root = TreeNode(None, b"", [], [], 0, 0)
+        self.root.lock_ref = 1  # the root is never evicted
+        self._clock = 0
+        self._heap: list[tuple[int, int, int, TreeNode]] = []
+        self._num_nodes = 0
+        self._num_blocks = 0
+        self._num_windows = 0
+        self._locked_blocks = 0
+        self._locked_windows = 0
+        self._locked_nodes = 0
+        self._locks_held = 0
+
+    def _pack(self, token_ids: Sequence[int], field: str = "token_ids") -> bytes:
+        try:
+            return array("I", token_ids).tobytes()
+        except (OverflowError, TypeError) as e:
+            raise ValueError(f"{field}: token ids must be ints in [0, 2**32): {e}") from None
+
+    def _keeps(self, block_index: int) -> bool:
+        return (block_index + 1) % self.resume_interval == 0
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _push(self, node: TreeNode) -> None:
+        node.heap_key = (node.last_access, -node.end_depth)
+        heapq.heappush(self._heap, (node.heap_key[0], node.heap_key[1], node.uid, node))
+
+    def _touch(self, node: TreeNode, stamp: int) -> None:
+        if node is self.root or node.last_access == stamp:
+            return
+        node.last_access = stamp
+        self._push(node)
+
+    def _maybe_compact_heap(self) -> None:
+        """Drop stale heap entries once they outnumber live nodes (amortised O(1) per push)."""
+        if len(self._heap) <= 2 * self._num_nodes + 64:
+            return
+        live: dict[int, tuple[int, int, int, TreeNode]] = {}
+        for e in self._heap:
+            n = e[3]
+            if n.alive and (e[0], e[1]) == n.heap_key:
+                live[n.uid] = e
+        self._heap = list(live.values())
+        heapq.heapify(self._heap)
+
+    def _split(self, node: TreeNode, k: int) -> TreeNode:
+        """Split ``node`` after its first ``k`` blocks (0 < k < num_blocks); returns the new upper
+        node. ``node`` keeps its identity as the lower part (locks taken on it stay valid)."""
+        bb = self._bb
+        upper = TreeNode(
+            node.parent,
+            node.edge[: k * bb],
+            node.block_pages[:k],
+            node.window_pages[:k],
+            node.depth,
+            next(self._uids),
+        )
+        upper.lock_ref = node.lock_ref
+        upper.last_access = node.last_access
+        node.parent.children[node.edge[:bb]] = upper
+        node.edge = node.edge[k * bb :]
+        node.block_pages = node.block_pages[k:]
+        node.window_pages = node.window_pages[k:]
+        node.num_windows -= upper.num_windows
+        node.depth += k
+        node.parent = upper
+        upper.children[node.edge[:bb]] = node
+        self._num_nodes += 1
+        if upper.lock_ref > 0:
+            self._locked_nodes += 1
+        self._push(upper)
+        return upper
+
+    def _common_blocks(self, node: TreeNode, buf: bytes, start_block: int, max_blocks: int) -> int:
+        """Number of leading blocks of ``node.edge`` equal to ``buf`` from ``start_block``
+        (at most ``max_blocks``; the first block is known to match)."""
+        bb = self._bb
+        n = min(node.num_blocks, max_blocks)
+        off = start_block * bb
+        if buf[off : off + n * bb] == node.edge[: n * bb]:
+            return n
+        lo, hi = 1, n  # edge[:lo] matches, edge[:hi] does not; binary search on memcmp
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if buf[off : off + mid * bb] == node.edge[: mid * bb]:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _walk(self, buf: bytes, nblocks: int) -> tuple[list[TreeNode], list[int]]:
+        """Walk the tree along ``buf``; returns the visited nodes and blocks matched in each."""
+        bb = self._bb
+        nodes: list[TreeNode] = []
+        counts: list[int] = []
+        node = self.root
+        i = 0
+        while i < nblocks:
+            child = node.children.get(buf[i * bb : (i + 1) * bb])
+            if child is None:
+                break
+            j = self._common_blocks(child, buf, i, nblocks - i)
+            nodes.append(child)
+            counts.append(j)
+            if j < child.num_blocks:
+                break
+            node = child
+            i += j
+        return nodes, counts
+
+    def _set_window(self, node: TreeNode, t: int, page: int | None) -> None:
+        old = node.window_pages[t]
+        node.window_pages[t] = page
+        delta = (page is not None) - (old is not None)
+        node.num_windows += delta
+        self._num_windows += delta
+        if node.lock_ref > 0:
+            self._locked_windows += delta
+
+    # ------------------------------------------------------------------ public API
+    def match_prefix(self, token_ids: Sequence[int]) -> MatchResult:
+        """Longest cached prefix of ``token_ids`` (whole blocks) whose end has a live resume state.
+
+        A trailing partial block is never counted. The node holding the match end is split so that
+        ``last_node`` ends exactly there, and the path root..last_node is stamped as used (LRU).
+        Cost: O(len(token_ids)) to pack the query once, plus O(matched blocks).
+
+        Raises:
+            ValueError: if a token id is not an int in [0, 2**32).
+        """
+        if self.disable:
+            return MatchResult(0, [], None, self.root)
+        nblocks = len(token_ids) // self.page_size
+        if nblocks == 0:
+            return MatchResult(0, [], None, self.root)
+        buf = self._pack(token_ids[: nblocks * self.page_size])
+        if not self.root.children:
+            return MatchResult(0, [], None, self.root)
+        nodes, counts = self._walk(buf, nblocks)
+        # find the deepest matched block end with a live resume state
+        best = -1
+        for idx in range(len(nodes) - 1, -1, -1):
+            n, j = nodes[idx], counts[idx]
+            if n.num_windows == 0:
+                continue
+            wp = n.window_pages
+            for t in range(j - 1, -1, -1):
+                if wp[t] is not None:
+                    best = idx
+                    best_t = t
+                    break
+            if best >= 0:
+                break
+        if best < 0:
+            return MatchResult(0, [], None, self.root)
+        last = nodes[best]
+        if best_t + 1 < last.num_blocks:
+            last = self._split(last, best_t + 1)
+        stamp = self._tick()
+        pages: list[int] = []
+        for n in nodes[:best]:
+            pages.extend(n.block_pages)
+            self._touch(n, stamp)
+        pages.extend(last.block_pages)
+        self._touch(last, stamp)
+        self._maybe_compact_heap()
+        return MatchResult(len(pages) * self.page_size, pages, last.window_pages[-1], last)
+
+    def insert(
+        self,
+        token_ids: Sequence[int],
+        block_pages: list[int],
+        window_pages: list[int | None],
+    ) -> tuple[list[int], list[int | None]]:
+        """Insert whole blocks with their pages; returns the tree's ``(block_pages, window_pages)``.
+
+        Args:
+            token_ids: ``len`` must be a multiple of ``page_size``; block ``i`` is
+                ``token_ids[i * page_size : (i + 1) * page_size]``.
+            block_pages: one block-page id per block.
+            window_pages: per block, the resume-state page at that block's end, or ``None``.
+
+        Ownership (see the class docstring): new blocks take the caller's ids; present blocks
+        return the tree's ids (caller frees its duplicates); a present block without a resume
+        state adopts the caller's window page; window pages for block ends not kept by
+        ``resume_interval`` are freed here and returned as ``None``. With ``disable`` the caller's
+        lists are returned unchanged and nothing is taken or freed. The path is stamped as used.
+
+        Raises:
+            ValueError: on a length that is not a multiple of ``page_size``, list lengths that do
+                not equal the number of blocks, or a token id outside [0, 2**32).
+        """
+        ps = self.page_size
+        if len(token_ids) % ps != 0:
+            raise ValueError(f"token_ids: length {len(token_ids)} is not a multiple of page_size {ps}")
+        nblocks = len(token_ids) // ps
+        if len(block_pages) != nblocks:
+            raise ValueError(f"block_pages: expected {nblocks} entries, got {len(block_pages)}")
+        if len(window_pages) != nblocks:
+            raise ValueError(f"window_pages: expected {nblocks} entries, got {len(window_pages)}")
+        if self.disable or nblocks == 0:
+            return list(block_pages), list(window_pages)
+        buf = self._pack(token_ids)
+        bb = self._bb
+        stamp = self._tick()
+        out_b: list[int] = []
+        out_w: list[int | None] = []
+        to_free: list[int] = []
+        node = self.root
+        i = 0
+        while i < nblocks:
+            child = node.children.get(buf[i * bb : (i + 1) * bb])
+            if child is None:
+                wins: list[int | None] = []
+                for t in range(i, nblocks):
+                    w = window_pages[t]
+                    if w is not None and not self._keeps(t):
+                        to_free.append(w)
+                        w = None
+                    wins.append(w)
+                new = TreeNode(node, buf[i * bb :], list(block_pages[i:]), wins, i, next(self._uids))
+                node.children[buf[i * bb : (i + 1) * bb]] = new
+                self._num_nodes += 1
+                self._num_blocks += new.num_blocks
+                self._num_windows += new.num_windows
+                new.last_access = stamp
+                self._push(new)
+                out_b.extend(new.block_pages)
+                out_w.extend(wins)
+                break
+            j = self._common_blocks(child, buf, i, nblocks - i)
+            if j < child.num_blocks:
+                child = self._split(child, j)
+            for t in range(j):
+                out_b.append(child.block_pages[t])
+                w = window_pages[i + t]
+                tw = child.window_pages[t]
+                if not self._keeps(i + t):
+                    if w is not None:
+                        to_free.append(w)
+                    out_w.append(None)
+                elif tw is None and w is not None:
+                    self._set_window(child, t, w)
+                    out_w.append(w)
+                else:
+                    out_w.append(tw)
+            self._touch(child, stamp)
+            node = child
+            i += j
+        if to_free:
+            self.window_alloc.free(to_free)
+        self._maybe_compact_heap()
+        return out_b, out_w
+
+    def find_node(self, token_ids: Sequence[int]) -> tuple[TreeNode, int]:
+        """Node ending exactly at the deepest cached whole-block prefix of ``token_ids``, ignoring
+        resume states, and that prefix's length in blocks (root and 0 if none).
+
+        For a running request that just inserted its blocks: lock the returned node (then unlock
+        its previous node) so the blocks it reads cannot be evicted. Splits a node if needed; does
+        not stamp LRU.
+        """
+        nblocks = len(token_ids) // self.page_size
+        if self.disable or nblocks == 0:
+            return self.root, 0
+        nodes, counts = self._walk(self._pack(token_ids[: nblocks * self.page_size]), nblocks)
+        if not nodes:
+            return self.root, 0
+        last, j = nodes[-1], counts[-1]
+        if j < last.num_blocks:
+            last = self._split(last, j)
+            self._maybe_compact_heap()
+        return last, last.end_depth
+
+    def inc_lock_ref(self, node: TreeNode) -> None:
+        """Lock the path root..node: none of its blocks or resume states can be evicted.
+
+        Raises:
+            ValueError: if ``node`` was already evicted.
+        """
+        if node is self.root:
+            return
+        if not node.alive:
+            raise ValueError("inc_lock_ref: node is no longer in the tree")
+        self._locks_held += 1
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self._locked_nodes += 1
+                self._locked_blocks += node.num_blocks
+                self._locked_windows += node.num_windows
+            node.lock_ref += 1
+            node = node.parent
+
+    def dec_lock_ref(self, node: TreeNode) -> None:
+        """Undo one :meth:`inc_lock_ref` on ``node``.
+
+        Raises:
+            ValueError: if the node is not locked (unbalanced call).
+        """
+        if node is self.root:
+            return
+        if not node.alive or node.lock_ref <= 0:
+            raise ValueError("dec_lock_ref: node is not locked")
+        self._locks_held -= 1
+        while node is not self.root:
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self._locked_nodes -= 1
+                self._locked_blocks -= node.num_blocks
+                self._locked_windows -= node.num_windows
+            node = node.parent
+
+    def evict(self, num_block_pages: int = 0, num_window_pages: int = 0) -> tuple[int, int]:
+        """Free at least the requested pages if possible (fewer if not enough are evictable).
+
+        Phase 1 frees resume states (window pages) of unlocked nodes until ``num_window_pages``
+        are freed; phase 2 frees unlocked leaf blocks (tail of the edge first, each with its
+        resume state) until ``num_block_pages`` are freed. Both in LRU order (module docstring).
+
+        Returns:
+            ``(block_pages_freed, window_pages_freed)``; window pages freed in phase 2 count too.
+
+        Raises:
+            ValueError: on a negative request.
+        """
+        if num_block_pages < 0 or num_window_pages < 0:
+            raise ValueError(f"evict: negative request ({num_block_pages}, {num_window_pages})")
+        freed_b = freed_w = 0
+        heap = self._heap
+        if num_window_pages > 0 and self._num_windows > self._locked_windows:
+            popped: list[TreeNode] = []
+            freed: list[int] = []
+            while freed_w < num_window_pages and heap:
+                e = heapq.heappop(heap)
+                node = e[3]
+                if not node.alive or (e[0], e[1]) != node.heap_key:
+                    continue
+                popped.append(node)
+                if node.lock_ref > 0 or node.num_windows == 0:
+                    continue
+                wp = node.window_pages
+                for t in range(len(wp) - 1, -1, -1):
+                    if wp[t] is not None:
+                        freed.append(wp[t])
+                        self._set_window(node, t, None)
+                        freed_w += 1
+                        if freed_w >= num_window_pages:
+                            break
+            for node in popped:
+                heapq.heappush(heap, (node.heap_key[0], node.heap_key[1], node.uid, node))
+            self.window_alloc.free(freed)
+        if num_block_pages > 0 and self._num_blocks > self._locked_blocks:
+            popped = []
+            freed_blocks: list[int] = []
+            freed_windows: list[int] = []
+            while freed_b < num_block_pages and heap:
+                e = heapq.heappop(heap)
+                node = e[3]
+                if not node.alive or (e[0], e[1]) != node.heap_key:
+                    continue
+                if node.lock_ref > 0 or node.children:
+                    popped.append(node)
+                    continue
+                k = min(node.num_blocks, num_block_pages - freed_b)
+                keep = node.num_blocks - k
+                freed_blocks.extend(node.block_pages[keep:])
+                for w in node.window_pages[keep:]:
+                    if w is not None:
+                        freed_windows.append(w)
+                nw = sum(w is not None for w in node.window_pages[keep:])
+                freed_b += k
+                self._num_blocks -= k
+                self._num_windows -= nw
+                if keep == 0:
+                    node.alive = False
+                    del node.parent.children[node.edge[: self._bb]]
+                    self._num_nodes -= 1
+                else:
+                    node.edge = node.edge[: keep * self._bb]
+                    del node.block_pages[keep:]
+                    del node.window_pages[keep:]
+                    node.num_windows -= nw
+                    node.heap_key = (node.last_access, -node.end_depth)
+                    popped.append(node)
+            for node in popped:
+                heapq.heappush(heap, (node.heap_key[0], node.heap_key[1], node.uid, node))
+            freed_w += len(freed_windows)
+            self.block_alloc.free(freed_blocks)
+            self.window_alloc.free(freed_windows)
+        self._evicted_blocks += freed_b
+        self._evicted_windows += freed_w
+        return freed_b, freed_w
+
+    def evictable_sizes(self) -> tuple[int, int]:
+        """``(block pages, window pages)`` that :meth:`evict` could free now (unlocked ones)."""
+        return self._num_blocks - self._locked_blocks, self._num_windows - self._locked_windows
+
+    def total_pages(self) -> tuple[int, int]:
+        """``(block pages, window pages)`` currently owned by the tree."""
+        return self._num_blocks, self._num_windows
+
+    def flush(self) -> bool:
+        """Empty the tree and free every page it owns. Refused (returns False, changes nothing)
+        while any lock is held, as SGLang refuses ``flush_cache`` while requests run."""
+        if self._locks_held > 0:
+            return False
+        blocks: list[int] = []
+        windows: list[int] = []
+        stack = list(self.root.children.values())
+        while stack:
+            n = stack.pop()
+            blocks.extend(n.block_pages)
+            windows.extend(w for w in n.window_pages if w is not None)
+            n.alive = False
+            stack.extend(n.children.values())
+        self.block_alloc.free(blocks)
+        self.window_alloc.free(windows)
+        self._reset()
+        return True
+
+    def record_hit(self, prompt_tokens: int, hit_tokens: int) -> None:
+        """Add one request's prompt length and cache hit (tokens) to the totals in :meth:`stats`.
+
+        Raises:
+            ValueError: unless ``0 <= hit_tokens <= prompt_tokens``.
+        """
+        if prompt_tokens < 0 or hit_tokens < 0 or hit_tokens > prompt_tokens:
+            raise ValueError(
+                f"record_hit: need 0 <= hit_tokens ({hit_tokens}) <= prompt_tokens ({prompt_tokens})"
+            )
+        self._prompt_tokens += prompt_tokens
+        self._hit_tokens += hit_tokens
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for ``get_server_info()["radix_cache"]`` (counts of pages / tokens)."""
+        eb, ew = self.evictable_sizes()
+        return {
+            "disabled": self.disable,
+            "page_size": self.page_size,
+            "resume_interval": self.resume_interval,
+            "nodes": self._num_nodes,
+            "cached_blocks": self._num_blocks,
+            "cached_tokens": self._num_blocks * self.page_size,
+            "resume_states": self._num_windows,
+            "evictable_blocks": eb,
+            "evictable_resume_states": ew,
+            "locked_nodes": self._locked_nodes,
+            "locked_blocks": self._locked_blocks,
+            "locked_resume_states": self._locked_windows,
+            "hit_tokens": self._hit_tokens,
+            "prompt_tokens": self._prompt_tokens,
+            "hit_rate": self._hit_tokens / self._prompt_tokens if self._prompt_tokens else 0.0,
+            "evicted_blocks": self._evicted_blocks,
+            "evicted_resume_states": self._evicted_windows,
+        }
