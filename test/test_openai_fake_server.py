@@ -5,6 +5,7 @@ the tokenizer; the chat prompt length is checked against the documented DeepSeek
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import openai
@@ -145,3 +146,27 @@ def test_errors_and_still_serving(client: openai.OpenAI, server) -> None:
     )
     assert r.status_code == 400 and r.json()["object"] == "error"
     assert client.completions.create(model=NAME, prompt="ok", max_tokens=2).usage.completion_tokens == 2
+
+
+def test_stream_disconnect_aborts_request(server) -> None:
+    """Closing an OpenAI stream early aborts the request: its KV pages come back and the fake
+    scheduler stops stepping long before max_tokens."""
+
+    def info() -> dict:
+        return requests.get(server.url + "/get_server_info", timeout=10).json()
+
+    steps0 = info()["num_steps"]
+    body = {"model": NAME, "messages": [{"role": "user", "content": "go"}], "max_tokens": 480, "stream": True}
+    with requests.post(server.url + "/v1/chat/completions", json=body, stream=True, timeout=30) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(6)]
+        assert any(b"delta" in g for g in got)
+    deadline = time.time() + 20
+    while True:
+        i = info()
+        if i["kv_pool"]["used_pages"] == 0:
+            break
+        assert time.time() < deadline, i
+        time.sleep(0.05)
+    assert i["num_steps"] - steps0 < 480, "the request ran to completion instead of being aborted"

@@ -300,8 +300,14 @@ class OpenAIServing:
 
     async def _collect(self, obj: Any, raw: Request | None) -> list[dict[str, Any]]:
         gen, last = await self._run(obj, raw)
-        async for item in gen:
-            last = item
+        try:
+            async for item in gen:
+                last = item
+        except ValueError as e:
+            status = int(getattr(e, "status_code", 400) or 400)
+            raise RequestError(str(e), status, "BadRequestError" if status == 400 else "Error") from None
+        finally:
+            await gen.aclose()  # the tokenizer manager aborts unfinished requests on close
         rets = last if isinstance(last, list) else [last]
         for r in rets:
             err = _abort_error(r.get("meta_info", {}))
@@ -518,9 +524,13 @@ class OpenAIServing:
                         )
                     )
             except ValueError as e:
-                yield _sse(
-                    {"error": ErrorResponse(message=str(e), type="BadRequestError", code=400).model_dump()}
+                status = int(getattr(e, "status_code", 400) or 400)
+                err = ErrorResponse(
+                    message=str(e), type="BadRequestError" if status == 400 else "Error", code=status
                 )
+                yield _sse({"error": err.model_dump()})
+            finally:
+                await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE
 
         return StreamingResponse(stream(), media_type="text/event-stream")
@@ -722,9 +732,13 @@ class OpenAIServing:
                         )
                     )
             except ValueError as e:
-                yield _sse(
-                    {"error": ErrorResponse(message=str(e), type="BadRequestError", code=400).model_dump()}
+                status = int(getattr(e, "status_code", 400) or 400)
+                err = ErrorResponse(
+                    message=str(e), type="BadRequestError" if status == 400 else "Error", code=status
                 )
+                yield _sse({"error": err.model_dump()})
+            finally:
+                await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE
 
         return StreamingResponse(stream(), media_type="text/event-stream")
