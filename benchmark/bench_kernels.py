@@ -1,3 +1,4 @@
+# ruff: noqa: E731
 """Microbenchmarks: each Triton kernel of ``sgl_kernel_v4.triton`` against the unfused torch ops it replaces.
 
 Shapes are V4-Flash per-layer shapes (``flash-8l-32e`` preset: hidden 4096, 64 heads x 512,
@@ -221,9 +222,236 @@ def bench_indexer(ceil: dict[str, float], quick: bool) -> list[Row]:
     return rows
 
 
+# ------------------------------------------------------------------------------------------------
+# tile sweeps (attention, indexer scoring, MoE): each config vs the default config of the same run
+# ------------------------------------------------------------------------------------------------
+
+
+def bench_attention_sweep(ceil: dict[str, float], quick: bool) -> list[Row]:
+    from sgl_kernel_v4.triton.attention import sparse_attention
+
+    rows = []
+    g = torch.Generator(device=DEV).manual_seed(2)
+    pool = torch.randn(1 << 20, D, device=DEV, dtype=torch.bfloat16, generator=g)
+    sinks = torch.randn(H, device=DEV)
+    for T in (1, 32, 4096):
+        q = torch.randn(T, H, D, device=DEV, dtype=torch.bfloat16, generator=g)
+        src = [
+            (pool, torch.randint(0, 1 << 20, (T, WINDOW), device=DEV, generator=g)),
+            (pool, torch.randint(0, 1 << 20, (T, TOPK), device=DEV, generator=g)),
+        ]
+        out = torch.empty_like(q)
+        ref = sparse_attention(q, src, sinks, D**-0.5)
+        base = lambda q=q, s=src, o=out: sparse_attention(q, s, sinks, D**-0.5, out=o)  # noqa: E731
+        for bh in (16, 32, 64):
+            for bn in (16, 32, 64):
+                if bh * bn > 2048:
+                    continue
+                fn = lambda q=q, s=src, o=out, bh=bh, bn=bn: sparse_attention(  # noqa: E731
+                    q, s, sinks, D**-0.5, out=o, block_h=bh, block_n=bn
+                )
+                try:
+                    err = _rel(fn(), ref)
+                    K = WINDOW + TOPK
+                    rows.append(
+                        _row("attn_sweep", f"T={T} bh={bh} bn={bn}", fn, base, T * K * (D * 2 + 8), 4.0 * T * H * K * D, ceil, err, "default cfg")
+                    )  # fmt: skip
+                except Exception as e:  # noqa: BLE001
+                    print(
+                        f"  attn_sweep T={T} bh={bh} bn={bn}: {type(e).__name__}: {str(e)[:200]}", flush=True
+                    )
+    return rows
+
+
+def bench_moe_sweep(ceil: dict[str, float], quick: bool) -> list[Row]:
+    from sgl_kernel_v4.triton.moe import fused_moe
+
+    rows = []
+    g = torch.Generator(device=DEV).manual_seed(3)
+    wgu = torch.randn(N_EXPERTS, 2 * MOE_I, HIDDEN, device=DEV, dtype=torch.bfloat16, generator=g) * 0.02
+    wd = torch.randn(N_EXPERTS, HIDDEN, MOE_I, device=DEV, dtype=torch.bfloat16, generator=g) * 0.02
+    cfgs = [
+        {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+        {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
+        {"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
+    ]
+    for T in (1, 32, 8192):
+        x = torch.randn(T, HIDDEN, device=DEV, dtype=torch.bfloat16, generator=g)
+        ids = torch.rand(T, N_EXPERTS, device=DEV, generator=g).topk(MOE_K, -1).indices
+        wts = torch.rand(T, MOE_K, device=DEV, generator=g)
+        ref = fused_moe(x, wgu, wd, ids, wts, 10.0)
+        base = lambda x=x, i=ids, w=wts: fused_moe(x, wgu, wd, i, w, 10.0)  # noqa: E731
+        n_act = int(torch.unique(ids).numel())
+        nbytes = n_act * 3 * MOE_I * HIDDEN * 2 + T * HIDDEN * 4
+        flops = 2.0 * T * MOE_K * 3 * HIDDEN * MOE_I
+        for cfg in cfgs:
+            if T >= 1024 and cfg["BLOCK_M"] == 16:
+                continue
+            if T < 1024 and cfg["BLOCK_M"] > 16:
+                continue
+            fn = lambda x=x, i=ids, w=wts, c=cfg: fused_moe(x, wgu, wd, i, w, 10.0, config=c)  # noqa: E731
+            try:
+                err = _rel(fn(), ref)
+                name = f"T={T} M{cfg['BLOCK_M']} N{cfg['BLOCK_N']} K{cfg['BLOCK_K']} w{cfg['num_warps']} s{cfg['num_stages']}"
+                rows.append(_row("moe_sweep", name, fn, base, nbytes, flops, ceil, err, "default cfg"))
+            except Exception as e:  # noqa: BLE001
+                print(f"  moe_sweep {cfg}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# compressor, rope family, norm, mHC, MoE: fused kernel vs the unfused torch reference ops
+# ------------------------------------------------------------------------------------------------
+
+
+def _cos_sin(T: int, r: int = ROPE) -> tuple[torch.Tensor, torch.Tensor]:
+    pos = torch.randint(0, 100000, (T, 1), device=DEV).float()
+    ang = pos * 10000.0 ** (-torch.arange(0, r, 2, device=DEV).float() / r)
+    return ang.cos(), ang.sin()
+
+
+def bench_compressor(ceil: dict[str, float], quick: bool) -> list[Row]:
+    from sgl_kernel_v4.ref.compressor import compress_and_insert as ref
+    from sgl_kernel_v4.triton.compressor import compress_and_insert
+
+    rows = []
+    cases = [
+        ("CSA main", 8, 512, [1, 32, 128, 2048]),
+        ("CSA indexer", 8, 128, [1, 32, 128, 2048]),
+        ("HCA", 128, 512, [1, 32, 64]),
+    ]
+    for name, L, d, Ws in cases:
+        for W in Ws if not quick else Ws[:1] + Ws[-1:]:
+            kv = torch.randn(W, L, d, device=DEV, dtype=torch.bfloat16)
+            score = torch.randn(W, L, d, device=DEV)
+            w = torch.rand(d, device=DEV) + 0.5
+            cos, sin = _cos_sin(W)
+            pool = torch.zeros(4 * W + 8, d, device=DEV, dtype=torch.bfloat16)
+            idx = torch.randperm(4 * W + 8, device=DEV)[:W]
+            out = torch.empty(W, d, device=DEV, dtype=torch.bfloat16)
+            fused = lambda kv=kv, s=score, w=w, c=cos, si=sin, p=pool, i=idx, o=out: compress_and_insert(  # noqa: E731
+                kv, s, w, c, si, p, i, 1e-6, out=o
+            )
+            base = lambda kv=kv, s=score, w=w, c=cos, si=sin, p=pool, i=idx: ref(kv, s, w, c, si, p, i, 1e-6)  # noqa: E731
+            err = _rel(fused(), base())
+            nbytes = W * L * d * (2 + 4) + 2 * W * d * 2
+            rows.append(_row("compress_and_insert", f"{name} W={W} L={L} d={d}", fused, base, nbytes, 0.0, ceil, err, "ref: softmax,mul,sum,rms,rope,index_put"))  # fmt: skip
+    return rows
+
+
+def bench_rope(ceil: dict[str, float], quick: bool) -> list[Row]:
+    import sgl_kernel_v4.ref.norm as rn
+    import sgl_kernel_v4.ref.rope as rr
+    from sgl_kernel_v4.triton.norm import rms_norm
+    from sgl_kernel_v4.triton.rope import FP8_GROUP, inv_rope_quant, qnorm_rope_kv_insert
+
+    def torch_inv_rope_fp8(
+        o: torch.Tensor, c: torch.Tensor, s: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        y = rr.apply_rope(o, c, -s).float()
+        T_, H_, D_ = y.shape
+        g = y.view(T_, H_, D_ // FP8_GROUP, FP8_GROUP)
+        sc = g.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448.0
+        return (g / sc).to(torch.float8_e4m3fn).view(T_, H_, D_), sc.squeeze(-1)
+
+    rows = []
+    Ts = [1, 32, 128, 8192] if not quick else [1, 8192]
+    for T in Ts:
+        o = torch.randn(T, H, D, device=DEV, dtype=torch.bfloat16)
+        cos, sin = _cos_sin(T)
+        out = torch.empty_like(o)
+        f = lambda o=o, c=cos, s=sin, u=out: inv_rope_quant(o, c, s, False, out=u)  # noqa: E731
+        b = lambda o=o, c=cos, s=sin: rr.inv_rope_quant(o, c, s, False)  # noqa: E731
+        rows.append(_row("inv_rope(bf16)", f"T={T} H={H} D={D}", f, b, T * H * D * 4.0, 0.0, ceil, _rel(f(), b()), "ref: split,float,stack,cat"))  # fmt: skip
+        f8 = lambda o=o, c=cos, s=sin: inv_rope_quant(o, c, s, True)  # noqa: E731
+        b8 = lambda o=o, c=cos, s=sin: torch_inv_rope_fp8(o, c, s)  # noqa: E731
+        qa, sa = f8()
+        qb, sb = b8()
+        err = _rel(
+            qa.float() * sa.repeat_interleave(FP8_GROUP, -1), qb.float() * sb.repeat_interleave(FP8_GROUP, -1)
+        )
+        rows.append(_row("inv_rope_quant(fp8)", f"T={T} H={H} D={D}", f8, b8, T * H * D * 3.0 + T * H * 16, 0.0, ceil, err, "ref rope + torch amax/div/cast"))  # fmt: skip
+        kv = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+        w = torch.rand(D, device=DEV) + 0.5
+        pool = torch.zeros(T + 64, D, device=DEV, dtype=torch.bfloat16)
+        idx = torch.arange(T, device=DEV)
+        qo, ko = torch.empty_like(o), torch.empty_like(kv)
+        fq = lambda o=o, kv=kv, w=w, c=cos, s=sin, p=pool, i=idx, qo=qo, ko=ko: qnorm_rope_kv_insert(  # noqa: E731
+            o, kv, w, c, s, p, i, 1e-6, q_out=qo, kv_out=ko
+        )
+        bq = lambda o=o, kv=kv, w=w, c=cos, s=sin, p=pool, i=idx: rr.qnorm_rope_kv_insert(
+            o, kv, w, c, s, p, i, 1e-6
+        )  # noqa: E731
+        err = max(_rel(fq()[0], bq()[0]), _rel(fq()[1], bq()[1]))
+        rows.append(_row("qnorm_rope_kv_insert", f"T={T} H={H} D={D}", fq, bq, T * (H + 1) * D * 4.0 + T * D * 2, 0.0, ceil, err, "ref: rms(q),rope(q),rms(kv),rope(kv),index_put"))  # fmt: skip
+        x = torch.randn(T, HIDDEN, device=DEV, dtype=torch.bfloat16)
+        wn = torch.rand(HIDDEN, device=DEV)
+        fo = torch.empty_like(x)
+        fr = lambda x=x, u=fo, wn=wn: rms_norm(x, wn, 1e-6, out=u)  # noqa: E731
+        br = lambda x=x, wn=wn: rn.rms_norm(x, wn, 1e-6)  # noqa: E731
+        rows.append(_row("rms_norm", f"T={T} D={HIDDEN}", fr, br, T * HIDDEN * 4.0, 0.0, ceil, _rel(fr(), br()), "ref: float,pow,mean,rsqrt,mul"))  # fmt: skip
+    return rows
+
+
+def bench_mhc(ceil: dict[str, float], quick: bool) -> list[Row]:
+    import sgl_kernel_v4.ref.mhc as rm
+    from sgl_kernel_v4.triton.mhc import hc_post, hc_pre
+
+    rows = []
+    n = HC
+    fn = torch.randn((2 + n) * n, n * HIDDEN, device=DEV) * (n * HIDDEN) ** -0.5
+    base = torch.randn((2 + n) * n, device=DEV) * 0.5
+    scale = torch.rand(3, device=DEV) + 0.5
+    for T in [1, 8, 32, 128, 8192] if not quick else [1, 8192]:
+        x = torch.randn(T, n, HIDDEN, device=DEV, dtype=torch.bfloat16)
+        f = lambda x=x: hc_pre(x, fn, base, scale, 20, 1e-6, 1e-6)  # noqa: E731
+        b = lambda x=x: rm.hc_pre(x, fn, base, scale, 20, 1e-6, 1e-6)  # noqa: E731
+        a1, b1 = f(), b()
+        err = max(_rel(a1[0], b1[0]), _rel(a1[2], b1[2]))
+        nbytes = T * n * HIDDEN * 2 * 2 + fn.numel() * 4 + T * HIDDEN * 2
+        rows.append(_row("hc_pre", f"T={T} n={n} D={HIDDEN} sinkhorn=20", f, b, nbytes, 2.0 * T * n * HIDDEN * 24, ceil, err, "ref: rms,linear,sigmoid,softmax,40 sinkhorn ops,sum"))  # fmt: skip
+        o = torch.randn(T, HIDDEN, device=DEV, dtype=torch.bfloat16)
+        post, comb = a1[1], a1[2]
+        out = torch.empty_like(x)
+        fp = lambda o=o, x=x, p=post, c=comb, u=out: hc_post(o, x, p, c, out=u)  # noqa: E731
+        bp = lambda o=o, x=x, p=post, c=comb: rm.hc_post(o, x, p, c)  # noqa: E731
+        rows.append(_row("hc_post", f"T={T} n={n} D={HIDDEN}", fp, bp, T * HIDDEN * 2 * (2 * n + 1), 0.0, ceil, _rel(fp(), bp()), "ref: mul + matmul(combT, res)"))  # fmt: skip
+    return rows
+
+
+def bench_moe(ceil: dict[str, float], quick: bool) -> list[Row]:
+    from sgl_kernel_v4.ref.moe import fused_moe as ref
+    from sgl_kernel_v4.triton.moe import fused_moe
+
+    rows = []
+    g = torch.Generator(device=DEV).manual_seed(4)
+    wgu = torch.randn(N_EXPERTS, 2 * MOE_I, HIDDEN, device=DEV, dtype=torch.bfloat16, generator=g) * 0.02
+    wd = torch.randn(N_EXPERTS, HIDDEN, MOE_I, device=DEV, dtype=torch.bfloat16, generator=g) * 0.02
+    for T in [1, 8, 32, 128, 1024, 8192] if not quick else [1, 8192]:
+        x = torch.randn(T, HIDDEN, device=DEV, dtype=torch.bfloat16, generator=g)
+        ids = torch.rand(T, N_EXPERTS, device=DEV, generator=g).topk(MOE_K, -1).indices
+        wts = torch.rand(T, MOE_K, device=DEV, generator=g)
+        f = lambda x=x, i=ids, w=wts: fused_moe(x, wgu, wd, i, w, 10.0)  # noqa: E731
+        b = lambda x=x, i=ids, w=wts: ref(x, wgu, wd, i, w, 10.0)  # noqa: E731
+        n_act = int(torch.unique(ids).numel())
+        nbytes = n_act * 3 * MOE_I * HIDDEN * 2 + T * HIDDEN * 4
+        flops = 2.0 * T * MOE_K * 3 * HIDDEN * MOE_I
+        rows.append(_row("fused_moe", f"T={T} E={N_EXPERTS} k={MOE_K} D={HIDDEN} I={MOE_I} active={n_act}", f, b, nbytes, flops, ceil, _rel(f(), b()), "ref: per-expert loop of F.linear"))  # fmt: skip
+    return rows
+
+
 BENCHES: dict[str, Callable[[dict[str, float], bool], list[Row]]] = {
     "attention": bench_attention,
     "indexer": bench_indexer,
+    "compressor": bench_compressor,
+    "rope": bench_rope,
+    "mhc": bench_mhc,
+    "moe": bench_moe,
+    "attn_sweep": bench_attention_sweep,
+    "moe_sweep": bench_moe_sweep,
 }
 
 
