@@ -75,14 +75,11 @@ class ReqState:
     text_raw: str = ""
     final_text: str | None = None
     output_ids: list[int] = field(default_factory=list)
-    input_lp_val: list[Any] = field(default_factory=list)
-    input_lp_idx: list[int] = field(default_factory=list)
-    output_lp_val: list[float] = field(default_factory=list)
-    output_lp_idx: list[int] = field(default_factory=list)
-    input_top_val: list[Any] = field(default_factory=list)
-    input_top_idx: list[Any] = field(default_factory=list)
-    output_top_val: list[Any] = field(default_factory=list)
-    output_top_idx: list[Any] = field(default_factory=list)
+    # Formatted logprobs so far: [logprob, token_id, text|None] entries (top: lists of them / None).
+    input_token_logprobs: list[list[Any]] = field(default_factory=list)
+    output_token_logprobs: list[list[Any]] = field(default_factory=list)
+    input_top_logprobs: list[Any] = field(default_factory=list)
+    output_top_logprobs: list[Any] = field(default_factory=list)
     created_time: float = field(default_factory=time.perf_counter)
     first_token_time: float = 0.0
     last_time: float = 0.0
@@ -217,14 +214,29 @@ class TokenizerManager:
             state.text_raw += recv.output_strs[i]
             state.output_ids.extend(recv.output_ids[i])
             if state.obj.return_logprob:
-                state.input_lp_val.extend(recv.input_token_logprobs_val[i])
-                state.input_lp_idx.extend(recv.input_token_logprobs_idx[i])
-                state.output_lp_val.extend(recv.output_token_logprobs_val[i])
-                state.output_lp_idx.extend(recv.output_token_logprobs_idx[i])
-                state.input_top_val.extend(recv.input_top_logprobs_val[i])
-                state.input_top_idx.extend(recv.input_top_logprobs_idx[i])
-                state.output_top_val.extend(recv.output_top_logprobs_val[i])
-                state.output_top_idx.extend(recv.output_top_logprobs_idx[i])
+                # Only the new positions are formatted (and detokenized) here: O(new) per message.
+                with_text = bool(state.obj.return_text_in_logprobs)
+                state.input_token_logprobs.extend(
+                    self._decode_logprob_tokens(
+                        recv.input_token_logprobs_val[i], recv.input_token_logprobs_idx[i], with_text
+                    )
+                )
+                state.output_token_logprobs.extend(
+                    self._decode_logprob_tokens(
+                        recv.output_token_logprobs_val[i], recv.output_token_logprobs_idx[i], with_text
+                    )
+                )
+                if (state.obj.top_logprobs_num or 0) > 0:
+                    state.input_top_logprobs.extend(
+                        self._decode_top(
+                            recv.input_top_logprobs_val[i], recv.input_top_logprobs_idx[i], with_text
+                        )
+                    )
+                    state.output_top_logprobs.extend(
+                        self._decode_top(
+                            recv.output_top_logprobs_val[i], recv.output_top_logprobs_idx[i], with_text
+                        )
+                    )
             completion = recv.completion_tokens[i]
             if self.metrics is not None and state.obj.log_metrics:
                 new_tokens = completion - state.last_completion_tokens
@@ -237,6 +249,8 @@ class TokenizerManager:
                 state.first_token_time = now
             state.last_time = now
             state.last_completion_tokens = completion
+            if reason is None and not state.obj.stream:
+                continue  # non-streaming: only the final output is built and delivered
 
             meta: dict[str, Any] = {
                 "id": rid,
@@ -266,30 +280,19 @@ class TokenizerManager:
                         reason,
                     )
             if state.obj.return_logprob:
-                with_text = bool(state.obj.return_text_in_logprobs)
-                meta["input_token_logprobs"] = self._decode_logprob_tokens(
-                    state.input_lp_val, state.input_lp_idx, with_text
-                )
-                meta["output_token_logprobs"] = self._decode_logprob_tokens(
-                    state.output_lp_val, state.output_lp_idx, with_text
-                )
+                meta["input_token_logprobs"] = list(state.input_token_logprobs)
+                meta["output_token_logprobs"] = list(state.output_token_logprobs)
                 if (state.obj.top_logprobs_num or 0) > 0:
-                    meta["input_top_logprobs"] = self._decode_top(
-                        state.input_top_val, state.input_top_idx, with_text
-                    )
-                    meta["output_top_logprobs"] = self._decode_top(
-                        state.output_top_val, state.output_top_idx, with_text
-                    )
+                    meta["input_top_logprobs"] = list(state.input_top_logprobs)
+                    meta["output_top_logprobs"] = list(state.output_top_logprobs)
             if state.finished:
                 text = state.final_text if state.final_text is not None else state.text_raw
-            elif state.obj.stream:
+            else:
                 text = (
                     stop_holdback(state.text_raw, state.stop_strs)
                     if state.stop_strs and not state.no_stop_trim
                     else state.text_raw
                 )
-            else:
-                continue  # non-streaming: only the final output is delivered
             state.out_list.append({"text": text, "output_ids": list(state.output_ids), "meta_info": meta})
             state.event.set()
 
