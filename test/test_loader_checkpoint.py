@@ -27,7 +27,7 @@ from sglang_v4.tools.make_checkpoint import (
     tokenizer_dir,
     write_checkpoint,
 )
-from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+from transformers import DeepseekV4Config, DeepseekV4ForCausalLM, FineGrainedFP8Config
 from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4PreTrainedModel
 
@@ -338,3 +338,17 @@ def test_missing_expert_and_bad_scale(ckpts, tmp_path) -> None:
     save_file(bad, str(tmp_path / "b" / "model.safetensors"))
     with pytest.raises(ValueError, match=r"layers\.1\.attn\.wq_b\.weight: FP8 block scale has shape"):
         checkpoint_shapes(str(tmp_path / "b"))  # caught from the headers, before any data is read
+
+
+@pytest.mark.parametrize("which", ["official_fp8", "hf_bf16", "hf_fp32"])
+def test_same_tensors_as_transformers_from_pretrained(ckpts, which: str) -> None:
+    """transformers' own loader (renames, FP8 + FP4 dequantization, expert packing) agrees exactly."""
+    kwargs: dict = {"dtype": torch.float32}
+    if which == "official_fp8":
+        kwargs["quantization_config"] = FineGrainedFP8Config(dequantize=True)
+    model = DeepseekV4ForCausalLM.from_pretrained(str(ckpts[which]), **kwargs)
+    theirs = model.state_dict()
+    ours = load_state_dict(str(ckpts[which]), dtype=torch.float32, progress=False)
+    assert set(ours) == set(theirs)
+    for k, v in ours.items():
+        assert theirs[k].dtype == v.dtype and torch.equal(theirs[k], v), k
