@@ -10,6 +10,7 @@ from sglang_v4.sampling.sampler import (
     apply_penalties,
     compute_logprobs,
     filter_probs,
+    logprobs_for_tokens,
     sample,
     token_logprobs,
     top_logprobs,
@@ -197,3 +198,17 @@ def test_cuda_matches_cpu_greedy_and_seeded() -> None:
         logits.cuda(), sp, [[]] * 8, None, [torch.Generator(device="cuda").manual_seed(i) for i in range(8)]
     )
     assert a.tolist() == b.tolist()
+
+
+def test_logprobs_for_tokens_chunked_vs_float64() -> None:
+    g = torch.Generator().manual_seed(9)
+    logits = torch.randn(37, 50, generator=g) * 3
+    ids = torch.randint(0, 50, (37,), generator=g)
+    vals, tv, ti = logprobs_for_tokens(logits, ids, top_k=4, chunk_size=8)
+    ref = torch.log_softmax(logits.double(), -1)
+    assert vals.tolist() == pytest.approx(ref.gather(1, ids.view(-1, 1)).squeeze(1).tolist(), abs=1e-5)
+    rv, ri = torch.sort(ref, dim=-1, descending=True)
+    assert torch.allclose(tv.double(), rv[:, :4], atol=1e-5)
+    assert ti.tolist() == ri[:, :4].tolist()
+    v0, t0, i0 = logprobs_for_tokens(logits, ids)
+    assert t0 is None and i0 is None and torch.equal(v0, vals)

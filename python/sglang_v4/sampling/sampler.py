@@ -40,6 +40,7 @@ __all__ = [
     "compute_logprobs",
     "top_logprobs",
     "token_logprobs",
+    "logprobs_for_tokens",
 ]
 
 
@@ -320,3 +321,45 @@ def token_logprobs(logprobs: torch.Tensor, token_ids: torch.Tensor) -> torch.Ten
         ``[B]`` float32 ``logprobs[b, token_ids[b]]``.
     """
     return logprobs.gather(1, token_ids.view(-1, 1).to(torch.long)).squeeze(1)
+
+
+def logprobs_for_tokens(
+    logits: torch.Tensor, token_ids: torch.Tensor, top_k: int = 0, chunk_size: int = 2048
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Log-probabilities of given tokens (and the top-k) row by row, in chunks to bound memory.
+
+    Meant for input (prompt) logprobs, where ``T`` can be long: only ``chunk_size x V`` float32
+    log-softmax values exist at a time.
+
+    Args:
+        logits: ``[T, V]`` any float dtype (row ``t`` predicts ``token_ids[t]``).
+        token_ids: ``[T]`` int64.
+        top_k: also return the ``top_k`` best per row (0 = no).
+        chunk_size: rows per chunk.
+
+    Returns:
+        ``(token_logprobs [T] float32, top_vals [T, k] float32 | None, top_ids [T, k] int64 | None)``.
+
+    Raises:
+        ValueError: shape mismatch, ``top_k < 0`` or ``chunk_size < 1``.
+    """
+    if logits.dim() != 2 or token_ids.shape != (logits.shape[0],):
+        raise ValueError(
+            f"logits must be [T, V] and token_ids [T]; got {tuple(logits.shape)}, {tuple(token_ids.shape)}"
+        )
+    if top_k < 0 or chunk_size < 1:
+        raise ValueError(f"top_k must be >= 0 and chunk_size >= 1; got {top_k}, {chunk_size}")
+    n = logits.shape[0]
+    k = min(top_k, logits.shape[1])
+    vals = torch.empty(n, dtype=torch.float32, device=logits.device)
+    tv = torch.empty(n, k, dtype=torch.float32, device=logits.device) if k else None
+    ti = torch.empty(n, k, dtype=torch.int64, device=logits.device) if k else None
+    ids = token_ids.to(device=logits.device, dtype=torch.long)
+    for s in range(0, n, chunk_size):
+        lp = compute_logprobs(logits[s : s + chunk_size])
+        vals[s : s + chunk_size] = lp.gather(1, ids[s : s + chunk_size].unsqueeze(1)).squeeze(1)
+        if k:
+            v, i = torch.topk(lp, k, dim=-1)
+            tv[s : s + chunk_size] = v  # type: ignore[index]
+            ti[s : s + chunk_size] = i  # type: ignore[index]
+    return vals, tv, ti
