@@ -75,7 +75,8 @@ class FakeScheduler:
     """Model-free stand-in for ``Scheduler`` (same public API). See the module docstring.
 
     Env knobs: ``FAKE_STEP_SLEEP`` (seconds per step, default 0.005), ``FAKE_CRASH_ON_TEXT``
-    (a prompt containing this text makes ``step()`` raise, to test crash handling).
+    (a prompt containing this text makes ``step()`` raise, to test crash handling),
+    ``FAKE_HANG_ON_TEXT`` (such a prompt makes ``step()`` hang, to test the watchdog).
     """
 
     def __init__(self, server_args: Any) -> None:
@@ -94,6 +95,7 @@ class FakeScheduler:
         self.reqs: dict[str, _FakeReq] = {}
         self.step_sleep = float(os.environ.get("FAKE_STEP_SLEEP", "0.005"))
         self.crash_text = os.environ.get("FAKE_CRASH_ON_TEXT")
+        self.hang_text = os.environ.get("FAKE_HANG_ON_TEXT")
         self.num_steps = 0
         self.generated = 0
 
@@ -121,6 +123,8 @@ class FakeScheduler:
             req, sp = r.req, r.req.sampling_params
             if self.crash_text and req.input_text and self.crash_text in req.input_text:
                 raise RuntimeError("FakeScheduler: injected crash")
+            if self.hang_text and req.input_text and self.hang_text in req.input_text:
+                time.sleep(3600)  # a hung forward: the scheduler watchdog must end the process
             new: list[int] = []
             reason = None
             if r.aborted:

@@ -2,6 +2,7 @@
 
 * A scheduler exception: the in-flight request fails with 503, ``/health`` turns 503, the
   traceback is logged, and the server process exits with a non-zero code (no hang).
+* A hung scheduler step: the watchdog (``--watchdog-timeout``) ends it the same way.
 * ``kill -9`` of the server's main process: its scheduler and detokenizer children exit too.
 """
 
@@ -53,6 +54,21 @@ def test_scheduler_crash_turns_health_503_and_exits_nonzero(tmp_path: Path):
         log = h.log()
         assert "RuntimeError: FakeScheduler: injected crash" in log
         assert "Traceback" in log
+    finally:
+        h.stop()
+
+
+def test_hung_step_is_killed_by_watchdog(tmp_path: Path):
+    model = make_fake_model_dir(tmp_path)
+    env = fake_env({"FAKE_HANG_ON_TEXT": "HANG-NOW", "SGLANG_V4_CRASH_EXIT_DELAY": "1"})
+    h = start_server(["--model-path", str(model), "--watchdog-timeout", "3"], env, tmp_path / "server.log")
+    try:
+        t0 = time.time()
+        r = requests.post(h.url + "/generate", json={"text": "HANG-NOW please"}, timeout=60)
+        assert r.status_code == 503, r.text
+        assert time.time() - t0 < 30
+        assert h.proc.wait(timeout=60) != 0
+        assert "Scheduler watchdog: a step ran longer than 3s" in h.log()
     finally:
         h.stop()
 

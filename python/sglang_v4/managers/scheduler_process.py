@@ -16,6 +16,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -83,6 +85,37 @@ class SchedulerLoop:
         self.to_tok.connect(port_args.tokenizer_ipc_name)
         self.poller = zmq.Poller()
         self.poller.register(self.recv, zmq.POLLIN)
+        self.tokenizer_ipc_name = port_args.tokenizer_ipc_name
+        #: ``time.monotonic()`` when the running ``step()`` began; 0.0 outside a step.
+        self.step_started = 0.0
+
+    def start_watchdog(self, timeout_s: float) -> threading.Thread:
+        """Kill the process (exit 1) when one ``step()`` runs longer than ``timeout_s`` seconds.
+
+        Dumps every thread's stack to the log and sends ``SchedulerCrashed`` to the tokenizer
+        manager first, so a hung forward turns into a visible crash instead of a silent hang.
+        """
+
+        def watch() -> None:
+            while True:
+                time.sleep(min(1.0, timeout_s / 4))
+                started = self.step_started
+                if started and time.monotonic() - started > timeout_s:
+                    frames = sys._current_frames()
+                    stacks = "".join(
+                        f"Thread {tid}:\n{''.join(traceback.format_stack(f))}" for tid, f in frames.items()
+                    )
+                    msg = f"Scheduler watchdog: a step ran longer than {timeout_s:.0f}s; stacks:\n{stacks}"
+                    logger.error(msg)
+                    sock = self.ctx.socket(zmq.PUSH)
+                    sock.connect(self.tokenizer_ipc_name)
+                    sock.send_pyobj(SchedulerCrashed(traceback=msg))
+                    sock.close(linger=2000)
+                    os._exit(1)
+
+        t = threading.Thread(target=watch, name="scheduler-watchdog", daemon=True)
+        t.start()
+        return t
 
     def handle(self, msg: Any) -> None:
         """Dispatch one incoming message."""
@@ -115,7 +148,9 @@ class SchedulerLoop:
                 break
             self.handle(msg)
         if self.scheduler.has_work():
+            self.step_started = time.monotonic()
             out = self.scheduler.step()
+            self.step_started = 0.0
             if out is not None and len(out.rids) > 0:
                 self.to_detok.send_pyobj(out)
         else:
@@ -166,6 +201,7 @@ def run_scheduler_process(
         ready_pipe.send(SchedulerReadyInfo(status="error", error=tb))
         os._exit(1)
     ready_pipe.send(info)
+    loop.start_watchdog(server_args.watchdog_timeout)
     try:
         loop.run_forever()
     except Exception:
