@@ -163,3 +163,18 @@ def test_bad_input_raises_value_error_naming_the_field() -> None:
         RadixCache(ba, wa, page_size=0)
     with pytest.raises(ValueError, match="resume_interval"):
         RadixCache(ba, wa, resume_interval=0)
+
+
+def test_numpy_and_torch_token_inputs_match_like_lists() -> None:
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    c, ba, wa = _cache(page_size=4)
+    a = [7, 1, 2, 3, 9, 9, 8, 8, 5]
+    rb, rw = _finish(c, ba, wa, a)
+    for q in (np.array(a, dtype=np.int64), torch.tensor(a), tuple(a)):
+        m = c.match_prefix(q)
+        assert (m.num_tokens, m.block_pages, m.window_page) == (8, rb, rw[1])
+    with pytest.raises(ValueError, match="token_ids"):
+        c.match_prefix(np.array([1, 2, -3, 4]))
+    with pytest.raises(ValueError, match="token_ids"):
+        c.match_prefix(np.ones((4, 4), dtype=np.int64))

@@ -67,12 +67,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 __all__ = ["MatchResult", "RadixCache", "TreeNode"]
 
 _TOKEN_BYTES = 4  # tokens are packed as uint32
 
 
-class _Allocator(Protocol):
+class PageFreer(Protocol):
+    """What the tree needs from an allocator (``PageAllocator`` satisfies it)."""
+
     def free(self, pages: Sequence[int]) -> None: ...
 
 
@@ -189,8 +193,8 @@ class RadixCache:
 
     def __init__(
         self,
-        block_alloc: Any,
-        window_alloc: Any,
+        block_alloc: PageFreer,
+        window_alloc: PageFreer,
         page_size: int = 256,
         disable: bool = False,
         resume_interval: int = 1,
@@ -226,11 +230,25 @@ class RadixCache:
         self._locked_nodes = 0
         self._locks_held = 0
 
-    def _pack(self, token_ids: Sequence[int], field: str = "token_ids") -> bytes:
+    def _pack(self, token_ids: Sequence[int], nblocks: int, field: str = "token_ids") -> bytes:
+        """Pack the first ``nblocks`` whole blocks of ``token_ids`` as uint32 bytes (O(tokens), in C).
+
+        Accepts a list / tuple of ints, or a 1-D numpy array / CPU torch tensor of integers.
+        """
+        n = nblocks * self.page_size
+        if hasattr(token_ids, "dtype"):  # numpy array or torch tensor: vectorised check + cast
+            arr = np.asarray(token_ids[:n])
+            if arr.ndim != 1 or arr.dtype.kind not in "iu":
+                raise ValueError(f"{field}: expected a 1-D integer array, got {arr.dtype} {arr.shape}")
+            if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 2**32):
+                raise ValueError(f"{field}: token ids must be ints in [0, 2**32)")
+            return arr.astype("=u4", copy=False).tobytes()
         try:
-            return array("I", token_ids).tobytes()
+            packed = array("I", token_ids)
         except (OverflowError, TypeError) as e:
             raise ValueError(f"{field}: token ids must be ints in [0, 2**32): {e}") from None
+        del packed[n:]
+        return packed.tobytes()
 
     def _keeps(self, block_index: int) -> bool:
         return (block_index + 1) % self.resume_interval == 0
@@ -351,7 +369,7 @@ class RadixCache:
         nblocks = len(token_ids) // self.page_size
         if nblocks == 0:
             return MatchResult(0, [], None, self.root)
-        buf = self._pack(token_ids[: nblocks * self.page_size])
+        buf = self._pack(token_ids, nblocks)
         if not self.root.children:
             return MatchResult(0, [], None, self.root)
         nodes, counts = self._walk(buf, nblocks)
@@ -418,7 +436,7 @@ class RadixCache:
             raise ValueError(f"window_pages: expected {nblocks} entries, got {len(window_pages)}")
         if self.disable or nblocks == 0:
             return list(block_pages), list(window_pages)
-        buf = self._pack(token_ids)
+        buf = self._pack(token_ids, nblocks)
         bb = self._bb
         stamp = self._tick()
         out_b: list[int] = []
@@ -481,7 +499,7 @@ class RadixCache:
         nblocks = len(token_ids) // self.page_size
         if self.disable or nblocks == 0:
             return self.root, 0
-        nodes, counts = self._walk(self._pack(token_ids[: nblocks * self.page_size]), nblocks)
+        nodes, counts = self._walk(self._pack(token_ids, nblocks), nblocks)
         if not nodes:
             return self.root, 0
         last, j = nodes[-1], counts[-1]
