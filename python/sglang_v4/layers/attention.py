@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
-
 from sgl_kernel_v4.ref.attention import sparse_attention
 from sgl_kernel_v4.ref.rope import inv_rope_quant, qnorm_rope_kv_insert
+from torch import nn
+
 from sglang_v4.configs.model_config import CSA, HCA, ModelConfig
 from sglang_v4.layers.compressor import CompressorState, CSACompressor, HCACompressor
 from sglang_v4.layers.layernorm import RMSNorm
@@ -36,7 +36,9 @@ class DSV4Attention(nn.Module):
     """Attention block of one layer; parameter names follow HF (``q_a_proj``, ``q_a_norm``, ``q_b_proj``,
     ``kv_proj``, ``kv_norm``, ``o_a_proj``, ``o_b_proj``, ``sinks``, ``compressor``)."""
 
-    def __init__(self, model_config: ModelConfig, layer_idx: int, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self, model_config: ModelConfig, layer_idx: int, dtype: torch.dtype, device: torch.device | str
+    ) -> None:
         super().__init__()
         c = model_config.hf
         self.mc = model_config
@@ -50,10 +52,13 @@ class DSV4Attention(nn.Module):
         self.q_b_proj = Linear(c.q_lora_rank, self.n_heads * self.head_dim, dtype, device)
         self.kv_proj = Linear(c.hidden_size, self.head_dim, dtype, device)
         self.kv_norm = RMSNorm(self.head_dim, c.rms_norm_eps, device)
-        self.o_a_proj = GroupedLinear(self.n_heads * self.head_dim // c.o_groups, c.o_groups * c.o_lora_rank,
-                                      c.o_groups, dtype, device)
+        self.o_a_proj = GroupedLinear(
+            self.n_heads * self.head_dim // c.o_groups, c.o_groups * c.o_lora_rank, c.o_groups, dtype, device
+        )
         self.o_b_proj = Linear(c.o_groups * c.o_lora_rank, c.hidden_size, dtype, device)
-        self.sinks = nn.Parameter(torch.empty(self.n_heads, dtype=torch.float32, device=device), requires_grad=False)
+        self.sinks = nn.Parameter(
+            torch.empty(self.n_heads, dtype=torch.float32, device=device), requires_grad=False
+        )
         self.compressor: nn.Module | None
         if self.layer_type == CSA:
             self.compressor = CSACompressor(c, model_config.csa_ratio, dtype, device)
@@ -77,13 +82,37 @@ class DSV4Attention(nn.Module):
             plan = fb.csa
             assert plan is not None
             main_flat, idx_flat = pool.csa_kv_flat(i), pool.csa_idx_flat(i)
-            self.compressor.run(x, fb, plan, CompressorState(
-                pool.st_csa_buf_kv[i], pool.st_csa_buf_score[i], pool.st_csa_ovl_kv[i], pool.st_csa_ovl_score[i],
-                pool.snap_csa_kv[i], pool.snap_csa_score[i], main_flat), rc.win[plan.ratio])
+            self.compressor.run(
+                x,
+                fb,
+                plan,
+                CompressorState(
+                    pool.st_csa_buf_kv[i],
+                    pool.st_csa_buf_score[i],
+                    pool.st_csa_ovl_kv[i],
+                    pool.st_csa_ovl_score[i],
+                    pool.snap_csa_kv[i],
+                    pool.snap_csa_score[i],
+                    main_flat,
+                ),
+                rc.win[plan.ratio],
+            )
             ix = self.compressor.indexer
-            ix.run(x, fb, plan, CompressorState(
-                pool.st_idx_buf_kv[i], pool.st_idx_buf_score[i], pool.st_idx_ovl_kv[i], pool.st_idx_ovl_score[i],
-                pool.snap_idx_kv[i], pool.snap_idx_score[i], idx_flat), rc.win[plan.ratio])
+            ix.run(
+                x,
+                fb,
+                plan,
+                CompressorState(
+                    pool.st_idx_buf_kv[i],
+                    pool.st_idx_buf_score[i],
+                    pool.st_idx_ovl_kv[i],
+                    pool.st_idx_ovl_score[i],
+                    pool.snap_idx_kv[i],
+                    pool.snap_idx_score[i],
+                    idx_flat,
+                ),
+                rc.win[plan.ratio],
+            )
             sel = ix.select(x, q_res, plan, idx_flat, cos, sin)
             sources.append((main_flat, sel))
         elif isinstance(self.compressor, HCACompressor):
@@ -91,8 +120,15 @@ class DSV4Attention(nn.Module):
             plan = fb.hca
             assert plan is not None
             flat = pool.hca_kv_flat(i)
-            self.compressor.run(x, fb, plan, CompressorState(
-                pool.st_hca_buf_kv[i], pool.st_hca_buf_score[i], None, None, None, None, flat), rc.win[plan.ratio])
+            self.compressor.run(
+                x,
+                fb,
+                plan,
+                CompressorState(
+                    pool.st_hca_buf_kv[i], pool.st_hca_buf_score[i], None, None, None, None, flat
+                ),
+                rc.win[plan.ratio],
+            )
             sources.append((flat, plan.candidates))
         o = sparse_attention(q, sources, self.sinks, self.head_dim**-0.5)
         o = inv_rope_quant(o, cos, sin)

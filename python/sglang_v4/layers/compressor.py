@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
-
 from sgl_kernel_v4.ref.attention import indexer_topk
 from sgl_kernel_v4.ref.compressor import compress_and_insert
 from sgl_kernel_v4.ref.rope import apply_rope
+from torch import nn
+
 from sglang_v4.layers.layernorm import RMSNorm
 from sglang_v4.layers.linear import Linear
 from sglang_v4.model_executor.forward_batch import CompressPlan, ForwardBatch
@@ -54,18 +54,34 @@ class Compressor(nn.Module):
     ``kv_norm`` (``[d]`` fp32). ``overlap=True`` is the CSA layout (``X = 2d``: Ca | Cb halves).
     """
 
-    def __init__(self, hidden: int, d: int, ratio: int, overlap: bool, eps: float, dtype: torch.dtype,
-                 device: torch.device | str) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        d: int,
+        ratio: int,
+        overlap: bool,
+        eps: float,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
         super().__init__()
         x = 2 * d if overlap else d
         self.d, self.ratio, self.overlap, self.eps = d, ratio, overlap, eps
         self.kv_proj = Linear(hidden, x, dtype, device)
         self.gate_proj = Linear(hidden, x, dtype, device)
-        self.position_bias = nn.Parameter(torch.empty(ratio, x, dtype=torch.float32, device=device), requires_grad=False)
+        self.position_bias = nn.Parameter(
+            torch.empty(ratio, x, dtype=torch.float32, device=device), requires_grad=False
+        )
         self.kv_norm = RMSNorm(d, eps, device)
 
-    def run(self, h: torch.Tensor, fb: ForwardBatch, plan: CompressPlan, st: CompressorState,
-            rope: tuple[torch.Tensor, torch.Tensor]) -> None:
+    def run(
+        self,
+        h: torch.Tensor,
+        fb: ForwardBatch,
+        plan: CompressPlan,
+        st: CompressorState,
+        rope: tuple[torch.Tensor, torch.Tensor],
+    ) -> None:
         """Pool the windows completed by this forward into ``st.pool_flat`` and advance the state.
 
         Args:
@@ -89,12 +105,22 @@ class Compressor(nn.Module):
                 ca_kv = torch.cat([st.ovl_kv[slots].view(B * m, d), tab_kv[:, :d]], dim=0)
                 ca_sc = torch.cat([st.ovl_score[slots].view(B * m, d), tab_sc[:, :d]], dim=0)
                 kv_w = torch.cat([_gather(ca_kv, plan.win_prev, 0.0), tab_kv[plan.win_rows][..., d:]], dim=1)
-                sc_w = torch.cat([_gather(ca_sc, plan.win_prev, float("-inf")), tab_sc[plan.win_rows][..., d:]], dim=1)
+                sc_w = torch.cat(
+                    [_gather(ca_sc, plan.win_prev, float("-inf")), tab_sc[plan.win_rows][..., d:]], dim=1
+                )
             else:
                 kv_w = tab_kv[plan.win_rows]
                 sc_w = tab_sc[plan.win_rows]
-            compress_and_insert(kv_w.to(kv_new.dtype), sc_w, self.kv_norm.weight, rope[0], rope[1],
-                                st.pool_flat, plan.win_out, self.eps)
+            compress_and_insert(
+                kv_w.to(kv_new.dtype),
+                sc_w,
+                self.kv_norm.weight,
+                rope[0],
+                rope[1],
+                st.pool_flat,
+                plan.win_out,
+                self.eps,
+            )
         # advance the per-request state
         st.buf_kv[slots] = _gather(tab_kv, plan.buf_rows, 0.0)
         st.buf_score[slots] = _gather(tab_sc, plan.buf_rows, 0.0)
@@ -128,8 +154,15 @@ class Indexer(Compressor):
         self.q_b_proj = Linear(c.q_lora_rank, c.index_n_heads * c.index_head_dim, dtype, device)
         self.scorer = Scorer(c.hidden_size, c.index_n_heads, dtype, device)
 
-    def select(self, h: torch.Tensor, q_res: torch.Tensor, plan: CompressPlan, idx_flat: torch.Tensor,
-               cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def select(
+        self,
+        h: torch.Tensor,
+        q_res: torch.Tensor,
+        plan: CompressPlan,
+        idx_flat: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
         """Top-k compressed entries per token.
 
         Args:
@@ -146,7 +179,11 @@ class Indexer(Compressor):
         q = apply_rope(q, cos, sin)
         w = self.scorer.weights_proj(h).float() * self.n_heads**-0.5
         pos = indexer_topk(q, w, idx_flat, plan.candidates, self.topk, self.d**-0.5)
-        sel = plan.candidates.gather(1, pos.clamp(min=0)) if plan.candidates.shape[1] else torch.full_like(pos, -1)
+        sel = (
+            plan.candidates.gather(1, pos.clamp(min=0))
+            if plan.candidates.shape[1]
+            else torch.full_like(pos, -1)
+        )
         return torch.where(pos >= 0, sel, torch.full_like(sel, -1))
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from sgl_kernel_v4.ref.norm import rms_norm
+from torch import nn
 
 
 class RMSNorm(nn.Module):

@@ -13,10 +13,14 @@ class Linear(nn.Module):
     The weight is allocated uninitialised; the checkpoint loader (or ``--load-format dummy``) fills it.
     """
 
-    def __init__(self, in_features: int, out_features: int, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, dtype: torch.dtype, device: torch.device | str
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype, device=device), requires_grad=False)
+        self.weight = nn.Parameter(
+            torch.empty(out_features, in_features, dtype=dtype, device=device), requires_grad=False
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x.to(self.weight.dtype), self.weight)
@@ -30,11 +34,18 @@ class GroupedLinear(nn.Module):
     """
 
     def __init__(
-        self, in_per_group: int, out_features: int, n_groups: int, dtype: torch.dtype, device: torch.device | str
+        self,
+        in_per_group: int,
+        out_features: int,
+        n_groups: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
     ) -> None:
         super().__init__()
         self.n_groups = n_groups
-        self.weight = nn.Parameter(torch.empty(out_features, in_per_group, dtype=dtype, device=device), requires_grad=False)
+        self.weight = nn.Parameter(
+            torch.empty(out_features, in_per_group, dtype=dtype, device=device), requires_grad=False
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         T, g, i = x.shape

@@ -10,24 +10,37 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from sgl_kernel_v4.ref.moe import fused_moe, swiglu_clamped
 from torch import nn
 
-from sgl_kernel_v4.ref.moe import fused_moe, swiglu_clamped
 from sglang_v4.layers.linear import Linear
 
 
 class Router(nn.Module):
     """``weight [E, D]``; plus ``e_score_correction_bias [E]`` (top-k) or ``tid2eid [vocab, k]`` (hash)."""
 
-    def __init__(self, hidden: int, n_experts: int, top_k: int, is_hash: bool, vocab: int, scaling: float,
-                 dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        n_experts: int,
+        top_k: int,
+        is_hash: bool,
+        vocab: int,
+        scaling: float,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
         super().__init__()
         self.top_k, self.is_hash, self.scaling = top_k, is_hash, scaling
-        self.weight = nn.Parameter(torch.empty(n_experts, hidden, dtype=dtype, device=device), requires_grad=False)
+        self.weight = nn.Parameter(
+            torch.empty(n_experts, hidden, dtype=dtype, device=device), requires_grad=False
+        )
         if is_hash:
             self.register_buffer("tid2eid", torch.zeros(vocab, top_k, dtype=torch.long, device=device))
         else:
-            self.register_buffer("e_score_correction_bias", torch.zeros(n_experts, dtype=torch.float32, device=device))
+            self.register_buffer(
+                "e_score_correction_bias", torch.zeros(n_experts, dtype=torch.float32, device=device)
+            )
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [T, D]``, ``input_ids [T]`` -> ``(topk_ids [T, k] int64, topk_weights [T, k] fp32)``."""
@@ -44,12 +57,23 @@ class Router(nn.Module):
 class Experts(nn.Module):
     """Routed experts packed as HF does: ``gate_up_proj [E, 2I, D]``, ``down_proj [E, D, I]``."""
 
-    def __init__(self, n_experts: int, hidden: int, inter: int, limit: float, dtype: torch.dtype,
-                 device: torch.device | str) -> None:
+    def __init__(
+        self,
+        n_experts: int,
+        hidden: int,
+        inter: int,
+        limit: float,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
         super().__init__()
         self.limit = limit
-        self.gate_up_proj = nn.Parameter(torch.empty(n_experts, 2 * inter, hidden, dtype=dtype, device=device), requires_grad=False)
-        self.down_proj = nn.Parameter(torch.empty(n_experts, hidden, inter, dtype=dtype, device=device), requires_grad=False)
+        self.gate_up_proj = nn.Parameter(
+            torch.empty(n_experts, 2 * inter, hidden, dtype=dtype, device=device), requires_grad=False
+        )
+        self.down_proj = nn.Parameter(
+            torch.empty(n_experts, hidden, inter, dtype=dtype, device=device), requires_grad=False
+        )
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         return fused_moe(x, self.gate_up_proj, self.down_proj, ids, weights, self.limit)
@@ -58,7 +82,9 @@ class Experts(nn.Module):
 class SharedMLP(nn.Module):
     """Shared expert: SwiGLU with clamping (HF ``DeepseekV4MLP``)."""
 
-    def __init__(self, hidden: int, inter: int, limit: float, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self, hidden: int, inter: int, limit: float, dtype: torch.dtype, device: torch.device | str
+    ) -> None:
         super().__init__()
         self.limit = limit
         self.gate_proj = Linear(hidden, inter, dtype, device)
@@ -77,9 +103,19 @@ class SparseMoeBlock(nn.Module):
         super().__init__()
         c = hf_config
         is_hash = c.mlp_layer_types[layer_idx] == "hash_moe"
-        self.gate = Router(c.hidden_size, c.n_routed_experts, c.num_experts_per_tok, is_hash, c.vocab_size,
-                           c.routed_scaling_factor, dtype, device)
-        self.experts = Experts(c.n_routed_experts, c.hidden_size, c.moe_intermediate_size, c.swiglu_limit, dtype, device)
+        self.gate = Router(
+            c.hidden_size,
+            c.n_routed_experts,
+            c.num_experts_per_tok,
+            is_hash,
+            c.vocab_size,
+            c.routed_scaling_factor,
+            dtype,
+            device,
+        )
+        self.experts = Experts(
+            c.n_routed_experts, c.hidden_size, c.moe_intermediate_size, c.swiglu_limit, dtype, device
+        )
         self.shared_experts = SharedMLP(c.hidden_size, c.moe_intermediate_size, c.swiglu_limit, dtype, device)
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:

@@ -82,7 +82,11 @@ class DSV4KVPool:
         self.model_config = mc
         self.page_size = page_size
         self.window = mc.sliding_window
-        for name, r in (("CSA ratio", mc.csa_ratio), ("HCA ratio", mc.hca_ratio), ("sliding_window", self.window)):
+        for name, r in (
+            ("CSA ratio", mc.csa_ratio),
+            ("HCA ratio", mc.hca_ratio),
+            ("sliding_window", self.window),
+        ):
             if page_size % r != 0:
                 raise ValueError(f"page_size ({page_size}) must be a multiple of the {name} ({r})")
         self.device = torch.device(device)

@@ -13,9 +13,9 @@ collapse, final RMSNorm, LM head.
 from __future__ import annotations
 
 import torch
+from sgl_kernel_v4.ref.mhc import hc_post
 from torch import nn
 
-from sgl_kernel_v4.ref.mhc import hc_post
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.layers.attention import DSV4Attention, RopeCache
 from sglang_v4.layers.layernorm import RMSNorm
@@ -30,15 +30,21 @@ from sglang_v4.model_executor.forward_batch import ForwardBatch
 class DecoderLayer(nn.Module):
     """One DeepSeek-V4 block; ``forward(x [T, n, D]) -> [T, n, D]``."""
 
-    def __init__(self, mc: ModelConfig, layer_idx: int, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self, mc: ModelConfig, layer_idx: int, dtype: torch.dtype, device: torch.device | str
+    ) -> None:
         super().__init__()
         c = mc.hf
         self.self_attn = DSV4Attention(mc, layer_idx, dtype, device)
         self.mlp = SparseMoeBlock(c, layer_idx, dtype, device)
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, device)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, device)
-        self.attn_hc = HyperConnection(c.hc_mult, c.hidden_size, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps, device)
-        self.ffn_hc = HyperConnection(c.hc_mult, c.hidden_size, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps, device)
+        self.attn_hc = HyperConnection(
+            c.hc_mult, c.hidden_size, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps, device
+        )
+        self.ffn_hc = HyperConnection(
+            c.hc_mult, c.hidden_size, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps, device
+        )
 
     def forward(self, x: torch.Tensor, fb: ForwardBatch, pool: DSV4KVPool, rc: RopeCache) -> torch.Tensor:
         collapsed, post, comb = self.attn_hc.pre(x)
@@ -73,8 +79,12 @@ class DeepseekV4ForCausalLM(nn.Module):
         device: where the weights live.
     """
 
-    def __init__(self, model_config: ModelConfig, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
         super().__init__()
         self.mc = model_config
         self.dtype = dtype

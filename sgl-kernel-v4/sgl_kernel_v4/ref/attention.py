@@ -99,7 +99,9 @@ def indexer_topk(
     score = score.masked_fill(~valid, float("-inf"))
     k = min(topk, C)
     top = score.topk(k, dim=-1)
-    pos = torch.where(torch.isinf(top.values) & (top.values < 0), torch.full_like(top.indices, -1), top.indices)
+    pos = torch.where(
+        torch.isinf(top.values) & (top.values < 0), torch.full_like(top.indices, -1), top.indices
+    )
     if k < topk:
         pad = torch.full((T, topk - k), -1, dtype=torch.long, device=q.device)
         pos = torch.cat([pos, pad], dim=1)

@@ -47,7 +47,9 @@ def hc_pre(
     return collapsed, post, comb
 
 
-def hc_post(block_out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+def hc_post(
+    block_out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor
+) -> torch.Tensor:
     """Expand a block output back to ``n`` streams and mix in the residual: ``post ⊗ out + combᵀ · residual``.
 
     Args:
@@ -57,10 +59,14 @@ def hc_post(block_out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor,
         ``[T, n, D]`` in ``residual.dtype`` (HF ``DeepseekV4DecoderLayer.forward``).
     """
     dt = residual.dtype
-    return post.to(dt).unsqueeze(-1) * block_out.unsqueeze(-2) + torch.matmul(comb.to(dt).transpose(-1, -2), residual)
+    return post.to(dt).unsqueeze(-1) * block_out.unsqueeze(-2) + torch.matmul(
+        comb.to(dt).transpose(-1, -2), residual
+    )
 
 
-def hc_head(x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, eps: float, norm_eps: float) -> torch.Tensor:
+def hc_head(
+    x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, eps: float, norm_eps: float
+) -> torch.Tensor:
     """Final hyper-head collapse of the streams (HF ``DeepseekV4HyperHead``).
 
     Args:
