@@ -394,3 +394,25 @@ def test_kv_rows_view_with_reference_ops() -> None:
     assert torch.equal(iv[torch.tensor([5])], kq.dequantize_indexer_fp4(kq.quantize_indexer_fp4(xi[1:2])))
     with pytest.raises(ValueError, match="storage"):
         kl.KVRowsView(torch.zeros(4, 7, dtype=torch.uint8), fmt, "main")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_plan_units_match_dsv4_kv_pool_tensors(dtype: str) -> None:
+    """Block page / window page / request slot bytes equal the pool's own tensors (unpadded dtypes)."""
+    from sglang_v4.mem_cache.memory_pool import DSV4KVPool
+
+    tiny = ModelConfig.from_dict(TINY)
+    lay = kl.build_kv_layout(tiny, dtype)
+    assert all(k.page_bytes == k.raw_page_bytes for k in lay.kinds.values())  # no padding here
+    torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
+    nb, nw, nr = 3, 5, 2
+    pool = DSV4KVPool(tiny, 256, nb, nw, nr, 1024, torch_dtype, "cpu")
+
+    def nbytes(*names: str) -> int:
+        return sum(getattr(pool, n).numel() * getattr(pool, n).element_size() for n in names)
+
+    assert nbytes("csa_kv", "csa_idx", "hca_kv") == (nb + 1) * lay.block_page_bytes
+    snaps = [n for n in vars(pool) if n.startswith("snap_")]
+    assert nbytes("swa_kv", *snaps) == (nw + 1) * lay.window_page_bytes
+    states = [n for n in vars(pool) if n.startswith("st_")]
+    assert nbytes(*states) == (nr + 1) * lay.request_state_bytes
