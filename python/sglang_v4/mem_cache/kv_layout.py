@@ -1,8 +1,11 @@
 """Byte layout of DeepSeek-V4's tri-structured KV cache, page-size buckets, and the KV pool planner.
 
-Everything here is arithmetic on a :class:`~sglang_v4.configs.model_config.ModelConfig`; no tensors
-are allocated. The runtime calls :func:`plan_kv_pools` at start-up to size its pools, the memory
-planner CLI (``python -m sglang_v4.tools.kv_planner``) prints the same numbers.
+The sizing (:func:`entry_formats`, :func:`build_kv_layout`, :func:`plan_kv_pools`,
+:func:`kv_bytes_for_context`) is arithmetic on a :class:`~sglang_v4.configs.model_config.ModelConfig`.
+The runtime calls :func:`plan_kv_pools` at start-up to size its pools; the memory planner CLI
+(``python -m sglang_v4.tools.kv_planner``) prints the same numbers. The storage helpers
+(:func:`alloc_kind_storage`, :func:`encode_entries` / :func:`decode_entries`, :class:`KVRowsView`)
+let the pools hold fp8 / fp4 entries (``/work/notes/fp8_integration.md``).
 
 Entries (one row of a cache; byte formats in ``sgl_kernel_v4/ref/kv_quant.py``)
 -------------------------------------------------------------------------------
