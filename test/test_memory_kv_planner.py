@@ -392,6 +392,14 @@ def test_kv_rows_view_with_reference_ops() -> None:
     xi = torch.randn(3, 32, generator=g)
     iv[torch.tensor([1, 5, 9])] = xi
     assert torch.equal(iv[torch.tensor([5])], kq.dequantize_indexer_fp4(kq.quantize_indexer_fp4(xi[1:2])))
+    # int, slice and mask indices on paged storage agree with tensor indices
+    assert torch.equal(view[130], view[torch.tensor([130])][0])
+    assert torch.equal(view[60:70], view[torch.arange(60, 70)])
+    mask = torch.zeros(256, dtype=torch.bool)
+    mask[slots] = True
+    assert torch.equal(view[mask], view[slots])
+    view[3] = x[0]
+    assert torch.equal(store[0, 3], store[0, 0])
     with pytest.raises(ValueError, match="storage"):
         kl.KVRowsView(torch.zeros(4, 7, dtype=torch.uint8), fmt, "main")
 

@@ -640,7 +640,8 @@ class KVRowsView:
 
     It duck-types the flat pool tensors the torch reference ops index (``flat[slots] = x`` in
     ``ref/rope.qnorm_rope_kv_insert`` and ``ref/compressor``; ``flat[idx]`` in
-    ``ref/attention.gather_rows``), so those ops run unchanged on fp8 / fp4 storage.
+    ``ref/attention.gather_rows``), so those ops run unchanged on fp8 / fp4 storage. Indices are
+    ints, integer tensors (any shape), boolean masks over the ``N`` slots, or slices.
 
     Args:
         storage: ``[N, row_elems]`` (flat) or ``[num_pages, rows_per_page, row_elems]`` (paged,
@@ -687,8 +688,12 @@ class KVRowsView:
     def _loc(self, idx: Any) -> Any:
         if not self.rows_per_page:
             return idx
-        if not isinstance(idx, torch.Tensor):
+        if isinstance(idx, slice):
+            idx = torch.arange(len(self), device=self.storage.device)[idx]
+        elif not isinstance(idx, torch.Tensor):
             idx = torch.as_tensor(idx, dtype=torch.long, device=self.storage.device)
+        elif idx.dtype == torch.bool:
+            idx = idx.nonzero().squeeze(-1)
         return (idx // self.rows_per_page, idx % self.rows_per_page)
 
     def __getitem__(self, idx: Any) -> torch.Tensor:
