@@ -35,6 +35,15 @@ HC = 4
 N_EXPERTS, MOE_I, MOE_K = 32, 2048, 6
 
 Row = dict[str, Any]
+_GEN: torch.Generator | None = None
+
+
+def _G() -> torch.Generator:
+    """The benches' own CUDA generator (the default one is poisoned by a failed graph capture)."""
+    global _GEN
+    if _GEN is None:
+        _GEN = torch.Generator(device=DEV).manual_seed(1234)
+    return _GEN
 
 
 def _time(fn: Callable[[], Any], graph: bool = True) -> tuple[float, float | None]:
@@ -136,7 +145,7 @@ def bench_attention(ceil: dict[str, float], quick: bool) -> list[Row]:
     g = torch.Generator(device=DEV).manual_seed(0)
     kv_win = torch.randn(pool_rows, D, device=DEV, dtype=torch.bfloat16, generator=g)
     kv_cmp = torch.randn(pool_rows // 4, D, device=DEV, dtype=torch.bfloat16, generator=g)
-    sinks = torch.randn(H, device=DEV)
+    sinks = torch.randn(H, device=DEV, generator=_G())
     scale = D**-0.5
     for T, k1 in shapes:
         q = torch.randn(T, H, D, device=DEV, dtype=torch.bfloat16, generator=g)
@@ -233,7 +242,7 @@ def bench_attention_sweep(ceil: dict[str, float], quick: bool) -> list[Row]:
     rows = []
     g = torch.Generator(device=DEV).manual_seed(2)
     pool = torch.randn(1 << 20, D, device=DEV, dtype=torch.bfloat16, generator=g)
-    sinks = torch.randn(H, device=DEV)
+    sinks = torch.randn(H, device=DEV, generator=_G())
     for T in (1, 32, 4096):
         q = torch.randn(T, H, D, device=DEV, dtype=torch.bfloat16, generator=g)
         src = [
@@ -308,7 +317,7 @@ def bench_moe_sweep(ceil: dict[str, float], quick: bool) -> list[Row]:
 
 
 def _cos_sin(T: int, r: int = ROPE) -> tuple[torch.Tensor, torch.Tensor]:
-    pos = torch.randint(0, 100000, (T, 1), device=DEV).float()
+    pos = torch.randint(0, 100000, (T, 1), device=DEV, generator=_G()).float()
     ang = pos * 10000.0 ** (-torch.arange(0, r, 2, device=DEV).float() / r)
     return ang.cos(), ang.sin()
 
@@ -325,12 +334,12 @@ def bench_compressor(ceil: dict[str, float], quick: bool) -> list[Row]:
     ]
     for name, L, d, Ws in cases:
         for W in Ws if not quick else Ws[:1] + Ws[-1:]:
-            kv = torch.randn(W, L, d, device=DEV, dtype=torch.bfloat16)
-            score = torch.randn(W, L, d, device=DEV)
-            w = torch.rand(d, device=DEV) + 0.5
+            kv = torch.randn(W, L, d, device=DEV, dtype=torch.bfloat16, generator=_G())
+            score = torch.randn(W, L, d, device=DEV, generator=_G())
+            w = torch.rand(d, device=DEV, generator=_G()) + 0.5
             cos, sin = _cos_sin(W)
             pool = torch.zeros(4 * W + 8, d, device=DEV, dtype=torch.bfloat16)
-            idx = torch.randperm(4 * W + 8, device=DEV)[:W]
+            idx = torch.randperm(4 * W + 8, device=DEV, generator=_G())[:W]
             out = torch.empty(W, d, device=DEV, dtype=torch.bfloat16)
             fused = lambda kv=kv, s=score, w=w, c=cos, si=sin, p=pool, i=idx, o=out: compress_and_insert(  # noqa: E731
                 kv, s, w, c, si, p, i, 1e-6, out=o
@@ -360,7 +369,7 @@ def bench_rope(ceil: dict[str, float], quick: bool) -> list[Row]:
     rows = []
     Ts = [1, 32, 128, 8192] if not quick else [1, 8192]
     for T in Ts:
-        o = torch.randn(T, H, D, device=DEV, dtype=torch.bfloat16)
+        o = torch.randn(T, H, D, device=DEV, dtype=torch.bfloat16, generator=_G())
         cos, sin = _cos_sin(T)
         out = torch.empty_like(o)
         f = lambda o=o, c=cos, s=sin, u=out: inv_rope_quant(o, c, s, False, out=u)  # noqa: E731
@@ -374,8 +383,8 @@ def bench_rope(ceil: dict[str, float], quick: bool) -> list[Row]:
             qa.float() * sa.repeat_interleave(FP8_GROUP, -1), qb.float() * sb.repeat_interleave(FP8_GROUP, -1)
         )
         rows.append(_row("inv_rope_quant(fp8)", f"T={T} H={H} D={D}", f8, b8, T * H * D * 3.0 + T * H * 16, 0.0, ceil, err, "ref rope + torch amax/div/cast"))  # fmt: skip
-        kv = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-        w = torch.rand(D, device=DEV) + 0.5
+        kv = torch.randn(T, D, device=DEV, dtype=torch.bfloat16, generator=_G())
+        w = torch.rand(D, device=DEV, generator=_G()) + 0.5
         pool = torch.zeros(T + 64, D, device=DEV, dtype=torch.bfloat16)
         idx = torch.arange(T, device=DEV)
         qo, ko = torch.empty_like(o), torch.empty_like(kv)
@@ -387,8 +396,8 @@ def bench_rope(ceil: dict[str, float], quick: bool) -> list[Row]:
         )  # noqa: E731
         err = max(_rel(fq()[0], bq()[0]), _rel(fq()[1], bq()[1]))
         rows.append(_row("qnorm_rope_kv_insert", f"T={T} H={H} D={D}", fq, bq, T * (H + 1) * D * 4.0 + T * D * 2, 0.0, ceil, err, "ref: rms(q),rope(q),rms(kv),rope(kv),index_put"))  # fmt: skip
-        x = torch.randn(T, HIDDEN, device=DEV, dtype=torch.bfloat16)
-        wn = torch.rand(HIDDEN, device=DEV)
+        x = torch.randn(T, HIDDEN, device=DEV, dtype=torch.bfloat16, generator=_G())
+        wn = torch.rand(HIDDEN, device=DEV, generator=_G())
         fo = torch.empty_like(x)
         fr = lambda x=x, u=fo, wn=wn: rms_norm(x, wn, 1e-6, out=u)  # noqa: E731
         br = lambda x=x, wn=wn: rn.rms_norm(x, wn, 1e-6)  # noqa: E731
@@ -402,18 +411,18 @@ def bench_mhc(ceil: dict[str, float], quick: bool) -> list[Row]:
 
     rows = []
     n = HC
-    fn = torch.randn((2 + n) * n, n * HIDDEN, device=DEV) * (n * HIDDEN) ** -0.5
-    base = torch.randn((2 + n) * n, device=DEV) * 0.5
-    scale = torch.rand(3, device=DEV) + 0.5
+    fn = torch.randn((2 + n) * n, n * HIDDEN, device=DEV, generator=_G()) * (n * HIDDEN) ** -0.5
+    base = torch.randn((2 + n) * n, device=DEV, generator=_G()) * 0.5
+    scale = torch.rand(3, device=DEV, generator=_G()) + 0.5
     for T in [1, 8, 32, 128, 8192] if not quick else [1, 8192]:
-        x = torch.randn(T, n, HIDDEN, device=DEV, dtype=torch.bfloat16)
+        x = torch.randn(T, n, HIDDEN, device=DEV, dtype=torch.bfloat16, generator=_G())
         f = lambda x=x: hc_pre(x, fn, base, scale, 20, 1e-6, 1e-6)  # noqa: E731
         b = lambda x=x: rm.hc_pre(x, fn, base, scale, 20, 1e-6, 1e-6)  # noqa: E731
         a1, b1 = f(), b()
         err = max(_rel(a1[0], b1[0]), _rel(a1[2], b1[2]))
         nbytes = T * n * HIDDEN * 2 * 2 + fn.numel() * 4 + T * HIDDEN * 2
         rows.append(_row("hc_pre", f"T={T} n={n} D={HIDDEN} sinkhorn=20", f, b, nbytes, 2.0 * T * n * HIDDEN * 24, ceil, err, "ref: rms,linear,sigmoid,softmax,40 sinkhorn ops,sum"))  # fmt: skip
-        o = torch.randn(T, HIDDEN, device=DEV, dtype=torch.bfloat16)
+        o = torch.randn(T, HIDDEN, device=DEV, dtype=torch.bfloat16, generator=_G())
         post, comb = a1[1], a1[2]
         out = torch.empty_like(x)
         fp = lambda o=o, x=x, p=post, c=comb, u=out: hc_post(o, x, p, c, out=u)  # noqa: E731
@@ -440,6 +449,13 @@ def bench_moe(ceil: dict[str, float], quick: bool) -> list[Row]:
         nbytes = n_act * 3 * MOE_I * HIDDEN * 2 + T * HIDDEN * 4
         flops = 2.0 * T * MOE_K * 3 * HIDDEN * MOE_I
         rows.append(_row("fused_moe", f"T={T} E={N_EXPERTS} k={MOE_K} D={HIDDEN} I={MOE_I} active={n_act}", f, b, nbytes, flops, ceil, _rel(f(), b()), "ref: per-expert loop of F.linear"))  # fmt: skip
+        if T * MOE_K <= 4096:
+            from sgl_kernel_v4.triton.moe import _align, _align_torch
+
+            fa = lambda i=ids: _align(i, N_EXPERTS, 16)
+            ba = lambda i=ids: _align_torch(i, N_EXPERTS, 16)
+            same = float(not (torch.equal(fa()[0], ba()[0]) and torch.equal(fa()[1], ba()[1])))
+            rows.append(_row("moe_align", f"T={T} k={MOE_K} E={N_EXPERTS}", fa, ba, 0.0, 0.0, ceil, same, "torch align (~25 ops)"))  # fmt: skip
     return rows
 
 
@@ -464,8 +480,8 @@ def measure_ceilings() -> dict[str, float]:
     b = torch.empty_like(a)
     t_copy = tt.do_bench(lambda: b.copy_(a), warmup=20, rep=200, return_mode="median")
     m = 8192
-    x = torch.randn(m, m, device=DEV, dtype=torch.bfloat16)
-    y = torch.randn(m, m, device=DEV, dtype=torch.bfloat16)
+    x = torch.randn(m, m, device=DEV, dtype=torch.bfloat16, generator=_G())
+    y = torch.randn(m, m, device=DEV, dtype=torch.bfloat16, generator=_G())
     t_mm = tt.do_bench(lambda: x @ y, warmup=50, rep=300, return_mode="median")
     torch.cuda.empty_cache()
     return {

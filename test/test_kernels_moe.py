@@ -57,6 +57,7 @@ CASES = [
     (5, 256, 192, 8, 2),
     (64, 512, 256, 32, 6),  # many tokens per expert: larger tiles
     (300, 256, 128, 4, 2),
+    (700, 128, 64, 16, 6),  # 4200 pairs: the torch align path
 ]
 
 
@@ -84,6 +85,22 @@ def test_fused_moe(T: int, D: int, I: int, E: int, k: int, dtype: torch.dtype) -
     # the clamp was active (the test exercises it): some pre-activation exceeds the limit
     gu = torch.einsum("td,tkfd->tkf", x.double(), wgu.double()[ids.clamp(min=0)])
     assert (gu.abs() > limit).any()
+
+
+@pytest.mark.parametrize("T,k,E,bm", [(1, 6, 32, 16), (9, 2, 8, 16), (300, 6, 256, 32), (682, 6, 32, 128)])
+def test_align_kernel_matches_torch_align(T: int, k: int, E: int, bm: int) -> None:
+    """The one-program Triton pair layout equals the torch one exactly (incl. skipped ids)."""
+    from sgl_kernel_v4.triton.moe import _align, _align_torch
+
+    gen = torch.Generator().manual_seed(T + E)
+    ids = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
+    ids[0, 0] = -1
+    if T > 3:
+        ids[3, -1] = E + 5
+    ids = ids.to(DEVICE)
+    a, b = _align(ids, E, bm), _align_torch(ids, E, bm)
+    assert torch.equal(a[0].cpu(), b[0].cpu())
+    assert torch.equal(a[1].cpu(), b[1].cpu())
 
 
 def test_fused_moe_bad_input() -> None:

@@ -210,7 +210,7 @@ def sparse_attention(
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
     block_h: int | None = None,
-    block_n: int = 32,
+    block_n: int | None = None,
 ) -> torch.Tensor:
     """Sparse MQA attention over gathered pool rows with a per-head sink (op table entry 5).
 
@@ -222,7 +222,7 @@ def sparse_attention(
         scale: softmax scale applied to ``q·k`` (V4: ``head_dim ** -0.5``).
         out: optional ``[T, H, D]`` output buffer (q's dtype) to write into.
         num_splits: key splits per (token, head block); ``None`` picks one from the batch size.
-        block_h / block_n: tile sizes (heads per program, keys per iteration).
+        block_h / block_n: tile sizes (heads per program, keys per iteration); None = by batch size.
 
     Returns:
         ``[T, H, D]`` in q's dtype. Rows with no valid key are 0.
@@ -242,8 +242,12 @@ def sparse_attention(
     if q.dtype != kv_dtype:
         q = q.to(kv_dtype) if kv_dtype in (torch.bfloat16, torch.float16, torch.float32) else q
     block_d = triton.next_power_of_2(D)
+    # tiles from the H200 sweep (benchmark/RESULTS.md): prefill wants all 64 heads per program
+    # (one gather of the keys per token), decode small head blocks and long key tiles
     if block_h is None:
-        block_h = 16 if H <= 16 else (32 if D <= 256 else 16)
+        block_h = 64 if (T >= 128 and H >= 64) else 16
+    if block_n is None:
+        block_n = 32 if T >= 128 else (16 if T <= 4 else 64)
     block_h = max(16, min(block_h, triton.next_power_of_2(H)))
     n_hb = triton.cdiv(H, block_h)
     kv0, idx0 = sources[0]

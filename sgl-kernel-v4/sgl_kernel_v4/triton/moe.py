@@ -28,7 +28,66 @@ import triton.language as tl
 __all__ = ["fused_moe"]
 
 
+@triton.jit
+def _align_kernel(
+    ids_ptr,
+    n,
+    E,
+    sorted_ptr,
+    bexp_ptr,
+    n_blocks,
+    bound,
+    BM: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """One-program version of :func:`_align_torch` for small ``n`` (decode): expert histogram,
+    padded offsets, a stable sort of packed (expert, pair) keys, scatter, block -> expert."""
+    offs = tl.arange(0, BLOCK_P)
+    m = offs < n
+    e = tl.load(ids_ptr + offs, mask=m, other=-1).to(tl.int32)
+    valid = m & (e >= 0) & (e < E)
+    ee = tl.where(valid, e, BLOCK_E - 1)  # BLOCK_E > E: the last bin is a dummy, never counted
+    counts = tl.histogram(ee, BLOCK_E, mask=valid)
+    padded = (counts + BM - 1) // BM * BM
+    pad_end = tl.cumsum(padded, 0)
+    pad_start = pad_end - padded
+    start = tl.cumsum(counts, 0) - counts
+    key = tl.where(m, ee * 65536 + offs, 2147483647)
+    skey = tl.sort(key)
+    se = tl.minimum(skey // 65536, BLOCK_E - 1)
+    sp = skey % 65536
+    dest = tl.gather(pad_start, se, 0) + offs - tl.gather(start, se, 0)
+    ok = (offs < n) & (se < E)
+    for b0 in range(0, bound, BLOCK_P):
+        tl.store(sorted_ptr + b0 + offs, tl.full([BLOCK_P], 0, tl.int32) + n, mask=(b0 + offs) < bound)
+    tl.debug_barrier()
+    tl.store(sorted_ptr + dest, sp, mask=ok)
+    for b0 in range(0, n_blocks, BLOCK_B):
+        ob = b0 + tl.arange(0, BLOCK_B)
+        cnt = tl.sum((pad_end[None, :] <= (ob * BM)[:, None]).to(tl.int32), 1)
+        tl.store(bexp_ptr + ob, tl.where(cnt < E, cnt, -1), mask=ob < n_blocks)
+
+
 def _align(topk_ids: torch.Tensor, E: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pair layout for the grouped GEMMs (see :func:`_align_torch`); one Triton launch when small."""
+    n = topk_ids.numel()
+    if n > 4096 or E >= 4096 or not topk_ids.is_contiguous():
+        return _align_torch(topk_ids, E, block_m)
+    n_blocks = triton.cdiv(n + E * (block_m - 1), block_m)
+    bound = n_blocks * block_m
+    sorted_ids = torch.empty(bound, dtype=torch.int32, device=topk_ids.device)
+    block_expert = torch.empty(n_blocks, dtype=torch.int32, device=topk_ids.device)
+    block_p = max(16, triton.next_power_of_2(n))
+    _align_kernel[(1,)](
+        topk_ids, n, E, sorted_ids, block_expert, n_blocks, bound,
+        BM=block_m, BLOCK_P=block_p, BLOCK_E=triton.next_power_of_2(E + 1), BLOCK_B=64, num_warps=8,
+    )  # fmt: skip
+    return sorted_ids, block_expert
+
+
+def _align_torch(topk_ids: torch.Tensor, E: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``(sorted_ids [n_blocks*BLOCK_M] int32 pair ids or T*k, block_expert [n_blocks] int32)``."""
     n = topk_ids.numel()
     dev = topk_ids.device
@@ -163,13 +222,18 @@ def _down_kernel(
         )
 
 
-def _config(n_pairs: int, E: int) -> dict[str, int]:
+def _config(n_pairs: int, E: int, elem_bytes: int) -> dict[str, int]:
+    """Tiles by tokens per expert (H200 sweep in benchmark/RESULTS.md); fewer stages for fp32."""
     per_expert = n_pairs / max(E, 1)
     if per_expert <= 16:
-        return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
-    if per_expert <= 64:
-        return {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
-    return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4}
+        cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+    elif per_expert <= 64:
+        cfg = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+    else:
+        cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+    if elem_bytes > 2:
+        cfg.update(BLOCK_K=32, num_stages=2)
+    return cfg
 
 
 def fused_moe(
@@ -222,9 +286,9 @@ def fused_moe(
     n_pairs = T * k
     if n_pairs == 0:
         return torch.zeros_like(x)
-    cfg = dict(config or _config(n_pairs, E))
+    cfg = dict(config or _config(n_pairs, E, x.element_size()))
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
-    sorted_ids, block_expert = _align(topk_ids, E, bm)
+    sorted_ids, block_expert = _align(topk_ids.contiguous(), E, bm)
     n_blocks = block_expert.shape[0]
     h = torch.empty((n_pairs, inter), dtype=x.dtype, device=x.device)
     _gate_up_kernel[(n_blocks, triton.cdiv(inter, bn))](
