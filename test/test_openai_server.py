@@ -95,16 +95,14 @@ def test_models(client: openai.OpenAI) -> None:
 
 
 def test_completion_greedy_stream_matches(client: openai.OpenAI) -> None:
-    kw = dict(model="dsv4-tiny", prompt="The capital of France is", max_tokens=12, temperature=0)
+    kw = dict(model="dsv4-tiny", prompt="The capital of France is", max_tokens=6, temperature=0)
     a = client.completions.create(**kw)
-    b = client.completions.create(**kw)
-    assert a.choices[0].text == b.choices[0].text
     assert (
-        a.usage.completion_tokens <= 12
+        a.usage.completion_tokens <= 6
         and a.usage.total_tokens == a.usage.prompt_tokens + a.usage.completion_tokens
     )
     if a.choices[0].finish_reason == "length":
-        assert a.usage.completion_tokens == 12
+        assert a.usage.completion_tokens == 6
     chunks = list(client.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
     assert "".join(c.choices[0].text for c in chunks if c.choices) == a.choices[0].text
     assert chunks[-1].usage.completion_tokens == a.usage.completion_tokens
@@ -113,7 +111,7 @@ def test_completion_greedy_stream_matches(client: openai.OpenAI) -> None:
 
 def test_completion_logprobs_greedy(client: openai.OpenAI) -> None:
     out = client.completions.create(
-        model="dsv4-tiny", prompt="1, 2, 3,", max_tokens=6, temperature=0, logprobs=3
+        model="dsv4-tiny", prompt="1, 2, 3,", max_tokens=4, temperature=0, logprobs=3
     )
     lp = out.choices[0].logprobs
     assert len(lp.token_logprobs) == out.usage.completion_tokens == len(lp.tokens)
@@ -125,11 +123,11 @@ def test_completion_logprobs_greedy(client: openai.OpenAI) -> None:
 
 def test_completion_n_and_seed(client: openai.OpenAI) -> None:
     out = client.completions.create(
-        model="dsv4-tiny", prompt="Once upon a time", max_tokens=8, n=3, temperature=0
+        model="dsv4-tiny", prompt="Once upon a time", max_tokens=4, n=3, temperature=0
     )
     assert [c.index for c in out.choices] == [0, 1, 2]
     assert len({c.text for c in out.choices}) == 1  # greedy samples agree
-    kw = dict(model="dsv4-tiny", prompt="Once upon a time", max_tokens=8, temperature=1.0, seed=1234)
+    kw = dict(model="dsv4-tiny", prompt="Once upon a time", max_tokens=4, temperature=1.0, seed=1234)
     assert client.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text
 
 
@@ -137,7 +135,7 @@ def test_stop_string_cuts_greedy_text(client: openai.OpenAI) -> None:
     kw = dict(
         model="dsv4-tiny",
         prompt="Count: one two three",
-        max_tokens=24,
+        max_tokens=12,
         temperature=0,
         extra_body={"ignore_eos": True},
     )
@@ -148,14 +146,15 @@ def test_stop_string_cuts_greedy_text(client: openai.OpenAI) -> None:
     out = client.completions.create(**kw, stop=[stop])
     assert out.choices[0].finish_reason == "stop"
     assert out.choices[0].text == full[: full.index(stop)]
-    kept = client.completions.create(**kw, stop=[stop], extra_body={"ignore_eos": True, "no_stop_trim": True})
+    kw["extra_body"] = {"ignore_eos": True, "no_stop_trim": True}
+    kept = client.completions.create(**kw, stop=[stop])
     assert kept.choices[0].text == full[: full.index(stop) + len(stop)]
 
 
 def test_chat_usage_counts_v4_format(client: openai.OpenAI, tok) -> None:  # noqa: ANN001
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello!"}]
     out = client.chat.completions.create(
-        model="dsv4-tiny", messages=msgs, max_tokens=5, temperature=0, logprobs=True, top_logprobs=2
+        model="dsv4-tiny", messages=msgs, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2
     )
     expected = B + "Be brief." + U + "Hello!" + A + "</think>"
     assert out.usage.prompt_tokens == len(tok.encode(expected, add_special_tokens=False))
@@ -163,7 +162,7 @@ def test_chat_usage_counts_v4_format(client: openai.OpenAI, tok) -> None:  # noq
     assert len(out.choices[0].logprobs.content) == out.usage.completion_tokens
     chunks = list(
         client.chat.completions.create(
-            model="dsv4-tiny", messages=msgs, max_tokens=5, temperature=0, stream=True
+            model="dsv4-tiny", messages=msgs, max_tokens=4, temperature=0, stream=True
         )
     )
     assert (
@@ -173,7 +172,7 @@ def test_chat_usage_counts_v4_format(client: openai.OpenAI, tok) -> None:  # noq
     think = client.chat.completions.create(
         model="dsv4-tiny",
         messages=msgs,
-        max_tokens=5,
+        max_tokens=4,
         temperature=0,
         extra_body={"chat_template_kwargs": {"thinking": True}},
     )
@@ -184,7 +183,7 @@ def test_chat_usage_counts_v4_format(client: openai.OpenAI, tok) -> None:  # noq
     # text; the chat response must be that text split at the first "</think>"
     ids = tok.encode(B + "Be brief." + U + "Hello!" + A + "<think>", add_special_tokens=False)
     raw = (
-        client.completions.create(model="dsv4-tiny", prompt=ids, max_tokens=5, temperature=0).choices[0].text
+        client.completions.create(model="dsv4-tiny", prompt=ids, max_tokens=4, temperature=0).choices[0].text
     )
     msg = think.choices[0].message
     reasoning = (msg.model_extra or {}).get("reasoning_content") or ""
