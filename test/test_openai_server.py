@@ -194,6 +194,24 @@ def test_chat_usage_counts_v4_format(client: openai.OpenAI, tok) -> None:  # noq
         assert (reasoning, msg.content or "") == (raw, "")
 
 
+def test_regex_constrained_completion(client: openai.OpenAI) -> None:
+    """Constrained decoding end to end (xgrammar mask in the scheduler): the random tiny model can
+    only say what the regex allows, then must stop."""
+    import re
+
+    pattern = "(yes|no|maybe)"
+    out = client.completions.create(
+        model="dsv4-tiny",
+        prompt="Answer:",
+        max_tokens=8,
+        temperature=1.0,
+        seed=7,
+        extra_body={"regex": pattern},
+    )
+    assert re.fullmatch(pattern, out.choices[0].text), out.choices[0].text
+    assert out.choices[0].finish_reason == "stop"
+
+
 def test_errors_keep_serving(client: openai.OpenAI, server: str) -> None:
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="x", max_tokens=2)
