@@ -141,3 +141,15 @@ def test_cuda_mask_equals_cpu_mask(backend: GrammarBackend) -> None:
 def tokens_ok(backend: GrammarBackend, token: int) -> bool:
     g = backend.create(SamplingParams(regex="[0-9]+(\\.[0-9]+)?"))
     return bool(g is not None and g.accept(token))
+
+
+def test_grammar_beats_min_new_tokens(tok, backend: GrammarBackend) -> None:
+    """Once the grammar allows only EOS, min_new_tokens cannot leave the row without any token."""
+    sp = SamplingParams(regex="a", min_new_tokens=5)
+    g = backend.create(sp)
+    a_id = tok.encode("a", add_special_tokens=False)[0]
+    assert g.accept(a_id)
+    for temp_params in (sp, SamplingParams(regex="a", min_new_tokens=5, temperature=0)):
+        logits = torch.randn(1, VOCAB, generator=torch.Generator().manual_seed(1))
+        t = int(sample(logits, [temp_params], [[a_id]], None, None, eos_token_ids={EOS}, grammars=[g]).item())
+        assert t == EOS

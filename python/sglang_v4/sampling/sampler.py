@@ -21,6 +21,7 @@ Pipeline per row (SGLang ``srt/layers/sampler.py`` + ``srt/sampling/penaltylib``
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -246,6 +247,17 @@ def sample(
         from sglang_v4.sampling.grammar import apply_grammar_masks
 
         apply_grammar_masks(z, grammars)
+        # A grammar that only allows EOS while min_new_tokens masks EOS leaves nothing: the grammar
+        # wins (the row is recomputed without the min_new_tokens mask).
+        dead = (~torch.isfinite(z).any(dim=-1)).nonzero().flatten().tolist()
+        for i in dead:
+            if grammars[i] is None:
+                continue
+            row = logits[i : i + 1].detach().to(torch.float32).clone()
+            relaxed = dataclasses.replace(params[i], min_new_tokens=0, is_normalized=True)
+            apply_penalties(row, [relaxed], [output_ids[i]], None if prompt_ids is None else [prompt_ids[i]])
+            apply_grammar_masks(row, [grammars[i]])
+            z[i] = row[0]
 
     temps = torch.tensor(
         [1.0 if p.is_greedy else p.temperature for p in params], dtype=torch.float32, device=dev
