@@ -141,6 +141,14 @@ def test_errors_and_still_serving(client: openai.OpenAI, server) -> None:
         client.chat.completions.create(
             model=NAME, messages=[{"role": "user", "content": "x"}], extra_body={"top_k": 0}
         )
+    with pytest.raises(openai.BadRequestError, match="vocabulary"):
+        client.completions.create(model=NAME, prompt=[5, 10**7], max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="n must be"):
+        client.completions.create(model=NAME, prompt="x", max_tokens=2, n=10**6)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=NAME, prompt=[], max_tokens=2)
+    r = requests.post(server.url + "/v1/completions", json={"prompt": "x", "max_tokens": "many"})
+    assert r.status_code == 400 and r.json()["param"] == "max_tokens"
     r = requests.post(
         server.url + "/v1/chat/completions", data=b"[1, 2", headers={"content-type": "application/json"}
     )
