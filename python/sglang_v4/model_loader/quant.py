@@ -45,9 +45,37 @@ def scale_to_float(scale: torch.Tensor) -> torch.Tensor:
 
 
 def _pow2_ceil(x: torch.Tensor) -> torch.Tensor:
-    """Smallest power of two >= x (x > 0), 1 where x == 0."""
-    safe = torch.where(x > 0, x, torch.ones_like(x))
-    return torch.exp2(torch.ceil(torch.log2(safe)))
+    """Smallest power of two >= x for x > 0, 1 where x == 0.
+
+    Exact (from ``frexp``, no ``log2``), so identical on every machine and device.
+    """
+    m, _ = torch.frexp(x)  # x = m * 2**e, m in [0.5, 1)
+    p = torch.where(m == 0.5, x, x / m)  # x / m == 2**e exactly
+    return torch.where(x > 0, p, torch.ones_like(x))
+
+
+def _fp4_bucket_codes() -> torch.Tensor:
+    """e2m1 magnitude code nearest to |x| for |x| in [b/4, (b+1)/4), b = 0..24.
+
+    Every midpoint between neighbouring e2m1 magnitudes (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) is a
+    multiple of 1/4, so the nearest code is constant on each bucket (ties round up in magnitude).
+    """
+    grid = torch.tensor(E2M1_VALUES, dtype=torch.float64)
+    centers = (torch.arange(25, dtype=torch.float64) + 0.5) / 4
+    return (centers[:, None] - grid).abs().argmin(dim=1).to(torch.uint8)
+
+
+_FP4_BUCKET_CODE = _fp4_bucket_codes()
+
+
+def _fp4_byte_table() -> torch.Tensor:
+    """``[256, 2]`` float32: the two e2m1 values (low nibble, high nibble) of every byte."""
+    vals = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32)
+    b = torch.arange(256)
+    return torch.stack([vals[b & 0x0F], vals[b >> 4]], dim=1)
+
+
+_FP4_BYTE_TABLE = _fp4_byte_table()
 
 
 def quantize_fp8_block(
@@ -93,7 +121,11 @@ def dequantize_fp8_block(
             f"{name}: FP8 block scale has shape {tuple(scale.shape)}, expected {want} for a weight of "
             f"shape {tuple(q.shape)} with {bm}x{bn} blocks"
         )
-    s = scale_to_float(scale).repeat_interleave(bm, dim=-2).repeat_interleave(bn, dim=-1)[..., :r, :c]
+    sf = scale_to_float(scale)
+    if r % bm == 0 and c % bn == 0:  # whole blocks: broadcast the scale over each block
+        x = q.to(torch.float32).reshape(*lead, r // bm, bm, c // bn, bn) * sf[..., :, None, :, None]
+        return x.reshape(*lead, r, c)
+    s = sf.repeat_interleave(bm, dim=-2).repeat_interleave(bn, dim=-1)[..., :r, :c]
     return q.to(torch.float32) * s
 
 
@@ -114,14 +146,10 @@ def quantize_fp4(w: torch.Tensor, scale_dtype: torch.dtype = E8M0_DTYPE) -> tupl
         )
     g = w.to(torch.float32).reshape(*lead, r, c // FP4_GROUP, FP4_GROUP)
     scale = _pow2_ceil(g.abs().amax(dim=-1) / E2M1_VALUES[-1])  # [..., R, C/32]
-    x = g / scale[..., None]
-    ax = x.abs()
-    # index of the nearest e2m1 magnitude: the grid has step 0.5 on [0, 2], 1 on [2, 4], 2 on [4, 6]
-    code = torch.where(
-        ax < 2, torch.round(2 * ax), torch.where(ax < 4, 2 + torch.round(ax), 4 + torch.round(ax / 2))
-    )
-    code = code.clamp_(0, 7).to(torch.uint8)
-    code = code | ((x < 0).to(torch.uint8) << 3)
+    # bucket index floor(4 |x| / scale) in 0..24 (|x| / scale <= 6), then its nearest code
+    bucket = (g.abs() * (4.0 / scale)[..., None]).to(torch.int64).clamp_(0, 24)
+    code = torch.take(_FP4_BUCKET_CODE, bucket)
+    code |= (g < 0).to(torch.uint8) << 3
     code = code.reshape(*lead, r, c)
     packed = code[..., 0::2] | (code[..., 1::2] << 4)
     return packed.view(torch.int8).contiguous(), scale.to(scale_dtype)
@@ -141,8 +169,7 @@ def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor, name: str = "weigh
             f"{name}: FP4 scale has shape {tuple(scale.shape)}, expected {want} for packed weight of shape "
             f"{tuple(packed.shape)} (one scale per {FP4_GROUP} values)"
         )
-    u = packed.contiguous().view(torch.uint8)
-    codes = torch.stack([u & 0x0F, u >> 4], dim=-1).reshape(*lead, r, c).long()
-    lut = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32)
-    vals = lut[codes]
-    return vals * scale_to_float(scale).repeat_interleave(FP4_GROUP, dim=-1)
+    u = packed.contiguous().view(torch.uint8).to(torch.int64)
+    vals = torch.nn.functional.embedding(u, _FP4_BYTE_TABLE)  # [..., R, C/2, 2]: (low, high) nibble values
+    vals = vals.reshape(*lead, r, c // FP4_GROUP, FP4_GROUP)
+    return (vals * scale_to_float(scale)[..., None]).reshape(*lead, r, c)

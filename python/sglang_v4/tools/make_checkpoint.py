@@ -122,7 +122,12 @@ def _random_tensor(name: str, shape: tuple[int, ...], n_experts: int, g: torch.G
 
 def iter_random_tensors(config_dict: dict[str, Any], seed: int) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(hf_name, tensor)`` in ``state_dict()`` order (float32; ``tid2eid`` int64)."""
-    n_experts = int(_hf_config(config_dict).n_routed_experts)
+    hf = _hf_config(config_dict)
+    n_experts = int(hf.n_routed_experts)
+    if int(hf.num_experts_per_tok) > n_experts:
+        raise ValueError(
+            f"num_experts_per_tok: {hf.num_experts_per_tok} is more than n_routed_experts ({n_experts})"
+        )
     for name, shape, _ in tensor_specs(config_dict):
         yield name, _random_tensor(name, shape, n_experts, _generator(seed, name))
 
