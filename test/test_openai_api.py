@@ -341,3 +341,15 @@ def test_api_key(tok: PreTrainedTokenizerFast) -> None:
     with pytest.raises(openai.AuthenticationError):
         _oai(c, "bad").models.list()
     assert _oai(c, "sekret").completions.create(model="dsv4-test", prompt="x", max_tokens=2).choices[0].text
+
+
+def test_continuous_usage_stats(tok: PreTrainedTokenizerFast) -> None:
+    c = _client(FakeTM(tok))
+    for path, body in [
+        ("/v1/completions", {"prompt": "x"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}),
+    ]:
+        body |= {"stream": True, "max_tokens": 4, "stream_options": {"continuous_usage_stats": True}}
+        ev = [e for e in _sse_events(c.post(path, json=body)) if e != "[DONE]"]
+        counts = [e["usage"]["completion_tokens"] for e in ev if e["choices"] and e["usage"]]
+        assert counts and counts == sorted(counts) and counts[-1] == 4

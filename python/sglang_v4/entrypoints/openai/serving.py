@@ -455,6 +455,7 @@ class OpenAIServing:
         rid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
 
         async def stream() -> AsyncIterator[bytes]:
             sent_text: dict[int, int] = {}
@@ -510,6 +511,7 @@ class OpenAIServing:
                                     matched_stop=matched,
                                 )
                             ],
+                            usage=self._usage([ret], 1) if continuous else None,
                         )
                         yield _sse(chunk)
                     try:
@@ -659,13 +661,16 @@ class OpenAIServing:
         created = int(time.time())
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-        def chunk(idx: int, delta: DeltaMessage, **kw: Any) -> bytes:
+        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
+
+        def chunk(idx: int, delta: DeltaMessage, meta: dict[str, Any] | None = None, **kw: Any) -> bytes:
             return _sse(
                 ChatCompletionStreamResponse(
                     id=rid,
                     created=created,
                     model=req.model,
                     choices=[ChatCompletionResponseStreamChoice(index=idx, delta=delta, **kw)],
+                    usage=self._usage([{"meta_info": meta}], 1) if continuous and meta is not None else None,
                 )
             )
 
@@ -714,12 +719,12 @@ class OpenAIServing:
                             lp = self._chat_logprobs(meta, sent_lp[idx])
                             sent_lp[idx] = len(meta.get("output_token_logprobs") or [])
                         if reasoning_d:
-                            yield chunk(idx, DeltaMessage(reasoning_content=reasoning_d))
+                            yield chunk(idx, DeltaMessage(reasoning_content=reasoning_d), meta)
                         if content_d or (lp and lp.content):
-                            yield chunk(idx, DeltaMessage(content=content_d), logprobs=lp)
+                            yield chunk(idx, DeltaMessage(content=content_d), meta, logprobs=lp)
                         if fr is not None:
                             finals[idx] = ret
-                            yield chunk(idx, DeltaMessage(), finish_reason=fr, matched_stop=matched)
+                            yield chunk(idx, DeltaMessage(), meta, finish_reason=fr, matched_stop=matched)
                     try:
                         item = await it.__anext__()
                     except StopAsyncIteration:
