@@ -591,6 +591,7 @@ class Scheduler:
             "schedule_policy": getattr(sa, "schedule_policy", "fcfs"),
             "kv_pool": self.pool.stats(),
             "kv_pool_bytes": self.pool.memory_bytes(),
+            "kv_plan": self.runner.kv_plan_info(),
             "radix_cache": self.tree.stats(),
             "num_running_reqs": len(self.running),
             "num_queue_reqs": len(self.waiting),

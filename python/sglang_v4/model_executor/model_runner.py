@@ -159,6 +159,10 @@ class ModelRunner:
         tokens = max(self.page_size, (tokens // self.page_size) * self.page_size)
         return tokens
 
+    def kv_plan_info(self) -> dict:
+        """KV sizing facts for ``get_server_info()["kv_plan"]`` (capacity, fragmentation, ...)."""
+        return {"kv_capacity_tokens": self.max_total_tokens, "fragmentation_bytes": 0}
+
     def build_batch(self, reqs: list[ReqForwardInput]) -> ForwardBatch:
         mc = self.mc
         return build_forward_batch(
