@@ -198,6 +198,13 @@ def test_cuda_matches_cpu_greedy_and_seeded() -> None:
         logits.cuda(), sp, [[]] * 8, None, [torch.Generator(device="cuda").manual_seed(i) for i in range(8)]
     )
     assert a.tolist() == b.tolist()
+    # penalties on CUDA == on CPU
+    pen = [SamplingParams(repetition_penalty=1.3, frequency_penalty=0.4, presence_penalty=-0.2)] * 8
+    outs = [[i, i + 1, i + 1, 999] for i in range(8)]
+    prompts = [[7, 8, i] for i in range(8)]
+    cpu = apply_penalties(logits.clone(), pen, outs, prompts)
+    gpu = apply_penalties(logits.clone().cuda(), pen, outs, prompts)
+    assert torch.allclose(cpu, gpu.cpu(), atol=1e-6)
 
 
 def test_logprobs_for_tokens_chunked_vs_float64() -> None:

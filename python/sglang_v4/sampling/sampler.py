@@ -46,18 +46,20 @@ __all__ = [
 
 
 def _unique_counts(
-    rows: list[int], ids: Sequence[Sequence[int]], vocab: int
+    rows: list[int], ids: Sequence[Sequence[int]], vocab: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Distinct flat keys ``row * vocab + token`` (CPU int64) of ``ids[r]`` for ``r`` in ``rows``,
-    with their occurrence counts (int64)."""
+    """Distinct flat keys ``row * vocab + token`` (int64, on ``device``) of ``ids[r]`` for ``r`` in
+    ``rows``, with their occurrence counts (int64). The id lists are flattened on the host; the
+    de-duplication runs on ``device``."""
     lengths = [len(ids[r]) for r in rows]
     total = sum(lengths)
     if total == 0:
-        empty = torch.zeros(0, dtype=torch.long)
+        empty = torch.zeros(0, dtype=torch.long, device=device)
         return empty, empty
     flat = torch.from_numpy(np.fromiter(itertools.chain.from_iterable(ids[r] for r in rows), np.int64, total))
     row_idx = torch.from_numpy(np.repeat(np.asarray(rows, dtype=np.int64), lengths))
-    return torch.unique(row_idx * vocab + flat, return_counts=True)
+    keys = (row_idx * vocab + flat).to(device, non_blocking=True)
+    return torch.unique(keys, return_counts=True)
 
 
 def apply_penalties(
@@ -96,26 +98,25 @@ def apply_penalties(
     flat_logits = work.view(-1)
     rep_rows = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
     if rep_rows:
-        keys, _ = _unique_counts(rep_rows, output_ids, vocab)
+        keys, _ = _unique_counts(rep_rows, output_ids, vocab, dev)
         if prompt_ids is not None:
-            pkeys, _ = _unique_counts(rep_rows, prompt_ids, vocab)
+            pkeys, _ = _unique_counts(rep_rows, prompt_ids, vocab, dev)
             keys = torch.unique(torch.cat([keys, pkeys]))
         if keys.numel():
-            r_all = torch.tensor([p.repetition_penalty for p in params], dtype=torch.float32)
-            r = r_all[keys // vocab].to(dev)
-            keys = keys.to(dev)
+            r_all = torch.tensor([p.repetition_penalty for p in params], dtype=torch.float32, device=dev)
+            r = r_all[keys // vocab]
             z = flat_logits.index_select(0, keys)  # index_select/index_copy_: far faster than [] on CPU
-            flat_logits.index_copy_(0, keys, torch.where(z > 0, z / r, z * r))
+            flat_logits.index_copy_(0, keys, torch.where(z > 0, z / r, z * r).to(flat_logits.dtype))
 
     fp_rows = [i for i, p in enumerate(params) if p.frequency_penalty != 0.0 or p.presence_penalty != 0.0]
     if fp_rows:
-        keys, counts = _unique_counts(fp_rows, output_ids, vocab)
+        keys, counts = _unique_counts(fp_rows, output_ids, vocab, dev)
         if keys.numel():
-            f_all = torch.tensor([p.frequency_penalty for p in params], dtype=torch.float32)
-            p_all = torch.tensor([p.presence_penalty for p in params], dtype=torch.float32)
+            f_all = torch.tensor([p.frequency_penalty for p in params], dtype=torch.float32, device=dev)
+            p_all = torch.tensor([p.presence_penalty for p in params], dtype=torch.float32, device=dev)
             rows_of = keys // vocab
             delta = f_all[rows_of] * counts.to(torch.float32) + p_all[rows_of]
-            flat_logits.index_add_(0, keys.to(dev), -delta.to(dev, logits.dtype))
+            flat_logits.index_add_(0, keys, -delta.to(flat_logits.dtype))
 
     if work is not logits:
         logits.copy_(work)
