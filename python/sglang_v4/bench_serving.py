@@ -55,6 +55,7 @@ from typing import Any, Protocol
 
 import aiohttp
 import numpy as np
+import orjson
 import requests
 from tqdm import tqdm
 
@@ -532,7 +533,7 @@ async def _post_stream(
                 out.error = f"HTTP {resp.status} {resp.reason or ''}: {await resp.text()}"
                 return out
             if opts.disable_stream:
-                data = json.loads(await resp.read())
+                data = orjson.loads(await resp.read())
                 err = _error_text(data) if isinstance(data, dict) else None
                 if err:
                     out.error = err
@@ -547,7 +548,7 @@ async def _post_stream(
                     continue
                 if chunk == b"[DONE]":
                     break
-                data = json.loads(chunk)
+                data = orjson.loads(chunk)
                 err = _error_text(data)
                 if err:
                     out.error = err
