@@ -248,6 +248,8 @@ def sparse_attention(
         block_h = 64 if (T >= 128 and H >= 64) else 16
     if block_n is None:
         block_n = 32 if T >= 128 else (16 if T <= 4 else 64)
+    if q.element_size() > 2:  # fp32 tiles: halve to fit shared memory
+        block_h, block_n = min(block_h, 32), min(block_n, 16)
     block_h = max(16, min(block_h, triton.next_power_of_2(H)))
     n_hb = triton.cdiv(H, block_h)
     kv0, idx0 = sources[0]

@@ -7,9 +7,9 @@ Op-table entries 3 and 4 (``/work/notes/ops.md``). RoPE convention: HF ``apply_r
 through. Inverse RoPE = the same with ``-sin``. RMSNorm: HF ``DeepseekV4RMSNorm`` /
 ``DeepseekV4UnweightedRMSNorm`` (fp32 statistics).
 
-All kernels read a row as its even and odd channel halves (``[.., D/2]`` each), so a pair is one
-element of each and the nope channels are pairs with ``cos = 1, sin = 0``: one code path, one
-read and one write of every element.
+All kernels load rows contiguously and split them into even / odd channel halves in registers
+(``tl.split``), so a pair is one element of each and the nope channels are pairs with
+``cos = 1, sin = 0``: one code path, one coalesced read and one write of every element.
 """
 
 from __future__ import annotations
@@ -61,12 +61,14 @@ def _rope_kernel(
     offs_p = tl.arange(0, HALF_D)
     P0 = HALF_D - HALF_R
     c, s = _cos_sin(cos_ptr, sin_ptr, t, stride_ct, stride_st, offs_p, P0, HALF_R, SIGN)
-    base = x_ptr + t * stride_xt + offs_h[:, None] * stride_xh + 2 * offs_p[None, :]
-    a = tl.load(base, mask=hm[:, None], other=0.0).to(tl.float32)
-    b = tl.load(base + 1, mask=hm[:, None], other=0.0).to(tl.float32)
+    offs_d = tl.arange(0, 2 * HALF_D)
+    x = tl.load(
+        x_ptr + t * stride_xt + offs_h[:, None] * stride_xh + offs_d[None, :], mask=hm[:, None], other=0.0
+    )
+    a, b = tl.split(tl.reshape(x.to(tl.float32), [BLOCK_H, HALF_D, 2]))  # contiguous load, pairs in registers
     ra = a * c[None, :] - b * s[None, :]
     rb = b * c[None, :] + a * s[None, :]
-    obase = out_ptr + t * stride_ot + offs_h[:, None] * stride_oh + 2 * offs_p[None, :]
+    optr = out_ptr + t * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :]
     if FP8:
         G: tl.constexpr = HALF_D // GROUP_P
         amax = tl.maximum(tl.abs(ra), tl.abs(rb))
@@ -75,13 +77,13 @@ def _rope_kernel(
         inv = tl.reshape(tl.broadcast_to((1.0 / scale)[:, :, None], [BLOCK_H, G, GROUP_P]), [BLOCK_H, HALF_D])
         qa = tl.clamp(ra * inv, -448.0, 448.0)
         qb = tl.clamp(rb * inv, -448.0, 448.0)
-        tl.store(obase, qa.to(out_ptr.dtype.element_ty), mask=hm[:, None])
-        tl.store(obase + 1, qb.to(out_ptr.dtype.element_ty), mask=hm[:, None])
+        y = tl.reshape(tl.join(qa, qb), [BLOCK_H, 2 * HALF_D])
+        tl.store(optr, y.to(out_ptr.dtype.element_ty), mask=hm[:, None])
         offs_g = tl.arange(0, G)
         tl.store(scale_ptr + (t * H + offs_h[:, None]) * G + offs_g[None, :], scale, mask=hm[:, None])
     else:
-        tl.store(obase, ra.to(out_ptr.dtype.element_ty), mask=hm[:, None])
-        tl.store(obase + 1, rb.to(out_ptr.dtype.element_ty), mask=hm[:, None])
+        y = tl.reshape(tl.join(ra, rb), [BLOCK_H, 2 * HALF_D])
+        tl.store(optr, y.to(out_ptr.dtype.element_ty), mask=hm[:, None])
 
 
 def _check_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
@@ -195,13 +197,14 @@ def _norm_rope_rows(
     eps,
     HALF_D: tl.constexpr,
     HAS_W: tl.constexpr,
+    R: tl.constexpr,
 ):
-    """RMSNorm (optionally weighted) + RoPE of rows ``offs_r`` ([R, D] as even/odd halves)."""
+    """RMSNorm (optionally weighted) + RoPE of rows ``offs_r`` (``[R, D]``, pairs split in registers)."""
     rm = offs_r < n_rows
     offs_p = tl.arange(0, HALF_D)
-    base = x_ptr + offs_r[:, None] * stride_r + 2 * offs_p[None, :]
-    a = tl.load(base, mask=rm[:, None], other=0.0).to(tl.float32)
-    b = tl.load(base + 1, mask=rm[:, None], other=0.0).to(tl.float32)
+    offs_d = tl.arange(0, 2 * HALF_D)
+    x = tl.load(x_ptr + offs_r[:, None] * stride_r + offs_d[None, :], mask=rm[:, None], other=0.0)
+    a, b = tl.split(tl.reshape(x.to(tl.float32), [R, HALF_D, 2]))
     ms = (tl.sum(a * a, 1) + tl.sum(b * b, 1)) / (2 * HALF_D)
     rstd = tl.rsqrt(ms + eps)
     a = a * rstd[:, None]
@@ -211,10 +214,13 @@ def _norm_rope_rows(
         b = b * tl.load(w_ptr + 2 * offs_p + 1).to(tl.float32)[None, :]
     ra = a * c[None, :] - b * s[None, :]
     rb = b * c[None, :] + a * s[None, :]
-    obase = out_ptr + offs_r[:, None] * stride_or + 2 * offs_p[None, :]
-    tl.store(obase, ra.to(out_ptr.dtype.element_ty), mask=rm[:, None])
-    tl.store(obase + 1, rb.to(out_ptr.dtype.element_ty), mask=rm[:, None])
-    return ra, rb
+    y = tl.reshape(tl.join(ra, rb), [R, 2 * HALF_D])
+    tl.store(
+        out_ptr + offs_r[:, None] * stride_or + offs_d[None, :],
+        y.to(out_ptr.dtype.element_ty),
+        mask=rm[:, None],
+    )
+    return y
 
 
 @triton.jit
@@ -252,11 +258,11 @@ def _qnorm_rope_kv_kernel(
         offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
         _norm_rope_rows(
             q_ptr + t * stride_qt, stride_qh, H, offs_h, w_ptr, qo_ptr + t * stride_qot, stride_qoh, c, s, eps,
-            HALF_D, False,
+            HALF_D, False, BLOCK_H,
         )  # fmt: skip
     else:  # the kv row: weighted RMSNorm + RoPE, returned and inserted into the window pool
         offs_r = tl.arange(0, 1)
-        ra, rb = _norm_rope_rows(
+        y = _norm_rope_rows(
             kv_ptr + t * stride_kvt,
             0,
             1,
@@ -269,12 +275,14 @@ def _qnorm_rope_kv_kernel(
             eps,
             HALF_D,
             True,
+            1,
         )
         slot = tl.load(idx_ptr + t)
         if slot >= 0:
-            dst = swa_ptr + slot.to(tl.int64) * stride_swa + 2 * offs_p[None, :]
-            tl.store(dst, ra.to(swa_ptr.dtype.element_ty))
-            tl.store(dst + 1, rb.to(swa_ptr.dtype.element_ty))
+            offs_d = tl.arange(0, 2 * HALF_D)
+            tl.store(
+                swa_ptr + slot.to(tl.int64) * stride_swa + offs_d[None, :], y.to(swa_ptr.dtype.element_ty)
+            )
 
 
 def qnorm_rope_kv_insert(
