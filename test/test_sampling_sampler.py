@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from sglang_v4.sampling.sampler import (
+    PenaltyCache,
     apply_penalties,
     compute_logprobs,
     filter_probs,
@@ -205,6 +206,10 @@ def test_cuda_matches_cpu_greedy_and_seeded() -> None:
     cpu = apply_penalties(logits.clone(), pen, outs, prompts)
     gpu = apply_penalties(logits.clone().cuda(), pen, outs, prompts)
     assert torch.allclose(cpu, gpu.cpu(), atol=1e-6)
+    cached = apply_penalties(
+        logits.clone().cuda(), pen, outs, prompts, penalty_cache=PenaltyCache(), rids=list(range(8))
+    )
+    assert torch.allclose(cpu, cached.cpu(), atol=1e-6)
 
 
 def test_logprobs_for_tokens_chunked_vs_float64() -> None:
@@ -219,3 +224,32 @@ def test_logprobs_for_tokens_chunked_vs_float64() -> None:
     assert ti.tolist() == ri[:, :4].tolist()
     v0, t0, i0 = logprobs_for_tokens(logits, ids)
     assert t0 is None and i0 is None and torch.equal(v0, vals)
+
+
+def test_penalty_cache_equals_uncached_over_steps() -> None:
+    """The device-side PenaltyCache gives exactly the uncached result while requests grow, the batch
+    changes composition and order, and a request's output shrinks (retraction)."""
+    g = torch.Generator().manual_seed(12)
+    vocab = 64
+    prompts = {f"r{i}": torch.randint(0, vocab, (5 + i,), generator=g).tolist() for i in range(4)}
+    outs: dict[str, list[int]] = {k: [] for k in prompts}
+    params = {
+        "r0": SamplingParams(repetition_penalty=1.4),
+        "r1": SamplingParams(frequency_penalty=0.7, presence_penalty=0.3),
+        "r2": SamplingParams(repetition_penalty=0.8, frequency_penalty=-0.5, presence_penalty=1.0),
+        "r3": SamplingParams(),
+    }
+    cache = PenaltyCache()
+    batches = [["r0", "r1", "r2", "r3"], ["r2", "r0"], ["r3", "r1", "r2"], ["r0", "r1", "r2", "r3"]] * 3
+    for step, batch in enumerate(batches):
+        if step == 7:
+            outs["r2"] = outs["r2"][:2]  # retraction: output shrinks
+        logits = torch.randn(len(batch), vocab, generator=g) * 3
+        args = ([params[r] for r in batch], [outs[r] for r in batch], [prompts[r] for r in batch])
+        ref = apply_penalties(logits.clone(), *args)
+        got = apply_penalties(logits.clone(), *args, penalty_cache=cache, rids=batch)
+        assert torch.allclose(got, ref, atol=1e-5), step
+        for r in batch:
+            outs[r].append(int(torch.randint(0, vocab, (1,), generator=g)))
+    cache.release("r0")
+    assert len(cache) == 2  # r1, r2 only (r3 has no penalties, r0 released)

@@ -42,6 +42,7 @@ _TOPK_CAP = 1024
 """Candidates examined by the partial-sort fast path of :func:`filter_probs`."""
 
 __all__ = [
+    "PenaltyCache",
     "apply_penalties",
     "filter_probs",
     "sample",
@@ -69,12 +70,87 @@ def _unique_counts(
     return torch.unique(keys, return_counts=True)
 
 
+@dataclasses.dataclass
+class _PenaltyEntry:
+    vocab: int
+    device: torch.device
+    n_prompt: int
+    n_out: int
+    prompt_present: torch.Tensor  # [V] bool
+    out_counts: torch.Tensor  # [V] float32
+
+
+class PenaltyCache:
+    """Per-request token statistics kept on the device between decode steps (optional).
+
+    Without it, :func:`apply_penalties` re-reads every request's whole prompt/output id lists each
+    step (host cost linear in the history length). With it, each request keeps a dense
+    ``[V]`` output-count vector and a ``[V]`` prompt-presence mask (about 0.65 MB per request at
+    V = 129k) updated with only the new tokens; the penalties are then dense ops on ``[R, V]``.
+    Call :meth:`release` when a request finishes or is aborted. A request whose output list got
+    shorter (retraction) or whose prompt length changed is rebuilt from scratch.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[Any, _PenaltyEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def release(self, rid: Any) -> None:
+        """Forget a request (no error if unknown)."""
+        self._entries.pop(rid, None)
+
+    def clear(self) -> None:
+        """Forget all requests."""
+        self._entries.clear()
+
+    def _entry(
+        self, rid: Any, prompt: Sequence[int], output: Sequence[int], vocab: int, device: torch.device
+    ) -> _PenaltyEntry:
+        e = self._entries.get(rid)
+        if (
+            e is None
+            or e.vocab != vocab
+            or e.device != device
+            or e.n_prompt != len(prompt)
+            or len(output) < e.n_out
+        ):
+            present = torch.zeros(vocab, dtype=torch.bool, device=device)
+            if len(prompt):
+                present[torch.as_tensor(list(prompt), dtype=torch.long, device=device)] = True
+            e = _PenaltyEntry(vocab, device, len(prompt), 0, present, torch.zeros(vocab, device=device))
+            self._entries[rid] = e
+        if len(output) > e.n_out:
+            new = torch.as_tensor(list(output[e.n_out :]), dtype=torch.long, device=device)
+            e.out_counts.index_add_(0, new, torch.ones(new.numel(), device=device))
+            e.n_out = len(output)
+        return e
+
+    def rows(
+        self,
+        rids: Sequence[Any],
+        prompt_ids: Sequence[Sequence[int]] | None,
+        output_ids: Sequence[Sequence[int]],
+        vocab: int,
+        device: torch.device,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(out_counts [R, V] float32, prompt_present [R, V] bool)`` for the given requests."""
+        entries = [
+            self._entry(rid, prompt_ids[j] if prompt_ids is not None else (), output_ids[j], vocab, device)
+            for j, rid in enumerate(rids)
+        ]
+        return torch.stack([e.out_counts for e in entries]), torch.stack([e.prompt_present for e in entries])
+
+
 def apply_penalties(
     logits: torch.Tensor,
     params: Sequence[SamplingParams],
     output_ids: Sequence[Sequence[int]],
     prompt_ids: Sequence[Sequence[int]] | None = None,
     eos_token_ids: Iterable[int] | None = None,
+    penalty_cache: PenaltyCache | None = None,
+    rids: Sequence[Any] | None = None,
 ) -> torch.Tensor:
     """Apply repetition / frequency / presence penalties, logit_bias and the min_new_tokens mask.
 
@@ -85,6 +161,9 @@ def apply_penalties(
         prompt_ids: ``B`` lists of prompt token ids (for the repetition penalty); ``None`` = output
             tokens only.
         eos_token_ids: EOS ids masked (with each row's ``stop_token_ids``) before ``min_new_tokens``.
+        penalty_cache: optional :class:`PenaltyCache` (with ``rids``) to keep token statistics on
+            the device between steps; results are identical to the uncached path.
+        rids: ``B`` request ids (keys of ``penalty_cache``).
 
     Returns:
         ``logits`` (same tensor).
@@ -104,6 +183,29 @@ def apply_penalties(
     work = logits if logits.is_contiguous() else logits.contiguous()
     flat_logits = work.view(-1)
     rep_rows = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
+    fp_rows = [i for i, p in enumerate(params) if p.frequency_penalty != 0.0 or p.presence_penalty != 0.0]
+    if penalty_cache is not None and (rep_rows or fp_rows):
+        if rids is None or len(rids) != bsz:
+            raise ValueError("penalty_cache needs one request id per row (rids)")
+        rows = sorted(set(rep_rows) | set(fp_rows))
+        ridx = torch.tensor(rows, dtype=torch.long, device=dev)
+        counts, present_prompt = penalty_cache.rows(
+            [rids[i] for i in rows],
+            None if prompt_ids is None else [prompt_ids[i] for i in rows],
+            [output_ids[i] for i in rows],
+            vocab,
+            dev,
+        )
+        sub = work.index_select(0, ridx).to(torch.float32)
+        col = lambda xs: torch.tensor(xs, dtype=torch.float32, device=dev).unsqueeze(1)  # noqa: E731
+        r = col([params[i].repetition_penalty for i in rows])
+        present = (counts > 0) | present_prompt
+        sub = torch.where(present, torch.where(sub > 0, sub / r, sub * r), sub)
+        f = col([params[i].frequency_penalty for i in rows])
+        pp = col([params[i].presence_penalty for i in rows])
+        sub = sub - (f * counts + pp * (counts > 0).to(torch.float32))
+        work.index_copy_(0, ridx, sub.to(work.dtype))
+        rep_rows, fp_rows = [], []
     if rep_rows:
         keys, _ = _unique_counts(rep_rows, output_ids, vocab, dev)
         if prompt_ids is not None:
@@ -115,7 +217,6 @@ def apply_penalties(
             z = flat_logits.index_select(0, keys)  # index_select/index_copy_: far faster than [] on CPU
             flat_logits.index_copy_(0, keys, torch.where(z > 0, z / r, z * r).to(flat_logits.dtype))
 
-    fp_rows = [i for i, p in enumerate(params) if p.frequency_penalty != 0.0 or p.presence_penalty != 0.0]
     if fp_rows:
         keys, counts = _unique_counts(fp_rows, output_ids, vocab, dev)
         if keys.numel():
@@ -222,6 +323,8 @@ def sample(
     eos_token_ids: Iterable[int] | None = None,
     return_logprobs: bool = False,
     grammars: Sequence[Any] | None = None,
+    penalty_cache: PenaltyCache | None = None,
+    rids: Sequence[Any] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Sample one next token per row.
 
@@ -236,6 +339,7 @@ def sample(
         eos_token_ids: the tokenizer's EOS ids, masked until ``min_new_tokens`` is reached.
         grammars: ``B`` entries of :class:`sglang_v4.sampling.grammar.Grammar` or ``None``; their
             token bitmasks are applied after the penalties (the caller then ``accept``s the tokens).
+        penalty_cache, rids: optional device-side penalty statistics, see :func:`apply_penalties`.
         return_logprobs: also return SGLang's output logprobs ``[B, V]`` float32: ``log_softmax`` of the
             penalized logits divided by the row temperature (greedy rows: temperature 1).
 
@@ -250,7 +354,7 @@ def sample(
         raise ValueError(f"batch mismatch: logits has {bsz} rows, generators {len(generators)}")
     dev = logits.device
     z = logits.detach().to(torch.float32).clone()
-    apply_penalties(z, params, output_ids, prompt_ids, eos_token_ids)
+    apply_penalties(z, params, output_ids, prompt_ids, eos_token_ids, penalty_cache, rids)
     if grammars is not None and any(g is not None for g in grammars):
         from sglang_v4.sampling.grammar import apply_grammar_masks
 
