@@ -129,7 +129,7 @@ def test_streaming_equals_non_streaming(server):
 
 
 def test_prefix_cache_hit(server):
-    long_prompt = " ".join(f"word{i}" for i in range(120))  # > 256 tokens
+    long_prompt = " ".join(f"word{i}" for i in range(150))  # ~300 tokens > 256
     sp = {"temperature": 0, "max_new_tokens": 4}
     assert requests.post(server.url + "/flush_cache", timeout=60).status_code == 200
     first = generate(server, {"text": long_prompt, "sampling_params": sp})
