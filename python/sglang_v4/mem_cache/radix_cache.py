@@ -103,7 +103,6 @@ class TreeNode:
         "last_access",
         "uid",
         "alive",
-        "heap_key",
         "num_windows",
     )
 
@@ -126,7 +125,6 @@ class TreeNode:
         self.last_access = 0
         self.uid = uid
         self.alive = True
-        self.heap_key: tuple[int, int] = (0, 0)
         self.num_windows = sum(w is not None for w in window_pages)
 
     @property
@@ -258,26 +256,26 @@ class RadixCache:
         return self._clock
 
     def _push(self, node: TreeNode) -> None:
-        node.heap_key = (node.last_access, -node.end_depth)
-        heapq.heappush(self._heap, (node.heap_key[0], node.heap_key[1], node.uid, node))
+        heapq.heappush(self._heap, (node.last_access, -node.end_depth, node.uid, node))
 
-    def _touch(self, node: TreeNode, stamp: int) -> None:
-        if node is self.root or node.last_access == stamp:
-            return
-        node.last_access = stamp
-        self._push(node)
+    def _pop_lru(self) -> TreeNode | None:
+        """Pop the live node with the smallest ``(last_access, -end_depth)``; None if none left.
 
-    def _maybe_compact_heap(self) -> None:
-        """Drop stale heap entries once they outnumber live nodes (amortised O(1) per push)."""
-        if len(self._heap) <= 2 * self._num_nodes + 64:
-            return
-        live: dict[int, tuple[int, int, int, TreeNode]] = {}
-        for e in self._heap:
-            n = e[3]
-            if n.alive and (e[0], e[1]) == n.heap_key:
-                live[n.uid] = e
-        self._heap = list(live.values())
-        heapq.heapify(self._heap)
+        The heap holds exactly one entry per live node, pushed when the node was created and
+        not updated when the node is touched: a node's key only grows (stamps increase, a
+        trimmed edge ends higher), so an outdated entry surfaces early and is re-pushed with the
+        current key. Touching a node is O(1); each eviction pop is O(log nodes) amortised.
+        """
+        heap = self._heap
+        while heap:
+            stamp, neg_end, _, node = heapq.heappop(heap)
+            if not node.alive:
+                continue
+            if stamp != node.last_access or neg_end != -node.end_depth:
+                self._push(node)
+                continue
+            return node
+        return None
 
     def _split(self, node: TreeNode, k: int) -> TreeNode:
         """Split ``node`` after its first ``k`` blocks (0 < k < num_blocks); returns the new upper
@@ -396,10 +394,9 @@ class RadixCache:
         pages: list[int] = []
         for n in nodes[:best]:
             pages.extend(n.block_pages)
-            self._touch(n, stamp)
+            n.last_access = stamp
         pages.extend(last.block_pages)
-        self._touch(last, stamp)
-        self._maybe_compact_heap()
+        last.last_access = stamp
         return MatchResult(len(pages) * self.page_size, pages, last.window_pages[-1], last)
 
     def insert(
@@ -480,12 +477,11 @@ class RadixCache:
                     out_w.append(w)
                 else:
                     out_w.append(tw)
-            self._touch(child, stamp)
+            child.last_access = stamp
             node = child
             i += j
         if to_free:
             self.window_alloc.free(to_free)
-        self._maybe_compact_heap()
         return out_b, out_w
 
     def find_node(self, token_ids: Sequence[int]) -> tuple[TreeNode, int]:
@@ -505,7 +501,6 @@ class RadixCache:
         last, j = nodes[-1], counts[-1]
         if j < last.num_blocks:
             last = self._split(last, j)
-            self._maybe_compact_heap()
         return last, last.end_depth
 
     def inc_lock_ref(self, node: TreeNode) -> None:
@@ -562,15 +557,13 @@ class RadixCache:
         if num_block_pages < 0 or num_window_pages < 0:
             raise ValueError(f"evict: negative request ({num_block_pages}, {num_window_pages})")
         freed_b = freed_w = 0
-        heap = self._heap
         if num_window_pages > 0 and self._num_windows > self._locked_windows:
             popped: list[TreeNode] = []
             freed: list[int] = []
-            while freed_w < num_window_pages and heap:
-                e = heapq.heappop(heap)
-                node = e[3]
-                if not node.alive or (e[0], e[1]) != node.heap_key:
-                    continue
+            while freed_w < num_window_pages:
+                node = self._pop_lru()
+                if node is None:
+                    break
                 popped.append(node)
                 if node.lock_ref > 0 or node.num_windows == 0:
                     continue
@@ -583,17 +576,16 @@ class RadixCache:
                         if freed_w >= num_window_pages:
                             break
             for node in popped:
-                heapq.heappush(heap, (node.heap_key[0], node.heap_key[1], node.uid, node))
+                self._push(node)
             self.window_alloc.free(freed)
         if num_block_pages > 0 and self._num_blocks > self._locked_blocks:
             popped = []
             freed_blocks: list[int] = []
             freed_windows: list[int] = []
-            while freed_b < num_block_pages and heap:
-                e = heapq.heappop(heap)
-                node = e[3]
-                if not node.alive or (e[0], e[1]) != node.heap_key:
-                    continue
+            while freed_b < num_block_pages:
+                node = self._pop_lru()
+                if node is None:
+                    break
                 if node.lock_ref > 0 or node.children:
                     popped.append(node)
                     continue
@@ -616,10 +608,9 @@ class RadixCache:
                     del node.block_pages[keep:]
                     del node.window_pages[keep:]
                     node.num_windows -= nw
-                    node.heap_key = (node.last_access, -node.end_depth)
                     popped.append(node)
             for node in popped:
-                heapq.heappush(heap, (node.heap_key[0], node.heap_key[1], node.uid, node))
+                self._push(node)
             freed_w += len(freed_windows)
             self.block_alloc.free(freed_blocks)
             self.window_alloc.free(freed_windows)
