@@ -278,7 +278,7 @@ def test_hf_fp32_sharded_checkpoint_from_cli(ckpts, ref_sd, hf_model, prompt, re
     path = str(ckpts["hf_fp32"])
     cfg = json.loads(Path(path, "config.json").read_text())
     assert cfg["layer_types"] == TINY["layer_types"] and "compress_ratios" not in cfg
-    assert cfg["torch_dtype"] == "float32" and "quantization_config" not in cfg
+    assert cfg["dtype"] == "float32" and "quantization_config" not in cfg
     with open(os.path.join(path, "model.safetensors.index.json")) as f:
         index = json.load(f)
     assert len(set(index["weight_map"].values())) >= 3

@@ -22,7 +22,7 @@ def test_default_model_written_once_and_reused(tmp_path: Path, monkeypatch: pyte
     for fn in ("config.json", "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json"):
         assert os.path.exists(os.path.join(path, fn)), fn
     cfg = json.loads(Path(path, "config.json").read_text())
-    assert cfg["layer_types"] == get_preset("tiny")["layer_types"] and cfg["torch_dtype"] == "float32"
+    assert cfg["layer_types"] == get_preset("tiny")["layer_types"] and cfg["dtype"] == "float32"
 
     index = Path(path, "model.safetensors.index.json")
     mtime = index.stat().st_mtime_ns

@@ -79,7 +79,7 @@ def _base(**overrides: Any) -> dict[str, Any]:
         "tie_word_embeddings": False,
         "attention_bias": False,
         "initializer_range": 0.02,
-        "torch_dtype": "bfloat16",
+        "dtype": "bfloat16",
     }
     d.update(overrides)
     return d
@@ -122,7 +122,7 @@ def _tiny() -> dict[str, Any]:
             160000.0,
             {"factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0},
         ),
-        torch_dtype="float32",
+        dtype="float32",
     )
 
 
@@ -246,6 +246,7 @@ def to_official_config(hf_config: dict[str, Any], fp8: bool = False) -> dict[str
             "beta_fast": c.get("beta_fast", 32.0),
             "beta_slow": c.get("beta_slow", 1.0),
         }
+    d["torch_dtype"] = d.pop("dtype", "bfloat16")  # transformers-4 name, as the official files have it
     d["compress_ratios"] = ratios
     d["num_hash_layers"] = n_hash
     d["topk_method"] = "noaux_tc"

@@ -329,7 +329,7 @@ def write_checkpoint(
                 "scale_fmt": "ue8m0",
                 "weight_block_size": [128, 128],
             }
-    cfg_out["torch_dtype"] = "float32" if weights == "fp32" else "bfloat16"
+    cfg_out["torch_dtype" if fmt == "official" else "dtype"] = "float32" if weights == "fp32" else "bfloat16"
 
     writer = _ShardWriter(out_dir, int(shard_size_mb * 1024 * 1024))
     for name, t in iter_random_tensors(config_dict, seed):
