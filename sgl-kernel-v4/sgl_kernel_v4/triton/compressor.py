@@ -7,8 +7,8 @@ paper §2.3, eqs. 20-23): per window ``w`` and channel ``c``,
 the channels, then interleaved RoPE on the trailing ``r`` channels at the window's position, then
 ``pool_flat[out_index[w]] = C[w]`` (skipped for ``-1``).
 
-One program per window streams the ``L`` window rows in ``BLOCK_L`` chunks (contiguous loads) with
-a per-channel online softmax (base 2), so the same kernel serves CSA (L = 8 with the overlap, d = 512 main /
+One program per window streams the ``L`` window rows in ``BLOCK_L`` chunks with a per-channel
+online softmax (base 2), so the same kernel serves CSA (L = 8 with the overlap, d = 512 main /
 128 indexer) and HCA (L = 128, d = 512); every input element is read once and every entry
 written twice (returned + pool).
 """
@@ -20,6 +20,28 @@ import triton
 import triton.language as tl
 
 __all__ = ["compress_and_insert"]
+
+
+@triton.jit
+def _pool_half(score_ptr, kv_ptr, ssl, skl, offs_p, L, BLOCK_L: tl.constexpr, HALF_D: tl.constexpr):
+    m = tl.full([HALF_D], -1.0e30, tl.float32)
+    den = tl.zeros([HALF_D], tl.float32)
+    acc = tl.zeros([HALF_D], tl.float32)
+    for l0 in range(0, L, BLOCK_L):
+        offs_l = l0 + tl.arange(0, BLOCK_L)
+        lm = offs_l < L
+        sc = tl.load(
+            score_ptr + offs_l[:, None] * ssl + 2 * offs_p[None, :], mask=lm[:, None], other=float("-inf")
+        )
+        sc = sc.to(tl.float32) * 1.4426950408889634
+        kv = tl.load(kv_ptr + offs_l[:, None] * skl + 2 * offs_p[None, :], mask=lm[:, None], other=0.0)
+        m_new = tl.maximum(m, tl.max(sc, 0))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(sc - m_new[None, :])
+        den = den * alpha + tl.sum(p, 0)
+        acc = acc * alpha + tl.sum(p * kv.to(tl.float32), 0)
+        m = m_new
+    return acc / den
 
 
 @triton.jit
@@ -47,40 +69,25 @@ def _compress_kernel(
     BLOCK_L: tl.constexpr,
 ):
     w = tl.program_id(0).to(tl.int64)
-    offs_d = tl.arange(0, 2 * HALF_D)
-    m = tl.full([2 * HALF_D], -1.0e30, tl.float32)
-    den = tl.zeros([2 * HALF_D], tl.float32)
-    acc = tl.zeros([2 * HALF_D], tl.float32)
-    for l0 in range(0, L, BLOCK_L):  # per-channel online softmax over the window rows
-        offs_l = l0 + tl.arange(0, BLOCK_L)
-        lm = offs_l < L
-        sc = tl.load(
-            score_ptr + w * ssw + offs_l[:, None] * ssl + offs_d[None, :],
-            mask=lm[:, None],
-            other=float("-inf"),
-        )
-        sc = sc.to(tl.float32) * 1.4426950408889634
-        kv = tl.load(kv_ptr + w * skw + offs_l[:, None] * skl + offs_d[None, :], mask=lm[:, None], other=0.0)
-        m_new = tl.maximum(m, tl.max(sc, 0))
-        alpha = tl.exp2(m - m_new)
-        p = tl.exp2(sc - m_new[None, :])
-        den = den * alpha + tl.sum(p, 0)
-        acc = acc * alpha + tl.sum(p * kv.to(tl.float32), 0)
-        m = m_new
-    c_all = acc / den
-    rstd = tl.rsqrt(tl.sum(c_all * c_all, 0) / (2 * HALF_D) + eps)
-    c_all = c_all * rstd * tl.load(w_ptr + offs_d).to(tl.float32)
-    a, b = tl.split(tl.reshape(c_all, [HALF_D, 2]))
     offs_p = tl.arange(0, HALF_D)
+    a = _pool_half(score_ptr + w * ssw, kv_ptr + w * skw, ssl, skl, offs_p, L, BLOCK_L, HALF_D)
+    b = _pool_half(score_ptr + w * ssw + 1, kv_ptr + w * skw + 1, ssl, skl, offs_p, L, BLOCK_L, HALF_D)
+    rstd = tl.rsqrt((tl.sum(a * a, 0) + tl.sum(b * b, 0)) / (2 * HALF_D) + eps)
+    a = a * rstd * tl.load(w_ptr + 2 * offs_p).to(tl.float32)
+    b = b * rstd * tl.load(w_ptr + 2 * offs_p + 1).to(tl.float32)
     rp = offs_p - (HALF_D - HALF_R)
     is_rope = rp >= 0
     c = tl.load(cos_ptr + w * stride_c + rp, mask=is_rope, other=1.0).to(tl.float32)
     s = tl.load(sin_ptr + w * stride_s + rp, mask=is_rope, other=0.0).to(tl.float32)
-    y = tl.reshape(tl.join(a * c - b * s, b * c + a * s), [2 * HALF_D])
-    tl.store(out_ptr + w * stride_o + offs_d, y.to(out_ptr.dtype.element_ty))
+    ra = a * c - b * s
+    rb = b * c + a * s
+    tl.store(out_ptr + w * stride_o + 2 * offs_p, ra.to(out_ptr.dtype.element_ty))
+    tl.store(out_ptr + w * stride_o + 2 * offs_p + 1, rb.to(out_ptr.dtype.element_ty))
     slot = tl.load(idx_ptr + w)
     if slot >= 0:
-        tl.store(pool_ptr + slot.to(tl.int64) * stride_pool + offs_d, y.to(pool_ptr.dtype.element_ty))
+        dst = pool_ptr + slot.to(tl.int64) * stride_pool + 2 * offs_p
+        tl.store(dst, ra.to(pool_ptr.dtype.element_ty))
+        tl.store(dst + 1, rb.to(pool_ptr.dtype.element_ty))
 
 
 def compress_and_insert(
@@ -146,6 +153,6 @@ def compress_and_insert(
     _compress_kernel[(W,)](
         kv, kv.stride(0), kv.stride(1), score, score.stride(0), score.stride(1), norm_weight,
         cos, cos.stride(0), sin, sin.stride(0), pool_flat, pool_flat.stride(0), out_index, out, out.stride(0),
-        L, cos.shape[1], float(eps), HALF_D=d // 2, BLOCK_L=block_l, num_warps=8 if d * block_l >= 4096 else 4,
+        L, cos.shape[1], float(eps), HALF_D=d // 2, BLOCK_L=block_l, num_warps=4 if d >= 256 else 2,
     )  # fmt: skip
     return out
