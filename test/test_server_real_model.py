@@ -38,7 +38,7 @@ def server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory):
 
     env = dict(os.environ)
     env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-    env["PYTHONPATH"] = str(REPO / "test")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
     t0 = time.time()
     h = start_server([], env, tmp_path_factory.mktemp("real") / "server.log", timeout_s=300)
     h.startup_s = time.time() - t0  # type: ignore[attr-defined]
