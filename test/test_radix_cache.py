@@ -178,3 +178,30 @@ def test_numpy_and_torch_token_inputs_match_like_lists() -> None:
         c.match_prefix(np.array([1, 2, -3, 4]))
     with pytest.raises(ValueError, match="token_ids"):
         c.match_prefix(np.ones((4, 4), dtype=np.int64))
+
+
+def test_chunked_prefill_flow_second_request_hits_while_first_runs() -> None:
+    """The scheduler recipe: insert at each chunk's block boundary, lock the inserted path with
+    find_node, release the previous lock; a concurrent request hits the running one's prefix."""
+    c, ba, wa = _cache(page_size=4)
+    a = list(range(1, 23))  # 22 tokens: 5 whole blocks + 2 private tokens
+    # chunk 1 computed 10 tokens: blocks 0-1 are whole, the rest stays private
+    bp, wp = ba.alloc(2), wa.alloc(2)
+    assert c.insert(a[:8], bp, wp) == (bp, wp)
+    node, nb = c.find_node(a[:8])
+    assert nb == 2
+    c.inc_lock_ref(node)
+    # a second request sharing 13 tokens hits the 8 cached ones while the first still runs
+    m = c.match_prefix(a[:13] + [99] * 6)
+    assert (m.num_tokens, m.block_pages, m.window_page) == (8, bp, wp[1])
+    c.inc_lock_ref(m.last_node)
+    assert c.evict(10, 10) == (0, 0)  # everything cached is in use
+    # the first request finishes: insert all 5 whole blocks, it passes the tree's ids for 0-1
+    bp2, wp2 = ba.alloc(3), wa.alloc(3)
+    rb, rw = c.insert(a[:20], bp + bp2, wp + wp2)
+    assert (rb, rw) == (bp + bp2, wp + wp2)
+    c.dec_lock_ref(node)
+    c.dec_lock_ref(m.last_node)
+    assert c.match_prefix(a).num_tokens == 20
+    assert c.evictable_sizes() == (5, 5)
+    assert c.flush() and ba.used == 0 and wa.used == 0

@@ -72,6 +72,7 @@ import numpy as np
 __all__ = ["MatchResult", "RadixCache", "TreeNode"]
 
 _TOKEN_BYTES = 4  # tokens are packed as uint32
+assert array("I").itemsize == _TOKEN_BYTES, "array('I') must be 4 bytes to match numpy '=u4'"
 
 
 class PageFreer(Protocol):
