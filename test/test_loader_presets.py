@@ -40,7 +40,7 @@ def test_tiny_matches_spec() -> None:
     assert c.mlp_layer_types == ["hash_moe", "moe", "moe", "moe"]
     assert (c.num_attention_heads, c.head_dim, c.qk_rope_head_dim) == (4, 128, 64)
     assert (c.q_lora_rank, c.o_groups, c.o_lora_rank) == (64, 2, 32)
-    assert (c.index_n_heads, c.index_topk) == (4, 16)
+    assert (c.index_n_heads, c.index_topk) == (16, 16)
     assert c.index_head_dim >= c.qk_rope_head_dim  # HF ropes the trailing 64 dims of each indexer head
     assert (c.n_routed_experts, c.num_experts_per_tok, c.n_shared_experts, c.moe_intermediate_size) == (
         8,
