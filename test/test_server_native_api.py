@@ -399,3 +399,24 @@ def test_client_disconnect_non_streaming_returns_pages(server):
     assert _used_pages(server) == idle
     steps = requests.get(server.url + "/server_info", timeout=10).json()["num_steps"] - steps0
     assert steps < 400  # aborted, not run to its 450 tokens
+
+
+def test_abort_all(server):
+    outs: list[dict] = []
+
+    def run(i: int) -> None:
+        outs.append(
+            gen(server, {"text": f"abort all {i}", "sampling_params": {"max_new_tokens": 450}}).json()
+        )
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    assert (
+        requests.post(server.url + "/abort_request", json={"abort_all": True}, timeout=10).status_code == 200
+    )
+    for t in threads:
+        t.join(30)
+    assert len(outs) == 3
+    assert all(o["meta_info"]["finish_reason"]["type"] == "abort" for o in outs)
