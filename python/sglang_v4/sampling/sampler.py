@@ -13,9 +13,8 @@ Pipeline per row (SGLang ``srt/layers/sampler.py`` + ``srt/sampling/penaltylib``
    * grammar (``json_schema`` / ``regex`` / ``ebnf``, optional): xgrammar's token bitmask sets
      disallowed tokens to ``-inf`` (see :mod:`sglang_v4.sampling.grammar`).
    Penalty work is O(tokens in the histories), done sparsely; the id lists are flattened on the
-   host each step (about 25 ms per step for 64 requests x 6k history tokens on an H200 host), so
-   very long histories with penalties cost host time (a stateful per-request count cache would
-   remove it).
+   host each step (28 ms per step for 64 requests x 6k history tokens on an H200 host). Passing a
+   :class:`PenaltyCache` keeps per-request counts on the device instead (4.7 ms for the same case).
 2. Greedy rows (``top_k == 1``; temperature 0 maps there): ``argmax z``.
 3. Other rows: ``p = softmax(z / T)``; sort descending (a partial top-1024 sort when that is exact,
    see :func:`filter_probs`); drop ranks ``>= top_k``; drop tokens whose
