@@ -53,3 +53,22 @@ def test_import_does_not_import_triton() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_quantized_pool_goes_to_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A non-float pool (uint8 bytes / a row view object) must never reach a Triton kernel."""
+    calls: list[str] = []
+
+    def fake_get_op(name: str, device: object) -> object:
+        calls.append(str(torch.device(device).type))
+        return lambda *a, **k: "ran"
+
+    monkeypatch.setattr(ops, "get_op", fake_get_op)
+    q = torch.zeros(1, 2, 8, device="meta")  # stands in for a CUDA tensor: the lookup sees its device
+    byte_pool = torch.zeros(4, 8, dtype=torch.uint8)
+    float_pool = torch.zeros(4, 8)
+    idx = torch.zeros(1, 2, dtype=torch.int64)
+    ops.sparse_attention(q, [(byte_pool, idx)], torch.zeros(2), 1.0)
+    ops.sparse_attention(q, [(float_pool, idx)], torch.zeros(2), 1.0)
+    ops.sparse_attention(q, [(float_pool, idx), (object(), idx)], torch.zeros(2), 1.0)
+    assert calls == ["cpu", "meta", "cpu"]  # quantized pools -> reference; plain pools -> q's device

@@ -141,7 +141,19 @@ def get_op(name: str, device: torch.device | str) -> Callable[..., Any]:
 
 # ---------------------------------------------------------------------------------------------
 # Dispatching wrappers with the op-table signatures (device taken from the first tensor input).
+# The Triton kernels read/write plain float pools; a quantized pool (a non-tensor row view such
+# as ``KVRowsView``, or uint8 byte storage) goes to the reference, which understands it.
 # ---------------------------------------------------------------------------------------------
+
+
+def _plain(*pools: Any) -> bool:
+    return all(p is None or (isinstance(p, torch.Tensor) and p.is_floating_point()) for p in pools)
+
+
+def _pick(name: str, device: torch.device, *pools: Any) -> Callable[..., Any]:
+    if _plain(*pools):
+        return get_op(name, device)
+    return get_op(name, "cpu")  # the reference (device-agnostic torch code)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -160,7 +172,7 @@ def compress_and_insert(
     eps: float,
 ) -> torch.Tensor:
     """Softmax pooling + RMSNorm + RoPE + pool write; see op table entry 2."""
-    return get_op("compress_and_insert", kv.device)(
+    return _pick("compress_and_insert", kv.device, pool_flat)(
         kv, score, norm_weight, cos, sin, pool_flat, out_index, eps
     )
 
@@ -186,7 +198,9 @@ def qnorm_rope_kv_insert(
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q-norm + RoPE, kv norm + RoPE + window insert; see op table entry 4."""
-    return get_op("qnorm_rope_kv_insert", q.device)(q, kv, kv_norm_weight, cos, sin, swa_flat, swa_index, eps)
+    return _pick("qnorm_rope_kv_insert", q.device, swa_flat)(
+        q, kv, kv_norm_weight, cos, sin, swa_flat, swa_index, eps
+    )
 
 
 def sparse_attention(
@@ -196,7 +210,7 @@ def sparse_attention(
     scale: float,
 ) -> torch.Tensor:
     """Shared-KV sparse attention with a per-head sink; see op table entry 5."""
-    return get_op("sparse_attention", q.device)(q, sources, sinks, scale)
+    return _pick("sparse_attention", q.device, *(kv for kv, _ in sources))(q, sources, sinks, scale)
 
 
 def indexer_topk(
@@ -208,7 +222,7 @@ def indexer_topk(
     scale: float,
 ) -> torch.Tensor:
     """Lightning-indexer scores + top-k positions into ``candidates``; see op table entry 6."""
-    return get_op("indexer_topk", q.device)(q, weights, idx_kv_flat, candidates, topk, scale)
+    return _pick("indexer_topk", q.device, idx_kv_flat)(q, weights, idx_kv_flat, candidates, topk, scale)
 
 
 def hc_pre(
