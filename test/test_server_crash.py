@@ -86,3 +86,35 @@ def test_children_die_with_killed_parent(tmp_path: Path):
     while time.time() < deadline and any(_alive(k) for k in kids):
         time.sleep(0.2)
     assert not any(_alive(k) for k in kids)
+
+
+def test_sigterm_during_a_stream_exits_promptly(tmp_path: Path):
+    import threading
+
+    model = make_fake_model_dir(tmp_path)
+    h = start_server(
+        ["--model-path", str(model)], fake_env({"FAKE_STEP_SLEEP": "0.05"}), tmp_path / "server.log"
+    )
+    kids = _children(h.proc.pid)
+    body = {"text": "slow", "sampling_params": {"max_new_tokens": 450}, "stream": True}
+    r = requests.post(h.url + "/generate", json=body, stream=True, timeout=60)
+    lines = r.iter_lines()
+    next(lines)
+
+    def drain() -> None:
+        try:
+            for _ in lines:
+                pass
+        except requests.RequestException:
+            pass
+
+    threading.Thread(target=drain, daemon=True).start()
+    t0 = time.time()
+    h.proc.send_signal(signal.SIGTERM)
+    assert h.proc.wait(timeout=30) == 0  # a 22 s stream does not hold the shutdown
+    assert time.time() - t0 < 15
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(k) for k in kids):
+        time.sleep(0.2)
+    assert not any(_alive(k) for k in kids)
+    r.close()

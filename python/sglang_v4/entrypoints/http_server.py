@@ -588,6 +588,7 @@ def launch_server(server_args: ServerArgs) -> int:
             loop="uvloop",
             log_level=server_args.log_level if server_args.log_level != "info" else "warning",
             timeout_keep_alive=5,
+            timeout_graceful_shutdown=5,
             lifespan="on",
         )
         server = uvicorn.Server(config)
