@@ -55,6 +55,8 @@ CASES = [
     (3, 128, 512, 64, False),  # HCA
     (200, 8, 128, 64, True),
     (5, 5, 64, 16, False),  # odd L
+    (2, 32, 128, 64, False),  # long window, channel-split path
+    (4, 100, 512, 64, True),  # long window not a power of 2, -inf rows
 ]
 
 
