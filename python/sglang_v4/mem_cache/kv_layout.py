@@ -696,7 +696,26 @@ class KVRowsView:
             idx = idx.nonzero().squeeze(-1)
         return (idx // self.rows_per_page, idx % self.rows_per_page)
 
+    # gathers with more indices than this dequantize each distinct row once, then expand
+    _DEDUP_MIN = 4096
+
     def __getitem__(self, idx: Any) -> torch.Tensor:
+        if isinstance(idx, torch.Tensor) and idx.dtype != torch.bool and idx.numel() > self._DEDUP_MIN:
+            # attention gathers repeat rows (every query of a prefill reads the same window /
+            # top-k entries): decode the distinct rows once, then index the decoded float rows.
+            # Distinct rows via a mark / lookup table over the N slots (no sort) when N is small.
+            n = len(self)
+            if n <= 8 * idx.numel():
+                mark = torch.zeros(n, dtype=torch.bool, device=idx.device)
+                mark[idx] = True
+                uniq = mark.nonzero().squeeze(-1)
+                lut = torch.empty(n, dtype=torch.long, device=idx.device)
+                lut[uniq] = torch.arange(uniq.numel(), device=idx.device)
+                inv = lut[idx]
+            else:
+                uniq, inv = torch.unique(idx, return_inverse=True)
+            rows = decode_entries(self.storage[self._loc(uniq)], self.fmt, self.which, self.dtype)
+            return rows[inv]
         return decode_entries(self.storage[self._loc(idx)], self.fmt, self.which, self.dtype)
 
     def __setitem__(self, idx: Any, value: torch.Tensor) -> None:
@@ -816,6 +835,8 @@ class KVPlan:
         state_bytes: fp32 compressor state planned (window snapshots + request slots).
         fragmentation_bytes: padding inside the planned pages (allocated but unusable);
             fragmentation_ratio: ``fragmentation_bytes / total_bytes``.
+        window_pages_per_request / window_pages_per_block / extra_window_pages: the window-page
+            policy the plan was made with (see :func:`plan_kv_pools`).
     """
 
     kv_cache_dtype: str
@@ -840,6 +861,9 @@ class KVPlan:
     fragmentation_bytes: int
     fragmentation_ratio: float
     layout: KVLayout = field(repr=False)
+    window_pages_per_request: int = 3
+    window_pages_per_block: float = 0.0
+    extra_window_pages: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict (the layout included as ``layout``)."""
@@ -870,6 +894,8 @@ def plan_kv_pools(
     context_length: int | None = None,
     max_running_requests: int | None = None,
     window_pages_per_request: int = 3,
+    window_pages_per_block: float = 0.0,
+    extra_window_pages: int = 0,
 ) -> KVPlan:
     """Size the KV pools (called by the runtime at start-up and by the planner CLI).
 
@@ -885,6 +911,14 @@ def plan_kv_pools(
     page_size)`` and ``n = max(1, num_block_pages // blocks(L))``. ``max_total_tokens`` also caps
     the pages a budget allows. ``max_concurrency = min(n, num_block_pages // blocks(L))``.
 
+    The runtime also keeps resume states of cached blocks (a window page per
+    ``resume_interval`` cached blocks, radix cache) and the transient window pages of a prefill
+    chunk: ``window_pages_per_block = r`` adds ``floor(r * num_block_pages)`` window pages (and,
+    under a budget, makes a block page cost ``block + r * window``), ``extra_window_pages = e``
+    adds ``e`` (taken from the budget first)::
+
+        num_window_pages = w * n + floor(r * num_block_pages) + e
+
     Args:
         model_config: the model.
         kv_cache_dtype: ``bf16`` / ``fp32`` / ``fp8_e4m3`` / ``auto``.
@@ -896,6 +930,8 @@ def plan_kv_pools(
             ``max_position_embeddings``).
         max_running_requests: fixes the number of request slots instead of deriving it.
         window_pages_per_request: window pages planned per request slot.
+        window_pages_per_block: window pages planned per block page (resume states; >= 0).
+        extra_window_pages: window pages planned on top (>= 0).
 
     Raises:
         ValueError: if neither ``budget_bytes`` nor ``max_total_tokens`` is given, a value is
@@ -909,6 +945,10 @@ def plan_kv_pools(
         raise ValueError(f"max_total_tokens: must be positive, got {max_total_tokens}")
     if window_pages_per_request < 1:
         raise ValueError(f"window_pages_per_request: must be >= 1, got {window_pages_per_request}")
+    if window_pages_per_block < 0:
+        raise ValueError(f"window_pages_per_block: must be >= 0, got {window_pages_per_block}")
+    if extra_window_pages < 0:
+        raise ValueError(f"extra_window_pages: must be >= 0, got {extra_window_pages}")
     if max_running_requests is not None and max_running_requests <= 0:
         raise ValueError(f"max_running_requests: must be positive, got {max_running_requests}")
     model_ctx = model_config.context_length
@@ -919,19 +959,23 @@ def plan_kv_pools(
     blk, win, st = lay.block_page_bytes, lay.window_page_bytes, lay.request_state_bytes
     per_req_fixed = window_pages_per_request * win + st
     blocks_per_req = -(-ctx // page_size)
+    wpb = float(window_pages_per_block)
+    blk_cost = blk + wpb * win  # a block page plus its share of resume-state window pages
+    fixed = extra_window_pages * win
 
     if budget_bytes is not None:
         if max_running_requests is not None:
             n = max_running_requests
         else:
-            n = max(1, budget_bytes // (blocks_per_req * blk + per_req_fixed))
-        num_blocks = (budget_bytes - n * per_req_fixed) // blk if blk else 0
+            n = max(1, int((budget_bytes - fixed) // (blocks_per_req * blk_cost + per_req_fixed)))
+        num_blocks = int((budget_bytes - fixed - n * per_req_fixed) // blk_cost) if blk_cost else 0
         if max_total_tokens is not None:
             num_blocks = min(num_blocks, -(-max_total_tokens // page_size))
         if num_blocks < 1:
             raise ValueError(
                 f"budget_bytes: {budget_bytes} B cannot hold {n} request slot(s) "
-                f"({per_req_fixed} B each) plus one block page ({blk} B)"
+                f"({per_req_fixed} B each), {extra_window_pages} extra window page(s) "
+                f"({win} B each) plus one block page ({int(blk_cost)} B with its resume state)"
             )
     else:
         assert max_total_tokens is not None
@@ -940,7 +984,7 @@ def plan_kv_pools(
 
     max_concurrency = min(n, num_blocks // blocks_per_req)
     max_context = min(model_ctx, num_blocks * page_size)
-    num_windows = window_pages_per_request * n
+    num_windows = window_pages_per_request * n + int(wpb * num_blocks + 1e-9) + extra_window_pages
     total = num_blocks * blk + num_windows * win + n * st
     frag = num_blocks * lay.block_padding_bytes + num_windows * lay.window_padding_bytes
 
@@ -982,4 +1026,7 @@ def plan_kv_pools(
         fragmentation_bytes=int(frag),
         fragmentation_ratio=frag / total if total else 0.0,
         layout=lay,
+        window_pages_per_request=window_pages_per_request,
+        window_pages_per_block=wpb,
+        extra_window_pages=extra_window_pages,
     )

@@ -18,8 +18,23 @@ fp32: the partial window (< ratio tokens of projected kv and gate score) for the
 indexer and HCA compressors, and the CSA overlap halves of the last complete window.
 ``req_to_block`` / ``req_to_window`` map a request slot to its pages (SGLang's ``req_to_token``).
 
-Storage dtypes: fp32 or bf16 for the KV entries (``kv_dtype``); fp8 formats are a separate storage
-seam (``kv_cache_dtype="fp8_e4m3"``, issue 3).
+Storage formats (``kv_cache_dtype``; byte layouts in ``mem_cache/kv_layout.py`` and
+``sgl_kernel_v4/ref/kv_quant.py``):
+
+* ``"auto"`` / ``"fp32"`` / ``"bf16"``: the KV entry tensors are plain float tensors and the flat
+  accessors (:meth:`DSV4KVPool.csa_kv_flat` etc.) return plain ``.view(-1, d)`` views, which the
+  Triton kernels and the torch reference ops index directly.
+* ``"fp8_e4m3"``: CSA main, HCA and sliding-window entries are 8-bit rows (e4m3 nope values, bf16
+  rope values, ue8m0 power-of-two scale per 64 values; 584 B for V4's 512-d entries, 194 B for the
+  tiny preset), CSA indexer keys fp8 (``d + 4`` B) or, with ``fp4_indexer``, fp4 e2m1 (``d / 2 +
+  d / 32`` B). They live in uint8 page storage whose page stride is the size class of
+  :func:`~sglang_v4.mem_cache.kv_layout.build_kv_layout` (37,440 / 8,640 / 1,728 B for V4 in fp8),
+  and the flat accessors return :class:`~sglang_v4.mem_cache.kv_layout.KVRowsView` objects that
+  quantize on write and dequantize (to the compute dtype) on read, so the reference ops run on
+  them unchanged.
+
+Compressor state (``snap_*``, ``st_*``) is fp32 in every format (issue 3: "compressor state stays
+fp32").
 """
 
 from __future__ import annotations
@@ -28,6 +43,15 @@ import torch
 
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.mem_cache.allocator import PageAllocator
+from sglang_v4.mem_cache.kv_layout import (
+    KVLayout,
+    KVRowsView,
+    alloc_kind_storage,
+    build_kv_layout,
+    normalize_kv_cache_dtype,
+)
+
+_FLOAT_STORAGE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 class ReqSlotAllocator:
@@ -60,11 +84,27 @@ class DSV4KVPool:
         num_window_pages: usable window pages.
         max_num_reqs: request slots.
         max_context_len: longest sequence a request may reach (sizes the page maps).
-        kv_dtype: storage dtype of KV entries (``torch.float32`` or ``torch.bfloat16``).
+        kv_dtype: the compute dtype (``torch.float32`` or ``torch.bfloat16``): the storage dtype of
+            the KV entries when ``kv_cache_dtype`` is ``"auto"``, and the dtype reads of quantized
+            entries return.
         device: where the tensors live.
+        kv_cache_dtype: ``"auto"`` (= ``kv_dtype``), ``"fp32"``, ``"bf16"`` or ``"fp8_e4m3"``
+            (aliases of :func:`~sglang_v4.mem_cache.kv_layout.normalize_kv_cache_dtype` accepted).
+        fp4_indexer: store CSA indexer keys as fp4 e2m1 (``--enable-fp4-indexer``).
+        padded: give every quantized page its size-class stride (the peers' page geometry; the
+            padding is what :meth:`fragmentation_bytes` counts). ``False`` packs rows
+            contiguously. Float storage is always unpadded (its V4 pages are already multiples of
+            the 512-byte unit).
+
+    Attributes (besides the tensors): ``kv_cache_dtype`` (canonical name), ``fp4_indexer``,
+    ``compute_dtype``, ``kv_dtype`` (storage dtype of main entries: float or ``torch.uint8``),
+    ``layout`` (:class:`~sglang_v4.mem_cache.kv_layout.KVLayout`), ``fmt`` (its entry formats),
+    ``quantized_main`` / ``quantized_indexer`` (whether the flat accessors return ``KVRowsView``).
 
     Raises:
-        ValueError: if ``page_size`` is not a multiple of the compression ratios and the window.
+        ValueError: if ``page_size`` is not a multiple of the compression ratios and the window, a
+            count is negative, ``kv_dtype`` is not fp32 / bf16, or ``kv_cache_dtype`` is unknown
+            or cannot hold the model's dims.
     """
 
     def __init__(
@@ -77,6 +117,9 @@ class DSV4KVPool:
         max_context_len: int,
         kv_dtype: torch.dtype,
         device: torch.device | str,
+        kv_cache_dtype: str = "auto",
+        fp4_indexer: bool = False,
+        padded: bool = True,
     ) -> None:
         mc = model_config
         self.model_config = mc
@@ -89,8 +132,25 @@ class DSV4KVPool:
         ):
             if page_size % r != 0:
                 raise ValueError(f"page_size ({page_size}) must be a multiple of the {name} ({r})")
+        for name, v in (
+            ("num_block_pages", num_block_pages),
+            ("num_window_pages", num_window_pages),
+            ("max_num_reqs", max_num_reqs),
+        ):
+            if v < 0:
+                raise ValueError(f"{name}: must be >= 0, got {v}")
+        if kv_dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"kv_dtype: expected torch.float32 or torch.bfloat16, got {kv_dtype}")
         self.device = torch.device(device)
-        self.kv_dtype = kv_dtype
+        self.compute_dtype = kv_dtype
+        self.kv_cache_dtype = normalize_kv_cache_dtype(kv_cache_dtype, kv_dtype)
+        self.fp4_indexer = bool(fp4_indexer)
+        self.padded = bool(padded)
+        self.layout: KVLayout = build_kv_layout(mc, self.kv_cache_dtype, self.fp4_indexer, page_size)
+        self.fmt = self.layout.formats
+        self.quantized_main = self.fmt.main_storage_dtype == torch.uint8
+        self.quantized_indexer = self.fmt.indexer_storage_dtype == torch.uint8
+        self.kv_dtype = self.fmt.main_storage_dtype
         self.num_block_pages = num_block_pages
         self.num_window_pages = num_window_pages
         self.max_num_reqs = max_num_reqs
@@ -103,16 +163,37 @@ class DSV4KVPool:
         P, W, R = num_block_pages + 1, num_window_pages + 1, max_num_reqs + 1
         f32 = torch.float32
         dev = self.device
+        self._padding: dict[str, int] = {}
 
-        def z(*shape: int, dtype: torch.dtype = kv_dtype) -> torch.Tensor:
+        def z(*shape: int, dtype: torch.dtype = f32) -> torch.Tensor:
             return torch.zeros(*shape, dtype=dtype, device=dev)
 
+        def entries(kind: str, n_kind_layers: int, pages: int, rows: int, quantized: bool) -> torch.Tensor:
+            """``[layers, pages, rows, row_elems]`` storage of ``kind`` (float or uint8 pages)."""
+            fmt = self.fmt
+            which_idx = kind == "csa_indexer"
+            dtype = fmt.indexer_storage_dtype if which_idx else fmt.main_storage_dtype
+            elems = fmt.indexer_row_elems if which_idx else fmt.main_row_elems
+            if not quantized or n_kind_layers == 0:
+                return z(n_kind_layers, pages, rows, elems, dtype=dtype)
+            spec = self.layout.kinds[kind]
+            if kind == "swa" and spec.rows_per_page * spec.pages_per_unit != rows:
+                # a physical swa page larger than the window (page_size > 4 * window): keep one
+                # window page per row block, unpadded, so flat slots stay ``w * window + j``
+                return z(n_kind_layers, pages, rows, elems, dtype=dtype)
+            phys = pages * (spec.pages_per_unit if kind == "swa" else 1)
+            if self.padded:
+                self._padding[kind] = spec.num_layers * phys * spec.padding_per_page
+            return alloc_kind_storage(self.layout, kind, phys, dev, padded=self.padded)
+
+        qm, qi = self.quantized_main, self.quantized_indexer
         # compressed history (block pages)
-        self.csa_kv = z(n_csa, P, self.csa_per_page, d)
-        self.csa_idx = z(n_csa, P, self.csa_per_page, di)
-        self.hca_kv = z(n_hca, P, self.hca_per_page, d)
-        # raw sliding-window KV (window pages)
-        self.swa_kv = z(n_layers, W, self.window, d)
+        self.csa_kv = entries("csa_main", n_csa, P, self.csa_per_page, qm)
+        self.csa_idx = entries("csa_indexer", n_csa, P, self.csa_per_page, qi)
+        self.hca_kv = entries("hca", n_hca, P, self.hca_per_page, qm)
+        # raw sliding-window KV (window pages); quantized: window page w = physical pages
+        # w*u .. w*u+u-1 (u = 2 for V4), so flat slot w*window + j is the same slot number
+        self.swa_kv = entries("swa", n_layers, W, self.window, qm)
         # resume snapshots: CSA overlap halves at a block end (window pages), fp32
         m = mc.csa_ratio
         self.snap_csa_kv = z(n_csa, W, m, d, dtype=f32)
@@ -142,18 +223,32 @@ class DSV4KVPool:
         self.req_slots = ReqSlotAllocator(max_num_reqs)
 
     # ---- flat views ------------------------------------------------------------------------
-    def csa_kv_flat(self, i: int) -> torch.Tensor:
-        """``[num_pages+1 * page_size/4, head_dim]`` view of CSA layer slot ``i``'s main pool."""
-        return self.csa_kv[i].view(-1, self.csa_kv.shape[-1])
+    # Float storage: plain ``[N, d]`` views (Triton kernels need real tensors). Quantized storage:
+    # ``KVRowsView`` objects of the same ``[N, d]`` shape that quantize on ``view[slots] = x`` and
+    # dequantize to ``compute_dtype`` on ``view[idx]``; flat slot ``s`` is page ``s // rows``, row
+    # ``s % rows`` of the paged storage, i.e. the same slot numbers as the float layout.
+    def _flat(self, t: torch.Tensor, which: str, quantized: bool) -> torch.Tensor | KVRowsView:
+        if quantized:
+            return KVRowsView(t, self.fmt, which, out_dtype=self.compute_dtype)
+        return t.view(-1, t.shape[-1])
 
-    def csa_idx_flat(self, i: int) -> torch.Tensor:
-        return self.csa_idx[i].view(-1, self.csa_idx.shape[-1])
+    def csa_kv_flat(self, i: int) -> torch.Tensor | KVRowsView:
+        """``[(num_block_pages + 1) * page_size / 4, head_dim]`` view of CSA layer slot ``i``'s
+        main pool (a ``KVRowsView`` in fp8)."""
+        return self._flat(self.csa_kv[i], "main", self.quantized_main)
 
-    def hca_kv_flat(self, i: int) -> torch.Tensor:
-        return self.hca_kv[i].view(-1, self.hca_kv.shape[-1])
+    def csa_idx_flat(self, i: int) -> torch.Tensor | KVRowsView:
+        """``[(num_block_pages + 1) * page_size / 4, index_head_dim]`` view of CSA layer slot
+        ``i``'s indexer-key pool (a ``KVRowsView`` in fp8 / fp4)."""
+        return self._flat(self.csa_idx[i], "indexer", self.quantized_indexer)
 
-    def swa_flat(self, layer: int) -> torch.Tensor:
-        return self.swa_kv[layer].view(-1, self.swa_kv.shape[-1])
+    def hca_kv_flat(self, i: int) -> torch.Tensor | KVRowsView:
+        """``[(num_block_pages + 1) * page_size / 128, head_dim]`` view of HCA layer slot ``i``."""
+        return self._flat(self.hca_kv[i], "main", self.quantized_main)
+
+    def swa_flat(self, layer: int) -> torch.Tensor | KVRowsView:
+        """``[(num_window_pages + 1) * sliding_window, head_dim]`` raw-KV view of ``layer``."""
+        return self._flat(self.swa_kv[layer], "main", self.quantized_main)
 
     # ---- request state -------------------------------------------------------------------
     def reset_req_state(self, slot: int) -> None:
@@ -212,9 +307,17 @@ class DSV4KVPool:
         }
 
     def memory_bytes(self) -> int:
-        """Bytes held by all KV / state tensors."""
-        total = 0
+        """Bytes held by all KV / state / page-map tensors (the whole underlying buffers, so the
+        page padding of class-strided quantized storage is counted)."""
+        seen: dict[int, int] = {}
         for v in vars(self).values():
             if isinstance(v, torch.Tensor):
-                total += v.numel() * v.element_size()
-        return total
+                st = v.untyped_storage()
+                seen[st.data_ptr()] = st.nbytes()
+        return sum(seen.values())
+
+    def fragmentation_bytes(self) -> int:
+        """Bytes allocated inside pages that hold no entry: the size-class padding of every
+        quantized page (the dummy page 0 included), 0 for unpadded / float storage. The planner's
+        ``KVPlan.fragmentation_bytes`` counts the same padding over the usable pages only."""
+        return sum(self._padding.values())

@@ -16,6 +16,7 @@ import time
 import torch
 
 from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.mem_cache.kv_layout import KVPlan, build_kv_layout, normalize_kv_cache_dtype, plan_kv_pools
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.forward_batch import ForwardBatch, ReqForwardInput, build_forward_batch
 from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
@@ -70,6 +71,15 @@ class ModelRunner:
         mem_fraction_static: fraction of free device memory for the KV pool when
             ``max_total_tokens`` is not given (CUDA).
         seed: seed of dummy weights.
+        kv_cache_dtype: ``"auto"`` (= ``dtype``), ``"fp32"``, ``"bf16"`` or ``"fp8_e4m3"``
+            (``--kv-cache-dtype``): storage format of the KV entries (``DSV4KVPool``).
+        fp4_indexer: fp4 e2m1 CSA indexer keys (``--enable-fp4-indexer``).
+        resume_interval: the radix cache keeps a resume state (one window page) every
+            ``resume_interval`` cached blocks; the pools plan window pages for that.
+
+    Raises:
+        ValueError: bad ``kv_cache_dtype`` / ``resume_interval``, or a KV budget too small for
+            one block page and the request slots (from the planner).
     """
 
     def __init__(
@@ -85,6 +95,9 @@ class ModelRunner:
         load_format: str = "auto",
         mem_fraction_static: float | None = None,
         seed: int = 0,
+        kv_cache_dtype: str = "auto",
+        fp4_indexer: bool = False,
+        resume_interval: int = 1,
     ) -> None:
         self.mc = model_config
         self.device = torch.device(device)
@@ -110,58 +123,100 @@ class ModelRunner:
         )
         self.max_running_requests = max_running_requests
         self.context_len = context_len
-        self.max_total_tokens = self._size_pool(max_total_tokens, mem_fraction_static)
-        num_block_pages = self.max_total_tokens // page_size
-        window = model_config.sliding_window
-        # one resume state per cached block + the live windows of running requests (3 spans each)
-        # + the transient pages of a prefill chunk
-        num_window_pages = num_block_pages + 4 * max_running_requests + 64
+        self.kv_cache_dtype = normalize_kv_cache_dtype(kv_cache_dtype, self.dtype)
+        self.fp4_indexer = bool(fp4_indexer)
+        if int(resume_interval) < 1:
+            raise ValueError(f"resume_interval: must be >= 1, got {resume_interval}")
+        self.resume_interval = int(resume_interval)
+        self.plan = self._size_pool(max_total_tokens, mem_fraction_static)
+        self.max_total_tokens = self.plan.kv_capacity_tokens
+        logger.info(self.plan.summary())
         self.pool = DSV4KVPool(
             model_config,
             page_size,
-            num_block_pages,
-            num_window_pages,
+            self.plan.num_block_pages,
+            self.plan.num_window_pages,
             max_running_requests,
             context_len,
             self.dtype,
             self.device,
+            kv_cache_dtype=self.kv_cache_dtype,
+            fp4_indexer=self.fp4_indexer,
         )
         logger.info(
-            "KV pool: %d block pages (%d tokens), %d window pages of %d positions, %d request slots, %.1f MiB",
-            num_block_pages,
+            "KV pool (%s%s): %d block pages (%d tokens), %d window pages of %d positions, "
+            "%d request slots, %.1f MiB allocated, %d B page padding",
+            self.kv_cache_dtype,
+            " + fp4 indexer" if self.fp4_indexer else "",
+            self.plan.num_block_pages,
             self.max_total_tokens,
-            num_window_pages,
-            window,
+            self.plan.num_window_pages,
+            model_config.sliding_window,
             max_running_requests,
             self.pool.memory_bytes() / 2**20,
+            self.pool.fragmentation_bytes(),
+        )
+
+    # window pages beyond the per-request ones: a prefill chunk's transient spans (64 x 128
+    # positions covers an 8192-token chunk)
+    _EXTRA_WINDOW_PAGES = 64
+    # window pages per running request: 2 live spans while decoding + slack for a chunk boundary
+    _WINDOW_PAGES_PER_REQUEST = 4
+    # CPU default capacity cap (tokens) when neither --max-total-tokens nor a device budget applies
+    _CPU_DEFAULT_MAX_TOKENS = 131072
+
+    def _plan_kwargs(self) -> dict:
+        return dict(
+            page_size=self.page_size,
+            context_length=self.context_len,
+            max_running_requests=self.max_running_requests,
+            window_pages_per_request=self._WINDOW_PAGES_PER_REQUEST,
+            window_pages_per_block=1.0 / self.resume_interval,
+            extra_window_pages=self._EXTRA_WINDOW_PAGES,
         )
 
     def _bytes_per_block_page(self) -> int:
-        mc = self.mc
-        es = torch.tensor([], dtype=self.dtype).element_size()
-        per_page = self.page_size
-        csa = len(mc.csa_layers) * (per_page // mc.csa_ratio) * (mc.head_dim + mc.index_head_dim) * es
-        hca = len(mc.hca_layers) * (per_page // mc.hca_ratio) * mc.head_dim * es
-        window = mc.num_layers * mc.sliding_window * mc.head_dim * es
-        snap = len(mc.csa_layers) * mc.csa_ratio * (mc.head_dim + mc.index_head_dim) * 2 * 4
-        return csa + hca + window + snap  # a block page plus its resume state
+        """Bytes one block page costs with its share of resume-state window pages (all layers,
+        class-padded, in this runner's KV format; ``kv_layout.build_kv_layout``)."""
+        lay = build_kv_layout(self.mc, self.kv_cache_dtype, self.fp4_indexer, self.page_size)
+        return lay.block_page_bytes + lay.window_page_bytes // self.resume_interval
 
-    def _size_pool(self, max_total_tokens: int | None, mem_fraction: float | None) -> int:
-        if max_total_tokens is not None:
-            tokens = max_total_tokens
-        elif self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            budget = free * (mem_fraction if mem_fraction is not None else 0.85)
-            tokens = int(budget // self._bytes_per_block_page()) * self.page_size
-        else:
-            tokens = max(self.context_len, 4 * self.page_size)
-            tokens = min(tokens, 131072)
-        tokens = max(self.page_size, (tokens // self.page_size) * self.page_size)
-        return tokens
+    def _size_pool(self, max_total_tokens: int | None, mem_fraction: float | None) -> KVPlan:
+        """Plan the pools with :func:`~sglang_v4.mem_cache.kv_layout.plan_kv_pools`.
+
+        ``max_total_tokens`` given: that capacity (rounded up to whole pages). Otherwise on CUDA
+        the budget is ``mem_fraction_static`` (default 0.85) of the free device memory after the
+        weights are loaded; on CPU the capacity is ``max(context_len, 4 pages)`` capped at
+        131,072 tokens (the tiny default model: ~0.2 GiB of fp32 KV).
+        """
+        budget = None
+        tokens = max_total_tokens
+        if tokens is None:
+            if self.device.type == "cuda":
+                free, _ = torch.cuda.mem_get_info(self.device)
+                budget = int(free * (mem_fraction if mem_fraction is not None else 0.85))
+            else:
+                tokens = min(max(self.context_len, 4 * self.page_size), self._CPU_DEFAULT_MAX_TOKENS)
+        return plan_kv_pools(
+            self.mc,
+            self.kv_cache_dtype,
+            self.fp4_indexer,
+            budget_bytes=budget,
+            max_total_tokens=tokens,
+            **self._plan_kwargs(),
+        )
 
     def kv_plan_info(self) -> dict:
-        """KV sizing facts for ``get_server_info()["kv_plan"]`` (capacity, fragmentation, ...)."""
-        return {"kv_capacity_tokens": self.max_total_tokens, "fragmentation_bytes": 0}
+        """KV sizing facts for ``get_server_info()["kv_plan"]``: ``KVPlan.to_dict()`` (capacity,
+        max context, max concurrency, size classes, ...) with ``fragmentation_bytes`` set to the
+        page padding the pool really allocated (``DSV4KVPool.fragmentation_bytes``; 0 for float
+        storage) and ``pool_bytes`` (``DSV4KVPool.memory_bytes``)."""
+        d = self.plan.to_dict()
+        d["planned_fragmentation_bytes"] = d["fragmentation_bytes"]
+        d["fragmentation_bytes"] = self.pool.fragmentation_bytes()
+        d["pool_bytes"] = self.pool.memory_bytes()
+        d["fragmentation_ratio"] = d["fragmentation_bytes"] / max(1, d["pool_bytes"])
+        return d
 
     def build_batch(self, reqs: list[ReqForwardInput]) -> ForwardBatch:
         mc = self.mc
