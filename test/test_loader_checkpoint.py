@@ -352,3 +352,30 @@ def test_same_tensors_as_transformers_from_pretrained(ckpts, which: str) -> None
     assert set(ours) == set(theirs)
     for k, v in ours.items():
         assert theirs[k].dtype == v.dtype and torch.equal(theirs[k], v), k
+
+
+def test_weight_scale_inv_name_and_float32_scales(ckpts, tmp_path) -> None:
+    """V3-style files: ``<module>.weight_scale_inv`` in float32 instead of V4's ``.scale`` in ue8m0."""
+    raw = _raw(ckpts["official_fp8"])
+    keep = ("layers.0.attn.wq_a", "layers.1.ffn.shared_experts.w2", "layers.3.ffn.experts.0.w1")
+    sub: dict[str, torch.Tensor] = {}
+    for mod in keep:
+        sub[mod + ".weight"] = raw[mod + ".weight"]
+        sub[mod + ".weight_scale_inv"] = _scale_f64(raw[mod + ".scale"]).float()
+    sub["layers.3.ffn.experts.0.w3.weight"] = raw["layers.3.ffn.experts.0.w3.weight"]
+    sub["layers.3.ffn.experts.0.w3.scale"] = raw["layers.3.ffn.experts.0.w3.scale"].view(
+        torch.uint8
+    )  # raw bytes
+    (tmp_path / "v3").mkdir()
+    save_file(sub, str(tmp_path / "v3" / "model.safetensors"))
+    got = load_state_dict(str(tmp_path / "v3"), progress=False)
+    ref = _official_reference(raw)
+    for name in (
+        "model.layers.0.self_attn.q_a_proj.weight",
+        "model.layers.1.mlp.shared_experts.down_proj.weight",
+    ):
+        assert torch.equal(got[name].double(), ref[name]), name
+    assert torch.equal(
+        got["model.layers.3.mlp.experts.gate_up_proj"][0].double(),
+        ref["model.layers.3.mlp.experts.gate_up_proj"][0],
+    )
