@@ -363,11 +363,29 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m sglang_v4.tools.make_checkpoint", description=__doc__.split("\n")[0]
     )
     p.add_argument("out", help="output directory")
-    p.add_argument("--preset", default="tiny", choices=[n for n in list_presets() if n not in PLANNING_ONLY])
-    p.add_argument("--format", dest="fmt", default="official", choices=FORMATS)
-    p.add_argument("--weights", default="fp8", choices=WEIGHTS)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shard-size-mb", type=float, default=2000.0)
+    p.add_argument(
+        "--preset",
+        default="tiny",
+        choices=[n for n in list_presets() if n not in PLANNING_ONLY],
+        help="model configuration (sglang_v4.configs.presets); default tiny",
+    )
+    p.add_argument(
+        "--format",
+        dest="fmt",
+        default="official",
+        choices=FORMATS,
+        help="tensor names and config.json dialect: DeepSeek's official ones or HF's; default official",
+    )
+    p.add_argument(
+        "--weights",
+        default="fp8",
+        choices=WEIGHTS,
+        help="fp8: FP8 attention/shared expert + FP4 routed experts (as released); default fp8",
+    )
+    p.add_argument("--seed", type=int, default=0, help="weight seed; same seed, same bytes (default 0)")
+    p.add_argument(
+        "--shard-size-mb", type=float, default=2000.0, help="target shard size in MiB (default 2000)"
+    )
     a = p.parse_args(argv)
     path = write_checkpoint(a.out, a.preset, a.fmt, a.weights, a.seed, a.shard_size_mb)
     print(f"wrote {a.preset} ({a.fmt} names, {a.weights} weights, seed {a.seed}) to {path}", file=sys.stderr)
