@@ -205,6 +205,8 @@ BAD_BODIES = [
     ({"text": ["a", "b"], "sampling_params": [{"max_new_tokens": 1}]}, "batch size"),
     ({"text": "a", "sampling_params": {"json_schema": "{}"}}, "not supported"),
     ([1, 2, 3], "JSON object"),
+    ({"text": "a", "priority": 1 << 70}, "priority"),
+    ({"text": "a", "priority": "high"}, "priority"),
 ]
 
 

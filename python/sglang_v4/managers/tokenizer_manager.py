@@ -357,8 +357,10 @@ class TokenizerManager:
                 f"top_logprobs_num must be an integer in [0, {self.vocab_size}] (got {tln!r})."
             )
         prio = obj.priority
-        if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
-            raise RequestError(f"priority must be an integer (got {prio!r}).")
+        if prio is not None and (
+            isinstance(prio, bool) or not isinstance(prio, int) or not -(1 << 63) <= prio < (1 << 63)
+        ):
+            raise RequestError(f"priority must be a signed 64-bit integer (got {prio!r}).")
         return TokenizedGenerateReqInput(
             rid=str(obj.rid),
             input_text=input_text,
