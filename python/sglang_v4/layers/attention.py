@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from sgl_kernel_v4.ref.attention import sparse_attention
-from sgl_kernel_v4.ref.rope import inv_rope_quant, qnorm_rope_kv_insert
+from sgl_kernel_v4 import ops
 from torch import nn
 
 from sglang_v4.configs.model_config import CSA, HCA, ModelConfig
@@ -75,7 +74,9 @@ class DSV4Attention(nn.Module):
         q = self.q_b_proj(q_res).view(T, self.n_heads, self.head_dim)
         kv = self.kv_proj(x)
         swa_flat = pool.swa_flat(self.layer_idx)
-        q, _ = qnorm_rope_kv_insert(q, kv, self.kv_norm.weight, cos, sin, swa_flat, fb.swa_write, self.eps)
+        q, _ = ops.qnorm_rope_kv_insert(
+            q, kv, self.kv_norm.weight, cos, sin, swa_flat, fb.swa_write, self.eps
+        )
         sources = [(swa_flat, fb.swa_idx)]
         if isinstance(self.compressor, CSACompressor):
             i = self.mc.csa_index[self.layer_idx]
@@ -130,7 +131,7 @@ class DSV4Attention(nn.Module):
                 rc.win[plan.ratio],
             )
             sources.append((flat, plan.candidates))
-        o = sparse_attention(q, sources, self.sinks, self.head_dim**-0.5)
-        o = inv_rope_quant(o, cos, sin)
+        o = ops.sparse_attention(q, sources, self.sinks, self.head_dim**-0.5)
+        o = ops.inv_rope_quant(o, cos, sin, False)
         o = self.o_a_proj(o.reshape(T, self.o_groups, -1))
         return self.o_b_proj(o)

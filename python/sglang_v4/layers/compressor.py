@@ -14,9 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from sgl_kernel_v4.ref.attention import indexer_topk
-from sgl_kernel_v4.ref.compressor import compress_and_insert
-from sgl_kernel_v4.ref.rope import apply_rope
+from sgl_kernel_v4 import ops
 from torch import nn
 
 from sglang_v4.layers.layernorm import RMSNorm
@@ -111,7 +109,7 @@ class Compressor(nn.Module):
             else:
                 kv_w = tab_kv[plan.win_rows]
                 sc_w = tab_sc[plan.win_rows]
-            compress_and_insert(
+            ops.compress_and_insert(
                 kv_w.to(kv_new.dtype),
                 sc_w,
                 self.kv_norm.weight,
@@ -176,9 +174,9 @@ class Indexer(Compressor):
         """
         T = h.shape[0]
         q = self.q_b_proj(q_res).view(T, self.n_heads, self.d)
-        q = apply_rope(q, cos, sin)
+        q = ops.apply_rope(q, cos, sin)
         w = self.scorer.weights_proj(h).float() * self.n_heads**-0.5
-        pos = indexer_topk(q, w, idx_flat, plan.candidates, self.topk, self.d**-0.5)
+        pos = ops.indexer_topk(q, w, idx_flat, plan.candidates, self.topk, self.d**-0.5)
         sel = (
             plan.candidates.gather(1, pos.clamp(min=0))
             if plan.candidates.shape[1]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from sgl_kernel_v4.ref.norm import rms_norm
+from sgl_kernel_v4 import ops
 from torch import nn
 
 
@@ -19,4 +19,4 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim, dtype=torch.float32, device=device), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
+        return ops.rms_norm(x, self.weight, self.eps)

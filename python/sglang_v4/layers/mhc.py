@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from sgl_kernel_v4 import ops
 from sgl_kernel_v4.ref import mhc as ref_mhc
 from torch import nn
 
@@ -24,7 +25,7 @@ class HyperConnection(nn.Module):
 
     def pre(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``x [T, n, D] -> (collapsed [T, D], post [T, n], comb [T, n, n])``."""
-        return ref_mhc.hc_pre(x, self.fn, self.base, self.scale, self.iters, self.eps, self.norm_eps)
+        return ops.hc_pre(x, self.fn, self.base, self.scale, self.iters, self.eps, self.norm_eps)
 
 
 class HyperHead(nn.Module):

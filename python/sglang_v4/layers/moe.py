@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from sgl_kernel_v4.ref.moe import fused_moe, swiglu_clamped
+from sgl_kernel_v4 import ops
+from sgl_kernel_v4.ref.moe import swiglu_clamped
 from torch import nn
 
 from sglang_v4.layers.linear import Linear
@@ -76,7 +77,7 @@ class Experts(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        return fused_moe(x, self.gate_up_proj, self.down_proj, ids, weights, self.limit)
+        return ops.fused_moe(x, self.gate_up_proj, self.down_proj, ids, weights, self.limit)
 
 
 class SharedMLP(nn.Module):

@@ -13,7 +13,7 @@ collapse, final RMSNorm, LM head.
 from __future__ import annotations
 
 import torch
-from sgl_kernel_v4.ref.mhc import hc_post
+from sgl_kernel_v4 import ops
 from torch import nn
 
 from sglang_v4.configs.model_config import ModelConfig
@@ -49,10 +49,10 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, fb: ForwardBatch, pool: DSV4KVPool, rc: RopeCache) -> torch.Tensor:
         collapsed, post, comb = self.attn_hc.pre(x)
         a = self.self_attn(self.input_layernorm(collapsed), fb, pool, rc)
-        x = hc_post(a, x, post, comb)
+        x = ops.hc_post(a, x, post, comb)
         collapsed, post, comb = self.ffn_hc.pre(x)
         m = self.mlp(self.post_attention_layernorm(collapsed), fb.input_ids)
-        return hc_post(m, x, post, comb)
+        return ops.hc_post(m, x, post, comb)
 
 
 class DeepseekV4Model(nn.Module):
