@@ -135,3 +135,20 @@ def test_engine_arg_errors():
         Engine(model_path="/nonexistent", page_size=100)
     with pytest.raises(ValueError, match="model_path"):
         Engine(model_path=str(Path("/nonexistent/dir")))
+
+
+def test_stream_closed_early_aborts(engine):
+    import time
+
+    steps0 = engine.get_server_info()["num_steps"]
+    it = engine.generate(prompt="long", sampling_params={"max_new_tokens": 450}, stream=True)
+    first = next(it)
+    assert first["meta_info"]["finish_reason"] is None
+    assert engine.get_server_info()["kv_pool"]["used_pages"] > 0
+    it.close()  # the caller stops reading: the request is aborted and its pages freed
+    deadline = time.time() + 10
+    while time.time() < deadline and engine.get_server_info()["kv_pool"]["used_pages"] != 0:
+        time.sleep(0.05)
+    assert engine.get_server_info()["kv_pool"]["used_pages"] == 0
+    time.sleep(0.5)
+    assert engine.get_server_info()["num_steps"] - steps0 < 300  # stopped early, not run to 450 tokens
