@@ -182,7 +182,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return get_op("apply_rope", x.device)(x, cos, sin)
 
 
-def inv_rope_quant(o: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fp8: bool) -> Any:
+def inv_rope_quant(o: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fp8: bool = False) -> Any:
     """Inverse RoPE on the attention output (+ optional fp8 quant); see op table entry 3."""
     return get_op("inv_rope_quant", o.device)(o, cos, sin, fp8)
 

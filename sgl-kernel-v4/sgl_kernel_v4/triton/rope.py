@@ -153,7 +153,7 @@ def inv_rope_quant(
     o: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    fp8: bool,
+    fp8: bool = False,
     *,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
