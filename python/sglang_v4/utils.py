@@ -51,6 +51,16 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
         logger.warning("prctl(PR_SET_PDEATHSIG) unavailable")
 
 
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into ``SystemExit(0)`` so a stopped child runs its finalizers (e.g. unlinks
+    the multiprocessing semaphores tqdm creates) instead of dying with them leaked."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> threading.Thread:
     """Start a daemon thread that exits this process (code 1) once ``parent_pid`` is gone.
 

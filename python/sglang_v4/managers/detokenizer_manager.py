@@ -25,6 +25,7 @@ from sglang_v4.managers.io_struct import BatchStrOut, BatchTokenIDOut, FinishRea
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import (
     configure_logging,
+    exit_on_sigterm,
     find_printable_text,
     get_tokenizer,
     set_parent_death_signal,
@@ -162,6 +163,7 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, parent
     """
     configure_logging(server_args.log_level, prefix=" Detokenizer")
     set_parent_death_signal()
+    exit_on_sigterm()
     start_parent_watchdog(parent_pid)
     try:
         tokenizer = get_tokenizer(server_args.tokenizer_path or server_args.model_path or "")

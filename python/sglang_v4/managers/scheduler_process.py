@@ -40,7 +40,7 @@ from sglang_v4.managers.io_struct import (
     finish_abort,
 )
 from sglang_v4.server_args import PortArgs, ServerArgs
-from sglang_v4.utils import configure_logging, set_parent_death_signal, start_parent_watchdog
+from sglang_v4.utils import configure_logging, exit_on_sigterm, set_parent_death_signal, start_parent_watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +175,7 @@ def run_scheduler_process(
     """
     configure_logging(server_args.log_level, prefix=" Scheduler")
     set_parent_death_signal()
+    exit_on_sigterm()
     if parent_pid is not None:
         start_parent_watchdog(parent_pid)
     try:
