@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("sglang_v4.managers.scheduler")
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from server_fixture import REPO, ServerHandle, sse_events, start_server
 
 pytest.importorskip("sglang_v4.managers.scheduler")
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "def fibonacci(n):", "你好"]
 
