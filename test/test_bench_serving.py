@@ -45,6 +45,7 @@ class StubConfig:
     fail_every: int = 0  # every n-th generation request (1-based count) gets HTTP 400
     midstream_error_every: int = 0  # every n-th gets an error event after one token
     report_cache_in_oai: bool = True
+    flush_busy_times: int = 0  # answer /flush_cache with SGLang's 400 this many times first
 
 
 @dataclass
@@ -131,6 +132,10 @@ class StubServer:
         )
 
     async def flush(self, request: web.Request) -> web.Response:
+        if self.config.flush_busy_times > 0:
+            self.config.flush_busy_times -= 1
+            self.state.events.append("flush-busy")
+            return web.Response(status=400, text="Flush cache failed: running or waiting requests.\n")
         self.state.events.append("flush")
         return web.Response(text="Cache flushed.\nPlease check backend logs for more details.\n")
 
@@ -734,3 +739,13 @@ def test_cli_unreachable_server_and_bad_args(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as e:
         bs.main(["--base-url", url, "--num-prompts", "0", "--ready-check-timeout-sec", "0"])
     assert e.value.code == 2 and "num_prompts" in capsys.readouterr().err
+
+
+def test_busy_flush_is_retried(tok: bs.BenchTokenizer, tmp_path: Path) -> None:
+    with StubServer(StubConfig(ttft_s=0.001, chunk_s=0.001, flush_busy_times=2)) as srv:
+        res = bs.run_benchmark(_args(srv.url, tmp_path, num_prompts=2, flush_cache=True), tok=tok)
+        assert srv.state.events[:4] == ["gen", "flush-busy", "flush-busy", "flush"]
+    assert res["completed"] == 2
+    with StubServer(StubConfig(flush_busy_times=10**6)) as srv:
+        with pytest.raises(bs.requests.HTTPError, match="400"):
+            bs.flush_server_cache(srv.url, "sglang", {}, timeout_s=0.5)

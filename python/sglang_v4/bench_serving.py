@@ -971,12 +971,23 @@ async def _arrivals(n: int, request_rate: float, rng: np.random.Generator):  # n
             await asyncio.sleep(float(rng.exponential(1.0 / request_rate)))
 
 
-def flush_server_cache(base_url: str, backend: str, headers: dict[str, str]) -> None:
+def flush_server_cache(base_url: str, backend: str, headers: dict[str, str], timeout_s: float = 60.0) -> None:
     """Empty the server's prefix cache: SGLang ``POST /flush_cache``, vLLM ``POST /reset_prefix_cache``.
-    Raises ``requests.HTTPError`` on a non-2xx answer."""
+
+    SGLang refuses (HTTP 400) while requests are still running or queued, e.g. a warm-up request
+    the scheduler has not retired yet, so a 400 is retried every 0.2 s for up to ``timeout_s``
+    seconds (``?timeout=`` is also passed, which newer SGLang servers use to wait server-side).
+    Raises ``requests.HTTPError`` on another error or when the server stays busy.
+    """
     path = "/reset_prefix_cache" if backend.startswith("vllm") else "/flush_cache"
-    r = requests.post(base_url + path, headers=headers, timeout=120)
-    r.raise_for_status()
+    params = None if backend.startswith("vllm") else {"timeout": timeout_s}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = requests.post(base_url + path, headers=headers, params=params, timeout=timeout_s + 30)
+        if r.status_code != 400 or time.monotonic() > deadline:
+            r.raise_for_status()
+            return
+        time.sleep(0.2)
 
 
 async def benchmark(
@@ -992,6 +1003,7 @@ async def benchmark(
     extra_request_body: dict[str, Any] | None = None,
     warmup_requests: int = 1,
     flush_cache: bool = False,
+    flush_cache_timeout: float = 60.0,
     disable_tqdm: bool = False,
     seed: int = 1,
 ) -> tuple[list[RequestFuncOutput], float]:
@@ -1042,7 +1054,7 @@ async def benchmark(
                 )
             print(f"Warmup completed with {warmup_requests} sequences. Starting main benchmark run...")
         if flush_cache:
-            flush_server_cache(base_url, opts.backend, opts.headers)
+            flush_server_cache(base_url, opts.backend, opts.headers, flush_cache_timeout)
 
         rng = np.random.default_rng(seed)
         pbar = None if disable_tqdm else tqdm(total=total)
@@ -1178,6 +1190,7 @@ def run_benchmark(args: argparse.Namespace, tok: BenchTokenizer | None = None) -
             extra_request_body=extra,
             warmup_requests=args.warmup_requests,
             flush_cache=args.flush_cache,
+            flush_cache_timeout=args.flush_cache_timeout,
             disable_tqdm=args.disable_tqdm,
             seed=args.seed,
         )
@@ -1277,6 +1290,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--seed", type=int, default=1)
     a("--extra-request-body", default=None, metavar='{"key": "value"}')
     a("--flush-cache", action="store_true", help="Flush the server's prefix cache after warm-up.")
+    a("--flush-cache-timeout", type=float, default=60.0, help="Seconds to retry a busy (400) flush.")
     a("--warmup-requests", type=int, default=1)
     a("--tokenize-prompt", action="store_true", help="Send token ids instead of text (exact lengths).")
     a("--cache-report", action="store_true", help="Accepted for compatibility; cache stats always shown.")
