@@ -166,12 +166,18 @@ def find_cliff(
 
 
 def analyze(
-    rows: list[dict[str, Any]], knee_threshold: float = 0.10, cliff_factor: float = 2.0
+    rows: list[dict[str, Any]],
+    knee_threshold: float = 0.10,
+    cliff_factor: float = 2.0,
+    knee_metric: str = "output_throughput",
 ) -> dict[str, Any]:
     """Knee and cliff per (input, output) over concurrency, and cliff per (concurrency, output)
-    over input length. ``rows`` are CSV rows (``COLUMNS``). Returns
+    over input length. ``rows`` are CSV rows (``COLUMNS``); the knee is taken on ``knee_metric``
+    (``output_throughput`` or ``total_throughput``, tok/s; ``ValueError`` for another). Returns
     ``{"by_shape": {(in, out): {"knee": Knee|None, "cliff": Cliff|None}},
-    "by_concurrency": {(bs, out): {"cliff": Cliff|None}}}``."""
+    "by_concurrency": {(bs, out): {"cliff": Cliff|None}}, "knee_metric": knee_metric}``."""
+    if knee_metric not in ("output_throughput", "total_throughput"):
+        raise ValueError(f"knee_metric must be output_throughput or total_throughput (got {knee_metric!r})")
     by_shape: dict[tuple[int, int], dict[str, Any]] = {}
     for key in sorted({(int(r["input_len"]), int(r["output_len"])) for r in rows}):
         cell = sorted(
@@ -179,9 +185,7 @@ def analyze(
             key=lambda r: r["concurrency"],
         )
         ok = [r for r in cell if int(r["failed"]) == 0 and int(r["completed"]) > 0]
-        knee = find_knee(
-            [r["concurrency"] for r in ok], [float(r["output_throughput"]) for r in ok], knee_threshold
-        )
+        knee = find_knee([r["concurrency"] for r in ok], [float(r[knee_metric]) for r in ok], knee_threshold)
         cliff = find_cliff(
             [r["concurrency"] for r in cell],
             [float(r["p99_ttft_ms"]) for r in cell],
@@ -204,7 +208,7 @@ def analyze(
             cliff_factor,
         )
         by_conc[key] = {"cliff": cliff}
-    return {"by_shape": by_shape, "by_concurrency": by_conc}
+    return {"by_shape": by_shape, "by_concurrency": by_conc, "knee_metric": knee_metric}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -374,13 +378,13 @@ def plot(rows: list[dict[str, Any]], out_dir: Path, analysis: dict[str, Any] | N
         for ax, key in zip(axes, ("output_throughput", "total_throughput")):
             (line,) = ax.plot(xs, [r[key] for r in cell], marker="o", label=f"in={inp} out={out}")
             knee = res["knee"]
-            if knee is not None and key == "output_throughput":
+            if knee is not None and key == analysis.get("knee_metric", "output_throughput"):
                 y = next(r[key] for r in cell if r["concurrency"] == knee.concurrency)
                 ax.plot([knee.concurrency], [y], marker="*", markersize=16, color=line.get_color())
     for ax, title in zip(axes, ("Output token throughput (tok/s)", "Total token throughput (tok/s)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency (batch size)")
-        ax.set_title(title + "  [* = knee]" if "Output" in title else title)
+        ax.set_title(title + "  [* = knee]")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -426,7 +430,8 @@ def render_markdown(rows: list[dict[str, Any]], analysis: dict[str, Any], header
     """Markdown summary: knee/cliff per shape, cliff per concurrency over input length, full table."""
     lines = [header] if header else []
     lines += [
-        "| input | output | knee (last concurrency worth having) | cliff over concurrency |",
+        f"| input | output | knee on {analysis.get('knee_metric', 'output_throughput')} "
+        "(last concurrency worth having) | cliff over concurrency |",
         "|---:|---:|---|---|",
     ]
     for (inp, out), res in analysis["by_shape"].items():
@@ -478,6 +483,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--keep-going", action="store_true", help="Run larger batches after a failing one.")
     p.add_argument("--knee-threshold", type=float, default=0.10)
     p.add_argument("--cliff-factor", type=float, default=2.0)
+    p.add_argument(
+        "--knee-metric",
+        default="output_throughput",
+        choices=["output_throughput", "total_throughput"],
+        help="Throughput the knee is taken on (total suits prefill-heavy shapes).",
+    )
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--title", default="")
@@ -508,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tok=tok,
         )
         print(f"[matrix] {len(rows)} cells in {time.time() - t0:.1f}s")
-    res = analyze(rows, a.knee_threshold, a.cliff_factor)
+    res = analyze(rows, a.knee_threshold, a.cliff_factor, a.knee_metric)
     plot(rows, a.out_dir, res)
     header = f"### {a.title}\n" if a.title else ""
     header += (
@@ -523,6 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{k[0]}x{k[1]}": {n: (vars(v) if v else None) for n, v in d.items()}
                     for k, d in res["by_shape"].items()
                 },
+                "knee_metric": res["knee_metric"],
                 "by_concurrency": {
                     f"bs{k[0]}xout{k[1]}": {n: (vars(v) if v else None) for n, v in d.items()}
                     for k, d in res["by_concurrency"].items()

@@ -117,6 +117,10 @@ def test_analyze_plot_csv_markdown(tmp_path: Path) -> None:
     # over input length at bs=32: p99 TPOT 12 -> 36 is a cliff; bs=1 has none
     assert res["by_concurrency"][(32, 128)]["cliff"].x == 10240
     assert res["by_concurrency"][(1, 128)]["cliff"] is None
+    total = matrix.analyze(rows, knee_metric="total_throughput")  # same ratios in the synthetic data
+    assert total["by_shape"][(1024, 128)]["knee"].concurrency == 8
+    with pytest.raises(ValueError, match="knee_metric"):
+        matrix.analyze(rows, knee_metric="p99_ttft_ms")
     paths = matrix.plot(rows, tmp_path, res)
     assert {p.name for p in paths} == {"throughput_vs_concurrency.png", "p99_latency_vs_input.png"}
     for p in paths:
