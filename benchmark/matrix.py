@@ -29,6 +29,7 @@ import argparse
 import csv
 import json
 import math
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -521,10 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[matrix] {len(rows)} cells in {time.time() - t0:.1f}s")
     res = analyze(rows, a.knee_threshold, a.cliff_factor, a.knee_metric)
     plot(rows, a.out_dir, res)
+    cli_args = list(argv) if argv is not None else sys.argv[1:]
     header = f"### {a.title}\n" if a.title else ""
-    header += (
-        f"Command: `{' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])}`\n"
-    )
+    header += f"Command: `{shlex.join(['python', 'benchmark/' + Path(__file__).name, *cli_args])}`\n"
     md = render_markdown(rows, res, header)
     (a.out_dir / "summary.md").write_text(md, encoding="utf-8")
     (a.out_dir / "analysis.json").write_text(

@@ -299,10 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         (a.out_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     else:
         results = run_prefix_cache(a.url_on, a.url_off, workloads, a.out_dir, tok=tok, **common)
+    cli_args = list(argv) if argv is not None else sys.argv[1:]
     header = f"### {a.title}\n" if a.title else ""
-    header += (
-        f"Command: `{' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])}`\n"
-    )
+    header += f"Command: `{shlex.join(['python', 'benchmark/' + Path(__file__).name, *cli_args])}`\n"
     md = render_markdown(results, header)
     (a.out_dir / "summary.md").write_text(md, encoding="utf-8")
     print(md)
