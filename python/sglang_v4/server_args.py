@@ -79,6 +79,7 @@ class ServerArgs:
     max_prefill_tokens: int = 16384
     chunked_prefill_size: int | None = None
     disable_radix_cache: bool = False
+    resume_interval: int = 1
     schedule_policy: str = "fcfs"
     enable_priority_scheduling: bool = False
     stream_interval: int = 1
@@ -151,6 +152,7 @@ class ServerArgs:
         positive_int("context_length")
         positive_int("tp_size", allow_none=False)
         positive_int("stream_interval", allow_none=False)
+        positive_int("resume_interval", allow_none=False)
         positive_int("cuda_graph_max_bs")
         positive_int("decode_log_interval", allow_none=False)
         cps = self.chunked_prefill_size
@@ -192,6 +194,12 @@ class ServerArgs:
         a("--max-prefill-tokens", type=int, default=d["max_prefill_tokens"].default)
         a("--chunked-prefill-size", type=int, default=None, help="-1 disables chunking.")
         a("--disable-radix-cache", action="store_true")
+        a(
+            "--resume-interval",
+            type=int,
+            default=d["resume_interval"].default,
+            help="Keep a radix-cache resume state (last 128 raw KV + compressor overlap) every k blocks.",
+        )
         a("--schedule-policy", type=str, default="fcfs", choices=SCHEDULE_POLICY_CHOICES)
         a("--enable-priority-scheduling", action="store_true")
         a("--stream-interval", type=int, default=1)
