@@ -18,6 +18,9 @@ For each prompt (``--prompt-len`` random token ids):
    (*free-running agreement*: fraction of positions equal to ``C_ref``, and the first index where
    they differ).
 
+``--controls`` adds negative controls (fp32 storage with broken reads: SWA shifted by one slot,
+CSA main or HCA entries read as zeros) to calibrate how much a real cache bug moves the numbers.
+
 The reference's median top-1 / top-2 logit gap over the prompt positions is printed too: with
 random weights the distributions are flat, so a small perturbation can flip the argmax.
 
@@ -52,6 +55,48 @@ FORMATS: dict[str, tuple[str, bool]] = {
     "fp8_fp4": ("fp8_e4m3", True),
 }
 PAGE = 256
+# negative controls (``--controls``): fp32 storage with deliberately broken reads, to show how far a
+# real cache bug moves the same statistics on this model
+CONTROLS = {
+    "ctl_swa_shift": "sliding-window reads shifted by one slot",
+    "ctl_csa_zero": "CSA main entries read as zeros",
+    "ctl_hca_zero": "HCA entries read as zeros",
+}
+
+
+class _BrokenView:
+    """A flat fp32 pool whose reads are wrong in one way (writes are exact)."""
+
+    def __init__(self, flat: torch.Tensor, mode: str) -> None:
+        self.flat, self.mode = flat, mode
+        self.shape, self.dtype, self.device = flat.shape, flat.dtype, flat.device
+
+    def __len__(self) -> int:
+        return self.flat.shape[0]
+
+    def __setitem__(self, idx: Any, x: torch.Tensor) -> None:
+        self.flat[idx] = x
+
+    def __getitem__(self, idx: Any) -> torch.Tensor:
+        if self.mode == "shift":
+            return self.flat[(idx + 1) % self.flat.shape[0]]
+        return torch.zeros_like(self.flat[idx])
+
+
+class _BrokenPool(DSV4KVPool):
+    control = ""
+
+    def swa_flat(self, layer: int) -> Any:
+        f = super().swa_flat(layer)
+        return _BrokenView(f, "shift") if self.control == "ctl_swa_shift" else f
+
+    def csa_kv_flat(self, i: int) -> Any:
+        f = super().csa_kv_flat(i)
+        return _BrokenView(f, "zero") if self.control == "ctl_csa_zero" else f
+
+    def hca_kv_flat(self, i: int) -> Any:
+        f = super().hca_kv_flat(i)
+        return _BrokenView(f, "zero") if self.control == "ctl_hca_zero" else f
 
 
 class _Seq:
@@ -77,9 +122,13 @@ class _Seq:
         return logits.float()
 
 
-def _make_pool(runner: ModelRunner, kv: str, fp4: bool, total_len: int) -> DSV4KVPool:
+def _make_pool(runner: ModelRunner, kv: str, fp4: bool, total_len: int, control: str = "") -> DSV4KVPool:
     mc = runner.mc
-    return DSV4KVPool(
+    cls = DSV4KVPool
+    if control:
+        _BrokenPool.control = control
+        cls = _BrokenPool
+    return cls(
         mc,
         PAGE,
         -(-total_len // PAGE) + 1,
@@ -141,6 +190,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--chunk", type=int, default=512, help="prefill chunk (tokens)")
     ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS))
     ap.add_argument("--baselines", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    ap.add_argument("--controls", action="store_true", help="add the broken-cache negative controls")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--json", default=None, help="also write the results to this file")
@@ -158,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     total = args.prompt_len + args.decode_steps + 1
     t0 = time.perf_counter()
     runner = ModelRunner(mc, path, "cpu", "float32", PAGE, 4 * PAGE, 1, total + PAGE)
-    formats = list(dict.fromkeys(args.baselines + args.formats))
+    formats = list(dict.fromkeys(args.baselines + args.formats)) + (list(CONTROLS) if args.controls else [])
     g = torch.Generator().manual_seed(args.seed)
     per: dict[str, dict[str, list[Any]]] = {f: {"lp": [], "tf": [], "free": []} for f in formats}
     ref_name = args.baselines[0]
@@ -169,7 +219,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cont: list[int] | None = None
         for f in order:
             t = time.perf_counter()
-            runner.pool = _make_pool(runner, *FORMATS[f], total)
+            if f in CONTROLS:
+                runner.pool = _make_pool(runner, "fp32", False, total, control=f)
+            else:
+                runner.pool = _make_pool(runner, *FORMATS[f], total)
             r = _run_format(runner, prompt, args.decode_steps, args.chunk, total, cont)
             if f == ref_name:
                 cont = r["free"]
