@@ -198,8 +198,8 @@ def test_lpm_orders_queue_by_prefix_match(model_dir):
     s = make_sched(model_dir, schedule_policy="lpm", chunked_prefill_size=300, max_running_requests=1)
     shared = random_ids(600, seed=31)
     run_one(s, "warm", shared + [1], n=1)
-    submit(s, "cold", random_ids(500, seed=32), n=1)
-    submit(s, "hot", shared + [2, 3], n=1)
+    submit(s, "cold", random_ids(500, seed=32), n=3)
+    submit(s, "hot", shared + [2, 3], n=3)
     s.step()  # one admission (max_running_requests=1): LPM picks the cached one
     assert [r.rid for r in s.running] == ["hot"]
     drain(s, {})
