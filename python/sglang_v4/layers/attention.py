@@ -67,10 +67,25 @@ class DSV4Attention(nn.Module):
             self.compressor = None
 
     def forward(self, x: torch.Tensor, fb: ForwardBatch, pool: DSV4KVPool, rc: RopeCache) -> torch.Tensor:
-        """``x [T, D]`` (normalised) -> ``[T, D]``; reads and writes the pool for this layer."""
+        """``x [T, D]`` (normalised) -> ``[T, D]``; reads and writes the pool for this layer.
+
+        With ``fb.extras["indexer_stream"]`` (a ``torch.cuda.Stream``, set by the CUDA model
+        runner) the indexer branch of a CSA layer (indexer compressor + scoring + top-k) runs on
+        that stream, overlapping the q/kv norm-RoPE-insert and the main compressor on the current
+        stream; both branches write disjoint pool state, and the main stream waits for the
+        indexer before the sparse attention. Works eagerly and under CUDA-graph capture.
+        """
         T = x.shape[0]
         cos, sin = rc.tok[self.rope_kind]
         q_res = self.q_a_norm(self.q_a_proj(x))
+        ix_stream = fb.extras.get("indexer_stream") if isinstance(self.compressor, CSACompressor) else None
+        sel: torch.Tensor | None = None
+        main_stream = None
+        if ix_stream is not None:
+            main_stream = torch.cuda.current_stream(x.device)
+            ix_stream.wait_stream(main_stream)  # x and q_res are ready
+            with torch.cuda.stream(ix_stream):
+                sel = self._indexer_branch(x, q_res, fb, pool, rc, cos, sin)
         q = self.q_b_proj(q_res).view(T, self.n_heads, self.head_dim)
         kv = self.kv_proj(x)
         swa_flat = pool.swa_flat(self.layer_idx)
@@ -82,7 +97,7 @@ class DSV4Attention(nn.Module):
             i = self.mc.csa_index[self.layer_idx]
             plan = fb.csa
             assert plan is not None
-            main_flat, idx_flat = pool.csa_kv_flat(i), pool.csa_idx_flat(i)
+            main_flat = pool.csa_kv_flat(i)
             self.compressor.run(
                 x,
                 fb,
@@ -98,23 +113,14 @@ class DSV4Attention(nn.Module):
                 ),
                 rc.win[plan.ratio],
             )
-            ix = self.compressor.indexer
-            ix.run(
-                x,
-                fb,
-                plan,
-                CompressorState(
-                    pool.st_idx_buf_kv[i],
-                    pool.st_idx_buf_score[i],
-                    pool.st_idx_ovl_kv[i],
-                    pool.st_idx_ovl_score[i],
-                    pool.snap_idx_kv[i],
-                    pool.snap_idx_score[i],
-                    idx_flat,
-                ),
-                rc.win[plan.ratio],
-            )
-            sel = ix.select(x, q_res, plan, idx_flat, cos, sin)
+            if ix_stream is None:
+                sel = self._indexer_branch(x, q_res, fb, pool, rc, cos, sin)
+            else:
+                assert main_stream is not None and sel is not None
+                main_stream.wait_stream(ix_stream)
+                if not torch.cuda.is_current_stream_capturing():
+                    sel.record_stream(main_stream)  # allocated on the indexer stream
+            assert sel is not None
             sources.append((main_flat, sel))
         elif isinstance(self.compressor, HCACompressor):
             i = self.mc.hca_index[self.layer_idx]
@@ -135,3 +141,38 @@ class DSV4Attention(nn.Module):
         o = ops.inv_rope_quant(o, cos, sin, False)
         o = self.o_a_proj(o.reshape(T, self.o_groups, -1))
         return self.o_b_proj(o)
+
+    def _indexer_branch(
+        self,
+        x: torch.Tensor,
+        q_res: torch.Tensor,
+        fb: ForwardBatch,
+        pool: DSV4KVPool,
+        rc: RopeCache,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
+        """CSA indexer: compress this forward's completed windows into the indexer-key pool, then
+        score the visible entries and return the ``[T, topk]`` selected main-pool slots (-1 = none)."""
+        assert isinstance(self.compressor, CSACompressor)
+        i = self.mc.csa_index[self.layer_idx]
+        plan = fb.csa
+        assert plan is not None
+        idx_flat = pool.csa_idx_flat(i)
+        ix = self.compressor.indexer
+        ix.run(
+            x,
+            fb,
+            plan,
+            CompressorState(
+                pool.st_idx_buf_kv[i],
+                pool.st_idx_buf_score[i],
+                pool.st_idx_ovl_kv[i],
+                pool.st_idx_ovl_score[i],
+                pool.snap_idx_kv[i],
+                pool.snap_idx_score[i],
+                idx_flat,
+            ),
+            rc.win[plan.ratio],
+        )
+        return ix.select(x, q_res, plan, idx_flat, cos, sin)

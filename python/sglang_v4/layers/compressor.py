@@ -82,6 +82,10 @@ class Compressor(nn.Module):
     ) -> None:
         """Pool the windows completed by this forward into ``st.pool_flat`` and advance the state.
 
+        On CUDA (or with ``fb.extras["graph_safe"]``) no step synchronises with the host, so the
+        call is CUDA-graph capturable: padded windows carry ``win_out = -1`` (not written) and
+        padded snapshots write the dummy window page 0.
+
         Args:
             h: ``[T, D]`` attention input (normalised hidden states).
             fb: the batch; plan: its :class:`CompressPlan` for this ratio.
@@ -124,10 +128,18 @@ class Compressor(nn.Module):
         st.buf_score[slots] = _gather(tab_sc, plan.buf_rows, 0.0)
         if self.overlap and J > 0:
             assert st.ovl_kv is not None and st.ovl_score is not None
-            has = plan.ovl_rows[:, 0] >= 0
-            rows = plan.ovl_rows[has]
-            st.ovl_kv[slots[has]] = tab_kv[rows][..., :d]
-            st.ovl_score[slots[has]] = tab_sc[rows][..., :d]
+            if h.is_cuda or fb.extras.get("graph_safe", False):
+                # no host synchronisation (CUDA graphs): requests without a new window write
+                # their old overlap back instead of being filtered out by a boolean mask
+                has = (plan.ovl_rows[:, 0] >= 0)[:, None, None]
+                rows = plan.ovl_rows.clamp(min=0)
+                st.ovl_kv[slots] = torch.where(has, tab_kv[rows][..., :d], st.ovl_kv[slots])
+                st.ovl_score[slots] = torch.where(has, tab_sc[rows][..., :d], st.ovl_score[slots])
+            else:
+                has = plan.ovl_rows[:, 0] >= 0
+                rows = plan.ovl_rows[has]
+                st.ovl_kv[slots[has]] = tab_kv[rows][..., :d]
+                st.ovl_score[slots[has]] = tab_sc[rows][..., :d]
             if plan.snap_rows.shape[0] > 0 and st.snap_kv is not None and st.snap_score is not None:
                 st.snap_kv[plan.snap_pages] = tab_kv[plan.snap_rows][..., :d]
                 st.snap_score[plan.snap_pages] = tab_sc[plan.snap_rows][..., :d]

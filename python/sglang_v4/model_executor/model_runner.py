@@ -19,6 +19,7 @@ import torch
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.mem_cache.kv_layout import KVPlan, build_kv_layout, normalize_kv_cache_dtype, plan_kv_pools
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
+from sglang_v4.model_executor.cuda_graph_runner import CudaGraphRunner
 from sglang_v4.model_executor.forward_batch import ForwardBatch, ReqForwardInput, build_forward_batch
 from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
 
@@ -77,6 +78,10 @@ class ModelRunner:
         fp4_indexer: fp4 e2m1 CSA indexer keys (``--enable-fp4-indexer``).
         resume_interval: the radix cache keeps a resume state (one window page) every
             ``resume_interval`` cached blocks; the pools plan window pages for that.
+        cuda_graph_max_bs: largest decode batch replayed from a CUDA graph
+            (``--cuda-graph-max-bs``; ``None`` = ``min(128, max_running_requests)``). CUDA only.
+        disable_cuda_graph: run decode eagerly (``--disable-cuda-graph``).
+        enable_indexer_stream: run the CSA indexer branch on a second CUDA stream. CUDA only.
 
     Raises:
         ValueError: bad ``kv_cache_dtype`` / ``resume_interval``, or a KV budget too small for
@@ -99,6 +104,9 @@ class ModelRunner:
         kv_cache_dtype: str = "auto",
         fp4_indexer: bool = False,
         resume_interval: int = 1,
+        cuda_graph_max_bs: int | None = None,
+        disable_cuda_graph: bool = False,
+        enable_indexer_stream: bool = True,
     ) -> None:
         self.mc = model_config
         self.device = torch.device(device)
@@ -162,6 +170,31 @@ class ModelRunner:
             self.pool.memory_bytes() / 2**20,
             self.pool.fragmentation_bytes(),
         )
+        # ---- CUDA execution: indexer stream + decode CUDA graphs (cuda_graph_runner.py) ----
+        # (kept as the last block of __init__; owned by the CUDA-runner work)
+        self.indexer_stream: torch.cuda.Stream | None = None
+        self.cuda_graph_runner: CudaGraphRunner | None = None
+        if self.device.type == "cuda":
+            self.set_indexer_stream(enable_indexer_stream)
+            if disable_cuda_graph:
+                logger.info("CUDA graphs disabled (--disable-cuda-graph)")
+            elif self.pool.quantized_main or self.pool.quantized_indexer:
+                logger.warning(
+                    "CUDA graphs disabled: quantized KV (%s%s) takes the reference path, which syncs",
+                    self.kv_cache_dtype,
+                    " + fp4 indexer" if self.fp4_indexer else "",
+                )
+            else:
+                max_bs = int(cuda_graph_max_bs or min(128, max_running_requests))
+                self.cuda_graph_runner = CudaGraphRunner(
+                    self, max_bs=max_bs, max_ctx=min(1 << 17, max(1024, context_len))
+                )
+                logger.info(
+                    "CUDA graphs on for decode: bs buckets %s, context buckets %s (captured lazily)",
+                    self.cuda_graph_runner.bs_list,
+                    self.cuda_graph_runner.ctx_list,
+                )
+        # ---- end of the CUDA execution block ----
 
     # window pages beyond the per-request ones: a prefill chunk's transient spans (64 x 128
     # positions covers an 8192-token chunk)
@@ -225,8 +258,10 @@ class ModelRunner:
         return d
 
     def build_batch(self, reqs: list[ReqForwardInput]) -> ForwardBatch:
+        """Host-built :class:`ForwardBatch` of ``reqs`` on the runner's device; on CUDA it carries
+        the indexer stream in ``extras["indexer_stream"]`` when the second stream is on."""
         mc = self.mc
-        return build_forward_batch(
+        fb = build_forward_batch(
             reqs,
             self.page_size,
             mc.sliding_window,
@@ -234,9 +269,28 @@ class ModelRunner:
             mc.hca_ratio if mc.hca_layers else None,
             self.device,
         )
+        if getattr(self, "indexer_stream", None) is not None:
+            fb.extras["indexer_stream"] = self.indexer_stream
+        return fb
+
+    def set_indexer_stream(self, enabled: bool) -> None:
+        """Run the CSA indexer branch on a second CUDA stream (``True``) or inline (``False``).
+        No effect on CPU. Graphs are keyed by this setting, so switching keeps both sets."""
+        if self.device.type != "cuda" or not enabled:
+            self.indexer_stream = None
+        elif getattr(self, "indexer_stream", None) is None:
+            self.indexer_stream = torch.cuda.Stream(self.device)
 
     def forward(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
-        """Build the batch and run the model. Returns the batch and ``[K, vocab]`` fp32 logits."""
+        """Build the batch and run the model. Returns the batch and ``[K, vocab]`` fp32 logits.
+
+        Decode batches (one new token per request) that fit a CUDA-graph bucket replay a captured
+        graph (:class:`~sglang_v4.model_executor.cuda_graph_runner.CudaGraphRunner`); everything
+        else (and everything on CPU) runs eagerly.
+        """
+        g = getattr(self, "cuda_graph_runner", None)
+        if g is not None and g.can_run(reqs):
+            return g.replay(reqs)
         fb = self.build_batch(reqs)
         logits = self.model(fb, self.pool)
         return fb, logits

@@ -1,0 +1,616 @@
+"""Whole-model GPU benchmark and end-to-end GPU correctness check (issue 6 items 2-4), one call.
+
+Everything runs under a hard time budget (``--budget-s``); each phase is skipped when too little
+time is left, and the results are rewritten after every phase, so a cut-off run still leaves
+what it measured. Phases, most important first:
+
+1. ``correctness`` (a subprocess started at once, overlapping the model build / Triton compiles
+   of the main process; the timings below wait for it): the ``tiny`` preset (fp32 checkpoint,
+   seed 0) driven through ``Scheduler`` in-process twice, CPU fp32 and CUDA bf16 (Triton kernels,
+   CUDA graphs, indexer stream), with chunked prefill (chunk 256), a prefix-cache hit (a second
+   prompt sharing 600 tokens) and batched decode. Greedy tokens and output logprobs are compared;
+   tolerance stated in the output (bf16: |d logprob| <= 0.1 on matching tokens; a differing token
+   is accepted only at an fp32 near-tie, top-1/top-2 gap <= 0.1).
+2. ceilings: device copy bandwidth (1 GiB, bytes read + written) and the bf16 GEMM rate (8192^3).
+3. ``flash-8l-32e`` (dummy bf16 weights on the GPU): decode ms/step at bs 1 (eager vs graphs),
+   the HF transformers eager baseline at bs 1 (same weights), bs 8 / 32 / 128, prefill tok/s at
+   1k / 8k / 32k, the second stream on/off at bs 1 / 8 / 32, HF bs 8.
+
+Decode batches: one request is prefilled with 1024 tokens; the other requests of a batch share
+its block pages and its last window page read-only (as prefix-cache hits do), each with its own
+copy of the compressor state and its own pages for the positions it decodes. Step time = wall
+time of ``ModelRunner.forward`` (host batch build + upload + forward) with a device sync per step
+(the scheduler reads the tokens every step), median over the timed steps; ``replay_ms`` is the
+graph replay alone (CUDA events).
+
+Usage (device)::
+
+    PYTHONPATH=python:sgl-kernel-v4 python benchmark/bench_model.py --out $OUT --budget-s 200
+
+Outputs: ``model_bench.json``, ``model_bench.md``, ``correctness.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+import torch
+
+T0 = time.time()
+RESULTS: dict[str, Any] = {"rows": {}, "errors": {}, "skipped": []}
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def left(budget: float) -> float:
+    return budget - (time.time() - T0)
+
+
+def save(out: str) -> None:
+    """Rewrite the JSON and the markdown summary (called after every phase)."""
+    RESULTS["elapsed_s"] = round(time.time() - T0, 1)
+    with open(os.path.join(out, "model_bench.json"), "w") as f:
+        json.dump(RESULTS, f, indent=1, default=str)
+    with open(os.path.join(out, "model_bench.md"), "w") as f:
+        f.write(markdown())
+
+
+def markdown() -> str:
+    r = RESULTS
+    lines = [f"# bench_model ({r.get('env', {}).get('gpu', '?')}, elapsed {r.get('elapsed_s')} s)", ""]
+    c = r.get("ceilings", {})
+    if c:
+        lines.append(f"ceilings: copy {c.get('copy_tbps')} TB/s, bf16 GEMM {c.get('gemm_tflops')} TFLOP/s")
+    rf = r.get("roofline", {})
+    if rf:
+        lines.append(f"bs-1 roofline: {rf.get('active_gb')} GB active weights -> {rf.get('bs1_ms')} ms/step")
+    lines += ["", "| row | value |", "| --- | --- |"]
+    for k, v in r["rows"].items():
+        lines.append(f"| {k} | {json.dumps(v, default=str)} |")
+    if r["errors"]:
+        lines += ["", "## errors"] + [f"- {k}: {v[:400]}" for k, v in r["errors"].items()]
+    if r["skipped"]:
+        lines += ["", "skipped (time budget): " + ", ".join(r["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+def phase(name: str, need_s: float, budget: float, out: str):
+    """Decorator-ish runner: run ``fn`` if ``need_s`` seconds are left, record errors, save."""
+
+    def run(fn, *a, **kw):
+        if left(budget) < need_s:
+            RESULTS["skipped"].append(name)
+            save(out)
+            return None
+        t = time.time()
+        try:
+            return fn(*a, **kw)
+        except Exception:  # noqa: BLE001 - a failed phase must not lose the others
+            RESULTS["errors"][name] = traceback.format_exc()[-3000:]
+            return None
+        finally:
+            RESULTS.setdefault("phase_s", {})[name] = round(time.time() - t, 1)
+            save(out)
+            print(f"[{time.time() - T0:6.1f}s] {name} done", flush=True)
+
+    return run
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. end-to-end correctness (subprocess)
+# ----------------------------------------------------------------------------------------------
+def correctness_main(out: str, device: str = "cuda", dtype: str = "bfloat16") -> None:
+    """tiny preset: CPU fp32 vs CUDA bf16 (graphs + stream) through the Scheduler in-process
+    (``device``/``dtype`` of the second run are parameters only for the CPU smoke test)."""
+    import random
+
+    from sglang_v4.configs.presets import get_preset
+    from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+    from sglang_v4.managers.scheduler import Scheduler
+    from sglang_v4.sampling.sampling_params import SamplingParams
+    from sglang_v4.server_args import ServerArgs
+    from sglang_v4.tools.make_checkpoint import write_checkpoint
+
+    res: dict[str, Any] = {"t_start": time.time() - T0}
+    d = write_checkpoint(tempfile.mkdtemp(), fmt="hf", weights="fp32", seed=0, config_dict=get_preset("tiny"))
+    rng = random.Random(0)
+    p1 = [rng.randrange(2, 120000) for _ in range(700)]
+    p2 = p1[:600] + [rng.randrange(2, 120000) for _ in range(150)]
+    p3 = [rng.randrange(2, 120000) for _ in range(40)]
+    n_new = 24
+
+    def run(device: str, dtype: str) -> tuple[dict, Any]:
+        s = Scheduler(
+            ServerArgs(
+                model_path=d,
+                device=device,
+                dtype=dtype,
+                max_total_tokens=64 * 256,
+                chunked_prefill_size=256,
+                skip_warmup=True,
+            )
+        )
+        got: dict[str, dict] = {}
+
+        def submit(rid: str, ids: list[int]) -> None:
+            sp = SamplingParams.from_dict({"max_new_tokens": n_new, "temperature": 0, "ignore_eos": True})
+            sp.normalize(None)
+            s.add_request(
+                TokenizedGenerateReqInput(
+                    rid=rid,
+                    input_text=None,
+                    input_ids=ids,
+                    sampling_params=sp,
+                    return_logprob=True,
+                    logprob_start_len=-1,
+                    top_logprobs_num=2,
+                )
+            )
+
+        def drain() -> None:
+            for _ in range(100000):
+                if not s.has_work():
+                    return
+                o = s.step()
+                if o is None:
+                    continue
+                for i, rid in enumerate(o.rids):
+                    r = got.setdefault(rid, {"ids": [], "lp": [], "top": []})
+                    r["ids"] += o.output_ids[i]
+                    r["lp"] += o.output_token_logprobs_val[i]
+                    r["top"] += o.output_top_logprobs_val[i]
+                    r["cached"] = o.cached_tokens[i]
+            raise RuntimeError("scheduler did not finish")
+
+        submit("p1", p1)
+        drain()
+        submit("p2", p2)  # prefix-cache hit (600 shared tokens -> 512 cached)
+        submit("p3", p3)
+        drain()
+        return got, s
+
+    t = time.time()
+    cpu, _ = run("cpu", "float32")
+    res["cpu_s"] = round(time.time() - t, 1)
+    t = time.time()
+    gpu, sg = run(device, dtype)
+    res["gpu_s"] = round(time.time() - t, 1)
+    gr = sg.runner.cuda_graph_runner
+    res["graphs"] = {
+        "enabled": gr is not None,
+        "failed": bool(gr.failed) if gr else None,
+        "replays": gr.num_replays if gr else 0,
+        "captured": [list(k) for k in gr.graphs] if gr else [],
+        "indexer_stream": sg.runner.indexer_stream is not None,
+    }
+    tol_lp, tol_gap = 0.1, 0.1
+    per = {}
+    ok = True
+    for rid in ("p1", "p2", "p3"):
+        a, b = cpu[rid], gpu[rid]
+        n_match = 0
+        for x, y in zip(a["ids"], b["ids"]):
+            if x != y:
+                break
+            n_match += 1
+        dlp = [abs(x - y) for x, y in zip(a["lp"][:n_match], b["lp"][:n_match])]
+        first_gap = None
+        if n_match < len(a["ids"]):
+            top = a["top"][n_match]
+            first_gap = (top[0] - top[1]) if len(top) >= 2 else None
+        rid_ok = (max(dlp) if dlp else 0.0) <= tol_lp and (
+            n_match == len(a["ids"]) or (first_gap is not None and first_gap <= tol_gap)
+        )
+        ok &= rid_ok
+        per[rid] = {
+            "tokens": len(a["ids"]),
+            "matching_prefix": n_match,
+            "max_abs_dlogprob": max(dlp) if dlp else None,
+            "mean_abs_dlogprob": (sum(dlp) / len(dlp)) if dlp else None,
+            "fp32_top_gap_at_first_mismatch": first_gap,
+            "cached_tokens_cpu": a.get("cached"),
+            "cached_tokens_gpu": b.get("cached"),
+            "ok": rid_ok,
+        }
+    res.update(
+        requests=per,
+        ok=bool(ok and (device == "cpu" or (res["graphs"]["replays"] > 0 and not res["graphs"]["failed"]))),
+        tolerance=f"|d logprob| <= {tol_lp} on matching greedy tokens; a token may differ only where the "
+        f"fp32 top-1/top-2 logprob gap <= {tol_gap} (bf16 near-tie); graphs must have replayed",
+        config="tiny preset, fp32 checkpoint seed 0; CPU float32 vs CUDA bfloat16; chunked_prefill_size 256; "
+        "p1 700 tok, then p2 (600 shared with p1) + p3 40 tok together; 24 greedy tokens each",
+    )
+    res["t_end"] = time.time() - T0
+    with open(os.path.join(out, "correctness.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. ceilings
+# ----------------------------------------------------------------------------------------------
+def cuda_ms(fn, reps: int, warm: int = 2) -> list[float]:
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return out
+
+
+def ceilings() -> None:
+    n = 1 << 29  # 1 GiB of bf16
+    x = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty_like(x)
+    ms = statistics.median(cuda_ms(lambda: y.copy_(x), 10))
+    copy_tbps = 2 * x.numel() * 2 / (ms * 1e-3) / 1e12
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    ms = statistics.median(cuda_ms(lambda: a @ b, 10, warm=3))
+    RESULTS["ceilings"] = {
+        "copy_tbps": round(copy_tbps, 3),
+        "gemm_tflops": round(2 * 8192**3 / (ms * 1e-3) / 1e12, 1),
+        "method": "median of 10 CUDA-event timings; copy = 1 GiB d2d, bytes read+written; GEMM 8192^3 bf16 random",
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. flash-8l-32e
+# ----------------------------------------------------------------------------------------------
+class Bench:
+    """The runtime model (dummy bf16 weights) plus a page-allocating request helper."""
+
+    def __init__(
+        self, ctx_len: int, preset: str = "flash-8l-32e", device: str = "cuda", dtype: str = "bfloat16"
+    ) -> None:
+        from sglang_v4.configs.model_config import ModelConfig
+        from sglang_v4.configs.presets import get_preset
+        from sglang_v4.model_executor.model_runner import ModelRunner
+
+        self.cfg = get_preset(preset)
+        self.device = device
+        self.mc = ModelConfig.from_dict(dict(self.cfg))
+        self.page = 256
+        self.runner = ModelRunner(
+            self.mc,
+            None,
+            device,
+            dtype,
+            self.page,
+            160 * 2048,
+            160,
+            ctx_len,
+            load_format="dummy",
+            cuda_graph_max_bs=128,
+        )
+        self.pool = self.runner.pool
+        self.graph_runner = self.runner.cuda_graph_runner
+
+    # pages ---------------------------------------------------------------------------------
+    def new_slot(self) -> int:
+        s = self.pool.req_slots.alloc()
+        assert s is not None
+        self.pool.reset_req_state(s)
+        return s
+
+    def pages_for(self, end: int, blocks: list[int], wins: dict[int, int], start: int) -> None:
+        while len(blocks) < -(-end // self.page):
+            blocks += self.pool.block_alloc.alloc_or_raise(1)
+        for k in range(max(0, (start - 127) // 128), (end - 1) // 128 + 1):
+            if k not in wins:
+                wins[k] = self.pool.window_alloc.alloc_or_raise(1)[0]
+
+    def release(self, slot: int, blocks: list[int], wins: dict[int, int]) -> None:
+        self.pool.block_alloc.free(blocks)
+        self.pool.window_alloc.free(list(wins.values()))
+        self.pool.req_slots.free(slot)
+
+    # prefill ---------------------------------------------------------------------------------
+    def prefill(self, n: int, seed: int = 0) -> tuple[float, tuple]:
+        """One request of ``n`` tokens in one forward; returns (seconds, (slot, blocks, wins))."""
+        from sglang_v4.model_executor.forward_batch import ReqForwardInput
+
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.randint(2, 120000, (n,), generator=g).tolist()
+        slot, blocks, wins = self.new_slot(), [], {}
+        self.pages_for(n, blocks, wins, 0)
+        req = ReqForwardInput(slot, ids, 0, list(blocks), dict(wins), n - 1)
+        sync()
+        t = time.perf_counter()
+        self.runner.forward([req])
+        sync()
+        dt = time.perf_counter() - t
+        # keep only what decode reads (window spans >= (n - 127) // 128)
+        lo = max(0, (n - 127) // 128)
+        for k in [k for k in wins if k < lo]:
+            self.pool.window_alloc.free([wins.pop(k)])
+        return dt, (slot, blocks, wins)
+
+    # decode ----------------------------------------------------------------------------------
+    def decode_reqs(self, src: tuple, ctx: int, bs: int) -> list[dict]:
+        """``bs`` requests continuing ``src`` (a prefilled request of ``ctx`` tokens)."""
+        s_slot, s_blocks, s_wins = src
+        p = self.pool
+        out = []
+        n_full = ctx // self.page
+        for _ in range(bs):
+            slot = self.new_slot()
+            for name in dir(p):
+                if name.startswith("st_"):
+                    t = getattr(p, name)
+                    t[:, slot] = t[:, s_slot]
+            blocks = list(s_blocks[:n_full])
+            wins = {k: v for k, v in s_wins.items() if k < ctx // 128}
+            own_b, own_w = [], {}
+            out.append(
+                {"slot": slot, "blocks": blocks, "wins": wins, "own_b": own_b, "own_w": own_w, "pos": ctx}
+            )
+        return out
+
+    def step_inputs(self, reqs: list[dict]) -> list:
+        from sglang_v4.model_executor.forward_batch import ReqForwardInput
+
+        ins = []
+        for r in reqs:
+            end = r["pos"] + 1
+            while len(r["blocks"]) < -(-end // self.page):
+                b = self.pool.block_alloc.alloc_or_raise(1)
+                r["blocks"] += b
+                r["own_b"] += b
+            k = r["pos"] // 128
+            if k not in r["wins"]:
+                w = self.pool.window_alloc.alloc_or_raise(1)[0]
+                r["wins"][k] = w
+                r["own_w"][k] = w
+            ins.append(
+                ReqForwardInput(r["slot"], [100 + (r["pos"] % 7)], r["pos"], r["blocks"], r["wins"], 0)
+            )
+        return ins
+
+    def free_reqs(self, reqs: list[dict]) -> None:
+        for r in reqs:
+            self.pool.block_alloc.free(r["own_b"])
+            self.pool.window_alloc.free(list(r["own_w"].values()))
+            self.pool.req_slots.free(r["slot"])
+
+    def decode(
+        self, src: tuple, ctx: int, bs: int, graphs: bool, stream: bool, steps: int, warm: int
+    ) -> dict:
+        self.runner.cuda_graph_runner = self.graph_runner if graphs else None
+        self.runner.set_indexer_stream(stream)
+        reqs = self.decode_reqs(src, ctx, bs)
+        times = []
+        try:
+            for i in range(warm + steps):
+                ins = self.step_inputs(reqs)
+                sync()
+                t = time.perf_counter()
+                self.runner.forward(ins)
+                sync()
+                if i >= warm:
+                    times.append((time.perf_counter() - t) * 1e3)
+                for r in reqs:
+                    r["pos"] += 1
+            row = {"ms_step": round(statistics.median(times), 3), "tok_s": None, "steps": steps}
+            row["tok_s"] = round(bs / row["ms_step"] * 1e3, 1)
+            if graphs and self.graph_runner is not None:
+                gr = self.graph_runner
+                key = gr.key_for(self.step_inputs(reqs))
+                if key is not None and (key[0], key[1], stream) in gr.graphs:
+                    g = gr.graphs[(key[0], key[1], stream)]
+                    row["replay_ms"] = round(statistics.median(cuda_ms(g.replay, 10, warm=1)), 3)
+                row["graph_failed"] = gr.failed
+        finally:
+            self.free_reqs(reqs)
+            self.runner.cuda_graph_runner = self.graph_runner
+            self.runner.set_indexer_stream(True)
+        return row
+
+
+def active_bytes(model: torch.nn.Module, mc, n_tokens: int) -> dict[str, float]:
+    """Weight bytes one decode step must read: everything but the embedding table and the routed
+    experts a batch of ``n_tokens`` does not touch (expected distinct experts per layer
+    ``E (1 - (1 - k/E)^n)`` for uniform routing), plus the embedding rows."""
+    hf = mc.hf
+    E, k = hf.n_routed_experts, hf.num_experts_per_tok
+    total = exp = emb = 0
+    for name, p in model.named_parameters():
+        b = p.numel() * p.element_size()
+        total += b
+        if ".experts." in name:
+            exp += b
+        elif "embed_tokens" in name:
+            emb += b
+    touched = E * (1 - (1 - k / E) ** n_tokens)
+    active = total - emb - exp * (1 - touched / E)
+    return {"active_gb": active / 1e9, "experts_touched_per_layer": touched}
+
+
+def hf_baseline(bench: Bench, bs: int, ctx: int, steps: int) -> dict:
+    """HF transformers eager (same weights): prefill ``ctx`` then ``steps`` decode steps."""
+    import transformers
+
+    cfg = {k: v for k, v in bench.cfg.items() if k != "model_type"}
+    hcfg = transformers.DeepseekV4Config(**cfg)
+    if getattr(bench, "hf", None) is None:
+        from transformers.initialization import no_init_weights
+
+        with torch.device(bench.device), no_init_weights():
+            hf = transformers.DeepseekV4ForCausalLM._from_config(hcfg, dtype=bench.runner.dtype)
+        missing, unexpected = hf.load_state_dict(bench.runner.model.state_dict(), strict=False)
+        hf.eval()
+        bench.hf = hf
+        RESULTS["hf_load"] = {"missing": list(missing)[:10], "unexpected": list(unexpected)[:10]}
+    hf = bench.hf
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(2, 120000, (bs, ctx), generator=g).to(bench.device)
+    with torch.inference_mode():
+        sync()
+        t = time.perf_counter()
+        o = hf(input_ids=ids, use_cache=True)
+        sync()
+        t_pre = time.perf_counter() - t
+        cache = o.past_key_values
+        nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+        times = []
+        for i in range(steps + 1):
+            sync()
+            t = time.perf_counter()
+            o = hf(input_ids=nxt, past_key_values=cache, use_cache=True)
+            nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+            sync()
+            if i:
+                times.append((time.perf_counter() - t) * 1e3)
+            cache = o.past_key_values
+    ms = statistics.median(times)
+    return {
+        "ms_step": round(ms, 2),
+        "tok_s": round(bs / ms * 1e3, 1),
+        "prefill_s": round(t_pre, 3),
+        "prefill_tok_s": round(bs * ctx / t_pre, 1),
+        "transformers": transformers.__version__,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--budget-s", type=float, default=200.0)
+    ap.add_argument("--correctness-only", action="store_true")
+    ap.add_argument("--no-correctness", action="store_true")
+    ap.add_argument("--ctx", type=int, default=1024)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    if args.correctness_only:
+        correctness_main(args.out)
+        return 0
+    B = args.budget_s
+    import triton
+
+    p = torch.cuda.get_device_properties(0)
+    RESULTS["env"] = {
+        "gpu": p.name,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "time_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "command": " ".join(sys.argv),
+    }
+    save(args.out)
+    proc = None
+    if not args.no_correctness:
+        log = open(os.path.join(args.out, "correctness.log"), "w")
+        proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--out", args.out, "--correctness-only"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+
+    def wait_correctness() -> None:
+        if proc is None:
+            return
+        try:
+            proc.wait(timeout=max(1.0, left(B) - 60))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            RESULTS["errors"]["correctness"] = "timed out (killed to keep the time budget)"
+        path = os.path.join(args.out, "correctness.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                RESULTS["correctness"] = json.load(f)
+        elif "correctness" not in RESULTS["errors"]:
+            RESULTS["errors"]["correctness"] = f"subprocess rc={proc.returncode}; see correctness.log"
+        save(args.out)
+
+    ctx = args.ctx
+    state: dict[str, Any] = {}
+
+    def build() -> None:
+        bench = Bench(40000)
+        state["bench"] = bench
+        ab = active_bytes(bench.runner.model, bench.mc, 1)
+        RESULTS["roofline"] = {"active_gb": round(ab["active_gb"], 3)}
+        # Triton compiles + graph capture of the main decode keys while the check runs
+        _, src = bench.prefill(ctx)
+        state["src"] = src
+        bench.decode(src, ctx, 1, graphs=False, stream=True, steps=1, warm=1)
+        bench.decode(src, ctx, 1, graphs=True, stream=True, steps=1, warm=1)
+
+    phase("build", 40, B, args.out)(build)
+    wait_correctness()
+    phase("ceilings", 20, B, args.out)(ceilings)
+    if "ceilings" in RESULTS and "roofline" in RESULTS:
+        bw = RESULTS["ceilings"]["copy_tbps"] * 1e12
+        RESULTS["roofline"]["bs1_ms"] = round(RESULTS["roofline"]["active_gb"] * 1e9 / bw * 1e3, 3)
+    bench = state.get("bench")
+    if bench is None or "src" not in state:
+        save(args.out)
+        return 1
+    src = state["src"]
+    rows = RESULTS["rows"]
+
+    def dec(name: str, bs: int, graphs: bool, stream: bool, steps: int = 20, warm: int = 3) -> None:
+        r = bench.decode(src, ctx, bs, graphs, stream, steps, warm)
+        ab = active_bytes(bench.runner.model, bench.mc, bs)
+        r["roofline_ms"] = None
+        if "ceilings" in RESULTS:
+            r["roofline_ms"] = round(
+                ab["active_gb"] * 1e9 / (RESULTS["ceilings"]["copy_tbps"] * 1e12) * 1e3, 3
+            )
+            r["x_roofline"] = round(r["ms_step"] / r["roofline_ms"], 2)
+        rows[name] = r
+
+    phase("decode_bs1_eager", 10, B, args.out)(dec, "decode bs1 eager stream", 1, False, True)
+    phase("decode_bs1_graph", 10, B, args.out)(dec, "decode bs1 graph stream", 1, True, True, 30)
+    phase("hf_bs1", 30, B, args.out)(lambda: rows.__setitem__("HF eager bs1", hf_baseline(bench, 1, ctx, 8)))
+    for bs in (8, 32):
+        phase(f"decode_bs{bs}_graph", 15, B, args.out)(dec, f"decode bs{bs} graph stream", bs, True, True)
+        phase(f"decode_bs{bs}_eager", 10, B, args.out)(
+            dec, f"decode bs{bs} eager stream", bs, False, True, 10, 2
+        )
+
+    def pre(n: int, reps: int) -> None:
+        ts = []
+        for i in range(reps + 1):
+            dt, (slot, blocks, wins) = bench.prefill(n, seed=i)
+            bench.release(slot, blocks, wins)
+            if i:
+                ts.append(dt)
+        t = statistics.median(ts)
+        rows[f"prefill {n}"] = {"s": round(t, 4), "tok_s": round(n / t, 1), "reps": reps}
+
+    phase("prefill_1k", 8, B, args.out)(pre, 1024, 3)
+    phase("prefill_8k", 15, B, args.out)(pre, 8192, 2)
+    phase("decode_bs128_graph", 20, B, args.out)(dec, "decode bs128 graph stream", 128, True, True, 10, 2)
+    for bs in (1, 8, 32):
+        phase(f"decode_bs{bs}_graph_nostream", 12, B, args.out)(
+            dec, f"decode bs{bs} graph nostream", bs, True, False, 20 if bs == 1 else 10, 2
+        )
+    phase("hf_bs8", 30, B, args.out)(lambda: rows.__setitem__("HF eager bs8", hf_baseline(bench, 8, ctx, 5)))
+    phase("prefill_32k", 25, B, args.out)(pre, 32768, 1)
+    phase("decode_bs1_eager_nostream", 8, B, args.out)(
+        dec, "decode bs1 eager nostream", 1, False, False, 10, 2
+    )
+    save(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

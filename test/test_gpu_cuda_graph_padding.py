@@ -1,0 +1,193 @@
+"""Static-shape decode (the CUDA-graph input path) against the eager runner.
+
+``CudaGraphRunner`` pads a decode batch to a batch-size bucket with dummy requests (slot 0, page
+0, ``swa_write = swa_idx = -1``), pads completed windows / snapshots to ``bs`` and candidate lists
+to a context bucket, and runs the model on views of one static int64 buffer. On CPU it runs that
+padded batch eagerly (``use_graphs=False``), which checks exactly the inputs a graph replays: the
+logits of the real requests and every real KV / compressor state row must equal those of the
+plain eager runner (the runtime path that ``test_model_parity.py`` checks against HF
+transformers) on identical weights. Decodes cross CSA window ends, an HCA window end, a block end
+(CSA resume snapshot), a sliding-window page boundary and a context-bucket change.
+
+The ``gpu`` variant does the same on CUDA with real graph capture, bf16, and the indexer on a
+second stream.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from dsv4_testutil import CONFIGS
+from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.model_executor.cuda_graph_runner import (
+    CudaGraphRunner,
+    StaticLayout,
+    bs_buckets,
+    dummy_request,
+    pick_bucket,
+)
+from sglang_v4.model_executor.forward_batch import ReqForwardInput, build_forward_batch
+from sglang_v4.model_executor.model_runner import ModelRunner
+
+PAGE = 128
+
+
+class _Seq:
+    """One request's pages and length in one runner."""
+
+    def __init__(self, runner: ModelRunner) -> None:
+        pool = runner.pool
+        self.slot = pool.req_slots.alloc()
+        assert self.slot is not None
+        pool.reset_req_state(self.slot)
+        self.blocks: list[int] = []
+        self.wins: dict[int, int] = {}
+        self.done = 0
+        self.runner = runner
+
+    def inp(self, ids: list[int]) -> ReqForwardInput:
+        pool = self.runner.pool
+        end = self.done + len(ids)
+        while len(self.blocks) < -(-end // PAGE):
+            self.blocks += pool.block_alloc.alloc_or_raise(1)
+        lo = max(0, (self.done - 127) // 128)
+        for k in range(lo, (end - 1) // 128 + 1):
+            if k not in self.wins:
+                self.wins[k] = pool.window_alloc.alloc_or_raise(1)[0]
+        return ReqForwardInput(
+            self.slot, list(ids), self.done, list(self.blocks), dict(self.wins), len(ids) - 1
+        )
+
+    def advance(self, n: int) -> None:
+        self.done += n
+
+
+def _runner(cfg: dict, device: str, dtype: str, **kw) -> ModelRunner:
+    mc = ModelConfig.from_dict(copy.deepcopy(cfg))
+    return ModelRunner(
+        mc,
+        None,
+        device,
+        dtype,
+        PAGE,
+        4096,
+        8,
+        2048,
+        load_format="dummy",
+        seed=3,
+        **kw,
+    )
+
+
+def _states(r: ModelRunner) -> dict[str, torch.Tensor]:
+    """Every pool tensor without the reserved page / slot 0 (the padding's scratch space)."""
+    p = r.pool
+    out = {}
+    for name in ("csa_kv", "csa_idx", "hca_kv", "swa_kv", "snap_csa_kv", "snap_idx_kv"):
+        out[name] = getattr(p, name)[:, 1:].float().cpu()
+    for name in ("st_csa_buf_kv", "st_csa_ovl_kv", "st_idx_ovl_score", "st_hca_buf_kv", "st_hca_buf_score"):
+        out[name] = getattr(p, name)[:, 1:].float().cpu()
+    return out
+
+
+def _compare_decode(device: str, dtype: str, use_graphs: bool, two_stream: bool, atol: float) -> int:
+    """Prefill 3 requests eagerly in two runners with identical weights, then decode them with
+    the plain eager path in one and the static (padded / graph) path in the other. Returns the
+    number of static-path replays."""
+    cfg = CONFIGS["sliding_first"]  # SL, CSA, HCA, CSA: both ratios, hash + top-k MoE
+    ref = _runner(cfg, device, dtype, disable_cuda_graph=True, enable_indexer_stream=False)
+    st = _runner(cfg, device, dtype, disable_cuda_graph=True, enable_indexer_stream=two_stream)
+    gr = CudaGraphRunner(st, max_bs=4, max_ctx=1024, min_ctx=256, use_graphs=use_graphs)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 1000, (n,), generator=g).tolist() for n in (120, 250, 5)]
+    seqs = {k: [_Seq(r) for _ in prompts] for k, r in (("ref", ref), ("st", st))}
+    last = []
+    for i, ids in enumerate(prompts):
+        outs = {}
+        for k, r in (("ref", ref), ("st", st)):
+            _, lg = r.forward([seqs[k][i].inp(ids)])
+            seqs[k][i].advance(len(ids))
+            outs[k] = lg
+        torch.testing.assert_close(outs["st"], outs["ref"], rtol=0, atol=atol)
+        last.append(int(outs["ref"][-1].argmax()))
+    # 14 decode steps: req 0 crosses 128 (HCA window, CSA block-end snapshot, window page),
+    # req 1 crosses 256 (context bucket 256 -> 512); batch of 3 pads to bucket 4; the last
+    # two steps drop request 2 (batch 2, no padding).
+    for step in range(14):
+        active = [0, 1, 2] if step < 12 else [0, 1]
+        inputs_ref = [seqs["ref"][i].inp([last[i]]) for i in active]
+        inputs_st = [seqs["st"][i].inp([last[i]]) for i in active]
+        assert gr.can_run(inputs_st)
+        _, lr = ref.forward(inputs_ref)
+        fb_s, ls = gr.replay(inputs_st)
+        assert fb_s.logits_counts == [1] * len(active)
+        assert ls.shape == lr.shape
+        torch.testing.assert_close(ls.float().cpu(), lr.float().cpu(), rtol=0, atol=atol)
+        for j, i in enumerate(active):
+            seqs["ref"][i].advance(1)
+            seqs["st"][i].advance(1)
+            last[i] = int(lr[j].argmax())
+    a, b = _states(ref), _states(st)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=atol, msg=name)
+    return gr.num_replays
+
+
+def test_static_padded_decode_matches_eager_cpu():
+    assert _compare_decode("cpu", "float32", use_graphs=False, two_stream=False, atol=1e-5) == 14
+
+
+def test_buckets_and_keys():
+    assert bs_buckets(1) == [1]
+    assert bs_buckets(10) == [1, 2, 4, 8, 10]
+    assert bs_buckets(32)[-3:] == [16, 24, 32]
+    with pytest.raises(ValueError, match="cuda_graph_max_bs"):
+        bs_buckets(0)
+    assert pick_bucket(3, [1, 2, 4]) == 4
+    assert pick_bucket(5, [1, 2, 4]) is None
+    r = _runner(CONFIGS["sliding_first"], "cpu", "float32")
+    assert r.cuda_graph_runner is None and r.indexer_stream is None  # CPU: eager only
+    gr = CudaGraphRunner(r, max_bs=4, max_ctx=1024, min_ctx=256, use_graphs=False)
+    assert gr.ctx_list == [256, 512, 1024]
+    one = ReqForwardInput(1, [5], 300, [1, 2, 3], {1: 1, 2: 2}, 0)
+    assert gr.key_for([one]) == (1, 512)
+    assert gr.key_for([one] * 3) == (4, 512)
+    assert gr.key_for([one] * 5) is None  # above max_bs
+    assert gr.key_for([ReqForwardInput(1, [5, 6], 300, [1, 2, 3], {1: 1, 2: 2}, 1)]) is None  # extend
+    assert gr.key_for([ReqForwardInput(1, [5], 1024, [1] * 9, {7: 1, 8: 2}, 0)]) is None  # ctx 1025
+
+
+def test_layout_fill_pads_and_rejects_oversize():
+    mc = ModelConfig.from_dict(copy.deepcopy(CONFIGS["sliding_first"]))
+    lay = StaticLayout(4, 256, mc.sliding_window, {"csa": 4, "hca": 128})
+    reqs = [ReqForwardInput(1, [7], 127, [1], {0: 1}, 0), dummy_request(), dummy_request(), dummy_request()]
+    fb = build_forward_batch(reqs, PAGE, mc.sliding_window, 4, 128, "cpu")
+    host = np.full(lay.size, 99, dtype=np.int64)
+    lay.fill(host, fb, 1)
+    v = {f.name: host[f.offset : f.offset + int(np.prod(f.shape))].reshape(f.shape) for f in lay.fields}
+    assert (v["swa_write"][1:] == -1).all() and (v["swa_idx"][1:] == -1).all()
+    assert v["swa_write"][0] == 1 * 128 + 127
+    assert list(v["req_pool_indices"]) == [1, 0, 0, 0]
+    # position 127 completes CSA window 31 and HCA window 0 (one each), the rest is padding
+    assert list(v["csa.win_out"]) == [1 * 32 + 31, -1, -1, -1]
+    assert list(v["hca.win_out"]) == [1 * 1 + 0, -1, -1, -1]
+    assert (v["csa.snap_pages"] == [1, 0, 0, 0]).all()  # block end at 128: snapshot + padding
+    assert v["csa.candidates"].shape == (4, 64) and (v["csa.candidates"][0, :32] == np.arange(32) + 32).all()
+    assert (v["csa.candidates"][0, 32:] == -1).all() and (v["csa.candidates"][1:] == -1).all()
+    assert list(v["logits_indices"]) == [0, 1, 2, 3]
+    small = StaticLayout(4, 64, mc.sliding_window, {"csa": 4, "hca": 128})  # 16 columns < 32
+    with pytest.raises(ValueError, match="csa.candidates"):
+        small.fill(np.zeros(small.size, dtype=np.int64), fb, 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("two_stream", [False, True])
+def test_cuda_graph_decode_matches_eager_gpu(two_stream):
+    # bf16: eager and replay run the same kernels on the same shapes except the padded batch
+    # size, so differences are bf16 rounding of reductions tiled by batch size
+    n = _compare_decode("cuda", "bfloat16", use_graphs=True, two_stream=two_stream, atol=5e-2)
+    assert n == 14
