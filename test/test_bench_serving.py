@@ -749,3 +749,22 @@ def test_busy_flush_is_retried(tok: bs.BenchTokenizer, tmp_path: Path) -> None:
     with StubServer(StubConfig(flush_busy_times=10**6)) as srv:
         with pytest.raises(bs.requests.HTTPError, match="400"):
             bs.flush_server_cache(srv.url, "sglang", {}, timeout_s=0.5)
+
+
+def test_tokenizer_resolution(tmp_path: Path, tok: bs.BenchTokenizer) -> None:
+    import shutil
+
+    src = Path(bs.default_tokenizer_path())
+    d = tmp_path / "model"
+    d.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src.parent / f, d / f)
+    text = "Hello, world! 你好"
+    for t in (bs.get_tokenizer(str(d)), bs.get_tokenizer(str(d / "tokenizer.json"))):
+        assert t.encode(text) == tok.encode(text) and t.decode(t.encode(text)) == text
+    with pytest.raises(ValueError, match="tokenizer"):
+        bs.get_tokenizer(str(tmp_path / "missing-dir"))
+    with StubServer() as srv:
+        # /model_info names a path that does not exist here -> the packaged V4 tokenizer (None)
+        assert bs.resolve_model_and_tokenizer(srv.url, None, None, {}) == (MODEL, None)
+        assert bs.resolve_model_and_tokenizer(srv.url, "m", str(d), {}) == ("m", str(d))
