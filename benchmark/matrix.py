@@ -494,12 +494,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--title", default="")
     p.add_argument("--out-dir", type=Path, default=Path("benchmark/results/matrix"))
-    p.add_argument("--from-csv", type=Path, default=None, help="Only re-analyse/plot an existing CSV.")
+    p.add_argument(
+        "--from-csv",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="Only re-analyse/plot existing matrix.csv files (several are merged, e.g. one per call).",
+    )
     a = p.parse_args(argv)
     preset = PRESETS[a.preset]
     a.out_dir.mkdir(parents=True, exist_ok=True)
     if a.from_csv:
-        rows = read_csv(a.from_csv)
+        rows = [r for path in a.from_csv for r in read_csv(path)]
+        write_csv(rows, a.out_dir / "matrix.csv")
     else:
         base_url = (a.base_url or f"http://{a.host}:{a.port}").rstrip("/")
         tok = bs.get_tokenizer(a.tokenizer) if a.tokenizer else None

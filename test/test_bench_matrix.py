@@ -153,7 +153,16 @@ def test_matrix_end_to_end_against_stub(tmp_path: Path) -> None:
 
 
 def test_cli_from_csv(tmp_path: Path) -> None:
-    matrix.write_csv(_synthetic_rows(), tmp_path / "in.csv")
-    assert matrix.main(["--from-csv", str(tmp_path / "in.csv"), "--out-dir", str(tmp_path / "o")]) == 0
+    rows = _synthetic_rows()
+    matrix.write_csv(rows[:3], tmp_path / "a.csv")  # input 1024
+    matrix.write_csv(rows[3:], tmp_path / "b.csv")  # input 10240
+    assert (
+        matrix.main(
+            ["--from-csv", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--out-dir", str(tmp_path / "o")]
+        )
+        == 0
+    )
+    assert len(matrix.read_csv(tmp_path / "o" / "matrix.csv")) == 6  # merged
+    assert "| 10240 | 128 | bs=8" in (tmp_path / "o" / "summary.md").read_text()
     for name in ("summary.md", "analysis.json", "throughput_vs_concurrency.png", "p99_latency_vs_input.png"):
         assert (tmp_path / "o" / name).stat().st_size > 0
