@@ -1005,7 +1005,7 @@ async def benchmark(
     flush_cache: bool = False,
     flush_cache_timeout: float = 60.0,
     disable_tqdm: bool = False,
-    seed: int = 1,
+    seed: int = 42,
 ) -> tuple[list[RequestFuncOutput], float]:
     """Warm up, optionally flush the cache, then send ``rows`` (Poisson arrivals at ``request_rate``
     req/s, at most ``max_concurrency`` in flight). Returns ``(outputs in row order, multi-turn rows
@@ -1287,7 +1287,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--disable-ignore-eos", action="store_true")
     a("--temperature", type=float, default=0.0)
     a("--top-p", type=float, default=1.0)
-    a("--seed", type=int, default=1)
+    a("--seed", type=int, default=42)
     a("--extra-request-body", default=None, metavar='{"key": "value"}')
     a("--flush-cache", action="store_true", help="Flush the server's prefix cache after warm-up.")
     a("--flush-cache-timeout", type=float, default=60.0, help="Seconds to retry a busy (400) flush.")
