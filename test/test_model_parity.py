@@ -11,7 +11,7 @@ import functools
 
 import pytest
 import torch
-from dsv4_testutil import CONFIGS, Driver, hf_greedy, hf_logprobs, make_twin, random_ids
+from dsv4_testutil import CONFIGS, Driver, Twin, hf_greedy, hf_logprobs, make_twin, random_ids
 
 TOL = 1e-3
 LENGTHS = [*range(1, 10), 127, 128, 129, 130, 255, 256, 257, 258, 511, 512, 513, 514, 1100]
@@ -106,3 +106,33 @@ def test_pages_return_to_free(twin):
     drv.run_chunked(random_ids(700, 9), 300)
     assert drv.pool.block_alloc.used == 0 and drv.pool.window_alloc.used == 0
     assert drv.pool.req_slots.available == drv.pool.req_slots.size
+
+
+@pytest.mark.parametrize("fmt,weights", [("official", "fp8"), ("hf", "bf16")])
+def test_runtime_loads_real_checkpoint_formats(tmp_path, fmt, weights):
+    """The runtime model loaded from an official FP8 (FP4 experts) or HF bf16 checkpoint gives HF's
+    log-probabilities on the dequantized weights (HF loads them through our loader's state dict,
+    whose dequantization test_loader_* checks against a float64 reference)."""
+    import copy
+
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.model_loader.loader import load_state_dict, load_weights_into
+    from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+    from sglang_v4.tools.make_checkpoint import write_checkpoint
+    from transformers import DeepseekV4Config
+    from transformers import DeepseekV4ForCausalLM as HFModel
+
+    cfg = copy.deepcopy(CONFIGS["sliding_first"])
+    full = ModelConfig.from_dict(copy.deepcopy(cfg)).to_dict()  # HF dialect with nested rope_parameters
+    path = write_checkpoint(str(tmp_path), fmt=fmt, weights=weights, seed=5, config_dict=full)
+    mc = ModelConfig.from_pretrained(path)
+    ours = DeepseekV4ForCausalLM(mc)
+    load_weights_into(ours, path, progress=False)
+    hf = HFModel(DeepseekV4Config(**{k: v for k, v in cfg.items() if k != "model_type"})).eval()
+    hf.load_state_dict(
+        {k: v.float() if v.is_floating_point() else v for k, v in load_state_dict(path).items()}
+    )
+    twin = Twin(name=fmt, cfg=cfg, mc=mc, hf=hf, ours=ours)
+    ids = random_ids(300, seed=77)
+    out = Driver(twin).run_chunked(ids, 128)
+    assert (out - hf_logprobs(twin, ids)).abs().max().item() <= TOL
