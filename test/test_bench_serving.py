@@ -768,3 +768,17 @@ def test_tokenizer_resolution(tmp_path: Path, tok: bs.BenchTokenizer) -> None:
         # /model_info names a path that does not exist here -> the packaged V4 tokenizer (None)
         assert bs.resolve_model_and_tokenizer(srv.url, None, None, {}) == (MODEL, None)
         assert bs.resolve_model_and_tokenizer(srv.url, "m", str(d), {}) == ("m", str(d))
+
+
+def test_logprob_flags_reach_the_payload(tok: bs.BenchTokenizer, tmp_path: Path) -> None:
+    with StubServer(StubConfig(ttft_s=0.001, chunk_s=0.001)) as srv:
+        kw = dict(num_prompts=1, warmup_requests=0, return_logprob=True, top_logprobs_num=3)
+        bs.run_benchmark(_args(srv.url, tmp_path, backend="sglang", **kw), tok=tok)
+        bs.run_benchmark(_args(srv.url, tmp_path, backend="sglang-oai", **kw), tok=tok)
+        native, oai = (b for _, b in srv.state.requests)
+    assert (native["return_logprob"], native["top_logprobs_num"], native["logprob_start_len"]) == (
+        True,
+        3,
+        -1,
+    )
+    assert oai["logprobs"] == 3

@@ -452,6 +452,9 @@ class ClientOptions:
     temperature: float = 0.0
     top_p: float = 1.0
     headers: dict[str, str] = field(default_factory=dict)
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    logprob_start_len: int = -1
 
 
 def _sse_payload(line: bytes) -> bytes | None:
@@ -595,8 +598,13 @@ async def request_sglang_generate(
         ("input_ids" if isinstance(inp.prompt, list) else "text"): inp.prompt,
         "sampling_params": sampling,
         "stream": not opts.disable_stream,
-        **extra,
     }
+    if opts.return_logprob:
+        payload["return_logprob"] = True
+        payload["logprob_start_len"] = opts.logprob_start_len
+        if opts.top_logprobs_num > 0:
+            payload["top_logprobs_num"] = opts.top_logprobs_num
+    payload.update(extra)
     seen = {"ctoks": 0}
 
     def on_data(data: dict[str, Any], out: RequestFuncOutput, clock: _TokenClock) -> None:
@@ -642,6 +650,8 @@ async def request_openai_completions(
         payload["top_p"] = opts.top_p
     if not opts.disable_stream:
         payload["stream_options"] = {"include_usage": True}
+    if opts.return_logprob:
+        payload["logprobs"] = max(opts.top_logprobs_num, 1)
     payload.update(inp.extra_request_body)
 
     def on_data(data: dict[str, Any], out: RequestFuncOutput, clock: _TokenClock) -> None:
@@ -1176,6 +1186,9 @@ def run_benchmark(args: argparse.Namespace, tok: BenchTokenizer | None = None) -
         temperature=args.temperature,
         top_p=args.top_p,
         headers=headers,
+        return_logprob=args.return_logprob,
+        top_logprobs_num=args.top_logprobs_num,
+        logprob_start_len=args.logprob_start_len,
     )
     outputs, dur = asyncio.run(
         benchmark(
@@ -1293,6 +1306,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--flush-cache-timeout", type=float, default=60.0, help="Seconds to retry a busy (400) flush.")
     a("--warmup-requests", type=int, default=1)
     a("--tokenize-prompt", action="store_true", help="Send token ids instead of text (exact lengths).")
+    a("--return-logprob", action="store_true", help="Ask for output logprobs (completions: logprobs=N).")
+    a("--top-logprobs-num", type=int, default=0)
+    a("--logprob-start-len", type=int, default=-1, help="-1: no input logprobs (sglang backend).")
     a("--cache-report", action="store_true", help="Accepted for compatibility; cache stats always shown.")
     a("--tag", default=None)
     a("--header", nargs="+", default=None, metavar="Key=Value")
