@@ -82,6 +82,9 @@ class Scheduler:
             sa.load_format,
             getattr(sa, "mem_fraction_static", None),
             seed=sa.random_seed or 0,
+            kv_cache_dtype=sa.kv_cache_dtype,
+            fp4_indexer=sa.enable_fp4_indexer,
+            resume_interval=int(getattr(sa, "resume_interval", 1) or 1),
         )
         self.pool = self.runner.pool
         self.max_total_num_tokens = self.runner.max_total_tokens
