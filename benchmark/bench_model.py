@@ -27,7 +27,11 @@ Usage (device)::
 
     PYTHONPATH=python:sgl-kernel-v4 python benchmark/bench_model.py --out $OUT --budget-s 200
 
-Outputs: ``model_bench.json``, ``model_bench.md``, ``correctness.json``.
+4. last: the GPU tests of the CUDA runner (``pytest -m gpu test/test_gpu_cuda_graph_padding.py``:
+   graph replay vs eager on CUDA, with and without the indexer stream).
+
+Outputs: ``model_bench.json``, ``model_bench.md``, ``correctness.json``, ``correctness.log``,
+``pytest_gpu.log``.
 """
 
 from __future__ import annotations
@@ -608,6 +612,29 @@ def main() -> int:
     phase("decode_bs1_eager_nostream", 8, B, args.out)(
         dec, "decode bs1 eager nostream", 1, False, False, 10, 2
     )
+
+    def gpu_tests() -> None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"]
+        cmd.append(os.path.join(root, "test", "test_gpu_cuda_graph_padding.py"))
+        try:
+            pr = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=max(5.0, left(B) - 3))
+            log, rc = pr.stdout + pr.stderr, pr.returncode
+        except subprocess.TimeoutExpired as e:
+            log, rc = str(e.stdout or "") + "\nTIMEOUT", -1
+        with open(os.path.join(args.out, "pytest_gpu.log"), "w") as f:
+            f.write(log)
+        tail = [ln for ln in log.strip().splitlines() if ln.strip()]
+        RESULTS["gpu_tests"] = {"rc": rc, "summary": tail[-1] if tail else ""}
+
+    # free the flash model, its pool and graphs and the HF twin before the tests allocate theirs
+    state.clear()
+    bench.__dict__.clear()
+    import gc
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    phase("gpu_tests", 25, B, args.out)(gpu_tests)
     save(args.out)
     return 0
 

@@ -191,3 +191,82 @@ def test_cuda_graph_decode_matches_eager_gpu(two_stream):
     # size, so differences are bf16 rounding of reductions tiled by batch size
     n = _compare_decode("cuda", "bfloat16", use_graphs=True, two_stream=two_stream, atol=5e-2)
     assert n == 14
+
+
+@pytest.mark.parametrize("page_size", [128, 256])
+def test_fill_decode_equals_generic_builder(page_size):
+    """The vectorised decode fill writes exactly what the generic host builder + ``fill`` write,
+    on random decode batches hitting every boundary (CSA window end, HCA window end, block end,
+    window-page end, position 0) plus dummy padding; and it rejects what the builder rejects."""
+    rng = np.random.default_rng(page_size)
+    W = 128
+    special = [0, 1, 3, 126, 127, 128, 255, 256, 511, 767, 1023, 1024, 2046, 2047]
+    for trial in range(60):
+        n_real = int(rng.integers(1, 9))
+        bs = pick_bucket(n_real, bs_buckets(12))
+        reqs = []
+        for _ in range(n_real):
+            p = int(rng.choice(special)) if rng.random() < 0.5 else int(rng.integers(0, 2048))
+            nblk = -(-(p + 1) // page_size)
+            blocks = [int(x) for x in rng.choice(np.arange(1, 500), size=nblk, replace=False)]
+            lo, hi = max(0, (p - W + 1) // W), p // W
+            wins = {k: int(rng.integers(1, 300)) for k in range(lo, hi + 1)}
+            reqs.append(
+                ReqForwardInput(int(rng.integers(1, 50)), [int(rng.integers(0, 1000))], p, blocks, wins, 0)
+            )
+        padded = reqs + [dummy_request()] * (bs - n_real)
+        ctx = 2048 if trial % 2 else 4096
+        lay = StaticLayout(bs, ctx, W, {"csa": 4, "hca": 128})
+        want = np.full(lay.size, 77, dtype=np.int64)
+        lay.fill(want, build_forward_batch(padded, page_size, W, 4, 128, "cpu"), n_real)
+        got = np.full(lay.size, 55, dtype=np.int64)
+        lay.fill_decode(got, padded, n_real, page_size)
+        for f in lay.fields:
+            a = got[f.offset : f.offset + int(np.prod(f.shape))]
+            e = want[f.offset : f.offset + int(np.prod(f.shape))]
+            assert (a == e).all(), (trial, f.name)
+    lay = StaticLayout(1, 256, W, {"csa": 4, "hca": 128})
+    buf = np.zeros(lay.size, dtype=np.int64)
+    with pytest.raises(ValueError, match="window page"):
+        lay.fill_decode(buf, [ReqForwardInput(1, [3], 300, [1, 2, 3], {2: 5}, 0)], 1, page_size)  # no span 1
+    with pytest.raises(ValueError, match="block pages"):
+        lay.fill_decode(buf, [ReqForwardInput(1, [3], 300, [], {1: 4, 2: 5}, 0)], 1, page_size)
+    with pytest.raises(ValueError, match="csa.candidates"):
+        lay.fill_decode(buf, [ReqForwardInput(1, [3], 300, [1, 2, 3], {1: 4, 2: 5}, 0)], 1, page_size)
+
+
+class _FakeStream:
+    """Records the fork / join calls the attention layer makes on the indexer stream."""
+
+    def __init__(self, name: str, log: list) -> None:
+        self.name, self.log = name, log
+
+    def wait_stream(self, other: _FakeStream) -> None:
+        self.log.append(("wait", self.name, other.name))
+
+
+def test_indexer_stream_branch_cpu(monkeypatch):
+    """The second-stream branch of CSA attention (CUDA only in production) run on CPU with fake
+    streams: same logits as the inline indexer, and per CSA layer one fork (indexer waits on
+    main), one join (main waits on indexer) and one ``record_stream`` of the selection."""
+    import contextlib
+
+    log: list = []
+    main, ix = _FakeStream("main", log), _FakeStream("ix", log)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: main)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: log.append(("record", s.name)))
+    cfg = CONFIGS["sliding_first"]
+    ref = _runner(cfg, "cpu", "float32")
+    two = _runner(cfg, "cpu", "float32")
+    two.indexer_stream = ix  # type: ignore[assignment]
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 1000, (300,), generator=g).tolist()
+    sr, st = _Seq(ref), _Seq(two)
+    _, a = ref.forward([sr.inp(ids)])
+    _, b = two.forward([st.inp(ids)])
+    torch.testing.assert_close(b, a, rtol=0, atol=0)
+    n_csa = len(two.mc.csa_layers)
+    assert n_csa == 2
+    assert log == [("wait", "ix", "main"), ("wait", "main", "ix"), ("record", "main")] * n_csa

@@ -139,6 +139,118 @@ class StaticLayout:
             if f.name in ("swa_write", "swa_idx"):
                 dst[n_real:] = -1  # padding requests write and read no window KV
 
+    def np_views(self, host: np.ndarray) -> dict[str, np.ndarray]:
+        """Field name -> view of ``host`` with the field's shape."""
+        return {
+            f.name: host[f.offset : f.offset + int(np.prod(f.shape))].reshape(f.shape) for f in self.fields
+        }
+
+    def fill_decode(self, host: np.ndarray, reqs: list[ReqForwardInput], n_real: int, page_size: int) -> None:
+        """Vectorised equivalent of ``fill(host, build_forward_batch(reqs, ...), n_real)`` for a
+        padded decode batch (``len(reqs) == bs``, one token each): the same index maps as
+        :func:`~sglang_v4.model_executor.forward_batch.build_forward_batch` (a decode token at
+        position ``p`` completes the window ending at ``p`` iff ``(p + 1) % m == 0``; its partial
+        window holds ``(p + 1) % m`` rows, the last one the new token; it sees the first
+        ``(p + 1) // m`` entries), without the per-request numpy work (tested equal in
+        ``test_gpu_cuda_graph_padding.py``).
+
+        Raises:
+            ValueError: not a padded decode batch, a missing block / window page, or more
+                visible entries than the context bucket holds.
+        """
+        bs, W = self.bs, self.window
+        if len(reqs) != bs or any(len(r.input_ids) != 1 for r in reqs):
+            raise ValueError(f"reqs: expected {bs} one-token requests")
+        v = self.np_views(host)
+        pos = np.fromiter((r.prefix_len for r in reqs), np.int64, bs)
+        end = pos + 1
+        k = pos // W
+        lo = np.maximum(0, (pos - W + 1) // W)
+        cur = np.empty(bs, np.int64)
+        prev = np.full(bs, -1, np.int64)
+        for b, r in enumerate(reqs):
+            if len(r.block_pages) < -(-int(end[b]) // page_size):
+                raise ValueError(
+                    f"request slot {r.req_pool_idx}: {len(r.block_pages)} block pages for {end[b]} tokens"
+                )
+            try:
+                cur[b] = r.window_pages[int(k[b])]
+                if lo[b] < k[b]:
+                    prev[b] = r.window_pages[int(k[b]) - 1]
+            except KeyError as e:
+                raise ValueError(
+                    f"request slot {r.req_pool_idx}: no window page for span {e.args[0]}"
+                ) from None
+        ar_b = np.arange(bs, dtype=np.int64)
+        v["input_ids"][:] = np.fromiter((r.input_ids[0] for r in reqs), np.int64, bs)
+        v["positions"][:] = pos
+        v["token_req"][:] = ar_b
+        v["req_pool_indices"][:] = np.fromiter((r.req_pool_idx for r in reqs), np.int64, bs)
+        v["logits_indices"][:] = ar_b
+        v["swa_write"][:] = cur * W + pos % W
+        kp = pos[:, None] - (W - 1) + np.arange(W, dtype=np.int64)[None, :]
+        page = np.where(kp // W == k[:, None], cur[:, None], prev[:, None])
+        v["swa_idx"][:] = np.where(kp >= 0, page * W + kp % W, -1)
+        v["swa_write"][n_real:] = -1
+        v["swa_idx"][n_real:] = -1
+        for name, m in self.ratios.items():
+            overlap = name == "csa"
+            per_page = page_size // m
+            base = bs * m
+            ar = np.arange(m, dtype=np.int64)
+            own = ar_b[:, None] * m + ar[None, :]  # [bs, m] buffered rows of each request
+            comp = np.nonzero(end % m == 0)[0]
+            J = comp.shape[0]
+            rows = own[comp].copy()
+            rows[:, m - 1] = base + comp  # the window's last slot is the new token
+            w = pos[comp] // m
+            for key, val, pad in (
+                ("win_rows", rows, -1),
+                ("win_pos", w * m, 0),
+                ("win_out", None, -1),
+            ):
+                dst = v[f"{name}.{key}"]
+                dst.fill(pad)
+                if val is not None:
+                    dst[:J] = val
+            if J:
+                v[f"{name}.win_out"][:J] = [
+                    reqs[int(b)].block_pages[int(ww) // per_page] * per_page + int(ww) % per_page
+                    for b, ww in zip(comp, w)
+                ]
+            ovl = v[f"{name}.ovl_rows"]
+            ovl.fill(-1)
+            ovl[comp] = rows
+            if overlap:
+                wp = v[f"{name}.win_prev"]
+                wp.fill(-1)
+                wp[:J] = np.where((w >= 1)[:, None], own[comp], -1)
+                snap = np.nonzero(end[comp] % page_size == 0)[0]
+                sr, sp = v[f"{name}.snap_rows"], v[f"{name}.snap_pages"]
+                sr.fill(-1)
+                sp.fill(0)
+                sr[: snap.shape[0]] = rows[snap]
+                sp[: snap.shape[0]] = cur[comp[snap]]
+            rem = end % m
+            br = np.where(ar[None, :] < rem[:, None], own, -1)
+            has = rem > 0
+            br[has, rem[has] - 1] = base + ar_b[has]
+            v[f"{name}.buf_rows"][:] = br
+            C = self.ctx // m
+            n_e = end // m
+            if int(n_e.max()) > C:
+                raise ValueError(f"{name}.candidates: {int(n_e.max())} visible entries exceed the static {C}")
+            nb = -(-C // per_page) if C else 0
+            blk = np.zeros((bs, max(nb, 1)), np.int64)
+            for b, r in enumerate(reqs):
+                need = min(nb, -(-int(n_e[b]) // per_page))
+                if need:
+                    blk[b, :need] = r.block_pages[:need]
+            e = np.arange(C, dtype=np.int64)
+            v[f"{name}.candidates"][:] = np.where(
+                e[None, :] < n_e[:, None], blk[:, e // per_page] * per_page + e % per_page, -1
+            )
+
     def views(self, dev_buf: torch.Tensor, base: ForwardBatch) -> ForwardBatch:
         """A :class:`ForwardBatch` whose tensors are views of ``dev_buf`` (host lists from ``base``)."""
         t: dict[str, torch.Tensor] = {}
@@ -251,10 +363,14 @@ class CudaGraphRunner:
             self.layouts[k] = StaticLayout(bs, ctx, self.window, self.ratios)
         return self.layouts[k]
 
+    @staticmethod
+    def _padded(reqs: list[ReqForwardInput], bs: int) -> list[ReqForwardInput]:
+        return list(reqs) + [dummy_request() for _ in range(bs - len(reqs))]
+
     def _host_batch(self, reqs: list[ReqForwardInput], bs: int) -> ForwardBatch:
-        padded = list(reqs) + [dummy_request() for _ in range(bs - len(reqs))]
+        """The padded batch built by the generic host builder (used for the host-side lists)."""
         return build_forward_batch(
-            padded,
+            self._padded(reqs, bs),
             self.runner.page_size,
             self.window,
             self.ratios.get("csa"),
@@ -262,10 +378,11 @@ class CudaGraphRunner:
             "cpu",
         )
 
-    def _upload(self, lay: StaticLayout, fb_host: ForwardBatch, n_real: int) -> None:
+    def _upload(self, lay: StaticLayout, reqs: list[ReqForwardInput], n_real: int) -> None:
+        """Fill the pinned host buffer for the padded decode batch ``reqs`` and copy it up."""
         if self.copy_done is not None:
             self.copy_done.synchronize()  # the pinned buffer is free again
-        lay.fill(self.host_np, fb_host, n_real)
+        lay.fill_decode(self.host_np, reqs, n_real, self.runner.page_size)
         self.dev_buf[: lay.size].copy_(self.host_buf[: lay.size], non_blocking=True)
         if self.device.type == "cuda":
             self.copy_done = torch.cuda.Event()
@@ -297,7 +414,7 @@ class CudaGraphRunner:
         """
         lay = self._layout(bs, ctx)
         fb = self._static(bs, ctx, two_stream)
-        self._upload(lay, self._host_batch([], bs), 0)
+        self._upload(lay, self._padded([], bs), 0)
         s = torch.cuda.Stream(self.device)
         s.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(s):
@@ -315,9 +432,10 @@ class CudaGraphRunner:
         """Run a decode batch through its graph (capturing it first if needed).
 
         Returns:
-            ``(fb, logits)``: ``fb`` is the host-built padded batch with its per-request lists
-            (``extend_lens``, ``prefix_lens``, ``logits_counts``) cut to the real requests;
-            ``logits`` ``[K, vocab]`` fp32 (a copy) of the rows the requests asked for.
+            ``(fb, logits)``: ``fb`` has the real requests' host lists (``extend_lens``,
+            ``prefix_lens``, ``logits_counts``) and, as tensors, the key's static padded views
+            (overwritten by the next step); ``logits`` ``[K, vocab]`` fp32 (a copy) of the rows
+            the requests asked for.
 
         Raises:
             ValueError: the batch has no graph key (check :meth:`can_run` first).
@@ -337,24 +455,24 @@ class CudaGraphRunner:
                 self.failed = True
                 use_graph = False
         lay = self._layout(bs, ctx)
-        fb_host = self._host_batch(reqs, bs)
         n = len(reqs)
-        self._upload(lay, fb_host, n)
+        self._upload(lay, self._padded(reqs, bs), n)
+        static = self._static(bs, ctx, two)
         if use_graph:
             self.graphs[gkey].replay()
         else:
-            self._run_static(self._static(bs, ctx, two), bs)
+            self._run_static(static, bs)
         self.num_replays += 1
         rows = [b for b, r in enumerate(reqs) if r.logits_start <= 0]
         if len(rows) == n:
             logits = self.out_logits[:n].clone()
         else:
             logits = self.out_logits[torch.tensor(rows, dtype=torch.long, device=self.device)]
-        counts = [1 if r.logits_start <= 0 else 0 for r in reqs]
         out_fb = dataclasses.replace(
-            fb_host,
-            extend_lens=fb_host.extend_lens[:n],
-            prefix_lens=fb_host.prefix_lens[:n],
-            logits_counts=counts,
+            static,
+            extend_lens=[1] * n,
+            prefix_lens=[r.prefix_len for r in reqs],
+            logits_counts=[1 if r.logits_start <= 0 else 0 for r in reqs],
+            extras={},
         )
         return out_fb, logits
