@@ -7,7 +7,8 @@ padded batch eagerly (``use_graphs=False``), which checks exactly the inputs a g
 logits of the real requests and every real KV / compressor state row must equal those of the
 plain eager runner (the runtime path that ``test_model_parity.py`` checks against HF
 transformers) on identical weights. Decodes cross CSA window ends, an HCA window end, a block end
-(CSA resume snapshot), a sliding-window page boundary and a context-bucket change.
+(CSA resume snapshot), a sliding-window page boundary and a context-bucket change, with
+all-padding forwards (the inputs of graph warm-up and capture) in between.
 
 The ``gpu`` variant does the same on CUDA with real graph capture, bf16, and the indexer on a
 second stream.
@@ -93,7 +94,9 @@ def _states(r: ModelRunner) -> dict[str, torch.Tensor]:
     return out
 
 
-def _compare_decode(device: str, dtype: str, use_graphs: bool, two_stream: bool, atol: float) -> int:
+def _compare_decode(
+    device: str, dtype: str, use_graphs: bool, two_stream: bool, atol: float, rtol: float = 0.0
+) -> int:
     """Prefill 3 requests eagerly in two runners with identical weights, then decode them with
     the plain eager path in one and the static (padded / graph) path in the other. Returns the
     number of static-path replays."""
@@ -111,7 +114,7 @@ def _compare_decode(device: str, dtype: str, use_graphs: bool, two_stream: bool,
             _, lg = r.forward([seqs[k][i].inp(ids)])
             seqs[k][i].advance(len(ids))
             outs[k] = lg
-        torch.testing.assert_close(outs["st"], outs["ref"], rtol=0, atol=atol)
+        torch.testing.assert_close(outs["st"], outs["ref"], rtol=rtol, atol=atol)
         last.append(int(outs["ref"][-1].argmax()))
     # 14 decode steps: req 0 crosses 128 (HCA window, CSA block-end snapshot, window page),
     # req 1 crosses 256 (context bucket 256 -> 512); batch of 3 pads to bucket 4; the last
@@ -121,18 +124,21 @@ def _compare_decode(device: str, dtype: str, use_graphs: bool, two_stream: bool,
         inputs_ref = [seqs["ref"][i].inp([last[i]]) for i in active]
         inputs_st = [seqs["st"][i].inp([last[i]]) for i in active]
         assert gr.can_run(inputs_st)
+        if step in (4, 9):  # an all-padding forward (graph warm-up / capture input) in between
+            with torch.inference_mode():
+                gr._run_static(gr.dummy_inputs(4, 512, two_stream), 4)
         _, lr = ref.forward(inputs_ref)
         fb_s, ls = gr.replay(inputs_st)
         assert fb_s.logits_counts == [1] * len(active)
         assert ls.shape == lr.shape
-        torch.testing.assert_close(ls.float().cpu(), lr.float().cpu(), rtol=0, atol=atol)
+        torch.testing.assert_close(ls.float().cpu(), lr.float().cpu(), rtol=rtol, atol=atol)
         for j, i in enumerate(active):
             seqs["ref"][i].advance(1)
             seqs["st"][i].advance(1)
             last[i] = int(lr[j].argmax())
     a, b = _states(ref), _states(st)
     for name in a:
-        torch.testing.assert_close(b[name], a[name], rtol=0, atol=atol, msg=name)
+        torch.testing.assert_close(b[name], a[name], rtol=rtol, atol=atol, msg=name)
     return gr.num_replays
 
 
@@ -187,9 +193,10 @@ def test_layout_fill_pads_and_rejects_oversize():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("two_stream", [False, True])
 def test_cuda_graph_decode_matches_eager_gpu(two_stream):
-    # bf16: eager and replay run the same kernels on the same shapes except the padded batch
-    # size, so differences are bf16 rounding of reductions tiled by batch size
-    n = _compare_decode("cuda", "bfloat16", use_graphs=True, two_stream=two_stream, atol=5e-2)
+    # bf16: eager and replay run the same kernels on the same data except for the padded batch
+    # size (GEMM / kernel tiles chosen by batch size) and fp32 atomics in the MoE, so they differ
+    # by bf16 rounding (2^-8 relative) of the logits / KV entries, not by wrong rows
+    n = _compare_decode("cuda", "bfloat16", use_graphs=True, two_stream=two_stream, atol=5e-2, rtol=2e-2)
     assert n == 14
 
 

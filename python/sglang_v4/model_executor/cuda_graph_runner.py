@@ -406,15 +406,22 @@ class CudaGraphRunner:
         logits = self.runner.model(fb, self.runner.pool)
         self.out_logits[:bs].copy_(logits)
 
+    def dummy_inputs(self, bs: int, ctx: int, two_stream: bool) -> ForwardBatch:
+        """Load an all-padding batch (``bs`` dummy requests: slot 0, pages 0, no KV writes) into
+        the static buffer and return the key's static batch; a forward on it (graph warm-up and
+        capture) changes no real request's state."""
+        lay = self._layout(bs, ctx)
+        fb = self._static(bs, ctx, two_stream)
+        self._upload(lay, self._padded([], bs), 0)
+        return fb
+
     def capture(self, bs: int, ctx: int, two_stream: bool) -> None:
         """Capture the graph of key ``(bs, ctx, two_stream)`` on dummy inputs.
 
         Raises:
             RuntimeError: capture failed (the caller falls back to eager).
         """
-        lay = self._layout(bs, ctx)
-        fb = self._static(bs, ctx, two_stream)
-        self._upload(lay, self._padded([], bs), 0)
+        fb = self.dummy_inputs(bs, ctx, two_stream)
         s = torch.cuda.Stream(self.device)
         s.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(s):
