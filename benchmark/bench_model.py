@@ -65,10 +65,79 @@ def left(budget: float) -> float:
 def save(out: str) -> None:
     """Rewrite the JSON and the markdown summary (called after every phase)."""
     RESULTS["elapsed_s"] = round(time.time() - T0, 1)
+    try:
+        summarize()
+    except Exception as e:  # noqa: BLE001 - a summary bug must not lose the rows
+        RESULTS["errors"]["summary"] = repr(e)
     with open(os.path.join(out, "model_bench.json"), "w") as f:
         json.dump(RESULTS, f, indent=1, default=str)
     with open(os.path.join(out, "model_bench.md"), "w") as f:
         f.write(markdown())
+
+
+def prefill_flops(model: torch.nn.Module, mc, n: int) -> float:
+    """FLOPs of a prefill of ``n`` tokens (one request from position 0), an estimate: 2 x the
+    parameters each token multiplies (all but the embedding table and the LM head, routed experts
+    weighted by ``k / E``) + attention ``4 H D`` per (query, key) over the window plus top-k (CSA)
+    or all visible (HCA) compressed entries + indexer ``2 Hi di`` per (query, candidate); the LM
+    head runs for the last token only."""
+    hf = mc.hf
+    E, k = hf.n_routed_experts, hf.num_experts_per_tok
+    dense = exp = 0
+    for name, p in model.named_parameters():
+        if "embed_tokens" in name or name.startswith("lm_head"):
+            continue
+        if ".experts." in name:
+            exp += p.numel()
+        else:
+            dense += p.numel()
+    f = 2.0 * n * (dense + exp * k / E) + 2.0 * hf.hidden_size * hf.vocab_size
+    pos = torch.arange(n, dtype=torch.float64)
+    win = torch.clamp(pos + 1, max=hf.sliding_window)
+    H, D = hf.num_attention_heads, hf.head_dim
+    for t in hf.layer_types:
+        keys = win.clone()
+        if t == "compressed_sparse_attention":
+            vis = torch.floor((pos + 1) / mc.csa_ratio)
+            keys += torch.clamp(vis, max=hf.index_topk)
+            f += float(2 * hf.index_n_heads * hf.index_head_dim * vis.sum())
+        elif t == "heavily_compressed_attention":
+            keys += torch.floor((pos + 1) / mc.hca_ratio)
+        f += float(4 * H * D * keys.sum())
+    return f
+
+
+def summarize() -> None:
+    """Same-run ratios for RESULTS.md (filled from whatever rows exist)."""
+    rows, out = RESULTS["rows"], {}
+
+    def ms(name: str) -> float | None:
+        return rows.get(name, {}).get("ms_step")
+
+    e, g, hf1 = ms("decode bs1 eager stream"), ms("decode bs1 graph stream"), ms("HF eager bs1")
+    roof = RESULTS.get("roofline", {}).get("bs1_ms")
+    if e and g:
+        out["bs1 graphs speedup over eager"] = round(e / g, 2)
+    if g and hf1:
+        out["bs1 graph speedup over HF eager"] = round(hf1 / g, 1)
+    if g and roof:
+        out["bs1 graph x roofline"] = round(g / roof, 2)
+        out["bs1 target <= 2.0 ms/step met"] = g <= 2.0
+    for bs in (1, 8, 32):
+        a, b = ms(f"decode bs{bs} graph stream"), ms(f"decode bs{bs} graph nostream")
+        if a and b:
+            out[f"bs{bs} second-stream gain %"] = round(100 * (b - a) / b, 1)
+        a, b = ms(f"decode bs{bs} graph stream"), ms(f"decode bs{bs} eager stream")
+        if a and b and bs > 1:
+            out[f"bs{bs} graphs speedup over eager"] = round(b / a, 2)
+    a, b = rows.get("decode bs8 graph stream", {}).get("tok_s"), rows.get("HF eager bs8", {}).get("tok_s")
+    if a and b:
+        out["bs8 tok/s over HF eager"] = round(a / b, 1)
+    gemm = RESULTS.get("ceilings", {}).get("gemm_tflops")
+    for name, r in rows.items():
+        if name.startswith("prefill ") and "tflops" in r and gemm:
+            out[f"{name} fraction of bf16 GEMM rate"] = round(r["tflops"] / gemm, 3)
+    RESULTS["summary"] = out
 
 
 def markdown() -> str:
@@ -80,6 +149,18 @@ def markdown() -> str:
     rf = r.get("roofline", {})
     if rf:
         lines.append(f"bs-1 roofline: {rf.get('active_gb')} GB active weights -> {rf.get('bs1_ms')} ms/step")
+    cr = r.get("correctness")
+    if cr:
+        lines.append(
+            f"correctness (tiny, CPU fp32 vs {'CUDA bf16' if cr.get('graphs', {}).get('enabled') else 'CPU'}): "
+            f"ok={cr.get('ok')} graphs={json.dumps(cr.get('graphs'))}"
+        )
+        for rid, v in cr.get("requests", {}).items():
+            lines.append(f"- {rid}: {json.dumps(v)}")
+        lines.append(f"- tolerance: {cr.get('tolerance')}")
+    if r.get("summary"):
+        lines += ["", "| same-run ratio | value |", "| --- | --- |"]
+        lines += [f"| {k} | {v} |" for k, v in r["summary"].items()]
     lines += ["", "| row | value |", "| --- | --- |"]
     for k, v in r["rows"].items():
         lines.append(f"| {k} | {json.dumps(v, default=str)} |")
@@ -414,7 +495,7 @@ class Bench:
                     r["pos"] += 1
             row = {"ms_step": round(statistics.median(times), 3), "tok_s": None, "steps": steps}
             row["tok_s"] = round(bs / row["ms_step"] * 1e3, 1)
-            if graphs and self.graph_runner is not None:
+            if graphs and self.graph_runner is not None and self.device == "cuda":
                 gr = self.graph_runner
                 key = gr.key_for(self.step_inputs(reqs))
                 if key is not None and (key[0], key[1], stream) in gr.graphs:
@@ -499,20 +580,30 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=200.0)
     ap.add_argument("--correctness-only", action="store_true")
     ap.add_argument("--no-correctness", action="store_true")
-    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument(
+        "--ctx", type=int, default=960, help="decode context (960: 40+ steps stay in the 1024 graph bucket)"
+    )
+    ap.add_argument(
+        "--device", default="cuda", choices=("cuda", "cpu"), help="cpu: dry run of the driver (no ceilings)"
+    )
+    ap.add_argument("--preset", default="flash-8l-32e")
+    ap.add_argument("--prefill", default="1024,8192,32768", help="prefill sizes (tokens)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    cuda = args.device == "cuda"
     if args.correctness_only:
-        correctness_main(args.out)
+        correctness_main(args.out, args.device, "bfloat16" if cuda else "float32")
         return 0
     B = args.budget_s
-    import triton
+    gpu_name, triton_version = "cpu (dry run)", None
+    if cuda:
+        import triton
 
-    p = torch.cuda.get_device_properties(0)
+        gpu_name, triton_version = torch.cuda.get_device_properties(0).name, triton.__version__
     RESULTS["env"] = {
-        "gpu": p.name,
+        "gpu": gpu_name,
         "torch": torch.__version__,
-        "triton": triton.__version__,
+        "triton": triton_version,
         "time_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "command": " ".join(sys.argv),
     }
@@ -521,7 +612,15 @@ def main() -> int:
     if not args.no_correctness:
         log = open(os.path.join(args.out, "correctness.log"), "w")
         proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--out", args.out, "--correctness-only"],
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--out",
+                args.out,
+                "--correctness-only",
+                "--device",
+                args.device,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
@@ -547,7 +646,7 @@ def main() -> int:
     state: dict[str, Any] = {}
 
     def build() -> None:
-        bench = Bench(40000)
+        bench = Bench(40000, args.preset, args.device, "bfloat16" if cuda else "float32")
         state["bench"] = bench
         ab = active_bytes(bench.runner.model, bench.mc, 1)
         RESULTS["roofline"] = {"active_gb": round(ab["active_gb"], 3)}
@@ -559,7 +658,8 @@ def main() -> int:
 
     phase("build", 40, B, args.out)(build)
     wait_correctness()
-    phase("ceilings", 20, B, args.out)(ceilings)
+    if cuda:
+        phase("ceilings", 20, B, args.out)(ceilings)
     if "ceilings" in RESULTS and "roofline" in RESULTS:
         bw = RESULTS["ceilings"]["copy_tbps"] * 1e12
         RESULTS["roofline"]["bs1_ms"] = round(RESULTS["roofline"]["active_gb"] * 1e9 / bw * 1e3, 3)
@@ -598,17 +698,26 @@ def main() -> int:
             if i:
                 ts.append(dt)
         t = statistics.median(ts)
-        rows[f"prefill {n}"] = {"s": round(t, 4), "tok_s": round(n / t, 1), "reps": reps}
+        fl = prefill_flops(bench.runner.model, bench.mc, n)
+        rows[f"prefill {n}"] = {
+            "s": round(t, 4),
+            "tok_s": round(n / t, 1),
+            "reps": reps,
+            "tflops": round(fl / t / 1e12, 1),
+            "gflop_per_tok": round(fl / n / 1e9, 2),
+        }
 
-    phase("prefill_1k", 8, B, args.out)(pre, 1024, 3)
-    phase("prefill_8k", 15, B, args.out)(pre, 8192, 2)
+    sizes = [int(x) for x in args.prefill.split(",") if x]
+    for n in sizes[:2]:
+        phase(f"prefill_{n}", 8 if n <= 2048 else 15, B, args.out)(pre, n, 3 if n <= 2048 else 2)
     phase("decode_bs128_graph", 20, B, args.out)(dec, "decode bs128 graph stream", 128, True, True, 10, 2)
     for bs in (1, 8, 32):
         phase(f"decode_bs{bs}_graph_nostream", 12, B, args.out)(
             dec, f"decode bs{bs} graph nostream", bs, True, False, 20 if bs == 1 else 10, 2
         )
     phase("hf_bs8", 30, B, args.out)(lambda: rows.__setitem__("HF eager bs8", hf_baseline(bench, 8, ctx, 5)))
-    phase("prefill_32k", 25, B, args.out)(pre, 32768, 1)
+    for n in sizes[2:]:
+        phase(f"prefill_{n}", 25, B, args.out)(pre, n, 1)
     phase("decode_bs1_eager_nostream", 8, B, args.out)(
         dec, "decode bs1 eager nostream", 1, False, False, 10, 2
     )
@@ -633,8 +742,9 @@ def main() -> int:
     import gc
 
     gc.collect()
-    torch.cuda.empty_cache()
-    phase("gpu_tests", 25, B, args.out)(gpu_tests)
+    if cuda:
+        torch.cuda.empty_cache()
+        phase("gpu_tests", 25, B, args.out)(gpu_tests)
     save(args.out)
     return 0
 
