@@ -85,6 +85,8 @@ class Scheduler:
             kv_cache_dtype=sa.kv_cache_dtype,
             fp4_indexer=sa.enable_fp4_indexer,
             resume_interval=int(getattr(sa, "resume_interval", 1) or 1),
+            cuda_graph_max_bs=sa.cuda_graph_max_bs,
+            disable_cuda_graph=bool(sa.disable_cuda_graph),
         )
         self.pool = self.runner.pool
         self.max_total_num_tokens = self.runner.max_total_tokens
