@@ -121,3 +121,31 @@ def test_generation_stops_at_context_length(model_dir):
     assert res["a"]["finish"]["type"] == "length"
     assert len(res["a"]["ids"]) == 20
     assert idle(s)
+
+
+def test_request_larger_than_pool_fails_cleanly_and_others_proceed(model_dir):
+    """A prompt that cannot fit the pool is failed with 400; a small one still completes."""
+    s = make(model_dir, max_total_tokens=2 * 256, chunked_prefill_size=256)
+    submit(s, "huge", random_ids(900, 8), 4)
+    submit(s, "small", random_ids(100, 9), 4)
+    res = drain(s)
+    assert res["huge"]["finish"]["type"] == "abort" and res["huge"]["finish"].get("status_code") == 400
+    assert res["small"]["finish"]["type"] == "length" and len(res["small"]["ids"]) == 4
+    assert idle(s)
+
+
+def test_concurrent_chunked_prefills_under_pressure_do_not_hang(model_dir):
+    """Several chunked prefills that together exceed the pool: all finish, outputs exact."""
+    prompts = [random_ids(600, seed=60 + i) for i in range(3)]
+    roomy = make(model_dir)
+    alone = {}
+    for i, p in enumerate(prompts):
+        submit(roomy, f"c{i}", p, 3)
+        alone.update(drain(roomy))
+    tight = make(model_dir, max_total_tokens=4 * 256, chunked_prefill_size=200)
+    for i, p in enumerate(prompts):
+        submit(tight, f"c{i}", p, 3)
+    got = drain(tight)
+    for rid in alone:
+        assert got[rid]["ids"] == alone[rid]["ids"], rid
+    assert idle(tight)

@@ -367,13 +367,17 @@ class Scheduler:
             batch.append((req, end))
             budget -= end - req.num_computed
         if not batch:
-            if self.running and not self.waiting:
-                # nothing fits even after eviction: fail the largest request rather than hang
-                victim = max(self.running, key=lambda r: r.seq_len)
-                self._finish(victim, finish_abort("The KV cache pool is too small for this request.", 400))
-            elif self.waiting and not self.running:
-                victim = self.waiting[0]
-                self._finish(victim, finish_abort("The KV cache pool is too small for this request.", 400))
+            # Nothing could get pages even after eviction. Never hang: let the oldest running
+            # request proceed alone (retract the others); if it is alone and still does not fit,
+            # it can never fit, so fail it (likewise a waiting request with nothing running).
+            too_small = finish_abort("The KV cache pool is too small for this request.", 400)
+            if len(self.running) > 1:
+                for r in sorted(self.running, key=lambda r: r.arrival)[1:]:
+                    self._retract(r)
+            elif self.running:
+                self._finish(self.running[0], too_small)
+            elif self.waiting:
+                self._finish(self.waiting[0], too_small)
             return self._collect_outputs()
         self._run_batch(batch)
         return self._collect_outputs()
