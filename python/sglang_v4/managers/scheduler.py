@@ -90,7 +90,9 @@ class Scheduler:
         )
         self.pool = self.runner.pool
         self.max_total_num_tokens = self.runner.max_total_tokens
-        self.max_req_input_len = self.context_len - 1
+        # a prompt must fit both the context and the KV pool (SGLang's bound), else it could only
+        # fail after a prefill that evicts the whole cache
+        self.max_req_input_len = min(self.context_len, self.max_total_num_tokens) - 1
         self.tree = RadixCache(
             self.pool.block_alloc,
             self.pool.window_alloc,
@@ -152,6 +154,11 @@ class Scheduler:
             err = (
                 f"The input ({n} tokens) is longer than the model's context length "
                 f"({self.context_len} tokens)."
+            )
+        elif n > self.max_req_input_len:
+            err = (
+                f"The input ({n} tokens) does not fit in the KV cache pool "
+                f"({self.max_total_num_tokens} tokens; at most {self.max_req_input_len} prompt tokens)."
             )
         elif any((t < 0 or t >= self.model_config.vocab_size) for t in req.origin_input_ids):
             err = f"input_ids: token id out of range [0, {self.model_config.vocab_size})."

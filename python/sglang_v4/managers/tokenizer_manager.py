@@ -326,6 +326,12 @@ class TokenizerManager:
                 f"[0, {self.vocab_size})."
             )
         if len(input_ids) > self.max_req_input_len:
+            if self.max_req_input_len < self.context_len - 1:  # bounded by the KV pool, not the context
+                raise RequestError(
+                    f"The input ({len(input_ids)} tokens) does not fit in the KV cache pool "
+                    f"({self.scheduler_info.max_total_num_tokens} tokens; at most "
+                    f"{self.max_req_input_len} prompt tokens)."
+                )
             raise RequestError(
                 f"The input ({len(input_ids)} tokens) is longer than the model's context length "
                 f"({self.context_len} tokens; at most {self.max_req_input_len} prompt tokens)."

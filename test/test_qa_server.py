@@ -1,0 +1,51 @@
+"""QA: HTTP-level repros against a real server on the embedded default model (small KV pool).
+
+The server runs with ``--max-total-tokens 512`` (two 256-token block pages) so that limits are
+cheap to reach. Oracles: SGLang's documented bounds and the numbers given on the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import requests
+from server_fixture import REPO, ServerHandle, start_server
+
+POOL_TOKENS = 512
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    env = dict(os.environ)
+    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
+    h = start_server(
+        ["--max-total-tokens", str(POOL_TOKENS), "--skip-warmup"],
+        env,
+        tmp_path_factory.mktemp("qa") / "server.log",
+        timeout_s=300,
+    )
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
+
+
+def test_prompt_larger_than_pool_is_400_up_front(server: ServerHandle) -> None:
+    info = requests.get(server.url + "/server_info", timeout=30).json()
+    assert info["max_total_num_tokens"] == POOL_TOKENS
+    assert info["max_req_input_len"] == POOL_TOKENS - 1
+    t0 = time.time()
+    r = requests.post(
+        server.url + "/generate",
+        json={"input_ids": [7] * (POOL_TOKENS + 10), "sampling_params": {"max_new_tokens": 2}},
+        timeout=60,
+    )
+    assert r.status_code == 400, r.text
+    msg = r.json()["error"]["message"]
+    assert "KV cache pool" in msg and str(POOL_TOKENS) in msg, msg
+    assert time.time() - t0 < 5.0
+    pool = requests.get(server.url + "/server_info", timeout=30).json()["kv_pool"]
+    assert pool["block_pages"]["used"] == 0  # nothing was prefilled or cached
