@@ -89,6 +89,11 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
     from sglang_v4.managers.detokenizer_manager import run_detokenizer_process
     from sglang_v4.managers.scheduler_process import run_scheduler_process
 
+    if mp.current_process().name.startswith("sglang_v4::"):
+        # we are one of our own spawned children re-running the user's script top level
+        raise RuntimeError(
+            "An Engine was created while a child process imported the main script. " + _MAIN_GUARD_HINT
+        )
     ctx = mp.get_context("spawn")
     port_args = PortArgs.init_new()
     reader, writer = ctx.Pipe(duplex=False)
@@ -122,10 +127,20 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
             break
     if info is None or info.status != "ready":
         detail = info.error if info is not None else f"scheduler exit code {sched.exitcode}"
+        if info is None and sched.exitcode == 1:
+            detail += ". " + _MAIN_GUARD_HINT
         procs.shutdown()
         raise RuntimeError(f"The scheduler process failed to start:\n{detail}")
     procs.scheduler_info = info
     return procs
+
+
+#: Shown when a spawned child fails at start-up, the usual cause being an unguarded script.
+_MAIN_GUARD_HINT = (
+    "The Engine starts its processes with 'spawn', which re-runs the main script in each child: "
+    'create the Engine under `if __name__ == "__main__":` (see "Safe importing of main module" '
+    "in Python's multiprocessing docs)."
+)
 
 
 class Engine:
