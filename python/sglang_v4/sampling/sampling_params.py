@@ -29,6 +29,7 @@ __all__ = [
     "MAX_N",
     "SAMPLING_EPS",
     "GRAMMAR_NOT_SUPPORTED_MSG",
+    "GRAMMAR_UNAVAILABLE_MSG",
 ]
 
 SAMPLING_EPS = 1e-6
@@ -44,6 +45,11 @@ MAX_N = 128
 """At most this many parallel samples per request (``n``)."""
 
 GRAMMAR_NOT_SUPPORTED_MSG = "constrained decoding ({field}) is not supported yet by sglang-v4"
+#: ``json_schema`` / ``regex`` / ``ebnf`` on a server whose scheduler has no grammar backend.
+GRAMMAR_UNAVAILABLE_MSG = (
+    "constrained decoding ({field}) is not supported on this server without the xgrammar package: "
+    "install it where the server runs (pip install xgrammar, or the project's `grammar` extra)"
+)
 
 # Fields whose ``None`` means "default"; the value is the default used.
 _SCALAR_DEFAULTS: dict[str, Any] = {
@@ -346,8 +352,10 @@ class SamplingParams:
         ]
         if len(grammars) > 1:
             raise ValueError("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
-        if grammars and (not allow_grammar or grammars[0] == "structural_tag"):
+        if grammars and grammars[0] == "structural_tag":
             raise ValueError(GRAMMAR_NOT_SUPPORTED_MSG.format(field=grammars[0]))
+        if grammars and not allow_grammar:
+            raise ValueError(GRAMMAR_UNAVAILABLE_MSG.format(field=grammars[0]))
 
     def normalize(self, tokenizer: Any | None) -> None:
         """Turn API aliases into internal fields (idempotent).
