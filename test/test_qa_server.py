@@ -49,3 +49,41 @@ def test_prompt_larger_than_pool_is_400_up_front(server: ServerHandle) -> None:
     assert time.time() - t0 < 5.0
     pool = requests.get(server.url + "/server_info", timeout=30).json()["kv_pool"]
     assert pool["block_pages"]["used"] == 0  # nothing was prefilled or cached
+
+
+def test_prompt_plus_max_new_tokens_larger_than_pool_is_400_up_front(server: ServerHandle) -> None:
+    # Found by hand: a 500-token prompt with max_new_tokens=30 on a 512-token pool generated 12
+    # tokens, then failed with "The KV cache pool is too small" and the 12 tokens were lost. As
+    # with the context length (SGLang rejects prompt + max_new_tokens >= context_len up front),
+    # the pool bounds the whole request.
+    for path, body in (
+        (
+            "/generate",
+            {"input_ids": [9] * 500, "sampling_params": {"max_new_tokens": 30, "ignore_eos": True}},
+        ),
+        ("/v1/completions", {"prompt": [9] * 500, "max_tokens": 30}),
+    ):
+        t0 = time.time()
+        r = requests.post(server.url + path, json=body, timeout=60)
+        assert r.status_code == 400, r.text
+        text = r.text
+        assert "KV cache pool" in text and str(POOL_TOKENS) in text, text
+        assert time.time() - t0 < 5.0
+    pool = requests.get(server.url + "/server_info", timeout=30).json()["kv_pool"]
+    assert pool["block_pages"]["used"] == 0
+
+
+def test_unbounded_generation_stops_at_pool_capacity_with_length(server: ServerHandle) -> None:
+    # max_new_tokens=None means "until the context ends" (SGLang); with a pool smaller than the
+    # context, the request must end with finish_reason length at the pool's capacity, not fail.
+    r = requests.post(
+        server.url + "/generate",
+        json={"input_ids": [9] * 500, "sampling_params": {"max_new_tokens": None, "ignore_eos": True}},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    meta = r.json()["meta_info"]
+    assert meta["finish_reason"]["type"] == "length", meta
+    assert meta["prompt_tokens"] == 500
+    assert 1 <= meta["completion_tokens"] and meta["prompt_tokens"] + meta["completion_tokens"] <= POOL_TOKENS
+    requests.post(server.url + "/flush_cache", timeout=30)

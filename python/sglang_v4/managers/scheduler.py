@@ -496,8 +496,11 @@ class Scheduler:
                 req.pending_output_logprobs.append((float(lps[i, tok]), tok, tv, ti))
             if req.grammar is not None:
                 req.grammar.accept(tok)
-            max_new = req.sampling_params.max_new_tokens_for(len(req.origin_input_ids), self.context_len)
-            reached = len(req.output_ids) >= max_new or req.seq_len >= self.context_len
+            # a request can never hold more than the pool: stop there (finish length) like at the
+            # context end, rather than fail once nothing is left to retract
+            limit = min(self.context_len, self.max_total_num_tokens)
+            max_new = req.sampling_params.max_new_tokens_for(len(req.origin_input_ids), limit)
+            reached = len(req.output_ids) >= max_new or req.seq_len >= limit
             reason = check_stop(req.output_ids, req.sampling_params, self.eos_ids, self.tokenizer, reached)
             if reason is None and req.grammar is not None and req.grammar.is_terminated():
                 reason = {"type": "stop", "matched": tok}

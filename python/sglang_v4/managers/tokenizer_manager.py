@@ -343,6 +343,17 @@ class TokenizerManager:
             sp.verify(self.vocab_size, allow_grammar=self.grammar_enabled)
         except (TypeError, ValueError) as e:
             raise RequestError(f"Invalid sampling_params: {e}") from None
+        pool = int(self.scheduler_info.max_total_num_tokens or 0)
+        total = (sp.max_new_tokens or 0) + len(input_ids)
+        if sp.max_new_tokens is not None and 0 < pool < self.context_len and total >= pool:
+            # the KV pool, not the context, bounds this server's requests (max_req_input_len too):
+            # admitting it would only fail mid-generation and lose the tokens made so far
+            raise RequestError(
+                f"Requested token count exceeds the KV cache pool of {pool} tokens. You requested a "
+                f"total of {total} tokens: {len(input_ids)} tokens from the input and "
+                f"{sp.max_new_tokens} tokens for the completion. Please reduce the number of tokens "
+                "in the input or the completion (or start the server with a larger --max-total-tokens)."
+            )
         if sp.max_new_tokens is not None and sp.max_new_tokens + len(input_ids) >= self.context_len:
             raise RequestError(
                 f"Requested token count exceeds the model's maximum context length of {self.context_len} "
