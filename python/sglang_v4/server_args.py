@@ -164,9 +164,11 @@ class ServerArgs:
             raise ValueError("api_key must be a string")
         if self.watchdog_timeout <= 0:
             raise ValueError(f"watchdog_timeout must be positive (got {self.watchdog_timeout!r})")
-        if self.tp_size > 1 and self.device == "cpu":
-            # torch.distributed over gloo is allowed on CPU for tests; nothing to check here.
-            pass
+        if self.tp_size != 1:
+            # nothing reads tp_size yet: refuse rather than silently run on one device
+            raise ValueError(
+                f"tp_size must be 1: tensor parallelism is not implemented yet (got {self.tp_size})"
+            )
 
     # ------------------------------------------------------------------ CLI
     @staticmethod
