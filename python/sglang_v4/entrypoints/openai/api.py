@@ -13,7 +13,7 @@ __all__ = ["create_openai_router"]
 
 
 def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
-    """Build the router with ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``.
+    """Build the router with ``GET /v1/models[/{model}]``, ``POST /v1/completions``, ``POST /v1/chat/completions``.
 
     Args:
         tokenizer_manager: provides ``generate_request(obj: GenerateReqInput, request)`` (async
@@ -31,6 +31,10 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     @router.get("/v1/models")
     async def v1_models(request: Request) -> Response:
         return await serving.models(request)
+
+    @router.get("/v1/models/{model:path}")
+    async def v1_retrieve_model(model: str, request: Request) -> Response:
+        return await serving.retrieve_model(request, model)
 
     @router.post("/v1/completions")
     async def v1_completions(request: Request) -> Response:

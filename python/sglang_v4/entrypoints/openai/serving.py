@@ -335,6 +335,18 @@ class OpenAIServing:
         card = ModelCard(id=self.model_name, root=self.model_name, max_model_len=self._context_len())
         return JSONResponse(ModelList(data=[card]).model_dump())
 
+    async def retrieve_model(self, request: Request, model: str) -> Response:
+        """``GET /v1/models/{model}``: the model card for a name the API accepts, else 404 (as SGLang)."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        try:
+            self._check_model(model)
+        except RequestError as e:
+            return error_response(e.message, e.status, e.err_type, e.param)
+        card = ModelCard(id=model, root=self.model_name, max_model_len=self._context_len())
+        return JSONResponse(card.model_dump())
+
     # ------------------------------------------------------------------ /v1/completions
     async def completions(self, request: Request) -> Response:
         """``POST /v1/completions``."""
