@@ -36,3 +36,33 @@ def test_models_retrieve(server) -> None:
     assert card.id == "qa-model" and card.object == "model"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("no-such-model")
+
+
+def test_reasoning_tokens_counted_in_thinking_mode(server) -> None:
+    # Found by hand: with chat_template_kwargs {"thinking": true} the answer had reasoning_content
+    # but usage.reasoning_tokens stayed 0. SGLang counts the generated tokens up to and including
+    # the first "</think>" (all of them when there is none) and also reports them at OpenAI's
+    # place, usage.completion_tokens_details.reasoning_tokens. The fake model never emits
+    # "</think>", so every completion token is a reasoning token.
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="EMPTY")
+    msgs = [{"role": "user", "content": "Hi"}]
+    think = {"chat_template_kwargs": {"thinking": True}}
+    r = client.chat.completions.create(model="qa-model", messages=msgs, max_tokens=5, extra_body=think)
+    assert r.choices[0].message.content == ""
+    assert r.usage.completion_tokens == 5
+    assert r.usage.model_extra["reasoning_tokens"] == 5
+    assert r.usage.completion_tokens_details.reasoning_tokens == 5
+    stream = client.chat.completions.create(
+        model="qa-model",
+        messages=msgs,
+        max_tokens=4,
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=think,
+    )
+    usage = [c.usage for c in stream if c.usage is not None][-1]
+    assert usage.completion_tokens == 8 and usage.model_extra["reasoning_tokens"] == 8
+    plain = client.chat.completions.create(model="qa-model", messages=msgs, max_tokens=3)
+    assert plain.usage.model_extra["reasoning_tokens"] == 0
+    assert plain.usage.completion_tokens_details is None

@@ -73,14 +73,26 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(BaseModel):
+    """OpenAI's ``usage.completion_tokens_details`` (tokens)."""
+
+    reasoning_tokens: int = 0
+
+
 class UsageInfo(BaseModel):
-    """Token accounting of one response (all counts in tokens)."""
+    """Token accounting of one response (all counts in tokens).
+
+    ``reasoning_tokens`` (SGLang's field) counts, in thinking mode, the generated tokens up to and
+    including the first ``</think>`` (all of them without one); ``completion_tokens_details`` repeats
+    it where OpenAI puts it, and is set only when there are some (as SGLang).
+    """
 
     prompt_tokens: int = 0
     total_tokens: int = 0
     completion_tokens: int | None = 0
     prompt_tokens_details: PromptTokensDetails | None = None
     reasoning_tokens: int | None = 0
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class ModelCard(BaseModel):

@@ -42,6 +42,7 @@ from sglang_v4.entrypoints.openai.protocol import (
     CompletionResponseChoice,
     CompletionResponseStreamChoice,
     CompletionStreamResponse,
+    CompletionTokensDetails,
     DeltaMessage,
     ErrorResponse,
     LogProbs,
@@ -51,7 +52,7 @@ from sglang_v4.entrypoints.openai.protocol import (
     TopLogprob,
     UsageInfo,
 )
-from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser, split_reasoning
+from sglang_v4.entrypoints.openai.reasoning_parser import THINK_END, ReasoningParser, split_reasoning
 from sglang_v4.sampling.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -263,17 +264,31 @@ class OpenAIServing:
             raise RequestError(str(e), param=_param_of(str(e))) from None
         return d
 
-    def _usage(self, rets: list[dict[str, Any]], n: int) -> UsageInfo:
+    def _usage(self, rets: list[dict[str, Any]], n: int, thinking: bool = False) -> UsageInfo:
         metas = [r.get("meta_info", {}) for r in rets]
         prompt = sum(int(m.get("prompt_tokens", 0)) for m in metas[:: max(n, 1)])
         completion = sum(int(m.get("completion_tokens", 0)) for m in metas)
         usage = UsageInfo(
             prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
         )
+        if thinking:
+            usage.reasoning_tokens = sum(self._reasoning_tokens(r.get("output_ids") or []) for r in rets)
+            if usage.reasoning_tokens:
+                usage.completion_tokens_details = CompletionTokensDetails(
+                    reasoning_tokens=usage.reasoning_tokens
+                )
         if self.enable_cache_report:
             cached = sum(int(m.get("cached_tokens", 0) or 0) for m in metas[:: max(n, 1)])
             usage.prompt_tokens_details = PromptTokensDetails(cached_tokens=cached)
         return usage
+
+    def _reasoning_tokens(self, output_ids: list[int]) -> int:
+        """Generated tokens of the reasoning block: up to and including the first ``</think>``."""
+        tok = self.tokenizer
+        end = tok.convert_tokens_to_ids(THINK_END) if tok is not None else None
+        if isinstance(end, int) and end in output_ids:
+            return output_ids.index(end) + 1
+        return len(output_ids)
 
     def _token_text(self, tid: int, text: str | None) -> str:
         if text is not None:
@@ -630,7 +645,10 @@ class OpenAIServing:
                 )
             )
         resp = ChatCompletionResponse(
-            id=f"chatcmpl-{uuid.uuid4().hex}", model=req.model, choices=choices, usage=self._usage(rets, n)
+            id=f"chatcmpl-{uuid.uuid4().hex}",
+            model=req.model,
+            choices=choices,
+            usage=self._usage(rets, n, separate),
         )
         return JSONResponse(resp.model_dump(mode="json"))
 
@@ -745,7 +763,11 @@ class OpenAIServing:
                     rets = [finals[i] for i in sorted(finals)]
                     yield _sse(
                         ChatCompletionStreamResponse(
-                            id=rid, created=created, model=req.model, choices=[], usage=self._usage(rets, n)
+                            id=rid,
+                            created=created,
+                            model=req.model,
+                            choices=[],
+                            usage=self._usage(rets, n, separate),
                         )
                     )
             except ValueError as e:
