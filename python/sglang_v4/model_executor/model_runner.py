@@ -2,9 +2,11 @@
 
 Weights come from a checkpoint directory (``load_format="auto"``, official or HF names, FP8/FP4
 dequantized on load; ``sglang_v4.model_loader``) or are initialised randomly on the device
-(``load_format="dummy"``, as SGLang and vLLM call it, for benchmarks). The KV pool is sized from
-``--max-total-tokens`` or, on CUDA, from ``--mem-fraction-static`` of the free memory after the
-weights are loaded.
+(``load_format="dummy"``, as SGLang and vLLM call it, for benchmarks). The KV pool is sized by the
+memory planner (``mem_cache/kv_layout.py:plan_kv_pools``) from ``--max-total-tokens`` or, on CUDA,
+from ``--mem-fraction-static`` of the free memory after the weights are loaded, in the chosen KV
+format (fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches replay CUDA
+graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a second stream.
 """
 
 from __future__ import annotations
