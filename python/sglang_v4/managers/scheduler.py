@@ -262,7 +262,8 @@ class Scheduler:
         fill = req.fill_ids
         max_len = len(fill) - 1
         if req.return_logprob and not req.input_logprobs_done and req.logprob_start_len >= 0:
-            max_len = min(max_len, req.logprob_start_len)
+            # the logprob of prompt token s comes from the logits at s - 1: keep that one uncached
+            max_len = min(max_len, max(0, req.logprob_start_len - 1))
         m = self.tree.match_prefix(fill[:max_len])
         if m.num_tokens > 0 and m.window_page is not None:
             self.tree.inc_lock_ref(m.last_node)
