@@ -92,10 +92,19 @@ def indexer_topk(
     T, C = candidates.shape
     if C == 0 or T == 0:
         return torch.full((T, topk), -1, dtype=torch.long, device=q.device)
-    keys, valid = gather_rows(idx_kv_flat, candidates)  # [T, C, di]
-    s = torch.einsum("thd,tcd->thc", q.float(), keys.float())
-    s = torch.relu(s) * scale
-    score = (s * weights.float().unsqueeze(-1)).sum(dim=1)  # [T, C]
+    valid = candidates >= 0
+    # Tokens of one request share (prefixes of) one candidate list: score each distinct key once
+    # per token instead of gathering a [T, C, di] copy (which is GBs for a long prompt's chunk).
+    uniq, inv = torch.unique(candidates.clamp(min=0), return_inverse=True)  # inv: [T, C]
+    keys = idx_kv_flat[uniq].float()  # [U, di]
+    H, U = q.shape[1], uniq.shape[0]
+    score = torch.empty((T, C), dtype=torch.float32, device=q.device)
+    rows = max(1, (1 << 24) // max(1, H * U))  # bound the [rows, H, U] intermediate to 16M floats
+    for t0 in range(0, T, rows):
+        t1 = min(T, t0 + rows)
+        s = torch.relu(torch.einsum("thd,ud->thu", q[t0:t1].float(), keys)) * scale
+        su = (s * weights[t0:t1].float().unsqueeze(-1)).sum(dim=1)  # [rows, U]
+        score[t0:t1] = su.gather(1, inv[t0:t1])
     score = score.masked_fill(~valid, float("-inf"))
     k = min(topk, C)
     top = score.topk(k, dim=-1)
