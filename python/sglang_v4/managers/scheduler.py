@@ -398,7 +398,6 @@ class Scheduler:
             p = req.num_computed
             n = end - p
             samples = end == req.seq_len
-            prompt_len = len(req.origin_input_ids)
             ls = n - 1 if samples else n
             if not req.input_logprobs_done:
                 first = max(req.logprob_start_len - 1, p)
@@ -410,7 +409,6 @@ class Scheduler:
                     req.req_pool_idx, req.fill_ids[p:end], p, req.block_pages, req.window_pages, ls
                 )
             )
-            del prompt_len
         fb, logits = self.runner.forward(inputs)
         self.forward_ct += 1
         # split logits per request
@@ -430,8 +428,6 @@ class Scheduler:
         if sample_reqs:
             self._sample(sample_reqs, torch.stack(sample_rows))
         dt = time.perf_counter() - t0
-        n_tok = sum(end - 0 for _, end in batch)
-        del n_tok
         self._tp_window.append((time.monotonic(), len(sample_reqs)))
         self._log_batch(batch, fb, dt)
 

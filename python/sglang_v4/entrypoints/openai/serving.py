@@ -92,6 +92,11 @@ def _sse(obj: BaseModel | dict[str, Any]) -> bytes:
 _SSE_DONE = b"data: [DONE]\n\n"
 
 
+def _sse_error(message: str, err_type: str, status: int) -> bytes:
+    """An in-stream error event in SGLang's shape: ``data: {"error": {...}}``."""
+    return _sse({"error": ErrorResponse(message=message, type=err_type, code=status).model_dump()})
+
+
 def _encode_ids(tokenizer: Any, text: str) -> list[int]:
     enc = tokenizer.encode(text, add_special_tokens=False)
     return list(getattr(enc, "ids", enc))
@@ -497,13 +502,7 @@ class OpenAIServing:
                         meta = ret.get("meta_info", {})
                         abort = _abort_error(meta)
                         if abort is not None:
-                            yield _sse(
-                                {
-                                    "error": ErrorResponse(
-                                        message=abort.message, type=abort.err_type, code=abort.status
-                                    ).model_dump()
-                                }
-                            )
+                            yield _sse_error(abort.message, abort.err_type, abort.status)
                             finals[idx] = ret
                             continue
                         text = ret.get("text", "")
@@ -554,10 +553,7 @@ class OpenAIServing:
                     )
             except ValueError as e:
                 status = int(getattr(e, "status_code", 400) or 400)
-                err = ErrorResponse(
-                    message=str(e), type="BadRequestError" if status == 400 else "Error", code=status
-                )
-                yield _sse({"error": err.model_dump()})
+                yield _sse_error(str(e), "BadRequestError" if status == 400 else "Error", status)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE
@@ -718,13 +714,7 @@ class OpenAIServing:
                         meta = ret.get("meta_info", {})
                         abort = _abort_error(meta)
                         if abort is not None:
-                            yield _sse(
-                                {
-                                    "error": ErrorResponse(
-                                        message=abort.message, type=abort.err_type, code=abort.status
-                                    ).model_dump()
-                                }
-                            )
+                            yield _sse_error(abort.message, abort.err_type, abort.status)
                             finals[idx] = ret
                             continue
                         if idx not in sent_text:
@@ -772,10 +762,7 @@ class OpenAIServing:
                     )
             except ValueError as e:
                 status = int(getattr(e, "status_code", 400) or 400)
-                err = ErrorResponse(
-                    message=str(e), type="BadRequestError" if status == 400 else "Error", code=status
-                )
-                yield _sse({"error": err.model_dump()})
+                yield _sse_error(str(e), "BadRequestError" if status == 400 else "Error", status)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE
