@@ -116,6 +116,8 @@ def _compare_decode(
             outs[k] = lg
         torch.testing.assert_close(outs["st"], outs["ref"], rtol=rtol, atol=atol)
         last.append(int(outs["ref"][-1].argmax()))
+    if use_graphs:  # start-up capture (all-padding inputs) between prefill and decode: no state change
+        assert gr.capture_all(512) == len(gr.bs_list) * 2 and not gr.failed  # ctx buckets 256, 512
     # 14 decode steps: req 0 crosses 128 (HCA window, CSA block-end snapshot, window page),
     # req 1 crosses 256 (context bucket 256 -> 512); batch of 3 pads to bucket 4; the last
     # two steps drop request 2 (batch 2, no padding).
@@ -268,6 +270,7 @@ def test_indexer_stream_branch_cpu(monkeypatch):
     ref = _runner(cfg, "cpu", "float32")
     two = _runner(cfg, "cpu", "float32")
     two.indexer_stream = ix  # type: ignore[assignment]
+    two.indexer_stream_max_bs = 1 << 30  # a 300-token prefill: on only past the default bound
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 1000, (300,), generator=g).tolist()
     sr, st = _Seq(ref), _Seq(two)
@@ -277,3 +280,21 @@ def test_indexer_stream_branch_cpu(monkeypatch):
     n_csa = len(two.mc.csa_layers)
     assert n_csa == 2
     assert log == [("wait", "ix", "main"), ("wait", "main", "ix"), ("record", "main")] * n_csa
+
+
+def test_indexer_stream_bound_cpu():
+    """``--indexer-stream-max-bs``: the stream is handed to forwards of at most that many tokens
+    (decode batch sizes; the bound is measured in benchmark/RESULTS.md), never above, never when
+    the stream is off; the graph runner keys a bucket by the same rule."""
+    r = _runner(CONFIGS["sliding_first"], "cpu", "float32", indexer_stream_max_bs=4)
+    assert r.indexer_stream is None and r.indexer_stream_for(1) is None  # no stream on CPU
+    fake = object()
+    r.indexer_stream = fake  # type: ignore[assignment]
+    assert [r.indexer_stream_for(n) is fake for n in (1, 4, 5, 300)] == [True, True, False, False]
+    seq = _Seq(r)
+    fb = r.build_batch([seq.inp([5, 6, 7])])
+    assert fb.extras.get("indexer_stream") is fake
+    fb = r.build_batch([seq.inp(list(range(5)))])
+    assert "indexer_stream" not in fb.extras
+    r.indexer_stream_max_bs = 0
+    assert r.indexer_stream_for(1) is None

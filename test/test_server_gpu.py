@@ -1,6 +1,12 @@
 """The server on CUDA (``--device cuda``, default model, bf16): the scheduler process initializes
-CUDA after ``spawn``, serves greedy requests identically alone and 8 at a time, streams, and
-returns every KV page after an abort."""
+CUDA after ``spawn``, serves 8 concurrent greedy requests consistently with serving each alone,
+streams, and returns every KV page after an abort.
+
+Batched and alone runs use different kernel shapes (CUDA-graph buckets, GEMM tilings), so in bf16
+they are not bitwise equal (neither SGLang nor vLLM promise batch invariance). The embedded model
+has random weights and flat next-token distributions, so the check is: identical tokens up to the
+first difference, which must fall on a near-tie of the alone run (gap <= ``TIE``), and logprobs
+of the shared tokens within ``MAX_DLP`` (each) and ``MEAN_DLP`` (on average)."""
 
 from __future__ import annotations
 
@@ -38,18 +44,46 @@ def _gen(h, body):
     return r.json()
 
 
+# bf16 noise bounds, from the calibration of benchmark/bench_model.py's end-to-end check (tiny
+# random model, CPU bf16 vs CPU fp32, teacher-forced: max 0.28, mean 0.03 per token logprob on
+# H200 run 3 of benchmark/RESULTS.md); two bf16 runs (batched, alone) may each be that far off
+# fp32, so their difference is bounded by about twice that.
+TIE = 0.6  # a greedy token may flip only where the alone run's top-1/top-2 gap is below this
+MAX_DLP = 0.6  # max |logprob alone - logprob batched| on identical tokens
+MEAN_DLP = 0.06  # mean of the same over all requests
+
+
+def _consistent(alone: dict, batched: dict) -> list[float]:
+    """Check one request; returns the |logprob| differences on its identical tokens."""
+    a, b = alone["output_ids"], batched["output_ids"]
+    assert len(a) == len(b)
+    n = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+    la = [x[0] for x in alone["meta_info"]["output_token_logprobs"][:n]]
+    lb = [x[0] for x in batched["meta_info"]["output_token_logprobs"][:n]]
+    d = [abs(x - y) for x, y in zip(la, lb)]
+    assert max(d, default=0.0) <= MAX_DLP, (la, lb)
+    if n < len(a):
+        top = alone["meta_info"]["output_top_logprobs"][n]
+        gap = top[0][0] - top[1][0]
+        assert gap <= TIE, f"token {n} differs ({a[n]} vs {b[n]}) at a top-2 gap of {gap:.4f} > {TIE}"
+    return d
+
+
 def test_cuda_server(server):
     info = requests.get(server.url + "/server_info", timeout=60).json()
     assert info["device"].startswith("cuda")
     prompts = [f"Request number {i}:" + " more" * i for i in range(8)]
     sp = {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}
-    alone = [_gen(server, {"text": p, "sampling_params": sp})["output_ids"] for p in prompts]
+    lp = {"return_logprob": True, "top_logprobs_num": 2}
+    alone = [_gen(server, {"text": p, "sampling_params": sp, **lp}) for p in prompts]
     with cf.ThreadPoolExecutor(8) as ex:
-        together = [
-            o["output_ids"]
-            for o in ex.map(lambda p: _gen(server, {"text": p, "sampling_params": sp}), prompts)
-        ]
-    assert together == alone
+        together = list(ex.map(lambda p: _gen(server, {"text": p, "sampling_params": sp, **lp}), prompts))
+    diffs = [x for a, b in zip(alone, together) for x in _consistent(a, b)]
+    print(
+        f"batched vs alone: {len(diffs)} identical tokens, |dlogprob| max {max(diffs):.4f} "
+        f"mean {sum(diffs) / len(diffs):.4f}"
+    )
+    assert sum(diffs) / len(diffs) <= MEAN_DLP
     with requests.post(
         server.url + "/generate",
         json={"text": prompts[0], "sampling_params": sp, "stream": True},
@@ -57,7 +91,8 @@ def test_cuda_server(server):
         timeout=300,
     ) as r:
         events = sse_events(r)
-    assert events[-1] == "[DONE]" and events[-2]["output_ids"] == alone[0]
+    # alone again (same batch shape, same graph): bitwise the same tokens
+    assert events[-1] == "[DONE]" and events[-2]["output_ids"] == alone[0]["output_ids"]
 
     def flush() -> None:
         deadline = time.time() + 60

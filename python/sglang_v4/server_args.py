@@ -86,6 +86,8 @@ class ServerArgs:
     # CUDA graphs.
     cuda_graph_max_bs: int | None = None
     disable_cuda_graph: bool = False
+    indexer_stream_max_bs: int = 4
+    cuda_graph_warmup_ctx: int = 4096
     # Observability.
     enable_metrics: bool = False
     enable_cache_report: bool = False
@@ -154,6 +156,12 @@ class ServerArgs:
         positive_int("stream_interval", allow_none=False)
         positive_int("resume_interval", allow_none=False)
         positive_int("cuda_graph_max_bs")
+        cgw = self.cuda_graph_warmup_ctx
+        if isinstance(cgw, bool) or not isinstance(cgw, int) or cgw < 0:
+            raise ValueError(f"cuda_graph_warmup_ctx must be an integer >= 0 (got {cgw!r})")
+        ism = self.indexer_stream_max_bs
+        if isinstance(ism, bool) or not isinstance(ism, int) or ism < 0:
+            raise ValueError(f"indexer_stream_max_bs must be an integer >= 0 (got {ism!r})")
         positive_int("decode_log_interval", allow_none=False)
         cps = self.chunked_prefill_size
         if isinstance(cps, bool) or not isinstance(cps, int) or (cps <= 0 and cps != -1):
@@ -207,6 +215,20 @@ class ServerArgs:
         a("--stream-interval", type=int, default=1)
         a("--cuda-graph-max-bs", type=int, default=None)
         a("--disable-cuda-graph", action="store_true")
+        a(
+            "--cuda-graph-warmup-ctx",
+            type=int,
+            default=d["cuda_graph_warmup_ctx"].default,
+            help="At start-up capture the decode CUDA graphs of every batch-size bucket for context "
+            "buckets up to this many tokens (0: capture everything lazily on first use).",
+        )
+        a(
+            "--indexer-stream-max-bs",
+            type=int,
+            default=d["indexer_stream_max_bs"].default,
+            help="Run the CSA indexer on a second CUDA stream for forwards of at most this many tokens "
+            "(0: never). Measured on H200 (benchmark/RESULTS.md): a gain at bs 1, a loss from bs 8.",
+        )
         a("--enable-metrics", action="store_true")
         a("--enable-cache-report", action="store_true")
         a("--log-requests", action="store_true")

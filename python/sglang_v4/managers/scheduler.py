@@ -87,8 +87,17 @@ class Scheduler:
             resume_interval=int(getattr(sa, "resume_interval", 1) or 1),
             cuda_graph_max_bs=sa.cuda_graph_max_bs,
             disable_cuda_graph=bool(sa.disable_cuda_graph),
+            indexer_stream_max_bs=int(getattr(sa, "indexer_stream_max_bs", 4)),
         )
         self.pool = self.runner.pool
+        gr = self.runner.cuda_graph_runner
+        warm_ctx = int(getattr(sa, "cuda_graph_warmup_ctx", 0) or 0)
+        if gr is not None and warm_ctx > 0 and not sa.skip_warmup:
+            t0 = time.perf_counter()
+            n = gr.capture_all(min(warm_ctx, self.context_len))
+            logger.info(
+                "Captured %d decode CUDA graphs (ctx <= %d) in %.1f s", n, warm_ctx, time.perf_counter() - t0
+            )
         self.max_total_num_tokens = self.runner.max_total_tokens
         # a prompt must fit both the context and the KV pool (SGLang's bound), else it could only
         # fail after a prefill that evicts the whole cache

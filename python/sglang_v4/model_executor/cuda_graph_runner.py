@@ -435,6 +435,37 @@ class CudaGraphRunner:
         torch.cuda.synchronize(self.device)
         self.graphs[(bs, ctx, two_stream)] = g
 
+    def capture_all(self, max_ctx: int) -> int:
+        """Capture every batch-size bucket at every context bucket ``<= max_ctx`` now (server
+        start-up, as SGLang captures its decode graphs), so the first requests do not stall on a
+        capture; longer contexts are still captured on first use. The stream mode of each key
+        follows :meth:`ModelRunner.indexer_stream_for`. A failed capture logs a warning and
+        disables graphs (eager fallback), as in :meth:`replay`.
+
+        Returns:
+            the number of graphs captured by this call.
+        """
+        if not self.use_graphs or self.failed or self.device.type != "cuda":
+            return 0
+        n = 0
+        for ctx in self.ctx_list:
+            if ctx > max(max_ctx, self.ctx_list[0]):
+                break
+            for bs in self.bs_list:
+                two = self.runner.indexer_stream_for(bs) is not None
+                if (bs, ctx, two) in self.graphs:
+                    continue
+                try:
+                    self.capture(bs, ctx, two)
+                except Exception as e:  # noqa: BLE001 - any capture failure means eager fallback
+                    logger.warning(
+                        "CUDA graph capture failed for bs=%d ctx=%d (%s); running eagerly", bs, ctx, e
+                    )
+                    self.failed = True
+                    return n
+                n += 1
+        return n
+
     def replay(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
         """Run a decode batch through its graph (capturing it first if needed).
 
@@ -451,7 +482,7 @@ class CudaGraphRunner:
         if key is None:
             raise ValueError("replay: not a graph-replayable decode batch")
         bs, ctx = key
-        two = self.runner.indexer_stream is not None
+        two = self.runner.indexer_stream_for(bs) is not None
         gkey = (bs, ctx, two)
         use_graph = self.use_graphs and not self.failed and self.device.type == "cuda"
         if use_graph and gkey not in self.graphs:

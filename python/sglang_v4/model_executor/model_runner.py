@@ -84,6 +84,9 @@ class ModelRunner:
             (``--cuda-graph-max-bs``; ``None`` = ``min(128, max_running_requests)``). CUDA only.
         disable_cuda_graph: run decode eagerly (``--disable-cuda-graph``).
         enable_indexer_stream: run the CSA indexer branch on a second CUDA stream. CUDA only.
+        indexer_stream_max_bs: use that stream only for forwards of at most this many tokens
+            (``--indexer-stream-max-bs``; 0 = never). On H200 the overlap gains ~5% at bs 1 and
+            loses 12-17% at bs 8-32 (benchmark/RESULTS.md), where the kernels already fill the GPU.
 
     Raises:
         ValueError: bad ``kv_cache_dtype`` / ``resume_interval``, or a KV budget too small for
@@ -109,6 +112,7 @@ class ModelRunner:
         cuda_graph_max_bs: int | None = None,
         disable_cuda_graph: bool = False,
         enable_indexer_stream: bool = True,
+        indexer_stream_max_bs: int = 4,
     ) -> None:
         self.mc = model_config
         self.device = torch.device(device)
@@ -175,9 +179,10 @@ class ModelRunner:
         # ---- CUDA execution: indexer stream + decode CUDA graphs (cuda_graph_runner.py) ----
         # (kept as the last block of __init__; owned by the CUDA-runner work)
         self.indexer_stream: torch.cuda.Stream | None = None
+        self.indexer_stream_max_bs = int(indexer_stream_max_bs)
         self.cuda_graph_runner: CudaGraphRunner | None = None
         if self.device.type == "cuda":
-            self.set_indexer_stream(enable_indexer_stream)
+            self.set_indexer_stream(enable_indexer_stream and self.indexer_stream_max_bs > 0)
             if disable_cuda_graph:
                 logger.info("CUDA graphs disabled (--disable-cuda-graph)")
             elif self.pool.quantized_main or self.pool.quantized_indexer:
@@ -271,9 +276,16 @@ class ModelRunner:
             mc.hca_ratio if mc.hca_layers else None,
             self.device,
         )
-        if getattr(self, "indexer_stream", None) is not None:
-            fb.extras["indexer_stream"] = self.indexer_stream
+        stream = self.indexer_stream_for(sum(len(r.input_ids) for r in reqs))
+        if stream is not None:
+            fb.extras["indexer_stream"] = stream
         return fb
+
+    def indexer_stream_for(self, num_tokens: int) -> torch.cuda.Stream | None:
+        """The indexer stream for a forward of ``num_tokens`` tokens, or ``None`` (run inline):
+        on when the stream exists and ``num_tokens <= indexer_stream_max_bs``."""
+        s = getattr(self, "indexer_stream", None)
+        return s if s is not None and num_tokens <= getattr(self, "indexer_stream_max_bs", 4) else None
 
     def set_indexer_stream(self, enabled: bool) -> None:
         """Run the CSA indexer branch on a second CUDA stream (``True``) or inline (``False``).

@@ -1,0 +1,18 @@
+# Sourced by the device scripts: carried wheels (.whl, see benchmark/README.md "GPU run") and paths.
+[ -n "${SKIP_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD/python:$PWD/sgl-kernel-v4:$PWD/test PYTHONUNBUFFERED=1
+T0=$(date +%s)
+el() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( ${BUDGET_S:-560} - $(el) )); }
+# run STEP_NAME MAX_SECONDS cmd...: at most MAX_SECONDS and never past the budget
+step() {
+  local name=$1 max=$2; shift 2
+  local l; l=$(left)
+  if (( l < 15 )); then echo "[$(el)s] SKIP $name (budget)"; return 0; fi
+  (( max > l - 10 )) && max=$(( l - 10 ))
+  echo "[$(el)s] START $name (<= ${max}s)"
+  timeout "$max" "$@"; local rc=$?
+  echo "[$(el)s] END $name rc=$rc"
+}
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --format=csv
