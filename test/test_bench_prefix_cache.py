@@ -88,3 +88,31 @@ def test_cli_needs_servers() -> None:
         pc.main([])
     with pytest.raises(ValueError, match="workload"):
         pc.workload_args("nope", pc.argparse.Namespace())
+
+
+def test_jit_warmup_runs_other_prompts_first(tmp_path: Path) -> None:
+    """``--jit-warmup``: each server first sees the workload on other prompts (seed + 1000), then
+    the measured requests, which are the same as without the pre-pass; only those are recorded."""
+    tok = bs.get_tokenizer(None)
+    cli = pc.argparse.Namespace(
+        gsp_num_groups=2,
+        gsp_prompts_per_group=2,
+        gsp_system_prompt_len=30,
+        gsp_question_len=6,
+        gsp_output_len=3,
+    )
+    workloads = {"gsp": pc.workload_args("gsp", cli)}
+    runs = {}
+    for jit in (False, True):
+        with StubServer(StubConfig(ttft_s=0.001, chunk_s=0.001)) as on, StubServer(StubConfig()) as off:
+            out = tmp_path / str(jit)
+            res = pc.run_prefix_cache(
+                on.url, off.url, workloads, out, tok=tok, max_concurrency=2, jit_warmup=jit
+            )
+            runs[jit] = [b["text"] for p, b in on.state.requests if p == "/generate"]
+        assert res["gsp"]["on"]["completed"] == 4
+        assert len((out / "runs.jsonl").read_text().splitlines()) == 2  # measured runs only
+    plain, warmed = runs[False], runs[True]
+    assert len(warmed) == len(plain) + 4
+    assert sorted(warmed[-len(plain) :]) == sorted(plain)  # the measured requests are unchanged
+    assert not set(warmed[:4]) & set(plain)  # the pre-pass used other prompts
