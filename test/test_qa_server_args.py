@@ -30,3 +30,13 @@ def test_cli_tp_size_two_exits_with_usage_error() -> None:
     )
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     assert "tp_size" in p.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("field", ["indexer_stream_max_bs", "cuda_graph_warmup_ctx"])
+def test_gpu_bounds_reject_negative_and_non_int(field: str) -> None:
+    """``--indexer-stream-max-bs`` / ``--cuda-graph-warmup-ctx``: 0 is legal (never / lazy only),
+    a negative or non-integer value is refused naming the field."""
+    assert getattr(ServerArgs(**{field: 0}), field) == 0
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=field):
+            ServerArgs(**{field: bad})
