@@ -135,7 +135,6 @@ def _plan_ratio(
 ) -> dict[str, np.ndarray]:
     """Host-side construction of a :class:`CompressPlan` for one ratio (numpy arrays)."""
     B = len(reqs)
-    T = token_offsets[-1]
     base = B * ratio  # Tab rows before the new tokens
     per_page = page_size // ratio
     win_rows, win_prev, win_pos, win_out = [], [], [], []
@@ -189,17 +188,14 @@ def _plan_ratio(
             cand_lists.append(np.zeros(0, dtype=np.int64))
         pos = p + np.arange(n, dtype=np.int64)
         nvis.append((pos + 1) // ratio)
+    # Candidates are sent compactly (one row per request + the visible count per token) and
+    # expanded to [T, C] on the device (``_expand_candidates``): the [T, C] host array was
+    # O(T x ctx / ratio) (134 MB for one 8k-token CSA prefill) built and copied per forward.
     C = max((int(v.max()) if len(v) else 0) for v in nvis) if nvis else 0
-    cand = np.full((T, C), -1, dtype=np.int64)
-    if C:
-        col = np.arange(C, dtype=np.int64)
-        for b in range(B):
-            t0, t1 = token_offsets[b], token_offsets[b + 1]
-            ents = cand_lists[b]
-            padded = np.full(C, -1, dtype=np.int64)
-            k = min(C, len(ents))
-            padded[:k] = ents[:k]
-            cand[t0:t1] = np.where(col[None, :] < nvis[b][:, None], padded[None, :], -1)
+    cand_rows = np.full((B, C), -1, dtype=np.int64)
+    for b in range(B):
+        k = min(C, len(cand_lists[b]))
+        cand_rows[b, :k] = cand_lists[b][:k]
 
     def cat(xs: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
         return np.concatenate(xs, axis=0) if xs else np.zeros(shape, dtype=np.int64)
@@ -213,8 +209,25 @@ def _plan_ratio(
         "ovl_rows": ovl_rows,
         "snap_rows": np.stack(snap_rows) if snap_rows else np.zeros((0, ratio), dtype=np.int64),
         "snap_pages": np.asarray(snap_pages, dtype=np.int64),
-        "candidates": cand,
+        "cand_rows": cand_rows,
+        "cand_nvis": np.concatenate(nvis) if nvis else np.zeros(0, dtype=np.int64),
     }
+
+
+def _expand_candidates(cand_rows: torch.Tensor, nvis: torch.Tensor, token_req: torch.Tensor) -> torch.Tensor:
+    """``[T, C]`` candidates on the device from the compact form.
+
+    Args:
+        cand_rows: ``[B, C]`` int64, request ``b``'s visible entries (flat pool slots) in order, -1 padded.
+        nvis: ``[T]`` int64, entries visible to each token (``(position + 1) // ratio``).
+        token_req: ``[T]`` int64, each token's request.
+
+    Returns:
+        ``[T, C]`` int64: ``cand_rows[token_req[t], c]`` where ``c < nvis[t]``, else -1.
+    """
+    C = cand_rows.shape[1]
+    col = torch.arange(C, dtype=torch.int64, device=cand_rows.device)
+    return torch.where(col[None, :] < nvis[:, None], cand_rows[token_req], -1)
 
 
 def build_forward_batch(
@@ -292,5 +305,6 @@ def build_forward_batch(
         if ratio is None:
             continue
         arrs = _plan_ratio(reqs, offsets, ratio, page_size, window, overlap)
-        setattr(fb, name, CompressPlan(ratio=ratio, **{k: t(v) for k, v in arrs.items()}))
+        cand = _expand_candidates(t(arrs.pop("cand_rows")), t(arrs.pop("cand_nvis")), fb.token_req)
+        setattr(fb, name, CompressPlan(ratio=ratio, candidates=cand, **{k: t(v) for k, v in arrs.items()}))
     return fb

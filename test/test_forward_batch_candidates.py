@@ -1,0 +1,59 @@
+"""``build_forward_batch`` candidate lists (CSA/HCA) against a per-token Python-loop oracle.
+
+The lists are sent to the device compactly (one row per request + a visible count per token) and
+expanded there; the oracle writes each token's list from the definition: entry ``w`` of the
+request is visible to the token at position ``t`` iff ``w < (t + 1) // ratio``, and lives at flat
+slot ``block_pages[w // (page / ratio)] * (page / ratio) + w % (page / ratio)``; -1 pads to the
+batch's longest list."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from sglang_v4.model_executor.forward_batch import ReqForwardInput, build_forward_batch
+
+PAGE, WINDOW = 256, 128
+
+
+def _req(rng: random.Random, slot: int, prefix: int, n: int) -> ReqForwardInput:
+    nb = -(-(prefix + n) // PAGE)
+    pages = rng.sample(range(1, 500), nb)
+    lo = max(0, (prefix - WINDOW + 1) // WINDOW)
+    wins = {k: rng.randrange(1, 500) for k in range(lo, (prefix + n - 1) // WINDOW + 1)}
+    return ReqForwardInput(slot, [rng.randrange(5, 1000) for _ in range(n)], prefix, pages, wins, n - 1)
+
+
+def _oracle(reqs: list[ReqForwardInput], ratio: int) -> list[list[int]]:
+    per_page = PAGE // ratio
+    rows = []
+    for r in reqs:
+        for i in range(len(r.input_ids)):
+            t = r.prefix_len + i
+            rows.append(
+                [r.block_pages[w // per_page] * per_page + w % per_page for w in range((t + 1) // ratio)]
+            )
+    width = max((len(x) for x in rows), default=0)
+    return [x + [-1] * (width - len(x)) for x in rows]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_candidates_match_oracle(seed: int) -> None:
+    rng = random.Random(seed)
+    shapes = [(0, 1), (0, 3), (255, 2), (0, 700), (1020, 5), (3, 1), (511, 130), (4095, 1)]
+    reqs = [
+        _req(rng, i + 1, *shapes[j]) for i, j in enumerate(rng.sample(range(len(shapes)), rng.randint(1, 5)))
+    ]
+    fb = build_forward_batch(reqs, PAGE, WINDOW, 4, 128, "cpu")
+    for name, ratio in (("csa", 4), ("hca", 128)):
+        cand = getattr(fb, name).candidates
+        assert cand.dtype == torch.int64
+        assert cand.tolist() == _oracle(reqs, ratio), name
+
+
+def test_no_visible_entries_gives_width_zero() -> None:
+    rng = random.Random(0)
+    fb = build_forward_batch([_req(rng, 1, 0, 3)], PAGE, WINDOW, 4, 128, "cpu")
+    assert tuple(fb.hca.candidates.shape) == (3, 0)
+    assert fb.csa.candidates.tolist() == _oracle([_req(random.Random(0), 1, 0, 3)], 4)
