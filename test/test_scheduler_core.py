@@ -149,3 +149,48 @@ def test_concurrent_chunked_prefills_under_pressure_do_not_hang(model_dir):
     for rid in alone:
         assert got[rid]["ids"] == alone[rid]["ids"], rid
     assert idle(tight)
+
+
+def test_stream_interval_batches_stream_chunks(model_dir):
+    """``--stream-interval 4``: a streaming request's tokens go out at the 1st, 5th, 9th token and
+    at the finish (SGLang's rule), with every token and logprob exactly once and in order; a
+    request's own ``stream_interval`` (3) overrides the server's; non-streaming requests and
+    interval 1 send every step. Tokens equal a run with interval 1."""
+    ids = random_ids(40, seed=11)
+
+    def run(interval: int, **sp_extra) -> dict[str, list]:
+        s = make(model_dir, stream_interval=interval)
+        for rid, stream in (("s", True), ("n", False)):
+            sp = SamplingParams.from_dict(
+                {"max_new_tokens": 10, "temperature": 0, "ignore_eos": True, **sp_extra}
+            )
+            sp.normalize(None)
+            s.add_request(
+                TokenizedGenerateReqInput(
+                    rid=rid,
+                    input_text=None,
+                    input_ids=ids,
+                    sampling_params=sp,
+                    stream=stream,
+                    return_logprob=True,
+                )
+            )
+        chunks: dict[str, list] = {"s": [], "n": []}
+        lps: dict[str, list] = {"s": [], "n": []}
+        while s.has_work():
+            out = s.step()
+            for i, rid in enumerate(out.rids if out else []):
+                if out.output_ids[i] or out.finished_reasons[i] is not None:
+                    chunks[rid].append(list(out.output_ids[i]))
+                lps[rid] += out.output_token_logprobs_idx[i]
+        return {"chunks": chunks, "lps": lps}
+
+    base, four, three = run(1), run(4), run(4, stream_interval=3)
+    flat = [t for c in base["chunks"]["s"] for t in c]
+    assert [len(c) for c in base["chunks"]["s"]] == [1] * 10
+    assert [len(c) for c in four["chunks"]["s"]] == [1, 4, 4, 1]  # tokens 1 | 2-5 | 6-9 | 10
+    assert [len(c) for c in three["chunks"]["s"]] == [1, 3, 3, 3]  # tokens 1 | 2-4 | 5-7 | 8-10
+    for r in (four, three):
+        assert [t for c in r["chunks"]["s"] for t in c] == flat
+        assert r["lps"]["s"] == flat  # logprob token ids: each once, in order
+        assert [len(c) for c in r["chunks"]["n"]] == [1] * 10  # non-streaming: unchanged

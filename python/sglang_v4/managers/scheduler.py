@@ -131,6 +131,7 @@ class Scheduler:
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.pending_outputs: list[Req] = []
+        self.stream_interval = int(getattr(sa, "stream_interval", 1) or 1)
         self.aborted: set[str] = set()
         # stats
         self.num_generated = 0
@@ -512,8 +513,19 @@ class Scheduler:
                 reason = {"type": "stop", "matched": tok}
             if reason is not None:
                 self._finish(req, reason)
-            elif req not in self.pending_outputs:
+            elif self._due_output(req) and req not in self.pending_outputs:
                 self.pending_outputs.append(req)
+
+    def _due_output(self, req: Req) -> bool:
+        """Whether an unfinished request's new tokens go out this step. Streaming requests
+        follow ``--stream-interval`` (or the request's ``stream_interval``): the first token at
+        once, then every ``interval`` tokens (SGLang's rule); the held-back tokens and logprobs go
+        out together, and a finished request always goes out (:meth:`_finish`). Non-streaming
+        requests are sent every step (the tokenizer manager only answers at the end)."""
+        if not req.stream:
+            return True
+        interval = req.sampling_params.stream_interval or self.stream_interval
+        return interval <= 1 or (len(req.output_ids) - 1) % interval == 0
 
     def _collect_outputs(self) -> BatchTokenIDOut | None:
         reqs = self.pending_outputs
