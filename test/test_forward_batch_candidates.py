@@ -1,10 +1,12 @@
-"""``build_forward_batch`` candidate lists (CSA/HCA) against a per-token Python-loop oracle.
+"""``build_forward_batch`` candidate lists (CSA/HCA) and sliding-window indices against per-token
+Python-loop oracles.
 
 The lists are sent to the device compactly (one row per request + a visible count per token) and
 expanded there; the oracle writes each token's list from the definition: entry ``w`` of the
 request is visible to the token at position ``t`` iff ``w < (t + 1) // ratio``, and lives at flat
 slot ``block_pages[w // (page / ratio)] * (page / ratio) + w % (page / ratio)``; -1 pads to the
-batch's longest list."""
+batch's longest list. The window keys of the token at ``t`` are positions ``t - 127 .. t``, at
+``window_pages[k // 128] * 128 + k % 128`` (-1 below 0); the token writes its own at ``t``."""
 
 from __future__ import annotations
 
@@ -57,3 +59,26 @@ def test_no_visible_entries_gives_width_zero() -> None:
     fb = build_forward_batch([_req(rng, 1, 0, 3)], PAGE, WINDOW, 4, 128, "cpu")
     assert tuple(fb.hca.candidates.shape) == (3, 0)
     assert fb.csa.candidates.tolist() == _oracle([_req(random.Random(0), 1, 0, 3)], 4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_window_index_matches_oracle(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    shapes = [(0, 1), (0, 130), (127, 1), (128, 1), (200, 300), (1000, 3), (5, 250)]
+    reqs = [
+        _req(rng, i + 1, *shapes[j]) for i, j in enumerate(rng.sample(range(len(shapes)), rng.randint(1, 4)))
+    ]
+    fb = build_forward_batch(reqs, PAGE, WINDOW, 4, 128, "cpu")
+    want_idx, want_write = [], []
+    for r in reqs:
+        for i in range(len(r.input_ids)):
+            t = r.prefix_len + i
+            want_write.append(r.window_pages[t // WINDOW] * WINDOW + t % WINDOW)
+            want_idx.append(
+                [
+                    -1 if k < 0 else r.window_pages[k // WINDOW] * WINDOW + k % WINDOW
+                    for k in range(t - WINDOW + 1, t + 1)
+                ]
+            )
+    assert fb.swa_idx.tolist() == want_idx
+    assert fb.swa_write.tolist() == want_write

@@ -14,6 +14,11 @@ each request) and produces device index tensors:
   the compressed pool, the new compressor state, and the resume snapshots to take at block ends;
 * per ratio, the candidate entries each token may see (entry ``w`` is visible to position ``t`` iff
   ``w < (t + 1) // ratio``; DSV4_MODEL.md, HF ``DeepseekV4CSACompressor``).
+
+The two per-token index maps that grow with the context, the ``[T, 128]`` window keys and the
+``[T, C]`` candidates, are uploaded compactly (per token: its two window pages; per request: its
+entry list, per token: its visible count) and expanded on the device (``_expand_window``,
+``_expand_candidates``), so their host cost and upload size are O(T + B x C), not O(T x C).
 """
 
 from __future__ import annotations
@@ -214,6 +219,26 @@ def _plan_ratio(
     }
 
 
+def _expand_window(
+    positions: torch.Tensor, cur: torch.Tensor, prev: torch.Tensor, window: int
+) -> torch.Tensor:
+    """``[T, window]`` sliding-window key slots on the device.
+
+    Args:
+        positions: ``[T]`` int64 token positions ``p``.
+        cur / prev: ``[T]`` int64 window page of span ``p // window`` and of the span before (-1
+            where no key falls in it).
+        window: keys per token and positions per window page.
+
+    Returns:
+        ``[T, window]`` int64: for key ``j`` at position ``k = p - window + 1 + j``, slot
+        ``page(k // window) * window + k % window``, or -1 where ``k < 0``.
+    """
+    kp = positions[:, None] - (window - 1) + torch.arange(window, dtype=torch.int64, device=positions.device)
+    page = torch.where(kp // window == (positions // window)[:, None], cur[:, None], prev[:, None])
+    return torch.where(kp >= 0, page * window + kp % window, -1)
+
+
 def _expand_candidates(cand_rows: torch.Tensor, nvis: torch.Tensor, token_req: torch.Tensor) -> torch.Tensor:
     """``[T, C]`` candidates on the device from the compact form.
 
@@ -253,8 +278,9 @@ def build_forward_batch(
     if not reqs:
         raise ValueError("build_forward_batch: empty batch")
     offsets = [0]
-    ids, pos, treq, swa_write, swa_idx, logit_rows, logit_counts = [], [], [], [], [], [], []
-    warange = np.arange(window, dtype=np.int64)
+    ids, pos, treq, swa_write, logit_rows, logit_counts = [], [], [], [], [], []
+    swa_cur: list[np.ndarray] = []
+    swa_prev: list[np.ndarray] = []
     for b, r in enumerate(reqs):
         n = len(r.input_ids)
         if n == 0:
@@ -276,12 +302,14 @@ def build_forward_batch(
             span_pages = np.asarray([r.window_pages[k] for k in range(lo, hi + 1)], dtype=np.int64)
         except KeyError as e:
             raise ValueError(f"request slot {r.req_pool_idx}: no window page for span {e.args[0]}") from None
-        swa_write.append(span_pages[p // window - lo] * window + p % window)
-        kp = p[:, None] - (window - 1) + warange[None, :]  # [n, window] key positions
-        ok = kp >= 0
-        kpc = np.where(ok, kp, lo * window)
-        slots = span_pages[np.clip(kpc // window - lo, 0, None)] * window + kpc % window
-        swa_idx.append(np.where(ok, slots, -1))
+        cur = span_pages[p // window - lo]
+        swa_write.append(cur * window + p % window)
+        # a token's window keys (positions p - window + 1 .. p) lie in its own span and the one
+        # before; the [T, window] index is expanded on the device (_expand_window)
+        swa_cur.append(cur)
+        swa_prev.append(
+            np.where(p // window - 1 >= lo, span_pages[np.clip(p // window - 1 - lo, 0, None)], -1)
+        )
         ls = max(0, min(r.logits_start, n))
         logit_rows.append(t0 + np.arange(ls, n, dtype=np.int64))
         logit_counts.append(n - ls)
@@ -289,15 +317,16 @@ def build_forward_batch(
     def t(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(x)).to(device)
 
+    positions = t(np.concatenate(pos))
     fb = ForwardBatch(
         input_ids=t(np.concatenate(ids)),
-        positions=t(np.concatenate(pos)),
+        positions=positions,
         token_req=t(np.concatenate(treq)),
         req_pool_indices=t(np.asarray([r.req_pool_idx for r in reqs], dtype=np.int64)),
         extend_lens=[len(r.input_ids) for r in reqs],
         prefix_lens=[r.prefix_len for r in reqs],
         swa_write=t(np.concatenate(swa_write)),
-        swa_idx=t(np.concatenate(swa_idx)),
+        swa_idx=_expand_window(positions, t(np.concatenate(swa_cur)), t(np.concatenate(swa_prev)), window),
         logits_indices=t(np.concatenate(logit_rows)),
         logits_counts=logit_counts,
     )
