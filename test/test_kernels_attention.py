@@ -6,21 +6,11 @@ under ``TRITON_INTERPRET=1``.)
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
+from kernel_testutil import DEVICE, KERNEL_MARKS
 
-_HAS_TRITON = importlib.util.find_spec("triton") is not None
-if torch.cuda.is_available() and _HAS_TRITON:
-    DEVICE: str | None = "cuda"
-elif os.environ.get("TRITON_INTERPRET") == "1" and _HAS_TRITON:
-    DEVICE = "cpu"
-else:
-    DEVICE = None
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")]
+pytestmark = KERNEL_MARKS
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:

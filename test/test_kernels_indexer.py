@@ -5,22 +5,11 @@ Marked ``gpu``; skipped without CUDA + Triton (they also run under ``TRITON_INTE
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
+from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS
 
-_HAS_TRITON = importlib.util.find_spec("triton") is not None
-if torch.cuda.is_available() and _HAS_TRITON:
-    DEVICE: str | None = "cuda"
-elif os.environ.get("TRITON_INTERPRET") == "1" and _HAS_TRITON:
-    DEVICE = "cpu"
-else:
-    DEVICE = None
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")]
-INTERP = DEVICE == "cpu"
+pytestmark = KERNEL_MARKS
 
 
 def ref_scores(

@@ -5,31 +5,11 @@ Marked ``gpu``; skipped without CUDA + Triton (they also run under ``TRITON_INTE
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
+from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS, dtypes, rel_err
 
-_HAS_TRITON = importlib.util.find_spec("triton") is not None
-if torch.cuda.is_available() and _HAS_TRITON:
-    DEVICE: str | None = "cuda"
-elif os.environ.get("TRITON_INTERPRET") == "1" and _HAS_TRITON:
-    DEVICE = "cpu"
-else:
-    DEVICE = None
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")]
-INTERP = DEVICE == "cpu"
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a64, b64 = a.double().cpu(), b.double().cpu()
-    return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item()
-
-
-def dtypes() -> list[torch.dtype]:
-    return [torch.float32] if INTERP else [torch.bfloat16, torch.float32]
+pytestmark = KERNEL_MARKS
 
 
 def moe64(
