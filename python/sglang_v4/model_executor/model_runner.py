@@ -85,8 +85,8 @@ class ModelRunner:
         disable_cuda_graph: run decode eagerly (``--disable-cuda-graph``).
         enable_indexer_stream: run the CSA indexer branch on a second CUDA stream. CUDA only.
         indexer_stream_max_bs: use that stream only for forwards of at most this many tokens
-            (``--indexer-stream-max-bs``; 0 = never). On H200 the overlap gains ~5% at bs 1 and
-            loses 12-17% at bs 8-32 (benchmark/RESULTS.md), where the kernels already fill the GPU.
+            (``--indexer-stream-max-bs``; 0 = never). On H200 the overlap gains ~7% at bs 1-4 and
+            loses 12-20% at bs 8-32 (benchmark/RESULTS.md), where the kernels already fill the GPU.
 
     Raises:
         ValueError: bad ``kv_cache_dtype`` / ``resume_interval``, or a KV budget too small for
@@ -284,8 +284,8 @@ class ModelRunner:
     def indexer_stream_for(self, num_tokens: int) -> torch.cuda.Stream | None:
         """The indexer stream for a forward of ``num_tokens`` tokens, or ``None`` (run inline):
         on when the stream exists and ``num_tokens <= indexer_stream_max_bs``."""
-        s = getattr(self, "indexer_stream", None)
-        return s if s is not None and num_tokens <= getattr(self, "indexer_stream_max_bs", 4) else None
+        s = self.indexer_stream
+        return s if s is not None and num_tokens <= self.indexer_stream_max_bs else None
 
     def set_indexer_stream(self, enabled: bool) -> None:
         """Run the CSA indexer branch on a second CUDA stream (``True``) or inline (``False``).
