@@ -1,4 +1,4 @@
-"""Whole-model GPU benchmark and end-to-end GPU correctness check (issue 6 items 2-4), one call.
+"""Whole-model GPU benchmark and end-to-end GPU correctness check, one call.
 
 Everything runs under a hard time budget (``--budget-s``); each phase is skipped when too little
 time is left, and the results are rewritten after every phase, so a cut-off run still leaves
@@ -489,10 +489,7 @@ class Bench:
         n_full = ctx // self.page
         for _ in range(bs):
             slot = self.new_slot()
-            for name in dir(p):
-                if name.startswith("st_"):
-                    t = getattr(p, name)
-                    t[:, slot] = t[:, s_slot]
+            p.copy_req_state(slot, s_slot)
             blocks = list(s_blocks[:n_full])
             wins = {k: v for k, v in s_wins.items() if k < ctx // 128}
             own_b, own_w = [], {}

@@ -1,4 +1,4 @@
-"""Accuracy of the low-precision KV formats on long prompts (issue 3, item 4).
+"""Accuracy of the low-precision KV formats on long prompts.
 
 Runs the runtime model (``ModelRunner``: weights loaded once) on long prompts with the KV pool
 in each format and compares it with a reference format (fp32 by default, and bf16):
@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.mem_cache.kv_spec import KVKind
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.forward_batch import ReqForwardInput
 from sglang_v4.model_executor.model_runner import ModelRunner
@@ -85,18 +86,16 @@ class _BrokenView:
 
 class _BrokenPool(DSV4KVPool):
     control = ""
+    _BROKEN = {
+        "ctl_swa_shift": (KVKind.SWA, "shift"),
+        "ctl_csa_zero": (KVKind.CSA_MAIN, "zero"),
+        "ctl_hca_zero": (KVKind.HCA, "zero"),
+    }
 
-    def swa_flat(self, layer: int) -> Any:
-        f = super().swa_flat(layer)
-        return _BrokenView(f, "shift") if self.control == "ctl_swa_shift" else f
-
-    def csa_kv_flat(self, i: int) -> Any:
-        f = super().csa_kv_flat(i)
-        return _BrokenView(f, "zero") if self.control == "ctl_csa_zero" else f
-
-    def hca_kv_flat(self, i: int) -> Any:
-        f = super().hca_kv_flat(i)
-        return _BrokenView(f, "zero") if self.control == "ctl_hca_zero" else f
+    def rows(self, kind: KVKind, layer: int) -> Any:
+        f = super().rows(kind, layer)
+        broken = self._BROKEN.get(self.control)
+        return _BrokenView(f, broken[1]) if broken is not None and broken[0] is kind else f
 
 
 class _Seq:
@@ -134,7 +133,6 @@ def _make_pool(runner: ModelRunner, kv: str, fp4: bool, total_len: int, control:
         -(-total_len // PAGE) + 1,
         -(-total_len // mc.sliding_window) + 1,
         1,
-        total_len + PAGE,
         runner.dtype,
         runner.device,
         kv_cache_dtype=kv,

@@ -121,7 +121,7 @@ class Driver:
     ) -> None:
         self.twin = twin
         self.pool = DSV4KVPool(
-            twin.mc, 256, num_block_pages, num_window_pages, max_reqs, 65536, torch.float32, "cpu"
+            twin.mc, 256, num_block_pages, num_window_pages, max_reqs, torch.float32, "cpu"
         )
         self.state: dict[int, dict[str, Any]] = {}
 

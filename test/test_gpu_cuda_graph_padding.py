@@ -87,10 +87,12 @@ def _states(r: ModelRunner) -> dict[str, torch.Tensor]:
     """Every pool tensor without the reserved page / slot 0 (the padding's scratch space)."""
     p = r.pool
     out = {}
-    for name in ("csa_kv", "csa_idx", "hca_kv", "swa_kv", "snap_csa_kv", "snap_idx_kv"):
-        out[name] = getattr(p, name)[:, 1:].float().cpu()
-    for name in ("st_csa_buf_kv", "st_csa_ovl_kv", "st_idx_ovl_score", "st_hca_buf_kv", "st_hca_buf_score"):
-        out[name] = getattr(p, name)[:, 1:].float().cpu()
+    for kind in p.layout.kinds:
+        out[kind.value] = p.storage(kind)[:, 1:].float().cpu()
+    for kind in p.layout.states:
+        st = p.state_storage(kind)
+        for i, t in enumerate([*st.request_tensors(), *st.snapshot_tensors()]):
+            out[f"{kind.value}.state{i}"] = t[:, 1:].float().cpu()
     return out
 
 

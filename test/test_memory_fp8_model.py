@@ -1,7 +1,7 @@
 """The DeepSeek-V4 model runs unchanged on fp8 / fp4-indexer KV storage through ``KVRowsView``.
 
 ``DSV4KVPool(kv_cache_dtype="fp8_e4m3", fp4_indexer=...)`` (uint8 page storage from
-``alloc_kind_storage``, flat accessors returning ``KVRowsView``: quantize on write, dequantize on
+``KVCacheSpec.allocate``, ``pool.rows`` returning ``KVRowsView``: quantize on write, dequantize on
 read) is compared with the fp32 pool on the tiny model (HF-initialised random weights) over a 260-token prefill (crossing a
 256-token block, so CSA top-k selection and HCA entries are exercised) plus 3 decode steps.
 Tolerance (stated; measured here: mean |dlogp| 0.0065 fp8 / 0.0079 fp8+fp4, max 0.18 / 0.17;
@@ -26,6 +26,7 @@ import torch
 from sgl_kernel_v4.ref import kv_quant as kq
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.configs.presets import get_preset
+from sglang_v4.mem_cache.kv_spec import KVKind
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.forward_batch import ReqForwardInput, build_forward_batch
 from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
@@ -61,20 +62,9 @@ class _QDQPool(DSV4KVPool):
 
     fp4 = False
 
-    def _wrap(self, flat: Any, codec: str) -> _QDQView:
-        return _QDQView(flat, codec, self.model_config.rope_dim)
-
-    def csa_kv_flat(self, i: int) -> Any:
-        return self._wrap(super().csa_kv_flat(i), "main")
-
-    def csa_idx_flat(self, i: int) -> Any:
-        return self._wrap(super().csa_idx_flat(i), "fp4" if self.fp4 else "idx8")
-
-    def hca_kv_flat(self, i: int) -> Any:
-        return self._wrap(super().hca_kv_flat(i), "main")
-
-    def swa_flat(self, layer: int) -> Any:
-        return self._wrap(super().swa_flat(layer), "main")
+    def rows(self, kind: KVKind, layer: int) -> Any:
+        codec = ("fp4" if self.fp4 else "idx8") if kind is KVKind.CSA_INDEXER else "main"
+        return _QDQView(super().rows(kind, layer), codec, self.model_config.rope_dim)
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +107,7 @@ def test_fp8_pool_runs_model_close_to_fp32(tiny_model: tuple[ModelConfig, Deepse
         num_block_pages=4,
         num_window_pages=6,
         max_num_reqs=2,
-        max_context_len=1024,
-        kv_dtype=torch.float32,
+        compute_dtype=torch.float32,
         device="cpu",
     )
     ref = _run(mc, model, DSV4KVPool(**kw), ids, 260)  # type: ignore[arg-type]
@@ -133,7 +122,8 @@ def test_fp8_pool_runs_model_close_to_fp32(tiny_model: tuple[ModelConfig, Deepse
         d = (got - ref).abs()
         assert d.mean() < 0.05 and d.max() < 1.5, (fp4, d.mean().item(), d.max().item())
         assert d.max() > 0  # the quantized cache was really read
-        assert pool.csa_kv.dtype == torch.uint8 and pool.csa_kv.count_nonzero() > 0
+        csa = pool.storage(KVKind.CSA_MAIN)
+        assert csa.dtype == torch.uint8 and csa.count_nonzero() > 0
         di = mc.index_head_dim
-        assert pool.csa_idx.shape[-1] == (di // 2 + di // 32 if fp4 else di + 4)
-        assert pool.hca_kv.count_nonzero() > 0 and pool.swa_kv.count_nonzero() > 0
+        assert pool.storage(KVKind.CSA_INDEXER).shape[-1] == (di // 2 + di // 32 if fp4 else di + 4)
+        assert pool.storage(KVKind.HCA).count_nonzero() > 0 and pool.storage(KVKind.SWA).count_nonzero() > 0

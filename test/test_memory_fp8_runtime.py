@@ -29,6 +29,7 @@ import pytest
 import torch
 from sglang_v4.managers import scheduler as scheduler_mod
 from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+from sglang_v4.mem_cache.kv_spec import KVKind
 from sglang_v4.model_executor.model_runner import ModelRunner
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.server_args import ServerArgs
@@ -136,9 +137,11 @@ def test_fp8_logprobs_close_to_fp32(runs: dict[str, dict[str, Any]], name: str) 
     assert d.mean().item() < MEAN_TOL and d.max().item() < MAX_TOL
     assert d.max().item() > 0, "fp8 KV gave bit-identical logprobs: the cache was not quantized"
     pool = got["pool"]
-    assert pool.csa_kv.dtype == torch.uint8 and pool.swa_kv.dtype == torch.uint8
+    assert (
+        pool.storage(KVKind.CSA_MAIN).dtype == torch.uint8 and pool.storage(KVKind.SWA).dtype == torch.uint8
+    )
     di = pool.model_config.index_head_dim
-    assert pool.csa_idx.shape[-1] == (di // 2 + di // 32 if name == "fp8_fp4" else di + 4)
+    assert pool.storage(KVKind.CSA_INDEXER).shape[-1] == (di // 2 + di // 32 if name == "fp8_fp4" else di + 4)
 
 
 @pytest.mark.parametrize("name", ["fp32", "fp8", "fp8_fp4"])

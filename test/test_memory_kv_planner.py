@@ -15,7 +15,10 @@ import sys
 import pytest
 import torch
 from sglang_v4.configs.model_config import ModelConfig
-from sglang_v4.mem_cache import kv_layout as kl
+from sglang_v4.mem_cache import kv_format as kf
+from sglang_v4.mem_cache import kv_planner as kp
+from sglang_v4.mem_cache import kv_spec as ks
+from sglang_v4.mem_cache.kv_spec import KVKind
 from sglang_v4.tools import kv_planner
 
 GIB = 2**30
@@ -81,7 +84,7 @@ def test_presets_have_published_schedules(pro: ModelConfig, flash: ModelConfig) 
 
 
 def test_pro_bf16_1m_is_9_62_gib(pro: ModelConfig) -> None:
-    r = kl.kv_bytes_for_context(pro, "bf16", False, L_1M)
+    r = kp.kv_bytes_for_context(pro, "bf16", False, L_1M)
     assert r["total_kv_bytes"] == _expected_total(PRO_RATIOS, MAIN_BF16, IDX_BF16, L_1M)
     assert abs(r["total_kv_bytes"] / GIB - 9.62) / 9.62 < 0.01
     per = r["per_layer_type"]
@@ -91,14 +94,14 @@ def test_pro_bf16_1m_is_9_62_gib(pro: ModelConfig) -> None:
 
 
 def test_v32_1m_is_83_9_gib_and_ratio(pro: ModelConfig) -> None:
-    v32 = kl.v32_kv_bytes_per_token("bf16") * L_1M
+    v32 = kp.v32_kv_bytes_per_token("bf16") * L_1M
     assert v32 == 61 * (576 + 128) * 2 * L_1M
     assert abs(v32 / GIB - 83.9) / 83.9 < 0.01
-    v4 = kl.kv_bytes_for_context(pro, "bf16", False, L_1M)["total_kv_bytes"]
+    v4 = kp.kv_bytes_for_context(pro, "bf16", False, L_1M)["total_kv_bytes"]
     assert 8.6 < v32 / v4 < 8.8
     # V3.2 in its own fp8 formats: 656 B fp8_ds_mla latent + 132 B (or 68 B fp4) indexer key
-    assert kl.v32_kv_bytes_per_token("fp8_e4m3") == 61 * (656 + 132)
-    assert kl.v32_kv_bytes_per_token("fp8_e4m3", True) == 61 * (656 + 68)
+    assert kp.v32_kv_bytes_per_token("fp8_e4m3") == 61 * (656 + 132)
+    assert kp.v32_kv_bytes_per_token("fp8_e4m3", True) == 61 * (656 + 68)
 
 
 @pytest.mark.parametrize(
@@ -113,41 +116,41 @@ def test_low_precision_totals(
     pro: ModelConfig, flash: ModelConfig, dtype: str, fp4: bool, main: int, idx: int
 ) -> None:
     for mc, ratios in ((pro, PRO_RATIOS), (flash, FLASH_RATIOS)):
-        got = kl.kv_bytes_for_context(mc, dtype, fp4, L_1M)["total_kv_bytes"]
+        got = kp.kv_bytes_for_context(mc, dtype, fp4, L_1M)["total_kv_bytes"]
         assert got == _expected_total(ratios, main, idx, L_1M)
     # fp8 roughly halves the bf16 figure, fp4 indexer saves a bit more
     bf16 = _expected_total(PRO_RATIOS, MAIN_BF16, IDX_BF16, L_1M)
     if dtype == "fp8_e4m3":
-        assert 0.45 < kl.kv_bytes_for_context(pro, dtype, fp4, L_1M)["total_kv_bytes"] / bf16 < 0.6
+        assert 0.45 < kp.kv_bytes_for_context(pro, dtype, fp4, L_1M)["total_kv_bytes"] / bf16 < 0.6
 
 
 def test_short_context_window_only(flash: ModelConfig) -> None:
-    r = kl.kv_bytes_for_context(flash, "bf16", False, 3)
+    r = kp.kv_bytes_for_context(flash, "bf16", False, 3)
     assert r["total_kv_bytes"] == 43 * 3 * MAIN_BF16
     with pytest.raises(ValueError, match="context_length"):
-        kl.kv_bytes_for_context(flash, "bf16", False, -1)
+        kp.kv_bytes_for_context(flash, "bf16", False, -1)
 
 
 def test_entry_formats_storage(pro: ModelConfig) -> None:
-    f = kl.entry_formats(pro, "fp8_e4m3")
-    assert (f.main_entry_bytes, f.indexer_entry_bytes) == (584, 132)
-    assert f.main_storage_dtype == torch.uint8 and f.main_row_elems == 584 and f.page_align == 576
-    f4 = kl.entry_formats(pro, "fp8_e4m3", fp4_indexer=True)
-    assert (f4.indexer_entry_bytes, f4.indexer_storage_dtype, f4.indexer_row_elems) == (68, torch.uint8, 68)
-    fb = kl.entry_formats(pro, "auto")
-    assert (fb.kv_cache_dtype, fb.main_storage_dtype, fb.main_row_elems) == ("bf16", torch.bfloat16, 512)
-    assert kl.normalize_kv_cache_dtype("auto", torch.float32) == "fp32"
+    f = kf.entry_formats(pro, "fp8_e4m3")
+    assert (f.main.entry_bytes, f.indexer.entry_bytes) == (584, 132)
+    assert f.main.storage_dtype == torch.uint8 and f.main.row_elems == 584 and f.page_align == 576
+    f4 = kf.entry_formats(pro, "fp8_e4m3", fp4_indexer=True)
+    assert (f4.indexer.entry_bytes, f4.indexer.storage_dtype, f4.indexer.row_elems) == (68, torch.uint8, 68)
+    fb = kf.entry_formats(pro, "auto")
+    assert (fb.kv_cache_dtype, fb.main.storage_dtype, fb.main.row_elems) == ("bf16", torch.bfloat16, 512)
+    assert kf.normalize_kv_cache_dtype("auto", torch.float32) == "fp32"
     with pytest.raises(ValueError, match="kv_cache_dtype"):
-        kl.entry_formats(pro, "int4")
+        kf.entry_formats(pro, "int4")
 
 
 def test_entry_formats_tiny_model_matches_encoder() -> None:
     from sgl_kernel_v4.ref.kv_quant import indexer_fp4_entry_bytes, kv_fp8_entry_bytes
 
     tiny = ModelConfig.from_dict(TINY)
-    f = kl.entry_formats(tiny, "fp8_e4m3", fp4_indexer=True)
-    assert f.main_entry_bytes == kv_fp8_entry_bytes(tiny.head_dim, tiny.rope_dim)
-    assert f.indexer_entry_bytes == indexer_fp4_entry_bytes(tiny.index_head_dim)
+    f = kf.entry_formats(tiny, "fp8_e4m3", fp4_indexer=True)
+    assert f.main.entry_bytes == kv_fp8_entry_bytes(tiny.head_dim, tiny.rope_dim)
+    assert f.indexer.entry_bytes == indexer_fp4_entry_bytes(tiny.index_head_dim)
 
 
 # raw page bytes of each kind for V4 shapes
@@ -175,7 +178,7 @@ def _request_state_bytes(n_csa: int, n_hca: int) -> int:
 @pytest.mark.parametrize("name", ["flash", "pro"])
 def test_fp8_page_classes_37440_8640_1728(name: str) -> None:
     mc = kv_planner.load_preset_config(name)
-    lay = kl.build_kv_layout(mc, "fp8_e4m3", False, page_size=256)
+    lay = ks.build_kv_layout(mc, "fp8_e4m3", False, page_size=256)
     assert [c.page_bytes for c in lay.classes] == [37440, 8640, 1728]
     # each class is a multiple of the 576-byte row and the smallest one holding its largest member
     raw = _raw_pages(IDX_FP8)
@@ -198,23 +201,23 @@ def test_fp8_page_classes_37440_8640_1728(name: str) -> None:
 
 def test_bf16_and_fp4_classes(pro: ModelConfig) -> None:
     for dtype, fp4 in (("bf16", False), ("fp32", False), ("fp8_e4m3", True), ("bf16", True)):
-        lay = kl.build_kv_layout(pro, dtype, fp4)
+        lay = ks.build_kv_layout(pro, dtype, fp4)
         assert 1 <= len(lay.classes) <= 3
         for spec in lay.kinds.values():
             assert spec.page_bytes >= spec.raw_page_bytes
             assert spec.page_bytes % lay.formats.page_align == 0
         assert len({k.page_bytes for k in lay.kinds.values()}) == len(lay.classes)
-    lay = kl.build_kv_layout(pro, "fp8_e4m3", True)
+    lay = ks.build_kv_layout(pro, "fp8_e4m3", True)
     assert lay.kinds["csa_indexer"].raw_page_bytes == 64 * IDX_FP4
     assert [c.page_bytes for c in lay.classes] == [37440, 4608, 1728]  # 4,352 -> 8 x 576
-    assert [c.page_bytes for c in kl.build_kv_layout(pro, "bf16").classes] == [65536, 16384, 2048]
+    assert [c.page_bytes for c in ks.build_kv_layout(pro, "bf16").classes] == [65536, 16384, 2048]
     with pytest.raises(ValueError, match="page_size"):
-        kl.build_kv_layout(pro, "bf16", False, page_size=192)
+        ks.build_kv_layout(pro, "bf16", False, page_size=192)
 
 
 def test_plan_budget_and_fragmentation(pro: ModelConfig) -> None:
     budget = 100 * GIB
-    p = kl.plan_kv_pools(pro, "fp8_e4m3", False, 256, budget_bytes=budget, context_length=L_1M)
+    p = kp.plan_kv_pools(pro, "fp8_e4m3", False, 256, budget_bytes=budget, context_length=L_1M)
     lay = p.layout
     blocks_per_req = L_1M // 256
     assert p.total_bytes <= budget
@@ -248,22 +251,22 @@ def test_plan_budget_and_fragmentation(pro: ModelConfig) -> None:
 
 
 def test_plan_max_total_tokens_and_errors(flash: ModelConfig) -> None:
-    p = kl.plan_kv_pools(flash, "bf16", False, 256, max_total_tokens=100_000, context_length=8192)
+    p = kp.plan_kv_pools(flash, "bf16", False, 256, max_total_tokens=100_000, context_length=8192)
     assert p.num_block_pages == -(-100_000 // 256)
     assert p.max_concurrency == p.num_block_pages // 32
     assert p.max_context == p.num_block_pages * 256
-    capped = kl.plan_kv_pools(flash, "bf16", False, 256, budget_bytes=50 * GIB, max_total_tokens=4096)
+    capped = kp.plan_kv_pools(flash, "bf16", False, 256, budget_bytes=50 * GIB, max_total_tokens=4096)
     assert capped.num_block_pages == 16
-    fixed = kl.plan_kv_pools(
+    fixed = kp.plan_kv_pools(
         flash, "bf16", False, 256, budget_bytes=GIB, context_length=4096, max_running_requests=3
     )
     assert fixed.num_request_slots == 3 and fixed.num_window_pages == 9
     with pytest.raises(ValueError, match="budget_bytes or max_total_tokens"):
-        kl.plan_kv_pools(flash, "bf16")
+        kp.plan_kv_pools(flash, "bf16")
     with pytest.raises(ValueError, match="budget_bytes"):
-        kl.plan_kv_pools(flash, "bf16", budget_bytes=1000)
+        kp.plan_kv_pools(flash, "bf16", budget_bytes=1000)
     with pytest.raises(ValueError, match="context_length"):
-        kl.plan_kv_pools(flash, "bf16", budget_bytes=GIB, context_length=0)
+        kp.plan_kv_pools(flash, "bf16", budget_bytes=GIB, context_length=0)
 
 
 def test_weights_match_published_sizes(flash: ModelConfig, pro: ModelConfig) -> None:
@@ -325,29 +328,31 @@ def test_encode_decode_entries_dispatch() -> None:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 5, tiny.head_dim, generator=g)
     xi = torch.randn(7, tiny.index_head_dim, generator=g)
-    f8 = kl.entry_formats(tiny, "fp8_e4m3")
-    rows = kl.encode_entries(x, f8, "main")
+    f8 = kf.entry_formats(tiny, "fp8_e4m3")
+    rows = kf.encode_entries(x, f8.main)
     assert rows.shape == (3, 5, 194) and rows.dtype == torch.uint8
     assert torch.equal(rows.reshape(15, -1), kq.quantize_kv_fp8(x.reshape(15, -1), rope_dim=64))
-    back = kl.decode_entries(rows, f8, "main")
+    back = kf.decode_entries(rows, f8.main)
     assert back.shape == x.shape and (back - x).abs().max() < 0.2
-    assert torch.equal(kl.encode_entries(xi, f8, "indexer"), kq.quantize_indexer_fp8(xi))
-    f4 = kl.entry_formats(tiny, "fp8_e4m3", fp4_indexer=True)
-    assert torch.equal(kl.encode_entries(xi, f4, "indexer"), kq.quantize_indexer_fp4(xi))
+    assert torch.equal(kf.encode_entries(xi, f8.indexer), kq.quantize_indexer_fp8(xi))
+    f4 = kf.entry_formats(tiny, "fp8_e4m3", fp4_indexer=True)
+    assert torch.equal(kf.encode_entries(xi, f4.indexer), kq.quantize_indexer_fp4(xi))
     b4 = kq.quantize_indexer_fp4(xi)
-    assert torch.equal(kl.decode_entries(b4, f4, "indexer"), kq.dequantize_indexer_fp4(b4))
-    fb = kl.entry_formats(tiny, "bf16")
-    assert torch.equal(kl.encode_entries(x, fb, "main"), x.to(torch.bfloat16))
-    assert torch.equal(kl.decode_entries(x.to(torch.bfloat16), fb, "main"), x.to(torch.bfloat16).float())
+    assert torch.equal(kf.decode_entries(b4, f4.indexer), kq.dequantize_indexer_fp4(b4))
+    fb = kf.entry_formats(tiny, "bf16")
+    assert torch.equal(kf.encode_entries(x, fb.main), x.to(torch.bfloat16))
+    assert torch.equal(kf.decode_entries(x.to(torch.bfloat16), fb.main), x.to(torch.bfloat16).float())
     with pytest.raises(ValueError, match="last dim"):
-        kl.encode_entries(xi, f8, "main")
-    with pytest.raises(ValueError, match="which"):
-        kl.encode_entries(x, f8, "value")
+        kf.encode_entries(xi, f8.main)
+    with pytest.raises(ValueError, match="last dim"):
+        kf.decode_entries(rows, f8.indexer)
+    with pytest.raises(ValueError, match="KVKind"):
+        KVKind("value")
 
 
 def test_alloc_kind_storage_padded_pages(pro: ModelConfig) -> None:
-    lay = kl.build_kv_layout(pro, "fp8_e4m3")
-    t = kl.alloc_kind_storage(lay, "csa_main", 3)
+    lay = ks.build_kv_layout(pro, "fp8_e4m3")
+    t = lay.kinds[KVKind.CSA_MAIN].allocate(3)
     assert t.shape == (30, 3, 64, 584) and t.dtype == torch.uint8
     assert t.stride() == (3 * 37440, 37440, 584, 1)  # page stride = size class
     assert t.untyped_storage().nbytes() == 30 * 3 * 37440
@@ -356,13 +361,13 @@ def test_alloc_kind_storage_padded_pages(pro: ModelConfig) -> None:
     assert (
         (raw[:, 1, : 64 * 584] == 7).all() and (raw[:, 1, 64 * 584 :] == 0).all() and (raw[:, 0] == 0).all()
     )
-    swa = kl.alloc_kind_storage(lay, "swa", 4, padded=False)
+    swa = lay.kinds[KVKind.SWA].allocate(4, padded=False)
     assert swa.shape == (61, 4, 64, 584) and swa.is_contiguous()
-    lb = kl.build_kv_layout(pro, "bf16")
-    h = kl.alloc_kind_storage(lb, "hca", 2)
+    lb = ks.build_kv_layout(pro, "bf16")
+    h = lb.kinds[KVKind.HCA].allocate(2)
     assert h.shape == (31, 2, 2, 512) and h.dtype == torch.bfloat16 and h.stride()[1] * 2 == 2048
     with pytest.raises(ValueError, match="num_pages"):
-        kl.alloc_kind_storage(lay, "hca", 0)
+        lay.kinds[KVKind.HCA].allocate(0)
 
 
 def test_kv_rows_view_with_reference_ops() -> None:
@@ -371,10 +376,10 @@ def test_kv_rows_view_with_reference_ops() -> None:
     from sgl_kernel_v4.ref.attention import gather_rows
 
     tiny = ModelConfig.from_dict(TINY)
-    lay = kl.build_kv_layout(tiny, "fp8_e4m3", fp4_indexer=True)
+    lay = ks.build_kv_layout(tiny, "fp8_e4m3", fp4_indexer=True)
     fmt = lay.formats
-    store = kl.alloc_kind_storage(lay, "csa_main", 4)[0]  # one layer: [4 pages, 64, 194], padded
-    view = kl.KVRowsView(store, fmt, "main")
+    store = lay.kinds[KVKind.CSA_MAIN].allocate(4)[0]  # one layer: [4 pages, 64, 194], padded
+    view = kf.KVRowsView(store, fmt.main)
     assert view.shape == (256, 128) and view.dtype == torch.float32
     g = torch.Generator().manual_seed(1)
     x = torch.randn(5, 128, generator=g)
@@ -387,8 +392,8 @@ def test_kv_rows_view_with_reference_ops() -> None:
     deq = kq.dequantize_kv_fp8(kq.quantize_kv_fp8(x, rope_dim=64), rope_dim=64)
     assert torch.equal(rows[0, 0], deq[0]) and torch.equal(rows[1, 0], deq[4]) and (rows[0, 1] == 0).all()
     # flat indexer storage, fp4
-    istore = torch.zeros(10, fmt.indexer_row_elems, dtype=torch.uint8)
-    iv = kl.KVRowsView(istore, fmt, "indexer")
+    istore = torch.zeros(10, fmt.indexer.row_elems, dtype=torch.uint8)
+    iv = kf.KVRowsView(istore, fmt.indexer)
     xi = torch.randn(3, 32, generator=g)
     iv[torch.tensor([1, 5, 9])] = xi
     assert torch.equal(iv[torch.tensor([5])], kq.dequantize_indexer_fp4(kq.quantize_indexer_fp4(xi[1:2])))
@@ -401,7 +406,7 @@ def test_kv_rows_view_with_reference_ops() -> None:
     view[3] = x[0]
     assert torch.equal(store[0, 3], store[0, 0])
     with pytest.raises(ValueError, match="storage"):
-        kl.KVRowsView(torch.zeros(4, 7, dtype=torch.uint8), fmt, "main")
+        kf.KVRowsView(torch.zeros(4, 7, dtype=torch.uint8), fmt.main)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
@@ -410,17 +415,22 @@ def test_plan_units_match_dsv4_kv_pool_tensors(dtype: str) -> None:
     from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 
     tiny = ModelConfig.from_dict(TINY)
-    lay = kl.build_kv_layout(tiny, dtype)
+    lay = ks.build_kv_layout(tiny, dtype)
     assert all(k.page_bytes == k.raw_page_bytes for k in lay.kinds.values())  # no padding here
     torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
     nb, nw, nr = 3, 5, 2
-    pool = DSV4KVPool(tiny, 256, nb, nw, nr, 1024, torch_dtype, "cpu")
+    pool = DSV4KVPool(tiny, 256, nb, nw, nr, torch_dtype, "cpu")
 
-    def nbytes(*names: str) -> int:
-        return sum(getattr(pool, n).numel() * getattr(pool, n).element_size() for n in names)
+    def nbytes(tensors) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors)
 
-    assert nbytes("csa_kv", "csa_idx", "hca_kv") == (nb + 1) * lay.block_page_bytes
-    snaps = [n for n in vars(pool) if n.startswith("snap_")]
-    assert nbytes("swa_kv", *snaps) == (nw + 1) * lay.window_page_bytes
-    states = [n for n in vars(pool) if n.startswith("st_")]
-    assert nbytes(*states) == (nr + 1) * lay.request_state_bytes
+    block = [pool.storage(k) for k in (KVKind.CSA_MAIN, KVKind.CSA_INDEXER, KVKind.HCA)]
+    assert nbytes(block) == (nb + 1) * lay.block_page_bytes
+    states = [pool.state_storage(k) for k in (KVKind.CSA_MAIN, KVKind.CSA_INDEXER, KVKind.HCA)]
+    snaps = [t for st in states for t in st.snapshot_tensors()]
+    assert len(snaps) == 4  # kv and score of the CSA main and indexer overlap halves
+    assert nbytes([pool.storage(KVKind.SWA), *snaps]) == (nw + 1) * lay.window_page_bytes
+    live = [t for st in states for t in st.request_tensors()]
+    assert len(live) == 10  # CSA main, CSA indexer: buffer + overlap, kv + score; HCA: buffer
+    assert nbytes(live) == (nr + 1) * lay.request_state_bytes
+    assert pool.memory_bytes() == nbytes(block) + nbytes([pool.storage(KVKind.SWA), *snaps]) + nbytes(live)

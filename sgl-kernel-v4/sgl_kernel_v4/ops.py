@@ -3,9 +3,18 @@
 The model calls every hot op through this module. ``get_op(name, device)`` returns the Triton
 implementation (``sgl_kernel_v4.triton.*``) when ``device`` is a CUDA device, Triton is importable
 and the Triton path is not disabled; otherwise the torch reference (``sgl_kernel_v4.ref.*``).
-The canonical signatures are listed in ``/work/notes/ops.md`` (the op table); both backends
-implement exactly those signatures (the Triton ones additionally accept ``out=`` keyword-only
-output buffers where noted in their docstrings).
+The op table (the wrapper functions of this module give the canonical signatures; both backends
+implement exactly those, the Triton ones additionally accept ``out=`` keyword-only output buffers
+where noted in their docstrings):
+
+1. ``rms_norm``
+2. ``compress_and_insert`` (CSA / HCA compressor: pooling + norm + RoPE + compressed-pool write)
+3. ``apply_rope``, ``inv_rope_quant``
+4. ``qnorm_rope_kv_insert`` (q norm + kv norm / RoPE + sliding-window insert)
+5. ``sparse_attention``
+6. ``indexer_topk``
+7. ``hc_pre``, ``hc_post`` (mHC)
+8. ``fused_moe``
 
 Disabling Triton: set the environment variable ``SGLANG_V4_DISABLE_TRITON=1`` before the first
 lookup, or call :func:`set_triton_enabled` (e.g. from a ``--disable-triton-kernels`` server flag).
@@ -42,7 +51,7 @@ __all__ = [
     "fused_moe",
 ]
 
-# op name -> module under sgl_kernel_v4.ref (written by the lead, exact op-table signatures)
+# op name -> module under sgl_kernel_v4.ref (the torch references, exact op-table signatures)
 _REF_MODULES: dict[str, str] = {
     "rms_norm": "norm",
     "compress_and_insert": "compressor",
@@ -114,7 +123,7 @@ def get_op(name: str, device: torch.device | str) -> Callable[..., Any]:
     """Return the implementation of op ``name`` for tensors on ``device``.
 
     Args:
-        name: one of :data:`OP_NAMES` (the op table in ``/work/notes/ops.md``).
+        name: one of :data:`OP_NAMES` (the op table in the module docstring).
         device: the device the op's inputs live on (``torch.device`` or a string like ``"cuda:0"``).
 
     Returns:

@@ -16,9 +16,10 @@ from sgl_kernel_v4 import ops
 from torch import nn
 
 from sglang_v4.configs.model_config import CSA, HCA, ModelConfig
-from sglang_v4.layers.compressor import CompressorState, CSACompressor, HCACompressor
+from sglang_v4.layers.compressor import CSACompressor, HCACompressor
 from sglang_v4.layers.layernorm import RMSNorm
 from sglang_v4.layers.linear import GroupedLinear, Linear
+from sglang_v4.mem_cache.kv_spec import KVKind
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.forward_batch import ForwardBatch
 
@@ -88,31 +89,14 @@ class DSV4Attention(nn.Module):
                 sel = self._indexer_branch(x, q_res, fb, pool, rc, cos, sin)
         q = self.q_b_proj(q_res).view(T, self.n_heads, self.head_dim)
         kv = self.kv_proj(x)
-        swa_flat = pool.swa_flat(self.layer_idx)
-        q, _ = ops.qnorm_rope_kv_insert(
-            q, kv, self.kv_norm.weight, cos, sin, swa_flat, fb.swa_write, self.eps
-        )
-        sources = [(swa_flat, fb.swa_idx)]
+        swa = pool.rows(KVKind.SWA, self.layer_idx)
+        q, _ = ops.qnorm_rope_kv_insert(q, kv, self.kv_norm.weight, cos, sin, swa, fb.swa_write, self.eps)
+        sources = [(swa, fb.swa_idx)]
         if isinstance(self.compressor, CSACompressor):
-            i = self.mc.csa_index[self.layer_idx]
             plan = fb.csa
             assert plan is not None
-            main_flat = pool.csa_kv_flat(i)
-            self.compressor.run(
-                x,
-                fb,
-                plan,
-                CompressorState(
-                    pool.st_csa_buf_kv[i],
-                    pool.st_csa_buf_score[i],
-                    pool.st_csa_ovl_kv[i],
-                    pool.st_csa_ovl_score[i],
-                    pool.snap_csa_kv[i],
-                    pool.snap_csa_score[i],
-                    main_flat,
-                ),
-                rc.win[plan.ratio],
-            )
+            st = pool.compressor_state(KVKind.CSA_MAIN, self.layer_idx)
+            self.compressor.run(x, fb, plan, st, rc.win[plan.ratio])
             if ix_stream is None:
                 sel = self._indexer_branch(x, q_res, fb, pool, rc, cos, sin)
             else:
@@ -121,22 +105,13 @@ class DSV4Attention(nn.Module):
                 if not torch.cuda.is_current_stream_capturing():
                     sel.record_stream(main_stream)  # allocated on the indexer stream
             assert sel is not None
-            sources.append((main_flat, sel))
+            sources.append((st.rows, sel))
         elif isinstance(self.compressor, HCACompressor):
-            i = self.mc.hca_index[self.layer_idx]
             plan = fb.hca
             assert plan is not None
-            flat = pool.hca_kv_flat(i)
-            self.compressor.run(
-                x,
-                fb,
-                plan,
-                CompressorState(
-                    pool.st_hca_buf_kv[i], pool.st_hca_buf_score[i], None, None, None, None, flat
-                ),
-                rc.win[plan.ratio],
-            )
-            sources.append((flat, plan.candidates))
+            st = pool.compressor_state(KVKind.HCA, self.layer_idx)
+            self.compressor.run(x, fb, plan, st, rc.win[plan.ratio])
+            sources.append((st.rows, plan.candidates))
         o = ops.sparse_attention(q, sources, self.sinks, self.head_dim**-0.5)
         o = ops.inv_rope_quant(o, cos, sin, False)
         o = self.o_a_proj(o.reshape(T, self.o_groups, -1))
@@ -155,24 +130,9 @@ class DSV4Attention(nn.Module):
         """CSA indexer: compress this forward's completed windows into the indexer-key pool, then
         score the visible entries and return the ``[T, topk]`` selected main-pool slots (-1 = none)."""
         assert isinstance(self.compressor, CSACompressor)
-        i = self.mc.csa_index[self.layer_idx]
         plan = fb.csa
         assert plan is not None
-        idx_flat = pool.csa_idx_flat(i)
+        st = pool.compressor_state(KVKind.CSA_INDEXER, self.layer_idx)
         ix = self.compressor.indexer
-        ix.run(
-            x,
-            fb,
-            plan,
-            CompressorState(
-                pool.st_idx_buf_kv[i],
-                pool.st_idx_buf_score[i],
-                pool.st_idx_ovl_kv[i],
-                pool.st_idx_ovl_score[i],
-                pool.snap_idx_kv[i],
-                pool.snap_idx_score[i],
-                idx_flat,
-            ),
-            rc.win[plan.ratio],
-        )
-        return ix.select(x, q_res, plan, idx_flat, cos, sin)
+        ix.run(x, fb, plan, st, rc.win[plan.ratio])
+        return ix.select(x, q_res, plan, st.rows, cos, sin)

@@ -5,13 +5,12 @@ indexer) and §2.3.2 (HCA, non-overlapping ``m' = 128``); reference file HF
 ``modeling_deepseek_v4.py`` (``DeepseekV4CSACompressor``, ``DeepseekV4HCACompressor``,
 ``DeepseekV4Indexer``). The HF port keeps growing tensors per request; here every completed window
 is pooled once and written into the compressed pool, and the partial window plus the previous
-window's "Ca" half live in the pool's per-request state, so any split of a sequence into
+window's "Ca" half live in the pool's per-request state
+(:mod:`sglang_v4.mem_cache.compressor_state`), so any split of a sequence into
 prefill chunks and decode steps gives the same entries.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 from sgl_kernel_v4 import ops
@@ -19,26 +18,8 @@ from torch import nn
 
 from sglang_v4.layers.layernorm import RMSNorm
 from sglang_v4.layers.linear import Linear
+from sglang_v4.mem_cache.compressor_state import CompressorState
 from sglang_v4.model_executor.forward_batch import CompressPlan, ForwardBatch
-
-
-@dataclass
-class CompressorState:
-    """Views of one layer's compressor state in the pool (all fp32).
-
-    ``buf_kv`` / ``buf_score``: ``[R, m, X]`` partial-window rows (``X = 2d`` with overlap, else ``d``);
-    ``ovl_kv`` / ``ovl_score``: ``[R, m, d]`` the last completed window's Ca half (overlap only);
-    ``snap_kv`` / ``snap_score``: ``[Wp, m, d]`` resume snapshots per window page (overlap only);
-    ``pool_flat``: ``[N, d]`` flat compressed pool of this layer.
-    """
-
-    buf_kv: torch.Tensor
-    buf_score: torch.Tensor
-    ovl_kv: torch.Tensor | None
-    ovl_score: torch.Tensor | None
-    snap_kv: torch.Tensor | None
-    snap_score: torch.Tensor | None
-    pool_flat: torch.Tensor
 
 
 def _gather(tab: torch.Tensor, idx: torch.Tensor, fill: float) -> torch.Tensor:
@@ -80,7 +61,7 @@ class Compressor(nn.Module):
         st: CompressorState,
         rope: tuple[torch.Tensor, torch.Tensor],
     ) -> None:
-        """Pool the windows completed by this forward into ``st.pool_flat`` and advance the state.
+        """Pool the windows completed by this forward into ``st.rows`` and advance the state.
 
         On CUDA (or with ``fb.extras["graph_safe"]``) no step synchronises with the host, so the
         call is CUDA-graph capturable: padded windows carry ``win_out = -1`` (not written) and
@@ -89,7 +70,7 @@ class Compressor(nn.Module):
         Args:
             h: ``[T, D]`` attention input (normalised hidden states).
             fb: the batch; plan: its :class:`CompressPlan` for this ratio.
-            st: the layer's state views.
+            st: the layer's state and output rows (``DSV4KVPool.compressor_state``).
             rope: ``(cos, sin)`` ``[J, r/2]`` at the windows' positions (compress rope).
         """
         m, d = self.ratio, self.d
@@ -119,7 +100,7 @@ class Compressor(nn.Module):
                 self.kv_norm.weight,
                 rope[0],
                 rope[1],
-                st.pool_flat,
+                st.rows,
                 plan.win_out,
                 self.eps,
             )

@@ -4,7 +4,7 @@ What is cached
 --------------
 The key unit is a *block* of ``page_size`` tokens (default 256 = 64 CSA windows of 4 = 2 HCA
 windows of 128, so every compressor's partial window is empty at a block boundary; see
-``/work/shared/design/DSV4_MODEL.md``, "State that decoding carries"). Per block the tree holds
+``docs/KV_CACHE.md``, "Resume state"). Per block the tree holds
 two page ids, never tensors:
 
 * ``block_page`` (from ``block_alloc``): the block's compressed entries of every layer (CSA main

@@ -3,7 +3,7 @@
 Weights come from a checkpoint directory (``load_format="auto"``, official or HF names, FP8/FP4
 dequantized on load; ``sglang_v4.model_loader``) or are initialised randomly on the device
 (``load_format="dummy"``, as SGLang and vLLM call it, for benchmarks). The KV pool is sized by the
-memory planner (``mem_cache/kv_layout.py:plan_kv_pools``) from ``--max-total-tokens`` or, on CUDA,
+memory planner (``mem_cache/kv_planner.py:plan_kv_pools``) from ``--max-total-tokens`` or, on CUDA,
 from ``--mem-fraction-static`` of the free memory after the weights are loaded, in the chosen KV
 format (fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches replay CUDA
 graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a second stream.
@@ -19,7 +19,9 @@ import time
 import torch
 
 from sglang_v4.configs.model_config import ModelConfig
-from sglang_v4.mem_cache.kv_layout import KVPlan, build_kv_layout, normalize_kv_cache_dtype, plan_kv_pools
+from sglang_v4.mem_cache.kv_format import normalize_kv_cache_dtype
+from sglang_v4.mem_cache.kv_planner import KVPlan, plan_kv_pools
+from sglang_v4.mem_cache.kv_spec import build_kv_layout
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.cuda_graph_runner import CudaGraphRunner
 from sglang_v4.model_executor.forward_batch import ForwardBatch, ReqForwardInput, build_forward_batch
@@ -157,7 +159,6 @@ class ModelRunner:
             self.plan.num_block_pages,
             self.plan.num_window_pages,
             max_running_requests,
-            context_len,
             self.dtype,
             self.device,
             kv_cache_dtype=self.kv_cache_dtype,
@@ -185,7 +186,7 @@ class ModelRunner:
             self.set_indexer_stream(enable_indexer_stream and self.indexer_stream_max_bs > 0)
             if disable_cuda_graph:
                 logger.info("CUDA graphs disabled (--disable-cuda-graph)")
-            elif self.pool.quantized_main or self.pool.quantized_indexer:
+            elif self.pool.quantized_kinds:
                 logger.warning(
                     "CUDA graphs disabled: quantized KV (%s%s) takes the reference path, which syncs",
                     self.kv_cache_dtype,
@@ -223,12 +224,12 @@ class ModelRunner:
 
     def _bytes_per_block_page(self) -> int:
         """Bytes one block page costs with its share of resume-state window pages (all layers,
-        class-padded, in this runner's KV format; ``kv_layout.build_kv_layout``)."""
+        class-padded, in this runner's KV format; ``kv_spec.build_kv_layout``)."""
         lay = build_kv_layout(self.mc, self.kv_cache_dtype, self.fp4_indexer, self.page_size)
         return lay.block_page_bytes + lay.window_page_bytes // self.resume_interval
 
     def _size_pool(self, max_total_tokens: int | None, mem_fraction: float | None) -> KVPlan:
-        """Plan the pools with :func:`~sglang_v4.mem_cache.kv_layout.plan_kv_pools`.
+        """Plan the pools with :func:`~sglang_v4.mem_cache.kv_planner.plan_kv_pools`.
 
         ``max_total_tokens`` given: that capacity (rounded up to whole pages). Otherwise on CUDA
         the budget is ``mem_fraction_static`` (default 0.85) of the free device memory after the

@@ -6,15 +6,15 @@ Usage::
     python -m sglang_v4.tools.kv_planner --model-path DIR --kv-cache-dtype fp8_e4m3 \\
         --enable-fp4-indexer --gpu-memory 1050 --json
 
-What it prints (the arithmetic is in ``sglang_v4/mem_cache/kv_layout.py``; this module only adds
-the weights and the formatting):
+What it prints (the arithmetic is in :mod:`sglang_v4.mem_cache.kv_planner` and
+:mod:`sglang_v4.mem_cache.kv_spec`; this module only adds the weights and the formatting):
 
 * per layer type (CSA / HCA / sliding): layers, entry bytes, amortised bytes per token per layer,
   sliding-window bytes per request, and the bytes of one request of ``--context-length`` tokens;
 * ``total_kv_bytes``: one sequence of that length (entries only, what the published figures count:
   V4-Pro, bf16, 1M tokens = 9.62 GiB), and the paged footprint (page padding, compressor state);
 * the DeepSeek-V3.2 comparison at the same length and dtype (83.9 GiB at 1M tokens in bf16,
-  derivation in ``kv_layout``), and the ratio;
+  derivation in ``mem_cache/kv_planner.py``), and the ratio;
 * the page-size classes (37,440 / 8,640 / 1,728 B in fp8 for V4);
 * weights: parameters counted from the config (the HF ``DeepseekV4ForCausalLM`` built on the meta
   device, nothing allocated) and their bytes as published: routed experts fp4 e2m1 (0.5 B per
@@ -24,7 +24,7 @@ the weights and the formatting):
   parameters for V4-Flash and 1.57 T for V4-Pro (published: 284 B and 1.6 T);
 * ``max_concurrency``: requests of ``--context-length`` tokens that fit at once in
   ``--gpu-memory`` GiB x ``--mem-fraction`` minus the weights (the KV pools sized by
-  :func:`~sglang_v4.mem_cache.kv_layout.plan_kv_pools`, the same code the runtime uses).
+  :func:`~sglang_v4.mem_cache.kv_planner.plan_kv_pools`, the same code the runtime uses).
 
 ``--preset v3.2`` prints the V3.2 model alone (61 MLA layers; weights 671 B parameters in fp8).
 """
@@ -37,15 +37,16 @@ import sys
 from typing import Any
 
 from sglang_v4.configs.model_config import ModelConfig
-from sglang_v4.mem_cache.kv_layout import (
+from sglang_v4.configs.presets import get_preset
+from sglang_v4.mem_cache.kv_format import normalize_kv_cache_dtype
+from sglang_v4.mem_cache.kv_planner import (
     V32_NUM_LAYERS,
     GiB,
-    build_kv_layout,
     kv_bytes_for_context,
-    normalize_kv_cache_dtype,
     plan_kv_pools,
     v32_kv_bytes_per_token,
 )
+from sglang_v4.mem_cache.kv_spec import build_kv_layout
 
 __all__ = ["load_preset_config", "count_weights", "plan", "main"]
 
@@ -56,78 +57,15 @@ DEFAULT_MEM_FRACTION = 0.9
 
 
 # ---------------------------------------------------------------------------------------------
-# presets (fallback copies until sglang_v4.configs.presets is available)
+# presets
 # ---------------------------------------------------------------------------------------------
-def _fallback_preset(name: str) -> dict[str, Any]:
-    """Private copies of the published V4-Flash / V4-Pro ``config.json`` (official dialect)."""
-    common: dict[str, Any] = {
-        "model_type": "deepseek_v4",
-        "vocab_size": 129280,
-        "num_key_value_heads": 1,
-        "head_dim": 512,
-        "qk_rope_head_dim": 64,
-        "sliding_window": 128,
-        "index_n_heads": 64,
-        "index_head_dim": 128,
-        "o_lora_rank": 1024,
-        "n_shared_experts": 1,
-        "num_experts_per_tok": 6,
-        "num_hash_layers": 3,
-        "max_position_embeddings": 1048576,
-        "rope_theta": 10000.0,
-        "compress_rope_theta": 160000.0,
-        "rope_scaling": {
-            "type": "yarn",
-            "factor": 16.0,
-            "original_max_position_embeddings": 65536,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-        },
-    }
-    if name == "flash":
-        ratios = [0, 0] + [4 if i % 2 == 0 else 128 for i in range(41)]
-        return {
-            **common,
-            "hidden_size": 4096,
-            "num_hidden_layers": 43,
-            "num_attention_heads": 64,
-            "q_lora_rank": 1024,
-            "o_groups": 8,
-            "index_topk": 512,
-            "n_routed_experts": 256,
-            "moe_intermediate_size": 2048,
-            "compress_ratios": ratios,
-        }
-    if name == "pro":
-        ratios = [128, 128] + [4 if i % 2 == 0 else 128 for i in range(59)]
-        return {
-            **common,
-            "hidden_size": 7168,
-            "num_hidden_layers": 61,
-            "num_attention_heads": 128,
-            "q_lora_rank": 1536,
-            "o_groups": 16,
-            "index_topk": 1024,
-            "n_routed_experts": 384,
-            "moe_intermediate_size": 3072,
-            "routed_scaling_factor": 2.5,
-            "compress_ratios": ratios,
-        }
-    raise ValueError(f"preset: unknown preset {name!r}; choose flash, pro or v3.2")
-
-
 def load_preset_config(name: str) -> ModelConfig:
-    """``ModelConfig`` of preset ``name`` (``flash`` / ``pro`` / any name ``get_preset`` knows).
-
-    Uses ``sglang_v4.configs.presets.get_preset`` when available, else a private copy.
+    """``ModelConfig`` of preset ``name`` (``flash`` / ``pro`` / any name
+    :func:`~sglang_v4.configs.presets.get_preset` knows).
 
     Raises:
         ValueError: for an unknown preset.
     """
-    try:
-        from sglang_v4.configs.presets import get_preset
-    except ImportError:  # pragma: no cover - presets module not there yet
-        return ModelConfig.from_dict(_fallback_preset(name))
     return ModelConfig.from_dict(get_preset(name))
 
 
@@ -184,14 +122,16 @@ def _v32_weight_bytes() -> int:
 # ---------------------------------------------------------------------------------------------
 # planning
 # ---------------------------------------------------------------------------------------------
-def _concurrency(model_config: ModelConfig | None, kv_dtype: str, fp4: bool, ctx: int, budget: int) -> dict:
+def _concurrency(
+    model_config: ModelConfig | None, kv_cache_dtype: str, fp4: bool, ctx: int, budget: int
+) -> dict:
     if budget <= 0:
         return {"max_concurrency": 0, "plan": None}
     if model_config is None:  # V3.2: no paging model, plain division
-        per_req = v32_kv_bytes_per_token(kv_dtype, fp4) * ctx
+        per_req = v32_kv_bytes_per_token(kv_cache_dtype, fp4) * ctx
         return {"max_concurrency": int(budget // per_req), "plan": None}
     try:
-        p = plan_kv_pools(model_config, kv_dtype, fp4, budget_bytes=budget, context_length=ctx)
+        p = plan_kv_pools(model_config, kv_cache_dtype, fp4, budget_bytes=budget, context_length=ctx)
     except ValueError:
         return {"max_concurrency": 0, "plan": None}
     return {"max_concurrency": p.max_concurrency, "plan": p.to_dict()}
@@ -286,10 +226,12 @@ def plan(
             "paged_bytes_per_request": paged,
             "per_layer_type": kv["per_layer_type"],
             "entry_bytes": {
-                "main": layout.formats.main_entry_bytes,
-                "indexer": layout.formats.indexer_entry_bytes,
+                "main": layout.formats.main.entry_bytes,
+                "indexer": layout.formats.indexer.entry_bytes,
             },
-            "page_classes": [{"page_bytes": c.page_bytes, "kinds": list(c.kinds)} for c in layout.classes],
+            "page_classes": [
+                {"page_bytes": c.page_bytes, "kinds": [k.value for k in c.kinds]} for c in layout.classes
+            ],
             "block_page_bytes": layout.block_page_bytes,
             "window_page_bytes": layout.window_page_bytes,
             "request_state_bytes": layout.request_state_bytes,

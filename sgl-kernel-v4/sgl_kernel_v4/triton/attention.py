@@ -1,6 +1,6 @@
 """Sparse shared-KV (MQA) attention with a per-head sink, over gathered paged-pool rows (Triton).
 
-Op-table entry 5 (``/work/notes/ops.md``); math from HF ``eager_attention_forward`` with ``s_aux``
+Op-table entry 5 (``sgl_kernel_v4/ops.py``); math from HF ``eager_attention_forward`` with ``s_aux``
 (``transformers/models/deepseek_v4/modeling_deepseek_v4.py``): per query token ``t`` and head ``h``,
 ``logits_j = scale * q[t, h] · k_j`` over the gathered keys of every source, softmax over
 ``[logits..., sinks[h]]`` in fp32, the sink column dropped, ``out = sum_j p_j k_j`` (K = V).

@@ -1,6 +1,6 @@
 """Fused KV compressor (Triton): gated softmax pooling + RMSNorm + RoPE + compressed-pool write.
 
-Op-table entry 2 (``/work/notes/ops.md``); math from HF ``DeepseekV4CSACompressor.forward`` /
+Op-table entry 2 (``sgl_kernel_v4/ops.py``); math from HF ``DeepseekV4CSACompressor.forward`` /
 ``DeepseekV4HCACompressor.forward`` (``transformers/models/deepseek_v4/modeling_deepseek_v4.py``;
 paper §2.3, eqs. 20-23): per window ``w`` and channel ``c``,
 ``C[w, c] = sum_l softmax_l(score[w, :, c]) * kv[w, l, c]`` (fp32), then ``RMSNorm(weight)`` over

@@ -1,6 +1,6 @@
 """Lightning-indexer scoring + radix top-k select (Triton).
 
-Op-table entry 6 (``/work/notes/ops.md``); scoring formula from HF ``DeepseekV4IndexerScorer``
+Op-table entry 6 (``sgl_kernel_v4/ops.py``); scoring formula from HF ``DeepseekV4IndexerScorer``
 (``transformers/models/deepseek_v4/modeling_deepseek_v4.py``; paper §2.3.1, eqs. 13-17):
 ``score[t, c] = sum_h weights[t, h] * relu(scale * q[t, h] · k[cand[t, c]])``.
 

@@ -1,6 +1,6 @@
 """Manifold-constrained hyper-connections (mHC) pre/post, fused per token (Triton).
 
-Op-table entry 7 (``/work/notes/ops.md``); math from HF ``DeepseekV4HyperConnection.forward`` and
+Op-table entry 7 (``sgl_kernel_v4/ops.py``); math from HF ``DeepseekV4HyperConnection.forward`` and
 ``DeepseekV4DecoderLayer.forward`` (``transformers/models/deepseek_v4/modeling_deepseek_v4.py``):
 
 ``hc_pre``: ``mix = rms(x.flatten()) * (x.flatten() @ fnᵀ)`` (fp32), split into pre / post / comb

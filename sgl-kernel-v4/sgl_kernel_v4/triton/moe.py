@@ -1,6 +1,6 @@
 """Fused MoE (Triton): grouped GEMMs over the routed experts with clamped SwiGLU, bf16.
 
-Op-table entry 8 (``/work/notes/ops.md``); math from HF ``DeepseekV4Experts``
+Op-table entry 8 (``sgl_kernel_v4/ops.py``); math from HF ``DeepseekV4Experts``
 (``transformers/models/deepseek_v4/modeling_deepseek_v4.py``): for each (token, slot) pair routed
 to expert ``e``: ``gate, up = x @ W_gate_up[e]ᵀ`` split in halves, ``gate.clamp(max=limit)``,
 ``up.clamp(-limit, limit)``, ``h = silu(gate) * up``, ``y = h @ W_down[e]ᵀ * weight``; the output

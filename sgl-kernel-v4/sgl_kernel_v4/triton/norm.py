@@ -1,4 +1,4 @@
-"""RMSNorm (Triton), op-table entry 1 (``/work/notes/ops.md``).
+"""RMSNorm (Triton), op-table entry 1 (``sgl_kernel_v4/ops.py``).
 
 HF ``DeepseekV4RMSNorm`` (``transformers/models/deepseek_v4/modeling_deepseek_v4.py``): statistics
 and the weight multiply in fp32, one cast to the input dtype at the end; ``weight=None`` is the

@@ -1,6 +1,6 @@
 """Interleaved RoPE kernels (Triton): apply / inverse (+ fp8 quant), fused q-norm + kv norm/RoPE + window insert.
 
-Op-table entries 3 and 4 (``/work/notes/ops.md``). RoPE convention: HF ``apply_rotary_pos_emb``
+Op-table entries 3 and 4 (``sgl_kernel_v4/ops.py``). RoPE convention: HF ``apply_rotary_pos_emb``
 (``transformers/models/deepseek_v4/modeling_deepseek_v4.py``): interleaved pairs
 ``(a, b) = (x[2i], x[2i+1])`` of the trailing ``r = 2 * cos.shape[-1]`` channels become
 ``(a cos_i - b sin_i, b cos_i + a sin_i)``, computed in fp32; the leading ``D - r`` channels pass
