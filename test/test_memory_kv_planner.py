@@ -154,12 +154,12 @@ def test_entry_formats_tiny_model_matches_encoder() -> None:
 
 
 # raw page bytes of each kind for V4 shapes
-def _raw_pages(idx_entry: int, main_entry: int = MAIN_FP8) -> dict[str, int]:
+def _raw_pages(idx_entry: int, main_entry: int = MAIN_FP8) -> dict[KVKind, int]:
     return {
-        "csa_main": 64 * main_entry,
-        "swa": 64 * main_entry,
-        "csa_indexer": 64 * idx_entry,
-        "hca": 2 * main_entry,
+        KVKind.CSA_MAIN: 64 * main_entry,
+        KVKind.SWA: 64 * main_entry,
+        KVKind.CSA_INDEXER: 64 * idx_entry,
+        KVKind.HCA: 2 * main_entry,
     }
 
 
@@ -185,13 +185,17 @@ def test_fp8_page_classes_37440_8640_1728(name: str) -> None:
     for c in lay.classes:
         assert c.page_bytes % 576 == 0
         assert c.page_bytes - 576 < max(raw[k] for k in c.kinds) <= c.page_bytes
-    assert [set(c.kinds) for c in lay.classes] == [{"csa_main", "swa"}, {"csa_indexer"}, {"hca"}]
+    assert [set(c.kinds) for c in lay.classes] == [
+        {KVKind.CSA_MAIN, KVKind.SWA},
+        {KVKind.CSA_INDEXER},
+        {KVKind.HCA},
+    ]
     for k, spec in lay.kinds.items():
         assert spec.raw_page_bytes == raw[k]
     # per 256-token block and layer
-    assert lay.block_bytes_per_layer("csa_main") == 37440
-    assert lay.block_bytes_per_layer("csa_indexer") == 8640
-    assert lay.block_bytes_per_layer("hca") == 1728
+    assert lay.block_bytes_per_layer(KVKind.CSA_MAIN) == 37440
+    assert lay.block_bytes_per_layer(KVKind.CSA_INDEXER) == 8640
+    assert lay.block_bytes_per_layer(KVKind.HCA) == 1728
     n_csa, n_hca = len(mc.csa_layers), len(mc.hca_layers)
     assert lay.block_page_bytes == n_csa * (37440 + 8640) + n_hca * 1728
     # window page: 2 SWA pages per layer (128 positions / 64) + the fp32 overlap snapshot
@@ -208,7 +212,7 @@ def test_bf16_and_fp4_classes(pro: ModelConfig) -> None:
             assert spec.page_bytes % lay.formats.page_align == 0
         assert len({k.page_bytes for k in lay.kinds.values()}) == len(lay.classes)
     lay = ks.build_kv_layout(pro, "fp8_e4m3", True)
-    assert lay.kinds["csa_indexer"].raw_page_bytes == 64 * IDX_FP4
+    assert lay.kinds[KVKind.CSA_INDEXER].raw_page_bytes == 64 * IDX_FP4
     assert [c.page_bytes for c in lay.classes] == [37440, 4608, 1728]  # 4,352 -> 8 x 576
     assert [c.page_bytes for c in ks.build_kv_layout(pro, "bf16").classes] == [65536, 16384, 2048]
     with pytest.raises(ValueError, match="page_size"):
@@ -236,8 +240,10 @@ def test_plan_budget_and_fragmentation(pro: ModelConfig) -> None:
     # fragmentation: padding computed from the raw page sizes
     raw = _raw_pages(IDX_FP8)
     n_csa, n_hca, n_layers = 30, 31, 61
-    pad_block = n_csa * (37440 - raw["csa_main"] + 8640 - raw["csa_indexer"]) + n_hca * (1728 - raw["hca"])
-    pad_window = n_layers * 2 * (37440 - raw["swa"])
+    pad_block = n_csa * (37440 - raw[KVKind.CSA_MAIN] + 8640 - raw[KVKind.CSA_INDEXER]) + n_hca * (
+        1728 - raw[KVKind.HCA]
+    )
+    pad_window = n_layers * 2 * (37440 - raw[KVKind.SWA])
     assert p.fragmentation_bytes == p.num_block_pages * pad_block + p.num_window_pages * pad_window
     assert 0 < p.fragmentation_ratio < 0.05
     assert p.state_bytes == p.num_window_pages * _snapshot_bytes(
@@ -350,7 +356,7 @@ def test_encode_decode_entries_dispatch() -> None:
         KVKind("value")
 
 
-def test_alloc_kind_storage_padded_pages(pro: ModelConfig) -> None:
+def test_spec_allocate_padded_pages(pro: ModelConfig) -> None:
     lay = ks.build_kv_layout(pro, "fp8_e4m3")
     t = lay.kinds[KVKind.CSA_MAIN].allocate(3)
     assert t.shape == (30, 3, 64, 584) and t.dtype == torch.uint8

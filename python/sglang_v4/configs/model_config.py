@@ -68,7 +68,6 @@ class ModelConfig:
         compress_ratios: per layer, 0 (sliding only), 4 (CSA) or 128 (HCA) — taken from
             ``hf.layer_types`` and ``hf.compress_rates``.
         csa_layers / hca_layers / sliding_layers: layer indices of each attention type.
-        csa_index / hca_index: map from layer index to its slot in the CSA / HCA pools.
     """
 
     hf: DeepseekV4Config
@@ -76,8 +75,6 @@ class ModelConfig:
     csa_layers: list[int] = field(default_factory=list)
     hca_layers: list[int] = field(default_factory=list)
     sliding_layers: list[int] = field(default_factory=list)
-    csa_index: dict[int, int] = field(default_factory=dict)
-    hca_index: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         rates = self.hf.compress_rates
@@ -88,11 +85,9 @@ class ModelConfig:
                 self.sliding_layers.append(i)
             elif t == CSA:
                 self.compress_ratios.append(int(rates[CSA]))
-                self.csa_index[i] = len(self.csa_layers)
                 self.csa_layers.append(i)
             elif t == HCA:
                 self.compress_ratios.append(int(rates[HCA]))
-                self.hca_index[i] = len(self.hca_layers)
                 self.hca_layers.append(i)
             else:  # pragma: no cover - DeepseekV4Config validates layer types
                 raise ValueError(f"layer_types[{i}]: unknown layer type {t!r}")

@@ -1,10 +1,7 @@
 """Radix prefix cache over 256-token logical blocks of the tri-structured DeepSeek-V4 KV.
 
-What is cached
---------------
-The key unit is a *block* of ``page_size`` tokens (default 256 = 64 CSA windows of 4 = 2 HCA
-windows of 128, so every compressor's partial window is empty at a block boundary; see
-``docs/KV_CACHE.md``, "Resume state"). Per block the tree holds
+The key unit is a *block* of ``page_size`` tokens (256 = 64 CSA windows of 4 = 2 HCA windows of
+128, so every compressor's partial window is empty at a block boundary). Per block the tree holds
 two page ids, never tensors:
 
 * ``block_page`` (from ``block_alloc``): the block's compressed entries of every layer (CSA main
@@ -15,47 +12,11 @@ two page ids, never tensors:
   layer, plus the CSA overlap halves (main and indexer compressor) snapshotted under the same id.
   A request can continue from a block end only if that resume state is live.
 
-``match_prefix`` therefore returns the longest cached prefix (whole blocks) whose end has a live
-resume state; interior block ends whose resume state was evicted still count as part of a longer
-match, because only the compressed pages are needed there.
-
-Where resume states are kept (``resume_interval``)
--------------------------------------------------
-A resume state is large compared with the compressed state of its block. Per layer and block
-(values, before dtype): raw window 128 x 512 = 65,536; CSA main + indexer 64 x 512 + 64 x 128 =
-40,960; HCA 2 x 512 = 1,024. So one resume state costs about 1.6x the compressed state of its
-block on a CSA layer and 64x on an HCA layer (roughly 3x over a 50/50 CSA/HCA model), i.e.
-keeping one at every block end makes the cache about 4x larger than the compressed history alone.
-In exchange every prefix length hits (rounded down to 256), which is what multi-turn chat, RAG
-over shared documents and forking programs need: the shared length is not known in advance.
-
-``resume_interval = k`` keeps resume states only at block ends whose block index + 1 is a
-multiple of ``k`` (block index counted from the start of the sequence): memory for resume states
-drops by ``k`` while a hit loses at most ``k - 1`` blocks (it rounds down to ``k * 256``).
-The default ``k = 1`` keeps every block end; under memory pressure resume states are evicted
-before compressed blocks (LRU), so the cost is paid only while memory is free. Window pages that
-``insert`` receives for other block ends are freed at once via ``window_alloc``.
-
-Tree layout and cost
---------------------
-A radix tree with multi-block edges (the shape of SGLang's ``RadixCache``, with the block as the
-key unit). A node's edge is stored as one ``bytes`` object: the edge's token ids packed as
-little-endian uint32, ``4 * page_size`` bytes per block. A block's key (used for the child dict)
-is the packed bytes of its tokens: built once per block, hashed once for the dict lookup (bytes
-cache their hash), compared with ``memcmp``. Matching walks one dict lookup per node plus one
-bytes comparison per matched edge, so it costs O(matched blocks) (plus O(tokens) once to pack the
-query), independent of how many nodes the tree holds. Nodes are split inside an edge when a match
-or insert ends there or a new branch starts there.
-
-LRU and eviction
-----------------
-Every match (up to the returned node) and insert (the whole inserted path) stamps the nodes it
-touches with one new clock value. Eviction order is ascending ``(stamp, -depth)`` per block
-(oldest first; within one touch the deepest block first), which is well defined because a parent
-is touched whenever a child is. Resume states of unlocked nodes are evicted first (phase 1, for
-``num_window_pages``), then unlocked leaf blocks from the tail of their edge (phase 2, for
-``num_block_pages``; a block evicted frees its resume state too). Locked nodes (path root..node
-locked by ``inc_lock_ref``) lose nothing, their resume states included.
+``match_prefix`` returns the longest cached prefix (whole blocks) whose end has a live resume
+state; interior block ends whose resume state was evicted still count as part of a longer match,
+because only the compressed pages are needed there. ``resume_interval = k`` keeps resume states
+only at block ends whose block index + 1 is a multiple of ``k``. Why (the cost of a resume state),
+the tree layout and the LRU / eviction order: ``docs/KV_CACHE.md``, "Radix cache".
 """
 
 from __future__ import annotations
@@ -65,84 +26,16 @@ import itertools
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
+
+from sglang_v4.mem_cache.radix_node import PageFreer, TreeNode
 
 __all__ = ["MatchResult", "RadixCache", "TreeNode"]
 
 _TOKEN_BYTES = 4  # tokens are packed as uint32
 assert array("I").itemsize == _TOKEN_BYTES, "array('I') must be 4 bytes to match numpy '=u4'"
-
-
-class PageFreer(Protocol):
-    """What the tree needs from an allocator (``PageAllocator`` satisfies it)."""
-
-    def free(self, pages: Sequence[int]) -> None: ...
-
-
-class TreeNode:
-    """One radix-tree node: an edge of ``num_blocks`` whole blocks hanging below ``parent``.
-
-    Attributes:
-        edge: packed token ids of the edge (uint32, ``4 * page_size`` bytes per block).
-        block_pages: one block-page id per block of the edge.
-        window_pages: per block, the resume-state page id at that block's end, or ``None``.
-        depth: number of blocks from the root to the first block of this edge.
-        lock_ref: number of outstanding locks whose path passes through this node.
-        last_access: LRU stamp (a clock value of :class:`RadixCache`, not wall time).
-    """
-
-    __slots__ = (
-        "parent",
-        "children",
-        "edge",
-        "block_pages",
-        "window_pages",
-        "depth",
-        "lock_ref",
-        "last_access",
-        "uid",
-        "alive",
-        "num_windows",
-    )
-
-    def __init__(
-        self,
-        parent: TreeNode | None,
-        edge: bytes,
-        block_pages: list[int],
-        window_pages: list[int | None],
-        depth: int,
-        uid: int,
-    ) -> None:
-        self.parent = parent
-        self.children: dict[bytes, TreeNode] = {}
-        self.edge = edge
-        self.block_pages = block_pages
-        self.window_pages = window_pages
-        self.depth = depth
-        self.lock_ref = 0
-        self.last_access = 0
-        self.uid = uid
-        self.alive = True
-        self.num_windows = sum(w is not None for w in window_pages)
-
-    @property
-    def num_blocks(self) -> int:
-        """Number of blocks on this node's edge."""
-        return len(self.block_pages)
-
-    @property
-    def end_depth(self) -> int:
-        """Number of blocks from the root to the end of this node's edge."""
-        return self.depth + len(self.block_pages)
-
-    def __repr__(self) -> str:
-        return (
-            f"TreeNode(uid={self.uid}, depth={self.depth}, blocks={self.num_blocks}, "
-            f"windows={self.num_windows}, lock_ref={self.lock_ref})"
-        )
 
 
 @dataclass
