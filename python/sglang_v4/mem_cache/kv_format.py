@@ -6,14 +6,14 @@ or one indexer key. Three KV kinds (CSA main, HCA, sliding window; see
 *indexer* entry format. Byte layouts of the quantized formats are defined by the reference codecs
 in ``sgl_kernel_v4/ref/kv_quant.py``:
 
-==================  ==============  ================  ===================================
-entry format        bf16            fp8_e4m3          bytes (V4 shapes)
-==================  ==============  ================  ===================================
-main (512-d)        512 x 2 = 1024  584               448 e4m3 nope + 64 bf16 rope +
-                                                      7 ue8m0 scales (one per 64) + 1 pad
-indexer key (128-d) 128 x 2 = 256   132 (fp4: 68)     128 e4m3 + fp32 scale /
-                                                      64 B e2m1 + 4 ue8m0 (one per 32)
-==================  ==============  ================  ===================================
+===================  ==============  ==============  ==================================
+entry format         bf16            fp8_e4m3        bytes (V4 shapes)
+===================  ==============  ==============  ==================================
+main (512-d)         512 x 2 = 1024  584             448 e4m3 nope + 64 bf16 rope +
+                                                     7 ue8m0 scales (one per 64) + 1 pad
+indexer key (128-d)  128 x 2 = 256   132 (fp4: 68)   128 e4m3 + fp32 scale /
+                                                     64 B e2m1 + 4 ue8m0 (one per 32)
+===================  ==============  ==============  ==================================
 
 ``fp32`` doubles the bf16 sizes (the CPU reference dtype). The fp4 indexer
 (``--enable-fp4-indexer``) applies with any main dtype. Compressor state is always fp32 and has no

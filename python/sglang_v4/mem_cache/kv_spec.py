@@ -4,14 +4,14 @@ DeepSeek-V4's cache is tri-structured (CSA compressed + HCA compressed + a raw s
 and the CSA compressor and lightning indexer carry state between forwards. Each kind is one
 :class:`KVKind` and is described by exactly one spec object built by :func:`build_kv_layout`:
 
-===========  =========================  =============  ==========================  ============
-kind         entries                    page-id space  page holds                  class (fp8)
-===========  =========================  =============  ==========================  ============
-csa_main     one 512-d per 4 tokens     block pages    256/4 = 64 entries          37,440
-csa_indexer  one 128-d key per 4 tokens block pages    64 entries                  8,640
-hca          one 512-d per 128 tokens   block pages    256/128 = 2 entries         1,728
-swa          raw 512-d per token        window pages   64 raw positions            37,440
-===========  =========================  =============  ==========================  ============
+===========  ==========================  =============  ===================  ===========
+kind         entries                     page-id space  page holds           class (fp8)
+===========  ==========================  =============  ===================  ===========
+csa_main     one 512-d per 4 tokens      block pages    256/4 = 64 entries   37,440
+csa_indexer  one 128-d key per 4 tokens  block pages    64 entries           8,640
+hca          one 512-d per 128 tokens    block pages    256/128 = 2 entries  1,728
+swa          raw 512-d per token         window pages   64 raw positions     37,440
+===========  ==========================  =============  ===================  ===========
 
 plus a :class:`CompressorStateSpec` for each compressor (CSA main, CSA indexer, HCA; fp32, in
 request slots, and for the CSA overlap also a snapshot per window page).
