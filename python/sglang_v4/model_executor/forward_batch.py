@@ -50,50 +50,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-#: Fields of a :class:`CompressPlan`, in layout order.
-PLAN_FIELDS = (
-    "win_rows",
-    "win_prev",
-    "win_pos",
-    "win_out",
-    "buf_rows",
-    "ovl_rows",
-    "snap_rows",
-    "snap_pages",
-    "visible",
+#: Fields of a :class:`CompressPlan` and of a :class:`ForwardBatch` outside its plans, in layout order.
+PLAN_FIELDS = tuple(
+    "win_rows win_prev win_pos win_out buf_rows ovl_rows snap_rows snap_pages visible".split()
 )
-#: Fields of a :class:`ForwardBatch` outside the plans, in layout order.
-BATCH_FIELDS = (
-    "input_ids",
-    "positions",
-    "token_req",
-    "req_pool_indices",
-    "block_table",
-    "swa_write",
-    "swa_pages",
-    "logits_indices",
+BATCH_FIELDS = tuple(
+    "input_ids positions token_req req_pool_indices block_table swa_write swa_pages logits_indices".split()
 )
 #: Value of padded entries in a static (graph) layout. Padded requests use the reserved request
 #: slot 0 and write no KV (``swa_write = win_out = -1``); padded snapshots go to the reserved window
 #: page 0; padded tokens see nothing (``swa_pages = -1``, ``visible = 0``).
-PAD = {
-    "input_ids": 0,
-    "positions": 0,
-    "token_req": 0,
-    "req_pool_indices": 0,
-    "block_table": -1,
-    "swa_write": -1,
-    "swa_pages": -1,
-    "logits_indices": 0,
-    "win_rows": -1,
-    "win_prev": -1,
-    "win_pos": 0,
-    "win_out": -1,
-    "buf_rows": -1,
-    "ovl_rows": -1,
-    "snap_rows": -1,
-    "snap_pages": 0,
-    "visible": 0,
+PAD = {f: 0 for f in BATCH_FIELDS + PLAN_FIELDS} | {
+    f: -1
+    for f in "block_table swa_write swa_pages win_rows win_prev win_out buf_rows ovl_rows snap_rows".split()
 }
 
 
@@ -318,8 +287,11 @@ class MetadataLayout:
         for name, shape in shapes.items():
             self.offsets[name] = self.size
             self.size += int(np.prod(shape))
+        self._pad: np.ndarray | None = None
+        self._host: np.ndarray | None = None  # the host buffer last written, and its field views
+        self._host_views: dict[str, np.ndarray] = {}
 
-    def _view(self, buf, name: str):
+    def _view(self, buf: np.ndarray | torch.Tensor, name: str) -> np.ndarray | torch.Tensor:
         n = int(np.prod(self.shapes[name]))
         o = self.offsets[name]
         return buf[o : o + n].reshape(self.shapes[name])
@@ -331,7 +303,7 @@ class MetadataLayout:
         Raises:
             ValueError: ``meta`` does not fit (more tokens, requests, windows or block pages than the
                 static shape, more visible entries than ``C``, or row tables computed for another
-                ``B``).
+                ``B``); ``host`` is then unchanged.
         """
         if meta is not None:
             if self.num_req_rows is not None and meta.num_req_rows != self.num_req_rows:
@@ -343,23 +315,39 @@ class MetadataLayout:
                     raise ValueError(
                         f"{name}.candidates: {c} visible entries exceed the static {self.max_visible[name]}"
                     )
-        for name, shape in self.shapes.items():
-            dst = self._view(host, name)
+            for name, a in meta.arrays.items():
+                shape = self.shapes[name]
+                if a.shape != shape and (a.ndim != len(shape) or any(s > d for s, d in zip(a.shape, shape))):
+                    raise ValueError(f"{name}: shape {a.shape} exceeds the static shape {shape}")
+        if self._host is not host:
+            self._host, self._host_views = host, {name: self._view(host, name) for name in self.shapes}
+        if meta is None or any(a.shape != self.shapes[k] for k, a in meta.arrays.items()):
+            host[: self.size] = self._padding()
+        if meta is None:
+            return
+        for name, a in meta.arrays.items():
+            dst = self._host_views[name]
             if name == "logits_indices" and self.all_logits:
-                dst[:] = np.arange(shape[0], dtype=np.int64)
+                dst[...] = self._view(self._padding(), name)
                 continue
-            pad = PAD[name.rsplit(".", 1)[-1]]
-            if meta is None:
-                dst.fill(pad)
-                continue
-            a = meta.arrays[name]
-            if a.shape == shape:
+            if a.shape == dst.shape:
                 dst[...] = a
-                continue
-            if a.ndim != len(shape) or any(s > d for s, d in zip(a.shape, shape)):
-                raise ValueError(f"{name}: shape {a.shape} exceeds the static shape {shape}")
-            dst.fill(pad)
-            dst[tuple(slice(0, s) for s in a.shape)] = a
+            elif a.size:
+                dst[tuple(slice(0, s) for s in a.shape)] = a
+
+    def _padding(self) -> np.ndarray:
+        """``[size]`` the all-padding buffer (:data:`PAD`; ``logits_indices`` of every row if
+        ``all_logits``), built once."""
+        if self._pad is None:
+            pad = np.empty(self.size, dtype=np.int64)
+            for name, shape in self.shapes.items():
+                v = self._view(pad, name)
+                if name == "logits_indices" and self.all_logits:
+                    v[...] = np.arange(shape[0], dtype=np.int64)
+                else:
+                    v[...] = PAD[name.rsplit(".", 1)[-1]]
+            self._pad = pad
+        return self._pad
 
     def views(
         self,
@@ -588,31 +576,14 @@ class ForwardBatchBuilder:
         """The padded layout of a decode CUDA-graph key: ``bs`` one-token requests of context at
         most ``ctx`` (``T = B = J = S = bs``, ``P = ceil(ctx / page_size)``, ``C = ctx // m``)."""
         P = -(-ctx // self.page_size)
-        shapes: dict[str, tuple[int, ...]] = {
-            "input_ids": (bs,),
-            "positions": (bs,),
-            "token_req": (bs,),
-            "req_pool_indices": (bs,),
-            "block_table": (bs, P),
-            "swa_write": (bs,),
-            "swa_pages": (bs, 2),
-            "logits_indices": (bs,),
-        }
+        shapes: dict[str, tuple[int, ...]] = {f: (bs,) for f in BATCH_FIELDS}
+        shapes.update(block_table=(bs, P), swa_pages=(bs, 2))
         for name, m in self.ratios.items():
             s = bs if name == "csa" else 0  # overlap state and snapshots: CSA only
-            shapes.update(
-                {
-                    f"{name}.win_rows": (bs, m),
-                    f"{name}.win_prev": (s, m),
-                    f"{name}.win_pos": (bs,),
-                    f"{name}.win_out": (bs,),
-                    f"{name}.buf_rows": (bs, m),
-                    f"{name}.ovl_rows": (bs, m),
-                    f"{name}.snap_rows": (s, m),
-                    f"{name}.snap_pages": (s,),
-                    f"{name}.visible": (bs,),
-                }
-            )
+            for f, shape in zip(
+                PLAN_FIELDS, [(bs, m), (s, m), (bs,), (bs,), (bs, m), (bs, m), (s, m), (s,), (bs,)]
+            ):
+                shapes[f"{name}.{f}"] = shape
         max_visible = {name: ctx // m for name, m in self.ratios.items()}
         return MetadataLayout(
             shapes, self.ratios, max_visible, self.page_size, self.window, num_req_rows=bs, all_logits=True
