@@ -14,7 +14,12 @@ import random
 
 import pytest
 import torch
-from sglang_v4.model_executor.forward_batch import ReqForwardInput, build_forward_batch, expand_kv_indices
+from sglang_v4.model_executor.forward_batch import (
+    ForwardBatchBuilder,
+    ReqForwardInput,
+    build_forward_batch,
+    expand_kv_indices,
+)
 
 PAGE, WINDOW = 256, 128
 
@@ -82,3 +87,23 @@ def test_window_index_matches_oracle(seed: int) -> None:
             )
     assert fb.swa_idx.tolist() == want_idx
     assert fb.swa_write.tolist() == want_write
+
+
+def test_metadata_is_compact_at_long_context() -> None:
+    """A 2048-token extend chunk after a 65,536-token prefix (16,896 CSA candidates per token): the
+    builder's output is O(tokens + requests x block pages + windows), never tokens x candidates
+    (only ``expand_kv_indices`` makes the dense ``[T, C]`` lists, on the device)."""
+    rng = random.Random(7)
+    prefix, n = 65536, 2048
+    reqs = [_req(rng, 1, prefix, n), _req(rng, 2, 0, 5)]
+    builder = ForwardBatchBuilder(PAGE, WINDOW, 4, 128, "cpu")
+    meta = builder.metadata(reqs)
+    T, B = n + 5, 2
+    P = -(-(prefix + n) // PAGE)
+    J = (prefix + n) // 4 - prefix // 4 + (prefix + n) // 128 - prefix // 128 + 1  # completed windows
+    total = sum(a.size for a in meta.arrays.values())
+    # per token: ids, positions, request, swa write, 2 window pages, logits row, 2 visible counts;
+    # per window: m rows + previous half (CSA) + position + slot; per request: block row + state rows
+    assert total <= 9 * T + B * P + J * (4 + 4 + 2) + 4 * B * (4 + 128) + 16, total
+    assert meta.max_visible == {"csa": (prefix + n) // 4, "hca": (prefix + n) // 128}
+    assert T * meta.max_visible["csa"] > 1000 * total  # what the dense lists would have cost
