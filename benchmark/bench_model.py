@@ -307,7 +307,7 @@ def correctness_main(out: str, device: str = "cuda", dtype: str = "bfloat16") ->
         "failed": bool(gr.failed) if gr else None,
         "replays": gr.num_replays if gr else 0,
         "captured": [list(k) for k in gr.graphs] if gr else [],
-        "indexer_stream": sg.runner.indexer_stream is not None,
+        "indexer_stream": sg.runner.indexer_streams.stream is not None,
     }
     del sg
     t = time.time()
@@ -420,23 +420,23 @@ class Bench:
         from sglang_v4.configs.model_config import ModelConfig
         from sglang_v4.configs.presets import get_preset
         from sglang_v4.model_executor.model_runner import ModelRunner
+        from sglang_v4.server_args import ServerArgs
 
         self.cfg = get_preset(preset)
         self.device = device
         self.mc = ModelConfig.from_dict(dict(self.cfg))
         self.page = 256
-        self.runner = ModelRunner(
-            self.mc,
-            None,
-            device,
-            dtype,
-            self.page,
-            160 * 2048,
-            160,
-            ctx_len,
+        sa = ServerArgs(
+            device=device,
+            dtype=dtype,
+            page_size=self.page,
+            max_total_tokens=160 * 2048,
+            max_running_requests=160,
+            context_length=ctx_len,
             load_format="dummy",
             cuda_graph_max_bs=128,
         )
+        self.runner = ModelRunner(self.mc, sa)
         self.pool = self.runner.pool
         self.graph_runner = self.runner.cuda_graph_runner
 
@@ -528,9 +528,10 @@ class Bench:
         self, src: tuple, ctx: int, bs: int, graphs: bool, stream: bool, steps: int, warm: int
     ) -> dict:
         self.runner.cuda_graph_runner = self.graph_runner if graphs else None
-        self.runner.set_indexer_stream(stream)
-        bound = self.runner.indexer_stream_max_bs
-        self.runner.indexer_stream_max_bs = 1 << 30  # the row's setting, not the server's bound
+        streams = self.runner.indexer_streams
+        streams.set_enabled(stream)
+        bound = streams.max_tokens
+        streams.max_tokens = 1 << 30  # the row's setting, not the server's bound
         reqs = self.decode_reqs(src, ctx, bs)
         times = []
         try:
@@ -556,8 +557,8 @@ class Bench:
         finally:
             self.free_reqs(reqs)
             self.runner.cuda_graph_runner = self.graph_runner
-            self.runner.set_indexer_stream(True)
-            self.runner.indexer_stream_max_bs = bound
+            streams.set_enabled(True)
+            streams.max_tokens = bound
         return row
 
 

@@ -48,6 +48,7 @@ from sglang_v4.mem_cache.kv_spec import KVKind
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.forward_batch import ReqForwardInput
 from sglang_v4.model_executor.model_runner import ModelRunner
+from sglang_v4.server_args import ServerArgs
 
 FORMATS: dict[str, tuple[str, bool]] = {
     "fp32": ("fp32", False),
@@ -205,7 +206,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     mc = ModelConfig.from_pretrained(path)
     total = args.prompt_len + args.decode_steps + 1
     t0 = time.perf_counter()
-    runner = ModelRunner(mc, path, "cpu", "float32", PAGE, 4 * PAGE, 1, total + PAGE)
+    sa = ServerArgs(
+        model_path=path,
+        device="cpu",
+        dtype="float32",
+        page_size=PAGE,
+        max_total_tokens=4 * PAGE,
+        max_running_requests=1,
+        context_length=total + PAGE,
+    )
+    runner = ModelRunner(mc, sa)
     formats = list(dict.fromkeys(args.baselines + args.formats)) + (list(CONTROLS) if args.controls else [])
     g = torch.Generator().manual_seed(args.seed)
     per: dict[str, dict[str, list[Any]]] = {f: {"lp": [], "tf": [], "free": []} for f in formats}

@@ -1,8 +1,8 @@
 """``build_forward_batch`` candidate lists (CSA/HCA) and sliding-window indices against per-token
 Python-loop oracles.
 
-The lists are sent to the device compactly (one row per request + a visible count per token) and
-expanded there; the oracle writes each token's list from the definition: entry ``w`` of the
+The builder produces the compact form (each request's block table row + a visible count per
+token; each token's two window pages) and ``expand_kv_indices`` expands it on the device; the oracle writes each token's list from the definition: entry ``w`` of the
 request is visible to the token at position ``t`` iff ``w < (t + 1) // ratio``, and lives at flat
 slot ``block_pages[w // (page / ratio)] * (page / ratio) + w % (page / ratio)``; -1 pads to the
 batch's longest list. The window keys of the token at ``t`` are positions ``t - 127 .. t``, at
@@ -14,7 +14,12 @@ import random
 
 import pytest
 import torch
-from sglang_v4.model_executor.forward_batch import ReqForwardInput, build_forward_batch
+from sglang_v4.model_executor.forward_batch import (
+    ForwardBatchBuilder,
+    ReqForwardInput,
+    build_forward_batch,
+    expand_kv_indices,
+)
 
 PAGE, WINDOW = 256, 128
 
@@ -47,7 +52,7 @@ def test_candidates_match_oracle(seed: int) -> None:
     reqs = [
         _req(rng, i + 1, *shapes[j]) for i, j in enumerate(rng.sample(range(len(shapes)), rng.randint(1, 5)))
     ]
-    fb = build_forward_batch(reqs, PAGE, WINDOW, 4, 128, "cpu")
+    fb = expand_kv_indices(build_forward_batch(reqs, PAGE, WINDOW, 4, 128, "cpu"))
     for name, ratio in (("csa", 4), ("hca", 128)):
         cand = getattr(fb, name).candidates
         assert cand.dtype == torch.int64
@@ -56,7 +61,7 @@ def test_candidates_match_oracle(seed: int) -> None:
 
 def test_no_visible_entries_gives_width_zero() -> None:
     rng = random.Random(0)
-    fb = build_forward_batch([_req(rng, 1, 0, 3)], PAGE, WINDOW, 4, 128, "cpu")
+    fb = expand_kv_indices(build_forward_batch([_req(rng, 1, 0, 3)], PAGE, WINDOW, 4, 128, "cpu"))
     assert tuple(fb.hca.candidates.shape) == (3, 0)
     assert fb.csa.candidates.tolist() == _oracle([_req(random.Random(0), 1, 0, 3)], 4)
 
@@ -68,7 +73,7 @@ def test_window_index_matches_oracle(seed: int) -> None:
     reqs = [
         _req(rng, i + 1, *shapes[j]) for i, j in enumerate(rng.sample(range(len(shapes)), rng.randint(1, 4)))
     ]
-    fb = build_forward_batch(reqs, PAGE, WINDOW, 4, 128, "cpu")
+    fb = expand_kv_indices(build_forward_batch(reqs, PAGE, WINDOW, 4, 128, "cpu"))
     want_idx, want_write = [], []
     for r in reqs:
         for i in range(len(r.input_ids)):
@@ -82,3 +87,23 @@ def test_window_index_matches_oracle(seed: int) -> None:
             )
     assert fb.swa_idx.tolist() == want_idx
     assert fb.swa_write.tolist() == want_write
+
+
+def test_metadata_is_compact_at_long_context() -> None:
+    """A 2048-token extend chunk after a 65,536-token prefix (16,896 CSA candidates per token): the
+    builder's output is O(tokens + requests x block pages + windows), never tokens x candidates
+    (only ``expand_kv_indices`` makes the dense ``[T, C]`` lists, on the device)."""
+    rng = random.Random(7)
+    prefix, n = 65536, 2048
+    reqs = [_req(rng, 1, prefix, n), _req(rng, 2, 0, 5)]
+    builder = ForwardBatchBuilder(PAGE, WINDOW, 4, 128, "cpu")
+    meta = builder.metadata(reqs)
+    T, B = n + 5, 2
+    P = -(-(prefix + n) // PAGE)
+    J = (prefix + n) // 4 - prefix // 4 + (prefix + n) // 128 - prefix // 128 + 1  # completed windows
+    total = sum(a.size for a in meta.arrays.values())
+    # per token: ids, positions, request, swa write, 2 window pages, logits row, 2 visible counts;
+    # per window: m rows + previous half (CSA) + position + slot; per request: block row + state rows
+    assert total <= 9 * T + B * P + J * (4 + 4 + 2) + 4 * B * (4 + 128) + 16, total
+    assert meta.max_visible == {"csa": (prefix + n) // 4, "hca": (prefix + n) // 128}
+    assert T * meta.max_visible["csa"] > 1000 * total  # what the dense lists would have cost

@@ -1,8 +1,8 @@
 """Static-shape decode (the CUDA-graph input path) against the eager runner.
 
-``CudaGraphRunner`` pads a decode batch to a batch-size bucket with dummy requests (slot 0, page
-0, ``swa_write = swa_idx = -1``), pads completed windows / snapshots to ``bs`` and candidate lists
-to a context bucket, and runs the model on views of one static int64 buffer. On CPU it runs that
+``CudaGraphRunner`` pads a decode batch to a batch-size bucket with padding rows (slot 0, no KV
+writes, ``swa_pages = -1``), pads completed windows / snapshots to ``bs`` and the block table and
+candidate lists to a context bucket, and runs the model on views of one static int64 buffer. On CPU it runs that
 padded batch eagerly (``use_graphs=False``), which checks exactly the inputs a graph replays: the
 logits of the real requests and every real KV / compressor state row must equal those of the
 plain eager runner (the runtime path that ``test_model_parity.py`` checks against HF
@@ -23,15 +23,17 @@ import pytest
 import torch
 from dsv4_testutil import CONFIGS
 from sglang_v4.configs.model_config import ModelConfig
-from sglang_v4.model_executor.cuda_graph_runner import (
-    CudaGraphRunner,
-    StaticLayout,
-    bs_buckets,
-    dummy_request,
-    pick_bucket,
+from sglang_v4.model_executor.cuda_graph_runner import bs_buckets, pick_bucket
+from sglang_v4.model_executor.forward_batch import (
+    PAD,
+    ForwardBatch,
+    ForwardBatchBuilder,
+    MetadataLayout,
+    ReqForwardInput,
+    expand_kv_indices,
 )
-from sglang_v4.model_executor.forward_batch import ReqForwardInput, build_forward_batch
 from sglang_v4.model_executor.model_runner import ModelRunner
+from sglang_v4.server_args import ServerArgs
 
 PAGE = 128
 
@@ -68,19 +70,18 @@ class _Seq:
 
 def _runner(cfg: dict, device: str, dtype: str, **kw) -> ModelRunner:
     mc = ModelConfig.from_dict(copy.deepcopy(cfg))
-    return ModelRunner(
-        mc,
-        None,
-        device,
-        dtype,
-        PAGE,
-        4096,
-        8,
-        2048,
+    sa = ServerArgs(
+        device=device,
+        dtype=dtype,
+        page_size=PAGE,
+        max_total_tokens=4096,
+        max_running_requests=8,
+        context_length=2048,
         load_format="dummy",
-        seed=3,
+        random_seed=3,
         **kw,
     )
+    return ModelRunner(mc, sa)
 
 
 def _states(r: ModelRunner) -> dict[str, torch.Tensor]:
@@ -103,9 +104,9 @@ def _compare_decode(
     the plain eager path in one and the static (padded / graph) path in the other. Returns the
     number of static-path replays."""
     cfg = CONFIGS["sliding_first"]  # SL, CSA, HCA, CSA: both ratios, hash + top-k MoE
-    ref = _runner(cfg, device, dtype, disable_cuda_graph=True, enable_indexer_stream=False)
-    st = _runner(cfg, device, dtype, disable_cuda_graph=True, enable_indexer_stream=two_stream)
-    gr = CudaGraphRunner(st, max_bs=4, max_ctx=1024, min_ctx=256, use_graphs=use_graphs)
+    ref = _runner(cfg, device, dtype, disable_cuda_graph=True, indexer_stream_max_bs=0)
+    st = _runner(cfg, device, dtype, disable_cuda_graph=True, indexer_stream_max_bs=4 if two_stream else 0)
+    gr = st.create_cuda_graph_runner(max_bs=4, max_ctx=1024, min_ctx=256, use_graphs=use_graphs)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 1000, (n,), generator=g).tolist() for n in (120, 250, 5)]
     seqs = {k: [_Seq(r) for _ in prompts] for k, r in (("ref", ref), ("st", st))}
@@ -159,8 +160,8 @@ def test_buckets_and_keys():
     assert pick_bucket(3, [1, 2, 4]) == 4
     assert pick_bucket(5, [1, 2, 4]) is None
     r = _runner(CONFIGS["sliding_first"], "cpu", "float32")
-    assert r.cuda_graph_runner is None and r.indexer_stream is None  # CPU: eager only
-    gr = CudaGraphRunner(r, max_bs=4, max_ctx=1024, min_ctx=256, use_graphs=False)
+    assert r.cuda_graph_runner is None and r.indexer_streams.stream is None  # CPU: eager only
+    gr = r.create_cuda_graph_runner(max_bs=4, max_ctx=1024, min_ctx=256, use_graphs=False)
     assert gr.ctx_list == [256, 512, 1024]
     one = ReqForwardInput(1, [5], 300, [1, 2, 3], {1: 1, 2: 2}, 0)
     assert gr.key_for([one]) == (1, 512)
@@ -170,27 +171,35 @@ def test_buckets_and_keys():
     assert gr.key_for([ReqForwardInput(1, [5], 1024, [1] * 9, {7: 1, 8: 2}, 0)]) is None  # ctx 1025
 
 
+def _replayed(lay: MetadataLayout, host: np.ndarray) -> ForwardBatch:
+    """The batch a graph of layout ``lay`` replays from ``host``, with its dense key lists."""
+    bs = lay.num_req_rows
+    assert bs is not None
+    return expand_kv_indices(lay.views(torch.from_numpy(host), [1] * bs, [0] * bs, [1] * bs))
+
+
 def test_layout_fill_pads_and_rejects_oversize():
     mc = ModelConfig.from_dict(copy.deepcopy(CONFIGS["sliding_first"]))
-    lay = StaticLayout(4, 256, mc.sliding_window, {"csa": 4, "hca": 128})
-    reqs = [ReqForwardInput(1, [7], 127, [1], {0: 1}, 0), dummy_request(), dummy_request(), dummy_request()]
-    fb = build_forward_batch(reqs, PAGE, mc.sliding_window, 4, 128, "cpu")
+    builder = ForwardBatchBuilder(PAGE, mc.sliding_window, 4, 128, "cpu")
+    lay = builder.static_layout(4, 256)
+    meta = builder.metadata([ReqForwardInput(1, [7], 127, [1], {0: 1}, 0)], num_req_rows=4)
     host = np.full(lay.size, 99, dtype=np.int64)
-    lay.fill(host, fb, 1)
-    v = {f.name: host[f.offset : f.offset + int(np.prod(f.shape))].reshape(f.shape) for f in lay.fields}
-    assert (v["swa_write"][1:] == -1).all() and (v["swa_idx"][1:] == -1).all()
-    assert v["swa_write"][0] == 1 * 128 + 127
-    assert list(v["req_pool_indices"]) == [1, 0, 0, 0]
+    lay.write(host, meta)
+    v = _replayed(lay, host)
+    assert (v.swa_write[1:] == -1).all() and (v.swa_idx[1:] == -1).all()
+    assert v.swa_write[0] == 1 * 128 + 127
+    assert v.req_pool_indices.tolist() == [1, 0, 0, 0]
     # position 127 completes CSA window 31 and HCA window 0 (one each), the rest is padding
-    assert list(v["csa.win_out"]) == [1 * 32 + 31, -1, -1, -1]
-    assert list(v["hca.win_out"]) == [1 * 1 + 0, -1, -1, -1]
-    assert (v["csa.snap_pages"] == [1, 0, 0, 0]).all()  # block end at 128: snapshot + padding
-    assert v["csa.candidates"].shape == (4, 64) and (v["csa.candidates"][0, :32] == np.arange(32) + 32).all()
-    assert (v["csa.candidates"][0, 32:] == -1).all() and (v["csa.candidates"][1:] == -1).all()
-    assert list(v["logits_indices"]) == [0, 1, 2, 3]
-    small = StaticLayout(4, 64, mc.sliding_window, {"csa": 4, "hca": 128})  # 16 columns < 32
+    assert v.csa.win_out.tolist() == [1 * 32 + 31, -1, -1, -1]
+    assert v.hca.win_out.tolist() == [1 * 1 + 0, -1, -1, -1]
+    assert v.csa.snap_pages.tolist() == [1, 0, 0, 0]  # block end at 128: snapshot + padding
+    cand = v.csa.candidates
+    assert tuple(cand.shape) == (4, 64) and (cand[0, :32] == torch.arange(32) + 32).all()
+    assert (cand[0, 32:] == -1).all() and (cand[1:] == -1).all()
+    assert v.logits_indices.tolist() == [0, 1, 2, 3]
+    small = builder.static_layout(4, 64)  # 16 columns < 32
     with pytest.raises(ValueError, match="csa.candidates"):
-        small.fill(np.zeros(small.size, dtype=np.int64), fb, 1)
+        small.write(np.zeros(small.size, dtype=np.int64), meta)
 
 
 @pytest.mark.gpu
@@ -204,46 +213,113 @@ def test_cuda_graph_decode_matches_eager_gpu(two_stream):
     assert n == 14
 
 
+def _field(fb: ForwardBatch, name: str) -> np.ndarray:
+    obj = fb
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj.numpy()
+
+
+def _canonical_rows(name: str, a: np.ndarray, num_req_rows: int, m: int) -> np.ndarray:
+    """Compressor row-table indices made independent of the batch's row count ``B``: ``Tab`` rows
+    ``>= B * m`` are new tokens (``B * m + t``), ``CaTab`` rows ``>= B * m`` are ``Tab`` rows."""
+    base = num_req_rows * m
+    field = name.rsplit(".", 1)[-1]
+
+    def tab(x: np.ndarray) -> np.ndarray:
+        return np.where(x >= base, x - base + 10**6, x)
+
+    if field in ("win_rows", "buf_rows", "ovl_rows", "snap_rows"):
+        return tab(a)
+    if field == "win_prev":
+        return np.where(a >= base, tab(a - base) + 10**7, a)
+    return a
+
+
 @pytest.mark.parametrize("page_size", [128, 256])
-def test_fill_decode_equals_generic_builder(page_size):
-    """The vectorised decode fill writes exactly what the generic host builder + ``fill`` write,
-    on random decode batches hitting every boundary (CSA window end, HCA window end, block end,
-    window-page end, position 0) plus dummy padding; and it rejects what the builder rejects."""
+def test_graph_path_equals_eager_path(page_size):
+    """Random decode batches hitting every boundary (CSA window end, HCA window end, block end,
+    window-page end, position 0): the padded static buffers a graph replays hold exactly the eager
+    batch's metadata (row tables up to the row count they are computed for), padding elsewhere;
+    the dense key lists of the real rows equal the eager ones and the per-token definition;
+    batches that do not fit are refused."""
     rng = np.random.default_rng(page_size)
     W = 128
+    builder = ForwardBatchBuilder(page_size, W, 4, 128, "cpu")
+    ratios = {"csa": 4, "hca": 128}
     special = [0, 1, 3, 126, 127, 128, 255, 256, 511, 767, 1023, 1024, 2046, 2047]
-    for trial in range(60):
+    hosts: dict[tuple[int, int], np.ndarray] = {}  # one buffer per key, reused as the runner does
+
+    def req(p: int) -> ReqForwardInput:
+        nblk = -(-(p + 1) // page_size)
+        blocks = [int(x) for x in rng.choice(np.arange(1, 500), size=nblk, replace=False)]
+        lo, hi = max(0, (p - W + 1) // W), p // W
+        wins = {k: int(rng.integers(1, 300)) for k in range(lo, hi + 1)}
+        return ReqForwardInput(int(rng.integers(1, 50)), [int(rng.integers(0, 1000))], p, blocks, wins, 0)
+
+    def check(reqs: list[ReqForwardInput], bs: int, ctx: int) -> None:
+        n_real = len(reqs)
+        lay = builder.static_layout(bs, ctx)
+        host = hosts.setdefault((bs, ctx), np.full(lay.size, 55, dtype=np.int64))
+        lay.write(host, builder.metadata(reqs, num_req_rows=bs))
+        got = _replayed(lay, host)
+        want = expand_kv_indices(builder.build(reqs))
+        for name, shape in lay.shapes.items():
+            m = ratios.get(name.split(".")[0], 1)
+            a, e = _field(got, name), _field(want, name)
+            assert a.shape == shape, name
+            if name == "logits_indices":
+                assert (a == np.arange(bs)).all()  # a graph computes every row's logits
+                continue
+            real = tuple(slice(0, s) for s in e.shape)
+            assert (_canonical_rows(name, a[real], bs, m) == _canonical_rows(name, e, n_real, m)).all(), name
+            rest = np.ones(shape, dtype=bool)
+            rest[real] = False
+            assert (a[rest] == PAD[name.rsplit(".", 1)[-1]]).all(), name
+        dense = [("swa_idx", got.swa_idx, want.swa_idx)]
+        dense += [(n, getattr(got, n).candidates, getattr(want, n).candidates) for n in ratios]
+        for name, a, e in dense:
+            assert (a[:n_real, : e.shape[1]] == e).all() and (a[:n_real, e.shape[1] :] == -1).all(), name
+            assert (a[n_real:] == -1).all(), name
+        for b, r in enumerate(reqs):  # the per-token definition (module docstring)
+            for name, m in ratios.items():
+                e = page_size // m
+                row = [r.block_pages[w // e] * e + w % e for w in range((r.prefix_len + 1) // m)]
+                cand = getattr(got, name).candidates[b].tolist()
+                assert cand == row + [-1] * (ctx // m - len(row)), name
+
+    for _ in range(60):
         n_real = int(rng.integers(1, 9))
-        bs = pick_bucket(n_real, bs_buckets(12))
-        reqs = []
-        for _ in range(n_real):
-            p = int(rng.choice(special)) if rng.random() < 0.5 else int(rng.integers(0, 2048))
-            nblk = -(-(p + 1) // page_size)
-            blocks = [int(x) for x in rng.choice(np.arange(1, 500), size=nblk, replace=False)]
-            lo, hi = max(0, (p - W + 1) // W), p // W
-            wins = {k: int(rng.integers(1, 300)) for k in range(lo, hi + 1)}
-            reqs.append(
-                ReqForwardInput(int(rng.integers(1, 50)), [int(rng.integers(0, 1000))], p, blocks, wins, 0)
-            )
-        padded = reqs + [dummy_request()] * (bs - n_real)
-        ctx = 2048 if trial % 2 else 4096
-        lay = StaticLayout(bs, ctx, W, {"csa": 4, "hca": 128})
-        want = np.full(lay.size, 77, dtype=np.int64)
-        lay.fill(want, build_forward_batch(padded, page_size, W, 4, 128, "cpu"), n_real)
-        got = np.full(lay.size, 55, dtype=np.int64)
-        lay.fill_decode(got, padded, n_real, page_size)
-        for f in lay.fields:
-            a = got[f.offset : f.offset + int(np.prod(f.shape))]
-            e = want[f.offset : f.offset + int(np.prod(f.shape))]
-            assert (a == e).all(), (trial, f.name)
-    lay = StaticLayout(1, 256, W, {"csa": 4, "hca": 128})
+        ps = [
+            int(rng.choice(special)) if rng.random() < 0.5 else int(rng.integers(0, 2048))
+            for _ in range(n_real)
+        ]
+        check([req(p) for p in ps], pick_bucket(n_real, bs_buckets(12)), int(rng.choice([2048, 4096])))
+    # batches that fill every static shape (no padding anywhere: a window, an HCA window and a
+    # block all end at position 511 of a 512 context), over the stale buffers of the batches above
+    for bs in (1, 2):
+        check([req(511) for _ in range(bs)], bs, 512)
+        check([req(3)] * bs, bs, 512)
+    lay = builder.static_layout(2, 512)
+    host = hosts[(2, 512)]
+    lay.write(host, None)  # all padding: graph warm-up and capture
+    for name, shape in lay.shapes.items():
+        pad = np.arange(2) if name == "logits_indices" else PAD[name.rsplit(".", 1)[-1]]
+        assert (host[lay.offsets[name] : lay.offsets[name] + int(np.prod(shape))].reshape(shape) == pad).all()
+    lay = builder.static_layout(1, 256)
     buf = np.zeros(lay.size, dtype=np.int64)
-    with pytest.raises(ValueError, match="window page"):
-        lay.fill_decode(buf, [ReqForwardInput(1, [3], 300, [1, 2, 3], {2: 5}, 0)], 1, page_size)  # no span 1
+    with pytest.raises(ValueError, match="window page"):  # no span 1
+        builder.metadata([ReqForwardInput(1, [3], 300, [1, 2, 3], {2: 5}, 0)], num_req_rows=1)
     with pytest.raises(ValueError, match="block pages"):
-        lay.fill_decode(buf, [ReqForwardInput(1, [3], 300, [], {1: 4, 2: 5}, 0)], 1, page_size)
+        builder.metadata([ReqForwardInput(1, [3], 300, [], {1: 4, 2: 5}, 0)], num_req_rows=1)
     with pytest.raises(ValueError, match="csa.candidates"):
-        lay.fill_decode(buf, [ReqForwardInput(1, [3], 300, [1, 2, 3], {1: 4, 2: 5}, 0)], 1, page_size)
+        lay.write(buf, builder.metadata([ReqForwardInput(1, [3], 300, [1, 2, 3], {1: 4, 2: 5}, 0)], 1))
+    two = builder.static_layout(2, 512)
+    with pytest.raises(ValueError, match="row tables"):  # Tab rows computed for B = 1, not 2
+        two.write(
+            np.zeros(two.size, dtype=np.int64),
+            builder.metadata([ReqForwardInput(1, [3], 100, [1], {0: 4}, 0)]),
+        )
 
 
 class _FakeStream:
@@ -271,8 +347,8 @@ def test_indexer_stream_branch_cpu(monkeypatch):
     cfg = CONFIGS["sliding_first"]
     ref = _runner(cfg, "cpu", "float32")
     two = _runner(cfg, "cpu", "float32")
-    two.indexer_stream = ix  # type: ignore[assignment]
-    two.indexer_stream_max_bs = 1 << 30  # a 300-token prefill: on only past the default bound
+    two.indexer_streams.stream = ix  # type: ignore[assignment]
+    two.indexer_streams.max_tokens = 1 << 30  # a 300-token prefill: on only past the default bound
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 1000, (300,), generator=g).tolist()
     sr, st = _Seq(ref), _Seq(two)
@@ -289,14 +365,15 @@ def test_indexer_stream_bound_cpu():
     (decode batch sizes; the bound is measured in benchmark/RESULTS.md), never above, never when
     the stream is off; the graph runner keys a bucket by the same rule."""
     r = _runner(CONFIGS["sliding_first"], "cpu", "float32", indexer_stream_max_bs=4)
-    assert r.indexer_stream is None and r.indexer_stream_for(1) is None  # no stream on CPU
+    ix = r.indexer_streams
+    assert ix.stream is None and ix.for_tokens(1) is None  # no stream on CPU
     fake = object()
-    r.indexer_stream = fake  # type: ignore[assignment]
-    assert [r.indexer_stream_for(n) is fake for n in (1, 4, 5, 300)] == [True, True, False, False]
+    ix.stream = fake  # type: ignore[assignment]
+    assert [ix.for_tokens(n) is fake for n in (1, 4, 5, 300)] == [True, True, False, False]
     seq = _Seq(r)
     fb = r.build_batch([seq.inp([5, 6, 7])])
-    assert fb.extras.get("indexer_stream") is fake
+    assert fb.indexer_stream is fake
     fb = r.build_batch([seq.inp(list(range(5)))])
-    assert "indexer_stream" not in fb.extras
-    r.indexer_stream_max_bs = 0
-    assert r.indexer_stream_for(1) is None
+    assert fb.indexer_stream is None
+    ix.max_tokens = 0
+    assert ix.for_tokens(1) is None

@@ -30,7 +30,6 @@ import torch
 from sglang_v4.managers import scheduler as scheduler_mod
 from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
 from sglang_v4.mem_cache.kv_spec import KVKind
-from sglang_v4.model_executor.model_runner import ModelRunner
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.server_args import ServerArgs
 
@@ -39,28 +38,14 @@ NEW_TOKENS = 4
 MEAN_TOL, MAX_TOL = 0.06, 3.0
 
 
-def _runner_with(sa: ServerArgs) -> type[ModelRunner]:
-    """ModelRunner that takes the KV format from ``sa`` (until Scheduler.__init__ passes it)."""
-
-    class _Runner(ModelRunner):
-        def __init__(self, *args: Any, **kw: Any) -> None:
-            kw.setdefault("kv_cache_dtype", sa.kv_cache_dtype)
-            kw.setdefault("fp4_indexer", sa.enable_fp4_indexer)
-            super().__init__(*args, **kw)
-
-    return _Runner
-
-
 def _prompts() -> list[list[int]]:
     g = torch.Generator().manual_seed(123)
     return [torch.randint(2, 129000, (n,), generator=g).tolist() for n in PROMPT_LENS]
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, **sa_kw: Any) -> dict[str, Any]:
+def _run(**sa_kw: Any) -> dict[str, Any]:
     sa = ServerArgs(random_seed=0, **sa_kw)
-    with monkeypatch.context() as m:
-        m.setattr(scheduler_mod, "ModelRunner", _runner_with(sa))
-        sch = scheduler_mod.Scheduler(sa)
+    sch = scheduler_mod.Scheduler(sa)  # the ModelRunner reads the KV format from ``sa``
     lps: dict[str, list[float]] = {}
     outs: dict[str, list[int]] = {}
     for i, ids in enumerate(_prompts()):
@@ -113,14 +98,10 @@ def _run(monkeypatch: pytest.MonkeyPatch, **sa_kw: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def runs() -> dict[str, dict[str, Any]]:
-    mp = pytest.MonkeyPatch()
-    try:
-        res = {"fp32": _run(mp)}  # CPU defaults: model dtype float32, kv "auto", default pool size
-        small = dict(max_total_tokens=4096, max_running_requests=4)
-        res["fp8"] = _run(mp, kv_cache_dtype="fp8_e4m3", **small)
-        res["fp8_fp4"] = _run(mp, kv_cache_dtype="fp8_e4m3", enable_fp4_indexer=True, **small)
-    finally:
-        mp.undo()
+    res = {"fp32": _run()}  # CPU defaults: model dtype float32, kv "auto", default pool size
+    small = dict(max_total_tokens=4096, max_running_requests=4)
+    res["fp8"] = _run(kv_cache_dtype="fp8_e4m3", **small)
+    res["fp8_fp4"] = _run(kv_cache_dtype="fp8_e4m3", enable_fp4_indexer=True, **small)
     return res
 
 

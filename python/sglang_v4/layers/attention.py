@@ -70,8 +70,8 @@ class DSV4Attention(nn.Module):
     def forward(self, x: torch.Tensor, fb: ForwardBatch, pool: DSV4KVPool, rc: RopeCache) -> torch.Tensor:
         """``x [T, D]`` (normalised) -> ``[T, D]``; reads and writes the pool for this layer.
 
-        With ``fb.extras["indexer_stream"]`` (a ``torch.cuda.Stream``, set by the CUDA model
-        runner) the indexer branch of a CSA layer (indexer compressor + scoring + top-k) runs on
+        With ``fb.indexer_stream`` (a ``torch.cuda.Stream``, set by the CUDA model runner) the
+        indexer branch of a CSA layer (indexer compressor + scoring + top-k) runs on
         that stream, overlapping the q/kv norm-RoPE-insert and the main compressor on the current
         stream; both branches write disjoint pool state, and the main stream waits for the
         indexer before the sparse attention. Works eagerly and under CUDA-graph capture.
@@ -79,7 +79,7 @@ class DSV4Attention(nn.Module):
         T = x.shape[0]
         cos, sin = rc.tok[self.rope_kind]
         q_res = self.q_a_norm(self.q_a_proj(x))
-        ix_stream = fb.extras.get("indexer_stream") if isinstance(self.compressor, CSACompressor) else None
+        ix_stream = fb.indexer_stream if isinstance(self.compressor, CSACompressor) else None
         sel: torch.Tensor | None = None
         main_stream = None
         if ix_stream is not None:

@@ -63,7 +63,7 @@ class Compressor(nn.Module):
     ) -> None:
         """Pool the windows completed by this forward into ``st.rows`` and advance the state.
 
-        On CUDA (or with ``fb.extras["graph_safe"]``) no step synchronises with the host, so the
+        On CUDA (or with ``fb.graph_safe``) no step synchronises with the host, so the
         call is CUDA-graph capturable: padded windows carry ``win_out = -1`` (not written) and
         padded snapshots write the dummy window page 0.
 
@@ -109,7 +109,7 @@ class Compressor(nn.Module):
         st.buf_score[slots] = _gather(tab_sc, plan.buf_rows, 0.0)
         if self.overlap and J > 0:
             assert st.ovl_kv is not None and st.ovl_score is not None
-            if h.is_cuda or fb.extras.get("graph_safe", False):
+            if h.is_cuda or fb.graph_safe:
                 # no host synchronisation (CUDA graphs): requests without a new window write
                 # their old overlap back instead of being filtered out by a boolean mask
                 has = (plan.ovl_rows[:, 0] >= 0)[:, None, None]

@@ -70,25 +70,7 @@ class Scheduler:
         self.chunked_prefill_size = int(sa.chunked_prefill_size) if sa.chunked_prefill_size else 2048
         if self.chunked_prefill_size <= 0:
             self.chunked_prefill_size = 1 << 30
-        self.runner = ModelRunner(
-            mc,
-            model_path,
-            sa.device,
-            sa.dtype,
-            self.page_size,
-            sa.max_total_tokens,
-            self.max_running_requests,
-            self.context_len,
-            sa.load_format,
-            getattr(sa, "mem_fraction_static", None),
-            seed=sa.random_seed or 0,
-            kv_cache_dtype=sa.kv_cache_dtype,
-            fp4_indexer=sa.enable_fp4_indexer,
-            resume_interval=int(getattr(sa, "resume_interval", 1) or 1),
-            cuda_graph_max_bs=sa.cuda_graph_max_bs,
-            disable_cuda_graph=bool(sa.disable_cuda_graph),
-            indexer_stream_max_bs=sa.indexer_stream_max_bs,
-        )
+        self.runner = ModelRunner(mc, sa)
         self.pool = self.runner.pool
         gr = self.runner.cuda_graph_runner
         warm_ctx = sa.cuda_graph_warmup_ctx

@@ -24,8 +24,9 @@ from sglang_v4.mem_cache.kv_planner import KVPlan, plan_kv_pools
 from sglang_v4.mem_cache.kv_spec import build_kv_layout
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.cuda_graph_runner import CudaGraphRunner
-from sglang_v4.model_executor.forward_batch import ForwardBatch, ReqForwardInput, build_forward_batch
+from sglang_v4.model_executor.forward_batch import ForwardBatch, ForwardBatchBuilder, ReqForwardInput
 from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+from sglang_v4.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
@@ -61,104 +62,115 @@ def init_dummy_weights(model: torch.nn.Module, seed: int = 0) -> None:
             p.copy_(0.1 * torch.randn(p.shape, generator=g, device=gen_dev))
 
 
+class IndexerStreamPolicy:
+    """Which forwards run the CSA indexer branch on a second CUDA stream (``fb.indexer_stream``).
+
+    On H200 the overlap gains ~7% at bs 1-4 and loses 12-20% at bs 8-32 (benchmark/RESULTS.md),
+    where the kernels already fill the GPU, hence the bound on the tokens of a forward.
+
+    Args:
+        device: the runner's device (no stream on CPU).
+        max_tokens: use the stream only for forwards of at most this many tokens
+            (``--indexer-stream-max-bs``; 0 = never).
+
+    Attributes:
+        stream: the second stream, or ``None`` (off, or not CUDA).
+    """
+
+    def __init__(self, device: torch.device, max_tokens: int) -> None:
+        self.device = device
+        self.max_tokens = int(max_tokens)
+        self.stream: torch.cuda.Stream | None = None
+        self.set_enabled(self.max_tokens > 0)
+
+    def set_enabled(self, enabled: bool) -> None:
+        """Create the stream (``True``, CUDA only; an existing one is kept) or drop it (``False``).
+        Graphs are keyed by the stream mode, so switching keeps both sets."""
+        if self.device.type != "cuda" or not enabled:
+            self.stream = None
+        elif self.stream is None:
+            self.stream = torch.cuda.Stream(self.device)
+
+    def for_tokens(self, num_tokens: int) -> torch.cuda.Stream | None:
+        """The stream for a forward of ``num_tokens`` tokens, or ``None`` (run inline): on when the
+        stream exists and ``num_tokens <= max_tokens``."""
+        s = self.stream
+        return s if s is not None and num_tokens <= self.max_tokens else None
+
+
 class ModelRunner:
-    """Model + KV pool.
+    """Model + KV pool + the forward's metadata builder (SGLang's ``ModelRunner``).
 
     Args:
         model_config: the parsed config.
-        model_path: checkpoint directory (ignored with ``load_format="dummy"``).
-        device: ``"cpu"`` or ``"cuda"``.
-        dtype: ``"float32"`` or ``"bfloat16"``.
-        page_size: tokens per logical block.
-        max_total_tokens: KV capacity in tokens (block pages x page_size); ``None`` = from memory.
-        max_running_requests: request slots.
-        context_len: longest sequence.
-        load_format: ``"auto"`` or ``"dummy"``.
-        mem_fraction_static: fraction of free device memory for the KV pool when
-            ``max_total_tokens`` is not given (CUDA).
-        seed: seed of dummy weights.
-        kv_cache_dtype: ``"auto"`` (= ``dtype``), ``"fp32"``, ``"bf16"`` or ``"fp8_e4m3"``
-            (``--kv-cache-dtype``): storage format of the KV entries (``DSV4KVPool``).
-        fp4_indexer: fp4 e2m1 CSA indexer keys (``--enable-fp4-indexer``).
-        resume_interval: the radix cache keeps a resume state (one window page) every
-            ``resume_interval`` cached blocks; the pools plan window pages for that.
-        cuda_graph_max_bs: largest decode batch replayed from a CUDA graph
-            (``--cuda-graph-max-bs``; ``None`` = ``min(128, max_running_requests)``). CUDA only.
-        disable_cuda_graph: run decode eagerly (``--disable-cuda-graph``).
-        enable_indexer_stream: run the CSA indexer branch on a second CUDA stream. CUDA only.
-        indexer_stream_max_bs: use that stream only for forwards of at most this many tokens
-            (``--indexer-stream-max-bs``; 0 = never). On H200 the overlap gains ~7% at bs 1-4 and
-            loses 12-20% at bs 8-32 (benchmark/RESULTS.md), where the kernels already fill the GPU.
+        server_args: the runtime options it reads: ``model_path`` (checkpoint directory; ``None``
+            is the embedded default model; not read with ``load_format="dummy"``), ``device``,
+            ``dtype``, ``page_size``, ``max_total_tokens`` (KV capacity in tokens; ``None`` = from
+            memory), ``max_running_requests`` (request slots; ``None`` = 256 on CUDA, 64 on CPU),
+            ``context_length`` (``None`` = the model's), ``load_format``, ``mem_fraction_static``
+            (share of free device memory for the KV pool when ``max_total_tokens`` is not given,
+            CUDA), ``random_seed`` (of dummy weights), ``kv_cache_dtype`` (storage format of the KV
+            entries, ``DSV4KVPool``), ``enable_fp4_indexer``, ``resume_interval`` (the radix cache
+            keeps a resume state every that many cached blocks; the pools plan window pages for
+            it), ``cuda_graph_max_bs`` (``None`` = ``min(128, max_running_requests)``),
+            ``disable_cuda_graph`` and ``indexer_stream_max_bs`` (:class:`IndexerStreamPolicy`).
+            Tests and benchmarks build one with e.g. ``ServerArgs(device="cpu",
+            load_format="dummy", page_size=128, max_total_tokens=4096)``.
 
     Raises:
-        ValueError: bad ``kv_cache_dtype`` / ``resume_interval``, or a KV budget too small for
+        ValueError: bad ``kv_cache_dtype``, ``model_path`` unusable, or a KV budget too small for
             one block page and the request slots (from the planner).
     """
 
-    def __init__(
-        self,
-        model_config: ModelConfig,
-        model_path: str | None,
-        device: str,
-        dtype: str,
-        page_size: int,
-        max_total_tokens: int | None,
-        max_running_requests: int,
-        context_len: int,
-        load_format: str = "auto",
-        mem_fraction_static: float | None = None,
-        seed: int = 0,
-        kv_cache_dtype: str = "auto",
-        fp4_indexer: bool = False,
-        resume_interval: int = 1,
-        cuda_graph_max_bs: int | None = None,
-        disable_cuda_graph: bool = False,
-        enable_indexer_stream: bool = True,
-        indexer_stream_max_bs: int = 4,
-    ) -> None:
+    def __init__(self, model_config: ModelConfig, server_args: ServerArgs) -> None:
+        sa = server_args
         self.mc = model_config
-        self.device = torch.device(device)
+        self.server_args = sa
+        self.device = torch.device(sa.device)
         if self.device.type == "cpu":
             # One intra-op thread by default: the server's processes and the clients share a few
             # cores, and oversubscribed OpenMP pools make small ops 1000x slower (measured:
             # index_add_ on [1, 128] takes 85 ms with 2 threads on a loaded 2-core box, 6 us with 1).
             torch.set_num_threads(int(os.environ.get("SGLANG_V4_CPU_THREADS", "1")))
-        self.dtype = _DTYPES[dtype]
-        self.page_size = page_size
+        self.dtype = _DTYPES[sa.dtype]
+        self.page_size = int(sa.page_size)
+        self.max_running_requests = int(
+            sa.max_running_requests or (256 if self.device.type == "cuda" else 64)
+        )
+        self.context_len = int(sa.context_length or model_config.context_length)
         t0 = time.perf_counter()
         self.model = DeepseekV4ForCausalLM(model_config, self.dtype, self.device)
-        if load_format == "dummy":
-            init_dummy_weights(self.model, seed)
+        if sa.load_format == "dummy":
+            init_dummy_weights(self.model, int(sa.random_seed or 0))
         else:
             from sglang_v4.model_loader.loader import load_weights_into
 
+            model_path = sa.model_path
             if model_path is None:
-                raise ValueError("model_path: required unless load_format='dummy'")
+                from sglang_v4.tools.default_model import ensure_default_model
+
+                model_path = ensure_default_model()
             load_weights_into(self.model, model_path, dtype=None, progress=True)
         self.model.eval()
         logger.info(
             "Model loaded in %.1f s (%s, %s, load_format=%s)",
             time.perf_counter() - t0,
-            device,
-            dtype,
-            load_format,
+            sa.device,
+            sa.dtype,
+            sa.load_format,
         )
-        self.max_running_requests = max_running_requests
-        self.context_len = context_len
-        self.kv_cache_dtype = normalize_kv_cache_dtype(kv_cache_dtype, self.dtype)
-        self.fp4_indexer = bool(fp4_indexer)
-        if int(resume_interval) < 1:
-            raise ValueError(f"resume_interval: must be >= 1, got {resume_interval}")
-        self.resume_interval = int(resume_interval)
-        self.plan = self._size_pool(max_total_tokens, mem_fraction_static)
+        self.kv_cache_dtype = normalize_kv_cache_dtype(sa.kv_cache_dtype, self.dtype)
+        self.fp4_indexer = bool(sa.enable_fp4_indexer)
+        self.resume_interval = int(sa.resume_interval)
+        self.plan = self._size_pool(sa.max_total_tokens, sa.mem_fraction_static)
         self.max_total_tokens = self.plan.kv_capacity_tokens
         logger.info(self.plan.summary())
         self.pool = DSV4KVPool(
             model_config,
-            page_size,
+            self.page_size,
             self.plan.num_block_pages,
             self.plan.num_window_pages,
-            max_running_requests,
+            self.max_running_requests,
             self.dtype,
             self.device,
             kv_cache_dtype=self.kv_cache_dtype,
@@ -173,18 +185,23 @@ class ModelRunner:
             self.max_total_tokens,
             self.plan.num_window_pages,
             model_config.sliding_window,
-            max_running_requests,
+            self.max_running_requests,
             self.pool.memory_bytes() / 2**20,
             self.pool.fragmentation_bytes(),
         )
+        mc = model_config
+        self.builder = ForwardBatchBuilder(
+            self.page_size,
+            mc.sliding_window,
+            mc.csa_ratio if mc.csa_layers else None,
+            mc.hca_ratio if mc.hca_layers else None,
+            self.device,
+        )
         # ---- CUDA execution: indexer stream + decode CUDA graphs (cuda_graph_runner.py) ----
-        # (kept as the last block of __init__; owned by the CUDA-runner work)
-        self.indexer_stream: torch.cuda.Stream | None = None
-        self.indexer_stream_max_bs = int(indexer_stream_max_bs)
+        self.indexer_streams = IndexerStreamPolicy(self.device, sa.indexer_stream_max_bs)
         self.cuda_graph_runner: CudaGraphRunner | None = None
         if self.device.type == "cuda":
-            self.set_indexer_stream(enable_indexer_stream and self.indexer_stream_max_bs > 0)
-            if disable_cuda_graph:
+            if sa.disable_cuda_graph:
                 logger.info("CUDA graphs disabled (--disable-cuda-graph)")
             elif self.pool.quantized_kinds:
                 logger.warning(
@@ -193,16 +210,32 @@ class ModelRunner:
                     " + fp4 indexer" if self.fp4_indexer else "",
                 )
             else:
-                max_bs = int(cuda_graph_max_bs or min(128, max_running_requests))
-                self.cuda_graph_runner = CudaGraphRunner(
-                    self, max_bs=max_bs, max_ctx=min(1 << 17, max(1024, context_len))
+                max_bs = int(sa.cuda_graph_max_bs or min(128, self.max_running_requests))
+                self.cuda_graph_runner = self.create_cuda_graph_runner(
+                    max_bs, max_ctx=min(1 << 17, max(1024, self.context_len))
                 )
                 logger.info(
                     "CUDA graphs on for decode: bs buckets %s, context buckets %s (captured lazily)",
                     self.cuda_graph_runner.bs_list,
                     self.cuda_graph_runner.ctx_list,
                 )
-        # ---- end of the CUDA execution block ----
+
+    def create_cuda_graph_runner(
+        self, max_bs: int, max_ctx: int, min_ctx: int = 1024, use_graphs: bool = True
+    ) -> CudaGraphRunner:
+        """A :class:`CudaGraphRunner` over this runner's model, pool, metadata builder and
+        indexer-stream policy (arguments as there)."""
+        return CudaGraphRunner(
+            self.model,
+            self.pool,
+            self.builder,
+            self.indexer_streams,
+            self.mc.vocab_size,
+            max_bs=max_bs,
+            max_ctx=max_ctx,
+            min_ctx=min_ctx,
+            use_graphs=use_graphs,
+        )
 
     # window pages beyond the per-request ones: a prefill chunk's transient spans (64 x 128
     # positions covers an 8192-token chunk)
@@ -266,35 +299,14 @@ class ModelRunner:
         return d
 
     def build_batch(self, reqs: list[ReqForwardInput]) -> ForwardBatch:
-        """Host-built :class:`ForwardBatch` of ``reqs`` on the runner's device; on CUDA it carries
-        the indexer stream in ``extras["indexer_stream"]`` when the second stream is on."""
-        mc = self.mc
-        fb = build_forward_batch(
-            reqs,
-            self.page_size,
-            mc.sliding_window,
-            mc.csa_ratio if mc.csa_layers else None,
-            mc.hca_ratio if mc.hca_layers else None,
-            self.device,
-        )
-        stream = self.indexer_stream_for(sum(len(r.input_ids) for r in reqs))
-        if stream is not None:
-            fb.extras["indexer_stream"] = stream
-        return fb
+        """Eager :class:`ForwardBatch` of ``reqs`` on the runner's device, with the indexer stream
+        the policy gives a forward of that many tokens.
 
-    def indexer_stream_for(self, num_tokens: int) -> torch.cuda.Stream | None:
-        """The indexer stream for a forward of ``num_tokens`` tokens, or ``None`` (run inline):
-        on when the stream exists and ``num_tokens <= indexer_stream_max_bs``."""
-        s = self.indexer_stream
-        return s if s is not None and num_tokens <= self.indexer_stream_max_bs else None
-
-    def set_indexer_stream(self, enabled: bool) -> None:
-        """Run the CSA indexer branch on a second CUDA stream (``True``) or inline (``False``).
-        No effect on CPU. Graphs are keyed by this setting, so switching keeps both sets."""
-        if self.device.type != "cuda" or not enabled:
-            self.indexer_stream = None
-        elif getattr(self, "indexer_stream", None) is None:
-            self.indexer_stream = torch.cuda.Stream(self.device)
+        Raises:
+            ValueError: an empty batch or request, a missing block / window page.
+        """
+        num_tokens = sum(len(r.input_ids) for r in reqs)
+        return self.builder.build(reqs, indexer_stream=self.indexer_streams.for_tokens(num_tokens))
 
     def forward(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
         """Build the batch and run the model. Returns the batch and ``[K, vocab]`` fp32 logits.
@@ -303,7 +315,7 @@ class ModelRunner:
         graph (:class:`~sglang_v4.model_executor.cuda_graph_runner.CudaGraphRunner`); everything
         else (and everything on CPU) runs eagerly.
         """
-        g = getattr(self, "cuda_graph_runner", None)
+        g = self.cuda_graph_runner
         if g is not None and g.can_run(reqs):
             return g.replay(reqs)
         fb = self.build_batch(reqs)
