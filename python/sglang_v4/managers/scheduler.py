@@ -50,6 +50,7 @@ from sglang_v4.mem_cache.cache_manager import CacheManager
 from sglang_v4.model_executor.model_runner import ModelRunner
 from sglang_v4.sampling.sampler import sample, top_logprobs
 from sglang_v4.sampling.stop_checker import check_stop
+from sglang_v4.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class Scheduler:
             ``None`` means the embedded default model).
     """
 
-    def __init__(self, server_args: Any) -> None:
+    def __init__(self, server_args: ServerArgs) -> None:
         self.server_args = sa = server_args
         model_path = sa.model_path
         if model_path is None:
@@ -188,7 +189,7 @@ class Scheduler:
                 req.grammar = self.grammar_backend.create(sp)
             except ValueError as e:
                 return str(e)
-        elif any(getattr(sp, k, None) is not None for k in ("json_schema", "regex", "ebnf")):
+        elif sp.json_schema is not None or sp.regex is not None or sp.ebnf is not None:
             return "constrained decoding (json_schema / regex / ebnf) is not available: install xgrammar"
         return None
 
@@ -429,7 +430,7 @@ class Scheduler:
             return False
         return self.cache_manager.flush()
 
-    def get_server_info(self) -> dict:
+    def get_server_info(self) -> dict[str, Any]:
         """JSON-able runtime state: ``kv_pool`` pages per pool, ``radix_cache`` stats, limits."""
         sa = self.server_args
         return {
@@ -453,7 +454,7 @@ class Scheduler:
             "num_retractions": self.num_retractions,
         }
 
-    def get_metrics(self) -> dict:
+    def get_metrics(self) -> dict[str, Any]:
         """Gauges for ``/metrics``: queue sizes, token usage, cache hit rate, throughput."""
         st = self.tree_cache.stats()
         hit, tot = st["hit_tokens"], st["prompt_tokens"]

@@ -8,7 +8,10 @@ straight to the tokenizer manager. Any exception logs the traceback, sends
 non-zero instead of hanging).
 
 The scheduler class is ``sglang_v4.managers.scheduler:Scheduler``; the environment variable
-``SGLANG_V4_SCHEDULER_CLASS=module:attr`` replaces it (used by tests with a fake scheduler).
+``SGLANG_V4_SCHEDULER_CLASS=module:attr`` replaces it (used by tests with a fake scheduler). A
+replacement provides what this loop uses: ``ready_info`` (a :class:`SchedulerReadyInfo`),
+``add_request``, ``abort_request``, ``has_work``, ``step``, ``flush_cache``, ``get_server_info``
+and ``get_metrics``.
 """
 
 from __future__ import annotations

@@ -304,6 +304,12 @@ class TokenizerManager:
     def _tokenize_one(self, obj: GenerateReqInput) -> TokenizedGenerateReqInput:
         """Validate and tokenize one normalized single request.
 
+        This is where requests are validated, once, for the Engine and HTTP alike: the prompt
+        with :meth:`SchedulerReadyInfo.check_input_ids` (the limits the scheduler reported at
+        start-up; the scheduler re-checks with the same rule only to defend itself), then the
+        sampling parameters (grammars only when the scheduler has a grammar backend), the
+        prompt-plus-completion length, and the logprob options.
+
         Raises:
             RequestError: empty prompt, ids outside the vocabulary, prompt too long for the
                 context, bad sampling parameters or logprob options (status 400).
