@@ -58,11 +58,6 @@ def make_fake_model_dir(root: Path) -> Path:
 
 
 @dataclass
-class _FakeModelConfig:
-    vocab_size: int = FAKE_VOCAB
-
-
-@dataclass
 class _FakeReq:
     req: Any
     output_ids: list[int]
@@ -80,11 +75,11 @@ class FakeScheduler:
     """
 
     def __init__(self, server_args: Any) -> None:
+        from sglang_v4.managers.io_struct import SchedulerReadyInfo
         from sglang_v4.utils import get_tokenizer
 
         self.server_args = server_args
         self.tokenizer = get_tokenizer(server_args.tokenizer_path or server_args.model_path)
-        self.model_config = _FakeModelConfig()
         self.context_len = FAKE_CONTEXT_LEN
         self.max_req_input_len = FAKE_CONTEXT_LEN - 1
         self.max_total_num_tokens = 8 * FAKE_CONTEXT_LEN
@@ -98,6 +93,14 @@ class FakeScheduler:
         self.hang_text = os.environ.get("FAKE_HANG_ON_TEXT")
         self.num_steps = 0
         self.generated = 0
+        self.ready_info = SchedulerReadyInfo(
+            status="ready",
+            max_total_num_tokens=self.max_total_num_tokens,
+            max_req_input_len=self.max_req_input_len,
+            context_len=self.context_len,
+            vocab_size=FAKE_VOCAB,
+            model_path=str(server_args.model_path or ""),
+        )
 
     def add_request(self, req: Any) -> None:
         pages = -(-(len(req.input_ids) + 1) // self.page_size)

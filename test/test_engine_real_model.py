@@ -58,3 +58,23 @@ def test_engine_greedy_matches_hf_and_api_shapes(engine):
     assert "kv_pool" in info and info["max_total_num_tokens"] > 0
     with pytest.raises(ValueError, match="outside the vocabulary"):
         engine.generate(input_ids=[info["max_total_num_tokens"] * 1000])
+
+
+def test_engine_max_new_tokens_zero_scores_the_prompt_only(engine):
+    """``max_new_tokens: 0`` through the Engine: no token, finish reason length 0, completion 0,
+    and the prompt logprobs equal those of an independent run with ``max_new_tokens: 1`` (the
+    prompt is shorter than a block, so neither run can hit the prefix cache)."""
+    prompt = "The capital of France is"
+    kw = dict(return_logprob=True, logprob_start_len=0)
+    zero = engine.generate(prompt=prompt, sampling_params={"temperature": 0, "max_new_tokens": 0}, **kw)
+    one = engine.generate(prompt=prompt, sampling_params={"temperature": 0, "max_new_tokens": 1}, **kw)
+    m0, m1 = zero["meta_info"], one["meta_info"]
+    assert zero["output_ids"] == [] and zero["text"] == ""
+    assert m0["finish_reason"] == {"type": "length", "length": 0}
+    assert m0["completion_tokens"] == 0 and m0["output_token_logprobs"] == []
+    assert m1["completion_tokens"] == 1 and m0["prompt_tokens"] == m1["prompt_tokens"]
+    assert [e[1] for e in m0["input_token_logprobs"]] == [e[1] for e in m1["input_token_logprobs"]]
+    assert len(m0["input_token_logprobs"]) == m0["prompt_tokens"]
+    assert m0["input_token_logprobs"][0][0] is None and m1["input_token_logprobs"][0][0] is None
+    got = [e[0] for e in m0["input_token_logprobs"][1:]]
+    assert got == pytest.approx([e[0] for e in m1["input_token_logprobs"][1:]], abs=1e-5)

@@ -76,7 +76,7 @@ def _run(**sa_kw: Any) -> dict[str, Any]:
                 assert o.finished_reasons[j]["type"] == "length", o.finished_reasons[j]
                 finished.add(rid)
     assert finished == set(lps), "not every request finished"
-    pool, tree = sch.pool, sch.tree
+    pool, tree = sch.pool, sch.tree_cache
     st = tree.stats()
     # after every request ended: only the radix cache holds pages, no slot is taken
     mem = {

@@ -9,48 +9,16 @@ The oracle here is that formula and the pool size set on the command line.
 
 from __future__ import annotations
 
-import copy
-
-import pytest
-from dsv4_testutil import CONFIGS, random_ids
-from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
-from sglang_v4.managers.scheduler import Scheduler
-from sglang_v4.sampling.sampling_params import SamplingParams
-from sglang_v4.server_args import ServerArgs
-from sglang_v4.tools.make_checkpoint import write_checkpoint
-
-PAGE = 256
+from dsv4_testutil import random_ids
+from scheduler_testutil import PAGE, make_scheduler, submit
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    d = tmp_path_factory.mktemp("qa_limits_model")
-    return write_checkpoint(
-        str(d), fmt="hf", weights="fp32", seed=4, config_dict=copy.deepcopy(CONFIGS["sliding_first"])
-    )
-
-
-def _submit(s: Scheduler, rid: str, ids: list[int], n: int) -> None:
-    sp = SamplingParams.from_dict({"max_new_tokens": n, "temperature": 0, "ignore_eos": True})
-    sp.normalize(None)
-    s.add_request(TokenizedGenerateReqInput(rid=rid, input_text=None, input_ids=ids, sampling_params=sp))
-
-
-def test_prompt_larger_than_pool_rejected_without_forward(model_dir: str) -> None:
-    s = Scheduler(
-        ServerArgs(
-            model_path=model_dir,
-            device="cpu",
-            dtype="float32",
-            max_total_tokens=2 * PAGE,
-            context_length=4096,
-            skip_warmup=True,
-        )
-    )
+def test_prompt_larger_than_pool_rejected_without_forward(sched_model_dir: str) -> None:
+    s = make_scheduler(sched_model_dir, max_total_tokens=2 * PAGE, context_length=4096)
     assert s.max_total_num_tokens == 2 * PAGE
     # the advertised prompt limit takes the pool into account (SGLang's formula)
     assert s.max_req_input_len == min(s.context_len, s.max_total_num_tokens) - 1 == 2 * PAGE - 1
-    _submit(s, "big", random_ids(2 * PAGE + 50, 1), 4)
+    submit(s, "big", random_ids(2 * PAGE + 50, 1), 4)
     out = s.step()
     assert s.forward_ct == 0, "the request was prefilled before being rejected"
     assert out is not None and out.rids == ["big"]
@@ -59,7 +27,7 @@ def test_prompt_larger_than_pool_rejected_without_forward(model_dir: str) -> Non
     assert "KV" in fin["message"] and str(2 * PAGE) in fin["message"]
     assert not s.has_work()
     # the largest prompt that fits still runs to completion
-    _submit(s, "fits", random_ids(2 * PAGE - 1, 2), 1)
+    submit(s, "fits", random_ids(2 * PAGE - 1, 2), 1)
     res_fin = None
     for _ in range(100):
         if not s.has_work():

@@ -9,53 +9,20 @@ The logprob of token ``s`` needs the logits at position ``s - 1``, so a cache hi
 
 from __future__ import annotations
 
-import copy
-
 import pytest
-from dsv4_testutil import CONFIGS, random_ids
-from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+from dsv4_testutil import random_ids
+from scheduler_testutil import drain, make_scheduler, submit
 from sglang_v4.managers.scheduler import Scheduler
-from sglang_v4.sampling.sampling_params import SamplingParams
-from sglang_v4.server_args import ServerArgs
-from sglang_v4.tools.make_checkpoint import write_checkpoint
 
 
 @pytest.fixture(scope="module")
-def sched(tmp_path_factory: pytest.TempPathFactory) -> Scheduler:
-    d = tmp_path_factory.mktemp("qa_lp_model")
-    model_dir = write_checkpoint(
-        str(d), fmt="hf", weights="fp32", seed=4, config_dict=copy.deepcopy(CONFIGS["sliding_first"])
-    )
-    return Scheduler(
-        ServerArgs(
-            model_path=model_dir, device="cpu", dtype="float32", max_total_tokens=16 * 256, skip_warmup=True
-        )
-    )
+def sched(sched_model_dir: str) -> Scheduler:
+    return make_scheduler(sched_model_dir, max_total_tokens=16 * 256)
 
 
 def _run(s: Scheduler, rid: str, ids: list[int], start: int = -1) -> list[float | None]:
-    sp = SamplingParams.from_dict({"max_new_tokens": 1, "temperature": 0})
-    sp.normalize(None)
-    s.add_request(
-        TokenizedGenerateReqInput(
-            rid=rid,
-            input_text=None,
-            input_ids=ids,
-            sampling_params=sp,
-            return_logprob=start >= 0,
-            logprob_start_len=start,
-            top_logprobs_num=0,
-        )
-    )
-    vals: list[float | None] = []
-    for _ in range(1000):
-        if not s.has_work():
-            return vals
-        out = s.step()
-        for i, r in enumerate(out.rids if out else []):
-            if r == rid:
-                vals += out.input_token_logprobs_val[i]
-    raise AssertionError("did not finish")
+    submit(s, rid, ids, 1, ignore_eos=False, return_logprob=start >= 0, logprob_start_len=start)
+    return drain(s, max_steps=1000)[rid]["in_lp"]
 
 
 @pytest.mark.parametrize("start", [512, 300, 256, 257])

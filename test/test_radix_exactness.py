@@ -10,86 +10,30 @@ tests tie to HF transformers.
 
 from __future__ import annotations
 
-import copy
+from functools import partial
 
 import pytest
-from dsv4_testutil import CONFIGS, random_ids
-from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
-from sglang_v4.managers.scheduler import Scheduler
-from sglang_v4.sampling.sampling_params import SamplingParams
-from sglang_v4.server_args import ServerArgs
-from sglang_v4.tools.make_checkpoint import write_checkpoint
+from dsv4_testutil import random_ids
+from scheduler_testutil import assert_idle, drain, write_sched_model
+from scheduler_testutil import make_scheduler as _make_scheduler
+from scheduler_testutil import run_one as _run_one
+from scheduler_testutil import submit as _submit
 
 TOL = 1e-4
+
+make_sched = partial(_make_scheduler, max_total_tokens=64 * 256, chunked_prefill_size=2048)
+submit = partial(_submit, return_logprob=True, logprob_start_len=-1)
+run_one = partial(_run_one, return_logprob=True, logprob_start_len=-1)
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("radix_model")
-    return write_checkpoint(
-        str(d), fmt="hf", weights="fp32", seed=3, config_dict=copy.deepcopy(CONFIGS["sliding_first"])
-    )
-
-
-def make_sched(model_dir: str, **kw) -> Scheduler:
-    args = dict(
-        model_path=model_dir,
-        device="cpu",
-        dtype="float32",
-        max_total_tokens=64 * 256,
-        chunked_prefill_size=2048,
-        skip_warmup=True,
-    )
-    args.update(kw)
-    return Scheduler(ServerArgs(**args))
-
-
-def submit(s: Scheduler, rid: str, ids: list[int], n: int = 6) -> None:
-    sp = SamplingParams.from_dict({"max_new_tokens": n, "temperature": 0, "ignore_eos": True})
-    sp.normalize(None)
-    s.add_request(
-        TokenizedGenerateReqInput(
-            rid=rid,
-            input_text=None,
-            input_ids=ids,
-            sampling_params=sp,
-            return_logprob=True,
-            logprob_start_len=-1,
-        )
-    )
-
-
-def drain(s: Scheduler, results: dict, max_steps: int = 10_000) -> dict:
-    for _ in range(max_steps):
-        if not s.has_work():
-            return results
-        out = s.step()
-        if out is None:
-            continue
-        for i, rid in enumerate(out.rids):
-            r = results.setdefault(rid, {"ids": [], "lp": []})
-            r["ids"] += out.output_ids[i]
-            r["lp"] += out.output_token_logprobs_val[i]
-            r["cached"] = out.cached_tokens[i]
-            r["finish"] = out.finished_reasons[i]
-    raise AssertionError("scheduler did not finish")
-
-
-def run_one(s: Scheduler, rid: str, ids: list[int], n: int = 6) -> dict:
-    submit(s, rid, ids, n)
-    return drain(s, {})[rid]
+    return write_sched_model(tmp_path_factory, seed=3, name="radix_model")
 
 
 def assert_same(hit: dict, cold: dict) -> None:
     assert hit["ids"] == cold["ids"]
     assert max(abs(a - b) for a, b in zip(hit["lp"], cold["lp"])) <= TOL
-
-
-def assert_idle(s: Scheduler) -> None:
-    assert s.flush_cache()
-    p = s.pool
-    assert p.block_alloc.used == 0 and p.window_alloc.used == 0
-    assert p.req_slots.available == p.req_slots.size
 
 
 @pytest.fixture(scope="module")

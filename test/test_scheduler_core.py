@@ -6,69 +6,20 @@ deterministic), which the parity tests tie to HF transformers.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
-from dsv4_testutil import CONFIGS, random_ids
-from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
-from sglang_v4.managers.scheduler import Scheduler
-from sglang_v4.sampling.sampling_params import SamplingParams
-from sglang_v4.server_args import ServerArgs
-from sglang_v4.tools.make_checkpoint import write_checkpoint
+from dsv4_testutil import random_ids
+from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, submit
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("sched_model")
-    return write_checkpoint(
-        str(d), fmt="hf", weights="fp32", seed=4, config_dict=copy.deepcopy(CONFIGS["sliding_first"])
-    )
-
-
-def make(model_dir: str, **kw) -> Scheduler:
-    args = dict(
-        model_path=model_dir, device="cpu", dtype="float32", max_total_tokens=32 * 256, skip_warmup=True
-    )
-    args.update(kw)
-    return Scheduler(ServerArgs(**args))
-
-
-def submit(s: Scheduler, rid: str, ids: list[int], n: int, **kw) -> None:
-    sp = SamplingParams.from_dict({"max_new_tokens": n, "temperature": 0, "ignore_eos": True})
-    sp.normalize(None)
-    s.add_request(
-        TokenizedGenerateReqInput(rid=rid, input_text=None, input_ids=ids, sampling_params=sp, **kw)
-    )
-
-
-def drain(s: Scheduler, max_steps: int = 20_000) -> dict[str, dict]:
-    res: dict[str, dict] = {}
-    for _ in range(max_steps):
-        if not s.has_work():
-            return res
-        out = s.step()
-        for i, rid in enumerate(out.rids if out else []):
-            r = res.setdefault(rid, {"ids": []})
-            r["ids"] += out.output_ids[i]
-            r["finish"] = out.finished_reasons[i]
-    raise AssertionError("did not finish")
-
-
-def idle(s: Scheduler) -> bool:
-    s.flush_cache()
-    p = s.pool
-    return p.block_alloc.used == 0 and p.window_alloc.used == 0 and p.req_slots.available == p.req_slots.size
-
-
-def test_retraction_keeps_outputs_exact(model_dir):
+def test_retraction_keeps_outputs_exact(sched_model_dir):
     prompts = [random_ids(300, seed=40 + i) for i in range(3)]
-    roomy = make(model_dir)
+    roomy = make_scheduler(sched_model_dir)
     alone = {}
     for i, p in enumerate(prompts):
         submit(roomy, f"r{i}", p, 240)
         alone.update(drain(roomy))
     # 5 block pages for three requests that each grow to 540 tokens (3 blocks): must retract
-    tight = make(model_dir, max_total_tokens=5 * 256)
+    tight = make_scheduler(sched_model_dir, max_total_tokens=5 * 256)
     for i, p in enumerate(prompts):
         submit(tight, f"r{i}", p, 240)
     got = drain(tight)
@@ -76,11 +27,11 @@ def test_retraction_keeps_outputs_exact(model_dir):
     for rid in alone:
         assert got[rid]["finish"]["type"] == "length"
         assert got[rid]["ids"] == alone[rid]["ids"], rid
-    assert idle(tight)
+    assert_idle(tight)
 
 
-def test_abort_running_and_queued_returns_pages(model_dir):
-    s = make(model_dir, max_running_requests=1)
+def test_abort_running_and_queued_returns_pages(sched_model_dir):
+    s = make_scheduler(sched_model_dir, max_running_requests=1)
     submit(s, "a", random_ids(400, 1), 50)
     submit(s, "b", random_ids(400, 2), 50)
     s.step()
@@ -90,68 +41,114 @@ def test_abort_running_and_queued_returns_pages(model_dir):
     s.abort_request("b")
     res = drain(s)
     assert res["a"]["finish"]["type"] == "abort" and res["b"]["finish"]["type"] == "abort"
-    assert idle(s)
+    assert_idle(s)
 
 
-def test_priority_scheduling(model_dir):
-    s = make(model_dir, max_running_requests=1, enable_priority_scheduling=True)
+def test_priority_scheduling(sched_model_dir):
+    s = make_scheduler(sched_model_dir, max_running_requests=1, enable_priority_scheduling=True)
     submit(s, "low", random_ids(100, 3), 2, priority=0)
     submit(s, "high", random_ids(100, 4), 2, priority=10)
     s.step()
     assert [r.rid for r in s.running] == ["high"]
     drain(s)
-    assert idle(s)
+    assert_idle(s)
 
 
-def test_invalid_requests_finish_with_400(model_dir):
-    s = make(model_dir, context_length=600)
+def test_invalid_requests_finish_with_400(sched_model_dir):
+    s = make_scheduler(sched_model_dir, context_length=600)
     submit(s, "long", random_ids(700, 5), 4)
     submit(s, "vocab", [1, 2, 10**6], 4)
     res = drain(s)
     for rid in ("long", "vocab"):
         assert res[rid]["finish"]["type"] == "abort"
         assert res[rid]["finish"].get("status_code") == 400
-    assert idle(s)
+    assert_idle(s)
 
 
-def test_generation_stops_at_context_length(model_dir):
-    s = make(model_dir, context_length=520)
+def test_request_slipping_past_validation_is_defended(sched_model_dir):
+    """The scheduler re-checks what the tokenizer manager validates: an empty prompt or a
+    negative id that reaches it is finished with a 400 abort (never a crash); others run."""
+    s = make_scheduler(sched_model_dir)
+    submit(s, "empty", [], 4)
+    submit(s, "negative", [5, -1, 7], 4)
+    submit(s, "fine", random_ids(20, 12), 2)
+    res = drain(s)
+    for rid in ("empty", "negative"):
+        assert res[rid]["finish"]["type"] == "abort" and res[rid]["finish"].get("status_code") == 400
+        assert res[rid]["ids"] == []
+    assert res["fine"]["finish"]["type"] == "length" and len(res["fine"]["ids"]) == 2
+    assert_idle(s)
+
+
+def test_max_new_tokens_zero_prefills_without_a_token(sched_model_dir):
+    """``max_new_tokens: 0`` generates nothing: the prompt is prefilled (in chunks here), its
+    logprobs from ``logprob_start_len=0`` equal those of a cold, independent run with
+    ``max_new_tokens=1``, and it finishes with reason length 0, no output id and 0 completion
+    tokens, while a request batched with it is unaffected. Its blocks are cached (a resend hits)."""
+    ids = random_ids(600, seed=71)
+    other = random_ids(50, seed=72)
+    lp_kw = dict(return_logprob=True, logprob_start_len=0)
+    cold = make_scheduler(sched_model_dir, chunked_prefill_size=256)
+    submit(cold, "ref", ids, 1, **lp_kw)
+    ref = drain(cold)["ref"]
+    submit(cold, "other", other, 4)
+    ref_other = drain(cold)["other"]
+
+    s = make_scheduler(sched_model_dir, chunked_prefill_size=256)
+    submit(s, "zero", ids, 0, **lp_kw)
+    submit(s, "other", other, 4)
+    got = drain(s)
+    zero = got["zero"]
+    assert zero["finish"] == {"type": "length", "length": 0}
+    assert zero["ids"] == [] and zero["completion"] == 0
+    assert zero["chunks"] == [[]]  # one message: the finish, without tokens
+    assert len(zero["in_lp"]) == len(ref["in_lp"]) == len(ids)
+    assert zero["in_lp"][0] is None and ref["in_lp"][0] is None
+    assert zero["in_lp"][1:] == pytest.approx(ref["in_lp"][1:], abs=1e-5)
+    assert got["other"]["ids"] == ref_other["ids"] and len(ref_other["ids"]) == 4
+    # the prefilled prompt was cached: a resend without logprobs hits its first two blocks
+    assert run_one(s, "again", ids, 0)["cached"] == 512
+    assert_idle(s)
+
+
+def test_generation_stops_at_context_length(sched_model_dir):
+    s = make_scheduler(sched_model_dir, context_length=520)
     submit(s, "a", random_ids(500, 6), 100)
     res = drain(s)
     assert res["a"]["finish"]["type"] == "length"
     assert len(res["a"]["ids"]) == 20
-    assert idle(s)
+    assert_idle(s)
 
 
-def test_request_larger_than_pool_fails_cleanly_and_others_proceed(model_dir):
+def test_request_larger_than_pool_fails_cleanly_and_others_proceed(sched_model_dir):
     """A prompt that cannot fit the pool is failed with 400; a small one still completes."""
-    s = make(model_dir, max_total_tokens=2 * 256, chunked_prefill_size=256)
+    s = make_scheduler(sched_model_dir, max_total_tokens=2 * 256, chunked_prefill_size=256)
     submit(s, "huge", random_ids(900, 8), 4)
     submit(s, "small", random_ids(100, 9), 4)
     res = drain(s)
     assert res["huge"]["finish"]["type"] == "abort" and res["huge"]["finish"].get("status_code") == 400
     assert res["small"]["finish"]["type"] == "length" and len(res["small"]["ids"]) == 4
-    assert idle(s)
+    assert_idle(s)
 
 
-def test_concurrent_chunked_prefills_under_pressure_do_not_hang(model_dir):
+def test_concurrent_chunked_prefills_under_pressure_do_not_hang(sched_model_dir):
     """Several chunked prefills that together exceed the pool: all finish, outputs exact."""
     prompts = [random_ids(600, seed=60 + i) for i in range(3)]
-    roomy = make(model_dir)
+    roomy = make_scheduler(sched_model_dir)
     alone = {}
     for i, p in enumerate(prompts):
         submit(roomy, f"c{i}", p, 3)
         alone.update(drain(roomy))
-    tight = make(model_dir, max_total_tokens=4 * 256, chunked_prefill_size=200)
+    tight = make_scheduler(sched_model_dir, max_total_tokens=4 * 256, chunked_prefill_size=200)
     for i, p in enumerate(prompts):
         submit(tight, f"c{i}", p, 3)
     got = drain(tight)
     for rid in alone:
         assert got[rid]["ids"] == alone[rid]["ids"], rid
-    assert idle(tight)
+    assert_idle(tight)
 
 
-def test_stream_interval_batches_stream_chunks(model_dir):
+def test_stream_interval_batches_stream_chunks(sched_model_dir):
     """``--stream-interval 4``: a streaming request's tokens go out at the 1st, 5th, 9th token and
     at the finish (SGLang's rule), with every token and logprob exactly once and in order; a
     request's own ``stream_interval`` (3) overrides the server's; non-streaming requests and
@@ -159,22 +156,9 @@ def test_stream_interval_batches_stream_chunks(model_dir):
     ids = random_ids(40, seed=11)
 
     def run(interval: int, **sp_extra) -> dict[str, list]:
-        s = make(model_dir, stream_interval=interval)
+        s = make_scheduler(sched_model_dir, stream_interval=interval)
         for rid, stream in (("s", True), ("n", False)):
-            sp = SamplingParams.from_dict(
-                {"max_new_tokens": 10, "temperature": 0, "ignore_eos": True, **sp_extra}
-            )
-            sp.normalize(None)
-            s.add_request(
-                TokenizedGenerateReqInput(
-                    rid=rid,
-                    input_text=None,
-                    input_ids=ids,
-                    sampling_params=sp,
-                    stream=stream,
-                    return_logprob=True,
-                )
-            )
+            submit(s, rid, ids, 10, sampling=sp_extra, stream=stream, return_logprob=True)
         chunks: dict[str, list] = {"s": [], "n": []}
         lps: dict[str, list] = {"s": [], "n": []}
         while s.has_work():

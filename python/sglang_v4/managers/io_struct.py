@@ -15,10 +15,12 @@ Data flow::
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
+    from sglang_v4.managers.schedule_batch import Req
     from sglang_v4.sampling.sampling_params import SamplingParams
 
 #: A finish reason as SGLang reports it in ``meta_info["finish_reason"]``:
@@ -334,6 +336,39 @@ class BatchTokenIDOut:
         """A message with no requests; fill it with :meth:`append`."""
         return cls([], [], [], [], [], [], [], [], [], [])
 
+    @classmethod
+    def from_reqs(cls, reqs: Sequence[Req]) -> BatchTokenIDOut:
+        """The message for scheduler requests with news (finished, or new tokens to stream).
+
+        Every ``BatchTokenIDOut`` the scheduler sends is built here. Each request contributes its
+        output ids and logprob entries not sent yet (``Req.take_new_outputs`` marks them sent),
+        its whole output so far as ``decode_ids``, and its counts; logprob fields stay ``[]`` for a
+        request without ``return_logprob`` and the top-logprob fields without ``top_logprobs_num``.
+        """
+        out = cls.empty()
+        for r in reqs:
+            sp = r.sampling_params
+            new_ids, ilp, olp = r.take_new_outputs()
+            top = r.top_logprobs_num > 0
+            out.append(
+                rid=r.rid,
+                finished_reason=r.finished_reason,
+                decode_ids=r.output_ids,
+                output_ids=new_ids,
+                prompt_tokens=len(r.origin_input_ids),
+                completion_tokens=len(r.output_ids),
+                cached_tokens=r.cached_tokens,
+                skip_special_tokens=bool(sp.skip_special_tokens),
+                spaces_between_special_tokens=bool(sp.spaces_between_special_tokens),
+                no_stop_trim=bool(sp.no_stop_trim),
+                input_token_logprobs=([x[0] for x in ilp], [x[1] for x in ilp]),
+                output_token_logprobs=([x[0] for x in olp], [x[1] for x in olp]),  # type: ignore[misc]
+                input_top_logprobs=([x[2] for x in ilp], [x[3] for x in ilp]) if top else None,
+                output_top_logprobs=([x[2] for x in olp], [x[3] for x in olp]) if top else None,  # type: ignore[misc]
+                retraction_count=r.num_retractions,
+            )
+        return out
+
     def append(
         self,
         *,
@@ -459,7 +494,18 @@ class GetMetricsReqOutput:
 
 @dataclass
 class SchedulerReadyInfo:
-    """Sent once by the scheduler process over its ready pipe after the model is loaded."""
+    """Sent once by the scheduler process over its ready pipe after the model is loaded: the
+    limits every request is validated against (:meth:`check_input_ids`).
+
+    Attributes:
+        status: ``"ready"`` or ``"error"`` (then ``error`` holds the traceback).
+        max_total_num_tokens: KV pool size in tokens.
+        max_req_input_len: longest prompt in tokens, ``min(context_len, max_total_num_tokens) - 1``
+            (SGLang's bound: the prompt and one generated token must fit both).
+        context_len: the model's context length in tokens.
+        vocab_size: token ids must lie in ``[0, vocab_size)``.
+        extra: ``load_time_s``, ``grammar_enabled`` (constrained decoding available).
+    """
 
     status: str  # "ready" or "error"
     max_total_num_tokens: int = 0
@@ -469,6 +515,36 @@ class SchedulerReadyInfo:
     model_path: str = ""
     error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def check_input_ids(self, input_ids: Sequence[int]) -> str | None:
+        """Why the prompt ``input_ids`` cannot be served under these limits, or ``None`` if it can.
+
+        The one rule for prompts: the tokenizer manager rejects with it (HTTP 400 / ValueError),
+        and the scheduler re-checks with it so that a request that slipped through is finished
+        with a 400 abort instead of reaching the model. Checks, in order: not empty; every id in
+        ``[0, vocab_size)`` (skipped when ``vocab_size`` is 0); at most ``max_req_input_len``
+        tokens (the message names the context length or the KV pool, whichever bounds it).
+        """
+        n = len(input_ids)
+        if n == 0:
+            return "The input is empty: the prompt must contain at least one token."
+        if self.vocab_size > 0 and (min(input_ids) < 0 or max(input_ids) >= self.vocab_size):
+            pos, tok = next((p, t) for p, t in enumerate(input_ids) if not 0 <= t < self.vocab_size)
+            return (
+                f"Token id {tok} at position {pos} of input_ids is outside the vocabulary "
+                f"[0, {self.vocab_size})."
+            )
+        if n > self.max_req_input_len:
+            if self.max_req_input_len < self.context_len - 1:  # bounded by the KV pool, not the context
+                return (
+                    f"The input ({n} tokens) does not fit in the KV cache pool "
+                    f"({self.max_total_num_tokens} tokens; at most {self.max_req_input_len} prompt tokens)."
+                )
+            return (
+                f"The input ({n} tokens) is longer than the model's context length "
+                f"({self.context_len} tokens; at most {self.max_req_input_len} prompt tokens)."
+            )
+        return None
 
 
 @dataclass

@@ -8,11 +8,15 @@ straight to the tokenizer manager. Any exception logs the traceback, sends
 non-zero instead of hanging).
 
 The scheduler class is ``sglang_v4.managers.scheduler:Scheduler``; the environment variable
-``SGLANG_V4_SCHEDULER_CLASS=module:attr`` replaces it (used by tests with a fake scheduler).
+``SGLANG_V4_SCHEDULER_CLASS=module:attr`` replaces it (used by tests with a fake scheduler). A
+replacement provides what this loop uses: ``ready_info`` (a :class:`SchedulerReadyInfo`),
+``add_request``, ``abort_request``, ``has_work``, ``step``, ``flush_cache``, ``get_server_info``
+and ``get_metrics``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -39,6 +43,7 @@ from sglang_v4.managers.io_struct import (
     TokenizedGenerateReqInput,
     finish_abort,
 )
+from sglang_v4.managers.schedule_batch import Req
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import configure_logging, exit_on_sigterm, set_parent_death_signal, start_parent_watchdog
 
@@ -55,20 +60,12 @@ def load_scheduler_class() -> type:
     return getattr(importlib.import_module(module), attr or "Scheduler")
 
 
-def _abort_output(req: TokenizedGenerateReqInput, message: str) -> BatchTokenIDOut:
-    sp = req.sampling_params
-    return BatchTokenIDOut(
-        rids=[req.rid],
-        finished_reasons=[finish_abort(message, 500)],
-        decode_ids=[[]],
-        read_offsets=[0],
-        output_ids=[[]],
-        skip_special_tokens=[bool(getattr(sp, "skip_special_tokens", True))],
-        no_stop_trim=[bool(getattr(sp, "no_stop_trim", False))],
-        prompt_tokens=[len(req.input_ids)],
-        completion_tokens=[0],
-        cached_tokens=[0],
-    )
+def _abort_output(recv: TokenizedGenerateReqInput, message: str) -> BatchTokenIDOut:
+    """The message that fails ``recv`` with ``message`` (status 500) when the scheduler could not
+    take it."""
+    req = Req(rid=recv.rid, origin_input_ids=list(recv.input_ids), sampling_params=recv.sampling_params)
+    req.finished_reason = finish_abort(message, 500)
+    return BatchTokenIDOut.from_reqs([req])
 
 
 class SchedulerLoop:
@@ -182,19 +179,9 @@ def run_scheduler_process(
         t0 = time.perf_counter()
         scheduler = load_scheduler_class()(server_args)
         loop = SchedulerLoop(scheduler, port_args)
-        mc = getattr(scheduler, "model_config", None)
-        vocab = int(getattr(mc, "vocab_size", 0) or 0) if mc is not None else 0
-        info = SchedulerReadyInfo(
-            status="ready",
-            max_total_num_tokens=int(scheduler.max_total_num_tokens),
-            max_req_input_len=int(scheduler.max_req_input_len),
-            context_len=int(scheduler.context_len),
-            vocab_size=vocab,
-            model_path=str(server_args.model_path or ""),
-            extra={
-                "load_time_s": round(time.perf_counter() - t0, 3),
-                "grammar_enabled": bool(getattr(scheduler, "grammar_enabled", False)),
-            },
+        ready: SchedulerReadyInfo = scheduler.ready_info
+        info = dataclasses.replace(
+            ready, extra={**ready.extra, "load_time_s": round(time.perf_counter() - t0, 3)}
         )
     except Exception:
         tb = traceback.format_exc()

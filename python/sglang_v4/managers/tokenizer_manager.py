@@ -19,6 +19,7 @@ scheduler raises it with ``status_code`` 503.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -114,7 +115,6 @@ class TokenizerManager:
     ) -> None:
         self.server_args = server_args
         self.port_args = port_args
-        self.scheduler_info = scheduler_info
         self.model_path = server_args.model_path or ""
         self.tokenizer_path = server_args.tokenizer_path or self.model_path
         self.served_model_name = server_args.resolved_served_model_name()
@@ -122,6 +122,10 @@ class TokenizerManager:
         self.vocab_size = scheduler_info.vocab_size or len(self.tokenizer)
         self.context_len = scheduler_info.context_len
         self.max_req_input_len = scheduler_info.max_req_input_len or max(self.context_len - 1, 1)
+        #: The limits every request is validated against (:meth:`_tokenize_one`).
+        self.scheduler_info = dataclasses.replace(
+            scheduler_info, vocab_size=self.vocab_size, max_req_input_len=self.max_req_input_len
+        )
         self.is_generation = True
         #: Constrained decoding (json_schema / regex / ebnf) is accepted only when the scheduler
         #: applies grammars (it sets ``Scheduler.grammar_enabled = True``).
@@ -300,6 +304,12 @@ class TokenizerManager:
     def _tokenize_one(self, obj: GenerateReqInput) -> TokenizedGenerateReqInput:
         """Validate and tokenize one normalized single request.
 
+        This is where requests are validated, once, for the Engine and HTTP alike: the prompt
+        with :meth:`SchedulerReadyInfo.check_input_ids` (the limits the scheduler reported at
+        start-up; the scheduler re-checks with the same rule only to defend itself), then the
+        sampling parameters (grammars only when the scheduler has a grammar backend), the
+        prompt-plus-completion length, and the logprob options.
+
         Raises:
             RequestError: empty prompt, ids outside the vocabulary, prompt too long for the
                 context, bad sampling parameters or logprob options (status 400).
@@ -317,25 +327,9 @@ class TokenizerManager:
                 raise RequestError("text must be a string (or a list of strings).")
             input_text = obj.text
             input_ids = list(self.tokenizer.encode(input_text))
-        if len(input_ids) == 0:
-            raise RequestError("The input is empty: the prompt must contain at least one token.")
-        bad = next(((p, t) for p, t in enumerate(input_ids) if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            raise RequestError(
-                f"Token id {bad[1]} at position {bad[0]} of input_ids is outside the vocabulary "
-                f"[0, {self.vocab_size})."
-            )
-        if len(input_ids) > self.max_req_input_len:
-            if self.max_req_input_len < self.context_len - 1:  # bounded by the KV pool, not the context
-                raise RequestError(
-                    f"The input ({len(input_ids)} tokens) does not fit in the KV cache pool "
-                    f"({self.scheduler_info.max_total_num_tokens} tokens; at most "
-                    f"{self.max_req_input_len} prompt tokens)."
-                )
-            raise RequestError(
-                f"The input ({len(input_ids)} tokens) is longer than the model's context length "
-                f"({self.context_len} tokens; at most {self.max_req_input_len} prompt tokens)."
-            )
+        err = self.scheduler_info.check_input_ids(input_ids)
+        if err is not None:
+            raise RequestError(err)
         raw = obj.sampling_params if obj.sampling_params is not None else {}
         try:
             sp = SamplingParams.from_dict(dict(raw) if isinstance(raw, dict) else raw)  # type: ignore[arg-type]

@@ -1,0 +1,287 @@
+"""Page lifecycle of requests: admission with a prefix hit, allocation with eviction, caching after
+each forward, and release. The scheduler decides *which* requests run; this module decides *which
+pages* they use (SGLang's ``match_prefix`` / ``cache_unfinished_req`` / ``cache_finished_req``
+verbs, here over DeepSeek-V4's two page kinds).
+
+Page kinds (``memory_pool.py``): a *block page* holds one ``page_size``-token block's compressed
+entries (CSA main, CSA indexer, HCA) for every layer; a *window page* holds the raw sliding-window
+KV of ``W`` positions (``W`` = the model's sliding window, 128) and, at a block end, the
+compressor overlap snapshot that makes it a *resume state*. A request at ``num_computed`` reads the
+block pages of every block so far and the window pages of the spans its next position still sees.
+
+A request's life, in calls:
+
+1. :meth:`CacheManager.match_prefix` (admission): a request slot, the longest cached prefix
+   (whole blocks ending in a live resume state) and a lock on it; the compressor state is loaded
+   from the resume state.
+2. :meth:`CacheManager.alloc_for_extend` before every forward: the block pages and window pages
+   for the positions to compute, evicting from the radix cache when the pools run dry.
+3. :meth:`CacheManager.cache_unfinished_req` after every forward: completed blocks go into the
+   radix cache (duplicates are swapped for the tree's pages and freed), the lock moves to the new
+   deepest node, and window pages that fell out of the sliding window are released.
+4. :meth:`CacheManager.cache_finished_req` when the request ends (also on abort), or
+   :meth:`CacheManager.release_req` when it is retracted: every page it owns goes back, the lock
+   is dropped, the slot is freed.
+
+Ownership invariant (checked by :meth:`CacheManager.check_integrity`): every allocated page is
+owned by exactly one of the radix cache or one request; a request owns ``block_pages[b]`` for
+``b >= num_tree_blocks`` and ``window_pages[k]`` for ``k`` not in ``tree_window_spans``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from sglang_v4.mem_cache.radix_cache import RadixCache
+
+if TYPE_CHECKING:
+    from sglang_v4.managers.schedule_batch import Req
+    from sglang_v4.mem_cache.memory_pool import DSV4KVPool
+
+__all__ = ["CacheManager"]
+
+
+class CacheManager:
+    """Allocates, caches and frees the KV pages of requests (see the module docstring).
+
+    Args:
+        pool: the KV pool (its ``block_alloc``, ``window_alloc`` and ``req_slots`` allocators and
+            the per-slot compressor state ``reset_req_state`` / ``load_resume_state``).
+        page_size: tokens per block page (256).
+        sliding_window: positions per window page (the model's sliding window, 128).
+        disable_radix_cache: cache nothing (every request starts cold; pages are freed at the end).
+        resume_interval: keep resume states only at every ``resume_interval``-th block end (see
+            ``radix_cache.py``).
+    """
+
+    def __init__(
+        self,
+        pool: DSV4KVPool,
+        page_size: int,
+        sliding_window: int,
+        disable_radix_cache: bool = False,
+        resume_interval: int = 1,
+    ) -> None:
+        self.pool = pool
+        self.block_alloc = pool.block_alloc
+        self.window_alloc = pool.window_alloc
+        self.req_slots = pool.req_slots
+        self.page_size = page_size
+        self.window = sliding_window
+        self.tree_cache = RadixCache(
+            self.block_alloc,
+            self.window_alloc,
+            page_size,
+            disable=disable_radix_cache,
+            resume_interval=resume_interval,
+        )
+
+    # ------------------------------------------------------------------ admission
+    def match_prefix(self, req: Req) -> bool:
+        """Admit ``req``: give it a request slot and its prefix-cache hit, locked.
+
+        The hit covers at most ``req.max_prefix_len()`` tokens (whole blocks whose end has a live
+        resume state); its block pages and resume-state window page become the request's first
+        pages (owned by the tree), its compressor state is loaded from the resume state, and
+        ``req.num_computed`` / ``req.cached_tokens`` are set to the hit length (0 on a miss).
+
+        Returns:
+            False (and changes nothing) when no request slot is free.
+        """
+        slot = self.req_slots.alloc()
+        if slot is None:
+            return False
+        req.req_pool_idx = slot
+        self.pool.reset_req_state(slot)
+        m = self.tree_cache.match_prefix(req.token_ids(0, req.max_prefix_len()))
+        if m.num_tokens > 0 and m.window_page is not None:
+            self.tree_cache.inc_lock_ref(m.last_node)
+            req.last_node = m.last_node
+            req.block_pages = list(m.block_pages)
+            req.num_tree_blocks = len(m.block_pages)
+            span = (m.num_tokens - 1) // self.window
+            req.window_pages = {span: m.window_page}
+            req.tree_window_spans = {span}
+            self.pool.load_resume_state(slot, m.window_page)
+            req.num_computed = m.num_tokens
+        req.cached_tokens = req.num_computed
+        return True
+
+    def prefix_match_len(self, token_ids: Sequence[int]) -> int:
+        """Tokens of ``token_ids`` a :meth:`match_prefix` would hit now (no lock taken; used to
+        order the queue by longest prefix match)."""
+        return self.tree_cache.match_prefix(token_ids).num_tokens
+
+    # ------------------------------------------------------------------ allocation
+    def evict(self, num_block_pages: int, num_window_pages: int) -> bool:
+        """Evict from the radix cache until ``num_block_pages`` block pages and
+        ``num_window_pages`` window pages are free (resume states first, then LRU leaf blocks,
+        never locked ones). Returns whether that many are free now."""
+        ba, wa = self.block_alloc, self.window_alloc
+        if ba.available < num_block_pages or wa.available < num_window_pages:
+            self.tree_cache.evict(
+                max(0, num_block_pages - ba.available), max(0, num_window_pages - wa.available)
+            )
+            if wa.available < num_window_pages and ba.available >= num_block_pages:
+                # resume states alone were not enough: evicting leaf blocks frees theirs too
+                self.tree_cache.evict(max(1, num_window_pages - wa.available), 0)
+        return ba.available >= num_block_pages and wa.available >= num_window_pages
+
+    def alloc_for_extend(self, req: Req, end: int) -> bool:
+        """Give ``req`` the pages for computing positions ``req.num_computed .. end - 1``: a block
+        page per block up to ``end`` and a window page per span the chunk (and the window of its
+        first position) touches that it does not have yet. Evicts when the pools are short.
+
+        Returns:
+            False (and allocates nothing) when the pages cannot be found even after eviction.
+        """
+        W = self.window
+        need_blocks = max(0, -(-end // self.page_size) - len(req.block_pages))
+        lo = max(0, (req.num_computed - W + 1) // W)
+        spans = [k for k in range(lo, (end - 1) // W + 1) if k not in req.window_pages]
+        if not self.evict(need_blocks, len(spans)):
+            return False
+        req.block_pages.extend(self.block_alloc.alloc_or_raise(need_blocks))
+        req.window_pages.update(zip(spans, self.window_alloc.alloc_or_raise(len(spans))))
+        return True
+
+    # ------------------------------------------------------------------ after a forward
+    def cache_unfinished_req(self, req: Req) -> None:
+        """After a forward that brought ``req.num_computed`` up: insert its completed blocks into
+        the radix cache and release the window pages it no longer reads.
+
+        Inserted blocks the tree already had are swapped for the tree's pages (the request's
+        duplicates are freed); resume states are handed to the tree at the block ends it keeps;
+        the lock moves from the old ``last_node`` to the node ending at the last inserted block, so
+        a second request can hit this prefix while the first is still running.
+        """
+        self._insert_completed_blocks(req)
+        self.release_stale_windows(req)
+
+    def _insert_completed_blocks(self, req: Req) -> None:
+        ps, W, tree = self.page_size, self.window, self.tree_cache
+        nb_done = req.num_computed // ps
+        if nb_done <= req.num_tree_blocks or tree.disable:
+            return
+        wins: list[int | None] = []
+        for b in range(nb_done):
+            span = ((b + 1) * ps - 1) // W
+            keep = (
+                b >= req.num_tree_blocks and (b + 1) % tree.resume_interval == 0 and span in req.window_pages
+            )
+            wins.append(req.window_pages[span] if keep else None)
+        tokens = req.token_ids(0, nb_done * ps)
+        tree_blocks, tree_wins = tree.insert(tokens, req.block_pages[:nb_done], wins)
+        for b in range(req.num_tree_blocks, nb_done):
+            if tree_blocks[b] != req.block_pages[b]:
+                self.block_alloc.free([req.block_pages[b]])
+                req.block_pages[b] = tree_blocks[b]
+            if wins[b] is not None:
+                span = ((b + 1) * ps - 1) // W
+                if tree_wins[b] is not None and tree_wins[b] != wins[b]:
+                    self.window_alloc.free([wins[b]])
+                    req.window_pages[span] = tree_wins[b]
+                if tree_wins[b] is not None:
+                    req.tree_window_spans.add(span)
+                else:  # not kept by the tree: it freed the page
+                    del req.window_pages[span]
+        node, nblocks = tree.find_node(tokens)
+        tree.inc_lock_ref(node)
+        if req.last_node is not None:
+            tree.dec_lock_ref(req.last_node)
+        req.last_node = node
+        req.num_tree_blocks = nblocks
+
+    def release_stale_windows(self, req: Req) -> None:
+        """Drop the window pages of spans that the next position (``req.num_computed``) no longer
+        sees: freed when the request owns them, just forgotten when the tree does."""
+        lo = max(0, (req.num_computed - self.window + 1) // self.window)
+        for k in [k for k in req.window_pages if k < lo]:
+            p = req.window_pages.pop(k)
+            if k in req.tree_window_spans:
+                req.tree_window_spans.discard(k)
+            else:
+                self.window_alloc.free([p])
+
+    # ------------------------------------------------------------------ the end of a request
+    def cache_finished_req(self, req: Req) -> None:
+        """``req`` is finished (or aborted): insert what it completed, then :meth:`release_req`."""
+        if req.req_pool_idx is not None:
+            self._insert_completed_blocks(req)
+        self.release_req(req)
+
+    def release_req(self, req: Req) -> None:
+        """Return every page ``req`` owns, unlock its radix path and free its slot; the request is
+        back at ``num_computed = 0`` with no pages (as after a retraction). Safe to call twice."""
+        own_blocks = req.block_pages[req.num_tree_blocks :]
+        if own_blocks:
+            self.block_alloc.free(own_blocks)
+        own_wins = [p for k, p in req.window_pages.items() if k not in req.tree_window_spans]
+        if own_wins:
+            self.window_alloc.free(own_wins)
+        if req.last_node is not None:
+            self.tree_cache.dec_lock_ref(req.last_node)
+        if req.req_pool_idx is not None:
+            self.req_slots.free(req.req_pool_idx)
+        req.block_pages, req.window_pages, req.tree_window_spans = [], {}, set()
+        req.num_tree_blocks, req.last_node, req.req_pool_idx, req.num_computed = 0, None, None, 0
+
+    # ------------------------------------------------------------------ whole-cache operations
+    def record_hit(self, req: Req) -> None:
+        """Count an admitted request's prompt and cache hit in the radix-cache statistics."""
+        self.tree_cache.record_hit(len(req.origin_input_ids), req.cached_tokens)
+
+    def flush(self) -> bool:
+        """Empty the radix cache; refused (False) while a request holds a lock on it."""
+        return bool(self.tree_cache.flush())
+
+    def token_usage(self) -> float:
+        """Fraction of block pages in use (by requests and the radix cache)."""
+        return self.block_alloc.used / max(1, self.block_alloc.num_pages)
+
+    def check_integrity(self, reqs: Iterable[Req]) -> None:
+        """Check the ownership invariant of the module docstring against the allocators.
+
+        Args:
+            reqs: every request that may own pages or a slot (running and queued).
+
+        Raises:
+            AssertionError: a page owned twice, an owned page not allocated, or allocator counts
+                that differ from what the tree and the requests own (a leak).
+        """
+        tree_blocks, tree_windows = self.tree_cache.total_pages()
+        own_blocks: set[int] = set()
+        own_wins: set[int] = set()
+        slots = 0
+        for r in reqs:
+            mine_b = r.block_pages[r.num_tree_blocks :]
+            mine_w = [p for k, p in r.window_pages.items() if k not in r.tree_window_spans]
+            _check(
+                own_blocks.isdisjoint(mine_b) and len(set(mine_b)) == len(mine_b),
+                f"{r.rid}: block owned twice",
+            )
+            _check(
+                own_wins.isdisjoint(mine_w) and len(set(mine_w)) == len(mine_w),
+                f"{r.rid}: window owned twice",
+            )
+            _check(r.tree_window_spans <= set(r.window_pages), f"{r.rid}: tree window span without page")
+            own_blocks.update(mine_b)
+            own_wins.update(mine_w)
+            slots += r.req_pool_idx is not None
+        _check(all(self.block_alloc.is_allocated(p) for p in own_blocks), "owned block page not allocated")
+        _check(all(self.window_alloc.is_allocated(p) for p in own_wins), "owned window page not allocated")
+        _check(
+            self.block_alloc.used == tree_blocks + len(own_blocks),
+            f"block pages: {self.block_alloc.used} used, tree {tree_blocks} + requests {len(own_blocks)}",
+        )
+        _check(
+            self.window_alloc.used == tree_windows + len(own_wins),
+            f"window pages: {self.window_alloc.used} used, tree {tree_windows} + requests {len(own_wins)}",
+        )
+        _check(self.req_slots.size - self.req_slots.available == slots, "request slots leaked")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise AssertionError(f"CacheManager integrity: {message}")

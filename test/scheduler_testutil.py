@@ -1,0 +1,102 @@
+"""Shared helpers for tests that drive the in-process ``Scheduler`` directly.
+
+``make_scheduler`` builds one on CPU / float32 over a random checkpoint (the ``sched_model_dir``
+fixture in ``conftest.py``, or :func:`write_sched_model` for another seed); ``submit`` queues a
+greedy request; ``drain`` steps until idle and collects every request's outputs; ``assert_idle``
+checks that after a flush no page or request slot is left in use.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from dsv4_testutil import CONFIGS
+from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+from sglang_v4.managers.scheduler import Scheduler
+from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.server_args import ServerArgs
+from sglang_v4.tools.make_checkpoint import write_checkpoint
+
+PAGE = 256
+
+
+def write_sched_model(tmp_path_factory: Any, seed: int = 4, name: str = "sched_model") -> str:
+    """A random fp32 checkpoint of the ``sliding_first`` test config (HF names)."""
+    d = tmp_path_factory.mktemp(name)
+    return write_checkpoint(
+        str(d), fmt="hf", weights="fp32", seed=seed, config_dict=copy.deepcopy(CONFIGS["sliding_first"])
+    )
+
+
+def make_scheduler(model_dir: str, max_total_tokens: int = 32 * PAGE, **kw: Any) -> Scheduler:
+    """A CPU float32 ``Scheduler`` without warm-up; ``kw`` are further ``ServerArgs`` fields."""
+    args: dict[str, Any] = dict(
+        model_path=model_dir,
+        device="cpu",
+        dtype="float32",
+        max_total_tokens=max_total_tokens,
+        skip_warmup=True,
+    )
+    args.update(kw)
+    return Scheduler(ServerArgs(**args))
+
+
+def submit(
+    s: Scheduler,
+    rid: str,
+    ids: list[int],
+    n: int = 6,
+    *,
+    ignore_eos: bool = True,
+    sampling: dict[str, Any] | None = None,
+    **req_kw: Any,
+) -> None:
+    """Queue a greedy request for ``n`` new tokens; ``sampling`` adds sampling params and
+    ``req_kw`` sets fields of ``TokenizedGenerateReqInput`` (``return_logprob``, ``stream``...)."""
+    params: dict[str, Any] = {"max_new_tokens": n, "temperature": 0}
+    if ignore_eos:
+        params["ignore_eos"] = True
+    params.update(sampling or {})
+    sp = SamplingParams.from_dict(params)
+    sp.normalize(None)
+    s.add_request(
+        TokenizedGenerateReqInput(rid=rid, input_text=None, input_ids=ids, sampling_params=sp, **req_kw)
+    )
+
+
+def drain(s: Scheduler, results: dict | None = None, max_steps: int = 20_000) -> dict[str, dict]:
+    """Step until the scheduler is idle; per rid: ``ids`` (output ids), ``lp`` (output logprobs),
+    ``in_lp`` (prompt logprobs), ``chunks`` (output ids per message), ``cached``, ``completion``
+    and ``finish`` (from the last message)."""
+    res: dict[str, dict] = {} if results is None else results
+    for _ in range(max_steps):
+        if not s.has_work():
+            return res
+        out = s.step()
+        for i, rid in enumerate(out.rids if out else []):
+            r = res.setdefault(rid, {})
+            for key in ("ids", "lp", "in_lp", "chunks"):
+                r.setdefault(key, [])
+            r["ids"] += out.output_ids[i]
+            r["lp"] += out.output_token_logprobs_val[i]
+            r["in_lp"] += out.input_token_logprobs_val[i]
+            r["chunks"].append(list(out.output_ids[i]))
+            r["cached"] = out.cached_tokens[i]
+            r["completion"] = out.completion_tokens[i]
+            r["finish"] = out.finished_reasons[i]
+    raise AssertionError("scheduler did not finish")
+
+
+def run_one(s: Scheduler, rid: str, ids: list[int], n: int = 6, **kw: Any) -> dict:
+    """Submit one request and drain; its result (see :func:`drain`)."""
+    submit(s, rid, ids, n, **kw)
+    return drain(s)[rid]
+
+
+def assert_idle(s: Scheduler) -> None:
+    """After a flush the pools and request slots are all free (nothing leaked)."""
+    assert s.flush_cache()
+    p = s.pool
+    assert p.block_alloc.used == 0 and p.window_alloc.used == 0
+    assert p.req_slots.available == p.req_slots.size

@@ -1,0 +1,94 @@
+"""``Req`` and ``ScheduleBatch`` without a model: extend ranges, which requests sample, the logits
+rows each needs, the forward mode, and the runner inputs, checked against the definitions
+(prompt logprob of token ``s`` needs the logits at ``s - 1``; a request samples when its chunk
+reaches the end of its tokens and its budget allows another token)."""
+
+from __future__ import annotations
+
+import pytest
+from sglang_v4.managers.schedule_batch import ForwardMode, Req, ScheduleBatch
+from sglang_v4.sampling.sampling_params import SamplingParams
+
+
+def make_req(n_prompt: int, n_out: int = 0, computed: int = 0, max_new: int = 8, **kw) -> Req:
+    r = Req(
+        rid=f"r{n_prompt}-{n_out}-{computed}",
+        origin_input_ids=list(range(100, 100 + n_prompt)),
+        sampling_params=SamplingParams(),
+        max_new_tokens=max_new,
+        **kw,
+    )
+    r.output_ids = list(range(900, 900 + n_out))
+    r.num_computed = computed
+    r.req_pool_idx = 1
+    r.input_logprobs_done = not (r.return_logprob and r.logprob_start_len >= 0)
+    return r
+
+
+def test_token_ids_equal_fill_ids_slices() -> None:
+    r = make_req(5, n_out=3)
+    for a in range(9):
+        for b in range(a, 9):
+            assert r.token_ids(a, b) == r.fill_ids[a:b]
+
+
+def test_extend_ranges_sampling_and_modes() -> None:
+    decode = make_req(10, n_out=2, computed=11)  # one token left: decode
+    chunk = make_req(300, computed=100)  # a middle chunk of a prefill: no sampling
+    last = make_req(40, computed=32)  # the last chunk of a prefill: samples
+    b = ScheduleBatch()
+    b.add(decode, 12)
+    assert b.forward_mode is ForwardMode.DECODE
+    b.add(chunk, 200)
+    b.add(last, 40)
+    assert b.forward_mode is ForwardMode.MIXED and len(b) == 3 and chunk in b
+    assert b.prefix_lens == [11, 100, 32] and b.extend_lens == [1, 100, 8]
+    assert b.sample_flags == [True, False, True]
+    assert b.logits_counts == [1, 0, 1]
+    assert b.num_decode_reqs == 1 and b.num_extend_tokens == 108
+    ins = b.get_forward_inputs()
+    assert [x.input_ids for x in ins] == [
+        decode.fill_ids[11:12],
+        chunk.fill_ids[100:200],
+        last.fill_ids[32:40],
+    ]
+    assert [x.prefix_len for x in ins] == [11, 100, 32]
+    assert [x.logits_start for x in ins] == [0, 100, 7]
+    only_chunk = ScheduleBatch()
+    only_chunk.add(make_req(300, computed=0), 256)
+    assert only_chunk.forward_mode is ForwardMode.EXTEND
+
+
+def test_max_new_tokens_zero_does_not_sample() -> None:
+    r = make_req(20, max_new=0)
+    b = ScheduleBatch()
+    b.add(r, 20)
+    assert b.sample_flags == [False] and b.logits_counts == [0]
+
+
+@pytest.mark.parametrize("start", [0, 1, 5, 9, 15])
+def test_prompt_logprob_rows(start: int) -> None:
+    """Chunks ``[0, 8)`` and ``[8, 16)`` of a 16-token prompt with logprobs from ``start``: the rows
+    returned are exactly positions ``start - 1 .. 14`` (plus 15, which samples)."""
+    rows: list[int] = []
+    r = make_req(16, return_logprob=True, logprob_start_len=start)
+    for lo, hi in ((0, 8), (8, 16)):
+        r.num_computed = lo
+        b = ScheduleBatch()
+        b.add(r, hi)
+        rows += list(range(lo + b.logits_starts[0], hi))
+    assert rows == list(range(max(0, start - 1), 16))
+
+
+@pytest.mark.parametrize("start,expect", [(-1, 15), (0, 0), (1, 0), (300, 15), (9, 8)])
+def test_max_prefix_len(start: int, expect: int) -> None:
+    r = make_req(16, return_logprob=start >= 0, logprob_start_len=start)
+    assert r.max_prefix_len() == expect
+
+
+def test_add_rejects_empty_or_overlong_range() -> None:
+    r = make_req(10, computed=4)
+    with pytest.raises(ValueError):
+        ScheduleBatch().add(r, 4)
+    with pytest.raises(ValueError):
+        ScheduleBatch().add(r, 11)
