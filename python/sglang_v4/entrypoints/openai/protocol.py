@@ -31,6 +31,10 @@ __all__ = [
     "TopLogprob",
     "ChatCompletionTokenLogprob",
     "ChoiceLogprobs",
+    "FunctionCall",
+    "ToolCall",
+    "DeltaFunctionCall",
+    "DeltaToolCall",
     "ChatMessage",
     "ChatCompletionResponseChoice",
     "ChatCompletionResponse",
@@ -238,7 +242,9 @@ class ChatCompletionRequest(_SamplingExtras):
     user: str | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = True
     reasoning_effort: str | None = None
+    thinking: dict[str, Any] | bool | None = None
     continue_final_message: bool = False
     separate_reasoning: bool = True
     stream_reasoning: bool = True
@@ -262,11 +268,42 @@ class ChoiceLogprobs(BaseModel):
     content: list[ChatCompletionTokenLogprob]
 
 
+class FunctionCall(BaseModel):
+    """``tool_calls[i].function``: the tool's name and its arguments as a JSON object text."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    """One entry of ``message.tool_calls``."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class DeltaFunctionCall(BaseModel):
+    """``delta.tool_calls[i].function``: the name on a call's first delta, then argument fragments."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(BaseModel):
+    """One entry of ``delta.tool_calls`` (``id`` and ``type`` on a call's first delta only)."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall
+
+
 class ChatMessage(BaseModel):
     role: str = "assistant"
     content: str | None = None
     reasoning_content: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatCompletionResponseChoice(BaseModel):
@@ -290,6 +327,7 @@ class DeltaMessage(BaseModel):
     role: str | None = None
     content: str | None = None
     reasoning_content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatCompletionResponseStreamChoice(BaseModel):
