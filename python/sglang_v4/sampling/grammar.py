@@ -52,6 +52,11 @@ __all__ = [
 
 GRAMMAR_KINDS = ("json_schema", "regex", "ebnf", "structural_tag")
 
+#: Longest run of whitespace a JSON grammar (``json_schema``, tool-call arguments) allows between
+#: tokens: enough for indented JSON, and it stops a model from spending its whole budget on
+#: whitespace, the known failure of unbounded JSON grammars.
+MAX_JSON_WHITESPACE = 16
+
 
 def grammar_available() -> bool:
     """True when the ``xgrammar`` package can be imported."""
@@ -154,7 +159,7 @@ class GrammarBackend:
         try:
             if kind == "json_schema":
                 json.loads(spec)  # a clear error for malformed JSON before xgrammar's
-                compiled = self._compiler.compile_json_schema(spec)
+                compiled = self._compiler.compile_json_schema(spec, max_whitespace_cnt=MAX_JSON_WHITESPACE)
             elif kind == "regex":
                 compiled = self._compiler.compile_regex(spec)
             elif kind == "ebnf":
@@ -264,6 +269,7 @@ def tool_call_structural_tag(
             tool_choice=tool_choice,
             reasoning="enabled" if thinking else "disabled",
             parallel_tool_calls=parallel_tool_calls,
+            max_whitespace_cnt=MAX_JSON_WHITESPACE,
         )
     except (TypeError, ValueError, KeyError) as e:
         raise ValueError(f"tools: cannot build the tool-call grammar: {e}") from None
