@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from functools import cache
 
 import pytest
@@ -52,12 +53,22 @@ GOOD = [
         "Let me check both.",
         [
             ("get_weather", {"city": '東京 "centre"\n\\ <b>'}),
-            ("book", {"to": "Lima", "pax": 2, "flex": True, "legs": ["a", {"b": None}], "meta": {"x": 1.5, "y": "</"}}),
+            (
+                "book",
+                {
+                    "to": "Lima",
+                    "pax": 2,
+                    "flex": True,
+                    "legs": ["a", {"b": None}],
+                    "meta": {"x": 1.5, "y": "</"},
+                },
+            ),
         ],
     ),
     (block(f'<{D}invoke name="noop">\n\n</{D}invoke>'), "", [("noop", {})]),
     (  # an invoke whose body is a JSON object, and text after the block
-        block(f'<{D}invoke name="get_weather">\n{{"city": "Rome", "days": [1, 2]}}\n</{D}invoke>') + "\nDone.",
+        block(f'<{D}invoke name="get_weather">\n{{"city": "Rome", "days": [1, 2]}}\n</{D}invoke>')
+        + "\nDone.",
         "Done.",
         [("get_weather", {"city": "Rome", "days": [1, 2]})],
     ),
@@ -176,6 +187,15 @@ def test_arguments_stream_while_generated() -> None:
     assert json.loads(args) == {"city": "Paris la belle", "days": 12}
 
 
+def test_arguments_text_has_the_reference_decoder_shape() -> None:
+    # DeepSeek's decoder joins '"key": value' pairs with ", " inside braces; string="false" values
+    # are their JSON text without the whitespace around it
+    text = block(
+        invoke("book", ("to", "true", 'A "b"'), ("pax", "false", " 2\n"), ("legs", "false", '["x",  1]'))
+    )
+    assert parse_tool_calls(text, TOOLS)[1][0].arguments == '{"to": "A \\"b\\"", "pax": 2, "legs": ["x",  1]}'
+
+
 def test_unknown_tool_names_accepted_without_a_tool_list() -> None:
     text = block(invoke("anything", ("a", "true", "b")))
     _, calls, complete = parse_tool_calls(text, None)
@@ -197,3 +217,27 @@ def test_call_ids_unique_and_indices_continue_across_blocks() -> None:
     text = block(invoke("noop")) + "\n" + block(invoke("noop"), invoke("noop"))
     _, calls, complete = parse_tool_calls(text, TOOLS)
     assert [c.index for c in calls] == [0, 1, 2] and len({c.id for c in calls}) == 3 and complete
+
+
+def test_round_trip_of_reference_encoded_calls() -> None:
+    """Every DSML block that DeepSeek's reference encoder wrote into the fixture prompts parses back
+    into the assistant message's original tool calls (names and argument objects)."""
+    from pathlib import Path
+
+    cases = json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())["cases"]
+    n = 0
+    for case in cases:
+        want = [
+            [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m["tool_calls"]]
+            for m in case["messages"]
+            if m["role"] == "assistant" and m.get("tool_calls")
+        ]
+        turns = case["expected"].split("<｜User｜>", 1)[1]  # after the system part (its tools section)
+        blocks = re.findall(f"\n\n<{D}tool_calls>.*?</{D}tool_calls>", turns, flags=re.S)
+        assert len(blocks) == len(want), case["name"]
+        for text, calls in zip(blocks, want):
+            content, got, complete = parse_tool_calls(text, None)
+            assert content == "" and complete
+            assert [(c.name, json.loads(c.arguments)) for c in got] == calls
+            n += 1
+    assert n >= 5

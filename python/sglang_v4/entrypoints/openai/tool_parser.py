@@ -15,7 +15,8 @@ The model writes tool calls as one DSML block at the end of its answer (format o
 ``name`` (as soon as the invoke tag is complete), later deltas carry fragments of
 ``function.arguments``, a JSON object built while the values arrive: ``{"city": "Paris", "days":
 3}``. A ``string="true"`` value is streamed as the JSON-escaped string, a ``string="false"`` value as
-its raw JSON text (checked with ``json.loads`` when it ends); the separators are those of the
+its raw JSON text without surrounding whitespace (checked with ``json.loads`` when it ends); the
+separators are those of the
 reference decoder (``", "`` and ``": "``). An invoke whose body is a JSON object instead of
 parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``) is accepted too.
 
@@ -353,7 +354,7 @@ class DsmlToolParser:
             piece = self._held_ws + piece
             ws = _trailing_ws(piece, len(piece))
             piece, self._held_ws = piece[: len(piece) - ws], piece[len(piece) - ws :]
-            if self._state == _JSON_ARGS and not self._value:
+            if not self._value:  # and leading whitespace is dropped: JSON ignores both
                 piece = piece.lstrip()
         self._take(len(buf) - keep if pos < 0 else pos)
         self._value += piece
