@@ -218,3 +218,28 @@ def test_reasoning_effort_values() -> None:
         assert encode_messages(msgs, thinking=False, reasoning_effort=effort) == encode_messages(msgs)
     with pytest.raises(ValueError, match="reasoning_effort"):
         encode_messages(msgs, reasoning_effort="extreme")
+
+
+def test_reasoning_implicit_end_at_a_tool_block_every_split() -> None:
+    """With tools, a DSML block ends the reasoning even without ``</think>``; the block stays in the
+    content. Every two-chunk split gives the same (reasoning, content) as the whole text."""
+    start = f"<{DSML}tool_calls>"
+    block = f'\n\n{start}\n<{DSML}invoke name="f">\n</{DSML}invoke>\n</{DSML}tool_calls>'
+    for text, want in (
+        ("Need f." + block, ("Need f.\n\n", start + block[len("\n\n" + start) :])),
+        ("Need f.</think>" + block, ("Need f.", block.lstrip())),
+    ):
+        assert split_reasoning(text, (start,)) == want
+        for i in range(len(text) + 1):
+            p = ReasoningParser(implicit_end=(start,))
+            r1, c1 = p.feed(text[:i])
+            r2, c2 = p.feed(text[i:])
+            r3, c3 = p.flush()
+            assert (r1 + r2 + r3, c1 + c2 + c3) == want, i
+            assert "｜" not in r1 + r2 + r3
+
+
+def test_unterminated_reasoning_rule() -> None:
+    assert split_reasoning("Hello there.") == ("Hello there.", "")
+    assert split_reasoning("Hello there.", unterminated_is_content=True) == (None, "Hello there.")
+    assert split_reasoning("a</think>b", unterminated_is_content=True) == ("a", "b")

@@ -1,6 +1,7 @@
 """DSML tool-call parser: hand-written DeepSeek-V4 outputs with the calls written out by hand (the
-oracle), parsed whole and streamed in every chunking (a split at every character position, one
-character at a time, and the real tokenizer's token pieces)."""
+oracle), parsed whole and streamed in every chunking: a split at every character position (text
+deltas are whole characters: the detokenizer holds back incomplete UTF-8), one character at a
+time, random 5-way splits, and the real tokenizer's token pieces."""
 
 from __future__ import annotations
 

@@ -97,6 +97,21 @@ def test_served_model_id_is_listed_and_accepted(client: openai.OpenAI, model_id:
         client.chat.completions.create(model="not-" + model_id, messages=MSGS, max_tokens=2)
 
 
+def test_unusable_tool_schema_is_a_400_and_serving_goes_on(client: openai.OpenAI, model_id: str) -> None:
+    bad = {
+        "type": "function",
+        "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}},
+    }
+    with pytest.raises(openai.BadRequestError, match="strin"):
+        client.chat.completions.create(
+            model=model_id, messages=MSGS, tools=[bad], tool_choice="required", max_tokens=5
+        )
+    assert (
+        client.chat.completions.create(model=model_id, messages=MSGS, max_tokens=2).usage.completion_tokens
+        == 2
+    )
+
+
 def test_required_tool_call_streamed_and_looped(client: openai.OpenAI, model_id: str) -> None:
     """tool_choice "required": a schema-valid call; the stream accumulates to the same call; the
     call and its result feed a second turn that answers."""

@@ -220,7 +220,15 @@ class ChatMessageParam(_Req):
 
 
 class ChatCompletionRequest(_SamplingExtras):
-    """``POST /v1/chat/completions`` body."""
+    """``POST /v1/chat/completions`` body.
+
+    Tool calling: ``tools`` (OpenAI function tools), ``tool_choice`` (``"none"``, ``"auto"``,
+    ``"required"`` or ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``.
+    Thinking mode: ``chat_template_kwargs`` ``{"thinking": true}`` (or ``enable_thinking``), or
+    DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` one of none, minimal, low,
+    medium, high, xhigh, max. ``response_format``: ``text``, ``json_object``, ``json_schema``
+    (``{"json_schema": {"name", "schema", "strict"}}``) or SGLang's ``structural_tag``.
+    """
 
     messages: list[ChatMessageParam]
     model: str = "default"
