@@ -21,9 +21,9 @@ Scheduler integration (per request ``req``)::
 {...}}``, or SGLang's older ``{"type": "structural_tag", "structures": [{"begin", "schema",
 "end"}], "triggers": [...]}``). :func:`tool_call_structural_tag` builds the one that constrains a
 DeepSeek DSML tool-call block: the call names, the DSML tags, and each argument value against its
-JSON schema (xgrammar's built-in ``deepseek_v4`` / ``deepseek_v3_2`` formats, which follow DeepSeek's
-reference encoder: parameters in the schema's declared order, ``string="true"`` raw strings,
-``string="false"`` JSON values).
+JSON schema (xgrammar's built-in ``deepseek_v4`` format, which follows DeepSeek's reference
+encoder: parameters in the schema's declared order, ``string="true"`` raw strings,
+``string="false"`` JSON values, at most :data:`MAX_JSON_WHITESPACE` whitespace characters in a row).
 
 ``xgrammar`` is a dependency; should it fail to import, :func:`grammar_available` is False and
 :meth:`GrammarBackend` raises ``ValueError`` ("not supported").
@@ -237,7 +237,6 @@ def tool_call_structural_tag(
     thinking: bool,
     parallel_tool_calls: bool,
     enforce_schema: bool,
-    model_format: str = "deepseek_v4",
 ) -> str:
     """The ``structural_tag`` JSON that constrains a DeepSeek DSML tool-call answer.
 
@@ -248,8 +247,8 @@ def tool_call_structural_tag(
             call) or ``{"type": "function", "function": {"name": NAME}}`` (exactly one call of NAME).
         thinking: the prompt ends with ``<think>``: free reasoning up to ``</think>`` comes first.
         parallel_tool_calls: more than one call may follow (else exactly one).
-        enforce_schema: treat every tool as ``strict`` (arguments validate against ``parameters``).
-        model_format: xgrammar's model key, ``"deepseek_v4"`` or ``"deepseek_v3_2"``.
+        enforce_schema: treat every tool as ``strict`` (arguments validate against ``parameters``);
+            otherwise only ``strict`` tools have their arguments constrained (OpenAI's semantics).
 
     Returns:
         The JSON text for ``SamplingParams.structural_tag``.
@@ -264,7 +263,7 @@ def tool_call_structural_tag(
         tools = [dict(t, function=dict(t["function"], strict=True)) for t in tools]
     try:
         st = xgr.get_model_structural_tag(
-            model_format,
+            "deepseek_v4",
             tools=tools,
             tool_choice=tool_choice,
             reasoning="enabled" if thinking else "disabled",
