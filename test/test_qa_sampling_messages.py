@@ -1,4 +1,5 @@
-"""QA: the error a user sees for json_schema / regex / ebnf on a server without xgrammar.
+"""QA: the error a user sees for json_schema / regex / ebnf / structural_tag on a server without
+xgrammar, and for a structural_tag that is not one.
 
 Found by hand in a fresh ``pip install -e .`` venv (xgrammar is only in the ``grammar`` / ``test``
 extras): the 400 said "constrained decoding (json_schema) is not supported yet by sglang-v4",
@@ -25,8 +26,15 @@ def test_grammar_without_backend_names_xgrammar(field: str, value: str) -> None:
     sp.verify(129280, allow_grammar=True)  # accepted where the scheduler applies grammars
 
 
-def test_structural_tag_still_unsupported() -> None:
+def test_structural_tag_must_be_a_structural_tag_object() -> None:
     sp = SamplingParams.from_dict({"max_new_tokens": 4, "structural_tag": "{}"})
     sp.normalize(None)
     with pytest.raises(ValueError, match="structural_tag"):
         sp.verify(129280, allow_grammar=True)
+    ok = '{"type": "structural_tag", "format": {"type": "const_string", "value": "hi"}}'
+    sp = SamplingParams.from_dict({"max_new_tokens": 4, "structural_tag": ok})
+    sp.normalize(None)
+    sp.verify(129280, allow_grammar=True)
+    with pytest.raises(ValueError) as e:
+        sp.verify(129280, allow_grammar=False)
+    assert "structural_tag" in str(e.value) and "xgrammar" in str(e.value)

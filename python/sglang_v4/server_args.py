@@ -94,6 +94,11 @@ class ServerArgs:
     log_requests: bool = False
     log_level: str = "info"
     decode_log_interval: int = 40
+    # OpenAI chat API (sglang-v4 serves DeepSeek-V4 models only: the V4 parsers are the defaults).
+    tool_call_parser: str | None = "deepseekv4"
+    reasoning_parser: str | None = "deepseek-v4"
+    chat_template: str | None = None
+    trust_remote_code: bool = False
     # Misc.
     random_seed: int | None = None
     skip_warmup: bool = False
@@ -173,6 +178,16 @@ class ServerArgs:
             raise ValueError("api_key must be a string")
         if self.watchdog_timeout <= 0:
             raise ValueError(f"watchdog_timeout must be positive (got {self.watchdog_timeout!r})")
+        if self.tool_call_parser is not None:
+            from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
+
+            self.tool_call_parser = canonical_tool_call_parser(self.tool_call_parser)
+        if self.reasoning_parser is not None:
+            from sglang_v4.entrypoints.openai.reasoning_parser import canonical_reasoning_parser
+
+            self.reasoning_parser = canonical_reasoning_parser(self.reasoning_parser)
+        if self.chat_template is not None and not os.path.isfile(self.chat_template):
+            raise ValueError(f"chat_template must be a Jinja template file (no file {self.chat_template!r})")
         if self.tp_size != 1:
             # nothing reads tp_size yet: refuse rather than silently run on one device
             raise ValueError(
@@ -235,6 +250,33 @@ class ServerArgs:
         a("--log-requests", action="store_true")
         a("--log-level", type=str, default="info", choices=LOG_LEVEL_CHOICES)
         a("--decode-log-interval", type=int, default=d["decode_log_interval"].default)
+        a(
+            "--tool-call-parser",
+            type=str,
+            default=d["tool_call_parser"].default,
+            help="Parser of tool calls in chat output: deepseekv4 (DeepSeek-V4 DSML blocks; the default).",
+        )
+        a(
+            "--reasoning-parser",
+            type=str,
+            default=d["reasoning_parser"].default,
+            help="Splitter of reasoning_content in chat output: deepseek-v4 (the default), deepseek-r1, "
+            "deepseek-v3.",
+        )
+        a(
+            "--chat-template",
+            type=str,
+            default=None,
+            help="A Jinja chat-template file, rendered with transformers' apply_chat_template, used "
+            "instead of the built-in DeepSeek-V4 chat encoding.",
+        )
+        a(
+            "--trust-remote-code",
+            action="store_true",
+            help="Accepted for SGLang command-line compatibility; it changes nothing here: sglang-v4 "
+            "never runs code from the model directory (the model, its chat encoding and parsers are "
+            "built in).",
+        )
         a("--random-seed", type=int, default=None)
         a("--skip-warmup", "--skip-server-warmup", action="store_true", dest="skip_warmup")
         a("--watchdog-timeout", type=float, default=d["watchdog_timeout"].default)
@@ -247,10 +289,14 @@ class ServerArgs:
 
     # ------------------------------------------------------------------ helpers
     def resolved_served_model_name(self) -> str:
-        """The model name the APIs report: ``served_model_name`` or else ``model_path``."""
+        """The model id the APIs report (``/v1/models``) and accept: ``served_model_name``, else the
+        last component of ``model_path`` (``/models/DeepSeek-V4-Flash/`` -> ``DeepSeek-V4-Flash``),
+        else ``"default"``."""
         if self.served_model_name:
             return self.served_model_name
-        return self.model_path if self.model_path is not None else "sglang-v4-default"
+        if self.model_path:
+            return os.path.basename(os.path.normpath(self.model_path)) or "default"
+        return "default"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of all fields (``api_key`` masked)."""

@@ -1,30 +1,44 @@
-"""DeepSeek-V4 chat prompt encoding (no Jinja template; V4 ships a Python encoder instead).
+"""DeepSeek-V4 chat prompt encoding (V4 ships a Python encoder, ``encoding_dsv4.py``, not a Jinja
+template; this module re-implements its format, tools included).
 
-The format (from DeepSeek-V4's published ``encoding_dsv4.py``, re-implemented here):
+Format rules (each is checked by ``test/test_openai_chat_encoding.py`` against strings produced by
+DeepSeek's published reference encoder):
 
-* the prompt starts with BOS ``<｜begin▁of▁sentence｜>``;
-* a ``system`` message is its raw content (no role token);
-* a ``user`` (or ``developer``) message is ``<｜User｜>`` + content;
-* after a user message that is followed by an assistant turn (or ends the conversation and a
-  generation prompt is wanted) comes ``<｜Assistant｜>`` and a mode token: ``<think>`` in thinking
-  mode for the *last* user message (the model then writes its reasoning, ``</think>``, the
-  answer), ``</think>`` otherwise (chat mode, and every earlier turn in thinking mode);
-* an ``assistant`` message is its content followed by EOS ``<｜end▁of▁sentence｜>``; in thinking
-  mode an assistant message *after* the last user message also carries its reasoning:
-  ``reasoning_content + "</think>" + content + EOS``; reasoning of earlier turns is dropped.
-* with ``reasoning_effort="max"`` in thinking mode a fixed instruction paragraph is put in front of
-  the first message.
+* the prompt starts with BOS ``<｜begin▁of▁sentence｜>``; with ``reasoning_effort="max"`` in
+  thinking mode a fixed instruction paragraph follows it;
+* a ``system`` message is its raw content (no role token); when the request has ``tools`` they are
+  rendered into the *first* system message (one with empty content is put in front when the
+  conversation does not start with one) as ``"\\n\\n"`` + the "## Tools" section: the DSML usage
+  instructions and one JSON line per function definition;
+* a ``user`` message is ``<｜User｜>`` + content; ``tool`` messages are merged into the user turn
+  that follows the assistant's call as ``<tool_result>CONTENT</tool_result>`` blocks (ordered like
+  the calls of the preceding assistant message, matched by ``tool_call_id``); consecutive user and
+  tool messages form one user turn whose parts are joined by ``"\\n\\n"``;
+* a ``developer`` message is ``<｜User｜>`` + content and is never merged;
+* after a user/developer turn that is followed by an assistant turn (or ends the conversation and
+  a generation prompt is wanted) come ``<｜Assistant｜>`` and a mode token: ``<think>`` in thinking
+  mode, ``</think>`` in chat mode. In thinking mode *without* tools, earlier turns are "dropped
+  thinking": only the last user turn opens ``<think>``, only assistant turns after it keep their
+  reasoning, and developer turns before it are left out. With tools every turn keeps its thinking;
+* an ``assistant`` message is ``[reasoning + "</think>"] + content + [tool calls] + EOS``; tool
+  calls are a DSML block, ``"\\n\\n<｜DSML｜tool_calls>\\n"`` + invokes joined by ``"\\n"`` +
+  ``"\\n</｜DSML｜tool_calls>"``, an invoke being ``<｜DSML｜invoke name="NAME">\\n`` + parameters
+  joined by ``"\\n"`` + ``"\\n</｜DSML｜invoke>"`` and a parameter
+  ``<｜DSML｜parameter name="KEY" string="true">RAW STRING</｜DSML｜parameter>`` (string values) or
+  ``string="false"`` with the JSON text of any other value.
 
-Example (thinking mode)::
+``｜DSML｜`` is one token of the V4 tokenizer. Example (chat mode, one call)::
 
-    <｜begin▁of▁sentence｜>SYS<｜User｜>hello<｜Assistant｜></think>Hi!<｜end▁of▁sentence｜><｜User｜>1+1=?<｜Assistant｜><think>
-
-Tool calling (``tools``, ``tool`` messages, assistant ``tool_calls``) is not supported yet and is
-rejected with ``ValueError``.
+    <｜begin▁of▁sentence｜>SYS\\n\\n## Tools ...<｜User｜>Weather?<｜Assistant｜></think>\\n\\n<｜DSML｜tool_calls>
+    <｜DSML｜invoke name="get_weather">
+    <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+    </｜DSML｜invoke>
+    </｜DSML｜tool_calls><｜end▁of▁sentence｜><｜User｜><tool_result>18C</tool_result><｜Assistant｜></think>
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,8 +49,15 @@ __all__ = [
     "ASSISTANT",
     "THINK_START",
     "THINK_END",
+    "DSML",
+    "TOOL_CALLS_START",
+    "TOOL_CALLS_END",
     "encode_messages",
+    "encode_tool_calls",
     "message_text",
+    "normalize_reasoning_effort",
+    "render_tools",
+    "validate_tools",
 ]
 
 BOS = "<｜begin▁of▁sentence｜>"
@@ -45,6 +66,9 @@ USER = "<｜User｜>"
 ASSISTANT = "<｜Assistant｜>"
 THINK_START = "<think>"
 THINK_END = "</think>"
+DSML = "｜DSML｜"
+TOOL_CALLS_START = f"<{DSML}tool_calls>"
+TOOL_CALLS_END = f"</{DSML}tool_calls>"
 
 # Instruction the V4 encoder prepends in thinking mode with reasoning_effort="max" (format fact,
 # wording as published by DeepSeek).
@@ -58,13 +82,66 @@ REASONING_EFFORT_MAX_PREFIX = (
     "unchecked.\n\n"
 )
 
-_ROLES = ("system", "user", "developer", "assistant")
+# The "## Tools" system section the model was trained with (format fact, wording as published by
+# DeepSeek; ``{schemas}`` is one JSON object per line).
+_TOOLS_SECTION = (
+    "## Tools\n\n"
+    "You have access to a set of tools to help answer the user's question. You can invoke tools by "
+    f'writing a "{TOOL_CALLS_START}" block like the following:\n\n'
+    f"{TOOL_CALLS_START}\n"
+    f'<{DSML}invoke name="$TOOL_NAME">\n'
+    f'<{DSML}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{DSML}parameter>\n'
+    "...\n"
+    f"</{DSML}invoke>\n"
+    f'<{DSML}invoke name="$TOOL_NAME2">\n'
+    "...\n"
+    f"</{DSML}invoke>\n"
+    f"{TOOL_CALLS_END}\n\n"
+    'String parameters should be specified as is and set `string="true"`. For all other types '
+    '(numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.\n\n'
+    f"If thinking_mode is enabled (triggered by {THINK_START}), you MUST output your complete "
+    f"reasoning inside {THINK_START}...{THINK_END} BEFORE any tool calls or final response.\n\n"
+    f"Otherwise, output directly after {THINK_END} with tool calls or final response.\n\n"
+    "### Available Tool Schemas\n\n"
+    "{schemas}\n\n"
+    "You MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n"
+)
+
+_ROLES = ("system", "user", "developer", "assistant", "tool")
+
+#: OpenAI's ``reasoning_effort`` values and what the V4 encoder makes of them (it knows only
+#: ``"high"`` and ``"max"``; everything at or below "high" renders like "high", i.e. no prefix).
+_EFFORTS = {
+    None: None,
+    "none": None,
+    "minimal": None,
+    "low": None,
+    "medium": None,
+    "high": "high",
+    "xhigh": "max",
+    "max": "max",
+}
 
 
-def message_text(content: Any, field: str = "content") -> str:
+def normalize_reasoning_effort(effort: Any) -> str | None:
+    """Map an OpenAI ``reasoning_effort`` to the V4 encoder's ``None`` / ``"high"`` / ``"max"``.
+
+    ``xhigh`` and ``max`` mean the maximum (the "Reasoning Effort" prefix in thinking mode); the
+    other OpenAI values (``none``, ``minimal``, ``low``, ``medium``, ``high``) add nothing.
+
+    Raises:
+        ValueError: an unknown value (names ``reasoning_effort``).
+    """
+    if effort not in _EFFORTS:
+        allowed = ", ".join(k for k in _EFFORTS if k is not None)
+        raise ValueError(f"reasoning_effort must be one of {allowed}; got {effort!r}.")
+    return _EFFORTS[effort]
+
+
+def message_text(content: Any, field: str = "content", sep: str = "") -> str:
     """The text of an OpenAI message ``content``: a string, ``None`` (empty) or a list of parts.
 
-    Text parts (``{"type": "text", "text": ...}``) are concatenated in order.
+    Text parts (``{"type": "text", "text": ...}``) are joined with ``sep`` in order.
 
     Raises:
         ValueError: a non-text part (images, audio...) or a malformed value; names ``field``.
@@ -88,8 +165,148 @@ def message_text(content: Any, field: str = "content") -> str:
             if not isinstance(text, str):
                 raise ValueError(f"{field}[{i}].text must be a string.")
             out.append(text)
-        return "".join(out)
+        return sep.join(out)
     raise ValueError(f"{field} must be a string or a list of content parts.")
+
+
+def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str, Any]]:
+    """Check OpenAI ``tools`` (``[{"type": "function", "function": {"name", ...}}]``).
+
+    Returns:
+        The ``function`` objects, in order (as given: they are rendered verbatim).
+
+    Raises:
+        ValueError: naming the bad entry (``tools[i].function.name`` ...): a non-function tool, a
+            missing or non-string name, non-object ``parameters``, a duplicate name.
+    """
+    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
+        raise ValueError(f"{field} must be a list of tool objects.")
+    functions: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            raise ValueError(f"{field}[{i}] must be an object.")
+        if tool.get("type", "function") != "function":
+            raise ValueError(f"{field}[{i}].type must be 'function'; got {tool.get('type')!r}.")
+        fn = tool.get("function")
+        if not isinstance(fn, Mapping):
+            raise ValueError(f"{field}[{i}].function must be an object.")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name or any(c in name for c in '"<>\n'):
+            raise ValueError(f"{field}[{i}].function.name must be a non-empty string without quotes.")
+        if name in seen:
+            raise ValueError(f"{field}[{i}].function.name {name!r} is defined twice.")
+        seen.add(name)
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, Mapping):
+            raise ValueError(f"{field}[{i}].function.parameters must be a JSON schema object.")
+        functions.append(dict(fn))
+    return functions
+
+
+def render_tools(functions: Sequence[Mapping[str, Any]]) -> str:
+    """The "## Tools" section for these function definitions (one ``json.dumps`` line each)."""
+    schemas = "\n".join(_to_json(fn) for fn in functions)
+    return _TOOLS_SECTION.replace("{schemas}", schemas)
+
+
+def _to_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _call_arguments(call: Mapping[str, Any], field: str) -> tuple[str, dict[str, Any]]:
+    fn = call.get("function")
+    if not isinstance(fn, Mapping):
+        raise ValueError(f"{field}.function must be an object.")
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{field}.function.name must be a non-empty string.")
+    args = fn.get("arguments", "{}")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{field}.function.arguments is not valid JSON: {e}") from None
+    if not isinstance(args, Mapping):
+        raise ValueError(f"{field}.function.arguments must be a JSON object.")
+    return name, dict(args)
+
+
+def encode_tool_calls(tool_calls: Sequence[Mapping[str, Any]], field: str = "tool_calls") -> str:
+    """The DSML block of an assistant message's OpenAI ``tool_calls`` (with its leading ``"\\n\\n"``).
+
+    ``function.arguments`` may be a JSON string (OpenAI) or an object. String values become
+    ``string="true"`` parameters (raw text), all others ``string="false"`` (JSON text).
+
+    Raises:
+        ValueError: a call without name, arguments that are not a JSON object (names ``field``).
+    """
+    invokes = []
+    for j, call in enumerate(tool_calls):
+        if not isinstance(call, Mapping):
+            raise ValueError(f"{field}[{j}] must be an object.")
+        name, args = _call_arguments(call, f"{field}[{j}]")
+        params = [
+            f'<{DSML}parameter name="{key}" string="{"true" if isinstance(v, str) else "false"}">'
+            f"{v if isinstance(v, str) else _to_json(v)}</{DSML}parameter>"
+            for key, v in args.items()
+        ]
+        invokes.append(f'<{DSML}invoke name="{name}">\n' + "\n".join(params) + f"\n</{DSML}invoke>")
+    return "\n\n" + TOOL_CALLS_START + "\n" + "\n".join(invokes) + "\n" + TOOL_CALLS_END
+
+
+def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Validate roles and merge user/tool messages into user turns (``parts`` lists)."""
+    turns: list[dict[str, Any]] = []
+    call_order: dict[str, int] = {}
+    answering_calls = False  # the last assistant message made tool calls
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise ValueError(f"messages[{i}] must be an object.")
+        role = m.get("role")
+        if role not in _ROLES:
+            raise ValueError(f"messages[{i}].role must be one of {', '.join(_ROLES)}; got {role!r}.")
+        field = f"messages[{i}].content"
+        if role in ("user", "tool"):
+            if role == "user":
+                part = ("text", message_text(m.get("content"), field), None)
+            else:
+                if not answering_calls:
+                    raise ValueError(
+                        f"messages[{i}]: a 'tool' message must answer an earlier assistant message "
+                        "with tool_calls."
+                    )
+                text = message_text(m.get("content"), field, sep="\n\n")
+                part = ("tool", f"<tool_result>{text}</tool_result>", m.get("tool_call_id"))
+            if turns and turns[-1]["role"] == "user":
+                turns[-1]["parts"].append(part)
+            else:
+                turns.append({"role": "user", "parts": [part], "order": call_order})
+            continue
+        turn = dict(m)
+        if role == "assistant":
+            calls = m.get("tool_calls") or []
+            answering_calls = bool(calls)
+            if not isinstance(calls, Sequence) or isinstance(calls, (str, bytes)):
+                raise ValueError(f"messages[{i}].tool_calls must be a list.")
+            if calls:
+                turn["dsml"] = encode_tool_calls(calls, f"messages[{i}].tool_calls")
+                call_order = {
+                    c.get("id"): k for k, c in enumerate(calls) if isinstance(c, Mapping) and c.get("id")
+                }
+        turn["text"] = message_text(m.get("content"), field)
+        turns.append(turn)
+    for t in turns:
+        if t["role"] == "user":
+            parts = t["parts"]
+            # tool results in the order of the calls of the last assistant message that made calls
+            # (unknown ids sort first; stable), keeping text parts where they are
+            order = t.pop("order")
+            tools_sorted = iter(
+                sorted((p for p in parts if p[0] == "tool"), key=lambda p: order.get(p[2], 0))
+            )
+            t["text"] = "\n\n".join((next(tools_sorted) if p[0] == "tool" else p)[1] for p in parts)
+    return turns
 
 
 def encode_messages(
@@ -97,62 +314,69 @@ def encode_messages(
     thinking: bool = False,
     add_generation_prompt: bool = True,
     *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
     reasoning_effort: str | None = None,
     add_bos: bool = True,
 ) -> str:
-    """Render an OpenAI-style conversation into a DeepSeek-V4 prompt string.
+    """Render an OpenAI-style conversation into a DeepSeek-V4 prompt string (module docstring).
 
     Args:
-        messages: ``[{"role": "system"|"user"|"developer"|"assistant", "content": str | parts | None,
-            "reasoning_content": str (assistant, optional)}, ...]``.
+        messages: ``[{"role": "system"|"user"|"developer"|"assistant"|"tool", "content": str |
+            parts | None, "reasoning_content": str (assistant), "tool_calls": [...] (assistant),
+            "tool_call_id": str (tool)}, ...]``.
         thinking: thinking mode (``<think>`` opens the answer) vs chat mode (``</think>``).
-        add_generation_prompt: append ``<｜Assistant｜>`` + mode token after a final user message.
-        reasoning_effort: ``None``, ``"high"`` or ``"max"`` (only ``"max"`` changes the prompt, in
-            thinking mode).
+        add_generation_prompt: append ``<｜Assistant｜>`` + mode token after a final user turn.
+        tools: OpenAI ``tools`` to describe in the system part (``None``/empty: no tools section).
+        reasoning_effort: an OpenAI value (see :func:`normalize_reasoning_effort`); only the
+            maximum changes the prompt, in thinking mode.
         add_bos: start with BOS.
 
     Returns:
         The prompt text (special tokens as text; tokenize with ``add_special_tokens=False``).
 
     Raises:
-        ValueError: empty conversation, unknown role, tool messages / tool calls, non-text content,
-            bad ``reasoning_effort``.
+        ValueError: empty conversation, unknown role, non-text content, bad tools or tool calls,
+            bad ``reasoning_effort``; the message names the field.
     """
     if not messages:
         raise ValueError("messages must contain at least one message.")
-    if reasoning_effort not in (None, "high", "max", "low", "medium"):
-        raise ValueError(f"reasoning_effort must be one of low, medium, high, max; got {reasoning_effort!r}.")
-    roles: list[str] = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping):
-            raise ValueError(f"messages[{i}] must be an object.")
-        role = m.get("role")
-        if role == "tool" or m.get("tool_calls"):
-            raise ValueError(f"messages[{i}]: tool calling is not supported yet.")
-        if role not in _ROLES:
-            raise ValueError(f"messages[{i}].role must be one of {', '.join(_ROLES)}; got {role!r}.")
-        roles.append(role)
-    last_user = max((i for i, r in enumerate(roles) if r in ("user", "developer")), default=-1)
+    effort = normalize_reasoning_effort(reasoning_effort)
+    functions = validate_tools(tools) if tools else []
+    turns = _merge_turns(messages)
+    if functions:
+        if turns[0]["role"] != "system":
+            turns.insert(0, {"role": "system", "text": ""})
+        turns[0] = dict(turns[0], text=turns[0]["text"] + "\n\n" + render_tools(functions))
+    # "Dropped thinking" (thinking mode without tools): developer turns before the last user turn
+    # are left out; only turns after it keep their reasoning.
+    drop = thinking and not functions
+
+    def last_user_index() -> int:
+        return max((i for i, t in enumerate(turns) if t["role"] in ("user", "developer")), default=-1)
+
+    if drop:
+        cut = last_user_index()
+        turns = [t for i, t in enumerate(turns) if not (t["role"] == "developer" and i < cut)]
+    last_user = last_user_index()
 
     parts: list[str] = [BOS] if add_bos else []
-    if thinking and reasoning_effort == "max":
+    if thinking and effort == "max":
         parts.append(REASONING_EFFORT_MAX_PREFIX)
-    n = len(messages)
-    for i, m in enumerate(messages):
-        role = roles[i]
-        text = message_text(m.get("content"), f"messages[{i}].content")
+    n = len(turns)
+    for i, t in enumerate(turns):
+        role = t["role"]
         if role == "system":
-            parts.append(text)
+            parts.append(t["text"])
         elif role in ("user", "developer"):
-            parts.append(USER + text)
-            nxt = roles[i + 1] if i + 1 < n else None
+            parts.append(USER + t["text"])
+            nxt = turns[i + 1]["role"] if i + 1 < n else None
             if nxt == "assistant" or (nxt is None and add_generation_prompt):
-                opens_thinking = thinking and i == last_user
+                opens_thinking = thinking and (not drop or i >= last_user)
                 parts.append(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
         else:  # assistant
             reasoning = ""
-            if thinking and i > last_user:
-                rc = m.get("reasoning_content")
+            if thinking and (not drop or i > last_user):
+                rc = t.get("reasoning_content")
                 reasoning = (rc if isinstance(rc, str) else "") + THINK_END
-            parts.append(reasoning + text + EOS)
+            parts.append(reasoning + t["text"] + t.get("dsml", "") + EOS)
     return "".join(parts)

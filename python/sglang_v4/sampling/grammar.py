@@ -1,4 +1,4 @@
-"""Constrained decoding (``json_schema``, ``regex``, ``ebnf``) with xgrammar.
+"""Constrained decoding (``json_schema``, ``regex``, ``ebnf``, ``structural_tag``) with xgrammar.
 
 How it works (xgrammar, Dong et al. 2024, "XGrammar: Flexible and Efficient Structured Generation
 Engine for Large Language Models"): a request's grammar is compiled once against the tokenizer's
@@ -17,8 +17,16 @@ Scheduler integration (per request ``req``)::
         if r.grammar is not None: r.grammar.accept(t)
     # after a retraction: r.grammar.reset() and accept the kept output tokens again.
 
-``xgrammar`` is optional: without it :func:`grammar_available` is False and :meth:`GrammarBackend`
-raises ``ValueError`` ("not supported").
+``structural_tag`` is xgrammar's structural-tag JSON (``{"type": "structural_tag", "format":
+{...}}``, or SGLang's older ``{"type": "structural_tag", "structures": [{"begin", "schema",
+"end"}], "triggers": [...]}``). :func:`tool_call_structural_tag` builds the one that constrains a
+DeepSeek DSML tool-call block: the call names, the DSML tags, and each argument value against its
+JSON schema (xgrammar's built-in ``deepseek_v4`` format, which follows DeepSeek's reference
+encoder: parameters in the schema's declared order, ``string="true"`` raw strings,
+``string="false"`` JSON values, at most :data:`MAX_JSON_WHITESPACE` whitespace characters in a row).
+
+``xgrammar`` is a dependency; should it fail to import, :func:`grammar_available` is False and
+:meth:`GrammarBackend` raises ``ValueError`` ("not supported").
 """
 
 from __future__ import annotations
@@ -31,9 +39,23 @@ from typing import Any
 
 import torch
 
-from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_tag
 
-__all__ = ["Grammar", "GrammarBackend", "apply_grammar_masks", "grammar_available"]
+__all__ = [
+    "Grammar",
+    "GrammarBackend",
+    "apply_grammar_masks",
+    "check_structural_tag",
+    "grammar_available",
+    "tool_call_structural_tag",
+]
+
+GRAMMAR_KINDS = ("json_schema", "regex", "ebnf", "structural_tag")
+
+#: Longest run of whitespace a JSON grammar (``json_schema``, tool-call arguments) allows between
+#: tokens: enough for indented JSON, and it stops a model from spending its whole budget on
+#: whitespace, the known failure of unbounded JSON grammars.
+MAX_JSON_WHITESPACE = 16
 
 
 def grammar_available() -> bool:
@@ -49,7 +71,7 @@ class Grammar:
     """One request's grammar state (wraps ``xgrammar.GrammarMatcher``).
 
     Attributes:
-        kind: ``"json_schema"``, ``"regex"`` or ``"ebnf"``.
+        kind: ``"json_schema"``, ``"regex"``, ``"ebnf"`` or ``"structural_tag"``.
         vocab_size: bitmask width in tokens (the model's vocabulary size).
     """
 
@@ -137,11 +159,13 @@ class GrammarBackend:
         try:
             if kind == "json_schema":
                 json.loads(spec)  # a clear error for malformed JSON before xgrammar's
-                compiled = self._compiler.compile_json_schema(spec)
+                compiled = self._compiler.compile_json_schema(spec, max_whitespace_cnt=MAX_JSON_WHITESPACE)
             elif kind == "regex":
                 compiled = self._compiler.compile_regex(spec)
             elif kind == "ebnf":
                 compiled = self._compiler.compile_grammar(spec)
+            elif kind == "structural_tag":
+                compiled = self._compile_structural_tag(spec)
             else:
                 raise ValueError(f"unknown grammar kind {kind!r}")
         except (RuntimeError, ValueError, TypeError) as e:
@@ -152,15 +176,25 @@ class GrammarBackend:
                 self._cache.popitem(last=False)
         return compiled
 
+    def _compile_structural_tag(self, spec: str) -> Any:
+        import xgrammar as xgr
+
+        obj = check_structural_tag(spec)
+        if "format" in obj:
+            return self._compiler.compile_structural_tag(spec)
+        tags = [
+            xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s.get("schema", {})), end=s["end"])
+            for s in obj["structures"]
+        ]
+        return self._compiler.compile_structural_tag(tags, list(obj["triggers"]))
+
     def create(self, params: SamplingParams) -> Grammar | None:
         """The grammar state of a request, or ``None`` when it sets no grammar field.
 
         Raises:
-            ValueError: the grammar does not compile (message names the field); ``structural_tag``.
+            ValueError: the grammar does not compile (the message names the field).
         """
-        if params.structural_tag is not None:
-            raise ValueError("structural_tag: not supported yet by sglang-v4")
-        for kind in ("json_schema", "regex", "ebnf"):
+        for kind in GRAMMAR_KINDS:
             spec = getattr(params, kind)
             if spec is not None:
                 return Grammar(self._compile(kind, spec), kind, self.vocab_size)
@@ -194,3 +228,48 @@ def apply_grammar_masks(logits: torch.Tensor, grammars: Sequence[Grammar | None]
     for i in rows:
         grammars[i].fill_bitmask(bitmask, i)  # type: ignore[union-attr]
     xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True), indices=rows)
+
+
+def tool_call_structural_tag(
+    tools: Sequence[dict[str, Any]],
+    tool_choice: Any,
+    *,
+    thinking: bool,
+    parallel_tool_calls: bool,
+    enforce_schema: bool,
+) -> str:
+    """The ``structural_tag`` JSON that constrains a DeepSeek DSML tool-call answer.
+
+    Args:
+        tools: OpenAI ``tools`` (``[{"type": "function", "function": {"name", "parameters", "strict"}}]``).
+        tool_choice: ``"auto"`` (free text, and a block only if the model starts one; the arguments
+            of ``strict`` tools follow their schema), ``"required"`` (a block with at least one
+            call) or ``{"type": "function", "function": {"name": NAME}}`` (exactly one call of NAME).
+        thinking: the prompt ends with ``<think>``: free reasoning up to ``</think>`` comes first.
+        parallel_tool_calls: more than one call may follow (else exactly one).
+        enforce_schema: treat every tool as ``strict`` (arguments validate against ``parameters``);
+            otherwise only ``strict`` tools have their arguments constrained (OpenAI's semantics).
+
+    Returns:
+        The JSON text for ``SamplingParams.structural_tag``.
+
+    Raises:
+        ValueError: xgrammar rejects the tools (e.g. a named tool that is not in ``tools``).
+    """
+    import xgrammar as xgr
+
+    tools = [dict(t) for t in tools]
+    if enforce_schema:
+        tools = [dict(t, function=dict(t["function"], strict=True)) for t in tools]
+    try:
+        st = xgr.get_model_structural_tag(
+            "deepseek_v4",
+            tools=tools,
+            tool_choice=tool_choice,
+            reasoning="enabled" if thinking else "disabled",
+            parallel_tool_calls=parallel_tool_calls,
+            max_whitespace_cnt=MAX_JSON_WHITESPACE,
+        )
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(f"tools: cannot build the tool-call grammar: {e}") from None
+    return st.model_dump_json()

@@ -18,6 +18,7 @@ offending field, which the HTTP layers turn into a 400.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,8 +29,8 @@ __all__ = [
     "MAX_STOP_COUNT",
     "MAX_N",
     "SAMPLING_EPS",
-    "GRAMMAR_NOT_SUPPORTED_MSG",
     "GRAMMAR_UNAVAILABLE_MSG",
+    "check_structural_tag",
 ]
 
 SAMPLING_EPS = 1e-6
@@ -44,11 +45,11 @@ MAX_STOP_COUNT = 32
 MAX_N = 128
 """At most this many parallel samples per request (``n``)."""
 
-GRAMMAR_NOT_SUPPORTED_MSG = "constrained decoding ({field}) is not supported yet by sglang-v4"
-#: ``json_schema`` / ``regex`` / ``ebnf`` on a server whose scheduler has no grammar backend.
+#: ``json_schema`` / ``regex`` / ``ebnf`` / ``structural_tag`` on a server whose scheduler has no
+#: grammar backend (xgrammar is a dependency; this happens only when it failed to import).
 GRAMMAR_UNAVAILABLE_MSG = (
     "constrained decoding ({field}) is not supported on this server without the xgrammar package: "
-    "install it where the server runs (pip install xgrammar, or the project's `grammar` extra)"
+    "install it where the server runs (pip install xgrammar)"
 )
 
 # Fields whose ``None`` means "default"; the value is the default used.
@@ -117,8 +118,8 @@ class SamplingParams:
         repetition_penalty: float in (0, 2] = 1.0. CTRL-style penalty over prompt+output tokens.
         min_new_tokens: int >= 0 = 0. EOS / stop tokens are masked until this many tokens exist.
         n: int in [1, MAX_N] = 1. Parallel samples.
-        json_schema, regex, ebnf, structural_tag: str | None. Constrained decoding (not supported
-            yet: :meth:`verify` rejects them).
+        json_schema, regex, ebnf, structural_tag: str | None. Constrained decoding (at most one;
+            applied by :mod:`sglang_v4.sampling.grammar`; ``structural_tag`` is xgrammar's JSON).
         ignore_eos: bool = False. Do not stop on the tokenizer's EOS.
         skip_special_tokens: bool = True. Detokenization option.
         spaces_between_special_tokens: bool = True. Detokenization option.
@@ -282,9 +283,9 @@ class SamplingParams:
         Args:
             vocab_size: model vocabulary size; when given, ``stop_token_ids`` and ``logit_bias``
                 keys must lie in ``[0, vocab_size)``.
-            allow_grammar: accept ``json_schema`` / ``regex`` / ``ebnf`` (pass True only where the
-                scheduler applies them with :mod:`sglang_v4.sampling.grammar`); otherwise they are
-                rejected as not supported.
+            allow_grammar: accept ``json_schema`` / ``regex`` / ``ebnf`` / ``structural_tag`` (pass
+                True only where the scheduler applies them with :mod:`sglang_v4.sampling.grammar`);
+                otherwise they are rejected as not supported.
 
         Raises:
             ValueError: naming the first bad field.
@@ -353,7 +354,7 @@ class SamplingParams:
         if len(grammars) > 1:
             raise ValueError("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
         if grammars and grammars[0] == "structural_tag":
-            raise ValueError(GRAMMAR_NOT_SUPPORTED_MSG.format(field=grammars[0]))
+            check_structural_tag(self.structural_tag)
         if grammars and not allow_grammar:
             raise ValueError(GRAMMAR_UNAVAILABLE_MSG.format(field=grammars[0]))
 
@@ -413,3 +414,38 @@ class SamplingParams:
         """
         room = max(0, context_len - prompt_len)
         return room if self.max_new_tokens is None else min(self.max_new_tokens, room)
+
+
+def check_structural_tag(spec: str) -> dict[str, Any]:
+    """Parse a ``structural_tag`` string and check its outer shape (xgrammar checks the rest).
+
+    Returns:
+        The parsed object: ``{"type": "structural_tag", "format": {...}}`` or the older
+        ``{"type": "structural_tag", "structures": [{"begin", "schema", "end"}...], "triggers": [...]}``.
+
+    Raises:
+        ValueError: not JSON, or neither shape (the message starts with ``structural_tag``).
+    """
+    try:
+        obj = json.loads(spec)
+    except (json.JSONDecodeError, TypeError) as e:
+        raise ValueError(f"structural_tag must be a JSON object: {e}") from None
+    if not isinstance(obj, dict) or obj.get("type", "structural_tag") != "structural_tag":
+        raise ValueError('structural_tag must be a JSON object with "type": "structural_tag".')
+    if isinstance(obj.get("format"), dict):
+        return obj
+    structures, triggers = obj.get("structures"), obj.get("triggers")
+    if (
+        isinstance(structures, list)
+        and isinstance(triggers, list)
+        and all(
+            isinstance(s, dict) and isinstance(s.get("begin"), str) and isinstance(s.get("end"), str)
+            for s in structures
+        )
+        and all(isinstance(t, str) for t in triggers)
+    ):
+        return obj
+    raise ValueError(
+        'structural_tag needs a "format" object, or "structures" ([{"begin", "schema", "end"}]) and '
+        '"triggers" (strings).'
+    )

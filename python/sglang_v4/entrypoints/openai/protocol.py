@@ -31,6 +31,10 @@ __all__ = [
     "TopLogprob",
     "ChatCompletionTokenLogprob",
     "ChoiceLogprobs",
+    "FunctionCall",
+    "ToolCall",
+    "DeltaFunctionCall",
+    "DeltaToolCall",
     "ChatMessage",
     "ChatCompletionResponseChoice",
     "ChatCompletionResponse",
@@ -216,7 +220,15 @@ class ChatMessageParam(_Req):
 
 
 class ChatCompletionRequest(_SamplingExtras):
-    """``POST /v1/chat/completions`` body."""
+    """``POST /v1/chat/completions`` body.
+
+    Tool calling: ``tools`` (OpenAI function tools), ``tool_choice`` (``"none"``, ``"auto"``,
+    ``"required"`` or ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``.
+    Thinking mode: ``chat_template_kwargs`` ``{"thinking": true}`` (or ``enable_thinking``), or
+    DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` one of none, minimal, low,
+    medium, high, xhigh, max. ``response_format``: ``text``, ``json_object``, ``json_schema``
+    (``{"json_schema": {"name", "schema", "strict"}}``) or SGLang's ``structural_tag``.
+    """
 
     messages: list[ChatMessageParam]
     model: str = "default"
@@ -238,7 +250,9 @@ class ChatCompletionRequest(_SamplingExtras):
     user: str | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = True
     reasoning_effort: str | None = None
+    thinking: dict[str, Any] | bool | None = None
     continue_final_message: bool = False
     separate_reasoning: bool = True
     stream_reasoning: bool = True
@@ -262,11 +276,42 @@ class ChoiceLogprobs(BaseModel):
     content: list[ChatCompletionTokenLogprob]
 
 
+class FunctionCall(BaseModel):
+    """``tool_calls[i].function``: the tool's name and its arguments as a JSON object text."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    """One entry of ``message.tool_calls``."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class DeltaFunctionCall(BaseModel):
+    """``delta.tool_calls[i].function``: the name on a call's first delta, then argument fragments."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(BaseModel):
+    """One entry of ``delta.tool_calls`` (``id`` and ``type`` on a call's first delta only)."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall
+
+
 class ChatMessage(BaseModel):
     role: str = "assistant"
     content: str | None = None
     reasoning_content: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatCompletionResponseChoice(BaseModel):
@@ -290,6 +335,7 @@ class DeltaMessage(BaseModel):
     role: str | None = None
     content: str | None = None
     reasoning_content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatCompletionResponseStreamChoice(BaseModel):

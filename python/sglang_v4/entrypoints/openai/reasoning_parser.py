@@ -1,35 +1,110 @@
-"""Split DeepSeek-V4 thinking-mode output into ``reasoning_content`` and ``content``.
+"""Split DeepSeek thinking-mode output into ``reasoning_content`` and ``content``
+(``--reasoning-parser``).
 
-In thinking mode the prompt ends with ``<think>``, so generation starts inside the reasoning block
-and the first ``</think>`` ends it (SGLang's DeepSeek reasoning detector behaves the same way: the
-text is reasoning until the end token; without an end token everything is reasoning). A stray
-leading ``<think>`` is dropped. The streaming parser holds back a tail that could be the start of
-``</think>`` split across chunks.
+In V4 thinking mode the prompt ends with ``<think>``, so generation starts inside the reasoning
+block and the first ``</think>`` ends it (SGLang's DeepSeek detectors behave the same way). A stray
+leading ``<think>`` is dropped and whitespace right after ``</think>`` is removed from the content.
+The streaming parser holds back a tail that could be the start of an end marker split across
+chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
+
+* ``deepseek-v4`` (default): reasoning only in thinking mode (``chat_template_kwargs``
+  ``{"thinking": true}``). When tools are offered, a DSML ``<｜DSML｜tool_calls>`` block also ends
+  the reasoning (the model sometimes starts its calls without ``</think>``); the block stays in
+  the content for the tool parser. A generation that *stops* (EOS or a stop string) without ever
+  writing ``</think>`` did not deliberate: its text is the answer and goes to ``content``; one cut
+  by ``max_tokens`` is reasoning that ran out of budget and stays in ``reasoning_content`` (the
+  peers' reports: answers hidden in ``reasoning_content`` when ``</think>`` never came, vLLM
+  #48645; token budgets spent on reasoning, DeepSeek's own API).
+* ``deepseek-r1``: the output always starts inside reasoning (chat mode too), as DeepSeek-R1 did;
+  without ``</think>`` everything is reasoning.
+* ``deepseek-v3``: reasoning only in thinking mode; without ``</think>`` everything is reasoning.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ReasoningParser", "split_reasoning"]
+from sglang_v4.entrypoints.chat_encoding import THINK_END, THINK_START
 
-THINK_START = "<think>"
-THINK_END = "</think>"
+__all__ = [
+    "REASONING_PARSERS",
+    "ReasoningParser",
+    "ReasoningSpec",
+    "canonical_reasoning_parser",
+    "reasoning_spec",
+    "split_reasoning",
+]
+
+#: ``--reasoning-parser`` names (SGLang's spelling).
+REASONING_PARSERS = ("deepseek-v4", "deepseek-r1", "deepseek-v3")
+_ALIASES = {"deepseek_v4": "deepseek-v4", "deepseekv4": "deepseek-v4", "deepseek_r1": "deepseek-r1"}
 
 
-def split_reasoning(text: str) -> tuple[str | None, str]:
+def canonical_reasoning_parser(name: str) -> str:
+    """SGLang's spelling of a ``--reasoning-parser`` name (aliases such as vLLM's ``deepseek_v4``).
+
+    Raises:
+        ValueError: an unknown name (lists the choices).
+    """
+    key = _ALIASES.get(name, name)
+    if key not in REASONING_PARSERS:
+        raise ValueError(f"reasoning_parser must be one of {list(REASONING_PARSERS)} (got {name!r})")
+    return key
+
+
+@dataclass(frozen=True)
+class ReasoningSpec:
+    """How one request's output is split.
+
+    Attributes:
+        separate: the output starts inside a reasoning block (split it at all).
+        implicit_end: markers that end the reasoning without ``</think>`` (kept in the content).
+        unterminated_stop_is_content: a generation that stops without ``</think>`` is content.
+    """
+
+    separate: bool
+    implicit_end: tuple[str, ...] = ()
+    unterminated_stop_is_content: bool = False
+
+
+def reasoning_spec(parser: str, thinking: bool, tool_block_start: str | None = None) -> ReasoningSpec:
+    """The :class:`ReasoningSpec` of ``parser`` for a request.
+
+    Args:
+        parser: a canonical name from :data:`REASONING_PARSERS`.
+        thinking: the prompt was rendered in thinking mode (ends with ``<think>``).
+        tool_block_start: the DSML block start marker when tools are offered, else ``None``.
+    """
+    if parser == "deepseek-r1":
+        return ReasoningSpec(separate=True)
+    if parser == "deepseek-v3":
+        return ReasoningSpec(separate=thinking)
+    implicit = (tool_block_start,) if tool_block_start else ()
+    return ReasoningSpec(separate=thinking, implicit_end=implicit, unterminated_stop_is_content=True)
+
+
+def split_reasoning(
+    text: str, implicit_end: tuple[str, ...] = (), unterminated_is_content: bool = False
+) -> tuple[str | None, str]:
     """Non-streaming split of a full completion.
 
+    Args:
+        text: the generated text.
+        implicit_end: see :class:`ReasoningSpec`.
+        unterminated_is_content: without an end marker the text is the answer (else reasoning).
+
     Returns:
-        ``(reasoning_content, content)``; ``reasoning_content`` is ``None`` when empty. Without a
-        ``</think>`` the whole text is reasoning and ``content`` is ``""``. Whitespace right after
-        ``</think>`` is removed from ``content``.
+        ``(reasoning_content, content)``; ``reasoning_content`` is ``None`` when empty. Without an
+        end marker the whole text is reasoning and ``content`` is ``""`` (or the reverse with
+        ``unterminated_is_content``).
     """
-    p = ReasoningParser()
+    p = ReasoningParser(implicit_end=implicit_end)
     r1, c1 = p.feed(text)
     r2, c2 = p.flush()
-    reasoning = r1 + r2
-    return (reasoning or None), c1 + c2
+    reasoning, content = r1 + r2, c1 + c2
+    if p.in_reasoning and unterminated_is_content:
+        reasoning, content = "", reasoning
+    return (reasoning or None), content
 
 
 @dataclass
@@ -38,10 +113,13 @@ class ReasoningParser:
 
     Attributes:
         stream_reasoning: when False, reasoning is held until it is complete and returned in one piece.
+        in_reasoning: still inside the reasoning block (no end marker seen yet).
+        implicit_end: markers that also end the reasoning; they stay at the start of the content.
     """
 
     stream_reasoning: bool = True
     in_reasoning: bool = True
+    implicit_end: tuple[str, ...] = ()
     _buf: str = ""
     _held_reasoning: str = ""
     _started: bool = False
@@ -64,14 +142,17 @@ class ReasoningParser:
                 self._buf = stripped[len(THINK_START) :]
             self._started = True
         if self.in_reasoning:
-            pos = self._buf.find(THINK_END)
+            pos, marker = self._find_end()
             if pos >= 0:
                 reasoning = self._buf[:pos]
-                self._buf = self._buf[pos + len(THINK_END) :]
+                if marker == THINK_END:
+                    self._buf = self._buf[pos + len(THINK_END) :]
+                    self._strip_content_ws = True
+                else:
+                    self._buf = self._buf[pos:]
                 self.in_reasoning = False
-                self._strip_content_ws = True
             else:
-                keep = _partial_suffix_len(self._buf, THINK_END)
+                keep = max(_partial_suffix_len(self._buf, m) for m in (THINK_END, *self.implicit_end))
                 reasoning = self._buf[: len(self._buf) - keep]
                 self._buf = self._buf[len(self._buf) - keep :]
             if not self.stream_reasoning:
@@ -87,6 +168,15 @@ class ReasoningParser:
                 if content:
                     self._strip_content_ws = False
         return reasoning, content
+
+    def _find_end(self) -> tuple[int, str]:
+        """Position and marker of the earliest end marker in the buffer (``-1`` if none)."""
+        best, which = -1, ""
+        for m in (THINK_END, *self.implicit_end):
+            p = self._buf.find(m)
+            if p >= 0 and (best < 0 or p < best):
+                best, which = p, m
+        return best, which
 
     def flush(self) -> tuple[str, str]:
         """End of stream: return whatever is still held back as ``(reasoning, content)``."""

@@ -1,0 +1,409 @@
+"""Shared part of the OpenAI-compatible routes: request parsing, errors, sampling parameters,
+usage, generation plumbing and ``/v1/models`` (the routes: :mod:`.serving_completions`,
+:mod:`.serving_chat`; assembled in :mod:`.serving`).
+
+Behaviour follows SGLang 0.5.x ``srt/entrypoints/openai/serving_{base,completions,chat}.py`` (read,
+not copied): a request is converted into a :class:`GenerateReqInput` (SGLang sampling-parameter
+names), sent through ``tokenizer_manager.generate_request(obj, raw_request)`` (an async generator
+of SGLang-shaped dicts ``{"text", "output_ids", "meta_info", ["index"]}`` with *cumulative* text when
+streaming; a list of dicts for a non-streamed batch), and the results are reshaped into OpenAI
+responses / SSE chunks (``data: {...}\\n\\n`` ... ``data: [DONE]\\n\\n``).
+
+Errors use SGLang's body ``{"object": "error", "message", "type", "param", "code"}``: 400
+``BadRequestError`` for invalid input (including ``ValueError`` from the tokenizer manager),
+401 for a missing/wrong API key, 404 ``NotFoundError`` for an unknown model name.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+
+from sglang_v4.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    CompletionTokensDetails,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    PromptTokensDetails,
+    UsageInfo,
+)
+from sglang_v4.entrypoints.openai.reasoning_parser import canonical_reasoning_parser
+from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
+from sglang_v4.sampling.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["OpenAIServingBase", "RequestError", "error_response", "MAX_TOP_LOGPROBS"]
+
+MAX_TOP_LOGPROBS = 20
+"""OpenAI's bound for ``top_logprobs`` (chat) and ``logprobs`` (completions: 5 in OpenAI; SGLang allows more)."""
+
+
+class RequestError(Exception):
+    """An error that becomes an HTTP error response (status, OpenAI/SGLang error type, param)."""
+
+    def __init__(
+        self, message: str, status: int = 400, err_type: str = "BadRequestError", param: str | None = None
+    ):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.err_type = err_type
+        self.param = param
+
+
+def error_response(
+    message: str, status: int = 400, err_type: str = "BadRequestError", param: str | None = None
+) -> JSONResponse:
+    """SGLang's error body with HTTP ``status``."""
+    body = ErrorResponse(message=message, type=err_type, param=param, code=status)
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+def _sse(obj: BaseModel | dict[str, Any]) -> bytes:
+    data = obj.model_dump(mode="json") if isinstance(obj, BaseModel) else obj
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+_SSE_DONE = b"data: [DONE]\n\n"
+
+
+def _sse_error(message: str, err_type: str, status: int) -> bytes:
+    """An in-stream error event in SGLang's shape: ``data: {"error": {...}}``."""
+    return _sse({"error": ErrorResponse(message=message, type=err_type, code=status).model_dump()})
+
+
+def _encode_ids(tokenizer: Any, text: str) -> list[int]:
+    enc = tokenizer.encode(text, add_special_tokens=False)
+    return list(getattr(enc, "ids", enc))
+
+
+def _finish(meta: dict[str, Any]) -> tuple[str | None, Any]:
+    """``(finish_reason string, matched_stop)`` from SGLang's ``meta_info["finish_reason"]``."""
+    fr = meta.get("finish_reason")
+    if not fr:
+        return None, None
+    if isinstance(fr, str):
+        return fr, None
+    return fr.get("type"), fr.get("matched")
+
+
+def _abort_error(meta: dict[str, Any]) -> RequestError | None:
+    fr = meta.get("finish_reason")
+    if isinstance(fr, dict) and fr.get("type") == "abort":
+        status = int(fr.get("status_code") or 400)
+        et = "BadRequestError" if status == 400 else ("InternalServerError" if status >= 500 else "Error")
+        return RequestError(str(fr.get("message") or "Aborted"), status, et)
+    return None
+
+
+def _lp_entry(e: Any) -> tuple[float | None, int, str | None]:
+    """One SGLang logprob entry ``(logprob, token_id, text|None)`` (tuple or list)."""
+    lp, tid = e[0], e[1]
+    text = e[2] if len(e) > 2 else None
+    return (None if lp is None else float(lp)), int(tid), text
+
+
+class OpenAIServingBase:
+    """State and helpers shared by the OpenAI routes, over a tokenizer manager.
+
+    Args:
+        tokenizer_manager: object with ``async generate_request(obj, request)`` (SGLang-shaped
+            outputs) and, optionally, ``tokenizer`` (``encode``/``decode``), ``model_config``
+            (``vocab_size``, ``context_len``) attributes.
+        server_args: object with ``served_model_name`` / ``resolved_served_model_name()``,
+            ``model_path``, ``api_key``, ``enable_cache_report``, ``context_length``.
+    """
+
+    def __init__(self, tokenizer_manager: Any, server_args: Any) -> None:
+        self.tm = tokenizer_manager
+        self.args = server_args
+        name_fn = getattr(server_args, "resolved_served_model_name", None)
+        if callable(name_fn):
+            self.model_name = name_fn()
+        else:
+            self.model_name = getattr(server_args, "served_model_name", None) or getattr(
+                server_args, "model_path", None
+            )
+            self.model_name = self.model_name or "default"
+        self.enable_cache_report = bool(getattr(server_args, "enable_cache_report", False))
+        self.api_key = getattr(server_args, "api_key", None)
+        # parsers of chat output (defaults: the DeepSeek-V4 ones)
+        self.tool_call_parser = canonical_tool_call_parser(
+            getattr(server_args, "tool_call_parser", None) or "deepseekv4"
+        )
+        self.reasoning_parser = canonical_reasoning_parser(
+            getattr(server_args, "reasoning_parser", None) or "deepseek-v4"
+        )
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def tokenizer(self) -> Any:
+        return getattr(self.tm, "tokenizer", None)
+
+    def _vocab_size(self) -> int | None:
+        for holder in (self.tm, getattr(self.tm, "model_config", None)):
+            v = getattr(holder, "vocab_size", None) if holder is not None else None
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        tok = self.tokenizer
+        if tok is not None:
+            try:
+                return len(tok)  # HF tokenizers: includes added tokens (vocab_size does not)
+            except TypeError:
+                return None
+        return None
+
+    def _context_len(self) -> int | None:
+        mc = getattr(self.tm, "model_config", None)
+        for v in (
+            getattr(self.tm, "context_len", None),
+            getattr(mc, "context_len", None),
+            getattr(self.args, "context_length", None),
+        ):
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        return None
+
+    def check_auth(self, request: Request) -> JSONResponse | None:
+        """401 unless ``Authorization: Bearer <api_key>`` matches (constant-time) when a key is set."""
+        if not self.api_key:
+            return None
+        auth = request.headers.get("authorization", "")
+        given = auth[7:] if auth.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(given.encode(), str(self.api_key).encode()):
+            return error_response("Unauthorized: invalid or missing API key.", 401, "AuthenticationError")
+        return None
+
+    def _check_model(self, model: str | None) -> None:
+        """404 unless ``model`` is the served name, ``"default"`` or the model path (or omitted)."""
+        accepted = {self.model_name, "default"}
+        mp = getattr(self.args, "model_path", None)
+        if mp:
+            accepted.add(str(mp))
+        if model is not None and model not in accepted:
+            raise RequestError(f"The model `{model}` does not exist.", 404, "NotFoundError", "model")
+
+    async def _parse(self, request: Request, cls: type[BaseModel]) -> Any:
+        try:
+            body = await request.body()
+            data = json.loads(body) if body else None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RequestError(f"Invalid JSON body: {e}") from None
+        if not isinstance(data, dict):
+            raise RequestError("The request body must be a JSON object.")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            errs = e.errors()
+            first = errs[0] if errs else {}
+            loc = ".".join(str(x) for x in first.get("loc", ()))
+            msg = "; ".join(
+                f"{'.'.join(str(x) for x in er.get('loc', ()))}: {er.get('msg')}" for er in errs[:5]
+            )
+            raise RequestError(f"Invalid request: {msg}", param=loc or None) from None
+
+    @staticmethod
+    def _response_format(rf: dict[str, Any] | None) -> dict[str, str]:
+        """The grammar field of an OpenAI ``response_format``: ``{}`` (text), ``{"json_schema": ...}``
+        (``json_object``: any JSON object; ``json_schema``: its ``schema``, any JSON value without
+        one) or ``{"structural_tag": ...}`` (SGLang's extension).
+
+        Raises:
+            RequestError: an unknown type or a malformed ``json_schema`` (400, param
+                ``response_format``).
+        """
+        if not rf:
+            return {}
+        rtype = rf.get("type")
+        if rtype in (None, "text"):
+            return {}
+        if rtype == "json_object":
+            return {"json_schema": '{"type": "object"}'}
+        if rtype == "json_schema":
+            js = rf.get("json_schema")
+            if not isinstance(js, dict):
+                raise RequestError(
+                    "response_format.json_schema must be an object with a `schema`.", param="response_format"
+                )
+            schema = js.get("schema", {})
+            if not isinstance(schema, (dict, bool)):
+                raise RequestError(
+                    "response_format.json_schema.schema must be an object.", param="response_format"
+                )
+            return {"json_schema": json.dumps(schema)}
+        if rtype == "structural_tag":
+            return {"structural_tag": json.dumps(rf)}
+        raise RequestError(f"response_format.type {rtype!r} is not supported.", param="response_format")
+
+    def _sampling_params(
+        self,
+        req: CompletionRequest | ChatCompletionRequest,
+        max_new_tokens: int | None,
+        structural_tag: str | None = None,
+    ) -> dict:
+        """SGLang sampling parameters of a request, validated (400 naming the field on error).
+
+        ``structural_tag`` is the tool-call grammar of a chat request (exclusive with the other
+        grammar fields).
+        """
+        grammar = self._response_format(req.response_format)
+        if grammar and any(getattr(req, k, None) for k in ("json_schema", "regex", "ebnf")):
+            raise RequestError(
+                "response_format cannot be combined with json_schema / regex / ebnf.", param="response_format"
+            )
+        json_schema = grammar.get("json_schema", req.json_schema)
+        if structural_tag is not None:
+            if grammar or any(getattr(req, k, None) for k in ("json_schema", "regex", "ebnf")):
+                raise RequestError(
+                    "a constrained tool call (tool_choice 'required' / a named function / a strict tool) "
+                    "cannot be combined with response_format / json_schema / regex / ebnf.",
+                    param="tool_choice",
+                )
+            grammar = {"structural_tag": structural_tag}
+        d: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "min_new_tokens": req.min_tokens,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "top_k": req.top_k,
+            "min_p": req.min_p,
+            "frequency_penalty": req.frequency_penalty,
+            "presence_penalty": req.presence_penalty,
+            "repetition_penalty": req.repetition_penalty,
+            "stop": req.stop,
+            "stop_token_ids": req.stop_token_ids,
+            "stop_regex": req.stop_regex,
+            "n": req.n,
+            "ignore_eos": req.ignore_eos,
+            "skip_special_tokens": req.skip_special_tokens,
+            "no_stop_trim": req.no_stop_trim,
+            "logit_bias": req.logit_bias,
+            "sampling_seed": req.seed,
+            "json_schema": json_schema,
+            "structural_tag": grammar.get("structural_tag"),
+            "regex": req.regex,
+            "ebnf": req.ebnf,
+            "custom_params": req.custom_params,
+        }
+        d = {k: v for k, v in d.items() if v is not None or k == "max_new_tokens"}
+        # Validate now so that the client gets a 400 naming the field before anything is queued.
+        try:
+            sp = SamplingParams.from_dict(d)
+            # Grammars are accepted only where the backend applies them (tokenizer_manager.grammar_enabled).
+            sp.verify(self._vocab_size(), allow_grammar=bool(getattr(self.tm, "grammar_enabled", False)))
+        except ValueError as e:
+            raise RequestError(str(e), param=_param_of(str(e))) from None
+        return d
+
+    def _usage(
+        self, rets: list[dict[str, Any]], n: int, reasoning_tokens: list[int] | None = None
+    ) -> UsageInfo:
+        """Token usage of ``rets`` (``n`` samples per prompt); ``reasoning_tokens``: per-ret
+        counts of reasoning tokens (thinking mode), reported as SGLang and OpenAI do."""
+        metas = [r.get("meta_info", {}) for r in rets]
+        prompt = sum(int(m.get("prompt_tokens", 0)) for m in metas[:: max(n, 1)])
+        completion = sum(int(m.get("completion_tokens", 0)) for m in metas)
+        usage = UsageInfo(
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        )
+        if reasoning_tokens is not None:
+            usage.reasoning_tokens = sum(reasoning_tokens)
+            if usage.reasoning_tokens:
+                usage.completion_tokens_details = CompletionTokensDetails(
+                    reasoning_tokens=usage.reasoning_tokens
+                )
+        if self.enable_cache_report:
+            cached = sum(int(m.get("cached_tokens", 0) or 0) for m in metas[:: max(n, 1)])
+            usage.prompt_tokens_details = PromptTokensDetails(cached_tokens=cached)
+        return usage
+
+    def _token_text(self, tid: int, text: str | None) -> str:
+        if text is not None:
+            return text
+        tok = self.tokenizer
+        return tok.decode([tid]) if tok is not None else str(tid)
+
+    async def _run(self, obj: Any, raw: Request | None) -> tuple[AsyncIterator[Any], Any]:
+        """Start generation and get its first output (so input errors become a 400, not a broken stream)."""
+        gen = self.tm.generate_request(obj, raw)
+        try:
+            first = await gen.__anext__()
+        except StopAsyncIteration:
+            raise RequestError("The request produced no output.", 500, "InternalServerError") from None
+        except ValueError as e:
+            status = int(getattr(e, "status_code", 400) or 400)
+            et = (
+                "BadRequestError"
+                if status == 400
+                else ("ServiceUnavailableError" if status == 503 else "Error")
+            )
+            raise RequestError(str(e), status, et, _param_of(str(e))) from None
+        return gen, first
+
+    async def _collect(self, obj: Any, raw: Request | None) -> list[dict[str, Any]]:
+        gen, last = await self._run(obj, raw)
+        try:
+            async for item in gen:
+                last = item
+        except ValueError as e:
+            status = int(getattr(e, "status_code", 400) or 400)
+            raise RequestError(str(e), status, "BadRequestError" if status == 400 else "Error") from None
+        finally:
+            await gen.aclose()  # the tokenizer manager aborts unfinished requests on close
+        rets = last if isinstance(last, list) else [last]
+        for r in rets:
+            err = _abort_error(r.get("meta_info", {}))
+            if err is not None:
+                raise err
+        return rets
+
+    async def _guard(self, request: Request, handler: Any) -> Response:
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        try:
+            return await handler(request)
+        except RequestError as e:
+            return error_response(e.message, e.status, e.err_type, e.param)
+        except ValueError as e:
+            return error_response(str(e), 400, "BadRequestError", _param_of(str(e)))
+
+    # ------------------------------------------------------------------ /v1/models
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        card = ModelCard(id=self.model_name, root=self.model_name, max_model_len=self._context_len())
+        return JSONResponse(ModelList(data=[card]).model_dump())
+
+    async def retrieve_model(self, request: Request, model: str) -> Response:
+        """``GET /v1/models/{model}``: the model card for a name the API accepts, else 404 (as SGLang)."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        try:
+            self._check_model(model)
+        except RequestError as e:
+            return error_response(e.message, e.status, e.err_type, e.param)
+        card = ModelCard(id=model, root=self.model_name, max_model_len=self._context_len())
+        return JSONResponse(card.model_dump())
+
+
+def _param_of(message: str) -> str | None:
+    """Best-effort field name at the start of a ValueError message (``"top_p must be ..."`` -> ``top_p``)."""
+    head = message.split(" ", 1)[0].rstrip(":,.")
+    if head and head.replace("_", "").replace(".", "").isalnum() and head[0].islower():
+        return head
+    return None

@@ -1,0 +1,526 @@
+"""``POST /v1/chat/completions``: the DeepSeek-V4 chat encoding, reasoning and tool calls.
+
+A request is rendered with :func:`~sglang_v4.entrypoints.chat_encoding.encode_messages` (or, with
+``--chat-template FILE``, with transformers' ``apply_chat_template`` and that Jinja text); thinking
+mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``, as
+SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request.
+
+Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
+
+* ``tool_choice`` ``"none"``: the tools are not shown to the model (the official DeepSeek API does
+  the same) and the output is plain content;
+* ``"auto"`` (default with tools): the model may answer or call tools; DSML blocks in the output
+  become ``message.tool_calls`` (:mod:`.tool_parser`). With a tool marked ``strict`` a call, once
+  started, is constrained to the tool schemas (xgrammar structural tag);
+* ``"required"`` / ``{"type": "function", "function": {"name": ...}}``: decoding is constrained to
+  a DSML block of one or more calls (exactly one call of that function when named, or when
+  ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas.
+
+Output: reasoning is split off first (:mod:`.reasoning_parser`), then the content goes through the
+tool parser. ``finish_reason`` is ``"tool_calls"`` when the generation stopped after well-formed
+calls; a malformed or truncated block comes back as ``content`` with the engine's finish reason.
+The EOS token never appears in the text (even with ``skip_special_tokens: false``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from sglang_v4.entrypoints.chat_encoding import (
+    DSML,
+    EOS,
+    THINK_END,
+    encode_messages,
+    message_text,
+    normalize_reasoning_effort,
+    validate_tools,
+)
+from sglang_v4.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionResponseChoice,
+    ChatCompletionResponseStreamChoice,
+    ChatCompletionStreamResponse,
+    ChatCompletionTokenLogprob,
+    ChatMessage,
+    ChoiceLogprobs,
+    DeltaFunctionCall,
+    DeltaMessage,
+    DeltaToolCall,
+    FunctionCall,
+    ToolCall,
+    TopLogprob,
+)
+from sglang_v4.entrypoints.openai.reasoning_parser import (
+    ReasoningParser,
+    ReasoningSpec,
+    reasoning_spec,
+    split_reasoning,
+)
+from sglang_v4.entrypoints.openai.serving_base import (
+    _SSE_DONE,
+    MAX_TOP_LOGPROBS,
+    OpenAIServingBase,
+    RequestError,
+    _abort_error,
+    _encode_ids,
+    _finish,
+    _lp_entry,
+    _sse,
+    _sse_error,
+)
+from sglang_v4.entrypoints.openai.tool_parser import (
+    TOOL_CALL_PARSERS,
+    DsmlToolParser,
+    ToolCallDelta,
+    parse_tool_calls,
+)
+
+__all__ = ["ChatMixin", "ChatPlan"]
+
+
+@dataclass
+class ChatPlan:
+    """How one chat request is rendered and how its output is read.
+
+    Attributes:
+        prompt: the rendered prompt text.
+        thinking: thinking mode (the prompt opens ``<think>``).
+        reasoning: the reasoning split of the output (``separate`` False: no split).
+        tool_names: names of the offered tools when tool calls are parsed, else ``None``.
+        structural_tag: the tool-call grammar (``None``: unconstrained).
+    """
+
+    prompt: str
+    thinking: bool
+    reasoning: ReasoningSpec
+    tool_names: list[str] | None = None
+    structural_tag: str | None = None
+
+
+def _thinking_flag(req: ChatCompletionRequest) -> bool:
+    kwargs = req.chat_template_kwargs or {}
+    flag = kwargs.get("thinking", kwargs.get("enable_thinking"))
+    if flag is None and req.thinking is not None:
+        t = req.thinking
+        flag = t is True or (isinstance(t, dict) and t.get("type") == "enabled")
+    return bool(flag)
+
+
+def _tool_choice(req: ChatCompletionRequest, names: list[str]) -> Any:
+    """The request's ``tool_choice`` checked against its tools: ``"none"``, ``"auto"``,
+    ``"required"`` or ``{"type": "function", "function": {"name": NAME}}``."""
+    tc = req.tool_choice
+    if not names:
+        if tc not in (None, "none", "auto"):
+            raise RequestError("tool_choice needs a non-empty `tools` list.", param="tool_choice")
+        return "none"
+    if tc is None:
+        return "auto"
+    if tc in ("none", "auto", "required"):
+        return tc
+    if isinstance(tc, dict) and tc.get("type") == "function" and isinstance(tc.get("function"), dict):
+        name = tc["function"].get("name")
+        if name not in names:
+            raise RequestError(
+                f"tool_choice names the function {name!r}, which is not in `tools`.", param="tool_choice"
+            )
+        return {"type": "function", "function": {"name": name}}
+    raise RequestError(
+        'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}.',
+        param="tool_choice",
+    )
+
+
+@dataclass
+class _ChoiceStream:
+    """Per-choice state of a streamed chat response."""
+
+    reasoning: ReasoningParser | None
+    tools: DsmlToolParser | None
+    sent_text: int = 0
+    sent_lp: int = 0
+    reasoning_text: str = ""
+    started_calls: set[int] = field(default_factory=set)
+
+
+class ChatMixin(OpenAIServingBase):
+    """The ``/v1/chat/completions`` route (mixed into :class:`~.serving.OpenAIServing`)."""
+
+    chat_template: str | None = None
+    _hf_tokenizer: Any = None
+
+    def _load_chat_template(self) -> None:
+        """Read ``--chat-template`` and load the transformers tokenizer that renders it."""
+        path = getattr(self.args, "chat_template", None)
+        if not path:
+            return
+        with open(path, encoding="utf-8") as f:
+            self.chat_template = f.read()
+        from transformers import AutoTokenizer
+
+        tok_dir = getattr(self.args, "tokenizer_path", None) or getattr(self.args, "model_path", None)
+        self._hf_tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+
+    async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``."""
+        return await self._guard(request, self._chat)
+
+    # ------------------------------------------------------------------ rendering
+    def _plan_chat(self, req: ChatCompletionRequest) -> ChatPlan:
+        """Render the prompt and decide the reasoning split and the tool-call handling.
+
+        Raises:
+            RequestError: 400 naming the field (messages, tools, tool_choice, reasoning_effort).
+        """
+        thinking = _thinking_flag(req)
+        kwargs = dict(req.chat_template_kwargs or {})
+        try:
+            effort = normalize_reasoning_effort(req.reasoning_effort or kwargs.get("reasoning_effort"))
+        except ValueError as e:
+            raise RequestError(str(e), param="reasoning_effort") from None
+        try:
+            functions = validate_tools(req.tools) if req.tools else []
+        except ValueError as e:
+            raise RequestError(str(e), param="tools") from None
+        names = [fn["name"] for fn in functions]
+        choice = _tool_choice(req, names)
+        active = choice != "none"
+        msgs = [m.model_dump(exclude_none=True) for m in req.messages]
+        if not msgs:
+            raise RequestError("messages must contain at least one message.", param="messages")
+        tools = req.tools if active else None
+        try:
+            prompt = self._render(msgs, req, thinking, tools, effort, kwargs)
+        except ValueError as e:
+            raise RequestError(str(e), param="messages") from None
+        block = TOOL_CALL_PARSERS[self.tool_call_parser]
+        spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if active else None)
+        plan = ChatPlan(prompt, thinking, spec, names if active else None)
+        strict = any(bool(fn.get("strict")) for fn in functions)
+        if active and (choice != "auto" or strict):
+            from sglang_v4.sampling.grammar import tool_call_structural_tag
+
+            try:
+                plan.structural_tag = tool_call_structural_tag(
+                    req.tools or [],
+                    choice,
+                    thinking=thinking,
+                    parallel_tool_calls=req.parallel_tool_calls is not False,
+                    enforce_schema=choice != "auto",
+                )
+            except ValueError as e:
+                raise RequestError(str(e), param="tools") from None
+        return plan
+
+    def _render(
+        self,
+        msgs: list[dict[str, Any]],
+        req: ChatCompletionRequest,
+        thinking: bool,
+        tools: list[dict[str, Any]] | None,
+        effort: str | None,
+        kwargs: dict[str, Any],
+    ) -> str:
+        cont = req.continue_final_message and msgs[-1].get("role") == "assistant"
+        if self.chat_template is not None:
+            kwargs.setdefault("thinking", thinking)
+            if req.reasoning_effort is not None:
+                kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+            try:
+                return self._hf_tokenizer.apply_chat_template(
+                    msgs,
+                    tools=tools,
+                    chat_template=self.chat_template,
+                    tokenize=False,
+                    add_generation_prompt=not cont,
+                    continue_final_message=cont,
+                    **kwargs,
+                )
+            except Exception as e:  # noqa: BLE001 - Jinja raises many types; all are a bad request
+                raise ValueError(f"the chat template failed on these messages: {e}") from None
+        if cont:
+            head = (
+                encode_messages(msgs[:-1], thinking, True, tools=tools, reasoning_effort=effort)
+                if len(msgs) > 1
+                else ""
+            )
+            return head + message_text(msgs[-1].get("content"), "messages[-1].content")
+        return encode_messages(msgs, thinking, True, tools=tools, reasoning_effort=effort)
+
+    # ------------------------------------------------------------------ non-streaming
+    async def _chat(self, request: Request) -> Response:
+        from sglang_v4.managers.io_struct import GenerateReqInput
+
+        req: ChatCompletionRequest = await self._parse(request, ChatCompletionRequest)
+        self._check_model(req.model)
+        if req.top_logprobs is not None:
+            if not req.logprobs:
+                raise RequestError("top_logprobs requires logprobs to be true.", param="top_logprobs")
+            if not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
+                raise RequestError(
+                    f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.top_logprobs}.",
+                    param="top_logprobs",
+                )
+        max_new = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        if max_new is not None and max_new < 0:
+            raise RequestError(f"max_tokens must be at least 0, got {max_new}.", param="max_tokens")
+        plan = self._plan_chat(req)
+        sp = self._sampling_params(req, max_new, plan.structural_tag)
+        n = req.n or 1
+        kw: dict[str, Any] = dict(
+            sampling_params=sp,
+            return_logprob=req.logprobs,
+            top_logprobs_num=req.top_logprobs or 0,
+            return_text_in_logprobs=True,
+            stream=req.stream,
+            rid=req.rid,
+        )
+        if req.priority is not None:
+            kw["priority"] = req.priority
+        tok = self.tokenizer
+        if tok is not None:
+            obj = GenerateReqInput(input_ids=_encode_ids(tok, plan.prompt), **kw)
+        else:
+            obj = GenerateReqInput(text=plan.prompt, **kw)
+        separate = plan.reasoning.separate and req.separate_reasoning
+        if req.stream:
+            return await self._chat_stream(req, obj, n, plan, separate, request)
+        rets = await self._collect(obj, request)
+        choices, reasoning_tokens = [], []
+        for idx, ret in enumerate(rets):
+            meta = ret.get("meta_info", {})
+            fr, matched = _finish(meta)
+            text = ret.get("text", "").replace(EOS, "")
+            reasoning = None
+            if separate:
+                to_content = plan.reasoning.unterminated_stop_is_content and fr == "stop"
+                reasoning, text = split_reasoning(text, plan.reasoning.implicit_end, to_content)
+                reasoning_tokens.append(self._reasoning_tokens(ret.get("output_ids") or [], reasoning))
+            tool_calls = None
+            content: str | None = text
+            if plan.tool_names is not None:
+                block = TOOL_CALL_PARSERS[self.tool_call_parser]
+                content, calls, complete = parse_tool_calls(text, plan.tool_names, block)
+                if calls:
+                    tool_calls = [
+                        ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+                        for c in calls
+                    ]
+                    content = content or None
+                    if complete and fr == "stop":
+                        fr = "tool_calls"
+            lp = self._chat_logprobs(meta, 0) if req.logprobs else None
+            choices.append(
+                ChatCompletionResponseChoice(
+                    index=idx,
+                    message=ChatMessage(content=content, reasoning_content=reasoning, tool_calls=tool_calls),
+                    logprobs=lp,
+                    finish_reason=fr,
+                    matched_stop=matched,
+                )
+            )
+        resp = ChatCompletionResponse(
+            id=f"chatcmpl-{uuid.uuid4().hex}",
+            model=req.model,
+            choices=choices,
+            usage=self._usage(rets, n, reasoning_tokens if separate else None),
+        )
+        return JSONResponse(resp.model_dump(mode="json"))
+
+    def _reasoning_tokens(self, output_ids: list[int], reasoning: str | None) -> int:
+        """Generated tokens of the reasoning block: up to and including the first ``</think>``;
+        up to the DSML block when that ended it; all of them when it never ended; none when the
+        output was the answer (``reasoning`` empty)."""
+        if not reasoning:
+            return 0
+        tok = self.tokenizer
+        for marker, extra in ((THINK_END, 1), (DSML, -1)):
+            tid = tok.convert_tokens_to_ids(marker) if tok is not None else None
+            if isinstance(tid, int) and tid in output_ids:
+                return max(output_ids.index(tid) + extra, 0)
+        return len(output_ids)
+
+    def _chat_logprobs(self, meta: dict[str, Any], start: int) -> ChoiceLogprobs:
+        outs = [_lp_entry(e) for e in (meta.get("output_token_logprobs") or [])][start:]
+        tops = list(meta.get("output_top_logprobs") or [])[start:]
+        tops += [None] * (len(outs) - len(tops))
+        content = []
+        for (logprob, tid, text), top in zip(outs, tops):
+            tok = self._token_text(tid, text)
+            tl_list = []
+            for e in top or []:
+                tl, ti, tt = _lp_entry(e)
+                ttok = self._token_text(ti, tt)
+                tl_list.append(
+                    TopLogprob(
+                        token=ttok,
+                        bytes=list(ttok.encode("utf-8")),
+                        logprob=tl if tl is not None else float("-inf"),
+                    )
+                )
+            content.append(
+                ChatCompletionTokenLogprob(
+                    token=tok,
+                    bytes=list(tok.encode("utf-8")),
+                    logprob=logprob if logprob is not None else float("-inf"),
+                    top_logprobs=tl_list,
+                )
+            )
+        return ChoiceLogprobs(content=content)
+
+    # ------------------------------------------------------------------ streaming
+    async def _chat_stream(
+        self, req: ChatCompletionRequest, obj: Any, n: int, plan: ChatPlan, separate: bool, raw: Request
+    ) -> Response:
+        gen, first = await self._run(obj, raw)
+        err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
+        if err is not None:
+            raise err
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
+        block = TOOL_CALL_PARSERS[self.tool_call_parser]
+
+        def chunk(idx: int, delta: DeltaMessage, meta: dict[str, Any] | None = None, **kw: Any) -> bytes:
+            return _sse(
+                ChatCompletionStreamResponse(
+                    id=rid,
+                    created=created,
+                    model=req.model,
+                    choices=[ChatCompletionResponseStreamChoice(index=idx, delta=delta, **kw)],
+                    usage=self._usage([{"meta_info": meta}], 1) if continuous and meta is not None else None,
+                )
+            )
+
+        def new_state() -> _ChoiceStream:
+            rp = None
+            if separate:
+                rp = ReasoningParser(
+                    stream_reasoning=req.stream_reasoning, implicit_end=plan.reasoning.implicit_end
+                )
+            tp = DsmlToolParser(plan.tool_names, block) if plan.tool_names is not None else None
+            return _ChoiceStream(rp, tp)
+
+        async def stream() -> AsyncIterator[bytes]:
+            states: dict[int, _ChoiceStream] = {}
+            finals: dict[int, dict[str, Any]] = {}
+            reasoning_tokens: dict[int, int] = {}
+            try:
+                item: Any = first
+                it = gen.__aiter__()
+                while True:
+                    for ret in item if isinstance(item, list) else [item]:
+                        idx = int(ret.get("index", 0))
+                        meta = ret.get("meta_info", {})
+                        abort = _abort_error(meta)
+                        if abort is not None:
+                            yield _sse_error(abort.message, abort.err_type, abort.status)
+                            finals[idx] = ret
+                            continue
+                        if idx not in states:
+                            states[idx] = new_state()
+                            yield chunk(idx, DeltaMessage(role="assistant", content=""))
+                        st = states[idx]
+                        text = ret.get("text", "").replace(EOS, "")
+                        delta = text[st.sent_text :] if len(text) >= st.sent_text else ""
+                        st.sent_text = max(st.sent_text, len(text))
+                        fr, matched = _finish(meta)
+                        reasoning_d, content_d = self._split_delta(st, delta, fr, plan)
+                        tool_deltas: list[ToolCallDelta] = []
+                        if st.tools is not None:
+                            content_d, tool_deltas = st.tools.feed(content_d)
+                            if fr is not None:
+                                c2, t2 = st.tools.finish()
+                                content_d, tool_deltas = content_d + c2, tool_deltas + t2
+                        lp = None
+                        if req.logprobs:
+                            lp = self._chat_logprobs(meta, st.sent_lp)
+                            st.sent_lp = len(meta.get("output_token_logprobs") or [])
+                        if reasoning_d:
+                            yield chunk(idx, DeltaMessage(reasoning_content=reasoning_d), meta)
+                        if content_d or (lp and lp.content):
+                            yield chunk(idx, DeltaMessage(content=content_d), meta, logprobs=lp)
+                        if tool_deltas:
+                            yield chunk(
+                                idx, DeltaMessage(tool_calls=self._delta_calls(st, tool_deltas)), meta
+                            )
+                        if fr is not None:
+                            finals[idx] = ret
+                            if separate:
+                                reasoning_tokens[idx] = self._reasoning_tokens(
+                                    ret.get("output_ids") or [], st.reasoning_text
+                                )
+                            if st.tools is not None and st.tools.complete and fr == "stop":
+                                fr = "tool_calls"
+                            yield chunk(idx, DeltaMessage(), meta, finish_reason=fr, matched_stop=matched)
+                    try:
+                        item = await it.__anext__()
+                    except StopAsyncIteration:
+                        break
+                if include_usage:
+                    order = sorted(finals)
+                    rets = [finals[i] for i in order]
+                    rt = [reasoning_tokens.get(i, 0) for i in order] if separate else None
+                    yield _sse(
+                        ChatCompletionStreamResponse(
+                            id=rid,
+                            created=created,
+                            model=req.model,
+                            choices=[],
+                            usage=self._usage(rets, n, rt),
+                        )
+                    )
+            except ValueError as e:
+                status = int(getattr(e, "status_code", 400) or 400)
+                yield _sse_error(str(e), "BadRequestError" if status == 400 else "Error", status)
+            finally:
+                await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
+            yield _SSE_DONE
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    @staticmethod
+    def _split_delta(st: _ChoiceStream, delta: str, fr: str | None, plan: ChatPlan) -> tuple[str, str]:
+        """``(reasoning_delta, content_delta)`` of a text delta (``fr``: the finish reason, if done).
+
+        A generation that stops without ever ending its reasoning was the answer
+        (:mod:`.reasoning_parser`): its whole text is sent once more, as content, at the finish
+        (with ``stream_reasoning: false`` it is sent as content only).
+        """
+        if st.reasoning is None:
+            return "", delta
+        r, c = st.reasoning.feed(delta)
+        if fr is not None:
+            r2, c2 = st.reasoning.flush()
+            r, c = r + r2, c + c2
+            if st.reasoning.in_reasoning and plan.reasoning.unterminated_stop_is_content and fr == "stop":
+                answer = st.reasoning_text + r
+                st.reasoning_text = ""
+                return ("" if not st.reasoning.stream_reasoning else r), c + answer
+        st.reasoning_text += r
+        return r, c
+
+    @staticmethod
+    def _delta_calls(st: _ChoiceStream, deltas: list[ToolCallDelta]) -> list[DeltaToolCall]:
+        out = []
+        for d in deltas:
+            first = d.index not in st.started_calls
+            st.started_calls.add(d.index)
+            out.append(
+                DeltaToolCall(
+                    index=d.index,
+                    id=d.id if first else None,
+                    type="function" if first else None,
+                    function=DeltaFunctionCall(name=d.name if first else None, arguments=d.arguments),
+                )
+            )
+        return out

@@ -1,0 +1,234 @@
+"""``POST /v1/completions`` (OpenAI's legacy completions, SGLang's extra sampling fields).
+
+A text or token-id prompt (or a batch of them), ``n`` samples each, ``echo``, legacy ``logprobs``,
+``response_format`` (``json_object`` / ``json_schema``: constrained decoding), streaming with
+``stream_options.include_usage``. See :mod:`.serving_base` for the shared request handling.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from sglang_v4.entrypoints.openai.protocol import (
+    CompletionRequest,
+    CompletionResponse,
+    CompletionResponseChoice,
+    CompletionResponseStreamChoice,
+    CompletionStreamResponse,
+    LogProbs,
+)
+from sglang_v4.entrypoints.openai.serving_base import (
+    _SSE_DONE,
+    MAX_TOP_LOGPROBS,
+    OpenAIServingBase,
+    RequestError,
+    _abort_error,
+    _finish,
+    _lp_entry,
+    _sse,
+    _sse_error,
+)
+
+__all__ = ["CompletionsMixin"]
+
+
+class CompletionsMixin(OpenAIServingBase):
+    """The ``/v1/completions`` route (mixed into :class:`~.serving.OpenAIServing`)."""
+
+    async def completions(self, request: Request) -> Response:
+        """``POST /v1/completions``."""
+        return await self._guard(request, self._completions)
+
+    async def _completions(self, request: Request) -> Response:
+        from sglang_v4.managers.io_struct import GenerateReqInput
+
+        req: CompletionRequest = await self._parse(request, CompletionRequest)
+        self._check_model(req.model)
+        if req.suffix:
+            raise RequestError("suffix is not supported.", param="suffix")
+        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP_LOGPROBS:
+            raise RequestError(
+                f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.logprobs}.", param="logprobs"
+            )
+        if req.max_tokens is not None and req.max_tokens < 0:
+            raise RequestError(f"max_tokens must be at least 0, got {req.max_tokens}.", param="max_tokens")
+        prompt = req.prompt
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if prompt == "" or prompt == [] or (isinstance(prompt, list) and any(p in ("", []) for p in prompt)):
+            raise RequestError("prompt must not be empty.", param="prompt")
+        is_text = isinstance(prompt, str) or (isinstance(prompt, list) and isinstance(prompt[0], str))
+        sp = self._sampling_params(req, req.max_tokens)
+        n = req.n or 1
+        return_logprob = req.logprobs is not None
+        kw: dict[str, Any] = dict(
+            sampling_params=sp,
+            return_logprob=return_logprob,
+            top_logprobs_num=req.logprobs or 0,
+            logprob_start_len=0 if (req.echo and return_logprob) else -1,
+            return_text_in_logprobs=True,
+            stream=req.stream,
+            rid=req.rid,
+        )
+        if req.priority is not None:
+            kw["priority"] = req.priority
+        obj = GenerateReqInput(text=prompt, **kw) if is_text else GenerateReqInput(input_ids=prompt, **kw)
+        prompts = (
+            [prompt] if (isinstance(prompt, str) or (prompt and isinstance(prompt[0], int))) else list(prompt)
+        )
+        if req.stream:
+            return await self._completions_stream(req, obj, prompts, n, request)
+        rets = await self._collect(obj, request)
+        choices = []
+        for idx, ret in enumerate(rets):
+            meta = ret.get("meta_info", {})
+            prefix = self._prompt_text(prompts, idx, n) if req.echo else ""
+            lp = None
+            if return_logprob:
+                lp = self._completion_logprobs(meta, req.echo, 0)
+            fr, matched = _finish(meta)
+            choices.append(
+                CompletionResponseChoice(
+                    index=idx,
+                    text=prefix + ret.get("text", ""),
+                    logprobs=lp,
+                    finish_reason=fr,
+                    matched_stop=matched,
+                )
+            )
+        resp = CompletionResponse(
+            id=f"cmpl-{uuid.uuid4().hex}", model=req.model, choices=choices, usage=self._usage(rets, n)
+        )
+        return JSONResponse(resp.model_dump(mode="json"))
+
+    def _prompt_text(self, prompts: list[Any], idx: int, n: int) -> str:
+        # The tokenizer manager returns a batch with n samples grouped by prompt: [p0 x n, p1 x n, ...].
+        p = prompts[min(idx // max(n, 1), len(prompts) - 1)]
+        if isinstance(p, str):
+            return p
+        tok = self.tokenizer
+        return tok.decode(list(p)) if tok is not None else ""
+
+    def _completion_logprobs(
+        self, meta: dict[str, Any], echo: bool, start: int, in_start: int = 0
+    ) -> LogProbs:
+        entries: list[tuple[float | None, int, str | None]] = []
+        tops: list[Any] = []
+        if echo:
+            ins = [_lp_entry(e) for e in (meta.get("input_token_logprobs") or [])]
+            entries += ins[in_start:]
+            itop = list(meta.get("input_top_logprobs") or [])
+            itop += [None] * (len(ins) - len(itop))
+            tops += itop[in_start:]
+        outs = [_lp_entry(e) for e in (meta.get("output_token_logprobs") or [])][start:]
+        otop = list(meta.get("output_top_logprobs") or [])[start:]
+        otop += [None] * (len(outs) - len(otop))
+        entries += outs
+        tops += otop
+        lp = LogProbs()
+        offset = 0
+        for (logprob, tid, text), top in zip(entries, tops):
+            tok = self._token_text(tid, text)
+            lp.tokens.append(tok)
+            lp.token_logprobs.append(logprob)
+            lp.text_offset.append(offset)
+            offset += len(tok)
+            if top:
+                d: dict[str, float] = {}
+                for e in top:
+                    tl, ti, tt = _lp_entry(e)
+                    if tl is not None:
+                        d[self._token_text(ti, tt)] = tl
+                lp.top_logprobs.append(d)
+            else:
+                lp.top_logprobs.append(None)
+        return lp
+
+    async def _completions_stream(
+        self, req: CompletionRequest, obj: Any, prompts: list[Any], n: int, raw: Request
+    ) -> Response:
+        gen, first = await self._run(obj, raw)
+        err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
+        if err is not None:
+            raise err
+        rid = f"cmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
+
+        async def stream() -> AsyncIterator[bytes]:
+            sent_text: dict[int, int] = {}
+            sent_lp: dict[int, int] = {}
+            finals: dict[int, dict[str, Any]] = {}
+            try:
+                item: Any = first
+                it = gen.__aiter__()
+                while True:
+                    for ret in item if isinstance(item, list) else [item]:
+                        idx = int(ret.get("index", 0))
+                        meta = ret.get("meta_info", {})
+                        abort = _abort_error(meta)
+                        if abort is not None:
+                            yield _sse_error(abort.message, abort.err_type, abort.status)
+                            finals[idx] = ret
+                            continue
+                        text = ret.get("text", "")
+                        prefix = ""
+                        if idx not in sent_text:
+                            sent_text[idx] = 0
+                            sent_lp[idx] = 0
+                            if req.echo:
+                                prefix = self._prompt_text(prompts, idx, n)
+                        delta = text[sent_text[idx] :] if len(text) >= sent_text[idx] else ""
+                        sent_text[idx] = max(sent_text[idx], len(text))
+                        lp = None
+                        if req.logprobs is not None:
+                            outs = meta.get("output_token_logprobs") or []
+                            lp = self._completion_logprobs(meta, req.echo and prefix != "", sent_lp[idx])
+                            sent_lp[idx] = len(outs)
+                        fr, matched = _finish(meta)
+                        if fr is not None:
+                            finals[idx] = ret
+                        if not (prefix or delta or fr or (lp and lp.tokens)):
+                            continue
+                        chunk = CompletionStreamResponse(
+                            id=rid,
+                            created=created,
+                            model=req.model,
+                            choices=[
+                                CompletionResponseStreamChoice(
+                                    index=idx,
+                                    text=prefix + delta,
+                                    logprobs=lp,
+                                    finish_reason=fr,
+                                    matched_stop=matched,
+                                )
+                            ],
+                            usage=self._usage([ret], 1) if continuous else None,
+                        )
+                        yield _sse(chunk)
+                    try:
+                        item = await it.__anext__()
+                    except StopAsyncIteration:
+                        break
+                if include_usage:
+                    rets = [finals[i] for i in sorted(finals)]
+                    yield _sse(
+                        CompletionStreamResponse(
+                            id=rid, created=created, model=req.model, choices=[], usage=self._usage(rets, n)
+                        )
+                    )
+            except ValueError as e:
+                status = int(getattr(e, "status_code", 400) or 400)
+                yield _sse_error(str(e), "BadRequestError" if status == 400 else "Error", status)
+            finally:
+                await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
+            yield _SSE_DONE
+
+        return StreamingResponse(stream(), media_type="text/event-stream")

@@ -1,0 +1,417 @@
+"""Incremental parser of DeepSeek DSML tool calls (``--tool-call-parser deepseekv4``).
+
+The model writes tool calls as one DSML block at the end of its answer (format of DeepSeek's
+``encoding_dsv4.py``, see :mod:`sglang_v4.entrypoints.chat_encoding`)::
+
+    optional text\\n\\n<｜DSML｜tool_calls>
+    <｜DSML｜invoke name="get_weather">
+    <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+    <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
+    </｜DSML｜invoke>
+    </｜DSML｜tool_calls>
+
+:class:`DsmlToolParser` is fed the text as it is generated and returns ``(content_delta,
+[ToolCallDelta])`` in OpenAI's streaming shape: the first delta of a call carries its ``id`` and
+``name`` (as soon as the invoke tag is complete), later deltas carry fragments of
+``function.arguments``, a JSON object built while the values arrive: ``{"city": "Paris", "days":
+3}``. A ``string="true"`` value is streamed as the JSON-escaped string, a ``string="false"`` value as
+its raw JSON text without surrounding whitespace (checked with ``json.loads`` when it ends); the
+separators are those of the
+reference decoder (``", "`` and ``": "``). An invoke whose body is a JSON object instead of
+parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``) is accepted too.
+
+Nothing of the DSML markup ever reaches ``content`` or ``arguments``: text that may be the start
+of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of the block are held back
+until the next characters decide. A block that is malformed (unknown tool, bad tag, invalid JSON
+value, duplicate parameter, text between tags) or still open when the generation ends is returned
+*as text*: from the point of failure the block's raw text, from its first character, goes to
+``content`` and the rest of the output follows as content. Deltas of calls that were already
+streamed are not taken back (the finish reason then is not ``"tool_calls"``, see
+:attr:`DsmlToolParser.complete`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from sglang_v4.entrypoints.chat_encoding import DSML
+
+__all__ = [
+    "TOOL_CALL_PARSERS",
+    "DsmlToolParser",
+    "ToolCallDelta",
+    "ParsedToolCall",
+    "canonical_tool_call_parser",
+    "make_tool_call_id",
+    "parse_tool_calls",
+]
+
+#: ``--tool-call-parser`` names (SGLang's spelling) -> DSML block name: DeepSeek-V4 writes
+#: ``<｜DSML｜tool_calls>`` (V3.2 used the same grammar inside ``function_calls``).
+TOOL_CALL_PARSERS: dict[str, str] = {"deepseekv4": "tool_calls"}
+_ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4"}
+
+#: The longest tag head (``name="..." string="..."``) waited for before a tag counts as malformed.
+_MAX_TAG_CHARS = 512
+
+_INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
+_PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
+
+_TEXT, _BLOCK, _INVOKE_TAG_S, _INVOKE, _PARAM_TAG_S, _VALUE, _JSON_ARGS, _RAW = range(8)
+
+
+def canonical_tool_call_parser(name: str) -> str:
+    """The SGLang spelling of a ``--tool-call-parser`` name (aliases such as vLLM's ``deepseek_v4``).
+
+    Raises:
+        ValueError: an unknown parser name (lists the choices).
+    """
+    key = _ALIASES.get(name, name)
+    if key not in TOOL_CALL_PARSERS:
+        raise ValueError(f"tool_call_parser must be one of {sorted(TOOL_CALL_PARSERS)} (got {name!r})")
+    return key
+
+
+def make_tool_call_id() -> str:
+    """A fresh OpenAI-style call id, ``call_`` + 24 hex digits."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass
+class ToolCallDelta:
+    """One streamed piece of a tool call (OpenAI ``delta.tool_calls[i]``).
+
+    Attributes:
+        index: position of the call in the message (0-based, across blocks).
+        id: set on the first delta of a call only.
+        name: ``function.name``, set on the first delta of a call only.
+        arguments: the next fragment of ``function.arguments`` (may be ``""``).
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass
+class ParsedToolCall:
+    """A complete tool call: ``arguments`` is a JSON object text (``json.loads`` gives a dict)."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``marker``."""
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def _trailing_ws(text: str, end: int) -> int:
+    """Number of whitespace characters right before position ``end``."""
+    i = end
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+    return end - i
+
+
+def _json_value(text: str) -> bool:
+    try:
+        json.loads(text, parse_constant=_reject_constant)
+    except ValueError:
+        return False
+    return True
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+@dataclass
+class DsmlToolParser:
+    """Streaming DSML tool-call parser (see the module docstring).
+
+    Args:
+        tool_names: names of the request's tools; a call of any other name makes its block
+            malformed. ``None`` accepts every name.
+        block: the block tag name, ``"tool_calls"`` (V4) or ``"function_calls"`` (V3.2).
+
+    Attributes:
+        calls: the calls of every block that closed properly, in order.
+        malformed: a block was malformed or truncated (its text went to ``content``).
+    """
+
+    tool_names: Collection[str] | None = None
+    block: str = "tool_calls"
+    calls: list[ParsedToolCall] = field(default_factory=list)
+    malformed: bool = False
+    _state: int = _TEXT
+    _buf: str = ""
+    _raw: str = ""  # text of the open block, from the whitespace before its start marker
+    _block_calls: list[ParsedToolCall] = field(default_factory=list)
+    _after_block: bool = False
+    _n_calls: int = 0
+    _call: ParsedToolCall | None = None
+    _param_names: set[str] = field(default_factory=set)
+    _value_is_string: bool = True
+    _value: str = ""
+    _held_ws: str = ""
+
+    def __post_init__(self) -> None:
+        self.block_start = f"<{DSML}{self.block}>"
+        self.block_end = f"</{DSML}{self.block}>"
+        self.invoke_start = f"<{DSML}invoke"
+        self.invoke_end = f"</{DSML}invoke>"
+        self.param_start = f"<{DSML}parameter"
+        self.param_end = f"</{DSML}parameter>"
+
+    @property
+    def complete(self) -> bool:
+        """At least one call was parsed and no block was malformed or left open."""
+        return bool(self.calls) and not self.malformed and self._state == _TEXT
+
+    # ------------------------------------------------------------------ feeding
+    def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
+        """Consume the next generated text.
+
+        Returns:
+            ``(content_delta, tool_call_deltas)``; either may be empty.
+        """
+        self._buf += text
+        content: list[str] = []
+        deltas: list[ToolCallDelta] = []
+        while self._step(content, deltas):
+            pass
+        return "".join(content), deltas
+
+    def finish(self) -> tuple[str, list[ToolCallDelta]]:
+        """End of generation: release held-back text; an open block becomes content.
+
+        Returns:
+            ``(content_delta, [])``.
+        """
+        if self._state in (_TEXT, _RAW):
+            rest, self._buf = self._buf, ""
+            if self._state == _TEXT and self._after_block:
+                rest = rest.lstrip()
+            return rest, []
+        content: list[str] = []
+        self._to_raw(content)
+        rest, self._buf = self._buf, ""
+        return "".join(content) + rest, []
+
+    # ------------------------------------------------------------------ state machine
+    def _take(self, n: int) -> str:
+        piece, self._buf = self._buf[:n], self._buf[n:]
+        self._raw += piece
+        return piece
+
+    def _to_raw(self, content: list[str]) -> None:
+        """Malformed or truncated: the block's raw text so far becomes content."""
+        self.malformed = True
+        self._state = _RAW
+        content.append(self._raw)  # held-back whitespace was consumed into _raw already
+        self._raw = self._held_ws = ""
+        self._block_calls = []
+        self._call = None
+
+    def _skip_ws(self) -> None:
+        n = len(self._buf) - len(self._buf.lstrip())
+        if n:
+            self._take(n)
+
+    def _expect(self, markers: tuple[str, ...]) -> str | None:
+        """The marker the buffer starts with; ``""`` when it may still become one; None: none."""
+        for m in markers:
+            if self._buf.startswith(m):
+                return m
+        if any(m.startswith(self._buf) for m in markers):
+            return ""
+        return None
+
+    def _step(self, content: list[str], deltas: list[ToolCallDelta]) -> bool:
+        """Advance once; False when more text is needed."""
+        st = self._state
+        if st == _RAW:
+            if self._buf:
+                content.append(self._buf)
+                self._buf = ""
+            return False
+        if st == _TEXT:
+            return self._step_text(content)
+        if st in (_BLOCK, _INVOKE):
+            self._skip_ws()
+        if not self._buf:
+            return False
+        if st == _BLOCK:
+            m = self._expect((self.invoke_start, self.block_end))
+            if m is None or (m == self.block_end and not self._block_calls):
+                self._to_raw(content)
+                return True
+            if m == "":
+                return False
+            self._take(len(m))
+            if m == self.block_end:
+                self.calls.extend(self._block_calls)
+                self._block_calls = []
+                self._raw = ""
+                self._state, self._after_block = _TEXT, True
+            else:
+                self._state = _INVOKE_TAG_S
+            return True
+        if st in (_INVOKE_TAG_S, _PARAM_TAG_S):
+            return self._step_tag(content, deltas)
+        if st == _INVOKE:
+            m = self._expect((self.param_start, self.invoke_end))
+            if m is None and self._buf.startswith("{") and not self._param_names:
+                self._state, self._value = _JSON_ARGS, ""
+                return True
+            if m is None:
+                self._to_raw(content)
+                return True
+            if m == "":
+                return False
+            self._take(len(m))
+            if m == self.param_start:
+                self._state = _PARAM_TAG_S
+            else:
+                self._close_invoke("{}" if not self._param_names else "}", deltas)
+            return True
+        return self._step_value(content, deltas)
+
+    def _step_text(self, content: list[str]) -> bool:
+        buf = self._buf
+        if self._after_block:
+            buf = buf.lstrip()
+            if not buf:
+                self._buf = ""
+                return False
+            self._after_block = False
+        pos = buf.find(self.block_start)
+        if pos >= 0:
+            ws = _trailing_ws(buf, pos)
+            content.append(buf[: pos - ws])
+            self._raw = buf[pos - ws : pos + len(self.block_start)]
+            self._buf = buf[pos + len(self.block_start) :]
+            self._state = _BLOCK
+            self._block_calls = []
+            return True
+        keep = _partial_suffix(buf, self.block_start)
+        keep += _trailing_ws(buf, len(buf) - keep)
+        content.append(buf[: len(buf) - keep])
+        self._buf = buf[len(buf) - keep :]
+        return False
+
+    def _step_tag(self, content: list[str], deltas: list[ToolCallDelta]) -> bool:
+        is_invoke = self._state == _INVOKE_TAG_S
+        m = (_INVOKE_TAG if is_invoke else _PARAM_TAG).match(self._buf)
+        if m is None:
+            if ">" in self._buf or len(self._buf) > _MAX_TAG_CHARS:
+                self._to_raw(content)
+                return True
+            return False
+        self._take(m.end())
+        if is_invoke:
+            name = m.group(1)
+            if self.tool_names is not None and name not in self.tool_names:
+                self._to_raw(content)
+                return True
+            self._call = ParsedToolCall(self._n_calls, make_tool_call_id(), name, "")
+            self._n_calls += 1
+            self._param_names = set()
+            self._state = _INVOKE
+            deltas.append(ToolCallDelta(self._call.index, id=self._call.id, name=name))
+            return True
+        key, is_string = m.group(1), m.group(2) == "true"
+        if key in self._param_names:
+            self._to_raw(content)
+            return True
+        head = ("{" if not self._param_names else ", ") + json.dumps(key, ensure_ascii=False) + ": "
+        self._param_names.add(key)
+        self._value_is_string, self._value, self._held_ws = is_string, "", ""
+        self._emit(head + ('"' if is_string else ""), deltas)
+        self._state = _VALUE
+        return True
+
+    def _step_value(self, content: list[str], deltas: list[ToolCallDelta]) -> bool:
+        end_marker = self.invoke_end if self._state == _JSON_ARGS else self.param_end
+        buf = self._buf
+        pos = buf.find(end_marker)
+        piece = buf if pos < 0 else buf[:pos]
+        keep = _partial_suffix(buf, end_marker) if pos < 0 else 0
+        piece = piece[: len(piece) - keep]
+        raw_json = self._state == _JSON_ARGS or not self._value_is_string
+        if raw_json:  # hold back trailing whitespace: it is dropped if the value ends there
+            piece = self._held_ws + piece
+            ws = _trailing_ws(piece, len(piece))
+            piece, self._held_ws = piece[: len(piece) - ws], piece[len(piece) - ws :]
+            if not self._value:  # and leading whitespace is dropped: JSON ignores both
+                piece = piece.lstrip()
+        self._take(len(buf) - keep if pos < 0 else pos)
+        self._value += piece
+        if pos < 0:
+            if piece:
+                self._emit(json.dumps(piece, ensure_ascii=False)[1:-1] if not raw_json else piece, deltas)
+            return False
+        self._take(len(end_marker))
+        self._held_ws = ""
+        if self._state == _JSON_ARGS:
+            try:
+                ok = isinstance(json.loads(self._value, parse_constant=_reject_constant), dict)
+            except ValueError:
+                ok = False
+            if not ok:
+                self._to_raw(content)
+                return True
+            self._emit(piece, deltas)
+            self._close_invoke("", deltas)
+            return True
+        if not self._value_is_string and not _json_value(self._value):
+            self._to_raw(content)
+            return True
+        self._emit(
+            json.dumps(piece, ensure_ascii=False)[1:-1] + '"' if self._value_is_string else piece, deltas
+        )
+        self._state = _INVOKE
+        return True
+
+    def _emit(self, fragment: str, deltas: list[ToolCallDelta]) -> None:
+        assert self._call is not None
+        if not fragment:
+            return
+        self._call.arguments += fragment
+        if deltas and deltas[-1].index == self._call.index:
+            deltas[-1].arguments += fragment
+        else:
+            deltas.append(ToolCallDelta(self._call.index, arguments=fragment))
+
+    def _close_invoke(self, tail: str, deltas: list[ToolCallDelta]) -> None:
+        assert self._call is not None
+        self._emit(tail, deltas)
+        self._block_calls.append(self._call)
+        self._call = None
+        self._state = _BLOCK
+
+
+def parse_tool_calls(
+    text: str, tool_names: Collection[str] | None = None, block: str = "tool_calls"
+) -> tuple[str, list[ParsedToolCall], bool]:
+    """Non-streaming parse of a whole completion (same rules as the streaming parser).
+
+    Returns:
+        ``(content, calls, complete)``: the text outside well-formed blocks (malformed or
+        truncated blocks included verbatim), the calls, and :attr:`DsmlToolParser.complete`.
+    """
+    p = DsmlToolParser(tool_names, block)
+    c1, _ = p.feed(text)
+    c2, _ = p.finish()
+    return c1 + c2, list(p.calls), p.complete

