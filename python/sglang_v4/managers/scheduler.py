@@ -88,6 +88,7 @@ class Scheduler:
             cuda_graph_max_bs=sa.cuda_graph_max_bs,
             disable_cuda_graph=bool(sa.disable_cuda_graph),
             indexer_stream_max_bs=sa.indexer_stream_max_bs,
+            quantization=sa.quantization,
         )
         self.pool = self.runner.pool
         gr = self.runner.cuda_graph_runner

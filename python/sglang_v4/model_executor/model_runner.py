@@ -1,8 +1,9 @@
 """ModelRunner: owns the model weights and the KV pool, runs one forward per scheduler step.
 
-Weights come from a checkpoint directory (``load_format="auto"``, official or HF names, FP8/FP4
-dequantized on load; ``sglang_v4.model_loader``) or are initialised randomly on the device
-(``load_format="dummy"``, as SGLang and vLLM call it, for benchmarks). The KV pool is sized by the
+Weights come from a checkpoint directory (``load_format="auto"``, official or HF names; FP8/FP4
+kept quantized on CUDA, dequantized on CPU unless ``--quantization`` says otherwise) or are
+initialised randomly on the device (``load_format="dummy"``, as SGLang and vLLM call it, for
+benchmarks); ``sglang_v4.model_loader.builder.get_model``. The KV pool is sized by the
 memory planner (``mem_cache/kv_layout.py:plan_kv_pools``) from ``--max-total-tokens`` or, on CUDA,
 from ``--mem-fraction-static`` of the free memory after the weights are loaded, in the chosen KV
 format (fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches replay CUDA
@@ -12,7 +13,6 @@ graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a second str
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 
@@ -23,40 +23,11 @@ from sglang_v4.mem_cache.kv_layout import KVPlan, build_kv_layout, normalize_kv_
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.cuda_graph_runner import CudaGraphRunner
 from sglang_v4.model_executor.forward_batch import ForwardBatch, ReqForwardInput, build_forward_batch
-from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+from sglang_v4.model_loader.builder import get_model
 
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@torch.no_grad()
-def init_dummy_weights(model: torch.nn.Module, seed: int = 0) -> None:
-    """Deterministic random weights, generated on the weights' device (``--load-format dummy``).
-
-    Matrices get ``N(0, 1/fan_in)``; 1-D norm weights are ~1; mHC scales 1; biases, sinks and
-    position biases small; the hash-routing table ``tid2eid`` a random choice of distinct experts.
-    """
-    gen_dev = next(model.parameters()).device
-    g = torch.Generator(device=gen_dev).manual_seed(seed)
-    for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-        if name.endswith("tid2eid"):
-            vocab, k = p.shape
-            n_exp = model.mc.hf.n_routed_experts
-            r = torch.rand(vocab, n_exp, generator=g, device=gen_dev)
-            p.copy_(r.argsort(dim=-1)[:, :k])
-            continue
-        if not p.is_floating_point():
-            continue
-        if p.dim() >= 2:
-            p.copy_(
-                torch.randn(p.shape, generator=g, device=gen_dev, dtype=torch.float32)
-                / math.sqrt(p.shape[-1])
-            )
-        elif "norm" in name or name.endswith("scale"):
-            p.copy_(1.0 + 0.05 * torch.randn(p.shape, generator=g, device=gen_dev))
-        else:
-            p.copy_(0.1 * torch.randn(p.shape, generator=g, device=gen_dev))
 
 
 class ModelRunner:
@@ -87,6 +58,8 @@ class ModelRunner:
         indexer_stream_max_bs: use that stream only for forwards of at most this many tokens
             (``--indexer-stream-max-bs``; 0 = never). On H200 the overlap gains ~7% at bs 1-4 and
             loses 12-20% at bs 8-32 (benchmark/RESULTS.md), where the kernels already fill the GPU.
+        quantization: ``--quantization`` (``None``: the checkpoint's ``quantization_config`` on
+            CUDA; ``"fp8"``: FP8 linears + FP4 experts; ``"none"``: dequantize at load).
 
     Raises:
         ValueError: bad ``kv_cache_dtype`` / ``resume_interval``, or a KV budget too small for
@@ -113,6 +86,7 @@ class ModelRunner:
         disable_cuda_graph: bool = False,
         enable_indexer_stream: bool = True,
         indexer_stream_max_bs: int = 4,
+        quantization: str | None = None,
     ) -> None:
         self.mc = model_config
         self.device = torch.device(device)
@@ -124,16 +98,9 @@ class ModelRunner:
         self.dtype = _DTYPES[dtype]
         self.page_size = page_size
         t0 = time.perf_counter()
-        self.model = DeepseekV4ForCausalLM(model_config, self.dtype, self.device)
-        if load_format == "dummy":
-            init_dummy_weights(self.model, seed)
-        else:
-            from sglang_v4.model_loader.loader import load_weights_into
-
-            if model_path is None:
-                raise ValueError("model_path: required unless load_format='dummy'")
-            load_weights_into(self.model, model_path, dtype=None, progress=True)
-        self.model.eval()
+        self.model = get_model(
+            model_config, model_path, self.device, self.dtype, load_format, quantization, seed
+        )
         logger.info(
             "Model loaded in %.1f s (%s, %s, load_format=%s)",
             time.perf_counter() - t0,
