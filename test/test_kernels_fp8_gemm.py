@@ -1,10 +1,9 @@
 """GPU tests: Triton FP8 block-scaled linear (weight-only and activation-quantized) and the 1x128
 activation quantizer, against float64 oracles written here from the format definitions.
 
-Oracles: the weight is ``e4m3 value x scale`` per 128x128 block (DeepSeek-V3 README_WEIGHTS), in
-float64; the activation quantizer's scale is ``2 ** ceil(log2(max(amax, 1e-4) / 448))`` per 1x128
-group and its values ``x / scale`` rounded to the nearest e4m3 (torch's own float8 cast, ties to
-even). Marked ``gpu``; they also run on the CPU under ``TRITON_INTERPRET=1`` (small shapes, fp32).
+Oracles (``quant_testutil``): the weight is ``e4m3 value x scale`` per 128x128 block in float64;
+the activation quantizer's scale is ``2 ** ceil(log2(max(amax, 1e-4) / 448))`` per 1x128 group and
+its values ``x / scale`` rounded to the nearest e4m3 (torch's own float8 cast, ties to even). Marked ``gpu``; they also run on the CPU under ``TRITON_INTERPRET=1`` (small shapes, fp32).
 """
 
 from __future__ import annotations
@@ -14,43 +13,15 @@ import math
 import pytest
 import torch
 from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS, dtypes, rel_err
+from quant_testutil import act_quant64, random_fp8_weight
+from quant_testutil import fp8_weight64 as _w64
+from quant_testutil import linear64 as _y64
 
 pytestmark = KERNEL_MARKS
 
 
 def _weights(G: int, N: int, K: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random e4m3 weight [G*N, K] and float32 block scales (powers of two and general values)."""
-    w = (torch.randn(G * N, K, generator=gen) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
-    nb = (-(-G * N // 128), -(-K // 128))
-    s = torch.rand(nb, generator=gen) * K**-0.5 / 32 + 1e-4
-    s[0, 0] = 2.0**-10  # a ue8m0-style scale
-    return w, s
-
-
-def _w64(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    r, c = w.shape
-    i, j = torch.arange(r) // 128, torch.arange(c) // 128
-    return w.to(torch.float64) * s.to(torch.float64)[i[:, None], j[None, :]]
-
-
-def _act_quant64(x: torch.Tensor) -> torch.Tensor:
-    """float64 values of the 1x128-group e4m3 quantization of ``x [M, K]`` (dequantized)."""
-    M, K = x.shape
-    out = torch.empty(M, K, dtype=torch.float64)
-    for k0 in range(0, K, 128):
-        blk = x[:, k0 : k0 + 128].to(torch.float64)
-        amax = blk.abs().amax(dim=1).clamp_min(1e-4)
-        scale = torch.pow(2.0, torch.ceil(torch.log2(amax / 448.0)))
-        q = (blk / scale[:, None]).clamp(-448, 448).to(torch.float32).to(torch.float8_e4m3fn)
-        out[:, k0 : k0 + 128] = q.to(torch.float64) * scale[:, None]
-    return out
-
-
-def _y64(x: torch.Tensor, w64: torch.Tensor, G: int) -> torch.Tensor:
-    T = x.shape[0]
-    K = w64.shape[1]
-    xg = x.reshape(T, G, K).to(torch.float64)
-    return torch.einsum("tgk,gnk->tgn", xg, w64.view(G, -1, K)).reshape(T, -1)
+    return random_fp8_weight(G * N, K, gen)
 
 
 # T, G, N (per group), K
@@ -85,7 +56,7 @@ def test_fp8_linear_vs_float64(T: int, G: int, N: int, K: int, variant: str, dty
     if variant == "w8a16":
         want, tol = exact, (1e-2 if dtype == torch.bfloat16 else 2e-3)
     else:  # the oracle quantizes the activations the same way, independently
-        want = _y64(_act_quant64(x.reshape(-1, K).float()).reshape(x.shape), w64, G)
+        want = _y64(act_quant64(x.reshape(-1, K).float()).reshape(x.shape), w64, G)
         tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
         assert rel_err(out, exact) < 0.08  # and fp8 activations stay close to the exact product
     assert rel_err(out, want) < tol
@@ -115,7 +86,7 @@ def test_act_quant_vs_float64(M: int, K: int) -> None:
     q, s = act_quant(x.to(DEVICE))
     assert q.dtype == torch.float8_e4m3fn and s.shape == (M, math.ceil(K / 128))
     got = q.double().cpu() * s.double().cpu().repeat_interleave(128, dim=1)[:, :K]
-    assert torch.equal(got, _act_quant64(x))
+    assert torch.equal(got, act_quant64(x))
     assert bool((torch.log2(s.double()) == torch.log2(s.double()).round()).all())  # ue8m0 scales
 
 

@@ -1,9 +1,10 @@
 """GPU tests: Triton fused MoE over FP4 experts (e2m1 x ue8m0 per 32, dequantized in the kernel)
 against a float64 per-pair loop on weights decoded here from the bit fields.
 
-Oracle: each nibble decoded from its sign / exponent / mantissa bits (``(1 + m/2) * 2**(e-1)``,
-``m/2`` when ``e == 0``), times ``2 ** (byte - 127)`` per 32 inputs, then HF
-``DeepseekV4Experts.forward`` transcribed in float64 (clamped SwiGLU, routing weights, skipped ids).
+Oracle (``quant_testutil``): each nibble decoded from its sign / exponent / mantissa bits
+(``(1 + m/2) * 2**(e-1)``, ``m/2`` when ``e == 0``), times ``2 ** (byte - 127)`` per 32 inputs,
+then HF ``DeepseekV4Experts.forward`` transcribed in float64 (clamped SwiGLU, routing weights,
+skipped ids).
 Marked ``gpu``; they also run under ``TRITON_INTERPRET=1`` (small shapes, fp32).
 """
 
@@ -12,46 +13,15 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS, dtypes, rel_err
-
-pytestmark = KERNEL_MARKS
-
-
-def _decode64(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Packed e2m1 ``[..., R, C/2]`` + ue8m0 ``[..., R, C/32]`` -> float64 ``[..., R, C]``."""
-    u = packed.view(torch.uint8).to(torch.int64)
-    codes = torch.stack([u & 15, u >> 4], dim=-1).flatten(-2)  # element 2j low nibble, 2j+1 high
-    sign = 1.0 - 2.0 * ((codes >> 3) & 1).to(torch.float64)
-    e, m = ((codes >> 1) & 3).to(torch.float64), (codes & 1).to(torch.float64)
-    mag = torch.where(e == 0, 0.5 * m, (1.0 + 0.5 * m) * torch.pow(2.0, e - 1.0))
-    s = torch.pow(2.0, scale.to(torch.float64) - 127.0).repeat_interleave(32, dim=-1)
-    return sign * mag * s
+from quant_testutil import fp4_weight64, moe64
+from quant_testutil import random_fp4_experts as _experts
 
 
 def _moe64(x, w13, s13, w2, s2, ids, wts, limit) -> torch.Tensor:
-    wgu, wd = _decode64(w13, s13), _decode64(w2, s2)
-    T, D = x.shape
-    E = wgu.shape[0]
-    out = torch.zeros(T, D, dtype=torch.float64)
-    for t in range(T):
-        for j in range(ids.shape[1]):
-            e = int(ids[t, j])
-            if not 0 <= e < E:
-                continue
-            g, u = (wgu[e] @ x[t].double()).chunk(2)
-            h = torch.nn.functional.silu(g.clamp(max=limit)) * u.clamp(-limit, limit)
-            out[t] += (wd[e] @ h) * float(wts[t, j])
-    return out
+    return moe64(x, fp4_weight64(w13, s13), fp4_weight64(w2, s2), ids, wts, limit)
 
 
-def _experts(E: int, D: int, I: int, gen: torch.Generator) -> tuple:  # noqa: E741
-    w13 = torch.randint(0, 256, (E, 2 * I, D // 2), generator=gen, dtype=torch.uint8)
-    w2 = torch.randint(0, 256, (E, D, I // 2), generator=gen, dtype=torch.uint8)
-    # per-32 scales around 1/(2.9 sqrt(fan_in)), varying by +-1 octave
-    b13 = 127 - round(torch.log2(torch.tensor(2.9 * D**0.5)).item()) + 2  # large enough to hit the clamp
-    b2 = 127 - round(torch.log2(torch.tensor(2.9 * I**0.5)).item())
-    s13 = torch.randint(b13 - 1, b13 + 2, (E, 2 * I, D // 32), generator=gen, dtype=torch.uint8)
-    s2 = torch.randint(b2 - 1, b2 + 2, (E, D, I // 32), generator=gen, dtype=torch.uint8)
-    return w13, s13, w2, s2
+pytestmark = KERNEL_MARKS
 
 
 CASES_INTERP = [(1, 128, 64, 8, 2), (5, 64, 96, 4, 2), (24, 128, 64, 8, 6)]
@@ -82,7 +52,7 @@ def test_fused_moe_fp4_vs_float64(T: int, D: int, I: int, E: int, k: int, dtype:
     out = fused_moe_fp4(*dev, limit)
     assert out.dtype == dtype and out.shape == (T, D) and not torch.isnan(out).any()
     assert rel_err(out, ref) < (1.5e-2 if dtype == torch.bfloat16 else 2e-3)
-    gu = torch.einsum("td,tkfd->tkf", x.double(), _decode64(w13, s13)[ids.clamp(0, E - 1)])
+    gu = torch.einsum("td,tkfd->tkf", x.double(), fp4_weight64(w13, s13)[ids.clamp(0, E - 1)])
     assert (gu.abs() > limit).any()  # the clamp was exercised
 
 

@@ -2,9 +2,10 @@
 
 Benchmarks use them instead of writing and reading a checkpoint. Quantized weights are generated
 directly in their stored format: FP8 linears as e4m3 values of ``N(0, 16^2)`` with one power-of-two
-block scale ``~1 / (16 sqrt(fan_in))``; FP4 experts as uniformly random bytes (every e2m1 code
-pair equally likely, RMS 2.93) with one power-of-two scale per 32 inputs ``~1 / (2.93 sqrt(fan_in))``,
-so every layer's output has the scale of the unquantized ``N(0, 1/fan_in)`` weights.
+block scale ``1 / (16 sqrt(fan_in))``; FP4 experts as uniformly random bytes (every e2m1 code
+pair equally likely, RMS 2.93) with the power-of-two scale per 32 inputs nearest to
+``1 / (2.93 sqrt(fan_in))``, so every layer's output has the scale of the unquantized
+``N(0, 1/fan_in)`` weights (within a factor sqrt(2) for FP4).
 """
 
 from __future__ import annotations
@@ -21,10 +22,6 @@ _FP8_SPREAD = 16.0  # e4m3 values drawn as N(0, 16^2): well inside the +-448 ran
 _CHUNK_ELEMS = 1 << 26  # fp32 temporaries of at most 256 MiB
 
 
-def _pow2_near(x: float) -> float:
-    return 2.0 ** round(math.log2(x))
-
-
 @torch.no_grad()
 def _dummy_fp8(weight: torch.Tensor, scale: torch.Tensor, g: torch.Generator) -> None:
     rows, cols = weight.shape
@@ -33,7 +30,7 @@ def _dummy_fp8(weight: torch.Tensor, scale: torch.Tensor, g: torch.Generator) ->
         n = min(step, rows - r0)
         t = torch.randn(n, cols, generator=g, device=weight.device, dtype=torch.float32) * _FP8_SPREAD
         weight[r0 : r0 + n].copy_(t.clamp_(-448.0, 448.0).to(torch.float8_e4m3fn))
-    scale.fill_(_pow2_near(1.0 / (_FP8_SPREAD * math.sqrt(cols))))
+    scale.fill_(1.0 / (_FP8_SPREAD * math.sqrt(cols)))
 
 
 @torch.no_grad()
