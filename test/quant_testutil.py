@@ -67,19 +67,28 @@ def moe64(
     ids: torch.Tensor,
     wts: torch.Tensor,
     limit: float,
+    stats: dict | None = None,
 ) -> torch.Tensor:
-    """HF ``DeepseekV4Experts.forward`` in float64 on float64 weights (ids outside [0, E) skipped)."""
+    """HF ``DeepseekV4Experts.forward`` in float64 on float64 weights (ids outside [0, E) skipped).
+
+    ``stats``, if given, receives ``max_pre``: the largest |gate / up pre-activation| (to check
+    that a test reaches the SwiGLU clamp)."""
     T, D = x.shape
     E = wgu.shape[0]
     out = torch.zeros(T, D, dtype=torch.float64)
+    max_pre = 0.0
     for t in range(T):
         for j in range(ids.shape[1]):
             e = int(ids[t, j])
             if not 0 <= e < E:
                 continue
-            g, u = (wgu[e] @ x[t].double()).chunk(2)
+            gu = wgu[e] @ x[t].double()
+            max_pre = max(max_pre, float(gu.abs().max()))
+            g, u = gu.chunk(2)
             h = torch.nn.functional.silu(g.clamp(max=limit)) * u.clamp(-limit, limit)
             out[t] += (wd[e] @ h) * float(wts[t, j])
+    if stats is not None:
+        stats["max_pre"] = max_pre
     return out
 
 

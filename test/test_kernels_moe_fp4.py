@@ -17,8 +17,15 @@ from quant_testutil import fp4_weight64, moe64
 from quant_testutil import random_fp4_experts as _experts
 
 
-def _moe64(x, w13, s13, w2, s2, ids, wts, limit) -> torch.Tensor:
-    return moe64(x, fp4_weight64(w13, s13), fp4_weight64(w2, s2), ids, wts, limit)
+def _moe64(x, w13, s13, w2, s2, ids, wts, limit, stats: dict | None = None) -> torch.Tensor:
+    """float64 oracle, decoding only the experts the batch uses."""
+    used = sorted({int(e) for e in ids.flatten() if 0 <= int(e) < w13.shape[0]})
+    remap = torch.full((w13.shape[0] + 1,), -1, dtype=torch.long)
+    remap[torch.tensor(used, dtype=torch.long)] = torch.arange(len(used))
+    local = torch.where((ids >= 0) & (ids < w13.shape[0]), remap[ids.clamp(0, w13.shape[0])], -1)
+    wgu = fp4_weight64(w13[used], s13[used])
+    wd = fp4_weight64(w2[used], s2[used])
+    return moe64(x, wgu, wd, local, wts, limit, stats)
 
 
 pytestmark = KERNEL_MARKS
@@ -26,8 +33,8 @@ pytestmark = KERNEL_MARKS
 
 CASES_INTERP = [(1, 128, 64, 8, 2), (5, 64, 96, 4, 2), (24, 128, 64, 8, 6)]
 CASES_GPU = [
-    (1, 4096, 2048, 32, 6),  # flash decode, bs 1
-    (16, 4096, 2048, 32, 6),
+    (1, 4096, 2048, 32, 6),  # flash expert shapes, decode bs 1
+    (16, 2048, 1024, 16, 6),
     (200, 1024, 512, 16, 6),
     (700, 256, 128, 16, 6),  # 4200 pairs: the torch align path
 ]
@@ -47,13 +54,13 @@ def test_fused_moe_fp4_vs_float64(T: int, D: int, I: int, E: int, k: int, dtype:
         ids[2, 1] = E + 3
     wts = torch.rand(T, k, generator=gen)
     limit = 3.0
-    ref = _moe64(x, w13, s13, w2, s2, ids, wts, limit)
+    stats: dict = {}
+    ref = _moe64(x, w13, s13, w2, s2, ids, wts, limit, stats)
     dev = [t.to(DEVICE) for t in (x, w13, s13, w2, s2, ids, wts)]
     out = fused_moe_fp4(*dev, limit)
     assert out.dtype == dtype and out.shape == (T, D) and not torch.isnan(out).any()
     assert rel_err(out, ref) < (1.5e-2 if dtype == torch.bfloat16 else 2e-3)
-    gu = torch.einsum("td,tkfd->tkf", x.double(), fp4_weight64(w13, s13)[ids.clamp(0, E - 1)])
-    assert (gu.abs() > limit).any()  # the clamp was exercised
+    assert stats["max_pre"] > limit  # the clamp was exercised
 
 
 def test_hash_routing_ids_and_int8_storage() -> None:

@@ -1,0 +1,776 @@
+"""FP8 / FP4 weights on one GPU, in one call: GPU tests, kernel timings, model timings, accuracy.
+
+Everything runs under a hard time budget (``--budget-s``); a phase is skipped when too little
+time is left and the results are rewritten after every phase (``quant_bench.json``,
+``quant_bench.md``), so a cut-off run keeps what it measured. Phases:
+
+1. ``gpu_tests`` (a subprocess started at once; the timings wait for it): ``pytest -m gpu`` on the
+   FP8 GEMM and FP4 MoE kernel tests, the quantized runtime vs HF test and the quantized CUDA-graph
+   replay test (log: ``pytest_quant_gpu.log``).
+2. ``ceilings``: device copy bandwidth (1 GiB, bytes read + written) and the bf16 GEMM rate.
+3. ``fp8_gemm``: every FP8 projection of V4-Flash (q_a, q_b, kv, grouped o_a, o_b, indexer q_b,
+   shared expert) at decode / prefill token counts: bf16 cuBLAS (``F.linear`` on the dequantized
+   weight), the weight-only (``w8a16``) and activation-quantized (``w8a8``) Triton kernels and the
+   variant ``fp8_linear`` picks; each against its copy-bandwidth roofline (weight + scale +
+   activation bytes / measured copy bandwidth). Decode-sized calls are timed as CUDA-graph
+   replays of back-to-back calls on rotating weight copies (no launch gaps, no L2 reuse).
+4. ``moe_fp4``: the FP4 grouped MoE vs the bf16 Triton MoE (``fused_moe``) at V4-Flash expert
+   shapes, with the roofline of the experts a batch touches.
+5. ``flash-8l-32e``: bf16 vs FP8/FP4 dummy weights, decode ms/step at bs 1/8/32/128 (CUDA graphs;
+   second stream at bs 1) and prefill 8k, each with its roofline (weight bytes actually read /
+   copy bandwidth; ``bench_model.active_bytes``).
+6. ``flash-43l`` (FP8/FP4 as its config says, bf16 KV): decode bs 1/16/64, prefill 8k.
+7. ``accuracy``: an official FP8/FP4 checkpoint (``make_checkpoint``, tiny preset; then a
+   reduced flash-shaped model if time allows) on the runtime vs HF transformers fp32 on the same
+   dequantized weights, teacher-forced next-token logprob deltas (mean / p99 / max) over
+   ``--acc-tokens`` tokens: dequantized bf16 (the bf16 floor), FP8/FP4 in one forward (w8a8), in
+   32-token chunks (w8a16).
+
+Usage (device)::
+
+    PYTHONPATH=python:sgl-kernel-v4:test python benchmark/bench_quant.py --out $OUT --budget-s 500
+
+Dry run on the CPU (torch references, tiny shapes)::
+
+    python benchmark/bench_quant.py --out /tmp/q --device cpu --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_model as bm  # noqa: E402
+
+T0 = time.time()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+R: dict[str, Any] = {"errors": {}, "skipped": [], "phase_s": {}}
+
+# V4-Flash FP8 projections: name -> (groups, N per group, K)
+FLASH_LINEARS = {
+    "q_a": (1, 1024, 4096),
+    "q_b": (1, 32768, 1024),
+    "kv": (1, 512, 4096),
+    "o_a (8 groups)": (8, 1024, 4096),
+    "o_b": (1, 4096, 8192),
+    "indexer q_b": (1, 8192, 1024),
+    "shared gate/up": (1, 2048, 4096),
+    "shared down": (1, 4096, 2048),
+}
+
+
+def left(budget: float) -> float:
+    return budget - (time.time() - T0)
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ----------------------------------------------------------------------------------------------
+# timing
+# ----------------------------------------------------------------------------------------------
+def time_calls(fns: list, device: str, graph: bool, reps: int = 10) -> float:
+    """Median ms per call of ``fns`` run back to back (each a call on its own weight copy).
+
+    CUDA with ``graph``: the calls captured in one graph, replayed ``reps`` times (CUDA events);
+    CUDA without: eager calls between events; CPU: wall time."""
+    for f in fns:
+        f()
+    sync()
+    if device != "cuda":
+        ts = []
+        for _ in range(max(1, reps // 3)):
+            t = time.perf_counter()
+            for f in fns:
+                f()
+            ts.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(ts) / len(fns)
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for f in fns:
+                f()
+        g.replay()
+        sync()
+        ms = statistics.median(bm.cuda_ms(g.replay, reps, warm=1))
+        del g
+        return ms / len(fns)
+
+    def all_calls() -> None:
+        for f in fns:
+            f()
+
+    return statistics.median(bm.cuda_ms(all_calls, max(3, reps // 2), warm=1)) / len(fns)
+
+
+def copy_bw() -> float | None:
+    c = R.get("ceilings")
+    return c["copy_tbps"] * 1e12 if c else None
+
+
+def ceilings(device: str) -> None:
+    if device != "cuda":
+        R["ceilings"] = {"copy_tbps": 0.02, "gemm_tflops": 0.05, "method": "dry run: placeholder values"}
+        return
+    bm.ceilings()
+    R["ceilings"] = bm.RESULTS["ceilings"]
+
+
+# ----------------------------------------------------------------------------------------------
+# kernels
+# ----------------------------------------------------------------------------------------------
+def _fp8_weight(n: int, k: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    w = (torch.randn(n, k, device=device) * 16).to(torch.float8_e4m3fn)
+    s = torch.full((-(-n // 128), -(-k // 128)), 1.0 / (16 * k**0.5), device=device)
+    return w, s
+
+
+def bench_fp8_gemm(
+    device: str,
+    shapes: dict,
+    tokens: list[int],
+    dtype: torch.dtype,
+    extra: dict[str, list[int]] | None = None,
+) -> None:
+    """FP8 linear rows; ``extra``: more token counts for some shapes (where w8a16 / w8a8 cross)."""
+    from sgl_kernel_v4 import ops
+    from sgl_kernel_v4.ref.fp8_gemm import dequant_fp8_block
+
+    if device == "cuda":
+        from sgl_kernel_v4.triton.fp8_gemm import choose_variant, fp8_linear
+    else:
+        from sgl_kernel_v4.ref.fp8_gemm import fp8_linear
+
+        def choose_variant(t: int) -> str:
+            return "w8a16"
+
+    rows = R.setdefault("fp8_gemm", [])
+    bw = copy_bw()
+    gemm = (R.get("ceilings") or {}).get("gemm_tflops")
+    for name, (G, N, K) in shapes.items():
+        w_bytes = G * N * K + 4 * (-(-G * N // 128)) * (-(-K // 128))
+        copies = max(1, min(16, -(-(256 << 20) // w_bytes))) if device == "cuda" else 1
+        ws = [_fp8_weight(G * N, K, device) for _ in range(copies)]
+        wb = [dequant_fp8_block(w, s).to(dtype) for w, s in ws]
+        for T in sorted(set(tokens) | set((extra or {}).get(name, []))):
+            graph = device == "cuda" and T <= 128
+            n_calls = copies if T <= 128 else 1
+            x = (
+                torch.randn(T, G, K, device=device).to(dtype)
+                if G > 1
+                else torch.randn(T, K, device=device).to(dtype)
+            )
+            row: dict[str, Any] = {"shape": name, "T": T, "G": G, "N": N, "K": K, "auto": choose_variant(T)}
+
+            if G > 1:
+                bf16 = [
+                    functools.partial(torch.einsum, "tgk,gnk->tgn", x, wb[i].view(G, N, K))
+                    for i in range(n_calls)
+                ]
+            else:
+                bf16 = [functools.partial(F.linear, x, wb[i]) for i in range(n_calls)]
+            row["bf16_ms"] = time_calls(bf16, device, graph)
+            for v in ("w8a16", "w8a8"):
+                if device != "cuda" and v == "w8a8" and T > 64:
+                    continue
+                fns = [functools.partial(fp8_linear, x, ws[i][0], ws[i][1], v) for i in range(n_calls)]
+                row[f"{v}_ms"] = time_calls(fns, device, graph)
+            if device != "cuda":
+                ops.fp8_linear(x, ws[0][0], ws[0][1])  # the dispatching wrapper runs too
+            act = T * G * K * x.element_size() + T * G * N * x.element_size()
+            row["fp8_bytes"] = w_bytes + act + (2 * T * G * K + 4 * T * G * (-(-K // 128)) if T > 64 else 0)
+            row["bf16_bytes"] = 2 * G * N * K + act
+            best = min(row.get("w8a16_ms", 1e9), row.get("w8a8_ms", 1e9))
+            row["best_fp8_ms"] = best
+            row["fp8_speedup_vs_bf16"] = round(row["bf16_ms"] / best, 2)
+            if bw:
+                row["fp8_roofline_ms"] = row["fp8_bytes"] / bw * 1e3
+                row["bf16_roofline_ms"] = row["bf16_bytes"] / bw * 1e3
+                row["fp8_x_roofline"] = round(best / row["fp8_roofline_ms"], 2)
+                row["bf16_x_roofline"] = round(row["bf16_ms"] / row["bf16_roofline_ms"], 2)
+            flops = 2.0 * T * G * N * K
+            row["fp8_tflops"] = round(flops / (best * 1e-3) / 1e12, 1)
+            if gemm and T >= 1024:
+                row["fp8_fraction_of_bf16_gemm_rate"] = round(row["fp8_tflops"] / gemm, 2)
+            rows.append({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+        del ws, wb
+        free_memory()
+
+
+def bench_moe_fp4(device: str, cases: list[tuple[int, int, int, int]], tokens: list[int], dtype) -> None:
+    """``cases``: (E, D, I, k). bf16 baseline only when its weights are small enough to hold."""
+    from sgl_kernel_v4 import ops
+    from sgl_kernel_v4.ref.moe_fp4 import dequant_fp4
+
+    rows = R.setdefault("moe_fp4", [])
+    bw = copy_bw()
+    for E, D, I, k in cases:  # noqa: E741
+        g = torch.Generator(device=device).manual_seed(E)
+        w13 = torch.randint(0, 256, (E, 2 * I, D // 2), dtype=torch.uint8, device=device, generator=g)
+        w2 = torch.randint(0, 256, (E, D, I // 2), dtype=torch.uint8, device=device, generator=g)
+        s13 = torch.full((E, 2 * I, D // 32), 127 - 8, dtype=torch.uint8, device=device)
+        s2 = torch.full((E, D, I // 32), 127 - 8, dtype=torch.uint8, device=device)
+        bf16_ok = E * 3 * I * D * 2 <= (4 << 30)
+        if bf16_ok:
+            wgu = torch.cat([dequant_fp4(w13[e : e + 1], s13[e : e + 1], dtype) for e in range(E)])
+            wd = torch.cat([dequant_fp4(w2[e : e + 1], s2[e : e + 1], dtype) for e in range(E)])
+        per_expert = 3 * I * D * (0.5 + 1 / 32)
+        for T in tokens:
+            x = torch.randn(T, D, device=device).to(dtype)
+            ids = (
+                torch.stack([torch.randperm(E, device=device)[:k] for _ in range(T)])
+                if T <= 256
+                else (torch.rand(T, E, device=device).argsort(dim=1)[:, :k])
+            )
+            wts = torch.rand(T, k, device=device)
+            graph = device == "cuda" and T <= 128
+            row: dict[str, Any] = {"E": E, "D": D, "I": I, "k": k, "T": T}
+            fp4 = functools.partial(ops.fused_moe_fp4, x, w13, s13, w2, s2, ids, wts, 10.0)
+            row["fp4_ms"] = time_calls([fp4], device, graph)
+            if bf16_ok:
+                bf16 = functools.partial(ops.fused_moe, x, wgu, wd, ids, wts, 10.0)
+                row["bf16_ms"] = time_calls([bf16], device, graph)
+                row["fp4_speedup_vs_bf16"] = round(row["bf16_ms"] / row["fp4_ms"], 2)
+            touched = E * (1 - (1 - k / E) ** T)
+            row["experts_touched"] = round(touched, 1)
+            row["fp4_bytes"] = int(touched * per_expert + 2 * T * D * 2)
+            if bw:
+                row["fp4_roofline_ms"] = row["fp4_bytes"] / bw * 1e3
+                row["fp4_x_roofline"] = round(row["fp4_ms"] / row["fp4_roofline_ms"], 2)
+                if bf16_ok:
+                    row["bf16_roofline_ms"] = (touched * 3 * I * D * 2 + 2 * T * D * 2) / bw * 1e3
+                    row["bf16_x_roofline"] = round(row["bf16_ms"] / row["bf16_roofline_ms"], 2)
+            rows.append({kk: (round(v, 4) if isinstance(v, float) else v) for kk, v in row.items()})
+        del w13, w2, s13, s2
+        if bf16_ok:
+            del wgu, wd
+        free_memory()
+
+
+def sweep(device: str, dtype: torch.dtype) -> None:
+    """Tile sweep of the decode kernels (data for the config tables): the weight-only FP8 GEMM at
+    decode shapes and the FP4 MoE at bs 1 / 32; ms per call for each config, best first."""
+    from sgl_kernel_v4 import ops
+
+    if device == "cuda":
+        from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+        from sgl_kernel_v4.triton.moe_fp4 import fused_moe_fp4
+    else:
+        from sgl_kernel_v4.ref.fp8_gemm import fp8_linear as ref_linear
+        from sgl_kernel_v4.ref.moe_fp4 import fused_moe_fp4 as ref_moe
+
+        def fp8_linear(x, w, s, v=None, config=None):  # noqa: ARG001 - the dry run ignores tiles
+            return ref_linear(x, w, s, v)
+
+        def fused_moe_fp4(*a, config=None):  # noqa: ARG001
+            return ref_moe(*a)
+
+    out = R.setdefault("sweep", {})
+    gemm_shapes = (
+        [("q_a", 1, 1024, 4096, 1), ("kv", 1, 512, 4096, 1), ("q_b", 1, 32768, 1024, 1), ("o_b", 1, 4096, 8192, 1),
+         ("o_a", 8, 1024, 4096, 1), ("shared down", 1, 4096, 2048, 32)]
+        if device == "cuda" else [("q_a-like", 1, 64, 256, 1)]
+    )  # fmt: skip
+    cands = [(bn, sk, 4) for bn in (16, 32, 64, 128) for sk in (1, 4)]
+    for name, G, N, K, T in gemm_shapes:
+        w, s = _fp8_weight(G * N, K, device)
+        x = (torch.randn(T, G, K, device=device) if G > 1 else torch.randn(T, K, device=device)).to(dtype)
+        res = []
+        for bn, sk, st in cands if device == "cuda" else cands[:2]:
+            cfg = {
+                "BLOCK_M": 16 if T <= 16 else 32,
+                "BLOCK_N": bn,
+                "BLOCK_K": 128,
+                "SPLIT_K": sk,
+                "num_warps": 4,
+                "num_stages": st,
+            }
+            try:
+                ms = time_calls(
+                    [functools.partial(fp8_linear, x, w, s, "w8a16", config=cfg)], device, device == "cuda"
+                )
+                res.append({"config": cfg, "ms": round(ms, 4)})
+            except Exception as e:  # noqa: BLE001 - e.g. out of shared memory: skip the config
+                res.append({"config": cfg, "error": repr(e)[:200]})
+        res.sort(key=lambda r: r.get("ms", 1e9))
+        out[f"w8a16 {name} T={T}"] = res[:6]
+        del w, s
+    E, D, I, k = (32, 4096, 2048, 6) if device == "cuda" else (8, 128, 64, 2)  # noqa: E741
+    w13 = torch.randint(0, 256, (E, 2 * I, D // 2), dtype=torch.uint8, device=device)
+    w2 = torch.randint(0, 256, (E, D, I // 2), dtype=torch.uint8, device=device)
+    s13 = torch.full((E, 2 * I, D // 32), 119, dtype=torch.uint8, device=device)
+    s2 = torch.full((E, D, I // 32), 119, dtype=torch.uint8, device=device)
+    mcands = [(bn, bk, 4, 3) for bn in (32, 64, 128) for bk in (64, 128)]
+    for T in (1, 32):
+        x = torch.randn(T, D, device=device).to(dtype)
+        ids = torch.rand(T, E, device=device).argsort(dim=1)[:, :k]
+        wts = torch.rand(T, k, device=device)
+        res = []
+        for bn, bk, nw, st in mcands if device == "cuda" else mcands[:2]:
+            cfg = {
+                "BLOCK_M": 16 if T <= 16 else 32,
+                "BLOCK_N": bn,
+                "BLOCK_K": bk,
+                "num_warps": nw,
+                "num_stages": st,
+            }
+            try:
+                fn = functools.partial(fused_moe_fp4, x, w13, s13, w2, s2, ids, wts, 10.0, config=cfg)
+                res.append({"config": cfg, "ms": round(time_calls([fn], device, device == "cuda"), 4)})
+            except Exception as e:  # noqa: BLE001
+                res.append({"config": cfg, "error": repr(e)[:200]})
+        res.sort(key=lambda r: r.get("ms", 1e9))
+        out[f"moe_fp4 E={E} T={T}"] = res[:6]
+        out[f"moe_fp4 E={E} T={T} default_ms"] = round(
+            time_calls(
+                [functools.partial(ops.fused_moe_fp4, x, w13, s13, w2, s2, ids, wts, 10.0)],
+                device,
+                device == "cuda",
+            ),
+            4,
+        )
+    del w13, w2, s13, s2
+    free_memory()
+
+
+# ----------------------------------------------------------------------------------------------
+# whole model
+# ----------------------------------------------------------------------------------------------
+def bench_model_rows(
+    tag: str,
+    preset: str,
+    quantization: str | None,
+    device: str,
+    dtype: str,
+    decode_bs: list[int],
+    prefill: list[int],
+    ctx: int,
+    budget: float,
+) -> None:
+    from sglang_v4.model_loader.loader import weight_nbytes
+    from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+    out = R.setdefault("models", {}).setdefault(tag, {"preset": preset, "quantization": quantization})
+    t = time.time()
+    bench = bm.Bench(
+        max(ctx, max(prefill, default=0)) + 1024, preset, device, dtype, quantization=quantization
+    )
+    model, mc = bench.runner.model, bench.mc
+    out["build_s"] = round(time.time() - t, 1)
+    out["weights_gib"] = round(weight_nbytes(model) / 2**30, 3)
+    out["weight_format"] = model.quant.describe() if model.quant is not None else f"{dtype} (unquantized)"
+    if device == "cuda":
+        out["free_gib_after_build"] = round(torch.cuda.mem_get_info()[0] / 2**30, 2)
+    out["kv_capacity_tokens"] = bench.runner.max_total_tokens
+    bw = copy_bw()
+    rows = out.setdefault("rows", {})
+    try:
+        _, src = bench.prefill(ctx)
+        cuda = device == "cuda"
+        for bs in decode_bs:
+            if left(budget) < 20:
+                R["skipped"].append(f"{tag} decode bs{bs}")
+                continue
+            r = bench.decode(
+                src,
+                ctx,
+                bs,
+                graphs=cuda,
+                stream=cuda and bs <= 4,
+                steps=20 if cuda else 2,
+                warm=3 if cuda else 1,
+            )
+            ab = bm.active_bytes(model, mc, bs)
+            r["active_gb"] = round(ab["active_gb"], 3)
+            if bw:
+                r["roofline_ms"] = round(ab["active_gb"] * 1e9 / bw * 1e3, 3)
+                r["x_roofline"] = round(r["ms_step"] / r["roofline_ms"], 2)
+            rows[f"decode bs{bs}"] = r
+        with torch.device("meta"):
+            meta = DeepseekV4ForCausalLM(mc, torch.bfloat16, "meta")  # logical parameter counts
+        for n in prefill:
+            if left(budget) < 25:
+                R["skipped"].append(f"{tag} prefill {n}")
+                continue
+            ts = []
+            for i in range(3 if cuda else 1):
+                dt, (slot, blocks, wins) = bench.prefill(n, seed=i + 1)
+                bench.release(slot, blocks, wins)
+                if i or not cuda:
+                    ts.append(dt)
+            s = statistics.median(ts)
+            fl = bm.prefill_flops(meta, mc, n)
+            rows[f"prefill {n}"] = {
+                "s": round(s, 4),
+                "tok_s": round(n / s, 1),
+                "tflops": round(fl / s / 1e12, 1),
+            }
+    finally:
+        bench.__dict__.clear()
+        free_memory()
+
+
+# ----------------------------------------------------------------------------------------------
+# accuracy
+# ----------------------------------------------------------------------------------------------
+def _next_token_logprobs(runner, ids: list[int], chunk: int) -> torch.Tensor:
+    from sglang_v4.model_executor.forward_batch import ReqForwardInput
+
+    pool, page = runner.pool, runner.page_size
+    slot = pool.req_slots.alloc()
+    pool.reset_req_state(slot)
+    blocks: list[int] = []
+    wins: dict[int, int] = {}
+    outs = []
+    for s in range(0, len(ids), chunk):
+        part = ids[s : s + chunk]
+        end = s + len(part)
+        while len(blocks) < -(-end // page):
+            blocks += pool.block_alloc.alloc_or_raise(1)
+        for k in range(max(0, (s - 127) // 128), (end - 1) // 128 + 1):
+            if k not in wins:
+                wins[k] = pool.window_alloc.alloc_or_raise(1)[0]
+        _, logits = runner.forward([ReqForwardInput(slot, part, s, list(blocks), dict(wins), 0)])
+        outs.append(torch.log_softmax(logits.float(), dim=-1).cpu())
+    lp = torch.cat(outs)[:-1]
+    return lp.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+
+def write_accuracy_checkpoints(cases: list[tuple[str, dict, int]], paths: dict[str, str]) -> None:
+    """Official FP8/FP4 checkpoints (``make_checkpoint``, seed 0) of each case, CPU work only."""
+    from sglang_v4.tools.make_checkpoint import write_checkpoint
+
+    for tag, cfg, _ in cases:
+        t = time.time()
+        tmp = tempfile.mkdtemp(prefix="quant_acc_")
+        paths[tag] = write_checkpoint(tmp, fmt="official", weights="fp8", seed=0, config_dict=cfg)
+        R.setdefault("accuracy_write_s", {})[tag] = round(time.time() - t, 1)
+
+
+def accuracy(tag: str, cfg: dict, path: str, n_tokens: int, device: str, dtype: str) -> None:
+    """Teacher-forced next-token logprobs: runtime (three ways) vs HF fp32 on dequantized weights."""
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.model_executor.model_runner import ModelRunner
+    from sglang_v4.model_loader.loader import load_state_dict
+    from transformers import DeepseekV4Config
+    from transformers import DeepseekV4ForCausalLM as HFModel
+
+    t = time.time()
+    out: dict[str, Any] = {"config": tag, "tokens": n_tokens}
+    mc = ModelConfig.from_pretrained(path)
+    g = torch.Generator().manual_seed(11)
+    ids = torch.randint(2, min(120000, mc.vocab_size), (n_tokens,), generator=g).tolist()
+    hcfg = DeepseekV4Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+    hf = HFModel(hcfg).eval()
+    hf.load_state_dict(
+        {
+            k: v.float() if v.is_floating_point() else v
+            for k, v in load_state_dict(path, progress=False).items()
+        }
+    )
+    hf.to(device)
+    with torch.no_grad():
+        ref = torch.log_softmax(hf(torch.tensor([ids], device=device)).logits[0].float(), -1)[:-1].cpu()
+    ref = ref.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+    del hf
+    free_memory()
+    runs = [("dequantized bf16 (floor)", "none", n_tokens), ("FP8/FP4, one forward (w8a8)", "fp8", n_tokens)]
+    runs.append(("FP8/FP4, 32-token chunks (w8a16)", "fp8", 32))
+    for label, quant, chunk in runs:
+        runner = ModelRunner(
+            mc,
+            path,
+            device,
+            dtype,
+            256,
+            n_tokens + 1024,
+            4,
+            n_tokens + 512,
+            quantization=quant,
+            disable_cuda_graph=True,
+        )
+        d = (_next_token_logprobs(runner, ids, chunk) - ref).abs()
+        out[label] = {
+            "mean_abs_dlogprob": round(d.mean().item(), 4),
+            "p99_abs_dlogprob": round(d.quantile(0.99).item(), 4),
+            "max_abs_dlogprob": round(d.max().item(), 4),
+        }
+        del runner
+        free_memory()
+    out["s"] = round(time.time() - t, 1)
+    R.setdefault("accuracy", []).append(out)
+
+
+def reduced_flash_config() -> dict:
+    """V4-Flash shapes, 4 layers (sliding, sliding, CSA, HCA), 8 experts, one hash layer."""
+    from sglang_v4.configs.presets import get_preset, without_quantization
+
+    d = without_quantization(get_preset("flash-8l-32e"))
+    d.update(
+        num_hidden_layers=4,
+        layer_types=d["layer_types"][:4],
+        mlp_layer_types=d["mlp_layer_types"][:4],
+        n_routed_experts=8,
+    )
+    return d
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU tests
+# ----------------------------------------------------------------------------------------------
+def start_gpu_tests(out: str, device: str) -> subprocess.Popen | None:
+    files = ["test/test_kernels_fp8_gemm.py", "test/test_kernels_moe_fp4.py"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if device == "cuda":
+        files += [
+            "test/test_quant_gpu.py",
+            "test/test_gpu_cuda_graph_padding.py::test_cuda_graph_decode_matches_eager_gpu_fp8_fp4",
+        ]
+    else:
+        env["TRITON_INTERPRET"] = "1"  # dry run: the kernels under the Triton interpreter
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rfEs", "-p", "no:cacheprovider", *files]
+    log = open(os.path.join(out, "pytest_quant_gpu.log"), "w")
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def wait_gpu_tests(proc: subprocess.Popen | None, out: str, budget: float) -> None:
+    if proc is None:
+        return
+    try:
+        proc.wait(timeout=max(5.0, left(budget) - 240))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        R["errors"]["gpu_tests"] = "timed out (killed to keep the time budget)"
+    with open(os.path.join(out, "pytest_quant_gpu.log")) as f:
+        tail = [ln for ln in f.read().strip().splitlines() if ln.strip()]
+    R["gpu_tests"] = {"rc": proc.returncode, "summary": tail[-1] if tail else ""}
+
+
+# ----------------------------------------------------------------------------------------------
+# report
+# ----------------------------------------------------------------------------------------------
+def targets() -> dict[str, Any]:
+    """The issue's targets, from whatever rows exist."""
+    out: dict[str, Any] = {}
+    m = R.get("models", {})
+
+    def row(tag: str, name: str) -> dict:
+        return m.get(tag, {}).get("rows", {}).get(name, {})
+
+    for tag in ("flash-8l-32e fp8", "flash-43l"):
+        r = row(tag, "decode bs1")
+        if r.get("x_roofline"):
+            out[f"{tag}: bs1 decode x roofline (target <= 1.3)"] = r["x_roofline"]
+            out[f"{tag}: bs1 within 1.3x roofline"] = r["x_roofline"] <= 1.3
+    a, b = row("flash-8l-32e bf16", "decode bs1"), row("flash-8l-32e fp8", "decode bs1")
+    if a.get("ms_step") and b.get("ms_step"):
+        out["flash-8l-32e bs1: bf16 / FP8-FP4 ms ratio (target >= 1.6)"] = round(
+            a["ms_step"] / b["ms_step"], 2
+        )
+        out["flash-8l-32e bs1: FP8/FP4 at least 1.6x faster"] = a["ms_step"] / b["ms_step"] >= 1.6
+    for bs in (8, 32, 128):
+        a, b = row("flash-8l-32e bf16", f"decode bs{bs}"), row("flash-8l-32e fp8", f"decode bs{bs}")
+        if a.get("ms_step") and b.get("ms_step"):
+            out[f"flash-8l-32e bs{bs}: bf16 / FP8-FP4 ms ratio"] = round(a["ms_step"] / b["ms_step"], 2)
+    return out
+
+
+def _table(rows: list[dict], cols: list[str]) -> list[str]:
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    return lines
+
+
+def markdown() -> str:
+    env, c = R.get("env", {}), R.get("ceilings", {})
+    lines = [f"# bench_quant ({env.get('gpu', '?')}, elapsed {R.get('elapsed_s')} s)", ""]
+    lines.append(f"command: `{env.get('command')}`; torch {env.get('torch')}, triton {env.get('triton')}")
+    if c:
+        lines.append(
+            f"ceilings: copy {c.get('copy_tbps')} TB/s, bf16 GEMM {c.get('gemm_tflops')} TFLOP/s ({c.get('method')})"
+        )
+    if "gpu_tests" in R:
+        lines.append(
+            f"GPU tests (pytest -m gpu, quantization files): rc={R['gpu_tests']['rc']} `{R['gpu_tests']['summary']}`"
+        )
+    if R.get("targets"):
+        lines += ["", "## Targets", ""] + _table(
+            [{"target": k, "value": v} for k, v in R["targets"].items()], ["target", "value"]
+        )
+    if R.get("fp8_gemm"):
+        lines += [
+            "",
+            "## FP8 block-scaled linear vs bf16 cuBLAS (ms per call; roofline = bytes / copy bandwidth)",
+            "",
+        ]
+        lines += _table(
+            R["fp8_gemm"],
+            ["shape", "T", "auto", "bf16_ms", "w8a16_ms", "w8a8_ms", "fp8_speedup_vs_bf16", "fp8_roofline_ms",
+             "fp8_x_roofline", "bf16_x_roofline", "fp8_tflops", "fp8_fraction_of_bf16_gemm_rate"],
+        )  # fmt: skip
+    if R.get("moe_fp4"):
+        lines += ["", "## FP4 MoE vs bf16 Triton MoE (ms per call)", ""]
+        lines += _table(
+            R["moe_fp4"],
+            ["E", "T", "experts_touched", "bf16_ms", "fp4_ms", "fp4_speedup_vs_bf16", "fp4_roofline_ms",
+             "fp4_x_roofline", "bf16_x_roofline"],
+        )  # fmt: skip
+    for tag, m in R.get("models", {}).items():
+        lines += [
+            "",
+            f"## {tag}: {m.get('weight_format')}, weights {m.get('weights_gib')} GiB, build {m.get('build_s')} s",
+        ]
+        extra = {k: m[k] for k in ("free_gib_after_build", "kv_capacity_tokens") if k in m}
+        if extra:
+            lines.append(json.dumps(extra))
+        lines += [""] + _table(
+            [{"row": k, **v} for k, v in m.get("rows", {}).items()],
+            ["row", "ms_step", "tok_s", "replay_ms", "active_gb", "roofline_ms", "x_roofline", "s", "tflops"],
+        )
+    for a in R.get("accuracy", []):
+        lines += [
+            "",
+            f"## Accuracy vs HF fp32 on the dequantized weights: {a['config']}, {a['tokens']} tokens",
+            "",
+        ]
+        lines += _table(
+            [{"runtime": k, **v} for k, v in a.items() if isinstance(v, dict)],
+            ["runtime", "mean_abs_dlogprob", "p99_abs_dlogprob", "max_abs_dlogprob"],
+        )
+    if R.get("sweep"):
+        lines += ["", "## Tile sweep (decode kernels; best configs first)", ""]
+        for k, v in R["sweep"].items():
+            lines.append(f"- {k}: {json.dumps(v) if not isinstance(v, list) else json.dumps(v[:3])}")
+    if R["errors"]:
+        lines += ["", "## errors"] + [f"- {k}: {v[-1500:]}" for k, v in R["errors"].items()]
+    if R["skipped"]:
+        lines += ["", "skipped (time budget): " + ", ".join(R["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+def save(out: str) -> None:
+    R["elapsed_s"] = round(time.time() - T0, 1)
+    try:
+        R["targets"] = targets()
+        md = markdown()
+    except Exception:  # noqa: BLE001 - a report bug must not lose the rows
+        R["errors"]["report"] = traceback.format_exc()[-2000:]
+        md = "report failed; see quant_bench.json\n"
+    with open(os.path.join(out, "quant_bench.json"), "w") as f:
+        json.dump(R, f, indent=1, default=str)
+    with open(os.path.join(out, "quant_bench.md"), "w") as f:
+        f.write(md)
+
+
+def phase(name: str, need_s: float, budget: float, out: str, fn, *a, **kw) -> None:
+    if left(budget) < need_s:
+        R["skipped"].append(name)
+        save(out)
+        return
+    t = time.time()
+    try:
+        fn(*a, **kw)
+    except Exception:  # noqa: BLE001 - a failed phase must not lose the others
+        R["errors"][name] = traceback.format_exc()[-3000:]
+        free_memory()
+    finally:
+        R["phase_s"][name] = round(time.time() - t, 1)
+        save(out)
+        print(f"[{time.time() - T0:6.1f}s] {name} done", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--budget-s", type=float, default=480.0)
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument(
+        "--dry-run", action="store_true", help="tiny presets and shapes (the CPU check of the driver)"
+    )
+    ap.add_argument("--no-tests", action="store_true", help="skip the pytest phase")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    cuda, B = args.device == "cuda", args.budget_s
+    dry = args.dry_run or not cuda
+    dtype_name = "bfloat16" if cuda else "float32"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    gpu, triton_version = "cpu (dry run)", None
+    if cuda:
+        import triton
+
+        gpu, triton_version = torch.cuda.get_device_properties(0).name, triton.__version__
+    R["env"] = {
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "time_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "command": " ".join(sys.argv),
+    }
+    save(args.out)
+    proc = None if args.no_tests else start_gpu_tests(args.out, args.device)
+    if dry:
+        small_preset, big_preset, ctx = "tiny", "tiny", 200
+        decode_bs, big_bs, prefill = [1, 2], [1, 2], [256]
+        shapes = {"q_a-like": (1, 64, 256), "o_a-like (2 groups)": (2, 32, 256)}
+        tokens, moe_cases, moe_tokens = [1, 8, 96], [(8, 128, 64, 2)], [1, 8]
+        acc = [("tiny", None, 200)]
+    else:
+        small_preset, big_preset, ctx = "flash-8l-32e", "flash-43l", 960
+        decode_bs, big_bs, prefill = [1, 8, 32, 128], [1, 16, 64], [8192]
+        shapes, tokens = FLASH_LINEARS, [1, 32, 128, 8192]
+        moe_cases, moe_tokens = [(32, 4096, 2048, 6), (160, 4096, 2048, 6)], [1, 8, 32, 128, 8192]
+        acc = [("tiny", None, 1024), ("flash-shaped 4 layers 8 experts", "reduced", 1024)]
+    from sglang_v4.configs.presets import get_preset
+
+    acc_cases = [
+        (label, get_preset("tiny") if which is None else reduced_flash_config(), n) for label, which, n in acc
+    ]
+    paths: dict[str, str] = {}
+    # CPU work (checkpoint writing) overlaps the tests; every timing waits for them
+    phase("accuracy checkpoints", 30, B, args.out, write_accuracy_checkpoints, acc_cases, paths)
+    wait_gpu_tests(proc, args.out, B)
+    save(args.out)
+    phase("ceilings", 10, B, args.out, ceilings, args.device)
+    crossover = {} if dry else {"q_b": [8, 64, 256, 512, 2048], "o_b": [8, 64, 256, 512, 2048]}
+    phase("fp8_gemm", 60, B, args.out, bench_fp8_gemm, args.device, shapes, tokens, dtype, crossover)
+    phase("moe_fp4", 40, B, args.out, bench_moe_fp4, args.device, moe_cases, moe_tokens, dtype)
+    for tag, quant in ((f"{small_preset} bf16", "none"), (f"{small_preset} fp8", "fp8")):
+        phase(tag, 40, B, args.out, bench_model_rows, tag, small_preset, quant, args.device, dtype_name,
+              decode_bs, prefill, ctx, B)  # fmt: skip
+    tag = big_preset if not dry else f"{big_preset} (as flash-43l)"
+    phase(tag, 60, B, args.out, bench_model_rows, tag, big_preset, "fp8" if dry else None, args.device, dtype_name,
+          big_bs, prefill, ctx, B)  # fmt: skip
+    for label, cfg, n in acc_cases:
+        if label in paths:
+            phase(f"accuracy {label}", 30 if label == "tiny" else 60, B, args.out, accuracy, label, cfg,
+                  paths[label], n, args.device, dtype_name)  # fmt: skip
+    phase("sweep", 45, B, args.out, sweep, args.device, dtype)
+    save(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
