@@ -33,6 +33,10 @@ def test_bench_quant_dry_run(tmp_path) -> None:
         assert {"decode bs1", "decode bs2", "prefill 256"} <= set(m["rows"])
     (acc,) = res["accuracy"]
     assert acc["config"] == "tiny" and acc["tokens"] == 200
-    for label in ("dequantized bf16 (floor)", "FP8/FP4, one forward (w8a8)", "FP8/FP4, 32-token chunks (w8a16)"):
+    for label in (
+        "dequantized bf16 (floor)",
+        "FP8/FP4, one forward (w8a8)",
+        "FP8/FP4, 32-token chunks (w8a16)",
+    ):
         assert acc[label]["max_abs_dlogprob"] < 1e-3  # CPU: the fp32 references are exact
     assert res["sweep"] and "## Accuracy" in (out / "quant_bench.md").read_text()

@@ -59,7 +59,9 @@ def test_fp8_fp4_runtime_vs_hf_teacher_forced(tmp_path) -> None:
     mc = ModelConfig.from_pretrained(path)
     ids = random_ids(400, seed=77)
     hf = HFModel(DeepseekV4Config(**{k: v for k, v in cfg.items() if k != "model_type"})).eval()
-    hf.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in load_state_dict(path).items()})
+    hf.load_state_dict(
+        {k: v.float() if v.is_floating_point() else v for k, v in load_state_dict(path).items()}
+    )
     with torch.no_grad():
         ref = torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), -1)[:-1]
     ref = ref.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
