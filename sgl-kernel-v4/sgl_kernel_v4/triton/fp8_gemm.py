@@ -36,6 +36,9 @@ from ._utils import num_sms
 
 __all__ = ["W8A16_MAX_TOKENS", "act_quant", "choose_variant", "fp8_linear"]
 
+_FP8_MAX = tl.constexpr(FP8_MAX)
+_AMAX_MIN = tl.constexpr(AMAX_MIN)
+
 #: Largest token count that takes the weight-only kernel (decode / small chunks); above it the
 #: activations are quantized and the GEMM runs on fp8 tensor cores.
 W8A16_MAX_TOKENS = 64
@@ -64,7 +67,7 @@ def _round_e4m3(y):
     bits = y.to(tl.int32, bitcast=True)
     e = tl.maximum((bits >> 23) & 0xFF, 127 - 6) - 3  # biased exponent of the e4m3 ulp at |y|
     ulp = (e << 23).to(tl.float32, bitcast=True)
-    r = y / ulp  # exact: ulp is a power of two
+    r = y * ((254 - e) << 23).to(tl.float32, bitcast=True)  # y / ulp, exact (1/ulp is a power of two)
     f = tl.floor(r + 0.5)
     odd = (f - 2.0 * tl.floor(f * 0.5)) != 0.0
     f = tl.where(((f - r) == 0.5) & odd, f - 1.0, f)
@@ -91,12 +94,12 @@ def _act_quant_kernel(
     mask = (offs_m < M)[:, None] & (offs_k < K)[None, :]
     rows = offs_m.to(tl.int64)
     x = tl.load(x_ptr + rows[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
-    amax = tl.maximum(tl.max(tl.abs(x), axis=1), AMAX_MIN)
-    s = tl.math.div_rn(amax, FP8_MAX)
+    amax = tl.maximum(tl.max(tl.abs(x), axis=1), _AMAX_MIN)
+    s = tl.math.div_rn(amax, _FP8_MAX)
     if POW2:
         s = _pow2_ceil(s)
     q = tl.math.div_rn(x, s[:, None])
-    q = _round_e4m3(tl.minimum(tl.maximum(q, -FP8_MAX), FP8_MAX))
+    q = _round_e4m3(tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX))
     tl.store(q_ptr + rows[:, None] * stride_qm + offs_k[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(s_ptr + rows * stride_sm + kb, s, mask=offs_m < M)
 
