@@ -41,12 +41,26 @@ FP4_PACKED_DTYPES: tuple[torch.dtype, ...] = (torch.int8, torch.uint8) + (
 def scale_to_float(scale: torch.Tensor) -> torch.Tensor:
     """A stored scale tensor as float32.
 
-    ``float8_e8m0fnu`` and float scales convert directly; ``uint8`` is read as raw e8m0 exponent
-    bytes (``2 ** (b - 127)``), as some MX checkpoints store them.
+    ``float8_e8m0fnu`` and ``uint8`` (raw e8m0 exponent bytes, as some MX checkpoints store them)
+    are read as ``2 ** (b - 127)`` from the byte; float scales convert directly. Exact, and no
+    e8m0 cast is needed on the device.
     """
+    if scale.dtype == E8M0_DTYPE:
+        scale = scale.contiguous().view(torch.uint8)
     if scale.dtype == torch.uint8:
-        return torch.exp2(scale.to(torch.float32) - 127.0)
+        b = scale.to(torch.int32)
+        f = (b << 23).view(torch.float32)  # the byte as an fp32 exponent field: 2 ** (b - 127)
+        return torch.where(b == 0, torch.full_like(f, 2.0**-127), f)  # byte 0: subnormal 2 ** -127
     return scale.to(torch.float32)
+
+
+def _as_scale_dtype(pow2: torch.Tensor, scale_dtype: torch.dtype) -> torch.Tensor:
+    """Power-of-two float32 scales as ``scale_dtype``; e8m0 built from the exponent bits (exact,
+    no e8m0 cast needed on the device)."""
+    if scale_dtype == E8M0_DTYPE:
+        bits = pow2.to(torch.float32).contiguous().view(torch.int32)
+        return ((bits >> 23) & 0xFF).to(torch.uint8).view(E8M0_DTYPE)
+    return pow2.to(scale_dtype)
 
 
 def _pow2_ceil(x: torch.Tensor) -> torch.Tensor:
@@ -107,7 +121,7 @@ def quantize_fp8_block(
         scale = torch.where(amax > 0, scale, torch.ones_like(scale))
     q = (blocks / scale[..., :, None, :, None]).clamp(-FP8_MAX, FP8_MAX)
     q = q.reshape(*lead, nr * bm, nc * bn)[..., :r, :c].to(FP8_DTYPE)
-    return q.contiguous(), scale.to(scale_dtype)
+    return q.contiguous(), _as_scale_dtype(scale, scale_dtype)
 
 
 def dequantize_fp8_block(
@@ -157,7 +171,7 @@ def quantize_fp4(w: torch.Tensor, scale_dtype: torch.dtype = E8M0_DTYPE) -> tupl
     code |= (g < 0).to(torch.uint8) << 3
     code = code.reshape(*lead, r, c)
     packed = code[..., 0::2] | (code[..., 1::2] << 4)
-    return packed.view(torch.int8).contiguous(), scale.to(scale_dtype)
+    return packed.view(torch.int8).contiguous(), _as_scale_dtype(scale, scale_dtype)
 
 
 def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor, name: str = "weight") -> torch.Tensor:
