@@ -1,6 +1,7 @@
 """Checkpoint loading: safetensors (sharded or not), official DeepSeek or HF tensor names, FP8 /
 FP4 weights kept quantized or dequantized on load, dummy weights, and the model builder
-(:func:`~sglang_v4.model_loader.builder.get_model`). See :mod:`sglang_v4.model_loader.loader`."""
+(:func:`~sglang_v4.model_loader.builder.get_model`). See :mod:`sglang_v4.model_loader.loader` and
+:mod:`sglang_v4.model_loader.weight_loader`."""
 
 from .loader import (
     checkpoint_files,
@@ -9,9 +10,8 @@ from .loader import (
     iter_state_dict,
     keeps_fp32,
     load_state_dict,
-    load_weights_into,
-    weight_nbytes,
 )
+from .weight_loader import load_weights_into, weight_nbytes
 
 __all__ = [
     "checkpoint_files",

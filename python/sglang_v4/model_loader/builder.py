@@ -19,7 +19,8 @@ from sglang_v4.layers.quantization import QuantConfig, resolve_quantization
 from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
 
 from .dummy import init_dummy_weights
-from .loader import checkpoint_nbytes, load_weights_into, weight_nbytes
+from .loader import checkpoint_nbytes
+from .weight_loader import load_weights_into, weight_nbytes
 
 logger = logging.getLogger(__name__)
 
