@@ -201,7 +201,10 @@ def accuracy(tag: str, cfg: dict, path: str, n_tokens: int, device: str, dtype: 
     g = torch.Generator().manual_seed(11)
     ids = torch.randint(2, min(120000, mc.vocab_size), (n_tokens,), generator=g).tolist()
     hcfg = DeepseekV4Config(**{k: v for k, v in cfg.items() if k != "model_type"})
-    hf = HFModel(hcfg).eval()
+    from transformers.initialization import no_init_weights
+
+    with torch.device(device), no_init_weights():  # weights come from the checkpoint
+        hf = HFModel._from_config(hcfg, dtype=torch.float32).eval()
     hf.load_state_dict(
         {
             k: v.float() if v.is_floating_point() else v
