@@ -412,10 +412,17 @@ def ceilings() -> None:
 # 3. flash-8l-32e
 # ----------------------------------------------------------------------------------------------
 class Bench:
-    """The runtime model (dummy bf16 weights) plus a page-allocating request helper."""
+    """The runtime model (dummy weights: bf16, or FP8/FP4 with ``quantization="fp8"`` or a preset
+    whose config says so) plus a page-allocating request helper."""
 
     def __init__(
-        self, ctx_len: int, preset: str = "flash-8l-32e", device: str = "cuda", dtype: str = "bfloat16"
+        self,
+        ctx_len: int,
+        preset: str = "flash-8l-32e",
+        device: str = "cuda",
+        dtype: str = "bfloat16",
+        quantization: str | None = None,
+        max_total_tokens: int = 160 * 2048,
     ) -> None:
         from sglang_v4.configs.model_config import ModelConfig
         from sglang_v4.configs.presets import get_preset
@@ -430,11 +437,12 @@ class Bench:
             device=device,
             dtype=dtype,
             page_size=self.page,
-            max_total_tokens=160 * 2048,
+            max_total_tokens=max_total_tokens,
             max_running_requests=160,
             context_length=ctx_len,
             load_format="dummy",
             cuda_graph_max_bs=128,
+            quantization=quantization,
         )
         self.runner = ModelRunner(self.mc, sa)
         self.pool = self.runner.pool
@@ -604,13 +612,16 @@ def profile(bench: Bench, src: tuple, ctx: int, out: str) -> None:
 
 
 def active_bytes(model: torch.nn.Module, mc, n_tokens: int) -> dict[str, float]:
-    """Weight bytes one decode step must read: everything but the embedding table and the routed
-    experts a batch of ``n_tokens`` does not touch (expected distinct experts per layer
-    ``E (1 - (1 - k/E)^n)`` for uniform routing), plus the embedding rows."""
+    """Weight bytes one decode step must read, in the format the weights are held in (FP8 / FP4
+    bytes plus their scales when quantized): everything but the embedding table, the hash-routing
+    table and the routed experts a batch of ``n_tokens`` does not touch (expected distinct experts
+    per layer ``E (1 - (1 - k/E)^n)`` for uniform routing)."""
     hf = mc.hf
     E, k = hf.n_routed_experts, hf.num_experts_per_tok
     total = exp = emb = 0
-    for name, p in model.named_parameters():
+    for name, p in model.state_dict().items():
+        if name.endswith("tid2eid"):
+            continue
         b = p.numel() * p.element_size()
         total += b
         if ".experts." in name:

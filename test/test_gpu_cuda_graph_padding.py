@@ -98,14 +98,16 @@ def _states(r: ModelRunner) -> dict[str, torch.Tensor]:
 
 
 def _compare_decode(
-    device: str, dtype: str, use_graphs: bool, two_stream: bool, atol: float, rtol: float = 0.0
+    device: str, dtype: str, use_graphs: bool, two_stream: bool, atol: float, rtol: float = 0.0, **runner_kw
 ) -> int:
     """Prefill 3 requests eagerly in two runners with identical weights, then decode them with
     the plain eager path in one and the static (padded / graph) path in the other. Returns the
-    number of static-path replays."""
+    number of static-path replays. ``runner_kw`` go to both runners (e.g. ``quantization``)."""
     cfg = CONFIGS["sliding_first"]  # SL, CSA, HCA, CSA: both ratios, hash + top-k MoE
-    ref = _runner(cfg, device, dtype, disable_cuda_graph=True, indexer_stream_max_bs=0)
-    st = _runner(cfg, device, dtype, disable_cuda_graph=True, indexer_stream_max_bs=4 if two_stream else 0)
+    ref = _runner(cfg, device, dtype, disable_cuda_graph=True, indexer_stream_max_bs=0, **runner_kw)
+    st = _runner(
+        cfg, device, dtype, disable_cuda_graph=True, indexer_stream_max_bs=4 if two_stream else 0, **runner_kw
+    )
     gr = st.create_cuda_graph_runner(max_bs=4, max_ctx=1024, min_ctx=256, use_graphs=use_graphs)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 1000, (n,), generator=g).tolist() for n in (120, 250, 5)]
@@ -210,6 +212,20 @@ def test_cuda_graph_decode_matches_eager_gpu(two_stream):
     # size (GEMM / kernel tiles chosen by batch size) and fp32 atomics in the MoE, so they differ
     # by bf16 rounding (2^-8 relative) of the logits / KV entries, not by wrong rows
     n = _compare_decode("cuda", "bfloat16", use_graphs=True, two_stream=two_stream, atol=5e-2, rtol=2e-2)
+    assert n == 14
+
+
+def test_static_padded_decode_matches_eager_cpu_fp8_fp4():
+    """The same with FP8 linears + FP4 experts (dummy weights; the layers' torch references)."""
+    assert _compare_decode("cpu", "float32", False, False, atol=1e-5, quantization="fp8") == 14
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_decode_matches_eager_gpu_fp8_fp4():
+    """FP8 / FP4 Triton GEMMs (weight-only FP8 at decode, split-K atomics, FP4 MoE) under graph
+    capture: replay equals eager within bf16 rounding."""
+    n = _compare_decode("cuda", "bfloat16", True, True, atol=5e-2, rtol=2e-2, quantization="fp8")
     assert n == 14
 
 

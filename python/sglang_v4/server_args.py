@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_v4.layers.quantization import QUANTIZATION_CHOICES
+
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 KV_CACHE_DTYPE_CHOICES = ("auto", "bf16", "fp8_e4m3")
@@ -58,6 +60,7 @@ class ServerArgs:
     model_path: str | None = None
     tokenizer_path: str | None = None
     load_format: str = "auto"
+    quantization: str | None = None
     context_length: int | None = None
     served_model_name: str | None = None
     # HTTP.
@@ -143,6 +146,8 @@ class ServerArgs:
         choice("kv_cache_dtype", KV_CACHE_DTYPE_CHOICES)
         choice("schedule_policy", SCHEDULE_POLICY_CHOICES)
         choice("load_format", LOAD_FORMAT_CHOICES)
+        if self.quantization is not None:
+            choice("quantization", QUANTIZATION_CHOICES)
         choice("log_level", LOG_LEVEL_CHOICES)
         if self.device == "cuda" and not _cuda_available():
             raise ValueError("device='cuda' was requested but CUDA is not available")
@@ -203,6 +208,15 @@ class ServerArgs:
         a("--model-path", type=str, default=None, help="HF-layout model dir; default: embedded model.")
         a("--tokenizer-path", type=str, default=None, help="Tokenizer dir (default: model path).")
         a("--load-format", type=str, default="auto", choices=LOAD_FORMAT_CHOICES)
+        a(
+            "--quantization",
+            type=str,
+            default=None,
+            choices=QUANTIZATION_CHOICES,
+            help="fp8: keep FP8 block-scaled linears and FP4 routed experts (DeepSeek's published format; "
+            "an unquantized checkpoint is quantized on load); none: dequantize to --dtype. Default: the "
+            "checkpoint's quantization_config on CUDA, dequantized on CPU.",
+        )
         a("--context-length", type=int, default=None, help="Max context (default: model config).")
         a("--served-model-name", type=str, default=None, help="Model name in the APIs.")
         a("--host", type=str, default=d["host"].default)

@@ -15,6 +15,8 @@ where noted in their docstrings):
 6. ``indexer_topk``
 7. ``hc_pre``, ``hc_post`` (mHC)
 8. ``fused_moe``
+9. ``fp8_linear`` (FP8 128x128 block-scaled weights: weight-only or per-1x128 activation quant)
+10. ``fused_moe_fp4`` (routed experts with FP4 e2m1 weights and ue8m0 per-32 scales)
 
 Disabling Triton: set the environment variable ``SGLANG_V4_DISABLE_TRITON=1`` before the first
 lookup, or call :func:`set_triton_enabled` (e.g. from a ``--disable-triton-kernels`` server flag).
@@ -49,6 +51,8 @@ __all__ = [
     "hc_pre",
     "hc_post",
     "fused_moe",
+    "fp8_linear",
+    "fused_moe_fp4",
 ]
 
 # op name -> module under sgl_kernel_v4.ref (the torch references, exact op-table signatures)
@@ -63,6 +67,8 @@ _REF_MODULES: dict[str, str] = {
     "hc_pre": "mhc",
     "hc_post": "mhc",
     "fused_moe": "moe",
+    "fp8_linear": "fp8_gemm",
+    "fused_moe_fp4": "moe_fp4",
 }
 
 # op name -> module under sgl_kernel_v4.triton (only ops that have a Triton kernel)
@@ -77,6 +83,8 @@ _TRITON_MODULES: dict[str, str] = {
     "hc_pre": "mhc",
     "hc_post": "mhc",
     "fused_moe": "moe",
+    "fp8_linear": "fp8_gemm",
+    "fused_moe_fp4": "moe_fp4",
 }
 
 OP_NAMES: tuple[str, ...] = tuple(_REF_MODULES)
@@ -264,3 +272,36 @@ def fused_moe(
 ) -> torch.Tensor:
     """Routed experts with clamped SwiGLU, weighted sum over top-k; see op table entry 8."""
     return get_op("fused_moe", x.device)(x, w_gate_up, w_down, topk_ids, topk_weights, swiglu_limit)
+
+
+def fp8_linear(
+    x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, variant: str | None = None
+) -> torch.Tensor:
+    """FP8 block-scaled linear ``x @ (weight * weight_scale)^T`` (grouped for 3-D ``x``).
+
+    ``x [T, K]`` or ``[T, G, K]``; ``weight [G*N, K]`` float8_e4m3fn; ``weight_scale
+    [ceil(G*N/128), ceil(K/128)]`` float32; returns ``[T, G*N]`` in x's dtype. ``variant``: ``None``
+    (Triton: weight-only for few tokens, activation-quantized above; reference: exact weight-only),
+    ``"w8a16"`` or ``"w8a8"``. See :mod:`sgl_kernel_v4.ref.fp8_gemm`.
+    """
+    return get_op("fp8_linear", x.device)(x, weight, weight_scale, variant)
+
+
+def fused_moe_fp4(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w13_scale: torch.Tensor,
+    w2: torch.Tensor,
+    w2_scale: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    swiglu_limit: float,
+) -> torch.Tensor:
+    """Routed experts over FP4 (e2m1 x ue8m0 per 32) weights, clamped SwiGLU, weighted top-k sum.
+
+    ``x [T, D]``; ``w13 [E, 2I, D/2]`` / ``w2 [E, D, I/2]`` packed uint8 with ``[.., /32]`` uint8
+    scales; returns ``[T, D]`` in x's dtype. See :mod:`sgl_kernel_v4.ref.moe_fp4`.
+    """
+    return get_op("fused_moe_fp4", x.device)(
+        x, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights, swiglu_limit
+    )

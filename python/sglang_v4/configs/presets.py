@@ -15,9 +15,13 @@ Presets:
 * ``flash-8l-32e``: V4-Flash per-layer shapes (hidden 4096, 64 heads x 512, ...), 8 layers with
   Flash's own first 8 ``compress_ratios`` ``[0, 0, 4, 128, 4, 128, 4, 128]``, 32 routed experts,
   one hash layer. For GPU benchmarks.
+* ``flash-43l``: V4-Flash with all 43 layers and 160 routed experts, the largest single-H200
+  Flash in the published FP8/FP4 weight format (its ``quantization_config`` says so; arithmetic
+  in :func:`_flash_43l`). For GPU benchmarks with ``--load-format dummy``.
 * ``flash`` / ``pro``: the published DeepSeek-V4-Flash (43 layers, 256 experts) and
-  DeepSeek-V4-Pro (61 layers, 384 experts) configurations. Used by the memory planner; never
-  instantiated as weights. Their layer schedules are the published ``compress_ratios``
+  DeepSeek-V4-Pro (61 layers, 384 experts) configurations (``flash`` with its FP8/FP4
+  ``quantization_config``). Used by the memory planner; never instantiated as weights (``flash``
+  on one GPU fails up front: its weights need 145.3 GiB). Their layer schedules are the published ``compress_ratios``
   (``deepseek-ai/DeepSeek-V4-Flash`` / ``-Pro`` ``config.json``): Flash ``[0, 0]`` then
   ``4, 128`` alternating from layer 2 (layer 42 is CSA); Pro ``[128, 128]`` then ``4, 128``
   alternating from layer 2 (layer 60 is CSA), i.e. 31 HCA + 30 CSA layers. The published files
@@ -35,6 +39,31 @@ HCA = "heavily_compressed_attention"
 _RATIO_OF = {SLIDING: 0, CSA: 4, HCA: 128}
 
 V4_VOCAB_SIZE = 129280
+
+#: DeepSeek-V4's published ``quantization_config`` (``deepseek-ai/DeepSeek-V4-Flash`` config.json):
+#: FP8 e4m3 linears with ue8m0 scales per 128x128 block, dynamic activation scaling.
+FP8_QUANTIZATION_CONFIG: dict[str, Any] = {
+    "activation_scheme": "dynamic",
+    "fmt": "e4m3",
+    "quant_method": "fp8",
+    "scale_fmt": "ue8m0",
+    "weight_block_size": [128, 128],
+}
+
+
+def with_fp8_quantization(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` plus V4's published weight format: :data:`FP8_QUANTIZATION_CONFIG` and FP4 routed
+    experts (``expert_dtype: fp4``, which HF folds into the ``quantization_config``)."""
+    d["quantization_config"] = copy.deepcopy(FP8_QUANTIZATION_CONFIG)
+    d["expert_dtype"] = "fp4"
+    return d
+
+
+def without_quantization(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` without ``quantization_config`` / ``expert_dtype`` (for unquantized weights)."""
+    d.pop("quantization_config", None)
+    d.pop("expert_dtype", None)
+    return d
 
 
 def _rope(partial: float, theta: float, compress_theta: float, yarn: dict[str, Any] | None) -> dict:
@@ -159,7 +188,32 @@ def _flash_8l_32e() -> dict[str, Any]:
 
 
 def _flash() -> dict[str, Any]:
-    return _flash_shapes(43, _alternating([SLIDING, SLIDING], 43), 3, 256)
+    return with_fp8_quantization(_flash_shapes(43, _alternating([SLIDING, SLIDING], 43), 3, 256))
+
+
+def _flash_43l() -> dict[str, Any]:
+    """V4-Flash, all 43 layers, every shape as published, FP8/FP4 weights, 160 routed experts.
+
+    160 is the largest multiple of 32 whose weights leave at least 16 GiB of one H200 for the KV
+    pool and the forward's workspace, counting 141 GiB x 0.9 = 126.9 GiB usable. Weight bytes,
+    exact (``model_loader.builder.model_weight_bytes``, bf16 activations):
+
+    * routed experts, FP4: per expert ``3 x 2048 x 4096 = 25,165,824`` values at 0.5 B plus one
+      ue8m0 byte per 32 = 12,582,912 + 786,432 = 13,369,344 B; x 160 experts x 43 layers =
+      91,981,086,720 B;
+    * FP8 linears (q_a 1024x4096, q_b 32768x1024, kv 512x4096, o_a 8192x4096, o_b 4096x8192,
+      shared expert 3 x 2048x4096 = 132,120,576 B per layer; the 21 CSA layers' indexer q_b
+      8192x1024 adds 8,388,608 B each) = 5,857,345,536 B, plus float32 128x128 block scales
+      1,430,016 B: 5,858,775,552 B;
+    * bf16 (embedding and LM head 2 x 129280 x 4096, compressor projections, indexer
+      weights_proj, router 160 x 4096): 2,793,668,608 B;
+    * fp32 (mHC, norms, sinks, position biases, router bias): 143,031,644 B; int64 ``tid2eid``
+      (3 hash layers x 129280 x 6): 18,616,320 B.
+
+    Total 100,795,178,844 B = 93.87 GiB, leaving 33.03 GiB. With 192 experts: 119,202,673,500 B
+    = 111.02 GiB, leaving 15.88 GiB (< 16). (The published 256 experts: 145.30 GiB.)
+    """
+    return with_fp8_quantization(_flash_shapes(43, _alternating([SLIDING, SLIDING], 43), 3, 160))
 
 
 def _pro() -> dict[str, Any]:
@@ -186,7 +240,13 @@ def _pro() -> dict[str, Any]:
     )
 
 
-_PRESETS = {"tiny": _tiny, "flash-8l-32e": _flash_8l_32e, "flash": _flash, "pro": _pro}
+_PRESETS = {
+    "tiny": _tiny,
+    "flash-8l-32e": _flash_8l_32e,
+    "flash-43l": _flash_43l,
+    "flash": _flash,
+    "pro": _pro,
+}
 
 
 def list_presets() -> list[str]:
@@ -216,7 +276,7 @@ def to_official_config(hf_config: dict[str, Any], fp8: bool = False) -> dict[str
 
     Args:
         hf_config: an HF-dialect dict (e.g. from :func:`get_preset`).
-        fp8: add the FP8 / FP4 ``quantization_config``.
+        fp8: add the FP8 / FP4 ``quantization_config`` (``False`` removes one the preset has).
 
     Raises:
         ValueError: if the MLP schedule is not ``hash_moe`` layers followed by ``moe`` layers
@@ -254,12 +314,7 @@ def to_official_config(hf_config: dict[str, Any], fp8: bool = False) -> dict[str
     d["topk_method"] = "noaux_tc"
     if fp8:
         d["torch_dtype"] = "bfloat16"
-        d["expert_dtype"] = "fp4"
-        d["quantization_config"] = {
-            "activation_scheme": "dynamic",
-            "fmt": "e4m3",
-            "quant_method": "fp8",
-            "scale_fmt": "ue8m0",
-            "weight_block_size": [128, 128],
-        }
+        with_fp8_quantization(d)
+    else:
+        without_quantization(d)
     return d

@@ -19,6 +19,7 @@ from sglang_v4.configs.model_config import CSA, HCA, ModelConfig
 from sglang_v4.layers.compressor import CSACompressor, HCACompressor
 from sglang_v4.layers.layernorm import RMSNorm
 from sglang_v4.layers.linear import GroupedLinear, Linear
+from sglang_v4.layers.quantization import QuantConfig, linear_quant
 from sglang_v4.mem_cache.kv_spec import KVKind
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.forward_batch import ForwardBatch
@@ -34,10 +35,16 @@ class RopeCache:
 
 class DSV4Attention(nn.Module):
     """Attention block of one layer; parameter names follow HF (``q_a_proj``, ``q_a_norm``, ``q_b_proj``,
-    ``kv_proj``, ``kv_norm``, ``o_a_proj``, ``o_b_proj``, ``sinks``, ``compressor``)."""
+    ``kv_proj``, ``kv_norm``, ``o_a_proj``, ``o_b_proj``, ``sinks``, ``compressor``); with ``quant`` the
+    five projections and the indexer's ``q_b_proj`` hold FP8 block-scaled weights, as published."""
 
     def __init__(
-        self, model_config: ModelConfig, layer_idx: int, dtype: torch.dtype, device: torch.device | str
+        self,
+        model_config: ModelConfig,
+        layer_idx: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        quant: QuantConfig | None = None,
     ) -> None:
         super().__init__()
         c = model_config.hf
@@ -47,21 +54,27 @@ class DSV4Attention(nn.Module):
         self.rope_kind = "compress" if self.layer_type in (CSA, HCA) else "main"
         self.n_heads, self.head_dim, self.eps = c.num_attention_heads, c.head_dim, c.rms_norm_eps
         self.o_groups = c.o_groups
-        self.q_a_proj = Linear(c.hidden_size, c.q_lora_rank, dtype, device)
+        fp8 = linear_quant(quant)
+        self.q_a_proj = Linear(c.hidden_size, c.q_lora_rank, dtype, device, fp8)
         self.q_a_norm = RMSNorm(c.q_lora_rank, c.rms_norm_eps, device)
-        self.q_b_proj = Linear(c.q_lora_rank, self.n_heads * self.head_dim, dtype, device)
-        self.kv_proj = Linear(c.hidden_size, self.head_dim, dtype, device)
+        self.q_b_proj = Linear(c.q_lora_rank, self.n_heads * self.head_dim, dtype, device, fp8)
+        self.kv_proj = Linear(c.hidden_size, self.head_dim, dtype, device, fp8)
         self.kv_norm = RMSNorm(self.head_dim, c.rms_norm_eps, device)
         self.o_a_proj = GroupedLinear(
-            self.n_heads * self.head_dim // c.o_groups, c.o_groups * c.o_lora_rank, c.o_groups, dtype, device
+            self.n_heads * self.head_dim // c.o_groups,
+            c.o_groups * c.o_lora_rank,
+            c.o_groups,
+            dtype,
+            device,
+            fp8,
         )
-        self.o_b_proj = Linear(c.o_groups * c.o_lora_rank, c.hidden_size, dtype, device)
+        self.o_b_proj = Linear(c.o_groups * c.o_lora_rank, c.hidden_size, dtype, device, fp8)
         self.sinks = nn.Parameter(
             torch.empty(self.n_heads, dtype=torch.float32, device=device), requires_grad=False
         )
         self.compressor: nn.Module | None
         if self.layer_type == CSA:
-            self.compressor = CSACompressor(c, model_config.csa_ratio, dtype, device)
+            self.compressor = CSACompressor(c, model_config.csa_ratio, dtype, device, fp8)
         elif self.layer_type == HCA:
             self.compressor = HCACompressor(c, model_config.hca_ratio, dtype, device)
         else:

@@ -136,13 +136,21 @@ class Scorer(nn.Module):
 
 class Indexer(Compressor):
     """Lightning indexer (paper §2.3.1 eqs. 13-17): a 128-d overlapped compressor feeding the indexer
-    key pool, ``q_b_proj`` (``q_lora_rank -> Hi * di``) and ``scorer.weights_proj``."""
+    key pool, ``q_b_proj`` (``q_lora_rank -> Hi * di``; FP8 with ``q_b_quant="fp8"``, as published)
+    and ``scorer.weights_proj``."""
 
-    def __init__(self, hf_config, ratio: int, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        hf_config,
+        ratio: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        q_b_quant: str | None = None,
+    ) -> None:
         c = hf_config
         super().__init__(c.hidden_size, c.index_head_dim, ratio, True, c.rms_norm_eps, dtype, device)
         self.n_heads, self.topk = c.index_n_heads, c.index_topk
-        self.q_b_proj = Linear(c.q_lora_rank, c.index_n_heads * c.index_head_dim, dtype, device)
+        self.q_b_proj = Linear(c.q_lora_rank, c.index_n_heads * c.index_head_dim, dtype, device, q_b_quant)
         self.scorer = Scorer(c.hidden_size, c.index_n_heads, dtype, device)
 
     def select(
@@ -179,12 +187,20 @@ class Indexer(Compressor):
 
 
 class CSACompressor(Compressor):
-    """CSA main compressor (``2 * head_dim`` projections, overlap) with its :class:`Indexer`."""
+    """CSA main compressor (``2 * head_dim`` projections, overlap) with its :class:`Indexer`
+    (``indexer_q_b_quant``: the format of the indexer's ``q_b_proj``)."""
 
-    def __init__(self, hf_config, ratio: int, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        hf_config,
+        ratio: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        indexer_q_b_quant: str | None = None,
+    ) -> None:
         c = hf_config
         super().__init__(c.hidden_size, c.head_dim, ratio, True, c.rms_norm_eps, dtype, device)
-        self.indexer = Indexer(c, ratio, dtype, device)
+        self.indexer = Indexer(c, ratio, dtype, device, indexer_q_b_quant)
 
 
 class HCACompressor(Compressor):

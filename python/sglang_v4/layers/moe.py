@@ -15,6 +15,9 @@ from sgl_kernel_v4.ref.moe import swiglu_clamped
 from torch import nn
 
 from sglang_v4.layers.linear import Linear
+from sglang_v4.layers.quantization import QuantConfig, expert_quant, linear_quant
+
+FP4_GROUP = 32
 
 
 class Router(nn.Module):
@@ -56,7 +59,16 @@ class Router(nn.Module):
 
 
 class Experts(nn.Module):
-    """Routed experts packed as HF does: ``gate_up_proj [E, 2I, D]``, ``down_proj [E, D, I]``."""
+    """Routed experts packed as HF does: ``gate_up_proj [E, 2I, D]``, ``down_proj [E, D, I]``.
+
+    ``quant="fp4"`` (V4's published expert format): ``gate_up_proj [E, 2I, D/2]`` and
+    ``down_proj [E, D, I/2]`` uint8, two e2m1 values per byte along the input dim, with uint8 ue8m0
+    exponent buffers ``gate_up_proj_scale_inv [E, 2I, D/32]`` / ``down_proj_scale_inv [E, D, I/32]``
+    (one per 32 inputs); the forward is :func:`sgl_kernel_v4.ops.fused_moe_fp4`.
+
+    Raises:
+        ValueError: unknown ``quant``, or ``D`` / ``I`` not multiples of 32 with FP4.
+    """
 
     def __init__(
         self,
@@ -66,17 +78,46 @@ class Experts(nn.Module):
         limit: float,
         dtype: torch.dtype,
         device: torch.device | str,
+        quant: str | None = None,
     ) -> None:
         super().__init__()
-        self.limit = limit
+        self.limit, self.quant, self.act_dtype = limit, quant, dtype
+        if quant is None:
+            self.gate_up_proj = nn.Parameter(
+                torch.empty(n_experts, 2 * inter, hidden, dtype=dtype, device=device), requires_grad=False
+            )
+            self.down_proj = nn.Parameter(
+                torch.empty(n_experts, hidden, inter, dtype=dtype, device=device), requires_grad=False
+            )
+            return
+        if quant != "fp4":
+            raise ValueError(f"quant: expected None or 'fp4' for the routed experts, got {quant!r}")
+        if hidden % FP4_GROUP or inter % FP4_GROUP:
+            raise ValueError(
+                f"FP4 experts need hidden ({hidden}) and moe_intermediate_size ({inter}) divisible by {FP4_GROUP}"
+            )
+        u8 = dict(dtype=torch.uint8, device=device)
         self.gate_up_proj = nn.Parameter(
-            torch.empty(n_experts, 2 * inter, hidden, dtype=dtype, device=device), requires_grad=False
+            torch.empty(n_experts, 2 * inter, hidden // 2, **u8), requires_grad=False
         )
-        self.down_proj = nn.Parameter(
-            torch.empty(n_experts, hidden, inter, dtype=dtype, device=device), requires_grad=False
+        self.down_proj = nn.Parameter(torch.empty(n_experts, hidden, inter // 2, **u8), requires_grad=False)
+        self.register_buffer(
+            "gate_up_proj_scale_inv", torch.empty(n_experts, 2 * inter, hidden // FP4_GROUP, **u8)
         )
+        self.register_buffer("down_proj_scale_inv", torch.empty(n_experts, hidden, inter // FP4_GROUP, **u8))
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        if self.quant == "fp4":
+            return ops.fused_moe_fp4(
+                x.to(self.act_dtype),
+                self.gate_up_proj,
+                self.gate_up_proj_scale_inv,
+                self.down_proj,
+                self.down_proj_scale_inv,
+                ids,
+                weights,
+                self.limit,
+            )
         return ops.fused_moe(x, self.gate_up_proj, self.down_proj, ids, weights, self.limit)
 
 
@@ -84,13 +125,19 @@ class SharedMLP(nn.Module):
     """Shared expert: SwiGLU with clamping (HF ``DeepseekV4MLP``)."""
 
     def __init__(
-        self, hidden: int, inter: int, limit: float, dtype: torch.dtype, device: torch.device | str
+        self,
+        hidden: int,
+        inter: int,
+        limit: float,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        quant: str | None = None,
     ) -> None:
         super().__init__()
         self.limit = limit
-        self.gate_proj = Linear(hidden, inter, dtype, device)
-        self.up_proj = Linear(hidden, inter, dtype, device)
-        self.down_proj = Linear(inter, hidden, dtype, device)
+        self.gate_proj = Linear(hidden, inter, dtype, device, quant)
+        self.up_proj = Linear(hidden, inter, dtype, device, quant)
+        self.down_proj = Linear(inter, hidden, dtype, device, quant)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gu = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
@@ -98,9 +145,19 @@ class SharedMLP(nn.Module):
 
 
 class SparseMoeBlock(nn.Module):
-    """``forward(x [T, D], input_ids [T]) -> [T, D]`` = routed experts + shared expert."""
+    """``forward(x [T, D], input_ids [T]) -> [T, D]`` = routed experts + shared expert.
 
-    def __init__(self, hf_config, layer_idx: int, dtype: torch.dtype, device: torch.device | str) -> None:
+    ``quant``: FP4 routed experts and an FP8 shared expert as published (``layers/quantization.py``).
+    """
+
+    def __init__(
+        self,
+        hf_config,
+        layer_idx: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        quant: QuantConfig | None = None,
+    ) -> None:
         super().__init__()
         c = hf_config
         is_hash = c.mlp_layer_types[layer_idx] == "hash_moe"
@@ -115,9 +172,17 @@ class SparseMoeBlock(nn.Module):
             device,
         )
         self.experts = Experts(
-            c.n_routed_experts, c.hidden_size, c.moe_intermediate_size, c.swiglu_limit, dtype, device
+            c.n_routed_experts,
+            c.hidden_size,
+            c.moe_intermediate_size,
+            c.swiglu_limit,
+            dtype,
+            device,
+            expert_quant(quant),
         )
-        self.shared_experts = SharedMLP(c.hidden_size, c.moe_intermediate_size, c.swiglu_limit, dtype, device)
+        self.shared_experts = SharedMLP(
+            c.hidden_size, c.moe_intermediate_size, c.swiglu_limit, dtype, device, linear_quant(quant)
+        )
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
         ids, w = self.gate(x, input_ids)

@@ -1,8 +1,9 @@
 """ModelRunner: owns the model weights and the KV pool, runs one forward per scheduler step.
 
-Weights come from a checkpoint directory (``load_format="auto"``, official or HF names, FP8/FP4
-dequantized on load; ``sglang_v4.model_loader``) or are initialised randomly on the device
-(``load_format="dummy"``, as SGLang and vLLM call it, for benchmarks). The KV pool is sized by the
+Weights come from a checkpoint directory (``load_format="auto"``, official or HF names; FP8/FP4
+kept quantized on CUDA, dequantized on CPU unless ``--quantization`` says otherwise) or are
+initialised randomly on the device (``load_format="dummy"``, as SGLang and vLLM call it, for
+benchmarks); ``sglang_v4.model_loader.builder.get_model``. The KV pool is sized by the
 memory planner (``mem_cache/kv_planner.py:plan_kv_pools``) from ``--max-total-tokens`` or, on CUDA,
 from ``--mem-fraction-static`` of the free memory after the weights are loaded, in the chosen KV
 format (fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches replay CUDA
@@ -12,7 +13,6 @@ graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a second str
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 
@@ -25,41 +25,12 @@ from sglang_v4.mem_cache.kv_spec import build_kv_layout
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.cuda_graph_runner import CudaGraphRunner
 from sglang_v4.model_executor.forward_batch import ForwardBatch, ForwardBatchBuilder, ReqForwardInput
-from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+from sglang_v4.model_loader.builder import get_model
 from sglang_v4.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@torch.no_grad()
-def init_dummy_weights(model: torch.nn.Module, seed: int = 0) -> None:
-    """Deterministic random weights, generated on the weights' device (``--load-format dummy``).
-
-    Matrices get ``N(0, 1/fan_in)``; 1-D norm weights are ~1; mHC scales 1; biases, sinks and
-    position biases small; the hash-routing table ``tid2eid`` a random choice of distinct experts.
-    """
-    gen_dev = next(model.parameters()).device
-    g = torch.Generator(device=gen_dev).manual_seed(seed)
-    for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-        if name.endswith("tid2eid"):
-            vocab, k = p.shape
-            n_exp = model.mc.hf.n_routed_experts
-            r = torch.rand(vocab, n_exp, generator=g, device=gen_dev)
-            p.copy_(r.argsort(dim=-1)[:, :k])
-            continue
-        if not p.is_floating_point():
-            continue
-        if p.dim() >= 2:
-            p.copy_(
-                torch.randn(p.shape, generator=g, device=gen_dev, dtype=torch.float32)
-                / math.sqrt(p.shape[-1])
-            )
-        elif "norm" in name or name.endswith("scale"):
-            p.copy_(1.0 + 0.05 * torch.randn(p.shape, generator=g, device=gen_dev))
-        else:
-            p.copy_(0.1 * torch.randn(p.shape, generator=g, device=gen_dev))
 
 
 class IndexerStreamPolicy:
@@ -115,7 +86,9 @@ class ModelRunner:
             it), ``cuda_graph_max_bs`` (``None`` = ``min(128, max_running_requests)``),
             ``disable_cuda_graph`` and ``indexer_stream_max_bs`` (:class:`IndexerStreamPolicy`).
             Tests and benchmarks build one with e.g. ``ServerArgs(device="cpu",
-            load_format="dummy", page_size=128, max_total_tokens=4096)``.
+            load_format="dummy", page_size=128, max_total_tokens=4096)``; ``quantization``
+            (``--quantization``: ``None`` = the checkpoint's ``quantization_config`` on CUDA;
+            ``"fp8"``: FP8 linears + FP4 experts; ``"none"``: dequantize at load).
 
     Raises:
         ValueError: bad ``kv_cache_dtype``, ``model_path`` unusable, or a KV budget too small for
@@ -139,19 +112,20 @@ class ModelRunner:
         )
         self.context_len = int(sa.context_length or model_config.context_length)
         t0 = time.perf_counter()
-        self.model = DeepseekV4ForCausalLM(model_config, self.dtype, self.device)
-        if sa.load_format == "dummy":
-            init_dummy_weights(self.model, int(sa.random_seed or 0))
-        else:
-            from sglang_v4.model_loader.loader import load_weights_into
+        model_path = sa.model_path
+        if model_path is None and sa.load_format != "dummy":
+            from sglang_v4.tools.default_model import ensure_default_model
 
-            model_path = sa.model_path
-            if model_path is None:
-                from sglang_v4.tools.default_model import ensure_default_model
-
-                model_path = ensure_default_model()
-            load_weights_into(self.model, model_path, dtype=None, progress=True)
-        self.model.eval()
+            model_path = ensure_default_model()
+        self.model = get_model(
+            model_config,
+            model_path,
+            self.device,
+            self.dtype,
+            sa.load_format,
+            sa.quantization,
+            int(sa.random_seed or 0),
+        )
         logger.info(
             "Model loaded in %.1f s (%s, %s, load_format=%s)",
             time.perf_counter() - t0,

@@ -1,20 +1,25 @@
-"""Checkpoint loading: safetensors (sharded or not), official DeepSeek or HF tensor names,
-FP8 / FP4 dequantization on load. See :mod:`sglang_v4.model_loader.loader`."""
+"""Checkpoint loading: safetensors (sharded or not), official DeepSeek or HF tensor names, FP8 /
+FP4 weights kept quantized or dequantized on load, dummy weights, and the model builder
+(:func:`~sglang_v4.model_loader.builder.get_model`). See :mod:`sglang_v4.model_loader.loader` and
+:mod:`sglang_v4.model_loader.weight_loader`."""
 
 from .loader import (
     checkpoint_files,
+    checkpoint_nbytes,
     checkpoint_shapes,
     iter_state_dict,
     keeps_fp32,
     load_state_dict,
-    load_weights_into,
 )
+from .weight_loader import load_weights_into, weight_nbytes
 
 __all__ = [
     "checkpoint_files",
+    "checkpoint_nbytes",
     "checkpoint_shapes",
     "iter_state_dict",
     "keeps_fp32",
     "load_state_dict",
     "load_weights_into",
+    "weight_nbytes",
 ]

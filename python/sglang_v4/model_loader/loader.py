@@ -2,17 +2,25 @@
 
 Accepts a single ``.safetensors`` file, a directory with ``model.safetensors``, or a directory
 with shards listed by ``model.safetensors.index.json``; tensor names either DeepSeek's official
-ones or HF's (detected from the names, see :mod:`sglang_v4.model_loader.names`). FP8 block-scaled
-weights and FP4 routed experts are dequantized on the CPU (:mod:`sglang_v4.model_loader.quant`),
-per-expert tensors are packed into HF's ``[E, 2I, D]`` / ``[E, D, I]``, ``mtp.*`` tensors (the
-multi-token-prediction head) are skipped with one log line, and the results are cast to the
-requested dtype except the tensors HF keeps in float32
-(``DeepseekV4PreTrainedModel._keep_in_fp32_modules_strict``: mHC, sinks, compressor position
-bias, router correction bias, norms) and integer tensors (``tid2eid`` stays int64).
+ones or HF's (detected from the names, see :mod:`sglang_v4.model_loader.names`).
 
-Everything is planned from the safetensors headers first (:func:`checkpoint_shapes` reads no
-tensor data), so :func:`load_weights_into` reports every missing, mis-shaped or unexpected
-tensor before copying anything.
+Two consumers:
+
+* :func:`iter_state_dict` / :func:`load_state_dict` (the HF-named, dequantized view used by tests
+  and HF comparisons): FP8 block-scaled weights and FP4 routed experts are dequantized
+  (:mod:`sglang_v4.model_loader.quant`), per-expert tensors are packed into HF's ``[E, 2I, D]`` /
+  ``[E, D, I]``, and the results are cast to the requested dtype except the tensors HF keeps in
+  float32 (``DeepseekV4PreTrainedModel._keep_in_fp32_modules_strict``: mHC, sinks, compressor
+  position bias, router correction bias, norms) and integer tensors (``tid2eid`` stays int64).
+* :func:`~sglang_v4.model_loader.weight_loader.load_weights_into` (the runtime's loader, built on
+  this module's plan): streams every stored tensor into the model in the model's own format,
+  keeping FP8 / FP4 weights quantized where the model holds them so (``layers/quantization.py``)
+  and dequantizing on the destination device elsewhere.
+
+``mtp.*`` tensors (the multi-token-prediction head) are skipped with one log line. Everything is
+planned from the safetensors headers first (:func:`checkpoint_shapes` reads no tensor data), so
+``load_weights_into`` reports every missing, mis-shaped or unexpected tensor before copying
+anything.
 """
 
 from __future__ import annotations
@@ -40,6 +48,11 @@ SINGLE_FILE = "model.safetensors"
 _SKIP_PREFIXES = ("mtp.",)
 _FP8_HEADER_PREFIX = "F8_"  # F8_E4M3 (V3/V4), F8_E5M2
 _FLOAT_HEADERS = ("BF16", "F16", "F32", "F64")
+#: Bytes per element of the safetensors header dtypes.
+_HEADER_BYTES = {
+    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
+    "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1,
+}  # fmt: skip
 _OFFICIAL_TOP = ("embed.weight", "head.weight", "norm.weight", "hc_head_fn", "hc_head_base", "hc_head_scale")
 
 
@@ -97,6 +110,17 @@ def checkpoint_files(model_path: str) -> list[str]:
     )
 
 
+def _header_bytes(dtype: str, shape: tuple[int, ...], key: str) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    if dtype in _HEADER_BYTES:
+        return n * _HEADER_BYTES[dtype]
+    if dtype.startswith("F4"):  # packed float4 (two per byte), shape in bytes
+        return n
+    raise ValueError(f"{key}: unknown safetensors dtype {dtype!r}")
+
+
 def _block_size(model_path: str) -> tuple[int, int]:
     """``quantization_config.weight_block_size`` of the checkpoint's config.json, else 128x128."""
     cfg = os.path.join(model_path, "config.json") if os.path.isdir(model_path) else None
@@ -121,6 +145,7 @@ class _Source:
     shape: tuple[int, ...]
     scale: str | None = None
     scale_shape: tuple[int, ...] | None = None
+    scale_header_dtype: str | None = None
 
     @property
     def kind(self) -> str:
@@ -236,7 +261,7 @@ def _plan(model_path: str) -> _Plan:
             continue
         dt, shape = meta[k]
         s = scale_of.get(k)
-        sources[k] = _Source(k, dt, shape, s, meta[s][1] if s else None)
+        sources[k] = _Source(k, dt, shape, s, meta[s][1] if s else None, meta[s][0] if s else None)
         _check_scale(sources[k], plan.block)
 
     experts: dict[tuple[int, str], dict[int, dict[str, _Source]]] = {}
@@ -375,41 +400,27 @@ def load_state_dict(
     return dict(iter_state_dict(model_path, dtype=dtype, device=device, progress=progress))
 
 
-def _check_shapes(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]]) -> list[str]:
-    problems = []
-    for name, shape in expected.items():
-        if name not in found:
-            problems.append(f"{name}: expected shape {list(shape)}, found missing")
-        elif tuple(found[name]) != tuple(shape):
-            problems.append(f"{name}: expected shape {list(shape)}, found shape {list(found[name])}")
-    for name, shape in found.items():
-        if name not in expected:
-            problems.append(
-                f"{name}: unexpected tensor in checkpoint (shape {list(shape)}), not in the model"
-            )
-    return problems
-
-
-def load_weights_into(
-    model: torch.nn.Module, model_path: str, dtype: torch.dtype | None = None, progress: bool = True
-) -> None:
-    """Copy a checkpoint into ``model`` (whose ``state_dict()`` keys are HF names).
-
-    First checks, from the safetensors headers alone, that every key of ``model.state_dict()`` is
-    in the checkpoint with the same shape and that the checkpoint has no other tensor; then
-    streams the tensors in, each converted to its destination's dtype and device (``dtype``, if
-    given, is the intermediate dtype of floating tensors; None keeps the stored/dequantized one).
+def checkpoint_nbytes(model_path: str) -> int:
+    """Bytes of the model tensors of a checkpoint as stored (headers only; ``mtp.*`` excluded).
 
     Raises:
-        ValueError: listing every problem, one per line, each naming the tensor, the expected
-            shape and the found shape (or ``missing`` / ``unexpected``).
-        FileNotFoundError: no checkpoint at ``model_path``.
+        FileNotFoundError, ValueError: as :func:`checkpoint_shapes`.
     """
-    expected = model.state_dict()
-    problems = _check_shapes({k: tuple(v.shape) for k, v in expected.items()}, checkpoint_shapes(model_path))
-    if problems:
-        raise ValueError(f"checkpoint {model_path} does not match the model:\n  " + "\n  ".join(problems))
-    with torch.no_grad():
-        for name, t in iter_state_dict(model_path, dtype=dtype, progress=progress):
-            dst = expected[name]
-            dst.copy_(t.to(device=dst.device, dtype=dst.dtype))
+    plan = _plan(model_path)
+    total = 0
+    for e in plan.entries:
+        for src in e.sources:
+            for dt, shape in ((src.header_dtype, src.shape), (src.scale_header_dtype, src.scale_shape)):
+                if shape is not None and dt is not None:
+                    total += _header_bytes(dt, shape, src.key)
+    return total
+
+
+def __getattr__(name: str):
+    """``load_weights_into`` (streaming a checkpoint into a model) lives in
+    :mod:`~sglang_v4.model_loader.weight_loader`; importable from here as before."""
+    if name in ("load_weights_into", "weight_nbytes"):
+        from . import weight_loader
+
+        return getattr(weight_loader, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

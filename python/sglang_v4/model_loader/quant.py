@@ -14,8 +14,13 @@ Formats (DeepSeek-V3 ``README_WEIGHTS.md``; V4-Flash ``config.json`` ``quantizat
   input values, ``[..., R, C/32]``. Nibble code: bit 3 = sign, bits 0-2 index
   ``(0, 0.5, 1, 1.5, 2, 3, 4, 6)``. Dequantized ``w = e2m1(code) * scale``.
 
-Quantization (used by the random-checkpoint writer) picks the smallest power-of-two scale with
-``amax / scale <= 448`` (FP8) or ``<= 6`` (FP4), as ue8m0 requires.
+Quantization (used by the random-checkpoint writer and to quantize an unquantized checkpoint
+on load) picks the smallest power-of-two scale with ``amax / scale <= 448`` (FP8) or ``<= 6``
+(FP4), as ue8m0 requires. Every function here runs on the tensors' device.
+
+In the runtime model (``layers/quantization.py``) FP8 block scales are held as float32 and FP4
+scales as uint8 exponent bytes (``2 ** (b - 127)``); :func:`scale_to_float` and
+:func:`fp4_scale_bytes` convert stored scales to those forms.
 """
 
 from __future__ import annotations
@@ -36,12 +41,26 @@ FP4_PACKED_DTYPES: tuple[torch.dtype, ...] = (torch.int8, torch.uint8) + (
 def scale_to_float(scale: torch.Tensor) -> torch.Tensor:
     """A stored scale tensor as float32.
 
-    ``float8_e8m0fnu`` and float scales convert directly; ``uint8`` is read as raw e8m0 exponent
-    bytes (``2 ** (b - 127)``), as some MX checkpoints store them.
+    ``float8_e8m0fnu`` and ``uint8`` (raw e8m0 exponent bytes, as some MX checkpoints store them)
+    are read as ``2 ** (b - 127)`` from the byte; float scales convert directly. Exact, and no
+    e8m0 cast is needed on the device.
     """
+    if scale.dtype == E8M0_DTYPE:
+        scale = scale.contiguous().view(torch.uint8)
     if scale.dtype == torch.uint8:
-        return torch.exp2(scale.to(torch.float32) - 127.0)
+        b = scale.to(torch.int32)
+        f = (b << 23).view(torch.float32)  # the byte as an fp32 exponent field: 2 ** (b - 127)
+        return torch.where(b == 0, torch.full_like(f, 2.0**-127), f)  # byte 0: subnormal 2 ** -127
     return scale.to(torch.float32)
+
+
+def _as_scale_dtype(pow2: torch.Tensor, scale_dtype: torch.dtype) -> torch.Tensor:
+    """Power-of-two float32 scales as ``scale_dtype``; e8m0 built from the exponent bits (exact,
+    no e8m0 cast needed on the device)."""
+    if scale_dtype == E8M0_DTYPE:
+        bits = pow2.to(torch.float32).contiguous().view(torch.int32)
+        return ((bits >> 23) & 0xFF).to(torch.uint8).view(E8M0_DTYPE)
+    return pow2.to(scale_dtype)
 
 
 def _pow2_ceil(x: torch.Tensor) -> torch.Tensor:
@@ -102,7 +121,7 @@ def quantize_fp8_block(
         scale = torch.where(amax > 0, scale, torch.ones_like(scale))
     q = (blocks / scale[..., :, None, :, None]).clamp(-FP8_MAX, FP8_MAX)
     q = q.reshape(*lead, nr * bm, nc * bn)[..., :r, :c].to(FP8_DTYPE)
-    return q.contiguous(), scale.to(scale_dtype)
+    return q.contiguous(), _as_scale_dtype(scale, scale_dtype)
 
 
 def dequantize_fp8_block(
@@ -148,11 +167,11 @@ def quantize_fp4(w: torch.Tensor, scale_dtype: torch.dtype = E8M0_DTYPE) -> tupl
     scale = _pow2_ceil(g.abs().amax(dim=-1) / E2M1_VALUES[-1])  # [..., R, C/32]
     # bucket index floor(4 |x| / scale) in 0..24 (|x| / scale <= 6), then its nearest code
     bucket = (g.abs() * (4.0 / scale)[..., None]).to(torch.int64).clamp_(0, 24)
-    code = torch.take(_FP4_BUCKET_CODE, bucket)
+    code = torch.take(_FP4_BUCKET_CODE.to(bucket.device), bucket)
     code |= (g < 0).to(torch.uint8) << 3
     code = code.reshape(*lead, r, c)
     packed = code[..., 0::2] | (code[..., 1::2] << 4)
-    return packed.view(torch.int8).contiguous(), scale.to(scale_dtype)
+    return packed.view(torch.int8).contiguous(), _as_scale_dtype(scale, scale_dtype)
 
 
 def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor, name: str = "weight") -> torch.Tensor:
@@ -170,6 +189,33 @@ def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor, name: str = "weigh
             f"{tuple(packed.shape)} (one scale per {FP4_GROUP} values)"
         )
     u = packed.contiguous().view(torch.uint8).to(torch.int64)
-    vals = torch.nn.functional.embedding(u, _FP4_BYTE_TABLE)  # [..., R, C/2, 2]: (low, high) nibble values
+    vals = torch.nn.functional.embedding(
+        u, _FP4_BYTE_TABLE.to(u.device)
+    )  # [..., R, C/2, 2]: (low, high) nibble values
     vals = vals.reshape(*lead, r, c // FP4_GROUP, FP4_GROUP)
     return (vals * scale_to_float(scale)[..., None]).reshape(*lead, r, c)
+
+
+def fp4_scale_bytes(scale: torch.Tensor, name: str = "weight") -> torch.Tensor:
+    """A stored FP4 scale as uint8 ue8m0 exponent bytes (the runtime's FP4 expert format).
+
+    ``float8_e8m0fnu`` is reinterpreted, ``uint8`` taken as is; float scales must be powers of two
+    in ``[2**-126, 2**127]`` and are converted exactly.
+
+    Raises:
+        ValueError: a float scale that is not such a power of two (names ``name``).
+    """
+    if scale.dtype == E8M0_DTYPE:
+        return scale.contiguous().view(torch.uint8)
+    if scale.dtype == torch.uint8:
+        return scale
+    if scale.dtype == torch.int8:
+        return scale.view(torch.uint8)
+    m, e = torch.frexp(scale.to(torch.float32))  # scale = m * 2**e, m in [0.5, 1)
+    b = e.to(torch.int32) - 1 + 127
+    if not bool(((m == 0.5) & (b >= 1) & (b <= 254)).all()):
+        raise ValueError(
+            f"{name}: FP4 scales are not all powers of two (ue8m0); the FP4 expert kernels need ue8m0 "
+            "scales (load with --quantization none to dequantize instead)"
+        )
+    return b.to(torch.uint8)

@@ -22,6 +22,7 @@ from sglang_v4.layers.layernorm import RMSNorm
 from sglang_v4.layers.linear import Linear
 from sglang_v4.layers.mhc import HyperConnection, HyperHead
 from sglang_v4.layers.moe import SparseMoeBlock
+from sglang_v4.layers.quantization import QuantConfig
 from sglang_v4.layers.rotary_embedding import RotaryTables
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.forward_batch import ForwardBatch, expand_kv_indices
@@ -31,12 +32,17 @@ class DecoderLayer(nn.Module):
     """One DeepSeek-V4 block; ``forward(x [T, n, D]) -> [T, n, D]``."""
 
     def __init__(
-        self, mc: ModelConfig, layer_idx: int, dtype: torch.dtype, device: torch.device | str
+        self,
+        mc: ModelConfig,
+        layer_idx: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        quant: QuantConfig | None = None,
     ) -> None:
         super().__init__()
         c = mc.hf
-        self.self_attn = DSV4Attention(mc, layer_idx, dtype, device)
-        self.mlp = SparseMoeBlock(c, layer_idx, dtype, device)
+        self.self_attn = DSV4Attention(mc, layer_idx, dtype, device, quant)
+        self.mlp = SparseMoeBlock(c, layer_idx, dtype, device, quant)
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, device)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, device)
         self.attn_hc = HyperConnection(
@@ -58,13 +64,21 @@ class DecoderLayer(nn.Module):
 class DeepseekV4Model(nn.Module):
     """Embedding, layers, hyper-head and final norm (HF ``DeepseekV4Model`` names)."""
 
-    def __init__(self, mc: ModelConfig, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        mc: ModelConfig,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        quant: QuantConfig | None = None,
+    ) -> None:
         super().__init__()
         c = mc.hf
         self.hc_mult = c.hc_mult
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size, dtype=dtype, device=device)
         self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList([DecoderLayer(mc, i, dtype, device) for i in range(c.num_hidden_layers)])
+        self.layers = nn.ModuleList(
+            [DecoderLayer(mc, i, dtype, device, quant) for i in range(c.num_hidden_layers)]
+        )
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, device)
         self.hc_head = HyperHead(c.hc_mult, c.hidden_size, c.hc_eps, c.rms_norm_eps, device)
 
@@ -77,6 +91,8 @@ class DeepseekV4ForCausalLM(nn.Module):
         dtype: weight / activation dtype (``torch.float32`` or ``torch.bfloat16``); the tensors HF
             keeps in fp32 (mHC, norms, sinks, ``position_bias``, router bias) stay fp32.
         device: where the weights live.
+        quant: weights kept quantized (FP8 linears / FP4 routed experts as DeepSeek publishes them,
+            ``layers/quantization.py``); ``None``: every weight in ``dtype``.
     """
 
     def __init__(
@@ -84,11 +100,13 @@ class DeepseekV4ForCausalLM(nn.Module):
         model_config: ModelConfig,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        quant: QuantConfig | None = None,
     ) -> None:
         super().__init__()
         self.mc = model_config
         self.dtype = dtype
-        self.model = DeepseekV4Model(model_config, dtype, device)
+        self.quant = quant
+        self.model = DeepseekV4Model(model_config, dtype, device, quant)
         self.lm_head = Linear(model_config.hidden_size, model_config.vocab_size, dtype, device)
         self.rope = RotaryTables(model_config, device)
 

@@ -43,7 +43,14 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from sglang_v4.configs.presets import get_preset, list_presets, to_official_config
+from sglang_v4.configs.presets import (
+    get_preset,
+    list_presets,
+    to_official_config,
+    with_fp8_quantization,
+    without_quantization,
+)
+from sglang_v4.layers.quantization import FP8_LINEAR_PATTERN
 from sglang_v4.model_loader.loader import INDEX_FILE, keeps_fp32
 from sglang_v4.model_loader.names import hf_to_official, official_expert_name
 from sglang_v4.model_loader.quant import E8M0_DTYPE, quantize_fp4, quantize_fp8_block
@@ -53,11 +60,7 @@ WEIGHTS = ("fp8", "bf16", "fp32")
 #: Presets that describe full-size models (the memory planner's inputs), too large to write.
 PLANNING_ONLY = ("flash", "pro")
 
-_FP8_LINEAR = re.compile(
-    r"\.self_attn\.(q_a_proj|q_b_proj|kv_proj|o_a_proj|o_b_proj)\.weight$"
-    r"|\.self_attn\.compressor\.indexer\.q_b_proj\.weight$"
-    r"|\.mlp\.shared_experts\.(gate_proj|up_proj|down_proj)\.weight$"
-)
+_FP8_LINEAR = FP8_LINEAR_PATTERN  # the linears DeepSeek publishes in FP8 (layers/quantization.py)
 _EXPERTS = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
 
 
@@ -321,14 +324,9 @@ def write_checkpoint(
     else:
         cfg_out = dict(config_dict)
         if weights == "fp8":
-            cfg_out["expert_dtype"] = "fp4"
-            cfg_out["quantization_config"] = {
-                "activation_scheme": "dynamic",
-                "fmt": "e4m3",
-                "quant_method": "fp8",
-                "scale_fmt": "ue8m0",
-                "weight_block_size": [128, 128],
-            }
+            with_fp8_quantization(cfg_out)
+        else:
+            without_quantization(cfg_out)
     cfg_out["torch_dtype" if fmt == "official" else "dtype"] = "float32" if weights == "fp32" else "bfloat16"
 
     writer = _ShardWriter(out_dir, int(shard_size_mb * 1024 * 1024))

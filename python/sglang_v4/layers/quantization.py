@@ -1,0 +1,124 @@
+"""Weight quantization of the runtime model: which weights stay FP8 / FP4 in memory, and when.
+
+DeepSeek publishes V4 with (``config.json`` ``quantization_config``: ``quant_method: fp8``,
+``fmt: e4m3``, ``scale_fmt: ue8m0``, ``weight_block_size: [128, 128]``, ``expert_dtype: fp4``):
+
+* FP8 e4m3 weights with one scale per 128x128 block for the attention projections (``q_a``,
+  ``q_b``, ``kv``, grouped ``o_a``, ``o_b``), the indexer's ``q_b`` and the shared expert
+  (:data:`FP8_LINEAR_PATTERN`, HF names);
+* FP4 e2m1 routed experts, two values per byte, one ue8m0 scale per 32 inputs;
+* bf16 for the compressor / indexer-compressor projections, the indexer's ``weights_proj``, the
+  router, the embedding and the LM head; fp32 for mHC, norms, sinks and biases.
+
+With a :class:`QuantConfig` the layers hold exactly that: ``Linear`` a float8_e4m3fn ``weight`` plus
+a float32 ``weight_scale_inv`` buffer, ``Experts`` packed uint8 ``gate_up_proj`` / ``down_proj``
+plus uint8 ``*_scale_inv`` exponent buffers, and they call the FP8 / FP4 GEMMs of
+``sgl_kernel_v4``. Without one, every weight is in the model dtype (the loader dequantizes).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: HF names of the linear weights DeepSeek publishes in FP8 (block-scaled e4m3).
+FP8_LINEAR_PATTERN = re.compile(
+    r"\.self_attn\.(q_a_proj|q_b_proj|kv_proj|o_a_proj|o_b_proj)\.weight$"
+    r"|\.self_attn\.compressor\.indexer\.q_b_proj\.weight$"
+    r"|\.mlp\.shared_experts\.(gate_proj|up_proj|down_proj)\.weight$"
+)
+#: HF names of the routed-expert weights DeepSeek publishes in FP4.
+FP4_EXPERT_PATTERN = re.compile(r"\.mlp\.experts\.(gate_up_proj|down_proj)$")
+
+#: ``--quantization`` values: ``fp8`` = the published V4 format (FP8 block-scaled linears, FP4
+#: routed experts) kept quantized, quantizing an unquantized checkpoint on load; ``none`` =
+#: dequantize an FP8/FP4 checkpoint to the model dtype on load.
+QUANTIZATION_CHOICES = ("fp8", "none")
+#: Scale suffix of a quantized weight in the model's state dict (HF's ``weight_scale_inv``).
+SCALE_SUFFIX = "_scale_inv"
+FP8_BLOCK = (128, 128)
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """What the model keeps quantized.
+
+    Attributes:
+        linear: ``"fp8"`` (the :data:`FP8_LINEAR_PATTERN` linears as e4m3 + 128x128 block scales)
+            or ``None`` (model dtype).
+        experts: ``"fp4"`` (routed experts as packed e2m1 + per-32 ue8m0 scales) or ``None``.
+    """
+
+    linear: str | None = "fp8"
+    experts: str | None = "fp4"
+
+    def describe(self) -> str:
+        """A short label for logs, e.g. ``"FP8 linears + FP4 experts"``."""
+        parts = []
+        if self.linear:
+            parts.append(f"{self.linear.upper()} linears")
+        if self.experts:
+            parts.append(f"{self.experts.upper()} experts")
+        return " + ".join(parts) or "unquantized"
+
+
+def _qc_get(qc: Any, key: str) -> Any:
+    return qc.get(key) if isinstance(qc, dict) else getattr(qc, key, None)
+
+
+def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> QuantConfig | None:
+    """Decide what stays quantized in memory.
+
+    Args:
+        flag: ``--quantization``: ``None`` (from the checkpoint), ``"fp8"`` or ``"none"``.
+        hf_config: the model's ``DeepseekV4Config`` (its ``quantization_config``, if any, is the
+            checkpoint's; HF folds ``expert_dtype`` into it).
+        device: ``"cpu"`` or ``"cuda"``.
+
+    Returns:
+        ``None`` (every weight in the model dtype) or a :class:`QuantConfig`. ``None`` flag: the
+        checkpoint's FP8 format on CUDA; on the CPU the weights are dequantized at load (the CPU
+        path is the exact oracle; ``"fp8"`` runs the quantized layers through the torch
+        references there). ``"fp8"`` on a checkpoint whose experts are not FP4 keeps them in the
+        model dtype (re-quantizing FP8 experts to FP4 would lose accuracy).
+
+    Raises:
+        ValueError: unknown ``flag``, or a checkpoint quantization other than DeepSeek's FP8.
+    """
+    if flag is not None and flag not in QUANTIZATION_CHOICES:
+        raise ValueError(f"quantization must be one of {list(QUANTIZATION_CHOICES)} or None (got {flag!r})")
+    if flag == "none":
+        return None
+    qc = getattr(hf_config, "quantization_config", None)
+    method = _qc_get(qc, "quant_method") if qc is not None else None
+    if method is not None and method != "fp8":
+        raise ValueError(
+            f"quantization_config.quant_method: only DeepSeek's block FP8 ('fp8') is supported, got {method!r}"
+        )
+    expert_dtype = (_qc_get(qc, "expert_dtype") if qc is not None else None) or getattr(
+        hf_config, "expert_dtype", None
+    )
+    if flag == "fp8":
+        return QuantConfig("fp8", "fp4" if qc is None or expert_dtype == "fp4" else None)
+    if qc is None or device == "cpu":
+        return None
+    block = _qc_get(qc, "weight_block_size")
+    linear: str | None = "fp8"
+    if block is not None and tuple(int(b) for b in block) != FP8_BLOCK:
+        logger.warning("FP8 block size %s is not 128x128: dequantizing the FP8 linears at load", block)
+        linear = None
+    return QuantConfig(linear, "fp4" if expert_dtype == "fp4" else None)
+
+
+def linear_quant(quant: QuantConfig | None) -> str | None:
+    """The format of a published-FP8 linear under ``quant`` (``"fp8"`` or ``None``)."""
+    return quant.linear if quant is not None else None
+
+
+def expert_quant(quant: QuantConfig | None) -> str | None:
+    """The format of the routed experts under ``quant`` (``"fp4"`` or ``None``)."""
+    return quant.experts if quant is not None else None

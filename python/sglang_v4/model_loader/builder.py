@@ -1,0 +1,122 @@
+"""Build the runtime model with its weights (SGLang's ``get_model``): decide the weight format,
+check up front that the weights fit the device, allocate, load or generate, log the bytes.
+
+The weight bytes are computed exactly before anything is allocated, from the model built on the
+meta device (:func:`model_weight_bytes`), so a model that cannot fit one GPU fails at once with the
+number of bytes it needs instead of an out-of-memory error half-way through loading.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import torch
+
+from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.layers.quantization import QuantConfig, resolve_quantization
+from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+from .dummy import init_dummy_weights
+from .loader import checkpoint_nbytes
+from .weight_loader import load_weights_into, weight_nbytes
+
+logger = logging.getLogger(__name__)
+
+#: Share of a GPU's memory the weights may take (the rest: KV pool, activations, CUDA graphs).
+WEIGHT_MEMORY_FRACTION = 0.9
+#: Largest accepted deviation of the weights' bytes in memory from the checkpoint's, when the
+#: model keeps the checkpoint's format.
+CHECKPOINT_BYTES_TOLERANCE = 0.02
+
+
+def model_weight_bytes(model_config: ModelConfig, dtype: torch.dtype, quant: QuantConfig | None) -> int:
+    """Exact bytes of the model's weights (every ``state_dict`` tensor: weights, scales, tables) in
+    ``dtype`` with ``quant``, from the model built on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = DeepseekV4ForCausalLM(model_config, dtype, "meta", quant)
+    return weight_nbytes(model)
+
+
+def check_weights_fit(need: int, free: int, total: int, label: str = "model") -> None:
+    """Raise if ``need`` weight bytes do not fit one device.
+
+    The weights may take at most :data:`WEIGHT_MEMORY_FRACTION` of the device's ``total`` bytes
+    (the rest holds the KV pool and the forward's workspace) and no more than is ``free``.
+
+    Raises:
+        ValueError: naming the bytes needed, the bytes available and the ``--tp-size`` that would
+            spread the weights thin enough.
+    """
+    budget = min(int(total * WEIGHT_MEMORY_FRACTION), int(free))
+    if need <= budget:
+        return
+    tp = max(2, 1 << math.ceil(math.log2(need / max(1, int(total * WEIGHT_MEMORY_FRACTION)))))
+    raise ValueError(
+        f"{label}: the weights need {need} bytes ({need / 2**30:.1f} GiB) but one GPU offers {budget} bytes "
+        f"({budget / 2**30:.1f} GiB: {WEIGHT_MEMORY_FRACTION:g} of its {total / 2**30:.1f} GiB, "
+        f"{free / 2**30:.1f} GiB free). Shard the weights over GPUs with --tp-size {tp} (tensor "
+        "parallelism is not implemented in this runtime yet) or use a smaller model (e.g. preset flash-43l)."
+    )
+
+
+def get_model(
+    model_config: ModelConfig,
+    model_path: str | None,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    load_format: str = "auto",
+    quantization: str | None = None,
+    seed: int = 0,
+) -> DeepseekV4ForCausalLM:
+    """The runtime model on ``device`` with its weights.
+
+    Args:
+        model_config: parsed config (its ``quantization_config``, if any, is the checkpoint's).
+        model_path: checkpoint directory (unused with ``load_format="dummy"``).
+        device: ``cpu`` / ``cuda``.
+        dtype: activation / unquantized-weight dtype.
+        load_format: ``"auto"`` (read the checkpoint) or ``"dummy"`` (random weights on the device).
+        quantization: ``--quantization`` (``None``: the checkpoint's format on CUDA, dequantized on
+            CPU; ``"fp8"``; ``"none"``), see :func:`~sglang_v4.layers.quantization.resolve_quantization`.
+        seed: dummy-weight seed.
+
+    Raises:
+        ValueError: unknown ``load_format``, a missing ``model_path``, weights that do not fit
+            the GPU (:func:`check_weights_fit`), or a checkpoint that does not match the model.
+    """
+    if load_format not in ("auto", "dummy"):
+        raise ValueError(f"load_format: expected 'auto' or 'dummy', got {load_format!r}")
+    if load_format == "auto" and model_path is None:
+        raise ValueError("model_path: required unless load_format='dummy'")
+    dev = torch.device(device)
+    quant = resolve_quantization(quantization, model_config.hf, dev.type)
+    label = "weights" if quant is None else quant.describe()
+    need = model_weight_bytes(model_config, dtype, quant)
+    if dev.type == "cuda":
+        free, total = torch.cuda.mem_get_info(dev)
+        check_weights_fit(need, free, total, f"{model_path or 'model'} ({label}, {dtype})")
+    t0 = time.perf_counter()
+    model = DeepseekV4ForCausalLM(model_config, dtype, dev, quant)
+    if load_format == "dummy":
+        init_dummy_weights(model, seed)
+    else:
+        assert model_path is not None
+        load_weights_into(model, model_path, progress=True)
+    model.eval()
+    have = weight_nbytes(model)
+    msg = f"Weights: {have} bytes ({have / 2**30:.2f} GiB) on {dev} ({label}, {dtype}, load_format={load_format})"
+    if load_format == "auto":
+        assert model_path is not None
+        ck = checkpoint_nbytes(model_path)
+        ratio = have / max(1, ck)
+        msg += f"; checkpoint {ck} bytes ({ck / 2**30:.2f} GiB), ratio {ratio:.4f}"
+        if quant is not None and dtype == torch.bfloat16 and abs(ratio - 1) > CHECKPOINT_BYTES_TOLERANCE:
+            logger.warning(
+                "weights take %.4fx the checkpoint's bytes (more than %.0f%% off) while kept in its format",
+                ratio,
+                100 * CHECKPOINT_BYTES_TOLERANCE,
+            )
+    logger.info("%s; built in %.1f s", msg, time.perf_counter() - t0)
+    return model

@@ -1,0 +1,112 @@
+"""float64 oracles of DeepSeek's FP8 / FP4 weight formats, written from the format definitions
+(DeepSeek-V3 ``README_WEIGHTS.md``; V4 ``quantization_config``), shared by the quantization tests.
+
+* FP8 weight: e4m3 value x scale per 128x128 block.
+* FP8 activations (1x128 groups): scale ``2 ** ceil(log2(max(amax, 1e-4) / 448))``, values
+  ``x / scale`` rounded to the nearest e4m3 by torch's own float8 cast (ties to even).
+* FP4 (e2m1, two per byte, element 2j in the low nibble): sign bit 3, exponent bits 1-2, mantissa
+  bit 0; magnitude ``(1 + m/2) * 2**(e-1)``, or ``m/2`` when ``e == 0``; times ``2 ** (b - 127)``
+  per 32 values (ue8m0 byte ``b``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def fp8_weight64(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """e4m3 ``w [R, C]`` x block scales ``s [ceil(R/128), ceil(C/128)]`` -> float64."""
+    r, c = w.shape
+    i, j = torch.arange(r) // 128, torch.arange(c) // 128
+    return w.to(torch.float64) * s.to(torch.float64)[i[:, None], j[None, :]]
+
+
+def act_quant64(x: torch.Tensor) -> torch.Tensor:
+    """float64 values of the 1x128-group e4m3 quantization of ``x [M, K]`` (dequantized)."""
+    M, K = x.shape
+    out = torch.empty(M, K, dtype=torch.float64)
+    for k0 in range(0, K, 128):
+        blk = x[:, k0 : k0 + 128].to(torch.float64)
+        amax = blk.abs().amax(dim=1).clamp_min(1e-4)
+        scale = torch.pow(2.0, torch.ceil(torch.log2(amax / 448.0)))
+        q = (blk / scale[:, None]).clamp(-448, 448).to(torch.float32).to(torch.float8_e4m3fn)
+        out[:, k0 : k0 + 128] = q.to(torch.float64) * scale[:, None]
+    return out
+
+
+def linear64(x: torch.Tensor, w64: torch.Tensor, groups: int) -> torch.Tensor:
+    """``x [T, K]`` or ``[T, G, K]`` times the grouped float64 weight ``[G*N, K]`` -> ``[T, G*N]``."""
+    T, K = x.shape[0], w64.shape[1]
+    xg = x.reshape(T, groups, K).to(torch.float64)
+    return torch.einsum("tgk,gnk->tgn", xg, w64.view(groups, -1, K)).reshape(T, -1)
+
+
+def scale_byte64(scale: torch.Tensor) -> torch.Tensor:
+    """A ue8m0 scale (uint8 exponent bytes or float8_e8m0fnu) as float64 ``2 ** (b - 127)``."""
+    if scale.dtype == torch.float8_e8m0fnu:
+        scale = scale.view(torch.uint8)
+    if scale.dtype == torch.uint8:
+        return torch.pow(2.0, scale.to(torch.float64) - 127.0)
+    return scale.to(torch.float64)
+
+
+def fp4_weight64(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Packed e2m1 ``[..., R, C/2]`` + ue8m0 ``[..., R, C/32]`` -> float64 ``[..., R, C]``."""
+    u = packed.view(torch.uint8).to(torch.int64)
+    codes = torch.stack([u & 15, u >> 4], dim=-1).flatten(-2)
+    sign = 1.0 - 2.0 * ((codes >> 3) & 1).to(torch.float64)
+    e, m = ((codes >> 1) & 3).to(torch.float64), (codes & 1).to(torch.float64)
+    mag = torch.where(e == 0, 0.5 * m, (1.0 + 0.5 * m) * torch.pow(2.0, e - 1.0))
+    return sign * mag * scale_byte64(scale).repeat_interleave(32, dim=-1)
+
+
+def moe64(
+    x: torch.Tensor,
+    wgu: torch.Tensor,
+    wd: torch.Tensor,
+    ids: torch.Tensor,
+    wts: torch.Tensor,
+    limit: float,
+    stats: dict | None = None,
+) -> torch.Tensor:
+    """HF ``DeepseekV4Experts.forward`` in float64 on float64 weights (ids outside [0, E) skipped).
+
+    ``stats``, if given, receives ``max_pre``: the largest |gate / up pre-activation| (to check
+    that a test reaches the SwiGLU clamp)."""
+    T, D = x.shape
+    E = wgu.shape[0]
+    out = torch.zeros(T, D, dtype=torch.float64)
+    max_pre = 0.0
+    for t in range(T):
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j])
+            if not 0 <= e < E:
+                continue
+            gu = wgu[e] @ x[t].double()
+            max_pre = max(max_pre, float(gu.abs().max()))
+            g, u = gu.chunk(2)
+            h = torch.nn.functional.silu(g.clamp(max=limit)) * u.clamp(-limit, limit)
+            out[t] += (wd[e] @ h) * float(wts[t, j])
+    if stats is not None:
+        stats["max_pre"] = max_pre
+    return out
+
+
+def random_fp4_experts(E: int, D: int, I: int, gen: torch.Generator, up_octaves: int = 2) -> tuple:  # noqa: E741
+    """Random packed FP4 experts ``(w13, s13, w2, s2)`` with per-32 scales near
+    ``1 / (2.9 sqrt(fan_in))`` (+-1 octave; gate/up ``up_octaves`` larger to reach the SwiGLU clamp)."""
+    w13 = torch.randint(0, 256, (E, 2 * I, D // 2), generator=gen, dtype=torch.uint8)
+    w2 = torch.randint(0, 256, (E, D, I // 2), generator=gen, dtype=torch.uint8)
+    b13 = 127 - round(torch.log2(torch.tensor(2.9 * D**0.5)).item()) + up_octaves
+    b2 = 127 - round(torch.log2(torch.tensor(2.9 * I**0.5)).item())
+    s13 = torch.randint(b13 - 1, b13 + 2, (E, 2 * I, D // 32), generator=gen, dtype=torch.uint8)
+    s2 = torch.randint(b2 - 1, b2 + 2, (E, D, I // 32), generator=gen, dtype=torch.uint8)
+    return w13, s13, w2, s2
+
+
+def random_fp8_weight(rows: int, cols: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random e4m3 weight ``[rows, cols]`` and float32 block scales (one a power of two)."""
+    w = (torch.randn(rows, cols, generator=gen) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
+    s = torch.rand(-(-rows // 128), -(-cols // 128), generator=gen) * cols**-0.5 / 32 + 1e-4
+    s[0, 0] = 2.0**-10
+    return w, s

@@ -1,0 +1,42 @@
+"""The FP8/FP4 device benchmark driver runs end to end in its CPU dry mode (torch references, tiny
+shapes), so a GPU call is not spent on a driver bug. The numbers themselves mean nothing on CPU;
+what is checked is that every phase ran, wrote its rows and reported no error, and that the
+accuracy phase compared the runtime with HF transformers (exact on CPU: fp32 references)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from server_fixture import REPO
+
+
+@pytest.mark.slow
+def test_bench_quant_dry_run(tmp_path) -> None:
+    out = tmp_path / "q"
+    cmd = [sys.executable, "benchmark/bench_quant.py", "--out", str(out), "--device", "cpu", "--dry-run"]
+    cmd += ["--no-tests", "--budget-s", "1500"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((out / "quant_bench.json").read_text())
+    assert res["errors"] == {} and res["skipped"] == [], (res["errors"], res["skipped"])
+    assert {row["shape"] for row in res["fp8_gemm"]} == {"q_a-like", "o_a-like (2 groups)"}
+    assert all("w8a16_ms" in row and "bf16_ms" in row for row in res["fp8_gemm"])
+    assert res["moe_fp4"] and all("fp4_ms" in row for row in res["moe_fp4"])
+    models = res["models"]
+    assert models["tiny fp8"]["weight_format"] == "FP8 linears + FP4 experts"
+    assert models["tiny bf16"]["weight_format"].endswith("(unquantized)")
+    for m in models.values():
+        assert {"decode bs1", "decode bs2", "prefill 256"} <= set(m["rows"])
+    (acc,) = res["accuracy"]
+    assert acc["config"] == "tiny" and acc["tokens"] == 200
+    for label in (
+        "dequantized bf16 (floor)",
+        "FP8/FP4, one forward (w8a8)",
+        "FP8/FP4, 32-token chunks (w8a16)",
+    ):
+        assert acc[label]["max_abs_dlogprob"] < 1e-3  # CPU: the fp32 references are exact
+    assert res["sweep"] and "## Accuracy" in (out / "quant_bench.md").read_text()
