@@ -2,7 +2,10 @@
 
 Accepts a single ``.safetensors`` file, a directory with ``model.safetensors``, or a directory
 with shards listed by ``model.safetensors.index.json``; tensor names either DeepSeek's official
-ones or HF's (detected from the names, see :mod:`sglang_v4.model_loader.names`). FP8 block-scaled
+ones, HF's, or the mix ``transformers``' ``save_pretrained`` writes (official layer names under
+``model.``, ``head.weight``), detected from the names (see :mod:`sglang_v4.model_loader.names`). A
+checkpoint without an LM head whose ``config.json`` sets ``tie_word_embeddings`` uses the
+embedding for it, as HF does. FP8 block-scaled
 weights and FP4 routed experts are dequantized on the CPU (:mod:`sglang_v4.model_loader.quant`),
 per-expert tensors are packed into HF's ``[E, 2I, D]`` / ``[E, D, I]``, ``mtp.*`` tensors (the
 multi-token-prediction head) are skipped with one log line, and the results are cast to the
@@ -30,7 +33,7 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
-from .names import official_to_hf, parse_official_expert
+from .names import ExpertPart, hf_saved_to_hf, official_to_hf, parse_official_expert
 from .quant import FP4_GROUP, dequantize_fp4, dequantize_fp8_block
 
 logger = logging.getLogger(__name__)
@@ -97,15 +100,20 @@ def checkpoint_files(model_path: str) -> list[str]:
     )
 
 
-def _block_size(model_path: str) -> tuple[int, int]:
-    """``quantization_config.weight_block_size`` of the checkpoint's config.json, else 128x128."""
+def _config(model_path: str) -> dict:
+    """The checkpoint's ``config.json`` (``{}`` when there is none, e.g. a lone ``.safetensors``)."""
     cfg = os.path.join(model_path, "config.json") if os.path.isdir(model_path) else None
     if cfg and os.path.exists(cfg):
         with open(cfg, encoding="utf-8") as f:
-            q = json.load(f).get("quantization_config") or {}
-        bs = q.get("weight_block_size")
-        if bs:
-            return int(bs[0]), int(bs[1])
+            return json.load(f)
+    return {}
+
+
+def _block_size(model_path: str) -> tuple[int, int]:
+    """``quantization_config.weight_block_size`` of the checkpoint's config.json, else 128x128."""
+    bs = (_config(model_path).get("quantization_config") or {}).get("weight_block_size")
+    if bs:
+        return int(bs[0]), int(bs[1])
     return 128, 128
 
 
@@ -191,15 +199,24 @@ def _scale_target(key: str, keys: set[str]) -> str | None:
 
 
 def _detect_format(keys: list[str]) -> str:
-    official = any(k.startswith("layers.") or k in _OFFICIAL_TOP for k in keys)
-    hf = any(k.startswith(("model.", "lm_head.")) for k in keys)
+    """``"official"`` (keys rooted at ``layers.`` / ``embed.weight`` ...) or ``"hf"`` (rooted at
+    ``model.`` / ``lm_head.``, HF's own names or ``save_pretrained``'s; ``head.weight`` fits both).
+
+    Raises:
+        ValueError: keys of both roots (two checkpoints in one directory?), or of neither.
+    """
+    official = [k for k in keys if k.startswith("layers.") or (k in _OFFICIAL_TOP and k != "head.weight")]
+    hf = [k for k in keys if k.startswith(("model.", "lm_head."))]
     if official and hf:
-        raise ValueError("checkpoint mixes official DeepSeek names (layers.*) and HF names (model.*)")
-    if not official and not hf:
+        raise ValueError(
+            "checkpoint mixes official DeepSeek names (layers.*, e.g. "
+            f"{official[0]}) and HF names (model.*, e.g. {hf[0]})"
+        )
+    if not official and not hf and "head.weight" not in keys:
         raise ValueError(
             f"checkpoint tensor names are neither official DeepSeek nor HF names (e.g. {keys[:3]})"
         )
-    return "official" if official else "hf"
+    return "hf" if hf else "official"
 
 
 def _plan(model_path: str) -> _Plan:
@@ -240,15 +257,22 @@ def _plan(model_path: str) -> _Plan:
         _check_scale(sources[k], plan.block)
 
     experts: dict[tuple[int, str], dict[int, dict[str, _Source]]] = {}
+    stored_as: dict[str, str] = {}  # HF name -> checkpoint key
     for k, src in sources.items():
-        part = parse_official_expert(k) if plan.fmt == "official" else None
-        if part is not None:
-            name = part.hf_name
-            experts.setdefault((part.layer, name), {}).setdefault(part.expert, {})[part.proj] = src
+        mapped: str | ExpertPart | None
+        if plan.fmt == "official":
+            mapped = parse_official_expert(k) or official_to_hf(k)
+        else:
+            mapped = hf_saved_to_hf(k)
+        if isinstance(mapped, ExpertPart):
+            name = mapped.hf_name
+            experts.setdefault((mapped.layer, name), {}).setdefault(mapped.expert, {})[mapped.proj] = src
+            stored_as.setdefault(name, k)
             continue
-        name = official_to_hf(k) if plan.fmt == "official" else k
-        if name is None:  # unknown official name: keep it, so callers can report it as unexpected
-            name = k
+        name = mapped if mapped is not None else k  # unknown: kept, reported as unexpected later
+        if name in stored_as:
+            raise ValueError(f"{name}: stored twice in the checkpoint, as {stored_as[name]} and as {k}")
+        stored_as[name] = k
         plan.entries.append(_Entry(name, src.logical_shape, [src]))
 
     for (layer, name), by_expert in sorted(experts.items()):
@@ -271,7 +295,14 @@ def _plan(model_path: str) -> _Plan:
                         f"{src.key}: expert weight shape {src.logical_shape} differs from expert 0's {first}"
                     )
         shape = (n, first[0] * len(projs), first[1])
+        if any(e.name == name for e in plan.entries):
+            raise ValueError(f"{name}: stored twice in the checkpoint, packed and as per-expert tensors")
         plan.entries.append(_Entry(name, shape, [s for row in rows for s in row], experts=rows))
+    names = {e.name for e in plan.entries}
+    if "lm_head.weight" not in names and _config(model_path).get("tie_word_embeddings"):
+        embed = next((e for e in plan.entries if e.name == "model.embed_tokens.weight"), None)
+        if embed is not None:  # tied: HF's save_pretrained writes no LM head
+            plan.entries.append(_Entry("lm_head.weight", embed.shape, embed.sources))
     return plan
 
 
