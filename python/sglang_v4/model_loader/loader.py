@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -355,13 +356,15 @@ def iter_state_dict(
         dtype: output dtype of floating tensors, except the ones :func:`keeps_fp32` (float32);
             ``None`` keeps the stored dtype (float32 for dequantized tensors).
         device: where the yielded tensors live (dequantization itself runs on the CPU).
-        progress: show a tqdm progress bar (one step per output tensor).
+        progress: show a tqdm progress bar (one step per output tensor) when stderr is a terminal;
+            otherwise (a log file, a pipe) one log line when done, no carriage-return updates.
 
     Raises:
         FileNotFoundError: no checkpoint at ``model_path``.
         ValueError: mixed or unknown naming, a scale without its weight, a scale of the wrong
             shape, incomplete or inconsistent routed experts (each message names the tensor).
     """
+    t0 = time.perf_counter()
     plan = _plan(model_path)
     if plan.skipped:
         logger.info("skipping %d mtp.* tensors (multi-token-prediction head; not used)", len(plan.skipped))
@@ -371,7 +374,8 @@ def iter_state_dict(
             for p in dict.fromkeys(plan.key_file.values())
         }
         desc = f"Loading {os.path.basename(os.path.normpath(model_path))} ({plan.fmt} names)"
-        for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=not progress):
+        # disable=None: tqdm turns itself off when stderr is not a TTY
+        for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=None if progress else True):
             if entry.experts is None:
                 t = _materialize(entry.sources[0], handles, plan)
             else:
@@ -385,6 +389,8 @@ def iter_state_dict(
             if entry.name.endswith("tid2eid") and t.dtype.is_floating_point:
                 t = t.round()
             yield entry.name, t.to(device=device, dtype=out)
+    if progress:
+        logger.info("%s: %d tensors in %.1fs", desc, len(plan.entries), time.perf_counter() - t0)
 
 
 def load_state_dict(
