@@ -39,12 +39,15 @@ def tokenizer_source_dir() -> str:
 
 
 def make_fake_model_dir(root: Path) -> Path:
-    """A model directory with the real DeepSeek tokenizer and a minimal config.json."""
+    """A model directory with the real DeepSeek tokenizer, a minimal config.json and an empty
+    ``model.safetensors`` (no tensors: the fake scheduler loads no weights, but the launcher checks
+    that a model directory has a checkpoint)."""
     d = root / "fake-model"
     d.mkdir(parents=True, exist_ok=True)
     src = tokenizer_source_dir()
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(src, f), d / f)
+    (d / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")  # header "{}"
     (d / "config.json").write_text(
         json.dumps(
             {

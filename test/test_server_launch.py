@@ -54,15 +54,15 @@ def test_hub_id_where_a_directory_is_expected(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("case", ["file", "no_weights", "no_tokenizer", "other_model"])
 def test_other_bad_directories(tmp_path: Path, case: str) -> None:
-    d = make_fake_model_dir(tmp_path)  # config.json + tokenizer files, no weights
+    d = make_fake_model_dir(tmp_path)  # config.json, tokenizer files, an empty model.safetensors
     args = ["--model-path", str(d)]
     if case == "file":
         args = ["--model-path", str(d / "config.json")]
         want = "is a file; expected a Hugging Face-layout model directory"
     elif case == "no_weights":
+        (d / "model.safetensors").unlink()
         want = "has no *.safetensors weights (use --load-format dummy for random weights)"
     elif case == "no_tokenizer":
-        (d / "model.safetensors").write_bytes(b"")
         for f in ("tokenizer.json", "tokenizer_config.json"):
             (d / f).unlink()
         want = "tokenizer_path: "

@@ -6,15 +6,21 @@ SSE streaming with cumulative ``text`` and a final ``data: [DONE]``), ``/health`
 ``/get_server_info``, ``/flush_cache``, ``/abort_request``, ``/metrics`` (with
 ``--enable-metrics``), plus the OpenAI router from ``entrypoints/openai`` when present.
 
-Errors use SGLang's shape ``{"error": {"message": ...}}`` with HTTP 400 for bad input; with
-``--api-key`` every route except ``/health*`` and ``/metrics`` needs ``Authorization: Bearer KEY``
-(401 ``{"error": "Unauthorized"}`` otherwise, constant-time comparison).
+Errors use SGLang's shape ``{"error": {"message": ...}}`` with HTTP 400 for bad input. Every
+request first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` every route except
+``/health``, ``/health_generate`` and ``/metrics`` needs ``Authorization: Bearer KEY`` (401
+``{"error": "Unauthorized"}`` otherwise, constant-time comparison); bodies are size-limited (413)
+and must arrive in time (408); request heads too (the connection is closed).
+
+Graceful drain: on SIGTERM or SIGINT the server stops admitting requests (503, ``/health`` 503),
+lets the in-flight ones finish for up to ``--graceful-shutdown-timeout`` seconds, fails what is left
+with a 503 (an error event on a stream), then exits with code 0. A second signal stops at once.
+SGLang drains the same way (its tokenizer manager's ``sigterm_watchdog``) but without a time limit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import os
@@ -29,6 +35,13 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
+from sglang_v4.entrypoints.admission import (
+    H11_MAX_INCOMPLETE_EVENT_SIZE,
+    AdmissionLimits,
+    AdmissionMiddleware,
+    DrainingServer,
+    HeaderTimeoutH11Protocol,
+)
 from sglang_v4.entrypoints.engine import Subprocesses
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
@@ -177,6 +190,7 @@ class _State:
     tokenizer_manager: TokenizerManager | None = None
     server: Any = None
     exit_code: int = 0
+    draining: bool = False
 
 
 _ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -371,20 +385,12 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
         tm.close()
 
     app = FastAPI(lifespan=lifespan)
-
-    if server_args.api_key:
-        expected = server_args.api_key.encode()
-
-        @app.middleware("http")
-        async def api_key_middleware(request: Request, call_next: Any) -> Response:
-            path = request.url.path
-            if request.method == "OPTIONS" or path.startswith("/health") or path.startswith("/metrics"):
-                return await call_next(request)
-            auth = request.headers.get("authorization", "")
-            scheme, _, token = auth.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
-                return json_response({"error": "Unauthorized"}, status_code=401)
-            return await call_next(request)
+    app.add_middleware(
+        AdmissionMiddleware,
+        api_key=server_args.api_key,
+        limits=AdmissionLimits.from_env(),
+        is_draining=lambda: state.draining,
+    )
 
     def tm_or_503() -> TokenizerManager:
         tm = state.tokenizer_manager
@@ -395,14 +401,14 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
     @app.get("/health")
     async def health() -> Response:
         tm = state.tokenizer_manager
-        if tm is None or tm.crashed is not None or tm.server_status != "Up":
+        if tm is None or tm.crashed is not None or tm.server_status != "Up" or state.draining:
             return Response(status_code=503)
         return Response(status_code=200)
 
     @app.get("/health_generate")
     async def health_generate() -> Response:
         tm = state.tokenizer_manager
-        if tm is None or tm.crashed is not None or tm.server_status != "Up":
+        if tm is None or tm.crashed is not None or tm.server_status != "Up" or state.draining:
             return Response(status_code=503)
         ok = await tm.health_generate()
         return Response(status_code=200 if ok else 503)
@@ -581,20 +587,26 @@ def launch_server(server_args: ServerArgs) -> int:
     )
     try:
         app, state = create_app(server_args, procs)
+        limits = AdmissionLimits.from_env()
+        protocol = type(
+            "HeaderTimeoutH11", (HeaderTimeoutH11Protocol,), {"header_timeout_s": limits.read_timeout_s}
+        )
         config = uvicorn.Config(
             app,
             host=server_args.host,
             port=server_args.port,
             loop="uvloop",
+            http=protocol,
+            h11_max_incomplete_event_size=H11_MAX_INCOMPLETE_EVENT_SIZE,
             log_level=server_args.log_level if server_args.log_level != "info" else "warning",
-            timeout_keep_alive=5,
+            timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
             timeout_graceful_shutdown=5,
             lifespan="on",
         )
-        server = uvicorn.Server(config)
+        server = DrainingServer(config, lambda sig: drain(state, sig, server_args.graceful_shutdown_timeout))
         state.server = server
-        # uvicorn re-raises a captured SIGTERM / SIGINT after its graceful shutdown; no-op handlers
-        # let the ``finally`` below still stop the children and return the exit code.
+        # DrainingServer handles SIGTERM / SIGINT while serving; no-op handlers afterwards let the
+        # ``finally`` below still stop the children and return the exit code.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, frame: None)
         logger.info("Serving on http://%s:%d", server_args.host, server_args.port)
@@ -604,3 +616,30 @@ def launch_server(server_args: ServerArgs) -> int:
         return state.exit_code
     finally:
         procs.shutdown()
+
+
+async def drain(state: _State, sig: int, timeout_s: float) -> None:
+    """Graceful drain (module docstring): refuse new requests, wait for the in-flight ones up to
+    ``timeout_s`` seconds, then fail the rest with a 503 and wait briefly for their responses."""
+    state.draining = True
+    tm = state.tokenizer_manager
+    loop = asyncio.get_running_loop()
+    n = len(tm.rid_to_state) if tm is not None else 0
+    logger.info(
+        "%s received: draining %d in-flight request(s) for up to %gs; new requests get 503.",
+        signal.Signals(sig).name,
+        n,
+        timeout_s,
+    )
+    deadline = loop.time() + timeout_s
+    while tm is not None and tm.rid_to_state and tm.crashed is None and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    if tm is not None and tm.rid_to_state and tm.crashed is None:
+        k = tm.fail_all(
+            f"The server is shutting down: the request did not finish within the {timeout_s:g}s drain.", 503
+        )
+        logger.warning("Drain timed out after %gs: failed %d request(s).", timeout_s, k)
+        until = loop.time() + 1.0
+        while tm.rid_to_state and loop.time() < until:  # let their handlers send the error
+            await asyncio.sleep(0.05)
+    logger.info("Drained; shutting down.")
