@@ -32,6 +32,7 @@ from sglang_v4.managers.io_struct import (
     BatchTokenIDOut,
     TokenizedGenerateReqInput,
     finish_abort,
+    finish_length,
 )
 from sglang_v4.managers.schedule_batch import Req
 from sglang_v4.mem_cache.radix_cache import RadixCache
@@ -425,16 +426,20 @@ class Scheduler:
         offs = [0]
         for c in fb.logits_counts:
             offs.append(offs[-1] + c)
-        sample_rows, sample_reqs = [], []
+        sample_rows, sample_reqs, scored = [], [], []
         for i, (req, end) in enumerate(batch):
             rows = logits[offs[i] : offs[i + 1]]
             p = req.num_computed
             if not req.input_logprobs_done and rows.shape[0] > 0:
                 self._collect_input_logprobs(req, rows, p + fb.extend_lens[i] - rows.shape[0])
-            if prompt_done_flags[i]:
+            if prompt_done_flags[i] and req.sampling_params.max_new_tokens == 0:
+                scored.append(req)  # prompt scoring (max_new_tokens=0): done after prefill, no token
+            elif prompt_done_flags[i]:
                 sample_rows.append(rows[-1])
                 sample_reqs.append(req)
             self._after_forward(req, end)
+        for req in scored:
+            self._finish(req, finish_length(0))
         if sample_reqs:
             self._sample(sample_reqs, torch.stack(sample_rows))
         dt = time.perf_counter() - t0
