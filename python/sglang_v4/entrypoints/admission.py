@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import os
 import signal
 import time
@@ -52,11 +53,14 @@ import orjson
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "AdmissionLimits",
     "AdmissionMiddleware",
     "DrainingServer",
     "HeaderTimeoutH11Protocol",
+    "drain_in_flight",
     "OPEN_ROUTES",
     "H11_MAX_INCOMPLETE_EVENT_SIZE",
 ]
@@ -336,3 +340,37 @@ class DrainingServer(uvicorn.Server):
                 self.should_exit = True
 
         self._drain_task = asyncio.ensure_future(run())
+
+
+async def drain_in_flight(
+    get_tokenizer_manager: Callable[[], Any], set_draining: Callable[[], None], sig: int, timeout_s: float
+) -> None:
+    """The HTTP server's drain (run by :class:`DrainingServer` on the first signal).
+
+    Marks the server draining (new requests 503), waits until the tokenizer manager has no
+    request in flight or ``timeout_s`` seconds passed, then fails what is left with a 503
+    (``TokenizerManager.fail_all``: an error event on a stream) and waits up to 1 s for those
+    responses to go out.
+    """
+    set_draining()
+    tm = get_tokenizer_manager()
+    loop = asyncio.get_running_loop()
+    n = len(tm.rid_to_state) if tm is not None else 0
+    logger.info(
+        "%s received: draining %d in-flight request(s) for up to %gs; new requests get 503.",
+        signal.Signals(sig).name,
+        n,
+        timeout_s,
+    )
+    deadline = loop.time() + timeout_s
+    while tm is not None and tm.rid_to_state and tm.crashed is None and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    if tm is not None and tm.rid_to_state and tm.crashed is None:
+        k = tm.fail_all(
+            f"The server is shutting down: the request did not finish within the {timeout_s:g}s drain.", 503
+        )
+        logger.warning("Drain timed out after %gs: failed %d request(s).", timeout_s, k)
+        until = loop.time() + 1.0
+        while tm.rid_to_state and loop.time() < until:  # let their handlers send the error
+            await asyncio.sleep(0.05)
+    logger.info("Drained; shutting down.")

@@ -41,6 +41,7 @@ from sglang_v4.entrypoints.admission import (
     AdmissionMiddleware,
     DrainingServer,
     HeaderTimeoutH11Protocol,
+    drain_in_flight,
 )
 from sglang_v4.entrypoints.engine import Subprocesses
 from sglang_v4.managers.io_struct import GenerateReqInput
@@ -603,7 +604,14 @@ def launch_server(server_args: ServerArgs) -> int:
             timeout_graceful_shutdown=5,
             lifespan="on",
         )
-        server = DrainingServer(config, lambda sig: drain(state, sig, server_args.graceful_shutdown_timeout))
+
+        def set_draining() -> None:
+            state.draining = True
+
+        timeout_s = server_args.graceful_shutdown_timeout
+        server = DrainingServer(
+            config, lambda sig: drain_in_flight(lambda: state.tokenizer_manager, set_draining, sig, timeout_s)
+        )
         state.server = server
         # DrainingServer handles SIGTERM / SIGINT while serving; no-op handlers afterwards let the
         # ``finally`` below still stop the children and return the exit code.
@@ -616,30 +624,3 @@ def launch_server(server_args: ServerArgs) -> int:
         return state.exit_code
     finally:
         procs.shutdown()
-
-
-async def drain(state: _State, sig: int, timeout_s: float) -> None:
-    """Graceful drain (module docstring): refuse new requests, wait for the in-flight ones up to
-    ``timeout_s`` seconds, then fail the rest with a 503 and wait briefly for their responses."""
-    state.draining = True
-    tm = state.tokenizer_manager
-    loop = asyncio.get_running_loop()
-    n = len(tm.rid_to_state) if tm is not None else 0
-    logger.info(
-        "%s received: draining %d in-flight request(s) for up to %gs; new requests get 503.",
-        signal.Signals(sig).name,
-        n,
-        timeout_s,
-    )
-    deadline = loop.time() + timeout_s
-    while tm is not None and tm.rid_to_state and tm.crashed is None and loop.time() < deadline:
-        await asyncio.sleep(0.05)
-    if tm is not None and tm.rid_to_state and tm.crashed is None:
-        k = tm.fail_all(
-            f"The server is shutting down: the request did not finish within the {timeout_s:g}s drain.", 503
-        )
-        logger.warning("Drain timed out after %gs: failed %d request(s).", timeout_s, k)
-        until = loop.time() + 1.0
-        while tm.rid_to_state and loop.time() < until:  # let their handlers send the error
-            await asyncio.sleep(0.05)
-    logger.info("Drained; shutting down.")
