@@ -77,7 +77,7 @@ def check_model_dir(model_path: str, tokenizer_path: str | None = None, load_for
             model_type = json.load(f).get("model_type")
     except (OSError, ValueError, AttributeError) as e:
         raise ValueError(f"model_path: {cfg} is not a readable JSON object ({e})") from None
-    if model_type not in ("deepseek_v4", "deepseek_v4_flash"):
+    if model_type not in (None, "deepseek_v4", "deepseek_v4_flash"):  # None: ModelConfig's default
         raise ValueError(
             f"model_path: {cfg} has model_type {model_type!r}; sglang-v4 serves DeepSeek-V4 models "
             f"(model_type 'deepseek_v4'). Make one with: {MAKE_CHECKPOINT_HINT}"
