@@ -1067,7 +1067,7 @@ async def benchmark(
             flush_server_cache(base_url, opts.backend, opts.headers, flush_cache_timeout)
 
         rng = np.random.default_rng(seed)
-        pbar = None if disable_tqdm else tqdm(total=total, disable=None)  # off when stderr is no TTY
+        pbar = None if disable_tqdm else tqdm(total=total)
         t0 = time.perf_counter()
         tasks = []
         async for i in _arrivals(len(rows), request_rate, rng):
