@@ -39,12 +39,15 @@ def tokenizer_source_dir() -> str:
 
 
 def make_fake_model_dir(root: Path) -> Path:
-    """A model directory with the real DeepSeek tokenizer and a minimal config.json."""
+    """A model directory with the real DeepSeek tokenizer, a minimal config.json and an empty
+    ``model.safetensors`` (no tensors: the fake scheduler loads no weights, but the launcher checks
+    that a model directory has a checkpoint)."""
     d = root / "fake-model"
     d.mkdir(parents=True, exist_ok=True)
     src = tokenizer_source_dir()
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(src, f), d / f)
+    (d / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")  # header "{}"
     (d / "config.json").write_text(
         json.dumps(
             {
@@ -257,9 +260,17 @@ def fake_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def start_server(
-    args: list[str], env: dict[str, str], log_path: Path, api_key: str | None = None, timeout_s: float = 120.0
+    args: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    api_key: str | None = None,
+    timeout_s: float = 120.0,
+    new_session: bool = False,
 ) -> ServerHandle:
     """Start ``python -m sglang_v4.launch_server ARGS`` and wait for ``/health`` == 200.
+
+    ``new_session``: start it in its own session / process group (pgid = its pid), as a terminal
+    job is, so a test can signal the whole group like a Ctrl+C does.
 
     Raises:
         RuntimeError: the server exited or did not become healthy in ``timeout_s`` (log attached).
@@ -269,7 +280,9 @@ def start_server(
     if api_key:
         cmd += ["--api-key", api_key]
     log = open(log_path, "wb")  # noqa: SIM115 - kept open for the child's lifetime
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO), start_new_session=new_session
+    )
     handle = ServerHandle(proc=proc, url=f"http://127.0.0.1:{port}", log_path=log_path, api_key=api_key)
     deadline = time.time() + timeout_s
     while time.time() < deadline:

@@ -52,7 +52,7 @@ def test_tiny_matches_spec() -> None:
     comp = c.rope_parameters["compress"]
     assert (
         comp["rope_type"] == "yarn"
-        and comp["factor"] == 4
+        and comp["factor"] == 16
         and comp["original_max_position_embeddings"] == 4096
     )
     assert (comp["beta_fast"], comp["beta_slow"], comp["attention_factor"]) == (32, 1, 1.0)
@@ -121,3 +121,26 @@ def test_official_config_rejects_non_prefix_hash_schedule() -> None:
     d["mlp_layer_types"] = ["moe", "hash_moe", "moe", "moe"]
     with pytest.raises(ValueError, match="mlp_layer_types"):
         to_official_config(d)
+
+
+def test_presets_raise_no_transformers_warnings() -> None:
+    """Every preset, in both dialects, builds its config without a transformers warning (the tiny
+    preset once printed a RoPE scaling-factor mismatch on every command). A fresh interpreter, as
+    transformers warns only once per process."""
+    import subprocess
+    import sys
+
+    code = (
+        "from sglang_v4.configs.model_config import ModelConfig\n"
+        "from sglang_v4.configs.presets import get_preset, list_presets, to_official_config\n"
+        "from transformers import DeepseekV4Config\n"
+        "for n in list_presets():\n"
+        "    d = get_preset(n)\n"
+        "    ModelConfig.from_dict(d)\n"
+        "    DeepseekV4Config(**{k: v for k, v in d.items() if k != 'model_type'})\n"
+        "    ModelConfig.from_dict(to_official_config(d, fp8=True))\n"
+        "print('done')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "done" and r.stderr.strip() == "", r.stdout + r.stderr

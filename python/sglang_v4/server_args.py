@@ -106,6 +106,7 @@ class ServerArgs:
     random_seed: int | None = None
     skip_warmup: bool = False
     watchdog_timeout: float = 300.0
+    graceful_shutdown_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         if self.device == "auto":
@@ -193,6 +194,9 @@ class ServerArgs:
             self.reasoning_parser = canonical_reasoning_parser(self.reasoning_parser)
         if self.chat_template is not None and not os.path.isfile(self.chat_template):
             raise ValueError(f"chat_template must be a Jinja template file (no file {self.chat_template!r})")
+        gst = self.graceful_shutdown_timeout
+        if isinstance(gst, bool) or not isinstance(gst, (int, float)) or not 0 <= gst < float("inf"):
+            raise ValueError(f"graceful_shutdown_timeout must be a number of seconds >= 0 (got {gst!r})")
         if self.tp_size != 1:
             # nothing reads tp_size yet: refuse rather than silently run on one device
             raise ValueError(
@@ -294,6 +298,14 @@ class ServerArgs:
         a("--random-seed", type=int, default=None)
         a("--skip-warmup", "--skip-server-warmup", action="store_true", dest="skip_warmup")
         a("--watchdog-timeout", type=float, default=d["watchdog_timeout"].default)
+        a(
+            "--graceful-shutdown-timeout",
+            type=float,
+            default=d["graceful_shutdown_timeout"].default,
+            help="On SIGTERM / SIGINT, stop admitting requests and let in-flight ones finish for up to "
+            "this many seconds (then fail them with 503) before exiting with code 0; 0: no wait. Keep "
+            "it below the supervisor's kill timeout (Kubernetes: 30s by default).",
+        )
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> ServerArgs:

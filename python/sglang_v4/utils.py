@@ -52,13 +52,17 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
 
 
 def exit_on_sigterm() -> None:
-    """Turn SIGTERM into ``SystemExit(0)`` so a stopped child runs its finalizers (e.g. unlinks
-    the multiprocessing semaphores tqdm creates) instead of dying with them leaked."""
+    """Set up a child process's signals: SIGTERM becomes ``SystemExit(0)`` so a stopped child runs
+    its finalizers (e.g. unlinks the multiprocessing semaphores tqdm creates) instead of dying with
+    them leaked; SIGINT is ignored, because a Ctrl+C in a terminal reaches the whole process group
+    and the parent decides (the HTTP server drains in-flight requests first, then stops its
+    children with SIGTERM)."""
 
     def handler(signum: int, frame: Any) -> None:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> threading.Thread:

@@ -147,11 +147,13 @@ def _tiny() -> dict[str, Any]:
         num_experts_per_tok=2,
         moe_intermediate_size=64,
         max_position_embeddings=65536,
+        # YaRN factor 16 over 4096 original positions = max_position_embeddings, the same ratio as
+        # V4-Flash (16 x 65536 = 1M); transformers warns when factor and that ratio disagree.
         rope_parameters=_rope(
             0.5,
             10000.0,
             160000.0,
-            {"factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0},
+            {"factor": 16.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0},
         ),
         dtype="float32",
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import dataclasses
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -31,18 +32,82 @@ logger = logging.getLogger(__name__)
 SCHEDULER_READY_TIMEOUT_S = float(os.environ.get("SGLANG_V4_READY_TIMEOUT", "900"))
 
 
+#: How to make a model directory, quoted by the start-up errors below.
+MAKE_CHECKPOINT_HINT = "python -m sglang_v4.tools.make_checkpoint DIR --preset tiny"
+_LAYOUT = "a Hugging Face-layout model directory (config.json, *.safetensors, tokenizer.json)"
+
+
+def check_model_dir(model_path: str, tokenizer_path: str | None = None, load_format: str = "auto") -> None:
+    """Check that ``model_path`` is a local model directory before any process starts.
+
+    Each failure is one line saying what is expected and how to make one (a hub id is not
+    downloaded: the message says how to download it), instead of tracebacks from the child
+    processes about a missing ``config.json`` or tokenizer.
+
+    Raises:
+        ValueError: naming ``model_path`` or ``tokenizer_path``: missing, a file, a hub id, no
+            ``config.json`` / unreadable or not DeepSeek-V4, no safetensors checkpoint (unless
+            ``load_format="dummy"``), no tokenizer files.
+    """
+    if not os.path.exists(model_path):
+        looks_like_hub_id = model_path.count("/") == 1 and not model_path.startswith((".", "/", "~"))
+        if looks_like_hub_id:
+            raise ValueError(
+                f"model_path: {model_path!r} is not a local directory; sglang-v4 does not download "
+                f"from the Hugging Face Hub. Download it first (huggingface-cli download {model_path} "
+                f"--local-dir DIR) and pass --model-path DIR, or make a random-weight model with: "
+                f"{MAKE_CHECKPOINT_HINT}"
+            )
+        raise ValueError(
+            f"model_path: {model_path!r} does not exist; expected {_LAYOUT}. Make one with: "
+            f"{MAKE_CHECKPOINT_HINT}"
+        )
+    if not os.path.isdir(model_path):
+        raise ValueError(
+            f"model_path: {model_path!r} is a file; expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
+        )
+    cfg = os.path.join(model_path, "config.json")
+    if not os.path.isfile(cfg):
+        raise ValueError(
+            f"model_path: {model_path!r} has no config.json; expected {_LAYOUT}. Make one with: "
+            f"{MAKE_CHECKPOINT_HINT}"
+        )
+    try:
+        with open(cfg, encoding="utf-8") as f:
+            model_type = json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"model_path: {cfg} is not a readable JSON object ({e})") from None
+    if model_type not in (None, "deepseek_v4", "deepseek_v4_flash"):  # None: ModelConfig's default
+        raise ValueError(
+            f"model_path: {cfg} has model_type {model_type!r}; sglang-v4 serves DeepSeek-V4 models "
+            f"(model_type 'deepseek_v4'). Make one with: {MAKE_CHECKPOINT_HINT}"
+        )
+    if load_format != "dummy" and not any(n.endswith(".safetensors") for n in os.listdir(model_path)):
+        raise ValueError(
+            f"model_path: {model_path!r} has no *.safetensors weights (use --load-format dummy for "
+            f"random weights); expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
+        )
+    tok = tokenizer_path or model_path
+    if not os.path.isdir(tok) or not any(
+        os.path.isfile(os.path.join(tok, n)) for n in ("tokenizer.json", "tokenizer_config.json")
+    ):
+        raise ValueError(
+            f"tokenizer_path: {tok!r} has no tokenizer.json / tokenizer_config.json; copy the model's "
+            "tokenizer files there or pass --tokenizer-path DIR"
+        )
+
+
 def resolve_model_path(server_args: ServerArgs) -> None:
     """Fill ``model_path`` (embedded default when None) and ``tokenizer_path`` in place.
 
     Raises:
-        ValueError: ``model_path`` is not a directory.
+        ValueError: the directory is not a usable model directory (see :func:`check_model_dir`).
     """
     if server_args.model_path is None:
         from sglang_v4.tools.default_model import ensure_default_model
 
         server_args.model_path = str(ensure_default_model())
-    if not os.path.isdir(server_args.model_path):
-        raise ValueError(f"model_path: {server_args.model_path!r} is not a directory")
+    check_model_dir(server_args.model_path, server_args.tokenizer_path, server_args.load_format)
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path
 
@@ -126,11 +191,15 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
         if not sched.is_alive():
             break
     if info is None or info.status != "ready":
-        detail = info.error if info is not None else f"scheduler exit code {sched.exitcode}"
+        if info is not None:  # the scheduler logged its traceback; say only its last line again
+            lines = info.error.strip().splitlines()
+            detail = (lines[-1] if lines else "unknown error") + " (the scheduler's traceback is above)"
+        else:
+            detail = f"scheduler exit code {sched.exitcode}"
         if info is None and sched.exitcode == 1:
             detail += ". " + _MAIN_GUARD_HINT
         procs.shutdown()
-        raise RuntimeError(f"The scheduler process failed to start:\n{detail}")
+        raise RuntimeError(f"The scheduler process failed to start: {detail}")
     procs.scheduler_info = info
     return procs
 

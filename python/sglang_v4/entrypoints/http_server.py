@@ -6,15 +6,21 @@ SSE streaming with cumulative ``text`` and a final ``data: [DONE]``), ``/health`
 ``/get_server_info``, ``/flush_cache``, ``/abort_request``, ``/metrics`` (with
 ``--enable-metrics``), plus the OpenAI router from ``entrypoints/openai`` when present.
 
-Errors use SGLang's shape ``{"error": {"message": ...}}`` with HTTP 400 for bad input; with
-``--api-key`` every route except ``/health*`` and ``/metrics`` needs ``Authorization: Bearer KEY``
-(401 ``{"error": "Unauthorized"}`` otherwise, constant-time comparison).
+Errors use SGLang's shape ``{"error": {"message": ...}}`` with HTTP 400 for bad input. Every
+request first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` every route except
+``/health``, ``/health_generate`` and ``/metrics`` needs ``Authorization: Bearer KEY`` (401
+``{"error": "Unauthorized"}`` otherwise, constant-time comparison); bodies are size-limited (413)
+and must arrive in time (408); request heads too (the connection is closed).
+
+Graceful drain: on SIGTERM or SIGINT the server stops admitting requests (503, ``/health`` 503),
+lets the in-flight ones finish for up to ``--graceful-shutdown-timeout`` seconds, fails what is left
+with a 503 (an error event on a stream), then exits with code 0. A second signal stops at once.
+SGLang drains the same way (its tokenizer manager's ``sigterm_watchdog``) but without a time limit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import os
@@ -29,6 +35,14 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
+from sglang_v4.entrypoints.admission import (
+    H11_MAX_INCOMPLETE_EVENT_SIZE,
+    AdmissionLimits,
+    AdmissionMiddleware,
+    DrainingServer,
+    HeaderTimeoutH11Protocol,
+    drain_in_flight,
+)
 from sglang_v4.entrypoints.engine import Subprocesses
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
@@ -177,6 +191,7 @@ class _State:
     tokenizer_manager: TokenizerManager | None = None
     server: Any = None
     exit_code: int = 0
+    draining: bool = False
 
 
 _ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -371,20 +386,12 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
         tm.close()
 
     app = FastAPI(lifespan=lifespan)
-
-    if server_args.api_key:
-        expected = server_args.api_key.encode()
-
-        @app.middleware("http")
-        async def api_key_middleware(request: Request, call_next: Any) -> Response:
-            path = request.url.path
-            if request.method == "OPTIONS" or path.startswith("/health") or path.startswith("/metrics"):
-                return await call_next(request)
-            auth = request.headers.get("authorization", "")
-            scheme, _, token = auth.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
-                return json_response({"error": "Unauthorized"}, status_code=401)
-            return await call_next(request)
+    app.add_middleware(
+        AdmissionMiddleware,
+        api_key=server_args.api_key,
+        limits=AdmissionLimits.from_env(),
+        is_draining=lambda: state.draining,
+    )
 
     def tm_or_503() -> TokenizerManager:
         tm = state.tokenizer_manager
@@ -395,14 +402,14 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
     @app.get("/health")
     async def health() -> Response:
         tm = state.tokenizer_manager
-        if tm is None or tm.crashed is not None or tm.server_status != "Up":
+        if tm is None or tm.crashed is not None or tm.server_status != "Up" or state.draining:
             return Response(status_code=503)
         return Response(status_code=200)
 
     @app.get("/health_generate")
     async def health_generate() -> Response:
         tm = state.tokenizer_manager
-        if tm is None or tm.crashed is not None or tm.server_status != "Up":
+        if tm is None or tm.crashed is not None or tm.server_status != "Up" or state.draining:
             return Response(status_code=503)
         ok = await tm.health_generate()
         return Response(status_code=200 if ok else 503)
@@ -581,20 +588,33 @@ def launch_server(server_args: ServerArgs) -> int:
     )
     try:
         app, state = create_app(server_args, procs)
+        limits = AdmissionLimits.from_env()
+        protocol = type(
+            "HeaderTimeoutH11", (HeaderTimeoutH11Protocol,), {"header_timeout_s": limits.read_timeout_s}
+        )
         config = uvicorn.Config(
             app,
             host=server_args.host,
             port=server_args.port,
             loop="uvloop",
+            http=protocol,
+            h11_max_incomplete_event_size=H11_MAX_INCOMPLETE_EVENT_SIZE,
             log_level=server_args.log_level if server_args.log_level != "info" else "warning",
-            timeout_keep_alive=5,
+            timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
             timeout_graceful_shutdown=5,
             lifespan="on",
         )
-        server = uvicorn.Server(config)
+
+        def set_draining() -> None:
+            state.draining = True
+
+        timeout_s = server_args.graceful_shutdown_timeout
+        server = DrainingServer(
+            config, lambda sig: drain_in_flight(lambda: state.tokenizer_manager, set_draining, sig, timeout_s)
+        )
         state.server = server
-        # uvicorn re-raises a captured SIGTERM / SIGINT after its graceful shutdown; no-op handlers
-        # let the ``finally`` below still stop the children and return the exit code.
+        # DrainingServer handles SIGTERM / SIGINT while serving; no-op handlers afterwards let the
+        # ``finally`` below still stop the children and return the exit code.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, frame: None)
         logger.info("Serving on http://%s:%d", server_args.host, server_args.port)

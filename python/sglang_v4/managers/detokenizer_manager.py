@@ -2,9 +2,21 @@
 
 Incremental detokenization follows SGLang's ``detokenizer_manager.py`` scheme: per request keep a
 *surrounding* offset and a *read* offset into the decoded ids; each step decodes
-``ids[surr:read]`` and ``ids[surr:]`` and emits the text difference. A difference that ends in
-U+FFFD (an incomplete UTF-8 character split across tokens) is not committed; only its printable
-prefix is sent and the offsets stay, so the next token completes the character.
+``ids[surr:read]`` and ``ids[surr:]`` and emits the text difference. The commit rules:
+
+1. The difference is non-empty and does not end in U+FFFD: it is committed (SGLang's rule), the
+   offsets move to ``surr = read``, ``read = len(ids)``.
+2. It ends in U+FFFD: that character may still become one (an incomplete UTF-8 sequence split
+   across tokens), so it is held back -- but only it. The longest token prefix ``ids[:j]`` whose
+   text is a *proper* prefix of the current text is committed: in a byte-level decode, appending
+   bytes can change only the last character, so everything before it is final. Stray bytes that
+   never form a character (e.g. a run of lone continuation bytes, each decoding to U+FFFD) are thus
+   committed one token behind, instead of being held until the request ends (SGLang holds them).
+3. Bound: if more than :data:`MAX_HELD_TOKENS` tokens are pending (e.g. a run of skipped special
+   tokens that decode to nothing), everything is committed. The decode window ``ids[surr:]`` is
+   therefore at most ``2 * (MAX_HELD_TOKENS + 1)`` tokens, whatever the output length.
+4. Text held back by 2 is still sent early up to its last complete character (the printable
+   prefix); sent text is never taken back.
 
 On finish, a matched stop string is cut from the text (or a matched stop token id dropped) unless
 ``no_stop_trim``; the complete final text goes into ``BatchStrOut.final_strs`` so the tokenizer
@@ -33,6 +45,12 @@ from sglang_v4.utils import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: At most this many output tokens are held back undecoded (rule 3 of the module docstring). UTF-8
+#: characters span at most 4 bytes, so a byte-level tokenizer never needs more than 3.
+MAX_HELD_TOKENS = 8
+
+_REPLACEMENT = "\ufffd"
 
 
 @dataclass
@@ -82,6 +100,56 @@ class DetokenizerManager:
             return ""
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def _stable_prefix(
+        self, ids: list[int], s: DecodeStatus, surr_text: str, full: str, skip: bool
+    ) -> tuple[int, str] | None:
+        """The longest commit point ``j`` (``read < j < len(ids)``) of rule 2 and the text it adds.
+
+        ``ids[surr:j]`` must decode to a proper prefix of ``full`` (= decode ``ids[surr:]``) that
+        extends ``surr_text``, and the next context ``ids[read:j]`` to a proper prefix of decode
+        ``ids[read:]``, so that the next step's text difference stays well defined.
+        """
+        tail = None
+        for j in range(len(ids) - 1, s.read_offset, -1):
+            t = self._decode(ids[s.surr_offset : j], skip)
+            if not (len(surr_text) < len(t) < len(full) and full.startswith(t) and t.startswith(surr_text)):
+                continue
+            if tail is None:
+                tail = self._decode(ids[s.read_offset :], skip)
+            ctx = self._decode(ids[s.read_offset : j], skip)
+            if len(ctx) < len(tail) and tail.startswith(ctx):
+                return j, t[len(surr_text) :]
+        return None
+
+    def _advance(self, s: DecodeStatus, ids: list[int], skip: bool) -> str:
+        """Apply the commit rules of the module docstring to an unfinished request; returns the
+        text to send now (new since the last message)."""
+        surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip)
+        full = self._decode(ids[s.surr_offset :], skip)
+        new_text = full[len(surr_text) :]
+        rest = ""
+        if new_text and not new_text.endswith(_REPLACEMENT):
+            self._commit(s, len(ids), new_text)
+        elif len(ids) - s.read_offset > MAX_HELD_TOKENS:
+            self._commit(s, len(ids), new_text)
+        else:
+            found = self._stable_prefix(ids, s, surr_text, full, skip) if new_text else None
+            rest = new_text
+            if found is not None:
+                j, piece = found
+                self._commit(s, j, piece)
+                rest = new_text[len(piece) :]
+        candidate = s.decoded_text + find_printable_text(rest)
+        out = candidate[s.sent_offset :]
+        s.sent_offset = max(s.sent_offset, len(candidate))
+        return out
+
+    @staticmethod
+    def _commit(s: DecodeStatus, end: int, text: str) -> None:
+        s.decoded_text += text
+        s.surr_offset = s.read_offset
+        s.read_offset = end
+
     def handle_batch_token_id_out(self, recv: BatchTokenIDOut) -> BatchStrOut:
         """Decode one scheduler message; returns the matching :class:`BatchStrOut`."""
         output_strs: list[str] = []
@@ -115,20 +183,7 @@ class DetokenizerManager:
                 final_strs.append(final)
                 del self.decode_status[rid]
                 continue
-            surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip)
-            read_text = self._decode(ids[s.surr_offset :], skip)
-            new_text = read_text[len(surr_text) :]
-            if new_text and not new_text.endswith("\ufffd"):
-                s.decoded_text += new_text
-                s.surr_offset = s.read_offset
-                s.read_offset = len(ids)
-                out = s.decoded_text[s.sent_offset :]
-                s.sent_offset = max(s.sent_offset, len(s.decoded_text))
-            else:
-                candidate = s.decoded_text + find_printable_text(new_text)
-                out = candidate[s.sent_offset :]
-                s.sent_offset = max(s.sent_offset, len(candidate))
-            output_strs.append(out)
+            output_strs.append(self._advance(s, ids, skip))
             final_strs.append(None)
         n = len(recv.rids)
 

@@ -58,7 +58,9 @@ class GenerateReqInput:
     After :meth:`normalize_batch_and_arguments` a single request has scalar fields, and a batch
     (or a single prompt with ``n > 1``) has per-item lists of length
     ``batch_size * parallel_sample_num`` (prompts repeated ``n`` times, SGLang's order:
-    ``[p0, p1, ..., p0, p1, ...]``). ``obj[i]`` is then the i-th single request.
+    ``[p0, p1, ..., p0, p1, ...]``). ``obj[i]`` is then the i-th single request. A seeded request
+    (``sampling_seed``) with ``n > 1`` gives parallel sample ``k`` the seed ``seed + k``
+    (:func:`sglang_v4.sampling.sampling_params.derive_choice_seed`).
 
     Raises:
         ValueError: neither/both of ``text`` and ``input_ids``, empty batch, inconsistent ``n``
@@ -179,7 +181,18 @@ class GenerateReqInput:
                     "The length of sampling_params should be equal to the batch size "
                     f"({len(self.sampling_params)} != {self.batch_size})."
                 )
-            self.sampling_params = [dict(p) for p in self.sampling_params] * n
+            self.sampling_params = [dict(p) for _ in range(n) for p in self.sampling_params]
+        if n > 1:
+            # Parallel sample k of every prompt draws from its own seed (derive_choice_seed: seed + k),
+            # so the n samples differ and the whole response is repeatable for the same seed.
+            from sglang_v4.sampling.sampling_params import derive_choice_seed
+
+            for j, p in enumerate(self.sampling_params):
+                seed = p.get("sampling_seed")
+                if isinstance(seed, float) and seed.is_integer():  # SamplingParams accepts 7.0 as 7
+                    seed = int(seed)
+                if isinstance(seed, int) and not isinstance(seed, bool) and -(2**63) <= seed < 2**63:
+                    p["sampling_seed"] = derive_choice_seed(seed, j // self.batch_size)
 
         def per_item(value: Any, default: Any, name: str) -> list[Any]:
             if value is None:

@@ -143,6 +143,7 @@ class TokenizerManager:
         self._send = self._ctx.socket(zmq.PUSH)
         self._send.connect(port_args.scheduler_input_ipc_name)
         self._loop_task: asyncio.Task[None] | None = None
+        self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -151,13 +152,28 @@ class TokenizerManager:
             self._loop_task = asyncio.get_running_loop().create_task(self._handle_loop())
 
     def close(self) -> None:
-        """Stop the receive loop and close the sockets."""
+        """Stop the receive loop and close the sockets (idempotent; later aborts are dropped)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._loop_task is not None:
             self._loop_task.cancel()
             self._loop_task = None
         self._recv.close(linger=0)
         self._send.close(linger=0)
         self._ctx.term()
+
+    def fail_all(self, message: str, status_code: int = 503) -> int:
+        """Fail every in-flight request with ``RequestError(message, status_code)`` and ask the
+        scheduler to abort them (used when a graceful drain times out); returns how many."""
+        err = RequestError(message, status_code)
+        states = list(self.rid_to_state.items())
+        for rid, state in states:
+            if not state.finished:
+                state.error = err
+                state.event.set()
+                self.abort_request(rid)
+        return len(states)
 
     def on_crash(self, traceback_text: str) -> None:
         """Mark the backend dead: fail all waiters; /health turns 503; new requests get 503."""
@@ -509,6 +525,8 @@ class TokenizerManager:
     # ------------------------------------------------------------------ control
     def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
         """Ask the scheduler to abort ``rid`` (or every in-flight request); it frees the pages."""
+        if self._closed:
+            return
         if abort_all:
             for r in list(self.rid_to_state):
                 self._send.send_pyobj(AbortReq(rid=r))

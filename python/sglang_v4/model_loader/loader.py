@@ -2,7 +2,10 @@
 
 Accepts a single ``.safetensors`` file, a directory with ``model.safetensors``, or a directory
 with shards listed by ``model.safetensors.index.json``; tensor names either DeepSeek's official
-ones or HF's (detected from the names, see :mod:`sglang_v4.model_loader.names`).
+ones, HF's, or the mix ``transformers``' ``save_pretrained`` writes (official layer names under
+``model.``, ``head.weight``), detected from the names (see :mod:`sglang_v4.model_loader.names`). A
+checkpoint without an LM head whose ``config.json`` sets ``tie_word_embeddings`` uses the
+embedding for it, as HF does.
 
 Two consumers:
 
@@ -29,6 +32,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -38,7 +42,7 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
-from .names import official_to_hf, parse_official_expert
+from .names import ExpertPart, hf_saved_to_hf, official_to_hf, parse_official_expert
 from .quant import FP4_GROUP, dequantize_fp4, dequantize_fp8_block
 
 logger = logging.getLogger(__name__)
@@ -121,15 +125,20 @@ def _header_bytes(dtype: str, shape: tuple[int, ...], key: str) -> int:
     raise ValueError(f"{key}: unknown safetensors dtype {dtype!r}")
 
 
-def _block_size(model_path: str) -> tuple[int, int]:
-    """``quantization_config.weight_block_size`` of the checkpoint's config.json, else 128x128."""
+def _config(model_path: str) -> dict:
+    """The checkpoint's ``config.json`` (``{}`` when there is none, e.g. a lone ``.safetensors``)."""
     cfg = os.path.join(model_path, "config.json") if os.path.isdir(model_path) else None
     if cfg and os.path.exists(cfg):
         with open(cfg, encoding="utf-8") as f:
-            q = json.load(f).get("quantization_config") or {}
-        bs = q.get("weight_block_size")
-        if bs:
-            return int(bs[0]), int(bs[1])
+            return json.load(f)
+    return {}
+
+
+def _block_size(model_path: str) -> tuple[int, int]:
+    """``quantization_config.weight_block_size`` of the checkpoint's config.json, else 128x128."""
+    bs = (_config(model_path).get("quantization_config") or {}).get("weight_block_size")
+    if bs:
+        return int(bs[0]), int(bs[1])
     return 128, 128
 
 
@@ -216,15 +225,24 @@ def _scale_target(key: str, keys: set[str]) -> str | None:
 
 
 def _detect_format(keys: list[str]) -> str:
-    official = any(k.startswith("layers.") or k in _OFFICIAL_TOP for k in keys)
-    hf = any(k.startswith(("model.", "lm_head.")) for k in keys)
+    """``"official"`` (keys rooted at ``layers.`` / ``embed.weight`` ...) or ``"hf"`` (rooted at
+    ``model.`` / ``lm_head.``, HF's own names or ``save_pretrained``'s; ``head.weight`` fits both).
+
+    Raises:
+        ValueError: keys of both roots (two checkpoints in one directory?), or of neither.
+    """
+    official = [k for k in keys if k.startswith("layers.") or (k in _OFFICIAL_TOP and k != "head.weight")]
+    hf = [k for k in keys if k.startswith(("model.", "lm_head."))]
     if official and hf:
-        raise ValueError("checkpoint mixes official DeepSeek names (layers.*) and HF names (model.*)")
-    if not official and not hf:
+        raise ValueError(
+            "checkpoint mixes official DeepSeek names (layers.*, e.g. "
+            f"{official[0]}) and HF names (model.*, e.g. {hf[0]})"
+        )
+    if not official and not hf and "head.weight" not in keys:
         raise ValueError(
             f"checkpoint tensor names are neither official DeepSeek nor HF names (e.g. {keys[:3]})"
         )
-    return "official" if official else "hf"
+    return "hf" if hf else "official"
 
 
 def _plan(model_path: str) -> _Plan:
@@ -265,15 +283,22 @@ def _plan(model_path: str) -> _Plan:
         _check_scale(sources[k], plan.block)
 
     experts: dict[tuple[int, str], dict[int, dict[str, _Source]]] = {}
+    stored_as: dict[str, str] = {}  # HF name -> checkpoint key
     for k, src in sources.items():
-        part = parse_official_expert(k) if plan.fmt == "official" else None
-        if part is not None:
-            name = part.hf_name
-            experts.setdefault((part.layer, name), {}).setdefault(part.expert, {})[part.proj] = src
+        mapped: str | ExpertPart | None
+        if plan.fmt == "official":
+            mapped = parse_official_expert(k) or official_to_hf(k)
+        else:
+            mapped = hf_saved_to_hf(k)
+        if isinstance(mapped, ExpertPart):
+            name = mapped.hf_name
+            experts.setdefault((mapped.layer, name), {}).setdefault(mapped.expert, {})[mapped.proj] = src
+            stored_as.setdefault(name, k)
             continue
-        name = official_to_hf(k) if plan.fmt == "official" else k
-        if name is None:  # unknown official name: keep it, so callers can report it as unexpected
-            name = k
+        name = mapped if mapped is not None else k  # unknown: kept, reported as unexpected later
+        if name in stored_as:
+            raise ValueError(f"{name}: stored twice in the checkpoint, as {stored_as[name]} and as {k}")
+        stored_as[name] = k
         plan.entries.append(_Entry(name, src.logical_shape, [src]))
 
     for (layer, name), by_expert in sorted(experts.items()):
@@ -296,7 +321,14 @@ def _plan(model_path: str) -> _Plan:
                         f"{src.key}: expert weight shape {src.logical_shape} differs from expert 0's {first}"
                     )
         shape = (n, first[0] * len(projs), first[1])
+        if any(e.name == name for e in plan.entries):
+            raise ValueError(f"{name}: stored twice in the checkpoint, packed and as per-expert tensors")
         plan.entries.append(_Entry(name, shape, [s for row in rows for s in row], experts=rows))
+    names = {e.name for e in plan.entries}
+    if "lm_head.weight" not in names and _config(model_path).get("tie_word_embeddings"):
+        embed = next((e for e in plan.entries if e.name == "model.embed_tokens.weight"), None)
+        if embed is not None:  # tied: HF's save_pretrained writes no LM head
+            plan.entries.append(_Entry("lm_head.weight", embed.shape, embed.sources))
     return plan
 
 
@@ -349,13 +381,15 @@ def iter_state_dict(
         dtype: output dtype of floating tensors, except the ones :func:`keeps_fp32` (float32);
             ``None`` keeps the stored dtype (float32 for dequantized tensors).
         device: where the yielded tensors live (dequantization itself runs on the CPU).
-        progress: show a tqdm progress bar (one step per output tensor).
+        progress: show a tqdm progress bar (one step per output tensor) when stderr is a terminal;
+            otherwise (a log file, a pipe) one log line when done, no carriage-return updates.
 
     Raises:
         FileNotFoundError: no checkpoint at ``model_path``.
         ValueError: mixed or unknown naming, a scale without its weight, a scale of the wrong
             shape, incomplete or inconsistent routed experts (each message names the tensor).
     """
+    t0 = time.perf_counter()
     plan = _plan(model_path)
     if plan.skipped:
         logger.info("skipping %d mtp.* tensors (multi-token-prediction head; not used)", len(plan.skipped))
@@ -365,7 +399,8 @@ def iter_state_dict(
             for p in dict.fromkeys(plan.key_file.values())
         }
         desc = f"Loading {os.path.basename(os.path.normpath(model_path))} ({plan.fmt} names)"
-        for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=not progress):
+        # disable=None: tqdm turns itself off when stderr is not a TTY
+        for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=None if progress else True):
             if entry.experts is None:
                 t = _materialize(entry.sources[0], handles, plan)
             else:
@@ -379,6 +414,8 @@ def iter_state_dict(
             if entry.name.endswith("tid2eid") and t.dtype.is_floating_point:
                 t = t.round()
             yield entry.name, t.to(device=device, dtype=out)
+    if progress:
+        logger.info("%s: %d tensors in %.1fs", desc, len(plan.entries), time.perf_counter() - t0)
 
 
 def load_state_dict(

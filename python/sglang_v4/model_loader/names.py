@@ -12,6 +12,18 @@ Routed experts are not a 1:1 rename: official ``ffn.experts.E.w1`` (gate) and ``
 ``[I, D]``, are stacked over E and concatenated into HF's ``mlp.experts.gate_up_proj``
 ``[E, 2I, D]`` (gate rows first), and ``w2`` ``[D, I]`` stacks into ``mlp.experts.down_proj``
 ``[E, D, I]``.
+
+A third spelling is what ``transformers`` (5.x) itself writes: ``save_pretrained`` reverses the
+conversion mapping by default (``save_original_format=True``), but that mapping's regexes were
+written for the official keys, which have no ``model.`` prefix, so the reversal is partial. A
+``DeepseekV4ForCausalLM`` saved that way has official layer names under ``model.``
+(``model.layers.0.attn.wq_a.weight``, per-expert ``model.layers.0.ffn.experts.3.w1.weight``), the
+attention ``kv_norm`` as ``model.layers.0.attn.norm.weight`` (the reverse of HF's
+``.norm.`` -> ``.kv_norm.`` rename), ``head.weight`` for the LM head, and HF names for the
+embedding, final norm and hyper-head (``model.embed_tokens.weight``, ``model.norm.weight``,
+``model.hc_head.hc_fn``). :func:`hf_saved_to_hf` maps those names; with
+``save_original_format=False`` ``save_pretrained`` writes plain HF names. With
+``tie_word_embeddings`` it writes no LM head at all (the loader then uses the embedding).
 """
 
 from __future__ import annotations
@@ -158,3 +170,36 @@ def hf_to_official(name: str) -> str | None:
 def official_expert_name(layer: int, expert: int, proj: str, leaf: str = "weight") -> str:
     """``layers.{layer}.ffn.experts.{expert}.{proj}.{leaf}``."""
     return f"layers.{layer}.ffn.experts.{expert}.{proj}.{leaf}"
+
+
+_HF_TOP_NAMES = frozenset(h for h, _ in _TOP_LEVEL)
+_HF_PACKED_EXPERT = re.compile(r"^model\.layers\.\d+\.mlp\.experts\.(gate_up_proj|down_proj)$")
+# transformers' reverse of its ``.norm.`` -> ``.kv_norm.`` rename, applied to the attention kv_norm.
+_SAVED_ATTN_NORM = re.compile(r"^(layers\.\d+\.attn\.)norm\.")
+
+
+def is_hf_name(name: str) -> bool:
+    """Whether ``name`` is one of HF ``DeepseekV4ForCausalLM``'s own tensor names (a weight, a
+    packed routed-expert tensor, or a scale / ``weight_scale_inv`` leaf of a known module)."""
+    return name in _HF_TOP_NAMES or hf_to_official(name) is not None or bool(_HF_PACKED_EXPERT.match(name))
+
+
+def hf_saved_to_hf(name: str) -> str | ExpertPart | None:
+    """Map a tensor name as ``transformers``' ``save_pretrained`` writes it (module docstring) to HF.
+
+    Returns:
+        The HF name (``model.layers.0.attn.norm.weight`` -> ``model.layers.0.self_attn.kv_norm.weight``,
+        ``head.weight`` -> ``lm_head.weight``; HF names are returned unchanged), an
+        :class:`ExpertPart` for a per-expert tensor (``model.layers.L.ffn.experts.E.wK.weight``),
+        or ``None`` for an unknown name.
+    """
+    if is_hf_name(name):
+        return name
+    if name == "head.weight":
+        return "lm_head.weight"
+    if not name.startswith("model."):
+        return None
+    rest = _SAVED_ATTN_NORM.sub(r"\1kv_norm.", name[len("model.") :])
+    if not rest.startswith("layers."):
+        return None
+    return parse_official_expert(rest) or official_to_hf(rest)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -177,12 +178,14 @@ def load_weights_into(
     if plan.skipped:
         logger.info("skipping %d mtp.* tensors (multi-token-prediction head; not used)", len(plan.skipped))
     desc = f"Loading {os.path.basename(os.path.normpath(model_path))} ({plan.fmt} names)"
+    t0 = time.perf_counter()
     with torch.no_grad(), ExitStack() as stack:
         handles = {
             p: stack.enter_context(safe_open(p, framework="pt"))
             for p in dict.fromkeys(plan.key_file.values())
         }
-        for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=not progress):
+        # disable=None: tqdm turns itself off when stderr is not a TTY (no carriage returns in logs)
+        for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=None if progress else True):
             tgt = targets[entry.name]
             if entry.experts is None:
                 _load_source(entry.sources[0], handles, plan, tgt, (), dtype)
@@ -193,6 +196,8 @@ def load_weights_into(
                     n = src.logical_shape[0]
                     _load_source(src, handles, plan, tgt, (e, slice(off, off + n)), dtype)
                     off += n
+    if progress:
+        logger.info("%s: %d tensors in %.1fs", desc, len(plan.entries), time.perf_counter() - t0)
 
 
 def weight_nbytes(model: torch.nn.Module) -> int:

@@ -26,6 +26,8 @@ from typing import Any
 __all__ = [
     "SamplingParams",
     "TOP_K_ALL",
+    "LOGIT_BIAS_MAX",
+    "derive_choice_seed",
     "MAX_STOP_COUNT",
     "MAX_N",
     "SAMPLING_EPS",
@@ -44,6 +46,28 @@ MAX_STOP_COUNT = 32
 
 MAX_N = 128
 """At most this many parallel samples per request (``n``)."""
+
+LOGIT_BIAS_MAX = 100.0
+"""``logit_bias`` values lie in ``[-LOGIT_BIAS_MAX, LOGIT_BIAS_MAX]`` (OpenAI's documented range;
+-100 already bans a token and +100 forces it, larger magnitudes only risk float overflow)."""
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def derive_choice_seed(seed: int, index: int) -> int:
+    """The ``sampling_seed`` of parallel sample ``index`` (0-based) of a request seeded with ``seed``.
+
+    Rule (vLLM's for ``n > 1`` with a seed): ``seed + index``, wrapped into the signed 64-bit range
+    that ``sampling_seed`` allows. Sample 0 keeps ``seed``, so ``n=1`` and the first of ``n``
+    samples are the same draw, and each sample of ``n`` equals a single request with its seed.
+
+    Raises:
+        ValueError: ``index`` is negative.
+    """
+    if index < 0:
+        raise ValueError(f"index must be >= 0, got {index}")
+    return (seed + index - _INT64_MIN) % 2**64 + _INT64_MIN
+
 
 #: ``json_schema`` / ``regex`` / ``ebnf`` / ``structural_tag`` on a server whose scheduler has no
 #: grammar backend (xgrammar is a dependency; this happens only when it failed to import).
@@ -125,8 +149,10 @@ class SamplingParams:
         spaces_between_special_tokens: bool = True. Detokenization option.
         no_stop_trim: bool = False. Keep the matched stop string / token in the output text.
         stream_interval: int | None. Streaming chunk interval (tokens) override.
-        logit_bias: dict[str|int, float] | None. Additive bias per token id.
-        sampling_seed: int | None. Per-request seed for reproducible sampling.
+        logit_bias: dict[str|int, float] | None. Additive bias per token id; keys are token ids
+            (ints or decimal strings) in ``[0, vocab)``, values finite in ``[-100, 100]``.
+        sampling_seed: int | None. Per-request seed for reproducible sampling, in the signed
+            64-bit range. With ``n > 1`` sample ``k`` uses :func:`derive_choice_seed` (seed + k).
         custom_params: dict | None. Opaque user data (kept, not interpreted).
         beam_width: int | None. Only ``None``/``1`` accepted (beam search not supported).
 
@@ -321,7 +347,7 @@ class SamplingParams:
             raise ValueError(f"beam_width: beam search is not supported, got {self.beam_width}.")
         if self.stream_interval is not None and self.stream_interval < 1:
             raise ValueError(f"stream_interval must be at least 1, got {self.stream_interval}.")
-        if self.sampling_seed is not None and not -(2**63) <= self.sampling_seed <= 2**63 - 1:
+        if self.sampling_seed is not None and not _INT64_MIN <= self.sampling_seed <= _INT64_MAX:
             raise ValueError(f"sampling_seed must be in [-2**63, 2**63 - 1], got {self.sampling_seed}.")
         stops = self.stop_strs if self.stop_strs is not None else self.stop
         if isinstance(stops, list):
@@ -340,14 +366,20 @@ class SamplingParams:
                     raise ValueError(f"stop_token_ids must be in [0{hi}], got {t}.")
         if self.logit_bias is not None:
             for k, v in self.logit_bias.items():
-                try:
-                    tid = int(k)
-                except (TypeError, ValueError):
-                    raise ValueError(f"logit_bias keys must be token ids, got {k!r}.") from None
+                if isinstance(k, bool) or not (
+                    _is_int(k) or (isinstance(k, str) and k.isascii() and k.lstrip("-").isdigit())
+                ):
+                    raise ValueError(f"logit_bias keys must be token ids, got {k!r}.")
+                tid = int(k)
                 if tid < 0 or (vocab_size is not None and tid >= vocab_size):
                     hi = "" if vocab_size is None else f", {vocab_size - 1}"
                     raise ValueError(f"logit_bias keys must be in [0{hi}], got {k}.")
-                _as_float(f"logit_bias[{k}]", v)
+                bias = _as_float(f"logit_bias[{k}]", v)
+                if not -LOGIT_BIAS_MAX <= bias <= LOGIT_BIAS_MAX:  # NaN fails too
+                    raise ValueError(
+                        f"logit_bias values must be in [-{LOGIT_BIAS_MAX:g}, {LOGIT_BIAS_MAX:g}], "
+                        f"got {v!r} for token {k}."
+                    )
         grammars = [
             n for n in ("json_schema", "regex", "ebnf", "structural_tag") if getattr(self, n) is not None
         ]

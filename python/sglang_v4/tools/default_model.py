@@ -1,6 +1,6 @@
 """The embedded default model: the ``tiny`` preset, HF format, float32 weights, seed 0.
 
-Written on first use to ``$SGLANG_V4_CACHE/default-tiny-v2`` (default cache
+Written on first use to ``$SGLANG_V4_CACHE/default-tiny-v3`` (default cache
 ``~/.cache/sglang_v4``) and reused afterwards. The directory appears atomically: the checkpoint is
 written into a temporary sibling directory which is then renamed, so concurrent first uses (e.g.
 several test workers) never see a half-written model; the loser of a race discards its copy.
@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 
-DEFAULT_MODEL_NAME = "default-tiny-v2"  # bump whenever the tiny preset or the weights change
+DEFAULT_MODEL_NAME = "default-tiny-v3"  # bump whenever the tiny preset or the weights change
 _COMPLETE_MARKER = ".complete"
 
 
@@ -34,7 +34,7 @@ def ensure_default_model(cache_dir: str | None = None) -> str:
         cache_dir: parent directory; ``None`` uses :func:`default_cache_dir`.
 
     Returns:
-        ``<cache_dir>/default-tiny-v2``, a complete HF-format checkpoint (config.json, safetensors
+        ``<cache_dir>/default-tiny-v3``, a complete HF-format checkpoint (config.json, safetensors
         shards + index, tokenizer files) of the ``tiny`` preset with seed-0 float32 weights.
     """
     from sglang_v4.tools.make_checkpoint import write_checkpoint

@@ -195,15 +195,18 @@ class OpenAIServingBase:
             raise RequestError(f"The model `{model}` does not exist.", 404, "NotFoundError", "model")
 
     async def _parse(self, request: Request, cls: type[BaseModel]) -> Any:
+        """Decode the body as strict JSON (orjson: no NaN/Infinity, no lone surrogates, nesting
+        bounded) and validate it in pydantic's strict mode (no ``"0.5"`` -> 0.5 or ``true`` -> 1.0
+        coercions; integers are accepted for floats)."""
+        body = await request.body()
         try:
-            body = await request.body()
-            data = json.loads(body) if body else None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            data = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError as e:
             raise RequestError(f"Invalid JSON body: {e}") from None
         if not isinstance(data, dict):
             raise RequestError("The request body must be a JSON object.")
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(data, strict=True)
         except ValidationError as e:
             errs = e.errors()
             first = errs[0] if errs else {}
@@ -297,13 +300,18 @@ class OpenAIServingBase:
             "custom_params": req.custom_params,
         }
         d = {k: v for k, v in d.items() if v is not None or k == "max_new_tokens"}
+        _check_openai_ranges(req)
         # Validate now so that the client gets a 400 naming the field before anything is queued.
         try:
             sp = SamplingParams.from_dict(d)
             # Grammars are accepted only where the backend applies them (tokenizer_manager.grammar_enabled).
             sp.verify(self._vocab_size(), allow_grammar=bool(getattr(self.tm, "grammar_enabled", False)))
         except ValueError as e:
-            raise RequestError(str(e), param=_param_of(str(e))) from None
+            msg = str(e)
+            param = _param_of(msg)
+            if param in _OPENAI_NAME:  # name the field the client sent
+                msg, param = _OPENAI_NAME[param] + msg[len(param) :], _OPENAI_NAME[param]
+            raise RequestError(msg, param=param) from None
         return d
 
     def _usage(
@@ -399,6 +407,33 @@ class OpenAIServingBase:
             return error_response(e.message, e.status, e.err_type, e.param)
         card = ModelCard(id=model, root=self.model_name, max_model_len=self._context_len())
         return JSONResponse(card.model_dump())
+
+
+#: OpenAI's documented bounds that are tighter than SGLang's native ones (the rest -- top_p in (0, 1],
+#: penalties in [-2, 2], n >= 1, max_tokens >= 0, logit_bias in [-100, 100] and valid token ids --
+#: are checked by ``SamplingParams.verify`` for both APIs).
+OPENAI_MAX_TEMPERATURE = 2.0
+OPENAI_MAX_STOP = 4
+
+#: SGLang sampling-parameter names whose OpenAI request field is named differently.
+_OPENAI_NAME = {"min_new_tokens": "min_tokens", "max_new_tokens": "max_tokens", "sampling_seed": "seed"}
+
+
+def _check_openai_ranges(req: Any) -> None:
+    """OpenAI-only ranges: ``temperature`` in [0, 2], at most 4 ``stop`` strings.
+
+    Raises:
+        RequestError: 400 naming the field (``param``).
+    """
+    t = req.temperature
+    if t is not None and not 0.0 <= t <= OPENAI_MAX_TEMPERATURE:
+        raise RequestError(
+            f"temperature must be in [0, {OPENAI_MAX_TEMPERATURE:g}], got {t}.", param="temperature"
+        )
+    if isinstance(req.stop, list) and len(req.stop) > OPENAI_MAX_STOP:
+        raise RequestError(
+            f"stop: at most {OPENAI_MAX_STOP} stop sequences are allowed, got {len(req.stop)}.", param="stop"
+        )
 
 
 def _param_of(message: str) -> str | None:

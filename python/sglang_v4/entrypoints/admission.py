@@ -1,0 +1,376 @@
+"""Request admission and graceful drain for the HTTP server: API key, drain, body size, timeouts.
+
+:class:`AdmissionMiddleware` is a plain ASGI middleware (not Starlette's ``BaseHTTPMiddleware``,
+which wraps streaming responses in its own task and hides client disconnects). Per HTTP request,
+in this order:
+
+1. **Drain**: while the server drains after SIGTERM / SIGINT every route except the open ones
+   (below) answers 503 ``The server is shutting down``.
+2. **API key** (``--api-key``): every route except the open ones needs
+   ``Authorization: Bearer KEY``, compared in constant time (``hmac.compare_digest``); otherwise
+   401. The open routes are SGLang's (``http_server.py``'s ``add_api_key_middleware`` lets
+   ``/health*`` and ``/metrics`` through, and ``OPTIONS`` preflights): here exactly
+   ``/health``, ``/health_generate`` and ``/metrics``. Admin routes (``/flush_cache``,
+   ``/abort_request``, weight updates) are therefore always behind the key.
+3. **Body size**: a ``Content-Length`` above ``max_body_bytes`` is refused with 413 before the
+   body is read; a chunked body is counted as it arrives and refused once it exceeds the limit.
+   (Starlette's ``RequestBodyLimitMiddleware`` answers in plain text; these errors are JSON.)
+4. **Body read timeout**: the whole body must arrive within ``read_timeout_s`` of the request's
+   start, else 408, so a client that trickles its body cannot hold a request open.
+
+Errors are JSON in the route family's shape: OpenAI's ``{"object": "error", "message", "type",
+"param", "code"}`` under ``/v1/``, SGLang's ``{"error": {"message": ...}}`` elsewhere (401 keeps
+SGLang's exact ``{"error": "Unauthorized"}``).
+
+Slow headers are bounded by :class:`HeaderTimeoutH11Protocol` (uvicorn has keep-alive and
+graceful-shutdown timeouts but none for a request's headers): a connection that has not sent a
+complete request head within ``header_timeout_s`` of its first byte (or of connecting) is closed.
+The header block size is bounded by uvicorn's ``h11_max_incomplete_event_size``.
+
+:class:`DrainingServer` is the ``uvicorn.Server`` whose SIGTERM / SIGINT starts a drain (the
+HTTP server's coroutine: stop admitting, wait for in-flight requests up to a timeout) and only then
+stops uvicorn; a second signal stops at once.
+
+Limits (environment, read at server start; the SGLang-style names):
+``SGLANG_V4_MAX_REQUEST_BODY_BYTES`` (default 64 MiB), ``SGLANG_V4_REQUEST_READ_TIMEOUT`` (seconds,
+default 60; headers and body each), ``SGLANG_V4_TIMEOUT_KEEP_ALIVE`` (seconds, default 5; idle
+keep-alive connections, as SGLang's ``SGLANG_TIMEOUT_KEEP_ALIVE``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AdmissionLimits",
+    "AdmissionMiddleware",
+    "DrainingServer",
+    "HeaderTimeoutH11Protocol",
+    "drain_in_flight",
+    "OPEN_ROUTES",
+    "H11_MAX_INCOMPLETE_EVENT_SIZE",
+]
+
+#: Routes that need no API key and stay up while draining (SGLang leaves /health* and /metrics open).
+OPEN_ROUTES = frozenset({"/health", "/health_generate", "/metrics"})
+
+#: Largest request head (request line + headers) h11 buffers, bytes (h11's default is 16 KiB).
+H11_MAX_INCOMPLETE_EVENT_SIZE = 64 * 1024
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """Body size (bytes) and read / keep-alive timeouts (seconds) of the HTTP server."""
+
+    max_body_bytes: int = 64 * 1024 * 1024
+    read_timeout_s: float = 60.0
+    keep_alive_s: float = 5.0
+
+    @classmethod
+    def from_env(cls) -> AdmissionLimits:
+        """Read the ``SGLANG_V4_*`` variables of the module docstring.
+
+        Raises:
+            ValueError: a variable is not a positive number (the message names it).
+        """
+        d = cls()
+        return cls(
+            max_body_bytes=int(_env_float("SGLANG_V4_MAX_REQUEST_BODY_BYTES", d.max_body_bytes)),
+            read_timeout_s=_env_float("SGLANG_V4_REQUEST_READ_TIMEOUT", d.read_timeout_s),
+            keep_alive_s=_env_float("SGLANG_V4_TIMEOUT_KEEP_ALIVE", d.keep_alive_s),
+        )
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class _BodyTimeout(Exception):
+    pass
+
+
+def _error_body(path: str, status: int, message: str, err_type: str) -> bytes:
+    if status == 401 and not path.startswith("/v1/"):
+        return orjson.dumps({"error": "Unauthorized"})
+    if path.startswith("/v1/"):
+        return orjson.dumps(
+            {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
+        )
+    return orjson.dumps({"error": {"message": message}})
+
+
+async def _send_error(send: Any, path: str, status: int, message: str, err_type: str) -> None:
+    body = _error_body(path, status, message, err_type)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status in (408, 413):
+        headers.append((b"connection", b"close"))  # the rest of the body is not read
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class AdmissionMiddleware:
+    """ASGI middleware applying the checks of the module docstring to every HTTP request.
+
+    Args:
+        app: the wrapped ASGI app.
+        api_key: the server's ``--api-key`` (``None``: no authentication).
+        limits: body size and read timeout.
+        is_draining: returns True while the server drains (new requests get 503).
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        api_key: str | None,
+        limits: AdmissionLimits,
+        is_draining: Callable[[], bool],
+    ) -> None:
+        self.app = app
+        self.expected = api_key.encode() if api_key else None
+        self.limits = limits
+        self.is_draining = is_draining
+
+    def _authorized(self, scope: dict[str, Any]) -> bool:
+        if self.expected is None:
+            return True
+        auth = b""
+        for k, v in scope.get("headers", ()):
+            if k == b"authorization":
+                auth = v
+                break
+        scheme, _, token = auth.partition(b" ")
+        # compare_digest runs in time independent of where the bytes differ
+        return hmac.compare_digest(token.strip(), self.expected) and scheme.lower() == b"bearer"
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        open_route = path in OPEN_ROUTES or scope.get("method") == "OPTIONS"
+        if not open_route and self.is_draining():
+            await _send_error(send, path, 503, "The server is shutting down.", "ServiceUnavailableError")
+            return
+        if not open_route and not self._authorized(scope):
+            await _send_error(
+                send, path, 401, "Unauthorized: invalid or missing API key.", "AuthenticationError"
+            )
+            return
+        limit = self.limits.max_body_bytes
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length":
+                try:
+                    declared = int(v)
+                except ValueError:
+                    declared = -1
+                if declared > limit:
+                    await _send_error(
+                        send,
+                        path,
+                        413,
+                        f"The request body ({declared} bytes) is larger than the limit of {limit} bytes.",
+                        "RequestTooLargeError",
+                    )
+                    return
+                break
+
+        deadline = time.monotonic() + self.limits.read_timeout_s
+        received = 0
+        body_done = False
+        started = False
+
+        async def guarded_receive() -> Any:
+            nonlocal received, body_done
+            if body_done:
+                return await receive()  # after the body: disconnect polling, no deadline
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise _BodyTimeout from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _BodyTooLarge
+                body_done = not message.get("more_body", False)
+            return message
+
+        async def tracked_send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, guarded_receive, tracked_send)
+        except _BodyTooLarge:
+            if started:
+                raise
+            await _send_error(
+                send,
+                path,
+                413,
+                f"The request body is larger than the limit of {limit} bytes.",
+                "RequestTooLargeError",
+            )
+        except _BodyTimeout:
+            if started:
+                raise
+            await _send_error(
+                send,
+                path,
+                408,
+                f"The request body did not arrive within {self.limits.read_timeout_s:g}s.",
+                "RequestTimeoutError",
+            )
+
+
+class HeaderTimeoutH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol plus a deadline for each request head (see the module docstring).
+
+    Pass the class as ``uvicorn.Config(http=...)`` after setting :attr:`header_timeout_s`.
+    """
+
+    header_timeout_s: float = 60.0
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        self._head_timer: asyncio.TimerHandle | None = None
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timeout)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _idle(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _head_timeout(self) -> None:
+        self._head_timer = None
+        if self._idle() and not self.transport.is_closing():
+            self.logger.info(
+                "Closing a connection that sent no complete request head in %gs", self.header_timeout_s
+            )
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        before = self.cycle
+        if self._idle():
+            self._arm_head_timer()
+        super().data_received(data)
+        if self.cycle is not before:  # a complete request head arrived
+            self._cancel_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+
+class DrainingServer(uvicorn.Server):
+    """``uvicorn.Server`` whose first SIGTERM / SIGINT runs ``drain(signum)`` before stopping.
+
+    uvicorn's own handler stops accepting connections at once and, after
+    ``timeout_graceful_shutdown``, cancels the responses still streaming (tracebacks, streams cut
+    without an error event). Here the first signal schedules ``drain`` on the server's loop; when
+    it returns, uvicorn shuts down as usual, with nothing left in flight. A second signal (or one
+    before the server has started) sets ``should_exit`` at once (a second SIGINT also
+    ``force_exit``). Signals are not re-raised after the shutdown.
+
+    Args:
+        config: the uvicorn configuration.
+        drain: coroutine function run once on the first signal, with the signal number.
+    """
+
+    def __init__(self, config: uvicorn.Config, drain: Callable[[int], Awaitable[None]]) -> None:
+        super().__init__(config)
+        self._drain = drain
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Future[None] | None = None
+        self._signalled = False
+
+    async def serve(self, sockets: Any = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self._signalled or self._loop is None or not self.started:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            self.should_exit = True
+            return
+        self._signalled = True
+        self._loop.call_soon_threadsafe(self._begin_drain, sig)
+
+    def _begin_drain(self, sig: int) -> None:
+        async def run() -> None:
+            try:
+                await self._drain(sig)
+            finally:
+                self.should_exit = True
+
+        self._drain_task = asyncio.ensure_future(run())
+
+
+async def drain_in_flight(
+    get_tokenizer_manager: Callable[[], Any], set_draining: Callable[[], None], sig: int, timeout_s: float
+) -> None:
+    """The HTTP server's drain (run by :class:`DrainingServer` on the first signal).
+
+    Marks the server draining (new requests 503), waits until the tokenizer manager has no
+    request in flight or ``timeout_s`` seconds passed, then fails what is left with a 503
+    (``TokenizerManager.fail_all``: an error event on a stream) and waits up to 1 s for those
+    responses to go out.
+    """
+    set_draining()
+    tm = get_tokenizer_manager()
+    loop = asyncio.get_running_loop()
+    n = len(tm.rid_to_state) if tm is not None else 0
+    logger.info(
+        "%s received: draining %d in-flight request(s) for up to %gs; new requests get 503.",
+        signal.Signals(sig).name,
+        n,
+        timeout_s,
+    )
+    deadline = loop.time() + timeout_s
+    while tm is not None and tm.rid_to_state and tm.crashed is None and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    if tm is not None and tm.rid_to_state and tm.crashed is None:
+        k = tm.fail_all(
+            f"The server is shutting down: the request did not finish within the {timeout_s:g}s drain.", 503
+        )
+        logger.warning("Drain timed out after %gs: failed %d request(s).", timeout_s, k)
+        until = loop.time() + 1.0
+        while tm.rid_to_state and loop.time() < until:  # let their handlers send the error
+            await asyncio.sleep(0.05)
+    logger.info("Drained; shutting down.")

@@ -1,0 +1,143 @@
+"""Incremental detokenization commit rules (``managers/detokenizer_manager.py``) on the real V4
+tokenizer, against ``transformers``' full decode of the same ids as the oracle.
+
+* Stray bytes (token 225 is the lone continuation byte 0x80; each decodes to U+FFFD): text is sent
+  as it is produced, one token behind (the last one might still start a character), and the
+  decode window stays bounded; SGLang's rule alone held all of it until the request ended.
+* A property test over random mixes of byte tokens, emoji pieces, CJK, ASCII and skipped special
+  tokens, streamed in random message sizes: every cumulative text is a prefix of the full decode
+  of the ids so far and extends it minus its trailing U+FFFD; the finished text is the full
+  decode; the window never exceeds ``2 * (MAX_HELD_TOKENS + 1)`` tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from server_fixture import tokenizer_source_dir
+from sglang_v4.managers.detokenizer_manager import MAX_HELD_TOKENS, DetokenizerManager
+from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
+from sglang_v4.utils import FastTokenizer
+
+STRAY = 225  # byte-level token of the lone UTF-8 continuation byte 0x80
+FFFD = "\ufffd"
+
+
+@pytest.fixture(scope="module")
+def tok() -> FastTokenizer:
+    return FastTokenizer(tokenizer_source_dir())
+
+
+@pytest.fixture(scope="module")
+def hf():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+
+
+def _msg(ids: list[int], reason=None, skip: bool = True) -> BatchTokenIDOut:
+    m = BatchTokenIDOut.empty()
+    m.append(
+        rid="r",
+        finished_reason=reason,
+        decode_ids=ids,
+        output_ids=[],
+        prompt_tokens=1,
+        completion_tokens=len(ids),
+        skip_special_tokens=skip,
+    )
+    return m
+
+
+def _stream(dm: DetokenizerManager, ids: list[int], cuts: list[int], skip: bool = True):
+    """Feed ``ids`` in messages ending at ``cuts`` (the last cut finishes the request); yields
+    ``(k, cumulative text, window)`` after each message (window None once finished)."""
+    sent = ""
+    for k in cuts:
+        reason = finish_length(k) if k == len(ids) else None
+        out = dm.handle_batch_token_id_out(_msg(ids[:k], reason, skip))
+        sent += out.output_strs[0]
+        s = dm.decode_status.get("r")
+        yield k, sent, (None if s is None else k - s.surr_offset), out.final_strs[0]
+
+
+def test_stray_bytes_stream_as_produced_with_bounded_window(tok, hf) -> None:
+    assert hf.decode([STRAY]) == FFFD
+    n = 200
+    ids = [STRAY] * n
+    seen = list(_stream(DetokenizerManager(tok), ids, list(range(1, n + 1))))
+    for k, sent, window, _ in seen[:-1]:
+        assert sent == FFFD * (k - 1), k  # one token behind: the last byte could still start a char
+        assert window is not None and window <= 2, (k, window)
+    assert seen[-1][1] == seen[-1][3] == hf.decode(ids) == FFFD * n
+
+
+def test_held_byte_completes_a_character(tok, hf) -> None:
+    """Stray bytes, then an emoji split into its lead-bytes token and its last byte (225)."""
+    emoji = hf.encode("😀", add_special_tokens=False)
+    assert len(emoji) == 2 and emoji[1] == STRAY
+    ids = [STRAY] * 5 + emoji + [STRAY] * 3 + hf.encode(" ok", add_special_tokens=False)
+    seen = list(_stream(DetokenizerManager(tok), ids, list(range(1, len(ids) + 1))))
+    full = hf.decode(ids)
+    assert seen[-1][1] == full and "😀" in full
+    for _, sent, _, _ in seen:
+        assert full.startswith(sent)
+    assert seen[6][1] == FFFD * 5 + "😀"  # complete at once when the character completes
+
+
+def test_skipped_special_tokens_keep_the_window_bounded(tok, hf) -> None:
+    ids = hf.encode("a", add_special_tokens=False) + [1] * 50 + hf.encode("b", add_special_tokens=False)
+    seen = list(_stream(DetokenizerManager(tok), ids, list(range(1, len(ids) + 1))))
+    assert max(w for _, _, w, _ in seen if w is not None) <= 2 * (MAX_HELD_TOKENS + 1)
+    assert seen[-1][1] == hf.decode(ids, skip_special_tokens=True) == "ab"
+
+
+def test_stop_token_after_stray_bytes_is_trimmed(tok, hf) -> None:
+    ids = [STRAY] * 4 + hf.encode(" end", add_special_tokens=False) + [1]
+    dm = DetokenizerManager(tok)
+    sent = ""
+    for k in range(1, len(ids)):
+        sent += dm.handle_batch_token_id_out(_msg(ids[:k])).output_strs[0]
+    out = dm.handle_batch_token_id_out(_msg(ids, finish_stop(1), skip=False))
+    assert out.final_strs[0] == hf.decode(ids[:-1]) == sent + out.output_strs[0]
+
+
+def _token_pool(hf) -> list[int]:
+    pieces = ["😀", "🚀", "中文", "é", " hello", "\n", "ü", "你好"]
+    pool = {STRAY, 226, 227, 240, 255, 300}  # single bytes / partial sequences
+    for p in pieces:
+        pool.update(hf.encode(p, add_special_tokens=False))
+    pool.update({0, 1})  # special tokens (skipped when decoding)
+    return sorted(pool)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_incremental_text_is_always_a_prefix_of_the_full_decode(tok, hf, data) -> None:
+    pool = _token_pool(hf)
+    ids = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=40), label="ids")
+    steps = data.draw(st.lists(st.integers(1, 4), min_size=len(ids), max_size=len(ids)), label="steps")
+    cuts, k = [], 0
+    for s in steps:
+        k = min(len(ids), k + s)
+        cuts.append(k)
+        if k == len(ids):
+            break
+    dm = DetokenizerManager(tok)
+    last = ""
+    for k, sent, window, final in _stream(dm, ids, cuts):
+        now = hf.decode(ids[:k], skip_special_tokens=True)
+        if window is not None:
+            assert now.startswith(sent), (ids[:k], sent, now)
+            assert sent.startswith(now.rstrip(FFFD)), (ids[:k], sent, now)
+            assert window <= 2 * (MAX_HELD_TOKENS + 1)
+        else:
+            assert sent == final == now
+        assert sent.startswith(last)
+        last = sent

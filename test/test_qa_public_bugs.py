@@ -1,0 +1,211 @@
+"""QA on the embedded model: public bug reports of peer servers that failed here, as a new user
+would send them (seeded ``n > 1`` is in ``test_sampling_seeds.py``, ``save_pretrained``
+checkpoints in ``test_loader_hf_variants.py``).
+
+* Prompt scoring: ``max_tokens: 0`` with ``echo`` + ``logprobs`` on ``/v1/completions`` returns
+  the prompt, logprobs for the prompt tokens only (the first ``null``) and no completion token;
+  the values match HF transformers' log-softmax of the same model (the oracle). Native
+  ``max_new_tokens: 0`` likewise. Streaming and non-streaming agree.
+* A stream of stray bytes (token 225, the lone continuation byte 0x80, forced with ``logit_bias``)
+  sends its text as it is produced instead of empty text until the end.
+* A bounded fuzz of sampling parameters through the real sampler and scheduler: a 200 or a 400 in
+  SGLang's shape, never a 5xx, the server healthy after.
+* The server log carries no traceback, no transformers warning and no carriage-return progress
+  updates (stdout / stderr are a file here, not a terminal).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from server_fixture import REPO, ServerHandle, sse_events, start_server
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+PROMPT = "The capital of France is Paris, and the capital of Italy is"
+STRAY = 225
+FFFD = "\ufffd"
+
+
+@pytest.fixture(scope="module")
+def default_model_dir() -> str:
+    from sglang_v4.tools.default_model import ensure_default_model
+
+    return ensure_default_model()
+
+
+@pytest.fixture(scope="module")
+def server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory):
+    env = dict(os.environ)
+    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
+    h = start_server([], env, tmp_path_factory.mktemp("qa") / "server.log", timeout_s=600)
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
+    log = h.log()
+    assert "Traceback" not in log, log[-5000:]
+    assert "\r" not in log  # no tqdm carriage-return updates in a non-terminal log
+    assert "[transformers]" not in log and "does not match the ratio" not in log
+
+
+@pytest.fixture(scope="module")
+def hf_logprobs(default_model_dir: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
+
+    def run(ids: list[int]) -> Any:
+        with torch.no_grad():
+            return torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), dim=-1)
+
+    return run
+
+
+def _post(server: ServerHandle, path: str, body: dict[str, Any]) -> Any:
+    r = requests.post(server.url + path, json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_prompt_scoring_with_max_tokens_0(server, hf_logprobs, default_model_dir) -> None:
+    from sglang_v4.utils import get_tokenizer
+
+    tok = get_tokenizer(default_model_dir)
+    ids = tok.encode(PROMPT)
+    body = {"model": "default", "prompt": PROMPT, "max_tokens": 0, "echo": True, "logprobs": 2}
+    resp = _post(server, "/v1/completions", body)
+    choice = resp["choices"][0]
+    assert choice["text"] == PROMPT and choice["finish_reason"] == "length"
+    assert resp["usage"]["completion_tokens"] == 0 and resp["usage"]["prompt_tokens"] == len(ids)
+    lp = choice["logprobs"]
+    assert len(lp["tokens"]) == len(ids) == len(lp["token_logprobs"]) == len(lp["top_logprobs"])
+    assert "".join(lp["tokens"]) == tok.decode(ids)
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    ref = hf_logprobs(ids)
+    for k in range(1, len(ids)):
+        assert lp["token_logprobs"][k] == pytest.approx(ref[k - 1, ids[k]].item(), abs=2e-3)
+        assert len(lp["top_logprobs"][k]) <= 2
+        assert max(lp["top_logprobs"][k].values()) == pytest.approx(ref[k - 1].max().item(), abs=2e-3)
+    offsets = [0]
+    for t in lp["tokens"][:-1]:
+        offsets.append(offsets[-1] + len(t))
+    assert lp["text_offset"] == offsets
+
+    # streamed: the same text and logprobs, then [DONE]
+    with requests.post(
+        server.url + "/v1/completions", json={**body, "stream": True}, stream=True, timeout=300
+    ) as r:
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    chunks = [e["choices"][0] for e in events[:-1] if e["choices"]]
+    assert "".join(c["text"] for c in chunks) == PROMPT
+    assert [t for c in chunks if c["logprobs"] for t in c["logprobs"]["token_logprobs"]] == lp[
+        "token_logprobs"
+    ]
+
+    # without echo: nothing at all
+    plain = _post(server, "/v1/completions", {"model": "default", "prompt": PROMPT, "max_tokens": 0})
+    assert plain["choices"][0]["text"] == "" and plain["usage"]["completion_tokens"] == 0
+
+    # native: max_new_tokens 0 with prompt logprobs
+    native = _post(
+        server,
+        "/generate",
+        {
+            "text": PROMPT,
+            "sampling_params": {"max_new_tokens": 0},
+            "return_logprob": True,
+            "logprob_start_len": 0,
+        },
+    )
+    assert native["output_ids"] == [] and native["text"] == ""
+    assert native["meta_info"]["finish_reason"] == {"type": "length", "length": 0}
+    got = native["meta_info"]["input_token_logprobs"]
+    assert [e[1] for e in got] == ids and native["meta_info"]["output_token_logprobs"] == []
+    assert [e[0] for e in got] == lp["token_logprobs"]
+
+
+def test_stray_byte_stream_is_sent_as_produced(server, default_model_dir) -> None:
+    n = 12
+    body = {
+        "text": "Hi",
+        "sampling_params": {
+            "max_new_tokens": n,
+            "temperature": 0,
+            "logit_bias": {str(STRAY): 100},
+            "ignore_eos": True,
+        },
+        "stream": True,
+    }
+    with requests.post(server.url + "/generate", json=body, stream=True, timeout=300) as r:
+        events = sse_events(r)
+    outs = events[:-1]
+    assert outs[-1]["output_ids"] == [STRAY] * n
+    for e in outs[:-1]:
+        k = e["meta_info"]["completion_tokens"]
+        assert e["text"] == FFFD * (k - 1), (k, e["text"])  # one token behind, not empty until the end
+    assert outs[-1]["text"] == FFFD * n
+
+    oai = {
+        "model": "default",
+        "prompt": "Hi",
+        "max_tokens": n,
+        "temperature": 0,
+        "logit_bias": {str(STRAY): 100},
+        "stream": True,
+    }
+    with requests.post(server.url + "/v1/completions", json=oai, stream=True, timeout=300) as r:
+        chunks = [e["choices"][0] for e in sse_events(r)[:-1] if e["choices"]]
+    texts = [c["text"] for c in chunks]
+    assert "".join(texts) == FFFD * n
+    assert sum(1 for t in texts if t) >= n - 2  # text in (almost) every chunk, not one at the end
+
+
+SAMPLING = st.fixed_dictionaries(
+    {"max_new_tokens": st.integers(0, 3)},
+    optional={
+        "temperature": st.sampled_from([0.0, 1e-7, 0.7, 2.0, 1e6, -1.0]),
+        "top_p": st.sampled_from([1e-9, 0.3, 1.0, 0.0]),
+        "top_k": st.sampled_from([-1, 1, 7, 10**9, 0]),
+        "min_p": st.sampled_from([0.0, 0.9, 1.0]),
+        "frequency_penalty": st.sampled_from([-2.0, 0.0, 2.0, 3.0]),
+        "presence_penalty": st.sampled_from([-2.0, 2.0]),
+        "repetition_penalty": st.sampled_from([1e-3, 1.0, 2.0]),
+        "min_new_tokens": st.integers(0, 4),
+        "n": st.integers(1, 3),
+        "logit_bias": st.dictionaries(
+            st.sampled_from(["0", "1", "225", "129279", "129280"]),
+            st.sampled_from([-100, 100, 50]),
+            max_size=2,
+        ),
+        "sampling_seed": st.integers(-(2**63), 2**63 - 1),
+        "stop": st.lists(st.text(max_size=3), max_size=2),
+        "stop_token_ids": st.lists(st.integers(0, 129_279), max_size=2),
+        "ignore_eos": st.booleans(),
+        "skip_special_tokens": st.booleans(),
+    },
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(sp=SAMPLING, stream=st.booleans(), logprobs=st.booleans())
+def test_fuzz_sampling_on_the_real_model(server, sp: dict[str, Any], stream: bool, logprobs: bool) -> None:
+    body = {"text": "Fuzz", "sampling_params": sp, "stream": stream, "return_logprob": logprobs}
+    r = requests.post(server.url + "/generate", json=body, timeout=300)
+    assert r.status_code in (200, 400), (r.status_code, r.text[:500])
+    if r.status_code == 400:
+        assert isinstance(r.json()["error"]["message"], str)
+    elif stream:
+        assert r.text.rstrip().endswith("data: [DONE]")
+    assert requests.get(server.url + "/health", timeout=60).status_code == 200

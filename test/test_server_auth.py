@@ -1,0 +1,137 @@
+"""``--api-key``: every route of the server without a key, with a wrong key and with the right key.
+
+The route list is the app's own (``create_app`` plus the OpenAI router, enumerated from their
+``routes``), so a route added later is covered without editing this test. Open routes are
+SGLang's: ``/health``, ``/health_generate`` and ``/metrics``; every other one -- the admin routes
+``/flush_cache`` and ``/abort_request`` included, and unknown paths -- answers 401 without the
+right ``Authorization: Bearer KEY``. The key is compared with ``hmac.compare_digest``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import requests
+from server_fixture import fake_env, make_fake_model_dir, start_server
+from sglang_v4.entrypoints.admission import OPEN_ROUTES
+from sglang_v4.entrypoints.http_server import create_app
+from sglang_v4.entrypoints.openai import create_openai_router
+from sglang_v4.managers.io_struct import SchedulerReadyInfo
+from sglang_v4.server_args import ServerArgs
+
+pytestmark = pytest.mark.timeout(240)
+KEY = "s3cret-key"
+
+# a plausible body per POST route, so that a request that passes authentication can succeed
+BODIES: dict[str, Any] = {
+    "/generate": {"text": "hi", "sampling_params": {"max_new_tokens": 2}},
+    "/abort_request": {"rid": "nope"},
+    "/v1/completions": {"prompt": "hi", "max_tokens": 2},
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+}
+
+
+def _routes(model_dir: Path) -> list[tuple[str, str]]:
+    sa = ServerArgs(model_path=str(model_dir), device="cpu", api_key=KEY, enable_metrics=True)
+    procs = SimpleNamespace(scheduler_info=SchedulerReadyInfo(status="ready"))
+    app, _ = create_app(sa, procs)  # type: ignore[arg-type]
+    tm = SimpleNamespace(tokenizer=None, vocab_size=10, context_len=10)
+    routes = list(app.routes) + list(create_openai_router(tm, sa).routes)
+    out = []
+    for r in routes:
+        path = getattr(r, "path", "")
+        if path.startswith(("/docs", "/openapi", "/redoc")):
+            continue  # FastAPI's own documentation pages
+        for m in sorted(getattr(r, "methods", None) or ()):
+            if m != "HEAD":
+                out.append((m, path.replace("{model:path}", "default")))
+    return out
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("auth")
+    model = make_fake_model_dir(root)
+    h = start_server(
+        ["--model-path", str(model), "--enable-metrics"], fake_env(), root / "server.log", api_key=KEY
+    )
+    h.routes = _routes(model)  # type: ignore[attr-defined]
+    yield h
+    h.stop()
+
+
+def _call(h, method: str, path: str, headers: dict[str, str]) -> requests.Response:
+    body = BODIES.get(path)
+    return requests.request(method, h.url + path, json=body, headers=headers, timeout=60)
+
+
+def test_every_route_without_a_key_wrong_key_and_right_key(secured) -> None:
+    routes = secured.routes
+    paths = {p for _, p in routes}
+    assert {"/generate", "/flush_cache", "/abort_request", "/v1/completions", "/health"} <= paths
+    wrong = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": "Basic " + KEY}]
+    wrong.append({"Authorization": f"Bearer {KEY}x"})
+    for method, path in routes:
+        for headers in wrong:
+            r = _call(secured, method, path, headers)
+            if path in OPEN_ROUTES:
+                assert r.status_code != 401, (method, path, headers)
+            else:
+                assert r.status_code == 401, (method, path, headers, r.status_code)
+                body = r.json()
+                if path.startswith("/v1/"):
+                    assert body["object"] == "error" and body["code"] == 401
+                else:
+                    assert body == {"error": "Unauthorized"}
+        r = _call(secured, method, path, secured.headers())
+        assert r.status_code in (200, 400), (method, path, r.status_code, r.text[:300])
+
+
+def test_unknown_paths_and_open_routes(secured) -> None:
+    assert requests.get(secured.url + "/no/such/route", timeout=30).status_code == 401
+    r = requests.get(secured.url + "/no/such/route", headers=secured.headers(), timeout=30)
+    assert r.status_code == 404
+    # a path that only starts like an open route is not open
+    assert requests.get(secured.url + "/healthz", timeout=30).status_code == 401
+    assert requests.get(secured.url + "/health", timeout=30).status_code == 200
+    assert requests.get(secured.url + "/metrics", timeout=30).status_code == 200
+    ok = requests.post(secured.url + "/flush_cache", headers=secured.headers(), timeout=30)
+    assert ok.status_code == 200
+
+
+def test_key_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The middleware's comparison goes through ``hmac.compare_digest`` (whose running time does
+    not depend on where the bytes differ), for right and wrong keys alike."""
+    import hmac
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from sglang_v4.entrypoints import admission
+
+    calls: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(admission.hmac, "compare_digest", spy)
+    app = FastAPI()
+
+    @app.get("/x")
+    async def x() -> dict[str, int]:
+        return {"ok": 1}
+
+    app.add_middleware(
+        admission.AdmissionMiddleware,
+        api_key=KEY,
+        limits=admission.AdmissionLimits(),
+        is_draining=lambda: False,
+    )
+    c = TestClient(app)
+    assert c.get("/x", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert c.get("/x", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert calls == [(b"nope", KEY.encode()), (KEY.encode(), KEY.encode())]

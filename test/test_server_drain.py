@@ -1,0 +1,180 @@
+"""Graceful drain on SIGTERM / SIGINT (fake scheduler: outputs known in advance).
+
+* In-flight requests finish (a native stream, an OpenAI chat stream, a non-streamed request) with
+  all their tokens and ``[DONE]``; meanwhile new requests get 503 in SGLang's / OpenAI's error
+  shape and ``/health`` 503; the server then exits with code 0, its children are gone and the log
+  has no traceback. SIGINT is sent to the whole process group, as a terminal's Ctrl+C is: the
+  children ignore it and keep serving the drain.
+* Past ``--graceful-shutdown-timeout`` the unfinished requests get an error (an error event and
+  ``[DONE]`` on streams, a 503 otherwise) and the server still exits 0 without tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from server_fixture import fake_env, make_fake_model_dir, sse_events, start_server
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out.extend(int(x) for x in (task / "children").read_text().split())
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class _Call(threading.Thread):
+    """One request in a thread; ``started`` is set once the response headers (and, for a stream,
+    the first event) have arrived."""
+
+    def __init__(self, url: str, body: dict[str, Any], stream: bool) -> None:
+        super().__init__(daemon=True)
+        self.url, self.body, self.stream = url, body, stream
+        self.started = threading.Event()
+        self.status = 0
+        self.events: list[Any] = []
+        self.json: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with requests.post(self.url, json=self.body, stream=self.stream, timeout=120) as r:
+                self.status = r.status_code
+                if not self.stream:
+                    self.started.set()
+                    self.json = r.json()
+                    return
+                for line in r.iter_lines():
+                    if not line:
+                        continue
+                    payload = line.decode()[len("data: ") :]
+                    self.events.append(payload if payload == "[DONE]" else json.loads(payload))
+                    self.started.set()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            self.error = e
+            self.started.set()
+
+
+def _server(tmp_path: Path, timeout_s: float, step_sleep: str = "0.02"):
+    model = make_fake_model_dir(tmp_path)
+    env = fake_env({"FAKE_STEP_SLEEP": step_sleep})
+    args = ["--model-path", str(model), "--graceful-shutdown-timeout", str(timeout_s)]
+    return start_server(args, env, tmp_path / "server.log", new_session=True)
+
+
+def _assert_clean_exit(h, kids: list[int]) -> None:
+    assert h.proc.wait(timeout=90) == 0, h.log()[-3000:]
+    log = h.log()
+    assert "Traceback" not in log and "Exception" not in log, log[-5000:]
+    deadline = time.time() + 15
+    while time.time() < deadline and any(_alive(k) for k in kids):
+        time.sleep(0.2)
+    assert not any(_alive(k) for k in kids)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigint_to_group"])
+def test_drain_finishes_in_flight_requests_and_exits_0(tmp_path: Path, how: str) -> None:
+    h = _server(tmp_path, 60)
+    kids = _children(h.proc.pid)
+    n = 200  # 200 steps of 20 ms: ~4 s, so the drain is still running when we probe it
+    calls = [
+        _Call(
+            h.url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": n}, "stream": True}, True
+        ),
+        _Call(
+            h.url + "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "b"}], "max_tokens": n, "stream": True},
+            True,
+        ),
+        _Call(h.url + "/generate", {"text": "c", "sampling_params": {"max_new_tokens": n}}, False),
+    ]
+    for c in calls:
+        c.start()
+    for c in calls[:2]:
+        assert c.started.wait(60) and c.error is None
+    time.sleep(0.2)
+    if how == "sigterm":
+        h.proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(h.proc.pid, signal.SIGINT)
+    time.sleep(0.5)
+    r = requests.post(
+        h.url + "/generate", json={"text": "late", "sampling_params": {"max_new_tokens": 1}}, timeout=30
+    )
+    assert r.status_code == 503 and "shutting down" in r.json()["error"]["message"]
+    r = requests.post(h.url + "/v1/completions", json={"prompt": "late", "max_tokens": 1}, timeout=30)
+    assert r.status_code == 503
+    assert r.json()["object"] == "error" and r.json()["code"] == 503
+    assert requests.get(h.url + "/health", timeout=30).status_code == 503
+    for c in calls:
+        c.join(120)
+        assert c.error is None and c.status == 200, c.error
+    native, chat, plain = calls
+    assert native.events[-1] == "[DONE]" and native.events[-2]["meta_info"]["completion_tokens"] == n
+    assert native.events[-2]["meta_info"]["finish_reason"] == {"type": "length", "length": n}
+    assert chat.events[-1] == "[DONE]"
+    assert [e["choices"][0]["finish_reason"] for e in chat.events[:-1] if e["choices"]][-1] == "length"
+    assert plain.json["meta_info"]["completion_tokens"] == n
+    _assert_clean_exit(h, kids)
+    assert "received: draining" in h.log()
+
+
+def test_drain_timeout_fails_the_rest_with_an_error_event(tmp_path: Path) -> None:
+    h = _server(tmp_path, 1)
+    kids = _children(h.proc.pid)
+    n = 450  # ~9 s: outlives the 1 s drain
+    calls = [
+        _Call(
+            h.url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": n}, "stream": True}, True
+        ),
+        _Call(h.url + "/v1/completions", {"prompt": "b", "max_tokens": n, "stream": True}, True),
+        _Call(h.url + "/generate", {"text": "c", "sampling_params": {"max_new_tokens": n}}, False),
+    ]
+    for c in calls:
+        c.start()
+    for c in calls[:2]:
+        assert c.started.wait(60) and c.error is None
+    time.sleep(0.2)
+    t0 = time.time()
+    h.proc.send_signal(signal.SIGTERM)
+    for c in calls:
+        c.join(60)
+        assert c.error is None, c.error
+    native, oai, plain = calls
+    assert native.events[-1] == "[DONE]" and "shutting down" in native.events[-2]["error"]["message"]
+    assert oai.events[-1] == "[DONE]"
+    err = oai.events[-2]["error"]
+    assert err["code"] == 503 and "shutting down" in err["message"]
+    assert plain.status == 503 and "shutting down" in plain.json["error"]["message"]
+    _assert_clean_exit(h, kids)
+    assert time.time() - t0 < 60
+    assert "Drain timed out after 1s: failed 3 request(s)" in h.log()
+
+
+def test_idle_server_exits_0_on_sigterm(tmp_path: Path) -> None:
+    h = _server(tmp_path, 30, step_sleep="0")
+    kids = _children(h.proc.pid)
+    body = {"text": "x", "sampling_params": {"max_new_tokens": 3}, "stream": True}
+    with requests.post(h.url + "/generate", json=body, stream=True, timeout=30) as r:
+        ev = sse_events(r)
+    assert ev[-1] == "[DONE]" and ev[-2]["meta_info"]["completion_tokens"] == 3
+    h.proc.send_signal(signal.SIGTERM)
+    _assert_clean_exit(h, kids)
+    assert "draining 0 in-flight request(s)" in h.log()
