@@ -1,17 +1,27 @@
-"""Failure handling of the server processes: a crashing scheduler and a killed parent.
+"""Failure handling of the server processes: a crashing scheduler, killed children, a killed parent.
 
 * A scheduler exception: the in-flight request fails with 503, ``/health`` turns 503, the
   traceback is logged, and the server process exits with a non-zero code (no hang).
 * A hung scheduler step: the watchdog (``--watchdog-timeout``) ends it the same way.
+* ``kill -9`` of the scheduler or of the detokenizer while streams are in flight: within seconds
+  every in-flight request gets an error naming the dead process (an SSE error event then
+  ``[DONE]`` on native and OpenAI streams, a 503 JSON body otherwise), new requests get 503,
+  ``/health`` turns 503, and the server exits with a non-zero code; its other child exits too.
+* The same kills under the offline ``Engine``: the running stream and a blocked ``generate`` raise
+  ``BackendDiedError`` (a ``RuntimeError``) naming the process, later calls raise it at once,
+  and ``shutdown()`` returns promptly.
 * ``kill -9`` of the server's main process: its scheduler and detokenizer children exit too.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -26,6 +36,14 @@ def _children(pid: int) -> list[int]:
         text = (task / "children").read_text().split()
         out.extend(int(x) for x in text)
     return out
+
+
+def _child_named(pid: int, name: str) -> int:
+    """The child of ``pid`` whose process name (``/proc/PID/comm``, 15 bytes) starts ``name``."""
+    for kid in _children(pid):
+        if f"sglang_v4::{name}"[:15] == Path(f"/proc/{kid}/comm").read_text().strip():
+            return kid
+    raise AssertionError(f"no {name} child of {pid}: {_children(pid)}")
 
 
 def _alive(pid: int) -> bool:
@@ -118,3 +136,151 @@ def test_sigterm_during_a_stream_exits_promptly(tmp_path: Path):
         time.sleep(0.2)
     assert not any(_alive(k) for k in kids)
     r.close()
+
+
+#: Seconds within which an in-flight request must see the error after a kill (the children are
+#: polled every 0.5 s; the rest is slack for a loaded 2-core machine).
+ERROR_WITHIN_S = 10.0
+
+
+def _post_in_thread(url: str, body: dict[str, Any], out: dict[str, Any]) -> threading.Thread:
+    def run() -> None:
+        r = requests.post(url, json=body, timeout=120)
+        out["status"], out["body"], out["t"] = r.status_code, r.json(), time.time()
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th
+
+
+def _first_event(resp: requests.Response) -> tuple[Any, Any]:
+    """The first SSE payload of ``resp`` and the line iterator positioned after it."""
+    lines = resp.iter_lines()
+    for line in lines:
+        if line:
+            return json.loads(line.decode()[len("data: ") :]), lines
+    raise AssertionError("stream ended before its first event")
+
+
+def _rest(lines: Any) -> list[Any]:
+    """The remaining SSE payloads of a line iterator (``"[DONE]"`` as a string)."""
+    out: list[Any] = []
+    for line in lines:
+        if line:
+            payload = line.decode()[len("data: ") :]
+            out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("victim", ["scheduler", "detokenizer"])
+def test_kill9_of_a_child_fails_in_flight_streams_and_exits_nonzero(tmp_path: Path, victim: str):
+    model = make_fake_model_dir(tmp_path)
+    env = fake_env({"FAKE_STEP_SLEEP": "0.05", "SGLANG_V4_CRASH_EXIT_DELAY": "5"})
+    h = start_server(["--model-path", str(model)], env, tmp_path / "server.log")
+    kids = _children(h.proc.pid)
+    try:
+        long = {"max_new_tokens": 400}  # 20 s of steps: all still running at the kill
+        native = requests.post(
+            h.url + "/generate",
+            json={"text": "native", "sampling_params": long, "stream": True},
+            stream=True,
+            timeout=60,
+        )
+        chat = requests.post(
+            h.url + "/v1/chat/completions",
+            json={
+                "model": "default",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 400,
+                "stream": True,
+            },
+            stream=True,
+            timeout=60,
+        )
+        plain: dict[str, Any] = {}
+        th = _post_in_thread(h.url + "/generate", {"text": "plain", "sampling_params": long}, plain)
+        first, native_lines = _first_event(native)
+        assert first["meta_info"]["finish_reason"] is None
+        _, chat_lines = _first_event(chat)
+        time.sleep(0.5)  # the non-streaming request is running too
+        pid = _child_named(h.proc.pid, victim)
+        t_kill = time.time()
+        os.kill(pid, signal.SIGKILL)
+
+        rest = _rest(native_lines)
+        assert time.time() - t_kill < ERROR_WITHIN_S
+        assert rest[-1] == "[DONE]", rest[-3:]
+        err = rest[-2]["error"]
+        assert err["code"] == 503 and f"{victim} process" in err["message"] and "-9" in err["message"], err
+        chat_events = _rest(chat_lines)
+        assert time.time() - t_kill < ERROR_WITHIN_S
+        assert chat_events[-1] == "[DONE]"
+        assert (
+            chat_events[-2]["error"]["code"] == 503
+            and f"{victim} process" in chat_events[-2]["error"]["message"]
+        )
+        th.join(ERROR_WITHIN_S)
+        assert plain.get("status") == 503, plain
+        assert plain["t"] - t_kill < ERROR_WITHIN_S
+        assert f"{victim} process" in plain["body"]["error"]["message"]
+
+        r = requests.post(h.url + "/generate", json={"text": "after"}, timeout=30)
+        assert r.status_code == 503 and "crashed" in r.json()["error"]["message"]
+        assert requests.get(h.url + "/health", timeout=5).status_code == 503
+        assert h.proc.wait(timeout=60) != 0
+    finally:
+        h.stop()
+    deadline = time.time() + 15
+    while time.time() < deadline and any(_alive(k) for k in kids):
+        time.sleep(0.2)
+    assert not any(_alive(k) for k in kids)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("victim", ["scheduler", "detokenizer"])
+def test_engine_raises_when_a_child_is_killed_mid_stream(
+    tmp_path: Path, victim: str, monkeypatch: pytest.MonkeyPatch
+):
+    from sglang_v4 import Engine
+    from sglang_v4.managers.tokenizer_manager import BackendDiedError
+
+    model = make_fake_model_dir(tmp_path)
+    monkeypatch.setenv("SGLANG_V4_SCHEDULER_CLASS", "server_fixture:FakeScheduler")
+    monkeypatch.setenv("FAKE_STEP_SLEEP", "0.05")
+    engine = Engine(model_path=str(model))
+    procs = engine._procs
+    try:
+        long = {"max_new_tokens": 400}
+        stream = engine.generate(prompt="stream", sampling_params=long, stream=True)
+        assert next(stream)["meta_info"]["finish_reason"] is None
+        blocked: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                engine.generate(prompt="plain", sampling_params=long)
+            except Exception as e:  # noqa: BLE001 - checked below
+                blocked["error"], blocked["t"] = e, time.time()
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        time.sleep(0.5)
+        pid = getattr(procs, victim).pid
+        assert _child_named(os.getpid(), victim) == pid
+        t_kill = time.time()
+        os.kill(pid, signal.SIGKILL)
+        message = rf"{victim} process \(pid {pid}\) exited with code -9"
+        with pytest.raises(BackendDiedError, match=message):
+            for _ in stream:
+                pass
+        assert time.time() - t_kill < ERROR_WITHIN_S
+        th.join(ERROR_WITHIN_S)
+        assert isinstance(blocked.get("error"), RuntimeError), blocked
+        assert blocked["t"] - t_kill < ERROR_WITHIN_S and f"{victim} process" in str(blocked["error"])
+        with pytest.raises(RuntimeError, match="crashed"):
+            engine.generate(prompt="after", sampling_params={"max_new_tokens": 1})
+    finally:
+        t0 = time.time()
+        engine.shutdown()
+        assert time.time() - t0 < 15
+    assert not procs.scheduler.is_alive() and not procs.detokenizer.is_alive()

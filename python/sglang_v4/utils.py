@@ -14,8 +14,9 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-#: Linux ``prctl`` option number of ``PR_SET_PDEATHSIG`` (``<linux/prctl.h>``).
+#: Linux ``prctl`` option numbers of ``PR_SET_PDEATHSIG`` and ``PR_SET_NAME`` (``<linux/prctl.h>``).
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 
 
 def configure_logging(level: str = "info", prefix: str = "") -> None:
@@ -49,6 +50,22 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except OSError:  # pragma: no cover - libc always present on Linux
         logger.warning("prctl(PR_SET_PDEATHSIG) unavailable")
+
+
+def set_process_name(name: str) -> None:
+    """Name this process in ``ps`` / ``top`` / ``/proc/PID/comm`` (SGLang names its processes
+    ``sglang::scheduler`` and so on the same way), so an operator can tell them apart.
+
+    Uses ``prctl(PR_SET_NAME)`` on the calling (main) thread; the kernel keeps the first 15 bytes
+    (``sglang_v4::scheduler`` shows as ``sglang_v4::sche``). A no-op on other platforms.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+    except OSError:  # pragma: no cover - libc always present on Linux
+        logger.warning("prctl(PR_SET_NAME) unavailable")
 
 
 def exit_on_sigterm() -> None:

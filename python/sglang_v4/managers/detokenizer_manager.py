@@ -41,6 +41,7 @@ from sglang_v4.utils import (
     find_printable_text,
     get_tokenizer,
     set_parent_death_signal,
+    set_process_name,
     start_parent_watchdog,
 )
 
@@ -217,6 +218,7 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, parent
     Other messages (control outputs) are forwarded unchanged. Exits with the parent.
     """
     configure_logging(server_args.log_level, prefix=" Detokenizer")
+    set_process_name("sglang_v4::detokenizer")
     set_parent_death_signal()
     exit_on_sigterm()
     start_parent_watchdog(parent_pid)

@@ -45,7 +45,13 @@ from sglang_v4.managers.io_struct import (
 )
 from sglang_v4.managers.schedule_batch import Req
 from sglang_v4.server_args import PortArgs, ServerArgs
-from sglang_v4.utils import configure_logging, exit_on_sigterm, set_parent_death_signal, start_parent_watchdog
+from sglang_v4.utils import (
+    configure_logging,
+    exit_on_sigterm,
+    set_parent_death_signal,
+    set_process_name,
+    start_parent_watchdog,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +177,7 @@ def run_scheduler_process(
     code 1 on any error.
     """
     configure_logging(server_args.log_level, prefix=" Scheduler")
+    set_process_name("sglang_v4::scheduler")
     set_parent_death_signal()
     exit_on_sigterm()
     if parent_pid is not None:

@@ -12,8 +12,9 @@ While streaming, a trailing piece of text that could still become a stop string 
 so that the finished text (with the stop string trimmed) always extends what was already sent.
 
 All methods run on one asyncio event loop (uvicorn's, or the ``Engine``'s background loop).
-Errors: bad input raises :class:`RequestError` (a ``ValueError``; ``status_code`` 400), a dead
-scheduler raises it with ``status_code`` 503.
+Errors: bad input raises :class:`RequestError` (a ``ValueError``; ``status_code`` 400); once the
+scheduler or the detokenizer process has died, every in-flight and later request raises
+:class:`BackendDiedError` (``status_code`` 503, also a ``RuntimeError``).
 """
 
 from __future__ import annotations
@@ -59,6 +60,24 @@ class RequestError(ValueError):
     def __init__(self, message: str, status_code: int = 400) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+class BackendDiedError(RequestError, RuntimeError):
+    """The scheduler or the detokenizer process died (crashed, was killed, hung past the
+    watchdog): every in-flight and later request fails with it. HTTP status 503; ``Engine``
+    callers can catch it as a ``RuntimeError``. The message names the process and its exit code or
+    the last line of its traceback."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 503)
+
+
+def crash_summary(reason: str) -> str:
+    """One line out of a crash report: the last line of a traceback, else the first line."""
+    lines = [ln.strip() for ln in reason.strip().splitlines() if ln.strip()]
+    if not lines:
+        return "a backend process died"
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
 
 
 @dataclass
@@ -179,10 +198,10 @@ class TokenizerManager:
         """Mark the backend dead: fail all waiters; /health turns 503; new requests get 503."""
         if self.crashed is not None:
             return
-        self.crashed = traceback_text or "backend process died"
+        self.crashed = traceback_text or "a backend process died"
         self.server_status = "UnHealthy"
         logger.error("Backend crashed; failing %d in-flight request(s).", len(self.rid_to_state))
-        err = RequestError("The scheduler process crashed; the server is shutting down.", 503)
+        err = self._crash_error()
         for state in self.rid_to_state.values():
             state.error = err
             state.event.set()
@@ -403,9 +422,14 @@ class TokenizerManager:
         )
 
     # ------------------------------------------------------------------ generate
+    def _crash_error(self) -> BackendDiedError:
+        return BackendDiedError(
+            f"The backend crashed ({crash_summary(self.crashed or '')}); no request can be served any more."
+        )
+
     def _check_alive(self) -> None:
         if self.crashed is not None:
-            raise RequestError("The scheduler process crashed; the server is shutting down.", 503)
+            raise self._crash_error()
 
     async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
         """Run one ``/generate`` request; an async generator of outputs.
