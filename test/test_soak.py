@@ -1,32 +1,38 @@
 """Soak: the real server on the embedded model under a bounded load with aborts and a small KV pool.
 
-Traffic (``run_phase``; seeded, so every run sends the same requests): at concurrency 16, more
-than 1,000 requests of
+Traffic (:func:`make_jobs`; seeded, so every run sends the same requests): four phases of 260
+requests at concurrency 16 (16 clients, each sending its next request when the last one ends):
 
-* shared-prefix prompts (one of a few ~150-token system texts + a question, ``/generate`` text),
+* shared-prefix prompts (one of three ~130-token system texts + a question, ``/generate`` text),
 * multi-turn conversations over ``/generate`` ``input_ids`` (each turn appends the previous
-  output and a new user message to the prompt, so turn k hits the blocks of turn k - 1) and over
-  ``/v1/chat/completions`` (the messages grow the same way),
-* prompts that end just before a page boundary, so their decode needs a new block page,
-* streams cut by the client after the first event, and requests aborted through
-  ``/abort_request`` while queued or running,
+  output and a new user message to the prompt, so it hits the blocks of the turns before it) and
+  over ``/v1/chat/completions`` (the messages grow the same way),
+* prompts that end a few tokens before a page end, so that their decode needs one more page; each
+  phase starts with a burst of 16 of them, all needing that page at about the same step,
+* streams cut by the client after their first event, and requests aborted through
+  ``/abort_request`` (rid) while queued or running,
 
-against ``--page-size 128 --max-total-tokens 2048`` (16 block pages for 16 clients whose prompts
-need 2 or 3 pages each), so that the radix cache evicts and running requests are retracted.
+against ``--page-size 128 --max-total-tokens 3072`` (24 block pages), so that the radix cache
+evicts and running requests are retracted, and ``--chunked-prefill-size 256``, so that prompts
+are also prefilled in chunks. Prompts are short past their shared block and outputs
+1-4 tokens: the embedded model's prefill costs ~2 ms a token on this CPU.
 
 Checked, against oracles outside the server under test:
 
 * every request that was not aborted finishes with exactly ``max_new_tokens`` tokens (greedy,
   ``ignore_eos``); aborted ones end with an ``abort`` finish reason or a cut stream;
-* a sample of the outputs (with cache hits and retractions among them) equals, token for token,
-  the same prompts on a second server started with ``--disable-radix-cache`` (cold prefill);
-* after the traffic the KV pools hold exactly the pages the radix tree holds (``kv_pool`` vs
-  ``radix_cache`` of ``/get_server_info``), no request slot and no lock; zero after
-  ``/flush_cache``;
+* a sample of the outputs (cache hits, retracted requests and chat turns among them) equals the
+  same requests on a second server started with ``--disable-radix-cache`` (cold prefill): token
+  for token (``output_ids``), chat turns by their message text;
+* after every phase, once idle, the KV pools hold exactly the pages the radix tree holds
+  (``kv_pool`` vs ``radix_cache`` of ``/get_server_info``), no request slot and no lock; zero
+  pages after ``/flush_cache``;
 * the resident memory (RSS, psutil) of the server's processes does not grow from the second
   phase to the last beyond :data:`RSS_GROWTH_BOUND`;
-* eviction and retraction really happened (the counters of ``/get_server_info``) and the server
-  exits with code 0 and no traceback.
+* eviction and retraction really happened (the counters of ``/get_server_info``), and the server
+  exits with code 0 and no traceback in its log.
+
+Run with ``-s`` to see the numbers (requests, aborts, retractions, evictions, hit rate, RSS).
 """
 
 from __future__ import annotations
@@ -48,7 +54,10 @@ psutil = pytest.importorskip("psutil")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-SOAK_ARGS = ["--page-size", "128", "--max-total-tokens", "3072"]
+#: 24 block pages of 128 tokens: 16 clients whose prompts need 1-2 pages of their own next to 7
+#: shared 128-token blocks overflow them, so the tree evicts and a burst of page ends retracts.
+#: At most 256 prompt tokens a step: the last prompt admitted in a step is often prefilled in chunks.
+SOAK_ARGS = ["--page-size", "128", "--max-total-tokens", "3072", "--chunked-prefill-size", "256"]
 CONCURRENCY = 16
 PHASES = 4
 #: Requests per phase (conversations count one per turn); 4 x 260 > 1,000.
@@ -350,6 +359,10 @@ def assert_pools_hold_only_tree_pages(info: dict[str, Any]) -> None:
 
 
 def _env() -> dict[str, str]:
+    """The servers' environment: the real scheduler, and glibc's mmap threshold fixed at 4 MiB so
+    that freed large tensors are unmapped at once; by default the threshold adapts upwards and
+    freed tensors stay cached in the heap, so RSS follows the allocator's cache (tens of MiB up or
+    down from one phase to the next) rather than live memory."""
     env = dict(os.environ)
     env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
@@ -400,7 +413,9 @@ def test_soak_shared_prefix_multi_turn_aborts_small_pool(servers):
         assert_pools_hold_only_tree_pages(info)
         rss.append(server_rss(radix))
         print(
-            f"phase {phase}: {tally.requests} requests, t={time.time() - t0:.0f}s, RSS {rss[-1]}", flush=True
+            f"phase {phase}: {tally.requests} requests, t={time.time() - t0:.0f}s, "
+            f"RSS (MiB) {[round(x / 2**20, 1) for x in rss[-1]]}",
+            flush=True,
         )
     traffic_s, cpu_s = time.time() - t0, server_cpu_s(radix) - cpu0
 

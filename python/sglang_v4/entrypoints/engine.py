@@ -318,6 +318,9 @@ class Engine:
 
         Raises:
             ValueError: bad input (same checks and messages as HTTP 400).
+            BackendDiedError: (a ``RuntimeError``) the scheduler or detokenizer process died, before
+                or while this request ran (the message names the process and its exit code); also
+                raised by a stream's iterator, and by every later call.
         """
         obj = self._make_obj(
             prompt,
