@@ -195,3 +195,36 @@ def test_triton_scores_batch_invariant() -> None:
         n = int(nvis[t])
         one, _ = tri_scores(d[0][t : t + 1], d[1][t : t + 1], d[2], d[3][t : t + 1, :n], di**-0.5)
         assert torch.equal(one.cpu(), keys[t : t + 1, :n].cpu())
+
+
+# ------------------------------------------------------------------ the chain feeding the scores
+
+
+def test_ref_hc_pre_rows_batch_invariant() -> None:
+    """mHC pre (the input of every layer) gives each token the same bits in 37-row chunks as in
+    one batch: its ``[T, 4]`` sigmoids must not depend on which rows end up in torch's scalar tail."""
+    from sgl_kernel_v4.ref.mhc import hc_pre
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 4, 64, generator=gen)
+    fn = torch.randn(24, 256, generator=gen) * 0.1
+    base, scale = torch.randn(24, generator=gen), torch.rand(3, generator=gen)
+    whole = hc_pre(x, fn, base, scale, 20, 1e-6, 1e-6)
+    parts = [hc_pre(x[s : s + 37], fn, base, scale, 20, 1e-6, 1e-6) for s in range(0, 300, 37)]
+    for i in range(3):
+        assert torch.equal(torch.cat([p[i] for p in parts]), whole[i])
+
+
+def test_router_rows_batch_invariant() -> None:
+    """MoE routing scores of a token are the same bits in 37-row chunks as in one batch."""
+    from sglang_v4.layers.moe import Router
+
+    gen = torch.Generator().manual_seed(0)
+    router = Router(64, 4, 2, False, 1000, 1.5, torch.float32, "cpu")
+    router.weight.copy_(torch.randn(4, 64, generator=gen) * 0.2)
+    x = torch.randn(300, 64, generator=gen)
+    ids = torch.zeros(300, dtype=torch.long)
+    whole = router(x, ids)
+    parts = [router(x[s : s + 37], ids[s : s + 37]) for s in range(0, 300, 37)]
+    for i in range(2):
+        assert torch.equal(torch.cat([p[i] for p in parts]), whole[i])

@@ -110,12 +110,16 @@ def indexer_scores(
 
     ``score[t, c] = sum_h weights[t, h] * relu(scale * q[t, h] . K[candidates[t, c]])``, computed in
     float64 from the inputs' values and rounded once to fp32. Batch invariance: which blocking the
-    matmul picks depends on the batch shape (rows, distinct keys), which changes a float64 result
-    by ~1e-16 relative; rounded to fp32 (2^-24) the score is then the same bits in any batch or
-    chunk, except when the exact score lies within that ~1e-16 of an fp32 rounding boundary
-    (about one score in 10^8, and it then moves by one ulp). Exact zeros (every ReLU off) are
-    exact in any order. A plain fp32 matmul instead moves every score by a few ulps between batch
-    shapes, which flips near-ties at the top-k boundary.
+    matmul picks depends on the batch shape (rows, candidate count), which changes a float64
+    result by ~1e-16 relative; rounded to fp32 (2^-24) the score is then the same bits in any
+    batch or chunk, except when the exact score lies within that ~1e-16 of an fp32 rounding
+    boundary (about one score in 10^8, and it then moves by one ulp). Exact zeros (every ReLU
+    off) are exact in any order. A plain fp32 matmul instead moves every score by a few ulps
+    between batch shapes, which flips near-ties at the top-k boundary.
+
+    Consecutive rows that read the same slot at every column they both see (one request's tokens:
+    prefixes of one entry list) are scored against that key list once, each block of rows only up
+    to its last visible column (about half the work of a whole causal prefill).
 
     Args:
         q: ``[T, Hi, di]`` indexer queries (RoPE applied).
@@ -128,21 +132,53 @@ def indexer_scores(
         ``[T, C]`` fp32 scores, ``-inf`` at padding.
     """
     T, C = candidates.shape
+    score = torch.full((T, C), -torch.inf, dtype=torch.float32, device=q.device)
     if C == 0 or T == 0:
-        return torch.full((T, C), -torch.inf, dtype=torch.float32, device=q.device)
-    # Tokens of one request share (prefixes of) one candidate list: score each distinct key once
-    # per token instead of gathering a [T, C, di] copy (which is GBs for a long prompt's chunk).
-    uniq, inv = torch.unique(candidates.clamp(min=0), return_inverse=True)  # inv: [T, C]
-    keys = idx_kv_flat[uniq].double()  # [U, di]
-    H, U = q.shape[1], uniq.shape[0]
-    score = torch.empty((T, C), dtype=torch.float32, device=q.device)
-    rows = max(1, (1 << 23) // max(1, H * U))  # bound the [rows, H, U] intermediate to 8M doubles
-    for t0 in range(0, T, rows):
-        t1 = min(T, t0 + rows)
-        s = torch.relu(torch.einsum("thd,ud->thu", q[t0:t1].double(), keys) * scale)
-        su = torch.einsum("thu,th->tu", s, weights[t0:t1].double())  # [rows, U]
-        score[t0:t1] = su.gather(1, inv[t0:t1])
-    return score.masked_fill(candidates < 0, -torch.inf)
+        return score
+    valid = candidates >= 0
+    H = q.shape[1]
+    w64 = weights.double()
+    for g0, g1, row in _shared_row_groups(candidates, valid):
+        # rows g0..g1 read the same slot at every column where they have one (one request's
+        # tokens): score each key once per row, each block of rows up to its last visible column
+        last = _last_valid_column(valid[g0:g1])
+        step = max(1, min(256, (1 << 23) // (H * max(1, int(last.max()) + 1))))  # <= 8M doubles
+        for t0 in range(g0, g1, step):
+            t1 = min(g1, t0 + step)
+            n = int(last[t0 - g0 : t1 - g0].max()) + 1
+            if n == 0:
+                continue
+            keys = idx_kv_flat[row[:n].clamp(min=0)].double()  # [n, di]
+            s = torch.relu(torch.einsum("thd,cd->thc", q[t0:t1].double(), keys) * scale)
+            score[t0:t1, :n] = torch.einsum("thc,th->tc", s, w64[t0:t1])  # rounded once to fp32
+    return score.masked_fill_(~valid, -torch.inf)
+
+
+def _last_valid_column(valid: torch.Tensor) -> torch.Tensor:
+    """``[R]`` int64 index of each row's last True column of ``valid [R, C]`` (-1 for none)."""
+    cols = torch.arange(valid.shape[1], device=valid.device)
+    return torch.where(valid, cols, -1).max(1).values
+
+
+def _shared_row_groups(candidates: torch.Tensor, valid: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
+    """Split ``[T, C]`` candidate rows into runs of consecutive rows that agree on every column
+    both have a slot in (a request's tokens see prefixes of one entry list), each with its
+    combined ``[C]`` row (``-1`` where no row of the run has a slot). Rows that do not agree with
+    their run's combined row are split off alone."""
+    T = candidates.shape[0]
+    if T > 1:
+        agree = ((candidates[1:] == candidates[:-1]) | ~valid[1:] | ~valid[:-1]).all(1)
+        cuts = (torch.nonzero(~agree).flatten() + 1).tolist()
+    else:
+        cuts = []
+    out = []
+    for g0, g1 in zip([0, *cuts], [*cuts, T]):
+        row = candidates[g0:g1].max(0).values
+        if g1 - g0 == 1 or bool(((candidates[g0:g1] == row) | ~valid[g0:g1]).all()):
+            out.append((g0, g1, row))
+        else:
+            out.extend((t, t + 1, candidates[t]) for t in range(g0, g1))
+    return out
 
 
 def indexer_topk(
