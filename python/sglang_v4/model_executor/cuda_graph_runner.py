@@ -237,8 +237,14 @@ class CudaGraphRunner:
             return False
         return True
 
-    def replay(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
-        """Run a decode batch through its graph (capturing it first if needed).
+    def replay(
+        self,
+        reqs: list[ReqForwardInput],
+        before_replay: Callable[[ForwardBatch], None] | None = None,
+    ) -> tuple[ForwardBatch, torch.Tensor]:
+        """Run a decode batch through its graph (capturing it first if needed). ``before_replay``
+        is called on the key's static batch once its metadata is uploaded (the model runner
+        resolves future token ids there, on the device).
 
         Returns:
             ``(fb, logits)``: ``fb`` has the real requests' host lists (``extend_lens``,
@@ -262,6 +268,8 @@ class CudaGraphRunner:
         n = len(reqs)
         self._upload(self._layout(bs, ctx), reqs)
         static = self._static(bs, ctx, two)
+        if before_replay is not None:
+            before_replay(static)
         if use_graph:
             self.graphs[gkey].replay()
         else:
