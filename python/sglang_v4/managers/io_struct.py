@@ -346,7 +346,12 @@ class BatchTokenIDOut:
         out = cls.empty()
         ilv, ili, olv, oli = [], [], [], []
         itv, iti, otv, oti = [], [], [], []
-        for r in reqs:
+        with_logprobs: Sequence[Req] = reqs
+        if not any(r.return_logprob for r in reqs):  # the common message: ids only
+            out.output_ids = [r.take_new_outputs()[0] for r in reqs]
+            ilv = ili = olv = oli = itv = iti = otv = oti = [[]] * n  # one shared empty list, read-only
+            with_logprobs = ()
+        for r in with_logprobs:
             new_ids, ilp, olp = r.take_new_outputs()
             out.output_ids.append(new_ids)
             if not r.return_logprob:
@@ -376,7 +381,6 @@ class BatchTokenIDOut:
         out.input_top_logprobs_val, out.input_top_logprobs_idx = itv, iti
         out.output_top_logprobs_val, out.output_top_logprobs_idx = otv, oti  # type: ignore[assignment]
         out.retraction_counts = [r.num_retractions for r in reqs]
-        assert len(out.output_ids) == n
         return out
 
     def append(

@@ -75,6 +75,10 @@ class Req:
     arrival: float = field(default_factory=time.monotonic)
     output_ids: list[int] = field(default_factory=list)
     max_new_tokens: int = 0
+    #: Token ids that end the request (EOS and ``stop_token_ids``, none with ``ignore_eos``) and
+    #: whether stop strings / regexes are set: the scheduler's per-token finish check reads these.
+    stop_token_set: frozenset[int] = frozenset()
+    has_text_stops: bool = False
     # KV bookkeeping (owned by the cache manager)
     req_pool_idx: int | None = None
     num_computed: int = 0
@@ -332,6 +336,19 @@ class ScheduleBatch:
     def __len__(self) -> int:
         return len(self.reqs)
 
+    def add_decode(self, req: Req) -> None:
+        """:meth:`add` for a request adding its one last token and sampling the next (the caller
+        checked ``remaining == 1`` and the budget): the per-request hot path of a decode step."""
+        p = len(req.origin_input_ids) + len(req.output_ids) + req.num_future - 1
+        self.reqs.append(req)
+        self.prefix_lens.append(p)
+        self.extend_lens.append(1)
+        self.sample_flags.append(True)
+        self.logits_starts.append(0)
+        self.epochs.append(req.num_retractions)
+        self.input_logprob_first.append(None if req.input_logprobs_done else p)
+        self._members.add(id(req))
+
     def __contains__(self, req: object) -> bool:
         return id(req) in self._members
 
@@ -374,11 +391,11 @@ class ScheduleBatch:
         out = []
         for req, p, n, ls in zip(self.reqs, self.prefix_lens, self.extend_lens, self.logits_starts):
             assert req.req_pool_idx is not None, f"{req.rid} has no request slot"
-            out.append(
-                ReqForwardInput(
-                    req.req_pool_idx, req.token_ids(p, p + n), p, req.block_pages, dict(req.window_pages), ls
-                )
-            )
+            if n == 1 and req.num_future == 1 and p == len(req.origin_input_ids) + len(req.output_ids):
+                ids = [req.future_id]  # decode of the token the previous batch is sampling
+            else:
+                ids = req.token_ids(p, p + n)
+            out.append(ReqForwardInput(req.req_pool_idx, ids, p, req.block_pages, dict(req.window_pages), ls))
         return out
 
     def get_model_worker_batch(self, req_state_ops: list[ReqStateOp]) -> ModelWorkerBatch:
@@ -389,22 +406,35 @@ class ScheduleBatch:
         sampling = None
         rows = [i for i, s in enumerate(self.sample_flags) if s]
         if rows:
-            reqs = [self.reqs[i] for i in rows]
+            params, gens, prompts, hist, lens, grammars, tops = [], [], [], [], [], [], []
+            for i in rows:
+                r = self.reqs[i]
+                sp = r.sampling_params
+                params.append(sp)
+                gens.append(r.generator)
+                prompts.append(r.origin_input_ids)
+                g = r.grammar
+                grammars.append(g)
+                penalised = sp.repetition_penalty != 1.0 or sp.frequency_penalty != 0.0 or sp.presence_penalty != 0.0
+                hist.append(r.output_ids if g is not None or penalised else ())
+                lens.append(len(r.output_ids) + r.num_future)
+                tops.append(r.top_logprobs_num if r.return_logprob else -1)
             sampling = SamplingBatchInfo(
                 rows=rows,
-                params=[r.sampling_params for r in reqs],
-                generators=[r.generator for r in reqs],
-                prompt_ids=[r.origin_input_ids for r in reqs],
-                output_ids=[r.output_ids if r.needs_host_history else () for r in reqs],
-                output_lens=[r.num_outputs for r in reqs],
-                grammars=[r.grammar for r in reqs] if any(r.grammar is not None for r in reqs) else None,
-                top_logprobs_nums=[r.top_logprobs_num if r.return_logprob else -1 for r in reqs],
+                params=params,
+                generators=gens,
+                prompt_ids=prompts,
+                output_ids=hist,
+                output_lens=lens,
+                grammars=grammars if any(g is not None for g in grammars) else None,
+                top_logprobs_nums=tops,
                 future_slots=list(self.future_slots),
             )
-        input_lp: list[tuple[list[int], int] | None] = []
-        for req, first, c in zip(self.reqs, self.input_logprob_first, self.logits_counts):
-            targets = req.input_logprob_targets(first, c) if first is not None else []
-            input_lp.append((targets, req.top_logprobs_num) if targets else None)
+        input_lp: list[tuple[list[int], int] | None] = [None] * len(self.reqs)
+        for i, (req, first, c) in enumerate(zip(self.reqs, self.input_logprob_first, self.logits_counts)):
+            if first is not None:
+                targets = req.input_logprob_targets(first, c)
+                input_lp[i] = (targets, req.top_logprobs_num) if targets else None
         return ModelWorkerBatch(
             forward_mode=self.forward_mode,
             forward_inputs=self.get_forward_inputs(),

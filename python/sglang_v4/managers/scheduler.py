@@ -170,6 +170,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.pending_outputs: list[Req] = []
+        self._pending_ids: set[int] = set()
         self.stream_interval = sa.stream_interval
         # stats
         self.num_retractions = 0
@@ -187,7 +188,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         err = self.ready_info.check_input_ids(req.origin_input_ids) or self._attach_grammar(req)
         if err is not None:
             req.finished_reason = finish_abort(err, 400)
-            self.pending_outputs.append(req)
+            self._queue_output(req)
             return
         sp = req.sampling_params
         # a request can never hold more than the pool: stop there (finish length) like at the
@@ -198,6 +199,9 @@ class Scheduler(SchedulerOutputProcessorMixin):
             req.generator = torch.Generator(device=self.runner.device).manual_seed(int(sp.sampling_seed))
         if req.logprob_start_len < 0 or not req.return_logprob:
             req.input_logprobs_done = True
+        if not sp.ignore_eos:
+            req.stop_token_set = frozenset(self.eos_ids | set(sp.stop_token_ids or ()))
+        req.has_text_stops = bool(sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex)
         self.waiting.append(req)
 
     def _attach_grammar(self, req: Req) -> str | None:
@@ -222,6 +226,12 @@ class Scheduler(SchedulerOutputProcessorMixin):
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.pending_outputs or self.last_batch is not None)
+
+    def _queue_output(self, req: Req) -> None:
+        """Send ``req``'s news with this step's message (once)."""
+        if id(req) not in self._pending_ids:
+            self._pending_ids.add(id(req))
+            self.pending_outputs.append(req)
 
     # ------------------------------------------------------------------ the event loop
     def step(self) -> BatchTokenIDOut | None:
@@ -292,10 +302,16 @@ class Scheduler(SchedulerOutputProcessorMixin):
         another token. When pages run out, retract the newest other request not yet in the batch,
         or this one if there is none."""
         alloc = self.cache_manager.alloc_for_extend
-        for req in [r for r in self.running if r.remaining == 1 and r.num_outputs < r.max_new_tokens]:
+        decoding = []
+        for r in self.running:  # remaining == 1 and num_outputs < max_new_tokens, inlined
+            n_out = len(r.output_ids) + r.num_future
+            if len(r.origin_input_ids) + n_out - r.num_computed - r.num_inflight == 1 and n_out < r.max_new_tokens:
+                decoding.append(r)
+        for req in decoding:
             if req.req_pool_idx is None:  # retracted earlier in this loop
                 continue
-            while not alloc(req, req.seq_len):
+            end = len(req.origin_input_ids) + len(req.output_ids) + req.num_future
+            while not alloc(req, end):
                 victims = [r for r in self.running if r is not req and r not in batch]
                 if victims:
                     self._retract(max(victims, key=lambda r: r.arrival))
@@ -303,7 +319,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
                 self._retract(req)
                 break
             else:
-                batch.add(req, req.seq_len)
+                batch.add_decode(req)
 
     def _add_prefill_reqs(self, batch: ScheduleBatch) -> None:
         """Prompt chunks within the step's prefill budget (module docstring): running requests in
@@ -312,7 +328,12 @@ class Scheduler(SchedulerOutputProcessorMixin):
         token is still being sampled (retracted while its batch ran) waits for it."""
         chunk = self.chunked_prefill_size
         budget = min(chunk, self.max_prefill_tokens) if len(batch) else max(chunk, self.max_prefill_tokens)
-        for req in [r for r in self.running if r.remaining > 1]:
+        prefilling = [
+            r
+            for r in self.running
+            if len(r.origin_input_ids) + len(r.output_ids) + r.num_future - r.num_computed - r.num_inflight > 1
+        ]
+        for req in prefilling:
             if budget <= 0:
                 break
             end = req.scheduled_len + min(req.remaining, chunk, budget)
@@ -377,8 +398,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         elif req in self.waiting:
             self.waiting.remove(req)
         self.cache_manager.cache_finished_req(req)
-        if req not in self.pending_outputs:
-            self.pending_outputs.append(req)
+        self._queue_output(req)
 
     # ------------------------------------------------------------------ info
     def flush_cache(self) -> bool:

@@ -40,21 +40,24 @@ class SchedulerOutputProcessorMixin:
         if result.error is not None:
             self._process_batch_error(batch)
             return
-        skip = [r.finished or id(r) in batch.discarded for r in batch.reqs]
+        discarded = batch.discarded
+        skip = [r.finished_reason is not None or (discarded and id(r) in discarded) for r in batch.reqs]
         current = [r.num_retractions == e for r, e in zip(batch.reqs, batch.epochs)]
-        for i, req in enumerate(batch.reqs):
-            if skip[i] or not current[i]:
+        cache_unfinished = self.cache_manager.cache_unfinished_req
+        for req, sk, cur, p, n, first in zip(
+            batch.reqs, skip, current, batch.prefix_lens, batch.extend_lens, batch.input_logprob_first
+        ):
+            if sk or not cur:
                 continue
-            p, n = batch.prefix_lens[i], batch.extend_lens[i]
             req.num_inflight -= n
             req.num_computed = p + n
-            first = batch.input_logprob_first[i]
-            if first is not None and req.wants_input_logprobs:
+            if first is not None and not req.input_logprobs_done:
+                i = batch.reqs.index(req)
                 lp = result.input_logprobs[i]
                 vals: list[float] = [] if lp is None else lp[0].tolist()
                 tops = None if lp is None or lp[1] is None else (lp[1].tolist(), lp[2].tolist())  # type: ignore[union-attr]
                 req.add_input_logprob_entries(first, batch.logits_counts[i], vals, tops)
-            self.cache_manager.cache_unfinished_req(req)
+            cache_unfinished(req)
         ids = result.next_token_ids.tolist() if result.next_token_ids is not None else []
         tok_lps = result.next_token_logprobs.tolist() if result.next_token_logprobs is not None else None
         tops_by_row: dict[int, tuple[list[float], list[int]]] = {}
@@ -62,13 +65,14 @@ class SchedulerOutputProcessorMixin:
             for r, a, b in zip(rows, v.tolist(), ix.tolist()):
                 tops_by_row[r] = (a, b)
         j = 0
-        for i, req in enumerate(batch.reqs):
-            if batch.sample_flags[i]:
-                if not skip[i]:
+        append_token = self._append_token
+        for req, samples, sk, cur in zip(batch.reqs, batch.sample_flags, skip, current):
+            if samples:
+                if not sk:
                     req.num_future -= 1
-                    self._append_token(req, ids[j], tok_lps[j] if tok_lps is not None else None, tops_by_row.get(j))
+                    append_token(req, ids[j], tok_lps[j] if tok_lps is not None else None, tops_by_row.get(j))
                 j += 1
-            elif not skip[i] and current[i] and req.num_computed == req.seq_len:
+            elif not sk and cur and req.num_computed == req.seq_len:
                 self._finish(req, finish_length(len(req.output_ids)))
         self._tp_window.append((time.monotonic(), j))
         self._log_batch(batch, result.forward_time)
@@ -124,20 +128,31 @@ class SchedulerOutputProcessorMixin:
         top: tuple[list[float], list[int]] | None,
     ) -> None:
         """Add a sampled token (and its logprobs) to ``req``; finish it or queue its output."""
-        req.output_ids.append(tok)
-        if req.return_logprob and logprob is not None:
+        out = req.output_ids
+        out.append(tok)
+        if logprob is not None and req.return_logprob:
             tv, ti = top if top is not None else (None, None)
             req.pending_output_logprobs.append((logprob, tok, tv, ti))
-        if req.grammar is not None:
-            req.grammar.accept(tok)
-        reached = len(req.output_ids) >= req.max_new_tokens
-        reason = check_stop(req.output_ids, req.sampling_params, self.eos_ids, self.tokenizer, reached)
-        if reason is None and req.grammar is not None and req.grammar.is_terminated():
-            reason = finish_stop(tok)
+        n = len(out)
+        if req.grammar is not None or req.has_text_stops:
+            if req.grammar is not None:
+                req.grammar.accept(tok)
+            reached = n >= req.max_new_tokens
+            reason = check_stop(req.output_ids, req.sampling_params, self.eos_ids, self.tokenizer, reached)
+            if reason is None and req.grammar is not None and req.grammar.is_terminated():
+                reason = finish_stop(tok)
+        elif tok in req.stop_token_set and n >= req.sampling_params.min_new_tokens:
+            reason = finish_stop(tok)  # check_stop's token rule (no stop strings to check first)
+        else:
+            reason = finish_length(n) if n >= req.max_new_tokens else None
         if reason is not None:
             self._finish(req, reason)
-        elif self._due_output(req) and req not in self.pending_outputs:
-            self.pending_outputs.append(req)
+        elif req.stream and (self.stream_interval <= 1 and not req.sampling_params.stream_interval):
+            if id(req) not in self._pending_ids:  # streaming at interval 1: every token goes out
+                self._pending_ids.add(id(req))
+                self.pending_outputs.append(req)
+        elif self._due_output(req):
+            self._queue_output(req)
 
     def _due_output(self: Scheduler, req: Req) -> bool:
         """Whether an unfinished request's new tokens go out this step. Streaming requests
@@ -155,6 +170,7 @@ class SchedulerOutputProcessorMixin:
     def stream_output(self: Scheduler) -> BatchTokenIDOut | None:
         """The message for every request with news since the last call (``None`` if none)."""
         reqs, self.pending_outputs = self.pending_outputs, []
+        self._pending_ids.clear()
         return BatchTokenIDOut.from_reqs(reqs) if reqs else None
 
     def _log_batch(self: Scheduler, batch: ScheduleBatch, dt: float) -> None:

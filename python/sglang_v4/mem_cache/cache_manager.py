@@ -212,8 +212,11 @@ class CacheManager:
         the lock moves from the old ``last_node`` to the node ending at the last inserted block, so
         a second request can hit this prefix while the first is still running.
         """
-        self._insert_completed_blocks(req)
-        self.release_stale_windows(req)
+        if req.num_computed // self.page_size > req.num_tree_blocks and not self.tree_cache.disable:
+            self._insert_completed_blocks(req)
+        wp = req.window_pages
+        if wp and min(wp) < (req.num_computed - self.window + 1) // self.window:
+            self.release_stale_windows(req)
 
     def _insert_completed_blocks(self, req: Req) -> None:
         ps, W, tree = self.page_size, self.window, self.tree_cache
