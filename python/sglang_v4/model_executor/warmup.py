@@ -190,16 +190,25 @@ def _warm_sampler(runner: Any, vocab: int) -> None:
     top_logprobs(out[1], 5)  # type: ignore[index]
 
 
-def warmup_kernels(runner: Any, server_args: ServerArgs) -> dict[str, Any]:
+def warmup_kernels(
+    runner: Any, server_args: ServerArgs, force: bool = False, max_context: int | None = None
+) -> dict[str, Any]:
     """Compile before ready (module docstring): dummy forwards over :func:`warmup_grid`, the
-    decode CUDA graphs, the sampling paths. No-op on CPU. Installs the runner's :class:`JitWatch`
+    decode CUDA graphs, the sampling paths. Installs the runner's :class:`JitWatch`
     (``runner.jit_info()``).
 
+    Args:
+        runner: the model runner (nothing else may use its pool yet).
+        server_args: ``chunked_prefill_size`` and ``cuda_graph_warmup_ctx`` are read.
+        force: run the grid on CPU too (tests; otherwise a no-op there).
+        max_context: cap on the contexts of the grid (default: what the context length and the
+            pool allow).
+
     Returns:
-        ``{"forwards", "graphs", "seconds", "compiles"}`` (zeros on CPU).
+        ``{"forwards", "graphs", "seconds", "compiles"}`` (zeros when skipped on CPU).
     """
     stats: dict[str, Any] = {"forwards": 0, "graphs": 0, "seconds": 0.0, "compiles": 0}
-    if runner.device.type != "cuda":
+    if runner.device.type != "cuda" and not force:
         return stats
     t0 = time.perf_counter()
     watch = JitWatch()
@@ -210,6 +219,8 @@ def warmup_kernels(runner: Any, server_args: ServerArgs) -> dict[str, Any]:
     if chunk <= 0:
         chunk = 8192
     max_ctx = min(runner.context_len, runner.max_total_tokens) - 1
+    if max_context is not None:
+        max_ctx = min(max_ctx, max_context)
     dummy = _DummyReqs(runner)
     graphs = runner.cuda_graph_runner
     saved, runner.cuda_graph_runner = graphs, None  # eager forwards: graphs are captured below
@@ -222,7 +233,8 @@ def warmup_kernels(runner: Any, server_args: ServerArgs) -> dict[str, Any]:
         except torch.OutOfMemoryError:
             # serving this shape would fail the same way (and recover); the warm-up goes on
             stats["oom"] = stats.get("oom", 0) + 1
-            torch.cuda.empty_cache()
+            if runner.device.type == "cuda":
+                torch.cuda.empty_cache()
         finally:
             dummy.free()
 
@@ -239,7 +251,8 @@ def warmup_kernels(runner: Any, server_args: ServerArgs) -> dict[str, Any]:
         runner.cuda_graph_runner = saved
     if graphs is not None and server_args.cuda_graph_warmup_ctx > 0:
         stats["graphs"] = graphs.capture_all(min(server_args.cuda_graph_warmup_ctx, runner.context_len))
-    torch.cuda.synchronize(runner.device)
+    if runner.device.type == "cuda":
+        torch.cuda.synchronize(runner.device)
     stats["seconds"] = time.perf_counter() - t0
     stats["compiles"] = watch.before_ready
     watch.mark_ready()
