@@ -40,7 +40,6 @@ import time
 from typing import Any
 
 import torch
-
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.configs.presets import get_preset
 from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
@@ -109,7 +108,9 @@ class StubRunner:
     def kv_plan_info(self) -> dict[str, Any]:
         return {}
 
-    def forward(self, reqs: list[ReqForwardInput], future_token_ids: torch.Tensor | None = None) -> tuple[Any, Any]:
+    def forward(
+        self, reqs: list[ReqForwardInput], future_token_ids: torch.Tensor | None = None
+    ) -> tuple[Any, Any]:
         meta = self.builder.metadata(reqs)  # the host half of a real forward
         pos = torch.from_numpy(meta.arrays["positions"][meta.arrays["logits_indices"]])
         logits = torch.zeros(len(pos), STUB_VOCAB)
@@ -146,7 +147,9 @@ class _Timed:
             self.acc[0] += time.thread_time() - t0
 
 
-def run_case(mdir: str, bs: int, overlap: bool, steps: int, warmup_steps: int, device_ms: float) -> dict[str, Any]:
+def run_case(
+    mdir: str, bs: int, overlap: bool, steps: int, warmup_steps: int, device_ms: float
+) -> dict[str, Any]:
     """``bs`` streaming requests decoding; median times over ``steps`` decode steps."""
     sa = ServerArgs(
         model_path=mdir,
@@ -163,7 +166,11 @@ def run_case(mdir: str, bs: int, overlap: bool, steps: int, warmup_steps: int, d
         sp = SamplingParams.from_dict({"max_new_tokens": n_out, "temperature": 0, "ignore_eos": True})
         sp.normalize(None)
         ids = [(i * 13 + j) % STUB_VOCAB for j in range(32)]
-        s.add_request(TokenizedGenerateReqInput(rid=f"r{i}", input_text=None, input_ids=ids, sampling_params=sp, stream=True))
+        s.add_request(
+            TokenizedGenerateReqInput(
+                rid=f"r{i}", input_text=None, input_ids=ids, sampling_params=sp, stream=True
+            )
+        )
     tokens: dict[str, list[int]] = {}
 
     def collect(out: Any) -> None:
@@ -238,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
             for overlap in (False, True):
                 r = run_case(mdir, bs, overlap, a.steps, a.warmup_steps, a.device_ms)
                 pair[overlap] = r
-                print(f"{bs:>5} {str(overlap):>8} {r['step_ms']:>9.3f} {r['sched_ms']:>9.3f} {r['worker_ms']:>10.3f}")
+                print(
+                    f"{bs:>5} {str(overlap):>8} {r['step_ms']:>9.3f} {r['sched_ms']:>9.3f} {r['worker_ms']:>10.3f}"
+                )
             same = pair[True]["tokens"] == pair[False]["tokens"]
             for r in pair.values():
                 r["same_tokens_both_modes"] = same

@@ -76,7 +76,9 @@ def runner_main(a: argparse.Namespace) -> None:
     _, src = bench.prefill(ctx)
     rows = {}
     for bs in a.concurrency:
-        row = bench.decode(src, ctx, bs, graphs=True, stream=bs <= 4, steps=3 if dry else 30, warm=1 if dry else 5)
+        row = bench.decode(
+            src, ctx, bs, graphs=True, stream=bs <= 4, steps=3 if dry else 30, warm=1 if dry else 5
+        )
         rows[str(bs)] = row["ms_step"]
     print("RUNNER " + json.dumps({"ctx": ctx, "ms_step": rows}), flush=True)
 
@@ -112,7 +114,11 @@ def _cell(url: str, tok: Any, input_len: int, output_len: int, conc: int, prompt
     r = bs.run_benchmark(args, tok=tok)
     keep = ("completed", "failed", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
             "median_tpot_ms", "p99_tpot_ms", "output_throughput", "concurrency")  # fmt: skip
-    return {k: r.get(k) for k in keep} | {"input_len": input_len, "output_len": output_len, "max_concurrency": conc}
+    return {k: r.get(k) for k in keep} | {
+        "input_len": input_len,
+        "output_len": output_len,
+        "max_concurrency": conc,
+    }
 
 
 def server_phase(a: argparse.Namespace, out: Path, overlap: bool, res: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +136,12 @@ def server_phase(a: argparse.Namespace, out: Path, overlap: bool, res: dict[str,
         m = re.search(r"Warm-up: (\d+) dummy forwards, (\d+) decode CUDA graphs, (\d+) Triton compiles in ([\d.]+) s",
                       log.read_text(errors="replace"))  # fmt: skip
         if m:
-            phase["warmup"] = {"forwards": int(m[1]), "graphs": int(m[2]), "compiles": int(m[3]), "s": float(m[4])}
+            phase["warmup"] = {
+                "forwards": int(m[1]),
+                "graphs": int(m[2]),
+                "compiles": int(m[3]),
+                "s": float(m[4]),
+            }
         _, tok_path = bs.resolve_model_and_tokenizer(url, None, None, bs.auth_headers())
         tok = bs.get_tokenizer(tok_path)
         if overlap and left(a.budget_s) > 30:
@@ -200,21 +211,31 @@ def summary(res: dict[str, Any]) -> str:
             f"{_f(a.get('p99_tpot_ms'))} | {_f(ra)} | {_f(b.get('mean_tpot_ms'))} | {_f(rb)} |"
         )
         if c >= 16 and ra is not None:
-            targets.append(f"TPOT at concurrency {c} within 10% of the runner step: {ra:.2f}x -> {'met' if ra <= 1.1 else 'not met'}")
+            targets.append(
+                f"TPOT at concurrency {c} within 10% of the runner step: {ra:.2f}x -> {'met' if ra <= 1.1 else 'not met'}"
+            )
     long, big = on.get("long", {}), on.get(f"c{max(res.get('concurrency', [0]))}", {})
     if long:
-        ratio = long["p99_tpot_ms"] / big["p99_tpot_ms"] if big.get("p99_tpot_ms") and long.get("p99_tpot_ms") else None
+        ratio = (
+            long["p99_tpot_ms"] / big["p99_tpot_ms"]
+            if big.get("p99_tpot_ms") and long.get("p99_tpot_ms")
+            else None
+        )
         lines += ["", f"Long prompts ({long['input_len']} in, concurrency {long['max_concurrency']}): TPOT p50 "
                   f"{_f(long.get('median_tpot_ms'))} ms, p99 {_f(long.get('p99_tpot_ms'))} ms; p99 vs the "
                   f"{big.get('input_len')}-input cell: {_f(ratio)}x"]  # fmt: skip
         if ratio is not None:
-            targets.append(f"p99 TPOT long / short cell under 2x: {ratio:.2f}x -> {'met' if ratio < 2 else 'not met'}")
+            targets.append(
+                f"p99 TPOT long / short cell under 2x: {ratio:.2f}x -> {'met' if ratio < 2 else 'not met'}"
+            )
     f16, s16 = on.get("first16", {}), on.get("steady16", {})
     if f16 and s16 and s16.get("mean_ttft_ms"):
         ratio = f16["mean_ttft_ms"] / s16["mean_ttft_ms"]
         lines += ["", f"TTFT of the first {f16['max_concurrency']} requests after ready: mean "
                   f"{_f(f16['mean_ttft_ms'], '.1f')} ms vs steady state {_f(s16['mean_ttft_ms'], '.1f')} ms ({ratio:.2f}x)"]  # fmt: skip
-        targets.append(f"first-16 TTFT within 1.5x of steady state: {ratio:.2f}x -> {'met' if ratio <= 1.5 else 'not met'}")
+        targets.append(
+            f"first-16 TTFT within 1.5x of steady state: {ratio:.2f}x -> {'met' if ratio <= 1.5 else 'not met'}"
+        )
     jit = on.get("jit") or {}
     if jit:
         lines += ["", f"Triton compiles: {jit.get('compiles_before_ready')} before ready, "
@@ -230,7 +251,9 @@ def summary(res: dict[str, Any]) -> str:
                          f"{_f(c.get('ttft_speedup_median'))}x | {_f(c.get('throughput_ratio_total'))}x |")  # fmt: skip
             if w == "gsp" and c.get("ttft_speedup_mean") is not None:
                 s = c["ttft_speedup_mean"]
-                targets.append(f"shared-prompt mean TTFT speedup >= 4x without a warm-up pass: {s:.2f}x -> {'met' if s >= 4 else 'not met'}")
+                targets.append(
+                    f"shared-prompt mean TTFT speedup >= 4x without a warm-up pass: {s:.2f}x -> {'met' if s >= 4 else 'not met'}"
+                )
     if res.get("errors"):
         lines += ["", "Errors: " + json.dumps(res["errors"])]
     lines += ["", "Targets:", *[f"- {t}" for t in targets]]
@@ -261,7 +284,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--first-n", type=int, default=None)
     ap.add_argument("--first-out", type=int, default=None)
     ap.add_argument("--min-prompts", type=int, default=None)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["runner", "overlap_on", "overlap_off", "prefix_cache"])
+    ap.add_argument(
+        "--skip", nargs="*", default=[], choices=["runner", "overlap_on", "overlap_off", "prefix_cache"]
+    )
     a = ap.parse_args(argv)
     dry = a.dry
     defaults = dict(

@@ -22,7 +22,12 @@ def test_bench_scheduler_quick(tmp_path: Path) -> None:
     import bench_scheduler
 
     out = tmp_path / "bs.json"
-    assert bench_scheduler.main(["--batch-sizes", "1", "3", "--steps", "4", "--warmup-steps", "1", "--out", str(out)]) == 0
+    assert (
+        bench_scheduler.main(
+            ["--batch-sizes", "1", "3", "--steps", "4", "--warmup-steps", "1", "--out", str(out)]
+        )
+        == 0
+    )
     rows = json.loads(out.read_text())
     assert [(r["batch_size"], r["overlap"]) for r in rows] == [(1, False), (1, True), (3, False), (3, True)]
     for r in rows:
@@ -46,8 +51,14 @@ def test_serving_overlap_summary_verdicts() -> None:
             "steady16": {"mean_ttft_ms": 250.0},
         },
         "overlap_off": {"c16": {"mean_tpot_ms": 7.5}},
-        "prefix_cache": {"gsp": {"hit_rate_on": 0.9, "ttft_speedup_mean": 4.5, "ttft_speedup_median": 5.0,
-                                 "throughput_ratio_total": 2.0}},  # fmt: skip
+        "prefix_cache": {
+            "gsp": {
+                "hit_rate_on": 0.9,
+                "ttft_speedup_mean": 4.5,
+                "ttft_speedup_median": 5.0,
+                "throughput_ratio_total": 2.0,
+            }
+        },  # fmt: skip
     }
     md = so.summary(res)
     assert "TPOT at concurrency 16 within 10% of the runner step: 1.08x -> met" in md
@@ -65,8 +76,20 @@ def test_serving_overlap_dry_run(tmp_path: Path) -> None:
     tests cover it): every phase ran, the cells completed without failures."""
     out = tmp_path / "so"
     p = subprocess.run(
-        [sys.executable, str(REPO / "benchmark" / "serving_overlap.py"), "--dry", "--out", str(out),
-         "--budget-s", "800", "--concurrency", "1", "2", "--skip", "prefix_cache"],  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "benchmark" / "serving_overlap.py"),
+            "--dry",
+            "--out",
+            str(out),
+            "--budget-s",
+            "800",
+            "--concurrency",
+            "1",
+            "2",
+            "--skip",
+            "prefix_cache",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=880,

@@ -78,7 +78,14 @@ def _workload(s: Scheduler, stops: dict[str, Any]) -> dict[str, dict]:
     submit(s, "seeded", random_ids(60, seed=94), 8, sampling={"temperature": 0.9, "sampling_seed": 7})
     res = _checked_drain(s)
     submit(s, "hit", shared + random_ids(30, seed=95), 8, **(LP | {"logprob_start_len": 520}))  # hits 512
-    submit(s, "stop_tok", random_ids(80, seed=96), 12, ignore_eos=False, sampling={"stop_token_ids": [stops["tok"]]})
+    submit(
+        s,
+        "stop_tok",
+        random_ids(80, seed=96),
+        12,
+        ignore_eos=False,
+        sampling={"stop_token_ids": [stops["tok"]]},
+    )
     submit(s, "stop_str", random_ids(90, seed=97), 12, sampling={"stop": [stops["str"]]})
     submit(s, "pen", random_ids(70, seed=98), 8, sampling={"frequency_penalty": 0.8, "presence_penalty": 0.3})
     if s.grammar_enabled:
@@ -143,7 +150,9 @@ def test_overlap_retraction_tight_pool(sched_model_dir: str) -> None:
         submit(roomy, f"r{i}", p, 240)
         alone.update(drain(roomy))
     for overlap in (False, True):
-        tight = make_scheduler(sched_model_dir, max_total_tokens=5 * 256, disable_overlap_schedule=not overlap)
+        tight = make_scheduler(
+            sched_model_dir, max_total_tokens=5 * 256, disable_overlap_schedule=not overlap
+        )
         for i, p in enumerate(prompts):
             submit(tight, f"r{i}", p, 240)
         got = _checked_drain(tight)

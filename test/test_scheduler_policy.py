@@ -72,7 +72,11 @@ def test_lpm_orders_by_cached_prefix_then_falls_back_to_fcfs(cached_sched: Sched
         return Req.from_tokenized(TokenizedGenerateReqInput(rid, None, ids, SamplingParams()))
 
     stamps = _stamps(s.tree_cache)
-    cold, half, full = req("cold", random_ids(600, 501)), req("half", shared[:300] + [1] * 300), req("full", shared)
+    cold, half, full = (
+        req("cold", random_ids(600, 501)),
+        req("half", shared[:300] + [1] * 300),
+        req("full", shared),
+    )
     s.waiting.extend([cold, half, full])
     s._sort_waiting()
     assert [r.rid for r in s.waiting] == ["full", "half", "cold"]  # 512, 256, 0 cached tokens

@@ -46,8 +46,8 @@ def _pick_stops(url: str) -> tuple[str, int]:
     greedy = {"temperature": 0, "ignore_eos": True, "max_new_tokens": 10}
     a = _post(url, {"text": "你好", "sampling_params": greedy})["output_ids"]
     b = _post(url, {"text": "Once upon a time", "sampling_params": greedy})["output_ids"]
-    from sglang_v4.utils import get_tokenizer
     from sglang_v4.tools.default_model import ensure_default_model
+    from sglang_v4.utils import get_tokenizer
 
     text = get_tokenizer(ensure_default_model()).decode(a[4:7]).replace("\ufffd", "")
     assert text.strip()
@@ -65,7 +65,10 @@ def _post(url: str, body: dict[str, Any]) -> Any:
 
 def _abort_stream(url: str) -> int:
     """Start a long streaming request and close it after two chunks (the server aborts it)."""
-    body = {"text": "Count:", "sampling_params": {"temperature": 0, "ignore_eos": True, "max_new_tokens": 400}}
+    body = {
+        "text": "Count:",
+        "sampling_params": {"temperature": 0, "ignore_eos": True, "max_new_tokens": 400},
+    }
     with requests.post(url + "/generate", json={**body, "stream": True}, stream=True, timeout=600) as r:
         n = 0
         for line in r.iter_lines():

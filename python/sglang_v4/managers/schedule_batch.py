@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -415,7 +415,9 @@ class ScheduleBatch:
                 prompts.append(r.origin_input_ids)
                 g = r.grammar
                 grammars.append(g)
-                penalised = sp.repetition_penalty != 1.0 or sp.frequency_penalty != 0.0 or sp.presence_penalty != 0.0
+                penalised = (
+                    sp.repetition_penalty != 1.0 or sp.frequency_penalty != 0.0 or sp.presence_penalty != 0.0
+                )
                 hist.append(r.output_ids if g is not None or penalised else ())
                 lens.append(len(r.output_ids) + r.num_future)
                 tops.append(r.top_logprobs_num if r.return_logprob else -1)

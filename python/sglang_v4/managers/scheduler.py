@@ -54,7 +54,6 @@ finish checks, the outgoing message) lives in ``scheduler_output_processor.py``.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from typing import Any
 
@@ -305,7 +304,10 @@ class Scheduler(SchedulerOutputProcessorMixin):
         decoding = []
         for r in self.running:  # remaining == 1 and num_outputs < max_new_tokens, inlined
             n_out = len(r.output_ids) + r.num_future
-            if len(r.origin_input_ids) + n_out - r.num_computed - r.num_inflight == 1 and n_out < r.max_new_tokens:
+            if (
+                len(r.origin_input_ids) + n_out - r.num_computed - r.num_inflight == 1
+                and n_out < r.max_new_tokens
+            ):
                 decoding.append(r)
         for req in decoding:
             if req.req_pool_idx is None:  # retracted earlier in this loop
@@ -331,7 +333,8 @@ class Scheduler(SchedulerOutputProcessorMixin):
         prefilling = [
             r
             for r in self.running
-            if len(r.origin_input_ids) + len(r.output_ids) + r.num_future - r.num_computed - r.num_inflight > 1
+            if len(r.origin_input_ids) + len(r.output_ids) + r.num_future - r.num_computed - r.num_inflight
+            > 1
         ]
         for req in prefilling:
             if budget <= 0:

@@ -197,7 +197,9 @@ class CudaGraphRunner:
         torch.cuda.current_stream(self.device).wait_stream(s)
         torch.cuda.synchronize(self.device)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.mempool):
+        # thread-local: a lazy capture runs in the model worker's thread while the scheduler's
+        # thread may wait on an event of the previous batch (overlap scheduling)
+        with torch.cuda.graph(g, pool=self.mempool, capture_error_mode="thread_local"):
             self._run_static(fb, bs)
         torch.cuda.synchronize(self.device)
         self.graphs[(bs, ctx, two_stream)] = g

@@ -151,7 +151,9 @@ class ModelRunner:
             torch.set_num_threads(int(os.environ.get("SGLANG_V4_CPU_THREADS", "1")))
         self.dtype = _DTYPES[sa.dtype]
         self.forward_ct = 0
-        self.inject_oom_forwards = {int(x) for x in os.environ.get(INJECT_OOM_ENV, "").split(",") if x.strip()}
+        self.inject_oom_forwards = {
+            int(x) for x in os.environ.get(INJECT_OOM_ENV, "").split(",") if x.strip()
+        }
         self.page_size = int(sa.page_size)
         self.max_running_requests = int(
             sa.max_running_requests or (256 if self.device.type == "cuda" else 64)

@@ -50,7 +50,30 @@ logger = logging.getLogger(__name__)
 
 #: Token counts of the dummy forwards (capped by the chunk size): every class boundary of the table
 #: in the module docstring and an odd twin of each.
-WARMUP_TOKEN_COUNTS = (1, 2, 3, 4, 5, 8, 16, 17, 31, 48, 63, 64, 65, 96, 127, 128, 129, 256, 257, 384, 512, 1024)
+WARMUP_TOKEN_COUNTS = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    8,
+    16,
+    17,
+    31,
+    48,
+    63,
+    64,
+    65,
+    96,
+    127,
+    128,
+    129,
+    256,
+    257,
+    384,
+    512,
+    1024,
+)
 
 
 class JitWatch:

@@ -390,7 +390,9 @@ def sample(
             apply_grammar_masks(row, [grammars[i]])
             z[i] = row[0]
 
-    temps = _device_tensor([1.0 if p.is_greedy else p.temperature for p in params], torch.float32, dev).unsqueeze(1)
+    temps = _device_tensor(
+        [1.0 if p.is_greedy else p.temperature for p in params], torch.float32, dev
+    ).unsqueeze(1)
     out = torch.argmax(z, dim=-1)
     logprobs = torch.log_softmax(z / temps, dim=-1) if return_logprobs else None
 
