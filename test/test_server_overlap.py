@@ -5,7 +5,9 @@ Oracle: the server without overlap (whose outputs the real-model tests tie to HF
 The requests run at once so that steps mix prefills and decodes: different prompt and output
 lengths, a shared long prefix (a radix-cache hit for the later ones), streaming, ``n = 2``, a stop
 string, a stop token, output logprobs (compared at 1e-4: the forward is not batch-invariant), and an
-abort of a streaming request. After the load both servers hold no request pages.
+abort of a streaming request. The overlap server also gets a device out-of-memory error injected
+into its 40th forward (during the concurrent load): it retracts that step's requests, goes on
+serving, and its outputs still match. After the load both servers hold no request pages.
 """
 
 from __future__ import annotations
@@ -106,13 +108,17 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, list[Any]]:
     for overlap in (True, False):
         args = [] if overlap else ["--disable-overlap-schedule"]
         log: Path = tmp_path_factory.mktemp("overlap") / f"server_{overlap}.log"
-        h = start_server(args, env, log, timeout_s=300)
+        oom = {"SGLANG_V4_TEST_OOM_FORWARDS": "40"} if overlap else {"SGLANG_V4_TEST_OOM_FORWARDS": ""}
+        h = start_server(args, env | oom, log, timeout_s=300)
         try:
             info = requests.get(h.url + "/server_info", timeout=60).json()
             assert info["enable_overlap_schedule"] is overlap
             stops = stops or _pick_stops(h.url)
             out[overlap] = _run(h, stops)
             assert _idle_pages(h) == 0, h.log()[-3000:]
+            info = requests.get(h.url + "/server_info", timeout=60).json()
+            assert info["num_oom_errors"] == (1 if overlap else 0), h.log()[-3000:]
+            assert requests.get(h.url + "/health", timeout=60).status_code == 200
         finally:
             assert h.stop() == 0, h.log()[-3000:]
     return out
