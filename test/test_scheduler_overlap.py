@@ -140,6 +140,7 @@ def test_overlap_exact_when_batches_match(sched_model_dir: str) -> None:
         assert results[True][rid]["lp"] == results[False][rid]["lp"]
 
 
+@pytest.mark.slow
 def test_overlap_retraction_tight_pool(sched_model_dir: str) -> None:
     """Three requests growing to 3 blocks each on a 5-block pool: retraction in both modes, and the
     same tokens as each request run alone on a roomy pool."""
