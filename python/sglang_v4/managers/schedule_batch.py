@@ -13,7 +13,7 @@ also counts what is *in flight*: ``num_inflight`` tokens scheduled in a launched
 not yet confirmed (``scheduled_len = num_computed + num_inflight`` is where its next chunk starts)
 and ``num_future`` sampled tokens whose values the host does not know yet. The last of those is
 named by ``future_id`` (a negative placeholder, resolved on the device from the future map; see
-``managers/overlap_worker.py``), so ``seq_len`` and ``token_ids`` already include it. Without
+``managers/tp_worker.py``), so ``seq_len`` and ``token_ids`` already include it. Without
 overlap both counters are back to 0 before the next batch is built.
 
 Pages: ``block_pages[b]`` is the block page of logical block ``b``; ``window_pages[k]`` the window
