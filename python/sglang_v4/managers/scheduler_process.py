@@ -48,6 +48,7 @@ from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import (
     configure_logging,
     exit_on_sigterm,
+    freeze_gc_after_startup,
     set_parent_death_signal,
     set_process_name,
     start_parent_watchdog,
@@ -195,6 +196,7 @@ def run_scheduler_process(
         logger.error("Scheduler failed to start:\n%s", tb)
         ready_pipe.send(SchedulerReadyInfo(status="error", error=tb))
         os._exit(1)
+    freeze_gc_after_startup()
     ready_pipe.send(info)
     loop.start_watchdog(server_args.watchdog_timeout)
     try:
