@@ -436,9 +436,9 @@ def test_soak_shared_prefix_multi_turn_aborts_small_pool(servers):
     retracted = [d for d in done if d.retractions > 0]
     hits = [d for d in done if d.cached_tokens > 0 and d.retractions == 0]
     chats = [d for d in done if d.route != "/generate"]
-    picked = rng.sample(retracted, min(8, len(retracted))) + rng.sample(chats, 8)
+    picked = rng.sample(retracted, min(8, len(retracted))) + rng.sample(chats, min(8, len(chats)))
     rest = [d for d in hits if d not in picked]
-    sample = picked + rng.sample(rest, SAMPLE_SIZE - len(picked))
+    sample = picked + rng.sample(rest, min(len(rest), SAMPLE_SIZE - len(picked)))
     cold_out = asyncio.run(_replay(cold.url, sample))
     bad = [(d.kind, d.cached_tokens, d.retractions) for d, c in zip(sample, cold_out) if d.output != c]
     assert not bad, f"{len(bad)}/{len(sample)} outputs differ from the cold server: {bad[:8]}"
