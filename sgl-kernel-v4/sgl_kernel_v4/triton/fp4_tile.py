@@ -15,8 +15,8 @@ float is exactly ``e2m1 * 2**-126`` for every code: ``e >= 1`` gives the normal
 ``(1 + m/2) * 2**(e - 127)``, ``e == 0`` the subnormal ``m/2 * 2**-126``. One multiply by
 ``2**126 * 2**(b - 127) = 2**(b - 1)`` (a power of two, built from the scale byte's bits) gives the
 dequantized weight exactly: two significant bits times a power of two fit bf16. So scale bytes
-``1 .. 128`` (scales up to 2; V4's are around ``2**-7``) are exact, byte 0 reads as 0 as in the
-reference; larger scales overflow the single multiply and are not supported.
+``0 .. 128`` (scales up to 2; V4's are around ``2**-7``) are exact; larger scales overflow the
+single multiply and are not supported (``Experts`` checks this once at load).
 
 Two implementations of the same arithmetic:
 

@@ -272,7 +272,11 @@ def _w8a8_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    TILE_SCALE: tl.constexpr,
 ):
+    """``TILE_SCALE``: every N tile lies inside one 128-row weight-scale block (``N % 128 == 0`` and
+    ``BLOCK_N`` divides 128), so a K step's weight scale is one number: it is folded into the
+    per-row activation scale and the fp32 promotion of the step costs one FMA per element."""
     pid = tl.program_id(0)
     g = tl.program_id(1)
     num_m = tl.cdiv(M, BLOCK_M)
@@ -298,8 +302,12 @@ def _w8a8_kernel(
         b = tl.load(w_rows + offs_k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
         kb = (kt * BLOCK_K) // 128
         sa = tl.load(qs_ptr + rows_q * stride_qsm + kb, mask=mm, other=0.0)
-        sb = tl.load(s_ptr + (rows_w // 128) * stride_sn + kb, mask=nm, other=0.0)
-        acc += tl.dot(a, tl.trans(b)) * sa[:, None] * sb[None, :]
+        if TILE_SCALE:
+            sb1 = tl.load(s_ptr + ((g * N + pid_n * BLOCK_N) // 128) * stride_sn + kb)
+            acc += tl.dot(a, tl.trans(b)) * (sa * sb1)[:, None]
+        else:
+            sb = tl.load(s_ptr + (rows_w // 128) * stride_sn + kb, mask=nm, other=0.0)
+            acc += tl.dot(a, tl.trans(b)) * sa[:, None] * sb[None, :]
     out = y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + (g * N + offs_n)[None, :]
     tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=mm[:, None] & nm[None, :])
 
@@ -413,7 +421,8 @@ def fp8_linear(
         grid = (triton.cdiv(T, bm) * triton.cdiv(N, bn), G)
         _w8a8_kernel[grid](
             q, qs, weight, weight_scale, y, T, N, K, G, q.stride(0), qs.stride(0), weight.stride(0),
-            weight_scale.stride(0), y.stride(0), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, **cfg,
+            weight_scale.stride(0), y.stride(0), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm,
+            TILE_SCALE=N % 128 == 0 and 128 % bn == 0, **cfg,
         )  # fmt: skip
         return y
     cfg = dict(config or _w8a16_config(T, N, G, K, num_sms(dev), x.element_size()))
