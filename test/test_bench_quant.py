@@ -40,3 +40,27 @@ def test_bench_quant_dry_run(tmp_path) -> None:
     ):
         assert acc[label]["max_abs_dlogprob"] < 1e-3  # CPU: the fp32 references are exact
     assert res["sweep"] and "## Accuracy" in (out / "quant_bench.md").read_text()
+
+
+@pytest.mark.slow
+def test_bench_quant_quick_dry_run(tmp_path) -> None:
+    """``--quick`` (the device re-check of the kernel fixes): its test selection runs, and the FP8,
+    FP4 and sweep rows are written without errors."""
+    out = tmp_path / "q"
+    cmd = [
+        sys.executable,
+        "benchmark/bench_quant.py",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--dry-run",
+        "--quick",
+    ]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((out / "quant_bench.json").read_text())
+    assert res["errors"] == {} and res["skipped"] == [], (res["errors"], res["skipped"])
+    assert res["gpu_tests"]["rc"] == 0 and "2 passed" in res["gpu_tests"]["summary"]
+    assert {row["T"] for row in res["fp8_gemm"]} == {1, 96} and len(res["moe_fp4"]) == 2
+    assert "models" not in res and "accuracy" not in res and res["sweep"]
