@@ -11,13 +11,21 @@ Techniques (from DeepGEMM's and DeepSeek's published FP8 GEMM designs, written a
   scale row vector (``s[n // 128, k // 128]`` per output column; per column, not per tile, so
   groups and N need not align to 128) and added to the accumulator ("promotion" of the tensor-core
   partial sums to fp32 with the scale applied once per 128-deep step).
-* ``w8a16`` (decode, few tokens): weights are the traffic; each tile loads e4m3 bytes and converts
-  them to the activation dtype in registers (exact: e4m3 fits bf16), the product runs on bf16
-  tensor cores. Small N gets narrow tiles, and when even that leaves most SMs idle the K loop is
-  split over programs that add fp32 partials atomically (``SPLIT_K``).
+* ``w8a16`` (decode, few tokens): weights are the traffic. The product is computed as
+  ``W_tile @ x^T`` so that the converted weights are the tensor cores' register operand (64
+  weight rows per warp group) and the tokens the narrow side (16 up to 64): no shared-memory
+  round trip for the weights. On the GPU the e4m3 -> bf16 conversion is packed PTX (two values
+  per 32-bit shift / mask, one ``mul.bf16x2`` by ``2**120``; the conversion instructions run on a
+  16-per-clock pipe). When the tiles leave SMs idle, K is split over programs that write fp32
+  partials; the last program of a tile (an arrival counter it resets) sums them in split order
+  and stores the output: one launch, deterministic, no zero-fill or cast kernel.
 * ``w8a8`` (prefill, many tokens): ``act_quant`` writes e4m3 activations with per-(row, 128)
-  power-of-two scales, then an fp8 x fp8 tensor-core GEMM with both scales applied per K step
-  (``acc += dot(a, b) * sa[:, None] * sb[None, :]``), grouped program order for L2 reuse.
+  power-of-two scales (DeepSeek's inference recipe for V4's ``ue8m0`` format), then an fp8 x fp8
+  tensor-core GEMM; when a 128-row N tile lies inside one weight-scale block, a K step's weight
+  scale is one number folded into the row scale (promotion = one FMA per element), grouped
+  program order for L2 reuse.
+* Pipeline depth is chosen from the shared memory one stage takes (:data:`SMEM_BUDGET`), so a
+  4-byte activation tile gets fewer stages instead of a launch the GPU refuses.
 
 :func:`fp8_linear` picks the variant per shape (:func:`choose_variant`): w8a16 for at most
 :data:`W8A16_MAX_TOKENS` tokens, else w8a8 (``docs/QUANTIZATION.md``). Nothing here synchronises

@@ -2,10 +2,13 @@
 
 Format: :mod:`sgl_kernel_v4.ref.moe_fp4`; tile decode: :mod:`.fp4_tile`. The weight tiles are
 read packed (half a byte per weight plus a scale byte per 32: 0.53 B per weight instead of 2),
-decoded in registers into bf16 (exact) and multiplied on the tensor cores: the even inputs of a
-tile by the even activation columns, the odd by the odd (two dots of half depth), so nibbles are
-never interleaved back into K order. The same routing, SwiGLU clamp and hash-routing ids as the
-bf16 :mod:`.moe`; ids outside ``[0, E)`` contribute nothing.
+decoded in registers into bf16 (exact) and multiplied on the tensor cores as ``W_tile @ x^T``:
+the decoded weights are the MMA's register operand (64 weight rows per warp group, no
+shared-memory round trip), the tokens its narrow side (16 and up), and the even inputs of a tile
+meet the even activation columns, the odd the odd (two dots of half depth), so nibbles are never
+interleaved back into K order. With 64-row tiles and this decode the kernels hold about 120
+registers and spill nothing (``test_kernels_compile.py``). The same routing, SwiGLU clamp and
+hash-routing ids as the bf16 :mod:`.moe`; ids outside ``[0, E)`` contribute nothing.
 
 Two layouts of the work, by how many (token, slot) pairs share an expert (:func:`_use_pair_mode`):
 
