@@ -35,7 +35,7 @@ that failed on the first H200 run plus the register-decode checks, then the ceil
 tensorwise GEMM rate), the FP8 rows at decode sizes and across the w8a16 / w8a8 crossover, the FP4
 MoE rows and a reduced tile sweep; no model or accuracy phases::
 
-    QUANT_ARGS=--quick bash benchmark/device/quant.sh
+    QUANT_ARGS=--quick BUDGET_S=190 bash benchmark/device/quant.sh
 
 Dry run on the CPU (torch references, tiny shapes)::
 
@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -308,9 +309,11 @@ def start_gpu_tests(out: str, device: str, quick: bool = False) -> subprocess.Po
         ]
     else:
         env["TRITON_INTERPRET"] = "1"  # dry run: the kernels under the Triton interpreter
+    opts = ["-q"]
     if quick:  # the CPU dry run checks the selection on two interpreter-sized tests
         files = QUICK_TESTS if device == "cuda" else [QUICK_TESTS[2], QUICK_TESTS[6]]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rfEs", "-p", "no:cacheprovider", *files]
+        opts = ["-v", "--timeout=60"]  # one line per test as it ends; a hung test fails alone
+    cmd = [sys.executable, "-m", "pytest", *opts, "-m", "gpu", "-rfEs", "-p", "no:cacheprovider", *files]
     log = open(os.path.join(out, "pytest_quant_gpu.log"), "w")
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -322,8 +325,15 @@ def wait_gpu_tests(proc: subprocess.Popen | None, out: str, budget: float, keep_
     try:
         proc.wait(timeout=max(5.0, left(budget) - keep_s))
     except subprocess.TimeoutExpired:
-        proc.kill()
-        R["errors"]["gpu_tests"] = "timed out (killed to keep the time budget)"
+        # SIGINT first: pytest stops and still prints the failures so far and its summary (a
+        # killed run leaves only progress characters in the log)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        R["errors"]["gpu_tests"] = "timed out (interrupted to keep the time budget)"
     with open(os.path.join(out, "pytest_quant_gpu.log")) as f:
         tail = [ln for ln in f.read().strip().splitlines() if ln.strip()]
     R["gpu_tests"] = {"rc": proc.returncode, "summary": tail[-1] if tail else ""}
@@ -543,11 +553,12 @@ def main() -> int:
 
 
 def quick(args: argparse.Namespace, proc: subprocess.Popen | None, dtype: torch.dtype) -> int:
-    """``--quick``: tests (at most until 40% of the budget), ceilings, FP8 rows of every projection at
-    bs 1, FP4 MoE rows (bs 1 .. 8192, 32 experts; bs 1 with 160), the q_b / o_b rows across the
-    w8a16 / w8a8 crossover and at prefill, then a reduced sweep if time is left."""
+    """``--quick``, in order of value: tests (at most until 55% of the budget), ceilings, FP4 MoE rows
+    (bs 1 .. 8192, 32 experts), FP8 rows of every projection at bs 1, the q_b / o_b rows across the
+    w8a16 / w8a8 crossover and at prefill, the FP4 MoE at bs 1 with 160 experts, then a reduced
+    sweep if time is left. Each phase starts only if its estimate fits in what is left."""
     B, cuda = args.budget_s, args.device == "cuda"
-    wait_gpu_tests(proc, args.out, B, keep_s=0.6 * B)
+    wait_gpu_tests(proc, args.out, B, keep_s=0.45 * B)
     save(args.out)
     phase("ceilings", 10, B, args.out, ceilings, args.device)
     if cuda:
@@ -556,22 +567,12 @@ def quick(args: argparse.Namespace, proc: subprocess.Popen | None, dtype: torch.
     else:
         gemv, moe32 = ({"q_a-like": (1, 64, 256)}, [1]), ([(8, 128, 64, 2)], [1, 8])
         cross = ({"q_a-like": (1, 64, 256)}, [96])
-    phase("fp8_gemm", 15, B, args.out, qk.bench_fp8_gemm, R, args.device, gemv[0], gemv[1], dtype)
     phase("moe_fp4", 20, B, args.out, qk.bench_moe_fp4, R, args.device, moe32[0], moe32[1], dtype)
-    if cuda:
-        phase(
-            "moe_fp4 160 experts",
-            10,
-            B,
-            args.out,
-            qk.bench_moe_fp4,
-            R,
-            args.device,
-            [(160, 4096, 2048, 6)],
-            [1],
-            dtype,
-        )
+    phase("fp8_gemm", 15, B, args.out, qk.bench_fp8_gemm, R, args.device, gemv[0], gemv[1], dtype)
     phase("fp8_gemm crossover", 20, B, args.out, qk.bench_fp8_gemm, R, args.device, cross[0], cross[1], dtype)
+    if cuda:
+        moe160 = ([(160, 4096, 2048, 6)], [1])
+        phase("moe_fp4 160 experts", 10, B, args.out, qk.bench_moe_fp4, R, args.device, *moe160, dtype)
     phase("sweep", 40, B, args.out, qk.sweep, R, args.device, dtype, True)
     save(args.out)
     return 0

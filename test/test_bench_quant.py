@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from server_fixture import REPO
@@ -64,3 +65,34 @@ def test_bench_quant_quick_dry_run(tmp_path) -> None:
     assert res["gpu_tests"]["rc"] == 0 and "2 passed" in res["gpu_tests"]["summary"]
     assert {row["T"] for row in res["fp8_gemm"]} == {1, 96} and len(res["moe_fp4"]) == 2
     assert "models" not in res and "accuracy" not in res and res["sweep"]
+
+
+def test_gpu_tests_interrupted_at_budget_keep_failures(tmp_path) -> None:
+    """A pytest run past the budget is interrupted, not killed: its log still names the failure that
+    happened before the cut and ends with pytest's summary (a killed run leaves only progress
+    characters, which is how the first device run lost its failure messages)."""
+    sys.path.insert(0, str(REPO / "benchmark"))
+    import bench_quant
+
+    (tmp_path / "test_slow.py").write_text(
+        "import time\n\ndef test_a_fails():\n    assert 1 + 1 == 3\n\ndef test_b_hangs():\n    time.sleep(120)\n"
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-v",
+        "-rfE",
+        "-p",
+        "no:cacheprovider",
+        str(tmp_path / "test_slow.py"),
+    ]
+    log = open(tmp_path / "pytest_quant_gpu.log", "w")  # noqa: SIM115 - the driver reads it back
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    budget = time.time() - bench_quant.T0 + 8.0  # 8 s left: enough for pytest to start and fail one
+    bench_quant.wait_gpu_tests(proc, str(tmp_path), budget, keep_s=0.0)
+    text = (tmp_path / "pytest_quant_gpu.log").read_text()
+    assert "FAILED test_slow.py::test_a_fails - assert (1 + 1) == 3" in text and "1 failed" in text, text[
+        -2000:
+    ]
+    assert "interrupted" in bench_quant.R["errors"]["gpu_tests"]
