@@ -96,3 +96,19 @@ def test_gpu_tests_interrupted_at_budget_keep_failures(tmp_path) -> None:
         -2000:
     ]
     assert "interrupted" in bench_quant.R["errors"]["gpu_tests"]
+
+
+def test_quick_test_ids_exist_on_gpu() -> None:
+    """Every test id ``--quick`` names is collected under the GPU parametrization (no interpreter):
+    a renamed case would otherwise only show up as an error in the device call."""
+    sys.path.insert(0, str(REPO / "benchmark"))
+    import bench_quant
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider"]
+    r = subprocess.run(
+        cmd + bench_quant.QUICK_TESTS, cwd=REPO, capture_output=True, text=True, env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    collected = {ln.strip() for ln in r.stdout.splitlines() if "::" in ln}
+    assert collected == set(bench_quant.QUICK_TESTS), r.stdout[-2000:]
