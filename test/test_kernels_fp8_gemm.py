@@ -119,7 +119,10 @@ def test_act_quant_vs_float64(M: int, K: int) -> None:
     got = q.double().cpu() * s.double().cpu().repeat_interleave(128, dim=1)[:, :K]
     want = act_quant64(x)
     assert torch.equal(got, want), _mismatches(got, want, x)
-    assert bool((torch.log2(s.double()) == torch.log2(s.double()).round()).all())  # ue8m0 scales
+    # ue8m0 scales: exact powers of two, checked on the mantissa (frexp gives 0.5 for 2^k) rather than
+    # with log2, whose CUDA float64 result is not exact for every power of two
+    mantissa, _ = torch.frexp(s.double().cpu())
+    assert bool((mantissa == 0.5).all()), s[mantissa != 0.5][:6]
 
 
 @pytest.mark.skipif(INTERP, reason="the PTX decode runs on the GPU only")

@@ -41,7 +41,8 @@ if DEVICE is not None:
     ):
         """Rows of ``BLOCK_K / 2`` packed bytes -> their decoded lo / hi halves (bf16)."""
         rows = tl.arange(0, BLOCK_N)
-        lo, hi = fp4_tile(w_ptr + rows * (BLOCK_K // 2), s_ptr + rows * (BLOCK_K // 32), rows < BLOCK_N, 0,
+        k0 = tl.program_id(0) * BLOCK_K  # a tensor (0 on the one-program grid): fp4_tile hints its alignment
+        lo, hi = fp4_tile(w_ptr + rows * (BLOCK_K // 2), s_ptr + rows * (BLOCK_K // 32), rows < BLOCK_N, k0,
                           BLOCK_K, BLOCK_N, BLOCK_K, True, USE_ASM, tl.bfloat16)  # fmt: skip
         offs = rows[:, None] * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)[None, :]
         tl.store(lo_ptr + offs, lo)
