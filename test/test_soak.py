@@ -58,8 +58,8 @@ psutil = pytest.importorskip("psutil")
 SOAK_ARGS = ["--page-size", "128", "--max-total-tokens", "3072", "--chunked-prefill-size", "256"]
 CONCURRENCY = 16
 #: Phases and requests per phase (conversations count one per turn); 4 x 260 > 1,000 by default.
-#: A longer soak: ``SGLANG_V4_SOAK_PHASES=20 python -m pytest -q -s test/test_soak.py`` (about
-#: 90 s a phase on a busy 2-core machine), or ``benchmark/soak.sh``.
+#: A longer soak: ``SGLANG_V4_SOAK_PHASES=20 python -m pytest -q -s test/test_soak.py`` (50 to
+#: 90 s a phase on a shared 2-core machine), or ``benchmark/soak.sh``.
 PHASES = int(os.environ.get("SGLANG_V4_SOAK_PHASES", "4"))
 REQUESTS_PER_PHASE = int(os.environ.get("SGLANG_V4_SOAK_REQUESTS_PER_PHASE", "260"))
 
