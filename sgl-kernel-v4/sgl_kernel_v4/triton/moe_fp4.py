@@ -250,8 +250,10 @@ def _config(n_pairs: int, E: int, k: int, elem_bytes: int) -> dict[str, int]:
     kernel, whose pair-mode grid is only ``T * D / 64`` programs) to keep enough bytes in flight;
     prefill: 128x128 tiles. fp32 activations (the interpreter, fp32 tests) take 32-deep K steps."""
     if _use_pair_mode(n_pairs, k, E):
-        cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4, "PAIR": 1,
-               "DOWN_STAGES": 8}  # fmt: skip
+        # 256-deep K steps, 3 / 6 stages: the H200 tile sweep's best at E=32, T=1 (0.100 ms vs 0.133 ms
+        # for 128-deep, 4 / 8 stages; benchmark/RESULTS.md, quantized weights)
+        cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "PAIR": 1,
+               "DOWN_STAGES": 6}  # fmt: skip
     else:
         per_expert = n_pairs / max(E, 1)
         if per_expert <= 16:
