@@ -88,9 +88,12 @@ class Scheduler:
         warm_ctx = sa.cuda_graph_warmup_ctx
         if gr is not None and warm_ctx > 0 and not sa.skip_warmup:
             t0 = time.perf_counter()
-            n = gr.capture_all(min(warm_ctx, self.context_len))
+            n = gr.capture_all()
             logger.info(
-                "Captured %d decode CUDA graphs (ctx <= %d) in %.1f s", n, warm_ctx, time.perf_counter() - t0
+                "Captured %d decode CUDA graphs (every context up to %d) in %.1f s",
+                n,
+                self.context_len,
+                time.perf_counter() - t0,
             )
         self.max_total_num_tokens = self.runner.max_total_tokens
         # a prompt must fit both the context and the KV pool (SGLang's bound), else it could only

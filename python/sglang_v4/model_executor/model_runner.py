@@ -17,6 +17,7 @@ import os
 import time
 
 import torch
+from sgl_kernel_v4 import ops
 
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.mem_cache.kv_format import normalize_kv_cache_dtype
@@ -149,6 +150,7 @@ class ModelRunner:
             self.device,
             kv_cache_dtype=self.kv_cache_dtype,
             fp4_indexer=self.fp4_indexer,
+            max_pages_per_req=-(-self.context_len // self.page_size),
         )
         logger.info(
             "KV pool (%s%s): %d block pages (%d tokens), %d window pages of %d positions, "
@@ -170,6 +172,7 @@ class ModelRunner:
             mc.csa_ratio if mc.csa_layers else None,
             mc.hca_ratio if mc.hca_layers else None,
             self.device,
+            req_to_page=self.pool.req_to_page,
         )
         # ---- CUDA execution: indexer stream + decode CUDA graphs (cuda_graph_runner.py) ----
         self.indexer_streams = IndexerStreamPolicy(self.device, sa.indexer_stream_max_bs)
@@ -177,26 +180,18 @@ class ModelRunner:
         if self.device.type == "cuda":
             if sa.disable_cuda_graph:
                 logger.info("CUDA graphs disabled (--disable-cuda-graph)")
-            elif self.pool.quantized_kinds:
-                logger.warning(
-                    "CUDA graphs disabled: quantized KV (%s%s) takes the reference path, which syncs",
-                    self.kv_cache_dtype,
-                    " + fp4 indexer" if self.fp4_indexer else "",
-                )
+            elif not ops.triton_enabled():
+                logger.warning("CUDA graphs disabled: the Triton kernels are off (the torch reference syncs)")
             else:
                 max_bs = int(sa.cuda_graph_max_bs or min(128, self.max_running_requests))
-                self.cuda_graph_runner = self.create_cuda_graph_runner(
-                    max_bs, max_ctx=min(1 << 17, max(1024, self.context_len))
-                )
+                self.cuda_graph_runner = self.create_cuda_graph_runner(max_bs, max_ctx=self.context_len)
                 logger.info(
-                    "CUDA graphs on for decode: bs buckets %s, context buckets %s (captured lazily)",
+                    "CUDA graphs on for decode: bs buckets %s, every context up to %d (captured lazily)",
                     self.cuda_graph_runner.bs_list,
-                    self.cuda_graph_runner.ctx_list,
+                    self.context_len,
                 )
 
-    def create_cuda_graph_runner(
-        self, max_bs: int, max_ctx: int, min_ctx: int = 1024, use_graphs: bool = True
-    ) -> CudaGraphRunner:
+    def create_cuda_graph_runner(self, max_bs: int, max_ctx: int, use_graphs: bool = True) -> CudaGraphRunner:
         """A :class:`CudaGraphRunner` over this runner's model, pool, metadata builder and
         indexer-stream policy (arguments as there)."""
         return CudaGraphRunner(
@@ -207,7 +202,6 @@ class ModelRunner:
             self.mc.vocab_size,
             max_bs=max_bs,
             max_ctx=max_ctx,
-            min_ctx=min_ctx,
             use_graphs=use_graphs,
         )
 
