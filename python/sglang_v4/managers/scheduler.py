@@ -80,6 +80,8 @@ class Scheduler:
         if self.chunked_prefill_size <= 0:
             self.chunked_prefill_size = 1 << 30
         self.runner = ModelRunner(mc, sa)
+        # the runner lowers the chunk when its forward workspace does not fit the device
+        self.chunked_prefill_size = min(self.chunked_prefill_size, self.runner.chunked_prefill_size)
         # the runner resolves the defaults (context from the config, request slots per device)
         self.context_len = self.runner.context_len
         self.max_running_requests = self.runner.max_running_requests

@@ -421,6 +421,9 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
         g = min(G, T - t0)
         ws.hist[:g].zero_()
         ws.cnt[:g].zero_()
+        if scores_out is not None:  # entries past a token's visible count: invalid
+            ws.keys[:g].fill_(INT_MIN)
+            ws.scores[:g].fill_(float("-inf"))
         nsc = _splits(g, q.device)
         _score_kernel[(g, nsc)](
             q, q.stride(0), q.stride(1), weights, weights.stride(0),
