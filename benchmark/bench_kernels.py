@@ -179,7 +179,9 @@ def bench_attention(ceil: dict[str, float], quick: bool) -> list[Row]:
         out = torch.empty_like(q)
 
         def fused(q=q, pos=pos, pages=pages, pg=pg, ent=ent, o=out):
-            return sparse_attention(q, kv_win, pages, pos, WINDOW, sinks, scale, kv_cmp, ent, None, **pg, out=o)
+            return sparse_attention(
+                q, kv_win, pages, pos, WINDOW, sinks, scale, kv_cmp, ent, None, **pg, out=o
+            )
 
         def base(q=q, pos=pos, pages=pages, pg=pg, ent=ent):
             return torch_sparse_attention(q, kv_win, pages, pos, kv_cmp, ent, pg, sinks, scale)
@@ -207,7 +209,9 @@ def torch_indexer_topk(q, w, kv, vis, pg, topk: int, scale: float) -> torch.Tens
     C = int(vis.max())
     col = torch.arange(C, device=q.device)[None, :]
     ent = torch.where(col < vis[:, None], col, -1)
-    cand = entry_slots(pg["req_to_page"], pg["req_rows"][pg["token_req"]][:, None], ent, pg["entries_per_page"])
+    cand = entry_slots(
+        pg["req_to_page"], pg["req_rows"][pg["token_req"]][:, None], ent, pg["entries_per_page"]
+    )
     k = kv[cand.clamp(min=0)]  # [T, C, di]
     s = torch.bmm(q, k.transpose(1, 2)).float()  # [T, Hi, C]
     s = torch.relu(s * scale) * w[:, :, None]
@@ -252,11 +256,11 @@ def bench_indexer(ceil: dict[str, float], quick: bool) -> list[Row]:
         out = torch.empty(T, TOPK, dtype=torch.int64, device=DEV)
         scale = DI**-0.5
 
-        def fused(q=q, w=w, pg=pg, vis=vis, o=out, C=C):
+        def fused(q=q, w=w, pg=pg, vis=vis, o=out, C=C, scale=scale):
             return indexer_topk(q, w, kv, vis, pg["req_to_page"], pg["req_rows"], pg["token_req"],
                                 pg["entries_per_page"], TOPK, scale, max_visible=C, out=o)  # fmt: skip
 
-        def base(q=q, w=w, pg=pg, vis=vis):
+        def base(q=q, w=w, pg=pg, vis=vis, scale=scale):
             return torch_indexer_topk(q, w, kv, vis, pg, TOPK, scale)
 
         # agreement: fraction of the torch top-k set that the kernel also selected
@@ -289,7 +293,9 @@ def bench_attention_sweep(ceil: dict[str, float], quick: bool) -> list[Row]:
         out = torch.empty_like(q)
 
         def run(q=q, pos=pos, pages=pages, pg=pg, ent=ent, o=out, **kw):
-            return sparse_attention(q, pool, pages, pos, WINDOW, sinks, D**-0.5, pool, ent, None, **pg, out=o, **kw)
+            return sparse_attention(
+                q, pool, pages, pos, WINDOW, sinks, D**-0.5, pool, ent, None, **pg, out=o, **kw
+            )
 
         ref = run().clone()
         for bh in (16, 32, 64):

@@ -126,7 +126,9 @@ def run(case: dict, swa, comp, **kw) -> torch.Tensor:
             token_req=d["token_req"],
             entries_per_page=case["e"],
         )
-    return sparse_attention(d["q"], swa, d["swa_pages"], d["pos"], W, d["sinks"], case["scale"], **extra, **kw)
+    return sparse_attention(
+        d["q"], swa, d["swa_pages"], d["pos"], W, d["sinks"], case["scale"], **extra, **kw
+    )
 
 
 CASES = [
@@ -143,7 +145,9 @@ CASES = [
 
 @pytest.mark.parametrize("T,H,D,n_comp,mode", CASES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_paged_attention_matches_fp64(T: int, H: int, D: int, n_comp: int, mode: str, dtype: torch.dtype) -> None:
+def test_paged_attention_matches_fp64(
+    T: int, H: int, D: int, n_comp: int, mode: str, dtype: torch.dtype
+) -> None:
     if INTERP and (T * H * D * (W + n_comp) > 4e7 or dtype != torch.float32):
         pytest.skip("interpreter: too slow / no bf16 dot")
     gen = torch.Generator().manual_seed(T * 1000 + H + n_comp)

@@ -137,7 +137,9 @@ def test_ref_indexer_topk_exact_ties(H: int) -> None:
     assert torch.equal(indexer_topk_gathered(q, w, kv, cand, 16, scale), oracle_topk(ref, cand >= 0, 16))
     # the op over the paged pool: entry w of the request = candidate w
     p = as_paged(kv, cand, seed=H)
-    assert torch.equal(indexer_topk(q, w, *paged_args(p)[:-1], p["e"], 16, scale), oracle_topk(ref, cand >= 0, 16))
+    assert torch.equal(
+        indexer_topk(q, w, *paged_args(p)[:-1], p["e"], 16, scale), oracle_topk(ref, cand >= 0, 16)
+    )
 
 
 def test_ref_scores_batch_invariant() -> None:
@@ -166,7 +168,9 @@ def test_ref_scores_batch_invariant() -> None:
             batch_sel[t : t + 1],
         )
         pool, vis, r2p, rows, treq, e = paged_args(p)
-        one_sel = indexer_topk(q[t : t + 1], w[t : t + 1], pool, vis[t : t + 1], r2p, rows, treq[:1], e, k, scale)
+        one_sel = indexer_topk(
+            q[t : t + 1], w[t : t + 1], pool, vis[t : t + 1], r2p, rows, treq[:1], e, k, scale
+        )
         assert torch.equal(one_sel, batch_sel[t : t + 1])
 
 
@@ -236,7 +240,9 @@ def test_triton_scores_batch_invariant() -> None:
     keys, _ = tri_scores(qd, wd, pool, vis, r2p, rows, treq, e, di**-0.5)
     for t in (0, 20, T - 1):
         n = int(nvis[t])
-        one, _ = tri_scores(qd[t : t + 1], wd[t : t + 1], pool, vis[t : t + 1], r2p, rows, treq[:1], e, di**-0.5)
+        one, _ = tri_scores(
+            qd[t : t + 1], wd[t : t + 1], pool, vis[t : t + 1], r2p, rows, treq[:1], e, di**-0.5
+        )
         assert torch.equal(one.cpu(), keys[t : t + 1, :n].cpu())
 
 

@@ -119,11 +119,10 @@ def _child_attention() -> dict:
 def _child_hit(prefix: int, chunk: int) -> dict:
     import tempfile
 
+    from dsv4_testutil import random_ids
     from scheduler_testutil import submit
     from sglang_v4.configs.presets import get_preset
     from sglang_v4.tools.make_checkpoint import write_checkpoint
-
-    from dsv4_testutil import random_ids
 
     cfg = get_preset("tiny")
     cfg.update(index_n_heads=2, index_head_dim=64)  # CPU time of the float64 reference scoring

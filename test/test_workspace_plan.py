@@ -31,8 +31,9 @@ def _plan_args(r: ModelRunner) -> dict:
         model=r.model,
         model_config=r.mc,
         builder_args=r._builder_args(),
-        pool_args=dict(compute_dtype=r.dtype, device=r.device, kv_cache_dtype=r.kv_cache_dtype,
-                       fp4_indexer=r.fp4_indexer),  # fmt: skip
+        pool_args=dict(
+            compute_dtype=r.dtype, device=r.device, kv_cache_dtype=r.kv_cache_dtype, fp4_indexer=r.fp4_indexer
+        ),  # fmt: skip
         context_len=r.context_len,
         max_decode_bs=3,
     )
@@ -83,7 +84,9 @@ def test_chunk_lowered_until_the_workspace_fits() -> None:
     assert plan.decode_bytes == 0 and plan.reserved_bytes == int(300 * (1 + WORKSPACE_MARGIN)) <= 500
     assert "lowered from 1024 to 256" in plan.summary()
     with pytest.raises(ValueError, match="forward workspace: a 128-token prefill chunk"):
-        plan_workspace(chunk=512, budget_bytes=1000, with_graphs=False, measure=lambda run: 900, **_plan_args(r))
+        plan_workspace(
+            chunk=512, budget_bytes=1000, with_graphs=False, measure=lambda run: 900, **_plan_args(r)
+        )
 
 
 def test_cpu_runner_keeps_the_planner_behaviour() -> None:

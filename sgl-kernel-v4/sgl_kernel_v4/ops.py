@@ -179,7 +179,9 @@ def compress_and_insert(
     eps: float,
 ) -> torch.Tensor:
     """Softmax pooling + RMSNorm + RoPE + pool write (any pool format); see op table entry 2."""
-    return get_op("compress_and_insert", kv.device)(kv, score, norm_weight, cos, sin, pool_flat, out_index, eps)
+    return get_op("compress_and_insert", kv.device)(
+        kv, score, norm_weight, cos, sin, pool_flat, out_index, eps
+    )
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -126,7 +126,9 @@ class DSV4Attention(nn.Module):
             assert plan is not None
             st = pool.compressor_state(KVKind.HCA, self.layer_idx)
             self.compressor.run(x, fb, plan, st, rc.win[plan.ratio])
-            comp = dict(comp_kv=st.rows, comp_visible=plan.visible, entries_per_page=fb.page_size // plan.ratio)
+            comp = dict(
+                comp_kv=st.rows, comp_visible=plan.visible, entries_per_page=fb.page_size // plan.ratio
+            )
         if comp:
             comp.update(req_to_page=fb.req_to_page, req_rows=fb.req_pool_indices, token_req=fb.token_req)
         o = ops.sparse_attention(

@@ -283,10 +283,12 @@ class DSV4KVPool:
         """Initialise a request's compressor state from the resume snapshot under ``window_page``.
 
         At a block boundary every partial window is empty, so only the CSA overlap halves are
-        restored; the raw window itself is read in place from ``window_page``.
+        restored; the raw window itself is read in place from ``window_page``. The slot's
+        page-table row is marked stale (a new request's pages).
         """
         for st in self._states.values():
             st.load_snapshot(slot, window_page)
+        self.req_to_page.invalidate(slot)
 
     # ---- accounting ------------------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, int]]:

@@ -8,10 +8,13 @@ O(new pages) host work per step, whatever the context length.
 
 The request's page list is held by the scheduler (``Req.block_pages``) and passed to every forward
 (``ReqForwardInput.block_pages``); :meth:`ReqToPageTable.sync` copies the entries past the row's
-synced prefix. Two events change pages already synced, and both call :meth:`invalidate`: a new
-request taking the slot (``DSV4KVPool.reset_req_state``) and the radix cache swapping a completed
-block for the tree's identical page (``CacheManager``). As a safety net, a row whose last synced
-page differs from the list given is re-synced whole.
+synced prefix. A request's list only grows in place; every other change makes a new list object
+(a new request in the slot, a prefix-cache hit, the radix cache swapping a completed block for the
+tree's identical page: ``CacheManager``), so a row is re-synced whole when the list given is not
+the object it was synced from. This holds under overlap scheduling, where the scheduler thread
+swaps pages while the model worker syncs the batch in flight with the list it was built with: the
+next batch's new list is always written. :meth:`invalidate` forces a re-sync explicitly
+(``DSV4KVPool.reset_req_state``, ``block_pages_changed``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class ReqToPageTable:
         self.table = torch.full((num_slots, self.max_pages), -1, dtype=torch.int32, device=self.device)
         self._host = np.full((num_slots, self.max_pages), -1, dtype=np.int32)
         self._synced = np.zeros(num_slots, dtype=np.int64)
+        self._lists: list[object | None] = [None] * num_slots  # the page list each row mirrors
 
     @property
     def num_slots(self) -> int:
@@ -91,8 +95,11 @@ class ReqToPageTable:
             if len(r.block_pages) < nb:
                 raise ValueError(f"request slot {slot}: {len(r.block_pages)} block pages for {nb} blocks")
             s = int(self._synced[slot])
-            if s > 0 and (s > len(r.block_pages) or self._host[slot, s - 1] != r.block_pages[s - 1]):
-                s = 0  # the row belongs to another page list: write it whole
+            if self._lists[slot] is not r.block_pages:
+                s = 0  # another page list (module docstring): write it whole
+            elif s > len(r.block_pages) or (s > 0 and self._host[slot, s - 1] != r.block_pages[s - 1]):
+                s = 0  # the list was changed in place other than by appending: write it whole
+            self._lists[slot] = r.block_pages
             if nb > s:
                 new = np.asarray(r.block_pages[s:nb], dtype=np.int32)
                 self._host[slot, s:nb] = new

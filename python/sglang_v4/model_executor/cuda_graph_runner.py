@@ -196,7 +196,9 @@ class CudaGraphRunner:
         torch.cuda.current_stream(self.device).wait_stream(s)
         torch.cuda.synchronize(self.device)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.mempool):
+        # thread-local: a lazy capture runs in the model worker's thread while the scheduler's
+        # thread may wait on an event of the previous batch (overlap scheduling)
+        with torch.cuda.graph(g, pool=self.mempool, capture_error_mode="thread_local"):
             self._run_static(fb, bs)
         torch.cuda.synchronize(self.device)
         self.graphs[(bs, two_stream)] = g
@@ -232,8 +234,14 @@ class CudaGraphRunner:
             return False
         return True
 
-    def replay(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
-        """Run a decode batch through its graph (capturing it first if needed).
+    def replay(
+        self,
+        reqs: list[ReqForwardInput],
+        before_replay: Callable[[ForwardBatch], None] | None = None,
+    ) -> tuple[ForwardBatch, torch.Tensor]:
+        """Run a decode batch through its graph (capturing it first if needed). ``before_replay``
+        is called on the key's static batch once its metadata is uploaded (the model runner
+        resolves future token ids there, on the device).
 
         Returns:
             ``(fb, logits)``: ``fb`` has the real requests' host lists (``extend_lens``,
@@ -255,6 +263,8 @@ class CudaGraphRunner:
         n = len(reqs)
         self._upload(self._layout(bs), reqs)
         static = self._static(bs, two)
+        if before_replay is not None:
+            before_replay(static)
         if use_graph:
             self.graphs[gkey].replay()
         else:

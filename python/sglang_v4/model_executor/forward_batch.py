@@ -64,8 +64,7 @@ BATCH_FIELDS = tuple(
 #: slot 0 and write no KV (``swa_write = win_out = -1``); padded snapshots go to the reserved window
 #: page 0; padded tokens see nothing (``swa_pages = -1``, ``visible = 0``).
 PAD = {f: 0 for f in BATCH_FIELDS + PLAN_FIELDS} | {
-    f: -1
-    for f in "swa_write swa_pages win_rows win_prev win_out buf_rows ovl_rows snap_rows".split()
+    f: -1 for f in "swa_write swa_pages win_rows win_prev win_out buf_rows ovl_rows snap_rows".split()
 }
 
 
@@ -564,10 +563,11 @@ class ForwardBatchBuilder:
             self.page_size,
             self.window,
         )
-        host = np.empty(lay.size, dtype=np.int64)
-        lay.write(host, meta)
+        # pinned + asynchronous on CUDA: a pageable upload would wait for the forward in flight
+        host_t = torch.empty(lay.size, dtype=torch.int64, pin_memory=self.device.type == "cuda")
+        lay.write(host_t.numpy(), meta)
         table = self.sync_pages(reqs, meta)
-        buf = torch.from_numpy(host).to(self.device)
+        buf = host_t.to(self.device, non_blocking=True)
         fb = lay.views(buf, meta.extend_lens, meta.prefix_lens, meta.logits_counts)
         fb.indexer_stream = indexer_stream
         fb.req_to_page = table

@@ -35,6 +35,23 @@ logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+#: Test hook (fault injection): a comma-separated list of forward numbers (1-based, counted per
+#: runner) that raise ``torch.OutOfMemoryError`` instead of running, e.g. ``"3"`` or ``"3,7"``.
+INJECT_OOM_ENV = "SGLANG_V4_TEST_OOM_FORWARDS"
+
+
+def resolve_future_token_ids(input_ids: torch.Tensor, future_token_ids: torch.Tensor) -> None:
+    """Replace, in place and on the device, each negative id ``-(s + 1)`` of ``input_ids`` by
+    ``future_token_ids[s]``: the token that an earlier batch sampled into future slot ``s`` (overlap
+    scheduling builds a batch before the host knows the previous batch's tokens).
+
+    Args:
+        input_ids: ``[T]`` int64 token ids of a forward, future placeholders negative.
+        future_token_ids: ``[N]`` int64, the future map the sampler writes.
+    """
+    slot = (-input_ids - 1).clamp_(min=0)
+    input_ids.copy_(torch.where(input_ids < 0, future_token_ids[slot], input_ids))
+
 
 class IndexerStreamPolicy:
     """Which forwards run the CSA indexer branch on a second CUDA stream (``fb.indexer_stream``).
@@ -109,6 +126,10 @@ class ModelRunner:
             # index_add_ on [1, 128] takes 85 ms with 2 threads on a loaded 2-core box, 6 us with 1).
             torch.set_num_threads(int(os.environ.get("SGLANG_V4_CPU_THREADS", "1")))
         self.dtype = _DTYPES[sa.dtype]
+        self.forward_ct = 0
+        self.inject_oom_forwards = {
+            int(x) for x in os.environ.get(INJECT_OOM_ENV, "").split(",") if x.strip()
+        }
         self.page_size = int(sa.page_size)
         self.max_running_requests = int(
             sa.max_running_requests or (256 if self.device.type == "cuda" else 64)
@@ -317,16 +338,39 @@ class ModelRunner:
         num_tokens = sum(len(r.input_ids) for r in reqs)
         return self.builder.build(reqs, indexer_stream=self.indexer_streams.for_tokens(num_tokens))
 
-    def forward(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
+    def forward(
+        self, reqs: list[ReqForwardInput], future_token_ids: torch.Tensor | None = None
+    ) -> tuple[ForwardBatch, torch.Tensor]:
         """Build the batch and run the model. Returns the batch and ``[K, vocab]`` fp32 logits.
 
         Decode batches (one new token per request) that fit a CUDA-graph bucket replay a captured
         graph (:class:`~sglang_v4.model_executor.cuda_graph_runner.CudaGraphRunner`); everything
-        else (and everything on CPU) runs eagerly.
+        else (and everything on CPU) runs eagerly. Negative input ids are future placeholders,
+        resolved on the device from ``future_token_ids`` (:func:`resolve_future_token_ids`) before
+        the model reads them.
+
+        Raises:
+            torch.OutOfMemoryError: the device ran out of memory (or the fault-injection hook
+                :data:`INJECT_OOM_ENV` fired); the caller recovers.
+            ValueError: as :meth:`build_batch`.
         """
+        self.forward_ct += 1
+        if self.forward_ct in self.inject_oom_forwards:
+            raise torch.OutOfMemoryError(
+                f"out of memory injected in forward {self.forward_ct} ({INJECT_OOM_ENV})"
+            )
+        resolve = None
+        if future_token_ids is not None and any(r.input_ids[-1] < 0 for r in reqs):
+            fmap = future_token_ids
+
+            def resolve(fb: ForwardBatch) -> None:
+                resolve_future_token_ids(fb.input_ids, fmap)
+
         g = self.cuda_graph_runner
         if g is not None and g.can_run(reqs):
-            return g.replay(reqs)
+            return g.replay(reqs, before_replay=resolve)
         fb = self.build_batch(reqs)
+        if resolve is not None:
+            resolve(fb)
         logits = self.model(fb, self.pool)
         return fb, logits

@@ -77,7 +77,9 @@ class WorkspacePlan:
             f"reserved {self.reserved_bytes / 2**30:.2f} GiB"
         )
         if self.lowered:
-            s += f"; chunked prefill lowered from {self.requested_chunk} to {self.chunked_prefill_size} tokens"
+            s += (
+                f"; chunked prefill lowered from {self.requested_chunk} to {self.chunked_prefill_size} tokens"
+            )
         return s
 
 
@@ -150,13 +152,17 @@ def plan_workspace(
     device = torch.device(builder_args["device"])
     measure = measure or _cuda_peak(device)
     nblocks = -(-int(context_len) // page_size)
+    # the scratch pool (and the builder holding its page table) live in a dict so that both can be
+    # dropped before the real pools are sized
     pool = DSV4KVPool(model_config, page_size, 1, 1, 1, padded=True, max_pages_per_req=nblocks, **pool_args)
-    builder = ForwardBatchBuilder(req_to_page=pool.req_to_page, **builder_args)
+    scratch = {"pool": pool, "builder": ForwardBatchBuilder(req_to_page=pool.req_to_page, **builder_args)}
+    del pool
 
     def forward(reqs: list[ReqForwardInput]) -> Callable[[], None]:
         def run() -> None:
+            pool = scratch["pool"]
             pool.req_to_page.invalidate(0)
-            fb = builder.build(reqs)
+            fb = scratch["builder"].build(reqs)
             model(fb, pool)
             del fb
 
@@ -182,7 +188,7 @@ def plan_workspace(
                 "lower --context-length or --max-running-requests, or use --tp-size"
             )
         c = max(page_size, c // 2)
-    del pool
+    scratch.clear()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     plan = WorkspacePlan(c, requested, int(prefill), int(decode), reserved)

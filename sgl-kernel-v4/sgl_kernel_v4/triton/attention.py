@@ -147,7 +147,9 @@ def _paged_attn_kernel(
             page = tl.load(r2p_ptr + row * stride_r2p + wc // E, mask=w >= 0, other=-1).to(tl.int64)
             valid = (w >= 0) & (page >= 0)
             off = row_offsets(page * E + wc % E, c_rpp, c_ps, c_rs)
-            m, l_sum, acc = _attend(q, m, l_sum, acc, comp_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE)
+            m, l_sum, acc = _attend(
+                q, m, l_sum, acc, comp_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE
+            )
 
     if NUM_SPLITS == 1:
         out = acc / l_sum[:, None]

@@ -344,11 +344,19 @@ def _paged_args(idx_kv: Any, DI: int, req_to_page: torch.Tensor, req_rows: torch
     kv = as_paged(idx_kv)
     if kv.dim != DI or kv.codec not in ("float", "fp8_indexer", "fp4_indexer"):
         raise ValueError(f"idx_kv: expected indexer keys of {DI} values, got {kv.codec} entries of {kv.dim}")
-    for name, x, nd in (("req_to_page", req_to_page, 2), ("req_rows", req_rows, 1), ("token_req", token_req, 1)):
+    for name, x, nd in (
+        ("req_to_page", req_to_page, 2),
+        ("req_rows", req_rows, 1),
+        ("token_req", token_req, 1),
+    ):
         if x.dim() != nd or x.dtype not in (torch.int32, torch.int64) or x.stride(-1) != 1:
-            raise ValueError(f"{name}: expected a contiguous {nd}-D int tensor, got {x.dtype} {tuple(x.shape)}")
+            raise ValueError(
+                f"{name}: expected a contiguous {nd}-D int tensor, got {x.dtype} {tuple(x.shape)}"
+            )
     if visible.shape != (T,) or token_req.shape != (T,):
-        raise ValueError(f"visible / token_req: expected [{T}], got {tuple(visible.shape)} / {tuple(token_req.shape)}")
+        raise ValueError(
+            f"visible / token_req: expected [{T}], got {tuple(visible.shape)} / {tuple(token_req.shape)}"
+        )
     return kv
 
 

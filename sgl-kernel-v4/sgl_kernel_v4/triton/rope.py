@@ -335,7 +335,9 @@ def qnorm_rope_kv_insert(
         raise ValueError(f"kv_norm_weight: expected [{D}], got {tuple(kv_norm_weight.shape)}")
     swa = as_paged(swa_flat)
     if swa.dim != D or swa.codec not in ("float", "fp8_main"):
-        raise ValueError(f"swa_flat: expected main entries of {D} values, got {swa.codec} entries of {swa.dim}")
+        raise ValueError(
+            f"swa_flat: expected main entries of {D} values, got {swa.codec} entries of {swa.dim}"
+        )
     if swa_index.shape != (T,) or swa_index.dtype not in (torch.int32, torch.int64):
         raise ValueError(
             f"swa_index: expected int32/int64 [{T}], got {swa_index.dtype} {tuple(swa_index.shape)}"
