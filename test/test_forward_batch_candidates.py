@@ -138,14 +138,18 @@ def test_page_table_uploads_only_new_pages() -> None:
     dec = ReqForwardInput(1, [4], 600, pages, {3: 4, 4: 5}, 0)
     assert builder.sync_pages([dec], builder.metadata([dec])) is table.table
     assert table.sync([dec], [3]) == 0  # nothing new
-    pages2 = pages + [7]
-    assert table.sync([ReqForwardInput(1, [4], 768, pages2, {5: 6, 6: 7}, 0)], [4]) == 1
-    assert table.table[1, :4].tolist() == pages2
-    pages2[1] = 11  # the radix cache swapped block 1 for the tree's page
+    pages.append(7)  # the scheduler grows the list in place
+    assert table.sync([ReqForwardInput(1, [4], 768, pages, {5: 6, 6: 7}, 0)], [4]) == 1
+    assert table.table[1, :4].tolist() == pages
+    pages[1] = 11  # changed in place at block 1, announced by invalidate
     table.invalidate(1, 1)
-    assert table.sync([ReqForwardInput(1, [4], 769, pages2, {6: 7}, 0)], [4]) == 3
+    assert table.sync([ReqForwardInput(1, [4], 769, pages, {6: 7}, 0)], [4]) == 3
+    assert table.table[1, :4].tolist() == pages
+    pages2 = list(pages)
+    pages2[2] = 12  # the radix cache swapped block 2 into a new list: written whole
+    assert table.sync([ReqForwardInput(1, [4], 770, pages2, {6: 7}, 0)], [4]) == 4
     assert table.table[1, :4].tolist() == pages2
-    other = [8, 3]  # a new request in slot 1 whose last synced page differs: written whole
+    other = [8, 3]  # a new request in slot 1 (another list): written whole
     assert table.sync([ReqForwardInput(1, [4], 300, other, {1: 2, 2: 3}, 0)], [2]) == 2
     assert table.table[1, :2].tolist() == other
     with pytest.raises(ValueError, match="context"):
