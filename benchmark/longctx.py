@@ -72,6 +72,15 @@ def measure_gemm_rate(dev: str) -> float:
     return 2.0 * n**3 / sorted(ts[2:])[2]
 
 
+def indexer_pairs(n: int, ratio: int) -> int:
+    """(query, visible compressed entry) pairs of a prefill of ``n`` tokens from position 0:
+    ``sum_{t < n} floor((t + 1) / ratio)`` in closed form (``n = q * ratio + rem``: the positions
+    ``k * ratio .. k * ratio + ratio - 1`` see ``k`` entries, position ``q * ratio`` sees ``q``, the
+    ``rem`` after it ``q`` each); about ``n^2 / (2 ratio)``, ``n^2 / 8`` for CSA."""
+    q, rem = divmod(int(n), int(ratio))
+    return ratio * (q * (q - 1) // 2) + q + rem * q
+
+
 def prefill_roofline(model: torch.nn.Module, mc: Any, n: int, gemm_flops_per_s: float) -> dict[str, float]:
     """FLOP roofline of a prefill of ``n`` tokens (one request from position 0).
 
@@ -85,10 +94,7 @@ def prefill_roofline(model: torch.nn.Module, mc: Any, n: int, gemm_flops_per_s: 
     f = prefill_flops(model, mc, n)
     idx = 0.0
     if mc.csa_layers:
-        r = mc.csa_ratio
-        # sum_{t<n} floor((t+1)/r) in closed form: q full groups of r positions, then the remainder
-        q, rem = divmod(n, r)
-        pairs = r * (q * (q - 1) / 2) + q + rem * q
+        pairs = indexer_pairs(n, mc.csa_ratio)
         idx = 2.0 * hf.index_n_heads * hf.index_head_dim * pairs * len(mc.csa_layers)
     return {"flops": f, "indexer_flops": idx, "seconds": f / gemm_flops_per_s}
 
