@@ -3,8 +3,8 @@ hits on long prefixes.
 
 * The reference ops read the paged pools through page tables in bounded blocks of tokens: the
   indexer at 2,048 tokens x 65,536 visible entries and the HCA attention at 4,096 tokens x 8,192
-  entries stay within a few hundred MB (dense ``[T, C]`` lists alone would take 1 GiB; the gathered
-  keys 8 GiB), measured as the growth of a fresh subprocess's peak RSS.
+  entries stay under 512 MiB (dense ``[T, C]`` lists alone would take 1 GiB; the gathered keys
+  8 GiB), measured as the growth of a fresh subprocess's peak RSS.
 * A 64k-token prefix on the ``tiny`` preset (its indexer narrowed to 2 heads x 64 dims so the
   float64 reference scoring of the 537M (query, entry) pairs fits CI), prefilled in 8,192-token
   chunks: the peak RSS of the last chunk (16k entries per token) is within a bound of the first
@@ -42,14 +42,16 @@ def _run_child(*args: str, timeout: int = 1800) -> dict:
 def test_reference_indexer_memory_is_bounded() -> None:
     res = _run_child("indexer")
     assert res["dense_bytes"] >= 2**30  # what per-token candidate lists would have taken
-    assert res["growth_mib"] < 300, res
+    # blocks of GATHER_BUDGET float64 scores (64 MiB) and their einsum / top-k temporaries: far under
+    # the dense candidate list alone (1 GiB), and its float64 scores (1 GiB)
+    assert res["growth_mib"] < 512, res
     assert res["rows_ok"]
 
 
 def test_reference_attention_memory_is_bounded() -> None:
     res = _run_child("attention")
     assert res["gathered_bytes"] >= 8 * 2**30  # the gathered keys of every token at once
-    assert res["growth_mib"] < 300, res
+    assert res["growth_mib"] < 512, res
     assert res["finite"]
 
 
