@@ -116,22 +116,49 @@ def _row(
 # ------------------------------------------------------------------------------------------------
 
 
-def torch_sparse_attention(
-    q: torch.Tensor, sources: list[tuple[torch.Tensor, torch.Tensor]], sinks: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """Unfused torch: gather keys, bmm, mask, sink column, fp32 softmax, bmm (HF eager attention)."""
-    ks, ms = [], []
-    for kv, idx in sources:
-        ks.append(kv[idx.clamp(min=0)])
-        ms.append(idx >= 0)
-    k = torch.cat(ks, 1)  # [T, K, D]
-    m = torch.cat(ms, 1)
+def _page_table(T: int, n_entries: int, e: int, n_pages: int, g: torch.Generator) -> dict:
+    """Paged inputs for ``T`` tokens of one request each seeing ``n_entries`` entries in random
+    pages of ``e`` entries: ``req_to_page`` / ``req_rows`` / ``token_req`` / ``entries_per_page``."""
+    P = max(1, -(-n_entries // e))
+    rows = torch.stack([torch.randperm(n_pages, device=DEV, generator=g)[:P] for _ in range(T)]).int()
+    return dict(
+        req_to_page=rows,
+        req_rows=torch.arange(T, device=DEV),
+        token_req=torch.arange(T, device=DEV),
+        entries_per_page=e,
+    )
+
+
+def _window_inputs(T: int, n_win_pages: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions past the first window and two random window pages per token."""
+    pos = torch.randint(WINDOW, 1 << 20, (T,), device=DEV, generator=g)
+    pages = torch.randint(1, n_win_pages, (T, 2), device=DEV, generator=g)
+    return pos, pages
+
+
+def torch_sparse_attention(q, swa, swa_pages, pos, comp, ent, pg, sinks, scale) -> torch.Tensor:
+    """Unfused torch over the same paged inputs: slots from the page tables, gather keys, bmm,
+    mask, sink column, fp32 softmax, bmm (HF eager attention)."""
+    from sgl_kernel_v4.paged import entry_slots, window_slots
+
+    i0 = window_slots(pos, swa_pages, WINDOW)
+    i1 = entry_slots(pg["req_to_page"], pg["req_rows"][pg["token_req"]][:, None], ent, pg["entries_per_page"])
+    k = torch.cat([swa[i0.clamp(min=0)], comp[i1.clamp(min=0)]], 1)  # [T, K, D]
+    m = torch.cat([i0 >= 0, i1 >= 0], 1)
     logits = torch.bmm(q, k.transpose(1, 2)).float() * scale  # [T, H, K]
     logits = logits.masked_fill(~m[:, None, :], float("-inf"))
     T, Hq, _ = q.shape
     logits = torch.cat([logits, sinks.view(1, Hq, 1).expand(T, Hq, 1)], -1)
     p = torch.softmax(logits, -1)[..., :-1].to(q.dtype)
     return torch.bmm(p, k)
+
+
+def _attention_case(T: int, k1: int, g: torch.Generator, kv_win, kv_cmp) -> tuple:
+    q = torch.randn(T, H, D, device=DEV, dtype=torch.bfloat16, generator=g)
+    pos, pages = _window_inputs(T, kv_win.shape[0] // WINDOW, g)
+    pg = _page_table(T, 4 * k1, 64, kv_cmp.shape[0] // 64, g)
+    ent = torch.randint(0, 4 * k1, (T, k1), device=DEV, generator=g)
+    return q, pos, pages, pg, ent
 
 
 def bench_attention(ceil: dict[str, float], quick: bool) -> list[Row]:
@@ -148,19 +175,23 @@ def bench_attention(ceil: dict[str, float], quick: bool) -> list[Row]:
     sinks = torch.randn(H, device=DEV, generator=_G())
     scale = D**-0.5
     for T, k1 in shapes:
-        q = torch.randn(T, H, D, device=DEV, dtype=torch.bfloat16, generator=g)
-        idx0 = torch.randint(0, pool_rows, (T, WINDOW), device=DEV, generator=g)
-        idx1 = torch.randint(0, pool_rows // 4, (T, k1), device=DEV, generator=g)
-        sources = [(kv_win, idx0), (kv_cmp, idx1)]
+        q, pos, pages, pg, ent = _attention_case(T, k1, g, kv_win, kv_cmp)
         out = torch.empty_like(q)
-        fused = lambda q=q, s=sources, o=out: sparse_attention(q, s, sinks, scale, out=o)  # noqa: E731
-        base = lambda q=q, s=sources: torch_sparse_attention(q, s, sinks, scale)  # noqa: E731
+
+        def fused(q=q, pos=pos, pages=pages, pg=pg, ent=ent, o=out):
+            return sparse_attention(
+                q, kv_win, pages, pos, WINDOW, sinks, scale, kv_cmp, ent, None, **pg, out=o
+            )
+
+        def base(q=q, pos=pos, pages=pages, pg=pg, ent=ent):
+            return torch_sparse_attention(q, kv_win, pages, pos, kv_cmp, ent, pg, sinks, scale)
+
         err = _rel(fused(), base())
         K = WINDOW + k1
         nbytes = T * H * D * 2 * 2 + T * K * (D * 2 + 8)
         flops = 4.0 * T * H * K * D
         rows.append(
-            _row("sparse_attention", f"T={T} H={H} D={D} K={WINDOW}+{k1}", fused, base, nbytes, flops, ceil, err, "gather+bmm+softmax+bmm")
+            _row("sparse_attention", f"T={T} H={H} D={D} K={WINDOW}+{k1}", fused, base, nbytes, flops, ceil, err, "slots+gather+bmm+softmax+bmm")
         )  # fmt: skip
     return rows
 
@@ -170,10 +201,17 @@ def bench_attention(ceil: dict[str, float], quick: bool) -> list[Row]:
 # ------------------------------------------------------------------------------------------------
 
 
-def torch_indexer_topk(
-    q: torch.Tensor, w: torch.Tensor, kv: torch.Tensor, cand: torch.Tensor, topk: int, scale: float
-) -> torch.Tensor:
-    """Unfused torch (HF scorer): gather, matmul in fp32, relu, head-weighted sum, mask, topk."""
+def torch_indexer_topk(q, w, kv, vis, pg, topk: int, scale: float) -> torch.Tensor:
+    """Unfused torch (HF scorer) over the same paged inputs: slots, gather, matmul in fp32, relu,
+    head-weighted sum, mask, topk."""
+    from sgl_kernel_v4.paged import entry_slots
+
+    C = int(vis.max())
+    col = torch.arange(C, device=q.device)[None, :]
+    ent = torch.where(col < vis[:, None], col, -1)
+    cand = entry_slots(
+        pg["req_to_page"], pg["req_rows"][pg["token_req"]][:, None], ent, pg["entries_per_page"]
+    )
     k = kv[cand.clamp(min=0)]  # [T, C, di]
     s = torch.bmm(q, k.transpose(1, 2)).float()  # [T, Hi, C]
     s = torch.relu(s * scale) * w[:, :, None]
@@ -204,20 +242,27 @@ def bench_indexer(ceil: dict[str, float], quick: bool) -> list[Row]:
                 "topk_select", f"T={T} C={C} k={TOPK}", fused, base, T * C * 4.0, 0.0, ceil, err, "torch.topk"
             )
         )
-    # full indexer: scoring + top-k
+    # full indexer over paged keys: scoring + top-k
     shapes = [(1, 262144), (1, 65536), (8, 65536), (32, 16384), (128, 8192), (2048, 2048)]
     if quick:
         shapes = [(1, 262144), (32, 16384)]
-    n_pool = 300000
+    n_pool = 300032
     kv = torch.randn(n_pool, DI, device=DEV, dtype=torch.bfloat16, generator=g)
     for T, C in shapes:
         q = torch.randn(T, HI, DI, device=DEV, dtype=torch.bfloat16, generator=g)
         w = torch.randn(T, HI, device=DEV, generator=g) * HI**-0.5
-        cand = torch.randint(0, n_pool, (T, C), device=DEV, generator=g)
+        pg = _page_table(T, C, 64, n_pool // 64, g)
+        vis = torch.full((T,), C, dtype=torch.int64, device=DEV)
         out = torch.empty(T, TOPK, dtype=torch.int64, device=DEV)
         scale = DI**-0.5
-        fused = lambda q=q, w=w, c=cand, o=out, s=scale: indexer_topk(q, w, kv, c, TOPK, s, out=o)  # noqa: E731
-        base = lambda q=q, w=w, c=cand, s=scale: torch_indexer_topk(q, w, kv, c, TOPK, s)  # noqa: E731
+
+        def fused(q=q, w=w, pg=pg, vis=vis, o=out, C=C, scale=scale):
+            return indexer_topk(q, w, kv, vis, pg["req_to_page"], pg["req_rows"], pg["token_req"],
+                                pg["entries_per_page"], TOPK, scale, max_visible=C, out=o)  # fmt: skip
+
+        def base(q=q, w=w, pg=pg, vis=vis, scale=scale):
+            return torch_indexer_topk(q, w, kv, vis, pg, TOPK, scale)
+
         # agreement: fraction of the torch top-k set that the kernel also selected
         a, b = fused().sort(1).values, base().sort(1).values
         overlap = sum(len(set(a[i].tolist()) & set(b[i].tolist())) for i in range(min(T, 16))) / (
@@ -226,7 +271,7 @@ def bench_indexer(ceil: dict[str, float], quick: bool) -> list[Row]:
         nbytes = T * C * (DI * 2 + 8) + T * HI * DI * 2
         flops = 2.0 * T * HI * C * DI
         rows.append(
-            _row("indexer_topk", f"T={T} C={C} Hi={HI} di={DI} k={TOPK}", fused, base, nbytes, flops, ceil, 1.0 - overlap, "gather+bmm+relu+sum+topk")
+            _row("indexer_topk", f"T={T} C={C} Hi={HI} di={DI} k={TOPK}", fused, base, nbytes, flops, ceil, 1.0 - overlap, "slots+gather+bmm+relu+sum+topk")
         )  # fmt: skip
     return rows
 
@@ -244,26 +289,25 @@ def bench_attention_sweep(ceil: dict[str, float], quick: bool) -> list[Row]:
     pool = torch.randn(1 << 20, D, device=DEV, dtype=torch.bfloat16, generator=g)
     sinks = torch.randn(H, device=DEV, generator=_G())
     for T in (1, 32, 4096):
-        q = torch.randn(T, H, D, device=DEV, dtype=torch.bfloat16, generator=g)
-        src = [
-            (pool, torch.randint(0, 1 << 20, (T, WINDOW), device=DEV, generator=g)),
-            (pool, torch.randint(0, 1 << 20, (T, TOPK), device=DEV, generator=g)),
-        ]
+        q, pos, pages, pg, ent = _attention_case(T, TOPK, g, pool, pool)
         out = torch.empty_like(q)
-        ref = sparse_attention(q, src, sinks, D**-0.5)
-        base = lambda q=q, s=src, o=out: sparse_attention(q, s, sinks, D**-0.5, out=o)  # noqa: E731
+
+        def run(q=q, pos=pos, pages=pages, pg=pg, ent=ent, o=out, **kw):
+            return sparse_attention(
+                q, pool, pages, pos, WINDOW, sinks, D**-0.5, pool, ent, None, **pg, out=o, **kw
+            )
+
+        ref = run().clone()
         for bh in (16, 32, 64):
             for bn in (16, 32, 64):
                 if bh * bn > 2048:
                     continue
-                fn = lambda q=q, s=src, o=out, bh=bh, bn=bn: sparse_attention(  # noqa: E731
-                    q, s, sinks, D**-0.5, out=o, block_h=bh, block_n=bn
-                )
+                fn = lambda run=run, bh=bh, bn=bn: run(block_h=bh, block_n=bn)  # noqa: E731
                 try:
                     err = _rel(fn(), ref)
                     K = WINDOW + TOPK
                     rows.append(
-                        _row("attn_sweep", f"T={T} bh={bh} bn={bn}", fn, base, T * K * (D * 2 + 8), 4.0 * T * H * K * D, ceil, err, "default cfg")
+                        _row("attn_sweep", f"T={T} bh={bh} bn={bn}", fn, run, T * K * (D * 2 + 8), 4.0 * T * H * K * D, ceil, err, "default cfg")
                     )  # fmt: skip
                 except Exception as e:  # noqa: BLE001
                     print(

@@ -557,9 +557,9 @@ class Bench:
             row["tok_s"] = round(bs / row["ms_step"] * 1e3, 1)
             if graphs and self.graph_runner is not None and self.device == "cuda":
                 gr = self.graph_runner
-                key = gr.key_for(self.step_inputs(reqs))
-                if key is not None and (key[0], key[1], stream) in gr.graphs:
-                    g = gr.graphs[(key[0], key[1], stream)]
+                key = gr.key_for(self.step_inputs(reqs))  # (bs, two_stream): every context
+                if key is not None and key in gr.graphs:
+                    g = gr.graphs[key]
                     row["replay_ms"] = round(statistics.median(cuda_ms(g.replay, 10, warm=1)), 3)
                 row["graph_failed"] = gr.failed
         finally:

@@ -69,6 +69,9 @@ class StubPool:
     def load_resume_state(self, slot: int, window_page: int) -> None:
         pass
 
+    def block_pages_changed(self, slot: int, first_block: int) -> None:
+        pass
+
     def stats(self) -> dict[str, Any]:
         return {"block_pages": self.block_alloc.stats(), "window_pages": self.window_alloc.stats()}
 

@@ -1,25 +1,24 @@
-"""``build_forward_batch`` candidate lists (CSA/HCA) and sliding-window indices against per-token
-Python-loop oracles.
+"""Each token's keys as the kernels find them (page table + positions + visible counts) against
+per-token Python-loop oracles, and the page table the builder keeps on the device.
 
-The builder produces the compact form (each request's block table row + a visible count per
-token; each token's two window pages) and ``expand_kv_indices`` expands it on the device; the oracle writes each token's list from the definition: entry ``w`` of the
-request is visible to the token at position ``t`` iff ``w < (t + 1) // ratio``, and lives at flat
-slot ``block_pages[w // (page / ratio)] * (page / ratio) + w % (page / ratio)``; -1 pads to the
-batch's longest list. The window keys of the token at ``t`` are positions ``t - 127 .. t``, at
+The builder produces the compact form (a visible count per token, each token's two window pages,
+the requests' rows of the device page table ``req_to_page``); the attention and indexer kernels
+compute the key slots with :mod:`sgl_kernel_v4.paged`. The oracle writes each token's list from the
+definition: entry ``w`` of the request is visible to the token at position ``t`` iff ``w < (t + 1) //
+ratio``, and lives at flat slot ``block_pages[w // (page / ratio)] * (page / ratio) + w % (page /
+ratio)``. The window keys of the token at ``t`` are positions ``t - 127 .. t``, at
 ``window_pages[k // 128] * 128 + k % 128`` (-1 below 0); the token writes its own at ``t``."""
 
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import pytest
 import torch
-from sglang_v4.model_executor.forward_batch import (
-    ForwardBatchBuilder,
-    ReqForwardInput,
-    build_forward_batch,
-    expand_kv_indices,
-)
+from sgl_kernel_v4.paged import entry_slots, window_slots
+from sglang_v4.mem_cache.req_to_page import ReqToPageTable
+from sglang_v4.model_executor.forward_batch import ForwardBatchBuilder, ReqForwardInput, build_forward_batch
 
 PAGE, WINDOW = 256, 128
 
@@ -45,6 +44,16 @@ def _oracle(reqs: list[ReqForwardInput], ratio: int) -> list[list[int]]:
     return [x + [-1] * (width - len(x)) for x in rows]
 
 
+def _paged_candidates(fb, name: str) -> torch.Tensor:
+    """``[T, max visible]`` slots of the visible entries as the kernels compute them."""
+    plan = getattr(fb, name)
+    C = int(plan.visible.max())
+    col = torch.arange(C)[None, :]
+    ent = torch.where(col < plan.visible[:, None], col, -1)
+    rows = fb.req_pool_indices[fb.token_req][:, None]
+    return entry_slots(fb.req_to_page, rows, ent, fb.page_size // plan.ratio)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_candidates_match_oracle(seed: int) -> None:
     rng = random.Random(seed)
@@ -52,18 +61,19 @@ def test_candidates_match_oracle(seed: int) -> None:
     reqs = [
         _req(rng, i + 1, *shapes[j]) for i, j in enumerate(rng.sample(range(len(shapes)), rng.randint(1, 5)))
     ]
-    fb = expand_kv_indices(build_forward_batch(reqs, PAGE, WINDOW, 4, 128, "cpu"))
+    fb = build_forward_batch(reqs, PAGE, WINDOW, 4, 128, "cpu")
     for name, ratio in (("csa", 4), ("hca", 128)):
-        cand = getattr(fb, name).candidates
+        cand = _paged_candidates(fb, name)
         assert cand.dtype == torch.int64
         assert cand.tolist() == _oracle(reqs, ratio), name
+        assert getattr(fb, name).max_visible == max((r.prefix_len + len(r.input_ids)) // ratio for r in reqs)
 
 
 def test_no_visible_entries_gives_width_zero() -> None:
     rng = random.Random(0)
-    fb = expand_kv_indices(build_forward_batch([_req(rng, 1, 0, 3)], PAGE, WINDOW, 4, 128, "cpu"))
-    assert tuple(fb.hca.candidates.shape) == (3, 0)
-    assert fb.csa.candidates.tolist() == _oracle([_req(random.Random(0), 1, 0, 3)], 4)
+    fb = build_forward_batch([_req(rng, 1, 0, 3)], PAGE, WINDOW, 4, 128, "cpu")
+    assert tuple(_paged_candidates(fb, "hca").shape) == (3, 0)
+    assert _paged_candidates(fb, "csa").tolist() == _oracle([_req(random.Random(0), 1, 0, 3)], 4)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -73,7 +83,7 @@ def test_window_index_matches_oracle(seed: int) -> None:
     reqs = [
         _req(rng, i + 1, *shapes[j]) for i, j in enumerate(rng.sample(range(len(shapes)), rng.randint(1, 4)))
     ]
-    fb = expand_kv_indices(build_forward_batch(reqs, PAGE, WINDOW, 4, 128, "cpu"))
+    fb = build_forward_batch(reqs, PAGE, WINDOW, 4, 128, "cpu")
     want_idx, want_write = [], []
     for r in reqs:
         for i in range(len(r.input_ids)):
@@ -85,25 +95,62 @@ def test_window_index_matches_oracle(seed: int) -> None:
                     for k in range(t - WINDOW + 1, t + 1)
                 ]
             )
-    assert fb.swa_idx.tolist() == want_idx
+    assert window_slots(fb.positions, fb.swa_pages, WINDOW).tolist() == want_idx
     assert fb.swa_write.tolist() == want_write
 
 
 def test_metadata_is_compact_at_long_context() -> None:
     """A 2048-token extend chunk after a 65,536-token prefix (16,896 CSA candidates per token): the
-    builder's output is O(tokens + requests x block pages + windows), never tokens x candidates
-    (only ``expand_kv_indices`` makes the dense ``[T, C]`` lists, on the device)."""
+    builder's host metadata is O(tokens + windows + requests), never tokens x candidates nor the
+    request's whole page list (the page table lives on the device), and building it allocates
+    host memory of that order (tracemalloc counts numpy's buffers)."""
     rng = random.Random(7)
     prefix, n = 65536, 2048
     reqs = [_req(rng, 1, prefix, n), _req(rng, 2, 0, 5)]
     builder = ForwardBatchBuilder(PAGE, WINDOW, 4, 128, "cpu")
+    tracemalloc.start()
     meta = builder.metadata(reqs)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
     T, B = n + 5, 2
-    P = -(-(prefix + n) // PAGE)
     J = (prefix + n) // 4 - prefix // 4 + (prefix + n) // 128 - prefix // 128 + 1  # completed windows
     total = sum(a.size for a in meta.arrays.values())
     # per token: ids, positions, request, swa write, 2 window pages, logits row, 2 visible counts;
-    # per window: m rows + previous half (CSA) + position + slot; per request: block row + state rows
-    assert total <= 9 * T + B * P + J * (4 + 4 + 2) + 4 * B * (4 + 128) + 16, total
+    # per window: m rows + previous half (CSA) + position + slot; per request: state rows
+    assert total <= 9 * T + J * (4 + 4 + 2) + 4 * B * (4 + 128) + 16, total
     assert meta.max_visible == {"csa": (prefix + n) // 4, "hca": (prefix + n) // 128}
-    assert T * meta.max_visible["csa"] > 1000 * total  # what the dense lists would have cost
+    assert meta.num_blocks == [-(-(prefix + n) // PAGE), 1]
+    assert T * meta.max_visible["csa"] > 1000 * total  # what dense per-token lists would have cost
+    assert peak < 64 * total  # int64 arrays and their temporaries, not tokens x candidates
+
+
+def test_page_table_uploads_only_new_pages() -> None:
+    """The device page table: a request's first forward writes its whole page list, a decode step
+    within a block writes nothing, crossing a block end writes one entry; a slot reused by another
+    request (``invalidate``) or a swapped page is written again; rows past the context are refused."""
+    table = ReqToPageTable(num_slots=4, max_pages=8, device="cpu")
+    builder = ForwardBatchBuilder(PAGE, WINDOW, 4, 128, "cpu", req_to_page=table)
+    pages = [5, 9, 2]
+    r = ReqForwardInput(1, [3] * 600, 0, pages, {k: k + 1 for k in range(5)}, 599)
+    fb = builder.build([r])
+    assert fb.req_to_page is table.table
+    assert table.table[1, :3].tolist() == pages and (table.table[1, 3:] == -1).all()
+    dec = ReqForwardInput(1, [4], 600, pages, {3: 4, 4: 5}, 0)
+    assert builder.sync_pages([dec], builder.metadata([dec])) is table.table
+    assert table.sync([dec], [3]) == 0  # nothing new
+    pages.append(7)  # the scheduler grows the list in place
+    assert table.sync([ReqForwardInput(1, [4], 768, pages, {5: 6, 6: 7}, 0)], [4]) == 1
+    assert table.table[1, :4].tolist() == pages
+    pages[1] = 11  # changed in place at block 1, announced by invalidate
+    table.invalidate(1, 1)
+    assert table.sync([ReqForwardInput(1, [4], 769, pages, {6: 7}, 0)], [4]) == 3
+    assert table.table[1, :4].tolist() == pages
+    pages2 = list(pages)
+    pages2[2] = 12  # the radix cache swapped block 2 into a new list: written whole
+    assert table.sync([ReqForwardInput(1, [4], 770, pages2, {6: 7}, 0)], [4]) == 4
+    assert table.table[1, :4].tolist() == pages2
+    other = [8, 3]  # a new request in slot 1 (another list): written whole
+    assert table.sync([ReqForwardInput(1, [4], 300, other, {1: 2, 2: 3}, 0)], [2]) == 2
+    assert table.table[1, :2].tolist() == other
+    with pytest.raises(ValueError, match="context"):
+        table.sync([ReqForwardInput(2, [4], 0, list(range(1, 10)), {}, 0)], [9])

@@ -1,14 +1,15 @@
 """Static-shape decode (the CUDA-graph input path) against the eager runner.
 
 ``CudaGraphRunner`` pads a decode batch to a batch-size bucket with padding rows (slot 0, no KV
-writes, ``swa_pages = -1``), pads completed windows / snapshots to ``bs`` and the block table and
-candidate lists to a context bucket, and runs the model on views of one static int64 buffer. On CPU it runs that
+writes, ``swa_pages = -1``, nothing visible), pads completed windows / snapshots to ``bs``, syncs
+the pool's device page table, and runs the model on views of one static int64 buffer (one layout
+per batch size, whatever the context). On CPU it runs that
 padded batch eagerly (``use_graphs=False``), which checks exactly the inputs a graph replays: the
 logits of the real requests and every real KV / compressor state row must equal those of the
 plain eager runner (the runtime path that ``test_model_parity.py`` checks against HF
 transformers) on identical weights. Decodes cross CSA window ends, an HCA window end, a block end
-(CSA resume snapshot), a sliding-window page boundary and a context-bucket change, with
-all-padding forwards (the inputs of graph warm-up and capture) in between.
+(CSA resume snapshot) and a sliding-window page boundary, with all-padding forwards (the inputs of
+graph warm-up and capture) in between.
 
 The ``gpu`` variant does the same on CUDA with real graph capture, bf16, and the indexer on a
 second stream.
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from dsv4_testutil import CONFIGS
+from sgl_kernel_v4.paged import entry_slots, window_slots
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.model_executor.cuda_graph_runner import bs_buckets, pick_bucket
 from sglang_v4.model_executor.forward_batch import (
@@ -30,7 +32,6 @@ from sglang_v4.model_executor.forward_batch import (
     ForwardBatchBuilder,
     MetadataLayout,
     ReqForwardInput,
-    expand_kv_indices,
 )
 from sglang_v4.model_executor.model_runner import ModelRunner
 from sglang_v4.server_args import ServerArgs
@@ -108,7 +109,7 @@ def _compare_decode(
     st = _runner(
         cfg, device, dtype, disable_cuda_graph=True, indexer_stream_max_bs=4 if two_stream else 0, **runner_kw
     )
-    gr = st.create_cuda_graph_runner(max_bs=4, max_ctx=1024, min_ctx=256, use_graphs=use_graphs)
+    gr = st.create_cuda_graph_runner(max_bs=4, max_ctx=1024, use_graphs=use_graphs)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 1000, (n,), generator=g).tolist() for n in (120, 250, 5)]
     seqs = {k: [_Seq(r) for _ in prompts] for k, r in (("ref", ref), ("st", st))}
@@ -122,10 +123,10 @@ def _compare_decode(
         torch.testing.assert_close(outs["st"], outs["ref"], rtol=rtol, atol=atol)
         last.append(int(outs["ref"][-1].argmax()))
     if use_graphs:  # start-up capture (all-padding inputs) between prefill and decode: no state change
-        assert gr.capture_all(512) == len(gr.bs_list) * 2 and not gr.failed  # ctx buckets 256, 512
+        assert gr.capture_all() == len(gr.bs_list) and not gr.failed  # one graph per batch size
     # 14 decode steps: req 0 crosses 128 (HCA window, CSA block-end snapshot, window page),
-    # req 1 crosses 256 (context bucket 256 -> 512); batch of 3 pads to bucket 4; the last
-    # two steps drop request 2 (batch 2, no padding).
+    # req 1 crosses 256 (a new block page, synced into the device page table); batch of 3 pads to
+    # bucket 4; the last two steps drop request 2 (batch 2, no padding).
     for step in range(14):
         active = [0, 1, 2] if step < 12 else [0, 1]
         inputs_ref = [seqs["ref"][i].inp([last[i]]) for i in active]
@@ -133,7 +134,7 @@ def _compare_decode(
         assert gr.can_run(inputs_st)
         if step in (4, 9):  # an all-padding forward (graph warm-up / capture input) in between
             with torch.inference_mode():
-                gr._run_static(gr.dummy_inputs(4, 512, two_stream), 4)
+                gr._run_static(gr.dummy_inputs(4, two_stream), 4)
         _, lr = ref.forward(inputs_ref)
         fb_s, ls = gr.replay(inputs_st)
         assert fb_s.logits_counts == [1] * len(active)
@@ -163,44 +164,63 @@ def test_buckets_and_keys():
     assert pick_bucket(5, [1, 2, 4]) is None
     r = _runner(CONFIGS["sliding_first"], "cpu", "float32")
     assert r.cuda_graph_runner is None and r.indexer_streams.stream is None  # CPU: eager only
-    gr = r.create_cuda_graph_runner(max_bs=4, max_ctx=1024, min_ctx=256, use_graphs=False)
-    assert gr.ctx_list == [256, 512, 1024]
+    gr = r.create_cuda_graph_runner(max_bs=4, max_ctx=1024, use_graphs=False)
+    assert gr.max_ctx == 1024
     one = ReqForwardInput(1, [5], 300, [1, 2, 3], {1: 1, 2: 2}, 0)
-    assert gr.key_for([one]) == (1, 512)
-    assert gr.key_for([one] * 3) == (4, 512)
+    assert gr.key_for([one]) == (1, False)  # one key per batch size, whatever the context
+    assert gr.key_for([one] * 3) == (4, False)
+    assert gr.key_for([ReqForwardInput(1, [5], 1023, [1] * 8, {6: 1, 7: 2}, 0)]) == (1, False)
     assert gr.key_for([one] * 5) is None  # above max_bs
     assert gr.key_for([ReqForwardInput(1, [5, 6], 300, [1, 2, 3], {1: 1, 2: 2}, 1)]) is None  # extend
     assert gr.key_for([ReqForwardInput(1, [5], 1024, [1] * 9, {7: 1, 8: 2}, 0)]) is None  # ctx 1025
 
 
-def _replayed(lay: MetadataLayout, host: np.ndarray) -> ForwardBatch:
-    """The batch a graph of layout ``lay`` replays from ``host``, with its dense key lists."""
+def _replayed(lay: MetadataLayout, host: np.ndarray, table: torch.Tensor) -> ForwardBatch:
+    """The batch a graph of layout ``lay`` replays from ``host`` with the page table ``table``."""
     bs = lay.num_req_rows
     assert bs is not None
-    return expand_kv_indices(lay.views(torch.from_numpy(host), [1] * bs, [0] * bs, [1] * bs))
+    fb = lay.views(torch.from_numpy(host), [1] * bs, [0] * bs, [1] * bs)
+    fb.req_to_page = table
+    return fb
+
+
+def _dense(fb: ForwardBatch, width: dict[str, int] | None = None) -> dict[str, torch.Tensor]:
+    """Each token's key slots as the kernels compute them (:mod:`sgl_kernel_v4.paged`): the
+    window slots ``[T, window]`` and per ratio the visible entries' slots ``[T, C]`` (-1 padded)."""
+    out = {"swa_idx": window_slots(fb.positions, fb.swa_pages, fb.window)}
+    rows = fb.req_pool_indices[fb.token_req][:, None]
+    for name in ("csa", "hca"):
+        plan = getattr(fb, name)
+        C = width[name] if width else int(plan.visible.max())
+        col = torch.arange(C)[None, :]
+        ent = torch.where(col < plan.visible[:, None], col, -1)
+        out[name] = entry_slots(fb.req_to_page, rows, ent, fb.page_size // plan.ratio)
+    return out
 
 
 def test_layout_fill_pads_and_rejects_oversize():
     mc = ModelConfig.from_dict(copy.deepcopy(CONFIGS["sliding_first"]))
     builder = ForwardBatchBuilder(PAGE, mc.sliding_window, 4, 128, "cpu")
     lay = builder.static_layout(4, 256)
-    meta = builder.metadata([ReqForwardInput(1, [7], 127, [1], {0: 1}, 0)], num_req_rows=4)
+    reqs = [ReqForwardInput(1, [7], 127, [1], {0: 1}, 0)]
+    meta = builder.metadata(reqs, num_req_rows=4)
     host = np.full(lay.size, 99, dtype=np.int64)
     lay.write(host, meta)
-    v = _replayed(lay, host)
-    assert (v.swa_write[1:] == -1).all() and (v.swa_idx[1:] == -1).all()
+    v = _replayed(lay, host, builder.sync_pages(reqs, meta))
+    d = _dense(v, {"csa": 64, "hca": 2})
+    assert (v.swa_write[1:] == -1).all() and (d["swa_idx"][1:] == -1).all()
     assert v.swa_write[0] == 1 * 128 + 127
     assert v.req_pool_indices.tolist() == [1, 0, 0, 0]
     # position 127 completes CSA window 31 and HCA window 0 (one each), the rest is padding
     assert v.csa.win_out.tolist() == [1 * 32 + 31, -1, -1, -1]
     assert v.hca.win_out.tolist() == [1 * 1 + 0, -1, -1, -1]
     assert v.csa.snap_pages.tolist() == [1, 0, 0, 0]  # block end at 128: snapshot + padding
-    cand = v.csa.candidates
-    assert tuple(cand.shape) == (4, 64) and (cand[0, :32] == torch.arange(32) + 32).all()
+    cand = d["csa"]
+    assert lay.max_visible["csa"] == 64 and (cand[0, :32] == torch.arange(32) + 32).all()
     assert (cand[0, 32:] == -1).all() and (cand[1:] == -1).all()
     assert v.logits_indices.tolist() == [0, 1, 2, 3]
-    small = builder.static_layout(4, 64)  # 16 columns < 32
-    with pytest.raises(ValueError, match="csa.candidates"):
+    small = builder.static_layout(4, 64)  # bound of 16 visible entries < 32
+    with pytest.raises(ValueError, match="csa.visible"):
         small.write(np.zeros(small.size, dtype=np.int64), meta)
 
 
@@ -262,8 +282,8 @@ def test_graph_path_equals_eager_path(page_size):
     """Random decode batches hitting every boundary (CSA window end, HCA window end, block end,
     window-page end, position 0): the padded static buffers a graph replays hold exactly the eager
     batch's metadata (row tables up to the row count they are computed for), padding elsewhere;
-    the dense key lists of the real rows equal the eager ones and the per-token definition;
-    batches that do not fit are refused."""
+    the key slots the kernels compute for the real rows (through the synced page table) equal the
+    eager ones and the per-token definition; batches that do not fit are refused."""
     rng = np.random.default_rng(page_size)
     W = 128
     builder = ForwardBatchBuilder(page_size, W, 4, 128, "cpu")
@@ -271,20 +291,23 @@ def test_graph_path_equals_eager_path(page_size):
     special = [0, 1, 3, 126, 127, 128, 255, 256, 511, 767, 1023, 1024, 2046, 2047]
     hosts: dict[tuple[int, int], np.ndarray] = {}  # one buffer per key, reused as the runner does
 
+    slots = iter(range(1, 10**6))  # a request slot holds one request: distinct in a batch
+
     def req(p: int) -> ReqForwardInput:
         nblk = -(-(p + 1) // page_size)
         blocks = [int(x) for x in rng.choice(np.arange(1, 500), size=nblk, replace=False)]
         lo, hi = max(0, (p - W + 1) // W), p // W
         wins = {k: int(rng.integers(1, 300)) for k in range(lo, hi + 1)}
-        return ReqForwardInput(int(rng.integers(1, 50)), [int(rng.integers(0, 1000))], p, blocks, wins, 0)
+        return ReqForwardInput(next(slots) % 50 + 1, [int(rng.integers(0, 1000))], p, blocks, wins, 0)
 
     def check(reqs: list[ReqForwardInput], bs: int, ctx: int) -> None:
         n_real = len(reqs)
         lay = builder.static_layout(bs, ctx)
         host = hosts.setdefault((bs, ctx), np.full(lay.size, 55, dtype=np.int64))
-        lay.write(host, builder.metadata(reqs, num_req_rows=bs))
-        got = _replayed(lay, host)
-        want = expand_kv_indices(builder.build(reqs))
+        meta = builder.metadata(reqs, num_req_rows=bs)
+        lay.write(host, meta)
+        got = _replayed(lay, host, builder.sync_pages(reqs, meta))
+        want = builder.build(reqs)
         for name, shape in lay.shapes.items():
             m = ratios.get(name.split(".")[0], 1)
             a, e = _field(got, name), _field(want, name)
@@ -297,16 +320,17 @@ def test_graph_path_equals_eager_path(page_size):
             rest = np.ones(shape, dtype=bool)
             rest[real] = False
             assert (a[rest] == PAD[name.rsplit(".", 1)[-1]]).all(), name
-        dense = [("swa_idx", got.swa_idx, want.swa_idx)]
-        dense += [(n, getattr(got, n).candidates, getattr(want, n).candidates) for n in ratios]
-        for name, a, e in dense:
+        dg = _dense(got, {n: ctx // m for n, m in ratios.items()})
+        dw = _dense(want)
+        for name in dg:
+            a, e = dg[name], dw[name]
             assert (a[:n_real, : e.shape[1]] == e).all() and (a[:n_real, e.shape[1] :] == -1).all(), name
             assert (a[n_real:] == -1).all(), name
         for b, r in enumerate(reqs):  # the per-token definition (module docstring)
             for name, m in ratios.items():
                 e = page_size // m
                 row = [r.block_pages[w // e] * e + w % e for w in range((r.prefix_len + 1) // m)]
-                cand = getattr(got, name).candidates[b].tolist()
+                cand = dg[name][b].tolist()
                 assert cand == row + [-1] * (ctx // m - len(row)), name
 
     for _ in range(60):
@@ -333,7 +357,7 @@ def test_graph_path_equals_eager_path(page_size):
         builder.metadata([ReqForwardInput(1, [3], 300, [1, 2, 3], {2: 5}, 0)], num_req_rows=1)
     with pytest.raises(ValueError, match="block pages"):
         builder.metadata([ReqForwardInput(1, [3], 300, [], {1: 4, 2: 5}, 0)], num_req_rows=1)
-    with pytest.raises(ValueError, match="csa.candidates"):
+    with pytest.raises(ValueError, match="csa.visible"):
         lay.write(buf, builder.metadata([ReqForwardInput(1, [3], 300, [1, 2, 3], {1: 4, 2: 5}, 0)], 1))
     two = builder.static_layout(2, 512)
     with pytest.raises(ValueError, match="row tables"):  # Tab rows computed for B = 1, not 2

@@ -1,92 +1,163 @@
-"""GPU tests: Triton sparse shared-KV attention vs a float64 reference (op table entry 5).
+"""GPU tests: Triton paged sparse shared-KV attention vs a float64 reference (op table entry 5).
+
+The kernel finds each token's keys through the page tables (its window pages and position, its
+request's row of ``req_to_page`` with the CSA top-k entries or the HCA visible count); the oracle
+lists every token's key slots with Python loops from the definitions and attends in float64. Pools
+in bf16 / fp32 and in the fp8 entry format (584 B for 512-d entries; decoded by the reference
+codec for the oracle).
 
 Marked ``gpu``; skipped without CUDA + Triton. (For kernel development on a CPU box they also run
-under ``TRITON_INTERPRET=1``.)
+under ``TRITON_INTERPRET=1``, small shapes, fp32.)
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from kernel_testutil import DEVICE, KERNEL_MARKS
+from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS, rel_err
 
 pytestmark = KERNEL_MARKS
 
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a64, b64 = a.double(), b.double()
-    return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item()
+W = 128
 
 
-def ref_sparse_attention(
-    q: torch.Tensor, sources: list[tuple[torch.Tensor, torch.Tensor]], sinks: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """Independent float64 oracle of HF eager attention with sinks over gathered keys."""
+def slot_lists(case: dict, t: int) -> list[int]:
+    """Every key slot of token ``t`` by the definitions (``sgl_kernel_v4.paged`` docstring):
+    ``("swa", slot)`` then ``("comp", slot)`` pairs, as Python lists."""
+    p = int(case["pos"][t])
+    prev, cur = (int(x) for x in case["swa_pages"][t])
+    keys = []
+    for k in range(p - W + 1, p + 1):
+        page = cur if k >= 0 and k // W == p // W else prev
+        if k >= 0 and page >= 0:
+            keys.append(("swa", page * W + k % W))
+    if case.get("comp") is not None:
+        e = case["e"]
+        row = case["req_to_page"][int(case["req_rows"][int(case["token_req"][t])])].tolist()
+        if case["entries"] is not None:
+            ents = [int(w) for w in case["entries"][t] if int(w) >= 0]
+        else:
+            ents = list(range(int(case["visible"][t])))
+        for w in ents:
+            if row[w // e] >= 0:
+                keys.append(("comp", row[w // e] * e + w % e))
+    return keys
+
+
+def oracle(case: dict, swa64: torch.Tensor, comp64: torch.Tensor | None) -> torch.Tensor:
+    """float64 HF eager attention with sinks over each token's key list."""
+    q = case["q"].double().cpu()
     T, H, D = q.shape
-    keys, masks = [], []
-    for kv, idx in sources:
-        keys.append(kv.double()[idx.clamp(min=0)])  # [T, K, D]
-        masks.append(idx >= 0)
-    k = torch.cat(keys, 1)
-    m = torch.cat(masks, 1)
-    logits = torch.einsum("thd,tkd->thk", q.double(), k) * scale
-    logits = logits.masked_fill(~m[:, None, :], float("-inf"))
-    logits = torch.cat([logits, sinks.double()[None, :, None].expand(T, H, 1)], -1)
-    p = torch.softmax(logits, -1)[..., :-1]
-    return torch.einsum("thk,tkd->thd", p, k)
+    out = torch.zeros(T, H, D, dtype=torch.float64)
+    sinks = case["sinks"].double().cpu()
+    for t in range(T):
+        ks = [swa64[s] if src == "swa" else comp64[s] for src, s in slot_lists(case, t)]  # type: ignore[index]
+        if not ks:
+            continue
+        k = torch.stack(ks)  # [K, D]
+        logits = torch.cat([q[t] @ k.T * case["scale"], sinks[:, None]], 1)
+        p = torch.softmax(logits, 1)[:, :-1]
+        out[t] = p @ k
+    return out
 
 
 def make_case(
-    T: int, H: int, D: int, K0: int, K1: int, dtype: torch.dtype, gen: torch.Generator, dead_rows: int = 0
-) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
-    dev = DEVICE
-    n0 = max(4 * K0, 64)
-    n1 = max(4 * K1, 64)
-    q = torch.randn(T, H, D, generator=gen).to(dtype)
-    kv0 = torch.randn(n0, D, generator=gen).to(dtype)
-    kv1 = torch.randn(n1, D, generator=gen).to(dtype)
-    idx0 = torch.randint(0, n0, (T, K0), generator=gen)
-    idx1 = torch.randint(0, n1, (T, K1), generator=gen)
-    # random holes, plus -1 tails (e.g. short windows) and fully-dead rows
-    idx0[torch.rand(T, K0, generator=gen) < 0.2] = -1
-    idx1[torch.rand(T, K1, generator=gen) < 0.3] = -1
-    if K0 > 4:
-        idx0[0, K0 // 2 :] = -1
-    if dead_rows:
-        idx0[-dead_rows:] = -1
-        idx1[-dead_rows:] = -1
-    sinks = torch.randn(H, generator=gen) * 2
-    sources = [(kv0.to(dev), idx0.to(dev))]
-    if K1 >= 0:
-        sources.append((kv1.to(dev), idx1.to(dev)))
-    return q.to(dev), sources, sinks.to(dev)
+    T: int, H: int, D: int, n_comp: int, mode: str, dtype: torch.dtype, gen: torch.Generator, e: int = 64
+) -> dict:
+    """Paged inputs: two requests, random window pages (some -1), random block pages (some
+    missing), positions up to ``n_comp * 4``; ``mode`` ``"csa"`` (``n_comp`` top-k entries with
+    holes), ``"hca"`` (every entry below a random visible count up to ``n_comp``) or ``"swa"``."""
+    n_wp, n_bp = 12, max(8, 2 * (n_comp // e + 2))
+    swa = torch.randn(n_wp * W, D, generator=gen)
+    comp = torch.randn(n_bp * e, D, generator=gen)
+    P = n_comp // e + 2
+    req_to_page = torch.stack([torch.randperm(n_bp, generator=gen)[:P] for _ in range(3)]).int()
+    req_to_page[0, -1] = -1
+    req_rows = torch.tensor([2, 0])
+    token_req = (torch.arange(T) >= T // 2).long()
+    pos = torch.randint(0, 4 * n_comp + 200, (T,), generator=gen)
+    swa_pages = torch.randint(0, n_wp, (T, 2), generator=gen)
+    swa_pages[torch.rand(T, 2, generator=gen) < 0.15] = -1
+    if T > 1:
+        swa_pages[-1] = -1  # a dead row: no key at all
+    case = dict(
+        q=torch.randn(T, H, D, generator=gen).to(dtype),
+        sinks=torch.randn(H, generator=gen) * 2,
+        scale=D**-0.5,
+        pos=pos,
+        swa_pages=swa_pages,
+        swa=swa.to(dtype),
+        comp=None,
+        entries=None,
+        visible=None,
+        req_to_page=req_to_page,
+        req_rows=req_rows,
+        token_req=token_req,
+        e=e,
+    )
+    if mode != "swa":
+        case["comp"] = comp.to(dtype)
+        if mode == "csa":
+            ent = torch.randint(0, n_comp, (T, n_comp), generator=gen)
+            ent[torch.rand(T, n_comp, generator=gen) < 0.2] = -1
+            case["entries"] = ent
+        else:
+            case["visible"] = torch.randint(0, n_comp + 1, (T,), generator=gen)
+        if T > 1:
+            if mode == "csa":
+                case["entries"][-1] = -1
+            else:
+                case["visible"][-1] = 0
+    return case
+
+
+def run(case: dict, swa, comp, **kw) -> torch.Tensor:
+    from sgl_kernel_v4.triton.attention import sparse_attention
+
+    d = {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
+    extra = {}
+    if comp is not None:
+        extra = dict(
+            comp_kv=comp,
+            comp_entries=d["entries"],
+            comp_visible=d["visible"],
+            req_to_page=d["req_to_page"],
+            req_rows=d["req_rows"],
+            token_req=d["token_req"],
+            entries_per_page=case["e"],
+        )
+    return sparse_attention(
+        d["q"], swa, d["swa_pages"], d["pos"], W, d["sinks"], case["scale"], **extra, **kw
+    )
 
 
 CASES = [
-    # T, H, D, K0, K1
-    (1, 64, 512, 128, 512),  # decode bs1, CSA: window + top-k
-    (8, 64, 512, 128, 512),
-    (33, 16, 512, 128, 0),  # sliding-only (empty source 1)
-    (256, 8, 512, 128, 96),  # decode bs 256, HCA-like
-    (300, 64, 512, 128, 512),  # prefill-ish
-    (5, 12, 128, 7, 45),  # odd sizes, H not a power of 2
+    # T, H, D, n_comp, mode
+    (1, 64, 512, 512, "csa"),  # decode bs1, CSA: window + top-k
+    (8, 64, 512, 512, "csa"),
+    (33, 16, 512, 0, "swa"),  # sliding-only
+    (1, 64, 512, 8192, "hca"),  # decode at a 1M context, HCA: every visible entry
+    (256, 8, 512, 96, "hca"),
+    (300, 64, 512, 512, "csa"),  # prefill-ish
+    (5, 12, 128, 45, "csa"),  # odd sizes, H not a power of 2
 ]
 
 
-@pytest.mark.parametrize("T,H,D,K0,K1", CASES)
+@pytest.mark.parametrize("T,H,D,n_comp,mode", CASES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_sparse_attention_matches_fp64(T: int, H: int, D: int, K0: int, K1: int, dtype: torch.dtype) -> None:
-    from sgl_kernel_v4.triton.attention import sparse_attention
-
-    if DEVICE == "cpu" and (T * H * D > 40 * 64 * 512 or dtype != torch.float32):
+def test_paged_attention_matches_fp64(
+    T: int, H: int, D: int, n_comp: int, mode: str, dtype: torch.dtype
+) -> None:
+    if INTERP and (T * H * D * (W + n_comp) > 4e7 or dtype != torch.float32):
         pytest.skip("interpreter: too slow / no bf16 dot")
-    gen = torch.Generator().manual_seed(T * 1000 + H + K1)
-    q, sources, sinks = make_case(T, H, D, K0, K1, dtype, gen, dead_rows=1 if T > 1 else 0)
-    scale = D**-0.5
-    ref = ref_sparse_attention(q, sources, sinks, scale)
+    gen = torch.Generator().manual_seed(T * 1000 + H + n_comp)
+    case = make_case(T, H, D, n_comp, mode, dtype, gen)
+    swa = case["swa"].to(DEVICE)
+    comp = case["comp"].to(DEVICE) if case["comp"] is not None else None
+    ref = oracle(case, case["swa"].double(), case["comp"].double() if comp is not None else None)
     for splits in (None, 1, 4):
-        out = torch.full_like(q, float("nan"))
-        res = sparse_attention(q, sources, sinks, scale, out=out, num_splits=splits)
+        out = torch.full(case["q"].shape, float("nan"), dtype=dtype, device=DEVICE)
+        res = run(case, swa, comp, out=out, num_splits=splits)
         assert res.data_ptr() == out.data_ptr()
         assert not torch.isnan(out).any(), f"unwritten output (splits={splits})"
         tol = 1.5e-2 if dtype == torch.bfloat16 else 3e-3
@@ -96,27 +167,55 @@ def test_sparse_attention_matches_fp64(T: int, H: int, D: int, K0: int, K1: int,
             assert torch.all(out[-1] == 0)
 
 
-def test_sparse_attention_single_source_and_empty_batch() -> None:
+@pytest.mark.parametrize("mode", ["csa", "hca"])
+def test_paged_attention_fp8_pools(mode: str) -> None:
+    """fp8 entries (448 e4m3 nope + 64 bf16 rope + 7 ue8m0 scales, in class-strided pages): the
+    kernel dequantizes in registers; the oracle attends over the reference codec's decode."""
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.configs.presets import get_preset
+    from sglang_v4.mem_cache.kv_format import KVRowsView, decode_entries, encode_entries
+    from sglang_v4.mem_cache.kv_spec import KVKind, build_kv_layout
+
+    small = INTERP
+    mc = ModelConfig.from_dict(get_preset("tiny" if small else "flash-8l-32e"))
+    D = mc.head_dim
+    lay = build_kv_layout(mc, "fp8_e4m3", False, 256)
+    gen = torch.Generator().manual_seed(5)
+    T, H, n_comp = (3, 16, 48) if small else (9, 64, 512 if mode == "csa" else 2000)
+    dtype = torch.float32 if small else torch.bfloat16
+    case = make_case(T, H, D, n_comp, mode, dtype, gen)
+    views = {}
+    for name, kind, src in (("swa", KVKind.SWA, case["swa"]), ("comp", KVKind.CSA_MAIN, case["comp"])):
+        spec = lay.kinds[kind]
+        rpu = spec.rows_per_unit
+        units = -(-src.shape[0] // rpu)
+        st = spec.allocate(units * spec.pages_per_unit, DEVICE)[0]
+        view = KVRowsView(st, spec.entry, out_dtype=dtype)
+        n = min(src.shape[0], len(view))
+        view[torch.arange(n, device=DEVICE)] = src[:n].float().to(DEVICE)
+        views[name] = view
+        case[name + "64"] = decode_entries(encode_entries(src[:n].float(), spec.entry), spec.entry).double()
+    ref = oracle(case, case["swa64"], case["comp64"])
+    out = run(case, views["swa"], views["comp"])
+    assert rel_err(out, ref) < (3e-3 if small else 1.5e-2)
+
+
+def test_paged_attention_empty_and_bad_input() -> None:
     from sgl_kernel_v4.triton.attention import sparse_attention
 
     gen = torch.Generator().manual_seed(7)
-    dt = torch.float32 if DEVICE == "cpu" else torch.bfloat16
-    q, sources, sinks = make_case(4, 16, 256, 40, 0, dt, gen)
-    out = sparse_attention(q, sources[:1], sinks, 0.0625)
-    ref = ref_sparse_attention(q, sources[:1], sinks, 0.0625)
-    assert rel_err(out, ref) < 1.5e-2
-    empty = sparse_attention(q[:0], [(sources[0][0], sources[0][1][:0])], sinks, 0.0625)
-    assert empty.shape == (0, 16, 256)
-
-
-def test_sparse_attention_bad_input() -> None:
-    from sgl_kernel_v4.triton.attention import sparse_attention
-
-    gen = torch.Generator().manual_seed(1)
-    q, sources, sinks = make_case(2, 16, 128, 8, 8, torch.bfloat16, gen)
+    dt = torch.float32 if INTERP else torch.bfloat16
+    case = make_case(4, 16, 128, 40, "csa", dt, gen)
+    swa, comp = case["swa"].to(DEVICE), case["comp"].to(DEVICE)
+    d = {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
+    empty = sparse_attention(d["q"][:0], swa, d["swa_pages"][:0], d["pos"][:0], W, d["sinks"], 0.1)
+    assert empty.shape == (0, 16, 128)
     with pytest.raises(ValueError, match="sinks"):
-        sparse_attention(q, sources, sinks[:3], 1.0)
-    with pytest.raises(ValueError, match="sources"):
-        sparse_attention(q, [], sinks, 1.0)
-    with pytest.raises(ValueError, match="kv_flat"):
-        sparse_attention(q, [(sources[0][0][:, :64], sources[0][1])], sinks, 1.0)
+        sparse_attention(d["q"], swa, d["swa_pages"], d["pos"], W, d["sinks"][:3], 0.1)
+    with pytest.raises(ValueError, match="swa_kv"):
+        sparse_attention(d["q"], swa[:, :64], d["swa_pages"], d["pos"], W, d["sinks"], 0.1)
+    with pytest.raises(ValueError, match="swa_pages"):
+        sparse_attention(d["q"], swa, d["swa_pages"][:, :1], d["pos"], W, d["sinks"], 0.1)
+    with pytest.raises(ValueError, match="comp_kv"):
+        sparse_attention(d["q"], swa, d["swa_pages"], d["pos"], W, d["sinks"], 0.1, comp,
+                         req_to_page=d["req_to_page"], req_rows=d["req_rows"], token_req=d["token_req"])  # fmt: skip

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_testutil import DEVICE, KERNEL_MARKS
-from sgl_kernel_v4.ref.attention import indexer_scores, indexer_topk, select_topk
+from sgl_kernel_v4.ref.attention import indexer_scores, indexer_topk, indexer_topk_gathered, select_topk
 
 
 def triton_test(fn):
@@ -64,6 +64,33 @@ def integer_indexer_inputs(
     return q, w, kv, cand
 
 
+def as_paged(kv: torch.Tensor, cand: torch.Tensor, e: int = 8, seed: int = 0) -> dict:
+    """The same scoring problem over a paged pool: one request whose entry ``w`` holds the key of
+    ``cand[t, w]`` (every row is a prefix of one candidate row, as a request's tokens see), in
+    randomly ordered pages of ``e`` entries; token ``t`` sees ``visible[t]`` entries."""
+    T, C = cand.shape
+    row = cand.max(0).values
+    assert bool(((cand == row) | (cand < 0)).all()), "rows must be prefixes of one row"
+    n_pages = -(-C // e)
+    pages = torch.randperm(n_pages, generator=torch.Generator().manual_seed(seed))
+    pool = torch.zeros(n_pages * e, kv.shape[1], dtype=kv.dtype)
+    w = torch.arange(C)
+    pool[pages[w // e] * e + w % e] = kv[row.clamp(min=0)]
+    return dict(
+        pool=pool,
+        visible=(cand >= 0).sum(1),
+        req_to_page=pages[None, :].int(),
+        req_rows=torch.zeros(1, dtype=torch.int64),
+        token_req=torch.zeros(T, dtype=torch.int64),
+        e=e,
+    )
+
+
+def paged_args(p: dict, dev: str = "cpu") -> tuple:
+    """``(pool, visible, req_to_page, req_rows, token_req, e)`` on ``dev``."""
+    return (*(p[n].to(dev) for n in ("pool", "visible", "req_to_page", "req_rows", "token_req")), p["e"])
+
+
 def boundary_ties(scores: torch.Tensor, k: int) -> int:
     """Rows whose k-th and (k+1)-th best valid scores are equal."""
     v = scores.sort(dim=1, descending=True).values
@@ -107,7 +134,12 @@ def test_ref_indexer_topk_exact_ties(H: int) -> None:
     ref = exact_scores(q, w, kv, cand, scale)
     assert boundary_ties(ref, 16) >= 3  # the case under test: ties across the k-th place
     assert torch.equal(indexer_scores(q, w, kv, cand, scale).double(), ref)
-    assert torch.equal(indexer_topk(q, w, kv, cand, 16, scale), oracle_topk(ref, cand >= 0, 16))
+    assert torch.equal(indexer_topk_gathered(q, w, kv, cand, 16, scale), oracle_topk(ref, cand >= 0, 16))
+    # the op over the paged pool: entry w of the request = candidate w
+    p = as_paged(kv, cand, seed=H)
+    assert torch.equal(
+        indexer_topk(q, w, *paged_args(p)[:-1], p["e"], 16, scale), oracle_topk(ref, cand >= 0, 16)
+    )
 
 
 def test_ref_scores_batch_invariant() -> None:
@@ -123,35 +155,47 @@ def test_ref_scores_batch_invariant() -> None:
     cand = torch.where(torch.arange(C)[None, :] < nvis[:, None], row, -1)
     scale = di**-0.5
     batch_scores = indexer_scores(q, w, kv, cand, scale)
-    batch_sel = indexer_topk(q, w, kv, cand, k, scale)
+    batch_sel = indexer_topk_gathered(q, w, kv, cand, k, scale)
+    p = as_paged(kv, cand)
+    paged_sel = indexer_topk(q, w, *paged_args(p)[:-1], p["e"], k, scale)
+    assert torch.equal(paged_sel, batch_sel)
     for t in (0, 17, T - 1):
         n = int(nvis[t])
         one = indexer_scores(q[t : t + 1], w[t : t + 1], kv, cand[t : t + 1, :n], scale)
         assert torch.equal(one, batch_scores[t : t + 1, :n])
         assert torch.equal(
-            indexer_topk(q[t : t + 1], w[t : t + 1], kv, cand[t : t + 1, :n], k, scale), batch_sel[t : t + 1]
+            indexer_topk_gathered(q[t : t + 1], w[t : t + 1], kv, cand[t : t + 1, :n], k, scale),
+            batch_sel[t : t + 1],
         )
+        pool, vis, r2p, rows, treq, e = paged_args(p)
+        one_sel = indexer_topk(
+            q[t : t + 1], w[t : t + 1], pool, vis[t : t + 1], r2p, rows, treq[:1], e, k, scale
+        )
+        assert torch.equal(one_sel, batch_sel[t : t + 1])
 
 
 # ------------------------------------------------------------------ Triton kernel
 
 
-@pytest.mark.parametrize("tiling", [None, (64, 64)])
+@pytest.mark.parametrize("rows_per_block", [None, 1])
 @pytest.mark.parametrize("T,C,k", [(4, 300, 16), (3, 2000, 24), (2, 40, 64)])
 @triton_test
-def test_triton_topk_tie_rule(T: int, C: int, k: int, tiling: tuple[int, int] | None) -> None:
-    """Radix select, single pass and chunked multi-pass, keeps exactly the oracle's positions."""
+def test_triton_topk_tie_rule(T: int, C: int, k: int, rows_per_block: int | None, monkeypatch) -> None:
+    """Histogram threshold + exact candidate select, one block of rows or one row per block,
+    keeps exactly the oracle's positions."""
+    from sgl_kernel_v4.triton import indexer
     from sgl_kernel_v4.triton.indexer import topk_from_scores
 
+    if rows_per_block:
+        monkeypatch.setattr(indexer, "SCRATCH_ELEMS", 3 * C * rows_per_block)
     s, valid = tie_heavy_scores(T, C, seed=C + k)
-    ch, mr = tiling or (None, None)
-    got = topk_from_scores(s.masked_fill(~valid, float("-inf")).to(DEVICE), k, chunk=ch, max_row=mr).cpu()
+    got = topk_from_scores(s.masked_fill(~valid, float("-inf")).to(DEVICE), k).cpu()
     assert torch.equal(got, oracle_topk(s, valid, k))
 
 
 @triton_test
 def test_triton_topk_tie_rule_torch_fallback() -> None:
-    """``topk > 4096`` takes the torch path of the kernel module; same rule."""
+    """``topk > 4096`` takes the reference select; same rule."""
     from sgl_kernel_v4.triton.indexer import topk_from_scores
 
     s, valid = tie_heavy_scores(2, 6000, seed=5)
@@ -168,12 +212,14 @@ def test_triton_indexer_topk_exact_ties_match_ref(H: int) -> None:
     q, w, kv, cand = integer_indexer_inputs(T=6, H=H, di=16, N=200, C=120, seed=H + 1)
     scale = 0.25
     ref = exact_scores(q, w, kv, cand, scale)
-    dev = [x.to(DEVICE) for x in (q, w, kv, cand)]
-    _, sc = tri_scores(*dev, scale)
+    p = as_paged(kv, cand, seed=H)
+    pool, vis, r2p, rows, treq, e = paged_args(p, DEVICE)
+    qd, wd = q.to(DEVICE), w.to(DEVICE)
+    _, sc = tri_scores(qd, wd, pool, vis, r2p, rows, treq, e, scale, max_visible=cand.shape[1])
     assert torch.equal(sc.cpu().double(), ref)
-    got = tri_topk(*dev, 16, scale).cpu()
+    got = tri_topk(qd, wd, pool, vis, r2p, rows, treq, e, 16, scale).cpu()
     assert torch.equal(got, oracle_topk(ref, cand >= 0, 16))
-    assert torch.equal(got, indexer_topk(q, w, kv, cand, 16, scale))
+    assert torch.equal(got, indexer_topk(q, w, *paged_args(p)[:-1], e, 16, scale))
 
 
 @triton_test
@@ -189,11 +235,14 @@ def test_triton_scores_batch_invariant() -> None:
     cand = torch.randperm(N, generator=gen)[:C].repeat(T, 1)
     nvis = torch.arange(C - T + 1, C + 1)
     cand = torch.where(torch.arange(C)[None, :] < nvis[:, None], cand, -1)
-    d = [x.to(DEVICE) for x in (q, w, kv, cand)]
-    keys, _ = tri_scores(*d, di**-0.5)
+    pool, vis, r2p, rows, treq, e = paged_args(as_paged(kv, cand), DEVICE)
+    qd, wd = q.to(DEVICE), w.to(DEVICE)
+    keys, _ = tri_scores(qd, wd, pool, vis, r2p, rows, treq, e, di**-0.5)
     for t in (0, 20, T - 1):
         n = int(nvis[t])
-        one, _ = tri_scores(d[0][t : t + 1], d[1][t : t + 1], d[2], d[3][t : t + 1, :n], di**-0.5)
+        one, _ = tri_scores(
+            qd[t : t + 1], wd[t : t + 1], pool, vis[t : t + 1], r2p, rows, treq[:1], e, di**-0.5
+        )
         assert torch.equal(one.cpu(), keys[t : t + 1, :n].cpu())
 
 

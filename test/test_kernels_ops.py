@@ -55,8 +55,9 @@ def test_import_does_not_import_triton() -> None:
     assert out.strip() == "False"
 
 
-def test_quantized_pool_goes_to_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A non-float pool (uint8 bytes / a row view object) must never reach a Triton kernel."""
+def test_quantized_pool_goes_to_the_device_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pool format (float views, uint8 byte views) is handled by the op of the inputs'
+    device: quantized KV never falls back to the torch reference on CUDA."""
     calls: list[str] = []
 
     def fake_get_op(name: str, device: object) -> object:
@@ -67,8 +68,9 @@ def test_quantized_pool_goes_to_reference(monkeypatch: pytest.MonkeyPatch) -> No
     q = torch.zeros(1, 2, 8, device="meta")  # stands in for a CUDA tensor: the lookup sees its device
     byte_pool = torch.zeros(4, 8, dtype=torch.uint8)
     float_pool = torch.zeros(4, 8)
-    idx = torch.zeros(1, 2, dtype=torch.int64)
-    ops.sparse_attention(q, [(byte_pool, idx)], torch.zeros(2), 1.0)
-    ops.sparse_attention(q, [(float_pool, idx)], torch.zeros(2), 1.0)
-    ops.sparse_attention(q, [(float_pool, idx), (object(), idx)], torch.zeros(2), 1.0)
-    assert calls == ["cpu", "meta", "cpu"]  # quantized pools -> reference; plain pools -> q's device
+    pages = torch.zeros(1, 2, dtype=torch.int64)
+    pos = torch.zeros(1, dtype=torch.int64)
+    ops.sparse_attention(q, byte_pool, pages, pos, 128, torch.zeros(2), 1.0)
+    ops.sparse_attention(q, float_pool, pages, pos, 128, torch.zeros(2), 1.0)
+    ops.compress_and_insert(q, q, torch.zeros(8), pos, pos, object(), pos, 1e-6)
+    assert calls == ["meta", "meta", "meta"]

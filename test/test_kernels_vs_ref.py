@@ -29,39 +29,54 @@ def dev() -> str:
     return DEVICE
 
 
+def _paged(T: int, n_pages: int, e: int, dev: str) -> dict:
+    """Page-table inputs for ``T`` tokens of two requests (page rows random permutations)."""
+    P = 40
+    return dict(
+        req_to_page=torch.stack([torch.randperm(n_pages, device=dev)[:P] for _ in range(3)]).int(),
+        req_rows=torch.tensor([2, 0], device=dev),
+        token_req=(torch.arange(T, device=dev) >= T // 2).long(),
+        entries_per_page=e,
+    )
+
+
 def test_sparse_attention_vs_ref(dev: str) -> None:
     from sgl_kernel_v4.ref.attention import sparse_attention as ref
     from sgl_kernel_v4.triton.attention import sparse_attention
 
-    T, H, D = 9, 64, 512
+    T, H, D, W = 9, 64, 512, 128
     q = torch.randn(T, H, D, device=dev, dtype=torch.bfloat16)
-    kv0 = torch.randn(1000, D, device=dev, dtype=torch.bfloat16)
-    kv1 = torch.randn(500, D, device=dev, dtype=torch.bfloat16)
-    i0 = torch.randint(-1, 1000, (T, 128), device=dev)
-    i1 = torch.randint(-1, 500, (T, 512), device=dev)
-    i0[-1] = -1
-    i1[-1] = -1
+    swa = torch.randn(20 * W, D, device=dev, dtype=torch.bfloat16)
+    comp = torch.randn(50 * 64, D, device=dev, dtype=torch.bfloat16)
+    pos = torch.randint(0, 8000, (T,), device=dev)
+    pages = torch.randint(-1, 20, (T, 2), device=dev)
+    pages[-1] = -1
+    ent = torch.randint(-1, 2000, (T, 512), device=dev)
+    vis = torch.randint(0, 2500, (T,), device=dev)
     sinks = torch.randn(H, device=dev)
-    src = [(kv0, i0), (kv1, i1)]
-    assert rel_err(sparse_attention(q, src, sinks, D**-0.5), ref(q, src, sinks, D**-0.5)) < 1e-2
+    pg = _paged(T, 50, 64, dev)
+    for extra in ({}, dict(comp_kv=comp, comp_entries=ent, **pg), dict(comp_kv=comp, comp_visible=vis, **pg)):
+        a = sparse_attention(q, swa, pages, pos, W, sinks, D**-0.5, **extra)
+        b = ref(q, swa, pages, pos, W, sinks, D**-0.5, **extra)
+        assert rel_err(a, b) < 1e-2
 
 
 def test_indexer_topk_vs_ref(dev: str) -> None:
     from sgl_kernel_v4.ref.attention import indexer_topk as ref
     from sgl_kernel_v4.triton.indexer import indexer_topk
 
-    T, Hi, di, C, k = 4, 64, 128, 3000, 512
+    T, Hi, di, k = 4, 64, 128, 512
     q = torch.randn(T, Hi, di, device=dev, dtype=torch.bfloat16)
     w = torch.randn(T, Hi, device=dev) * Hi**-0.5
-    kv = torch.randn(4000, di, device=dev, dtype=torch.bfloat16)
-    cand = torch.randint(0, 4000, (T, C), device=dev)
-    cand[:, ::7] = -1
-    a = indexer_topk(q, w, kv, cand, k, di**-0.5).cpu()
-    b = ref(q, w, kv, cand, k, di**-0.5).cpu()
+    kv = torch.randn(64 * 64, di, device=dev, dtype=torch.bfloat16)
+    vis = torch.tensor([3000, 2500, 2560, 100], device=dev)
+    pg = _paged(T, 64, 64, dev)
+    args = (q, w, kv, vis, pg["req_to_page"], pg["req_rows"], pg["token_req"], 64, k, di**-0.5)
+    a, b = indexer_topk(*args).cpu(), ref(*args).cpu()
     for t in range(T):
         sa, sb = set(a[t].tolist()) - {-1}, set(b[t].tolist()) - {-1}
-        assert len(sa) == len(sb) == k
-        assert len(sa & sb) >= 0.97 * k  # only near-ties at the k-th score may differ (bf16 scores)
+        assert len(sa) == len(sb) == min(k, int(vis[t]))
+        assert len(sa & sb) >= 0.97 * len(sa)  # only near-ties at the k-th score may differ (bf16 scores)
 
 
 def test_compressor_vs_ref(dev: str) -> None:

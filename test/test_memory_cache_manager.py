@@ -72,6 +72,9 @@ class _FakePool:
     def load_resume_state(self, slot: int, window_page: int) -> None:
         self.resume[slot] = window_page
 
+    def block_pages_changed(self, slot: int, first_block: int) -> None:
+        pass  # no device page table here
+
 
 def _tokens_of(edge: bytes) -> list[int]:
     return list(array("I", edge))

@@ -275,8 +275,8 @@ class ServerArgs:
             "--cuda-graph-warmup-ctx",
             type=int,
             default=d["cuda_graph_warmup_ctx"].default,
-            help="At start-up capture the decode CUDA graphs of every batch-size bucket for context "
-            "buckets up to this many tokens (0: capture everything lazily on first use).",
+            help="Non-zero: capture the decode CUDA graphs of every batch-size bucket at start-up (each "
+            "serves every context length); 0: capture each lazily on first use.",
         )
         a(
             "--indexer-stream-max-bs",

@@ -158,19 +158,9 @@ def get_op(name: str, device: torch.device | str) -> Callable[..., Any]:
 
 # ---------------------------------------------------------------------------------------------
 # Dispatching wrappers with the op-table signatures (device taken from the first tensor input).
-# The Triton kernels read/write plain float pools; a quantized pool (a non-tensor row view such
-# as ``KVRowsView``, or uint8 byte storage) goes to the reference, which understands it.
+# KV pools are passed as float ``[N, d]`` views or as quantized row views (``PagedRows`` or an
+# object with ``paged()``); the Triton kernels read and write every pool format themselves.
 # ---------------------------------------------------------------------------------------------
-
-
-def _plain(*pools: Any) -> bool:
-    return all(p is None or (isinstance(p, torch.Tensor) and p.is_floating_point()) for p in pools)
-
-
-def _pick(name: str, device: torch.device, *pools: Any) -> Callable[..., Any]:
-    if _plain(*pools):
-        return get_op(name, device)
-    return get_op(name, "cpu")  # the reference (device-agnostic torch code)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -184,12 +174,12 @@ def compress_and_insert(
     norm_weight: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    pool_flat: torch.Tensor,
+    pool_flat: Any,
     out_index: torch.Tensor,
     eps: float,
 ) -> torch.Tensor:
-    """Softmax pooling + RMSNorm + RoPE + pool write; see op table entry 2."""
-    return _pick("compress_and_insert", kv.device, pool_flat)(
+    """Softmax pooling + RMSNorm + RoPE + pool write (any pool format); see op table entry 2."""
+    return get_op("compress_and_insert", kv.device)(
         kv, score, norm_weight, cos, sin, pool_flat, out_index, eps
     )
 
@@ -210,36 +200,60 @@ def qnorm_rope_kv_insert(
     kv_norm_weight: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    swa_flat: torch.Tensor,
+    swa_flat: Any,
     swa_index: torch.Tensor,
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """q-norm + RoPE, kv norm + RoPE + window insert; see op table entry 4."""
-    return _pick("qnorm_rope_kv_insert", q.device, swa_flat)(
-        q, kv, kv_norm_weight, cos, sin, swa_flat, swa_index, eps
-    )
+    """q-norm + RoPE, kv norm + RoPE + window insert (any pool format); see op table entry 4."""
+    return get_op("qnorm_rope_kv_insert", q.device)(q, kv, kv_norm_weight, cos, sin, swa_flat, swa_index, eps)
 
 
 def sparse_attention(
     q: torch.Tensor,
-    sources: list[tuple[torch.Tensor, torch.Tensor]],
+    swa_kv: Any,
+    swa_pages: torch.Tensor,
+    positions: torch.Tensor,
+    window: int,
     sinks: torch.Tensor,
     scale: float,
+    comp_kv: Any = None,
+    comp_entries: torch.Tensor | None = None,
+    comp_visible: torch.Tensor | None = None,
+    req_to_page: torch.Tensor | None = None,
+    req_rows: torch.Tensor | None = None,
+    token_req: torch.Tensor | None = None,
+    entries_per_page: int = 1,
 ) -> torch.Tensor:
-    """Shared-KV sparse attention with a per-head sink; see op table entry 5."""
-    return _pick("sparse_attention", q.device, *(kv for kv, _ in sources))(q, sources, sinks, scale)
+    """Paged shared-KV sparse attention with a per-head sink: each token over its sliding window
+    and its selected (CSA) or visible (HCA) compressed entries, found through the page tables;
+    see op table entry 5 and :func:`sgl_kernel_v4.ref.attention.sparse_attention`."""
+    return get_op("sparse_attention", q.device)(
+        q, swa_kv, swa_pages, positions, window, sinks, scale, comp_kv, comp_entries, comp_visible,
+        req_to_page, req_rows, token_req, entries_per_page,
+    )  # fmt: skip
 
 
 def indexer_topk(
     q: torch.Tensor,
     weights: torch.Tensor,
-    idx_kv_flat: torch.Tensor,
-    candidates: torch.Tensor,
+    idx_kv: Any,
+    visible: torch.Tensor,
+    req_to_page: torch.Tensor,
+    req_rows: torch.Tensor,
+    token_req: torch.Tensor,
+    entries_per_page: int,
     topk: int,
     scale: float,
+    max_visible: int | None = None,
 ) -> torch.Tensor:
-    """Lightning-indexer scores + top-k positions into ``candidates``; see op table entry 6."""
-    return _pick("indexer_topk", q.device, idx_kv_flat)(q, weights, idx_kv_flat, candidates, topk, scale)
+    """Lightning-indexer scores over every visible entry (paged keys) + top-k entry indices; see
+    op table entry 6 and :func:`sgl_kernel_v4.ref.attention.indexer_topk`. ``max_visible`` bounds
+    ``visible`` (the Triton kernel's scratch width; ``None`` reads it from ``visible``)."""
+    fn = get_op("indexer_topk", q.device)
+    args = (q, weights, idx_kv, visible, req_to_page, req_rows, token_req, entries_per_page, topk, scale)
+    if fn.__module__.endswith(".triton.indexer"):
+        return fn(*args, max_visible=max_visible)
+    return fn(*args)
 
 
 def hc_pre(

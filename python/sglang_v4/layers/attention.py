@@ -4,7 +4,9 @@ Per token: ``q = q_b(rmsnorm(q_a(x)))`` with a per-head unweighted RMSNorm and R
 512-d K=V vector ``kv = rope(rmsnorm(kv_proj(x)))`` written to the sliding-window pool. Keys are the
 last ``sliding_window`` raw KV (query included) plus, in CSA layers, the indexer's top-k compressed
 entries, and in HCA layers every visible compressed entry; a learned per-head sink logit joins the
-softmax. The output's rope slice is rotated back by ``-position``, then the grouped O projection.
+softmax. The attention and indexer kernels find every key through the page tables
+(``fb.swa_pages``, ``fb.req_to_page``), in the pool's own format (bf16 / fp32, or fp8 entries and
+fp8 / fp4 indexer keys). The output's rope slice is rotated back by ``-position``, then the grouped O projection.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ class DSV4Attention(nn.Module):
         kv = self.kv_proj(x)
         swa = pool.rows(KVKind.SWA, self.layer_idx)
         q, _ = ops.qnorm_rope_kv_insert(q, kv, self.kv_norm.weight, cos, sin, swa, fb.swa_write, self.eps)
-        sources = [(swa, fb.swa_idx)]
+        comp: dict = {}
         if isinstance(self.compressor, CSACompressor):
             plan = fb.csa
             assert plan is not None
@@ -118,14 +120,20 @@ class DSV4Attention(nn.Module):
                 if not torch.cuda.is_current_stream_capturing():
                     sel.record_stream(main_stream)  # allocated on the indexer stream
             assert sel is not None
-            sources.append((st.rows, sel))
+            comp = dict(comp_kv=st.rows, comp_entries=sel, entries_per_page=fb.page_size // plan.ratio)
         elif isinstance(self.compressor, HCACompressor):
             plan = fb.hca
             assert plan is not None
             st = pool.compressor_state(KVKind.HCA, self.layer_idx)
             self.compressor.run(x, fb, plan, st, rc.win[plan.ratio])
-            sources.append((st.rows, plan.candidates))
-        o = ops.sparse_attention(q, sources, self.sinks, self.head_dim**-0.5)
+            comp = dict(
+                comp_kv=st.rows, comp_visible=plan.visible, entries_per_page=fb.page_size // plan.ratio
+            )
+        if comp:
+            comp.update(req_to_page=fb.req_to_page, req_rows=fb.req_pool_indices, token_req=fb.token_req)
+        o = ops.sparse_attention(
+            q, swa, fb.swa_pages, fb.positions, fb.window, self.sinks, self.head_dim**-0.5, **comp
+        )
         o = ops.inv_rope_quant(o, cos, sin, False)
         o = self.o_a_proj(o.reshape(T, self.o_groups, -1))
         return self.o_b_proj(o)
@@ -141,11 +149,11 @@ class DSV4Attention(nn.Module):
         sin: torch.Tensor,
     ) -> torch.Tensor:
         """CSA indexer: compress this forward's completed windows into the indexer-key pool, then
-        score the visible entries and return the ``[T, topk]`` selected main-pool slots (-1 = none)."""
+        score the visible entries and return the ``[T, topk]`` selected entry indices (-1 = none)."""
         assert isinstance(self.compressor, CSACompressor)
         plan = fb.csa
         assert plan is not None
         st = pool.compressor_state(KVKind.CSA_INDEXER, self.layer_idx)
         ix = self.compressor.indexer
         ix.run(x, fb, plan, st, rc.win[plan.ratio])
-        return ix.select(x, q_res, plan, st.rows, cos, sin)
+        return ix.select(x, q_res, fb, plan, st.rows, cos, sin)

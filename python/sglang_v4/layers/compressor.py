@@ -157,8 +157,9 @@ class Indexer(Compressor):
         self,
         h: torch.Tensor,
         q_res: torch.Tensor,
+        fb: ForwardBatch,
         plan: CompressPlan,
-        idx_flat: torch.Tensor,
+        idx_rows: object,
         cos: torch.Tensor,
         sin: torch.Tensor,
     ) -> torch.Tensor:
@@ -166,12 +167,14 @@ class Indexer(Compressor):
 
         Args:
             h: ``[T, D]`` attention input; q_res: ``[T, q_lora_rank]`` normalised q latent.
-            plan: the CSA plan (its ``candidates [T, C]`` are the visible entries' flat slots).
-            idx_flat: ``[N, di]`` indexer-key pool of this layer.
+            fb: the batch (its page table, request rows and token requests).
+            plan: the CSA plan (``visible``: the entries each token scores; ``max_visible`` their
+                bound).
+            idx_rows: the indexer-key pool layer (float ``[N, di]`` or a quantized row view).
             cos, sin: ``[T, r/2]`` compress rope at the token positions.
 
         Returns:
-            ``[T, topk]`` flat slots in the main CSA pool, in entry order, ``-1`` after them where
+            ``[T, topk]`` entry indices of the token's request, ascending, ``-1`` after them where
             fewer than ``topk`` entries are visible. Selection rule of ``ops.indexer_topk``: a
             higher score wins, equal scores go to the earlier entry, so a token selects the same
             entries in any batch, chunk or prefix-cache hit (docs/MODEL_NOTES.md, note 1).
@@ -180,13 +183,11 @@ class Indexer(Compressor):
         q = self.q_b_proj(q_res).view(T, self.n_heads, self.d)
         q = ops.apply_rope(q, cos, sin)
         w = self.scorer.weights_proj(h).float() * self.n_heads**-0.5
-        pos = ops.indexer_topk(q, w, idx_flat, plan.candidates, self.topk, self.d**-0.5)
-        sel = (
-            plan.candidates.gather(1, pos.clamp(min=0))
-            if plan.candidates.shape[1]
-            else torch.full_like(pos, -1)
-        )
-        return torch.where(pos >= 0, sel, torch.full_like(sel, -1))
+        assert fb.req_to_page is not None
+        return ops.indexer_topk(
+            q, w, idx_rows, plan.visible, fb.req_to_page, fb.req_pool_indices, fb.token_req,
+            fb.page_size // plan.ratio, self.topk, self.d**-0.5, plan.max_visible,
+        )  # fmt: skip
 
 
 class CSACompressor(Compressor):

@@ -110,6 +110,10 @@ class Scheduler(SchedulerOutputProcessorMixin):
             self.chunked_prefill_size = 1 << 30
         self.max_prefill_tokens = int(sa.max_prefill_tokens)
         self.runner = model_runner if model_runner is not None else ModelRunner(mc, sa)
+        # the runner lowers the chunk when its forward workspace does not fit the device
+        runner_chunk = getattr(self.runner, "chunked_prefill_size", None)
+        if runner_chunk:
+            self.chunked_prefill_size = min(self.chunked_prefill_size, int(runner_chunk))
         # the runner resolves the defaults (context from the config, request slots per device)
         self.context_len = self.runner.context_len
         self.max_running_requests = self.runner.max_running_requests

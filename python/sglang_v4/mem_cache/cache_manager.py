@@ -77,8 +77,9 @@ class CacheManager:
     """Allocates, caches and frees the KV pages of requests (see the module docstring).
 
     Args:
-        pool: the KV pool (its ``block_alloc``, ``window_alloc`` and ``req_slots`` allocators and
-            the per-slot compressor state ``reset_req_state`` / ``load_resume_state``).
+        pool: the KV pool (its ``block_alloc``, ``window_alloc`` and ``req_slots`` allocators, the
+            per-slot compressor state ``reset_req_state`` / ``load_resume_state``, and
+            ``block_pages_changed`` for its device page table).
         page_size: tokens per block page (256).
         sliding_window: positions per window page (the model's sliding window, 128).
         disable_radix_cache: cache nothing (every request starts cold; pages are freed at the end).
@@ -238,6 +239,8 @@ class CacheManager:
                 # a new list: a batch in flight keeps the one it was built with (module docstring)
                 req.block_pages = list(req.block_pages)
                 req.block_pages[b] = tree_blocks[b]
+                if req.req_pool_idx is not None:  # the device page table must follow the swap
+                    self.pool.block_pages_changed(req.req_pool_idx, b)
             if wins[b] is not None:
                 span = ((b + 1) * ps - 1) // W
                 if tree_wins[b] is not None and tree_wins[b] != wins[b]:

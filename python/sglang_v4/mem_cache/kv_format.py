@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from sgl_kernel_v4.paged import PagedRows
 from sgl_kernel_v4.ref import kv_quant
 
 from sglang_v4.configs.model_config import ModelConfig
@@ -354,3 +355,14 @@ class KVRowsView:
 
     def __setitem__(self, idx: Any, value: torch.Tensor) -> None:
         self.storage[self._loc(idx)] = encode_entries(value, self.fmt)
+
+    def paged(self) -> PagedRows:
+        """How a kernel addresses these rows (:class:`sgl_kernel_v4.paged.PagedRows`): flat slot
+        ``s`` at byte ``(s // rows_per_page) * page_stride + (s % rows_per_page) * row_stride`` of
+        the storage, the page stride being the size class of padded storage."""
+        st = self.storage
+        if st.dim() == 3:
+            rpp, ps, rs = st.shape[1], st.stride(0), st.stride(1)
+        else:
+            rpp, ps, rs = 1, st.stride(0), 0
+        return PagedRows(st, self.fmt.codec.value, self.fmt.dim, self.fmt.rope_dim, rpp, ps, rs, len(self))

@@ -23,7 +23,9 @@ reserved dummy page):
   running request.
 
 The page table of a request (its block pages and window pages) is held by the scheduler and passed
-to each forward (``ReqForwardInput``); the pool keeps no per-request page table.
+to each forward (``ReqForwardInput``); the block pages are mirrored on the device in
+:attr:`DSV4KVPool.req_to_page` (one row per request slot, updated with the pages that changed),
+which the attention and indexer kernels read.
 
 Storage formats (``kv_cache_dtype``; byte layouts in :mod:`~sglang_v4.mem_cache.kv_format`):
 
@@ -51,6 +53,7 @@ from sglang_v4.mem_cache.allocator import PageAllocator
 from sglang_v4.mem_cache.compressor_state import CompressorState, CompressorStateStorage
 from sglang_v4.mem_cache.kv_format import KVRowsView, normalize_kv_cache_dtype
 from sglang_v4.mem_cache.kv_spec import KVCacheSpec, KVKind, KVLayout, PageSpace, build_kv_layout
+from sglang_v4.mem_cache.req_to_page import ReqToPageTable
 
 
 class ReqSlotAllocator:
@@ -99,11 +102,15 @@ class DSV4KVPool:
             padding is what :meth:`fragmentation_bytes` counts). ``False`` packs rows
             contiguously. Float storage is always unpadded (its V4 pages are already multiples of
             the 512-byte unit).
+        max_pages_per_req: columns of the device page table :attr:`req_to_page` (block pages one
+            request can hold: ``ceil(context / page_size)``); default ``num_block_pages``.
 
     Attributes: ``layout`` (:class:`~sglang_v4.mem_cache.kv_spec.KVLayout`: the spec of each kind),
     ``kv_cache_dtype`` (canonical name), ``fp4_indexer``, ``compute_dtype``, ``window``
     (``sliding_window``), ``block_alloc`` / ``window_alloc`` (:class:`PageAllocator`),
-    ``req_slots`` (:class:`ReqSlotAllocator`). Per kind: :meth:`storage_dtype`, :meth:`storage`,
+    ``req_slots`` (:class:`ReqSlotAllocator`), ``req_to_page``
+    (:class:`~sglang_v4.mem_cache.req_to_page.ReqToPageTable`: the running requests' block pages on
+    the device, which the kernels read). Per kind: :meth:`storage_dtype`, :meth:`storage`,
     :meth:`rows`; :attr:`quantized_kinds`.
 
     Raises:
@@ -124,6 +131,7 @@ class DSV4KVPool:
         kv_cache_dtype: str = "auto",
         fp4_indexer: bool = False,
         padded: bool = True,
+        max_pages_per_req: int | None = None,
     ) -> None:
         mc = model_config
         self.model_config = mc
@@ -167,6 +175,9 @@ class DSV4KVPool:
         self.block_alloc = PageAllocator(num_block_pages, "block_pages")
         self.window_alloc = PageAllocator(num_window_pages, "window_pages")
         self.req_slots = ReqSlotAllocator(max_num_reqs)
+        self.req_to_page = ReqToPageTable(
+            max_num_reqs + 1, max(1, int(max_pages_per_req or num_block_pages)), self.device
+        )
 
     def _allocate(self, spec: KVCacheSpec, units: int) -> torch.Tensor:
         """Storage of ``spec``'s kind for ``units`` block / window pages.
@@ -251,9 +262,17 @@ class DSV4KVPool:
 
     # ---- request state -------------------------------------------------------------------
     def reset_req_state(self, slot: int) -> None:
-        """Zero a request slot's compressor state (a fresh request at position 0)."""
+        """Zero a request slot's compressor state (a fresh request at position 0) and mark its
+        page-table row stale (a new request's pages)."""
         for st in self._states.values():
             st.reset(slot)
+        self.req_to_page.invalidate(slot)
+
+    def block_pages_changed(self, slot: int, first_block: int) -> None:
+        """The request in ``slot`` now has other block pages from logical block ``first_block`` on
+        (the radix cache swapped a duplicate for its own page): the next forward re-writes them
+        into :attr:`req_to_page`."""
+        self.req_to_page.invalidate(slot, first_block)
 
     def copy_req_state(self, dst_slot: int, src_slot: int) -> None:
         """Copy request slot ``src_slot``'s compressor state into ``dst_slot``."""
@@ -264,10 +283,12 @@ class DSV4KVPool:
         """Initialise a request's compressor state from the resume snapshot under ``window_page``.
 
         At a block boundary every partial window is empty, so only the CSA overlap halves are
-        restored; the raw window itself is read in place from ``window_page``.
+        restored; the raw window itself is read in place from ``window_page``. The slot's
+        page-table row is marked stale (a new request's pages).
         """
         for st in self._states.values():
             st.load_snapshot(slot, window_page)
+        self.req_to_page.invalidate(slot)
 
     # ---- accounting ------------------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, int]]:

@@ -17,52 +17,54 @@ Fields (all int64 on the device, ``-1`` = none; the readers in brackets):
 field                     shape       meaning
 ========================  ==========  ===========================================================
 ``input_ids``             ``[T]``     token ids [embedding, hash-routed MoE]
-``positions``             ``[T]``     absolute positions [RoPE, compressor ``position_bias``]
-``token_req``             ``[T]``     each token's request row [dense expansion]
-``req_pool_indices``      ``[B]``     request slots in the pool's per-request state [compressors]
-``block_table``           ``[B, P]``  each request's block pages ``0 .. ceil(end / page) - 1``
-                                      (SGLang's ``req_to_token`` at page granularity) [dense
-                                      expansion, the source of every compressed-entry slot]
+``positions``             ``[T]``     absolute positions [RoPE, compressor ``position_bias``,
+                                      sliding-window keys]
+``token_req``             ``[T]``     each token's request row [attention, indexer]
+``req_pool_indices``      ``[B]``     request slots: rows of the pool's per-request state and of
+                                      the page table ``req_to_page`` [compressors, attention,
+                                      indexer]
 ``swa_write``             ``[T]``     window-pool slot each token's KV is written to [attention]
 ``swa_pages``             ``[T, 2]``  window pages of the span before the token's span and of its
-                                      own span (spans of ``window`` positions) [dense expansion]
+                                      own span (spans of ``window`` positions) [attention]
 ``logits_indices``        ``[K]``     token rows whose logits are computed [LM head]
 ``<ratio>.win_rows`` ...  see :class:`CompressPlan` (per compression ratio: CSA 4, HCA 128)
-``<ratio>.visible``       ``[T]``     compressed entries visible to each token [dense expansion]
+``<ratio>.visible``       ``[T]``     compressed entries visible to each token [attention, indexer]
 ========================  ==========  ===========================================================
 
-Long context: no field is sized tokens x candidates. The visible compressed entries of a token are
-the first ``visible[t]`` entries of its request, entry ``w`` living at slot
-``block_table[b, w // (page / m)] * (page / m) + w % (page / m)``; the sliding-window keys of the
-token at ``p`` are positions ``p - window + 1 .. p`` in its two ``swa_pages``. The current attention
-and indexer kernels read dense per-token index lists instead (``[T, window]`` and ``[T, C]``); they
-are produced on the device from the compact form by :func:`expand_kv_indices`, called once at the
-start of the model forward, the only place where a ``tokens x candidates`` tensor exists. Kernels
-that read ``block_table`` / ``swa_pages`` directly make that function disappear.
+plus ``req_to_page [R, P]`` int32: the pool's device page table
+(:class:`~sglang_v4.mem_cache.req_to_page.ReqToPageTable`, SGLang's ``req_to_token`` at page
+granularity), of which a forward uploads only the rows' pages that changed.
+
+Long context: no field is sized tokens x candidates, and no per-step host work grows with the
+context. The visible compressed entries of a token are the first ``visible[t]`` entries of its
+request, entry ``w`` living at slot ``req_to_page[slot, w // e] * e + w % e`` (``e = page_size /
+m``); the sliding-window keys of the token at ``p`` are positions ``p - window + 1 .. p`` in its two
+``swa_pages`` (:mod:`sgl_kernel_v4.paged`). The attention and indexer kernels compute those slots
+themselves.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from sglang_v4.mem_cache.req_to_page import ReqToPageTable
+
 #: Fields of a :class:`CompressPlan` and of a :class:`ForwardBatch` outside its plans, in layout order.
 PLAN_FIELDS = tuple(
     "win_rows win_prev win_pos win_out buf_rows ovl_rows snap_rows snap_pages visible".split()
 )
 BATCH_FIELDS = tuple(
-    "input_ids positions token_req req_pool_indices block_table swa_write swa_pages logits_indices".split()
+    "input_ids positions token_req req_pool_indices swa_write swa_pages logits_indices".split()
 )
 #: Value of padded entries in a static (graph) layout. Padded requests use the reserved request
 #: slot 0 and write no KV (``swa_write = win_out = -1``); padded snapshots go to the reserved window
 #: page 0; padded tokens see nothing (``swa_pages = -1``, ``visible = 0``).
 PAD = {f: 0 for f in BATCH_FIELDS + PLAN_FIELDS} | {
-    f: -1
-    for f in "block_table swa_write swa_pages win_rows win_prev win_out buf_rows ovl_rows snap_rows".split()
+    f: -1 for f in "swa_write swa_pages win_rows win_prev win_out buf_rows ovl_rows snap_rows".split()
 }
 
 
@@ -115,10 +117,8 @@ class CompressPlan:
             snapshots; ``[0, m]`` for HCA).
         snap_pages: ``[S]`` window pages receiving those snapshots.
         visible: ``[T]`` number of the request's entries visible to each token (``(pos + 1) // m``).
-        max_visible: ``C``, the width of the dense candidate lists (host int): the largest
-            ``visible`` (eager) or ``ctx // m`` of the graph's context bucket.
-        candidates: ``[T, C]`` dense flat slots of the visible entries (``-1`` padded), set by
-            :func:`expand_kv_indices`; ``None`` in a batch fresh from the builder.
+        max_visible: a bound on ``visible`` (host int): the largest value (eager) or
+            ``context // m`` of a CUDA graph's context bound; sizes the indexer's workspace.
     """
 
     ratio: int
@@ -132,14 +132,14 @@ class CompressPlan:
     snap_pages: torch.Tensor
     visible: torch.Tensor
     max_visible: int
-    candidates: torch.Tensor | None = None
 
 
 @dataclass
 class ForwardBatch:
     """A batch of requests' new tokens (extend, decode or mixed) for one model forward.
 
-    Tensor fields are described in the module docstring (compact form, int64 on the device).
+    Tensor fields are described in the module docstring (compact form, int64 on the device;
+    ``req_to_page`` int32).
 
     Attributes:
         extend_lens / prefix_lens: per request (host lists).
@@ -153,15 +153,14 @@ class ForwardBatch:
         graph_safe: the batch's tensors are the padded static buffers of a CUDA graph (or their
             eager stand-in on CPU): no layer may synchronise with the host or pick shapes from
             tensor values. Read by ``Compressor.run``.
-        swa_idx: ``[T, window]`` dense window-pool slots of each token's sliding keys (``-1`` =
-            none), set by :func:`expand_kv_indices`; ``None`` in a batch fresh from the builder.
+        req_to_page: ``[R, P]`` int32 page table (row = request slot); ``None`` until set by the
+            builder.
     """
 
     input_ids: torch.Tensor
     positions: torch.Tensor
     token_req: torch.Tensor
     req_pool_indices: torch.Tensor
-    block_table: torch.Tensor
     swa_write: torch.Tensor
     swa_pages: torch.Tensor
     logits_indices: torch.Tensor
@@ -174,7 +173,7 @@ class ForwardBatch:
     hca: CompressPlan | None = None
     indexer_stream: torch.cuda.Stream | None = None
     graph_safe: bool = False
-    swa_idx: torch.Tensor | None = None
+    req_to_page: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -189,41 +188,6 @@ class ForwardBatch:
         return all(n == 1 for n in self.extend_lens)
 
 
-def expand_kv_indices(fb: ForwardBatch) -> ForwardBatch:
-    """The dense per-token key lists the current attention / indexer kernels read, from the
-    compact form: a copy of ``fb`` with ``swa_idx`` and every plan's ``candidates`` set.
-
-    Runs on the batch's device, inside every forward (so also inside a captured CUDA graph). This
-    is the only place where a ``tokens x candidates`` tensor is made; kernels that read
-    ``block_table`` / ``swa_pages`` directly remove it.
-
-    * ``swa_idx [T, window]``: key ``j`` of the token at ``p`` is position
-      ``k = p - window + 1 + j``, at slot ``page * window + k % window`` with ``page`` the token's
-      own window page if ``k`` is in its span, else the page of the span before; ``-1`` where
-      ``k < 0`` or the page is ``-1`` (padding).
-    * ``candidates [T, C]`` per ratio ``m``: column ``c < visible[t]`` is entry ``c`` of the token's
-      request, at ``block_table[b, c // e] * e + c % e`` with ``e = page_size // m``; else ``-1``.
-    """
-    W = fb.window
-    pos = fb.positions
-    ar = torch.arange(W, dtype=torch.int64, device=pos.device)
-    kp = pos[:, None] - (W - 1) + ar[None, :]
-    prev, cur = fb.swa_pages[:, 0:1], fb.swa_pages[:, 1:2]
-    page = torch.where(kp // W == (pos // W)[:, None], cur, prev)
-    swa_idx = torch.where((kp >= 0) & (page >= 0), page * W + kp % W, -1)
-    plans: dict[str, CompressPlan | None] = {}
-    for name in ("csa", "hca"):
-        plan: CompressPlan | None = getattr(fb, name)
-        if plan is not None:
-            e = fb.page_size // plan.ratio
-            col = torch.arange(plan.max_visible, dtype=torch.int64, device=pos.device)
-            pages = fb.block_table[fb.token_req][:, col // e]
-            cand = torch.where(col[None, :] < plan.visible[:, None], pages * e + col % e, -1)
-            plan = dataclasses.replace(plan, candidates=cand)
-        plans[name] = plan
-    return dataclasses.replace(fb, swa_idx=swa_idx, csa=plans["csa"], hca=plans["hca"])
-
-
 @dataclass
 class HostMetadata:
     """The builder's output on the host, before it is written to a device buffer.
@@ -234,6 +198,8 @@ class HostMetadata:
         num_req_rows: ``B`` the row tables were computed for (the padded batch size in a graph).
         extend_lens / prefix_lens / logits_counts: host lists of the batch.
         max_visible: ratio name -> largest visible-entry count of any token.
+        num_blocks: block pages each request reads (``ceil(end / page_size)``): the page-table
+            columns the forward needs synced.
     """
 
     arrays: dict[str, np.ndarray]
@@ -242,6 +208,7 @@ class HostMetadata:
     prefix_lens: list[int]
     logits_counts: list[int]
     max_visible: dict[str, int]
+    num_blocks: list[int]
 
 
 def _ragged_arange(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -262,7 +229,7 @@ class MetadataLayout:
     Args:
         shapes: field name -> shape, in layout order.
         ratios: ratio name (``"csa"``, ``"hca"``) -> m.
-        max_visible: ratio name -> ``C`` of the dense candidates.
+        max_visible: ratio name -> the bound on ``visible`` (:attr:`CompressPlan.max_visible`).
         page_size / window: of the model's pools.
         num_req_rows: ``B`` the row tables must be computed for (``None``: any, exact layouts).
         all_logits: logits of every token row (graphs) instead of the metadata's rows.
@@ -301,8 +268,8 @@ class MetadataLayout:
         :data:`PAD`; ``meta=None`` writes an all-padding batch (graph warm-up and capture).
 
         Raises:
-            ValueError: ``meta`` does not fit (more tokens, requests, windows or block pages than the
-                static shape, more visible entries than ``C``, or row tables computed for another
+            ValueError: ``meta`` does not fit (more tokens, requests or windows than the static
+                shape, more visible entries than the bound, or row tables computed for another
                 ``B``); ``host`` is then unchanged.
         """
         if meta is not None:
@@ -313,7 +280,7 @@ class MetadataLayout:
             for name, c in meta.max_visible.items():
                 if c > self.max_visible[name]:
                     raise ValueError(
-                        f"{name}.candidates: {c} visible entries exceed the static {self.max_visible[name]}"
+                        f"{name}.visible: {c} visible entries exceed the static bound {self.max_visible[name]}"
                     )
             for name, a in meta.arrays.items():
                 shape = self.shapes[name]
@@ -387,6 +354,9 @@ class ForwardBatchBuilder:
         window: sliding window (positions per window page).
         csa_ratio / hca_ratio: compression ratios present in the model (``None`` if absent).
         device: where the batch tensors live.
+        req_to_page: the pool's device page table (``DSV4KVPool.req_to_page``), synced with each
+            batch's new pages; ``None`` builds a fresh table per batch from its requests' whole
+            page lists (tools and tests that run without a pool's table).
 
     Raises:
         ValueError: ``page_size`` not a multiple of a ratio.
@@ -399,6 +369,7 @@ class ForwardBatchBuilder:
         csa_ratio: int | None,
         hca_ratio: int | None,
         device: torch.device | str,
+        req_to_page: ReqToPageTable | None = None,
     ) -> None:
         self.page_size, self.window = int(page_size), int(window)
         self.ratios = {n: int(m) for n, m in (("csa", csa_ratio), ("hca", hca_ratio)) if m is not None}
@@ -406,6 +377,7 @@ class ForwardBatchBuilder:
             if self.page_size % m:
                 raise ValueError(f"page_size: {page_size} is not a multiple of the {name} ratio {m}")
         self.device = torch.device(device)
+        self.req_to_page = req_to_page
 
     # ---- host metadata ------------------------------------------------------------------------
     def metadata(self, reqs: list[ReqForwardInput], num_req_rows: int | None = None) -> HostMetadata:
@@ -436,7 +408,11 @@ class ForwardBatchBuilder:
         lo = np.maximum(0, (p - W + 1) // W)
         n_spans = (end - 1) // W - lo + 1
         span_start = np.cumsum(n_spans) - n_spans
-        block_table = np.full((B, int(need.max())), -1, dtype=np.int64)
+        # the block pages of the blocks this forward writes (O(tokens), not the whole page list)
+        blk_lo = p // ps
+        n_blk = need - blk_lo
+        blk_start = np.cumsum(n_blk) - n_blk
+        blk_pages = np.empty(int(n_blk.sum()), dtype=np.int64)
         span_pages = np.empty(int(n_spans.sum()), dtype=np.int64)
         for b, r in enumerate(reqs):
             nb = int(need[b])
@@ -444,7 +420,8 @@ class ForwardBatchBuilder:
                 raise ValueError(
                     f"request slot {r.req_pool_idx}: {len(r.block_pages)} block pages for {end[b]} tokens"
                 )
-            block_table[b, :nb] = r.block_pages[:nb]
+            b0 = int(blk_start[b])
+            blk_pages[b0 : b0 + nb - int(blk_lo[b])] = r.block_pages[int(blk_lo[b]) : nb]
             k0, s0 = int(lo[b]), int(span_start[b])
             try:
                 for i in range(int(n_spans[b])):
@@ -468,14 +445,14 @@ class ForwardBatchBuilder:
             "positions": pos,
             "token_req": token_req,
             "req_pool_indices": np.fromiter((r.req_pool_idx for r in reqs), np.int64, B),
-            "block_table": block_table,
             "swa_write": cur * W + pos % W,
             "swa_pages": np.stack([prev, cur], axis=1),
             "logits_indices": t0[k_req] + ls[k_req] + k_i,
         }
         max_visible = {}
         for name, m in self.ratios.items():
-            plan = self._plan(m, name == "csa", p, end, t0, Bp, block_table, span_pages, span_start, lo)
+            page_of = (blk_pages, blk_start, blk_lo)
+            plan = self._plan(m, name == "csa", p, end, t0, Bp, page_of, span_pages, span_start, lo)
             plan["visible"] = (pos + 1) // m
             max_visible[name] = int(plan["visible"].max())
             arrays.update({f"{name}.{k}": v for k, v in plan.items()})
@@ -486,6 +463,7 @@ class ForwardBatchBuilder:
             prefix_lens=p.tolist(),
             logits_counts=(n - ls).tolist(),
             max_visible=max_visible,
+            num_blocks=need.tolist(),
         )
 
     def _plan(
@@ -496,13 +474,16 @@ class ForwardBatchBuilder:
         end: np.ndarray,
         t0: np.ndarray,
         Bp: int,
-        block_table: np.ndarray,
+        page_of: tuple[np.ndarray, np.ndarray, np.ndarray],
         span_pages: np.ndarray,
         span_start: np.ndarray,
         lo: np.ndarray,
     ) -> dict[str, np.ndarray]:
-        """The window / state row tables of one ratio (:class:`CompressPlan`), numpy int64."""
+        """The window / state row tables of one ratio (:class:`CompressPlan`), numpy int64.
+        ``page_of``: the block pages of the blocks the forward writes (flat), each request's
+        start in them and its first such block."""
         B = p.shape[0]
+        blk_pages, blk_start, blk_lo = page_of
         base = Bp * m  # Tab rows before the new tokens
         e = self.page_size // m
         ar = np.arange(m, dtype=np.int64)
@@ -521,7 +502,7 @@ class ForwardBatchBuilder:
             "win_rows": rows,
             "win_prev": np.zeros((0, m), np.int64),
             "win_pos": ws * m,
-            "win_out": block_table[j_req, ws // e] * e + ws % e,
+            "win_out": blk_pages[blk_start[j_req] + ws // e - blk_lo[j_req]] * e + ws % e,
         }
         has = n_win > 0
         ovl = np.full((B, m), -1, np.int64)
@@ -549,13 +530,30 @@ class ForwardBatchBuilder:
         return out
 
     # ---- writers ------------------------------------------------------------------------------
+    def sync_pages(self, reqs: list[ReqForwardInput], meta: HostMetadata) -> torch.Tensor:
+        """Make the page table hold every block page the batch reads; returns the table tensor.
+
+        With the pool's table (constructor) only the pages changed since each request's last
+        forward are uploaded; without one, a fresh ``[max slot + 1, max blocks]`` table is built.
+
+        Raises:
+            ValueError: as :meth:`ReqToPageTable.sync` (a request longer than the table).
+        """
+        table = self.req_to_page
+        if table is None:
+            slots = 1 + max(r.req_pool_idx for r in reqs)
+            table = ReqToPageTable(slots, max(1, max(meta.num_blocks)), self.device)
+        table.sync(reqs, meta.num_blocks)
+        return table.table
+
     def build(
         self, reqs: list[ReqForwardInput], indexer_stream: torch.cuda.Stream | None = None
     ) -> ForwardBatch:
-        """Eager forward: the batch's metadata in one fresh buffer on the device (one copy).
+        """Eager forward: the batch's metadata in one fresh buffer on the device (one copy), and the
+        page table synced (:meth:`sync_pages`).
 
         Raises:
-            ValueError: as :meth:`metadata`.
+            ValueError: as :meth:`metadata` and :meth:`sync_pages`.
         """
         meta = self.metadata(reqs)
         lay = MetadataLayout(
@@ -568,17 +566,19 @@ class ForwardBatchBuilder:
         # pinned + asynchronous on CUDA: a pageable upload would wait for the forward in flight
         host_t = torch.empty(lay.size, dtype=torch.int64, pin_memory=self.device.type == "cuda")
         lay.write(host_t.numpy(), meta)
+        table = self.sync_pages(reqs, meta)
         buf = host_t.to(self.device, non_blocking=True)
         fb = lay.views(buf, meta.extend_lens, meta.prefix_lens, meta.logits_counts)
         fb.indexer_stream = indexer_stream
+        fb.req_to_page = table
         return fb
 
     def static_layout(self, bs: int, ctx: int) -> MetadataLayout:
-        """The padded layout of a decode CUDA-graph key: ``bs`` one-token requests of context at
-        most ``ctx`` (``T = B = J = S = bs``, ``P = ceil(ctx / page_size)``, ``C = ctx // m``)."""
-        P = -(-ctx // self.page_size)
+        """The padded layout of a decode CUDA-graph key: ``bs`` one-token requests
+        (``T = B = J = S = bs``) of context at most ``ctx`` (the visible-entry bound ``ctx // m``);
+        no field depends on the context, so one layout serves every context up to ``ctx``."""
         shapes: dict[str, tuple[int, ...]] = {f: (bs,) for f in BATCH_FIELDS}
-        shapes.update(block_table=(bs, P), swa_pages=(bs, 2))
+        shapes.update(swa_pages=(bs, 2))
         for name, m in self.ratios.items():
             s = bs if name == "csa" else 0  # overlap state and snapshots: CSA only
             for f, shape in zip(

@@ -5,8 +5,9 @@ kept quantized on CUDA, dequantized on CPU unless ``--quantization`` says otherw
 initialised randomly on the device (``load_format="dummy"``, as SGLang and vLLM call it, for
 benchmarks); ``sglang_v4.model_loader.builder.get_model``. The KV pool is sized by the
 memory planner (``mem_cache/kv_planner.py:plan_kv_pools``) from ``--max-total-tokens`` or, on CUDA,
-from ``--mem-fraction-static`` of the free memory after the weights are loaded, in the chosen KV
-format (fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches replay CUDA
+from ``--mem-fraction-static`` of the free memory after the weights are loaded less the forward's
+workspace, measured by a maximal dummy forward first (``workspace.py``), in the chosen KV format
+(fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches replay CUDA
 graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a second stream.
 """
 
@@ -17,6 +18,7 @@ import os
 import time
 
 import torch
+from sgl_kernel_v4 import ops
 
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.mem_cache.kv_format import normalize_kv_cache_dtype
@@ -25,6 +27,7 @@ from sglang_v4.mem_cache.kv_spec import build_kv_layout
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.cuda_graph_runner import CudaGraphRunner
 from sglang_v4.model_executor.forward_batch import ForwardBatch, ForwardBatchBuilder, ReqForwardInput
+from sglang_v4.model_executor.workspace import WorkspacePlan, plan_workspace
 from sglang_v4.model_loader.builder import get_model
 from sglang_v4.server_args import ServerArgs
 
@@ -157,6 +160,9 @@ class ModelRunner:
         self.kv_cache_dtype = normalize_kv_cache_dtype(sa.kv_cache_dtype, self.dtype)
         self.fp4_indexer = bool(sa.enable_fp4_indexer)
         self.resume_interval = int(sa.resume_interval)
+        cps = int(sa.chunked_prefill_size or 0)
+        self.chunked_prefill_size = self.context_len if cps <= 0 else min(cps, self.context_len)
+        self.workspace: WorkspacePlan | None = None
         self.plan = self._size_pool(sa.max_total_tokens, sa.mem_fraction_static)
         self.max_total_tokens = self.plan.kv_capacity_tokens
         logger.info(self.plan.summary())
@@ -170,6 +176,7 @@ class ModelRunner:
             self.device,
             kv_cache_dtype=self.kv_cache_dtype,
             fp4_indexer=self.fp4_indexer,
+            max_pages_per_req=-(-self.context_len // self.page_size),
         )
         logger.info(
             "KV pool (%s%s): %d block pages (%d tokens), %d window pages of %d positions, "
@@ -184,40 +191,25 @@ class ModelRunner:
             self.pool.memory_bytes() / 2**20,
             self.pool.fragmentation_bytes(),
         )
-        mc = model_config
-        self.builder = ForwardBatchBuilder(
-            self.page_size,
-            mc.sliding_window,
-            mc.csa_ratio if mc.csa_layers else None,
-            mc.hca_ratio if mc.hca_layers else None,
-            self.device,
-        )
+        self.builder = ForwardBatchBuilder(**self._builder_args(), req_to_page=self.pool.req_to_page)
         # ---- CUDA execution: indexer stream + decode CUDA graphs (cuda_graph_runner.py) ----
         self.indexer_streams = IndexerStreamPolicy(self.device, sa.indexer_stream_max_bs)
         self.cuda_graph_runner: CudaGraphRunner | None = None
         if self.device.type == "cuda":
             if sa.disable_cuda_graph:
                 logger.info("CUDA graphs disabled (--disable-cuda-graph)")
-            elif self.pool.quantized_kinds:
-                logger.warning(
-                    "CUDA graphs disabled: quantized KV (%s%s) takes the reference path, which syncs",
-                    self.kv_cache_dtype,
-                    " + fp4 indexer" if self.fp4_indexer else "",
-                )
+            elif not ops.triton_enabled():
+                logger.warning("CUDA graphs disabled: the Triton kernels are off (the torch reference syncs)")
             else:
                 max_bs = int(sa.cuda_graph_max_bs or min(128, self.max_running_requests))
-                self.cuda_graph_runner = self.create_cuda_graph_runner(
-                    max_bs, max_ctx=min(1 << 17, max(1024, self.context_len))
-                )
+                self.cuda_graph_runner = self.create_cuda_graph_runner(max_bs, max_ctx=self.context_len)
                 logger.info(
-                    "CUDA graphs on for decode: bs buckets %s, context buckets %s (captured lazily)",
+                    "CUDA graphs on for decode: bs buckets %s, every context up to %d (captured lazily)",
                     self.cuda_graph_runner.bs_list,
-                    self.cuda_graph_runner.ctx_list,
+                    self.context_len,
                 )
 
-    def create_cuda_graph_runner(
-        self, max_bs: int, max_ctx: int, min_ctx: int = 1024, use_graphs: bool = True
-    ) -> CudaGraphRunner:
+    def create_cuda_graph_runner(self, max_bs: int, max_ctx: int, use_graphs: bool = True) -> CudaGraphRunner:
         """A :class:`CudaGraphRunner` over this runner's model, pool, metadata builder and
         indexer-stream policy (arguments as there)."""
         return CudaGraphRunner(
@@ -228,7 +220,6 @@ class ModelRunner:
             self.mc.vocab_size,
             max_bs=max_bs,
             max_ctx=max_ctx,
-            min_ctx=min_ctx,
             use_graphs=use_graphs,
         )
 
@@ -256,23 +247,56 @@ class ModelRunner:
         lay = build_kv_layout(self.mc, self.kv_cache_dtype, self.fp4_indexer, self.page_size)
         return lay.block_page_bytes + lay.window_page_bytes // self.resume_interval
 
+    def _builder_args(self) -> dict:
+        """``ForwardBatchBuilder`` arguments of this model (page size, window, ratios, device)."""
+        mc = self.mc
+        return dict(
+            page_size=self.page_size,
+            window=mc.sliding_window,
+            csa_ratio=mc.csa_ratio if mc.csa_layers else None,
+            hca_ratio=mc.hca_ratio if mc.hca_layers else None,
+            device=self.device,
+        )
+
     def _size_pool(self, max_total_tokens: int | None, mem_fraction: float | None) -> KVPlan:
         """Plan the pools with :func:`~sglang_v4.mem_cache.kv_planner.plan_kv_pools`.
 
-        ``max_total_tokens`` given: that capacity (rounded up to whole pages). Otherwise on CUDA
-        the budget is ``mem_fraction_static`` (default 0.85) of the free device memory after the
-        weights are loaded; on CPU the capacity is ``max(context_len, 4 pages)`` capped at
-        131,072 tokens (the tiny default model: ~0.2 GiB of fp32 KV).
+        On CUDA the forward's workspace is measured first (:mod:`.workspace`: a maximal dummy
+        forward at full context, the prefill chunk lowered if it does not fit) and reserved out of
+        ``mem_fraction_static`` (default 0.85) of the free device memory after the weights; the
+        pools get the rest, or ``max_total_tokens`` when given (a warning if that leaves less
+        than the workspace). On CPU nothing is measured: the capacity is ``max_total_tokens`` or
+        ``max(context_len, 4 pages)`` capped at 131,072 tokens (the tiny default model: ~0.2 GiB
+        of fp32 KV).
         """
         budget = None
         tokens = max_total_tokens
-        if tokens is None:
-            if self.device.type == "cuda":
-                free, _ = torch.cuda.mem_get_info(self.device)
-                budget = int(free * (mem_fraction if mem_fraction is not None else 0.85))
-            else:
-                tokens = min(max(self.context_len, 4 * self.page_size), self._CPU_DEFAULT_MAX_TOKENS)
-        return plan_kv_pools(
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            avail = int(free * (mem_fraction if mem_fraction is not None else 0.85))
+            sa = self.server_args
+            self.workspace = plan_workspace(
+                self.model,
+                self.mc,
+                self._builder_args(),
+                dict(
+                    compute_dtype=self.dtype,
+                    device=self.device,
+                    kv_cache_dtype=self.kv_cache_dtype,
+                    fp4_indexer=self.fp4_indexer,
+                ),
+                self.context_len,
+                self.chunked_prefill_size,
+                self.max_running_requests,
+                avail,
+                with_graphs=not sa.disable_cuda_graph and ops.triton_enabled(),
+            )
+            self.chunked_prefill_size = self.workspace.chunked_prefill_size
+            if tokens is None:
+                budget = avail - self.workspace.reserved_bytes
+        elif tokens is None:
+            tokens = min(max(self.context_len, 4 * self.page_size), self._CPU_DEFAULT_MAX_TOKENS)
+        plan = plan_kv_pools(
             self.mc,
             self.kv_cache_dtype,
             self.fp4_indexer,
@@ -280,6 +304,17 @@ class ModelRunner:
             max_total_tokens=tokens,
             **self._plan_kwargs(),
         )
+        if budget is None and self.workspace is not None:
+            free, _ = torch.cuda.mem_get_info(self.device)
+            if plan.total_bytes + self.workspace.reserved_bytes > free:
+                logger.warning(
+                    "--max-total-tokens: the pools (%d B) and the forward workspace (%d B) exceed the "
+                    "free device memory (%d B); a large batch may run out of memory",
+                    plan.total_bytes,
+                    self.workspace.reserved_bytes,
+                    free,
+                )
+        return plan
 
     def kv_plan_info(self) -> dict:
         """KV sizing facts for ``get_server_info()["kv_plan"]``: ``KVPlan.to_dict()`` (capacity,

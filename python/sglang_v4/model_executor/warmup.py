@@ -273,7 +273,7 @@ def warmup_kernels(
         dummy.free()
         runner.cuda_graph_runner = saved
     if graphs is not None and server_args.cuda_graph_warmup_ctx > 0:
-        stats["graphs"] = graphs.capture_all(min(server_args.cuda_graph_warmup_ctx, runner.context_len))
+        stats["graphs"] = graphs.capture_all()  # one graph per batch size: every context
     if runner.device.type == "cuda":
         torch.cuda.synchronize(runner.device)
     stats["seconds"] = time.perf_counter() - t0

@@ -25,7 +25,7 @@ from sglang_v4.layers.moe import SparseMoeBlock
 from sglang_v4.layers.quantization import QuantConfig
 from sglang_v4.layers.rotary_embedding import RotaryTables
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
-from sglang_v4.model_executor.forward_batch import ForwardBatch, expand_kv_indices
+from sglang_v4.model_executor.forward_batch import ForwardBatch
 
 
 class DecoderLayer(nn.Module):
@@ -122,13 +122,12 @@ class DeepseekV4ForCausalLM(nn.Module):
     def forward(self, fb: ForwardBatch, pool: DSV4KVPool) -> torch.Tensor:
         """Run the batch; writes its KV into ``pool``.
 
-        The layers read the dense key lists (``fb.swa_idx``, ``plan.candidates``) made from the
-        batch's compact metadata by :func:`expand_kv_indices`, once per forward for all layers.
+        The layers find every key through the batch's page tables (``fb.swa_pages``,
+        ``fb.req_to_page``); no per-token key list is made.
 
         Returns:
             ``[K, vocab]`` fp32 logits of the rows ``fb.logits_indices``.
         """
-        fb = expand_kv_indices(fb)
         x = self.model.embed_tokens(fb.input_ids)
         x = x.unsqueeze(1).expand(-1, self.model.hc_mult, -1).contiguous()
         rc = self._rope_cache(fb)

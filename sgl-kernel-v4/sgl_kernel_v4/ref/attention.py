@@ -2,18 +2,31 @@
 
 Reference file: HF ``modeling_deepseek_v4.py`` (``eager_attention_forward`` with sinks,
 ``DeepseekV4IndexerScorer``, ``DeepseekV4Indexer``).
+
+The ops of the table (:func:`sparse_attention`, :func:`indexer_topk`) read the pools through page
+tables (:mod:`sgl_kernel_v4.paged`): a token's keys are computed from its position, its window
+pages and its request's row of ``req_to_page``, never passed as a ``[tokens, candidates]`` list.
+The references expand those keys for a bounded block of tokens at a time (at most
+:data:`GATHER_BUDGET` gathered values), so host memory stays bounded at any context length; the
+math on each block is the one of the gathered-list helpers below (:func:`attend_gathered`,
+:func:`indexer_scores`, :func:`select_topk`).
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..paged import entry_slots, window_slots
+
+#: Most values (keys x dims, or scores) a reference materialises for one block of tokens.
+GATHER_BUDGET = 1 << 23
+
 
 def gather_rows(flat: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Gather ``flat[idx]`` with ``-1`` padding.
 
     Args:
-        flat: ``[N, d]``.
+        flat: ``[N, d]`` (a tensor or a quantized row view that dequantizes on ``__getitem__``).
         idx: ``[T, K]`` int64, ``-1`` = none.
 
     Returns:
@@ -25,47 +38,109 @@ def gather_rows(flat: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, to
     return rows, valid
 
 
-def sparse_attention(
-    q: torch.Tensor,
-    sources: list[tuple[torch.Tensor, torch.Tensor]],
-    sinks: torch.Tensor,
-    scale: float,
+def attend_gathered(
+    q: torch.Tensor, k: torch.Tensor, valid: torch.Tensor, sinks: torch.Tensor, scale: float
 ) -> torch.Tensor:
     """Shared-KV (MQA, K = V) attention over gathered keys with a per-head sink logit.
 
-    Args:
-        q: ``[T, H, D]``.
-        sources: list of ``(kv_flat [N_i, D], idx [T, K_i] int64)``; the keys of query ``t`` are the
-            valid rows ``kv_flat[idx[t, j]]`` of every source (``-1`` = padding).
-        sinks: ``[H]`` fp32 learned sink logits: one extra logit per head whose probability mass is
-            dropped from the output (HF ``eager_attention_forward``).
-        scale: softmax scale (``head_dim ** -0.5``).
-
-    Returns:
-        ``[T, H, D]`` in ``q.dtype``. A query with no valid key returns zeros.
+    ``q [T, H, D]``, ``k [T, K, D]`` (in q's dtype), ``valid [T, K]`` bool, ``sinks [H]`` fp32: one
+    extra logit per head whose probability mass is dropped (HF ``eager_attention_forward``).
+    Softmax in fp32. Returns ``[T, H, D]`` in q's dtype; a query with no valid key gets zeros.
     """
-    T, H, D = q.shape
-    if T == 0:
-        return q.new_zeros((0, H, D))
-    keys, masks = [], []
-    for flat, idx in sources:
-        rows, valid = gather_rows(flat, idx)
-        keys.append(rows.to(q.dtype))
-        masks.append(valid)
-    k = torch.cat(keys, dim=1)  # [T, K, D]
-    valid = torch.cat(masks, dim=1)  # [T, K]
+    T, H, _ = q.shape
     logits = torch.einsum("thd,tkd->thk", q.float(), k.float()) * scale
     logits = logits.masked_fill(~valid.unsqueeze(1), float("-inf"))
     sink = sinks.float().view(1, H, 1).expand(T, H, 1)
     combined = torch.cat([logits, sink], dim=-1)
     combined = combined - combined.max(dim=-1, keepdim=True).values
     probs = combined.softmax(dim=-1)[..., :-1]
-    out = torch.einsum("thk,tkd->thd", probs.to(q.dtype), k)
+    return torch.einsum("thk,tkd->thd", probs.to(q.dtype), k)
+
+
+def sparse_attention(
+    q: torch.Tensor,
+    swa_kv: object,
+    swa_pages: torch.Tensor,
+    positions: torch.Tensor,
+    window: int,
+    sinks: torch.Tensor,
+    scale: float,
+    comp_kv: object | None = None,
+    comp_entries: torch.Tensor | None = None,
+    comp_visible: torch.Tensor | None = None,
+    req_to_page: torch.Tensor | None = None,
+    req_rows: torch.Tensor | None = None,
+    token_req: torch.Tensor | None = None,
+    entries_per_page: int = 1,
+) -> torch.Tensor:
+    """DeepSeek-V4 attention of each token over its sliding window and its compressed entries.
+
+    Keys of token ``t`` (:mod:`sgl_kernel_v4.paged` gives the slots): the ``window`` positions
+    ``p - window + 1 .. p`` of its sliding window (``swa_kv``), then, with ``comp_kv``, either
+    the entries listed in ``comp_entries[t]`` (CSA: the indexer's top-k) or every entry
+    ``w < comp_visible[t]`` (HCA), of its request ``token_req[t]``; plus a per-head sink logit.
+
+    Args:
+        q: ``[T, H, D]`` queries (RoPE applied).
+        swa_kv: the window pool layer (``[N, D]`` float tensor or a quantized row view).
+        swa_pages: ``[T, 2]`` int64 window pages of the span before each token's and of its own.
+        positions: ``[T]`` int64 token positions.
+        window: sliding window (positions per window page).
+        sinks: ``[H]`` fp32 sink logits; scale: softmax scale (``head_dim ** -0.5``).
+        comp_kv: the compressed pool layer, or ``None`` (sliding-only layer).
+        comp_entries: ``[T, K]`` int64 entry indices (``-1`` = none), or ``None``.
+        comp_visible: ``[T]`` int64 visible entry counts (used when ``comp_entries`` is ``None``).
+        req_to_page: ``[R, P]`` page table; req_rows: ``[B]`` its row per request;
+        token_req: ``[T]`` request of each token; entries_per_page: ``e`` of ``comp_kv``.
+
+    Returns:
+        ``[T, H, D]`` in q's dtype; a token with no key gets zeros.
+
+    Raises:
+        ValueError: ``comp_kv`` without its page table or entry source.
+    """
+    T, H, D = q.shape
+    out = q.new_zeros((T, H, D))
+    if T == 0:
+        return out
+    comp = comp_kv is not None
+    if comp and (req_to_page is None or req_rows is None or token_req is None):
+        raise ValueError("comp_kv: needs req_to_page, req_rows and token_req")
+    if comp and comp_entries is None and comp_visible is None:
+        raise ValueError("comp_kv: needs comp_entries or comp_visible")
+    if comp and comp_entries is not None:
+        width = comp_entries.shape[1]
+    elif comp:
+        assert comp_visible is not None
+        width = int(comp_visible.max()) if T else 0
+    else:
+        width = 0
+    step = max(1, GATHER_BUDGET // ((window + width) * D))
+    for t0 in range(0, T, step):
+        t1 = min(T, t0 + step)
+        keys, masks = [], []
+        rows, valid = gather_rows(swa_kv, window_slots(positions[t0:t1], swa_pages[t0:t1], window))
+        keys.append(rows.to(q.dtype))
+        masks.append(valid)
+        if comp and width:
+            assert req_to_page is not None and req_rows is not None and token_req is not None
+            if comp_entries is not None:
+                ent = comp_entries[t0:t1]
+            else:
+                assert comp_visible is not None
+                n = int(comp_visible[t0:t1].max())
+                ar = torch.arange(n, dtype=torch.int64, device=q.device)
+                ent = torch.where(ar[None, :] < comp_visible[t0:t1, None], ar[None, :], -1)
+            slots = entry_slots(req_to_page, req_rows[token_req[t0:t1]][:, None], ent, entries_per_page)
+            rows, valid = gather_rows(comp_kv, slots)
+            keys.append(rows.to(q.dtype))
+            masks.append(valid)
+        out[t0:t1] = attend_gathered(q[t0:t1], torch.cat(keys, 1), torch.cat(masks, 1), sinks, scale)
     return out
 
 
 def select_topk(scores: torch.Tensor, valid: torch.Tensor, topk: int) -> torch.Tensor:
-    """Top-k positions per row under the indexer's tie rule (see ``indexer_topk``).
+    """Top-k positions per row under the indexer's tie rule (see :func:`indexer_topk`).
 
     Entry ``a`` beats entry ``b`` when ``scores[a] > scores[b]``, or the scores are equal and
     ``a < b`` (the lower position wins). A row keeps its ``min(topk, valid count)`` best valid
@@ -102,11 +177,12 @@ def select_topk(scores: torch.Tensor, valid: torch.Tensor, topk: int) -> torch.T
 def indexer_scores(
     q: torch.Tensor,
     weights: torch.Tensor,
-    idx_kv_flat: torch.Tensor,
+    idx_kv_flat: object,
     candidates: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """Lightning-indexer scores (paper eqs. 13-17; HF ``DeepseekV4IndexerScorer``), batch-invariant.
+    """Lightning-indexer scores of gathered candidates (paper eqs. 13-17; HF
+    ``DeepseekV4IndexerScorer``), batch-invariant.
 
     ``score[t, c] = sum_h weights[t, h] * relu(scale * q[t, h] . K[candidates[t, c]])``, computed in
     float64 from the inputs' values and rounded once to fp32. Batch invariance: which blocking the
@@ -117,15 +193,11 @@ def indexer_scores(
     off) are exact in any order. A plain fp32 matmul instead moves every score by a few ulps
     between batch shapes, which flips near-ties at the top-k boundary.
 
-    Consecutive rows that read the same slot at every column they both see (one request's tokens:
-    prefixes of one entry list) are scored against that key list once, each block of rows only up
-    to its last visible column (about half the work of a whole causal prefill).
-
     Args:
         q: ``[T, Hi, di]`` indexer queries (RoPE applied).
         weights: ``[T, Hi]`` per-head weights (``weights_proj(x) * Hi**-0.5``).
         idx_kv_flat: ``[N, di]`` flat indexer-key pool (a tensor or a row view with ``__getitem__``).
-        candidates: ``[T, C]`` int64 flat slots of the visible compressed entries, ``-1`` = padding.
+        candidates: ``[T, C]`` int64 flat slots, ``-1`` = padding.
         scale: ``di ** -0.5``.
 
     Returns:
@@ -136,79 +208,95 @@ def indexer_scores(
     if C == 0 or T == 0:
         return score
     valid = candidates >= 0
-    H = q.shape[1]
-    w64 = weights.double()
-    for g0, g1, row in _shared_row_groups(candidates, valid):
-        # rows g0..g1 read the same slot at every column where they have one (one request's
-        # tokens): score each key once per row, each block of rows up to its last visible column
-        last = _last_valid_column(valid[g0:g1])
-        step = max(1, min(256, (1 << 23) // (H * max(1, int(last.max()) + 1))))  # <= 8M doubles
-        for t0 in range(g0, g1, step):
-            t1 = min(g1, t0 + step)
-            n = int(last[t0 - g0 : t1 - g0].max()) + 1
-            if n == 0:
-                continue
-            keys = idx_kv_flat[row[:n].clamp(min=0)].double()  # [n, di]
-            s = torch.relu(torch.einsum("thd,cd->thc", q[t0:t1].double(), keys) * scale)
-            score[t0:t1, :n] = torch.einsum("thc,th->tc", s, w64[t0:t1])  # rounded once to fp32
+    keys = idx_kv_flat[candidates.clamp(min=0)].double()  # [T, C, di]
+    s = torch.relu(torch.einsum("thd,tcd->thc", q.double(), keys) * scale)
+    score[:] = torch.einsum("thc,th->tc", s, weights.double())
     return score.masked_fill_(~valid, -torch.inf)
 
 
-def _last_valid_column(valid: torch.Tensor) -> torch.Tensor:
-    """``[R]`` int64 index of each row's last True column of ``valid [R, C]`` (-1 for none)."""
-    cols = torch.arange(valid.shape[1], device=valid.device)
-    return torch.where(valid, cols, -1).max(1).values
+def indexer_topk_gathered(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    idx_kv_flat: object,
+    candidates: torch.Tensor,
+    topk: int,
+    scale: float,
+) -> torch.Tensor:
+    """:func:`indexer_scores` then :func:`select_topk`: ``[T, topk]`` positions into the gathered
+    ``candidates [T, C]`` (the rule of :func:`indexer_topk`)."""
+    score = indexer_scores(q, weights, idx_kv_flat, candidates, scale)
+    return select_topk(score, candidates >= 0, topk)
 
 
-def _shared_row_groups(candidates: torch.Tensor, valid: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
-    """Split ``[T, C]`` candidate rows into runs of consecutive rows that agree on every column
-    both have a slot in (a request's tokens see prefixes of one entry list), each with its
-    combined ``[C]`` row (``-1`` where no row of the run has a slot). Rows that do not agree with
-    their run's combined row are split off alone."""
-    T = candidates.shape[0]
-    if T > 1:
-        agree = ((candidates[1:] == candidates[:-1]) | ~valid[1:] | ~valid[:-1]).all(1)
-        cuts = (torch.nonzero(~agree).flatten() + 1).tolist()
-    else:
-        cuts = []
-    out = []
-    for g0, g1 in zip([0, *cuts], [*cuts, T]):
-        row = candidates[g0:g1].max(0).values
-        if g1 - g0 == 1 or bool(((candidates[g0:g1] == row) | ~valid[g0:g1]).all()):
-            out.append((g0, g1, row))
-        else:
-            out.extend((t, t + 1, candidates[t]) for t in range(g0, g1))
-    return out
+def _request_runs(token_req: torch.Tensor) -> list[tuple[int, int]]:
+    """``[(t0, t1)]`` runs of consecutive tokens of the same request."""
+    T = token_req.shape[0]
+    if T == 0:
+        return []
+    cuts = (torch.nonzero(token_req[1:] != token_req[:-1]).flatten() + 1).tolist()
+    return list(zip([0, *cuts], [*cuts, T]))
 
 
 def indexer_topk(
     q: torch.Tensor,
     weights: torch.Tensor,
-    idx_kv_flat: torch.Tensor,
-    candidates: torch.Tensor,
+    idx_kv: object,
+    visible: torch.Tensor,
+    req_to_page: torch.Tensor,
+    req_rows: torch.Tensor,
+    token_req: torch.Tensor,
+    entries_per_page: int,
     topk: int,
     scale: float,
 ) -> torch.Tensor:
-    """Lightning-indexer scores and top-k selection (paper eqs. 13-17).
+    """Lightning-indexer scores over every visible compressed entry and top-k selection.
 
-    Scores as :func:`indexer_scores`; then, per query, the ``topk`` best valid candidates under the
-    **tie rule**: candidate ``a`` beats ``b`` when ``score[a] > score[b]``, or the scores are equal
-    and ``a``'s position in the candidate row is lower. Positions are compressed-entry order (the
-    row lists a request's visible entries in order), so among equal scores the earlier entry wins,
-    whatever the row length, batch or chunk. Equivalently: the ``topk`` largest composite keys
-    ``(score, -position)``. HF's ``topk`` breaks ties arbitrarily.
+    Token ``t`` scores the entries ``0 .. visible[t] - 1`` of its request ``token_req[t]`` (slots
+    through ``req_to_page``, :mod:`sgl_kernel_v4.paged`), as :func:`indexer_scores` (float64,
+    rounded once to fp32: batch-invariant), and keeps the ``topk`` best under the **tie rule**:
+    entry ``a`` beats ``b`` when ``score[a] > score[b]``, or the scores are equal and ``a < b`` (the
+    earlier entry), whatever the batch or chunk. HF's ``topk`` breaks ties arbitrarily.
+
+    A request's tokens see prefixes of one entry list: each run of its tokens is scored against
+    that list once, in blocks of rows up to the block's last visible entry, each block's scores
+    at most :data:`GATHER_BUDGET` values (bounded memory at any context length).
 
     Args:
         q: ``[T, Hi, di]`` indexer queries (RoPE applied).
         weights: ``[T, Hi]`` fp32 per-head weights (``weights_proj(x) * Hi**-0.5``).
-        idx_kv_flat: ``[N, di]`` flat indexer-key pool.
-        candidates: ``[T, C]`` int64 flat slots of the visible compressed entries, ``-1`` = padding.
-        topk: number of entries to keep.
-        scale: ``di ** -0.5``.
+        idx_kv: the indexer-key pool layer (``[N, di]`` tensor or quantized row view).
+        visible: ``[T]`` int64 entries visible to each token (``(pos + 1) // ratio``).
+        req_to_page: ``[R, P]`` page table; req_rows: ``[B]`` its row per request;
+        token_req: ``[T]`` request of each token; entries_per_page: entries per block page.
+        topk: entries to keep; scale: ``di ** -0.5``.
 
     Returns:
-        ``[T, topk]`` int64 positions into ``candidates`` (``0..C-1``) in ascending order, ``-1``
-        after them where a query has fewer than ``topk`` valid candidates.
+        ``[T, topk]`` int64 entry indices in ascending order, ``-1`` after them where a token sees
+        fewer than ``topk`` entries.
     """
-    score = indexer_scores(q, weights, idx_kv_flat, candidates, scale)
-    return select_topk(score, candidates >= 0, topk)
+    T, H, _ = q.shape
+    out = torch.full((T, topk), -1, dtype=torch.long, device=q.device)
+    w64 = weights.double()
+    vis = visible.tolist()
+    for r0, r1 in _request_runs(token_req):
+        n_run = max(vis[r0:r1])
+        if n_run <= 0:
+            continue
+        row = req_rows[token_req[r0]]
+        ents = torch.arange(n_run, dtype=torch.int64, device=q.device)
+        slots = entry_slots(req_to_page, row, ents, entries_per_page)
+        step = max(1, min(256, GATHER_BUDGET // (H * n_run)))
+        keys = None
+        for t0 in range(r0, r1, step):
+            t1 = min(r1, t0 + step)
+            n = max(vis[t0:t1])
+            if n <= 0:
+                continue
+            if keys is None or keys.shape[0] < n:
+                keys = idx_kv[slots[:n_run].clamp(min=0)].double()  # [n_run, di], once per run
+            s = torch.relu(torch.einsum("thd,cd->thc", q[t0:t1].double(), keys[:n]) * scale)
+            score = torch.einsum("thc,th->tc", s, w64[t0:t1]).float()  # rounded once to fp32
+            valid = torch.arange(n, device=q.device)[None, :] < visible[t0:t1, None]
+            valid &= slots[None, :n] >= 0
+            out[t0:t1] = select_topk(score, valid, topk)
+    return out

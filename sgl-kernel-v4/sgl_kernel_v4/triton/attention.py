@@ -1,26 +1,37 @@
-"""Sparse shared-KV (MQA) attention with a per-head sink, over gathered paged-pool rows (Triton).
+"""Sparse shared-KV (MQA) attention with a per-head sink over the paged pools (Triton).
 
 Op-table entry 5 (``sgl_kernel_v4/ops.py``); math from HF ``eager_attention_forward`` with ``s_aux``
-(``transformers/models/deepseek_v4/modeling_deepseek_v4.py``): per query token ``t`` and head ``h``,
-``logits_j = scale * q[t, h] · k_j`` over the gathered keys of every source, softmax over
-``[logits..., sinks[h]]`` in fp32, the sink column dropped, ``out = sum_j p_j k_j`` (K = V).
+(``transformers/models/deepseek_v4/modeling_deepseek_v4.py``): per query token ``t`` and head
+``h``, ``logits_j = scale * q[t, h] · k_j`` over the token's keys, softmax over ``[logits...,
+sinks[h]]`` in fp32, the sink column dropped, ``out = sum_j p_j k_j`` (K = V).
 
-Kernel layout: one program per (token, block of heads, key split). All heads of a token share the
-same keys (one KV head), so a program loads a ``[BLOCK_N, D]`` key tile once and uses it for
-``BLOCK_H`` heads with two tensor-core dots (``q·kᵀ`` and ``p·k``), flash-attention style online
-softmax in base 2. The sink enters as the initial running max / denominator (``m = sink``,
-``l = 1``), so a query with no valid key returns exactly 0. At small batch the key range is split
-over several programs (flash-decoding); a second kernel merges the partial (max, sum, acc) and
-adds the sink.
+Keys are found through page tables (:mod:`sgl_kernel_v4.paged`), computed in the kernel: the
+sliding window from the token's position and its two window pages, the compressed entries from
+its request's row of ``req_to_page`` (CSA: the entry indices the indexer selected; HCA: every
+entry below the token's visible count, read on the device). No per-token key list exists.
+
+Kernel layout: one program per (token, block of heads, split). All heads of a token share the keys
+(one KV head), so a program loads a ``[BLOCK_N, D]`` key tile once (dequantizing fp8 entries in
+registers) and uses it for ``BLOCK_H`` heads with two tensor-core dots (``q·kᵀ`` and ``p·k``),
+flash-attention style online softmax in base 2. The sink enters as the initial running max /
+denominator (``m = sink``, ``l = 1``), so a query with no valid key returns exactly 0. The grid is
+fixed by the batch shape alone: split ``s`` of ``NUM_SPLITS`` covers the ``s``-th share of the
+window and of the token's compressed entries, whose count is read on the device
+(flash-decoding), so one CUDA graph per batch size serves every context length; a second kernel
+merges the partial (max, sum, acc) and adds the sink.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
+from sgl_kernel_v4.paged import as_paged
 from sgl_kernel_v4.triton._utils import num_sms
+from sgl_kernel_v4.triton.kv_codec import load_main, row_offsets
 
 __all__ = ["sparse_attention"]
 
@@ -28,61 +39,43 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attend_source(
-    q,
-    m,
-    l_sum,
-    acc,
-    kv_ptr,
-    stride_kv,
-    idx_ptr,
-    start,
-    end,
-    scale_log2,
-    offs_d,
-    D: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    d_valid = offs_d < D
-    for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        nmask = offs_n < end
-        idx = tl.load(idx_ptr + offs_n, mask=nmask, other=-1)
-        valid = idx >= 0
-        k = tl.load(
-            kv_ptr + idx[:, None].to(tl.int64) * stride_kv + offs_d[None, :],
-            mask=valid[:, None] & d_valid[None, :],
-            other=0.0,
-        )
-        k = k.to(q.dtype)
-        qk = tl.dot(q, tl.trans(k))
-        qk = tl.where(valid[None, :], qk * scale_log2, float("-inf"))
-        m_new = tl.maximum(m, tl.max(qk, 1))
-        alpha = tl.exp2(m - m_new)
-        p = tl.exp2(qk - m_new[:, None])
-        l_sum = l_sum * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(k.dtype), k)
-        m = m_new
-    return m, l_sum, acc
+def _attend(q, m, l_sum, acc, kv_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE):
+    k = load_main(kv_ptr, off, valid, offs_d, CODEC, D, NOPE).to(q.dtype)
+    qk = tl.dot(q, tl.trans(k))
+    qk = tl.where(valid[None, :], qk * scale_log2, float("-inf"))
+    m_new = tl.maximum(m, tl.max(qk, 1))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(qk - m_new[:, None])
+    l_sum = l_sum * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(k.dtype), k)
+    return m_new, l_sum, acc
 
 
 @triton.jit
-def _sparse_attn_kernel(
+def _paged_attn_kernel(
     q_ptr,
     stride_qt,
     stride_qh,
-    kv0_ptr,
-    stride_kv0,
-    idx0_ptr,
-    stride_i0,
-    K0,
-    chunk0,
-    kv1_ptr,
-    stride_kv1,
-    idx1_ptr,
-    stride_i1,
-    K1,
-    chunk1,
+    swa_ptr,
+    swa_rpp,
+    swa_ps,
+    swa_rs,
+    swa_pages_ptr,
+    pos_ptr,
+    W,
+    comp_ptr,
+    c_rpp,
+    c_ps,
+    c_rs,
+    ent_ptr,
+    stride_et,
+    K_ENT,
+    vis_ptr,
+    r2p_ptr,
+    stride_r2p,
+    req_rows_ptr,
+    token_req_ptr,
+    E,
     sink_ptr,
     out_ptr,
     stride_ot,
@@ -92,11 +85,13 @@ def _sparse_attn_kernel(
     H,
     scale_log2,
     D: tl.constexpr,
+    NOPE: tl.constexpr,
+    CODEC: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
-    HAS_SRC1: tl.constexpr,
+    COMP_MODE: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1)
@@ -117,20 +112,44 @@ def _sparse_attn_kernel(
         m = tl.full([BLOCK_H], -1.0e30, tl.float32)
         l_sum = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
 
-    start0 = s * chunk0
-    end0 = tl.minimum(start0 + chunk0, K0)
-    m, l_sum, acc = _attend_source(
-        q, m, l_sum, acc, kv0_ptr, stride_kv0, idx0_ptr + t * stride_i0, start0, end0, scale_log2,
-        offs_d, D, BLOCK_N,
-    )  # fmt: skip
-    if HAS_SRC1:
-        start1 = s * chunk1
-        end1 = tl.minimum(start1 + chunk1, K1)
-        m, l_sum, acc = _attend_source(
-            q, m, l_sum, acc, kv1_ptr, stride_kv1, idx1_ptr + t * stride_i1, start1, end1, scale_log2,
-            offs_d, D, BLOCK_N,
-        )  # fmt: skip
+    # sliding window: keys j of positions p - W + 1 + j, this split's share of 0..W-1
+    p = tl.load(pos_ptr + t)
+    pg_prev = tl.load(swa_pages_ptr + 2 * t)
+    pg_cur = tl.load(swa_pages_ptr + 2 * t + 1)
+    chunk_w = tl.cdiv(tl.cdiv(W, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    j_end = tl.minimum(s * chunk_w + chunk_w, W)
+    for j0 in range(s * chunk_w, j_end, BLOCK_N):
+        kp = p - W + 1 + j0 + offs_n
+        kpc = tl.maximum(kp, 0)
+        page = tl.where(kpc // W == p // W, pg_cur, pg_prev)
+        valid = (j0 + offs_n < j_end) & (kp >= 0) & (page >= 0)
+        off = row_offsets(page * W + kpc % W, swa_rpp, swa_ps, swa_rs)
+        m, l_sum, acc = _attend(q, m, l_sum, acc, swa_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE)
+
+    # compressed entries of the token's request: selected (CSA) or every visible one (HCA)
+    if COMP_MODE != 0:
+        row = tl.load(req_rows_ptr + tl.load(token_req_ptr + t)).to(tl.int64)
+        if COMP_MODE == 1:
+            n = K_ENT
+        else:
+            n = tl.load(vis_ptr + t).to(tl.int32)
+        chunk = tl.cdiv(tl.cdiv(n, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        i_end = tl.minimum(s * chunk + chunk, n)
+        for i0 in range(s * chunk, i_end, BLOCK_N):
+            im = i0 + offs_n < i_end
+            if COMP_MODE == 1:
+                w = tl.load(ent_ptr + t * stride_et + i0 + offs_n, mask=im, other=-1).to(tl.int64)
+            else:
+                w = tl.where(im, i0 + offs_n, -1).to(tl.int64)
+            wc = tl.maximum(w, 0)
+            page = tl.load(r2p_ptr + row * stride_r2p + wc // E, mask=w >= 0, other=-1).to(tl.int64)
+            valid = (w >= 0) & (page >= 0)
+            off = row_offsets(page * E + wc % E, c_rpp, c_ps, c_rs)
+            m, l_sum, acc = _attend(
+                q, m, l_sum, acc, comp_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE
+            )
 
     if NUM_SPLITS == 1:
         out = acc / l_sum[:, None]
@@ -141,14 +160,10 @@ def _sparse_attn_kernel(
         )
     else:
         # partials laid out [T, H, NUM_SPLITS, BLOCK_D] and [T, H, NUM_SPLITS, 2]
-        row = (t * H + offs_h) * NUM_SPLITS + s
-        tl.store(
-            part_acc_ptr + row[:, None] * BLOCK_D + offs_d[None, :],
-            acc,
-            mask=hmask[:, None],
-        )
-        tl.store(part_ml_ptr + row * 2, m, mask=hmask)
-        tl.store(part_ml_ptr + row * 2 + 1, l_sum, mask=hmask)
+        prow = (t * H + offs_h) * NUM_SPLITS + s
+        tl.store(part_acc_ptr + prow[:, None] * BLOCK_D + offs_d[None, :], acc, mask=hmask[:, None])
+        tl.store(part_ml_ptr + prow * 2, m, mask=hmask)
+        tl.store(part_ml_ptr + prow * 2 + 1, l_sum, mask=hmask)
 
 
 @triton.jit
@@ -182,65 +197,110 @@ def _combine_kernel(
     )
 
 
-def _check(q: torch.Tensor, sources: list[tuple[torch.Tensor, torch.Tensor]], sinks: torch.Tensor) -> None:
-    if q.dim() != 3:
-        raise ValueError(f"q: expected [T, H, D], got shape {tuple(q.shape)}")
-    T, H, D = q.shape
-    if not 1 <= len(sources) <= 2:
-        raise ValueError(f"sources: expected 1 or 2 (kv_flat, idx) pairs, got {len(sources)}")
-    for i, (kv, idx) in enumerate(sources):
-        if kv.dim() != 2 or kv.shape[1] != D:
-            raise ValueError(f"sources[{i}].kv_flat: expected [N, {D}], got {tuple(kv.shape)}")
-        if kv.stride(1) != 1:
-            raise ValueError(f"sources[{i}].kv_flat: last dim must be contiguous")
-        if idx.dim() != 2 or idx.shape[0] != T:
-            raise ValueError(f"sources[{i}].idx: expected [{T}, K], got {tuple(idx.shape)}")
-        if idx.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"sources[{i}].idx: expected int32/int64, got {idx.dtype}")
-    if sinks.shape != (H,):
-        raise ValueError(f"sinks: expected [{H}], got {tuple(sinks.shape)}")
+def _check_int(name: str, x: torch.Tensor | None, shape: tuple[int, ...]) -> None:
+    if x is None:
+        raise ValueError(f"{name}: required")
+    if x.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{name}: expected int32/int64, got {x.dtype}")
+    if len(shape) != x.dim() or any(s >= 0 and s != d for s, d in zip(shape, x.shape)):
+        raise ValueError(f"{name}: expected shape {shape} (-1 = any), got {tuple(x.shape)}")
+    if x.dim() and x.stride(-1) != 1:
+        raise ValueError(f"{name}: last dim must be contiguous")
+
+
+def default_num_splits(T: int, H: int, block_h: int, device: torch.device) -> int:
+    """Splits per (token, head block): enough programs for two waves of the SMs, a power of two in
+    [1, 64]; a function of the batch shape only (not of the context), so a captured graph's grid
+    serves every context length."""
+    n_hb = triton.cdiv(H, block_h)
+    want = triton.cdiv(2 * num_sms(device), max(1, T * n_hb))
+    ns = 1
+    while ns * 2 <= min(want, 64):
+        ns *= 2
+    return ns
 
 
 def sparse_attention(
     q: torch.Tensor,
-    sources: list[tuple[torch.Tensor, torch.Tensor]],
+    swa_kv: Any,
+    swa_pages: torch.Tensor,
+    positions: torch.Tensor,
+    window: int,
     sinks: torch.Tensor,
     scale: float,
+    comp_kv: Any = None,
+    comp_entries: torch.Tensor | None = None,
+    comp_visible: torch.Tensor | None = None,
+    req_to_page: torch.Tensor | None = None,
+    req_rows: torch.Tensor | None = None,
+    token_req: torch.Tensor | None = None,
+    entries_per_page: int = 1,
     *,
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
     block_h: int | None = None,
     block_n: int | None = None,
 ) -> torch.Tensor:
-    """Sparse MQA attention over gathered pool rows with a per-head sink (op table entry 5).
+    """Paged sparse MQA attention with a per-head sink (op table entry 5; arguments and result as
+    :func:`sgl_kernel_v4.ref.attention.sparse_attention`).
 
-    Args:
-        q: ``[T, H, D]`` bf16/fp16/fp32 queries (last dim contiguous).
-        sources: 1 or 2 pairs ``(kv_flat [N_i, D], idx [T, K_i])``; ``kv_flat`` rows are keys and
-            values (K = V), ``idx`` int32/int64 flat slot ids, ``-1`` = masked. ``K_i`` may be 0.
-        sinks: ``[H]`` fp32 sink logits (not scaled).
-        scale: softmax scale applied to ``q·k`` (V4: ``head_dim ** -0.5``).
-        out: optional ``[T, H, D]`` output buffer (q's dtype) to write into.
-        num_splits: key splits per (token, head block); ``None`` picks one from the batch size.
-        block_h / block_n: tile sizes (heads per program, keys per iteration); None = by batch size.
+    ``swa_kv`` / ``comp_kv``: float ``[N, D]`` pool views or quantized row views (fp8 main entries,
+    read and dequantized in the kernel; both must have the same format). Never synchronises with
+    the host, so it can be captured in a CUDA graph.
 
-    Returns:
-        ``[T, H, D]`` in q's dtype. Rows with no valid key are 0.
+    Keyword args:
+        out: optional ``[T, H, D]`` output buffer (q's dtype).
+        num_splits: splits per (token, head block); ``None``: :func:`default_num_splits`.
+        block_h / block_n: tile sizes (heads per program, keys per iteration).
 
     Raises:
-        ValueError: a shape, dtype or source count is out of range.
+        ValueError: a shape, dtype or layout is out of range, or the two pools differ in format.
     """
-    _check(q, sources, sinks)
+    if q.dim() != 3:
+        raise ValueError(f"q: expected [T, H, D], got shape {tuple(q.shape)}")
     T, H, D = q.shape
+    swa = as_paged(swa_kv)
+    if swa.dim != D:
+        raise ValueError(f"swa_kv: entries of {swa.dim} values, q has head dim {D}")
+    if swa.codec not in ("float", "fp8_main"):
+        raise ValueError(f"swa_kv: codec {swa.codec!r} is not a main-entry format")
+    _check_int("swa_pages", swa_pages, (T, 2))
+    _check_int("positions", positions, (T,))
+    if sinks.shape != (H,):
+        raise ValueError(f"sinks: expected [{H}], got {tuple(sinks.shape)}")
+    mode = 0
+    comp = swa
+    if comp_kv is not None:
+        comp = as_paged(comp_kv)
+        if (comp.codec, comp.dim, comp.rope_dim, comp.storage.dtype) != (
+            swa.codec,
+            swa.dim,
+            swa.rope_dim,
+            swa.storage.dtype,
+        ):
+            raise ValueError(f"comp_kv: format {comp.codec}/{comp.storage.dtype} differs from swa_kv's")
+        _check_int("req_to_page", req_to_page, (-1, -1))
+        _check_int("req_rows", req_rows, (-1,))
+        _check_int("token_req", token_req, (T,))
+        if comp_entries is not None:
+            _check_int("comp_entries", comp_entries, (T, -1))
+            mode = 1
+        elif comp_visible is not None:
+            _check_int("comp_visible", comp_visible, (T,))
+            mode = 2
+        else:
+            raise ValueError("comp_kv: needs comp_entries or comp_visible")
     if q.stride(2) != 1:
         q = q.contiguous()
     if out is None:
         out = torch.empty_like(q)
     if T == 0:
         return out
-    kv_dtype = sources[0][0].dtype
-    if q.dtype != kv_dtype:
-        q = q.to(kv_dtype) if kv_dtype in (torch.bfloat16, torch.float16, torch.float32) else q
+    cdt = torch.float32 if q.dtype == torch.float32 else torch.bfloat16
+    if swa.codec == "float" and swa.storage.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        cdt = swa.storage.dtype
+    if q.dtype != cdt:
+        q = q.to(cdt)
     block_d = triton.next_power_of_2(D)
     # tiles from the H200 sweep (benchmark/RESULTS.md): prefill wants all 64 heads per program
     # (one gather of the keys per token), decode small head blocks and long key tiles
@@ -252,41 +312,33 @@ def sparse_attention(
         block_h, block_n = min(block_h, 32), min(block_n, 16)
     block_h = max(16, min(block_h, triton.next_power_of_2(H)))
     n_hb = triton.cdiv(H, block_h)
-    kv0, idx0 = sources[0]
-    has1 = len(sources) == 2
-    kv1, idx1 = sources[1] if has1 else sources[0]
-    idx0 = idx0 if idx0.stride(1) == 1 else idx0.contiguous()
-    idx1 = idx1 if idx1.stride(1) == 1 else idx1.contiguous()
-    K0 = idx0.shape[1]
-    K1 = idx1.shape[1] if has1 else 0
-    max_blocks = max(triton.cdiv(K0, block_n), triton.cdiv(K1, block_n), 1)
     if num_splits is None:
-        sms = num_sms(q.device)
-        want = triton.cdiv(2 * sms, T * n_hb)
-        num_splits = 1
-        while num_splits * 2 <= min(want, max(max_blocks // 2, 1), 64):
-            num_splits *= 2
+        num_splits = default_num_splits(T, H, block_h, q.device)
     num_splits = max(1, min(int(num_splits), 64))
     if num_splits > 1:
         num_splits = triton.next_power_of_2(num_splits)
-    chunk0 = triton.cdiv(triton.cdiv(max(K0, 1), num_splits), block_n) * block_n
-    chunk1 = triton.cdiv(triton.cdiv(max(K1, 1), num_splits), block_n) * block_n
-    if num_splits > 1:
         part_acc = torch.empty((T, H, num_splits, block_d), dtype=torch.float32, device=q.device)
         part_ml = torch.empty((T, H, num_splits, 2), dtype=torch.float32, device=q.device)
     else:
         part_acc = part_ml = out  # unused
     sinks = sinks if sinks.dtype == torch.float32 else sinks.float()
+    ent = comp_entries if mode == 1 else positions
+    vis = comp_visible if mode == 2 else positions
+    r2p = req_to_page if mode else swa_pages
+    rrows = req_rows if mode else positions
+    treq = token_req if mode else positions
+    assert ent is not None and vis is not None and r2p is not None and rrows is not None and treq is not None
     num_warps = 8 if block_h * block_d >= 16 * 512 else 4
-    _sparse_attn_kernel[(T, n_hb, num_splits)](
+    _paged_attn_kernel[(T, n_hb, num_splits)](
         q, q.stride(0), q.stride(1),
-        kv0, kv0.stride(0), idx0, idx0.stride(0), K0, chunk0,
-        kv1, kv1.stride(0), idx1, idx1.stride(0), K1, chunk1,
-        sinks, out, out.stride(0), out.stride(1),
-        part_acc, part_ml,
+        swa.storage, swa.rows_per_page, swa.page_stride, swa.row_stride, swa_pages, positions, int(window),
+        comp.storage, comp.rows_per_page, comp.page_stride, comp.row_stride,
+        ent, ent.stride(0), ent.shape[1] if mode == 1 else 0, vis,
+        r2p, r2p.stride(0), rrows, treq, int(entries_per_page),
+        sinks, out, out.stride(0), out.stride(1), part_acc, part_ml,
         H, float(scale) * _LOG2E,
-        D=D, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n, NUM_SPLITS=num_splits, HAS_SRC1=has1,
-        num_warps=num_warps, num_stages=2,
+        D=D, NOPE=D - swa.rope_dim, CODEC=swa.codec_id, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
+        NUM_SPLITS=num_splits, COMP_MODE=mode, num_warps=num_warps, num_stages=2,
     )  # fmt: skip
     if num_splits > 1:
         _combine_kernel[(T, H)](

@@ -17,9 +17,14 @@ program per window normalises, rotates and writes (the one-program version was l
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
+
+from sgl_kernel_v4.paged import as_paged
+from sgl_kernel_v4.triton.kv_codec import row_offsets, store_entry
 
 __all__ = ["compress_and_insert"]
 
@@ -60,7 +65,9 @@ def _compress_kernel(
     sin_ptr,
     stride_s,
     pool_ptr,
-    stride_pool,
+    pool_rpp,
+    pool_ps,
+    pool_rs,
     idx_ptr,
     out_ptr,
     stride_o,
@@ -69,6 +76,8 @@ def _compress_kernel(
     eps,
     HALF_D: tl.constexpr,
     BLOCK_L: tl.constexpr,
+    CODEC: tl.constexpr,
+    NOPE: tl.constexpr,
 ):
     w = tl.program_id(0).to(tl.int64)
     offs_p = tl.arange(0, HALF_D)
@@ -83,13 +92,12 @@ def _compress_kernel(
     s = tl.load(sin_ptr + w * stride_s + rp, mask=is_rope, other=0.0).to(tl.float32)
     ra = a * c - b * s
     rb = b * c + a * s
-    tl.store(out_ptr + w * stride_o + 2 * offs_p, ra.to(out_ptr.dtype.element_ty))
-    tl.store(out_ptr + w * stride_o + 2 * offs_p + 1, rb.to(out_ptr.dtype.element_ty))
+    y = tl.reshape(tl.join(ra, rb), [2 * HALF_D]).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + w * stride_o + tl.arange(0, 2 * HALF_D), y)
     slot = tl.load(idx_ptr + w)
     if slot >= 0:
-        dst = pool_ptr + slot.to(tl.int64) * stride_pool + 2 * offs_p
-        tl.store(dst, ra.to(pool_ptr.dtype.element_ty))
-        tl.store(dst + 1, rb.to(pool_ptr.dtype.element_ty))
+        off = row_offsets(slot, pool_rpp, pool_ps, pool_rs)
+        store_entry(pool_ptr, off, y.to(tl.float32), CODEC, 2 * HALF_D, NOPE)
 
 
 @triton.jit
@@ -120,13 +128,17 @@ def _norm_rope_write_kernel(
     sin_ptr,
     stride_s,
     pool_ptr,
-    stride_pool,
+    pool_rpp,
+    pool_ps,
+    pool_rs,
     idx_ptr,
     out_ptr,
     stride_o,
     HALF_R,
     eps,
     HALF_D: tl.constexpr,
+    CODEC: tl.constexpr,
+    NOPE: tl.constexpr,
 ):
     w = tl.program_id(0).to(tl.int64)
     offs_d = tl.arange(0, 2 * HALF_D)
@@ -139,11 +151,12 @@ def _norm_rope_write_kernel(
     is_rope = rp >= 0
     c = tl.load(cos_ptr + w * stride_c + rp, mask=is_rope, other=1.0).to(tl.float32)
     s = tl.load(sin_ptr + w * stride_s + rp, mask=is_rope, other=0.0).to(tl.float32)
-    y = tl.reshape(tl.join(a * c - b * s, b * c + a * s), [2 * HALF_D])
-    tl.store(out_ptr + w * stride_o + offs_d, y.to(out_ptr.dtype.element_ty))
+    y = tl.reshape(tl.join(a * c - b * s, b * c + a * s), [2 * HALF_D]).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + w * stride_o + offs_d, y)
     slot = tl.load(idx_ptr + w)
     if slot >= 0:
-        tl.store(pool_ptr + slot.to(tl.int64) * stride_pool + offs_d, y.to(pool_ptr.dtype.element_ty))
+        off = row_offsets(slot, pool_rpp, pool_ps, pool_rs)
+        store_entry(pool_ptr, off, y.to(tl.float32), CODEC, 2 * HALF_D, NOPE)
 
 
 def compress_and_insert(
@@ -152,7 +165,7 @@ def compress_and_insert(
     norm_weight: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    pool_flat: torch.Tensor | None,
+    pool_flat: Any,
     out_index: torch.Tensor | None,
     eps: float,
     *,
@@ -166,7 +179,9 @@ def compress_and_insert(
         score: ``[W, L, d]`` gate + position bias (fp32 usually); ``-inf`` marks empty slots.
         norm_weight: ``[d]`` fp32 RMSNorm weight.
         cos, sin: ``[W, r/2]`` at each window's position (``r <= d``).
-        pool_flat: ``[N, d]`` flat view of the compressed pool (written in place), or None.
+        pool_flat: the compressed pool layer (written in place), or None: a float ``[N, d]`` flat
+            view, or a quantized row view (fp8 main entries, fp8 / fp4 indexer keys, encoded in
+            the kernel from the entries rounded to kv's dtype, as the reference encoders do).
         out_index: ``[W]`` int32/int64 flat slots, -1 = do not write (None: no write).
         eps: RMSNorm epsilon.
         out: optional ``[W, d]`` buffer for the returned entries (kv's dtype).
@@ -194,10 +209,9 @@ def compress_and_insert(
     out = torch.empty((W, d), dtype=kv.dtype, device=kv.device) if out is None else out
     if pool_flat is None or out_index is None:  # no pool write: every index -1, out as a dummy pool
         pool_flat, out_index = out, torch.full((W,), -1, dtype=torch.int64, device=kv.device)
-    if pool_flat.dim() != 2 or pool_flat.shape[1] != d or pool_flat.stride(1) != 1:
-        raise ValueError(
-            f"pool_flat: expected [N, {d}] with a contiguous last dim, got {tuple(pool_flat.shape)}"
-        )
+    pool = as_paged(pool_flat)
+    if pool.dim != d:
+        raise ValueError(f"pool_flat: expected entries of {d} values, got {pool.dim}")
     if out_index.shape != (W,) or out_index.dtype not in (torch.int32, torch.int64):
         raise ValueError(
             f"out_index: expected int32/int64 [{W}], got {out_index.dtype} {tuple(out_index.shape)}"
@@ -213,15 +227,18 @@ def compress_and_insert(
             BLOCK_L=triton.next_power_of_2(L), CH=ch, num_warps=8 if L * ch >= 4096 else 4,
         )  # fmt: skip
         _norm_rope_write_kernel[(W,)](
-            scratch, norm_weight, cos, cos.stride(0), sin, sin.stride(0), pool_flat, pool_flat.stride(0),
-            out_index, out, out.stride(0), cos.shape[1], float(eps), HALF_D=d // 2, num_warps=4,
+            scratch, norm_weight, cos, cos.stride(0), sin, sin.stride(0),
+            pool.storage, pool.rows_per_page, pool.page_stride, pool.row_stride,
+            out_index, out, out.stride(0), cos.shape[1], float(eps), HALF_D=d // 2,
+            CODEC=pool.codec_id, NOPE=d - pool.rope_dim, num_warps=4,
         )  # fmt: skip
         return out
     if block_l is None:
         block_l = min(triton.next_power_of_2(max(L, 1)), 16 if d >= 512 else 32)
     _compress_kernel[(W,)](
         kv, kv.stride(0), kv.stride(1), score, score.stride(0), score.stride(1), norm_weight,
-        cos, cos.stride(0), sin, sin.stride(0), pool_flat, pool_flat.stride(0), out_index, out, out.stride(0),
-        L, cos.shape[1], float(eps), HALF_D=d // 2, BLOCK_L=block_l, num_warps=4 if d >= 256 else 2,
+        cos, cos.stride(0), sin, sin.stride(0), pool.storage, pool.rows_per_page, pool.page_stride,
+        pool.row_stride, out_index, out, out.stride(0), L, cos.shape[1], float(eps),
+        HALF_D=d // 2, BLOCK_L=block_l, CODEC=pool.codec_id, NOPE=d - pool.rope_dim, num_warps=4 if d >= 256 else 2,
     )  # fmt: skip
     return out

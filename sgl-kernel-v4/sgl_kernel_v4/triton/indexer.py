@@ -1,42 +1,61 @@
-"""Lightning-indexer scoring + radix top-k select (Triton).
+"""Lightning-indexer scoring + top-k over the paged indexer keys (Triton).
 
 Op-table entry 6 (``sgl_kernel_v4/ops.py``); scoring formula from HF ``DeepseekV4IndexerScorer``
 (``transformers/models/deepseek_v4/modeling_deepseek_v4.py``; paper §2.3.1, eqs. 13-17):
-``score[t, c] = sum_h weights[t, h] * relu(scale * q[t, h] · k[cand[t, c]])``.
+``score[t, w] = sum_h weights[t, h] * relu(scale * q[t, h] · k[w])`` over every entry ``w <
+visible[t]`` of the token's request, the keys found through ``req_to_page``
+(:mod:`sgl_kernel_v4.paged`) and read in their pool format (bf16/fp32, fp8 with one scale per
+key, fp4 with one ue8m0 scale per 32 values).
 
-Pipeline:
-1. ``_score_kernel`` (grid T x C/BLOCK_C): gathers the candidate keys, one tensor-core dot for all
-   indexer heads, ReLU, head-weighted sum; writes an order-preserving int32 key per candidate
-   (float bits mapped so that signed int32 order == float order, ``-0.0`` mapped to ``+0.0``;
-   INT_MIN = invalid candidate). Every program computes one query's scores of one candidate block
-   with the same tiles and reduction order whatever T and C are, so a query's scores do not
-   depend on the batch or chunk it is computed in.
-2. Exact top-k select on those keys, in registers: one program holds a chunk of keys and finds
-   the k-th largest key ``thr`` by a 32-step bitwise search (each step one block-wide count),
-   then keeps every item with ``key > thr`` plus the lowest-position ``key == thr`` items that
-   fill the remaining places, and writes them in ascending position order (one cumsum). Rows
-   longer than ``max_row`` (decode at 256K candidates) are first split into chunks whose local
-   top-k survive (the global top-k is a subset of their union), in parallel over many programs;
-   one program per row then selects from the survivors, which are still in position order.
+Pipeline (three launches per block of up to ``G`` tokens; the grid depends on the batch shape and
+the context bound only, so one CUDA graph per batch size serves every context):
+
+1. ``_score_kernel`` (grid ``G x NSC``): program ``(t, s)`` scores the ``s``-th share of the token's
+   visible entries, one tile of ``BLOCK_C`` entries per tensor-core dot with all indexer heads,
+   and writes an order-preserving int32 key per entry (fp32 bits mapped so that signed int32
+   order is float order, ``-0.0`` mapped to ``+0.0``) into a ``[G, C]`` scratch row; it also
+   histograms the keys' top ``HB`` bits and adds its histogram to the token's (atomics on the
+   non-empty bins). Tiles start at multiples of ``BLOCK_C`` and every tile is computed alike
+   whatever the split, batch or chunk, so a token's scores do not depend on them.
+2. ``_filter_kernel`` (grid ``G x NSS``): from the histogram, the bin ``b*`` holding the
+   ``topk``-th largest key; every program scans its share of the keys and appends the entries of
+   bins above ``b*`` (all selected, fewer than ``topk``) and of bin ``b*`` (the candidates) to the
+   token's two lists (positions reserved with an atomic counter).
+3. ``_final_kernel`` (grid ``G``): the ``need = topk - |above|`` best candidates by the tie rule
+   (two exact bit searches: the ``need``-th largest key, then among the keys equal to it the
+   lowest positions), merged with the entries above and sorted: the output row.
 
 Tie rule (the same as the torch reference ``sgl_kernel_v4.ref.attention.indexer_topk``): the
 selection is the ``topk`` largest composite keys ``(score, -position)``: a higher score wins, equal
-scores go to the lower position in the candidate row (the earlier compressed entry). The output
-holds the selected positions in ascending order, ``-1`` after them where a row has fewer than
-``topk`` valid candidates.
+scores go to the lower entry index. The output holds the selected entry indices in ascending order,
+``-1`` after them where a token sees fewer than ``topk`` entries. The atomics only change the order
+in which candidates are listed, never the selected set, and the output is sorted: deterministic.
+
+Workspace: per block of ``G`` tokens, ``3 x G x C`` int32 (keys, candidate keys, candidate
+positions) plus ``G x (2^HB + topk + 2)``; ``G = max(1, SCRATCH_ELEMS // (3 C))``, so a forward
+of any length uses a bounded workspace (no ``[tokens, candidates]`` structure beyond ``G`` rows).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
+from sgl_kernel_v4.paged import as_paged
 from sgl_kernel_v4.ref.attention import select_topk
+from sgl_kernel_v4.triton._utils import num_sms
+from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets
 
-__all__ = ["indexer_topk", "indexer_scores", "topk_from_scores"]
+__all__ = ["indexer_topk", "indexer_scores", "topk_from_scores", "SCRATCH_ELEMS"]
 
 INT_MIN = -(2**31)  # key of an invalid candidate (below every float's key)
+HB = 12  # histogram bits: bins of the keys' top 12 bits (sign, 8 exponent bits, 3 mantissa bits)
+#: int32 elements of the per-block scratch (keys + candidate lists): 3 x G x C <= this.
+SCRATCH_ELEMS = 1 << 26
+_MAX_TOPK = 4096  # register budget of the final merge (one sorted block of topk)
 
 
 @triton.jit
@@ -49,6 +68,12 @@ def _float_to_key(x):
 
 
 @triton.jit
+def _bin_of(key, HB: tl.constexpr):
+    # top HB bits of the key in unsigned order: 0 .. 2^HB - 1
+    return (key >> (32 - HB)) + (1 << (HB - 1))
+
+
+@triton.jit
 def _score_kernel(
     q_ptr,
     stride_qt,
@@ -56,165 +81,212 @@ def _score_kernel(
     w_ptr,
     stride_wt,
     kv_ptr,
-    stride_kv,
-    cand_ptr,
-    stride_ct,
+    kv_rpp,
+    kv_ps,
+    kv_rs,
+    vis_ptr,
+    r2p_ptr,
+    stride_r2p,
+    req_rows_ptr,
+    token_req_ptr,
+    E,
     keys_ptr,
+    stride_k,
     scores_ptr,
-    C,
+    hist_ptr,
+    t_base,
     HI,
     scale,
     DI: tl.constexpr,
+    CODEC: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    NSC: tl.constexpr,
+    HB: tl.constexpr,
     WRITE_SCORES: tl.constexpr,
 ):
-    t = tl.program_id(0).to(tl.int64)
-    cb = tl.program_id(1)
-    offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = offs_c < C
+    g = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    t = t_base + g
+    n = tl.load(vis_ptr + t).to(tl.int32)
+    row = tl.load(req_rows_ptr + tl.load(token_req_ptr + t)).to(tl.int64)
     offs_d = tl.arange(0, DI)
     offs_h = tl.arange(0, BLOCK_H)
     hmask = offs_h < HI
-    slot = tl.load(cand_ptr + t * stride_ct + offs_c, mask=cmask, other=-1)
-    valid = slot >= 0
-    k = tl.load(
-        kv_ptr + slot[:, None].to(tl.int64) * stride_kv + offs_d[None, :], mask=valid[:, None], other=0.0
-    )
     q = tl.load(
         q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0
     )
     w = tl.load(w_ptr + t * stride_wt + offs_h, mask=hmask, other=0.0).to(tl.float32)
-    s = tl.dot(q.to(k.dtype), tl.trans(k))  # [BLOCK_H, BLOCK_C] fp32
-    s = tl.maximum(s * scale, 0.0) * w[:, None]
-    score = tl.sum(s, 0)
-    key = tl.where(valid, _float_to_key(score), tl.full([BLOCK_C], -(2**31), tl.int32))
-    tl.store(keys_ptr + t * C + offs_c, key, mask=cmask)
-    if WRITE_SCORES:
-        tl.store(scores_ptr + t * C + offs_c, tl.where(valid, score, float("-inf")), mask=cmask)
+    offs_c = tl.arange(0, BLOCK_C)
+    hist = tl.zeros([1 << HB], tl.int32)
+    chunk = tl.cdiv(tl.cdiv(n, NSC), BLOCK_C) * BLOCK_C
+    c_end = tl.minimum(s * chunk + chunk, n)
+    for c0 in range(s * chunk, c_end, BLOCK_C):
+        c = c0 + offs_c
+        cm = c < c_end
+        page = tl.load(r2p_ptr + row * stride_r2p + c // E, mask=cm, other=-1).to(tl.int64)
+        valid = cm & (page >= 0)
+        off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
+        k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+        sd = tl.dot(q, tl.trans(k.to(q.dtype)))  # [BLOCK_H, BLOCK_C] fp32
+        sd = tl.maximum(sd * ks[None, :] * scale, 0.0) * w[:, None]
+        score = tl.sum(sd, 0)
+        key = tl.where(valid, _float_to_key(score), INT_MIN)
+        tl.store(keys_ptr + g * stride_k + c, key, mask=cm)
+        if WRITE_SCORES:
+            tl.store(scores_ptr + g * stride_k + c, tl.where(valid, score, float("-inf")), mask=cm)
+        hist += tl.histogram(_bin_of(key, HB), 1 << HB, mask=valid)
+    offs_b = tl.arange(0, 1 << HB)
+    tl.atomic_add(hist_ptr + g * (1 << HB) + offs_b, hist, mask=hist > 0)
 
 
 @triton.jit
-def _keys_from_scores_kernel(scores_ptr, stride_st, keys_ptr, C, BLOCK: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64)
+def _keys_from_scores_kernel(
+    scores_ptr, stride_st, keys_ptr, stride_k, hist_ptr, C, BLOCK: tl.constexpr, HB: tl.constexpr
+):
+    g = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = offs < C
-    x = tl.load(scores_ptr + t * stride_st + offs, mask=m, other=float("-inf")).to(tl.float32)
-    key = tl.where(x == float("-inf"), tl.full([BLOCK], -(2**31), tl.int32), _float_to_key(x))
-    tl.store(keys_ptr + t * C + offs, key, mask=m)
+    x = tl.load(scores_ptr + g * stride_st + offs, mask=m, other=float("-inf")).to(tl.float32)
+    valid = m & (x != float("-inf"))
+    key = tl.where(valid, _float_to_key(x), INT_MIN)
+    tl.store(keys_ptr + g * stride_k + offs, key, mask=m)
+    hist = tl.histogram(_bin_of(key, HB), 1 << HB, mask=valid)
+    offs_b = tl.arange(0, 1 << HB)
+    tl.atomic_add(hist_ptr + g * (1 << HB) + offs_b, hist, mask=hist > 0)
 
 
 @triton.jit
-def _kth_largest(key, valid, k):
-    """Largest int32 ``thr`` with ``count(valid & key >= thr) >= k`` (bit-by-bit search);
-    INT_MIN when fewer than ``k`` items are valid."""
-    cnt0 = tl.sum((valid & (key >= 0)).to(tl.int32), 0)
-    thr = tl.where(cnt0 >= k, tl.full([], 0, tl.int32), tl.full([], -(2**31), tl.int32))
-    for b in tl.static_range(30, -1, -1):
-        t2 = thr | (1 << b)
-        cnt = tl.sum((valid & (key >= t2)).to(tl.int32), 0)
-        thr = tl.where(cnt >= k, t2, thr)
-    return thr
+def _threshold_bin(hist_ptr, g, K, HB: tl.constexpr):
+    """``(b*, above)``: the bin of the K-th largest key (-1 when at most K keys are valid: all
+    are selected) and the number of keys in higher bins."""
+    offs_b = tl.arange(0, 1 << HB)
+    h = tl.load(hist_ptr + g * (1 << HB) + offs_b)
+    suf = tl.cumsum(h, 0, reverse=True)  # keys in bins >= b
+    total = tl.sum(h, 0)
+    bstar = tl.sum((suf >= K).to(tl.int32), 0) - 1  # suf is non-increasing in b
+    bstar = tl.where(total <= K, -1, bstar)
+    above = tl.sum(tl.where(offs_b > bstar, h, 0), 0)
+    return bstar, above
 
 
 @triton.jit
-def _select_kernel(
+def _filter_kernel(
     keys_ptr,
-    pos_ptr,
-    n,
-    stride_in,
-    out_keys_ptr,
-    out_pos_ptr,
-    stride_out,
-    k,
-    BLOCK: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    USE_POS: tl.constexpr,
-    FINAL: tl.constexpr,
+    stride_k,
+    vis_ptr,
+    t_base,
+    hist_ptr,
+    cnt_ptr,
+    sure_ptr,
+    tie_key_ptr,
+    tie_pos_ptr,
+    K,
+    NSS: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    HB: tl.constexpr,
 ):
-    """Top-k of one BLOCK-sized chunk held in registers, under the tie rule (key desc, then
-    position asc), written in the chunk's position order. Non-final: writes the chunk's top-k
-    (key, pos) pairs to slots [p*k, p*k+k) (unused slots get INT_MIN keys). Final: writes the
-    positions (int64) to out[t, 0:count]; the host pre-fills -1."""
-    t = tl.program_id(0).to(tl.int64)
-    p = tl.program_id(1)
-    offs = p * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    key = tl.load(keys_ptr + t * stride_in + offs, mask=m, other=-(2**31))
-    valid = m & (key != -(2**31))
-    if USE_POS:
-        pos = tl.load(pos_ptr + t * stride_in + offs, mask=m, other=-1)
-    else:
-        pos = offs
-    thr = _kth_largest(key, valid, k)
-    sure = valid & (key > thr)
-    tie = valid & (key == thr)
-    n_sure = tl.sum(sure.to(tl.int32), 0)
-    # ties at the k-th key: the lowest positions fill the k - n_sure remaining places
-    sel = sure | (tie & (tl.cumsum(tie.to(tl.int32), 0) <= k - n_sure))
-    dst = tl.cumsum(sel.to(tl.int32), 0) - 1  # ascending position order
-    if FINAL:
-        tl.store(out_pos_ptr + t * stride_out + dst, pos.to(tl.int64), mask=sel)
-    else:
-        base = t * stride_out + p * k
-        tl.store(out_keys_ptr + base + dst, key, mask=sel)
-        tl.store(out_pos_ptr + base + dst, pos, mask=sel)
-        n_sel = tl.sum(sel.to(tl.int32), 0)
-        offs_k = tl.arange(0, BLOCK_K)
-        pad = (offs_k >= n_sel) & (offs_k < k)
-        tl.store(out_keys_ptr + base + offs_k, tl.full([BLOCK_K], -(2**31), tl.int32), mask=pad)
+    g = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    n = tl.load(vis_ptr + t_base + g).to(tl.int32)
+    bstar, above = _threshold_bin(hist_ptr, g, K, HB)
+    chunk = tl.cdiv(tl.cdiv(n, NSS), BLOCK_F) * BLOCK_F
+    c_end = tl.minimum(s * chunk + chunk, n)
+    offs = tl.arange(0, BLOCK_F)
+    for c0 in range(s * chunk, c_end, BLOCK_F):
+        c = c0 + offs
+        key = tl.load(keys_ptr + g * stride_k + c, mask=c < c_end, other=INT_MIN)
+        valid = key != INT_MIN
+        b = _bin_of(key, HB)
+        sure = valid & (b > bstar)
+        tie = valid & (b == bstar)
+        n_sure = tl.sum(sure.to(tl.int32), 0)
+        n_tie = tl.sum(tie.to(tl.int32), 0)
+        if n_sure > 0:
+            base = tl.atomic_add(cnt_ptr + 2 * g, n_sure)
+            dst = base + tl.cumsum(sure.to(tl.int32), 0) - 1
+            tl.store(sure_ptr + g * K + dst, c, mask=sure)
+        if n_tie > 0:
+            base = tl.atomic_add(cnt_ptr + 2 * g + 1, n_tie)
+            dst = base + tl.cumsum(tie.to(tl.int32), 0) - 1
+            tl.store(tie_key_ptr + g * stride_k + dst, key, mask=tie)
+            tl.store(tie_pos_ptr + g * stride_k + dst, c, mask=tie)
 
 
-def _warps(block: int) -> int:
-    return max(4, min(16, block // 512))
+@triton.jit
+def _count_sel(key_ptr, pos_ptr, M, thr, p, BLOCK_T: tl.constexpr):
+    """Items ``i < M`` of a (key, position) list with ``key > thr`` or ``key == thr and pos <= p``."""
+    cnt = 0
+    offs = tl.arange(0, BLOCK_T)
+    for i0 in range(0, M, BLOCK_T):
+        m = i0 + offs < M
+        key = tl.load(key_ptr + i0 + offs, mask=m, other=INT_MIN)
+        pos = tl.load(pos_ptr + i0 + offs, mask=m, other=0)
+        cnt += tl.sum((m & ((key > thr) | ((key == thr) & (pos <= p)))).to(tl.int32), 0)
+    return cnt
 
 
-def _select_from_keys(
-    keys: torch.Tensor,
-    topk: int,
-    out: torch.Tensor,
-    chunk: int | None = None,
-    max_row: int | None = None,
-) -> None:
-    """Write the positions of each row's ``topk`` largest keys into ``out`` (pre-filled with -1),
-    ties to the lower position, in ascending position order.
+@triton.jit
+def _final_kernel(
+    cnt_ptr,
+    sure_ptr,
+    tie_key_ptr,
+    tie_pos_ptr,
+    stride_k,
+    out_ptr,
+    stride_o,
+    t_base,
+    K,
+    BLOCK_K2: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    g = tl.program_id(0).to(tl.int64)
+    t = t_base + g
+    n_sure = tl.load(cnt_ptr + 2 * g)
+    M = tl.load(cnt_ptr + 2 * g + 1)
+    offs_k = tl.arange(0, BLOCK_K2)
+    orow = out_ptr + t * stride_o
+    # the entries above the threshold bin go first (listed in any order), staged in the output row
+    sure = tl.load(sure_ptr + g * K + offs_k, mask=offs_k < n_sure, other=0)
+    tl.store(orow + offs_k, sure.to(tl.int64), mask=offs_k < n_sure)
+    if M > 0:
+        need = K - n_sure
+        kb = tie_key_ptr + g * stride_k
+        pb = tie_pos_ptr + g * stride_k
+        # the need-th largest key: the largest thr with count(key >= thr) >= need, bit by bit
+        big = 2147483647
+        thr = tl.where(_count_sel(kb, pb, M, 0, big, BLOCK_T) >= need, 0, INT_MIN)
+        for bit in tl.static_range(30, -1, -1):
+            t2 = thr | (1 << bit)
+            thr = tl.where(_count_sel(kb, pb, M, t2, big, BLOCK_T) >= need, t2, thr)
+        n_gt = _count_sel(kb, pb, M, thr, -1, BLOCK_T)
+        r = need - n_gt  # keys equal to thr still to take: the lowest positions
+        # the smallest p with count(key == thr and pos <= p) >= r, bit by bit
+        pthr = 0
+        for bit in tl.static_range(30, -1, -1):
+            p2 = pthr | ((1 << bit) - 1)
+            pthr = tl.where(_count_sel(kb, pb, M, thr, p2, BLOCK_T) - n_gt >= r, pthr, pthr | (1 << bit))
+        # append the selected candidates after the sure ones
+        offs = tl.arange(0, BLOCK_T)
+        written = n_sure
+        for i0 in range(0, M, BLOCK_T):
+            m = i0 + offs < M
+            key = tl.load(kb + i0 + offs, mask=m, other=INT_MIN)
+            pos = tl.load(pb + i0 + offs, mask=m, other=0)
+            sel = m & ((key > thr) | ((key == thr) & (pos <= pthr)))
+            dst = written + tl.cumsum(sel.to(tl.int32), 0) - 1
+            tl.store(orow + dst, pos.to(tl.int64), mask=sel)
+            written += tl.sum(sel.to(tl.int32), 0)
+    tl.debug_barrier()
+    # sort the row ascending; the places past the selection become -1
+    n_sel = tl.where(M > 0, K, n_sure)
+    big64 = 2147483647
+    row = tl.load(orow + offs_k, mask=offs_k < n_sel, other=big64)
+    row = tl.sort(row)
+    tl.store(orow + offs_k, tl.where(row == big64, -1, row), mask=offs_k < K)
 
-    Rows longer than ``max_row`` are first cut into ``chunk``-sized pieces whose local top-k
-    survive (the global top-k is a subset of their union), repeatedly, then one program per row
-    selects from the survivors. Every step holds its items in registers and keeps position order,
-    so the lower-position tie winners of a chunk are also those of the row.
-    """
-    T, C = keys.shape
-    if topk > 4096:  # outside the register budget of the in-register select: torch fallback
-        out.copy_(select_topk(keys, keys != INT_MIN, topk))
-        return
-    if max_row is None:
-        max_row = 16384 if T >= 64 else 8192
-    max_row = max(max_row, triton.next_power_of_2(2 * topk))
-    if chunk is None:
-        chunk = 8192 if C > 65536 else 4096
-    chunk = max(chunk, triton.next_power_of_2(2 * topk))
-    block_k = triton.next_power_of_2(topk)
-    cur_keys, cur_pos, n, use_pos = keys, keys, C, False
-    while n > max_row:
-        P = triton.cdiv(n, chunk)
-        nk = torch.empty((T, P * topk), dtype=torch.int32, device=keys.device)
-        npos = torch.empty((T, P * topk), dtype=torch.int32, device=keys.device)
-        _select_kernel[(T, P)](
-            cur_keys, cur_pos, n, cur_keys.stride(0), nk, npos, nk.stride(0), topk,
-            BLOCK=chunk, BLOCK_K=block_k, USE_POS=use_pos, FINAL=False, num_warps=_warps(chunk),
-        )  # fmt: skip
-        cur_keys, cur_pos, n, use_pos = nk, npos, P * topk, True
-    block = max(16, triton.next_power_of_2(n))
-    _select_kernel[(T, 1)](
-        cur_keys, cur_pos, n, cur_keys.stride(0), out, out, out.stride(0), topk,
-        BLOCK=block, BLOCK_K=block_k, USE_POS=use_pos, FINAL=True, num_warps=_warps(block),
-    )  # fmt: skip
 
-
-def _check(
-    q: torch.Tensor, weights: torch.Tensor, idx_kv_flat: torch.Tensor, candidates: torch.Tensor, topk: int
-) -> None:
+def _check(q: torch.Tensor, weights: torch.Tensor, topk: int) -> None:
     if q.dim() != 3:
         raise ValueError(f"q: expected [T, Hi, di], got {tuple(q.shape)}")
     T, HI, DI = q.shape
@@ -222,130 +294,220 @@ def _check(
         raise ValueError(f"q: head dim must be a power of 2 >= 16, got {DI}")
     if weights.shape != (T, HI):
         raise ValueError(f"weights: expected [{T}, {HI}], got {tuple(weights.shape)}")
-    if idx_kv_flat.dim() != 2 or idx_kv_flat.shape[1] != DI or idx_kv_flat.stride(1) != 1:
-        raise ValueError(
-            f"idx_kv_flat: expected contiguous-last-dim [N, {DI}], got {tuple(idx_kv_flat.shape)}"
-        )
-    if candidates.dim() != 2 or candidates.shape[0] != T:
-        raise ValueError(f"candidates: expected [{T}, C], got {tuple(candidates.shape)}")
     if topk < 1:
         raise ValueError(f"topk: must be >= 1, got {topk}")
 
 
-def indexer_scores(
-    q: torch.Tensor,
-    weights: torch.Tensor,
-    idx_kv_flat: torch.Tensor,
-    candidates: torch.Tensor,
-    scale: float,
-    *,
-    block_c: int = 128,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indexer scores: ``(keys [T, C] int32 order-preserving, INT_MIN = invalid; scores [T, C] fp32, -inf = invalid)``."""
-    _check(q, weights, idx_kv_flat, candidates, 1)
-    return _scores(q, weights, idx_kv_flat, candidates, scale, block_c, write_scores=True)
+def _splits(rows: int, device: torch.device) -> int:
+    """Programs per token row: two waves of the SMs over the block, a power of two in [1, 256]."""
+    want = triton.cdiv(2 * num_sms(device), max(1, rows))
+    n = 1
+    while n * 2 <= min(want, 256):
+        n *= 2
+    return n
 
 
-def _scores(
-    q: torch.Tensor,
-    weights: torch.Tensor,
-    idx_kv_flat: torch.Tensor,
-    candidates: torch.Tensor,
-    scale: float,
-    block_c: int,
-    write_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    T, HI, DI = q.shape
-    C = candidates.shape[1]
-    if q.stride(2) != 1:
-        q = q.contiguous()
-    if candidates.stride(1) != 1:
-        candidates = candidates.contiguous()
-    keys = torch.empty((T, C), dtype=torch.int32, device=q.device)
-    scores = torch.empty((T, C), dtype=torch.float32, device=q.device) if write_scores else keys
-    if T and C:
-        block_h = max(16, triton.next_power_of_2(HI))
-        _score_kernel[(T, triton.cdiv(C, block_c))](
-            q, q.stride(0), q.stride(1), weights, weights.stride(0), idx_kv_flat, idx_kv_flat.stride(0),
-            candidates, candidates.stride(0), keys, scores, C, HI, float(scale),
-            DI=DI, BLOCK_H=block_h, BLOCK_C=block_c, WRITE_SCORES=write_scores, num_warps=8 if block_h >= 64 else 4,
-        )  # fmt: skip
-    return keys, scores
+class _Workspace:
+    """Scratch of one block of ``G`` token rows over ``C`` candidates (module docstring)."""
+
+    def __init__(self, G: int, C: int, topk: int, device: torch.device, scores: bool = False) -> None:
+        i32 = dict(dtype=torch.int32, device=device)
+        self.keys = torch.empty((G, max(C, 1)), **i32)
+        self.tie_key = torch.empty((G, max(C, 1)), **i32)
+        self.tie_pos = torch.empty((G, max(C, 1)), **i32)
+        self.hist = torch.empty((G, 1 << HB), **i32)
+        self.cnt = torch.empty((G, 2), **i32)
+        self.sure = torch.empty((G, topk), **i32)
+        self.scores = torch.empty((G, max(C, 1)), dtype=torch.float32, device=device) if scores else self.keys
 
 
-def topk_from_scores(
-    scores: torch.Tensor,
-    topk: int,
-    *,
-    out: torch.Tensor | None = None,
-    chunk: int | None = None,
-    max_row: int | None = None,
-) -> torch.Tensor:
-    """Positions of the ``topk`` largest entries of each row of ``scores [T, C]`` (fp32/bf16).
+def _block_rows(T: int, C: int) -> int:
+    return max(1, min(T, SCRATCH_ELEMS // max(1, 3 * C)))
 
-    ``-inf`` entries count as invalid; rows with fewer than ``topk`` valid entries are padded with
-    ``-1``. Positions are int64, in ascending order; equal scores go to the lower position (the
-    module's tie rule; ``-0.0`` equals ``+0.0``). Exact (radix select on the float bits).
-    """
-    if scores.dim() != 2:
-        raise ValueError(f"scores: expected [T, C], got {tuple(scores.shape)}")
-    T, C = scores.shape
-    if out is None:
-        out = torch.empty((T, topk), dtype=torch.int64, device=scores.device)
-    out.fill_(-1)
-    if T == 0 or C == 0:
-        return out
-    keys = torch.empty((T, C), dtype=torch.int32, device=scores.device)
-    _keys_from_scores_kernel[(T, triton.cdiv(C, 1024))](
-        scores, scores.stride(0), keys, C, BLOCK=1024, num_warps=4
-    )
-    _select_from_keys(keys, topk, out, chunk, max_row)
-    return out
+
+def _select(ws: _Workspace, G: int, vis: torch.Tensor, t_base: int, topk: int, out: torch.Tensor) -> None:
+    """Steps 2 and 3 of the module docstring for rows ``t_base .. t_base + G - 1``."""
+    dev = out.device
+    nss = _splits(G, dev)
+    _filter_kernel[(G, nss)](
+        ws.keys, ws.keys.stride(0), vis, t_base, ws.hist, ws.cnt, ws.sure, ws.tie_key, ws.tie_pos, topk,
+        NSS=nss, BLOCK_F=1024, HB=HB, num_warps=4,
+    )  # fmt: skip
+    _final_kernel[(G,)](
+        ws.cnt, ws.sure, ws.tie_key, ws.tie_pos, ws.keys.stride(0), out, out.stride(0), t_base, topk,
+        BLOCK_K2=triton.next_power_of_2(topk), BLOCK_T=1024, num_warps=8,
+    )  # fmt: skip
+
+
+def _paged_args(idx_kv: Any, DI: int, req_to_page: torch.Tensor, req_rows: torch.Tensor, token_req: torch.Tensor,
+                visible: torch.Tensor, T: int) -> Any:  # fmt: skip
+    kv = as_paged(idx_kv)
+    if kv.dim != DI or kv.codec not in ("float", "fp8_indexer", "fp4_indexer"):
+        raise ValueError(f"idx_kv: expected indexer keys of {DI} values, got {kv.codec} entries of {kv.dim}")
+    for name, x, nd in (
+        ("req_to_page", req_to_page, 2),
+        ("req_rows", req_rows, 1),
+        ("token_req", token_req, 1),
+    ):
+        if x.dim() != nd or x.dtype not in (torch.int32, torch.int64) or x.stride(-1) != 1:
+            raise ValueError(
+                f"{name}: expected a contiguous {nd}-D int tensor, got {x.dtype} {tuple(x.shape)}"
+            )
+    if visible.shape != (T,) or token_req.shape != (T,):
+        raise ValueError(
+            f"visible / token_req: expected [{T}], got {tuple(visible.shape)} / {tuple(token_req.shape)}"
+        )
+    return kv
 
 
 def indexer_topk(
     q: torch.Tensor,
     weights: torch.Tensor,
-    idx_kv_flat: torch.Tensor,
-    candidates: torch.Tensor,
+    idx_kv: Any,
+    visible: torch.Tensor,
+    req_to_page: torch.Tensor,
+    req_rows: torch.Tensor,
+    token_req: torch.Tensor,
+    entries_per_page: int,
     topk: int,
     scale: float,
     *,
+    max_visible: int | None = None,
     out: torch.Tensor | None = None,
-    chunk: int | None = None,
-    max_row: int | None = None,
-    block_c: int = 128,
+    block_c: int = 64,
 ) -> torch.Tensor:
-    """Lightning-indexer top-k (op table entry 6).
+    """Lightning-indexer top-k over the paged keys (op table entry 6; arguments and result as
+    :func:`sgl_kernel_v4.ref.attention.indexer_topk`).
 
-    Args:
-        q: ``[T, Hi, di]`` bf16/fp32 indexer queries (RoPE already applied), di a power of 2.
-        weights: ``[T, Hi]`` fp32 per-head weights (HF: ``weights_proj(x) * Hi**-0.5``).
-        idx_kv_flat: ``[N, di]`` compressed indexer keys (flat pool view).
-        candidates: ``[T, C]`` int32/int64 flat slots of the visible entries, ``-1`` = padding.
-        topk: number of positions to return per row.
-        scale: score scale (HF: ``di ** -0.5``), applied inside the ReLU.
+    Args (beyond the reference's):
+        max_visible: a bound on ``visible`` (host int): the scratch width. ``None`` reads
+            ``visible.max()`` (a host synchronisation); a CUDA graph passes its context bound.
         out: optional ``[T, topk]`` int64 output buffer.
-        chunk / max_row: select tiling (rows longer than ``max_row`` are pre-reduced in ``chunk``s).
-        block_c: candidates per scoring program.
+        block_c: entries per scoring tile (64 = one CSA block page of 256-token pages).
 
     Returns:
-        ``[T, topk]`` int64 positions into ``candidates`` (0..C-1) of the top-k scores in ascending
-        order, ``-1`` after them where fewer than ``topk`` candidates are valid. Ties at the k-th
-        score go to the lower positions (the module's tie rule), so the selection of a query is
-        the same in any batch, chunk or candidate-row length.
+        ``[T, topk]`` int64 entry indices, ascending, ``-1`` padded.
 
     Raises:
-        ValueError: a shape is inconsistent or ``topk < 1``.
+        ValueError: a shape is inconsistent, ``topk`` out of range, or keys of another size.
     """
-    _check(q, weights, idx_kv_flat, candidates, topk)
-    T = q.shape[0]
+    _check(q, weights, topk)
+    T, HI, DI = q.shape
+    kv = _paged_args(idx_kv, DI, req_to_page, req_rows, token_req, visible, T)
     if out is None:
         out = torch.empty((T, topk), dtype=torch.int64, device=q.device)
+    if T == 0:
+        return out
+    C = int(visible.max()) if max_visible is None else int(max_visible)
+    if topk > _MAX_TOPK:  # beyond the register budget of the final merge: the reference (syncs)
+        from sgl_kernel_v4.ref.attention import indexer_topk as ref_topk
+
+        out.copy_(ref_topk(q, weights, idx_kv, visible, req_to_page, req_rows, token_req, entries_per_page,
+                           topk, scale))  # fmt: skip
+        return out
     out.fill_(-1)
-    C = candidates.shape[1]
+    if C <= 0:
+        return out
+    _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, entries_per_page, scale, C, topk,
+                out, block_c, None)  # fmt: skip
+    return out
+
+
+def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, scale, C, topk, out, block_c,
+                scores_out) -> None:  # fmt: skip
+    T, HI, DI = q.shape
+    if q.stride(2) != 1:
+        q = q.contiguous()
+    cdt = torch.float32 if q.dtype == torch.float32 else torch.bfloat16
+    if kv.codec == "float" and kv.storage.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        cdt = kv.storage.dtype
+    q = q.to(cdt)
+    G = _block_rows(T, C)
+    ws = _Workspace(G, C, topk, q.device, scores=scores_out is not None)
+    block_h = max(16, triton.next_power_of_2(HI))
+    for t0 in range(0, T, G):
+        g = min(G, T - t0)
+        ws.hist[:g].zero_()
+        ws.cnt[:g].zero_()
+        if scores_out is not None:  # entries past a token's visible count: invalid
+            ws.keys[:g].fill_(INT_MIN)
+            ws.scores[:g].fill_(float("-inf"))
+        nsc = _splits(g, q.device)
+        _score_kernel[(g, nsc)](
+            q, q.stride(0), q.stride(1), weights, weights.stride(0),
+            kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,
+            visible, req_to_page, req_to_page.stride(0), req_rows, token_req, int(e),
+            ws.keys, ws.keys.stride(0), ws.scores, ws.hist, t0, HI, float(scale),
+            DI=DI, CODEC=kv.codec_id, BLOCK_H=block_h, BLOCK_C=block_c, NSC=nsc, HB=HB,
+            WRITE_SCORES=scores_out is not None, num_warps=8 if block_h >= 64 else 4,
+        )  # fmt: skip
+        if scores_out is not None:
+            keys_out, sc_out = scores_out
+            keys_out[t0 : t0 + g] = ws.keys[:g, : keys_out.shape[1]]
+            sc_out[t0 : t0 + g] = ws.scores[:g, : sc_out.shape[1]]
+        else:
+            _select(ws, g, visible, t0, topk, out)
+
+
+def indexer_scores(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    idx_kv: Any,
+    visible: torch.Tensor,
+    req_to_page: torch.Tensor,
+    req_rows: torch.Tensor,
+    token_req: torch.Tensor,
+    entries_per_page: int,
+    scale: float,
+    *,
+    max_visible: int | None = None,
+    block_c: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scores :func:`indexer_topk` ranks, materialised (tests and benchmarks only):
+    ``(keys [T, C] int32 order-preserving, INT_MIN = invalid; scores [T, C] fp32, -inf =
+    invalid)`` with ``C = max_visible`` (default ``visible.max()``); column ``w`` is entry ``w``."""
+    _check(q, weights, 1)
+    T, HI, DI = q.shape
+    kv = _paged_args(idx_kv, DI, req_to_page, req_rows, token_req, visible, T)
+    C = int(visible.max()) if (max_visible is None and T) else int(max_visible or 0)
+    keys = torch.full((T, C), INT_MIN, dtype=torch.int32, device=q.device)
+    scores = torch.full((T, C), float("-inf"), dtype=torch.float32, device=q.device)
+    if T and C:
+        _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, entries_per_page, scale, C, 1,
+                    None, block_c, (keys, scores))  # fmt: skip
+    return keys, scores
+
+
+def topk_from_scores(scores: torch.Tensor, topk: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Positions of the ``topk`` largest entries of each row of ``scores [T, C]`` (fp32/bf16), by
+    the select steps of :func:`indexer_topk` (exact; the module's tie rule).
+
+    ``-inf`` entries count as invalid; rows with fewer than ``topk`` valid entries are padded with
+    ``-1``. Positions are int64, in ascending order; equal scores go to the lower position
+    (``-0.0`` equals ``+0.0``).
+    """
+    if scores.dim() != 2:
+        raise ValueError(f"scores: expected [T, C], got {tuple(scores.shape)}")
+    if topk < 1:
+        raise ValueError(f"topk: must be >= 1, got {topk}")
+    T, C = scores.shape
+    if out is None:
+        out = torch.empty((T, topk), dtype=torch.int64, device=scores.device)
+    if topk > _MAX_TOPK:
+        out.copy_(select_topk(scores, scores != float("-inf"), topk))
+        return out
+    out.fill_(-1)
     if T == 0 or C == 0:
         return out
-    keys, _ = _scores(q, weights, idx_kv_flat, candidates, scale, block_c, write_scores=False)
-    _select_from_keys(keys, topk, out, chunk, max_row)
+    vis = torch.full((T,), C, dtype=torch.int32, device=scores.device)
+    G = _block_rows(T, C)
+    ws = _Workspace(G, C, topk, scores.device)
+    for t0 in range(0, T, G):
+        g = min(G, T - t0)
+        ws.hist[:g].zero_()
+        ws.cnt[:g].zero_()
+        _keys_from_scores_kernel[(g, triton.cdiv(C, 1024))](
+            scores[t0:], scores.stride(0), ws.keys, ws.keys.stride(0), ws.hist, C, BLOCK=1024, HB=HB, num_warps=4
+        )  # fmt: skip
+        _select(ws, g, vis, t0, topk, out)
     return out

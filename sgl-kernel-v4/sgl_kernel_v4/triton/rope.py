@@ -14,9 +14,14 @@ All kernels load rows contiguously and split them into even / odd channel halves
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
+
+from sgl_kernel_v4.paged import as_paged
+from sgl_kernel_v4.triton.kv_codec import row_offsets, store_entry
 
 __all__ = ["apply_rope", "inv_rope_quant", "qnorm_rope_kv_insert", "FP8_GROUP"]
 
@@ -241,7 +246,9 @@ def _qnorm_rope_kv_kernel(
     kvo_ptr,
     stride_kvot,
     swa_ptr,
-    stride_swa,
+    swa_rpp,
+    swa_ps,
+    swa_rs,
     idx_ptr,
     H,
     HALF_R,
@@ -249,6 +256,8 @@ def _qnorm_rope_kv_kernel(
     HALF_D: tl.constexpr,
     BLOCK_H: tl.constexpr,
     N_HB: tl.constexpr,
+    CODEC: tl.constexpr,
+    NOPE: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1)
@@ -279,10 +288,9 @@ def _qnorm_rope_kv_kernel(
         )
         slot = tl.load(idx_ptr + t)
         if slot >= 0:
-            offs_d = tl.arange(0, 2 * HALF_D)
-            tl.store(
-                swa_ptr + slot.to(tl.int64) * stride_swa + offs_d[None, :], y.to(swa_ptr.dtype.element_ty)
-            )
+            # the entry as returned (rounded to kv's dtype), then encoded in the pool's format
+            y1 = tl.reshape(y, [2 * HALF_D]).to(kvo_ptr.dtype.element_ty).to(tl.float32)
+            store_entry(swa_ptr, row_offsets(slot, swa_rpp, swa_ps, swa_rs), y1, CODEC, 2 * HALF_D, NOPE)
 
 
 def qnorm_rope_kv_insert(
@@ -291,7 +299,7 @@ def qnorm_rope_kv_insert(
     kv_norm_weight: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    swa_flat: torch.Tensor,
+    swa_flat: Any,
     swa_index: torch.Tensor,
     eps: float,
     *,
@@ -308,7 +316,8 @@ def qnorm_rope_kv_insert(
 
     Args:
         q: ``[T, H, D]``; kv: ``[T, D]``; kv_norm_weight: ``[D]`` (fp32).
-        cos, sin: ``[T, r/2]``; swa_flat: ``[N, D]`` window pool view (any float dtype);
+        cos, sin: ``[T, r/2]``; swa_flat: the window pool layer: a float ``[N, D]`` view, or a
+        quantized row view (fp8 main entries, encoded in the kernel from ``kv_out``'s values);
         swa_index: ``[T]`` int32/int64 flat slots, -1 = skip; eps: RMSNorm epsilon.
         q_out / kv_out: optional output buffers (may alias q / kv: in place).
 
@@ -324,8 +333,11 @@ def qnorm_rope_kv_insert(
         raise ValueError(f"kv: expected contiguous-last-dim [{T}, {D}], got {tuple(kv.shape)}")
     if kv_norm_weight.shape != (D,):
         raise ValueError(f"kv_norm_weight: expected [{D}], got {tuple(kv_norm_weight.shape)}")
-    if swa_flat.dim() != 2 or swa_flat.shape[1] != D or swa_flat.stride(1) != 1:
-        raise ValueError(f"swa_flat: expected [N, {D}] (last dim contiguous), got {tuple(swa_flat.shape)}")
+    swa = as_paged(swa_flat)
+    if swa.dim != D or swa.codec not in ("float", "fp8_main"):
+        raise ValueError(
+            f"swa_flat: expected main entries of {D} values, got {swa.codec} entries of {swa.dim}"
+        )
     if swa_index.shape != (T,) or swa_index.dtype not in (torch.int32, torch.int64):
         raise ValueError(
             f"swa_index: expected int32/int64 [{T}], got {swa_index.dtype} {tuple(swa_index.shape)}"
@@ -338,8 +350,9 @@ def qnorm_rope_kv_insert(
     n_hb = triton.cdiv(H, block_h)
     _qnorm_rope_kv_kernel[(T, n_hb + 1)](
         q, q.stride(0), q.stride(1), kv, kv.stride(0), kv_norm_weight, cos, cos.stride(0), sin, sin.stride(0),
-        q_out, q_out.stride(0), q_out.stride(1), kv_out, kv_out.stride(0), swa_flat, swa_flat.stride(0),
+        q_out, q_out.stride(0), q_out.stride(1), kv_out, kv_out.stride(0),
+        swa.storage, swa.rows_per_page, swa.page_stride, swa.row_stride,
         swa_index, H, cos.shape[1], float(eps),
-        HALF_D=D // 2, BLOCK_H=block_h, N_HB=n_hb, num_warps=4,
+        HALF_D=D // 2, BLOCK_H=block_h, N_HB=n_hb, CODEC=swa.codec_id, NOPE=D - swa.rope_dim, num_warps=4,
     )  # fmt: skip
     return q_out, kv_out

@@ -1,0 +1,185 @@
+"""Triton helpers that read and write KV entries in their pool formats, in registers.
+
+The byte formats are those of the torch codecs in :mod:`sgl_kernel_v4.ref.kv_quant` (the oracle of
+every helper here), addressed as :class:`sgl_kernel_v4.paged.PagedRows` describes:
+
+* codec 0, float: ``D`` plain values;
+* codec 1, fp8 main entry: ``NOPE`` e4m3 values, ``D - NOPE`` bf16 rope values, ``NOPE / 64`` ue8m0
+  scale bytes (one per 64 nope values), one zero pad byte (584 B for 512 / 64);
+* codec 2, fp8 indexer key: ``D`` e4m3 values then one fp32 power-of-two scale (132 B for 128);
+* codec 3, fp4 indexer key: ``D / 2`` bytes of e2m1 pairs (even index in the low nibble, sign in
+  bit 3), then ``D / 32`` ue8m0 scale bytes (68 B for 128).
+
+Scales are powers of two, so a dequantized value is exact in bf16 and fp32, and the encoders pick
+the exponent exactly as the references do: ``ceil(log2(max(amax, 1e-4) / 448))`` for fp8 (the
+division correctly rounded, as torch's) and ``ceil(log2(max(amax / 6, 1e-4)))`` clamped to
+``[-126, 127]`` for fp4, values rounded to nearest even.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_offsets(slots, rows_per_page, page_stride, row_stride):
+    """Element offsets of flat slots: ``(s // rows_per_page) * page_stride + (s % rows_per_page) *
+    row_stride`` (int64)."""
+    s = slots.to(tl.int64)
+    return (s // rows_per_page) * page_stride + (s % rows_per_page) * row_stride
+
+
+@triton.jit
+def _exp2i(e):
+    """``2.0 ** e`` (fp32) for an int32 tensor ``e`` in [-126, 127], exact."""
+    return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _ceil_log2(r):
+    """``ceil(log2(r))`` (int32) of a positive normal fp32 tensor, exact."""
+    bits = r.to(tl.int32, bitcast=True)
+    e = ((bits >> 23) & 0xFF) - 127
+    return e + ((bits & 0x7FFFFF) != 0).to(tl.int32)
+
+
+@triton.jit
+def _to_bf16(x):
+    """fp32 -> bf16, round to nearest even, by integer ops (the same bits on the GPU and in the
+    Triton interpreter, whose float casts truncate)."""
+    u = x.to(tl.int32, bitcast=True)
+    r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return r.to(tl.int16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _to_e4m3_byte(x):
+    """fp32 (``|x| <= 448``) -> float8_e4m3fn bits as uint8, round to nearest even (subnormals
+    below 2^-6 in steps of 2^-9), by integer ops as :func:`_to_bf16`."""
+    u = x.to(tl.int32, bitcast=True)
+    sign = ((u >> 31) & 1) << 7
+    a = tl.abs(x)
+    ua = a.to(tl.int32, bitcast=True)
+    normal = ((ua + 0x7FFFF + ((ua >> 20) & 1)) >> 20) - (120 << 3)
+    sub = ((a * 512.0 + 8388608.0) - 8388608.0).to(tl.int32)
+    code = tl.minimum(tl.where(a < 0.015625, sub, normal), 0x7E)
+    return (code | sign).to(tl.uint8)
+
+
+@triton.jit
+def _ue8m0(byte):
+    """Scale of a ue8m0 byte: ``2 ** (byte - 127)`` (fp32)."""
+    return (byte.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _e2m1_value(code):
+    """fp32 value of e2m1 codes (int32 in [0, 15]): magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6; sign bit 3."""
+    mag = code & 7
+    e = mag >> 1
+    m = (mag & 1).to(tl.float32)
+    v = tl.where(e == 0, 0.5 * m, (1.0 + 0.5 * m) * (1 << tl.maximum(e - 1, 0)).to(tl.float32))
+    return tl.where((code & 8) != 0, -v, v)
+
+
+@triton.jit
+def load_main(ptr, off, valid, offs_d, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr):
+    """``[N, BLOCK_D]`` main entries (K = V rows) at element offsets ``off [N]`` of ``ptr``; zeros
+    where ``valid`` is False or ``offs_d >= D``. Float pools return their own dtype, fp8 entries
+    fp32 (exact)."""
+    dmask = offs_d < D
+    if CODEC == 0:
+        x = tl.load(ptr + off[:, None] + offs_d[None, :], mask=valid[:, None] & dmask[None, :], other=0.0)
+    else:
+        is_nope = offs_d < NOPE
+        nm = valid[:, None] & is_nope[None, :]
+        b = tl.load(ptr + off[:, None] + offs_d[None, :], mask=nm, other=0)
+        sb = tl.load(ptr + off[:, None] + (NOPE + 2 * (D - NOPE)) + offs_d[None, :] // 64, mask=nm, other=127)
+        nope = b.to(tl.float8e4nv, bitcast=True).to(tl.float32) * _ue8m0(sb)
+        rope_ptr = (ptr + off + NOPE).to(tl.pointer_type(tl.bfloat16))
+        rm = valid[:, None] & (offs_d[None, :] >= NOPE) & dmask[None, :]
+        rope = tl.load(rope_ptr[:, None] + (offs_d - NOPE)[None, :], mask=rm, other=0.0).to(tl.float32)
+        x = tl.where(is_nope[None, :], nope, rope)
+    return x
+
+
+@triton.jit
+def load_key(ptr, off, valid, offs_d, CODEC: tl.constexpr, D: tl.constexpr):
+    """Indexer keys ``[N, D]`` at offsets ``off [N]`` and their per-entry scale ``[N]`` fp32: the
+    key is ``values * scale[:, None]`` (fp8 keys keep their one scale apart so it can be applied
+    after the dot; float and fp4 keys return scale 1). Zeros where ``valid`` is False."""
+    m = valid[:, None] & (offs_d[None, :] < D)
+    if CODEC == 0:
+        x = tl.load(ptr + off[:, None] + offs_d[None, :], mask=m, other=0.0)
+        s = tl.full(off.shape, 1.0, tl.float32)
+    elif CODEC == 2:
+        b = tl.load(ptr + off[:, None] + offs_d[None, :], mask=m, other=0)
+        x = b.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        s = tl.load((ptr + off + D).to(tl.pointer_type(tl.float32)), mask=valid, other=0.0)
+    else:
+        b = tl.load(ptr + off[:, None] + offs_d[None, :] // 2, mask=m, other=0).to(tl.int32)
+        code = (b >> ((offs_d[None, :] % 2) * 4)) & 0xF
+        sb = tl.load(ptr + off[:, None] + D // 2 + offs_d[None, :] // 32, mask=m, other=127)
+        x = _e2m1_value(code) * _ue8m0(sb)
+        s = tl.full(off.shape, 1.0, tl.float32)
+    return x, s
+
+
+@triton.jit
+def store_entry(ptr, off, y, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr):
+    """Write one entry ``y [D]`` (fp32 values already rounded to the compute dtype; ``D`` a power
+    of two) at element offset ``off`` of ``ptr`` in the codec's format (module docstring)."""
+    offs_d = tl.arange(0, D)
+    if CODEC == 0:
+        tl.store(ptr + off + offs_d, y.to(ptr.dtype.element_ty))
+    elif CODEC == 1:
+        NB: tl.constexpr = D // 64
+        yb = tl.reshape(y, [NB, 64])
+        amax = tl.max(tl.abs(yb), 1)
+        e = _ceil_log2(tl.math.div_rn(tl.maximum(amax, 1e-4), 448.0))
+        qv = tl.reshape(yb * _exp2i(-e)[:, None], [D])
+        tl.store(ptr + off + offs_d, _to_e4m3_byte(tl.clamp(qv, -448.0, 448.0)), mask=offs_d < NOPE)
+        rope_ptr = (ptr + off + NOPE).to(tl.pointer_type(tl.bfloat16))
+        tl.store(rope_ptr + (offs_d - NOPE), _to_bf16(y), mask=offs_d >= NOPE)
+        offs_b = tl.arange(0, NB)
+        sc = tl.where(offs_b < NOPE // 64, e + 127, 0).to(tl.uint8)  # the byte after the scales: pad 0
+        tl.store(ptr + off + NOPE + 2 * (D - NOPE) + offs_b, sc, mask=offs_b <= NOPE // 64)
+    elif CODEC == 2:
+        amax = tl.max(tl.abs(y), 0)
+        e = _ceil_log2(tl.math.div_rn(tl.maximum(amax, 1e-4), 448.0))
+        tl.store(ptr + off + offs_d, _to_e4m3_byte(tl.clamp(y * _exp2i(-e), -448.0, 448.0)))
+        tl.store((ptr + off + D).to(tl.pointer_type(tl.float32)), _exp2i(e))
+    else:
+        NB4: tl.constexpr = D // 32
+        yb = tl.reshape(y, [NB4, 32])
+        amax6 = tl.math.div_rn(tl.max(tl.abs(yb), 1), 6.0)
+        e = tl.minimum(tl.maximum(_ceil_log2(tl.maximum(amax6, 1e-4)), -126), 127)
+        v = tl.reshape(yb * _exp2i(-e)[:, None], [D])
+        a = tl.minimum(tl.abs(v), 6.0)
+        idx = (
+            (a > 0.25).to(tl.int32)
+            + (a > 0.75).to(tl.int32)
+            + (a > 1.25).to(tl.int32)
+            + (a > 1.75).to(tl.int32)
+            + (a > 2.5).to(tl.int32)
+            + (a > 3.5).to(tl.int32)
+            + (a > 5.0).to(tl.int32)
+        )
+        tie = (a == 0.25) | (a == 0.75) | (a == 1.25) | (a == 1.75) | (a == 2.5) | (a == 3.5) | (a == 5.0)
+        idx = tl.where(tie & ((idx & 1) == 1), idx + 1, idx)
+        code = idx | (((v < 0) & (idx != 0)).to(tl.int32) << 3)
+        lo, hi = tl.split(tl.reshape(code, [D // 2, 2]))
+        offs_h = tl.arange(0, D // 2)
+        tl.store(ptr + off + offs_h, (lo | (hi << 4)).to(tl.uint8))
+        offs_b = tl.arange(0, NB4)
+        tl.store(ptr + off + D // 2 + offs_b, (e + 127).to(tl.uint8))
+
+
+def codec_args(rows) -> tuple:
+    """``(storage, rows_per_page, page_stride, row_stride, codec id)`` kernel arguments of a
+    :class:`~sgl_kernel_v4.paged.PagedRows`."""
+    return rows.storage, rows.rows_per_page, rows.page_stride, rows.row_stride, rows.codec_id
+
+
+__all__ = ["row_offsets", "load_main", "load_key", "store_entry", "codec_args", "triton"]
