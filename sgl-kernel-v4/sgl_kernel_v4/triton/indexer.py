@@ -51,7 +51,10 @@ from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets
 
 __all__ = ["indexer_topk", "indexer_scores", "topk_from_scores", "SCRATCH_ELEMS"]
 
-INT_MIN = -(2**31)  # key of an invalid candidate (below every float's key)
+INT_MIN_VALUE = -(2**31)  # key of an invalid candidate (below every float's key), for host code
+INT_MIN = tl.constexpr(
+    INT_MIN_VALUE
+)  # the same inside the kernels (a jit function reads constexpr globals only)
 HB = 12  # histogram bits: bins of the keys' top 12 bits (sign, 8 exponent bits, 3 mantissa bits)
 #: int32 elements of the per-block scratch (keys + candidate lists): 3 x G x C <= this.
 SCRATCH_ELEMS = 1 << 26
@@ -430,7 +433,7 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
         ws.hist[:g].zero_()
         ws.cnt[:g].zero_()
         if scores_out is not None:  # entries past a token's visible count: invalid
-            ws.keys[:g].fill_(INT_MIN)
+            ws.keys[:g].fill_(INT_MIN_VALUE)
             ws.scores[:g].fill_(float("-inf"))
         nsc = _splits(g, q.device)
         _score_kernel[(g, nsc)](
@@ -470,7 +473,7 @@ def indexer_scores(
     T, HI, DI = q.shape
     kv = _paged_args(idx_kv, DI, req_to_page, req_rows, token_req, visible, T)
     C = int(visible.max()) if (max_visible is None and T) else int(max_visible or 0)
-    keys = torch.full((T, C), INT_MIN, dtype=torch.int32, device=q.device)
+    keys = torch.full((T, C), INT_MIN_VALUE, dtype=torch.int32, device=q.device)
     scores = torch.full((T, C), float("-inf"), dtype=torch.float32, device=q.device)
     if T and C:
         _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, entries_per_page, scale, C, 1,
