@@ -80,7 +80,9 @@ class ParallelConfig:
     @staticmethod
     def _split(n: int, parts: int, index: int, what: str) -> tuple[int, int]:
         if n % parts:
-            raise ValueError(f"{what} ({n}) is not divisible by {parts}: cannot split it evenly over the ranks")
+            raise ValueError(
+                f"{what} ({n}) is not divisible by {parts}: cannot split it evenly over the ranks"
+            )
         k = n // parts
         return index * k, (index + 1) * k
 

@@ -211,5 +211,7 @@ class SparseMoeBlock(nn.Module):
         if self.num_local_experts != self.gate.weight.shape[0]:
             # expert parallel: this rank's experts as local ids, the others as -1 (skipped)
             local = ids - self.expert_start
-            ids = torch.where((local >= 0) & (local < self.num_local_experts), local, torch.full_like(local, -1))
+            ids = torch.where(
+                (local >= 0) & (local < self.num_local_experts), local, torch.full_like(local, -1)
+            )
         return self.tp.all_reduce(self.experts(x, ids, w) + self.shared_experts(x))

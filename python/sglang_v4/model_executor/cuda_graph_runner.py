@@ -27,6 +27,12 @@ inputs that only touch slot 0 / page 0), or for the small contexts at start-up
 (:meth:`CudaGraphRunner.capture_all`). A failed capture logs a warning and disables graphs (eager
 fallback). Logits are copied inside the graph into a runner-owned ``[max_bs, vocab]`` buffer, so
 the graphs' memory pool (shared by all keys) keeps no per-graph outputs.
+
+Tensor parallel: the forward's NCCL collectives are captured with it. Every rank captures the same
+keys in the same order (rank 0 announces :meth:`CudaGraphRunner.capture_all` through
+``before_capture_all``; lazy captures follow the replayed batches, which every rank receives), and
+``eager_fallback=False``: a failed capture raises instead of leaving one rank eager while the others
+replay (their collectives would no longer pair up).
 """
 
 from __future__ import annotations
@@ -126,6 +132,14 @@ class CudaGraphRunner:
         self.mempool = torch.cuda.graph_pool_handle() if (use_graphs and self.device.type == "cuda") else None
         self.failed = False
         self.num_replays = 0
+        #: Called with ``max_ctx`` before :meth:`capture_all` captures (tensor-parallel rank 0
+        #: tells the other ranks to capture too).
+        self.before_capture_all: Callable[[int], None] | None = None
+        #: ``False``: a failed capture raises (tensor parallel) instead of disabling graphs.
+        self.eager_fallback = True
+        #: ``torch.cuda.graph``'s ``capture_error_mode``; ``"thread_local"`` under tensor
+        #: parallelism, so the NCCL watchdog thread's event queries cannot invalidate a capture.
+        self.capture_error_mode = "global"
 
     # ---- selection ------------------------------------------------------------------------
     def key_for(self, reqs: list[ReqForwardInput]) -> tuple[int, int] | None:
@@ -197,7 +211,7 @@ class CudaGraphRunner:
         torch.cuda.current_stream(self.device).wait_stream(s)
         torch.cuda.synchronize(self.device)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.mempool):
+        with torch.cuda.graph(g, pool=self.mempool, capture_error_mode=self.capture_error_mode):
             self._run_static(fb, bs)
         torch.cuda.synchronize(self.device)
         self.graphs[(bs, ctx, two_stream)] = g
@@ -214,6 +228,8 @@ class CudaGraphRunner:
         """
         if not self.use_graphs or self.failed or self.device.type != "cuda":
             return 0
+        if self.before_capture_all is not None:
+            self.before_capture_all(max_ctx)
         n = 0
         for ctx in self.ctx_list:
             if ctx > max(max_ctx, self.ctx_list[0]):
@@ -232,6 +248,8 @@ class CudaGraphRunner:
         try:
             self.capture(bs, ctx, two_stream)
         except Exception as e:  # noqa: BLE001 - any capture failure means eager fallback
+            if not self.eager_fallback:
+                raise RuntimeError(f"CUDA graph capture failed for bs={bs} ctx={ctx}: {e}") from e
             logger.warning("CUDA graph capture failed for bs=%d ctx=%d (%s); running eagerly", bs, ctx, e)
             self.failed = True
             return False

@@ -8,6 +8,14 @@ memory planner (``mem_cache/kv_planner.py:plan_kv_pools``) from ``--max-total-to
 from ``--mem-fraction-static`` of the free memory after the weights are loaded, in the chosen KV
 format (fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches replay CUDA
 graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a second stream.
+
+Tensor parallel (``--tp-size N``, docs/PARALLELISM.md): every rank has a ``ModelRunner`` over its
+shard of the weights and a full replica of the KV pool. Rank 0's runner is the scheduler's:
+:meth:`ModelRunner.forward` first broadcasts the step (:class:`ForwardStep`: the requests' forward
+inputs and the pool's request-state operations since the last step) over the TP group's CPU group,
+then runs it; the other ranks (``tp_worker_process.py``) receive each step and run the same
+forward, so their pools stay identical and the collectives inside the forward pair up. Only rank
+0's logits are used.
 """
 
 from __future__ import annotations
@@ -15,10 +23,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass, field
 
 import torch
 
 from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup, init_tp_group
 from sglang_v4.mem_cache.kv_format import normalize_kv_cache_dtype
 from sglang_v4.mem_cache.kv_planner import KVPlan, plan_kv_pools
 from sglang_v4.mem_cache.kv_spec import build_kv_layout
@@ -31,6 +41,42 @@ from sglang_v4.server_args import ServerArgs
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class ForwardStep:
+    """One forward, as rank 0 broadcasts it to the other tensor-parallel ranks.
+
+    Attributes:
+        reqs: the forward's per-request inputs (page ids, token ids, positions).
+        state_ops: the pool's request-state operations since the last step
+            (``DSV4KVPool.take_state_ops``: slot resets, resume-state loads), replayed first.
+    """
+
+    reqs: list[ReqForwardInput]
+    state_ops: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+
+
+@dataclass
+class CaptureGraphs:
+    """Rank 0 captures the decode CUDA graphs up to ``max_ctx``: the other ranks do the same,
+    in step (the captures run collectives)."""
+
+    max_ctx: int
+
+
+@dataclass
+class Shutdown:
+    """Rank 0 is stopping: the other ranks exit."""
+
+
+def rank_device(server_args: ServerArgs, tp_rank: int) -> torch.device:
+    """The device of TP rank ``tp_rank``: the CPU, or GPU ``base_gpu_id + local rank`` where the
+    local rank counts the ranks of this node (``tp_size / nnodes`` per node)."""
+    if server_args.device != "cuda":
+        return torch.device("cpu")
+    per_node = server_args.tp_size // server_args.nnodes
+    return torch.device("cuda", server_args.base_gpu_id + tp_rank % per_node)
 
 
 class IndexerStreamPolicy:
@@ -88,18 +134,26 @@ class ModelRunner:
             Tests and benchmarks build one with e.g. ``ServerArgs(device="cpu",
             load_format="dummy", page_size=128, max_total_tokens=4096)``; ``quantization``
             (``--quantization``: ``None`` = the checkpoint's ``quantization_config`` on CUDA;
-            ``"fp8"``: FP8 linears + FP4 experts; ``"none"``: dequantize at load).
+            ``"fp8"``: FP8 linears + FP4 experts; ``"none"``: dequantize at load); ``tp_size``,
+            ``ep_size``, ``dist_init_addr``, ``dist_timeout``, ``nnodes``, ``base_gpu_id``
+            (tensor / expert parallel, module docstring).
+        tp_rank: this process's tensor-parallel rank (0: the scheduler's runner, which broadcasts
+            every forward; others: ``tp_worker_process.py``). It joins the TP group here.
 
     Raises:
         ValueError: bad ``kv_cache_dtype``, ``model_path`` unusable, or a KV budget too small for
             one block page and the request slots (from the planner).
     """
 
-    def __init__(self, model_config: ModelConfig, server_args: ServerArgs) -> None:
+    def __init__(self, model_config: ModelConfig, server_args: ServerArgs, tp_rank: int = 0) -> None:
         sa = server_args
         self.mc = model_config
         self.server_args = sa
-        self.device = torch.device(sa.device)
+        self.device = rank_device(sa, tp_rank) if sa.tp_size > 1 else torch.device(sa.device)
+        if self.device.type == "cuda" and self.device.index is not None:
+            torch.cuda.set_device(self.device)
+        self.parallel = ParallelConfig(sa.tp_size, tp_rank, sa.ep_size)
+        self.tp: TPGroup = init_tp_group(self.parallel, self.device, sa.dist_init_addr, sa.dist_timeout)
         if self.device.type == "cpu":
             # One intra-op thread by default: the server's processes and the clients share a few
             # cores, and oversubscribed OpenMP pools make small ops 1000x slower (measured:
@@ -125,13 +179,15 @@ class ModelRunner:
             sa.load_format,
             sa.quantization,
             int(sa.random_seed or 0),
+            tp=self.tp,
         )
         logger.info(
-            "Model loaded in %.1f s (%s, %s, load_format=%s)",
+            "Model loaded in %.1f s (%s, %s, load_format=%s%s)",
             time.perf_counter() - t0,
-            sa.device,
+            self.device,
             sa.dtype,
             sa.load_format,
+            f", {self.parallel.describe()}" if self.tp.size > 1 else "",
         )
         self.kv_cache_dtype = normalize_kv_cache_dtype(sa.kv_cache_dtype, self.dtype)
         self.fp4_indexer = bool(sa.enable_fp4_indexer)
@@ -150,6 +206,8 @@ class ModelRunner:
             kv_cache_dtype=self.kv_cache_dtype,
             fp4_indexer=self.fp4_indexer,
         )
+        if self.tp.size > 1 and self.tp.is_first_rank:
+            self.pool.record_state_ops()  # replayed on the other ranks with each forward
         logger.info(
             "KV pool (%s%s): %d block pages (%d tokens), %d window pages of %d positions, "
             "%d request slots, %.1f MiB allocated, %d B page padding",
@@ -199,7 +257,7 @@ class ModelRunner:
     ) -> CudaGraphRunner:
         """A :class:`CudaGraphRunner` over this runner's model, pool, metadata builder and
         indexer-stream policy (arguments as there)."""
-        return CudaGraphRunner(
+        g = CudaGraphRunner(
             self.model,
             self.pool,
             self.builder,
@@ -210,6 +268,12 @@ class ModelRunner:
             min_ctx=min_ctx,
             use_graphs=use_graphs,
         )
+        if self.tp.size > 1:
+            g.eager_fallback = False
+            g.capture_error_mode = "thread_local"
+            if self.tp.is_first_rank:
+                g.before_capture_all = lambda max_ctx: self.tp.broadcast_object(CaptureGraphs(max_ctx))
+        return g
 
     # window pages beyond the per-request ones: a prefill chunk's transient spans (64 x 128
     # positions covers an 8192-token chunk)
@@ -249,6 +313,8 @@ class ModelRunner:
             if self.device.type == "cuda":
                 free, _ = torch.cuda.mem_get_info(self.device)
                 budget = int(free * (mem_fraction if mem_fraction is not None else 0.85))
+                # every rank holds the same (replicated) pools: size them for the tightest GPU
+                budget = self.tp.min_int(budget)
             else:
                 tokens = min(max(self.context_len, 4 * self.page_size), self._CPU_DEFAULT_MAX_TOKENS)
         return plan_kv_pools(
@@ -287,8 +353,21 @@ class ModelRunner:
 
         Decode batches (one new token per request) that fit a CUDA-graph bucket replay a captured
         graph (:class:`~sglang_v4.model_executor.cuda_graph_runner.CudaGraphRunner`); everything
-        else (and everything on CPU) runs eagerly.
+        else (and everything on CPU) runs eagerly. With tensor parallelism (on rank 0) the step
+        is first broadcast to the other ranks (:class:`ForwardStep`), which run it too.
         """
+        if self.tp.size > 1:
+            self.tp.broadcast_object(ForwardStep(reqs, self.pool.take_state_ops()))
+        return self._forward(reqs)
+
+    def run_broadcast_step(self, step: ForwardStep) -> None:
+        """A non-zero TP rank's share of rank 0's :meth:`forward`: replay the request-state
+        operations, then run the same forward (its logits are not used)."""
+        for name, args in step.state_ops:
+            self.pool.apply_state_op(name, args)
+        self._forward(step.reqs)
+
+    def _forward(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
         g = self.cuda_graph_runner
         if g is not None and g.can_run(reqs):
             return g.replay(reqs)

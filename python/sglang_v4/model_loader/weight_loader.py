@@ -140,7 +140,12 @@ def _dequantized(src: _Source, w: torch.Tensor, scale: torch.Tensor | None, plan
 
 
 def _in_target_format(
-    src: _Source, w: torch.Tensor, scale: torch.Tensor | None, plan: _Plan, tgt: _Target, dtype: torch.dtype | None
+    src: _Source,
+    w: torch.Tensor,
+    scale: torch.Tensor | None,
+    plan: _Plan,
+    tgt: _Target,
+    dtype: torch.dtype | None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A stored region in the target's format: copied as stored when the formats agree, else
     dequantized and, for a quantized target, re-quantized (on the target's device)."""
@@ -225,7 +230,9 @@ def _load_region(
             sidx[d] = slice(b0, b1)
             lo = local[d]
             if lo % FP8_BLOCK[d]:
-                raise ValueError(f"{tgt.name}: local {what} offset {lo} is not on a {FP8_BLOCK[d]}-wide FP8 block")
+                raise ValueError(
+                    f"{tgt.name}: local {what} offset {lo} is not on a {FP8_BLOCK[d]}-wide FP8 block"
+                )
             stidx[d] = slice(lo // FP8_BLOCK[d], lo // FP8_BLOCK[d] + (b1 - b0))
     tgt.tensor[tuple(tidx)].copy_(w[tuple(widx)])
     if tgt.kind in ("fp8", "fp4"):
@@ -251,7 +258,12 @@ def _placements(entry: _Entry, full: tuple[int, ...]) -> list[tuple[_Source, lis
 
 
 def _load_entry(
-    entry: _Entry, handles: dict[str, object], plan: _Plan, tgt: _Target, shard: TensorShard, dtype: torch.dtype | None
+    entry: _Entry,
+    handles: dict[str, object],
+    plan: _Plan,
+    tgt: _Target,
+    shard: TensorShard,
+    dtype: torch.dtype | None,
 ) -> None:
     """Write this rank's part (``shard``) of one checkpoint entry into its target."""
     places = _placements(entry, shard.full_shape)
