@@ -54,3 +54,17 @@ def test_tp_matches_one_rank(tp_model_dir: str, oracle: dict, tp: int, ep: int) 
 def test_tp4_ep2_matches_one_rank(tp_model_dir: str, oracle: dict) -> None:
     """TP 4 with 2 expert shards, each expert sliced over 2 ranks (moe_tp_size 2)."""
     _assert_same(run_scenario(tp_model_dir, 4, ep_size=2), oracle)
+
+
+@pytest.mark.slow
+def test_tp2_fp8_fp4_weights_match_one_rank(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """DeepSeek's published format kept quantized on every rank (``--quantization fp8``): FP8
+    128x128 block-scaled projections split on block boundaries (or inside one block), FP4 experts
+    sliced on 32-value scale groups."""
+    from sglang_v4.configs.model_config import ModelConfig
+
+    d = tmp_path_factory.mktemp("tp_model_fp8")
+    cfg = ModelConfig.from_dict(copy.deepcopy(TP_CONFIG)).to_dict()
+    path = write_checkpoint(str(d), fmt="official", weights="fp8", seed=6, config_dict=cfg)
+    want = run_scenario(path, 1, quantization="fp8")
+    _assert_same(run_scenario(path, 2, quantization="fp8"), want)
