@@ -39,7 +39,9 @@ def _values(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def _model(mc: ModelConfig, quant: QuantConfig | None, layout: tuple[int, int, int] | None) -> DeepseekV4ForCausalLM:
+def _model(
+    mc: ModelConfig, quant: QuantConfig | None, layout: tuple[int, int, int] | None
+) -> DeepseekV4ForCausalLM:
     tp = TPGroup(ParallelConfig(layout[0], layout[1], layout[2])) if layout else None
     return DeepseekV4ForCausalLM(mc, torch.float32, "cpu", quant, tp)
 

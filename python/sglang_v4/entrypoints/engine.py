@@ -261,6 +261,11 @@ class Engine:
         if unknown:
             raise ValueError(f"Unknown Engine argument(s): {', '.join(unknown)}")
         self.server_args = ServerArgs(model_path=model_path, **kwargs)
+        if self.server_args.dp_size > 1 or self.server_args.node_rank > 0:
+            raise ValueError(
+                "dp_size / node_rank: an Engine is one server on node 0 (run --dp-size replicas and "
+                "worker nodes with python -m sglang_v4.launch_server)"
+            )
         resolve_model_path(self.server_args)
         self._procs = launch_subprocesses(self.server_args)
         self._loop = asyncio.new_event_loop()

@@ -76,7 +76,7 @@ def run_tp_worker_process(
         assert server_args.model_path is not None, "model_path must be resolved before starting ranks"
         mc = ModelConfig.from_pretrained(server_args.model_path)
         runner = ModelRunner(mc, server_args, tp_rank=tp_rank)
-        logger.info("TP rank %d ready in %.1f s", tp_rank, time.perf_counter() - t0)
+        logger.info("TP rank %d (pid %d) ready in %.1f s", tp_rank, os.getpid(), time.perf_counter() - t0)
     except Exception:
         tb = traceback.format_exc()
         logger.error("TP rank %d failed to start:\n%s", tp_rank, tb)
