@@ -98,7 +98,15 @@ def test_cache_aware_router_sends_a_shared_prefix_to_its_replica(tmp_path: Path)
     url = f"http://127.0.0.1:{port}"
     log = tmp_path / "dp.log"
     cmd = [sys.executable, "-m", "sglang_v4.launch_server", "--device", "cpu", "--dp-size", "2"]
-    cmd += ["--port", str(port), "--page-size", "128", "--skip-server-warmup", "--router-policy", "cache_aware"]
+    cmd += [
+        "--port",
+        str(port),
+        "--page-size",
+        "128",
+        "--skip-server-warmup",
+        "--router-policy",
+        "cache_aware",
+    ]
     with open(log, "wb") as f:
         dp = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=str(REPO), env=dict(os.environ))
     rr: subprocess.Popen | None = None
@@ -124,7 +132,9 @@ def test_cache_aware_router_sends_a_shared_prefix_to_its_replica(tmp_path: Path)
             )
         _wait_healthy(f"http://127.0.0.1:{rr_port}", rr, rr_log)
         robin = _hit_rate(f"http://127.0.0.1:{rr_port}", prompts)
-        print(f"\nprefix-cache hit rate over {len(prompts)} requests: cache_aware {aware:.3f}, round_robin {robin:.3f}")
+        print(
+            f"\nprefix-cache hit rate over {len(prompts)} requests: cache_aware {aware:.3f}, round_robin {robin:.3f}"
+        )
         assert aware > robin
         assert aware > 0.25  # 3 of every 4 requests of a document hit its cached block
     finally:
