@@ -206,8 +206,18 @@ class ModelRunner:
             kv_cache_dtype=self.kv_cache_dtype,
             fp4_indexer=self.fp4_indexer,
         )
-        if self.tp.size > 1 and self.tp.is_first_rank:
-            self.pool.record_state_ops()  # replayed on the other ranks with each forward
+        if self.tp.size > 1:
+            from sglang_v4.model_loader.weight_loader import weight_nbytes
+
+            logger.info(
+                "TP rank %d on %s: weights %.2f GiB (its shard) + KV pools %.2f GiB (replicated)",
+                self.parallel.tp_rank,
+                self.device,
+                weight_nbytes(self.model) / 2**30,
+                self.pool.memory_bytes() / 2**30,
+            )
+            if self.tp.is_first_rank:
+                self.pool.record_state_ops()  # replayed on the other ranks with each forward
         logger.info(
             "KV pool (%s%s): %d block pages (%d tokens), %d window pages of %d positions, "
             "%d request slots, %.1f MiB allocated, %d B page padding",
