@@ -1,7 +1,8 @@
 """Rows for RESULTS.md from a tensor-parallel device run (``benchmark/device/tp2.sh``).
 
 Reads the run directory: ``bench.jsonl`` (``bench_serving`` lines, one per concurrency, tagged
-``c<N>`` / ``gsp-on`` / ``gsp-off``), ``tp_check.json`` (``tp_check.py``), ``server.log`` (the
+``c<N>`` / ``gsp-on`` / ``gsp-off``), ``tp_check.json`` / ``tp_check_fp8kv.json`` (``tp_check.py``),
+``server.log`` (the
 scheduler's per-step decode times and the ranks' memory lines) and prints Markdown: the serving
 cells next to SGLang's published V4-Flash H200 figures (FP8, TP 4; total tokens/s per GPU), the
 decode ms/step at batch 1 and its roofline, the correctness cross-check, the per-GPU memory.
@@ -127,12 +128,15 @@ def main(argv: list[str] | None = None) -> int:
         p(
             f"TPOT at concurrency 1: {c1['mean_tpot_ms']:.2f} ms = {c1['mean_tpot_ms'] / roof:.2f}x the roofline (target <= 1.3x)"
         )
-    chk = os.path.join(d, "tp_check.json")
-    if os.path.exists(chk):
+    for name in ("tp_check.json", "tp_check_fp8kv.json"):
+        chk = os.path.join(d, name)
+        if not os.path.exists(chk):
+            continue
         c = json.load(open(chk))
         p("")
         p(
-            f"Cross-check vs one GPU ({c['preset']}, {c['layers'] or 'all'} layers, dummy weights, {c['prompts']} x "
+            f"Cross-check vs one GPU ({c['preset']}, {c['layers'] or 'all'} layers, dummy weights, KV "
+            f"{c['kv_cache_dtype']}{' + fp4 indexer' if c['fp4_indexer'] else ''}, {c['prompts']} x "
             f"{c['prompt_len']} tokens + {c['new_tokens']}): max |logprob diff| {c['max_abs_lp_diff']:.4g}, mean "
             f"{c['mean_abs_lp_diff']:.3g} over {c['scored_positions']} positions; greedy token agreement "
             f"{c['greedy_token_agreement']:.3f} ({c['greedy_equal_prompts']}/{c['prompts']} prompts identical)"

@@ -61,3 +61,18 @@ def test_cli_prints_the_per_gpu_account(capsys: pytest.CaptureFixture) -> None:
     out = capsys.readouterr().out
     assert "per GPU at --tp-size 2 --ep-size 2" in out and "weights:" in out and "KV pools:" in out
     assert main(["--preset", "flash", "--tp-size", "3"]) == 2  # 8 output groups do not split in 3
+
+
+def test_indexer_tradeoff_bytes() -> None:
+    """The figures of docs/PARALLELISM.md for V4-Flash at TP 2: 21 CSA layers; q_b 8192 x 1024
+    FP8 (+ 64 x 8 fp32 block scales) and weights_proj 64 x 4096 bf16 per layer, half of it extra
+    per GPU when replicated; split heads: an fp32 all-reduce of context / 4 scores per token."""
+    from sglang_v4.tools.kv_planner import indexer_tradeoff
+
+    mc = ModelConfig.from_dict(get_preset("flash"))
+    r = indexer_tradeoff(mc, 2, 1, 8192)
+    per_layer = 8192 * 1024 + 64 * 8 * 4 + 2 * 64 * 4096
+    assert r["csa_layers"] == 21
+    assert r["replicated_extra_weight_bytes_per_gpu"] == 21 * per_layer // 2  # ~94 MB
+    assert r["split_allreduce_bytes_per_layer"] == 2048 * 4  # 8 KB at batch 1, 8k context
+    assert indexer_tradeoff(mc, 2, 1, 1 << 20)["split_allreduce_bytes_per_layer"] == 1 << 20

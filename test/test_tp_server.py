@@ -166,3 +166,20 @@ def test_two_nodes_on_one_machine(tmp_path: Path, tp1_answers: dict) -> None:
     finally:
         if node1.poll() is None:
             node1.kill()
+
+
+def test_engine_tp2_ep2_generates_like_tp1(tp1_answers: dict) -> None:
+    """The offline Engine starts every rank too (EP 2: whole experts per rank)."""
+    from sglang_v4 import Engine
+
+    with Engine(device="cpu", tp_size=2, ep_size=2, skip_warmup=True, log_level="warning") as e:
+        out = e.generate(
+            prompt="The capital of France is",
+            sampling_params={"max_new_tokens": 8, "temperature": 0},
+            return_logprob=True,
+        )
+        assert e.get_server_info()["ep_size"] == 2
+    text, ids = tp1_answers["generate"][:2]
+    assert out["output_ids"] == ids and out["text"] == text
+    lps = [x[0] for x in out["meta_info"]["output_token_logprobs"]]
+    assert max(abs(a - b) for a, b in zip(lps, tp1_answers["generate_lp"])) <= LP_TOL

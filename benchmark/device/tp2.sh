@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Device call (multi-GPU run): full V4-Flash shapes (43 layers, 256 experts) on 2 x H200 with
 # --tp-size 2 --ep-size 2, FP8 + FP4 weights (--load-format dummy), fp8 KV + fp4 indexer keys:
-#   1. cross-check TP 2 vs one GPU at reduced depth (benchmark/tp_check.py, flash cut to 4 layers);
+#   1. cross-check TP 2 vs one GPU at reduced depth (benchmark/tp_check.py, flash cut to 4 layers),
+#      with bf16 KV (decode CUDA graphs capturing the NCCL collectives) and with fp8 KV;
 #   2. the server: weight and KV bytes per GPU (its log), then bench_serving random 8192 in / 1024
 #      out at concurrency 1, 16, 64 (decode ms/step at bs 1 from the scheduler log during c=1);
 #   3. the prefix-cache workload (generated shared prefix) with the radix cache on, then off;
 #   4. tp2_results.md: RESULTS.md rows next to SGLang's published H200 figures (benchmark/tp_report.py).
 # One call, within BUDGET_S (default 540 s; every step is cut at the budget):
 #   run(command="bash benchmark/device/tp2.sh", kind="nvidia-h200-x2", carry=[".whl"], timeout_s=600)
-# Outputs in $OUT: tp2_results.md, tp_check.json, bench.jsonl, server.log (tail), run.log, tp2.tgz.
+# Outputs in $OUT: tp2_results.md, tp_check.json, tp_check_fp8kv.json, bench.jsonl, server.log (tail),
+# run.log, tp2.tgz.
 # CPU dry run of the same script (tiny preset, --device cpu, TP 2, small cells; a few minutes):
 #   DRY=1 SKIP_WHEELS=1 OUT=/tmp/tp2 bash benchmark/device/tp2.sh
 set -u
@@ -18,7 +20,7 @@ mkdir -p "$OUT"
 source benchmark/device/common.sh
 R=/tmp/tp2r; rm -rf $R; mkdir -p $R
 finish() {
-  cp $R/tp2_results.md $R/tp_check.json $R/bench.jsonl $R/run.log "$OUT/" 2>/dev/null
+  cp $R/tp2_results.md $R/tp_check.json $R/tp_check_fp8kv.json $R/bench.jsonl $R/run.log "$OUT/" 2>/dev/null
   tail -c 2000000 $R/server.log > "$OUT/server.log" 2>/dev/null
   tar czf "$OUT/tp2.tgz" -C /tmp tp2r 2>/dev/null
 }
@@ -30,14 +32,17 @@ if [ -n "${DRY:-}" ]; then
   SERVER_EXTRA="--page-size 128"
   TITLE="DRY RUN: tiny TP 2 / EP 2 (fp32 weights), fp8 KV + fp4 indexer, CPU"
 else
-  export PRESET=flash DEVICE=cuda ISL=8192 OSL=1024 CONCS="1 16 64" GSP="--gsp-num-groups 16 --gsp-prompts-per-group 8 --gsp-system-prompt-len 4096 --gsp-question-len 128 --gsp-output-len 128"
-  CHECK="--preset flash --layers 4 --device cuda --kv-cache-dtype fp8_e4m3 --enable-fp4-indexer --prompts 4 --prompt-len 1000 --new-tokens 32"
+  export PRESET=flash DEVICE=cuda ISL=8192 OSL=1024 CONCS="1 16 64" GSP="--gsp-num-groups 8 --gsp-prompts-per-group 4 --gsp-system-prompt-len 4096 --gsp-question-len 128 --gsp-output-len 64"
+  CHECK="--preset flash --layers 4 --device cuda --prompts 2 --prompt-len 512 --new-tokens 16"
   SERVER_EXTRA=""
   TITLE="V4-Flash (43 layers, 256 experts) TP 2 / EP 2 on 2 x H200, FP8 + FP4 dummy weights, fp8 KV + fp4 indexer"
 fi
 echo "[$(el)s] PRESET=$PRESET DEVICE=$DEVICE ISL=$ISL OSL=$OSL CONCS=$CONCS"
 make_model_dir
-step tp_check 170 python3 benchmark/tp_check.py $CHECK --tp-size 2 --ep-size 2 --out $R/tp_check.json
+# bf16 KV: decode under CUDA graphs with the NCCL all-reduces captured; then fp8 KV + fp4 indexer
+step tp_check 90 python3 benchmark/tp_check.py $CHECK --tp-size 2 --ep-size 2 --out $R/tp_check.json
+step tp_check_fp8kv 80 python3 benchmark/tp_check.py $CHECK --kv-cache-dtype fp8_e4m3 --enable-fp4-indexer \
+  --tp-size 2 --ep-size 2 --out $R/tp_check_fp8kv.json
 SARGS="--model-path /tmp/m --load-format dummy --device $DEVICE --tp-size 2 --ep-size 2 --kv-cache-dtype fp8_e4m3 \
 --enable-fp4-indexer --enable-cache-report --decode-log-interval 4 --watchdog-timeout 600 $SERVER_EXTRA"
 health() { python3 -c "import requests, sys; sys.exit(requests.get('http://127.0.0.1:30000/health', timeout=5).status_code != 200)" 2>/dev/null; }
@@ -58,8 +63,8 @@ stop_server() { kill $SPID 2>/dev/null; wait $SPID 2>/dev/null; }
 start_server
 if health; then
   for c in $CONCS; do
-    n=$(( c == 1 ? 2 : c * 2 )); (( c >= 64 )) && n=$c
-    step "bench_c$c" $(( c == 1 ? 110 : 150 )) python3 -m sglang_v4.bench_serving --backend sglang --port 30000 \
+    n=$c  # one wave per cell: the budget of one call
+    step "bench_c$c" $(( c == 1 ? 80 : 120 )) python3 -m sglang_v4.bench_serving --backend sglang --port 30000 \
       --dataset-name random --random-input-len $ISL --random-output-len $OSL --random-range-ratio 1.0 \
       --num-prompts $n --max-concurrency $c --warmup-requests 1 --flush-cache --seed 1 --tag c$c \
       --output-file $R/bench.jsonl --disable-tqdm

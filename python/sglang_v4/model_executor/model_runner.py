@@ -149,7 +149,8 @@ class ModelRunner:
         sa = server_args
         self.mc = model_config
         self.server_args = sa
-        self.device = rank_device(sa, tp_rank) if sa.tp_size > 1 else torch.device(sa.device)
+        placed = sa.tp_size > 1 or sa.base_gpu_id > 0  # else the current device, as before
+        self.device = rank_device(sa, tp_rank) if placed else torch.device(sa.device)
         if self.device.type == "cuda" and self.device.index is not None:
             torch.cuda.set_device(self.device)
         self.parallel = ParallelConfig(sa.tp_size, tp_rank, sa.ep_size)

@@ -59,7 +59,7 @@ from sglang_v4.mem_cache.kv_planner import (
 )
 from sglang_v4.mem_cache.kv_spec import build_kv_layout
 
-__all__ = ["load_preset_config", "count_weights", "plan", "per_gpu_plan", "main"]
+__all__ = ["load_preset_config", "count_weights", "plan", "per_gpu_plan", "indexer_tradeoff", "main"]
 
 # DeepSeek-V3.2: 671 B parameters (tech report), stored fp8 with fp32 128x128 block scales.
 V32_PARAMS = 671_000_000_000
@@ -326,6 +326,37 @@ def per_gpu_plan(
     }
 
 
+def indexer_tradeoff(
+    model_config: ModelConfig, tp_size: int, tokens: int, context_length: int
+) -> dict[str, Any]:
+    """The two ways to run the lightning indexer under tensor parallelism, in bytes
+    (docs/PARALLELISM.md "Why the indexer is replicated").
+
+    Replicated (what the runtime does): every GPU holds and reads the whole indexer ``q_b_proj``
+    (FP8, 1 B per weight + an fp32 scale per 128x128 block) and ``weights_proj`` (bf16): ``1 - 1 /
+    tp`` of them more than a head split would. Split heads: each CSA layer all-reduces the partial
+    scores ``[tokens, context / ratio]`` fp32 before its top-k.
+
+    Returns:
+        dict: ``csa_layers``, ``replicated_extra_weight_bytes_per_gpu``,
+        ``split_allreduces_per_forward``, ``split_allreduce_bytes_per_layer``,
+        ``split_allreduce_bytes_per_forward``.
+    """
+    c = model_config.hf
+    n_csa = len(model_config.csa_layers)
+    rows, cols = c.index_n_heads * c.index_head_dim, c.q_lora_rank
+    q_b = rows * cols + 4 * (-(-rows // 128)) * (-(-cols // 128))
+    weights_proj = 2 * c.index_n_heads * c.hidden_size
+    per_layer = tokens * (context_length // model_config.csa_ratio) * 4
+    return {
+        "csa_layers": n_csa,
+        "replicated_extra_weight_bytes_per_gpu": int(n_csa * (q_b + weights_proj) * (1 - 1 / tp_size)),
+        "split_allreduces_per_forward": n_csa,
+        "split_allreduce_bytes_per_layer": per_layer,
+        "split_allreduce_bytes_per_forward": n_csa * per_layer,
+    }
+
+
 def _print_per_gpu(r: dict[str, Any]) -> None:
     p = print
     p("")
@@ -341,6 +372,13 @@ def _print_per_gpu(r: dict[str, Any]) -> None:
     if plan is not None:
         p(f"  KV pools: {_fmt_bytes(plan['total_bytes'])}, {plan['kv_capacity_tokens']:,} tokens")
     p(f"  max concurrent requests of {r['context_length']:,} tokens: {r['max_concurrency']}")
+    ix = r.get("indexer")
+    if ix:
+        p(
+            f"  indexer replicated: +{ix['replicated_extra_weight_bytes_per_gpu'] / 1e6:.1f} MB per GPU (read every step); "
+            f"split by heads instead: {ix['split_allreduces_per_forward']} all-reduces of "
+            f"{ix['split_allreduce_bytes_per_layer']:,} B per decode step at batch 1"
+        )
 
 
 def _fmt_bytes(b: float) -> str:
