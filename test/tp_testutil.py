@@ -68,9 +68,9 @@ def scenario(s: Any) -> dict[str, Any]:
     prefix = random_ids(150, seed=11, vocab=1000)
     submit(s, "seed", prefix + random_ids(20, seed=12, vocab=1000), 8, return_logprob=True)
     out = drain(s)
-    submit(s, "hit1", prefix + random_ids(30, seed=13, vocab=1000), 100, return_logprob=True)
-    submit(s, "cold", random_ids(170, seed=14, vocab=1000), 100, return_logprob=True)
-    submit(s, "hit2", prefix + random_ids(25, seed=15, vocab=1000), 100, return_logprob=True)
+    submit(s, "hit1", prefix + random_ids(70, seed=13, vocab=1000), 50, return_logprob=True)
+    submit(s, "cold", random_ids(230, seed=14, vocab=1000), 50, return_logprob=True)
+    submit(s, "hit2", prefix + random_ids(75, seed=15, vocab=1000), 50, return_logprob=True)
     out.update(drain(s))
     res = {rid: {k: r[k] for k in ("ids", "lp", "cached", "finish")} for rid, r in out.items()}
     assert s.flush_cache()
