@@ -182,7 +182,6 @@ class FakeScheduler:
             out.append(
                 rid=rid,
                 finished_reason=reason,
-                decode_ids=r.output_ids,
                 output_ids=new,
                 prompt_tokens=len(req.input_ids),
                 completion_tokens=len(r.output_ids),

@@ -782,3 +782,21 @@ def test_logprob_flags_reach_the_payload(tok: bs.BenchTokenizer, tmp_path: Path)
         -1,
     )
     assert oai["logprobs"] == 3
+
+
+def test_default_run_needs_no_dataset_and_writes_no_file(
+    tok: bs.BenchTokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No dataset arguments (SGLang's default ``sharegpt`` without a file) runs on random ids of
+    the ``--random-*`` lengths, and without ``--output-file`` nothing is written to the cwd."""
+    monkeypatch.chdir(tmp_path)
+    with StubServer(StubConfig(ttft_s=0.001, chunk_s=0.001)) as srv:
+        args = bs.get_args_parser().parse_args(
+            ["--base-url", srv.url, "--num-prompts", "3", "--random-input-len", "20", "--random-output-len", "4",
+             "--random-range-ratio", "1.0", "--disable-tqdm"]
+        )  # fmt: skip
+        assert args.dataset_name == "sharegpt" and not args.dataset_path and args.output_file is None
+        res = bs.run_benchmark(args, tok=tok)
+    assert res["completed"] == 3 and res["failed"] == 0
+    assert res["output_lens"] == [4] * 3  # the --random-output-len of the fallback dataset
+    assert list(tmp_path.iterdir()) == []

@@ -36,13 +36,13 @@ def hf():
     return AutoTokenizer.from_pretrained(tokenizer_source_dir())
 
 
-def _msg(ids: list[int], reason=None, skip: bool = True) -> BatchTokenIDOut:
+def _msg(ids: list[int], start: int, reason=None, skip: bool = True) -> BatchTokenIDOut:
+    """The scheduler's message for output ids ``ids`` of which ``ids[start:]`` are new."""
     m = BatchTokenIDOut.empty()
     m.append(
         rid="r",
         finished_reason=reason,
-        decode_ids=ids,
-        output_ids=[],
+        output_ids=ids[start:],
         prompt_tokens=1,
         completion_tokens=len(ids),
         skip_special_tokens=skip,
@@ -53,13 +53,15 @@ def _msg(ids: list[int], reason=None, skip: bool = True) -> BatchTokenIDOut:
 def _stream(dm: DetokenizerManager, ids: list[int], cuts: list[int], skip: bool = True):
     """Feed ``ids`` in messages ending at ``cuts`` (the last cut finishes the request); yields
     ``(k, cumulative text, window)`` after each message (window None once finished)."""
-    sent = ""
+    sent, prev = "", 0
     for k in cuts:
         reason = finish_length(k) if k == len(ids) else None
-        out = dm.handle_batch_token_id_out(_msg(ids[:k], reason, skip))
+        out = dm.handle_batch_token_id_out(_msg(ids[:k], prev, reason, skip))
+        prev = k
         sent += out.output_strs[0]
         s = dm.decode_status.get("r")
-        yield k, sent, (None if s is None else k - s.surr_offset), out.final_strs[0]
+        # the decode window: the ids the detokenizer still holds (from its surrounding offset on)
+        yield k, sent, (None if s is None else len(s.ids)), out.final_strs[0]
 
 
 def test_stray_bytes_stream_as_produced_with_bounded_window(tok, hf) -> None:
@@ -98,8 +100,8 @@ def test_stop_token_after_stray_bytes_is_trimmed(tok, hf) -> None:
     dm = DetokenizerManager(tok)
     sent = ""
     for k in range(1, len(ids)):
-        sent += dm.handle_batch_token_id_out(_msg(ids[:k])).output_strs[0]
-    out = dm.handle_batch_token_id_out(_msg(ids, finish_stop(1), skip=False))
+        sent += dm.handle_batch_token_id_out(_msg(ids[:k], k - 1)).output_strs[0]
+    out = dm.handle_batch_token_id_out(_msg(ids, len(ids) - 1, finish_stop(1), skip=False))
     assert out.final_strs[0] == hf.decode(ids[:-1]) == sent + out.output_strs[0]
 
 

@@ -151,8 +151,9 @@ def test_concurrent_chunked_prefills_under_pressure_do_not_hang(sched_model_dir)
 def test_stream_interval_batches_stream_chunks(sched_model_dir):
     """``--stream-interval 4``: a streaming request's tokens go out at the 1st, 5th, 9th token and
     at the finish (SGLang's rule), with every token and logprob exactly once and in order; a
-    request's own ``stream_interval`` (3) overrides the server's; non-streaming requests and
-    interval 1 send every step. Tokens equal a run with interval 1."""
+    request's own ``stream_interval`` (3) overrides the server's; interval 1 sends every step.
+    Non-streaming requests send their first token and then everything at the finish, whatever the
+    interval (they are not detokenized in between). Tokens equal a run with interval 1."""
     ids = random_ids(40, seed=11)
 
     def run(interval: int, **sp_extra) -> dict[str, list]:
@@ -172,9 +173,11 @@ def test_stream_interval_batches_stream_chunks(sched_model_dir):
     base, four, three = run(1), run(4), run(4, stream_interval=3)
     flat = [t for c in base["chunks"]["s"] for t in c]
     assert [len(c) for c in base["chunks"]["s"]] == [1] * 10
+    assert [len(c) for c in base["chunks"]["n"]] == [1, 9]  # non-streaming: first token, then the rest
+    assert [t for c in base["chunks"]["n"] for t in c] == flat
     assert [len(c) for c in four["chunks"]["s"]] == [1, 4, 4, 1]  # tokens 1 | 2-5 | 6-9 | 10
     assert [len(c) for c in three["chunks"]["s"]] == [1, 3, 3, 3]  # tokens 1 | 2-4 | 5-7 | 8-10
     for r in (four, three):
         assert [t for c in r["chunks"]["s"] for t in c] == flat
         assert r["lps"]["s"] == flat  # logprob token ids: each once, in order
-        assert [len(c) for c in r["chunks"]["n"]] == [1] * 10  # non-streaming: unchanged
+        assert r["chunks"]["n"] == base["chunks"]["n"]  # non-streaming: unaffected by the interval

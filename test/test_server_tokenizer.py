@@ -55,8 +55,6 @@ def _msg(rid: str, ids: list[int], new: list[int], reason=None, no_trim=False, s
     return BatchTokenIDOut(
         rids=[rid],
         finished_reasons=[reason],
-        decode_ids=[list(ids)],
-        read_offsets=[0],
         output_ids=[list(new)],
         skip_special_tokens=[skip],
         no_stop_trim=[no_trim],

@@ -9,5 +9,5 @@
 set -u
 BUDGET_S=${BUDGET_S:-480}
 source benchmark/device/common.sh
-python3 benchmark/bench_quant.py --out "$OUT" --budget-s $(( $(left) - 20 )) 2>&1 | tee "$OUT/run.log"
+python3 benchmark/bench_quant.py --out "$OUT" --budget-s $(( $(left) - 20 )) ${QUANT_ARGS:-} 2>&1 | tee "$OUT/run.log"
 tail -40 "$OUT/quant_bench.md"

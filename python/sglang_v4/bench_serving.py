@@ -49,7 +49,6 @@ import traceback
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -377,6 +376,23 @@ def get_dataset(args: argparse.Namespace, tok: BenchTokenizer) -> list[DatasetRo
             rng,
             dataset_path=args.dataset_path,
             random_sample=name == "random",
+            return_text=return_text,
+        )
+    elif name == "sharegpt" and not args.dataset_path:
+        # SGLang downloads ShareGPT here; this tool never downloads: with no local file it runs the
+        # random dataset (ShareGPT-free random token ids) at the --random-* lengths instead
+        print(
+            "[bench_serving] dataset 'sharegpt' without --dataset-path: using random token ids "
+            f"({args.random_input_len} in / {args.random_output_len} out per request)"
+        )
+        rows = sample_random_requests(
+            tok,
+            args.random_input_len,
+            args.random_output_len,
+            args.num_prompts,
+            args.random_range_ratio,
+            rng,
+            random_sample=False,
             return_text=return_text,
         )
     elif name == "sharegpt":
@@ -1258,13 +1274,8 @@ def run_benchmark(args: argparse.Namespace, tok: BenchTokenizer | None = None) -
         "generated_texts": [o.generated_text for o in outputs],
         "errors": [o.error for o in outputs],
     }
+    # unlike SGLang's tool, no result file unless asked (--output-file): a run leaves no files behind
     out_file = args.output_file
-    if out_file is None:
-        day = datetime.now().strftime("%m%d")
-        if args.dataset_name.startswith("random"):
-            out_file = f"{args.backend}_{day}_{args.num_prompts}_{args.random_input_len}_{args.random_output_len}.jsonl"
-        else:
-            out_file = f"{args.backend}_{day}_{args.num_prompts}_{args.dataset_name}.jsonl"
     if out_file:
         with open(out_file, "a", encoding="utf-8") as f:
             f.write(json.dumps(result | details if args.output_details else result) + "\n")

@@ -28,9 +28,11 @@ ROUTER_POLICY_CHOICES = ("cache_aware", "round_robin", "random", "power_of_two")
 LOAD_FORMAT_CHOICES = ("auto", "dummy")
 LOG_LEVEL_CHOICES = ("debug", "info", "warning", "error", "critical")
 
-#: Default chunked-prefill chunk (tokens per prefill step) on CPU and on CUDA.
+#: Default chunked-prefill chunk on CPU and on CUDA: the most prompt tokens one request prefills in
+#: a step, and the most prompt tokens a step carries while requests are decoding (decode
+#: protection: a long prompt adds at most this much to a decode step).
 DEFAULT_CHUNKED_PREFILL_CPU = 2048
-DEFAULT_CHUNKED_PREFILL_CUDA = 8192
+DEFAULT_CHUNKED_PREFILL_CUDA = 2048
 
 
 def _cuda_available() -> bool:
@@ -97,6 +99,7 @@ class ServerArgs:
     schedule_policy: str = "fcfs"
     enable_priority_scheduling: bool = False
     stream_interval: int = 1
+    disable_overlap_schedule: bool = False
     # CUDA graphs.
     cuda_graph_max_bs: int | None = None
     disable_cuda_graph: bool = False
@@ -321,8 +324,21 @@ class ServerArgs:
         a("--mem-fraction-static", type=float, default=None)
         a("--max-total-tokens", type=int, default=None)
         a("--max-running-requests", type=int, default=None)
-        a("--max-prefill-tokens", type=int, default=d["max_prefill_tokens"].default)
-        a("--chunked-prefill-size", type=int, default=None, help="-1 disables chunking.")
+        a(
+            "--max-prefill-tokens",
+            type=int,
+            default=d["max_prefill_tokens"].default,
+            help="Prompt tokens a step may carry when no request is decoding (several requests' "
+            "chunks at once); with decoding requests a step carries at most --chunked-prefill-size.",
+        )
+        a(
+            "--chunked-prefill-size",
+            type=int,
+            default=None,
+            help="Most prompt tokens of one request per step, and of a step while requests decode "
+            f"(default {DEFAULT_CHUNKED_PREFILL_CUDA} on CUDA, {DEFAULT_CHUNKED_PREFILL_CPU} on CPU; "
+            "-1 disables chunking).",
+        )
         a("--disable-radix-cache", action="store_true")
         a(
             "--resume-interval",
@@ -333,6 +349,12 @@ class ServerArgs:
         a("--schedule-policy", type=str, default="fcfs", choices=SCHEDULE_POLICY_CHOICES)
         a("--enable-priority-scheduling", action="store_true")
         a("--stream-interval", type=int, default=1)
+        a(
+            "--disable-overlap-schedule",
+            action="store_true",
+            help="Run each step's forward in the scheduler's thread instead of overlapping it with "
+            "the scheduling of the next step (overlap scheduling is on by default).",
+        )
         a("--cuda-graph-max-bs", type=int, default=None)
         a("--disable-cuda-graph", action="store_true")
         a(
@@ -382,7 +404,14 @@ class ServerArgs:
             "built in).",
         )
         a("--random-seed", type=int, default=None)
-        a("--skip-warmup", "--skip-server-warmup", action="store_true", dest="skip_warmup")
+        a(
+            "--skip-server-warmup",
+            "--skip-warmup",
+            action="store_true",
+            dest="skip_warmup",
+            help="Announce ready without the start-up warm-up (kernel variants, CUDA graphs and "
+            "one generation): the first requests then pay the compiles.",
+        )
         a("--watchdog-timeout", type=float, default=d["watchdog_timeout"].default)
         a(
             "--graceful-shutdown-timeout",

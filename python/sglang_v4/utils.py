@@ -206,6 +206,25 @@ def find_printable_text(text: str) -> str:
     return text[:end]
 
 
+#: Allocations between young-generation garbage collections in a serving process (Python's default
+#: is 700: a decode step of a few hundred requests allocates that many lists several times over).
+GC_GEN0_THRESHOLD = 20000
+
+
+def freeze_gc_after_startup() -> None:
+    """Make the cyclic garbage collector cheap for a serving loop: collect once, move everything
+    that exists after start-up (model, tokenizer, pools: long-lived) out of the collector's sight
+    (``gc.freeze``), and collect the young generation less often. Without it a decode step at a
+    few hundred running requests pays collector pauses that walk the whole heap (measured: 170 ms
+    inside one message build)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    _, g1, g2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
+
+
 def is_port_available(host: str, port: int) -> bool:
     """True when ``host:port`` can be bound by a TCP server now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

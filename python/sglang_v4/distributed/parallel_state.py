@@ -163,6 +163,13 @@ class TPGroup:
             dist.all_gather(parts, x, group=self.device_group)
         return torch.cat(parts, dim=dim)
 
+    def broadcast_tensor(self, x: torch.Tensor) -> torch.Tensor:
+        """Overwrite ``x`` in place with rank 0's ``x`` (same shape and dtype on every rank) over
+        the device group; returns ``x``. Used for the future token ids only rank 0 can resolve."""
+        if self.size > 1:
+            dist.broadcast(x, src=0, group=self.device_group)
+        return x
+
     def broadcast_object(self, obj: Any = None) -> Any:
         """Rank 0's ``obj`` on every rank (pickled over the CPU group); other ranks pass ``None``
         and block until rank 0 sends."""

@@ -171,7 +171,10 @@ class Indexer(Compressor):
             cos, sin: ``[T, r/2]`` compress rope at the token positions.
 
         Returns:
-            ``[T, topk]`` flat slots in the main CSA pool (``-1`` = none).
+            ``[T, topk]`` flat slots in the main CSA pool, in entry order, ``-1`` after them where
+            fewer than ``topk`` entries are visible. Selection rule of ``ops.indexer_topk``: a
+            higher score wins, equal scores go to the earlier entry, so a token selects the same
+            entries in any batch, chunk or prefix-cache hit (docs/MODEL_NOTES.md, note 1).
         """
         T = h.shape[0]
         q = self.q_b_proj(q_res).view(T, self.n_heads, self.d)

@@ -49,7 +49,11 @@ class Router(nn.Module):
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [T, D]``, ``input_ids [T]`` -> ``(topk_ids [T, k] int64, topk_weights [T, k] fp32)``."""
-        scores = F.softplus(F.linear(x, self.weight)).sqrt()
+        # softplus in float64: on the CPU, which rows of a narrow [T, E] tensor torch evaluates with
+        # its scalar tail code (an ulp off the vectorised one) depends on T; rounded from float64,
+        # a token's scores (and so its routing) do not depend on the batch it is computed in
+        logits = F.linear(x, self.weight)
+        scores = F.softplus(logits.double()).sqrt().to(logits.dtype)
         if self.is_hash:
             ids = self.tid2eid[input_ids].long()
         else:

@@ -1,5 +1,9 @@
 """Detokenizer process: ``BatchTokenIDOut`` (token ids) -> ``BatchStrOut`` (text).
 
+The scheduler sends only each request's new token ids; the detokenizer keeps, per request, the ids
+it still needs (from the surrounding offset on: older ones are dropped once committed), so a step
+costs O(new tokens + the undecided tail), not O(output length).
+
 Incremental detokenization follows SGLang's ``detokenizer_manager.py`` scheme: per request keep a
 *surrounding* offset and a *read* offset into the decoded ids; each step decodes
 ``ids[surr:read]`` and ``ids[surr:]`` and emits the text difference. The commit rules:
@@ -28,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
@@ -57,15 +61,48 @@ _REPLACEMENT = "\ufffd"
 class DecodeStatus:
     """Incremental decode state of one request.
 
-    ``decoded_text``: committed output text; ``surr_offset`` / ``read_offset``: token offsets into
-    the request's ``decode_ids``; ``sent_offset``: characters already emitted (>= committed length
-    when a printable prefix of an incomplete character was sent early).
+    ``ids``: the request's output ids from ``surr_offset`` on (earlier ones are committed and
+    dropped); ``pieces``: the committed output text in pieces (joined only at the finish, so a
+    step does not copy the whole text), ``decoded_len`` its length; ``surr_offset`` /
+    ``read_offset``: token offsets into ``ids``; ``sent_offset``: characters already emitted
+    (>= ``decoded_len``: committed text is sent at once, and a printable prefix of an incomplete
+    character may be sent early).
     """
 
-    decoded_text: str
-    surr_offset: int
-    read_offset: int
+    surr_offset: int = 0
+    read_offset: int = 0
     sent_offset: int = 0
+    ids: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    decoded_len: int = 0
+
+    @property
+    def decoded_text(self) -> str:
+        """The committed text (O(length): for the finish only)."""
+        return "".join(self.pieces)
+
+    def commit(self, text: str, read_end: int) -> str:
+        """Commit ``text`` decoded up to token ``read_end``; returns the part not sent yet."""
+        start = self.decoded_len
+        self.pieces.append(text)
+        self.decoded_len += len(text)
+        self.surr_offset, self.read_offset = self.read_offset, read_end
+        out = text[self.sent_offset - start :]
+        self.sent_offset = max(self.sent_offset, self.decoded_len)
+        return out
+
+    def send_pending(self, printable: str) -> str:
+        """Send the part of ``printable`` (text after the committed text) not sent yet."""
+        out = printable[self.sent_offset - self.decoded_len :]
+        self.sent_offset = max(self.sent_offset, self.decoded_len + len(printable))
+        return out
+
+    def trim(self) -> None:
+        """Drop the ids before ``surr_offset`` (never decoded again)."""
+        if self.surr_offset > 0:
+            del self.ids[: self.surr_offset]
+            self.read_offset -= self.surr_offset
+            self.surr_offset = 0
 
 
 def trim_matched_stop(text: str, finished_reason: FinishReason | None, no_stop_trim: bool) -> str:
@@ -121,48 +158,36 @@ class DetokenizerManager:
                 return j, t[len(surr_text) :]
         return None
 
-    def _advance(self, s: DecodeStatus, ids: list[int], skip: bool) -> str:
-        """Apply the commit rules of the module docstring to an unfinished request; returns the
-        text to send now (new since the last message)."""
+    def _advance(self, s: DecodeStatus, skip: bool) -> str:
+        """Apply the commit rules of the module docstring to an unfinished request (its new ids
+        already appended to ``s.ids``); returns the text to send now (new since the last message)."""
+        ids = s.ids
         surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip)
         full = self._decode(ids[s.surr_offset :], skip)
         new_text = full[len(surr_text) :]
-        rest = ""
-        if new_text and not new_text.endswith(_REPLACEMENT):
-            self._commit(s, len(ids), new_text)
-        elif len(ids) - s.read_offset > MAX_HELD_TOKENS:
-            self._commit(s, len(ids), new_text)
-        else:
-            found = self._stable_prefix(ids, s, surr_text, full, skip) if new_text else None
-            rest = new_text
-            if found is not None:
-                j, piece = found
-                self._commit(s, j, piece)
-                rest = new_text[len(piece) :]
-        candidate = s.decoded_text + find_printable_text(rest)
-        out = candidate[s.sent_offset :]
-        s.sent_offset = max(s.sent_offset, len(candidate))
-        return out
-
-    @staticmethod
-    def _commit(s: DecodeStatus, end: int, text: str) -> None:
-        s.decoded_text += text
-        s.surr_offset = s.read_offset
-        s.read_offset = end
+        if (new_text and not new_text.endswith(_REPLACEMENT)) or len(ids) - s.read_offset > MAX_HELD_TOKENS:
+            return s.commit(new_text, len(ids))  # rules 1 and 3
+        out, rest = "", new_text
+        found = self._stable_prefix(ids, s, surr_text, full, skip) if new_text else None
+        if found is not None:  # rule 2: commit up to the last complete character
+            j, piece = found
+            out = s.commit(piece, j)
+            rest = new_text[len(piece) :]
+        return out + s.send_pending(find_printable_text(rest))  # rule 4
 
     def handle_batch_token_id_out(self, recv: BatchTokenIDOut) -> BatchStrOut:
         """Decode one scheduler message; returns the matching :class:`BatchStrOut`."""
         output_strs: list[str] = []
         final_strs: list[str | None] = []
         for i, rid in enumerate(recv.rids):
-            ids = list(recv.decode_ids[i])
             reason = recv.finished_reasons[i]
             no_trim = bool(recv.no_stop_trim[i]) if recv.no_stop_trim else False
             skip = bool(recv.skip_special_tokens[i]) if recv.skip_special_tokens else True
             s = self.decode_status.get(rid)
             if s is None:
-                s = DecodeStatus(decoded_text="", surr_offset=0, read_offset=recv.read_offsets[i])
-                self.decode_status[rid] = s
+                s = self.decode_status[rid] = DecodeStatus()
+            s.ids.extend(recv.output_ids[i])
+            ids = s.ids
             if reason is not None:
                 # Finished: drop a matched stop token id unless no_stop_trim, then decode the tail.
                 matched = reason.get("matched")
@@ -183,7 +208,9 @@ class DetokenizerManager:
                 final_strs.append(final)
                 del self.decode_status[rid]
                 continue
-            output_strs.append(self._advance(s, ids, skip))
+            out = self._advance(s, skip)
+            s.trim()
+            output_strs.append(out)
             final_strs.append(None)
         n = len(recv.rids)
 

@@ -299,12 +299,11 @@ class AbortReq:
 class BatchTokenIDOut:
     """Per-step outputs of the scheduler for the requests that have news (scheduler -> detokenizer).
 
-    Every field is a list indexed like ``rids``. Token-level fields:
+    Every field is a list indexed like ``rids``. The message carries only what is new since the
+    previous message for the request (O(new tokens) per step, not O(output length)); the
+    detokenizer keeps each request's ids itself. Token-level fields:
 
     - ``finished_reasons[i]``: :data:`FinishReason` dict or ``None`` while running.
-    - ``decode_ids[i]``: ids the detokenizer decodes = an optional context prefix (``read_offsets[i]``
-      tokens, e.g. the prompt tail; 0 is fine for byte-level BPE) + ALL output ids so far.
-    - ``read_offsets[i]``: length of that context prefix inside ``decode_ids[i]``.
     - ``output_ids[i]``: output ids new since the last message for this request.
     - ``skip_special_tokens``, ``spaces_between_special_tokens``, ``no_stop_trim``: from the
       request's sampling params.
@@ -324,8 +323,6 @@ class BatchTokenIDOut:
 
     rids: list[str]
     finished_reasons: list[FinishReason | None]
-    decode_ids: list[list[int]]
-    read_offsets: list[int]
     output_ids: list[list[int]]
     skip_special_tokens: list[bool]
     no_stop_trim: list[bool]
@@ -347,39 +344,56 @@ class BatchTokenIDOut:
     @classmethod
     def empty(cls) -> BatchTokenIDOut:
         """A message with no requests; fill it with :meth:`append`."""
-        return cls([], [], [], [], [], [], [], [], [], [])
+        return cls([], [], [], [], [], [], [], [])
 
     @classmethod
     def from_reqs(cls, reqs: Sequence[Req]) -> BatchTokenIDOut:
         """The message for scheduler requests with news (finished, or new tokens to stream).
 
         Every ``BatchTokenIDOut`` the scheduler sends is built here. Each request contributes its
-        output ids and logprob entries not sent yet (``Req.take_new_outputs`` marks them sent),
-        its whole output so far as ``decode_ids``, and its counts; logprob fields stay ``[]`` for a
-        request without ``return_logprob`` and the top-logprob fields without ``top_logprobs_num``.
+        output ids and logprob entries not sent yet (``Req.take_new_outputs`` marks them sent) and
+        its counts; logprob fields stay ``[]`` for a request without ``return_logprob`` and the
+        top-logprob fields without ``top_logprobs_num``. Cost O(new tokens) per request.
         """
+        n = len(reqs)
         out = cls.empty()
-        for r in reqs:
-            sp = r.sampling_params
+        ilv, ili, olv, oli = [], [], [], []
+        itv, iti, otv, oti = [], [], [], []
+        with_logprobs: Sequence[Req] = reqs
+        if not any(r.return_logprob for r in reqs):  # the common message: ids only
+            out.output_ids = [r.take_new_outputs()[0] for r in reqs]
+            ilv = ili = olv = oli = itv = iti = otv = oti = [[]] * n  # one shared empty list, read-only
+            with_logprobs = ()
+        for r in with_logprobs:
             new_ids, ilp, olp = r.take_new_outputs()
+            out.output_ids.append(new_ids)
+            if not r.return_logprob:
+                for col in (ilv, ili, olv, oli, itv, iti, otv, oti):
+                    col.append([])
+                continue
             top = r.top_logprobs_num > 0
-            out.append(
-                rid=r.rid,
-                finished_reason=r.finished_reason,
-                decode_ids=r.output_ids,
-                output_ids=new_ids,
-                prompt_tokens=len(r.origin_input_ids),
-                completion_tokens=len(r.output_ids),
-                cached_tokens=r.cached_tokens,
-                skip_special_tokens=bool(sp.skip_special_tokens),
-                spaces_between_special_tokens=bool(sp.spaces_between_special_tokens),
-                no_stop_trim=bool(sp.no_stop_trim),
-                input_token_logprobs=([x[0] for x in ilp], [x[1] for x in ilp]),
-                output_token_logprobs=([x[0] for x in olp], [x[1] for x in olp]),  # type: ignore[misc]
-                input_top_logprobs=([x[2] for x in ilp], [x[3] for x in ilp]) if top else None,
-                output_top_logprobs=([x[2] for x in olp], [x[3] for x in olp]) if top else None,  # type: ignore[misc]
-                retraction_count=r.num_retractions,
-            )
+            ilv.append([x[0] for x in ilp])
+            ili.append([x[1] for x in ilp])
+            olv.append([x[0] for x in olp])
+            oli.append([x[1] for x in olp])
+            itv.append([x[2] for x in ilp] if top else [])
+            iti.append([x[3] for x in ilp] if top else [])
+            otv.append([x[2] for x in olp] if top else [])
+            oti.append([x[3] for x in olp] if top else [])
+        sps = [r.sampling_params for r in reqs]
+        out.rids = [r.rid for r in reqs]
+        out.finished_reasons = [r.finished_reason for r in reqs]
+        out.skip_special_tokens = [bool(sp.skip_special_tokens) for sp in sps]
+        out.spaces_between_special_tokens = [bool(sp.spaces_between_special_tokens) for sp in sps]
+        out.no_stop_trim = [bool(sp.no_stop_trim) for sp in sps]
+        out.prompt_tokens = [len(r.origin_input_ids) for r in reqs]
+        out.completion_tokens = [len(r.output_ids) for r in reqs]
+        out.cached_tokens = [r.cached_tokens for r in reqs]
+        out.input_token_logprobs_val, out.input_token_logprobs_idx = ilv, ili
+        out.output_token_logprobs_val, out.output_token_logprobs_idx = olv, oli  # type: ignore[assignment]
+        out.input_top_logprobs_val, out.input_top_logprobs_idx = itv, iti
+        out.output_top_logprobs_val, out.output_top_logprobs_idx = otv, oti  # type: ignore[assignment]
+        out.retraction_counts = [r.num_retractions for r in reqs]
         return out
 
     def append(
@@ -387,12 +401,10 @@ class BatchTokenIDOut:
         *,
         rid: str,
         finished_reason: FinishReason | None,
-        decode_ids: list[int],
         output_ids: list[int],
         prompt_tokens: int,
         completion_tokens: int,
         cached_tokens: int = 0,
-        read_offset: int = 0,
         skip_special_tokens: bool = True,
         spaces_between_special_tokens: bool = True,
         no_stop_trim: bool = False,
@@ -409,8 +421,6 @@ class BatchTokenIDOut:
         """
         self.rids.append(rid)
         self.finished_reasons.append(finished_reason)
-        self.decode_ids.append(list(decode_ids))
-        self.read_offsets.append(read_offset)
         self.output_ids.append(list(output_ids))
         self.skip_special_tokens.append(skip_special_tokens)
         self.spaces_between_special_tokens.append(spaces_between_special_tokens)

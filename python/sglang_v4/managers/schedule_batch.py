@@ -8,6 +8,14 @@ the end of ``fill_ids`` the last position's logits sample the next token. Decode
 one-token chunk; a retracted request restarts at ``num_computed = 0`` (or its cache hit) and
 re-computes ``fill_ids`` (prompt and the outputs it already streamed) before it continues.
 
+With overlap scheduling the next batch is built while the previous one still runs, so a request
+also counts what is *in flight*: ``num_inflight`` tokens scheduled in a launched batch whose KV is
+not yet confirmed (``scheduled_len = num_computed + num_inflight`` is where its next chunk starts)
+and ``num_future`` sampled tokens whose values the host does not know yet. The last of those is
+named by ``future_id`` (a negative placeholder, resolved on the device from the future map; see
+``managers/tp_worker.py``), so ``seq_len`` and ``token_ids`` already include it. Without
+overlap both counters are back to 0 before the next batch is built.
+
 Pages: ``block_pages[b]`` is the block page of logical block ``b``; ``window_pages[k]`` the window
 page of positions ``W*k .. W*k + W - 1`` (``W`` = the sliding window, 128). Blocks
 ``< num_tree_blocks`` and the window pages in ``tree_window_spans`` belong to the radix cache
@@ -20,13 +28,16 @@ The batch one scheduler step runs (SGLang's ``ScheduleBatch``): its requests, ea
 range ``[prefix_len, prefix_len + extend_len)`` of ``fill_ids``, whether it samples a token after
 the forward, and the first chunk position whose logits are needed (prompt logprobs). The ranges
 are fixed when the batch is built, so a batch stays valid while the next one is being scheduled.
-:meth:`ScheduleBatch.get_forward_inputs` turns it into the model runner's per-request inputs.
+:meth:`ScheduleBatch.get_model_worker_batch` turns it into the one object the model worker runs
+(:class:`ModelWorkerBatch`: runner inputs, sampling inputs, logprob requests), and the worker
+answers with a :class:`GenerationBatchResult`.
 """
 
 from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +49,7 @@ from sglang_v4.sampling.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+    from sglang_v4.mem_cache.cache_manager import ReqStateOp
 
 #: One position's logprob entry: ``(logprob, token_id, top_values, top_token_ids)``; the logprob
 #: is ``None`` for the first prompt token, the top lists ``None`` without ``top_logprobs_num``.
@@ -63,9 +75,16 @@ class Req:
     arrival: float = field(default_factory=time.monotonic)
     output_ids: list[int] = field(default_factory=list)
     max_new_tokens: int = 0
+    #: Token ids that end the request (EOS and ``stop_token_ids``, none with ``ignore_eos``) and
+    #: whether stop strings / regexes are set: the scheduler's per-token finish check reads these.
+    stop_token_set: frozenset[int] = frozenset()
+    has_text_stops: bool = False
     # KV bookkeeping (owned by the cache manager)
     req_pool_idx: int | None = None
     num_computed: int = 0
+    num_inflight: int = 0
+    num_future: int = 0
+    future_id: int = 0
     block_pages: list[int] = field(default_factory=list)
     window_pages: dict[int, int] = field(default_factory=dict)
     num_tree_blocks: int = 0
@@ -77,6 +96,7 @@ class Req:
     generator: torch.Generator | None = None
     grammar: Any = None
     num_retractions: int = 0
+    num_oom_errors: int = 0
     sent_output_len: int = 0
     input_logprobs_done: bool = False
     pending_input_logprobs: list[LogprobEntry] = field(default_factory=list)
@@ -102,22 +122,51 @@ class Req:
         return self.origin_input_ids + self.output_ids
 
     def token_ids(self, start: int, end: int) -> list[int]:
-        """``fill_ids[start:end]`` without building the whole list (O(end - start))."""
+        """``fill_ids[start:end]`` without building the whole list (O(end - start)). A range that
+        reaches the sampled token still in flight ends with its placeholder ``future_id``."""
         n = len(self.origin_input_ids)
         if end <= n:
             return self.origin_input_ids[start:end]
+        known = n + len(self.output_ids)
+        if end > known:
+            if self.num_future != 1 or end != known + 1:
+                raise ValueError(f"{self.rid}: tokens [{start}, {end}) are not known yet")
+            return self.token_ids(start, known) + [self.future_id] if start < known else [self.future_id]
         if start >= n:
             return self.output_ids[start - n : end - n]
         return self.origin_input_ids[start:] + self.output_ids[: end - n]
 
     @property
     def seq_len(self) -> int:
-        return len(self.origin_input_ids) + len(self.output_ids)
+        """Tokens of the sequence, the sampled ones still in flight included."""
+        return len(self.origin_input_ids) + len(self.output_ids) + self.num_future
+
+    @property
+    def num_outputs(self) -> int:
+        """Output tokens sampled so far (in flight included): what ``max_new_tokens`` bounds."""
+        return len(self.output_ids) + self.num_future
+
+    @property
+    def scheduled_len(self) -> int:
+        """Where the next chunk starts: computed tokens plus those scheduled in a running batch."""
+        return self.num_computed + self.num_inflight
 
     @property
     def remaining(self) -> int:
-        """Tokens of ``fill_ids`` whose KV is not yet computed."""
-        return self.seq_len - self.num_computed
+        """Tokens of the sequence not yet computed nor scheduled."""
+        return self.seq_len - self.num_computed - self.num_inflight
+
+    @property
+    def needs_host_history(self) -> bool:
+        """Sampling this request needs the host values of its previous tokens (a grammar's mask,
+        repetition / frequency / presence penalties): its step cannot overlap the one before."""
+        sp = self.sampling_params
+        return (
+            self.grammar is not None
+            or sp.repetition_penalty != 1.0
+            or sp.frequency_penalty != 0.0
+            or sp.presence_penalty != 0.0
+        )
 
     @property
     def finished(self) -> bool:
@@ -145,31 +194,51 @@ class Req:
         ``first_pos .. first_pos + k - 1``: row ``j`` gives the logprob of prompt token
         ``first_pos + j + 1``. Positions before ``logprob_start_len`` are skipped; when the last
         prompt token is covered the entries move to ``pending_input_logprobs`` (sent once)."""
+        lp = compute_logprobs(rows)
+        targets = self.input_logprob_targets(first_pos, rows.shape[0])
+        idx = torch.tensor(targets, dtype=torch.long, device=lp.device)
+        vals = lp[: len(targets)].gather(1, idx[:, None])[:, 0].tolist() if targets else []
+        tops = None
+        if self.top_logprobs_num > 0 and targets:
+            tv, ti = top_logprobs(lp[: len(targets)], self.top_logprobs_num)
+            tops = (tv.tolist(), ti.tolist())
+        self.add_input_logprob_entries(first_pos, rows.shape[0], vals, tops)
+
+    def input_logprob_targets(self, first_pos: int, num_rows: int) -> list[int]:
+        """Prompt tokens whose logprobs ``num_rows`` logits rows from position ``first_pos`` give
+        (row ``j`` gives token ``first_pos + j + 1``; rows past the prompt give none)."""
+        L = len(self.origin_input_ids)
+        return self.origin_input_ids[first_pos + 1 : min(L, first_pos + 1 + num_rows)]
+
+    def add_input_logprob_entries(
+        self,
+        first_pos: int,
+        num_rows: int,
+        vals: list[float],
+        tops: tuple[list[list[float]], list[list[int]]] | None,
+    ) -> None:
+        """Record prompt logprobs computed by the model worker: ``vals[j]`` is the logprob of
+        :meth:`input_logprob_targets` ``[j]`` (and ``tops`` its top-``top_logprobs_num`` values and
+        ids). Positions before ``logprob_start_len`` are skipped; once the logits of ``num_rows``
+        rows from ``first_pos`` reach the last prompt token the entries move to
+        ``pending_input_logprobs`` (sent once)."""
         L = len(self.origin_input_ids)
         lps = max(0, self.logprob_start_len)
         if lps == 0 and not self.input_logprob_buffer:
             self.input_logprob_buffer.append((None, self.origin_input_ids[0], None, None))
-        lp = compute_logprobs(rows)
-        k = self.top_logprobs_num
-        tv = ti = None
-        if k > 0:
-            tv, ti = top_logprobs(lp, k)
-        for j in range(rows.shape[0]):
+        for j, v in enumerate(vals):
             pos = first_pos + j + 1  # token whose logprob this row gives
-            if pos >= L:
-                break
             if pos < lps:
                 continue
-            tok = self.origin_input_ids[pos]
             self.input_logprob_buffer.append(
                 (
-                    float(lp[j, tok]),
-                    tok,
-                    tv[j].tolist() if tv is not None else None,
-                    ti[j].tolist() if ti is not None else None,
+                    v,
+                    self.origin_input_ids[pos],
+                    tops[0][j] if tops is not None else None,
+                    tops[1][j] if tops is not None else None,
                 )
             )
-        if first_pos + rows.shape[0] >= L - 1:
+        if first_pos + num_rows >= L - 1:
             self.input_logprobs_done = True
             self.pending_input_logprobs = self.input_logprob_buffer
             self.input_logprob_buffer = []
@@ -198,12 +267,21 @@ class ScheduleBatch:
 
     Attributes (one entry per request, in batch order):
         reqs: the requests.
-        prefix_lens: ``num_computed`` of each request when it was added (tokens already in KV).
+        prefix_lens: ``scheduled_len`` of each request when it was added (tokens already in KV or
+            scheduled in a batch still running).
         extend_lens: tokens computed in this forward (``>= 1``).
         sample_flags: whether the request samples its next token from this forward's logits
             (its chunk reaches the end of ``fill_ids`` and its budget allows another token).
         logits_starts: chunk-relative index of the first token whose logits are needed
             (``extend_len - 1``: only the last one, for sampling; ``extend_len``: none).
+        epochs: each request's ``num_retractions`` when it was added; a request retracted since
+            (its pages returned) no longer owns the KV this batch computes.
+        input_logprob_first: per request the position of its first logits row when the request
+            still collects prompt logprobs, else ``None``.
+        future_slots: future-map slot of each sampled token (set when the batch is launched).
+        result_handle: the launched batch's pending result (:class:`ModelWorkerBatch` answer).
+        discarded: ``id()`` of requests whose results in this batch are void (the batch they
+            depended on failed).
     """
 
     reqs: list[Req] = field(default_factory=list)
@@ -211,28 +289,65 @@ class ScheduleBatch:
     extend_lens: list[int] = field(default_factory=list)
     sample_flags: list[bool] = field(default_factory=list)
     logits_starts: list[int] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    input_logprob_first: list[int | None] = field(default_factory=list)
+    future_slots: list[int] = field(default_factory=list)
+    result_handle: Any = None
+    discarded: set[int] = field(default_factory=set)
     _members: set[int] = field(default_factory=set, repr=False)
 
     def add(self, req: Req, end: int) -> None:
-        """Add ``req`` extending ``fill_ids[num_computed:end]`` (its pages must be allocated)."""
-        p = req.num_computed
+        """Add ``req`` extending ``fill_ids[scheduled_len:end]`` (its pages must be allocated).
+        The request itself is unchanged until the batch is launched (:meth:`mark_in_flight`)."""
+        p = req.scheduled_len
         n = end - p
         if not 0 < n <= req.remaining:
             raise ValueError(f"extend range [{p}, {end}) of {req.rid} is empty or past its tokens")
-        samples = end == req.seq_len and len(req.output_ids) < req.max_new_tokens
+        samples = end == req.seq_len and req.num_outputs < req.max_new_tokens
         logits_start = n - 1 if samples else n
+        lp_first = None
         if req.wants_input_logprobs:
             first = max(req.logprob_start_len - 1, p)
             logits_start = min(logits_start, max(0, first - p))
+            if logits_start < n:
+                lp_first = p + logits_start
         self.reqs.append(req)
         self.prefix_lens.append(p)
         self.extend_lens.append(n)
         self.sample_flags.append(samples)
         self.logits_starts.append(logits_start)
+        self.epochs.append(req.num_retractions)
+        self.input_logprob_first.append(lp_first)
         self._members.add(id(req))
+
+    def mark_in_flight(self, future_slots: list[int]) -> None:
+        """The batch is launched: its ranges are in flight (``Req.num_inflight``) and each token it
+        samples is a future (``Req.num_future``, ``Req.future_id``) in ``future_slots`` (one per
+        sampling request, in batch order)."""
+        self.future_slots = future_slots
+        k = 0
+        for req, n, s in zip(self.reqs, self.extend_lens, self.sample_flags):
+            req.num_inflight += n
+            if s:
+                req.num_future += 1
+                req.future_id = -(future_slots[k] + 1)
+                k += 1
 
     def __len__(self) -> int:
         return len(self.reqs)
+
+    def add_decode(self, req: Req) -> None:
+        """:meth:`add` for a request adding its one last token and sampling the next (the caller
+        checked ``remaining == 1`` and the budget): the per-request hot path of a decode step."""
+        p = len(req.origin_input_ids) + len(req.output_ids) + req.num_future - 1
+        self.reqs.append(req)
+        self.prefix_lens.append(p)
+        self.extend_lens.append(1)
+        self.sample_flags.append(True)
+        self.logits_starts.append(0)
+        self.epochs.append(req.num_retractions)
+        self.input_logprob_first.append(None if req.input_logprobs_done else p)
+        self._members.add(id(req))
 
     def __contains__(self, req: object) -> bool:
         return id(req) in self._members
@@ -260,32 +375,159 @@ class ScheduleBatch:
         """Prompt tokens computed in this batch (chunks longer than one token)."""
         return sum(n for n in self.extend_lens if n > 1)
 
+    @property
+    def needs_host_history(self) -> bool:
+        """A request that samples here needs its token values on the host to sample its next
+        token (:attr:`Req.needs_host_history`): the next batch waits for this one's result."""
+        return any(s and r.needs_host_history for r, s in zip(self.reqs, self.sample_flags))
+
     def get_forward_inputs(self) -> list[ReqForwardInput]:
-        """The model runner's per-request inputs (SGLang: ``get_model_worker_batch``)."""
+        """The model runner's per-request inputs (SGLang: ``get_model_worker_batch``).
+
+        Each input holds the request's block-page list itself (the cache manager replaces that
+        list instead of editing cached entries in place, so a batch in flight keeps the pages it
+        was built with) and a copy of its window pages (a few: the stale ones are released after
+        every forward)."""
         out = []
         for req, p, n, ls in zip(self.reqs, self.prefix_lens, self.extend_lens, self.logits_starts):
             assert req.req_pool_idx is not None, f"{req.rid} has no request slot"
-            out.append(
-                ReqForwardInput(
-                    req.req_pool_idx, req.token_ids(p, p + n), p, req.block_pages, req.window_pages, ls
-                )
-            )
+            if n == 1 and req.num_future == 1 and p == len(req.origin_input_ids) + len(req.output_ids):
+                ids = [req.future_id]  # decode of the token the previous batch is sampling
+            else:
+                ids = req.token_ids(p, p + n)
+            out.append(ReqForwardInput(req.req_pool_idx, ids, p, req.block_pages, dict(req.window_pages), ls))
         return out
+
+    def get_model_worker_batch(self, req_state_ops: list[ReqStateOp]) -> ModelWorkerBatch:
+        """Everything the model worker needs to run this batch, fixed now (the requests change
+        while it runs): runner inputs, the sampling inputs of the rows that sample (with the future
+        slots their tokens go to, ``future_slots``), and the prompt-logprob targets. Call it before
+        :meth:`mark_in_flight`."""
+        sampling = None
+        rows = [i for i, s in enumerate(self.sample_flags) if s]
+        if rows:
+            params, gens, prompts, hist, lens, grammars, tops = [], [], [], [], [], [], []
+            for i in rows:
+                r = self.reqs[i]
+                sp = r.sampling_params
+                params.append(sp)
+                gens.append(r.generator)
+                prompts.append(r.origin_input_ids)
+                g = r.grammar
+                grammars.append(g)
+                penalised = (
+                    sp.repetition_penalty != 1.0 or sp.frequency_penalty != 0.0 or sp.presence_penalty != 0.0
+                )
+                hist.append(r.output_ids if g is not None or penalised else ())
+                lens.append(len(r.output_ids) + r.num_future)
+                tops.append(r.top_logprobs_num if r.return_logprob else -1)
+            sampling = SamplingBatchInfo(
+                rows=rows,
+                params=params,
+                generators=gens,
+                prompt_ids=prompts,
+                output_ids=hist,
+                output_lens=lens,
+                grammars=grammars if any(g is not None for g in grammars) else None,
+                top_logprobs_nums=tops,
+                future_slots=list(self.future_slots),
+            )
+        input_lp: list[tuple[list[int], int] | None] = [None] * len(self.reqs)
+        for i, (req, first, c) in enumerate(zip(self.reqs, self.input_logprob_first, self.logits_counts)):
+            if first is not None:
+                targets = req.input_logprob_targets(first, c)
+                input_lp[i] = (targets, req.top_logprobs_num) if targets else None
+        return ModelWorkerBatch(
+            forward_mode=self.forward_mode,
+            forward_inputs=self.get_forward_inputs(),
+            logits_counts=self.logits_counts,
+            sampling=sampling,
+            input_logprobs=input_lp,
+            req_state_ops=req_state_ops,
+        )
+
+
+@dataclass
+class SamplingBatchInfo:
+    """Sampling inputs of the requests that sample from a batch (SGLang's name), in batch order.
+
+    Attributes:
+        rows: their indices in the batch (whose last logits row they sample from).
+        params / generators / grammars: per row, as :func:`sglang_v4.sampling.sampler.sample`.
+        prompt_ids: prompt ids per row (repetition penalty).
+        output_ids: the output history per row when its sampling reads it (penalties, grammar;
+            those batches never overlap the previous one), else ``()``.
+        output_lens: tokens generated before this one per row (``min_new_tokens``).
+        top_logprobs_nums: ``-1``: no output logprob; ``0``: the token's logprob; ``k``: also the
+            top ``k``.
+        future_slots: future-map slot that receives each row's token.
+    """
+
+    rows: list[int]
+    params: list[SamplingParams]
+    generators: list[torch.Generator | None]
+    prompt_ids: list[list[int]]
+    output_ids: list[Sequence[int]]
+    output_lens: list[int]
+    grammars: list[Any] | None
+    top_logprobs_nums: list[int]
+    future_slots: list[int]
+
+
+@dataclass
+class ModelWorkerBatch:
+    """One batch as the model worker runs it, in a single call (SGLang's ``ModelWorkerBatch``):
+    nothing in it changes after it is built.
+
+    Attributes:
+        forward_mode: extend / decode / mixed.
+        forward_inputs: per request, the runner's :class:`ReqForwardInput`; a decode token that is
+            still being sampled by the previous batch is a negative future id.
+        logits_counts: logits rows per request (``forward_inputs`` order).
+        sampling: the rows that sample, or ``None``.
+        input_logprobs: per request ``(target token ids, top_logprobs_num)`` when its first logits
+            rows give prompt logprobs (row ``j`` for target ``j``), else ``None``.
+        req_state_ops: compressor-state resets / resume-state loads of newly admitted request
+            slots, applied before the forward (``mem_cache.cache_manager.ReqStateOp``).
+    """
+
+    forward_mode: ForwardMode
+    forward_inputs: list[ReqForwardInput]
+    logits_counts: list[int]
+    sampling: SamplingBatchInfo | None
+    input_logprobs: list[tuple[list[int], int] | None]
+    req_state_ops: list[ReqStateOp]
 
 
 @dataclass
 class GenerationBatchResult:
-    """What :meth:`Scheduler.run_batch` returns for a :class:`ScheduleBatch`.
+    """The model worker's answer for a :class:`ModelWorkerBatch`, on the host once :meth:`wait`
+    returns (the copies from the device may still be in flight before).
 
     Attributes:
-        logits: per request of the batch, its logits rows ``[logits_count, vocab]`` float32.
-        next_token_ids: per request that samples (batch order), the sampled token id.
-        next_token_logprobs: ``[num_sampled, vocab]`` float32 output logprobs of the sampled rows
-            when a sampled request asked for logprobs, else ``None``.
-        forward_time: seconds spent in forward and sampling.
+        next_token_ids: ``[R]`` int64, the token sampled for each sampling row.
+        next_token_logprobs: ``[R]`` float32 logprob of each sampled token, or ``None`` when no
+            row asked for output logprobs.
+        next_top_logprobs: ``k -> (rows, values [r, k] float32, ids [r, k] int64)`` for the
+            sampling rows (indices into ``R``) that asked for the top ``k``.
+        input_logprobs: per request ``(values [t] float32, top values [t, k] | None, top ids
+            [t, k] | None)`` for its prompt-logprob targets, else ``None``.
+        forward_time: seconds the worker spent on the batch (forward, sampling, copies issued).
+        error: ``None``, or why the batch failed (``"oom"``: the device ran out of memory; no KV
+            was confirmed and no token sampled).
+        copy_done: a CUDA event recorded after the device-to-host copies, or ``None``.
     """
 
-    logits: list[torch.Tensor]
-    next_token_ids: list[int]
+    next_token_ids: torch.Tensor | None
     next_token_logprobs: torch.Tensor | None
+    next_top_logprobs: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]]
+    input_logprobs: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None]
     forward_time: float
+    error: str | None = None
+    copy_done: Any = None
+
+    def wait(self) -> None:
+        """Block until the host copies are complete."""
+        if self.copy_done is not None:
+            self.copy_done.synchronize()
+            self.copy_done = None

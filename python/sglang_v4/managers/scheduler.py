@@ -3,33 +3,57 @@
 One :meth:`Scheduler.step` is one iteration of SGLang's event loop::
 
     batch = get_next_batch()              # decode part + prefill part, retraction
-    result = run_batch(batch)             # model forward + sampling
+    launch(batch)                         # the model worker runs it: forward + sampling
     process_batch_result(batch, result)   # prompt logprobs, cache blocks, append tokens, finish
     return stream_output()                # one BatchTokenIDOut for the requests with news
 
+With overlap scheduling (the default; ``--disable-overlap-schedule`` turns it off) the worker runs
+in a thread and the loop is SGLang's ``event_loop_overlap``: a step builds and launches batch N + 1
+while batch N still runs, then processes batch N's result; N + 1's decode inputs are N's tokens as
+future ids resolved on the device (``tp_worker.py``, ``tp_worker_overlap_thread.py``). What that
+changes, and why outputs stay the same:
+
+* requests count what is in flight (``Req.num_inflight``, ``Req.num_future``); their KV is
+  confirmed, cached in the radix tree and their stale windows freed only when the result arrives;
+* a request that finishes at step N (stop token or string, abort) may already be in N + 1: that
+  extra token is discarded (its pages were returned when it finished); a request whose budget is
+  spent by N's token is not scheduled again (it finishes when N's result comes);
+* a request retracted while its batch runs keeps the token that batch samples for it;
+* a batch whose requests need their previous token's value on the host to sample (a grammar's
+  mask, repetition / frequency / presence penalties) is built only after the previous result is
+  processed: those steps do not overlap (``ScheduleBatch.needs_host_history``).
+
+Greedy tokens are the same with and without overlap; logprobs are the same up to floating-point
+reassociation when a step's batch differs (a finished request still in it, an admission one step
+later), because the forward is not batch-invariant.
+
 Each step builds a *mixed* batch (:class:`~sglang_v4.managers.schedule_batch.ScheduleBatch`):
-every running request that is decoding contributes one token, and prefilling requests (new ones
-from the waiting queue, or ones in the middle of a chunked prefill) contribute chunks up to
-``--chunked-prefill-size`` tokens in total.
+every running request that is decoding contributes one token, and prefilling requests (ones in the
+middle of a chunked prefill first, then new ones from the waiting queue) contribute chunks. The
+prefill budget protects decoding: a step prefills at most ``--chunked-prefill-size`` prompt tokens
+while requests are decoding, and up to ``max(--max-prefill-tokens, --chunked-prefill-size)`` when
+none is; one request's chunk is at most ``--chunked-prefill-size``.
 
 Pages come from the :class:`~sglang_v4.mem_cache.cache_manager.CacheManager` (prefix hit on
 admission, pages before each forward with eviction, caching after it, release at the end). When
 it cannot find pages even after eviction, a new prefill waits and a decoding request is
 *retracted*: its pages are returned and it goes back to the front of the queue with its outputs
-kept (it re-computes them later; never a crash, never lost output).
+kept (it re-computes them later; never a crash, never lost output). A device out-of-memory error
+inside a forward retracts that batch's requests (failing one that hits it twice) and halves the
+step's prefill budget (or the running-request cap, for a decode step); serving goes on.
 
 Requests are validated by the tokenizer manager against the limits this scheduler reports at
 start-up (:attr:`Scheduler.ready_info`); the scheduler re-checks them with the same rule and
 finishes one that slipped through with a 400 abort before it reaches the model.
 
 The process wrapper (ZMQ) is ``managers/scheduler_process.py``; this module is plain Python so that
-tests and the in-process reference can drive it directly.
+tests and the in-process reference can drive it directly. Processing results (logprobs, tokens,
+finish checks, the outgoing message) lives in ``scheduler_output_processor.py``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from typing import Any
 
@@ -42,28 +66,33 @@ from sglang_v4.managers.io_struct import (
     SchedulerReadyInfo,
     TokenizedGenerateReqInput,
     finish_abort,
-    finish_length,
-    finish_stop,
 )
-from sglang_v4.managers.schedule_batch import GenerationBatchResult, Req, ScheduleBatch
+from sglang_v4.managers.schedule_batch import Req, ScheduleBatch
+from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
+from sglang_v4.managers.tp_worker import FutureMap, TpModelWorker
+from sglang_v4.managers.tp_worker_overlap_thread import make_worker_client
 from sglang_v4.mem_cache.cache_manager import CacheManager
 from sglang_v4.model_executor.model_runner import ModelRunner
-from sglang_v4.sampling.sampler import sample, top_logprobs
-from sglang_v4.sampling.stop_checker import check_stop
 from sglang_v4.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
+#: Above this many queued requests the longest-prefix-match ordering falls back to first come first
+#: served (SGLang's limit: matching every queued prompt each step costs O(queue x prompt)).
+LPM_FALLBACK_QUEUE_LEN = 128
 
-class Scheduler:
+
+class Scheduler(SchedulerOutputProcessorMixin):
     """Continuous-batching scheduler (see module docstring).
 
     Args:
         server_args: a :class:`sglang_v4.server_args.ServerArgs` (``model_path`` already resolved;
             ``None`` means the embedded default model).
+        model_runner: a runner to use instead of building one from ``server_args`` (a stub for the
+            scheduler benchmark); it provides what :class:`ModelRunner` does to the worker.
     """
 
-    def __init__(self, server_args: ServerArgs) -> None:
+    def __init__(self, server_args: ServerArgs, model_runner: Any = None) -> None:
         self.server_args = sa = server_args
         model_path = sa.model_path
         if model_path is None:
@@ -79,19 +108,12 @@ class Scheduler:
         self.chunked_prefill_size = int(sa.chunked_prefill_size) if sa.chunked_prefill_size else 2048
         if self.chunked_prefill_size <= 0:
             self.chunked_prefill_size = 1 << 30
-        self.runner = ModelRunner(mc, sa)
+        self.max_prefill_tokens = int(sa.max_prefill_tokens)
+        self.runner = model_runner if model_runner is not None else ModelRunner(mc, sa)
         # the runner resolves the defaults (context from the config, request slots per device)
         self.context_len = self.runner.context_len
         self.max_running_requests = self.runner.max_running_requests
         self.pool = self.runner.pool
-        gr = self.runner.cuda_graph_runner
-        warm_ctx = sa.cuda_graph_warmup_ctx
-        if gr is not None and warm_ctx > 0 and not sa.skip_warmup:
-            t0 = time.perf_counter()
-            n = gr.capture_all(min(warm_ctx, self.context_len))
-            logger.info(
-                "Captured %d decode CUDA graphs (ctx <= %d) in %.1f s", n, warm_ctx, time.perf_counter() - t0
-            )
         self.max_total_num_tokens = self.runner.max_total_tokens
         # a prompt must fit both the context and the KV pool (SGLang's bound), else it could only
         # fail after a prefill that evicts the whole cache
@@ -102,6 +124,7 @@ class Scheduler:
             mc.sliding_window,
             disable_radix_cache=bool(sa.disable_radix_cache),
             resume_interval=sa.resume_interval,
+            defer_req_state_ops=True,
         )
         self.tree_cache = self.cache_manager.tree_cache
         from sglang_v4.utils import get_tokenizer
@@ -123,6 +146,16 @@ class Scheduler:
         except Exception as e:  # constrained decoding is optional
             logger.warning("constrained decoding disabled: %s", e)
         self.grammar_enabled = self.grammar_backend is not None
+        # the model worker (one call per batch) and where its calls run
+        self.future_map = FutureMap(self.max_running_requests, self.runner.device)
+        self.tp_worker = TpModelWorker(self.runner, self.eos_ids, self.future_map)
+        self.enable_overlap = not sa.disable_overlap_schedule
+        self.worker_client = make_worker_client(self.tp_worker, self.enable_overlap)
+        self.last_batch: ScheduleBatch | None = None
+        if not sa.skip_warmup and model_runner is None:
+            from sglang_v4.model_executor.warmup import warmup_kernels
+
+            warmup_kernels(self.runner, sa)
         #: The limits requests are validated against (sent to the tokenizer manager at start-up).
         self.ready_info = SchedulerReadyInfo(
             status="ready",
@@ -136,12 +169,15 @@ class Scheduler:
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.pending_outputs: list[Req] = []
+        self._pending_ids: set[int] = set()
         self.stream_interval = sa.stream_interval
         # stats
         self.num_retractions = 0
+        self.num_oom_errors = 0
         self.forward_ct = 0
         self.last_gen_throughput = 0.0
         self._tp_window: deque[tuple[float, int]] = deque(maxlen=64)
+        self._poisoned: set[int] = set()
 
     # ------------------------------------------------------------------ request intake
     def add_request(self, recv: TokenizedGenerateReqInput) -> None:
@@ -151,7 +187,7 @@ class Scheduler:
         err = self.ready_info.check_input_ids(req.origin_input_ids) or self._attach_grammar(req)
         if err is not None:
             req.finished_reason = finish_abort(err, 400)
-            self.pending_outputs.append(req)
+            self._queue_output(req)
             return
         sp = req.sampling_params
         # a request can never hold more than the pool: stop there (finish length) like at the
@@ -162,6 +198,9 @@ class Scheduler:
             req.generator = torch.Generator(device=self.runner.device).manual_seed(int(sp.sampling_seed))
         if req.logprob_start_len < 0 or not req.return_logprob:
             req.input_logprobs_done = True
+        if not sp.ignore_eos:
+            req.stop_token_set = frozenset(self.eos_ids | set(sp.stop_token_ids or ()))
+        req.has_text_stops = bool(sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex)
         self.waiting.append(req)
 
     def _attach_grammar(self, req: Req) -> str | None:
@@ -177,54 +216,104 @@ class Scheduler:
         return None
 
     def abort_request(self, rid: str) -> None:
-        """Abort a queued or running request (``rid == ""`` aborts all); pages are returned at once."""
+        """Abort a queued or running request (``rid == ""`` aborts all); pages are returned at once
+        (a batch still running for it computes into pages nobody reads before it ends)."""
         for q in (list(self.waiting), list(self.running)):
             for req in q:
                 if rid == "" or req.rid == rid:
                     self._finish(req, finish_abort("Aborted by the client", None))
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.pending_outputs)
+        return bool(self.waiting or self.running or self.pending_outputs or self.last_batch is not None)
+
+    def _queue_output(self, req: Req) -> None:
+        """Send ``req``'s news with this step's message (once)."""
+        if id(req) not in self._pending_ids:
+            self._pending_ids.add(id(req))
+            self.pending_outputs.append(req)
 
     # ------------------------------------------------------------------ the event loop
     def step(self) -> BatchTokenIDOut | None:
-        """One loop iteration: schedule a batch, run it, process its result; the outputs with news."""
-        batch = self.get_next_batch()
-        if batch is not None:
-            result = self.run_batch(batch)
-            self.process_batch_result(batch, result)
+        """One loop iteration (module docstring); the outputs with news."""
+        if self.enable_overlap:
+            last = self.last_batch
+            if last is not None and last.needs_host_history:
+                self.last_batch = None
+                self._resolve(last)  # this step cannot overlap: sampling needs last's tokens
+                last = None
+            batch = self.get_next_batch()
+            if batch is not None:
+                self._launch(batch)
+            self.last_batch = batch
+            if last is not None:
+                self._resolve(last)
+        else:
+            batch = self.get_next_batch()
+            if batch is not None:
+                self._launch(batch)
+                self._resolve(batch)
         return self.stream_output()
+
+    def _launch(self, batch: ScheduleBatch) -> None:
+        """Hand ``batch`` to the model worker (a thread with overlap, else inline)."""
+        n = sum(batch.sample_flags)
+        batch.future_slots = self.future_map.alloc(n) if n else []
+        wb = batch.get_model_worker_batch(self.cache_manager.take_req_state_ops())
+        batch.mark_in_flight(batch.future_slots)
+        batch.result_handle = self.worker_client.submit(wb)
+        self.forward_ct += 1
+
+    def _resolve(self, batch: ScheduleBatch) -> None:
+        """Wait for ``batch``'s result and process it."""
+        result = batch.result_handle.result()
+        batch.result_handle = None
+        result.wait()
+        self.process_batch_result(batch, result)
 
     # ------------------------------------------------------------------ scheduling
     def get_next_batch(self) -> ScheduleBatch | None:
         """This step's batch: the decode part, then the prefill part; ``None`` if nothing can run.
 
-        Never hangs: when nothing could get pages even after eviction, the oldest running request
-        proceeds alone next step (the others are retracted); if it is alone and still does not
-        fit, it can never fit and is failed (likewise a waiting request with nothing running).
+        Never hangs: when nothing could get pages even after eviction (and no batch is in flight
+        whose result would change that), the oldest running request proceeds alone next step (the
+        others are retracted); if it is alone and still does not fit, it can never fit and is
+        failed (likewise a waiting request with nothing running).
         """
         batch = ScheduleBatch()
         self._add_decode_reqs(batch)
         self._add_prefill_reqs(batch)
         if len(batch) > 0:
             return batch
+        if self.last_batch is not None or any(r.num_future or r.num_inflight for r in self.running):
+            return None  # a running batch's result comes first
         too_small = finish_abort("The KV cache pool is too small for this request.", 400)
         if len(self.running) > 1:
             for r in sorted(self.running, key=lambda r: r.arrival)[1:]:
                 self._retract(r)
         elif self.running:
             self._finish(self.running[0], too_small)
-        elif self.waiting:
+        elif self.waiting and not self.waiting[0].num_future:
             self._finish(self.waiting[0], too_small)
         return None
 
     def _add_decode_reqs(self, batch: ScheduleBatch) -> None:
-        """One token for every running request whose prompt is done. When pages run out, retract
-        the newest other request not yet in the batch, or this one if there is none."""
-        for req in [r for r in self.running if r.remaining == 1]:
+        """One token for every running request whose prompt is done and whose budget allows
+        another token. When pages run out, retract the newest other request not yet in the batch,
+        or this one if there is none."""
+        alloc = self.cache_manager.alloc_for_extend
+        decoding = []
+        for r in self.running:  # remaining == 1 and num_outputs < max_new_tokens, inlined
+            n_out = len(r.output_ids) + r.num_future
+            if (
+                len(r.origin_input_ids) + n_out - r.num_computed - r.num_inflight == 1
+                and n_out < r.max_new_tokens
+            ):
+                decoding.append(r)
+        for req in decoding:
             if req.req_pool_idx is None:  # retracted earlier in this loop
                 continue
-            while not self.cache_manager.alloc_for_extend(req, req.seq_len):
+            end = len(req.origin_input_ids) + len(req.output_ids) + req.num_future
+            while not alloc(req, end):
                 victims = [r for r in self.running if r is not req and r not in batch]
                 if victims:
                     self._retract(max(victims, key=lambda r: r.arrival))
@@ -232,26 +321,36 @@ class Scheduler:
                 self._retract(req)
                 break
             else:
-                batch.add(req, req.seq_len)
+                batch.add_decode(req)
 
     def _add_prefill_reqs(self, batch: ScheduleBatch) -> None:
-        """Prompt chunks within the chunked-prefill budget: running requests in the middle of a
-        chunked prefill first, then new ones admitted from the queue (in policy order) while
-        slots, pages and ``max_running_requests`` allow."""
-        budget = self.chunked_prefill_size
-        for req in [r for r in self.running if r.remaining > 1]:
+        """Prompt chunks within the step's prefill budget (module docstring): running requests in
+        the middle of a chunked prefill first, then new ones admitted from the queue (in policy
+        order) while slots, pages and ``max_running_requests`` allow. A queued request whose last
+        token is still being sampled (retracted while its batch ran) waits for it."""
+        chunk = self.chunked_prefill_size
+        budget = min(chunk, self.max_prefill_tokens) if len(batch) else max(chunk, self.max_prefill_tokens)
+        prefilling = [
+            r
+            for r in self.running
+            if len(r.origin_input_ids) + len(r.output_ids) + r.num_future - r.num_computed - r.num_inflight
+            > 1
+        ]
+        for req in prefilling:
             if budget <= 0:
                 break
-            end = req.num_computed + min(req.remaining, budget)
+            end = req.scheduled_len + min(req.remaining, chunk, budget)
             if self.cache_manager.alloc_for_extend(req, end):
+                budget -= end - req.scheduled_len
                 batch.add(req, end)
-                budget -= end - req.num_computed
+        if not self.waiting or budget <= 0 or len(self.running) >= self.max_running_requests:
+            return
         self._sort_waiting()
         while self.waiting and budget > 0 and len(self.running) < self.max_running_requests:
             req = self.waiting[0]
-            if not self.cache_manager.match_prefix(req):
+            if req.num_future or not self.cache_manager.match_prefix(req):
                 break
-            end = req.num_computed + min(req.remaining, budget)
+            end = req.num_computed + min(req.remaining, chunk, budget)
             if not self.cache_manager.alloc_for_extend(req, end):
                 self.cache_manager.release_req(req)
                 break
@@ -259,27 +358,37 @@ class Scheduler:
                 self.cache_manager.record_hit(req)
             self.waiting.popleft()
             self.running.append(req)
-            batch.add(req, end)
             budget -= end - req.num_computed
+            batch.add(req, end)
 
     def _sort_waiting(self) -> None:
         """Order the queue: by priority (``--enable-priority-scheduling``), by longest cached
-        prefix (``--schedule-policy lpm``), else first come first served."""
+        prefix (``--schedule-policy lpm``, up to :data:`LPM_FALLBACK_QUEUE_LEN` queued requests;
+        the match does not refresh the tree's LRU stamps), else first come first served (the
+        queue's own order: arrivals at the back, retracted requests at the front)."""
         sa = self.server_args
-        reqs = list(self.waiting)
+        if len(self.waiting) < 2:
+            return
         if sa.enable_priority_scheduling:
-            reqs.sort(key=lambda r: (-r.priority, r.arrival))
-        elif sa.schedule_policy == "lpm" and not self.tree_cache.disable and len(reqs) > 1:
-            lens = {id(r): self.cache_manager.prefix_match_len(r.token_ids(0, r.seq_len - 1)) for r in reqs}
-            reqs.sort(key=lambda r: (-lens[id(r)], r.arrival))
-        self.waiting = deque(reqs)
+            self.waiting = deque(sorted(self.waiting, key=lambda r: (-r.priority, r.arrival)))
+        elif (
+            sa.schedule_policy == "lpm"
+            and not self.tree_cache.disable
+            and len(self.waiting) <= LPM_FALLBACK_QUEUE_LEN
+        ):
+            match = self.cache_manager.prefix_match_len
+            lens = {id(r): match(r.token_ids(0, r.seq_len - 1)) for r in self.waiting if not r.num_future}
+            self.waiting = deque(sorted(self.waiting, key=lambda r: (-lens.get(id(r), 0), r.arrival)))
 
     def _retract(self, req: Req) -> None:
-        """Send a running request back to the queue front, keeping its outputs."""
+        """Send a running request back to the queue front, keeping its outputs (a token its last
+        batch is still sampling is kept too; prompt logprobs not complete are recomputed)."""
         self.running.remove(req)
         self.cache_manager.release_req(req)
         req.cached_tokens = 0
         req.num_retractions += 1
+        if not req.input_logprobs_done:
+            req.input_logprob_buffer = []
         self.num_retractions += 1
         self.waiting.appendleft(req)
         logger.info("Retracted request %s (%d tokens) to free KV pages", req.rid, req.seq_len)
@@ -292,124 +401,12 @@ class Scheduler:
         elif req in self.waiting:
             self.waiting.remove(req)
         self.cache_manager.cache_finished_req(req)
-        if req not in self.pending_outputs:
-            self.pending_outputs.append(req)
+        self._queue_output(req)
 
-    # ------------------------------------------------------------------ running a batch
-    def run_batch(self, batch: ScheduleBatch) -> GenerationBatchResult:
-        """Run the model on ``batch`` and sample the next token of every request that samples."""
-        t0 = time.perf_counter()
-        _, logits = self.runner.forward(batch.get_forward_inputs())
-        self.forward_ct += 1
-        rows, off = [], 0
-        for c in batch.logits_counts:
-            rows.append(logits[off : off + c])
-            off += c
-        reqs = [r for r, s in zip(batch.reqs, batch.sample_flags) if s]
-        ids: list[int] = []
-        lps = None
-        if reqs:
-            want_lp = any(r.return_logprob for r in reqs)
-            out = sample(
-                torch.stack([x[-1] for x, s in zip(rows, batch.sample_flags) if s]),
-                [r.sampling_params for r in reqs],
-                [r.output_ids for r in reqs],
-                [r.origin_input_ids for r in reqs],
-                [r.generator for r in reqs],
-                eos_token_ids=self.eos_ids,
-                return_logprobs=want_lp,
-                grammars=[r.grammar for r in reqs] if any(r.grammar is not None for r in reqs) else None,
-            )
-            next_ids, lps = out if want_lp else (out, None)  # type: ignore[misc]
-            ids = [int(t) for t in next_ids.tolist()]
-        return GenerationBatchResult(rows, ids, lps, time.perf_counter() - t0)
-
-    def process_batch_result(self, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
-        """Advance every request of ``batch`` by its extend range: record prompt logprobs, cache
-        its completed blocks, then append the sampled tokens and finish the requests that stop.
-        A request whose prompt is done but whose budget is spent (``max_new_tokens = 0``) ends
-        without a token."""
-        for req, p, n, rows in zip(batch.reqs, batch.prefix_lens, batch.extend_lens, result.logits):
-            if req.wants_input_logprobs and rows.shape[0] > 0:
-                req.add_input_logprobs(rows, p + n - rows.shape[0])
-            req.num_computed = p + n
-            self.cache_manager.cache_unfinished_req(req)
-        j = 0
-        for req, samples in zip(batch.reqs, batch.sample_flags):
-            if samples:
-                lp_row = result.next_token_logprobs[j] if result.next_token_logprobs is not None else None
-                self._append_token(req, result.next_token_ids[j], lp_row)
-                j += 1
-            elif req.remaining == 0:
-                self._finish(req, finish_length(len(req.output_ids)))
-        self._tp_window.append((time.monotonic(), j))
-        self._log_batch(batch, result.forward_time)
-
-    def _append_token(self, req: Req, tok: int, lp_row: torch.Tensor | None) -> None:
-        """Add a sampled token (and its logprobs) to ``req``; finish it or queue its output."""
-        req.output_ids.append(tok)
-        if req.return_logprob and lp_row is not None:
-            tv = ti = None
-            if req.top_logprobs_num > 0:
-                v, ix = top_logprobs(lp_row[None], req.top_logprobs_num)
-                tv, ti = v[0].tolist(), ix[0].tolist()
-            req.pending_output_logprobs.append((float(lp_row[tok]), tok, tv, ti))
-        if req.grammar is not None:
-            req.grammar.accept(tok)
-        reached = len(req.output_ids) >= req.max_new_tokens
-        reason = check_stop(req.output_ids, req.sampling_params, self.eos_ids, self.tokenizer, reached)
-        if reason is None and req.grammar is not None and req.grammar.is_terminated():
-            reason = finish_stop(tok)
-        if reason is not None:
-            self._finish(req, reason)
-        elif self._due_output(req) and req not in self.pending_outputs:
-            self.pending_outputs.append(req)
-
-    def _due_output(self, req: Req) -> bool:
-        """Whether an unfinished request's new tokens go out this step. Streaming requests
-        follow ``--stream-interval`` (or the request's ``stream_interval``): the first token at
-        once, then every ``interval`` tokens (SGLang's rule); the held-back tokens and logprobs go
-        out together, and a finished request always goes out (:meth:`_finish`). Non-streaming
-        requests are sent every step (the tokenizer manager only answers at the end)."""
-        if not req.stream:
-            return True
-        interval = req.sampling_params.stream_interval or self.stream_interval
-        return interval <= 1 or (len(req.output_ids) - 1) % interval == 0
-
-    def stream_output(self) -> BatchTokenIDOut | None:
-        """The message for every request with news since the last call (``None`` if none)."""
-        reqs, self.pending_outputs = self.pending_outputs, []
-        return BatchTokenIDOut.from_reqs(reqs) if reqs else None
-
-    # ------------------------------------------------------------------ logging / info
-    def _log_batch(self, batch: ScheduleBatch, dt: float) -> None:
-        n_prefill_tok = batch.num_extend_tokens
-        stats = self.tree_cache.stats()
-        hit = stats["hit_tokens"]
-        tot = max(1, stats["prompt_tokens"])
-        now = time.monotonic()
-        window = [x for x in self._tp_window if now - x[0] < 5.0]
-        span = max(1e-3, now - window[0][0]) if len(window) > 1 else max(1e-3, dt)
-        self.last_gen_throughput = sum(x[1] for x in window) / span
-        if n_prefill_tok or self.forward_ct % self.server_args.decode_log_interval == 0:
-            logger.info(
-                "%s batch: #reqs %d (#decode %d), #prefill-tokens %d, cache hit rate %.1f%%, "
-                "token usage %.2f, #running %d, #queue %d, gen throughput %.2f tok/s, %.1f ms",
-                "Prefill" if n_prefill_tok else "Decode",
-                len(batch),
-                batch.num_decode_reqs,
-                n_prefill_tok,
-                100.0 * hit / tot,
-                self.cache_manager.token_usage(),
-                len(self.running),
-                len(self.waiting),
-                self.last_gen_throughput,
-                dt * 1e3,
-            )
-
+    # ------------------------------------------------------------------ info
     def flush_cache(self) -> bool:
         """Empty the radix cache; refused (False) while requests are queued or running."""
-        if self.waiting or self.running:
+        if self.waiting or self.running or self.last_batch is not None:
             return False
         return self.cache_manager.flush()
 
@@ -423,6 +420,8 @@ class Scheduler:
             "context_length": self.context_len,
             "page_size": self.page_size,
             "chunked_prefill_size": self.chunked_prefill_size,
+            "max_prefill_tokens": self.max_prefill_tokens,
+            "enable_overlap_schedule": self.enable_overlap,
             "device": str(self.runner.device),
             "dtype": str(self.runner.dtype).replace("torch.", ""),
             "kv_cache_dtype": sa.kv_cache_dtype,
@@ -435,6 +434,8 @@ class Scheduler:
             "num_running_reqs": len(self.running),
             "num_queue_reqs": len(self.waiting),
             "num_retractions": self.num_retractions,
+            "num_oom_errors": self.num_oom_errors,
+            "jit": getattr(self.runner, "jit_info", dict)(),
         }
 
     def get_metrics(self) -> dict[str, Any]:

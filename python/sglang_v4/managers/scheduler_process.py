@@ -45,7 +45,13 @@ from sglang_v4.managers.io_struct import (
 )
 from sglang_v4.managers.schedule_batch import Req
 from sglang_v4.server_args import PortArgs, ServerArgs
-from sglang_v4.utils import configure_logging, exit_on_sigterm, set_parent_death_signal, start_parent_watchdog
+from sglang_v4.utils import (
+    configure_logging,
+    exit_on_sigterm,
+    freeze_gc_after_startup,
+    set_parent_death_signal,
+    start_parent_watchdog,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +194,7 @@ def run_scheduler_process(
         logger.error("Scheduler failed to start:\n%s", tb)
         ready_pipe.send(SchedulerReadyInfo(status="error", error=tb))
         os._exit(1)
+    freeze_gc_after_startup()
     ready_pipe.send(info)
     loop.start_watchdog(server_args.watchdog_timeout)
     try:

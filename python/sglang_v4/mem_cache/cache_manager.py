@@ -23,6 +23,15 @@ A request's life, in calls:
    :meth:`CacheManager.release_req` when it is retracted: every page it owns goes back, the lock
    is dropped, the slot is freed.
 
+Device work: admission resets the slot's compressor state or loads it from the resume state. A
+cache manager built with ``defer_req_state_ops=True`` (the scheduler's) does not touch the device
+then; it queues a :class:`ReqStateOp` that the model worker applies before the next forward, so a
+batch still running on the device never sees a slot change under it (overlap scheduling) and all
+device work stays in the model worker's one call.
+
+A forward in flight keeps the block-page list it was built with: pages are appended to
+``req.block_pages`` in place, but a cached block swapped for the tree's copy makes a new list.
+
 Ownership invariant (checked by :meth:`CacheManager.check_integrity`): every allocated page is
 owned by exactly one of the radix cache or one request; a request owns ``block_pages[b]`` for
 ``b >= num_tree_blocks`` and ``window_pages[k]`` for ``k`` not in ``tree_window_spans``.
@@ -31,6 +40,7 @@ owned by exactly one of the radix cache or one request; a request owns ``block_p
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sglang_v4.mem_cache.radix_cache import RadixCache
@@ -39,7 +49,28 @@ if TYPE_CHECKING:
     from sglang_v4.managers.schedule_batch import Req
     from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 
-__all__ = ["CacheManager"]
+__all__ = ["CacheManager", "ReqStateOp"]
+
+
+@dataclass(frozen=True)
+class ReqStateOp:
+    """A request slot's compressor state to set before a forward reads it.
+
+    Attributes:
+        slot: the request slot.
+        window_page: ``None``: zero the state (a request starting at position 0); else load it from
+            the resume snapshot under this window page (a prefix-cache hit).
+    """
+
+    slot: int
+    window_page: int | None
+
+    def apply(self, pool: DSV4KVPool) -> None:
+        """Write the state into ``pool`` (device work)."""
+        if self.window_page is None:
+            pool.reset_req_state(self.slot)
+        else:
+            pool.load_resume_state(self.slot, self.window_page)
 
 
 class CacheManager:
@@ -53,6 +84,8 @@ class CacheManager:
         disable_radix_cache: cache nothing (every request starts cold; pages are freed at the end).
         resume_interval: keep resume states only at every ``resume_interval``-th block end (see
             ``radix_cache.py``).
+        defer_req_state_ops: queue the slot-state writes of admissions (:meth:`take_req_state_ops`)
+            instead of writing the pool at once.
     """
 
     def __init__(
@@ -62,8 +95,11 @@ class CacheManager:
         sliding_window: int,
         disable_radix_cache: bool = False,
         resume_interval: int = 1,
+        defer_req_state_ops: bool = False,
     ) -> None:
         self.pool = pool
+        self.defer_req_state_ops = defer_req_state_ops
+        self._req_state_ops: list[ReqStateOp] = []
         self.block_alloc = pool.block_alloc
         self.window_alloc = pool.window_alloc
         self.req_slots = pool.req_slots
@@ -93,9 +129,10 @@ class CacheManager:
         if slot is None:
             return False
         req.req_pool_idx = slot
-        self.pool.reset_req_state(slot)
         m = self.tree_cache.match_prefix(req.token_ids(0, req.max_prefix_len()))
-        if m.num_tokens > 0 and m.window_page is not None:
+        hit = m.num_tokens > 0 and m.window_page is not None
+        self._set_req_state(ReqStateOp(slot, None))
+        if hit:
             self.tree_cache.inc_lock_ref(m.last_node)
             req.last_node = m.last_node
             req.block_pages = list(m.block_pages)
@@ -103,15 +140,28 @@ class CacheManager:
             span = (m.num_tokens - 1) // self.window
             req.window_pages = {span: m.window_page}
             req.tree_window_spans = {span}
-            self.pool.load_resume_state(slot, m.window_page)
+            self._set_req_state(ReqStateOp(slot, m.window_page))
             req.num_computed = m.num_tokens
         req.cached_tokens = req.num_computed
         return True
 
+    def _set_req_state(self, op: ReqStateOp) -> None:
+        if self.defer_req_state_ops:
+            self._req_state_ops.append(op)
+        else:
+            op.apply(self.pool)
+
+    def take_req_state_ops(self) -> list[ReqStateOp]:
+        """The slot-state writes queued since the last call (``defer_req_state_ops``), in order;
+        the next forward must apply them before it runs."""
+        ops, self._req_state_ops = self._req_state_ops, []
+        return ops
+
     def prefix_match_len(self, token_ids: Sequence[int]) -> int:
-        """Tokens of ``token_ids`` a :meth:`match_prefix` would hit now (no lock taken; used to
-        order the queue by longest prefix match)."""
-        return self.tree_cache.match_prefix(token_ids).num_tokens
+        """Tokens of ``token_ids`` a :meth:`match_prefix` would hit now. Read-only: no lock, no
+        node split, no LRU stamp (ordering the queue by longest prefix match must not make the
+        queued requests' prefixes look recently used)."""
+        return self.tree_cache.match_prefix_len(token_ids)
 
     # ------------------------------------------------------------------ allocation
     def evict(self, num_block_pages: int, num_window_pages: int) -> bool:
@@ -129,7 +179,7 @@ class CacheManager:
         return ba.available >= num_block_pages and wa.available >= num_window_pages
 
     def alloc_for_extend(self, req: Req, end: int) -> bool:
-        """Give ``req`` the pages for computing positions ``req.num_computed .. end - 1``: a block
+        """Give ``req`` the pages for computing positions ``req.scheduled_len .. end - 1``: a block
         page per block up to ``end`` and a window page per span the chunk (and the window of its
         first position) touches that it does not have yet. Evicts when the pools are short.
 
@@ -137,9 +187,15 @@ class CacheManager:
             False (and allocates nothing) when the pages cannot be found even after eviction.
         """
         W = self.window
-        need_blocks = max(0, -(-end // self.page_size) - len(req.block_pages))
-        lo = max(0, (req.num_computed - W + 1) // W)
-        spans = [k for k in range(lo, (end - 1) // W + 1) if k not in req.window_pages]
+        wp = req.window_pages
+        start = req.num_computed + req.num_inflight
+        need_blocks = -(-end // self.page_size) - len(req.block_pages)
+        lo = max(0, (start - W + 1) // W)
+        last = (end - 1) // W
+        if need_blocks <= 0 and end - start == 1 and last in wp and lo in wp:
+            return True  # decode fast path (spans lo..last are one or two): every page is there
+        need_blocks = max(0, need_blocks)
+        spans = [k for k in range(lo, last + 1) if k not in wp]
         if not self.evict(need_blocks, len(spans)):
             return False
         req.block_pages.extend(self.block_alloc.alloc_or_raise(need_blocks))
@@ -156,8 +212,11 @@ class CacheManager:
         the lock moves from the old ``last_node`` to the node ending at the last inserted block, so
         a second request can hit this prefix while the first is still running.
         """
-        self._insert_completed_blocks(req)
-        self.release_stale_windows(req)
+        if req.num_computed // self.page_size > req.num_tree_blocks and not self.tree_cache.disable:
+            self._insert_completed_blocks(req)
+        wp = req.window_pages
+        if wp and min(wp) < (req.num_computed - self.window + 1) // self.window:
+            self.release_stale_windows(req)
 
     def _insert_completed_blocks(self, req: Req) -> None:
         ps, W, tree = self.page_size, self.window, self.tree_cache
@@ -176,6 +235,8 @@ class CacheManager:
         for b in range(req.num_tree_blocks, nb_done):
             if tree_blocks[b] != req.block_pages[b]:
                 self.block_alloc.free([req.block_pages[b]])
+                # a new list: a batch in flight keeps the one it was built with (module docstring)
+                req.block_pages = list(req.block_pages)
                 req.block_pages[b] = tree_blocks[b]
             if wins[b] is not None:
                 span = ((b + 1) * ps - 1) // W
@@ -226,6 +287,7 @@ class CacheManager:
             self.req_slots.free(req.req_pool_idx)
         req.block_pages, req.window_pages, req.tree_window_spans = [], {}, set()
         req.num_tree_blocks, req.last_node, req.req_pool_idx, req.num_computed = 0, None, None, 0
+        req.num_inflight = 0
 
     # ------------------------------------------------------------------ whole-cache operations
     def record_hit(self, req: Req) -> None:

@@ -293,6 +293,32 @@ class RadixCache:
         last.last_access = stamp
         return MatchResult(len(pages) * self.page_size, pages, last.window_pages[-1], last)
 
+    def match_prefix_len(self, token_ids: Sequence[int]) -> int:
+        """Tokens :meth:`match_prefix` would return for ``token_ids`` now, without changing the
+        tree: no node split and no LRU stamp (the scheduler's longest-prefix ordering asks this
+        of every queued request each step; only an admission counts as a use).
+
+        Raises:
+            ValueError: if a token id is not an int in [0, 2**32).
+        """
+        if self.disable or not self.root.children:
+            return 0
+        nblocks = len(token_ids) // self.page_size
+        if nblocks == 0:
+            return 0
+        nodes, counts = self._walk(self._pack(token_ids, nblocks), nblocks)
+        before = sum(counts)
+        for idx in range(len(nodes) - 1, -1, -1):
+            n, j = nodes[idx], counts[idx]
+            before -= j
+            if n.num_windows == 0:
+                continue
+            wp = n.window_pages
+            for t in range(j - 1, -1, -1):
+                if wp[t] is not None:
+                    return (before + t + 1) * self.page_size
+        return 0
+
     def insert(
         self,
         token_ids: Sequence[int],

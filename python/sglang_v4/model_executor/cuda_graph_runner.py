@@ -137,9 +137,6 @@ class CudaGraphRunner:
         self.before_capture_all: Callable[[int], None] | None = None
         #: ``False``: a failed capture raises (tensor parallel) instead of disabling graphs.
         self.eager_fallback = True
-        #: ``torch.cuda.graph``'s ``capture_error_mode``; ``"thread_local"`` under tensor
-        #: parallelism, so the NCCL watchdog thread's event queries cannot invalidate a capture.
-        self.capture_error_mode = "global"
 
     # ---- selection ------------------------------------------------------------------------
     def key_for(self, reqs: list[ReqForwardInput]) -> tuple[int, int] | None:
@@ -211,7 +208,10 @@ class CudaGraphRunner:
         torch.cuda.current_stream(self.device).wait_stream(s)
         torch.cuda.synchronize(self.device)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.mempool, capture_error_mode=self.capture_error_mode):
+        # thread-local: a lazy capture runs in the model worker's thread while the scheduler's
+        # thread may wait on an event of the previous batch (overlap scheduling), and NCCL's
+        # watchdog thread queries events during a tensor-parallel capture
+        with torch.cuda.graph(g, pool=self.mempool, capture_error_mode="thread_local"):
             self._run_static(fb, bs)
         torch.cuda.synchronize(self.device)
         self.graphs[(bs, ctx, two_stream)] = g
@@ -255,8 +255,14 @@ class CudaGraphRunner:
             return False
         return True
 
-    def replay(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
-        """Run a decode batch through its graph (capturing it first if needed).
+    def replay(
+        self,
+        reqs: list[ReqForwardInput],
+        before_replay: Callable[[ForwardBatch], None] | None = None,
+    ) -> tuple[ForwardBatch, torch.Tensor]:
+        """Run a decode batch through its graph (capturing it first if needed). ``before_replay``
+        is called on the key's static batch once its metadata is uploaded (the model runner
+        resolves future token ids there, on the device).
 
         Returns:
             ``(fb, logits)``: ``fb`` has the real requests' host lists (``extend_lens``,
@@ -280,6 +286,8 @@ class CudaGraphRunner:
         n = len(reqs)
         self._upload(self._layout(bs, ctx), reqs)
         static = self._static(bs, ctx, two)
+        if before_replay is not None:
+            before_replay(static)
         if use_graph:
             self.graphs[gkey].replay()
         else:

@@ -565,9 +565,10 @@ class ForwardBatchBuilder:
             self.page_size,
             self.window,
         )
-        host = np.empty(lay.size, dtype=np.int64)
-        lay.write(host, meta)
-        buf = torch.from_numpy(host).to(self.device)
+        # pinned + asynchronous on CUDA: a pageable upload would wait for the forward in flight
+        host_t = torch.empty(lay.size, dtype=torch.int64, pin_memory=self.device.type == "cuda")
+        lay.write(host_t.numpy(), meta)
+        buf = host_t.to(self.device, non_blocking=True)
         fb = lay.views(buf, meta.extend_lens, meta.prefix_lens, meta.logits_counts)
         fb.indexer_stream = indexer_stream
         return fb

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -42,6 +43,23 @@ logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+#: Test hook (fault injection): a comma-separated list of forward numbers (1-based, counted per
+#: runner) that raise ``torch.OutOfMemoryError`` instead of running, e.g. ``"3"`` or ``"3,7"``.
+INJECT_OOM_ENV = "SGLANG_V4_TEST_OOM_FORWARDS"
+
+
+def resolve_future_token_ids(input_ids: torch.Tensor, future_token_ids: torch.Tensor) -> None:
+    """Replace, in place and on the device, each negative id ``-(s + 1)`` of ``input_ids`` by
+    ``future_token_ids[s]``: the token that an earlier batch sampled into future slot ``s`` (overlap
+    scheduling builds a batch before the host knows the previous batch's tokens).
+
+    Args:
+        input_ids: ``[T]`` int64 token ids of a forward, future placeholders negative.
+        future_token_ids: ``[N]`` int64, the future map the sampler writes.
+    """
+    slot = (-input_ids - 1).clamp_(min=0)
+    input_ids.copy_(torch.where(input_ids < 0, future_token_ids[slot], input_ids))
+
 
 @dataclass
 class ForwardStep:
@@ -51,10 +69,16 @@ class ForwardStep:
         reqs: the forward's per-request inputs (page ids, token ids, positions).
         state_ops: the pool's request-state operations since the last step
             (``DSV4KVPool.take_state_ops``: slot resets, resume-state loads), replayed first.
+        use_graph: rank 0 replays a decode CUDA graph for it (every rank takes the same path, so
+            the collectives pair up).
+        future_ids: ``reqs`` hold future placeholders; rank 0 broadcasts the resolved input ids
+            over the device group (``TPGroup.broadcast_tensor``) before the model reads them.
     """
 
     reqs: list[ReqForwardInput]
     state_ops: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    use_graph: bool = False
+    future_ids: bool = False
 
 
 @dataclass
@@ -161,6 +185,10 @@ class ModelRunner:
             # index_add_ on [1, 128] takes 85 ms with 2 threads on a loaded 2-core box, 6 us with 1).
             torch.set_num_threads(int(os.environ.get("SGLANG_V4_CPU_THREADS", "1")))
         self.dtype = _DTYPES[sa.dtype]
+        self.forward_ct = 0
+        self.inject_oom_forwards = {
+            int(x) for x in os.environ.get(INJECT_OOM_ENV, "").split(",") if x.strip()
+        }
         self.page_size = int(sa.page_size)
         self.max_running_requests = int(
             sa.max_running_requests or (256 if self.device.type == "cuda" else 64)
@@ -281,7 +309,6 @@ class ModelRunner:
         )
         if self.tp.size > 1:
             g.eager_fallback = False
-            g.capture_error_mode = "thread_local"
             if self.tp.is_first_rank:
                 g.before_capture_all = lambda max_ctx: self.tp.broadcast_object(CaptureGraphs(max_ctx))
         return g
@@ -359,29 +386,77 @@ class ModelRunner:
         num_tokens = sum(len(r.input_ids) for r in reqs)
         return self.builder.build(reqs, indexer_stream=self.indexer_streams.for_tokens(num_tokens))
 
-    def forward(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
+    def forward(
+        self, reqs: list[ReqForwardInput], future_token_ids: torch.Tensor | None = None
+    ) -> tuple[ForwardBatch, torch.Tensor]:
         """Build the batch and run the model. Returns the batch and ``[K, vocab]`` fp32 logits.
 
         Decode batches (one new token per request) that fit a CUDA-graph bucket replay a captured
         graph (:class:`~sglang_v4.model_executor.cuda_graph_runner.CudaGraphRunner`); everything
-        else (and everything on CPU) runs eagerly. With tensor parallelism (on rank 0) the step
-        is first broadcast to the other ranks (:class:`ForwardStep`), which run it too.
+        else (and everything on CPU) runs eagerly. Negative input ids are future placeholders,
+        resolved on the device from ``future_token_ids`` (:func:`resolve_future_token_ids`) before
+        the model reads them. With tensor parallelism (on rank 0) the step is first broadcast to
+        the other ranks (:class:`ForwardStep`), which run it too; rank 0 then broadcasts the
+        resolved input ids over the device group (only rank 0 holds the future map).
+
+        Raises:
+            torch.OutOfMemoryError: the device ran out of memory (or the fault-injection hook
+                :data:`INJECT_OOM_ENV` fired); the caller recovers.
+            ValueError: as :meth:`build_batch`.
         """
+        self.forward_ct += 1
+        if self.forward_ct in self.inject_oom_forwards:
+            raise torch.OutOfMemoryError(
+                f"out of memory injected in forward {self.forward_ct} ({INJECT_OOM_ENV})"
+            )
+        has_future = future_token_ids is not None and any(r.input_ids[-1] < 0 for r in reqs)
+        g = self.cuda_graph_runner
+        use_graph = g is not None and g.can_run(reqs)
         if self.tp.size > 1:
-            self.tp.broadcast_object(ForwardStep(reqs, self.pool.take_state_ops()))
-        return self._forward(reqs)
+            self.tp.broadcast_object(ForwardStep(reqs, self.pool.take_state_ops(), use_graph, has_future))
+        resolve = None
+        if has_future:
+            fmap = future_token_ids
+            tp = self.tp
+
+            def resolve(fb: ForwardBatch) -> None:
+                resolve_future_token_ids(fb.input_ids, fmap)
+                tp.broadcast_tensor(fb.input_ids)
+
+        return self._forward(reqs, use_graph, resolve)
 
     def run_broadcast_step(self, step: ForwardStep) -> None:
         """A non-zero TP rank's share of rank 0's :meth:`forward`: replay the request-state
-        operations, then run the same forward (its logits are not used)."""
+        operations, then run the same forward, on the same path (graph replay or eager), taking
+        the resolved future token ids from rank 0; its logits are not used.
+
+        Raises:
+            RuntimeError: rank 0 replays a CUDA graph but this rank has no graph runner.
+        """
         for name, args in step.state_ops:
             self.pool.apply_state_op(name, args)
-        self._forward(step.reqs)
+        if step.use_graph and self.cuda_graph_runner is None:
+            raise RuntimeError(
+                f"TP rank {self.parallel.tp_rank}: rank 0 replays a CUDA graph, this rank has none"
+            )
+        tp = self.tp
 
-    def _forward(self, reqs: list[ReqForwardInput]) -> tuple[ForwardBatch, torch.Tensor]:
-        g = self.cuda_graph_runner
-        if g is not None and g.can_run(reqs):
-            return g.replay(reqs)
+        def receive(fb: ForwardBatch) -> None:
+            tp.broadcast_tensor(fb.input_ids)
+
+        self._forward(step.reqs, step.use_graph, receive if step.future_ids else None)
+
+    def _forward(
+        self,
+        reqs: list[ReqForwardInput],
+        use_graph: bool,
+        resolve: Callable[[ForwardBatch], None] | None,
+    ) -> tuple[ForwardBatch, torch.Tensor]:
+        if use_graph:
+            assert self.cuda_graph_runner is not None
+            return self.cuda_graph_runner.replay(reqs, before_replay=resolve)
         fb = self.build_batch(reqs)
+        if resolve is not None:
+            resolve(fb)
         logits = self.model(fb, self.pool)
         return fb, logits

@@ -52,6 +52,16 @@ __all__ = [
 ]
 
 
+def _device_tensor(values: Sequence[Any], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.tensor(values, dtype=dtype)`` on ``device``. On CUDA the host copy is pinned and
+    the upload asynchronous: a plain host-to-device copy synchronises the stream, which would make
+    the model worker wait for the forward instead of queueing the sampling behind it."""
+    t = torch.tensor(values, dtype=dtype)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t if device.type == "cpu" else t.to(device)
+
+
 def _unique_counts(
     rows: list[int], ids: Sequence[Sequence[int]], vocab: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,6 +160,7 @@ def apply_penalties(
     eos_token_ids: Iterable[int] | None = None,
     penalty_cache: PenaltyCache | None = None,
     rids: Sequence[Any] | None = None,
+    output_lens: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Apply repetition / frequency / presence penalties, logit_bias and the min_new_tokens mask.
 
@@ -163,6 +174,9 @@ def apply_penalties(
         penalty_cache: optional :class:`PenaltyCache` (with ``rids``) to keep token statistics on
             the device between steps; results are identical to the uncached path.
         rids: ``B`` request ids (keys of ``penalty_cache``).
+        output_lens: ``B`` numbers of generated tokens (``min_new_tokens``); default
+            ``len(output_ids[i])``. Lets a caller pass ``()`` as the history of rows without
+            penalties while their earlier tokens are still being sampled on the device.
 
     Returns:
         ``logits`` (same tensor).
@@ -177,6 +191,8 @@ def apply_penalties(
         )
     if prompt_ids is not None and len(prompt_ids) != bsz:
         raise ValueError(f"batch mismatch: logits has {bsz} rows, prompt_ids {len(prompt_ids)}")
+    if output_lens is not None and len(output_lens) != bsz:
+        raise ValueError(f"batch mismatch: logits has {bsz} rows, output_lens {len(output_lens)}")
     dev = logits.device
 
     work = logits if logits.is_contiguous() else logits.contiguous()
@@ -187,7 +203,7 @@ def apply_penalties(
         if rids is None or len(rids) != bsz:
             raise ValueError("penalty_cache needs one request id per row (rids)")
         rows = sorted(set(rep_rows) | set(fp_rows))
-        ridx = torch.tensor(rows, dtype=torch.long, device=dev)
+        ridx = _device_tensor(rows, torch.long, dev)
         counts, present_prompt = penalty_cache.rows(
             [rids[i] for i in rows],
             None if prompt_ids is None else [prompt_ids[i] for i in rows],
@@ -196,7 +212,7 @@ def apply_penalties(
             dev,
         )
         sub = work.index_select(0, ridx).to(torch.float32)
-        col = lambda xs: torch.tensor(xs, dtype=torch.float32, device=dev).unsqueeze(1)  # noqa: E731
+        col = lambda xs: _device_tensor(xs, torch.float32, dev).unsqueeze(1)  # noqa: E731
         r = col([params[i].repetition_penalty for i in rows])
         present = (counts > 0) | present_prompt
         sub = torch.where(present, torch.where(sub > 0, sub / r, sub * r), sub)
@@ -211,7 +227,7 @@ def apply_penalties(
             pkeys, _ = _unique_counts(rep_rows, prompt_ids, vocab, dev)
             keys = torch.unique(torch.cat([keys, pkeys]))
         if keys.numel():
-            r_all = torch.tensor([p.repetition_penalty for p in params], dtype=torch.float32, device=dev)
+            r_all = _device_tensor([p.repetition_penalty for p in params], torch.float32, dev)
             r = r_all[keys // vocab]
             z = flat_logits.index_select(0, keys)  # index_select/index_copy_: far faster than [] on CPU
             flat_logits.index_copy_(0, keys, torch.where(z > 0, z / r, z * r).to(flat_logits.dtype))
@@ -219,8 +235,8 @@ def apply_penalties(
     if fp_rows:
         keys, counts = _unique_counts(fp_rows, output_ids, vocab, dev)
         if keys.numel():
-            f_all = torch.tensor([p.frequency_penalty for p in params], dtype=torch.float32, device=dev)
-            p_all = torch.tensor([p.presence_penalty for p in params], dtype=torch.float32, device=dev)
+            f_all = _device_tensor([p.frequency_penalty for p in params], torch.float32, dev)
+            p_all = _device_tensor([p.presence_penalty for p in params], torch.float32, dev)
             rows_of = keys // vocab
             delta = f_all[rows_of] * counts.to(torch.float32) + p_all[rows_of]
             flat_logits.index_add_(0, keys, -delta.to(flat_logits.dtype))
@@ -230,23 +246,24 @@ def apply_penalties(
 
     for i, p in enumerate(params):
         if p.logit_bias:
-            idx = torch.tensor([int(k) for k in p.logit_bias], dtype=torch.long, device=dev)
-            val = torch.tensor([float(v) for v in p.logit_bias.values()], dtype=logits.dtype, device=dev)
+            idx = _device_tensor([int(k) for k in p.logit_bias], torch.long, dev)
+            val = _device_tensor([float(v) for v in p.logit_bias.values()], logits.dtype, dev)
             logits[i].index_add_(0, idx, val)
 
     eos = set(eos_token_ids or ())
     mask_rows: list[int] = []
     mask_ids: list[int] = []
     for i, p in enumerate(params):
-        if p.min_new_tokens > 0 and len(output_ids[i]) < p.min_new_tokens:
+        n_out = output_lens[i] if output_lens is not None else len(output_ids[i])
+        if p.min_new_tokens > 0 and n_out < p.min_new_tokens:
             stop = eos | set(p.stop_token_ids or ())
             stop = {t for t in stop if 0 <= t < vocab}
             mask_rows.extend([i] * len(stop))
             mask_ids.extend(sorted(stop))
     if mask_ids:
         logits[
-            torch.tensor(mask_rows, dtype=torch.long, device=dev),
-            torch.tensor(mask_ids, dtype=torch.long, device=dev),
+            _device_tensor(mask_rows, torch.long, dev),
+            _device_tensor(mask_ids, torch.long, dev),
         ] = float("-inf")
     return logits
 
@@ -278,10 +295,10 @@ def filter_probs(probs: torch.Tensor, params: Sequence[SamplingParams]) -> torch
     sort_rows = [i for i in range(len(params)) if ks_list[i] < vocab or tps_list[i] < 1.0]
     if sort_rows:
         all_rows = len(sort_rows) == probs.shape[0]
-        ridx = torch.tensor(sort_rows, dtype=torch.long, device=dev)
+        ridx = _device_tensor(sort_rows, torch.long, dev)
         sub = probs if all_rows else probs.index_select(0, ridx)
-        ks = torch.tensor([ks_list[i] for i in sort_rows], device=dev).unsqueeze(1)
-        tps = torch.tensor([tps_list[i] for i in sort_rows], dtype=torch.float32, device=dev).unsqueeze(1)
+        ks = _device_tensor([ks_list[i] for i in sort_rows], torch.int64, dev).unsqueeze(1)
+        tps = _device_tensor([tps_list[i] for i in sort_rows], torch.float32, dev).unsqueeze(1)
         # Fast path: only the top `cap` tokens can survive when top_k <= cap or when the top-cap
         # mass already exceeds top_p (every lower-ranked token then has exclusive mass > top_p).
         cap = min(
@@ -295,9 +312,10 @@ def filter_probs(probs: torch.Tensor, params: Sequence[SamplingParams]) -> torch
         )
         if cap < vocab:
             p_sort, p_idx = torch.topk(sub, cap, dim=-1, largest=True, sorted=True)
-            exact = (ks.squeeze(1) <= cap) | (p_sort.sum(dim=-1) > tps.squeeze(1))
-            if not bool(exact.all()):
-                p_sort, p_idx = sub.sort(dim=-1, descending=True, stable=True)
+            if any(ks_list[i] > cap for i in sort_rows):  # else exact without asking the device
+                exact = (ks.squeeze(1) <= cap) | (p_sort.sum(dim=-1) > tps.squeeze(1))
+                if not bool(exact.all()):
+                    p_sort, p_idx = sub.sort(dim=-1, descending=True, stable=True)
         else:
             p_sort, p_idx = sub.sort(dim=-1, descending=True, stable=True)
         ranks = torch.arange(p_sort.shape[-1], device=dev).unsqueeze(0)
@@ -306,7 +324,7 @@ def filter_probs(probs: torch.Tensor, params: Sequence[SamplingParams]) -> torch
         filtered = torch.zeros_like(sub).scatter_(1, p_idx, kept)
         probs = filtered if all_rows else probs.index_copy(0, ridx, filtered)
     if any(p.min_p > 0.0 for p in params):
-        mps = torch.tensor([p.min_p for p in params], dtype=torch.float32, device=dev).unsqueeze(1)
+        mps = _device_tensor([p.min_p for p in params], torch.float32, dev).unsqueeze(1)
         pmax = probs.max(dim=-1, keepdim=True).values
         probs = probs.masked_fill(probs < pmax * mps, 0.0)
     return probs
@@ -324,6 +342,7 @@ def sample(
     grammars: Sequence[Any] | None = None,
     penalty_cache: PenaltyCache | None = None,
     rids: Sequence[Any] | None = None,
+    output_lens: Sequence[int] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Sample one next token per row.
 
@@ -339,6 +358,7 @@ def sample(
         grammars: ``B`` entries of :class:`sglang_v4.sampling.grammar.Grammar` or ``None``; their
             token bitmasks are applied after the penalties (the caller then ``accept``s the tokens).
         penalty_cache, rids: optional device-side penalty statistics, see :func:`apply_penalties`.
+        output_lens: generated-token counts per row, see :func:`apply_penalties`.
         return_logprobs: also return SGLang's output logprobs ``[B, V]`` float32: ``log_softmax`` of the
             penalized logits divided by the row temperature (greedy rows: temperature 1).
 
@@ -353,7 +373,7 @@ def sample(
         raise ValueError(f"batch mismatch: logits has {bsz} rows, generators {len(generators)}")
     dev = logits.device
     z = logits.detach().to(torch.float32).clone()
-    apply_penalties(z, params, output_ids, prompt_ids, eos_token_ids, penalty_cache, rids)
+    apply_penalties(z, params, output_ids, prompt_ids, eos_token_ids, penalty_cache, rids, output_lens)
     if grammars is not None and any(g is not None for g in grammars):
         from sglang_v4.sampling.grammar import apply_grammar_masks
 
@@ -370,15 +390,15 @@ def sample(
             apply_grammar_masks(row, [grammars[i]])
             z[i] = row[0]
 
-    temps = torch.tensor(
-        [1.0 if p.is_greedy else p.temperature for p in params], dtype=torch.float32, device=dev
+    temps = _device_tensor(
+        [1.0 if p.is_greedy else p.temperature for p in params], torch.float32, dev
     ).unsqueeze(1)
     out = torch.argmax(z, dim=-1)
     logprobs = torch.log_softmax(z / temps, dim=-1) if return_logprobs else None
 
     rows = [i for i, p in enumerate(params) if not p.is_greedy]
     if rows:
-        ridx = torch.tensor(rows, dtype=torch.long, device=dev)
+        ridx = _device_tensor(rows, torch.long, dev)
         probs = torch.softmax(z[ridx] / temps[ridx], dim=-1)
         probs = filter_probs(probs, [params[i] for i in rows])
 

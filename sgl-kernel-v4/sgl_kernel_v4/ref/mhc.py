@@ -7,6 +7,17 @@ import torch
 from .norm import rms_norm
 
 
+def _sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """fp32 sigmoid evaluated in float64, so that a row's result does not depend on the batch.
+
+    torch's CPU kernels evaluate the last ``numel % (2 * vector width)`` elements of a tensor with
+    scalar code whose ``exp`` differs from the vectorised one by an ulp; on these ``[T, n]`` tensors
+    (``n = 4``) which rows fall in that tail depends on ``T``. The float64 results of the two paths
+    round to the same fp32 value (except about once in 10^8).
+    """
+    return torch.sigmoid(x.double()).to(x.dtype)
+
+
 def hc_pre(
     x: torch.Tensor,
     fn: torch.Tensor,
@@ -36,8 +47,8 @@ def hc_pre(
     pre_w, post_w, comb_w = mix.split([n, n, n * n], dim=-1)
     pre_b, post_b, comb_b = base.float().split([n, n, n * n])
     s = scale.float()
-    pre = torch.sigmoid(pre_w * s[0] + pre_b) + eps
-    post = 2 * torch.sigmoid(post_w * s[1] + post_b)
+    pre = _sigmoid(pre_w * s[0] + pre_b) + eps
+    post = 2 * _sigmoid(post_w * s[1] + post_b)
     comb = torch.softmax(comb_w.view(T, n, n) * s[2] + comb_b.view(n, n), dim=-1) + eps
     comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
     for _ in range(sinkhorn_iters - 1):
@@ -78,5 +89,5 @@ def hc_head(
     T, n, D = x.shape
     flat = rms_norm(x.reshape(T, n * D).float(), None, norm_eps)
     mix = flat @ fn.float().t()
-    pre = torch.sigmoid(mix * scale.float() + base.float()) + eps
+    pre = _sigmoid(mix * scale.float() + base.float()) + eps
     return (pre.unsqueeze(-1) * x).sum(dim=1).to(x.dtype)

@@ -7,15 +7,23 @@ Op-table entry 6 (``sgl_kernel_v4/ops.py``); scoring formula from HF ``DeepseekV
 Pipeline:
 1. ``_score_kernel`` (grid T x C/BLOCK_C): gathers the candidate keys, one tensor-core dot for all
    indexer heads, ReLU, head-weighted sum; writes an order-preserving int32 key per candidate
-   (float bits mapped so that signed int32 order == float order; INT_MIN = invalid candidate).
+   (float bits mapped so that signed int32 order == float order, ``-0.0`` mapped to ``+0.0``;
+   INT_MIN = invalid candidate). Every program computes one query's scores of one candidate block
+   with the same tiles and reduction order whatever T and C are, so a query's scores do not
+   depend on the batch or chunk it is computed in.
 2. Exact top-k select on those keys, in registers: one program holds a chunk of keys and finds
    the k-th largest key ``thr`` by a 32-step bitwise search (each step one block-wide count),
-   then writes every item with ``key > thr`` plus as many ``key == thr`` ties as needed (two
-   cumsums). Rows longer than ``max_row`` (decode at 256K candidates) are first split into
-   chunks whose local top-k survive (the global top-k is a subset of their union), in parallel
-   over many programs; one program per row then selects from the survivors.
-The output holds positions into ``candidates`` in no particular order; ``-1`` pads rows with fewer
-than ``topk`` valid candidates.
+   then keeps every item with ``key > thr`` plus the lowest-position ``key == thr`` items that
+   fill the remaining places, and writes them in ascending position order (one cumsum). Rows
+   longer than ``max_row`` (decode at 256K candidates) are first split into chunks whose local
+   top-k survive (the global top-k is a subset of their union), in parallel over many programs;
+   one program per row then selects from the survivors, which are still in position order.
+
+Tie rule (the same as the torch reference ``sgl_kernel_v4.ref.attention.indexer_topk``): the
+selection is the ``topk`` largest composite keys ``(score, -position)``: a higher score wins, equal
+scores go to the lower position in the candidate row (the earlier compressed entry). The output
+holds the selected positions in ascending order, ``-1`` after them where a row has fewer than
+``topk`` valid candidates.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
+from sgl_kernel_v4.ref.attention import select_topk
+
 __all__ = ["indexer_topk", "indexer_scores", "topk_from_scores"]
 
 INT_MIN = -(2**31)  # key of an invalid candidate (below every float's key)
@@ -31,7 +41,9 @@ INT_MIN = -(2**31)  # key of an invalid candidate (below every float's key)
 
 @triton.jit
 def _float_to_key(x):
-    # signed-order key: flip the 31 low bits of negative floats, so int32 order == float order
+    # signed-order key: flip the 31 low bits of negative floats, so int32 order == float order;
+    # -0.0 becomes +0.0 first (they compare equal, so they must tie)
+    x = tl.where(x == 0.0, 0.0, x)
     i = x.to(tl.int32, bitcast=True)
     return i ^ ((i >> 31) & 0x7FFFFFFF)
 
@@ -120,7 +132,8 @@ def _select_kernel(
     USE_POS: tl.constexpr,
     FINAL: tl.constexpr,
 ):
-    """Top-k of one BLOCK-sized chunk held in registers. Non-final: writes the chunk's top-k
+    """Top-k of one BLOCK-sized chunk held in registers, under the tie rule (key desc, then
+    position asc), written in the chunk's position order. Non-final: writes the chunk's top-k
     (key, pos) pairs to slots [p*k, p*k+k) (unused slots get INT_MIN keys). Final: writes the
     positions (int64) to out[t, 0:count]; the host pre-fills -1."""
     t = tl.program_id(0).to(tl.int64)
@@ -137,17 +150,16 @@ def _select_kernel(
     sure = valid & (key > thr)
     tie = valid & (key == thr)
     n_sure = tl.sum(sure.to(tl.int32), 0)
-    ps = tl.cumsum(sure.to(tl.int32), 0) - 1
-    pt = n_sure + tl.cumsum(tie.to(tl.int32), 0) - 1
-    dst = tl.where(sure, ps, pt)
-    sel = sure | (tie & (pt < k))
+    # ties at the k-th key: the lowest positions fill the k - n_sure remaining places
+    sel = sure | (tie & (tl.cumsum(tie.to(tl.int32), 0) <= k - n_sure))
+    dst = tl.cumsum(sel.to(tl.int32), 0) - 1  # ascending position order
     if FINAL:
         tl.store(out_pos_ptr + t * stride_out + dst, pos.to(tl.int64), mask=sel)
     else:
         base = t * stride_out + p * k
         tl.store(out_keys_ptr + base + dst, key, mask=sel)
         tl.store(out_pos_ptr + base + dst, pos, mask=sel)
-        n_sel = tl.minimum(tl.sum(sel.to(tl.int32), 0), k)
+        n_sel = tl.sum(sel.to(tl.int32), 0)
         offs_k = tl.arange(0, BLOCK_K)
         pad = (offs_k >= n_sel) & (offs_k < k)
         tl.store(out_keys_ptr + base + offs_k, tl.full([BLOCK_K], -(2**31), tl.int32), mask=pad)
@@ -164,17 +176,17 @@ def _select_from_keys(
     chunk: int | None = None,
     max_row: int | None = None,
 ) -> None:
-    """Write the positions of each row's ``topk`` largest keys into ``out`` (pre-filled with -1).
+    """Write the positions of each row's ``topk`` largest keys into ``out`` (pre-filled with -1),
+    ties to the lower position, in ascending position order.
 
     Rows longer than ``max_row`` are first cut into ``chunk``-sized pieces whose local top-k
     survive (the global top-k is a subset of their union), repeatedly, then one program per row
-    selects from the survivors. Every step holds its items in registers.
+    selects from the survivors. Every step holds its items in registers and keeps position order,
+    so the lower-position tie winners of a chunk are also those of the row.
     """
     T, C = keys.shape
     if topk > 4096:  # outside the register budget of the in-register select: torch fallback
-        kk = min(topk, C)
-        vals, idx = keys.topk(kk, dim=1)
-        out[:, :kk] = idx.masked_fill(vals == INT_MIN, -1)
+        out.copy_(select_topk(keys, keys != INT_MIN, topk))
         return
     if max_row is None:
         max_row = 16384 if T >= 64 else 8192
@@ -272,7 +284,8 @@ def topk_from_scores(
     """Positions of the ``topk`` largest entries of each row of ``scores [T, C]`` (fp32/bf16).
 
     ``-inf`` entries count as invalid; rows with fewer than ``topk`` valid entries are padded with
-    ``-1``. Positions are int64 and unordered. Exact (radix select on the float bits).
+    ``-1``. Positions are int64, in ascending order; equal scores go to the lower position (the
+    module's tie rule; ``-0.0`` equals ``+0.0``). Exact (radix select on the float bits).
     """
     if scores.dim() != 2:
         raise ValueError(f"scores: expected [T, C], got {tuple(scores.shape)}")
@@ -317,9 +330,10 @@ def indexer_topk(
         block_c: candidates per scoring program.
 
     Returns:
-        ``[T, topk]`` int64 positions into ``candidates`` (0..C-1) of the top-k scores, in no
-        particular order, ``-1`` where fewer than ``topk`` candidates are valid. Ties at the k-th
-        score are broken arbitrarily.
+        ``[T, topk]`` int64 positions into ``candidates`` (0..C-1) of the top-k scores in ascending
+        order, ``-1`` after them where fewer than ``topk`` candidates are valid. Ties at the k-th
+        score go to the lower positions (the module's tie rule), so the selection of a query is
+        the same in any batch, chunk or candidate-row length.
 
     Raises:
         ValueError: a shape is inconsistent or ``topk < 1``.

@@ -1,0 +1,201 @@
+"""Processing a batch's result in the scheduler (SGLang's ``SchedulerOutputProcessorMixin``).
+
+:meth:`SchedulerOutputProcessorMixin.process_batch_result` advances every request of a batch by
+its extend range (KV confirmed, prompt logprobs recorded, completed blocks cached in the radix
+tree, stale windows freed), then appends the sampled tokens, checks the stop conditions and queues
+the requests whose news go out (:meth:`stream_output` builds the one ``BatchTokenIDOut`` of a step).
+With overlap scheduling the result of batch N is processed after batch N + 1 was built; the rules
+for requests that changed in between are in ``scheduler.py``'s docstring: finished ones are
+skipped (their extra token discarded), retracted ones keep their token but no KV.
+
+A failed batch (the device ran out of memory) is handled by :meth:`_process_batch_error`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_abort, finish_length, finish_stop
+from sglang_v4.managers.schedule_batch import GenerationBatchResult, Req, ScheduleBatch
+from sglang_v4.sampling.stop_checker import check_stop
+
+if TYPE_CHECKING:
+    from sglang_v4.managers.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+#: Smallest prefill budget (tokens per step) the out-of-memory recovery shrinks to.
+MIN_PREFILL_BUDGET = 64
+
+
+class SchedulerOutputProcessorMixin:
+    """Result processing of :class:`~sglang_v4.managers.scheduler.Scheduler` (module docstring)."""
+
+    def process_batch_result(self: Scheduler, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
+        """Advance the requests of ``batch`` with its ``result`` (module docstring). A request whose
+        prompt is done but whose budget is spent (``max_new_tokens = 0``) ends without a token."""
+        if result.error is not None:
+            self._process_batch_error(batch)
+            return
+        discarded = batch.discarded
+        skip = [r.finished_reason is not None or (discarded and id(r) in discarded) for r in batch.reqs]
+        current = [r.num_retractions == e for r, e in zip(batch.reqs, batch.epochs)]
+        cache_unfinished = self.cache_manager.cache_unfinished_req
+        for req, sk, cur, p, n, first in zip(
+            batch.reqs, skip, current, batch.prefix_lens, batch.extend_lens, batch.input_logprob_first
+        ):
+            if sk or not cur:
+                continue
+            req.num_inflight -= n
+            req.num_computed = p + n
+            if first is not None and not req.input_logprobs_done:
+                i = batch.reqs.index(req)
+                lp = result.input_logprobs[i]
+                vals: list[float] = [] if lp is None else lp[0].tolist()
+                tops = None if lp is None or lp[1] is None else (lp[1].tolist(), lp[2].tolist())  # type: ignore[union-attr]
+                req.add_input_logprob_entries(first, batch.logits_counts[i], vals, tops)
+            cache_unfinished(req)
+        ids = result.next_token_ids.tolist() if result.next_token_ids is not None else []
+        tok_lps = result.next_token_logprobs.tolist() if result.next_token_logprobs is not None else None
+        tops_by_row: dict[int, tuple[list[float], list[int]]] = {}
+        for rows, v, ix in result.next_top_logprobs.values():
+            for r, a, b in zip(rows, v.tolist(), ix.tolist()):
+                tops_by_row[r] = (a, b)
+        j = 0
+        append_token = self._append_token
+        for req, samples, sk, cur in zip(batch.reqs, batch.sample_flags, skip, current):
+            if samples:
+                if not sk:
+                    req.num_future -= 1
+                    append_token(req, ids[j], tok_lps[j] if tok_lps is not None else None, tops_by_row.get(j))
+                j += 1
+            elif not sk and cur and req.num_computed == req.seq_len:
+                self._finish(req, finish_length(len(req.output_ids)))
+        self._tp_window.append((time.monotonic(), j))
+        self._log_batch(batch, result.forward_time)
+
+    def _process_batch_error(self: Scheduler, batch: ScheduleBatch) -> None:
+        """The device ran out of memory in ``batch``: nothing it computed or sampled is used.
+
+        Each request that still owned the batch's state is retracted (its pages returned; it
+        recomputes later with its outputs kept) or, the second time this happens to it, finished
+        with an abort (status 503); the tokens sampled for them by a batch already launched on top
+        of this one are discarded. Then the step budget shrinks: the prefill budget halves (down
+        to :data:`MIN_PREFILL_BUDGET`) after a batch with prompt chunks, the running-request cap
+        halves after a decode-only batch.
+        """
+        self.num_oom_errors += 1
+        nxt = self.last_batch if self.last_batch is not batch else None
+        for req, epoch, samples in zip(batch.reqs, batch.epochs, batch.sample_flags):
+            if req.finished or id(req) in batch.discarded:
+                continue
+            if req.num_retractions != epoch:  # retracted meanwhile: only its token is lost
+                req.num_future -= int(samples)
+                continue
+            req.num_future = 0
+            if nxt is not None:
+                nxt.discarded.add(id(req))
+            req.num_oom_errors += 1
+            if req.num_oom_errors >= 2:
+                msg = "Out of device memory while running this request (twice); try a shorter request."
+                self._finish(req, finish_abort(msg, 503))
+            elif req in self.running:
+                self._retract(req)
+        ext = batch.num_extend_tokens
+        if ext > 0:
+            new = max(MIN_PREFILL_BUDGET, min(self.chunked_prefill_size, ext) // 2)
+            self.chunked_prefill_size = new
+            self.max_prefill_tokens = min(self.max_prefill_tokens, new)
+            what = f"prefill budget now {new} tokens per step"
+        else:
+            self.max_running_requests = max(1, min(self.max_running_requests, len(batch)) // 2)
+            what = f"at most {self.max_running_requests} running requests now"
+        logger.warning(
+            "Out of device memory in a batch of %d requests (%d prompt tokens): retracted them, %s",
+            len(batch),
+            ext,
+            what,
+        )
+
+    def _append_token(
+        self: Scheduler,
+        req: Req,
+        tok: int,
+        logprob: float | None,
+        top: tuple[list[float], list[int]] | None,
+    ) -> None:
+        """Add a sampled token (and its logprobs) to ``req``; finish it or queue its output."""
+        out = req.output_ids
+        out.append(tok)
+        if logprob is not None and req.return_logprob:
+            tv, ti = top if top is not None else (None, None)
+            req.pending_output_logprobs.append((logprob, tok, tv, ti))
+        n = len(out)
+        if req.grammar is not None or req.has_text_stops:
+            if req.grammar is not None:
+                req.grammar.accept(tok)
+            reached = n >= req.max_new_tokens
+            reason = check_stop(req.output_ids, req.sampling_params, self.eos_ids, self.tokenizer, reached)
+            if reason is None and req.grammar is not None and req.grammar.is_terminated():
+                reason = finish_stop(tok)
+        elif tok in req.stop_token_set and n >= req.sampling_params.min_new_tokens:
+            reason = finish_stop(tok)  # check_stop's token rule (no stop strings to check first)
+        else:
+            reason = finish_length(n) if n >= req.max_new_tokens else None
+        if reason is not None:
+            self._finish(req, reason)
+        elif req.stream and (self.stream_interval <= 1 and not req.sampling_params.stream_interval):
+            if id(req) not in self._pending_ids:  # streaming at interval 1: every token goes out
+                self._pending_ids.add(id(req))
+                self.pending_outputs.append(req)
+        elif self._due_output(req):
+            self._queue_output(req)
+
+    def _due_output(self: Scheduler, req: Req) -> bool:
+        """Whether an unfinished request's new tokens go out this step. Streaming requests
+        follow ``--stream-interval`` (or the request's ``stream_interval``): the first token at
+        once, then every ``interval`` tokens (SGLang's rule); the held-back tokens and logprobs go
+        out together, and a finished request always goes out (:meth:`_finish`). Non-streaming
+        requests send their first token (time-to-first-token metrics) and then only the finish,
+        with every token: nothing is detokenized for them in between."""
+        n = len(req.output_ids)
+        if not req.stream:
+            return n == 1
+        interval = req.sampling_params.stream_interval or self.stream_interval
+        return interval <= 1 or (n - 1) % interval == 0
+
+    def stream_output(self: Scheduler) -> BatchTokenIDOut | None:
+        """The message for every request with news since the last call (``None`` if none)."""
+        reqs, self.pending_outputs = self.pending_outputs, []
+        self._pending_ids.clear()
+        return BatchTokenIDOut.from_reqs(reqs) if reqs else None
+
+    def _log_batch(self: Scheduler, batch: ScheduleBatch, dt: float) -> None:
+        n_prefill_tok = batch.num_extend_tokens
+        window: deque[tuple[float, int]] = self._tp_window
+        now = time.monotonic()
+        recent = [x for x in window if now - x[0] < 5.0]
+        span = max(1e-3, now - recent[0][0]) if len(recent) > 1 else max(1e-3, dt)
+        self.last_gen_throughput = sum(x[1] for x in recent) / span
+        if not (n_prefill_tok or self.forward_ct % self.server_args.decode_log_interval == 0):
+            return
+        stats: dict[str, Any] = self.tree_cache.stats()
+        hit = stats["hit_tokens"]
+        tot = max(1, stats["prompt_tokens"])
+        logger.info(
+            "%s batch: #reqs %d (#decode %d), #prefill-tokens %d, cache hit rate %.1f%%, "
+            "token usage %.2f, #running %d, #queue %d, gen throughput %.2f tok/s, %.1f ms",
+            "Prefill" if n_prefill_tok else "Decode",
+            len(batch),
+            batch.num_decode_reqs,
+            n_prefill_tok,
+            100.0 * hit / tot,
+            self.cache_manager.token_usage(),
+            len(self.running),
+            len(self.waiting),
+            self.last_gen_throughput,
+            dt * 1e3,
+        )

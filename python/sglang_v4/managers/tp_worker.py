@@ -1,0 +1,172 @@
+"""The model worker: one :class:`ModelWorkerBatch` in, one :class:`GenerationBatchResult` out.
+
+:meth:`TpModelWorker.forward_batch_generation` is the single call that runs a scheduled batch on
+the model (SGLang's ``TpModelWorker``): it applies the slot-state writes of newly admitted
+requests, runs the forward (future token ids resolved on the device), computes the prompt
+logprobs that were asked for, samples the next tokens, writes them into the :class:`FutureMap`,
+and starts the copies of what the scheduler needs back to the host. Everything it reads is in the
+batch, so the scheduler may change its requests while the call runs (overlap scheduling runs it
+in a worker thread, ``tp_worker_overlap_thread.py``); a tensor-parallel rank would receive the
+same object.
+
+On CUDA the call does not wait for the device: the host copies are asynchronous (pinned memory)
+and the result carries an event (:meth:`GenerationBatchResult.wait`). The exception is sampling
+that must read device values on the host (a grammar's dead-row check, top-p with an unbounded
+top-k), which synchronises as it did before.
+
+A device out-of-memory error inside the call is caught: the allocator's cache is emptied and the
+result says ``error="oom"``; the scheduler then retracts or fails that batch's requests
+(``scheduler.py``). Nothing the batch computed is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from sglang_v4.managers.schedule_batch import GenerationBatchResult, ModelWorkerBatch
+from sglang_v4.model_executor.model_runner import ModelRunner
+from sglang_v4.sampling.sampler import compute_logprobs, sample, top_logprobs
+
+logger = logging.getLogger(__name__)
+
+
+class FutureMap:
+    """Slots for tokens sampled by a batch that the next batch already uses as input.
+
+    The device buffer ``token_ids[size]`` (int64) receives every sampled token at its slot; a
+    request's next input is the placeholder ``-(slot + 1)`` (``ScheduleBatch.mark_in_flight``)
+    until the host learns the value
+    (:func:`sglang_v4.model_executor.model_runner.resolve_future_token_ids`). Slots are handed out
+    round-robin; at most three batches' tokens are alive at once (the one being processed, the one
+    running, the one being built), so ``size = 3 * max_running_requests + 3`` never overwrites a
+    live slot.
+
+    Args:
+        max_running_requests: most requests in one batch.
+        device: where the buffer lives.
+    """
+
+    def __init__(self, max_running_requests: int, device: torch.device) -> None:
+        self.size = 3 * int(max_running_requests) + 3
+        self.token_ids = torch.zeros(self.size, dtype=torch.int64, device=device)
+        self._next = 0
+
+    def alloc(self, n: int) -> list[int]:
+        """``n`` consecutive (mod ``size``) slots."""
+        start = self._next
+        self._next = (start + n) % self.size
+        return [(start + i) % self.size for i in range(n)]
+
+
+def _to_host(t: torch.Tensor | None) -> torch.Tensor | None:
+    """Start copying ``t`` to the host (asynchronous from CUDA into pinned memory)."""
+    if t is None or t.device.type == "cpu":
+        return t
+    return t.to("cpu", non_blocking=True)
+
+
+class TpModelWorker:
+    """Runs scheduled batches on a :class:`ModelRunner` (see the module docstring).
+
+    Args:
+        runner: the model runner (model, KV pool, CUDA graphs).
+        eos_token_ids: the model's EOS ids (masked before ``min_new_tokens``).
+        future_map: where sampled tokens go on the device.
+    """
+
+    def __init__(self, runner: ModelRunner, eos_token_ids: set[int], future_map: FutureMap) -> None:
+        self.runner = runner
+        self.device = runner.device
+        self.eos_ids = eos_token_ids
+        self.future_map = future_map
+
+    def _upload(self, values: list[int]) -> torch.Tensor:
+        t = torch.tensor(values, dtype=torch.int64)
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t
+
+    def forward_batch_generation(self, wb: ModelWorkerBatch) -> GenerationBatchResult:
+        """Run ``wb``: forward, prompt logprobs, sampling, future-map write, host copies started.
+
+        Returns:
+            the result (call :meth:`GenerationBatchResult.wait` before reading it); on a device
+            out-of-memory error one with ``error="oom"`` and nothing else.
+
+        Raises:
+            ValueError: bad runner inputs (a scheduler bug).
+        """
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                return self._run(wb, t0)
+        except torch.OutOfMemoryError as e:
+            logger.error("Out of device memory in a %s batch of %d requests: %s", wb.forward_mode.value,
+                         len(wb.forward_inputs), str(e).splitlines()[0] if str(e) else "")  # fmt: skip
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return GenerationBatchResult(None, None, {}, [], time.perf_counter() - t0, error="oom")
+
+    def _run(self, wb: ModelWorkerBatch, t0: float) -> GenerationBatchResult:
+        pool = self.runner.pool
+        for op in wb.req_state_ops:
+            op.apply(pool)
+        _, logits = self.runner.forward(wb.forward_inputs, future_token_ids=self.future_map.token_ids)
+        offs = [0]
+        for c in wb.logits_counts:
+            offs.append(offs[-1] + c)
+        input_lps: list[Any] = []
+        for i, want in enumerate(wb.input_logprobs):
+            if want is None or not want[0]:
+                input_lps.append(None)
+                continue
+            targets, k = want
+            lp = compute_logprobs(logits[offs[i] : offs[i] + len(targets)])
+            vals = lp.gather(1, self._upload(targets)[:, None])[:, 0]
+            tv = ti = None
+            if k > 0:
+                tv, ti = top_logprobs(lp, k)
+            input_lps.append((_to_host(vals), _to_host(tv), _to_host(ti)))
+        ids_host = tok_lp = None
+        tops: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]] = {}
+        si = wb.sampling
+        if si is not None:
+            last = self._upload([offs[i + 1] - 1 for i in si.rows])
+            x = logits.index_select(0, last)
+            want_lp = any(k >= 0 for k in si.top_logprobs_nums)
+            out = sample(
+                x,
+                si.params,
+                si.output_ids,
+                si.prompt_ids,
+                si.generators,
+                eos_token_ids=self.eos_ids,
+                return_logprobs=want_lp,
+                grammars=si.grammars,
+                output_lens=si.output_lens,
+            )
+            ids, lps = out if want_lp else (out, None)  # type: ignore[misc]
+            self.future_map.token_ids.index_copy_(0, self._upload(si.future_slots), ids)
+            ids_host = _to_host(ids)
+            if lps is not None:
+                tok_lp = _to_host(lps.gather(1, ids[:, None])[:, 0])
+                for k in sorted({k for k in si.top_logprobs_nums if k > 0}):
+                    rows = [j for j, kk in enumerate(si.top_logprobs_nums) if kk == k]
+                    v, ix = top_logprobs(lps.index_select(0, self._upload(rows)), k)
+                    tops[k] = (rows, _to_host(v), _to_host(ix))  # type: ignore[assignment]
+        done = None
+        if self.device.type == "cuda":
+            done = torch.cuda.Event()
+            done.record()
+        return GenerationBatchResult(
+            next_token_ids=ids_host,
+            next_token_logprobs=tok_lp,
+            next_top_logprobs=tops,
+            input_logprobs=input_lps,
+            forward_time=time.perf_counter() - t0,
+            copy_done=done,
+        )

@@ -1,0 +1,289 @@
+"""Start-up warm-up: compile every kernel variant serving will hit before the server is ready.
+
+A Triton kernel is compiled once per *specialisation*: its ``tl.constexpr`` arguments (tile sizes
+and flags the wrappers pick from shapes) and, for every plain integer argument, whether it equals
+1 or is a multiple of 16. What the wrappers of ``sgl_kernel_v4.triton`` pick from shapes:
+
+==================  ==============================================================================
+kernel              specialises on
+==================  ==============================================================================
+sparse attention    ``T`` (tokens): head block 16 / 64 (``T >= 128``), key tile 16 (``T <= 4``) /
+                    64 / 32 (``T >= 128``); ``NUM_SPLITS`` from ``T`` and the longest key list
+                    (small ``T``: grows with the context, 1..64); one or two key sources (sliding
+                    window only, or with CSA / HCA entries); the key-list widths as integers
+indexer score       the candidate count ``C = context // 4`` as an integer
+indexer top-k       ``BLOCK = next_pow2(C)`` up to 8,192 (16,384 for ``T >= 64``), chunked beyond
+                    (``USE_POS`` / ``FINAL``); ``C`` as an integer
+fused MoE           tiles by tokens per expert ``T * top_k / E`` (<= 16, <= 64, more)
+mHC, norms, RoPE,   the row count ``T`` (and ``B`` for the compressor) as integers
+compressor
+==================  ==============================================================================
+
+So the variants are a product of token-count classes and context classes. :func:`warmup_kernels`
+runs one dummy forward per point of that grid (token counts 1..``--chunked-prefill-size`` across
+every class boundary, each with an odd twin; contexts at every power of two up to what the pool
+can hold, each with an odd twin; decode batches of several requests and a mixed batch), captures
+the decode CUDA graphs (``--cuda-graph-warmup-ctx``), and runs the sampler once per path (greedy,
+top-k / top-p / min-p, penalties, logprobs). Dummy forwards use pages and a request slot taken
+from the pool and returned (nothing else exists yet), so no real request's state is touched.
+
+What the grid misses shows up at run time: :class:`JitWatch` counts Triton compiles through
+Triton's post-compile hook and, once the server is ready, logs each further compile with the
+kernel's specialisation (``get_server_info()["jit"]``). The device benchmark reports that count.
+
+On CPU nothing is compiled (the torch references run), so the warm-up returns at once: it must stay
+cheap, every server test pays it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from sglang_v4.model_executor.forward_batch import ReqForwardInput
+from sglang_v4.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+#: Token counts of the dummy forwards (capped by the chunk size): every class boundary of the table
+#: in the module docstring and an odd twin of each.
+WARMUP_TOKEN_COUNTS = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    8,
+    16,
+    17,
+    31,
+    48,
+    63,
+    64,
+    65,
+    96,
+    127,
+    128,
+    129,
+    256,
+    257,
+    384,
+    512,
+    1024,
+)
+
+
+class JitWatch:
+    """Counts Triton compiles (``triton.knobs.runtime.jit_post_compile_hook``), chaining any hook
+    already installed. After :meth:`mark_ready` every compile is logged as a warning.
+
+    Attributes:
+        before_ready / after_ready: compile counts.
+        late: ``repr`` of the kernels compiled after ready (at most 64 kept).
+    """
+
+    def __init__(self) -> None:
+        self.before_ready = 0
+        self.after_ready = 0
+        self.late: list[str] = []
+        self.ready = False
+        self.installed = False
+        try:
+            from triton import knobs
+        except Exception:  # noqa: BLE001 - no Triton: nothing compiles
+            return
+        prev = knobs.runtime.jit_post_compile_hook
+
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            self._count(str(kwargs.get("repr", "?")))
+            return prev(*args, **kwargs) if prev is not None else None
+
+        knobs.runtime.jit_post_compile_hook = hook
+        self.installed = True
+
+    def _count(self, what: str) -> None:
+        if not self.ready:
+            self.before_ready += 1
+            return
+        self.after_ready += 1
+        if len(self.late) < 64:
+            self.late.append(what)
+        logger.warning("Triton compile after ready (%d so far): %s", self.after_ready, what)
+
+    def mark_ready(self) -> None:
+        self.ready = True
+
+    def info(self) -> dict[str, Any]:
+        """``{"watching", "compiles_before_ready", "compiles_after_ready", "late"}``."""
+        return {
+            "watching": self.installed,
+            "compiles_before_ready": self.before_ready,
+            "compiles_after_ready": self.after_ready,
+            "late": list(self.late),
+        }
+
+
+class _DummyReqs:
+    """Request slots and pages borrowed from the pool for dummy forwards, returned by :meth:`free`.
+    The requests of one dummy batch share their pages (their KV writes are garbage nobody reads)."""
+
+    def __init__(self, runner: Any) -> None:
+        self.pool = runner.pool
+        self.ps = runner.page_size
+        self.window = runner.mc.sliding_window
+        self.slots: list[int] = []
+        self.blocks: list[int] = []
+        self.windows: list[int] = []
+
+    def make(self, bs: int, n_tokens: int, ctx: int, vocab: int) -> list[ReqForwardInput] | None:
+        """``bs`` requests each extending ``n_tokens`` tokens up to position ``ctx`` (None when the
+        pool is short of slots or pages)."""
+        pool, W = self.pool, self.window
+        start = ctx - n_tokens
+        lo = max(0, (start - W + 1) // W)
+        spans = list(range(lo, (ctx - 1) // W + 1))
+        blocks = pool.block_alloc.alloc(-(-ctx // self.ps))
+        wins = pool.window_alloc.alloc(len(spans))
+        self.blocks += blocks or []
+        self.windows += wins or []
+        if blocks is None or wins is None or pool.req_slots.available < bs:
+            return None
+        out = []
+        ids = [(7 * i + 3) % vocab for i in range(n_tokens)]
+        for _ in range(bs):
+            slot = pool.req_slots.alloc()
+            self.slots.append(slot)
+            pool.reset_req_state(slot)
+            out.append(ReqForwardInput(slot, ids, start, blocks, dict(zip(spans, wins)), n_tokens - 1))
+        return out
+
+    def free(self) -> None:
+        for s in self.slots:
+            self.pool.reset_req_state(s)
+            self.pool.req_slots.free(s)
+        self.pool.block_alloc.free(self.blocks)
+        self.pool.window_alloc.free(self.windows)
+        self.slots, self.blocks, self.windows = [], [], []
+
+
+def warmup_grid(chunk: int, max_ctx: int, window: int) -> list[tuple[int, int, int]]:
+    """The dummy forwards: ``(num_requests, tokens per request, context)`` triples.
+
+    Token counts: :data:`WARMUP_TOKEN_COUNTS` up to ``chunk`` plus ``chunk`` itself; contexts: every
+    power of two from ``window`` up to ``max_ctx`` and an odd twin (``+ 5``); decode batches of
+    2..64 requests; one request per point otherwise.
+    """
+    tokens = sorted({t for t in WARMUP_TOKEN_COUNTS if t <= chunk} | {chunk})
+    ctxs: list[int] = []
+    c = window
+    while c <= max_ctx:
+        ctxs += [c] + ([c + 5] if c + 5 <= max_ctx else [])
+        c *= 2
+    grid = []
+    for ctx in ctxs:
+        for t in tokens:
+            if t <= ctx:
+                grid.append((1, t, ctx))
+        for bs in (2, 4, 8, 16, 32, 64):
+            grid.append((bs, 1, ctx))
+    return grid
+
+
+def _warm_sampler(runner: Any, vocab: int) -> None:
+    """Run each sampling path once on random logits (greedy, temperature with top-k / top-p /
+    min-p, penalties with a seeded generator, logprobs and their top-k)."""
+    from sglang_v4.sampling.sampler import sample, top_logprobs
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+    dev = runner.device
+    g = torch.Generator(device=dev).manual_seed(0)
+    logits = torch.randn(4, vocab, device=dev, generator=g)
+    params = [
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=0.7, top_k=20, top_p=0.9),
+        SamplingParams(temperature=1.0, top_p=0.8, min_p=0.05),
+        SamplingParams(temperature=1.0, repetition_penalty=1.1, frequency_penalty=0.5, presence_penalty=0.5),
+    ]
+    for p in params:
+        p.normalize(None)
+    out = sample(logits, params, [[1, 2]] * 4, [[3]] * 4, [None, None, None, g], return_logprobs=True)
+    top_logprobs(out[1], 5)  # type: ignore[index]
+
+
+def warmup_kernels(
+    runner: Any, server_args: ServerArgs, force: bool = False, max_context: int | None = None
+) -> dict[str, Any]:
+    """Compile before ready (module docstring): dummy forwards over :func:`warmup_grid`, the
+    decode CUDA graphs, the sampling paths. Installs the runner's :class:`JitWatch`
+    (``runner.jit_info()``).
+
+    Args:
+        runner: the model runner (nothing else may use its pool yet).
+        server_args: ``chunked_prefill_size`` and ``cuda_graph_warmup_ctx`` are read.
+        force: run the grid on CPU too (tests; otherwise a no-op there).
+        max_context: cap on the contexts of the grid (default: what the context length and the
+            pool allow).
+
+    Returns:
+        ``{"forwards", "graphs", "seconds", "compiles"}`` (zeros when skipped on CPU).
+    """
+    stats: dict[str, Any] = {"forwards": 0, "graphs": 0, "seconds": 0.0, "compiles": 0}
+    if runner.device.type != "cuda" and not force:
+        return stats
+    t0 = time.perf_counter()
+    watch = JitWatch()
+    runner.jit_info = watch.info
+    mc = runner.mc
+    vocab = mc.vocab_size
+    chunk = int(server_args.chunked_prefill_size or 2048)
+    if chunk <= 0:
+        chunk = 8192
+    max_ctx = min(runner.context_len, runner.max_total_tokens) - 1
+    if max_context is not None:
+        max_ctx = min(max_ctx, max_context)
+    dummy = _DummyReqs(runner)
+    graphs = runner.cuda_graph_runner
+    saved, runner.cuda_graph_runner = graphs, None  # eager forwards: graphs are captured below
+
+    def run(reqs: list[ReqForwardInput] | None) -> None:
+        try:
+            if reqs:
+                runner.forward(reqs)
+                stats["forwards"] += 1
+        except torch.OutOfMemoryError:
+            # serving this shape would fail the same way (and recover); the warm-up goes on
+            stats["oom"] = stats.get("oom", 0) + 1
+            if runner.device.type == "cuda":
+                torch.cuda.empty_cache()
+        finally:
+            dummy.free()
+
+    try:
+        for bs, t, ctx in warmup_grid(chunk, max_ctx, mc.sliding_window):
+            run(dummy.make(bs, t, ctx, vocab))
+        # a mixed batch: a prompt chunk and decode tokens of other requests
+        part = dummy.make(1, min(chunk, 256), 1024, vocab)
+        dec = dummy.make(3, 1, 1024, vocab)
+        run(part + dec if part and dec else None)
+        _warm_sampler(runner, vocab)
+    finally:
+        dummy.free()
+        runner.cuda_graph_runner = saved
+    if graphs is not None and server_args.cuda_graph_warmup_ctx > 0:
+        stats["graphs"] = graphs.capture_all(min(server_args.cuda_graph_warmup_ctx, runner.context_len))
+    if runner.device.type == "cuda":
+        torch.cuda.synchronize(runner.device)
+    stats["seconds"] = time.perf_counter() - t0
+    stats["compiles"] = watch.before_ready
+    watch.mark_ready()
+    logger.info(
+        "Warm-up: %d dummy forwards, %d decode CUDA graphs, %d Triton compiles in %.1f s",
+        stats["forwards"],
+        stats["graphs"],
+        stats["compiles"],
+        stats["seconds"],
+    )
+    return stats

@@ -1,0 +1,187 @@
+"""Per-step costs and budgets of the scheduler: the longest-prefix ordering does not touch the radix
+tree's LRU state and falls back to FCFS past 128 queued requests; the prefill budget of a step
+(``--chunked-prefill-size`` while requests decode, ``--max-prefill-tokens`` otherwise); messages
+carry only new ids and the detokenizer's per-request state stays bounded; the start-up warm-up
+(forced on CPU) returns every page and slot and leaves the outputs unchanged.
+
+Oracles: the tree's own ``match_prefix`` for match lengths, a snapshot of every node's LRU stamp,
+the flag values, the full decode of the ids by the tokenizer, a scheduler without warm-up.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from dsv4_testutil import random_ids
+from scheduler_testutil import assert_idle, drain, make_scheduler, submit
+from sglang_v4.managers.detokenizer_manager import DetokenizerManager
+from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length
+from sglang_v4.managers.scheduler import LPM_FALLBACK_QUEUE_LEN, Scheduler
+from sglang_v4.mem_cache.allocator import PageAllocator
+from sglang_v4.mem_cache.radix_cache import RadixCache
+from sglang_v4.model_executor.warmup import warmup_grid, warmup_kernels
+
+
+def _stamps(tree: RadixCache) -> list[tuple[int, int, int]]:
+    out, todo = [], [tree.root]
+    while todo:
+        n = todo.pop()
+        out.append((n.uid, n.last_access, n.num_blocks))
+        todo.extend(n.children.values())
+    return sorted(out)
+
+
+def test_match_prefix_len_is_read_only() -> None:
+    ps = 4
+    tree = RadixCache(PageAllocator(200, "b"), PageAllocator(200, "w"), page_size=ps)
+    rng = random.Random(0)
+    seqs = [[rng.randrange(3) for _ in range(rng.randrange(4, 40))] for _ in range(30)]
+    for s in seqs:
+        nb = len(s) // ps
+        blocks = tree.block_alloc.alloc(nb)
+        wins = tree.window_alloc.alloc(nb)
+        tb, tw = tree.insert(s[: nb * ps], blocks, wins)
+        tree.block_alloc.free([b for b, t in zip(blocks, tb) if t != b])
+        tree.window_alloc.free([w for w, t in zip(wins, tw) if t is not None and t != w])
+    queries = [[rng.randrange(3) for _ in range(rng.randrange(0, 48))] for _ in range(200)]
+    before = _stamps(tree)
+    lens = [tree.match_prefix_len(q) for q in queries]
+    assert _stamps(tree) == before  # no stamp, no split
+    assert lens == [tree.match_prefix(q).num_tokens for q in queries]
+
+
+@pytest.fixture(scope="module")
+def cached_sched(sched_model_dir: str) -> Scheduler:
+    """A scheduler whose radix cache holds two blocks of a 600-token prompt."""
+    s = make_scheduler(sched_model_dir, schedule_policy="lpm")
+    submit(s, "fill", random_ids(600, seed=500), 1)
+    drain(s)
+    return s
+
+
+def test_lpm_orders_by_cached_prefix_then_falls_back_to_fcfs(cached_sched: Scheduler) -> None:
+    s = cached_sched
+    from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+    from sglang_v4.managers.schedule_batch import Req
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+    shared = random_ids(600, seed=500)
+
+    def req(rid: str, ids: list[int]) -> Req:
+        return Req.from_tokenized(TokenizedGenerateReqInput(rid, None, ids, SamplingParams()))
+
+    stamps = _stamps(s.tree_cache)
+    cold, half, full = (
+        req("cold", random_ids(600, 501)),
+        req("half", shared[:300] + [1] * 300),
+        req("full", shared),
+    )
+    s.waiting.extend([cold, half, full])
+    s._sort_waiting()
+    assert [r.rid for r in s.waiting] == ["full", "half", "cold"]  # 512, 256, 0 cached tokens
+    assert _stamps(s.tree_cache) == stamps  # ordering touched no LRU stamp
+    s.waiting.clear()
+    many = [req(f"q{i}", random_ids(300, 600 + i)) for i in range(LPM_FALLBACK_QUEUE_LEN)] + [full]
+    s.waiting.extend(many)
+    s._sort_waiting()
+    assert list(s.waiting) == many  # 129 queued: first come first served
+    s.waiting.clear()
+
+
+def _record_steps(s: Scheduler) -> list[tuple[int, int]]:
+    """(prompt tokens, decode requests) of every launched batch."""
+    seen: list[tuple[int, int]] = []
+    launch = s._launch
+
+    def rec(batch):  # type: ignore[no-untyped-def]
+        seen.append((sum(n for n, smp in zip(batch.extend_lens, batch.sample_flags) if not (n == 1 and smp)),
+                     sum(1 for n, smp in zip(batch.extend_lens, batch.sample_flags) if n == 1 and smp)))  # fmt: skip
+        launch(batch)
+
+    s._launch = rec  # type: ignore[method-assign]
+    return seen
+
+
+def test_prefill_budget_protects_decode(sched_model_dir: str) -> None:
+    """Chunk 128, max prefill 512: while a request decodes, a step carries at most 128 prompt
+    tokens; a step without decoding requests up to 512 (chunks of at most 128 each)."""
+    s = make_scheduler(sched_model_dir, chunked_prefill_size=128, max_prefill_tokens=512)
+    seen = _record_steps(s)
+    lens = [100, 300, 300, 300]
+    for i, n in enumerate(lens):
+        submit(s, f"p{i}", random_ids(n, seed=700 + i), 4)
+    drain(s)
+    assert seen[0] == (100 + 128 + 128 + 128, 0)  # nothing decodes yet: chunks up to 512 in all
+    assert seen[1] == (128, 1)  # p0 decodes: one chunk of 128
+    assert all(p <= 128 for p, d in seen if d > 0)
+    assert all(p <= 512 for p, _ in seen)
+    assert sum(p for p, _ in seen) == sum(lens)
+    assert_idle(s)
+
+
+def test_messages_carry_only_new_ids_and_detokenizer_state_stays_bounded(sched_model_dir: str) -> None:
+    s = make_scheduler(sched_model_dir)
+    submit(s, "s", random_ids(50, seed=800), 40, stream=True)
+    dm = DetokenizerManager(s.tokenizer)
+    ids, text, held = [], "", []
+    while s.has_work():
+        out = s.step()
+        if out is None:
+            continue
+        assert not hasattr(out, "decode_ids")
+        ids += out.output_ids[0]
+        assert len(out.output_ids[0]) <= 1
+        st = dm.handle_batch_token_id_out(out)
+        text += st.output_strs[0]
+        if "s" in dm.decode_status:
+            held.append(len(dm.decode_status["s"].ids))
+    assert len(ids) == 40 and max(held) < 10
+    assert text == s.tokenizer.decode(ids)
+    # a non-streaming request: its first token, then everything with the finish
+    submit(s, "n", random_ids(50, seed=801), 30)
+    msgs = []
+    while s.has_work():
+        out = s.step()
+        if out is not None:
+            msgs.append(out)
+    assert [len(m.output_ids[0]) for m in msgs] == [1, 29]
+    assert msgs[-1].finished_reasons[0] == finish_length(30)
+
+
+def test_detokenizer_message_without_history(sched_model_dir: str) -> None:
+    """The detokenizer rebuilds the text from increments alone (the scheduler never resends)."""
+    s = make_scheduler(sched_model_dir)
+    dm = DetokenizerManager(s.tokenizer)
+    ids = s.tokenizer.encode("Hello 世界, a longer sentence with 😀 and more words.")
+    out = ""
+    for k, t in enumerate(ids):
+        m = BatchTokenIDOut.empty()
+        m.append(rid="r", finished_reason=finish_length(k + 1) if k == len(ids) - 1 else None,
+                 output_ids=[t], prompt_tokens=1, completion_tokens=k + 1)  # fmt: skip
+        out += dm.handle_batch_token_id_out(m).output_strs[0]
+    assert out == s.tokenizer.decode(ids)
+
+
+def test_warmup_grid_covers_class_boundaries() -> None:
+    grid = warmup_grid(chunk=300, max_ctx=1100, window=128)
+    tokens = {t for bs, t, _ in grid if bs == 1}
+    assert {1, 4, 5, 16, 17, 64, 65, 127, 128, 129, 256, 257, 300} <= tokens and max(tokens) == 300
+    ctxs = {c for _, _, c in grid}
+    assert ctxs == {128, 133, 256, 261, 512, 517, 1024, 1029}
+    assert all(t <= c for _, t, c in grid)
+    assert {bs for bs, t, _ in grid if t == 1} >= {1, 2, 64}
+
+
+def test_forced_warmup_returns_everything_and_changes_no_output(sched_model_dir: str) -> None:
+    ids = random_ids(150, seed=900)
+    ref = make_scheduler(sched_model_dir, chunked_prefill_size=64)
+    submit(ref, "r", ids, 5, return_logprob=True)
+    want = drain(ref)["r"]
+    s = make_scheduler(sched_model_dir, chunked_prefill_size=64)
+    stats = warmup_kernels(s.runner, s.server_args, force=True, max_context=300)
+    assert stats["forwards"] > 20
+    assert_idle(s)
+    submit(s, "r", ids, 5, return_logprob=True)
+    got = drain(s)["r"]
+    assert got["ids"] == want["ids"] and got["lp"] == pytest.approx(want["lp"], abs=1e-5)
