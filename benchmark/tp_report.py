@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{c['mean_abs_lp_diff']:.3g} over {c['scored_positions']} positions; greedy token agreement "
             f"{c['greedy_token_agreement']:.3f} ({c['greedy_equal_prompts']}/{c['prompts']} prompts identical)"
         )
-    mem = [ln.split("] ", 1)[-1] for ln in log.splitlines() if "weights" in ln and "KV pools" in ln]
+    # one line per rank (the log holds every server started, e.g. radix cache on and off)
+    mem = sorted({ln.split("] ", 1)[-1] for ln in log.splitlines() if "weights" in ln and "KV pools" in ln})
     if mem:
         p("")
         p("Per-GPU memory (server log):")
