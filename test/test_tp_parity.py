@@ -47,7 +47,19 @@ def _assert_same(got: dict, want: dict) -> None:
 
 @pytest.mark.parametrize("tp,ep", [(2, 1), (2, 2)], ids=["tp2", "tp2-ep2"])
 def test_tp_matches_one_rank(tp_model_dir: str, oracle: dict, tp: int, ep: int) -> None:
-    _assert_same(run_scenario(tp_model_dir, tp, ep_size=ep), oracle)
+    """With overlap scheduling (the default): decode inputs are future ids that only rank 0 can
+    resolve, broadcast to the other ranks before each forward."""
+    got = run_scenario(tp_model_dir, tp, ep_size=ep)
+    assert got["overlap"], "the scenario must run the overlap scheduler"
+    _assert_same(got, oracle)
+
+
+@pytest.mark.slow
+def test_tp2_without_overlap_matches_one_rank(tp_model_dir: str, oracle: dict) -> None:
+    """``--disable-overlap-schedule``: the inline model worker, no future ids."""
+    got = run_scenario(tp_model_dir, 2, disable_overlap_schedule=True)
+    assert not got["overlap"]
+    _assert_same(got, oracle)
 
 
 @pytest.mark.slow

@@ -74,7 +74,7 @@ def scenario(s: Any) -> dict[str, Any]:
     out.update(drain(s))
     res = {rid: {k: r[k] for k in ("ids", "lp", "cached", "finish")} for rid, r in out.items()}
     assert s.flush_cache()
-    return {"reqs": res, "num_retractions": s.num_retractions}
+    return {"reqs": res, "num_retractions": s.num_retractions, "overlap": s.enable_overlap}
 
 
 def _pool_digest(pool: Any) -> str:
