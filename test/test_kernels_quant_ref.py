@@ -8,6 +8,7 @@ import torch
 from kernel_testutil import rel_err
 from quant_testutil import (
     act_quant64,
+    e4m3_rounding_cases,
     fp4_weight64,
     fp8_weight64,
     linear64,
@@ -40,6 +41,32 @@ def test_act_quant_reference() -> None:
     x[2, 128:256] = 0.0
     q, s = ref_fp8.act_quant(x)
     assert torch.equal(ref_fp8.dequant_act(q, s).double(), act_quant64(x))
+
+
+def test_act_quant_reference_rounds_ties_to_even() -> None:
+    """Every e4m3 tie and near-tie (normal and subnormal, both signs, four scales): the reference
+    rounds them itself, so the host's float -> float8 cast does not decide them."""
+    x = e4m3_rounding_cases()
+    q, s = ref_fp8.act_quant(x)
+    assert torch.equal(ref_fp8.dequant_act(q, s).double(), act_quant64(x))
+
+
+def test_fp4_experts_reject_scales_over_two() -> None:
+    """FP4 expert scale bytes above 128 (scales over 2) are refused with the buffer's name at the
+    first forward; 128 itself runs."""
+    from sglang_v4.layers.moe import Experts
+
+    ex = Experts(4, 64, 32, 10.0, torch.float32, "cpu", quant="fp4")
+    for buf in (ex.gate_up_proj, ex.down_proj):
+        buf.data.random_(0, 256)
+    ex.gate_up_proj_scale_inv.fill_(120)
+    ex.down_proj_scale_inv.fill_(128)
+    x, ids, w = torch.randn(2, 64), torch.tensor([[0, 1], [2, 3]]), torch.rand(2, 2)
+    assert ex(x, ids, w).shape == (2, 64)
+    ex._scales_checked = False
+    ex.down_proj_scale_inv[1, 3, 0] = 129
+    with pytest.raises(ValueError, match="down_proj_scale_inv"):
+        ex(x, ids, w)
 
 
 def test_fp8_reference_bad_args() -> None:

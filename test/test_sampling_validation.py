@@ -35,7 +35,7 @@ COMMON: list[tuple[str, list[Any], list[Any]]] = [
         [{"5": 100}, {"5": -100}],
     ),
     ("stop", [["a", "b", "c", "d", "e"], [""]], [["a", "b", "c", "d"], "x"]),
-    ("max_tokens", [-1], [1, 3]),  # 0 (prompt scoring) is served end to end in test_qa_public_bugs
+    ("max_tokens", [-1], [1, 3]),  # 0 (prompt scoring) is served end to end in test_server_public_bugs
     ("seed", ["7", 7.5, True], [7, -(2**63)]),
     ("top_k", [0, -2], [-1, 1]),
     ("min_p", [-0.1, 1.1], [0, 1]),

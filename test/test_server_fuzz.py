@@ -1,7 +1,7 @@
 """Fuzzing the HTTP API: hypothesis-generated bodies for ``/generate``, ``/v1/completions`` and
 ``/v1/chat/completions`` against a real ``launch_server`` process (the fake scheduler of
 ``server_fixture``: the HTTP, validation, tokenizer-manager and detokenizer layers are the real
-ones; the sampler is fuzzed in-process below, and on the real model in ``test_qa_public_bugs``).
+ones; the sampler is fuzzed in-process below, and on the real model in ``test_server_public_bugs``).
 
 Bodies mix plausible values with wrong types, huge and negative numbers, deep nesting and odd
 unicode; raw bodies add malformed JSON, NaN / Infinity literals, lone surrogates, invalid UTF-8,

@@ -16,6 +16,10 @@ Graceful drain: on SIGTERM or SIGINT the server stops admitting requests (503, `
 lets the in-flight ones finish for up to ``--graceful-shutdown-timeout`` seconds, fails what is left
 with a 503 (an error event on a stream), then exits with code 0. A second signal stops at once.
 SGLang drains the same way (its tokenizer manager's ``sigterm_watchdog``) but without a time limit.
+
+The ``/generate`` body parser and the JSON response helpers are in
+:mod:`sglang_v4.entrypoints.native_api`; the Prometheus metrics in
+:mod:`sglang_v4.entrypoints.metrics`.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from sglang_v4.entrypoints.admission import (
     drain_in_flight,
 )
 from sglang_v4.entrypoints.engine import Subprocesses
+from sglang_v4.entrypoints.metrics import TokenizerMetrics
+from sglang_v4.entrypoints.native_api import ORJSON_OPTS, error_response, json_response, parse_generate_body
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
 from sglang_v4.server_args import ServerArgs
@@ -52,147 +58,6 @@ logger = logging.getLogger(__name__)
 
 #: Seconds /health keeps answering 503 after a backend crash before the server exits (code 1).
 CRASH_EXIT_DELAY_S = float(os.environ.get("SGLANG_V4_CRASH_EXIT_DELAY", "2.0"))
-
-# Top-level /generate fields: supported ones, and SGLang fields accepted only when null/false.
-_GENERATE_FIELDS = {
-    "text",
-    "input_ids",
-    "sampling_params",
-    "rid",
-    "return_logprob",
-    "logprob_start_len",
-    "top_logprobs_num",
-    "token_ids_logprob",
-    "return_text_in_logprobs",
-    "stream",
-    "log_metrics",
-    "priority",
-}
-_UNSUPPORTED_IF_SET = {
-    "input_embeds",
-    "image_data",
-    "video_data",
-    "audio_data",
-    "modalities",
-    "lora_path",
-    "lora_id",
-    "session_params",
-    "custom_logit_processor",
-    "return_hidden_states",
-    "bootstrap_host",
-    "bootstrap_port",
-    "bootstrap_room",
-    "data_parallel_rank",
-    "routed_dp_rank",
-    "return_routed_experts",
-    "return_bytes",
-    "return_entropy",
-}
-# "model" and "no_logs": sglang-router forwards every /generate body with these SGLang fields set
-_IGNORED_FIELDS = {
-    "session_id",
-    "conversation_id",
-    "extra_key",
-    "cache_salt",
-    "background",
-    "model",
-    "no_logs",
-}
-
-
-class TokenizerMetrics:
-    """Prometheus metrics with SGLang's ``sglang:`` names, in a private registry.
-
-    Gauges (refreshed from ``Scheduler.get_metrics()`` on each scrape): ``num_running_reqs``,
-    ``num_queue_reqs``, ``token_usage`` (fraction of the KV pool in use), ``cache_hit_rate``,
-    ``gen_throughput`` (tokens/s). Histograms (seconds): ``time_to_first_token_seconds``,
-    ``inter_token_latency_seconds``, ``e2e_request_latency_seconds``. Counters:
-    ``prompt_tokens_total``, ``generation_tokens_total``, ``num_requests_total``.
-    """
-
-    GAUGES = ("num_running_reqs", "num_queue_reqs", "token_usage", "cache_hit_rate", "gen_throughput")
-
-    def __init__(self, model_name: str) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-        self.registry = CollectorRegistry()
-        self.labels = {"model_name": model_name}
-        lab = list(self.labels)
-        self.gauges = {
-            g: Gauge(f"sglang:{g}", f"sglang {g.replace('_', ' ')}", lab, registry=self.registry)
-            for g in self.GAUGES
-        }
-        lat = (
-            0.001,
-            0.005,
-            0.01,
-            0.02,
-            0.04,
-            0.06,
-            0.08,
-            0.1,
-            0.25,
-            0.5,
-            0.75,
-            1,
-            2.5,
-            5,
-            7.5,
-            10,
-            20,
-            40,
-            80,
-        )
-        e2e = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 60, 120, 240, 480, 960, 1920)
-        self.ttft = Histogram(
-            "sglang:time_to_first_token_seconds",
-            "Time to first token",
-            lab,
-            buckets=lat,
-            registry=self.registry,
-        )
-        self.itl = Histogram(
-            "sglang:inter_token_latency_seconds",
-            "Inter-token latency",
-            lab,
-            buckets=lat,
-            registry=self.registry,
-        )
-        self.e2e = Histogram(
-            "sglang:e2e_request_latency_seconds",
-            "End-to-end latency",
-            lab,
-            buckets=e2e,
-            registry=self.registry,
-        )
-        self.prompt_tokens = Counter("sglang:prompt_tokens", "Prefill tokens", lab, registry=self.registry)
-        self.generation_tokens = Counter(
-            "sglang:generation_tokens", "Generated tokens", lab, registry=self.registry
-        )
-        self.num_requests = Counter("sglang:num_requests", "Finished requests", lab, registry=self.registry)
-
-    def observe_ttft(self, seconds: float) -> None:
-        self.ttft.labels(**self.labels).observe(seconds)
-
-    def observe_itl(self, seconds: float) -> None:
-        self.itl.labels(**self.labels).observe(seconds)
-
-    def observe_finished(self, prompt_tokens: int, completion_tokens: int, e2e_s: float) -> None:
-        self.e2e.labels(**self.labels).observe(e2e_s)
-        self.prompt_tokens.labels(**self.labels).inc(prompt_tokens)
-        self.generation_tokens.labels(**self.labels).inc(completion_tokens)
-        self.num_requests.labels(**self.labels).inc()
-
-    def update_gauges(self, values: dict[str, Any]) -> None:
-        for name, g in self.gauges.items():
-            v = values.get(name)
-            if isinstance(v, (int, float)):
-                g.labels(**self.labels).set(float(v))
-
-    def render(self) -> bytes:
-        from prometheus_client import generate_latest
-
-        return generate_latest(self.registry)
 
 
 @dataclass
@@ -203,111 +68,6 @@ class _State:
     server: Any = None
     exit_code: int = 0
     draining: bool = False
-
-
-_ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-
-
-def json_response(content: Any, status_code: int = 200) -> Response:
-    """A JSON response serialized with orjson (numpy scalars/arrays and int keys allowed)."""
-    return Response(
-        content=orjson.dumps(content, option=_ORJSON_OPTS),
-        status_code=status_code,
-        media_type="application/json",
-    )
-
-
-def error_response(message: str, status_code: int = 400) -> Response:
-    """SGLang's error shape: ``{"error": {"message": ...}}``."""
-    return json_response({"error": {"message": message}}, status_code=status_code)
-
-
-def _check_type(name: str, value: Any, ok: bool, expected: str) -> None:
-    if not ok:
-        raise RequestError(f"{name} must be {expected} (got {type(value).__name__}: {str(value)[:80]!r}).")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def parse_generate_body(body: Any) -> GenerateReqInput:
-    """Type-check a decoded ``/generate`` JSON body and build a :class:`GenerateReqInput`.
-
-    Raises:
-        RequestError: the body is not an object, has unknown fields, a supported field of the
-            wrong type, or an unsupported SGLang field set to a non-null value.
-    """
-    if not isinstance(body, dict):
-        raise RequestError("The request body must be a JSON object.")
-    unknown = sorted(k for k in body if k not in _GENERATE_FIELDS | _UNSUPPORTED_IF_SET | _IGNORED_FIELDS)
-    if unknown:
-        raise RequestError(f"Unknown field(s) in the request: {', '.join(unknown)}.")
-    for k in _UNSUPPORTED_IF_SET:
-        if body.get(k) not in (None, False, [], {}):
-            raise RequestError(f"{k} is not supported by sglang-v4.")
-    text, ids = body.get("text"), body.get("input_ids")
-    if text is not None:
-        _check_type(
-            "text",
-            text,
-            isinstance(text, str) or (isinstance(text, list) and all(isinstance(t, str) for t in text)),
-            "a string or a list of strings",
-        )
-    if ids is not None:
-        flat = isinstance(ids, list) and all(_is_int(t) for t in ids)
-        nested = isinstance(ids, list) and all(
-            isinstance(r, list) and all(_is_int(t) for t in r) for r in ids
-        )
-        _check_type("input_ids", ids, flat or nested, "a list of integers or a list of lists of integers")
-        if nested and ids and any(len(r) == 0 for r in ids):
-            raise RequestError("input_ids: every prompt must contain at least one token.")
-    sp = body.get("sampling_params")
-    if sp is not None:
-        _check_type(
-            "sampling_params",
-            sp,
-            isinstance(sp, dict) or (isinstance(sp, list) and all(isinstance(p, dict) for p in sp)),
-            "an object or a list of objects",
-        )
-    rid = body.get("rid")
-    if rid is not None:
-        _check_type(
-            "rid",
-            rid,
-            isinstance(rid, str) or (isinstance(rid, list) and all(isinstance(r, str) for r in rid)),
-            "a string or a list of strings",
-        )
-
-    def scalar_or_list(name: str, pred: Any, expected: str) -> Any:
-        v = body.get(name)
-        if v is None:
-            return None
-        _check_type(name, v, pred(v) or (isinstance(v, list) and all(pred(x) for x in v)), expected)
-        return v
-
-    return_logprob = scalar_or_list("return_logprob", lambda v: isinstance(v, bool), "a boolean")
-    lsl = scalar_or_list("logprob_start_len", _is_int, "an integer")
-    tln = scalar_or_list("top_logprobs_num", _is_int, "an integer")
-    prio = scalar_or_list("priority", _is_int, "an integer")
-    for name in ("return_text_in_logprobs", "stream", "log_metrics"):
-        v = body.get(name)
-        if v is not None:
-            _check_type(name, v, isinstance(v, bool), "a boolean")
-    return GenerateReqInput(
-        text=text,
-        input_ids=ids,
-        sampling_params=sp,
-        rid=rid,
-        return_logprob=return_logprob,
-        logprob_start_len=lsl,
-        top_logprobs_num=tln,
-        token_ids_logprob=body.get("token_ids_logprob"),
-        return_text_in_logprobs=bool(body.get("return_text_in_logprobs") or False),
-        stream=bool(body.get("stream") or False),
-        log_metrics=body.get("log_metrics") is not False,
-        priority=prio,
-    )
 
 
 def _read_model_config(model_path: str) -> dict[str, Any]:
@@ -446,10 +206,10 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
 
         async def stream() -> AsyncIterator[bytes]:
             try:
-                yield b"data: " + orjson.dumps(first, option=_ORJSON_OPTS) + b"\n\n"
+                yield b"data: " + orjson.dumps(first, option=ORJSON_OPTS) + b"\n\n"
                 try:
                     async for out in agen:
-                        yield b"data: " + orjson.dumps(out, option=_ORJSON_OPTS) + b"\n\n"
+                        yield b"data: " + orjson.dumps(out, option=ORJSON_OPTS) + b"\n\n"
                 except RequestError as e:
                     err = {
                         "error": {"message": str(e), "type": "invalid_request_error", "code": e.status_code}

@@ -75,7 +75,9 @@ class Experts(nn.Module):
     (expert parallelism passes ``-1`` for the experts other ranks hold).
 
     Raises:
-        ValueError: unknown ``quant``, or ``D`` / ``I`` not multiples of 32 with FP4.
+        ValueError: unknown ``quant``, or ``D`` / ``I`` not multiples of 32 with FP4; at the first
+            FP4 forward, a scale byte above 128 (a scale over 2, outside what the FP4 kernel decodes
+            exactly: ``sgl_kernel_v4.triton.fp4_tile``).
     """
 
     def __init__(
@@ -113,9 +115,24 @@ class Experts(nn.Module):
             "gate_up_proj_scale_inv", torch.empty(n_experts, 2 * inter, hidden // FP4_GROUP, **u8)
         )
         self.register_buffer("down_proj_scale_inv", torch.empty(n_experts, hidden, inter // FP4_GROUP, **u8))
+        self._scales_checked = False
+
+    def _check_fp4_scales(self) -> None:
+        """Once, outside CUDA-graph capture (the first forward is an eager one): every ue8m0 byte
+        is at most 128 (scale <= 2)."""
+        if self._scales_checked or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            return
+        for name in ("gate_up_proj_scale_inv", "down_proj_scale_inv"):
+            top = int(getattr(self, name).max())
+            if top > 128:
+                raise ValueError(
+                    f"{name}: scale byte {top} (2**{top - 127}) exceeds 128; FP4 expert scales must be <= 2"
+                )
+        self._scales_checked = True
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         if self.quant == "fp4":
+            self._check_fp4_scales()
             return ops.fused_moe_fp4(
                 x.to(self.act_dtype),
                 self.gate_up_proj,

@@ -38,6 +38,20 @@ def pow2_ceil(s: torch.Tensor) -> torch.Tensor:
     return (e << 23).view(torch.float32)
 
 
+def round_e4m3(y: torch.Tensor) -> torch.Tensor:
+    """Round float32 ``|y| <= 448`` to the nearest e4m3 value (ties to even), staying in float32.
+
+    The e4m3 step at ``|y|`` is ``2**(ex - 130)`` (``ex`` = its biased fp32 exponent, at least 121 =
+    the subnormal range); ``round(|y| / step) * step`` with ``torch.round`` (half to even) is exact.
+    The cast to float8 afterwards is exact, so the result does not depend on the rounding of the
+    host's float -> float8 conversion."""
+    y = y.to(torch.float32)
+    a = y.abs()
+    ex = ((a.contiguous().view(torch.int32) >> 23) & 0xFF).clamp_min(121)
+    step = ((ex - 3) << 23).view(torch.float32)
+    return torch.copysign(torch.round(a / step) * step, y)
+
+
 def act_quant(x: torch.Tensor, group: int = BLOCK, pow2: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x [M, K]`` per 1 x ``group`` block along K to float8_e4m3fn.
 
@@ -53,7 +67,7 @@ def act_quant(x: torch.Tensor, group: int = BLOCK, pow2: bool = True) -> tuple[t
     s = amax / FP8_MAX
     if pow2:
         s = pow2_ceil(s)
-    q = (xf / s[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    q = round_e4m3((xf / s[..., None]).clamp(-FP8_MAX, FP8_MAX)).to(torch.float8_e4m3fn)
     return q.view(M, nk * group)[:, :K].contiguous(), s
 
 

@@ -24,8 +24,9 @@ _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -
 
 
 def ue8m0_to_float(scale: torch.Tensor) -> torch.Tensor:
-    """uint8 exponent bytes -> float32 ``2 ** (b - 127)`` (exact; byte 0 reads as 0)."""
-    return (scale.to(torch.int32) << 23).view(torch.float32)
+    """uint8 exponent bytes -> float32 ``2 ** (b - 127)`` (exact; byte 0 is the subnormal ``2**-127``)."""
+    b = scale.to(torch.int32)
+    return torch.where(b == 0, 2.0**-127, (b << 23).view(torch.float32))
 
 
 def dequant_fp4(

@@ -11,13 +11,21 @@ Techniques (from DeepGEMM's and DeepSeek's published FP8 GEMM designs, written a
   scale row vector (``s[n // 128, k // 128]`` per output column; per column, not per tile, so
   groups and N need not align to 128) and added to the accumulator ("promotion" of the tensor-core
   partial sums to fp32 with the scale applied once per 128-deep step).
-* ``w8a16`` (decode, few tokens): weights are the traffic; each tile loads e4m3 bytes and converts
-  them to the activation dtype in registers (exact: e4m3 fits bf16), the product runs on bf16
-  tensor cores. Small N gets narrow tiles, and when even that leaves most SMs idle the K loop is
-  split over programs that add fp32 partials atomically (``SPLIT_K``).
+* ``w8a16`` (decode, few tokens): weights are the traffic. The product is computed as
+  ``W_tile @ x^T`` so that the converted weights are the tensor cores' register operand (64
+  weight rows per warp group) and the tokens the narrow side (16 up to 64): no shared-memory
+  round trip for the weights. On the GPU the e4m3 -> bf16 conversion is packed PTX (two values
+  per 32-bit shift / mask, one ``mul.bf16x2`` by ``2**120``; the conversion instructions run on a
+  16-per-clock pipe). When the tiles leave SMs idle, K is split over programs that write fp32
+  partials; the last program of a tile (an arrival counter it resets) sums them in split order
+  and stores the output: one launch, deterministic, no zero-fill or cast kernel.
 * ``w8a8`` (prefill, many tokens): ``act_quant`` writes e4m3 activations with per-(row, 128)
-  power-of-two scales, then an fp8 x fp8 tensor-core GEMM with both scales applied per K step
-  (``acc += dot(a, b) * sa[:, None] * sb[None, :]``), grouped program order for L2 reuse.
+  power-of-two scales (DeepSeek's inference recipe for V4's ``ue8m0`` format), then an fp8 x fp8
+  tensor-core GEMM; when a 128-row N tile lies inside one weight-scale block, a K step's weight
+  scale is one number folded into the row scale (promotion = one FMA per element), grouped
+  program order for L2 reuse.
+* Pipeline depth is chosen from the shared memory one stage takes (:data:`SMEM_BUDGET`), so a
+  4-byte activation tile gets fewer stages instead of a launch the GPU refuses.
 
 :func:`fp8_linear` picks the variant per shape (:func:`choose_variant`): w8a16 for at most
 :data:`W8A16_MAX_TOKENS` tokens, else w8a8 (``docs/QUANTIZATION.md``). Nothing here synchronises
@@ -25,6 +33,8 @@ with the host, so decode steps are CUDA-graph capturable.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -59,19 +69,24 @@ def _pow2_ceil(s):
 
 
 @triton.jit
-def _round_e4m3(y):
-    """Round fp32 ``|y| <= 448`` to the nearest e4m3 value (ties to even), staying in fp32.
+def _e4m3_code(y):
+    """fp32 ``|y| <= 448`` -> its e4m3 byte (int32), rounded to nearest, ties to even, from the bits.
 
-    The cast to e4m3 after this is exact, so the result does not depend on the cast's rounding
-    (Triton's CPU interpreter does not round to nearest-even; the GPU's ``cvt.rn`` does)."""
+    ``ex`` = the biased fp32 exponent of ``|y|`` (at least 121 = 2**-6, the e4m3 subnormal range);
+    the e4m3 step there is ``2**(ex - 130)``, ``f = round(|y| / step)`` and the code is
+    ``((ex - 121) << 3) + f``: ``f`` in 8..16 carries into the exponent field by itself (and 0..8 in
+    the subnormal range). No float -> fp8 conversion instruction is involved, so the byte does not
+    depend on how a backend rounds that conversion (the CPU interpreter does not round to
+    nearest-even; the GPU does)."""
     bits = y.to(tl.int32, bitcast=True)
-    e = tl.maximum((bits >> 23) & 0xFF, 127 - 6) - 3  # biased exponent of the e4m3 ulp at |y|
-    ulp = (e << 23).to(tl.float32, bitcast=True)
-    r = y * ((254 - e) << 23).to(tl.float32, bitcast=True)  # y / ulp, exact (1/ulp is a power of two)
+    a = tl.abs(y)
+    ex = tl.maximum((a.to(tl.int32, bitcast=True) >> 23) & 0xFF, 121)
+    r = a * ((257 - ex) << 23).to(tl.float32, bitcast=True)  # |y| / 2**(ex - 130), exact
     f = tl.floor(r + 0.5)
     odd = (f - 2.0 * tl.floor(f * 0.5)) != 0.0
     f = tl.where(((f - r) == 0.5) & odd, f - 1.0, f)
-    return f * ulp
+    code = ((ex - 121) << 3) + f.to(tl.int32)
+    return tl.where(bits < 0, code | 0x80, code)
 
 
 @triton.jit
@@ -88,6 +103,7 @@ def _act_quant_kernel(
     BLOCK_M: tl.constexpr,
     GROUP: tl.constexpr,
 ):
+    """``q_ptr`` is the e4m3 output viewed as uint8 (the codes are stored as bytes)."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     kb = tl.program_id(1)
     offs_k = kb * GROUP + tl.arange(0, GROUP)
@@ -99,8 +115,8 @@ def _act_quant_kernel(
     if POW2:
         s = _pow2_ceil(s)
     q = tl.math.div_rn(x, s[:, None])
-    q = _round_e4m3(tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX))
-    tl.store(q_ptr + rows[:, None] * stride_qm + offs_k[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
+    code = _e4m3_code(tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX))
+    tl.store(q_ptr + rows[:, None] * stride_qm + offs_k[None, :], code.to(tl.uint8), mask=mask)
     tl.store(s_ptr + rows * stride_sm + kb, s, mask=offs_m < M)
 
 
@@ -120,10 +136,56 @@ def act_quant(x: torch.Tensor, pow2: bool = True) -> tuple[torch.Tensor, torch.T
     if M:
         bm = 16
         _act_quant_kernel[(triton.cdiv(M, bm), nk)](
-            x, q, s, M, K, x.stride(0), q.stride(0), s.stride(0), POW2=pow2, BLOCK_M=bm, GROUP=BLOCK,
+            x, q.view(torch.uint8), s, M, K, x.stride(0), q.stride(0), s.stride(0), POW2=pow2, BLOCK_M=bm, GROUP=BLOCK,
             num_warps=4,
         )  # fmt: skip
     return q, s
+
+
+#: e4m3 byte -> bf16 bits: magnitude (bits 0-6) into bits 4-10 (exponent low 4 bits, mantissa
+#: top 3), sign (bit 7) to bit 15; the bf16 is then ``e4m3 * 2**-120`` for every code (e4m3
+#: subnormals as bf16 subnormals: the biases differ by 120), so one multiply by ``2**120`` is exact.
+#: A pair of bytes ``b0 b1`` is spread to bits 0-7 and 16-23 first; then one shift per field
+#: serves both values (SIMD within the register).
+E4M3_PERM = 0x4140  # prmt selector: bytes (b0, 0, b1, 0)
+E4M3_MAG_SHIFT, E4M3_SIGN_SHIFT = 4, 8
+E4M3_MAG_MASK = 0x07F007F0
+E4M3_SIGN_MASK = 0x80008000
+BF16X2_2P120 = 0x7B807B80
+
+
+def _e4m3_asm() -> str:
+    """PTX: 2 packed e4m3 bytes (``$1``, bits 0-15) -> one bf16x2 register (``$0``): a byte
+    permutation, two shifts, two masks and one ``mul.bf16x2`` per two values (the e4m3 conversion
+    instructions would take the conversion pipe, 16 results per clock per SM, twice via fp16)."""
+    return "\n".join([
+        "{",
+        ".reg .b32 w, m, s;",
+        f"prmt.b32 w, $1, 0, {E4M3_PERM:#x};",
+        f"shl.b32 m, w, {E4M3_MAG_SHIFT};",
+        f"shl.b32 s, w, {E4M3_SIGN_SHIFT};",
+        f"and.b32 m, m, {E4M3_MAG_MASK:#x};",
+        f"and.b32 s, s, {E4M3_SIGN_MASK:#x};",
+        "or.b32 m, m, s;",
+        f"mov.b32 s, {BF16X2_2P120:#x};",
+        "mul.rn.bf16x2 $0, m, s;",
+        "}",
+    ])  # fmt: skip
+
+
+_E4M3_ASM = tl.constexpr(_e4m3_asm())
+
+
+@triton.jit
+def _e4m3_to(b, dtype: tl.constexpr, USE_ASM: tl.constexpr):
+    """e4m3 tile -> ``dtype`` (exact): the packed PTX for bf16 on the GPU, else Triton's cast."""
+    if USE_ASM:
+        out = tl.inline_asm_elementwise(
+            _E4M3_ASM, "=r,r", [b.to(tl.uint8, bitcast=True)], dtype=tl.bfloat16, is_pure=True, pack=2
+        )
+    else:
+        out = b.to(dtype)
+    return out
 
 
 @triton.jit
@@ -132,6 +194,8 @@ def _w8a16_kernel(
     w_ptr,
     s_ptr,
     y_ptr,
+    part_ptr,
+    cnt_ptr,
     M,
     N,
     K,
@@ -140,12 +204,18 @@ def _w8a16_kernel(
     stride_wn,
     stride_sn,
     stride_ym,
+    stride_part,
     SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    ATOMIC: tl.constexpr,
+    USE_ASM: tl.constexpr,
 ):
+    """``acc [BLOCK_N, BLOCK_M] = W_tile @ x_tile^T``: the converted weights are the tensor cores'
+    register operand (the 64-row MMA side), the tokens the narrow side. With ``SPLIT_K > 1`` each
+    program writes its fp32 partial to ``part`` and the last of a tile's ``SPLIT_K`` programs (a
+    per-tile arrival counter, reset by that program) sums them and stores the output: one launch,
+    no zero-fill, no cast kernel."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_z = tl.program_id(2)
@@ -163,20 +233,31 @@ def _w8a16_kernel(
     x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm + g * stride_xg
     w_rows = w_ptr + rows_w[:, None] * stride_wn
     s_rows = s_ptr + (rows_w // 128) * stride_sn
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for kt in range(kt0, kt1):
         offs_k = kt * BLOCK_K + tl.arange(0, BLOCK_K)
         km = offs_k < K
         a = tl.load(x_rows + offs_k[None, :], mask=mm[:, None] & km[None, :], other=0.0)
         b = tl.load(w_rows + offs_k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
         sb = tl.load(s_rows + (kt * BLOCK_K) // 128, mask=nm, other=0.0)
-        acc += tl.dot(a, tl.trans(b.to(a.dtype))) * sb[None, :]
+        acc += tl.dot(_e4m3_to(b, a.dtype, USE_ASM), tl.trans(a)) * sb[:, None]
     out = y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + (g * N + offs_n)[None, :]
     omask = mm[:, None] & nm[None, :]
-    if ATOMIC:
-        tl.atomic_add(out, acc, mask=omask, sem="relaxed")
+    if SPLIT_K == 1:
+        tl.store(out, tl.trans(acc).to(y_ptr.dtype.element_ty), mask=omask)
     else:
-        tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=omask)
+        # partials [SPLIT_K, M, G*N] fp32, same row stride as y
+        part = part_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + (g * N + offs_n)[None, :]
+        tl.store(part + ks * stride_part, tl.trans(acc), mask=omask)
+        tl.debug_barrier()  # every thread's partial is written before the arrival
+        tile = (g * tl.num_programs(1) + pid_m) * tl.num_programs(0) + pid_n
+        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:
+            total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                total += tl.load(part + s * stride_part, mask=omask, other=0.0, cache_modifier=".cg")
+            tl.store(out, total.to(y_ptr.dtype.element_ty), mask=omask)
+            tl.store(cnt_ptr + tile, 0)  # ready for the next launch
 
 
 @triton.jit
@@ -199,7 +280,11 @@ def _w8a8_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    TILE_SCALE: tl.constexpr,
 ):
+    """``TILE_SCALE``: every N tile lies inside one 128-row weight-scale block (``N % 128 == 0`` and
+    ``BLOCK_N`` divides 128), so a K step's weight scale is one number: it is folded into the
+    per-row activation scale and the fp32 promotion of the step costs one FMA per element."""
     pid = tl.program_id(0)
     g = tl.program_id(1)
     num_m = tl.cdiv(M, BLOCK_M)
@@ -225,43 +310,79 @@ def _w8a8_kernel(
         b = tl.load(w_rows + offs_k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
         kb = (kt * BLOCK_K) // 128
         sa = tl.load(qs_ptr + rows_q * stride_qsm + kb, mask=mm, other=0.0)
-        sb = tl.load(s_ptr + (rows_w // 128) * stride_sn + kb, mask=nm, other=0.0)
-        acc += tl.dot(a, tl.trans(b)) * sa[:, None] * sb[None, :]
+        if TILE_SCALE:
+            sb1 = tl.load(s_ptr + ((g * N + pid_n * BLOCK_N) // 128) * stride_sn + kb)
+            acc += tl.dot(a, tl.trans(b)) * (sa * sb1)[:, None]
+        else:
+            sb = tl.load(s_ptr + (rows_w // 128) * stride_sn + kb, mask=nm, other=0.0)
+            acc += tl.dot(a, tl.trans(b)) * sa[:, None] * sb[None, :]
     out = y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + (g * N + offs_n)[None, :]
     tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=mm[:, None] & nm[None, :])
 
 
-def _w8a16_config(M: int, N: int, G: int, K: int, sms: int) -> dict[str, int]:
-    """Tiles for the weight-only kernel: the narrowest N tile that still gives every SM a program,
-    then split-K when even 16-wide tiles leave more than half the SMs idle."""
-    bm = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128
-    m_tiles = triton.cdiv(M, bm)
-    bn = 16
-    for cand in (128, 64, 32):
-        if triton.cdiv(N, cand) * G * m_tiles >= sms:
-            bn = cand
-            break
-    tiles = triton.cdiv(N, bn) * G * m_tiles
+#: Shared memory a program may plan for its pipeline stages (H100/H200 allow 227 KiB per block;
+#: the rest is left to Triton's epilogue and layout-conversion scratch).
+SMEM_BUDGET = 200 * 1024
+
+
+def _stages(stage_bytes: int, want: int) -> int:
+    """The deepest pipeline up to ``want`` stages whose buffers fit :data:`SMEM_BUDGET` (at least 1)."""
+    return max(1, min(want, SMEM_BUDGET // stage_bytes))
+
+
+def _w8a16_config(M: int, N: int, G: int, K: int, sms: int, elem_bytes: int = 2) -> dict[str, int]:
+    """Tiles for the weight-only kernel: 64 weight rows per program (the MMA's register side),
+    ``BLOCK_M`` = the token count rounded up to 16 (up to 64; prefill-sized calls 128x128 tiles);
+    when the tiles cannot give every SM a program, split K so that they do (at least two 128-deep
+    steps per split, at most 16 splits). Pipeline depth from the shared memory one stage takes
+    (``x`` tile in its dtype + the e4m3 tile): 4-byte activations get fewer stages."""
+    if M <= 64:
+        bm = 16 if M <= 16 else 32 if M <= 32 else 64
+        bn, warps = 64, 4
+    else:
+        bm, bn, warps = 128, 128, 8
     bk = 128
+    tiles = triton.cdiv(N, bn) * G * triton.cdiv(M, bm)
     k_tiles = triton.cdiv(K, bk)
     split = 1
-    if tiles * 2 <= sms:
-        split = max(1, min(k_tiles, 8, sms // tiles))
-    warps = 8 if bm * bn >= 128 * 64 else 4
+    if tiles < sms and M <= 64:
+        split = max(1, min(16, k_tiles // 2, -(-3 * sms // (2 * tiles))))
+    stage = bm * bk * elem_bytes + bn * bk
     return {
         "BLOCK_M": bm,
         "BLOCK_N": bn,
         "BLOCK_K": bk,
         "SPLIT_K": split,
         "num_warps": warps,
-        "num_stages": 4,
+        "num_stages": _stages(stage, 4),
     }
 
 
 def _w8a8_config(M: int, N: int) -> dict[str, int]:
+    """Tiles for the fp8 x fp8 kernel (e4m3 operands: 1 B per element per stage)."""
     if M <= 64:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
-    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+
+
+_COUNTERS: dict[tuple, torch.Tensor] = {}
+_COUNTER_SLOTS = 4096
+
+
+def _arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Zeroed int32 arrival counters for split-K, one buffer per (device, stream): each launch
+    leaves its counters at 0 again, and kernels on one stream never overlap, so the buffer is
+    reused by every launch (also inside CUDA graphs; a buffer first made during capture belongs to
+    the graph's memory pool and is kept alive here). Streams that run concurrently (the indexer's)
+    get their own."""
+    if tiles > _COUNTER_SLOTS:
+        raise ValueError(f"split-K over {tiles} tiles exceeds {_COUNTER_SLOTS} arrival counters")
+    stream = torch.cuda.current_stream(device).stream_id if device.type == "cuda" else 0
+    key = (str(device), stream)
+    buf = _COUNTERS.get(key)
+    if buf is None:
+        buf = _COUNTERS[key] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32, device=device)
+    return buf
 
 
 def fp8_linear(
@@ -308,17 +429,21 @@ def fp8_linear(
         grid = (triton.cdiv(T, bm) * triton.cdiv(N, bn), G)
         _w8a8_kernel[grid](
             q, qs, weight, weight_scale, y, T, N, K, G, q.stride(0), qs.stride(0), weight.stride(0),
-            weight_scale.stride(0), y.stride(0), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, **cfg,
+            weight_scale.stride(0), y.stride(0), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm,
+            TILE_SCALE=N % 128 == 0 and 128 % bn == 0, **cfg,
         )  # fmt: skip
         return y
-    cfg = dict(config or _w8a16_config(T, N, G, K, num_sms(dev)))
+    cfg = dict(config or _w8a16_config(T, N, G, K, num_sms(dev), x.element_size()))
     bm, bn, bk, split = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), cfg.pop("SPLIT_K")
-    atomic = split > 1
-    y = torch.zeros((T, G * N), dtype=torch.float32, device=dev) if atomic else x.new_empty((T, G * N))
     grid = (triton.cdiv(N, bn), triton.cdiv(T, bm), G * split)
+    y = x.new_empty((T, G * N))
+    part, cnt = y, y  # unused without split-K
+    if split > 1:
+        part = torch.empty((split, T, G * N), dtype=torch.float32, device=dev)
+        cnt = _arrival_counters(dev, grid[0] * grid[1] * G)
     _w8a16_kernel[grid](
-        x3, weight, weight_scale, y, T, N, K, x3.stride(0), x3.stride(1), weight.stride(0),
-        weight_scale.stride(0), y.stride(0), SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        ATOMIC=atomic, **cfg,
+        x3, weight, weight_scale, y, part, cnt, T, N, K, x3.stride(0), x3.stride(1), weight.stride(0),
+        weight_scale.stride(0), y.stride(0), T * G * N, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        USE_ASM=x.dtype == torch.bfloat16 and x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1", **cfg,
     )  # fmt: skip
-    return y.to(x.dtype) if atomic else y
+    return y

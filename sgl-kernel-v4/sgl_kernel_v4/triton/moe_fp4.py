@@ -1,22 +1,33 @@
 """Fused MoE over FP4 routed experts (Triton): e2m1 x ue8m0 weights dequantized in the kernel.
 
-Format: :mod:`sgl_kernel_v4.ref.moe_fp4` (two e2m1 values per byte along the input dim, one
-power-of-two scale byte per 32 inputs). Same three steps as the bf16 :mod:`.moe` (whose pair
-layout ``_align`` this reuses): sort the ``T*k`` (token, slot) pairs by expert into ``BLOCK_M``
-row blocks, a gate/up grouped GEMM with the clamped-SwiGLU epilogue, a down grouped GEMM whose
-rows are scaled by the routing weight and summed over the k slots with fp32 atomics.
+Format: :mod:`sgl_kernel_v4.ref.moe_fp4`; tile decode: :mod:`.fp4_tile`. The weight tiles are
+read packed (half a byte per weight plus a scale byte per 32: 0.53 B per weight instead of 2),
+decoded in registers into bf16 (exact) and multiplied on the tensor cores as ``W_tile @ x^T``:
+the decoded weights are the MMA's register operand (64 weight rows per warp group, no
+shared-memory round trip), the tokens its narrow side (16 and up), and the even inputs of a tile
+meet the even activation columns, the odd the odd (two dots of half depth), so nibbles are never
+interleaved back into K order. With 64-row tiles and this decode the kernels hold about 120
+registers and spill nothing (``test_kernels_compile.py``). The same routing, SwiGLU clamp and
+hash-routing ids as the bf16 :mod:`.moe`; ids outside ``[0, E)`` contribute nothing.
 
-The weight tiles are read packed (``BLOCK_K / 2`` bytes per row plus one scale byte per 32
-inputs: 0.53 B per weight instead of 2) and decoded in registers: a nibble's magnitude is
-``m / 2`` (``e == 0``) or ``(2 + m) * 2 ** (e - 2)``, the scale ``2 ** (b - 127)`` is built from its
-bits, and the low / high nibble values are interleaved back into K order with ``join`` +
-``reshape``. Each decoded value has at most two significant bits, so the cast to the activation
-dtype is exact and the products run on bf16 tensor cores. The same kernels serve decode
-(CUDA-graph capturable: no host synchronisation) and prefill; MXFP4 tensor-core instructions
-(Blackwell) are not used on Hopper.
+Two layouts of the work, by how many (token, slot) pairs share an expert (:func:`_use_pair_mode`):
+
+* **pair mode** (decode, about one pair per touched expert, e.g. bs 1): no sort. The gate/up
+  kernel runs one program per (pair, N tile), reading the expert id of its pair directly; the
+  down kernel runs one program per (token, N tile) and loops over the token's ``k`` slots, so it
+  sums the slots in registers and writes ``y`` in x's dtype: two launches in all, no atomics, no
+  zero-fill, no cast.
+* **expert mode** (several pairs per expert, prefill): the pairs are sorted by expert into
+  ``BLOCK_M``-row blocks (``moe._align``, as the bf16 MoE), each weight tile is decoded once per
+  block, and the down kernel adds its rows, scaled by the routing weights, into an fp32 ``[T, D]``
+  with atomics (the sum over the ``k`` slots).
+
+Neither synchronises with the host, so decode steps are CUDA-graph capturable.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -24,32 +35,24 @@ import triton.language as tl
 
 from sgl_kernel_v4.ref.moe_fp4 import check_moe_fp4_args
 
+from .fp4_tile import fp4_tile
 from .moe import _align
 
 __all__ = ["fused_moe_fp4"]
 
 
 @triton.jit
-def _e2m1_x2(c):
-    """Nibble codes (int32) -> 2 * their e2m1 value, as int32 (exact)."""
-    e = (c >> 1) & 3
-    m = c & 1
-    mag2 = tl.where(e == 0, m, (2 + m) << tl.maximum(e - 1, 0))
-    return tl.where((c & 8) != 0, -mag2, mag2)
-
-
-@triton.jit
-def _fp4_tile(w_rows, s_rows, row_mask, k0, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Dequantized ``[BLOCK_N, BLOCK_K]`` fp32 tile at inputs ``k0 ..`` of the rows ``w_rows``
-    (pointers to each row's packed bytes) with scale rows ``s_rows``."""
-    offs_b = k0 // 2 + tl.arange(0, BLOCK_K // 2)  # byte j holds inputs 2j (low) and 2j+1 (high)
-    mask = row_mask[:, None] & (offs_b < K // 2)[None, :]
-    p = tl.load(w_rows[:, None] + offs_b[None, :], mask=mask, other=0).to(tl.int32) & 0xFF
-    sb = tl.load(s_rows[:, None] + (offs_b // 16)[None, :], mask=mask, other=0).to(tl.int32) & 0xFF
-    half_scale = (sb << 23).to(tl.float32, bitcast=True) * 0.5
-    lo = _e2m1_x2(p & 15).to(tl.float32) * half_scale
-    hi = _e2m1_x2(p >> 4).to(tl.float32) * half_scale
-    return tl.reshape(tl.join(lo, hi), (BLOCK_N, BLOCK_K))
+def _dot_fp4(a, w_rows, s_rows, row_mask, k0, K, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             EVEN_K: tl.constexpr, USE_ASM: tl.constexpr):  # fmt: skip
+    """``acc + (a @ W[:, k0 : k0 + BLOCK_K]^T)^T`` for activations ``a [BLOCK_M, BLOCK_K]``, with
+    ``acc [BLOCK_N, BLOCK_M]``: computed as ``W @ a^T`` so that the decoded weights are the tensor
+    cores' register operand (no shared-memory round trip for them) and the tokens the other side
+    (any count from 16 up)."""
+    BM: tl.constexpr = a.shape[0]
+    a_even, a_odd = tl.split(tl.reshape(a, (BM, BLOCK_K // 2, 2)))
+    lo, hi = fp4_tile(w_rows, s_rows, row_mask, k0, K, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM, a.dtype)
+    acc = tl.dot(lo, tl.trans(a_even), acc)
+    return tl.dot(hi, tl.trans(a_odd), acc)
 
 
 @triton.jit
@@ -63,9 +66,11 @@ def _gate_up_fp4_kernel(
     stride_se,
     stride_sn,
     h_ptr,
+    ids_ptr,
     sorted_ptr,
     bexp_ptr,
     n_pairs,
+    E,
     N_INTER,
     D,
     limit,
@@ -73,11 +78,21 @@ def _gate_up_fp4_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    PAIR_MODE: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    USE_ASM: tl.constexpr,
 ):
     b = tl.program_id(0)
-    e = tl.load(bexp_ptr + b)
-    if e >= 0:
-        rows = tl.load(sorted_ptr + b * BLOCK_M + tl.arange(0, BLOCK_M))
+    offs_m = tl.arange(0, BLOCK_M)
+    if PAIR_MODE:  # block b = pair b, alone in row 0
+        e = tl.load(ids_ptr + b).to(tl.int32)
+        valid = (e >= 0) & (e < E)
+        rows = tl.where(offs_m == 0, b, n_pairs)
+    else:
+        e = tl.load(bexp_ptr + b)
+        valid = e >= 0
+        rows = tl.load(sorted_ptr + b * BLOCK_M + offs_m)
+    if valid:
         rm = rows < n_pairs
         tok = (rows // TOPK).to(tl.int64)
         offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -88,21 +103,19 @@ def _gate_up_fp4_kernel(
         gs_rows = s_ptr + e64 * stride_se + offs_n.to(tl.int64) * stride_sn
         us_rows = gs_rows + N_INTER * stride_sn
         offs_k = tl.arange(0, BLOCK_K)
-        acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        x_rows = x_ptr + tok[:, None] * stride_xt
+        acc_g = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+        acc_u = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
         for k0 in range(0, D, BLOCK_K):
-            km = (k0 + offs_k) < D
-            a = tl.load(
-                x_ptr + tok[:, None] * stride_xt + (k0 + offs_k)[None, :],
-                mask=rm[:, None] & km[None, :],
-                other=0.0,
-            )
-            wg = _fp4_tile(g_rows, gs_rows, nm, k0, D, BLOCK_N, BLOCK_K).to(a.dtype)
-            wu = _fp4_tile(u_rows, us_rows, nm, k0, D, BLOCK_N, BLOCK_K).to(a.dtype)
-            acc_g = tl.dot(a, tl.trans(wg), acc_g)
-            acc_u = tl.dot(a, tl.trans(wu), acc_u)
-        g = tl.minimum(acc_g, limit)
-        u = tl.minimum(tl.maximum(acc_u, -limit), limit)
+            if EVEN_K:
+                am = rm[:, None]
+            else:
+                am = rm[:, None] & ((k0 + offs_k) < D)[None, :]
+            a = tl.load(x_rows + (k0 + offs_k)[None, :], mask=am, other=0.0)
+            acc_g = _dot_fp4(a, g_rows, gs_rows, nm, k0, D, acc_g, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+            acc_u = _dot_fp4(a, u_rows, us_rows, nm, k0, D, acc_u, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+        g = tl.minimum(tl.trans(acc_g), limit)
+        u = tl.minimum(tl.maximum(tl.trans(acc_u), -limit), limit)
         h = g * tl.sigmoid(g) * u
         tl.store(
             h_ptr + rows[:, None].to(tl.int64) * N_INTER + offs_n[None, :],
@@ -131,7 +144,10 @@ def _down_fp4_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    USE_ASM: tl.constexpr,
 ):
+    """Expert mode: rows of a sorted block, fp32 atomics into ``y [T, D]``."""
     b = tl.program_id(0)
     e = tl.load(bexp_ptr + b)
     if e >= 0:
@@ -143,37 +159,117 @@ def _down_fp4_kernel(
         w_rows = w_ptr + e64 * stride_we + offs_n.to(tl.int64) * stride_wn
         s_rows = s_ptr + e64 * stride_se + offs_n.to(tl.int64) * stride_sn
         offs_k = tl.arange(0, BLOCK_K)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        h_rows = h_ptr + rows[:, None].to(tl.int64) * N_INTER
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
         for k0 in range(0, N_INTER, BLOCK_K):
-            km = (k0 + offs_k) < N_INTER
-            a = tl.load(
-                h_ptr + rows[:, None].to(tl.int64) * N_INTER + (k0 + offs_k)[None, :],
-                mask=rm[:, None] & km[None, :],
-                other=0.0,
-            )
-            w = _fp4_tile(w_rows, s_rows, nm, k0, N_INTER, BLOCK_N, BLOCK_K).to(a.dtype)
-            acc = tl.dot(a, tl.trans(w), acc)
+            if EVEN_K:
+                am = rm[:, None]
+            else:
+                am = rm[:, None] & ((k0 + offs_k) < N_INTER)[None, :]
+            a = tl.load(h_rows + (k0 + offs_k)[None, :], mask=am, other=0.0)
+            acc = _dot_fp4(a, w_rows, s_rows, nm, k0, N_INTER, acc, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
         wt = tl.load(wt_ptr + rows, mask=rm, other=0.0).to(tl.float32)
-        acc = acc * wt[:, None]
+        acc = tl.trans(acc) * wt[:, None]
         tok = (rows // TOPK).to(tl.int64)
         tl.atomic_add(
             y_ptr + tok[:, None] * D + offs_n[None, :], acc, mask=rm[:, None] & nm[None, :], sem="relaxed"
         )
 
 
-def _config(n_pairs: int, E: int, elem_bytes: int) -> dict[str, int]:
-    """Tiles by tokens per expert (as the bf16 MoE's); 3 stages: the decoded fp32 tiles already
-    take many registers. fp32 activations (the interpreter) use 32-deep K steps."""
-    per_expert = n_pairs / max(E, 1)
-    if per_expert <= 16:
-        cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
-    elif per_expert <= 64:
-        cfg = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
+@triton.jit
+def _down_fp4_token_kernel(
+    h_ptr,
+    w_ptr,
+    s_ptr,
+    stride_we,
+    stride_wn,
+    stride_se,
+    stride_sn,
+    y_ptr,
+    stride_yt,
+    ids_ptr,
+    wt_ptr,
+    E,
+    N_INTER,
+    D,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    USE_ASM: tl.constexpr,
+):
+    """Pair mode: one token (row 0 of the tile), its ``TOPK`` slots summed in registers. One loop
+    over (slot, K step), so the software pipeline runs across slot boundaries."""
+    t = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    nm = offs_n < D
+    offs_m = tl.arange(0, BLOCK_M)
+    row0 = offs_m == 0
+    offs_k = tl.arange(0, BLOCK_K)
+    n_k = tl.cdiv(N_INTER, BLOCK_K)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    part = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    for it in range(0, TOPK * n_k):
+        j = it // n_k
+        k0 = (it - j * n_k) * BLOCK_K
+        pair = t * TOPK + j
+        e = tl.load(ids_ptr + pair).to(tl.int32)
+        e64 = tl.where((e >= 0) & (e < E), e, 0).to(tl.int64)
+        # ids outside [0, E) read nothing (vector compares: the interpreter mishandles a scalar mask)
+        ev_m = (offs_m * 0 + e >= 0) & (offs_m * 0 + e < E)
+        ev_n = (offs_n * 0 + e >= 0) & (offs_n * 0 + e < E)
+        w_rows = w_ptr + e64 * stride_we + offs_n.to(tl.int64) * stride_wn
+        s_rows = s_ptr + e64 * stride_se + offs_n.to(tl.int64) * stride_sn
+        h_row = h_ptr + pair.to(tl.int64) * N_INTER
+        am = (row0 & ev_m)[:, None] & ((k0 + offs_k) < N_INTER)[None, :]
+        a = tl.load(h_row + (k0 + offs_k)[None, :] + offs_m[:, None] * 0, mask=am, other=0.0)
+        part = _dot_fp4(a, w_rows, s_rows, nm & ev_n, k0, N_INTER, part, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+        last = k0 + BLOCK_K >= N_INTER
+        wt = tl.load(wt_ptr + pair).to(tl.float32)
+        acc = tl.where(last, acc + part * wt, acc)
+        part = tl.where(last, 0.0, part)
+    tl.store(
+        y_ptr + t.to(tl.int64) * stride_yt + offs_n[None, :] + offs_m[:, None] * 0,
+        tl.trans(acc).to(y_ptr.dtype.element_ty),
+        mask=row0[:, None] & nm[None, :],
+    )
+
+
+def _use_pair_mode(n_pairs: int, k: int, E: int) -> bool:
+    """Pair mode when the batch's pairs rarely share an expert: one token (its ``k`` ids are
+    distinct), or at most ``E / 4`` pairs (each pair then meets another of its expert with
+    probability under about 1/4)."""
+    return n_pairs <= max(k, E // 4)
+
+
+def _config(n_pairs: int, E: int, k: int, elem_bytes: int) -> dict[str, int]:
+    """Tiles by pairs per expert (``docs/QUANTIZATION.md``). The weight tile is the MMA's 64-row side,
+    the tokens the other (``BLOCK_M``, 16 at least). Decode: 64-row weight tiles, so that the few
+    touched experts still give every SM programs, and deep pipelines (``DOWN_STAGES`` for the down
+    kernel, whose pair-mode grid is only ``T * D / 64`` programs) to keep enough bytes in flight;
+    prefill: 128x128 tiles. fp32 activations (the interpreter, fp32 tests) take 32-deep K steps."""
+    if _use_pair_mode(n_pairs, k, E):
+        cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4, "PAIR": 1,
+               "DOWN_STAGES": 8}  # fmt: skip
     else:
-        cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+        per_expert = n_pairs / max(E, 1)
+        if per_expert <= 16:
+            cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+        elif per_expert <= 32:
+            cfg = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+        elif per_expert <= 96:
+            cfg = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
+        else:
+            cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+        cfg.update(PAIR=0, DOWN_STAGES=cfg["num_stages"])
     if elem_bytes > 2:
-        cfg.update(BLOCK_K=32, num_stages=2)
+        cfg.update(BLOCK_K=32, num_stages=2, DOWN_STAGES=2)
     return cfg
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def fused_moe_fp4(
@@ -192,19 +288,20 @@ def fused_moe_fp4(
 
     Args:
         x: ``[T, D]`` bf16/fp16 (fp32 under the interpreter), last dim contiguous.
-        w13, w13_scale: ``[E, 2I, D/2]`` packed e2m1 (uint8), ``[E, 2I, D/32]`` ue8m0 (uint8).
+        w13, w13_scale: ``[E, 2I, D/2]`` packed e2m1 (uint8 / int8), ``[E, 2I, D/32]`` ue8m0 (uint8).
         w2, w2_scale: ``[E, D, I/2]``, ``[E, D, I/32]``.
         topk_ids: ``[T, k]`` expert ids (ids outside ``[0, E)`` are skipped).
         topk_weights: ``[T, k]`` fp32 routing weights.
         swiglu_limit: clamp limit (V4: 10.0).
-        config: tile override ``{BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages}`` (BLOCK_K a
-            multiple of 32).
+        config: tile override ``{BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages}`` and optionally
+            ``PAIR`` (1: pair mode, 0: expert mode; default :func:`_use_pair_mode`). BLOCK_K a
+            multiple of 32, BLOCK_M at least 16.
 
     Returns:
         ``[T, D]`` in x's dtype (fp32 accumulation).
 
     Raises:
-        ValueError: shapes/dtypes inconsistent.
+        ValueError: shapes/dtypes inconsistent, or a bad ``config``.
     """
     T, D, E, inter = check_moe_fp4_args(x, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights)
     if x.stride(1) != 1:
@@ -216,22 +313,40 @@ def fused_moe_fp4(
     n_pairs = T * k
     if n_pairs == 0:
         return torch.zeros_like(x)
-    cfg = dict(config or _config(n_pairs, E, x.element_size()))
-    bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
-    if bk % 32:
-        raise ValueError(f"config: BLOCK_K must be a multiple of 32, got {bk}")
-    sorted_ids, block_expert = _align(topk_ids.contiguous(), E, bm)
-    n_blocks = block_expert.shape[0]
+    cfg = dict(_config(n_pairs, E, k, x.element_size()))
+    if config:
+        cfg.update(config)
+    bm, bn, bk, pair = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), bool(cfg.pop("PAIR"))
+    down_cfg = dict(cfg, num_stages=cfg.pop("DOWN_STAGES", cfg["num_stages"]))
+    if bk % 32 or bm < 16:
+        raise ValueError(f"config: BLOCK_K must be a multiple of 32 and BLOCK_M >= 16, got {bk}, {bm}")
+    use_asm = x.dtype == torch.bfloat16 and x.is_cuda and not _interpreting()
+    even_k = D % bk == 0 and inter % bk == 0
+    ids = topk_ids.contiguous()
+    wt = topk_weights.reshape(-1).float().contiguous()
     h = torch.empty((n_pairs, inter), dtype=x.dtype, device=x.device)
+    if pair:
+        n_blocks, sorted_ids, block_expert = n_pairs, ids, ids  # the last two unused
+    else:
+        sorted_ids, block_expert = _align(ids, E, bm)
+        n_blocks = block_expert.shape[0]
     _gate_up_fp4_kernel[(n_blocks, triton.cdiv(inter, bn))](
         x, x.stride(0), w13, w13_scale, w13.stride(0), w13.stride(1), w13_scale.stride(0),
-        w13_scale.stride(1), h, sorted_ids, block_expert, n_pairs, inter, D, float(swiglu_limit),
-        TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **cfg,
+        w13_scale.stride(1), h, ids, sorted_ids, block_expert, n_pairs, E, inter, D, float(swiglu_limit),
+        TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PAIR_MODE=pair, EVEN_K=even_k, USE_ASM=use_asm, **cfg,
     )  # fmt: skip
+    if pair:
+        y = torch.empty_like(x)
+        _down_fp4_token_kernel[(T, triton.cdiv(D, bn))](
+            h, w2, w2_scale, w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1), y,
+            y.stride(0), ids, wt, E, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=even_k,
+            USE_ASM=use_asm, **down_cfg,
+        )  # fmt: skip
+        return y
     y = torch.zeros((T, D), dtype=torch.float32, device=x.device)
-    wt = topk_weights.reshape(-1).float().contiguous()
     _down_fp4_kernel[(n_blocks, triton.cdiv(D, bn))](
         h, w2, w2_scale, w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1), y, wt,
-        sorted_ids, block_expert, n_pairs, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **cfg,
+        sorted_ids, block_expert, n_pairs, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        EVEN_K=even_k, USE_ASM=use_asm, **down_cfg,
     )  # fmt: skip
     return y.to(x.dtype)

@@ -1,4 +1,4 @@
-"""QA on the embedded model: public bug reports of peer servers that failed here, as a new user
+"""On the embedded model: public bug reports of peer servers that failed here, as a new user
 would send them (seeded ``n > 1`` is in ``test_sampling_seeds.py``, ``save_pretrained``
 checkpoints in ``test_loader_hf_variants.py``).
 

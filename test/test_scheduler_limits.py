@@ -1,4 +1,4 @@
-"""QA: a prompt that can never fit in the KV pool is rejected up front, before any forward.
+"""A prompt that can never fit in the KV pool is rejected up front, before any forward.
 
 Found by hand: ``--max-total-tokens 2048`` with a 2100-token prompt ran a 2048-token prefill
 (3.5 s on CPU, evicting the whole radix cache) and only then failed with "The KV cache pool is

@@ -1,4 +1,4 @@
-"""QA: the error a user sees for json_schema / regex / ebnf / structural_tag on a server without
+"""The error a user sees for json_schema / regex / ebnf / structural_tag on a server without
 xgrammar, and for a structural_tag that is not one.
 
 Found by hand in a fresh ``pip install -e .`` venv (xgrammar is only in the ``grammar`` / ``test``

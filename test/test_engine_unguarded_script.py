@@ -1,4 +1,4 @@
-"""QA: the README's Engine snippet pasted into a script without a main guard.
+"""The README's Engine snippet pasted into a script without a main guard.
 
 ``Engine`` starts its processes with ``spawn``, which re-runs the script's top level in the child;
 an unguarded ``Engine(...)`` there used to fail with only "scheduler exit code 1". The error must

@@ -1,4 +1,4 @@
-"""QA: the chat flags of a typical SGLang DeepSeek launch command reach the server.
+"""The chat flags of a typical SGLang DeepSeek launch command reach the server.
 
 ``--tool-call-parser deepseekv4 --reasoning-parser deepseek-v4 --trust-remote-code --chat-template
 FILE`` are accepted by ``launch_server``; the Jinja file replaces the built-in V4 encoding (oracle:

@@ -1,4 +1,4 @@
-"""QA: HTTP-level repros against a real server on the embedded default model (small KV pool).
+"""HTTP-level repros against a real server on the embedded default model (small KV pool).
 
 The server runs with ``--max-total-tokens 512`` (two 256-token block pages) so that limits are
 cheap to reach. Oracles: SGLang's documented bounds and the numbers given on the command line.

@@ -1,4 +1,4 @@
-"""QA: prompt logprobs with ``logprob_start_len`` on a radix-cache hit.
+"""Prompt logprobs with ``logprob_start_len`` on a radix-cache hit.
 
 Found by hand: a 600-token prompt with ``logprob_start_len=512`` after its first 512 tokens were
 cached returned 87 input logprobs instead of 88, shifted by one position (max error 3.1 nats).

@@ -1,4 +1,4 @@
-"""QA: ``client.models.retrieve(...)`` of the ``openai`` client (``GET /v1/models/{model}``).
+"""``client.models.retrieve(...)`` of the ``openai`` client (``GET /v1/models/{model}``).
 
 Found by hand: the route was missing (FastAPI 404 ``{"detail": "Not Found"}``) although
 ``/v1/models`` lists the model; SGLang serves it (the model card, or 404 in the OpenAI error shape

@@ -1,0 +1,170 @@
+"""SGLang's native ``/generate`` request body and the native API's JSON responses.
+
+``parse_generate_body`` type-checks a decoded ``/generate`` body (SGLang 0.5.x field names) and
+builds a :class:`~sglang_v4.managers.io_struct.GenerateReqInput`; SGLang fields this runtime does
+not implement are accepted only when null/false, a few routing-only fields are ignored, anything
+else is a 400. ``json_response`` / ``error_response`` write SGLang's response and error shapes.
+The routes themselves are in :mod:`sglang_v4.entrypoints.http_server`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi.responses import Response
+
+from sglang_v4.managers.io_struct import GenerateReqInput
+from sglang_v4.managers.tokenizer_manager import RequestError
+
+# Top-level /generate fields: supported ones, and SGLang fields accepted only when null/false.
+_GENERATE_FIELDS = {
+    "text",
+    "input_ids",
+    "sampling_params",
+    "rid",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "token_ids_logprob",
+    "return_text_in_logprobs",
+    "stream",
+    "log_metrics",
+    "priority",
+}
+_UNSUPPORTED_IF_SET = {
+    "input_embeds",
+    "image_data",
+    "video_data",
+    "audio_data",
+    "modalities",
+    "lora_path",
+    "lora_id",
+    "session_params",
+    "custom_logit_processor",
+    "return_hidden_states",
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "data_parallel_rank",
+    "routed_dp_rank",
+    "return_routed_experts",
+    "return_bytes",
+    "return_entropy",
+}
+# "model" and "no_logs": sglang-router forwards every /generate body with these SGLang fields set
+_IGNORED_FIELDS = {
+    "session_id",
+    "conversation_id",
+    "extra_key",
+    "cache_salt",
+    "background",
+    "model",
+    "no_logs",
+}
+
+
+#: orjson options of every JSON body: numpy scalars/arrays and non-str keys allowed.
+ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    """A JSON response serialized with orjson (numpy scalars/arrays and int keys allowed)."""
+    return Response(
+        content=orjson.dumps(content, option=ORJSON_OPTS),
+        status_code=status_code,
+        media_type="application/json",
+    )
+
+
+def error_response(message: str, status_code: int = 400) -> Response:
+    """SGLang's error shape: ``{"error": {"message": ...}}``."""
+    return json_response({"error": {"message": message}}, status_code=status_code)
+
+
+def _check_type(name: str, value: Any, ok: bool, expected: str) -> None:
+    if not ok:
+        raise RequestError(f"{name} must be {expected} (got {type(value).__name__}: {str(value)[:80]!r}).")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def parse_generate_body(body: Any) -> GenerateReqInput:
+    """Type-check a decoded ``/generate`` JSON body and build a :class:`GenerateReqInput`.
+
+    Raises:
+        RequestError: the body is not an object, has unknown fields, a supported field of the
+            wrong type, or an unsupported SGLang field set to a non-null value.
+    """
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.")
+    unknown = sorted(k for k in body if k not in _GENERATE_FIELDS | _UNSUPPORTED_IF_SET | _IGNORED_FIELDS)
+    if unknown:
+        raise RequestError(f"Unknown field(s) in the request: {', '.join(unknown)}.")
+    for k in _UNSUPPORTED_IF_SET:
+        if body.get(k) not in (None, False, [], {}):
+            raise RequestError(f"{k} is not supported by sglang-v4.")
+    text, ids = body.get("text"), body.get("input_ids")
+    if text is not None:
+        _check_type(
+            "text",
+            text,
+            isinstance(text, str) or (isinstance(text, list) and all(isinstance(t, str) for t in text)),
+            "a string or a list of strings",
+        )
+    if ids is not None:
+        flat = isinstance(ids, list) and all(_is_int(t) for t in ids)
+        nested = isinstance(ids, list) and all(
+            isinstance(r, list) and all(_is_int(t) for t in r) for r in ids
+        )
+        _check_type("input_ids", ids, flat or nested, "a list of integers or a list of lists of integers")
+        if nested and ids and any(len(r) == 0 for r in ids):
+            raise RequestError("input_ids: every prompt must contain at least one token.")
+    sp = body.get("sampling_params")
+    if sp is not None:
+        _check_type(
+            "sampling_params",
+            sp,
+            isinstance(sp, dict) or (isinstance(sp, list) and all(isinstance(p, dict) for p in sp)),
+            "an object or a list of objects",
+        )
+    rid = body.get("rid")
+    if rid is not None:
+        _check_type(
+            "rid",
+            rid,
+            isinstance(rid, str) or (isinstance(rid, list) and all(isinstance(r, str) for r in rid)),
+            "a string or a list of strings",
+        )
+
+    def scalar_or_list(name: str, pred: Any, expected: str) -> Any:
+        v = body.get(name)
+        if v is None:
+            return None
+        _check_type(name, v, pred(v) or (isinstance(v, list) and all(pred(x) for x in v)), expected)
+        return v
+
+    return_logprob = scalar_or_list("return_logprob", lambda v: isinstance(v, bool), "a boolean")
+    lsl = scalar_or_list("logprob_start_len", _is_int, "an integer")
+    tln = scalar_or_list("top_logprobs_num", _is_int, "an integer")
+    prio = scalar_or_list("priority", _is_int, "an integer")
+    for name in ("return_text_in_logprobs", "stream", "log_metrics"):
+        v = body.get(name)
+        if v is not None:
+            _check_type(name, v, isinstance(v, bool), "a boolean")
+    return GenerateReqInput(
+        text=text,
+        input_ids=ids,
+        sampling_params=sp,
+        rid=rid,
+        return_logprob=return_logprob,
+        logprob_start_len=lsl,
+        top_logprobs_num=tln,
+        token_ids_logprob=body.get("token_ids_logprob"),
+        return_text_in_logprobs=bool(body.get("return_text_in_logprobs") or False),
+        stream=bool(body.get("stream") or False),
+        log_metrics=body.get("log_metrics") is not False,
+        priority=prio,
+    )
