@@ -1,7 +1,6 @@
-"""QA: ``--tp-size 2`` was accepted and silently ignored (the server ran on one device, tp 1).
-
-Nothing in the runtime reads ``tp_size`` yet, so a value other than 1 must be refused with an
-error that names the field, as every other unsupported option is (CLI: argparse error, exit 2).
+"""QA: parallelism flags. ``--tp-size 2`` was once accepted and silently ignored; now it runs two
+ranks (test_tp_server.py), and a layout the runtime cannot run is refused with an error that names
+the field, as every other bad option is (CLI: argparse error, exit 2).
 """
 
 from __future__ import annotations
@@ -14,22 +13,39 @@ from server_fixture import REPO
 from sglang_v4.server_args import ServerArgs
 
 
-def test_tp_size_other_than_one_is_refused() -> None:
-    assert ServerArgs(tp_size=1).tp_size == 1
-    with pytest.raises(ValueError, match="tp_size"):
-        ServerArgs(tp_size=2)
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(tp_size=0), "tp_size"),
+        (dict(tp_size=2, ep_size=3), "ep_size"),
+        (dict(tp_size=3, nnodes=2, dist_init_addr="127.0.0.1:5000"), "nnodes"),
+        (dict(tp_size=2, nnodes=2), "dist_init_addr"),
+        (dict(tp_size=2, nnodes=2, node_rank=2, dist_init_addr="127.0.0.1:5000"), "node_rank"),
+        (dict(tp_size=2, dist_init_addr="nohost"), "dist_init_addr"),
+        (dict(dp_size=0), "dp_size"),
+        (dict(router_policy="fastest"), "router_policy"),
+    ],
+)
+def test_bad_parallel_layouts_are_refused(kw: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        ServerArgs(device="cpu", **kw)
 
 
-def test_cli_tp_size_two_exits_with_usage_error() -> None:
+def test_parallel_layouts_are_accepted() -> None:
+    sa = ServerArgs(device="cpu", tp_size=4, ep_size=2, nnodes=2, node_rank=1, dist_init_addr="10.0.0.1:5000")
+    assert (sa.tp_size, sa.ep_size, sa.nnodes, sa.node_rank) == (4, 2, 2, 1)
+
+
+def test_cli_bad_ep_size_exits_with_usage_error() -> None:
     p = subprocess.run(
-        [sys.executable, "-m", "sglang_v4.launch_server", "--tp-size", "2", "--port", "1"],
+        [sys.executable, "-m", "sglang_v4.launch_server", "--tp-size", "2", "--ep-size", "3", "--port", "1"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
-    assert "tp_size" in p.stderr.splitlines()[-1]
+    assert "ep_size" in p.stderr.splitlines()[-1]
 
 
 @pytest.mark.parametrize("field", ["indexer_stream_max_bs", "cuda_graph_warmup_ctx"])

@@ -3,6 +3,11 @@
 Flags are those of :class:`sglang_v4.server_args.ServerArgs` (``--model-path``, ``--port``,
 ``--page-size``, ...). Without ``--model-path`` the embedded default model is served. Exits
 non-zero when the backend fails to start or crashes.
+
+Parallelism (docs/PARALLELISM.md): ``--tp-size N [--ep-size M]`` starts N ranks;
+``--nnodes K --node-rank k --dist-init-addr HOST:PORT`` spreads them over K nodes (a node
+``k > 0`` runs only its ranks, no HTTP); ``--dp-size D`` starts D servers on ports
+``--port + 1 .. --port + D`` behind ``sglang-router`` on ``--port``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     from sglang_v4.entrypoints.http_server import launch_server
 
     try:
+        if server_args.node_rank > 0:
+            from sglang_v4.entrypoints.tp_launch import serve_worker_node
+
+            return serve_worker_node(server_args)
+        if server_args.dp_size > 1:
+            from sglang_v4.entrypoints.data_parallel import launch_data_parallel
+
+            return launch_data_parallel(server_args)
         return launch_server(server_args)
     except (RuntimeError, ValueError) as e:
         log.error("%s", e)

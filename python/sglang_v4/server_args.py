@@ -23,6 +23,8 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 KV_CACHE_DTYPE_CHOICES = ("auto", "bf16", "fp8_e4m3")
 SCHEDULE_POLICY_CHOICES = ("fcfs", "lpm")
+#: ``sglang-router`` policies for ``--dp-size`` (its ``--policy`` values).
+ROUTER_POLICY_CHOICES = ("cache_aware", "round_robin", "random", "power_of_two")
 LOAD_FORMAT_CHOICES = ("auto", "dummy")
 LOG_LEVEL_CHOICES = ("debug", "info", "warning", "error", "critical")
 
@@ -74,7 +76,16 @@ class ServerArgs:
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     enable_fp4_indexer: bool = False
+    # Parallelism (docs/PARALLELISM.md).
     tp_size: int = 1
+    ep_size: int = 1
+    dp_size: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+    dist_timeout: int | None = None
+    base_gpu_id: int = 0
+    router_policy: str = "cache_aware"
     # Memory.
     page_size: int = 256
     mem_fraction_static: float | None = None
@@ -200,11 +211,49 @@ class ServerArgs:
         gst = self.graceful_shutdown_timeout
         if isinstance(gst, bool) or not isinstance(gst, (int, float)) or not 0 <= gst < float("inf"):
             raise ValueError(f"graceful_shutdown_timeout must be a number of seconds >= 0 (got {gst!r})")
-        if self.tp_size != 1:
-            # nothing reads tp_size yet: refuse rather than silently run on one device
+        self._check_parallel(positive_int, nonnegative_int)
+
+    def _check_parallel(self, positive_int: Any, nonnegative_int: Any) -> None:
+        """The TP / EP / DP / multi-node fields (docs/PARALLELISM.md)."""
+        for name in ("ep_size", "dp_size", "nnodes"):
+            positive_int(name, allow_none=False)
+        nonnegative_int("node_rank")
+        nonnegative_int("base_gpu_id")
+        positive_int("dist_timeout")
+        if self.tp_size % self.ep_size:
             raise ValueError(
-                f"tp_size must be 1: tensor parallelism is not implemented yet (got {self.tp_size})"
+                f"ep_size must divide tp_size (experts are split inside the TP group; got ep_size="
+                f"{self.ep_size}, tp_size={self.tp_size})"
             )
+        if self.tp_size % self.nnodes:
+            raise ValueError(
+                f"tp_size must be a multiple of nnodes (the same number of ranks on every node; got "
+                f"tp_size={self.tp_size}, nnodes={self.nnodes})"
+            )
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"node_rank must be in [0, nnodes) (got {self.node_rank}, nnodes={self.nnodes})")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("dist_init_addr is required with nnodes > 1 (host:port of node 0's rendezvous)")
+        if self.dist_init_addr is not None:
+            host, _, port = str(self.dist_init_addr).rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"dist_init_addr must be host:port (got {self.dist_init_addr!r})")
+        if self.dp_size > 1 and self.nnodes > 1:
+            raise ValueError("dp_size > 1 runs replicas on one node: use nnodes=1 (or one router per node)")
+        if self.router_policy not in ROUTER_POLICY_CHOICES:
+            raise ValueError(
+                f"router_policy must be one of {list(ROUTER_POLICY_CHOICES)} (got {self.router_policy!r})"
+            )
+        if self.device == "cuda":
+            import torch
+
+            need = self.base_gpu_id + self.dp_size * self.tp_size // self.nnodes
+            have = torch.cuda.device_count()
+            if need > have:
+                raise ValueError(
+                    f"tp_size: {self.dp_size} x {self.tp_size // self.nnodes} GPUs per node from base_gpu_id "
+                    f"{self.base_gpu_id} need {need} GPUs, this node has {have}"
+                )
 
     # ------------------------------------------------------------------ CLI
     @staticmethod
@@ -233,7 +282,44 @@ class ServerArgs:
         a("--dtype", type=str, default="auto", choices=DTYPE_CHOICES)
         a("--kv-cache-dtype", type=str, default="auto", choices=KV_CACHE_DTYPE_CHOICES)
         a("--enable-fp4-indexer", action="store_true", help="Store indexer keys in fp4 (68 B).")
-        a("--tp-size", "--tensor-parallel-size", type=int, default=1, dest="tp_size")
+        a(
+            "--tp-size",
+            "--tensor-parallel-size",
+            type=int,
+            default=1,
+            dest="tp_size",
+            help="Tensor-parallel ranks (one process per GPU, or per CPU rank with --device cpu).",
+        )
+        a(
+            "--ep-size",
+            "--expert-parallel-size",
+            type=int,
+            default=1,
+            dest="ep_size",
+            help="Expert-parallel shards inside the TP group (divides --tp-size): whole routed experts "
+            "per rank; 1: every rank holds a slice of every expert.",
+        )
+        a(
+            "--dp-size",
+            "--data-parallel-size",
+            type=int,
+            default=1,
+            dest="dp_size",
+            help="Data-parallel replicas: N servers (each --tp-size GPUs) behind sglang-router on --port "
+            "(needs the sglang-router package).",
+        )
+        a("--router-policy", type=str, default="cache_aware", choices=ROUTER_POLICY_CHOICES,
+          help="sglang-router policy with --dp-size > 1.")  # fmt: skip
+        a("--nnodes", type=int, default=1, help="Nodes of one TP group (tp_size / nnodes ranks each).")
+        a("--node-rank", type=int, default=0, help="This node (0 serves HTTP; others run only TP ranks).")
+        a(
+            "--dist-init-addr",
+            type=str,
+            default=None,
+            help="host:port of rank 0's torch.distributed rendezvous.",
+        )
+        a("--dist-timeout", type=int, default=None, help="Seconds before a collective times out.")
+        a("--base-gpu-id", type=int, default=0, help="First GPU of this server's ranks.")
         a("--page-size", type=int, default=d["page_size"].default, help="Tokens per KV block.")
         a("--mem-fraction-static", type=float, default=None)
         a("--max-total-tokens", type=int, default=None)

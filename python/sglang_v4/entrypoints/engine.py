@@ -3,7 +3,8 @@
 ``launch_subprocesses`` starts SGLang's process split without HTTP: the scheduler process
 (``managers/scheduler_process.py``) and the detokenizer process
 (``managers/detokenizer_manager.py``), joined to the main process's ``TokenizerManager`` by ZMQ
-IPC sockets. ``Engine`` runs the ``TokenizerManager`` on a private event loop in a background
+IPC sockets, plus, with ``tp_size > 1``, this node's other tensor-parallel ranks
+(``entrypoints/tp_launch.py``). ``Engine`` runs the ``TokenizerManager`` on a private event loop in a background
 thread and exposes SGLang's ``Engine`` API (``generate``, ``async_generate``, ``flush_cache``,
 ``get_server_info``, ``shutdown``, context manager).
 """
@@ -121,22 +122,27 @@ class Subprocesses:
     scheduler: Any
     detokenizer: Any
     _shut: bool = False
+    #: this node's tensor-parallel ranks other than 0 (``tp_launch.TPWorkerProc``)
+    tp_workers: list[Any] = dataclasses.field(default_factory=list)
 
     def dead_process(self) -> str | None:
         """Name and exit code of a child that is no longer alive, else None."""
         for name, p in (("scheduler", self.scheduler), ("detokenizer", self.detokenizer)):
             if not p.is_alive():
                 return f"{name} process (pid {p.pid}) exited with code {p.exitcode}"
-        return None
+        from sglang_v4.entrypoints.tp_launch import dead_worker
+
+        return dead_worker(self.tp_workers)
 
     def shutdown(self) -> None:
-        """Kill both children and remove the IPC directory (idempotent)."""
+        """Kill the children and remove the IPC directory (idempotent)."""
         if self._shut:
             return
         self._shut = True
         from sglang_v4.utils import kill_process
 
-        for p in (self.scheduler, self.detokenizer):
+        # the TP ranks first: an idle rank 0 then sees no broken collective
+        for p in (*(w.process for w in self.tp_workers), self.scheduler, self.detokenizer):
             kill_process(p, timeout_s=3.0)
         if self.port_args.ipc_dir:
             shutil.rmtree(self.port_args.ipc_dir, ignore_errors=True)
@@ -147,10 +153,19 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
 
     ``server_args.model_path`` must be resolved (see :func:`resolve_model_path`).
 
+    With ``tp_size > 1`` the other TP ranks of this node start first (``dist_init_addr`` is set
+    here when not given: a free local port) and must report ready too.
+
     Raises:
-        RuntimeError: the scheduler failed to start (its traceback is in the message) or did not
-            report ready within ``SCHEDULER_READY_TIMEOUT_S``.
+        RuntimeError: the scheduler or a TP rank failed to start (its traceback is in the log) or
+            did not report ready within ``SCHEDULER_READY_TIMEOUT_S``.
     """
+    from sglang_v4.entrypoints.tp_launch import (
+        dead_worker,
+        poll_ready,
+        start_tp_workers,
+        with_dist_init_addr,
+    )
     from sglang_v4.managers.detokenizer_manager import run_detokenizer_process
     from sglang_v4.managers.scheduler_process import run_scheduler_process
 
@@ -163,6 +178,8 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
     port_args = PortArgs.init_new()
     reader, writer = ctx.Pipe(duplex=False)
     parent = os.getpid()
+    server_args = with_dist_init_addr(server_args)
+    workers = start_tp_workers(server_args, parent) if server_args.tp_size > 1 else []
     sched = ctx.Process(
         target=run_scheduler_process,
         args=(server_args, port_args, writer, parent),
@@ -177,19 +194,33 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
         daemon=True,
     )
     detok.start()
-    procs = Subprocesses(port_args, SchedulerReadyInfo(status="starting"), sched, detok)
+    procs = Subprocesses(port_args, SchedulerReadyInfo(status="starting"), sched, detok, tp_workers=workers)
     atexit.register(procs.shutdown)
     deadline = time.monotonic() + SCHEDULER_READY_TIMEOUT_S
     info: SchedulerReadyInfo | None = None
+    rank_error: str | None = None
     while time.monotonic() < deadline:
-        if reader.poll(0.2):
+        rank_error = poll_ready(workers) or dead_worker(workers)
+        if rank_error is not None:
+            break
+        if info is None and reader.poll(0.2):
             try:
                 info = reader.recv()
             except EOFError:
                 info = None
+                break
+            if info.status != "ready":
+                break
+        if info is not None and all(w.is_ready for w in workers):
             break
-        if not sched.is_alive():
+        if info is None and not sched.is_alive():
             break
+    if rank_error is not None:
+        procs.shutdown()
+        raise RuntimeError(f"The server failed to start: {rank_error}")
+    if info is not None and info.status == "ready" and not all(w.is_ready for w in workers):
+        procs.shutdown()
+        raise RuntimeError("The server failed to start: TP ranks not ready in time")
     if info is None or info.status != "ready":
         if info is not None:  # the scheduler logged its traceback; say only its last line again
             lines = info.error.strip().splitlines()
@@ -230,6 +261,11 @@ class Engine:
         if unknown:
             raise ValueError(f"Unknown Engine argument(s): {', '.join(unknown)}")
         self.server_args = ServerArgs(model_path=model_path, **kwargs)
+        if self.server_args.dp_size > 1 or self.server_args.node_rank > 0:
+            raise ValueError(
+                "dp_size / node_rank: an Engine is one server on node 0 (run --dp-size replicas and "
+                "worker nodes with python -m sglang_v4.launch_server)"
+            )
         resolve_model_path(self.server_args)
         self._procs = launch_subprocesses(self.server_args)
         self._loop = asyncio.new_event_loop()

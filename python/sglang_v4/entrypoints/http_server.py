@@ -264,6 +264,18 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
             "version": __version__,
         }
 
+    @app.get("/get_load")
+    async def get_load() -> Response:
+        """Load report per data-parallel rank (SGLang's shape; sglang-router polls it)."""
+        try:
+            m = await tm_or_503().get_scheduler_metrics()
+        except RequestError as e:
+            return error_response(str(e), e.status_code)
+        run, queue = int(m.get("num_running_reqs", 0)), int(m.get("num_queue_reqs", 0))
+        tokens = round(float(m.get("token_usage", 0.0)) * procs.scheduler_info.max_total_num_tokens)
+        load = {"dp_rank": 0, "num_reqs": run + queue, "num_waiting_reqs": queue, "num_tokens": tokens}
+        return json_response([load])
+
     @app.get("/server_info")
     async def server_info() -> Response:
         try:

@@ -49,8 +49,19 @@ _UNSUPPORTED_IF_SET = {
     "data_parallel_rank",
     "routed_dp_rank",
     "return_routed_experts",
+    "return_bytes",
+    "return_entropy",
 }
-_IGNORED_FIELDS = {"session_id", "conversation_id", "extra_key", "cache_salt", "background"}
+# "model" and "no_logs": sglang-router forwards every /generate body with these SGLang fields set
+_IGNORED_FIELDS = {
+    "session_id",
+    "conversation_id",
+    "extra_key",
+    "cache_salt",
+    "background",
+    "model",
+    "no_logs",
+}
 
 
 #: orjson options of every JSON body: numpy scalars/arrays and non-str keys allowed.

@@ -18,6 +18,7 @@ from sgl_kernel_v4 import ops
 from torch import nn
 
 from sglang_v4.configs.model_config import CSA, HCA, ModelConfig
+from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
 from sglang_v4.layers.compressor import CSACompressor, HCACompressor
 from sglang_v4.layers.layernorm import RMSNorm
 from sglang_v4.layers.linear import GroupedLinear, Linear
@@ -38,7 +39,17 @@ class RopeCache:
 class DSV4Attention(nn.Module):
     """Attention block of one layer; parameter names follow HF (``q_a_proj``, ``q_a_norm``, ``q_b_proj``,
     ``kv_proj``, ``kv_norm``, ``o_a_proj``, ``o_b_proj``, ``sinks``, ``compressor``); with ``quant`` the
-    five projections and the indexer's ``q_b_proj`` hold FP8 block-scaled weights, as published."""
+    five projections and the indexer's ``q_b_proj`` hold FP8 block-scaled weights, as published.
+
+    Tensor parallel (``tp``, docs/PARALLELISM.md): a rank holds ``n_heads / tp`` query heads
+    (``q_b_proj`` rows, ``sinks``) and the ``o_groups / tp`` output groups they feed (``o_a_proj``
+    rows, ``o_b_proj`` columns), and the output is summed over the ranks (one all-reduce). The
+    single shared K=V head, the compressors and the indexer are replicated: every rank computes
+    the same KV and keeps the same pools.
+
+    Raises:
+        ValueError: ``o_groups`` not divisible by the TP size.
+    """
 
     def __init__(
         self,
@@ -47,15 +58,19 @@ class DSV4Attention(nn.Module):
         dtype: torch.dtype,
         device: torch.device | str,
         quant: QuantConfig | None = None,
+        tp: TPGroup | None = None,
     ) -> None:
         super().__init__()
         c = model_config.hf
         self.mc = model_config
+        self.tp = tp if tp is not None else TPGroup(ParallelConfig())
         self.layer_idx = layer_idx
         self.layer_type = c.layer_types[layer_idx]
         self.rope_kind = "compress" if self.layer_type in (CSA, HCA) else "main"
-        self.n_heads, self.head_dim, self.eps = c.num_attention_heads, c.head_dim, c.rms_norm_eps
-        self.o_groups = c.o_groups
+        self.head_dim, self.eps = c.head_dim, c.rms_norm_eps
+        g0, g1 = self.tp.config.tp_range(c.o_groups, "o_groups (by --tp-size)")
+        self.o_groups = g1 - g0  # this rank's output groups and their heads
+        self.n_heads = c.num_attention_heads * self.o_groups // c.o_groups
         fp8 = linear_quant(quant)
         self.q_a_proj = Linear(c.hidden_size, c.q_lora_rank, dtype, device, fp8)
         self.q_a_norm = RMSNorm(c.q_lora_rank, c.rms_norm_eps, device)
@@ -63,14 +78,14 @@ class DSV4Attention(nn.Module):
         self.kv_proj = Linear(c.hidden_size, self.head_dim, dtype, device, fp8)
         self.kv_norm = RMSNorm(self.head_dim, c.rms_norm_eps, device)
         self.o_a_proj = GroupedLinear(
-            self.n_heads * self.head_dim // c.o_groups,
-            c.o_groups * c.o_lora_rank,
-            c.o_groups,
+            c.num_attention_heads * self.head_dim // c.o_groups,
+            self.o_groups * c.o_lora_rank,
+            self.o_groups,
             dtype,
             device,
             fp8,
         )
-        self.o_b_proj = Linear(c.o_groups * c.o_lora_rank, c.hidden_size, dtype, device, fp8)
+        self.o_b_proj = Linear(self.o_groups * c.o_lora_rank, c.hidden_size, dtype, device, fp8)
         self.sinks = nn.Parameter(
             torch.empty(self.n_heads, dtype=torch.float32, device=device), requires_grad=False
         )
@@ -136,7 +151,7 @@ class DSV4Attention(nn.Module):
         )
         o = ops.inv_rope_quant(o, cos, sin, False)
         o = self.o_a_proj(o.reshape(T, self.o_groups, -1))
-        return self.o_b_proj(o)
+        return self.tp.all_reduce(self.o_b_proj(o))
 
     def _indexer_branch(
         self,

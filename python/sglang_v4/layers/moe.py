@@ -14,6 +14,7 @@ from sgl_kernel_v4 import ops
 from sgl_kernel_v4.ref.moe import swiglu_clamped
 from torch import nn
 
+from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
 from sglang_v4.layers.linear import Linear
 from sglang_v4.layers.quantization import QuantConfig, expert_quant, linear_quant
 
@@ -69,6 +70,9 @@ class Experts(nn.Module):
     ``down_proj [E, D, I/2]`` uint8, two e2m1 values per byte along the input dim, with uint8 ue8m0
     exponent buffers ``gate_up_proj_scale_inv [E, 2I, D/32]`` / ``down_proj_scale_inv [E, D, I/32]``
     (one per 32 inputs); the forward is :func:`sgl_kernel_v4.ops.fused_moe_fp4`.
+
+    ``forward(x [T, D], ids [T, k], weights [T, k])``: ids outside ``[0, E)`` contribute nothing
+    (expert parallelism passes ``-1`` for the experts other ranks hold).
 
     Raises:
         ValueError: unknown ``quant``, or ``D`` / ``I`` not multiples of 32 with FP4; at the first
@@ -169,6 +173,17 @@ class SparseMoeBlock(nn.Module):
     """``forward(x [T, D], input_ids [T]) -> [T, D]`` = routed experts + shared expert.
 
     ``quant``: FP4 routed experts and an FP8 shared expert as published (``layers/quantization.py``).
+
+    Tensor / expert parallel (``tp``, docs/PARALLELISM.md): the router is replicated and every
+    rank sees every token; a rank holds the routed experts of its EP shard
+    (``ParallelConfig.expert_range``), each sliced on the intermediate dim over the
+    ``tp / ep`` ranks sharing the shard (``moe_inter_range``), and a ``1 / tp`` intermediate slice
+    of the shared expert. It computes its experts' contributions (tokens routed elsewhere, hash
+    layers included, get none) plus its shared-expert slice, and one all-reduce sums the ranks.
+
+    Raises:
+        ValueError: ``n_routed_experts`` not divisible by ``ep_size``, or an intermediate size not
+            divisible by its slicing.
     """
 
     def __init__(
@@ -178,9 +193,16 @@ class SparseMoeBlock(nn.Module):
         dtype: torch.dtype,
         device: torch.device | str,
         quant: QuantConfig | None = None,
+        tp: TPGroup | None = None,
     ) -> None:
         super().__init__()
         c = hf_config
+        self.tp = tp if tp is not None else TPGroup(ParallelConfig())
+        pc = self.tp.config
+        self.expert_start, expert_stop = pc.expert_range(c.n_routed_experts)
+        self.num_local_experts = expert_stop - self.expert_start
+        i0, i1 = pc.moe_inter_range(c.moe_intermediate_size)
+        s0, s1 = pc.tp_range(c.moe_intermediate_size, "moe_intermediate_size (shared expert, by --tp-size)")
         is_hash = c.mlp_layer_types[layer_idx] == "hash_moe"
         self.gate = Router(
             c.hidden_size,
@@ -193,18 +215,24 @@ class SparseMoeBlock(nn.Module):
             device,
         )
         self.experts = Experts(
-            c.n_routed_experts,
+            self.num_local_experts,
             c.hidden_size,
-            c.moe_intermediate_size,
+            i1 - i0,
             c.swiglu_limit,
             dtype,
             device,
             expert_quant(quant),
         )
         self.shared_experts = SharedMLP(
-            c.hidden_size, c.moe_intermediate_size, c.swiglu_limit, dtype, device, linear_quant(quant)
+            c.hidden_size, s1 - s0, c.swiglu_limit, dtype, device, linear_quant(quant)
         )
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
         ids, w = self.gate(x, input_ids)
-        return self.experts(x, ids, w) + self.shared_experts(x)
+        if self.num_local_experts != self.gate.weight.shape[0]:
+            # expert parallel: this rank's experts as local ids, the others as -1 (skipped)
+            local = ids - self.expert_start
+            ids = torch.where(
+                (local >= 0) & (local < self.num_local_experts), local, torch.full_like(local, -1)
+            )
+        return self.tp.all_reduce(self.experts(x, ids, w) + self.shared_experts(x))

@@ -6,8 +6,9 @@ requests, runs the forward (future token ids resolved on the device), computes t
 logprobs that were asked for, samples the next tokens, writes them into the :class:`FutureMap`,
 and starts the copies of what the scheduler needs back to the host. Everything it reads is in the
 batch, so the scheduler may change its requests while the call runs (overlap scheduling runs it
-in a worker thread, ``tp_worker_overlap_thread.py``); a tensor-parallel rank would receive the
-same object.
+in a worker thread, ``tp_worker_overlap_thread.py``). With tensor parallelism the runner's forward
+broadcasts the step (inputs, slot-state writes, resolved future ids) to the other ranks, which run
+the same forward; sampling stays here, on rank 0 (``model_runner.py``, docs/PARALLELISM.md).
 
 On CUDA the call does not wait for the device: the host copies are asynchronous (pinned memory)
 and the result carries an event (:meth:`GenerationBatchResult.wait`). The exception is sampling

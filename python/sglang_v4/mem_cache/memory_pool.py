@@ -135,6 +135,7 @@ class DSV4KVPool:
     ) -> None:
         mc = model_config
         self.model_config = mc
+        self._state_op_log: list[tuple[str, tuple[int, ...]]] | None = None
         self.page_size = page_size
         self.window = mc.sliding_window
         for name, r in (
@@ -261,9 +262,43 @@ class DSV4KVPool:
         return self._states[kind]
 
     # ---- request state -------------------------------------------------------------------
+    #: The request-state operations a tensor-parallel rank 0 records and replays on the other
+    #: ranks (``record_state_ops``); every rank keeps the same replicated state.
+    STATE_OPS = ("reset_req_state", "copy_req_state", "load_resume_state")
+
+    def record_state_ops(self) -> None:
+        """From now on, log every request-state operation (:data:`STATE_OPS`) besides applying it,
+        for :meth:`take_state_ops` (tensor-parallel rank 0: the other ranks replay the log before
+        the next forward)."""
+        self._state_op_log = []
+
+    def take_state_ops(self) -> list[tuple[str, tuple[int, ...]]]:
+        """The operations logged since the last call, in order (``[]`` when not recording)."""
+        log = self._state_op_log
+        if not log:
+            return []
+        self._state_op_log = []
+        return log
+
+    def apply_state_op(self, name: str, args: tuple[int, ...]) -> None:
+        """Replay one logged operation.
+
+        Raises:
+            ValueError: ``name`` is not one of :data:`STATE_OPS`.
+        """
+        if name not in self.STATE_OPS:
+            raise ValueError(f"state op: expected one of {self.STATE_OPS}, got {name!r}")
+        getattr(self, name)(*args)
+
+    def _log_state_op(self, name: str, *args: int) -> None:
+        log = self._state_op_log
+        if log is not None:
+            log.append((name, tuple(int(a) for a in args)))
+
     def reset_req_state(self, slot: int) -> None:
         """Zero a request slot's compressor state (a fresh request at position 0) and mark its
         page-table row stale (a new request's pages)."""
+        self._log_state_op("reset_req_state", slot)
         for st in self._states.values():
             st.reset(slot)
         self.req_to_page.invalidate(slot)
@@ -276,6 +311,7 @@ class DSV4KVPool:
 
     def copy_req_state(self, dst_slot: int, src_slot: int) -> None:
         """Copy request slot ``src_slot``'s compressor state into ``dst_slot``."""
+        self._log_state_op("copy_req_state", dst_slot, src_slot)
         for st in self._states.values():
             st.copy(dst_slot, src_slot)
 
@@ -286,6 +322,7 @@ class DSV4KVPool:
         restored; the raw window itself is read in place from ``window_page``. The slot's
         page-table row is marked stale (a new request's pages).
         """
+        self._log_state_op("load_resume_state", slot, window_page)
         for st in self._states.values():
             st.load_snapshot(slot, window_page)
         self.req_to_page.invalidate(slot)

@@ -31,6 +31,12 @@ inputs that only touch slot 0 / page 0), or at start-up (:meth:`CudaGraphRunner.
 failed capture logs a warning and disables graphs (eager fallback). Logits are copied inside the
 graph into a runner-owned ``[max_bs, vocab]`` buffer, so the graphs' memory pool (shared by all
 keys) keeps no per-graph outputs.
+
+Tensor parallel: the forward's NCCL collectives are captured with it. Every rank captures the same
+keys in the same order (rank 0 announces :meth:`CudaGraphRunner.capture_all` through
+``before_capture_all``; lazy captures follow the replayed batches, which every rank receives), and
+``eager_fallback=False``: a failed capture raises instead of leaving one rank eager while the others
+replay (their collectives would no longer pair up).
 """
 
 from __future__ import annotations
@@ -123,6 +129,11 @@ class CudaGraphRunner:
         self.mempool = torch.cuda.graph_pool_handle() if (use_graphs and self.device.type == "cuda") else None
         self.failed = False
         self.num_replays = 0
+        #: Called with ``max_ctx`` before :meth:`capture_all` captures (tensor-parallel rank 0
+        #: tells the other ranks to capture too).
+        self.before_capture_all: Callable[[], None] | None = None
+        #: ``False``: a failed capture raises (tensor parallel) instead of disabling graphs.
+        self.eager_fallback = True
 
     # ---- selection ------------------------------------------------------------------------
     def key_for(self, reqs: list[ReqForwardInput]) -> tuple[int, bool] | None:
@@ -197,7 +208,8 @@ class CudaGraphRunner:
         torch.cuda.synchronize(self.device)
         g = torch.cuda.CUDAGraph()
         # thread-local: a lazy capture runs in the model worker's thread while the scheduler's
-        # thread may wait on an event of the previous batch (overlap scheduling)
+        # thread may wait on an event of the previous batch (overlap scheduling), and NCCL's
+        # watchdog thread queries events during a tensor-parallel capture
         with torch.cuda.graph(g, pool=self.mempool, capture_error_mode="thread_local"):
             self._run_static(fb, bs)
         torch.cuda.synchronize(self.device)
@@ -214,6 +226,8 @@ class CudaGraphRunner:
         """
         if not self.use_graphs or self.failed or self.device.type != "cuda":
             return 0
+        if self.before_capture_all is not None:
+            self.before_capture_all()
         n = 0
         for bs in self.bs_list:
             two = self.indexer_streams.for_tokens(bs) is not None
@@ -229,6 +243,8 @@ class CudaGraphRunner:
         try:
             self.capture(bs, two_stream)
         except Exception as e:  # noqa: BLE001 - any capture failure means eager fallback
+            if not self.eager_fallback:
+                raise RuntimeError(f"CUDA graph capture failed for bs={bs}: {e}") from e
             logger.warning("CUDA graph capture failed for bs=%d (%s); running eagerly", bs, e)
             self.failed = True
             return False

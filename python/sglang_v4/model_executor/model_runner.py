@@ -9,6 +9,14 @@ from ``--mem-fraction-static`` of the free memory after the weights are loaded l
 workspace, measured by a maximal dummy forward first (``workspace.py``), in the chosen KV format
 (fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches replay CUDA
 graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a second stream.
+
+Tensor parallel (``--tp-size N``, docs/PARALLELISM.md): every rank has a ``ModelRunner`` over its
+shard of the weights and a full replica of the KV pool. Rank 0's runner is the scheduler's:
+:meth:`ModelRunner.forward` first broadcasts the step (:class:`ForwardStep`: the requests' forward
+inputs and the pool's request-state operations since the last step) over the TP group's CPU group,
+then runs it; the other ranks (``tp_worker_process.py``) receive each step and run the same
+forward, so their pools stay identical and the collectives inside the forward pair up. Only rank
+0's logits are used.
 """
 
 from __future__ import annotations
@@ -16,11 +24,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from sgl_kernel_v4 import ops
 
 from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup, init_tp_group
 from sglang_v4.mem_cache.kv_format import normalize_kv_cache_dtype
 from sglang_v4.mem_cache.kv_planner import KVPlan, plan_kv_pools
 from sglang_v4.mem_cache.kv_spec import build_kv_layout
@@ -51,6 +62,46 @@ def resolve_future_token_ids(input_ids: torch.Tensor, future_token_ids: torch.Te
     """
     slot = (-input_ids - 1).clamp_(min=0)
     input_ids.copy_(torch.where(input_ids < 0, future_token_ids[slot], input_ids))
+
+
+@dataclass
+class ForwardStep:
+    """One forward, as rank 0 broadcasts it to the other tensor-parallel ranks.
+
+    Attributes:
+        reqs: the forward's per-request inputs (page ids, token ids, positions).
+        state_ops: the pool's request-state operations since the last step
+            (``DSV4KVPool.take_state_ops``: slot resets, resume-state loads), replayed first.
+        use_graph: rank 0 replays a decode CUDA graph for it (every rank takes the same path, so
+            the collectives pair up).
+        future_ids: ``reqs`` hold future placeholders; rank 0 broadcasts the resolved input ids
+            over the device group (``TPGroup.broadcast_tensor``) before the model reads them.
+    """
+
+    reqs: list[ReqForwardInput]
+    state_ops: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    use_graph: bool = False
+    future_ids: bool = False
+
+
+@dataclass
+class CaptureGraphs:
+    """Rank 0 captures its decode CUDA graphs (one per batch size, each serving every context): the
+    other ranks do the same, in step (the captures run collectives)."""
+
+
+@dataclass
+class Shutdown:
+    """Rank 0 is stopping: the other ranks exit."""
+
+
+def rank_device(server_args: ServerArgs, tp_rank: int) -> torch.device:
+    """The device of TP rank ``tp_rank``: the CPU, or GPU ``base_gpu_id + local rank`` where the
+    local rank counts the ranks of this node (``tp_size / nnodes`` per node)."""
+    if server_args.device != "cuda":
+        return torch.device("cpu")
+    per_node = server_args.tp_size // server_args.nnodes
+    return torch.device("cuda", server_args.base_gpu_id + tp_rank % per_node)
 
 
 class IndexerStreamPolicy:
@@ -108,18 +159,27 @@ class ModelRunner:
             Tests and benchmarks build one with e.g. ``ServerArgs(device="cpu",
             load_format="dummy", page_size=128, max_total_tokens=4096)``; ``quantization``
             (``--quantization``: ``None`` = the checkpoint's ``quantization_config`` on CUDA;
-            ``"fp8"``: FP8 linears + FP4 experts; ``"none"``: dequantize at load).
+            ``"fp8"``: FP8 linears + FP4 experts; ``"none"``: dequantize at load); ``tp_size``,
+            ``ep_size``, ``dist_init_addr``, ``dist_timeout``, ``nnodes``, ``base_gpu_id``
+            (tensor / expert parallel, module docstring).
+        tp_rank: this process's tensor-parallel rank (0: the scheduler's runner, which broadcasts
+            every forward; others: ``tp_worker_process.py``). It joins the TP group here.
 
     Raises:
         ValueError: bad ``kv_cache_dtype``, ``model_path`` unusable, or a KV budget too small for
             one block page and the request slots (from the planner).
     """
 
-    def __init__(self, model_config: ModelConfig, server_args: ServerArgs) -> None:
+    def __init__(self, model_config: ModelConfig, server_args: ServerArgs, tp_rank: int = 0) -> None:
         sa = server_args
         self.mc = model_config
         self.server_args = sa
-        self.device = torch.device(sa.device)
+        placed = sa.tp_size > 1 or sa.base_gpu_id > 0  # else the current device, as before
+        self.device = rank_device(sa, tp_rank) if placed else torch.device(sa.device)
+        if self.device.type == "cuda" and self.device.index is not None:
+            torch.cuda.set_device(self.device)
+        self.parallel = ParallelConfig(sa.tp_size, tp_rank, sa.ep_size)
+        self.tp: TPGroup = init_tp_group(self.parallel, self.device, sa.dist_init_addr, sa.dist_timeout)
         if self.device.type == "cpu":
             # One intra-op thread by default: the server's processes and the clients share a few
             # cores, and oversubscribed OpenMP pools make small ops 1000x slower (measured:
@@ -149,13 +209,15 @@ class ModelRunner:
             sa.load_format,
             sa.quantization,
             int(sa.random_seed or 0),
+            tp=self.tp,
         )
         logger.info(
-            "Model loaded in %.1f s (%s, %s, load_format=%s)",
+            "Model loaded in %.1f s (%s, %s, load_format=%s%s)",
             time.perf_counter() - t0,
-            sa.device,
+            self.device,
             sa.dtype,
             sa.load_format,
+            f", {self.parallel.describe()}" if self.tp.size > 1 else "",
         )
         self.kv_cache_dtype = normalize_kv_cache_dtype(sa.kv_cache_dtype, self.dtype)
         self.fp4_indexer = bool(sa.enable_fp4_indexer)
@@ -178,6 +240,18 @@ class ModelRunner:
             fp4_indexer=self.fp4_indexer,
             max_pages_per_req=-(-self.context_len // self.page_size),
         )
+        if self.tp.size > 1:
+            from sglang_v4.model_loader.weight_loader import weight_nbytes
+
+            logger.info(
+                "TP rank %d on %s: weights %.2f GiB (its shard) + KV pools %.2f GiB (replicated)",
+                self.parallel.tp_rank,
+                self.device,
+                weight_nbytes(self.model) / 2**30,
+                self.pool.memory_bytes() / 2**30,
+            )
+            if self.tp.is_first_rank:
+                self.pool.record_state_ops()  # replayed on the other ranks with each forward
         logger.info(
             "KV pool (%s%s): %d block pages (%d tokens), %d window pages of %d positions, "
             "%d request slots, %.1f MiB allocated, %d B page padding",
@@ -212,7 +286,7 @@ class ModelRunner:
     def create_cuda_graph_runner(self, max_bs: int, max_ctx: int, use_graphs: bool = True) -> CudaGraphRunner:
         """A :class:`CudaGraphRunner` over this runner's model, pool, metadata builder and
         indexer-stream policy (arguments as there)."""
-        return CudaGraphRunner(
+        g = CudaGraphRunner(
             self.model,
             self.pool,
             self.builder,
@@ -222,6 +296,11 @@ class ModelRunner:
             max_ctx=max_ctx,
             use_graphs=use_graphs,
         )
+        if self.tp.size > 1:
+            g.eager_fallback = False
+            if self.tp.is_first_rank:
+                g.before_capture_all = lambda: self.tp.broadcast_object(CaptureGraphs())
+        return g
 
     # window pages beyond the per-request ones: a prefill chunk's transient spans (64 x 128
     # positions covers an 8192-token chunk)
@@ -274,6 +353,9 @@ class ModelRunner:
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             avail = int(free * (mem_fraction if mem_fraction is not None else 0.85))
+            # every rank holds the same (replicated) pools and runs the same workspace probe (its
+            # collectives must pair up): plan for the tightest GPU
+            avail = self.tp.min_int(avail)
             sa = self.server_args
             self.workspace = plan_workspace(
                 self.model,
@@ -347,7 +429,9 @@ class ModelRunner:
         graph (:class:`~sglang_v4.model_executor.cuda_graph_runner.CudaGraphRunner`); everything
         else (and everything on CPU) runs eagerly. Negative input ids are future placeholders,
         resolved on the device from ``future_token_ids`` (:func:`resolve_future_token_ids`) before
-        the model reads them.
+        the model reads them. With tensor parallelism (on rank 0) the step is first broadcast to
+        the other ranks (:class:`ForwardStep`), which run it too; rank 0 then broadcasts the
+        resolved input ids over the device group (only rank 0 holds the future map).
 
         Raises:
             torch.OutOfMemoryError: the device ran out of memory (or the fault-injection hook
@@ -359,16 +443,52 @@ class ModelRunner:
             raise torch.OutOfMemoryError(
                 f"out of memory injected in forward {self.forward_ct} ({INJECT_OOM_ENV})"
             )
+        has_future = future_token_ids is not None and any(r.input_ids[-1] < 0 for r in reqs)
+        g = self.cuda_graph_runner
+        use_graph = g is not None and g.can_run(reqs)
+        if self.tp.size > 1:
+            self.tp.broadcast_object(ForwardStep(reqs, self.pool.take_state_ops(), use_graph, has_future))
         resolve = None
-        if future_token_ids is not None and any(r.input_ids[-1] < 0 for r in reqs):
+        if has_future:
             fmap = future_token_ids
+            tp = self.tp
 
             def resolve(fb: ForwardBatch) -> None:
                 resolve_future_token_ids(fb.input_ids, fmap)
+                tp.broadcast_tensor(fb.input_ids)
 
-        g = self.cuda_graph_runner
-        if g is not None and g.can_run(reqs):
-            return g.replay(reqs, before_replay=resolve)
+        return self._forward(reqs, use_graph, resolve)
+
+    def run_broadcast_step(self, step: ForwardStep) -> None:
+        """A non-zero TP rank's share of rank 0's :meth:`forward`: replay the request-state
+        operations, then run the same forward, on the same path (graph replay or eager), taking
+        the resolved future token ids from rank 0; its logits are not used.
+
+        Raises:
+            RuntimeError: rank 0 replays a CUDA graph but this rank has no graph runner.
+        """
+        for name, args in step.state_ops:
+            self.pool.apply_state_op(name, args)
+        if step.use_graph and self.cuda_graph_runner is None:
+            raise RuntimeError(
+                f"TP rank {self.parallel.tp_rank}: rank 0 replays a CUDA graph, this rank has none"
+            )
+        tp = self.tp
+
+        def receive(fb: ForwardBatch) -> None:
+            tp.broadcast_tensor(fb.input_ids)
+
+        self._forward(step.reqs, step.use_graph, receive if step.future_ids else None)
+
+    def _forward(
+        self,
+        reqs: list[ReqForwardInput],
+        use_graph: bool,
+        resolve: Callable[[ForwardBatch], None] | None,
+    ) -> tuple[ForwardBatch, torch.Tensor]:
+        if use_graph:
+            assert self.cuda_graph_runner is not None
+            return self.cuda_graph_runner.replay(reqs, before_replay=resolve)
         fb = self.build_batch(reqs)
         if resolve is not None:
             resolve(fb)

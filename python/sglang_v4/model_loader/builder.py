@@ -15,6 +15,7 @@ import time
 import torch
 
 from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
 from sglang_v4.layers.quantization import QuantConfig, resolve_quantization
 from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
 
@@ -31,15 +32,26 @@ WEIGHT_MEMORY_FRACTION = 0.9
 CHECKPOINT_BYTES_TOLERANCE = 0.02
 
 
-def model_weight_bytes(model_config: ModelConfig, dtype: torch.dtype, quant: QuantConfig | None) -> int:
+def model_weight_bytes(
+    model_config: ModelConfig,
+    dtype: torch.dtype,
+    quant: QuantConfig | None,
+    parallel: ParallelConfig | None = None,
+) -> int:
     """Exact bytes of the model's weights (every ``state_dict`` tensor: weights, scales, tables) in
-    ``dtype`` with ``quant``, from the model built on the meta device (nothing allocated)."""
+    ``dtype`` with ``quant``, from the model built on the meta device (nothing allocated); with
+    ``parallel``, the bytes one rank of that TP / EP layout holds.
+
+    Raises:
+        ValueError: a layout that cannot split the model (see ``DeepseekV4ForCausalLM``).
+    """
+    tp = TPGroup(parallel) if parallel is not None else None
     with torch.device("meta"):
-        model = DeepseekV4ForCausalLM(model_config, dtype, "meta", quant)
+        model = DeepseekV4ForCausalLM(model_config, dtype, "meta", quant, tp)
     return weight_nbytes(model)
 
 
-def check_weights_fit(need: int, free: int, total: int, label: str = "model") -> None:
+def check_weights_fit(need: int, free: int, total: int, label: str = "model", tp_size: int = 1) -> None:
     """Raise if ``need`` weight bytes do not fit one device.
 
     The weights may take at most :data:`WEIGHT_MEMORY_FRACTION` of the device's ``total`` bytes
@@ -47,17 +59,17 @@ def check_weights_fit(need: int, free: int, total: int, label: str = "model") ->
 
     Raises:
         ValueError: naming the bytes needed, the bytes available and the ``--tp-size`` that would
-            spread the weights thin enough.
+            spread the weights thin enough (``need`` is one rank's share when ``tp_size > 1``).
     """
     budget = min(int(total * WEIGHT_MEMORY_FRACTION), int(free))
     if need <= budget:
         return
-    tp = max(2, 1 << math.ceil(math.log2(need / max(1, int(total * WEIGHT_MEMORY_FRACTION)))))
+    more = max(2, 1 << math.ceil(math.log2(need * tp_size / max(1, int(total * WEIGHT_MEMORY_FRACTION)))))
     raise ValueError(
-        f"{label}: the weights need {need} bytes ({need / 2**30:.1f} GiB) but one GPU offers {budget} bytes "
-        f"({budget / 2**30:.1f} GiB: {WEIGHT_MEMORY_FRACTION:g} of its {total / 2**30:.1f} GiB, "
-        f"{free / 2**30:.1f} GiB free). Shard the weights over GPUs with --tp-size {tp} (tensor "
-        "parallelism is not implemented in this runtime yet) or use a smaller model (e.g. preset flash-43l)."
+        f"{label}: the weights need {need} bytes ({need / 2**30:.1f} GiB) per GPU but one GPU offers "
+        f"{budget} bytes ({budget / 2**30:.1f} GiB: {WEIGHT_MEMORY_FRACTION:g} of its {total / 2**30:.1f} GiB, "
+        f"{free / 2**30:.1f} GiB free). Shard the weights over more GPUs (--tp-size {max(more, 2 * tp_size)}, "
+        "with --ep-size for the experts) or use a smaller model (e.g. preset flash-43l)."
     )
 
 
@@ -69,6 +81,7 @@ def get_model(
     load_format: str = "auto",
     quantization: str | None = None,
     seed: int = 0,
+    tp: TPGroup | None = None,
 ) -> DeepseekV4ForCausalLM:
     """The runtime model on ``device`` with its weights.
 
@@ -81,6 +94,8 @@ def get_model(
         quantization: ``--quantization`` (``None``: the checkpoint's format on CUDA, dequantized on
             CPU; ``"fp8"``; ``"none"``), see :func:`~sglang_v4.layers.quantization.resolve_quantization`.
         seed: dummy-weight seed.
+        tp: this rank's tensor-parallel group: the model holds, loads (or generates) and logs
+            only this rank's shard (``DeepseekV4ForCausalLM.weight_shards``).
 
     Raises:
         ValueError: unknown ``load_format``, a missing ``model_path``, weights that do not fit
@@ -93,12 +108,13 @@ def get_model(
     dev = torch.device(device)
     quant = resolve_quantization(quantization, model_config.hf, dev.type)
     label = "weights" if quant is None else quant.describe()
-    need = model_weight_bytes(model_config, dtype, quant)
+    parallel = tp.config if tp is not None else ParallelConfig()
+    need = model_weight_bytes(model_config, dtype, quant, parallel)
     if dev.type == "cuda":
         free, total = torch.cuda.mem_get_info(dev)
-        check_weights_fit(need, free, total, f"{model_path or 'model'} ({label}, {dtype})")
+        check_weights_fit(need, free, total, f"{model_path or 'model'} ({label}, {dtype})", parallel.tp_size)
     t0 = time.perf_counter()
-    model = DeepseekV4ForCausalLM(model_config, dtype, dev, quant)
+    model = DeepseekV4ForCausalLM(model_config, dtype, dev, quant, tp)
     if load_format == "dummy":
         init_dummy_weights(model, seed)
     else:
@@ -107,7 +123,9 @@ def get_model(
     model.eval()
     have = weight_nbytes(model)
     msg = f"Weights: {have} bytes ({have / 2**30:.2f} GiB) on {dev} ({label}, {dtype}, load_format={load_format})"
-    if load_format == "auto":
+    if parallel.tp_size > 1:
+        msg += f" [this rank's shard: {parallel.describe()}]"
+    if load_format == "auto" and parallel.tp_size == 1:
         assert model_path is not None
         ck = checkpoint_nbytes(model_path)
         ratio = have / max(1, ck)

@@ -11,6 +11,7 @@ checkpoint is not. Host memory holds one stored tensor at a time.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from contextlib import ExitStack
@@ -20,11 +21,13 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
-from sglang_v4.layers.quantization import SCALE_SUFFIX
+from sglang_v4.distributed.sharding import Range, TensorShard
+from sglang_v4.layers.quantization import FP8_BLOCK, SCALE_SUFFIX
 
-from .loader import _Plan, _plan, _Source, keeps_fp32
+from .loader import _Entry, _Plan, _plan, _Source, keeps_fp32
 from .quant import (
     E8M0_DTYPE,
+    FP4_GROUP,
     FP8_DTYPE,
     dequantize_fp4,
     dequantize_fp8_block,
@@ -88,12 +91,43 @@ def _targets(state: dict[str, torch.Tensor]) -> dict[str, _Target]:
     return out
 
 
-def _read(src: _Source, handles: dict[str, object], plan: _Plan, device: torch.device) -> tuple:
-    """The stored tensor and its scale (or None), moved to ``device``."""
-    w = handles[plan.key_file[src.key]].get_tensor(src.key).to(device)  # type: ignore[attr-defined]
+def _align(src: _Source, tgt: _Target, plan: _Plan) -> list[int]:
+    """Per source dim, the granularity a read must start on so that the region can be converted
+    exactly: the checkpoint's FP8 blocks / FP4 scale groups, and the target's blocks when it is
+    quantized here (the global block grid, so a rank quantizes exactly what one rank would)."""
+    nd = len(src.shape)
+    a = [1] * nd
+    if src.kind in ("fp8", "scaled"):
+        a[-2], a[-1] = plan.block
+    elif src.kind == "fp4":
+        a[-1] = FP4_GROUP
+    if tgt.kind == "fp8" and nd >= 2:
+        a[-2], a[-1] = math.lcm(a[-2], FP8_BLOCK[0]), math.lcm(a[-1], FP8_BLOCK[1])
+    elif tgt.kind == "fp4":
+        a[-1] = math.lcm(a[-1], FP4_GROUP)
+    return a
+
+
+def _read_region(
+    src: _Source, handles: dict[str, object], plan: _Plan, cover: list[Range], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The stored tensor's (and its scale's) part covering the logical ``cover`` ranges (aligned
+    as :func:`_align` says), read from the file by slices, moved to ``device``."""
+    sl = [slice(s, e) for s, e in cover]
+    if src.kind == "fp4":  # packed: two values per byte along the last dim
+        sl[-1] = slice(cover[-1][0] // 2, cover[-1][1] // 2)
+    f = handles[plan.key_file[src.key]]
+    w = f.get_slice(src.key)[tuple(sl)].to(device)  # type: ignore[attr-defined]
     if src.scale is None:
         return w, None
-    return w, handles[plan.key_file[src.scale]].get_tensor(src.scale).to(device)  # type: ignore[attr-defined]
+    ssl = [slice(s, e) for s, e in cover]
+    if src.kind == "fp4":
+        ssl[-1] = slice(cover[-1][0] // FP4_GROUP, -(-cover[-1][1] // FP4_GROUP))
+    else:
+        for d, b in ((-2, plan.block[0]), (-1, plan.block[1])):
+            ssl[d] = slice(cover[d][0] // b, -(-cover[d][1] // b))
+    g = handles[plan.key_file[src.scale]]
+    return w, g.get_slice(src.scale)[tuple(ssl)].to(device)  # type: ignore[attr-defined]
 
 
 def _dequantized(src: _Source, w: torch.Tensor, scale: torch.Tensor | None, plan: _Plan) -> torch.Tensor:
@@ -105,51 +139,150 @@ def _dequantized(src: _Source, w: torch.Tensor, scale: torch.Tensor | None, plan
     return dequantize_fp8_block(w, scale, plan.block, name=src.key)
 
 
-def _load_source(
+def _in_target_format(
     src: _Source,
-    handles: dict[str, object],
+    w: torch.Tensor,
+    scale: torch.Tensor | None,
     plan: _Plan,
     tgt: _Target,
-    index: tuple,
     dtype: torch.dtype | None,
-) -> None:
-    """Write one stored tensor into ``tgt.tensor[index]`` (and its scale) in the target's format:
-    copied as stored when the formats agree, else dequantized and, for a quantized target,
-    re-quantized (on the target's device)."""
-    dev = tgt.tensor.device
-    w, scale = _read(src, handles, plan, dev)
-    if tgt.kind == "fp8" and src.kind == "fp8" and w.dtype == FP8_DTYPE and plan.block == (128, 128):
-        tgt.tensor[index].copy_(w)
-        assert tgt.scale is not None and scale is not None
-        tgt.scale[index].copy_(scale_to_float(scale))
-        return
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A stored region in the target's format: copied as stored when the formats agree, else
+    dequantized and, for a quantized target, re-quantized (on the target's device)."""
+    if tgt.kind == "fp8" and src.kind == "fp8" and w.dtype == FP8_DTYPE and plan.block == FP8_BLOCK:
+        assert scale is not None
+        return w, scale_to_float(scale)
     if tgt.kind == "fp4" and src.kind == "fp4":
-        assert tgt.scale is not None and scale is not None
-        tgt.tensor[index].copy_(w.contiguous().view(torch.uint8))
-        tgt.scale[index].copy_(fp4_scale_bytes(scale, src.key))
-        return
+        assert scale is not None
+        return w.contiguous().view(torch.uint8), fp4_scale_bytes(scale, src.key)
     t = _dequantized(src, w, scale, plan)
     if tgt.kind == "fp8":
-        q, s = quantize_fp8_block(t, (128, 128), E8M0_DTYPE)
-        assert tgt.scale is not None
-        tgt.tensor[index].copy_(q)
-        tgt.scale[index].copy_(scale_to_float(s))
-        return
+        q, s = quantize_fp8_block(t, FP8_BLOCK, E8M0_DTYPE)
+        return q, scale_to_float(s)
     if tgt.kind == "fp4":
         q, s = quantize_fp4(t)
-        assert tgt.scale is not None
-        tgt.tensor[index].copy_(q.view(torch.uint8))
-        tgt.scale[index].copy_(s.view(torch.uint8))
-        return
+        return q.view(torch.uint8), s.view(torch.uint8)
     if tgt.name.endswith("tid2eid") and t.dtype.is_floating_point:
         t = t.round()
     if dtype is not None and t.dtype.is_floating_point and not keeps_fp32(tgt.name):
         t = t.to(dtype)
-    tgt.tensor[index].copy_(t)
+    return t, None
+
+
+def _scale_span(name: str, dim_name: str, off: int, n: int, block: int) -> tuple[int, int]:
+    """Block rows of the scale covering ``[off, off + n)`` of a block-scaled weight region that
+    starts on a block boundary: the region must start on a block boundary or lie inside one block.
+
+    Raises:
+        ValueError: the split breaks a block (naming the weight).
+    """
+    if off % block == 0:
+        return off // block, -(-(off + n) // block)
+    if off // block == (off + n - 1) // block:
+        return off // block, off // block + 1
+    raise ValueError(
+        f"{name}: this rank's {dim_name} [{off}, {off + n}) of a {block}-wide FP8 block-scaled weight "
+        f"break a {block}x{block} block (the split must fall on block boundaries); use another "
+        "--tp-size / --ep-size or --quantization none"
+    )
+
+
+def _load_region(
+    src: _Source,
+    region: list[Range],
+    handles: dict[str, object],
+    plan: _Plan,
+    tgt: _Target,
+    local: list[int],
+    dtype: torch.dtype | None,
+) -> None:
+    """Write the logical ``region`` of a stored tensor into the target at local offsets ``local``
+    (one per target dim; the target may have leading dims the source lacks, e.g. the expert index
+    of an official per-expert tensor)."""
+    full = src.logical_shape
+    align = _align(src, tgt, plan)
+    cover = [(s // a * a, min(-(-e // a) * a, n)) for (s, e), a, n in zip(region, align, full)]
+    w, scale = _read_region(src, handles, plan, cover, tgt.tensor.device)
+    w, scale = _in_target_format(src, w, scale, plan, tgt, dtype)
+    off = [s - c0 for (s, _), (c0, _) in zip(region, cover)]
+    size = [e - s for s, e in region]
+    lead = len(local) - len(region)
+    tidx: list[int | slice] = [local[d] for d in range(lead)]  # dims the source lacks: an index
+    tidx += [slice(local[lead + d], local[lead + d] + size[d]) for d in range(len(region))]
+    widx = [slice(o, o + n) for o, n in zip(off, size)]
+    sidx: list[int | slice] = []
+    stidx: list[int | slice] = []
+    if tgt.kind == "fp4":  # the last dim is packed (2 values per byte) with a scale per 32 values
+        o, lo, n = off[-1], local[-1], size[-1]
+        if o % FP4_GROUP or lo % FP4_GROUP:
+            raise ValueError(
+                f"{tgt.name}: this rank's FP4 columns [{region[-1][0]}, {region[-1][1]}) do not start on a "
+                f"{FP4_GROUP}-value scale group"
+            )
+        sidx = list(widx[:-1]) + [slice(o // FP4_GROUP, -(-(o + n) // FP4_GROUP))]
+        stidx = list(tidx[:-1]) + [slice(lo // FP4_GROUP, -(-(lo + n) // FP4_GROUP))]
+        widx[-1] = slice(o // 2, (o + n) // 2)
+        tidx[-1] = slice(lo // 2, (lo + n) // 2)
+    elif tgt.kind == "fp8":
+        sidx, stidx = list(widx), list(tidx)
+        for d, what in ((-2, "rows"), (-1, "columns")):
+            b0, b1 = _scale_span(tgt.name, what, off[d], size[d], FP8_BLOCK[d])
+            sidx[d] = slice(b0, b1)
+            lo = local[d]
+            if lo % FP8_BLOCK[d]:
+                raise ValueError(
+                    f"{tgt.name}: local {what} offset {lo} is not on a {FP8_BLOCK[d]}-wide FP8 block"
+                )
+            stidx[d] = slice(lo // FP8_BLOCK[d], lo // FP8_BLOCK[d] + (b1 - b0))
+    tgt.tensor[tuple(tidx)].copy_(w[tuple(widx)])
+    if tgt.kind in ("fp8", "fp4"):
+        assert tgt.scale is not None and scale is not None
+        tgt.scale[tuple(stidx)].copy_(scale[tuple(sidx)])
+
+
+def _placements(entry: _Entry, full: tuple[int, ...]) -> list[tuple[_Source, list[Range], int]]:
+    """Where each stored tensor of ``entry`` sits in the target's full logical coordinates:
+    ``(source, ranges per target dim, number of leading target dims the source lacks)``. A single
+    tensor covers everything; an official routed expert's ``w1`` / ``w3`` / ``w2`` cover one
+    expert index and, for ``gate_up_proj``, the gate or the up rows."""
+    if entry.experts is None:
+        return [(entry.sources[0], [(0, n) for n in full], 0)]
+    out = []
+    for e, row in enumerate(entry.experts):
+        off = 0
+        for src in row:
+            n = src.logical_shape[0]
+            out.append((src, [(e, e + 1), (off, off + n), *[(0, m) for m in full[2:]]], 1))
+            off += n
+    return out
+
+
+def _load_entry(
+    entry: _Entry,
+    handles: dict[str, object],
+    plan: _Plan,
+    tgt: _Target,
+    shard: TensorShard,
+    dtype: torch.dtype | None,
+) -> None:
+    """Write this rank's part (``shard``) of one checkpoint entry into its target."""
+    places = _placements(entry, shard.full_shape)
+    for granges, loffs in shard.regions():
+        for src, place, lead in places:
+            inter = [(max(a, p), min(b, q)) for (a, b), (p, q) in zip(granges, place)]
+            if any(s >= e for s, e in inter):
+                continue
+            region = [(s - p, e - p) for (s, e), (p, _) in list(zip(inter, place))[lead:]]
+            local = [lo + (s - a) for lo, (s, _), (a, _) in zip(loffs, inter, granges)]
+            _load_region(src, region, handles, plan, tgt, local, dtype)
 
 
 def load_weights_into(
-    model: torch.nn.Module, model_path: str, dtype: torch.dtype | None = None, progress: bool = True
+    model: torch.nn.Module,
+    model_path: str,
+    dtype: torch.dtype | None = None,
+    progress: bool = True,
+    shards: dict[str, TensorShard] | None = None,
 ) -> None:
     """Stream a checkpoint into ``model`` (whose ``state_dict()`` keys are HF names), tensor by tensor.
 
@@ -163,16 +296,31 @@ def load_weights_into(
     quantized and the checkpoint is not in its format). ``dtype``, if given, is the intermediate
     dtype of floating tensors cast into plain destinations (``None``: the stored / dequantized one).
 
+    Tensor / expert parallel: ``shards`` (default: ``model.weight_shards()`` when the model has
+    it) gives, per HF name, the part of the full tensor this rank holds; the checkpoint must
+    have the *full* shape and only that part is read (safetensors slices; official per-expert
+    tensors of other ranks' experts are not read at all). FP8 weights are copied with the scales
+    of their 128x128 blocks: a split must fall on block boundaries (or inside one block).
+
     Raises:
         ValueError: listing every problem, one per line, each naming the tensor, the expected
             shape and the found shape (or ``missing`` / ``unexpected``); an FP4 scale that is not
-            a power of two for an FP4 destination.
+            a power of two for an FP4 destination; a split that breaks an FP8 block.
         FileNotFoundError: no checkpoint at ``model_path``.
     """
+    if shards is None:
+        get = getattr(model, "weight_shards", None)
+        shards = get() if callable(get) else {}
     targets = _targets(model.state_dict())
+    full_shapes: dict[str, tuple[int, ...]] = {}
+    for k, t in targets.items():
+        sh = shards.get(k)
+        if sh is not None and sh.local_shape != t.logical_shape:
+            raise ValueError(f"{k}: the model holds {t.logical_shape} but its shard is {sh.local_shape}")
+        full_shapes[k] = sh.full_shape if sh is not None else t.logical_shape
     plan = _plan(model_path)
     found = {e.name: e.shape for e in plan.entries}
-    problems = _check_shapes({k: t.logical_shape for k, t in targets.items()}, found)
+    problems = _check_shapes(full_shapes, found)
     if problems:
         raise ValueError(f"checkpoint {model_path} does not match the model:\n  " + "\n  ".join(problems))
     if plan.skipped:
@@ -187,15 +335,8 @@ def load_weights_into(
         # disable=None: tqdm turns itself off when stderr is not a TTY (no carriage returns in logs)
         for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=None if progress else True):
             tgt = targets[entry.name]
-            if entry.experts is None:
-                _load_source(entry.sources[0], handles, plan, tgt, (), dtype)
-                continue
-            for e, row in enumerate(entry.experts):
-                off = 0
-                for src in row:
-                    n = src.logical_shape[0]
-                    _load_source(src, handles, plan, tgt, (e, slice(off, off + n)), dtype)
-                    off += n
+            shard = shards.get(entry.name) or TensorShard(full_shapes[entry.name])
+            _load_entry(entry, handles, plan, tgt, shard, dtype)
     if progress:
         logger.info("%s: %d tensors in %.1fs", desc, len(plan.entries), time.perf_counter() - t0)
 

@@ -8,6 +8,14 @@ mixed), with hot ops from ``sgl_kernel_v4`` (torch references on CPU).
 Layer (HF ``DeepseekV4DecoderLayer``): mHC pre -> RMSNorm -> attention -> mHC post; mHC pre ->
 RMSNorm -> MoE -> mHC post. Model: embedding expanded to ``hc_mult`` streams, layers, hyper-head
 collapse, final RMSNorm, LM head.
+
+Tensor / expert parallel (a :class:`~sglang_v4.distributed.parallel_state.TPGroup` of more than one
+rank; docs/PARALLELISM.md): attention heads and output groups, the shared expert's intermediate
+dim, the routed experts (by EP shard, then intermediate slice) and the LM head's vocabulary rows
+are split; everything else (embedding, mHC, norms, router, compressors, indexer, the shared K=V
+projection) is replicated. Per layer one all-reduce after the attention output and one after the
+MoE; the LM head's logits are all-gathered. :meth:`DeepseekV4ForCausalLM.weight_shards` is the
+table of which weight is split how (the loader and the dummy initialiser read it).
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from sgl_kernel_v4 import ops
 from torch import nn
 
 from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
+from sglang_v4.distributed.sharding import TensorShard
 from sglang_v4.layers.attention import DSV4Attention, RopeCache
 from sglang_v4.layers.layernorm import RMSNorm
 from sglang_v4.layers.linear import Linear
@@ -38,11 +48,12 @@ class DecoderLayer(nn.Module):
         dtype: torch.dtype,
         device: torch.device | str,
         quant: QuantConfig | None = None,
+        tp: TPGroup | None = None,
     ) -> None:
         super().__init__()
         c = mc.hf
-        self.self_attn = DSV4Attention(mc, layer_idx, dtype, device, quant)
-        self.mlp = SparseMoeBlock(c, layer_idx, dtype, device, quant)
+        self.self_attn = DSV4Attention(mc, layer_idx, dtype, device, quant, tp)
+        self.mlp = SparseMoeBlock(c, layer_idx, dtype, device, quant, tp)
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, device)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, device)
         self.attn_hc = HyperConnection(
@@ -70,6 +81,7 @@ class DeepseekV4Model(nn.Module):
         dtype: torch.dtype,
         device: torch.device | str,
         quant: QuantConfig | None = None,
+        tp: TPGroup | None = None,
     ) -> None:
         super().__init__()
         c = mc.hf
@@ -77,7 +89,7 @@ class DeepseekV4Model(nn.Module):
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size, dtype=dtype, device=device)
         self.embed_tokens.weight.requires_grad_(False)
         self.layers = nn.ModuleList(
-            [DecoderLayer(mc, i, dtype, device, quant) for i in range(c.num_hidden_layers)]
+            [DecoderLayer(mc, i, dtype, device, quant, tp) for i in range(c.num_hidden_layers)]
         )
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, device)
         self.hc_head = HyperHead(c.hc_mult, c.hidden_size, c.hc_eps, c.rms_norm_eps, device)
@@ -93,6 +105,13 @@ class DeepseekV4ForCausalLM(nn.Module):
         device: where the weights live.
         quant: weights kept quantized (FP8 linears / FP4 routed experts as DeepSeek publishes them,
             ``layers/quantization.py``); ``None``: every weight in ``dtype``.
+        tp: this rank's tensor-parallel group (``None``: one rank, the whole model). The LM head
+            holds ``vocab_size / tp`` rows and :meth:`forward` all-gathers the logits, so every
+            rank returns the full ``[K, vocab]``.
+
+    Raises:
+        ValueError: a dimension the layout cannot split evenly (``o_groups``, ``vocab_size``,
+            intermediate sizes by ``tp``; ``n_routed_experts`` by ``ep``), naming it.
     """
 
     def __init__(
@@ -101,13 +120,17 @@ class DeepseekV4ForCausalLM(nn.Module):
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         quant: QuantConfig | None = None,
+        tp: TPGroup | None = None,
     ) -> None:
         super().__init__()
         self.mc = model_config
         self.dtype = dtype
         self.quant = quant
-        self.model = DeepseekV4Model(model_config, dtype, device, quant)
-        self.lm_head = Linear(model_config.hidden_size, model_config.vocab_size, dtype, device)
+        self.tp = tp if tp is not None else TPGroup(ParallelConfig())
+        self.parallel = self.tp.config
+        self.model = DeepseekV4Model(model_config, dtype, device, quant, self.tp)
+        v0, v1 = self.parallel.tp_range(model_config.vocab_size, "vocab_size (LM head rows, by --tp-size)")
+        self.lm_head = Linear(model_config.hidden_size, v1 - v0, dtype, device)
         self.rope = RotaryTables(model_config, device)
 
     def _rope_cache(self, fb: ForwardBatch) -> RopeCache:
@@ -135,4 +158,54 @@ class DeepseekV4ForCausalLM(nn.Module):
             x = layer(x, fb, pool, rc)
         x = x[fb.logits_indices]
         h = self.model.norm(self.model.hc_head(x))
-        return self.lm_head(h).float()
+        return self.tp.all_gather(self.lm_head(h), dim=-1).float()
+
+    def weight_shards(self) -> dict[str, TensorShard]:
+        """Which weights this rank holds a part of, and which part (HF names; scales follow their
+        weight; unlisted tensors are replicated). Shapes are logical (FP4 values, not bytes).
+
+        =====================================  =========================================================
+        weight                                 this rank keeps
+        =====================================  =========================================================
+        ``self_attn.q_b_proj.weight``          rows of its heads (``n_heads / tp`` x ``head_dim``)
+        ``self_attn.sinks``                    its heads
+        ``self_attn.o_a_proj.weight``          rows of its output groups (``o_groups / tp``)
+        ``self_attn.o_b_proj.weight``          columns of its output groups
+        ``mlp.shared_experts.{gate,up}_proj``  rows ``moe_intermediate_size / tp``
+        ``mlp.shared_experts.down_proj``       the matching columns
+        ``mlp.experts.gate_up_proj``           experts of its EP shard; gate and up rows of its
+                                               intermediate slice (``/ (tp / ep)``)
+        ``mlp.experts.down_proj``              experts of its EP shard; columns of its slice
+        ``lm_head.weight``                     rows ``vocab_size / tp``
+        =====================================  =========================================================
+        """
+        pc, c = self.parallel, self.mc.hf
+        if pc.tp_size == 1:
+            return {}
+        H, hd, G, R = c.num_attention_heads, c.head_dim, c.o_groups, c.o_lora_rank
+        D, inter, E = c.hidden_size, c.moe_intermediate_size, c.n_routed_experts
+        g0, g1 = pc.tp_range(G, "o_groups")
+        h0, h1 = g0 * H // G, g1 * H // G
+        s0, s1 = pc.tp_range(inter, "moe_intermediate_size")
+        e0, e1 = pc.expert_range(E)
+        i0, i1 = pc.moe_inter_range(inter)
+        v0, v1 = pc.tp_range(c.vocab_size, "vocab_size")
+        rows = TensorShard.split
+        out: dict[str, TensorShard] = {"lm_head.weight": rows((c.vocab_size, D), 0, (v0, v1))}
+        for i in range(c.num_hidden_layers):
+            a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+            out[a + "q_b_proj.weight"] = rows((H * hd, c.q_lora_rank), 0, (h0 * hd, h1 * hd))
+            out[a + "sinks"] = rows((H,), 0, (h0, h1))
+            out[a + "o_a_proj.weight"] = rows((G * R, H * hd // G), 0, (g0 * R, g1 * R))
+            out[a + "o_b_proj.weight"] = rows((D, G * R), 1, (g0 * R, g1 * R))
+            for p in ("gate_proj", "up_proj"):
+                out[m + f"shared_experts.{p}.weight"] = rows((inter, D), 0, (s0, s1))
+            out[m + "shared_experts.down_proj.weight"] = rows((D, inter), 1, (s0, s1))
+            gate_up = rows((E, 2 * inter, D), 0, (e0, e1))
+            down = rows((E, D, inter), 0, (e0, e1))
+            if (i0, i1) != (0, inter):
+                gate_up = gate_up.and_split(1, (i0, i1), (inter + i0, inter + i1))
+                down = down.and_split(2, (i0, i1))
+            out[m + "experts.gate_up_proj"] = gate_up
+            out[m + "experts.down_proj"] = down
+        return {k: v for k, v in out.items() if not v.is_full}

@@ -27,6 +27,17 @@ What it prints (the arithmetic is in :mod:`sglang_v4.mem_cache.kv_planner` and
   :func:`~sglang_v4.mem_cache.kv_planner.plan_kv_pools`, the same code the runtime uses).
 
 ``--preset v3.2`` prints the V3.2 model alone (61 MLA layers; weights 671 B parameters in fp8).
+
+Tensor / expert parallel (``--tp-size N [--ep-size M]``, docs/PARALLELISM.md): the per-GPU
+account of that layout: the weight bytes one rank holds in the runtime's formats (FP8 linears with
+fp32 block scales, FP4 experts, the rest bf16 / fp32; the model built on the meta device for that
+rank, ``model_loader.builder.model_weight_bytes``), the KV budget of one GPU
+(``--gpu-memory-per-gpu`` x ``--mem-fraction`` minus those weights; every rank holds the same
+replicated KV pools, so this budget is the server's), the pools it plans and the requests of
+``--context-length`` tokens that fit. E.g.::
+
+    python -m sglang_v4.tools.kv_planner --preset flash --tp-size 2 --ep-size 2 \
+        --kv-cache-dtype fp8_e4m3 --enable-fp4-indexer --context-length 8192
 """
 
 from __future__ import annotations
@@ -48,12 +59,14 @@ from sglang_v4.mem_cache.kv_planner import (
 )
 from sglang_v4.mem_cache.kv_spec import build_kv_layout
 
-__all__ = ["load_preset_config", "count_weights", "plan", "main"]
+__all__ = ["load_preset_config", "count_weights", "plan", "per_gpu_plan", "indexer_tradeoff", "main"]
 
 # DeepSeek-V3.2: 671 B parameters (tech report), stored fp8 with fp32 128x128 block scales.
 V32_PARAMS = 671_000_000_000
 DEFAULT_GPU_MEMORY_GIB = 1050.0  # one node of 8 x 141 GB (H200)
 DEFAULT_MEM_FRACTION = 0.9
+#: One H200 as torch reports it (143,771 MiB).
+DEFAULT_GPU_MEMORY_PER_GPU_GIB = 140.4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,6 +261,126 @@ def plan(
     return out
 
 
+def per_gpu_plan(
+    model_config: ModelConfig,
+    tp_size: int,
+    ep_size: int = 1,
+    kv_cache_dtype: str | None = "bf16",
+    fp4_indexer: bool = False,
+    context_length: int | None = None,
+    gpu_memory_gib: float = DEFAULT_GPU_MEMORY_PER_GPU_GIB,
+    mem_fraction: float = DEFAULT_MEM_FRACTION,
+) -> dict[str, Any]:
+    """Per-GPU weights and KV of a TP / EP layout (module docstring), weights in DeepSeek's
+    published format as the runtime holds it (``QuantConfig()``, bf16 activations).
+
+    Returns:
+        dict: ``tp_size``, ``ep_size``, ``gpu_memory_bytes``, ``weight_bytes_per_gpu`` (the
+        largest rank's), ``weight_bytes_all_gpus``, ``replicated_weight_bytes`` (held by every
+        rank), ``kv_budget_bytes_per_gpu``, ``max_concurrency`` and ``plan`` (``KVPlan.to_dict()``
+        of one GPU's pools: capacity, pool bytes; ``None`` if nothing fits).
+
+    Raises:
+        ValueError: a layout that cannot split the model, or bad sizes.
+    """
+    import torch
+
+    from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
+    from sglang_v4.layers.quantization import QuantConfig
+    from sglang_v4.model_loader.builder import model_weight_bytes
+    from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+    if gpu_memory_gib <= 0:
+        raise ValueError(f"gpu_memory_per_gpu: must be positive, got {gpu_memory_gib}")
+    dt = normalize_kv_cache_dtype(kv_cache_dtype)
+    ctx = context_length or model_config.context_length
+    per_rank = [
+        model_weight_bytes(model_config, torch.bfloat16, QuantConfig(), ParallelConfig(tp_size, r, ep_size))
+        for r in range(tp_size)
+    ]
+    with torch.device("meta"):
+        m = DeepseekV4ForCausalLM(
+            model_config, torch.bfloat16, "meta", QuantConfig(), TPGroup(ParallelConfig(tp_size, 0, ep_size))
+        )
+    split = set(m.weight_shards())
+    replicated = sum(
+        t.numel() * t.element_size()
+        for k, t in m.state_dict().items()
+        if k not in split and not (k.endswith("_scale_inv") and k[: -len("_scale_inv")] in split)
+    )
+    need = max(per_rank)
+    budget = int(gpu_memory_gib * GiB * mem_fraction) - need
+    conc = _concurrency(model_config, dt, fp4_indexer, ctx, budget)
+    return {
+        "tp_size": tp_size,
+        "ep_size": ep_size,
+        "gpu_memory_bytes": int(gpu_memory_gib * GiB),
+        "mem_fraction": mem_fraction,
+        "context_length": ctx,
+        "weight_bytes_per_gpu": need,
+        "weight_bytes_all_gpus": sum(per_rank),
+        "replicated_weight_bytes": replicated,
+        "kv_budget_bytes_per_gpu": max(0, budget),
+        "max_concurrency": conc["max_concurrency"],
+        "plan": conc["plan"],
+    }
+
+
+def indexer_tradeoff(
+    model_config: ModelConfig, tp_size: int, tokens: int, context_length: int
+) -> dict[str, Any]:
+    """The two ways to run the lightning indexer under tensor parallelism, in bytes
+    (docs/PARALLELISM.md "Why the indexer is replicated").
+
+    Replicated (what the runtime does): every GPU holds and reads the whole indexer ``q_b_proj``
+    (FP8, 1 B per weight + an fp32 scale per 128x128 block) and ``weights_proj`` (bf16): ``1 - 1 /
+    tp`` of them more than a head split would. Split heads: each CSA layer all-reduces the partial
+    scores ``[tokens, context / ratio]`` fp32 before its top-k.
+
+    Returns:
+        dict: ``csa_layers``, ``replicated_extra_weight_bytes_per_gpu``,
+        ``split_allreduces_per_forward``, ``split_allreduce_bytes_per_layer``,
+        ``split_allreduce_bytes_per_forward``.
+    """
+    c = model_config.hf
+    n_csa = len(model_config.csa_layers)
+    rows, cols = c.index_n_heads * c.index_head_dim, c.q_lora_rank
+    q_b = rows * cols + 4 * (-(-rows // 128)) * (-(-cols // 128))
+    weights_proj = 2 * c.index_n_heads * c.hidden_size
+    per_layer = tokens * (context_length // model_config.csa_ratio) * 4
+    return {
+        "csa_layers": n_csa,
+        "replicated_extra_weight_bytes_per_gpu": int(n_csa * (q_b + weights_proj) * (1 - 1 / tp_size)),
+        "split_allreduces_per_forward": n_csa,
+        "split_allreduce_bytes_per_layer": per_layer,
+        "split_allreduce_bytes_per_forward": n_csa * per_layer,
+    }
+
+
+def _print_per_gpu(r: dict[str, Any]) -> None:
+    p = print
+    p("")
+    p(f"per GPU at --tp-size {r['tp_size']} --ep-size {r['ep_size']} (weights as the runtime holds them):")
+    p(
+        f"  weights: {_fmt_bytes(r['weight_bytes_per_gpu'])} per GPU ({_fmt_bytes(r['replicated_weight_bytes'])} replicated)"
+    )
+    p(
+        f"  KV budget: {r['gpu_memory_bytes'] / GiB:,.1f} GiB x {r['mem_fraction']} - weights = "
+        f"{_fmt_bytes(r['kv_budget_bytes_per_gpu'])} (the KV pools are replicated: the server's KV)"
+    )
+    plan = r["plan"]
+    if plan is not None:
+        p(f"  KV pools: {_fmt_bytes(plan['total_bytes'])}, {plan['kv_capacity_tokens']:,} tokens")
+    p(f"  max concurrent requests of {r['context_length']:,} tokens: {r['max_concurrency']}")
+    ix = r.get("indexer")
+    if ix:
+        p(
+            f"  indexer replicated: +{ix['replicated_extra_weight_bytes_per_gpu'] / 1e6:.1f} MB per GPU (read every step); "
+            f"split by heads instead: {ix['split_allreduces_per_forward']} all-reduces of "
+            f"{ix['split_allreduce_bytes_per_layer']:,} B per decode step at batch 1"
+        )
+
+
 def _fmt_bytes(b: float) -> str:
     return f"{b:,.0f} B ({b / GiB:.3f} GiB)"
 
@@ -307,6 +440,16 @@ def _build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MEM_FRACTION,
         help=f"usable fraction for weights + KV (default {DEFAULT_MEM_FRACTION})",
     )
+    ap.add_argument(
+        "--tp-size", type=int, default=None, help="also print the per-GPU account of this TP layout"
+    )
+    ap.add_argument("--ep-size", type=int, default=1, help="expert-parallel shards (with --tp-size)")
+    ap.add_argument(
+        "--gpu-memory-per-gpu",
+        type=float,
+        default=DEFAULT_GPU_MEMORY_PER_GPU_GIB,
+        help=f"memory of one GPU in GiB for --tp-size (default {DEFAULT_GPU_MEMORY_PER_GPU_GIB}: H200)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     return ap
 
@@ -331,6 +474,19 @@ def main(argv: list[str] | None = None) -> int:
             args.mem_fraction,
             name,
         )
+        if args.tp_size is not None:
+            if mc is None:
+                raise ValueError("tp_size: the per-GPU account needs a V4 model")
+            report["per_gpu"] = per_gpu_plan(
+                mc,
+                args.tp_size,
+                args.ep_size,
+                args.kv_cache_dtype,
+                args.enable_fp4_indexer,
+                args.context_length,
+                args.gpu_memory_per_gpu,
+                args.mem_fraction,
+            )
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -338,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report))
     else:
         _print_text(report)
+        if "per_gpu" in report:
+            _print_per_gpu(report["per_gpu"])
     return 0
 
 

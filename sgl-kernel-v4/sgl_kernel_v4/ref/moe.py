@@ -25,7 +25,8 @@ def fused_moe(
     Args:
         x: ``[T, D]``.
         w_gate_up: ``[E, 2I, D]`` (gate rows then up rows, HF packing); w_down: ``[E, D, I]``.
-        topk_ids: ``[T, k]`` int64 expert ids; topk_weights: ``[T, k]`` fp32 routing weights.
+        topk_ids: ``[T, k]`` int64 expert ids (ids outside ``[0, E)`` contribute nothing, as in the
+            Triton kernel); topk_weights: ``[T, k]`` fp32 routing weights.
         swiglu_limit: clamp limit.
 
     Returns:
@@ -35,9 +36,11 @@ def fused_moe(
     out = torch.zeros_like(x)
     if T == 0:
         return out
-    flat_ids = topk_ids.reshape(-1)
-    order = torch.argsort(flat_ids, stable=True)
-    counts = torch.bincount(flat_ids, minlength=w_gate_up.shape[0]).tolist()
+    E = w_gate_up.shape[0]
+    flat_ids = topk_ids.reshape(-1).to(torch.int64)
+    pairs = torch.nonzero((flat_ids >= 0) & (flat_ids < E)).flatten()
+    order = pairs[torch.argsort(flat_ids[pairs], stable=True)]
+    counts = torch.bincount(flat_ids[order], minlength=E).tolist()
     token_of = order // topk_ids.shape[1]
     slot_of = order % topk_ids.shape[1]
     start = 0

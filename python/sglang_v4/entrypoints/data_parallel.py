@@ -1,0 +1,204 @@
+"""Data parallelism: ``--dp-size D`` replicas of the server behind ``sglang-router``.
+
+``python -m sglang_v4.launch_server --dp-size D [--tp-size N] --port P`` starts D complete servers
+(each with its own scheduler, radix cache and N TP ranks; replica ``i`` on port ``P + 1 + i`` and
+GPUs ``base_gpu_id + i N .. base_gpu_id + (i + 1) N - 1``), waits until each answers ``/health``,
+then runs SGLang's router (the ``sglang-router`` package, ``python -m sglang_router.launch_router
+--worker-urls ... --policy cache_aware``) on port ``P``. The cache-aware policy keeps an
+approximate radix tree of the text each replica has served and sends a request to the replica
+with the longest match (above its threshold; otherwise the least loaded), so a repeated shared
+prefix lands where its KV already is. The same recipe by hand, as SGLang documents it::
+
+    python -m sglang_v4.launch_server --port 30001 &
+    python -m sglang_v4.launch_server --port 30002 --base-gpu-id 1 &
+    python -m sglang_router.launch_router --worker-urls http://127.0.0.1:30001 \\
+        http://127.0.0.1:30002 --policy cache_aware --port 30000
+
+What the router calls on a replica: ``/health`` (registration, health checks), ``/server_info``
+and ``/model_info`` (registration), ``/get_model_info``, ``/get_server_info``, ``/get_load``
+(load reports), ``/flush_cache`` (fanned out to every replica), and the generation routes, whose
+bodies it re-serialises with SGLang's default fields (``model``, ``no_logs``, ...), which the
+replicas accept.
+
+A replica or the router that exits takes the whole group down (exit code 1, naming it);
+SIGTERM / SIGINT stop the router, then drain the replicas (each its own graceful shutdown).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import multiprocessing as mp
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import requests
+
+from sglang_v4.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a replica or the router may take to answer ``/health`` after start.
+READY_TIMEOUT_S = 900.0
+
+
+def replica_args(server_args: ServerArgs, index: int) -> ServerArgs:
+    """The server args of replica ``index``: one replica (``dp_size=1``) on port
+    ``port + 1 + index``, its GPUs after the previous replicas', its own TP rendezvous."""
+    sa = server_args
+    return dataclasses.replace(
+        sa,
+        dp_size=1,
+        port=sa.port + 1 + index,
+        base_gpu_id=sa.base_gpu_id + index * sa.tp_size,
+        dist_init_addr=None,
+    )
+
+
+def replica_url(sa: ServerArgs) -> str:
+    """The URL the router uses for a replica (loopback when it listens on every address)."""
+    host = "127.0.0.1" if sa.host in ("0.0.0.0", "::", "") else sa.host
+    return f"http://{host}:{sa.port}"
+
+
+def router_command(urls: list[str], server_args: ServerArgs, prometheus_port: int) -> list[str]:
+    """``python -m sglang_router.launch_router`` for ``urls`` on the server's host and port (its
+    Prometheus exporter on ``prometheus_port``: the router always starts one)."""
+    sa = server_args
+    cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls]
+    cmd += ["--policy", sa.router_policy, "--host", sa.host, "--port", str(sa.port)]
+    cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus_port)]
+    cmd += ["--log-level", "warn" if sa.log_level == "info" else sa.log_level]
+    if sa.api_key:
+        cmd += ["--api-key", sa.api_key]
+    return cmd
+
+
+def _serve_replica(server_args: ServerArgs, index: int) -> None:
+    from sglang_v4.entrypoints.http_server import launch_server
+    from sglang_v4.utils import configure_logging, set_parent_death_signal
+
+    configure_logging(server_args.log_level, prefix=f" DP{index}")
+    set_parent_death_signal()
+    try:
+        code = launch_server(server_args)
+    except (RuntimeError, ValueError) as e:
+        logging.getLogger(__name__).error("%s", e)
+        code = 1
+    sys.exit(code)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(url + "/health", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def launch_data_parallel(server_args: ServerArgs) -> int:
+    """Run ``dp_size`` replicas behind ``sglang-router`` until stopped (module docstring).
+
+    Returns:
+        0 after SIGTERM / SIGINT, 1 when a replica or the router failed or exited.
+
+    Raises:
+        RuntimeError: ``sglang-router`` is not installed, or the port is taken.
+    """
+    sa = server_args
+    if importlib.util.find_spec("sglang_router") is None:
+        raise RuntimeError("dp_size > 1 needs the router: pip install sglang-router")
+    from sglang_v4.entrypoints.engine import resolve_model_path
+    from sglang_v4.utils import is_port_available
+
+    for port in [sa.port] + [sa.port + 1 + i for i in range(sa.dp_size)]:
+        if not is_port_available(sa.host, port):
+            raise RuntimeError(
+                f"port: {sa.host}:{port} is already in use (--dp-size uses --port .. --port + dp_size)"
+            )
+    resolve_model_path(sa)
+    stop = {"signal": None}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["signal"] = signum
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    ctx = mp.get_context("spawn")
+    replicas = []
+    for i in range(sa.dp_size):
+        ra = replica_args(sa, i)
+        # not named "sglang_v4::...": that prefix marks our own children, which may not start servers
+        p = ctx.Process(target=_serve_replica, args=(ra, i), name=f"sglang_v4-dp-replica-{i}", daemon=False)
+        p.start()
+        replicas.append((i, ra, p))
+    urls = [replica_url(ra) for _, ra, _ in replicas]
+    router: subprocess.Popen[bytes] | None = None
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        pending = set(range(sa.dp_size))
+        while pending:
+            if stop["signal"] is not None:
+                return 0
+            for i, _, p in replicas:
+                if not p.is_alive():
+                    logger.error(
+                        "DP replica %d (pid %s) exited with code %s during start-up", i, p.pid, p.exitcode
+                    )
+                    return 1
+            pending = {i for i in pending if not _healthy(urls[i])}
+            if time.monotonic() > deadline:
+                logger.error("DP replicas %s not healthy after %.0f s", sorted(pending), READY_TIMEOUT_S)
+                return 1
+            time.sleep(0.5)
+        from sglang_v4.entrypoints.tp_launch import free_port
+
+        router = subprocess.Popen(router_command(urls, sa, free_port()))
+        own = f"http://{'127.0.0.1' if sa.host in ('0.0.0.0', '::') else sa.host}:{sa.port}"
+        while not _healthy(own):
+            if router.poll() is not None:
+                logger.error("sglang-router exited with code %s during start-up", router.returncode)
+                return 1
+            if stop["signal"] is not None:
+                return 0
+            time.sleep(0.3)
+        logger.info(
+            "Serving on http://%s:%d: sglang-router (policy %s) over %d replicas %s",
+            sa.host,
+            sa.port,
+            sa.router_policy,
+            sa.dp_size,
+            urls,
+        )
+        while stop["signal"] is None:
+            time.sleep(0.5)
+            if router.poll() is not None:
+                logger.error("sglang-router exited with code %s; stopping the replicas", router.returncode)
+                return 1
+            for i, _, p in replicas:
+                if not p.is_alive():
+                    logger.error("DP replica %d (pid %s) exited with code %s; stopping", i, p.pid, p.exitcode)
+                    return 1
+        return 0
+    finally:
+        _stop_all(router, [p for _, _, p in replicas], sa.graceful_shutdown_timeout)
+
+
+def _stop_all(router: subprocess.Popen[bytes] | None, replicas: list[Any], drain_s: float) -> None:
+    if router is not None and router.poll() is None:
+        router.terminate()
+        try:
+            router.wait(10)
+        except subprocess.TimeoutExpired:
+            router.kill()
+    for p in replicas:
+        if p.is_alive():
+            p.terminate()  # each replica drains its in-flight requests (graceful shutdown)
+    for p in replicas:
+        p.join(drain_s + 15)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
