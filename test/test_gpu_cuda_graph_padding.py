@@ -151,7 +151,9 @@ def _compare_decode(
 
 
 def test_static_padded_decode_matches_eager_cpu():
-    assert _compare_decode("cpu", "float32", use_graphs=False, two_stream=False, atol=1e-5) == 14
+    """Padded static decode == eager decode in float32 on the CPU (1e-4 relative: the padded batch's
+    GEMMs reduce in another blocking; seen 1.05e-5 absolute on logits of ~1.4)."""
+    assert _compare_decode("cpu", "float32", use_graphs=False, two_stream=False, atol=1e-5, rtol=1e-4) == 14
 
 
 def test_buckets_and_keys():
