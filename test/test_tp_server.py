@@ -19,7 +19,9 @@ import pytest
 import requests
 from server_fixture import REPO, sse_events, start_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# The README-requests check at --tp-size 2 is in the fast tier (it is how tensor parallelism is
+# checked on every change); the two-node and Engine variants are slow.
+pytestmark = [pytest.mark.timeout(900)]
 
 LP_TOL = 2e-4
 DOC = "DeepSeek-V4 caches compressed KV. " * 60
@@ -138,6 +140,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_two_nodes_on_one_machine(tmp_path: Path, tp1_answers: dict) -> None:
     """Node 1 runs TP rank 1 only (no HTTP); node 0 serves. Stopping node 0 ends node 1."""
     addr = f"127.0.0.1:{_free_port()}"
@@ -168,6 +171,7 @@ def test_two_nodes_on_one_machine(tmp_path: Path, tp1_answers: dict) -> None:
             node1.kill()
 
 
+@pytest.mark.slow
 def test_engine_tp2_ep2_generates_like_tp1(tp1_answers: dict) -> None:
     """The offline Engine starts every rank too (EP 2: whole experts per rank)."""
     from sglang_v4 import Engine
