@@ -8,14 +8,15 @@ with Triton's own CUDA launch binder (``kernel_launch_record``), then compile ev
 (kernel, signature, constexprs, divisibility, options) with ``triton.compile(..., target=
 GPUTarget("cuda", 90, 32))`` in a process without the interpreter (ptxas ships with Triton).
 
-- ``test_kernel_launches_compile_for_sm90`` (fast tier): a representative subset of the kernel
+- ``test_kernel_launches_compile_for_sm90`` (slow: ~4 min on 2 shared cores, mostly the
+  interpreter and ptxas): a representative subset of the kernel
   tests (one or two small cases per kernel family, fp32 as the CPU runs them) plus the bf16
   serving calls of ``test_kernels_vs_ref`` recorded without executing (the interpreter has no
   bf16 ``tl.dot``), so the compiled signatures include the ``*bf16`` ones the GPU sees; also
   checks that every kernel the package launches was recorded.
 - ``test_all_cpu_kernel_test_launches_compile`` (slow): every launch of the whole CPU kernel
   test files.
-- ``test_checker_fails_on_broken_probe_kernels``: kernels that run fine under the interpreter
+- ``test_checker_fails_on_broken_probe_kernels`` (fast): kernels that run fine under the interpreter
   but that the compiler refuses are reported by the checker (it can fail).
 """
 
@@ -59,7 +60,7 @@ REPRESENTATIVE = [
     "test_kernels_fp8_gemm.py::test_act_quant_vs_float64[3-300]",
     "test_kernels_indexer.py::test_topk_from_scores_exact[2-1-100-16]",
     "test_kernels_indexer.py::test_indexer_topk_quantized_keys",
-    "test_kernels_indexer_ties.py::test_triton_topk_tie_rule[1-2-40-64]",
+    "test_kernels_indexer_ties.py::test_triton_topk_tie_rule[2-40-64-1]",
     "test_kernels_mhc.py::test_hc_pre[dtype0-5-2-256]",
     "test_kernels_mhc.py::test_hc_post[dtype0-7-2-300]",
     "test_kernels_moe.py::test_fused_moe[dtype0-1-256-128-8-6]",
@@ -140,6 +141,7 @@ def launched_kernels() -> set[str]:
     return out
 
 
+@pytest.mark.slow
 def test_kernel_launches_compile_for_sm90(tmp_path) -> None:
     import kernel_launch_record as klr
 
@@ -162,7 +164,7 @@ def test_all_cpu_kernel_test_launches_compile(tmp_path) -> None:
     assert rc == 0, report
 
 
-_PROBE = '''
+_PROBE = """
 import triton
 import triton.language as tl
 
@@ -186,7 +188,7 @@ def multiple_of_constexpr(x_ptr, n, BLOCK: tl.constexpr):
 def fine(x_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(x_ptr + offs, offs, mask=offs < n)
-'''
+"""
 
 _PROBE_RUN = """
 import sys, torch
