@@ -8,7 +8,7 @@ with Triton's own CUDA launch binder (``kernel_launch_record``), then compile ev
 (kernel, signature, constexprs, divisibility, options) with ``triton.compile(..., target=
 GPUTarget("cuda", 90, 32))`` in a process without the interpreter (ptxas ships with Triton).
 
-- ``test_kernel_launches_compile_for_sm90`` (slow: ~4 min on 2 shared cores, mostly the
+- ``test_kernel_launches_compile_for_sm90`` (slow: minutes on a small CPU box, mostly the
   interpreter and ptxas): a representative subset of the kernel
   tests (one or two small cases per kernel family, fp32 as the CPU runs them) plus the bf16
   serving calls of ``test_kernels_vs_ref`` recorded without executing (the interpreter has no
