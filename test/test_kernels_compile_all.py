@@ -157,6 +157,7 @@ def test_kernel_launches_compile_for_sm90(tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the whole interpreted kernel tier, then ~120 cold compiles
 def test_all_cpu_kernel_test_launches_compile(tmp_path) -> None:
     log = str(tmp_path / "launches.pkl")
     record_pytest(KERNEL_TEST_FILES, log)
