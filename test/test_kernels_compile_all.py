@@ -1,0 +1,216 @@
+"""Every Triton kernel launch the CPU kernel tests make compiles for Hopper (sm_90).
+
+The CPU tier runs the kernels under ``TRITON_INTERPRET=1`` (numpy), which never calls the
+compiler: a kernel can pass there and be refused on the H200 (a non-constexpr module global read
+in a jit function, ``tl.multiple_of`` on a constexpr int, a layout or shared-memory demand the
+backend rejects). These tests run kernel tests under the interpreter while recording each launch
+with Triton's own CUDA launch binder (``kernel_launch_record``), then compile every distinct
+(kernel, signature, constexprs, divisibility, options) with ``triton.compile(..., target=
+GPUTarget("cuda", 90, 32))`` in a process without the interpreter (ptxas ships with Triton).
+
+- ``test_kernel_launches_compile_for_sm90`` (slow: minutes on a small CPU box, mostly the
+  interpreter and ptxas): a representative subset of the kernel
+  tests (one or two small cases per kernel family, fp32 as the CPU runs them) plus the bf16
+  serving calls of ``test_kernels_vs_ref`` recorded without executing (the interpreter has no
+  bf16 ``tl.dot``), so the compiled signatures include the ``*bf16`` ones the GPU sees; also
+  checks that every kernel the package launches was recorded.
+- ``test_all_cpu_kernel_test_launches_compile`` (slow): every launch of the whole CPU kernel
+  test files.
+- ``test_checker_fails_on_broken_probe_kernels`` (fast): kernels that run fine under the interpreter
+  but that the compiler refuses are reported by the checker (it can fail).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KERNEL_PKG = os.path.join(os.path.dirname(HERE), "sgl-kernel-v4", "sgl_kernel_v4", "triton")
+
+KERNEL_TEST_FILES = [
+    "test_kernels_attention.py",
+    "test_kernels_compressor.py",
+    "test_kernels_fp8_gemm.py",
+    "test_kernels_indexer.py",
+    "test_kernels_indexer_ties.py",
+    "test_kernels_mhc.py",
+    "test_kernels_moe.py",
+    "test_kernels_moe_fp4.py",
+    "test_kernels_rope.py",
+]
+# small cases covering every kernel family (paged sparse attention csa/swa + fp8 pools, HCA,
+# indexer scoring + histogram/threshold top-k on bf16/fp8/fp4 keys, compressor, rope / norm /
+# qnorm-rope-kv insert, mHC, bf16 MoE, FP8 GEMMs (both variants, split-K, act quant), FP4 MoE).
+REPRESENTATIVE = [
+    "test_kernels_attention.py::test_paged_attention_matches_fp64[dtype0-5-12-128-45-csa]",
+    "test_kernels_attention.py::test_paged_attention_fp8_pools",
+    "test_kernels_compressor.py::test_compress_and_insert[dtype0-5-5-64-16-False]",
+    "test_kernels_compressor.py::test_compress_and_insert[dtype0-1-8-128-64-True]",
+    "test_kernels_fp8_gemm.py::test_fp8_linear_vs_float64[dtype0-w8a16-5-2-32-256]",
+    "test_kernels_fp8_gemm.py::test_fp8_linear_vs_float64[dtype0-w8a8-5-2-32-256]",
+    "test_kernels_fp8_gemm.py::test_w8a16_split_k[2]",
+    "test_kernels_fp8_gemm.py::test_act_quant_vs_float64[3-300]",
+    "test_kernels_indexer.py::test_topk_from_scores_exact[2-1-100-16]",
+    "test_kernels_indexer.py::test_indexer_topk_quantized_keys",
+    "test_kernels_indexer_ties.py::test_triton_topk_tie_rule[2-40-64-1]",
+    "test_kernels_mhc.py::test_hc_pre[dtype0-5-2-256]",
+    "test_kernels_mhc.py::test_hc_post[dtype0-7-2-300]",
+    "test_kernels_moe.py::test_fused_moe[dtype0-1-256-128-8-6]",
+    "test_kernels_moe_fp4.py::test_both_layouts_any_batch",
+    "test_kernels_rope.py::test_apply_and_inverse_rope[dtype0-4-3-64-16]",
+    "test_kernels_rope.py::test_qnorm_rope_kv_insert[dtype0-5-3-128-32]",
+    "test_kernels_rope.py::test_rms_norm[dtype0-True-3-1000]",
+]
+
+# bf16 serving calls: the ``*_vs_ref`` tests of test_kernels_vs_ref with GPU shapes, recorded dry
+# (the kernels do not run, so the comparisons are neutralised; the launches are what counts).
+_BF16_DRY = """
+import sys, torch
+import kernel_launch_record as klr
+import test_kernels_vs_ref as v
+v.rel_err = lambda a, b: 0.0
+with klr.record_launches(dry=True) as recs:
+    for name in sorted(n for n in dir(v) if n.startswith("test_") and n.endswith("_vs_ref")):
+        torch.manual_seed(0)
+        try:
+            getattr(v, name)("cpu")
+        except AssertionError:
+            pass  # outputs are not computed in a dry run
+klr.dump(recs, sys.argv[1])
+"""
+
+
+def _env(interpret: bool) -> dict:
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    env.pop("SGLANG_V4_LAUNCH_LOG", None)
+    env.pop("SGLANG_V4_LAUNCH_DRY", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    env["PYTHONPATH"] = os.pathsep.join([HERE, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def record_pytest(node_ids: list[str], log: str) -> None:
+    """Run the given kernel tests under the interpreter, recording their launches to ``log``."""
+    env = _env(True)
+    env["SGLANG_V4_LAUNCH_LOG"] = log
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "kernel_launch_record"]
+    proc = subprocess.run(cmd + node_ids, cwd=HERE, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def record_script(code: str, log: str) -> None:
+    """Run ``code`` (given ``log`` as argv[1]) under the interpreter."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, log], cwd=HERE, env=_env(True), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def compile_log(log: str) -> tuple[int, str]:
+    """Compile every distinct launch of ``log`` for sm_90 (no interpreter); (returncode, report)."""
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "kernel_launch_record.py"), log],
+        cwd=HERE,
+        env=_env(False),
+        capture_output=True,
+        text=True,
+    )
+    return proc.returncode, proc.stdout[-20000:] + proc.stderr[-4000:]
+
+
+def launched_kernels() -> set[str]:
+    """``module:name`` of every kernel the package launches (``name[grid](...)`` in its source)."""
+    out = set()
+    for fname in os.listdir(KERNEL_PKG):
+        if fname.endswith(".py"):
+            with open(os.path.join(KERNEL_PKG, fname), encoding="utf-8") as f:
+                src = f.read()
+            for name in re.findall(r"\b(_\w+_kernel)\[", src):
+                out.add(f"sgl_kernel_v4.triton.{fname[:-3]}:{name}")
+    return out
+
+
+@pytest.mark.slow
+def test_kernel_launches_compile_for_sm90(tmp_path) -> None:
+    import kernel_launch_record as klr
+
+    log = str(tmp_path / "launches.pkl")
+    record_pytest(REPRESENTATIVE, log)
+    record_script(_BF16_DRY, log)
+    records = klr.load(log)
+    recorded = {r["fn"] for r in records}
+    assert launched_kernels() - recorded == set(), "kernels never launched by the recorded tests"
+    assert any("*bf16" in r["signature"].values() for r in records)
+    rc, report = compile_log(log)
+    assert rc == 0, report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # the whole interpreted kernel tier, then ~120 cold compiles
+def test_all_cpu_kernel_test_launches_compile(tmp_path) -> None:
+    log = str(tmp_path / "launches.pkl")
+    record_pytest(KERNEL_TEST_FILES, log)
+    rc, report = compile_log(log)
+    assert rc == 0, report
+
+
+_PROBE = """
+import triton
+import triton.language as tl
+
+LIMIT = 7  # a plain module global: the interpreter reads it, the compiler refuses it
+
+
+@triton.jit
+def reads_plain_global(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, offs + LIMIT, mask=offs < n)
+
+
+@triton.jit
+def multiple_of_constexpr(x_ptr, n, BLOCK: tl.constexpr):
+    b = tl.multiple_of(BLOCK, 16)
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, offs + b, mask=offs < n)
+
+
+@triton.jit
+def fine(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, offs, mask=offs < n)
+"""
+
+_PROBE_RUN = """
+import sys, torch
+import kernel_launch_record as klr
+import compile_probe_kernels as p
+x = torch.zeros(32, dtype=torch.int32)
+with klr.record_launches() as recs:
+    for k in (p.reads_plain_global, p.multiple_of_constexpr, p.fine):
+        k[(1,)](x, 20, BLOCK=32)
+assert x[:20].tolist() == list(range(20)) and x[20:].eq(0).all()  # they all ran in the interpreter
+klr.dump(recs, sys.argv[1])
+"""
+
+
+def test_checker_fails_on_broken_probe_kernels(tmp_path, monkeypatch) -> None:
+    (tmp_path / "compile_probe_kernels.py").write_text(_PROBE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    log = str(tmp_path / "launches.pkl")
+    record_script(_PROBE_RUN, log)
+    rc, report = compile_log(log)
+    assert rc != 0
+    assert "3 distinct launches, 2 failed" in report, report
+    failed = set(re.findall(r"^FAIL compile_probe_kernels:(\w+)", report, re.M))
+    assert failed == {"reads_plain_global", "multiple_of_constexpr"}, report
