@@ -30,9 +30,16 @@ from sglang_v4.managers.tp_worker import TpModelWorker
 __all__ = ["InlineWorkerClient", "TpModelWorkerClient"]
 
 
-def _thread_main(jobs: queue.SimpleQueue, device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+def _thread_main(jobs: queue.SimpleQueue, device_index: int | None) -> None:
+    """The worker thread: bind the device (``torch.cuda.set_device`` is per thread and needs an
+    index), then run jobs in order. A failure to bind is handed to every job's future, so the
+    scheduler sees it at its next ``result()`` instead of waiting forever."""
+    startup_error: BaseException | None = None
+    if device_index is not None:
+        try:
+            torch.cuda.set_device(device_index)
+        except BaseException as e:  # noqa: BLE001 - reported through the futures
+            startup_error = e
     while True:
         job = jobs.get()
         if job is None:
@@ -42,10 +49,21 @@ def _thread_main(jobs: queue.SimpleQueue, device: torch.device) -> None:
         if not fut.set_running_or_notify_cancel():
             continue
         try:
+            if startup_error is not None:
+                raise RuntimeError(f"model worker thread could not bind its device: {startup_error}")
             fut.set_result(fn(arg))
         except BaseException as e:  # noqa: BLE001 - handed to the scheduler thread
             fut.set_exception(e)
         del fn, arg, fut
+
+
+def worker_device_index(device: torch.device) -> int | None:
+    """The CUDA device index the worker thread binds: ``device.index``, or for a bare ``cuda`` the
+    calling thread's current device (a new thread starts on device 0, whatever the caller chose);
+    ``None`` off CUDA."""
+    if device.type != "cuda":
+        return None
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 class TpModelWorkerClient:
@@ -61,7 +79,10 @@ class TpModelWorkerClient:
         self.worker = worker
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(
-            target=_thread_main, args=(self._jobs, worker.device), name="model-worker", daemon=True
+            target=_thread_main,
+            args=(self._jobs, worker_device_index(worker.device)),
+            name="model-worker",
+            daemon=True,
         )
         self._thread.start()
         self._finalizer = weakref.finalize(self, self._jobs.put, None)
