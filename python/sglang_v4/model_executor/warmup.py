@@ -22,7 +22,7 @@ compressor
 So the variants are a product of token-count classes and context classes. :func:`warmup_kernels`
 runs one dummy forward per point of that grid (token counts 1..``--chunked-prefill-size`` across
 every class boundary, each with an odd twin; contexts at every power of two up to what the pool
-can hold, each with an odd twin; decode batches of several requests and a mixed batch), captures
+can hold (at most :data:`WARMUP_MAX_CONTEXT`), each with an odd twin; decode batches of several requests and a mixed batch), captures
 the decode CUDA graphs (``--cuda-graph-warmup-ctx``), and runs the sampler once per path (greedy,
 top-k / top-p / min-p, penalties, logprobs). Dummy forwards use pages and a request slot taken
 from the pool and returned (nothing else exists yet), so no real request's state is touched.
@@ -169,6 +169,15 @@ class _DummyReqs:
         self.slots, self.blocks, self.windows = [], [], []
 
 
+#: Largest context of the dummy forwards. The paged kernels' specialisations stop depending on the
+#: context well below it: the attention's split count follows the batch shape alone, and the
+#: indexer top-k's block (``next_pow2(C)``, ``C = context // 4``) stops growing at 8,192 / 16,384
+#: candidates (contexts of 32k / 64k), the chunked path taking over from there; so the contexts
+#: above only add forwards whose cost grows with the context (a warm-up to 1M-token contexts kept
+#: an H200 server from being ready within 212 s).
+WARMUP_MAX_CONTEXT = 131072
+
+
 def warmup_grid(chunk: int, max_ctx: int, window: int) -> list[tuple[int, int, int]]:
     """The dummy forwards: ``(num_requests, tokens per request, context)`` triples.
 
@@ -241,7 +250,7 @@ def warmup_kernels(
     chunk = int(server_args.chunked_prefill_size or 2048)
     if chunk <= 0:
         chunk = 8192
-    max_ctx = min(runner.context_len, runner.max_total_tokens) - 1
+    max_ctx = min(runner.context_len, runner.max_total_tokens, WARMUP_MAX_CONTEXT) - 1
     if max_context is not None:
         max_ctx = min(max_ctx, max_context)
     dummy = _DummyReqs(runner)
