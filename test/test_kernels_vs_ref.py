@@ -1,4 +1,4 @@
-"""GPU tests: every Triton op == the lead's torch reference (``sgl_kernel_v4.ref``) on the same CUDA inputs.
+"""GPU tests: every Triton op == its torch reference (``sgl_kernel_v4.ref``) on the same CUDA inputs.
 
 Both sides are checked independently against float64 oracles in the other ``test_kernels_*``
 files; this file checks that the two backends of ``sgl_kernel_v4.ops`` agree on V4-Flash-like

@@ -1,7 +1,7 @@
 """Server arguments: one dataclass shared by ``launch_server``, ``Engine`` and every process.
 
 The flag names follow SGLang 0.5.x ``srt/server_args.py`` (``--model-path``, ``--page-size``,
-``--mem-fraction-static``, ...) and the list in ``shared/design/RUNTIME.md`` ("Interfaces").
+``--mem-fraction-static``, ...); ``docs/ARCHITECTURE.md`` lists the interfaces they feed.
 ``ServerArgs`` is resolved and validated in ``__post_init__``: the ``auto`` values of ``device``,
 ``dtype`` and ``chunked_prefill_size`` are replaced by concrete ones, and any bad value raises a
 ``ValueError`` that names the field. The object is pickled into the child processes unchanged.
