@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from sglang_v4.sampling.sampling_params import SamplingParams
-from test_openai_api import FakeTM, _client, tok  # noqa: F401 - tok is a fixture
+from test_openai_api import FakeTM, _client  # the tokenizer fixture `tok` comes from conftest.py
 
 CHAT_MSG = [{"role": "user", "content": "hi"}]
 
