@@ -149,3 +149,21 @@ def random_fp8_weight(rows: int, cols: int, gen: torch.Generator) -> tuple[torch
     s = torch.rand(-(-rows // 128), -(-cols // 128), generator=gen) * cols**-0.5 / 32 + 1e-4
     s[0, 0] = 2.0**-10
     return w, s
+
+
+def state_dict64(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every weight of a state dict in float64: FP8 (``float8_e4m3fn`` + ``*_scale_inv``) and FP4
+    (packed bytes + ``*_scale_inv``) dequantized with :func:`fp8_weight64` / :func:`fp4_weight64`,
+    other floating tensors cast, integer tensors kept; the scale tensors themselves dropped."""
+    out = {}
+    for k, v in sd.items():
+        if k.endswith("_scale_inv"):
+            continue
+        s = sd.get(k + "_scale_inv")
+        if s is not None and v.dtype == torch.float8_e4m3fn:
+            out[k] = fp8_weight64(v, s)
+        elif s is not None:
+            out[k] = fp4_weight64(v, s)
+        else:
+            out[k] = v.double() if v.is_floating_point() else v
+    return out

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from dsv4_testutil import CONFIGS, Driver, Twin, hf_greedy, hf_logprobs, random_ids
-from quant_testutil import fp4_weight64, fp8_weight64, scale_byte64
+from quant_testutil import fp4_weight64, fp8_weight64, scale_byte64, state_dict64
 from safetensors.torch import load_file, save_file
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.configs.presets import get_preset
@@ -70,19 +70,7 @@ def _hf_twin(mc: ModelConfig, ours: DeepseekV4ForCausalLM, state: dict[str, torc
 
 def _dequantized_state(model: DeepseekV4ForCausalLM) -> dict[str, torch.Tensor]:
     """The model's weights as HF-named float64 tensors, decoded from its own bytes (oracle)."""
-    sd = model.state_dict()
-    out = {}
-    for k, v in sd.items():
-        if k.endswith("_scale_inv"):
-            continue
-        s = sd.get(k + "_scale_inv")
-        if s is not None and v.dtype == torch.float8_e4m3fn:
-            out[k] = fp8_weight64(v, s)
-        elif s is not None:
-            out[k] = fp4_weight64(v, s)
-        else:
-            out[k] = v.double() if v.is_floating_point() else v
-    return out
+    return state_dict64(model.state_dict())
 
 
 @pytest.mark.parametrize("which", ["official_fp8", "hf_fp8"])

@@ -10,7 +10,7 @@ import copy
 
 import pytest
 import torch
-from quant_testutil import fp4_weight64, fp8_weight64
+from quant_testutil import state_dict64
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
 from sglang_v4.layers.quantization import QuantConfig
@@ -23,22 +23,6 @@ from tp_testutil import TP_CONFIG
 LAYOUTS = [(2, 0, 1), (2, 1, 1), (2, 1, 2), (4, 3, 2), (4, 2, 4)]  # (tp, rank, ep)
 
 
-def _values(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every weight in float64, FP8 / FP4 dequantized with their scales."""
-    out = {}
-    for k, v in sd.items():
-        if k.endswith("_scale_inv"):
-            continue
-        s = sd.get(k + "_scale_inv")
-        if s is not None and v.dtype == torch.float8_e4m3fn:
-            out[k] = fp8_weight64(v, s)
-        elif s is not None:
-            out[k] = fp4_weight64(v, s)
-        else:
-            out[k] = v.double() if v.is_floating_point() else v
-    return out
-
-
 def _model(
     mc: ModelConfig, quant: QuantConfig | None, layout: tuple[int, int, int] | None
 ) -> DeepseekV4ForCausalLM:
@@ -47,7 +31,7 @@ def _model(
 
 
 def _assert_rank_is_cut(full: DeepseekV4ForCausalLM, rank: DeepseekV4ForCausalLM) -> None:
-    whole, mine = _values(full.state_dict()), _values(rank.state_dict())
+    whole, mine = state_dict64(full.state_dict()), state_dict64(rank.state_dict())
     shards = rank.weight_shards()
     assert shards, "a TP layout must split something"
     for k, v in mine.items():
