@@ -155,6 +155,7 @@ SCORE_CASES = [
     (1, 64, 128, 2048, 512, 3072),
     (8, 64, 128, 1000, 512, 1280),  # C < k
     (33, 16, 64, 700, 64, 960),
+    (9, 16, 64, 300, 32, 640),  # tokens 0-4 of request 0, 5-8 of request 1: a 4-token block spans both
     (1, 64, 128, 65536, 512, 70016),
     (2, 64, 128, 262144, 512, 262144 + 128),  # a 1M-token context
 ]
@@ -162,9 +163,12 @@ SCORE_CASES = [
 
 @pytest.mark.parametrize("T,HI,DI,C,k,N", SCORE_CASES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("block_t", [None, 4])
 def test_indexer_topk_matches_fp64(
-    T: int, HI: int, DI: int, C: int, k: int, N: int, dtype: torch.dtype
+    T: int, HI: int, DI: int, C: int, k: int, N: int, dtype: torch.dtype, block_t: int | None
 ) -> None:
+    """Scores and selection vs float64; ``block_t=4``: 4 tokens per scoring program (the extend
+    path), including blocks whose tokens belong to two requests."""
     from sgl_kernel_v4.triton.indexer import indexer_scores
 
     if INTERP and (dtype != torch.float32 or T * C > 20000):
@@ -179,14 +183,14 @@ def test_indexer_topk_matches_fp64(
     ref = ref_scores(q, w, kv, cand, scale)
     dq, dw, dkv = (x.to(DEVICE) for x in (q, w, kv))
     out = torch.full((T, k), 777, dtype=torch.int64, device=DEVICE)
-    res = run_topk(dq, dw, dkv, case, k, scale, out=out, max_visible=C)
+    res = run_topk(dq, dw, dkv, case, k, scale, out=out, max_visible=C, block_t=block_t)
     assert res.data_ptr() == out.data_ptr()
     # tolerance: bf16/tf32 scoring error relative to the score spread
     spread = ref[torch.isfinite(ref)].abs().max().item() if torch.isfinite(ref).any() else 1.0
     check_selection(res, ref, k, tol=3e-3 * spread)
     d = {n: case[n].to(DEVICE) for n in ("visible", "req_to_page", "req_rows", "token_req")}
     _, sc = indexer_scores(dq, dw, dkv, d["visible"], d["req_to_page"], d["req_rows"], d["token_req"], 64,
-                           scale, max_visible=C)  # fmt: skip
+                           scale, max_visible=C, block_t=block_t)  # fmt: skip
     finite = torch.isfinite(ref)
     assert torch.equal(torch.isfinite(sc.cpu()), finite)
     err = (sc.cpu().double()[finite] - ref[finite]).norm() / ref[finite].norm()
@@ -194,7 +198,8 @@ def test_indexer_topk_matches_fp64(
 
 
 @pytest.mark.parametrize("fp4", [False, True])
-def test_indexer_topk_quantized_keys(fp4: bool) -> None:
+@pytest.mark.parametrize("block_t", [None, 2])
+def test_indexer_topk_quantized_keys(fp4: bool, block_t: int | None) -> None:
     """fp8 keys (e4m3 + one fp32 scale, 132 B) and fp4 keys (e2m1 + 4 ue8m0, 68 B), read and
     dequantized in the kernel: the selection is the float64 top-k of the decoded keys."""
     from sglang_v4.configs.model_config import ModelConfig
@@ -216,7 +221,7 @@ def test_indexer_topk_quantized_keys(fp4: bool) -> None:
     w = torch.randn(T, HI, generator=gen) * HI**-0.5
     case = paged_case(T, C, len(pool), gen)
     ref = ref_scores(q, w, keys64, candidates(case), DI**-0.5)
-    res = run_topk(q.to(DEVICE), w.to(DEVICE), pool, case, k, DI**-0.5)
+    res = run_topk(q.to(DEVICE), w.to(DEVICE), pool, case, k, DI**-0.5, block_t=block_t)
     spread = ref[torch.isfinite(ref)].abs().max().item()
     check_selection(res, ref, k, tol=(1e-5 if INTERP else 3e-3) * spread)
 

@@ -72,11 +72,13 @@ def test_indexer_topk_vs_ref(dev: str) -> None:
     vis = torch.tensor([3000, 2500, 2560, 100], device=dev)
     pg = _paged(T, 64, 64, dev)
     args = (q, w, kv, vis, pg["req_to_page"], pg["req_rows"], pg["token_req"], 64, k, di**-0.5)
-    a, b = indexer_topk(*args).cpu(), ref(*args).cpu()
-    for t in range(T):
-        sa, sb = set(a[t].tolist()) - {-1}, set(b[t].tolist()) - {-1}
-        assert len(sa) == len(sb) == min(k, int(vis[t]))
-        assert len(sa & sb) >= 0.97 * len(sa)  # only near-ties at the k-th score may differ (bf16 scores)
+    b = ref(*args).cpu()
+    for block_t in (None, 2):  # one token per scoring program (decode), two (an extend's tiling)
+        a = indexer_topk(*args, block_t=block_t).cpu()
+        for t in range(T):
+            sa, sb = set(a[t].tolist()) - {-1}, set(b[t].tolist()) - {-1}
+            assert len(sa) == len(sb) == min(k, int(vis[t]))
+            assert len(sa & sb) >= 0.97 * len(sa)  # only near-ties at the k-th score may differ (bf16)
 
 
 def test_compressor_vs_ref(dev: str) -> None:

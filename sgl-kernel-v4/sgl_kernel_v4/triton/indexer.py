@@ -7,16 +7,20 @@ visible[t]`` of the token's request, the keys found through ``req_to_page``
 (:mod:`sgl_kernel_v4.paged`) and read in their pool format (bf16/fp32, fp8 with one scale per
 key, fp4 with one ue8m0 scale per 32 values).
 
-Pipeline (three launches per block of up to ``G`` tokens; the grid depends on the batch shape and
+Pipeline (four launches per block of up to ``G`` tokens; the grid depends on the batch shape and
 the context bound only, so one CUDA graph per batch size serves every context):
 
-1. ``_score_kernel`` (grid ``G x NSC``): program ``(t, s)`` scores the ``s``-th share of the token's
-   visible entries, one tile of ``BLOCK_C`` entries per tensor-core dot with all indexer heads,
-   and writes an order-preserving int32 key per entry (fp32 bits mapped so that signed int32
-   order is float order, ``-0.0`` mapped to ``+0.0``) into a ``[G, C]`` scratch row; it also
-   histograms the keys' top ``HB`` bits and adds its histogram to the token's (atomics on the
-   non-empty bins). Tiles start at multiples of ``BLOCK_C`` and every tile is computed alike
-   whatever the split, batch or chunk, so a token's scores do not depend on them.
+1. ``_score_kernel`` (grid ``ceil(G / BLOCK_T) x NSC``): program ``(p, s)`` scores the ``s``-th
+   share of the visible entries of ``BLOCK_T`` consecutive tokens (1 at decode; more in an extend,
+   whose tokens read the same request's keys, so each key tile is loaded once for all of them and
+   scored by one tensor-core dot of ``[BLOCK_T x heads, di] x [di, BLOCK_C]``), and writes an
+   order-preserving int32 key per entry (fp32 bits mapped so that signed int32 order is float
+   order, ``-0.0`` mapped to ``+0.0``) into a ``[G, C]`` scratch row. Tiles start at multiples of
+   ``BLOCK_C`` and every tile is computed alike whatever the split, batch or chunk, so a token's
+   scores do not depend on them.
+1b. ``_hist_kernel`` (grid ``G x NSS``): the histogram of the keys' top ``HB`` bits per token, in
+   blocks of 1,024 keys per histogram call (a histogram per 64-entry score tile cost more than the
+   scoring), added to the token's with atomics on the non-empty bins.
 2. ``_filter_kernel`` (grid ``G x NSS``): from the histogram, the bin ``b*`` holding the
    ``topk``-th largest key; every program scans its share of the keys and appends the entries of
    bins above ``b*`` (all selected, fewer than ``topk``) and of bin ``b*`` (the candidates) to the
@@ -96,49 +100,87 @@ def _score_kernel(
     keys_ptr,
     stride_k,
     scores_ptr,
-    hist_ptr,
     t_base,
+    G,
     HI,
     scale,
     DI: tl.constexpr,
     CODEC: tl.constexpr,
+    BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_C: tl.constexpr,
     NSC: tl.constexpr,
-    HB: tl.constexpr,
     WRITE_SCORES: tl.constexpr,
 ):
+    # program (p, s): the token rows g0 .. g0 + BLOCK_T - 1 of the block, the s-th share of their
+    # visible entries; one key tile is loaded once for all of them (they read the same request's
+    # keys) and scored by one dot of [BLOCK_T * BLOCK_H, DI] x [DI, BLOCK_C]
+    g0 = tl.program_id(0) * BLOCK_T
+    s = tl.program_id(1)
+    offs_t = tl.arange(0, BLOCK_T)
+    gl = (g0 + offs_t).to(tl.int64)
+    t_ok = gl < G
+    n = tl.load(vis_ptr + t_base + gl, mask=t_ok, other=0).to(tl.int32)
+    treq = tl.load(token_req_ptr + t_base + gl, mask=t_ok, other=-1)
+    offs_d = tl.arange(0, DI)
+    offs_m = tl.arange(0, BLOCK_T * BLOCK_H)
+    mt = (g0 + offs_m // BLOCK_H).to(tl.int64)
+    mh = offs_m % BLOCK_H
+    m_ok = (mt < G) & (mh < HI)
+    q = tl.load(
+        q_ptr + (t_base + mt)[:, None] * stride_qt + mh[:, None] * stride_qh + offs_d[None, :],
+        mask=m_ok[:, None],
+        other=0.0,
+    )
+    w = tl.load(w_ptr + (t_base + mt) * stride_wt + mh, mask=m_ok, other=0.0).to(tl.float32)
+    offs_c = tl.arange(0, BLOCK_C)
+    # the block's tokens come in runs of one request (a batch lists each request's tokens
+    # together): one pass per run, over the pages of that request
+    for i in range(0, BLOCK_T):
+        gi = g0 + i
+        ri = tl.load(token_req_ptr + t_base + gi, mask=gi < G, other=-1)
+        rp = tl.load(token_req_ptr + t_base + gi - 1, mask=(i > 0) & (gi < G), other=-2)
+        if (gi < G) & (ri != rp):
+            act = t_ok & (treq == ri)
+            n_run = tl.max(tl.where(act, n, 0), 0)
+            row = tl.load(req_rows_ptr + ri).to(tl.int64)
+            chunk = tl.cdiv(tl.cdiv(n_run, NSC), BLOCK_C) * BLOCK_C
+            c_end = tl.minimum(s * chunk + chunk, n_run)
+            for c0 in range(s * chunk, c_end, BLOCK_C):
+                c = c0 + offs_c
+                cm = c < c_end
+                page = tl.load(r2p_ptr + row * stride_r2p + c // E, mask=cm, other=-1).to(tl.int64)
+                valid = cm & (page >= 0)
+                off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
+                k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+                sd = tl.dot(q, tl.trans(k.to(q.dtype)))  # [BLOCK_T * BLOCK_H, BLOCK_C] fp32
+                sd = tl.maximum(sd * ks[None, :] * scale, 0.0) * w[:, None]
+                score = tl.sum(tl.reshape(sd, [BLOCK_T, BLOCK_H, BLOCK_C]), 1)  # [BLOCK_T, BLOCK_C]
+                seen = c[None, :] < n[:, None]
+                key = tl.where(valid[None, :] & seen, _float_to_key(score), INT_MIN)
+                st = act[:, None] & seen & cm[None, :]
+                kp = gl[:, None] * stride_k + c[None, :]
+                tl.store(keys_ptr + kp, key, mask=st)
+                if WRITE_SCORES:
+                    tl.store(scores_ptr + kp, tl.where(valid[None, :] & seen, score, float("-inf")), mask=st)
+
+
+@triton.jit
+def _hist_kernel(keys_ptr, stride_k, vis_ptr, t_base, hist_ptr, NSS: tl.constexpr, BLOCK: tl.constexpr,
+                 HB: tl.constexpr):  # fmt: skip
+    # program (g, s): the histogram of the top HB bits of the s-th share of token g's valid keys,
+    # added to the token's (atomics on the non-empty bins); BLOCK keys per histogram call
     g = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
-    t = t_base + g
-    n = tl.load(vis_ptr + t).to(tl.int32)
-    row = tl.load(req_rows_ptr + tl.load(token_req_ptr + t)).to(tl.int64)
-    offs_d = tl.arange(0, DI)
-    offs_h = tl.arange(0, BLOCK_H)
-    hmask = offs_h < HI
-    q = tl.load(
-        q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0
-    )
-    w = tl.load(w_ptr + t * stride_wt + offs_h, mask=hmask, other=0.0).to(tl.float32)
-    offs_c = tl.arange(0, BLOCK_C)
-    hist = tl.zeros([1 << HB], tl.int32)
-    chunk = tl.cdiv(tl.cdiv(n, NSC), BLOCK_C) * BLOCK_C
+    n = tl.load(vis_ptr + t_base + g).to(tl.int32)
+    chunk = tl.cdiv(tl.cdiv(n, NSS), BLOCK) * BLOCK
     c_end = tl.minimum(s * chunk + chunk, n)
-    for c0 in range(s * chunk, c_end, BLOCK_C):
-        c = c0 + offs_c
-        cm = c < c_end
-        page = tl.load(r2p_ptr + row * stride_r2p + c // E, mask=cm, other=-1).to(tl.int64)
-        valid = cm & (page >= 0)
-        off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
-        k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
-        sd = tl.dot(q, tl.trans(k.to(q.dtype)))  # [BLOCK_H, BLOCK_C] fp32
-        sd = tl.maximum(sd * ks[None, :] * scale, 0.0) * w[:, None]
-        score = tl.sum(sd, 0)
-        key = tl.where(valid, _float_to_key(score), INT_MIN)
-        tl.store(keys_ptr + g * stride_k + c, key, mask=cm)
-        if WRITE_SCORES:
-            tl.store(scores_ptr + g * stride_k + c, tl.where(valid, score, float("-inf")), mask=cm)
-        hist += tl.histogram(_bin_of(key, HB), 1 << HB, mask=valid)
+    offs = tl.arange(0, BLOCK)
+    hist = tl.zeros([1 << HB], tl.int32)
+    for c0 in range(s * chunk, c_end, BLOCK):
+        c = c0 + offs
+        key = tl.load(keys_ptr + g * stride_k + c, mask=c < c_end, other=INT_MIN)
+        hist += tl.histogram(_bin_of(key, HB), 1 << HB, mask=key != INT_MIN)
     offs_b = tl.arange(0, 1 << HB)
     tl.atomic_add(hist_ptr + g * (1 << HB) + offs_b, hist, mask=hist > 0)
 
@@ -378,6 +420,7 @@ def indexer_topk(
     max_visible: int | None = None,
     out: torch.Tensor | None = None,
     block_c: int = 64,
+    block_t: int | None = None,
 ) -> torch.Tensor:
     """Lightning-indexer top-k over the paged keys (op table entry 6; arguments and result as
     :func:`sgl_kernel_v4.ref.attention.indexer_topk`).
@@ -387,6 +430,8 @@ def indexer_topk(
             ``visible.max()`` (a host synchronisation); a CUDA graph passes its context bound.
         out: optional ``[T, topk]`` int64 output buffer.
         block_c: entries per scoring tile (64 = one CSA block page of 256-token pages).
+        block_t: tokens per scoring program (a power of two; ``None``: 1 for at most 256 tokens,
+            else ``128 // heads`` up to 4, see :func:`_tokens_per_program`).
 
     Returns:
         ``[T, topk]`` int64 entry indices, ascending, ``-1`` padded.
@@ -412,12 +457,18 @@ def indexer_topk(
     if C <= 0:
         return out
     _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, entries_per_page, scale, C, topk,
-                out, block_c, None)  # fmt: skip
+                out, block_c, None, block_t)  # fmt: skip
     return out
 
 
+def _tokens_per_program(T: int, heads: int) -> int:
+    """Tokens per scoring program: 1 for a decode-sized batch (at most 256 tokens: one per request,
+    the most parallel grid), else enough tokens for a 128-row dot (``128 // heads``, 1 to 4)."""
+    return 1 if T <= 256 else max(1, min(4, 128 // heads))
+
+
 def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, scale, C, topk, out, block_c,
-                scores_out) -> None:  # fmt: skip
+                scores_out, block_t=None) -> None:  # fmt: skip
     T, HI, DI = q.shape
     if q.stride(2) != 1:
         q = q.contiguous()
@@ -428,6 +479,12 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
     G = _block_rows(T, C)
     ws = _Workspace(G, C, topk, q.device, scores=scores_out is not None)
     block_h = max(16, triton.next_power_of_2(HI))
+    # tokens per scoring program: one at decode (one token per request), more in an extend (its
+    # tokens share their request's keys), so a key tile is read once per BLOCK_T tokens
+    if block_t is None:
+        block_t = _tokens_per_program(T, block_h)
+    elif block_t < 1 or block_t & (block_t - 1):
+        raise ValueError(f"block_t: must be a power of two >= 1, got {block_t}")
     for t0 in range(0, T, G):
         g = min(G, T - t0)
         ws.hist[:g].zero_()
@@ -435,20 +492,24 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
         if scores_out is not None:  # entries past a token's visible count: invalid
             ws.keys[:g].fill_(INT_MIN_VALUE)
             ws.scores[:g].fill_(float("-inf"))
-        nsc = _splits(g, q.device)
-        _score_kernel[(g, nsc)](
+        n_tb = triton.cdiv(g, block_t)
+        nsc = _splits(n_tb, q.device)
+        _score_kernel[(n_tb, nsc)](
             q, q.stride(0), q.stride(1), weights, weights.stride(0),
             kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,
             visible, req_to_page, req_to_page.stride(0), req_rows, token_req, int(e),
-            ws.keys, ws.keys.stride(0), ws.scores, ws.hist, t0, HI, float(scale),
-            DI=DI, CODEC=kv.codec_id, BLOCK_H=block_h, BLOCK_C=block_c, NSC=nsc, HB=HB,
-            WRITE_SCORES=scores_out is not None, num_warps=8 if block_h >= 64 else 4,
+            ws.keys, ws.keys.stride(0), ws.scores, t0, g, HI, float(scale),
+            DI=DI, CODEC=kv.codec_id, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_C=block_c, NSC=nsc,
+            WRITE_SCORES=scores_out is not None, num_warps=8 if block_t * block_h >= 64 else 4,
         )  # fmt: skip
         if scores_out is not None:
             keys_out, sc_out = scores_out
             keys_out[t0 : t0 + g] = ws.keys[:g, : keys_out.shape[1]]
             sc_out[t0 : t0 + g] = ws.scores[:g, : sc_out.shape[1]]
         else:
+            nss = _splits(g, q.device)
+            _hist_kernel[(g, nss)](ws.keys, ws.keys.stride(0), visible, t0, ws.hist, NSS=nss, BLOCK=1024, HB=HB,
+                                   num_warps=4)  # fmt: skip
             _select(ws, g, visible, t0, topk, out)
 
 
@@ -465,6 +526,7 @@ def indexer_scores(
     *,
     max_visible: int | None = None,
     block_c: int = 64,
+    block_t: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The scores :func:`indexer_topk` ranks, materialised (tests and benchmarks only):
     ``(keys [T, C] int32 order-preserving, INT_MIN = invalid; scores [T, C] fp32, -inf =
@@ -477,7 +539,7 @@ def indexer_scores(
     scores = torch.full((T, C), float("-inf"), dtype=torch.float32, device=q.device)
     if T and C:
         _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, entries_per_page, scale, C, 1,
-                    None, block_c, (keys, scores))  # fmt: skip
+                    None, block_c, (keys, scores), block_t)  # fmt: skip
     return keys, scores
 
 
