@@ -80,7 +80,7 @@ def _bin_of(key, HB: tl.constexpr):
     return (key >> (32 - HB)) + (1 << (HB - 1))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t_base", "G"])  # block offsets: no recompile per block
 def _score_kernel(
     q_ptr,
     stride_qt,
@@ -165,7 +165,7 @@ def _score_kernel(
                     tl.store(scores_ptr + kp, tl.where(valid[None, :] & seen, score, float("-inf")), mask=st)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t_base"])  # block offsets: no recompile per block
 def _hist_kernel(keys_ptr, stride_k, vis_ptr, t_base, hist_ptr, NSS: tl.constexpr, BLOCK: tl.constexpr,
                  HB: tl.constexpr):  # fmt: skip
     # program (g, s): the histogram of the top HB bits of the s-th share of token g's valid keys,
@@ -215,7 +215,7 @@ def _threshold_bin(hist_ptr, g, K, HB: tl.constexpr):
     return bstar, above
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t_base"])  # block offsets: no recompile per block
 def _filter_kernel(
     keys_ptr,
     stride_k,
@@ -271,7 +271,7 @@ def _count_sel(key_ptr, pos_ptr, M, thr, p, BLOCK_T: tl.constexpr):
     return cnt
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t_base"])  # block offsets: no recompile per block
 def _final_kernel(
     cnt_ptr,
     sure_ptr,
