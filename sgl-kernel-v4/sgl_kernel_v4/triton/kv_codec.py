@@ -84,6 +84,26 @@ def _e2m1_value(code):
 
 
 @triton.jit
+def _load_f32_bytes(p, mask):
+    """fp32 values ``[N]`` stored little-endian at byte pointers ``p [N]`` (4 byte loads each):
+    an fp8 indexer entry is 132 bytes, so its scale is only 4-byte aligned, and a 4-byte load
+    through a cast pointer faulted on the H200 (misaligned address); bytes cannot be misaligned."""
+    bits = tl.load(p, mask=mask, other=0).to(tl.int32)
+    bits |= tl.load(p + 1, mask=mask, other=0).to(tl.int32) << 8
+    bits |= tl.load(p + 2, mask=mask, other=0).to(tl.int32) << 16
+    bits |= tl.load(p + 3, mask=mask, other=0).to(tl.int32) << 24
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _store_f32_bytes(p, x):
+    """Store the fp32 scalar ``x`` little-endian at the byte pointer ``p`` (as :func:`_load_f32_bytes`)."""
+    offs = tl.arange(0, 4)
+    bits = x.to(tl.int32, bitcast=True)
+    tl.store(p + offs, ((bits >> (offs * 8)) & 0xFF).to(tl.uint8))
+
+
+@triton.jit
 def load_main(ptr, off, valid, offs_d, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr):
     """``[N, BLOCK_D]`` main entries (K = V rows) at element offsets ``off [N]`` of ``ptr``; zeros
     where ``valid`` is False or ``offs_d >= D``. Float pools return their own dtype, fp8 entries
@@ -116,7 +136,7 @@ def load_key(ptr, off, valid, offs_d, CODEC: tl.constexpr, D: tl.constexpr):
     elif CODEC == 2:
         b = tl.load(ptr + off[:, None] + offs_d[None, :], mask=m, other=0)
         x = b.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-        s = tl.load((ptr + off + D).to(tl.pointer_type(tl.float32)), mask=valid, other=0.0)
+        s = _load_f32_bytes(ptr + off + D, valid)
     else:
         b = tl.load(ptr + off[:, None] + offs_d[None, :] // 2, mask=m, other=0).to(tl.int32)
         code = (b >> ((offs_d[None, :] % 2) * 4)) & 0xF
@@ -149,7 +169,7 @@ def store_entry(ptr, off, y, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.cons
         amax = tl.max(tl.abs(y), 0)
         e = _ceil_log2(tl.math.div_rn(tl.maximum(amax, 1e-4), 448.0))
         tl.store(ptr + off + offs_d, _to_e4m3_byte(tl.clamp(y * _exp2i(-e), -448.0, 448.0)))
-        tl.store((ptr + off + D).to(tl.pointer_type(tl.float32)), _exp2i(e))
+        _store_f32_bytes(ptr + off + D, _exp2i(e))
     else:
         NB4: tl.constexpr = D // 32
         yb = tl.reshape(y, [NB4, 32])

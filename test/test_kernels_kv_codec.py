@@ -1,0 +1,70 @@
+"""The Triton KV codec helpers (``sgl_kernel_v4.triton.kv_codec``) on fp8 / fp4 indexer-key rows
+against the torch reference codec (``sglang_v4.mem_cache.kv_format``): bytes written by
+``store_entry`` equal the reference encoding, and ``load_key`` decodes reference-encoded rows
+exactly, at every row of a page (an fp8 indexer row is 132 bytes, so most rows and their fp32
+scales are only 4-byte aligned: a scale read through a cast fp32 pointer faulted on the H200 with
+a misaligned address).
+
+Marked ``gpu``; on the CPU they run under ``TRITON_INTERPRET=1``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_testutil import DEVICE, KERNEL_MARKS
+
+triton = pytest.importorskip("triton")  # the kernels below are defined at import
+import triton.language as tl  # noqa: E402
+from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets, store_entry  # noqa: E402
+
+pytestmark = KERNEL_MARKS
+
+
+@triton.jit
+def _write_rows_kernel(x_ptr, pool_ptr, rpp, ps, rs, CODEC: tl.constexpr, D: tl.constexpr):
+    i = tl.program_id(0)
+    y = tl.load(x_ptr + i * D + tl.arange(0, D))
+    off = row_offsets(i + tl.zeros([1], tl.int32), rpp, ps, rs)
+    store_entry(pool_ptr, tl.sum(off, 0), y, CODEC, D, D)
+
+
+@triton.jit
+def _read_rows_kernel(pool_ptr, out_ptr, N, rpp, ps, rs, CODEC: tl.constexpr, D: tl.constexpr,
+                      BLOCK: tl.constexpr):  # fmt: skip
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = r < N
+    offs_d = tl.arange(0, D)
+    x, s = load_key(pool_ptr, row_offsets(r, rpp, ps, rs), valid, offs_d, CODEC, D)
+    tl.store(out_ptr + r[:, None] * D + offs_d[None, :], x * s[:, None], mask=valid[:, None])
+
+
+@pytest.mark.parametrize("fp4", [False, True])
+def test_indexer_rows_write_and_read_like_the_reference(fp4: bool) -> None:
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.configs.presets import get_preset
+    from sglang_v4.mem_cache.kv_format import decode_entries, encode_entries
+    from sglang_v4.mem_cache.kv_spec import KVKind, build_kv_layout
+
+    spec = build_kv_layout(ModelConfig.from_dict(get_preset("tiny")), "fp8_e4m3", fp4, 256).kinds[
+        KVKind.CSA_INDEXER
+    ]
+    fmt = spec.entry
+    D = fmt.dim
+    st = spec.allocate(2, DEVICE)[0]  # [pages, rows_per_page, row bytes]
+    P, R, B = st.shape
+    N = P * R
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(N, D, generator=gen) * torch.logspace(-3, 2, N)[:, None]).float()
+    # write: the kernel's bytes are the reference encoding
+    _write_rows_kernel[(N,)](x.to(DEVICE), st, R, st.stride(0), st.stride(1), CODEC=3 if fp4 else 2, D=D)
+    want = encode_entries(x, fmt).reshape(P, R, B)
+    assert torch.equal(st.cpu(), want)
+    # read: reference-encoded rows decode exactly as the reference decodes them
+    src = spec.allocate(2, DEVICE)[0]  # the pool's (padded) page stride
+    src.copy_(want.to(DEVICE))
+    out = torch.empty(N, D, device=DEVICE)
+    _read_rows_kernel[(triton.cdiv(N, 64),)](
+        src, out, N, R, src.stride(0), src.stride(1), CODEC=3 if fp4 else 2, D=D, BLOCK=64
+    )
+    assert torch.equal(out.cpu(), decode_entries(want.reshape(N, B), fmt))
