@@ -286,9 +286,15 @@ def sweep_config(
         n_out = 1 if ctx >= a.context - 1 else a.decode_steps
         key = ctx
         guess = est.get(key)
-        if guess is None and measured:  # quadratic growth from the largest context measured here
+        if guess is None and measured:
+            # the largest context measured here, scaled by the FLOP roofline (its linear and
+            # quadratic terms: a plain n^2 from a 4k prompt, where the linear terms dominate,
+            # overestimates a 512k prompt ~30x)
             prev = max(measured)
-            guess = measured[prev] * (ctx / prev) ** 2
+            guess = measured[prev] * (
+                prefill_roofline(r.model, r.mc, ctx, gemm)["seconds"]
+                / prefill_roofline(r.model, r.mc, prev, gemm)["seconds"]
+            )
         if ctx + n_out > min(s.max_total_num_tokens, a.context):
             RES["notes"].append(f"{name}: {ctx} tokens do not fit the pool/context; skipped")
             continue
