@@ -79,6 +79,11 @@ class Req:
     #: whether stop strings / regexes are set: the scheduler's per-token finish check reads these.
     stop_token_set: frozenset[int] = frozenset()
     has_text_stops: bool = False
+    #: Set by the scheduler on admission: the finish check needs only ``stop_token_set`` and the
+    #: budget (no grammar, no stop strings), and the request streams every token unless the
+    #: server's ``--stream-interval`` says otherwise. ``False`` takes the general path.
+    plain_tokens: bool = False
+    stream_each: bool = False
     # KV bookkeeping (owned by the cache manager)
     req_pool_idx: int | None = None
     num_computed: int = 0
@@ -417,11 +422,15 @@ class ScheduleBatch:
             slot = req.req_pool_idx
             if slot is None:
                 raise AssertionError(f"{req.rid} has no request slot")
-            k = p - len(req.origin_input_ids)
-            if n == 1 and k >= 0 and k < len(req.output_ids):
-                ids = [req.output_ids[k]]  # decode of a token the host knows
-            elif n == 1 and req.num_future == 1 and k == len(req.output_ids):
-                ids = [req.future_id]  # decode of the token the previous batch is sampling
+            if n == 1:
+                k = p - len(req.origin_input_ids)
+                n_out = len(req.output_ids)
+                if k == n_out and req.num_future == 1:
+                    ids = [req.future_id]  # decode of the token the previous batch is sampling
+                elif 0 <= k < n_out:
+                    ids = [req.output_ids[k]]  # decode of a token the host knows
+                else:
+                    ids = req.token_ids(p, p + 1)
             else:
                 ids = req.token_ids(p, p + n)
             out.append(ReqForwardInput(slot, ids, p, req.block_pages, req.window_pages, ls))
@@ -440,17 +449,33 @@ class ScheduleBatch:
             rows = [i for i, s in enumerate(flags) if s]
             sreqs = [self.reqs[i] for i in rows]
         if rows:
-            grammars = [r.grammar for r in sreqs]
-            has_grammar = grammars.count(None) != len(grammars)
+            # one pass over the sampling requests, transposed into the per-row lists
+            params, gens, prompts, hist, lens, grammars, tops = map(
+                list,
+                zip(
+                    *[
+                        (
+                            r.sampling_params,
+                            r.generator,
+                            r.origin_input_ids,
+                            r.output_ids if r.penalised or r.grammar is not None else (),
+                            len(r.output_ids) + r.num_future,
+                            r.grammar,
+                            r.top_logprobs_num if r.return_logprob else -1,
+                        )
+                        for r in sreqs
+                    ]
+                ),
+            )
             sampling = SamplingBatchInfo(
                 rows=rows,
-                params=[r.sampling_params for r in sreqs],
-                generators=[r.generator for r in sreqs],
-                prompt_ids=[r.origin_input_ids for r in sreqs],
-                output_ids=[r.output_ids if r.penalised or r.grammar is not None else () for r in sreqs],
-                output_lens=[len(r.output_ids) + r.num_future for r in sreqs],
-                grammars=grammars if has_grammar else None,
-                top_logprobs_nums=[r.top_logprobs_num if r.return_logprob else -1 for r in sreqs],
+                params=params,
+                generators=gens,
+                prompt_ids=prompts,
+                output_ids=hist,
+                output_lens=lens,
+                grammars=grammars if grammars.count(None) != len(grammars) else None,
+                top_logprobs_nums=tops,
                 future_slots=list(self.future_slots),
             )
         firsts = self.input_logprob_first

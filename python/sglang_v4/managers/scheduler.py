@@ -206,6 +206,8 @@ class Scheduler(SchedulerOutputProcessorMixin):
         if not sp.ignore_eos:
             req.stop_token_set = frozenset(self.eos_ids | set(sp.stop_token_ids or ()))
         req.has_text_stops = bool(sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex)
+        req.plain_tokens = req.grammar is None and not req.has_text_stops
+        req.stream_each = req.stream and not sp.stream_interval
         self.waiting.append(req)
 
     def _attach_grammar(self, req: Req) -> str | None:

@@ -74,10 +74,34 @@ class SchedulerOutputProcessorMixin:
         for rows, v, ix in result.next_top_logprobs.values():
             for r, a, b in zip(rows, v.tolist(), ix.tolist()):
                 tops_by_row[r] = (a, b)
-        j = 0
         append_token = self._append_token
         every_token = self.stream_interval <= 1
         pending, pending_ids = self.pending_outputs, self._pending_ids
+        if tok_lps is None and len(ids) == len(state):  # every request sampled, no logprobs
+            for req, tok, st in zip(batch.reqs, ids, state):
+                if not st:
+                    continue
+                req.num_future -= 1
+                if not req.plain_tokens:
+                    append_token(req, tok, None, None)
+                    continue
+                out = req.output_ids  # _append_token for a plain request, inlined
+                out.append(tok)
+                n_out = len(out)
+                if tok in req.stop_token_set and n_out >= req.sampling_params.min_new_tokens:
+                    self._finish(req, finish_stop(tok))
+                elif n_out >= req.max_new_tokens:
+                    self._finish(req, finish_length(n_out))
+                elif req.stream_each and every_token:
+                    if id(req) not in pending_ids:
+                        pending_ids.add(id(req))
+                        pending.append(req)
+                elif self._due_output(req):
+                    self._queue_output(req)
+            self._tp_window.append((time.monotonic(), len(ids)))
+            self._log_batch(batch, result.forward_time)
+            return
+        j = 0
         for req, samples, st in zip(batch.reqs, batch.sample_flags, state):
             if samples:
                 if st:

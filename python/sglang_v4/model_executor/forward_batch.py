@@ -400,7 +400,8 @@ class ForwardBatchBuilder:
             raise ValueError(f"num_req_rows: {Bp} < {B} requests")
         ps, W = self.page_size, self.window
         p = np.fromiter([r.prefix_len for r in reqs], np.int64, B)
-        pages = self._decode_pages(reqs, p) if all(len(r.input_ids) == 1 for r in reqs) else None
+        lens = [len(r.input_ids) for r in reqs]
+        pages = self._decode_pages(reqs, p) if lens.count(1) == B else None
         if pages is not None:  # every request adds one token (decode): no per-request loop
             n = np.ones(B, np.int64)
             blk_pages, span_pages, n_spans, lo = pages
@@ -411,7 +412,7 @@ class ForwardBatchBuilder:
             span_start = np.cumsum(n_spans) - n_spans
             input_ids = np.fromiter([r.input_ids[0] for r in reqs], np.int64, B)
         else:
-            n = np.fromiter([len(r.input_ids) for r in reqs], np.int64, B)
+            n = np.asarray(lens, dtype=np.int64)
             if not n.all():
                 raise ValueError(f"request slot {reqs[int(np.argmin(n))].req_pool_idx}: input_ids is empty")
             end = p + n
