@@ -387,32 +387,18 @@ class BatchTokenIDOut:
             iti.append([x[3] for x in ilp] if top else [])
             otv.append([x[2] for x in olp] if top else [])
             oti.append([x[3] for x in olp] if top else [])
-        # one pass over the requests, transposed into the per-field lists
-        cols = zip(
-            *[
-                (
-                    r.rid,
-                    r.finished_reason,
-                    *r.output_flags,
-                    len(r.origin_input_ids),
-                    len(r.output_ids),
-                    r.cached_tokens,
-                    r.num_retractions,
-                )
-                for r in reqs
-            ]
-        )
+        # the fixed fields of each request, then the changing ones, transposed into the columns
         (
             out.rids,
-            out.finished_reasons,
             out.skip_special_tokens,
             out.spaces_between_special_tokens,
             out.no_stop_trim,
             out.prompt_tokens,
-            out.completion_tokens,
-            out.cached_tokens,
-            out.retraction_counts,
-        ) = map(list, cols)  # type: ignore[assignment]
+        ) = map(list, zip(*[r.output_static for r in reqs]))  # type: ignore[assignment]
+        out.finished_reasons, out.completion_tokens, out.cached_tokens, out.retraction_counts = map(
+            list,
+            zip(*[(r.finished_reason, len(r.output_ids), r.cached_tokens, r.num_retractions) for r in reqs]),
+        )  # type: ignore[assignment]
         out.input_token_logprobs_val, out.input_token_logprobs_idx = ilv, ili
         out.output_token_logprobs_val, out.output_token_logprobs_idx = olv, oli  # type: ignore[assignment]
         out.input_top_logprobs_val, out.input_top_logprobs_idx = itv, iti

@@ -110,20 +110,41 @@ class Req:
     #: Repetition / frequency / presence penalties are set (sampling reads the output history).
     penalised: bool = field(init=False, default=False)
 
-    #: The request's detokenization flags as every output message carries them:
-    #: ``(skip_special_tokens, spaces_between_special_tokens, no_stop_trim)``.
-    output_flags: tuple[bool, bool, bool] = field(init=False, default=(True, True, False))
+    #: What every output message carries of the request and never changes:
+    #: ``(rid, skip_special_tokens, spaces_between_special_tokens, no_stop_trim, prompt tokens)``.
+    output_static: tuple[str, bool, bool, bool, int] = field(init=False, default=("", True, True, False, 0))
+    #: The sampling inputs that never change once the request is queued, as
+    #: :meth:`ScheduleBatch.get_model_worker_batch` reads them (:meth:`freeze_sampling`).
+    sampling_static: tuple[Any, ...] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         sp = self.sampling_params
         self.penalised = (
             sp.repetition_penalty != 1.0 or sp.frequency_penalty != 0.0 or sp.presence_penalty != 0.0
         )
-        self.output_flags = (
+        self.output_static = (
+            self.rid,
             bool(sp.skip_special_tokens),
             bool(sp.spaces_between_special_tokens),
             bool(sp.no_stop_trim),
+            len(self.origin_input_ids),
         )
+
+    def freeze_sampling(self) -> tuple[Any, ...]:
+        """``(sampling_params, generator, prompt ids, grammar, top_logprobs_num or -1, output
+        history)``, computed at the request's first batch (the scheduler attaches the generator and
+        the grammar when it queues the request, before) and kept in :attr:`sampling_static`. The
+        history is ``output_ids`` itself (a list only ever appended to) when sampling reads it
+        (penalties, grammar), else ``()``."""
+        self.sampling_static = (
+            self.sampling_params,
+            self.generator,
+            self.origin_input_ids,
+            self.grammar,
+            self.top_logprobs_num if self.return_logprob else -1,
+            self.output_ids if self.penalised or self.grammar is not None else (),
+        )
+        return self.sampling_static
 
     @classmethod
     def from_tokenized(cls, recv: TokenizedGenerateReqInput) -> Req:
@@ -417,8 +438,26 @@ class ScheduleBatch:
         manager appends block pages in place but replaces the list for any other change, and
         replaces the window dict for every change, so a batch in flight keeps the pages it was
         built with."""
+        reqs = self.reqs
+        slots = [r.req_pool_idx for r in reqs]
+        if None in slots:
+            raise AssertionError(f"{reqs[slots.index(None)].rid} has no request slot")
+        if self.extend_lens.count(1) == len(reqs):  # one token each (decode): one comprehension
+            return [
+                ReqForwardInput(
+                    slot,
+                    [r.future_id]
+                    if r.num_future == 1 and p == len(r.origin_input_ids) + len(r.output_ids)
+                    else r.token_ids(p, p + 1),
+                    p,
+                    r.block_pages,
+                    r.window_pages,
+                    ls,
+                )
+                for r, slot, p, ls in zip(reqs, slots, self.prefix_lens, self.logits_starts)
+            ]
         out = []
-        for req, p, n, ls in zip(self.reqs, self.prefix_lens, self.extend_lens, self.logits_starts):
+        for req, p, n, ls in zip(reqs, self.prefix_lens, self.extend_lens, self.logits_starts):
             slot = req.req_pool_idx
             if slot is None:
                 raise AssertionError(f"{req.rid} has no request slot")
@@ -449,24 +488,11 @@ class ScheduleBatch:
             rows = [i for i, s in enumerate(flags) if s]
             sreqs = [self.reqs[i] for i in rows]
         if rows:
-            # one pass over the sampling requests, transposed into the per-row lists
-            params, gens, prompts, hist, lens, grammars, tops = map(
-                list,
-                zip(
-                    *[
-                        (
-                            r.sampling_params,
-                            r.generator,
-                            r.origin_input_ids,
-                            r.output_ids if r.penalised or r.grammar is not None else (),
-                            len(r.output_ids) + r.num_future,
-                            r.grammar,
-                            r.top_logprobs_num if r.return_logprob else -1,
-                        )
-                        for r in sreqs
-                    ]
-                ),
+            # the fixed inputs of each row in one pass, transposed into the per-row lists
+            params, gens, prompts, grammars, tops, hist = map(
+                list, zip(*[r.sampling_static or r.freeze_sampling() for r in sreqs])
             )
+            lens = [len(r.output_ids) + r.num_future for r in sreqs]
             sampling = SamplingBatchInfo(
                 rows=rows,
                 params=params,

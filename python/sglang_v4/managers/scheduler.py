@@ -320,7 +320,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         prefilling: list[Req] = []
         retracted = False
         for req in list(self.running):
-            if req.req_pool_idx is None:  # retracted earlier in this loop
+            if retracted and req.req_pool_idx is None:  # retracted earlier in this loop
                 continue
             n_out = len(req.output_ids) + req.num_future
             end = len(req.origin_input_ids) + n_out
@@ -334,8 +334,11 @@ class Scheduler(SchedulerOutputProcessorMixin):
             start = end - 1
             wp = req.window_pages
             # alloc_for_extend's fast path inlined: the block of ``start`` and spans lo .. last held
+            # (lo = max(0, (start - W + 1) // W) = (start + 1) // W - 1 past the first window)
             if not (
-                len(req.block_pages) * ps >= end and start // W in wp and max(0, (start - W + 1) // W) in wp
+                len(req.block_pages) * ps >= end
+                and start // W in wp
+                and (start < W or (start + 1) // W - 1 in wp)
             ):
                 while not alloc(req, end):
                     members = {id(r) for r in decoding}

@@ -47,8 +47,23 @@ class SchedulerOutputProcessorMixin:
         # per request: 0 = void (finished, or its inputs were discarded), 1 = retracted since the
         # batch was built (keeps its token, not the KV), 2 = current
         state: list[int] = []
+        firsts = batch.input_logprob_first
+        if firsts.count(None) == len(firsts) and batch.extend_lens.count(1) == len(firsts):
+            # one token per request, no prompt logprobs (a decode batch): the loop below, trimmed
+            for req, e, p in zip(batch.reqs, batch.epochs, batch.prefix_lens):
+                if req.finished_reason is not None or (discarded and id(req) in discarded):
+                    state.append(0)
+                elif req.num_retractions != e:
+                    state.append(1)
+                else:
+                    state.append(2)
+                    req.num_inflight -= 1
+                    c = req.num_computed = p + 1
+                    if (c + 1) % W == 0 or (c // ps > req.num_tree_blocks and not tree_off):
+                        cache_unfinished(req)
+            firsts = []  # the general loop has nothing left to do
         for i, (req, e, p, n, first) in enumerate(
-            zip(batch.reqs, batch.epochs, batch.prefix_lens, batch.extend_lens, batch.input_logprob_first)
+            zip(batch.reqs, batch.epochs, batch.prefix_lens, batch.extend_lens, firsts)
         ):
             if req.finished_reason is not None or (discarded and id(req) in discarded):
                 state.append(0)
