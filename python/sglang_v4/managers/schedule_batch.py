@@ -442,25 +442,8 @@ class ScheduleBatch:
         slots = [r.req_pool_idx for r in reqs]
         if None in slots:
             raise AssertionError(f"{reqs[slots.index(None)].rid} has no request slot")
-        if self.extend_lens.count(1) == len(reqs):  # one token each (decode): one comprehension
-            return [
-                ReqForwardInput(
-                    slot,
-                    [r.future_id]
-                    if r.num_future == 1 and p == len(r.origin_input_ids) + len(r.output_ids)
-                    else r.token_ids(p, p + 1),
-                    p,
-                    r.block_pages,
-                    r.window_pages,
-                    ls,
-                )
-                for r, slot, p, ls in zip(reqs, slots, self.prefix_lens, self.logits_starts)
-            ]
         out = []
-        for req, p, n, ls in zip(reqs, self.prefix_lens, self.extend_lens, self.logits_starts):
-            slot = req.req_pool_idx
-            if slot is None:
-                raise AssertionError(f"{req.rid} has no request slot")
+        for req, slot, p, n, ls in zip(reqs, slots, self.prefix_lens, self.extend_lens, self.logits_starts):
             if n == 1:
                 k = p - len(req.origin_input_ids)
                 n_out = len(req.output_ids)
