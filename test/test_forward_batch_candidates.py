@@ -154,3 +154,44 @@ def test_page_table_uploads_only_new_pages() -> None:
     assert table.table[1, :2].tolist() == other
     with pytest.raises(ValueError, match="context"):
         table.sync([ReqForwardInput(2, [4], 0, list(range(1, 10)), {}, 0)], [9])
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("num_req_rows", [None, 16])
+def test_decode_branch_matches_general_path(
+    seed: int, num_req_rows: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An all-decode batch takes the vectorised decode branch; every field (CSA and HCA plans,
+    snapshots at block ends, window pages on both sides of a span boundary) equals what the
+    per-request general path computes for the same batch."""
+    rng = random.Random(300 + seed)
+    prefixes = [0, 1, 3, 126, 127, 128, 129, 254, 255, 256, 383, 511, 1023, 4095, 4096]
+    reqs = [_req(rng, i + 1, rng.choice(prefixes), 1) for i in range(rng.randint(1, 12))]
+    for r in reqs:
+        r.logits_start = 0
+    builder = ForwardBatchBuilder(PAGE, WINDOW, 4, 128, "cpu")
+    fast = builder.metadata(reqs, num_req_rows)
+    monkeypatch.setattr(ForwardBatchBuilder, "_decode_pages", lambda self, reqs, p: None)
+    slow = builder.metadata(reqs, num_req_rows)
+    assert fast.arrays.keys() == slow.arrays.keys()
+    for k in slow.arrays:
+        assert fast.arrays[k].dtype == slow.arrays[k].dtype, k
+        assert fast.arrays[k].tolist() == slow.arrays[k].tolist(), k
+    assert (fast.max_visible, fast.num_blocks, fast.extend_lens, fast.prefix_lens, fast.logits_counts) == (
+        slow.max_visible,
+        slow.num_blocks,
+        slow.extend_lens,
+        slow.prefix_lens,
+        slow.logits_counts,
+    )
+
+
+def test_decode_branch_missing_pages_raise() -> None:
+    """A decode batch missing a block page or a window page fails with the general path's error."""
+    builder = ForwardBatchBuilder(PAGE, WINDOW, 4, 128, "cpu")
+    no_block = ReqForwardInput(1, [4], 256, [7], {1: 3, 2: 4}, 0)
+    with pytest.raises(ValueError, match="1 block pages for 257 tokens"):
+        builder.metadata([no_block])
+    no_prev_window = ReqForwardInput(2, [4], 130, [7], {1: 3}, 0)
+    with pytest.raises(ValueError, match="no window page for span 0"):
+        builder.metadata([no_prev_window])

@@ -80,3 +80,56 @@ def test_random_histories_match_the_lists() -> None:
         for s, pages in lists.items():
             if s == slot:
                 assert _row(t, s, len(pages)) == pages
+
+
+def test_random_batches_match_the_lists() -> None:
+    """Several requests per sync (a decode batch), each slot's list changed in one of the ways above
+    between syncs: every row still equals its list."""
+    g = torch.Generator().manual_seed(1)
+    t = ReqToPageTable(9, 16, "cpu")
+    lists: dict[int, list[int]] = {}
+
+    def rnd(hi: int) -> int:
+        return int(torch.randint(0, hi, (1,), generator=g))
+
+    for _ in range(200):
+        batch = sorted({1 + rnd(8) for _ in range(1 + rnd(6))})
+        for slot in batch:
+            op = rnd(4)
+            if op == 0 or slot not in lists:
+                lists[slot] = [rnd(50) for _ in range(1 + rnd(3))]
+            elif op == 1 and len(lists[slot]) < 16:
+                lists[slot].append(rnd(50))
+            elif op == 2:
+                b = rnd(len(lists[slot]))
+                lists[slot] = list(lists[slot])
+                lists[slot][b] = rnd(50)
+            # op 3: unchanged (a decode step inside a block)
+        t.sync([R(s, lists[s]) for s in batch], [len(lists[s]) for s in batch])
+        for s in batch:
+            assert _row(t, s, len(lists[s])) == lists[s]
+
+
+def test_bad_batch_writes_nothing() -> None:
+    """A batch with one bad request (slot outside the table, more blocks than the context, fewer
+    pages than blocks) raises and leaves every row, the good requests' included, as it was."""
+    for bad, nb, msg in (
+        (R(7, [1]), 1, "outside the page table"),
+        (R(2, list(range(9))), 9, "exceed the page table"),
+        (R(2, [1]), 2, "1 block pages for 2 blocks"),
+    ):
+        t = ReqToPageTable(4, 8, "cpu")
+        pages = [5]
+        t.sync([R(1, pages)], [1])
+        before = t.table.clone()
+        pages.append(6)
+        good = R(1, pages)
+        try:
+            t.sync([good, bad], [2, nb])
+        except ValueError as e:
+            assert msg in str(e)
+        else:
+            raise AssertionError("no error")
+        assert torch.equal(t.table, before)
+        assert t.sync([good], [2]) == 1  # the good request's new page was not marked synced
+        assert _row(t, 1, 2) == [5, 6]

@@ -357,11 +357,18 @@ class BatchTokenIDOut:
         """
         n = len(reqs)
         out = cls.empty()
+        if n == 0:
+            return out
         ilv, ili, olv, oli = [], [], [], []
         itv, iti, otv, oti = [], [], [], []
         with_logprobs: Sequence[Req] = reqs
         if not any(r.return_logprob for r in reqs):  # the common message: ids only
-            out.output_ids = [r.take_new_outputs()[0] for r in reqs]
+            # Req.take_new_outputs inlined (logprob entries of such requests are never sent)
+            out.output_ids = [r.output_ids[r.sent_output_len :] for r in reqs]
+            for r in reqs:
+                r.sent_output_len = len(r.output_ids)
+                if r.pending_input_logprobs or r.pending_output_logprobs:
+                    r.pending_input_logprobs, r.pending_output_logprobs = [], []
             ilv = ili = olv = oli = itv = iti = otv = oti = [[]] * n  # one shared empty list, read-only
             with_logprobs = ()
         for r in with_logprobs:
@@ -380,20 +387,22 @@ class BatchTokenIDOut:
             iti.append([x[3] for x in ilp] if top else [])
             otv.append([x[2] for x in olp] if top else [])
             oti.append([x[3] for x in olp] if top else [])
-        sps = [r.sampling_params for r in reqs]
-        out.rids = [r.rid for r in reqs]
-        out.finished_reasons = [r.finished_reason for r in reqs]
-        out.skip_special_tokens = [bool(sp.skip_special_tokens) for sp in sps]
-        out.spaces_between_special_tokens = [bool(sp.spaces_between_special_tokens) for sp in sps]
-        out.no_stop_trim = [bool(sp.no_stop_trim) for sp in sps]
-        out.prompt_tokens = [len(r.origin_input_ids) for r in reqs]
-        out.completion_tokens = [len(r.output_ids) for r in reqs]
-        out.cached_tokens = [r.cached_tokens for r in reqs]
+        # the fixed fields of each request, then the changing ones, transposed into the columns
+        (
+            out.rids,
+            out.skip_special_tokens,
+            out.spaces_between_special_tokens,
+            out.no_stop_trim,
+            out.prompt_tokens,
+        ) = map(list, zip(*[r.output_static for r in reqs]))  # type: ignore[assignment]
+        out.finished_reasons, out.completion_tokens, out.cached_tokens, out.retraction_counts = map(
+            list,
+            zip(*[(r.finished_reason, len(r.output_ids), r.cached_tokens, r.num_retractions) for r in reqs]),
+        )  # type: ignore[assignment]
         out.input_token_logprobs_val, out.input_token_logprobs_idx = ilv, ili
         out.output_token_logprobs_val, out.output_token_logprobs_idx = olv, oli  # type: ignore[assignment]
         out.input_top_logprobs_val, out.input_top_logprobs_idx = itv, iti
         out.output_top_logprobs_val, out.output_top_logprobs_idx = otv, oti  # type: ignore[assignment]
-        out.retraction_counts = [r.num_retractions for r in reqs]
         return out
 
     def append(

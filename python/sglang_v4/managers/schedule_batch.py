@@ -79,6 +79,11 @@ class Req:
     #: whether stop strings / regexes are set: the scheduler's per-token finish check reads these.
     stop_token_set: frozenset[int] = frozenset()
     has_text_stops: bool = False
+    #: Set by the scheduler on admission: the finish check needs only ``stop_token_set`` and the
+    #: budget (no grammar, no stop strings), and the request streams every token unless the
+    #: server's ``--stream-interval`` says otherwise. ``False`` takes the general path.
+    plain_tokens: bool = False
+    stream_each: bool = False
     # KV bookkeeping (owned by the cache manager)
     req_pool_idx: int | None = None
     num_computed: int = 0
@@ -102,6 +107,44 @@ class Req:
     pending_input_logprobs: list[LogprobEntry] = field(default_factory=list)
     pending_output_logprobs: list[LogprobEntry] = field(default_factory=list)
     input_logprob_buffer: list[LogprobEntry] = field(default_factory=list)
+    #: Repetition / frequency / presence penalties are set (sampling reads the output history).
+    penalised: bool = field(init=False, default=False)
+
+    #: What every output message carries of the request and never changes:
+    #: ``(rid, skip_special_tokens, spaces_between_special_tokens, no_stop_trim, prompt tokens)``.
+    output_static: tuple[str, bool, bool, bool, int] = field(init=False, default=("", True, True, False, 0))
+    #: The sampling inputs that never change once the request is queued, as
+    #: :meth:`ScheduleBatch.get_model_worker_batch` reads them (:meth:`freeze_sampling`).
+    sampling_static: tuple[Any, ...] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        sp = self.sampling_params
+        self.penalised = (
+            sp.repetition_penalty != 1.0 or sp.frequency_penalty != 0.0 or sp.presence_penalty != 0.0
+        )
+        self.output_static = (
+            self.rid,
+            bool(sp.skip_special_tokens),
+            bool(sp.spaces_between_special_tokens),
+            bool(sp.no_stop_trim),
+            len(self.origin_input_ids),
+        )
+
+    def freeze_sampling(self) -> tuple[Any, ...]:
+        """``(sampling_params, generator, prompt ids, grammar, top_logprobs_num or -1, output
+        history)``, computed at the request's first batch (the scheduler attaches the generator and
+        the grammar when it queues the request, before) and kept in :attr:`sampling_static`. The
+        history is ``output_ids`` itself (a list only ever appended to) when sampling reads it
+        (penalties, grammar), else ``()``."""
+        self.sampling_static = (
+            self.sampling_params,
+            self.generator,
+            self.origin_input_ids,
+            self.grammar,
+            self.top_logprobs_num if self.return_logprob else -1,
+            self.output_ids if self.penalised or self.grammar is not None else (),
+        )
+        return self.sampling_static
 
     @classmethod
     def from_tokenized(cls, recv: TokenizedGenerateReqInput) -> Req:
@@ -160,13 +203,7 @@ class Req:
     def needs_host_history(self) -> bool:
         """Sampling this request needs the host values of its previous tokens (a grammar's mask,
         repetition / frequency / presence penalties): its step cannot overlap the one before."""
-        sp = self.sampling_params
-        return (
-            self.grammar is not None
-            or sp.repetition_penalty != 1.0
-            or sp.frequency_penalty != 0.0
-            or sp.presence_penalty != 0.0
-        )
+        return self.grammar is not None or self.penalised
 
     @property
     def finished(self) -> bool:
@@ -325,6 +362,12 @@ class ScheduleBatch:
         samples is a future (``Req.num_future``, ``Req.future_id``) in ``future_slots`` (one per
         sampling request, in batch order)."""
         self.future_slots = future_slots
+        if len(future_slots) == len(self.reqs):  # every request samples (decode)
+            for req, n, slot in zip(self.reqs, self.extend_lens, future_slots):
+                req.num_inflight += n
+                req.num_future += 1
+                req.future_id = -(slot + 1)
+            return
         k = 0
         for req, n, s in zip(self.reqs, self.extend_lens, self.sample_flags):
             req.num_inflight += n
@@ -338,16 +381,21 @@ class ScheduleBatch:
 
     def add_decode(self, req: Req) -> None:
         """:meth:`add` for a request adding its one last token and sampling the next (the caller
-        checked ``remaining == 1`` and the budget): the per-request hot path of a decode step."""
-        p = len(req.origin_input_ids) + len(req.output_ids) + req.num_future - 1
-        self.reqs.append(req)
-        self.prefix_lens.append(p)
-        self.extend_lens.append(1)
-        self.sample_flags.append(True)
-        self.logits_starts.append(0)
-        self.epochs.append(req.num_retractions)
-        self.input_logprob_first.append(None if req.input_logprobs_done else p)
-        self._members.add(id(req))
+        checked ``remaining == 1`` and the budget)."""
+        self.add_decodes([req], [len(req.origin_input_ids) + len(req.output_ids) + req.num_future - 1])
+
+    def add_decodes(self, reqs: list[Req], prefix_lens: list[int]) -> None:
+        """:meth:`add_decode` for many requests at once (``prefix_lens[i]``: ``seq_len - 1`` of
+        ``reqs[i]``): the hot path of a decode step, a few list extends for the whole batch."""
+        k = len(reqs)
+        self.reqs += reqs
+        self.prefix_lens += prefix_lens
+        self.extend_lens += [1] * k
+        self.sample_flags += [True] * k
+        self.logits_starts += [0] * k
+        self.epochs += [r.num_retractions for r in reqs]
+        self.input_logprob_first += [None if r.input_logprobs_done else p for r, p in zip(reqs, prefix_lens)]
+        self._members.update(map(id, reqs))
 
     def __contains__(self, req: object) -> bool:
         return id(req) in self._members
@@ -356,6 +404,8 @@ class ScheduleBatch:
     def forward_mode(self) -> ForwardMode:
         """DECODE when every request adds one token it then samples from, EXTEND when none does,
         MIXED otherwise."""
+        if self.extend_lens.count(1) == len(self.extend_lens) and all(self.sample_flags):
+            return ForwardMode.DECODE
         decode = [n == 1 and s for n, s in zip(self.extend_lens, self.sample_flags)]
         if all(decode):
             return ForwardMode.DECODE
@@ -384,18 +434,28 @@ class ScheduleBatch:
     def get_forward_inputs(self) -> list[ReqForwardInput]:
         """The model runner's per-request inputs (SGLang: ``get_model_worker_batch``).
 
-        Each input holds the request's block-page list itself (the cache manager replaces that
-        list instead of editing cached entries in place, so a batch in flight keeps the pages it
-        was built with) and a copy of its window pages (a few: the stale ones are released after
-        every forward)."""
+        Each input holds the request's block-page list and window-page dict themselves: the cache
+        manager appends block pages in place but replaces the list for any other change, and
+        replaces the window dict for every change, so a batch in flight keeps the pages it was
+        built with."""
+        reqs = self.reqs
+        slots = [r.req_pool_idx for r in reqs]
+        if None in slots:
+            raise AssertionError(f"{reqs[slots.index(None)].rid} has no request slot")
         out = []
-        for req, p, n, ls in zip(self.reqs, self.prefix_lens, self.extend_lens, self.logits_starts):
-            assert req.req_pool_idx is not None, f"{req.rid} has no request slot"
-            if n == 1 and req.num_future == 1 and p == len(req.origin_input_ids) + len(req.output_ids):
-                ids = [req.future_id]  # decode of the token the previous batch is sampling
+        for req, slot, p, n, ls in zip(reqs, slots, self.prefix_lens, self.extend_lens, self.logits_starts):
+            if n == 1:
+                k = p - len(req.origin_input_ids)
+                n_out = len(req.output_ids)
+                if k == n_out and req.num_future == 1:
+                    ids = [req.future_id]  # decode of the token the previous batch is sampling
+                elif 0 <= k < n_out:
+                    ids = [req.output_ids[k]]  # decode of a token the host knows
+                else:
+                    ids = req.token_ids(p, p + 1)
             else:
                 ids = req.token_ids(p, p + n)
-            out.append(ReqForwardInput(req.req_pool_idx, ids, p, req.block_pages, dict(req.window_pages), ls))
+            out.append(ReqForwardInput(slot, ids, p, req.block_pages, req.window_pages, ls))
         return out
 
     def get_model_worker_batch(self, req_state_ops: list[ReqStateOp]) -> ModelWorkerBatch:
@@ -404,23 +464,18 @@ class ScheduleBatch:
         slots their tokens go to, ``future_slots``), and the prompt-logprob targets. Call it before
         :meth:`mark_in_flight`."""
         sampling = None
-        rows = [i for i, s in enumerate(self.sample_flags) if s]
+        flags = self.sample_flags
+        if all(flags):
+            rows, sreqs = list(range(len(flags))), self.reqs
+        else:
+            rows = [i for i, s in enumerate(flags) if s]
+            sreqs = [self.reqs[i] for i in rows]
         if rows:
-            params, gens, prompts, hist, lens, grammars, tops = [], [], [], [], [], [], []
-            for i in rows:
-                r = self.reqs[i]
-                sp = r.sampling_params
-                params.append(sp)
-                gens.append(r.generator)
-                prompts.append(r.origin_input_ids)
-                g = r.grammar
-                grammars.append(g)
-                penalised = (
-                    sp.repetition_penalty != 1.0 or sp.frequency_penalty != 0.0 or sp.presence_penalty != 0.0
-                )
-                hist.append(r.output_ids if g is not None or penalised else ())
-                lens.append(len(r.output_ids) + r.num_future)
-                tops.append(r.top_logprobs_num if r.return_logprob else -1)
+            # the fixed inputs of each row in one pass, transposed into the per-row lists
+            params, gens, prompts, grammars, tops, hist = map(
+                list, zip(*[r.sampling_static or r.freeze_sampling() for r in sreqs])
+            )
+            lens = [len(r.output_ids) + r.num_future for r in sreqs]
             sampling = SamplingBatchInfo(
                 rows=rows,
                 params=params,
@@ -428,15 +483,17 @@ class ScheduleBatch:
                 prompt_ids=prompts,
                 output_ids=hist,
                 output_lens=lens,
-                grammars=grammars if any(g is not None for g in grammars) else None,
+                grammars=grammars if grammars.count(None) != len(grammars) else None,
                 top_logprobs_nums=tops,
                 future_slots=list(self.future_slots),
             )
+        firsts = self.input_logprob_first
         input_lp: list[tuple[list[int], int] | None] = [None] * len(self.reqs)
-        for i, (req, first, c) in enumerate(zip(self.reqs, self.input_logprob_first, self.logits_counts)):
-            if first is not None:
-                targets = req.input_logprob_targets(first, c)
-                input_lp[i] = (targets, req.top_logprobs_num) if targets else None
+        if firsts.count(None) != len(firsts):
+            for i, (req, first, c) in enumerate(zip(self.reqs, firsts, self.logits_counts)):
+                if first is not None:
+                    targets = req.input_logprob_targets(first, c)
+                    input_lp[i] = (targets, req.top_logprobs_num) if targets else None
         return ModelWorkerBatch(
             forward_mode=self.forward_mode,
             forward_inputs=self.get_forward_inputs(),

@@ -182,6 +182,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         self.last_gen_throughput = 0.0
         self._tp_window: deque[tuple[float, int]] = deque(maxlen=64)
         self._poisoned: set[int] = set()
+        self._prefilling: list[Req] = []  # running requests mid-prefill, found by _add_decode_reqs
 
     # ------------------------------------------------------------------ request intake
     def add_request(self, recv: TokenizedGenerateReqInput) -> None:
@@ -205,6 +206,8 @@ class Scheduler(SchedulerOutputProcessorMixin):
         if not sp.ignore_eos:
             req.stop_token_set = frozenset(self.eos_ids | set(sp.stop_token_ids or ()))
         req.has_text_stops = bool(sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex)
+        req.plain_tokens = req.grammar is None and not req.has_text_stops
+        req.stream_each = req.stream and not sp.stream_interval
         self.waiting.append(req)
 
     def _attach_grammar(self, req: Req) -> str | None:
@@ -303,29 +306,64 @@ class Scheduler(SchedulerOutputProcessorMixin):
     def _add_decode_reqs(self, batch: ScheduleBatch) -> None:
         """One token for every running request whose prompt is done and whose budget allows
         another token. When pages run out, retract the newest other request not yet in the batch,
-        or this one if there is none."""
+        or this one if there is none.
+
+        The per-request work is one pass over the running requests: the decode test, and for the
+        common request whose pages are all there (same block, its window's spans held) nothing
+        else; the batch takes the decoding requests in one :meth:`ScheduleBatch.add_decodes`.
+        The running requests still prefilling are remembered for :meth:`_add_prefill_reqs`.
+        """
         alloc = self.cache_manager.alloc_for_extend
-        decoding = []
-        for r in self.running:  # remaining == 1 and num_outputs < max_new_tokens, inlined
-            n_out = len(r.output_ids) + r.num_future
-            if (
-                len(r.origin_input_ids) + n_out - r.num_computed - r.num_inflight == 1
-                and n_out < r.max_new_tokens
-            ):
-                decoding.append(r)
-        for req in decoding:
-            if req.req_pool_idx is None:  # retracted earlier in this loop
+        ps, W = self.page_size, self.cache_manager.window
+        decoding: list[Req] = []
+        prefix_lens: list[int] = []
+        prefilling: list[Req] = []
+        retracted = False
+        for req in list(self.running):
+            if retracted and req.req_pool_idx is None:  # retracted earlier in this loop
                 continue
-            end = len(req.origin_input_ids) + len(req.output_ids) + req.num_future
-            while not alloc(req, end):
-                victims = [r for r in self.running if r is not req and r not in batch]
-                if victims:
-                    self._retract(max(victims, key=lambda r: r.arrival))
-                    continue
-                self._retract(req)
-                break
-            else:
-                batch.add_decode(req)
+            n_out = len(req.output_ids) + req.num_future
+            end = len(req.origin_input_ids) + n_out
+            rem = end - req.num_computed - req.num_inflight
+            if rem != 1:
+                if rem > 1:
+                    prefilling.append(req)
+                continue
+            if n_out >= req.max_new_tokens:
+                continue
+            start = end - 1
+            wp = req.window_pages
+            # alloc_for_extend's fast path inlined: the block of ``start`` and spans lo .. last held
+            # (lo = max(0, (start - W + 1) // W) = (start + 1) // W - 1 past the first window)
+            if not (
+                len(req.block_pages) * ps >= end
+                and start // W in wp
+                and (start < W or (start + 1) // W - 1 in wp)
+            ):
+                while not alloc(req, end):
+                    members = {id(r) for r in decoding}
+                    victims = [
+                        r for r in self.running if r is not req and r not in batch and id(r) not in members
+                    ]
+                    retracted = True
+                    if victims:
+                        self._retract(max(victims, key=lambda r: r.arrival))
+                        continue
+                    self._retract(req)
+                    break
+                else:
+                    decoding.append(req)
+                    prefix_lens.append(start)
+                continue
+            decoding.append(req)
+            prefix_lens.append(start)
+        if retracted:  # a retracted request may have been remembered before it was retracted
+            decoding_ids = {id(r) for r in decoding}
+            prefix_lens = [p for r, p in zip(decoding, prefix_lens) if r.req_pool_idx is not None]
+            decoding = [r for r in decoding if r.req_pool_idx is not None]
+            prefilling = [r for r in prefilling if r.req_pool_idx is not None and id(r) not in decoding_ids]
+        batch.add_decodes(decoding, prefix_lens)
+        self._prefilling = prefilling
 
     def _add_prefill_reqs(self, batch: ScheduleBatch) -> None:
         """Prompt chunks within the step's prefill budget (module docstring): running requests in
@@ -334,12 +372,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         token is still being sampled (retracted while its batch ran) waits for it."""
         chunk = self.chunked_prefill_size
         budget = min(chunk, self.max_prefill_tokens) if len(batch) else max(chunk, self.max_prefill_tokens)
-        prefilling = [
-            r
-            for r in self.running
-            if len(r.origin_input_ids) + len(r.output_ids) + r.num_future - r.num_computed - r.num_inflight
-            > 1
-        ]
+        prefilling, self._prefilling = self._prefilling, []  # from _add_decode_reqs
         for req in prefilling:
             if budget <= 0:
                 break

@@ -41,38 +41,107 @@ class SchedulerOutputProcessorMixin:
             self._process_batch_error(batch)
             return
         discarded = batch.discarded
-        skip = [r.finished_reason is not None or (discarded and id(r) in discarded) for r in batch.reqs]
-        current = [r.num_retractions == e for r, e in zip(batch.reqs, batch.epochs)]
         cache_unfinished = self.cache_manager.cache_unfinished_req
-        for req, sk, cur, p, n, first in zip(
-            batch.reqs, skip, current, batch.prefix_lens, batch.extend_lens, batch.input_logprob_first
+        ps, W = self.page_size, self.cache_manager.window
+        tree_off = self.tree_cache.disable
+        # per request: 0 = void (finished, or its inputs were discarded), 1 = retracted since the
+        # batch was built (keeps its token, not the KV), 2 = current
+        state: list[int] = []
+        firsts = batch.input_logprob_first
+        if firsts.count(None) == len(firsts) and batch.extend_lens.count(1) == len(firsts):
+            # one token per request, no prompt logprobs (a decode batch): the loop below, trimmed
+            for req, e, p in zip(batch.reqs, batch.epochs, batch.prefix_lens):
+                if req.finished_reason is not None or (discarded and id(req) in discarded):
+                    state.append(0)
+                elif req.num_retractions != e:
+                    state.append(1)
+                else:
+                    state.append(2)
+                    req.num_inflight -= 1
+                    c = req.num_computed = p + 1
+                    if (c + 1) % W == 0 or (c // ps > req.num_tree_blocks and not tree_off):
+                        cache_unfinished(req)
+            firsts = []  # the general loop has nothing left to do
+        for i, (req, e, p, n, first) in enumerate(
+            zip(batch.reqs, batch.epochs, batch.prefix_lens, batch.extend_lens, firsts)
         ):
-            if sk or not cur:
+            if req.finished_reason is not None or (discarded and id(req) in discarded):
+                state.append(0)
                 continue
+            if req.num_retractions != e:
+                state.append(1)
+                continue
+            state.append(2)
             req.num_inflight -= n
-            req.num_computed = p + n
+            c = req.num_computed = p + n
             if first is not None and not req.input_logprobs_done:
-                i = batch.reqs.index(req)
                 lp = result.input_logprobs[i]
                 vals: list[float] = [] if lp is None else lp[0].tolist()
                 tops = None if lp is None or lp[1] is None else (lp[1].tolist(), lp[2].tolist())  # type: ignore[union-attr]
                 req.add_input_logprob_entries(first, batch.logits_counts[i], vals, tops)
-            cache_unfinished(req)
+            # a one-token step completes a block or moves the window's first span only at these
+            # positions (the cache manager re-checks); longer chunks always go through it
+            if n != 1 or (c + 1) % W == 0 or (c // ps > req.num_tree_blocks and not tree_off):
+                cache_unfinished(req)
         ids = result.next_token_ids.tolist() if result.next_token_ids is not None else []
         tok_lps = result.next_token_logprobs.tolist() if result.next_token_logprobs is not None else None
         tops_by_row: dict[int, tuple[list[float], list[int]]] = {}
         for rows, v, ix in result.next_top_logprobs.values():
             for r, a, b in zip(rows, v.tolist(), ix.tolist()):
                 tops_by_row[r] = (a, b)
-        j = 0
         append_token = self._append_token
-        for req, samples, sk, cur in zip(batch.reqs, batch.sample_flags, skip, current):
+        every_token = self.stream_interval <= 1
+        pending, pending_ids = self.pending_outputs, self._pending_ids
+        if tok_lps is None and len(ids) == len(state):  # every request sampled, no logprobs
+            for req, tok, st in zip(batch.reqs, ids, state):
+                if not st:
+                    continue
+                req.num_future -= 1
+                if not req.plain_tokens:
+                    append_token(req, tok, None, None)
+                    continue
+                out = req.output_ids  # _append_token for a plain request, inlined
+                out.append(tok)
+                n_out = len(out)
+                if tok in req.stop_token_set and n_out >= req.sampling_params.min_new_tokens:
+                    self._finish(req, finish_stop(tok))
+                elif n_out >= req.max_new_tokens:
+                    self._finish(req, finish_length(n_out))
+                elif req.stream_each and every_token:
+                    if id(req) not in pending_ids:
+                        pending_ids.add(id(req))
+                        pending.append(req)
+                elif self._due_output(req):
+                    self._queue_output(req)
+            self._tp_window.append((time.monotonic(), len(ids)))
+            self._log_batch(batch, result.forward_time)
+            return
+        j = 0
+        for req, samples, st in zip(batch.reqs, batch.sample_flags, state):
             if samples:
-                if not sk:
+                if st:
                     req.num_future -= 1
-                    append_token(req, ids[j], tok_lps[j] if tok_lps is not None else None, tops_by_row.get(j))
+                    tok = ids[j]
+                    if tok_lps is not None or req.grammar is not None or req.has_text_stops:
+                        append_token(
+                            req, tok, tok_lps[j] if tok_lps is not None else None, tops_by_row.get(j)
+                        )
+                    else:  # _append_token for a request with token stops only, inlined
+                        out = req.output_ids
+                        out.append(tok)
+                        n_out = len(out)
+                        if tok in req.stop_token_set and n_out >= req.sampling_params.min_new_tokens:
+                            self._finish(req, finish_stop(tok))
+                        elif n_out >= req.max_new_tokens:
+                            self._finish(req, finish_length(n_out))
+                        elif req.stream and every_token and not req.sampling_params.stream_interval:
+                            if id(req) not in pending_ids:
+                                pending_ids.add(id(req))
+                                pending.append(req)
+                        elif self._due_output(req):
+                            self._queue_output(req)
                 j += 1
-            elif not sk and cur and req.num_computed == req.seq_len:
+            elif st == 2 and req.num_computed == req.seq_len:
                 self._finish(req, finish_length(len(req.output_ids)))
         self._tp_window.append((time.monotonic(), j))
         self._log_batch(batch, result.forward_time)

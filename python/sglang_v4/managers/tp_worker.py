@@ -22,6 +22,7 @@ result says ``error="oom"``; the scheduler then retracts or fails that batch's r
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from typing import Any
@@ -60,6 +61,8 @@ class FutureMap:
         """``n`` consecutive (mod ``size``) slots."""
         start = self._next
         self._next = (start + n) % self.size
+        if start + n <= self.size:
+            return list(range(start, start + n))
         return [(start + i) % self.size for i in range(n)]
 
 
@@ -117,13 +120,13 @@ class TpModelWorker:
         for op in wb.req_state_ops:
             op.apply(pool)
         _, logits = self.runner.forward(wb.forward_inputs, future_token_ids=self.future_map.token_ids)
-        offs = [0]
-        for c in wb.logits_counts:
-            offs.append(offs[-1] + c)
-        input_lps: list[Any] = []
-        for i, want in enumerate(wb.input_logprobs):
+        counts = wb.logits_counts
+        all_one = counts.count(1) == len(counts)  # decode: one logits row per request
+        offs = list(range(len(counts) + 1)) if all_one else list(itertools.accumulate(counts, initial=0))
+        input_lps: list[Any] = [None] * len(wb.input_logprobs)
+        wants = wb.input_logprobs
+        for i, want in enumerate(wants if wants.count(None) != len(wants) else ()):
             if want is None or not want[0]:
-                input_lps.append(None)
                 continue
             targets, k = want
             lp = compute_logprobs(logits[offs[i] : offs[i] + len(targets)])
@@ -131,13 +134,15 @@ class TpModelWorker:
             tv = ti = None
             if k > 0:
                 tv, ti = top_logprobs(lp, k)
-            input_lps.append((_to_host(vals), _to_host(tv), _to_host(ti)))
+            input_lps[i] = (_to_host(vals), _to_host(tv), _to_host(ti))
         ids_host = tok_lp = None
         tops: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]] = {}
         si = wb.sampling
         if si is not None:
-            last = self._upload([offs[i + 1] - 1 for i in si.rows])
-            x = logits.index_select(0, last)
+            if all_one and len(si.rows) == logits.shape[0]:
+                x = logits  # every row samples from its only logits row
+            else:
+                x = logits.index_select(0, self._upload([offs[i + 1] - 1 for i in si.rows]))
             want_lp = any(k >= 0 for k in si.top_logprobs_nums)
             out = sample(
                 x,

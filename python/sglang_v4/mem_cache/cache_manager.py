@@ -31,6 +31,8 @@ device work stays in the model worker's one call.
 
 A forward in flight keeps the block-page list it was built with: pages are appended to
 ``req.block_pages`` in place, but a cached block swapped for the tree's copy makes a new list.
+``req.window_pages`` is never edited in place (every change makes a new dict), so a forward's
+inputs hold the request's dict itself, without a per-step copy.
 
 Ownership invariant (checked by :meth:`CacheManager.check_integrity`): every allocated page is
 owned by exactly one of the radix cache or one request; a request owns ``block_pages[b]`` for
@@ -200,7 +202,8 @@ class CacheManager:
         if not self.evict(need_blocks, len(spans)):
             return False
         req.block_pages.extend(self.block_alloc.alloc_or_raise(need_blocks))
-        req.window_pages.update(zip(spans, self.window_alloc.alloc_or_raise(len(spans))))
+        if spans:  # a new dict: a batch in flight keeps the one it was built with
+            req.window_pages = {**wp, **dict(zip(spans, self.window_alloc.alloc_or_raise(len(spans))))}
         return True
 
     # ------------------------------------------------------------------ after a forward
@@ -233,6 +236,8 @@ class CacheManager:
             wins.append(req.window_pages[span] if keep else None)
         tokens = req.token_ids(0, nb_done * ps)
         tree_blocks, tree_wins = tree.insert(tokens, req.block_pages[:nb_done], wins)
+        if any(w is not None for w in wins[req.num_tree_blocks :]):
+            req.window_pages = dict(req.window_pages)  # edited below; a batch in flight keeps the old one
         for b in range(req.num_tree_blocks, nb_done):
             if tree_blocks[b] != req.block_pages[b]:
                 self.block_alloc.free([req.block_pages[b]])
@@ -261,12 +266,17 @@ class CacheManager:
         """Drop the window pages of spans that the next position (``req.num_computed``) no longer
         sees: freed when the request owns them, just forgotten when the tree does."""
         lo = max(0, (req.num_computed - self.window + 1) // self.window)
-        for k in [k for k in req.window_pages if k < lo]:
-            p = req.window_pages.pop(k)
+        stale = [k for k in req.window_pages if k < lo]
+        if not stale:
+            return
+        for k in stale:
+            p = req.window_pages[k]
             if k in req.tree_window_spans:
                 req.tree_window_spans.discard(k)
             else:
                 self.window_alloc.free([p])
+        # a new dict: a batch in flight keeps the one it was built with
+        req.window_pages = {k: p for k, p in req.window_pages.items() if k >= lo}
 
     # ------------------------------------------------------------------ the end of a request
     def cache_finished_req(self, req: Req) -> None:

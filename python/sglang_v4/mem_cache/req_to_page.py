@@ -76,38 +76,62 @@ class ReqToPageTable:
         Returns:
             the number of entries written.
 
+        Vectorised over the batch: the per-request work is reading each page list's identity,
+        length and last synced entry; only rows with new pages are written.
+
         Raises:
             ValueError: a request needs more blocks than ``max_pages``, has fewer pages than it
-                reads, or names a slot outside the table.
+                reads, or names a slot outside the table (checked before anything is written:
+                the table and every row's synced state are unchanged).
         """
+        B = len(reqs)
+        if B == 0:
+            return 0
+        slot_l = [int(r.req_pool_idx) for r in reqs]
+        slot = np.asarray(slot_l, dtype=np.int64)
+        nb = np.asarray(num_blocks, dtype=np.int64).reshape(B)
+        lens = np.fromiter([len(r.block_pages) for r in reqs], np.int64, B)
+        bad_slot = (slot < 0) | (slot >= self.num_slots)
+        fail = bad_slot | (nb > self.max_pages) | (lens < nb)
+        if fail.any():  # nothing is written: the first failing request's first failing check
+            i = int(np.argmax(fail))
+            if bad_slot[i]:
+                raise ValueError(
+                    f"req_pool_idx: slot {slot_l[i]} outside the page table ({self.num_slots} slots)"
+                )
+            if nb[i] > self.max_pages:
+                raise ValueError(
+                    f"request slot {slot_l[i]}: {nb[i]} block pages exceed the page table's {self.max_pages} "
+                    "(the context length)"
+                )
+            raise ValueError(f"request slot {slot_l[i]}: {lens[i]} block pages for {nb[i]} blocks")
+        # where each row's synced prefix still holds: the same list (module docstring), not
+        # shorter than the prefix, and its last synced entry unchanged (else written whole)
+        lists = self._lists
+        same = np.fromiter([lists[k] is r.block_pages for k, r in zip(slot_l, reqs)], bool, B)
+        s = np.where(same, self._synced[slot], 0)
+        s[s > lens] = 0
+        chk = np.nonzero(s)[0]
+        if chk.size:
+            last = np.fromiter(
+                [reqs[i].block_pages[k - 1] for i, k in zip(chk.tolist(), s[chk].tolist())],
+                np.int64,
+                chk.size,
+            )
+            s[chk[self._host[slot[chk], s[chk] - 1] != last]] = 0
+        for k, r in zip(slot_l, reqs):
+            lists[k] = r.block_pages
         slots: list[np.ndarray] = []
         cols: list[np.ndarray] = []
         vals: list[np.ndarray] = []
-        for r, nb in zip(reqs, num_blocks):
-            slot, nb = int(r.req_pool_idx), int(nb)
-            if not 0 <= slot < self.num_slots:
-                raise ValueError(f"req_pool_idx: slot {slot} outside the page table ({self.num_slots} slots)")
-            if nb > self.max_pages:
-                raise ValueError(
-                    f"request slot {slot}: {nb} block pages exceed the page table's {self.max_pages} "
-                    "(the context length)"
-                )
-            if len(r.block_pages) < nb:
-                raise ValueError(f"request slot {slot}: {len(r.block_pages)} block pages for {nb} blocks")
-            s = int(self._synced[slot])
-            if self._lists[slot] is not r.block_pages:
-                s = 0  # another page list (module docstring): write it whole
-            elif s > len(r.block_pages) or (s > 0 and self._host[slot, s - 1] != r.block_pages[s - 1]):
-                s = 0  # the list was changed in place other than by appending: write it whole
-            self._lists[slot] = r.block_pages
-            if nb > s:
-                new = np.asarray(r.block_pages[s:nb], dtype=np.int32)
-                self._host[slot, s:nb] = new
-                slots.append(np.full(nb - s, slot, dtype=np.int64))
-                cols.append(np.arange(s, nb, dtype=np.int64))
-                vals.append(new)
-                s = nb
-            self._synced[slot] = s
+        for i in np.nonzero(nb > s)[0].tolist():  # rows with new pages: few in a decode step
+            k, a, b = slot_l[i], int(s[i]), int(nb[i])
+            new = np.asarray(reqs[i].block_pages[a:b], dtype=np.int32)
+            self._host[k, a:b] = new
+            slots.append(np.full(b - a, k, dtype=np.int64))
+            cols.append(np.arange(a, b, dtype=np.int64))
+            vals.append(new)
+        self._synced[slot] = np.maximum(s, nb)
         if not slots:
             return 0
         idx = torch.from_numpy(np.stack([np.concatenate(slots), np.concatenate(cols)]))

@@ -68,7 +68,7 @@ PAD = {f: 0 for f in BATCH_FIELDS + PLAN_FIELDS} | {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class ReqForwardInput:
     """One request's share of a forward.
 
@@ -399,52 +399,48 @@ class ForwardBatchBuilder:
         if Bp < B:
             raise ValueError(f"num_req_rows: {Bp} < {B} requests")
         ps, W = self.page_size, self.window
-        n = np.fromiter((len(r.input_ids) for r in reqs), np.int64, B)
-        if not n.all():
-            raise ValueError(f"request slot {reqs[int(np.argmin(n))].req_pool_idx}: input_ids is empty")
-        p = np.fromiter((r.prefix_len for r in reqs), np.int64, B)
-        end = p + n
-        need = -(-end // ps)
-        lo = np.maximum(0, (p - W + 1) // W)
-        n_spans = (end - 1) // W - lo + 1
-        span_start = np.cumsum(n_spans) - n_spans
-        # the block pages of the blocks this forward writes (O(tokens), not the whole page list)
-        blk_lo = p // ps
-        n_blk = need - blk_lo
-        blk_start = np.cumsum(n_blk) - n_blk
-        blk_pages = np.empty(int(n_blk.sum()), dtype=np.int64)
-        span_pages = np.empty(int(n_spans.sum()), dtype=np.int64)
-        for b, r in enumerate(reqs):
-            nb = int(need[b])
-            if len(r.block_pages) < nb:
-                raise ValueError(
-                    f"request slot {r.req_pool_idx}: {len(r.block_pages)} block pages for {end[b]} tokens"
-                )
-            b0 = int(blk_start[b])
-            blk_pages[b0 : b0 + nb - int(blk_lo[b])] = r.block_pages[int(blk_lo[b]) : nb]
-            k0, s0 = int(lo[b]), int(span_start[b])
-            try:
-                for i in range(int(n_spans[b])):
-                    span_pages[s0 + i] = r.window_pages[k0 + i]
-            except KeyError as e:
-                raise ValueError(
-                    f"request slot {r.req_pool_idx}: no window page for span {e.args[0]}"
-                ) from None
+        p = np.fromiter([r.prefix_len for r in reqs], np.int64, B)
+        lens = [len(r.input_ids) for r in reqs]
+        pages = self._decode_pages(reqs, p) if lens.count(1) == B else None
+        if pages is not None:  # every request adds one token (decode): no per-request loop
+            n = np.ones(B, np.int64)
+            blk_pages, span_pages, n_spans, lo = pages
+            end = p + 1
+            need = -(-end // ps)
+            blk_lo = p // ps
+            blk_start = np.arange(B, dtype=np.int64)
+            span_start = np.cumsum(n_spans) - n_spans
+            input_ids = np.fromiter([r.input_ids[0] for r in reqs], np.int64, B)
+        else:
+            n = np.asarray(lens, dtype=np.int64)
+            if not n.all():
+                raise ValueError(f"request slot {reqs[int(np.argmin(n))].req_pool_idx}: input_ids is empty")
+            end = p + n
+            need = -(-end // ps)
+            lo = np.maximum(0, (p - W + 1) // W)
+            n_spans = (end - 1) // W - lo + 1
+            span_start = np.cumsum(n_spans) - n_spans
+            blk_lo = p // ps
+            blk_pages, blk_start, span_pages = self._extend_pages(
+                reqs, p, end, need, blk_lo, lo, n_spans, span_start
+            )
+            input_ids = np.fromiter(
+                itertools.chain.from_iterable(r.input_ids for r in reqs), np.int64, int(n.sum())
+            )
         token_req, tok_i = _ragged_arange(n)
         t0 = np.cumsum(n) - n
-        T = token_req.shape[0]
         pos = p[token_req] + tok_i
         span = pos // W
         cur_i = span_start[token_req] + span - lo[token_req]
         cur = span_pages[cur_i]
         prev = np.where(span - 1 >= lo[token_req], span_pages[np.maximum(cur_i - 1, 0)], -1)
-        ls = np.clip(np.fromiter((r.logits_start for r in reqs), np.int64, B), 0, n)
+        ls = np.clip(np.fromiter([r.logits_start for r in reqs], np.int64, B), 0, n)
         k_req, k_i = _ragged_arange(n - ls)
         arrays: dict[str, np.ndarray] = {
-            "input_ids": np.fromiter(itertools.chain.from_iterable(r.input_ids for r in reqs), np.int64, T),
+            "input_ids": input_ids,
             "positions": pos,
             "token_req": token_req,
-            "req_pool_indices": np.fromiter((r.req_pool_idx for r in reqs), np.int64, B),
+            "req_pool_indices": np.fromiter([r.req_pool_idx for r in reqs], np.int64, B),
             "swa_write": cur * W + pos % W,
             "swa_pages": np.stack([prev, cur], axis=1),
             "logits_indices": t0[k_req] + ls[k_req] + k_i,
@@ -465,6 +461,77 @@ class ForwardBatchBuilder:
             max_visible=max_visible,
             num_blocks=need.tolist(),
         )
+
+    def _decode_pages(
+        self, reqs: list[ReqForwardInput], p: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The pages a decode batch (one token per request, at positions ``p``) reads, with one
+        list comprehension per page kind: ``(block page of each token's block [B], window pages
+        of the spans ``lo .. p // W`` flat [S], spans per request [B], lo [B])``. ``None`` when a
+        page is missing (the general path then raises the precise error)."""
+        ps, W = self.page_size, self.window
+        cur = p // W
+        lo = np.maximum(0, (p - W + 1) // W)
+        has_prev = lo < cur  # the window of p reaches into the span before p's own
+        try:
+            blk = [r.block_pages[b] for r, b in zip(reqs, (p // ps).tolist())]
+            cur_pages = [r.window_pages[k] for r, k in zip(reqs, cur.tolist())]
+            if has_prev.any():
+                prev_pages = [
+                    r.window_pages[k - 1] if h else -1
+                    for r, k, h in zip(reqs, cur.tolist(), has_prev.tolist())
+                ]
+            else:
+                prev_pages = None
+        except (IndexError, KeyError):
+            return None
+        n_spans = 1 + has_prev.astype(np.int64)
+        span_start = np.cumsum(n_spans) - n_spans
+        span_pages = np.empty(int(n_spans.sum()), dtype=np.int64)
+        span_pages[span_start + has_prev] = cur_pages
+        if prev_pages is not None:
+            span_pages[span_start[has_prev]] = np.asarray(prev_pages, dtype=np.int64)[has_prev]
+        return np.asarray(blk, dtype=np.int64), span_pages, n_spans, lo
+
+    def _extend_pages(
+        self,
+        reqs: list[ReqForwardInput],
+        p: np.ndarray,
+        end: np.ndarray,
+        need: np.ndarray,
+        blk_lo: np.ndarray,
+        lo: np.ndarray,
+        n_spans: np.ndarray,
+        span_start: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pages of a general batch: ``(block pages of the blocks this forward writes, flat;
+        each request's start in them; window pages of the spans lo .. (end - 1) // W, flat)``
+        (O(tokens), not the whole page lists).
+
+        Raises:
+            ValueError: a missing block / window page.
+        """
+        n_blk = need - blk_lo
+        blk_start = np.cumsum(n_blk) - n_blk
+        blk_pages = np.empty(int(n_blk.sum()), dtype=np.int64)
+        span_pages = np.empty(int(n_spans.sum()), dtype=np.int64)
+        for b, r in enumerate(reqs):
+            nb = int(need[b])
+            if len(r.block_pages) < nb:
+                raise ValueError(
+                    f"request slot {r.req_pool_idx}: {len(r.block_pages)} block pages for {end[b]} tokens"
+                )
+            b0 = int(blk_start[b])
+            blk_pages[b0 : b0 + nb - int(blk_lo[b])] = r.block_pages[int(blk_lo[b]) : nb]
+            k0, s0 = int(lo[b]), int(span_start[b])
+            try:
+                for i in range(int(n_spans[b])):
+                    span_pages[s0 + i] = r.window_pages[k0 + i]
+            except KeyError as e:
+                raise ValueError(
+                    f"request slot {r.req_pool_idx}: no window page for span {e.args[0]}"
+                ) from None
+        return blk_pages, blk_start, span_pages
 
     def _plan(
         self,

@@ -390,13 +390,17 @@ def sample(
             apply_grammar_masks(row, [grammars[i]])
             z[i] = row[0]
 
-    temps = _device_tensor(
-        [1.0 if p.is_greedy else p.temperature for p in params], torch.float32, dev
-    ).unsqueeze(1)
+    greedy = [p.is_greedy for p in params]
+    rows = [] if all(greedy) else [i for i, g in enumerate(greedy) if not g]
     out = torch.argmax(z, dim=-1)
-    logprobs = torch.log_softmax(z / temps, dim=-1) if return_logprobs else None
+    if rows:  # greedy rows use temperature 1 (dividing by it is exact: skipped when all are greedy)
+        temps = _device_tensor(
+            [1.0 if g else p.temperature for p, g in zip(params, greedy)], torch.float32, dev
+        ).unsqueeze(1)
+        logprobs = torch.log_softmax(z / temps, dim=-1) if return_logprobs else None
+    else:
+        logprobs = torch.log_softmax(z, dim=-1) if return_logprobs else None
 
-    rows = [i for i, p in enumerate(params) if not p.is_greedy]
     if rows:
         ridx = _device_tensor(rows, torch.long, dev)
         probs = torch.softmax(z[ridx] / temps[ridx], dim=-1)
