@@ -15,10 +15,12 @@ Kernel layout: one program per (token, block of heads, split). All heads of a to
 registers) and uses it for ``BLOCK_H`` heads with two tensor-core dots (``q·kᵀ`` and ``p·k``),
 flash-attention style online softmax in base 2. The sink enters as the initial running max /
 denominator (``m = sink``, ``l = 1``), so a query with no valid key returns exactly 0. The grid is
-fixed by the batch shape alone: split ``s`` of ``NUM_SPLITS`` covers the ``s``-th share of the
+fixed by the batch shape alone: split ``s`` of ``num_splits`` covers the ``s``-th share of the
 window and of the token's compressed entries, whose count is read on the device
 (flash-decoding), so one CUDA graph per batch size serves every context length; a second kernel
-merges the partial (max, sum, acc) and adds the sink.
+merges the partial (max, sum, acc) and adds the sink. The split count is a runtime argument (only
+"one split or several" is compiled in), so batches of any size reuse the same compiled kernels
+instead of compiling one per split count while serving.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def _attend(q, m, l_sum, acc, kv_ptr, off, valid, offs_d, scale_log2, CODEC, D, 
     return m_new, l_sum, acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _paged_attn_kernel(
     q_ptr,
     stride_qt,
@@ -84,13 +86,14 @@ def _paged_attn_kernel(
     part_ml_ptr,
     H,
     scale_log2,
+    num_splits,
     D: tl.constexpr,
     NOPE: tl.constexpr,
     CODEC: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
+    SPLIT: tl.constexpr,
     COMP_MODE: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
@@ -105,7 +108,7 @@ def _paged_attn_kernel(
         mask=hmask[:, None] & dmask[None, :],
         other=0.0,
     )
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         m = tl.load(sink_ptr + offs_h, mask=hmask, other=0.0).to(tl.float32) * 1.4426950408889634
         l_sum = tl.full([BLOCK_H], 1.0, tl.float32)
     else:
@@ -118,7 +121,7 @@ def _paged_attn_kernel(
     p = tl.load(pos_ptr + t)
     pg_prev = tl.load(swa_pages_ptr + 2 * t)
     pg_cur = tl.load(swa_pages_ptr + 2 * t + 1)
-    chunk_w = tl.cdiv(tl.cdiv(W, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    chunk_w = tl.cdiv(tl.cdiv(W, num_splits), BLOCK_N) * BLOCK_N
     j_end = tl.minimum(s * chunk_w + chunk_w, W)
     for j0 in range(s * chunk_w, j_end, BLOCK_N):
         kp = p - W + 1 + j0 + offs_n
@@ -135,7 +138,7 @@ def _paged_attn_kernel(
             n = K_ENT
         else:
             n = tl.load(vis_ptr + t).to(tl.int32)
-        chunk = tl.cdiv(tl.cdiv(n, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        chunk = tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
         i_end = tl.minimum(s * chunk + chunk, n)
         for i0 in range(s * chunk, i_end, BLOCK_N):
             im = i0 + offs_n < i_end
@@ -151,7 +154,7 @@ def _paged_attn_kernel(
                 q, m, l_sum, acc, comp_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE
             )
 
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         out = acc / l_sum[:, None]
         tl.store(
             out_ptr + t * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :],
@@ -159,14 +162,14 @@ def _paged_attn_kernel(
             mask=hmask[:, None] & dmask[None, :],
         )
     else:
-        # partials laid out [T, H, NUM_SPLITS, BLOCK_D] and [T, H, NUM_SPLITS, 2]
-        prow = (t * H + offs_h) * NUM_SPLITS + s
+        # partials laid out [T, H, num_splits, BLOCK_D] and [T, H, num_splits, 2]
+        prow = (t * H + offs_h) * num_splits + s
         tl.store(part_acc_ptr + prow[:, None] * BLOCK_D + offs_d[None, :], acc, mask=hmask[:, None])
         tl.store(part_ml_ptr + prow * 2, m, mask=hmask)
         tl.store(part_ml_ptr + prow * 2 + 1, l_sum, mask=hmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _combine_kernel(
     part_acc_ptr,
     part_ml_ptr,
@@ -175,23 +178,27 @@ def _combine_kernel(
     stride_ot,
     stride_oh,
     H,
+    num_splits,
     D: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
 ):
+    # the splits' partial (max, sum, acc) merged with the sink: two passes over the splits (a
+    # runtime count, so one compiled kernel serves every split count)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
-    offs_s = tl.arange(0, NUM_SPLITS)
     offs_d = tl.arange(0, BLOCK_D)
-    row = (t * H + h) * NUM_SPLITS + offs_s
-    m_s = tl.load(part_ml_ptr + row * 2)
-    l_s = tl.load(part_ml_ptr + row * 2 + 1)
+    row0 = (t * H + h) * num_splits
     sink = tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634
-    m = tl.maximum(tl.max(m_s, 0), sink)
-    w = tl.exp2(m_s - m)
-    denom = tl.sum(l_s * w, 0) + tl.exp2(sink - m)
-    acc = tl.load(part_acc_ptr + row[:, None] * BLOCK_D + offs_d[None, :])
-    out = tl.sum(acc * w[:, None], 0) / denom
+    m = sink
+    for i in range(0, num_splits):
+        m = tl.maximum(m, tl.load(part_ml_ptr + (row0 + i) * 2))
+    denom = tl.exp2(sink - m)
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    for i in range(0, num_splits):
+        w = tl.exp2(tl.load(part_ml_ptr + (row0 + i) * 2) - m)
+        denom += tl.load(part_ml_ptr + (row0 + i) * 2 + 1) * w
+        acc += tl.load(part_acc_ptr + (row0 + i) * BLOCK_D + offs_d) * w
+    out = acc / denom
     tl.store(
         out_ptr + t * stride_ot + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty), mask=offs_d < D
     )
@@ -336,13 +343,13 @@ def sparse_attention(
         ent, ent.stride(0), ent.shape[1] if mode == 1 else 0, vis,
         r2p, r2p.stride(0), rrows, treq, int(entries_per_page),
         sinks, out, out.stride(0), out.stride(1), part_acc, part_ml,
-        H, float(scale) * _LOG2E,
+        H, float(scale) * _LOG2E, num_splits,
         D=D, NOPE=D - swa.rope_dim, CODEC=swa.codec_id, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
-        NUM_SPLITS=num_splits, COMP_MODE=mode, num_warps=num_warps, num_stages=2,
+        SPLIT=num_splits > 1, COMP_MODE=mode, num_warps=num_warps, num_stages=2,
     )  # fmt: skip
     if num_splits > 1:
         _combine_kernel[(T, H)](
-            part_acc, part_ml, sinks, out, out.stride(0), out.stride(1), H,
-            D=D, BLOCK_D=block_d, NUM_SPLITS=num_splits, num_warps=4,
+            part_acc, part_ml, sinks, out, out.stride(0), out.stride(1), H, num_splits,
+            D=D, BLOCK_D=block_d, num_warps=4,
         )  # fmt: skip
     return out

@@ -10,7 +10,7 @@ key, fp4 with one ue8m0 scale per 32 values).
 Pipeline (four launches per block of up to ``G`` tokens; the grid depends on the batch shape and
 the context bound only, so one CUDA graph per batch size serves every context):
 
-1. ``_score_kernel`` (grid ``ceil(G / BLOCK_T) x NSC``): program ``(p, s)`` scores the ``s``-th
+1. ``_score_kernel`` (grid ``ceil(G / BLOCK_T) x nsc``): program ``(p, s)`` scores the ``s``-th
    share of the visible entries of ``BLOCK_T`` consecutive tokens (1 at decode; more in an extend,
    whose tokens read the same request's keys, so each key tile is loaded once for all of them and
    scored by one tensor-core dot of ``[BLOCK_T x heads, di] x [di, BLOCK_C]``), and writes an
@@ -18,10 +18,10 @@ the context bound only, so one CUDA graph per batch size serves every context):
    order, ``-0.0`` mapped to ``+0.0``) into a ``[G, C]`` scratch row. Tiles start at multiples of
    ``BLOCK_C`` and every tile is computed alike whatever the split, batch or chunk, so a token's
    scores do not depend on them.
-1b. ``_hist_kernel`` (grid ``G x NSS``): the histogram of the keys' top ``HB`` bits per token, in
+1b. ``_hist_kernel`` (grid ``G x nss``): the histogram of the keys' top ``HB`` bits per token, in
    blocks of 1,024 keys per histogram call (a histogram per 64-entry score tile cost more than the
    scoring), added to the token's with atomics on the non-empty bins.
-2. ``_filter_kernel`` (grid ``G x NSS``): from the histogram, the bin ``b*`` holding the
+2. ``_filter_kernel`` (grid ``G x nss``): from the histogram, the bin ``b*`` holding the
    ``topk``-th largest key; every program scans its share of the keys and appends the entries of
    bins above ``b*`` (all selected, fewer than ``topk``) and of bin ``b*`` (the candidates) to the
    token's two lists (positions reserved with an atomic counter).
@@ -80,7 +80,7 @@ def _bin_of(key, HB: tl.constexpr):
     return (key >> (32 - HB)) + (1 << (HB - 1))
 
 
-@triton.jit(do_not_specialize=["t_base", "G"])  # block offsets: no recompile per block
+@triton.jit(do_not_specialize=["t_base", "G", "nsc"])  # no recompile per block / batch size
 def _score_kernel(
     q_ptr,
     stride_qt,
@@ -104,12 +104,12 @@ def _score_kernel(
     G,
     HI,
     scale,
+    nsc,
     DI: tl.constexpr,
     CODEC: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_C: tl.constexpr,
-    NSC: tl.constexpr,
     WRITE_SCORES: tl.constexpr,
 ):
     # program (p, s): the token rows g0 .. g0 + BLOCK_T - 1 of the block, the s-th share of their
@@ -144,7 +144,7 @@ def _score_kernel(
             act = t_ok & (treq == ri)
             n_run = tl.max(tl.where(act, n, 0), 0)
             row = tl.load(req_rows_ptr + ri).to(tl.int64)
-            chunk = tl.cdiv(tl.cdiv(n_run, NSC), BLOCK_C) * BLOCK_C
+            chunk = tl.cdiv(tl.cdiv(n_run, nsc), BLOCK_C) * BLOCK_C
             c_end = tl.minimum(s * chunk + chunk, n_run)
             for c0 in range(s * chunk, c_end, BLOCK_C):
                 c = c0 + offs_c
@@ -165,15 +165,14 @@ def _score_kernel(
                     tl.store(scores_ptr + kp, tl.where(valid[None, :] & seen, score, float("-inf")), mask=st)
 
 
-@triton.jit(do_not_specialize=["t_base"])  # block offsets: no recompile per block
-def _hist_kernel(keys_ptr, stride_k, vis_ptr, t_base, hist_ptr, NSS: tl.constexpr, BLOCK: tl.constexpr,
-                 HB: tl.constexpr):  # fmt: skip
+@triton.jit(do_not_specialize=["t_base", "nss"])  # no recompile per block / batch size
+def _hist_kernel(keys_ptr, stride_k, vis_ptr, t_base, hist_ptr, nss, BLOCK: tl.constexpr, HB: tl.constexpr):
     # program (g, s): the histogram of the top HB bits of the s-th share of token g's valid keys,
     # added to the token's (atomics on the non-empty bins); BLOCK keys per histogram call
     g = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     n = tl.load(vis_ptr + t_base + g).to(tl.int32)
-    chunk = tl.cdiv(tl.cdiv(n, NSS), BLOCK) * BLOCK
+    chunk = tl.cdiv(tl.cdiv(n, nss), BLOCK) * BLOCK
     c_end = tl.minimum(s * chunk + chunk, n)
     offs = tl.arange(0, BLOCK)
     hist = tl.zeros([1 << HB], tl.int32)
@@ -215,7 +214,7 @@ def _threshold_bin(hist_ptr, g, K, HB: tl.constexpr):
     return bstar, above
 
 
-@triton.jit(do_not_specialize=["t_base"])  # block offsets: no recompile per block
+@triton.jit(do_not_specialize=["t_base", "nss"])  # no recompile per block / batch size
 def _filter_kernel(
     keys_ptr,
     stride_k,
@@ -227,7 +226,7 @@ def _filter_kernel(
     tie_key_ptr,
     tie_pos_ptr,
     K,
-    NSS: tl.constexpr,
+    nss,
     BLOCK_F: tl.constexpr,
     HB: tl.constexpr,
 ):
@@ -235,7 +234,7 @@ def _filter_kernel(
     s = tl.program_id(1)
     n = tl.load(vis_ptr + t_base + g).to(tl.int32)
     bstar, above = _threshold_bin(hist_ptr, g, K, HB)
-    chunk = tl.cdiv(tl.cdiv(n, NSS), BLOCK_F) * BLOCK_F
+    chunk = tl.cdiv(tl.cdiv(n, nss), BLOCK_F) * BLOCK_F
     c_end = tl.minimum(s * chunk + chunk, n)
     offs = tl.arange(0, BLOCK_F)
     for c0 in range(s * chunk, c_end, BLOCK_F):
@@ -357,13 +356,16 @@ class _Workspace:
 
     def __init__(self, G: int, C: int, topk: int, device: torch.device, scores: bool = False) -> None:
         i32 = dict(dtype=torch.int32, device=device)
-        self.keys = torch.empty((G, max(C, 1)), **i32)
-        self.tie_key = torch.empty((G, max(C, 1)), **i32)
-        self.tie_pos = torch.empty((G, max(C, 1)), **i32)
+        # rows padded to a multiple of 64 entries: the row stride is always a multiple of 16, so
+        # it specialises alike for every candidate count (no compile per context while serving)
+        width = -(-max(C, 1) // 64) * 64
+        self.keys = torch.empty((G, width), **i32)
+        self.tie_key = torch.empty((G, width), **i32)
+        self.tie_pos = torch.empty((G, width), **i32)
         self.hist = torch.empty((G, 1 << HB), **i32)
         self.cnt = torch.empty((G, 2), **i32)
         self.sure = torch.empty((G, topk), **i32)
-        self.scores = torch.empty((G, max(C, 1)), dtype=torch.float32, device=device) if scores else self.keys
+        self.scores = torch.empty((G, width), dtype=torch.float32, device=device) if scores else self.keys
 
 
 def _block_rows(T: int, C: int) -> int:
@@ -376,7 +378,7 @@ def _select(ws: _Workspace, G: int, vis: torch.Tensor, t_base: int, topk: int, o
     nss = _splits(G, dev)
     _filter_kernel[(G, nss)](
         ws.keys, ws.keys.stride(0), vis, t_base, ws.hist, ws.cnt, ws.sure, ws.tie_key, ws.tie_pos, topk,
-        NSS=nss, BLOCK_F=1024, HB=HB, num_warps=4,
+        nss, BLOCK_F=1024, HB=HB, num_warps=4,
     )  # fmt: skip
     _final_kernel[(G,)](
         ws.cnt, ws.sure, ws.tie_key, ws.tie_pos, ws.keys.stride(0), out, out.stride(0), t_base, topk,
@@ -498,8 +500,8 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
             q, q.stride(0), q.stride(1), weights, weights.stride(0),
             kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,
             visible, req_to_page, req_to_page.stride(0), req_rows, token_req, int(e),
-            ws.keys, ws.keys.stride(0), ws.scores, t0, g, HI, float(scale),
-            DI=DI, CODEC=kv.codec_id, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_C=block_c, NSC=nsc,
+            ws.keys, ws.keys.stride(0), ws.scores, t0, g, HI, float(scale), nsc,
+            DI=DI, CODEC=kv.codec_id, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_C=block_c,
             WRITE_SCORES=scores_out is not None, num_warps=8 if block_t * block_h >= 64 else 4,
         )  # fmt: skip
         if scores_out is not None:
@@ -508,7 +510,7 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
             sc_out[t0 : t0 + g] = ws.scores[:g, : sc_out.shape[1]]
         else:
             nss = _splits(g, q.device)
-            _hist_kernel[(g, nss)](ws.keys, ws.keys.stride(0), visible, t0, ws.hist, NSS=nss, BLOCK=1024, HB=HB,
+            _hist_kernel[(g, nss)](ws.keys, ws.keys.stride(0), visible, t0, ws.hist, nss, BLOCK=1024, HB=HB,
                                    num_warps=4)  # fmt: skip
             _select(ws, g, visible, t0, topk, out)
 
