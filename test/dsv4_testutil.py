@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from sglang_v4.configs.model_config import ModelConfig
@@ -17,8 +17,9 @@ from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.forward_batch import ReqForwardInput, build_forward_batch
 from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
 from sglang_v4.tools.make_checkpoint import make_random_state_dict
-from transformers import DeepseekV4Config
-from transformers import DeepseekV4ForCausalLM as HFModel
+
+if TYPE_CHECKING:  # imported where used: the TP rank processes that import this module skip it
+    from transformers import DeepseekV4ForCausalLM as HFModel
 
 SL, CSA, HCA = "sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"
 
@@ -90,6 +91,9 @@ def make_twin(name: str, seed: int = 0) -> Twin:
     cfg = copy.deepcopy(CONFIGS[name])
     mc = ModelConfig.from_dict(copy.deepcopy(cfg))
     state = make_random_state_dict(copy.deepcopy(cfg), seed)
+    from transformers import DeepseekV4Config
+    from transformers import DeepseekV4ForCausalLM as HFModel
+
     hf_cfg = DeepseekV4Config(**{k: v for k, v in copy.deepcopy(cfg).items() if k != "model_type"})
     hf = HFModel(hf_cfg).eval()
     hf.load_state_dict(state)

@@ -12,16 +12,17 @@ from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, subm
 
 
 def test_retraction_keeps_outputs_exact(sched_model_dir):
-    prompts = [random_ids(300, seed=40 + i) for i in range(3)]
+    # prompts just under two 256-token blocks, so that few decode steps reach the third block
+    prompts = [random_ids(490, seed=40 + i) for i in range(3)]
     roomy = make_scheduler(sched_model_dir)
     alone = {}
     for i, p in enumerate(prompts):
-        submit(roomy, f"r{i}", p, 240)
+        submit(roomy, f"r{i}", p, 40)
         alone.update(drain(roomy))
-    # 5 block pages for three requests that each grow to 540 tokens (3 blocks): must retract
+    # 5 block pages for three requests that each grow to 530 tokens (3 blocks): must retract
     tight = make_scheduler(sched_model_dir, max_total_tokens=5 * 256)
     for i, p in enumerate(prompts):
-        submit(tight, f"r{i}", p, 240)
+        submit(tight, f"r{i}", p, 40)
     got = drain(tight)
     assert tight.num_retractions > 0
     for rid in alone:

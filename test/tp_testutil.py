@@ -62,15 +62,15 @@ def server_kwargs(model_dir: str, **kw: Any) -> dict[str, Any]:
 
 def scenario(s: Any) -> dict[str, Any]:
     """A request seeds the radix cache with a 150-token prefix (one 128-token block); then three
-    requests that grow to three blocks each run at once on a 5-page pool (two of them hit the
-    cached block): chunked prefill (64-token chunks), prefix hits and retraction in one run.
-    Greedy, with logprobs."""
+    requests that grow to three blocks each (220-230 prompt tokens + 40 new ones) run at once on a
+    5-page pool (two of them hit the cached block): chunked prefill (64-token chunks), prefix hits
+    and retraction in one run. Greedy, with logprobs."""
     prefix = random_ids(150, seed=11, vocab=1000)
     submit(s, "seed", prefix + random_ids(20, seed=12, vocab=1000), 8, return_logprob=True)
     out = drain(s)
-    submit(s, "hit1", prefix + random_ids(70, seed=13, vocab=1000), 50, return_logprob=True)
-    submit(s, "cold", random_ids(230, seed=14, vocab=1000), 50, return_logprob=True)
-    submit(s, "hit2", prefix + random_ids(75, seed=15, vocab=1000), 50, return_logprob=True)
+    submit(s, "hit1", prefix + random_ids(70, seed=13, vocab=1000), 40, return_logprob=True)
+    submit(s, "cold", random_ids(230, seed=14, vocab=1000), 40, return_logprob=True)
+    submit(s, "hit2", prefix + random_ids(75, seed=15, vocab=1000), 40, return_logprob=True)
     out.update(drain(s))
     res = {rid: {k: r[k] for k in ("ids", "lp", "cached", "finish")} for rid, r in out.items()}
     assert s.flush_cache()
