@@ -1,0 +1,102 @@
+"""Serving shapes reuse compiled kernels: the attention and indexer launches of every decode batch
+size and context length (and of long extends) compile to a handful of variants, not one per
+batch size, split count, candidate count or scratch-block offset.
+
+A Triton kernel compiles once per specialisation (its constexprs and, per integer argument,
+whether it is 1 or a multiple of 16). Before split counts became runtime arguments and the
+indexer's scratch rows were padded, a server on the H200 compiled 29 kernel variants after its
+start-up warm-up (the first requests waited seconds). The launches are recorded without running
+them (``kernel_launch_record``, Triton's own launch binder for sm_90) in a subprocess under
+``TRITON_INTERPRET=1``; the distinct compile keys per kernel are counted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+_SWEEP = r"""
+import json, sys, torch
+from collections import Counter
+import kernel_launch_record as klr
+from sgl_kernel_v4.triton.attention import sparse_attention
+from sgl_kernel_v4.triton.indexer import indexer_topk
+
+def idx(T, C):
+    Hi, di, e = 64, 128, 64
+    P = -(-C // e) + 1
+    kv = torch.empty(P * e, di, dtype=torch.bfloat16)
+    r2p = torch.zeros(1, P, dtype=torch.int32)
+    rows = torch.zeros(1, dtype=torch.int64)
+    indexer_topk(torch.empty(T, Hi, di, dtype=torch.bfloat16), torch.empty(T, Hi), kv,
+                 torch.full((T,), C, dtype=torch.int64), r2p, rows, torch.zeros(T, dtype=torch.int64),
+                 e, 512, 0.1, max_visible=C)
+
+def attn(T, n):
+    H, D, W, e = 64, 512, 128, 64
+    P = -(-n // e) + 1
+    q = torch.empty(T, H, D, dtype=torch.bfloat16)
+    swa = torch.empty(4 * W, D, dtype=torch.bfloat16)
+    comp = torch.empty(P * e, D, dtype=torch.bfloat16)
+    pages = torch.zeros(T, 2, dtype=torch.int64)
+    pos = torch.full((T,), 4 * n, dtype=torch.int64)
+    sparse_attention(q, swa, pages, pos, W, torch.zeros(H), 0.1, comp,
+                     comp_visible=torch.full((T,), n, dtype=torch.int64),
+                     req_to_page=torch.zeros(1, P, dtype=torch.int32), req_rows=torch.zeros(1, dtype=torch.int64),
+                     token_req=torch.zeros(T, dtype=torch.int64), entries_per_page=e)
+
+out = {}
+for name, shapes in (
+    ("decode", [(T, C) for T in (1, 2, 3, 5, 8, 12, 16, 24, 33, 64, 100, 256) for C in (100, 1000, 4097, 65536, 262144)]),
+    ("extend", [(T, C) for T in (300, 777, 2048) for C in (1000, 8191, 32768, 131072)]),
+):
+    with klr.record_launches(dry=True) as recs:
+        for T, C in shapes:
+            idx(T, C)
+            attn(T, C // 32)
+    out[name] = Counter(r["fn"].split(":")[1] for r in klr.distinct(recs))
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, int]]:
+    path = str(tmp_path_factory.mktemp("spec") / "variants.json")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join([HERE, *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run(
+        [sys.executable, "-c", _SWEEP, path], cwd=HERE, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_decode_batches_and_contexts_reuse_a_few_variants(variants: dict[str, dict[str, int]]) -> None:
+    """12 batch sizes x 5 contexts (60 decode shapes): each kernel compiles at most 3 variants
+    (attention: key tile 16 for up to 4 tokens or 64 above, one split or several)."""
+    got = variants["decode"]
+    assert set(got) >= {
+        "_score_kernel",
+        "_hist_kernel",
+        "_filter_kernel",
+        "_final_kernel",
+        "_paged_attn_kernel",
+    }
+    too_many = {k: v for k, v in got.items() if v > 3}
+    assert not too_many, f"kernels compiling a variant per batch size / context: {too_many}"
+
+
+def test_long_extends_reuse_a_few_variants(variants: dict[str, dict[str, int]]) -> None:
+    """3 extend lengths x 4 contexts (several scratch blocks per call at long contexts)."""
+    too_many = {k: v for k, v in variants["extend"].items() if v > 2}
+    assert not too_many, f"kernels compiling a variant per extend length / context: {too_many}"
