@@ -30,6 +30,12 @@ from collections import Counter
 import kernel_launch_record as klr
 from sgl_kernel_v4.triton.attention import sparse_attention
 from sgl_kernel_v4.triton.indexer import indexer_topk
+from sgl_kernel_v4.triton.mhc import hc_pre
+from sgl_kernel_v4.triton.moe import fused_moe
+import sgl_kernel_v4.triton.attention as _a, sgl_kernel_v4.triton.indexer as _i, sgl_kernel_v4.triton.mhc as _m
+
+for _mod in (_a, _i, _m):  # the H200's 132 SMs (the interpreter reports 8): the grids the GPU sees
+    _mod.num_sms = lambda device: 132
 
 def idx(T, C):
     Hi, di, e = 64, 128, 64
@@ -54,7 +60,28 @@ def attn(T, n):
                      req_to_page=torch.zeros(1, P, dtype=torch.int32), req_rows=torch.zeros(1, dtype=torch.int64),
                      token_req=torch.zeros(T, dtype=torch.int64), entries_per_page=e)
 
+def mhc(T):
+    n, D = 4, 1024
+    hc_pre(torch.empty(T, n, D, dtype=torch.bfloat16), torch.empty((2 + n) * n, n * D), torch.empty((2 + n) * n),
+           torch.empty(3), 20, 1e-6, 1e-6)
+
+def moe(T):
+    E, D, I, k = 32, 512, 256, 6
+    fused_moe(torch.empty(T, D, dtype=torch.bfloat16), torch.empty(E, 2 * I, D, dtype=torch.bfloat16),
+              torch.empty(E, D, I, dtype=torch.bfloat16), torch.zeros(T, k, dtype=torch.int64),
+              torch.empty(T, k), 10.0)
+
 out = {}
+for name, Ts in (("mhc_moe_decode", (1, 2, 3, 5, 8, 12, 16, 24, 33)),):
+    with klr.record_launches(dry=True) as recs:
+        for T in Ts:
+            mhc(T)
+            moe(T)
+    out[name] = Counter(r["fn"].split(":")[1] for r in klr.distinct(recs))
+with klr.record_launches(dry=True) as recs:
+    for T in (300, 777, 1500, 2048):
+        mhc(T)
+out["mhc_extend"] = Counter(r["fn"].split(":")[1] for r in klr.distinct(recs))
 for name, shapes in (
     ("decode", [(T, C) for T in (1, 2, 3, 5, 8, 12, 16, 24, 33, 64, 100, 256) for C in (100, 1000, 4097, 65536, 262144)]),
     ("extend", [(T, C) for T in (300, 777, 2048) for C in (1000, 8191, 32768, 131072)]),
@@ -82,8 +109,8 @@ def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, in
 
 
 def test_decode_batches_and_contexts_reuse_a_few_variants(variants: dict[str, dict[str, int]]) -> None:
-    """12 batch sizes x 5 contexts (60 decode shapes): each kernel compiles at most 3 variants
-    (attention: key tile 16 for up to 4 tokens or 64 above, one split or several)."""
+    """12 batch sizes x 5 contexts (60 decode shapes): each indexer kernel compiles one variant,
+    the attention at most 4 (key tile 16 for up to 4 tokens or 64 above, x one split or several)."""
     got = variants["decode"]
     assert set(got) >= {
         "_score_kernel",
@@ -92,8 +119,25 @@ def test_decode_batches_and_contexts_reuse_a_few_variants(variants: dict[str, di
         "_final_kernel",
         "_paged_attn_kernel",
     }
-    too_many = {k: v for k, v in got.items() if v > 3}
+    too_many = {k: v for k, v in got.items() if v > (4 if k == "_paged_attn_kernel" else 1)}
     assert not too_many, f"kernels compiling a variant per batch size / context: {too_many}"
+
+
+def test_mhc_and_moe_reuse_a_few_variants_over_decode_batches(variants: dict[str, dict[str, int]]) -> None:
+    """Decode batches of 1 to 33 requests: the mHC finish kernel and the MoE align / grouped GEMM
+    kernels compile at most 3 variants (their split or pair counts are runtime arguments; the
+    rows-per-tile classes of the MoE tiles stay)."""
+    got = variants["mhc_moe_decode"]
+    assert set(got) >= {"_hc_finish_kernel", "_align_kernel", "_gate_up_kernel", "_down_kernel"}
+    too_many = {k: v for k, v in got.items() if v > 3}
+    assert not too_many, f"kernels compiling a variant per batch size: {too_many}"
+
+
+def test_mhc_reuses_a_few_variants_over_extend_lengths(variants: dict[str, dict[str, int]]) -> None:
+    """Extends of 300 to 2,048 tokens: the mHC split count changes with the length (32 down to 3),
+    the finish kernel compiles at most 2 variants (the token count as a multiple of 16 or not)."""
+    too_many = {k: v for k, v in variants["mhc_extend"].items() if v > 2}
+    assert not too_many, f"kernels compiling a variant per extend length: {too_many}"
 
 
 def test_long_extends_reuse_a_few_variants(variants: dict[str, dict[str, int]]) -> None:

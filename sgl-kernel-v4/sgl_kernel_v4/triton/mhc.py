@@ -70,7 +70,7 @@ def _hc_mix_kernel(
     tl.store(sq_ptr + s * T + offs_t, sq, mask=tm)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["S"])  # the split count follows the batch size
 def _hc_finish_kernel(
     x_ptr,
     stride_xt,
@@ -92,20 +92,27 @@ def _hc_finish_kernel(
     norm_eps,
     N: tl.constexpr,
     NM_PAD: tl.constexpr,
-    S_PAD: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
-    offs_s = tl.arange(0, S_PAD)
-    sm = offs_s < S
     offs_n = tl.arange(0, N)
-    sq = tl.sum(tl.load(sq_ptr + offs_s * T + t, mask=sm, other=0.0), 0)
-    rstd = tl.rsqrt(sq / K + norm_eps)
-    prow = part_ptr + (offs_s[:, None] * T + t) * NM_PAD
-    pre_w = tl.sum(tl.load(prow + offs_n[None, :], mask=sm[:, None], other=0.0), 0) * rstd
-    post_w = tl.sum(tl.load(prow + N + offs_n[None, :], mask=sm[:, None], other=0.0), 0) * rstd
     cidx = 2 * N + offs_n[:, None] * N + offs_n[None, :]  # [N, N]
-    comb_w = tl.sum(tl.load(prow[:, :, None] + cidx[None, :, :], mask=sm[:, None, None], other=0.0), 0) * rstd
+    # the S split partials summed in a loop (a runtime count: one compiled kernel for every batch)
+    sq = tl.load(sq_ptr + t)
+    prow = part_ptr + t * NM_PAD
+    pre_w = tl.load(prow + offs_n)
+    post_w = tl.load(prow + N + offs_n)
+    comb_w = tl.load(prow + cidx)
+    for i in range(1, S):
+        sq += tl.load(sq_ptr + i * T + t)
+        prow = part_ptr + (i * T + t) * NM_PAD
+        pre_w += tl.load(prow + offs_n)
+        post_w += tl.load(prow + N + offs_n)
+        comb_w += tl.load(prow + cidx)
+    rstd = tl.rsqrt(sq / K + norm_eps)
+    pre_w = pre_w * rstd
+    post_w = post_w * rstd
+    comb_w = comb_w * rstd
     s0 = tl.load(scale_ptr)
     s1 = tl.load(scale_ptr + 1)
     s2 = tl.load(scale_ptr + 2)
@@ -209,7 +216,7 @@ def hc_pre(
     _hc_finish_kernel[(T,)](
         x, x.stride(0), x.stride(1), part, sq, base, scale, collapsed, collapsed.stride(0), post, comb,
         T, splits, K, D, int(sinkhorn_iters), float(eps), float(norm_eps),
-        N=n, NM_PAD=nm_pad, S_PAD=triton.next_power_of_2(splits), BLOCK_D=min(512, triton.next_power_of_2(D)),
+        N=n, NM_PAD=nm_pad, BLOCK_D=min(512, triton.next_power_of_2(D)),
         num_warps=1,  # the n x n Sinkhorn reductions stay inside one warp (no barriers)
     )  # fmt: skip
     return collapsed, post, comb

@@ -28,7 +28,7 @@ import triton.language as tl
 __all__ = ["fused_moe"]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n", "n_blocks", "bound"])  # batch-dependent counts
 def _align_kernel(
     ids_ptr,
     n,
@@ -79,7 +79,8 @@ def _align(topk_ids: torch.Tensor, E: int, block_m: int) -> tuple[torch.Tensor, 
     bound = n_blocks * block_m
     sorted_ids = torch.empty(bound, dtype=torch.int32, device=topk_ids.device)
     block_expert = torch.empty(n_blocks, dtype=torch.int32, device=topk_ids.device)
-    block_p = max(16, triton.next_power_of_2(n))
+    # at least 256 pairs per sort: every decode batch up to 256 / top-k requests shares one variant
+    block_p = max(256, triton.next_power_of_2(n))
     _align_kernel[(1,)](
         topk_ids, n, E, sorted_ids, block_expert, n_blocks, bound,
         BM=block_m, BLOCK_P=block_p, BLOCK_E=triton.next_power_of_2(E + 1), BLOCK_B=64, num_warps=8,
@@ -113,7 +114,7 @@ def _align_torch(topk_ids: torch.Tensor, E: int, block_m: int) -> tuple[torch.Te
     return sorted_ids[:bound], block_expert
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_pairs"])  # the batch's (token, expert) pairs
 def _gate_up_kernel(
     x_ptr,
     stride_xt,
@@ -173,7 +174,7 @@ def _gate_up_kernel(
         )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_pairs"])
 def _down_kernel(
     h_ptr,
     w_ptr,
