@@ -8,13 +8,14 @@ and flags the wrappers pick from shapes) and, for every plain integer argument, 
 kernel              specialises on
 ==================  ==============================================================================
 sparse attention    ``T`` (tokens): head block 16 / 64 (``T >= 128``), key tile 16 (``T <= 4``) /
-                    64 / 32 (``T >= 128``); ``NUM_SPLITS`` from ``T`` and the longest key list
-                    (small ``T``: grows with the context, 1..64); one or two key sources (sliding
-                    window only, or with CSA / HCA entries); the key-list widths as integers
-indexer score       the candidate count ``C = context // 4`` as an integer
-indexer top-k       ``BLOCK = next_pow2(C)`` up to 8,192 (16,384 for ``T >= 64``), chunked beyond
-                    (``USE_POS`` / ``FINAL``); ``C`` as an integer
-fused MoE           tiles by tokens per expert ``T * top_k / E`` (<= 16, <= 64, more)
+                    64 / 32 (``T >= 128``); one split or several (the split count itself is a
+                    runtime argument); one or two key sources (sliding window only, or with CSA /
+                    HCA entries)
+indexer             tokens per scoring program (1 up to 256 tokens, 2 above); split counts,
+                    scratch-block offsets and candidate counts are runtime arguments and the
+                    scratch rows are padded to 64 entries, so contexts add no variant
+fused MoE           tiles by tokens per expert ``T * top_k / E`` (<= 16, <= 64, more); the align
+                    sort by pairs (at least 256, then powers of two up to 4,096)
 mHC, norms, RoPE,   the row count ``T`` (and ``B`` for the compressor) as integers
 compressor
 ==================  ==============================================================================
@@ -27,7 +28,9 @@ the decode CUDA graphs (``--cuda-graph-warmup-ctx``), and runs the sampler once 
 top-k / top-p / min-p, penalties, logprobs). Dummy forwards use pages and a request slot taken
 from the pool and returned (nothing else exists yet), so no real request's state is touched.
 
-What the grid misses shows up at run time: :class:`JitWatch` counts Triton compiles through
+``test/test_kernels_specialisation.py`` sweeps decode and extend shapes through the attention,
+indexer, mHC and MoE wrappers and bounds the variants each compiles, so a new shape-dependent
+constexpr or integer specialisation shows up on the CPU. What the grid misses shows up at run time: :class:`JitWatch` counts Triton compiles through
 Triton's post-compile hook and, once the server is ready, logs each further compile with the
 kernel's specialisation (``get_server_info()["jit"]``). The device benchmark reports that count.
 
