@@ -79,6 +79,32 @@ WARMUP_TOKEN_COUNTS = (
 )
 
 
+def describe_compile(hook_kwargs: dict[str, Any]) -> str:
+    """One line naming a compile from the arguments of Triton's post-compile hook: the kernel, its
+    options and what it was specialised on (constexpr values and the integer / pointer arguments
+    specialised as multiples of 16 or as 1), so a compile after ready says which shape caused it.
+    Falls back to Triton's own ``repr``; at most 800 characters."""
+    fn = hook_kwargs.get("fn")
+    comp = hook_kwargs.get("compile") or {}
+    name = getattr(fn, "name", None)
+    if name is None or not isinstance(comp, dict):
+        return str(hook_kwargs.get("repr", "?"))[:800]
+    params = [getattr(p, "name", "?") for p in getattr(getattr(fn, "jit_function", None), "params", [])]
+
+    def arg(path: Any) -> str:  # Triton keys arguments by index paths: (2,) -> the third parameter
+        i = path[0] if isinstance(path, tuple) and path else path
+        return params[i] if isinstance(i, int) and i < len(params) else str(path)
+
+    consts = {arg(k): v for k, v in (comp.get("constants") or {}).items()}
+    configs = comp.get("configs") or [{}]
+    spec = {arg(k): v for k, v in (configs[0] or {}).items()} if configs else {}
+    text = (
+        f"{name}[num_warps={comp.get('num_warps')}, num_stages={comp.get('num_stages')}] "
+        f"constexprs={consts} specialised={spec}"
+    )
+    return text[:800]
+
+
 class JitWatch:
     """Counts Triton compiles (``triton.knobs.runtime.jit_post_compile_hook``), chaining any hook
     already installed. After :meth:`mark_ready` every compile is logged as a warning.
@@ -101,7 +127,7 @@ class JitWatch:
         prev = knobs.runtime.jit_post_compile_hook
 
         def hook(*args: Any, **kwargs: Any) -> Any:
-            self._count(str(kwargs.get("repr", "?")))
+            self._count(describe_compile(kwargs))
             return prev(*args, **kwargs) if prev is not None else None
 
         knobs.runtime.jit_post_compile_hook = hook
