@@ -329,7 +329,7 @@ def wait_gpu_tests(proc: subprocess.Popen | None, out: str, budget: float, keep_
         # killed run leaves only progress characters in the log)
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=30)  # pytest's summary on a loaded machine
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

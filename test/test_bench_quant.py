@@ -88,8 +88,14 @@ def test_gpu_tests_interrupted_at_budget_keep_failures(tmp_path) -> None:
         str(tmp_path / "test_slow.py"),
     ]
     log = open(tmp_path / "pytest_quant_gpu.log", "w")  # noqa: SIM115 - the driver reads it back
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-    budget = time.time() - bench_quant.T0 + 8.0  # 8 s left: enough for pytest to start and fail one
+    env = dict(os.environ, PYTHONUNBUFFERED="1")  # as the device scripts run it
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=env)
+    # the cut comes once the first test has failed and the second hangs, however long a loaded
+    # machine takes to get there (a fixed 8 s budget raced pytest's start-up)
+    deadline = time.time() + 120
+    while "test_b_hangs" not in (tmp_path / "pytest_quant_gpu.log").read_text() and time.time() < deadline:
+        time.sleep(0.2)
+    budget = time.time() - bench_quant.T0 + 1.0
     bench_quant.wait_gpu_tests(proc, str(tmp_path), budget, keep_s=0.0)
     text = (tmp_path / "pytest_quant_gpu.log").read_text()
     assert "FAILED test_slow.py::test_a_fails - assert (1 + 1) == 3" in text and "1 failed" in text, text[
