@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
-    from sglang_v4.managers.schedule_batch import Req
+    from sglang_v4.managers.schedule_batch import FixedColumns, Req
     from sglang_v4.sampling.sampling_params import SamplingParams
 
 #: A finish reason as SGLang reports it in ``meta_info["finish_reason"]``:
@@ -295,6 +295,11 @@ class AbortReq:
 # ---------------------------------------------------------------------------------------------
 # Scheduler -> detokenizer -> tokenizer manager
 # ---------------------------------------------------------------------------------------------
+def _output_rows(reqs: Sequence[Req]) -> list[tuple[Any, ...]]:
+    """Per request its fixed message fields (``Req.output_static``) and ``return_logprob``."""
+    return [(*r.output_static, r.return_logprob) for r in reqs]
+
+
 @dataclass
 class BatchTokenIDOut:
     """Per-step outputs of the scheduler for the requests that have news (scheduler -> detokenizer).
@@ -347,13 +352,15 @@ class BatchTokenIDOut:
         return cls([], [], [], [], [], [], [], [])
 
     @classmethod
-    def from_reqs(cls, reqs: Sequence[Req]) -> BatchTokenIDOut:
+    def from_reqs(cls, reqs: Sequence[Req], fixed_columns: FixedColumns | None = None) -> BatchTokenIDOut:
         """The message for scheduler requests with news (finished, or new tokens to stream).
 
         Every ``BatchTokenIDOut`` the scheduler sends is built here. Each request contributes its
         output ids and logprob entries not sent yet (``Req.take_new_outputs`` marks them sent) and
         its counts; logprob fields stay ``[]`` for a request without ``return_logprob`` and the
         top-logprob fields without ``top_logprobs_num``. Cost O(new tokens) per request.
+        ``fixed_columns`` (the scheduler's) keeps the columns of the requests' fixed fields from
+        the last message, reused when this one has the same requests in the same order.
         """
         n = len(reqs)
         out = cls.empty()
@@ -362,7 +369,20 @@ class BatchTokenIDOut:
         ilv, ili, olv, oli = [], [], [], []
         itv, iti, otv, oti = [], [], [], []
         with_logprobs: Sequence[Req] = reqs
-        if not any(r.return_logprob for r in reqs):  # the common message: ids only
+        # the fixed fields of each request (and whether it returns logprobs), as columns
+        (
+            out.rids,
+            out.skip_special_tokens,
+            out.spaces_between_special_tokens,
+            out.no_stop_trim,
+            out.prompt_tokens,
+            return_logprob,
+        ) = (
+            fixed_columns.get(list(reqs), _output_rows)
+            if fixed_columns is not None
+            else list(map(list, zip(*_output_rows(reqs))))
+        )  # type: ignore[assignment]
+        if not any(return_logprob):  # the common message: ids only
             # Req.take_new_outputs inlined (logprob entries of such requests are never sent)
             out.output_ids = [r.output_ids[r.sent_output_len :] for r in reqs]
             for r in reqs:
@@ -387,14 +407,7 @@ class BatchTokenIDOut:
             iti.append([x[3] for x in ilp] if top else [])
             otv.append([x[2] for x in olp] if top else [])
             oti.append([x[3] for x in olp] if top else [])
-        # the fixed fields of each request, then the changing ones, transposed into the columns
-        (
-            out.rids,
-            out.skip_special_tokens,
-            out.spaces_between_special_tokens,
-            out.no_stop_trim,
-            out.prompt_tokens,
-        ) = map(list, zip(*[r.output_static for r in reqs]))  # type: ignore[assignment]
+        # the fields that change, transposed into the columns
         out.finished_reasons, out.completion_tokens, out.cached_tokens, out.retraction_counts = map(
             list,
             zip(*[(r.finished_reason, len(r.output_ids), r.cached_tokens, r.num_retractions) for r in reqs]),
