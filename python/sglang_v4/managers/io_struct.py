@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
@@ -295,6 +296,11 @@ class AbortReq:
 # ---------------------------------------------------------------------------------------------
 # Scheduler -> detokenizer -> tokenizer manager
 # ---------------------------------------------------------------------------------------------
+_FINISHED_REASON = attrgetter("finished_reason")
+_CACHED_TOKENS = attrgetter("cached_tokens")
+_NUM_RETRACTIONS = attrgetter("num_retractions")
+
+
 def _output_rows(reqs: Sequence[Req]) -> list[tuple[Any, ...]]:
     """Per request its fixed message fields (``Req.output_static``) and ``return_logprob``."""
     return [(*r.output_static, r.return_logprob) for r in reqs]
@@ -383,10 +389,14 @@ class BatchTokenIDOut:
             else list(map(list, zip(*_output_rows(reqs))))
         )  # type: ignore[assignment]
         if not any(return_logprob):  # the common message: ids only
-            # Req.take_new_outputs inlined (logprob entries of such requests are never sent)
-            out.output_ids = [r.output_ids[r.sent_output_len :] for r in reqs]
+            # Req.take_new_outputs inlined (logprob entries of such requests are never sent), and
+            # the output counts in the same pass
+            add_ids, add_count = out.output_ids.append, out.completion_tokens.append
             for r in reqs:
-                r.sent_output_len = len(r.output_ids)
+                ids = r.output_ids
+                add_ids(ids[r.sent_output_len :])
+                r.sent_output_len = k = len(ids)
+                add_count(k)
                 if r.pending_input_logprobs or r.pending_output_logprobs:
                     r.pending_input_logprobs, r.pending_output_logprobs = [], []
             ilv = ili = olv = oli = itv = iti = otv = oti = [[]] * n  # one shared empty list, read-only
@@ -407,11 +417,12 @@ class BatchTokenIDOut:
             iti.append([x[3] for x in ilp] if top else [])
             otv.append([x[2] for x in olp] if top else [])
             oti.append([x[3] for x in olp] if top else [])
-        # the fields that change, transposed into the columns
-        out.finished_reasons, out.completion_tokens, out.cached_tokens, out.retraction_counts = map(
-            list,
-            zip(*[(r.finished_reason, len(r.output_ids), r.cached_tokens, r.num_retractions) for r in reqs]),
-        )  # type: ignore[assignment]
+        if with_logprobs:
+            out.completion_tokens = [len(r.output_ids) for r in reqs]
+        # the other fields that change
+        out.finished_reasons = list(map(_FINISHED_REASON, reqs))
+        out.cached_tokens = list(map(_CACHED_TOKENS, reqs))
+        out.retraction_counts = list(map(_NUM_RETRACTIONS, reqs))
         out.input_token_logprobs_val, out.input_token_logprobs_idx = ilv, ili
         out.output_token_logprobs_val, out.output_token_logprobs_idx = olv, oli  # type: ignore[assignment]
         out.input_top_logprobs_val, out.input_top_logprobs_idx = itv, iti

@@ -179,7 +179,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         self.num_retractions = 0
         self.num_oom_errors = 0
         self.forward_ct = 0
-        self.last_gen_throughput = 0.0
+        self._tp_at: tuple[float, float] | None = None  # (time, forward seconds) of the last batch
         self._tp_window: deque[tuple[float, int]] = deque(maxlen=64)
         self._poisoned: set[int] = set()
         self._prefilling: list[Req] = []  # running requests mid-prefill, found by _add_decode_reqs

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_abort, finish_length, finish_stop
@@ -332,13 +331,21 @@ class SchedulerOutputProcessorMixin:
         self._pending_ids.clear()
         return BatchTokenIDOut.from_reqs(reqs, self._output_columns) if reqs else None
 
+    @property
+    def last_gen_throughput(self: Scheduler) -> float:
+        """Generated tokens per second over the batches of the 5 s before the last batch was
+        processed (its forward time when it is the only one); 0 before the first batch. Computed
+        when read, from the window as it was then (only a processed batch changes it)."""
+        if self._tp_at is None:
+            return 0.0
+        now, dt = self._tp_at
+        recent = [x for x in self._tp_window if now - x[0] < 5.0]
+        span = max(1e-3, now - recent[0][0]) if len(recent) > 1 else max(1e-3, dt)
+        return sum(x[1] for x in recent) / span
+
     def _log_batch(self: Scheduler, batch: ScheduleBatch, dt: float) -> None:
         n_prefill_tok = batch.num_extend_tokens
-        window: deque[tuple[float, int]] = self._tp_window
-        now = time.monotonic()
-        recent = [x for x in window if now - x[0] < 5.0]
-        span = max(1e-3, now - recent[0][0]) if len(recent) > 1 else max(1e-3, dt)
-        self.last_gen_throughput = sum(x[1] for x in recent) / span
+        self._tp_at = (time.monotonic(), dt)
         if not (n_prefill_tok or self.forward_ct % self.server_args.decode_log_interval == 0):
             return
         stats: dict[str, Any] = self.tree_cache.stats()
