@@ -92,3 +92,59 @@ def test_add_rejects_empty_or_overlong_range() -> None:
         ScheduleBatch().add(r, 4)
     with pytest.raises(ValueError):
         ScheduleBatch().add(r, 11)
+
+
+def _decode_batch(overlap: bool) -> tuple[ScheduleBatch, list[Req]]:
+    """Three decoding requests: with ``overlap`` each has its last token still in flight (a
+    future id), else every token is known."""
+    reqs = []
+    for i, (n_prompt, n_out) in enumerate([(10, 2), (5, 0), (7, 4)]):
+        r = make_req(n_prompt, n_out=n_out, computed=n_prompt + n_out - 1)
+        r.req_pool_idx = i + 1
+        if overlap:  # the previous batch computed the last known token and samples one more
+            r.num_computed += 1
+            r.num_inflight, r.num_future, r.future_id = 0, 1, -(10 + i)
+        reqs.append(r)
+    b = ScheduleBatch()
+    for r in reqs:
+        b.add_decode(r)
+    return b, reqs
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_launch_of_a_decode_batch_equals_worker_batch_then_mark_in_flight(overlap: bool) -> None:
+    """``launch`` (one pass for a decode batch, fixed columns reused from the last batch) gives
+    the same worker batch and leaves the requests as the two general calls in turn."""
+    from sglang_v4.managers.schedule_batch import FixedColumns
+
+    ref_batch, ref_reqs = _decode_batch(overlap)
+    slots = [4, 5, 6]
+    ref_batch.future_slots = slots
+    ref = ref_batch.get_model_worker_batch([])
+    ref_batch.mark_in_flight(slots)
+    cols = FixedColumns()
+    _, reqs = _decode_batch(overlap)
+    before = [(r.num_inflight, r.num_future, r.future_id) for r in reqs]
+    for _ in range(2):  # the same requests again: the second launch reuses the kept columns
+        for r, (a, b, c) in zip(reqs, before):
+            r.num_inflight, r.num_future, r.future_id = a, b, c
+        batch = ScheduleBatch()
+        for r in reqs:
+            batch.add_decode(r)
+        wb = batch.launch([], list(slots), cols)
+        assert wb.forward_mode is ref.forward_mode is ForwardMode.DECODE
+        assert wb.forward_inputs == ref.forward_inputs
+        assert [x.input_ids for x in wb.forward_inputs] == (
+            [[-10], [-11], [-12]] if overlap else [[901], [104], [903]]
+        )
+        assert wb.logits_counts == ref.logits_counts and wb.input_logprobs == ref.input_logprobs
+        assert wb.sampling is not None and ref.sampling is not None
+        for f in ("rows", "params", "prompt_ids", "output_lens", "top_logprobs_nums", "future_slots"):
+            assert getattr(wb.sampling, f) == getattr(ref.sampling, f), f
+        for r, rr in zip(reqs, ref_reqs):
+            assert (r.num_inflight, r.num_future, r.future_id) == (
+                rr.num_inflight,
+                rr.num_future,
+                rr.future_id,
+            )
+        assert cols.reqs == reqs  # kept for the next batch

@@ -17,10 +17,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
-    from sglang_v4.managers.schedule_batch import Req
+    from sglang_v4.managers.schedule_batch import FixedColumns, Req
     from sglang_v4.sampling.sampling_params import SamplingParams
 
 #: A finish reason as SGLang reports it in ``meta_info["finish_reason"]``:
@@ -295,6 +296,16 @@ class AbortReq:
 # ---------------------------------------------------------------------------------------------
 # Scheduler -> detokenizer -> tokenizer manager
 # ---------------------------------------------------------------------------------------------
+_FINISHED_REASON = attrgetter("finished_reason")
+_CACHED_TOKENS = attrgetter("cached_tokens")
+_NUM_RETRACTIONS = attrgetter("num_retractions")
+
+
+def _output_rows(reqs: Sequence[Req]) -> list[tuple[Any, ...]]:
+    """Per request its fixed message fields (``Req.output_static``) and ``return_logprob``."""
+    return [(*r.output_static, r.return_logprob) for r in reqs]
+
+
 @dataclass
 class BatchTokenIDOut:
     """Per-step outputs of the scheduler for the requests that have news (scheduler -> detokenizer).
@@ -347,13 +358,15 @@ class BatchTokenIDOut:
         return cls([], [], [], [], [], [], [], [])
 
     @classmethod
-    def from_reqs(cls, reqs: Sequence[Req]) -> BatchTokenIDOut:
+    def from_reqs(cls, reqs: Sequence[Req], fixed_columns: FixedColumns | None = None) -> BatchTokenIDOut:
         """The message for scheduler requests with news (finished, or new tokens to stream).
 
         Every ``BatchTokenIDOut`` the scheduler sends is built here. Each request contributes its
         output ids and logprob entries not sent yet (``Req.take_new_outputs`` marks them sent) and
         its counts; logprob fields stay ``[]`` for a request without ``return_logprob`` and the
         top-logprob fields without ``top_logprobs_num``. Cost O(new tokens) per request.
+        ``fixed_columns`` (the scheduler's) keeps the columns of the requests' fixed fields from
+        the last message, reused when this one has the same requests in the same order.
         """
         n = len(reqs)
         out = cls.empty()
@@ -362,11 +375,28 @@ class BatchTokenIDOut:
         ilv, ili, olv, oli = [], [], [], []
         itv, iti, otv, oti = [], [], [], []
         with_logprobs: Sequence[Req] = reqs
-        if not any(r.return_logprob for r in reqs):  # the common message: ids only
-            # Req.take_new_outputs inlined (logprob entries of such requests are never sent)
-            out.output_ids = [r.output_ids[r.sent_output_len :] for r in reqs]
+        # the fixed fields of each request (and whether it returns logprobs), as columns
+        (
+            out.rids,
+            out.skip_special_tokens,
+            out.spaces_between_special_tokens,
+            out.no_stop_trim,
+            out.prompt_tokens,
+            return_logprob,
+        ) = (
+            fixed_columns.get(list(reqs), _output_rows)
+            if fixed_columns is not None
+            else list(map(list, zip(*_output_rows(reqs))))
+        )  # type: ignore[assignment]
+        if not any(return_logprob):  # the common message: ids only
+            # Req.take_new_outputs inlined (logprob entries of such requests are never sent), and
+            # the output counts in the same pass
+            add_ids, add_count = out.output_ids.append, out.completion_tokens.append
             for r in reqs:
-                r.sent_output_len = len(r.output_ids)
+                ids = r.output_ids
+                add_ids(ids[r.sent_output_len :])
+                r.sent_output_len = k = len(ids)
+                add_count(k)
                 if r.pending_input_logprobs or r.pending_output_logprobs:
                     r.pending_input_logprobs, r.pending_output_logprobs = [], []
             ilv = ili = olv = oli = itv = iti = otv = oti = [[]] * n  # one shared empty list, read-only
@@ -387,18 +417,12 @@ class BatchTokenIDOut:
             iti.append([x[3] for x in ilp] if top else [])
             otv.append([x[2] for x in olp] if top else [])
             oti.append([x[3] for x in olp] if top else [])
-        # the fixed fields of each request, then the changing ones, transposed into the columns
-        (
-            out.rids,
-            out.skip_special_tokens,
-            out.spaces_between_special_tokens,
-            out.no_stop_trim,
-            out.prompt_tokens,
-        ) = map(list, zip(*[r.output_static for r in reqs]))  # type: ignore[assignment]
-        out.finished_reasons, out.completion_tokens, out.cached_tokens, out.retraction_counts = map(
-            list,
-            zip(*[(r.finished_reason, len(r.output_ids), r.cached_tokens, r.num_retractions) for r in reqs]),
-        )  # type: ignore[assignment]
+        if with_logprobs:
+            out.completion_tokens = [len(r.output_ids) for r in reqs]
+        # the other fields that change
+        out.finished_reasons = list(map(_FINISHED_REASON, reqs))
+        out.cached_tokens = list(map(_CACHED_TOKENS, reqs))
+        out.retraction_counts = list(map(_NUM_RETRACTIONS, reqs))
         out.input_token_logprobs_val, out.input_token_logprobs_idx = ilv, ili
         out.output_token_logprobs_val, out.output_token_logprobs_idx = olv, oli  # type: ignore[assignment]
         out.input_top_logprobs_val, out.input_top_logprobs_idx = itv, iti

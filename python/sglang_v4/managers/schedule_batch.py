@@ -35,14 +35,18 @@ answers with a :class:`GenerationBatchResult`.
 
 from __future__ import annotations
 
-import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sglang_v4.managers.model_worker_batch import (
+    ForwardMode,
+    ModelWorkerBatch,
+    SamplingBatchInfo,
+)
 from sglang_v4.model_executor.forward_batch import ReqForwardInput
 from sglang_v4.sampling.sampler import compute_logprobs, top_logprobs
 from sglang_v4.sampling.sampling_params import SamplingParams
@@ -56,7 +60,7 @@ if TYPE_CHECKING:
 LogprobEntry = tuple[float | None, int, list[float] | None, list[int] | None]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Req:
     """Scheduler-side request state (see the module docstring). Compared by identity.
 
@@ -290,12 +294,32 @@ class Req:
         return new_ids, ilp, olp
 
 
-class ForwardMode(enum.Enum):
-    """What a batch computes (SGLang's ``ForwardMode`` names)."""
+class FixedColumns:
+    """Columns of per-request fields that never change, kept for the last list of requests.
 
-    EXTEND = "extend"  # prompt chunks only
-    DECODE = "decode"  # one new token per request
-    MIXED = "mixed"  # prompt chunks and decode tokens together
+    A decode step's batch and its outgoing message usually hold the same requests in the same order
+    as the step before; their fixed fields (``Req.sampling_static``, ``Req.output_static``) are then
+    copied from the last step's columns instead of transposed again. Requests compare by identity,
+    so the test is one C-level pass over the list.
+    """
+
+    __slots__ = ("reqs", "columns")
+
+    def __init__(self) -> None:
+        self.reqs: list[Req] = []
+        self.columns: list[list[Any]] = []
+
+    def get(self, reqs: list[Req], rows: Callable[[list[Req]], list[tuple[Any, ...]]]) -> list[list[Any]]:
+        """The columns of ``rows(reqs)`` (one tuple per request, transposed; ``reqs`` non-empty),
+        each a new list. ``rows`` must give the same tuple for a request every time it is called."""
+        if reqs != self.reqs:
+            self.columns = list(map(list, zip(*rows(reqs))))
+            self.reqs = list(reqs)
+        return [list(c) for c in self.columns]
+
+
+def _sampling_rows(reqs: list[Req]) -> list[tuple[Any, ...]]:
+    return [r.sampling_static or r.freeze_sampling() for r in reqs]
 
 
 @dataclass
@@ -331,7 +355,8 @@ class ScheduleBatch:
     future_slots: list[int] = field(default_factory=list)
     result_handle: Any = None
     discarded: set[int] = field(default_factory=set)
-    _members: set[int] = field(default_factory=set, repr=False)
+    _members: set[int] = field(default_factory=set, repr=False)  # ids of reqs[:_members_upto]
+    _members_upto: int = field(default=0, repr=False)
 
     def add(self, req: Req, end: int) -> None:
         """Add ``req`` extending ``fill_ids[scheduled_len:end]`` (its pages must be allocated).
@@ -355,7 +380,6 @@ class ScheduleBatch:
         self.logits_starts.append(logits_start)
         self.epochs.append(req.num_retractions)
         self.input_logprob_first.append(lp_first)
-        self._members.add(id(req))
 
     def mark_in_flight(self, future_slots: list[int]) -> None:
         """The batch is launched: its ranges are in flight (``Req.num_inflight``) and each token it
@@ -395,9 +419,12 @@ class ScheduleBatch:
         self.logits_starts += [0] * k
         self.epochs += [r.num_retractions for r in reqs]
         self.input_logprob_first += [None if r.input_logprobs_done else p for r, p in zip(reqs, prefix_lens)]
-        self._members.update(map(id, reqs))
 
     def __contains__(self, req: object) -> bool:
+        reqs = self.reqs
+        if self._members_upto < len(reqs):  # the ids of the requests added since the last test
+            self._members.update(map(id, reqs[self._members_upto :]))
+            self._members_upto = len(reqs)
         return id(req) in self._members
 
     @property
@@ -423,7 +450,8 @@ class ScheduleBatch:
     @property
     def num_extend_tokens(self) -> int:
         """Prompt tokens computed in this batch (chunks longer than one token)."""
-        return sum(n for n in self.extend_lens if n > 1)
+        lens = self.extend_lens
+        return 0 if lens.count(1) == len(lens) else sum(n for n in lens if n > 1)
 
     @property
     def needs_host_history(self) -> bool:
@@ -457,6 +485,78 @@ class ScheduleBatch:
                 ids = req.token_ids(p, p + n)
             out.append(ReqForwardInput(slot, ids, p, req.block_pages, req.window_pages, ls))
         return out
+
+    def launch(
+        self,
+        req_state_ops: list[ReqStateOp],
+        future_slots: list[int],
+        sampling_columns: FixedColumns | None = None,
+    ) -> ModelWorkerBatch:
+        """:meth:`get_model_worker_batch` then :meth:`mark_in_flight` (``future_slots``: one per
+        sampling request, in batch order): what launching the batch does to it and its requests.
+
+        A decode batch (every request adds one token and samples; the hot path of a step) does
+        both in one pass over its requests: each request's forward input and output length are
+        read before the same request is marked in flight, so the result is the same as the two
+        calls in turn. Its fixed sampling inputs come from ``sampling_columns`` (the scheduler's,
+        kept from the last decode batch) when given."""
+        self.future_slots = future_slots
+        reqs = self.reqs
+        B = len(reqs)
+        if not (
+            B
+            and len(future_slots) == B
+            and self.extend_lens.count(1) == B
+            and self.input_logprob_first.count(None) == B
+        ):
+            wb = self.get_model_worker_batch(req_state_ops)
+            self.mark_in_flight(future_slots)
+            return wb
+        if sampling_columns is None:
+            sampling_columns = FixedColumns()
+        params, gens, prompts, grammars, tops, hist = sampling_columns.get(reqs, _sampling_rows)
+        lens: list[int] = []
+        inputs: list[ReqForwardInput] = []
+        add_len, add_input = lens.append, inputs.append
+        for req, p, ls, slot in zip(reqs, self.prefix_lens, self.logits_starts, future_slots):
+            slot_idx = req.req_pool_idx
+            if slot_idx is None:
+                raise AssertionError(f"{req.rid} has no request slot")
+            out = req.output_ids
+            n_out = len(out)
+            nf = req.num_future
+            k = p - len(req.origin_input_ids)
+            if k == n_out and nf == 1:
+                ids = [req.future_id]  # decode of the token the previous batch is sampling
+            elif 0 <= k < n_out:
+                ids = [out[k]]  # decode of a token the host knows
+            else:
+                ids = req.token_ids(p, p + 1)
+            add_len(n_out + nf)
+            add_input(ReqForwardInput(slot_idx, ids, p, req.block_pages, req.window_pages, ls))
+            # mark_in_flight for this request
+            req.num_inflight += 1
+            req.num_future = nf + 1
+            req.future_id = -(slot + 1)
+        sampling = SamplingBatchInfo(
+            rows=list(range(B)),
+            params=params,
+            generators=gens,
+            prompt_ids=prompts,
+            output_ids=hist,
+            output_lens=lens,
+            grammars=grammars if grammars.count(None) != B else None,
+            top_logprobs_nums=tops,
+            future_slots=list(future_slots),
+        )
+        return ModelWorkerBatch(
+            forward_mode=ForwardMode.DECODE,
+            forward_inputs=inputs,
+            logits_counts=[1] * B,
+            sampling=sampling,
+            input_logprobs=[None] * B,
+            req_state_ops=req_state_ops,
+        )
 
     def get_model_worker_batch(self, req_state_ops: list[ReqStateOp]) -> ModelWorkerBatch:
         """Everything the model worker needs to run this batch, fixed now (the requests change
@@ -502,89 +602,3 @@ class ScheduleBatch:
             input_logprobs=input_lp,
             req_state_ops=req_state_ops,
         )
-
-
-@dataclass
-class SamplingBatchInfo:
-    """Sampling inputs of the requests that sample from a batch (SGLang's name), in batch order.
-
-    Attributes:
-        rows: their indices in the batch (whose last logits row they sample from).
-        params / generators / grammars: per row, as :func:`sglang_v4.sampling.sampler.sample`.
-        prompt_ids: prompt ids per row (repetition penalty).
-        output_ids: the output history per row when its sampling reads it (penalties, grammar;
-            those batches never overlap the previous one), else ``()``.
-        output_lens: tokens generated before this one per row (``min_new_tokens``).
-        top_logprobs_nums: ``-1``: no output logprob; ``0``: the token's logprob; ``k``: also the
-            top ``k``.
-        future_slots: future-map slot that receives each row's token.
-    """
-
-    rows: list[int]
-    params: list[SamplingParams]
-    generators: list[torch.Generator | None]
-    prompt_ids: list[list[int]]
-    output_ids: list[Sequence[int]]
-    output_lens: list[int]
-    grammars: list[Any] | None
-    top_logprobs_nums: list[int]
-    future_slots: list[int]
-
-
-@dataclass
-class ModelWorkerBatch:
-    """One batch as the model worker runs it, in a single call (SGLang's ``ModelWorkerBatch``):
-    nothing in it changes after it is built.
-
-    Attributes:
-        forward_mode: extend / decode / mixed.
-        forward_inputs: per request, the runner's :class:`ReqForwardInput`; a decode token that is
-            still being sampled by the previous batch is a negative future id.
-        logits_counts: logits rows per request (``forward_inputs`` order).
-        sampling: the rows that sample, or ``None``.
-        input_logprobs: per request ``(target token ids, top_logprobs_num)`` when its first logits
-            rows give prompt logprobs (row ``j`` for target ``j``), else ``None``.
-        req_state_ops: compressor-state resets / resume-state loads of newly admitted request
-            slots, applied before the forward (``mem_cache.cache_manager.ReqStateOp``).
-    """
-
-    forward_mode: ForwardMode
-    forward_inputs: list[ReqForwardInput]
-    logits_counts: list[int]
-    sampling: SamplingBatchInfo | None
-    input_logprobs: list[tuple[list[int], int] | None]
-    req_state_ops: list[ReqStateOp]
-
-
-@dataclass
-class GenerationBatchResult:
-    """The model worker's answer for a :class:`ModelWorkerBatch`, on the host once :meth:`wait`
-    returns (the copies from the device may still be in flight before).
-
-    Attributes:
-        next_token_ids: ``[R]`` int64, the token sampled for each sampling row.
-        next_token_logprobs: ``[R]`` float32 logprob of each sampled token, or ``None`` when no
-            row asked for output logprobs.
-        next_top_logprobs: ``k -> (rows, values [r, k] float32, ids [r, k] int64)`` for the
-            sampling rows (indices into ``R``) that asked for the top ``k``.
-        input_logprobs: per request ``(values [t] float32, top values [t, k] | None, top ids
-            [t, k] | None)`` for its prompt-logprob targets, else ``None``.
-        forward_time: seconds the worker spent on the batch (forward, sampling, copies issued).
-        error: ``None``, or why the batch failed (``"oom"``: the device ran out of memory; no KV
-            was confirmed and no token sampled).
-        copy_done: a CUDA event recorded after the device-to-host copies, or ``None``.
-    """
-
-    next_token_ids: torch.Tensor | None
-    next_token_logprobs: torch.Tensor | None
-    next_top_logprobs: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]]
-    input_logprobs: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None]
-    forward_time: float
-    error: str | None = None
-    copy_done: Any = None
-
-    def wait(self) -> None:
-        """Block until the host copies are complete."""
-        if self.copy_done is not None:
-            self.copy_done.synchronize()
-            self.copy_done = None

@@ -67,7 +67,7 @@ from sglang_v4.managers.io_struct import (
     TokenizedGenerateReqInput,
     finish_abort,
 )
-from sglang_v4.managers.schedule_batch import Req, ScheduleBatch
+from sglang_v4.managers.schedule_batch import FixedColumns, Req, ScheduleBatch
 from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
 from sglang_v4.managers.tp_worker import FutureMap, TpModelWorker
 from sglang_v4.managers.tp_worker_overlap_thread import make_worker_client
@@ -179,10 +179,13 @@ class Scheduler(SchedulerOutputProcessorMixin):
         self.num_retractions = 0
         self.num_oom_errors = 0
         self.forward_ct = 0
-        self.last_gen_throughput = 0.0
+        self._tp_at: tuple[float, float] | None = None  # (time, forward seconds) of the last batch
         self._tp_window: deque[tuple[float, int]] = deque(maxlen=64)
         self._poisoned: set[int] = set()
         self._prefilling: list[Req] = []  # running requests mid-prefill, found by _add_decode_reqs
+        # fixed per-request columns of the last decode batch and of the last message
+        self._sampling_columns = FixedColumns()
+        self._output_columns = FixedColumns()
 
     # ------------------------------------------------------------------ request intake
     def add_request(self, recv: TokenizedGenerateReqInput) -> None:
@@ -264,9 +267,8 @@ class Scheduler(SchedulerOutputProcessorMixin):
     def _launch(self, batch: ScheduleBatch) -> None:
         """Hand ``batch`` to the model worker (a thread with overlap, else inline)."""
         n = sum(batch.sample_flags)
-        batch.future_slots = self.future_map.alloc(n) if n else []
-        wb = batch.get_model_worker_batch(self.cache_manager.take_req_state_ops())
-        batch.mark_in_flight(batch.future_slots)
+        slots = self.future_map.alloc(n) if n else []
+        wb = batch.launch(self.cache_manager.take_req_state_ops(), slots, self._sampling_columns)
         batch.result_handle = self.worker_client.submit(wb)
         self.forward_ct += 1
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_abort, finish_length, finish_stop
-from sglang_v4.managers.schedule_batch import GenerationBatchResult, Req, ScheduleBatch
+from sglang_v4.managers.model_worker_batch import GenerationBatchResult
+from sglang_v4.managers.schedule_batch import Req, ScheduleBatch
 from sglang_v4.sampling.stop_checker import check_stop
 
 if TYPE_CHECKING:
@@ -48,6 +48,17 @@ class SchedulerOutputProcessorMixin:
         # batch was built (keeps its token, not the KV), 2 = current
         state: list[int] = []
         firsts = batch.input_logprob_first
+        ids = result.next_token_ids.tolist() if result.next_token_ids is not None else []
+        if (
+            result.next_token_logprobs is None
+            and len(ids) == len(firsts)
+            and firsts.count(None) == len(firsts)
+            and batch.extend_lens.count(1) == len(firsts)
+        ):
+            self._process_decode_result(batch, ids)
+            self._tp_window.append((time.monotonic(), len(ids)))
+            self._log_batch(batch, result.forward_time)
+            return
         if firsts.count(None) == len(firsts) and batch.extend_lens.count(1) == len(firsts):
             # one token per request, no prompt logprobs (a decode batch): the loop below, trimmed
             for req, e, p in zip(batch.reqs, batch.epochs, batch.prefix_lens):
@@ -83,7 +94,6 @@ class SchedulerOutputProcessorMixin:
             # positions (the cache manager re-checks); longer chunks always go through it
             if n != 1 or (c + 1) % W == 0 or (c // ps > req.num_tree_blocks and not tree_off):
                 cache_unfinished(req)
-        ids = result.next_token_ids.tolist() if result.next_token_ids is not None else []
         tok_lps = result.next_token_logprobs.tolist() if result.next_token_logprobs is not None else None
         tops_by_row: dict[int, tuple[list[float], list[int]]] = {}
         for rows, v, ix in result.next_top_logprobs.values():
@@ -145,6 +155,85 @@ class SchedulerOutputProcessorMixin:
                 self._finish(req, finish_length(len(req.output_ids)))
         self._tp_window.append((time.monotonic(), j))
         self._log_batch(batch, result.forward_time)
+
+    def _process_decode_result(self: Scheduler, batch: ScheduleBatch, ids: list[int]) -> None:
+        """:meth:`process_batch_result` for a decode batch whose every request sampled ``ids[i]``
+        without logprobs, in one pass over the requests.
+
+        The general path first advances every request's KV (confirm, cache completed blocks), then
+        appends every token (finish or queue the output). Here each request does both in turn
+        while its token neither finishes it nor needs the general finish check (grammar, stop
+        strings); from the first one that does, the tokens of it and of the requests after it are
+        appended after the pass, in batch order. So every cache call still comes before every
+        finish, in the same order, and the outputs are queued in the same order."""
+        discarded = batch.discarded
+        cache_unfinished = self.cache_manager.cache_unfinished_req
+        ps, W = self.page_size, self.cache_manager.window
+        tree_off = self.tree_cache.disable
+        every_token = self.stream_interval <= 1
+        pending, pending_ids = self.pending_outputs, self._pending_ids
+        # nothing queued yet this step: the batch's requests (each once in it) are not in the queue,
+        # so this pass appends them without the set test and adds them to the set after it
+        fresh = not pending
+        deferred: list[tuple[Req, int]] | None = None
+        for req, e, p, tok in zip(batch.reqs, batch.epochs, batch.prefix_lens, ids):
+            if req.finished_reason is not None or (discarded and id(req) in discarded):
+                continue  # void: finished, or its inputs were discarded
+            if req.num_retractions == e:  # still owns the batch's KV (else it keeps only its token)
+                req.num_inflight -= 1
+                c = req.num_computed = p + 1
+                # a one-token step completes a block or moves the window's first span only here
+                if (c + 1) % W == 0 or (c // ps > req.num_tree_blocks and not tree_off):
+                    cache_unfinished(req)
+            if deferred is None:
+                if req.plain_tokens:
+                    out = req.output_ids
+                    n_out = len(out) + 1
+                    if not (
+                        (tok in req.stop_token_set and n_out >= req.sampling_params.min_new_tokens)
+                        or n_out >= req.max_new_tokens
+                    ):
+                        req.num_future -= 1
+                        out.append(tok)
+                        if req.stream_each and every_token:
+                            if fresh:
+                                pending.append(req)
+                            elif id(req) not in pending_ids:
+                                pending_ids.add(id(req))
+                                pending.append(req)
+                        elif self._due_output(req):
+                            self._queue_output(req)
+                        continue
+                deferred = []
+            deferred.append((req, tok))
+        if fresh:
+            pending_ids.update(map(id, pending))
+        if deferred:
+            self._append_decode_tokens(deferred)
+
+    def _append_decode_tokens(self: Scheduler, items: list[tuple[Req, int]]) -> None:
+        """Append each ``(request, sampled token)`` of a decode batch in turn: finish the request
+        or queue its output (:meth:`_append_token`, inlined for a plain request)."""
+        every_token = self.stream_interval <= 1
+        pending, pending_ids = self.pending_outputs, self._pending_ids
+        for req, tok in items:
+            req.num_future -= 1
+            if not req.plain_tokens:
+                self._append_token(req, tok, None, None)
+                continue
+            out = req.output_ids
+            out.append(tok)
+            n_out = len(out)
+            if tok in req.stop_token_set and n_out >= req.sampling_params.min_new_tokens:
+                self._finish(req, finish_stop(tok))
+            elif n_out >= req.max_new_tokens:
+                self._finish(req, finish_length(n_out))
+            elif req.stream_each and every_token:
+                if id(req) not in pending_ids:
+                    pending_ids.add(id(req))
+                    pending.append(req)
+            elif self._due_output(req):
+                self._queue_output(req)
 
     def _process_batch_error(self: Scheduler, batch: ScheduleBatch) -> None:
         """The device ran out of memory in ``batch``: nothing it computed or sampled is used.
@@ -240,15 +329,23 @@ class SchedulerOutputProcessorMixin:
         """The message for every request with news since the last call (``None`` if none)."""
         reqs, self.pending_outputs = self.pending_outputs, []
         self._pending_ids.clear()
-        return BatchTokenIDOut.from_reqs(reqs) if reqs else None
+        return BatchTokenIDOut.from_reqs(reqs, self._output_columns) if reqs else None
+
+    @property
+    def last_gen_throughput(self: Scheduler) -> float:
+        """Generated tokens per second over the batches of the 5 s before the last batch was
+        processed (its forward time when it is the only one); 0 before the first batch. Computed
+        when read, from the window as it was then (only a processed batch changes it)."""
+        if self._tp_at is None:
+            return 0.0
+        now, dt = self._tp_at
+        recent = [x for x in self._tp_window if now - x[0] < 5.0]
+        span = max(1e-3, now - recent[0][0]) if len(recent) > 1 else max(1e-3, dt)
+        return sum(x[1] for x in recent) / span
 
     def _log_batch(self: Scheduler, batch: ScheduleBatch, dt: float) -> None:
         n_prefill_tok = batch.num_extend_tokens
-        window: deque[tuple[float, int]] = self._tp_window
-        now = time.monotonic()
-        recent = [x for x in window if now - x[0] < 5.0]
-        span = max(1e-3, now - recent[0][0]) if len(recent) > 1 else max(1e-3, dt)
-        self.last_gen_throughput = sum(x[1] for x in recent) / span
+        self._tp_at = (time.monotonic(), dt)
         if not (n_prefill_tok or self.forward_ct % self.server_args.decode_log_interval == 0):
             return
         stats: dict[str, Any] = self.tree_cache.stats()

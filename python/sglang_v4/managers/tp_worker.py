@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from sglang_v4.managers.schedule_batch import GenerationBatchResult, ModelWorkerBatch
+from sglang_v4.managers.model_worker_batch import GenerationBatchResult, ModelWorkerBatch
 from sglang_v4.model_executor.model_runner import ModelRunner
 from sglang_v4.sampling.sampler import compute_logprobs, sample, top_logprobs
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from sglang_v4.managers.schedule_batch import GenerationBatchResult, ModelWorkerBatch
+from sglang_v4.managers.model_worker_batch import GenerationBatchResult, ModelWorkerBatch
 from sglang_v4.managers.tp_worker import TpModelWorker
 
 __all__ = ["InlineWorkerClient", "TpModelWorkerClient"]

@@ -1,0 +1,115 @@
+"""What the scheduler hands the model worker for one batch and what it gets back.
+
+:class:`ModelWorkerBatch` (SGLang's name) is one batch as the model worker runs it, built by
+:meth:`~sglang_v4.managers.schedule_batch.ScheduleBatch.get_model_worker_batch`: the runner's
+per-request inputs, the sampling inputs (:class:`SamplingBatchInfo`) and the prompt-logprob
+targets, fixed when it is built. The worker answers with a :class:`GenerationBatchResult`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from sglang_v4.mem_cache.cache_manager import ReqStateOp
+    from sglang_v4.model_executor.forward_batch import ReqForwardInput
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+
+class ForwardMode(enum.Enum):
+    """What a batch computes (SGLang's ``ForwardMode`` names)."""
+
+    EXTEND = "extend"  # prompt chunks only
+    DECODE = "decode"  # one new token per request
+    MIXED = "mixed"  # prompt chunks and decode tokens together
+
+
+@dataclass
+class SamplingBatchInfo:
+    """Sampling inputs of the requests that sample from a batch (SGLang's name), in batch order.
+
+    Attributes:
+        rows: their indices in the batch (whose last logits row they sample from).
+        params / generators / grammars: per row, as :func:`sglang_v4.sampling.sampler.sample`.
+        prompt_ids: prompt ids per row (repetition penalty).
+        output_ids: the output history per row when its sampling reads it (penalties, grammar;
+            those batches never overlap the previous one), else ``()``.
+        output_lens: tokens generated before this one per row (``min_new_tokens``).
+        top_logprobs_nums: ``-1``: no output logprob; ``0``: the token's logprob; ``k``: also the
+            top ``k``.
+        future_slots: future-map slot that receives each row's token.
+    """
+
+    rows: list[int]
+    params: list[SamplingParams]
+    generators: list[torch.Generator | None]
+    prompt_ids: list[list[int]]
+    output_ids: list[Sequence[int]]
+    output_lens: list[int]
+    grammars: list[Any] | None
+    top_logprobs_nums: list[int]
+    future_slots: list[int]
+
+
+@dataclass
+class ModelWorkerBatch:
+    """One batch as the model worker runs it, in a single call (SGLang's ``ModelWorkerBatch``):
+    nothing in it changes after it is built.
+
+    Attributes:
+        forward_mode: extend / decode / mixed.
+        forward_inputs: per request, the runner's :class:`ReqForwardInput`; a decode token that is
+            still being sampled by the previous batch is a negative future id.
+        logits_counts: logits rows per request (``forward_inputs`` order).
+        sampling: the rows that sample, or ``None``.
+        input_logprobs: per request ``(target token ids, top_logprobs_num)`` when its first logits
+            rows give prompt logprobs (row ``j`` for target ``j``), else ``None``.
+        req_state_ops: compressor-state resets / resume-state loads of newly admitted request
+            slots, applied before the forward (``mem_cache.cache_manager.ReqStateOp``).
+    """
+
+    forward_mode: ForwardMode
+    forward_inputs: list[ReqForwardInput]
+    logits_counts: list[int]
+    sampling: SamplingBatchInfo | None
+    input_logprobs: list[tuple[list[int], int] | None]
+    req_state_ops: list[ReqStateOp]
+
+
+@dataclass
+class GenerationBatchResult:
+    """The model worker's answer for a :class:`ModelWorkerBatch`, on the host once :meth:`wait`
+    returns (the copies from the device may still be in flight before).
+
+    Attributes:
+        next_token_ids: ``[R]`` int64, the token sampled for each sampling row.
+        next_token_logprobs: ``[R]`` float32 logprob of each sampled token, or ``None`` when no
+            row asked for output logprobs.
+        next_top_logprobs: ``k -> (rows, values [r, k] float32, ids [r, k] int64)`` for the
+            sampling rows (indices into ``R``) that asked for the top ``k``.
+        input_logprobs: per request ``(values [t] float32, top values [t, k] | None, top ids
+            [t, k] | None)`` for its prompt-logprob targets, else ``None``.
+        forward_time: seconds the worker spent on the batch (forward, sampling, copies issued).
+        error: ``None``, or why the batch failed (``"oom"``: the device ran out of memory; no KV
+            was confirmed and no token sampled).
+        copy_done: a CUDA event recorded after the device-to-host copies, or ``None``.
+    """
+
+    next_token_ids: torch.Tensor | None
+    next_token_logprobs: torch.Tensor | None
+    next_top_logprobs: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]]
+    input_logprobs: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None]
+    forward_time: float
+    error: str | None = None
+    copy_done: Any = None
+
+    def wait(self) -> None:
+        """Block until the host copies are complete."""
+        if self.copy_done is not None:
+            self.copy_done.synchronize()
+            self.copy_done = None
