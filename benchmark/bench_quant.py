@@ -299,6 +299,14 @@ QUICK_TESTS = [
 ]
 
 
+def interruptible_child() -> None:
+    """``preexec_fn`` of the pytest child: SIGINT back to its default before exec. An ignored
+    SIGINT is inherited across exec (a driver started from a process that ignores it, as the
+    server's children do), and Python then installs no KeyboardInterrupt handler, so the
+    interrupt of :func:`wait_gpu_tests` would be lost and the run killed without its summary."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_gpu_tests(out: str, device: str, quick: bool = False) -> subprocess.Popen | None:
     files = ["test/test_kernels_fp8_gemm.py", "test/test_kernels_moe_fp4.py"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -315,7 +323,9 @@ def start_gpu_tests(out: str, device: str, quick: bool = False) -> subprocess.Po
         opts = ["-v", "--timeout=60"]  # one line per test as it ends; a hung test fails alone
     cmd = [sys.executable, "-m", "pytest", *opts, "-m", "gpu", "-rfEs", "-p", "no:cacheprovider", *files]
     log = open(os.path.join(out, "pytest_quant_gpu.log"), "w")
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(
+        cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=interruptible_child
+    )
 
 
 def wait_gpu_tests(proc: subprocess.Popen | None, out: str, budget: float, keep_s: float = 240) -> None:

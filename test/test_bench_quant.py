@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -89,7 +90,16 @@ def test_gpu_tests_interrupted_at_budget_keep_failures(tmp_path) -> None:
     ]
     log = open(tmp_path / "pytest_quant_gpu.log", "w")  # noqa: SIM115 - the driver reads it back
     env = dict(os.environ, PYTHONUNBUFFERED="1")  # as the device scripts run it
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=env)
+    # started from a process that ignores SIGINT (inherited across exec): the driver's child
+    # must still be interruptible (this failed CI once a test run left SIGINT ignored)
+    prev = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=bench_quant.interruptible_child,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, prev)
     # the cut comes once the first test has failed and the second hangs, however long a loaded
     # machine takes to get there (a fixed 8 s budget raced pytest's start-up)
     deadline = time.time() + 120
