@@ -103,26 +103,7 @@ class SchedulerOutputProcessorMixin:
         every_token = self.stream_interval <= 1
         pending, pending_ids = self.pending_outputs, self._pending_ids
         if tok_lps is None and len(ids) == len(state):  # every request sampled, no logprobs
-            for req, tok, st in zip(batch.reqs, ids, state):
-                if not st:
-                    continue
-                req.num_future -= 1
-                if not req.plain_tokens:
-                    append_token(req, tok, None, None)
-                    continue
-                out = req.output_ids  # _append_token for a plain request, inlined
-                out.append(tok)
-                n_out = len(out)
-                if tok in req.stop_token_set and n_out >= req.sampling_params.min_new_tokens:
-                    self._finish(req, finish_stop(tok))
-                elif n_out >= req.max_new_tokens:
-                    self._finish(req, finish_length(n_out))
-                elif req.stream_each and every_token:
-                    if id(req) not in pending_ids:
-                        pending_ids.add(id(req))
-                        pending.append(req)
-                elif self._due_output(req):
-                    self._queue_output(req)
+            self._append_decode_tokens([(req, tok) for req, tok, st in zip(batch.reqs, ids, state) if st])
             self._tp_window.append((time.monotonic(), len(ids)))
             self._log_batch(batch, result.forward_time)
             return
