@@ -19,8 +19,8 @@ source benchmark/device/common.sh
 finish() { cp $R/summary.md $R/results.json "$OUT/" 2>/dev/null; tar czf "$OUT/so.tgz" -C /tmp so; }
 trap finish EXIT
 if [ -n "${DRY:-}" ]; then
-  python3 benchmark/serving_overlap.py --dry --out $R --budget-s $(( $(left) - 15 )) 2>&1 | tee $R/run.log
+  python3 benchmark/serving_overlap.py --dry --out $R --budget-s $(( $(left) - 15 )) ${SO_ARGS:-} 2>&1 | tee $R/run.log
 else
   make_model_dir
-  python3 benchmark/serving_overlap.py --out $R --model-path /tmp/m --budget-s $(( $(left) - 15 )) 2>&1 | tee $R/run.log
+  python3 benchmark/serving_overlap.py --out $R --model-path /tmp/m --budget-s $(( $(left) - 15 )) ${SO_ARGS:-} 2>&1 | tee $R/run.log
 fi
