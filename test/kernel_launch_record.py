@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import re
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -190,6 +191,52 @@ def compile_records(records: list[dict]) -> dict[str, str]:
             desc = f"{rec['fn']} sig={rec['signature']} constexprs={rec['constexprs']} opts={rec['options']}"
             failures[desc] = err
     return failures
+
+
+_WIDTH_BITS = re.compile(r"(?:ld|st)\.global(?:\.[a-z]+)*?(?:\.v(\d))?\.[bsuf](\d+)\b")
+_CP_ASYNC = re.compile(r"cp\.async\.c[ag]\.shared\.global \[[^]]*\], \[[^]]*\], (0x[0-9a-fA-F]+|\d+)")
+
+
+def global_access_widths(ptx: str, source: str) -> dict[str, int]:
+    """Widest global memory access (bytes: ``ld``/``st.global`` incl. vectors, ``cp.async``
+    copies) per source location ``file:line:col`` whose file name is ``source``, read from
+    the ``.loc`` directives of the PTX. A vector access of N bytes needs an N-byte aligned address,
+    so this is the alignment the compiler assumed there."""
+    out: dict[str, int] = {}
+    loc = ""
+    for line in ptx.splitlines():
+        if ".loc" in line and "//" in line:
+            loc = line.split("//", 1)[1].strip().split(" ")[0]
+            continue
+        if "global" not in line or loc.split(":", 1)[0] != source:
+            continue
+        m = _CP_ASYNC.search(line)
+        if m:
+            w = int(m[1], 0)
+        else:
+            m = _WIDTH_BITS.search(line)
+            if not m:
+                continue
+            w = int(m[1] or 1) * int(m[2]) // 8
+        out[loc] = max(out.get(loc, 0), w)
+    return out
+
+
+def compile_ptx(rec: dict) -> str:
+    """The sm_90 PTX of one record (no interpreter; raises what ``triton.compile`` raises)."""
+    import triton
+    from triton.compiler import ASTSource
+
+    src = ASTSource(
+        fn=_resolve(rec["fn"]), signature=rec["signature"], constexprs=rec["constexprs"], attrs=rec["attrs"]
+    )
+    return triton.compile(src, target=_target(), options=dict(rec["options"])).asm["ptx"]
+
+
+def named_constexprs(rec: dict) -> dict[str, Any]:
+    """``{parameter name: value}`` of a record's constexprs."""
+    names = list(rec["signature"])
+    return {names[k[0]]: v for k, v in rec["constexprs"].items() if len(k) == 1}
 
 
 def dump(records: list[dict], path: str) -> None:

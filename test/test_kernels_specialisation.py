@@ -60,6 +60,33 @@ def attn(T, n):
                      req_to_page=torch.zeros(1, P, dtype=torch.int32), req_rows=torch.zeros(1, dtype=torch.int64),
                      token_req=torch.zeros(T, dtype=torch.int64), entries_per_page=e)
 
+def idx_server(T, C, off, width):
+    # as a server calls it: T requests of one token, a page table of `width` columns, the index
+    # tensors slices of larger buffers starting `off` elements in (any alignment)
+    Hi, di, e = 64, 128, 64
+    P = max(-(-C // e) + 1, width)
+    kv = torch.empty(P * e, di, dtype=torch.bfloat16)
+    r2p = torch.zeros(T + 1, P + off, dtype=torch.int32)[:, off:]
+    rows = torch.arange(T + off, dtype=torch.int64)[off:] - off
+    treq = torch.arange(T + off, dtype=torch.int64)[off:] - off
+    vis = torch.full((T + off,), C, dtype=torch.int64)[off:]
+    indexer_topk(torch.empty(T, Hi, di, dtype=torch.bfloat16), torch.empty(T, Hi), kv, vis, r2p, rows, treq,
+                 e, 512, 0.1, max_visible=C)
+
+def attn_server(T, n, off, width):
+    H, D, W, e = 64, 512, 128, 64
+    P = max(-(-n // e) + 1, width)
+    q = torch.empty(T, H, D, dtype=torch.bfloat16)
+    swa = torch.empty(4 * W * T, D, dtype=torch.bfloat16)
+    comp = torch.empty(P * e * T, D, dtype=torch.bfloat16)
+    pages = torch.zeros(T + off, 2, dtype=torch.int64)[off:]
+    pos = torch.full((T + off,), 4 * n, dtype=torch.int64)[off:]
+    sparse_attention(q, swa, pages, pos, W, torch.zeros(H), 0.1, comp,
+                     comp_visible=torch.full((T + off,), n, dtype=torch.int64)[off:],
+                     req_to_page=torch.zeros(T + 1, P + off, dtype=torch.int32)[:, off:],
+                     req_rows=torch.arange(T + off, dtype=torch.int64)[off:] - off,
+                     token_req=torch.arange(T + off, dtype=torch.int64)[off:] - off, entries_per_page=e)
+
 def mhc(T):
     n, D = 4, 1024
     hc_pre(torch.empty(T, n, D, dtype=torch.bfloat16), torch.empty((2 + n) * n, n * D), torch.empty((2 + n) * n),
@@ -91,6 +118,14 @@ for name, shapes in (
             idx(T, C)
             attn(T, C // 32)
     out[name] = Counter(r["fn"].split(":")[1] for r in klr.distinct(recs))
+with klr.record_launches(dry=True) as recs:
+    for T in (1, 3, 8, 16, 33):
+        for C in (1000, 65536):
+            for off in (0, 1, 3):
+                for width in (17, 32, 257):
+                    idx_server(T, C, off, width)
+                    attn_server(T, C // 32, off, width)
+out["server_layouts"] = Counter(r["fn"].split(":")[1] for r in klr.distinct(recs))
 json.dump(out, open(sys.argv[1], "w"))
 """
 
@@ -121,6 +156,18 @@ def test_decode_batches_and_contexts_reuse_a_few_variants(variants: dict[str, di
     }
     too_many = {k: v for k, v in got.items() if v > (4 if k == "_paged_attn_kernel" else 1)}
     assert not too_many, f"kernels compiling a variant per batch size / context: {too_many}"
+
+
+def test_server_index_layouts_reuse_the_decode_variants(variants: dict[str, dict[str, int]]) -> None:
+    """Decode launches whose index tables (visible counts, page table, request rows, window pages,
+    positions) are slices at any element offset, page tables of 17 to 257 columns, up to 33
+    requests: no more variants than plain decode. Before the index tables were exempt from
+    specialisation, their alignment and unit values compiled 15 attention and indexer variants
+    after a server's warm-up on the H200."""
+    got = variants["server_layouts"]
+    assert set(got) >= {"_score_kernel", "_hist_kernel", "_filter_kernel", "_paged_attn_kernel"}
+    too_many = {k: v for k, v in got.items() if v > (4 if k == "_paged_attn_kernel" else 1)}
+    assert not too_many, f"kernels compiling a variant per index-table layout: {too_many}"
 
 
 def test_mhc_and_moe_reuse_a_few_variants_over_decode_batches(variants: dict[str, dict[str, int]]) -> None:

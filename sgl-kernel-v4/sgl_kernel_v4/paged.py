@@ -27,10 +27,36 @@ from typing import Any
 
 import torch
 
-__all__ = ["CODECS", "PagedRows", "as_paged", "entry_slots", "window_slots"]
+__all__ = ["CODECS", "entry_align", "entry_bytes", "PagedRows", "as_paged", "entry_slots", "window_slots"]
 
 #: Codec name -> the integer the Triton kernels take as a constexpr.
 CODECS = {"float": 0, "fp8_main": 1, "fp8_indexer": 2, "fp4_indexer": 3}
+
+
+def entry_bytes(codec: str, dim: int, rope_dim: int = 0) -> int:
+    """Bytes of one entry of a quantized codec (the formats of :mod:`sgl_kernel_v4.ref.kv_quant`):
+    ``fp8_main`` = ``nope`` e4m3 + ``rope_dim`` bf16 + ``nope / 64`` ue8m0 scales + 1 pad byte (584 for
+    448 + 64); ``fp8_indexer`` = ``dim`` e4m3 + an fp32 scale (132 for 128); ``fp4_indexer`` =
+    ``dim / 2`` e2m1 pairs + ``dim / 32`` ue8m0 scales (68 for 128).
+
+    Raises:
+        ValueError: for ``codec="float"`` or an unknown codec."""
+    nope = dim - rope_dim
+    if codec == "fp8_main":
+        return nope + 2 * rope_dim + nope // 64 + 1
+    if codec == "fp8_indexer":
+        return dim + 4
+    if codec == "fp4_indexer":
+        return dim // 2 + dim // 32
+    raise ValueError(f"codec: expected a quantized codec, got {codec!r}")
+
+
+def entry_align(codec: str, dim: int, rope_dim: int = 0) -> int:
+    """Byte alignment the kernels state to the compiler for the entries of a quantized codec: the
+    largest power of two <= 16 dividing :func:`entry_bytes` (8 for 584-byte fp8 main entries, 4 for
+    the 132- and 68-byte indexer keys); see ``aligned`` in :mod:`sgl_kernel_v4.triton.kv_codec`."""
+    n = entry_bytes(codec, dim, rope_dim)
+    return min(16, n & -n)
 
 
 @dataclass(frozen=True)
@@ -46,6 +72,11 @@ class PagedRows:
         rows_per_page / page_stride / row_stride: slot ``s`` starts at element
             ``(s // rows_per_page) * page_stride + (s % rows_per_page) * row_stride``.
         num_slots: slots addressable (for bounds in tests and error messages).
+
+    Raises:
+        ValueError: for an unknown codec, or a quantized layout whose storage pointer, page stride
+            or row stride is not a multiple of the codec's alignment (:func:`entry_align`): the
+            kernels state that alignment to the compiler, so a misaligned layout would fault.
     """
 
     storage: torch.Tensor
@@ -56,6 +87,17 @@ class PagedRows:
     page_stride: int
     row_stride: int
     num_slots: int
+
+    def __post_init__(self) -> None:
+        if self.codec not in CODECS:
+            raise ValueError(f"codec: expected one of {sorted(CODECS)}, got {self.codec!r}")
+        if self.codec == "float":
+            return
+        align = entry_align(self.codec, self.dim, self.rope_dim)
+        for name, v in (("page_stride", self.page_stride), ("row_stride", self.row_stride),
+                        ("storage data pointer", self.storage.data_ptr())):  # fmt: skip
+            if v % align:
+                raise ValueError(f"{name}: {self.codec} entries must be {align}-byte aligned, got {v}")
 
     @property
     def codec_id(self) -> int:

@@ -53,7 +53,14 @@ def _attend(q, m, l_sum, acc, kv_ptr, off, valid, offs_d, scale_log2, CODEC, D, 
     return m_new, l_sum, acc
 
 
-@triton.jit(do_not_specialize=["num_splits"])
+# The index tables (window pages, positions, entry lists, visible counts, page table, request rows)
+# and their strides / counts are not specialised: they are slices whose alignment and values of 1
+# follow the batch (a server compiled 15 variants after its warm-up from these alone); the data
+# pointers and row strides keep their specialisation (vector loads).
+@triton.jit(
+    do_not_specialize=["swa_pages_ptr", "pos_ptr", "ent_ptr", "stride_et", "K_ENT", "vis_ptr", "r2p_ptr",
+                       "stride_r2p", "req_rows_ptr", "token_req_ptr", "E", "num_splits"]
+)  # fmt: skip
 def _paged_attn_kernel(
     q_ptr,
     stride_qt,

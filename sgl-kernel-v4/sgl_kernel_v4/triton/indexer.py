@@ -80,7 +80,20 @@ def _bin_of(key, HB: tl.constexpr):
     return (key >> (32 - HB)) + (1 << (HB - 1))
 
 
-@triton.jit(do_not_specialize=["t_base", "G", "nsc"])  # no recompile per block / batch size
+# no recompile per block / batch size, nor per alignment of the index tables (slices of the batch)
+@triton.jit(
+    do_not_specialize=[
+        "t_base",
+        "G",
+        "nsc",
+        "vis_ptr",
+        "r2p_ptr",
+        "stride_r2p",
+        "req_rows_ptr",
+        "token_req_ptr",
+        "E",
+    ]
+)
 def _score_kernel(
     q_ptr,
     stride_qt,
@@ -165,7 +178,7 @@ def _score_kernel(
                     tl.store(scores_ptr + kp, tl.where(valid[None, :] & seen, score, float("-inf")), mask=st)
 
 
-@triton.jit(do_not_specialize=["t_base", "nss"])  # no recompile per block / batch size
+@triton.jit(do_not_specialize=["t_base", "nss", "vis_ptr"])  # no recompile per block / batch size
 def _hist_kernel(keys_ptr, stride_k, vis_ptr, t_base, hist_ptr, nss, BLOCK: tl.constexpr, HB: tl.constexpr):
     # program (g, s): the histogram of the top HB bits of the s-th share of token g's valid keys,
     # added to the token's (atomics on the non-empty bins); BLOCK keys per histogram call
@@ -214,7 +227,7 @@ def _threshold_bin(hist_ptr, g, K, HB: tl.constexpr):
     return bstar, above
 
 
-@triton.jit(do_not_specialize=["t_base", "nss"])  # no recompile per block / batch size
+@triton.jit(do_not_specialize=["t_base", "nss", "vis_ptr"])  # no recompile per block / batch size
 def _filter_kernel(
     keys_ptr,
     stride_k,

@@ -104,6 +104,38 @@ def _store_f32_bytes(p, x):
 
 
 @triton.jit
+def aligned(ptr, off, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr):
+    """``ptr + off`` for a rank-1 ``off`` (entry starts, or one entry's contiguous bytes) with the true
+    alignment of the codec's entries stated to the compiler: the largest power of two (<= 16)
+    dividing the entry's bytes (``entry_align`` in :mod:`sgl_kernel_v4.paged`; 8 for 584-byte fp8
+    main entries, 4 for 132 / 68-byte fp8 / fp4 indexer keys). Without it Triton 3.6 infers 16-byte
+    alignment for ``(slot % rows_per_page) * row_stride`` and compiles an entry's contiguous byte
+    loads into 16-byte ``cp.async`` copies, which fault (``misaligned address``) on rows 4 bytes off
+    a 16-byte boundary. :class:`~sgl_kernel_v4.paged.PagedRows` checks that strides and the storage
+    pointer are multiples of it. Float entries get no hint. The hint is set on the ``addptr`` made
+    here: ``tl.multiple_of`` on a jit function's argument is dropped when the call is inlined."""
+    p = ptr + off
+    if CODEC == 1:
+        EB: tl.constexpr = NOPE + 2 * (D - NOPE) + NOPE // 64 + 1
+    elif CODEC == 2:
+        EB: tl.constexpr = D + 4
+    else:
+        EB: tl.constexpr = D // 2 + D // 32
+    if CODEC != 0:
+        if EB % 16 == 0:
+            p = tl.multiple_of(p, 16)
+        elif EB % 8 == 0:
+            p = tl.multiple_of(p, 8)
+        elif EB % 4 == 0:
+            p = tl.multiple_of(p, 4)
+        elif EB % 2 == 0:
+            p = tl.multiple_of(p, 2)
+        else:
+            p = tl.multiple_of(p, 1)
+    return p
+
+
+@triton.jit
 def load_main(ptr, off, valid, offs_d, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr):
     """``[N, BLOCK_D]`` main entries (K = V rows) at element offsets ``off [N]`` of ``ptr``; zeros
     where ``valid`` is False or ``offs_d >= D``. Float pools return their own dtype, fp8 entries
@@ -114,10 +146,11 @@ def load_main(ptr, off, valid, offs_d, CODEC: tl.constexpr, D: tl.constexpr, NOP
     else:
         is_nope = offs_d < NOPE
         nm = valid[:, None] & is_nope[None, :]
-        b = tl.load(ptr + off[:, None] + offs_d[None, :], mask=nm, other=0)
-        sb = tl.load(ptr + off[:, None] + (NOPE + 2 * (D - NOPE)) + offs_d[None, :] // 64, mask=nm, other=127)
+        base = aligned(ptr, off, CODEC, D, NOPE)
+        b = tl.load(base[:, None] + offs_d[None, :], mask=nm, other=0)
+        sb = tl.load(base[:, None] + (NOPE + 2 * (D - NOPE)) + offs_d[None, :] // 64, mask=nm, other=127)
         nope = b.to(tl.float8e4nv, bitcast=True).to(tl.float32) * _ue8m0(sb)
-        rope_ptr = (ptr + off + NOPE).to(tl.pointer_type(tl.bfloat16))
+        rope_ptr = (base + NOPE).to(tl.pointer_type(tl.bfloat16))
         rm = valid[:, None] & (offs_d[None, :] >= NOPE) & dmask[None, :]
         rope = tl.load(rope_ptr[:, None] + (offs_d - NOPE)[None, :], mask=rm, other=0.0).to(tl.float32)
         x = tl.where(is_nope[None, :], nope, rope)
@@ -134,13 +167,15 @@ def load_key(ptr, off, valid, offs_d, CODEC: tl.constexpr, D: tl.constexpr):
         x = tl.load(ptr + off[:, None] + offs_d[None, :], mask=m, other=0.0)
         s = tl.full(off.shape, 1.0, tl.float32)
     elif CODEC == 2:
-        b = tl.load(ptr + off[:, None] + offs_d[None, :], mask=m, other=0)
+        base = aligned(ptr, off, CODEC, D, D)
+        b = tl.load(base[:, None] + offs_d[None, :], mask=m, other=0)
         x = b.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-        s = _load_f32_bytes(ptr + off + D, valid)
+        s = _load_f32_bytes(base + D, valid)
     else:
-        b = tl.load(ptr + off[:, None] + offs_d[None, :] // 2, mask=m, other=0).to(tl.int32)
+        base = aligned(ptr, off, CODEC, D, D)
+        b = tl.load(base[:, None] + offs_d[None, :] // 2, mask=m, other=0).to(tl.int32)
         code = (b >> ((offs_d[None, :] % 2) * 4)) & 0xF
-        sb = tl.load(ptr + off[:, None] + D // 2 + offs_d[None, :] // 32, mask=m, other=127)
+        sb = tl.load(base[:, None] + D // 2 + offs_d[None, :] // 32, mask=m, other=127)
         x = _e2m1_value(code) * _ue8m0(sb)
         s = tl.full(off.shape, 1.0, tl.float32)
     return x, s
@@ -159,7 +194,11 @@ def store_entry(ptr, off, y, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.cons
         amax = tl.max(tl.abs(yb), 1)
         e = _ceil_log2(tl.math.div_rn(tl.maximum(amax, 1e-4), 448.0))
         qv = tl.reshape(yb * _exp2i(-e)[:, None], [D])
-        tl.store(ptr + off + offs_d, _to_e4m3_byte(tl.clamp(qv, -448.0, 448.0)), mask=offs_d < NOPE)
+        tl.store(
+            aligned(ptr, off + offs_d, CODEC, D, NOPE),
+            _to_e4m3_byte(tl.clamp(qv, -448.0, 448.0)),
+            mask=offs_d < NOPE,
+        )
         rope_ptr = (ptr + off + NOPE).to(tl.pointer_type(tl.bfloat16))
         tl.store(rope_ptr + (offs_d - NOPE), _to_bf16(y), mask=offs_d >= NOPE)
         offs_b = tl.arange(0, NB)
@@ -168,7 +207,9 @@ def store_entry(ptr, off, y, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.cons
     elif CODEC == 2:
         amax = tl.max(tl.abs(y), 0)
         e = _ceil_log2(tl.math.div_rn(tl.maximum(amax, 1e-4), 448.0))
-        tl.store(ptr + off + offs_d, _to_e4m3_byte(tl.clamp(y * _exp2i(-e), -448.0, 448.0)))
+        tl.store(
+            aligned(ptr, off + offs_d, CODEC, D, NOPE), _to_e4m3_byte(tl.clamp(y * _exp2i(-e), -448.0, 448.0))
+        )
         _store_f32_bytes(ptr + off + D, _exp2i(e))
     else:
         NB4: tl.constexpr = D // 32
@@ -191,7 +232,7 @@ def store_entry(ptr, off, y, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.cons
         code = idx | (((v < 0) & (idx != 0)).to(tl.int32) << 3)
         lo, hi = tl.split(tl.reshape(code, [D // 2, 2]))
         offs_h = tl.arange(0, D // 2)
-        tl.store(ptr + off + offs_h, (lo | (hi << 4)).to(tl.uint8))
+        tl.store(aligned(ptr, off + offs_h, CODEC, D, NOPE), (lo | (hi << 4)).to(tl.uint8))
         offs_b = tl.arange(0, NB4)
         tl.store(ptr + off + D // 2 + offs_b, (e + 127).to(tl.uint8))
 
@@ -202,4 +243,4 @@ def codec_args(rows) -> tuple:
     return rows.storage, rows.rows_per_page, rows.page_stride, rows.row_stride, rows.codec_id
 
 
-__all__ = ["row_offsets", "load_main", "load_key", "store_entry", "codec_args", "triton"]
+__all__ = ["aligned", "row_offsets", "load_main", "load_key", "store_entry", "codec_args", "triton"]

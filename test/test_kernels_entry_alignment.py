@@ -1,0 +1,108 @@
+"""Quantized KV entries are accessed no wider than their alignment, in the code compiled for sm_90.
+
+fp8 indexer keys are 132-byte rows (128 e4m3 + an fp32 scale) and fp4 keys 68-byte rows: a row
+starts 4 bytes past a 16-byte boundary as often as on one. Triton 3.6 (the GPU machine's compiler)
+inferred 16-byte alignment for the row offsets ``(slot % rows_per_page) * row_stride`` of the
+indexer's scoring kernel and turned the 128 contiguous key bytes into 16-byte ``cp.async`` copies:
+``misaligned address`` on the H200 for every ``--kv-cache-dtype fp8_e4m3`` run without the fp4
+indexer. The codec helpers now state each entry's true alignment (``aligned`` in
+``sgl_kernel_v4.triton.kv_codec``; ``entry_align`` in ``sgl_kernel_v4.paged``).
+
+These tests record the launches of the quantized-codec kernel tests under the interpreter, compile
+each for sm_90 without it (``kernel_launch_record``), and read the PTX: every global access made
+by the codec helpers is at most the entry alignment wide (the fault), and the fp8 key bytes of the
+scoring kernel are read in accesses of exactly that width (the alignment statement reaches the
+compiler; without it they are either 16-byte copies or single bytes, depending on the compiler).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from test_kernels_compile_all import HERE, _env, record_pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+
+RECORDED = [
+    "test_kernels_indexer.py::test_indexer_topk_quantized_keys",
+    "test_kernels_attention.py::test_paged_attention_fp8_pools",
+    "test_kernels_kv_codec.py",
+]
+
+_SCAN = """
+import json, sys
+import kernel_launch_record as klr
+from sgl_kernel_v4.paged import CODECS, entry_align
+names = {v: k for k, v in CODECS.items()}
+for rec in klr.distinct(klr.load(sys.argv[1])):
+    ce = klr.named_constexprs(rec)
+    if not ce.get("CODEC"):
+        continue
+    dim = ce.get("D", ce.get("DI"))
+    nope = ce.get("NOPE", dim)
+    codec = names[ce["CODEC"]]
+    widths = klr.global_access_widths(klr.compile_ptx(rec), "kv_codec.py")
+    print("SCAN " + json.dumps({"fn": rec["fn"].split(":")[1], "codec": codec,
+                                "align": entry_align(codec, dim, dim - nope), "widths": widths}))
+"""
+
+
+@pytest.fixture(scope="module")
+def scans(tmp_path_factory) -> list[dict]:
+    log = str(tmp_path_factory.mktemp("align") / "launches.pkl")
+    record_pytest(RECORDED, log)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCAN, log], cwd=HERE, env=_env(False), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    out = [json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("SCAN ")]
+    assert {s["codec"] for s in out} >= {"fp8_main", "fp8_indexer", "fp4_indexer"}, out
+    return out
+
+
+def test_codec_accesses_no_wider_than_the_entry_alignment(scans: list[dict]) -> None:
+    too_wide = [
+        (s["fn"], s["codec"], loc, w, s["align"])
+        for s in scans
+        for loc, w in s["widths"].items()
+        if w > s["align"]
+    ]
+    assert too_wide == [], too_wide
+
+
+def test_fp8_key_bytes_read_at_their_alignment(scans: list[dict]) -> None:
+    score = [s for s in scans if s["fn"] == "_score_kernel" and s["codec"] == "fp8_indexer"]
+    assert score, [s["fn"] for s in scans]
+    for s in score:
+        assert s["align"] == 4
+        assert max(s["widths"].values()) == 4, s["widths"]
+
+
+def test_entry_align_of_the_formats() -> None:
+    from sgl_kernel_v4.paged import entry_align, entry_bytes
+
+    assert (entry_bytes("fp8_main", 512, 64), entry_align("fp8_main", 512, 64)) == (584, 8)
+    assert (entry_bytes("fp8_indexer", 128), entry_align("fp8_indexer", 128)) == (132, 4)
+    assert (entry_bytes("fp4_indexer", 128), entry_align("fp4_indexer", 128)) == (68, 4)
+    with pytest.raises(ValueError, match="codec"):
+        entry_bytes("float", 128)
+
+
+def test_paged_rows_refuses_a_misaligned_quantized_layout() -> None:
+    import torch
+    from sgl_kernel_v4.paged import PagedRows
+
+    st = torch.zeros(4096, dtype=torch.uint8)
+    PagedRows(st, "fp8_indexer", 128, 0, 8, 132 * 8, 132, 16)
+    with pytest.raises(ValueError, match="row_stride"):
+        PagedRows(st, "fp8_indexer", 128, 0, 8, 130 * 8, 130, 16)
+    with pytest.raises(ValueError, match="page_stride"):
+        PagedRows(st, "fp8_main", 512, 64, 2, 1170, 584, 4)
+    with pytest.raises(ValueError, match="storage"):
+        PagedRows(st[2:], "fp4_indexer", 128, 0, 8, 68 * 8, 68, 16)
+    with pytest.raises(ValueError, match="codec"):
+        PagedRows(st, "fp6", 128, 0, 8, 68 * 8, 68, 16)
