@@ -222,15 +222,16 @@ def global_access_widths(ptx: str, source: str) -> dict[str, int]:
     return out
 
 
-def compile_ptx(rec: dict) -> str:
-    """The sm_90 PTX of one record (no interpreter; raises what ``triton.compile`` raises)."""
+def compile_kernel(rec: dict) -> Any:
+    """The sm_90 compiled kernel of one record (``.asm["ptx"]``, ``.metadata.shared``); no
+    interpreter; raises what ``triton.compile`` raises."""
     import triton
     from triton.compiler import ASTSource
 
     src = ASTSource(
         fn=_resolve(rec["fn"]), signature=rec["signature"], constexprs=rec["constexprs"], attrs=rec["attrs"]
     )
-    return triton.compile(src, target=_target(), options=dict(rec["options"])).asm["ptx"]
+    return triton.compile(src, target=_target(), options=dict(rec["options"]))
 
 
 def named_constexprs(rec: dict) -> dict[str, Any]:

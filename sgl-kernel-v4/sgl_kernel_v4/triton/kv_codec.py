@@ -107,8 +107,8 @@ def _store_f32_bytes(p, x):
 def aligned(ptr, off, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr):
     """``ptr + off`` for a rank-1 ``off`` (entry starts, or one entry's contiguous bytes) with the true
     alignment of the codec's entries stated to the compiler: the largest power of two (<= 16)
-    dividing the entry's bytes (``entry_align`` in :mod:`sgl_kernel_v4.paged`; 8 for 584-byte fp8
-    main entries, 4 for 132 / 68-byte fp8 / fp4 indexer keys). Without it Triton 3.6 infers 16-byte
+    dividing the entry's bytes (``entry_align`` in :mod:`sgl_kernel_v4.paged`: 4 for 132 / 68-byte
+    fp8 / fp4 indexer keys), or less (2 for fp8 main entries, see below). Without it Triton 3.6 infers 16-byte
     alignment for ``(slot % rows_per_page) * row_stride`` and compiles an entry's contiguous byte
     loads into 16-byte ``cp.async`` copies, which fault (``misaligned address``) on rows 4 bytes off
     a 16-byte boundary. :class:`~sgl_kernel_v4.paged.PagedRows` checks that strides and the storage
@@ -116,7 +116,10 @@ def aligned(ptr, off, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr):
     here: ``tl.multiple_of`` on a jit function's argument is dropped when the call is inlined."""
     p = ptr + off
     if CODEC == 1:
-        EB: tl.constexpr = NOPE + 2 * (D - NOPE) + NOPE // 64 + 1
+        # stated as 2 bytes, not their 8: 4-byte and wider loads of the 512-byte entry tiles are
+        # staged through shared memory by the pipeliner (cp.async), which overflows it at 64-key
+        # tiles (246 KB on sm_90 with Triton 3.6); 2-byte loads stay in registers
+        EB: tl.constexpr = 2
     elif CODEC == 2:
         EB: tl.constexpr = D + 4
     else:
