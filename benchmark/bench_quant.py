@@ -495,6 +495,11 @@ def main() -> int:
     )
     ap.add_argument("--no-tests", action="store_true", help="skip the pytest phase")
     ap.add_argument(
+        "--whole-model",
+        action="store_true",
+        help="only the whole-model rows and the accuracy runs (no kernel rows, no sweep)",
+    )
+    ap.add_argument(
         "--quick",
         action="store_true",
         help="the failing-run tests + FP8 / FP4 kernel rows only (about 3 min)",
@@ -545,8 +550,11 @@ def main() -> int:
     save(args.out)
     phase("ceilings", 10, B, args.out, ceilings, args.device)
     crossover = {} if dry else {"q_b": [8, 64, 256, 512, 2048], "o_b": [8, 64, 256, 512, 2048]}
-    phase("fp8_gemm", 60, B, args.out, qk.bench_fp8_gemm, R, args.device, shapes, tokens, dtype, crossover)
-    phase("moe_fp4", 40, B, args.out, qk.bench_moe_fp4, R, args.device, moe_cases, moe_tokens, dtype)
+    if not args.whole_model:
+        phase(
+            "fp8_gemm", 60, B, args.out, qk.bench_fp8_gemm, R, args.device, shapes, tokens, dtype, crossover
+        )
+        phase("moe_fp4", 40, B, args.out, qk.bench_moe_fp4, R, args.device, moe_cases, moe_tokens, dtype)
     for tag, quant in ((f"{small_preset} bf16", "none"), (f"{small_preset} fp8", "fp8")):
         phase(tag, 40, B, args.out, bench_model_rows, tag, small_preset, quant, args.device, dtype_name,
               decode_bs, prefill, ctx, B)  # fmt: skip
@@ -557,7 +565,8 @@ def main() -> int:
         if label in paths:
             phase(f"accuracy {label}", 30 if label == "tiny" else 60, B, args.out, accuracy, label, cfg,
                   paths[label], n, args.device, dtype_name)  # fmt: skip
-    phase("sweep", 45, B, args.out, qk.sweep, R, args.device, dtype)
+    if not args.whole_model:
+        phase("sweep", 45, B, args.out, qk.sweep, R, args.device, dtype)
     save(args.out)
     return 0
 

@@ -96,7 +96,12 @@ def run_runner(a: argparse.Namespace, out: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 # 2-3. servers
 # ----------------------------------------------------------------------------------------------
-def _cell(url: str, tok: Any, input_len: int, output_len: int, conc: int, prompts: int, warmup: int) -> dict:
+def _cell(
+    url: str, tok: Any, input_len: int, output_len: int, conc: int, prompts: int, warmup: int, seed: int
+) -> dict:
+    """One ``bench_serving`` cell (random token ids). Each cell of a server has its own ``seed``, so
+    no cell's prompts are in the radix cache from an earlier cell (the same seed would repeat the
+    prompts: the steady-state TTFT would be a cache hit)."""
     from sglang_v4 import bench_serving as bs
 
     args = bs.make_args(
@@ -108,7 +113,7 @@ def _cell(url: str, tok: Any, input_len: int, output_len: int, conc: int, prompt
         num_prompts=prompts,
         max_concurrency=conc,
         warmup_requests=warmup,
-        seed=1,
+        seed=seed,
         disable_tqdm=True,
     )
     r = bs.run_benchmark(args, tok=tok)
@@ -145,19 +150,23 @@ def server_phase(a: argparse.Namespace, out: Path, overlap: bool, res: dict[str,
         _, tok_path = bs.resolve_model_and_tokenizer(url, None, None, bs.auth_headers())
         tok = bs.get_tokenizer(tok_path)
         if overlap and left(a.budget_s) > 30:
-            phase["first16"] = _cell(url, tok, a.input_len, a.first_out, a.first_n, a.first_n, 0)
+            phase["first16"] = _cell(url, tok, a.input_len, a.first_out, a.first_n, a.first_n, 0, seed=11)
             save(out, res)
         for c in a.concurrency if overlap else [c for c in a.concurrency if c > 1]:
             if left(a.budget_s) < 45:
                 break
-            phase[f"c{c}"] = _cell(url, tok, a.input_len, a.output_len, c, max(a.min_prompts, 2 * c), 1)
+            phase[f"c{c}"] = _cell(
+                url, tok, a.input_len, a.output_len, c, max(a.min_prompts, 2 * c), 1, seed=100 + c
+            )
             save(out, res)
         if left(a.budget_s) > 60 and (overlap or a.long_both):
             lc = a.long_concurrency
-            phase["long"] = _cell(url, tok, a.long_input_len, a.output_len, lc, max(a.min_prompts, lc), 1)
+            phase["long"] = _cell(
+                url, tok, a.long_input_len, a.output_len, lc, max(a.min_prompts, lc), 1, seed=200
+            )
             save(out, res)
         if overlap and left(a.budget_s) > 20:
-            phase["steady16"] = _cell(url, tok, a.input_len, a.first_out, a.first_n, a.first_n, 0)
+            phase["steady16"] = _cell(url, tok, a.input_len, a.first_out, a.first_n, a.first_n, 0, seed=12)
         info = requests.get(url + "/server_info", timeout=60).json()
         phase["jit"] = info.get("jit")
         phase["num_oom_errors"] = info.get("num_oom_errors")

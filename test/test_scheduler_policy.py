@@ -185,3 +185,35 @@ def test_forced_warmup_returns_everything_and_changes_no_output(sched_model_dir:
     submit(s, "r", ids, 5, return_logprob=True)
     got = drain(s)["r"]
     assert got["ids"] == want["ids"] and got["lp"] == pytest.approx(want["lp"], abs=1e-5)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_requests_sharing_a_prefix_wait_for_it_to_be_cached(sched_model_dir: str, overlap: bool) -> None:
+    """Six requests arriving together with the same 600-token prefix (two blocks) and their own
+    40-token suffixes: the first prefills the prefix, the other five wait until its blocks are in
+    the radix cache and then hit them (512 cached tokens each; admitted with it, none would hit).
+    Their outputs equal those of a scheduler with the radix cache disabled (cold runs)."""
+    shared = random_ids(600, seed=900)
+    prompts = {f"s{i}": shared + random_ids(40, seed=910 + i) for i in range(6)}
+    s = make_scheduler(sched_model_dir, disable_overlap_schedule=not overlap)
+    cold = make_scheduler(sched_model_dir, disable_radix_cache=True, disable_overlap_schedule=not overlap)
+    for sch in (s, cold):
+        for rid, ids in prompts.items():
+            submit(sch, rid, ids, 4)
+    res, ref = drain(s), drain(cold)
+    assert res["s0"]["cached"] == 0
+    assert [res[f"s{i}"]["cached"] for i in range(1, 6)] == [512] * 5
+    assert {rid: r["ids"] for rid, r in res.items()} == {rid: r["ids"] for rid, r in ref.items()}
+    assert_idle(s)
+
+
+def test_a_request_without_a_shared_prefix_is_not_held_back(sched_model_dir: str) -> None:
+    """A queued request that shares no first block with the prompt being prefilled is admitted in
+    the same step as it (the deferral is only for sharers)."""
+    s = make_scheduler(sched_model_dir)
+    seen = _record_steps(s)
+    submit(s, "a", random_ids(600, seed=920), 2)
+    submit(s, "b", random_ids(600, seed=930), 2)
+    drain(s)
+    assert seen[0] == (1200, 0)
+    assert_idle(s)

@@ -111,6 +111,9 @@ class Req:
     pending_input_logprobs: list[LogprobEntry] = field(default_factory=list)
     pending_output_logprobs: list[LogprobEntry] = field(default_factory=list)
     input_logprob_buffer: list[LogprobEntry] = field(default_factory=list)
+    #: The prompt's first ``page_size`` token ids when it is longer (set by the scheduler on
+    #: arrival): the key of in-batch prefix sharing (``Scheduler._add_prefill_reqs``).
+    first_block: tuple[int, ...] | None = field(init=False, default=None)
     #: Repetition / frequency / presence penalties are set (sampling reads the output history).
     penalised: bool = field(init=False, default=False)
 

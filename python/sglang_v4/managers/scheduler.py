@@ -211,6 +211,8 @@ class Scheduler(SchedulerOutputProcessorMixin):
         req.has_text_stops = bool(sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex)
         req.plain_tokens = req.grammar is None and not req.has_text_stops
         req.stream_each = req.stream and not sp.stream_interval
+        ids, ps = req.origin_input_ids, self.page_size
+        req.first_block = tuple(ids[:ps]) if len(ids) > ps else None
         self.waiting.append(req)
 
     def _attach_grammar(self, req: Req) -> str | None:
@@ -385,9 +387,24 @@ class Scheduler(SchedulerOutputProcessorMixin):
         if not self.waiting or budget <= 0 or len(self.running) >= self.max_running_requests:
             return
         self._sort_waiting()
+        # in-batch prefix sharing: a queued request whose first block is the first block of a
+        # prompt that is being prefilled (not yet in the radix cache) waits until it is cached
+        inflight = self._uncached_first_blocks()
+        deferred: list[Req] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_running_requests:
             req = self.waiting[0]
-            if req.num_future or not self.cache_manager.match_prefix(req):
+            if req.num_future:
+                break
+            key = req.first_block
+            if (
+                inflight
+                and key is not None
+                and key in inflight
+                and self.cache_manager.prefix_match_len(key) < len(key)
+            ):
+                deferred.append(self.waiting.popleft())
+                continue
+            if not self.cache_manager.match_prefix(req):
                 break
             end = req.num_computed + min(req.remaining, chunk, budget)
             if not self.cache_manager.alloc_for_extend(req, end):
@@ -399,6 +416,21 @@ class Scheduler(SchedulerOutputProcessorMixin):
             self.running.append(req)
             budget -= end - req.num_computed
             batch.add(req, end)
+            if inflight is not None and key is not None and req.num_tree_blocks == 0:
+                inflight.add(key)
+        self.waiting.extendleft(reversed(deferred))
+
+    def _uncached_first_blocks(self) -> set[tuple[int, ...]] | None:
+        """First blocks (``Req.first_block``) of running requests that have not put a block into
+        the radix cache yet and are still in their prefill or first output (after that their
+        blocks are in the tree, or never will be); None with the radix cache disabled."""
+        if self.tree_cache.disable:
+            return None
+        return {
+            r.first_block
+            for r in self.running
+            if r.first_block is not None and r.num_tree_blocks == 0 and len(r.output_ids) <= 1
+        }
 
     def _sort_waiting(self) -> None:
         """Order the queue: by priority (``--enable-priority-scheduling``), by longest cached
