@@ -1,0 +1,145 @@
+"""Where the host time of an eager (extend / mixed) step goes.
+
+An in-process ``Scheduler`` (``flash-8l-32e``, dummy bf16 weights, overlap off) prefills prompts of
+a few lengths after an untimed warm-up; for each one step is measured three ways:
+
+* wall time of the step (``Scheduler.step``) and the CUDA time of its kernels (``torch.profiler``);
+* Triton launches: how many ``JITFunction.run`` calls the step made and the host time spent inside
+  them (binding the arguments, the specialisation key, the driver launch);
+* the CPU operators with the most self time (torch ops, CUDA runtime / driver calls).
+
+Usage: ``python benchmark/profile_step.py --out DIR [--lens 8,129,2048] [--dry]`` writes
+``DIR/profile_step.md``. ``--dry``: CPU, the tiny preset (checks the script; timings mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+class LaunchCounter:
+    """Counts ``triton.runtime.jit.JITFunction.run`` calls and the host seconds spent in them
+    while active (a context manager)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+        self.by_kernel: dict[str, list[float]] = {}
+
+    def __enter__(self) -> LaunchCounter:
+        try:
+            from triton.runtime.jit import JITFunction
+        except ImportError:  # no triton: nothing to count
+            self._orig = None
+            return self
+        self._cls, self._orig = JITFunction, JITFunction.run
+        counter = self
+
+        def run(fn: Any, *args: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return counter._orig(fn, *args, **kw)
+            finally:
+                dt = time.perf_counter() - t
+                counter.calls += 1
+                counter.seconds += dt
+                row = counter.by_kernel.setdefault(fn.fn.__name__, [0, 0.0])
+                row[0] += 1
+                row[1] += dt
+
+        JITFunction.run = run  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._orig is not None:
+            self._cls.run = self._orig  # type: ignore[method-assign]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dry", action="store_true")
+    ap.add_argument("--lens", default="8,129,2048")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    from longctx import make_model_dir, warm_up
+    from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+    from sglang_v4.managers.scheduler import Scheduler
+    from sglang_v4.sampling.sampling_params import SamplingParams
+    from sglang_v4.server_args import ServerArgs
+
+    dev = "cpu" if a.dry else "cuda"
+    sa = ServerArgs(
+        model_path=make_model_dir("tiny" if a.dry else "flash-8l-32e"),
+        load_format="dummy",
+        device=dev,
+        dtype="float32" if a.dry else "bfloat16",
+        context_length=4096 if a.dry else 1 << 17,
+        max_running_requests=8,
+        cuda_graph_max_bs=8,
+        skip_warmup=True,
+        disable_overlap_schedule=True,
+        disable_radix_cache=True,
+        **({"max_total_tokens": 40000} if a.dry else {}),
+    )
+    s = Scheduler(sa)
+    vocab = s.runner.mc.hf.vocab_size
+    warm_up(s, vocab, 256 if a.dry else 2048, 2)
+    lines = ["# Host time of one eager extend step (`benchmark/profile_step.py`)", ""]
+    lines += ["| prompt tokens | step wall ms | CUDA kernel ms | kernels | Triton launches | ms in Triton launch |",
+              "|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    details: list[str] = []
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    for i, n in enumerate(int(x) for x in a.lens.split(",")):
+        ids = torch.randint(10, vocab - 1, (n,), generator=torch.Generator().manual_seed(7 + i)).tolist()
+        for rep in range(2):  # the first step of a length may compile; the second is measured
+            sp = SamplingParams.from_dict({"max_new_tokens": 1, "temperature": 0, "ignore_eos": True})
+            sp.normalize(None)
+            s.add_request(TokenizedGenerateReqInput(rid=f"p{n}-{rep}", input_text=None, input_ids=ids,
+                                                    sampling_params=sp))  # fmt: skip
+            sync()
+            if rep == 0:
+                while s.has_work():
+                    s.step()
+                sync()
+                continue
+            with torch.profiler.profile() as prof, LaunchCounter() as lc:
+                t = time.perf_counter()
+                s.step()
+                sync()
+                wall = time.perf_counter() - t
+            while s.has_work():
+                s.step()
+            avg = prof.key_averages()
+            kern = [e for e in avg if e.device_type == torch.autograd.DeviceType.CUDA]
+            k_ms = sum(e.device_time_total for e in kern) / 1e3
+            k_n = sum(e.count for e in kern)
+            lines.append(
+                f"| {n} | {wall * 1e3:.1f} | {k_ms:.2f} | {k_n} | {lc.calls} | {lc.seconds * 1e3:.1f} |"
+            )
+            cpu = sorted((e for e in avg if e.device_type == torch.autograd.DeviceType.CPU),
+                         key=lambda e: -e.self_cpu_time_total)[:15]  # fmt: skip
+            details += ["", f"## {n} tokens: CPU operators by self time", "", "| op | calls | self ms |",
+                        "|---|---:|---:|"]  # fmt: skip
+            details += [f"| {e.key[:60]} | {e.count} | {e.self_cpu_time_total / 1e3:.2f} |" for e in cpu]
+            top = sorted(lc.by_kernel.items(), key=lambda kv: -kv[1][1])[:12]
+            details += ["", f"## {n} tokens: Triton launches by host time", "", "| kernel | calls | ms |",
+                        "|---|---:|---:|"]  # fmt: skip
+            details += [f"| {k} | {c} | {sec * 1e3:.2f} |" for k, (c, sec) in top]
+    text = "\n".join(lines + details) + "\n"
+    with open(os.path.join(a.out, "profile_step.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
