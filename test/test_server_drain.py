@@ -178,3 +178,21 @@ def test_idle_server_exits_0_on_sigterm(tmp_path: Path) -> None:
     h.proc.send_signal(signal.SIGTERM)
     _assert_clean_exit(h, kids)
     assert "draining 0 in-flight request(s)" in h.log()
+
+
+def test_real_server_stops_quietly_on_sigterm(tmp_path: Path) -> None:
+    """The embedded model's server (the real scheduler, which imports Triton) stops on SIGTERM with
+    exit code 0, no child left, and no teardown noise: Triton's nanobind extension printed ~27
+    "nanobind: leaked ..." lines at every stop when the scheduler process ran the interpreter's
+    module teardown."""
+    env = dict(os.environ)
+    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
+    h = start_server(["--device", "cpu"], env, tmp_path / "server.log", timeout_s=300)
+    kids = _children(h.proc.pid)
+    body = {"text": "hello", "sampling_params": {"max_new_tokens": 2, "temperature": 0}}
+    assert requests.post(h.url + "/generate", json=body, timeout=60).status_code == 200
+    h.proc.send_signal(signal.SIGTERM)
+    _assert_clean_exit(h, kids)
+    log = h.log()
+    assert "Drained; shutting down." in log
+    assert "nanobind" not in log and "Traceback" not in log, log[-3000:]

@@ -48,6 +48,7 @@ from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import (
     configure_logging,
     exit_on_sigterm,
+    exit_without_teardown,
     freeze_gc_after_startup,
     set_parent_death_signal,
     set_process_name,
@@ -201,6 +202,8 @@ def run_scheduler_process(
     loop.start_watchdog(server_args.watchdog_timeout)
     try:
         loop.run_forever()
+    except SystemExit as e:  # SIGTERM (exit_on_sigterm): a normal stop
+        exit_without_teardown(e.code if isinstance(e.code, int) else 0)
     except Exception:
         tb = traceback.format_exc()
         logger.error("Scheduler crashed:\n%s", tb)
