@@ -1,0 +1,41 @@
+"""The Triton kernels' correctness tests, run under the interpreter in the fast tier.
+
+The kernel test files (``test_kernels_*.py``) run on CUDA, or on the CPU only when
+``TRITON_INTERPRET=1`` is set before Triton is imported; the test command of README.md does not set
+it (it would slow every other test's import), so without this file the fast tier would skip every
+kernel-vs-float64 comparison. This test runs a representative case of every kernel family (the
+list of ``test_kernels_compile_all.REPRESENTATIVE``) plus the quantized-KV cases (fp8 / fp4 indexer
+keys, fp8 attention pools, the KV codec) in a subprocess under the interpreter, and requires them
+to pass, not skip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from test_kernels_compile_all import HERE, REPRESENTATIVE
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+
+QUANTIZED = [
+    "test_kernels_indexer.py::test_indexer_topk_quantized_keys",
+    "test_kernels_attention.py::test_paged_attention_fp8_pools",
+    "test_kernels_kv_codec.py",
+]
+
+
+def test_kernel_families_match_their_oracles_under_the_interpreter() -> None:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join([HERE, *filter(None, [env.get("PYTHONPATH")])])
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *REPRESENTATIVE, *QUANTIZED]
+    proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=1200)
+    out = proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, out
+    passed = int(m[1]) if (m := re.search(r"(\d+) passed", proc.stdout)) else 0
+    # one skip is expected (a bf16-only attention case); everything else must have run
+    assert passed >= len(REPRESENTATIVE) + 4, out
