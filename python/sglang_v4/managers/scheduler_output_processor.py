@@ -100,8 +100,6 @@ class SchedulerOutputProcessorMixin:
             for r, a, b in zip(rows, v.tolist(), ix.tolist()):
                 tops_by_row[r] = (a, b)
         append_token = self._append_token
-        every_token = self.stream_interval <= 1
-        pending, pending_ids = self.pending_outputs, self._pending_ids
         if tok_lps is None and len(ids) == len(state):  # every request sampled, no logprobs
             self._append_decode_tokens([(req, tok) for req, tok, st in zip(batch.reqs, ids, state) if st])
             self._tp_window.append((time.monotonic(), len(ids)))
@@ -110,27 +108,11 @@ class SchedulerOutputProcessorMixin:
         j = 0
         for req, samples, st in zip(batch.reqs, batch.sample_flags, state):
             if samples:
-                if st:
+                if st and tok_lps is not None:
                     req.num_future -= 1
-                    tok = ids[j]
-                    if tok_lps is not None or req.grammar is not None or req.has_text_stops:
-                        append_token(
-                            req, tok, tok_lps[j] if tok_lps is not None else None, tops_by_row.get(j)
-                        )
-                    else:  # _append_token for a request with token stops only, inlined
-                        out = req.output_ids
-                        out.append(tok)
-                        n_out = len(out)
-                        if tok in req.stop_token_set and n_out >= req.sampling_params.min_new_tokens:
-                            self._finish(req, finish_stop(tok))
-                        elif n_out >= req.max_new_tokens:
-                            self._finish(req, finish_length(n_out))
-                        elif req.stream and every_token and not req.sampling_params.stream_interval:
-                            if id(req) not in pending_ids:
-                                pending_ids.add(id(req))
-                                pending.append(req)
-                        elif self._due_output(req):
-                            self._queue_output(req)
+                    append_token(req, ids[j], tok_lps[j], tops_by_row.get(j))
+                elif st:  # no logprobs: the decode path's append (plain requests inlined there)
+                    self._append_decode_tokens([(req, ids[j])])
                 j += 1
             elif st == 2 and req.num_computed == req.seq_len:
                 self._finish(req, finish_length(len(req.output_ids)))
