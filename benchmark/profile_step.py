@@ -8,7 +8,13 @@ a few lengths after an untimed warm-up; for each one step is measured three ways
   them (binding the arguments, the specialisation key, the driver launch);
 * the CPU operators with the most self time (torch ops, CUDA runtime / driver calls).
 
-Usage: ``python benchmark/profile_step.py --out DIR [--lens 8,129,2048] [--dry]`` writes
+With ``--by-line`` it also writes ``DIR/kernels_by_line.md``: for one eager decode step at batch
+sizes 1 and 8 (CUDA graphs off) and one 8-token extend step, every device op (a torch operator that
+is not a view, counted by a ``TorchDispatchMode``) and every Triton launch, attributed to the line
+of ``sglang_v4`` / ``sgl_kernel_v4`` code that issued it: the inventory behind "fewer kernels per
+layer".
+
+Usage: ``python benchmark/profile_step.py --out DIR [--lens 8,129,2048] [--by-line] [--dry]`` writes
 ``DIR/profile_step.md``. ``--dry``: CPU, the tiny preset (checks the script; timings mean nothing).
 """
 
@@ -63,11 +69,146 @@ class LaunchCounter:
             self._cls.run = self._orig  # type: ignore[method-assign]
 
 
+class OpsByLine:
+    """Counts device ops per issuing source line while active (a context manager).
+
+    A torch operator counts when it is not a view / metadata op (``OpOverload.is_view`` and the
+    ``aten.detach`` / ``aten._to_copy``-free list below); a Triton launch counts once
+    (``JITFunction.run``). Each is attributed to the innermost stack frame whose file lies in
+    ``sglang_v4`` or ``sgl_kernel_v4``; ``by_line`` maps ``"file.py:LINE (function)"`` to
+    ``[torch ops, Triton launches, {op name: count}]``.
+    """
+
+    _FREE = {"aten.detach", "aten.alias", "aten.lift_fresh", "aten.empty", "aten.empty_strided",
+             "aten.empty_like", "aten.set_", "aten.resize_", "aten.is_nonzero", "aten._local_scalar_dense",
+             "aten.sym_size", "aten.sym_stride", "aten.sym_numel"}  # fmt: skip
+
+    def __init__(self) -> None:
+        self.by_line: dict[str, list[Any]] = {}
+
+    @staticmethod
+    def _site() -> str:
+        import traceback
+
+        for fr in reversed(traceback.extract_stack()[:-2]):
+            f = fr.filename.replace("\\", "/")
+            if "/sglang_v4/" in f or "/sgl_kernel_v4/" in f:
+                tail = (
+                    f.split("/sglang_v4/")[-1]
+                    if "/sglang_v4/" in f
+                    else "k:" + f.split("/sgl_kernel_v4/")[-1]
+                )
+                return f"{tail}:{fr.lineno} ({fr.name})"
+        return "(outside)"
+
+    def _count(self, col: int, name: str) -> None:
+        row = self.by_line.setdefault(self._site(), [0, 0, {}])
+        row[col] += 1
+        row[2][name] = row[2].get(name, 0) + 1
+
+    def __enter__(self) -> OpsByLine:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                name = str(func.overloadpacket).replace("aten::", "aten.")
+                if not func.is_view and name not in OpsByLine._FREE:
+                    counter._count(0, name)
+                return func(*args, **(kwargs or {}))
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        try:
+            from triton.runtime.jit import JITFunction
+        except ImportError:
+            self._orig = None
+            return self
+        self._cls, self._orig = JITFunction, JITFunction.run
+
+        def run(fn: Any, *args: Any, **kw: Any) -> Any:
+            counter._count(1, fn.fn.__name__)
+            return counter._orig(fn, *args, **kw)
+
+        JITFunction.run = run  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._orig is not None:
+            self._cls.run = self._orig  # type: ignore[method-assign]
+        self._mode.__exit__(*exc)
+
+    def table(self, title: str, top: int = 60) -> list[str]:
+        """Markdown lines: totals, then the ``top`` lines by device ops."""
+        tot_t = sum(r[0] for r in self.by_line.values())
+        tot_k = sum(r[1] for r in self.by_line.values())
+        out = ["", f"## {title}: {tot_t} torch ops + {tot_k} Triton launches", "",
+               "| source line | torch ops | Triton | ops |", "|---|---:|---:|---|"]  # fmt: skip
+        rows = sorted(self.by_line.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[:top]
+        for site, (t, k, names) in rows:
+            ops = ", ".join(
+                f"{n.replace('aten.', '')} {c}" for n, c in sorted(names.items(), key=lambda x: -x[1])[:6]
+            )
+            out.append(f"| {site} | {t} | {k} | {ops} |")
+        return out
+
+
+def by_line_report(sa_kwargs: dict[str, Any], vocab_hint: int, dev: str) -> list[str]:
+    """Per-source-line device-op inventory of an eager decode step (bs 1 and 8) and an 8-token
+    extend step on a fresh scheduler with CUDA graphs off. Returns markdown lines."""
+    from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+    from sglang_v4.managers.scheduler import Scheduler
+    from sglang_v4.sampling.sampling_params import SamplingParams
+    from sglang_v4.server_args import ServerArgs
+
+    s = Scheduler(ServerArgs(**{**sa_kwargs, "disable_cuda_graph": True}))
+    vocab = s.runner.mc.hf.vocab_size
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    lines: list[str] = ["# Device ops by source line (`benchmark/profile_step.py --by-line`)"]
+
+    def add(rid: str, n: int, new: int) -> None:
+        ids = torch.randint(
+            10, vocab - 1, (n,), generator=torch.Generator().manual_seed(hash(rid) % 1000)
+        ).tolist()
+        sp = SamplingParams.from_dict({"max_new_tokens": new, "temperature": 0, "ignore_eos": True})
+        sp.normalize(None)
+        s.add_request(TokenizedGenerateReqInput(rid=rid, input_text=None, input_ids=ids, sampling_params=sp))
+
+    for bs in (1, 8):
+        for rep in range(2):  # the first round compiles; the second is counted
+            for i in range(bs):
+                add(f"d{bs}-{rep}-{i}", 64 + i, 6)
+            s.step()  # the extend step
+            sync()
+            s.step()  # a first decode step (compiles)
+            sync()
+            if rep == 1:
+                with OpsByLine() as c:
+                    s.step()
+                    sync()
+                lines += c.table(f"decode step, batch size {bs}")
+            while s.has_work():
+                s.step()
+    add("e-warm", 8, 1)
+    while s.has_work():
+        s.step()
+    add("e", 8, 1)
+    with OpsByLine() as c:
+        s.step()
+        sync()
+    lines += c.table("extend step, 8 prompt tokens")
+    while s.has_work():
+        s.step()
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--dry", action="store_true")
     ap.add_argument("--lens", default="8,129,2048")
+    ap.add_argument("--by-line", action="store_true", help="also write kernels_by_line.md")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     from longctx import make_model_dir, warm_up
@@ -77,7 +218,7 @@ def main() -> int:
     from sglang_v4.server_args import ServerArgs
 
     dev = "cpu" if a.dry else "cuda"
-    sa = ServerArgs(
+    sa_kwargs: dict[str, Any] = dict(
         model_path=make_model_dir("tiny" if a.dry else "flash-8l-32e"),
         load_format="dummy",
         device=dev,
@@ -90,7 +231,14 @@ def main() -> int:
         disable_radix_cache=True,
         **({"max_total_tokens": 40000} if a.dry else {}),
     )
-    s = Scheduler(sa)
+    if a.by_line:
+        text = "\n".join(by_line_report(sa_kwargs, 0, dev)) + "\n"
+        with open(os.path.join(a.out, "kernels_by_line.md"), "w", encoding="utf-8") as f:
+            f.write(text)
+        print(text)
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+    s = Scheduler(ServerArgs(**sa_kwargs))
     vocab = s.runner.mc.hf.vocab_size
     warm_up(s, vocab, 256 if a.dry else 2048, 2)
     lines = ["# Host time of one eager extend step (`benchmark/profile_step.py`)", ""]
