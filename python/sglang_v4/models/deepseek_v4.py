@@ -134,12 +134,9 @@ class DeepseekV4ForCausalLM(nn.Module):
         self.rope = RotaryTables(model_config, device)
 
     def _rope_cache(self, fb: ForwardBatch) -> RopeCache:
-        tok = {k: self.rope.cos_sin(k, fb.positions) for k in ("main", "compress")}
-        win = {}
-        for plan in (fb.csa, fb.hca):
-            if plan is not None:
-                win[plan.ratio] = self.rope.cos_sin("compress", plan.win_pos)
-        return RopeCache(tok=tok, win=win)
+        plans = [p for p in (fb.csa, fb.hca) if p is not None]
+        tabs = self.rope.cos_sin_many([fb.positions] + [p.win_pos for p in plans])
+        return RopeCache(tok=tabs[0], win={p.ratio: t["compress"] for p, t in zip(plans, tabs[1:])})
 
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch, pool: DSV4KVPool) -> torch.Tensor:
