@@ -154,6 +154,65 @@ class OpsByLine:
         return out
 
 
+class MethodTimers:
+    """Host seconds spent inside given methods while active (a context manager; re-entrant calls
+    count once). ``targets``: ``{label: (class, method name)}``; ``seconds[label]`` after exit."""
+
+    def __init__(self, targets: dict[str, tuple[type, str]]) -> None:
+        self.targets = targets
+        self.seconds = {k: 0.0 for k in targets}
+        self._saved: list[tuple[type, str, Any]] = []
+
+    def __enter__(self) -> MethodTimers:
+        for label, (cls, name) in self.targets.items():
+            orig = getattr(cls, name)
+            self._saved.append((cls, name, orig))
+
+            def wrap(*a: Any, _o: Any = orig, _l: str = label, **k: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return _o(*a, **k)
+                finally:
+                    self.seconds[_l] += time.perf_counter() - t
+
+            setattr(cls, name, wrap)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for cls, name, orig in reversed(self._saved):
+            setattr(cls, name, orig)
+
+
+def host_breakdown(s: Any, ids: list[int], rid: str, sync: Any) -> dict[str, float]:
+    """Milliseconds of one extend step of ``ids`` without the profiler: the whole step (to the
+    device's completion), and host time inside the batch metadata build, the model forward call
+    (launches only) and sampling."""
+    from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+    from sglang_v4.managers.tp_worker import TpModelWorker
+    from sglang_v4.model_executor.forward_batch import ForwardBatchBuilder
+    from sglang_v4.model_executor.model_runner import ModelRunner
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+    sp = SamplingParams.from_dict({"max_new_tokens": 1, "temperature": 0, "ignore_eos": True})
+    sp.normalize(None)
+    s.add_request(TokenizedGenerateReqInput(rid=rid, input_text=None, input_ids=ids, sampling_params=sp))
+    sync()
+    targets = {
+        "metadata": (ForwardBatchBuilder, "metadata"),
+        "build": (ForwardBatchBuilder, "build"),
+        "runner.forward": (ModelRunner, "forward"),
+        "worker (forward+sample)": (TpModelWorker, "forward_batch_generation"),
+    }
+    with MethodTimers(targets) as mt:
+        t = time.perf_counter()
+        s.step()
+        sync()
+        wall = time.perf_counter() - t
+    while s.has_work():
+        s.step()
+    return {"step wall": wall * 1e3, **{k: v * 1e3 for k, v in mt.seconds.items()}}
+
+
 def by_line_report(sa_kwargs: dict[str, Any], vocab_hint: int, dev: str) -> list[str]:
     """Per-source-line device-op inventory of an eager decode step (bs 1 and 8) and an 8-token
     extend step on a fresh scheduler with CUDA graphs off. Returns markdown lines."""
@@ -259,6 +318,9 @@ def main() -> int:
                     s.step()
                 sync()
                 continue
+            hb = host_breakdown(s, ids, f"h{n}", sync)
+            details += ["", f"## {n} tokens: host ms without the profiler", "", "| part | ms |", "|---|---:|"]
+            details += [f"| {k} | {v:.2f} |" for k, v in hb.items()]
             with torch.profiler.profile() as prof, LaunchCounter() as lc:
                 t = time.perf_counter()
                 s.step()
