@@ -73,6 +73,37 @@ def test_hc_pre(T: int, n: int, D: int, dtype: torch.dtype) -> None:
         assert torch.allclose(c.sum(-1), torch.ones(T, n, dtype=torch.float64), atol=1e-2)
 
 
+@pytest.mark.parametrize("T,n,D", [(1, 4, 4096), (9, 4, 4096), (3, 4, 1000), (4, 2, 256)])
+@pytest.mark.parametrize("dtype", dtypes())
+def test_hc_pre_fused_norm(T: int, n: int, D: int, dtype: torch.dtype) -> None:
+    """``hc_pre(..., norm_weight=w)`` = RMSNorm(w) of the x.dtype-rounded collapse (the block's
+    ``input_layernorm`` fused into the launch): vs float64 of the rounded reference collapse, and
+    vs the unfused Triton pair (hc_pre, then rms_norm) within one rounding of the output dtype."""
+    from sgl_kernel_v4.triton.mhc import hc_pre
+    from sgl_kernel_v4.triton.norm import rms_norm
+
+    if INTERP and T * D > 40000:
+        pytest.skip("interpreter: too slow")
+    gen = torch.Generator().manual_seed(3 * T + D)
+    x, fn, base, scale = make(T, n, D, dtype, gen)
+    w = torch.rand(D, generator=gen) + 0.5
+    iters, eps, neps, weps = 20, 1e-6, 1e-6, 1e-5
+    args = (x.to(DEVICE), fn.to(DEVICE), base.to(DEVICE), scale.to(DEVICE), iters, eps, neps)
+    col, post, comb = hc_pre(*args, norm_weight=w.to(DEVICE), norm_weight_eps=weps)
+    plain, post0, comb0 = hc_pre(*args)
+    assert torch.equal(post, post0) and torch.equal(comb, comb0)
+    # oracle: float64 RMSNorm of the collapse as the unfused path rounds it
+    c64 = plain.double().cpu()
+    ref = c64 * torch.rsqrt(c64.square().mean(-1, keepdim=True) + weps) * w.double()
+    assert col.dtype == dtype
+    assert rel_err(col, ref) < (8e-3 if dtype == torch.bfloat16 else 1e-5)
+    unfused = rms_norm(plain, w.to(DEVICE), weps).double().cpu()
+    ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-20
+    assert ((col.double().cpu() - unfused).abs() <= ulp * unfused.abs() + 1e-30).all()
+    with pytest.raises(ValueError, match="norm_weight"):
+        hc_pre(*args, norm_weight=w[:-1].to(DEVICE), norm_weight_eps=weps)
+
+
 @pytest.mark.parametrize("T,n,D", [(1, 4, 4096), (64, 4, 4096), (7, 2, 300)])
 @pytest.mark.parametrize("dtype", dtypes())
 def test_hc_post(T: int, n: int, D: int, dtype: torch.dtype) -> None:

@@ -264,9 +264,17 @@ def hc_pre(
     sinkhorn_iters: int,
     eps: float,
     norm_eps: float,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    norm_weight_eps: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """mHC pre: (collapsed, post, comb); see op table entry 7."""
-    return get_op("hc_pre", x.device)(x, fn, base, scale, sinkhorn_iters, eps, norm_eps)
+    """mHC pre: (collapsed, post, comb); see op table entry 7. With ``norm_weight`` (``[D]`` fp32)
+    ``collapsed`` comes back through the block's RMSNorm (``norm_weight_eps``), fused on CUDA."""
+    op = get_op("hc_pre", x.device)
+    if norm_weight is None:
+        return op(x, fn, base, scale, sinkhorn_iters, eps, norm_eps)
+    return op(x, fn, base, scale, sinkhorn_iters, eps, norm_eps, norm_weight=norm_weight,
+              norm_weight_eps=norm_weight_eps)  # fmt: skip
 
 
 def hc_post(

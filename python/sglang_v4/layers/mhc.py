@@ -7,6 +7,8 @@ from sgl_kernel_v4 import ops
 from sgl_kernel_v4.ref import mhc as ref_mhc
 from torch import nn
 
+from sglang_v4.layers.layernorm import RMSNorm
+
 
 class HyperConnection(nn.Module):
     """Holds ``fn [(2+n)*n, n*D]``, ``base [(2+n)*n]``, ``scale [3]``; see :func:`sgl_kernel_v4.ref.mhc.hc_pre`."""
@@ -23,9 +25,15 @@ class HyperConnection(nn.Module):
         self.scale = nn.Parameter(torch.empty(3, dtype=torch.float32, device=device), requires_grad=False)
         self.iters, self.eps, self.norm_eps = iters, eps, norm_eps
 
-    def pre(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``x [T, n, D] -> (collapsed [T, D], post [T, n], comb [T, n, n])``."""
-        return ops.hc_pre(x, self.fn, self.base, self.scale, self.iters, self.eps, self.norm_eps)
+    def pre(
+        self, x: torch.Tensor, norm: RMSNorm | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x [T, n, D] -> (collapsed [T, D], post [T, n], comb [T, n, n])``; with ``norm`` (the
+        block's RMSNorm) ``collapsed`` is returned through it (one fused launch on CUDA)."""
+        if norm is None:
+            return ops.hc_pre(x, self.fn, self.base, self.scale, self.iters, self.eps, self.norm_eps)
+        return ops.hc_pre(x, self.fn, self.base, self.scale, self.iters, self.eps, self.norm_eps,
+                          norm_weight=norm.weight, norm_weight_eps=norm.eps)  # fmt: skip
 
 
 class HyperHead(nn.Module):

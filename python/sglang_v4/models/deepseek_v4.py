@@ -64,11 +64,11 @@ class DecoderLayer(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, fb: ForwardBatch, pool: DSV4KVPool, rc: RopeCache) -> torch.Tensor:
-        collapsed, post, comb = self.attn_hc.pre(x)
-        a = self.self_attn(self.input_layernorm(collapsed), fb, pool, rc)
+        h, post, comb = self.attn_hc.pre(x, self.input_layernorm)  # collapse + RMSNorm
+        a = self.self_attn(h, fb, pool, rc)
         x = ops.hc_post(a, x, post, comb)
-        collapsed, post, comb = self.ffn_hc.pre(x)
-        m = self.mlp(self.post_attention_layernorm(collapsed), fb.input_ids)
+        h, post, comb = self.ffn_hc.pre(x, self.post_attention_layernorm)
+        m = self.mlp(h, fb.input_ids)
         return ops.hc_post(m, x, post, comb)
 
 

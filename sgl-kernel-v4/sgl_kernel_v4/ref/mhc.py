@@ -26,6 +26,9 @@ def hc_pre(
     sinkhorn_iters: int,
     eps: float,
     norm_eps: float,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    norm_weight_eps: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Compute the mHC mixing weights and collapse the ``n`` residual streams.
 
@@ -35,11 +38,16 @@ def hc_pre(
         sinkhorn_iters: Sinkhorn-Knopp iterations projecting ``comb`` to a doubly-stochastic matrix.
         eps: ``hc_eps`` (added to ``pre``/``comb`` and to the Sinkhorn denominators).
         norm_eps: RMSNorm epsilon of the unweighted input norm.
+        norm_weight: optional ``[D]`` fp32 weight of the RMSNorm that follows in the block (HF
+            ``input_layernorm`` / ``post_attention_layernorm``): then ``collapsed`` is returned
+            normalised, ``rms_norm(collapsed, norm_weight, norm_weight_eps)`` (:func:`.norm.rms_norm`
+            of the x.dtype-rounded collapse).
+        norm_weight_eps: that norm's epsilon.
 
     Returns:
         ``(collapsed [T, D] in x.dtype, post [T, n] fp32, comb [T, n, n] fp32)`` where
         ``pre = sigmoid(.) + eps``, ``post = 2 sigmoid(.)``, ``comb = sinkhorn(softmax(.) + eps)``
-        and ``collapsed = sum_i pre_i x_i``.
+        and ``collapsed = sum_i pre_i x_i`` (normalised when ``norm_weight`` is given).
     """
     T, n, D = x.shape
     flat = rms_norm(x.reshape(T, n * D).float(), None, norm_eps)
@@ -55,6 +63,8 @@ def hc_pre(
         comb = comb / (comb.sum(dim=-1, keepdim=True) + eps)
         comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
     collapsed = (pre.unsqueeze(-1) * x).sum(dim=1).to(x.dtype)
+    if norm_weight is not None:
+        collapsed = rms_norm(collapsed, norm_weight, norm_weight_eps)
     return collapsed, post, comb
 
 

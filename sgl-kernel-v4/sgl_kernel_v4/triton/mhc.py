@@ -8,6 +8,8 @@ logits; ``pre = sigmoid(pre*s0 + b) + eps``, ``post = 2 sigmoid(post*s1 + b)``,
 ``comb = softmax(comb*s2 + b, -1) + eps`` then Sinkhorn (column-normalise, then
 ``iters - 1`` x (row, column)); ``collapsed = sum_i pre_i x_i``.
 ``hc_post``: ``out[k] = post_k * block_out + sum_j comb[j, k] * residual[j]``.
+``hc_pre`` optionally applies the block's RMSNorm (``input_layernorm`` / ``post_attention_layernorm``)
+to the collapse in the same launch.
 
 ``hc_pre`` is two launches: a split-K skinny GEMM (``[T, n*D] x [n*D, (2+n)n]`` in fp32 plus the
 sum of squares) spread over many programs, then one program per token that reduces the partials,
@@ -83,6 +85,7 @@ def _hc_finish_kernel(
     stride_ct,
     post_ptr,
     comb_ptr,
+    nw_ptr,
     T,
     S,
     K,
@@ -90,9 +93,11 @@ def _hc_finish_kernel(
     iters,
     eps,
     norm_eps,
+    nw_eps,
     N: tl.constexpr,
     NM_PAD: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    HAS_NORM: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     offs_n = tl.arange(0, N)
@@ -128,6 +133,21 @@ def _hc_finish_kernel(
         comb = comb / (tl.sum(comb, 0)[None, :] + eps)
     tl.store(post_ptr + t * N + offs_n, post)
     tl.store(comb_ptr + t * N * N + offs_n[:, None] * N + offs_n[None, :], comb)
+    if HAS_NORM:
+        # the block's RMSNorm of the rounded collapse: a first pass for its sum of squares, then
+        # the collapse is recomputed (bit-identical) and scaled; no round trip through memory
+        ssq = tl.zeros([BLOCK_D], tl.float32)
+        for d0 in range(0, D, BLOCK_D):
+            offs_d = d0 + tl.arange(0, BLOCK_D)
+            dm = offs_d < D
+            xs = tl.load(
+                x_ptr + t * stride_xt + offs_n[:, None] * stride_xn + offs_d[None, :],
+                mask=dm[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            col = tl.sum(pre[:, None] * xs, 0).to(collapsed_ptr.dtype.element_ty).to(tl.float32)
+            ssq += col * col
+        rstd = tl.rsqrt(tl.sum(ssq, 0) / D + nw_eps)
     for d0 in range(0, D, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
         dm = offs_d < D
@@ -135,6 +155,9 @@ def _hc_finish_kernel(
             x_ptr + t * stride_xt + offs_n[:, None] * stride_xn + offs_d[None, :], mask=dm[None, :], other=0.0
         ).to(tl.float32)
         col = tl.sum(pre[:, None] * xs, 0)
+        if HAS_NORM:
+            col = col.to(collapsed_ptr.dtype.element_ty).to(tl.float32) * rstd
+            col = col * tl.load(nw_ptr + offs_d, mask=dm, other=0.0)
         tl.store(collapsed_ptr + t * stride_ct + offs_d, col.to(collapsed_ptr.dtype.element_ty), mask=dm)
 
 
@@ -148,6 +171,8 @@ def hc_pre(
     norm_eps: float,
     *,
     splits: int | None = None,
+    norm_weight: torch.Tensor | None = None,
+    norm_weight_eps: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """mHC pre: collapse ``n`` residual streams and compute the post / comb weights (op table entry 7).
 
@@ -158,6 +183,9 @@ def hc_pre(
         eps: ``hc_eps`` (added to pre / comb and the Sinkhorn denominators).
         norm_eps: RMSNorm epsilon of the flattened streams (``rms_norm_eps``).
         splits: K splits of the projection (None = fill the GPU).
+        norm_weight: optional ``[D]`` fp32 weight of the block's RMSNorm, fused into the collapse
+            (``collapsed`` then equals ``rms_norm(collapse, norm_weight, norm_weight_eps)`` of the
+            reference, up to the order of its sum of squares); norm_weight_eps: its epsilon.
 
     Returns:
         ``(collapsed [T, D] x.dtype, post [T, n] fp32, comb [T, n, n] fp32)``.
@@ -177,6 +205,8 @@ def hc_pre(
         raise ValueError(f"base/scale: expected [{NM}] / [3], got {tuple(base.shape)} / {tuple(scale.shape)}")
     if sinkhorn_iters < 1:
         raise ValueError(f"sinkhorn_iters: must be >= 1, got {sinkhorn_iters}")
+    if norm_weight is not None and norm_weight.shape != (D,):
+        raise ValueError(f"norm_weight: expected [{D}], got {tuple(norm_weight.shape)}")
     if not (x.stride(2) == 1 and x.stride(1) == D):
         x = x.contiguous()
     fn = fn.float().contiguous()
@@ -213,10 +243,11 @@ def hc_pre(
         NM_PAD=nm_pad,
         num_warps=4,
     )
+    nw = norm_weight.float().contiguous() if norm_weight is not None else base
     _hc_finish_kernel[(T,)](
-        x, x.stride(0), x.stride(1), part, sq, base, scale, collapsed, collapsed.stride(0), post, comb,
-        T, splits, K, D, int(sinkhorn_iters), float(eps), float(norm_eps),
-        N=n, NM_PAD=nm_pad, BLOCK_D=min(512, triton.next_power_of_2(D)),
+        x, x.stride(0), x.stride(1), part, sq, base, scale, collapsed, collapsed.stride(0), post, comb, nw,
+        T, splits, K, D, int(sinkhorn_iters), float(eps), float(norm_eps), float(norm_weight_eps),
+        N=n, NM_PAD=nm_pad, BLOCK_D=min(512, triton.next_power_of_2(D)), HAS_NORM=norm_weight is not None,
         num_warps=1,  # the n x n Sinkhorn reductions stay inside one warp (no barriers)
     )  # fmt: skip
     return collapsed, post, comb
