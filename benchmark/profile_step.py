@@ -213,6 +213,41 @@ def host_breakdown(s: Any, ids: list[int], rid: str, sync: Any) -> dict[str, flo
     return {"step wall": wall * 1e3, **{k: v * 1e3 for k, v in mt.seconds.items()}}
 
 
+def cprofile_step(s: Any, ids: list[int], rid: str, sync: Any, top: int = 35) -> list[str]:
+    """One more extend step of ``ids`` under ``cProfile``: markdown rows of the functions with the
+    most own (``tottime``) and cumulative host milliseconds."""
+    import cProfile
+    import pstats
+
+    from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+    sp = SamplingParams.from_dict({"max_new_tokens": 1, "temperature": 0, "ignore_eos": True})
+    sp.normalize(None)
+    s.add_request(TokenizedGenerateReqInput(rid=rid, input_text=None, input_ids=ids, sampling_params=sp))
+    sync()
+    pr = cProfile.Profile()
+    pr.enable()
+    s.step()
+    sync()
+    pr.disable()
+    while s.has_work():
+        s.step()
+    st = pstats.Stats(pr)
+    rows = []
+    for (f, line, name), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+        short = f.split("/python/")[-1].split("/sgl-kernel-v4/")[-1].split("site-packages/")[-1]
+        rows.append((f"{short}:{line} ({name})", nc, tt * 1e3, ct * 1e3))
+    out = [""]
+    for key, title in ((2, "own"), (3, "cumulative")):
+        out += [f"## {len(ids)} tokens: functions by {title} host ms (cProfile)", "",
+                "| function | calls | own ms | cumulative ms |", "|---|---:|---:|---:|"]  # fmt: skip
+        for r in sorted(rows, key=lambda r: -r[key])[:top]:
+            out.append(f"| {r[0][:90]} | {r[1]} | {r[2]:.2f} | {r[3]:.2f} |")
+        out.append("")
+    return out
+
+
 def by_line_report(sa_kwargs: dict[str, Any], vocab_hint: int, dev: str) -> list[str]:
     """Per-source-line device-op inventory of an eager decode step (bs 1 and 8) and an 8-token
     extend step on a fresh scheduler with CUDA graphs off. Returns markdown lines."""
@@ -268,6 +303,7 @@ def main() -> int:
     ap.add_argument("--dry", action="store_true")
     ap.add_argument("--lens", default="8,129,2048")
     ap.add_argument("--by-line", action="store_true", help="also write kernels_by_line.md")
+    ap.add_argument("--cprofile", action="store_true", help="add the step's Python functions by host time")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     from longctx import make_model_dir, warm_up
@@ -318,9 +354,6 @@ def main() -> int:
                     s.step()
                 sync()
                 continue
-            hb = host_breakdown(s, ids, f"h{n}", sync)
-            details += ["", f"## {n} tokens: host ms without the profiler", "", "| part | ms |", "|---|---:|"]
-            details += [f"| {k} | {v:.2f} |" for k, v in hb.items()]
             with torch.profiler.profile() as prof, LaunchCounter() as lc:
                 t = time.perf_counter()
                 s.step()
@@ -328,6 +361,12 @@ def main() -> int:
                 wall = time.perf_counter() - t
             while s.has_work():
                 s.step()
+            # the same step again (radix cache off: the same work), timed without the profiler
+            hb = host_breakdown(s, ids, f"h{n}", sync)
+            details += ["", f"## {n} tokens: host ms without the profiler", "", "| part | ms |", "|---|---:|"]
+            details += [f"| {k} | {v:.2f} |" for k, v in hb.items()]
+            if a.cprofile:
+                details += cprofile_step(s, ids, f"c{n}", sync)
             avg = prof.key_averages()
             kern = [e for e in avg if e.device_type == torch.autograd.DeviceType.CUDA]
             k_ms = sum(e.device_time_total for e in kern) / 1e3
