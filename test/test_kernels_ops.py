@@ -74,3 +74,30 @@ def test_quantized_pool_goes_to_the_device_kernel(monkeypatch: pytest.MonkeyPatc
     ops.sparse_attention(q, float_pool, pages, pos, 128, torch.zeros(2), 1.0)
     ops.compress_and_insert(q, q, torch.zeros(8), pos, pos, object(), pos, 1e-6)
     assert calls == ["meta", "meta", "meta"]
+
+
+def test_device_type_lookup_accepts_strings_and_devices() -> None:
+    """``get_op`` keys on the device type: a ``torch.device`` and its string give the same op."""
+    import sgl_kernel_v4.ref.mhc as ref_mhc
+
+    for dev in ("cpu", torch.device("cpu"), "meta", torch.device("meta")):
+        assert ops.get_op("hc_pre", dev) is ref_mhc.hc_pre
+    ops.set_triton_enabled(False)
+    try:
+        import sgl_kernel_v4.ref.norm as ref_norm
+
+        assert ops.get_op("rms_norm", torch.device("cuda", 0)) is ref_norm.rms_norm
+    finally:
+        ops.set_triton_enabled(None)
+
+
+def test_host_cdiv_and_next_power_of_2_match_triton() -> None:
+    """The wrappers' host helpers (plain Python; ``triton.cdiv`` is a constexpr function with a
+    per-call cost) agree with Triton's own on every value a wrapper can pass."""
+    triton = pytest.importorskip("triton")
+    from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
+
+    for n in list(range(0, 4200)) + [2**20 - 1, 2**20, 2**20 + 1, 3 * 2**30]:
+        assert next_power_of_2(n) == triton.next_power_of_2(n), n
+        for b in (1, 2, 3, 16, 64, 128, 1000):
+            assert cdiv(n, b) == triton.cdiv(n, b), (n, b)

@@ -27,6 +27,7 @@ first CUDA lookup, so ``import sgl_kernel_v4.ops`` works on a CPU-only machine w
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -93,8 +94,11 @@ _triton_flag: bool | None = None  # None = decide from the environment
 _cache: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
+@functools.lru_cache(maxsize=1)
 def triton_available() -> bool:
-    """True when the ``triton`` package can be imported and CUDA is available."""
+    """True when the ``triton`` package can be imported and CUDA is available (decided once per
+    process: :func:`get_op` runs ~85 times per forward, and ``torch.cuda.is_available`` asks the
+    driver each time)."""
     return importlib.util.find_spec("triton") is not None and torch.cuda.is_available()
 
 
@@ -143,8 +147,8 @@ def get_op(name: str, device: torch.device | str) -> Callable[..., Any]:
     """
     if name not in _REF_MODULES:
         raise ValueError(f"name: unknown op {name!r}; expected one of {OP_NAMES}")
-    dev = torch.device(device)
-    use_triton = dev.type == "cuda" and name in _TRITON_MODULES and triton_enabled()
+    dev_type = device.type if isinstance(device, torch.device) else torch.device(device).type
+    use_triton = dev_type == "cuda" and name in _TRITON_MODULES and triton_enabled()
     key = (name, "triton" if use_triton else "ref")
     fn = _cache.get(key)
     if fn is None:

@@ -7,6 +7,18 @@ import functools
 import torch
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for host ints. The wrappers use this rather than ``triton.cdiv``: that is a
+    ``ConstexprFunction`` whose host call costs a few microseconds (~300 calls per forward)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= ``n`` for host ints ``n >= 0`` (0 for 0, as
+    ``triton.next_power_of_2``; see :func:`cdiv`)."""
+    return 0 if n <= 0 else 1 << (int(n) - 1).bit_length()
+
+
 @functools.lru_cache(maxsize=8)
 def _sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.paged import as_paged
-from sgl_kernel_v4.triton._utils import num_sms
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
 from sgl_kernel_v4.triton.kv_codec import load_main, row_offsets
 
 __all__ = ["sparse_attention"]
@@ -226,8 +226,8 @@ def default_num_splits(T: int, H: int, block_h: int, device: torch.device) -> in
     """Splits per (token, head block): enough programs for two waves of the SMs, a power of two in
     [1, 64]; a function of the batch shape only (not of the context), so a captured graph's grid
     serves every context length."""
-    n_hb = triton.cdiv(H, block_h)
-    want = triton.cdiv(2 * num_sms(device), max(1, T * n_hb))
+    n_hb = cdiv(H, block_h)
+    want = cdiv(2 * num_sms(device), max(1, T * n_hb))
     ns = 1
     while ns * 2 <= min(want, 64):
         ns *= 2
@@ -315,7 +315,7 @@ def sparse_attention(
         cdt = swa.storage.dtype
     if q.dtype != cdt:
         q = q.to(cdt)
-    block_d = triton.next_power_of_2(D)
+    block_d = next_power_of_2(D)
     # tiles from the H200 sweep (benchmark/RESULTS.md): prefill wants all 64 heads per program
     # (one gather of the keys per token), decode small head blocks and long key tiles
     if block_h is None:
@@ -324,13 +324,13 @@ def sparse_attention(
         block_n = 32 if T >= 128 else (16 if T <= 4 else 64)
     if q.element_size() > 2:  # fp32 tiles: halve to fit shared memory
         block_h, block_n = min(block_h, 32), min(block_n, 16)
-    block_h = max(16, min(block_h, triton.next_power_of_2(H)))
-    n_hb = triton.cdiv(H, block_h)
+    block_h = max(16, min(block_h, next_power_of_2(H)))
+    n_hb = cdiv(H, block_h)
     if num_splits is None:
         num_splits = default_num_splits(T, H, block_h, q.device)
     num_splits = max(1, min(int(num_splits), 64))
     if num_splits > 1:
-        num_splits = triton.next_power_of_2(num_splits)
+        num_splits = next_power_of_2(num_splits)
         part_acc = torch.empty((T, H, num_splits, block_d), dtype=torch.float32, device=q.device)
         part_ml = torch.empty((T, H, num_splits, 2), dtype=torch.float32, device=q.device)
     else:

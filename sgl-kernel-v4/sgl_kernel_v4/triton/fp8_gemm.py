@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.ref.fp8_gemm import AMAX_MIN, BLOCK, FP8_MAX, check_fp8_linear_args
+from sgl_kernel_v4.triton._utils import cdiv
 
 from ._utils import num_sms
 
@@ -130,12 +131,12 @@ def act_quant(x: torch.Tensor, pow2: bool = True) -> tuple[torch.Tensor, torch.T
     M, K = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
-    nk = triton.cdiv(K, BLOCK)
+    nk = cdiv(K, BLOCK)
     q = torch.empty((M, K), dtype=torch.float8_e4m3fn, device=x.device)
     s = torch.empty((M, nk), dtype=torch.float32, device=x.device)
     if M:
         bm = 16
-        _act_quant_kernel[(triton.cdiv(M, bm), nk)](
+        _act_quant_kernel[(cdiv(M, bm), nk)](
             x, q.view(torch.uint8), s, M, K, x.stride(0), q.stride(0), s.stride(0), POW2=pow2, BLOCK_M=bm, GROUP=BLOCK,
             num_warps=4,
         )  # fmt: skip
@@ -342,8 +343,8 @@ def _w8a16_config(M: int, N: int, G: int, K: int, sms: int, elem_bytes: int = 2)
     else:
         bm, bn, warps = 128, 128, 8
     bk = 128
-    tiles = triton.cdiv(N, bn) * G * triton.cdiv(M, bm)
-    k_tiles = triton.cdiv(K, bk)
+    tiles = cdiv(N, bn) * G * cdiv(M, bm)
+    k_tiles = cdiv(K, bk)
     split = 1
     if tiles < sms and M <= 64:
         split = max(1, min(16, k_tiles // 2, -(-3 * sms // (2 * tiles))))
@@ -426,7 +427,7 @@ def fp8_linear(
         y = torch.empty((T, G * N), dtype=x.dtype, device=dev)
         cfg = dict(config or _w8a8_config(T, N))
         bm, bn, bk, gm = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), cfg.pop("GROUP_M")
-        grid = (triton.cdiv(T, bm) * triton.cdiv(N, bn), G)
+        grid = (cdiv(T, bm) * cdiv(N, bn), G)
         _w8a8_kernel[grid](
             q, qs, weight, weight_scale, y, T, N, K, G, q.stride(0), qs.stride(0), weight.stride(0),
             weight_scale.stride(0), y.stride(0), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm,
@@ -435,7 +436,7 @@ def fp8_linear(
         return y
     cfg = dict(config or _w8a16_config(T, N, G, K, num_sms(dev), x.element_size()))
     bm, bn, bk, split = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), cfg.pop("SPLIT_K")
-    grid = (triton.cdiv(N, bn), triton.cdiv(T, bm), G * split)
+    grid = (cdiv(N, bn), cdiv(T, bm), G * split)
     y = x.new_empty((T, G * N))
     part, cnt = y, y  # unused without split-K
     if split > 1:

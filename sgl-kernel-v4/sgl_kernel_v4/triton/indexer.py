@@ -50,7 +50,7 @@ import triton.language as tl
 
 from sgl_kernel_v4.paged import as_paged
 from sgl_kernel_v4.ref.attention import select_topk
-from sgl_kernel_v4.triton._utils import num_sms
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
 from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets
 
 __all__ = ["indexer_topk", "indexer_scores", "topk_from_scores", "SCRATCH_ELEMS"]
@@ -357,7 +357,7 @@ def _check(q: torch.Tensor, weights: torch.Tensor, topk: int) -> None:
 
 def _splits(rows: int, device: torch.device) -> int:
     """Programs per token row: two waves of the SMs over the block, a power of two in [1, 256]."""
-    want = triton.cdiv(2 * num_sms(device), max(1, rows))
+    want = cdiv(2 * num_sms(device), max(1, rows))
     n = 1
     while n * 2 <= min(want, 256):
         n *= 2
@@ -395,7 +395,7 @@ def _select(ws: _Workspace, G: int, vis: torch.Tensor, t_base: int, topk: int, o
     )  # fmt: skip
     _final_kernel[(G,)](
         ws.cnt, ws.sure, ws.tie_key, ws.tie_pos, ws.keys.stride(0), out, out.stride(0), t_base, topk,
-        BLOCK_K2=triton.next_power_of_2(topk), BLOCK_T=1024, num_warps=8,
+        BLOCK_K2=next_power_of_2(topk), BLOCK_T=1024, num_warps=8,
     )  # fmt: skip
 
 
@@ -493,7 +493,7 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
     q = q.to(cdt)
     G = _block_rows(T, C)
     ws = _Workspace(G, C, topk, q.device, scores=scores_out is not None)
-    block_h = max(16, triton.next_power_of_2(HI))
+    block_h = max(16, next_power_of_2(HI))
     # tokens per scoring program: one at decode (one token per request), more in an extend (its
     # tokens share their request's keys), so a key tile is read once per BLOCK_T tokens
     if block_t is None:
@@ -507,7 +507,7 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
         if scores_out is not None:  # entries past a token's visible count: invalid
             ws.keys[:g].fill_(INT_MIN_VALUE)
             ws.scores[:g].fill_(float("-inf"))
-        n_tb = triton.cdiv(g, block_t)
+        n_tb = cdiv(g, block_t)
         nsc = _splits(n_tb, q.device)
         _score_kernel[(n_tb, nsc)](
             q, q.stride(0), q.stride(1), weights, weights.stride(0),
@@ -586,7 +586,7 @@ def topk_from_scores(scores: torch.Tensor, topk: int, *, out: torch.Tensor | Non
         g = min(G, T - t0)
         ws.hist[:g].zero_()
         ws.cnt[:g].zero_()
-        _keys_from_scores_kernel[(g, triton.cdiv(C, 1024))](
+        _keys_from_scores_kernel[(g, cdiv(C, 1024))](
             scores[t0:], scores.stride(0), ws.keys, ws.keys.stride(0), ws.hist, C, BLOCK=1024, HB=HB, num_warps=4
         )  # fmt: skip
         _select(ws, g, vis, t0, topk, out)

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sgl_kernel_v4.triton._utils import num_sms
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
 
 __all__ = ["hc_pre", "hc_post"]
 
@@ -219,13 +219,13 @@ def hc_pre(
     if T == 0:
         return collapsed, post, comb
     block_t, block_k = 16, 128
-    nm_pad = max(16, triton.next_power_of_2(NM))
-    n_tb = triton.cdiv(T, block_t)
+    nm_pad = max(16, next_power_of_2(NM))
+    n_tb = cdiv(T, block_t)
     if splits is None:
-        splits = max(1, min(triton.cdiv(2 * num_sms(dev), n_tb), K // (4 * block_k)))
-    splits = max(1, min(int(splits), triton.cdiv(K, block_k)))
-    chunk = triton.cdiv(triton.cdiv(K, splits), block_k) * block_k
-    splits = triton.cdiv(K, chunk)
+        splits = max(1, min(cdiv(2 * num_sms(dev), n_tb), K // (4 * block_k)))
+    splits = max(1, min(int(splits), cdiv(K, block_k)))
+    chunk = cdiv(cdiv(K, splits), block_k) * block_k
+    splits = cdiv(K, chunk)
     part = torch.empty((splits, T, nm_pad), dtype=torch.float32, device=dev)
     sq = torch.empty((splits, T), dtype=torch.float32, device=dev)
     _hc_mix_kernel[(n_tb, splits)](
@@ -247,7 +247,7 @@ def hc_pre(
     _hc_finish_kernel[(T,)](
         x, x.stride(0), x.stride(1), part, sq, base, scale, collapsed, collapsed.stride(0), post, comb, nw,
         T, splits, K, D, int(sinkhorn_iters), float(eps), float(norm_eps), float(norm_weight_eps),
-        N=n, NM_PAD=nm_pad, BLOCK_D=min(512, triton.next_power_of_2(D)), HAS_NORM=norm_weight is not None,
+        N=n, NM_PAD=nm_pad, BLOCK_D=min(512, next_power_of_2(D)), HAS_NORM=norm_weight is not None,
         num_warps=1,  # the n x n Sinkhorn reductions stay inside one warp (no barriers)
     )  # fmt: skip
     return collapsed, post, comb
@@ -325,8 +325,8 @@ def hc_post(
     out = torch.empty_like(residual) if out is None else out
     if T == 0:
         return out
-    block_d = min(1024, triton.next_power_of_2(D))
-    _hc_post_kernel[(T, triton.cdiv(D, block_d))](
+    block_d = min(1024, next_power_of_2(D))
+    _hc_post_kernel[(T, cdiv(D, block_d))](
         block_out, block_out.stride(0), residual, residual.stride(0), residual.stride(1), post, comb,
         out, out.stride(0), out.stride(1), D, N=n, BLOCK_D=block_d, num_warps=4,
     )  # fmt: skip

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.ref.moe_fp4 import check_moe_fp4_args
+from sgl_kernel_v4.triton._utils import cdiv
 
 from .fp4_tile import fp4_tile
 from .moe import _align
@@ -332,21 +333,21 @@ def fused_moe_fp4(
     else:
         sorted_ids, block_expert = _align(ids, E, bm)
         n_blocks = block_expert.shape[0]
-    _gate_up_fp4_kernel[(n_blocks, triton.cdiv(inter, bn))](
+    _gate_up_fp4_kernel[(n_blocks, cdiv(inter, bn))](
         x, x.stride(0), w13, w13_scale, w13.stride(0), w13.stride(1), w13_scale.stride(0),
         w13_scale.stride(1), h, ids, sorted_ids, block_expert, n_pairs, E, inter, D, float(swiglu_limit),
         TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PAIR_MODE=pair, EVEN_K=even_k, USE_ASM=use_asm, **cfg,
     )  # fmt: skip
     if pair:
         y = torch.empty_like(x)
-        _down_fp4_token_kernel[(T, triton.cdiv(D, bn))](
+        _down_fp4_token_kernel[(T, cdiv(D, bn))](
             h, w2, w2_scale, w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1), y,
             y.stride(0), ids, wt, E, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=even_k,
             USE_ASM=use_asm, **down_cfg,
         )  # fmt: skip
         return y
     y = torch.zeros((T, D), dtype=torch.float32, device=x.device)
-    _down_fp4_kernel[(n_blocks, triton.cdiv(D, bn))](
+    _down_fp4_kernel[(n_blocks, cdiv(D, bn))](
         h, w2, w2_scale, w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1), y, wt,
         sorted_ids, block_expert, n_pairs, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         EVEN_K=even_k, USE_ASM=use_asm, **down_cfg,

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from sgl_kernel_v4.triton._utils import next_power_of_2
+
 __all__ = ["rms_norm"]
 
 
@@ -61,7 +63,7 @@ def rms_norm(
     out = torch.empty_like(x) if out is None else out
     if T == 0:
         return out
-    block = triton.next_power_of_2(D)
+    block = next_power_of_2(D)
     _rms_norm_kernel[(T,)](
         x, x.stride(0), weight if weight is not None else x, out, out.stride(0), T, D, float(eps),
         BLOCK_D=block, HAS_W=weight is not None, num_warps=max(1, min(8, block // 512)),

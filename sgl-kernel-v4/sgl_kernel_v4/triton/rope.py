@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.paged import as_paged
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 from sgl_kernel_v4.triton.kv_codec import row_offsets, store_entry
 
 __all__ = ["apply_rope", "inv_rope_quant", "qnorm_rope_kv_insert", "FP8_GROUP"]
@@ -123,8 +124,8 @@ def _rope(
     scales = torch.empty((T, H, D // FP8_GROUP), dtype=torch.float32, device=x.device) if fp8 else None
     if T == 0 or H == 0:
         return out, scales
-    block_h = min(block_h, triton.next_power_of_2(H))
-    _rope_kernel[(T, triton.cdiv(H, block_h))](
+    block_h = min(block_h, next_power_of_2(H))
+    _rope_kernel[(T, cdiv(H, block_h))](
         x, x.stride(0), x.stride(1), cos, cos.stride(0), sin, sin.stride(0),
         out, out.stride(0), out.stride(1), scales if fp8 else out, H, cos.shape[1],
         HALF_D=D // 2, BLOCK_H=block_h, SIGN=sign, FP8=fp8, GROUP_P=FP8_GROUP // 2, num_warps=4,
@@ -346,8 +347,8 @@ def qnorm_rope_kv_insert(
     kv_out = torch.empty_like(kv) if kv_out is None else kv_out
     if T == 0:
         return q_out, kv_out
-    block_h = min(block_h, triton.next_power_of_2(H))
-    n_hb = triton.cdiv(H, block_h)
+    block_h = min(block_h, next_power_of_2(H))
+    n_hb = cdiv(H, block_h)
     _qnorm_rope_kv_kernel[(T, n_hb + 1)](
         q, q.stride(0), q.stride(1), kv, kv.stride(0), kv_norm_weight, cos, cos.stride(0), sin, sin.stride(0),
         q_out, q_out.stride(0), q_out.stride(1), kv_out, kv_out.stride(0),
