@@ -51,7 +51,9 @@ def hc_pre(
     """
     T, n, D = x.shape
     flat = rms_norm(x.reshape(T, n * D).float(), None, norm_eps)
-    mix = flat @ fn.float().t()
+    # the [T, n*D] x [n*D, (2+n)n] projection in float64, rounded once: the CPU GEMM picks its
+    # blocking by T, and in float32 that made a row's mix depend on the batch it is computed in
+    mix = (flat.double() @ fn.double().t()).float()
     pre_w, post_w, comb_w = mix.split([n, n, n * n], dim=-1)
     pre_b, post_b, comb_b = base.float().split([n, n, n * n])
     s = scale.float()
@@ -98,6 +100,8 @@ def hc_head(
     """
     T, n, D = x.shape
     flat = rms_norm(x.reshape(T, n * D).float(), None, norm_eps)
-    mix = flat @ fn.float().t()
+    # the [T, n*D] x [n*D, (2+n)n] projection in float64, rounded once: the CPU GEMM picks its
+    # blocking by T, and in float32 that made a row's mix depend on the batch it is computed in
+    mix = (flat.double() @ fn.double().t()).float()
     pre = _sigmoid(mix * scale.float() + base.float()) + eps
     return (pre.unsqueeze(-1) * x).sum(dim=1).to(x.dtype)
