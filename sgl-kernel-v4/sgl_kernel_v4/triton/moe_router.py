@@ -26,25 +26,12 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from sgl_kernel_v4.triton._round import round_as
+
 __all__ = ["moe_route"]
 
 _MAX_EXPERTS = 4096
 _TILE = 2048  # elements of one program's [BLOCK_T, BLOCK_E] tile (float64 scores in registers)
-
-
-@triton.jit
-def _round_as(v, like):
-    """float32 ``v`` rounded to the dtype of ``like`` (bf16 / fp16 / fp32) and widened back to float32,
-    round-to-nearest-even as torch casts. bf16 by bit arithmetic (``c10::round_to_nearest_even``):
-    the interpreter's float32 -> bf16 cast truncates, a GPU cast would round the same way."""
-    if like.dtype == tl.bfloat16:
-        b = v.to(tl.uint32, bitcast=True)
-        b = (b + (((b >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-        return b.to(tl.float32, bitcast=True)
-    elif like.dtype == tl.float16:
-        return v.to(tl.float16).to(tl.float32)
-    else:
-        return v
 
 
 @triton.jit(do_not_specialize=["T"])  # the batch's token count
@@ -85,7 +72,7 @@ def _moe_route_kernel(
     else:
         r = tl.sqrt(sp)  # numpy: correctly rounded
     # float64 -> float32 -> L: torch's double -> bf16 / fp16 cast goes through float32 too
-    score = _round_as(r.to(tl.float32), x)
+    score = round_as(r.to(tl.float32), x)
     kk = tl.arange(0, BLOCK_K)
     ids = tl.zeros([BLOCK_T, BLOCK_K], tl.int64)
     wsel = tl.zeros([BLOCK_T, BLOCK_K], tl.float32)
@@ -109,10 +96,10 @@ def _moe_route_kernel(
             acc = acc + wj
             ids = tl.where(kk[None, :] == j, e[:, None].to(tl.int64), ids)
             wsel = tl.where(kk[None, :] == j, wj[:, None], wsel)
-    s = _round_as(acc, x)
-    d = _round_as(s + 1e-20, x)
-    q = _round_as(tl.math.div_rn(wsel, d[:, None]), x)
-    out = _round_as(q * scaling, x)
+    s = round_as(acc, x)
+    d = round_as(s + 1e-20, x)
+    q = round_as(tl.math.div_rn(wsel, d[:, None]), x)
+    out = round_as(q * scaling, x)
     km = rm[:, None] & (kk[None, :] < TOPK)
     offs = rows[:, None].to(tl.int64) * TOPK + kk[None, :]
     tl.store(ids_ptr + offs, ids, mask=km)
