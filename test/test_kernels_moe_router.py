@@ -22,7 +22,9 @@ ROUTE_CASES = [
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-def old_router(logits: torch.Tensor, bias: torch.Tensor | None, ids: torch.Tensor | None, k: int, scaling: float):
+def old_router(
+    logits: torch.Tensor, bias: torch.Tensor | None, ids: torch.Tensor | None, k: int, scaling: float
+):
     """The torch code ``layers/moe.py`` ran before ``moe_route`` (HF ``DeepseekV4TopKRouter`` maths)."""
     scores = F.softplus(logits.double()).sqrt().to(logits.dtype)
     if ids is None:

@@ -144,7 +144,9 @@ def moe_route(
         raise ValueError("moe_route: give exactly one of e_score_correction_bias (top-k) and tid2eid (hash)")
     T, E = logits.shape
     if not 0 < E <= _MAX_EXPERTS or top_k <= 0:
-        raise ValueError(f"moe_route: expected 0 < E <= {_MAX_EXPERTS} and top_k > 0, got E={E}, top_k={top_k}")
+        raise ValueError(
+            f"moe_route: expected 0 < E <= {_MAX_EXPERTS} and top_k > 0, got E={E}, top_k={top_k}"
+        )
     is_hash = tid2eid is not None
     if is_hash:
         assert tid2eid is not None
