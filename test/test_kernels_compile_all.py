@@ -44,11 +44,13 @@ KERNEL_TEST_FILES = [
     "test_kernels_mhc.py",
     "test_kernels_moe.py",
     "test_kernels_moe_fp4.py",
+    "test_kernels_moe_router.py",
     "test_kernels_rope.py",
 ]
 # small cases covering every kernel family (paged sparse attention csa/swa + fp8 pools, HCA,
 # indexer scoring + histogram/threshold top-k on bf16/fp8/fp4 keys, compressor, rope / norm /
-# qnorm-rope-kv insert, mHC, bf16 MoE, FP8 GEMMs (both variants, split-K, act quant), FP4 MoE).
+# qnorm-rope-kv insert, mHC, bf16 MoE, FP8 GEMMs (both variants, split-K, act quant), FP4 MoE,
+# the MoE router (top-k + hash) and the shared expert's SwiGLU, both bf16).
 REPRESENTATIVE = [
     "test_kernels_attention.py::test_paged_attention_matches_fp64[dtype0-5-12-128-45-csa]",
     "test_kernels_attention.py::test_paged_attention_fp8_pools",
@@ -65,6 +67,8 @@ REPRESENTATIVE = [
     "test_kernels_mhc.py::test_hc_post[dtype0-7-2-300]",
     "test_kernels_moe.py::test_fused_moe[dtype0-1-256-128-8-6]",
     "test_kernels_moe_fp4.py::test_both_layouts_any_batch",
+    "test_kernels_moe_router.py::test_moe_route_kernel_bit_equal[37-256-6-dtype1]",
+    "test_kernels_moe_router.py::test_swiglu_clamped_kernel_vs_reference[37-320-0-dtype1]",
     "test_kernels_rope.py::test_apply_and_inverse_rope[dtype0-4-3-64-16]",
     "test_kernels_rope.py::test_qnorm_rope_kv_insert[dtype0-5-3-128-32]",
     "test_kernels_rope.py::test_rms_norm[dtype0-True-3-1000]",

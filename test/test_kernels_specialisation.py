@@ -32,6 +32,8 @@ from sgl_kernel_v4.triton.attention import sparse_attention
 from sgl_kernel_v4.triton.indexer import indexer_topk
 from sgl_kernel_v4.triton.mhc import hc_pre
 from sgl_kernel_v4.triton.moe import fused_moe
+from sgl_kernel_v4.triton.moe_router import moe_route
+from sgl_kernel_v4.triton.activation import swiglu_clamped
 import sgl_kernel_v4.triton.attention as _a, sgl_kernel_v4.triton.indexer as _i, sgl_kernel_v4.triton.mhc as _m
 
 for _mod in (_a, _i, _m):  # the H200's 132 SMs (the interpreter reports 8): the grids the GPU sees
@@ -97,6 +99,10 @@ def moe(T):
     fused_moe(torch.empty(T, D, dtype=torch.bfloat16), torch.empty(E, 2 * I, D, dtype=torch.bfloat16),
               torch.empty(E, D, I, dtype=torch.bfloat16), torch.zeros(T, k, dtype=torch.int64),
               torch.empty(T, k), 10.0)
+    logits = torch.empty(T, 256, dtype=torch.bfloat16)
+    moe_route(logits, torch.empty(256), None, None, 6, 2.5)
+    moe_route(logits, None, torch.zeros(100, 6, dtype=torch.int64), torch.zeros(T, dtype=torch.int64), 6, 2.5)
+    swiglu_clamped(torch.empty(T, 2 * 2048, dtype=torch.bfloat16), 10.0)
 
 out = {}
 for name, Ts in (("mhc_moe_decode", (1, 2, 3, 5, 8, 12, 16, 24, 33)),):
@@ -173,9 +179,11 @@ def test_server_index_layouts_reuse_the_decode_variants(variants: dict[str, dict
 def test_mhc_and_moe_reuse_a_few_variants_over_decode_batches(variants: dict[str, dict[str, int]]) -> None:
     """Decode batches of 1 to 33 requests: the mHC finish kernel and the MoE align / grouped GEMM
     kernels compile at most 3 variants (their split or pair counts are runtime arguments; the
-    rows-per-tile classes of the MoE tiles stay)."""
+    rows-per-tile classes of the MoE tiles stay); the router (top-k and hash) and the shared
+    expert's SwiGLU at most 2 and 1 (the token count is a runtime argument)."""
     got = variants["mhc_moe_decode"]
     assert set(got) >= {"_hc_finish_kernel", "_align_kernel", "_gate_up_kernel", "_down_kernel"}
+    assert got["_moe_route_kernel"] <= 2 and got["_swiglu_clamped_kernel"] == 1, got
     too_many = {k: v for k, v in got.items() if v > 3}
     assert not too_many, f"kernels compiling a variant per batch size: {too_many}"
 

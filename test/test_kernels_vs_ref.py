@@ -155,6 +155,32 @@ def test_moe_vs_ref(dev: str) -> None:
     assert rel_err(fused_moe(x, wgu, wd, ids, wts, 10.0), ref(x, wgu, wd, ids, wts, 10.0)) < 1.5e-2
 
 
+def test_moe_route_vs_ref(dev: str) -> None:
+    """V4-Flash router shapes (256 experts, top-6; bf16 logits): bit-equal, top-k and hash."""
+    from sgl_kernel_v4.ref.moe_router import moe_route as ref
+    from sgl_kernel_v4.triton.moe_router import moe_route
+
+    T, E, k = 20, 256, 6
+    logits = torch.randn(T, E, device=dev, dtype=torch.bfloat16) * 3
+    bias = torch.randn(E, device=dev) * 0.1
+    a, b = moe_route(logits, bias, None, None, k, 2.5), ref(logits, bias, None, None, k, 2.5)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    tid2eid = torch.randint(0, E, (1000, k), device=dev)
+    tok = torch.randint(0, 1000, (T,), device=dev)
+    a, b = moe_route(logits, None, tid2eid, tok, k, 2.5), ref(logits, None, tid2eid, tok, k, 2.5)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_swiglu_vs_ref(dev: str) -> None:
+    """Shared-expert SwiGLU on a fused ``[T, 2I]`` GEMM output, bf16: at most one bf16 ulp apart."""
+    from sgl_kernel_v4.ref.moe import swiglu_clamped as ref
+    from sgl_kernel_v4.triton.activation import swiglu_clamped
+
+    gu = torch.randn(20, 2 * 2048, device=dev, dtype=torch.bfloat16) * 8
+    a, b = swiglu_clamped(gu, 10.0), ref(gu, 10.0)
+    assert (a.view(torch.int16).int() - b.view(torch.int16).int()).abs().max() <= 1
+
+
 def test_ops_table_picks_triton_on_cuda(dev: str) -> None:
     from sgl_kernel_v4 import ops
     from sgl_kernel_v4.triton.attention import sparse_attention

@@ -17,6 +17,8 @@ where noted in their docstrings):
 8. ``fused_moe``
 9. ``fp8_linear`` (FP8 128x128 block-scaled weights: weight-only or per-1x128 activation quant)
 10. ``fused_moe_fp4`` (routed experts with FP4 e2m1 weights and ue8m0 per-32 scales)
+11. ``moe_route`` (MoE router: scores, top-k or hash selection, weight normalisation)
+12. ``swiglu_clamped`` (the shared expert's clamped SwiGLU)
 
 Disabling Triton: set the environment variable ``SGLANG_V4_DISABLE_TRITON=1`` before the first
 lookup, or call :func:`set_triton_enabled` (e.g. from a ``--disable-triton-kernels`` server flag).
@@ -54,6 +56,8 @@ __all__ = [
     "fused_moe",
     "fp8_linear",
     "fused_moe_fp4",
+    "moe_route",
+    "swiglu_clamped",
 ]
 
 # op name -> module under sgl_kernel_v4.ref (the torch references, exact op-table signatures)
@@ -70,6 +74,8 @@ _REF_MODULES: dict[str, str] = {
     "fused_moe": "moe",
     "fp8_linear": "fp8_gemm",
     "fused_moe_fp4": "moe_fp4",
+    "moe_route": "moe_router",
+    "swiglu_clamped": "moe",
 }
 
 # op name -> module under sgl_kernel_v4.triton (only ops that have a Triton kernel)
@@ -86,6 +92,8 @@ _TRITON_MODULES: dict[str, str] = {
     "fused_moe": "moe",
     "fp8_linear": "fp8_gemm",
     "fused_moe_fp4": "moe_fp4",
+    "moe_route": "moe_router",
+    "swiglu_clamped": "activation",
 }
 
 OP_NAMES: tuple[str, ...] = tuple(_REF_MODULES)
@@ -331,3 +339,26 @@ def fused_moe_fp4(
     return get_op("fused_moe_fp4", x.device)(
         x, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights, swiglu_limit
     )
+
+
+def moe_route(
+    logits: torch.Tensor,
+    e_score_correction_bias: torch.Tensor | None,
+    tid2eid: torch.Tensor | None,
+    input_ids: torch.Tensor | None,
+    top_k: int,
+    scaling: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MoE routing from the router logits ``[T, E]``: ``sqrt(softplus)`` scores, the top-k of
+    ``scores + e_score_correction_bias`` (ties: lower expert id) or hash ids ``tid2eid[input_ids]``,
+    weights renormalised and scaled; returns ``(ids [T, k] int64, weights [T, k] fp32)``. See op
+    table entry 11 and :mod:`sgl_kernel_v4.ref.moe_router` (exact rounding; Triton is bit-equal)."""
+    return get_op("moe_route", logits.device)(
+        logits, e_score_correction_bias, tid2eid, input_ids, top_k, scaling
+    )
+
+
+def swiglu_clamped(gate_up: torch.Tensor, limit: float) -> torch.Tensor:
+    """``silu(clamp(gate, max=limit)) * clamp(up, -limit, limit)`` on ``gate_up [T, 2I] = [gate | up]``
+    -> ``[T, I]`` in its dtype; see op table entry 12 and :func:`sgl_kernel_v4.ref.moe.swiglu_clamped`."""
+    return get_op("swiglu_clamped", gate_up.device)(gate_up, limit)

@@ -3,7 +3,13 @@
 Routing (paper §2.1; HF ``DeepseekV4TopKRouter`` / ``DeepseekV4HashRouter``): scores are
 ``sqrt(softplus(x @ W_gate^T))``; top-k selection uses ``scores + e_score_correction_bias``; the first
 ``hash_moe`` layers pick experts with a frozen ``tid2eid[token_id]`` table instead. The selected
-scores are renormalised to sum to 1 and multiplied by ``routed_scaling_factor``.
+scores are renormalised to sum to 1 and multiplied by ``routed_scaling_factor``. After the router
+GEMM, all of it is one op (:func:`sgl_kernel_v4.ops.moe_route`: one Triton launch on CUDA, exact
+rounding and tie rule in :mod:`sgl_kernel_v4.ref.moe_router`).
+
+The shared expert's ``gate_proj`` / ``up_proj`` weights live in one ``[2I, D]`` tensor (they are
+views of it: checkpoint names and loading unchanged), so its forward is one GEMM plus one clamped
+SwiGLU launch (:func:`sgl_kernel_v4.ops.swiglu_clamped`).
 """
 
 from __future__ import annotations
@@ -11,12 +17,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from sgl_kernel_v4 import ops
-from sgl_kernel_v4.ref.moe import swiglu_clamped
 from torch import nn
 
 from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
 from sglang_v4.layers.linear import Linear
-from sglang_v4.layers.quantization import QuantConfig, expert_quant, linear_quant
+from sglang_v4.layers.quantization import FP8_BLOCK, QuantConfig, expert_quant, linear_quant
 
 FP4_GROUP = 32
 
@@ -48,19 +53,16 @@ class Router(nn.Module):
             )
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x [T, D]``, ``input_ids [T]`` -> ``(topk_ids [T, k] int64, topk_weights [T, k] fp32)``."""
-        # softplus in float64: on the CPU, which rows of a narrow [T, E] tensor torch evaluates with
-        # its scalar tail code (an ulp off the vectorised one) depends on T; rounded from float64,
-        # a token's scores (and so its routing) do not depend on the batch it is computed in
+        """``x [T, D]``, ``input_ids [T]`` -> ``(topk_ids [T, k] int64, topk_weights [T, k] fp32)``.
+
+        Top-k layers list a token's experts in descending ``score + bias`` order, the lower expert
+        id first among equal keys; hash layers in ``tid2eid``'s order. Scores are computed in
+        float64 (a token's routing does not depend on its batch; :mod:`sgl_kernel_v4.ref.moe_router`).
+        """
         logits = F.linear(x, self.weight)
-        scores = F.softplus(logits.double()).sqrt().to(logits.dtype)
         if self.is_hash:
-            ids = self.tid2eid[input_ids].long()
-        else:
-            ids = torch.topk(scores + self.e_score_correction_bias, self.top_k, dim=-1, sorted=False).indices
-        w = scores.gather(1, ids)
-        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
-        return ids, (w * self.scaling).float()
+            return ops.moe_route(logits, None, self.tid2eid, input_ids, self.top_k, self.scaling)
+        return ops.moe_route(logits, self.e_score_correction_bias, None, None, self.top_k, self.scaling)
 
 
 class Experts(nn.Module):
@@ -146,8 +148,46 @@ class Experts(nn.Module):
         return ops.fused_moe(x, self.gate_up_proj, self.down_proj, ids, weights, self.limit)
 
 
+def _alias_gate_up(gate: Linear, up: Linear) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """Re-allocate ``gate.weight`` / ``up.weight`` (and their FP8 ``weight_scale_inv``) as the two
+    halves of one ``[2I, D]`` tensor (``[2I/128, D/128]`` scales), so that one GEMM computes
+    ``[gate | up]``. Returns the fused ``(weight, scale or None)``, or ``None`` when the layers
+    cannot share one tensor (FP8 with ``I`` not a multiple of the 128-row scale block)."""
+    inter, hidden = gate.out_features, gate.in_features
+    w = gate.weight
+    fp8 = gate.quant == "fp8"
+    if fp8 and inter % FP8_BLOCK[0]:
+        return None
+    fused_w = torch.empty(2 * inter, hidden, dtype=w.dtype, device=w.device)
+    gate.weight = nn.Parameter(fused_w[:inter], requires_grad=False)
+    up.weight = nn.Parameter(fused_w[inter:], requires_grad=False)
+    if not fp8:
+        return fused_w, None
+    sr = inter // FP8_BLOCK[0]
+    s = gate.weight_scale_inv
+    fused_s = torch.empty(2 * sr, s.shape[1], dtype=s.dtype, device=s.device)
+    gate.weight_scale_inv = fused_s[:sr]  # re-registers the buffer (state_dict name unchanged)
+    up.weight_scale_inv = fused_s[sr:]
+    return fused_w, fused_s
+
+
+def _is_view_pair(fused: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` and ``b`` are still the first and second halves of ``fused`` (no one re-allocated them)."""
+    if fused.device.type == "meta":
+        return False
+    half = a.numel() * a.element_size()
+    return a.data_ptr() == fused.data_ptr() and b.data_ptr() == fused.data_ptr() + half
+
+
 class SharedMLP(nn.Module):
-    """Shared expert: SwiGLU with clamping (HF ``DeepseekV4MLP``)."""
+    """Shared expert: SwiGLU with clamping (HF ``DeepseekV4MLP``).
+
+    ``gate_proj`` / ``up_proj`` keep their own ``Linear`` modules and state-dict names (what the
+    checkpoint loader and the TP shard table address), but their weights are the two halves of one
+    ``[2I, D]`` tensor (FP8: and their 128x128 block scales, when ``I % 128 == 0``), multiplied in
+    one GEMM. The forward checks (on the host) that the halves still alias the fused tensor and
+    otherwise multiplies them separately.
+    """
 
     def __init__(
         self,
@@ -163,10 +203,24 @@ class SharedMLP(nn.Module):
         self.gate_proj = Linear(hidden, inter, dtype, device, quant)
         self.up_proj = Linear(hidden, inter, dtype, device, quant)
         self.down_proj = Linear(inter, hidden, dtype, device, quant)
+        # a plain attribute, not a buffer: the state dict / dummy init see only the two halves
+        self._gate_up = _alias_gate_up(self.gate_proj, self.up_proj)
+
+    def gate_up(self, x: torch.Tensor) -> torch.Tensor:
+        """``[gate_proj(x) | up_proj(x)]`` ``[T, 2I]``: one GEMM on the fused weight when it is
+        still aliased, else two GEMMs and a concatenation."""
+        fused = self._gate_up
+        g, u = self.gate_proj, self.up_proj
+        if fused is not None and _is_view_pair(fused[0], g.weight, u.weight):
+            w, s = fused
+            if s is None:
+                return F.linear(x.to(w.dtype), w)
+            if _is_view_pair(s, g.weight_scale_inv, u.weight_scale_inv):
+                return ops.fp8_linear(x.to(g.act_dtype), w, s)
+        return torch.cat([g(x), u(x)], dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gu = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
-        return self.down_proj(swiglu_clamped(gu, self.limit))
+        return self.down_proj(ops.swiglu_clamped(self.gate_up(x), self.limit))
 
 
 class SparseMoeBlock(nn.Module):

@@ -1,0 +1,103 @@
+"""MoE router reference: routing weights and expert ids from the router logits (op ``moe_route``).
+
+Math from HF ``DeepseekV4TopKRouter`` / ``DeepseekV4HashRouter`` (paper §2.1):
+``scores = sqrt(softplus(logits))``; a top-k layer selects the ``k`` experts with the largest
+``scores + e_score_correction_bias``, a hash layer takes ``tid2eid[input_ids]``; the selected
+scores are renormalised to sum to 1 and multiplied by ``routed_scaling_factor``.
+
+The exact arithmetic (the Triton kernel ``sgl_kernel_v4.triton.moe_router`` reproduces it bit for
+bit) in the logits dtype ``L`` (bf16 / fp16 / fp32):
+
+* ``score = L(sqrt(softplus(float64(logit))))`` (torch's softplus: ``x`` above 20, else
+  ``log1p(exp(x))``). In float64 so that a token's scores do not depend on its batch (torch's CPU
+  kernels evaluate the rows of a narrow ``[T, E]`` tensor with vectorised or scalar-tail code
+  depending on ``T``, an ulp apart in float32).
+* selection key ``float32(score) + bias`` (float32, as torch promotes ``L + float32``); the top-k
+  is in descending key order and **ties go to the lower expert id** (torch.topk's tie order is
+  unspecified on CUDA; here it is a stable descending sort). NaN logits are not supported.
+* ``s = L(w_0 + w_1 + ... + w_{k-1})`` accumulated in float32 in slot order (slot 0 first: the
+  top-k order above, or ``tid2eid``'s column order for hash layers); ``d = L(s + 1e-20)``;
+  ``weight_j = float32(L(L(w_j / d) * scaling))`` (every ``L(...)`` a round-to-nearest-even of a
+  float32 result, as torch's bf16 / fp16 ops compute in float32).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+#: Added to the sum of the selected scores before dividing (HF ``DeepseekV4TopKRouter``).
+NORM_EPS = 1e-20
+
+
+def router_scores(logits: torch.Tensor) -> torch.Tensor:
+    """``sqrt(softplus(logits))`` computed in float64 and rounded to ``logits.dtype`` (``[T, E]``)."""
+    return F.softplus(logits.double()).sqrt().to(logits.dtype)
+
+
+def topk_lower_id_wins(keys: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices ``[T, k]`` int64 of the ``k`` largest entries of each row of ``keys [T, E]``, in
+    descending order; among equal keys the lower index comes first (stable descending sort)."""
+    return torch.sort(keys, dim=-1, descending=True, stable=True).indices[:, :k]
+
+
+def normalize_weights(w: torch.Tensor, scaling: float) -> torch.Tensor:
+    """``[T, k]`` selected scores (dtype ``L``) -> fp32 routing weights ``w / (sum + 1e-20) * scaling``,
+    with the rounding of the module docstring (slot-order float32 sum)."""
+    acc = w[:, 0].float()
+    for j in range(1, w.shape[1]):
+        acc = acc + w[:, j].float()
+    s = acc.to(w.dtype).unsqueeze(-1)
+    return ((w / (s + NORM_EPS)) * scaling).float()
+
+
+def moe_route(
+    logits: torch.Tensor,
+    e_score_correction_bias: torch.Tensor | None,
+    tid2eid: torch.Tensor | None,
+    input_ids: torch.Tensor | None,
+    top_k: int,
+    scaling: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Expert ids and routing weights of each token.
+
+    Args:
+        logits: ``[T, E]`` router logits ``x @ W_gate^T`` (bf16 / fp16 / fp32).
+        e_score_correction_bias: ``[E]`` fp32 selection bias (top-k layers), or ``None`` for a hash layer.
+        tid2eid: ``[vocab, k]`` int expert table (hash layers), or ``None``.
+        input_ids: ``[T]`` int token ids (hash layers), or ``None``.
+        top_k: experts per token ``k``.
+        scaling: ``routed_scaling_factor``.
+
+    Returns:
+        ``(topk_ids [T, k] int64, topk_weights [T, k] fp32)``; see the module docstring for the
+        exact arithmetic and the tie rule.
+
+    Raises:
+        ValueError: neither or both of ``e_score_correction_bias`` and ``tid2eid`` given, a hash
+            layer without ``input_ids``, or inconsistent shapes.
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"logits: expected [T, E], got {tuple(logits.shape)}")
+    if (e_score_correction_bias is None) == (tid2eid is None):
+        raise ValueError("moe_route: give exactly one of e_score_correction_bias (top-k) and tid2eid (hash)")
+    T, E = logits.shape
+    scores = router_scores(logits)
+    if tid2eid is not None:
+        if input_ids is None or input_ids.shape != (T,) or tid2eid.dim() != 2 or tid2eid.shape[1] != top_k:
+            raise ValueError(
+                f"hash routing: expected input_ids [{T}] and tid2eid [vocab, {top_k}], got "
+                f"{None if input_ids is None else tuple(input_ids.shape)} and {tuple(tid2eid.shape)}"
+            )
+        ids = tid2eid[input_ids].long()
+    else:
+        assert e_score_correction_bias is not None
+        if e_score_correction_bias.shape != (E,) or not 0 < top_k <= E:
+            raise ValueError(
+                f"top-k routing: expected bias [{E}] and 0 < top_k <= {E}, got "
+                f"{tuple(e_score_correction_bias.shape)} and {top_k}"
+            )
+        ids = topk_lower_id_wins(scores.float() + e_score_correction_bias.float(), top_k)
+    if T == 0:
+        return ids, torch.zeros(0, top_k, dtype=torch.float32, device=logits.device)
+    return ids, normalize_weights(scores.gather(1, ids), scaling)
