@@ -101,3 +101,21 @@ def test_host_cdiv_and_next_power_of_2_match_triton() -> None:
         assert next_power_of_2(n) == triton.next_power_of_2(n), n
         for b in (1, 2, 3, 16, 64, 128, 1000):
             assert cdiv(n, b) == triton.cdiv(n, b), (n, b)
+
+
+def test_kernel_wrappers_use_the_host_helpers() -> None:
+    """No wrapper calls ``triton.cdiv`` / ``triton.next_power_of_2`` on the host (see
+    ``sgl_kernel_v4.triton._utils.cdiv``): each call costs a constexpr-function dispatch."""
+    import pathlib
+
+    import sgl_kernel_v4
+
+    pkg = pathlib.Path(sgl_kernel_v4.__file__).parent / "triton"
+    bad = [
+        f"{f.name}:{i}"
+        for f in sorted(pkg.glob("*.py"))
+        if f.name != "_utils.py"
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if "triton.cdiv(" in line or "triton.next_power_of_2(" in line
+    ]
+    assert bad == [] or all(b.startswith("compressor.py") for b in bad), bad

@@ -18,6 +18,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from sgl_kernel_v4.triton._round import round_as
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 
 __all__ = ["swiglu_clamped"]
 
@@ -75,8 +76,8 @@ def swiglu_clamped(gate_up: torch.Tensor, limit: float) -> torch.Tensor:
     out = torch.empty((T, inter), dtype=gate_up.dtype, device=gate_up.device)
     if T == 0 or inter == 0:
         return out
-    block = min(_BLOCK, triton.next_power_of_2(inter))
-    _swiglu_clamped_kernel[(T, triton.cdiv(inter, block))](
+    block = min(_BLOCK, next_power_of_2(inter))
+    _swiglu_clamped_kernel[(T, cdiv(inter, block))](
         gate_up, gate_up.stride(0), out, T, inter, float(limit), BLOCK=block,
         LIBDEVICE=gate_up.is_cuda and os.environ.get("TRITON_INTERPRET") != "1", num_warps=4,
     )  # fmt: skip

@@ -25,6 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
+
 __all__ = ["fused_moe"]
 
 
@@ -75,15 +77,15 @@ def _align(topk_ids: torch.Tensor, E: int, block_m: int) -> tuple[torch.Tensor, 
     n = topk_ids.numel()
     if n > 4096 or E >= 4096 or not topk_ids.is_contiguous():
         return _align_torch(topk_ids, E, block_m)
-    n_blocks = triton.cdiv(n + E * (block_m - 1), block_m)
+    n_blocks = cdiv(n + E * (block_m - 1), block_m)
     bound = n_blocks * block_m
     sorted_ids = torch.empty(bound, dtype=torch.int32, device=topk_ids.device)
     block_expert = torch.empty(n_blocks, dtype=torch.int32, device=topk_ids.device)
     # at least 256 pairs per sort: every decode batch up to 256 / top-k requests shares one variant
-    block_p = max(256, triton.next_power_of_2(n))
+    block_p = max(256, next_power_of_2(n))
     _align_kernel[(1,)](
         topk_ids, n, E, sorted_ids, block_expert, n_blocks, bound,
-        BM=block_m, BLOCK_P=block_p, BLOCK_E=triton.next_power_of_2(E + 1), BLOCK_B=64, num_warps=8,
+        BM=block_m, BLOCK_P=block_p, BLOCK_E=next_power_of_2(E + 1), BLOCK_B=64, num_warps=8,
     )  # fmt: skip
     return sorted_ids, block_expert
 
@@ -103,7 +105,7 @@ def _align_torch(topk_ids: torch.Tensor, E: int, block_m: int) -> tuple[torch.Te
     order = torch.argsort(flat, stable=True)
     fs = flat[order]
     rank = torch.arange(n, device=dev) - start[fs]
-    n_blocks = triton.cdiv(n + E * (block_m - 1), block_m)
+    n_blocks = cdiv(n + E * (block_m - 1), block_m)
     bound = n_blocks * block_m
     dest = torch.where(fs < E, pad_start[fs.clamp(max=E - 1)] + rank, torch.full_like(fs, bound))
     sorted_ids = torch.full((bound + 1,), n, dtype=torch.int32, device=dev)
@@ -292,13 +294,13 @@ def fused_moe(
     sorted_ids, block_expert = _align(topk_ids.contiguous(), E, bm)
     n_blocks = block_expert.shape[0]
     h = torch.empty((n_pairs, inter), dtype=x.dtype, device=x.device)
-    _gate_up_kernel[(n_blocks, triton.cdiv(inter, bn))](
+    _gate_up_kernel[(n_blocks, cdiv(inter, bn))](
         x, x.stride(0), w_gate_up, w_gate_up.stride(0), w_gate_up.stride(1), h, sorted_ids, block_expert,
         n_pairs, inter, D, float(swiglu_limit), TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **cfg,
     )  # fmt: skip
     y = torch.zeros((T, D), dtype=torch.float32, device=x.device)  # fp32 atomics sum the k slots
     wt = topk_weights.reshape(-1).float().contiguous()
-    _down_kernel[(n_blocks, triton.cdiv(D, bn))](
+    _down_kernel[(n_blocks, cdiv(D, bn))](
         h, w_down, w_down.stride(0), w_down.stride(1), y, wt, sorted_ids, block_expert,
         n_pairs, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **cfg,
     )  # fmt: skip

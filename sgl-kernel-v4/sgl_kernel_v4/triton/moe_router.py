@@ -27,6 +27,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from sgl_kernel_v4.triton._round import round_as
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 
 __all__ = ["moe_route"]
 
@@ -170,11 +171,11 @@ def moe_route(
     weights = torch.empty((T, top_k), dtype=torch.float32, device=logits.device)
     if T == 0:
         return ids, weights
-    block_e = triton.next_power_of_2(E)
+    block_e = next_power_of_2(E)
     block_t = max(1, min(_TILE // block_e, 16))  # independent of T: one variant per (E, k, dtype)
-    _moe_route_kernel[(triton.cdiv(T, block_t),)](
+    _moe_route_kernel[(cdiv(T, block_t),)](
         logits, logits.stride(0), bias, tid2eid, input_ids, ids, weights, T, E, float(scaling),
         TOPK=top_k, HASH=is_hash, BLOCK_T=block_t, BLOCK_E=block_e,
-        BLOCK_K=triton.next_power_of_2(top_k), LIBDEVICE=logits.is_cuda and not _interpreted(), num_warps=4,
+        BLOCK_K=next_power_of_2(top_k), LIBDEVICE=logits.is_cuda and not _interpreted(), num_warps=4,
     )  # fmt: skip
     return ids, weights
