@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS, rel_err
+from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS, dtypes, rel_err
 from sgl_kernel_v4 import ops
 from sgl_kernel_v4.ref import compressor_state as ref
 from sglang_v4.model_executor.forward_batch import ForwardBatch, ForwardBatchBuilder, ReqForwardInput
@@ -72,8 +72,9 @@ def _batch(case: Case) -> ForwardBatch:
     return lay.views(host.to(DEVICE), [1] * bs, [0] * bs, [1] * bs)
 
 
-def _inputs(case: Case, fb: ForwardBatch, seed: int) -> dict:
-    """Random new rows (kv_new / gate / position_bias) and a random state for every slot."""
+def _inputs(case: Case, fb: ForwardBatch, seed: int, dtype: torch.dtype = torch.float32) -> dict:
+    """Random new rows (kv_new / gate in ``dtype``, fp32 position_bias) and a random fp32 state
+    for every slot."""
     gen = torch.Generator().manual_seed(seed)
     m, d = case.m, case.d
     X = 2 * d if case.overlap else d
@@ -82,12 +83,15 @@ def _inputs(case: Case, fb: ForwardBatch, seed: int) -> dict:
     def rnd(*shape: int, scale: float = 1.0) -> torch.Tensor:
         return (torch.randn(*shape, generator=gen) * scale).to(DEVICE)
 
-    st = {"buf_kv": rnd(R, m, X), "buf_score": rnd(R, m, X, scale=2.0)}
-    st["ovl_kv"] = rnd(R, m, d) if case.overlap else None
+    def rnd_kv(*shape: int) -> torch.Tensor:  # the state holds kv values of the model dtype
+        return rnd(*shape).to(dtype).float()
+
+    st = {"buf_kv": rnd_kv(R, m, X), "buf_score": rnd(R, m, X, scale=2.0)}
+    st["ovl_kv"] = rnd_kv(R, m, d) if case.overlap else None
     st["ovl_score"] = rnd(R, m, d, scale=2.0) if case.overlap else None
     st["snap_kv"] = rnd(Wp, m, d) if case.overlap else None
     st["snap_score"] = rnd(Wp, m, d) if case.overlap else None
-    new = {"kv_new": rnd(T, X), "gate": rnd(T, X, scale=2.0), "position_bias": rnd(m, X)}
+    new = {"kv_new": rnd(T, X).to(dtype), "gate": rnd(T, X, scale=2.0).to(dtype), "position_bias": rnd(m, X)}
     return {"new": new, "state": st}
 
 
@@ -114,18 +118,23 @@ def _compress_args(
     )  # fmt: skip
 
 
+# bf16 runs under the interpreter too (no tl.dot here)
+DTYPES = sorted({*dtypes(), torch.bfloat16}, key=str)
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_compress_windows_match_unfused_and_reference(name: str) -> None:
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compress_windows_match_unfused_and_reference(name: str, dtype: torch.dtype) -> None:
     from sgl_kernel_v4.triton.compressor import compress_and_insert
 
     case = CASES[name]
     fb = _batch(case)
     plan = fb.csa if case.overlap else fb.hca
     assert plan.win_rows.shape[0] > 0
-    inp = _inputs(case, fb, seed=len(name))
+    inp = _inputs(case, fb, seed=len(name), dtype=dtype)
     gen = torch.Generator().manual_seed(7)
     N = int(plan.win_out.max()) + 3
-    pools = [torch.full((N, case.d), float("nan"), device=DEVICE) for _ in range(3)]
+    pools = [torch.full((N, case.d), float("nan"), device=DEVICE, dtype=dtype) for _ in range(3)]
     args = _compress_args(case, fb, inp, inp["state"], pools[0], gen)
     fused = _triton("compress_windows_and_insert")(*args)
     expect = ref.compress_windows_and_insert(*args[:14], pools[1], *args[15:])
@@ -136,20 +145,54 @@ def test_compress_windows_match_unfused_and_reference(name: str) -> None:
     assert real.any()
     assert torch.equal(fused[real], unfused[real])
     assert torch.equal(pools[0].nan_to_num(7.0), pools[2].nan_to_num(7.0))
-    assert rel_err(fused[real], expect[real]) < 1e-5
+    tol = 1e-5 if dtype == torch.float32 else 1e-2  # the reference pools in the model dtype
+    assert rel_err(fused[real], expect[real]) < tol
     written = pools[1][plan.win_out[real]]
-    assert torch.equal(pools[0][plan.win_out[real]], fused[real]) and rel_err(fused[real], written) < 1e-5
+    assert torch.equal(pools[0][plan.win_out[real]], fused[real]) and rel_err(fused[real], written) < tol
     assert int((~pools[0].isnan().all(1)).sum()) == int(real.sum())
 
 
+@pytest.mark.parametrize(
+    "kind,fp4", [("csa_main", False), ("csa_indexer", False), ("csa_indexer", True), ("hca", False)]
+)
+def test_compress_windows_quantized_pools(kind: str, fp4: bool) -> None:
+    """fp8 main entries, fp8 / fp4 indexer keys: the pool bytes equal the unfused path's."""
+    from sgl_kernel_v4.triton.compressor import compress_and_insert
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.configs.presets import get_preset
+    from sglang_v4.mem_cache.kv_format import KVRowsView
+    from sglang_v4.mem_cache.kv_spec import KVKind, build_kv_layout
+
+    spec = build_kv_layout(ModelConfig.from_dict(get_preset("tiny")), "fp8_e4m3", fp4, 256).kinds[
+        KVKind(kind)
+    ]
+    overlap = kind != "hca"
+    case = Case(4 if overlap else 128, spec.entry.dim, overlap, 256, [(1, 250, 9), (2, 127, 1), (3, 0, 5)])
+    fb = _batch(case)
+    plan = fb.csa if overlap else fb.hca
+    dtype = torch.float32 if INTERP else torch.bfloat16
+    inp = _inputs(case, fb, seed=11, dtype=dtype)
+    units = -(-(int(plan.win_out.max()) + 1) // spec.rows_per_unit)
+    pools = [KVRowsView(spec.allocate(units * spec.pages_per_unit, DEVICE)[0], spec.entry) for _ in range(2)]
+    args = list(_compress_args(case, fb, inp, inp["state"], pools[0], torch.Generator().manual_seed(1)))
+    J = plan.win_rows.shape[0]
+    args[12:14] = [torch.rand(J, 32).to(DEVICE), torch.rand(J, 32).to(DEVICE)]  # r = 64
+    fused = _triton("compress_windows_and_insert")(*args)
+    kv_w, sc_w = ref.gather_windows(*args[:11])
+    unfused = compress_and_insert(kv_w, sc_w, *args[11:14], pools[1], *args[15:])
+    assert torch.equal(fused, unfused)
+    assert torch.equal(pools[0].storage, pools[1].storage) and pools[0].storage.any()
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_advance_state_matches_reference(name: str) -> None:
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_advance_state_matches_reference(name: str, dtype: torch.dtype) -> None:
     case = CASES[name]
     fb = _batch(case)
     plan = fb.csa if case.overlap else fb.hca
     if case.overlap and name != "csa_decode":
         assert plan.snap_rows.shape[0] > 0  # snapshots covered
-    inp = _inputs(case, fb, seed=3 * len(name))
+    inp = _inputs(case, fb, seed=3 * len(name), dtype=dtype)
     got, want = _clone(inp["state"]), _clone(inp["state"])
     n = inp["new"]
     head = (n["kv_new"], n["gate"], n["position_bias"], fb.positions, fb.req_pool_indices)

@@ -110,7 +110,8 @@ def _window_tile(
     OVERLAP: tl.constexpr,
 ):  # fmt: skip
     """Window tile ``(kv, score)`` ``[BLOCK_L, C]`` fp32 at window columns ``cols [C]`` (kv 0 and
-    score ``-inf`` where a slot has no row: the empty overlap of window 0, padding)."""
+    score ``-inf`` where a slot has no row: the empty overlap of window 0, padding); kv rounded
+    to ``kv_new``'s dtype."""
     kv, sc, ok = _tab_tile(
         r, c0[:, None] + cols[None, :], Bm, M, slots_ptr, buf_kv_ptr, buf_sc_ptr, s_slot, s_row,
         kv_ptr, s_kv, gate_ptr, s_gate, pos_ptr, bias_ptr, s_bias,
@@ -120,6 +121,8 @@ def _window_tile(
         kv = tl.where(mo, tl.load(ovl_kv_ptr + ooff[:, None] + cols[None, :], mask=mo, other=0.0), kv)
         sc = tl.where(mo, tl.load(ovl_sc_ptr + ooff[:, None] + cols[None, :], mask=mo, other=0.0), sc)
         ok = ok | in_ovl
+    # the window kv in the model dtype, as the unfused path passes it (state rows hold such values)
+    kv = kv.to(kv_ptr.dtype.element_ty).to(tl.float32)
     return kv, tl.where(ok[:, None], sc, float("-inf"))
 
 
