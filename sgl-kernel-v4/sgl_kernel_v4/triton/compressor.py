@@ -145,7 +145,7 @@ def _pool_chunk_kernel(
     tl.store(scratch_ptr + w * D + offs_c, _pool_tile(sc, kv))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["idx_ptr"])  # the window slots: a slice of the metadata buffer
 def _norm_rope_write_kernel(
     scratch_ptr,
     w_ptr,

@@ -132,16 +132,12 @@ def _compress_tab_kernel(
     rows_ptr, prev_ptr, Bm, M, slots_ptr, buf_kv_ptr, buf_sc_ptr, s_slot, s_row,
     ovl_kv_ptr, ovl_sc_ptr, so_slot, so_row, kv_ptr, s_kv, gate_ptr, s_gate, pos_ptr, bias_ptr, s_bias,
     w_ptr, cos_ptr, stride_c, sin_ptr, stride_s, pool_ptr, pool_rpp, pool_ps, pool_rs, idx_ptr,
-    out_ptr, stride_o, HALF_R, eps,
+    out_ptr, stride_o, L, HALF_R, eps,
     HALF_D: tl.constexpr, BLOCK_L: tl.constexpr, OVERLAP: tl.constexpr, CODEC: tl.constexpr,
     NOPE: tl.constexpr,
 ):  # fmt: skip
     w = tl.program_id(0).to(tl.int64)
     offs_p = tl.arange(0, HALF_D)
-    if OVERLAP:
-        L = 2 * M
-    else:
-        L = M
     ma = tl.full([HALF_D], -1.0e30, tl.float32)
     da = tl.zeros([HALF_D], tl.float32)
     aa = tl.zeros([HALF_D], tl.float32)
@@ -367,7 +363,7 @@ def compress_windows_and_insert(
         return out
     _compress_tab_kernel[(J,)](
         *args, norm_weight, cos, cos.stride(0), sin, sin.stride(0), pool.storage, pool.rows_per_page,
-        pool.page_stride, pool.row_stride, win_out, out, out.stride(0), cos.shape[1], float(eps),
+        pool.page_stride, pool.row_stride, win_out, out, out.stride(0), L, cos.shape[1], float(eps),
         HALF_D=d // 2, BLOCK_L=default_block_l(L, d), OVERLAP=overlap, CODEC=pool.codec_id,
         NOPE=d - pool.rope_dim, num_warps=4 if d >= 256 else 2,
     )  # fmt: skip
