@@ -212,7 +212,8 @@ def _advance_kernel(
     ovl_kv_ptr, ovl_sc_ptr, so_slot, so_row, kv_ptr, s_kv, gate_ptr, s_gate, pos_ptr, bias_ptr, s_bias,
     D, BLOCK_M: tl.constexpr, BLOCK_X: tl.constexpr, OVERLAP: tl.constexpr,
 ):  # fmt: skip
-    """Request ``b``, columns ``cols``: ``buf[slot] = Tab[rows[b]]`` (``-1``: 0) and, CSA,
+    """Request ``b``, columns ``cols``: ``buf[slot] = Tab[rows[b]]`` (``-1``: 0; rows already in
+    place, ``rows[b, i] == b * M + i``, are skipped) and, CSA,
     ``ovl[slot, :, cols < D] = Tab[ovl_rows[b]]`` when ``ovl_rows[b, 0] >= 0``. Every load
     happens before the barrier, every store after it (the sources include this slot's old rows)."""
     b = tl.program_id(0).to(tl.int64)
@@ -222,8 +223,10 @@ def _advance_kernel(
     im = offs_i < M
     slot = tl.load(slots_ptr + b)
     r = tl.load(rows_ptr + b * M + offs_i, mask=im, other=-1)
+    # rows that stay where they are (the partial window's earlier tokens): neither read nor written
+    keep = r == b * M + offs_i
     kv, sc, _ = _tab_tile(
-        r, cols[None, :], Bm, M, slots_ptr, buf_kv_ptr, buf_sc_ptr, s_slot, s_row,
+        tl.where(keep, -1, r), cols[None, :], Bm, M, slots_ptr, buf_kv_ptr, buf_sc_ptr, s_slot, s_row,
         kv_ptr, s_kv, gate_ptr, s_gate, pos_ptr, bias_ptr, s_bias,
     )  # fmt: skip
     if OVERLAP:
@@ -235,8 +238,8 @@ def _advance_kernel(
         )  # fmt: skip
     tl.debug_barrier()
     dst = slot * s_slot + offs_i[:, None] * s_row + cols[None, :]
-    tl.store(buf_kv_ptr + dst, kv, mask=im[:, None])
-    tl.store(buf_sc_ptr + dst, sc, mask=im[:, None])
+    tl.store(buf_kv_ptr + dst, kv, mask=(im & ~keep)[:, None])
+    tl.store(buf_sc_ptr + dst, sc, mask=(im & ~keep)[:, None])
     if OVERLAP:
         om = im[:, None] & (cols[None, :] < tl.where(has, D, 0))
         odst = slot * so_slot + offs_i[:, None] * so_row + cols[None, :]
