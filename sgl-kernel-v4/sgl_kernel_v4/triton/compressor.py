@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.paged import as_paged
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 from sgl_kernel_v4.triton.kv_codec import row_offsets, store_entry
 
 __all__ = ["compress_and_insert"]
@@ -234,7 +235,7 @@ def uses_channel_split(L: int) -> bool:
 
 def default_block_l(L: int, d: int) -> int:
     """Window rows per online-softmax step of the one-program-per-window kernels."""
-    return min(triton.next_power_of_2(max(L, 1)), 16 if d >= 512 else 32)
+    return min(next_power_of_2(max(L, 1)), 16 if d >= 512 else 32)
 
 
 def norm_rope_write(
@@ -306,9 +307,9 @@ def compress_and_insert(
         # long windows (HCA, L = 128): split the channels over programs, then norm + rope + write
         ch = 64 if d >= 64 else d
         scratch = torch.empty((W, d), dtype=torch.float32, device=kv.device)
-        _pool_chunk_kernel[(W, triton.cdiv(d, ch))](
+        _pool_chunk_kernel[(W, cdiv(d, ch))](
             kv, kv.stride(0), kv.stride(1), score, score.stride(0), score.stride(1), scratch, L, d,
-            BLOCK_L=triton.next_power_of_2(L), CH=ch, num_warps=8 if L * ch >= 4096 else 4,
+            BLOCK_L=next_power_of_2(L), CH=ch, num_warps=8 if L * ch >= 4096 else 4,
         )  # fmt: skip
         norm_rope_write(scratch, norm_weight, cos, sin, pool, out_index, out, eps)
         return out

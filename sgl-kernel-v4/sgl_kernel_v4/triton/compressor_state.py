@@ -41,6 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 from sgl_kernel_v4.triton.compressor import (
     _norm_rope_store,
     _pool_tile,
@@ -358,8 +359,8 @@ def compress_windows_and_insert(
     if uses_channel_split(L):
         ch = 64 if d >= 64 else d
         scratch = torch.empty((J, d), dtype=torch.float32, device=kv_new.device)
-        _pool_tab_chunk_kernel[(J, triton.cdiv(d, ch))](
-            *args, scratch, d, BLOCK_L=triton.next_power_of_2(L), CH=ch, OVERLAP=overlap,
+        _pool_tab_chunk_kernel[(J, cdiv(d, ch))](
+            *args, scratch, d, BLOCK_L=next_power_of_2(L), CH=ch, OVERLAP=overlap,
             num_warps=8 if L * ch >= 4096 else 4,
         )  # fmt: skip
         norm_rope_write(scratch, norm_weight, cos, sin, pool, win_out, out, eps)
@@ -413,7 +414,7 @@ def advance_compressor_state(
         raise ValueError(f"buf_rows: expected [{B}, {m}], got {tuple(buf_rows.shape)}")
     if B == 0:
         return
-    block_m = triton.next_power_of_2(m)
+    block_m = next_power_of_2(m)
     if overlap:
         if ovl_score is None:
             raise ValueError("ovl_score: required with ovl_kv")
@@ -430,7 +431,7 @@ def advance_compressor_state(
             if snap_pages.shape != (S,) or snap_pages.dtype != torch.int64:
                 raise ValueError(f"snap_pages: expected int64 [{S}], got {tuple(snap_pages.shape)}")
             bx = min(d, max(16, _TILE // block_m))
-            _snapshot_kernel[(S, triton.cdiv(d, bx))](
+            _snapshot_kernel[(S, cdiv(d, bx))](
                 snap_rows, snap_pages.contiguous(), *tab_state, *tab_new, snap_kv, snap_score,
                 snap_kv.stride(0), snap_kv.stride(1), BLOCK_M=block_m, BLOCK_X=bx, num_warps=4,
             )  # fmt: skip
@@ -439,7 +440,7 @@ def advance_compressor_state(
         ovl_rows = buf_rows
         ovl = (buf_kv, buf_score, 0, 0)  # never read or written
     bx = min(X, max(16, _TILE // block_m))
-    _advance_kernel[(B, triton.cdiv(X, bx))](
+    _advance_kernel[(B, cdiv(X, bx))](
         buf_rows, ovl_rows, *tab_state, *ovl, *tab_new, d, BLOCK_M=block_m, BLOCK_X=bx, OVERLAP=overlap,
         num_warps=4,
     )  # fmt: skip
