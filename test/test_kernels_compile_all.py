@@ -38,6 +38,7 @@ KERNEL_PKG = os.path.join(os.path.dirname(HERE), "sgl-kernel-v4", "sgl_kernel_v4
 KERNEL_TEST_FILES = [
     "test_kernels_attention.py",
     "test_kernels_compressor.py",
+    "test_kernels_compressor_state.py",
     "test_kernels_fp8_gemm.py",
     "test_kernels_indexer.py",
     "test_kernels_indexer_ties.py",
@@ -48,14 +49,19 @@ KERNEL_TEST_FILES = [
     "test_kernels_rope.py",
 ]
 # small cases covering every kernel family (paged sparse attention csa/swa + fp8 pools, HCA,
-# indexer scoring + histogram/threshold top-k on bf16/fp8/fp4 keys, compressor, rope / norm /
-# qnorm-rope-kv insert, mHC, bf16 MoE, FP8 GEMMs (both variants, split-K, act quant), FP4 MoE,
-# the MoE router (top-k + hash) and the shared expert's SwiGLU, both bf16).
+# indexer scoring + histogram/threshold top-k on bf16/fp8/fp4 keys, compressor and its in-place
+# window / state kernels, rope / norm / qnorm-rope-kv insert, mHC, bf16 MoE, FP8 GEMMs (both
+# variants, split-K, act quant), FP4 MoE, the MoE router (top-k + hash) and the shared expert's
+# SwiGLU, both bf16).
 REPRESENTATIVE = [
     "test_kernels_attention.py::test_paged_attention_matches_fp64[dtype0-5-12-128-45-csa]",
     "test_kernels_attention.py::test_paged_attention_fp8_pools",
     "test_kernels_compressor.py::test_compress_and_insert[dtype0-5-5-64-16-False]",
     "test_kernels_compressor.py::test_compress_and_insert[dtype0-1-8-128-64-True]",
+    "test_kernels_compressor_state.py::test_compress_windows_match_unfused_and_reference[dtype1-csa_decode]",
+    "test_kernels_compressor_state.py::test_compress_windows_match_unfused_and_reference[dtype1-hca_decode]",
+    "test_kernels_compressor_state.py::test_advance_state_matches_reference[dtype1-csa_decode]",
+    "test_kernels_compressor_state.py::test_advance_state_matches_reference[dtype1-hca_decode]",
     "test_kernels_fp8_gemm.py::test_fp8_linear_vs_float64[dtype0-w8a16-5-2-32-256]",
     "test_kernels_fp8_gemm.py::test_fp8_linear_vs_float64[dtype0-w8a8-5-2-32-256]",
     "test_kernels_fp8_gemm.py::test_w8a16_split_k[2]",

@@ -34,6 +34,7 @@ from sgl_kernel_v4.triton.mhc import hc_pre
 from sgl_kernel_v4.triton.moe import fused_moe
 from sgl_kernel_v4.triton.moe_router import moe_route
 from sgl_kernel_v4.triton.activation import swiglu_clamped
+from sgl_kernel_v4.triton.compressor_state import compress_windows_and_insert, advance_compressor_state
 import sgl_kernel_v4.triton.attention as _a, sgl_kernel_v4.triton.indexer as _i, sgl_kernel_v4.triton.mhc as _m
 
 for _mod in (_a, _i, _m):  # the H200's 132 SMs (the interpreter reports 8): the grids the GPU sees
@@ -104,7 +105,35 @@ def moe(T):
     moe_route(logits, None, torch.zeros(100, 6, dtype=torch.int64), torch.zeros(T, dtype=torch.int64), 6, 2.5)
     swiglu_clamped(torch.empty(T, 2 * 2048, dtype=torch.bfloat16), 10.0)
 
+def ix(*shape, off):
+    # an index table as a slice of the metadata buffer starting `off` elements in
+    n = 1
+    for k in shape:
+        n *= k
+    return torch.zeros(n + off, dtype=torch.int64)[off:].view(*shape)
+
+def comp(bs, off, m, d, overlap):
+    # one compressor call of a decode graph of bs requests (CSA: J = S = bs; HCA: J = bs, S = 0)
+    X, s = (2 * d if overlap else d), (bs if overlap else 0)
+    kv, gate = torch.empty(bs, X, dtype=torch.bfloat16), torch.empty(bs, X, dtype=torch.bfloat16)
+    bias, w = torch.empty(m, X), torch.ones(d)
+    st = [torch.zeros(64, m, X), torch.zeros(64, m, X)]
+    st += [torch.zeros(64, m, d) if overlap else None for _ in range(2)]
+    snap = [torch.zeros(64, m, d) if overlap else None for _ in range(2)]
+    head = (kv, gate, bias, ix(bs, off=off), ix(bs, off=off), *st)
+    compress_windows_and_insert(*head, ix(bs, m, off=off), ix(s, m, off=off), w,
+                                torch.empty(bs, 32), torch.empty(bs, 32),
+                                torch.empty(4096, d, dtype=torch.bfloat16), ix(bs, off=off), 1e-6)
+    advance_compressor_state(*head, *snap, ix(bs, m, off=off), ix(bs, m, off=off), ix(s, m, off=off),
+                             ix(s, off=off))
+
 out = {}
+with klr.record_launches(dry=True) as recs:
+    for bs in (1, 2, 3, 5, 8, 12, 16, 24, 33):
+        for off in (0, 1, 3):
+            for m, d, overlap in ((4, 512, True), (4, 128, True), (128, 512, False)):
+                comp(bs, off, m, d, overlap)
+out["compressor_decode"] = Counter(r["fn"].split(":")[1] for r in klr.distinct(recs))
 for name, Ts in (("mhc_moe_decode", (1, 2, 3, 5, 8, 12, 16, 24, 33)),):
     with klr.record_launches(dry=True) as recs:
         for T in Ts:
@@ -199,3 +228,15 @@ def test_long_extends_reuse_a_few_variants(variants: dict[str, dict[str, int]]) 
     """3 extend lengths x 4 contexts (several scratch blocks per call at long contexts)."""
     too_many = {k: v for k, v in variants["extend"].items() if v > 2}
     assert not too_many, f"kernels compiling a variant per extend length / context: {too_many}"
+
+
+def test_compressor_state_kernels_reuse_a_variant_per_compressor(variants: dict[str, dict[str, int]]) -> None:
+    """Decode graphs of 1 to 33 requests whose plan tables are slices of the metadata buffer at any
+    offset: the compressor's in-place window / state kernels compile one variant per compressor
+    shape (CSA main d 512, CSA indexer d 128, HCA d 512), not one per batch size or offset."""
+    got = variants["compressor_decode"]
+    bound = {"_compress_tab_kernel": 2, "_snapshot_kernel": 2, "_advance_kernel": 3}
+    bound |= {"_pool_tab_chunk_kernel": 1, "_norm_rope_write_kernel": 1}
+    assert set(got) == set(bound), got
+    too_many = {k: v for k, v in got.items() if v > bound[k]}
+    assert not too_many, f"kernels compiling a variant per batch size / table offset: {too_many}"

@@ -8,7 +8,9 @@ implement exactly those, the Triton ones additionally accept ``out=`` keyword-on
 where noted in their docstrings):
 
 1. ``rms_norm``
-2. ``compress_and_insert`` (CSA / HCA compressor: pooling + norm + RoPE + compressed-pool write)
+2. ``compress_and_insert`` (CSA / HCA compressor: pooling + norm + RoPE + compressed-pool write),
+   ``compress_windows_and_insert`` (the same on windows read in place from the per-request state
+   and the new rows), ``advance_compressor_state`` (the per-request state update)
 3. ``apply_rope``, ``inv_rope_quant``
 4. ``qnorm_rope_kv_insert`` (q norm + kv norm / RoPE + sliding-window insert)
 5. ``sparse_attention``
@@ -46,6 +48,8 @@ __all__ = [
     "triton_available",
     "rms_norm",
     "compress_and_insert",
+    "compress_windows_and_insert",
+    "advance_compressor_state",
     "apply_rope",
     "inv_rope_quant",
     "qnorm_rope_kv_insert",
@@ -64,6 +68,8 @@ __all__ = [
 _REF_MODULES: dict[str, str] = {
     "rms_norm": "norm",
     "compress_and_insert": "compressor",
+    "compress_windows_and_insert": "compressor_state",
+    "advance_compressor_state": "compressor_state",
     "apply_rope": "rope",
     "inv_rope_quant": "rope",
     "qnorm_rope_kv_insert": "rope",
@@ -82,6 +88,8 @@ _REF_MODULES: dict[str, str] = {
 _TRITON_MODULES: dict[str, str] = {
     "rms_norm": "norm",
     "compress_and_insert": "compressor",
+    "compress_windows_and_insert": "compressor_state",
+    "advance_compressor_state": "compressor_state",
     "apply_rope": "rope",
     "inv_rope_quant": "rope",
     "qnorm_rope_kv_insert": "rope",
@@ -194,6 +202,60 @@ def compress_and_insert(
     return get_op("compress_and_insert", kv.device)(
         kv, score, norm_weight, cos, sin, pool_flat, out_index, eps
     )
+
+
+def compress_windows_and_insert(
+    kv_new: torch.Tensor,
+    gate: torch.Tensor,
+    position_bias: torch.Tensor,
+    positions: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    buf_kv: torch.Tensor,
+    buf_score: torch.Tensor,
+    ovl_kv: torch.Tensor | None,
+    ovl_score: torch.Tensor | None,
+    win_rows: torch.Tensor,
+    win_prev: torch.Tensor,
+    norm_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pool_flat: Any,
+    win_out: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    """``compress_and_insert`` of the windows a forward completes, their rows read from the
+    compressor state and the new rows (score bias folded in); see op table entry 2 and
+    :func:`sgl_kernel_v4.ref.compressor_state.compress_windows_and_insert`."""
+    return get_op("compress_windows_and_insert", kv_new.device)(
+        kv_new, gate, position_bias, positions, req_pool_indices, buf_kv, buf_score, ovl_kv, ovl_score,
+        win_rows, win_prev, norm_weight, cos, sin, pool_flat, win_out, eps,
+    )  # fmt: skip
+
+
+def advance_compressor_state(
+    kv_new: torch.Tensor,
+    gate: torch.Tensor,
+    position_bias: torch.Tensor,
+    positions: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    buf_kv: torch.Tensor,
+    buf_score: torch.Tensor,
+    ovl_kv: torch.Tensor | None,
+    ovl_score: torch.Tensor | None,
+    snap_kv: torch.Tensor | None,
+    snap_score: torch.Tensor | None,
+    buf_rows: torch.Tensor,
+    ovl_rows: torch.Tensor,
+    snap_rows: torch.Tensor,
+    snap_pages: torch.Tensor,
+) -> None:
+    """In-place update of the per-request compressor state (partial window, CSA overlap half and
+    resume snapshots); see op table entry 2 and
+    :func:`sgl_kernel_v4.ref.compressor_state.advance_compressor_state`."""
+    get_op("advance_compressor_state", kv_new.device)(
+        kv_new, gate, position_bias, positions, req_pool_indices, buf_kv, buf_score, ovl_kv, ovl_score,
+        snap_kv, snap_score, buf_rows, ovl_rows, snap_rows, snap_pages,
+    )  # fmt: skip
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -22,12 +22,6 @@ from sglang_v4.mem_cache.compressor_state import CompressorState
 from sglang_v4.model_executor.forward_batch import CompressPlan, ForwardBatch
 
 
-def _gather(tab: torch.Tensor, idx: torch.Tensor, fill: float) -> torch.Tensor:
-    """``tab[idx]`` with ``idx == -1`` rows set to ``fill``. tab ``[N, X]``, idx ``[...]`` -> ``[..., X]``."""
-    out = tab[idx.clamp(min=0)]
-    return out.masked_fill((idx < 0).unsqueeze(-1), fill)
-
-
 class Compressor(nn.Module):
     """One compressor: ``kv_proj``/``gate_proj`` (``D -> X``), ``position_bias`` (``ape``, ``[m, X]`` fp32),
     ``kv_norm`` (``[d]`` fp32). ``overlap=True`` is the CSA layout (``X = 2d``: Ca | Cb halves).
@@ -63,9 +57,13 @@ class Compressor(nn.Module):
     ) -> None:
         """Pool the windows completed by this forward into ``st.rows`` and advance the state.
 
-        On CUDA (or with ``fb.graph_safe``) no step synchronises with the host, so the
-        call is CUDA-graph capturable: padded windows carry ``win_out = -1`` (not written) and
-        padded snapshots write the dummy window page 0.
+        No step synchronises with the host, so the call is CUDA-graph capturable: padded windows
+        carry ``win_out = -1`` (not written), padded requests ``-1`` rows (their reserved slot 0
+        gets zeros) and padded snapshots write the dummy window page 0. Besides the two
+        projections, the call is two ops (:func:`sgl_kernel_v4.ops.compress_windows_and_insert`,
+        :func:`sgl_kernel_v4.ops.advance_compressor_state`): on CUDA, kernels that read the window
+        and state rows in place (at most three launches for the pair);
+        on the CPU, the torch reference building the row tables of :class:`CompressPlan`.
 
         Args:
             h: ``[T, D]`` attention input (normalised hidden states).
@@ -73,57 +71,18 @@ class Compressor(nn.Module):
             st: the layer's state and output rows (``DSV4KVPool.compressor_state``).
             rope: ``(cos, sin)`` ``[J, r/2]`` at the windows' positions (compress rope).
         """
-        m, d = self.ratio, self.d
-        slots = fb.req_pool_indices
-        B = slots.shape[0]
         kv_new = self.kv_proj(h)
-        score_new = self.gate_proj(h).float() + self.position_bias[fb.positions % m]
-        X = kv_new.shape[-1]
-        tab_kv = torch.cat([st.buf_kv[slots].view(B * m, X), kv_new.float()], dim=0)
-        tab_sc = torch.cat([st.buf_score[slots].view(B * m, X), score_new], dim=0)
-        J = plan.win_rows.shape[0]
-        if J > 0:
-            if self.overlap:
-                assert st.ovl_kv is not None and st.ovl_score is not None
-                ca_kv = torch.cat([st.ovl_kv[slots].view(B * m, d), tab_kv[:, :d]], dim=0)
-                ca_sc = torch.cat([st.ovl_score[slots].view(B * m, d), tab_sc[:, :d]], dim=0)
-                kv_w = torch.cat([_gather(ca_kv, plan.win_prev, 0.0), tab_kv[plan.win_rows][..., d:]], dim=1)
-                sc_w = torch.cat(
-                    [_gather(ca_sc, plan.win_prev, float("-inf")), tab_sc[plan.win_rows][..., d:]], dim=1
-                )
-            else:
-                kv_w = tab_kv[plan.win_rows]
-                sc_w = tab_sc[plan.win_rows]
-            ops.compress_and_insert(
-                kv_w.to(kv_new.dtype),
-                sc_w,
-                self.kv_norm.weight,
-                rope[0],
-                rope[1],
-                st.rows,
-                plan.win_out,
-                self.eps,
-            )
-        # advance the per-request state
-        st.buf_kv[slots] = _gather(tab_kv, plan.buf_rows, 0.0)
-        st.buf_score[slots] = _gather(tab_sc, plan.buf_rows, 0.0)
-        if self.overlap and J > 0:
-            assert st.ovl_kv is not None and st.ovl_score is not None
-            if h.is_cuda or fb.graph_safe:
-                # no host synchronisation (CUDA graphs): requests without a new window write
-                # their old overlap back instead of being filtered out by a boolean mask
-                has = (plan.ovl_rows[:, 0] >= 0)[:, None, None]
-                rows = plan.ovl_rows.clamp(min=0)
-                st.ovl_kv[slots] = torch.where(has, tab_kv[rows][..., :d], st.ovl_kv[slots])
-                st.ovl_score[slots] = torch.where(has, tab_sc[rows][..., :d], st.ovl_score[slots])
-            else:
-                has = plan.ovl_rows[:, 0] >= 0
-                rows = plan.ovl_rows[has]
-                st.ovl_kv[slots[has]] = tab_kv[rows][..., :d]
-                st.ovl_score[slots[has]] = tab_sc[rows][..., :d]
-            if plan.snap_rows.shape[0] > 0 and st.snap_kv is not None and st.snap_score is not None:
-                st.snap_kv[plan.snap_pages] = tab_kv[plan.snap_rows][..., :d]
-                st.snap_score[plan.snap_pages] = tab_sc[plan.snap_rows][..., :d]
+        gate = self.gate_proj(h)
+        state = (fb.req_pool_indices, st.buf_kv, st.buf_score, st.ovl_kv, st.ovl_score)
+        if plan.win_rows.shape[0] > 0:
+            ops.compress_windows_and_insert(
+                kv_new, gate, self.position_bias, fb.positions, *state, plan.win_rows, plan.win_prev,
+                self.kv_norm.weight, rope[0], rope[1], st.rows, plan.win_out, self.eps,
+            )  # fmt: skip
+        ops.advance_compressor_state(
+            kv_new, gate, self.position_bias, fb.positions, *state, st.snap_kv, st.snap_score,
+            plan.buf_rows, plan.ovl_rows, plan.snap_rows, plan.snap_pages,
+        )  # fmt: skip
 
 
 class Scorer(nn.Module):

@@ -152,7 +152,7 @@ class ForwardBatch:
             ``DSV4Attention``; set from the runner's indexer-stream policy.
         graph_safe: the batch's tensors are the padded static buffers of a CUDA graph (or their
             eager stand-in on CPU): no layer may synchronise with the host or pick shapes from
-            tensor values. Read by ``Compressor.run``.
+            tensor values (no layer reads it today: every layer is graph-safe on every batch).
         req_to_page: ``[R, P]`` int32 page table (row = request slot); ``None`` until set by the
             builder.
     """
