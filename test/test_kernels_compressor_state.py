@@ -259,6 +259,46 @@ def test_advance_reads_old_rows_of_its_own_slot(d: int, overlap: bool) -> None:
         assert torch.equal(got["snap_kv"][3, 1], st["buf_kv"][2, 3, :d])
 
 
+@pytest.mark.parametrize("order", ["dup_last", "dup_first", "pads"])
+def test_snapshots_naming_one_page_take_the_last(order: str) -> None:
+    """Snapshots of one forward that name the same window page (a long chunk reuses a window page;
+    padded graph rows all name page 0): the page holds the last one's rows, whatever the order the
+    GPU runs the programs in (this failed on the H200 for the csa_extend plan, pages 21, 21)."""
+    m, d = 4, 16
+    p = {k: v.to(DEVICE) for k, v in _own_rows_plan(m).items()}
+    base = 2 * m
+    # three snapshots: new rows, then old buffer rows of slot 5, then a padded (-1) row
+    p["snap_rows"] = torch.tensor(
+        [[base + 0, base + 1, base + 2, -1], [0, 1, 2, 3], [-1, -1, -1, -1]], device=DEVICE
+    )
+    pages = {"dup_last": [3, 1, 3], "dup_first": [3, 3, 1], "pads": [0, 0, 0]}[order]
+    p["snap_pages"] = torch.tensor(pages, device=DEVICE)
+    gen = torch.Generator().manual_seed(7)
+    R, X = 6, 2 * d
+
+    def rnd(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(DEVICE)
+
+    st = {"buf_kv": rnd(R, m, X), "buf_score": rnd(R, m, X)}
+    for k in ("ovl_kv", "ovl_score", "snap_kv", "snap_score"):
+        st[k] = rnd(R, m, d)
+    kv_new = rnd(6, X)
+    head = (kv_new, rnd(6, X), rnd(m, X), p["positions"], p["slots"])
+    tail = (p["buf_rows"], p["ovl_rows"], p["snap_rows"], p["snap_pages"])
+    for impl in (_triton("advance_compressor_state"), ref.advance_compressor_state):
+        got = _clone(st)
+        impl(*head, *got.values(), *tail)
+        # the oracle, from the inputs: each page's last snapshot row
+        old_slot5 = st["buf_kv"][5, :, :d]
+        rows = {0: torch.cat([kv_new[:3, :d], torch.zeros(1, d, device=DEVICE)]), 1: old_slot5,
+                2: torch.zeros(m, d, device=DEVICE)}  # fmt: skip
+        for page in set(pages):
+            last = max(i for i, pg in enumerate(pages) if pg == page)
+            assert torch.equal(got["snap_kv"][page], rows[last]), (impl, page)
+        untouched = [r for r in range(R) if r not in pages]
+        assert torch.equal(got["snap_kv"][untouched], st["snap_kv"][untouched])
+
+
 def _zero_state(m: int, d: int, overlap: bool):
     from sglang_v4.mem_cache.compressor_state import CompressorState
 

@@ -114,7 +114,7 @@ def test_compressor_state_vs_ref(dev: str) -> None:
             fb = _batch(case)
             plan = fb.csa if overlap else fb.hca
             inp = _inputs(case, fb, seed=m + d, dtype=torch.bfloat16)
-            N = int(plan.win_out.max()) + 1
+            N = int(plan.win_out.max()) + 1 if plan.win_out.numel() else 1  # a decode may complete none
             pools = [torch.zeros(N, d, device=dev, dtype=torch.bfloat16) for _ in range(3)]
             args = _compress_args(case, fb, inp, inp["state"], pools[0], torch.Generator().manual_seed(0))
             a = tri.compress_windows_and_insert(*args)

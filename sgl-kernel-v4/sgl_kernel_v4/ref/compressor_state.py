@@ -163,7 +163,9 @@ def advance_compressor_state(
     ``buf[slots[b]] = Tab[buf_rows[b]]`` (``-1`` rows: 0); CSA (``ovl_kv`` given):
     ``ovl[slots[b]] = Tab[ovl_rows[b], :d]`` where ``ovl_rows[b, 0] >= 0`` (else kept) and the
     resume snapshots ``snap[snap_pages[s]] = Tab[snap_rows[s], :d]`` (``-1`` rows: 0; padded
-    snapshots go to the dummy window page 0). No step synchronises with the host.
+    snapshots go to the dummy window page 0). Snapshots naming the same page (the window ring
+    reuses a page within a long chunk) take the last one's rows, as in sequential order; picking
+    them makes the only host synchronisation (a boolean mask).
 
     Args:
         kv_new, gate, position_bias, positions, req_pool_indices: as
@@ -188,5 +190,9 @@ def advance_compressor_state(
     ovl_kv[slots] = torch.where(has, tab_kv[rows][..., :d], ovl_kv[slots])
     ovl_score[slots] = torch.where(has, tab_sc[rows][..., :d], ovl_score[slots])
     if snap_rows.shape[0] > 0 and snap_kv is not None and snap_score is not None:
-        snap_kv[snap_pages] = _gather(tab_kv, snap_rows, 0.0)[..., :d]
-        snap_score[snap_pages] = _gather(tab_sc, snap_rows, 0.0)[..., :d]
+        # the last snapshot of each page (an index_put with repeated indices leaves the winner
+        # unspecified)
+        last = ~(snap_pages[:, None] == snap_pages[None, :]).triu(1).any(1)
+        pages, rows = snap_pages[last], snap_rows[last]
+        snap_kv[pages] = _gather(tab_kv, rows, 0.0)[..., :d]
+        snap_score[pages] = _gather(tab_sc, rows, 0.0)[..., :d]

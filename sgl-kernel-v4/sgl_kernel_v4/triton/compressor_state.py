@@ -186,25 +186,34 @@ def _pool_tab_chunk_kernel(
     tl.store(scratch_ptr + w * D + offs_c, _pool_tile(sc, kv))
 
 
-@triton.jit(do_not_specialize=["rows_ptr", "pages_ptr", "Bm", "slots_ptr", "pos_ptr"])
+@triton.jit(do_not_specialize=["rows_ptr", "pages_ptr", "S", "Bm", "slots_ptr", "pos_ptr"])
 def _snapshot_kernel(
-    rows_ptr, pages_ptr, Bm, M, slots_ptr, buf_kv_ptr, buf_sc_ptr, s_slot, s_row,
+    rows_ptr, pages_ptr, S, Bm, M, slots_ptr, buf_kv_ptr, buf_sc_ptr, s_slot, s_row,
     kv_ptr, s_kv, gate_ptr, s_gate, pos_ptr, bias_ptr, s_bias, snap_kv_ptr, snap_sc_ptr, sp_page, sp_row,
     BLOCK_M: tl.constexpr, BLOCK_X: tl.constexpr,
 ):  # fmt: skip
-    """``snap[pages[s], i, cols] = Tab[rows[s, i], cols]`` (``-1`` rows: 0) for ``cols < d``."""
+    """``snap[pages[s], i, cols] = Tab[rows[s, i], cols]`` (``-1`` rows: 0) for ``cols < d``.
+
+    Several snapshots of one forward may name the same window page (the window ring reuses a page
+    within a long chunk; padded graph rows all name page 0): the last one wins, as in sequential
+    order, and the others write nothing, so the result does not depend on program scheduling."""
     s = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_X + tl.arange(0, BLOCK_X)
     offs_i = tl.arange(0, BLOCK_M)
     im = offs_i < M
+    page = tl.load(pages_ptr + s)
+    later = tl.zeros([BLOCK_M], tl.int32)  # per row alike: how many later snapshots name this page
+    for s2 in range(s + 1, S):
+        later += (tl.load(pages_ptr + s2) == page).to(tl.int32)
     r = tl.load(rows_ptr + s * M + offs_i, mask=im, other=-1)
     kv, sc, _ = _tab_tile(
         r, cols[None, :], Bm, M, slots_ptr, buf_kv_ptr, buf_sc_ptr, s_slot, s_row,
         kv_ptr, s_kv, gate_ptr, s_gate, pos_ptr, bias_ptr, s_bias,
     )  # fmt: skip
-    dst = tl.load(pages_ptr + s) * sp_page + offs_i[:, None] * sp_row + cols[None, :]
-    tl.store(snap_kv_ptr + dst, kv, mask=im[:, None])
-    tl.store(snap_sc_ptr + dst, sc, mask=im[:, None])
+    dst = page * sp_page + offs_i[:, None] * sp_row + cols[None, :]
+    wm = (im & (later == 0))[:, None]
+    tl.store(snap_kv_ptr + dst, kv, mask=wm)
+    tl.store(snap_sc_ptr + dst, sc, mask=wm)
 
 
 @triton.jit(do_not_specialize=["rows_ptr", "ovl_rows_ptr", "Bm", "slots_ptr", "pos_ptr"])
@@ -432,7 +441,7 @@ def advance_compressor_state(
                 raise ValueError(f"snap_pages: expected int64 [{S}], got {tuple(snap_pages.shape)}")
             bx = min(d, max(16, _TILE // block_m))
             _snapshot_kernel[(S, cdiv(d, bx))](
-                snap_rows, snap_pages.contiguous(), *tab_state, *tab_new, snap_kv, snap_score,
+                snap_rows, snap_pages.contiguous(), S, *tab_state, *tab_new, snap_kv, snap_score,
                 snap_kv.stride(0), snap_kv.stride(1), BLOCK_M=block_m, BLOCK_X=bx, num_warps=4,
             )  # fmt: skip
         ovl = (ovl_kv, ovl_score, ovl_kv.stride(0), ovl_kv.stride(1))
