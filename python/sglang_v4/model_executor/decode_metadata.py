@@ -34,6 +34,7 @@ class DecodePlanner:
         self.ratios = dict(ratios)
         self._templates: dict[tuple[int, int], np.ndarray] = {}
         self._aranges: dict[int, np.ndarray] = {}
+        self._bufs: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def _arange(self, n: int) -> np.ndarray:
         a = self._aranges.get(n)
@@ -126,7 +127,6 @@ class DecodePlanner:
         base = Bp * m
         e = self.page_size // m
         tmpl = self._template(B, m)
-        ar = self._arange(m)
         rem = p1 % m
         j = np.flatnonzero(rem == 0)  # requests whose token completes window p // m
         ws = p[j] // m
@@ -138,11 +138,7 @@ class DecodePlanner:
             "win_pos": ws * m,
             "win_out": blk[j] * e + ws % e,
         }
-        # the new partial window: rows a < rem - 1 buffered, a = rem - 1 the new token, others -1
-        r1 = (rem - 1)[:, None]
-        buf = np.where(ar[None, :] < r1, tmpl, -1)
-        k = np.flatnonzero(rem)
-        buf[k, rem[k] - 1] = base + k
+        buf = self._buf_rows(m, p, rem, Bp)
         ovl = np.full((B, m), -1, np.int64)
         ovl[j] = rows
         out["buf_rows"] = buf
@@ -159,3 +155,38 @@ class DecodePlanner:
             out["snap_pages"] = np.zeros(0, np.int64)
         out["visible"] = p1 // m
         return out
+
+    def _buf_rows(self, m: int, p: np.ndarray, rem: np.ndarray, Bp: int) -> np.ndarray:
+        """``[B, m]`` ``buf_rows``: row ``b`` holds the rows of its new partial window, positions
+        ``p - rem + 1 .. p`` (``rem = (p + 1) % m``): ``b * m + a`` for ``a < rem - 1``, the
+        new-token row ``Bp * m + b`` at ``a = rem - 1``, ``-1`` after.
+
+        Kept across steps (SGLang keeps a decode batch's tensors and only appends): row ``b``
+        depends only on ``(b, p[b], Bp)``, so where the last call with the same ``B``, ``m`` and
+        ``Bp`` had ``p[b] - 1`` at row ``b`` (the same request one token later, or any request at
+        that position) the row changes in at most two entries, or is cleared when ``p`` starts a
+        new window; every other row is computed whole. Returns a fresh array each call."""
+        B = p.shape[0]
+        base = Bp * m
+        key = (B, m, Bp)
+        last = self._bufs.get(key)
+        if last is None:
+            stale = self._arange(B)
+            buf = np.full((B, m), -1, np.int64)
+        else:
+            p_last, buf = last
+            adv = p == p_last + 1
+            stale = None if adv.all() else np.flatnonzero(~adv)
+            k = np.flatnonzero(adv & (rem >= 2)) if stale is not None else np.flatnonzero(rem >= 2)
+            buf[k, rem[k] - 2] = k * m + rem[k] - 2  # the previous token's row is buffered now
+            z = np.flatnonzero(adv & (rem == 0)) if stale is not None else np.flatnonzero(rem == 0)
+            buf[z] = -1  # the previous token completed its window: a new one starts
+        if stale is not None and stale.size:
+            r1 = (rem[stale] - 1)[:, None]
+            buf[stale] = np.where(self._arange(m)[None, :] < r1, self._template(B, m)[stale], -1)
+        k = np.flatnonzero(rem)
+        buf[k, rem[k] - 1] = base + k
+        if len(self._bufs) > 64:
+            self._bufs.clear()
+        self._bufs[key] = (p.copy(), buf)
+        return buf.copy()
