@@ -195,3 +195,78 @@ def test_decode_branch_missing_pages_raise() -> None:
     no_prev_window = ReqForwardInput(2, [4], 130, [7], {1: 3}, 0)
     with pytest.raises(ValueError, match="no window page for span 0"):
         builder.metadata([no_prev_window])
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("page", [256, 512])
+def test_decode_closed_form_matches_general_path_at_scale(
+    seed: int, page: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The closed-form decode metadata (``decode_metadata.DecodePlanner``) of large batches at every
+    window / block boundary, with requests that do not sample (``logits_start = 1``) and a padded
+    ``num_req_rows``, equals the general path field by field (dtype, shape and values); the
+    planner's cached row templates are reused across the batches of one builder."""
+    rng = random.Random(700 + seed)
+    builder = ForwardBatchBuilder(page, WINDOW, 4, 128, "cpu")
+    slow_builder = ForwardBatchBuilder(page, WINDOW, 4, 128, "cpu")
+    monkeypatch.setattr(slow_builder, "_decode_pages", lambda reqs, p: None)
+    for _ in range(4):
+        B = rng.choice([1, 2, 7, 64, 257])
+        reqs = []
+        for i in range(B):
+            edge = rng.choice([4, 128, page, 2 * page]) * rng.randint(1, 8) + rng.choice([-2, -1, 0, 1])
+            prefix = max(0, edge if rng.random() < 0.7 else rng.randrange(0, 9000))
+            nb = prefix // page + 1
+            lo = max(0, (prefix - WINDOW + 1) // WINDOW)
+            wins = {k: rng.randrange(1, 5000) for k in range(lo, prefix // WINDOW + 1)}
+            pages = rng.sample(range(1, 50000), nb)
+            ls = 1 if rng.random() < 0.1 else rng.choice([0, 0, 0, -3])
+            reqs.append(ReqForwardInput(i + 1, [rng.randrange(-50, 1000)], prefix, pages, wins, ls))
+        rows = rng.choice([None, B + rng.randrange(0, 9)])
+        fast = builder.metadata(reqs, rows)
+        slow = slow_builder.metadata(reqs, rows)
+        assert list(fast.arrays) == list(slow.arrays)
+        for k in slow.arrays:
+            assert fast.arrays[k].dtype == slow.arrays[k].dtype, k
+            assert fast.arrays[k].shape == slow.arrays[k].shape, k
+            assert fast.arrays[k].tolist() == slow.arrays[k].tolist(), k
+        assert fast.max_visible == slow.max_visible
+        assert fast.num_blocks == slow.num_blocks
+        assert fast.extend_lens == slow.extend_lens
+        assert fast.prefix_lens == slow.prefix_lens
+        assert fast.logits_counts == slow.logits_counts
+        assert fast.num_req_rows == slow.num_req_rows
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_incremental_decode_metadata_equals_full_rebuild(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One builder across many decode steps (its planner keeps ``buf_rows`` from the last step
+    and updates only what changed) with requests joining at random places and positions, leaving,
+    and the padded row count changing: every step equals the general path built from scratch."""
+    rng = random.Random(900 + seed)
+    builder = ForwardBatchBuilder(PAGE, WINDOW, 4, 128, "cpu")
+    slow_builder = ForwardBatchBuilder(PAGE, WINDOW, 4, 128, "cpu")
+    monkeypatch.setattr(slow_builder, "_decode_pages", lambda reqs, p: None)
+    pos: list[int] = [rng.randrange(0, 700) for _ in range(rng.randint(1, 40))]
+    for _ in range(150):
+        r = rng.random()
+        if r < 0.08 and len(pos) > 1:  # finishes / leaves
+            del pos[rng.randrange(len(pos))]
+        elif r < 0.16:  # joins (after its prefill) anywhere in the batch
+            pos.insert(rng.randrange(len(pos) + 1), rng.randrange(0, 700))
+        elif r < 0.2:  # a retracted request comes back at a lower position
+            pos[rng.randrange(len(pos))] = rng.randrange(0, 300)
+        reqs = []
+        for i, p in enumerate(pos):
+            lo = max(0, (p - WINDOW + 1) // WINDOW)
+            wins = {k: 10 * i + k + 1 for k in range(lo, p // WINDOW + 1)}
+            reqs.append(ReqForwardInput(i + 1, [i], p, list(range(p // PAGE + 1)), wins, 0))
+        rows = len(reqs) if rng.random() < 0.8 else len(reqs) + rng.randrange(1, 4)
+        fast = builder.metadata(reqs, rows)
+        slow = slow_builder.metadata(reqs, rows)
+        for k in slow.arrays:
+            assert fast.arrays[k].shape == slow.arrays[k].shape, k
+            assert fast.arrays[k].tolist() == slow.arrays[k].tolist(), k
+        fast.arrays["csa.buf_rows"][...] = -7  # a consumer writing to it does not change the next step
+        fast.arrays["hca.buf_rows"][...] = -7
+        pos = [p + 1 for p in pos]

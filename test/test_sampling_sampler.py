@@ -253,3 +253,23 @@ def test_penalty_cache_equals_uncached_over_steps() -> None:
             outs[r].append(int(torch.randint(0, vocab, (1,), generator=g)))
     cache.release("r0")
     assert len(cache) == 2  # r1, r2 only (r3 has no penalties, r0 released)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_plain_greedy_fast_path_equals_general_path(dtype: torch.dtype) -> None:
+    """``plain_greedy=True`` (the scheduler's claim that no row has a penalty, bias, min_new_tokens
+    or grammar) gives the general path's ids and logprobs, bit for bit, ties included, and leaves
+    the logits unchanged."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randint(-4, 4, (37, 50), generator=g).to(dtype)  # many ties
+    before = logits.clone()
+    params = [SamplingParams(temperature=0.0) for _ in range(37)]
+    for p in params:
+        p.normalize(None)
+    outs = [[[]] * 37, [[5, 6]] * 37]
+    ref = sample(logits, params, outs[0], return_logprobs=True)
+    fast = sample(logits, params, outs[1], return_logprobs=True, plain_greedy=True, grammars=[None] * 37)
+    assert torch.equal(ref[0], fast[0]) and ref[0].dtype == fast[0].dtype == torch.int64
+    assert torch.equal(ref[1], fast[1])
+    assert torch.equal(sample(logits, params, outs[0]), sample(logits, params, outs[0], plain_greedy=True))
+    assert torch.equal(logits, before)

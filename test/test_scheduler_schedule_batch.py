@@ -139,7 +139,15 @@ def test_launch_of_a_decode_batch_equals_worker_batch_then_mark_in_flight(overla
         )
         assert wb.logits_counts == ref.logits_counts and wb.input_logprobs == ref.input_logprobs
         assert wb.sampling is not None and ref.sampling is not None
-        for f in ("rows", "params", "prompt_ids", "output_lens", "top_logprobs_nums", "future_slots"):
+        for f in (
+            "rows",
+            "params",
+            "prompt_ids",
+            "output_lens",
+            "top_logprobs_nums",
+            "future_slots",
+            "plain_greedy",
+        ):
             assert getattr(wb.sampling, f) == getattr(ref.sampling, f), f
         for r, rr in zip(reqs, ref_reqs):
             assert (r.num_inflight, r.num_future, r.future_id) == (
@@ -148,3 +156,43 @@ def test_launch_of_a_decode_batch_equals_worker_batch_then_mark_in_flight(overla
                 rr.future_id,
             )
         assert cols.reqs == reqs  # kept for the next batch
+
+
+def test_plain_greedy_flag_only_when_every_row_is_plain() -> None:
+    """The sampling inputs claim ``plain_greedy`` only when every sampling row is greedy without
+    a penalty, logit bias, min_new_tokens or grammar (the sampler then skips its per-row checks),
+    on the one-pass decode launch and on the general worker batch alike."""
+    from sglang_v4.managers.schedule_batch import FixedColumns
+
+    def greedy(**kw) -> SamplingParams:
+        sp = SamplingParams(temperature=0.0, **kw)
+        sp.normalize(None)
+        return sp
+
+    variants = {
+        "plain": (greedy(), None, True),
+        "sampled": (SamplingParams(temperature=0.7), None, False),
+        "repetition": (greedy(repetition_penalty=1.2), None, False),
+        "frequency": (greedy(frequency_penalty=0.5), None, False),
+        "bias": (greedy(logit_bias={"7": 1.0}), None, False),
+        "min_new": (greedy(min_new_tokens=2), None, False),
+        "grammar": (greedy(), object(), False),
+    }
+    for name, (sp, grammar, plain) in variants.items():
+        for general in (False, True):
+            reqs = [make_req(6, n_out=2, computed=7), make_req(5, n_out=1, computed=5)]
+            reqs[0].sampling_params = greedy()
+            reqs[1].sampling_params, reqs[1].grammar = sp, grammar
+            Req.__post_init__(reqs[1])  # the penalty flag from the new params
+            for i, r in enumerate(reqs):
+                r.req_pool_idx = i + 1
+            batch = ScheduleBatch()
+            for r in reqs:
+                batch.add_decode(r)
+            if general:
+                batch.future_slots = [0, 1]
+                wb = batch.get_model_worker_batch([])
+            else:
+                wb = batch.launch([], [0, 1], FixedColumns())
+            assert wb.sampling is not None
+            assert wb.sampling.plain_greedy is plain, (name, general)

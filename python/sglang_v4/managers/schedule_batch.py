@@ -139,17 +139,25 @@ class Req:
 
     def freeze_sampling(self) -> tuple[Any, ...]:
         """``(sampling_params, generator, prompt ids, grammar, top_logprobs_num or -1, output
-        history)``, computed at the request's first batch (the scheduler attaches the generator and
-        the grammar when it queues the request, before) and kept in :attr:`sampling_static`. The
-        history is ``output_ids`` itself (a list only ever appended to) when sampling reads it
-        (penalties, grammar), else ``()``."""
+        history, plain greedy)``, computed at the request's first batch (the scheduler attaches the
+        generator and the grammar when it queues the request, before) and kept in
+        :attr:`sampling_static`. The history is ``output_ids`` itself (a list only ever appended
+        to) when sampling reads it (penalties, grammar), else ``()``. *Plain greedy*: the sampler
+        takes the argmax of the raw logits (greedy, no penalty, logit bias, ``min_new_tokens`` or
+        grammar; :attr:`SamplingBatchInfo.plain_greedy`)."""
+        sp = self.sampling_params
         self.sampling_static = (
-            self.sampling_params,
+            sp,
             self.generator,
             self.origin_input_ids,
             self.grammar,
             self.top_logprobs_num if self.return_logprob else -1,
             self.output_ids if self.penalised or self.grammar is not None else (),
+            sp.is_greedy
+            and not self.penalised
+            and not sp.logit_bias
+            and sp.min_new_tokens <= 0
+            and self.grammar is None,
         )
         return self.sampling_static
 
@@ -517,7 +525,7 @@ class ScheduleBatch:
             return wb
         if sampling_columns is None:
             sampling_columns = FixedColumns()
-        params, gens, prompts, grammars, tops, hist = sampling_columns.get(reqs, _sampling_rows)
+        params, gens, prompts, grammars, tops, hist, plain = sampling_columns.get(reqs, _sampling_rows)
         lens: list[int] = []
         inputs: list[ReqForwardInput] = []
         add_len, add_input = lens.append, inputs.append
@@ -551,6 +559,7 @@ class ScheduleBatch:
             grammars=grammars if grammars.count(None) != B else None,
             top_logprobs_nums=tops,
             future_slots=list(future_slots),
+            plain_greedy=plain.count(True) == B,
         )
         return ModelWorkerBatch(
             forward_mode=ForwardMode.DECODE,
@@ -575,7 +584,7 @@ class ScheduleBatch:
             sreqs = [self.reqs[i] for i in rows]
         if rows:
             # the fixed inputs of each row in one pass, transposed into the per-row lists
-            params, gens, prompts, grammars, tops, hist = map(
+            params, gens, prompts, grammars, tops, hist, plain = map(
                 list, zip(*[r.sampling_static or r.freeze_sampling() for r in sreqs])
             )
             lens = [len(r.output_ids) + r.num_future for r in sreqs]
@@ -589,6 +598,7 @@ class ScheduleBatch:
                 grammars=grammars if grammars.count(None) != len(grammars) else None,
                 top_logprobs_nums=tops,
                 future_slots=list(self.future_slots),
+                plain_greedy=plain.count(True) == len(plain),
             )
         firsts = self.input_logprob_first
         input_lp: list[tuple[list[int], int] | None] = [None] * len(self.reqs)

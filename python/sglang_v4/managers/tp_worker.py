@@ -143,7 +143,7 @@ class TpModelWorker:
                 x = logits  # every row samples from its only logits row
             else:
                 x = logits.index_select(0, self._upload([offs[i + 1] - 1 for i in si.rows]))
-            want_lp = any(k >= 0 for k in si.top_logprobs_nums)
+            want_lp = max(si.top_logprobs_nums) >= 0
             out = sample(
                 x,
                 si.params,
@@ -154,6 +154,7 @@ class TpModelWorker:
                 return_logprobs=want_lp,
                 grammars=si.grammars,
                 output_lens=si.output_lens,
+                plain_greedy=si.plain_greedy,
             )
             ids, lps = out if want_lp else (out, None)  # type: ignore[misc]
             self.future_map.token_ids.index_copy_(0, self._upload(si.future_slots), ids)

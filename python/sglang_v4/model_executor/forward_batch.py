@@ -47,11 +47,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 import torch
 
 from sglang_v4.mem_cache.req_to_page import ReqToPageTable
+from sglang_v4.model_executor.decode_metadata import DecodePlanner
 
 #: Fields of a :class:`CompressPlan` and of a :class:`ForwardBatch` outside its plans, in layout order.
 PLAN_FIELDS = tuple(
@@ -90,6 +92,12 @@ class ReqForwardInput:
     block_pages: list[int]
     window_pages: dict[int, int]
     logits_start: int
+
+
+_PREFIX_LEN = attrgetter("prefix_len")
+_INPUT_IDS = attrgetter("input_ids")
+_REQ_POOL_IDX = attrgetter("req_pool_idx")
+_LOGITS_START = attrgetter("logits_start")
 
 
 @dataclass
@@ -378,6 +386,7 @@ class ForwardBatchBuilder:
                 raise ValueError(f"page_size: {page_size} is not a multiple of the {name} ratio {m}")
         self.device = torch.device(device)
         self.req_to_page = req_to_page
+        self._decode = DecodePlanner(self.page_size, self.window, self.ratios)
 
     # ---- host metadata ------------------------------------------------------------------------
     def metadata(self, reqs: list[ReqForwardInput], num_req_rows: int | None = None) -> HostMetadata:
@@ -399,34 +408,42 @@ class ForwardBatchBuilder:
         if Bp < B:
             raise ValueError(f"num_req_rows: {Bp} < {B} requests")
         ps, W = self.page_size, self.window
-        p = np.fromiter([r.prefix_len for r in reqs], np.int64, B)
-        lens = [len(r.input_ids) for r in reqs]
+        p = np.fromiter(map(_PREFIX_LEN, reqs), np.int64, B)
+        lens = list(map(len, map(_INPUT_IDS, reqs)))
         pages = self._decode_pages(reqs, p) if lens.count(1) == B else None
-        if pages is not None:  # every request adds one token (decode): no per-request loop
-            n = np.ones(B, np.int64)
-            blk_pages, span_pages, n_spans, lo = pages
-            end = p + 1
-            need = -(-end // ps)
-            blk_lo = p // ps
-            blk_start = np.arange(B, dtype=np.int64)
-            span_start = np.cumsum(n_spans) - n_spans
-            input_ids = np.fromiter([r.input_ids[0] for r in reqs], np.int64, B)
-        else:
-            n = np.asarray(lens, dtype=np.int64)
-            if not n.all():
-                raise ValueError(f"request slot {reqs[int(np.argmin(n))].req_pool_idx}: input_ids is empty")
-            end = p + n
-            need = -(-end // ps)
-            lo = np.maximum(0, (p - W + 1) // W)
-            n_spans = (end - 1) // W - lo + 1
-            span_start = np.cumsum(n_spans) - n_spans
-            blk_lo = p // ps
-            blk_pages, blk_start, span_pages = self._extend_pages(
-                reqs, p, end, need, blk_lo, lo, n_spans, span_start
+        if pages is not None:  # every request adds one token (decode): closed form, no loop
+            arrays, max_visible, counts = self._decode.arrays(
+                p,
+                np.fromiter([r.input_ids[0] for r in reqs], np.int64, B),
+                np.fromiter(map(_REQ_POOL_IDX, reqs), np.int64, B),
+                np.fromiter(map(_LOGITS_START, reqs), np.int64, B),
+                *pages,
+                Bp,
             )
-            input_ids = np.fromiter(
-                itertools.chain.from_iterable(r.input_ids for r in reqs), np.int64, int(n.sum())
+            return HostMetadata(
+                arrays=arrays,
+                num_req_rows=Bp,
+                extend_lens=[1] * B,
+                prefix_lens=p.tolist(),
+                logits_counts=counts.tolist(),
+                max_visible=max_visible,
+                num_blocks=(p // ps + 1).tolist(),
             )
+        n = np.asarray(lens, dtype=np.int64)
+        if not n.all():
+            raise ValueError(f"request slot {reqs[int(np.argmin(n))].req_pool_idx}: input_ids is empty")
+        end = p + n
+        need = -(-end // ps)
+        lo = np.maximum(0, (p - W + 1) // W)
+        n_spans = (end - 1) // W - lo + 1
+        span_start = np.cumsum(n_spans) - n_spans
+        blk_lo = p // ps
+        blk_pages, blk_start, span_pages = self._extend_pages(
+            reqs, p, end, need, blk_lo, lo, n_spans, span_start
+        )
+        input_ids = np.fromiter(
+            itertools.chain.from_iterable(r.input_ids for r in reqs), np.int64, int(n.sum())
+        )
         token_req, tok_i = _ragged_arange(n)
         t0 = np.cumsum(n) - n
         pos = p[token_req] + tok_i
@@ -464,34 +481,32 @@ class ForwardBatchBuilder:
 
     def _decode_pages(
         self, reqs: list[ReqForwardInput], p: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The pages a decode batch (one token per request, at positions ``p``) reads, with one
-        list comprehension per page kind: ``(block page of each token's block [B], window pages
-        of the spans ``lo .. p // W`` flat [S], spans per request [B], lo [B])``. ``None`` when a
-        page is missing (the general path then raises the precise error)."""
+        list comprehension per page kind: ``(block page of each token's block, window page of
+        its span, window page of the span before where its window reaches into it else -1)``,
+        each ``[B]`` int64. ``None`` when a page is missing (the general path then raises the
+        precise error)."""
         ps, W = self.page_size, self.window
+        B = p.shape[0]
         cur = p // W
-        lo = np.maximum(0, (p - W + 1) // W)
-        has_prev = lo < cur  # the window of p reaches into the span before p's own
+        cur_l = cur.tolist()
+        # the window of p reaches into the span before p's own: lo = max(0, (p - W + 1) // W) < cur
+        has_prev = (p >= W) & (p % W != W - 1)
         try:
-            blk = [r.block_pages[b] for r, b in zip(reqs, (p // ps).tolist())]
-            cur_pages = [r.window_pages[k] for r, k in zip(reqs, cur.tolist())]
+            blk = np.fromiter([r.block_pages[b] for r, b in zip(reqs, (p // ps).tolist())], np.int64, B)
+            cur_pages = np.fromiter([r.window_pages[k] for r, k in zip(reqs, cur_l)], np.int64, B)
             if has_prev.any():
-                prev_pages = [
-                    r.window_pages[k - 1] if h else -1
-                    for r, k, h in zip(reqs, cur.tolist(), has_prev.tolist())
-                ]
+                prev = np.fromiter(
+                    [r.window_pages[k - 1] if h else -1 for r, k, h in zip(reqs, cur_l, has_prev.tolist())],
+                    np.int64,
+                    B,
+                )
             else:
-                prev_pages = None
+                prev = np.full(B, -1, np.int64)
         except (IndexError, KeyError):
             return None
-        n_spans = 1 + has_prev.astype(np.int64)
-        span_start = np.cumsum(n_spans) - n_spans
-        span_pages = np.empty(int(n_spans.sum()), dtype=np.int64)
-        span_pages[span_start + has_prev] = cur_pages
-        if prev_pages is not None:
-            span_pages[span_start[has_prev]] = np.asarray(prev_pages, dtype=np.int64)[has_prev]
-        return np.asarray(blk, dtype=np.int64), span_pages, n_spans, lo
+        return blk, cur_pages, prev
 
     def _extend_pages(
         self,

@@ -343,6 +343,7 @@ def sample(
     penalty_cache: PenaltyCache | None = None,
     rids: Sequence[Any] | None = None,
     output_lens: Sequence[int] | None = None,
+    plain_greedy: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Sample one next token per row.
 
@@ -361,6 +362,10 @@ def sample(
         output_lens: generated-token counts per row, see :func:`apply_penalties`.
         return_logprobs: also return SGLang's output logprobs ``[B, V]`` float32: ``log_softmax`` of the
             penalized logits divided by the row temperature (greedy rows: temperature 1).
+        plain_greedy: the caller guarantees that every row is greedy with no penalty, logit bias,
+            ``min_new_tokens`` or grammar (``SamplingBatchInfo.plain_greedy``): the argmax (and
+            ``log_softmax``) of the float32 logits is taken without the per-row checks, which on
+            such a batch change nothing (same result as ``False``).
 
     Returns:
         ``[B]`` int64 token ids on ``logits.device`` (and the logprobs when ``return_logprobs``).
@@ -372,6 +377,12 @@ def sample(
     if generators is not None and len(generators) != bsz:
         raise ValueError(f"batch mismatch: logits has {bsz} rows, generators {len(generators)}")
     dev = logits.device
+    if plain_greedy and (grammars is None or grammars.count(None) == len(grammars)):
+        if len(params) != bsz:
+            raise ValueError(f"batch mismatch: logits has {bsz} rows, params {len(params)}")
+        z = logits.detach().to(torch.float32)  # not modified: no copy
+        out = torch.argmax(z, dim=-1)
+        return (out, torch.log_softmax(z, dim=-1)) if return_logprobs else out
     z = logits.detach().to(torch.float32).clone()
     apply_penalties(z, params, output_ids, prompt_ids, eos_token_ids, penalty_cache, rids, output_lens)
     if grammars is not None and any(g is not None for g in grammars):
