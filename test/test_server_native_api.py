@@ -290,12 +290,15 @@ def test_abort_request_endpoint(server):
 
 
 def test_flush_cache_refused_while_running(server):
-    body = {"text": "busy", "sampling_params": {"max_new_tokens": 200}, "stream": True}
+    # 480 steps of the fake scheduler's 5 ms (the context is 512): the request is still running
+    # when the flush arrives even on a loaded machine (at 200 tokens, 1 s, it could finish first
+    # there); closing the stream aborts it
+    body = {"text": "busy", "sampling_params": {"max_new_tokens": 480, "ignore_eos": True}, "stream": True}
     with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
-        next(r.iter_lines())
+        first = next(r.iter_lines())
         f = requests.post(server.url + "/flush_cache", timeout=10)
-        assert f.status_code == 400
-    deadline = time.time() + 10
+        assert f.status_code == 400, first
+    deadline = time.time() + 30
     while (
         time.time() < deadline and requests.post(server.url + "/flush_cache", timeout=10).status_code != 200
     ):

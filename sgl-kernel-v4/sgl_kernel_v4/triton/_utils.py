@@ -14,9 +14,9 @@ def cdiv(a: int, b: int) -> int:
 
 
 def next_power_of_2(n: int) -> int:
-    """The smallest power of two >= ``n`` for host ints ``n >= 0`` (0 for 0, as
-    ``triton.next_power_of_2``; see :func:`cdiv`)."""
-    return 0 if n <= 0 else 1 << (int(n) - 1).bit_length()
+    """The smallest power of two >= ``n`` for host ints (1 for ``n <= 1``: a block size is never 0;
+    ``triton.next_power_of_2`` gives 0 or 1 for 0 depending on the interpreter; see :func:`cdiv`)."""
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
 @functools.lru_cache(maxsize=8)
