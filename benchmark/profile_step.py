@@ -248,6 +248,24 @@ def cprofile_step(s: Any, ids: list[int], rid: str, sync: Any, top: int = 35) ->
     return out
 
 
+def decode_kernel_times(s: Any, sync: Any, bs: int, top: int = 40) -> list[str]:
+    """One more eager decode step under ``torch.profiler``: its CUDA kernels by device time
+    (markdown lines; the eager kernels are the ones a CUDA-graph replay runs)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        s.step()
+        sync()
+    kern = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    tot = sum(e.device_time_total for e in kern)
+    n = sum(e.count for e in kern)
+    out = ["", f"## decode step, batch size {bs}: {n} CUDA kernels, {tot / 1e3:.3f} ms of device time", "",
+           "| kernel | calls | total us | us per call |", "|---|---:|---:|---:|"]  # fmt: skip
+    for e in sorted(kern, key=lambda e: -e.device_time_total)[:top]:
+        out.append(
+            f"| {e.key[:80]} | {e.count} | {e.device_time_total:.1f} | {e.device_time_total / e.count:.2f} |"
+        )
+    return out
+
+
 def by_line_report(sa_kwargs: dict[str, Any], vocab_hint: int, dev: str) -> list[str]:
     """Per-source-line device-op inventory of an eager decode step (bs 1 and 8) and an 8-token
     extend step on a fresh scheduler with CUDA graphs off. Returns markdown lines."""
@@ -282,6 +300,8 @@ def by_line_report(sa_kwargs: dict[str, Any], vocab_hint: int, dev: str) -> list
                     s.step()
                     sync()
                 lines += c.table(f"decode step, batch size {bs}")
+                if dev == "cuda":
+                    lines += decode_kernel_times(s, sync, bs)
             while s.has_work():
                 s.step()
     add("e-warm", 8, 1)
