@@ -324,6 +324,8 @@ def main() -> int:
     ap.add_argument("--lens", default="8,129,2048")
     ap.add_argument("--by-line", action="store_true", help="also write kernels_by_line.md")
     ap.add_argument("--cprofile", action="store_true", help="add the step's Python functions by host time")
+    ap.add_argument("--kv-cache-dtype", default="auto", help="as the server flag (e.g. fp8_e4m3)")
+    ap.add_argument("--enable-fp4-indexer", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     from longctx import make_model_dir, warm_up
@@ -344,6 +346,8 @@ def main() -> int:
         skip_warmup=True,
         disable_overlap_schedule=True,
         disable_radix_cache=True,
+        kv_cache_dtype=a.kv_cache_dtype,
+        enable_fp4_indexer=a.enable_fp4_indexer,
         **({"max_total_tokens": 40000} if a.dry else {}),
     )
     if a.by_line:
@@ -361,7 +365,7 @@ def main() -> int:
               "|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     details: list[str] = []
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    for i, n in enumerate(int(x) for x in a.lens.split(",")):
+    for i, n in enumerate(int(x) for x in a.lens.split(",") if x):
         ids = torch.randint(10, vocab - 1, (n,), generator=torch.Generator().manual_seed(7 + i)).tolist()
         for rep in range(2):  # the first step of a length may compile; the second is measured
             sp = SamplingParams.from_dict({"max_new_tokens": 1, "temperature": 0, "ignore_eos": True})
