@@ -25,7 +25,7 @@ from sglang_v4.layers.linear import GroupedLinear, Linear
 from sglang_v4.layers.quantization import QuantConfig, linear_quant
 from sglang_v4.mem_cache.kv_spec import KVKind
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
-from sglang_v4.model_executor.forward_batch import ForwardBatch
+from sglang_v4.model_executor.forward_batch_info import ForwardBatch
 
 
 @dataclass

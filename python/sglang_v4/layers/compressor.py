@@ -19,7 +19,7 @@ from torch import nn
 from sglang_v4.layers.layernorm import RMSNorm
 from sglang_v4.layers.linear import Linear
 from sglang_v4.mem_cache.compressor_state import CompressorState
-from sglang_v4.model_executor.forward_batch import CompressPlan, ForwardBatch
+from sglang_v4.model_executor.forward_batch_info import CompressPlan, ForwardBatch
 
 
 class Compressor(nn.Module):

@@ -17,7 +17,7 @@ import torch
 
 if TYPE_CHECKING:
     from sglang_v4.mem_cache.cache_manager import ReqStateOp
-    from sglang_v4.model_executor.forward_batch import ReqForwardInput
+    from sglang_v4.model_executor.forward_batch_info import ReqForwardInput
     from sglang_v4.sampling.sampling_params import SamplingParams
 
 

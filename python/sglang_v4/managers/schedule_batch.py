@@ -47,7 +47,7 @@ from sglang_v4.managers.model_worker_batch import (
     ModelWorkerBatch,
     SamplingBatchInfo,
 )
-from sglang_v4.model_executor.forward_batch import ReqForwardInput
+from sglang_v4.model_executor.forward_batch_info import ReqForwardInput
 from sglang_v4.sampling.sampler import compute_logprobs, top_logprobs
 from sglang_v4.sampling.sampling_params import SamplingParams
 

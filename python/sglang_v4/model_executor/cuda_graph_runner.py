@@ -19,7 +19,7 @@ fixed by the batch shape (their workspace sized for ``max_ctx``). A step's host 
 
 The metadata is written by the model's :class:`~sglang_v4.model_executor.forward_batch.ForwardBatchBuilder`
 (the same definitions as an eager forward) into one pinned host buffer in the key's padded
-:class:`~sglang_v4.model_executor.forward_batch.MetadataLayout`, and copied by a single copy per
+:class:`~sglang_v4.model_executor.metadata_layout.MetadataLayout`, and copied by a single copy per
 step into one static int64 device buffer shared by all keys; the model reads it through a
 :class:`ForwardBatch` of views with ``graph_safe=True``. The layers never synchronise with the host
 on CUDA (``Compressor.run`` merges with ``torch.where``), so the whole forward is captured,

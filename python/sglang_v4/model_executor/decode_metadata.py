@@ -78,7 +78,7 @@ class DecodePlanner:
 
         Returns:
             ``(arrays, max_visible, logits_counts)``: the field name -> array map of
-            :class:`~sglang_v4.model_executor.forward_batch.HostMetadata` (same names, dtypes,
+            :class:`~sglang_v4.model_executor.metadata_layout.HostMetadata` (same names, dtypes,
             shapes and values as the general path), the largest visible count per ratio, and the
             ``[B]`` logits rows per request (``1`` where ``logits_start <= 0``, else ``0``).
         """

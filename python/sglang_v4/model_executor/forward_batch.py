@@ -1,52 +1,17 @@
-"""ForwardBatch and its one builder: the index metadata of one model forward.
-
-One code path serves extend (prefill from any prefix offset, i.e. chunked prefill and prefix-cache
-hits), decode (an extend of one token) and mixed batches of both: each request contributes
-``n >= 1`` new tokens at positions ``prefix_len .. prefix_len + n - 1``; the tokens of all requests
-are concatenated (``T = sum n``, ``B`` requests).
+"""ForwardBatchBuilder: the one writer of a forward's index metadata (:mod:`.forward_batch_info`).
 
 :class:`ForwardBatchBuilder` computes every index field once, on the host, vectorised over the
-batch (:meth:`~ForwardBatchBuilder.metadata`, numpy int64), and writes it through a
-:class:`MetadataLayout` either into one fresh buffer (eager forward) or, padded, into the static
-buffer of a captured CUDA graph (replay; ``cuda_graph_runner.py``). Both paths share each field's
-definition; only the padding differs.
-
-Fields (all int64 on the device, ``-1`` = none; the readers in brackets):
-
-========================  ==========  ===========================================================
-field                     shape       meaning
-========================  ==========  ===========================================================
-``input_ids``             ``[T]``     token ids [embedding, hash-routed MoE]
-``positions``             ``[T]``     absolute positions [RoPE, compressor ``position_bias``,
-                                      sliding-window keys]
-``token_req``             ``[T]``     each token's request row [attention, indexer]
-``req_pool_indices``      ``[B]``     request slots: rows of the pool's per-request state and of
-                                      the page table ``req_to_page`` [compressors, attention,
-                                      indexer]
-``swa_write``             ``[T]``     window-pool slot each token's KV is written to [attention]
-``swa_pages``             ``[T, 2]``  window pages of the span before the token's span and of its
-                                      own span (spans of ``window`` positions) [attention]
-``logits_indices``        ``[K]``     token rows whose logits are computed [LM head]
-``<ratio>.win_rows`` ...  see :class:`CompressPlan` (per compression ratio: CSA 4, HCA 128)
-``<ratio>.visible``       ``[T]``     compressed entries visible to each token [attention, indexer]
-========================  ==========  ===========================================================
-
-plus ``req_to_page [R, P]`` int32: the pool's device page table
-(:class:`~sglang_v4.mem_cache.req_to_page.ReqToPageTable`, SGLang's ``req_to_token`` at page
-granularity), of which a forward uploads only the rows' pages that changed.
-
-Long context: no field is sized tokens x candidates, and no per-step host work grows with the
-context. The visible compressed entries of a token are the first ``visible[t]`` entries of its
-request, entry ``w`` living at slot ``req_to_page[slot, w // e] * e + w % e`` (``e = page_size /
-m``); the sliding-window keys of the token at ``p`` are positions ``p - window + 1 .. p`` in its two
-``swa_pages`` (:mod:`sgl_kernel_v4.paged`). The attention and indexer kernels compute those slots
-themselves.
+batch (:meth:`~ForwardBatchBuilder.metadata`, numpy int64; all-decode batches in closed form,
+:mod:`.decode_metadata`), and writes it through a :class:`~.metadata_layout.MetadataLayout` either
+into one fresh buffer (eager forward) or, padded, into the static buffer of a captured CUDA graph
+(replay; ``cuda_graph_runner.py``). Both paths share each field's definition; only the padding
+differs. The dataclasses (:class:`ReqForwardInput`, :class:`ForwardBatch`, :class:`CompressPlan`)
+are re-exported here.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from operator import attrgetter
 
 import numpy as np
@@ -54,45 +19,28 @@ import torch
 
 from sglang_v4.mem_cache.req_to_page import ReqToPageTable
 from sglang_v4.model_executor.decode_metadata import DecodePlanner
-
-#: Fields of a :class:`CompressPlan` and of a :class:`ForwardBatch` outside its plans, in layout order.
-PLAN_FIELDS = tuple(
-    "win_rows win_prev win_pos win_out buf_rows ovl_rows snap_rows snap_pages visible".split()
+from sglang_v4.model_executor.forward_batch_info import (
+    BATCH_FIELDS,
+    PAD,
+    PLAN_FIELDS,
+    CompressPlan,
+    ForwardBatch,
+    ReqForwardInput,
 )
-BATCH_FIELDS = tuple(
-    "input_ids positions token_req req_pool_indices swa_write swa_pages logits_indices".split()
-)
-#: Value of padded entries in a static (graph) layout. Padded requests use the reserved request
-#: slot 0 and write no KV (``swa_write = win_out = -1``); padded snapshots go to the reserved window
-#: page 0; padded tokens see nothing (``swa_pages = -1``, ``visible = 0``).
-PAD = {f: 0 for f in BATCH_FIELDS + PLAN_FIELDS} | {
-    f: -1 for f in "swa_write swa_pages win_rows win_prev win_out buf_rows ovl_rows snap_rows".split()
-}
+from sglang_v4.model_executor.metadata_layout import HostMetadata, MetadataLayout
 
-
-@dataclass(slots=True)
-class ReqForwardInput:
-    """One request's share of a forward.
-
-    Attributes:
-        req_pool_idx: the request's slot in the pool's per-request state.
-        input_ids: the ``n`` new token ids (``n >= 1``).
-        prefix_len: tokens already in the KV state (the position of ``input_ids[0]``).
-        block_pages: block page of every logical block ``0 .. ceil((prefix_len + n) / page_size) - 1``
-            (more are ignored).
-        window_pages: window page per 128-position span ``k`` (positions ``128k .. 128k+127``); must
-            cover every span from ``(prefix_len - 127) // 128`` to ``(prefix_len + n - 1) // 128``.
-        logits_start: chunk-relative index of the first token whose logits are needed
-            (``n - 1``: only the last token; ``n``: none).
-    """
-
-    req_pool_idx: int
-    input_ids: list[int]
-    prefix_len: int
-    block_pages: list[int]
-    window_pages: dict[int, int]
-    logits_start: int
-
+__all__ = [
+    "BATCH_FIELDS",
+    "PAD",
+    "PLAN_FIELDS",
+    "CompressPlan",
+    "ForwardBatch",
+    "ForwardBatchBuilder",
+    "HostMetadata",
+    "MetadataLayout",
+    "ReqForwardInput",
+    "build_forward_batch",
+]
 
 _PREFIX_LEN = attrgetter("prefix_len")
 _INPUT_IDS = attrgetter("input_ids")
@@ -100,258 +48,11 @@ _REQ_POOL_IDX = attrgetter("req_pool_idx")
 _LOGITS_START = attrgetter("logits_start")
 
 
-@dataclass
-class CompressPlan:
-    """Index maps for one compression ratio ``m`` (4: CSA, 128: HCA).
-
-    Row tables: per layer the compressor builds ``Tab = cat(state_buf[req_pool_indices] as
-    [B * m, X], new_rows [T, X])`` and, for CSA, ``CaTab = cat(state_ovl[req_pool_indices] as
-    [B * m, d], Tab[:, :d])``. A window ``w`` covers positions ``w*m .. w*m + m - 1``; entry ``w``
-    is visible to the token at position ``t`` iff ``w < (t + 1) // m`` (HF
-    ``DeepseekV4CSACompressor``). All tensors int64, ``-1`` = none.
-
-    Attributes:
-        ratio: compression ratio m.
-        win_rows: ``[J, m]`` rows of ``Tab`` forming each window completed by this forward.
-        win_prev: ``[J, m]`` rows of ``CaTab`` holding the previous window's Ca half (CSA; ``[0, m]``
-            for HCA).
-        win_pos: ``[J]`` position of each window (``w * m``), for RoPE.
-        win_out: ``[J]`` flat slot of the new entry in the compressed pool
-            (``page * (page_size / m) + w % (page_size / m)``).
-        buf_rows: ``[B, m]`` rows of ``Tab`` forming each request's new partial window.
-        ovl_rows: ``[B, m]`` rows of ``Tab`` of each request's last completed window (``-1`` rows:
-            no new window, keep the old overlap state).
-        snap_rows: ``[S, m]`` rows of ``Tab`` of windows that end on a block boundary (CSA resume
-            snapshots; ``[0, m]`` for HCA).
-        snap_pages: ``[S]`` window pages receiving those snapshots.
-        visible: ``[T]`` number of the request's entries visible to each token (``(pos + 1) // m``).
-        max_visible: a bound on ``visible`` (host int): the largest value (eager) or
-            ``context // m`` of a CUDA graph's context bound; sizes the indexer's workspace.
-    """
-
-    ratio: int
-    win_rows: torch.Tensor
-    win_prev: torch.Tensor
-    win_pos: torch.Tensor
-    win_out: torch.Tensor
-    buf_rows: torch.Tensor
-    ovl_rows: torch.Tensor
-    snap_rows: torch.Tensor
-    snap_pages: torch.Tensor
-    visible: torch.Tensor
-    max_visible: int
-
-
-@dataclass
-class ForwardBatch:
-    """A batch of requests' new tokens (extend, decode or mixed) for one model forward.
-
-    Tensor fields are described in the module docstring (compact form, int64 on the device;
-    ``req_to_page`` int32).
-
-    Attributes:
-        extend_lens / prefix_lens: per request (host lists).
-        logits_counts: ``logits_counts[b]`` of the ``logits_indices`` rows belong to request ``b``
-            (in order; host list).
-        page_size: tokens per block page; window: positions per window page (= sliding window).
-        csa / hca: :class:`CompressPlan` per ratio (``None`` if the model has no such layer).
-        indexer_stream: CUDA stream on which CSA layers run their indexer branch (compressor,
-            scoring, top-k), overlapping the main branch; ``None`` runs it inline. Read by
-            ``DSV4Attention``; set from the runner's indexer-stream policy.
-        graph_safe: the batch's tensors are the padded static buffers of a CUDA graph (or their
-            eager stand-in on CPU): no layer may synchronise with the host or pick shapes from
-            tensor values (no layer reads it today: every layer is graph-safe on every batch).
-        req_to_page: ``[R, P]`` int32 page table (row = request slot); ``None`` until set by the
-            builder.
-    """
-
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    token_req: torch.Tensor
-    req_pool_indices: torch.Tensor
-    swa_write: torch.Tensor
-    swa_pages: torch.Tensor
-    logits_indices: torch.Tensor
-    extend_lens: list[int]
-    prefix_lens: list[int]
-    logits_counts: list[int]
-    page_size: int
-    window: int
-    csa: CompressPlan | None = None
-    hca: CompressPlan | None = None
-    indexer_stream: torch.cuda.Stream | None = None
-    graph_safe: bool = False
-    req_to_page: torch.Tensor | None = None
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.input_ids.shape[0])
-
-    @property
-    def batch_size(self) -> int:
-        return len(self.extend_lens)
-
-    @property
-    def is_decode(self) -> bool:
-        return all(n == 1 for n in self.extend_lens)
-
-
-@dataclass
-class HostMetadata:
-    """The builder's output on the host, before it is written to a device buffer.
-
-    Attributes:
-        arrays: field name (``"input_ids"``, ``"csa.win_rows"``, ...) -> int64 numpy array in the
-            shapes of the module docstring (unpadded).
-        num_req_rows: ``B`` the row tables were computed for (the padded batch size in a graph).
-        extend_lens / prefix_lens / logits_counts: host lists of the batch.
-        max_visible: ratio name -> largest visible-entry count of any token.
-        num_blocks: block pages each request reads (``ceil(end / page_size)``): the page-table
-            columns the forward needs synced.
-    """
-
-    arrays: dict[str, np.ndarray]
-    num_req_rows: int
-    extend_lens: list[int]
-    prefix_lens: list[int]
-    logits_counts: list[int]
-    max_visible: dict[str, int]
-    num_blocks: list[int]
-
-
 def _ragged_arange(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For per-group ``counts [G]``: ``(group [N], index within the group [N])``, ``N = sum``."""
     group = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
     starts = np.cumsum(counts) - counts
     return group, np.arange(group.shape[0], dtype=np.int64) - starts[group]
-
-
-class MetadataLayout:
-    """Where each field lives in one flat int64 buffer, and with which shape.
-
-    An exact layout (:meth:`ForwardBatchBuilder.build`) has the metadata's own shapes; a static
-    layout (:meth:`ForwardBatchBuilder.static_layout`) has the padded shapes of one CUDA-graph key,
-    whatever batch it replays. :meth:`write` fills a host buffer, :meth:`views` makes the
-    :class:`ForwardBatch` of a device copy of it.
-
-    Args:
-        shapes: field name -> shape, in layout order.
-        ratios: ratio name (``"csa"``, ``"hca"``) -> m.
-        max_visible: ratio name -> the bound on ``visible`` (:attr:`CompressPlan.max_visible`).
-        page_size / window: of the model's pools.
-        num_req_rows: ``B`` the row tables must be computed for (``None``: any, exact layouts).
-        all_logits: logits of every token row (graphs) instead of the metadata's rows.
-    """
-
-    def __init__(
-        self,
-        shapes: dict[str, tuple[int, ...]],
-        ratios: dict[str, int],
-        max_visible: dict[str, int],
-        page_size: int,
-        window: int,
-        num_req_rows: int | None = None,
-        all_logits: bool = False,
-    ) -> None:
-        self.shapes = shapes
-        self.ratios, self.max_visible = ratios, max_visible
-        self.page_size, self.window = page_size, window
-        self.num_req_rows, self.all_logits = num_req_rows, all_logits
-        self.offsets: dict[str, int] = {}
-        self.size = 0
-        for name, shape in shapes.items():
-            self.offsets[name] = self.size
-            self.size += int(np.prod(shape))
-        self._pad: np.ndarray | None = None
-        self._host: np.ndarray | None = None  # the host buffer last written, and its field views
-        self._host_views: dict[str, np.ndarray] = {}
-
-    def _view(self, buf: np.ndarray | torch.Tensor, name: str) -> np.ndarray | torch.Tensor:
-        n = int(np.prod(self.shapes[name]))
-        o = self.offsets[name]
-        return buf[o : o + n].reshape(self.shapes[name])
-
-    def write(self, host: np.ndarray, meta: HostMetadata | None) -> None:
-        """Write ``meta`` into ``host[: self.size]``, padding every field to its shape with
-        :data:`PAD`; ``meta=None`` writes an all-padding batch (graph warm-up and capture).
-
-        Raises:
-            ValueError: ``meta`` does not fit (more tokens, requests or windows than the static
-                shape, more visible entries than the bound, or row tables computed for another
-                ``B``); ``host`` is then unchanged.
-        """
-        if meta is not None:
-            if self.num_req_rows is not None and meta.num_req_rows != self.num_req_rows:
-                raise ValueError(
-                    f"row tables computed for {meta.num_req_rows} requests, layout has {self.num_req_rows}"
-                )
-            for name, c in meta.max_visible.items():
-                if c > self.max_visible[name]:
-                    raise ValueError(
-                        f"{name}.visible: {c} visible entries exceed the static bound {self.max_visible[name]}"
-                    )
-            for name, a in meta.arrays.items():
-                shape = self.shapes[name]
-                if a.shape != shape and (a.ndim != len(shape) or any(s > d for s, d in zip(a.shape, shape))):
-                    raise ValueError(f"{name}: shape {a.shape} exceeds the static shape {shape}")
-        if self._host is not host:
-            self._host, self._host_views = host, {name: self._view(host, name) for name in self.shapes}
-        if meta is None or any(a.shape != self.shapes[k] for k, a in meta.arrays.items()):
-            host[: self.size] = self._padding()
-        if meta is None:
-            return
-        for name, a in meta.arrays.items():
-            dst = self._host_views[name]
-            if name == "logits_indices" and self.all_logits:
-                dst[...] = self._view(self._padding(), name)
-                continue
-            if a.shape == dst.shape:
-                dst[...] = a
-            elif a.size:
-                dst[tuple(slice(0, s) for s in a.shape)] = a
-
-    def _padding(self) -> np.ndarray:
-        """``[size]`` the all-padding buffer (:data:`PAD`; ``logits_indices`` of every row if
-        ``all_logits``), built once."""
-        if self._pad is None:
-            pad = np.empty(self.size, dtype=np.int64)
-            for name, shape in self.shapes.items():
-                v = self._view(pad, name)
-                if name == "logits_indices" and self.all_logits:
-                    v[...] = np.arange(shape[0], dtype=np.int64)
-                else:
-                    v[...] = PAD[name.rsplit(".", 1)[-1]]
-            self._pad = pad
-        return self._pad
-
-    def views(
-        self,
-        buf: torch.Tensor,
-        extend_lens: list[int],
-        prefix_lens: list[int],
-        logits_counts: list[int],
-    ) -> ForwardBatch:
-        """A :class:`ForwardBatch` whose tensors are views of ``buf`` (a device copy of what
-        :meth:`write` filled) and whose host lists are the given ones."""
-        t = {name: self._view(buf, name) for name in self.shapes}
-        plans = {
-            name: CompressPlan(
-                ratio=m,
-                max_visible=self.max_visible[name],
-                **{f: t[f"{name}.{f}"] for f in PLAN_FIELDS},
-            )
-            for name, m in self.ratios.items()
-        }
-        return ForwardBatch(
-            **{f: t[f] for f in BATCH_FIELDS},
-            extend_lens=extend_lens,
-            prefix_lens=prefix_lens,
-            logits_counts=logits_counts,
-            page_size=self.page_size,
-            window=self.window,
-            csa=plans.get("csa"),
-            hca=plans.get("hca"),
-        )
 
 
 class ForwardBatchBuilder:

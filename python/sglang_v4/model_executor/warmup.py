@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from sglang_v4.model_executor.forward_batch import ReqForwardInput
+from sglang_v4.model_executor.forward_batch_info import ReqForwardInput
 from sglang_v4.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from sglang_v4.layers.moe import SparseMoeBlock
 from sglang_v4.layers.quantization import QuantConfig
 from sglang_v4.layers.rotary_embedding import RotaryTables
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
-from sglang_v4.model_executor.forward_batch import ForwardBatch
+from sglang_v4.model_executor.forward_batch_info import ForwardBatch
 
 
 class DecoderLayer(nn.Module):
