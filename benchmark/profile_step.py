@@ -266,9 +266,12 @@ def decode_kernel_times(s: Any, sync: Any, bs: int, top: int = 40) -> list[str]:
     return out
 
 
-def by_line_report(sa_kwargs: dict[str, Any], vocab_hint: int, dev: str) -> list[str]:
-    """Per-source-line device-op inventory of an eager decode step (bs 1 and 8) and an 8-token
-    extend step on a fresh scheduler with CUDA graphs off. Returns markdown lines."""
+def by_line_report(
+    sa_kwargs: dict[str, Any], dev: str, decode_bs: tuple[int, ...] = (1, 8), decode_ctx: int = 64
+) -> list[str]:
+    """Per-source-line device-op inventory of an eager decode step (batch sizes ``decode_bs``, each
+    request ``decode_ctx`` tokens into its context) and an 8-token extend step on a fresh scheduler
+    with CUDA graphs off. Returns markdown lines."""
     from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
     from sglang_v4.managers.scheduler import Scheduler
     from sglang_v4.sampling.sampling_params import SamplingParams
@@ -287,10 +290,10 @@ def by_line_report(sa_kwargs: dict[str, Any], vocab_hint: int, dev: str) -> list
         sp.normalize(None)
         s.add_request(TokenizedGenerateReqInput(rid=rid, input_text=None, input_ids=ids, sampling_params=sp))
 
-    for bs in (1, 8):
+    for bs in decode_bs:
         for rep in range(2):  # the first round compiles; the second is counted
             for i in range(bs):
-                add(f"d{bs}-{rep}-{i}", 64 + i, 6)
+                add(f"d{bs}-{rep}-{i}", decode_ctx + i, 6)
             s.step()  # the extend step
             sync()
             s.step()  # a first decode step (compiles)
@@ -326,7 +329,11 @@ def main() -> int:
     ap.add_argument("--cprofile", action="store_true", help="add the step's Python functions by host time")
     ap.add_argument("--kv-cache-dtype", default="auto", help="as the server flag (e.g. fp8_e4m3)")
     ap.add_argument("--enable-fp4-indexer", action="store_true")
+    ap.add_argument("--decode-bs", default="1,8", help="--by-line: decode batch sizes")
+    ap.add_argument("--decode-ctx", type=int, default=64, help="--by-line: decode context (tokens)")
+    ap.add_argument("--preset", default="flash-8l-32e")
     a = ap.parse_args()
+    decode_bs = tuple(int(x) for x in a.decode_bs.split(",") if x)
     os.makedirs(a.out, exist_ok=True)
     from longctx import make_model_dir, warm_up
     from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
@@ -336,13 +343,13 @@ def main() -> int:
 
     dev = "cpu" if a.dry else "cuda"
     sa_kwargs: dict[str, Any] = dict(
-        model_path=make_model_dir("tiny" if a.dry else "flash-8l-32e"),
+        model_path=make_model_dir("tiny" if a.dry else a.preset),
         load_format="dummy",
         device=dev,
         dtype="float32" if a.dry else "bfloat16",
         context_length=4096 if a.dry else 1 << 17,
-        max_running_requests=8,
-        cuda_graph_max_bs=8,
+        max_running_requests=max(8, *decode_bs),
+        cuda_graph_max_bs=max(8, *decode_bs),
         skip_warmup=True,
         disable_overlap_schedule=True,
         disable_radix_cache=True,
@@ -351,7 +358,7 @@ def main() -> int:
         **({"max_total_tokens": 40000} if a.dry else {}),
     )
     if a.by_line:
-        text = "\n".join(by_line_report(sa_kwargs, 0, dev)) + "\n"
+        text = "\n".join(by_line_report(sa_kwargs, dev, decode_bs, a.decode_ctx)) + "\n"
         with open(os.path.join(a.out, "kernels_by_line.md"), "w", encoding="utf-8") as f:
             f.write(text)
         print(text)

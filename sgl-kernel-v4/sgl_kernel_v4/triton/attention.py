@@ -41,8 +41,8 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attend(q, m, l_sum, acc, kv_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE):
-    k = load_main(kv_ptr, off, valid, offs_d, CODEC, D, NOPE).to(q.dtype)
+def _attend(q, m, l_sum, acc, kv_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE, ALIGN):
+    k = load_main(kv_ptr, off, valid, offs_d, CODEC, D, NOPE, ALIGN).to(q.dtype)
     qk = tl.dot(q, tl.trans(k))
     qk = tl.where(valid[None, :], qk * scale_log2, float("-inf"))
     m_new = tl.maximum(m, tl.max(qk, 1))
@@ -102,6 +102,7 @@ def _paged_attn_kernel(
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,
     COMP_MODE: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1)
@@ -136,7 +137,9 @@ def _paged_attn_kernel(
         page = tl.where(kpc // W == p // W, pg_cur, pg_prev)
         valid = (j0 + offs_n < j_end) & (kp >= 0) & (page >= 0)
         off = row_offsets(page * W + kpc % W, swa_rpp, swa_ps, swa_rs)
-        m, l_sum, acc = _attend(q, m, l_sum, acc, swa_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE)
+        m, l_sum, acc = _attend(
+            q, m, l_sum, acc, swa_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE, ALIGN
+        )
 
     # compressed entries of the token's request: selected (CSA) or every visible one (HCA)
     if COMP_MODE != 0:
@@ -158,7 +161,7 @@ def _paged_attn_kernel(
             valid = (w >= 0) & (page >= 0)
             off = row_offsets(page * E + wc % E, c_rpp, c_ps, c_rs)
             m, l_sum, acc = _attend(
-                q, m, l_sum, acc, comp_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE
+                q, m, l_sum, acc, comp_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE, ALIGN
             )
 
     if not SPLIT:
@@ -254,6 +257,9 @@ def sparse_attention(
     num_splits: int | None = None,
     block_h: int | None = None,
     block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    fp8_align: int | None = None,
 ) -> torch.Tensor:
     """Paged sparse MQA attention with a per-head sink (op table entry 5; arguments and result as
     :func:`sgl_kernel_v4.ref.attention.sparse_attention`).
@@ -266,6 +272,15 @@ def sparse_attention(
         out: optional ``[T, H, D]`` output buffer (q's dtype).
         num_splits: splits per (token, head block); ``None``: :func:`default_num_splits`.
         block_h / block_n: tile sizes (heads per program, keys per iteration).
+        num_warps / num_stages: launch options (``None``: the tuned defaults below).
+        fp8_align: byte alignment of fp8 entry rows stated to the compiler, 2 or 8 (``None``: 8
+            unpipelined, 2 pipelined; see ``load_main``).
+
+    Tile defaults (H200 sweeps in benchmark/RESULTS.md, ``benchmark/attention_fp8_sweep.py``): bf16
+    pools: 64 heads x 32 keys from 128 tokens (prefill), else 16 heads x 64 keys (16 at <= 4
+    tokens), two pipeline stages. fp8 pools: 16 keys per tile below 128 tokens (32 above), one
+    stage, 8-byte aligned loads: the dequantized tile lives in registers, and longer tiles or a
+    second stage spill (at 16 tokens 5.6x slower than these defaults, at 2048 tokens 3x).
 
     Raises:
         ValueError: a shape, dtype or layout is out of range, or the two pools differ in format.
@@ -320,8 +335,9 @@ def sparse_attention(
     # (one gather of the keys per token), decode small head blocks and long key tiles
     if block_h is None:
         block_h = 64 if (T >= 128 and H >= 64) else 16
+    fp8 = swa.codec == "fp8_main"
     if block_n is None:
-        block_n = 32 if T >= 128 else (16 if T <= 4 else 64)
+        block_n = 32 if T >= 128 else (16 if T <= 4 or fp8 else 64)
     if q.element_size() > 2:  # fp32 tiles: halve to fit shared memory
         block_h, block_n = min(block_h, 32), min(block_n, 16)
     block_h = max(16, min(block_h, next_power_of_2(H)))
@@ -342,7 +358,14 @@ def sparse_attention(
     rrows = req_rows if mode else positions
     treq = token_req if mode else positions
     assert ent is not None and vis is not None and r2p is not None and rrows is not None and treq is not None
-    num_warps = 8 if block_h * block_d >= 16 * 512 else 4
+    if num_warps is None:
+        num_warps = (8 if T >= 128 else 4) if fp8 else (8 if block_h * block_d >= 16 * 512 else 4)
+    if num_stages is None:
+        num_stages = 1 if fp8 else 2
+    if fp8_align is None:
+        fp8_align = 8 if num_stages == 1 else 2
+    if fp8_align not in (2, 8):
+        raise ValueError(f"fp8_align: expected 2 or 8, got {fp8_align}")
     _paged_attn_kernel[(T, n_hb, num_splits)](
         q, q.stride(0), q.stride(1),
         swa.storage, swa.rows_per_page, swa.page_stride, swa.row_stride, swa_pages, positions, int(window),
@@ -352,7 +375,7 @@ def sparse_attention(
         sinks, out, out.stride(0), out.stride(1), part_acc, part_ml,
         H, float(scale) * _LOG2E, num_splits,
         D=D, NOPE=D - swa.rope_dim, CODEC=swa.codec_id, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
-        SPLIT=num_splits > 1, COMP_MODE=mode, num_warps=num_warps, num_stages=2,
+        SPLIT=num_splits > 1, COMP_MODE=mode, ALIGN=fp8_align, num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     if num_splits > 1:
         _combine_kernel[(T, H)](

@@ -139,23 +139,32 @@ def aligned(ptr, off, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr):
 
 
 @triton.jit
-def load_main(ptr, off, valid, offs_d, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr):
+def load_main(
+    ptr, off, valid, offs_d, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr, ALIGN: tl.constexpr = 2
+):
     """``[N, BLOCK_D]`` main entries (K = V rows) at element offsets ``off [N]`` of ``ptr``; zeros
     where ``valid`` is False or ``offs_d >= D``. Float pools return their own dtype, fp8 entries
-    fp32 (exact)."""
+    bf16: exact, as every value is an e4m3 value times a power-of-two scale of at least ``2^-22``
+    (the encoder's ``amax`` floor) or a stored bf16 rope value; half the registers of fp32.
+    ``ALIGN``: the byte alignment of fp8 entry rows stated to the compiler (2 or 8; see
+    :func:`aligned`: wider loads vectorise but are staged through shared memory when pipelined)."""
     dmask = offs_d < D
     if CODEC == 0:
         x = tl.load(ptr + off[:, None] + offs_d[None, :], mask=valid[:, None] & dmask[None, :], other=0.0)
     else:
         is_nope = offs_d < NOPE
         nm = valid[:, None] & is_nope[None, :]
-        base = aligned(ptr, off, CODEC, D, NOPE)
+        if ALIGN == 8:
+            base = tl.multiple_of(ptr + off, 8)
+        else:
+            base = aligned(ptr, off, CODEC, D, NOPE)
         b = tl.load(base[:, None] + offs_d[None, :], mask=nm, other=0)
         sb = tl.load(base[:, None] + (NOPE + 2 * (D - NOPE)) + offs_d[None, :] // 64, mask=nm, other=127)
-        nope = b.to(tl.float8e4nv, bitcast=True).to(tl.float32) * _ue8m0(sb)
+        # e4m3 -> fp32 -> bf16 (the interpreter has no direct fp8 -> bf16 cast); exact either way
+        nope = (b.to(tl.float8e4nv, bitcast=True).to(tl.float32) * _ue8m0(sb)).to(tl.bfloat16)
         rope_ptr = (base + NOPE).to(tl.pointer_type(tl.bfloat16))
         rm = valid[:, None] & (offs_d[None, :] >= NOPE) & dmask[None, :]
-        rope = tl.load(rope_ptr[:, None] + (offs_d - NOPE)[None, :], mask=rm, other=0.0).to(tl.float32)
+        rope = tl.load(rope_ptr[:, None] + (offs_d - NOPE)[None, :], mask=rm, other=0.0)
         x = tl.where(is_nope[None, :], nope, rope)
     return x
 
