@@ -171,6 +171,7 @@ def test_paged_attention_matches_fp64(
 def test_paged_attention_fp8_pools(mode: str) -> None:
     """fp8 entries (448 e4m3 nope + 64 bf16 rope + 7 ue8m0 scales, in class-strided pages): the
     kernel dequantizes in registers; the oracle attends over the reference codec's decode."""
+    from sgl_kernel_v4.paged import entry_align
     from sglang_v4.configs.model_config import ModelConfig
     from sglang_v4.configs.presets import get_preset
     from sglang_v4.mem_cache.kv_format import KVRowsView, decode_entries, encode_entries
@@ -198,6 +199,17 @@ def test_paged_attention_fp8_pools(mode: str) -> None:
     ref = oracle(case, case["swa64"], case["comp64"])
     out = run(case, views["swa"], views["comp"])
     assert rel_err(out, ref) < (3e-3 if small else 1.5e-2)
+    # 8-byte loads need 8-byte aligned rows: the default follows the entry size (584-byte entries of
+    # flash-8l-32e: 8; the tiny preset's 194-byte entries: 2) and a wider explicit value is refused
+    row_align = 8 if entry_align("fp8_main", D, mc.rope_dim) >= 8 else 2
+    assert rel_err(run(case, views["swa"], views["comp"], fp8_align=row_align), ref) < (
+        3e-3 if small else 1.5e-2
+    )
+    if row_align < 8:
+        with pytest.raises(ValueError, match="fp8_align"):
+            run(case, views["swa"], views["comp"], fp8_align=8)
+    with pytest.raises(ValueError, match="fp8_align"):
+        run(case, views["swa"], views["comp"], fp8_align=4)
 
 
 def test_paged_attention_empty_and_bad_input() -> None:

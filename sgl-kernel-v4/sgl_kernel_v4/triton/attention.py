@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sgl_kernel_v4.paged import as_paged
+from sgl_kernel_v4.paged import as_paged, entry_align
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
 from sgl_kernel_v4.triton.kv_codec import load_main, row_offsets
 
@@ -274,7 +274,8 @@ def sparse_attention(
         block_h / block_n: tile sizes (heads per program, keys per iteration).
         num_warps / num_stages: launch options (``None``: the tuned defaults below).
         fp8_align: byte alignment of fp8 entry rows stated to the compiler, 2 or 8 (``None``: 8
-            unpipelined, 2 pipelined; see ``load_main``).
+            when unpipelined and the rows are 8-byte aligned (``entry_align``), else 2; see
+            ``load_main``). A value above the rows' alignment raises ValueError (it would fault).
 
     Tile defaults (H200 sweeps in benchmark/RESULTS.md, ``benchmark/attention_fp8_sweep.py``): bf16
     pools: 64 heads x 32 keys from 128 tokens (prefill), else 16 heads x 64 keys (16 at <= 4
@@ -362,10 +363,15 @@ def sparse_attention(
         num_warps = (8 if T >= 128 else 4) if fp8 else (8 if block_h * block_d >= 16 * 512 else 4)
     if num_stages is None:
         num_stages = 1 if fp8 else 2
+    # 8-byte loads only where every entry row is 8-byte aligned (584-byte entries of the served
+    # models; the small test shapes have 194-byte rows) and nothing is pipelined through shared memory
+    row_align = entry_align(swa.codec, D, swa.rope_dim) if fp8 else 16
     if fp8_align is None:
-        fp8_align = 8 if num_stages == 1 else 2
+        fp8_align = 8 if (num_stages == 1 and row_align >= 8) else 2
     if fp8_align not in (2, 8):
         raise ValueError(f"fp8_align: expected 2 or 8, got {fp8_align}")
+    if fp8_align > row_align:
+        raise ValueError(f"fp8_align: {fp8_align} exceeds the {row_align}-byte alignment of the entry rows")
     _paged_attn_kernel[(T, n_hb, num_splits)](
         q, q.stride(0), q.stride(1),
         swa.storage, swa.rows_per_page, swa.page_stride, swa.row_stride, swa_pages, positions, int(window),
