@@ -32,6 +32,7 @@ from sgl_kernel_v4.triton.attention import sparse_attention
 from sgl_kernel_v4.triton.indexer import indexer_topk
 from sgl_kernel_v4.triton.mhc import hc_pre
 from sgl_kernel_v4.triton.moe import fused_moe
+from sgl_kernel_v4.triton.moe_fp4 import fused_moe_fp4
 from sgl_kernel_v4.triton.moe_router import moe_route
 from sgl_kernel_v4.triton.activation import swiglu_clamped
 from sgl_kernel_v4.triton.compressor_state import compress_windows_and_insert, advance_compressor_state
@@ -140,6 +141,18 @@ for name, Ts in (("mhc_moe_decode", (1, 2, 3, 5, 8, 12, 16, 24, 33)),):
             mhc(T)
             moe(T)
     out[name] = Counter(r["fn"].split(":")[1] for r in klr.distinct(recs))
+def moe_fp4(T):
+    # flash-43l's 160 experts: 854..2,560 tokens all take the 64-row tile class
+    E, D, I, k = 160, 256, 128, 6
+    u8 = dict(dtype=torch.uint8)
+    fused_moe_fp4(torch.empty(T, D, dtype=torch.bfloat16), torch.empty(E, 2 * I, D // 2, **u8),
+                  torch.empty(E, 2 * I, D // 32, **u8), torch.empty(E, D, I // 2, **u8),
+                  torch.empty(E, D, I // 32, **u8), torch.zeros(T, k, dtype=torch.int64), torch.empty(T, k), 10.0)
+
+with klr.record_launches(dry=True) as recs:
+    for T in (854, 900, 1024, 1032, 1100, 2560):
+        moe_fp4(T)
+out["moe_fp4_class"] = Counter(r["fn"].split(":")[1] for r in klr.distinct(recs))
 with klr.record_launches(dry=True) as recs:
     for T in (300, 777, 1500, 2048):
         mhc(T)
@@ -240,3 +253,13 @@ def test_compressor_state_kernels_reuse_a_variant_per_compressor(variants: dict[
     assert set(got) == set(bound), got
     too_many = {k: v for k, v in got.items() if v > bound[k]}
     assert not too_many, f"kernels compiling a variant per batch size / table offset: {too_many}"
+
+
+def test_fp4_moe_reuses_one_variant_within_a_tile_class(variants: dict[str, dict[str, int]]) -> None:
+    """Extends of 854 to 2,560 tokens over 160 FP4 experts (``flash-43l``): one tile class, so one
+    variant of each grouped GEMM. Before the pair count was a runtime argument, a pair count that is
+    a multiple of 16 (1,024 tokens, the warm-up's) and one that is not (1,032 tokens, a mixed step
+    under load) compiled twice: on the H200 the second compile came after ready (a 1.2 s stall)."""
+    got = variants["moe_fp4_class"]
+    assert {"_gate_up_fp4_kernel", "_down_fp4_kernel"} <= set(got), got
+    assert got["_gate_up_fp4_kernel"] == 1 and got["_down_fp4_kernel"] == 1, got

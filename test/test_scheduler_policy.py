@@ -173,6 +173,24 @@ def test_warmup_grid_covers_class_boundaries() -> None:
     assert {bs for bs, t, _ in grid if t == 1} >= {1, 2, 64}
 
 
+def test_warmup_grid_adds_each_moe_tile_class_once() -> None:
+    """160 FP4 experts, top-6 (``flash-43l``): by the documented tile rule (pair mode up to
+    max(6, 160 / 4) = 40 pairs, then 16 / 32 / 96 pairs per expert) the classes begin at 1, 7, 427,
+    854 and 2,561 tokens; the bf16 rule (16 / 64 pairs per expert) at 1, 427, 1,707."""
+    from sgl_kernel_v4.triton.moe_fp4 import tile_class_token_counts
+
+    assert tile_class_token_counts(160, 6, 8192, fp4=True) == [1, 7, 427, 854, 2561]
+    assert tile_class_token_counts(160, 6, 8192, fp4=False) == [1, 427, 1707]
+    assert tile_class_token_counts(160, 6, 1000, fp4=True) == [1, 7, 427, 854]
+    with pytest.raises(ValueError, match="max_tokens"):
+        tile_class_token_counts(160, 6, 0, fp4=True)
+    base = warmup_grid(chunk=8192, max_ctx=4096, window=128)
+    grid = warmup_grid(chunk=8192, max_ctx=4096, window=128, moe_tokens=[7, 427, 854, 2561, 9000])
+    added = [p for p in grid if p not in base]
+    # once each, at the smallest context holding them; 9000 exceeds the chunk
+    assert added == [(1, 7, 128), (1, 427, 512), (1, 854, 1024), (1, 2561, 4096)], added
+
+
 def test_forced_warmup_returns_everything_and_changes_no_output(sched_model_dir: str) -> None:
     ids = random_ids(150, seed=900)
     ref = make_scheduler(sched_model_dir, chunked_prefill_size=64)

@@ -14,8 +14,11 @@ sparse attention    ``T`` (tokens): head block 16 / 64 (``T >= 128``), key tile 
 indexer             tokens per scoring program (1 up to 256 tokens, 2 above); split counts,
                     scratch-block offsets and candidate counts are runtime arguments and the
                     scratch rows are padded to 64 entries, so contexts add no variant
-fused MoE           tiles by tokens per expert ``T * top_k / E`` (<= 16, <= 64, more); the align
-                    sort by pairs (at least 256, then powers of two up to 4,096)
+fused MoE           tiles by pairs per local expert ``T * top_k / E`` (bf16: <= 16, <= 64, more;
+                    FP4: pair mode up to ``max(top_k, E / 4)`` pairs, then <= 16, <= 32, <= 96,
+                    more): boundaries that move with ``E``, so the grid adds the first token count
+                    of each class (:func:`moe_token_counts`); pair counts are runtime arguments;
+                    the align sort by pairs (at least 256, then powers of two up to 4,096)
 mHC, norms, RoPE,   the row count ``T`` (and ``B`` for the compressor) as integers
 compressor
 ==================  ==============================================================================
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -207,12 +211,16 @@ class _DummyReqs:
 WARMUP_MAX_CONTEXT = 131072
 
 
-def warmup_grid(chunk: int, max_ctx: int, window: int) -> list[tuple[int, int, int]]:
+def warmup_grid(
+    chunk: int, max_ctx: int, window: int, moe_tokens: Iterable[int] = ()
+) -> list[tuple[int, int, int]]:
     """The dummy forwards: ``(num_requests, tokens per request, context)`` triples.
 
     Token counts: :data:`WARMUP_TOKEN_COUNTS` up to ``chunk`` plus ``chunk`` itself; contexts: every
     power of two from ``window`` up to ``max_ctx`` and an odd twin (``+ 5``); decode batches of
-    2..64 requests; one request per point otherwise.
+    2..64 requests; one request per point otherwise. ``moe_tokens`` (:func:`moe_token_counts`): token
+    counts whose MoE tile class depends on the model's expert count, run once each (at the smallest
+    context that holds them), since the MoE kernels do not depend on the context.
     """
     tokens = sorted({t for t in WARMUP_TOKEN_COUNTS if t <= chunk} | {chunk})
     ctxs: list[int] = []
@@ -227,7 +235,30 @@ def warmup_grid(chunk: int, max_ctx: int, window: int) -> list[tuple[int, int, i
                 grid.append((1, t, ctx))
         for bs in (2, 4, 8, 16, 32, 64):
             grid.append((bs, 1, ctx))
+    seen = {t for bs, t, _ in grid if bs == 1}
+    for t in sorted(set(moe_tokens)):
+        fits = [c for c in ctxs if c >= t]
+        if t <= chunk and t not in seen and fits:
+            grid.append((1, t, fits[0]))
     return grid
+
+
+def moe_token_counts(model: torch.nn.Module, top_k: int, max_tokens: int) -> list[int]:
+    """Token counts reaching every tile class of the routed-expert GEMMs of ``model``: the classes
+    follow the (token, expert) pairs per local expert, so their boundaries move with the expert
+    count (160 experts of ``flash-43l``: the 64-row tiles begin at 854 tokens, a count the fixed
+    :data:`WARMUP_TOKEN_COUNTS` grid reaches only at 1,024, whose pair count is a multiple of 16:
+    before the pair counts were runtime arguments, a 1,032-token step compiled after ready).
+    Returns ``[]`` for a model without routed experts."""
+    from sgl_kernel_v4.triton.moe_fp4 import tile_class_token_counts
+
+    out: set[int] = set()
+    for mod in model.modules():
+        w = getattr(mod, "gate_up_proj", None)
+        if isinstance(w, torch.Tensor) and w.dim() == 3 and hasattr(mod, "quant"):
+            fp4 = getattr(mod, "quant", None) == "fp4"
+            out.update(tile_class_token_counts(int(w.shape[0]), top_k, max_tokens, fp4))
+    return sorted(out)
 
 
 def _warm_sampler(runner: Any, vocab: int) -> None:
@@ -300,7 +331,8 @@ def warmup_kernels(
             dummy.free()
 
     try:
-        for bs, t, ctx in warmup_grid(chunk, max_ctx, mc.sliding_window):
+        moe_tokens = moe_token_counts(runner.model, int(getattr(mc.hf, "num_experts_per_tok", 0) or 1), chunk)
+        for bs, t, ctx in warmup_grid(chunk, max_ctx, mc.sliding_window, moe_tokens):
             run(dummy.make(bs, t, ctx, vocab))
         # a mixed batch: a prompt chunk and decode tokens of other requests
         part = dummy.make(1, min(chunk, 256), 1024, vocab)

@@ -56,7 +56,7 @@ def _dot_fp4(a, w_rows, s_rows, row_mask, k0, K, acc, BLOCK_N: tl.constexpr, BLO
     return tl.dot(hi, tl.trans(a_odd), acc)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_pairs"])  # the batch's (token, expert) pairs: no variant per count
 def _gate_up_fp4_kernel(
     x_ptr,
     stride_xt,
@@ -125,7 +125,7 @@ def _gate_up_fp4_kernel(
         )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_pairs"])
 def _down_fp4_kernel(
     h_ptr,
     w_ptr,
@@ -269,6 +269,28 @@ def _config(n_pairs: int, E: int, k: int, elem_bytes: int) -> dict[str, int]:
     if elem_bytes > 2:
         cfg.update(BLOCK_K=32, num_stages=2, DOWN_STAGES=2)
     return cfg
+
+
+def tile_class_token_counts(E: int, k: int, max_tokens: int, fp4: bool) -> list[int]:
+    """The smallest token count of each tile class the MoE wrapper picks for ``T`` tokens of ``k``
+    experts each over ``E`` (local) experts, ``1 <= T <= max_tokens``: one dummy forward per entry
+    compiles every grouped-GEMM variant serving can hit (the pair counts are runtime arguments;
+    ``fp4``: :func:`fused_moe_fp4`'s classes, else :func:`~sgl_kernel_v4.triton.moe.fused_moe`'s).
+
+    Raises:
+        ValueError: ``E``, ``k`` or ``max_tokens`` below 1."""
+    from sgl_kernel_v4.triton.moe import _config as bf16_config
+
+    if min(E, k, max_tokens) < 1:
+        raise ValueError(f"E, k, max_tokens: expected >= 1, got {E}, {k}, {max_tokens}")
+    out, last = [], None
+    for t in range(1, max_tokens + 1):
+        cfg = _config(t * k, E, k, 2) if fp4 else bf16_config(t * k, E, 2)
+        key = tuple(sorted(cfg.items()))
+        if key != last:
+            out.append(t)
+            last = key
+    return out
 
 
 def _interpreting() -> bool:
