@@ -345,3 +345,56 @@ def test_continuous_usage_stats(tok: PreTrainedTokenizerFast) -> None:
         ev = [e for e in _sse_events(c.post(path, json=body)) if e != "[DONE]"]
         counts = [e["usage"]["completion_tokens"] for e in ev if e["choices"] and e["usage"]]
         assert counts and counts == sorted(counts) and counts[-1] == 4
+
+
+class _FailingTM(FakeTM):
+    """Fails every request with ``ValueError`` carrying ``status_code`` (as the real tokenizer
+    manager's ``RequestError`` / ``BackendDiedError``)."""
+
+    def __init__(self, tokenizer: Any, status: int) -> None:
+        super().__init__(tokenizer)
+        self.status = status
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        err = ValueError(f"The request failed ({self.status}).")
+        err.status_code = self.status  # type: ignore[attr-defined]
+        raise err
+        yield {}  # an async generator
+
+
+@pytest.mark.parametrize(
+    "status,exc,err_type",
+    [
+        (400, openai.BadRequestError, "BadRequestError"),
+        (503, openai.InternalServerError, "service_unavailable"),
+    ],
+)
+def test_error_bodies_carry_openai_nested_error_with_the_status_type(
+    tok: PreTrainedTokenizerFast, status: int, exc: type, err_type: str
+) -> None:
+    # The openai client reads the nested "error" object (OpenAI's shape); SGLang clients the flat
+    # fields. Both must agree, and the type must follow the status: a 503 is not a bad request.
+    c = _client(_FailingTM(tok, status))
+    for path, body in (
+        ("/v1/completions", {"prompt": "x", "max_tokens": 2}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}),
+    ):
+        r = c.post(path, json=body)
+        assert r.status_code == status, r.text
+        j = r.json()
+        assert j["object"] == "error" and j["type"] == err_type and j["code"] == status
+        assert j["error"] == {"message": j["message"], "type": err_type, "param": None, "code": status}
+    with pytest.raises(exc) as e:
+        _oai(c).chat.completions.create(model="dsv4-test", messages=[{"role": "user", "content": "x"}])
+    assert e.value.status_code == status
+    assert e.value.type == err_type and e.value.message.endswith(f"The request failed ({status}).")
+
+
+def test_error_nested_shape_on_404_and_validation(tok: PreTrainedTokenizerFast) -> None:
+    c = _client(FakeTM(tok))
+    with pytest.raises(openai.NotFoundError) as e:
+        _oai(c).completions.create(model="other", prompt="x")
+    assert e.value.type == "NotFoundError" and e.value.param == "model"
+    with pytest.raises(openai.BadRequestError) as e2:
+        _oai(c).completions.create(model="dsv4-test", prompt="x", temperature=5)
+    assert e2.value.type == "BadRequestError" and e2.value.param == "temperature"

@@ -6,6 +6,7 @@ the tokenizer; the chat prompt length is checked against the documented DeepSeek
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import openai
@@ -178,3 +179,63 @@ def test_stream_disconnect_aborts_request(server) -> None:
         assert time.time() < deadline, i
         time.sleep(0.05)
     assert i["num_steps"] - steps0 < 480, "the request ran to completion instead of being aborted"
+
+
+def test_context_length_boundary_and_message(client: openai.OpenAI, server) -> None:
+    # prompt + max_tokens == context length fits (the last token needs no KV slot); one more is a
+    # 400 whose message gives the context length and both numbers (vLLM's / OpenAI's wording).
+    prompt = [9] * 500
+    fit = FAKE_CONTEXT_LEN - len(prompt)
+    out = client.completions.create(model=NAME, prompt=prompt, max_tokens=fit)
+    assert out.usage.prompt_tokens == 500 and out.usage.completion_tokens == fit
+    r = requests.post(
+        server.url + "/generate", json={"input_ids": prompt, "sampling_params": {"max_new_tokens": fit}}
+    )
+    assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == fit, r.text
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.completions.create(model=NAME, prompt=prompt, max_tokens=fit + 1)
+    msg = ei.value.message
+    assert f"maximum context length is {FAKE_CONTEXT_LEN} tokens" in msg, msg
+    assert (
+        f"you requested {FAKE_CONTEXT_LEN + 1} tokens (500 in the messages, {fit + 1} in the completion)"
+        in msg
+    )
+    r = requests.post(
+        server.url + "/generate", json={"input_ids": prompt, "sampling_params": {"max_new_tokens": fit + 1}}
+    )
+    assert r.status_code == 400 and f"{FAKE_CONTEXT_LEN + 1} tokens" in r.json()["error"]["message"], r.text
+    # max_tokens omitted: the completion fills the context
+    out = client.completions.create(model=NAME, prompt=prompt, max_tokens=None)
+    assert out.usage.completion_tokens == fit and out.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions", "/v1/chat/completions"])
+def test_huge_prompt_is_400_and_others_are_served(server, path: str) -> None:
+    # A prompt of millions of characters: a 400 naming the context length on every route; a small
+    # request sent meanwhile is answered, and the server keeps serving.
+    big = "hello world " * 300_000  # 3.6M characters
+    body = {
+        "/generate": {"text": big, "sampling_params": {"max_new_tokens": 4}},
+        "/v1/completions": {"model": NAME, "prompt": big, "max_tokens": 4},
+        "/v1/chat/completions": {
+            "model": NAME,
+            "messages": [{"role": "user", "content": big}],
+            "max_tokens": 4,
+        },
+    }[path]
+    with ThreadPoolExecutor(2) as pool:
+        huge = pool.submit(requests.post, server.url + path, json=body, timeout=120)
+        small = pool.submit(
+            requests.post,
+            server.url + "/generate",
+            json={"text": "hi", "sampling_params": {"max_new_tokens": 2}},
+            timeout=120,
+        )
+        r, s = huge.result(), small.result()
+    assert s.status_code == 200 and s.json()["meta_info"]["completion_tokens"] == 2
+    assert r.status_code == 400, r.text
+    j = r.json()
+    msg = j["error"]["message"]
+    assert f"maximum context length is {FAKE_CONTEXT_LEN} tokens" in msg and "4 in the completion" in msg, msg
+    if path.startswith("/v1/"):
+        assert j["error"]["type"] == j["type"] == "BadRequestError" and j["code"] == 400

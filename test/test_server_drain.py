@@ -119,9 +119,13 @@ def test_drain_finishes_in_flight_requests_and_exits_0(tmp_path: Path, how: str)
         h.url + "/generate", json={"text": "late", "sampling_params": {"max_new_tokens": 1}}, timeout=30
     )
     assert r.status_code == 503 and "shutting down" in r.json()["error"]["message"]
+    assert r.json()["error"]["type"] == "service_unavailable"
     r = requests.post(h.url + "/v1/completions", json={"prompt": "late", "max_tokens": 1}, timeout=30)
     assert r.status_code == 503
-    assert r.json()["object"] == "error" and r.json()["code"] == 503
+    j = r.json()
+    assert j["object"] == "error" and j["code"] == 503 and j["type"] == "service_unavailable"
+    # OpenAI's shape too: the openai client raises InternalServerError with this type
+    assert j["error"] == {"message": j["message"], "type": "service_unavailable", "param": None, "code": 503}
     assert requests.get(h.url + "/health", timeout=30).status_code == 503
     for c in calls:
         c.join(120)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+from types import SimpleNamespace
 
 import pytest
 from server_fixture import tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager, trim_matched_stop
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
-from sglang_v4.managers.tokenizer_manager import stop_holdback
+from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager, stop_holdback
 from sglang_v4.utils import FastTokenizer
 
 SAMPLES = [
@@ -103,3 +105,68 @@ def test_stop_holdback():
     assert stop_holdback("abcab", ["abd", "b"]) == "abc"
     assert stop_holdback("x</", ["</s>", "<"]) == "x"
     assert stop_holdback("", ["a"]) == ""
+
+
+def test_encode_releasing_gil_gives_the_same_ids(hf, fast):
+    for text in SAMPLES + ["x" * 20000]:
+        for special in (True, False):
+            want = hf.encode(text, add_special_tokens=special)
+            assert fast.encode_releasing_gil(text, add_special_tokens=special) == want, (text[:40], special)
+
+
+def test_max_chars_per_token_is_a_lower_bound_on_the_token_count(hf, fast):
+    # ceil(chars / max_chars_per_token) tokens at least, for the texts that pack the most
+    # characters into a token: the longest vocabulary entries (runs of dots / spaces) and the
+    # special tokens. Oracle: transformers' token count.
+    per = fast.max_chars_per_token
+    assert isinstance(per, int) and per >= 36  # at least the longest special token
+    vocab = hf.get_vocab()
+    longest = sorted(vocab, key=len)[-20:]
+    texts = SAMPLES + [hf.convert_tokens_to_string([t]) * 50 for t in longest]
+    texts += ["." * 10_000, " " * 10_000, "<｜begin▁of▁sentence｜>" * 300, "a" * 5000]
+    for text in texts:
+        n = len(hf.encode(text, add_special_tokens=False))
+        assert n >= -(-len(text) // per), (text[:30], n, len(text))
+
+
+def _encode_text_host(tokenizer, context_len: int) -> SimpleNamespace:
+    return SimpleNamespace(tokenizer=tokenizer, context_len=context_len, max_req_input_len=context_len - 1)
+
+
+def test_encode_text_leaves_the_event_loop_free(fast):
+    # A prompt of millions of characters takes seconds to tokenize; meanwhile the event loop must
+    # keep serving (other requests' streams, /health). Counted as loop turns, not as a time.
+    text = "hello world " * 200_000  # 2.4M characters, 400k tokens: not provably too long below
+    host = _encode_text_host(fast, context_len=10**6)
+
+    async def main() -> tuple[list[int], int]:
+        turns = 0
+        task = asyncio.ensure_future(TokenizerManager.encode_text(host, text))  # type: ignore[arg-type]
+        while not task.done():
+            await asyncio.sleep(0.001)
+            turns += 1
+        return task.result(), turns
+
+    ids, turns = asyncio.run(main())
+    assert ids == fast.encode(text)
+    assert turns >= 5, turns
+
+
+def test_encode_text_rejects_a_provably_too_long_prompt_without_tokenizing(fast):
+    class NoEncode:
+        max_chars_per_token = fast.max_chars_per_token
+
+        def encode(self, *a, **k):
+            raise AssertionError("tokenized")
+
+        encode_releasing_gil = encode
+
+    text = "y" * (NoEncode.max_chars_per_token * 600 + 1)  # at least 601 tokens
+    host = _encode_text_host(NoEncode(), context_len=512)
+    with pytest.raises(RequestError) as e:
+        asyncio.run(TokenizerManager.encode_text(host, text, max_new_tokens=8))  # type: ignore[arg-type]
+    msg = str(e.value)
+    assert e.value.status_code == 400
+    assert "maximum context length is 512 tokens" in msg and "at least 609 tokens" in msg, msg
+    assert "at least 601 in the messages, 8 in the completion" in msg, msg
+    assert len(fast.encode(text, add_special_tokens=False)) >= 601  # the bound was right

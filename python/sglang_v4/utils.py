@@ -116,6 +116,26 @@ def start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> threading
     return t
 
 
+def _byte_level_max_chars_per_token(tok: Any) -> int | None:
+    """See :attr:`FastTokenizer.max_chars_per_token` (``tok``: a ``tokenizers.Tokenizer``)."""
+    import json
+
+    try:
+        spec = json.loads(tok.to_str())
+    except Exception:  # noqa: BLE001 - an unreadable spec means "unknown"
+        return None
+    norm = spec.get("normalizer")
+    if norm is not None and not (norm.get("type") == "Sequence" and not norm.get("normalizers")):
+        return None  # a normalizer may shrink or drop characters
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE" or "ByteLevel" not in json.dumps(spec.get("pre_tokenizer")):
+        return None
+    longest = max((len(t) for t in tok.get_vocab(with_added_tokens=False)), default=0)
+    for added in tok.get_added_tokens_decoder().values():
+        longest = max(longest, len(added.content))
+    return longest or None
+
+
 class FastTokenizer:
     """A light HF-compatible tokenizer on ``tokenizers.Tokenizer`` (no ``transformers`` import).
 
@@ -159,6 +179,7 @@ class FastTokenizer:
         unk = token_str(cfg.get("unk_token"))
         named = (self.bos_token, self.eos_token, self.pad_token, unk)
         self.all_special_ids = sorted({i for t in named if t and (i := self._tok.token_to_id(t)) is not None})
+        self._max_chars_per_token: int | None = 0  # 0: not computed yet
 
     def __len__(self) -> int:
         return int(self._tok.get_vocab_size(with_added_tokens=True))
@@ -177,6 +198,34 @@ class FastTokenizer:
             if self.add_eos_token and self.eos_token_id is not None:
                 ids = [*ids, self.eos_token_id]
         return ids
+
+    def encode_releasing_gil(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """:meth:`encode` with the GIL released while the Rust tokenizer runs (same ids).
+
+        ``tokenizers.Tokenizer.encode`` holds the GIL for the whole call (seconds for a prompt of
+        millions of characters); ``encode_batch`` releases it, so running this in a worker thread
+        leaves the event loop free.
+        """
+        ids = list(self._tok.encode_batch([text], add_special_tokens=False)[0].ids)
+        if add_special_tokens:
+            if self.add_bos_token and self.bos_token_id is not None:
+                ids = [self.bos_token_id, *ids]
+            if self.add_eos_token and self.eos_token_id is not None:
+                ids = [*ids, self.eos_token_id]
+        return ids
+
+    @property
+    def max_chars_per_token(self) -> int | None:
+        """The most characters of input text one token can stand for, or ``None`` when unknown.
+
+        Known for a byte-level BPE without a normalizer (the DeepSeek tokenizers): a vocabulary
+        token of ``k`` byte-level symbols covers ``k`` UTF-8 bytes, hence at most ``k`` characters,
+        and an added (special) token covers its literal content. So a text of ``c`` characters has
+        at least ``ceil(c / max_chars_per_token)`` tokens.
+        """
+        if self._max_chars_per_token == 0:
+            self._max_chars_per_token = _byte_level_max_chars_per_token(self._tok)
+        return self._max_chars_per_token
 
     def __call__(self, text: str, add_special_tokens: bool = True, **_: Any) -> dict[str, list[int]]:
         return {"input_ids": self.encode(text, add_special_tokens=add_special_tokens)}

@@ -18,9 +18,11 @@ in this order:
 4. **Body read timeout**: the whole body must arrive within ``read_timeout_s`` of the request's
    start, else 408, so a client that trickles its body cannot hold a request open.
 
-Errors are JSON in the route family's shape: OpenAI's ``{"object": "error", "message", "type",
-"param", "code"}`` under ``/v1/``, SGLang's ``{"error": {"message": ...}}`` elsewhere (401 keeps
-SGLang's exact ``{"error": "Unauthorized"}``).
+Errors are JSON in the route family's shape: under ``/v1/`` SGLang's ``{"object": "error",
+"message", "type", "param", "code"}`` plus OpenAI's nested ``"error"`` object
+(:func:`~sglang_v4.entrypoints.openai.protocol.error_body`), elsewhere SGLang's ``{"error":
+{"message", ...}}`` (401 keeps SGLang's exact ``{"error": "Unauthorized"}``); the ``type`` is the
+status's (:func:`~sglang_v4.entrypoints.openai.protocol.error_type_for_status`).
 
 Slow headers are bounded by :class:`HeaderTimeoutH11Protocol` (uvicorn has keep-alive and
 graceful-shutdown timeouts but none for a request's headers): a connection that has not sent a
@@ -52,6 +54,9 @@ from typing import Any
 import orjson
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from sglang_v4.entrypoints.native_api import error_body as native_error_body
+from sglang_v4.entrypoints.openai.protocol import error_body
 
 logger = logging.getLogger(__name__)
 
@@ -116,18 +121,16 @@ class _BodyTimeout(Exception):
     pass
 
 
-def _error_body(path: str, status: int, message: str, err_type: str) -> bytes:
+def _error_body(path: str, status: int, message: str) -> bytes:
     if status == 401 and not path.startswith("/v1/"):
         return orjson.dumps({"error": "Unauthorized"})
     if path.startswith("/v1/"):
-        return orjson.dumps(
-            {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
-        )
-    return orjson.dumps({"error": {"message": message}})
+        return orjson.dumps(error_body(message, status))
+    return orjson.dumps(native_error_body(message, status))
 
 
-async def _send_error(send: Any, path: str, status: int, message: str, err_type: str) -> None:
-    body = _error_body(path, status, message, err_type)
+async def _send_error(send: Any, path: str, status: int, message: str) -> None:
+    body = _error_body(path, status, message)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status in (408, 413):
         headers.append((b"connection", b"close"))  # the rest of the body is not read
@@ -176,12 +179,10 @@ class AdmissionMiddleware:
         path = scope.get("path", "")
         open_route = path in OPEN_ROUTES or scope.get("method") == "OPTIONS"
         if not open_route and self.is_draining():
-            await _send_error(send, path, 503, "The server is shutting down.", "ServiceUnavailableError")
+            await _send_error(send, path, 503, "The server is shutting down.")
             return
         if not open_route and not self._authorized(scope):
-            await _send_error(
-                send, path, 401, "Unauthorized: invalid or missing API key.", "AuthenticationError"
-            )
+            await _send_error(send, path, 401, "Unauthorized: invalid or missing API key.")
             return
         limit = self.limits.max_body_bytes
         for k, v in scope.get("headers", ()):
@@ -196,7 +197,6 @@ class AdmissionMiddleware:
                         path,
                         413,
                         f"The request body ({declared} bytes) is larger than the limit of {limit} bytes.",
-                        "RequestTooLargeError",
                     )
                     return
                 break
@@ -237,7 +237,6 @@ class AdmissionMiddleware:
                 path,
                 413,
                 f"The request body is larger than the limit of {limit} bytes.",
-                "RequestTooLargeError",
             )
         except _BodyTimeout:
             if started:
@@ -247,7 +246,6 @@ class AdmissionMiddleware:
                 path,
                 408,
                 f"The request body did not arrive within {self.limits.read_timeout_s:g}s.",
-                "RequestTimeoutError",
             )
 
 

@@ -6,7 +6,8 @@ SSE streaming with cumulative ``text`` and a final ``data: [DONE]``), ``/health`
 ``/get_server_info``, ``/flush_cache``, ``/abort_request``, ``/metrics`` (with
 ``--enable-metrics``), plus the OpenAI router from ``entrypoints/openai`` when present.
 
-Errors use SGLang's shape ``{"error": {"message": ...}}`` with HTTP 400 for bad input. Every
+Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and
+``code``) with HTTP 400 for bad input. Every
 request first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` every route except
 ``/health``, ``/health_generate`` and ``/metrics`` needs ``Authorization: Bearer KEY`` (401
 ``{"error": "Unauthorized"}`` otherwise, constant-time comparison); bodies are size-limited (413)
@@ -49,7 +50,13 @@ from sglang_v4.entrypoints.admission import (
 )
 from sglang_v4.entrypoints.engine import Subprocesses
 from sglang_v4.entrypoints.metrics import TokenizerMetrics
-from sglang_v4.entrypoints.native_api import ORJSON_OPTS, error_response, json_response, parse_generate_body
+from sglang_v4.entrypoints.native_api import (
+    ORJSON_OPTS,
+    error_response,
+    json_response,
+    parse_generate_body,
+)
+from sglang_v4.entrypoints.native_api import error_body as native_error_body
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
 from sglang_v4.server_args import ServerArgs
@@ -211,10 +218,7 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
                     async for out in agen:
                         yield b"data: " + orjson.dumps(out, option=ORJSON_OPTS) + b"\n\n"
                 except RequestError as e:
-                    err = {
-                        "error": {"message": str(e), "type": "invalid_request_error", "code": e.status_code}
-                    }
-                    yield b"data: " + orjson.dumps(err) + b"\n\n"
+                    yield b"data: " + orjson.dumps(native_error_body(str(e), e.status_code)) + b"\n\n"
                 yield b"data: [DONE]\n\n"
             finally:
                 await agen.aclose()

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from fastapi.responses import Response
 
+from sglang_v4.entrypoints.openai.protocol import error_type_for_status
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError
 
@@ -77,9 +78,15 @@ def json_response(content: Any, status_code: int = 200) -> Response:
     )
 
 
+def error_body(message: str, status_code: int = 400) -> dict[str, Any]:
+    """SGLang's native error shape ``{"error": {"message": ...}}``, with the status's ``type``
+    (:func:`~sglang_v4.entrypoints.openai.protocol.error_type_for_status`) and ``code`` added."""
+    return {"error": {"message": message, "type": error_type_for_status(status_code), "code": status_code}}
+
+
 def error_response(message: str, status_code: int = 400) -> Response:
-    """SGLang's error shape: ``{"error": {"message": ...}}``."""
-    return json_response({"error": {"message": message}}, status_code=status_code)
+    """:func:`error_body` with HTTP ``status_code``."""
+    return json_response(error_body(message, status_code), status_code=status_code)
 
 
 def _check_type(name: str, value: Any, ok: bool, expected: str) -> None:

@@ -596,11 +596,34 @@ class SchedulerReadyInfo:
                     f"The input ({n} tokens) does not fit in the KV cache pool "
                     f"({self.max_total_num_tokens} tokens; at most {self.max_req_input_len} prompt tokens)."
                 )
-            return (
-                f"The input ({n} tokens) is longer than the model's context length "
-                f"({self.context_len} tokens; at most {self.max_req_input_len} prompt tokens)."
-            )
+            return context_length_message(self.context_len, n, None)
         return None
+
+
+def context_length_message(
+    context_len: int, prompt_tokens: int, max_new_tokens: int | None, at_least: bool = False
+) -> str:
+    """The 400 message of a request that does not fit in the context (OpenAI's / vLLM's wording).
+
+    Args:
+        context_len: the model's context length in tokens.
+        prompt_tokens: the prompt's length in tokens (a lower bound when ``at_least``).
+        max_new_tokens: the requested completion length, or ``None`` when not given (then the
+            prompt alone is too long: it must leave room for one generated token).
+        at_least: ``prompt_tokens`` is a lower bound (counted without tokenizing the whole text).
+    """
+    some = "at least " if at_least else ""
+    if max_new_tokens is None:
+        return (
+            f"This model's maximum context length is {context_len} tokens. However, your request has "
+            f"{some}{prompt_tokens} input tokens (at most {context_len - 1} fit with the completion). "
+            "Please reduce the length of the input messages."
+        )
+    return (
+        f"This model's maximum context length is {context_len} tokens. However, you requested "
+        f"{some}{prompt_tokens + max_new_tokens} tokens ({some}{prompt_tokens} in the messages, "
+        f"{max_new_tokens} in the completion). Please reduce the length of the messages or completion."
+    )
 
 
 @dataclass

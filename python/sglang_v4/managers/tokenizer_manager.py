@@ -44,6 +44,7 @@ from sglang_v4.managers.io_struct import (
     SchedulerCrashed,
     SchedulerReadyInfo,
     TokenizedGenerateReqInput,
+    context_length_message,
 )
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.server_args import PortArgs, ServerArgs
@@ -52,6 +53,10 @@ from sglang_v4.utils import get_tokenizer
 logger = logging.getLogger(__name__)
 
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
+
+#: Texts longer than this (characters) are tokenized in a worker thread with the GIL released,
+#: so that a huge prompt does not stall the event loop (other requests' streams, /health).
+TOKENIZE_IN_THREAD_CHARS = 8192
 
 
 class RequestError(ValueError):
@@ -336,14 +341,70 @@ class TokenizerManager:
             state.event.set()
 
     # ------------------------------------------------------------------ validation + tokenization
-    def _tokenize_one(self, obj: GenerateReqInput) -> TokenizedGenerateReqInput:
+    async def encode_text(
+        self, text: str, add_special_tokens: bool = True, max_new_tokens: int | None = None
+    ) -> list[int]:
+        """Token ids of ``text`` without blocking the event loop for long texts.
+
+        A text longer than :data:`TOKENIZE_IN_THREAD_CHARS` is tokenized in a worker thread (with
+        the GIL released where the tokenizer allows it). Before that, when the tokenizer bounds
+        how many characters a token can cover, a text whose token count is provably above the
+        longest prompt is rejected without tokenizing it.
+
+        Args:
+            text: the prompt text.
+            add_special_tokens: add BOS/EOS as the tokenizer's config says.
+            max_new_tokens: the requested completion length (for the error message), if any.
+
+        Raises:
+            RequestError: the text cannot fit in the context (400).
+        """
+        if len(text) <= TOKENIZE_IN_THREAD_CHARS:
+            return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        per_token = getattr(self.tokenizer, "max_chars_per_token", None)
+        if isinstance(per_token, int) and per_token > 0:
+            at_least = -(-len(text) // per_token)
+            limit = self.max_req_input_len
+            if max_new_tokens is not None:
+                limit = min(limit, self.context_len - max_new_tokens)
+            if at_least > limit:
+                raise RequestError(
+                    context_length_message(self.context_len, at_least, max_new_tokens, at_least=True)
+                )
+        encode = getattr(self.tokenizer, "encode_releasing_gil", None) or self.tokenizer.encode
+        ids = await asyncio.to_thread(encode, text, add_special_tokens=add_special_tokens)
+        return list(ids)
+
+    async def _encode_prompts(self, objs: list[GenerateReqInput]) -> list[list[int] | None]:
+        """Token ids of each single request's text prompt (``None`` for an ``input_ids`` prompt);
+        a text shared by several requests (``n > 1``) is tokenized once."""
+        done: dict[int, list[int]] = {}
+        out: list[list[int] | None] = []
+        for o in objs:
+            if o.input_ids is not None or not isinstance(o.text, str):
+                out.append(None)
+                continue
+            key = id(o.text)
+            if key not in done:
+                mnt = o.sampling_params.get("max_new_tokens") if isinstance(o.sampling_params, dict) else None
+                done[key] = await self.encode_text(
+                    o.text, max_new_tokens=mnt if isinstance(mnt, int) and not isinstance(mnt, bool) else None
+                )
+            out.append(done[key])
+        return out
+
+    def _tokenize_one(
+        self, obj: GenerateReqInput, text_ids: list[int] | None = None
+    ) -> TokenizedGenerateReqInput:
         """Validate and tokenize one normalized single request.
 
-        This is where requests are validated, once, for the Engine and HTTP alike: the prompt
-        with :meth:`SchedulerReadyInfo.check_input_ids` (the limits the scheduler reported at
-        start-up; the scheduler re-checks with the same rule only to defend itself), then the
-        sampling parameters (grammars only when the scheduler has a grammar backend), the
-        prompt-plus-completion length, and the logprob options.
+        This is where requests are validated, once, for the Engine and HTTP alike: the
+        prompt-plus-completion length against the context (accepted up to exactly
+        ``context_len``), the prompt with :meth:`SchedulerReadyInfo.check_input_ids` (the limits
+        the scheduler reported at start-up; the scheduler re-checks with the same rule only to
+        defend itself), then the sampling parameters (grammars only when the scheduler has a
+        grammar backend), the KV pool, and the logprob options. ``text_ids``: the ids of
+        ``obj.text`` when already tokenized (:meth:`encode_text`).
 
         Raises:
             RequestError: empty prompt, ids outside the vocabulary, prompt too long for the
@@ -361,17 +422,27 @@ class TokenizerManager:
             if not isinstance(obj.text, str):
                 raise RequestError("text must be a string (or a list of strings).")
             input_text = obj.text
-            input_ids = list(self.tokenizer.encode(input_text))
-        err = self.scheduler_info.check_input_ids(input_ids)
-        if err is not None:
-            raise RequestError(err)
+            input_ids = text_ids if text_ids is not None else list(self.tokenizer.encode(input_text))
         raw = obj.sampling_params if obj.sampling_params is not None else {}
+        sp_error: str | None = None
         try:
             sp = SamplingParams.from_dict(dict(raw) if isinstance(raw, dict) else raw)  # type: ignore[arg-type]
             sp.normalize(self.tokenizer)
             sp.verify(self.vocab_size, allow_grammar=self.grammar_enabled)
         except (TypeError, ValueError) as e:
-            raise RequestError(f"Invalid sampling_params: {e}") from None
+            sp_error = f"Invalid sampling_params: {e}"
+        if (
+            sp_error is None
+            and input_ids
+            and sp.max_new_tokens is not None
+            and sp.max_new_tokens + len(input_ids) > self.context_len
+        ):
+            raise RequestError(context_length_message(self.context_len, len(input_ids), sp.max_new_tokens))
+        err = self.scheduler_info.check_input_ids(input_ids)
+        if err is not None:
+            raise RequestError(err)
+        if sp_error is not None:
+            raise RequestError(sp_error)
         pool = int(self.scheduler_info.max_total_num_tokens or 0)
         total = (sp.max_new_tokens or 0) + len(input_ids)
         if sp.max_new_tokens is not None and 0 < pool < self.context_len and total >= pool:
@@ -382,13 +453,6 @@ class TokenizerManager:
                 f"total of {total} tokens: {len(input_ids)} tokens from the input and "
                 f"{sp.max_new_tokens} tokens for the completion. Please reduce the number of tokens "
                 "in the input or the completion (or start the server with a larger --max-total-tokens)."
-            )
-        if sp.max_new_tokens is not None and sp.max_new_tokens + len(input_ids) >= self.context_len:
-            raise RequestError(
-                f"Requested token count exceeds the model's maximum context length of {self.context_len} "
-                f"tokens. You requested a total of {sp.max_new_tokens + len(input_ids)} tokens: "
-                f"{len(input_ids)} tokens from the input and {sp.max_new_tokens} tokens for the "
-                "completion. Please reduce the number of tokens in the input or the completion."
             )
         lsl = obj.logprob_start_len if obj.logprob_start_len is not None else -1
         if isinstance(lsl, bool) or not isinstance(lsl, int) or lsl < -1:
@@ -449,7 +513,8 @@ class TokenizerManager:
         if obj.token_ids_logprob is not None:
             raise RequestError("token_ids_logprob is not supported by sglang-v4.")
         if obj.is_single:
-            tokenized = self._tokenize_one(obj)
+            tokenized = self._tokenize_one(obj, (await self._encode_prompts([obj]))[0])
+            self._check_alive()  # the backend may have died while a long prompt was tokenized
             state = self._register(obj, tokenized)
             self._send.send_pyobj(tokenized)
             if self.server_args.log_requests:
@@ -462,7 +527,9 @@ class TokenizerManager:
         bs, n = obj.batch_size, obj.parallel_sample_num
         order = [k * bs + i for i in range(bs) for k in range(n)]  # SGLang: grouped by prompt
         subs = [obj[j] for j in order]
-        tokenized_list = [self._tokenize_one(s) for s in subs]
+        text_ids = await self._encode_prompts(subs)
+        tokenized_list = [self._tokenize_one(s, ids) for s, ids in zip(subs, text_ids)]
+        self._check_alive()
         for s in subs:
             if s.rid in self.rid_to_state:
                 raise RequestError(f"Duplicate request id {s.rid!r}.")

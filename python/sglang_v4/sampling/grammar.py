@@ -32,6 +32,7 @@ encoder: parameters in the schema's declared order, ``string="true"`` raw string
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ __all__ = [
     "GrammarBackend",
     "apply_grammar_masks",
     "check_structural_tag",
+    "clean_grammar_error",
     "grammar_available",
     "tool_call_structural_tag",
 ]
@@ -56,6 +58,23 @@ GRAMMAR_KINDS = ("json_schema", "regex", "ebnf", "structural_tag")
 #: tokens: enough for indented JSON, and it stops a model from spending its whole budget on
 #: whitespace, the known failure of unbounded JSON grammars.
 MAX_JSON_WHITESPACE = 16
+
+
+#: What xgrammar's C++ errors carry besides the message: a ``[hh:mm:ss]`` log stamp, the source
+#: location (``/project/cpp/regex_converter.cc:94:``) and the failed check's expression.
+_XGRAMMAR_NOISE = re.compile(
+    r"\[\d{1,2}:\d{2}:\d{2}\]\s*"
+    r"|(?:[\w.\-]*/)*[\w.\-]+\.(?:cc|cpp|h|hpp|cu|pyx|pxi|py):\d+:\s*"
+    r"|Check failed:\s*\(.*?\) is false:\s*"
+)
+
+
+def clean_grammar_error(error: BaseException | str) -> str:
+    """The message of an xgrammar error without its log stamp, C++ source paths and check
+    expressions (what the client sent and what is wrong with it stay), on one line."""
+    text = _XGRAMMAR_NOISE.sub("", str(error))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " ".join(lines).rstrip() or "the grammar was rejected"
 
 
 def grammar_available() -> bool:
@@ -169,7 +188,7 @@ class GrammarBackend:
             else:
                 raise ValueError(f"unknown grammar kind {kind!r}")
         except (RuntimeError, ValueError, TypeError) as e:
-            raise ValueError(f"{kind}: invalid grammar: {e}") from None
+            raise ValueError(f"{kind}: invalid grammar: {clean_grammar_error(e)}") from None
         with self._lock:
             self._cache[key] = compiled
             while len(self._cache) > self._cache_size:
@@ -270,6 +289,6 @@ def tool_call_structural_tag(
             parallel_tool_calls=parallel_tool_calls,
             max_whitespace_cnt=MAX_JSON_WHITESPACE,
         )
-    except (TypeError, ValueError, KeyError) as e:
-        raise ValueError(f"tools: cannot build the tool-call grammar: {e}") from None
+    except (TypeError, ValueError, KeyError, RuntimeError) as e:
+        raise ValueError(f"tools: cannot build the tool-call grammar: {clean_grammar_error(e)}") from None
     return st.model_dump_json()

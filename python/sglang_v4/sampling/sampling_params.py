@@ -246,12 +246,14 @@ class SamplingParams:
         if self.custom_params is not None and not isinstance(self.custom_params, dict):
             raise ValueError(f"custom_params must be an object, got {self.custom_params!r}.")
 
-        # An empty grammar string means "unset" (SGLang does the same).
+        # A grammar field is a non-empty string or unset: an empty regex / ebnf / schema names no
+        # grammar (xgrammar would reject it or constrain the output to nothing), so it is a 400.
         for name in ("json_schema", "regex", "ebnf", "structural_tag"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):
                 raise ValueError(f"{name} must be a string, got {type(v).__name__}.")
-            setattr(self, name, v or None)
+            if v is not None and not v.strip():
+                raise ValueError(f"{name} must not be empty (leave it unset for unconstrained output).")
 
         if 0.0 <= self.temperature < SAMPLING_EPS:
             # Greedy: argmax of the (penalized) logits. Same mapping as SGLang.

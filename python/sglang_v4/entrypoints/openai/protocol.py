@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "ErrorResponse",
+    "error_body",
+    "error_type_for_status",
     "StreamOptions",
     "PromptTokensDetails",
     "UsageInfo",
@@ -62,6 +64,48 @@ class ErrorResponse(BaseModel):
     type: str
     param: str | None = None
     code: int
+
+
+#: The error ``type`` of each HTTP status, the same on every route (OpenAI routes, the admission
+#: middleware, native stream errors): client errors keep SGLang's names (the ``openai`` client's
+#: exception classes), server errors OpenAI's (``server_error``; ``service_unavailable`` for 503,
+#: e.g. while the server drains or after its backend died).
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    408: "RequestTimeoutError",
+    409: "ConflictError",
+    413: "RequestTooLargeError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    499: "ClientClosedRequestError",
+    503: "service_unavailable",
+}
+
+
+def error_type_for_status(status: int) -> str:
+    """The error ``type`` of an HTTP ``status`` (see ``_ERROR_TYPES``): other 4xx are
+    ``BadRequestError``, other 5xx ``server_error``."""
+    if status in _ERROR_TYPES:
+        return _ERROR_TYPES[status]
+    return "server_error" if status >= 500 else "BadRequestError"
+
+
+def error_body(
+    message: str, status: int, err_type: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """An OpenAI-route error body in both shapes clients read.
+
+    SGLang's flat ``{"object": "error", "message", "type", "param", "code"}`` plus OpenAI's
+    ``"error": {"message", "type", "param", "code"}`` with the same values (the ``openai`` client
+    reads the nested one). ``err_type`` defaults to :func:`error_type_for_status`.
+    """
+    et = err_type or error_type_for_status(status)
+    flat = ErrorResponse(message=message, type=et, param=param, code=status).model_dump()
+    flat["error"] = {"message": message, "type": et, "param": param, "code": status}
+    return flat
 
 
 class StreamOptions(BaseModel):

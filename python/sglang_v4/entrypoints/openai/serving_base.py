@@ -31,11 +31,12 @@ from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     CompletionTokensDetails,
-    ErrorResponse,
     ModelCard,
     ModelList,
     PromptTokensDetails,
     UsageInfo,
+    error_body,
+    error_type_for_status,
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import canonical_reasoning_parser
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
@@ -50,24 +51,25 @@ MAX_TOP_LOGPROBS = 20
 
 
 class RequestError(Exception):
-    """An error that becomes an HTTP error response (status, OpenAI/SGLang error type, param)."""
+    """An error that becomes an HTTP error response (status, error type, param); the type
+    defaults to the status's (:func:`~.protocol.error_type_for_status`)."""
 
     def __init__(
-        self, message: str, status: int = 400, err_type: str = "BadRequestError", param: str | None = None
+        self, message: str, status: int = 400, err_type: str | None = None, param: str | None = None
     ):
         super().__init__(message)
         self.message = message
         self.status = status
-        self.err_type = err_type
+        self.err_type = err_type or error_type_for_status(status)
         self.param = param
 
 
 def error_response(
-    message: str, status: int = 400, err_type: str = "BadRequestError", param: str | None = None
+    message: str, status: int = 400, err_type: str | None = None, param: str | None = None
 ) -> JSONResponse:
-    """SGLang's error body with HTTP ``status``."""
-    body = ErrorResponse(message=message, type=err_type, param=param, code=status)
-    return JSONResponse(body.model_dump(), status_code=status)
+    """The error body (:func:`~.protocol.error_body`: SGLang's flat shape plus OpenAI's nested
+    ``error``) with HTTP ``status``."""
+    return JSONResponse(error_body(message, status, err_type, param), status_code=status)
 
 
 def _sse(obj: BaseModel | dict[str, Any]) -> bytes:
@@ -78,9 +80,10 @@ def _sse(obj: BaseModel | dict[str, Any]) -> bytes:
 _SSE_DONE = b"data: [DONE]\n\n"
 
 
-def _sse_error(message: str, err_type: str, status: int) -> bytes:
+def _sse_error(message: str, err_type: str | None, status: int) -> bytes:
     """An in-stream error event in SGLang's shape: ``data: {"error": {...}}``."""
-    return _sse({"error": ErrorResponse(message=message, type=err_type, code=status).model_dump()})
+    et = err_type or error_type_for_status(status)
+    return _sse({"error": {"object": "error", "message": message, "type": et, "param": None, "code": status}})
 
 
 def _encode_ids(tokenizer: Any, text: str) -> list[int]:
@@ -102,8 +105,7 @@ def _abort_error(meta: dict[str, Any]) -> RequestError | None:
     fr = meta.get("finish_reason")
     if isinstance(fr, dict) and fr.get("type") == "abort":
         status = int(fr.get("status_code") or 400)
-        et = "BadRequestError" if status == 400 else ("InternalServerError" if status >= 500 else "Error")
-        return RequestError(str(fr.get("message") or "Aborted"), status, et)
+        return RequestError(str(fr.get("message") or "Aborted"), status)
     return None
 
 
@@ -182,7 +184,7 @@ class OpenAIServingBase:
         auth = request.headers.get("authorization", "")
         given = auth[7:] if auth.lower().startswith("bearer ") else ""
         if not hmac.compare_digest(given.encode(), str(self.api_key).encode()):
-            return error_response("Unauthorized: invalid or missing API key.", 401, "AuthenticationError")
+            return error_response("Unauthorized: invalid or missing API key.", 401)
         return None
 
     def _check_model(self, model: str | None) -> None:
@@ -192,7 +194,7 @@ class OpenAIServingBase:
         if mp:
             accepted.add(str(mp))
         if model is not None and model not in accepted:
-            raise RequestError(f"The model `{model}` does not exist.", 404, "NotFoundError", "model")
+            raise RequestError(f"The model `{model}` does not exist.", 404, param="model")
 
     async def _parse(self, request: Request, cls: type[BaseModel]) -> Any:
         """Decode the body as strict JSON (orjson: no NaN/Infinity, no lone surrogates, nesting
@@ -235,9 +237,15 @@ class OpenAIServingBase:
             return {"json_schema": '{"type": "object"}'}
         if rtype == "json_schema":
             js = rf.get("json_schema")
-            if not isinstance(js, dict):
+            if not isinstance(js, dict) or not js:
                 raise RequestError(
-                    "response_format.json_schema must be an object with a `schema`.", param="response_format"
+                    "response_format.json_schema must be an object with a `name` and a `schema`.",
+                    param="response_format",
+                )
+            name = js.get("name")
+            if not isinstance(name, str) or not name:
+                raise RequestError(
+                    "response_format.json_schema.name must be a non-empty string.", param="response_format"
                 )
             schema = js.get("schema", {})
             if not isinstance(schema, (dict, bool)):
@@ -336,6 +344,18 @@ class OpenAIServingBase:
             usage.prompt_tokens_details = PromptTokensDetails(cached_tokens=cached)
         return usage
 
+    async def _encode_prompt(self, text: str, max_new_tokens: int | None) -> list[int]:
+        """Token ids of a rendered prompt (no special tokens added), off the event loop for long
+        texts when the tokenizer manager offers ``encode_text``.
+
+        Raises:
+            ValueError: the prompt provably cannot fit in the context (a 400).
+        """
+        encode = getattr(self.tm, "encode_text", None)
+        if encode is not None:
+            return list(await encode(text, add_special_tokens=False, max_new_tokens=max_new_tokens))
+        return _encode_ids(self.tokenizer, text)
+
     def _token_text(self, tid: int, text: str | None) -> str:
         if text is not None:
             return text
@@ -348,15 +368,10 @@ class OpenAIServingBase:
         try:
             first = await gen.__anext__()
         except StopAsyncIteration:
-            raise RequestError("The request produced no output.", 500, "InternalServerError") from None
+            raise RequestError("The request produced no output.", 500) from None
         except ValueError as e:
             status = int(getattr(e, "status_code", 400) or 400)
-            et = (
-                "BadRequestError"
-                if status == 400
-                else ("ServiceUnavailableError" if status == 503 else "Error")
-            )
-            raise RequestError(str(e), status, et, _param_of(str(e))) from None
+            raise RequestError(str(e), status, param=_param_of(str(e)) if status == 400 else None) from None
         return gen, first
 
     async def _collect(self, obj: Any, raw: Request | None) -> list[dict[str, Any]]:
@@ -366,7 +381,7 @@ class OpenAIServingBase:
                 last = item
         except ValueError as e:
             status = int(getattr(e, "status_code", 400) or 400)
-            raise RequestError(str(e), status, "BadRequestError" if status == 400 else "Error") from None
+            raise RequestError(str(e), status) from None
         finally:
             await gen.aclose()  # the tokenizer manager aborts unfinished requests on close
         rets = last if isinstance(last, list) else [last]
@@ -385,7 +400,8 @@ class OpenAIServingBase:
         except RequestError as e:
             return error_response(e.message, e.status, e.err_type, e.param)
         except ValueError as e:
-            return error_response(str(e), 400, "BadRequestError", _param_of(str(e)))
+            status = int(getattr(e, "status_code", 400) or 400)
+            return error_response(str(e), status, param=_param_of(str(e)) if status == 400 else None)
 
     # ------------------------------------------------------------------ /v1/models
     async def models(self, request: Request) -> Response:

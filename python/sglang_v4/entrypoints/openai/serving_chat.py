@@ -70,7 +70,6 @@ from sglang_v4.entrypoints.openai.serving_base import (
     OpenAIServingBase,
     RequestError,
     _abort_error,
-    _encode_ids,
     _finish,
     _lp_entry,
     _sse,
@@ -287,7 +286,7 @@ class ChatMixin(OpenAIServingBase):
             kw["priority"] = req.priority
         tok = self.tokenizer
         if tok is not None:
-            obj = GenerateReqInput(input_ids=_encode_ids(tok, plan.prompt), **kw)
+            obj = GenerateReqInput(input_ids=await self._encode_prompt(plan.prompt, max_new), **kw)
         else:
             obj = GenerateReqInput(text=plan.prompt, **kw)
         separate = plan.reasoning.separate and req.separate_reasoning
@@ -481,7 +480,7 @@ class ChatMixin(OpenAIServingBase):
                     )
             except ValueError as e:
                 status = int(getattr(e, "status_code", 400) or 400)
-                yield _sse_error(str(e), "BadRequestError" if status == 400 else "Error", status)
+                yield _sse_error(str(e), None, status)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE

@@ -226,7 +226,7 @@ class CompletionsMixin(OpenAIServingBase):
                     )
             except ValueError as e:
                 status = int(getattr(e, "status_code", 400) or 400)
-                yield _sse_error(str(e), "BadRequestError" if status == 400 else "Error", status)
+                yield _sse_error(str(e), None, status)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE
