@@ -3,7 +3,8 @@
 OpenAI's API reference: ``temperature`` in [0, 2], ``top_p`` in (0, 1], ``n`` >= 1,
 ``presence_penalty`` / ``frequency_penalty`` in [-2, 2], ``logprobs`` (completions) and
 ``top_logprobs`` (chat) in [0, 20], ``logit_bias`` values in [-100, 100] with valid token ids as
-keys, at most 4 ``stop`` sequences, ``max_tokens`` >= 0, ``seed`` an integer. SGLang's native
+keys, ``stop`` sequences (OpenAI documents at most 4; SGLang and vLLM take longer lists, and so do
+both APIs here, up to the native cap of 32), ``max_tokens`` >= 0, ``seed`` an integer. SGLang's native
 ranges (its ``sampling_params.py``): ``temperature`` >= 0, ``top_p`` in (0, 1], ``top_k`` -1 or
 >= 1, ``min_p`` in [0, 1], penalties in [-2, 2], ``repetition_penalty`` in (0, 2],
 ``min_new_tokens`` in [0, max_new_tokens], ``max_new_tokens`` >= 0. Each value just outside a bound
@@ -34,7 +35,7 @@ COMMON: list[tuple[str, list[Any], list[Any]]] = [
         [{"5": 100.5}, {"5": -101}, {"999999": 1}, {"-1": 1}, {"abc": 1}, {"1.5": 1}],
         [{"5": 100}, {"5": -100}],
     ),
-    ("stop", [["a", "b", "c", "d", "e"], [""]], [["a", "b", "c", "d"], "x"]),
+    ("stop", [["a"] * 33, [""]], [["a", "b", "c", "d"], ["a", "b", "c", "d", "e", "f"], ["s"] * 32, "x"]),
     ("max_tokens", [-1], [1, 3]),  # 0 (prompt scoring) is served end to end in test_server_public_bugs
     ("seed", ["7", 7.5, True], [7, -(2**63)]),
     ("top_k", [0, -2], [-1, 1]),

@@ -429,14 +429,15 @@ class OpenAIServingBase:
 #: penalties in [-2, 2], n >= 1, max_tokens >= 0, logit_bias in [-100, 100] and valid token ids --
 #: are checked by ``SamplingParams.verify`` for both APIs).
 OPENAI_MAX_TEMPERATURE = 2.0
-OPENAI_MAX_STOP = 4
 
 #: SGLang sampling-parameter names whose OpenAI request field is named differently.
 _OPENAI_NAME = {"min_new_tokens": "min_tokens", "max_new_tokens": "max_tokens", "sampling_seed": "seed"}
 
 
 def _check_openai_ranges(req: Any) -> None:
-    """OpenAI-only ranges: ``temperature`` in [0, 2], at most 4 ``stop`` strings.
+    """OpenAI-only ranges: ``temperature`` in [0, 2]. ``stop`` takes up to
+    :data:`~sglang_v4.sampling.sampling_params.MAX_STOP_COUNT` strings on both APIs: OpenAI documents
+    at most 4, but SGLang and vLLM accept longer lists and their clients send them.
 
     Raises:
         RequestError: 400 naming the field (``param``).
@@ -445,10 +446,6 @@ def _check_openai_ranges(req: Any) -> None:
     if t is not None and not 0.0 <= t <= OPENAI_MAX_TEMPERATURE:
         raise RequestError(
             f"temperature must be in [0, {OPENAI_MAX_TEMPERATURE:g}], got {t}.", param="temperature"
-        )
-    if isinstance(req.stop, list) and len(req.stop) > OPENAI_MAX_STOP:
-        raise RequestError(
-            f"stop: at most {OPENAI_MAX_STOP} stop sequences are allowed, got {len(req.stop)}.", param="stop"
         )
 
 
