@@ -5,7 +5,7 @@ The kernel test files (``test_kernels_*.py``) run on CUDA, or on the CPU only wh
 it (it would slow every other test's import), so without this file the fast tier would skip every
 kernel-vs-float64 comparison. This test runs a representative case of every kernel family (the
 list of ``test_kernels_compile_all.REPRESENTATIVE``) plus the quantized-KV cases (fp8 / fp4 indexer
-keys, fp8 attention pools, the KV codec) in a subprocess under the interpreter, and requires them
+keys, fp8 attention pools, the KV codec) and the kernels fed merged-projection column views in a subprocess under the interpreter, and requires them
 to pass, not skip.
 """
 
@@ -28,15 +28,28 @@ QUANTIZED = [
     "test_kernels_kv_codec.py",
     "test_kernels_compressor_state.py::test_compress_windows_quantized_pools",
 ]
+#: the consumers of merged-projection outputs on column views (6 cases)
+MERGED_VIEWS = ["test_kernels_merged_views.py"]
 
 
 def test_kernel_families_match_their_oracles_under_the_interpreter() -> None:
     env = dict(os.environ, TRITON_INTERPRET="1")
     env["PYTHONPATH"] = os.pathsep.join([HERE, *filter(None, [env.get("PYTHONPATH")])])
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *REPRESENTATIVE, *QUANTIZED]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *REPRESENTATIVE,
+        *QUANTIZED,
+        *MERGED_VIEWS,
+    ]
     proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=1200)
     out = proc.stdout[-6000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, out
     passed = int(m[1]) if (m := re.search(r"(\d+) passed", proc.stdout)) else 0
     # one skip is expected (a bf16-only attention case); everything else must have run
-    assert passed >= len(REPRESENTATIVE) + 4, out
+    assert passed >= len(REPRESENTATIVE) + 4 + 6, out

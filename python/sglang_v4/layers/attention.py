@@ -21,7 +21,7 @@ from sglang_v4.configs.model_config import CSA, HCA, ModelConfig
 from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
 from sglang_v4.layers.compressor import CSACompressor, HCACompressor
 from sglang_v4.layers.layernorm import RMSNorm
-from sglang_v4.layers.linear import GroupedLinear, Linear
+from sglang_v4.layers.linear import GroupedLinear, Linear, MergedLinear
 from sglang_v4.layers.quantization import QuantConfig, linear_quant
 from sglang_v4.mem_cache.kv_spec import KVKind
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
@@ -46,6 +46,15 @@ class DSV4Attention(nn.Module):
     rows, ``o_b_proj`` columns), and the output is summed over the ranks (one all-reduce). The
     single shared K=V head, the compressors and the indexer are replicated: every rank computes
     the same KV and keeps the same pools.
+
+    Merged input projection (SGLang's ``fused_qkv_a_proj_with_mqa``): every projection that reads
+    ``x`` and is replicated across TP ranks shares one weight tensor
+    (:class:`~sglang_v4.layers.linear.MergedLinear`; names, loading and FP8 block scales
+    unchanged), multiplied in one GEMM: ``q_a_proj`` and ``kv_proj`` (FP8 only where
+    ``q_lora_rank`` and ``head_dim`` are multiples of 128), plus the compressor's ``kv_proj`` /
+    ``gate_proj`` when they have the same format (an unquantized model; with FP8 the compressor's
+    bf16 pair is its own merged GEMM). The indexer's ``kv_proj`` / ``gate_proj`` /
+    ``scorer.weights_proj`` are one GEMM inside the indexer branch (its own stream).
 
     Raises:
         ValueError: ``o_groups`` not divisible by the TP size.
@@ -96,6 +105,28 @@ class DSV4Attention(nn.Module):
             self.compressor = HCACompressor(c, model_config.hca_ratio, dtype, device)
         else:
             self.compressor = None
+        # plain attribute (not a module): the state dict sees only the HF-named slices
+        self._qkv_a: MergedLinear | None = None
+        self._n_comp_proj = 0  # compressor projections inside self._qkv_a (0 or 2)
+        group = [self.q_a_proj, self.kv_proj]
+        if self.compressor is not None:
+            with_comp = group + [self.compressor.kv_proj, self.compressor.gate_proj]
+            if MergedLinear.can_merge(with_comp):
+                group, self._n_comp_proj = with_comp, 2
+                self.compressor.release_merge()
+        if MergedLinear.can_merge(group):
+            self._qkv_a = MergedLinear(group)
+
+    def _project_input(
+        self, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """``x [T, D]`` -> ``(q_a_proj(x), kv_proj(x), (compressor kv, gate) or None)``: one GEMM
+        when merged (column views of its output), else one per projection."""
+        if self._qkv_a is None:
+            return self.q_a_proj(x), self.kv_proj(x), None
+        outs = self._qkv_a(x)
+        comp_proj = (outs[2], outs[3]) if self._n_comp_proj else None
+        return outs[0], outs[1], comp_proj
 
     def forward(self, x: torch.Tensor, fb: ForwardBatch, pool: DSV4KVPool, rc: RopeCache) -> torch.Tensor:
         """``x [T, D]`` (normalised) -> ``[T, D]``; reads and writes the pool for this layer.
@@ -108,7 +139,8 @@ class DSV4Attention(nn.Module):
         """
         T = x.shape[0]
         cos, sin = rc.tok[self.rope_kind]
-        q_res = self.q_a_norm(self.q_a_proj(x))
+        q_a, kv, comp_proj = self._project_input(x)
+        q_res = self.q_a_norm(q_a)
         ix_stream = fb.indexer_stream if isinstance(self.compressor, CSACompressor) else None
         sel: torch.Tensor | None = None
         main_stream = None
@@ -118,7 +150,6 @@ class DSV4Attention(nn.Module):
             with torch.cuda.stream(ix_stream):
                 sel = self._indexer_branch(x, q_res, fb, pool, rc, cos, sin)
         q = self.q_b_proj(q_res).view(T, self.n_heads, self.head_dim)
-        kv = self.kv_proj(x)
         swa = pool.rows(KVKind.SWA, self.layer_idx)
         q, _ = ops.qnorm_rope_kv_insert(q, kv, self.kv_norm.weight, cos, sin, swa, fb.swa_write, self.eps)
         comp: dict = {}
@@ -126,7 +157,7 @@ class DSV4Attention(nn.Module):
             plan = fb.csa
             assert plan is not None
             st = pool.compressor_state(KVKind.CSA_MAIN, self.layer_idx)
-            self.compressor.run(x, fb, plan, st, rc.win[plan.ratio])
+            self.compressor.run(x, fb, plan, st, rc.win[plan.ratio], comp_proj)
             if ix_stream is None:
                 sel = self._indexer_branch(x, q_res, fb, pool, rc, cos, sin)
             else:
@@ -140,7 +171,7 @@ class DSV4Attention(nn.Module):
             plan = fb.hca
             assert plan is not None
             st = pool.compressor_state(KVKind.HCA, self.layer_idx)
-            self.compressor.run(x, fb, plan, st, rc.win[plan.ratio])
+            self.compressor.run(x, fb, plan, st, rc.win[plan.ratio], comp_proj)
             comp = dict(
                 comp_kv=st.rows, comp_visible=plan.visible, entries_per_page=fb.page_size // plan.ratio
             )
@@ -170,5 +201,6 @@ class DSV4Attention(nn.Module):
         assert plan is not None
         st = pool.compressor_state(KVKind.CSA_INDEXER, self.layer_idx)
         ix = self.compressor.indexer
-        ix.run(x, fb, plan, st, rc.win[plan.ratio])
-        return ix.select(x, q_res, fb, plan, st.rows, cos, sin)
+        kv_new, gate, weights = ix.project_all(x)  # one GEMM, on this branch's stream
+        ix.run(x, fb, plan, st, rc.win[plan.ratio], (kv_new, gate))
+        return ix.select(x, q_res, fb, plan, st.rows, cos, sin, weights)

@@ -17,7 +17,7 @@ from sgl_kernel_v4 import ops
 from torch import nn
 
 from sglang_v4.layers.layernorm import RMSNorm
-from sglang_v4.layers.linear import Linear
+from sglang_v4.layers.linear import Linear, MergedLinear
 from sglang_v4.mem_cache.compressor_state import CompressorState
 from sglang_v4.model_executor.forward_batch_info import CompressPlan, ForwardBatch
 
@@ -25,6 +25,11 @@ from sglang_v4.model_executor.forward_batch_info import CompressPlan, ForwardBat
 class Compressor(nn.Module):
     """One compressor: ``kv_proj``/``gate_proj`` (``D -> X``), ``position_bias`` (``ape``, ``[m, X]`` fp32),
     ``kv_norm`` (``[d]`` fp32). ``overlap=True`` is the CSA layout (``X = 2d``: Ca | Cb halves).
+
+    ``kv_proj`` / ``gate_proj`` read the same input: with ``merge`` their weights are the two row
+    halves of one ``[2X, D]`` tensor (:class:`~sglang_v4.layers.linear.MergedLinear`; names and
+    loading unchanged) and :meth:`project` is one GEMM. The attention block may take the pair into
+    its own merged input projection (:meth:`release_merge`) and pass the outputs to :meth:`run`.
     """
 
     def __init__(
@@ -36,6 +41,7 @@ class Compressor(nn.Module):
         eps: float,
         dtype: torch.dtype,
         device: torch.device | str,
+        merge: bool = True,
     ) -> None:
         super().__init__()
         x = 2 * d if overlap else d
@@ -46,6 +52,22 @@ class Compressor(nn.Module):
             torch.empty(ratio, x, dtype=torch.float32, device=device), requires_grad=False
         )
         self.kv_norm = RMSNorm(d, eps, device)
+        pair = [self.kv_proj, self.gate_proj]
+        self._merged = MergedLinear(pair) if merge and MergedLinear.can_merge(pair) else None
+
+    def release_merge(self) -> None:
+        """Forget this compressor's merged ``[kv_proj | gate_proj]`` tensor (frees it once an owner
+        re-merged the two weights into its own; :meth:`project` then runs one GEMM per layer
+        unless the caller passes the projections to :meth:`run`)."""
+        self._merged = None
+
+    def project(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``h [T, D]`` -> ``(kv_proj(h), gate_proj(h))``, each ``[T, X]`` (one GEMM when merged;
+        then column views of its ``[T, 2X]`` output)."""
+        if self._merged is not None:
+            kv, gate = self._merged(h)
+            return kv, gate
+        return self.kv_proj(h), self.gate_proj(h)
 
     def run(
         self,
@@ -54,6 +76,7 @@ class Compressor(nn.Module):
         plan: CompressPlan,
         st: CompressorState,
         rope: tuple[torch.Tensor, torch.Tensor],
+        proj: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         """Pool the windows completed by this forward into ``st.rows`` and advance the state.
 
@@ -70,9 +93,10 @@ class Compressor(nn.Module):
             fb: the batch; plan: its :class:`CompressPlan` for this ratio.
             st: the layer's state and output rows (``DSV4KVPool.compressor_state``).
             rope: ``(cos, sin)`` ``[J, r/2]`` at the windows' positions (compress rope).
+            proj: ``(kv_proj(h), gate_proj(h))`` ``[T, X]`` each (last dim contiguous) when the
+                caller computed them in a merged GEMM; ``None``: :meth:`project`.
         """
-        kv_new = self.kv_proj(h)
-        gate = self.gate_proj(h)
+        kv_new, gate = self.project(h) if proj is None else proj
         state = (fb.req_pool_indices, st.buf_kv, st.buf_score, st.ovl_kv, st.ovl_score)
         if plan.win_rows.shape[0] > 0:
             ops.compress_windows_and_insert(
@@ -96,7 +120,10 @@ class Scorer(nn.Module):
 class Indexer(Compressor):
     """Lightning indexer (paper §2.3.1 eqs. 13-17): a 128-d overlapped compressor feeding the indexer
     key pool, ``q_b_proj`` (``q_lora_rank -> Hi * di``; FP8 with ``q_b_quant="fp8"``, as published)
-    and ``scorer.weights_proj``."""
+    and ``scorer.weights_proj``.
+
+    ``kv_proj``, ``gate_proj`` and ``scorer.weights_proj`` all read ``h``: their weights are row
+    slices of one ``[2 * 2di + Hi, D]`` tensor, and :meth:`project_all` is one GEMM."""
 
     def __init__(
         self,
@@ -107,10 +134,27 @@ class Indexer(Compressor):
         q_b_quant: str | None = None,
     ) -> None:
         c = hf_config
-        super().__init__(c.hidden_size, c.index_head_dim, ratio, True, c.rms_norm_eps, dtype, device)
+        super().__init__(
+            c.hidden_size, c.index_head_dim, ratio, True, c.rms_norm_eps, dtype, device, merge=False
+        )
         self.n_heads, self.topk = c.index_n_heads, c.index_topk
         self.q_b_proj = Linear(c.q_lora_rank, c.index_n_heads * c.index_head_dim, dtype, device, q_b_quant)
         self.scorer = Scorer(c.hidden_size, c.index_n_heads, dtype, device)
+        group = [self.kv_proj, self.gate_proj, self.scorer.weights_proj]
+        self._merged = MergedLinear(group) if MergedLinear.can_merge(group) else None
+
+    def project(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(kv_proj(h), gate_proj(h))`` (:meth:`project_all` without the scorer weights)."""
+        kv, gate, _ = self.project_all(h)
+        return kv, gate
+
+    def project_all(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``h [T, D]`` -> ``(kv_proj(h) [T, 2di], gate_proj(h) [T, 2di], weights_proj(h) [T, Hi])``:
+        column views of one GEMM when merged, else three GEMMs."""
+        if self._merged is not None:
+            kv, gate, w = self._merged(h)
+            return kv, gate, w
+        return self.kv_proj(h), self.gate_proj(h), self.scorer.weights_proj(h)
 
     def select(
         self,
@@ -121,6 +165,7 @@ class Indexer(Compressor):
         idx_rows: object,
         cos: torch.Tensor,
         sin: torch.Tensor,
+        weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Top-k compressed entries per token.
 
@@ -131,6 +176,8 @@ class Indexer(Compressor):
                 bound).
             idx_rows: the indexer-key pool layer (float ``[N, di]`` or a quantized row view).
             cos, sin: ``[T, r/2]`` compress rope at the token positions.
+            weights: ``scorer.weights_proj(h)`` ``[T, Hi]`` when the caller computed it (merged with
+                the compressor's projections, :meth:`project_all`); ``None``: computed here.
 
         Returns:
             ``[T, topk]`` entry indices of the token's request, ascending, ``-1`` after them where
@@ -141,7 +188,9 @@ class Indexer(Compressor):
         T = h.shape[0]
         q = self.q_b_proj(q_res).view(T, self.n_heads, self.d)
         q = ops.apply_rope(q, cos, sin)
-        w = self.scorer.weights_proj(h).float() * self.n_heads**-0.5
+        if weights is None:
+            weights = self.scorer.weights_proj(h)
+        w = weights.float() * self.n_heads**-0.5
         assert fb.req_to_page is not None
         return ops.indexer_topk(
             q, w, idx_rows, plan.visible, fb.req_to_page, fb.req_pool_indices, fb.token_req,

@@ -20,8 +20,8 @@ from sgl_kernel_v4 import ops
 from torch import nn
 
 from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
-from sglang_v4.layers.linear import Linear
-from sglang_v4.layers.quantization import FP8_BLOCK, QuantConfig, expert_quant, linear_quant
+from sglang_v4.layers.linear import Linear, MergedLinear
+from sglang_v4.layers.quantization import QuantConfig, expert_quant, linear_quant
 
 FP4_GROUP = 32
 
@@ -148,37 +148,6 @@ class Experts(nn.Module):
         return ops.fused_moe(x, self.gate_up_proj, self.down_proj, ids, weights, self.limit)
 
 
-def _alias_gate_up(gate: Linear, up: Linear) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """Re-allocate ``gate.weight`` / ``up.weight`` (and their FP8 ``weight_scale_inv``) as the two
-    halves of one ``[2I, D]`` tensor (``[2I/128, D/128]`` scales), so that one GEMM computes
-    ``[gate | up]``. Returns the fused ``(weight, scale or None)``, or ``None`` when the layers
-    cannot share one tensor (FP8 with ``I`` not a multiple of the 128-row scale block)."""
-    inter, hidden = gate.out_features, gate.in_features
-    w = gate.weight
-    fp8 = gate.quant == "fp8"
-    if fp8 and inter % FP8_BLOCK[0]:
-        return None
-    fused_w = torch.empty(2 * inter, hidden, dtype=w.dtype, device=w.device)
-    gate.weight = nn.Parameter(fused_w[:inter], requires_grad=False)
-    up.weight = nn.Parameter(fused_w[inter:], requires_grad=False)
-    if not fp8:
-        return fused_w, None
-    sr = inter // FP8_BLOCK[0]
-    s = gate.weight_scale_inv
-    fused_s = torch.empty(2 * sr, s.shape[1], dtype=s.dtype, device=s.device)
-    gate.weight_scale_inv = fused_s[:sr]  # re-registers the buffer (state_dict name unchanged)
-    up.weight_scale_inv = fused_s[sr:]
-    return fused_w, fused_s
-
-
-def _is_view_pair(fused: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> bool:
-    """``a`` and ``b`` are still the first and second halves of ``fused`` (no one re-allocated them)."""
-    if fused.device.type == "meta":
-        return False
-    half = a.numel() * a.element_size()
-    return a.data_ptr() == fused.data_ptr() and b.data_ptr() == fused.data_ptr() + half
-
-
 class SharedMLP(nn.Module):
     """Shared expert: SwiGLU with clamping (HF ``DeepseekV4MLP``).
 
@@ -203,21 +172,22 @@ class SharedMLP(nn.Module):
         self.gate_proj = Linear(hidden, inter, dtype, device, quant)
         self.up_proj = Linear(hidden, inter, dtype, device, quant)
         self.down_proj = Linear(inter, hidden, dtype, device, quant)
-        # a plain attribute, not a buffer: the state dict / dummy init see only the two halves
-        self._gate_up = _alias_gate_up(self.gate_proj, self.up_proj)
+        # a plain attribute, not a module: the state dict / dummy init see only the two halves
+        pair = [self.gate_proj, self.up_proj]
+        self._merged = MergedLinear(pair) if MergedLinear.can_merge(pair) else None
+
+    @property
+    def _gate_up(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The fused ``(weight [2I, D], FP8 scale [2I/128, D/128] or None)``, or ``None`` when the
+        halves are separate tensors (FP8 with ``I % 128 != 0``)."""
+        return None if self._merged is None else (self._merged.weight, self._merged.scale)
 
     def gate_up(self, x: torch.Tensor) -> torch.Tensor:
         """``[gate_proj(x) | up_proj(x)]`` ``[T, 2I]``: one GEMM on the fused weight when it is
         still aliased, else two GEMMs and a concatenation."""
-        fused = self._gate_up
-        g, u = self.gate_proj, self.up_proj
-        if fused is not None and _is_view_pair(fused[0], g.weight, u.weight):
-            w, s = fused
-            if s is None:
-                return F.linear(x.to(w.dtype), w)
-            if _is_view_pair(s, g.weight_scale_inv, u.weight_scale_inv):
-                return ops.fp8_linear(x.to(g.act_dtype), w, s)
-        return torch.cat([g(x), u(x)], dim=-1)
+        if self._merged is not None:
+            return self._merged.gemm(x)
+        return torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(ops.swiglu_clamped(self.gate_up(x), self.limit))
