@@ -8,10 +8,11 @@ fields are ignored, as OpenAI-compatible servers (SGLang included) do.
 from __future__ import annotations
 
 import time
+import typing
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "ErrorResponse",
@@ -53,7 +54,36 @@ def _now() -> int:
 
 
 class _Req(BaseModel):
+    """Base of the request bodies: unknown fields are ignored and an explicit ``null`` for an
+    optional field means "not given" (its default applies), as vLLM's optional fields and the
+    OpenAI API accept it; clients that serialise every parameter send ``"stream": null``,
+    ``"logprobs": null``... A ``null`` for a required field (``messages``, ``prompt``, ``role``)
+    stays an error."""
+
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or None not in data.values():
+            return data
+        fields = cls.model_fields
+        return {
+            k: v
+            for k, v in data.items()
+            if not (
+                v is None
+                and k in fields
+                and not fields[k].is_required()
+                and not _accepts_none(fields[k].annotation)
+            )
+        }
+
+
+def _accepts_none(annotation: Any) -> bool:
+    """Whether a field type takes ``None`` itself (``X | None``, ``Any``): there ``null`` keeps its
+    own meaning (e.g. ``max_tokens: null`` is "no limit"), not the default."""
+    return annotation is Any or annotation is None or type(None) in typing.get_args(annotation)
 
 
 class ErrorResponse(BaseModel):

@@ -361,14 +361,14 @@ class ChatMixin(OpenAIServingBase):
                 tl_list.append(
                     TopLogprob(
                         token=ttok,
-                        bytes=list(ttok.encode("utf-8")),
+                        bytes=self._token_bytes(ti, ttok),
                         logprob=tl if tl is not None else float("-inf"),
                     )
                 )
             content.append(
                 ChatCompletionTokenLogprob(
                     token=tok,
-                    bytes=list(tok.encode("utf-8")),
+                    bytes=self._token_bytes(tid, tok),
                     logprob=logprob if logprob is not None else float("-inf"),
                     top_logprobs=tl_list,
                 )
