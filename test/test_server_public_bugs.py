@@ -14,6 +14,8 @@ checkpoints in ``test_loader_hf_variants.py``).
   means the field's default, as vLLM accepts it (sgl-project/sglang#4802).
 * Chat logprobs' ``bytes`` are each token's own bytes, also for a token that holds part of a
   multi-byte character, so that they concatenate to the text (vllm-project/vllm#6626).
+* ``add_generation_prompt: false`` (vLLM's chat extension) renders the conversation without the
+  assistant turn's opening (vllm-project/router#65).
 * The server log carries no traceback, no transformers warning and no carriage-return progress
   updates (stdout / stderr are a file here, not a terminal).
 """
@@ -315,3 +317,28 @@ def test_chat_logprob_bytes_of_split_characters(server, default_model_dir, strea
     choice = _post(server, CHAT, body)["choices"][0]
     joined = b"".join(bytes(e["bytes"]) for e in choice["logprobs"]["content"])
     assert joined.decode("utf-8", errors="replace") == choice["message"]["content"]
+
+
+def test_add_generation_prompt_false(server, default_model_dir) -> None:
+    """vllm-project/router#65: ``add_generation_prompt`` (vLLM's chat request extension, default
+    true) could not be set by the client and the assistant opening was always appended. Oracle:
+    the DeepSeek-V4 prompt format written out by hand (BOS, ``<｜User｜>`` + text, and with the
+    generation prompt ``<｜Assistant｜></think>`` in chat mode), tokenized by the tokenizer and
+    generated greedily on the native ``/generate`` route."""
+    from sglang_v4.utils import get_tokenizer
+
+    tok = get_tokenizer(default_model_dir)
+    bare = "<｜begin▁of▁sentence｜><｜User｜>Say hi"
+    for flag, prompt in ((False, bare), (True, bare + "<｜Assistant｜></think>")):
+        body = {"model": "default", "messages": MSGS, "max_tokens": 5, "temperature": 0}
+        if not flag:
+            body["add_generation_prompt"] = False
+        chat = _post(server, CHAT, body)
+        ids = tok.encode(prompt, add_special_tokens=False)
+        assert chat["usage"]["prompt_tokens"] == len(ids)
+        cold = _post(
+            server,
+            "/generate",
+            {"input_ids": ids, "sampling_params": {"max_new_tokens": 5, "temperature": 0}},
+        )
+        assert chat["choices"][0]["message"]["content"] == cold["text"]

@@ -299,7 +299,8 @@ class ChatCompletionRequest(_SamplingExtras):
     Tool calling: ``tools`` (OpenAI function tools), ``tool_choice`` (``"none"``, ``"auto"``,
     ``"required"`` or ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``.
     Thinking mode: ``chat_template_kwargs`` ``{"thinking": true}`` (or ``enable_thinking``), or
-    DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` one of none, minimal, low,
+    DeepSeek's ``thinking: {"type": "enabled"}``; ``add_generation_prompt: false`` (vLLM's
+    extension) leaves out the assistant turn's opening (``continue_final_message`` wins over it); ``reasoning_effort`` one of none, minimal, low,
     medium, high, xhigh, max. ``response_format``: ``text``, ``json_object``, ``json_schema``
     (``{"json_schema": {"name", "schema", "strict"}}``) or SGLang's ``structural_tag``.
     """
@@ -328,6 +329,7 @@ class ChatCompletionRequest(_SamplingExtras):
     reasoning_effort: str | None = None
     thinking: dict[str, Any] | bool | None = None
     continue_final_message: bool = False
+    add_generation_prompt: bool = True
     separate_reasoning: bool = True
     stream_reasoning: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
