@@ -10,6 +10,12 @@ checkpoints in ``test_loader_hf_variants.py``).
   sends its text as it is produced instead of empty text until the end.
 * A bounded fuzz of sampling parameters through the real sampler and scheduler: a 200 or a 400 in
   SGLang's shape, never a 5xx, the server healthy after.
+* ``null`` for an optional OpenAI request field (``"stream": null``, ``"logprobs": null``...)
+  means the field's default, as vLLM accepts it (sgl-project/sglang#4802).
+* Chat logprobs' ``bytes`` are each token's own bytes, also for a token that holds part of a
+  multi-byte character, so that they concatenate to the text (vllm-project/vllm#6626).
+* ``add_generation_prompt: false`` (vLLM's chat extension) renders the conversation without the
+  assistant turn's opening (vllm-project/router#65).
 * The server log carries no traceback, no transformers warning and no carriage-return progress
   updates (stdout / stderr are a file here, not a terminal).
 """
@@ -209,3 +215,130 @@ def test_fuzz_sampling_on_the_real_model(server, sp: dict[str, Any], stream: boo
     elif stream:
         assert r.text.rstrip().endswith("data: [DONE]")
     assert requests.get(server.url + "/health", timeout=60).status_code == 200
+
+
+CHAT = "/v1/chat/completions"
+MSGS = [{"role": "user", "content": "Say hi"}]
+
+
+def test_null_optional_fields_mean_their_default(server) -> None:
+    """sgl-project/sglang#4802: an evaluation client sent ``"stream": null`` and got a
+    ``ValidationError`` for ``stream``; vLLM's request fields are optional and clients that
+    serialise every parameter send ``null``. Oracle: the same request with the fields left out."""
+    nulls = {
+        k: None
+        for k in (
+            "stream",
+            "logprobs",
+            "top_logprobs",
+            "n",
+            "top_p",
+            "stop",
+            "seed",
+            "user",
+            "tools",
+            "tool_choice",
+            "response_format",
+            "stream_options",
+            "presence_penalty",
+            "frequency_penalty",
+            "ignore_eos",
+            "skip_special_tokens",
+            "continue_final_message",
+            "parallel_tool_calls",
+            "separate_reasoning",
+        )
+    }
+    base = {"model": "default", "messages": MSGS, "max_tokens": 4, "temperature": 0}
+    want = _post(server, CHAT, base)
+    got = _post(server, CHAT, {**base, **nulls})
+    assert got["choices"][0]["message"] == want["choices"][0]["message"]
+    assert got["usage"] == want["usage"]
+
+    base = {"model": "default", "prompt": PROMPT, "max_tokens": 4, "temperature": 0}
+    want = _post(server, "/v1/completions", base)
+    nulls = {
+        k: None for k in ("stream", "echo", "logprobs", "n", "stop", "no_stop_trim", "suffix", "best_of")
+    }
+    got = _post(server, "/v1/completions", {**base, **nulls})
+    assert [c["text"] for c in got["choices"]] == [c["text"] for c in want["choices"]]
+    assert got["choices"][0]["logprobs"] is None
+
+    # a required field stays required: 400 in OpenAI's shape, naming it
+    r = requests.post(server.url + CHAT, json={"model": "default", "messages": None}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    r = requests.post(server.url + CHAT, json={"messages": [{"role": None, "content": "x"}]}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == 400
+
+
+def _forced_token_logprob(server: ServerHandle, tid: int, stream: bool) -> dict[str, Any]:
+    body = {
+        "model": "default",
+        "messages": MSGS,
+        "max_tokens": 1,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "logit_bias": {str(tid): 100},
+        "stream": stream,
+    }
+    if not stream:
+        (entry,) = _post(server, CHAT, body)["choices"][0]["logprobs"]["content"]
+        return entry
+    with requests.post(server.url + CHAT, json=body, stream=True, timeout=300) as r:
+        events = sse_events(r)
+    entries = [
+        x for e in events[:-1] for c in e["choices"] if c["logprobs"] for x in c["logprobs"]["content"]
+    ]
+    (entry,) = entries
+    return entry
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprob_bytes_of_split_characters(server, default_model_dir, stream: bool) -> None:
+    """vllm-project/vllm#6626 (and the same report against ollama, ollama/ollama#13497): a token
+    holding part of a multi-byte character (an emoji split by the byte-level BPE) had ``bytes``
+    ``[239, 191, 189]`` (the UTF-8 of U+FFFD) instead of its own bytes, so clients could not
+    rebuild the text from ``bytes`` as OpenAI documents the field. Oracle: Python's UTF-8
+    encoding of the characters, cut where the tokenizer cuts them."""
+    from sglang_v4.utils import get_tokenizer
+
+    tok = get_tokenizer(default_model_dir)
+    for text in ("\U0001f60a", "\u9f98", "\U0001d518"):
+        ids = tok.encode(text, add_special_tokens=False)
+        assert len(ids) >= 2  # split across tokens: each piece decodes to U+FFFD on its own
+        pieces = [_forced_token_logprob(server, tid, stream) for tid in ids]
+        assert all(p["token"] == tok.decode([tid]) for p, tid in zip(pieces, ids))
+        assert b"".join(bytes(p["bytes"]) for p in pieces) == text.encode("utf-8")
+        for p in pieces:  # the forced token is its own top alternative, with the same bytes
+            assert p["top_logprobs"][0]["bytes"] == p["bytes"]
+
+    # whole tokens: the concatenated bytes are the content's UTF-8
+    body = {"model": "default", "messages": MSGS, "max_tokens": 12, "temperature": 0, "logprobs": True}
+    choice = _post(server, CHAT, body)["choices"][0]
+    joined = b"".join(bytes(e["bytes"]) for e in choice["logprobs"]["content"])
+    assert joined.decode("utf-8", errors="replace") == choice["message"]["content"]
+
+
+def test_add_generation_prompt_false(server, default_model_dir) -> None:
+    """vllm-project/router#65: ``add_generation_prompt`` (vLLM's chat request extension, default
+    true) could not be set by the client and the assistant opening was always appended. Oracle:
+    the DeepSeek-V4 prompt format written out by hand (BOS, ``<｜User｜>`` + text, and with the
+    generation prompt ``<｜Assistant｜></think>`` in chat mode), tokenized by the tokenizer and
+    generated greedily on the native ``/generate`` route."""
+    from sglang_v4.utils import get_tokenizer
+
+    tok = get_tokenizer(default_model_dir)
+    bare = "<｜begin▁of▁sentence｜><｜User｜>Say hi"
+    for flag, prompt in ((False, bare), (True, bare + "<｜Assistant｜></think>")):
+        body = {"model": "default", "messages": MSGS, "max_tokens": 5, "temperature": 0}
+        if not flag:
+            body["add_generation_prompt"] = False
+        chat = _post(server, CHAT, body)
+        ids = tok.encode(prompt, add_special_tokens=False)
+        assert chat["usage"]["prompt_tokens"] == len(ids)
+        cold = _post(
+            server,
+            "/generate",
+            {"input_ids": ids, "sampling_params": {"max_new_tokens": 5, "temperature": 0}},
+        )
+        assert chat["choices"][0]["message"]["content"] == cold["text"]

@@ -8,10 +8,11 @@ fields are ignored, as OpenAI-compatible servers (SGLang included) do.
 from __future__ import annotations
 
 import time
+import typing
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "ErrorResponse",
@@ -53,7 +54,36 @@ def _now() -> int:
 
 
 class _Req(BaseModel):
+    """Base of the request bodies: unknown fields are ignored and an explicit ``null`` for an
+    optional field means "not given" (its default applies), as vLLM's optional fields and the
+    OpenAI API accept it; clients that serialise every parameter send ``"stream": null``,
+    ``"logprobs": null``... A ``null`` for a required field (``messages``, ``prompt``, ``role``)
+    stays an error."""
+
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or None not in data.values():
+            return data
+        fields = cls.model_fields
+        return {
+            k: v
+            for k, v in data.items()
+            if not (
+                v is None
+                and k in fields
+                and not fields[k].is_required()
+                and not _accepts_none(fields[k].annotation)
+            )
+        }
+
+
+def _accepts_none(annotation: Any) -> bool:
+    """Whether a field type takes ``None`` itself (``X | None``, ``Any``): there ``null`` keeps its
+    own meaning (e.g. ``max_tokens: null`` is "no limit"), not the default."""
+    return annotation is Any or annotation is None or type(None) in typing.get_args(annotation)
 
 
 class ErrorResponse(BaseModel):
@@ -269,7 +299,8 @@ class ChatCompletionRequest(_SamplingExtras):
     Tool calling: ``tools`` (OpenAI function tools), ``tool_choice`` (``"none"``, ``"auto"``,
     ``"required"`` or ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``.
     Thinking mode: ``chat_template_kwargs`` ``{"thinking": true}`` (or ``enable_thinking``), or
-    DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` one of none, minimal, low,
+    DeepSeek's ``thinking: {"type": "enabled"}``; ``add_generation_prompt: false`` (vLLM's
+    extension) leaves out the assistant turn's opening (``continue_final_message`` wins over it); ``reasoning_effort`` one of none, minimal, low,
     medium, high, xhigh, max. ``response_format``: ``text``, ``json_object``, ``json_schema``
     (``{"json_schema": {"name", "schema", "strict"}}``) or SGLang's ``structural_tag``.
     """
@@ -298,6 +329,7 @@ class ChatCompletionRequest(_SamplingExtras):
     reasoning_effort: str | None = None
     thinking: dict[str, Any] | bool | None = None
     continue_final_message: bool = False
+    add_generation_prompt: bool = True
     separate_reasoning: bool = True
     stream_reasoning: bool = True
     chat_template_kwargs: dict[str, Any] | None = None

@@ -16,6 +16,7 @@ Errors use SGLang's body ``{"object": "error", "message", "type", "param", "code
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
@@ -107,6 +108,38 @@ def _abort_error(meta: dict[str, Any]) -> RequestError | None:
         status = int(fr.get("status_code") or 400)
         return RequestError(str(fr.get("message") or "Aborted"), status)
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_level_alphabet() -> dict[str, int]:
+    """The byte-level BPE alphabet (GPT-2's): the character that stands for each byte value.
+    Printable Latin-1 bytes stand for themselves; the others (controls, space, 0x7F-0xA0, 0xAD)
+    are shifted to U+0100 onwards in byte order."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars: dict[str, int] = {chr(b): b for b in printable}
+    shift = 0
+    for b in range(256):
+        if b not in printable:
+            chars[chr(0x100 + shift)] = b
+            shift += 1
+    return chars
+
+
+def _byte_level_bytes(tokenizer: Any, tid: int) -> bytes | None:
+    """The raw bytes of token ``tid`` of a byte-level BPE vocabulary, or ``None`` when the token's
+    piece is not spelled in the byte-level alphabet (an added token, another tokenizer kind)."""
+    if tokenizer is None:
+        return None
+    try:
+        piece = tokenizer.convert_ids_to_tokens(int(tid))
+    except Exception:  # noqa: BLE001 - an id outside the vocabulary: no raw bytes
+        return None
+    if not isinstance(piece, str) or not piece:
+        return None
+    alphabet = _byte_level_alphabet()
+    if any(c not in alphabet for c in piece):
+        return None
+    return bytes(alphabet[c] for c in piece)
 
 
 def _lp_entry(e: Any) -> tuple[float | None, int, str | None]:
@@ -361,6 +394,21 @@ class OpenAIServingBase:
             return text
         tok = self.tokenizer
         return tok.decode([tid]) if tok is not None else str(tid)
+
+    def _token_bytes(self, tid: int, text: str) -> list[int]:
+        """The UTF-8 bytes of token ``tid`` for chat logprobs' ``bytes`` field (``text``: its
+        decoded text).
+
+        A token that holds part of a multi-byte character (byte-level BPE) decodes to U+FFFD;
+        its ``bytes`` are then the token's own bytes (e.g. ``[240, 159]``), read from the byte-level
+        vocabulary, so that the concatenated ``bytes`` of the tokens rebuild the text, as OpenAI
+        documents the field. Other tokens: ``text`` encoded as UTF-8.
+        """
+        if "\ufffd" in text:
+            raw = _byte_level_bytes(self.tokenizer, tid)
+            if raw is not None:
+                return list(raw)
+        return list(text.encode("utf-8"))
 
     async def _run(self, obj: Any, raw: Request | None) -> tuple[AsyncIterator[Any], Any]:
         """Start generation and get its first output (so input errors become a 400, not a broken stream)."""

@@ -239,7 +239,7 @@ class ChatMixin(OpenAIServingBase):
                     tools=tools,
                     chat_template=self.chat_template,
                     tokenize=False,
-                    add_generation_prompt=not cont,
+                    add_generation_prompt=req.add_generation_prompt and not cont,
                     continue_final_message=cont,
                     **kwargs,
                 )
@@ -252,7 +252,9 @@ class ChatMixin(OpenAIServingBase):
                 else ""
             )
             return head + message_text(msgs[-1].get("content"), "messages[-1].content")
-        return encode_messages(msgs, thinking, True, tools=tools, reasoning_effort=effort)
+        return encode_messages(
+            msgs, thinking, req.add_generation_prompt, tools=tools, reasoning_effort=effort
+        )
 
     # ------------------------------------------------------------------ non-streaming
     async def _chat(self, request: Request) -> Response:
@@ -361,14 +363,14 @@ class ChatMixin(OpenAIServingBase):
                 tl_list.append(
                     TopLogprob(
                         token=ttok,
-                        bytes=list(ttok.encode("utf-8")),
+                        bytes=self._token_bytes(ti, ttok),
                         logprob=tl if tl is not None else float("-inf"),
                     )
                 )
             content.append(
                 ChatCompletionTokenLogprob(
                     token=tok,
-                    bytes=list(tok.encode("utf-8")),
+                    bytes=self._token_bytes(tid, tok),
                     logprob=logprob if logprob is not None else float("-inf"),
                     top_logprobs=tl_list,
                 )
