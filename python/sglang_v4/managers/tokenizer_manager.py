@@ -44,37 +44,19 @@ from sglang_v4.managers.io_struct import (
     SchedulerCrashed,
     SchedulerReadyInfo,
     TokenizedGenerateReqInput,
-    context_length_message,
 )
-from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.managers.tokenization import (  # noqa: F401 - re-exported
+    TOKENIZE_IN_THREAD_CHARS,
+    BackendDiedError,
+    RequestError,
+    TokenizationMixin,
+)
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import get_tokenizer
 
 logger = logging.getLogger(__name__)
 
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
-
-#: Texts longer than this (characters) are tokenized in a worker thread with the GIL released,
-#: so that a huge prompt does not stall the event loop (other requests' streams, /health).
-TOKENIZE_IN_THREAD_CHARS = 8192
-
-
-class RequestError(ValueError):
-    """A request failed; ``status_code`` is the HTTP status (400 bad input, 503 server down)."""
-
-    def __init__(self, message: str, status_code: int = 400) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-
-
-class BackendDiedError(RequestError, RuntimeError):
-    """The scheduler or the detokenizer process died (crashed, was killed, hung past the
-    watchdog): every in-flight and later request fails with it. HTTP status 503; ``Engine``
-    callers can catch it as a ``RuntimeError``. The message names the process and its exit code or
-    the last line of its traceback."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, 503)
 
 
 def crash_summary(reason: str) -> str:
@@ -125,7 +107,7 @@ def stop_holdback(text: str, stops: list[str]) -> str:
     return text[: len(text) - cut] if cut else text
 
 
-class TokenizerManager:
+class TokenizerManager(TokenizationMixin):
     """Validates, tokenizes, dispatches and collects generate requests (see module docstring).
 
     Args:
@@ -339,151 +321,6 @@ class TokenizerManager:
                 )
             state.out_list.append({"text": text, "output_ids": list(state.output_ids), "meta_info": meta})
             state.event.set()
-
-    # ------------------------------------------------------------------ validation + tokenization
-    async def encode_text(
-        self, text: str, add_special_tokens: bool = True, max_new_tokens: int | None = None
-    ) -> list[int]:
-        """Token ids of ``text`` without blocking the event loop for long texts.
-
-        A text longer than :data:`TOKENIZE_IN_THREAD_CHARS` is tokenized in a worker thread (with
-        the GIL released where the tokenizer allows it). Before that, when the tokenizer bounds
-        how many characters a token can cover, a text whose token count is provably above the
-        longest prompt is rejected without tokenizing it.
-
-        Args:
-            text: the prompt text.
-            add_special_tokens: add BOS/EOS as the tokenizer's config says.
-            max_new_tokens: the requested completion length (for the error message), if any.
-
-        Raises:
-            RequestError: the text cannot fit in the context (400).
-        """
-        if len(text) <= TOKENIZE_IN_THREAD_CHARS:
-            return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
-        per_token = getattr(self.tokenizer, "max_chars_per_token", None)
-        if isinstance(per_token, int) and per_token > 0:
-            at_least = -(-len(text) // per_token)
-            limit = self.max_req_input_len
-            if max_new_tokens is not None:
-                limit = min(limit, self.context_len - max_new_tokens)
-            if at_least > limit:
-                raise RequestError(
-                    context_length_message(self.context_len, at_least, max_new_tokens, at_least=True)
-                )
-        encode = getattr(self.tokenizer, "encode_releasing_gil", None) or self.tokenizer.encode
-        ids = await asyncio.to_thread(encode, text, add_special_tokens=add_special_tokens)
-        return list(ids)
-
-    async def _encode_prompts(self, objs: list[GenerateReqInput]) -> list[list[int] | None]:
-        """Token ids of each single request's text prompt (``None`` for an ``input_ids`` prompt);
-        a text shared by several requests (``n > 1``) is tokenized once."""
-        done: dict[int, list[int]] = {}
-        out: list[list[int] | None] = []
-        for o in objs:
-            if o.input_ids is not None or not isinstance(o.text, str):
-                out.append(None)
-                continue
-            key = id(o.text)
-            if key not in done:
-                mnt = o.sampling_params.get("max_new_tokens") if isinstance(o.sampling_params, dict) else None
-                done[key] = await self.encode_text(
-                    o.text, max_new_tokens=mnt if isinstance(mnt, int) and not isinstance(mnt, bool) else None
-                )
-            out.append(done[key])
-        return out
-
-    def _tokenize_one(
-        self, obj: GenerateReqInput, text_ids: list[int] | None = None
-    ) -> TokenizedGenerateReqInput:
-        """Validate and tokenize one normalized single request.
-
-        This is where requests are validated, once, for the Engine and HTTP alike: the
-        prompt-plus-completion length against the context (accepted up to exactly
-        ``context_len``), the prompt with :meth:`SchedulerReadyInfo.check_input_ids` (the limits
-        the scheduler reported at start-up; the scheduler re-checks with the same rule only to
-        defend itself), then the sampling parameters (grammars only when the scheduler has a
-        grammar backend), the KV pool, and the logprob options. ``text_ids``: the ids of
-        ``obj.text`` when already tokenized (:meth:`encode_text`).
-
-        Raises:
-            RequestError: empty prompt, ids outside the vocabulary, prompt too long for the
-                context, bad sampling parameters or logprob options (status 400).
-        """
-        if obj.input_ids is not None:
-            ids = obj.input_ids
-            if not isinstance(ids, list) or not all(
-                isinstance(t, int) and not isinstance(t, bool) for t in ids
-            ):
-                raise RequestError("input_ids must be a list of integers (or a list of such lists).")
-            input_ids: list[int] = list(ids)  # type: ignore[arg-type]
-            input_text = None
-        else:
-            if not isinstance(obj.text, str):
-                raise RequestError("text must be a string (or a list of strings).")
-            input_text = obj.text
-            input_ids = text_ids if text_ids is not None else list(self.tokenizer.encode(input_text))
-        raw = obj.sampling_params if obj.sampling_params is not None else {}
-        sp_error: str | None = None
-        try:
-            sp = SamplingParams.from_dict(dict(raw) if isinstance(raw, dict) else raw)  # type: ignore[arg-type]
-            sp.normalize(self.tokenizer)
-            sp.verify(self.vocab_size, allow_grammar=self.grammar_enabled)
-        except (TypeError, ValueError) as e:
-            sp_error = f"Invalid sampling_params: {e}"
-        if (
-            sp_error is None
-            and input_ids
-            and sp.max_new_tokens is not None
-            and sp.max_new_tokens + len(input_ids) > self.context_len
-        ):
-            raise RequestError(context_length_message(self.context_len, len(input_ids), sp.max_new_tokens))
-        err = self.scheduler_info.check_input_ids(input_ids)
-        if err is not None:
-            raise RequestError(err)
-        if sp_error is not None:
-            raise RequestError(sp_error)
-        pool = int(self.scheduler_info.max_total_num_tokens or 0)
-        total = (sp.max_new_tokens or 0) + len(input_ids)
-        if sp.max_new_tokens is not None and 0 < pool < self.context_len and total >= pool:
-            # the KV pool, not the context, bounds this server's requests (max_req_input_len too):
-            # admitting it would only fail mid-generation and lose the tokens made so far
-            raise RequestError(
-                f"Requested token count exceeds the KV cache pool of {pool} tokens. You requested a "
-                f"total of {total} tokens: {len(input_ids)} tokens from the input and "
-                f"{sp.max_new_tokens} tokens for the completion. Please reduce the number of tokens "
-                "in the input or the completion (or start the server with a larger --max-total-tokens)."
-            )
-        lsl = obj.logprob_start_len if obj.logprob_start_len is not None else -1
-        if isinstance(lsl, bool) or not isinstance(lsl, int) or lsl < -1:
-            raise RequestError(f"logprob_start_len must be an integer >= -1 (got {lsl!r}).")
-        if lsl >= len(input_ids):
-            raise RequestError(
-                f"logprob_start_len ({lsl}) must be smaller than the number of input tokens ({len(input_ids)})."
-            )
-        tln = obj.top_logprobs_num if obj.top_logprobs_num is not None else 0
-        if isinstance(tln, bool) or not isinstance(tln, int) or not 0 <= tln <= self.vocab_size:
-            raise RequestError(
-                f"top_logprobs_num must be an integer in [0, {self.vocab_size}] (got {tln!r})."
-            )
-        prio = obj.priority
-        if prio is not None and (
-            isinstance(prio, bool) or not isinstance(prio, int) or not -(1 << 63) <= prio < (1 << 63)
-        ):
-            raise RequestError(f"priority must be a signed 64-bit integer (got {prio!r}).")
-        return TokenizedGenerateReqInput(
-            rid=str(obj.rid),
-            input_text=input_text,
-            input_ids=input_ids,
-            sampling_params=sp,
-            return_logprob=bool(obj.return_logprob),
-            logprob_start_len=lsl,
-            top_logprobs_num=tln,
-            token_ids_logprob=None,
-            stream=bool(obj.stream),
-            priority=prio,  # type: ignore[arg-type]
-            return_text_in_logprobs=bool(obj.return_text_in_logprobs),
-        )
 
     # ------------------------------------------------------------------ generate
     def _crash_error(self) -> BackendDiedError:
