@@ -33,6 +33,8 @@ def test_bench_scheduler_quick(tmp_path: Path) -> None:
     for r in rows:
         assert r["finished"] and r["same_tokens_both_modes"] and r["steps"] == 4
         assert r["step_ms"] > 0 and r["sched_ms"] >= 0 and r["worker_ms"] > 0
+        assert r["stub_vocab"] == bench_scheduler.STUB_VOCAB and 0 <= r["standin_ms"] <= r["worker_ms"]
+        assert r["worker_host_ms"] <= r["worker_ms"]
 
 
 def test_serving_overlap_summary_verdicts() -> None:

@@ -54,3 +54,22 @@ def test_bind_failure_reaches_the_future(monkeypatch) -> None:
             client.submit(SimpleNamespace()).result(timeout=10)
     finally:
         client.shutdown()
+
+
+@pytest.mark.parametrize(
+    "slots",
+    [[4, 5, 6, 7], [13, 14, 0, 1], [0, 5, 2], [2, 9, 4, 5], [7], []],
+    ids=["consecutive", "wrapped", "spread-same-span", "spread", "one", "none"],
+)
+def test_future_map_write_matches_indexed_copy(slots: list[int]) -> None:
+    """``FutureMap.write`` stores each id at its slot; oracle: ``index_copy_`` on a fresh map
+    (the slice copy of consecutive slots must not catch lists whose ends merely look consecutive)."""
+    from sglang_v4.managers.tp_worker import FutureMap
+
+    fm, ref = FutureMap(4, torch.device("cpu")), torch.full((15,), -7, dtype=torch.int64)
+    fm.token_ids.fill_(-7)
+    ids = torch.arange(100, 100 + len(slots), dtype=torch.int64)
+    fm.write(slots, ids)
+    if slots:
+        ref.index_copy_(0, torch.tensor(slots, dtype=torch.int64), ids)
+    assert fm.token_ids.tolist() == ref.tolist()

@@ -268,7 +268,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
 
     def _launch(self, batch: ScheduleBatch) -> None:
         """Hand ``batch`` to the model worker (a thread with overlap, else inline)."""
-        n = sum(batch.sample_flags)
+        n = batch.sample_flags.count(True)
         slots = self.future_map.alloc(n) if n else []
         wb = batch.launch(self.cache_manager.take_req_state_ops(), slots, self._sampling_columns)
         batch.result_handle = self.worker_client.submit(wb)

@@ -57,6 +57,22 @@ class FutureMap:
         self.token_ids = torch.zeros(self.size, dtype=torch.int64, device=device)
         self._next = 0
 
+    def write(self, slots: list[int], ids: torch.Tensor) -> None:
+        """Store ``ids[i]`` (``[n]`` int64 on the map's device) at slot ``slots[i]``. Slots that
+        run consecutively (a batch's :meth:`alloc` that did not wrap: every decode step) are one
+        slice copy, other lists an indexed copy."""
+        n = len(slots)
+        if not n:
+            return
+        a = slots[0]
+        if slots[-1] - a == n - 1 and a + n <= self.size and slots == list(range(a, a + n)):
+            self.token_ids[a : a + n].copy_(ids)
+            return
+        idx = torch.tensor(slots, dtype=torch.int64)
+        if self.token_ids.device.type == "cuda":
+            idx = idx.pin_memory().to(self.token_ids.device, non_blocking=True)
+        self.token_ids.index_copy_(0, idx, ids)
+
     def alloc(self, n: int) -> list[int]:
         """``n`` consecutive (mod ``size``) slots."""
         start = self._next
@@ -157,7 +173,7 @@ class TpModelWorker:
                 plain_greedy=si.plain_greedy,
             )
             ids, lps = out if want_lp else (out, None)  # type: ignore[misc]
-            self.future_map.token_ids.index_copy_(0, self._upload(si.future_slots), ids)
+            self.future_map.write(si.future_slots, ids)
             ids_host = _to_host(ids)
             if lps is not None:
                 tok_lp = _to_host(lps.gather(1, ids[:, None])[:, 0])
