@@ -285,7 +285,11 @@ def indexer_topk(
         row = req_rows[token_req[r0]]
         ents = torch.arange(n_run, dtype=torch.int64, device=q.device)
         slots = entry_slots(req_to_page, row, ents, entries_per_page)
-        step = max(1, min(256, GATHER_BUDGET // (H * n_run)))
+        # the float64 head scores are H values per (token, entry) and the top-k selection's
+        # temporaries ~40 bytes per (token, entry) whatever H: budget both (few heads, as in small
+        # test models, would otherwise let the [tokens, entries] selection temporaries grow with
+        # the context up to 256 tokens x every entry)
+        step = max(1, min(256, GATHER_BUDGET // (max(H, 16) * n_run)))
         keys = None
         for t0 in range(r0, r1, step):
             t1 = min(r1, t0 + step)
