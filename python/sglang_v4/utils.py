@@ -192,11 +192,14 @@ class FastTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True, **_: Any) -> list[int]:
         """Token ids of ``text``; BOS/EOS added per ``tokenizer_config.json`` when ``add_special_tokens``."""
         ids = list(self._tok.encode(text, add_special_tokens=False).ids)
-        if add_special_tokens:
-            if self.add_bos_token and self.bos_token_id is not None:
-                ids = [self.bos_token_id, *ids]
-            if self.add_eos_token and self.eos_token_id is not None:
-                ids = [*ids, self.eos_token_id]
+        return self._with_special_tokens(ids) if add_special_tokens else ids
+
+    def _with_special_tokens(self, ids: list[int]) -> list[int]:
+        """``ids`` with BOS / EOS added as ``tokenizer_config.json`` says."""
+        if self.add_bos_token and self.bos_token_id is not None:
+            ids = [self.bos_token_id, *ids]
+        if self.add_eos_token and self.eos_token_id is not None:
+            ids = [*ids, self.eos_token_id]
         return ids
 
     def encode_releasing_gil(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -207,12 +210,7 @@ class FastTokenizer:
         leaves the event loop free.
         """
         ids = list(self._tok.encode_batch([text], add_special_tokens=False)[0].ids)
-        if add_special_tokens:
-            if self.add_bos_token and self.bos_token_id is not None:
-                ids = [self.bos_token_id, *ids]
-            if self.add_eos_token and self.eos_token_id is not None:
-                ids = [*ids, self.eos_token_id]
-        return ids
+        return self._with_special_tokens(ids) if add_special_tokens else ids
 
     @property
     def max_chars_per_token(self) -> int | None:
