@@ -83,8 +83,8 @@ class FakeScheduler:
 
         self.server_args = server_args
         self.tokenizer = get_tokenizer(server_args.tokenizer_path or server_args.model_path)
-        self.context_len = FAKE_CONTEXT_LEN
-        self.max_req_input_len = FAKE_CONTEXT_LEN - 1
+        self.context_len = server_args.context_length or FAKE_CONTEXT_LEN  # as the real one's cap
+        self.max_req_input_len = self.context_len - 1
         self.max_total_num_tokens = 8 * FAKE_CONTEXT_LEN
         self.page_size = server_args.page_size
         self.total_pages = self.max_total_num_tokens // self.page_size

@@ -112,6 +112,41 @@ def test_unusable_tool_schema_is_a_400_and_serving_goes_on(client: openai.OpenAI
     )
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_grammar_errors_name_the_field_the_client_sent(server: Any, model_id: str, stream: bool) -> None:
+    """A bad tool schema is a 400 about ``tools`` and a bad ``response_format`` schema one about
+    ``response_format`` (they were reported as ``structural_tag`` / ``json_schema``, fields the
+    client never sent); the client reads ``param`` from OpenAI's error body."""
+    bad_tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "bogus"}}}
+    bad_schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "bogus"}}}
+    base = {"model": model_id, "messages": MSGS, "max_tokens": 4, "stream": stream}
+    cases = [
+        ("/v1/chat/completions", dict(base, tools=[bad_tool], tool_choice="required"), "tools"),
+        ("/v1/chat/completions", dict(base, response_format=bad_schema), "response_format"),
+        (
+            "/v1/completions",
+            {
+                "model": model_id,
+                "prompt": "x",
+                "max_tokens": 4,
+                "stream": stream,
+                "response_format": bad_schema,
+            },
+            "response_format",
+        ),
+    ]
+    for route, body, field in cases:
+        r = requests.post(server.url + route, json=body, timeout=120)
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == field, err
+        assert err["message"].startswith(f"{field}: invalid grammar: "), err
+        assert "bogus" in err["message"] and "structural_tag" not in err["message"], err
+    # a grammar field the client did send keeps its own name
+    r = requests.post(server.url + "/v1/completions", json={"model": model_id, "prompt": "x", "regex": "(("})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "regex", r.text
+
+
 def test_required_tool_call_streamed_and_looped(client: openai.OpenAI, model_id: str) -> None:
     """tool_choice "required": a schema-valid call; the stream accumulates to the same call; the
     call and its result feed a second turn that answers."""

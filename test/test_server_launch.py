@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,99 @@ def test_engine_raises_the_same_message(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="has no config.json; expected a Hugging Face-layout"):
         Engine(model_path=str(tmp_path))
+
+
+# --- bind errors, flag names, a small --context-length -------------------------------------
+
+
+def _cli_error(args: list[str], cwd: Path) -> str:
+    """The last stderr line of a launch refused by argparse (exit 2)."""
+    p = _launch(args, cwd)
+    assert p.returncode == 2, (p.returncode, (p.stdout + p.stderr)[-2000:])
+    return p.stderr.strip().splitlines()[-1]
+
+
+def test_port_in_use_is_named(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        line = _one_line(_launch(["--host", "127.0.0.1", "--port", str(port)], tmp_path))
+    assert f"port: 127.0.0.1:{port} is already in use" in line
+
+
+def test_unresolvable_host_is_named_not_blamed_on_the_port(tmp_path: Path) -> None:
+    # "999.1.1.1" is no address and no name (getaddrinfo fails); the port is free.
+    line = _one_line(_launch(["--host", "999.1.1.1"], tmp_path))
+    assert "host: cannot resolve '999.1.1.1'" in line
+    assert "already in use" not in line
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 in this Python")
+def test_ipv6_host_can_be_bound() -> None:
+    from sglang_v4.utils import is_port_available
+
+    try:  # the oracle: a plain IPv6 socket binds ::1 on a free port
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+            port = s.getsockname()[1]
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    assert is_port_available("::1", port)  # was False: the check bound an IPv4 socket only
+
+    from sglang_v4.utils import bind_error
+
+    assert bind_error("::1", port) is None
+
+
+@pytest.mark.parametrize(
+    "args, flag, field",
+    [
+        (["--tp-size", "0"], "--tp-size", "tp_size must be a positive integer (got 0)"),
+        (["--tensor-parallel-size", "2", "--ep-size", "3"], "--ep-size", "ep_size must divide tp_size"),
+        (["--page-size", "100"], "--page-size", "page_size must be a positive multiple of 128"),
+        (["--context-length", "1"], "--context-length", "context_length must be at least 2"),
+    ],
+)
+def test_bad_flag_value_names_the_flag(tmp_path: Path, args: list[str], flag: str, field: str) -> None:
+    line = _cli_error(args, tmp_path)
+    assert f"error: argument {flag}: {field}" in line, line
+
+
+def test_flag_error_message_leaves_other_messages_alone() -> None:
+    import argparse
+
+    from sglang_v4.launch_server import flag_error_message
+    from sglang_v4.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    assert flag_error_message(parser, "device='cuda' was requested") == "device='cuda' was requested"
+    assert (
+        flag_error_message(parser, "dp_size > 1 runs replicas")
+        == "argument --dp-size: dp_size > 1 runs replicas"
+    )
+
+
+def test_small_context_length_starts_and_serves(tmp_path: Path) -> None:
+    """``--context-length 4``: the start-up generation fits the context (it used to ask for its
+    6-token prompt plus 8 tokens and the server exited), and requests are checked against 4."""
+    import requests
+    from server_fixture import fake_env, start_server
+
+    h = start_server(["--context-length", "4"], fake_env(), tmp_path / "server.log")
+    try:
+        assert "ready to roll" in h.log()
+        ok = requests.post(
+            h.url + "/generate", json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}}
+        )
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["meta_info"]["completion_tokens"] == 2
+        big = requests.post(
+            h.url + "/generate", json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 3}}
+        )
+        assert big.status_code == 400
+        assert "maximum context length is 4 tokens" in big.json()["error"]["message"]
+        assert requests.get(h.url + "/health").status_code == 200
+    finally:
+        assert h.stop() == 0

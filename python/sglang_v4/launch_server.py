@@ -20,6 +20,20 @@ from sglang_v4.server_args import ServerArgs
 from sglang_v4.utils import configure_logging
 
 
+def flag_error_message(parser: argparse.ArgumentParser, message: str) -> str:
+    """``message`` (a ``ServerArgs`` ``ValueError``, which starts with the field it is about)
+    prefixed with the flag that sets that field, in argparse's ``argument --flag:`` form.
+
+    ``"tp_size must be a positive integer (got 0)"`` becomes ``"argument --tp-size: tp_size must
+    be a positive integer (got 0)"``; a message about no known field is returned as is.
+    """
+    field = message.split(" ", 1)[0].rstrip(":")
+    for action in parser._actions:  # argparse keeps no public list of its actions
+        if action.dest == field and action.option_strings:
+            return f"argument {action.option_strings[0]}: {message}"
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv``, run the server, return the process exit code."""
     parser = argparse.ArgumentParser(prog="python -m sglang_v4.launch_server", description=__doc__)
@@ -30,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server_args = ServerArgs.from_cli_args(args)
     except ValueError as e:
-        parser.error(str(e))
+        parser.error(flag_error_message(parser, str(e)))
     from sglang_v4.entrypoints.http_server import launch_server
 
     try:

@@ -182,6 +182,10 @@ class ServerArgs:
         positive_int("max_running_requests")
         positive_int("max_prefill_tokens", allow_none=False)
         positive_int("context_length")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError(
+                f"context_length must be at least 2 (a prompt token and a generated one) (got {self.context_length})"
+            )
         positive_int("tp_size", allow_none=False)
         positive_int("stream_interval", allow_none=False)
         positive_int("resume_interval", allow_none=False)

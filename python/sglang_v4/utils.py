@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import logging
 import os
 import signal
@@ -304,15 +305,33 @@ def freeze_gc_after_startup() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
 
 
-def is_port_available(host: str, port: int) -> bool:
-    """True when ``host:port`` can be bound by a TCP server now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def bind_error(host: str, port: int) -> str | None:
+    """Why a TCP server cannot listen on ``host:port`` now; None when it can.
+
+    ``host`` may be a name, an IPv4 or an IPv6 address (the socket family follows it, as
+    uvicorn's does). The message starts with the field at fault: ``port:`` when the address is
+    taken, ``host:`` when the host does not resolve or is not an address of this machine.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:
+        reason = e.strerror if isinstance(e, socket.gaierror) else str(e)
+        return f"host: cannot resolve {host!r} ({reason})"
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
+            s.bind(addr)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return f"port: {host}:{port} is already in use"
+            return f"host: cannot listen on {host}:{port} ({e.strerror or e})"
+    return None
+
+
+def is_port_available(host: str, port: int) -> bool:
+    """True when ``host:port`` can be bound by a TCP server now (see :func:`bind_error`)."""
+    return bind_error(host, port) is None
 
 
 def kill_process(proc: Any, timeout_s: float = 5.0) -> None:

@@ -112,12 +112,14 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
     if importlib.util.find_spec("sglang_router") is None:
         raise RuntimeError("dp_size > 1 needs the router: pip install sglang-router")
     from sglang_v4.entrypoints.engine import resolve_model_path
-    from sglang_v4.utils import is_port_available
+    from sglang_v4.utils import bind_error
 
     for port in [sa.port] + [sa.port + 1 + i for i in range(sa.dp_size)]:
-        if not is_port_available(sa.host, port):
+        reason = bind_error(sa.host, port)
+        if reason is not None:
             raise RuntimeError(
-                f"port: {sa.host}:{port} is already in use (--dp-size uses --port .. --port + dp_size)"
+                reason
+                + (" (--dp-size uses --port .. --port + dp_size)" if reason.startswith("port:") else "")
             )
     resolve_model_path(sa)
     stop = {"signal": None}

@@ -132,11 +132,7 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
             tm.server_status = "Up"
             return
         t0 = time.perf_counter()
-        obj = GenerateReqInput(
-            text="The capital city of France is",
-            sampling_params={"temperature": 0.0, "max_new_tokens": 8},
-            log_metrics=False,
-        )
+        obj = warmup_request(tm)
         try:
             async for out in tm.generate_request(obj):
                 logger.info(
@@ -340,6 +336,27 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
     return app, state
 
 
+WARMUP_PROMPT = "The capital city of France is"
+WARMUP_MAX_NEW_TOKENS = 8
+
+
+def warmup_request(tm: TokenizerManager) -> GenerateReqInput:
+    """The start-up generation, fitted to the served context.
+
+    The prompt is ``WARMUP_PROMPT``'s token ids cut to the longest input the server accepts, and
+    ``max_new_tokens`` is at most ``WARMUP_MAX_NEW_TOKENS`` and what the context leaves (0 when the
+    prompt fills it), so a small ``--context-length`` still starts.
+    """
+    ids = list(tm.tokenizer.encode(WARMUP_PROMPT))
+    ids = ids[: max(1, min(tm.max_req_input_len, tm.context_len))]
+    max_new = max(0, min(WARMUP_MAX_NEW_TOKENS, tm.context_len - len(ids)))
+    return GenerateReqInput(
+        input_ids=ids,
+        sampling_params={"temperature": 0.0, "max_new_tokens": max_new},
+        log_metrics=False,
+    )
+
+
 def _mount_openai(app: FastAPI, tm: TokenizerManager, server_args: ServerArgs) -> None:
     """Mount ``entrypoints.openai.create_openai_router`` when that module exists."""
     try:
@@ -354,15 +371,17 @@ def launch_server(server_args: ServerArgs) -> int:
     """Start the backend processes, serve HTTP until stopped; returns the exit code.
 
     Raises:
-        RuntimeError: the port is taken or the scheduler failed to start.
+        RuntimeError: the port is taken, the host cannot be listened on, or the scheduler failed
+            to start.
     """
     import uvicorn
 
     from sglang_v4.entrypoints.engine import launch_subprocesses, resolve_model_path
-    from sglang_v4.utils import is_port_available
+    from sglang_v4.utils import bind_error
 
-    if not is_port_available(server_args.host, server_args.port):
-        raise RuntimeError(f"port: {server_args.host}:{server_args.port} is already in use")
+    reason = bind_error(server_args.host, server_args.port)
+    if reason is not None:
+        raise RuntimeError(reason)
     resolve_model_path(server_args)
     t0 = time.perf_counter()
     procs = launch_subprocesses(server_args)

@@ -497,6 +497,24 @@ def _check_openai_ranges(req: Any) -> None:
         )
 
 
+#: ``SamplingParams`` grammar fields; an error about one is ``"<field>: invalid grammar: ..."``.
+GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
+
+
+def grammar_error_for(e: RequestError, field: str | None) -> RequestError:
+    """``e`` renamed to the request field its grammar was made from (``tools``, ``response_format``).
+
+    A chat request's tool-call grammar is a ``structural_tag`` and a ``response_format`` becomes a
+    ``json_schema``; the client sent neither name, so their errors name ``field`` instead (message
+    prefix and ``param``). ``e`` is returned unchanged when ``field`` is None or it is not a
+    grammar error.
+    """
+    kind, sep, rest = e.message.partition(": ")
+    if field is None or e.status != 400 or not sep or kind not in GRAMMAR_FIELDS:
+        return e
+    return RequestError(f"{field}: {rest}", e.status, e.err_type, field)
+
+
 def _param_of(message: str) -> str | None:
     """Best-effort field name at the start of a ValueError message (``"top_p must be ..."`` -> ``top_p``)."""
     head = message.split(" ", 1)[0].rstrip(":,.")

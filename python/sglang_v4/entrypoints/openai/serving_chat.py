@@ -74,6 +74,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     _lp_entry,
     _sse,
     _sse_error,
+    grammar_error_for,
 )
 from sglang_v4.entrypoints.openai.tool_parser import (
     TOOL_CALL_PARSERS,
@@ -292,9 +293,15 @@ class ChatMixin(OpenAIServingBase):
         else:
             obj = GenerateReqInput(text=plan.prompt, **kw)
         separate = plan.reasoning.separate and req.separate_reasoning
-        if req.stream:
-            return await self._chat_stream(req, obj, n, plan, separate, request)
-        rets = await self._collect(obj, request)
+        grammar_field = (
+            "tools" if plan.structural_tag is not None else "response_format" if req.response_format else None
+        )
+        try:
+            if req.stream:
+                return await self._chat_stream(req, obj, n, plan, separate, request)
+            rets = await self._collect(obj, request)
+        except RequestError as e:
+            raise grammar_error_for(e, grammar_field) from None
         choices, reasoning_tokens = [], []
         for idx, ret in enumerate(rets):
             meta = ret.get("meta_info", {})

@@ -33,6 +33,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     _lp_entry,
     _sse,
     _sse_error,
+    grammar_error_for,
 )
 
 __all__ = ["CompletionsMixin"]
@@ -82,9 +83,13 @@ class CompletionsMixin(OpenAIServingBase):
         prompts = (
             [prompt] if (isinstance(prompt, str) or (prompt and isinstance(prompt[0], int))) else list(prompt)
         )
-        if req.stream:
-            return await self._completions_stream(req, obj, prompts, n, request)
-        rets = await self._collect(obj, request)
+        grammar_field = "response_format" if req.response_format else None
+        try:
+            if req.stream:
+                return await self._completions_stream(req, obj, prompts, n, request)
+            rets = await self._collect(obj, request)
+        except RequestError as e:
+            raise grammar_error_for(e, grammar_field) from None
         choices = []
         for idx, ret in enumerate(rets):
             meta = ret.get("meta_info", {})
