@@ -172,6 +172,41 @@ def test_drain_timeout_fails_the_rest_with_an_error_event(tmp_path: Path) -> Non
     assert "Drain timed out after 1s: failed 3 request(s)" in h.log()
 
 
+def test_second_signal_cuts_the_drain_short(tmp_path: Path) -> None:
+    """A second SIGTERM during a long drain (600 s here) fails the in-flight requests at once
+    with the shutdown error and the server exits 0 (before, the drain ran to its timeout, so this
+    test would outlive its own 240 s limit)."""
+    h = _server(tmp_path, 600, step_sleep="0.2")
+    kids = _children(h.proc.pid)
+    n = 400  # ~80 s of 200 ms steps: longer than the test waits for them
+    calls = [
+        _Call(
+            h.url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": n}, "stream": True}, True
+        ),
+        _Call(h.url + "/v1/completions", {"prompt": "b", "max_tokens": n, "stream": True}, True),
+    ]
+    for c in calls:
+        c.start()
+    for c in calls:
+        assert c.started.wait(60) and c.error is None
+    h.proc.send_signal(signal.SIGTERM)
+    deadline = time.time() + 30
+    while "received: draining" not in h.log() and time.time() < deadline:
+        time.sleep(0.1)
+    assert "received: draining" in h.log()
+    h.proc.send_signal(signal.SIGTERM)
+    for c in calls:
+        c.join(60)
+        assert not c.is_alive() and c.error is None, c.error
+    native, oai = calls
+    assert native.events[-1] == "[DONE]" and "second signal" in native.events[-2]["error"]["message"]
+    assert oai.events[-1] == "[DONE]" and oai.events[-2]["error"]["code"] == 503
+    done = [e for e in native.events[:-2] if isinstance(e, dict) and "meta_info" in e]
+    assert done and done[-1]["meta_info"]["completion_tokens"] < n
+    _assert_clean_exit(h, kids)
+    assert "Drain cut short by a second signal: failed 2 request(s)" in h.log()
+
+
 def test_idle_server_exits_0_on_sigterm(tmp_path: Path) -> None:
     h = _server(tmp_path, 30, step_sleep="0")
     kids = _children(h.proc.pid)

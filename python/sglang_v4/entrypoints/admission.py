@@ -301,27 +301,38 @@ class DrainingServer(uvicorn.Server):
     uvicorn's own handler stops accepting connections at once and, after
     ``timeout_graceful_shutdown``, cancels the responses still streaming (tracebacks, streams cut
     without an error event). Here the first signal schedules ``drain`` on the server's loop; when
-    it returns, uvicorn shuts down as usual, with nothing left in flight. A second signal (or one
-    before the server has started) sets ``should_exit`` at once (a second SIGINT also
-    ``force_exit``). Signals are not re-raised after the shutdown.
+    it returns, uvicorn shuts down as usual, with nothing left in flight. A second signal during
+    the drain sets :attr:`hurry`: the drain stops waiting and fails what is left at once. A signal
+    before the server has started sets ``should_exit`` (a repeated SIGINT also ``force_exit``).
+    Signals are not re-raised after the shutdown.
 
     Args:
         config: the uvicorn configuration.
-        drain: coroutine function run once on the first signal, with the signal number.
+        drain: coroutine function run once on the first signal, with the signal number and the
+            :attr:`hurry` event (set by a second signal).
     """
 
-    def __init__(self, config: uvicorn.Config, drain: Callable[[int], Awaitable[None]]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, drain: Callable[[int, asyncio.Event], Awaitable[None]]
+    ) -> None:
         super().__init__(config)
         self._drain = drain
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Future[None] | None = None
         self._signalled = False
+        #: Set by a second signal while draining (on the server's loop).
+        self.hurry: asyncio.Event | None = None
 
     async def serve(self, sockets: Any = None) -> None:
         self._loop = asyncio.get_running_loop()
+        self.hurry = asyncio.Event()
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        if self._signalled and self._loop is not None and self.hurry is not None:
+            logger.warning("%s received again: stopping now.", signal.Signals(sig).name)
+            self._loop.call_soon_threadsafe(self.hurry.set)
+            return
         if self._signalled or self._loop is None or not self.started:
             if self.should_exit and sig == signal.SIGINT:
                 self.force_exit = True
@@ -333,7 +344,8 @@ class DrainingServer(uvicorn.Server):
     def _begin_drain(self, sig: int) -> None:
         async def run() -> None:
             try:
-                await self._drain(sig)
+                assert self.hurry is not None
+                await self._drain(sig, self.hurry)
             finally:
                 self.should_exit = True
 
@@ -341,14 +353,18 @@ class DrainingServer(uvicorn.Server):
 
 
 async def drain_in_flight(
-    get_tokenizer_manager: Callable[[], Any], set_draining: Callable[[], None], sig: int, timeout_s: float
+    get_tokenizer_manager: Callable[[], Any],
+    set_draining: Callable[[], None],
+    sig: int,
+    timeout_s: float,
+    hurry: asyncio.Event | None = None,
 ) -> None:
     """The HTTP server's drain (run by :class:`DrainingServer` on the first signal).
 
     Marks the server draining (new requests 503), waits until the tokenizer manager has no
-    request in flight or ``timeout_s`` seconds passed, then fails what is left with a 503
-    (``TokenizerManager.fail_all``: an error event on a stream) and waits up to 1 s for those
-    responses to go out.
+    request in flight, ``timeout_s`` seconds passed or ``hurry`` is set (a second signal), then
+    fails what is left with a 503 (``TokenizerManager.fail_all``: an error event on a stream) and
+    waits up to 1 s for those responses to go out.
     """
     set_draining()
     tm = get_tokenizer_manager()
@@ -361,13 +377,19 @@ async def drain_in_flight(
         timeout_s,
     )
     deadline = loop.time() + timeout_s
-    while tm is not None and tm.rid_to_state and tm.crashed is None and loop.time() < deadline:
+    hurried = hurry is not None and hurry.is_set()
+    while (
+        tm is not None and tm.rid_to_state and tm.crashed is None and loop.time() < deadline and not hurried
+    ):
         await asyncio.sleep(0.05)
+        hurried = hurry is not None and hurry.is_set()
     if tm is not None and tm.rid_to_state and tm.crashed is None:
-        k = tm.fail_all(
-            f"The server is shutting down: the request did not finish within the {timeout_s:g}s drain.", 503
-        )
-        logger.warning("Drain timed out after %gs: failed %d request(s).", timeout_s, k)
+        why = "stopped by a second signal" if hurried else f"did not finish within the {timeout_s:g}s drain"
+        k = tm.fail_all(f"The server is shutting down: the request {why}.", 503)
+        if hurried:
+            logger.warning("Drain cut short by a second signal: failed %d request(s).", k)
+        else:
+            logger.warning("Drain timed out after %gs: failed %d request(s).", timeout_s, k)
         until = loop.time() + 1.0
         while tm.rid_to_state and loop.time() < until:  # let their handlers send the error
             await asyncio.sleep(0.05)

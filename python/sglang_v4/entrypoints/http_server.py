@@ -416,7 +416,10 @@ def launch_server(server_args: ServerArgs) -> int:
 
         timeout_s = server_args.graceful_shutdown_timeout
         server = DrainingServer(
-            config, lambda sig: drain_in_flight(lambda: state.tokenizer_manager, set_draining, sig, timeout_s)
+            config,
+            lambda sig, hurry: drain_in_flight(
+                lambda: state.tokenizer_manager, set_draining, sig, timeout_s, hurry
+            ),
         )
         state.server = server
         # DrainingServer handles SIGTERM / SIGINT while serving; no-op handlers afterwards let the
