@@ -243,12 +243,31 @@ _MAIN_GUARD_HINT = (
 )
 
 
+#: SGLang ``ServerArgs`` field names that sglang-v4 spells differently (its ``launch_server``
+#: accepts both flags): SGLang name -> :class:`ServerArgs` field.
+_SERVER_ARG_ALIASES = {"skip_server_warmup": "skip_warmup"}
+
+#: SGLang ``Engine.generate`` keywords with no ``/generate`` counterpart here: accepted when unset
+#: (None / False / 0, or lists of those), a ``ValueError`` otherwise; ``external_trace_header`` is ignored.
+_ENGINE_ONLY_UNSET = frozenset(
+    {
+        "mm_hashes",
+        "mm_content_hashes",
+        "require_reasoning",
+        "routed_experts_start_len",
+        "disagg_prefill_dp_rank",
+        "kv_hints",
+    }
+)
+
+
 class Engine:
     """SGLang-style offline engine: the same processes as the server, without HTTP.
 
     ``Engine(model_path=None, **kwargs)``: ``kwargs`` are :class:`ServerArgs` fields
     (``page_size=256``, ``max_total_tokens=...``, ``disable_radix_cache=True``, ...);
-    ``model_path=None`` uses the embedded default model.
+    ``model_path=None`` uses the embedded default model. SGLang's ``skip_server_warmup`` is
+    accepted for ``skip_warmup``.
 
     Raises:
         ValueError: an unknown keyword or a bad value (the message names the field).
@@ -256,6 +275,12 @@ class Engine:
     """
 
     def __init__(self, model_path: str | None = None, **kwargs: Any) -> None:
+        for sglang_name, name in _SERVER_ARG_ALIASES.items():
+            if sglang_name in kwargs:
+                value = kwargs.pop(sglang_name)
+                if name in kwargs and kwargs[name] != value:
+                    raise ValueError(f"{sglang_name} and {name} are the same option; give one of them")
+                kwargs[name] = value
         fields = {f.name for f in dataclasses.fields(ServerArgs)}
         unknown = sorted(set(kwargs) - fields)
         if unknown:
@@ -307,45 +332,59 @@ class Engine:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     @staticmethod
-    def _make_obj(
-        prompt: str | list[str] | None,
-        sampling_params: dict[str, Any] | list[dict[str, Any]] | None,
-        input_ids: list[int] | list[list[int]] | None,
-        return_logprob: bool | list[bool],
-        logprob_start_len: int | list[int] | None,
-        top_logprobs_num: int | list[int] | None,
-        return_text_in_logprobs: bool,
-        stream: bool,
-        rid: str | list[str] | None,
-        priority: int | list[int] | None,
-    ) -> GenerateReqInput:
-        return GenerateReqInput(
-            text=prompt,
-            input_ids=input_ids,
-            sampling_params=sampling_params,
-            rid=rid,
-            return_logprob=return_logprob,
-            logprob_start_len=logprob_start_len,
-            top_logprobs_num=top_logprobs_num,
-            return_text_in_logprobs=return_text_in_logprobs,
-            stream=stream,
-            priority=priority,
+    def _make_obj(args: dict[str, Any], sglang_kwargs: dict[str, Any]) -> GenerateReqInput:
+        """Build the request from ``generate``'s arguments through the HTTP server's checks.
+
+        ``args`` maps this method's parameters (``prompt`` is ``/generate``'s ``text``) and
+        ``sglang_kwargs`` SGLang's other ``Engine.generate`` keywords; both go through
+        :func:`~sglang_v4.entrypoints.native_api.parse_generate_body`, so a wrong type or an
+        unsupported feature (``image_data``, ``lora_path``, ...) is the same ``ValueError`` that
+        ``/generate`` answers with a 400.
+        """
+        from sglang_v4.entrypoints.native_api import SGLANG_ONLY_FIELDS, is_unset, parse_generate_body
+
+        unexpected = sorted(
+            set(sglang_kwargs) - SGLANG_ONLY_FIELDS - _ENGINE_ONLY_UNSET - {"external_trace_header"}
         )
+        if unexpected:
+            raise TypeError(f"Engine.generate() got unexpected keyword argument(s): {', '.join(unexpected)}")
+        for name in sorted(_ENGINE_ONLY_UNSET & set(sglang_kwargs)):
+            value = sglang_kwargs.pop(name)
+            if not (is_unset(value) or value == 0):
+                raise ValueError(f"{name} is not supported by sglang-v4.")
+        sglang_kwargs.pop("external_trace_header", None)
+        body = {("text" if k == "prompt" else k): v for k, v in args.items()}
+        return parse_generate_body({**sglang_kwargs, **body})
 
     def generate(
         self,
         prompt: str | list[str] | None = None,
         sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None,
         input_ids: list[int] | list[list[int]] | None = None,
+        image_data: Any = None,
+        *,
         return_logprob: bool | list[bool] = False,
         logprob_start_len: int | list[int] | None = -1,
         top_logprobs_num: int | list[int] | None = 0,
+        token_ids_logprob: list[int] | list[list[int]] | None = None,
+        lora_path: Any = None,
+        custom_logit_processor: Any = None,
+        return_hidden_states: bool = False,
         return_text_in_logprobs: bool = False,
         stream: bool = False,
         rid: str | list[str] | None = None,
         priority: int | list[int] | None = None,
+        **sglang_kwargs: Any,
     ) -> dict[str, Any] | list[dict[str, Any]] | Iterator[dict[str, Any]]:
         """Generate for one prompt (a dict) or a batch / ``n > 1`` (a list of dicts).
+
+        The parameters are SGLang's ``Engine.generate`` keywords (the first four also by
+        position, in SGLang's order). ``sampling_params`` is one dict for every prompt or one per
+        prompt. SGLang features this runtime does not implement (``image_data``, ``audio_data``,
+        ``video_data``, ``lora_path``, ``custom_logit_processor``, ``return_hidden_states``,
+        ``token_ids_logprob``, ``bootstrap_*``, ``data_parallel_rank``, ``session_params``, ...)
+        are accepted when left unset and raise ``ValueError`` naming the field otherwise;
+        ``cache_salt``, ``session_id`` and the other fields ``/generate`` ignores are ignored.
 
         Each dict: ``{"text", "output_ids", "meta_info": {"id", "finish_reason", "prompt_tokens",
         "completion_tokens", "cached_tokens", "e2e_latency", "input_token_logprobs",
@@ -353,23 +392,15 @@ class Engine:
         ``stream=True`` returns an iterator of cumulative chunks.
 
         Raises:
-            ValueError: bad input (same checks and messages as HTTP 400).
+            ValueError: bad input (same checks and messages as HTTP 400), naming the field.
+            TypeError: a keyword that is not one of SGLang's ``Engine.generate`` parameters.
             BackendDiedError: (a ``RuntimeError``) the scheduler or detokenizer process died, before
                 or while this request ran (the message names the process and its exit code); also
                 raised by a stream's iterator, and by every later call.
         """
-        obj = self._make_obj(
-            prompt,
-            sampling_params,
-            input_ids,
-            return_logprob,
-            logprob_start_len,
-            top_logprobs_num,
-            return_text_in_logprobs,
-            stream,
-            rid,
-            priority,
-        )
+        args = dict(locals())
+        del args["self"], args["sglang_kwargs"]
+        obj = self._make_obj(args, sglang_kwargs)
         agen = self.tokenizer_manager.generate_request(obj)
         if stream:
             return self._sync_iter(agen)
@@ -391,28 +422,27 @@ class Engine:
         prompt: str | list[str] | None = None,
         sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None,
         input_ids: list[int] | list[list[int]] | None = None,
+        image_data: Any = None,
+        *,
         return_logprob: bool | list[bool] = False,
         logprob_start_len: int | list[int] | None = -1,
         top_logprobs_num: int | list[int] | None = 0,
+        token_ids_logprob: list[int] | list[list[int]] | None = None,
+        lora_path: Any = None,
+        custom_logit_processor: Any = None,
+        return_hidden_states: bool = False,
         return_text_in_logprobs: bool = False,
         stream: bool = False,
         rid: str | list[str] | None = None,
         priority: int | list[int] | None = None,
+        **sglang_kwargs: Any,
     ) -> Any:
-        """``generate`` for asyncio callers (any event loop). With ``stream=True`` returns an
-        async iterator of chunks; otherwise the result of :meth:`generate`."""
-        obj = self._make_obj(
-            prompt,
-            sampling_params,
-            input_ids,
-            return_logprob,
-            logprob_start_len,
-            top_logprobs_num,
-            return_text_in_logprobs,
-            stream,
-            rid,
-            priority,
-        )
+        """``generate`` for asyncio callers (any event loop), same parameters and errors. With
+        ``stream=True`` returns an async iterator of chunks; otherwise the result of
+        :meth:`generate`."""
+        args = dict(locals())
+        del args["self"], args["sglang_kwargs"]
+        obj = self._make_obj(args, sglang_kwargs)
         agen = self.tokenizer_manager.generate_request(obj)
         if stream:
             return self._async_iter(agen)

@@ -63,6 +63,8 @@ _IGNORED_FIELDS = {
     "model",
     "no_logs",
 }
+#: SGLang ``/generate`` / ``Engine.generate`` fields that are not implemented or are ignored here.
+SGLANG_ONLY_FIELDS = frozenset(_UNSUPPORTED_IF_SET | _IGNORED_FIELDS)
 
 
 #: orjson options of every JSON body: numpy scalars/arrays and non-str keys allowed.
@@ -89,6 +91,16 @@ def error_response(message: str, status_code: int = 400) -> Response:
     return json_response(error_body(message, status_code), status_code=status_code)
 
 
+def is_unset(value: Any) -> bool:
+    """True for a field left unset: None, False, or a list / dict of such values (a batch's
+    per-prompt ``image_data: [None, None]``)."""
+    if isinstance(value, list):
+        return all(is_unset(v) for v in value)
+    if isinstance(value, dict):
+        return all(is_unset(v) for v in value.values())
+    return value is None or value is False
+
+
 def _check_type(name: str, value: Any, ok: bool, expected: str) -> None:
     if not ok:
         raise RequestError(f"{name} must be {expected} (got {type(value).__name__}: {str(value)[:80]!r}).")
@@ -111,7 +123,7 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
     if unknown:
         raise RequestError(f"Unknown field(s) in the request: {', '.join(unknown)}.")
     for k in _UNSUPPORTED_IF_SET:
-        if body.get(k) not in (None, False, [], {}):
+        if not is_unset(body.get(k)):
             raise RequestError(f"{k} is not supported by sglang-v4.")
     text, ids = body.get("text"), body.get("input_ids")
     if text is not None:

@@ -1,0 +1,165 @@
+"""Public bug reports of SGLang's offline ``Engine``, replayed against ``sglang_v4.Engine``.
+
+The engine runs the real processes with the model-free FakeScheduler (``server_fixture``), so the
+expected texts come from ``transformers.AutoTokenizer`` on the same tokenizer files, independent
+of the runtime's own tokenizer wrapper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from server_fixture import FAKE_TEXT, make_fake_model_dir, tokenizer_source_dir
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _fake_engine(model: Path, **kwargs: Any) -> Any:
+    from sglang_v4 import Engine
+
+    old = os.environ.get("SGLANG_V4_SCHEDULER_CLASS")
+    os.environ["SGLANG_V4_SCHEDULER_CLASS"] = "server_fixture:FakeScheduler"
+    try:
+        return Engine(model_path=str(model), **kwargs)
+    finally:
+        if old is None:
+            os.environ.pop("SGLANG_V4_SCHEDULER_CLASS", None)
+        else:
+            os.environ["SGLANG_V4_SCHEDULER_CLASS"] = old
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_fake_model_dir(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def engine(model: Path) -> Iterator[Any]:
+    with _fake_engine(model) as eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def expected() -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    ids = tok.encode(FAKE_TEXT)
+
+    def text(n: int) -> str:
+        return tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
+
+    return text
+
+
+def test_sglang_generate_keywords_accepted_when_unset(engine, expected) -> None:
+    """sgl-project/sglang#2968 (RL frameworks drive ``sgl.Engine.generate`` with SGLang's whole
+    keyword set, e.g. ``image_data=None``, ``lora_path=None``, ``return_hidden_states=False``,
+    ``custom_logit_processor=None``): unset they change nothing; before, each was a TypeError
+    (unexpected keyword argument)."""
+    out = engine.generate(
+        prompt=["a", "b"],
+        sampling_params={"max_new_tokens": 3},
+        image_data=[None, None],
+        lora_path=None,
+        custom_logit_processor=None,
+        return_hidden_states=False,
+        token_ids_logprob=None,
+        data_parallel_rank=None,
+        bootstrap_host=None,
+        mm_hashes=None,
+        external_trace_header=None,
+        cache_salt="salt",
+    )
+    assert [o["text"] for o in out] == [expected(3)] * 2
+    # SGLang's positional order: prompt, sampling_params, input_ids, image_data
+    out = engine.generate("Hi", {"max_new_tokens": 2}, None, None)
+    assert out["text"] == expected(2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"image_data": "https://example.com/cat.png"}, "image_data"),
+        ({"image_data": [None, "cat.png"]}, "image_data"),
+        ({"lora_path": "adapter-1"}, "lora_path"),
+        ({"return_hidden_states": True}, "return_hidden_states"),
+        ({"custom_logit_processor": "{}"}, "custom_logit_processor"),
+        ({"token_ids_logprob": [1, 2]}, "token_ids_logprob"),
+        ({"kv_hints": {"k": 1}}, "kv_hints"),
+    ],
+)
+def test_unsupported_feature_is_a_value_error_naming_it(engine, expected, kwargs, field) -> None:
+    """sgl-project/sglang#2968: a feature this runtime does not implement is refused with a
+    ``ValueError`` naming it (as ``/generate`` answers 400), not a TypeError or a silent drop;
+    the engine keeps serving."""
+    with pytest.raises(ValueError, match=field):
+        engine.generate(prompt=["x", "y"], sampling_params={"max_new_tokens": 2}, **kwargs)
+    with pytest.raises(ValueError, match=field):
+        asyncio.run(engine.async_generate(prompt="x", sampling_params={"max_new_tokens": 2}, **kwargs))
+    assert engine.generate(prompt="ok", sampling_params={"max_new_tokens": 2})["text"] == expected(2)
+
+
+def test_bad_argument_types_are_value_errors_naming_the_field(engine) -> None:
+    """Bad input through the Engine gets the checks ``/generate`` makes (a ``ValueError`` naming
+    the field); before, ``sampling_params=5`` raised ``TypeError: object of type 'int' has no
+    len()`` from inside the request normalization."""
+    with pytest.raises(ValueError, match="sampling_params"):
+        engine.generate(prompt="a", sampling_params=5)
+    with pytest.raises(ValueError, match="input_ids"):
+        engine.generate(input_ids=[[1, 2], "3"])
+    with pytest.raises(ValueError, match="return_logprob"):
+        engine.generate(prompt="a", return_logprob="yes")
+    with pytest.raises(TypeError, match="no_such_keyword"):
+        engine.generate(prompt="a", no_such_keyword=1)
+
+
+def test_batch_with_one_sampling_params_dict_and_n(engine, expected) -> None:
+    """EvolvingLMMs-Lab/lmms-eval#1423 and sgl-project/sglang#379: a list of prompts takes one
+    sampling-params dict for all of them or one dict each, and ``n > 1`` returns ``n`` outputs
+    per prompt, grouped by prompt as SGLang's tokenizer manager sends them (p0, p0, p1, p1)."""
+    shared = engine.generate(prompt=["a", "b c", "d"], sampling_params={"max_new_tokens": 4})
+    assert [o["text"] for o in shared] == [expected(4)] * 3
+    each = engine.generate(
+        prompt=["a", "b c"], sampling_params=[{"max_new_tokens": 1}, {"max_new_tokens": 5}]
+    )
+    assert [o["text"] for o in each] == [expected(1), expected(5)]
+    n2 = engine.generate(prompt=["a", "b c"], sampling_params={"max_new_tokens": 2, "n": 2})
+    assert len(n2) == 4 and [o["meta_info"]["prompt_tokens"] for o in n2] == [1, 1, 2, 2]
+    with pytest.raises(ValueError, match="sampling_params"):
+        engine.generate(prompt=["a", "b"], sampling_params=[{"max_new_tokens": 1}])
+
+
+def test_sync_generate_inside_a_running_event_loop(engine, expected) -> None:
+    """sgl-project/sglang#185 (starting / using the runtime from a Jupyter notebook, whose event
+    loop is already running): the blocking ``generate`` works when called from inside a running
+    loop, as does ``async_generate`` awaited on that loop."""
+
+    async def cell() -> tuple[str, str]:
+        sync = engine.generate(prompt="a", sampling_params={"max_new_tokens": 3})["text"]
+        out = await engine.async_generate(prompt="a", sampling_params={"max_new_tokens": 3})
+        return sync, out["text"]
+
+    assert asyncio.run(cell()) == (expected(3), expected(3))
+
+
+def test_sglang_server_arg_name_and_two_engines(model, engine, expected) -> None:
+    """sgl-project/sglang#2968 (``sgl.Engine(**kwargs)`` with SGLang's ServerArgs names):
+    ``skip_server_warmup`` (the CLI already took ``--skip-server-warmup``) was an "Unknown Engine
+    argument"; a second engine in the same process serves alongside the first, and shutting it
+    down leaves the first working and no child process behind."""
+    second = _fake_engine(model, skip_server_warmup=True)
+    try:
+        assert second.server_args.skip_warmup is True
+        assert second.generate(prompt="b", sampling_params={"max_new_tokens": 2})["text"] == expected(2)
+    finally:
+        second.shutdown()
+    assert not second._procs.scheduler.is_alive() and not second._procs.detokenizer.is_alive()
+    assert engine.generate(prompt="a", sampling_params={"max_new_tokens": 2})["text"] == expected(2)
+    with pytest.raises(ValueError, match="skip_server_warmup"):
+        _fake_engine(model, skip_server_warmup=True, skip_warmup=False)
