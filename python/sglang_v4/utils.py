@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import errno
+import functools
 import logging
 import os
 import signal
@@ -115,6 +116,38 @@ def start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> threading
     t = threading.Thread(target=watch, name="parent-watchdog", daemon=True)
     t.start()
     return t
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_level_alphabet() -> dict[str, int]:
+    """The byte-level BPE alphabet (GPT-2's): the character that stands for each byte value.
+    Printable Latin-1 bytes stand for themselves; the others (controls, space, 0x7F-0xA0, 0xAD)
+    are shifted to U+0100 onwards in byte order."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars: dict[str, int] = {chr(b): b for b in printable}
+    shift = 0
+    for b in range(256):
+        if b not in printable:
+            chars[chr(0x100 + shift)] = b
+            shift += 1
+    return chars
+
+
+def byte_level_token_bytes(tokenizer: Any, tid: int) -> bytes | None:
+    """The raw bytes of token ``tid`` of a byte-level BPE vocabulary, or ``None`` when the token's
+    piece is not spelled in the byte-level alphabet (an added token, another tokenizer kind)."""
+    if tokenizer is None:
+        return None
+    try:
+        piece = tokenizer.convert_ids_to_tokens(int(tid))
+    except Exception:  # noqa: BLE001 - an id outside the vocabulary: no raw bytes
+        return None
+    if not isinstance(piece, str) or not piece:
+        return None
+    alphabet = _byte_level_alphabet()
+    if any(c not in alphabet for c in piece):
+        return None
+    return bytes(alphabet[c] for c in piece)
 
 
 def _byte_level_max_chars_per_token(tok: Any) -> int | None:

@@ -252,12 +252,14 @@ def moe_token_counts(model: torch.nn.Module, top_k: int, max_tokens: int) -> lis
     Returns ``[]`` for a model without routed experts."""
     from sgl_kernel_v4.triton.moe_fp4 import tile_class_token_counts
 
-    out: set[int] = set()
+    kinds: set[tuple[int, bool]] = set()  # (local experts, FP4): every MoE layer of a model shares one
     for mod in model.modules():
         w = getattr(mod, "gate_up_proj", None)
         if isinstance(w, torch.Tensor) and w.dim() == 3 and hasattr(mod, "quant"):
-            fp4 = getattr(mod, "quant", None) == "fp4"
-            out.update(tile_class_token_counts(int(w.shape[0]), top_k, max_tokens, fp4))
+            kinds.add((int(w.shape[0]), getattr(mod, "quant", None) == "fp4"))
+    out: set[int] = set()
+    for n_experts, fp4 in kinds:
+        out.update(tile_class_token_counts(n_experts, top_k, max_tokens, fp4))
     return sorted(out)
 
 

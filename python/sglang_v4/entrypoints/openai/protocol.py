@@ -300,8 +300,8 @@ class ChatCompletionRequest(_SamplingExtras):
     ``"required"`` or ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``.
     Thinking mode: ``chat_template_kwargs`` ``{"thinking": true}`` (or ``enable_thinking``), or
     DeepSeek's ``thinking: {"type": "enabled"}``; ``add_generation_prompt: false`` (vLLM's
-    extension) leaves out the assistant turn's opening (``continue_final_message`` wins over it); ``reasoning_effort`` one of none, minimal, low,
-    medium, high, xhigh, max. ``response_format``: ``text``, ``json_object``, ``json_schema``
+    extension) leaves out the assistant turn's opening (``continue_final_message`` wins over it);
+    ``reasoning_effort`` one of none, minimal, low, medium, high, xhigh, max. ``response_format``: ``text``, ``json_object``, ``json_schema``
     (``{"json_schema": {"name", "schema", "strict"}}``) or SGLang's ``structural_tag``.
     """
 

@@ -16,7 +16,6 @@ Errors use SGLang's body ``{"object": "error", "message", "type", "param", "code
 
 from __future__ import annotations
 
-import functools
 import hmac
 import json
 import logging
@@ -42,6 +41,7 @@ from sglang_v4.entrypoints.openai.protocol import (
 from sglang_v4.entrypoints.openai.reasoning_parser import canonical_reasoning_parser
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
 from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.utils import byte_level_token_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -108,38 +108,6 @@ def _abort_error(meta: dict[str, Any]) -> RequestError | None:
         status = int(fr.get("status_code") or 400)
         return RequestError(str(fr.get("message") or "Aborted"), status)
     return None
-
-
-@functools.lru_cache(maxsize=1)
-def _byte_level_alphabet() -> dict[str, int]:
-    """The byte-level BPE alphabet (GPT-2's): the character that stands for each byte value.
-    Printable Latin-1 bytes stand for themselves; the others (controls, space, 0x7F-0xA0, 0xAD)
-    are shifted to U+0100 onwards in byte order."""
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    chars: dict[str, int] = {chr(b): b for b in printable}
-    shift = 0
-    for b in range(256):
-        if b not in printable:
-            chars[chr(0x100 + shift)] = b
-            shift += 1
-    return chars
-
-
-def _byte_level_bytes(tokenizer: Any, tid: int) -> bytes | None:
-    """The raw bytes of token ``tid`` of a byte-level BPE vocabulary, or ``None`` when the token's
-    piece is not spelled in the byte-level alphabet (an added token, another tokenizer kind)."""
-    if tokenizer is None:
-        return None
-    try:
-        piece = tokenizer.convert_ids_to_tokens(int(tid))
-    except Exception:  # noqa: BLE001 - an id outside the vocabulary: no raw bytes
-        return None
-    if not isinstance(piece, str) or not piece:
-        return None
-    alphabet = _byte_level_alphabet()
-    if any(c not in alphabet for c in piece):
-        return None
-    return bytes(alphabet[c] for c in piece)
 
 
 def _lp_entry(e: Any) -> tuple[float | None, int, str | None]:
@@ -405,7 +373,7 @@ class OpenAIServingBase:
         documents the field. Other tokens: ``text`` encoded as UTF-8.
         """
         if "\ufffd" in text:
-            raw = _byte_level_bytes(self.tokenizer, tid)
+            raw = byte_level_token_bytes(self.tokenizer, tid)
             if raw is not None:
                 return list(raw)
         return list(text.encode("utf-8"))
