@@ -74,7 +74,11 @@ class FakeScheduler:
 
     Env knobs: ``FAKE_STEP_SLEEP`` (seconds per step, default 0.005), ``FAKE_CRASH_ON_TEXT``
     (a prompt containing this text makes ``step()`` raise, to test crash handling),
-    ``FAKE_HANG_ON_TEXT`` (such a prompt makes ``step()`` hang, to test the watchdog).
+    ``FAKE_HANG_ON_TEXT`` (such a prompt makes ``step()`` hang, to test the watchdog),
+    ``FAKE_HOLD_ON_TEXT`` (such a request emits its first token, then stays running and holding
+    its pages without emitting more until it is aborted or ``FAKE_RELEASE_FILE`` exists). Holding
+    lets a test act "while a request runs" without betting on wall-clock time: a loaded machine
+    that stalls the client for seconds cannot let the request finish first.
     """
 
     def __init__(self, server_args: Any) -> None:
@@ -94,6 +98,8 @@ class FakeScheduler:
         self.step_sleep = float(os.environ.get("FAKE_STEP_SLEEP", "0.005"))
         self.crash_text = os.environ.get("FAKE_CRASH_ON_TEXT")
         self.hang_text = os.environ.get("FAKE_HANG_ON_TEXT")
+        self.hold_text = os.environ.get("FAKE_HOLD_ON_TEXT")
+        self.release_file = os.environ.get("FAKE_RELEASE_FILE")
         self.num_steps = 0
         self.generated = 0
         self.ready_info = SchedulerReadyInfo(
@@ -135,6 +141,8 @@ class FakeScheduler:
             reason = None
             if r.aborted:
                 reason = finish_abort("Aborted by the user")
+            elif r.output_ids and self._held(req):
+                continue  # running, holding its pages, emitting nothing
             else:
                 limit = (
                     sp.max_new_tokens
@@ -197,6 +205,11 @@ class FakeScheduler:
                 del self.reqs[rid]
         return out
 
+    def _held(self, req: Any) -> bool:
+        if not (self.hold_text and req.input_text and self.hold_text in req.input_text):
+            return False
+        return not (self.release_file and os.path.exists(self.release_file))
+
     def flush_cache(self) -> bool:
         return not self.reqs
 
@@ -205,6 +218,7 @@ class FakeScheduler:
             "kv_pool": {"total_pages": self.total_pages, "used_pages": self.used_pages},
             "radix_cache": {"enabled": False},
             "num_steps": self.num_steps,
+            "num_running_reqs": len(self.reqs),
         }
 
     def get_metrics(self) -> dict[str, Any]:

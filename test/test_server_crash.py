@@ -111,10 +111,13 @@ def test_sigterm_during_a_stream_exits_promptly(tmp_path: Path):
 
     model = make_fake_model_dir(tmp_path)
     h = start_server(
-        ["--model-path", str(model)], fake_env({"FAKE_STEP_SLEEP": "0.05"}), tmp_path / "server.log"
+        ["--model-path", str(model)],
+        fake_env({"FAKE_STEP_SLEEP": "0.05", "FAKE_HOLD_ON_TEXT": "[hold]"}),
+        tmp_path / "server.log",
     )
     kids = _children(h.proc.pid)
-    body = {"text": "slow", "sampling_params": {"max_new_tokens": 450}, "stream": True}
+    # held: the stream never ends by itself (FakeScheduler)
+    body = {"text": "[hold] slow", "sampling_params": {"max_new_tokens": 450}, "stream": True}
     r = requests.post(h.url + "/generate", json=body, stream=True, timeout=60)
     lines = r.iter_lines()
     next(lines)
@@ -129,7 +132,7 @@ def test_sigterm_during_a_stream_exits_promptly(tmp_path: Path):
     threading.Thread(target=drain, daemon=True).start()
     t0 = time.time()
     h.proc.send_signal(signal.SIGTERM)
-    assert h.proc.wait(timeout=30) == 0  # a 22 s stream does not hold the shutdown
+    assert h.proc.wait(timeout=30) == 0  # an endless stream does not hold the shutdown
     assert time.time() - t0 < 15
     deadline = time.time() + 10
     while time.time() < deadline and any(_alive(k) for k in kids):
@@ -176,14 +179,18 @@ def _rest(lines: Any) -> list[Any]:
 @pytest.mark.parametrize("victim", ["scheduler", "detokenizer"])
 def test_kill9_of_a_child_fails_in_flight_streams_and_exits_nonzero(tmp_path: Path, victim: str):
     model = make_fake_model_dir(tmp_path)
-    env = fake_env({"FAKE_STEP_SLEEP": "0.05", "SGLANG_V4_CRASH_EXIT_DELAY": "5"})
+    # a request whose prompt has "[hold]" runs until it is aborted (FakeScheduler): all three are
+    # still running at the kill however slow the machine is
+    env = fake_env(
+        {"FAKE_STEP_SLEEP": "0.05", "SGLANG_V4_CRASH_EXIT_DELAY": "5", "FAKE_HOLD_ON_TEXT": "[hold]"}
+    )
     h = start_server(["--model-path", str(model)], env, tmp_path / "server.log")
     kids = _children(h.proc.pid)
     try:
-        long = {"max_new_tokens": 400}  # 20 s of steps: all still running at the kill
+        long = {"max_new_tokens": 400}
         native = requests.post(
             h.url + "/generate",
-            json={"text": "native", "sampling_params": long, "stream": True},
+            json={"text": "[hold] native", "sampling_params": long, "stream": True},
             stream=True,
             timeout=60,
         )
@@ -191,7 +198,7 @@ def test_kill9_of_a_child_fails_in_flight_streams_and_exits_nonzero(tmp_path: Pa
             h.url + "/v1/chat/completions",
             json={
                 "model": "default",
-                "messages": [{"role": "user", "content": "hi"}],
+                "messages": [{"role": "user", "content": "[hold] hi"}],
                 "max_tokens": 400,
                 "stream": True,
             },
@@ -199,11 +206,14 @@ def test_kill9_of_a_child_fails_in_flight_streams_and_exits_nonzero(tmp_path: Pa
             timeout=60,
         )
         plain: dict[str, Any] = {}
-        th = _post_in_thread(h.url + "/generate", {"text": "plain", "sampling_params": long}, plain)
+        th = _post_in_thread(h.url + "/generate", {"text": "[hold] plain", "sampling_params": long}, plain)
         first, native_lines = _first_event(native)
         assert first["meta_info"]["finish_reason"] is None
         _, chat_lines = _first_event(chat)
-        time.sleep(0.5)  # the non-streaming request is running too
+        deadline = time.time() + 30  # the non-streaming request is running too
+        while requests.get(h.url + "/server_info", timeout=10).json()["num_running_reqs"] < 3:
+            assert time.time() < deadline
+            time.sleep(0.05)
         pid = _child_named(h.proc.pid, victim)
         t_kill = time.time()
         os.kill(pid, signal.SIGKILL)
@@ -248,23 +258,27 @@ def test_engine_raises_when_a_child_is_killed_mid_stream(
     model = make_fake_model_dir(tmp_path)
     monkeypatch.setenv("SGLANG_V4_SCHEDULER_CLASS", "server_fixture:FakeScheduler")
     monkeypatch.setenv("FAKE_STEP_SLEEP", "0.05")
+    monkeypatch.setenv("FAKE_HOLD_ON_TEXT", "[hold]")  # both requests run until the kill
     engine = Engine(model_path=str(model))
     procs = engine._procs
     try:
         long = {"max_new_tokens": 400}
-        stream = engine.generate(prompt="stream", sampling_params=long, stream=True)
+        stream = engine.generate(prompt="[hold] stream", sampling_params=long, stream=True)
         assert next(stream)["meta_info"]["finish_reason"] is None
         blocked: dict[str, Any] = {}
 
         def run() -> None:
             try:
-                engine.generate(prompt="plain", sampling_params=long)
+                engine.generate(prompt="[hold] plain", sampling_params=long)
             except Exception as e:  # noqa: BLE001 - checked below
                 blocked["error"], blocked["t"] = e, time.time()
 
         th = threading.Thread(target=run, daemon=True)
         th.start()
-        time.sleep(0.5)
+        deadline = time.time() + 30  # until the blocking request runs too
+        while engine.get_server_info()["num_running_reqs"] < 2:
+            assert time.time() < deadline
+            time.sleep(0.05)
         pid = getattr(procs, victim).pid
         assert _child_named(os.getpid(), victim) == pid
         t_kill = time.time()

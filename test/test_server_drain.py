@@ -24,6 +24,9 @@ import requests
 from server_fixture import fake_env, make_fake_model_dir, sse_events, start_server
 
 pytestmark = pytest.mark.timeout(240)
+# FakeScheduler holds a request whose prompt has this text (first token out, then nothing) until
+# the release file exists: "still running when we probe" without betting on wall-clock time
+HOLD = "[hold]"
 
 
 def _children(pid: int) -> list[int]:
@@ -74,9 +77,20 @@ class _Call(threading.Thread):
 
 def _server(tmp_path: Path, timeout_s: float, step_sleep: str = "0.02"):
     model = make_fake_model_dir(tmp_path)
-    env = fake_env({"FAKE_STEP_SLEEP": step_sleep})
+    release = str(tmp_path / "release")
+    env = fake_env({"FAKE_STEP_SLEEP": step_sleep, "FAKE_HOLD_ON_TEXT": HOLD, "FAKE_RELEASE_FILE": release})
     args = ["--model-path", str(model), "--graceful-shutdown-timeout", str(timeout_s)]
     return start_server(args, env, tmp_path / "server.log", new_session=True)
+
+
+def _wait_running(h, n: int) -> None:
+    """Until the scheduler runs ``n`` requests (a signal sent before would find fewer in flight)."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if requests.get(h.url + "/server_info", timeout=10).json()["num_running_reqs"] >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} requests running after 60 s")
 
 
 def _assert_clean_exit(h, kids: list[int]) -> None:
@@ -93,23 +107,25 @@ def _assert_clean_exit(h, kids: list[int]) -> None:
 def test_drain_finishes_in_flight_requests_and_exits_0(tmp_path: Path, how: str) -> None:
     h = _server(tmp_path, 60)
     kids = _children(h.proc.pid)
-    n = 200  # 200 steps of 20 ms: ~4 s, so the drain is still running when we probe it
+    n = 40  # held until the probes below are done, then 40 steps
     calls = [
         _Call(
-            h.url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": n}, "stream": True}, True
+            h.url + "/generate",
+            {"text": f"{HOLD} a", "sampling_params": {"max_new_tokens": n}, "stream": True},
+            True,
         ),
         _Call(
             h.url + "/v1/chat/completions",
-            {"messages": [{"role": "user", "content": "b"}], "max_tokens": n, "stream": True},
+            {"messages": [{"role": "user", "content": f"{HOLD} b"}], "max_tokens": n, "stream": True},
             True,
         ),
-        _Call(h.url + "/generate", {"text": "c", "sampling_params": {"max_new_tokens": n}}, False),
+        _Call(h.url + "/generate", {"text": f"{HOLD} c", "sampling_params": {"max_new_tokens": n}}, False),
     ]
     for c in calls:
         c.start()
     for c in calls[:2]:
         assert c.started.wait(60) and c.error is None
-    time.sleep(0.2)
+    _wait_running(h, 3)
     if how == "sigterm":
         h.proc.send_signal(signal.SIGTERM)
     else:
@@ -127,6 +143,7 @@ def test_drain_finishes_in_flight_requests_and_exits_0(tmp_path: Path, how: str)
     # OpenAI's shape too: the openai client raises InternalServerError with this type
     assert j["error"] == {"message": j["message"], "type": "service_unavailable", "param": None, "code": 503}
     assert requests.get(h.url + "/health", timeout=30).status_code == 503
+    (tmp_path / "release").touch()  # the held requests go on and finish within the drain
     for c in calls:
         c.join(120)
         assert c.error is None and c.status == 200, c.error
@@ -143,19 +160,21 @@ def test_drain_finishes_in_flight_requests_and_exits_0(tmp_path: Path, how: str)
 def test_drain_timeout_fails_the_rest_with_an_error_event(tmp_path: Path) -> None:
     h = _server(tmp_path, 1)
     kids = _children(h.proc.pid)
-    n = 450  # ~9 s: outlives the 1 s drain
+    n = 450  # held (never released): outlives the 1 s drain
     calls = [
         _Call(
-            h.url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": n}, "stream": True}, True
+            h.url + "/generate",
+            {"text": f"{HOLD} a", "sampling_params": {"max_new_tokens": n}, "stream": True},
+            True,
         ),
-        _Call(h.url + "/v1/completions", {"prompt": "b", "max_tokens": n, "stream": True}, True),
-        _Call(h.url + "/generate", {"text": "c", "sampling_params": {"max_new_tokens": n}}, False),
+        _Call(h.url + "/v1/completions", {"prompt": f"{HOLD} b", "max_tokens": n, "stream": True}, True),
+        _Call(h.url + "/generate", {"text": f"{HOLD} c", "sampling_params": {"max_new_tokens": n}}, False),
     ]
     for c in calls:
         c.start()
     for c in calls[:2]:
         assert c.started.wait(60) and c.error is None
-    time.sleep(0.2)
+    _wait_running(h, 3)
     t0 = time.time()
     h.proc.send_signal(signal.SIGTERM)
     for c in calls:
@@ -176,14 +195,16 @@ def test_second_signal_cuts_the_drain_short(tmp_path: Path) -> None:
     """A second SIGTERM during a long drain (600 s here) fails the in-flight requests at once
     with the shutdown error and the server exits 0 (before, the drain ran to its timeout, so this
     test would outlive its own 240 s limit)."""
-    h = _server(tmp_path, 600, step_sleep="0.2")
+    h = _server(tmp_path, 600)
     kids = _children(h.proc.pid)
-    n = 400  # ~80 s of 200 ms steps: longer than the test waits for them
+    n = 400  # held (never released): only the second signal can end the drain
     calls = [
         _Call(
-            h.url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": n}, "stream": True}, True
+            h.url + "/generate",
+            {"text": f"{HOLD} a", "sampling_params": {"max_new_tokens": n}, "stream": True},
+            True,
         ),
-        _Call(h.url + "/v1/completions", {"prompt": "b", "max_tokens": n, "stream": True}, True),
+        _Call(h.url + "/v1/completions", {"prompt": f"{HOLD} b", "max_tokens": n, "stream": True}, True),
     ]
     for c in calls:
         c.start()

@@ -26,6 +26,7 @@ from server_fixture import (
 )
 
 pytestmark = pytest.mark.timeout(300)
+HOLD = "[hold]"  # FakeScheduler's FAKE_HOLD_ON_TEXT: such a request runs until it is aborted
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     log = tmp_path_factory.mktemp("log") / "server.log"
-    h = start_server(["--model-path", str(model_dir)], fake_env({"FAKE_STEP_SLEEP": "0.01"}), log)
+    h = start_server(
+        ["--model-path", str(model_dir)],
+        fake_env({"FAKE_STEP_SLEEP": "0.01", "FAKE_HOLD_ON_TEXT": HOLD}),
+        log,
+    )
     yield h
     code = h.stop()
     assert code == 0, h.log()[-3000:]
@@ -254,13 +259,24 @@ def _used_pages(server) -> int:
     return requests.get(server.url + "/server_info", timeout=10).json()["kv_pool"]["used_pages"]
 
 
+def _wait_running(server, n: int = 1) -> None:
+    deadline = time.time() + 30
+    while time.time() < deadline and _server_info(server)["num_running_reqs"] < n:
+        time.sleep(0.05)
+    assert _server_info(server)["num_running_reqs"] >= n
+
+
+def _server_info(server) -> dict:
+    return requests.get(server.url + "/server_info", timeout=10).json()
+
+
 def test_client_disconnect_mid_stream_returns_pages(server):
     idle = _used_pages(server)
-    body = {"text": "long one", "sampling_params": {"max_new_tokens": 400}, "stream": True}
+    # a held request (see FakeScheduler) runs until it is aborted, however slow this machine is
+    body = {"text": f"{HOLD} long one", "sampling_params": {"max_new_tokens": 400}, "stream": True}
     r = requests.post(server.url + "/generate", json=body, stream=True, timeout=60)
-    it = r.iter_lines()
-    got = [line for _, line in zip(range(6), it) if line]
-    assert len(got) >= 3
+    first = next(line for line in r.iter_lines() if line)
+    assert json.loads(first[len(b"data: ") :])["meta_info"]["finish_reason"] is None
     assert _used_pages(server) > idle  # the request holds pages while it runs
     r.close()  # client goes away
     deadline = time.time() + 10
@@ -274,12 +290,13 @@ def test_abort_request_endpoint(server):
 
     def run() -> None:
         results["out"] = gen(
-            server, {"text": "abort me", "rid": "to-abort", "sampling_params": {"max_new_tokens": 450}}
+            server,
+            {"text": f"{HOLD} abort me", "rid": "to-abort", "sampling_params": {"max_new_tokens": 450}},
         )
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(1.0)
+    _wait_running(server)  # an abort that came before the request would find nothing to abort
     r = requests.post(server.url + "/abort_request", json={"rid": "to-abort"}, timeout=10)
     assert r.status_code == 200
     t.join(30)
@@ -290,10 +307,10 @@ def test_abort_request_endpoint(server):
 
 
 def test_flush_cache_refused_while_running(server):
-    # 480 steps of the fake scheduler's 5 ms (the context is 512): the request is still running
-    # when the flush arrives even on a loaded machine (at 200 tokens, 1 s, it could finish first
-    # there); closing the stream aborts it
-    body = {"text": "busy", "sampling_params": {"max_new_tokens": 480, "ignore_eos": True}, "stream": True}
+    # a held request runs until it is aborted: with a plain 480-token request, a client stalled
+    # for 5 s on a loaded machine let it finish before the flush arrived. Closing the stream
+    # aborts it.
+    body = {"text": f"{HOLD} busy", "sampling_params": {"max_new_tokens": 480}, "stream": True}
     with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
         first = next(r.iter_lines())
         f = requests.post(server.url + "/flush_cache", timeout=10)
@@ -386,24 +403,22 @@ def test_client_disconnect_non_streaming_returns_pages(server):
     from urllib.parse import urlparse
 
     idle = _used_pages(server)
-    steps0 = requests.get(server.url + "/server_info", timeout=10).json()["num_steps"]
     u = urlparse(server.url)
-    body = json.dumps({"text": "go away", "sampling_params": {"max_new_tokens": 450}}).encode()
+    body = json.dumps({"text": f"{HOLD} go away", "sampling_params": {"max_new_tokens": 450}}).encode()
     req = (
         f"POST /generate HTTP/1.1\r\nHost: {u.hostname}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
     with socket.create_connection((u.hostname, u.port), timeout=10) as s:
         s.sendall(req)
-        time.sleep(0.8)
+        _wait_running(server)
         assert _used_pages(server) > idle
-    # The request would run ~4.5 s more; the server notices the disconnect and aborts it.
-    deadline = time.time() + 8
+    # The held request never ends by itself: the pages come back only if the server notices the
+    # disconnect and aborts it.
+    deadline = time.time() + 10
     while time.time() < deadline and _used_pages(server) != idle:
         time.sleep(0.1)
     assert _used_pages(server) == idle
-    steps = requests.get(server.url + "/server_info", timeout=10).json()["num_steps"] - steps0
-    assert steps < 400  # aborted, not run to its 450 tokens
 
 
 def test_abort_all(server):
@@ -411,13 +426,13 @@ def test_abort_all(server):
 
     def run(i: int) -> None:
         outs.append(
-            gen(server, {"text": f"abort all {i}", "sampling_params": {"max_new_tokens": 450}}).json()
+            gen(server, {"text": f"{HOLD} abort all {i}", "sampling_params": {"max_new_tokens": 450}}).json()
         )
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
-    time.sleep(1.0)
+    _wait_running(server, 3)
     assert (
         requests.post(server.url + "/abort_request", json={"abort_all": True}, timeout=10).status_code == 200
     )
