@@ -47,6 +47,7 @@ _GATE_UP = dict(
     stride_se="i32", stride_sn="i32", h_ptr="*bf16", ids_ptr="*i64", sorted_ptr="*i32", bexp_ptr="*i32",
     n_pairs="i32", E="i32", N_INTER="i32", D="i32", limit="fp32", TOPK="constexpr", BLOCK_M="constexpr",
     BLOCK_N="constexpr", BLOCK_K="constexpr", PAIR_MODE="constexpr", EVEN_K="constexpr", USE_ASM="constexpr",
+    GU_FUSED="constexpr",
 )  # fmt: skip
 _DOWN = dict(
     h_ptr="*bf16", w_ptr="*u8", s_ptr="*u8", stride_we="i64", stride_wn="i32", stride_se="i32",
@@ -59,6 +60,15 @@ _DOWN_TOKEN = dict(
     stride_sn="i32", y_ptr="*bf16", stride_yt="i32", ids_ptr="*i64", wt_ptr="*fp32", E="i32", N_INTER="i32",
     D="i32", TOPK="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
     EVEN_K="constexpr", USE_ASM="constexpr",
+)  # fmt: skip
+_DOWN_SPLIT = dict(
+    h_ptr="*bf16", w_ptr="*u8", s_ptr="*u8", stride_we="i64", stride_wn="i32", stride_se="i32",
+    stride_sn="i32", part_ptr="*fp32", ids_ptr="*i64", wt_ptr="*fp32", E="i32", N_INTER="i32", D="i32",
+    SPLIT="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", EVEN_K="constexpr",
+    USE_ASM="constexpr",
+)  # fmt: skip
+_SUM_ROWS = dict(
+    part_ptr="*fp32", y_ptr="*bf16", stride_yt="i32", D="i32", R="constexpr", R_POW2="constexpr", BLOCK="constexpr"
 )  # fmt: skip
 
 
@@ -123,7 +133,7 @@ def _cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
                 "moe_fp4",
                 "_gate_up_fp4_kernel",
                 _as(_GATE_UP, dt),
-                dict(cfg, PAIR_MODE=pair),
+                dict(cfg, PAIR_MODE=pair, GU_FUSED=False),
                 opts,
                 dt == "bf16",
             )
@@ -156,12 +166,58 @@ def _local_memory_bytes(cubin: bytes) -> int | None:
 
 @pytest.mark.slow
 def test_quantized_kernels_compile_for_sm90() -> None:
+    _compile_cases(_cases())
+
+
+def _decode_variant_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
+    """The bf16 kernels of every named pair-mode configuration (``moe_fp4.DECODE_VARIANTS``), at the
+    V4-Flash expert shapes (D = 4096, I = 2048 are multiples of every K step: EVEN_K)."""
+    from sgl_kernel_v4.triton.moe_fp4 import _SUM_BLOCK, DECODE_VARIANTS
+
+    out, seen = [], set()
+    for v in DECODE_VARIANTS.values():
+        bn, bk = v["BLOCK_N"], v["BLOCK_K"]
+        dbn, dbk = v.get("DOWN_BLOCK_N", bn), v.get("DOWN_BLOCK_K", bk)
+        opts = {"num_warps": v["num_warps"], "num_stages": v["num_stages"]}
+        down_opts = {"num_warps": v.get("DOWN_WARPS", v["num_warps"]), "num_stages": v["DOWN_STAGES"]}
+        common = {"BLOCK_M": v["BLOCK_M"], "EVEN_K": True, "USE_ASM": True}
+        gu = dict(common, BLOCK_N=bn, BLOCK_K=bk, TOPK=6, PAIR_MODE=True, GU_FUSED=bool(v.get("GU_FUSED", 0)))
+        down = dict(common, BLOCK_N=dbn, BLOCK_K=dbk)
+        split = v.get("DOWN_SPLIT", 0)
+        cases = [("moe_fp4", "_gate_up_fp4_kernel", _GATE_UP, gu, opts, True)]
+        if split:
+            cases.append(
+                ("moe_fp4", "_down_fp4_split_kernel", _DOWN_SPLIT, dict(down, SPLIT=split), down_opts, True)
+            )
+            r = 6 * split
+            sums = {"R": r, "R_POW2": 1 << (r - 1).bit_length(), "BLOCK": _SUM_BLOCK}
+            cases.append(("moe_fp4", "_sum_rows_kernel", _SUM_ROWS, sums, {"num_warps": 4}, True))
+        else:
+            cases.append(
+                ("moe_fp4", "_down_fp4_token_kernel", _DOWN_TOKEN, dict(down, TOPK=6), down_opts, True)
+            )
+        for c in cases:
+            key = repr(c)
+            if key not in seen:
+                seen.add(key)
+                out.append(c)
+    return out
+
+
+@pytest.mark.slow
+def test_fp4_decode_variants_compile_for_sm90() -> None:
+    """Every named decode configuration compiles for sm_90 in its bf16 serving form, fits shared
+    memory and spills no registers (any of them can be made the default in one line)."""
+    _compile_cases(_decode_variant_cases())
+
+
+def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> None:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     target = GPUTarget("cuda", 90, 32)
-    for module, name, sig, consts, opts, serving in _cases():
+    for module, name, sig, consts, opts, serving in cases:
         mod = importlib.import_module(f"sgl_kernel_v4.triton.{module}")
         kernel = triton.compile(
             ASTSource(fn=getattr(mod, name), signature=sig, constexprs=consts, attrs=_attrs(sig)),

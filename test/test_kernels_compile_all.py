@@ -73,6 +73,7 @@ REPRESENTATIVE = [
     "test_kernels_mhc.py::test_hc_post[dtype0-7-2-300]",
     "test_kernels_moe.py::test_fused_moe[dtype0-1-256-128-8-6]",
     "test_kernels_moe_fp4.py::test_both_layouts_any_batch",
+    "test_kernels_moe_fp4.py::test_split_and_fused_edge_cases",
     "test_kernels_moe_router.py::test_moe_route_kernel_bit_equal[37-256-6-dtype1]",
     "test_kernels_moe_router.py::test_swiglu_clamped_kernel_vs_reference[37-320-0-dtype1]",
     "test_kernels_rope.py::test_apply_and_inverse_rope[dtype0-4-3-64-16]",

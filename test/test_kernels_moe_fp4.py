@@ -147,3 +147,95 @@ def test_hash_routing_ids_and_int8_storage() -> None:
     dev = [t.to(DEVICE) for t in (x, w13.view(torch.int8), s13, w2.view(torch.int8), s2, ids, wts)]
     out = fused_moe_fp4(*dev, 10.0)
     assert rel_err(out, ref) < (1.5e-2 if x.dtype == torch.bfloat16 else 2e-3)
+
+
+def _variant_config(name: str) -> dict:
+    """A named decode configuration, with K steps cut to 64 under the interpreter (tiny shapes)."""
+    from sgl_kernel_v4.triton.moe_fp4 import DECODE_VARIANTS
+
+    cfg = dict(DECODE_VARIANTS[name], PAIR=1)
+    if INTERP:
+        cfg.update(BLOCK_K=64, num_stages=2, DOWN_STAGES=2)
+        if "DOWN_BLOCK_K" in cfg:
+            cfg["DOWN_BLOCK_K"] = 64
+    return cfg
+
+
+def _decode_variant_names() -> list[str]:
+    from sgl_kernel_v4.triton.moe_fp4 import DECODE_VARIANTS
+
+    return list(DECODE_VARIANTS)
+
+
+@pytest.mark.parametrize("name", _decode_variant_names())
+def test_decode_variants_vs_float64(name: str) -> None:
+    """Every named pair-mode configuration (fused gate/up tiles, the slot / K-split down kernel and
+    its partial sum, other tiles) gives the float64 result on a batch with dropped ids (-1, >= E)
+    and an expert shared by two tokens; I = 96 is not a multiple of the 64-deep interpreter K step
+    (masked K tail; with 2 K splits the second holds only the tail)."""
+    from sgl_kernel_v4.triton.moe_fp4 import fused_moe_fp4
+
+    T, D, I, E, k = (3, 128, 96, 8, 3) if INTERP else (4, 1024, 512, 160, 6)  # noqa: E741
+    gen = torch.Generator().manual_seed(29)
+    w13, s13, w2, s2 = _experts(E, D, I, gen)
+    x = torch.randn(T, D, generator=gen).to(dtypes()[0])
+    ids = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
+    ids[1, 0], ids[2, 1] = -1, E + 3
+    ids[2, 0] = ids[0, 0]
+    wts = torch.rand(T, k, generator=gen)
+    limit = 3.0
+    stats: dict = {}
+    ref = _moe64(x, w13, s13, w2, s2, ids, wts, limit, stats)
+    dev = [t.to(DEVICE) for t in (x, w13, s13, w2, s2, ids, wts)]
+    out = fused_moe_fp4(*dev, limit, config=_variant_config(name))
+    assert out.dtype == x.dtype and out.shape == (T, D)
+    assert rel_err(out, ref) < (1.5e-2 if x.dtype == torch.bfloat16 else 2e-3)
+    assert stats["max_pre"] > limit  # the clamp was exercised
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"DOWN_SPLIT": 3, "GU_FUSED": 1},  # more K splits than K steps: the last split is empty
+        {"PAIR": 0, "GU_FUSED": 1},  # fused gate/up tiles in expert mode (sorted blocks)
+    ],
+)
+def test_split_and_fused_edge_cases(extra: dict) -> None:
+    """An empty K split writes a zero partial (the buffer is not zero-filled); fused gate/up tiles
+    also serve expert mode; both against float64."""
+    from sgl_kernel_v4.triton.moe_fp4 import fused_moe_fp4
+
+    gen = torch.Generator().manual_seed(31)
+    T, D, I, E, k = 4, 64, 64, 6, 3  # noqa: E741
+    w13, s13, w2, s2 = _experts(E, D, I, gen)
+    x = torch.randn(T, D, generator=gen).to(dtypes()[0])
+    ids = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
+    ids[3, 2] = -1
+    wts = torch.rand(T, k, generator=gen)
+    ref = _moe64(x, w13, s13, w2, s2, ids, wts, 4.0)
+    cfg = dict(
+        {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "PAIR": 1}, **extra
+    )
+    out = fused_moe_fp4(*[t.to(DEVICE) for t in (x, w13, s13, w2, s2, ids, wts)], 4.0, config=cfg)
+    assert rel_err(out, ref) < (1.5e-2 if x.dtype == torch.bfloat16 else 2e-3)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"DOWN_SPLT": 1},
+        {"DOWN_SPLIT": -1},
+        {"DOWN_SPLIT": 1, "PAIR": 0},
+        {"DOWN_BLOCK_K": 48},
+        {"BLOCK_N": 24},
+    ],
+)
+def test_bad_config_raises(bad: dict) -> None:
+    from sgl_kernel_v4.triton.moe_fp4 import fused_moe_fp4
+
+    gen = torch.Generator().manual_seed(3)
+    w13, s13, w2, s2 = _experts(4, 64, 64, gen)
+    x = torch.randn(1, 64, generator=gen).to(dtypes()[0])
+    ids, wts = torch.tensor([[0, 1]]), torch.rand(1, 2, generator=gen)
+    with pytest.raises(ValueError, match="config"):
+        fused_moe_fp4(*[t.to(DEVICE) for t in (x, w13, s13, w2, s2, ids, wts)], 4.0, config=bad)

@@ -16,7 +16,10 @@ Two layouts of the work, by how many (token, slot) pairs share an expert (:func:
   kernel runs one program per (pair, N tile), reading the expert id of its pair directly; the
   down kernel runs one program per (token, N tile) and loops over the token's ``k`` slots, so it
   sums the slots in registers and writes ``y`` in x's dtype: two launches in all, no atomics, no
-  zero-fill, no cast.
+  zero-fill, no cast. Named alternatives (:data:`DECODE_VARIANTS`, one selected by
+  :data:`DECODE_DEFAULT`) give the few touched experts more programs: gate and up rows interleaved
+  in one tile (``GU_FUSED``), and a down kernel split over slots and K (``DOWN_SPLIT``) that writes
+  fp32 partials summed by a third launch, in a fixed order (no atomics).
 * **expert mode** (several pairs per expert, prefill): the pairs are sorted by expert into
   ``BLOCK_M``-row blocks (``moe._align``, as the bf16 MoE), each weight tile is decoded once per
   block, and the down kernel adds its rows, scaled by the routing weights, into an fp32 ``[T, D]``
@@ -39,7 +42,14 @@ from sgl_kernel_v4.triton._utils import cdiv
 from .fp4_tile import fp4_tile
 from .moe import _align
 
-__all__ = ["fused_moe_fp4"]
+__all__ = ["DECODE_VARIANTS", "fused_moe_fp4"]
+
+#: Keys :func:`fused_moe_fp4`'s ``config`` accepts.
+_CONFIG_KEYS = frozenset(
+    {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "PAIR", "DOWN_STAGES", "GU_FUSED",
+     "DOWN_SPLIT", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "DOWN_WARPS"}
+)  # fmt: skip
+_SUM_BLOCK = 256  # columns per program of the partial-sum kernel
 
 
 @triton.jit
@@ -82,7 +92,11 @@ def _gate_up_fp4_kernel(
     PAIR_MODE: tl.constexpr,
     EVEN_K: tl.constexpr,
     USE_ASM: tl.constexpr,
+    GU_FUSED: tl.constexpr = False,
 ):
+    """``GU_FUSED``: one ``BLOCK_N``-row tile holds ``BLOCK_N / 2`` gate rows and the matching up rows,
+    interleaved (tile row ``2r`` is gate row ``r``, ``2r + 1`` up row ``r``): one dot per K step and
+    twice the programs of the split layout (two ``BLOCK_N``-row tiles, one dot each)."""
     b = tl.program_id(0)
     offs_m = tl.arange(0, BLOCK_M)
     if PAIR_MODE:  # block b = pair b, alone in row 0
@@ -96,27 +110,48 @@ def _gate_up_fp4_kernel(
     if valid:
         rm = rows < n_pairs
         tok = (rows // TOPK).to(tl.int64)
-        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        nm = offs_n < N_INTER
         e64 = e.to(tl.int64)
-        g_rows = w_ptr + e64 * stride_we + offs_n.to(tl.int64) * stride_wn
-        u_rows = g_rows + N_INTER * stride_wn
-        gs_rows = s_ptr + e64 * stride_se + offs_n.to(tl.int64) * stride_sn
-        us_rows = gs_rows + N_INTER * stride_sn
         offs_k = tl.arange(0, BLOCK_K)
         x_rows = x_ptr + tok[:, None] * stride_xt
-        acc_g = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-        acc_u = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-        for k0 in range(0, D, BLOCK_K):
-            if EVEN_K:
-                am = rm[:, None]
-            else:
-                am = rm[:, None] & ((k0 + offs_k) < D)[None, :]
-            a = tl.load(x_rows + (k0 + offs_k)[None, :], mask=am, other=0.0)
-            acc_g = _dot_fp4(a, g_rows, gs_rows, nm, k0, D, acc_g, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
-            acc_u = _dot_fp4(a, u_rows, us_rows, nm, k0, D, acc_u, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
-        g = tl.minimum(tl.trans(acc_g), limit)
-        u = tl.minimum(tl.maximum(tl.trans(acc_u), -limit), limit)
+        if GU_FUSED:
+            HALF_N: tl.constexpr = BLOCK_N // 2
+            offs_c = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+            w_row = (offs_c // 2 + (offs_c % 2) * N_INTER).to(tl.int64)
+            cm = offs_c // 2 < N_INTER
+            c_rows = w_ptr + e64 * stride_we + w_row * stride_wn
+            cs_rows = s_ptr + e64 * stride_se + w_row * stride_sn
+            acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+            for k0 in range(0, D, BLOCK_K):
+                if EVEN_K:
+                    am = rm[:, None]
+                else:
+                    am = rm[:, None] & ((k0 + offs_k) < D)[None, :]
+                a = tl.load(x_rows + (k0 + offs_k)[None, :], mask=am, other=0.0)
+                acc = _dot_fp4(a, c_rows, cs_rows, cm, k0, D, acc, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+            acc_g, acc_u = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, HALF_N, 2)))
+            offs_n = tl.program_id(1) * HALF_N + tl.arange(0, HALF_N)
+        else:
+            offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+            nm = offs_n < N_INTER
+            g_rows = w_ptr + e64 * stride_we + offs_n.to(tl.int64) * stride_wn
+            u_rows = g_rows + N_INTER * stride_wn
+            gs_rows = s_ptr + e64 * stride_se + offs_n.to(tl.int64) * stride_sn
+            us_rows = gs_rows + N_INTER * stride_sn
+            acc_gt = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+            acc_ut = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+            for k0 in range(0, D, BLOCK_K):
+                if EVEN_K:
+                    am = rm[:, None]
+                else:
+                    am = rm[:, None] & ((k0 + offs_k) < D)[None, :]
+                a = tl.load(x_rows + (k0 + offs_k)[None, :], mask=am, other=0.0)
+                acc_gt = _dot_fp4(a, g_rows, gs_rows, nm, k0, D, acc_gt, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+                acc_ut = _dot_fp4(a, u_rows, us_rows, nm, k0, D, acc_ut, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+            acc_g = tl.trans(acc_gt)
+            acc_u = tl.trans(acc_ut)
+        nm = offs_n < N_INTER
+        g = tl.minimum(acc_g, limit)
+        u = tl.minimum(tl.maximum(acc_u, -limit), limit)
         h = g * tl.sigmoid(g) * u
         tl.store(
             h_ptr + rows[:, None].to(tl.int64) * N_INTER + offs_n[None, :],
@@ -237,11 +272,115 @@ def _down_fp4_token_kernel(
     )
 
 
+@triton.jit
+def _down_fp4_split_kernel(
+    h_ptr,
+    w_ptr,
+    s_ptr,
+    stride_we,
+    stride_wn,
+    stride_se,
+    stride_sn,
+    part_ptr,
+    ids_ptr,
+    wt_ptr,
+    E,
+    N_INTER,
+    D,
+    SPLIT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    USE_ASM: tl.constexpr,
+):
+    """Pair mode, split over slots and K: program ``(pair * SPLIT + s, N tile)`` multiplies K steps
+    ``s * ceil(n_k / SPLIT) ..`` of its pair's row of ``h`` (row 0 of the tile) and writes the
+    routing-weighted fp32 partial to row ``pair * SPLIT + s`` of ``part [T * TOPK * SPLIT, D]``
+    (zeros for an id outside ``[0, E)``); :func:`_sum_rows_kernel` adds a token's rows."""
+    pid = tl.program_id(0)
+    pair = pid // SPLIT
+    split = pid - pair * SPLIT
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    nm = offs_n < D
+    offs_m = tl.arange(0, BLOCK_M)
+    row0 = offs_m == 0
+    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    e = tl.load(ids_ptr + pair).to(tl.int32)
+    if (e >= 0) & (e < E):
+        e64 = e.to(tl.int64)
+        w_rows = w_ptr + e64 * stride_we + offs_n.to(tl.int64) * stride_wn
+        s_rows = s_ptr + e64 * stride_se + offs_n.to(tl.int64) * stride_sn
+        h_row = h_ptr + pair.to(tl.int64) * N_INTER
+        offs_k = tl.arange(0, BLOCK_K)
+        per = tl.cdiv(tl.cdiv(N_INTER, BLOCK_K), SPLIT) * BLOCK_K
+        k_lo = split * per
+        k_hi = tl.minimum(k_lo + per, N_INTER)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            if EVEN_K:
+                am = row0[:, None] & (offs_k >= 0)[None, :]
+            else:
+                am = row0[:, None] & ((k0 + offs_k) < N_INTER)[None, :]
+            a = tl.load(h_row + (k0 + offs_k)[None, :] + offs_m[:, None] * 0, mask=am, other=0.0)
+            acc = _dot_fp4(a, w_rows, s_rows, nm, k0, N_INTER, acc, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+        acc = acc * tl.load(wt_ptr + pair).to(tl.float32)
+    tl.store(
+        part_ptr + pid.to(tl.int64) * D + offs_n[None, :] + offs_m[:, None] * 0,
+        tl.trans(acc),
+        mask=row0[:, None] & nm[None, :],
+    )
+
+
+@triton.jit
+def _sum_rows_kernel(
+    part_ptr, y_ptr, stride_yt, D, R: tl.constexpr, R_POW2: tl.constexpr, BLOCK: tl.constexpr
+):
+    """``y[t, n] = sum_r part[t * R + r, n]`` (fp32, in row order), cast to y's dtype."""
+    t = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    offs_r = tl.arange(0, R_POW2)
+    m = (offs_r < R)[:, None] & (offs < D)[None, :]
+    p = tl.load(part_ptr + (t.to(tl.int64) * R + offs_r[:, None]) * D + offs[None, :], mask=m, other=0.0)
+    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs, tl.sum(p, axis=0).to(y_ptr.dtype.element_ty),
+             mask=offs < D)  # fmt: skip
+
+
 def _use_pair_mode(n_pairs: int, k: int, E: int) -> bool:
     """Pair mode when the batch's pairs rarely share an expert: one token (its ``k`` ids are
     distinct), or at most ``E / 4`` pairs (each pair then meets another of its expert with
     probability under about 1/4)."""
     return n_pairs <= max(k, E // 4)
+
+
+#: Pair-mode (decode) configurations by name, timed side by side by ``benchmark/moe_fp4_sweep.py``;
+#: :data:`DECODE_DEFAULT` names the one :func:`_config` picks. Keys beyond the tile: ``GU_FUSED``
+#: (gate and up rows interleaved in one tile, one dot per K step, twice the programs),
+#: ``DOWN_SPLIT`` (0: one down program per (token, N tile) summing its ``k`` slots in registers;
+#: ``s >= 1``: one per (pair, K split, N tile) writing fp32 partials, then a partial-sum kernel:
+#: ``k * s`` times the programs), ``DOWN_BLOCK_N / DOWN_BLOCK_K / DOWN_STAGES / DOWN_WARPS`` (the
+#: down kernel's tile when it differs from gate/up's).
+DECODE_VARIANTS: dict[str, dict[str, int]] = {
+    # 256-deep K steps, 3 / 6 stages: the H200 tile sweep's best at E=32, T=1 (0.100 ms vs 0.133 ms
+    # for 128-deep, 4 / 8 stages; benchmark/RESULTS.md, quantized weights)
+    "baseline": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "DOWN_STAGES": 6},
+    "dsplit1": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "DOWN_STAGES": 4,
+                "DOWN_SPLIT": 1},
+    "dsplit2": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "DOWN_STAGES": 4,
+                "DOWN_SPLIT": 2, "DOWN_BLOCK_K": 128},
+    "fused": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "DOWN_STAGES": 6,
+              "GU_FUSED": 1},
+    "fused_dsplit1": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
+                      "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 1},
+    "fused_dsplit2": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
+                      "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 2, "DOWN_BLOCK_K": 128},
+    "fused_k128": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5,
+                   "DOWN_STAGES": 5, "GU_FUSED": 1, "DOWN_SPLIT": 1},
+    "fused_n128": {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
+                   "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 2, "DOWN_BLOCK_N": 64},
+    "fused_n32": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
+                  "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 1, "DOWN_BLOCK_N": 32},
+}  # fmt: skip
+DECODE_DEFAULT = "baseline"
 
 
 def _config(n_pairs: int, E: int, k: int, elem_bytes: int) -> dict[str, int]:
@@ -251,10 +390,7 @@ def _config(n_pairs: int, E: int, k: int, elem_bytes: int) -> dict[str, int]:
     kernel, whose pair-mode grid is only ``T * D / 64`` programs) to keep enough bytes in flight;
     prefill: 128x128 tiles. fp32 activations (the interpreter, fp32 tests) take 32-deep K steps."""
     if _use_pair_mode(n_pairs, k, E):
-        # 256-deep K steps, 3 / 6 stages: the H200 tile sweep's best at E=32, T=1 (0.100 ms vs 0.133 ms
-        # for 128-deep, 4 / 8 stages; benchmark/RESULTS.md, quantized weights)
-        cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "PAIR": 1,
-               "DOWN_STAGES": 6}  # fmt: skip
+        cfg = dict(DECODE_VARIANTS[DECODE_DEFAULT], PAIR=1)
     else:
         per_expert = n_pairs / max(E, 1)
         if per_expert <= 16:
@@ -319,14 +455,17 @@ def fused_moe_fp4(
         topk_weights: ``[T, k]`` fp32 routing weights.
         swiglu_limit: clamp limit (V4: 10.0).
         config: tile override ``{BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages}`` and optionally
-            ``PAIR`` (1: pair mode, 0: expert mode; default :func:`_use_pair_mode`). BLOCK_K a
-            multiple of 32, BLOCK_M at least 16.
+            ``PAIR`` (1: pair mode, 0: expert mode; default :func:`_use_pair_mode`) and the keys of
+            :data:`DECODE_VARIANTS` (``GU_FUSED``, ``DOWN_SPLIT`` (pair mode only),
+            ``DOWN_BLOCK_N``, ``DOWN_BLOCK_K``, ``DOWN_STAGES``, ``DOWN_WARPS``); merged over the
+            default. BLOCK_K / DOWN_BLOCK_K multiples of 32, BLOCK_N / DOWN_BLOCK_N of 16, BLOCK_M
+            at least 16.
 
     Returns:
         ``[T, D]`` in x's dtype (fp32 accumulation).
 
     Raises:
-        ValueError: shapes/dtypes inconsistent, or a bad ``config``.
+        ValueError: shapes/dtypes inconsistent, or a bad ``config`` (unknown key, tile size).
     """
     T, D, E, inter = check_moe_fp4_args(x, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights)
     if x.stride(1) != 1:
@@ -340,13 +479,26 @@ def fused_moe_fp4(
         return torch.zeros_like(x)
     cfg = dict(_config(n_pairs, E, k, x.element_size()))
     if config:
+        unknown = set(config) - _CONFIG_KEYS
+        if unknown:
+            raise ValueError(f"config: unknown keys {sorted(unknown)} (known: {sorted(_CONFIG_KEYS)})")
         cfg.update(config)
     bm, bn, bk, pair = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), bool(cfg.pop("PAIR"))
-    down_cfg = dict(cfg, num_stages=cfg.pop("DOWN_STAGES", cfg["num_stages"]))
-    if bk % 32 or bm < 16:
-        raise ValueError(f"config: BLOCK_K must be a multiple of 32 and BLOCK_M >= 16, got {bk}, {bm}")
+    fused = bool(cfg.pop("GU_FUSED", 0))
+    split = int(cfg.pop("DOWN_SPLIT", 0))
+    dbn, dbk = cfg.pop("DOWN_BLOCK_N", bn), cfg.pop("DOWN_BLOCK_K", bk)
+    down_cfg = {
+        "num_warps": cfg.pop("DOWN_WARPS", cfg["num_warps"]),
+        "num_stages": cfg.pop("DOWN_STAGES", cfg["num_stages"]),
+    }
+    if bk % 32 or dbk % 32 or bm < 16 or min(bn, dbn) < 16 or bn % 16 or dbn % 16:
+        raise ValueError(
+            "config: BLOCK_K / DOWN_BLOCK_K must be multiples of 32, BLOCK_M >= 16, BLOCK_N / DOWN_BLOCK_N "
+            f"multiples of 16, got {bk}, {dbk}, {bm}, {bn}, {dbn}"
+        )
+    if split < 0 or (split and not pair):
+        raise ValueError(f"config: DOWN_SPLIT must be >= 0, and 0 outside pair mode (PAIR=0), got {split}")
     use_asm = x.dtype == torch.bfloat16 and x.is_cuda and not _interpreting()
-    even_k = D % bk == 0 and inter % bk == 0
     ids = topk_ids.contiguous()
     wt = topk_weights.reshape(-1).float().contiguous()
     h = torch.empty((n_pairs, inter), dtype=x.dtype, device=x.device)
@@ -355,23 +507,36 @@ def fused_moe_fp4(
     else:
         sorted_ids, block_expert = _align(ids, E, bm)
         n_blocks = block_expert.shape[0]
-    _gate_up_fp4_kernel[(n_blocks, cdiv(inter, bn))](
+    _gate_up_fp4_kernel[(n_blocks, cdiv(2 * inter if fused else inter, bn))](
         x, x.stride(0), w13, w13_scale, w13.stride(0), w13.stride(1), w13_scale.stride(0),
         w13_scale.stride(1), h, ids, sorted_ids, block_expert, n_pairs, E, inter, D, float(swiglu_limit),
-        TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PAIR_MODE=pair, EVEN_K=even_k, USE_ASM=use_asm, **cfg,
+        TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PAIR_MODE=pair, EVEN_K=D % bk == 0, USE_ASM=use_asm,
+        GU_FUSED=fused, **cfg,
     )  # fmt: skip
+    even_k = inter % dbk == 0
+    w2_args = (w2, w2_scale, w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1))
+    if pair and split:
+        part = torch.empty((n_pairs * split, D), dtype=torch.float32, device=x.device)
+        _down_fp4_split_kernel[(n_pairs * split, cdiv(D, dbn))](
+            h, *w2_args, part, ids, wt, E, inter, D, SPLIT=split, BLOCK_M=bm, BLOCK_N=dbn, BLOCK_K=dbk,
+            EVEN_K=even_k, USE_ASM=use_asm, **down_cfg,
+        )  # fmt: skip
+        y = torch.empty_like(x)
+        r = k * split
+        _sum_rows_kernel[(T, cdiv(D, _SUM_BLOCK))](
+            part, y, y.stride(0), D, R=r, R_POW2=triton.next_power_of_2(r), BLOCK=_SUM_BLOCK, num_warps=4
+        )
+        return y
     if pair:
         y = torch.empty_like(x)
-        _down_fp4_token_kernel[(T, cdiv(D, bn))](
-            h, w2, w2_scale, w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1), y,
-            y.stride(0), ids, wt, E, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=even_k,
-            USE_ASM=use_asm, **down_cfg,
+        _down_fp4_token_kernel[(T, cdiv(D, dbn))](
+            h, *w2_args, y, y.stride(0), ids, wt, E, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=dbn, BLOCK_K=dbk,
+            EVEN_K=even_k, USE_ASM=use_asm, **down_cfg,
         )  # fmt: skip
         return y
     y = torch.zeros((T, D), dtype=torch.float32, device=x.device)
-    _down_fp4_kernel[(n_blocks, cdiv(D, bn))](
-        h, w2, w2_scale, w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1), y, wt,
-        sorted_ids, block_expert, n_pairs, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        EVEN_K=even_k, USE_ASM=use_asm, **down_cfg,
+    _down_fp4_kernel[(n_blocks, cdiv(D, dbn))](
+        h, *w2_args, y, wt, sorted_ids, block_expert, n_pairs, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=dbn,
+        BLOCK_K=dbk, EVEN_K=even_k, USE_ASM=use_asm, **down_cfg,
     )  # fmt: skip
     return y.to(x.dtype)
