@@ -37,6 +37,7 @@ KERNEL_PKG = os.path.join(os.path.dirname(HERE), "sgl-kernel-v4", "sgl_kernel_v4
 
 KERNEL_TEST_FILES = [
     "test_kernels_attention.py",
+    "test_kernels_attention_splits.py",
     "test_kernels_compressor.py",
     "test_kernels_compressor_state.py",
     "test_kernels_fp8_gemm.py",

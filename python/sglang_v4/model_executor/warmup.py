@@ -203,7 +203,8 @@ class _DummyReqs:
 
 
 #: Largest context of the dummy forwards. The paged kernels' specialisations stop depending on the
-#: context well below it: the attention's split count follows the batch shape alone, and the
+#: context well below it: the attention's split count follows the batch shape and the layer's key
+#: capacity (top-k, or the page table's width: constant per server), not the context, and the
 #: indexer top-k's block (``next_pow2(C)``, ``C = context // 4``) stops growing at 8,192 / 16,384
 #: candidates (contexts of 32k / 64k), the chunked path taking over from there; so the contexts
 #: above only add forwards whose cost grows with the context (a warm-up to 1M-token contexts kept

@@ -15,12 +15,16 @@ Kernel layout: one program per (token, block of heads, split). All heads of a to
 registers) and uses it for ``BLOCK_H`` heads with two tensor-core dots (``q·kᵀ`` and ``p·k``),
 flash-attention style online softmax in base 2. The sink enters as the initial running max /
 denominator (``m = sink``, ``l = 1``), so a query with no valid key returns exactly 0. The grid is
-fixed by the batch shape alone: split ``s`` of ``num_splits`` covers the ``s``-th share of the
-window and of the token's compressed entries, whose count is read on the device
-(flash-decoding), so one CUDA graph per batch size serves every context length; a second kernel
-merges the partial (max, sum, acc) and adds the sink. The split count is a runtime argument (only
-"one split or several" is compiled in), so batches of any size reuse the same compiled kernels
-instead of compiling one per split count while serving.
+fixed by the batch shape and the layer's key capacity alone (never the actual context): split
+``s`` of ``num_splits`` covers the ``s``-th share of the window and of the token's compressed
+entries, whose count is read on the device (flash-decoding), so one CUDA graph per batch size
+serves every context length. The split count fills the SMs at small batches but is bounded by
+the layer's most keys per token (window + top-k in CSA layers, window + the page table's entry
+capacity in HCA layers), so each split has work worth its partial result
+(:func:`default_num_splits`); a second kernel merges the partial (max, sum, acc), several splits
+per step, and adds the sink. The split count is a runtime argument (only "one split or several"
+is compiled in), so batches of any size reuse the same compiled kernels instead of compiling one
+per split count while serving.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from sgl_kernel_v4.paged import as_paged, entry_align
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
 from sgl_kernel_v4.triton.kv_codec import load_main, row_offsets
 
-__all__ = ["sparse_attention"]
+__all__ = ["default_num_splits", "max_key_count", "sparse_attention"]
 
 _LOG2E = 1.4426950408889634
 
@@ -191,23 +195,32 @@ def _combine_kernel(
     num_splits,
     D: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
 ):
-    # the splits' partial (max, sum, acc) merged with the sink: two passes over the splits (a
-    # runtime count, so one compiled kernel serves every split count)
+    # the splits' partial (max, sum, acc) merged with the sink in one pass, BLOCK_S splits per
+    # step (one [BLOCK_S, BLOCK_D] load, online rescaling): the split count is a runtime argument,
+    # so one compiled kernel serves every split count, and BLOCK_S splits cost one step, not
+    # BLOCK_S dependent loads
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_s = tl.arange(0, BLOCK_S)
     row0 = (t * H + h) * num_splits
-    sink = tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634
-    m = sink
-    for i in range(0, num_splits):
-        m = tl.maximum(m, tl.load(part_ml_ptr + (row0 + i) * 2))
-    denom = tl.exp2(sink - m)
+    m = tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634  # the sink: weight exp2(0) = 1
+    denom = tl.full([1], 1.0, tl.float32)
     acc = tl.zeros([BLOCK_D], tl.float32)
-    for i in range(0, num_splits):
-        w = tl.exp2(tl.load(part_ml_ptr + (row0 + i) * 2) - m)
-        denom += tl.load(part_ml_ptr + (row0 + i) * 2 + 1) * w
-        acc += tl.load(part_acc_ptr + (row0 + i) * BLOCK_D + offs_d) * w
+    for s0 in range(0, num_splits, BLOCK_S):
+        smask = s0 + offs_s < num_splits
+        rows = row0 + s0 + offs_s
+        mi = tl.load(part_ml_ptr + rows * 2, mask=smask, other=-1.0e30)
+        li = tl.load(part_ml_ptr + rows * 2 + 1, mask=smask, other=0.0)
+        a = tl.load(part_acc_ptr + rows[:, None] * BLOCK_D + offs_d[None, :], mask=smask[:, None], other=0.0)
+        m_new = tl.maximum(m, tl.max(mi, 0))
+        alpha = tl.exp2(m - m_new)
+        w = tl.exp2(mi - m_new)
+        denom = denom * alpha + tl.sum(li * w, 0)
+        acc = acc * alpha + tl.sum(a * w[:, None], 0)
+        m = m_new
     out = acc / denom
     tl.store(
         out_ptr + t * stride_ot + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty), mask=offs_d < D
@@ -225,16 +238,78 @@ def _check_int(name: str, x: torch.Tensor | None, shape: tuple[int, ...]) -> Non
         raise ValueError(f"{name}: last dim must be contiguous")
 
 
-def default_num_splits(T: int, H: int, block_h: int, device: torch.device) -> int:
-    """Splits per (token, head block): enough programs for two waves of the SMs, a power of two in
-    [1, 64]; a function of the batch shape only (not of the context), so a captured graph's grid
-    serves every context length."""
+#: Fewest keys one split should cover (see :func:`default_num_splits`).
+MIN_KEYS_PER_SPLIT = 64
+#: Splits the combine kernel merges per step (one ``[COMBINE_SPLITS, BLOCK_D]`` load).
+COMBINE_SPLITS = 8
+
+
+def default_num_splits(
+    T: int,
+    H: int,
+    block_h: int,
+    device: torch.device,
+    max_keys: int | None = None,
+    min_keys_per_split: int = MIN_KEYS_PER_SPLIT,
+) -> int:
+    """Splits per (token, head block) of :func:`sparse_attention`.
+
+    Enough programs for two waves of the SMs (``ceil(2 * SMs / (T * ceil(H / block_h)))``), at
+    most ``max_keys // min_keys_per_split`` (so each split covers ``>= min_keys_per_split`` of the
+    layer's keys when the context is full, and the combine reads few partials), at most 64; the
+    largest power of two not above these bounds, and at least 1.
+
+    ``max_keys`` is the most keys a token of the layer can attend to, a constant per layer and
+    server (:func:`max_key_count`: window + top-k for CSA, window + the page table's entry capacity
+    for HCA, window for sliding-only layers), never the batch's actual context: the result, and
+    so a captured CUDA graph's grid, depends on the batch shape and the layer only, and serves
+    every context length. ``None``: no key bound (the rule before key counts were known).
+
+    Raises:
+        ValueError: ``T``, ``H``, ``block_h`` or ``min_keys_per_split`` below 1, or ``max_keys``
+            negative.
+    """
+    for name, v in (("T", T), ("H", H), ("block_h", block_h), ("min_keys_per_split", min_keys_per_split)):
+        if v < 1:
+            raise ValueError(f"{name}: expected >= 1, got {v}")
     n_hb = cdiv(H, block_h)
-    want = cdiv(2 * num_sms(device), max(1, T * n_hb))
+    bound = min(cdiv(2 * num_sms(device), T * n_hb), 64)
+    if max_keys is not None:
+        if max_keys < 0:
+            raise ValueError(f"max_keys: expected >= 0, got {max_keys}")
+        bound = min(bound, max_keys // min_keys_per_split)
     ns = 1
-    while ns * 2 <= min(want, 64):
+    while ns * 2 <= bound:
         ns *= 2
     return ns
+
+
+def max_key_count(
+    window: int,
+    comp_entries: torch.Tensor | None = None,
+    comp_visible: torch.Tensor | None = None,
+    req_to_page: torch.Tensor | None = None,
+    entries_per_page: int = 1,
+) -> int:
+    """The most keys one token can attend to in a :func:`sparse_attention` call, from the shapes
+    of its arguments only (no device read): ``window`` raw keys, plus ``comp_entries.shape[1]``
+    (CSA: the indexer's top-k) or, with ``comp_visible`` (HCA), every entry the page table can
+    address, ``req_to_page.shape[1] * entries_per_page`` (a server's table has
+    ``ceil(context_len / page_size)`` columns, so this is ``context_len / compress_ratio``
+    rounded up to a page). Constant per layer and server.
+
+    Raises:
+        ValueError: ``comp_visible`` without ``req_to_page``, or a negative ``window``.
+    """
+    if window < 0:
+        raise ValueError(f"window: expected >= 0, got {window}")
+    if comp_entries is not None:
+        return int(window) + int(comp_entries.shape[1])
+    if comp_visible is not None:
+        if req_to_page is None:
+            raise ValueError("req_to_page: required with comp_visible")
+        return int(window) + int(req_to_page.shape[1]) * int(entries_per_page)
+    return int(window)
 
 
 def sparse_attention(
@@ -255,6 +330,7 @@ def sparse_attention(
     *,
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
+    max_keys: int | None = None,
     block_h: int | None = None,
     block_n: int | None = None,
     num_warps: int | None = None,
@@ -270,7 +346,11 @@ def sparse_attention(
 
     Keyword args:
         out: optional ``[T, H, D]`` output buffer (q's dtype).
-        num_splits: splits per (token, head block); ``None``: :func:`default_num_splits`.
+        num_splits: splits per (token, head block), rounded up to a power of two in [1, 64];
+            ``None``: :func:`default_num_splits` of the batch shape and ``max_keys``.
+        max_keys: the most keys a token of this layer attends to, for the default split count
+            (``None``: :func:`max_key_count` of the arguments' shapes: window + top-k (CSA),
+            window + the page table's entry capacity (HCA), window). Ignored with ``num_splits``.
         block_h / block_n: tile sizes (heads per program, keys per iteration).
         num_warps / num_stages: launch options (``None``: the tuned defaults below).
         fp8_align: byte alignment of fp8 entry rows stated to the compiler, 2 or 8 (``None``: 8
@@ -344,7 +424,15 @@ def sparse_attention(
     block_h = max(16, min(block_h, next_power_of_2(H)))
     n_hb = cdiv(H, block_h)
     if num_splits is None:
-        num_splits = default_num_splits(T, H, block_h, q.device)
+        if max_keys is None:
+            max_keys = max_key_count(
+                window,
+                comp_entries if mode == 1 else None,
+                comp_visible if mode == 2 else None,
+                req_to_page,
+                entries_per_page,
+            )
+        num_splits = default_num_splits(T, H, block_h, q.device, max_keys)
     num_splits = max(1, min(int(num_splits), 64))
     if num_splits > 1:
         num_splits = next_power_of_2(num_splits)
@@ -386,6 +474,6 @@ def sparse_attention(
     if num_splits > 1:
         _combine_kernel[(T, H)](
             part_acc, part_ml, sinks, out, out.stride(0), out.stride(1), H, num_splits,
-            D=D, BLOCK_D=block_d, num_warps=4,
+            D=D, BLOCK_D=block_d, BLOCK_S=COMBINE_SPLITS, num_warps=4,
         )  # fmt: skip
     return out
