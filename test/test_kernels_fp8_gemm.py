@@ -168,3 +168,83 @@ def test_fp8_linear_cuda_graph_capture() -> None:
     torch.cuda.synchronize()
     for x, (w, s), o in zip(xs, ws, outs):
         assert rel_err(o, _y64(x.cpu(), _w64(w.cpu(), s.cpu()), 1)) < 1e-2
+
+
+def _rule_outputs() -> set[tuple[int, ...]]:
+    """Every decode config ``_w8a16_config`` returns over the V4 shapes (Flash and Pro, with the
+    tensor-parallel splits of N), ragged shapes, token counts 1..64, SM counts 8..132, both dtypes."""
+    from sgl_kernel_v4.triton.fp8_gemm import _w8a16_config
+
+    shapes = [(1, 1536, 4096), (1, 32768, 1024), (8, 1024, 4096), (1, 4096, 8192), (1, 4096, 4096),
+              (1, 4096, 2048), (1, 8192, 1024), (16, 1024, 4096), (1, 7168, 16384), (2, 96, 640), (1, 200, 300)]  # fmt: skip
+    out = set()
+    for G, N, K in shapes:
+        for n in (N, max(64, N // 8)):
+            for M in (1, 2, 16, 17, 33, 64):
+                for sms in (8, 78, 132):
+                    for eb in (2, 4):
+                        c = _w8a16_config(M, n, G, K, sms, eb)
+                        out.add(tuple(c[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps",
+                                                     "num_stages")))  # fmt: skip
+    return out
+
+
+def test_w8a16_rule_stays_in_its_domain() -> None:
+    """The decode rule returns only tiles that the oracle test below covers: BLOCK_M 16/32/64,
+    BLOCK_N 64 on 4 warps, BLOCK_K 128/256, SPLIT_K 1-16, 2-6 stages inside the shared-memory budget."""
+    from sgl_kernel_v4.triton.fp8_gemm import SMEM_BUDGET
+
+    seen = _rule_outputs()
+    for bm, bn, bk, split, warps, stages in seen:
+        assert bm in (16, 32, 64) and bn == 64 and warps == 4 and bk in (128, 256), seen
+        assert 1 <= split <= 16 and 2 <= stages <= 6, seen
+        assert (bm * bk * 4 + bn * bk) * stages <= SMEM_BUDGET or (
+            bm * bk * 2 + bn * bk
+        ) * stages <= SMEM_BUDGET
+    assert any(s > 1 for *_, s, _, _ in seen)  # the split-K path is among them
+
+
+def _check_w8a16_tiles(bm: int, bk: int, split: int) -> None:
+    """``fp8_linear`` with these tiles at a tiny ragged shape (G = 2 groups of N = 96, ``split`` K
+    steps so every split is non-empty, the last step partly - for ``bk = 256`` one whole scale
+    block - past K) against the float64 oracle."""
+    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+
+    K = split * bk - (160 if bk == 256 else 32)
+    gen = torch.Generator().manual_seed(bk + split + bm)
+    w, s = _weights(2, 96, K, gen)
+    T = 3 if bm == 16 else bm - 5
+    x = torch.randn(T, 2, K, generator=gen).to(dtypes()[0])
+    cfg = {"BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 3}
+    out = fp8_linear(x.to(DEVICE), w.to(DEVICE), s.to(DEVICE), "w8a16", config=cfg)
+    assert rel_err(out, _y64(x, _w64(w, s), 2)) < _tol(x.dtype), cfg
+
+
+def test_w8a16_every_rule_config_vs_float64() -> None:
+    """Every (BLOCK_M, BLOCK_K, SPLIT_K) the decode rule returns (:func:`_rule_outputs`; warps and
+    stages do not change the interpreter's result) matches the oracle."""
+    for bm, bk, split in sorted({(c[0], c[2], c[3]) for c in _rule_outputs()}):
+        _check_w8a16_tiles(bm, bk, split)
+
+
+@pytest.mark.parametrize("split", [1, 3])
+def test_w8a16_two_scale_blocks_per_step(split: int) -> None:
+    """256-deep K steps (two weight-scale blocks each, the second past K in the last step)."""
+    _check_w8a16_tiles(16, 256, split)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"BLOCK_M": None}, {"BLOCK_K": 192}, {"BLOCK_N": 8}, {"SPLIT_K": 0}, {"num_warps": 3}, {"extra": 1}],
+)
+def test_w8a16_config_override_checked(bad: dict) -> None:
+    """A tile override with a missing / unknown key or an invalid value is a ValueError naming it
+    (``None`` in ``bad``: the key is left out)."""
+    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+
+    cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2}
+    cfg = {k: v for k, v in {**cfg, **bad}.items() if v is not None}
+    w, s = _weights(1, 64, 128, torch.Generator().manual_seed(0))
+    x = torch.randn(1, 128).to(dtypes()[0])
+    with pytest.raises(ValueError, match="config"):
+        fp8_linear(x.to(DEVICE), w.to(DEVICE), s.to(DEVICE), "w8a16", config=cfg)

@@ -6,8 +6,9 @@ scale per 128x128 block; activations, in the w8a8 variant, e4m3 with one power-o
 
 Techniques (from DeepGEMM's and DeepSeek's published FP8 GEMM designs, written anew here):
 
-* The K loop steps one scale block at a time (``BLOCK_K`` divides 128), so inside a step the
-  weight scale is constant along K: the fp32 partial product of the step is multiplied by the
+* The K loop steps one scale block at a time (``BLOCK_K`` divides 128; the weight-only kernel's
+  256-deep steps are two 128-deep sub-steps), so inside a (sub-)step the weight scale is constant
+  along K: the fp32 partial product of the step is multiplied by the
   scale row vector (``s[n // 128, k // 128]`` per output column; per column, not per tile, so
   groups and N need not align to 128) and added to the accumulator ("promotion" of the tensor-core
   partial sums to fp32 with the scale applied once per 128-deep step).
@@ -44,8 +45,16 @@ from sgl_kernel_v4.ref.fp8_gemm import AMAX_MIN, BLOCK, FP8_MAX, check_fp8_linea
 from sgl_kernel_v4.triton._utils import cdiv
 
 from ._utils import num_sms
+from .fp8_gemm_tiles import (
+    SMEM_BUDGET,
+    check_w8a16_config,
+    stages_for,
+    w8a8_config,
+    w8a16_config,
+    w8a16_config_legacy,
+)
 
-__all__ = ["W8A16_MAX_TOKENS", "act_quant", "choose_variant", "fp8_linear"]
+__all__ = ["SMEM_BUDGET", "W8A16_MAX_TOKENS", "act_quant", "choose_variant", "fp8_linear"]
 
 _FP8_MAX = tl.constexpr(FP8_MAX)
 _AMAX_MIN = tl.constexpr(AMAX_MIN)
@@ -210,10 +219,14 @@ def _w8a16_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SUB_K: tl.constexpr,
     USE_ASM: tl.constexpr,
 ):
     """``acc [BLOCK_N, BLOCK_M] = W_tile @ x_tile^T``: the converted weights are the tensor cores'
-    register operand (the 64-row MMA side), the tokens the narrow side. With ``SPLIT_K > 1`` each
+    register operand (the 64-row MMA side), the tokens the narrow side. A K step of ``BLOCK_K``
+    (a multiple of 128, or a divisor of it) is ``BLOCK_K / SUB_K`` sub-steps of ``SUB_K =
+    min(BLOCK_K, 128)``, each inside one weight-scale block (the loads of all of them are in the
+    loop body, so the pipeline prefetches a whole step). With ``SPLIT_K > 1`` each
     program writes its fp32 partial to ``part`` and the last of a tile's ``SPLIT_K`` programs (a
     per-tile arrival counter, reset by that program) sums them and stores the output: one launch,
     no zero-fill, no cast kernel."""
@@ -236,12 +249,15 @@ def _w8a16_kernel(
     s_rows = s_ptr + (rows_w // 128) * stride_sn
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for kt in range(kt0, kt1):
-        offs_k = kt * BLOCK_K + tl.arange(0, BLOCK_K)
-        km = offs_k < K
-        a = tl.load(x_rows + offs_k[None, :], mask=mm[:, None] & km[None, :], other=0.0)
-        b = tl.load(w_rows + offs_k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-        sb = tl.load(s_rows + (kt * BLOCK_K) // 128, mask=nm, other=0.0)
-        acc += tl.dot(_e4m3_to(b, a.dtype, USE_ASM), tl.trans(a)) * sb[:, None]
+        for h in tl.static_range(BLOCK_K // SUB_K):  # one weight-scale block per sub-step
+            k0 = kt * BLOCK_K + h * SUB_K
+            offs_k = k0 + tl.arange(0, SUB_K)
+            km = offs_k < K
+            a = tl.load(x_rows + offs_k[None, :], mask=mm[:, None] & km[None, :], other=0.0)
+            b = tl.load(w_rows + offs_k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+            # clamped: a sub-step past K (BLOCK_K = 256, K % 256 <= 128) reads a real scale, times 0
+            sb = tl.load(s_rows + tl.minimum(k0 // 128, (K - 1) // 128), mask=nm, other=0.0)
+            acc += tl.dot(_e4m3_to(b, a.dtype, USE_ASM), tl.trans(a)) * sb[:, None]
     out = y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + (g * N + offs_n)[None, :]
     omask = mm[:, None] & nm[None, :]
     if SPLIT_K == 1:
@@ -321,49 +337,12 @@ def _w8a8_kernel(
     tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=mm[:, None] & nm[None, :])
 
 
-#: Shared memory a program may plan for its pipeline stages (H100/H200 allow 227 KiB per block;
-#: the rest is left to Triton's epilogue and layout-conversion scratch).
-SMEM_BUDGET = 200 * 1024
-
-
-def _stages(stage_bytes: int, want: int) -> int:
-    """The deepest pipeline up to ``want`` stages whose buffers fit :data:`SMEM_BUDGET` (at least 1)."""
-    return max(1, min(want, SMEM_BUDGET // stage_bytes))
-
-
-def _w8a16_config(M: int, N: int, G: int, K: int, sms: int, elem_bytes: int = 2) -> dict[str, int]:
-    """Tiles for the weight-only kernel: 64 weight rows per program (the MMA's register side),
-    ``BLOCK_M`` = the token count rounded up to 16 (up to 64; prefill-sized calls 128x128 tiles);
-    when the tiles cannot give every SM a program, split K so that they do (at least two 128-deep
-    steps per split, at most 16 splits). Pipeline depth from the shared memory one stage takes
-    (``x`` tile in its dtype + the e4m3 tile): 4-byte activations get fewer stages."""
-    if M <= 64:
-        bm = 16 if M <= 16 else 32 if M <= 32 else 64
-        bn, warps = 64, 4
-    else:
-        bm, bn, warps = 128, 128, 8
-    bk = 128
-    tiles = cdiv(N, bn) * G * cdiv(M, bm)
-    k_tiles = cdiv(K, bk)
-    split = 1
-    if tiles < sms and M <= 64:
-        split = max(1, min(16, k_tiles // 2, -(-3 * sms // (2 * tiles))))
-    stage = bm * bk * elem_bytes + bn * bk
-    return {
-        "BLOCK_M": bm,
-        "BLOCK_N": bn,
-        "BLOCK_K": bk,
-        "SPLIT_K": split,
-        "num_warps": warps,
-        "num_stages": _stages(stage, 4),
-    }
-
-
-def _w8a8_config(M: int, N: int) -> dict[str, int]:
-    """Tiles for the fp8 x fp8 kernel (e4m3 operands: 1 B per element per stage)."""
-    if M <= 64:
-        return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
-    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+#: Tile rules (:mod:`sgl_kernel_v4.triton.fp8_gemm_tiles`) under the names the tests and the
+#: benchmark sweep use: ``_w8a16_config`` is the default, ``_w8a16_config_legacy`` the first rule.
+_w8a16_config = w8a16_config
+_w8a16_config_legacy = w8a16_config_legacy
+_w8a8_config = w8a8_config
+_stages = stages_for
 
 
 _COUNTERS: dict[tuple, torch.Tensor] = {}
@@ -401,13 +380,15 @@ def fp8_linear(
         weight: ``[G * N, K]`` float8_e4m3fn, last dim contiguous.
         weight_scale: ``[ceil(G*N/128), ceil(K/128)]`` float32.
         variant: ``None`` (:func:`choose_variant` by ``T``), ``"w8a16"`` or ``"w8a8"``.
-        config: tile override for the chosen kernel (keys of ``_w8a16_config`` / ``_w8a8_config``).
+        config: tile override for the chosen kernel (keys of ``_w8a16_config`` / ``_w8a8_config``;
+            w8a16: ``fp8_gemm_tiles.check_w8a16_config`` says what is valid).
 
     Returns:
         ``[T, G * N]`` in x's dtype (fp32 accumulation).
 
     Raises:
-        ValueError: shapes/dtypes inconsistent, or an unknown ``variant``.
+        ValueError: shapes/dtypes inconsistent, an unknown ``variant`` or an invalid w8a16
+            ``config``.
     """
     T, G, N, K = check_fp8_linear_args(x, weight, weight_scale)
     if variant is None:
@@ -434,6 +415,8 @@ def fp8_linear(
             TILE_SCALE=N % 128 == 0 and 128 % bn == 0, **cfg,
         )  # fmt: skip
         return y
+    if config is not None:
+        check_w8a16_config(config)
     cfg = dict(config or _w8a16_config(T, N, G, K, num_sms(dev), x.element_size()))
     bm, bn, bk, split = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), cfg.pop("SPLIT_K")
     grid = (cdiv(N, bn), cdiv(T, bm), G * split)
@@ -445,6 +428,6 @@ def fp8_linear(
     _w8a16_kernel[grid](
         x3, weight, weight_scale, y, part, cnt, T, N, K, x3.stride(0), x3.stride(1), weight.stride(0),
         weight_scale.stride(0), y.stride(0), T * G * N, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        USE_ASM=x.dtype == torch.bfloat16 and x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1", **cfg,
+        SUB_K=min(bk, BLOCK), USE_ASM=x.dtype == torch.bfloat16 and x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1", **cfg,
     )  # fmt: skip
     return y
