@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.ref.moe_fp4 import check_moe_fp4_args
-from sgl_kernel_v4.triton._utils import cdiv
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 
 from .fp4_tile import fp4_tile
 from .moe import _align
@@ -524,7 +524,7 @@ def fused_moe_fp4(
         y = torch.empty_like(x)
         r = k * split
         _sum_rows_kernel[(T, cdiv(D, _SUM_BLOCK))](
-            part, y, y.stride(0), D, R=r, R_POW2=triton.next_power_of_2(r), BLOCK=_SUM_BLOCK, num_warps=4
+            part, y, y.stride(0), D, R=r, R_POW2=next_power_of_2(r), BLOCK=_SUM_BLOCK, num_warps=4
         )
         return y
     if pair:
