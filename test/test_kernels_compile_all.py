@@ -51,9 +51,9 @@ KERNEL_TEST_FILES = [
 ]
 # small cases covering every kernel family (paged sparse attention csa/swa + fp8 pools, HCA,
 # indexer scoring + histogram/threshold top-k on bf16/fp8/fp4 keys, compressor and its in-place
-# window / state kernels, rope / norm / qnorm-rope-kv insert, mHC, bf16 MoE, FP8 GEMMs (both
-# variants, split-K, act quant), FP4 MoE, the MoE router (top-k + hash) and the shared expert's
-# SwiGLU, both bf16).
+# window / state kernels, rope / norm / qnorm-rope-kv insert, mHC (decode and legacy finish),
+# bf16 MoE, FP8 GEMMs (both variants, split-K, act quant), FP4 MoE, the MoE router (top-k + hash)
+# and the shared expert's SwiGLU, both bf16).
 REPRESENTATIVE = [
     "test_kernels_attention.py::test_paged_attention_matches_fp64[dtype0-5-12-128-45-csa]",
     "test_kernels_attention.py::test_paged_attention_fp8_pools",
@@ -72,6 +72,7 @@ REPRESENTATIVE = [
     "test_kernels_indexer_ties.py::test_triton_topk_tie_rule[2-40-64-1]",
     "test_kernels_mhc.py::test_hc_pre[dtype0-5-2-256]",
     "test_kernels_mhc.py::test_hc_post[dtype0-7-2-300]",
+    "test_kernels_mhc.py::test_hc_pre_decode_and_legacy_paths[dtype0-True-33-2-64]",
     "test_kernels_moe.py::test_fused_moe[dtype0-1-256-128-8-6]",
     "test_kernels_moe_fp4.py::test_both_layouts_any_batch",
     "test_kernels_moe_fp4.py::test_split_and_fused_edge_cases",

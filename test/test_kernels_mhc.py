@@ -123,6 +123,74 @@ def test_hc_post(T: int, n: int, D: int, dtype: torch.dtype) -> None:
     assert rel_err(out, ref) < (8e-3 if dtype == torch.bfloat16 else 1e-5)
 
 
+class _LaunchSpy:
+    """Stands in for a Triton kernel in its module: records each launch's grid, then launches."""
+
+    def __init__(self, kernel: object) -> None:
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, grid: tuple) -> object:
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
+@pytest.mark.parametrize("T,n,D", [(1, 4, 256), (32, 2, 64), (33, 2, 64), (2, 2, 4100)])
+@pytest.mark.parametrize("norm", [False, True])
+@pytest.mark.parametrize("dtype", dtypes())
+def test_hc_pre_decode_and_legacy_paths(
+    T: int, n: int, D: int, norm: bool, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both finish paths (``decode``: two programs per token, the collapse from one tile or, for
+    ``D`` over 4096, in slices; ``legacy``: one single-warp program per token), with and without
+    the fused RMSNorm, at batch sizes on either side of ``DECODE_MAX_T``, vs the float64 oracle
+    (the norm's: float64 RMSNorm of the oracle collapse rounded to x.dtype); ``auto`` launches the
+    decode finish (grid ``(T, 2)``) exactly when ``T <= DECODE_MAX_T``."""
+    import sgl_kernel_v4.triton.mhc as mhc
+
+    gen = torch.Generator().manual_seed(7 * T + D + norm)
+    x, fn, base, scale = make(T, n, D, dtype, gen)
+    w = torch.rand(D, generator=gen) + 0.5
+    iters, eps, neps, weps = 20, 1e-6, 1e-6, 1e-5
+    rc, rp, rcomb = hc_pre64(x, fn, base, scale, iters, eps, neps)
+    if norm:
+        r = rc.to(dtype).double()
+        rc = r * torch.rsqrt(r.square().mean(-1, keepdim=True) + weps) * w.double()
+    kw = {"norm_weight": w.to(DEVICE), "norm_weight_eps": weps} if norm else {}
+    args = (x.to(DEVICE), fn.to(DEVICE), base.to(DEVICE), scale.to(DEVICE), iters, eps, neps)
+    dec = _LaunchSpy(mhc._hc_finish_decode_kernel)
+    leg = _LaunchSpy(mhc._hc_finish_kernel)
+    monkeypatch.setattr(mhc, "_hc_finish_decode_kernel", dec)
+    monkeypatch.setattr(mhc, "_hc_finish_kernel", leg)
+    for path in ("decode", "legacy", "auto"):
+        col, post, comb = mhc.hc_pre(*args, path=path, **kw)
+        assert col.dtype == dtype and col.shape == (T, D), path
+        assert rel_err(post, rp) < 1e-5, path
+        assert rel_err(comb, rcomb) < 1e-5, path
+        assert rel_err(col, rc) < (8e-3 if dtype == torch.bfloat16 else 1e-5), path
+    auto_decode = T <= mhc.DECODE_MAX_T
+    assert dec.grids == [(T, 2)] * (2 if auto_decode else 1)
+    assert leg.grids == [(T,)] * (1 if auto_decode else 2)
+
+
+@pytest.mark.parametrize("T,n,D", [(3, 4, 300), (33, 2, 260)])
+@pytest.mark.parametrize("dtype", dtypes())
+def test_hc_post_paths(T: int, n: int, D: int, dtype: torch.dtype) -> None:
+    """``hc_post`` with the decode (256-wide) and legacy (1024-wide) ``D`` tiles vs float64."""
+    from sgl_kernel_v4.triton.mhc import hc_post
+
+    gen = torch.Generator().manual_seed(T + 11 * D)
+    o = torch.randn(T, D, generator=gen).to(dtype)
+    res = torch.randn(T, n, D, generator=gen).to(dtype)
+    post = torch.rand(T, n, generator=gen) * 2
+    comb = torch.softmax(torch.randn(T, n, n, generator=gen), -1)
+    ref = post.double()[..., None] * o.double()[:, None, :] + torch.einsum(
+        "tjk,tjd->tkd", comb.double(), res.double()
+    )
+    for path in ("decode", "legacy", "auto"):
+        out = hc_post(o.to(DEVICE), res.to(DEVICE), post.to(DEVICE), comb.to(DEVICE), path=path)
+        assert rel_err(out, ref) < (8e-3 if dtype == torch.bfloat16 else 1e-5), path
+
+
 def test_hc_bad_input() -> None:
     from sgl_kernel_v4.triton.mhc import hc_post, hc_pre
 
@@ -134,5 +202,9 @@ def test_hc_bad_input() -> None:
         hc_pre(x, fn, base, scale, 0, 1e-6, 1e-6)
     with pytest.raises(ValueError, match="post"):
         hc_post(x[:, 0], x, scale[:2].expand(2, 2), scale.new_zeros(2, 4, 4))
+    with pytest.raises(ValueError, match="path"):
+        hc_pre(x, fn, base, scale, 20, 1e-6, 1e-6, path="fast")
+    with pytest.raises(ValueError, match="path"):
+        hc_post(x[:, 0], x, x.new_zeros(2, 4), x.new_zeros(2, 4, 4), path="fast")
     col, post, comb = hc_pre(x[:0], fn, base, scale, 20, 1e-6, 1e-6)
     assert col.shape == (0, 64) and post.shape == (0, 4) and comb.shape == (0, 4, 4)

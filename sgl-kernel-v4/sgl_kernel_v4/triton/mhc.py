@@ -12,9 +12,20 @@ logits; ``pre = sigmoid(pre*s0 + b) + eps``, ``post = 2 sigmoid(post*s1 + b)``,
 to the collapse in the same launch.
 
 ``hc_pre`` is two launches: a split-K skinny GEMM (``[T, n*D] x [n*D, (2+n)n]`` in fp32 plus the
-sum of squares) spread over many programs, then one program per token that reduces the partials,
-runs the sigmoids / softmax / Sinkhorn on the ``n x n`` matrix in registers and collapses the
-streams. ``hc_post`` is one elementwise launch.
+sum of squares) spread over many programs, then a finish launch that reduces the partials, runs
+the sigmoids / softmax / Sinkhorn on the ``n x n`` matrix in registers and collapses the streams.
+Two finish paths:
+
+- ``"decode"`` (``T <= DECODE_MAX_T``, latency-bound): the GEMM runs one ``BLOCK_K`` slice per
+  program (as many programs as slices); the finish runs two programs per token, side by side:
+  one reduces the ``pre`` partials with a block-wide ``[splits, n]`` tile and collapses (and
+  normalises) the token's ``[n, D]`` streams from one tile read once; the other reduces the
+  ``post`` / ``comb`` partials and runs the Sinkhorn (tiny ``n x n`` tensors whose reductions stay
+  inside a warp).
+- ``"legacy"`` (longer batches): a few K slices per program and one single-warp program per token
+  doing both (the sum of the split partials in a loop; the fused norm reads the streams twice).
+
+``hc_post`` is one elementwise launch (smaller ``D`` tiles at decode sizes, for more programs).
 """
 
 from __future__ import annotations
@@ -25,7 +36,13 @@ import triton.language as tl
 
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
 
-__all__ = ["hc_pre", "hc_post"]
+__all__ = ["hc_pre", "hc_post", "DECODE_MAX_T"]
+
+DECODE_MAX_T = 32
+"""Largest token count that takes the ``"decode"`` path of :func:`hc_pre` / :func:`hc_post` by default."""
+_PATHS = ("auto", "decode", "legacy")
+_DECODE_FINISH_WARPS = 8
+_DECODE_MAX_BLOCK_D = 4096  # [n, D] streams up to this width: one register tile per token
 
 
 @triton.jit
@@ -70,6 +87,59 @@ def _hc_mix_kernel(
         mask=tm[:, None],
     )
     tl.store(sq_ptr + s * T + offs_t, sq, mask=tm)
+
+
+@triton.jit
+def _sinkhorn(comb_w, base_ptr, s2, eps, iters, N: tl.constexpr):
+    """``[N, N]`` comb logits (rstd applied) -> ``softmax(comb_w * s2 + b, -1) + eps``, column
+    normalised, then ``iters - 1`` x (row, column) normalisations (HF ``hc_split_sinkhorn``)."""
+    offs_n = tl.arange(0, N)
+    logits = comb_w * s2 + tl.load(base_ptr + 2 * N + offs_n[:, None] * N + offs_n[None, :])
+    logits = logits - tl.max(logits, 1)[:, None]
+    e = tl.exp(logits)
+    comb = e / tl.sum(e, 1)[:, None] + eps
+    comb = comb / (tl.sum(comb, 0)[None, :] + eps)
+    for _ in range(iters - 1):
+        comb = comb / (tl.sum(comb, 1)[:, None] + eps)
+        comb = comb / (tl.sum(comb, 0)[None, :] + eps)
+    return comb
+
+
+@triton.jit
+def _collapse_loop(
+    x_row,
+    stride_xn,
+    out_row,
+    nw_ptr,
+    pre,
+    D,
+    nw_eps,
+    N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+):
+    """``out_row[:D] = sum_i pre_i x_row[i, :D]`` in ``BLOCK_D`` slices; with ``HAS_NORM`` the
+    RMSNorm (``nw_ptr``, ``nw_eps``) of the out-dtype-rounded collapse: a first pass for its sum of
+    squares, then the collapse is recomputed (bit-identical) and scaled (no round trip to memory)."""
+    offs_n = tl.arange(0, N)
+    if HAS_NORM:
+        ssq = tl.zeros([BLOCK_D], tl.float32)
+        for d0 in range(0, D, BLOCK_D):
+            offs_d = d0 + tl.arange(0, BLOCK_D)
+            dm = offs_d < D
+            xs = tl.load(x_row + offs_n[:, None] * stride_xn + offs_d[None, :], mask=dm[None, :], other=0.0)
+            col = tl.sum(pre[:, None] * xs.to(tl.float32), 0).to(out_row.dtype.element_ty).to(tl.float32)
+            ssq += col * col
+        rstd = tl.rsqrt(tl.sum(ssq, 0) / D + nw_eps)
+    for d0 in range(0, D, BLOCK_D):
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        dm = offs_d < D
+        xs = tl.load(x_row + offs_n[:, None] * stride_xn + offs_d[None, :], mask=dm[None, :], other=0.0)
+        col = tl.sum(pre[:, None] * xs.to(tl.float32), 0)
+        if HAS_NORM:
+            col = col.to(out_row.dtype.element_ty).to(tl.float32) * rstd
+            col = col * tl.load(nw_ptr + offs_d, mask=dm, other=0.0)
+        tl.store(out_row + offs_d, col.to(out_row.dtype.element_ty), mask=dm)
 
 
 @triton.jit(do_not_specialize=["S"])  # the split count follows the batch size
@@ -123,42 +193,106 @@ def _hc_finish_kernel(
     s2 = tl.load(scale_ptr + 2)
     pre = tl.sigmoid(pre_w * s0 + tl.load(base_ptr + offs_n)) + eps
     post = 2.0 * tl.sigmoid(post_w * s1 + tl.load(base_ptr + N + offs_n))
-    logits = comb_w * s2 + tl.load(base_ptr + cidx)
-    logits = logits - tl.max(logits, 1)[:, None]
-    e = tl.exp(logits)
-    comb = e / tl.sum(e, 1)[:, None] + eps
-    comb = comb / (tl.sum(comb, 0)[None, :] + eps)
-    for _ in range(iters - 1):
-        comb = comb / (tl.sum(comb, 1)[:, None] + eps)
-        comb = comb / (tl.sum(comb, 0)[None, :] + eps)
+    comb = _sinkhorn(comb_w, base_ptr, s2, eps, iters, N)
     tl.store(post_ptr + t * N + offs_n, post)
     tl.store(comb_ptr + t * N * N + offs_n[:, None] * N + offs_n[None, :], comb)
-    if HAS_NORM:
-        # the block's RMSNorm of the rounded collapse: a first pass for its sum of squares, then
-        # the collapse is recomputed (bit-identical) and scaled; no round trip through memory
-        ssq = tl.zeros([BLOCK_D], tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            offs_d = d0 + tl.arange(0, BLOCK_D)
-            dm = offs_d < D
+    _collapse_loop(
+        x_ptr + t * stride_xt,
+        stride_xn,
+        collapsed_ptr + t * stride_ct,
+        nw_ptr,
+        pre,
+        D,
+        nw_eps,
+        N,
+        BLOCK_D,
+        HAS_NORM,
+    )
+
+
+@triton.jit(do_not_specialize=["T", "S"])  # T and the split count follow the batch size
+def _hc_finish_decode_kernel(
+    x_ptr,
+    stride_xt,
+    stride_xn,
+    part_ptr,
+    sq_ptr,
+    base_ptr,
+    scale_ptr,
+    collapsed_ptr,
+    stride_ct,
+    post_ptr,
+    comb_ptr,
+    nw_ptr,
+    T,
+    S,
+    K,
+    D,
+    iters,
+    eps,
+    norm_eps,
+    nw_eps,
+    N: tl.constexpr,
+    NM_PAD: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    ONE_TILE: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+):
+    # grid (T, 2): program (t, 0) collapses token t, program (t, 1) computes its post / comb
+    t = tl.program_id(0).to(tl.int64)
+    offs_n = tl.arange(0, N)
+    sqa = tl.zeros([BLOCK_S], tl.float32)
+    if tl.program_id(1) == 0:
+        out_row = collapsed_ptr + t * stride_ct
+        offs_d = tl.arange(0, BLOCK_D)
+        dm = offs_d < D
+        if ONE_TILE:  # the whole [N, D] streams in one tile, read once, issued before the partials
             xs = tl.load(
                 x_ptr + t * stride_xt + offs_n[:, None] * stride_xn + offs_d[None, :],
                 mask=dm[None, :],
                 other=0.0,
-            ).to(tl.float32)
-            col = tl.sum(pre[:, None] * xs, 0).to(collapsed_ptr.dtype.element_ty).to(tl.float32)
-            ssq += col * col
-        rstd = tl.rsqrt(tl.sum(ssq, 0) / D + nw_eps)
-    for d0 in range(0, D, BLOCK_D):
-        offs_d = d0 + tl.arange(0, BLOCK_D)
-        dm = offs_d < D
-        xs = tl.load(
-            x_ptr + t * stride_xt + offs_n[:, None] * stride_xn + offs_d[None, :], mask=dm[None, :], other=0.0
-        ).to(tl.float32)
-        col = tl.sum(pre[:, None] * xs, 0)
-        if HAS_NORM:
-            col = col.to(collapsed_ptr.dtype.element_ty).to(tl.float32) * rstd
-            col = col * tl.load(nw_ptr + offs_d, mask=dm, other=0.0)
-        tl.store(collapsed_ptr + t * stride_ct + offs_d, col.to(collapsed_ptr.dtype.element_ty), mask=dm)
+            )
+        acc = tl.zeros([BLOCK_S, N], tl.float32)
+        for s0 in range(0, S, BLOCK_S):
+            offs_s = s0 + tl.arange(0, BLOCK_S)
+            sm = offs_s < S
+            row = (offs_s * T + t) * NM_PAD
+            acc += tl.load(part_ptr + row[:, None] + offs_n[None, :], mask=sm[:, None], other=0.0)
+            sqa += tl.load(sq_ptr + offs_s * T + t, mask=sm, other=0.0)
+        rstd = tl.rsqrt(tl.sum(sqa, 0) / K + norm_eps)
+        pre = tl.sigmoid(tl.sum(acc, 0) * rstd * tl.load(scale_ptr) + tl.load(base_ptr + offs_n)) + eps
+        if ONE_TILE:
+            col = tl.sum(pre[:, None] * xs.to(tl.float32), 0)
+            if HAS_NORM:
+                col = col.to(out_row.dtype.element_ty).to(tl.float32)
+                col = col * tl.rsqrt(tl.sum(col * col, 0) / D + nw_eps)
+                col = col * tl.load(nw_ptr + offs_d, mask=dm, other=0.0)
+            tl.store(out_row + offs_d, col.to(out_row.dtype.element_ty), mask=dm)
+        else:
+            _collapse_loop(
+                x_ptr + t * stride_xt, stride_xn, out_row, nw_ptr, pre, D, nw_eps, N, BLOCK_D, HAS_NORM
+            )
+    else:
+        acc_p = tl.zeros([BLOCK_S, N], tl.float32)
+        acc_c = tl.zeros([BLOCK_S, N, N], tl.float32)
+        cidx = 2 * N + offs_n[:, None] * N + offs_n[None, :]  # [N, N]
+        for s0 in range(0, S, BLOCK_S):
+            offs_s = s0 + tl.arange(0, BLOCK_S)
+            sm = offs_s < S
+            row = (offs_s * T + t) * NM_PAD
+            acc_p += tl.load(part_ptr + row[:, None] + N + offs_n[None, :], mask=sm[:, None], other=0.0)
+            acc_c += tl.load(
+                part_ptr + row[:, None, None] + cidx[None, :, :], mask=sm[:, None, None], other=0.0
+            )
+            sqa += tl.load(sq_ptr + offs_s * T + t, mask=sm, other=0.0)
+        rstd = tl.rsqrt(tl.sum(sqa, 0) / K + norm_eps)
+        post = 2.0 * tl.sigmoid(
+            tl.sum(acc_p, 0) * rstd * tl.load(scale_ptr + 1) + tl.load(base_ptr + N + offs_n)
+        )
+        comb = _sinkhorn(tl.sum(acc_c, 0) * rstd, base_ptr, tl.load(scale_ptr + 2), eps, iters, N)
+        tl.store(post_ptr + t * N + offs_n, post)
+        tl.store(comb_ptr + t * N * N + offs_n[:, None] * N + offs_n[None, :], comb)
 
 
 def hc_pre(
@@ -173,6 +307,7 @@ def hc_pre(
     splits: int | None = None,
     norm_weight: torch.Tensor | None = None,
     norm_weight_eps: float = 0.0,
+    path: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """mHC pre: collapse ``n`` residual streams and compute the post / comb weights (op table entry 7).
 
@@ -182,16 +317,20 @@ def hc_pre(
         sinkhorn_iters: Sinkhorn iterations (V4: 20; >= 1).
         eps: ``hc_eps`` (added to pre / comb and the Sinkhorn denominators).
         norm_eps: RMSNorm epsilon of the flattened streams (``rms_norm_eps``).
-        splits: K splits of the projection (None = fill the GPU).
+        splits: K splits of the projection (None: one 128-wide slice per program on the decode
+            path, else enough to fill the GPU).
         norm_weight: optional ``[D]`` fp32 weight of the block's RMSNorm, fused into the collapse
             (``collapsed`` then equals ``rms_norm(collapse, norm_weight, norm_weight_eps)`` of the
             reference, up to the order of its sum of squares); norm_weight_eps: its epsilon.
+        path: ``"auto"`` (``"decode"`` for ``T <= DECODE_MAX_T``, else ``"legacy"``), ``"decode"``
+            or ``"legacy"`` (see the module docstring; the results agree to fp32 rounding: only
+            the order of the split sums differs).
 
     Returns:
         ``(collapsed [T, D] x.dtype, post [T, n] fp32, comb [T, n, n] fp32)``.
 
     Raises:
-        ValueError: shapes out of range.
+        ValueError: shapes out of range, ``sinkhorn_iters < 1`` or an unknown ``path``.
     """
     if x.dim() != 3:
         raise ValueError(f"x: expected [T, n, D], got {tuple(x.shape)}")
@@ -207,6 +346,9 @@ def hc_pre(
         raise ValueError(f"sinkhorn_iters: must be >= 1, got {sinkhorn_iters}")
     if norm_weight is not None and norm_weight.shape != (D,):
         raise ValueError(f"norm_weight: expected [{D}], got {tuple(norm_weight.shape)}")
+    if path not in _PATHS:
+        raise ValueError(f"path: expected one of {_PATHS}, got {path!r}")
+    decode = path == "decode" or (path == "auto" and T <= DECODE_MAX_T)
     if not (x.stride(2) == 1 and x.stride(1) == D):
         x = x.contiguous()
     fn = fn.float().contiguous()
@@ -218,6 +360,48 @@ def hc_pre(
     comb = torch.empty((T, n, n), dtype=torch.float32, device=dev)
     if T == 0:
         return collapsed, post, comb
+    block_t, block_k = 16, 128
+    nm_pad = max(16, next_power_of_2(NM))
+    n_tb = cdiv(T, block_t)
+    if splits is None:
+        # decode: one K slice per program (a single load round; the finish reduces the partials
+        # with a block-wide tile); longer batches: <= 4 slices per program
+        splits = cdiv(K, block_k) if decode else max(1, min(cdiv(2 * num_sms(dev), n_tb), K // (4 * block_k)))
+    splits = max(1, min(int(splits), cdiv(K, block_k)))
+    chunk = cdiv(cdiv(K, splits), block_k) * block_k
+    splits = cdiv(K, chunk)
+    part = torch.empty((splits, T, nm_pad), dtype=torch.float32, device=dev)
+    sq = torch.empty((splits, T), dtype=torch.float32, device=dev)
+    _hc_mix_kernel[(n_tb, splits)](
+        x,
+        x.stride(0),
+        fn,
+        part,
+        sq,
+        T,
+        K,
+        NM,
+        chunk,
+        BLOCK_T=block_t,
+        BLOCK_K=block_k,
+        NM_PAD=nm_pad,
+        num_warps=4,
+    )
+    nw = norm_weight.float().contiguous() if norm_weight is not None else base
+    head = (x, x.stride(0), x.stride(1), part, sq, base, scale, collapsed, collapsed.stride(0), post, comb, nw,
+            T, splits, K, D, int(sinkhorn_iters), float(eps), float(norm_eps), float(norm_weight_eps))  # fmt: skip
+    if decode:
+        block_d = min(_DECODE_MAX_BLOCK_D, next_power_of_2(D))
+        _hc_finish_decode_kernel[(T, 2)](
+            *head, N=n, NM_PAD=nm_pad, BLOCK_S=min(128, next_power_of_2(splits)), BLOCK_D=block_d,
+            ONE_TILE=block_d >= D, HAS_NORM=norm_weight is not None, num_warps=_DECODE_FINISH_WARPS,
+        )  # fmt: skip
+    else:
+        _hc_finish_kernel[(T,)](
+            *head, N=n, NM_PAD=nm_pad, BLOCK_D=min(512, next_power_of_2(D)), HAS_NORM=norm_weight is not None,
+            num_warps=1,  # the n x n Sinkhorn reductions stay inside one warp (no barriers)
+        )  # fmt: skip
+    return collapsed, post, comb
     block_t, block_k = 16, 128
     nm_pad = max(16, next_power_of_2(NM))
     n_tb = cdiv(T, block_t)
@@ -295,6 +479,7 @@ def hc_post(
     comb: torch.Tensor,
     *,
     out: torch.Tensor | None = None,
+    path: str = "auto",
 ) -> torch.Tensor:
     """mHC post: ``out[t, k] = post[t, k] * block_out[t] + sum_j comb[t, j, k] * residual[t, j]``.
 
@@ -302,12 +487,15 @@ def hc_post(
         block_out: ``[T, D]``; residual: ``[T, n, D]`` (last dims contiguous); post: ``[T, n]``;
         comb: ``[T, n, n]`` (contiguous), all math in fp32.
         out: optional ``[T, n, D]`` output (residual's dtype; may alias ``residual``).
+        path: ``"auto"`` (``"decode"`` for ``T <= DECODE_MAX_T``), ``"decode"`` (256-wide ``D``
+            tiles: more programs for few tokens) or ``"legacy"`` (1024-wide tiles); the same
+            arithmetic either way.
 
     Returns:
         ``[T, n, D]`` in residual's dtype.
 
     Raises:
-        ValueError: shapes out of range.
+        ValueError: shapes out of range or an unknown ``path``.
     """
     if residual.dim() != 3:
         raise ValueError(f"residual: expected [T, n, D], got {tuple(residual.shape)}")
@@ -320,12 +508,15 @@ def hc_post(
         )
     if post.shape != (T, n) or comb.shape != (T, n, n):
         raise ValueError(f"post/comb: expected [{T}, {n}] / [{T}, {n}, {n}]")
+    if path not in _PATHS:
+        raise ValueError(f"path: expected one of {_PATHS}, got {path!r}")
+    decode = path == "decode" or (path == "auto" and T <= DECODE_MAX_T)
     post = post.contiguous()
     comb = comb.contiguous()
     out = torch.empty_like(residual) if out is None else out
     if T == 0:
         return out
-    block_d = min(1024, next_power_of_2(D))
+    block_d = min(256 if decode else 1024, next_power_of_2(D))
     _hc_post_kernel[(T, cdiv(D, block_d))](
         block_out, block_out.stride(0), residual, residual.stride(0), residual.stride(1), post, comb,
         out, out.stride(0), out.stride(1), D, N=n, BLOCK_D=block_d, num_warps=4,
