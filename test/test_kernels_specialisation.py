@@ -36,7 +36,7 @@ from sgl_kernel_v4.triton.moe_fp4 import fused_moe_fp4
 from sgl_kernel_v4.triton.moe_router import moe_route
 from sgl_kernel_v4.triton.activation import swiglu_clamped
 from sgl_kernel_v4.triton.compressor_state import compress_windows_and_insert, advance_compressor_state
-import sgl_kernel_v4.triton.attention as _a, sgl_kernel_v4.triton.indexer as _i, sgl_kernel_v4.triton.mhc as _m
+import sgl_kernel_v4.triton.attention as _a, sgl_kernel_v4.triton.indexer_select as _i, sgl_kernel_v4.triton.mhc as _m
 
 for _mod in (_a, _i, _m):  # the H200's 132 SMs (the interpreter reports 8): the grids the GPU sees
     _mod.num_sms = lambda device: 132

@@ -20,7 +20,8 @@ the context bound only, so one CUDA graph per batch size serves every context):
    scores do not depend on them.
 1b. ``_hist_kernel`` (grid ``G x nss``): the histogram of the keys' top ``HB`` bits per token, in
    blocks of 1,024 keys per histogram call (a histogram per 64-entry score tile cost more than the
-   scoring), added to the token's with atomics on the non-empty bins.
+   scoring), a share's last keys 256 at a time, added to the token's with atomics on the non-empty
+   bins.
 2. ``_filter_kernel`` (grid ``G x nss``): from the histogram, the bin ``b*`` holding the
    ``topk``-th largest key; every program scans its share of the keys and appends the entries of
    bins above ``b*`` (all selected, fewer than ``topk``) and of bin ``b*`` (the candidates) to the
@@ -29,9 +30,20 @@ the context bound only, so one CUDA graph per batch size serves every context):
    (two exact bit searches: the ``need``-th largest key, then among the keys equal to it the
    lowest positions), merged with the entries above and sorted: the output row.
 
+Short rows (:mod:`sgl_kernel_v4.triton.indexer_select`): a token that sees at most ``topk``
+entries selects all its valid ones, whatever the scores. Each pass reads ``visible`` on the device
+(no host synchronisation; one batch mixes both kinds): the scoring pass writes validity keys only
+for such a request run (no dot), the histogram and filter programs return at once, and the final
+pass writes the valid positions in order, ``-1`` after them. The scoring pass also zeroes the
+histogram and counters of the other rows (no memset launches), and the final pass writes every
+place of the output (no fill). When the host bound ``max_visible`` is at most ``topk`` the
+histogram and filter are not launched at all.
+
 Tie rule (the same as the torch reference ``sgl_kernel_v4.ref.attention.indexer_topk``): the
 selection is the ``topk`` largest composite keys ``(score, -position)``: a higher score wins, equal
-scores go to the lower entry index. The output holds the selected entry indices in ascending order,
+scores go to the lower entry index (validity as the reference: an entry below ``visible[t]``
+whose page is mapped; a short row takes every such entry, also one whose score is a NaN with all
+bits set, whose key would equal the invalid key). The output holds the selected entry indices in ascending order,
 ``-1`` after them where a token sees fewer than ``topk`` entries. The atomics only change the order
 in which candidates are listed, never the selected set, and the output is sorted: deterministic.
 
@@ -50,34 +62,24 @@ import triton.language as tl
 
 from sgl_kernel_v4.paged import as_paged
 from sgl_kernel_v4.ref.attention import select_topk
-from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
+from sgl_kernel_v4.triton.indexer_select import (
+    HB,
+    INT_MIN,
+    INT_MIN_VALUE,
+    _float_to_key,
+    _keys_from_scores_kernel,
+    histogram,
+    select,
+    splits,
+)
 from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets
 
 __all__ = ["indexer_topk", "indexer_scores", "topk_from_scores", "SCRATCH_ELEMS"]
 
-INT_MIN_VALUE = -(2**31)  # key of an invalid candidate (below every float's key), for host code
-INT_MIN = tl.constexpr(
-    INT_MIN_VALUE
-)  # the same inside the kernels (a jit function reads constexpr globals only)
-HB = 12  # histogram bits: bins of the keys' top 12 bits (sign, 8 exponent bits, 3 mantissa bits)
 #: int32 elements of the per-block scratch (keys + candidate lists): 3 x G x C <= this.
 SCRATCH_ELEMS = 1 << 26
 _MAX_TOPK = 4096  # register budget of the final merge (one sorted block of topk)
-
-
-@triton.jit
-def _float_to_key(x):
-    # signed-order key: flip the 31 low bits of negative floats, so int32 order == float order;
-    # -0.0 becomes +0.0 first (they compare equal, so they must tie)
-    x = tl.where(x == 0.0, 0.0, x)
-    i = x.to(tl.int32, bitcast=True)
-    return i ^ ((i >> 31) & 0x7FFFFFFF)
-
-
-@triton.jit
-def _bin_of(key, HB: tl.constexpr):
-    # top HB bits of the key in unsigned order: 0 .. 2^HB - 1
-    return (key >> (32 - HB)) + (1 << (HB - 1))
 
 
 # no recompile per block / batch size, nor per alignment of the index tables (slices of the batch)
@@ -92,6 +94,9 @@ def _bin_of(key, HB: tl.constexpr):
         "req_rows_ptr",
         "token_req_ptr",
         "E",
+        "hist_ptr",
+        "cnt_ptr",
+        "K",
     ]
 )
 def _score_kernel(
@@ -113,6 +118,9 @@ def _score_kernel(
     keys_ptr,
     stride_k,
     scores_ptr,
+    hist_ptr,
+    cnt_ptr,
+    K,
     t_base,
     G,
     HI,
@@ -124,10 +132,15 @@ def _score_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_C: tl.constexpr,
     WRITE_SCORES: tl.constexpr,
+    SHORT: tl.constexpr,
+    HB: tl.constexpr,
 ):
     # program (p, s): the token rows g0 .. g0 + BLOCK_T - 1 of the block, the s-th share of their
     # visible entries; one key tile is loaded once for all of them (they read the same request's
-    # keys) and scored by one dot of [BLOCK_T * BLOCK_H, DI] x [DI, BLOCK_C]
+    # keys) and scored by one dot of [BLOCK_T * BLOCK_H, DI] x [DI, BLOCK_C].
+    # SHORT: a run whose tokens all see at most K entries (every valid one is selected, whatever
+    # its score) writes validity keys only (0 valid, INT_MIN not), no q load nor dot; the programs
+    # zero the histogram (their 1/nsc of the bins) and counters of the rows of more than K entries
     g0 = tl.program_id(0) * BLOCK_T
     s = tl.program_id(1)
     offs_t = tl.arange(0, BLOCK_T)
@@ -140,12 +153,27 @@ def _score_kernel(
     mt = (g0 + offs_m // BLOCK_H).to(tl.int64)
     mh = offs_m % BLOCK_H
     m_ok = (mt < G) & (mh < HI)
-    q = tl.load(
-        q_ptr + (t_base + mt)[:, None] * stride_qt + mh[:, None] * stride_qh + offs_d[None, :],
-        mask=m_ok[:, None],
-        other=0.0,
-    )
-    w = tl.load(w_ptr + (t_base + mt) * stride_wt + mh, mask=m_ok, other=0.0).to(tl.float32)
+    if not SHORT:
+        q = tl.load(
+            q_ptr + (t_base + mt)[:, None] * stride_qt + mh[:, None] * stride_qh + offs_d[None, :],
+            mask=m_ok[:, None],
+            other=0.0,
+        )
+        w = tl.load(w_ptr + (t_base + mt) * stride_wt + mh, mask=m_ok, other=0.0).to(tl.float32)
+    else:
+        long_row = t_ok & (n > K)
+        nb = tl.cdiv(1 << HB, nsc)
+        offs_z = tl.arange(0, 256)
+        for b0 in range(s * nb, s * nb + nb, 256):
+            b = b0 + offs_z
+            zm = long_row[:, None] & ((b < s * nb + nb) & (b < (1 << HB)))[None, :]
+            tl.store(
+                hist_ptr + gl[:, None] * (1 << HB) + b[None, :], tl.zeros([BLOCK_T, 256], tl.int32), mask=zm
+            )
+        if s == 0:
+            zc = tl.zeros([BLOCK_T], tl.int32)
+            tl.store(cnt_ptr + 2 * gl, zc, mask=long_row)
+            tl.store(cnt_ptr + 2 * gl + 1, zc, mask=long_row)
     offs_c = tl.arange(0, BLOCK_C)
     # the block's tokens come in runs of one request (a batch lists each request's tokens
     # together): one pass per run, over the pages of that request
@@ -159,188 +187,48 @@ def _score_kernel(
             row = tl.load(req_rows_ptr + ri).to(tl.int64)
             chunk = tl.cdiv(tl.cdiv(n_run, nsc), BLOCK_C) * BLOCK_C
             c_end = tl.minimum(s * chunk + chunk, n_run)
-            for c0 in range(s * chunk, c_end, BLOCK_C):
-                c = c0 + offs_c
-                cm = c < c_end
-                page = tl.load(r2p_ptr + row * stride_r2p + c // E, mask=cm, other=-1).to(tl.int64)
-                valid = cm & (page >= 0)
-                off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
-                k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
-                sd = tl.dot(q, tl.trans(k.to(q.dtype)))  # [BLOCK_T * BLOCK_H, BLOCK_C] fp32
-                sd = tl.maximum(sd * ks[None, :] * scale, 0.0) * w[:, None]
-                score = tl.sum(tl.reshape(sd, [BLOCK_T, BLOCK_H, BLOCK_C]), 1)  # [BLOCK_T, BLOCK_C]
-                seen = c[None, :] < n[:, None]
-                key = tl.where(valid[None, :] & seen, _float_to_key(score), INT_MIN)
-                st = act[:, None] & seen & cm[None, :]
-                kp = gl[:, None] * stride_k + c[None, :]
-                tl.store(keys_ptr + kp, key, mask=st)
-                if WRITE_SCORES:
-                    tl.store(scores_ptr + kp, tl.where(valid[None, :] & seen, score, float("-inf")), mask=st)
-
-
-@triton.jit(do_not_specialize=["t_base", "nss", "vis_ptr"])  # no recompile per block / batch size
-def _hist_kernel(keys_ptr, stride_k, vis_ptr, t_base, hist_ptr, nss, BLOCK: tl.constexpr, HB: tl.constexpr):
-    # program (g, s): the histogram of the top HB bits of the s-th share of token g's valid keys,
-    # added to the token's (atomics on the non-empty bins); BLOCK keys per histogram call
-    g = tl.program_id(0).to(tl.int64)
-    s = tl.program_id(1)
-    n = tl.load(vis_ptr + t_base + g).to(tl.int32)
-    chunk = tl.cdiv(tl.cdiv(n, nss), BLOCK) * BLOCK
-    c_end = tl.minimum(s * chunk + chunk, n)
-    offs = tl.arange(0, BLOCK)
-    hist = tl.zeros([1 << HB], tl.int32)
-    for c0 in range(s * chunk, c_end, BLOCK):
-        c = c0 + offs
-        key = tl.load(keys_ptr + g * stride_k + c, mask=c < c_end, other=INT_MIN)
-        hist += tl.histogram(_bin_of(key, HB), 1 << HB, mask=key != INT_MIN)
-    offs_b = tl.arange(0, 1 << HB)
-    tl.atomic_add(hist_ptr + g * (1 << HB) + offs_b, hist, mask=hist > 0)
-
-
-@triton.jit
-def _keys_from_scores_kernel(
-    scores_ptr, stride_st, keys_ptr, stride_k, hist_ptr, C, BLOCK: tl.constexpr, HB: tl.constexpr
-):
-    g = tl.program_id(0).to(tl.int64)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < C
-    x = tl.load(scores_ptr + g * stride_st + offs, mask=m, other=float("-inf")).to(tl.float32)
-    valid = m & (x != float("-inf"))
-    key = tl.where(valid, _float_to_key(x), INT_MIN)
-    tl.store(keys_ptr + g * stride_k + offs, key, mask=m)
-    hist = tl.histogram(_bin_of(key, HB), 1 << HB, mask=valid)
-    offs_b = tl.arange(0, 1 << HB)
-    tl.atomic_add(hist_ptr + g * (1 << HB) + offs_b, hist, mask=hist > 0)
-
-
-@triton.jit
-def _threshold_bin(hist_ptr, g, K, HB: tl.constexpr):
-    """``(b*, above)``: the bin of the K-th largest key (-1 when at most K keys are valid: all
-    are selected) and the number of keys in higher bins."""
-    offs_b = tl.arange(0, 1 << HB)
-    h = tl.load(hist_ptr + g * (1 << HB) + offs_b)
-    suf = tl.cumsum(h, 0, reverse=True)  # keys in bins >= b
-    total = tl.sum(h, 0)
-    bstar = tl.sum((suf >= K).to(tl.int32), 0) - 1  # suf is non-increasing in b
-    bstar = tl.where(total <= K, -1, bstar)
-    above = tl.sum(tl.where(offs_b > bstar, h, 0), 0)
-    return bstar, above
-
-
-@triton.jit(do_not_specialize=["t_base", "nss", "vis_ptr"])  # no recompile per block / batch size
-def _filter_kernel(
-    keys_ptr,
-    stride_k,
-    vis_ptr,
-    t_base,
-    hist_ptr,
-    cnt_ptr,
-    sure_ptr,
-    tie_key_ptr,
-    tie_pos_ptr,
-    K,
-    nss,
-    BLOCK_F: tl.constexpr,
-    HB: tl.constexpr,
-):
-    g = tl.program_id(0).to(tl.int64)
-    s = tl.program_id(1)
-    n = tl.load(vis_ptr + t_base + g).to(tl.int32)
-    bstar, above = _threshold_bin(hist_ptr, g, K, HB)
-    chunk = tl.cdiv(tl.cdiv(n, nss), BLOCK_F) * BLOCK_F
-    c_end = tl.minimum(s * chunk + chunk, n)
-    offs = tl.arange(0, BLOCK_F)
-    for c0 in range(s * chunk, c_end, BLOCK_F):
-        c = c0 + offs
-        key = tl.load(keys_ptr + g * stride_k + c, mask=c < c_end, other=INT_MIN)
-        valid = key != INT_MIN
-        b = _bin_of(key, HB)
-        sure = valid & (b > bstar)
-        tie = valid & (b == bstar)
-        n_sure = tl.sum(sure.to(tl.int32), 0)
-        n_tie = tl.sum(tie.to(tl.int32), 0)
-        if n_sure > 0:
-            base = tl.atomic_add(cnt_ptr + 2 * g, n_sure)
-            dst = base + tl.cumsum(sure.to(tl.int32), 0) - 1
-            tl.store(sure_ptr + g * K + dst, c, mask=sure)
-        if n_tie > 0:
-            base = tl.atomic_add(cnt_ptr + 2 * g + 1, n_tie)
-            dst = base + tl.cumsum(tie.to(tl.int32), 0) - 1
-            tl.store(tie_key_ptr + g * stride_k + dst, key, mask=tie)
-            tl.store(tie_pos_ptr + g * stride_k + dst, c, mask=tie)
-
-
-@triton.jit
-def _count_sel(key_ptr, pos_ptr, M, thr, p, BLOCK_T: tl.constexpr):
-    """Items ``i < M`` of a (key, position) list with ``key > thr`` or ``key == thr and pos <= p``."""
-    cnt = 0
-    offs = tl.arange(0, BLOCK_T)
-    for i0 in range(0, M, BLOCK_T):
-        m = i0 + offs < M
-        key = tl.load(key_ptr + i0 + offs, mask=m, other=INT_MIN)
-        pos = tl.load(pos_ptr + i0 + offs, mask=m, other=0)
-        cnt += tl.sum((m & ((key > thr) | ((key == thr) & (pos <= p)))).to(tl.int32), 0)
-    return cnt
-
-
-@triton.jit(do_not_specialize=["t_base"])  # block offsets: no recompile per block
-def _final_kernel(
-    cnt_ptr,
-    sure_ptr,
-    tie_key_ptr,
-    tie_pos_ptr,
-    stride_k,
-    out_ptr,
-    stride_o,
-    t_base,
-    K,
-    BLOCK_K2: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-):
-    g = tl.program_id(0).to(tl.int64)
-    t = t_base + g
-    n_sure = tl.load(cnt_ptr + 2 * g)
-    M = tl.load(cnt_ptr + 2 * g + 1)
-    offs_k = tl.arange(0, BLOCK_K2)
-    orow = out_ptr + t * stride_o
-    # the entries above the threshold bin go first (listed in any order), staged in the output row
-    sure = tl.load(sure_ptr + g * K + offs_k, mask=offs_k < n_sure, other=0)
-    tl.store(orow + offs_k, sure.to(tl.int64), mask=offs_k < n_sure)
-    if M > 0:
-        need = K - n_sure
-        kb = tie_key_ptr + g * stride_k
-        pb = tie_pos_ptr + g * stride_k
-        # the need-th largest key: the largest thr with count(key >= thr) >= need, bit by bit
-        big = 2147483647
-        thr = tl.where(_count_sel(kb, pb, M, 0, big, BLOCK_T) >= need, 0, INT_MIN)
-        for bit in tl.static_range(30, -1, -1):
-            t2 = thr | (1 << bit)
-            thr = tl.where(_count_sel(kb, pb, M, t2, big, BLOCK_T) >= need, t2, thr)
-        n_gt = _count_sel(kb, pb, M, thr, -1, BLOCK_T)
-        r = need - n_gt  # keys equal to thr still to take: the lowest positions
-        # the smallest p with count(key == thr and pos <= p) >= r, bit by bit
-        pthr = 0
-        for bit in tl.static_range(30, -1, -1):
-            p2 = pthr | ((1 << bit) - 1)
-            pthr = tl.where(_count_sel(kb, pb, M, thr, p2, BLOCK_T) - n_gt >= r, pthr, pthr | (1 << bit))
-        # append the selected candidates after the sure ones
-        offs = tl.arange(0, BLOCK_T)
-        written = n_sure
-        for i0 in range(0, M, BLOCK_T):
-            m = i0 + offs < M
-            key = tl.load(kb + i0 + offs, mask=m, other=INT_MIN)
-            pos = tl.load(pb + i0 + offs, mask=m, other=0)
-            sel = m & ((key > thr) | ((key == thr) & (pos <= pthr)))
-            dst = written + tl.cumsum(sel.to(tl.int32), 0) - 1
-            tl.store(orow + dst, pos.to(tl.int64), mask=sel)
-            written += tl.sum(sel.to(tl.int32), 0)
-    tl.debug_barrier()
-    # sort the row ascending; the places past the selection become -1
-    n_sel = tl.where(M > 0, K, n_sure)
-    big64 = 2147483647
-    row = tl.load(orow + offs_k, mask=offs_k < n_sel, other=big64)
-    row = tl.sort(row)
-    tl.store(orow + offs_k, tl.where(row == big64, -1, row), mask=offs_k < K)
+            short = False
+            if SHORT:
+                short = n_run <= K
+            if short:
+                for c0 in range(s * chunk, c_end, BLOCK_C):
+                    c = c0 + offs_c
+                    cm = c < c_end
+                    page = tl.load(r2p_ptr + row * stride_r2p + c // E, mask=cm, other=-1)
+                    seen = c[None, :] < n[:, None]
+                    key = tl.where((page >= 0)[None, :] & seen, 0, INT_MIN)
+                    st = act[:, None] & seen & cm[None, :]
+                    tl.store(keys_ptr + gl[:, None] * stride_k + c[None, :], key, mask=st)
+            elif s * chunk < c_end:
+                if SHORT:
+                    q = tl.load(
+                        q_ptr
+                        + (t_base + mt)[:, None] * stride_qt
+                        + mh[:, None] * stride_qh
+                        + offs_d[None, :],
+                        mask=m_ok[:, None],
+                        other=0.0,
+                    )
+                    w = tl.load(w_ptr + (t_base + mt) * stride_wt + mh, mask=m_ok, other=0.0).to(tl.float32)
+                for c0 in range(s * chunk, c_end, BLOCK_C):
+                    c = c0 + offs_c
+                    cm = c < c_end
+                    page = tl.load(r2p_ptr + row * stride_r2p + c // E, mask=cm, other=-1).to(tl.int64)
+                    valid = cm & (page >= 0)
+                    off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
+                    k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+                    sd = tl.dot(q, tl.trans(k.to(q.dtype)))  # [BLOCK_T * BLOCK_H, BLOCK_C] fp32
+                    sd = tl.maximum(sd * ks[None, :] * scale, 0.0) * w[:, None]
+                    score = tl.sum(tl.reshape(sd, [BLOCK_T, BLOCK_H, BLOCK_C]), 1)  # [BLOCK_T, BLOCK_C]
+                    seen = c[None, :] < n[:, None]
+                    key = tl.where(valid[None, :] & seen, _float_to_key(score), INT_MIN)
+                    st = act[:, None] & seen & cm[None, :]
+                    kp = gl[:, None] * stride_k + c[None, :]
+                    tl.store(keys_ptr + kp, key, mask=st)
+                    if WRITE_SCORES:
+                        tl.store(
+                            scores_ptr + kp, tl.where(valid[None, :] & seen, score, float("-inf")), mask=st
+                        )
 
 
 def _check(q: torch.Tensor, weights: torch.Tensor, topk: int) -> None:
@@ -353,15 +241,6 @@ def _check(q: torch.Tensor, weights: torch.Tensor, topk: int) -> None:
         raise ValueError(f"weights: expected [{T}, {HI}], got {tuple(weights.shape)}")
     if topk < 1:
         raise ValueError(f"topk: must be >= 1, got {topk}")
-
-
-def _splits(rows: int, device: torch.device) -> int:
-    """Programs per token row: two waves of the SMs over the block, a power of two in [1, 256]."""
-    want = cdiv(2 * num_sms(device), max(1, rows))
-    n = 1
-    while n * 2 <= min(want, 256):
-        n *= 2
-    return n
 
 
 class _Workspace:
@@ -383,20 +262,6 @@ class _Workspace:
 
 def _block_rows(T: int, C: int) -> int:
     return max(1, min(T, SCRATCH_ELEMS // max(1, 3 * C)))
-
-
-def _select(ws: _Workspace, G: int, vis: torch.Tensor, t_base: int, topk: int, out: torch.Tensor) -> None:
-    """Steps 2 and 3 of the module docstring for rows ``t_base .. t_base + G - 1``."""
-    dev = out.device
-    nss = _splits(G, dev)
-    _filter_kernel[(G, nss)](
-        ws.keys, ws.keys.stride(0), vis, t_base, ws.hist, ws.cnt, ws.sure, ws.tie_key, ws.tie_pos, topk,
-        nss, BLOCK_F=1024, HB=HB, num_warps=4,
-    )  # fmt: skip
-    _final_kernel[(G,)](
-        ws.cnt, ws.sure, ws.tie_key, ws.tie_pos, ws.keys.stride(0), out, out.stride(0), t_base, topk,
-        BLOCK_K2=next_power_of_2(topk), BLOCK_T=1024, num_warps=8,
-    )  # fmt: skip
 
 
 def _paged_args(idx_kv: Any, DI: int, req_to_page: torch.Tensor, req_rows: torch.Tensor, token_req: torch.Tensor,
@@ -436,6 +301,7 @@ def indexer_topk(
     out: torch.Tensor | None = None,
     block_c: int = 64,
     block_t: int | None = None,
+    short_rows: bool = True,
 ) -> torch.Tensor:
     """Lightning-indexer top-k over the paged keys (op table entry 6; arguments and result as
     :func:`sgl_kernel_v4.ref.attention.indexer_topk`).
@@ -447,6 +313,10 @@ def indexer_topk(
         block_c: entries per scoring tile (64 = one CSA block page of 256-token pages).
         block_t: tokens per scoring program (a power of two; ``None``: 1 for at most 256 tokens,
             else ``128 // heads`` up to 4, see :func:`_tokens_per_program`).
+        short_rows: the short-row path (module docstring): a token seeing at most ``topk``
+            entries is answered without scores nor histogram (decided per row on the device).
+            ``False`` runs the histogram path for every row (the same result; a benchmark
+            baseline).
 
     Returns:
         ``[T, topk]`` int64 entry indices, ascending, ``-1`` padded.
@@ -468,11 +338,12 @@ def indexer_topk(
         out.copy_(ref_topk(q, weights, idx_kv, visible, req_to_page, req_rows, token_req, entries_per_page,
                            topk, scale))  # fmt: skip
         return out
-    out.fill_(-1)
+    if C <= 0 or not short_rows:  # (the short-row path's final pass writes every place of out)
+        out.fill_(-1)
     if C <= 0:
         return out
     _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, entries_per_page, scale, C, topk,
-                out, block_c, None, block_t)  # fmt: skip
+                out, block_c, None, block_t, short_rows)  # fmt: skip
     return out
 
 
@@ -483,7 +354,7 @@ def _tokens_per_program(T: int, heads: int) -> int:
 
 
 def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, scale, C, topk, out, block_c,
-                scores_out, block_t=None) -> None:  # fmt: skip
+                scores_out, block_t=None, short=False) -> None:  # fmt: skip
     T, HI, DI = q.shape
     if q.stride(2) != 1:
         q = q.contiguous()
@@ -500,32 +371,36 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
         block_t = _tokens_per_program(T, block_h)
     elif block_t < 1 or block_t & (block_t - 1):
         raise ValueError(f"block_t: must be a power of two >= 1, got {block_t}")
+    short = short and scores_out is None
     for t0 in range(0, T, G):
         g = min(G, T - t0)
-        ws.hist[:g].zero_()
-        ws.cnt[:g].zero_()
+        if not short:  # (the short-row path zeroes them in the scoring pass, long rows only)
+            ws.hist[:g].zero_()
+            ws.cnt[:g].zero_()
         if scores_out is not None:  # entries past a token's visible count: invalid
             ws.keys[:g].fill_(INT_MIN_VALUE)
             ws.scores[:g].fill_(float("-inf"))
         n_tb = cdiv(g, block_t)
-        nsc = _splits(n_tb, q.device)
+        nsc = splits(n_tb, q.device)
         _score_kernel[(n_tb, nsc)](
             q, q.stride(0), q.stride(1), weights, weights.stride(0),
             kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,
             visible, req_to_page, req_to_page.stride(0), req_rows, token_req, int(e),
-            ws.keys, ws.keys.stride(0), ws.scores, t0, g, HI, float(scale), nsc,
+            ws.keys, ws.keys.stride(0), ws.scores, ws.hist, ws.cnt, topk, t0, g, HI, float(scale), nsc,
             DI=DI, CODEC=kv.codec_id, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_C=block_c,
-            WRITE_SCORES=scores_out is not None, num_warps=8 if block_t * block_h >= 64 else 4,
+            WRITE_SCORES=scores_out is not None, SHORT=short, HB=HB,
+            num_warps=8 if block_t * block_h >= 64 else 4,
         )  # fmt: skip
         if scores_out is not None:
             keys_out, sc_out = scores_out
             keys_out[t0 : t0 + g] = ws.keys[:g, : keys_out.shape[1]]
             sc_out[t0 : t0 + g] = ws.scores[:g, : sc_out.shape[1]]
         else:
-            nss = _splits(g, q.device)
-            _hist_kernel[(g, nss)](ws.keys, ws.keys.stride(0), visible, t0, ws.hist, nss, BLOCK=1024, HB=HB,
-                                   num_warps=4)  # fmt: skip
-            _select(ws, g, visible, t0, topk, out)
+            # every row short (a host bound, no synchronisation): no histogram nor filter launch
+            long_rows = not short or C > topk
+            if long_rows:
+                histogram(ws, g, visible, t0, topk, short)
+            select(ws, g, visible, t0, topk, out, short, filter_pass=long_rows)
 
 
 def indexer_scores(
@@ -589,5 +464,5 @@ def topk_from_scores(scores: torch.Tensor, topk: int, *, out: torch.Tensor | Non
         _keys_from_scores_kernel[(g, cdiv(C, 1024))](
             scores[t0:], scores.stride(0), ws.keys, ws.keys.stride(0), ws.hist, C, BLOCK=1024, HB=HB, num_warps=4
         )  # fmt: skip
-        _select(ws, g, vis, t0, topk, out)
+        select(ws, g, vis, t0, topk, out, True)
     return out
