@@ -48,14 +48,15 @@ def test_split_count_bounded_by_key_count() -> None:
                 assert ns <= old, (T, H, max_keys, ns)
                 if max_keys // MIN_KEYS_PER_SPLIT >= 64:
                     assert ns == old  # a key bound above the SM bound changes nothing
-    # V4 decode, 64 heads in blocks of 16: bs 1 CSA (128 + 512 keys) 8 splits of 80 keys, not 64
-    # of 10; HCA at a 128k context (128 + 1024) 16, at 8k (128 + 64) 2; sliding-only 2; at bs 64
+    # V4 decode, 64 heads in blocks of 16: bs 1 CSA (128 + 512 keys) 32 splits of 20 keys, not 64
+    # of 10; HCA at a 128k context (128 + 1024) 64, at 8k (128 + 64) 8; sliding-only 8; at bs 64
     # the SM bound (2) already rules
     assert default_num_splits(1, 64, 16, cpu) == 64
-    assert default_num_splits(1, 64, 16, cpu, 640) == 8
-    assert default_num_splits(1, 64, 16, cpu, 1152) == 16
-    assert default_num_splits(1, 64, 16, cpu, 192) == 2
-    assert default_num_splits(1, 64, 16, cpu, 128) == 2
+    # 132 SMs, bs 1, 4 head blocks: 66 programs wanted; bounded by keys // 16, a power of two
+    assert default_num_splits(1, 64, 16, cpu, 640) == 32
+    assert default_num_splits(1, 64, 16, cpu, 1152) == 64
+    assert default_num_splits(1, 64, 16, cpu, 192) == 8
+    assert default_num_splits(1, 64, 16, cpu, 128) == 8
     assert default_num_splits(1, 64, 16, cpu, 128 + 8192) == 64
     assert default_num_splits(64, 64, 16, cpu, 640) == default_num_splits(64, 64, 16, cpu) == 2
     assert default_num_splits(1, 64, 16, cpu, 640, min_keys_per_split=128) == 4

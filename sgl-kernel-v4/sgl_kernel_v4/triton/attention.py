@@ -238,8 +238,10 @@ def _check_int(name: str, x: torch.Tensor | None, shape: tuple[int, ...]) -> Non
         raise ValueError(f"{name}: last dim must be contiguous")
 
 
-#: Fewest keys one split should cover (see :func:`default_num_splits`).
-MIN_KEYS_PER_SPLIT = 64
+#: Fewest keys one split should cover (see :func:`default_num_splits`). 16 from the H200 sweep
+#: (``benchmark/attention_split_sweep.py``, RESULTS.md): with fp8 pools the dequantization wants
+#: many programs, and larger bounds (64: 1.05x, 256: 1.34x the total) lost to it.
+MIN_KEYS_PER_SPLIT = 16
 #: Splits the combine kernel merges per step (one ``[COMBINE_SPLITS, BLOCK_D]`` load).
 COMBINE_SPLITS = 8
 
