@@ -98,7 +98,12 @@ def test_hc_pre_fused_norm(T: int, n: int, D: int, dtype: torch.dtype) -> None:
     assert col.dtype == dtype
     assert rel_err(col, ref) < (8e-3 if dtype == torch.bfloat16 else 1e-5)
     unfused = rms_norm(plain, w.to(DEVICE), weps).double().cpu()
-    ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-20
+    # fp32: the fused launch and rms_norm sum the D squares in different orders (a block-wide tree
+    # in the decode finish, a chunked loop in rms_norm), so their rstd can differ by a few tens of
+    # fp32 roundings (an H200 run exceeded 8 ulp at D = 1000); bf16: one rounding of the output
+    ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-16
+    worst = ((col.double().cpu() - unfused).abs() / unfused.abs().clamp_min(1e-30)).max().item()
+    print(f"fused vs unfused, max relative difference: {worst:.3e} (bound {ulp:.3e})")
     assert ((col.double().cpu() - unfused).abs() <= ulp * unfused.abs() + 1e-30).all()
     with pytest.raises(ValueError, match="norm_weight"):
         hc_pre(*args, norm_weight=w[:-1].to(DEVICE), norm_weight_eps=weps)
