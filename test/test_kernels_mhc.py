@@ -78,7 +78,7 @@ def test_hc_pre(T: int, n: int, D: int, dtype: torch.dtype) -> None:
 def test_hc_pre_fused_norm(T: int, n: int, D: int, dtype: torch.dtype) -> None:
     """``hc_pre(..., norm_weight=w)`` = RMSNorm(w) of the x.dtype-rounded collapse (the block's
     ``input_layernorm`` fused into the launch): vs float64 of the rounded reference collapse, and
-    vs the unfused Triton pair (hc_pre, then rms_norm): one bf16 rounding, or 2**-16 relative in fp32."""
+    vs the unfused Triton pair (hc_pre, then rms_norm): one bf16 rounding; fp32: see the bound."""
     from sgl_kernel_v4.triton.mhc import hc_pre
     from sgl_kernel_v4.triton.norm import rms_norm
 
@@ -98,13 +98,17 @@ def test_hc_pre_fused_norm(T: int, n: int, D: int, dtype: torch.dtype) -> None:
     assert col.dtype == dtype
     assert rel_err(col, ref) < (8e-3 if dtype == torch.bfloat16 else 1e-5)
     unfused = rms_norm(plain, w.to(DEVICE), weps).double().cpu()
-    # fp32: the fused launch and rms_norm sum the D squares in different orders (a block-wide tree
-    # in the decode finish, a chunked loop in rms_norm), so their rstd can differ by a few tens of
-    # fp32 roundings (an H200 run exceeded 8 ulp at D = 1000); bf16: one rounding of the output
-    ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-16
-    worst = ((col.double().cpu() - unfused).abs() / unfused.abs().clamp_min(1e-30)).max().item()
-    print(f"fused vs unfused, max relative difference: {worst:.3e} (bound {ulp:.3e})")
-    assert ((col.double().cpu() - unfused).abs() <= ulp * unfused.abs() + 1e-30).all()
+    # fp32: the collapse of the fused launch and that of the plain one are separate compilations
+    # (HAS_NORM), so an element can differ by a rounding of the terms sum_i pre_i x_i; where those
+    # cancel, that is large relative to the element (an H200 run: 1.2e-4 relative at D = 1000,
+    # 0 in the other cases). Bound: 2**-20 of the element (as before) plus 2**-20 of the row's largest
+    # |value| (the terms' scale). bf16: one rounding of the output.
+    diff = (col.double().cpu() - unfused).abs()
+    if dtype == torch.bfloat16:
+        bound = 2.0**-7 * unfused.abs()
+    else:
+        bound = 2.0**-20 * (unfused.abs() + unfused.abs().amax(-1, keepdim=True))
+    assert (diff <= bound + 1e-30).all(), (diff - bound).max().item()
     with pytest.raises(ValueError, match="norm_weight"):
         hc_pre(*args, norm_weight=w[:-1].to(DEVICE), norm_weight_eps=weps)
 
