@@ -70,6 +70,7 @@ REPRESENTATIVE = [
     "test_kernels_indexer.py::test_topk_from_scores_exact[2-1-100-16]",
     "test_kernels_indexer.py::test_indexer_topk_quantized_keys",
     "test_kernels_indexer_ties.py::test_triton_topk_tie_rule[2-40-64-1]",
+    "test_kernels_indexer_short.py::test_short_and_long_rows_in_one_batch[True-None-None-None]",
     "test_kernels_mhc.py::test_hc_pre[dtype0-5-2-256]",
     "test_kernels_mhc.py::test_hc_post[dtype0-7-2-300]",
     "test_kernels_mhc.py::test_hc_pre_decode_and_legacy_paths[dtype0-True-33-2-64]",
