@@ -58,3 +58,39 @@ def test_gen_select_fork_stream_batch(backend):
     states = prog.run_batch([{"q": "a"}, {"q": "b"}], backend=backend)
     assert [st["ans"] for st in states] == [state["ans"]] * 2
     backend.flush_cache()
+
+
+def test_logprob_start_len_edges_and_unconditional_select(backend):
+    """SGLang's ``logprob_start_len`` rules on ``/generate``: ``== prompt length`` is accepted and
+    returns no prompt logprobs, larger is a 400; a ``max_new_tokens=0`` request with logprobs and no
+    ``logprob_start_len`` gets the prompt's logprobs from position 0 (what the frontend's
+    ``unconditional_likelihood_normalized`` reads), so that ``select`` method runs."""
+    import requests
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    text = "The answer is yes"
+    ids = tok.encode(text, add_special_tokens=False)
+    url = backend.base_url + "/generate"
+    base = {"text": text, "sampling_params": {"max_new_tokens": 0}, "return_logprob": True}
+    r = requests.post(url, json={**base, "logprob_start_len": len(ids)}, timeout=60)
+    assert r.status_code == 200, r.text  # (the values: test_server_sglang_frontend_real.py)
+    r = requests.post(url, json={**base, "logprob_start_len": len(ids) + 1}, timeout=60)
+    assert r.status_code == 400 and "logprob_start_len" in r.text
+    r = requests.post(url, json={**base, "input_ids": ids, "text": None}, timeout=60)
+    got = r.json()["meta_info"]["input_token_logprobs"]
+    assert [e[1] for e in got] == ids and got[0][0] is None
+
+    @sgl.function
+    def pick(s):
+        s += "The answer is"
+        s += sgl.select(
+            "x", choices=["yes", "no", " yes sir"], choices_method=sgl.unconditional_likelihood_normalized
+        )
+
+    state = pick.run(backend=backend)
+    assert state["x"] in ("yes", "no", " yes sir"), state.text()
+    meta = state.get_meta_info("x")
+    assert [len(u) for u in meta["unconditional_token_logprobs"]] == [
+        len(i) for i in meta["input_token_logprobs"]
+    ]

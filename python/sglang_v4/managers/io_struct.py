@@ -140,8 +140,8 @@ class GenerateReqInput:
                 raise ValueError("rid must be a string for a single request.")
             if self.return_logprob is None:
                 self.return_logprob = False
-            if self.logprob_start_len is None:
-                self.logprob_start_len = -1
+            # logprob_start_len stays None when not given: the tokenizer resolves it (it depends on
+            # max_new_tokens, see TokenizerManager._tokenize_one)
             if self.top_logprobs_num is None:
                 self.top_logprobs_num = 0
             if self.priority is not None and isinstance(self.priority, list):
@@ -207,7 +207,7 @@ class GenerateReqInput:
             return list(value)
 
         self.return_logprob = per_item(self.return_logprob, False, "return_logprob")
-        self.logprob_start_len = per_item(self.logprob_start_len, -1, "logprob_start_len")
+        self.logprob_start_len = per_item(self.logprob_start_len, None, "logprob_start_len")
         self.top_logprobs_num = per_item(self.top_logprobs_num, 0, "top_logprobs_num")
         self.priority = per_item(self.priority, None, "priority")
         if self.token_ids_logprob is not None:

@@ -166,13 +166,12 @@ class TokenizationMixin:
                 f"{sp.max_new_tokens} tokens for the completion. Please reduce the number of tokens "
                 "in the input or the completion (or start the server with a larger --max-total-tokens)."
             )
-        lsl = obj.logprob_start_len if obj.logprob_start_len is not None else -1
-        if isinstance(lsl, bool) or not isinstance(lsl, int) or lsl < -1:
-            raise RequestError(f"logprob_start_len must be an integer >= -1 (got {lsl!r}).")
-        if lsl >= len(input_ids):
-            raise RequestError(
-                f"logprob_start_len ({lsl}) must be smaller than the number of input tokens ({len(input_ids)})."
-            )
+        lsl = resolve_logprob_start_len(
+            obj.logprob_start_len,
+            len(input_ids),
+            return_logprob=bool(obj.return_logprob),
+            max_new_tokens=sp.max_new_tokens,
+        )
         tln = obj.top_logprobs_num if obj.top_logprobs_num is not None else 0
         if isinstance(tln, bool) or not isinstance(tln, int) or not 0 <= tln <= self.vocab_size:
             raise RequestError(
@@ -196,3 +195,41 @@ class TokenizationMixin:
             priority=prio,  # type: ignore[arg-type]
             return_text_in_logprobs=bool(obj.return_text_in_logprobs),
         )
+
+
+def resolve_logprob_start_len(
+    value: object, num_input_tokens: int, *, return_logprob: bool, max_new_tokens: int | None
+) -> int:
+    """The first prompt position whose logprob a request gets, ``-1`` for none.
+
+    SGLang's rules (``Scheduler.handle_generate_request``): ``-1`` means output logprobs only;
+    ``0 <= value < num_input_tokens`` returns prompt positions ``value ..`` (position 0's logprob is
+    ``None``); ``value == num_input_tokens`` is accepted and returns no prompt logprobs (as ``-1``);
+    a larger value is an error. One addition: when ``value`` is not given (``None``), the request
+    asks for logprobs and generates nothing (``max_new_tokens == 0``), the prompt's logprobs from
+    position 0 are returned, since output-only logprobs would be empty. The SGLang frontend relies
+    on this: ``RuntimeEndpoint.select`` with ``unconditional_likelihood_normalized`` sends exactly
+    such a request and reads ``input_token_logprobs`` from position 0 ("the first unconditional
+    token logprob is assumed to be None").
+
+    Args:
+        value: the request's ``logprob_start_len`` (``None`` when not given).
+        num_input_tokens: prompt length in tokens.
+        return_logprob: whether the request asks for logprobs.
+        max_new_tokens: the request's ``max_new_tokens`` (``None``: unbounded or invalid).
+
+    Returns:
+        ``-1`` (no prompt logprobs) or a position in ``[0, num_input_tokens)``.
+
+    Raises:
+        RequestError: ``value`` is not an integer ``>= -1`` or exceeds ``num_input_tokens``.
+    """
+    if value is None:
+        return 0 if return_logprob and max_new_tokens == 0 else -1
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise RequestError(f"logprob_start_len must be an integer >= -1 (got {value!r}).")
+    if value > num_input_tokens:
+        raise RequestError(
+            f"logprob_start_len ({value}) must not exceed the number of input tokens ({num_input_tokens})."
+        )
+    return -1 if value == num_input_tokens else value
