@@ -27,6 +27,13 @@ REPO = TEST_DIR.parent
 
 #: The text the fake model emits (cycled). Contains multi-byte characters split across tokens.
 FAKE_TEXT = " The quick brown fox jumps over the lazy dog. 你好，世界！ Stop here. Done."
+#: A prompt containing this tag makes the fake model emit :data:`FAKE_SCRIPT` once, then EOS, with
+#: the real stop checker (``check_stop``): a thinking-mode output whose reasoning and answer both
+#: hold stop-string candidates ("42", "</", "<", "Stop"), the answer an HTML-like tag.
+FAKE_SCRIPT_TAG = "[script]"
+FAKE_REASONING = "Hmm. The user asks 6*7; I think 42 </ is it? Stop and check: 42."
+FAKE_ANSWER = "The answer is 42. Stop here.</b> Done."
+FAKE_SCRIPT = FAKE_REASONING + "</think>\n\n" + FAKE_ANSWER
 FAKE_CONTEXT_LEN = 512
 FAKE_VOCAB = 129280
 FAKE_EOS = 1
@@ -67,6 +74,7 @@ class _FakeReq:
     pages: int
     sent_input_logprobs: bool = False
     aborted: bool = False
+    scripted: bool = False
 
 
 class FakeScheduler:
@@ -75,6 +83,8 @@ class FakeScheduler:
     Env knobs: ``FAKE_STEP_SLEEP`` (seconds per step, default 0.005), ``FAKE_CRASH_ON_TEXT``
     (a prompt containing this text makes ``step()`` raise, to test crash handling),
     ``FAKE_HANG_ON_TEXT`` (such a prompt makes ``step()`` hang, to test the watchdog),
+    a prompt with :data:`FAKE_SCRIPT_TAG` emits :data:`FAKE_SCRIPT` then EOS (finish checks by
+    ``check_stop``, as the real scheduler),
     ``FAKE_HOLD_ON_TEXT`` (such a request emits its first token, then stays running and holding
     its pages without emitting more until it is aborted or ``FAKE_RELEASE_FILE`` exists). Holding
     lets a test act "while a request runs" without betting on wall-clock time: a loaded machine
@@ -94,6 +104,7 @@ class FakeScheduler:
         self.total_pages = self.max_total_num_tokens // self.page_size
         self.used_pages = 0
         self.stream_ids = self.tokenizer.encode(FAKE_TEXT)
+        self.script_ids = self.tokenizer.encode(FAKE_SCRIPT) + [FAKE_EOS]
         self.reqs: dict[str, _FakeReq] = {}
         self.step_sleep = float(os.environ.get("FAKE_STEP_SLEEP", "0.005"))
         self.crash_text = os.environ.get("FAKE_CRASH_ON_TEXT")
@@ -114,7 +125,8 @@ class FakeScheduler:
     def add_request(self, req: Any) -> None:
         pages = -(-(len(req.input_ids) + 1) // self.page_size)
         self.used_pages += pages
-        self.reqs[req.rid] = _FakeReq(req=req, output_ids=[], pages=pages)
+        text = req.input_text if req.input_text is not None else self.tokenizer.decode(req.input_ids)
+        self.reqs[req.rid] = _FakeReq(req=req, output_ids=[], pages=pages, scripted=FAKE_SCRIPT_TAG in text)
 
     def abort_request(self, rid: str) -> None:
         r = self.reqs.get(rid)
@@ -126,6 +138,7 @@ class FakeScheduler:
 
     def step(self) -> Any:
         from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_abort, finish_length, finish_stop
+        from sglang_v4.sampling.stop_checker import check_stop, stop_text_start
 
         if self.step_sleep:
             time.sleep(self.step_sleep)
@@ -151,6 +164,14 @@ class FakeScheduler:
                 )
                 if len(r.output_ids) >= limit:
                     reason = finish_length(len(r.output_ids))
+                elif r.scripted:
+                    tok = self.script_ids[min(len(r.output_ids), len(self.script_ids) - 1)]
+                    r.output_ids.append(tok)
+                    new = [tok]
+                    self.generated += 1
+                    start = stop_text_start(r.output_ids, sp)
+                    reached = len(r.output_ids) >= limit
+                    reason = check_stop(r.output_ids, sp, {FAKE_EOS}, self.tokenizer, reached, start)
                 else:
                     tok = self.stream_ids[len(r.output_ids) % len(self.stream_ids)]
                     if sp.stop_token_ids and len(r.output_ids) == 3:
@@ -161,7 +182,8 @@ class FakeScheduler:
                     if sp.stop_token_ids and tok in sp.stop_token_ids:
                         reason = finish_stop(tok)
                     elif sp.stop_strs:
-                        tail = self.tokenizer.decode(r.output_ids)
+                        start = stop_text_start(r.output_ids, sp)
+                        tail = self.tokenizer.decode(r.output_ids[start:]) if start >= 0 else ""
                         for s in sp.stop_strs:
                             if s in tail:
                                 reason = finish_stop(s)
@@ -195,6 +217,7 @@ class FakeScheduler:
                 completion_tokens=len(r.output_ids),
                 skip_special_tokens=sp.skip_special_tokens,
                 no_stop_trim=sp.no_stop_trim,
+                stop_str_after_token_id=sp.stop_str_after_token_id,
                 input_token_logprobs=in_lp,
                 output_token_logprobs=out_lp,
                 input_top_logprobs=in_top,

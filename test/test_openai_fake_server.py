@@ -14,6 +14,7 @@ import pytest
 import requests
 from server_fixture import (
     FAKE_CONTEXT_LEN,
+    FAKE_SCRIPT_TAG,
     FAKE_TEXT,
     fake_env,
     make_fake_model_dir,
@@ -241,3 +242,137 @@ def test_huge_prompt_is_400_and_others_are_served(server, path: str) -> None:
     assert f"maximum context length is {FAKE_CONTEXT_LEN} tokens" in msg and "4 in the completion" in msg, msg
     if path.startswith("/v1/"):
         assert j["error"]["type"] == j["type"] == "BadRequestError" and j["code"] == 400
+
+
+# ---------------------------------------------------------------- stop strings vs the reasoning parser
+# vLLM #14170 (and SGLang #40529): in thinking mode a stop string that occurs in the reasoning cut it
+# short, and one that is a piece of the tag ("</", "<") cut "</think>" in two, leaking "/think>" into
+# the content. The fake model emits FAKE_SCRIPT (reasoning, "</think>", answer, EOS); the expected
+# split is computed here from the raw text of a request without reasoning parsing: the reasoning is
+# the text before the first "</think>", the answer the rest without leading whitespace, cut at the
+# first occurrence of a stop string in the answer (stops apply to the answer only).
+THINK = {"chat_template_kwargs": {"thinking": True}}
+SCRIPT_MSGS = [{"role": "user", "content": f"{FAKE_SCRIPT_TAG} What is 6*7?"}]
+THINK_END_ID = 128822  # "</think>" in the DeepSeek tokenizer (checked in raw_script)
+
+
+@pytest.fixture(scope="module")
+def raw_script(client: openai.OpenAI, tok) -> str:
+    assert tok.convert_tokens_to_ids("</think>") == THINK_END_ID
+    out = client.chat.completions.create(
+        model=NAME, messages=SCRIPT_MSGS, max_tokens=200, extra_body={**THINK, "separate_reasoning": False}
+    )
+    assert out.choices[0].finish_reason == "stop"
+    return out.choices[0].message.content
+
+
+def _oracle(raw: str, stops: list[str]) -> tuple[str, str]:
+    reasoning, _, answer = raw.partition("</think>")
+    cut = min([answer.find(s) for s in stops if s in answer], default=len(answer))
+    return reasoning, answer[:cut].lstrip()
+
+
+def _chat_both(client: openai.OpenAI, **kw) -> tuple[dict, dict]:
+    """The non-streamed and the streamed answer of one request, each as
+    ``{reasoning, content, finish, matched, usage}`` (the stream's deltas concatenated)."""
+    kw = {"model": NAME, "messages": SCRIPT_MSGS, "max_tokens": 200, **kw}
+    out = client.chat.completions.create(**kw)
+    ch = out.choices[0]
+    full = {
+        "reasoning": ch.message.model_extra.get("reasoning_content") or "",
+        "content": ch.message.content or "",
+        "finish": ch.finish_reason,
+        "matched": ch.model_extra.get("matched_stop"),
+        "usage": (out.usage.completion_tokens, out.usage.model_extra.get("reasoning_tokens")),
+    }
+    chunks = list(client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    streamed = {"reasoning": "", "content": "", "finish": None, "matched": None}
+    for c in chunks:
+        for sc in c.choices:
+            streamed["reasoning"] += (sc.delta.model_extra or {}).get("reasoning_content") or ""
+            streamed["content"] += sc.delta.content or ""
+            if sc.finish_reason is not None:
+                streamed["finish"], streamed["matched"] = sc.finish_reason, sc.model_extra.get("matched_stop")
+    u = chunks[-1].usage
+    streamed["usage"] = (u.completion_tokens, u.model_extra.get("reasoning_tokens"))
+    return full, streamed
+
+
+def _tokens_until(tok, raw: str, stops: list[str]) -> tuple[int, int]:
+    """(completion tokens, reasoning tokens) of FAKE_SCRIPT stopped at the first token whose
+    answer text (after the "</think>" token) holds a stop string; EOS counts when none does."""
+    ids = tok.encode(raw, add_special_tokens=False)
+    k = ids.index(THINK_END_ID) + 1
+    for n in range(k + 1, len(ids) + 1):
+        if any(s in tok.decode(ids[k:n]) for s in stops):
+            return n, k
+    return len(ids) + 1, k
+
+
+@pytest.mark.parametrize(
+    "stops",
+    [["42"], ["</"], ["<"], ["/think"], ["think>\n\nThe"], ["Hmm"], ["Stop"], ["think>", "Done"]],
+    ids=["in-both", "tag-prefix", "lt", "tag-middle", "straddle", "reasoning-only", "Stop", "tag-suffix"],
+)
+def test_stop_strings_apply_to_the_answer_only(client: openai.OpenAI, tok, raw_script: str, stops) -> None:
+    reasoning, content = _oracle(raw_script, stops)
+    full, streamed = _chat_both(client, stop=stops, extra_body=THINK)
+    completion, reasoning_tokens = _tokens_until(tok, raw_script, stops)
+    hit = next((s for s in stops if s in raw_script.partition("</think>")[2]), None)
+    expect = {
+        "reasoning": reasoning,
+        "content": content,
+        "finish": "stop",
+        "matched": hit if hit is not None else 1,  # the stop string, else EOS
+        "usage": (completion, reasoning_tokens),
+    }
+    assert full == expect
+    assert streamed == expect
+
+
+def test_stop_variants_with_reasoning(client: openai.OpenAI, tok, raw_script: str) -> None:
+    reasoning, _, answer = raw_script.partition("</think>")
+    answer = answer.lstrip()
+    n_reason = tok.encode(raw_script, add_special_tokens=False).index(THINK_END_ID) + 1
+    cases = [
+        # keep the stop string: SGLang's and vLLM's names
+        (dict(stop="42", extra_body={**THINK, "no_stop_trim": True}), reasoning, answer[: answer.index("42") + 2]),
+        (dict(stop="42", extra_body={**THINK, "include_stop_str_in_output": True}), reasoning, answer[: answer.index("42") + 2]),
+        (dict(stop="42", extra_body={**THINK, "skip_special_tokens": False}), reasoning, answer[: answer.index("42")]),
+        # no split: the stop still applies to the answer, the raw text is kept up to it
+        (dict(stop="42", extra_body={**THINK, "separate_reasoning": False}), "", raw_script[: raw_script.index("42", len(reasoning))]),
+        (dict(stop="42", extra_body={**THINK, "stream_reasoning": False}), reasoning, answer[: answer.index("42")]),
+    ]  # fmt: skip
+    for kw, want_r, want_c in cases:
+        for got in _chat_both(client, **kw):
+            assert (got["reasoning"], got["content"], got["finish"], got["matched"]) == (
+                want_r,
+                want_c,
+                "stop",
+                "42",
+            ), kw
+    # ending at the end of the reasoning: the "</think>" token as a stop token, or as a stop string
+    for kw, matched in [
+        (dict(extra_body={**THINK, "stop_token_ids": [THINK_END_ID]}), THINK_END_ID),
+        (dict(extra_body={**THINK, "stop_token_ids": [THINK_END_ID], "no_stop_trim": True}), THINK_END_ID),
+        (dict(stop="</think>", extra_body=THINK), "</think>"),
+        (dict(stop=["</think>", "42"], extra_body={**THINK, "no_stop_trim": True}), "</think>"),
+    ]:
+        for got in _chat_both(client, **kw):
+            assert got == {
+                "reasoning": reasoning,
+                "content": "",
+                "finish": "stop",
+                "matched": matched,
+                "usage": (n_reason, n_reason),
+            }, kw
+    # max_tokens inside the reasoning: the partial reasoning, no content, finish "length"
+    ids = tok.encode(raw_script, add_special_tokens=False)
+    for got in _chat_both(client, stop=["42", "</"], max_tokens=9, extra_body=THINK):
+        assert got == {
+            "reasoning": tok.decode(ids[:9]),
+            "content": "",
+            "finish": "length",
+            "matched": None,
+            "usage": (9, 9),
+        }

@@ -23,7 +23,7 @@ Incremental detokenization follows SGLang's ``detokenizer_manager.py`` scheme: p
    prefix); sent text is never taken back.
 
 On finish, a matched stop string is cut from the text (or a matched stop token id dropped) unless
-``no_stop_trim``; the complete final text goes into ``BatchStrOut.final_strs`` so the tokenizer
+``no_stop_trim`` (with ``stop_str_after_token_id``, at its first occurrence after that token's text); the complete final text goes into ``BatchStrOut.final_strs`` so the tokenizer
 manager never has to un-send streamed text.
 """
 
@@ -106,19 +106,28 @@ class DecodeStatus:
             self.surr_offset = 0
 
 
-def trim_matched_stop(text: str, finished_reason: FinishReason | None, no_stop_trim: bool) -> str:
+def trim_matched_stop(
+    text: str, finished_reason: FinishReason | None, no_stop_trim: bool, after: str | None = None
+) -> str:
     """Cut ``text`` at a matched stop string (SGLang semantics).
 
     With ``finished_reason = {"type": "stop", "matched": "<str>"}`` the text is cut before the
     first occurrence of the string (or right after it when ``no_stop_trim``). Other reasons leave
     the text unchanged (stop *token* ids are dropped before decoding, see :class:`DetokenizerManager`).
+    ``after``: the text of the request's ``stop_str_after_token_id`` token; the scheduler matched
+    the stop string only after it, so the search starts after its first occurrence (an earlier
+    occurrence, e.g. in the reasoning, is not the match).
     """
     if not finished_reason:
         return text
     matched = finished_reason.get("matched")
     if not isinstance(matched, str) or not matched:
         return text
-    pos = text.find(matched)
+    start = 0
+    if after:
+        at = text.find(after)
+        start = at + len(after) if at >= 0 else 0
+    pos = text.find(matched, start)
     if pos < 0:
         return text
     return text[: pos + len(matched)] if no_stop_trim else text[:pos]
@@ -204,7 +213,9 @@ class DetokenizerManager:
                 surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip)
                 read_text = self._decode(read_ids[s.surr_offset :], skip)
                 full = s.decoded_text + read_text[len(surr_text) :]
-                final = trim_matched_stop(full, reason, no_trim)
+                after_id = recv.stop_str_after_token_id[i] if recv.stop_str_after_token_id else None
+                after = self._decode([after_id], False) if after_id is not None else None
+                final = trim_matched_stop(full, reason, no_trim, after)
                 output_strs.append(final[s.sent_offset :])
                 final_strs.append(final)
                 del self.decode_status[rid]

@@ -316,8 +316,8 @@ class BatchTokenIDOut:
 
     - ``finished_reasons[i]``: :data:`FinishReason` dict or ``None`` while running.
     - ``output_ids[i]``: output ids new since the last message for this request.
-    - ``skip_special_tokens``, ``spaces_between_special_tokens``, ``no_stop_trim``: from the
-      request's sampling params.
+    - ``skip_special_tokens``, ``spaces_between_special_tokens``, ``no_stop_trim``,
+      ``stop_str_after_token_id`` (``None`` when unset): from the request's sampling params.
     - ``prompt_tokens``, ``completion_tokens`` (output tokens so far), ``cached_tokens`` (prompt
       tokens served from the radix cache).
 
@@ -341,6 +341,7 @@ class BatchTokenIDOut:
     completion_tokens: list[int]
     cached_tokens: list[int]
     spaces_between_special_tokens: list[bool] = field(default_factory=list)
+    stop_str_after_token_id: list[int | None] = field(default_factory=list)
     input_token_logprobs_val: list[list[float | None]] = field(default_factory=list)
     input_token_logprobs_idx: list[list[int]] = field(default_factory=list)
     output_token_logprobs_val: list[list[float]] = field(default_factory=list)
@@ -382,6 +383,7 @@ class BatchTokenIDOut:
             out.spaces_between_special_tokens,
             out.no_stop_trim,
             out.prompt_tokens,
+            out.stop_str_after_token_id,
             return_logprob,
         ) = (
             fixed_columns.get(list(reqs), _output_rows)
@@ -441,6 +443,7 @@ class BatchTokenIDOut:
         skip_special_tokens: bool = True,
         spaces_between_special_tokens: bool = True,
         no_stop_trim: bool = False,
+        stop_str_after_token_id: int | None = None,
         input_token_logprobs: tuple[list[float | None], list[int]] | None = None,
         output_token_logprobs: tuple[list[float], list[int]] | None = None,
         input_top_logprobs: tuple[list[list[float] | None], list[list[int] | None]] | None = None,
@@ -458,6 +461,7 @@ class BatchTokenIDOut:
         self.skip_special_tokens.append(skip_special_tokens)
         self.spaces_between_special_tokens.append(spaces_between_special_tokens)
         self.no_stop_trim.append(no_stop_trim)
+        self.stop_str_after_token_id.append(stop_str_after_token_id)
         self.prompt_tokens.append(prompt_tokens)
         self.completion_tokens.append(completion_tokens)
         self.cached_tokens.append(cached_tokens)

@@ -83,6 +83,9 @@ class Req:
     #: whether stop strings / regexes are set: the scheduler's per-token finish check reads these.
     stop_token_set: frozenset[int] = frozenset()
     has_text_stops: bool = False
+    #: First output index stop strings may match in (``-1``: dormant until the sampling params'
+    #: ``stop_str_after_token_id`` is generated; :func:`~sglang_v4.sampling.stop_checker.stop_text_start`).
+    stop_text_start: int = 0
     #: Set by the scheduler on admission: the finish check needs only ``stop_token_set`` and the
     #: budget (no grammar, no stop strings), and the request streams every token unless the
     #: server's ``--stream-interval`` says otherwise. ``False`` takes the general path.
@@ -118,8 +121,11 @@ class Req:
     penalised: bool = field(init=False, default=False)
 
     #: What every output message carries of the request and never changes:
-    #: ``(rid, skip_special_tokens, spaces_between_special_tokens, no_stop_trim, prompt tokens)``.
-    output_static: tuple[str, bool, bool, bool, int] = field(init=False, default=("", True, True, False, 0))
+    #: ``(rid, skip_special_tokens, spaces_between_special_tokens, no_stop_trim, prompt tokens,
+    #: stop_str_after_token_id)``.
+    output_static: tuple[str, bool, bool, bool, int, int | None] = field(
+        init=False, default=("", True, True, False, 0, None)
+    )
     #: The sampling inputs that never change once the request is queued, as
     #: :meth:`ScheduleBatch.get_model_worker_batch` reads them (:meth:`freeze_sampling`).
     sampling_static: tuple[Any, ...] | None = field(init=False, default=None)
@@ -135,6 +141,7 @@ class Req:
             bool(sp.spaces_between_special_tokens),
             bool(sp.no_stop_trim),
             len(self.origin_input_ids),
+            sp.stop_str_after_token_id,
         )
 
     def freeze_sampling(self) -> tuple[Any, ...]:

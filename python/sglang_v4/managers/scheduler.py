@@ -73,6 +73,7 @@ from sglang_v4.managers.tp_worker import FutureMap, TpModelWorker
 from sglang_v4.managers.tp_worker_overlap_thread import make_worker_client
 from sglang_v4.mem_cache.cache_manager import CacheManager
 from sglang_v4.model_executor.model_runner import ModelRunner
+from sglang_v4.sampling.stop_checker import stop_text_start
 from sglang_v4.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -209,6 +210,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         if not sp.ignore_eos:
             req.stop_token_set = frozenset(self.eos_ids | set(sp.stop_token_ids or ()))
         req.has_text_stops = bool(sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex)
+        req.stop_text_start = stop_text_start(req.output_ids, sp)
         req.plain_tokens = req.grammar is None and not req.has_text_stops
         req.stream_each = req.stream and not sp.stream_interval
         ids, ps = req.origin_input_ids, self.page_size

@@ -258,8 +258,11 @@ class SchedulerOutputProcessorMixin:
         if req.grammar is not None or req.has_text_stops:
             if req.grammar is not None:
                 req.grammar.accept(tok)
+            sp = req.sampling_params
+            if req.stop_text_start < 0 and tok == sp.stop_str_after_token_id:
+                req.stop_text_start = n  # stop strings match from the next token on
             reached = n >= req.max_new_tokens
-            reason = check_stop(req.output_ids, req.sampling_params, self.eos_ids, self.tokenizer, reached)
+            reason = check_stop(out, sp, self.eos_ids, self.tokenizer, reached, req.stop_text_start)
             if reason is None and req.grammar is not None and req.grammar.is_terminated():
                 reason = finish_stop(tok)
         elif tok in req.stop_token_set and n >= req.sampling_params.min_new_tokens:

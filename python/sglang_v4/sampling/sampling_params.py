@@ -133,6 +133,11 @@ class SamplingParams:
         stop_token_ids: list[int] | set[int] | None. Extra token ids that end generation.
         stop_regex: str | list[str] | None. Regular expressions that end generation when matched
             in the decoded output tail.
+        stop_str_after_token_id: int | None. When set, ``stop`` / ``stop_regex`` are matched only
+            in the output that follows the first occurrence of this token id (earlier output, and
+            the token itself, never match); token stops are unaffected. The chat route sets it to
+            the ``</think>`` id in thinking mode, so a stop string applies to the answer, not to the
+            reasoning (the fix of vLLM #14170 / SGLang #40529). An extension, not in SGLang.
         temperature: float >= 0 = 1.0. Values < 1e-6 mean greedy.
         top_p: float in (0, 1] = 1.0. Nucleus sampling mass.
         top_k: int = -1. ``-1`` = whole vocabulary, else >= 1.
@@ -164,6 +169,7 @@ class SamplingParams:
     stop: str | list[str] | None = None
     stop_token_ids: set[int] | None = None
     stop_regex: str | list[str] | None = None
+    stop_str_after_token_id: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = TOP_K_ALL
@@ -214,7 +220,7 @@ class SamplingParams:
                 raise ValueError(f"{name} must be a boolean, got {type(v).__name__} {v!r}.")
         if self.max_new_tokens is not None:
             self.max_new_tokens = _as_int("max_new_tokens", self.max_new_tokens)
-        for name in ("sampling_seed", "stream_interval", "beam_width"):
+        for name in ("sampling_seed", "stream_interval", "beam_width", "stop_str_after_token_id"):
             v = getattr(self, name)
             if v is not None:
                 setattr(self, name, _as_int(name, v))
@@ -366,6 +372,10 @@ class SamplingParams:
                 if t < 0 or (vocab_size is not None and t >= vocab_size):
                     hi = "" if vocab_size is None else f", {vocab_size - 1}"
                     raise ValueError(f"stop_token_ids must be in [0{hi}], got {t}.")
+        t = self.stop_str_after_token_id
+        if t is not None and (t < 0 or (vocab_size is not None and t >= vocab_size)):
+            hi = "" if vocab_size is None else f", {vocab_size - 1}"
+            raise ValueError(f"stop_str_after_token_id must be in [0{hi}], got {t}.")
         if self.logit_bias is not None:
             for k, v in self.logit_bias.items():
                 if isinstance(k, bool) or not (

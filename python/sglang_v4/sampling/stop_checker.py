@@ -18,7 +18,7 @@ from typing import Any
 
 from sglang_v4.sampling.sampling_params import SamplingParams
 
-__all__ = ["check_stop", "trim_matched_stop", "STOP_TAIL_EXTRA_TOKENS"]
+__all__ = ["check_stop", "stop_text_start", "trim_matched_stop", "STOP_TAIL_EXTRA_TOKENS"]
 
 STOP_TAIL_EXTRA_TOKENS = 2
 """Tokens decoded beyond ``stop_str_max_len`` so a stop string straddling token boundaries (and
@@ -29,12 +29,30 @@ def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids))
 
 
+def stop_text_start(output_ids: Sequence[int], params: SamplingParams) -> int:
+    """Index of the first output token that stop strings / regexes may match in.
+
+    ``0`` without ``params.stop_str_after_token_id``; with it, the index right after the first
+    occurrence of that token in ``output_ids``, or ``-1`` while it has not occurred (stop strings
+    dormant). The scheduler keeps this per request and updates it token by token (O(1) a step);
+    this function computes it from scratch (O(output length)).
+    """
+    t = params.stop_str_after_token_id
+    if t is None:
+        return 0
+    for i, tok in enumerate(output_ids):
+        if tok == t:
+            return i + 1
+    return -1
+
+
 def check_stop(
     output_ids: Sequence[int],
     params: SamplingParams,
     eos_token_ids: set[int] | frozenset[int] | Sequence[int] | None,
     tokenizer: Any,
     max_new_tokens_reached: bool,
+    text_start: int = 0,
 ) -> dict[str, Any] | None:
     """Decide whether a request is finished after its latest token.
 
@@ -46,6 +64,8 @@ def check_stop(
         tokenizer: object with ``decode(list[int]) -> str`` (needed only with stop strings / regex).
         max_new_tokens_reached: the caller's length verdict (``len(output_ids) >= max_new_tokens``
             or the context is full).
+        text_start: stop strings / regexes match only in the text of ``output_ids[text_start:]``;
+            ``-1``: not at all yet (see :func:`stop_text_start`, ``stop_str_after_token_id``).
 
     Returns:
         A finish-reason dict (see module docstring) or ``None`` when generation continues.
@@ -64,7 +84,7 @@ def check_stop(
     regs = params.stop_regex_strs if params.stop_regex_strs is not None else params.stop_regex
     if isinstance(regs, str):
         regs = [regs]
-    if stops or regs:
+    if (stops or regs) and 0 <= text_start < len(output_ids):
         if tokenizer is None:
             raise ValueError("stop: stop strings need a tokenizer to decode the output")
         max_len = params.stop_str_max_len
@@ -74,7 +94,7 @@ def check_stop(
             max_len = max((len(s) for s in (stops or [])), default=0)
         if regs:
             max_len = max(max_len, 64)
-        tail_len = min(len(output_ids), max_len + STOP_TAIL_EXTRA_TOKENS)
+        tail_len = min(len(output_ids) - text_start, max_len + STOP_TAIL_EXTRA_TOKENS)
         tail = _decode(tokenizer, output_ids[-tail_len:])
         for s in stops or []:
             if s and s in tail:
@@ -96,7 +116,7 @@ def check_stop(
 
 
 def trim_matched_stop(
-    output: str | list[int], finish_reason: dict[str, Any] | None, no_stop_trim: bool
+    output: str | list[int], finish_reason: dict[str, Any] | None, no_stop_trim: bool, start: int = 0
 ) -> Any:
     """Remove the matched stop from the final output, as SGLang's detokenizer does.
 
@@ -104,9 +124,11 @@ def trim_matched_stop(
         output: decoded text (for a string match) or the output id list (for a token match).
         finish_reason: a dict from :func:`check_stop` (or ``None``).
         no_stop_trim: keep the stop string / token.
+        start: the text offset where stop strings could match (after the text of the
+            ``stop_str_after_token_id`` token); earlier occurrences are not the match.
 
     Returns:
-        Text cut before the first occurrence of the matched stop string (through its end with
+        Text cut before the first occurrence at or after ``start`` of the matched stop string (through its end with
         ``no_stop_trim``), or the id list without its final (matched) token; anything else unchanged.
     """
     if not finish_reason:
@@ -115,7 +137,7 @@ def trim_matched_stop(
     if matched is None:
         return output
     if isinstance(matched, str) and isinstance(output, str):
-        pos = output.find(matched)
+        pos = output.find(matched, start)
         if pos < 0:
             return output
         return output[: pos + len(matched)] if no_stop_trim else output[:pos]

@@ -202,6 +202,8 @@ class _SamplingExtras(_Req):
     stop_token_ids: list[int] | None = None
     stop_regex: str | list[str] | None = None
     no_stop_trim: bool = False
+    #: vLLM's name of ``no_stop_trim`` (either keeps the matched stop string in the output).
+    include_stop_str_in_output: bool = False
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     json_schema: str | None = None

@@ -10,10 +10,11 @@ chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
 * ``deepseek-v4`` (default): reasoning only in thinking mode (``chat_template_kwargs``
   ``{"thinking": true}``). When tools are offered, a DSML ``<｜DSML｜tool_calls>`` block also ends
   the reasoning (the model sometimes starts its calls without ``</think>``); the block stays in
-  the content for the tool parser. A generation that *stops* (EOS or a stop string) without ever
-  writing ``</think>`` did not deliberate: its text is the answer and goes to ``content``; one cut
-  by ``max_tokens`` is reasoning that ran out of budget and stays in ``reasoning_content`` (the
-  peers' reports: answers hidden in ``reasoning_content`` when ``</think>`` never came, vLLM
+  the content for the tool parser. A generation that *stops* (EOS or a stop token other than
+  ``</think>``'s; stop strings match only after ``</think>``, :func:`stops_after_reasoning`)
+  without ever writing ``</think>`` did not deliberate: its text is the answer and goes to
+  ``content``; one cut by ``max_tokens`` is reasoning that ran out of budget and stays in
+  ``reasoning_content`` (the peers' reports: answers hidden in ``reasoning_content`` when ``</think>`` never came, vLLM
   #48645; token budgets spent on reasoning, DeepSeek's own API).
 * ``deepseek-r1``: the output always starts inside reasoning (chat mode too), as DeepSeek-R1 did;
   without ``</think>`` everything is reasoning.
@@ -23,6 +24,7 @@ chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sglang_v4.entrypoints.chat_encoding import THINK_END, THINK_START
 
@@ -33,6 +35,7 @@ __all__ = [
     "canonical_reasoning_parser",
     "reasoning_spec",
     "split_reasoning",
+    "stops_after_reasoning",
 ]
 
 #: ``--reasoning-parser`` names (SGLang's spelling).
@@ -199,3 +202,30 @@ def _partial_suffix_len(text: str, token: str) -> int:
         if token.startswith(text[-n:]):
             return n
     return 0
+
+
+def stops_after_reasoning(sp: dict[str, Any], think_end_id: int) -> bool:
+    """Make ``sp``'s stop strings apply to the answer only (in place).
+
+    Args:
+        sp: SGLang sampling parameters of a request whose output starts inside reasoning.
+        think_end_id: the ``</think>`` token id.
+
+    Returns:
+        Whether ``stop`` held ``"</think>"``: it is moved to ``stop_token_ids`` (the tag is one
+        token, so ``no_stop_trim`` keeps or drops the same text either way). With other stop
+        strings or ``stop_regex``, ``stop_str_after_token_id`` is set to ``think_end_id``.
+    """
+    stop = sp.get("stop")
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    marker = THINK_END in stops
+    if marker:
+        stops = [x for x in stops if x != THINK_END]
+        sp["stop_token_ids"] = sorted({*(sp.get("stop_token_ids") or ()), think_end_id})
+        if stops:
+            sp["stop"] = stops
+        else:
+            sp.pop("stop", None)
+    if stops or sp.get("stop_regex"):
+        sp["stop_str_after_token_id"] = think_end_id
+    return marker

@@ -299,7 +299,7 @@ class OpenAIServingBase:
             "n": req.n,
             "ignore_eos": req.ignore_eos,
             "skip_special_tokens": req.skip_special_tokens,
-            "no_stop_trim": req.no_stop_trim,
+            "no_stop_trim": req.no_stop_trim or req.include_stop_str_in_output,
             "logit_bias": req.logit_bias,
             "sampling_seed": req.seed,
             "json_schema": json_schema,

@@ -20,6 +20,16 @@ Output: reasoning is split off first (:mod:`.reasoning_parser`), then the conten
 tool parser. ``finish_reason`` is ``"tool_calls"`` when the generation stopped after well-formed
 calls; a malformed or truncated block comes back as ``content`` with the engine's finish reason.
 The EOS token never appears in the text (even with ``skip_special_tokens: false``).
+
+Stop strings with reasoning (vLLM #14170, SGLang #40529): when the output starts inside reasoning,
+``stop`` and ``stop_regex`` apply to the answer only. They stay dormant until the model writes
+``</think>`` and then match only in the text after it (``stop_str_after_token_id``), so a stop
+string that occurs in the reasoning (or is a piece of the tag, such as ``"</"``) neither cuts the
+reasoning nor leaks a tag fragment into the content; this holds with ``separate_reasoning: false``
+too (the raw text is cut at the same place). ``stop: "</think>"`` itself ends the generation with
+its reasoning (sent as a stop token; ``matched_stop`` stays ``"</think>"``), as ``stop_token_ids``
+with the ``</think>`` id does: the reasoning is then complete and the content empty. Token stops
+and EOS are never dormant.
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ from sglang_v4.entrypoints.openai.reasoning_parser import (
     ReasoningSpec,
     reasoning_spec,
     split_reasoning,
+    stops_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.serving_base import (
     _SSE_DONE,
@@ -96,6 +107,9 @@ class ChatPlan:
         reasoning: the reasoning split of the output (``separate`` False: no split).
         tool_names: names of the offered tools when tool calls are parsed, else ``None``.
         structural_tag: the tool-call grammar (``None``: unconstrained).
+        think_end_id: the ``</think>`` token id when the output starts inside reasoning, else
+            ``None``; a generation stopped by that token ended its reasoning.
+        stop_marker: the request's ``stop`` held ``"</think>"`` (sent as a stop token instead).
     """
 
     prompt: str
@@ -103,6 +117,20 @@ class ChatPlan:
     reasoning: ReasoningSpec
     tool_names: list[str] | None = None
     structural_tag: str | None = None
+    think_end_id: int | None = None
+    stop_marker: bool = False
+
+    def ended_by_marker(self, matched: Any) -> bool:
+        """Whether the finish's ``matched`` stop is the ``</think>`` token."""
+        return (
+            self.think_end_id is not None and matched == self.think_end_id and not isinstance(matched, bool)
+        )
+
+    def matched_stop(self, matched: Any, stop_token_ids: list[int] | None) -> Any:
+        """``matched_stop`` as the client gave it: ``"</think>"`` for its ``stop`` string."""
+        if self.stop_marker and self.ended_by_marker(matched) and matched not in (stop_token_ids or ()):
+            return THINK_END
+        return matched
 
 
 def _thinking_flag(req: ChatCompletionRequest) -> bool:
@@ -276,6 +304,10 @@ class ChatMixin(OpenAIServingBase):
             raise RequestError(f"max_tokens must be at least 0, got {max_new}.", param="max_tokens")
         plan = self._plan_chat(req)
         sp = self._sampling_params(req, max_new, plan.structural_tag)
+        if plan.thinking and plan.reasoning.separate:
+            plan.think_end_id = self._think_end_id()
+            if plan.think_end_id is not None:
+                plan.stop_marker = stops_after_reasoning(sp, plan.think_end_id)
         n = req.n or 1
         kw: dict[str, Any] = dict(
             sampling_params=sp,
@@ -309,7 +341,11 @@ class ChatMixin(OpenAIServingBase):
             text = ret.get("text", "").replace(EOS, "")
             reasoning = None
             if separate:
-                to_content = plan.reasoning.unterminated_stop_is_content and fr == "stop"
+                to_content = (
+                    plan.reasoning.unterminated_stop_is_content
+                    and fr == "stop"
+                    and not plan.ended_by_marker(matched)
+                )
                 reasoning, text = split_reasoning(text, plan.reasoning.implicit_end, to_content)
                 reasoning_tokens.append(self._reasoning_tokens(ret.get("output_ids") or [], reasoning))
             tool_calls = None
@@ -332,7 +368,7 @@ class ChatMixin(OpenAIServingBase):
                     message=ChatMessage(content=content, reasoning_content=reasoning, tool_calls=tool_calls),
                     logprobs=lp,
                     finish_reason=fr,
-                    matched_stop=matched,
+                    matched_stop=plan.matched_stop(matched, req.stop_token_ids),
                 )
             )
         resp = ChatCompletionResponse(
@@ -342,6 +378,16 @@ class ChatMixin(OpenAIServingBase):
             usage=self._usage(rets, n, reasoning_tokens if separate else None),
         )
         return JSONResponse(resp.model_dump(mode="json"))
+
+    def _think_end_id(self) -> int | None:
+        """The ``</think>`` token id (``None`` without a tokenizer or when it is not one token)."""
+        tok = self.tokenizer
+        if tok is None:
+            return None
+        tid = tok.convert_tokens_to_ids(THINK_END)
+        if not isinstance(tid, int) or isinstance(tid, bool) or tok.decode([tid]) != THINK_END:
+            return None
+        return tid
 
     def _reasoning_tokens(self, output_ids: list[int], reasoning: str | None) -> int:
         """Generated tokens of the reasoning block: up to and including the first ``</think>``;
@@ -442,7 +488,7 @@ class ChatMixin(OpenAIServingBase):
                         delta = text[st.sent_text :] if len(text) >= st.sent_text else ""
                         st.sent_text = max(st.sent_text, len(text))
                         fr, matched = _finish(meta)
-                        reasoning_d, content_d = self._split_delta(st, delta, fr, plan)
+                        reasoning_d, content_d = self._split_delta(st, delta, fr, plan, matched)
                         tool_deltas: list[ToolCallDelta] = []
                         if st.tools is not None:
                             content_d, tool_deltas = st.tools.feed(content_d)
@@ -469,7 +515,13 @@ class ChatMixin(OpenAIServingBase):
                                 )
                             if st.tools is not None and st.tools.complete and fr == "stop":
                                 fr = "tool_calls"
-                            yield chunk(idx, DeltaMessage(), meta, finish_reason=fr, matched_stop=matched)
+                            yield chunk(
+                                idx,
+                                DeltaMessage(),
+                                meta,
+                                finish_reason=fr,
+                                matched_stop=plan.matched_stop(matched, req.stop_token_ids),
+                            )
                     try:
                         item = await it.__anext__()
                     except StopAsyncIteration:
@@ -497,12 +549,16 @@ class ChatMixin(OpenAIServingBase):
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     @staticmethod
-    def _split_delta(st: _ChoiceStream, delta: str, fr: str | None, plan: ChatPlan) -> tuple[str, str]:
-        """``(reasoning_delta, content_delta)`` of a text delta (``fr``: the finish reason, if done).
+    def _split_delta(
+        st: _ChoiceStream, delta: str, fr: str | None, plan: ChatPlan, matched: Any = None
+    ) -> tuple[str, str]:
+        """``(reasoning_delta, content_delta)`` of a text delta (``fr``: the finish reason, if done;
+        ``matched``: its matched stop).
 
         A generation that stops without ever ending its reasoning was the answer
         (:mod:`.reasoning_parser`): its whole text is sent once more, as content, at the finish
-        (with ``stream_reasoning: false`` it is sent as content only).
+        (with ``stream_reasoning: false`` it is sent as content only). One stopped by the
+        ``</think>`` token (``stop_token_ids``, its tag trimmed) ended its reasoning there.
         """
         if st.reasoning is None:
             return "", delta
@@ -510,7 +566,12 @@ class ChatMixin(OpenAIServingBase):
         if fr is not None:
             r2, c2 = st.reasoning.flush()
             r, c = r + r2, c + c2
-            if st.reasoning.in_reasoning and plan.reasoning.unterminated_stop_is_content and fr == "stop":
+            if (
+                st.reasoning.in_reasoning
+                and plan.reasoning.unterminated_stop_is_content
+                and fr == "stop"
+                and not plan.ended_by_marker(matched)
+            ):
                 answer = st.reasoning_text + r
                 st.reasoning_text = ""
                 return ("" if not st.reasoning.stream_reasoning else r), c + answer
