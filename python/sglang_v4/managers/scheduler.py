@@ -134,22 +134,17 @@ class Scheduler(SchedulerOutputProcessorMixin):
         self.tree_cache = self.cache_manager.tree_cache
         from sglang_v4.utils import get_tokenizer
 
-        self.tokenizer = get_tokenizer(sa.tokenizer_path or model_path)
+        # --skip-tokenizer-init: no tokenizer here either (SGLang's scheduler has none then); EOS
+        # comes from the model config, and stop strings / grammars are refused by the tokenizer
+        # manager (they need the vocabulary's text)
+        skip_tok = bool(getattr(sa, "skip_tokenizer_init", False))
+        self.tokenizer = None if skip_tok else get_tokenizer(sa.tokenizer_path or model_path)
         self.eos_ids = set(mc.eos_token_ids)
         self.grammar_backend = None
-        try:
-            from sglang_v4.sampling.grammar import GrammarBackend, grammar_available
-
-            if grammar_available():
-                import os
-
-                from transformers import PreTrainedTokenizerFast
-
-                tok_dir = sa.tokenizer_path or model_path
-                hf_tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tok_dir, "tokenizer.json"))
-                self.grammar_backend = GrammarBackend(hf_tok, mc.vocab_size, sorted(self.eos_ids))
-        except Exception as e:  # constrained decoding is optional
-            logger.warning("constrained decoding disabled: %s", e)
+        if skip_tok:
+            logger.info("--skip-tokenizer-init: constrained decoding disabled (grammars need the tokenizer)")
+        else:
+            self.grammar_backend = self._make_grammar_backend(sa.tokenizer_path or model_path)
         self.grammar_enabled = self.grammar_backend is not None
         # the model worker (one call per batch) and where its calls run
         self.future_map = FutureMap(self.max_running_requests, self.runner.device)
@@ -188,17 +183,41 @@ class Scheduler(SchedulerOutputProcessorMixin):
         self._sampling_columns = FixedColumns()
         self._output_columns = FixedColumns()
 
+    def _make_grammar_backend(self, tok_dir: str) -> Any:
+        """The grammar backend over the tokenizer in ``tok_dir``, or ``None`` when constrained
+        decoding is unavailable (no grammar library, no ``tokenizer.json``: a warning says why)."""
+        try:
+            from sglang_v4.sampling.grammar import GrammarBackend, grammar_available
+
+            if grammar_available():
+                import os
+
+                from transformers import PreTrainedTokenizerFast
+
+                hf_tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tok_dir, "tokenizer.json"))
+                mc = self.model_config
+                return GrammarBackend(hf_tok, mc.vocab_size, sorted(self.eos_ids))
+        except Exception as e:  # constrained decoding is optional
+            logger.warning("constrained decoding disabled: %s", e)
+        return None
+
     # ------------------------------------------------------------------ request intake
     def add_request(self, recv: TokenizedGenerateReqInput) -> None:
         """Queue a tokenized request. One that fails the limits (it should have been rejected by
         the tokenizer manager) or whose grammar does not compile is finished with a 400 abort."""
         req = Req.from_tokenized(recv)
         err = self.ready_info.check_input_ids(req.origin_input_ids) or self._attach_grammar(req)
+        sp = req.sampling_params
+        if (
+            err is None
+            and self.tokenizer is None
+            and (sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex)
+        ):
+            err = "stop strings need the tokenizer, which this server does not load (--skip-tokenizer-init)"
         if err is not None:
             req.finished_reason = finish_abort(err, 400)
             self._queue_output(req)
             return
-        sp = req.sampling_params
         # a request can never hold more than the pool: stop there (finish length) like at the
         # context end, rather than fail once nothing is left to retract
         limit = min(self.context_len, self.max_total_num_tokens)

@@ -2,7 +2,7 @@
 
 Loop (SGLang's ``event_loop_normal`` shape): drain every pending message without blocking,
 run ``scheduler.step()`` while ``scheduler.has_work()`` and send its ``BatchTokenIDOut`` to the
-detokenizer; when idle, block on the input socket (1 s timeout). Control requests are answered
+detokenizer (with ``--skip-tokenizer-init`` to the tokenizer manager); when idle, block on the input socket (1 s timeout). Control requests are answered
 straight to the tokenizer manager. Any exception logs the traceback, sends
 ``SchedulerCrashed`` to the tokenizer manager and exits with code 1 (the server then exits
 non-zero instead of hanging).
@@ -79,13 +79,17 @@ def _abort_output(recv: TokenizedGenerateReqInput, message: str) -> BatchTokenID
 class SchedulerLoop:
     """The ZMQ side of the scheduler process (separate from ``run_scheduler_process`` for tests)."""
 
-    def __init__(self, scheduler: Any, port_args: PortArgs) -> None:
+    def __init__(self, scheduler: Any, port_args: PortArgs, skip_tokenizer_init: bool = False) -> None:
         self.scheduler = scheduler
         self.ctx = zmq.Context(2)
         self.recv = self.ctx.socket(zmq.PULL)
         self.recv.bind(port_args.scheduler_input_ipc_name)
+        # the token outputs go to the detokenizer; with --skip-tokenizer-init there is nothing to
+        # decode and they go straight to the tokenizer manager (as in SGLang)
         self.to_detok = self.ctx.socket(zmq.PUSH)
-        self.to_detok.connect(port_args.detokenizer_ipc_name)
+        self.to_detok.connect(
+            port_args.tokenizer_ipc_name if skip_tokenizer_init else port_args.detokenizer_ipc_name
+        )
         self.to_tok = self.ctx.socket(zmq.PUSH)
         self.to_tok.connect(port_args.tokenizer_ipc_name)
         self.poller = zmq.Poller()
@@ -187,7 +191,7 @@ def run_scheduler_process(
     try:
         t0 = time.perf_counter()
         scheduler = load_scheduler_class()(server_args)
-        loop = SchedulerLoop(scheduler, port_args)
+        loop = SchedulerLoop(scheduler, port_args, bool(server_args.skip_tokenizer_init))
         ready: SchedulerReadyInfo = scheduler.ready_info
         info = dataclasses.replace(
             ready, extra={**ready.extra, "load_time_s": round(time.perf_counter() - t0, 3)}

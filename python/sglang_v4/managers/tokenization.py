@@ -19,6 +19,12 @@ from sglang_v4.managers.io_struct import (
 )
 from sglang_v4.sampling.sampling_params import SamplingParams
 
+#: Why a text prompt is refused by a server started with ``--skip-tokenizer-init``.
+SKIP_TOKENIZER_TEXT_MSG = (
+    "A text prompt needs the tokenizer, which this server does not load (it was started with "
+    "--skip-tokenizer-init / skip_tokenizer_init=True): pass the prompt as input_ids."
+)
+
 #: Texts longer than this (characters) are tokenized in a worker thread with the GIL released,
 #: so that a huge prompt does not stall the event loop (other requests' streams, /health).
 TOKENIZE_IN_THREAD_CHARS = 8192
@@ -40,6 +46,32 @@ class BackendDiedError(RequestError, RuntimeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, 503)
+
+
+def check_tokenizer_free(sp: SamplingParams) -> None:
+    """Refuse the sampling parameters that need the tokenizer, on a server started with
+    ``--skip-tokenizer-init``: stop strings and stop regexes (matched on the decoded text) and
+    grammars (compiled over the vocabulary's text). ``stop_token_ids``, EOS and
+    ``min_new_tokens`` (the EOS ids come from the model config) need none. ``sp`` is normalized.
+
+    Raises:
+        ValueError: naming the field.
+    """
+    fields = {
+        "stop": sp.stop_strs,
+        "stop_regex": sp.stop_regex_strs,
+        "json_schema": sp.json_schema,
+        "regex": sp.regex,
+        "ebnf": sp.ebnf,
+        "structural_tag": sp.structural_tag,
+    }
+    for name, value in fields.items():
+        if value:
+            hint = "; use stop_token_ids to stop on tokens" if name.startswith("stop") else ""
+            raise ValueError(
+                f"{name} needs the tokenizer, which this server does not load (it was started with "
+                f"--skip-tokenizer-init / skip_tokenizer_init=True){hint}."
+            )
 
 
 class TokenizationMixin:
@@ -93,8 +125,8 @@ class TokenizationMixin:
         done: dict[int, list[int]] = {}
         out: list[list[int] | None] = []
         for o in objs:
-            if o.input_ids is not None or not isinstance(o.text, str):
-                out.append(None)
+            if o.input_ids is not None or not isinstance(o.text, str) or self.tokenizer is None:
+                out.append(None)  # (a text prompt without a tokenizer is refused by _tokenize_one)
                 continue
             key = id(o.text)
             if key not in done:
@@ -133,6 +165,8 @@ class TokenizationMixin:
         else:
             if not isinstance(obj.text, str):
                 raise RequestError("text must be a string (or a list of strings).")
+            if self.tokenizer is None:
+                raise RequestError(SKIP_TOKENIZER_TEXT_MSG)
             input_text = obj.text
             input_ids = text_ids if text_ids is not None else list(self.tokenizer.encode(input_text))
         raw = obj.sampling_params if obj.sampling_params is not None else {}
@@ -140,6 +174,8 @@ class TokenizationMixin:
         try:
             sp = SamplingParams.from_dict(dict(raw) if isinstance(raw, dict) else raw)  # type: ignore[arg-type]
             sp.normalize(self.tokenizer)
+            if self.tokenizer is None:
+                check_tokenizer_free(sp)
             sp.verify(self.vocab_size, allow_grammar=self.grammar_enabled)
         except (TypeError, ValueError) as e:
             sp_error = f"Invalid sampling_params: {e}"

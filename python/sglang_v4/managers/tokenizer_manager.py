@@ -7,9 +7,15 @@ ZMQ, receives ``BatchStrOut`` from the detokenizer, and turns them into SGLang-s
      "completion_tokens", "cached_tokens", "weight_version", "e2e_latency" (when finished),
      "input_token_logprobs", "output_token_logprobs", ... (with return_logprob)}}
 
-Streaming outputs are cumulative (``text`` is the whole text so far), as SGLang's default.
-While streaming, a trailing piece of text that could still become a stop string is held back,
+Streaming outputs are cumulative (``text`` and ``output_ids`` are the whole output so far), as
+SGLang's default. While streaming, a trailing piece of text that could still become a stop string is held back,
 so that the finished text (with the stop string trimmed) always extends what was already sent.
+
+With ``--skip-tokenizer-init`` (SGLang's flag) no tokenizer is loaded: prompts must be
+``input_ids``, the scheduler's token outputs arrive here directly (no detokenizer on the way) and
+every output is ``{"output_ids", "meta_info"}`` without a ``text`` key, as SGLang's; logprob
+entries carry ``None`` for their text. Text prompts, stop strings / regexes and grammars are
+refused with a 400 (they need the tokenizer); EOS and ``stop_token_ids`` still end generation.
 
 All methods run on one asyncio event loop (uvicorn's, or the ``Engine``'s background loop).
 Errors: bad input raises :class:`RequestError` (a ``ValueError``; ``status_code`` 400); once the
@@ -31,9 +37,11 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from sglang_v4.managers.detokenizer_manager import str_out_from_token_out
 from sglang_v4.managers.io_struct import (
     AbortReq,
     BatchStrOut,
+    BatchTokenIDOut,
     FlushCacheReqInput,
     FlushCacheReqOutput,
     GenerateReqInput,
@@ -124,8 +132,12 @@ class TokenizerManager(TokenizationMixin):
         self.model_path = server_args.model_path or ""
         self.tokenizer_path = server_args.tokenizer_path or self.model_path
         self.served_model_name = server_args.resolved_served_model_name()
-        self.tokenizer = get_tokenizer(self.tokenizer_path)
-        self.vocab_size = scheduler_info.vocab_size or len(self.tokenizer)
+        #: ``--skip-tokenizer-init``: no tokenizer (``self.tokenizer is None``); see the module docstring.
+        self.skip_tokenizer_init = bool(server_args.skip_tokenizer_init)
+        self.tokenizer = None if self.skip_tokenizer_init else get_tokenizer(self.tokenizer_path)
+        self.vocab_size = scheduler_info.vocab_size or (
+            len(self.tokenizer) if self.tokenizer is not None else 0
+        )
         self.context_len = scheduler_info.context_len
         self.max_req_input_len = scheduler_info.max_req_input_len or max(self.context_len - 1, 1)
         #: The limits every request is validated against (:meth:`_tokenize_one`).
@@ -204,6 +216,8 @@ class TokenizerManager(TokenizationMixin):
             try:
                 if isinstance(msg, BatchStrOut):
                     self._handle_batch_output(msg)
+                elif isinstance(msg, BatchTokenIDOut):  # --skip-tokenizer-init: straight from the scheduler
+                    self._handle_batch_output(str_out_from_token_out(msg))
                 elif isinstance(msg, (FlushCacheReqOutput, GetServerInfoReqOutput, GetMetricsReqOutput)):
                     fut = self.pending_control.pop(msg.req_id, None)
                     if fut is not None and not fut.done():
@@ -219,7 +233,7 @@ class TokenizerManager(TokenizationMixin):
     def _decode_logprob_tokens(self, vals: list[Any], idxs: list[int], with_text: bool) -> list[list[Any]]:
         texts: list[Any] = (
             self.tokenizer.batch_decode([[int(t)] for t in idxs])
-            if with_text and idxs
+            if with_text and idxs and self.tokenizer is not None
             else [None] * len(idxs)
         )
         return [[v, int(t), s] for v, t, s in zip(vals, idxs, texts)]
@@ -319,7 +333,10 @@ class TokenizerManager(TokenizationMixin):
                     if state.stop_strs and not state.no_stop_trim
                     else state.text_raw
                 )
-            state.out_list.append({"text": text, "output_ids": list(state.output_ids), "meta_info": meta})
+            if self.skip_tokenizer_init:  # SGLang's shape without a tokenizer: no "text" key
+                state.out_list.append({"output_ids": list(state.output_ids), "meta_info": meta})
+            else:
+                state.out_list.append({"text": text, "output_ids": list(state.output_ids), "meta_info": meta})
             state.event.set()
 
     # ------------------------------------------------------------------ generate

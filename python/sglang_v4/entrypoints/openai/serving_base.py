@@ -11,7 +11,10 @@ responses / SSE chunks (``data: {...}\\n\\n`` ... ``data: [DONE]\\n\\n``).
 
 Errors use SGLang's body ``{"object": "error", "message", "type", "param", "code"}``: 400
 ``BadRequestError`` for invalid input (including ``ValueError`` from the tokenizer manager),
-401 for a missing/wrong API key, 404 ``NotFoundError`` for an unknown model name.
+401 for a missing/wrong API key, 404 ``NotFoundError`` for an unknown model name. A server
+started with ``--skip-tokenizer-init`` answers both generation routes with a 400 (their prompts
+and responses are text, or need a chat template; SGLang fails there without a clear error):
+its clients use ``/generate`` with ``input_ids``. ``/v1/models`` still answers.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ from sglang_v4.utils import byte_level_token_bytes
 logger = logging.getLogger(__name__)
 
 __all__ = ["OpenAIServingBase", "RequestError", "error_response", "MAX_TOP_LOGPROBS"]
+
+#: The 400 of the generation routes on a server started with ``--skip-tokenizer-init``.
+SKIP_TOKENIZER_OPENAI_MSG = (
+    "{path} needs the tokenizer (text prompts and responses, the chat template), which this server "
+    "does not load (it was started with --skip-tokenizer-init): use /generate with input_ids."
+)
 
 MAX_TOP_LOGPROBS = 20
 """OpenAI's bound for ``top_logprobs`` (chat) and ``logprobs`` (completions: 5 in OpenAI; SGLang allows more)."""
@@ -140,6 +149,7 @@ class OpenAIServingBase:
             )
             self.model_name = self.model_name or "default"
         self.enable_cache_report = bool(getattr(server_args, "enable_cache_report", False))
+        self.skip_tokenizer_init = bool(getattr(server_args, "skip_tokenizer_init", False))
         self.api_key = getattr(server_args, "api_key", None)
         # parsers of chat output (defaults: the DeepSeek-V4 ones)
         self.tool_call_parser = canonical_tool_call_parser(
@@ -411,6 +421,8 @@ class OpenAIServingBase:
         denied = self.check_auth(request)
         if denied is not None:
             return denied
+        if self.skip_tokenizer_init:
+            return error_response(SKIP_TOKENIZER_OPENAI_MSG.format(path=request.url.path), 400)
         try:
             return await handler(request)
         except RequestError as e:

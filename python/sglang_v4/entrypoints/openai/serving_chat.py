@@ -188,8 +188,8 @@ class ChatMixin(OpenAIServingBase):
     def _load_chat_template(self) -> None:
         """Read ``--chat-template`` and load the transformers tokenizer that renders it."""
         path = getattr(self.args, "chat_template", None)
-        if not path:
-            return
+        if not path or getattr(self.args, "skip_tokenizer_init", False):
+            return  # (without a tokenizer the chat route is refused: nothing to render)
         with open(path, encoding="utf-8") as f:
             self.chat_template = f.read()
         from transformers import AutoTokenizer
