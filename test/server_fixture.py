@@ -75,6 +75,7 @@ class _FakeReq:
     sent_input_logprobs: bool = False
     aborted: bool = False
     scripted: bool = False
+    text: str = ""  # the prompt as text (decoded when the request carries input_ids only)
 
 
 class FakeScheduler:
@@ -129,7 +130,9 @@ class FakeScheduler:
         pages = -(-(len(req.input_ids) + 1) // self.page_size)
         self.used_pages += pages
         text = req.input_text if req.input_text is not None else self.tokenizer.decode(req.input_ids)
-        self.reqs[req.rid] = _FakeReq(req=req, output_ids=[], pages=pages, scripted=FAKE_SCRIPT_TAG in text)
+        self.reqs[req.rid] = _FakeReq(
+            req=req, output_ids=[], pages=pages, scripted=FAKE_SCRIPT_TAG in text, text=text
+        )
 
     def abort_request(self, rid: str) -> None:
         r = self.reqs.get(rid)
@@ -149,15 +152,15 @@ class FakeScheduler:
         out = BatchTokenIDOut.empty()
         for rid, r in list(self.reqs.items()):
             req, sp = r.req, r.req.sampling_params
-            if self.crash_text and req.input_text and self.crash_text in req.input_text:
+            if self.crash_text and self.crash_text in r.text:
                 raise RuntimeError("FakeScheduler: injected crash")
-            if self.hang_text and req.input_text and self.hang_text in req.input_text:
+            if self.hang_text and self.hang_text in r.text:
                 time.sleep(3600)  # a hung forward: the scheduler watchdog must end the process
             new: list[int] = []
             reason = None
             if r.aborted:
                 reason = finish_abort("Aborted by the user")
-            elif r.output_ids and self._held(req):
+            elif r.output_ids and self._held(r):
                 continue  # running, holding its pages, emitting nothing
             else:
                 limit = (
@@ -231,8 +234,9 @@ class FakeScheduler:
                 del self.reqs[rid]
         return out
 
-    def _held(self, req: Any) -> bool:
-        if not (self.hold_text and req.input_text and self.hold_text in req.input_text):
+    def _held(self, r: _FakeReq) -> bool:
+        # the prompt's text: a chat / token-id request reaches the scheduler as input_ids only
+        if not (self.hold_text and self.hold_text in r.text):
             return False
         return not (self.release_file and os.path.exists(self.release_file))
 

@@ -173,7 +173,10 @@ def test_stream_disconnect_aborts_request(server) -> None:
     }
     with requests.post(server.url + "/v1/chat/completions", json=body, stream=True, timeout=30) as r:
         assert r.status_code == 200
-        assert any(b"delta" in line for _, line in zip(range(3), r.iter_lines()) if line)
+        # keep the line iterator referenced: a dropped iter_lines() generator closes the
+        # connection (urllib3), which the server takes as a disconnect and aborts the request
+        lines = r.iter_lines()
+        assert any(b"delta" in line for _, line in zip(range(3), lines) if line)
         assert info()["kv_pool"]["used_pages"] > 0
     deadline = time.time() + 20
     while True:

@@ -275,7 +275,8 @@ def test_client_disconnect_mid_stream_returns_pages(server):
     # a held request (see FakeScheduler) runs until it is aborted, however slow this machine is
     body = {"text": f"{HOLD} long one", "sampling_params": {"max_new_tokens": 400}, "stream": True}
     r = requests.post(server.url + "/generate", json=body, stream=True, timeout=60)
-    first = next(line for line in r.iter_lines() if line)
+    lines = r.iter_lines()  # kept referenced: a dropped generator closes the connection
+    first = next(line for line in lines if line)
     assert json.loads(first[len(b"data: ") :])["meta_info"]["finish_reason"] is None
     assert _used_pages(server) > idle  # the request holds pages while it runs
     r.close()  # client goes away
@@ -312,7 +313,8 @@ def test_flush_cache_refused_while_running(server):
     # aborts it.
     body = {"text": f"{HOLD} busy", "sampling_params": {"max_new_tokens": 480}, "stream": True}
     with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
-        first = next(r.iter_lines())
+        lines = r.iter_lines()  # kept referenced: a dropped generator closes the connection
+        first = next(lines)
         f = requests.post(server.url + "/flush_cache", timeout=10)
         assert f.status_code == 400, first
     deadline = time.time() + 30

@@ -152,7 +152,8 @@ def test_openai_generation_routes_are_400_models_still_listed(server: ServerHand
 def test_no_pages_leak_after_errors_and_an_abandoned_stream(server: ServerHandle) -> None:
     body = {"input_ids": [9] * 10, "sampling_params": {"max_new_tokens": 400}, "stream": True}
     with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
-        first = next(ln for ln in r.iter_lines() if ln)
+        lines = r.iter_lines()  # kept referenced: a dropped generator closes the connection
+        first = next(ln for ln in lines if ln)
         assert b"output_ids" in first
         assert used_pages(server) > 0  # the request runs and holds its pages
     # closing the stream aborts the request; its pages come back
