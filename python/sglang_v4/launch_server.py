@@ -17,6 +17,7 @@ import logging
 import sys
 
 from sglang_v4.server_args import ServerArgs
+from sglang_v4.server_args_compat import warn_ignored_sglang_args
 from sglang_v4.utils import configure_logging
 
 
@@ -44,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server_args = ServerArgs.from_cli_args(args)
     except ValueError as e:
-        parser.error(flag_error_message(parser, str(e)))
+        # One line naming the flag (argparse's error format and exit code 2, without the long usage).
+        parser.exit(2, f"{parser.prog}: error: {flag_error_message(parser, str(e))}\n")
+    warn_ignored_sglang_args(server_args, log)
     from sglang_v4.entrypoints.http_server import launch_server
 
     try:

@@ -18,10 +18,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_v4.layers.quantization import QUANTIZATION_CHOICES
+from sglang_v4.server_args_compat import (
+    SGLangCompatArgs,
+    add_sglang_cli_args,
+    apply_sglang_semantics,
+    check_sglang_args,
+)
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 KV_CACHE_DTYPE_CHOICES = ("auto", "bf16", "fp8_e4m3")
+#: SGLang spellings of the same KV dtypes.
+KV_CACHE_DTYPE_ALIASES = {"bfloat16": "bf16"}
+#: ``--grammar-backend``: xgrammar (constrained decoding, the only implementation here) or none
+#: (no constrained decoding: requests with a grammar are refused, as in SGLang).
+GRAMMAR_BACKEND_CHOICES = ("xgrammar", "none")
 SCHEDULE_POLICY_CHOICES = ("fcfs", "lpm")
 #: ``sglang-router`` policies for ``--dp-size`` (its ``--policy`` values).
 ROUTER_POLICY_CHOICES = ("cache_aware", "round_robin", "random", "power_of_two")
@@ -45,7 +56,7 @@ def _cuda_available() -> bool:
 
 
 @dataclass
-class ServerArgs:
+class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     """All runtime options (every ``--flag`` of ``python -m sglang_v4.launch_server``).
 
     Values after construction are resolved: ``device`` is ``"cpu"`` or ``"cuda"``; ``dtype`` is
@@ -55,9 +66,14 @@ class ServerArgs:
     by the directory that ``sglang_v4.tools.default_model.ensure_default_model()`` returns before
     starting the child processes.
 
+    SGLang's other server flags are accepted as the fields of ``SGLangCompatArgs``
+    (:mod:`sglang_v4.server_args_compat`): backend / tuning selections are ignored (logged at
+    start-up), unimplemented features that would change results are refused.
+
     Raises:
         ValueError: naming the offending field, e.g. ``page_size must be a positive multiple of
-            128 (got 100)``.
+            128 (got 100)``, or an unsupported SGLang flag, e.g. ``enable_lora (--enable-lora
+            True) is not supported: ...``.
     """
 
     # Model and tokenizer.
@@ -104,6 +120,8 @@ class ServerArgs:
     # CUDA graphs.
     cuda_graph_max_bs: int | None = None
     disable_cuda_graph: bool = False
+    #: Explicit decode batch sizes to capture (SGLang's ``--cuda-graph-bs``); None: the default buckets.
+    cuda_graph_bs: list[int] | None = None
     indexer_stream_max_bs: int = 4
     cuda_graph_warmup_ctx: int = 4096
     # Observability.
@@ -116,6 +134,7 @@ class ServerArgs:
     tool_call_parser: str | None = "deepseekv4"
     reasoning_parser: str | None = "deepseek-v4"
     chat_template: str | None = None
+    grammar_backend: str = "xgrammar"
     trust_remote_code: bool = False
     # Misc.
     random_seed: int | None = None
@@ -134,6 +153,8 @@ class ServerArgs:
             )
         if self.random_seed is None:
             self.random_seed = 0
+        self.kv_cache_dtype = KV_CACHE_DTYPE_ALIASES.get(self.kv_cache_dtype, self.kv_cache_dtype)
+        apply_sglang_semantics(self)
         self.check()
 
     # ------------------------------------------------------------------ validation
@@ -159,7 +180,25 @@ class ServerArgs:
 
         choice("device", ("cpu", "cuda"))
         choice("dtype", ("float32", "bfloat16"))
-        choice("kv_cache_dtype", KV_CACHE_DTYPE_CHOICES)
+        check_sglang_args(self)
+        if self.kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES:
+            raise ValueError(
+                f"kv_cache_dtype {self.kv_cache_dtype!r} is not supported: sglang-v4 stores the KV cache as "
+                f"one of {list(KV_CACHE_DTYPE_CHOICES)} (fp8_e4m3 is DeepSeek-V4's FP8 KV format)"
+            )
+        if self.grammar_backend not in GRAMMAR_BACKEND_CHOICES:
+            raise ValueError(
+                f"grammar_backend {self.grammar_backend!r} is not supported: sglang-v4 implements constrained "
+                f"decoding with xgrammar; use one of {list(GRAMMAR_BACKEND_CHOICES)}"
+            )
+        if self.cuda_graph_bs is not None and (
+            not isinstance(self.cuda_graph_bs, (list, tuple))
+            or not self.cuda_graph_bs
+            or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in self.cuda_graph_bs)
+        ):
+            raise ValueError(
+                f"cuda_graph_bs must be a non-empty list of positive integers (got {self.cuda_graph_bs!r})"
+            )
         choice("schedule_policy", SCHEDULE_POLICY_CHOICES)
         choice("load_format", LOAD_FORMAT_CHOICES)
         if self.quantization is not None:
@@ -268,7 +307,13 @@ class ServerArgs:
         """Add every field as ``--kebab-case`` flag to ``parser`` (defaults = dataclass defaults)."""
         d = ServerArgs.__dataclass_fields__
         a = parser.add_argument
-        a("--model-path", type=str, default=None, help="HF-layout model dir; default: embedded model.")
+        a(
+            "--model-path",
+            "--model",
+            type=str,
+            default=None,
+            help="HF-layout model dir; default: embedded model.",
+        )
         a("--tokenizer-path", type=str, default=None, help="Tokenizer dir (default: model path).")
         a(
             "--skip-tokenizer-init",
@@ -293,11 +338,17 @@ class ServerArgs:
         a("--api-key", type=str, default=None, help="Require 'Authorization: Bearer KEY'.")
         a("--device", type=str, default="auto", choices=DEVICE_CHOICES)
         a("--dtype", type=str, default="auto", choices=DTYPE_CHOICES)
-        a("--kv-cache-dtype", type=str, default="auto", choices=KV_CACHE_DTYPE_CHOICES)
+        a(
+            "--kv-cache-dtype",
+            type=str,
+            default="auto",
+            help=f"One of {', '.join(KV_CACHE_DTYPE_CHOICES)} (bfloat16 = bf16); other SGLang values are refused.",
+        )
         a("--enable-fp4-indexer", action="store_true", help="Store indexer keys in fp4 (68 B).")
         a(
             "--tp-size",
             "--tensor-parallel-size",
+            "--tp",
             type=int,
             default=1,
             dest="tp_size",
@@ -306,6 +357,7 @@ class ServerArgs:
         a(
             "--ep-size",
             "--expert-parallel-size",
+            "--ep",
             type=int,
             default=1,
             dest="ep_size",
@@ -315,6 +367,7 @@ class ServerArgs:
         a(
             "--dp-size",
             "--data-parallel-size",
+            "--dp",
             type=int,
             default=1,
             dest="dp_size",
@@ -368,7 +421,23 @@ class ServerArgs:
             help="Run each step's forward in the scheduler's thread instead of overlapping it with "
             "the scheduling of the next step (overlap scheduling is on by default).",
         )
-        a("--cuda-graph-max-bs", type=int, default=None)
+        a(
+            "--cuda-graph-max-bs",
+            "--cuda-graph-max-bs-decode",
+            type=int,
+            default=None,
+            dest="cuda_graph_max_bs",
+        )
+        a(
+            "--cuda-graph-bs",
+            "--cuda-graph-bs-decode",
+            type=int,
+            nargs="+",
+            default=None,
+            dest="cuda_graph_bs",
+            help="Decode batch sizes to capture as CUDA graphs (larger batches run eagerly); values above "
+            "--cuda-graph-max-bs (default: --max-running-requests) are clamped to it.",
+        )
         a("--disable-cuda-graph", action="store_true")
         a(
             "--cuda-graph-warmup-ctx",
@@ -416,6 +485,13 @@ class ServerArgs:
             "never runs code from the model directory (the model, its chat encoding and parsers are "
             "built in).",
         )
+        a(
+            "--grammar-backend",
+            type=str,
+            default=d["grammar_backend"].default,
+            help="xgrammar: constrained decoding (json_schema / regex / ebnf / structural_tag); none: "
+            "off, requests with a grammar are refused. SGLang's outlines / llguidance are refused.",
+        )
         a("--random-seed", type=int, default=None)
         a(
             "--skip-server-warmup",
@@ -434,6 +510,7 @@ class ServerArgs:
             "this many seconds (then fail them with 503) before exiting with code 0; 0: no wait. Keep "
             "it below the supervisor's kill timeout (Kubernetes: 30s by default).",
         )
+        add_sglang_cli_args(parser)
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> ServerArgs:

@@ -26,6 +26,7 @@ from typing import Any
 
 from sglang_v4.managers.io_struct import GenerateReqInput, SchedulerReadyInfo
 from sglang_v4.server_args import PortArgs, ServerArgs
+from sglang_v4.server_args_compat import warn_ignored_sglang_args
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +281,9 @@ class Engine:
     ``Engine(model_path=None, **kwargs)``: ``kwargs`` are :class:`ServerArgs` fields
     (``page_size=256``, ``max_total_tokens=...``, ``disable_radix_cache=True``, ...);
     ``model_path=None`` uses the embedded default model. SGLang's ``skip_server_warmup`` is
-    accepted for ``skip_warmup``. ``skip_tokenizer_init=True`` (SGLang's) loads no tokenizer:
+    accepted for ``skip_warmup``; SGLang's other server keywords (``attention_backend="fa3"``,
+    ``enable_lora=True``, ...) behave as their CLI flags (:mod:`sglang_v4.server_args_compat`:
+    ignored with a start-up warning, or refused). ``skip_tokenizer_init=True`` (SGLang's) loads no tokenizer:
     prompts must be ``input_ids`` and outputs have no ``"text"`` (see :meth:`generate`).
 
     Raises:
@@ -300,6 +303,7 @@ class Engine:
         if unknown:
             raise ValueError(f"Unknown Engine argument(s): {', '.join(unknown)}")
         self.server_args = ServerArgs(model_path=model_path, **kwargs)
+        warn_ignored_sglang_args(self.server_args, logger)
         if self.server_args.dp_size > 1 or self.server_args.node_rank > 0:
             raise ValueError(
                 "dp_size / node_rank: an Engine is one server on node 0 (run --dp-size replicas and "

@@ -185,7 +185,11 @@ class Scheduler(SchedulerOutputProcessorMixin):
 
     def _make_grammar_backend(self, tok_dir: str) -> Any:
         """The grammar backend over the tokenizer in ``tok_dir``, or ``None`` when constrained
-        decoding is unavailable (no grammar library, no ``tokenizer.json``: a warning says why)."""
+        decoding is unavailable (no grammar library, no ``tokenizer.json``: a warning says why) or
+        switched off (``--grammar-backend none``: requests with a grammar are refused)."""
+        if self.server_args.grammar_backend == "none":
+            logger.info("constrained decoding off (--grammar-backend none)")
+            return None
         try:
             from sglang_v4.sampling.grammar import GrammarBackend, grammar_available
 

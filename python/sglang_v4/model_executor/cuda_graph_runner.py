@@ -72,6 +72,17 @@ def bs_buckets(max_bs: int) -> list[int]:
     return out + [max_bs]
 
 
+def explicit_bs_buckets(sizes: list[int]) -> list[int]:
+    """An explicit bucket list (SGLang's ``--cuda-graph-bs``): sorted, duplicates dropped.
+
+    Raises:
+        ValueError: ``cuda_graph_bs`` empty or holding a value < 1.
+    """
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"cuda_graph_bs: must be a non-empty list of sizes >= 1, got {sizes}")
+    return sorted(set(int(b) for b in sizes))
+
+
 def pick_bucket(n: int, buckets: list[int]) -> int | None:
     """Smallest bucket ``>= n`` or ``None``."""
     for b in buckets:
@@ -109,10 +120,11 @@ class CudaGraphRunner:
         max_bs: int,
         max_ctx: int,
         use_graphs: bool = True,
+        bs_list: list[int] | None = None,
     ) -> None:
         self.model, self.pool, self.builder = model, pool, builder
         self.indexer_streams = indexer_streams
-        self.bs_list = bs_buckets(max_bs)
+        self.bs_list = explicit_bs_buckets(bs_list) if bs_list else bs_buckets(max_bs)
         self.max_bs = self.bs_list[-1]
         self.max_ctx = int(max_ctx)
         self.use_graphs = use_graphs

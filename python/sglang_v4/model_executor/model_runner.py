@@ -276,14 +276,23 @@ class ModelRunner:
                 logger.warning("CUDA graphs disabled: the Triton kernels are off (the torch reference syncs)")
             else:
                 max_bs = int(sa.cuda_graph_max_bs or min(128, self.max_running_requests))
-                self.cuda_graph_runner = self.create_cuda_graph_runner(max_bs, max_ctx=self.context_len)
+                bs_list = None
+                if sa.cuda_graph_bs:  # SGLang's --cuda-graph-bs: exactly these sizes (clamped to the cap)
+                    cap = int(sa.cuda_graph_max_bs or self.max_running_requests)
+                    bs_list = sorted({min(int(b), cap) for b in sa.cuda_graph_bs})
+                    max_bs = bs_list[-1]
+                self.cuda_graph_runner = self.create_cuda_graph_runner(
+                    max_bs, max_ctx=self.context_len, bs_list=bs_list
+                )
                 logger.info(
                     "CUDA graphs on for decode: bs buckets %s, every context up to %d (captured lazily)",
                     self.cuda_graph_runner.bs_list,
                     self.context_len,
                 )
 
-    def create_cuda_graph_runner(self, max_bs: int, max_ctx: int, use_graphs: bool = True) -> CudaGraphRunner:
+    def create_cuda_graph_runner(
+        self, max_bs: int, max_ctx: int, use_graphs: bool = True, bs_list: list[int] | None = None
+    ) -> CudaGraphRunner:
         """A :class:`CudaGraphRunner` over this runner's model, pool, metadata builder and
         indexer-stream policy (arguments as there)."""
         g = CudaGraphRunner(
@@ -295,6 +304,7 @@ class ModelRunner:
             max_bs=max_bs,
             max_ctx=max_ctx,
             use_graphs=use_graphs,
+            bs_list=bs_list,
         )
         if self.tp.size > 1:
             g.eager_fallback = False

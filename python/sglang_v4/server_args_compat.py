@@ -1,0 +1,260 @@
+"""SGLang server flags that sglang-v4 accepts without implementing them: one table.
+
+Users copy their SGLang launch command (``python -m sglang.launch_server ...``); it should start
+here unchanged. Every SGLang flag falls in one of four classes:
+
+* a :class:`~sglang_v4.server_args.ServerArgs` field of the same name (``--model-path``,
+  ``--tp-size``, ``--mem-fraction-static``, ``--grammar-backend``, ``--cuda-graph-bs``, ...):
+  honoured, documented where the field is defined;
+* ``IGNORED``: a backend, kernel or tuning selection with no counterpart here (sglang-v4 has one
+  attention implementation, one MoE path, one sampler, CUDA graphs instead of ``torch.compile``).
+  Accepted; :func:`warn_ignored_sglang_args` logs one warning at start-up naming the flags that
+  were set and why they change nothing. They never change behaviour;
+* ``UNSUPPORTED``: a feature sglang-v4 does not implement where ignoring it would change results
+  or the API (LoRA adapters, multimodal inputs, prefill/decode disaggregation, deterministic
+  inference, model-config overrides). Accepted by the parser so the error is a clear
+  ``ValueError`` from validation naming the flag, not argparse's "unrecognized arguments";
+* anything else: argparse's "unrecognized arguments" error (typos must not pass silently).
+
+Speculative decoding (``--speculative-algorithm EAGLE`` / ``MTP`` / ``NGRAM`` and its knobs) is
+``IGNORED`` on purpose: speculative decoding in SGLang is lossless (the target model verifies
+every draft token, so greedy outputs are the same and sampled outputs have the same distribution);
+it only changes speed. Refusing it would make every published DeepSeek-V4 recipe fail to start
+for a difference in speed alone, so the flags are accepted and the start-up warning says that
+decoding runs one token per step.
+
+``--enable-dp-attention`` changes what ``--dp-size`` means in SGLang: the DP ranks split the
+attention of one ``--tp-size`` group (the same GPUs), not ``dp_size`` server replicas. With it set,
+:func:`apply_sglang_semantics` resets ``dp_size`` to 1 (one server on the ``--tp-size`` GPUs the
+SGLang command uses) and the warning says so.
+
+The table also generates the dataclass fields (:data:`SGLangCompatArgs`, a base of ``ServerArgs``)
+and the argparse flags, so ``Engine(attention_backend="fa3")`` and ``--attention-backend fa3``
+behave the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+IGNORED = "ignored"
+UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class SGLangFlag:
+    """One accepted SGLang flag.
+
+    ``flag``: the ``--kebab-case`` name (field name: ``flag[2:]`` with ``-`` -> ``_``);
+    ``kind``: :data:`IGNORED` or :data:`UNSUPPORTED`; ``switch``: a ``store_true`` flag (else it
+    takes one value, kept as given); ``note``: why (shown in the warning / error);
+    ``aliases``: other spellings SGLang accepts.
+    """
+
+    flag: str
+    kind: str
+    note: str
+    switch: bool = False
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def dest(self) -> str:
+        """The ``ServerArgs`` / ``Engine`` keyword name."""
+        return self.flag[2:].replace("-", "_")
+
+
+_ATTN = "sglang-v4 has one attention implementation (its DeepSeek-V4 CSA/HCA sparse-attention kernels)"
+_MOE = "sglang-v4 has one MoE implementation (its fused routed-expert kernels; EP is --ep-size)"
+_COMM = "sglang-v4 has one all-reduce path (torch.distributed / NCCL)"
+_COMPILE = "sglang-v4 does not use torch.compile; decode runs in CUDA graphs (--disable-cuda-graph)"
+_OVERLAP = "sglang-v4 has no two-batch overlap; overlap scheduling is --disable-overlap-schedule"
+_SPEC = (
+    "speculative decoding is not implemented: decoding runs one token per step (outputs are "
+    "unaffected, speculative decoding is lossless; only speed differs)"
+)
+_HUB = "sglang-v4 loads a local model directory; hub download options do not apply"
+_CACHE = "sglang-v4 keeps its prefix cache in GPU memory only (no hierarchical host tier)"
+_LORA = "LoRA adapters are not supported by sglang-v4 (it serves the base DeepSeek-V4 weights only)"
+
+SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
+    # Attention / sampling / kernel backends.
+    SGLangFlag("--attention-backend", IGNORED, _ATTN),
+    SGLangFlag("--prefill-attention-backend", IGNORED, _ATTN),
+    SGLangFlag("--decode-attention-backend", IGNORED, _ATTN),
+    SGLangFlag("--nsa-prefill-backend", IGNORED, _ATTN),
+    SGLangFlag("--nsa-decode-backend", IGNORED, _ATTN),
+    SGLangFlag("--mm-attention-backend", IGNORED, "sglang-v4 serves text-only models"),
+    SGLangFlag(
+        "--sampling-backend", IGNORED, "sglang-v4 has one sampler (its torch / Triton sampling kernels)"
+    ),
+    SGLangFlag("--model-impl", IGNORED, "sglang-v4 has one built-in DeepSeek-V4 model implementation"),
+    SGLangFlag("--tokenizer-mode", IGNORED, "sglang-v4 always uses the fast tokenizer (tokenizer.json)"),
+    # MoE and communication.
+    SGLangFlag("--moe-runner-backend", IGNORED, _MOE),
+    SGLangFlag("--moe-a2a-backend", IGNORED, _MOE),
+    SGLangFlag("--deepep-mode", IGNORED, _MOE),
+    SGLangFlag("--deepep-config", IGNORED, _MOE),
+    SGLangFlag("--moe-dense-tp-size", IGNORED, _MOE),
+    SGLangFlag("--ep-num-redundant-experts", IGNORED, _MOE),
+    SGLangFlag("--enable-eplb", IGNORED, _MOE, switch=True),
+    SGLangFlag("--disable-shared-experts-fusion", IGNORED, _MOE, switch=True),
+    SGLangFlag("--enable-flashinfer-allreduce-fusion", IGNORED, _COMM, switch=True),
+    SGLangFlag("--disable-custom-all-reduce", IGNORED, _COMM, switch=True),
+    SGLangFlag("--enable-symm-mem", IGNORED, _COMM, switch=True),
+    SGLangFlag(
+        "--enable-dp-attention",
+        IGNORED,
+        "sglang-v4 has no DP attention: --dp-size is then read as SGLang's attention-DP degree "
+        "inside the --tp-size group and reset to 1 (one server on the same GPUs)",
+        switch=True,
+    ),
+    # Compilation, overlap, CUDA-graph tuning.
+    SGLangFlag("--enable-torch-compile", IGNORED, _COMPILE, switch=True),
+    SGLangFlag("--torch-compile-max-bs", IGNORED, _COMPILE),
+    SGLangFlag("--enable-two-batch-overlap", IGNORED, _OVERLAP, switch=True),
+    SGLangFlag("--enable-single-batch-overlap", IGNORED, _OVERLAP, switch=True),
+    SGLangFlag("--tbo-token-distribution-threshold", IGNORED, _OVERLAP),
+    SGLangFlag(
+        "--disable-cuda-graph-padding",
+        IGNORED,
+        "sglang-v4 always pads to the next captured batch size",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
+        "--enable-mixed-chunk",
+        IGNORED,
+        "sglang-v4's scheduler already mixes prefill chunks with decodes",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
+        "--schedule-conservativeness", IGNORED, "sglang-v4 reserves KV blocks exactly (no estimate to tune)"
+    ),  # fmt: skip
+    # Speculative decoding (see the module docstring for why these are accepted).
+    SGLangFlag("--speculative-algorithm", IGNORED, _SPEC),
+    SGLangFlag("--speculative-draft-model-path", IGNORED, _SPEC, aliases=("--speculative-draft-model",)),
+    SGLangFlag("--speculative-num-steps", IGNORED, _SPEC),
+    SGLangFlag("--speculative-eagle-topk", IGNORED, _SPEC),
+    SGLangFlag("--speculative-num-draft-tokens", IGNORED, _SPEC),
+    SGLangFlag("--speculative-attention-mode", IGNORED, _SPEC),
+    SGLangFlag("--speculative-draft-attention-backend", IGNORED, _SPEC),
+    SGLangFlag("--speculative-moe-runner-backend", IGNORED, _SPEC),
+    # Model download and host-memory cache tiers.
+    SGLangFlag("--revision", IGNORED, _HUB),
+    SGLangFlag("--download-dir", IGNORED, _HUB),
+    SGLangFlag("--enable-hierarchical-cache", IGNORED, _CACHE, switch=True),
+    SGLangFlag("--hicache-ratio", IGNORED, _CACHE),
+    SGLangFlag("--hicache-size", IGNORED, _CACHE),
+    SGLangFlag("--log-level-http", IGNORED, "sglang-v4's HTTP server logs at --log-level"),
+    # Not implemented, and ignoring them would change results or the API.
+    SGLangFlag("--enable-lora", UNSUPPORTED, _LORA, switch=True),
+    SGLangFlag("--lora-paths", UNSUPPORTED, _LORA),
+    SGLangFlag("--max-lora-rank", UNSUPPORTED, _LORA),
+    SGLangFlag("--max-loras-per-batch", UNSUPPORTED, _LORA),
+    SGLangFlag("--lora-backend", UNSUPPORTED, _LORA),
+    SGLangFlag(
+        "--enable-multimodal",
+        UNSUPPORTED,
+        "multimodal inputs are not supported (DeepSeek-V4 is text-only here)",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
+        "--disaggregation-mode",
+        UNSUPPORTED,
+        "prefill/decode disaggregation is not supported: run one server that does both (omit the flag or pass null)",
+    ),  # fmt: skip
+    SGLangFlag(
+        "--enable-deterministic-inference",
+        UNSUPPORTED,
+        "batch-invariant (deterministic) inference is not implemented: results may depend on batch composition",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
+        "--json-model-override-args",
+        UNSUPPORTED,
+        "model-config overrides are not supported: edit config.json of the model directory instead",
+    ),  # fmt: skip
+)
+
+#: ``dest`` -> entry.
+SGLANG_FLAG_BY_DEST: dict[str, SGLangFlag] = {f.dest: f for f in SGLANG_FLAGS}
+
+#: Values that mean "not set" for an :data:`UNSUPPORTED` flag (SGLang's own defaults).
+_UNSET_VALUES: dict[str, tuple[Any, ...]] = {"disaggregation_mode": ("null",)}
+
+#: Dataclass base of ``ServerArgs``: one field per table entry, ``None`` (``False`` for switches)
+#: by default, so ``ServerArgs`` and ``Engine`` take the same keywords as the CLI.
+SGLangCompatArgs = dataclasses.make_dataclass(
+    "SGLangCompatArgs",
+    [(f.dest, Any, dataclasses.field(default=False if f.switch else None)) for f in SGLANG_FLAGS],
+)
+SGLangCompatArgs.__doc__ = "The accepted SGLang-only fields (see :data:`SGLANG_FLAGS`)."
+SGLangCompatArgs.__module__ = __name__
+
+
+def _is_set(entry: SGLangFlag, value: Any) -> bool:
+    if value is None or value is False:
+        return False
+    return value not in _UNSET_VALUES.get(entry.dest, ())
+
+
+def add_sglang_cli_args(parser: argparse.ArgumentParser) -> None:
+    """Add every :data:`SGLANG_FLAGS` entry to ``parser`` (a switch as ``store_true``, any other as
+    one string value; list-valued ones like ``--lora-paths`` take one or more)."""
+    group = parser.add_argument_group(
+        "SGLang compatibility",
+        "SGLang flags accepted so SGLang launch commands start unchanged (see README).",
+    )
+    for f in SGLANG_FLAGS:
+        help_text = f"[{f.kind}] {f.note}"
+        if f.switch:
+            group.add_argument(f.flag, *f.aliases, dest=f.dest, action="store_true", help=help_text)
+        else:
+            nargs = "+" if f.dest == "lora_paths" else None
+            group.add_argument(
+                f.flag, *f.aliases, dest=f.dest, type=str, nargs=nargs, default=None, help=help_text
+            )
+
+
+def check_sglang_args(args: Any) -> None:
+    """Raise ``ValueError`` for the first set :data:`UNSUPPORTED` flag on ``args`` (a
+    ``ServerArgs``): ``"enable_lora (--enable-lora) is not supported: LoRA adapters ..."``."""
+    for f in SGLANG_FLAGS:
+        value = getattr(args, f.dest)
+        if f.kind == UNSUPPORTED and _is_set(f, value):
+            raise ValueError(f"{f.dest} ({f.flag} {value!r}) is not supported: {f.note}")
+
+
+def apply_sglang_semantics(args: Any) -> None:
+    """Map the accepted SGLang flags whose meaning reaches a ``ServerArgs`` field, in place:
+    ``enable_dp_attention`` with ``dp_size > 1`` -> ``dp_size = 1`` (module docstring)."""
+    if args.enable_dp_attention and args.dp_size != 1:
+        args.sglang_dp_attention_size = args.dp_size
+        args.dp_size = 1
+
+
+def ignored_sglang_args(args: Any) -> list[tuple[str, Any, str]]:
+    """``(flag, value, note)`` of every :data:`IGNORED` flag set on ``args``, table order."""
+    out = []
+    for f in SGLANG_FLAGS:
+        value = getattr(args, f.dest)
+        if f.kind == IGNORED and _is_set(f, value):
+            if f.dest == "enable_dp_attention" and getattr(args, "sglang_dp_attention_size", None):
+                value = f"dp-size {args.sglang_dp_attention_size} -> 1"
+            out.append((f.flag, value, f.note))
+    return out
+
+
+def warn_ignored_sglang_args(args: Any, log: logging.Logger | None = None) -> str | None:
+    """Log one warning listing the :data:`IGNORED` flags set on ``args`` and why; return its text
+    (``None`` when none is set)."""
+    items = ignored_sglang_args(args)
+    if not items:
+        return None
+    lines = [f"  {flag}{'' if value is True else f' {value}'}: {note}" for flag, value, note in items]
+    text = "SGLang flags accepted but ignored (behaviour unchanged):\n" + "\n".join(lines)
+    (log or logging.getLogger("sglang_v4.server_args")).warning("%s", text)
+    return text

@@ -1,0 +1,129 @@
+"""SGLang launch commands parse here unchanged (sglang_v4.server_args_compat): accepted flags,
+the start-up warning for ignored ones, clear errors for unsupported ones, typos still rejected,
+and Engine-keyword parity (ServerArgs only: no server or engine is started)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+import pytest
+from sglang_v4.launch_server import main
+from sglang_v4.model_executor.cuda_graph_runner import explicit_bs_buckets
+from sglang_v4.server_args import ServerArgs
+from sglang_v4.server_args_compat import (
+    SGLANG_FLAGS,
+    UNSUPPORTED,
+    ignored_sglang_args,
+    warn_ignored_sglang_args,
+)
+
+#: Launch commands in the shape of SGLang's DeepSeek-V4 / V3.2 recipes (flags after ``launch_server``).
+SGLANG_COMMANDS = [
+    "--model-path deepseek-ai/DeepSeek-V4-Flash --tp 4 --attention-backend fa3 --moe-runner-backend "
+    "flashinfer_mxfp4 --speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 "
+    "--speculative-num-draft-tokens 4 --grammar-backend xgrammar --enable-torch-compile --cuda-graph-bs 1 2 4 8 "
+    "--mem-fraction-static 0.8 --kv-cache-dtype fp8_e4m3 --tool-call-parser deepseekv4 --reasoning-parser "
+    "deepseek-v4 --trust-remote-code",
+    "--model deepseek-ai/DeepSeek-V4-Pro --tp 8 --dp 8 --enable-dp-attention --moe-a2a-backend deepep "
+    "--deepep-mode auto --cuda-graph-max-bs 64 --max-running-requests 256 --chunked-prefill-size 8192",
+    "--model deepseek-ai/DeepSeek-V4-Flash --tp 8 --ep 8 --disable-radix-cache --max-prefill-tokens 16384 "
+    "--revision main --download-dir /data --tokenizer-mode auto --enable-two-batch-overlap --page-size 256",
+]
+
+
+def parse(cmd: str) -> ServerArgs:
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return ServerArgs.from_cli_args(parser.parse_args([*shlex.split(cmd), "--device", "cpu"]))
+
+
+@pytest.mark.parametrize("cmd", SGLANG_COMMANDS)
+def test_sglang_launch_commands_parse(cmd: str) -> None:
+    sa = parse(cmd)
+    assert sa.model_path is not None and sa.model_path.startswith("deepseek-ai/")
+    assert ignored_sglang_args(sa)
+
+
+def test_mapped_and_ignored_values() -> None:
+    sa = parse(SGLANG_COMMANDS[0])
+    assert (sa.tp_size, sa.cuda_graph_bs, sa.grammar_backend, sa.kv_cache_dtype) == (
+        4,
+        [1, 2, 4, 8],
+        "xgrammar",
+        "fp8_e4m3",
+    )
+    flags = [flag for flag, _, _ in ignored_sglang_args(sa)]
+    assert set(flags) >= {
+        "--attention-backend",
+        "--moe-runner-backend",
+        "--enable-torch-compile",
+        "--speculative-algorithm",
+    }
+    text = warn_ignored_sglang_args(sa)
+    assert text is not None and "--attention-backend fa3: sglang-v4 has one attention implementation" in text
+    assert "one token per step" in text
+    # DP attention: SGLang's --dp is an attention split of the same --tp GPUs, not 8 replicas.
+    sa = parse(SGLANG_COMMANDS[1])
+    assert (sa.tp_size, sa.dp_size, sa.cuda_graph_max_bs) == (8, 1, 64)
+    assert "dp-size 8 -> 1" in (warn_ignored_sglang_args(sa) or "")
+    sa = parse(SGLANG_COMMANDS[2])
+    assert (sa.ep_size, sa.disable_radix_cache, sa.max_prefill_tokens) == (8, True, 16384)
+    assert parse("--kv-cache-dtype bfloat16").kv_cache_dtype == "bf16"
+    assert warn_ignored_sglang_args(parse("--grammar-backend none")) is None
+
+
+@pytest.mark.parametrize(
+    ("cmd", "flag"),
+    [
+        ("--enable-lora --lora-paths a=/x", "--enable-lora"),
+        ("--enable-multimodal", "--enable-multimodal"),
+        ("--disaggregation-mode prefill", "--disaggregation-mode"),
+        ("--kv-cache-dtype fp8_e5m2", "--kv-cache-dtype"),
+        ("--grammar-backend outlines", "--grammar-backend"),
+        ("--enable-deterministic-inference", "--enable-deterministic-inference"),
+    ],
+)
+def test_unsupported_flags_fail_naming_the_flag(
+    cmd: str, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([*shlex.split(cmd), "--device", "cpu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "usage:" not in err, err  # one line, no usage dump
+    assert f"argument {flag}:" in err and "not supported" in err
+
+
+def test_disaggregation_null_is_the_default() -> None:
+    assert parse("--disaggregation-mode null").disaggregation_mode == "null"
+
+
+def test_typo_is_still_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--atention-backend", "fa3", "--device", "cpu"])
+    assert e.value.code == 2
+    assert "unrecognized arguments: --atention-backend" in capsys.readouterr().err
+
+
+def test_engine_keywords_match_cli() -> None:
+    """``Engine(**kwargs)`` builds ``ServerArgs(**kwargs)``: the SGLang keyword names are fields."""
+    kw = ServerArgs(
+        device="cpu", attention_backend="fa3", enable_torch_compile=True, cuda_graph_bs=[1, 2, 4, 8]
+    )
+    cli = parse("--attention-backend fa3 --enable-torch-compile --cuda-graph-bs 1 2 4 8")
+    assert ignored_sglang_args(kw) == ignored_sglang_args(cli)
+    assert kw.cuda_graph_bs == cli.cuda_graph_bs
+    with pytest.raises(ValueError, match="enable_lora"):
+        ServerArgs(device="cpu", enable_lora=True)
+    for f in SGLANG_FLAGS:  # every table entry is a keyword too
+        assert hasattr(kw, f.dest)
+    assert {f.kind for f in SGLANG_FLAGS if f.dest.startswith("lora")} == {UNSUPPORTED}
+
+
+def test_cuda_graph_bs_buckets() -> None:
+    assert explicit_bs_buckets([8, 1, 4, 2, 4]) == [1, 2, 4, 8]
+    with pytest.raises(ValueError, match="cuda_graph_bs"):
+        explicit_bs_buckets([0, 2])
+    with pytest.raises(ValueError, match="cuda_graph_bs"):
+        ServerArgs(device="cpu", cuda_graph_bs=[])
