@@ -127,3 +127,21 @@ def test_cuda_graph_bs_buckets() -> None:
         explicit_bs_buckets([0, 2])
     with pytest.raises(ValueError, match="cuda_graph_bs"):
         ServerArgs(device="cpu", cuda_graph_bs=[])
+
+
+def test_sglang_dtype_and_load_format_spellings(capsys: pytest.CaptureFixture[str]) -> None:
+    """SGLang's ``--dtype float`` is float32 and ``--load-format safetensors`` is what ``auto`` reads
+    here; fp16 and formats the loader does not read fail with one line naming the flag."""
+    assert parse("--dtype float").dtype == "float32"
+    assert parse("--load-format safetensors").load_format == "auto"
+    for cmd, flag in (
+        ("--dtype half", "--dtype"),
+        ("--dtype float16", "--dtype"),
+        ("--load-format pt", "--load-format"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main([*shlex.split(cmd), "--device", "cpu"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "usage:" not in err, err
+        assert f"argument {flag}:" in err, err

@@ -30,6 +30,10 @@ DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 KV_CACHE_DTYPE_CHOICES = ("auto", "bf16", "fp8_e4m3")
 #: SGLang spellings of the same KV dtypes.
 KV_CACHE_DTYPE_ALIASES = {"bfloat16": "bf16"}
+#: SGLang spellings of the same weight dtype / load format (``--dtype float``, ``--load-format
+#: safetensors``: the loader reads safetensors checkpoints only, which is what ``auto`` means here).
+DTYPE_ALIASES = {"float": "float32"}
+LOAD_FORMAT_ALIASES = {"safetensors": "auto"}
 #: ``--grammar-backend``: xgrammar (constrained decoding, the only implementation here) or none
 #: (no constrained decoding: requests with a grammar are refused, as in SGLang).
 GRAMMAR_BACKEND_CHOICES = ("xgrammar", "none")
@@ -143,6 +147,8 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     graceful_shutdown_timeout: float = 5.0
 
     def __post_init__(self) -> None:
+        self.dtype = DTYPE_ALIASES.get(self.dtype, self.dtype)
+        self.load_format = LOAD_FORMAT_ALIASES.get(self.load_format, self.load_format)
         if self.device == "auto":
             self.device = "cuda" if _cuda_available() else "cpu"
         if self.dtype == "auto" and self.device in ("cpu", "cuda"):
@@ -179,6 +185,11 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
                 raise ValueError(f"{name} must be an integer >= 0 (got {value!r})")
 
         choice("device", ("cpu", "cuda"))
+        if self.dtype in ("half", "float16"):
+            raise ValueError(
+                f"dtype {self.dtype!r} is not supported: DeepSeek-V4 runs in bfloat16 (CUDA) or float32 (CPU); "
+                "use --dtype bfloat16 or auto"
+            )
         choice("dtype", ("float32", "bfloat16"))
         check_sglang_args(self)
         if self.kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES:
@@ -321,7 +332,12 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             help="Do not load the tokenizer: requests must pass input_ids, and responses carry "
             "output_ids without text (stop strings, text prompts and the OpenAI routes are refused).",
         )
-        a("--load-format", type=str, default="auto", choices=LOAD_FORMAT_CHOICES)
+        a(
+            "--load-format",
+            type=str,
+            default="auto",
+            help=f"One of {', '.join(LOAD_FORMAT_CHOICES)} (safetensors = auto); other SGLang values are refused.",
+        )
         a(
             "--quantization",
             type=str,
@@ -337,7 +353,12 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         a("--port", type=int, default=d["port"].default)
         a("--api-key", type=str, default=None, help="Require 'Authorization: Bearer KEY'.")
         a("--device", type=str, default="auto", choices=DEVICE_CHOICES)
-        a("--dtype", type=str, default="auto", choices=DTYPE_CHOICES)
+        a(
+            "--dtype",
+            type=str,
+            default="auto",
+            help=f"One of {', '.join(DTYPE_CHOICES)} (float = float32); half / float16 are refused.",
+        )
         a(
             "--kv-cache-dtype",
             type=str,
