@@ -302,6 +302,16 @@ def fake_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def real_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child server that runs the real scheduler (any inherited
+    ``SGLANG_V4_SCHEDULER_CLASS`` dropped), with ``test/`` importable."""
+    env = dict(os.environ)
+    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(TEST_DIR), env.get("PYTHONPATH", "")])
+    env.update(extra or {})
+    return env
+
+
 def start_server(
     args: list[str],
     env: dict[str, str],

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import requests
-from server_fixture import REPO, ServerHandle, sse_events, start_server
+from server_fixture import REPO, ServerHandle, real_env, sse_events, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -29,9 +29,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     from sglang_v4.tools.default_model import ensure_default_model
 
     ensure_default_model()
-    env = dict(os.environ)
-    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
+    env = real_env()
     h = start_server(["--skip-warmup"], env, tmp_path_factory.mktemp("seeds") / "server.log", timeout_s=600)
     yield h
     assert h.stop() == 0, h.log()[-3000:]

@@ -11,12 +11,11 @@ of the shared tokens within ``MAX_DLP`` (each) and ``MEAN_DLP`` (on average)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
-import os
 import time
 
 import pytest
 import requests
-from server_fixture import REPO, sse_events, start_server
+from server_fixture import real_env, sse_events, start_server
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sglang_v4.managers.scheduler")
@@ -30,9 +29,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    env = dict(os.environ)
-    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
+    env = real_env()
     h = start_server(["--device", "cuda"], env, tmp_path_factory.mktemp("gpu") / "server.log", timeout_s=400)
     yield h
     assert h.stop() == 0, h.log()[-3000:]

@@ -6,12 +6,11 @@ cheap to reach. Oracles: SGLang's documented bounds and the numbers given on the
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 import requests
-from server_fixture import REPO, ServerHandle, start_server
+from server_fixture import ServerHandle, real_env, start_server
 
 POOL_TOKENS = 512
 
@@ -20,9 +19,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    env = dict(os.environ)
-    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
+    env = real_env()
     h = start_server(
         ["--max-total-tokens", str(POOL_TOKENS), "--skip-warmup"],
         env,

@@ -13,13 +13,12 @@ serving, and its outputs still match. After the load both servers hold no reques
 from __future__ import annotations
 
 import concurrent.futures as cf
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from server_fixture import REPO, ServerHandle, sse_events, start_server
+from server_fixture import ServerHandle, real_env, sse_events, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -100,9 +99,7 @@ def _idle_pages(server: ServerHandle) -> int:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, list[Any]]:
-    env = dict(os.environ)
-    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
+    env = real_env()
     out: dict[Any, Any] = {}
     stops = None
     for overlap in (True, False):

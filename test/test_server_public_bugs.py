@@ -22,14 +22,13 @@ checkpoints in ``test_loader_hf_variants.py``).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_fixture import REPO, ServerHandle, sse_events, start_server
+from server_fixture import ServerHandle, real_env, sse_events, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -47,9 +46,7 @@ def default_model_dir() -> str:
 
 @pytest.fixture(scope="module")
 def server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory):
-    env = dict(os.environ)
-    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
+    env = real_env()
     h = start_server([], env, tmp_path_factory.mktemp("qa") / "server.log", timeout_s=600)
     yield h
     assert h.stop() == 0, h.log()[-3000:]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from server_fixture import REPO, ServerHandle, sse_events, start_server
+from server_fixture import ServerHandle, real_env, sse_events, start_server
 
 pytest.importorskip("sglang_v4.managers.scheduler")
 
@@ -34,11 +34,7 @@ def default_model_dir() -> str:
 
 @pytest.fixture(scope="module")
 def server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory):
-    import os
-
-    env = dict(os.environ)
-    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
+    env = real_env()
     t0 = time.time()
     h = start_server([], env, tmp_path_factory.mktemp("real") / "server.log", timeout_s=300)
     h.startup_s = time.time() - t0  # type: ignore[attr-defined]

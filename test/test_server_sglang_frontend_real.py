@@ -9,11 +9,9 @@ oracle recomputes every logprob the frontend reads from those requests.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import requests
-from server_fixture import REPO, start_server
+from server_fixture import real_env, start_server
 
 sgl = pytest.importorskip("sglang")
 pytest.importorskip("sglang_v4.managers.scheduler")
@@ -34,9 +32,7 @@ def default_model_dir() -> str:
 
 @pytest.fixture(scope="module")
 def server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory):
-    env = dict(os.environ)
-    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
+    env = real_env()
     h = start_server([], env, tmp_path_factory.mktemp("front") / "server.log", timeout_s=300)
     yield h
     assert h.stop() == 0, h.log()[-3000:]

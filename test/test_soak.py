@@ -48,7 +48,7 @@ from typing import Any
 import aiohttp
 import pytest
 import requests
-from server_fixture import REPO, ServerHandle, start_server
+from server_fixture import ServerHandle, real_env, start_server
 
 psutil = pytest.importorskip("psutil")
 
@@ -366,9 +366,7 @@ def _env() -> dict[str, str]:
     that freed large tensors are unmapped at once; by default the threshold adapts upwards and
     freed tensors stay cached in the heap, so RSS follows the allocator's cache (tens of MiB up or
     down from one phase to the next) rather than live memory."""
-    env = dict(os.environ)
-    env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "test"), env.get("PYTHONPATH", "")])
+    env = real_env()
     env["MALLOC_MMAP_THRESHOLD_"] = str(4 * 2**20)
     return env
 
