@@ -145,3 +145,5 @@ def test_sglang_dtype_and_load_format_spellings(capsys: pytest.CaptureFixture[st
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "usage:" not in err, err
         assert f"argument {flag}:" in err, err
+        if flag == "--load-format":
+            assert "safetensors" in err, err  # the accepted spellings are all listed

@@ -211,7 +211,11 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
                 f"cuda_graph_bs must be a non-empty list of positive integers (got {self.cuda_graph_bs!r})"
             )
         choice("schedule_policy", SCHEDULE_POLICY_CHOICES)
-        choice("load_format", LOAD_FORMAT_CHOICES)
+        if self.load_format not in LOAD_FORMAT_CHOICES:
+            raise ValueError(
+                f"load_format must be one of {list(LOAD_FORMAT_CHOICES + tuple(LOAD_FORMAT_ALIASES))} "
+                f"(safetensors is read as auto; got {self.load_format!r})"
+            )
         if self.quantization is not None:
             choice("quantization", QUANTIZATION_CHOICES)
         choice("log_level", LOG_LEVEL_CHOICES)
