@@ -70,6 +70,7 @@ __all__ = [
     "W8A16_MAX_TOKENS",
     "act_quant",
     "choose_variant",
+    "decode_variant_override",
     "fp8_linear",
 ]
 
