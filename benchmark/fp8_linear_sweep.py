@@ -1,4 +1,4 @@
-"""Weight-only FP8 linear (w8a16) at decode: tile sweep per V4-Flash shape and token count.
+"""FP8 linear at decode: w8a16 tile sweep, and w8a8_fused against w8a16, per V4-Flash shape.
 
 For every FP8 linear a V4-Flash decode step runs (``flash-43l`` preset: the merged q_a + kv input
 projection, q_b, the grouped o_a, o_b, the shared expert's fused gate/up and down, the CSA layers'
@@ -18,6 +18,13 @@ than 1% of the output's largest magnitude is reported and not ranked), and the l
 fp32 product of the dequantized weights. The roofline of a call is its weight bytes (e4m3 + fp32
 scales) at the device-to-device copy rate measured in the same run (``2 x bytes / time``).
 
+Next to the sweep, in the same run and on the same weights, ``w8a16`` (the baseline) and
+``w8a8_fused`` (activations quantized per 1x128 group inside the kernel, e4m3 x e4m3 dot) are timed
+with the decode rule's tiles (``fp8_gemm._w8a16_config``, the tiles both use when ``fp8_linear``
+picks them) at ``T`` in {1, 2, 4, 8, 16, 32, 64} (``--ab-tokens``): µs, x roofline, the speed-up,
+each output's relative L2 error against the fp32 product of the dequantized weights, and
+w8a8_fused's against its own definition (the reference ``act_quant`` then the same product).
+
 Compilation: every distinct kernel specialisation is compiled first by ``--jobs`` worker processes
 (Triton's on-disk cache then serves the timing process), so a run takes well under the 150 s
 budget on an H200.
@@ -26,6 +33,7 @@ Usage::
 
     python benchmark/fp8_linear_sweep.py --out DIR            # GPU: DIR/fp8_linear_sweep.{md,json}
     python benchmark/fp8_linear_sweep.py --dry --out DIR      # CPU, TRITON_INTERPRET=1, tiny shapes
+    python benchmark/fp8_linear_sweep.py --ab-only --out DIR  # GPU: only w8a8_fused vs w8a16
 """
 
 from __future__ import annotations
@@ -129,32 +137,38 @@ def _inputs(T: int, G: int, K: int, device: str, dtype: torch.dtype) -> torch.Te
     return torch.randn(*shape, device=device, generator=torch.Generator(device).manual_seed(T)).to(dtype)
 
 
-def _compile_worker(tasks: list[tuple[int, int, int, int, dict]]) -> list[str]:
-    """Run each ``(T, G, N, K, config)`` once (compiles into Triton's on-disk cache); errors as text."""
+#: a compile task: ``(T, G, N, K, config, variant)``
+Task = tuple[int, int, int, int, dict, str]
+
+
+def _compile_worker(tasks: list[Task]) -> list[str]:
+    """Run each task once (compiles into Triton's on-disk cache); errors as text."""
     from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
 
     errs = []
-    for T, G, N, K, cfg in tasks:
+    for T, G, N, K, cfg, variant in tasks:
         try:
             w = torch.empty(G * N, K, dtype=torch.float8_e4m3fn, device="cuda")
             s = torch.ones(-(-G * N // 128), -(-K // 128), device="cuda")
-            fp8_linear(_inputs(T, G, K, "cuda", torch.bfloat16), w, s, "w8a16", config=cfg)
+            fp8_linear(_inputs(T, G, K, "cuda", torch.bfloat16), w, s, variant, config=cfg)
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - reported, the variant is then skipped
-            errs.append(f"{label(cfg)} T={T} {G}x{N}x{K}: {e!r}"[:300])
+            errs.append(f"{variant} {label(cfg)} T={T} {G}x{N}x{K}: {e!r}"[:300])
     return errs
 
 
-def precompile(tasks: list[tuple[int, int, int, int, dict]], jobs: int) -> list[str]:
+def precompile(tasks: list[Task], jobs: int) -> list[str]:
     """Compile the distinct kernel specialisations of ``tasks`` in ``jobs`` spawned processes."""
     import multiprocessing as mp
 
     uniq: dict[tuple, tuple] = {}
-    for T, G, N, K, cfg in tasks:  # what Triton specialises on: T == 1, divisibility by 16, constexprs
-        key = (T == 1, T % 16 == 0, N % 16 == 0, K % 16 == 0, G > 1, tuple(cfg[k] for k in KEYS))
-        uniq.setdefault(key, (T, G, N, K, cfg))
+    for T, G, N, K, cfg, variant in tasks:  # what Triton specialises on: T == 1, divisibility, constexprs
+        key = (T == 1, T % 16 == 0, N % 16 == 0, K % 16 == 0, G > 1, variant, tuple(cfg[k] for k in KEYS))
+        uniq.setdefault(key, (T, G, N, K, cfg, variant))
     todo = list(uniq.values())
     chunks = [todo[i::jobs] for i in range(jobs) if todo[i::jobs]]
+    if not chunks:
+        return []
     with mp.get_context("spawn").Pool(len(chunks)) as pool:
         return [e for errs in pool.map(_compile_worker, chunks) for e in errs]
 
@@ -259,6 +273,86 @@ def sweep_shape(shape: dict, T: int, device: str, sms: int, bw: float | None, re
     return row
 
 
+AB_VARIANTS = ("w8a16", "w8a8_fused")
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b).norm() / b.norm())
+
+
+def ab_shape(shape: dict, T: int, device: str, sms: int, bw: float | None, reps: int, dry: bool) -> dict:
+    """One (shape, T): w8a16 and w8a8_fused with the decode rule's tiles, µs, errors, roofline."""
+    from sgl_kernel_v4.ref.fp8_gemm import act_quant, dequant_act, dequant_fp8_block
+    from sgl_kernel_v4.triton.fp8_gemm import _w8a16_config, fp8_linear
+
+    G, N, K = shape["G"], shape["N"], shape["K"]
+    dtype = torch.float32 if dry else torch.bfloat16
+    w_bytes = G * N * K + 4 * (-(-G * N // 128)) * (-(-K // 128))
+    copies = 1 if dry else max(2, min(64, -(-(256 << 20) // w_bytes)))
+    gen = torch.Generator(device).manual_seed(G * N + K)
+    ws = [_fp8_weight(G * N, K, device, gen) for _ in range(copies)]
+    x = _inputs(T, G, K, device, dtype)
+    w = dequant_fp8_block(*ws[0]).view(G, N, K).transpose(1, 2)
+    ref = (x.float().reshape(T, G, 1, K) @ w).reshape(T, G * N)
+    q, sq = act_quant(x.reshape(T * G, K))
+    ref_q = (dequant_act(q, sq).reshape(T, G, 1, K) @ w).reshape(T, G * N)
+    cfg = _w8a16_config(T, N, G, K, sms, x.element_size())
+    row: dict[str, Any] = {"shape": shape["name"], "G": G, "N": N, "K": K, "T": T, "calls": shape["calls"],
+                           "weight_bytes": w_bytes, "config": label(cfg)}  # fmt: skip
+    for v in AB_VARIANTS:
+        try:
+            out = fp8_linear(x, ws[0][0], ws[0][1], v, config=cfg)
+            row[f"{v}_rel_err_vs_fp32"] = _rel(out, ref)
+            if v == "w8a8_fused":
+                row[f"{v}_rel_err_vs_act_quant_ref"] = _rel(out, ref_q)
+            calls = [lambda i=i, v=v: fp8_linear(x, ws[i][0], ws[i][1], v, config=cfg) for i in range(copies)]
+            row[f"{v}_us"] = round((_cpu_us if dry else _gpu_us)(calls, reps), 3)
+        except Exception as e:  # noqa: BLE001 - reported in the table
+            row[f"{v}_error"] = repr(e)[:300]
+    if bw:
+        row["roofline_us"] = round(w_bytes / bw * 1e6, 3)
+    return row
+
+
+def ab_markdown(rows: list[dict], meta: dict) -> str:
+    """The w8a8_fused vs w8a16 table, per-step totals and any error."""
+    lines = [
+        "### FP8 linear at decode: w8a8_fused vs w8a16 (the decode rule's tiles, same run)",
+        "",
+        f"{meta['device']}, {meta['sms']} SMs; copy rate {_f(meta.get('copy_tbps'))} TB/s; "
+        f"CUDA-graph replay medians of {meta['reps']} replays. Roofline: weight bytes at the copy rate.",
+        "",
+        "| shape | G x N x K | T | tiles | w8a16 µs | w8a8_fused µs | roofline µs | w8a16 x roofline "
+        "| fused x roofline | w8a16 / fused | w8a16 err vs fp32 | fused err vs fp32 | fused err vs act_quant ref |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        a, b, rf = r.get("w8a16_us"), r.get("w8a8_fused_us"), r.get("roofline_us")
+        lines.append(
+            f"| {r['shape']} | {r['G']}x{r['N']}x{r['K']} | {r['T']} | {r['config']} | {_f(a)} | {_f(b)} | "
+            f"{_f(rf)} | {_f(a / rf if a and rf else None)} | {_f(b / rf if b and rf else None)} | "
+            f"{_f(a / b if a and b else None, '{:.2f}x')} | {_f(r.get('w8a16_rel_err_vs_fp32'), '{:.1e}')} | "
+            f"{_f(r.get('w8a8_fused_rel_err_vs_fp32'), '{:.1e}')} | "
+            f"{_f(r.get('w8a8_fused_rel_err_vs_act_quant_ref'), '{:.1e}')} |"
+        )
+    lines += ["", "Per decode step (calls per step x µs, summed over the shapes):", ""]
+    lines += ["| T | w8a16 µs | w8a8_fused µs | roofline µs | w8a16 / fused |", "|---:|---:|---:|---:|---:|"]
+    for T in sorted({r["T"] for r in rows}):
+        rs = [r for r in rows if r["T"] == T]
+        tot = {}
+        for key in ("w8a16_us", "w8a8_fused_us", "roofline_us"):
+            vals = [r.get(key) for r in rs]
+            tot[key] = None if any(v is None for v in vals) else sum(v * r["calls"] for v, r in zip(vals, rs))
+        a, b = tot["w8a16_us"], tot["w8a8_fused_us"]
+        lines.append(f"| {T} | {_f(a)} | {_f(b)} | {_f(tot['roofline_us'])} | "
+                     f"{_f(a / b if a and b else None, '{:.2f}x')} |")  # fmt: skip
+    errs = [(r, v) for r in rows for v in AB_VARIANTS if f"{v}_error" in r]
+    if errs:
+        lines += ["", "Errors:", ""]
+        lines += [f"- {r['shape']} T={r['T']} {v}: {r[f'{v}_error']}" for r, v in errs]
+    return "\n".join(lines) + "\n"
+
+
 def _f(v: Any, fmt: str = "{:.2f}") -> str:
     return "-" if v is None else fmt.format(v)
 
@@ -308,6 +402,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dry", action="store_true", help="CPU proof run: TRITON_INTERPRET=1, tiny shapes")
     p.add_argument("--out", default="benchmark/results/fp8_linear_sweep", help="output directory")
     p.add_argument("--tokens", default="1,16,64", help="token counts (comma-separated, each <= 64)")
+    p.add_argument("--ab-tokens", default="1,2,4,8,16,32,64", help="token counts of w8a8_fused vs w8a16")
+    p.add_argument("--ab-only", action="store_true", help="skip the w8a16 tile sweep")
     p.add_argument("--reps", type=int, default=25, help="timed graph replays per variant (>= 20 on the GPU)")
     p.add_argument("--jobs", type=int, default=12, help="compile worker processes (GPU)")
     a = p.parse_args(argv)
@@ -316,6 +412,9 @@ def main(argv: list[str] | None = None) -> None:
     tokens = [int(t) for t in a.tokens.split(",")]
     if any(not 1 <= t <= 64 for t in tokens):
         raise ValueError(f"--tokens: each must be in 1..64 (the weight-only kernel's range), got {tokens}")
+    ab_tokens = [int(t) for t in a.ab_tokens.split(",")]
+    if any(not 1 <= t <= 64 for t in ab_tokens):
+        raise ValueError(f"--ab-tokens: each must be in 1..64 (the decode kernels' range), got {ab_tokens}")
     if not a.dry and not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU (or --dry)")
     from sgl_kernel_v4.triton._utils import num_sms
@@ -324,37 +423,54 @@ def main(argv: list[str] | None = None) -> None:
     device = "cpu" if a.dry else "cuda"
     sms = num_sms(torch.device(device))
     shapes = dry_shapes() if a.dry else flash_shapes()
-    tokens = [1, 5] if a.dry else tokens
+    tokens = [] if a.ab_only else [1, 5] if a.dry else tokens
+    ab_tokens = [1, 5] if a.dry else ab_tokens
     reps = 1 if a.dry else max(20, a.reps)
     compile_errors: list[str] = []
     if not a.dry:
-        tasks = [(T, s["G"], s["N"], s["K"], cfg) for s in shapes for T in tokens
+        from sgl_kernel_v4.triton.fp8_gemm import _w8a16_config
+
+        tasks = [(T, s["G"], s["N"], s["K"], cfg, "w8a16") for s in shapes for T in tokens
                  for _, cfg in variants(T, s["G"], s["N"], s["K"], sms)]  # fmt: skip
+        tasks += [(T, s["G"], s["N"], s["K"], _w8a16_config(T, s["N"], s["G"], s["K"], sms), v)
+                  for s in shapes for T in ab_tokens for v in AB_VARIANTS]  # fmt: skip
         compile_errors = precompile(tasks, max(1, a.jobs))
         print(f"compiled in {time.time() - t0:.0f} s; {len(compile_errors)} errors", file=sys.stderr)
     bw = copy_bps(device)
-    rows = []
+    meta = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "CPU (TRITON_INTERPRET=1, dry run)",
+        "sms": sms,
+        "copy_tbps": bw / 1e12 if bw else None,
+        "reps": reps,
+        "compile_errors": compile_errors,
+    }
+    os.makedirs(a.out, exist_ok=True)
+    rows: list[dict] = []
+    ab_rows: list[dict] = []
+
+    def write() -> str:  # after each part: a run cut short keeps what it measured
+        meta["seconds"] = time.time() - t0
+        md = ab_markdown(ab_rows, meta) + ("\n" + markdown(rows, meta) if rows else "")
+        with open(os.path.join(a.out, "fp8_linear_sweep.md"), "w") as f:
+            f.write(md)
+        with open(os.path.join(a.out, "fp8_linear_sweep.json"), "w") as f:
+            json.dump({"meta": meta, "rows": rows, "ab_rows": ab_rows}, f, indent=1)
+        return md
+
+    for s in shapes:
+        for T in ab_tokens:
+            ab_rows.append(ab_shape(s, T, device, sms, bw, reps, a.dry))
+            r = ab_rows[-1]
+            print(f"{s['name']} T={T}: w8a16 {r.get('w8a16_us')} w8a8_fused {r.get('w8a8_fused_us')} us "
+                  f"(roofline {r.get('roofline_us')})", file=sys.stderr)  # fmt: skip
+    write()
     for s in shapes:
         for T in tokens:
             rows.append(sweep_shape(s, T, device, sms, bw, reps, a.dry))
             r = rows[-1]
             print(f"{s['name']} T={T}: legacy {r['legacy_us']} rule {r['rule_us']} best {r.get('best')} "
                   f"{r.get('best_us')} us", file=sys.stderr)  # fmt: skip
-    meta = {
-        "device": torch.cuda.get_device_name() if device == "cuda" else "CPU (TRITON_INTERPRET=1, dry run)",
-        "sms": sms,
-        "copy_tbps": bw / 1e12 if bw else None,
-        "reps": reps,
-        "seconds": time.time() - t0,
-        "compile_errors": compile_errors,
-    }
-    os.makedirs(a.out, exist_ok=True)
-    md = markdown(rows, meta)
-    with open(os.path.join(a.out, "fp8_linear_sweep.md"), "w") as f:
-        f.write(md)
-    with open(os.path.join(a.out, "fp8_linear_sweep.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    print(md)
+    print(write())
 
 
 if __name__ == "__main__":

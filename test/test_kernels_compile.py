@@ -31,7 +31,7 @@ _W8A16 = dict(
     x_ptr="*bf16", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", part_ptr="*fp32", cnt_ptr="*i32", M="i32",
     N="i32", K="i32", stride_xm="i32", stride_xg="i32", stride_wn="i32", stride_sn="i32", stride_ym="i32",
     stride_part="i32", SPLIT_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
-    SUB_K="constexpr", USE_ASM="constexpr",
+    SUB_K="constexpr", USE_ASM="constexpr", QUANT_A="constexpr",
 )  # fmt: skip
 _W8A8 = dict(
     q_ptr="*fp8e4nv", qs_ptr="*fp32", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", M="i32", N="i32",
@@ -113,8 +113,13 @@ def _cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
     ]
     for M, N, K, dt in w8a16:
         cfg, opts = _split(_w8a16_config(M, N, 1, K, 132, 2 if dt == "bf16" else 4))
-        cfg.update(SUB_K=min(cfg["BLOCK_K"], 128), USE_ASM=dt == "bf16")
+        cfg.update(SUB_K=min(cfg["BLOCK_K"], 128), USE_ASM=dt == "bf16", QUANT_A=False)
         out.append(("fp8_gemm", "_w8a16_kernel", _as(_W8A16, dt), cfg, opts, dt == "bf16" and M <= 64))
+    # w8a8_fused (QUANT_A: activations quantized in the kernel, e4m3 x e4m3 dot) at decode, bf16
+    for M, N, K in ((1, 1536, 4096), (16, 32768, 1024), (33, 1024, 4096), (64, 4096, 8192)):
+        cfg, opts = _split(_w8a16_config(M, N, 1, K, 132, 2))
+        cfg.update(SUB_K=128, USE_ASM=False, QUANT_A=True)
+        out.append(("fp8_gemm", "_w8a16_kernel", _W8A16, cfg, opts, True))
     # the tile families of benchmark/fp8_linear_sweep.py (32-row tiles on 2 warps, 256-deep steps)
     for bm, bn, bk, warps, stages in (
         (16, 32, 128, 2, 4),
@@ -122,7 +127,8 @@ def _cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
         (16, 128, 128, 4, 4),
         (64, 128, 128, 8, 3),
     ):
-        cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 2, "SUB_K": 128, "USE_ASM": True}
+        cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 2, "SUB_K": 128, "USE_ASM": True,
+               "QUANT_A": False}  # fmt: skip
         out.append(
             ("fp8_gemm", "_w8a16_kernel", _W8A16, cfg, {"num_warps": warps, "num_stages": stages}, True)
         )

@@ -52,7 +52,7 @@ KERNEL_TEST_FILES = [
 # small cases covering every kernel family (paged sparse attention csa/swa + fp8 pools, HCA,
 # indexer scoring + histogram/threshold top-k on bf16/fp8/fp4 keys, compressor and its in-place
 # window / state kernels, rope / norm / qnorm-rope-kv insert, mHC (decode and legacy finish),
-# bf16 MoE, FP8 GEMMs (both variants, split-K, act quant), FP4 MoE, the MoE router (top-k + hash)
+# bf16 MoE, FP8 GEMMs (the three variants, split-K, act quant), FP4 MoE, the MoE router (top-k + hash)
 # and the shared expert's SwiGLU, both bf16).
 REPRESENTATIVE = [
     "test_kernels_attention.py::test_paged_attention_matches_fp64[dtype0-5-12-128-45-csa]",
@@ -66,6 +66,7 @@ REPRESENTATIVE = [
     "test_kernels_fp8_gemm.py::test_fp8_linear_vs_float64[dtype0-w8a16-5-2-32-256]",
     "test_kernels_fp8_gemm.py::test_fp8_linear_vs_float64[dtype0-w8a8-5-2-32-256]",
     "test_kernels_fp8_gemm.py::test_w8a16_split_k[2]",
+    "test_kernels_fp8_gemm.py::test_w8a8_fused_vs_float64[dtype0-17-2-96-384-cfg1]",
     "test_kernels_fp8_gemm.py::test_act_quant_vs_float64[3-300]",
     "test_kernels_indexer.py::test_topk_from_scores_exact[2-1-100-16]",
     "test_kernels_indexer.py::test_indexer_topk_quantized_keys",

@@ -148,7 +148,8 @@ def test_e4m3_register_decode_every_code() -> None:
 
 
 @pytest.mark.skipif(INTERP, reason="CUDA graphs")
-def test_fp8_linear_cuda_graph_capture() -> None:
+@pytest.mark.parametrize("variant", [None, "w8a8_fused"])
+def test_fp8_linear_cuda_graph_capture(variant: str | None) -> None:
     """Decode-shaped calls (both the direct and the split-K path) capture and replay."""
     from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
 
@@ -157,17 +158,18 @@ def test_fp8_linear_cuda_graph_capture() -> None:
     ws = [_weights(1, n, k, gen) for n, k in shapes]
     xs = [torch.randn(2, k, generator=gen).to(torch.bfloat16).cuda() for _, k in shapes]
     ws = [(w.cuda(), s.cuda()) for w, s in ws]
-    outs = [fp8_linear(x, w, s) for x, (w, s) in zip(xs, ws)]  # compile + warm up
+    outs = [fp8_linear(x, w, s, variant) for x, (w, s) in zip(xs, ws)]  # compile + warm up
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        outs = [fp8_linear(x, w, s) for x, (w, s) in zip(xs, ws)]
+        outs = [fp8_linear(x, w, s, variant) for x, (w, s) in zip(xs, ws)]
     for x in xs:
         x.copy_(torch.randn_like(x))
     g.replay()
     torch.cuda.synchronize()
     for x, (w, s), o in zip(xs, ws, outs):
-        assert rel_err(o, _y64(x.cpu(), _w64(w.cpu(), s.cpu()), 1)) < 1e-2
+        want = _fused_oracles(x, w, s, 1)[0] if variant else _y64(x.cpu(), _w64(w.cpu(), s.cpu()), 1)
+        assert rel_err(o, want) < 1e-2
 
 
 def _rule_outputs() -> set[tuple[int, ...]]:
@@ -248,3 +250,117 @@ def test_w8a16_config_override_checked(bad: dict) -> None:
     x = torch.randn(1, 128).to(dtypes()[0])
     with pytest.raises(ValueError, match="config"):
         fp8_linear(x.to(DEVICE), w.to(DEVICE), s.to(DEVICE), "w8a16", config=cfg)
+
+
+# ---- w8a8_fused: the decode kernel quantizing its activation tiles in registers ----------------
+
+#: T, G, N (per group), K, config override (None: the decode rule). Split-K (3 splits, 2 with
+#: 256-deep steps whose last sub-step lies past K), G > 1, ragged N and K, T = 1 and 17.
+FUSED_INTERP = [
+    (1, 1, 200, 300, None),
+    (17, 2, 96, 384, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 3, "num_warps": 4,
+                      "num_stages": 2}),
+    (5, 1, 64, 640, {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4,
+                     "num_stages": 2}),
+]  # fmt: skip
+#: the V4-Flash decode shapes of benchmark/fp8_linear_sweep.py (G, N, K) at 1, 17 and 64 tokens
+FUSED_GPU = [
+    (T, G, N, K, None)
+    for G, N, K in ((1, 1536, 4096), (1, 32768, 1024), (8, 1024, 4096), (1, 4096, 8192), (1, 4096, 2048),
+                    (1, 8192, 1024), (2, 96, 200))
+    for T in (1, 17, 64)
+]  # fmt: skip
+
+
+def _fused_oracles(
+    x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, G: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 ``(quantized, exact)`` products on ``x``'s device: ``x`` quantized by the reference
+    ``act_quant`` (pow2, per token and group, 1x128 along K) and dequantized, or ``x`` as is, times
+    the dequantized weight."""
+    from sgl_kernel_v4.ref.fp8_gemm import act_quant
+
+    T, K = x.shape[0], x.shape[-1]
+    q, sx = act_quant(x.reshape(T * G, K).float(), pow2=True)
+    xq = q.double() * sx.double().repeat_interleave(128, dim=1)[:, :K]
+    i, j = torch.arange(w.shape[0], device=w.device) // 128, torch.arange(K, device=w.device) // 128
+    w64 = (w.double() * s.double()[i[:, None], j[None, :]]).view(G, -1, K)
+    return tuple(torch.einsum("tgk,gnk->tgn", a.view(T, G, K), w64).reshape(T, -1) for a in (xq, x.double()))
+
+
+def _fused_x(T: int, G: int, K: int, gen: torch.Generator) -> torch.Tensor:
+    """Random activations with an outlier, an all-zero group (amax clamped) and, where they fit,
+    rows of every e4m3 tie and near-tie (:func:`e4m3_rounding_cases`)."""
+    x = torch.randn(T, G, K, generator=gen) * 2
+    x[0, :, 5] = 40.0
+    x[T - 1, 0, :128] = 0.0
+    if K >= 384 and T >= 5:
+        x[1:5, -1, :384] = e4m3_rounding_cases()
+    return x if G > 1 else x[:, 0]
+
+
+@pytest.mark.parametrize("T,G,N,K,cfg", FUSED_INTERP if INTERP else FUSED_GPU)
+@pytest.mark.parametrize("dtype", dtypes())
+def test_w8a8_fused_vs_float64(T: int, G: int, N: int, K: int, cfg: dict | None, dtype: torch.dtype) -> None:
+    """``w8a8_fused`` equals the float64 product of the reference-quantized activations and the
+    dequantized weights. The quantized values are the same, only the summation differs: fp32
+    accumulation on the CPU (1e-5); on the GPU the fp8 MMA's reduced-precision accumulation
+    within each 128-deep step plus, for bf16 outputs, one bf16 rounding (2**-9 per element)."""
+    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+
+    gen = torch.Generator().manual_seed(T * 11 + G * N + K)
+    w, s = _weights(G, N, K, gen)
+    x = _fused_x(T, G, K, gen).to(dtype)
+    xd, wd, sd = x.to(DEVICE), w.to(DEVICE), s.to(DEVICE)
+    out = fp8_linear(xd, wd, sd, "w8a8_fused", config=cfg)
+    assert out.shape == (T, G * N) and out.dtype == dtype
+    want, exact = _fused_oracles(xd, wd, sd, G)
+    tol = 1e-5 if INTERP else (3e-3 if dtype == torch.bfloat16 else 1e-3)
+    assert rel_err(out, want) < tol
+    # the weight-only product differs by the activation rounding: far more than the tolerance
+    assert rel_err(exact, want) > 3 * tol
+
+
+def test_w8a8_fused_config_needs_whole_groups() -> None:
+    """A K step shallower than one 128-wide activation group is refused (``config`` named)."""
+    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+
+    cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2}
+    w, s = _weights(1, 64, 128, torch.Generator().manual_seed(0))
+    x = torch.randn(1, 128).to(dtypes()[0])
+    with pytest.raises(ValueError, match="config: w8a8_fused"):
+        fp8_linear(x.to(DEVICE), w.to(DEVICE), s.to(DEVICE), "w8a8_fused", config=cfg)
+
+
+@pytest.fixture
+def _fresh_override(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202 - a fixture's generator
+    from sgl_kernel_v4.triton import fp8_gemm
+
+    fp8_gemm.decode_variant_override.cache_clear()
+    yield monkeypatch
+    monkeypatch.delenv(fp8_gemm.DECODE_VARIANT_ENV, raising=False)
+    fp8_gemm.decode_variant_override.cache_clear()
+
+
+def test_decode_variant_env_override(_fresh_override: pytest.MonkeyPatch) -> None:
+    """``SGLANG_V4_FP8_DECODE_VARIANT`` picks the decode kernel of ``variant=None`` calls (read
+    once: a later change is not seen); an unknown value is a ValueError naming the variable."""
+    from sgl_kernel_v4.triton import fp8_gemm
+
+    gen = torch.Generator().manual_seed(3)
+    w, s = _weights(1, 64, 256, gen)
+    x = torch.randn(2, 256, generator=gen).to(dtypes()[0])
+    x, w, s = x.to(DEVICE), w.to(DEVICE), s.to(DEVICE)
+    fused = fp8_gemm.fp8_linear(x, w, s, "w8a8_fused")
+    plain = fp8_gemm.fp8_linear(x, w, s, "w8a16")
+    assert not torch.equal(fused, plain)
+    assert torch.equal(fp8_gemm.fp8_linear(x, w, s), plain)  # unset: choose_variant's w8a16
+    fp8_gemm.decode_variant_override.cache_clear()
+    _fresh_override.setenv(fp8_gemm.DECODE_VARIANT_ENV, "w8a8_fused")
+    assert torch.equal(fp8_gemm.fp8_linear(x, w, s), fused)
+    _fresh_override.setenv(fp8_gemm.DECODE_VARIANT_ENV, "w8a16")  # read once: still fused
+    assert torch.equal(fp8_gemm.fp8_linear(x, w, s), fused)
+    fp8_gemm.decode_variant_override.cache_clear()
+    _fresh_override.setenv(fp8_gemm.DECODE_VARIANT_ENV, "w8a8")
+    with pytest.raises(ValueError, match=fp8_gemm.DECODE_VARIANT_ENV):
+        fp8_gemm.fp8_linear(x, w, s)

@@ -378,7 +378,9 @@ def fp8_linear(
     ``x [T, K]`` or ``[T, G, K]``; ``weight [G*N, K]`` float8_e4m3fn; ``weight_scale
     [ceil(G*N/128), ceil(K/128)]`` float32; returns ``[T, G*N]`` in x's dtype. ``variant``: ``None``
     (Triton: weight-only for few tokens, activation-quantized above; reference: exact weight-only),
-    ``"w8a16"`` or ``"w8a8"``. See :mod:`sgl_kernel_v4.ref.fp8_gemm`.
+    ``"w8a16"``, ``"w8a8"`` or ``"w8a8_fused"`` (the decode kernel quantizing the activations
+    itself; Triton, at most 64 tokens: ``SGLANG_V4_FP8_DECODE_VARIANT`` overrides ``None``'s
+    choice). See :mod:`sgl_kernel_v4.ref.fp8_gemm`.
     """
     return get_op("fp8_linear", x.device)(x, weight, weight_scale, variant)
 

@@ -132,8 +132,9 @@ def fp8_linear(
         x: ``[T, K]`` or ``[T, G, K]`` (float32 / bfloat16 / float16).
         weight: ``[G * N, K]`` float8_e4m3fn.
         weight_scale: ``[ceil(G*N/128), ceil(K/128)]`` float32 block scales.
-        variant: ``None`` / ``"w8a16"`` (exact weight dequantization) or ``"w8a8"`` (activations
-            quantized per 1x128 group first, as the Triton prefill kernel does).
+        variant: ``None`` / ``"w8a16"`` (exact weight dequantization) or ``"w8a8"`` /
+            ``"w8a8_fused"`` (activations quantized per 1x128 group first, as the Triton prefill
+            kernel and the fused decode kernel do).
 
     Returns:
         ``[T, G * N]`` in x's dtype (computed in float32).
@@ -142,11 +143,11 @@ def fp8_linear(
         ValueError: shapes/dtypes inconsistent, or an unknown ``variant``.
     """
     T, G, N, K = check_fp8_linear_args(x, weight, weight_scale)
-    if variant not in (None, "w8a16", "w8a8"):
-        raise ValueError(f"variant: expected None, 'w8a16' or 'w8a8', got {variant!r}")
+    if variant not in (None, "w8a16", "w8a8", "w8a8_fused"):
+        raise ValueError(f"variant: expected None, 'w8a16', 'w8a8' or 'w8a8_fused', got {variant!r}")
     w = dequant_fp8_block(weight, weight_scale).view(G, N, K)
     xf = x.reshape(T, G, K)
-    if variant == "w8a8":
+    if variant in ("w8a8", "w8a8_fused"):
         q, s = act_quant(xf.reshape(T * G, K))
         xf = dequant_act(q, s).view(T, G, K)
     else:

@@ -20,6 +20,12 @@ Techniques (from DeepGEMM's and DeepSeek's published FP8 GEMM designs, written a
   16-per-clock pipe). When the tiles leave SMs idle, K is split over programs that write fp32
   partials; the last program of a tile (an arrival counter it resets) sums them in split order
   and stores the output: one launch, deterministic, no zero-fill or cast kernel.
+* ``w8a8_fused`` (decode, opt-in): the ``w8a16`` kernel with ``QUANT_A``: each 128-deep
+  sub-step quantizes its activation tile in registers exactly as :func:`act_quant` (``pow2``) does
+  (the 128 columns of a sub-step are one activation group) and multiplies the e4m3 weights as
+  loaded by the e4m3 activations on the fp8 tensor cores (``W_tile @ xq^T``, both operands K-major:
+  the weight tile as loaded, ``xq`` transposed), then applies ``sb[n] * sx[m]``. No weight
+  conversion and no separate quantization launch.
 * ``w8a8`` (prefill, many tokens): ``act_quant`` writes e4m3 activations with per-(row, 128)
   power-of-two scales (DeepSeek's inference recipe for V4's ``ue8m0`` format), then an fp8 x fp8
   tensor-core GEMM; when a 128-row N tile lies inside one weight-scale block, a K step's weight
@@ -29,12 +35,14 @@ Techniques (from DeepGEMM's and DeepSeek's published FP8 GEMM designs, written a
   4-byte activation tile gets fewer stages instead of a launch the GPU refuses.
 
 :func:`fp8_linear` picks the variant per shape (:func:`choose_variant`): w8a16 for at most
-:data:`W8A16_MAX_TOKENS` tokens, else w8a8 (``docs/QUANTIZATION.md``). Nothing here synchronises
-with the host, so decode steps are CUDA-graph capturable.
+:data:`W8A16_MAX_TOKENS` tokens, else w8a8 (``docs/QUANTIZATION.md``); the environment variable
+:data:`DECODE_VARIANT_ENV` (``w8a16`` / ``w8a8_fused``, read once) replaces the decode choice.
+Nothing here synchronises with the host, so decode steps are CUDA-graph capturable.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -54,7 +62,17 @@ from .fp8_gemm_tiles import (
     w8a16_config_legacy,
 )
 
-__all__ = ["SMEM_BUDGET", "W8A16_MAX_TOKENS", "act_quant", "choose_variant", "fp8_linear"]
+__all__ = [
+    "DECODE_VARIANTS",
+    "DECODE_VARIANT_ENV",
+    "SMEM_BUDGET",
+    "VARIANTS",
+    "W8A16_MAX_TOKENS",
+    "act_quant",
+    "choose_variant",
+    "decode_variant_override",
+    "fp8_linear",
+]
 
 _FP8_MAX = tl.constexpr(FP8_MAX)
 _AMAX_MIN = tl.constexpr(AMAX_MIN)
@@ -69,6 +87,31 @@ def choose_variant(num_tokens: int) -> str:
     return "w8a16" if num_tokens <= W8A16_MAX_TOKENS else "w8a8"
 
 
+#: Every ``variant`` :func:`fp8_linear` accepts; the decode kernels (the weight-only kernel's
+#: structure, ``T <= 64`` tiles) are :data:`DECODE_VARIANTS`.
+VARIANTS = ("w8a16", "w8a8", "w8a8_fused")
+DECODE_VARIANTS = ("w8a16", "w8a8_fused")
+#: Names the decode variant :func:`fp8_linear` uses for ``variant=None`` and at most
+#: :data:`W8A16_MAX_TOKENS` tokens (unset or empty: :func:`choose_variant`'s).
+DECODE_VARIANT_ENV = "SGLANG_V4_FP8_DECODE_VARIANT"
+
+
+@functools.cache
+def decode_variant_override() -> str | None:
+    """The decode variant named by :data:`DECODE_VARIANT_ENV`, read once per process (``None`` when
+    unset or empty).
+
+    Raises:
+        ValueError: the variable names something other than one of :data:`DECODE_VARIANTS`.
+    """
+    v = os.environ.get(DECODE_VARIANT_ENV, "").strip()
+    if not v:
+        return None
+    if v not in DECODE_VARIANTS:
+        raise ValueError(f"{DECODE_VARIANT_ENV}: expected one of {', '.join(DECODE_VARIANTS)}, got {v!r}")
+    return v
+
+
 @triton.jit
 def _pow2_ceil(s):
     """Smallest power of two >= s (positive normal fp32), exact from the bits."""
@@ -76,6 +119,12 @@ def _pow2_ceil(s):
     e = (bits >> 23) & 0xFF
     e = tl.where((bits & 0x7FFFFF) != 0, e + 1, e)
     return (e << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pow2_recip(s):
+    """``1 / s`` for a power of two ``s`` with biased exponent 1..253, exact from the bits."""
+    return ((254 << 23) - s.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -128,6 +177,20 @@ def _act_quant_kernel(
     code = _e4m3_code(tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX))
     tl.store(q_ptr + rows[:, None] * stride_qm + offs_k[None, :], code.to(tl.uint8), mask=mask)
     tl.store(s_ptr + rows * stride_sm + kb, s, mask=offs_m < M)
+
+
+@triton.jit
+def _quant_rows(a):
+    """One 1x128 activation group per row of ``a [BLOCK_M, 128]`` -> ``(xq [BLOCK_M, 128]
+    float8e4nv, sx [BLOCK_M] float32)``, the values and scales :func:`act_quant` (``pow2``) gives.
+    ``x / sx`` is ``x * (1 / sx)`` exactly (``sx`` is a power of two, ``2**-22 .. 2**120``); the e4m3
+    bytes come from :func:`_e4m3_code` and are bitcast, so no backend's fp8 conversion rounds them."""
+    af = a.to(tl.float32)
+    amax = tl.maximum(tl.max(tl.abs(af), axis=1), _AMAX_MIN)
+    sx = _pow2_ceil(tl.math.div_rn(amax, _FP8_MAX))
+    q = af * _pow2_recip(sx)[:, None]
+    code = _e4m3_code(tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX))
+    return code.to(tl.uint8).to(tl.float8e4nv, bitcast=True), sx
 
 
 def act_quant(x: torch.Tensor, pow2: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -221,6 +284,7 @@ def _w8a16_kernel(
     BLOCK_K: tl.constexpr,
     SUB_K: tl.constexpr,
     USE_ASM: tl.constexpr,
+    QUANT_A: tl.constexpr,
 ):
     """``acc [BLOCK_N, BLOCK_M] = W_tile @ x_tile^T``: the converted weights are the tensor cores'
     register operand (the 64-row MMA side), the tokens the narrow side. A K step of ``BLOCK_K``
@@ -229,7 +293,11 @@ def _w8a16_kernel(
     loop body, so the pipeline prefetches a whole step). With ``SPLIT_K > 1`` each
     program writes its fp32 partial to ``part`` and the last of a tile's ``SPLIT_K`` programs (a
     per-tile arrival counter, reset by that program) sums them and stores the output: one launch,
-    no zero-fill, no cast kernel."""
+    no zero-fill, no cast kernel.
+
+    ``QUANT_A`` (``w8a8_fused``; needs ``SUB_K == 128``): each sub-step's activation tile, one 1x128
+    group per token, is quantized in registers (:func:`_quant_rows`) and the dot is e4m3 x e4m3 on
+    the weights as loaded (fp32 accumulate), scaled by ``sb[n] * sx[m]``."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_z = tl.program_id(2)
@@ -257,7 +325,11 @@ def _w8a16_kernel(
             b = tl.load(w_rows + offs_k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
             # clamped: a sub-step past K (BLOCK_K = 256, K % 256 <= 128) reads a real scale, times 0
             sb = tl.load(s_rows + tl.minimum(k0 // 128, (K - 1) // 128), mask=nm, other=0.0)
-            acc += tl.dot(_e4m3_to(b, a.dtype, USE_ASM), tl.trans(a)) * sb[:, None]
+            if QUANT_A:
+                xq, sx = _quant_rows(a)
+                acc += tl.dot(b, tl.trans(xq)) * (sb[:, None] * sx[None, :])
+            else:
+                acc += tl.dot(_e4m3_to(b, a.dtype, USE_ASM), tl.trans(a)) * sb[:, None]
     out = y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + (g * N + offs_n)[None, :]
     omask = mm[:, None] & nm[None, :]
     if SPLIT_K == 1:
@@ -379,22 +451,28 @@ def fp8_linear(
         x: ``[T, K]`` or ``[T, G, K]``, bf16 / fp16 (fp32 runs the dot in tf32 on GPUs).
         weight: ``[G * N, K]`` float8_e4m3fn, last dim contiguous.
         weight_scale: ``[ceil(G*N/128), ceil(K/128)]`` float32.
-        variant: ``None`` (:func:`choose_variant` by ``T``), ``"w8a16"`` or ``"w8a8"``.
+        variant: ``None`` (:func:`choose_variant` by ``T``; at most :data:`W8A16_MAX_TOKENS` tokens
+            :data:`DECODE_VARIANT_ENV` overrides it), ``"w8a16"``, ``"w8a8"`` or ``"w8a8_fused"``
+            (the decode kernel with the activations quantized per 1x128 group inside it, as
+            :func:`act_quant` does; any ``T``, tiled for decode).
         config: tile override for the chosen kernel (keys of ``_w8a16_config`` / ``_w8a8_config``;
-            w8a16: ``fp8_gemm_tiles.check_w8a16_config`` says what is valid).
+            w8a16 / w8a8_fused: ``fp8_gemm_tiles.check_w8a16_config`` says what is valid, and
+            w8a8_fused needs ``BLOCK_K`` a multiple of 128: a sub-step is one activation group).
 
     Returns:
         ``[T, G * N]`` in x's dtype (fp32 accumulation).
 
     Raises:
-        ValueError: shapes/dtypes inconsistent, an unknown ``variant`` or an invalid w8a16
-            ``config``.
+        ValueError: shapes/dtypes inconsistent, an unknown ``variant``, an invalid w8a16 /
+            w8a8_fused ``config``, or (``variant=None``) an invalid :data:`DECODE_VARIANT_ENV`.
     """
     T, G, N, K = check_fp8_linear_args(x, weight, weight_scale)
     if variant is None:
         variant = choose_variant(T)
-    if variant not in ("w8a16", "w8a8"):
-        raise ValueError(f"variant: expected None, 'w8a16' or 'w8a8', got {variant!r}")
+        if T <= W8A16_MAX_TOKENS:
+            variant = decode_variant_override() or variant
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: expected None or one of {', '.join(VARIANTS)}, got {variant!r}")
     if weight.stride(1) != 1:
         raise ValueError("weight: last dim must be contiguous")
     dev = x.device
@@ -415,8 +493,11 @@ def fp8_linear(
             TILE_SCALE=N % 128 == 0 and 128 % bn == 0, **cfg,
         )  # fmt: skip
         return y
+    quant_a = variant == "w8a8_fused"
     if config is not None:
         check_w8a16_config(config)
+        if quant_a and config["BLOCK_K"] < BLOCK:
+            raise ValueError(f"config: w8a8_fused needs BLOCK_K >= {BLOCK}, got {config['BLOCK_K']}")
     cfg = dict(config or _w8a16_config(T, N, G, K, num_sms(dev), x.element_size()))
     bm, bn, bk, split = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), cfg.pop("SPLIT_K")
     grid = (cdiv(N, bn), cdiv(T, bm), G * split)
@@ -428,6 +509,7 @@ def fp8_linear(
     _w8a16_kernel[grid](
         x3, weight, weight_scale, y, part, cnt, T, N, K, x3.stride(0), x3.stride(1), weight.stride(0),
         weight_scale.stride(0), y.stride(0), T * G * N, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        SUB_K=min(bk, BLOCK), USE_ASM=x.dtype == torch.bfloat16 and x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1", **cfg,
+        SUB_K=min(bk, BLOCK), USE_ASM=x.dtype == torch.bfloat16 and x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1",
+        QUANT_A=quant_a, **cfg,
     )  # fmt: skip
     return y
