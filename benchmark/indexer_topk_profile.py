@@ -65,8 +65,11 @@ def hist_bins(C: int = 262144) -> dict[str, float]:
     return res
 
 
-def profile(C: int, fmt: str = "bf16", block_c: int = 64, calls: int = 20) -> dict[str, Any]:
-    """One candidate count: timings by kernel and the selection shape (CUDA only)."""
+def profile(
+    C: int, fmt: str = "bf16", block_c: int = 64, kernel: str = "decode", calls: int = 20
+) -> dict[str, Any]:
+    """One candidate count: timings by kernel and the selection shape (CUDA only). ``kernel``: the
+    scoring kernel of a one-token-per-program batch, ``decode`` (``indexer_score``) or ``general``."""
     import sgl_kernel_v4.triton.indexer as ix
     import triton.testing as tt
 
@@ -92,27 +95,31 @@ def profile(C: int, fmt: str = "bf16", block_c: int = 64, calls: int = 20) -> di
 
     def fused() -> torch.Tensor:
         return ix.indexer_topk(
-            q, w, kv, vis, req_to_page, rows, rows, e, TOPK, di**-0.5, max_visible=C, out=o
+            q, w, kv, vis, req_to_page, rows, rows, e, TOPK, di**-0.5, max_visible=C, out=o, block_c=block_c
         )
 
     ix._Workspace = Spy
+    ix.DECODE_SCORE_KERNEL = kernel == "decode"
     try:
         fused()
         torch.cuda.synchronize()
         ws = captured[-1]
         n_sure, n_tie = (int(v) for v in ws.cnt[0].tolist())
+        ix._Workspace = orig
+        graph_ms = float(tt.do_bench_cudagraph(fused, rep=100, return_mode="median"))
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fused()
+            torch.cuda.synchronize()
+        sel = sorted(o[0].tolist())
     finally:
         ix._Workspace = orig
-    graph_ms = float(tt.do_bench_cudagraph(fused, rep=100, return_mode="median"))
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fused()
-        torch.cuda.synchronize()
+        ix.DECODE_SCORE_KERNEL = True
     per: dict[str, float] = defaultdict(float)
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             per[ev.name] += ev.device_time_total / calls
-    return {"candidates": C, "keys": fmt, "block_c": block_c, "graph_us": graph_ms * 1e3, "kernels_us": dict(per), "above": n_sure,
+    return {"selection": sel, "candidates": C, "keys": fmt, "block_c": block_c, "kernel": kernel, "graph_us": graph_ms * 1e3, "kernels_us": dict(per), "above": n_sure,
             "tie_bin": n_tie}  # fmt: skip
 
 
@@ -127,16 +134,36 @@ def main() -> int:
     )
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    res = [profile(int(c), fmt, int(bc)) for c in a.contexts.split(",") for fmt in a.keys.split(",")
-           for bc in a.block_c.split(",")]  # fmt: skip
+    from sgl_kernel_v4.triton.indexer_score import DECODE_SCORE_CONFIG
+
+    res = []
+    for c in a.contexts.split(","):
+        for fmt in a.keys.split(","):
+            for bc in a.block_c.split(","):
+                for kern in a.kernels.split(","):
+                    for st in a.stages.split(",") if a.stages and kern == "decode" else [""]:
+                        if st:
+                            DECODE_SCORE_CONFIG["num_stages"] = int(st)
+                        r = profile(int(c), fmt, int(bc), kern)
+                        r["stages"] = DECODE_SCORE_CONFIG["num_stages"] if kern == "decode" else None
+                        same = [
+                            x
+                            for x in res
+                            if (x["candidates"], x["keys"], x["block_c"]) == (int(c), fmt, int(bc))
+                        ]
+                        if same:  # the selection of the first kernel timed on these inputs
+                            r["same_selection_as_first"] = (
+                                len(set(r["selection"]) & set(same[0]["selection"])) / TOPK
+                            )
+                        res.append(r)
     hb = hist_bins() if a.hist_bins else {}
     with open(os.path.join(a.out, "indexer_topk_profile.json"), "w") as f:
         json.dump({"profiles": res, "hist_bins": hb}, f, indent=1)
     if hb:
         print("histogram pass alone, 262,144 keys: " + ", ".join(f"{k} {v:.1f}" for k, v in hb.items()))
     for r in res:
-        print(f"\n### {r['candidates']} {r['keys']} keys, block_c {r['block_c']}: {r['graph_us']:.1f} us per call (CUDA graph); "
-              f"{r['above']} above the threshold bin, {r['tie_bin']} in it")  # fmt: skip
+        print(f"\n### {r['candidates']} {r['keys']} keys, block_c {r['block_c']}, {r['kernel']} scoring (stages {r['stages']}): {r['graph_us']:.1f} us per call (CUDA graph); "
+              f"{r['above']} above the threshold bin, {r['tie_bin']} in it; selection agreement with the first kernel {r.get('same_selection_as_first', 1.0):.3f}")  # fmt: skip
         print("| kernel | us per call |\n|---|---:|")
         for k, v in sorted(r["kernels_us"].items(), key=lambda kv: -kv[1]):
             print(f"| `{k[:60]}` | {v:.1f} |")

@@ -63,6 +63,7 @@ import triton.language as tl
 from sgl_kernel_v4.paged import as_paged
 from sgl_kernel_v4.ref.attention import select_topk
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
+from sgl_kernel_v4.triton.indexer_score import DECODE_SCORE_CONFIG, _score_decode_kernel
 from sgl_kernel_v4.triton.indexer_select import (
     HB,
     INT_MIN,
@@ -80,6 +81,9 @@ __all__ = ["indexer_topk", "indexer_scores", "topk_from_scores", "SCRATCH_ELEMS"
 #: int32 elements of the per-block scratch (keys + candidate lists): 3 x G x C <= this.
 SCRATCH_ELEMS = 1 << 26
 _MAX_TOPK = 4096  # register budget of the final merge (one sorted block of topk)
+#: One token per scoring program (batches of at most 256 tokens) takes the decode scoring kernel of
+#: :mod:`sgl_kernel_v4.triton.indexer_score`; ``False`` keeps the general kernel (benchmark baseline).
+DECODE_SCORE_KERNEL = True
 
 
 # no recompile per block / batch size, nor per alignment of the index tables (slices of the batch)
@@ -382,15 +386,25 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
             ws.scores[:g].fill_(float("-inf"))
         n_tb = cdiv(g, block_t)
         nsc = splits(n_tb, q.device)
-        _score_kernel[(n_tb, nsc)](
-            q, q.stride(0), q.stride(1), weights, weights.stride(0),
-            kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,
-            visible, req_to_page, req_to_page.stride(0), req_rows, token_req, int(e),
-            ws.keys, ws.keys.stride(0), ws.scores, ws.hist, ws.cnt, topk, t0, g, HI, float(scale), nsc,
-            DI=DI, CODEC=kv.codec_id, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_C=block_c,
-            WRITE_SCORES=scores_out is not None, SHORT=short, HB=HB,
-            num_warps=8 if block_t * block_h >= 64 else 4,
-        )  # fmt: skip
+        if block_t == 1 and DECODE_SCORE_KERNEL:
+            _score_decode_kernel[(g, nsc)](
+                q, q.stride(0), q.stride(1), weights, weights.stride(0),
+                kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,
+                visible, req_to_page, req_to_page.stride(0), req_rows, token_req, int(e),
+                ws.keys, ws.keys.stride(0), ws.scores, ws.hist, ws.cnt, topk, t0, HI, float(scale), nsc,
+                DI=DI, CODEC=kv.codec_id, BLOCK_H=block_h, WRITE_SCORES=scores_out is not None, SHORT=short,
+                HB=HB, BLOCK_C=block_c, **DECODE_SCORE_CONFIG,
+            )  # fmt: skip
+        else:
+            _score_kernel[(n_tb, nsc)](
+                q, q.stride(0), q.stride(1), weights, weights.stride(0),
+                kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,
+                visible, req_to_page, req_to_page.stride(0), req_rows, token_req, int(e),
+                ws.keys, ws.keys.stride(0), ws.scores, ws.hist, ws.cnt, topk, t0, g, HI, float(scale), nsc,
+                DI=DI, CODEC=kv.codec_id, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_C=block_c,
+                WRITE_SCORES=scores_out is not None, SHORT=short, HB=HB,
+                num_warps=8 if block_t * block_h >= 64 else 4,
+            )  # fmt: skip
         if scores_out is not None:
             keys_out, sc_out = scores_out
             keys_out[t0 : t0 + g] = ws.keys[:g, : keys_out.shape[1]]

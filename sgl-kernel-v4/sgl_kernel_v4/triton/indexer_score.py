@@ -1,0 +1,153 @@
+"""Lightning-indexer scoring for one token per program (decode) (Triton).
+
+Step 1 of :mod:`sgl_kernel_v4.triton.indexer` when each scoring program serves one token (batches of
+at most 256 tokens): the same keys, the same output (one order-preserving int32 key per visible entry,
+``INT_MIN`` for an invalid one; the short-row validity keys; the histogram and counters of the long
+rows zeroed), computed by a kernel shaped for the long rows of decode:
+
+* the dot is ``k_tile @ q^T`` (``[BLOCK_C, di] x [di, heads]``): entries on the MMA's M side, the
+  heads on its N side, so the weighted head sum is a reduction along each accumulator row;
+* one loop over the program's share of the entries, outside any token loop, so the software
+  pipeline (``num_stages``) keeps the next tiles' page-table and key loads in flight while a tile
+  is scored: a share of ~1,000 entries is 16 dependent load / dot rounds otherwise;
+* fp4 keys (e2m1 + one ue8m0 scale per 32 values, 68 B) are read as 32-bit words (16 of values and
+  one of scales per key, not a byte load per value and per scale) and decoded from the bits.
+
+Timing (H200, 262,144 candidates, bs 1): ``benchmark/indexer_topk_profile.py``; the general
+kernel stays the one for extends of more than 256 tokens (several tokens per program).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from sgl_kernel_v4.triton.indexer_select import INT_MIN, _float_to_key
+from sgl_kernel_v4.triton.kv_codec import aligned, load_key, row_offsets
+
+#: Launch parameters of the decode scoring kernel (warps, pipeline stages); the entries per tile are
+#: ``indexer_topk``'s ``block_c``.
+DECODE_SCORE_CONFIG = {"num_warps": 4, "num_stages": 3}
+
+
+@triton.jit
+def _load_key_fp4_words(ptr, off, valid, DI: tl.constexpr):
+    """fp4 indexer keys ``[N, DI]`` (bf16, exact) at offsets ``off [N]`` (bytes): ``DI / 2`` bytes of
+    e2m1 codes (value ``2i`` in the low nibble of byte ``i``) then ``DI / 32`` ue8m0 scale bytes, read
+    as little-endian 32-bit words (the entries are 4-byte aligned): the nibble ``j`` of word ``i`` is
+    value ``8i + j``; scale byte ``d // 32`` applies to value ``d``. Zeros where ``valid`` is False."""
+    NW: tl.constexpr = DI // 8
+    base = aligned(ptr, off, 3, DI, DI).to(tl.pointer_type(tl.int32))
+    offs_w = tl.arange(0, NW)
+    words = tl.load(base[:, None] + offs_w[None, :], mask=valid[:, None], other=0)  # [N, NW]
+    sw = tl.load(base + DI // 8, mask=valid, other=0)  # [N]: the DI/32 scale bytes
+    j = tl.arange(0, 8)
+    code = (words[:, :, None] >> (4 * j)[None, None, :]) & 0xF  # [N, NW, 8]
+    code = tl.reshape(code, [off.shape[0], DI])
+    mag = code & 7
+    # e2m1 magnitudes as fp32 bits: 0 -> 0; 1 -> 0.5 = 2^-1; 2..7 -> 2^((mag >> 1) - 1) * (1 + (mag & 1) / 2)
+    e = tl.where(mag >= 2, (mag >> 1) + 126, 126)
+    bits = tl.where(mag == 0, 0, (e << 23) | ((mag & 1) << 22) * (mag >= 2).to(tl.int32))
+    bits = bits | ((code & 8) << 28)
+    offs_d = tl.arange(0, DI)
+    sb = (sw[:, None] >> (8 * (offs_d // 32))[None, :]) & 0xFF  # [N, DI]
+    v = bits.to(tl.float32, bitcast=True) * (sb << 23).to(tl.float32, bitcast=True)
+    return v.to(tl.bfloat16)
+
+
+@triton.jit(
+    do_not_specialize=["t_base", "nsc", "vis_ptr", "r2p_ptr", "stride_r2p", "req_rows_ptr", "token_req_ptr", "E",
+                       "hist_ptr", "cnt_ptr", "K"]
+)  # fmt: skip
+def _score_decode_kernel(
+    q_ptr,
+    stride_qt,
+    stride_qh,
+    w_ptr,
+    stride_wt,
+    kv_ptr,
+    kv_rpp,
+    kv_ps,
+    kv_rs,
+    vis_ptr,
+    r2p_ptr,
+    stride_r2p,
+    req_rows_ptr,
+    token_req_ptr,
+    E,
+    keys_ptr,
+    stride_k,
+    scores_ptr,
+    hist_ptr,
+    cnt_ptr,
+    K,
+    t_base,
+    HI,
+    scale,
+    nsc,
+    DI: tl.constexpr,
+    CODEC: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    WRITE_SCORES: tl.constexpr,
+    SHORT: tl.constexpr,
+    HB: tl.constexpr,
+):
+    # program (g, s): token t_base + g of the block, the s-th share of its visible entries (shares
+    # are multiples of BLOCK_C, as the general kernel's). SHORT: a token seeing at most K entries
+    # writes validity keys only; the programs of a longer token zero its histogram (1/nsc of the
+    # bins each) and counters, which the histogram pass adds to.
+    g = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    t = t_base + g
+    n = tl.load(vis_ptr + t).to(tl.int32)
+    row = tl.load(req_rows_ptr + tl.load(token_req_ptr + t)).to(tl.int64)
+    chunk = tl.cdiv(tl.cdiv(n, nsc), BLOCK_C) * BLOCK_C
+    c_lo = s * chunk
+    c_end = tl.minimum(c_lo + chunk, n)
+    offs_c = tl.arange(0, BLOCK_C)
+    krow = keys_ptr + g * stride_k
+    prow = r2p_ptr + row * stride_r2p
+    short = False
+    if SHORT:
+        short = n <= K
+        if not short:
+            nb = tl.cdiv(1 << HB, nsc)
+            offs_z = tl.arange(0, 256)
+            for b0 in range(s * nb, s * nb + nb, 256):
+                b = b0 + offs_z
+                tl.store(hist_ptr + g * (1 << HB) + b, tl.zeros([256], tl.int32),
+                         mask=(b < s * nb + nb) & (b < (1 << HB)))  # fmt: skip
+            if s == 0:
+                tl.store(cnt_ptr + 2 * g, 0)
+                tl.store(cnt_ptr + 2 * g + 1, 0)
+    if short:
+        for c0 in range(c_lo, c_end, BLOCK_C):
+            c = c0 + offs_c
+            cm = c < c_end
+            page = tl.load(prow + c // E, mask=cm, other=-1)
+            tl.store(krow + c, tl.where(page >= 0, 0, INT_MIN), mask=cm)
+    else:
+        offs_h = tl.arange(0, BLOCK_H)
+        offs_d = tl.arange(0, DI)
+        hm = offs_h < HI
+        q = tl.load(q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :], mask=hm[:, None],
+                    other=0.0)  # fmt: skip
+        w = tl.load(w_ptr + t * stride_wt + offs_h, mask=hm, other=0.0).to(tl.float32)
+        for c0 in range(c_lo, c_end, BLOCK_C):
+            c = c0 + offs_c
+            cm = c < c_end
+            page = tl.load(prow + c // E, mask=cm, other=-1).to(tl.int64)
+            valid = cm & (page >= 0)
+            off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
+            if CODEC == 3:
+                k = _load_key_fp4_words(kv_ptr, off, valid, DI)
+                ks = scale
+            else:
+                k, kscale = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+                ks = kscale[:, None] * scale
+            sd = tl.dot(k.to(q.dtype), tl.trans(q))  # [BLOCK_C, BLOCK_H] fp32
+            score = tl.sum(tl.maximum(sd * ks, 0.0) * w[None, :], 1)
+            tl.store(krow + c, tl.where(valid, _float_to_key(score), INT_MIN), mask=cm)
+            if WRITE_SCORES:
+                tl.store(scores_ptr + g * stride_k + c, tl.where(valid, score, float("-inf")), mask=cm)
