@@ -90,6 +90,7 @@ class FakeScheduler:
     its pages without emitting more until it is aborted or ``FAKE_RELEASE_FILE`` exists). Holding
     lets a test act "while a request runs" without betting on wall-clock time: a loaded machine
     that stalls the client for seconds cannot let the request finish first.
+    ``FAKE_LOAD_SLEEP`` (seconds ``__init__`` sleeps: a model that takes that long to load).
     """
 
     def __init__(self, server_args: Any) -> None:
@@ -97,6 +98,7 @@ class FakeScheduler:
         from sglang_v4.utils import get_tokenizer
 
         self.server_args = server_args
+        time.sleep(float(os.environ.get("FAKE_LOAD_SLEEP", "0")))
         tok_dir = server_args.tokenizer_path or server_args.model_path
         if not os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
             tok_dir = tokenizer_source_dir()  # a model dir without tokenizer (--skip-tokenizer-init)
@@ -319,11 +321,13 @@ def start_server(
     api_key: str | None = None,
     timeout_s: float = 120.0,
     new_session: bool = False,
+    healthy: bool = True,
 ) -> ServerHandle:
     """Start ``python -m sglang_v4.launch_server ARGS`` and wait for ``/health`` == 200.
 
     ``new_session``: start it in its own session / process group (pgid = its pid), as a terminal
-    job is, so a test can signal the whole group like a Ctrl+C does.
+    job is, so a test can signal the whole group like a Ctrl+C does. ``healthy=False``: return at
+    the first answer of ``/health`` whatever its status (a server still starting answers 503).
 
     Raises:
         RuntimeError: the server exited or did not become healthy in ``timeout_s`` (log attached).
@@ -342,7 +346,7 @@ def start_server(
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{handle.log()[-5000:]}")
         try:
-            if requests.get(handle.url + "/health", timeout=2).status_code == 200:
+            if requests.get(handle.url + "/health", timeout=2).status_code == 200 or not healthy:
                 return handle
         except requests.RequestException:
             pass

@@ -2,7 +2,8 @@
 
 Flags are those of :class:`sglang_v4.server_args.ServerArgs` (``--model-path``, ``--port``,
 ``--page-size``, ...). Without ``--model-path`` the embedded default model is served. Exits
-non-zero when the backend fails to start or crashes.
+non-zero when the backend fails to start or crashes, 0 when stopped by SIGTERM / SIGINT at any
+point, start-up included (:mod:`sglang_v4.entrypoints.lifecycle`).
 
 Parallelism (docs/PARALLELISM.md): ``--tp-size N [--ep-size M]`` starts N ranks;
 ``--nnodes K --node-rank k --dist-init-addr HOST:PORT`` spreads them over K nodes (a node
@@ -37,6 +38,9 @@ def flag_error_message(parser: argparse.ArgumentParser, message: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv``, run the server, return the process exit code."""
+    from sglang_v4.entrypoints.lifecycle import StopRequested, StopSignal
+
+    stop = StopSignal().install()  # a signal from here on stops the start-up cleanly
     parser = argparse.ArgumentParser(prog="python -m sglang_v4.launch_server", description=__doc__)
     ServerArgs.add_cli_args(parser)
     args = parser.parse_args(argv)
@@ -50,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     warn_ignored_sglang_args(server_args, log)
     from sglang_v4.entrypoints.http_server import launch_server
 
+    if server_args.node_rank > 0 or server_args.dp_size > 1:
+        stop.uninstall()  # these launchers stop on the default signal handling
+        if stop.signum is not None:
+            return 0
     try:
         if server_args.node_rank > 0:
             from sglang_v4.entrypoints.tp_launch import serve_worker_node
@@ -59,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
             from sglang_v4.entrypoints.data_parallel import launch_data_parallel
 
             return launch_data_parallel(server_args)
-        return launch_server(server_args)
+        return launch_server(server_args, stop)
+    except StopRequested as e:
+        log.info("%s", e)
+        return 0
     except (RuntimeError, ValueError) as e:
         log.error("%s", e)
         return 1

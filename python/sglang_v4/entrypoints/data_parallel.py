@@ -84,8 +84,12 @@ def _serve_replica(server_args: ServerArgs, index: int) -> None:
 
     configure_logging(server_args.log_level, prefix=f" DP{index}")
     set_parent_death_signal()
+    from sglang_v4.entrypoints.lifecycle import StopRequested
+
     try:
         code = launch_server(server_args)
+    except StopRequested:
+        code = 0
     except (RuntimeError, ValueError) as e:
         logging.getLogger(__name__).error("%s", e)
         code = 1

@@ -21,7 +21,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from sglang_v4.managers.io_struct import GenerateReqInput, SchedulerReadyInfo
@@ -148,6 +148,16 @@ class Subprocesses:
 
         return dead_worker(self.tp_workers)
 
+    def dead_were_stopped(self) -> bool:
+        """True when some child is gone and every one that is gone was asked to stop (exit code 0
+        or killed by SIGTERM / SIGINT: :func:`~sglang_v4.entrypoints.lifecycle.stopped_on_request`),
+        as when a stop signal reaches the whole process group; False after any crash."""
+        from sglang_v4.entrypoints.lifecycle import stopped_on_request
+
+        procs = (self.scheduler, self.detokenizer, *(w.process for w in self.tp_workers))
+        dead = [p for p in procs if not p.is_alive()]
+        return bool(dead) and all(stopped_on_request(p.exitcode) for p in dead)
+
     def shutdown(self) -> None:
         """Kill the children and remove the IPC directory (idempotent)."""
         if self._shut:
@@ -162,18 +172,27 @@ class Subprocesses:
             shutil.rmtree(self.port_args.ipc_dir, ignore_errors=True)
 
 
-def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
+def launch_subprocesses(
+    server_args: ServerArgs, should_stop: Callable[[], int | None] | None = None
+) -> Subprocesses:
     """Start the scheduler and detokenizer processes and wait until the model is loaded.
 
     ``server_args.model_path`` must be resolved (see :func:`resolve_model_path`).
 
     With ``tp_size > 1`` the other TP ranks of this node start first (``dist_init_addr`` is set
-    here when not given: a free local port) and must report ready too.
+    here when not given: a free local port) and must report ready too. The children start with
+    SIGINT ignored (:func:`~sglang_v4.entrypoints.lifecycle.start_ignoring_sigint`).
+
+    ``should_stop``: polled while waiting (every 0.2 s); when it returns a signal number (the
+    launcher's :class:`~sglang_v4.entrypoints.lifecycle.StopSignal`), the children are stopped and
+    ``StopRequested`` is raised.
 
     Raises:
         RuntimeError: the scheduler or a TP rank failed to start (its traceback is in the log) or
             did not report ready within ``SCHEDULER_READY_TIMEOUT_S``.
+        StopRequested: ``should_stop`` returned a signal (see above).
     """
+    from sglang_v4.entrypoints.lifecycle import StopRequested, start_ignoring_sigint
     from sglang_v4.entrypoints.tp_launch import (
         dead_worker,
         poll_ready,
@@ -200,20 +219,28 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
         name="sglang_v4::scheduler",
         daemon=False,
     )
-    sched.start()
+    start_ignoring_sigint(sched)
     detok = ctx.Process(
         target=run_detokenizer_process,
         args=(server_args, port_args, parent),
         name="sglang_v4::detokenizer",
         daemon=True,
     )
-    detok.start()
+    start_ignoring_sigint(detok)
     procs = Subprocesses(port_args, SchedulerReadyInfo(status="starting"), sched, detok, tp_workers=workers)
     atexit.register(procs.shutdown)
     deadline = time.monotonic() + SCHEDULER_READY_TIMEOUT_S
     info: SchedulerReadyInfo | None = None
     rank_error: str | None = None
+
+    def stop_if_asked() -> None:
+        signum = should_stop() if should_stop is not None else None
+        if signum is not None:
+            procs.shutdown()
+            raise StopRequested(signum)
+
     while time.monotonic() < deadline:
+        stop_if_asked()
         rank_error = poll_ready(workers) or dead_worker(workers)
         if rank_error is not None:
             break
@@ -229,6 +256,7 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
             break
         if info is None and not sched.is_alive():
             break
+    stop_if_asked()  # a stop signal to the process group may have stopped a child first
     if rank_error is not None:
         procs.shutdown()
         raise RuntimeError(f"The server failed to start: {rank_error}")

@@ -14,10 +14,18 @@ request first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` 
 ``{"error": "Unauthorized"}`` otherwise, constant-time comparison); bodies are size-limited (413)
 and must arrive in time (408); request heads too (the connection is closed).
 
+Start-up: ``/health`` and ``/health_generate`` answer 503 (in the error shape above) until the
+warm-up generation has finished, then 200; ``/model_info``, ``/server_info`` and ``/v1/models``
+answer meanwhile. A failed warm-up stops the server with exit code 1 and one line saying why.
+
 Graceful drain: on SIGTERM or SIGINT the server stops admitting requests (503, ``/health`` 503),
 lets the in-flight ones finish for up to ``--graceful-shutdown-timeout`` seconds, fails what is left
 with a 503 (an error event on a stream), then exits with code 0. A second signal stops at once.
 SGLang drains the same way (its tokenizer manager's ``sigterm_watchdog``) but without a time limit.
+A signal during start-up (:mod:`sglang_v4.entrypoints.lifecycle`) stops the same way with code 0
+(the warm-up request is drained like any other); a child process stopped by a signal (one sent
+to the whole process group) is a stop too, not a crash: the in-flight requests get the 503
+shutdown error and the exit code is 0.
 
 The ``/generate`` body parser and the JSON response helpers are in
 :mod:`sglang_v4.entrypoints.native_api`; the Prometheus metrics in
@@ -50,6 +58,7 @@ from sglang_v4.entrypoints.admission import (
     drain_in_flight,
 )
 from sglang_v4.entrypoints.engine import Subprocesses
+from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.metrics import TokenizerMetrics
 from sglang_v4.entrypoints.native_api import (
     ORJSON_OPTS,
@@ -86,12 +95,17 @@ def _read_model_config(model_path: str) -> dict[str, Any]:
         return {}
 
 
-def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _State]:
+def create_app(
+    server_args: ServerArgs, procs: Subprocesses, stop: StopSignal | None = None
+) -> tuple[FastAPI, _State]:
     """Build the FastAPI app for already-started backend processes.
 
     The ``TokenizerManager`` is created on uvicorn's loop at start-up; a warm-up generation
     runs before ``/health`` turns 200 (unless ``skip_warmup``). A dead child process turns
-    ``/health`` to 503 and stops the server after ``CRASH_EXIT_DELAY_S`` with exit code 1.
+    ``/health`` to 503 and stops the server after ``CRASH_EXIT_DELAY_S`` with exit code 1,
+    unless it was stopped on request (:meth:`Subprocesses.dead_were_stopped`): then the server
+    stops with exit code 0. ``stop``: the launcher's start-up signal record; a signal it holds
+    when the app starts stops the server at once.
     """
     state = _State(server_args=server_args, procs=procs)
     hf_config = _read_model_config(server_args.model_path or "")
@@ -113,6 +127,16 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
 
             asyncio.get_running_loop().create_task(stop_later())
 
+    def stop_server(reason: str) -> None:
+        """A stop asked for from outside (a child stopped by a signal): fail what is in flight
+        with the shutdown error, exit 0."""
+        state.draining = True
+        tm = state.tokenizer_manager
+        n = tm.fail_all("The server is shutting down.", 503) if tm is not None else 0
+        logger.info("%s (stopped by a signal); shutting down, %d request(s) failed.", reason, n)
+        if state.server is not None:
+            state.server.should_exit = True
+
     async def watch_children() -> None:
         while True:
             await asyncio.sleep(0.5)
@@ -122,6 +146,9 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
                 return
             dead = procs.dead_process()
             if dead is not None:
+                if state.exit_code == 0 and procs.dead_were_stopped():
+                    stop_server(dead)
+                    return
                 logger.error("Backend process died: %s", dead)
                 crash(dead)
                 return
@@ -143,8 +170,14 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
                 )
             tm.server_status = "Up"
         except Exception as e:  # noqa: BLE001
-            logger.exception("Warm-up request failed")
-            crash(f"warm-up request failed: {e}")
+            if state.draining:  # stopped while warming up: a stop, not a failure
+                return
+            # one line: a crashed backend has logged its own traceback already
+            logger.error("The server failed to start: the warm-up request failed: %s", e)
+            tm.server_status = "UnHealthy"
+            state.exit_code = 1
+            if state.server is not None:
+                state.server.should_exit = True
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -153,8 +186,15 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
             tm.metrics = TokenizerMetrics(tm.served_model_name)
         tm.start()
         state.tokenizer_manager = tm
-        tasks = [asyncio.create_task(watch_children()), asyncio.create_task(warmup())]
         _mount_openai(app, tm, server_args)
+        tasks = [asyncio.create_task(watch_children())]
+        if stop is not None and stop.signum is not None and state.server is not None:
+            # signalled after the model loaded, before uvicorn took the signals over: no warm-up
+            logger.info("%s received during start-up; stopping.", signal.Signals(stop.signum).name)
+            state.draining = True
+            state.server.should_exit = True
+        else:
+            tasks.append(asyncio.create_task(warmup()))
         yield
         for t in tasks:
             t.cancel()
@@ -174,20 +214,32 @@ def create_app(server_args: ServerArgs, procs: Subprocesses) -> tuple[FastAPI, _
             raise RequestError("The server is starting.", 503)
         return tm
 
+    def unhealthy() -> Response | None:
+        """The 503 ``/health`` answers while the server is not serving, else None."""
+        tm = state.tokenizer_manager
+        if state.draining:
+            return error_response("The server is shutting down.", 503)
+        if tm is not None and tm.crashed is not None:
+            return error_response("The backend crashed; the server is stopping.", 503)
+        if tm is None or tm.server_status == "Starting":
+            return error_response("The server is starting: the warm-up has not finished.", 503)
+        if tm.server_status != "Up":
+            return error_response("The server is unhealthy.", 503)
+        return None
+
     @app.get("/health")
     async def health() -> Response:
-        tm = state.tokenizer_manager
-        if tm is None or tm.crashed is not None or tm.server_status != "Up" or state.draining:
-            return Response(status_code=503)
-        return Response(status_code=200)
+        return unhealthy() or Response(status_code=200)
 
     @app.get("/health_generate")
     async def health_generate() -> Response:
-        tm = state.tokenizer_manager
-        if tm is None or tm.crashed is not None or tm.server_status != "Up" or state.draining:
-            return Response(status_code=503)
-        ok = await tm.health_generate()
-        return Response(status_code=200 if ok else 503)
+        bad = unhealthy()
+        if bad is not None:
+            return bad
+        assert state.tokenizer_manager is not None
+        if await state.tokenizer_manager.health_generate():
+            return Response(status_code=200)
+        return error_response("The health-check generation failed.", 503)
 
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request) -> Response:
@@ -375,24 +427,32 @@ def _mount_openai(app: FastAPI, tm: TokenizerManager, server_args: ServerArgs) -
     app.include_router(create_openai_router(tm, server_args))
 
 
-def launch_server(server_args: ServerArgs) -> int:
+def launch_server(server_args: ServerArgs, stop: StopSignal | None = None) -> int:
     """Start the backend processes, serve HTTP until stopped; returns the exit code.
+
+    ``stop``: the launcher's :class:`StopSignal` (installed before the model loads); a signal it
+    records before the HTTP server handles signals stops the start-up cleanly. Without it, one is
+    installed here.
 
     Raises:
         RuntimeError: the port is taken, the host cannot be listened on, or the scheduler failed
             to start.
+        StopRequested: a stop signal arrived before the HTTP server was up (children stopped).
     """
     import uvicorn
 
     from sglang_v4.entrypoints.engine import launch_subprocesses, resolve_model_path
     from sglang_v4.utils import bind_error
 
+    if stop is None:
+        stop = StopSignal().install()
     reason = bind_error(server_args.host, server_args.port)
     if reason is not None:
         raise RuntimeError(reason)
     resolve_model_path(server_args)
+    stop.check()
     t0 = time.perf_counter()
-    procs = launch_subprocesses(server_args)
+    procs = launch_subprocesses(server_args, should_stop=lambda: stop.signum)
     logger.info(
         "Backend ready in %.1fs: max_total_num_tokens=%d, context_len=%d, max_req_input_len=%d",
         time.perf_counter() - t0,
@@ -401,7 +461,7 @@ def launch_server(server_args: ServerArgs) -> int:
         procs.scheduler_info.max_req_input_len,
     )
     try:
-        app, state = create_app(server_args, procs)
+        app, state = create_app(server_args, procs, stop)
         limits = AdmissionLimits.from_env()
         protocol = type(
             "HeaderTimeoutH11", (HeaderTimeoutH11Protocol,), {"header_timeout_s": limits.read_timeout_s}
@@ -430,10 +490,8 @@ def launch_server(server_args: ServerArgs) -> int:
             ),
         )
         state.server = server
-        # DrainingServer handles SIGTERM / SIGINT while serving; no-op handlers afterwards let the
-        # ``finally`` below still stop the children and return the exit code.
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, frame: None)
+        # DrainingServer handles SIGTERM / SIGINT while serving; ``stop``'s handlers (record only)
+        # before and after let the ``finally`` below still stop the children and return the code.
         logger.info("Serving on http://%s:%d", server_args.host, server_args.port)
         server.run()
         if not server.started and state.exit_code == 0:

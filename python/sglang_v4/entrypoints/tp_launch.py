@@ -74,6 +74,7 @@ def node_ranks(server_args: ServerArgs) -> list[int]:
 def start_tp_workers(server_args: ServerArgs, parent_pid: int | None = None) -> list[TPWorkerProc]:
     """Spawn this node's TP worker ranks (:func:`node_ranks`); they join the TP group at
     ``server_args.dist_init_addr`` (which must be set) and report ready when loaded."""
+    from sglang_v4.entrypoints.lifecycle import start_ignoring_sigint
     from sglang_v4.model_executor.tp_worker_process import run_tp_worker_process
 
     if server_args.tp_size > 1 and not server_args.dist_init_addr:
@@ -88,7 +89,7 @@ def start_tp_workers(server_args: ServerArgs, parent_pid: int | None = None) -> 
             name=f"sglang_v4::tp{rank}",
             daemon=True,
         )
-        p.start()
+        start_ignoring_sigint(p)
         out.append(TPWorkerProc(rank, p, reader))
     return out
 
