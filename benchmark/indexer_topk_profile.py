@@ -6,10 +6,14 @@ Builds the inputs of ``benchmark/longctx.py``'s top-k phase (64 heads x 128 dims
 * the median time of the whole call under a CUDA graph (``triton.testing.do_bench_cudagraph``);
 * each kernel's mean device time over 20 eager calls (``torch.profiler``);
 * the selection's shape: entries above the threshold bin and the size of the threshold bin's
-  candidate list (the work of the single-program final pass).
+  candidate list (the work of the single-program final pass);
+* per selection implementation (``select_impl`` of ``indexer_topk``: ``fused``, ``radix``,
+  ``bitsearch`` the earlier bit-by-bit final), in the same run, and whether its output equals the
+  first implementation's (``same``).
 
-Usage: ``python3 benchmark/indexer_topk_profile.py --out DIR [--contexts 65536,262144]``; writes
-``DIR/indexer_topk_profile.json`` and prints a markdown table.
+Usage: ``python3 benchmark/indexer_topk_profile.py --out DIR [--contexts 65536,262144]
+[--impls fused,radix,bitsearch]``; writes ``DIR/indexer_topk_profile.json`` and prints a markdown
+table per context and implementation.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ import torch
 TOPK = 512
 
 
-def profile(C: int, calls: int = 20) -> dict[str, Any]:
-    """One candidate count: timings by kernel and the selection shape (CUDA only)."""
+def profile(C: int, impl: str = "fused", calls: int = 20) -> dict[str, Any]:
+    """One candidate count and selection implementation: timings by kernel, the selection shape
+    and the output (CUDA only; the inputs depend on ``C`` only)."""
     import sgl_kernel_v4.triton.indexer as ix
     import triton.testing as tt
 
@@ -52,7 +57,7 @@ def profile(C: int, calls: int = 20) -> dict[str, Any]:
 
     def fused() -> torch.Tensor:
         return ix.indexer_topk(
-            q, w, kv, vis, req_to_page, rows, rows, e, TOPK, di**-0.5, max_visible=C, out=o
+            q, w, kv, vis, req_to_page, rows, rows, e, TOPK, di**-0.5, max_visible=C, out=o, select_impl=impl
         )
 
     ix._Workspace = Spy
@@ -60,7 +65,8 @@ def profile(C: int, calls: int = 20) -> dict[str, Any]:
         fused()
         torch.cuda.synchronize()
         ws = captured[-1]
-        n_sure, n_tie = (int(v) for v in ws.cnt[0].tolist())
+        n_sure, n_tie = (int(v) for v in ws.cnt[0, :2].tolist())
+        selected = o.clone().cpu()
     finally:
         ix._Workspace = orig
     graph_ms = float(tt.do_bench_cudagraph(fused, rep=100, return_mode="median"))
@@ -72,22 +78,31 @@ def profile(C: int, calls: int = 20) -> dict[str, Any]:
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             per[ev.name] += ev.device_time_total / calls
-    return {"candidates": C, "graph_us": graph_ms * 1e3, "kernels_us": dict(per), "above": n_sure,
-            "tie_bin": n_tie}  # fmt: skip
+    return {"candidates": C, "impl": impl, "graph_us": graph_ms * 1e3, "kernels_us": dict(per), "above": n_sure,
+            "tie_bin": n_tie, "selected": selected}  # fmt: skip
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--contexts", default="65536,262144")
+    ap.add_argument(
+        "--impls", default="fused,radix,bitsearch", help="select_impl values, compared to the first"
+    )
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    res = [profile(int(c)) for c in a.contexts.split(",")]
+    res = []
+    for c in a.contexts.split(","):
+        runs = [profile(int(c), impl) for impl in a.impls.split(",")]
+        first = runs[0]["selected"]
+        for r in runs:
+            r["same"] = bool(torch.equal(r.pop("selected"), first))
+        res += runs
     with open(os.path.join(a.out, "indexer_topk_profile.json"), "w") as f:
         json.dump(res, f, indent=1)
     for r in res:
-        print(f"\n### {r['candidates']} candidates: {r['graph_us']:.1f} us per call (CUDA graph); "
-              f"{r['above']} above the threshold bin, {r['tie_bin']} in it")  # fmt: skip
+        print(f"\n### {r['candidates']} candidates, {r['impl']}: {r['graph_us']:.1f} us per call (CUDA graph); "
+              f"{r['above']} above the threshold bin, {r['tie_bin']} in it; output equal to the first: {r['same']}")  # fmt: skip
         print("| kernel | us per call |\n|---|---:|")
         for k, v in sorted(r["kernels_us"].items(), key=lambda kv: -kv[1]):
             print(f"| `{k[:60]}` | {v:.1f} |")

@@ -128,6 +128,7 @@ def test_all_rows_short_by_host_bound_launches_no_histogram(poisoned_workspace, 
 
     monkeypatch.setattr(indexer_select, "_hist_kernel", Refused())
     monkeypatch.setattr(indexer_select, "_filter_kernel", Refused())
+    monkeypatch.setattr(indexer_select, "_filter_final_kernel", Refused())
     p = paged_problem([5, 16, 0, 12, 16], [0, 0, 1, 1, 1], seed=3)
     got = run(p, K, 0.25, max_visible=K)
     assert torch.equal(got, oracle(p, K, 0.25))
