@@ -5,17 +5,17 @@ The filter pass leaves, per token row, ``n_sure`` entries above the threshold bi
 and a list of ``M`` candidates of the threshold bin (keys and positions), of which the ``need =
 topk - n_sure`` best by the composite key ``(key, -position)`` are selected. Every candidate
 shares the top ``HB = 12`` key bits (the bin), so the ``need``-th largest key ``thr`` is found by
-radix selection over the 20 bits below them, 8 bits at a time (digits ``[12, 20)``, ``[4, 12)``,
-``[0, 8)``; the last overlaps bits already fixed, which only narrows its histogram): per digit, a
-256-bin histogram of the candidates that match the bits fixed so far, and the largest digit whose
-suffix count still reaches the number of keys wanted. Three histogram passes instead of the 31
-count passes of a bit-by-bit search.
+radix selection over the 20 bits below them, 10 bits at a time (digits ``[10, 20)``, ``[0, 10)``):
+per digit, a 1,024-bin histogram of the candidates that match the bits fixed so far, and the
+largest digit whose suffix count still reaches the number of keys wanted. Two histogram passes
+instead of the 31 count passes of a bit-by-bit search.
 
 The last digit's bin gives ``eq``, the number of candidates whose key equals ``thr``, and ``rem``,
 how many of them are wanted. When ``rem == eq`` (no tie across the boundary, the usual case) every
 such key is selected and the position search is skipped (decided on the device). Else the
-``rem``-th smallest position among them is found the same way (digits ``[24, 31)``, ``[16, 24)``,
-``[8, 16)``, ``[0, 8)``; a digit above the row's position bound is known to be 0 and skipped).
+``rem``-th smallest position among them is found the same way (digits ``[30, 31)``, ``[20, 30)``,
+``[10, 20)``, ``[0, 10)``; a digit above the row's position bound is known to be 0 and skipped:
+two passes up to 2^20 entries).
 Positions are distinct, so exactly ``need`` candidates satisfy ``key > thr or (key == thr and
 position <= pthr)``.
 
@@ -32,6 +32,8 @@ import triton.language as tl
 INT_MIN = tl.constexpr(-(2**31))
 INT_MAX = tl.constexpr(2**31 - 1)
 TOP_MASK = tl.constexpr(-(1 << 20))  # the top 12 key bits (the histogram bin's), as int32
+DIGIT_MASK = tl.constexpr(1023)  # radix digits of 10 bits
+BINS = tl.constexpr(1024)
 #: candidates held in registers by the final pass (more: re-read per pass)
 RADIX_CAP = 4096
 
@@ -39,7 +41,7 @@ RADIX_CAP = 4096
 @triton.jit
 def _pick_high(h, rem):
     # the largest digit d with count(digit >= d) >= rem; the counts above d and at d
-    d_ = tl.arange(0, 256)
+    d_ = tl.arange(0, BINS)
     suf = tl.cumsum(h, 0, reverse=True)
     d = tl.sum((suf >= rem).to(tl.int32), 0) - 1
     above = tl.sum(tl.where(d_ > d, h, 0), 0)
@@ -50,7 +52,7 @@ def _pick_high(h, rem):
 @triton.jit
 def _pick_low(h, rem):
     # the smallest digit d with count(digit <= d) >= rem; the count below d
-    d_ = tl.arange(0, 256)
+    d_ = tl.arange(0, BINS)
     pre = tl.cumsum(h, 0)
     d = tl.sum((pre < rem).to(tl.int32), 0)
     below = tl.sum(tl.where(d_ < d, h, 0), 0)
@@ -59,7 +61,7 @@ def _pick_low(h, rem):
 
 @triton.jit
 def _digit_hist(key, pos, m, kpref, ppref, HI: tl.constexpr, SHIFT: tl.constexpr, ON_POS: tl.constexpr):
-    # 256-bin histogram of the digit at SHIFT of the candidates matching the prefix (bits >= HI):
+    # histogram of the 10-bit digit at SHIFT of the candidates matching the prefix (bits >= HI):
     # of the key, or (ON_POS) of the position among the keys equal to kpref
     if ON_POS:
         sel = m & (key == kpref) & ((pos >> HI) == (ppref >> HI))
@@ -67,7 +69,7 @@ def _digit_hist(key, pos, m, kpref, ppref, HI: tl.constexpr, SHIFT: tl.constexpr
     else:
         sel = m & ((key >> HI) == (kpref >> HI))
         x = key
-    return tl.histogram((x >> SHIFT) & 255, 256, mask=sel)
+    return tl.histogram((x >> SHIFT) & DIGIT_MASK, BINS, mask=sel)
 
 
 @triton.jit
@@ -77,7 +79,7 @@ def _list_hist(kb, pb, M, key, pos, m, kpref, ppref, HI: tl.constexpr, SHIFT: tl
     if CACHED:
         h = _digit_hist(key, pos, m, kpref, ppref, HI, SHIFT, ON_POS)
     else:
-        h = tl.zeros([256], tl.int32)
+        h = tl.zeros([BINS], tl.int32)
         offs = tl.arange(0, BLOCK)
         for i0 in range(0, M, BLOCK):
             mm = i0 + offs < M
@@ -91,22 +93,22 @@ def _list_hist(kb, pb, M, key, pos, m, kpref, ppref, HI: tl.constexpr, SHIFT: tl
 def _position_threshold(kb, pb, M, thr, rem, npos, key, pos, m, CACHED: tl.constexpr, BLOCK: tl.constexpr):
     # the rem-th smallest position among the candidates whose key is thr (positions < npos)
     pp = tl.zeros([], tl.int32)
-    if npos > (1 << 24):
-        h = _list_hist(kb, pb, M, key, pos, m, thr, pp, 31, 24, True, CACHED, BLOCK)
+    if npos > (1 << 30):
+        h = _list_hist(kb, pb, M, key, pos, m, thr, pp, 31, 30, True, CACHED, BLOCK)
         d, below = _pick_low(h, rem)
-        pp = pp | (d << 24)
+        pp = pp | (d << 30)
         rem -= below
-    if npos > (1 << 16):
-        h = _list_hist(kb, pb, M, key, pos, m, thr, pp, 24, 16, True, CACHED, BLOCK)
+    if npos > (1 << 20):
+        h = _list_hist(kb, pb, M, key, pos, m, thr, pp, 30, 20, True, CACHED, BLOCK)
         d, below = _pick_low(h, rem)
-        pp = pp | (d << 16)
+        pp = pp | (d << 20)
         rem -= below
-    if npos > (1 << 8):
-        h = _list_hist(kb, pb, M, key, pos, m, thr, pp, 16, 8, True, CACHED, BLOCK)
+    if npos > (1 << 10):
+        h = _list_hist(kb, pb, M, key, pos, m, thr, pp, 20, 10, True, CACHED, BLOCK)
         d, below = _pick_low(h, rem)
-        pp = pp | (d << 8)
+        pp = pp | (d << 10)
         rem -= below
-    h = _list_hist(kb, pb, M, key, pos, m, thr, pp, 8, 0, True, CACHED, BLOCK)
+    h = _list_hist(kb, pb, M, key, pos, m, thr, pp, 10, 0, True, CACHED, BLOCK)
     d, below = _pick_low(h, rem)
     return pp | d
 
@@ -116,15 +118,11 @@ def _threshold(kb, pb, M, need, npos, key, pos, m, CACHED: tl.constexpr, BLOCK: 
     # (thr, pthr): the selected candidates are key > thr or (key == thr and pos <= pthr)
     kp = tl.load(kb) & TOP_MASK  # every candidate has these bits (the threshold bin)
     rem = need
-    h = _list_hist(kb, pb, M, key, pos, m, kp, 0, 20, 12, False, CACHED, BLOCK)
+    h = _list_hist(kb, pb, M, key, pos, m, kp, 0, 20, 10, False, CACHED, BLOCK)
     d, above, eq = _pick_high(h, rem)
-    kp = kp | (d << 12)
+    kp = kp | (d << 10)
     rem -= above
-    h = _list_hist(kb, pb, M, key, pos, m, kp, 0, 12, 4, False, CACHED, BLOCK)
-    d, above, eq = _pick_high(h, rem)
-    kp = kp | (d << 4)
-    rem -= above
-    h = _list_hist(kb, pb, M, key, pos, m, kp, 0, 4, 0, False, CACHED, BLOCK)
+    h = _list_hist(kb, pb, M, key, pos, m, kp, 0, 10, 0, False, CACHED, BLOCK)
     d, above, eq = _pick_high(h, rem)
     kp = kp | d
     rem -= above
