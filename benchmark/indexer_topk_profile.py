@@ -11,8 +11,12 @@ Builds the inputs of ``benchmark/longctx.py``'s top-k phase (64 heads x 128 dims
   ``bitsearch`` the earlier bit-by-bit final), in the same run, and whether its output equals the
   first implementation's (``same``).
 
+``--distinct N`` draws the keys from ``N`` distinct rows (equal scores: a threshold bin of about
+``C / N`` candidates with ties across the boundary, the selection's hard case); 0 (default): every
+key drawn independently.
+
 Usage: ``python3 benchmark/indexer_topk_profile.py --out DIR [--contexts 65536,262144]
-[--impls fused,radix,bitsearch]``; writes ``DIR/indexer_topk_profile.json`` and prints a markdown
+[--impls fused,radix,bitsearch] [--distinct N]``; writes ``DIR/indexer_topk_profile.json`` and prints a markdown
 table per context and implementation.
 """
 
@@ -29,7 +33,7 @@ import torch
 TOPK = 512
 
 
-def profile(C: int, impl: str = "fused", calls: int = 20) -> dict[str, Any]:
+def profile(C: int, impl: str = "fused", calls: int = 20, distinct: int = 0) -> dict[str, Any]:
     """One candidate count and selection implementation: timings by kernel, the selection shape
     and the output (CUDA only; the inputs depend on ``C`` only)."""
     import sgl_kernel_v4.triton.indexer as ix
@@ -38,9 +42,11 @@ def profile(C: int, impl: str = "fused", calls: int = 20) -> dict[str, Any]:
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(1)
     Hi, di, e = 64, 128, 64
-    n_pages = C // e + 1
+    n_pages = -(-C // e) + 1  # (a context need not be a multiple of the page size)
     kv = torch.randn(n_pages * e, di, device=dev, dtype=torch.bfloat16, generator=g)
-    req_to_page = torch.randperm(n_pages, device=dev, generator=g)[None, : C // e].int()
+    if distinct > 0:
+        kv = kv[:distinct][torch.randint(0, distinct, (n_pages * e,), device=dev, generator=g)]
+    req_to_page = torch.randperm(n_pages, device=dev, generator=g)[None, : n_pages - 1].int()
     rows = torch.zeros(1, dtype=torch.int64, device=dev)
     vis = torch.full((1,), C, dtype=torch.int64, device=dev)
     q = torch.randn(1, Hi, di, device=dev, dtype=torch.bfloat16, generator=g)
@@ -78,7 +84,7 @@ def profile(C: int, impl: str = "fused", calls: int = 20) -> dict[str, Any]:
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             per[ev.name] += ev.device_time_total / calls
-    return {"candidates": C, "impl": impl, "graph_us": graph_ms * 1e3, "kernels_us": dict(per), "above": n_sure,
+    return {"candidates": C, "impl": impl, "distinct": distinct, "graph_us": graph_ms * 1e3, "kernels_us": dict(per), "above": n_sure,
             "tie_bin": n_tie, "selected": selected}  # fmt: skip
 
 
@@ -89,11 +95,12 @@ def main() -> int:
     ap.add_argument(
         "--impls", default="fused,radix,bitsearch", help="select_impl values, compared to the first"
     )
+    ap.add_argument("--distinct", type=int, default=0, help="distinct key rows (0: all random)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     res = []
     for c in a.contexts.split(","):
-        runs = [profile(int(c), impl) for impl in a.impls.split(",")]
+        runs = [profile(int(c), impl, distinct=a.distinct) for impl in a.impls.split(",")]
         first = runs[0]["selected"]
         for r in runs:
             r["same"] = bool(torch.equal(r.pop("selected"), first))

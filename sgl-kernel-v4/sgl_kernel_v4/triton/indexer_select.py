@@ -2,7 +2,10 @@
 
 Steps 1b-3 of :mod:`sgl_kernel_v4.triton.indexer` (its docstring describes the pipeline, the
 tie rule and the workspace). Each pass reads the per-token keys that the scoring pass wrote into
-the workspace: order-preserving int32 keys, ``INT_MIN`` for an invalid entry.
+the workspace: order-preserving int32 keys, ``INT_MIN`` for an invalid entry. The final selection
+(:mod:`sgl_kernel_v4.triton.indexer_radix`) runs in the filter launch by default
+(``_filter_final_kernel``: the row's last filter program, found with an acq_rel arrival counter,
+selects), or as its own launch (``_final_kernel``); :func:`select` picks.
 
 **Short rows.** A token that sees at most ``topk`` entries selects every valid one of them, so its
 result does not depend on the scores: with ``short=True`` the histogram and filter programs of such
