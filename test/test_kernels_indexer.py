@@ -244,3 +244,5 @@ def test_indexer_topk_bad_input() -> None:
         indexer_topk(q, w, kv, vis, r2p, rows, treq, 64, 0, 1.0)
     with pytest.raises(ValueError, match="visible"):
         indexer_topk(q, w, kv, vis[:1], r2p, rows, treq, 64, 2, 1.0)
+    with pytest.raises(ValueError, match="select_impl"):
+        indexer_topk(q, w, kv, vis, r2p, rows, treq, 64, 2, 1.0, select_impl="sort")

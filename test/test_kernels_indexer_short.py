@@ -118,6 +118,13 @@ def test_short_and_long_rows_in_one_batch(
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("select_impl", ["radix", "bitsearch"])
+def test_short_and_long_rows_other_select_impls(select_impl: str, poisoned_workspace) -> None:
+    """The separate-final selections (radix, and the bit-search baseline) on the same mixed batch."""
+    p = paged_problem(VIS, REQS, seed=7)
+    assert torch.equal(run(p, K, 0.25, select_impl=select_impl), oracle(p, K, 0.25))
+
+
 def test_all_rows_short_by_host_bound_launches_no_histogram(poisoned_workspace, monkeypatch) -> None:
     """``max_visible <= topk``: no histogram nor filter launch, the reference selection."""
     from sgl_kernel_v4.triton import indexer_select
@@ -128,6 +135,7 @@ def test_all_rows_short_by_host_bound_launches_no_histogram(poisoned_workspace, 
 
     monkeypatch.setattr(indexer_select, "_hist_kernel", Refused())
     monkeypatch.setattr(indexer_select, "_filter_kernel", Refused())
+    monkeypatch.setattr(indexer_select, "_filter_final_kernel", Refused())
     p = paged_problem([5, 16, 0, 12, 16], [0, 0, 1, 1, 1], seed=3)
     got = run(p, K, 0.25, max_visible=K)
     assert torch.equal(got, oracle(p, K, 0.25))

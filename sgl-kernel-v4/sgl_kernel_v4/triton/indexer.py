@@ -7,8 +7,8 @@ visible[t]`` of the token's request, the keys found through ``req_to_page``
 (:mod:`sgl_kernel_v4.paged`) and read in their pool format (bf16/fp32, fp8 with one scale per
 key, fp4 with one ue8m0 scale per 32 values).
 
-Pipeline (four launches per block of up to ``G`` tokens; the grid depends on the batch shape and
-the context bound only, so one CUDA graph per batch size serves every context):
+Pipeline (three or four launches per block of up to ``G`` tokens; the grid depends on the batch
+shape and the context bound only, so one CUDA graph per batch size serves every context):
 
 1. ``_score_kernel`` (grid ``ceil(G / BLOCK_T) x nsc``): program ``(p, s)`` scores the ``s``-th
    share of the visible entries of ``BLOCK_T`` consecutive tokens (1 at decode; more in an extend,
@@ -26,15 +26,22 @@ the context bound only, so one CUDA graph per batch size serves every context):
    ``topk``-th largest key; every program scans its share of the keys and appends the entries of
    bins above ``b*`` (all selected, fewer than ``topk``) and of bin ``b*`` (the candidates) to the
    token's two lists (positions reserved with an atomic counter).
-3. ``_final_kernel`` (grid ``G``): the ``need = topk - |above|`` best candidates by the tie rule
-   (two exact bit searches: the ``need``-th largest key, then among the keys equal to it the
-   lowest positions), merged with the entries above and sorted: the output row.
+3. the final selection: the ``need = topk - |above|`` best candidates by the tie rule (radix
+   selection over the key bits below the bin's, 8 bits per pass, then, only when keys equal to
+   the threshold lie on both sides of the boundary, over the positions:
+   :mod:`sgl_kernel_v4.triton.indexer_radix`), merged with the entries above and sorted: the
+   output row. By default (``select_impl="fused"``) it runs in the filter launch
+   (``_filter_final_kernel``): each program counts itself done on an atomic counter of its row
+   and the row's last one selects, so a decode step has three launches. ``"radix"`` runs it as
+   its own launch (``_final_kernel``, grid ``G``); ``"bitsearch"`` is the earlier final (two
+   31-step bit searches over the candidate list), kept as a benchmark baseline.
 
 Short rows (:mod:`sgl_kernel_v4.triton.indexer_select`): a token that sees at most ``topk``
 entries selects all its valid ones, whatever the scores. Each pass reads ``visible`` on the device
 (no host synchronisation; one batch mixes both kinds): the scoring pass writes validity keys only
 for such a request run (no dot), the histogram and filter programs return at once, and the final
-pass writes the valid positions in order, ``-1`` after them. The scoring pass also zeroes the
+pass (in the fused launch: the row's first program) writes the valid positions in order, ``-1``
+after them. The scoring pass also zeroes the
 histogram and counters of the other rows (no memset launches), and the final pass writes every
 place of the output (no fill). When the host bound ``max_visible`` is at most ``topk`` the
 histogram and filter are not launched at all.
@@ -48,7 +55,7 @@ bits set, whose key would equal the invalid key). The output holds the selected 
 in which candidates are listed, never the selected set, and the output is sorted: deterministic.
 
 Workspace: per block of ``G`` tokens, ``3 x G x C`` int32 (keys, candidate keys, candidate
-positions) plus ``G x (2^HB + topk + 2)``; ``G = max(1, SCRATCH_ELEMS // (3 C))``, so a forward
+positions) plus ``G x (2^HB + topk + 4)``; ``G = max(1, SCRATCH_ELEMS // (3 C))``, so a forward
 of any length uses a bounded workspace (no ``[tokens, candidates]`` structure beyond ``G`` rows).
 """
 
@@ -65,9 +72,11 @@ from sgl_kernel_v4.ref.attention import select_topk
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 from sgl_kernel_v4.triton.indexer_score import DECODE_SCORE_CONFIG, _score_decode_kernel
 from sgl_kernel_v4.triton.indexer_select import (
+    CNT,
     HB,
     INT_MIN,
     INT_MIN_VALUE,
+    SELECT_IMPLS,
     _float_to_key,
     _keys_from_scores_kernel,
     histogram,
@@ -176,8 +185,9 @@ def _score_kernel(
             )
         if s == 0:
             zc = tl.zeros([BLOCK_T], tl.int32)
-            tl.store(cnt_ptr + 2 * gl, zc, mask=long_row)
-            tl.store(cnt_ptr + 2 * gl + 1, zc, mask=long_row)
+            tl.store(cnt_ptr + CNT * gl, zc, mask=long_row)
+            tl.store(cnt_ptr + CNT * gl + 1, zc, mask=long_row)
+            tl.store(cnt_ptr + CNT * gl + 2, zc, mask=long_row)
     offs_c = tl.arange(0, BLOCK_C)
     # the block's tokens come in runs of one request (a batch lists each request's tokens
     # together): one pass per run, over the pages of that request
@@ -259,7 +269,7 @@ class _Workspace:
         self.tie_key = torch.empty((G, width), **i32)
         self.tie_pos = torch.empty((G, width), **i32)
         self.hist = torch.empty((G, 1 << HB), **i32)
-        self.cnt = torch.empty((G, 2), **i32)
+        self.cnt = torch.empty((G, CNT.value), **i32)  # above, in the threshold bin, programs done
         self.sure = torch.empty((G, topk), **i32)
         self.scores = torch.empty((G, width), dtype=torch.float32, device=device) if scores else self.keys
 
@@ -306,6 +316,7 @@ def indexer_topk(
     block_c: int = 64,
     block_t: int | None = None,
     short_rows: bool = True,
+    select_impl: str = "fused",
 ) -> torch.Tensor:
     """Lightning-indexer top-k over the paged keys (op table entry 6; arguments and result as
     :func:`sgl_kernel_v4.ref.attention.indexer_topk`).
@@ -321,14 +332,21 @@ def indexer_topk(
             entries is answered without scores nor histogram (decided per row on the device).
             ``False`` runs the histogram path for every row (the same result; a benchmark
             baseline).
+        select_impl: the selection passes (the same result), one of ``SELECT_IMPLS`` of
+            :mod:`sgl_kernel_v4.triton.indexer_select`: ``"fused"`` (filter and final in one
+            launch, radix selection), ``"radix"`` (two launches), ``"bitsearch"`` (the earlier
+            bit-by-bit final; a benchmark baseline).
 
     Returns:
         ``[T, topk]`` int64 entry indices, ascending, ``-1`` padded.
 
     Raises:
-        ValueError: a shape is inconsistent, ``topk`` out of range, or keys of another size.
+        ValueError: a shape is inconsistent, ``topk`` out of range, keys of another size, or an
+            unknown ``select_impl``.
     """
     _check(q, weights, topk)
+    if select_impl not in SELECT_IMPLS:
+        raise ValueError(f"select_impl: expected one of {SELECT_IMPLS}, got {select_impl!r}")
     T, HI, DI = q.shape
     kv = _paged_args(idx_kv, DI, req_to_page, req_rows, token_req, visible, T)
     if out is None:
@@ -347,7 +365,7 @@ def indexer_topk(
     if C <= 0:
         return out
     _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, entries_per_page, scale, C, topk,
-                out, block_c, None, block_t, short_rows)  # fmt: skip
+                out, block_c, None, block_t, short_rows, select_impl)  # fmt: skip
     return out
 
 
@@ -358,7 +376,7 @@ def _tokens_per_program(T: int, heads: int) -> int:
 
 
 def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, scale, C, topk, out, block_c,
-                scores_out, block_t=None, short=False) -> None:  # fmt: skip
+                scores_out, block_t=None, short=False, impl="fused") -> None:  # fmt: skip
     T, HI, DI = q.shape
     if q.stride(2) != 1:
         q = q.contiguous()
@@ -414,7 +432,7 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
             long_rows = not short or C > topk
             if long_rows:
                 histogram(ws, g, visible, t0, topk, short)
-            select(ws, g, visible, t0, topk, out, short, filter_pass=long_rows)
+            select(ws, g, visible, t0, topk, out, short, filter_pass=long_rows, impl=impl)
 
 
 def indexer_scores(
@@ -447,18 +465,25 @@ def indexer_scores(
     return keys, scores
 
 
-def topk_from_scores(scores: torch.Tensor, topk: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
+def topk_from_scores(
+    scores: torch.Tensor, topk: int, *, out: torch.Tensor | None = None, select_impl: str = "fused"
+) -> torch.Tensor:
     """Positions of the ``topk`` largest entries of each row of ``scores [T, C]`` (fp32/bf16), by
     the select steps of :func:`indexer_topk` (exact; the module's tie rule).
 
     ``-inf`` entries count as invalid; rows with fewer than ``topk`` valid entries are padded with
     ``-1``. Positions are int64, in ascending order; equal scores go to the lower position
-    (``-0.0`` equals ``+0.0``).
+    (``-0.0`` equals ``+0.0``). ``select_impl`` as :func:`indexer_topk`'s.
+
+    Raises:
+        ValueError: ``scores`` is not 2-D, ``topk < 1`` or an unknown ``select_impl``.
     """
     if scores.dim() != 2:
         raise ValueError(f"scores: expected [T, C], got {tuple(scores.shape)}")
     if topk < 1:
         raise ValueError(f"topk: must be >= 1, got {topk}")
+    if select_impl not in SELECT_IMPLS:
+        raise ValueError(f"select_impl: expected one of {SELECT_IMPLS}, got {select_impl!r}")
     T, C = scores.shape
     if out is None:
         out = torch.empty((T, topk), dtype=torch.int64, device=scores.device)
@@ -478,5 +503,5 @@ def topk_from_scores(scores: torch.Tensor, topk: int, *, out: torch.Tensor | Non
         _keys_from_scores_kernel[(g, cdiv(C, 1024))](
             scores[t0:], scores.stride(0), ws.keys, ws.keys.stride(0), ws.hist, C, BLOCK=1024, HB=HB, num_warps=4
         )  # fmt: skip
-        select(ws, g, vis, t0, topk, out, True)
+        select(ws, g, vis, t0, topk, out, True, impl=select_impl)
     return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sgl_kernel_v4.triton.indexer_select import INT_MIN, _float_to_key
+from sgl_kernel_v4.triton.indexer_select import CNT, INT_MIN, _float_to_key
 from sgl_kernel_v4.triton.kv_codec import aligned, load_key, row_offsets
 
 #: Launch parameters of the decode scoring kernel (warps, pipeline stages); the entries per tile are
@@ -118,9 +118,10 @@ def _score_decode_kernel(
                 b = b0 + offs_z
                 tl.store(hist_ptr + g * (1 << HB) + b, tl.zeros([256], tl.int32),
                          mask=(b < s * nb + nb) & (b < (1 << HB)))  # fmt: skip
-            if s == 0:
-                tl.store(cnt_ptr + 2 * g, 0)
-                tl.store(cnt_ptr + 2 * g + 1, 0)
+            if s == 0:  # above the threshold bin, in it, filter programs done
+                tl.store(
+                    cnt_ptr + CNT * g + tl.arange(0, 4), tl.zeros([4], tl.int32), mask=tl.arange(0, 4) < 3
+                )
     if short:
         for c0 in range(c_lo, c_end, BLOCK_C):
             c = c0 + offs_c

@@ -2,7 +2,10 @@
 
 Steps 1b-3 of :mod:`sgl_kernel_v4.triton.indexer` (its docstring describes the pipeline, the
 tie rule and the workspace). Each pass reads the per-token keys that the scoring pass wrote into
-the workspace: order-preserving int32 keys, ``INT_MIN`` for an invalid entry.
+the workspace: order-preserving int32 keys, ``INT_MIN`` for an invalid entry. The final selection
+(:mod:`sgl_kernel_v4.triton.indexer_radix`) runs in the filter launch by default
+(``_filter_final_kernel``: the row's last filter program, found with an acq_rel arrival counter,
+selects), or as its own launch (``_final_kernel``); :func:`select` picks.
 
 **Short rows.** A token that sees at most ``topk`` entries selects every valid one of them, so its
 result does not depend on the scores: with ``short=True`` the histogram and filter programs of such
@@ -22,11 +25,16 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
+from sgl_kernel_v4.triton.indexer_radix import RADIX_CAP, finish_row
 
 INT_MIN_VALUE = -(2**31)  # key of an invalid candidate (below every float's key), for host code
 INT_MIN = tl.constexpr(
     INT_MIN_VALUE
 )  # the same inside the kernels (a jit function reads constexpr globals only)
+#: int32 counters per token row: entries above the threshold bin, candidates in it, programs done
+CNT = tl.constexpr(4)
+#: the selection implementations of :func:`select` (``"fused"`` the default)
+SELECT_IMPLS = ("fused", "radix", "bitsearch")
 HB = 12  # histogram bits: bins of the keys' top 12 bits (sign, 8 exponent bits, 3 mantissa bits)
 #: keys per histogram call while a program has that many left (its last ones go ``HIST_STEP`` at a
 #: time); a call costs about the same whatever its mask, so a short share pays for its size only
@@ -126,6 +134,33 @@ def _threshold_bin(hist_ptr, g, K, HB: tl.constexpr):
     return bstar, above
 
 
+@triton.jit
+def _list_share(keys_ptr, stride_k, hist_ptr, cnt_ptr, sure_ptr, tie_key_ptr, tie_pos_ptr, g, K, c_start, c_end,
+                BLOCK_F: tl.constexpr, HB: tl.constexpr):  # fmt: skip
+    # token g's keys c_start .. c_end - 1: those of bins above b* to the sure list, those of b* to
+    # the candidate lists (places reserved with the row's counters)
+    bstar, above = _threshold_bin(hist_ptr, g, K, HB)
+    offs = tl.arange(0, BLOCK_F)
+    for c0 in range(c_start, c_end, BLOCK_F):
+        c = c0 + offs
+        key = tl.load(keys_ptr + g * stride_k + c, mask=c < c_end, other=INT_MIN)
+        valid = key != INT_MIN
+        b = _bin_of(key, HB)
+        sure = valid & (b > bstar)
+        tie = valid & (b == bstar)
+        n_sure = tl.sum(sure.to(tl.int32), 0)
+        n_tie = tl.sum(tie.to(tl.int32), 0)
+        if n_sure > 0:
+            base = tl.atomic_add(cnt_ptr + CNT * g, n_sure)
+            dst = base + tl.cumsum(sure.to(tl.int32), 0) - 1
+            tl.store(sure_ptr + g * K + dst, c, mask=sure)
+        if n_tie > 0:
+            base = tl.atomic_add(cnt_ptr + CNT * g + 1, n_tie)
+            dst = base + tl.cumsum(tie.to(tl.int32), 0) - 1
+            tl.store(tie_key_ptr + g * stride_k + dst, key, mask=tie)
+            tl.store(tie_pos_ptr + g * stride_k + dst, c, mask=tie)
+
+
 @triton.jit(do_not_specialize=["t_base", "nss", "vis_ptr"])  # no recompile per block / batch size
 def _filter_kernel(
     keys_ptr,
@@ -152,26 +187,20 @@ def _filter_kernel(
     if SHORT:  # a short row, or an empty share: nothing to list (nor the threshold to find)
         run = (n > K) & (s * chunk < c_end)
     if run:
-        bstar, above = _threshold_bin(hist_ptr, g, K, HB)
-        offs = tl.arange(0, BLOCK_F)
-        for c0 in range(s * chunk, c_end, BLOCK_F):
-            c = c0 + offs
-            key = tl.load(keys_ptr + g * stride_k + c, mask=c < c_end, other=INT_MIN)
-            valid = key != INT_MIN
-            b = _bin_of(key, HB)
-            sure = valid & (b > bstar)
-            tie = valid & (b == bstar)
-            n_sure = tl.sum(sure.to(tl.int32), 0)
-            n_tie = tl.sum(tie.to(tl.int32), 0)
-            if n_sure > 0:
-                base = tl.atomic_add(cnt_ptr + 2 * g, n_sure)
-                dst = base + tl.cumsum(sure.to(tl.int32), 0) - 1
-                tl.store(sure_ptr + g * K + dst, c, mask=sure)
-            if n_tie > 0:
-                base = tl.atomic_add(cnt_ptr + 2 * g + 1, n_tie)
-                dst = base + tl.cumsum(tie.to(tl.int32), 0) - 1
-                tl.store(tie_key_ptr + g * stride_k + dst, key, mask=tie)
-                tl.store(tie_pos_ptr + g * stride_k + dst, c, mask=tie)
+        _list_share(keys_ptr, stride_k, hist_ptr, cnt_ptr, sure_ptr, tie_key_ptr, tie_pos_ptr, g, K, s * chunk,
+                    c_end, BLOCK_F, HB)  # fmt: skip
+
+
+@triton.jit
+def _write_short_row(krow, orow, n, K, BLOCK_K2: tl.constexpr):
+    # every valid entry below n (n <= K <= BLOCK_K2), ascending, then -1 up to K
+    offs_k = tl.arange(0, BLOCK_K2)
+    key = tl.load(krow + offs_k, mask=offs_k < n, other=INT_MIN)
+    sel = key != INT_MIN
+    dst = tl.cumsum(sel.to(tl.int32), 0) - 1
+    tl.store(orow + dst, offs_k.to(tl.int64), mask=sel)
+    n_sel = tl.sum(sel.to(tl.int32), 0)
+    tl.store(orow + offs_k, tl.full([BLOCK_K2], -1, tl.int64), mask=(offs_k >= n_sel) & (offs_k < K))
 
 
 @triton.jit
@@ -203,27 +232,29 @@ def _final_kernel(
     BLOCK_K2: tl.constexpr,
     BLOCK_T: tl.constexpr,
     SHORT: tl.constexpr,
+    RADIX: tl.constexpr,
+    CAP: tl.constexpr,
 ):
+    # one program per token row. RADIX: the radix selection of indexer_radix; else the bit-by-bit
+    # search (two 31-step searches, each step a pass over the candidate list; a benchmark baseline)
     g = tl.program_id(0).to(tl.int64)
     t = t_base + g
     offs_k = tl.arange(0, BLOCK_K2)
     orow = out_ptr + t * stride_o
     short = False  # (a constant i1 when not SHORT: the branch below folds away)
-    n = 0
+    n = tl.load(vis_ptr + t).to(tl.int32)
     if SHORT:
-        n = tl.load(vis_ptr + t).to(tl.int32)
         short = n <= K
     if short:
-        # every valid entry below n (n <= K <= BLOCK_K2), ascending, then -1 up to K
-        key = tl.load(keys_ptr + g * stride_k + offs_k, mask=offs_k < n, other=INT_MIN)
-        sel = key != INT_MIN
-        dst = tl.cumsum(sel.to(tl.int32), 0) - 1
-        tl.store(orow + dst, offs_k.to(tl.int64), mask=sel)
-        n_sel = tl.sum(sel.to(tl.int32), 0)
-        tl.store(orow + offs_k, tl.full([BLOCK_K2], -1, tl.int64), mask=(offs_k >= n_sel) & (offs_k < K))
+        _write_short_row(keys_ptr + g * stride_k, orow, n, K, BLOCK_K2)
+    elif RADIX:
+        n_sure = tl.load(cnt_ptr + CNT * g)
+        M = tl.load(cnt_ptr + CNT * g + 1)
+        finish_row(n_sure, M, sure_ptr + g * K, tie_key_ptr + g * stride_k, tie_pos_ptr + g * stride_k, orow, K, n,
+                   BLOCK_K2, CAP, BLOCK_T)  # fmt: skip
     else:
-        n_sure = tl.load(cnt_ptr + 2 * g)
-        M = tl.load(cnt_ptr + 2 * g + 1)
+        n_sure = tl.load(cnt_ptr + CNT * g)
+        M = tl.load(cnt_ptr + CNT * g + 1)
         # the entries above the threshold bin go first (listed in any order), staged in the output row
         sure = tl.load(sure_ptr + g * K + offs_k, mask=offs_k < n_sure, other=0)
         tl.store(orow + offs_k, sure.to(tl.int64), mask=offs_k < n_sure)
@@ -264,6 +295,56 @@ def _final_kernel(
         tl.store(orow + offs_k, tl.where(row == big64, -1, row), mask=offs_k < K)
 
 
+@triton.jit(do_not_specialize=["t_base", "nss", "vis_ptr"])  # no recompile per block / batch size
+def _filter_final_kernel(
+    keys_ptr,
+    stride_k,
+    vis_ptr,
+    t_base,
+    hist_ptr,
+    cnt_ptr,
+    sure_ptr,
+    tie_key_ptr,
+    tie_pos_ptr,
+    out_ptr,
+    stride_o,
+    K,
+    nss,
+    BLOCK_F: tl.constexpr,
+    HB: tl.constexpr,
+    SHORT: tl.constexpr,
+    BLOCK_K2: tl.constexpr,
+    CAP: tl.constexpr,
+):
+    # the filter and final passes in one launch (grid G x nss): program (g, s) lists its share of
+    # row g's keys, then counts itself done on the row's third counter; the row's last program
+    # (every share listed: the counter's acq_rel atomic orders the other programs' list writes
+    # before it) selects and writes the output row. A short row: program (g, 0) writes it.
+    g = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    n = tl.load(vis_ptr + t_base + g).to(tl.int32)
+    orow = out_ptr + (t_base + g) * stride_o
+    short = False
+    if SHORT:
+        short = n <= K
+    if short:
+        if s == 0:
+            _write_short_row(keys_ptr + g * stride_k, orow, n, K, BLOCK_K2)
+    else:
+        chunk = tl.cdiv(tl.cdiv(n, nss), BLOCK_F) * BLOCK_F
+        c_end = tl.minimum(s * chunk + chunk, n)
+        if s * chunk < c_end:
+            _list_share(keys_ptr, stride_k, hist_ptr, cnt_ptr, sure_ptr, tie_key_ptr, tie_pos_ptr, g, K, s * chunk,
+                        c_end, BLOCK_F, HB)  # fmt: skip
+        tl.debug_barrier()  # every thread's list writes are issued before the arrival
+        done = tl.atomic_add(cnt_ptr + CNT * g + 2, 1, sem="acq_rel", scope="gpu")
+        if done == nss - 1:
+            n_sure = tl.atomic_add(cnt_ptr + CNT * g, 0, sem="acquire", scope="gpu")
+            M = tl.atomic_add(cnt_ptr + CNT * g + 1, 0, sem="acquire", scope="gpu")
+            finish_row(n_sure, M, sure_ptr + g * K, tie_key_ptr + g * stride_k, tie_pos_ptr + g * stride_k, orow, K,
+                       n, BLOCK_K2, CAP, 1024)  # fmt: skip
+
+
 def splits(rows: int, device: torch.device) -> int:
     """Programs per token row: two waves of the SMs over the block, a power of two in [1, 256]."""
     want = cdiv(2 * num_sms(device), max(1, rows))
@@ -286,17 +367,38 @@ def histogram(ws: Any, G: int, vis: torch.Tensor, t_base: int, topk: int, short:
 
 
 def select(ws: Any, G: int, vis: torch.Tensor, t_base: int, topk: int, out: torch.Tensor, short: bool,
-           filter_pass: bool = True) -> None:  # fmt: skip
+           filter_pass: bool = True, impl: str = "fused") -> None:  # fmt: skip
     """Steps 2 and 3 for rows ``t_base .. t_base + G - 1``: writes ``out[t_base + g]`` (``[T, topk]``
     int64, every column). ``short``: rows of at most ``topk`` entries take the short-row path (module
-    docstring); ``filter_pass=False`` skips the filter launch (only valid when every row is short)."""
+    docstring); ``filter_pass=False`` skips the filter launch (only valid when every row is short).
+
+    ``impl`` (the same result): ``"fused"`` one launch of filter + final (the row's last filter
+    program selects, radix digits, :mod:`sgl_kernel_v4.triton.indexer_radix`); ``"radix"`` the
+    filter launch, then a final launch with the radix selection; ``"bitsearch"`` the filter launch,
+    then the bit-by-bit final (the earlier pipeline, a benchmark baseline). The fused launch needs
+    the rows' third counter zeroed with the other two.
+
+    Raises:
+        ValueError: ``impl`` is not one of :data:`SELECT_IMPLS`.
+    """
+    if impl not in SELECT_IMPLS:
+        raise ValueError(f"select_impl: expected one of {SELECT_IMPLS}, got {impl!r}")
+    block_k2 = next_power_of_2(topk)
     if filter_pass:
         nss = splits(G, out.device)
+        if impl == "fused":
+            _filter_final_kernel[(G, nss)](
+                ws.keys, ws.keys.stride(0), vis, t_base, ws.hist, ws.cnt, ws.sure, ws.tie_key, ws.tie_pos, out,
+                out.stride(0), topk, nss, BLOCK_F=1024, HB=HB, SHORT=short, BLOCK_K2=block_k2, CAP=RADIX_CAP,
+                num_warps=8,
+            )  # fmt: skip
+            return
         _filter_kernel[(G, nss)](
             ws.keys, ws.keys.stride(0), vis, t_base, ws.hist, ws.cnt, ws.sure, ws.tie_key, ws.tie_pos, topk,
             nss, BLOCK_F=1024, HB=HB, SHORT=short, num_warps=4,
         )  # fmt: skip
     _final_kernel[(G,)](
         ws.cnt, ws.sure, ws.keys, ws.tie_key, ws.tie_pos, ws.keys.stride(0), vis, out, out.stride(0), t_base,
-        topk, BLOCK_K2=next_power_of_2(topk), BLOCK_T=1024, SHORT=short, num_warps=8,
+        topk, BLOCK_K2=block_k2, BLOCK_T=1024, SHORT=short, RADIX=impl != "bitsearch", CAP=RADIX_CAP,
+        num_warps=8,
     )  # fmt: skip
