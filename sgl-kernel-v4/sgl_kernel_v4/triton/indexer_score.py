@@ -23,36 +23,11 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.triton.indexer_select import CNT, INT_MIN, _float_to_key
-from sgl_kernel_v4.triton.kv_codec import aligned, load_key, row_offsets
+from sgl_kernel_v4.triton.kv_codec import load_key, load_key_fp4_words, row_offsets
 
 #: Launch parameters of the decode scoring kernel (warps, pipeline stages); the entries per tile are
 #: ``indexer_topk``'s ``block_c``.
 DECODE_SCORE_CONFIG = {"num_warps": 4, "num_stages": 3}
-
-
-@triton.jit
-def _load_key_fp4_words(ptr, off, valid, DI: tl.constexpr):
-    """fp4 indexer keys ``[N, DI]`` (bf16, exact) at offsets ``off [N]`` (bytes): ``DI / 2`` bytes of
-    e2m1 codes (value ``2i`` in the low nibble of byte ``i``) then ``DI / 32`` ue8m0 scale bytes, read
-    as little-endian 32-bit words (the entries are 4-byte aligned): the nibble ``j`` of word ``i`` is
-    value ``8i + j``; scale byte ``d // 32`` applies to value ``d``. Zeros where ``valid`` is False."""
-    NW: tl.constexpr = DI // 8
-    base = aligned(ptr, off, 3, DI, DI).to(tl.pointer_type(tl.int32))
-    offs_w = tl.arange(0, NW)
-    words = tl.load(base[:, None] + offs_w[None, :], mask=valid[:, None], other=0)  # [N, NW]
-    sw = tl.load(base + DI // 8, mask=valid, other=0)  # [N]: the DI/32 scale bytes
-    j = tl.arange(0, 8)
-    code = (words[:, :, None] >> (4 * j)[None, None, :]) & 0xF  # [N, NW, 8]
-    code = tl.reshape(code, [off.shape[0], DI])
-    mag = code & 7
-    # e2m1 magnitudes as fp32 bits: 0 -> 0; 1 -> 0.5 = 2^-1; 2..7 -> 2^((mag >> 1) - 1) * (1 + (mag & 1) / 2)
-    e = tl.where(mag >= 2, (mag >> 1) + 126, 126)
-    bits = tl.where(mag == 0, 0, (e << 23) | ((mag & 1) << 22) * (mag >= 2).to(tl.int32))
-    bits = bits | ((code & 8) << 28)
-    offs_d = tl.arange(0, DI)
-    sb = (sw[:, None] >> (8 * (offs_d // 32))[None, :]) & 0xFF  # [N, DI]
-    v = bits.to(tl.float32, bitcast=True) * (sb << 23).to(tl.float32, bitcast=True)
-    return v.to(tl.bfloat16)
 
 
 @triton.jit(
@@ -142,7 +117,7 @@ def _score_decode_kernel(
             valid = cm & (page >= 0)
             off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
             if CODEC == 3:
-                k = _load_key_fp4_words(kv_ptr, off, valid, DI)
+                k = load_key_fp4_words(kv_ptr, off, valid, DI)
                 ks = scale
             else:
                 k, kscale = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
