@@ -398,3 +398,84 @@ def test_error_nested_shape_on_404_and_validation(tok: PreTrainedTokenizerFast) 
     with pytest.raises(openai.BadRequestError) as e2:
         _oai(c).completions.create(model="dsv4-test", prompt="x", temperature=5)
     assert e2.value.type == "BadRequestError" and e2.value.param == "temperature"
+
+
+@pytest.mark.parametrize("echo", [False, True])
+def test_completion_stream_text_offset_is_absolute(tok: PreTrainedTokenizerFast, echo: bool) -> None:
+    """``logprobs.text_offset`` positions a token in the choice's whole text (echoed prompt
+    included), also across the chunks of a stream (vllm-project/vllm#47815): streamed offsets
+    continue each other and equal the non-streamed ones."""
+    c = _client(FakeTM(tok))
+    body = {"prompt": "Q: hi", "max_tokens": 6, "logprobs": 1, "echo": echo}
+    lp = c.post("/v1/completions", json=body).json()["choices"][0]["logprobs"]
+    want = [sum(len(t) for t in lp["tokens"][:i]) for i in range(len(lp["tokens"]))]  # oracle
+    assert lp["text_offset"] == want and len(want) == 6 + (len(tok.encode("Q: hi")) if echo else 0)
+    events = _sse_events(c.post("/v1/completions", json={**body, "stream": True}))
+    got_tokens, got_offsets = [], []
+    for ev in events[:-1]:
+        if ev["choices"] and ev["choices"][0]["logprobs"]:
+            got_tokens += ev["choices"][0]["logprobs"]["tokens"]
+            got_offsets += ev["choices"][0]["logprobs"]["text_offset"]
+    assert got_tokens == lp["tokens"] and got_offsets == want
+
+
+class _RankedTM(FakeTM):
+    """Sample ``k`` of a prompt gets the constant output logprob ``SCORES[k]``."""
+
+    SCORES = (-3.0, -1.0, -2.0, -4.0)
+
+    def _output(self, sub: GenerateReqInput, k: int) -> list[dict[str, Any]]:
+        outs = super()._output(sub, k)
+        for o in outs:
+            lps = o["meta_info"].get("output_token_logprobs") or []
+            o["meta_info"]["output_token_logprobs"] = [[self.SCORES[k], t, s] for _, t, s in lps]
+        return outs
+
+
+def test_completion_best_of(tok: PreTrainedTokenizerFast) -> None:
+    """``best_of`` generates that many candidates per prompt and returns the best ``n`` by mean
+    token logprob, best first (OpenAI's documented behaviour); usage counts every candidate; no
+    logprobs unless asked for; ``best_of < n`` and a streamed ``best_of > n`` are 400s naming it."""
+    tm = _RankedTM(tok)
+    c = _client(tm)
+    out = _oai(c).completions.create(
+        model="dsv4-test", prompt=["a", "b"], n=2, best_of=4, max_tokens=64, temperature=1
+    )
+    reply = "Hello there, general Kenobi."
+    assert [ch.index for ch in out.choices] == [0, 1, 2, 3]
+    assert [ch.text for ch in out.choices] == [reply + " #1", reply + " #2"] * 2  # scores -1, -2
+    assert all(ch.logprobs is None for ch in out.choices)
+    assert tm.received[-1].return_logprob and tm.received[-1].parallel_sample_num == 4
+    lens = [len(tok.encode(reply + (f" #{k}" if k else ""), add_special_tokens=False)) for k in range(4)]
+    assert out.usage.completion_tokens == 2 * sum(lens)
+    assert out.usage.prompt_tokens == len(tok.encode("a")) + len(tok.encode("b"))
+
+    lp = c.post("/v1/completions", json={"prompt": "a", "best_of": 3, "logprobs": 0, "max_tokens": 64})
+    choice = lp.json()["choices"]
+    assert len(choice) == 1 and choice[0]["text"] == reply + " #1"
+    assert set(choice[0]["logprobs"]["token_logprobs"]) == {-1.0}
+
+    ok = c.post("/v1/completions", json={"prompt": "a", "best_of": 2, "n": 2, "stream": True})
+    assert ok.status_code == 200 and _sse_events(ok)[-1] == "[DONE]"
+    for bad in ({"best_of": 1, "n": 2}, {"best_of": 3, "stream": True}, {"best_of": 10**4}):
+        r = c.post("/v1/completions", json={"prompt": "a", **bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "best_of", (bad, r.text)
+
+
+@pytest.mark.parametrize(
+    "path,body,param",
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+        ("/v1/completions", {"prompt": 5}, "prompt"),
+        ("/v1/completions", {"prompt": "x", "stop": 5}, "stop"),
+    ],
+)
+def test_validation_error_param_names_the_field(
+    tok: PreTrainedTokenizerFast, path: str, body: dict, param: str
+) -> None:
+    """A wrongly typed union field's ``param`` (and message) names the request field, not
+    pydantic's union member (``messages.0.content.str``)."""
+    r = _client(FakeTM(tok)).post(path, json=body)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == param, r.text
+    assert f"{param}." not in err["message"]

@@ -223,10 +223,8 @@ class OpenAIServingBase:
         except ValidationError as e:
             errs = e.errors()
             first = errs[0] if errs else {}
-            loc = ".".join(str(x) for x in first.get("loc", ()))
-            msg = "; ".join(
-                f"{'.'.join(str(x) for x in er.get('loc', ()))}: {er.get('msg')}" for er in errs[:5]
-            )
+            loc = _field_path(first.get("loc", ()))
+            msg = "; ".join(f"{_field_path(er.get('loc', ()))}: {er.get('msg')}" for er in errs[:5])
             raise RequestError(f"Invalid request: {msg}", param=loc or None) from None
 
     @staticmethod
@@ -493,6 +491,23 @@ def grammar_error_for(e: RequestError, field: str | None) -> RequestError:
     if field is None or e.status != 400 or not sep or kind not in GRAMMAR_FIELDS:
         return e
     return RequestError(f"{field}: {rest}", e.status, e.err_type, field)
+
+
+#: Names pydantic puts in an error's ``loc`` for the member of a union that failed.
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple", "literal"})
+
+
+def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """The request field of a validation error's ``loc``, dotted (``messages.0.content``).
+
+    Pydantic adds the failing union member to ``loc`` (``content.str``,
+    ``content.list[dict[str,any]]``, ``prompt.list[int]``); those are types, not fields the client
+    sent, so they are left out of ``param`` and the message.
+    """
+    parts = [
+        str(x) for x in loc if isinstance(x, int) or (str(x).isidentifier() and str(x) not in _UNION_TAGS)
+    ]
+    return ".".join(parts)
 
 
 def _param_of(message: str) -> str | None:

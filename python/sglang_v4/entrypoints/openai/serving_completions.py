@@ -1,7 +1,8 @@
 """``POST /v1/completions`` (OpenAI's legacy completions, SGLang's extra sampling fields).
 
 A text or token-id prompt (or a batch of them), ``n`` samples each, ``echo``, legacy ``logprobs``,
-``response_format`` (``json_object`` / ``json_schema``: constrained decoding), streaming with
+``response_format`` (``json_object`` / ``json_schema``: constrained decoding), ``best_of`` (the best
+``n`` of ``best_of`` candidates by mean token logprob; not streamable), streaming with
 ``stream_options.include_usage``. See :mod:`.serving_base` for the shared request handling.
 """
 
@@ -35,8 +36,9 @@ from sglang_v4.entrypoints.openai.serving_base import (
     _sse_error,
     grammar_error_for,
 )
+from sglang_v4.sampling.sampling_params import MAX_N
 
-__all__ = ["CompletionsMixin"]
+__all__ = ["CompletionsMixin", "select_best_of"]
 
 
 class CompletionsMixin(OpenAIServingBase):
@@ -67,10 +69,13 @@ class CompletionsMixin(OpenAIServingBase):
         is_text = isinstance(prompt, str) or (isinstance(prompt, list) and isinstance(prompt[0], str))
         sp = self._sampling_params(req, req.max_tokens)
         n = req.n or 1
+        best_of = _check_best_of(req, n)
+        if best_of > n:
+            sp["n"] = best_of  # generate best_of candidates per prompt, return the best n
         return_logprob = req.logprobs is not None
         kw: dict[str, Any] = dict(
             sampling_params=sp,
-            return_logprob=return_logprob,
+            return_logprob=return_logprob or best_of > n,  # candidates are ranked by logprob
             top_logprobs_num=req.logprobs or 0,
             logprob_start_len=0 if (req.echo and return_logprob) else -1,
             return_text_in_logprobs=True,
@@ -90,6 +95,9 @@ class CompletionsMixin(OpenAIServingBase):
             rets = await self._collect(obj, request)
         except RequestError as e:
             raise grammar_error_for(e, grammar_field) from None
+        usage = self._usage(rets, best_of)  # every generated candidate counts
+        if best_of > n:
+            rets = select_best_of(rets, best_of, n)
         choices = []
         for idx, ret in enumerate(rets):
             meta = ret.get("meta_info", {})
@@ -108,7 +116,7 @@ class CompletionsMixin(OpenAIServingBase):
                 )
             )
         resp = CompletionResponse(
-            id=f"cmpl-{uuid.uuid4().hex}", model=req.model, choices=choices, usage=self._usage(rets, n)
+            id=f"cmpl-{uuid.uuid4().hex}", model=req.model, choices=choices, usage=usage
         )
         return JSONResponse(resp.model_dump(mode="json"))
 
@@ -121,8 +129,15 @@ class CompletionsMixin(OpenAIServingBase):
         return tok.decode(list(p)) if tok is not None else ""
 
     def _completion_logprobs(
-        self, meta: dict[str, Any], echo: bool, start: int, in_start: int = 0
+        self, meta: dict[str, Any], echo: bool, start: int, in_start: int = 0, offset: int = 0
     ) -> LogProbs:
+        """Legacy completions ``logprobs`` of one choice: the prompt tokens first when ``echo``
+        (from ``in_start``), then the output tokens from ``start``.
+
+        ``text_offset`` is each token's character position in the choice's whole text (the echoed
+        prompt included), counted from ``offset``: the length of the text already sent for the
+        choice, so that the offsets of a stream's chunks continue each other as OpenAI's do.
+        """
         entries: list[tuple[float | None, int, str | None]] = []
         tops: list[Any] = []
         if echo:
@@ -137,7 +152,6 @@ class CompletionsMixin(OpenAIServingBase):
         entries += outs
         tops += otop
         lp = LogProbs()
-        offset = 0
         for (logprob, tid, text), top in zip(entries, tops):
             tok = self._token_text(tid, text)
             lp.tokens.append(tok)
@@ -170,6 +184,7 @@ class CompletionsMixin(OpenAIServingBase):
         async def stream() -> AsyncIterator[bytes]:
             sent_text: dict[int, int] = {}
             sent_lp: dict[int, int] = {}
+            sent_offset: dict[int, int] = {}  # characters of logprob tokens sent (text_offset)
             finals: dict[int, dict[str, Any]] = {}
             try:
                 item: Any = first
@@ -188,6 +203,7 @@ class CompletionsMixin(OpenAIServingBase):
                         if idx not in sent_text:
                             sent_text[idx] = 0
                             sent_lp[idx] = 0
+                            sent_offset[idx] = 0
                             if req.echo:
                                 prefix = self._prompt_text(prompts, idx, n)
                         delta = text[sent_text[idx] :] if len(text) >= sent_text[idx] else ""
@@ -195,8 +211,11 @@ class CompletionsMixin(OpenAIServingBase):
                         lp = None
                         if req.logprobs is not None:
                             outs = meta.get("output_token_logprobs") or []
-                            lp = self._completion_logprobs(meta, req.echo and prefix != "", sent_lp[idx])
+                            lp = self._completion_logprobs(
+                                meta, req.echo and prefix != "", sent_lp[idx], offset=sent_offset[idx]
+                            )
                             sent_lp[idx] = len(outs)
+                            sent_offset[idx] += sum(len(t) for t in lp.tokens)
                         fr, matched = _finish(meta)
                         if fr is not None:
                             finals[idx] = ret
@@ -237,3 +256,50 @@ class CompletionsMixin(OpenAIServingBase):
             yield _SSE_DONE
 
         return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+def _check_best_of(req: CompletionRequest, n: int) -> int:
+    """The number of candidates generated per prompt: ``best_of`` (OpenAI's field) or ``n``.
+
+    OpenAI documents that ``best_of`` generates that many completions server-side and returns the
+    best ``n`` of them (the highest log probability per token), that it must be at least ``n`` and
+    that such results cannot be streamed.
+
+    Raises:
+        RequestError: 400 naming ``best_of`` when it is below ``n`` or above ``MAX_N``, or when a
+            streamed request asks for more candidates than it returns.
+    """
+    if req.best_of is None:
+        return n
+    if req.best_of < n:
+        raise RequestError(
+            f"best_of must be greater than or equal to n, got best_of={req.best_of} and n={n}.",
+            param="best_of",
+        )
+    if req.best_of > MAX_N:
+        raise RequestError(f"best_of must be at most {MAX_N}, got {req.best_of}.", param="best_of")
+    if req.stream and req.best_of > n:
+        raise RequestError("best_of greater than n cannot be used with stream: true.", param="best_of")
+    return req.best_of
+
+
+def select_best_of(rets: list[dict[str, Any]], best_of: int, n: int) -> list[dict[str, Any]]:
+    """The ``n`` best of every ``best_of`` consecutive candidates (one group per prompt).
+
+    ``rets`` holds the tokenizer manager's outputs grouped by prompt (``[p0 x best_of, p1 x
+    best_of, ...]``), each with ``meta_info.output_token_logprobs`` (entries ``(logprob, id,
+    text)``, natural-log probabilities). A candidate's score is its mean output-token logprob
+    (OpenAI: "the highest log probability per token"); one without output tokens scores 0 (its
+    probability is 1). Within a group the best come first; ties keep generation order.
+    """
+    out: list[dict[str, Any]] = []
+    for g in range(0, len(rets), best_of):
+        group = rets[g : g + best_of]
+        out += sorted(group, key=lambda r: -_mean_logprob(r))[:n]
+    return out
+
+
+def _mean_logprob(ret: dict[str, Any]) -> float:
+    vals = [_lp_entry(e)[0] for e in (ret.get("meta_info", {}).get("output_token_logprobs") or [])]
+    vals = [v for v in vals if v is not None]
+    return sum(vals) / len(vals) if vals else 0.0
