@@ -150,10 +150,12 @@ def test_all_rows_short_under_a_larger_bound(poisoned_workspace) -> None:
 @pytest.mark.parametrize("short", [True, False])
 def test_histogram_pass_matches_bincount(short: bool) -> None:
     """Step 1b over shares of whole 1,024-key blocks and 256-key steps (a row of 9,000 keys in 4
-    shares of 2,304), partial tails, short rows (skipped with ``short``: their bins untouched)."""
+    shares of 2,304), partial tails, short rows (skipped with ``short``: their bins untouched). The
+    two levels against bincounts of the 12-bit bins: the coarse histogram of their top 6 bits, then
+    the fine histogram of the low 6 bits over the coarse bin that holds the K-th largest key."""
     from types import SimpleNamespace
 
-    from sgl_kernel_v4.triton.indexer_select import HB, INT_MIN_VALUE, histogram, splits
+    from sgl_kernel_v4.triton.indexer_select import HB, HIST_W_VALUE, INT_MIN_VALUE, histogram, splits
 
     gen = torch.Generator().manual_seed(11)
     vis = torch.tensor([9000, 0, K, 300, 1500], dtype=torch.int64)
@@ -163,17 +165,23 @@ def test_histogram_pass_matches_bincount(short: bool) -> None:
     keys[torch.rand(G, C, generator=gen) < 0.1] = INT_MIN_VALUE
     keys = keys.int()
     long_rows = vis > K if short else vis >= 0
-    hist = torch.where(long_rows[:, None], 0, GARBAGE).int().expand(G, 1 << HB).contiguous()
+    hist = torch.where(long_rows[:, None], 0, GARBAGE).int().expand(G, HIST_W_VALUE).contiguous()
     ws = SimpleNamespace(keys=keys.to(DEVICE), hist=hist.to(DEVICE))
     if DEVICE == "cpu":
         assert splits(G, torch.device(DEVICE)) == 4  # the shares the docstring counts
     histogram(ws, G, vis.to(DEVICE), 0, K, short)
     got = ws.hist.cpu()
+    nb = HIST_W_VALUE // 2
     for g in range(G):
         if not long_rows[g]:
             assert (got[g] == GARBAGE).all(), f"row {g}: a short row's bins were written"
             continue
         k = keys[g, : int(vis[g])].long()
         k = k[k != INT_MIN_VALUE]
-        want = torch.bincount((k >> (32 - HB)) + (1 << (HB - 1)), minlength=1 << HB)
-        assert torch.equal(got[g].long(), want), f"row {g}"
+        bins = (k >> (32 - HB)) + (1 << (HB - 1))
+        coarse = torch.bincount(bins // nb, minlength=nb)
+        assert torch.equal(got[g, :nb].long(), coarse), f"row {g}: coarse level"
+        suffix = coarse.flip(0).cumsum(0).flip(0)
+        c1 = int((suffix >= K).sum()) - 1 if len(k) > K else -1
+        fine = torch.bincount(bins[bins // nb == c1] % nb, minlength=nb) if c1 >= 0 else torch.zeros(nb)
+        assert torch.equal(got[g, nb:].long(), fine.long()), f"row {g}: fine level (coarse bin {c1})"

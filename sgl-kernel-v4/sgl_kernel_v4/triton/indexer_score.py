@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sgl_kernel_v4.triton.indexer_select import CNT, INT_MIN, _float_to_key
+from sgl_kernel_v4.triton.indexer_select import CNT, HIST_W, INT_MIN, _float_to_key
 from sgl_kernel_v4.triton.kv_codec import load_key, load_key_fp4_words, row_offsets
 
 #: Launch parameters of the decode scoring kernel (warps, pipeline stages); the entries per tile are
@@ -87,12 +87,12 @@ def _score_decode_kernel(
     if SHORT:
         short = n <= K
         if not short:
-            nb = tl.cdiv(1 << HB, nsc)
+            nb = tl.cdiv(HIST_W, nsc)
             offs_z = tl.arange(0, 256)
             for b0 in range(s * nb, s * nb + nb, 256):
                 b = b0 + offs_z
-                tl.store(hist_ptr + g * (1 << HB) + b, tl.zeros([256], tl.int32),
-                         mask=(b < s * nb + nb) & (b < (1 << HB)))  # fmt: skip
+                tl.store(hist_ptr + g * HIST_W + b, tl.zeros([256], tl.int32),
+                         mask=(b < s * nb + nb) & (b < HIST_W))  # fmt: skip
             if s == 0:  # above the threshold bin, in it, filter programs done
                 tl.store(
                     cnt_ptr + CNT * g + tl.arange(0, 4), tl.zeros([4], tl.int32), mask=tl.arange(0, 4) < 3
