@@ -13,6 +13,8 @@ group are then multiplied by the activation scale of each token column::
     acc[n, m] += xs[m, g128] * sum_{j < 4} ws[n, 4 g128 + j] * dot(w8[n, 32 j ..], xq[m, 32 j ..])
 
 (DeepSeek's inference code feeds its FP4 expert GEMM fp8 activations in the same per-128 format.)
+Pair-mode tiles hold one token (row 0 of the MMA's 16 columns): ``ONE_ROW`` quantizes that row
+alone and zero-fills the others, instead of quantizing 16 rows of which 15 are masked.
 Both scales are powers of two, so the only rounding beyond fp32 accumulation is the activation
 quantization itself.
 
