@@ -146,7 +146,8 @@ if DEVICE is not None:
         """``N`` rows of 16 packed bytes (one scale group) -> their e4m3 bytes ``[N, 32]`` and scales."""
         rows = tl.arange(0, N)
         k0 = tl.program_id(0) * 32  # a tensor (0 on the one-program grid)
-        w8, ws = fp4_e4m3_group(w_ptr + rows * 16, s_ptr + rows, rows < N, k0, 32, N, True, USE_ASM, DECODE)
+        sb = tl.load(s_ptr + rows).to(tl.int32)
+        w8, ws = fp4_e4m3_group(w_ptr + rows * 16, sb, rows < N, k0, 32, N, True, USE_ASM, DECODE)
         tl.store(w8_ptr + rows[:, None] * 32 + tl.arange(0, 32)[None, :], w8.to(tl.uint8, bitcast=True))
         tl.store(ws_ptr + rows, ws)
 

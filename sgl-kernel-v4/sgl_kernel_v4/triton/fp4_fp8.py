@@ -127,13 +127,14 @@ def _decode_portable(p, DECODE: tl.constexpr):
 
 @triton.jit
 def fp4_e4m3_group(
-    w_rows, s_rows, row_mask, k0, K, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr,
+    w_rows, sb, row_mask, k0, K, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr,
     DECODE: tl.constexpr,
 ):  # fmt: skip
     """One 32-input scale group of the rows ``w_rows`` as e4m3 and its fp32 scale.
 
     Args:
-        w_rows, s_rows: ``[BLOCK_N]`` pointers to each row's packed bytes / scale bytes.
+        w_rows: ``[BLOCK_N]`` pointers to each row's packed bytes; ``sb [BLOCK_N]`` int32 the rows'
+            scale bytes of this group (loaded by the caller, one load per K step).
         row_mask: ``[BLOCK_N]`` rows that exist (others read as 0); ``k0`` the group's first input
             (a multiple of 32), ``K`` the row length in inputs (``EVEN_K``: no mask along K).
 
@@ -145,12 +146,9 @@ def fp4_e4m3_group(
     offs = tl.multiple_of(k0 // 2, 16) + tl.arange(0, 16)
     if EVEN_K:
         mask = row_mask[:, None]
-        smask = row_mask
     else:
         mask = row_mask[:, None] & (offs < K // 2)[None, :]
-        smask = row_mask & (tl.arange(0, BLOCK_N) * 0 + k0 < K)  # a vector compare (interpreter)
     p = tl.load(w_rows[:, None] + offs[None, :], mask=mask, other=0).to(tl.uint8, bitcast=True)
-    sb = tl.load(s_rows + k0 // 32, mask=smask, other=0).to(tl.int32) & 0xFF
     if USE_ASM:
         if DECODE == 0:
             lo, hi = tl.inline_asm_elementwise(
@@ -205,7 +203,8 @@ def dot_fp4_fp8(
             ``a_rmask [BM]`` the rows that exist (others read as 0). ``ONE_ROW`` (pair mode: only
             tile row 0 is a real token): ``a_rows`` is that row's pointer and ``a_rmask`` whether it
             exists (scalars); it alone is quantized (not ``BM`` rows), the other rows are zeros.
-        w_rows, s_rows, row_mask, K, EVEN_K: the weight rows as :func:`fp4_e4m3_group`.
+        w_rows, row_mask, K, EVEN_K: the weight rows as :func:`fp4_e4m3_group`; ``s_rows
+            [BLOCK_N]`` pointers to their scale bytes.
         k0: first input of the step, a multiple of ``BLOCK_K`` (itself a multiple of 128: an
             activation group never spans two steps).
         acc: ``[BLOCK_N, BM]`` fp32.
@@ -216,8 +215,16 @@ def dot_fp4_fp8(
     """
     BM: tl.constexpr = acc.shape[1]
     NG: tl.constexpr = BLOCK_K // 128
+    G: tl.constexpr = BLOCK_K // 32
     offs = k0 + tl.arange(0, BLOCK_K)
     col = tl.arange(0, NG)
+    # the step's weight scale bytes in one load (G contiguous bytes a row: pipelined like the weights)
+    offs_g = tl.multiple_of(k0 // 32, G) + tl.arange(0, G)
+    if EVEN_K:
+        smask = row_mask[:, None]
+    else:
+        smask = row_mask[:, None] & (offs_g < K // 32)[None, :]
+    sbs = tl.load(s_rows[:, None] + offs_g[None, :], mask=smask, other=0).to(tl.int32) & 0xFF
     if ONE_ROW:  # the row flag as a vector compare (the interpreter mishandles a scalar in a mask)
         a_ok = (offs * 0 + a_rmask.to(tl.int32)) != 0
         a = tl.load(a_rows + offs, mask=(offs < KA) & a_ok, other=0.0)
@@ -245,7 +252,8 @@ def dot_fp4_fp8(
                 am = a_rmask[:, None] & (o32 < KA)[None, :]
                 x = tl.load(a_rows[:, None] + o32[None, :], mask=am, other=0.0).to(tl.float32)
                 xq = _quant(x * inv_g, NATIVE_CVT)
-            w8, ws = fp4_e4m3_group(w_rows, s_rows, row_mask, kk, K, BLOCK_N, EVEN_K, USE_ASM, DECODE)
+            sb = tl.sum(tl.where(tl.arange(0, G)[None, :] == g * 4 + j, sbs, 0), axis=1)  # column g * 4 + j
+            w8, ws = fp4_e4m3_group(w_rows, sb, row_mask, kk, K, BLOCK_N, EVEN_K, USE_ASM, DECODE)
             gacc += tl.dot(w8, tl.trans(xq.to(tl.float8e4nv, bitcast=True))) * ws[:, None]
         acc += gacc * s_g
     return acc
