@@ -17,9 +17,11 @@ above; every named variant is forced into pair mode):
 
 The product rows (``--set mma``, part of the default ``all``), per T: ``default`` (the wrapper with
 no config: bf16), ``fp8`` (the same layout, ``shift`` decode, bit-level activation rounding),
-``fp8_table`` (``table`` decode), ``fp8_cvt`` (the GPU's e4m3 conversion; not in ``--dry``), then
-the other layout forced for both products: ``bf16_pair`` / ``fp8_pair`` (the pair-mode default
-``DECODE_DEFAULT``) where the wrapper picks expert mode, else ``bf16_expert`` / ``fp8_expert``.
+``fp8_table`` (``table`` decode), ``fp8_fold`` (``fold`` decode: one dot per 128 inputs; exact on
+these experts' uniform scales), ``fp8_cvt`` / ``fp8_fold_cvt`` (the GPU's e4m3 conversion; not in ``--dry``), then the other layout
+forced for both products: ``bf16_pair`` / ``fp8_pair`` / ``fp8_fold_pair`` (the pair-mode default
+``DECODE_DEFAULT``) where the wrapper picks expert mode, else ``bf16_expert`` / ``fp8_expert`` /
+``fp8_fold_expert``.
 An fp8 row's max abs difference from ``default`` is the activation quantization's effect, not
 summation order.
 
@@ -147,9 +149,15 @@ def mma_configs(shape: dict, T: int, dry: bool) -> dict[str, dict | None]:
     from sgl_kernel_v4.triton.moe_fp4 import DECODE_DEFAULT, _use_pair_mode
 
     fp8 = {"FP8_MMA": 1}
-    out: dict[str, dict | None] = {"default": None, "fp8": fp8, "fp8_table": dict(fp8, FP8_DECODE=1)}
+    out: dict[str, dict | None] = {
+        "default": BF16,
+        "fp8": fp8,
+        "fp8_table": dict(fp8, FP8_DECODE=1),
+        "fp8_fold": dict(fp8, FP8_DECODE=2),
+    }
     if not dry:
         out["fp8_cvt"] = dict(fp8, FP8_CVT=1)
+        out["fp8_fold_cvt"] = dict(fp8, FP8_DECODE=2, FP8_CVT=1)
     if _use_pair_mode(T * shape["k"], shape["k"], shape["E"]):
         other, cfg = "expert", dict(EXPERT)
     else:
@@ -159,6 +167,7 @@ def mma_configs(shape: dict, T: int, dry: bool) -> dict[str, dict | None]:
     if dry or fp8_cfg["BLOCK_K"] % 128:
         fp8_cfg.update(BLOCK_K=128, DOWN_BLOCK_K=128)
     out[f"fp8_{other}"] = fp8_cfg
+    out[f"fp8_fold_{other}"] = dict(fp8_cfg, FP8_DECODE=2)
     return out
 
 

@@ -27,7 +27,15 @@ def test_moe_fp4_sweep_dry_run(tmp_path) -> None:
     # bf16 rows differ from the default in summation order only; fp8 rows by the activation rounding
     assert all(row["max_abs_diff"] <= 1e-6 * max(1.0, row["ref_max_abs"]) for row in rows if not row["fp8"])
     fp8 = [row for row in rows if row["fp8"]]
-    assert {row["variant"] for row in fp8} == {"fp8", "fp8_table", "fp8_expert", "fp8_pair"}
+    assert {row["variant"] for row in fp8} == {
+        "fp8",
+        "fp8_table",
+        "fp8_fold",
+        "fp8_expert",
+        "fp8_pair",
+        "fp8_fold_expert",
+        "fp8_fold_pair",
+    }
     assert all(0 < row["max_abs_diff"] <= 0.1 * row["ref_max_abs"] for row in fp8)
     md = (tmp_path / "moe_fp4_sweep.md").read_text()
     assert "| variant | T | us | x roofline |" in md and "fused" in md and "bf16_expert" in md

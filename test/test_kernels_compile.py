@@ -224,8 +224,8 @@ def test_fp4_decode_variants_compile_for_sm90() -> None:
 
 def _fp8_product_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
     """The FP4 MoE kernels with the fp8 product (``moe_fp4`` ``FP8_MMA``): the pair-mode default
-    (fused gate/up, K-split down, partial sum) with the ``shift`` decode, the ``table`` decode and the
-    GPU's e4m3 conversion; ``baseline`` (split gate/up, per-token down) and expert mode with ``shift``."""
+    (fused gate/up, K-split down, partial sum) with the ``shift``, ``table`` and ``fold`` decodes and
+    the GPU's e4m3 conversion; ``baseline`` (split gate/up, per-token down) with ``shift``; expert mode with ``shift`` and ``fold``."""
     from sgl_kernel_v4.triton.moe_fp4 import DECODE_VARIANTS
 
     out = []
@@ -233,7 +233,7 @@ def _fp8_product_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
     dflt = DECODE_VARIANTS["fused_dsplit1"]
     opts = {"num_warps": dflt["num_warps"], "num_stages": dflt["num_stages"]}
     down_opts = {"num_warps": dflt["num_warps"], "num_stages": dflt["DOWN_STAGES"]}
-    for code in (1, 3, 5):  # shift, table, shift + the GPU's conversion
+    for code in (1, 3, 5, 9):  # shift, table, fold, shift + the GPU's conversion
         gu = dict(common, BLOCK_N=64, BLOCK_K=256, TOPK=6, PAIR_MODE=True, GU_FUSED=True, FP8_MMA=code)
         out.append(("moe_fp4", "_gate_up_fp4_kernel", _GATE_UP, gu, opts, True))
         down = dict(common, BLOCK_N=64, BLOCK_K=256, SPLIT=1, FP8_MMA=code)
@@ -243,10 +243,11 @@ def _fp8_product_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
     down = dict(common, BLOCK_N=64, BLOCK_K=256, TOPK=6, FP8_MMA=1)
     out.append(("moe_fp4", "_down_fp4_token_kernel", _DOWN_TOKEN, down, down_opts, True))
     expert = {"num_warps": 4, "num_stages": 4}
-    gu = dict(common, BLOCK_N=64, BLOCK_K=128, TOPK=6, PAIR_MODE=False, GU_FUSED=False, FP8_MMA=1)
-    out.append(("moe_fp4", "_gate_up_fp4_kernel", _GATE_UP, gu, expert, True))
-    down = dict(common, BLOCK_N=64, BLOCK_K=128, TOPK=6, FP8_MMA=1)
-    out.append(("moe_fp4", "_down_fp4_kernel", _DOWN, down, expert, True))
+    for code in (1, 5):  # shift, fold
+        gu = dict(common, BLOCK_N=64, BLOCK_K=128, TOPK=6, PAIR_MODE=False, GU_FUSED=False, FP8_MMA=code)
+        out.append(("moe_fp4", "_gate_up_fp4_kernel", _GATE_UP, gu, expert, True))
+        down = dict(common, BLOCK_N=64, BLOCK_K=128, TOPK=6, FP8_MMA=code)
+        out.append(("moe_fp4", "_down_fp4_kernel", _DOWN, down, expert, True))
     return out
 
 

@@ -100,10 +100,11 @@ def _shape() -> tuple[int, ...]:
     ],
     ids=["pair-fused-dsplit1", "pair-baseline", "expert"],
 )
-@pytest.mark.parametrize("decode", [0, 1], ids=["shift", "table"])
+@pytest.mark.parametrize("decode", [0, 1, 2], ids=["shift", "table", "fold"])
 def test_fp8_product_vs_float64(layout: str | dict, decode: int) -> None:
-    """Pair mode (both down kernels) and expert mode, both weight decodes, on a batch with dropped
-    ids and a shared expert, against the quantized float64 oracle."""
+    """Pair mode (both down kernels) and expert mode, every weight decode, on a batch with dropped
+    ids and a shared expert, against the quantized float64 oracle (the experts' scale bytes span 3
+    octaves per row: the ``fold`` decode is exact on them)."""
     from sgl_kernel_v4.triton.moe_fp4 import DECODE_VARIANTS
 
     if INTERP and decode == 1 and layout != "fused_dsplit1":
@@ -126,12 +127,33 @@ def test_hash_routing_ids_int8_storage() -> None:
 
 @pytest.mark.skipif(INTERP, reason="served shapes and the GPU's conversion: GPU only")
 @pytest.mark.parametrize("T,pair", [(1, 1), (16, 1), (64, 0)])
-@pytest.mark.parametrize("cvt", [0, 1])
-def test_served_shapes_gpu(T: int, pair: int, cvt: int) -> None:
-    """E=160, k=6, D=4096, I=2048 at decode and prefill sizes, with the bit-level rounding and the
-    GPU's e4m3 conversion (both round to nearest even: the same result)."""
+@pytest.mark.parametrize(
+    "opts", [{}, {"FP8_CVT": 1}, {"FP8_DECODE": 1}, {"FP8_DECODE": 2}], ids=["shift", "cvt", "table", "fold"]
+)
+def test_served_shapes_gpu(T: int, pair: int, opts: dict) -> None:
+    """E=160, k=6, D=4096, I=2048 at decode and prefill sizes, every decode, with the bit-level
+    rounding and the GPU's e4m3 conversion (both round to nearest even: the same result)."""
     args = _inputs(T, 4096, 2048, 160, 6, seed=T, dtype=torch.bfloat16)
-    _check(args, {"FP8_MMA": 1, "PAIR": pair, "FP8_CVT": cvt})
+    _check(args, dict(opts, FP8_MMA=1, PAIR=pair))
+
+
+def test_fold_exact() -> None:
+    """The host check of the ``fold`` decode's precondition: 11 octaves within an aligned group of
+    four scale bytes pass, 12 fail, 12 between two groups pass; bytes above 249 fail."""
+    from sgl_kernel_v4.triton.fp4_fp8 import fold_exact
+
+    s = torch.full((2, 3, 8), 120, dtype=torch.uint8)
+    assert fold_exact(s)
+    s[1, 2, 1] = 131
+    assert fold_exact(s)
+    s[1, 2, 1] = 132
+    assert not fold_exact(s)
+    s[1, 2, 1] = 120
+    s[1, 2, 4:] = 132  # the second group all 132: 12 octaves across groups, none within one
+    assert fold_exact(s)
+    assert not fold_exact(s, torch.full((1, 5), 250, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="uint8"):
+        fold_exact(s.to(torch.int32))
 
 
 if DEVICE is not None:
@@ -180,7 +202,7 @@ def test_e4m3_decode_every_byte(decode: int, use_asm: bool) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"FP8_MMA": 1, "BLOCK_K": 64}, {"FP8_MMA": 1, "DOWN_BLOCK_K": 96}, {"FP8_MMA": 1, "FP8_DECODE": 2}],
+    [{"FP8_MMA": 1, "BLOCK_K": 64}, {"FP8_MMA": 1, "DOWN_BLOCK_K": 96}, {"FP8_MMA": 1, "FP8_DECODE": 3}],
 )
 def test_bad_fp8_config_raises(bad: dict) -> None:
     from sgl_kernel_v4.triton.moe_fp4 import fused_moe_fp4

@@ -76,7 +76,7 @@ def _dot_fp4(a, a_rows, a_rmask, w_rows, s_rows, row_mask, k0, K, acc, BLOCK_N: 
     and flag of tile row 0, the only token of a pair-mode tile); ``a`` is then unused."""
     if FP8_MMA:
         acc = dot_fp4_fp8(a_rows, a_rmask, K, w_rows, s_rows, row_mask, k0, K, acc, BLOCK_N, BLOCK_K, EVEN_K,
-                          USE_ASM, (FP8_MMA >> 1) & 1, (FP8_MMA >> 2) & 1, ONE_ROW)  # fmt: skip
+                          USE_ASM, (FP8_MMA >> 1) & 3, (FP8_MMA >> 3) & 1, ONE_ROW)  # fmt: skip
     else:
         BM: tl.constexpr = a.shape[0]
         a_even, a_odd = tl.split(tl.reshape(a, (BM, BLOCK_K // 2, 2)))
@@ -500,7 +500,8 @@ def fused_moe_fp4(
             ``DOWN_BLOCK_N``, ``DOWN_BLOCK_K``, ``DOWN_STAGES``, ``DOWN_WARPS``); merged over the
             default. BLOCK_K / DOWN_BLOCK_K multiples of 32, BLOCK_N / DOWN_BLOCK_N of 16, BLOCK_M
             at least 16. ``FP8_MMA`` (1: the fp8 product of :mod:`.fp4_fp8`, activations quantized;
-            0: bf16; default :func:`.fp4_fp8.default_mma`), with ``FP8_DECODE`` (0 ``shift``, 1 ``table``)
+            0: bf16; default :func:`.fp4_fp8.default_mma`), with ``FP8_DECODE`` (0 ``shift``, 1 ``table``,
+            2 ``fold``: exact only if :func:`.fp4_fp8.fold_exact` holds for the scales)
             and ``FP8_CVT`` (1: the GPU's e4m3 conversion); in fp8 the K steps are multiples of
             128 (a default that is not becomes 128).
 
