@@ -97,17 +97,12 @@ def _table_asm(fold: bool = False) -> str:
     """PTX, ``table`` decode of four packed bytes ``$2`` (``$0`` low nibbles, ``$1`` high ones): the
     four 3-bit magnitudes of one half are gathered into the low 16 bits (selector nibbles 0-3), one
     ``prmt`` looks their bytes up in the table words, the signs are or-ed into bit 7. ``fold``: the
-    table is :data:`FOLD_TABLE` (values times ``2**-5``) plus ``$3`` (four copies of the byte
-    ``8 d``, the exponent offset of the group) in every nonzero entry (no carry: bytes stay < 0x80)."""
-    lines = ["{", ".reg .b32 x, y, s, lo, hi;"]
-    if fold:
-        lines += [
-            "and.b32 lo, $3, 0xFFFFFF00;",
-            f"add.u32 lo, lo, {_FOLD_LO:#x};",
-            f"add.u32 hi, $3, {_FOLD_HI:#x};",
-        ]
-    else:
-        lines += [f"mov.b32 lo, {_TABLE_LO:#x};", f"mov.b32 hi, {_TABLE_HI:#x};"]
+    table is :data:`FOLD_TABLE` (values times ``2**-5``, bytes <= 0x24) and ``$3`` holds each
+    element's exponent offset byte ``8 d`` (<= 0x58), added to the nonzero codes: per byte
+    ``(code + 0x7F) & 0x80`` flags a nonzero code, ``flag - flag >> 7`` widens it to 0x7F (no
+    carry or borrow crosses a byte: the sums stay below 0x100, the results below 0x80)."""
+    lo, hi = (_FOLD_LO, _FOLD_HI) if fold else (_TABLE_LO, _TABLE_HI)
+    lines = ["{", ".reg .b32 x, y, s, lo, hi;", f"mov.b32 lo, {lo:#x};", f"mov.b32 hi, {hi:#x};"]
     halves = (("mov.b32 x, $2;", "shl.b32 s, $2, 4;"), ("shr.b32 x, $2, 4;", "mov.b32 s, $2;"))
     for out, (mag, sign) in enumerate(halves):
         lines += [
@@ -117,10 +112,17 @@ def _table_asm(fold: bool = False) -> str:
             "or.b32 x, x, y;",  # nibbles 0, 1 = m0, m1; nibbles 4, 5 = m2, m3
             "prmt.b32 x, x, 0, 0x20;",  # low 16 bits: m0 m1 m2 m3
             "prmt.b32 x, lo, hi, x;",
-            sign,
-            "and.b32 s, s, 0x80808080;",
-            f"or.b32 ${out}, x, s;",
         ]
+        if fold:
+            lines += [
+                "add.u32 y, x, 0x7F7F7F7F;",
+                "and.b32 y, y, 0x80808080;",  # bit 7: code != 0
+                "shr.b32 s, y, 7;",
+                "sub.u32 y, y, s;",  # 0x7F where code != 0
+                "and.b32 y, y, $3;",
+                "add.u32 x, x, y;",
+            ]
+        lines += [sign, "and.b32 s, s, 0x80808080;", f"or.b32 ${out}, x, s;"]
     return "\n".join([*lines, "}"])
 
 
