@@ -64,7 +64,7 @@ MMA_TOKENS = (1, 2, 4, 8, 16, 32, 64)
 #: The expert-mode tile the wrapper picks at up to 16 pairs per expert (``moe_fp4._config``).
 BF16 = {"FP8_MMA": 0}  # the wrapper's layout and tiles with today's bf16 product
 EXPERT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4, "DOWN_STAGES": 4, "PAIR": 0,
-          "GU_FUSED": 0, "DOWN_SPLIT": 0}  # fmt: skip
+          "GU_FUSED": 0, "DOWN_SPLIT": 0, "FP8_MMA": 0}  # fmt: skip
 QUICK_TOKENS = (1, 4, 16)
 QUICK_VARIANTS = ("baseline", "dsplit1", "fused_dsplit1", "fused_dsplit2", "fused_k128")
 
@@ -127,7 +127,7 @@ def bytes_read(shape: dict, batches: list[tuple[torch.Tensor, ...]], elem: int) 
 
 
 def variant_configs(names: list[str], dry: bool) -> dict[str, dict | None]:
-    """``default`` (None: the wrapper's choice) then the named variants in pair mode; the dry run
+    """``default`` (None: the wrapper's choice) then the named variants in pair mode, bf16 product; the dry run
     cuts K steps to 64 (tiny shapes, the interpreter)."""
     from sgl_kernel_v4.triton.moe_fp4 import DECODE_VARIANTS
 
@@ -135,7 +135,7 @@ def variant_configs(names: list[str], dry: bool) -> dict[str, dict | None]:
     for name in names:
         if name not in DECODE_VARIANTS:
             raise ValueError(f"--variants: unknown {name!r} (known: {sorted(DECODE_VARIANTS)})")
-        cfg = dict(DECODE_VARIANTS[name], PAIR=1)
+        cfg = dict(DECODE_VARIANTS[name], PAIR=1, FP8_MMA=0)  # bf16 whatever the environment says
         if dry:
             cfg.update(BLOCK_K=64, num_stages=2, DOWN_STAGES=2)
             cfg.update({"DOWN_BLOCK_K": 64} if "DOWN_BLOCK_K" in cfg else {})
