@@ -1,5 +1,7 @@
 """FP4 routed-expert MoE at decode (T = 1..16): the named pair-mode configurations of
-``sgl_kernel_v4.triton.moe_fp4.DECODE_VARIANTS`` timed side by side with the current default.
+``sgl_kernel_v4.triton.moe_fp4.DECODE_VARIANTS`` timed side by side with the current default; and
+(T = 1..64) the fp8 product (``FP8_MMA``: weights decoded to e4m3, activations quantized in the
+kernel) next to today's bf16 product, in the layout the wrapper picks and in the other one.
 
 V4-Flash expert shapes (E = 160, k = 6, D = 4096, I = 2048), bf16 activations, random packed
 e2m1 weights with ue8m0 scales. For each token count T and each variant (``default``: what
@@ -13,15 +15,26 @@ above; every named variant is forced into pair mode):
    the graph is replayed ``--replays`` times (>= 20) between CUDA events; us per call = the median
    replay / ``--calls``.
 
+The product rows (``--set mma``, part of the default ``all``), per T: ``default`` (the wrapper with
+no config: bf16), ``fp8`` (the same layout, ``shift`` decode, bit-level activation rounding),
+``fp8_table`` (``table`` decode), ``fp8_fold`` (``fold`` decode: one dot per 128 inputs; exact on
+these experts' uniform scales), ``fp8_cvt`` / ``fp8_fold_cvt`` (the GPU's e4m3 conversion; not in ``--dry``), then the other layout
+forced for both products: ``bf16_pair`` / ``fp8_pair`` / ``fp8_fold_pair`` (the pair-mode default
+``DECODE_DEFAULT``) where the wrapper picks expert mode, else ``bf16_expert`` / ``fp8_expert`` /
+``fp8_fold_expert``.
+An fp8 row's max abs difference from ``default`` is the activation quantization's effect, not
+summation order.
+
 Roofline: the bytes the calls must read (packed weights + scale bytes of each call's distinct
 experts, x read and y written in bf16) / the device-to-device copy bandwidth measured at the start
 of the same run (1 GiB bf16 ``copy_``, read + write bytes, median of 10). Output: a markdown table
 (variant, T, us, x roofline, speed-up vs default, max abs diff) on stdout and ``--out DIR``
 (``moe_fp4_sweep.md`` / ``.json``).
 
-GPU (about a minute on an H200, compiles included)::
+GPU (about two minutes on an H200, compiles included; ``--set variants`` or ``--set mma`` for one
+part)::
 
-    python benchmark/moe_fp4_sweep.py --out /tmp/sweep [--quick]
+    python benchmark/moe_fp4_sweep.py --out /tmp/sweep [--quick] [--set all|variants|mma]
 
 CPU check of the script (tiny shapes under ``TRITON_INTERPRET=1``, wall-clock times that mean
 nothing)::
@@ -47,6 +60,11 @@ import torch
 FLASH = {"E": 160, "k": 6, "D": 4096, "I": 2048}
 DRY = {"E": 8, "k": 2, "D": 128, "I": 64}
 TOKENS = (1, 2, 4, 8, 16)
+MMA_TOKENS = (1, 2, 4, 8, 16, 32, 64)
+#: The expert-mode tile the wrapper picks at up to 16 pairs per expert (``moe_fp4._config``).
+BF16 = {"FP8_MMA": 0}  # the wrapper's layout and tiles with today's bf16 product
+EXPERT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4, "DOWN_STAGES": 4, "PAIR": 0,
+          "GU_FUSED": 0, "DOWN_SPLIT": 0, "FP8_MMA": 0}  # fmt: skip
 QUICK_TOKENS = (1, 4, 16)
 QUICK_VARIANTS = ("baseline", "dsplit1", "fused_dsplit1", "fused_dsplit2", "fused_k128")
 
@@ -109,7 +127,7 @@ def bytes_read(shape: dict, batches: list[tuple[torch.Tensor, ...]], elem: int) 
 
 
 def variant_configs(names: list[str], dry: bool) -> dict[str, dict | None]:
-    """``default`` (None: the wrapper's choice) then the named variants in pair mode; the dry run
+    """``default`` (None: the wrapper's choice) then the named variants in pair mode, bf16 product; the dry run
     cuts K steps to 64 (tiny shapes, the interpreter)."""
     from sgl_kernel_v4.triton.moe_fp4 import DECODE_VARIANTS
 
@@ -117,11 +135,39 @@ def variant_configs(names: list[str], dry: bool) -> dict[str, dict | None]:
     for name in names:
         if name not in DECODE_VARIANTS:
             raise ValueError(f"--variants: unknown {name!r} (known: {sorted(DECODE_VARIANTS)})")
-        cfg = dict(DECODE_VARIANTS[name], PAIR=1)
+        cfg = dict(DECODE_VARIANTS[name], PAIR=1, FP8_MMA=0)  # bf16 whatever the environment says
         if dry:
             cfg.update(BLOCK_K=64, num_stages=2, DOWN_STAGES=2)
             cfg.update({"DOWN_BLOCK_K": 64} if "DOWN_BLOCK_K" in cfg else {})
         out[name] = cfg
+    return out
+
+
+def mma_configs(shape: dict, T: int, dry: bool) -> dict[str, dict | None]:
+    """The product rows for ``T`` tokens (module docstring): the wrapper's layout with the bf16 and
+    fp8 products, then the other layout forced for both."""
+    from sgl_kernel_v4.triton.moe_fp4 import DECODE_DEFAULT, _use_pair_mode
+
+    fp8 = {"FP8_MMA": 1}
+    out: dict[str, dict | None] = {
+        "default": BF16,
+        "fp8": fp8,
+        "fp8_table": dict(fp8, FP8_DECODE=1),
+        "fp8_fold": dict(fp8, FP8_DECODE=2),
+    }
+    if not dry:
+        out["fp8_cvt"] = dict(fp8, FP8_CVT=1)
+        out["fp8_fold_cvt"] = dict(fp8, FP8_DECODE=2, FP8_CVT=1)
+    if _use_pair_mode(T * shape["k"], shape["k"], shape["E"]):
+        other, cfg = "expert", dict(EXPERT)
+    else:
+        other, cfg = "pair", variant_configs([DECODE_DEFAULT], dry)[DECODE_DEFAULT]
+    out[f"bf16_{other}"] = cfg
+    fp8_cfg = dict(cfg, **fp8)
+    if dry or fp8_cfg["BLOCK_K"] % 128:
+        fp8_cfg.update(BLOCK_K=128, DOWN_BLOCK_K=128)
+    out[f"fp8_{other}"] = fp8_cfg
+    out[f"fp8_fold_{other}"] = dict(fp8_cfg, FP8_DECODE=2)
     return out
 
 
@@ -165,28 +211,37 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     dtype = torch.float32 if args.dry else torch.bfloat16
     shape = DRY if args.dry else FLASH
     tokens = (1, 2) if args.dry else (QUICK_TOKENS if args.quick else TOKENS)
+    mma_tokens = (1, 2) if args.dry else (QUICK_TOKENS if args.quick else MMA_TOKENS)
     if args.tokens:
-        tokens = tuple(int(t) for t in args.tokens.split(","))
+        tokens = mma_tokens = tuple(int(t) for t in args.tokens.split(","))
+    tokens = tokens if args.set in ("all", "variants") else ()
+    mma_tokens = mma_tokens if args.set in ("all", "mma") else ()
     names = (
         args.variants.split(",") if args.variants else list(QUICK_VARIANTS if args.quick else DECODE_VARIANTS)
     )
     if args.dry:
         names = names[:4]
-    configs = variant_configs(names, args.dry)
+    var_configs = variant_configs(names, args.dry)
+    var_configs["default"] = BF16  # the wrapper's choice, bf16 whatever the environment says
+    all_configs: dict[str, dict | None] = {}
     calls = 2 if args.dry else args.calls
     bw = copy_bandwidth(device)
     w13, s13, w2, s2 = make_experts(shape, device)
     elem = torch.empty((), dtype=dtype).element_size()
     rows: list[dict[str, Any]] = []
-    for T in tokens:
+    for T in sorted(set(tokens) | set(mma_tokens)):
+        configs = dict(var_configs) if T in tokens else {}
+        if T in mma_tokens:
+            configs.update({n: c for n, c in mma_configs(shape, T, args.dry).items() if n not in configs})
+        all_configs.update(configs)
         batches = make_batches(shape, T, calls, device, dtype)
         roof_us = bytes_read(shape, batches, elem) / bw * 1e6
         x0, ids0, wts0 = batches[0]
-        ref = fused_moe_fp4(x0, w13, s13, w2, s2, ids0, wts0, 10.0)
+        ref = fused_moe_fp4(x0, w13, s13, w2, s2, ids0, wts0, 10.0, config=BF16)
         ref_max = ref.float().abs().max().item()
         default_us = None
         for name, cfg in configs.items():
-            row: dict[str, Any] = {"variant": name, "T": T}
+            row: dict[str, Any] = {"variant": name, "T": T, "fp8": bool(cfg and cfg.get("FP8_MMA"))}
             try:
                 out = fused_moe_fp4(x0, w13, s13, w2, s2, ids0, wts0, 10.0, config=cfg)
                 row["max_abs_diff"] = (out.float() - ref.float()).abs().max().item()
@@ -215,7 +270,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "calls_per_graph": calls,
         "replays": args.replays,
         "decode_default": DECODE_DEFAULT,
-        "variants": {n: c for n, c in configs.items()},
+        "variants": all_configs,
         "rows": rows,
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
@@ -253,7 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help=f"T in {QUICK_TOKENS}, variants {QUICK_VARIANTS}")
     p.add_argument("--dry", action="store_true", help="CPU check: tiny shapes under TRITON_INTERPRET=1")
     p.add_argument("--variants", default="", help="comma-separated DECODE_VARIANTS names (default: all)")
-    p.add_argument("--tokens", default="", help="comma-separated token counts (default 1,2,4,8,16)")
+    p.add_argument("--tokens", default="", help="comma-separated token counts (default 1..16, mma 1..64)")
+    p.add_argument(
+        "--set",
+        default="all",
+        choices=("all", "variants", "mma"),
+        help="variants: the pair-mode DECODE_VARIANTS (T <= 16); mma: bf16 vs fp8 products (T <= 64)",
+    )
     p.add_argument("--replays", type=int, default=30, help="graph replays per timing (>= 20)")
     p.add_argument("--calls", type=int, default=8, help="calls (distinct routings) per graph")
     args = p.parse_args(argv)

@@ -47,25 +47,25 @@ _GATE_UP = dict(
     stride_se="i32", stride_sn="i32", h_ptr="*bf16", ids_ptr="*i64", sorted_ptr="*i32", bexp_ptr="*i32",
     n_pairs="i32", E="i32", N_INTER="i32", D="i32", limit="fp32", TOPK="constexpr", BLOCK_M="constexpr",
     BLOCK_N="constexpr", BLOCK_K="constexpr", PAIR_MODE="constexpr", EVEN_K="constexpr", USE_ASM="constexpr",
-    GU_FUSED="constexpr",
+    GU_FUSED="constexpr", FP8_MMA="constexpr",
 )  # fmt: skip
 _DOWN = dict(
     h_ptr="*bf16", w_ptr="*u8", s_ptr="*u8", stride_we="i64", stride_wn="i32", stride_se="i32",
     stride_sn="i32", y_ptr="*fp32", wt_ptr="*fp32", sorted_ptr="*i32", bexp_ptr="*i32", n_pairs="i32",
     N_INTER="i32", D="i32", TOPK="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
-    EVEN_K="constexpr", USE_ASM="constexpr",
+    EVEN_K="constexpr", USE_ASM="constexpr", FP8_MMA="constexpr",
 )  # fmt: skip
 _DOWN_TOKEN = dict(
     h_ptr="*bf16", w_ptr="*u8", s_ptr="*u8", stride_we="i64", stride_wn="i32", stride_se="i32",
     stride_sn="i32", y_ptr="*bf16", stride_yt="i32", ids_ptr="*i64", wt_ptr="*fp32", E="i32", N_INTER="i32",
     D="i32", TOPK="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
-    EVEN_K="constexpr", USE_ASM="constexpr",
+    EVEN_K="constexpr", USE_ASM="constexpr", FP8_MMA="constexpr",
 )  # fmt: skip
 _DOWN_SPLIT = dict(
     h_ptr="*bf16", w_ptr="*u8", s_ptr="*u8", stride_we="i64", stride_wn="i32", stride_se="i32",
     stride_sn="i32", part_ptr="*fp32", ids_ptr="*i64", wt_ptr="*fp32", E="i32", N_INTER="i32", D="i32",
     SPLIT="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", EVEN_K="constexpr",
-    USE_ASM="constexpr",
+    USE_ASM="constexpr", FP8_MMA="constexpr",
 )  # fmt: skip
 _SUM_ROWS = dict(
     part_ptr="*fp32", y_ptr="*bf16", stride_yt="i32", D="i32", R="constexpr", R_POW2="constexpr", BLOCK="constexpr"
@@ -228,6 +228,42 @@ def test_fp4_decode_variants_compile_for_sm90() -> None:
     _compile_cases(_decode_variant_cases())
 
 
+def _fp8_product_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
+    """The FP4 MoE kernels with the fp8 product (``moe_fp4`` ``FP8_MMA``): the pair-mode default
+    (fused gate/up, K-split down, partial sum) with the ``shift``, ``table`` and ``fold`` decodes and
+    the GPU's e4m3 conversion; ``baseline`` (split gate/up, per-token down) with ``shift``; expert mode with ``shift`` and ``fold``."""
+    from sgl_kernel_v4.triton.moe_fp4 import DECODE_VARIANTS
+
+    out = []
+    common = {"BLOCK_M": 16, "EVEN_K": True, "USE_ASM": True}
+    dflt = DECODE_VARIANTS["fused_dsplit1"]
+    opts = {"num_warps": dflt["num_warps"], "num_stages": dflt["num_stages"]}
+    down_opts = {"num_warps": dflt["num_warps"], "num_stages": dflt["DOWN_STAGES"]}
+    for code in (1, 3, 5, 9):  # shift, table, fold, shift + the GPU's conversion
+        gu = dict(common, BLOCK_N=64, BLOCK_K=256, TOPK=6, PAIR_MODE=True, GU_FUSED=True, FP8_MMA=code)
+        out.append(("moe_fp4", "_gate_up_fp4_kernel", _GATE_UP, gu, opts, True))
+        down = dict(common, BLOCK_N=64, BLOCK_K=256, SPLIT=1, FP8_MMA=code)
+        out.append(("moe_fp4", "_down_fp4_split_kernel", _DOWN_SPLIT, down, down_opts, True))
+    gu = dict(common, BLOCK_N=64, BLOCK_K=256, TOPK=6, PAIR_MODE=True, GU_FUSED=False, FP8_MMA=1)
+    out.append(("moe_fp4", "_gate_up_fp4_kernel", _GATE_UP, gu, opts, True))
+    down = dict(common, BLOCK_N=64, BLOCK_K=256, TOPK=6, FP8_MMA=1)
+    out.append(("moe_fp4", "_down_fp4_token_kernel", _DOWN_TOKEN, down, down_opts, True))
+    expert = {"num_warps": 4, "num_stages": 4}
+    for code in (1, 5):  # shift, fold
+        gu = dict(common, BLOCK_N=64, BLOCK_K=128, TOPK=6, PAIR_MODE=False, GU_FUSED=False, FP8_MMA=code)
+        out.append(("moe_fp4", "_gate_up_fp4_kernel", _GATE_UP, gu, expert, True))
+        down = dict(common, BLOCK_N=64, BLOCK_K=128, TOPK=6, FP8_MMA=code)
+        out.append(("moe_fp4", "_down_fp4_kernel", _DOWN, down, expert, True))
+    return out
+
+
+@pytest.mark.slow
+def test_fp4_fp8_product_compiles_for_sm90() -> None:
+    """The fp8 product's kernels compile for sm_90 (the e4m3 decode's packed PTX assembles, the
+    fp8 x fp8 dots lower), fit shared memory and spill no registers."""
+    _compile_cases(_fp8_product_cases())
+
+
 def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> None:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -236,6 +272,8 @@ def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> None
     target = GPUTarget("cuda", 90, 32)
     for module, name, sig, consts, opts, serving in cases:
         mod = importlib.import_module(f"sgl_kernel_v4.triton.{module}")
+        if "FP8_MMA" in sig and "FP8_MMA" not in consts:
+            consts = dict(consts, FP8_MMA=0)  # the default bf16 product
         kernel = triton.compile(
             ASTSource(fn=getattr(mod, name), signature=sig, constexprs=consts, attrs=_attrs(sig)),
             target=target,

@@ -4,8 +4,8 @@ The kernel test files (``test_kernels_*.py``) run on CUDA, or on the CPU only wh
 ``TRITON_INTERPRET=1`` is set before Triton is imported; the test command of README.md does not set
 it (it would slow every other test's import), so without this file the fast tier would skip every
 kernel-vs-float64 comparison. This test runs a representative case of every kernel family (the
-list of ``test_kernels_compile_all.REPRESENTATIVE``) plus the quantized-KV cases (fp8 / fp4 indexer
-keys, fp8 attention pools, the KV codec) and the kernels fed merged-projection column views in a subprocess under the interpreter, and requires them
+list of ``test_kernels_compile_all.REPRESENTATIVE``) plus the quantized cases (fp8 / fp4 indexer
+keys, fp8 attention pools, the KV codec, the FP4 MoE's fp8 product) and the kernels fed merged-projection column views in a subprocess under the interpreter, and requires them
 to pass, not skip.
 """
 
@@ -27,6 +27,8 @@ QUANTIZED = [
     "test_kernels_attention.py::test_paged_attention_fp8_pools",
     "test_kernels_kv_codec.py",
     "test_kernels_compressor_state.py::test_compress_windows_quantized_pools",
+    "test_kernels_moe_fp4_fp8.py::test_fp8_product_vs_float64[shift-pair-fused-dsplit1]",
+    "test_kernels_moe_fp4_fp8.py::test_e4m3_decode_every_byte",
 ]
 #: the consumers of merged-projection outputs on column views (6 cases)
 MERGED_VIEWS = ["test_kernels_merged_views.py"]

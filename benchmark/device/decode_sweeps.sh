@@ -16,7 +16,7 @@ exec > >(tee -a "$OUT/run.log") 2>&1
 SWEEPS=${SWEEPS:-"moe_fp4 mhc fp8_linear attention_split indexer_short"}
 for s in $SWEEPS; do
   case $s in
-    moe_fp4) step moe_fp4 120 python3 benchmark/moe_fp4_sweep.py --out $W/moe_fp4 ;;
+    moe_fp4) step moe_fp4 240 python3 benchmark/moe_fp4_sweep.py --out $W/moe_fp4 ;;
     fp8_linear) step fp8_linear 200 python3 benchmark/fp8_linear_sweep.py --out $W/fp8_linear ;;
     attention_split) step attention_split 90 python3 benchmark/attention_split_sweep.py --out $W/attention_split ;;
     mhc) step mhc 80 python3 benchmark/mhc_sweep.py --out $W/mhc ;;

@@ -26,6 +26,15 @@ Two layouts of the work, by how many (token, slot) pairs share an expert (:func:
   block, and the down kernel adds its rows, scaled by the routing weights, into an fp32 ``[T, D]``
   with atomics (the sum over the ``k`` slots).
 
+**Product** (``SGLANG_V4_MOE_FP4_MMA``, read once; the ``FP8_MMA`` config key per call): ``bf16``
+(default) as above, exact weights times the activations in their dtype; ``fp8``
+(:mod:`.fp4_fp8`): the weights decoded to e4m3 bytes (exact), the activations (x for gate/up, the
+SwiGLU output h for down) quantized in the kernel to e4m3 per row and 128-column group with
+power-of-two scales, bit for bit as ``fp8_gemm.act_quant(pow2=True)``, and multiplied on the fp8
+tensor cores (twice the bf16 rate, half the MMAs, four weights per decoded register). Accuracy: it
+adds that activation quantization (about 2**-5 relative rounding per element, as a w8a8 linear);
+K steps are multiples of 128.
+
 Neither synchronises with the host, so decode steps are CUDA-graph capturable.
 """
 
@@ -40,31 +49,41 @@ import triton.language as tl
 from sgl_kernel_v4.ref.moe_fp4 import check_moe_fp4_args
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 
+from .fp4_fp8 import MMA_ENV, default_mma, dot_fp4_fp8, fp8_code
 from .fp4_tile import fp4_tile
 from .moe import _align
 
-__all__ = ["DECODE_VARIANTS", "fused_moe_fp4"]
+__all__ = ["DECODE_VARIANTS", "MMA_ENV", "default_mma", "fused_moe_fp4"]
 
 #: Keys :func:`fused_moe_fp4`'s ``config`` accepts.
 _CONFIG_KEYS = frozenset(
     {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "PAIR", "DOWN_STAGES", "GU_FUSED",
-     "DOWN_SPLIT", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "DOWN_WARPS"}
+     "DOWN_SPLIT", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "DOWN_WARPS", "FP8_MMA", "FP8_DECODE", "FP8_CVT"}
 )  # fmt: skip
 _SUM_BLOCK = 256  # columns per program of the partial-sum kernel
 
 
 @triton.jit
-def _dot_fp4(a, w_rows, s_rows, row_mask, k0, K, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             EVEN_K: tl.constexpr, USE_ASM: tl.constexpr):  # fmt: skip
+def _dot_fp4(a, a_rows, a_rmask, w_rows, s_rows, row_mask, k0, K, acc, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr, FP8_MMA: tl.constexpr,
+             ONE_ROW: tl.constexpr):  # fmt: skip
     """``acc + (a @ W[:, k0 : k0 + BLOCK_K]^T)^T`` for activations ``a [BLOCK_M, BLOCK_K]``, with
     ``acc [BLOCK_N, BLOCK_M]``: computed as ``W @ a^T`` so that the decoded weights are the tensor
     cores' register operand (no shared-memory round trip for them) and the tokens the other side
-    (any count from 16 up)."""
-    BM: tl.constexpr = a.shape[0]
-    a_even, a_odd = tl.split(tl.reshape(a, (BM, BLOCK_K // 2, 2)))
-    lo, hi = fp4_tile(w_rows, s_rows, row_mask, k0, K, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM, a.dtype)
-    acc = tl.dot(lo, tl.trans(a_even), acc)
-    return tl.dot(hi, tl.trans(a_odd), acc)
+    (any count from 16 up). ``FP8_MMA`` (:func:`.fp4_fp8.fp8_code`; 0: bf16 MMA on ``a``): the fp8 product
+    of :func:`.fp4_fp8.dot_fp4_fp8`, which reads and quantizes the activations itself from the row
+    pointers ``a_rows [BLOCK_M]`` (rows ``a_rmask``, inputs ``< K``; ``ONE_ROW``: the scalar pointer
+    and flag of tile row 0, the only token of a pair-mode tile); ``a`` is then unused."""
+    if FP8_MMA:
+        acc = dot_fp4_fp8(a_rows, a_rmask, K, w_rows, s_rows, row_mask, k0, K, acc, BLOCK_N, BLOCK_K, EVEN_K,
+                          USE_ASM, (FP8_MMA >> 1) & 3, (FP8_MMA >> 3) & 1, ONE_ROW)  # fmt: skip
+    else:
+        BM: tl.constexpr = a.shape[0]
+        a_even, a_odd = tl.split(tl.reshape(a, (BM, BLOCK_K // 2, 2)))
+        lo, hi = fp4_tile(w_rows, s_rows, row_mask, k0, K, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM, a.dtype)
+        acc = tl.dot(lo, tl.trans(a_even), acc)
+        acc = tl.dot(hi, tl.trans(a_odd), acc)
+    return acc
 
 
 @triton.jit(do_not_specialize=["n_pairs"])  # the batch's (token, expert) pairs: no variant per count
@@ -94,6 +113,7 @@ def _gate_up_fp4_kernel(
     EVEN_K: tl.constexpr,
     USE_ASM: tl.constexpr,
     GU_FUSED: tl.constexpr = False,
+    FP8_MMA: tl.constexpr = 0,
 ):
     """``GU_FUSED``: one ``BLOCK_N``-row tile holds ``BLOCK_N / 2`` gate rows and the matching up rows,
     interleaved (tile row ``2r`` is gate row ``r``, ``2r + 1`` up row ``r``): one dot per K step and
@@ -113,7 +133,13 @@ def _gate_up_fp4_kernel(
         tok = (rows // TOPK).to(tl.int64)
         e64 = e.to(tl.int64)
         offs_k = tl.arange(0, BLOCK_K)
-        x_rows = x_ptr + tok[:, None] * stride_xt
+        x_rows = (x_ptr + tok * stride_xt)[:, None]
+        if PAIR_MODE:  # the fp8 product's activation rows: the pair's token alone
+            a_src = x_ptr + (b // TOPK).to(tl.int64) * stride_xt
+            a_ok = valid
+        else:
+            a_src = x_ptr + tok * stride_xt
+            a_ok = rm
         if GU_FUSED:
             HALF_N: tl.constexpr = BLOCK_N // 2
             offs_c = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -128,7 +154,8 @@ def _gate_up_fp4_kernel(
                 else:
                     am = rm[:, None] & ((k0 + offs_k) < D)[None, :]
                 a = tl.load(x_rows + (k0 + offs_k)[None, :], mask=am, other=0.0)
-                acc = _dot_fp4(a, c_rows, cs_rows, cm, k0, D, acc, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+                acc = _dot_fp4(a, a_src, a_ok, c_rows, cs_rows, cm, k0, D, acc, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM,
+                               FP8_MMA, PAIR_MODE)  # fmt: skip
             acc_g, acc_u = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, HALF_N, 2)))
             offs_n = tl.program_id(1) * HALF_N + tl.arange(0, HALF_N)
         else:
@@ -146,8 +173,10 @@ def _gate_up_fp4_kernel(
                 else:
                     am = rm[:, None] & ((k0 + offs_k) < D)[None, :]
                 a = tl.load(x_rows + (k0 + offs_k)[None, :], mask=am, other=0.0)
-                acc_gt = _dot_fp4(a, g_rows, gs_rows, nm, k0, D, acc_gt, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
-                acc_ut = _dot_fp4(a, u_rows, us_rows, nm, k0, D, acc_ut, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+                acc_gt = _dot_fp4(a, a_src, a_ok, g_rows, gs_rows, nm, k0, D, acc_gt, BLOCK_N, BLOCK_K, EVEN_K,
+                                  USE_ASM, FP8_MMA, PAIR_MODE)  # fmt: skip
+                acc_ut = _dot_fp4(a, a_src, a_ok, u_rows, us_rows, nm, k0, D, acc_ut, BLOCK_N, BLOCK_K, EVEN_K,
+                                  USE_ASM, FP8_MMA, PAIR_MODE)  # fmt: skip
             acc_g = tl.trans(acc_gt)
             acc_u = tl.trans(acc_ut)
         nm = offs_n < N_INTER
@@ -183,6 +212,7 @@ def _down_fp4_kernel(
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     USE_ASM: tl.constexpr,
+    FP8_MMA: tl.constexpr = 0,
 ):
     """Expert mode: rows of a sorted block, fp32 atomics into ``y [T, D]``."""
     b = tl.program_id(0)
@@ -196,7 +226,8 @@ def _down_fp4_kernel(
         w_rows = w_ptr + e64 * stride_we + offs_n.to(tl.int64) * stride_wn
         s_rows = s_ptr + e64 * stride_se + offs_n.to(tl.int64) * stride_sn
         offs_k = tl.arange(0, BLOCK_K)
-        h_rows = h_ptr + rows[:, None].to(tl.int64) * N_INTER
+        h_row0 = h_ptr + rows.to(tl.int64) * N_INTER
+        h_rows = h_row0[:, None]
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
         for k0 in range(0, N_INTER, BLOCK_K):
             if EVEN_K:
@@ -204,7 +235,8 @@ def _down_fp4_kernel(
             else:
                 am = rm[:, None] & ((k0 + offs_k) < N_INTER)[None, :]
             a = tl.load(h_rows + (k0 + offs_k)[None, :], mask=am, other=0.0)
-            acc = _dot_fp4(a, w_rows, s_rows, nm, k0, N_INTER, acc, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+            acc = _dot_fp4(a, h_row0, rm, w_rows, s_rows, nm, k0, N_INTER, acc, BLOCK_N, BLOCK_K,
+                           EVEN_K, USE_ASM, FP8_MMA, False)  # fmt: skip
         wt = tl.load(wt_ptr + rows, mask=rm, other=0.0).to(tl.float32)
         acc = tl.trans(acc) * wt[:, None]
         tok = (rows // TOPK).to(tl.int64)
@@ -235,6 +267,7 @@ def _down_fp4_token_kernel(
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     USE_ASM: tl.constexpr,
+    FP8_MMA: tl.constexpr = 0,
 ):
     """Pair mode: one token (row 0 of the tile), its ``TOPK`` slots summed in registers. One loop
     over (slot, K step), so the software pipeline runs across slot boundaries."""
@@ -261,7 +294,8 @@ def _down_fp4_token_kernel(
         h_row = h_ptr + pair.to(tl.int64) * N_INTER
         am = (row0 & ev_m)[:, None] & ((k0 + offs_k) < N_INTER)[None, :]
         a = tl.load(h_row + (k0 + offs_k)[None, :] + offs_m[:, None] * 0, mask=am, other=0.0)
-        part = _dot_fp4(a, w_rows, s_rows, nm & ev_n, k0, N_INTER, part, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+        part = _dot_fp4(a, h_row, (e >= 0) & (e < E), w_rows, s_rows, nm & ev_n, k0, N_INTER, part, BLOCK_N,
+                        BLOCK_K, EVEN_K, USE_ASM, FP8_MMA, True)  # fmt: skip
         last = k0 + BLOCK_K >= N_INTER
         wt = tl.load(wt_ptr + pair).to(tl.float32)
         acc = tl.where(last, acc + part * wt, acc)
@@ -294,6 +328,7 @@ def _down_fp4_split_kernel(
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     USE_ASM: tl.constexpr,
+    FP8_MMA: tl.constexpr = 0,
 ):
     """Pair mode, split over slots and K: program ``(pair * SPLIT + s, N tile)`` multiplies K steps
     ``s * ceil(n_k / SPLIT) ..`` of its pair's row of ``h`` (row 0 of the tile) and writes the
@@ -323,7 +358,8 @@ def _down_fp4_split_kernel(
             else:
                 am = row0[:, None] & ((k0 + offs_k) < N_INTER)[None, :]
             a = tl.load(h_row + (k0 + offs_k)[None, :] + offs_m[:, None] * 0, mask=am, other=0.0)
-            acc = _dot_fp4(a, w_rows, s_rows, nm, k0, N_INTER, acc, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM)
+            acc = _dot_fp4(a, h_row, pair >= 0, w_rows, s_rows, nm, k0, N_INTER, acc, BLOCK_N, BLOCK_K,
+                           EVEN_K, USE_ASM, FP8_MMA, True)  # fmt: skip
         acc = acc * tl.load(wt_ptr + pair).to(tl.float32)
     tl.store(
         part_ptr + pid.to(tl.int64) * D + offs_n[None, :] + offs_m[:, None] * 0,
@@ -463,13 +499,18 @@ def fused_moe_fp4(
             :data:`DECODE_VARIANTS` (``GU_FUSED``, ``DOWN_SPLIT`` (pair mode only),
             ``DOWN_BLOCK_N``, ``DOWN_BLOCK_K``, ``DOWN_STAGES``, ``DOWN_WARPS``); merged over the
             default. BLOCK_K / DOWN_BLOCK_K multiples of 32, BLOCK_N / DOWN_BLOCK_N of 16, BLOCK_M
-            at least 16.
+            at least 16. ``FP8_MMA`` (1: the fp8 product of :mod:`.fp4_fp8`, activations quantized;
+            0: bf16; default :func:`.fp4_fp8.default_mma`), with ``FP8_DECODE`` (0 ``shift``, 1 ``table``,
+            2 ``fold``: exact only if :func:`.fp4_fp8.fold_exact` holds for the scales)
+            and ``FP8_CVT`` (1: the GPU's e4m3 conversion); in fp8 the K steps are multiples of
+            128 (a default that is not becomes 128).
 
     Returns:
         ``[T, D]`` in x's dtype (fp32 accumulation).
 
     Raises:
-        ValueError: shapes/dtypes inconsistent, or a bad ``config`` (unknown key, tile size).
+        ValueError: shapes/dtypes inconsistent, or a bad ``config`` (unknown key, tile size), or
+            a bad ``$SGLANG_V4_MOE_FP4_MMA``.
     """
     T, D, E, inter = check_moe_fp4_args(x, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights)
     if x.stride(1) != 1:
@@ -486,7 +527,11 @@ def fused_moe_fp4(
         unknown = set(config) - _CONFIG_KEYS
         if unknown:
             raise ValueError(f"config: unknown keys {sorted(unknown)} (known: {sorted(_CONFIG_KEYS)})")
-        cfg.update(config)
+    fp8 = fp8_code(dict(config or {}), x, _interpreting())
+    if fp8:  # an activation group (128) never spans two K steps
+        cfg.update({key: 128 for key in ("BLOCK_K", "DOWN_BLOCK_K") if cfg.get(key, 128) % 128})
+    cfg.update(config or {})
+    fp8 = fp8_code(cfg, x, _interpreting())
     bm, bn, bk, pair = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), bool(cfg.pop("PAIR"))
     fused = bool(cfg.pop("GU_FUSED", 0))
     split = int(cfg.pop("DOWN_SPLIT", 0))
@@ -500,9 +545,13 @@ def fused_moe_fp4(
             "config: BLOCK_K / DOWN_BLOCK_K must be multiples of 32, BLOCK_M >= 16, BLOCK_N / DOWN_BLOCK_N "
             f"multiples of 16, got {bk}, {dbk}, {bm}, {bn}, {dbn}"
         )
+    if fp8 and (bk % 128 or dbk % 128):
+        raise ValueError(
+            f"config: the fp8 product needs BLOCK_K / DOWN_BLOCK_K multiples of 128, got {bk}, {dbk}"
+        )
     if split < 0 or (split and not pair):
         raise ValueError(f"config: DOWN_SPLIT must be >= 0, and 0 outside pair mode (PAIR=0), got {split}")
-    use_asm = x.dtype == torch.bfloat16 and x.is_cuda and not _interpreting()
+    use_asm = (fp8 or x.dtype == torch.bfloat16) and x.is_cuda and not _interpreting()
     ids = topk_ids.contiguous()
     wt = topk_weights.reshape(-1).float().contiguous()
     h = torch.empty((n_pairs, inter), dtype=x.dtype, device=x.device)
@@ -515,7 +564,7 @@ def fused_moe_fp4(
         x, x.stride(0), w13, w13_scale, w13.stride(0), w13.stride(1), w13_scale.stride(0),
         w13_scale.stride(1), h, ids, sorted_ids, block_expert, n_pairs, E, inter, D, float(swiglu_limit),
         TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PAIR_MODE=pair, EVEN_K=D % bk == 0, USE_ASM=use_asm,
-        GU_FUSED=fused, **cfg,
+        GU_FUSED=fused, FP8_MMA=fp8, **cfg,
     )  # fmt: skip
     even_k = inter % dbk == 0
     w2_args = (w2, w2_scale, w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1))
@@ -523,7 +572,7 @@ def fused_moe_fp4(
         part = torch.empty((n_pairs * split, D), dtype=torch.float32, device=x.device)
         _down_fp4_split_kernel[(n_pairs * split, cdiv(D, dbn))](
             h, *w2_args, part, ids, wt, E, inter, D, SPLIT=split, BLOCK_M=bm, BLOCK_N=dbn, BLOCK_K=dbk,
-            EVEN_K=even_k, USE_ASM=use_asm, **down_cfg,
+            EVEN_K=even_k, USE_ASM=use_asm, FP8_MMA=fp8, **down_cfg,
         )  # fmt: skip
         y = torch.empty_like(x)
         r = k * split
@@ -535,12 +584,12 @@ def fused_moe_fp4(
         y = torch.empty_like(x)
         _down_fp4_token_kernel[(T, cdiv(D, dbn))](
             h, *w2_args, y, y.stride(0), ids, wt, E, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=dbn, BLOCK_K=dbk,
-            EVEN_K=even_k, USE_ASM=use_asm, **down_cfg,
+            EVEN_K=even_k, USE_ASM=use_asm, FP8_MMA=fp8, **down_cfg,
         )  # fmt: skip
         return y
     y = torch.zeros((T, D), dtype=torch.float32, device=x.device)
     _down_fp4_kernel[(n_blocks, cdiv(D, dbn))](
         h, *w2_args, y, wt, sorted_ids, block_expert, n_pairs, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=dbn,
-        BLOCK_K=dbk, EVEN_K=even_k, USE_ASM=use_asm, **down_cfg,
+        BLOCK_K=dbk, EVEN_K=even_k, USE_ASM=use_asm, FP8_MMA=fp8, **down_cfg,
     )  # fmt: skip
     return y.to(x.dtype)
