@@ -123,17 +123,6 @@ def test_fp8_key_bytes_read_at_their_alignment(scans: list[dict]) -> None:
         assert max(s["widths"].values()) == 4, s["widths"]
 
 
-def test_fp4_key_words_of_the_decode_scoring_kernel(scans: list[dict]) -> None:
-    """The decode scoring kernel reads an fp4 key (68 bytes, 4-byte aligned) as 17 32-bit words:
-    accesses of exactly 4 bytes (16-byte vectors would fault on rows 4 bytes past a boundary;
-    single bytes would be the per-value loads it replaced)."""
-    score = [s for s in scans if s["fn"] == "_score_decode_kernel" and s["codec"] == "fp4_indexer"]
-    assert score, [(s["fn"], s["codec"]) for s in scans]
-    for s in score:
-        assert s["align"] == 4
-        assert set(s["widths"].values()) == {4}, s["widths"]
-
-
 def test_entry_align_of_the_formats() -> None:
     from sgl_kernel_v4.paged import entry_align, entry_bytes
 

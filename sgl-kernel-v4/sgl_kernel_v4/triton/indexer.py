@@ -33,11 +33,13 @@ shape and the context bound only, so one CUDA graph per batch size serves every 
    selection over the key bits below the bin's, 8 bits per pass, then, only when keys equal to
    the threshold lie on both sides of the boundary, over the positions:
    :mod:`sgl_kernel_v4.triton.indexer_radix`), merged with the entries above and sorted: the
-   output row. By default (``select_impl="fused"``) it runs in the filter launch
-   (``_filter_final_kernel``): each program counts itself done on an atomic counter of its row
-   and the row's last one selects, so a decode step has three launches. ``"radix"`` runs it as
-   its own launch (``_final_kernel``, grid ``G``); ``"bitsearch"`` is the earlier final (two
-   31-step bit searches over the candidate list), kept as a benchmark baseline.
+   output row. ``select_impl="fused"`` runs it in the filter launch (``_filter_final_kernel``):
+   each program counts itself done on an atomic counter of its row and the row's last one
+   selects. ``"radix"`` runs it as its own launch (``_final_kernel``, grid ``G``);
+   ``"bitsearch"`` (the default, ``DEFAULT_SELECT_IMPL``: the fastest measured on the H200,
+   36 us against the fused launch's 57 us at 262,144 candidates, whose 1,024-bin radix histograms
+   cost more than the bit search's register counts) is the final with two 31-step bit searches
+   over the candidate list.
 
 Short rows (:mod:`sgl_kernel_v4.triton.indexer_select`): a token that sees at most ``topk``
 entries selects all its valid ones, whatever the scores. Each pass reads ``visible`` on the device
@@ -76,6 +78,7 @@ from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 from sgl_kernel_v4.triton.indexer_score import DECODE_SCORE_CONFIG, _score_decode_kernel
 from sgl_kernel_v4.triton.indexer_select import (
     CNT,
+    DEFAULT_SELECT_IMPL,
     HB,
     HIST_W,
     HIST_W_VALUE,
@@ -96,8 +99,10 @@ __all__ = ["indexer_topk", "indexer_scores", "topk_from_scores", "SCRATCH_ELEMS"
 SCRATCH_ELEMS = 1 << 26
 _MAX_TOPK = 4096  # register budget of the final merge (one sorted block of topk)
 #: One token per scoring program (batches of at most 256 tokens) takes the decode scoring kernel of
-#: :mod:`sgl_kernel_v4.triton.indexer_score`; ``False`` keeps the general kernel (benchmark baseline).
+#: :mod:`sgl_kernel_v4.triton.indexer_score` for the key formats (``PagedRows.codec_id``) listed in
+#: :data:`DECODE_SCORE_CODECS`; ``False`` keeps the general kernel (benchmark baseline).
 DECODE_SCORE_KERNEL = True
+DECODE_SCORE_CODECS = frozenset({0, 2, 3})
 
 
 # no recompile per block / batch size, nor per alignment of the index tables (slices of the batch)
@@ -321,7 +326,7 @@ def indexer_topk(
     block_c: int = 64,
     block_t: int | None = None,
     short_rows: bool = True,
-    select_impl: str = "fused",
+    select_impl: str = DEFAULT_SELECT_IMPL,
 ) -> torch.Tensor:
     """Lightning-indexer top-k over the paged keys (op table entry 6; arguments and result as
     :func:`sgl_kernel_v4.ref.attention.indexer_topk`).
@@ -339,8 +344,8 @@ def indexer_topk(
             baseline).
         select_impl: the selection passes (the same result), one of ``SELECT_IMPLS`` of
             :mod:`sgl_kernel_v4.triton.indexer_select`: ``"fused"`` (filter and final in one
-            launch, radix selection), ``"radix"`` (two launches), ``"bitsearch"`` (the earlier
-            bit-by-bit final; a benchmark baseline).
+            launch, radix selection), ``"radix"`` (two launches), ``"bitsearch"`` (the bit-by-bit
+            final; ``DEFAULT_SELECT_IMPL``).
 
     Returns:
         ``[T, topk]`` int64 entry indices, ascending, ``-1`` padded.
@@ -381,7 +386,7 @@ def _tokens_per_program(T: int, heads: int) -> int:
 
 
 def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, scale, C, topk, out, block_c,
-                scores_out, block_t=None, short=False, impl="fused") -> None:  # fmt: skip
+                scores_out, block_t=None, short=False, impl=DEFAULT_SELECT_IMPL) -> None:  # fmt: skip
     T, HI, DI = q.shape
     if q.stride(2) != 1:
         q = q.contiguous()
@@ -409,7 +414,7 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
             ws.scores[:g].fill_(float("-inf"))
         n_tb = cdiv(g, block_t)
         nsc = splits(n_tb, q.device)
-        if block_t == 1 and DECODE_SCORE_KERNEL:
+        if block_t == 1 and DECODE_SCORE_KERNEL and kv.codec_id in DECODE_SCORE_CODECS:
             _score_decode_kernel[(g, nsc)](
                 q, q.stride(0), q.stride(1), weights, weights.stride(0),
                 kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,
@@ -471,7 +476,11 @@ def indexer_scores(
 
 
 def topk_from_scores(
-    scores: torch.Tensor, topk: int, *, out: torch.Tensor | None = None, select_impl: str = "fused"
+    scores: torch.Tensor,
+    topk: int,
+    *,
+    out: torch.Tensor | None = None,
+    select_impl: str = DEFAULT_SELECT_IMPL,
 ) -> torch.Tensor:
     """Positions of the ``topk`` largest entries of each row of ``scores [T, C]`` (fp32/bf16), by
     the select steps of :func:`indexer_topk` (exact; the module's tie rule).

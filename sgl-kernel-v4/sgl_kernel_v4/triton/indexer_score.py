@@ -9,12 +9,15 @@ rows zeroed), computed by a kernel shaped for the long rows of decode:
   heads on its N side, so the weighted head sum is a reduction along each accumulator row;
 * one loop over the program's share of the entries, outside any token loop, so the software
   pipeline (``num_stages``) keeps the next tiles' page-table and key loads in flight while a tile
-  is scored: a share of ~1,000 entries is 16 dependent load / dot rounds otherwise;
-* fp4 keys (e2m1 + one ue8m0 scale per 32 values, 68 B) are read as 32-bit words (16 of values and
-  one of scales per key, not a byte load per value and per scale) and decoded from the bits.
+  is scored: a share of ~1,000 entries is 16 dependent load / dot rounds otherwise.
 
-Timing (H200, 262,144 candidates, bs 1): ``benchmark/indexer_topk_profile.py``; the general
-kernel stays the one for extends of more than 256 tokens (several tokens per program).
+Keys are read by :func:`~sgl_kernel_v4.triton.kv_codec.load_key`, as in the general kernel.
+Measured on the H200 (``benchmark/indexer_topk_profile.py``, 262,144 bf16 keys, bs 1): 35 us
+against the general kernel's 57 us (the key-read floor is 16 us). A first version read fp4 keys as
+32-bit words and decoded the nibbles from a ``[N, 16, 8]`` tile: 1,014 us (against 133 us), so it
+was dropped. :data:`sgl_kernel_v4.triton.indexer.DECODE_SCORE_CODECS` says which key formats
+take this kernel; the general kernel stays the one for extends of more than 256 tokens (several
+tokens per program).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.triton.indexer_select import CNT, HIST_W, INT_MIN, _float_to_key
-from sgl_kernel_v4.triton.kv_codec import load_key, load_key_fp4_words, row_offsets
+from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets
 
 #: Launch parameters of the decode scoring kernel (warps, pipeline stages); the entries per tile are
 #: ``indexer_topk``'s ``block_c``.
@@ -116,12 +119,8 @@ def _score_decode_kernel(
             page = tl.load(prow + c // E, mask=cm, other=-1).to(tl.int64)
             valid = cm & (page >= 0)
             off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
-            if CODEC == 3:
-                k = load_key_fp4_words(kv_ptr, off, valid, DI)
-                ks = scale
-            else:
-                k, kscale = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
-                ks = kscale[:, None] * scale
+            k, kscale = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+            ks = kscale[:, None] * scale
             sd = tl.dot(k.to(q.dtype), tl.trans(q))  # [BLOCK_C, BLOCK_H] fp32
             score = tl.sum(tl.maximum(sd * ks, 0.0) * w[None, :], 1)
             tl.store(krow + c, tl.where(valid, _float_to_key(score), INT_MIN), mask=cm)

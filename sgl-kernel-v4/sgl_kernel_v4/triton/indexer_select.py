@@ -33,8 +33,11 @@ INT_MIN = tl.constexpr(
 )  # the same inside the kernels (a jit function reads constexpr globals only)
 #: int32 counters per token row: entries above the threshold bin, candidates in it, programs done
 CNT = tl.constexpr(4)
-#: the selection implementations of :func:`select` (``"fused"`` the default)
+#: the selection implementations of :func:`select`
 SELECT_IMPLS = ("fused", "radix", "bitsearch")
+#: the default: the fastest measured on the H200 at 262,144 candidates, bs 1 (``RESULTS.md``,
+#: "indexer top-k"): filter 5.6 us + bit-search final 31 us, against 57 us for the fused launch
+DEFAULT_SELECT_IMPL = "bitsearch"
 HB = 12  # histogram bits: bins of the keys' top 12 bits (sign, 8 exponent bits, 3 mantissa bits)
 #: The 2^12-bin histogram is built in two levels of 64 bins (a ``tl.histogram`` call costs about
 #: its bin count: 33 us per 262,144 keys at 4,096 bins on the H200, 4 us at 256): the coarse
@@ -408,7 +411,7 @@ def histogram(ws: Any, G: int, vis: torch.Tensor, t_base: int, topk: int, short:
 
 
 def select(ws: Any, G: int, vis: torch.Tensor, t_base: int, topk: int, out: torch.Tensor, short: bool,
-           filter_pass: bool = True, impl: str = "fused") -> None:  # fmt: skip
+           filter_pass: bool = True, impl: str = DEFAULT_SELECT_IMPL) -> None:  # fmt: skip
     """Steps 2 and 3 for rows ``t_base .. t_base + G - 1``: writes ``out[t_base + g]`` (``[T, topk]``
     int64, every column). ``short``: rows of at most ``topk`` entries take the short-row path (module
     docstring); ``filter_pass=False`` skips the filter launch (only valid when every row is short).
@@ -416,7 +419,7 @@ def select(ws: Any, G: int, vis: torch.Tensor, t_base: int, topk: int, out: torc
     ``impl`` (the same result): ``"fused"`` one launch of filter + final (the row's last filter
     program selects, radix digits, :mod:`sgl_kernel_v4.triton.indexer_radix`); ``"radix"`` the
     filter launch, then a final launch with the radix selection; ``"bitsearch"`` the filter launch,
-    then the bit-by-bit final (the earlier pipeline, a benchmark baseline). The fused launch needs
+    then the bit-by-bit final (the default, :data:`DEFAULT_SELECT_IMPL`). The fused launch needs
     the rows' third counter zeroed with the other two.
 
     Raises:

@@ -194,31 +194,6 @@ def load_key(ptr, off, valid, offs_d, CODEC: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def load_key_fp4_words(ptr, off, valid, DI: tl.constexpr):
-    """fp4 indexer keys ``[N, DI]`` (bf16, exact) at offsets ``off [N]`` (bytes): ``DI / 2`` bytes of
-    e2m1 codes (value ``2i`` in the low nibble of byte ``i``) then ``DI / 32`` ue8m0 scale bytes, read
-    as little-endian 32-bit words (the entries are 4-byte aligned): the nibble ``j`` of word ``i`` is
-    value ``8i + j``; scale byte ``d // 32`` applies to value ``d``. Zeros where ``valid`` is False."""
-    NW: tl.constexpr = DI // 8
-    base = aligned(ptr, off, 3, DI, DI).to(tl.pointer_type(tl.int32))
-    offs_w = tl.arange(0, NW)
-    words = tl.load(base[:, None] + offs_w[None, :], mask=valid[:, None], other=0)  # [N, NW]
-    sw = tl.load(base + DI // 8, mask=valid, other=0)  # [N]: the DI/32 scale bytes
-    j = tl.arange(0, 8)
-    code = (words[:, :, None] >> (4 * j)[None, None, :]) & 0xF  # [N, NW, 8]
-    code = tl.reshape(code, [off.shape[0], DI])
-    mag = code & 7
-    # e2m1 magnitudes as fp32 bits: 0 -> 0; 1 -> 0.5 = 2^-1; 2..7 -> 2^((mag >> 1) - 1) * (1 + (mag & 1) / 2)
-    e = tl.where(mag >= 2, (mag >> 1) + 126, 126)
-    bits = tl.where(mag == 0, 0, (e << 23) | ((mag & 1) << 22) * (mag >= 2).to(tl.int32))
-    bits = bits | ((code & 8) << 28)
-    offs_d = tl.arange(0, DI)
-    sb = (sw[:, None] >> (8 * (offs_d // 32))[None, :]) & 0xFF  # [N, DI]
-    v = bits.to(tl.float32, bitcast=True) * (sb << 23).to(tl.float32, bitcast=True)
-    return v.to(tl.bfloat16)
-
-
-@triton.jit
 def store_entry(ptr, off, y, CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr):
     """Write one entry ``y [D]`` (fp32 values already rounded to the compute dtype; ``D`` a power
     of two) at element offset ``off`` of ``ptr`` in the codec's format (module docstring)."""
