@@ -218,7 +218,13 @@ def test_server_index_layouts_reuse_the_decode_variants(variants: dict[str, dict
     specialisation, their alignment and unit values compiled 15 attention and indexer variants
     after a server's warm-up on the H200."""
     got = variants["server_layouts"]
-    assert set(got) >= {"_score_decode_kernel", "_hist_kernel", "_filter_kernel", "_final_kernel", "_paged_attn_kernel"}
+    assert set(got) >= {
+        "_score_decode_kernel",
+        "_hist_kernel",
+        "_filter_kernel",
+        "_final_kernel",
+        "_paged_attn_kernel",
+    }
     too_many = {k: v for k, v in got.items() if v > _ALLOWED.get(k, 1)}
     assert not too_many, f"kernels compiling a variant per index-table layout: {too_many}"
 
