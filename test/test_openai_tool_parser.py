@@ -84,8 +84,6 @@ BAD = [
     f"\n\n<{D}tool_calls>\nhello\n</{D}tool_calls>",  # text between tags
     f"\n\n<{D}tool_calls>\n</{D}tool_calls>",  # empty block
     block(f'<{D}invoke name="get_weather">\n["not", "an", "object"]\n</{D}invoke>'),
-    "Sure." + block(invoke("get_weather", ("city", "true", "Paris")))[:-25],  # truncated inside the block
-    "Sure." + block(invoke("get_weather", ("city", "true", "Paris")))[:40],  # truncated in the first tag
 ]
 
 
@@ -158,7 +156,7 @@ def test_well_formed_calls_every_chunking(text: str, content: str, expected: lis
 
 
 @pytest.mark.parametrize("text", BAD, ids=[str(i) for i in range(len(BAD))])
-def test_malformed_or_truncated_block_is_returned_as_text(text: str) -> None:
+def test_malformed_block_is_returned_as_text(text: str) -> None:
     content, calls, complete = parse_tool_calls(text, TOOLS)
     assert (content, calls, complete) == (text, [], False)
     for chunks in chunkings(text):
@@ -242,3 +240,119 @@ def test_round_trip_of_reference_encoded_calls() -> None:
             assert [(c.name, json.loads(c.arguments)) for c in got] == calls
             n += 1
     assert n >= 5
+
+
+# ---------------------------------------------------------------------- generations cut short
+# (known model output, the calls written out by hand): every prefix of the text is a generation
+# cut there (max_tokens, or a stop inside the block)
+CUT = [
+    (GOOD[1][0], GOOD[1][2]),
+    (GOOD[3][0], GOOD[3][2]),
+    (
+        block(invoke("noop"))
+        + "\n"
+        + block(invoke("get_weather", ("city", "true", "Rio"), ("days", "false", "7"))),
+        [("noop", {}), ("get_weather", {"city": "Rio", "days": 7})],
+    ),
+]
+
+
+def cut_oracle(text: str, k: int, expected: list) -> tuple[str, list[tuple[str, str, bool]], bool, bool]:
+    """What a generation cut after ``text[:k]`` answers, from the positions of the markers in the
+    hand-written text: ``(content, [(name, arguments, partial)], complete, cut inside a block)``. A call exists once
+    its invoke tag is complete; its arguments are the full JSON text once its invoke is closed,
+    else (partial) a prefix of it, checked by the caller. Content is the text outside blocks (the
+    whitespace before a block dropped, text after one left-stripped), up to the cut; a cut inside a
+    block (its first ``"<"`` included) ends the content before the block's whitespace."""
+    starts = [m.start() for m in re.finditer(f"<{D}tool_calls>", text)]
+    ends = [m.end() for m in re.finditer(f"</{D}tool_calls>", text)]
+    blocks = [(lt - (len(text[:lt]) - len(text[:lt].rstrip())), lt, end) for lt, end in zip(starts, ends)]
+    tags = [m.end() for m in re.finditer(f'<{D}invoke name="[^"]*">', text)]
+    closes = [m.end() for m in re.finditer(f"</{D}invoke>", text)]
+    full = [json.dumps(args, ensure_ascii=False) for _, args in expected]
+    calls = [
+        (name, full[i], False) if closes[i] <= k else (name, None, True)
+        for i, (name, _) in enumerate(expected)
+        if tags[i] <= k
+    ]
+    content, pos, after = "", 0, False
+    for ws, lt, end in blocks:
+        if k <= lt:
+            break
+        seg = text[pos:ws]
+        content += seg.lstrip() if after else seg
+        if k < end:
+            return content, calls, False, True
+        pos, after = end, True
+    seg = text[pos:k]
+    content += seg.lstrip() if after else seg
+    return content, calls, any(end <= k for _, _, end in blocks), False
+
+
+@pytest.mark.parametrize("text,expected", CUT, ids=[str(i) for i in range(len(CUT))])
+def test_every_cut_point_streamed_equals_non_streamed(text: str, expected: list) -> None:
+    """A generation cut at each character: the concatenated stream deltas and the non-streamed
+    parse give the same content and calls, both equal to the oracle: the partial call carries its
+    name and a prefix of its final arguments, no markup ever reaches content or arguments, and
+    :attr:`complete` (the finish reason ``"tool_calls"``) holds only after the block closed."""
+    full = [json.dumps(args, ensure_ascii=False) for _, args in expected]
+    pieces = token_pieces(text)
+    rng = random.Random(1)
+    prev_args: list[str] = []
+    for k in range(len(text) + 1):
+        want_content, want_calls, want_complete, want_cut = cut_oracle(text, k, expected)
+        content, calls, complete = parse_tool_calls(text[:k], TOOLS)
+        got = [(c.name, c.arguments, c.partial) for c in calls]
+        assert content == want_content and complete == want_complete, k
+        assert [(n, p) for n, _, p in got] == [(n, p) for n, _, p in want_calls], k
+        for i, (_, args, partial) in enumerate(got):
+            assert full[i].startswith(args) and (partial or args == full[i]), (k, args)
+            # arguments only grow as the generation goes on
+            assert i >= len(prev_args) or args.startswith(prev_args[i]), (k, args, prev_args[i])
+            assert "｜" not in args and "DSML" not in args
+        assert "｜" not in content and "DSML" not in content
+        prev_args = [a for _, a, _ in got]
+        # the same cut streamed in several chunkings: token pieces (the last one cut), characters,
+        # one chunk, a random 3-way split
+        toks, n = [], 0
+        for piece in pieces:
+            if n >= k:
+                break
+            toks.append(piece[: k - n])
+            n += len(toks[-1])
+        streams = [toks, list(text[:k]), [text[:k]]]
+        if k > 2:
+            a, b = sorted(rng.sample(range(1, k), 2))
+            streams.append([text[:a], text[a:b], text[b:k]])
+        for chunks in streams:
+            s_content, s_calls, p = run_stream(chunks)
+            assert s_content == content, (k, chunks)
+            assert [(c["name"], c["arguments"]) for c in s_calls.values()] == [(n, a) for n, a, _ in got], k
+            assert p.complete == complete and p.truncated == want_cut and not p.malformed, k
+
+
+def test_cut_calls_hand_checked() -> None:
+    """Exact partial arguments at a few cut points (the held-back start of a closing tag, or a
+    ``"<"`` that may be one, is not part of them)."""
+    text = GOOD[1][0]
+    city = '東京 "centre"\n\\ <b>'
+
+    def at(marker: str, extra: int = 0) -> tuple[str, list[tuple[str, str, bool]], bool]:
+        k = text.index(marker) + len(marker) + extra
+        content, calls, complete = parse_tool_calls(text[:k], TOOLS)
+        return content, [(c.name, c.arguments, c.partial) for c in calls], complete
+
+    assert at(f"<{D}invoke") == ("Let me check both.", [], False)  # name unknown yet: no call
+    assert at('name="get_weather"') == ("Let me check both.", [], False)
+    assert at('name="get_weather">') == ("Let me check both.", [("get_weather", "", True)], False)
+    assert at("東京") == ("Let me check both.", [("get_weather", '{"city": "東京', True)], False)
+    head = '{"city": ' + json.dumps(city[: city.index("<")], ensure_ascii=False)[:-1]
+    assert at("\\ <") == ("Let me check both.", [("get_weather", head, True)], False)
+    assert at("\\ <b>") == ("Let me check both.", [("get_weather", head + "<b>", True)], False)
+    first = ("get_weather", json.dumps({"city": city}, ensure_ascii=False), False)
+    assert at(f"</{D}invoke>")[1] == [first]
+    assert at('"pax" string="false">', 2)[1] == [first, ("book", '{"to": "Lima", "pax": 2', True)]
+    # the output ends with the first characters of a block start: dropped with the whitespace
+    for tail in ("<", f"<{D}", f"<{D}tool_calls"):
+        assert parse_tool_calls("Sure.  \n\n" + tail, TOOLS) == ("Sure.", [], False)
+    assert parse_tool_calls("Sure.  \n", TOOLS) == ("Sure.  \n", [], False)

@@ -160,25 +160,44 @@ def test_tool_choice_none_hides_tools_and_parses_nothing(tok: PreTrainedTokenize
     )
 
 
-@pytest.mark.parametrize("cut", [None, 12, 30])
-def test_malformed_or_truncated_block_returns_as_content(
-    tok: PreTrainedTokenizerFast, cut: int | None
-) -> None:
-    bad = CALL.replace('name="get_weather"', 'name="not_a_tool"')
-    tm = ScriptedTM(tok, "Hmm." + (bad if cut is None else CALL))
+def test_malformed_block_returns_as_content(tok: PreTrainedTokenizerFast) -> None:
+    tm = ScriptedTM(tok, "Hmm." + CALL.replace('name="get_weather"', 'name="not_a_tool"'))
     client, _ = client_for(tm)
-    msgs = [{"role": "user", "content": "x"}]
-    n_ids = len(tok.encode("Hmm." + CALL, add_special_tokens=False))
-    kw: dict[str, Any] = dict(model="m", messages=msgs, tools=[WEATHER])
-    if cut is not None:
-        kw["max_tokens"] = n_ids - cut
-    r = client.chat.completions.create(**kw)
-    ch = r.choices[0]
-    expected_text = tok.decode(tok.encode(tm.reply, add_special_tokens=False)[: kw.get("max_tokens")])
-    assert ch.message.content == expected_text and ch.message.tool_calls is None
-    assert ch.finish_reason == ("stop" if cut is None else "length")
+    kw: dict[str, Any] = dict(model="m", messages=[{"role": "user", "content": "x"}], tools=[WEATHER])
+    ch = client.chat.completions.create(**kw).choices[0]
+    assert ch.message.content == tm.reply and ch.message.tool_calls is None and ch.finish_reason == "stop"
     s = accumulate(client.chat.completions.create(**kw, stream=True))
-    assert s["content"] == expected_text and s["finish"] == ch.finish_reason
+    assert s["content"] == tm.reply and s["finish"] == "stop"
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_call_cut_by_max_tokens_same_streamed_and_not(tok: PreTrainedTokenizerFast, choice: str) -> None:
+    """Every ``max_tokens`` that cuts the reply inside (or before) its call: OpenAI's answer to a
+    call cut by the token limit, the same streamed and not: ``finish_reason`` ``"length"``, the
+    call in ``tool_calls`` once its name was generated (arguments: a prefix of the full ones, all
+    of them once the invoke closed), no markup in ``content`` (only the text before the block)."""
+    reply = "Let me look." + CALL
+    tm = ScriptedTM(tok, reply, grammar_enabled=True)
+    client, _ = client_for(tm)
+    ids = tok.encode(reply, add_special_tokens=False)
+    full = json.dumps(ARGS, ensure_ascii=False)
+    named_at = next(j for j in range(len(ids)) if tok.decode(ids[:j]).endswith('name="get_weather">\n'))
+    kw: dict[str, Any] = dict(model="m", messages=[{"role": "user", "content": "x"}], tools=[WEATHER])
+    kw["tool_choice"] = choice
+    for max_tokens in range(1, len(ids)):
+        ch = client.chat.completions.create(**kw, max_tokens=max_tokens).choices[0]
+        s = accumulate(client.chat.completions.create(**kw, max_tokens=max_tokens, stream=True))
+        assert ch.finish_reason == s["finish"] == "length", max_tokens
+        head = tok.decode(ids[:max_tokens])
+        want = head if "<" not in head else head[: head.index("<")].rstrip()
+        assert (ch.message.content or "") == s["content"] == want, max_tokens
+        calls = [(c.function.name, c.function.arguments) for c in ch.message.tool_calls or []]
+        assert calls == [(c["name"], c["arguments"]) for c in s["calls"].values()], max_tokens
+        assert len(calls) == (max_tokens >= named_at), max_tokens
+        for name, args in calls:
+            assert name == "get_weather" and full.startswith(args), max_tokens
+            assert (args == full) == (f"</{D}invoke>" in head), max_tokens
+        assert_no_dsml(ch.message.content, s["content"], *(a for _, a in calls))
 
 
 def test_thinking_with_tools(tok: PreTrainedTokenizerFast) -> None:

@@ -193,6 +193,30 @@ def test_required_tool_call_streamed_and_looped(client: openai.OpenAI, model_id:
     no_markup(m2.message.content)
 
 
+@pytest.mark.parametrize("max_tokens", [8, 30])
+def test_call_cut_by_max_tokens(client: openai.OpenAI, model_id: str, max_tokens: int) -> None:
+    """tool_choice "required" with a small max_tokens (the call is cut): finish_reason "length",
+    the same partial call streamed and not, no markup in content."""
+    kw: dict[str, Any] = dict(
+        model=model_id, messages=MSGS, tools=TOOLS, tool_choice="required", max_tokens=max_tokens,
+        temperature=0,
+    )  # fmt: skip
+    ch = client.chat.completions.create(**kw).choices[0]
+    want = [(c.function.name, c.function.arguments) for c in ch.message.tool_calls or []]
+    calls: dict[int, list[str]] = {}
+    finish, content = None, ""
+    for chunk in client.chat.completions.create(**kw, stream=True):
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            for tc in c.delta.tool_calls or []:
+                calls.setdefault(tc.index, [tc.function.name or "", ""])[1] += tc.function.arguments or ""
+            finish = c.finish_reason or finish
+    assert ch.finish_reason == finish == "length"
+    assert [tuple(v) for v in calls.values()] == want and (ch.message.content or "") == content
+    assert all(name in SCHEMAS for name, _ in want)
+    no_markup(content, *(a for _, a in want))
+
+
 def test_named_tool_call_validates(client: openai.OpenAI, model_id: str) -> None:
     r = client.chat.completions.create(
         model=model_id,

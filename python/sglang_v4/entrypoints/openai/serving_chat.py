@@ -18,7 +18,10 @@ Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
 
 Output: reasoning is split off first (:mod:`.reasoning_parser`), then the content goes through the
 tool parser. ``finish_reason`` is ``"tool_calls"`` when the generation stopped after well-formed
-calls; a malformed or truncated block comes back as ``content`` with the engine's finish reason.
+calls; a malformed block comes back as ``content`` with the engine's finish reason. A call cut by
+``max_tokens`` is answered as OpenAI answers it: ``finish_reason`` ``"length"`` and the call in
+``tool_calls`` with the arguments generated so far (once its name is known), no markup in
+``content``, the same streamed and not.
 The EOS token never appears in the text (even with ``skip_special_tokens: false``).
 
 Stop strings with reasoning (vLLM #14170, SGLang #40529): when the output starts inside reasoning,

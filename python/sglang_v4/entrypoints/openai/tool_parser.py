@@ -22,12 +22,24 @@ parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``)
 
 Nothing of the DSML markup ever reaches ``content`` or ``arguments``: text that may be the start
 of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of the block are held back
-until the next characters decide. A block that is malformed (unknown tool, bad tag, invalid JSON
-value, duplicate parameter, text between tags) or still open when the generation ends is returned
-*as text*: from the point of failure the block's raw text, from its first character, goes to
-``content`` and the rest of the output follows as content. Deltas of calls that were already
-streamed are not taken back (the finish reason then is not ``"tool_calls"``, see
-:attr:`DsmlToolParser.complete`).
+until the next characters decide.
+
+A block still open when the generation ends (cut by ``max_tokens``, or stopped inside it) is a
+*cut* call, answered as OpenAI answers a function call cut by the token limit: the calls whose
+invoke tag was complete are calls, the last one with the arguments generated so far (a prefix of
+the JSON text, usually not valid JSON; held-back text that may be the start of a closing tag is
+dropped), and nothing of the block goes to ``content``. An invoke cut before its tag (the name)
+was complete is no call; a generation that ends with the first characters of a block start
+(``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the whitespace before them. The streamed
+deltas and :func:`parse_tool_calls` give the same calls; :attr:`DsmlToolParser.truncated` is set
+and :attr:`DsmlToolParser.complete` is False (the finish reason stays the engine's, never
+``"tool_calls"``).
+
+A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
+between tags) is returned *as text*: from the point of failure the block's raw text, from its
+first character, goes to ``content`` and the rest of the output follows as content. Deltas of
+calls that were already streamed are not taken back (the finish reason then is not
+``"tool_calls"``, see :attr:`DsmlToolParser.complete`).
 """
 
 from __future__ import annotations
@@ -100,12 +112,22 @@ class ToolCallDelta:
 
 @dataclass
 class ParsedToolCall:
-    """A complete tool call: ``arguments`` is a JSON object text (``json.loads`` gives a dict)."""
+    """A tool call.
+
+    Attributes:
+        index: position of the call in the message (0-based, across blocks).
+        id: the call id (``call_`` + 24 hex digits).
+        name: ``function.name``.
+        arguments: a JSON object text (``json.loads`` gives a dict); for a ``partial`` call the
+            argument text generated before the cut, a prefix of such a text.
+        partial: the generation ended inside this call (see the module docstring).
+    """
 
     index: int
     id: str
     name: str
     arguments: str
+    partial: bool = False
 
 
 def _partial_suffix(text: str, marker: str) -> int:
@@ -146,14 +168,18 @@ class DsmlToolParser:
         block: the block tag name, ``"tool_calls"`` (V4) or ``"function_calls"`` (V3.2).
 
     Attributes:
-        calls: the calls of every block that closed properly, in order.
-        malformed: a block was malformed or truncated (its text went to ``content``).
+        calls: the calls of every block that closed properly, in order, then those of a block
+            the generation ended in (:attr:`truncated`; the last one may be ``partial``).
+        malformed: a block was malformed (its text went to ``content``).
+        truncated: the generation ended inside a block or with the start of one (set by
+            :meth:`finish`).
     """
 
     tool_names: Collection[str] | None = None
     block: str = "tool_calls"
     calls: list[ParsedToolCall] = field(default_factory=list)
     malformed: bool = False
+    truncated: bool = False
     _state: int = _TEXT
     _buf: str = ""
     _raw: str = ""  # text of the open block, from the whitespace before its start marker
@@ -176,8 +202,8 @@ class DsmlToolParser:
 
     @property
     def complete(self) -> bool:
-        """At least one call was parsed and no block was malformed or left open."""
-        return bool(self.calls) and not self.malformed and self._state == _TEXT
+        """At least one call was parsed and no block was malformed, left open or cut."""
+        return bool(self.calls) and not self.malformed and not self.truncated and self._state == _TEXT
 
     # ------------------------------------------------------------------ feeding
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
@@ -194,20 +220,31 @@ class DsmlToolParser:
         return "".join(content), deltas
 
     def finish(self) -> tuple[str, list[ToolCallDelta]]:
-        """End of generation: release held-back text; an open block becomes content.
+        """End of generation: release held-back text; an open block is cut (module docstring).
 
         Returns:
-            ``(content_delta, [])``.
+            ``(content_delta, [])``: the held-back plain text. A cut block adds no delta: what
+            its calls had generated was streamed already.
         """
-        if self._state in (_TEXT, _RAW):
-            rest, self._buf = self._buf, ""
-            if self._state == _TEXT and self._after_block:
-                rest = rest.lstrip()
-            return rest, []
-        content: list[str] = []
-        self._to_raw(content)
         rest, self._buf = self._buf, ""
-        return "".join(content) + rest, []
+        if self._state == _RAW:
+            return rest, []
+        if self._state == _TEXT:
+            if self._after_block:
+                rest = rest.lstrip()
+            marker = _partial_suffix(rest, self.block_start)
+            if not marker:
+                return rest, []
+            self.truncated = True  # the output ends with the first characters of a block start
+            return rest[: len(rest) - marker].rstrip(), []
+        cut = self._call
+        if cut is not None:
+            cut.partial = True
+        self.calls.extend(self._block_calls + ([cut] if cut is not None else []))
+        self.truncated = True
+        self._block_calls, self._call, self._raw, self._held_ws = [], None, "", ""
+        self._state = _TEXT
+        return "", []
 
     # ------------------------------------------------------------------ state machine
     def _take(self, n: int) -> str:
@@ -216,7 +253,7 @@ class DsmlToolParser:
         return piece
 
     def _to_raw(self, content: list[str]) -> None:
-        """Malformed or truncated: the block's raw text so far becomes content."""
+        """Malformed: the block's raw text so far becomes content."""
         self.malformed = True
         self._state = _RAW
         content.append(self._raw)  # held-back whitespace was consumed into _raw already
@@ -408,8 +445,9 @@ def parse_tool_calls(
     """Non-streaming parse of a whole completion (same rules as the streaming parser).
 
     Returns:
-        ``(content, calls, complete)``: the text outside well-formed blocks (malformed or
-        truncated blocks included verbatim), the calls, and :attr:`DsmlToolParser.complete`.
+        ``(content, calls, complete)``: the text outside well-formed blocks (malformed blocks
+        included verbatim, a cut block left out), the calls (those of a cut block included, the
+        last one possibly ``partial``), and :attr:`DsmlToolParser.complete`.
     """
     p = DsmlToolParser(tool_names, block)
     c1, _ = p.feed(text)
