@@ -479,3 +479,26 @@ def test_validation_error_param_names_the_field(
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == param, r.text
     assert f"{param}." not in err["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("stream", [False, None, "absent"])
+def test_stream_options_without_stream_is_a_400(
+    tok: PreTrainedTokenizerFast, path: str, stream: bool | None | str
+) -> None:
+    """``stream_options`` on a request that is not streamed is rejected (OpenAI API and vLLM
+    answer 400 with ``param: "stream_options"``); ``stream_options: null`` is not given at all."""
+    c = _client(FakeTM(tok))
+    body: dict[str, Any] = {"max_tokens": 4}
+    body |= {"prompt": "x"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
+    if stream != "absent":
+        body["stream"] = stream
+    r = c.post(path, json=body | {"stream_options": {"include_usage": True}})
+    assert r.status_code == 400, r.text
+    j = r.json()
+    assert j["type"] == "BadRequestError" and j["code"] == 400 and j["param"] == "stream_options"
+    assert j["error"]["param"] == "stream_options" and "stream_options" in j["error"]["message"]
+    # unchanged: a null stream_options, and stream_options with stream true
+    assert c.post(path, json=body | {"stream_options": None}).status_code == 200
+    streamed = c.post(path, json=body | {"stream": True, "stream_options": {"include_usage": True}})
+    assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")

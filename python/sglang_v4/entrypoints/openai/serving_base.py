@@ -210,7 +210,8 @@ class OpenAIServingBase:
     async def _parse(self, request: Request, cls: type[BaseModel]) -> Any:
         """Decode the body as strict JSON (orjson: no NaN/Infinity, no lone surrogates, nesting
         bounded) and validate it in pydantic's strict mode (no ``"0.5"`` -> 0.5 or ``true`` -> 1.0
-        coercions; integers are accepted for floats)."""
+        coercions; integers are accepted for floats). Cross-field rule checked here for both routes:
+        ``stream_options`` needs ``stream: true`` (:func:`_check_stream_options`)."""
         body = await request.body()
         try:
             data = orjson.loads(body) if body else None
@@ -219,13 +220,15 @@ class OpenAIServingBase:
         if not isinstance(data, dict):
             raise RequestError("The request body must be a JSON object.")
         try:
-            return cls.model_validate(data, strict=True)
+            req = cls.model_validate(data, strict=True)
         except ValidationError as e:
             errs = e.errors()
             first = errs[0] if errs else {}
             loc = _field_path(first.get("loc", ()))
             msg = "; ".join(f"{_field_path(er.get('loc', ()))}: {er.get('msg')}" for er in errs[:5])
             raise RequestError(f"Invalid request: {msg}", param=loc or None) from None
+        _check_stream_options(req)
+        return req
 
     @staticmethod
     def _response_format(rf: dict[str, Any] | None) -> dict[str, str]:
@@ -473,6 +476,18 @@ def _check_openai_ranges(req: Any) -> None:
         raise RequestError(
             f"temperature must be in [0, {OPENAI_MAX_TEMPERATURE:g}], got {t}.", param="temperature"
         )
+
+
+def _check_stream_options(req: Any) -> None:
+    """``stream_options`` is only valid on a streamed request, as in the OpenAI API (and vLLM):
+    sent (not ``null``) with ``stream`` false or absent it is a 400 naming ``stream_options``,
+    not silently ignored.
+
+    Raises:
+        RequestError: 400, param ``stream_options``.
+    """
+    if getattr(req, "stream_options", None) is not None and not getattr(req, "stream", False):
+        raise RequestError("stream_options is only allowed when stream is true.", param="stream_options")
 
 
 #: ``SamplingParams`` grammar fields; an error about one is ``"<field>: invalid grammar: ..."``.
