@@ -16,6 +16,18 @@ chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
   ``content``; one cut by ``max_tokens`` is reasoning that ran out of budget and stays in
   ``reasoning_content`` (the peers' reports: answers hidden in ``reasoning_content`` when ``</think>`` never came, vLLM
   #48645; token budgets spent on reasoning, DeepSeek's own API).
+  An output that ends while still reasoning with the first characters of an end marker (a
+  partial ``</think>`` such as ``"</"``, or a partial block start such as
+  ``"\\n\\n<｜DSML｜tool"``) ends with text of the reasoning: the streaming parser holds those
+  characters back until the next ones decide, and at the end releases them as the rest of the
+  reasoning, the same streamed and not. Cut by ``max_tokens``, they stay in
+  ``reasoning_content``; stopped, the whole text is the answer and the tool parser drops a
+  trailing partial block start there, as in any answer. Why: V4's format has no tool-call block
+  inside the reasoning (its tools instructions ask for the complete reasoning before any call,
+  and DeepSeek's reference parser of completions rejects a block met before ``</think>`` as an
+  invalid thinking format), so only a *complete* block start is taken as the end of the
+  reasoning (the tolerated deviation), as only a complete ``</think>`` is; an unfinished one is
+  not known to be markup (``"<"`` may be the reasoning's own text) and is not guessed away.
 * ``deepseek-r1``: the output always starts inside reasoning (chat mode too), as DeepSeek-R1 did;
   without ``</think>`` everything is reasoning.
 * ``deepseek-v3``: reasoning only in thinking mode; without ``</think>`` everything is reasoning.
@@ -182,7 +194,9 @@ class ReasoningParser:
         return best, which
 
     def flush(self) -> tuple[str, str]:
-        """End of stream: return whatever is still held back as ``(reasoning, content)``."""
+        """End of stream: return whatever is still held back as ``(reasoning, content)``; inside
+        the reasoning, the first characters of an end marker held back are reasoning text (module
+        docstring)."""
         rest, self._buf = self._buf, ""
         if not self._started:
             rest = rest.lstrip()

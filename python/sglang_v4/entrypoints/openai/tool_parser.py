@@ -30,7 +30,9 @@ invoke tag was complete are calls, the last one with the arguments generated so 
 the JSON text, usually not valid JSON; held-back text that may be the start of a closing tag is
 dropped), and nothing of the block goes to ``content``. An invoke cut before its tag (the name)
 was complete is no call; a generation that ends with the first characters of a block start
-(``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the whitespace before them. The streamed
+(``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the whitespace before them (in the
+content only: in thinking mode, such characters at the end of unfinished reasoning are reasoning
+text, see :mod:`.reasoning_parser`). The streamed
 deltas and :func:`parse_tool_calls` give the same calls; :attr:`DsmlToolParser.truncated` is set
 and :attr:`DsmlToolParser.complete` is False (the finish reason stays the engine's, never
 ``"tool_calls"``).

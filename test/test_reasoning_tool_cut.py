@@ -1,0 +1,187 @@
+"""Thinking mode with tools, the output cut at every character: where the text of a partial
+``</think>`` or of a partial DSML block start lands, streamed and not.
+
+The model's text is written by hand (a scripted tokenizer manager that generates it one character
+at a time, ``max_tokens`` counting characters), so the expected split is read off the positions
+of the markers in that text: the oracle never runs the parsers under test. Both responses go
+through the OpenAI route (FastAPI's TestClient), the streamed one folded delta by delta.
+
+Decision checked here (see :mod:`sglang_v4.entrypoints.openai.reasoning_parser`): DeepSeek-V4's
+format has no tool-call block inside the reasoning (the reasoning ends with ``</think>`` before
+any call), so the reasoning ends only at a *complete* ``</think>`` or, the tolerated deviation, a
+*complete* block start. Text that ends the output while still reasoning -- the first characters
+of either marker included -- is reasoning when the generation was cut by ``max_tokens``, and the
+answer (``content``, where the tool parser drops a trailing partial block start) when it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from test_openai_tools import WEATHER, client_for
+from transformers import PreTrainedTokenizerFast
+
+D = "｜DSML｜"
+START = f"<{D}tool_calls>"
+REASONING = "Need weather: 3 < 4, call it."  # a literal "<": a partial "</think>" and block start
+ANSWER = "\n\nChecking."
+BLOCK = (
+    f'\n\n{START}\n<{D}invoke name="get_weather">\n'
+    f'<{D}parameter name="city" string="true">Paris</{D}parameter>\n</{D}invoke>\n</{D}tool_calls>'
+)
+FULL_ARGS = json.dumps({"city": "Paris"})
+#: The reasoning closed by ``</think>``, an answer, then a call (the format's order).
+CLOSED = REASONING + "</think>" + ANSWER + BLOCK
+#: The call starts inside the reasoning (no ``</think>``): the model's deviation the parser tolerates.
+INSIDE = REASONING + BLOCK
+
+
+class CharTM:
+    """Generates ``reply[:max_tokens]`` one character per step (cumulative text when streaming);
+    the last step finishes with ``finish`` (``"length"`` or ``"stop"`` by EOS)."""
+
+    def __init__(self, tokenizer: Any, reply: str, finish: str) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+        self.context_len = 4096
+        self.reply = reply
+        self.finish = finish
+
+    async def generate_request(self, obj: Any, request: Any = None) -> AsyncIterator[dict[str, Any]]:
+        k = obj.sampling_params["max_new_tokens"]
+        text = self.reply[:k]
+        fin = {"type": "length", "length": k} if self.finish == "length" else {"type": "stop", "matched": 1}
+        outs = [
+            {
+                "text": text[:j],
+                "output_ids": list(range(j)),
+                "meta_info": {
+                    "id": "r",
+                    "finish_reason": fin if j == len(text) else None,
+                    "prompt_tokens": 3,
+                    "completion_tokens": j,
+                },
+            }
+            for j in range(1, len(text) + 1)
+        ]
+        if obj.stream:
+            for o in outs:
+                yield o
+        else:
+            yield outs[-1]
+
+
+def _body(k: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [WEATHER],
+        "chat_template_kwargs": {"thinking": True},
+        "max_tokens": k,
+        **extra,
+    }
+
+
+def _non_streamed(tc: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    r = tc.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    ch = r.json()["choices"][0]
+    m = ch["message"]
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
+    return {
+        "reasoning": m.get("reasoning_content") or "",
+        "content": m.get("content") or "",
+        "calls": calls,
+        "finish": ch["finish_reason"],
+    }
+
+
+def _streamed(tc: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    r = tc.post("/v1/chat/completions", json={**body, "stream": True})
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = {"reasoning": "", "content": "", "calls": {}, "finish": None}
+    for line in r.text.split("\n"):
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        for c in json.loads(line[6:])["choices"]:
+            d = c["delta"]
+            out["reasoning"] += d.get("reasoning_content") or ""
+            out["content"] += d.get("content") or ""
+            for t in d.get("tool_calls") or []:
+                call = out["calls"].setdefault(t["index"], [t["function"].get("name"), ""])
+                call[1] += t["function"].get("arguments") or ""
+            out["finish"] = c.get("finish_reason") or out["finish"]
+    out["calls"] = [tuple(c) for c in out["calls"].values()]
+    return out
+
+
+def _check_calls(calls: list[tuple[str, str]], text: str, k: int) -> None:
+    """The call appears once its invoke tag is complete, with a prefix of its arguments (all of
+    them once the invoke closed)."""
+    named_at = text.index('name="get_weather">') + len('name="get_weather">')
+    closed_at = text.index(f"</{D}invoke>") + len(f"</{D}invoke>")
+    assert len(calls) == (k >= named_at), (k, calls)
+    for name, args in calls:
+        assert name == "get_weather" and FULL_ARGS.startswith(args), (k, args)
+        assert (args == FULL_ARGS) == (k >= closed_at), (k, args)
+
+
+def test_cut_by_max_tokens_at_every_character(tok: PreTrainedTokenizerFast) -> None:
+    """Cut by ``max_tokens``: the partial marker stays in ``reasoning_content`` (it is reasoning
+    text until the marker is complete), the same streamed and not, for both texts."""
+    for text in (CLOSED, INSIDE):
+        _, tc = client_for(CharTM(tok, text, "length"))
+        if text is CLOSED:
+            end = len(REASONING) + len("</think>")  # the reasoning ends when </think> is complete
+            reasoning_end, content_from = len(REASONING), end
+        else:
+            end = len(REASONING) + 2 + len(START)  # ... when the block start is complete
+            reasoning_end, content_from = len(REASONING) + 2, end  # "\n\n" before it stays
+        ws_at = text.index("\n\n" + START)
+        for k in range(1, len(text) + 1):
+            ns, s = _non_streamed(tc, _body(k)), _streamed(tc, _body(k))
+            assert ns == s, (k, ns, s)
+            assert ns["finish"] == "length", k
+            if k < end:
+                assert (ns["reasoning"], ns["content"]) == (text[:k], ""), k
+            else:
+                answer = text[content_from : min(k, ws_at + 2)].lstrip()
+                if k > ws_at + 2:  # a block start was begun: it and the whitespace before are dropped
+                    answer = answer.rstrip()
+                assert (ns["reasoning"], ns["content"]) == (text[:reasoning_end], answer), k
+            _check_calls(ns["calls"], text, k)
+
+
+@pytest.mark.parametrize("stream_reasoning", [True, False])
+def test_stopped_while_reasoning_at_every_character(
+    tok: PreTrainedTokenizerFast, stream_reasoning: bool
+) -> None:
+    """Stopped (EOS) before the reasoning ended: the text was the answer, in ``content``, with a
+    trailing partial block start (and the whitespace before it) dropped, streamed and not. The
+    streamed reasoning deltas were sent before the stop was known (``stream_reasoning``); they are
+    the text as generated, the partial marker included, and nothing when reasoning is not
+    streamed."""
+    text = INSIDE
+    _, tc = client_for(CharTM(tok, text, "stop"))
+    lt = REASONING.index("<")
+    ws_at, start_at = len(REASONING), len(REASONING) + 2
+    end = start_at + len(START)
+    for k in range(1, len(text) + 1):
+        body = _body(k, stream_reasoning=stream_reasoning)
+        ns, s = _non_streamed(tc, body), _streamed(tc, body)
+        assert (ns["content"], ns["calls"]) == (s["content"], s["calls"]), (k, ns, s)
+        assert ns["finish"] == s["finish"] == ("tool_calls" if k == len(text) else "stop"), k
+        if k < end:
+            if k == lt + 1 or k > start_at:  # ends with the first characters of a block start
+                answer = text[: lt if k == lt + 1 else ws_at].rstrip()
+            else:
+                answer = text[:k]
+            assert (ns["reasoning"], ns["content"]) == ("", answer), k
+            assert s["reasoning"] == (text[:k] if stream_reasoning else ""), k
+        else:
+            assert ns == s and (ns["reasoning"], ns["content"]) == (text[:start_at], ""), k
+        _check_calls(ns["calls"], text, k)
