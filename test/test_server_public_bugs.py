@@ -38,13 +38,6 @@ FFFD = "\ufffd"
 
 
 @pytest.fixture(scope="module")
-def default_model_dir() -> str:
-    from sglang_v4.tools.default_model import ensure_default_model
-
-    return ensure_default_model()
-
-
-@pytest.fixture(scope="module")
 def server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory):
     env = real_env()
     h = start_server([], env, tmp_path_factory.mktemp("qa") / "server.log", timeout_s=600)

@@ -26,13 +26,6 @@ PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "def fibonacci(n):", "ф╜ах
 
 
 @pytest.fixture(scope="module")
-def default_model_dir() -> str:
-    from sglang_v4.tools.default_model import ensure_default_model
-
-    return ensure_default_model()
-
-
-@pytest.fixture(scope="module")
 def server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory):
     env = real_env()
     t0 = time.time()
