@@ -284,15 +284,25 @@ def sweep_shape(shape: dict, T: int, device: str, sms: int, bw: float | None, re
     return row
 
 
-AB_VARIANTS = ("w8a16", "w8a8_fused")
+#: the decode variants timed side by side (``--ab-variants``); the first is the baseline
+AB_VARIANTS = ("w8a16", "w8a8_fused", "w8a16_f16", "w8a16_f16asm")
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b).norm() / b.norm())
 
 
-def ab_shape(shape: dict, T: int, device: str, sms: int, bw: float | None, reps: int, dry: bool) -> dict:
-    """One (shape, T): w8a16 and w8a8_fused with the decode rule's tiles, µs, errors, roofline."""
+def ab_shape(
+    shape: dict,
+    T: int,
+    device: str,
+    sms: int,
+    bw: float | None,
+    reps: int,
+    dry: bool,
+    ab_variants: tuple[str, ...] = AB_VARIANTS,
+) -> dict:
+    """One (shape, T): the decode variants with the decode rule's tiles, µs, errors, roofline."""
     from sgl_kernel_v4.ref.fp8_gemm import act_quant, dequant_act
     from sgl_kernel_v4.triton.fp8_gemm import _w8a16_config, fp8_linear
 
@@ -304,7 +314,7 @@ def ab_shape(shape: dict, T: int, device: str, sms: int, bw: float | None, reps:
     cfg = _w8a16_config(T, N, G, K, sms, x.element_size())
     row: dict[str, Any] = {"shape": shape["name"], "G": G, "N": N, "K": K, "T": T, "calls": shape["calls"],
                            "weight_bytes": w_bytes, "config": label(cfg)}  # fmt: skip
-    for v in AB_VARIANTS:
+    for v in ab_variants:
         try:
             out = fp8_linear(x, ws[0][0], ws[0][1], v, config=cfg)
             row[f"{v}_rel_err_vs_fp32"] = _rel(out, ref)
@@ -320,38 +330,52 @@ def ab_shape(shape: dict, T: int, device: str, sms: int, bw: float | None, reps:
 
 
 def ab_markdown(rows: list[dict], meta: dict) -> str:
-    """The w8a8_fused vs w8a16 table, per-step totals and any error."""
+    """The decode variants' table (each against ``w8a16``, the first), per-step totals and errors."""
+    vs = meta.get("ab_variants", AB_VARIANTS)
+    others = vs[1:]
     lines = [
-        "### FP8 linear at decode: w8a8_fused vs w8a16 (the decode rule's tiles, same run)",
+        f"### FP8 linear at decode: {', '.join(vs)} (the decode rule's tiles, same run)",
         "",
         f"{meta['device']}, {meta['sms']} SMs; copy rate {_f(meta.get('copy_tbps'))} TB/s; "
-        f"CUDA-graph replay medians of {meta['reps']} replays. Roofline: weight bytes at the copy rate.",
+        f"CUDA-graph replay medians of {meta['reps']} replays. Roofline: weight bytes at the copy rate; "
+        "errors: relative L2 against the fp32 product of the dequantized weights.",
         "",
-        "| shape | G x N x K | T | tiles | w8a16 µs | w8a8_fused µs | roofline µs | w8a16 x roofline "
-        "| fused x roofline | w8a16 / fused | w8a16 err vs fp32 | fused err vs fp32 | fused err vs act_quant ref |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| shape | G x N x K | T | tiles | roofline µs | "
+        + " | ".join(f"{v} µs (x roofline)" for v in vs)
+        + " | "
+        + " | ".join(f"w8a16 / {v}" for v in others)
+        + " | "
+        + " | ".join(f"{v} err" for v in vs)
+        + " |",
+        "|---|---|---:|---|---:|" + "---:|" * (len(vs) * 2 + len(others)),
     ]
     for r in rows:
-        a, b, rf = r.get("w8a16_us"), r.get("w8a8_fused_us"), r.get("roofline_us")
-        lines.append(
-            f"| {r['shape']} | {r['G']}x{r['N']}x{r['K']} | {r['T']} | {r['config']} | {_f(a)} | {_f(b)} | "
-            f"{_f(rf)} | {_f(a / rf if a and rf else None)} | {_f(b / rf if b and rf else None)} | "
-            f"{_f(a / b if a and b else None, '{:.2f}x')} | {_f(r.get('w8a16_rel_err_vs_fp32'), '{:.1e}')} | "
-            f"{_f(r.get('w8a8_fused_rel_err_vs_fp32'), '{:.1e}')} | "
-            f"{_f(r.get('w8a8_fused_rel_err_vs_act_quant_ref'), '{:.1e}')} |"
-        )
+        rf, base = r.get("roofline_us"), r.get(f"{vs[0]}_us")
+        cells = []
+        for v in vs:
+            u = r.get(f"{v}_us")
+            cells.append(f"{_f(u)} ({_f(u / rf if u and rf else None)})")
+        for v in others:
+            u = r.get(f"{v}_us")
+            cells.append(_f(base / u if base and u else None, "{:.2f}x"))
+        cells += [_f(r.get(f"{v}_rel_err_vs_fp32"), "{:.1e}") for v in vs]
+        lines.append(f"| {r['shape']} | {r['G']}x{r['N']}x{r['K']} | {r['T']} | {r['config']} | {_f(rf)} | "
+                     + " | ".join(cells) + " |")  # fmt: skip
     lines += ["", "Per decode step (calls per step x µs, summed over the shapes):", ""]
-    lines += ["| T | w8a16 µs | w8a8_fused µs | roofline µs | w8a16 / fused |", "|---:|---:|---:|---:|---:|"]
+    lines += ["| T | roofline µs | " + " | ".join(f"{v} µs" for v in vs) + " | "
+              + " | ".join(f"w8a16 / {v}" for v in others) + " |",
+              "|---:|---:|" + "---:|" * (len(vs) + len(others))]  # fmt: skip
     for T in sorted({r["T"] for r in rows}):
         rs = [r for r in rows if r["T"] == T]
         tot = {}
-        for key in ("w8a16_us", "w8a8_fused_us", "roofline_us"):
+        for key in [f"{v}_us" for v in vs] + ["roofline_us"]:
             vals = [r.get(key) for r in rs]
             tot[key] = None if any(v is None for v in vals) else sum(v * r["calls"] for v, r in zip(vals, rs))
-        a, b = tot["w8a16_us"], tot["w8a8_fused_us"]
-        lines.append(f"| {T} | {_f(a)} | {_f(b)} | {_f(tot['roofline_us'])} | "
-                     f"{_f(a / b if a and b else None, '{:.2f}x')} |")  # fmt: skip
-    errs = [(r, v) for r in rows for v in AB_VARIANTS if f"{v}_error" in r]
+        base = tot[f"{vs[0]}_us"]
+        ratios = [_f(base / tot[f"{v}_us"] if base and tot[f"{v}_us"] else None, "{:.2f}x") for v in others]
+        lines.append(f"| {T} | {_f(tot['roofline_us'])} | " + " | ".join(_f(tot[f"{v}_us"]) for v in vs)
+                     + " | " + " | ".join(ratios) + " |")  # fmt: skip
+    errs = [(r, v) for r in rows for v in vs if f"{v}_error" in r]
     if errs:
         lines += ["", "Errors:", ""]
         lines += [f"- {r['shape']} T={r['T']} {v}: {r[f'{v}_error']}" for r, v in errs]
@@ -409,6 +433,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens", default="1,16,64", help="token counts (comma-separated, each <= 64)")
     p.add_argument("--ab-tokens", default="1,2,4,8,16,32,64", help="token counts of w8a8_fused vs w8a16")
     p.add_argument("--ab-only", action="store_true", help="skip the w8a16 tile sweep")
+    p.add_argument(
+        "--ab-variants", default=",".join(AB_VARIANTS), help="decode variants side by side (first: baseline)"
+    )
     p.add_argument("--reps", type=int, default=25, help="timed graph replays per variant (>= 20 on the GPU)")
     p.add_argument("--jobs", type=int, default=12, help="compile worker processes (GPU)")
     a = p.parse_args(argv)
@@ -418,6 +445,13 @@ def main(argv: list[str] | None = None) -> None:
     if any(not 1 <= t <= 64 for t in tokens):
         raise ValueError(f"--tokens: each must be in 1..64 (the weight-only kernel's range), got {tokens}")
     ab_tokens = [int(t) for t in a.ab_tokens.split(",")]
+    ab_variants = tuple(v for v in a.ab_variants.split(",") if v)
+    from sgl_kernel_v4.triton.fp8_gemm import DECODE_VARIANTS
+
+    if not ab_variants or any(v not in DECODE_VARIANTS for v in ab_variants):
+        raise ValueError(
+            f"--ab-variants: each must be one of {', '.join(DECODE_VARIANTS)}, got {ab_variants}"
+        )
     if any(not 1 <= t <= 64 for t in ab_tokens):
         raise ValueError(f"--ab-tokens: each must be in 1..64 (the decode kernels' range), got {ab_tokens}")
     if not a.dry and not torch.cuda.is_available():
@@ -438,7 +472,7 @@ def main(argv: list[str] | None = None) -> None:
         tasks = [(T, s["G"], s["N"], s["K"], cfg, "w8a16") for s in shapes for T in tokens
                  for _, cfg in variants(T, s["G"], s["N"], s["K"], sms)]  # fmt: skip
         tasks += [(T, s["G"], s["N"], s["K"], _w8a16_config(T, s["N"], s["G"], s["K"], sms), v)
-                  for s in shapes for T in ab_tokens for v in AB_VARIANTS]  # fmt: skip
+                  for s in shapes for T in ab_tokens for v in ab_variants]  # fmt: skip
         compile_errors = precompile(tasks, max(1, a.jobs))
         print(f"compiled in {time.time() - t0:.0f} s; {len(compile_errors)} errors", file=sys.stderr)
     bw = copy_bps(device)
@@ -448,6 +482,7 @@ def main(argv: list[str] | None = None) -> None:
         "copy_tbps": bw / 1e12 if bw else None,
         "reps": reps,
         "compile_errors": compile_errors,
+        "ab_variants": ab_variants,
     }
     os.makedirs(a.out, exist_ok=True)
     rows: list[dict] = []
@@ -464,10 +499,10 @@ def main(argv: list[str] | None = None) -> None:
 
     for s in shapes:
         for T in ab_tokens:
-            ab_rows.append(ab_shape(s, T, device, sms, bw, reps, a.dry))
+            ab_rows.append(ab_shape(s, T, device, sms, bw, reps, a.dry, ab_variants))
             r = ab_rows[-1]
-            print(f"{s['name']} T={T}: w8a16 {r.get('w8a16_us')} w8a8_fused {r.get('w8a8_fused_us')} us "
-                  f"(roofline {r.get('roofline_us')})", file=sys.stderr)  # fmt: skip
+            times = " ".join(f"{v} {r.get(f'{v}_us')}" for v in ab_variants)
+            print(f"{s['name']} T={T}: {times} us (roofline {r.get('roofline_us')})", file=sys.stderr)
     write()
     for s in shapes:
         for T in tokens:

@@ -332,6 +332,36 @@ def test_w8a8_fused_config_needs_whole_groups() -> None:
         fp8_linear(x.to(DEVICE), w.to(DEVICE), s.to(DEVICE), "w8a8_fused", config=cfg)
 
 
+# ---- w8a16_f16: fp16 product (weights converted exactly, activations scaled per token) ------------
+
+
+@pytest.mark.parametrize("T,G,N,K,cfg", FUSED_INTERP if INTERP else FUSED_GPU)
+@pytest.mark.parametrize("variant", ["w8a16_f16", "w8a16_f16asm"])
+@pytest.mark.parametrize("dtype", dtypes())
+def test_w8a16_f16_vs_float64(
+    T: int, G: int, N: int, K: int, cfg: dict | None, variant: str, dtype: torch.dtype
+) -> None:
+    """The fp16-product decode variants equal the float64 product of the activations as given and
+    the dequantized weights, also with activations past fp16's range (1e5, 3e6: the per-token
+    power-of-two scale keeps them finite) and an all-zero group. bf16 activations convert exactly
+    (fp16 has more mantissa bits); fp32 ones round to 11 bits; on the GPU the MMA accumulates in
+    fp32 and bf16 outputs round once (2**-9 per element)."""
+    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+
+    gen = torch.Generator().manual_seed(T * 13 + G * N + K)
+    w, s = _weights(G, N, K, gen)
+    x = _fused_x(T, G, K, gen)
+    x.view(T, G, K)[0, 0, 7] = 1.0e5
+    x.view(T, G, K)[T - 1, G - 1, K - 3] = -3.0e6
+    xd, wd, sd = x.to(dtype).to(DEVICE), w.to(DEVICE), s.to(DEVICE)
+    out = fp8_linear(xd, wd, sd, variant, config=cfg)
+    assert out.shape == (T, G * N) and out.dtype == dtype
+    assert torch.isfinite(out).all()
+    _, exact = _fused_oracles(xd, wd, sd, G)
+    tol = 2e-3 if dtype == torch.float32 else 3e-3
+    assert rel_err(out, exact) < tol
+
+
 @pytest.fixture
 def _fresh_override(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202 - a fixture's generator
     from sgl_kernel_v4.triton import fp8_gemm

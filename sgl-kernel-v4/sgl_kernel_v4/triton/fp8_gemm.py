@@ -89,8 +89,8 @@ def choose_variant(num_tokens: int) -> str:
 
 #: Every ``variant`` :func:`fp8_linear` accepts; the decode kernels (the weight-only kernel's
 #: structure, ``T <= 64`` tiles) are :data:`DECODE_VARIANTS`.
-VARIANTS = ("w8a16", "w8a8", "w8a8_fused")
-DECODE_VARIANTS = ("w8a16", "w8a8_fused")
+VARIANTS = ("w8a16", "w8a8", "w8a8_fused", "w8a16_f16", "w8a16_f16asm")
+DECODE_VARIANTS = ("w8a16", "w8a8_fused", "w8a16_f16", "w8a16_f16asm")
 #: Names the decode variant :func:`fp8_linear` uses for ``variant=None`` and at most
 #: :data:`W8A16_MAX_TOKENS` tokens (unset or empty: :func:`choose_variant`'s).
 DECODE_VARIANT_ENV = "SGLANG_V4_FP8_DECODE_VARIANT"
@@ -248,6 +248,14 @@ def _e4m3_asm() -> str:
 
 _E4M3_ASM = tl.constexpr(_e4m3_asm())
 
+#: PTX: 2 packed e4m3 bytes (bits 0-15 of ``$1``) -> one f16x2 register, by the hardware conversion
+#: (sm_89+; exact: every e4m3 value is an fp16 value).
+_E4M3_F16_ASM = tl.constexpr("{ .reg .b16 lo; cvt.u16.u32 lo, $1; cvt.rn.f16x2.e4m3x2 $0, lo; }")
+
+#: fp16 activations of the ``w8a16_f16`` variants are scaled so each 1x128 group's largest magnitude
+#: is at most ``2**F16_AMAX_LOG2`` (fp16's largest finite value is 65,504 < 2**16).
+F16_AMAX_LOG2 = 14
+
 
 @triton.jit
 def _e4m3_to(b, dtype: tl.constexpr, USE_ASM: tl.constexpr):
@@ -258,6 +266,30 @@ def _e4m3_to(b, dtype: tl.constexpr, USE_ASM: tl.constexpr):
         )
     else:
         out = b.to(dtype)
+    return out
+
+
+@triton.jit
+def _f16_rows(a):
+    """``a [BLOCK_M, 128]`` (bf16 / fp32) -> ``(xh [BLOCK_M, 128] fp16, sx [BLOCK_M] fp32)`` with
+    ``a = xh * sx``: ``sx`` the power of two putting the row's largest magnitude at most
+    ``2**F16_AMAX_LOG2`` (exact for bf16 input: fp16 has more mantissa bits, and the scale moves
+    only the exponent; values below ``amax * 2**-38`` flush, as in any fp16 product)."""
+    af = a.to(tl.float32)
+    amax = tl.maximum(tl.max(tl.abs(af), axis=1), _AMAX_MIN)
+    sx = _pow2_ceil(amax * (1.0 / (1 << F16_AMAX_LOG2)))
+    return (af * _pow2_recip(sx)[:, None]).to(tl.float16), sx
+
+
+@triton.jit
+def _e4m3_to_f16(b, USE_ASM: tl.constexpr):
+    """e4m3 tile -> fp16 (exact): the hardware's paired conversion (inline PTX) or Triton's cast."""
+    if USE_ASM:
+        out = tl.inline_asm_elementwise(
+            _E4M3_F16_ASM, "=r,r", [b.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=True, pack=2
+        )
+    else:
+        out = b.to(tl.float16)
     return out
 
 
@@ -285,6 +317,7 @@ def _w8a16_kernel(
     SUB_K: tl.constexpr,
     USE_ASM: tl.constexpr,
     QUANT_A: tl.constexpr,
+    F16: tl.constexpr = 0,
 ):
     """``acc [BLOCK_N, BLOCK_M] = W_tile @ x_tile^T``: the converted weights are the tensor cores'
     register operand (the 64-row MMA side), the tokens the narrow side. A K step of ``BLOCK_K``
@@ -297,7 +330,12 @@ def _w8a16_kernel(
 
     ``QUANT_A`` (``w8a8_fused``; needs ``SUB_K == 128``): each sub-step's activation tile, one 1x128
     group per token, is quantized in registers (:func:`_quant_rows`) and the dot is e4m3 x e4m3 on
-    the weights as loaded (fp32 accumulate), scaled by ``sb[n] * sx[m]``."""
+    the weights as loaded (fp32 accumulate), scaled by ``sb[n] * sx[m]``.
+
+    ``F16`` (``w8a16_f16``: 1, Triton's e4m3 -> fp16 cast; ``w8a16_f16asm``: 2, the paired
+    conversion in PTX): the weights are converted to fp16 on the conversion pipe (one instruction
+    per two values, exact) and each sub-step's activation tile to fp16 with a power-of-two scale
+    per token (:func:`_f16_rows`); fp16 dot, scaled by ``sb[n] * sx[m]``."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_z = tl.program_id(2)
@@ -328,6 +366,9 @@ def _w8a16_kernel(
             if QUANT_A:
                 xq, sx = _quant_rows(a)
                 acc += tl.dot(b, tl.trans(xq)) * (sb[:, None] * sx[None, :])
+            elif F16 != 0:
+                xh, sx = _f16_rows(a)
+                acc += tl.dot(_e4m3_to_f16(b, F16 == 2), tl.trans(xh)) * (sb[:, None] * sx[None, :])
             else:
                 acc += tl.dot(_e4m3_to(b, a.dtype, USE_ASM), tl.trans(a)) * sb[:, None]
     out = y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + (g * N + offs_n)[None, :]
@@ -437,6 +478,11 @@ def _arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
     return buf
 
 
+def _ptx_ok(x: torch.Tensor) -> bool:
+    """Inline PTX can run: a CUDA tensor outside Triton's interpreter."""
+    return x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
+
+
 def fp8_linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -452,9 +498,11 @@ def fp8_linear(
         weight: ``[G * N, K]`` float8_e4m3fn, last dim contiguous.
         weight_scale: ``[ceil(G*N/128), ceil(K/128)]`` float32.
         variant: ``None`` (:func:`choose_variant` by ``T``; at most :data:`W8A16_MAX_TOKENS` tokens
-            :data:`DECODE_VARIANT_ENV` overrides it), ``"w8a16"``, ``"w8a8"`` or ``"w8a8_fused"``
+            :data:`DECODE_VARIANT_ENV` overrides it), ``"w8a16"``, ``"w8a8"``, ``"w8a8_fused"``
             (the decode kernel with the activations quantized per 1x128 group inside it, as
-            :func:`act_quant` does; any ``T``, tiled for decode).
+            :func:`act_quant` does; any ``T``, tiled for decode), ``"w8a16_f16"`` or
+            ``"w8a16_f16asm"`` (the decode kernel with an fp16 product: weights converted exactly
+            to fp16, activations to fp16 with a power-of-two scale per token and sub-step).
         config: tile override for the chosen kernel (keys of ``_w8a16_config`` / ``_w8a8_config``;
             w8a16 / w8a8_fused: ``fp8_gemm_tiles.check_w8a16_config`` says what is valid, and
             w8a8_fused needs ``BLOCK_K`` a multiple of 128: a sub-step is one activation group).
@@ -494,6 +542,7 @@ def fp8_linear(
         )  # fmt: skip
         return y
     quant_a = variant == "w8a8_fused"
+    f16 = {"w8a16_f16": 1, "w8a16_f16asm": 2}.get(variant, 0)
     if config is not None:
         check_w8a16_config(config)
         if quant_a and config["BLOCK_K"] < BLOCK:
@@ -509,7 +558,7 @@ def fp8_linear(
     _w8a16_kernel[grid](
         x3, weight, weight_scale, y, part, cnt, T, N, K, x3.stride(0), x3.stride(1), weight.stride(0),
         weight_scale.stride(0), y.stride(0), T * G * N, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        SUB_K=min(bk, BLOCK), USE_ASM=x.dtype == torch.bfloat16 and x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1",
-        QUANT_A=quant_a, **cfg,
+        SUB_K=min(bk, BLOCK), USE_ASM=x.dtype == torch.bfloat16 and _ptx_ok(x),
+        QUANT_A=quant_a, F16=f16 if f16 != 2 or _ptx_ok(x) else 1, **cfg,
     )  # fmt: skip
     return y
