@@ -54,13 +54,14 @@ def save(out: str) -> None:
         f.write("\n".join(LINES) + "\n")
 
 
-def phase_indexer(dev: str, out: str, dry: bool) -> None:
+def phase_indexer(dev: str, out: str, dry: bool, chunk_cands: tuple[int, ...] = (32768,)) -> None:
     from sgl_kernel_v4.triton.indexer import indexer_topk
 
     Hi, di, e = (64, 128, 64) if not dry else (4, 32, 64)
     dt = torch.bfloat16 if not dry else torch.float32
-    cases = [("decode", 1, 262144), ("prefill chunk", 2048, 32768)] if not dry else [("decode", 1, 1024),
-                                                                                    ("prefill chunk", 8, 512)]  # fmt: skip
+    cases = [("decode", 1, 262144)] + [("prefill chunk", 2048, c) for c in chunk_cands]
+    if dry:
+        cases = [("decode", 1, 1024), ("prefill chunk", 8, 512)]
     for name, T, C in cases:
         g = torch.Generator(device=dev).manual_seed(1)
         n_pages = C // e + 1
@@ -132,6 +133,9 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--dry", action="store_true")
     ap.add_argument("--prefill-len", type=int, default=32768)
+    ap.add_argument(
+        "--chunk-cands", default="32768", help="candidates of the 2,048-token prefill chunks (comma list)"
+    )
     ap.add_argument("--phases", default="indexer,prefill")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -141,7 +145,7 @@ def main() -> int:
     )
     phases = a.phases.split(",")
     if "indexer" in phases:
-        phase_indexer(dev, a.out, a.dry)
+        phase_indexer(dev, a.out, a.dry, tuple(int(c) for c in a.chunk_cands.split(",")))
     if "prefill" in phases:
         phase_prefill(dev, a.out, a.prefill_len if not a.dry else 600, a.dry)
     save(a.out)
