@@ -120,6 +120,9 @@ def _cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
         cfg, opts = _split(_w8a16_config(M, N, 1, K, 132, 2))
         cfg.update(SUB_K=128, USE_ASM=False, QUANT_A=True)
         out.append(("fp8_gemm", "_w8a16_kernel", _W8A16, cfg, opts, True))
+        # w8a16_f16 / w8a16_f16asm (F16: fp16 product, Triton's or the PTX e4m3 -> fp16 conversion)
+        for f16 in (1, 2):
+            out.append(("fp8_gemm", "_w8a16_kernel", _W8A16, dict(cfg, QUANT_A=False, F16=f16), opts, True))
     # the tile families of benchmark/fp8_linear_sweep.py (32-row tiles on 2 warps, 256-deep steps)
     for bm, bn, bk, warps, stages in (
         (16, 32, 128, 2, 4),

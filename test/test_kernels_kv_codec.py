@@ -16,7 +16,7 @@ from kernel_testutil import DEVICE, KERNEL_MARKS
 
 triton = pytest.importorskip("triton")  # the kernels below are defined at import
 import triton.language as tl  # noqa: E402
-from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets, store_entry  # noqa: E402
+from sgl_kernel_v4.triton.kv_codec import aligned, load_fp4_key_block, load_key, row_offsets, store_entry  # noqa: E402
 
 pytestmark = KERNEL_MARKS
 
@@ -37,6 +37,17 @@ def _read_rows_kernel(pool_ptr, out_ptr, N, rpp, ps, rs, CODEC: tl.constexpr, D:
     offs_d = tl.arange(0, D)
     x, s = load_key(pool_ptr, row_offsets(r, rpp, ps, rs), valid, offs_d, CODEC, D)
     tl.store(out_ptr + r[:, None] * D + offs_d[None, :], x * s[:, None], mask=valid[:, None])
+
+
+@triton.jit
+def _read_fp4_blocks_kernel(pool_ptr, out_ptr, N, rpp, ps, rs, D: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = r < N
+    base = aligned(pool_ptr, row_offsets(r, rpp, ps, rs), 3, D, D)
+    offs = tl.arange(0, 32)
+    for j in tl.static_range(D // 32):
+        x = load_fp4_key_block(base, j, valid, D).to(tl.float32)
+        tl.store(out_ptr + r[:, None] * D + j * 32 + offs[None, :], x, mask=valid[:, None])
 
 
 @pytest.mark.parametrize("fp4", [False, True])
@@ -68,3 +79,36 @@ def test_indexer_rows_write_and_read_like_the_reference(fp4: bool) -> None:
         src, out, N, R, src.stride(0), src.stride(1), CODEC=3 if fp4 else 2, D=D, BLOCK=64
     )
     assert torch.equal(out.cpu(), decode_entries(want.reshape(N, B), fmt))
+
+
+def test_fp4_key_blocks_decode_like_the_reference() -> None:
+    """``load_fp4_key_block`` (bf16 built from the e2m1 code and the ue8m0 byte by integer ops)
+    decodes reference-encoded fp4 rows exactly as the reference codec does: every e2m1 code (the
+    subnormal 0.5 and the zeros included), both signs and scales over five decades, at every row of
+    two pages (68-byte rows: 4-byte aligned)."""
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.configs.presets import get_preset
+    from sglang_v4.mem_cache.kv_format import decode_entries, encode_entries
+    from sglang_v4.mem_cache.kv_spec import KVKind, build_kv_layout
+
+    spec = build_kv_layout(ModelConfig.from_dict(get_preset("tiny")), "fp8_e4m3", True, 256).kinds[
+        KVKind.CSA_INDEXER
+    ]
+    fmt = spec.entry
+    D = fmt.dim
+    src = spec.allocate(2, DEVICE)[0]
+    P, R, B = src.shape
+    N = P * R
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn(N, D, generator=gen) * torch.logspace(-3, 2, N)[:, None]).float()
+    x[0, :16] = torch.tensor([0.0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+    enc = encode_entries(x, fmt)
+    codes = torch.cat([enc[:, : D // 2] & 15, enc[:, : D // 2] >> 4]).unique()
+    assert set(range(16)) - {8} <= set(codes.tolist())  # every e2m1 code occurs (the encoder writes -0 as 0)
+    src.copy_(enc.reshape(P, R, B).to(DEVICE))
+    out = torch.empty(N, D, device=DEVICE)
+    _read_fp4_blocks_kernel[(triton.cdiv(N, 64),)](
+        src, out, N, R, src.stride(0), src.stride(1), D=D, BLOCK=64
+    )
+    want = decode_entries(enc, fmt)
+    assert torch.equal(out.cpu(), want)

@@ -255,6 +255,7 @@ _E4M3_F16_ASM = tl.constexpr("{ .reg .b16 lo; cvt.u16.u32 lo, $1; cvt.rn.f16x2.e
 #: fp16 activations of the ``w8a16_f16`` variants are scaled so each 1x128 group's largest magnitude
 #: is at most ``2**F16_AMAX_LOG2`` (fp16's largest finite value is 65,504 < 2**16).
 F16_AMAX_LOG2 = 14
+_F16_AMAX_INV = tl.constexpr(2.0**-F16_AMAX_LOG2)
 
 
 @triton.jit
@@ -277,7 +278,7 @@ def _f16_rows(a):
     only the exponent; values below ``amax * 2**-38`` flush, as in any fp16 product)."""
     af = a.to(tl.float32)
     amax = tl.maximum(tl.max(tl.abs(af), axis=1), _AMAX_MIN)
-    sx = _pow2_ceil(amax * (1.0 / (1 << F16_AMAX_LOG2)))
+    sx = _pow2_ceil(amax * _F16_AMAX_INV)
     return (af * _pow2_recip(sx)[:, None]).to(tl.float16), sx
 
 

@@ -103,6 +103,10 @@ _MAX_TOPK = 4096  # register budget of the final merge (one sorted block of topk
 #: :data:`DECODE_SCORE_CODECS`; ``False`` keeps the general kernel (benchmark baseline).
 DECODE_SCORE_KERNEL = True
 DECODE_SCORE_CODECS = frozenset({0, 2, 3})
+#: fp4 keys of 32, 64 or 128 values in the decode scoring kernel are decoded one 32-value scale block
+#: at a time (:func:`~sgl_kernel_v4.triton.kv_codec.load_fp4_key_block`, one dot of K = 32 each);
+#: ``False`` decodes them with ``load_key`` (the benchmark baseline).
+DECODE_FP4_BLOCKS = True
 
 
 # no recompile per block / batch size, nor per alignment of the index tables (slices of the batch)
@@ -421,7 +425,8 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
                 visible, req_to_page, req_to_page.stride(0), req_rows, token_req, int(e),
                 ws.keys, ws.keys.stride(0), ws.scores, ws.hist, ws.cnt, topk, t0, HI, float(scale), nsc,
                 DI=DI, CODEC=kv.codec_id, BLOCK_H=block_h, WRITE_SCORES=scores_out is not None, SHORT=short,
-                HB=HB, BLOCK_C=block_c, **DECODE_SCORE_CONFIG,
+                HB=HB, BLOCK_C=block_c, FP4_BLOCKS=DECODE_FP4_BLOCKS and kv.codec_id == 3 and DI in (32, 64, 128),
+                **DECODE_SCORE_CONFIG,
             )  # fmt: skip
         else:
             _score_kernel[(n_tb, nsc)](

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.triton.indexer_select import CNT, HIST_W, INT_MIN, _float_to_key
-from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets
+from sgl_kernel_v4.triton.kv_codec import aligned, load_fp4_key_block, load_key, row_offsets
 
 #: Launch parameters of the decode scoring kernel (warps, pipeline stages); the entries per tile are
 #: ``indexer_topk``'s ``block_c``.
@@ -70,6 +70,7 @@ def _score_decode_kernel(
     WRITE_SCORES: tl.constexpr,
     SHORT: tl.constexpr,
     HB: tl.constexpr,
+    FP4_BLOCKS: tl.constexpr = False,
 ):
     # program (g, s): token t_base + g of the block, the s-th share of its visible entries (shares
     # are multiples of BLOCK_C, as the general kernel's). SHORT: a token seeing at most K entries
@@ -113,15 +114,33 @@ def _score_decode_kernel(
         q = tl.load(q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :], mask=hm[:, None],
                     other=0.0)  # fmt: skip
         w = tl.load(w_ptr + t * stride_wt + offs_h, mask=hm, other=0.0).to(tl.float32)
+        if FP4_BLOCKS:  # fp4 keys (DI of 32, 64 or 128): one dot of K = 32 per scale block
+            q_cols = q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + tl.arange(0, 32)[None, :]
+            q0 = tl.load(q_cols, mask=hm[:, None], other=0.0)
+            if DI >= 64:
+                q1 = tl.load(q_cols + 32, mask=hm[:, None], other=0.0)
+            if DI >= 128:
+                q2 = tl.load(q_cols + 64, mask=hm[:, None], other=0.0)
+                q3 = tl.load(q_cols + 96, mask=hm[:, None], other=0.0)
         for c0 in range(c_lo, c_end, BLOCK_C):
             c = c0 + offs_c
             cm = c < c_end
             page = tl.load(prow + c // E, mask=cm, other=-1).to(tl.int64)
             valid = cm & (page >= 0)
             off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
-            k, kscale = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
-            ks = kscale[:, None] * scale
-            sd = tl.dot(k.to(q.dtype), tl.trans(q))  # [BLOCK_C, BLOCK_H] fp32
+            if FP4_BLOCKS:
+                base = aligned(kv_ptr, off, CODEC, DI, DI)
+                sd = tl.dot(load_fp4_key_block(base, 0, valid, DI).to(q.dtype), tl.trans(q0))
+                if DI >= 64:
+                    sd = tl.dot(load_fp4_key_block(base, 1, valid, DI).to(q.dtype), tl.trans(q1), sd)
+                if DI >= 128:
+                    sd = tl.dot(load_fp4_key_block(base, 2, valid, DI).to(q.dtype), tl.trans(q2), sd)
+                    sd = tl.dot(load_fp4_key_block(base, 3, valid, DI).to(q.dtype), tl.trans(q3), sd)
+                ks = scale
+            else:
+                k, kscale = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+                ks = kscale[:, None] * scale
+                sd = tl.dot(k.to(q.dtype), tl.trans(q))  # [BLOCK_C, BLOCK_H] fp32
             score = tl.sum(tl.maximum(sd * ks, 0.0) * w[None, :], 1)
             tl.store(krow + c, tl.where(valid, _float_to_key(score), INT_MIN), mask=cm)
             if WRITE_SCORES:

@@ -84,6 +84,35 @@ def _e2m1_value(code):
 
 
 @triton.jit
+def _e2m1_bf16(code, eadd):
+    """bf16 of e2m1 codes ``code`` (int32 in [0, 15]) times ``2 ** (eadd >> 7)``, by integer ops:
+    the magnitudes 0.5 .. 6 are the bf16 bit patterns ``0x3F00 + (mag << 6)`` (less 64 for 0.5,
+    e2m1's one subnormal), and ``eadd`` (a ue8m0 scale's ``(byte - 127) << 7``) moves the exponent
+    field. Exact while that field stays normal: scale bytes 2 .. 252, which covers every entry
+    :func:`store_entry` writes from bf16 values below ``2**127``."""
+    mag = code & 7
+    bits = (mag << 6) + 0x3F00 - ((mag == 1).to(tl.int32) << 6) + eadd
+    bits = tl.where(mag == 0, 0, bits) | ((code & 8) << 12)
+    return bits.to(tl.int16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def load_fp4_key_block(base, j: tl.constexpr, valid, D: tl.constexpr):
+    """Values ``32 j .. 32 j + 31`` of fp4 indexer keys (``[N, 32]`` bf16, the block's ue8m0 scale
+    applied; zeros where ``valid`` is False) from their entries' byte pointers ``base [N]``: 16
+    bytes (dim ``2i`` in the low nibble of byte ``i``) and one scale byte per key, decoded by
+    :func:`_e2m1_bf16` and interleaved with ``tl.join``. A scoring dot over the key is then one dot
+    of K = 32 per block (``D / 32`` of them): no per-value scale gather nor fp32 multiply, about
+    half the time of :func:`load_key` on the H200 (``benchmark/indexer_fp4_variants.py``)."""
+    offs = tl.arange(0, 16)
+    b = tl.load(base[:, None] + j * 16 + offs[None, :], mask=valid[:, None], other=0).to(tl.int32)
+    sb = tl.load(base + D // 2 + j, mask=valid, other=127).to(tl.int32)
+    eadd = ((sb - 127) << 7)[:, None]
+    pair = tl.join(_e2m1_bf16(b & 15, eadd), _e2m1_bf16(b >> 4, eadd))
+    return tl.reshape(pair, [base.shape[0], 32])
+
+
+@triton.jit
 def _load_f32_bytes(p, mask):
     """fp32 values ``[N]`` stored little-endian at byte pointers ``p [N]`` (4 byte loads each):
     an fp8 indexer entry is 132 bytes, so its scale is only 4-byte aligned, and a 4-byte load
@@ -255,4 +284,13 @@ def codec_args(rows) -> tuple:
     return rows.storage, rows.rows_per_page, rows.page_stride, rows.row_stride, rows.codec_id
 
 
-__all__ = ["aligned", "row_offsets", "load_main", "load_key", "store_entry", "codec_args", "triton"]
+__all__ = [
+    "aligned",
+    "row_offsets",
+    "load_main",
+    "load_key",
+    "load_fp4_key_block",
+    "store_entry",
+    "codec_args",
+    "triton",
+]
