@@ -104,7 +104,7 @@ def profile(C: int, fmt: str, var: dict[str, Any], calls: int = 20, distinct: in
     o = torch.empty(1, TOPK, dtype=torch.int64, device=dev)
 
     captured: list[Any] = []
-    orig, orig_stages = ix._Workspace, DECODE_SCORE_CONFIG["num_stages"]
+    orig, orig_cfg = ix._Workspace, dict(DECODE_SCORE_CONFIG)
 
     class Spy(orig):  # type: ignore[misc, valid-type]
         def __init__(self, *a: Any, **k: Any) -> None:
@@ -119,6 +119,8 @@ def profile(C: int, fmt: str, var: dict[str, Any], calls: int = 20, distinct: in
     ix.DECODE_SCORE_KERNEL = var["kernel"] == "decode"
     if var["stages"]:
         DECODE_SCORE_CONFIG["num_stages"] = var["stages"]
+    if var.get("warps"):
+        DECODE_SCORE_CONFIG["num_warps"] = var["warps"]
     try:
         fused()
         torch.cuda.synchronize()
@@ -133,7 +135,7 @@ def profile(C: int, fmt: str, var: dict[str, Any], calls: int = 20, distinct: in
     finally:
         ix._Workspace = orig
         ix.DECODE_SCORE_KERNEL = True
-        DECODE_SCORE_CONFIG["num_stages"] = orig_stages
+        DECODE_SCORE_CONFIG.update(orig_cfg)
     per: dict[str, float] = defaultdict(float)
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
@@ -152,6 +154,9 @@ def main() -> int:
         "--stages", default="", help="comma list of the decode kernel's num_stages (default: its config)"
     )
     ap.add_argument("--block-c", default="64", help="comma list of scoring tile widths")
+    ap.add_argument(
+        "--warps", default="", help="comma list of the decode kernel's num_warps (default: its config)"
+    )
     ap.add_argument("--impls", default="fused", help="select_impl values: fused, radix, bitsearch")
     ap.add_argument("--distinct", type=int, default=0, help="distinct bf16 key rows (0: all random)")
     ap.add_argument(
@@ -162,9 +167,9 @@ def main() -> int:
     variants = []
     for kern, bc, impl in itertools.product(a.kernels.split(","), a.block_c.split(","), a.impls.split(",")):
         for st in a.stages.split(",") if (a.stages and kern == "decode") else [""]:
-            variants.append(
-                {"kernel": kern, "stages": int(st) if st else None, "block_c": int(bc), "impl": impl}
-            )
+            for wp in a.warps.split(",") if (a.warps and kern == "decode") else [""]:
+                variants.append({"kernel": kern, "stages": int(st) if st else None, "block_c": int(bc),
+                                 "impl": impl, "warps": int(wp) if wp else None})  # fmt: skip
     res = []
     for c, fmt in itertools.product(a.contexts.split(","), a.keys.split(",")):
         runs = [profile(int(c), fmt, v, distinct=a.distinct) for v in variants]
@@ -180,8 +185,8 @@ def main() -> int:
     if hb:
         print("histogram pass alone, 262,144 keys: " + ", ".join(f"{k} {v:.1f}" for k, v in hb.items()))
     for r in res:
-        print(f"\n### {r['candidates']} {r['keys']} keys: {r['kernel']} scoring (stages {r['stages']}, block_c "
-              f"{r['block_c']}), {r['impl']} selection: {r['graph_us']:.1f} us per call (CUDA graph); "
+        print(f"\n### {r['candidates']} {r['keys']} keys: {r['kernel']} scoring (stages {r['stages']}, warps {r['warps']}, "
+              f"block_c {r['block_c']}), {r['impl']} selection: {r['graph_us']:.1f} us per call (CUDA graph); "
               f"{r['above']} above the threshold bin, {r['tie_bin']} in it; same output as the first: "
               f"{r['same']} ({r['shared']:.3f} shared)")  # fmt: skip
         print("| kernel | us per call |\n|---|---:|")
