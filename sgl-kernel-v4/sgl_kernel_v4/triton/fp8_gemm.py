@@ -36,7 +36,10 @@ Techniques (from DeepGEMM's and DeepSeek's published FP8 GEMM designs, written a
 
 :func:`fp8_linear` picks the variant per shape (:func:`choose_variant`): w8a16 for at most
 :data:`W8A16_MAX_TOKENS` tokens, else w8a8 (``docs/QUANTIZATION.md``); the environment variable
-:data:`DECODE_VARIANT_ENV` (``w8a16`` / ``w8a8_fused``, read once) replaces the decode choice.
+:data:`DECODE_VARIANT_ENV` (one of :data:`DECODE_VARIANTS`, read once) replaces the decode choice.
+``w8a16_f16`` / ``w8a16_f16asm`` (opt-in; measured 0.94x of w8a16 at one token on the H200): the
+weight-only kernel with an fp16 product, the weights converted on the GPU's conversion pipe (one
+instruction per two values) and the activations scaled to fp16 per token and sub-step.
 Nothing here synchronises with the host, so decode steps are CUDA-graph capturable.
 """
 

@@ -11,7 +11,12 @@ rows zeroed), computed by a kernel shaped for the long rows of decode:
   pipeline (``num_stages``) keeps the next tiles' page-table and key loads in flight while a tile
   is scored: a share of ~1,000 entries is 16 dependent load / dot rounds otherwise.
 
-Keys are read by :func:`~sgl_kernel_v4.triton.kv_codec.load_key`, as in the general kernel.
+Keys are read by :func:`~sgl_kernel_v4.triton.kv_codec.load_key`, as in the general kernel, except
+fp4 keys of 32-128 values (``FP4_BLOCKS``): those are decoded one 32-value scale block at a time by
+:func:`~sgl_kernel_v4.triton.kv_codec.load_fp4_key_block` (each byte loaded once, the bf16 built
+from the e2m1 code and the ue8m0 byte by integer ops) and scored by one K = 32 dot per block
+accumulating into the same fp32 tile: on the H200 the fp4 scoring of 262,144 keys went from 73.6 to
+45.0 us (``benchmark/indexer_fp4_variants.py`` compares five decodes in isolation).
 Measured on the H200 (``benchmark/indexer_topk_profile.py``, 262,144 bf16 keys, bs 1): 35 us
 against the general kernel's 57 us (the key-read floor is 16 us). A first version read fp4 keys as
 32-bit words and decoded the nibbles from a ``[N, 16, 8]`` tile: 1,014 us (against 133 us), so it
