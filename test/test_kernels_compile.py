@@ -145,26 +145,61 @@ def _cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
         (6 * 8192, 160, "bf16"),
         (6 * 64, 32, "fp32"),
     ):
-        cfg, opts = _split(moe_config(n_pairs, E, 6, 2 if dt == "bf16" else 4))
-        pair, down_stages = bool(cfg.pop("PAIR")), cfg.pop("DOWN_STAGES")
-        cfg.update(TOPK=6, EVEN_K=True, USE_ASM=dt == "bf16")
+        out += _moe_fp4_launches(moe_config(n_pairs, E, 6, 2 if dt == "bf16" else 4), dt, dt == "bf16")
+    return out
+
+
+def _moe_fp4_launches(
+    cfg: dict, dt: str, use_asm: bool, k: int = 6
+) -> list[tuple[str, str, dict, dict, dict, bool]]:
+    """The launches ``moe_fp4.fused_moe_fp4`` makes for the tile config ``cfg`` (as ``_config`` or a
+    ``DECODE_VARIANTS`` entry returns it; ``PAIR`` absent = pair mode) with ``dt`` activations and
+    ``k`` experts per token, at shapes every K step divides (``EVEN_K``): the gate/up kernel
+    (``GU_FUSED``), then the down kernel of the layout: K-split partials + their sum
+    (``DOWN_SPLIT`` >= 1), per-token (pair mode), or per-expert block (expert mode), with the down
+    tile / stages / warps keys (``DOWN_*``) applied as the wrapper applies them. bf16 launches
+    are ``serving`` (must not spill)."""
+    from sgl_kernel_v4.triton.moe_fp4 import _SUM_BLOCK
+
+    cfg = dict(cfg)
+    bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
+    pair, fused, split = bool(cfg.pop("PAIR", 1)), bool(cfg.pop("GU_FUSED", 0)), int(cfg.pop("DOWN_SPLIT", 0))
+    dbn, dbk = cfg.pop("DOWN_BLOCK_N", bn), cfg.pop("DOWN_BLOCK_K", bk)
+    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+    down_opts = {"num_warps": cfg.get("DOWN_WARPS", cfg["num_warps"]),
+                 "num_stages": cfg.get("DOWN_STAGES", cfg["num_stages"])}  # fmt: skip
+    serving = dt == "bf16"
+    common = {"BLOCK_M": bm, "EVEN_K": True, "USE_ASM": use_asm}
+    gu = dict(common, BLOCK_N=bn, BLOCK_K=bk, TOPK=k, PAIR_MODE=pair, GU_FUSED=fused)
+    down = dict(common, BLOCK_N=dbn, BLOCK_K=dbk)
+    out = [("moe_fp4", "_gate_up_fp4_kernel", _as(_GATE_UP, dt), gu, opts, serving)]
+    if pair and split:
         out.append(
             (
                 "moe_fp4",
-                "_gate_up_fp4_kernel",
-                _as(_GATE_UP, dt),
-                dict(cfg, PAIR_MODE=pair, GU_FUSED=False),
-                opts,
-                dt == "bf16",
+                "_down_fp4_split_kernel",
+                _as(_DOWN_SPLIT, dt),
+                dict(down, SPLIT=split),
+                down_opts,
+                serving,
             )
         )
-        down_opts = dict(opts, num_stages=down_stages)
-        if pair:
-            out.append(
-                ("moe_fp4", "_down_fp4_token_kernel", _as(_DOWN_TOKEN, dt), cfg, down_opts, dt == "bf16")
+        r = k * split
+        sums = {"R": r, "R_POW2": 1 << (r - 1).bit_length(), "BLOCK": _SUM_BLOCK}
+        out.append(("moe_fp4", "_sum_rows_kernel", _as(_SUM_ROWS, dt), sums, {"num_warps": 4}, serving))
+    elif pair:
+        out.append(
+            (
+                "moe_fp4",
+                "_down_fp4_token_kernel",
+                _as(_DOWN_TOKEN, dt),
+                dict(down, TOPK=k),
+                down_opts,
+                serving,
             )
-        else:
-            out.append(("moe_fp4", "_down_fp4_kernel", _as(_DOWN, dt), cfg, down_opts, dt == "bf16"))
+        )
+    else:
+        out.append(("moe_fp4", "_down_fp4_kernel", _as(_DOWN, dt), dict(down, TOPK=k), down_opts, serving))
     return out
 
 
@@ -192,30 +227,11 @@ def test_quantized_kernels_compile_for_sm90() -> None:
 def _decode_variant_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
     """The bf16 kernels of every named pair-mode configuration (``moe_fp4.DECODE_VARIANTS``), at the
     V4-Flash expert shapes (D = 4096, I = 2048 are multiples of every K step: EVEN_K)."""
-    from sgl_kernel_v4.triton.moe_fp4 import _SUM_BLOCK, DECODE_VARIANTS
+    from sgl_kernel_v4.triton.moe_fp4 import DECODE_VARIANTS
 
     out, seen = [], set()
     for v in DECODE_VARIANTS.values():
-        bn, bk = v["BLOCK_N"], v["BLOCK_K"]
-        dbn, dbk = v.get("DOWN_BLOCK_N", bn), v.get("DOWN_BLOCK_K", bk)
-        opts = {"num_warps": v["num_warps"], "num_stages": v["num_stages"]}
-        down_opts = {"num_warps": v.get("DOWN_WARPS", v["num_warps"]), "num_stages": v["DOWN_STAGES"]}
-        common = {"BLOCK_M": v["BLOCK_M"], "EVEN_K": True, "USE_ASM": True}
-        gu = dict(common, BLOCK_N=bn, BLOCK_K=bk, TOPK=6, PAIR_MODE=True, GU_FUSED=bool(v.get("GU_FUSED", 0)))
-        down = dict(common, BLOCK_N=dbn, BLOCK_K=dbk)
-        split = v.get("DOWN_SPLIT", 0)
-        cases = [("moe_fp4", "_gate_up_fp4_kernel", _GATE_UP, gu, opts, True)]
-        if split:
-            cases.append(
-                ("moe_fp4", "_down_fp4_split_kernel", _DOWN_SPLIT, dict(down, SPLIT=split), down_opts, True)
-            )
-            r = 6 * split
-            sums = {"R": r, "R_POW2": 1 << (r - 1).bit_length(), "BLOCK": _SUM_BLOCK}
-            cases.append(("moe_fp4", "_sum_rows_kernel", _SUM_ROWS, sums, {"num_warps": 4}, True))
-        else:
-            cases.append(
-                ("moe_fp4", "_down_fp4_token_kernel", _DOWN_TOKEN, dict(down, TOPK=6), down_opts, True)
-            )
+        cases = _moe_fp4_launches(v, "bf16", True)
         for c in cases:
             key = repr(c)
             if key not in seen:
@@ -288,6 +304,21 @@ def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> None
         if serving:
             spill = _local_memory_bytes(kernel.asm["cubin"])
             assert spill in (None, 0), (label, f"{spill} B of registers spilled to local memory")
+
+
+def test_compile_cases_match_kernel_signatures() -> None:
+    """Every case of the slow compile tests names its kernel's parameters in order, with the
+    constexpr ones marked so, and gives a value to each constexpr parameter and to nothing else
+    (``FP8_MMA`` may be left to its default): a kernel that gains, loses or renames a parameter
+    fails here in a second instead of minutes into the compile tests."""
+    for module, name, sig, consts, _, _ in _cases() + _decode_variant_cases() + _fp8_product_cases():
+        kernel = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), name)
+        params = [p.name for p in kernel.params]
+        constexprs = [p.name for p in kernel.params if p.is_constexpr]
+        assert list(sig) == params, (name, list(sig), params)
+        assert [n for n, t in sig.items() if t == "constexpr"] == constexprs, (name, sig)
+        assert set(consts) <= set(constexprs), (name, sorted(set(consts) - set(constexprs)))
+        assert set(constexprs) - set(consts) <= {"FP8_MMA"}, (name, sorted(set(constexprs) - set(consts)))
 
 
 def test_pipeline_buffers_fit_shared_memory() -> None:

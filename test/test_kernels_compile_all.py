@@ -13,9 +13,13 @@ GPUTarget("cuda", 90, 32))`` in a process without the interpreter (ptxas ships w
   tests (one or two small cases per kernel family, fp32 as the CPU runs them) plus the bf16
   serving calls of ``test_kernels_vs_ref`` recorded without executing (the interpreter has no
   bf16 ``tl.dot``), so the compiled signatures include the ``*bf16`` ones the GPU sees; also
-  checks that every kernel the package launches was recorded.
+  checks that every kernel the package launches was recorded, and that the listed serving launches
+  (``_SERVING_LAUNCHES``: the indexer's scoring kernels on bf16 queries over each key format, the
+  radix selection at the serving cap) are among them.
 - ``test_all_cpu_kernel_test_launches_compile`` (slow): every launch of the whole CPU kernel
   test files.
+- ``test_launched_kernels_named_where_defined`` (fast): the launched-kernel list names each kernel
+  by its defining module, as the records do.
 - ``test_checker_fails_on_broken_probe_kernels`` (fast): kernels that run fine under the interpreter
   but that the compiler refuses are reported by the checker (it can fail).
 """
@@ -106,6 +110,32 @@ with klr.record_launches(dry=True) as recs:
 klr.dump(recs, sys.argv[1])
 """
 
+# launches serving makes that the recording must contain (kernel, argument types, constexprs): the
+# indexer's decode scoring kernel on bf16 queries over bf16 / fp8 / fp4 keys (codecs 0 / 2 / 3), the
+# general scoring kernel of an extend on the same, and the radix selection (fused filter + final,
+# and the two-launch radix final) at the serving candidate cap
+_SERVING_LAUNCHES = [
+    *(
+        (f"sgl_kernel_v4.triton.{mod}", {"q_ptr": "*bf16"}, {"CODEC": codec, "DI": 128})
+        for mod in ("indexer_score:_score_decode_kernel", "indexer:_score_kernel")
+        for codec in (0, 2, 3)
+    ),
+    ("sgl_kernel_v4.triton.indexer_select:_filter_final_kernel", {}, {"CAP": 4096, "BLOCK_K2": 512}),
+    ("sgl_kernel_v4.triton.indexer_select:_final_kernel", {}, {"RADIX": True, "CAP": 4096, "BLOCK_K2": 512}),
+]
+
+
+def _matches(rec: dict, fn: str, sig: dict, consts: dict) -> bool:
+    """Whether launch record ``rec`` is of kernel ``fn`` with these argument types and constexprs."""
+    import kernel_launch_record as klr
+
+    named = klr.named_constexprs(rec)
+    return (
+        rec["fn"] == fn
+        and all(rec["signature"].get(k) == v for k, v in sig.items())
+        and all(named.get(k) == v for k, v in consts.items())
+    )
+
 
 def _env(interpret: bool) -> dict:
     env = dict(os.environ)
@@ -149,14 +179,20 @@ def compile_log(log: str) -> tuple[int, str]:
 
 
 def launched_kernels() -> set[str]:
-    """``module:name`` of every kernel the package launches (``name[grid](...)`` in its source)."""
+    """``module:name`` of every kernel the package launches (``name[grid](...)`` in its source),
+    ``module`` being where the kernel is defined (as the launch records name it: a module may
+    launch a kernel it imports from another, e.g. ``indexer`` launches ``indexer_select``'s)."""
+    import importlib
+
     out = set()
     for fname in os.listdir(KERNEL_PKG):
         if fname.endswith(".py"):
             with open(os.path.join(KERNEL_PKG, fname), encoding="utf-8") as f:
                 src = f.read()
+            module = importlib.import_module(f"sgl_kernel_v4.triton.{fname[:-3]}")
             for name in re.findall(r"\b(_\w+_kernel)\[", src):
-                out.add(f"sgl_kernel_v4.triton.{fname[:-3]}:{name}")
+                fn = getattr(module, name).fn  # JITFunction or InterpretedFunction: the Python function
+                out.add(f"{fn.__module__}:{fn.__qualname__}")
     return out
 
 
@@ -171,6 +207,8 @@ def test_kernel_launches_compile_for_sm90(tmp_path) -> None:
     recorded = {r["fn"] for r in records}
     assert launched_kernels() - recorded == set(), "kernels never launched by the recorded tests"
     assert any("*bf16" in r["signature"].values() for r in records)
+    missing = [want for want in _SERVING_LAUNCHES if not any(_matches(r, *want) for r in records)]
+    assert not missing, f"serving launches not recorded: {missing}"
     rc, report = compile_log(log)
     assert rc == 0, report
 
@@ -182,6 +220,20 @@ def test_all_cpu_kernel_test_launches_compile(tmp_path) -> None:
     record_pytest(KERNEL_TEST_FILES, log)
     rc, report = compile_log(log)
     assert rc == 0, report
+
+
+def test_launched_kernels_named_where_defined() -> None:
+    """The kernels the package launches are named by their defining module, as the launch records
+    name them: a kernel launched from a module that imports it (the indexer's selection and decode
+    scoring kernels) is the same kernel, not one that no test launches."""
+    import importlib
+
+    names = launched_kernels()
+    assert "sgl_kernel_v4.triton.indexer_select:_keys_from_scores_kernel" in names
+    assert "sgl_kernel_v4.triton.indexer_score:_score_decode_kernel" in names
+    for name in names:
+        module, qualname = name.split(":")
+        assert getattr(importlib.import_module(module), qualname).fn.__module__ == module, name
 
 
 _PROBE = """

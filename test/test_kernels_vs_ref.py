@@ -61,24 +61,54 @@ def test_sparse_attention_vs_ref(dev: str) -> None:
         assert rel_err(a, b) < 1e-2
 
 
+def _indexer_key_pools(n: int, di: int, dev: str) -> list[tuple[str, object]]:
+    """The same ``n`` random indexer keys (``di`` wide) in the three serving formats: bf16
+    (``[n, di]``), fp8 (``--kv-cache-dtype fp8_e4m3``: e4m3 + one fp32 scale per key) and fp4
+    (``--enable-fp4-indexer``: e2m1 + one ue8m0 scale per 32), the quantized ones as the row views
+    of the V4-Flash CSA indexer layout (256-token pages: 64 entries per page)."""
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.configs.presets import get_preset
+    from sglang_v4.mem_cache.kv_format import KVRowsView
+    from sglang_v4.mem_cache.kv_spec import KVKind, build_kv_layout
+
+    keys = torch.randn(n, di, device=dev)
+    out: list[tuple[str, object]] = [("bf16", keys.bfloat16())]
+    mc = ModelConfig.from_dict(get_preset("flash"))
+    for fp4 in (False, True):
+        spec = build_kv_layout(mc, "fp8_e4m3", fp4, 256).kinds[KVKind.CSA_INDEXER]
+        st = spec.allocate(-(-n // spec.rows_per_page), dev)[0]
+        pool = KVRowsView(st, spec.entry, out_dtype=torch.float32)
+        pool[torch.arange(n, device=dev)] = keys
+        out.append(("fp4" if fp4 else "fp8", pool))
+    return out
+
+
 def test_indexer_topk_vs_ref(dev: str) -> None:
+    """bf16 queries over bf16, fp8 and fp4 keys; one token per scoring program (the decode scoring
+    kernel) with each selection implementation, and two (the general kernel, an extend's tiling).
+    Every call is made before any check: the sm_90 compile test records these launches without
+    running them (``test_kernels_compile_all``), so a failed check must not cut the list short."""
     from sgl_kernel_v4.ref.attention import indexer_topk as ref
     from sgl_kernel_v4.triton.indexer import indexer_topk
+    from sgl_kernel_v4.triton.indexer_select import SELECT_IMPLS
 
     T, Hi, di, k = 4, 64, 128, 512
     q = torch.randn(T, Hi, di, device=dev, dtype=torch.bfloat16)
     w = torch.randn(T, Hi, device=dev) * Hi**-0.5
-    kv = torch.randn(64 * 64, di, device=dev, dtype=torch.bfloat16)
     vis = torch.tensor([2560, 2500, 2000, 100], device=dev)  # at most the 40 pages x 64 of a row
     pg = _paged(T, 64, 64, dev)
-    args = (q, w, kv, vis, pg["req_to_page"], pg["req_rows"], pg["token_req"], 64, k, di**-0.5)
-    b = ref(*args).cpu()
-    for block_t in (None, 2):  # one token per scoring program (decode), two (an extend's tiling)
-        a = indexer_topk(*args, block_t=block_t).cpu()
+    runs = []
+    for fmt, kv in _indexer_key_pools(64 * 64, di, dev):
+        args = (q, w, kv, vis, pg["req_to_page"], pg["req_rows"], pg["token_req"], 64, k, di**-0.5)
+        want = ref(*args).cpu()
+        for block_t, impl in [(None, impl) for impl in SELECT_IMPLS] + [(2, None)]:
+            kw = {"block_t": block_t} if impl is None else {"block_t": block_t, "select_impl": impl}
+            runs.append(((fmt, block_t, impl), indexer_topk(*args, **kw).cpu(), want))
+    for label, a, b in runs:
         for t in range(T):
             sa, sb = set(a[t].tolist()) - {-1}, set(b[t].tolist()) - {-1}
-            assert len(sa) == len(sb) == min(k, int(vis[t]))
-            assert len(sa & sb) >= 0.97 * len(sa)  # only near-ties at the k-th score may differ (bf16)
+            assert len(sa) == len(sb) == min(k, int(vis[t])), label
+            assert len(sa & sb) >= 0.97 * len(sa), label  # only near-ties at the k-th score may differ
 
 
 def test_compressor_vs_ref(dev: str) -> None:
