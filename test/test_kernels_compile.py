@@ -31,7 +31,7 @@ _W8A16 = dict(
     x_ptr="*bf16", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", part_ptr="*fp32", cnt_ptr="*i32", M="i32",
     N="i32", K="i32", stride_xm="i32", stride_xg="i32", stride_wn="i32", stride_sn="i32", stride_ym="i32",
     stride_part="i32", SPLIT_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
-    SUB_K="constexpr", USE_ASM="constexpr", QUANT_A="constexpr",
+    SUB_K="constexpr", USE_ASM="constexpr", QUANT_A="constexpr", F16="constexpr",
 )  # fmt: skip
 _W8A8 = dict(
     q_ptr="*fp8e4nv", qs_ptr="*fp32", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", M="i32", N="i32",
@@ -291,8 +291,9 @@ def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> None
     target = GPUTarget("cuda", 90, 32)
     for module, name, sig, consts, opts, serving in cases:
         mod = importlib.import_module(f"sgl_kernel_v4.triton.{module}")
-        if "FP8_MMA" in sig and "FP8_MMA" not in consts:
-            consts = dict(consts, FP8_MMA=0)  # the default bf16 product
+        kernel = getattr(mod, name)
+        # constexprs left out take their defaults (FP8_MMA = 0: the bf16 product; F16 = 0)
+        consts = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}, **consts}
         kernel = triton.compile(
             ASTSource(fn=getattr(mod, name), signature=sig, constexprs=consts, attrs=_attrs(sig)),
             target=target,
@@ -309,7 +310,7 @@ def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> None
 def test_compile_cases_match_kernel_signatures() -> None:
     """Every case of the slow compile tests names its kernel's parameters in order, with the
     constexpr ones marked so, and gives a value to each constexpr parameter and to nothing else
-    (``FP8_MMA`` may be left to its default): a kernel that gains, loses or renames a parameter
+    (a constexpr with a default, such as ``FP8_MMA`` or ``F16``, may be left to it): a kernel that gains, loses or renames a parameter
     fails here in a second instead of minutes into the compile tests."""
     for module, name, sig, consts, _, _ in _cases() + _decode_variant_cases() + _fp8_product_cases():
         kernel = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), name)
@@ -318,7 +319,8 @@ def test_compile_cases_match_kernel_signatures() -> None:
         assert list(sig) == params, (name, list(sig), params)
         assert [n for n, t in sig.items() if t == "constexpr"] == constexprs, (name, sig)
         assert set(consts) <= set(constexprs), (name, sorted(set(consts) - set(constexprs)))
-        assert set(constexprs) - set(consts) <= {"FP8_MMA"}, (name, sorted(set(constexprs) - set(consts)))
+        defaulted = {p.name for p in kernel.params if p.is_constexpr and p.has_default}
+        assert set(constexprs) - set(consts) <= defaulted, (name, sorted(set(constexprs) - set(consts)))
 
 
 def test_pipeline_buffers_fit_shared_memory() -> None:
