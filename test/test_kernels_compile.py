@@ -67,6 +67,15 @@ _DOWN_SPLIT = dict(
     SPLIT="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", EVEN_K="constexpr",
     USE_ASM="constexpr", FP8_MMA="constexpr",
 )  # fmt: skip
+# indexer extend scoring (keys-major), bf16 queries; keys: bf16 (codec 0) or the fp4 pool (codec 3, uint8)
+_SCORE_EXTEND = dict(
+    q_ptr="*bf16", stride_qt="i32", stride_qh="i32", w_ptr="*fp32", stride_wt="i32", kv_ptr="*bf16", kv_rpp="i32",
+    kv_ps="i32", kv_rs="i32", vis_ptr="*i64", r2p_ptr="*i32", stride_r2p="i32", req_rows_ptr="*i64",
+    token_req_ptr="*i64", E="i32", keys_ptr="*i32", stride_k="i32", scores_ptr="*i32", hist_ptr="*i32",
+    cnt_ptr="*i32", K="i32", t_base="i32", G="i32", HI="i32", scale="fp32", nsc="i32", DI="constexpr",
+    CODEC="constexpr", BLOCK_T="constexpr", BLOCK_H="constexpr", BLOCK_C="constexpr", WRITE_SCORES="constexpr",
+    SHORT="constexpr", HB="constexpr", FORM="constexpr",
+)  # fmt: skip
 _SUM_ROWS = dict(
     part_ptr="*fp32", y_ptr="*bf16", stride_yt="i32", D="i32", R="constexpr", R_POW2="constexpr", BLOCK="constexpr"
 )  # fmt: skip
@@ -283,12 +292,52 @@ def test_fp4_fp8_product_compiles_for_sm90() -> None:
     _compile_cases(_fp8_product_cases())
 
 
-def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> None:
+def _extend_score_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
+    """The keys-major extend scoring kernel at the settings ``benchmark/indexer_extend_sweep.py``
+    times (``indexer_score_extend.SWEEP_SETTINGS``; 64 heads x 128, bf16 queries), over bf16 and fp4
+    keys, top-k path (``SHORT``, no scores). Not ``serving``: their spills are reported, not refused
+    (a candidate setting that spills is one the sweep measures as slow)."""
+    from sgl_kernel_v4.triton.indexer_score_extend import SWEEP_SETTINGS
+    from sgl_kernel_v4.triton.indexer_select import HB
+
+    out = []
+    for es in SWEEP_SETTINGS:
+        for codec, kv in ((0, "*bf16"), (3, "*u8")):
+            consts = dict(DI=128, CODEC=codec, BLOCK_T=es.block_t, BLOCK_H=64, BLOCK_C=es.block_c,
+                          WRITE_SCORES=False, SHORT=True, HB=HB, FORM=es.form_code)  # fmt: skip
+            opts = {"num_warps": es.num_warps, "num_stages": es.num_stages}
+            out.append(
+                (
+                    "indexer_score_extend",
+                    "_score_extend_kernel",
+                    dict(_SCORE_EXTEND, kv_ptr=kv),
+                    consts,
+                    opts,
+                    False,
+                )
+            )
+    return out
+
+
+@pytest.mark.slow
+def test_extend_score_settings_compile_for_sm90() -> None:
+    """Every extend scoring setting of the sweep compiles for sm_90 and fits shared memory; prints
+    each one's register spill (``cuobjdump -res-usage`` stack bytes, where the tool ships)."""
+    spills = _compile_cases(_extend_score_cases())
+    for (_, _, _sig, consts, opts, _), spill in zip(_extend_score_cases(), spills):
+        print(f"FORM {consts['FORM']} CODEC {consts['CODEC']} BLOCK_T {consts['BLOCK_T']} BLOCK_C "
+              f"{consts['BLOCK_C']} {opts}: spill {spill} B")  # fmt: skip
+
+
+def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> list[int | None]:
+    """Compiles each case for sm_90 and checks it fits shared memory (and, ``serving``, spills no
+    registers); returns each case's spilled bytes (None where ``cuobjdump`` is not shipped)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     target = GPUTarget("cuda", 90, 32)
+    spills: list[int | None] = []
     for module, name, sig, consts, opts, serving in cases:
         mod = importlib.import_module(f"sgl_kernel_v4.triton.{module}")
         kernel = getattr(mod, name)
@@ -302,9 +351,11 @@ def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> None
         label = (name, sig.get("x_ptr", sig.get("h_ptr")), consts, opts)
         assert "cubin" in kernel.asm, label
         assert kernel.metadata.shared <= SMEM_LIMIT, (label, kernel.metadata.shared)
+        spill = _local_memory_bytes(kernel.asm["cubin"])
+        spills.append(spill)
         if serving:
-            spill = _local_memory_bytes(kernel.asm["cubin"])
             assert spill in (None, 0), (label, f"{spill} B of registers spilled to local memory")
+    return spills
 
 
 def test_compile_cases_match_kernel_signatures() -> None:
@@ -312,7 +363,9 @@ def test_compile_cases_match_kernel_signatures() -> None:
     constexpr ones marked so, and gives a value to each constexpr parameter and to nothing else
     (a constexpr with a default, such as ``FP8_MMA`` or ``F16``, may be left to it): a kernel that gains, loses or renames a parameter
     fails here in a second instead of minutes into the compile tests."""
-    for module, name, sig, consts, _, _ in _cases() + _decode_variant_cases() + _fp8_product_cases():
+    for module, name, sig, consts, _, _ in (
+        _cases() + _decode_variant_cases() + _fp8_product_cases() + _extend_score_cases()
+    ):
         kernel = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), name)
         params = [p.name for p in kernel.params]
         constexprs = [p.name for p in kernel.params if p.is_constexpr]

@@ -17,7 +17,9 @@ shape and the context bound only, so one CUDA graph per batch size serves every 
    order-preserving int32 key per entry (fp32 bits mapped so that signed int32 order is float
    order, ``-0.0`` mapped to ``+0.0``) into a ``[G, C]`` scratch row. Tiles start at multiples of
    ``BLOCK_C`` and every tile is computed alike whatever the split, batch or chunk, so a token's
-   scores do not depend on them.
+   scores do not depend on them. Programs of several tokens may instead take the keys-major
+   kernel of :mod:`sgl_kernel_v4.triton.indexer_score_extend` (:data:`EXTEND_SCORE`: heads on the
+   MMA's N side, so the head sum stays along accumulator rows).
 1b. ``_hist_kernel`` (two launches, grid ``G x nss``): the histogram of the keys' top ``HB`` bits
    per token, in two levels of 64 bins (a ``tl.histogram`` call costs about its bin count: one
    4,096-bin level took 31 us at 262,144 keys on the H200): the coarse level counts the bins' top
@@ -76,11 +78,16 @@ from sgl_kernel_v4.paged import as_paged
 from sgl_kernel_v4.ref.attention import select_topk
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 from sgl_kernel_v4.triton.indexer_score import DECODE_SCORE_CONFIG, _score_decode_kernel
+from sgl_kernel_v4.triton.indexer_score_extend import (
+    ExtendScore,
+    _score_extend_kernel,
+    short_run_keys,
+    zero_long_rows,
+)
 from sgl_kernel_v4.triton.indexer_select import (
     CNT,
     DEFAULT_SELECT_IMPL,
     HB,
-    HIST_W,
     HIST_W_VALUE,
     INT_MIN,
     INT_MIN_VALUE,
@@ -93,7 +100,14 @@ from sgl_kernel_v4.triton.indexer_select import (
 )
 from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets
 
-__all__ = ["indexer_topk", "indexer_scores", "topk_from_scores", "SCRATCH_ELEMS"]
+__all__ = [
+    "indexer_topk",
+    "indexer_scores",
+    "topk_from_scores",
+    "SCRATCH_ELEMS",
+    "EXTEND_SCORE",
+    "ExtendScore",
+]
 
 #: int32 elements of the per-block scratch (keys + candidate lists): 3 x G x C <= this.
 SCRATCH_ELEMS = 1 << 26
@@ -107,6 +121,10 @@ DECODE_SCORE_CODECS = frozenset({0, 2, 3})
 #: at a time (:func:`~sgl_kernel_v4.triton.kv_codec.load_fp4_key_block`, one dot of K = 32 each);
 #: ``False`` decodes them with ``load_key`` (the benchmark baseline).
 DECODE_FP4_BLOCKS = True
+#: Scoring of programs of several tokens (an extend; :mod:`sgl_kernel_v4.triton.indexer_score_extend`):
+#: ``form="general"`` is :func:`_score_kernel` (tokens-major), ``"keys"`` / ``"keys_split"`` the
+#: keys-major kernel with the setting's tile; ``indexer_topk(extend_score=...)`` overrides it per call.
+EXTEND_SCORE = ExtendScore(form="general")
 
 
 # no recompile per block / batch size, nor per alignment of the index tables (slices of the batch)
@@ -188,20 +206,7 @@ def _score_kernel(
         )
         w = tl.load(w_ptr + (t_base + mt) * stride_wt + mh, mask=m_ok, other=0.0).to(tl.float32)
     else:
-        long_row = t_ok & (n > K)
-        nb = tl.cdiv(HIST_W, nsc)
-        offs_z = tl.arange(0, 256)
-        for b0 in range(s * nb, s * nb + nb, 256):
-            b = b0 + offs_z
-            zm = long_row[:, None] & ((b < s * nb + nb) & (b < HIST_W))[None, :]
-            tl.store(
-                hist_ptr + gl[:, None] * HIST_W + b[None, :], tl.zeros([BLOCK_T, 256], tl.int32), mask=zm
-            )
-        if s == 0:
-            zc = tl.zeros([BLOCK_T], tl.int32)
-            tl.store(cnt_ptr + CNT * gl, zc, mask=long_row)
-            tl.store(cnt_ptr + CNT * gl + 1, zc, mask=long_row)
-            tl.store(cnt_ptr + CNT * gl + 2, zc, mask=long_row)
+        zero_long_rows(hist_ptr, cnt_ptr, gl, t_ok, n, K, s, nsc)
     offs_c = tl.arange(0, BLOCK_C)
     # the block's tokens come in runs of one request (a batch lists each request's tokens
     # together): one pass per run, over the pages of that request
@@ -219,14 +224,8 @@ def _score_kernel(
             if SHORT:
                 short = n_run <= K
             if short:
-                for c0 in range(s * chunk, c_end, BLOCK_C):
-                    c = c0 + offs_c
-                    cm = c < c_end
-                    page = tl.load(r2p_ptr + row * stride_r2p + c // E, mask=cm, other=-1)
-                    seen = c[None, :] < n[:, None]
-                    key = tl.where((page >= 0)[None, :] & seen, 0, INT_MIN)
-                    st = act[:, None] & seen & cm[None, :]
-                    tl.store(keys_ptr + gl[:, None] * stride_k + c[None, :], key, mask=st)
+                short_run_keys(keys_ptr, stride_k, r2p_ptr + row * stride_r2p, E, gl, n, act, s * chunk, c_end,
+                               BLOCK_C)  # fmt: skip
             elif s * chunk < c_end:
                 if SHORT:
                     q = tl.load(
@@ -288,8 +287,14 @@ class _Workspace:
         self.scores = torch.empty((G, width), dtype=torch.float32, device=device) if scores else self.keys
 
 
-def _block_rows(T: int, C: int) -> int:
-    return max(1, min(T, SCRATCH_ELEMS // max(1, 3 * C)))
+def _block_rows(T: int, C: int, block_t: int = 1) -> int:
+    """Token rows per block: as many as ``SCRATCH_ELEMS`` holds at ``C`` candidates (at least one),
+    rounded down to a multiple of ``block_t`` (at least ``block_t``) unless the block holds all
+    ``T`` rows, so no scoring program straddles two blocks."""
+    g = max(1, SCRATCH_ELEMS // max(1, 3 * C))
+    if g < T and block_t > 1:
+        g = max(block_t, g // block_t * block_t)
+    return max(1, min(T, g))
 
 
 def _paged_args(idx_kv: Any, DI: int, req_to_page: torch.Tensor, req_rows: torch.Tensor, token_req: torch.Tensor,
@@ -331,6 +336,7 @@ def indexer_topk(
     block_t: int | None = None,
     short_rows: bool = True,
     select_impl: str = DEFAULT_SELECT_IMPL,
+    extend_score: ExtendScore | None = None,
 ) -> torch.Tensor:
     """Lightning-indexer top-k over the paged keys (op table entry 6; arguments and result as
     :func:`sgl_kernel_v4.ref.attention.indexer_topk`).
@@ -350,6 +356,9 @@ def indexer_topk(
             :mod:`sgl_kernel_v4.triton.indexer_select`: ``"fused"`` (filter and final in one
             launch, radix selection), ``"radix"`` (two launches), ``"bitsearch"`` (the bit-by-bit
             final; ``DEFAULT_SELECT_IMPL``).
+        extend_score: the scoring of programs of several tokens (``block_t > 1``): form and tile
+            (:class:`~sgl_kernel_v4.triton.indexer_score_extend.ExtendScore`; its ``block_t`` /
+            ``block_c``, where set, replace the arguments'); ``None``: :data:`EXTEND_SCORE`.
 
     Returns:
         ``[T, topk]`` int64 entry indices, ascending, ``-1`` padded.
@@ -379,7 +388,7 @@ def indexer_topk(
     if C <= 0:
         return out
     _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, entries_per_page, scale, C, topk,
-                out, block_c, None, block_t, short_rows, select_impl)  # fmt: skip
+                out, block_c, None, block_t, short_rows, select_impl, extend_score)  # fmt: skip
     return out
 
 
@@ -390,7 +399,7 @@ def _tokens_per_program(T: int, heads: int) -> int:
 
 
 def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, scale, C, topk, out, block_c,
-                scores_out, block_t=None, short=False, impl=DEFAULT_SELECT_IMPL) -> None:  # fmt: skip
+                scores_out, block_t=None, short=False, impl=DEFAULT_SELECT_IMPL, extend=None) -> None:  # fmt: skip
     T, HI, DI = q.shape
     if q.stride(2) != 1:
         q = q.contiguous()
@@ -398,8 +407,6 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
     if kv.codec == "float" and kv.storage.dtype in (torch.bfloat16, torch.float16, torch.float32):
         cdt = kv.storage.dtype
     q = q.to(cdt)
-    G = _block_rows(T, C)
-    ws = _Workspace(G, C, topk, q.device, scores=scores_out is not None)
     block_h = max(16, next_power_of_2(HI))
     # tokens per scoring program: one at decode (one token per request), more in an extend (its
     # tokens share their request's keys), so a key tile is read once per BLOCK_T tokens
@@ -407,6 +414,16 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
         block_t = _tokens_per_program(T, block_h)
     elif block_t < 1 or block_t & (block_t - 1):
         raise ValueError(f"block_t: must be a power of two >= 1, got {block_t}")
+    es = EXTEND_SCORE if extend is None else extend
+    if block_t > 1:  # an extend: the setting's tile where it names one
+        block_t, block_c = es.block_t or block_t, es.block_c or block_c
+        if es.form == "keys_split" and block_t > 8:
+            raise ValueError(f"block_t: at most 8 for the 'keys_split' extend scoring, got {block_t}")
+    G = _block_rows(T, C, block_t)
+    ws = _Workspace(G, C, topk, q.device, scores=scores_out is not None)
+    ext_opts = {"num_warps": es.num_warps or (8 if block_t * block_h >= 64 else 4)}
+    if es.num_stages is not None:
+        ext_opts["num_stages"] = es.num_stages
     short = short and scores_out is None
     for t0 in range(0, T, G):
         g = min(G, T - t0)
@@ -429,14 +446,16 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
                 **DECODE_SCORE_CONFIG,
             )  # fmt: skip
         else:
-            _score_kernel[(n_tb, nsc)](
+            kernel, form = _score_kernel, {}
+            if block_t > 1 and es.form != "general":
+                kernel, form = _score_extend_kernel, {"FORM": es.form_code}
+            kernel[(n_tb, nsc)](
                 q, q.stride(0), q.stride(1), weights, weights.stride(0),
                 kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,
                 visible, req_to_page, req_to_page.stride(0), req_rows, token_req, int(e),
                 ws.keys, ws.keys.stride(0), ws.scores, ws.hist, ws.cnt, topk, t0, g, HI, float(scale), nsc,
                 DI=DI, CODEC=kv.codec_id, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_C=block_c,
-                WRITE_SCORES=scores_out is not None, SHORT=short, HB=HB,
-                num_warps=8 if block_t * block_h >= 64 else 4,
+                WRITE_SCORES=scores_out is not None, SHORT=short, HB=HB, **form, **ext_opts,
             )  # fmt: skip
         if scores_out is not None:
             keys_out, sc_out = scores_out
@@ -464,10 +483,12 @@ def indexer_scores(
     max_visible: int | None = None,
     block_c: int = 64,
     block_t: int | None = None,
+    extend_score: ExtendScore | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The scores :func:`indexer_topk` ranks, materialised (tests and benchmarks only):
     ``(keys [T, C] int32 order-preserving, INT_MIN = invalid; scores [T, C] fp32, -inf =
-    invalid)`` with ``C = max_visible`` (default ``visible.max()``); column ``w`` is entry ``w``."""
+    invalid)`` with ``C = max_visible`` (default ``visible.max()``); column ``w`` is entry ``w``.
+    ``block_c``, ``block_t``, ``extend_score`` as :func:`indexer_topk`'s."""
     _check(q, weights, 1)
     T, HI, DI = q.shape
     kv = _paged_args(idx_kv, DI, req_to_page, req_rows, token_req, visible, T)
@@ -476,7 +497,7 @@ def indexer_scores(
     scores = torch.full((T, C), float("-inf"), dtype=torch.float32, device=q.device)
     if T and C:
         _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, entries_per_page, scale, C, 1,
-                    None, block_c, (keys, scores), block_t)  # fmt: skip
+                    None, block_c, (keys, scores), block_t, extend=extend_score)  # fmt: skip
     return keys, scores
 
 

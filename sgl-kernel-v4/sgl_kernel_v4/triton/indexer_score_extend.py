@@ -1,0 +1,544 @@
+"""Lightning-indexer scoring of several tokens per program (extend / prefill) (Triton).
+
+Step 1 of :mod:`sgl_kernel_v4.triton.indexer` for programs of ``BLOCK_T > 1`` tokens: the same
+inputs and output as the general ``_score_kernel`` (one order-preserving int32 key per visible
+entry of each token, ``INT_MIN`` for an invalid or unseen one, fp32 scores when ``WRITE_SCORES``;
+with ``SHORT`` a request run whose tokens all see at most ``K`` entries writes validity keys only,
+and the programs zero the histogram and counters of the longer rows), computed keys-major:
+
+* the general kernel's dot is ``[BLOCK_T * BLOCK_H, DI] x [DI, BLOCK_C]``: the heads sit on the
+  MMA's M side, so the weighted head sum of every tile is a reduction across warps (a round trip
+  through shared memory), and ``BLOCK_C`` (the N side) is 64;
+* here the dot is ``k_tile @ q^T`` (``[BLOCK_C, DI] x [DI, BLOCK_T * BLOCK_H]``): entries on M,
+  the heads of the program's tokens on N, so the head sum runs along accumulator rows (mostly
+  inside a thread in the MMA layout). ``FORM``:
+
+  - ``"keys"``: one dot over every token's heads, the ``[BLOCK_C, BLOCK_T * BLOCK_H]`` tile
+    reshaped to ``[BLOCK_C, BLOCK_T, BLOCK_H]`` and summed over the heads;
+  - ``"keys_split"``: one dot of ``[BLOCK_C, DI] x [DI, BLOCK_H]`` per token (its queries loaded
+    before the key loop, ``BLOCK_T <= 8``), each summed along its rows (a smaller accumulator).
+
+The scoring formula is HF ``DeepseekV4IndexerScorer``'s (paper §2.3.1, eqs. 13-17):
+``score[t, w] = sum_h weights[t, h] * relu(scale * q[t, h] . k[w])``, accumulated in fp32.
+:class:`ExtendScore` names a tile setting (``form="general"`` keeps the general kernel), so
+``benchmark/indexer_extend_sweep.py`` can time the settings and the general kernel in one process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from sgl_kernel_v4.triton.indexer_select import CNT, HIST_W, INT_MIN, _float_to_key
+from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets
+
+__all__ = ["ExtendScore", "EXTEND_FORMS", "SWEEP_SETTINGS", "full_grid", "_score_extend_kernel"]
+
+#: ``ExtendScore.form`` values: the general kernel (tokens-major) and the two keys-major forms.
+EXTEND_FORMS = ("general", "keys", "keys_split")
+_FORM_CODE = {"keys": 0, "keys_split": 1}
+_MAX_SPLIT_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class ExtendScore:
+    """A tile setting of the extend scoring pass (programs of more than one token).
+
+    Attributes:
+        form: one of :data:`EXTEND_FORMS`: ``"general"`` (``indexer._score_kernel``, heads on the
+            MMA's M side), ``"keys"`` or ``"keys_split"`` (:func:`_score_extend_kernel`).
+        block_t: tokens per program (a power of two >= 2; ``"keys_split"``: at most 8); ``None``:
+            the caller's (``indexer_topk``'s ``block_t``, else ``128 // heads`` up to 4).
+        block_c: entries per key tile (a power of two >= 16); ``None``: the caller's ``block_c``.
+        num_warps: warps per program (a power of two); ``None``: 8 when ``block_t x heads`` is at
+            least 64, else 4 (the general kernel's rule).
+        num_stages: software-pipeline stages of the key loop (>= 1); ``None``: Triton's default.
+
+    Raises:
+        ValueError: a field out of range, naming it.
+    """
+
+    form: str = "general"
+    block_t: int | None = None
+    block_c: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.form not in EXTEND_FORMS:
+            raise ValueError(f"form: expected one of {EXTEND_FORMS}, got {self.form!r}")
+        for name, lo in (("block_t", 2), ("block_c", 16), ("num_warps", 1)):
+            v = getattr(self, name)
+            if v is not None and (v < lo or v & (v - 1)):
+                raise ValueError(f"{name}: expected a power of two >= {lo} or None, got {v}")
+        if self.form == "keys_split" and self.block_t is not None and self.block_t > _MAX_SPLIT_TOKENS:
+            raise ValueError(
+                f"block_t: at most {_MAX_SPLIT_TOKENS} for form 'keys_split', got {self.block_t}"
+            )
+        if self.num_stages is not None and self.num_stages < 1:
+            raise ValueError(f"num_stages: expected >= 1 or None, got {self.num_stages}")
+
+    @property
+    def form_code(self) -> int:
+        """``FORM`` constexpr of :func:`_score_extend_kernel` (0 keys, 1 keys_split; -1 general)."""
+        return _FORM_CODE.get(self.form, -1)
+
+    def label(self) -> str:
+        """Short name for reports, e.g. ``keys t4 c128 w8 s3``."""
+        if self.form == "general":
+            return "general"
+        return f"{self.form} t{self.block_t} c{self.block_c} w{self.num_warps} s{self.num_stages}"
+
+
+#: The settings ``benchmark/indexer_extend_sweep.py`` times by default (and the sm_90 compile test
+#: builds), 64 heads: (form, block_t, block_c, num_warps, num_stages), pruned from forms x
+#: block_t 2/4/8 x block_c 64/128 x warps 4/8 x stages 2/3 to accumulators of at most 64 K fp32
+#: values per program (``block_c x block_t x 64`` for ``keys``, ``block_c x 64`` per token for
+#: ``keys_split``).
+SWEEP_SETTINGS = tuple(
+    ExtendScore(form=f, block_t=t, block_c=c, num_warps=w, num_stages=st)
+    for f, t, c, w, st in (
+        ("keys", 2, 64, 4, 3),
+        ("keys", 2, 128, 4, 3),
+        ("keys", 2, 128, 8, 3),
+        ("keys", 4, 64, 8, 2),
+        ("keys", 4, 64, 8, 3),
+        ("keys", 4, 128, 8, 2),
+        ("keys", 8, 64, 8, 2),
+        ("keys_split", 2, 128, 4, 3),
+        ("keys_split", 4, 64, 4, 3),
+        ("keys_split", 4, 128, 8, 3),
+        ("keys_split", 8, 64, 8, 2),
+        ("keys_split", 8, 128, 8, 2),
+    )
+)
+
+
+def full_grid() -> tuple[ExtendScore, ...]:
+    """Every setting of forms x block_t 2/4/8 x block_c 64/128 x warps 4/8 x stages 2/3 (48 per form)."""
+    return tuple(
+        ExtendScore(form=f, block_t=t, block_c=c, num_warps=w, num_stages=st)
+        for f in ("keys", "keys_split")
+        for t in (2, 4, 8)
+        for c in (64, 128)
+        for w in (4, 8)
+        for st in (2, 3)
+    )
+
+
+@triton.jit
+def zero_long_rows(hist_ptr, cnt_ptr, gl, t_ok, n, K, s, nsc):
+    """The short-row path's zeroing, by program ``s`` of ``nsc`` per token row: the rows ``gl``
+    (``[BLOCK_T]`` int64 block rows; ``t_ok`` in the block; ``n`` visible counts) that see more
+    than ``K`` entries get their ``1 / nsc`` share of the ``HIST_W`` histogram bins zeroed, and
+    program 0 zeroes their three counters (the histogram and filter passes add to them)."""
+    long_row = t_ok & (n > K)
+    nb = tl.cdiv(HIST_W, nsc)
+    offs_z = tl.arange(0, 256)
+    for b0 in range(s * nb, s * nb + nb, 256):
+        b = b0 + offs_z
+        zm = long_row[:, None] & ((b < s * nb + nb) & (b < HIST_W))[None, :]
+        tl.store(
+            hist_ptr + gl[:, None] * HIST_W + b[None, :], tl.zeros([gl.shape[0], 256], tl.int32), mask=zm
+        )
+    if s == 0:
+        zc = tl.zeros(gl.shape, tl.int32)
+        tl.store(cnt_ptr + CNT * gl, zc, mask=long_row)
+        tl.store(cnt_ptr + CNT * gl + 1, zc, mask=long_row)
+        tl.store(cnt_ptr + CNT * gl + 2, zc, mask=long_row)
+
+
+@triton.jit
+def short_run_keys(keys_ptr, stride_k, prow, E, gl, n, act, c_lo, c_end, BLOCK_C: tl.constexpr):
+    """Validity keys of a short request run: entries ``c_lo .. c_end - 1`` of the request's page
+    row ``prow``, for the run's tokens ``act`` (rows ``gl``, visible counts ``n``): 0 where the
+    entry's page is mapped and the token sees it, ``INT_MIN`` where it is not mapped."""
+    offs_c = tl.arange(0, BLOCK_C)
+    for c0 in range(c_lo, c_end, BLOCK_C):
+        c = c0 + offs_c
+        cm = c < c_end
+        page = tl.load(prow + c // E, mask=cm, other=-1)
+        seen = c[None, :] < n[:, None]
+        key = tl.where((page >= 0)[None, :] & seen, 0, INT_MIN)
+        tl.store(keys_ptr + gl[:, None] * stride_k + c[None, :], key, mask=act[:, None] & seen & cm[None, :])
+
+
+@triton.jit
+def _store_token(keys_ptr, scores_ptr, stride_k, gi, ni, ne, score, c, valid, cm, WRITE_SCORES: tl.constexpr):
+    # one token's [BLOCK_C] scores of the tile: keys (INT_MIN where invalid) where it sees them
+    ok = valid & (c < ni)
+    st = cm & (c < ne)
+    kp = gi * stride_k + c
+    tl.store(keys_ptr + kp, tl.where(ok, _float_to_key(score), INT_MIN), mask=st)
+    if WRITE_SCORES:
+        tl.store(scores_ptr + kp, tl.where(ok, score, float("-inf")), mask=st)
+
+
+@triton.jit
+def _split_token(k, qi, wi, ks, keys_ptr, scores_ptr, stride_k, gi, ni, ne, c, valid, cm,
+                 WRITE_SCORES: tl.constexpr):  # fmt: skip
+    # "keys_split": token i's dot [BLOCK_C, DI] x [DI, BLOCK_H], weighted ReLU, sum over heads
+    sd = tl.dot(k, tl.trans(qi))
+    score = tl.sum(tl.maximum(sd * ks, 0.0) * wi[None, :], 1)
+    _store_token(keys_ptr, scores_ptr, stride_k, gi, ni, ne, score, c, valid, cm, WRITE_SCORES)
+
+
+@triton.jit
+def _token_q(q_ptr, stride_qt, stride_qh, w_ptr, stride_wt, t_base, g0, i: tl.constexpr, act, n, HI,
+             BLOCK_H: tl.constexpr, DI: tl.constexpr):  # fmt: skip
+    # token i of the program: its queries [BLOCK_H, DI], fp32 weights [BLOCK_H] (zeros past HI or
+    # off the run), visible count, and the entries to write: the visible count in the current
+    # run, 0 off it
+    sel = tl.arange(0, act.shape[0]) == i
+    ni = tl.sum(tl.where(sel, n, 0), 0)
+    ne = tl.sum(tl.where(sel & act, n, 0), 0)  # entries to write: 0 off the run
+    offs_h = tl.arange(0, BLOCK_H)
+    hm = offs_h < tl.where(ne > 0, HI, 0)
+    t = (t_base + g0 + i).to(tl.int64)
+    qi = tl.load(q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + tl.arange(0, DI)[None, :], mask=hm[:, None],
+                 other=0.0)  # fmt: skip
+    wi = tl.load(w_ptr + t * stride_wt + offs_h, mask=hm, other=0.0).to(tl.float32)
+    return qi, wi, ni, ne
+
+
+# the general kernel's argument list, plus FORM; no recompile per block / batch size
+@triton.jit(
+    do_not_specialize=["t_base", "G", "nsc", "vis_ptr", "r2p_ptr", "stride_r2p", "req_rows_ptr", "token_req_ptr",
+                       "E", "hist_ptr", "cnt_ptr", "K"]
+)  # fmt: skip
+def _score_extend_kernel(
+    q_ptr,
+    stride_qt,
+    stride_qh,
+    w_ptr,
+    stride_wt,
+    kv_ptr,
+    kv_rpp,
+    kv_ps,
+    kv_rs,
+    vis_ptr,
+    r2p_ptr,
+    stride_r2p,
+    req_rows_ptr,
+    token_req_ptr,
+    E,
+    keys_ptr,
+    stride_k,
+    scores_ptr,
+    hist_ptr,
+    cnt_ptr,
+    K,
+    t_base,
+    G,
+    HI,
+    scale,
+    nsc,
+    DI: tl.constexpr,
+    CODEC: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    WRITE_SCORES: tl.constexpr,
+    SHORT: tl.constexpr,
+    HB: tl.constexpr,
+    FORM: tl.constexpr = 0,
+):
+    # program (p, s): block rows g0 .. g0 + BLOCK_T - 1, the s-th share of their visible entries
+    # (shares are multiples of BLOCK_C, as in the general kernel, so a token's scores do not
+    # depend on the split); one pass per run of one request's tokens inside the program.
+    g0 = tl.program_id(0) * BLOCK_T
+    s = tl.program_id(1)
+    offs_t = tl.arange(0, BLOCK_T)
+    gl = (g0 + offs_t).to(tl.int64)
+    t_ok = gl < G
+    n = tl.load(vis_ptr + t_base + gl, mask=t_ok, other=0).to(tl.int32)
+    treq = tl.load(token_req_ptr + t_base + gl, mask=t_ok, other=-1)
+    offs_d = tl.arange(0, DI)
+    offs_c = tl.arange(0, BLOCK_C)
+    if SHORT:
+        zero_long_rows(hist_ptr, cnt_ptr, gl, t_ok, n, K, s, nsc)
+    for i in range(0, BLOCK_T):
+        gi = g0 + i
+        ri = tl.load(token_req_ptr + t_base + gi, mask=gi < G, other=-1)
+        rp = tl.load(token_req_ptr + t_base + gi - 1, mask=(i > 0) & (gi < G), other=-2)
+        if (gi < G) & (ri != rp):
+            act = t_ok & (treq == ri)
+            n_run = tl.max(tl.where(act, n, 0), 0)
+            row = tl.load(req_rows_ptr + ri).to(tl.int64)
+            prow = r2p_ptr + row * stride_r2p
+            chunk = tl.cdiv(tl.cdiv(n_run, nsc), BLOCK_C) * BLOCK_C
+            c_lo = s * chunk
+            c_end = tl.minimum(c_lo + chunk, n_run)
+            short = False
+            if SHORT:
+                short = n_run <= K
+            if short:
+                short_run_keys(keys_ptr, stride_k, prow, E, gl, n, act, c_lo, c_end, BLOCK_C)
+            elif c_lo < c_end:
+                if FORM == 0:
+                    # qT [DI, BLOCK_T * BLOCK_H] (as q [M, DI]); token-major columns m = t * BLOCK_H + h
+                    offs_m = tl.arange(0, BLOCK_T * BLOCK_H)
+                    mt = (g0 + offs_m // BLOCK_H).to(tl.int64)
+                    mh = offs_m % BLOCK_H
+                    m_ok = (mt < G) & (mh < HI)
+                    q = tl.load(q_ptr + (t_base + mt)[:, None] * stride_qt + mh[:, None] * stride_qh
+                                + offs_d[None, :], mask=m_ok[:, None], other=0.0)  # fmt: skip
+                    w = tl.load(w_ptr + (t_base + mt) * stride_wt + mh, mask=m_ok, other=0.0).to(tl.float32)
+                    for c0 in range(c_lo, c_end, BLOCK_C):
+                        c = c0 + offs_c
+                        cm = c < c_end
+                        page = tl.load(prow + c // E, mask=cm, other=-1).to(tl.int64)
+                        valid = cm & (page >= 0)
+                        off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
+                        k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+                        sd = tl.dot(k.to(q.dtype), tl.trans(q))  # [BLOCK_C, BLOCK_T * BLOCK_H] fp32
+                        sd = tl.maximum(sd * ks[:, None] * scale, 0.0) * w[None, :]
+                        score = tl.trans(tl.sum(tl.reshape(sd, [BLOCK_C, BLOCK_T, BLOCK_H]), 2))
+                        seen = c[None, :] < n[:, None]  # score: [BLOCK_T, BLOCK_C]
+                        ok = valid[None, :] & seen
+                        st = act[:, None] & seen & cm[None, :]
+                        kp = gl[:, None] * stride_k + c[None, :]
+                        tl.store(keys_ptr + kp, tl.where(ok, _float_to_key(score), INT_MIN), mask=st)
+                        if WRITE_SCORES:
+                            tl.store(scores_ptr + kp, tl.where(ok, score, float("-inf")), mask=st)
+                else:
+                    # one [BLOCK_H, DI] query tile per token, loaded before the key loop
+                    q0, w0, n0, a0 = _token_q(
+                        q_ptr, stride_qt, stride_qh, w_ptr, stride_wt, t_base, g0, 0, act, n, HI, BLOCK_H, DI
+                    )
+                    q1, w1, n1, a1 = _token_q(
+                        q_ptr, stride_qt, stride_qh, w_ptr, stride_wt, t_base, g0, 1, act, n, HI, BLOCK_H, DI
+                    )
+                    if BLOCK_T >= 4:
+                        q2, w2, n2, a2 = _token_q(
+                            q_ptr,
+                            stride_qt,
+                            stride_qh,
+                            w_ptr,
+                            stride_wt,
+                            t_base,
+                            g0,
+                            2,
+                            act,
+                            n,
+                            HI,
+                            BLOCK_H,
+                            DI,
+                        )
+                        q3, w3, n3, a3 = _token_q(
+                            q_ptr,
+                            stride_qt,
+                            stride_qh,
+                            w_ptr,
+                            stride_wt,
+                            t_base,
+                            g0,
+                            3,
+                            act,
+                            n,
+                            HI,
+                            BLOCK_H,
+                            DI,
+                        )
+                    if BLOCK_T >= 8:
+                        q4, w4, n4, a4 = _token_q(
+                            q_ptr,
+                            stride_qt,
+                            stride_qh,
+                            w_ptr,
+                            stride_wt,
+                            t_base,
+                            g0,
+                            4,
+                            act,
+                            n,
+                            HI,
+                            BLOCK_H,
+                            DI,
+                        )
+                        q5, w5, n5, a5 = _token_q(
+                            q_ptr,
+                            stride_qt,
+                            stride_qh,
+                            w_ptr,
+                            stride_wt,
+                            t_base,
+                            g0,
+                            5,
+                            act,
+                            n,
+                            HI,
+                            BLOCK_H,
+                            DI,
+                        )
+                        q6, w6, n6, a6 = _token_q(
+                            q_ptr,
+                            stride_qt,
+                            stride_qh,
+                            w_ptr,
+                            stride_wt,
+                            t_base,
+                            g0,
+                            6,
+                            act,
+                            n,
+                            HI,
+                            BLOCK_H,
+                            DI,
+                        )
+                        q7, w7, n7, a7 = _token_q(
+                            q_ptr,
+                            stride_qt,
+                            stride_qh,
+                            w_ptr,
+                            stride_wt,
+                            t_base,
+                            g0,
+                            7,
+                            act,
+                            n,
+                            HI,
+                            BLOCK_H,
+                            DI,
+                        )
+                    for c0 in range(c_lo, c_end, BLOCK_C):
+                        c = c0 + offs_c
+                        cm = c < c_end
+                        page = tl.load(prow + c // E, mask=cm, other=-1).to(tl.int64)
+                        valid = cm & (page >= 0)
+                        off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
+                        k, kscale = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+                        k = k.to(q0.dtype)
+                        ks = kscale[:, None] * scale
+                        _split_token(
+                            k,
+                            q0,
+                            w0,
+                            ks,
+                            keys_ptr,
+                            scores_ptr,
+                            stride_k,
+                            g0 + 0,
+                            n0,
+                            a0,
+                            c,
+                            valid,
+                            cm,
+                            WRITE_SCORES,
+                        )
+                        _split_token(
+                            k,
+                            q1,
+                            w1,
+                            ks,
+                            keys_ptr,
+                            scores_ptr,
+                            stride_k,
+                            g0 + 1,
+                            n1,
+                            a1,
+                            c,
+                            valid,
+                            cm,
+                            WRITE_SCORES,
+                        )
+                        if BLOCK_T >= 4:
+                            _split_token(
+                                k,
+                                q2,
+                                w2,
+                                ks,
+                                keys_ptr,
+                                scores_ptr,
+                                stride_k,
+                                g0 + 2,
+                                n2,
+                                a2,
+                                c,
+                                valid,
+                                cm,
+                                WRITE_SCORES,
+                            )
+                            _split_token(
+                                k,
+                                q3,
+                                w3,
+                                ks,
+                                keys_ptr,
+                                scores_ptr,
+                                stride_k,
+                                g0 + 3,
+                                n3,
+                                a3,
+                                c,
+                                valid,
+                                cm,
+                                WRITE_SCORES,
+                            )
+                        if BLOCK_T >= 8:
+                            _split_token(
+                                k,
+                                q4,
+                                w4,
+                                ks,
+                                keys_ptr,
+                                scores_ptr,
+                                stride_k,
+                                g0 + 4,
+                                n4,
+                                a4,
+                                c,
+                                valid,
+                                cm,
+                                WRITE_SCORES,
+                            )
+                            _split_token(
+                                k,
+                                q5,
+                                w5,
+                                ks,
+                                keys_ptr,
+                                scores_ptr,
+                                stride_k,
+                                g0 + 5,
+                                n5,
+                                a5,
+                                c,
+                                valid,
+                                cm,
+                                WRITE_SCORES,
+                            )
+                            _split_token(
+                                k,
+                                q6,
+                                w6,
+                                ks,
+                                keys_ptr,
+                                scores_ptr,
+                                stride_k,
+                                g0 + 6,
+                                n6,
+                                a6,
+                                c,
+                                valid,
+                                cm,
+                                WRITE_SCORES,
+                            )
+                            _split_token(
+                                k,
+                                q7,
+                                w7,
+                                ks,
+                                keys_ptr,
+                                scores_ptr,
+                                stride_k,
+                                g0 + 7,
+                                n7,
+                                a7,
+                                c,
+                                valid,
+                                cm,
+                                WRITE_SCORES,
+                            )

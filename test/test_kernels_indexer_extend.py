@@ -1,0 +1,239 @@
+"""Extend (several tokens per program) indexer scoring: the keys-major kernel
+(``indexer_score_extend._score_extend_kernel``, forms ``keys`` and ``keys_split``) and the general
+kernel (``form="general"``) against float64 oracles.
+
+* scores vs a float64 einsum over the candidates listed by Python loops from the page table (the
+  inputs rounded to the kernel's dtype first), and the int32 keys vs the order-preserving map
+  computed in torch from those scores;
+* exact top-k on small-integer inputs (scores exact in fp32 and float64, many ties) vs the torch
+  reference ``sgl_kernel_v4.ref.attention.indexer_topk`` (tie rule: lower position wins), with
+  short rows (at most ``topk`` entries) and long rows, and several requests inside one program's
+  tokens;
+* fp8 / fp4 indexer pools, decoded by the reference codec for the oracle.
+
+Runs on CUDA or under ``TRITON_INTERPRET=1`` (fp16 / fp32 dots there: the interpreter's bf16 dot
+is broken); bf16 cases are CUDA-only. Marked ``gpu`` as the other kernel tests.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS
+from test_kernels_indexer import candidates, check_selection, paged_case
+
+pytestmark = KERNEL_MARKS
+
+SETTINGS = [
+    # form, block_t, block_c, warps, stages
+    ("keys", 2, 64, 4, 2),
+    ("keys", 4, 32, 4, 3),
+    ("keys", 8, 64, 8, 2),
+    ("keys_split", 2, 32, 4, 2),
+    ("keys_split", 4, 64, 4, 3),
+    ("keys_split", 8, 32, 8, 2),
+    ("general", 4, 32, None, None),
+]
+
+
+def _setting(form: str, bt: int, bc: int, warps: int | None, stages: int | None):
+    from sgl_kernel_v4.triton.indexer_score_extend import ExtendScore
+
+    return ExtendScore(form=form, block_t=bt, block_c=bc, num_warps=warps, num_stages=stages)
+
+
+def _order_key(scores: torch.Tensor) -> torch.Tensor:
+    """Order-preserving int32 key of fp32 scores (``-0.0`` as ``+0.0``), in torch."""
+    s = torch.where(scores == 0, torch.zeros_like(scores), scores)
+    i = s.view(torch.int32)
+    return i ^ ((i >> 31) & 0x7FFFFFFF)
+
+
+def _ref64(q, w, kv64, cand, scale) -> torch.Tensor:
+    """float64 scores [T, C] of the gathered candidates (HF DeepseekV4IndexerScorer), -inf invalid."""
+    k = kv64[cand.clamp(min=0)]
+    s = torch.relu(torch.einsum("thd,tcd->thc", q.double(), k) * scale)
+    s = torch.einsum("thc,th->tc", s, w.double())
+    return s.masked_fill(cand < 0, float("-inf"))
+
+
+def _dev(case: dict) -> dict:
+    return {n: case[n].to(DEVICE) for n in ("visible", "req_to_page", "req_rows", "token_req")}
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: "-".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_extend_scores_match_fp64(setting: tuple, dtype: torch.dtype) -> None:
+    """9 tokens of two requests (a program's tokens span both), 16 heads x 32, 300 entries in pages
+    of 64 (one unmapped): scores within fp32 accumulation error of float64, keys = order map."""
+    from sgl_kernel_v4.triton.indexer import indexer_scores
+
+    gen = torch.Generator().manual_seed(5)
+    T, HI, DI, C, N = 9, 16, 32, 300, 640
+    q = torch.randn(T, HI, DI, generator=gen).to(dtype)
+    w = torch.randn(T, HI, generator=gen) * HI**-0.5
+    kv = torch.randn(N, DI, generator=gen).to(dtype)
+    case = paged_case(T, C, N, gen)
+    cand = candidates(case)
+    ref = _ref64(q, w, kv.double(), cand, DI**-0.5)
+    d = _dev(case)
+    keys, sc = indexer_scores(q.to(DEVICE), w.to(DEVICE), kv.to(DEVICE), d["visible"], d["req_to_page"],
+                              d["req_rows"], d["token_req"], case["e"], DI**-0.5, max_visible=C, block_t=2,
+                              extend_score=_setting(*setting))  # fmt: skip
+    sc, keys = sc.cpu(), keys.cpu()
+    finite = torch.isfinite(ref)
+    assert torch.equal(torch.isfinite(sc), finite)
+    err = (sc.double()[finite] - ref[finite]).abs().max() / ref[finite].abs().max()
+    assert err < 1e-5, err
+    assert torch.equal(keys[finite], _order_key(sc)[finite])
+    assert (keys[~finite] == -(2**31)).all()
+
+
+def _int_problem(vis: list[int], reqs: list[int], seed: int, dtype: torch.dtype) -> dict:
+    """Small-integer queries / keys / weights (every score exact in fp32 and float64, many equal):
+    three requests over pages of 8 entries, request 1's second page unmapped."""
+    gen = torch.Generator().manual_seed(seed)
+    T, P, E, HI, DI = len(vis), 16, 8, 4, 16
+    n_pages = 3 * P + 2
+    kv = torch.randint(-1, 2, (20, DI), generator=gen).float()[
+        torch.randint(0, 20, (n_pages * E,), generator=gen)
+    ]
+    r2p = torch.randperm(n_pages, generator=gen)[: 3 * P].view(3, P).int()
+    r2p[0, 1] = -1
+    return dict(
+        q=torch.randint(-2, 3, (T, HI, DI), generator=gen).to(dtype),
+        w=torch.tensor([-1.0, -0.5, 0.5, 1.0, 2.0])[torch.randint(0, 5, (T, HI), generator=gen)],
+        kv=kv.to(dtype),
+        visible=torch.tensor(vis, dtype=torch.int64),
+        req_to_page=r2p,
+        req_rows=torch.tensor([1, 0, 2]),
+        token_req=torch.tensor(reqs, dtype=torch.int64),
+        e=E,
+    )
+
+
+# visible counts (top-k 16: rows of at most 16 take the short path) and requests: runs of 3, 1, 5,
+# 2 tokens, so programs of 2 / 4 / 8 tokens hold pieces of several runs, short and long rows mixed
+VIS = [3, 40, 16, 0, 17, 100, 9, 120, 5, 64, 33]
+REQS = [0, 0, 0, 1, 2, 2, 2, 2, 2, 0, 0]
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: "-".join(map(str, s)))
+@pytest.mark.parametrize("max_visible", [None, pytest.param(200, marks=pytest.mark.slow)])
+def test_extend_topk_exact_with_short_rows(setting: tuple, max_visible: int | None) -> None:
+    from sgl_kernel_v4.ref.attention import indexer_topk as ref_topk
+    from sgl_kernel_v4.triton.indexer import indexer_topk
+
+    dtype = torch.float16 if setting[1] == 4 else torch.float32
+    p = _int_problem(VIS, REQS, 7, dtype)
+    args = [p["visible"], p["req_to_page"], p["req_rows"], p["token_req"], p["e"], 16, 0.25]
+    want = ref_topk(p["q"].float(), p["w"], p["kv"].float(), *args)
+    dargs = [a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args]
+    got = indexer_topk(p["q"].to(DEVICE), p["w"].to(DEVICE), p["kv"].to(DEVICE), *dargs, max_visible=max_visible,
+                       block_t=2, extend_score=_setting(*setting))  # fmt: skip
+    assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("form", ["keys", pytest.param("keys_split", marks=pytest.mark.slow)])
+def test_extend_blocks_of_rows(form: str, monkeypatch) -> None:
+    """A scratch of 5 rows at 120 candidates: blocks rounded to 4 rows (programs of 4 tokens), the
+    last block partial; the same top-k as the reference."""
+    from sgl_kernel_v4.ref.attention import indexer_topk as ref_topk
+    from sgl_kernel_v4.triton import indexer
+    from sgl_kernel_v4.triton.indexer_score_extend import ExtendScore
+
+    monkeypatch.setattr(indexer, "SCRATCH_ELEMS", 3 * 120 * 5)
+    assert indexer._block_rows(len(VIS), 120, 4) == 4
+    p = _int_problem(VIS, REQS, 8, torch.float32)
+    args = [p["visible"], p["req_to_page"], p["req_rows"], p["token_req"], p["e"], 16, 0.25]
+    want = ref_topk(p["q"], p["w"], p["kv"], *args)
+    dargs = [a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args]
+    es = ExtendScore(form=form, block_t=4, block_c=32, num_warps=4)
+    got = indexer.indexer_topk(p["q"].to(DEVICE), p["w"].to(DEVICE), p["kv"].to(DEVICE), *dargs, max_visible=120,
+                               block_t=2, extend_score=es)  # fmt: skip
+    assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("fp4", [False, True])
+@pytest.mark.parametrize("form", ["keys", "keys_split"])
+def test_extend_quantized_keys(fp4: bool, form: str) -> None:
+    """fp8 (e4m3 + fp32 scale) and fp4 (e2m1 + ue8m0 per 32) indexer pools: scores vs float64 of
+    the reference codec's decode, selection vs its top-k."""
+    from sgl_kernel_v4.triton.indexer import indexer_scores, indexer_topk
+    from sgl_kernel_v4.triton.indexer_score_extend import ExtendScore
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.configs.presets import get_preset
+    from sglang_v4.mem_cache.kv_format import KVRowsView
+    from sglang_v4.mem_cache.kv_spec import KVKind, build_kv_layout
+
+    mc = ModelConfig.from_dict(get_preset("tiny"))
+    spec = build_kv_layout(mc, "fp8_e4m3", fp4, 256).kinds[KVKind.CSA_INDEXER]
+    gen = torch.Generator().manual_seed(21 + fp4)
+    T, HI, DI, C, k = (5, 16, 128, 200, 16) if INTERP else (300, 64, 128, 5000, 512)
+    st = spec.allocate(-(-C // 64) * 2 + 2, DEVICE)[0]
+    pool = KVRowsView(st, spec.entry, out_dtype=torch.float32)
+    pool[torch.arange(len(pool), device=DEVICE)] = torch.randn(len(pool), DI, generator=gen).to(DEVICE)
+    keys64 = pool[torch.arange(len(pool), device=DEVICE)].double().cpu()
+    dtype = torch.float32 if INTERP else torch.bfloat16
+    q = torch.randn(T, HI, DI, generator=gen).to(dtype)
+    w = torch.randn(T, HI, generator=gen) * HI**-0.5
+    case = paged_case(T, C, len(pool), gen)
+    ref = _ref64(q, w, keys64, candidates(case), DI**-0.5)
+    es = ExtendScore(form=form, block_t=2, block_c=64)
+    d = _dev(case)
+    res = indexer_topk(q.to(DEVICE), w.to(DEVICE), pool, d["visible"], d["req_to_page"], d["req_rows"],
+                       d["token_req"], case["e"], k, DI**-0.5, block_t=2, extend_score=es)  # fmt: skip
+    spread = ref[torch.isfinite(ref)].abs().max().item()
+    check_selection(res, ref, k, tol=(1e-5 if INTERP else 3e-3) * spread)
+    _, sc = indexer_scores(q.to(DEVICE), w.to(DEVICE), pool, d["visible"], d["req_to_page"], d["req_rows"],
+                           d["token_req"], case["e"], DI**-0.5, max_visible=C, block_t=2, extend_score=es)  # fmt: skip
+    finite = torch.isfinite(ref)
+    assert torch.equal(torch.isfinite(sc.cpu()), finite)
+    err = (sc.cpu().double()[finite] - ref[finite]).norm() / ref[finite].norm()
+    assert err < (1e-6 if INTERP else 5e-3), err
+
+
+@pytest.mark.skipif(INTERP, reason="bf16 dot: CUDA only")
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: "-".join(map(str, s)))
+def test_extend_bf16_prefill_chunk(setting: tuple) -> None:
+    """bf16 queries and keys, 512 tokens of one request over 20,000 entries (64 heads x 128): the
+    extend path without ``block_t`` (``T > 256``); scores within bf16 error of float64."""
+    from sgl_kernel_v4.triton.indexer import indexer_scores, indexer_topk
+
+    gen = torch.Generator().manual_seed(3)
+    T, HI, DI, C, N, k = 512, 64, 128, 20000, 20480, 512
+    q = torch.randn(T, HI, DI, generator=gen).to(torch.bfloat16)
+    w = torch.randn(T, HI, generator=gen) * HI**-0.5
+    kv = torch.randn(N, DI, generator=gen).to(torch.bfloat16)
+    case = paged_case(T, C, N, gen)
+    case["token_req"].zero_()
+    cand = candidates(case)
+    ref = _ref64(q, w, kv.double(), cand, DI**-0.5)
+    d = _dev(case)
+    es = _setting(*setting)
+    res = indexer_topk(q.to(DEVICE), w.to(DEVICE), kv.to(DEVICE), d["visible"], d["req_to_page"], d["req_rows"],
+                       d["token_req"], case["e"], k, DI**-0.5, max_visible=C, extend_score=es)  # fmt: skip
+    spread = ref[torch.isfinite(ref)].abs().max().item()
+    check_selection(res, ref, k, tol=3e-3 * spread)
+    _, sc = indexer_scores(q.to(DEVICE), w.to(DEVICE), kv.to(DEVICE), d["visible"], d["req_to_page"],
+                           d["req_rows"], d["token_req"], case["e"], DI**-0.5, max_visible=C, extend_score=es)  # fmt: skip
+    finite = torch.isfinite(ref)
+    err = (sc.cpu().double()[finite] - ref[finite]).norm() / ref[finite].norm()
+    assert err < 5e-3, err
+
+
+def test_extend_score_bad_fields() -> None:
+    from sgl_kernel_v4.triton.indexer_score_extend import ExtendScore
+
+    for kw, field in (
+        ({"form": "rows"}, "form"),
+        ({"block_t": 3}, "block_t"),
+        ({"block_t": 1}, "block_t"),
+        ({"block_c": 8}, "block_c"),
+        ({"num_warps": 6}, "num_warps"),
+        ({"num_stages": 0}, "num_stages"),
+        ({"form": "keys_split", "block_t": 16}, "block_t"),
+    ):
+        with pytest.raises(ValueError, match=field):
+            ExtendScore(**kw)
+    assert ExtendScore(form="keys", block_t=16).form_code == 0
