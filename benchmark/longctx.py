@@ -389,6 +389,7 @@ def main() -> int:
     ap.add_argument("--contexts", default="", help="comma list (default 4k,32k,128k,512k,1M or dry)")
     ap.add_argument("--decode-steps", type=int, default=24)
     ap.add_argument("--configs", default="fp8_e4m3+fp4,bf16", help="KV configs, in order")
+    ap.add_argument("--skip-topk", action="store_true", help="no phase 1 (the 262,144-candidate top-k)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     a.device = "cpu" if a.dry else "cuda"
@@ -412,8 +413,9 @@ def main() -> int:
     gemm = measure_gemm_rate(a.device)
     RES["gemm_tflops"] = gemm / 1e12
     try:
-        print(f"[{time.time() - T0:.0f}s] top-k", flush=True)
-        phase_topk(a.device, 262144 if a.device == "cuda" else 1024, a.out)
+        if not a.skip_topk:
+            print(f"[{time.time() - T0:.0f}s] top-k", flush=True)
+            phase_topk(a.device, 262144 if a.device == "cuda" else 1024, a.out)
     except Exception as e:  # noqa: BLE001
         RES["errors"]["topk"] = f"{type(e).__name__}: {e}"
         traceback.print_exc()

@@ -28,10 +28,11 @@ SETTINGS = [
     # form, block_t, block_c, warps, stages
     ("keys", 2, 64, 4, 2),
     ("keys", 4, 32, 4, 3),
-    ("keys", 8, 64, 8, 2),
+    ("keys", 4, 128, 8, 2),
     ("keys_split", 2, 32, 4, 2),
     ("keys_split", 4, 64, 4, 3),
     ("keys_split", 8, 32, 8, 2),
+    ("keys_split", 8, 128, 8, 2),  # the default (indexer.EXTEND_SCORE)
     ("general", 4, 32, None, None),
 ]
 
@@ -84,7 +85,9 @@ def test_extend_scores_match_fp64(setting: tuple, dtype: torch.dtype) -> None:
     finite = torch.isfinite(ref)
     assert torch.equal(torch.isfinite(sc), finite)
     err = (sc.double()[finite] - ref[finite]).abs().max() / ref[finite].abs().max()
-    assert err < 1e-5, err
+    # fp16 products are exact in the fp32 accumulator; fp32 inputs on CUDA take TF32 tensor cores
+    # (10-bit mantissas), the bound of the general kernel's tests on the GPU
+    assert err < (3e-3 if dtype == torch.float32 and not INTERP else 1e-5), err
     assert torch.equal(keys[finite], _order_key(sc)[finite])
     assert (keys[~finite] == -(2**31)).all()
 
@@ -233,7 +236,8 @@ def test_extend_score_bad_fields() -> None:
         ({"num_warps": 6}, "num_warps"),
         ({"num_stages": 0}, "num_stages"),
         ({"form": "keys_split", "block_t": 16}, "block_t"),
+        ({"form": "keys", "block_t": 8}, "block_t"),
     ):
         with pytest.raises(ValueError, match=field):
             ExtendScore(**kw)
-    assert ExtendScore(form="keys", block_t=16).form_code == 0
+    assert ExtendScore(form="keys", block_t=4).form_code == 0

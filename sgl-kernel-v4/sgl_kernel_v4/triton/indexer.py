@@ -124,7 +124,10 @@ DECODE_FP4_BLOCKS = True
 #: Scoring of programs of several tokens (an extend; :mod:`sgl_kernel_v4.triton.indexer_score_extend`):
 #: ``form="general"`` is :func:`_score_kernel` (tokens-major), ``"keys"`` / ``"keys_split"`` the
 #: keys-major kernel with the setting's tile; ``indexer_topk(extend_score=...)`` overrides it per call.
-EXTEND_SCORE = ExtendScore(form="general")
+#: The default is the fastest setting of the H200 sweep (``benchmark/indexer_extend_sweep.py``; a
+#: 2,048-token chunk, 64 heads x 128, top-512): 3.1-3.5x the general kernel's call at 32,768 and
+#: 262,144 candidates, bf16 and fp4 keys (benchmark/RESULTS.md, 2026-12-03).
+EXTEND_SCORE = ExtendScore(form="keys_split", block_t=8, block_c=128, num_warps=8, num_stages=2)
 
 
 # no recompile per block / batch size, nor per alignment of the index tables (slices of the batch)
