@@ -9,7 +9,10 @@ compiles) for
 
 * ``general``: the general scoring kernel (``ExtendScore(form="general")``, the baseline, same run);
 * each ``ExtendScore`` setting of ``indexer_score_extend.SWEEP_SETTINGS`` (``--grid full``: every
-  form x block_t 2/4/8 x block_c 64/128 x warps 4/8 x stages 2/3).
+  form x block_t x block_c 64/128 x warps 4/8 x stages 2/3; ``--grid none``: no setting);
+* ``--waves W,..``: the module default (``indexer.EXTEND_SCORE``) with the scoring split into
+  enough shares per row for at least ``W`` programs per SM (a power of two, at most 256; the
+  served rule, ``indexer_select.splits``, aims at 2 waves), the label ``waves W``.
 
 Reports the time per call, the speed-up over ``general``, the scoring rate ``2 T C heads di /
 time`` in TFLOP/s (the whole call's time: a lower bound on the scoring kernel's), and whether
@@ -109,13 +112,34 @@ def time_setting(p: dict, es: Any, sh: dict, calls: int, dev: str) -> tuple[floa
     return statistics.median(ms), out.cpu()
 
 
+def time_waves(p: dict, waves: int, sh: dict, calls: int, dev: str) -> tuple[float, torch.Tensor]:
+    """:func:`time_setting` of the module default with the scoring pass's shares per row set for at
+    least ``waves`` programs per SM (``indexer.splits`` replaced for the call; the selection
+    passes keep theirs)."""
+    from sgl_kernel_v4.triton import indexer
+    from sgl_kernel_v4.triton._utils import num_sms
+
+    def shares(rows: int, device: torch.device) -> int:
+        n = 1
+        while n * rows < waves * num_sms(device) and n < 256:
+            n *= 2
+        return n
+
+    served = indexer.splits
+    indexer.splits = shares
+    try:
+        return time_setting(p, None, sh, calls, dev)
+    finally:
+        indexer.splits = served
+
+
 def sweep(a: argparse.Namespace) -> list[dict]:
     from sgl_kernel_v4.triton.indexer_score_extend import SWEEP_SETTINGS, ExtendScore, full_grid
 
     dev = "cpu" if a.dry else "cuda"
     sh = DRY_SHAPES if a.dry else GPU_SHAPES
-    settings = list(full_grid() if a.grid == "full" else SWEEP_SETTINGS)
-    if a.dry:  # the plumbing: one setting of each form
+    settings = list(full_grid() if a.grid == "full" else SWEEP_SETTINGS if a.grid == "default" else ())
+    if a.dry and settings:  # the plumbing: one setting of each form
         settings = [next(s for s in settings if s.form == f) for f in ("keys", "keys_split")]
     rows = []
     for C in (int(c) for c in (a.contexts or sh["contexts"]).split(",")):
@@ -125,10 +149,18 @@ def sweep(a: argparse.Namespace) -> list[dict]:
             flop = 2.0 * T * C * sh["heads"] * sh["di"]
             calls = a.calls or (1 if a.dry else 5 if C > 65536 else 10)
             base_ms, base = time_setting(p, ExtendScore(form="general"), sh, calls, dev)
-            for es in [None, *settings]:
-                row = {"C": C, "keys": fmt, "tokens": T, "setting": "general" if es is None else es.label()}
+            waves = [int(w) for w in a.waves.split(",")] if a.waves else []
+            for es in [None, *settings, *waves]:
+                if isinstance(es, int):
+                    label = f"waves {es}"
+                else:
+                    label = "general" if es is None else es.label()
+                row = {"C": C, "keys": fmt, "tokens": T, "setting": label}
                 try:
-                    ms, sel = (base_ms, base) if es is None else time_setting(p, es, sh, calls, dev)
+                    if isinstance(es, int):
+                        ms, sel = time_waves(p, es, sh, calls, dev)
+                    else:
+                        ms, sel = (base_ms, base) if es is None else time_setting(p, es, sh, calls, dev)
                 except Exception as exc:  # a setting the compiler or the device refuses
                     row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                     rows.append(row)
@@ -169,7 +201,8 @@ def main() -> int:
     ap.add_argument("--contexts", default="", help="comma list of candidate counts (default 32768,262144)")
     ap.add_argument("--keys", default="bf16,fp4", help="comma list of key formats: bf16, fp4")
     ap.add_argument("--calls", type=int, default=0, help="timed calls per setting (default 5 / 10)")
-    ap.add_argument("--grid", choices=("default", "full"), default="default")
+    ap.add_argument("--grid", choices=("default", "full", "none"), default="default")
+    ap.add_argument("--waves", default="", help="comma list: the default setting at W programs per SM")
     a = ap.parse_args()
     if a.dry and os.environ.get("TRITON_INTERPRET") != "1":  # set before triton is imported
         os.environ["TRITON_INTERPRET"] = "1"
