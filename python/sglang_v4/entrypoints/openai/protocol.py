@@ -44,6 +44,10 @@ __all__ = [
     "DeltaMessage",
     "ChatCompletionResponseStreamChoice",
     "ChatCompletionStreamResponse",
+    "TokenizeRequest",
+    "TokenizeResponse",
+    "DetokenizeRequest",
+    "DetokenizeResponse",
 ]
 
 FinishReasonStr = Literal["stop", "length", "abort", "content_filter", "tool_calls"]
@@ -431,3 +435,48 @@ class ChatCompletionStreamResponse(BaseModel):
     model: str
     choices: list[ChatCompletionResponseStreamChoice]
     usage: UsageInfo | None = None
+
+
+# ----------------------------------------------------------------------------------- (de)tokenize
+class TokenizeRequest(_Req):
+    """``POST /tokenize`` (and ``/v1/tokenize``) body: SGLang's and vLLM's tokenizer route.
+
+    Exactly one of ``prompt`` (a text or a list of texts, encoded with ``add_special_tokens``: BOS /
+    EOS as the tokenizer's config says) or ``messages`` (rendered and encoded exactly as
+    ``/v1/chat/completions`` would, so ``count`` is that route's ``usage.prompt_tokens``; the chat
+    fields that shape the prompt -- ``tools``, ``tool_choice``, ``chat_template_kwargs``,
+    ``reasoning_effort``, ``thinking``, ``add_generation_prompt``, ``continue_final_message`` -- are
+    read from the same body). Other fields are kept for the chat rendering (``extra="allow"``).
+    """
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+    model: str = "default"
+    prompt: str | list[str] | None = None
+    messages: list[dict[str, Any]] | None = None
+    add_special_tokens: bool = True
+
+
+class TokenizeResponse(BaseModel):
+    """``/tokenize`` answer: ``tokens`` (token ids; one list per text of a list ``prompt``),
+    ``count`` (their number; a list for a list ``prompt``) and ``max_model_len`` (the served
+    context length, tokens)."""
+
+    tokens: list[int] | list[list[int]]
+    count: int | list[int]
+    max_model_len: int | None = None
+
+
+class DetokenizeRequest(_Req):
+    """``POST /detokenize`` (and ``/v1/detokenize``) body: ``tokens`` (ids, or a list of id lists)
+    and ``skip_special_tokens`` (default true, as SGLang)."""
+
+    model: str = "default"
+    tokens: list[int] | list[list[int]]
+    skip_special_tokens: bool = True
+
+
+class DetokenizeResponse(BaseModel):
+    """``/detokenize`` answer: the text of ``tokens`` (a list of texts for a list of id lists)."""
+
+    text: str | list[str]

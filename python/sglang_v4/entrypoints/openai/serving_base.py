@@ -48,7 +48,7 @@ from sglang_v4.utils import byte_level_token_bytes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OpenAIServingBase", "RequestError", "error_response", "MAX_TOP_LOGPROBS"]
+__all__ = ["OpenAIServingBase", "RequestError", "error_response", "validate_request", "MAX_TOP_LOGPROBS"]
 
 #: The 400 of the generation routes on a server started with ``--skip-tokenizer-init``.
 SKIP_TOKENIZER_OPENAI_MSG = (
@@ -219,14 +219,7 @@ class OpenAIServingBase:
             raise RequestError(f"Invalid JSON body: {e}") from None
         if not isinstance(data, dict):
             raise RequestError("The request body must be a JSON object.")
-        try:
-            req = cls.model_validate(data, strict=True)
-        except ValidationError as e:
-            errs = e.errors()
-            first = errs[0] if errs else {}
-            loc = _field_path(first.get("loc", ()))
-            msg = "; ".join(f"{_field_path(er.get('loc', ()))}: {er.get('msg')}" for er in errs[:5])
-            raise RequestError(f"Invalid request: {msg}", param=loc or None) from None
+        req = validate_request(cls, data)
         _check_stream_options(req)
         return req
 
@@ -452,6 +445,23 @@ class OpenAIServingBase:
             return error_response(e.message, e.status, e.err_type, e.param)
         card = ModelCard(id=model, root=self.model_name, max_model_len=self._context_len())
         return JSONResponse(card.model_dump())
+
+
+def validate_request(cls: type[BaseModel], data: dict[str, Any]) -> Any:
+    """``data`` validated as ``cls`` in pydantic's strict mode.
+
+    Raises:
+        RequestError: 400 ``"Invalid request: <field>: <why>"`` (up to five fields), ``param`` the
+            first failing field, dotted (``messages.0.role``).
+    """
+    try:
+        return cls.model_validate(data, strict=True)
+    except ValidationError as e:
+        errs = e.errors()
+        first = errs[0] if errs else {}
+        loc = _field_path(first.get("loc", ()))
+        msg = "; ".join(f"{_field_path(er.get('loc', ()))}: {er.get('msg')}" for er in errs[:5])
+        raise RequestError(f"Invalid request: {msg}", param=loc or None) from None
 
 
 #: OpenAI's documented bounds that are tighter than SGLang's native ones (the rest -- top_p in (0, 1],
