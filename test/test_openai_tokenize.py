@@ -89,3 +89,11 @@ def test_tokenize_errors(
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert err["param"] == param and err["code"] == status and err["message"]
+
+
+def test_tokenize_needs_the_api_key(tok: PreTrainedTokenizerFast) -> None:
+    c = _client(FakeTM(tok), api_key="sk-test")
+    for path, body in (("/tokenize", {"prompt": "x"}), ("/v1/detokenize", {"tokens": [5]})):
+        assert c.post(path, json=body).status_code == 401
+        ok = c.post(path, json=body, headers={"Authorization": "Bearer sk-test"})
+        assert ok.status_code == 200, ok.text
