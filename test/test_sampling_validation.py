@@ -42,6 +42,10 @@ COMMON: list[tuple[str, list[Any], list[Any]]] = [
     ("min_p", [-0.1, 1.1], [0, 1]),
     ("repetition_penalty", [0, 2.01], [0.5, 2]),
     ("min_tokens", [-1], [0]),
+    # Found by hand: a stop_regex that Python's re cannot compile was accepted, then raised inside
+    # the scheduler loop on the first generated token and took the whole server down (503 for every
+    # later request). Oracle: re.compile's own verdict on each pattern.
+    ("stop_regex", ["(", ["a+", "(b"], "[z-a]", "", ["a"] * 33], ["a+", ["x", "y[0-9]{2}"], r"\bend\b"]),
 ]
 
 
@@ -122,6 +126,7 @@ NATIVE: list[tuple[str, list[Any], list[Any]]] = [
     ),
     ("sampling_seed", [2**63, -(2**63) - 1, 1.5], [0, 2**63 - 1, -(2**63)]),
     ("stop", [[""], ["a"] * 33], [["a"] * 32]),
+    ("stop_regex", ["(", ["ok", "*"], "x{2,1}", [""], ["a"] * 33], ["a+", ["(?i)stop", "[0-9]+$"]]),
 ]
 
 
@@ -136,6 +141,19 @@ def test_native_sampling_params_ranges(field: str, bad: list[Any], good: list[An
     for v in good:
         sp = SamplingParams.from_dict({field: v})
         sp.normalize(None)
+        sp.verify(vocab_size=1000)
+
+
+@pytest.mark.parametrize("pattern", ["(", "a)", "[z-a]", "x{2,1}", "*", "(?P<n>a)(?P<n>b)", "\\"])
+def test_stop_regex_verdict_is_re_compile(pattern: str) -> None:
+    """Every pattern re refuses is a ValueError naming stop_regex at admission (not later)."""
+    import re
+
+    with pytest.raises(re.error):
+        re.compile(pattern)
+    sp = SamplingParams.from_dict({"stop_regex": pattern})
+    sp.normalize(None)
+    with pytest.raises(ValueError, match="stop_regex"):
         sp.verify(vocab_size=1000)
 
 

@@ -5,7 +5,8 @@ SSE streaming with cumulative ``text`` and ``output_ids`` and a final ``data: [D
 ``--skip-tokenizer-init`` input_ids only and no ``text``), ``/health``,
 ``/health_generate``, ``/model_info`` + ``/get_model_info``, ``/server_info`` +
 ``/get_server_info``, ``/flush_cache``, ``/abort_request``, ``/metrics`` (with
-``--enable-metrics``), plus the OpenAI router from ``entrypoints/openai`` when present.
+``--enable-metrics``), plus the OpenAI router from ``entrypoints/openai`` when present (``/v1/*``,
+``/tokenize``, ``/detokenize``).
 
 Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and
 ``code``) with HTTP 400 for bad input. Every

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -367,6 +368,7 @@ class SamplingParams:
                 raise ValueError("stop: stop strings must be non-empty.")
         elif stops == "":
             raise ValueError("stop: stop strings must be non-empty.")
+        _verify_stop_regex(self.stop_regex_strs if self.stop_regex_strs is not None else self.stop_regex)
         if self.stop_token_ids:
             for t in self.stop_token_ids:
                 if t < 0 or (vocab_size is not None and t >= vocab_size):
@@ -493,3 +495,26 @@ def check_structural_tag(spec: str) -> dict[str, Any]:
         'structural_tag needs a "format" object, or "structures" ([{"begin", "schema", "end"}]) and '
         '"triggers" (strings).'
     )
+
+
+def _verify_stop_regex(regs: str | list[str] | None) -> None:
+    """``stop_regex`` patterns: at most :data:`MAX_STOP_COUNT`, non-empty (an empty pattern
+    matches at once) and valid Python ``re`` syntax, the engine the stop checker runs them with
+    (:mod:`sglang_v4.sampling.stop_checker`). Checked at admission: a pattern that does not
+    compile would otherwise fail inside the scheduler loop, on the first generated token.
+
+    Raises:
+        ValueError: ``"stop_regex: ..."`` naming the pattern and ``re``'s reason.
+    """
+    if regs is None:
+        return
+    pats = [regs] if isinstance(regs, str) else list(regs)
+    if len(pats) > MAX_STOP_COUNT:
+        raise ValueError(f"stop_regex: at most {MAX_STOP_COUNT} patterns are allowed, got {len(pats)}.")
+    for pat in pats:
+        if pat == "":
+            raise ValueError("stop_regex: patterns must be non-empty.")
+        try:
+            re.compile(pat)
+        except (re.error, OverflowError, RecursionError) as e:
+            raise ValueError(f"stop_regex: invalid regular expression {pat!r}: {e}.") from None

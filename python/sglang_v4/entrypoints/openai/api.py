@@ -13,7 +13,8 @@ __all__ = ["create_openai_router"]
 
 
 def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
-    """Build the router with ``GET /v1/models[/{model}]``, ``POST /v1/completions``, ``POST /v1/chat/completions``.
+    """Build the router with ``GET /v1/models[/{model}]``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
+    ``POST /tokenize`` and ``POST /detokenize`` (each also under ``/v1/``, as in SGLang).
 
     Args:
         tokenizer_manager: provides ``generate_request(obj: GenerateReqInput, request)`` (async
@@ -43,6 +44,16 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     @router.post("/v1/chat/completions")
     async def v1_chat_completions(request: Request) -> Response:
         return await serving.chat_completions(request)
+
+    @router.post("/v1/tokenize")
+    @router.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        return await serving.tokenize(request)
+
+    @router.post("/v1/detokenize")
+    @router.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        return await serving.detokenize(request)
 
     router.serving = serving  # type: ignore[attr-defined]
     return router

@@ -12,7 +12,7 @@ import typing
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 __all__ = [
     "ErrorResponse",
@@ -44,6 +44,11 @@ __all__ = [
     "DeltaMessage",
     "ChatCompletionResponseStreamChoice",
     "ChatCompletionStreamResponse",
+    "TokenizeRequest",
+    "TokenizeResponse",
+    "UNSUPPORTED_OPENAI_FIELDS",
+    "DetokenizeRequest",
+    "DetokenizeResponse",
 ]
 
 FinishReasonStr = Literal["stop", "length", "abort", "content_filter", "tool_calls"]
@@ -212,6 +217,42 @@ class _SamplingExtras(_Req):
     custom_params: dict[str, Any] | None = None
     rid: str | list[str] | None = None
     priority: int | None = None
+    #: SGLang's: the generated token ids in each choice (``token_ids``) and the prompt's
+    #: (``prompt_token_ids``; on /v1/chat/completions also ``return_prompt_token_ids``).
+    return_token_ids: bool = False
+    # SGLang request fields of features sglang-v4 lacks: a 400 naming the field when set (ignoring
+    # them would silently change the results), as on /generate (UNSUPPORTED_OPENAI_FIELDS).
+    lora_path: Any = None
+    custom_logit_processor: Any = None
+    session_params: Any = None
+    return_hidden_states: Any = None
+    return_routed_experts: Any = None
+    bootstrap_host: Any = None
+    bootstrap_port: Any = None
+    bootstrap_room: Any = None
+
+
+#: The request fields of :class:`_SamplingExtras` refused when set (not None / false).
+UNSUPPORTED_OPENAI_FIELDS = (
+    "lora_path",
+    "custom_logit_processor",
+    "session_params",
+    "return_hidden_states",
+    "return_routed_experts",
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+)
+
+
+class _OmitNoneIds(BaseModel):
+    """Response choices whose token-id fields (``*token_ids``) are left out when None, so that a
+    response without ``return_token_ids`` keeps its usual shape (as SGLang's)."""
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_ids(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        return {k: v for k, v in data.items() if not (v is None and k.endswith("token_ids"))}
 
 
 class CompletionRequest(_SamplingExtras):
@@ -247,12 +288,14 @@ class LogProbs(BaseModel):
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
 
 
-class CompletionResponseChoice(BaseModel):
+class CompletionResponseChoice(_OmitNoneIds):
     index: int
     text: str
     logprobs: LogProbs | None = None
     finish_reason: FinishReasonStr | None = None
     matched_stop: int | str | None = None
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -264,12 +307,17 @@ class CompletionResponse(BaseModel):
     usage: UsageInfo
 
 
-class CompletionResponseStreamChoice(BaseModel):
+class CompletionResponseStreamChoice(_OmitNoneIds):
+    """``token_ids``: the ids generated since the previous chunk; ``prompt_token_ids``: on the
+    choice's first chunk (both with ``return_token_ids``)."""
+
     index: int
     text: str
     logprobs: LogProbs | None = None
     finish_reason: FinishReasonStr | None = None
     matched_stop: int | str | None = None
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
 
 
 class CompletionStreamResponse(BaseModel):
@@ -335,6 +383,10 @@ class ChatCompletionRequest(_SamplingExtras):
     separate_reasoning: bool = True
     stream_reasoning: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
+    #: SGLang's: the prompt's token ids, used as given instead of rendering ``messages`` (which
+    #: still decide the tool-call and reasoning handling).
+    input_ids: list[int] | None = None
+    return_prompt_token_ids: bool = False
 
 
 class TopLogprob(BaseModel):
@@ -392,12 +444,18 @@ class ChatMessage(BaseModel):
     tool_calls: list[ToolCall] | None = None
 
 
-class ChatCompletionResponseChoice(BaseModel):
+class ChatCompletionResponseChoice(_OmitNoneIds):
+    """``prompt_token_ids`` (``return_prompt_token_ids`` or ``return_token_ids``) and
+    ``response_token_ids`` (``return_token_ids``: every generated id, reasoning and tool-call
+    markup included), SGLang's names."""
+
     index: int
     message: ChatMessage
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReasonStr | None = None
     matched_stop: int | str | None = None
+    prompt_token_ids: list[int] | None = None
+    response_token_ids: list[int] | None = None
 
 
 class ChatCompletionResponse(BaseModel):
@@ -431,3 +489,48 @@ class ChatCompletionStreamResponse(BaseModel):
     model: str
     choices: list[ChatCompletionResponseStreamChoice]
     usage: UsageInfo | None = None
+
+
+# ----------------------------------------------------------------------------------- (de)tokenize
+class TokenizeRequest(_Req):
+    """``POST /tokenize`` (and ``/v1/tokenize``) body: SGLang's and vLLM's tokenizer route.
+
+    Exactly one of ``prompt`` (a text or a list of texts, encoded with ``add_special_tokens``: BOS /
+    EOS as the tokenizer's config says) or ``messages`` (rendered and encoded exactly as
+    ``/v1/chat/completions`` would, so ``count`` is that route's ``usage.prompt_tokens``; the chat
+    fields that shape the prompt -- ``tools``, ``tool_choice``, ``chat_template_kwargs``,
+    ``reasoning_effort``, ``thinking``, ``add_generation_prompt``, ``continue_final_message`` -- are
+    read from the same body). Other fields are kept for the chat rendering (``extra="allow"``).
+    """
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+    model: str = "default"
+    prompt: str | list[str] | None = None
+    messages: list[dict[str, Any]] | None = None
+    add_special_tokens: bool = True
+
+
+class TokenizeResponse(BaseModel):
+    """``/tokenize`` answer: ``tokens`` (token ids; one list per text of a list ``prompt``),
+    ``count`` (their number; a list for a list ``prompt``) and ``max_model_len`` (the served
+    context length, tokens)."""
+
+    tokens: list[int] | list[list[int]]
+    count: int | list[int]
+    max_model_len: int | None = None
+
+
+class DetokenizeRequest(_Req):
+    """``POST /detokenize`` (and ``/v1/detokenize``) body: ``tokens`` (ids, or a list of id lists)
+    and ``skip_special_tokens`` (default true, as SGLang)."""
+
+    model: str = "default"
+    tokens: list[int] | list[list[int]]
+    skip_special_tokens: bool = True
+
+
+class DetokenizeResponse(BaseModel):
+    """``/detokenize`` answer: the text of ``tokens`` (a list of texts for a list of id lists)."""
+
+    text: str | list[str]

@@ -1,6 +1,6 @@
 """The OpenAI-compatible routes over a tokenizer manager: ``/v1/models``, ``/v1/completions``,
-``/v1/chat/completions`` (shared handling in :mod:`.serving_base`, the routes in
-:mod:`.serving_completions` and :mod:`.serving_chat`)."""
+``/v1/chat/completions``, ``/tokenize`` and ``/detokenize`` (shared handling in :mod:`.serving_base`,
+the routes in :mod:`.serving_completions`, :mod:`.serving_chat` and :mod:`.serving_tokenize`)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from typing import Any
 from sglang_v4.entrypoints.openai.serving_base import MAX_TOP_LOGPROBS, RequestError, error_response
 from sglang_v4.entrypoints.openai.serving_chat import ChatMixin
 from sglang_v4.entrypoints.openai.serving_completions import CompletionsMixin
+from sglang_v4.entrypoints.openai.serving_tokenize import TokenizeMixin
 
 __all__ = ["OpenAIServing", "RequestError", "error_response", "MAX_TOP_LOGPROBS"]
 
 
-class OpenAIServing(ChatMixin, CompletionsMixin):
-    """The three OpenAI routes over a tokenizer manager.
+class OpenAIServing(ChatMixin, CompletionsMixin, TokenizeMixin):
+    """The OpenAI routes (and SGLang's tokenizer routes) over a tokenizer manager.
 
     Args:
         tokenizer_manager: object with ``async generate_request(obj, request)`` (SGLang-shaped

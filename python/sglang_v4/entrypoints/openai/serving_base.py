@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from sglang_v4.entrypoints.openai.protocol import (
+    UNSUPPORTED_OPENAI_FIELDS,
     ChatCompletionRequest,
     CompletionRequest,
     CompletionTokensDetails,
@@ -48,7 +49,7 @@ from sglang_v4.utils import byte_level_token_bytes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OpenAIServingBase", "RequestError", "error_response", "MAX_TOP_LOGPROBS"]
+__all__ = ["OpenAIServingBase", "RequestError", "error_response", "validate_request", "MAX_TOP_LOGPROBS"]
 
 #: The 400 of the generation routes on a server started with ``--skip-tokenizer-init``.
 SKIP_TOKENIZER_OPENAI_MSG = (
@@ -219,15 +220,9 @@ class OpenAIServingBase:
             raise RequestError(f"Invalid JSON body: {e}") from None
         if not isinstance(data, dict):
             raise RequestError("The request body must be a JSON object.")
-        try:
-            req = cls.model_validate(data, strict=True)
-        except ValidationError as e:
-            errs = e.errors()
-            first = errs[0] if errs else {}
-            loc = _field_path(first.get("loc", ()))
-            msg = "; ".join(f"{_field_path(er.get('loc', ()))}: {er.get('msg')}" for er in errs[:5])
-            raise RequestError(f"Invalid request: {msg}", param=loc or None) from None
+        req = validate_request(cls, data)
         _check_stream_options(req)
+        _check_unsupported(req)
         return req
 
     @staticmethod
@@ -356,17 +351,23 @@ class OpenAIServingBase:
             usage.prompt_tokens_details = PromptTokensDetails(cached_tokens=cached)
         return usage
 
-    async def _encode_prompt(self, text: str, max_new_tokens: int | None) -> list[int]:
-        """Token ids of a rendered prompt (no special tokens added), off the event loop for long
-        texts when the tokenizer manager offers ``encode_text``.
+    async def _encode_prompt(
+        self, text: str, max_new_tokens: int | None, add_special_tokens: bool = False
+    ) -> list[int]:
+        """Token ids of a rendered prompt (no special tokens added unless ``add_special_tokens``:
+        BOS / EOS as the tokenizer's config says, what the tokenizer manager does with a text
+        prompt), off the event loop for long texts when the tokenizer manager offers ``encode_text``.
 
         Raises:
             ValueError: the prompt provably cannot fit in the context (a 400).
         """
         encode = getattr(self.tm, "encode_text", None)
         if encode is not None:
-            return list(await encode(text, add_special_tokens=False, max_new_tokens=max_new_tokens))
-        return _encode_ids(self.tokenizer, text)
+            return list(
+                await encode(text, add_special_tokens=add_special_tokens, max_new_tokens=max_new_tokens)
+            )
+        enc = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return list(getattr(enc, "ids", enc))
 
     def _token_text(self, tid: int, text: str | None) -> str:
         if text is not None:
@@ -454,6 +455,23 @@ class OpenAIServingBase:
         return JSONResponse(card.model_dump())
 
 
+def validate_request(cls: type[BaseModel], data: dict[str, Any]) -> Any:
+    """``data`` validated as ``cls`` in pydantic's strict mode.
+
+    Raises:
+        RequestError: 400 ``"Invalid request: <field>: <why>"`` (up to five fields), ``param`` the
+            first failing field, dotted (``messages.0.role``).
+    """
+    try:
+        return cls.model_validate(data, strict=True)
+    except ValidationError as e:
+        errs = e.errors()
+        first = errs[0] if errs else {}
+        loc = _field_path(first.get("loc", ()))
+        msg = "; ".join(f"{_field_path(er.get('loc', ()))}: {er.get('msg')}" for er in errs[:5])
+        raise RequestError(f"Invalid request: {msg}", param=loc or None) from None
+
+
 #: OpenAI's documented bounds that are tighter than SGLang's native ones (the rest -- top_p in (0, 1],
 #: penalties in [-2, 2], n >= 1, max_tokens >= 0, logit_bias in [-100, 100] and valid token ids --
 #: are checked by ``SamplingParams.verify`` for both APIs).
@@ -476,6 +494,21 @@ def _check_openai_ranges(req: Any) -> None:
         raise RequestError(
             f"temperature must be in [0, {OPENAI_MAX_TEMPERATURE:g}], got {t}.", param="temperature"
         )
+
+
+def _check_unsupported(req: Any) -> None:
+    """SGLang request fields of features sglang-v4 lacks (LoRA, hidden states, disaggregation...,
+    :data:`~.protocol.UNSUPPORTED_OPENAI_FIELDS`) are a 400 naming the field when set, as
+    ``/generate`` answers them: served without them, the output would silently differ from what
+    was asked. ``null`` / ``false`` (clients that send every field) pass.
+
+    Raises:
+        RequestError: 400, param the first such field.
+    """
+    for name in UNSUPPORTED_OPENAI_FIELDS:
+        value = getattr(req, name, None)
+        if value is not None and value is not False and value != [] and value != {}:
+            raise RequestError(f"{name} is not supported by sglang-v4.", param=name)
 
 
 def _check_stream_options(req: Any) -> None:

@@ -322,11 +322,21 @@ class ChatMixin(OpenAIServingBase):
         )
         if req.priority is not None:
             kw["priority"] = req.priority
-        tok = self.tokenizer
-        if tok is not None:
-            obj = GenerateReqInput(input_ids=await self._encode_prompt(plan.prompt, max_new), **kw)
-        else:
-            obj = GenerateReqInput(text=plan.prompt, **kw)
+        if req.stream and (req.return_token_ids or req.return_prompt_token_ids):
+            raise RequestError(
+                "return_token_ids / return_prompt_token_ids need stream false.", param="stream"
+            )
+        if req.input_ids is not None and not req.input_ids:
+            raise RequestError("input_ids must not be empty.", param="input_ids")
+        ids = req.input_ids
+        if ids is None and self.tokenizer is not None:
+            ids = await self._encode_prompt(plan.prompt, max_new)
+        obj = (
+            GenerateReqInput(input_ids=ids, **kw)
+            if ids is not None
+            else GenerateReqInput(text=plan.prompt, **kw)
+        )
+        want_prompt_ids = req.return_prompt_token_ids or req.return_token_ids
         separate = plan.reasoning.separate and req.separate_reasoning
         grammar_field = (
             "tools" if plan.structural_tag is not None else "response_format" if req.response_format else None
@@ -372,6 +382,8 @@ class ChatMixin(OpenAIServingBase):
                     logprobs=lp,
                     finish_reason=fr,
                     matched_stop=plan.matched_stop(matched, req.stop_token_ids),
+                    prompt_token_ids=list(ids) if want_prompt_ids and ids is not None else None,
+                    response_token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,
                 )
             )
         resp = ChatCompletionResponse(

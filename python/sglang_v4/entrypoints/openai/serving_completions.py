@@ -84,14 +84,23 @@ class CompletionsMixin(OpenAIServingBase):
         )
         if req.priority is not None:
             kw["priority"] = req.priority
-        obj = GenerateReqInput(text=prompt, **kw) if is_text else GenerateReqInput(input_ids=prompt, **kw)
         prompts = (
             [prompt] if (isinstance(prompt, str) or (prompt and isinstance(prompt[0], int))) else list(prompt)
         )
+        prompt_ids: list[list[int]] | None = None
+        if req.return_token_ids:  # the ids are needed here: tokenize text prompts as /generate would
+            prompt_ids = [
+                await self._encode_prompt(p, req.max_tokens, add_special_tokens=True)
+                if isinstance(p, str)
+                else p
+                for p in prompts
+            ]
+            prompt, is_text = (prompt_ids if len(prompts) > 1 else prompt_ids[0]), False
+        obj = GenerateReqInput(text=prompt, **kw) if is_text else GenerateReqInput(input_ids=prompt, **kw)
         grammar_field = "response_format" if req.response_format else None
         try:
             if req.stream:
-                return await self._completions_stream(req, obj, prompts, n, request)
+                return await self._completions_stream(req, obj, prompts, n, request, prompt_ids)
             rets = await self._collect(obj, request)
         except RequestError as e:
             raise grammar_error_for(e, grammar_field) from None
@@ -113,6 +122,8 @@ class CompletionsMixin(OpenAIServingBase):
                     logprobs=lp,
                     finish_reason=fr,
                     matched_stop=matched,
+                    token_ids=list(ret.get("output_ids") or []) if prompt_ids is not None else None,
+                    prompt_token_ids=_nth_prompt(prompt_ids, idx, n),
                 )
             )
         resp = CompletionResponse(
@@ -170,8 +181,16 @@ class CompletionsMixin(OpenAIServingBase):
         return lp
 
     async def _completions_stream(
-        self, req: CompletionRequest, obj: Any, prompts: list[Any], n: int, raw: Request
+        self,
+        req: CompletionRequest,
+        obj: Any,
+        prompts: list[Any],
+        n: int,
+        raw: Request,
+        prompt_ids: list[list[int]] | None = None,
     ) -> Response:
+        """The SSE answer; ``prompt_ids`` (``return_token_ids``): each prompt's ids, sent with its
+        choices' first chunks, the generated ids since the previous chunk in each chunk."""
         gen, first = await self._run(obj, raw)
         err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
         if err is not None:
@@ -185,6 +204,7 @@ class CompletionsMixin(OpenAIServingBase):
             sent_text: dict[int, int] = {}
             sent_lp: dict[int, int] = {}
             sent_offset: dict[int, int] = {}  # characters of logprob tokens sent (text_offset)
+            sent_ids: dict[int, int] = {}  # generated ids sent (return_token_ids)
             finals: dict[int, dict[str, Any]] = {}
             try:
                 item: Any = first
@@ -200,7 +220,8 @@ class CompletionsMixin(OpenAIServingBase):
                             continue
                         text = ret.get("text", "")
                         prefix = ""
-                        if idx not in sent_text:
+                        first_chunk = idx not in sent_text
+                        if first_chunk:
                             sent_text[idx] = 0
                             sent_lp[idx] = 0
                             sent_offset[idx] = 0
@@ -219,7 +240,19 @@ class CompletionsMixin(OpenAIServingBase):
                         fr, matched = _finish(meta)
                         if fr is not None:
                             finals[idx] = ret
-                        if not (prefix or delta or fr or (lp and lp.tokens)):
+                        new_ids = None
+                        if prompt_ids is not None:
+                            out_ids = list(ret.get("output_ids") or [])
+                            new_ids = out_ids[sent_ids.get(idx, 0) :]
+                            sent_ids[idx] = max(sent_ids.get(idx, 0), len(out_ids))
+                        if not (
+                            prefix
+                            or delta
+                            or fr
+                            or (lp and lp.tokens)
+                            or new_ids
+                            or (first_chunk and prompt_ids)
+                        ):
                             continue
                         chunk = CompletionStreamResponse(
                             id=rid,
@@ -232,6 +265,8 @@ class CompletionsMixin(OpenAIServingBase):
                                     logprobs=lp,
                                     finish_reason=fr,
                                     matched_stop=matched,
+                                    token_ids=new_ids,
+                                    prompt_token_ids=_nth_prompt(prompt_ids, idx, n) if first_chunk else None,
                                 )
                             ],
                             usage=self._usage([ret], 1) if continuous else None,
@@ -256,6 +291,13 @@ class CompletionsMixin(OpenAIServingBase):
             yield _SSE_DONE
 
         return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+def _nth_prompt(prompt_ids: list[list[int]] | None, idx: int, n: int) -> list[int] | None:
+    """The prompt ids of choice ``idx`` (``n`` choices per prompt, prompt-major), or None."""
+    if prompt_ids is None:
+        return None
+    return list(prompt_ids[min(idx // max(n, 1), len(prompt_ids) - 1)])
 
 
 def _check_best_of(req: CompletionRequest, n: int) -> int:

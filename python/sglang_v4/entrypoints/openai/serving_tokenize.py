@@ -1,0 +1,109 @@
+"""``/tokenize`` and ``/detokenize`` (also under ``/v1/``): the tokenizer as a route.
+
+SGLang serves both (``srt/entrypoints/openai/serving_tokenize.py``; behaviour read, not copied), as
+does vLLM; clients use them to count a prompt's tokens before sending it, or to turn ids from
+``/generate`` back into text. Shapes:
+
+* ``POST /tokenize`` ``{"prompt": "text" | ["t1", "t2"], "add_special_tokens": true}`` ->
+  ``{"tokens": [ids] | [[ids], [ids]], "count": n | [n1, n2], "max_model_len": context}``.
+  ``add_special_tokens`` adds BOS / EOS as the tokenizer's config says (what ``/generate`` and
+  ``/v1/completions`` do with a text prompt, so ``count`` is their ``prompt_tokens``).
+* ``POST /tokenize`` ``{"messages": [...], ...chat fields}``: the prompt ``/v1/chat/completions``
+  would build from the same body (tools, thinking, ``add_generation_prompt``...), so ``count``
+  equals that route's ``usage.prompt_tokens``.
+* ``POST /detokenize`` ``{"tokens": [ids] | [[ids], ...], "skip_special_tokens": true}`` ->
+  ``{"text": "..." | ["...", ...]}``.
+
+Nothing is checked against the context length here (a client asks precisely to learn whether its
+prompt fits); ids outside the vocabulary are a 400 naming ``tokens``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from sglang_v4.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError, validate_request
+
+__all__ = ["TokenizeMixin", "TOKENIZE_IN_THREAD_CHARS"]
+
+#: Texts longer than this (characters) are tokenized in a worker thread, off the event loop.
+TOKENIZE_IN_THREAD_CHARS = 16384
+
+
+class TokenizeMixin(OpenAIServingBase):
+    """The ``/tokenize`` and ``/detokenize`` routes (mixed into
+    :class:`~sglang_v4.entrypoints.openai.serving.OpenAIServing`, whose chat part provides
+    ``_plan_chat``)."""
+
+    _plan_chat: Any
+
+    async def tokenize(self, request: Request) -> Response:
+        """``POST /tokenize`` / ``/v1/tokenize``."""
+        return await self._guard(request, self._tokenize)
+
+    async def detokenize(self, request: Request) -> Response:
+        """``POST /detokenize`` / ``/v1/detokenize``."""
+        return await self._guard(request, self._detokenize)
+
+    async def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        """Token ids of ``text``; long texts in a worker thread (GIL released where possible)."""
+        tok = self.tokenizer
+        if len(text) <= TOKENIZE_IN_THREAD_CHARS:
+            return list(tok.encode(text, add_special_tokens=add_special_tokens))
+        encode = getattr(tok, "encode_releasing_gil", None) or tok.encode
+        return list(await asyncio.to_thread(encode, text, add_special_tokens=add_special_tokens))
+
+    async def _tokenize(self, request: Request) -> Response:
+        """Raises RequestError: 400 for neither / both of ``prompt`` and ``messages``, a bad field,
+        or messages the chat route would refuse; 404 for an unknown ``model``."""
+        req: TokenizeRequest = await self._parse(request, TokenizeRequest)
+        self._check_model(req.model)
+        if (req.prompt is None) == (req.messages is None):
+            raise RequestError("Exactly one of prompt or messages must be given.", param="prompt")
+        if req.messages is not None:
+            # The chat route's own parsing and rendering: the same fields, errors and prompt.
+            data = req.model_dump(exclude={"prompt", "add_special_tokens"}, exclude_none=True)
+            chat: ChatCompletionRequest = validate_request(ChatCompletionRequest, data)
+            plan = self._plan_chat(chat)
+            ids = await self._encode(plan.prompt, add_special_tokens=False)
+            resp = TokenizeResponse(tokens=ids, count=len(ids), max_model_len=self._context_len())
+        elif isinstance(req.prompt, str):
+            ids = await self._encode(req.prompt, req.add_special_tokens)
+            resp = TokenizeResponse(tokens=ids, count=len(ids), max_model_len=self._context_len())
+        else:
+            batch = [await self._encode(p, req.add_special_tokens) for p in req.prompt or []]
+            resp = TokenizeResponse(
+                tokens=batch, count=[len(b) for b in batch], max_model_len=self._context_len()
+            )
+        return JSONResponse(resp.model_dump(mode="json"))
+
+    async def _detokenize(self, request: Request) -> Response:
+        """Raises RequestError: 400 naming ``tokens`` for an id outside ``[0, vocab_size)``; 404
+        for an unknown ``model``."""
+        req: DetokenizeRequest = await self._parse(request, DetokenizeRequest)
+        self._check_model(req.model)
+        batched = bool(req.tokens) and isinstance(req.tokens[0], list)
+        seqs: list[list[int]] = list(req.tokens) if batched else [list(req.tokens)]  # type: ignore[arg-type]
+        vocab = self._vocab_size()
+        for i, seq in enumerate(seqs):
+            for j, tid in enumerate(seq):
+                if tid < 0 or (vocab is not None and tid >= vocab):
+                    where = f"tokens[{i}][{j}]" if batched else f"tokens[{j}]"
+                    raise RequestError(
+                        f"{where} = {tid} is outside the vocabulary [0, {vocab}).", param="tokens"
+                    )
+        tok = self.tokenizer
+        texts = [tok.decode(seq, skip_special_tokens=req.skip_special_tokens) for seq in seqs]
+        resp = DetokenizeResponse(text=texts if batched else texts[0])
+        return JSONResponse(resp.model_dump(mode="json"))
