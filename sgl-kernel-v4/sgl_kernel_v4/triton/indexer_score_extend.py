@@ -310,105 +310,19 @@ def _score_extend_kernel(
                         if WRITE_SCORES:
                             tl.store(scores_ptr + kp, tl.where(ok, score, float("-inf")), mask=st)
                 else:
-                    # one [BLOCK_H, DI] query tile per token, loaded before the key loop
-                    q0, w0, n0, a0 = _token_q(
-                        q_ptr, stride_qt, stride_qh, w_ptr, stride_wt, t_base, g0, 0, act, n, HI, BLOCK_H, DI
-                    )
-                    q1, w1, n1, a1 = _token_q(
-                        q_ptr, stride_qt, stride_qh, w_ptr, stride_wt, t_base, g0, 1, act, n, HI, BLOCK_H, DI
-                    )
+                    # one [BLOCK_H, DI] query tile per token, loaded before the key loop (Triton
+                    # holds no list of tiles: tokens 0..7 are named, the unused ones compiled out)
+                    qa = (q_ptr, stride_qt, stride_qh, w_ptr, stride_wt, t_base, g0)
+                    q0, w0, n0, a0 = _token_q(*qa, 0, act, n, HI, BLOCK_H, DI)
+                    q1, w1, n1, a1 = _token_q(*qa, 1, act, n, HI, BLOCK_H, DI)
                     if BLOCK_T >= 4:
-                        q2, w2, n2, a2 = _token_q(
-                            q_ptr,
-                            stride_qt,
-                            stride_qh,
-                            w_ptr,
-                            stride_wt,
-                            t_base,
-                            g0,
-                            2,
-                            act,
-                            n,
-                            HI,
-                            BLOCK_H,
-                            DI,
-                        )
-                        q3, w3, n3, a3 = _token_q(
-                            q_ptr,
-                            stride_qt,
-                            stride_qh,
-                            w_ptr,
-                            stride_wt,
-                            t_base,
-                            g0,
-                            3,
-                            act,
-                            n,
-                            HI,
-                            BLOCK_H,
-                            DI,
-                        )
+                        q2, w2, n2, a2 = _token_q(*qa, 2, act, n, HI, BLOCK_H, DI)
+                        q3, w3, n3, a3 = _token_q(*qa, 3, act, n, HI, BLOCK_H, DI)
                     if BLOCK_T >= 8:
-                        q4, w4, n4, a4 = _token_q(
-                            q_ptr,
-                            stride_qt,
-                            stride_qh,
-                            w_ptr,
-                            stride_wt,
-                            t_base,
-                            g0,
-                            4,
-                            act,
-                            n,
-                            HI,
-                            BLOCK_H,
-                            DI,
-                        )
-                        q5, w5, n5, a5 = _token_q(
-                            q_ptr,
-                            stride_qt,
-                            stride_qh,
-                            w_ptr,
-                            stride_wt,
-                            t_base,
-                            g0,
-                            5,
-                            act,
-                            n,
-                            HI,
-                            BLOCK_H,
-                            DI,
-                        )
-                        q6, w6, n6, a6 = _token_q(
-                            q_ptr,
-                            stride_qt,
-                            stride_qh,
-                            w_ptr,
-                            stride_wt,
-                            t_base,
-                            g0,
-                            6,
-                            act,
-                            n,
-                            HI,
-                            BLOCK_H,
-                            DI,
-                        )
-                        q7, w7, n7, a7 = _token_q(
-                            q_ptr,
-                            stride_qt,
-                            stride_qh,
-                            w_ptr,
-                            stride_wt,
-                            t_base,
-                            g0,
-                            7,
-                            act,
-                            n,
-                            HI,
-                            BLOCK_H,
-                            DI,
-                        )
+                        q4, w4, n4, a4 = _token_q(*qa, 4, act, n, HI, BLOCK_H, DI)
+                        q5, w5, n5, a5 = _token_q(*qa, 5, act, n, HI, BLOCK_H, DI)
+                        q6, w6, n6, a6 = _token_q(*qa, 6, act, n, HI, BLOCK_H, DI)
+                        q7, w7, n7, a7 = _token_q(*qa, 7, act, n, HI, BLOCK_H, DI)
                     for c0 in range(c_lo, c_end, BLOCK_C):
                         c = c0 + offs_c
                         cm = c < c_end
@@ -418,133 +332,15 @@ def _score_extend_kernel(
                         k, kscale = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
                         k = k.to(q0.dtype)
                         ks = kscale[:, None] * scale
-                        _split_token(
-                            k,
-                            q0,
-                            w0,
-                            ks,
-                            keys_ptr,
-                            scores_ptr,
-                            stride_k,
-                            g0 + 0,
-                            n0,
-                            a0,
-                            c,
-                            valid,
-                            cm,
-                            WRITE_SCORES,
-                        )
-                        _split_token(
-                            k,
-                            q1,
-                            w1,
-                            ks,
-                            keys_ptr,
-                            scores_ptr,
-                            stride_k,
-                            g0 + 1,
-                            n1,
-                            a1,
-                            c,
-                            valid,
-                            cm,
-                            WRITE_SCORES,
-                        )
+                        out = (keys_ptr, scores_ptr, stride_k)
+                        tile = (c, valid, cm, WRITE_SCORES)
+                        _split_token(k, q0, w0, ks, *out, g0 + 0, n0, a0, *tile)
+                        _split_token(k, q1, w1, ks, *out, g0 + 1, n1, a1, *tile)
                         if BLOCK_T >= 4:
-                            _split_token(
-                                k,
-                                q2,
-                                w2,
-                                ks,
-                                keys_ptr,
-                                scores_ptr,
-                                stride_k,
-                                g0 + 2,
-                                n2,
-                                a2,
-                                c,
-                                valid,
-                                cm,
-                                WRITE_SCORES,
-                            )
-                            _split_token(
-                                k,
-                                q3,
-                                w3,
-                                ks,
-                                keys_ptr,
-                                scores_ptr,
-                                stride_k,
-                                g0 + 3,
-                                n3,
-                                a3,
-                                c,
-                                valid,
-                                cm,
-                                WRITE_SCORES,
-                            )
+                            _split_token(k, q2, w2, ks, *out, g0 + 2, n2, a2, *tile)
+                            _split_token(k, q3, w3, ks, *out, g0 + 3, n3, a3, *tile)
                         if BLOCK_T >= 8:
-                            _split_token(
-                                k,
-                                q4,
-                                w4,
-                                ks,
-                                keys_ptr,
-                                scores_ptr,
-                                stride_k,
-                                g0 + 4,
-                                n4,
-                                a4,
-                                c,
-                                valid,
-                                cm,
-                                WRITE_SCORES,
-                            )
-                            _split_token(
-                                k,
-                                q5,
-                                w5,
-                                ks,
-                                keys_ptr,
-                                scores_ptr,
-                                stride_k,
-                                g0 + 5,
-                                n5,
-                                a5,
-                                c,
-                                valid,
-                                cm,
-                                WRITE_SCORES,
-                            )
-                            _split_token(
-                                k,
-                                q6,
-                                w6,
-                                ks,
-                                keys_ptr,
-                                scores_ptr,
-                                stride_k,
-                                g0 + 6,
-                                n6,
-                                a6,
-                                c,
-                                valid,
-                                cm,
-                                WRITE_SCORES,
-                            )
-                            _split_token(
-                                k,
-                                q7,
-                                w7,
-                                ks,
-                                keys_ptr,
-                                scores_ptr,
-                                stride_k,
-                                g0 + 7,
-                                n7,
-                                a7,
-                                c,
-                                valid,
-                                cm,
-                                WRITE_SCORES,
-                            )
+                            _split_token(k, q4, w4, ks, *out, g0 + 4, n4, a4, *tile)
+                            _split_token(k, q5, w5, ks, *out, g0 + 5, n5, a5, *tile)
+                            _split_token(k, q6, w6, ks, *out, g0 + 6, n6, a6, *tile)
+                            _split_token(k, q7, w7, ks, *out, g0 + 7, n7, a7, *tile)
