@@ -382,9 +382,18 @@ def test_metrics(secured):
         "sglang:e2e_request_latency_seconds",
         "sglang:prompt_tokens",
         "sglang:generation_tokens",
+        "sglang:cached_tokens",
+        "sglang:num_requests",
+        "sglang:num_aborted_requests",
+        "sglang:time_per_output_token_seconds",
+        "sglang:num_used_tokens",
+        "sglang:max_total_num_tokens",
     ):
         assert name in families, name
     assert _metric(text, "sglang:generation_tokens_total") == gen_before + 7
+    assert _metric(text, "sglang:num_requests_total") == _metric(before, "sglang:num_requests_total") + 1
+    ttft = "sglang:time_to_first_token_seconds_count"
+    assert _metric(text, ttft) == _metric(before, ttft) + 1
     assert _metric(text, "sglang:gen_throughput") == 123.0  # FakeScheduler.get_metrics value
     assert 'model_name="fake-v4"' in text
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import NoReturn
 
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_compat import warn_ignored_sglang_args
@@ -36,12 +37,27 @@ def flag_error_message(parser: argparse.ArgumentParser, message: str) -> str:
     return message
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """``ArgumentParser`` whose errors are one line (``prog: error: message``, exit code 2).
+
+    The usage line argparse prints before an error lists every flag (a few hundred, SGLang's
+    included), which buries the one line that says what is wrong; ``--help`` still prints it.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv``, run the server, return the process exit code."""
     from sglang_v4.entrypoints.lifecycle import StopRequested, StopSignal
 
     stop = StopSignal().install()  # a signal from here on stops the start-up cleanly
-    parser = argparse.ArgumentParser(prog="python -m sglang_v4.launch_server", description=__doc__)
+    parser = OneLineErrorParser(
+        prog="python -m sglang_v4.launch_server",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ServerArgs.add_cli_args(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)

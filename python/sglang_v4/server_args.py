@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import tempfile
 import uuid
@@ -87,6 +88,9 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     load_format: str = "auto"
     quantization: str | None = None
     context_length: int | None = None
+    #: SGLang's ``--json-model-override-args``: a JSON object whose keys replace those of the
+    #: model's ``config.json`` (either dialect) before it is parsed, e.g. ``{"num_hidden_layers": 2}``.
+    json_model_override_args: str | None = None
     served_model_name: str | None = None
     # HTTP.
     host: str = "127.0.0.1"
@@ -119,6 +123,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     resume_interval: int = 1
     schedule_policy: str = "fcfs"
     enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
     stream_interval: int = 1
     disable_overlap_schedule: bool = False
     # CUDA graphs.
@@ -131,6 +136,10 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     # Observability.
     enable_metrics: bool = False
     enable_cache_report: bool = False
+    #: Histogram bucket bounds in seconds of ``/metrics`` (SGLang's ``--bucket-*``); None: defaults.
+    bucket_time_to_first_token: list[float] | None = None
+    bucket_inter_token_latency: list[float] | None = None
+    bucket_e2e_request_latency: list[float] | None = None
     log_requests: bool = False
     log_level: str = "info"
     decode_log_interval: int = 40
@@ -255,6 +264,22 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             raise ValueError(f"chunked_prefill_size must be a positive integer or -1 (got {cps!r})")
         if isinstance(self.random_seed, bool) or not isinstance(self.random_seed, int):
             raise ValueError(f"random_seed must be an integer (got {self.random_seed!r})")
+        self.model_override_args()  # raises ValueError naming json_model_override_args
+        for name in (
+            "bucket_time_to_first_token",
+            "bucket_inter_token_latency",
+            "bucket_e2e_request_latency",
+        ):
+            buckets = getattr(self, name)
+            if buckets is not None and (
+                not isinstance(buckets, (list, tuple))
+                or not buckets
+                or any(isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 for b in buckets)
+                or list(buckets) != sorted(set(buckets))
+            ):
+                raise ValueError(
+                    f"{name} must be a non-empty increasing list of positive seconds (got {buckets!r})"
+                )
         if self.api_key is not None and not isinstance(self.api_key, str):
             raise ValueError("api_key must be a string")
         if self.watchdog_timeout <= 0:
@@ -352,6 +377,13 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             "checkpoint's quantization_config on CUDA, dequantized on CPU.",
         )
         a("--context-length", type=int, default=None, help="Max context (default: model config).")
+        a(
+            "--json-model-override-args",
+            type=str,
+            default=None,
+            help="JSON object of config.json keys to replace before parsing, e.g. '{\"num_hidden_layers\": 2}' "
+            "(with --load-format dummy: a reduced-depth model from a config-only directory).",
+        )
         a("--served-model-name", type=str, default=None, help="Model name in the APIs.")
         a("--host", type=str, default=d["host"].default)
         a("--port", type=int, default=d["port"].default)
@@ -369,7 +401,13 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             default="auto",
             help=f"One of {', '.join(KV_CACHE_DTYPE_CHOICES)} (bfloat16 = bf16); other SGLang values are refused.",
         )
-        a("--enable-fp4-indexer", action="store_true", help="Store indexer keys in fp4 (68 B).")
+        a(
+            "--enable-fp4-indexer",
+            "--enable-deepseek-v4-fp4-indexer",
+            action="store_true",
+            dest="enable_fp4_indexer",
+            help="Store indexer keys in fp4 (68 B per key).",
+        )
         a(
             "--tp-size",
             "--tensor-parallel-size",
@@ -405,6 +443,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         a("--node-rank", type=int, default=0, help="This node (0 serves HTTP; others run only TP ranks).")
         a(
             "--dist-init-addr",
+            "--nccl-init-addr",
             type=str,
             default=None,
             help="host:port of rank 0's torch.distributed rendezvous.",
@@ -438,7 +477,16 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             help="Keep a radix-cache resume state (last 128 raw KV + compressor overlap) every k blocks.",
         )
         a("--schedule-policy", type=str, default="fcfs", choices=SCHEDULE_POLICY_CHOICES)
-        a("--enable-priority-scheduling", action="store_true")
+        a(
+            "--enable-priority-scheduling",
+            action="store_true",
+            help="Queue requests by their priority field (higher values first; ties first come first served).",
+        )
+        a(
+            "--schedule-low-priority-values-first",
+            action="store_true",
+            help="With --enable-priority-scheduling: lower priority values first.",
+        )
         a("--stream-interval", type=int, default=1)
         a(
             "--disable-overlap-schedule",
@@ -478,7 +526,17 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             help="Run the CSA indexer on a second CUDA stream for forwards of at most this many tokens "
             "(0: never). Measured on H200 (benchmark/RESULTS.md): a gain at bs 1, a loss from bs 8.",
         )
-        a("--enable-metrics", action="store_true")
+        a(
+            "--enable-metrics",
+            action="store_true",
+            help="Serve Prometheus metrics (sglang:*) at GET /metrics.",
+        )
+        for name, what in (
+            ("time-to-first-token", "sglang:time_to_first_token_seconds"),
+            ("inter-token-latency", "sglang:inter_token_latency_seconds"),
+            ("e2e-request-latency", "sglang:e2e_request_latency_seconds"),
+        ):
+            a(f"--bucket-{name}", type=float, nargs="+", default=None, help=f"Bucket bounds (s) of {what}.")
         a("--enable-cache-report", action="store_true")
         a("--log-requests", action="store_true")
         a("--log-level", type=str, default="info", choices=LOG_LEVEL_CHOICES)
@@ -544,6 +602,25 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         return cls(**{n: getattr(args, n) for n in names if hasattr(args, n)})
 
     # ------------------------------------------------------------------ helpers
+    def model_override_args(self) -> dict[str, Any]:
+        """``json_model_override_args`` parsed: a dict of ``config.json`` keys (empty when unset).
+
+        Raises:
+            ValueError: naming ``json_model_override_args`` when it is not a JSON object.
+        """
+        text = self.json_model_override_args
+        if text is None or text == "":
+            return {}
+        if isinstance(text, dict):
+            return dict(text)
+        try:
+            value = json.loads(text)
+        except (TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"json_model_override_args must be a JSON object (got {text!r}: {e})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"json_model_override_args must be a JSON object (got {text!r})")
+        return value
+
     def resolved_served_model_name(self) -> str:
         """The model id the APIs report (``/v1/models``) and accept: ``served_model_name``, else the
         last component of ``model_path`` (``/models/DeepSeek-V4-Flash/`` -> ``DeepSeek-V4-Flash``),

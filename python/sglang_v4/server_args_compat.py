@@ -12,7 +12,7 @@ here unchanged. Every SGLang flag falls in one of four classes:
   were set and why they change nothing. They never change behaviour;
 * ``UNSUPPORTED``: a feature sglang-v4 does not implement where ignoring it would change results
   or the API (LoRA adapters, multimodal inputs, prefill/decode disaggregation, deterministic
-  inference, model-config overrides). Accepted by the parser so the error is a clear
+  inference, pipeline parallelism). Accepted by the parser so the error is a clear
   ``ValueError`` from validation naming the flag, not argparse's "unrecognized arguments";
 * anything else: argparse's "unrecognized arguments" error (typos must not pass silently).
 
@@ -79,6 +79,11 @@ _SPEC = (
 _HUB = "sglang-v4 loads a local model directory; hub download options do not apply"
 _CACHE = "sglang-v4 keeps its prefix cache in GPU memory only (no hierarchical host tier)"
 _LORA = "LoRA adapters are not supported by sglang-v4 (it serves the base DeepSeek-V4 weights only)"
+_EPLB = "sglang-v4 places routed experts statically (--ep-size); no expert load balancing"
+_OBS = "sglang-v4 has no tracing or metric export beyond /metrics (--enable-metrics) and its logs"
+_DEBUG = "a debugging / tuning knob of SGLang's runtime with no counterpart here"
+_TOKENIZER = "sglang-v4 tokenizes in its HTTP process (one fast tokenizer)"
+_PD = "only read with --disaggregation-mode, which sglang-v4 refuses (one server does prefill and decode)"
 
 SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     # Attention / sampling / kernel backends.
@@ -149,12 +154,154 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--hicache-ratio", IGNORED, _CACHE),
     SGLangFlag("--hicache-size", IGNORED, _CACHE),
     SGLangFlag("--log-level-http", IGNORED, "sglang-v4's HTTP server logs at --log-level"),
+    # Flags of SGLang's DeepSeek-V4 / V3.2 recipes (cookbook launch commands).
+    SGLangFlag("--disable-flashinfer-autotune", IGNORED, "sglang-v4 does not use FlashInfer", switch=True),
+    SGLangFlag("--flashinfer-mxfp4-moe-precision", IGNORED, _MOE),
+    SGLangFlag("--enable-w4a4-mxfp4-megamoe", IGNORED, _MOE, switch=True),
+    SGLangFlag("--enforce-shared-experts-fusion", IGNORED, _MOE, switch=True),
+    SGLangFlag("--enable-deepep-moe", IGNORED, _MOE, switch=True),
+    SGLangFlag("--enable-ep-moe", IGNORED, _MOE + "; set --ep-size to shard whole experts", switch=True),
+    SGLangFlag("--enable-flashmla", IGNORED, _ATTN, switch=True),
+    SGLangFlag("--triton-attention-num-kv-splits", IGNORED, _ATTN),
+    SGLangFlag("--disable-chunked-prefix-cache", IGNORED, _ATTN, switch=True),
+    SGLangFlag("--init-expert-location", IGNORED, _EPLB),
+    SGLangFlag("--enable-waterfill", IGNORED, _EPLB, switch=True),
+    SGLangFlag("--eplb-algorithm", IGNORED, _EPLB),
+    SGLangFlag("--eplb-rebalance-num-iterations", IGNORED, _EPLB),
+    SGLangFlag("--ep-dispatch-algorithm", IGNORED, _EPLB),
+    SGLangFlag("--expert-distribution-recorder-mode", IGNORED, _EPLB),
+    SGLangFlag(
+        "--swa-full-tokens-ratio",
+        IGNORED,
+        "sglang-v4 sizes its sliding-window and compressed KV pools itself (docs/ARCHITECTURE.md)",
+    ),  # fmt: skip
+    SGLangFlag(
+        "--attn-cp-size",
+        IGNORED,
+        "sglang-v4 has no context-parallel prefill: attention runs tensor-parallel on the same --tp-size GPUs",
+    ),  # fmt: skip
+    SGLangFlag(
+        "--enable-dp-lm-head",
+        IGNORED,
+        "sglang-v4 has no DP attention (see --enable-dp-attention)",
+        switch=True,
+    ),
+    SGLangFlag(
+        "--load-balance-method",
+        IGNORED,
+        "sglang-v4 has no DP attention; --router-policy picks the replica router",
+    ),  # fmt: skip
+    SGLangFlag("--enable-prefill-delayer", IGNORED, "a DP-attention scheduling knob of SGLang", switch=True),
+    SGLangFlag("--prefill-delayer-max-delay-ms", IGNORED, "a DP-attention scheduling knob of SGLang"),
+    SGLangFlag("--tokenizer-worker-num", IGNORED, _TOKENIZER),
+    SGLangFlag("--enable-tokenizer-batch-encode", IGNORED, _TOKENIZER, switch=True),
+    SGLangFlag("--enable-dynamic-batch-tokenizer", IGNORED, _TOKENIZER, switch=True),
+    SGLangFlag("--speculative-dspark-block-size", IGNORED, _SPEC),
+    SGLangFlag("--speculative-ngram-max-bfs-breadth", IGNORED, _SPEC),
+    SGLangFlag("--speculative-token-map", IGNORED, _SPEC),
+    SGLangFlag("--speculative-accept-threshold-single", IGNORED, _SPEC),
+    SGLangFlag("--speculative-accept-threshold-acc", IGNORED, _SPEC),
+    SGLangFlag("--hicache-storage-backend", IGNORED, _CACHE),
+    SGLangFlag("--hicache-mem-layout", IGNORED, _CACHE),
+    SGLangFlag("--hicache-io-backend", IGNORED, _CACHE),
+    SGLangFlag("--hicache-write-policy", IGNORED, _CACHE),
+    SGLangFlag("--hicache-storage-prefetch-policy", IGNORED, _CACHE),
+    SGLangFlag("--disaggregation-transfer-backend", IGNORED, _PD),
+    SGLangFlag("--disaggregation-ib-device", IGNORED, _PD),
+    SGLangFlag("--disaggregation-bootstrap-port", IGNORED, _PD),
+    SGLangFlag("--mooncake-ib-device", IGNORED, _PD),
+    SGLangFlag("--elastic-ep-backend", IGNORED, _EPLB),
+    SGLangFlag("--model-loader-extra-config", IGNORED, "sglang-v4 has one safetensors loader"),
+    SGLangFlag("--weight-loader-disable-mmap", IGNORED, "sglang-v4 has one safetensors loader", switch=True),
+    SGLangFlag(
+        "--delete-ckpt-after-loading",
+        IGNORED,
+        "sglang-v4 never deletes checkpoint files",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag("--cpu-offload-gb", IGNORED, "sglang-v4 keeps all weights on the device"),
+    SGLangFlag("--enable-memory-saver", IGNORED, _DEBUG, switch=True),
+    SGLangFlag("--sleep-on-idle", IGNORED, _DEBUG, switch=True),
+    SGLangFlag("--enable-nan-detection", IGNORED, _DEBUG, switch=True),
+    SGLangFlag("--num-continuous-decode-steps", IGNORED, _DEBUG),
+    SGLangFlag("--max-micro-batch-size", IGNORED, _DEBUG),
+    SGLangFlag(
+        "--num-reserved-decode-tokens", IGNORED, "sglang-v4 reserves KV blocks exactly (no estimate to tune)"
+    ),
+    SGLangFlag("--sm-group-num", IGNORED, _DEBUG),
+    SGLangFlag("--gc-warning-threshold-secs", IGNORED, _DEBUG),
+    SGLangFlag("--warmups", IGNORED, "sglang-v4 runs its own start-up warm-up (--skip-server-warmup)"),
+    SGLangFlag("--crash-dump-folder", IGNORED, _DEBUG),
+    SGLangFlag("--show-time-cost", IGNORED, _OBS, switch=True),
+    SGLangFlag("--enable-request-time-stats-logging", IGNORED, _OBS, switch=True),
+    SGLangFlag("--enable-trace", IGNORED, _OBS, switch=True),
+    SGLangFlag("--otlp-traces-endpoint", IGNORED, _OBS),
+    SGLangFlag("--export-metrics-to-file", IGNORED, _OBS, switch=True),
+    SGLangFlag("--collect-tokens-histogram", IGNORED, _OBS, switch=True),
+    SGLangFlag("--prompt-tokens-buckets", IGNORED, _OBS),
+    SGLangFlag("--generation-tokens-buckets", IGNORED, _OBS),
+    SGLangFlag("--tokenizer-metrics-allowed-custom-labels", IGNORED, _OBS),
+    SGLangFlag(
+        "--enable-metrics-for-all-schedulers", IGNORED, "sglang-v4 has one scheduler per server", switch=True
+    ),
+    SGLangFlag("--disable-outlines-disk-cache", IGNORED, "sglang-v4 does not use outlines", switch=True),
     # Not implemented, and ignoring them would change results or the API.
     SGLangFlag("--enable-lora", UNSUPPORTED, _LORA, switch=True),
     SGLangFlag("--lora-paths", UNSUPPORTED, _LORA),
     SGLangFlag("--max-lora-rank", UNSUPPORTED, _LORA),
     SGLangFlag("--max-loras-per-batch", UNSUPPORTED, _LORA),
     SGLangFlag("--lora-backend", UNSUPPORTED, _LORA),
+    SGLangFlag("--max-loaded-loras", UNSUPPORTED, _LORA),
+    SGLangFlag("--lora-target-modules", UNSUPPORTED, _LORA),
+    SGLangFlag(
+        "--pp-size",
+        UNSUPPORTED,
+        "pipeline parallelism is not supported: use --tp-size (with --nnodes across nodes)",
+        aliases=("--pipeline-parallel-size",),
+    ),
+    SGLangFlag(
+        "--gpu-id-step",
+        UNSUPPORTED,
+        "ranks use consecutive GPUs from --base-gpu-id; pick them with CUDA_VISIBLE_DEVICES instead",
+    ),  # fmt: skip
+    SGLangFlag(
+        "--allow-auto-truncate",
+        UNSUPPORTED,
+        "prompts are never truncated: one longer than --context-length is refused with HTTP 400",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
+        "--enable-custom-logit-processor",
+        UNSUPPORTED,
+        "custom logit processors are not supported (requests carrying one are refused)",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
+        "--stream-output",
+        UNSUPPORTED,
+        "/generate streams the cumulative text and output_ids in every chunk; the disjoint-segment form is not implemented",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
+        "--preferred-sampling-params",
+        UNSUPPORTED,
+        "server-wide default sampling parameters are not supported: send them with each request",
+    ),  # fmt: skip
+    SGLangFlag(
+        "--constrained-json-whitespace-pattern",
+        UNSUPPORTED,
+        "the JSON grammar's whitespace is xgrammar's default and cannot be changed",
+    ),  # fmt: skip
+    SGLangFlag(
+        "--is-embedding",
+        UNSUPPORTED,
+        "embedding models are not supported (sglang-v4 serves generation)",
+        switch=True,
+    ),
+    SGLangFlag("--max-queued-requests", UNSUPPORTED, "a bound on the waiting queue is not implemented"),
+    SGLangFlag(
+        "--tool-server", UNSUPPORTED, "built-in tool servers are not supported (tools run in the client)"
+    ),
     SGLangFlag(
         "--enable-multimodal",
         UNSUPPORTED,
@@ -172,18 +319,17 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         "batch-invariant (deterministic) inference is not implemented: results may depend on batch composition",
         switch=True,
     ),  # fmt: skip
-    SGLangFlag(
-        "--json-model-override-args",
-        UNSUPPORTED,
-        "model-config overrides are not supported: edit config.json of the model directory instead",
-    ),  # fmt: skip
 )
 
 #: ``dest`` -> entry.
 SGLANG_FLAG_BY_DEST: dict[str, SGLangFlag] = {f.dest: f for f in SGLANG_FLAGS}
 
 #: Values that mean "not set" for an :data:`UNSUPPORTED` flag (SGLang's own defaults).
-_UNSET_VALUES: dict[str, tuple[Any, ...]] = {"disaggregation_mode": ("null",)}
+_UNSET_VALUES: dict[str, tuple[Any, ...]] = {
+    "disaggregation_mode": ("null",),
+    "pp_size": ("1",),
+    "gpu_id_step": ("1",),
+}
 
 #: Dataclass base of ``ServerArgs``: one field per table entry, ``None`` (``False`` for switches)
 #: by default, so ``ServerArgs`` and ``Engine`` take the same keywords as the CLI.
@@ -195,6 +341,18 @@ SGLangCompatArgs.__doc__ = "The accepted SGLang-only fields (see :data:`SGLANG_F
 SGLangCompatArgs.__module__ = __name__
 
 
+#: Table entries that take one or more values, as in SGLang.
+_LIST_VALUED = frozenset(
+    {
+        "lora_paths",
+        "lora_target_modules",
+        "prompt_tokens_buckets",
+        "generation_tokens_buckets",
+        "tokenizer_metrics_allowed_custom_labels",
+    }
+)
+
+
 def _is_set(entry: SGLangFlag, value: Any) -> bool:
     if value is None or value is False:
         return False
@@ -203,7 +361,7 @@ def _is_set(entry: SGLangFlag, value: Any) -> bool:
 
 def add_sglang_cli_args(parser: argparse.ArgumentParser) -> None:
     """Add every :data:`SGLANG_FLAGS` entry to ``parser`` (a switch as ``store_true``, any other as
-    one string value; list-valued ones like ``--lora-paths`` take one or more)."""
+    one string value; those of :data:`_LIST_VALUED`, like ``--lora-paths``, take one or more)."""
     group = parser.add_argument_group(
         "SGLang compatibility",
         "SGLang flags accepted so SGLang launch commands start unchanged (see README).",
@@ -213,7 +371,7 @@ def add_sglang_cli_args(parser: argparse.ArgumentParser) -> None:
         if f.switch:
             group.add_argument(f.flag, *f.aliases, dest=f.dest, action="store_true", help=help_text)
         else:
-            nargs = "+" if f.dest == "lora_paths" else None
+            nargs = "+" if f.dest in _LIST_VALUED else None
             group.add_argument(
                 f.flag, *f.aliases, dest=f.dest, type=str, nargs=nargs, default=None, help=help_text
             )

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from huggingface_hub.errors import StrictDataclassError
 from transformers import DeepseekV4Config
 
 SLIDING = "sliding_attention"
@@ -57,6 +58,31 @@ def _normalize_raw_config(raw: dict[str, Any]) -> dict[str, Any]:
     for k in ("architectures", "auto_map", "torch_dtype", "transformers_version", "dtype"):
         raw.pop(k, None)
     return raw
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` (a ``config.json`` dict, either dialect) with ``overrides`` applied; see
+    :meth:`ModelConfig.from_pretrained`. ``raw`` is not modified."""
+    out = {**raw, **overrides}
+    n = overrides.get("num_hidden_layers", overrides.get("n_layers"))
+    if n is None:
+        return out
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(
+            f"json_model_override_args: num_hidden_layers must be a positive integer (got {n!r})"
+        )
+    n_file = raw.get("num_hidden_layers", raw.get("n_layers"))
+    for key in ("layer_types", "mlp_layer_types"):
+        if key not in overrides and isinstance(raw.get(key), list) and len(raw[key]) > n:
+            out[key] = raw[key][:n]
+    ratios = raw.get("compress_ratios")
+    if "compress_ratios" not in overrides and isinstance(ratios, list) and isinstance(n_file, int):
+        mtp = ratios[n_file:]  # the trailing entries of the MTP layers
+        if len(ratios) > n:
+            out["compress_ratios"] = ratios[:n] + mtp
+    if isinstance(raw.get("num_hash_layers"), int) and "num_hash_layers" not in overrides:
+        out["num_hash_layers"] = min(raw["num_hash_layers"], n)
+    return out
 
 
 @dataclass
@@ -106,22 +132,32 @@ class ModelConfig:
             raise ValueError(f"model_type: expected 'deepseek_v4', got {mt!r}")
         try:
             hf = DeepseekV4Config(**raw)
-        except TypeError as e:  # strict dataclass: wrong type for a field
-            raise ValueError(f"config.json: {e}") from e
+        except (TypeError, ValueError, StrictDataclassError) as e:  # a field of the wrong type / value
+            raise ValueError(f"config.json: {' '.join(str(e).split())}") from e
         return cls(hf=hf)
 
     @classmethod
-    def from_pretrained(cls, model_path: str) -> ModelConfig:
+    def from_pretrained(cls, model_path: str, overrides: dict[str, Any] | None = None) -> ModelConfig:
         """Read ``<model_path>/config.json``.
+
+        Args:
+            model_path: the model directory.
+            overrides: keys that replace those of the file before parsing (SGLang's
+                ``--json-model-override-args``), e.g. ``{"num_hidden_layers": 2}``. A per-layer list
+                of the file (``compress_ratios``, ``layer_types``, ``mlp_layer_types``) longer than
+                an overridden ``num_hidden_layers`` is cut to its first layers (plus, for
+                ``compress_ratios``, the file's trailing MTP entries), so a reduced-depth model keeps
+                the published layer schedule; an override of the list itself wins.
 
         Raises:
             FileNotFoundError: if ``config.json`` does not exist.
-            ValueError: if it does not describe a DeepSeek-V4 model.
+            ValueError: if it does not describe a DeepSeek-V4 model, or an override key makes it
+                invalid (the message names the field).
         """
         path = os.path.join(model_path, "config.json")
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
-        return cls.from_dict(raw)
+        return cls.from_dict(apply_overrides(raw, overrides or {}))
 
     # ---- convenient views -----------------------------------------------------------------
     @property

@@ -44,6 +44,7 @@ def check_model_dir(
     tokenizer_path: str | None = None,
     load_format: str = "auto",
     skip_tokenizer_init: bool = False,
+    model_overrides: dict[str, Any] | None = None,
 ) -> None:
     """Check that ``model_path`` is a local model directory before any process starts.
 
@@ -53,7 +54,8 @@ def check_model_dir(
 
     Raises:
         ValueError: naming ``model_path`` or ``tokenizer_path``: missing, a file, a hub id, no
-            ``config.json`` / unreadable or not DeepSeek-V4, no safetensors checkpoint (unless
+            ``config.json`` / unreadable, not DeepSeek-V4 or invalid once ``model_overrides``
+            (``--json-model-override-args``) are applied, no safetensors checkpoint (unless
             ``load_format="dummy"``), no tokenizer files (unless ``skip_tokenizer_init``: then no
             process loads a tokenizer).
     """
@@ -90,6 +92,12 @@ def check_model_dir(
             f"model_path: {cfg} has model_type {model_type!r}; sglang-v4 serves DeepSeek-V4 models "
             f"(model_type 'deepseek_v4'). Make one with: {MAKE_CHECKPOINT_HINT}"
         )
+    from sglang_v4.configs.model_config import ModelConfig
+
+    try:
+        ModelConfig.from_pretrained(model_path, model_overrides)
+    except ValueError as e:
+        raise ValueError(f"model_path: {cfg} does not parse as a DeepSeek-V4 config: {e}") from None
     if load_format != "dummy" and not any(n.endswith(".safetensors") for n in os.listdir(model_path)):
         raise ValueError(
             f"model_path: {model_path!r} has no *.safetensors weights (use --load-format dummy for "
@@ -122,6 +130,7 @@ def resolve_model_path(server_args: ServerArgs) -> None:
         server_args.tokenizer_path,
         server_args.load_format,
         skip_tokenizer_init=server_args.skip_tokenizer_init,
+        model_overrides=server_args.model_override_args(),
     )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path

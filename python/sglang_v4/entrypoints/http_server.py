@@ -109,7 +109,7 @@ def create_app(
     when the app starts stops the server at once.
     """
     state = _State(server_args=server_args, procs=procs)
-    hf_config = _read_model_config(server_args.model_path or "")
+    hf_config = {**_read_model_config(server_args.model_path or ""), **server_args.model_override_args()}
 
     def crash(reason: str) -> None:
         tm = state.tokenizer_manager
@@ -184,7 +184,12 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tm = TokenizerManager(server_args, procs.port_args, procs.scheduler_info)
         if server_args.enable_metrics:
-            tm.metrics = TokenizerMetrics(tm.served_model_name)
+            tm.metrics = TokenizerMetrics(
+                tm.served_model_name,
+                server_args.bucket_time_to_first_token,
+                server_args.bucket_inter_token_latency,
+                server_args.bucket_e2e_request_latency,
+            )
         tm.start()
         state.tokenizer_manager = tm
         _mount_openai(app, tm, server_args)

@@ -103,7 +103,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         self.model_path = model_path
         if sa.random_seed is not None:
             torch.manual_seed(sa.random_seed)
-        self.model_config = ModelConfig.from_pretrained(model_path)
+        self.model_config = ModelConfig.from_pretrained(model_path, sa.model_override_args())
         mc = self.model_config
         self.page_size = int(sa.page_size)
         self.chunked_prefill_size = int(sa.chunked_prefill_size) if sa.chunked_prefill_size else 2048
@@ -458,7 +458,8 @@ class Scheduler(SchedulerOutputProcessorMixin):
         }
 
     def _sort_waiting(self) -> None:
-        """Order the queue: by priority (``--enable-priority-scheduling``), by longest cached
+        """Order the queue: by priority (``--enable-priority-scheduling``; higher values first, lower
+        with ``--schedule-low-priority-values-first``), by longest cached
         prefix (``--schedule-policy lpm``, up to :data:`LPM_FALLBACK_QUEUE_LEN` queued requests;
         the match does not refresh the tree's LRU stamps), else first come first served (the
         queue's own order: arrivals at the back, retracted requests at the front)."""
@@ -466,7 +467,8 @@ class Scheduler(SchedulerOutputProcessorMixin):
         if len(self.waiting) < 2:
             return
         if sa.enable_priority_scheduling:
-            self.waiting = deque(sorted(self.waiting, key=lambda r: (-r.priority, r.arrival)))
+            sign = 1 if sa.schedule_low_priority_values_first else -1
+            self.waiting = deque(sorted(self.waiting, key=lambda r: (sign * r.priority, r.arrival)))
         elif (
             sa.schedule_policy == "lpm"
             and not self.tree_cache.disable
@@ -535,12 +537,16 @@ class Scheduler(SchedulerOutputProcessorMixin):
         }
 
     def get_metrics(self) -> dict[str, Any]:
-        """Gauges for ``/metrics``: queue sizes, token usage, cache hit rate, throughput."""
+        """Gauges for ``/metrics``: queue sizes, KV tokens in use and in the pool (block pages x
+        ``page_size``), token usage, cache hit rate, throughput."""
         st = self.tree_cache.stats()
         hit, tot = st["hit_tokens"], st["prompt_tokens"]
+        pages = self.cache_manager.block_alloc
         return {
             "num_running_reqs": len(self.running),
             "num_queue_reqs": len(self.waiting),
+            "num_used_tokens": pages.used * self.page_size,
+            "max_total_num_tokens": pages.num_pages * self.page_size,
             "token_usage": self.cache_manager.token_usage(),
             "cache_hit_rate": (hit / tot) if tot else 0.0,
             "gen_throughput": self.last_gen_throughput,

@@ -309,7 +309,15 @@ class TokenizerManager(TokenizationMixin):
                 if reason.get("type") == "abort" and reason.get("status_code") == 400:
                     state.error = RequestError(str(reason.get("message", "Bad request")), 400)
                 if self.metrics is not None and state.obj.log_metrics:
-                    self.metrics.observe_finished(recv.prompt_tokens[i], completion, now - state.created_time)
+                    first = state.first_token_time
+                    self.metrics.observe_finished(
+                        recv.prompt_tokens[i],
+                        completion,
+                        now - state.created_time,
+                        cached_tokens=recv.cached_tokens[i],
+                        aborted=reason.get("type") == "abort",
+                        decode_s=(now - first) if first > 0.0 else None,
+                    )
                 if self.server_args.log_requests:
                     logger.info(
                         "Finish: rid=%s prompt_tokens=%d completion_tokens=%d cached=%d reason=%s",

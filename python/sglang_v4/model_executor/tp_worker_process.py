@@ -74,7 +74,7 @@ def run_tp_worker_process(
     try:
         t0 = time.perf_counter()
         assert server_args.model_path is not None, "model_path must be resolved before starting ranks"
-        mc = ModelConfig.from_pretrained(server_args.model_path)
+        mc = ModelConfig.from_pretrained(server_args.model_path, server_args.model_override_args())
         runner = ModelRunner(mc, server_args, tp_rank=tp_rank)
         logger.info("TP rank %d (pid %d) ready in %.1f s", tp_rank, os.getpid(), time.perf_counter() - t0)
     except Exception:
