@@ -6,6 +6,10 @@
   ``compress_ratios``, ``num_hash_layers``, flat YaRN ``rope_scaling``, FP8 ``quantization_config``;
   ``test/fixtures/configs``) parse, and ``--json-model-override-args`` cuts them to a reduced depth.
   The oracle for every config value is ``transformers.DeepseekV4Config`` / the JSON text itself.
+  The two fixtures are reconstructions, not copies of the hub files: the architecture fields follow
+  the published model shapes (``configs/presets.py``), while bookkeeping fields (token ids,
+  ``transformers_version``, ``initializer_range``) are placeholders; diff them against the hub's
+  ``config.json`` before treating them as published text.
 """
 
 from __future__ import annotations
