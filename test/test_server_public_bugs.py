@@ -16,6 +16,8 @@ checkpoints in ``test_loader_hf_variants.py``).
   multi-byte character, so that they concatenate to the text (vllm-project/vllm#6626).
 * ``add_generation_prompt: false`` (vLLM's chat extension) renders the conversation without the
   assistant turn's opening (vllm-project/router#65).
+* ``min_tokens`` / ``min_new_tokens`` hold back stop strings too: a stop string in the text of the
+  first ``min_tokens`` tokens does not end the request (vllm-project/vllm#21987).
 * The server log carries no traceback, no transformers warning and no carriage-return progress
   updates (stdout / stderr are a file here, not a terminal).
 """
@@ -332,3 +334,34 @@ def test_add_generation_prompt_false(server, default_model_dir) -> None:
             {"input_ids": ids, "sampling_params": {"max_new_tokens": 5, "temperature": 0}},
         )
         assert chat["choices"][0]["message"]["content"] == cold["text"]
+
+
+def test_min_tokens_holds_back_stop_strings(server, default_model_dir) -> None:
+    """vllm-project/vllm#21987: ``min_tokens`` with a stop string the model writes early. The
+    stop string matches only after the text of the first ``min_tokens`` tokens; the oracle is the
+    cold greedy run without stop strings, cut with plain string operations."""
+    from sglang_v4.utils import get_tokenizer
+
+    tok = get_tokenizer(default_model_dir)
+    sp = {"max_new_tokens": 12, "temperature": 0}
+    cold = _post(server, "/generate", {"text": PROMPT, "sampling_params": sp})
+    text, ids = cold["text"], cold["output_ids"]
+    stop = text[0]  # in the first token's text
+    base = {"model": "default", "prompt": PROMPT, "max_tokens": 12, "temperature": 0, "stop": [stop]}
+    early = _post(server, "/v1/completions", base)["choices"][0]
+    assert early["text"] == "" and early["finish_reason"] == "stop"
+    body = dict(base, min_tokens=3)
+    late = _post(server, "/v1/completions", body)
+    head = tok.decode(ids[:3])
+    assert text.startswith(head)
+    pos = text.find(stop, len(head))
+    choice = late["choices"][0]
+    if pos < 0:
+        assert (choice["text"], choice["finish_reason"]) == (text, "length")
+    else:
+        assert (choice["text"], choice["finish_reason"]) == (text[:pos], "stop")
+    assert late["usage"]["completion_tokens"] > 3
+    native = _post(
+        server, "/generate", {"text": PROMPT, "sampling_params": dict(sp, stop=[stop], min_new_tokens=3)}
+    )
+    assert native["text"] == choice["text"]

@@ -23,8 +23,10 @@ Incremental detokenization follows SGLang's ``detokenizer_manager.py`` scheme: p
    prefix); sent text is never taken back.
 
 On finish, a matched stop string is cut from the text (or a matched stop token id dropped) unless
-``no_stop_trim`` (with ``stop_str_after_token_id``, at its first occurrence after that token's text); the complete final text goes into ``BatchStrOut.final_strs`` so the tokenizer
-manager never has to un-send streamed text.
+``no_stop_trim`` (with ``stop_str_after_token_id``, at its first occurrence after that token's
+text; with ``min_new_tokens``, at its first occurrence after the text of that many tokens); the
+complete final text goes into ``BatchStrOut.final_strs`` so the tokenizer manager never has to
+un-send streamed text.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class DecodeStatus:
     ids: list[int] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
     decoded_len: int = 0
+    #: The first ``min_new_tokens`` output ids of a request with stop strings (kept whole: the
+    #: text they decode to is where its stop strings start to match).
+    head_ids: list[int] = field(default_factory=list)
 
     @property
     def decoded_text(self) -> str:
@@ -107,7 +112,11 @@ class DecodeStatus:
 
 
 def trim_matched_stop(
-    text: str, finished_reason: FinishReason | None, no_stop_trim: bool, after: str | None = None
+    text: str,
+    finished_reason: FinishReason | None,
+    no_stop_trim: bool,
+    after: str | None = None,
+    min_start: int = 0,
 ) -> str:
     """Cut ``text`` at a matched stop string (SGLang semantics).
 
@@ -116,7 +125,8 @@ def trim_matched_stop(
     the text unchanged (stop *token* ids are dropped before decoding, see :class:`DetokenizerManager`).
     ``after``: the text of the request's ``stop_str_after_token_id`` token; the scheduler matched
     the stop string only after it, so the search starts after its first occurrence (an earlier
-    occurrence, e.g. in the reasoning, is not the match).
+    occurrence, e.g. in the reasoning, is not the match). ``min_start``: the length of the text
+    of the first ``min_new_tokens`` tokens, before which no occurrence is the match either.
     """
     if not finished_reason:
         return text
@@ -127,7 +137,7 @@ def trim_matched_stop(
     if after:
         at = text.find(after)
         start = at + len(after) if at >= 0 else 0
-    pos = text.find(matched, start)
+    pos = text.find(matched, max(start, min_start))
     if pos < 0:
         return text
     return text[: pos + len(matched)] if no_stop_trim else text[:pos]
@@ -198,6 +208,9 @@ class DetokenizerManager:
                 s = self.decode_status[rid] = DecodeStatus()
             s.ids.extend(recv.output_ids[i])
             ids = s.ids
+            min_toks = recv.stop_str_min_tokens[i] if recv.stop_str_min_tokens else 0
+            if len(s.head_ids) < min_toks:
+                s.head_ids.extend(recv.output_ids[i][: min_toks - len(s.head_ids)])
             if reason is not None:
                 # Finished: drop a matched stop token id unless no_stop_trim, then decode the tail.
                 matched = reason.get("matched")
@@ -215,7 +228,12 @@ class DetokenizerManager:
                 full = s.decoded_text + read_text[len(surr_text) :]
                 after_id = recv.stop_str_after_token_id[i] if recv.stop_str_after_token_id else None
                 after = self._decode([after_id], False) if after_id is not None else None
-                final = trim_matched_stop(full, reason, no_trim, after)
+                min_start = (
+                    len(self._decode(s.head_ids, skip))
+                    if min_toks and isinstance(reason.get("matched"), str)
+                    else 0
+                )
+                final = trim_matched_stop(full, reason, no_trim, after, min_start)
                 output_strs.append(final[s.sent_offset :])
                 final_strs.append(final)
                 del self.decode_status[rid]

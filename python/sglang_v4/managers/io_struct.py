@@ -318,6 +318,9 @@ class BatchTokenIDOut:
     - ``output_ids[i]``: output ids new since the last message for this request.
     - ``skip_special_tokens``, ``spaces_between_special_tokens``, ``no_stop_trim``,
       ``stop_str_after_token_id`` (``None`` when unset): from the request's sampling params.
+    - ``stop_str_min_tokens``: the request's ``min_new_tokens`` when it has stop strings / regexes
+      (else 0): a stop string is matched only after the text of that many output tokens, so the
+      detokenizer cuts the final text at an occurrence after it.
     - ``prompt_tokens``, ``completion_tokens`` (output tokens so far), ``cached_tokens`` (prompt
       tokens served from the radix cache).
 
@@ -342,6 +345,7 @@ class BatchTokenIDOut:
     cached_tokens: list[int]
     spaces_between_special_tokens: list[bool] = field(default_factory=list)
     stop_str_after_token_id: list[int | None] = field(default_factory=list)
+    stop_str_min_tokens: list[int] = field(default_factory=list)
     input_token_logprobs_val: list[list[float | None]] = field(default_factory=list)
     input_token_logprobs_idx: list[list[int]] = field(default_factory=list)
     output_token_logprobs_val: list[list[float]] = field(default_factory=list)
@@ -384,6 +388,7 @@ class BatchTokenIDOut:
             out.no_stop_trim,
             out.prompt_tokens,
             out.stop_str_after_token_id,
+            out.stop_str_min_tokens,
             return_logprob,
         ) = (
             fixed_columns.get(list(reqs), _output_rows)
@@ -444,6 +449,7 @@ class BatchTokenIDOut:
         spaces_between_special_tokens: bool = True,
         no_stop_trim: bool = False,
         stop_str_after_token_id: int | None = None,
+        stop_str_min_tokens: int = 0,
         input_token_logprobs: tuple[list[float | None], list[int]] | None = None,
         output_token_logprobs: tuple[list[float], list[int]] | None = None,
         input_top_logprobs: tuple[list[list[float] | None], list[list[int] | None]] | None = None,
@@ -462,6 +468,7 @@ class BatchTokenIDOut:
         self.spaces_between_special_tokens.append(spaces_between_special_tokens)
         self.no_stop_trim.append(no_stop_trim)
         self.stop_str_after_token_id.append(stop_str_after_token_id)
+        self.stop_str_min_tokens.append(stop_str_min_tokens)
         self.prompt_tokens.append(prompt_tokens)
         self.completion_tokens.append(completion_tokens)
         self.cached_tokens.append(cached_tokens)

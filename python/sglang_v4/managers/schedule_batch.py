@@ -122,9 +122,9 @@ class Req:
 
     #: What every output message carries of the request and never changes:
     #: ``(rid, skip_special_tokens, spaces_between_special_tokens, no_stop_trim, prompt tokens,
-    #: stop_str_after_token_id)``.
-    output_static: tuple[str, bool, bool, bool, int, int | None] = field(
-        init=False, default=("", True, True, False, 0, None)
+    #: stop_str_after_token_id, min_new_tokens of a request with stop strings / regexes else 0)``.
+    output_static: tuple[str, bool, bool, bool, int, int | None, int] = field(
+        init=False, default=("", True, True, False, 0, None, 0)
     )
     #: The sampling inputs that never change once the request is queued, as
     #: :meth:`ScheduleBatch.get_model_worker_batch` reads them (:meth:`freeze_sampling`).
@@ -142,6 +142,7 @@ class Req:
             bool(sp.no_stop_trim),
             len(self.origin_input_ids),
             sp.stop_str_after_token_id,
+            sp.min_new_tokens if (sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex) else 0,
         )
 
     def freeze_sampling(self) -> tuple[Any, ...]:

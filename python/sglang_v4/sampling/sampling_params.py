@@ -146,7 +146,8 @@ class SamplingParams:
         frequency_penalty, presence_penalty: float in [-2, 2] = 0.0. OpenAI-style penalties over
             output tokens.
         repetition_penalty: float in (0, 2] = 1.0. CTRL-style penalty over prompt+output tokens.
-        min_new_tokens: int >= 0 = 0. EOS / stop tokens are masked until this many tokens exist.
+        min_new_tokens: int >= 0 = 0. EOS / stop tokens are masked until this many tokens exist,
+            and stop strings / regexes match only in the text after the first this many tokens.
         n: int in [1, MAX_N] = 1. Parallel samples.
         json_schema, regex, ebnf, structural_tag: str | None. Constrained decoding (at most one;
             applied by :mod:`sglang_v4.sampling.grammar`; ``structural_tag`` is xgrammar's JSON).

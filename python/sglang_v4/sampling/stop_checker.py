@@ -66,6 +66,9 @@ def check_stop(
             or the context is full).
         text_start: stop strings / regexes match only in the text of ``output_ids[text_start:]``;
             ``-1``: not at all yet (see :func:`stop_text_start`, ``stop_str_after_token_id``).
+            The start is raised to ``params.min_new_tokens``: a stop string or regex in the text
+            of the first ``min_new_tokens`` tokens does not end the request (vLLM's ``min_tokens``
+            rule for stop strings, which the OpenAI route's ``min_tokens`` follows).
 
     Returns:
         A finish-reason dict (see module docstring) or ``None`` when generation continues.
@@ -84,6 +87,8 @@ def check_stop(
     regs = params.stop_regex_strs if params.stop_regex_strs is not None else params.stop_regex
     if isinstance(regs, str):
         regs = [regs]
+    if text_start >= 0:
+        text_start = max(text_start, params.min_new_tokens)
     if (stops or regs) and 0 <= text_start < len(output_ids):
         if tokenizer is None:
             raise ValueError("stop: stop strings need a tokenizer to decode the output")
