@@ -114,12 +114,12 @@ klr.dump(recs, sys.argv[1])
 
 # launches serving makes that the recording must contain (kernel, argument types, constexprs): the
 # indexer's decode scoring kernel on bf16 queries over bf16 / fp8 / fp4 keys (codecs 0 / 2 / 3), the
-# general scoring kernel of an extend on the same, and the radix selection (fused filter + final,
+# extend scoring kernel (the default ``indexer.EXTEND_SCORE``) on the same, and the radix selection (fused filter + final,
 # and the two-launch radix final) at the serving candidate cap
 _SERVING_LAUNCHES = [
     *(
         (f"sgl_kernel_v4.triton.{mod}", {"q_ptr": "*bf16"}, {"CODEC": codec, "DI": 128})
-        for mod in ("indexer_score:_score_decode_kernel", "indexer:_score_kernel")
+        for mod in ("indexer_score:_score_decode_kernel", "indexer_score_extend:_score_extend_kernel")
         for codec in (0, 2, 3)
     ),
     ("sgl_kernel_v4.triton.indexer_select:_filter_final_kernel", {}, {"CAP": 4096, "BLOCK_K2": 512}),
