@@ -172,6 +172,20 @@ def short_run_keys(keys_ptr, stride_k, prow, E, gl, n, act, c_lo, c_end, BLOCK_C
 
 
 @triton.jit
+def _key_tile(kv, prow, E, c0, c_end, offs_c, offs_d, CODEC: tl.constexpr, DI: tl.constexpr):
+    # the key tile of entries c0 + offs_c (below c_end) of a request's page row prow: entry indices,
+    # in-range mask, valid mask (in range, page mapped), keys [BLOCK_C, DI] and their fp32 scales
+    kv_ptr, kv_rpp, kv_ps, kv_rs = kv
+    c = c0 + offs_c
+    cm = c < c_end
+    page = tl.load(prow + c // E, mask=cm, other=-1).to(tl.int64)
+    valid = cm & (page >= 0)
+    off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
+    k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+    return c, cm, valid, k, ks
+
+
+@triton.jit
 def _store_token(keys_ptr, scores_ptr, stride_k, gi, ni, ne, score, c, valid, cm, WRITE_SCORES: tl.constexpr):
     # one token's [BLOCK_C] scores of the tile: keys (INT_MIN where invalid) where it sees them
     ok = valid & (c < ni)
@@ -263,6 +277,7 @@ def _score_extend_kernel(
     treq = tl.load(token_req_ptr + t_base + gl, mask=t_ok, other=-1)
     offs_d = tl.arange(0, DI)
     offs_c = tl.arange(0, BLOCK_C)
+    kv = (kv_ptr, kv_rpp, kv_ps, kv_rs)
     if SHORT:
         zero_long_rows(hist_ptr, cnt_ptr, gl, t_ok, n, K, s, nsc)
     for i in range(0, BLOCK_T):
@@ -293,12 +308,7 @@ def _score_extend_kernel(
                                 + offs_d[None, :], mask=m_ok[:, None], other=0.0)  # fmt: skip
                     w = tl.load(w_ptr + (t_base + mt) * stride_wt + mh, mask=m_ok, other=0.0).to(tl.float32)
                     for c0 in range(c_lo, c_end, BLOCK_C):
-                        c = c0 + offs_c
-                        cm = c < c_end
-                        page = tl.load(prow + c // E, mask=cm, other=-1).to(tl.int64)
-                        valid = cm & (page >= 0)
-                        off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
-                        k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+                        c, cm, valid, k, ks = _key_tile(kv, prow, E, c0, c_end, offs_c, offs_d, CODEC, DI)
                         sd = tl.dot(k.to(q.dtype), tl.trans(q))  # [BLOCK_C, BLOCK_T * BLOCK_H] fp32
                         sd = tl.maximum(sd * ks[:, None] * scale, 0.0) * w[None, :]
                         score = tl.trans(tl.sum(tl.reshape(sd, [BLOCK_C, BLOCK_T, BLOCK_H]), 2))
@@ -324,12 +334,7 @@ def _score_extend_kernel(
                         q6, w6, n6, a6 = _token_q(*qa, 6, act, n, HI, BLOCK_H, DI)
                         q7, w7, n7, a7 = _token_q(*qa, 7, act, n, HI, BLOCK_H, DI)
                     for c0 in range(c_lo, c_end, BLOCK_C):
-                        c = c0 + offs_c
-                        cm = c < c_end
-                        page = tl.load(prow + c // E, mask=cm, other=-1).to(tl.int64)
-                        valid = cm & (page >= 0)
-                        off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
-                        k, kscale = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+                        c, cm, valid, k, kscale = _key_tile(kv, prow, E, c0, c_end, offs_c, offs_d, CODEC, DI)
                         k = k.to(q0.dtype)
                         ks = kscale[:, None] * scale
                         out = (keys_ptr, scores_ptr, stride_k)
