@@ -235,10 +235,10 @@ def run_reqs(s: Any, reqs: dict[str, list[int]], n: int) -> dict[str, float]:
 
 
 def warm_up(s: Any, vocab: int, n_prompt: int, steps: int) -> float:
-    """Compile every kernel variant and capture the decode graphs the sweep replays (bs 1 and 8)
-    before anything is timed: one ``n_prompt``-token request, then 8 on its prefix; the prefix
-    cache is flushed after. Returns the seconds it took (the server's start-up warm-up does this
-    before ready; the harness builds its scheduler with ``skip_warmup``)."""
+    """Run the sweep's own shapes once before anything is timed (after the server's start-up
+    warm-up, unless ``--skip-server-warmup``): one ``n_prompt``-token request, then 8 on its
+    prefix, so the decode graphs of bs 1 and 8 are captured; the prefix cache is flushed after.
+    Returns the seconds it took."""
     t = time.time()
     g = torch.Generator().manual_seed(12345)
     ids = torch.randint(10, vocab - 1, (n_prompt,), generator=g).tolist()
@@ -267,7 +267,10 @@ def sweep_config(
         context_length=a.context,
         max_running_requests=8,
         cuda_graph_max_bs=8,
-        skip_warmup=True,
+        # the server's start-up warm-up (every token-count class: a first hit of a few dozen new
+        # tokens would otherwise compile, e.g. the MoE align sort's 512-pair class); the harness's
+        # own warm-up below adds the graph captures of its batch sizes
+        skip_warmup=a.skip_server_warmup,
         **({"max_total_tokens": a.max_total_tokens} if a.max_total_tokens else {}),
     )
     s = Scheduler(sa)
@@ -390,6 +393,11 @@ def main() -> int:
     ap.add_argument("--decode-steps", type=int, default=24)
     ap.add_argument("--configs", default="fp8_e4m3+fp4,bf16", help="KV configs, in order")
     ap.add_argument("--skip-topk", action="store_true", help="no phase 1 (the 262,144-candidate top-k)")
+    ap.add_argument(
+        "--skip-server-warmup",
+        action="store_true",
+        help="build the scheduler without the server's start-up kernel warm-up (the harness's 4k warm-up only)",
+    )
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     a.device = "cpu" if a.dry else "cuda"
