@@ -55,6 +55,25 @@ def test_priority_scheduling(sched_model_dir):
     assert_idle(s)
 
 
+def test_priority_scheduling_low_values_first(sched_model_dir):
+    """SGLang's ``--schedule-low-priority-values-first``: the lower value runs first (equal values:
+    arrival order)."""
+    s = make_scheduler(
+        sched_model_dir,
+        max_running_requests=1,
+        enable_priority_scheduling=True,
+        schedule_low_priority_values_first=True,
+    )
+    submit(s, "high", random_ids(100, 4), 2, priority=10)
+    submit(s, "low", random_ids(100, 3), 2, priority=0)
+    submit(s, "low2", random_ids(100, 5), 2, priority=0)
+    s.step()
+    assert [r.rid for r in s.running] == ["low"]
+    assert [r.rid for r in s.waiting] == ["low2", "high"]
+    drain(s)
+    assert_idle(s)
+
+
 def test_invalid_requests_finish_with_400(sched_model_dir):
     s = make_scheduler(sched_model_dir, context_length=600)
     submit(s, "long", random_ids(700, 5), 4)
