@@ -13,7 +13,9 @@ from typing import Any
 
 from dsv4_testutil import CONFIGS
 from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+from sglang_v4.managers.schedule_batch import Req
 from sglang_v4.managers.scheduler import Scheduler
+from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.tools.make_checkpoint import write_checkpoint
@@ -100,3 +102,24 @@ def assert_idle(s: Scheduler) -> None:
     p = s.pool
     assert p.block_alloc.used == 0 and p.window_alloc.used == 0
     assert p.req_slots.available == p.req_slots.size
+
+
+class OutputProcessorStub(SchedulerOutputProcessorMixin):
+    """The scheduler state ``SchedulerOutputProcessorMixin._append_token`` reads, without a model:
+    the tokenizer, ``FAKE_EOS`` as the only EOS id, every token streamed, finishes recorded on the
+    request (``req.finished_reason``), no output due."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        from server_fixture import FAKE_EOS
+
+        self.tokenizer = tokenizer
+        self.eos_ids = {FAKE_EOS}
+        self.stream_interval = 1
+        self._pending_ids: set[int] = set()
+        self.pending_outputs: list[Req] = []
+
+    def _finish(self, req: Req, reason: Any) -> None:
+        req.finished_reason = reason
+
+    def _due_output(self, req: Req) -> bool:
+        return False

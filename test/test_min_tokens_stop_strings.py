@@ -10,14 +10,12 @@ script (the oracle), not from the code under test.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from scheduler_testutil import OutputProcessorStub
 from server_fixture import FAKE_EOS, tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut
 from sglang_v4.managers.schedule_batch import Req
-from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.sampling.stop_checker import check_stop, stop_text_start
 
@@ -31,23 +29,6 @@ def tok():
     return AutoTokenizer.from_pretrained(tokenizer_source_dir())
 
 
-class _Sched(SchedulerOutputProcessorMixin):
-    """The scheduler state ``_append_token`` reads, without a model."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.eos_ids = {FAKE_EOS}
-        self.stream_interval = 1
-        self._pending_ids: set[int] = set()
-        self.pending_outputs: list[Req] = []
-
-    def _finish(self, req: Req, reason: Any) -> None:
-        req.finished_reason = reason
-
-    def _due_output(self, req: Req) -> bool:
-        return False
-
-
 def _generate(tok, sp: SamplingParams, ids: list[int]) -> tuple[Req, str]:
     """Feed ``ids`` token by token to the scheduler's finish check, sending every token to the
     detokenizer in its own message (as a stream); returns the request and its final text."""
@@ -56,7 +37,7 @@ def _generate(tok, sp: SamplingParams, ids: list[int]) -> tuple[Req, str]:
     req.max_new_tokens = len(ids)
     req.has_text_stops = True
     req.stop_text_start = stop_text_start(req.output_ids, sp)
-    s, detok = _Sched(tok), DetokenizerManager(tok)
+    s, detok = OutputProcessorStub(tok), DetokenizerManager(tok)
     final = None
     for t in ids:
         s._append_token(req, t, None, None)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from scheduler_testutil import OutputProcessorStub
 from server_fixture import FAKE_EOS, FAKE_SCRIPT, tokenizer_source_dir
 from sglang_v4.entrypoints.openai.reasoning_parser import stops_after_reasoning
 from sglang_v4.managers.detokenizer_manager import trim_matched_stop
 from sglang_v4.managers.schedule_batch import Req
-from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.sampling.stop_checker import check_stop, stop_text_start
 
@@ -27,23 +27,6 @@ def tok():
     return AutoTokenizer.from_pretrained(tokenizer_source_dir())
 
 
-class _Sched(SchedulerOutputProcessorMixin):
-    """The scheduler state ``_append_token`` reads, without a model."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.eos_ids = {FAKE_EOS}
-        self.stream_interval = 1
-        self._pending_ids: set[int] = set()
-        self.pending_outputs: list[Req] = []
-
-    def _finish(self, req: Req, reason: Any) -> None:
-        req.finished_reason = reason
-
-    def _due_output(self, req: Req) -> bool:
-        return False
-
-
 def _run(tok, sp: SamplingParams, ids: list[int]) -> Req:
     """Feed ``ids`` to the scheduler's ``_append_token`` until the request finishes."""
     sp.normalize(tok)
@@ -51,7 +34,7 @@ def _run(tok, sp: SamplingParams, ids: list[int]) -> Req:
     req.max_new_tokens = len(ids)
     req.has_text_stops = True
     req.stop_text_start = stop_text_start(req.output_ids, sp)  # as the scheduler on admission
-    s = _Sched(tok)
+    s = OutputProcessorStub(tok)
     for t in ids:
         s._append_token(req, t, None, None)
         if req.finished_reason is not None:
