@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import shutil
@@ -26,6 +25,7 @@ from sglang_v4.entrypoints.engine import check_model_dir
 from sglang_v4.launch_server import OneLineErrorParser, main
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_compat import ignored_sglang_args, warn_ignored_sglang_args
+from test_sglang_flags import parse
 from transformers import DeepseekV4Config
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
@@ -57,12 +57,6 @@ COOKBOOK_COMMANDS = [
     "--watchdog-timeout 1000 --random-seed 42 --api-key sk-1 --schedule-policy lpm --disable-radix-cache "
     "--tool-call-parser deepseekv4 --reasoning-parser deepseek-v4 --nccl-init-addr 10.0.0.1:5000",
 ]
-
-
-def parse(cmd: str) -> ServerArgs:
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
-    return ServerArgs.from_cli_args(parser.parse_args([*shlex.split(cmd), "--device", "cpu"]))
 
 
 @pytest.mark.parametrize("cmd", COOKBOOK_COMMANDS)
