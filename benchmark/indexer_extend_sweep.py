@@ -10,9 +10,10 @@ compiles) for
 * ``general``: the general scoring kernel (``ExtendScore(form="general")``, the baseline, same run);
 * each ``ExtendScore`` setting of ``indexer_score_extend.SWEEP_SETTINGS`` (``--grid full``: every
   form x block_t x block_c 64/128 x warps 4/8 x stages 2/3; ``--grid none``: no setting);
-* ``--waves W,..``: the module default (``indexer.EXTEND_SCORE``) with the scoring split into
-  enough shares per row for at least ``W`` programs per SM (a power of two, at most 256; the
-  served rule, ``indexer_select.splits``, aims at 2 waves), the label ``waves W``.
+* ``--waves W,..``: the module default (``indexer.EXTEND_SCORE``) with its ``waves`` field set to
+  ``W`` (the scoring split into enough shares per token block for at least ``W`` programs per SM:
+  ``indexer_score_extend.extend_splits``); ``W = 0``: ``waves=None``, the decode rule
+  (``indexer_select.splits``, at most two waves).
 
 Reports the time per call, the speed-up over ``general``, the scoring rate ``2 T C heads di /
 time`` in TFLOP/s (the whole call's time: a lower bound on the scoring kernel's), and whether
@@ -31,6 +32,7 @@ Writes ``DIR/indexer_extend_sweep.md`` and ``DIR/indexer_extend_sweep.json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -112,28 +114,8 @@ def time_setting(p: dict, es: Any, sh: dict, calls: int, dev: str) -> tuple[floa
     return statistics.median(ms), out.cpu()
 
 
-def time_waves(p: dict, waves: int, sh: dict, calls: int, dev: str) -> tuple[float, torch.Tensor]:
-    """:func:`time_setting` of the module default with the scoring pass's shares per row set for at
-    least ``waves`` programs per SM (``indexer.splits`` replaced for the call; the selection
-    passes keep theirs)."""
-    from sgl_kernel_v4.triton import indexer
-    from sgl_kernel_v4.triton._utils import num_sms
-
-    def shares(rows: int, device: torch.device) -> int:
-        n = 1
-        while n * rows < waves * num_sms(device) and n < 256:
-            n *= 2
-        return n
-
-    served = indexer.splits
-    indexer.splits = shares
-    try:
-        return time_setting(p, None, sh, calls, dev)
-    finally:
-        indexer.splits = served
-
-
 def sweep(a: argparse.Namespace) -> list[dict]:
+    from sgl_kernel_v4.triton import indexer
     from sgl_kernel_v4.triton.indexer_score_extend import SWEEP_SETTINGS, ExtendScore, full_grid
 
     dev = "cpu" if a.dry else "cuda"
@@ -150,17 +132,15 @@ def sweep(a: argparse.Namespace) -> list[dict]:
             calls = a.calls or (1 if a.dry else 5 if C > 65536 else 10)
             base_ms, base = time_setting(p, ExtendScore(form="general"), sh, calls, dev)
             waves = [int(w) for w in a.waves.split(",")] if a.waves else []
-            for es in [None, *settings, *waves]:
-                if isinstance(es, int):
-                    label = f"waves {es}"
-                else:
-                    label = "general" if es is None else es.label()
+            served = indexer.EXTEND_SCORE
+            by_waves = [dataclasses.replace(served, waves=w or None) for w in waves]
+            for es in [None, *settings, *by_waves]:
+                label = "general" if es is None else es.label()
+                if es is not None and es.form == served.form and es.waves is None and by_waves:
+                    label += " waves None"
                 row = {"C": C, "keys": fmt, "tokens": T, "setting": label}
                 try:
-                    if isinstance(es, int):
-                        ms, sel = time_waves(p, es, sh, calls, dev)
-                    else:
-                        ms, sel = (base_ms, base) if es is None else time_setting(p, es, sh, calls, dev)
+                    ms, sel = (base_ms, base) if es is None else time_setting(p, es, sh, calls, dev)
                 except Exception as exc:  # a setting the compiler or the device refuses
                     row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                     rows.append(row)
@@ -202,7 +182,11 @@ def main() -> int:
     ap.add_argument("--keys", default="bf16,fp4", help="comma list of key formats: bf16, fp4")
     ap.add_argument("--calls", type=int, default=0, help="timed calls per setting (default 5 / 10)")
     ap.add_argument("--grid", choices=("default", "full", "none"), default="default")
-    ap.add_argument("--waves", default="", help="comma list: the default setting at W programs per SM")
+    ap.add_argument(
+        "--waves",
+        default="",
+        help="comma list: the default setting at W programs per SM (0: the decode rule)",
+    )
     a = ap.parse_args()
     if a.dry and os.environ.get("TRITON_INTERPRET") != "1":  # set before triton is imported
         os.environ["TRITON_INTERPRET"] = "1"

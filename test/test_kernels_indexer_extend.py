@@ -32,15 +32,17 @@ SETTINGS = [
     ("keys_split", 2, 32, 4, 2),
     ("keys_split", 4, 64, 4, 3),
     ("keys_split", 8, 32, 8, 2),
-    ("keys_split", 8, 128, 8, 2),  # the default (indexer.EXTEND_SCORE)
+    ("keys_split", 8, 128, 8, 2),
+    ("keys_split", 8, 128, 8, 2, 4),  # the default (indexer.EXTEND_SCORE): split for 4 waves
+    ("keys_split", 2, 32, 4, 2, 8),  # many shares past the entries (empty programs)
     ("general", 4, 32, None, None),
 ]
 
 
-def _setting(form: str, bt: int, bc: int, warps: int | None, stages: int | None):
+def _setting(form: str, bt: int, bc: int, warps: int | None, stages: int | None, waves: int | None = None):
     from sgl_kernel_v4.triton.indexer_score_extend import ExtendScore
 
-    return ExtendScore(form=form, block_t=bt, block_c=bc, num_warps=warps, num_stages=stages)
+    return ExtendScore(form=form, block_t=bt, block_c=bc, num_warps=warps, num_stages=stages, waves=waves)
 
 
 def _order_key(scores: torch.Tensor) -> torch.Tensor:
@@ -237,7 +239,24 @@ def test_extend_score_bad_fields() -> None:
         ({"num_stages": 0}, "num_stages"),
         ({"form": "keys_split", "block_t": 16}, "block_t"),
         ({"form": "keys", "block_t": 8}, "block_t"),
+        ({"waves": 0}, "waves"),
     ):
         with pytest.raises(ValueError, match=field):
             ExtendScore(**kw)
     assert ExtendScore(form="keys", block_t=4).form_code == 0
+
+
+def test_extend_splits_fill_the_waves() -> None:
+    """The share count is the least power of two (at most 256) whose programs fill ``waves`` x SMs,
+    checked against a search over every power of two; a 2,048-token chunk of 80-row blocks on the
+    H200 (10 blocks of 8 tokens, 132 SMs) takes 64 shares at 4 waves (640 programs)."""
+    from sgl_kernel_v4.triton.indexer_score_extend import extend_splits
+
+    assert extend_splits(10, 132, 4) == 64
+    for blocks in (1, 3, 10, 64, 300, 5000):
+        for sms, waves in ((8, 1), (132, 2), (132, 4), (78, 8)):
+            fits = [1 << i for i in range(9) if (1 << i) * blocks >= waves * sms]
+            assert extend_splits(blocks, sms, waves) == (fits[0] if fits else 256)
+    for bad in ((0, 132, 4, "blocks"), (10, 0, 4, "sms"), (10, 132, 0, "waves")):
+        with pytest.raises(ValueError, match=bad[3]):
+            extend_splits(*bad[:3])

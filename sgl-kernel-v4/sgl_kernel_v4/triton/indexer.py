@@ -76,11 +76,12 @@ import triton.language as tl
 
 from sgl_kernel_v4.paged import as_paged
 from sgl_kernel_v4.ref.attention import select_topk
-from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
 from sgl_kernel_v4.triton.indexer_score import DECODE_SCORE_CONFIG, _score_decode_kernel
 from sgl_kernel_v4.triton.indexer_score_extend import (
     ExtendScore,
     _score_extend_kernel,
+    extend_splits,
     short_run_keys,
     zero_long_rows,
 )
@@ -126,8 +127,9 @@ DECODE_FP4_BLOCKS = True
 #: keys-major kernel with the setting's tile; ``indexer_topk(extend_score=...)`` overrides it per call.
 #: The default is the fastest setting of the H200 sweep (``benchmark/indexer_extend_sweep.py``; a
 #: 2,048-token chunk, 64 heads x 128, top-512): 3.1-3.5x the general kernel's call at 32,768 and
-#: 262,144 candidates, bf16 and fp4 keys (benchmark/RESULTS.md, 2026-12-03).
-EXTEND_SCORE = ExtendScore(form="keys_split", block_t=8, block_c=128, num_warps=8, num_stages=2)
+#: 262,144 candidates, bf16 and fp4 keys (benchmark/RESULTS.md, 2026-12-03); its split aims at 4
+#: waves of programs (``waves=4``: 1.33x / 1.43x faster again at 262,144 candidates, bf16 / fp4).
+EXTEND_SCORE = ExtendScore(form="keys_split", block_t=8, block_c=128, num_warps=8, num_stages=2, waves=4)
 
 
 # no recompile per block / batch size, nor per alignment of the index tables (slices of the batch)
@@ -437,7 +439,10 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
             ws.keys[:g].fill_(INT_MIN_VALUE)
             ws.scores[:g].fill_(float("-inf"))
         n_tb = cdiv(g, block_t)
-        nsc = splits(n_tb, q.device)
+        if block_t > 1 and es.waves is not None:
+            nsc = extend_splits(n_tb, num_sms(q.device), es.waves)
+        else:
+            nsc = splits(n_tb, q.device)
         if block_t == 1 and DECODE_SCORE_KERNEL and kv.codec_id in DECODE_SCORE_CODECS:
             _score_decode_kernel[(g, nsc)](
                 q, q.stride(0), q.stride(1), weights, weights.stride(0),

@@ -34,7 +34,14 @@ import triton.language as tl
 from sgl_kernel_v4.triton.indexer_select import CNT, HIST_W, INT_MIN, _float_to_key
 from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets
 
-__all__ = ["ExtendScore", "EXTEND_FORMS", "SWEEP_SETTINGS", "full_grid", "_score_extend_kernel"]
+__all__ = [
+    "ExtendScore",
+    "EXTEND_FORMS",
+    "extend_splits",
+    "SWEEP_SETTINGS",
+    "full_grid",
+    "_score_extend_kernel",
+]
 
 #: ``ExtendScore.form`` values: the general kernel (tokens-major) and the two keys-major forms.
 EXTEND_FORMS = ("general", "keys", "keys_split")
@@ -57,6 +64,10 @@ class ExtendScore:
         num_warps: warps per program (a power of two); ``None``: 8 when ``block_t x heads`` is at
             least 64, else 4 (the general kernel's rule).
         num_stages: software-pipeline stages of the key loop (>= 1); ``None``: Triton's default.
+        waves: programs per SM the split of the candidates aims at (>= 1): the launch takes the
+            smallest power-of-two number of shares per token block, at most 256, whose programs
+            fill ``waves`` x the SM count (:func:`extend_splits`); ``None``: the decode rule
+            (``indexer_select.splits``: at most two waves, often fewer).
 
     Raises:
         ValueError: a field out of range, naming it.
@@ -67,6 +78,7 @@ class ExtendScore:
     block_c: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
+    waves: int | None = None
 
     def __post_init__(self) -> None:
         if self.form not in EXTEND_FORMS:
@@ -85,6 +97,8 @@ class ExtendScore:
             raise ValueError(f"block_t: at most {_MAX_KEYS_TOKENS} for form 'keys', got {self.block_t}")
         if self.num_stages is not None and self.num_stages < 1:
             raise ValueError(f"num_stages: expected >= 1 or None, got {self.num_stages}")
+        if self.waves is not None and self.waves < 1:
+            raise ValueError(f"waves: expected >= 1 or None, got {self.waves}")
 
     @property
     def form_code(self) -> int:
@@ -94,8 +108,29 @@ class ExtendScore:
     def label(self) -> str:
         """Short name for reports, e.g. ``keys t4 c128 w8 s3``."""
         if self.form == "general":
-            return "general"
-        return f"{self.form} t{self.block_t} c{self.block_c} w{self.num_warps} s{self.num_stages}"
+            return "general" + (f" waves {self.waves}" if self.waves else "")
+        tail = f" waves {self.waves}" if self.waves else ""
+        return f"{self.form} t{self.block_t} c{self.block_c} w{self.num_warps} s{self.num_stages}{tail}"
+
+
+def extend_splits(blocks: int, sms: int, waves: int) -> int:
+    """Shares of the candidates per token block for an extend scoring launch of ``blocks`` token
+    blocks on ``sms`` SMs: the smallest power of two ``n`` (at most 256) with ``n x blocks >= waves x
+    sms``. On the H200 (132 SMs) a 2,048-token chunk's launch of 10 eight-token blocks took 16
+    shares at the decode rule (160 programs: 1.2 waves, the second 21% full); 4 waves (64 shares,
+    640 programs) made the chunk's indexer call 1.33x (bf16 keys) and 1.43x (fp4) faster at 262,144
+    candidates (benchmark/RESULTS.md, 2026-12-03 second session).
+
+    Raises:
+        ValueError: ``blocks``, ``sms`` or ``waves`` below 1.
+    """
+    for name, v in (("blocks", blocks), ("sms", sms), ("waves", waves)):
+        if v < 1:
+            raise ValueError(f"{name}: expected >= 1, got {v}")
+    n = 1
+    while n * blocks < waves * sms and n < 256:
+        n *= 2
+    return n
 
 
 #: The settings ``benchmark/indexer_extend_sweep.py`` times by default (and the sm_90 compile test
