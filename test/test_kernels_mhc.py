@@ -73,6 +73,32 @@ def test_hc_pre(T: int, n: int, D: int, dtype: torch.dtype) -> None:
         assert torch.allclose(c.sum(-1), torch.ones(T, n, dtype=torch.float64), atol=1e-2)
 
 
+@pytest.mark.parametrize("mix_tile", [(32, 4), (64, 8), (128, 8)])
+@pytest.mark.parametrize("T,n,D", [(70, 4, 512), (3, 2, 300)])
+def test_hc_pre_mix_tiles(mix_tile: tuple[int, int], T: int, n: int, D: int) -> None:
+    """The prefill path with other projection tiles (``mix_tile``: tokens per program, warps;
+    programs whose tokens run past ``T``) vs the float64 reference."""
+    from sgl_kernel_v4.triton.mhc import hc_pre
+
+    gen = torch.Generator().manual_seed(T * 7 + D)
+    x, fn, base, scale = make(T, n, D, torch.float32, gen)
+    rc, rp, rcomb = hc_pre64(x, fn, base, scale, 20, 1e-6, 1e-6)
+    col, post, comb = hc_pre(x.to(DEVICE), fn.to(DEVICE), base.to(DEVICE), scale.to(DEVICE), 20, 1e-6, 1e-6,
+                             path="legacy", mix_tile=mix_tile)  # fmt: skip
+    assert rel_err(post, rp) < 1e-5 and rel_err(comb, rcomb) < 1e-5 and rel_err(col, rc) < 1e-5
+
+
+def test_hc_pre_bad_mix_tile() -> None:
+    from sgl_kernel_v4.triton.mhc import hc_pre
+
+    x, fn, base, scale = make(2, 2, 64, torch.float32, torch.Generator().manual_seed(0))
+    for tile in ((8, 4), (48, 4), (32, 3), (32, 0)):
+        with pytest.raises(ValueError, match="mix_tile"):
+            hc_pre(
+                x.to(DEVICE), fn.to(DEVICE), base.to(DEVICE), scale.to(DEVICE), 20, 1e-6, 1e-6, mix_tile=tile
+            )
+
+
 @pytest.mark.parametrize("T,n,D", [(1, 4, 4096), (9, 4, 4096), (3, 4, 1000), (4, 2, 256)])
 @pytest.mark.parametrize("dtype", dtypes())
 def test_hc_pre_fused_norm(T: int, n: int, D: int, dtype: torch.dtype) -> None:

@@ -36,13 +36,16 @@ import triton.language as tl
 
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
 
-__all__ = ["hc_pre", "hc_post", "DECODE_MAX_T"]
+__all__ = ["hc_pre", "hc_post", "DECODE_MAX_T", "PREFILL_MIX_TILE"]
 
 DECODE_MAX_T = 32
 """Largest token count that takes the ``"decode"`` path of :func:`hc_pre` / :func:`hc_post` by default."""
 _PATHS = ("auto", "decode", "legacy")
 _DECODE_FINISH_WARPS = 8
 _DECODE_MAX_BLOCK_D = 4096  # [n, D] streams up to this width: one register tile per token
+#: ``(tokens per program, warps)`` of the projection ``_hc_mix_kernel`` off the decode path
+#: (prefill chunks and mixed steps): ``hc_pre(mix_tile=...)`` overrides it per call.
+PREFILL_MIX_TILE = (16, 4)
 
 
 @triton.jit
@@ -308,6 +311,7 @@ def hc_pre(
     norm_weight: torch.Tensor | None = None,
     norm_weight_eps: float = 0.0,
     path: str = "auto",
+    mix_tile: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """mHC pre: collapse ``n`` residual streams and compute the post / comb weights (op table entry 7).
 
@@ -325,12 +329,16 @@ def hc_pre(
         path: ``"auto"`` (``"decode"`` for ``T <= DECODE_MAX_T``, else ``"legacy"``), ``"decode"``
             or ``"legacy"`` (see the module docstring; the results agree to fp32 rounding: only
             the order of the split sums differs).
+        mix_tile: ``(tokens per program, warps)`` of the projection kernel ``_hc_mix_kernel``
+            (tokens a power of two >= 16); ``None``: ``(16, 4)`` on the decode path, else
+            :data:`PREFILL_MIX_TILE`.
 
     Returns:
         ``(collapsed [T, D] x.dtype, post [T, n] fp32, comb [T, n, n] fp32)``.
 
     Raises:
-        ValueError: shapes out of range, ``sinkhorn_iters < 1`` or an unknown ``path``.
+        ValueError: shapes out of range, ``sinkhorn_iters < 1``, an unknown ``path`` or a
+            ``mix_tile`` out of range.
     """
     if x.dim() != 3:
         raise ValueError(f"x: expected [T, n, D], got {tuple(x.shape)}")
@@ -360,7 +368,10 @@ def hc_pre(
     comb = torch.empty((T, n, n), dtype=torch.float32, device=dev)
     if T == 0:
         return collapsed, post, comb
-    block_t, block_k = 16, 128
+    block_t, mix_warps = mix_tile if mix_tile is not None else ((16, 4) if decode else PREFILL_MIX_TILE)
+    if block_t < 16 or block_t & (block_t - 1) or mix_warps < 1 or mix_warps & (mix_warps - 1):
+        raise ValueError(f"mix_tile: expected (a power of two >= 16, a power of two), got {mix_tile}")
+    block_k = 128
     nm_pad = max(16, next_power_of_2(NM))
     n_tb = cdiv(T, block_t)
     if splits is None:
@@ -385,7 +396,7 @@ def hc_pre(
         BLOCK_T=block_t,
         BLOCK_K=block_k,
         NM_PAD=nm_pad,
-        num_warps=4,
+        num_warps=mix_warps,
     )
     nw = norm_weight.float().contiguous() if norm_weight is not None else base
     head = (x, x.stride(0), x.stride(1), part, sq, base, scale, collapsed, collapsed.stride(0), post, comb, nw,
@@ -401,39 +412,6 @@ def hc_pre(
             *head, N=n, NM_PAD=nm_pad, BLOCK_D=min(512, next_power_of_2(D)), HAS_NORM=norm_weight is not None,
             num_warps=1,  # the n x n Sinkhorn reductions stay inside one warp (no barriers)
         )  # fmt: skip
-    return collapsed, post, comb
-    block_t, block_k = 16, 128
-    nm_pad = max(16, next_power_of_2(NM))
-    n_tb = cdiv(T, block_t)
-    if splits is None:
-        splits = max(1, min(cdiv(2 * num_sms(dev), n_tb), K // (4 * block_k)))
-    splits = max(1, min(int(splits), cdiv(K, block_k)))
-    chunk = cdiv(cdiv(K, splits), block_k) * block_k
-    splits = cdiv(K, chunk)
-    part = torch.empty((splits, T, nm_pad), dtype=torch.float32, device=dev)
-    sq = torch.empty((splits, T), dtype=torch.float32, device=dev)
-    _hc_mix_kernel[(n_tb, splits)](
-        x,
-        x.stride(0),
-        fn,
-        part,
-        sq,
-        T,
-        K,
-        NM,
-        chunk,
-        BLOCK_T=block_t,
-        BLOCK_K=block_k,
-        NM_PAD=nm_pad,
-        num_warps=4,
-    )
-    nw = norm_weight.float().contiguous() if norm_weight is not None else base
-    _hc_finish_kernel[(T,)](
-        x, x.stride(0), x.stride(1), part, sq, base, scale, collapsed, collapsed.stride(0), post, comb, nw,
-        T, splits, K, D, int(sinkhorn_iters), float(eps), float(norm_eps), float(norm_weight_eps),
-        N=n, NM_PAD=nm_pad, BLOCK_D=min(512, next_power_of_2(D)), HAS_NORM=norm_weight is not None,
-        num_warps=1,  # the n x n Sinkhorn reductions stay inside one warp (no barriers)
-    )  # fmt: skip
     return collapsed, post, comb
 
 
