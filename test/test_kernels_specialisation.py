@@ -243,7 +243,8 @@ def test_mhc_and_moe_reuse_a_few_variants_over_decode_batches(variants: dict[str
 
 def test_mhc_reuses_a_few_variants_over_extend_lengths(variants: dict[str, dict[str, int]]) -> None:
     """Extends of 300 to 2,048 tokens: the mHC split count changes with the length (32 down to 3),
-    the finish kernel compiles at most 2 variants (the token count as a multiple of 16 or not)."""
+    the finish kernel compiles at most 2 variants (the token count as a multiple of 16 or not), the
+    projection one per tile (16 tokens per program below ``PREFILL_MIX_MIN_T``, 128 from it)."""
     too_many = {k: v for k, v in variants["mhc_extend"].items() if v > 2}
     assert not too_many, f"kernels compiling a variant per extend length: {too_many}"
 

@@ -19,8 +19,9 @@ fused MoE           tiles by pairs per local expert ``T * top_k / E`` (bf16: <= 
                     more): boundaries that move with ``E``, so the grid adds the first token count
                     of each class (:func:`moe_token_counts`); pair counts are runtime arguments;
                     the align sort by pairs (at least 256, then powers of two up to 4,096)
-mHC, norms, RoPE,   the row count ``T`` (and ``B`` for the compressor) as integers
-compressor
+mHC, norms, RoPE,   the row count ``T`` (and ``B`` for the compressor) as integers; the mHC
+compressor          projection tile by ``T`` (16 tokens per program, 128 from 1,024 tokens off the
+                    decode path: ``PREFILL_MIX_MIN_T``)
 ==================  ==============================================================================
 
 So the variants are a product of token-count classes and context classes. :func:`warmup_kernels`
@@ -80,6 +81,7 @@ WARMUP_TOKEN_COUNTS = (
     384,
     512,
     1024,
+    1025,
 )
 
 

@@ -43,12 +43,19 @@ DECODE_MAX_T = 32
 _PATHS = ("auto", "decode", "legacy")
 _DECODE_FINISH_WARPS = 8
 _DECODE_MAX_BLOCK_D = 4096  # [n, D] streams up to this width: one register tile per token
-#: ``(tokens per program, warps)`` of the projection ``_hc_mix_kernel`` off the decode path
-#: (prefill chunks and mixed steps): ``hc_pre(mix_tile=...)`` overrides it per call.
-PREFILL_MIX_TILE = (16, 4)
+#: ``(tokens per program, warps)`` of the projection ``_hc_mix_kernel`` for batches of at least
+#: :data:`PREFILL_MIX_MIN_T` tokens (prefill chunks; ``hc_pre(mix_tile=...)`` overrides it per call).
+#: H200 (``benchmark/mhc_mix_sweep.py``, n 4, D 4,096, bf16): the whole ``hc_pre`` 1.63x faster than
+#: with ``(16, 4)`` at 2,048 and 8,192 tokens (347 -> 212 us, 965 -> 590 us; benchmark/RESULTS.md).
+PREFILL_MIX_TILE = (128, 8)
+#: Fewest tokens that take :data:`PREFILL_MIX_TILE`; smaller batches off the decode path keep
+#: ``(16, 4)`` (a 128-token tile would leave most SMs idle there; not measured between 33 and 1,023).
+PREFILL_MIX_MIN_T = 1024
 
 
-@triton.jit
+# the token count and slice length are runtime values (batch-dependent), so the projection compiles
+# one variant per tile, not per multiple-of-16 class of the batch
+@triton.jit(do_not_specialize=["T", "chunk"])
 def _hc_mix_kernel(
     x_ptr,
     stride_xt,
@@ -330,8 +337,8 @@ def hc_pre(
             or ``"legacy"`` (see the module docstring; the results agree to fp32 rounding: only
             the order of the split sums differs).
         mix_tile: ``(tokens per program, warps)`` of the projection kernel ``_hc_mix_kernel``
-            (tokens a power of two >= 16); ``None``: ``(16, 4)`` on the decode path, else
-            :data:`PREFILL_MIX_TILE`.
+            (tokens a power of two >= 16); ``None``: :data:`PREFILL_MIX_TILE` off the decode path
+            from :data:`PREFILL_MIX_MIN_T` tokens, else ``(16, 4)``.
 
     Returns:
         ``(collapsed [T, D] x.dtype, post [T, n] fp32, comb [T, n, n] fp32)``.
@@ -368,7 +375,9 @@ def hc_pre(
     comb = torch.empty((T, n, n), dtype=torch.float32, device=dev)
     if T == 0:
         return collapsed, post, comb
-    block_t, mix_warps = mix_tile if mix_tile is not None else ((16, 4) if decode else PREFILL_MIX_TILE)
+    if mix_tile is None:
+        mix_tile = PREFILL_MIX_TILE if (not decode and T >= PREFILL_MIX_MIN_T) else (16, 4)
+    block_t, mix_warps = mix_tile
     if block_t < 16 or block_t & (block_t - 1) or mix_warps < 1 or mix_warps & (mix_warps - 1):
         raise ValueError(f"mix_tile: expected (a power of two >= 16, a power of two), got {mix_tile}")
     block_k = 128
