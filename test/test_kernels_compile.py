@@ -76,6 +76,20 @@ _SCORE_EXTEND = dict(
     CODEC="constexpr", BLOCK_T="constexpr", BLOCK_H="constexpr", BLOCK_C="constexpr", WRITE_SCORES="constexpr",
     SHORT="constexpr", HB="constexpr", FORM="constexpr",
 )  # fmt: skip
+# the MoE pair layout (moe._align): one program up to 4,096 pairs, else the two chunked launches
+_ALIGN_ONE = dict(
+    ids_ptr="*i64", n="i32", E="i32", sorted_ptr="*i32", bexp_ptr="*i32", n_blocks="i32", bound="i32",
+    BM="constexpr", BLOCK_P="constexpr", BLOCK_E="constexpr", BLOCK_B="constexpr",
+)  # fmt: skip
+_ALIGN_COUNT = dict(
+    ids_ptr="*i64", n="i32", E="i32", table_ptr="*i32", sorted_ptr="*i32", bound="i32", n_chunks="i32",
+    BLOCK_P="constexpr", BLOCK_E="constexpr",
+)  # fmt: skip
+_ALIGN_SCATTER = dict(
+    ids_ptr="*i64", n="i32", E="i32", BM="i32", table_ptr="*i32", sorted_ptr="*i32", bexp_ptr="*i32",
+    n_blocks="i32", n_chunks="i32", BLOCK_P="constexpr", BLOCK_E="constexpr", BLOCK_C="constexpr",
+    BLOCK_B="constexpr",
+)  # fmt: skip
 _SUM_ROWS = dict(
     part_ptr="*fp32", y_ptr="*bf16", stride_yt="i32", D="i32", R="constexpr", R_POW2="constexpr", BLOCK="constexpr"
 )  # fmt: skip
@@ -228,6 +242,33 @@ def _local_memory_bytes(cubin: bytes) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _align_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
+    """The MoE pair-layout kernels as ``moe._align`` launches them for E = 160 and 384 (``BLOCK_E``
+    256 / 512): the one-program kernel at the decode sort (and the 4,096-pair one for E = 384), the chunked
+    count / scatter kernels at the serving chunk (``_CHUNK_P``), with ``_align_chunks``' tile rule."""
+    from sgl_kernel_v4.triton._utils import next_power_of_2
+    from sgl_kernel_v4.triton.moe import _CHUNK_P
+
+    out = []
+    for E in (160, 384):
+        block_e = next_power_of_2(E + 1)
+        for block_p, bm in ((256, 16), (4096, 128))[: 2 if E == 384 else 1]:  # the 4,096 sort: ~10 s
+            consts = {"BM": bm, "BLOCK_P": block_p, "BLOCK_E": block_e, "BLOCK_B": 64}
+            out.append(("moe", "_align_kernel", _ALIGN_ONE, consts, {"num_warps": 8}, True))
+        consts = {"BLOCK_P": _CHUNK_P, "BLOCK_E": block_e}
+        out.append(("moe", "_align_count_kernel", _ALIGN_COUNT, consts, {"num_warps": 4}, True))
+        tile = max(1, 8192 // block_e)
+        consts = {"BLOCK_P": _CHUNK_P, "BLOCK_E": block_e, "BLOCK_C": tile, "BLOCK_B": tile}
+        out.append(("moe", "_align_scatter_kernel", _ALIGN_SCATTER, consts, {"num_warps": 8}, True))
+    return out
+
+
+def test_moe_align_kernels_compile_for_sm90() -> None:
+    """The MoE pair-layout kernels (sort, histogram, gather) compile for sm_90 at the serving
+    classes and spill no registers (fast: small kernels, a few seconds each)."""
+    _compile_cases(_align_cases())
+
+
 @pytest.mark.slow
 def test_quantized_kernels_compile_for_sm90() -> None:
     _compile_cases(_cases())
@@ -364,7 +405,7 @@ def test_compile_cases_match_kernel_signatures() -> None:
     (a constexpr with a default, such as ``FP8_MMA`` or ``F16``, may be left to it): a kernel that gains, loses or renames a parameter
     fails here in a second instead of minutes into the compile tests."""
     for module, name, sig, consts, _, _ in (
-        _cases() + _decode_variant_cases() + _fp8_product_cases() + _extend_score_cases()
+        _cases() + _decode_variant_cases() + _fp8_product_cases() + _extend_score_cases() + _align_cases()
     ):
         kernel = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), name)
         params = [p.name for p in kernel.params]

@@ -50,6 +50,7 @@ KERNEL_TEST_FILES = [
     "test_kernels_indexer_radix.py",
     "test_kernels_mhc.py",
     "test_kernels_moe.py",
+    "test_kernels_moe_align.py",
     "test_kernels_moe_fp4.py",
     "test_kernels_moe_router.py",
     "test_kernels_rope.py",
@@ -57,8 +58,8 @@ KERNEL_TEST_FILES = [
 # small cases covering every kernel family (paged sparse attention csa/swa + fp8 pools, HCA,
 # indexer scoring + histogram/threshold top-k on bf16/fp8/fp4 keys, compressor and its in-place
 # window / state kernels, rope / norm / qnorm-rope-kv insert, mHC (decode and legacy finish),
-# bf16 MoE, FP8 GEMMs (the three variants, split-K, act quant), FP4 MoE, the MoE router (top-k + hash)
-# and the shared expert's SwiGLU, both bf16).
+# bf16 MoE and its chunked pair layout, FP8 GEMMs (the three variants, split-K, act quant), FP4
+# MoE, the MoE router (top-k + hash) and the shared expert's SwiGLU, both bf16).
 REPRESENTATIVE = [
     "test_kernels_attention.py::test_paged_attention_matches_fp64[dtype0-5-12-128-45-csa]",
     "test_kernels_attention.py::test_paged_attention_fp8_pools",
@@ -86,6 +87,7 @@ REPRESENTATIVE = [
     "test_kernels_mhc.py::test_hc_post[dtype0-7-2-300]",
     "test_kernels_mhc.py::test_hc_pre_decode_and_legacy_paths[dtype0-True-33-2-64]",
     "test_kernels_moe.py::test_fused_moe[dtype0-1-256-128-8-6]",
+    "test_kernels_moe_align.py::test_chunks_random_ids[100-8-16-16]",
     "test_kernels_moe_fp4.py::test_both_layouts_any_batch",
     "test_kernels_moe_fp4.py::test_split_and_fused_edge_cases",
     "test_kernels_moe_router.py::test_moe_route_kernel_bit_equal[37-256-6-dtype1]",

@@ -37,7 +37,7 @@ CASES = [
     (5, 256, 192, 8, 2),
     (64, 512, 256, 32, 6),  # many tokens per expert: larger tiles
     (300, 256, 128, 4, 2),
-    (700, 128, 64, 16, 6),  # 4200 pairs: the torch align path
+    (700, 128, 64, 16, 6),  # 4200 pairs: the chunked (two-launch) align path
 ]
 
 

@@ -7,10 +7,20 @@ to expert ``e``: ``gate, up = x @ W_gate_up[e]ᵀ`` split in halves, ``gate.clam
 is the sum over the token's ``k`` slots.
 
 Steps (no host synchronisation, so the whole op is CUDA-graph capturable):
-1. ``_align`` (torch ops): sort the ``T*k`` pairs by expert and lay them out in ``BLOCK_M``-row
-   blocks, each block belonging to one expert (padding rows carry the sentinel ``T*k``); the
-   number of blocks is the static bound ``cdiv(T*k + E*(BLOCK_M-1), BLOCK_M)``; unused blocks
-   have expert -1 and exit at once.
+1. ``_align``: sort the ``T*k`` pairs by expert (stably: by pair index within an expert) and lay
+   them out in ``BLOCK_M``-row blocks, each block belonging to one expert (padding rows carry the
+   sentinel ``T*k``); the number of blocks is the static bound ``cdiv(T*k + E*(BLOCK_M-1),
+   BLOCK_M)``; unused blocks have expert -1 and exit at once. Up to 4,096 pairs one program
+   (``_align_kernel``: histogram, padded offsets, a sort of packed (expert, pair) keys, scatter,
+   block -> expert). Above, two launches over chunks of ``_CHUNK_P`` pairs (``_align_chunks``):
+   ``_align_count_kernel`` writes each chunk's expert histogram into a ``[n_chunks, BLOCK_E]``
+   table and fills its share of the rows with the sentinel; ``_align_scatter_kernel`` sums the
+   table (expert totals -> padded offsets; the counts of the chunks before its own), ranks its
+   chunk's pairs by the same packed-key sort, scatters their ids and writes its share of the
+   block -> expert map. Pair counts are runtime arguments: the variants are per ``BLOCK_E``
+   (``next_power_of_2(E + 1)``) and, for the one-program kernel, ``BLOCK_M`` and sort size, never
+   per batch. ``_align_torch`` (torch ops, the same output) serves CPU tensors outside the
+   interpreter and ``next_power_of_2(E + 1) > 4096``, and is the tests' oracle.
 2. ``_gate_up_kernel``: per (block, N tile) two accumulators (gate and up rows of the same
    expert), clamp + SiLU epilogue, ``h [T*k, I]`` in bf16.
 3. ``_down_kernel``: ``h @ W_downᵀ`` per block, scaled by the routing weight and added with fp32
@@ -20,6 +30,8 @@ Invalid expert ids (< 0 or >= E) are skipped (their contribution is 0).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -72,11 +84,152 @@ def _align_kernel(
         tl.store(bexp_ptr + ob, tl.where(cnt < E, cnt, -1), mask=ob < n_blocks)
 
 
-def _align(topk_ids: torch.Tensor, E: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pair layout for the grouped GEMMs (see :func:`_align_torch`); one Triton launch when small."""
+# the multi-program layout (``_align_chunks``): pairs per program, and the cap on
+# next_power_of_2(E + 1) for the Triton paths (packed sort keys ``bin * BLOCK_P + index`` stay in
+# int32; the [rows, BLOCK_E] tiles stay small); larger E takes ``_align_torch``
+_CHUNK_P = 1024
+_MAX_BLOCK_E = 4096
+
+
+@triton.jit(do_not_specialize=["n", "E", "bound", "n_chunks"])  # batch-dependent counts
+def _align_count_kernel(
+    ids_ptr,
+    n,
+    E,
+    table_ptr,
+    sorted_ptr,
+    bound,
+    n_chunks,
+    BLOCK_P: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+):
+    """Launch 1 of :func:`_align_chunks`, one program per chunk of ``BLOCK_P`` pairs: the chunk's
+    expert histogram into row ``pid`` of ``table [n_chunks, BLOCK_E]`` (bins >= E stay 0), and the
+    sentinel ``n`` into this program's strided share of ``sorted_ids [bound]``."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_P)
+    p = pid * BLOCK_P + offs
+    m = p < n
+    e = tl.load(ids_ptr + p, mask=m, other=-1)
+    valid = m & (e >= 0) & (e < E)
+    ee = tl.where(valid, e, BLOCK_E - 1).to(tl.int32)
+    counts = tl.histogram(ee, BLOCK_E, mask=valid)
+    tl.store(table_ptr + pid * BLOCK_E + tl.arange(0, BLOCK_E), counts)
+    fill = tl.full([BLOCK_P], 0, tl.int32) + n
+    for f0 in range(pid * BLOCK_P, bound, n_chunks * BLOCK_P):
+        tl.store(sorted_ptr + f0 + offs, fill, mask=(f0 + offs) < bound)
+
+
+@triton.jit(do_not_specialize=["n", "E", "BM", "n_blocks", "n_chunks"])  # batch-dependent counts
+def _align_scatter_kernel(
+    ids_ptr,
+    n,
+    E,
+    BM,
+    table_ptr,
+    sorted_ptr,
+    bexp_ptr,
+    n_blocks,
+    n_chunks,
+    BLOCK_P: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """Launch 2 of :func:`_align_chunks` (same grid): sums the histogram table for the expert
+    totals and the counts of the chunks before this one, ranks the chunk's pairs stably by a sort
+    of packed ``bin * BLOCK_P + index`` keys, scatters their pair ids into ``sorted_ids``, and
+    writes its strided share of ``block_expert [n_blocks]``."""
+    pid = tl.program_id(0)
+    eo = tl.arange(0, BLOCK_E)
+    co = tl.arange(0, BLOCK_C)
+    total = tl.zeros([BLOCK_E], tl.int32)
+    before = tl.zeros([BLOCK_E], tl.int32)
+    for c0 in range(0, n_chunks, BLOCK_C):
+        c = c0 + co
+        rows = tl.load(table_ptr + c[:, None] * BLOCK_E + eo[None, :], mask=(c < n_chunks)[:, None], other=0)
+        total += tl.sum(rows, 0)
+        before += tl.sum(tl.where((c < pid)[:, None], rows, 0), 0)
+    own = tl.load(table_ptr + pid * BLOCK_E + eo)
+    padded = (total + BM - 1) // BM * BM
+    pad_end = tl.cumsum(padded, 0)
+    # destination of the chunk's j-th pair of expert e (0-based, in sorted order):
+    # pad_start[e] + before[e] + j, and its position in the chunk's sorted keys is own_start[e] + j
+    base = pad_end - padded + before - (tl.cumsum(own, 0) - own)
+    offs = tl.arange(0, BLOCK_P)
+    p = pid * BLOCK_P + offs
+    m = p < n
+    e = tl.load(ids_ptr + p, mask=m, other=-1)
+    valid = m & (e >= 0) & (e < E)
+    ee = tl.where(valid, e, BLOCK_E - 1).to(tl.int32)  # bins >= E sort after every expert
+    key = tl.where(m, ee * BLOCK_P + offs, 2147483647)
+    skey = tl.sort(key)
+    se = tl.minimum(skey // BLOCK_P, BLOCK_E - 1)
+    dest = tl.gather(base, se, 0) + offs
+    tl.store(sorted_ptr + dest, pid * BLOCK_P + skey % BLOCK_P, mask=se < E)
+    bo = tl.arange(0, BLOCK_B)
+    for b0 in range(pid * BLOCK_B, n_blocks, n_chunks * BLOCK_B):
+        ob = b0 + bo
+        cnt = tl.sum((pad_end[None, :] <= (ob * BM)[:, None]).to(tl.int32), 1)
+        tl.store(bexp_ptr + ob, tl.where(cnt < E, cnt, -1), mask=ob < n_blocks)
+
+
+def _align_chunks(
+    topk_ids: torch.Tensor, E: int, block_m: int, block_p: int = _CHUNK_P
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_align_torch`'s layout for any pair count in two Triton launches over
+    ``cdiv(n, block_p)`` programs (no host synchronisation; the grid depends on the shapes only).
+
+    Args:
+        topk_ids: contiguous int expert ids (any shape, ``n`` elements, CUDA or the interpreter).
+        E: number of experts (``next_power_of_2(E + 1) <= 4096``).
+        block_m: rows per GEMM block.
+        block_p: pairs per program (a power of two; a constexpr: one compile per value).
+
+    Returns:
+        ``(sorted_ids [n_blocks*block_m] int32, block_expert [n_blocks] int32)`` as
+        :func:`_align_torch`.
+
+    Raises:
+        ValueError: ``block_p`` not a power of two, or ``next_power_of_2(E + 1) * block_p`` over
+            2**31 (the packed sort keys would overflow int32).
+    """
+    if block_p < 1 or block_p & (block_p - 1) or next_power_of_2(E + 1) * block_p > 2**31:
+        raise ValueError(
+            f"block_p: expected a power of two with next_power_of_2(E + 1) * block_p <= 2**31, got {block_p}"
+        )
     n = topk_ids.numel()
-    if n > 4096 or E >= 4096 or not topk_ids.is_contiguous():
+    dev = topk_ids.device
+    n_blocks = cdiv(n + E * (block_m - 1), block_m)
+    bound = n_blocks * block_m
+    n_chunks = max(1, cdiv(n, block_p))
+    block_e = next_power_of_2(E + 1)  # BLOCK_E > E: the last bin is a dummy, never counted
+    sorted_ids = torch.empty(bound, dtype=torch.int32, device=dev)
+    block_expert = torch.empty(n_blocks, dtype=torch.int32, device=dev)
+    table = torch.empty((n_chunks, block_e), dtype=torch.int32, device=dev)
+    tile = max(1, 8192 // block_e)  # table rows / blocks per [rows, BLOCK_E] step
+    _align_count_kernel[(n_chunks,)](
+        topk_ids, n, E, table, sorted_ids, bound, n_chunks, BLOCK_P=block_p, BLOCK_E=block_e, num_warps=4
+    )
+    _align_scatter_kernel[(n_chunks,)](
+        topk_ids, n, E, block_m, table, sorted_ids, block_expert, n_blocks, n_chunks,
+        BLOCK_P=block_p, BLOCK_E=block_e, BLOCK_C=tile, BLOCK_B=tile, num_warps=8,
+    )  # fmt: skip
+    return sorted_ids, block_expert
+
+
+def _align(topk_ids: torch.Tensor, E: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pair layout for the grouped GEMMs (see :func:`_align_torch`): one Triton launch up to 4,096
+    pairs (``_align_kernel``), two above (:func:`_align_chunks`); ``_align_torch`` on a CPU
+    tensor outside the interpreter and for ``next_power_of_2(E + 1) > 4096``."""
+    if (not topk_ids.is_cuda and os.environ.get("TRITON_INTERPRET") != "1") or next_power_of_2(
+        E + 1
+    ) > _MAX_BLOCK_E:
         return _align_torch(topk_ids, E, block_m)
+    topk_ids = topk_ids.reshape(-1)  # a copy only when not contiguous
+    n = topk_ids.numel()
+    if n > 4096:
+        return _align_chunks(topk_ids, E, block_m)
     n_blocks = cdiv(n + E * (block_m - 1), block_m)
     bound = n_blocks * block_m
     sorted_ids = torch.empty(bound, dtype=torch.int32, device=topk_ids.device)
