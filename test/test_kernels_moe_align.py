@@ -15,6 +15,14 @@ from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS
 pytestmark = KERNEL_MARKS
 
 
+@pytest.fixture(autouse=True)
+def _chunks_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the two-launch layout is opt-in (``moe.ALIGN_CHUNKS``): these tests run it."""
+    from sgl_kernel_v4.triton import moe
+
+    monkeypatch.setattr(moe, "ALIGN_CHUNKS", True)
+
+
 def align_loop(ids: list[int], E: int, bm: int) -> tuple[list[int], list[int]]:
     """The layout by its definition: for each expert in order, its pair indices ascending, padded
     with the sentinel ``n`` to a multiple of ``bm`` rows, one block id per ``bm`` rows; then sentinel
