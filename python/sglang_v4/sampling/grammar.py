@@ -249,6 +249,22 @@ def apply_grammar_masks(logits: torch.Tensor, grammars: Sequence[Grammar | None]
     xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True), indices=rows)
 
 
+#: The schema of a tool defined without ``parameters`` (or with ``{}``): OpenAI's "omitting
+#: ``parameters`` defines a function with an empty parameter list", so its one call is ``{}``.
+EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _with_parameters(function: dict[str, Any]) -> dict[str, Any]:
+    """``function`` with :data:`EMPTY_PARAMETERS` where it has no (or empty) ``parameters``.
+
+    xgrammar reads a missing schema as "any arguments": the model could then write parameters of
+    any name, without end, that the tool does not take.
+    """
+    if function.get("parameters"):
+        return function
+    return dict(function, parameters=EMPTY_PARAMETERS)
+
+
 def tool_call_structural_tag(
     tools: Sequence[dict[str, Any]],
     tool_choice: Any,
@@ -260,7 +276,8 @@ def tool_call_structural_tag(
     """The ``structural_tag`` JSON that constrains a DeepSeek DSML tool-call answer.
 
     Args:
-        tools: OpenAI ``tools`` (``[{"type": "function", "function": {"name", "parameters", "strict"}}]``).
+        tools: OpenAI ``tools`` (``[{"type": "function", "function": {"name", "parameters", "strict"}}]``);
+            a function without ``parameters`` (or with ``{}``) takes none (:data:`EMPTY_PARAMETERS`).
         tool_choice: ``"auto"`` (free text, and a block only if the model starts one; the arguments
             of ``strict`` tools follow their schema), ``"required"`` (a block with at least one
             call) or ``{"type": "function", "function": {"name": NAME}}`` (exactly one call of NAME).
@@ -277,7 +294,7 @@ def tool_call_structural_tag(
     """
     import xgrammar as xgr
 
-    tools = [dict(t) for t in tools]
+    tools = [dict(t, function=_with_parameters(t["function"])) for t in tools]
     if enforce_schema:
         tools = [dict(t, function=dict(t["function"], strict=True)) for t in tools]
     try:
