@@ -363,6 +363,61 @@ def test_tool_without_parameters_takes_none(fn: dict[str, Any]) -> None:
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("ping", {})]
 
 
+def _grammar_of(sp: dict[str, Any]) -> Any:
+    """The xgrammar grammar of the one grammar field in ``sp`` (sampling parameters as sent)."""
+    xgr = pytest.importorskip("xgrammar")
+    if sp.get("structural_tag") is not None:
+        return xgr.Grammar.from_structural_tag(sp["structural_tag"])
+    if sp.get("json_schema") is not None:
+        return xgr.Grammar.from_json_schema(sp["json_schema"])
+    if sp.get("regex") is not None:
+        return xgr.Grammar.from_regex(sp["regex"])
+    return xgr.Grammar.from_ebnf(sp["ebnf"])
+
+
+@pytest.mark.parametrize(
+    "extra,answer,wrong",
+    [
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {
+                "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                "additionalProperties": False}}}},
+            '{"n": 3}',
+            '{"m": 3}',
+        ),
+        ({"response_format": {"type": "json_object"}}, '{"a": [1]}', "[1]"),
+        ({"regex": "[0-9]{3}"}, "123", "12a"),
+        ({"ebnf": 'root ::= "yes" | "no"'}, "no", "maybe"),
+    ],
+)  # fmt: skip
+def test_thinking_answer_grammar_starts_after_the_reasoning(
+    tok: PreTrainedTokenizerFast, extra: dict[str, Any], answer: str, wrong: str
+) -> None:
+    """Thinking mode with response_format / regex / ebnf: the reasoning is free and the grammar
+    constrains the answer after ``</think>`` (as SGLang's reasoner grammar and vLLM's structured
+    outputs with a reasoning parser). Oracle: xgrammar's string matcher over the grammar the route
+    sent. Before, the grammar held from the first token, so the model had to write the answer as
+    its reasoning and could never end it."""
+    from xgrammar.testing import _is_grammar_accept_string
+
+    reply = "Let me think about it.</think>" + answer
+    tm = ScriptedTM(tok, reply, grammar_enabled=True)
+    client, _ = client_for(tm)
+    msgs = [{"role": "user", "content": "x"}]
+    think = {"chat_template_kwargs": {"thinking": True}}
+    r = client.chat.completions.create(model="m", messages=msgs, extra_body={**think, **extra})
+    m = r.choices[0].message
+    assert (m.model_extra or {}).get("reasoning_content") == "Let me think about it." and m.content == answer
+    grammar = _grammar_of(tm.received[-1].sampling_params)
+    assert _is_grammar_accept_string(grammar, reply)
+    assert not _is_grammar_accept_string(grammar, "Let me think about it.</think>" + wrong)
+    assert not _is_grammar_accept_string(grammar, "Let me think </think> twice.</think>" + answer)
+    # without thinking the answer is constrained from the first token
+    client.chat.completions.create(model="m", messages=msgs, extra_body=extra)
+    grammar = _grammar_of(tm.received[-1].sampling_params)
+    assert _is_grammar_accept_string(grammar, answer) and not _is_grammar_accept_string(grammar, reply)
+
+
 def _find_schema(obj: Any) -> dict:
     if isinstance(obj, dict):
         if obj.get("type") == "json_schema":

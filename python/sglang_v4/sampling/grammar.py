@@ -44,6 +44,7 @@ from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_
 
 __all__ = [
     "Grammar",
+    "after_reasoning_structural_tag",
     "GrammarBackend",
     "apply_grammar_masks",
     "check_structural_tag",
@@ -247,6 +248,54 @@ def apply_grammar_masks(logits: torch.Tensor, grammars: Sequence[Grammar | None]
     for i in rows:
         grammars[i].fill_bitmask(bitmask, i)  # type: ignore[union-attr]
     xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True), indices=rows)
+
+
+def after_reasoning_structural_tag(kind: str, spec: str, think_end: str = "</think>") -> str:
+    """A ``structural_tag`` that leaves the reasoning free and constrains the answer after it.
+
+    In thinking mode the prompt ends with ``<think>``: a ``json_schema`` / ``regex`` / ``ebnf``
+    grammar applied from the first token would make the model write the answer as its reasoning
+    (it could never close the block). As SGLang's reasoner grammar and vLLM's structured outputs
+    with a reasoning parser do, the grammar starts after the end-of-reasoning marker: free text
+    without ``<think>`` / ``think_end`` up to ``think_end``, then the format (the same sequence
+    :func:`tool_call_structural_tag` builds with ``thinking=True``).
+
+    Args:
+        kind: ``"json_schema"``, ``"regex"`` or ``"ebnf"``.
+        spec: the grammar text of that field (a JSON schema as JSON text, a regex, an EBNF grammar).
+        think_end: the end-of-reasoning marker.
+
+    Returns:
+        The JSON text for ``SamplingParams.structural_tag``.
+
+    Raises:
+        ValueError: ``kind`` is not one of the three, or ``spec`` is not valid JSON (json_schema).
+    """
+    if kind == "json_schema":
+        try:
+            schema = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"json_schema: invalid grammar: {e}") from None
+        answer: dict[str, Any] = {
+            "type": "json_schema",
+            "json_schema": schema,
+            "max_whitespace_cnt": MAX_JSON_WHITESPACE,
+        }
+    elif kind == "regex":
+        answer = {"type": "regex", "pattern": spec}
+    elif kind == "ebnf":
+        answer = {"type": "grammar", "grammar": spec}
+    else:
+        raise ValueError(f"unknown grammar kind {kind!r}")
+    reasoning = {
+        "type": "tag",
+        "begin": "",
+        "content": {"type": "any_text", "excludes": ["<think>", think_end]},
+        "end": think_end,
+    }
+    return json.dumps(
+        {"type": "structural_tag", "format": {"type": "sequence", "elements": [reasoning, answer]}}
+    )
 
 
 #: The schema of a tool defined without ``parameters`` (or with ``{}``): OpenAI's "omitting
