@@ -165,11 +165,10 @@ class FakeScheduler:
             elif r.output_ids and self._held(r):
                 continue  # running, holding its pages, emitting nothing
             else:
-                limit = (
-                    sp.max_new_tokens
-                    if sp.max_new_tokens is not None
-                    else self.context_len - len(req.input_ids)
-                )
+                # the real scheduler caps every request to the room its prompt leaves (an
+                # omitted max_new_tokens is the default 128 and may exceed it)
+                room = self.context_len - len(req.input_ids)
+                limit = room if sp.max_new_tokens is None else min(sp.max_new_tokens, room)
                 if len(r.output_ids) >= limit:
                     reason = finish_length(len(r.output_ids))
                 elif r.scripted:

@@ -140,6 +140,44 @@ def test_tool_call_non_stream_and_stream(tok: PreTrainedTokenizerFast) -> None:
     assert_no_dsml(s["content"], s["calls"][0]["arguments"], ch.message.content, call.function.arguments)
 
 
+CLOCK = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"tz": {"type": "string"}},
+            "required": ["tz"],
+            "additionalProperties": False,
+        },
+    },
+}
+CLOCK_CALL = (
+    f'<{D}invoke name="get_time">\n<{D}parameter name="tz" string="true">UTC</{D}parameter>\n</{D}invoke>\n'
+)
+
+
+def test_openai_stream_helper_accumulates_parallel_calls(tok: PreTrainedTokenizerFast) -> None:
+    """The ``openai`` client's own stream accumulator (``client.chat.completions.stream``, i.e.
+    ``ChatCompletionStreamState``) folds the streamed deltas of two parallel calls into the
+    non-streamed message, and parses a strict tool's arguments. It failed on ``"type": null`` in
+    the argument deltas (it copies ``type`` over the accumulated value)."""
+    reply = "Checking." + CALL.replace(f"</{D}tool_calls>", CLOCK_CALL + f"</{D}tool_calls>")
+    client, _ = client_for(ScriptedTM(tok, reply, grammar_enabled=True))
+    kw: dict[str, Any] = dict(model="m", messages=[{"role": "user", "content": "x"}], tools=[WEATHER, CLOCK])
+    ref = client.chat.completions.create(**kw).choices[0]
+    assert ref.finish_reason == "tool_calls" and len(ref.message.tool_calls) == 2
+    with client.chat.completions.stream(**kw) as stream:
+        final = stream.get_final_completion().choices[0]
+    assert final.finish_reason == "tool_calls" and final.message.content == ref.message.content == "Checking."
+    got = [(c.type, c.function.name, c.function.arguments) for c in final.message.tool_calls]
+    assert got == [("function", c.function.name, c.function.arguments) for c in ref.message.tool_calls]
+    assert [json.loads(a) for _, _, a in got] == [ARGS, {"tz": "UTC"}]
+    assert final.message.tool_calls[1].function.parsed_arguments == {"tz": "UTC"}  # the strict tool
+    assert len({c.id for c in final.message.tool_calls}) == 2
+
+
 def test_prompt_matches_reference_encoder(tok: PreTrainedTokenizerFast) -> None:
     for name in ("chat_tools_generation_prompt_after_tool_result", "chat_parallel_calls_sorted_results"):
         case = FIXTURES[name]
@@ -296,6 +334,88 @@ def test_constrained_tool_choice_builds_a_structural_tag(tok: PreTrainedTokenize
     strict = {"type": "function", "function": dict(WEATHER["function"], strict=True)}
     client.chat.completions.create(model="m", messages=msgs, tools=[strict])
     assert "structural_tag" in tm.received[-1].sampling_params
+
+
+@pytest.mark.parametrize("fn", [{"name": "ping"}, {"name": "ping", "parameters": {}}])
+def test_tool_without_parameters_takes_none(fn: dict[str, Any]) -> None:
+    """A function defined without ``parameters`` (or with ``{}``) has an empty parameter list
+    (OpenAI): the constrained call of ``tool_choice`` "required" / named is ``{}``. Oracle:
+    xgrammar's own string matcher over the built grammar. Before, xgrammar read the missing schema
+    as "any arguments" and a random model wrote parameter names without end."""
+    xgr = pytest.importorskip("xgrammar")
+    from sglang_v4.entrypoints.openai.tool_parser import parse_tool_calls
+    from sglang_v4.sampling.grammar import tool_call_structural_tag
+    from xgrammar.testing import _is_grammar_accept_string
+
+    tools = [{"type": "function", "function": fn}]
+    bare = f'\n\n<{D}tool_calls>\n<{D}invoke name="ping">\n</{D}invoke>\n</{D}tool_calls>'
+    with_param = bare.replace(
+        '"ping">\n', f'"ping">\n<{D}parameter name="x" string="true">y</{D}parameter>\n'
+    )
+    for choice in ("required", {"type": "function", "function": {"name": "ping"}}):
+        tag = tool_call_structural_tag(
+            tools, choice, thinking=False, parallel_tool_calls=False, enforce_schema=True
+        )
+        grammar = xgr.Grammar.from_structural_tag(tag)
+        assert _is_grammar_accept_string(grammar, bare)
+        assert not _is_grammar_accept_string(grammar, with_param)
+    _, calls, _ = parse_tool_calls(bare, ["ping"])
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("ping", {})]
+
+
+def _grammar_of(sp: dict[str, Any]) -> Any:
+    """The xgrammar grammar of the one grammar field in ``sp`` (sampling parameters as sent)."""
+    xgr = pytest.importorskip("xgrammar")
+    if sp.get("structural_tag") is not None:
+        return xgr.Grammar.from_structural_tag(sp["structural_tag"])
+    if sp.get("json_schema") is not None:
+        return xgr.Grammar.from_json_schema(sp["json_schema"])
+    if sp.get("regex") is not None:
+        return xgr.Grammar.from_regex(sp["regex"])
+    return xgr.Grammar.from_ebnf(sp["ebnf"])
+
+
+@pytest.mark.parametrize(
+    "extra,answer,wrong",
+    [
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {
+                "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                "additionalProperties": False}}}},
+            '{"n": 3}',
+            '{"m": 3}',
+        ),
+        ({"response_format": {"type": "json_object"}}, '{"a": [1]}', "[1]"),
+        ({"regex": "[0-9]{3}"}, "123", "12a"),
+        ({"ebnf": 'root ::= "yes" | "no"'}, "no", "maybe"),
+    ],
+)  # fmt: skip
+def test_thinking_answer_grammar_starts_after_the_reasoning(
+    tok: PreTrainedTokenizerFast, extra: dict[str, Any], answer: str, wrong: str
+) -> None:
+    """Thinking mode with response_format / regex / ebnf: the reasoning is free and the grammar
+    constrains the answer after ``</think>`` (as SGLang's reasoner grammar and vLLM's structured
+    outputs with a reasoning parser). Oracle: xgrammar's string matcher over the grammar the route
+    sent. Before, the grammar held from the first token, so the model had to write the answer as
+    its reasoning and could never end it."""
+    from xgrammar.testing import _is_grammar_accept_string
+
+    reply = "Let me think about it.</think>" + answer
+    tm = ScriptedTM(tok, reply, grammar_enabled=True)
+    client, _ = client_for(tm)
+    msgs = [{"role": "user", "content": "x"}]
+    think = {"chat_template_kwargs": {"thinking": True}}
+    r = client.chat.completions.create(model="m", messages=msgs, extra_body={**think, **extra})
+    m = r.choices[0].message
+    assert (m.model_extra or {}).get("reasoning_content") == "Let me think about it." and m.content == answer
+    grammar = _grammar_of(tm.received[-1].sampling_params)
+    assert _is_grammar_accept_string(grammar, reply)
+    assert not _is_grammar_accept_string(grammar, "Let me think about it.</think>" + wrong)
+    assert not _is_grammar_accept_string(grammar, "Let me think </think> twice.</think>" + answer)
+    # without thinking the answer is constrained from the first token
+    client.chat.completions.create(model="m", messages=msgs, extra_body=extra)
+    grammar = _grammar_of(tm.received[-1].sampling_params)
+    assert _is_grammar_accept_string(grammar, answer) and not _is_grammar_accept_string(grammar, reply)
 
 
 def _find_schema(obj: Any) -> dict:

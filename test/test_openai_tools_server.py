@@ -193,6 +193,30 @@ def test_required_tool_call_streamed_and_looped(client: openai.OpenAI, model_id:
     no_markup(m2.message.content)
 
 
+def test_tool_without_parameters_and_the_clients_stream_helper(client: openai.OpenAI, model_id: str) -> None:
+    """A function defined without ``parameters`` takes none (OpenAI): the named call is ``{}``
+    and ends (~70 tokens: the random model spells the markup in small tokens), and the openai
+    client's own stream helper accumulates the streamed call to the same message. Before, the
+    random model wrote parameter names without end (finish "length", DSML in content) and the
+    stream helper failed on the deltas' ``"type": null``."""
+    ping = {"type": "function", "function": {"name": "ping", "description": "Check the line"}}
+    kw: dict[str, Any] = dict(
+        model=model_id, messages=MSGS, tools=[WEATHER, ping], max_tokens=200, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "ping"}},
+    )  # fmt: skip
+    ch = client.chat.completions.create(**kw).choices[0]
+    assert ch.finish_reason == "tool_calls", ch
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in ch.message.tool_calls] == [
+        ("ping", {})
+    ]
+    with client.chat.completions.stream(**kw) as stream:
+        final = stream.get_final_completion().choices[0]
+    assert final.finish_reason == "tool_calls"
+    assert [(c.type, c.function.name, c.function.arguments) for c in final.message.tool_calls] == [
+        ("function", "ping", ch.message.tool_calls[0].function.arguments)
+    ]
+
+
 @pytest.mark.parametrize("max_tokens", [8, 30])
 def test_call_cut_by_max_tokens(client: openai.OpenAI, model_id: str, max_tokens: int) -> None:
     """tool_choice "required" with a small max_tokens (the call is cut): finish_reason "length",

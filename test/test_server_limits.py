@@ -70,6 +70,30 @@ def test_prompt_plus_max_new_tokens_larger_than_pool_is_400_up_front(server: Ser
     assert pool["block_pages"]["used"] == 0
 
 
+def test_omitted_max_new_tokens_is_the_default_capped_to_the_room(server: ServerHandle) -> None:
+    # SGLang's /generate checks only a max_new_tokens the request sets; an omitted one is the
+    # default (128) and the scheduler caps it to what the prompt leaves (a prompt near the limit
+    # gets a short answer with finish_reason length, not a 400). Oracle: the arithmetic of the
+    # pool size and the prompt length given here; the default is SamplingParams' documented 128.
+    for prompt_len, expect in ((100, 128), (440, POOL_TOKENS - 440), (POOL_TOKENS - 1, 1)):
+        r = requests.post(
+            server.url + "/generate",
+            json={"input_ids": [9] * prompt_len, "sampling_params": {"ignore_eos": True, "temperature": 0}},
+            timeout=120,
+        )
+        assert r.status_code == 200, (prompt_len, r.text)
+        meta = r.json()["meta_info"]
+        assert meta["finish_reason"] == {"type": "length", "length": expect}, (prompt_len, meta)
+        assert meta["completion_tokens"] == expect
+    # a value the request sets is still checked, and a prompt with no room left is still a 400
+    for sp, n in (({"max_new_tokens": 128}, 440), ({}, POOL_TOKENS)):
+        r = requests.post(
+            server.url + "/generate", json={"input_ids": [9] * n, "sampling_params": sp}, timeout=60
+        )
+        assert r.status_code == 400, (sp, n, r.text)
+    requests.post(server.url + "/flush_cache", timeout=30)
+
+
 def test_unbounded_generation_stops_at_pool_capacity_with_length(server: ServerHandle) -> None:
     # max_new_tokens=None means "until the context ends" (SGLang); with a pool smaller than the
     # context, the request must end with finish_reason length at the pool's capacity, not fail.

@@ -144,7 +144,8 @@ class TokenizationMixin:
 
         This is where requests are validated, once, for the Engine and HTTP alike: the
         prompt-plus-completion length against the context (accepted up to exactly
-        ``context_len``), the prompt with :meth:`SchedulerReadyInfo.check_input_ids` (the limits
+        ``context_len``; only a ``max_new_tokens`` the request sets: an omitted one is the default
+        capped to the room the prompt leaves, as in SGLang), the prompt with :meth:`SchedulerReadyInfo.check_input_ids` (the limits
         the scheduler reported at start-up; the scheduler re-checks with the same rule only to
         defend itself), then the sampling parameters (grammars only when the scheduler has a
         grammar backend), the KV pool, and the logprob options. ``text_ids``: the ids of
@@ -179,8 +180,13 @@ class TokenizationMixin:
             sp.verify(self.vocab_size, allow_grammar=self.grammar_enabled)
         except (TypeError, ValueError) as e:
             sp_error = f"Invalid sampling_params: {e}"
+        # An omitted max_new_tokens is the default (128) capped to the room the prompt leaves
+        # (the scheduler's max_new_tokens_for), as SGLang's scheduler caps it: only a value the
+        # request sets is checked against the context and the pool.
+        explicit = isinstance(raw, dict) and "max_new_tokens" in raw
         if (
             sp_error is None
+            and explicit
             and input_ids
             and sp.max_new_tokens is not None
             and sp.max_new_tokens + len(input_ids) > self.context_len
@@ -193,7 +199,7 @@ class TokenizationMixin:
             raise RequestError(sp_error)
         pool = int(self.scheduler_info.max_total_num_tokens or 0)
         total = (sp.max_new_tokens or 0) + len(input_ids)
-        if sp.max_new_tokens is not None and 0 < pool < self.context_len and total >= pool:
+        if explicit and sp.max_new_tokens is not None and 0 < pool < self.context_len and total >= pool:
             # the KV pool, not the context, bounds this server's requests (max_req_input_len too):
             # admitting it would only fail mid-generation and lose the tokens made so far
             raise RequestError(

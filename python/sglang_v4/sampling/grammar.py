@@ -44,6 +44,7 @@ from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_
 
 __all__ = [
     "Grammar",
+    "after_reasoning_structural_tag",
     "GrammarBackend",
     "apply_grammar_masks",
     "check_structural_tag",
@@ -249,6 +250,70 @@ def apply_grammar_masks(logits: torch.Tensor, grammars: Sequence[Grammar | None]
     xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True), indices=rows)
 
 
+def after_reasoning_structural_tag(kind: str, spec: str, think_end: str = "</think>") -> str:
+    """A ``structural_tag`` that leaves the reasoning free and constrains the answer after it.
+
+    In thinking mode the prompt ends with ``<think>``: a ``json_schema`` / ``regex`` / ``ebnf``
+    grammar applied from the first token would make the model write the answer as its reasoning
+    (it could never close the block). As SGLang's reasoner grammar and vLLM's structured outputs
+    with a reasoning parser do, the grammar starts after the end-of-reasoning marker: free text
+    without ``<think>`` / ``think_end`` up to ``think_end``, then the format (the same sequence
+    :func:`tool_call_structural_tag` builds with ``thinking=True``).
+
+    Args:
+        kind: ``"json_schema"``, ``"regex"`` or ``"ebnf"``.
+        spec: the grammar text of that field (a JSON schema as JSON text, a regex, an EBNF grammar).
+        think_end: the end-of-reasoning marker.
+
+    Returns:
+        The JSON text for ``SamplingParams.structural_tag``.
+
+    Raises:
+        ValueError: ``kind`` is not one of the three, or ``spec`` is not valid JSON (json_schema).
+    """
+    if kind == "json_schema":
+        try:
+            schema = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"json_schema: invalid grammar: {e}") from None
+        answer: dict[str, Any] = {
+            "type": "json_schema",
+            "json_schema": schema,
+            "max_whitespace_cnt": MAX_JSON_WHITESPACE,
+        }
+    elif kind == "regex":
+        answer = {"type": "regex", "pattern": spec}
+    elif kind == "ebnf":
+        answer = {"type": "grammar", "grammar": spec}
+    else:
+        raise ValueError(f"unknown grammar kind {kind!r}")
+    reasoning = {
+        "type": "tag",
+        "begin": "",
+        "content": {"type": "any_text", "excludes": ["<think>", think_end]},
+        "end": think_end,
+    }
+    return json.dumps(
+        {"type": "structural_tag", "format": {"type": "sequence", "elements": [reasoning, answer]}}
+    )
+
+
+#: The schema of a tool defined without ``parameters`` (or with ``{}``): OpenAI's "omitting
+#: ``parameters`` defines a function with an empty parameter list", so its one call is ``{}``.
+EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _with_parameters(function: dict[str, Any]) -> dict[str, Any]:
+    """``function`` with :data:`EMPTY_PARAMETERS` where it has no (or empty) ``parameters``.
+
+    xgrammar reads a missing schema as "any arguments": the model could then write parameters of
+    any name, without end, that the tool does not take.
+    """
+    if function.get("parameters"):
+        return function
+    return dict(function, parameters=EMPTY_PARAMETERS)
+
+
 def tool_call_structural_tag(
     tools: Sequence[dict[str, Any]],
     tool_choice: Any,
@@ -260,7 +325,8 @@ def tool_call_structural_tag(
     """The ``structural_tag`` JSON that constrains a DeepSeek DSML tool-call answer.
 
     Args:
-        tools: OpenAI ``tools`` (``[{"type": "function", "function": {"name", "parameters", "strict"}}]``).
+        tools: OpenAI ``tools`` (``[{"type": "function", "function": {"name", "parameters", "strict"}}]``);
+            a function without ``parameters`` (or with ``{}``) takes none (:data:`EMPTY_PARAMETERS`).
         tool_choice: ``"auto"`` (free text, and a block only if the model starts one; the arguments
             of ``strict`` tools follow their schema), ``"required"`` (a block with at least one
             call) or ``{"type": "function", "function": {"name": NAME}}`` (exactly one call of NAME).
@@ -277,7 +343,7 @@ def tool_call_structural_tag(
     """
     import xgrammar as xgr
 
-    tools = [dict(t) for t in tools]
+    tools = [dict(t, function=_with_parameters(t["function"])) for t in tools]
     if enforce_schema:
         tools = [dict(t, function=dict(t["function"], strict=True)) for t in tools]
     try:

@@ -421,15 +421,31 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
-class DeltaFunctionCall(BaseModel):
-    """``delta.tool_calls[i].function``: the name on a call's first delta, then argument fragments."""
+class _OmitNone(BaseModel):
+    """A stream delta whose None fields are left out of the JSON, not sent as ``null``.
+
+    OpenAI's deltas omit what a chunk does not carry, and the ``openai`` client's stream
+    accumulator (``ChatCompletionStreamState``, behind ``client.chat.completions.stream``) copies a
+    delta's ``type`` over the accumulated one: a later fragment's ``"type": null`` turned the call
+    into an untyped one and the accumulator failed.
+    """
+
+    @model_serializer(mode="wrap")
+    def _drop_none(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class DeltaFunctionCall(_OmitNone):
+    """``delta.tool_calls[i].function``: the name on a call's first delta, then argument fragments
+    (a key that a delta does not carry is absent)."""
 
     name: str | None = None
     arguments: str | None = None
 
 
-class DeltaToolCall(BaseModel):
-    """One entry of ``delta.tool_calls`` (``id`` and ``type`` on a call's first delta only)."""
+class DeltaToolCall(_OmitNone):
+    """One entry of ``delta.tool_calls``: ``id``, ``type`` and ``function.name`` on a call's first
+    delta only, absent (not ``null``) from the later ones."""
 
     index: int
     id: str | None = None

@@ -24,6 +24,11 @@ calls; a malformed block comes back as ``content`` with the engine's finish reas
 ``content``, the same streamed and not.
 The EOS token never appears in the text (even with ``skip_special_tokens: false``).
 
+Answer grammars with reasoning: in thinking mode a ``response_format`` (or SGLang's ``json_schema``
+/ ``regex`` / ``ebnf``) constrains the answer only: the reasoning up to ``</think>`` is free and
+the grammar starts after it (a ``structural_tag``, as SGLang's reasoner grammar and vLLM's
+structured outputs with a reasoning parser do). The tool-call grammar does the same.
+
 Stop strings with reasoning (vLLM #14170, SGLang #40529): when the output starts inside reasoning,
 ``stop`` and ``stop_regex`` apply to the answer only. They stay dormant until the model writes
 ``</think>`` and then match only in the text after it (``stop_str_after_token_id``), so a stop
@@ -134,6 +139,32 @@ class ChatPlan:
         if self.stop_marker and self.ended_by_marker(matched) and matched not in (stop_token_ids or ()):
             return THINK_END
         return matched
+
+
+def _answer_grammar_kind(sp: dict[str, Any]) -> str | None:
+    """The grammar field (``json_schema`` / ``regex`` / ``ebnf``) a chat request's sampling
+    parameters constrain the answer with (``response_format`` becomes ``json_schema``), if any."""
+    return next((k for k in ("json_schema", "regex", "ebnf") if sp.get(k) is not None), None)
+
+
+def _grammar_after_reasoning(sp: dict[str, Any], kind: str, req: ChatCompletionRequest) -> dict[str, Any]:
+    """``sp`` with its ``kind`` grammar moved after the reasoning (thinking mode): a
+    ``structural_tag`` of free reasoning up to ``</think>``, then the grammar
+    (:func:`~sglang_v4.sampling.grammar.after_reasoning_structural_tag`).
+
+    Raises:
+        RequestError: the grammar text is malformed (400 naming the field the client sent).
+    """
+    from sglang_v4.sampling.grammar import after_reasoning_structural_tag
+
+    field_name = "response_format" if req.response_format else kind
+    try:
+        tag = after_reasoning_structural_tag(kind, sp[kind], THINK_END)
+    except ValueError as e:
+        raise RequestError(f"{field_name}: {str(e).partition(': ')[2] or e}", param=field_name) from None
+    out = {k: v for k, v in sp.items() if k != kind}
+    out["structural_tag"] = tag
+    return out
 
 
 def _thinking_flag(req: ChatCompletionRequest) -> bool:
@@ -307,6 +338,9 @@ class ChatMixin(OpenAIServingBase):
             raise RequestError(f"max_tokens must be at least 0, got {max_new}.", param="max_tokens")
         plan = self._plan_chat(req)
         sp = self._sampling_params(req, max_new, plan.structural_tag)
+        answer_grammar = None if plan.structural_tag is not None else _answer_grammar_kind(sp)
+        if plan.thinking and answer_grammar is not None:
+            sp = _grammar_after_reasoning(sp, answer_grammar, req)
         if plan.thinking and plan.reasoning.separate:
             plan.think_end_id = self._think_end_id()
             if plan.think_end_id is not None:
@@ -339,7 +373,11 @@ class ChatMixin(OpenAIServingBase):
         want_prompt_ids = req.return_prompt_token_ids or req.return_token_ids
         separate = plan.reasoning.separate and req.separate_reasoning
         grammar_field = (
-            "tools" if plan.structural_tag is not None else "response_format" if req.response_format else None
+            "tools"
+            if plan.structural_tag is not None
+            else "response_format"
+            if req.response_format
+            else answer_grammar
         )
         try:
             if req.stream:
