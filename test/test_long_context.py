@@ -48,6 +48,7 @@ def test_reference_indexer_memory_is_bounded() -> None:
     assert res["rows_ok"]
 
 
+@pytest.mark.slow  # ~22 s on two cores
 def test_reference_attention_memory_is_bounded() -> None:
     res = _run_child("attention")
     assert res["gathered_bytes"] >= 8 * 2**30  # the gathered keys of every token at once

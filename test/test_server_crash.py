@@ -176,7 +176,7 @@ def _rest(lines: Any) -> list[Any]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-@pytest.mark.parametrize("victim", ["scheduler", "detokenizer"])
+@pytest.mark.parametrize("victim", ["scheduler", pytest.param("detokenizer", marks=pytest.mark.slow)])
 def test_kill9_of_a_child_fails_in_flight_streams_and_exits_nonzero(tmp_path: Path, victim: str):
     model = make_fake_model_dir(tmp_path)
     # a request whose prompt has "[hold]" runs until it is aborted (FakeScheduler): all three are

@@ -103,7 +103,7 @@ def _assert_clean_exit(h, kids: list[int]) -> None:
     assert not any(_alive(k) for k in kids)
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigint_to_group"])
+@pytest.mark.parametrize("how", ["sigterm", pytest.param("sigint_to_group", marks=pytest.mark.slow)])
 def test_drain_finishes_in_flight_requests_and_exits_0(tmp_path: Path, how: str) -> None:
     h = _server(tmp_path, 60)
     kids = _children(h.proc.pid)
@@ -157,6 +157,7 @@ def test_drain_finishes_in_flight_requests_and_exits_0(tmp_path: Path, how: str)
     assert "received: draining" in h.log()
 
 
+@pytest.mark.slow
 def test_drain_timeout_fails_the_rest_with_an_error_event(tmp_path: Path) -> None:
     h = _server(tmp_path, 1)
     kids = _children(h.proc.pid)
@@ -191,6 +192,7 @@ def test_drain_timeout_fails_the_rest_with_an_error_event(tmp_path: Path) -> Non
     assert "Drain timed out after 1s: failed 3 request(s)" in h.log()
 
 
+@pytest.mark.slow
 def test_second_signal_cuts_the_drain_short(tmp_path: Path) -> None:
     """A second SIGTERM during a long drain (600 s here) fails the in-flight requests at once
     with the shutdown error and the server exits 0 (before, the drain ran to its timeout, so this

@@ -45,7 +45,9 @@ def _assert_same(got: dict, want: dict) -> None:
     assert len(set(digests)) == 1, f"replicated KV pools differ across ranks: {digests}"
 
 
-@pytest.mark.parametrize("tp,ep", [(2, 1), (2, 2)], ids=["tp2", "tp2-ep2"])
+@pytest.mark.parametrize(
+    "tp,ep", [pytest.param(2, 1, marks=pytest.mark.slow), (2, 2)], ids=["tp2", "tp2-ep2"]
+)
 def test_tp_matches_one_rank(tp_model_dir: str, oracle: dict, tp: int, ep: int) -> None:
     """With overlap scheduling (the default): decode inputs are future ids that only rank 0 can
     resolve, broadcast to the other ranks before each forward."""

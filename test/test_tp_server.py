@@ -113,6 +113,7 @@ def tp1_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return ans
 
 
+@pytest.mark.slow  # two gloo ranks behind a server, ~30 s: the slow tier (README)
 def test_tp2_server_answers_like_tp1_and_a_killed_rank_takes_it_down(
     tmp_path: Path, tp1_answers: dict
 ) -> None:
