@@ -260,7 +260,9 @@ def test_plan_max_total_tokens_and_errors(flash: ModelConfig) -> None:
     p = kp.plan_kv_pools(flash, "bf16", False, 256, max_total_tokens=100_000, context_length=8192)
     assert p.num_block_pages == -(-100_000 // 256)
     assert p.max_concurrency == p.num_block_pages // 32
-    assert p.max_context == p.num_block_pages * 256
+    assert p.max_context == 8192  # the serving context, below the pools' 100,096 tokens
+    small = kp.plan_kv_pools(flash, "bf16", False, 256, max_total_tokens=1024, context_length=8192)
+    assert small.max_context == 1024  # the pools, below the serving context
     capped = kp.plan_kv_pools(flash, "bf16", False, 256, budget_bytes=50 * GIB, max_total_tokens=4096)
     assert capped.num_block_pages == 16
     fixed = kp.plan_kv_pools(

@@ -169,7 +169,8 @@ class KVPlan:
             the pools add the reserved dummy page 0 themselves).
         kv_capacity_tokens: ``num_block_pages * page_size``.
         context_length: the context concurrency was planned for.
-        max_context: longest single request the pools can hold (capped by the model's context).
+        max_context: longest single request the pools can hold, capped by ``context_length`` (the
+            serving context: a server refuses longer requests; the model's context by default).
         max_concurrency: requests of ``context_length`` tokens that fit at once.
         total_bytes: bytes of all planned pages and slots; budget_bytes: the budget (or None).
         state_bytes: fp32 compressor state planned (window snapshots + request slots).
@@ -323,7 +324,7 @@ def plan_kv_pools(
         n = max_running_requests or max(1, num_blocks // blocks_per_req)
 
     max_concurrency = min(n, num_blocks // blocks_per_req)
-    max_context = min(model_ctx, num_blocks * page_size)
+    max_context = min(ctx, num_blocks * page_size)
     num_windows = window_pages_per_request * n + int(wpb * num_blocks + 1e-9) + extra_window_pages
     total = num_blocks * blk + num_windows * win + n * st
     frag = num_blocks * lay.block_padding_bytes + num_windows * lay.window_padding_bytes
