@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from typing import Any
 
 if "--dry" in sys.argv:  # before triton is imported
@@ -39,6 +37,8 @@ if "--dry" in sys.argv:  # before triton is imported
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import median_ms  # noqa: E402
 
 GPU = dict(H=64, D=512, window=128, page=256, topk=512, tokens=2048, contexts="131072,524288")
 DRY = dict(H=16, D=64, window=16, page=256, topk=16, tokens=8, contexts="1024")
@@ -93,24 +93,6 @@ def chunk_inputs(kind: str, C: int, sh: dict, n_rows: int, dev: str) -> dict[str
     return d
 
 
-def time_call(fn: Any, calls: int, dev: str) -> float:
-    fn()
-    ms = []
-    for _ in range(calls):
-        if dev == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            ms.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            ms.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ms)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -152,7 +134,7 @@ def main() -> None:
                         d["e"], out=out, **kw,
                     )  # fmt: skip
 
-                base_ms = time_call(lambda: call({}), a.calls, dev)
+                base_ms = median_ms(lambda: call({}), a.calls, dev)
                 base = out.float().clone()
                 scale = float(base.abs().max()) or 1.0
                 for st in [None, *settings]:
@@ -162,7 +144,7 @@ def main() -> None:
                     label = "default" if st is None else "h{} n{} w{} s{}".format(*st)
                     row = {"kind": kind, "C": C, "pool": pname, "setting": label}
                     try:
-                        ms = base_ms if st is None else time_call(lambda kw=kw: call(kw), a.calls, dev)
+                        ms = base_ms if st is None else median_ms(lambda kw=kw: call(kw), a.calls, dev)
                         err = float((out.float() - base).abs().max()) / scale
                     except Exception as exc:  # a tile the compiler or the device refuses
                         row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"

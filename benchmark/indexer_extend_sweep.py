@@ -35,12 +35,14 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import sys
-import time
 from typing import Any
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import median_ms  # noqa: E402
 
 GPU_SHAPES = dict(heads=64, di=128, topk=512, e=64, tokens=2048, contexts="32768,262144")
 DRY_SHAPES = dict(heads=4, di=128, topk=16, e=8, tokens=8, contexts="40")
@@ -97,21 +99,7 @@ def time_setting(p: dict, es: Any, sh: dict, calls: int, dev: str) -> tuple[floa
                      sh["e"], sh["topk"], sh["di"] ** -0.5, max_visible=p["C"], out=out, extend_score=es,
                      block_t=2 if T <= 256 else None)  # fmt: skip
 
-    call()  # warm-up (compiles)
-    ms = []
-    for _ in range(calls):
-        if dev == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            call()
-            b.record()
-            b.synchronize()
-            ms.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            call()
-            ms.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ms), out.cpu()
+    return median_ms(call, calls, dev), out.cpu()
 
 
 def sweep(a: argparse.Namespace) -> list[dict]:

@@ -21,34 +21,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 if "--dry" in sys.argv:  # before triton is imported
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import median_ms  # noqa: E402
+
 TILES = ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8), (32, 8))
-
-
-def _time(fn, calls: int, dev: str) -> float:
-    fn()
-    ms = []
-    for _ in range(calls):
-        if dev == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            ms.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            ms.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ms) * 1e3
 
 
 def main() -> None:
@@ -58,7 +42,7 @@ def main() -> None:
     ap.add_argument("--tokens", default="")
     ap.add_argument("--calls", type=int, default=20)
     a = ap.parse_args()
-    from sgl_kernel_v4.triton.mhc import PREFILL_MIX_TILE, hc_pre
+    from sgl_kernel_v4.triton.mhc import PREFILL_MIX_MIN_T, PREFILL_MIX_TILE, hc_pre
 
     dev, dt = ("cpu", torch.float32) if a.dry else ("cuda", torch.bfloat16)
     n, D = (4, 64) if a.dry else (4, 4096)
@@ -68,7 +52,7 @@ def main() -> None:
     if dev == "cuda":
         x = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
         y = torch.empty_like(x)
-        bw = 2 * x.numel() / (_time(lambda: y.copy_(x), 10, dev) * 1e-6) / 1e12  # TB/s
+        bw = 2 * x.numel() / (median_ms(lambda: y.copy_(x), 10, dev) * 1e-3) / 1e12  # TB/s
         del x, y
     lines = [
         f"# mHC pre, prefill path: projection tile sweep (n {n}, D {D}, {dt})\n",
@@ -91,16 +75,20 @@ def main() -> None:
                           path="legacy", mix_tile=tile)  # fmt: skip
 
         ref = [t.float() for t in call(None)]
-        base_us = _time(lambda: call(None), a.calls, dev)
+        base_us = median_ms(lambda: call(None), a.calls, dev) * 1e3
         for tile in [None, *tiles]:
             try:
-                us = base_us if tile is None else _time(lambda tile=tile: call(tile), a.calls, dev)
+                us = base_us if tile is None else median_ms(lambda tile=tile: call(tile), a.calls, dev) * 1e3
                 got = call(tile)
                 diff = max(float((g_.float() - r).abs().max()) for g_, r in zip(got, ref))
             except Exception as exc:  # a tile the compiler refuses
                 lines.append(f"| {T} | {tile} | {type(exc).__name__}: {str(exc)[:120]} | | | |")
                 continue
-            label = f"default {PREFILL_MIX_TILE}" if tile is None else str(tile)
+            label = (
+                f"default {PREFILL_MIX_TILE if T >= PREFILL_MIX_MIN_T else (16, 4)}"
+                if tile is None
+                else str(tile)
+            )
             lines.append(f"| {T} | {label} | {us:.1f} | {base_us / us:.2f}x | {floor:.1f} | {diff:.1e} |")
             print(lines[-1], flush=True)
     os.makedirs(a.out, exist_ok=True)

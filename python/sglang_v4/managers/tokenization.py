@@ -145,10 +145,11 @@ class TokenizationMixin:
         This is where requests are validated, once, for the Engine and HTTP alike: the
         prompt-plus-completion length against the context (accepted up to exactly
         ``context_len``; only a ``max_new_tokens`` the request sets: an omitted one is the default
-        capped to the room the prompt leaves, as in SGLang), the prompt with :meth:`SchedulerReadyInfo.check_input_ids` (the limits
-        the scheduler reported at start-up; the scheduler re-checks with the same rule only to
-        defend itself), then the sampling parameters (grammars only when the scheduler has a
-        grammar backend), the KV pool, and the logprob options. ``text_ids``: the ids of
+        capped to the room the prompt leaves, as in SGLang), the prompt with
+        :meth:`SchedulerReadyInfo.check_input_ids` (the limits the scheduler reported at start-up;
+        the scheduler re-checks with the same rule only to defend itself), then the sampling
+        parameters (grammars only when the scheduler has a grammar backend), the KV pool, and the
+        logprob options. ``text_ids``: the ids of
         ``obj.text`` when already tokenized (:meth:`encode_text`).
 
         Raises:
