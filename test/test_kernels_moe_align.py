@@ -17,7 +17,7 @@ pytestmark = KERNEL_MARKS
 
 @pytest.fixture(autouse=True)
 def _chunks_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On CUDA the two-launch layout is opt-in (``moe.ALIGN_CHUNKS``): these tests run it."""
+    """The two-launch layout even under ``SGLANG_V4_MOE_ALIGN_CHUNKS=0`` (``moe.ALIGN_CHUNKS``)."""
     from sgl_kernel_v4.triton import moe
 
     monkeypatch.setattr(moe, "ALIGN_CHUNKS", True)

@@ -12,8 +12,8 @@ Steps (no host synchronisation, so the whole op is CUDA-graph capturable):
    sentinel ``T*k``); the number of blocks is the static bound ``cdiv(T*k + E*(BLOCK_M-1),
    BLOCK_M)``; unused blocks have expert -1 and exit at once. Up to 4,096 pairs one program
    (``_align_kernel``: histogram, padded offsets, a sort of packed (expert, pair) keys, scatter,
-   block -> expert). Above, two launches over chunks of ``_CHUNK_P`` pairs (``_align_chunks``; on
-   CUDA only with ``ALIGN_CHUNKS``, not yet run on a GPU): ``_align_count_kernel`` writes each
+   block -> expert). Above, two launches over chunks of ``_CHUNK_P`` pairs (``_align_chunks``;
+   :data:`ALIGN_CHUNKS`): ``_align_count_kernel`` writes each
    chunk's expert histogram into a ``[n_chunks, BLOCK_E]`` table and fills its share of the rows
    with the sentinel; ``_align_scatter_kernel`` sums the table (expert totals -> padded offsets;
    the counts of the chunks before its own), ranks its chunk's pairs by the same packed-key sort,
@@ -21,7 +21,7 @@ Steps (no host synchronisation, so the whole op is CUDA-graph capturable):
    arguments: the variants are per ``BLOCK_E`` (``next_power_of_2(E + 1)``) and, for the
    one-program kernel, ``BLOCK_M`` and sort size, never per batch. ``_align_torch`` (torch ops,
    the same output) serves CPU tensors outside the interpreter, ``next_power_of_2(E + 1) > 4096``
-   and, by default, CUDA above 4,096 pairs; it is the tests' oracle.
+   and, with ``SGLANG_V4_MOE_ALIGN_CHUNKS=0``, CUDA above 4,096 pairs; it is the tests' oracle.
 2. ``_gate_up_kernel``: per (block, N tile) two accumulators (gate and up rows of the same
    expert), clamp + SiLU epilogue, ``h [T*k, I]`` in bf16.
 3. ``_down_kernel``: ``h @ W_downᵀ`` per block, scaled by the routing weight and added with fp32
@@ -90,13 +90,11 @@ def _align_kernel(
 # int32; the [rows, BLOCK_E] tiles stay small); larger E takes ``_align_torch``
 _CHUNK_P = 1024
 _MAX_BLOCK_E = 4096
-#: Above 4,096 pairs on CUDA: the two-launch Triton layout (``True``) or the torch op chain
-#: (``False``, the default). The Triton layout is exact against ``_align_torch`` under the
-#: interpreter and compiles for sm_90 without spills, but its GPU tests
-#: (``test/test_kernels_moe_align.py -m gpu``) have not run on a device yet, so CUDA keeps the torch
-#: chain unless ``SGLANG_V4_MOE_ALIGN_CHUNKS=1`` (read once per process). The interpreter always
-#: takes the Triton layout.
-ALIGN_CHUNKS = os.environ.get("SGLANG_V4_MOE_ALIGN_CHUNKS", "0") == "1"
+#: Above 4,096 pairs on CUDA: the two-launch Triton layout (``True``, the default) or the torch op
+#: chain (``SGLANG_V4_MOE_ALIGN_CHUNKS=0``, read once per process). On an H200 the Triton layout
+#: cut a 1,024-token flash-8l-32e step from 795 kernels to 331 and its forward's host time from
+#: 21.7 to 17.8 ms (benchmark/RESULTS.md). The interpreter always takes the Triton layout.
+ALIGN_CHUNKS = os.environ.get("SGLANG_V4_MOE_ALIGN_CHUNKS", "1") == "1"
 
 
 @triton.jit(do_not_specialize=["n", "E", "bound", "n_chunks"])  # batch-dependent counts
@@ -228,8 +226,8 @@ def _align_chunks(
 
 def _align(topk_ids: torch.Tensor, E: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Pair layout for the grouped GEMMs (see :func:`_align_torch`): one Triton launch up to 4,096
-    pairs (``_align_kernel``), two above (:func:`_align_chunks`; on CUDA only with
-    :data:`ALIGN_CHUNKS`); ``_align_torch`` on a CPU tensor outside the interpreter, for
+    pairs (``_align_kernel``), two above (:func:`_align_chunks`, unless :data:`ALIGN_CHUNKS` is
+    off); ``_align_torch`` on a CPU tensor outside the interpreter, for
     ``next_power_of_2(E + 1) > 4096``, and above 4,096 pairs on CUDA without :data:`ALIGN_CHUNKS`."""
     if (
         (not topk_ids.is_cuda and os.environ.get("TRITON_INTERPRET") != "1")
