@@ -13,7 +13,10 @@ compiles) for
 * ``--waves W,..``: the module default (``indexer.EXTEND_SCORE``) with its ``waves`` field set to
   ``W`` (the scoring split into enough shares per token block for at least ``W`` programs per SM:
   ``indexer_score_extend.extend_splits``); ``W = 0``: ``waves=None``, the decode rule
-  (``indexer_select.splits``, at most two waves).
+  (``indexer_select.splits``, at most two waves);
+* ``--fp4-ab`` (fp4 keys): the module default with the keys decoded by ``load_key`` (a byte and a
+  scale byte per value; ``indexer.EXTEND_FP4_ROWS = False``) and whole keys a byte at a time
+  (``load_fp4_key_row``; ``True``), same run.
 
 Reports the time per call, the speed-up over ``general``, the scoring rate ``2 T C heads di /
 time`` in TFLOP/s (the whole call's time: a lower bound on the scoring kernel's), and whether
@@ -122,11 +125,18 @@ def sweep(a: argparse.Namespace) -> list[dict]:
             waves = [int(w) for w in a.waves.split(",")] if a.waves else []
             served = indexer.EXTEND_SCORE
             by_waves = [dataclasses.replace(served, waves=w or None) for w in waves]
-            for es in [None, *settings, *by_waves]:
-                label = "general" if es is None else es.label()
-                if es is not None and es.form == served.form and es.waves is None and by_waves:
+            ab = [(served, False), (served, True)] if a.fp4_ab and fmt == "fp4" else []
+            for es in [None, *settings, *by_waves, *ab]:
+                if isinstance(es, tuple):
+                    label = es[0].label() + (" fp4 rows" if es[1] else " fp4 load_key")
+                else:
+                    label = "general" if es is None else es.label()
+                if isinstance(es, ExtendScore) and es.form == served.form and es.waves is None and by_waves:
                     label += " waves None"
                 row = {"C": C, "keys": fmt, "tokens": T, "setting": label}
+                rows_flag = indexer.EXTEND_FP4_ROWS
+                if isinstance(es, tuple):  # (setting, EXTEND_FP4_ROWS) of --fp4-ab
+                    es, indexer.EXTEND_FP4_ROWS = es
                 try:
                     ms, sel = (base_ms, base) if es is None else time_setting(p, es, sh, calls, dev)
                 except Exception as exc:  # a setting the compiler or the device refuses
@@ -134,6 +144,8 @@ def sweep(a: argparse.Namespace) -> list[dict]:
                     rows.append(row)
                     print(row, flush=True)
                     continue
+                finally:
+                    indexer.EXTEND_FP4_ROWS = rows_flag
                 shared = sum(len(set(x.tolist()) & set(y.tolist())) for x, y in zip(sel, base))
                 row.update(ms=ms, speedup=base_ms / ms, tflops=flop / ms / 1e9, same=bool(torch.equal(sel, base)),
                            shared=shared / max(1, int((base >= 0).sum())))  # fmt: skip
@@ -174,6 +186,9 @@ def main() -> int:
         "--waves",
         default="",
         help="comma list: the default setting at W programs per SM (0: the decode rule)",
+    )
+    ap.add_argument(
+        "--fp4-ab", action="store_true", help="fp4 keys: the default with load_key vs whole-key decode"
     )
     a = ap.parse_args()
     if a.dry and os.environ.get("TRITON_INTERPRET") != "1":  # set before triton is imported

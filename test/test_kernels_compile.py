@@ -74,7 +74,7 @@ _SCORE_EXTEND = dict(
     token_req_ptr="*i64", E="i32", keys_ptr="*i32", stride_k="i32", scores_ptr="*i32", hist_ptr="*i32",
     cnt_ptr="*i32", K="i32", t_base="i32", G="i32", HI="i32", scale="fp32", nsc="i32", DI="constexpr",
     CODEC="constexpr", BLOCK_T="constexpr", BLOCK_H="constexpr", BLOCK_C="constexpr", WRITE_SCORES="constexpr",
-    SHORT="constexpr", HB="constexpr", FORM="constexpr",
+    SHORT="constexpr", HB="constexpr", FORM="constexpr", FP4_ROWS="constexpr",
 )  # fmt: skip
 # the MoE pair layout (moe._align): one program up to 4,096 pairs, else the two chunked launches
 _ALIGN_ONE = dict(
@@ -345,7 +345,7 @@ def _extend_score_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
     for es in SWEEP_SETTINGS:
         for codec, kv in ((0, "*bf16"), (3, "*u8")):
             consts = dict(DI=128, CODEC=codec, BLOCK_T=es.block_t, BLOCK_H=64, BLOCK_C=es.block_c,
-                          WRITE_SCORES=False, SHORT=True, HB=HB, FORM=es.form_code)  # fmt: skip
+                          WRITE_SCORES=False, SHORT=True, HB=HB, FORM=es.form_code, FP4_ROWS=codec == 3)  # fmt: skip
             opts = {"num_warps": es.num_warps, "num_stages": es.num_stages}
             out.append(
                 (

@@ -16,7 +16,14 @@ from kernel_testutil import DEVICE, KERNEL_MARKS
 
 triton = pytest.importorskip("triton")  # the kernels below are defined at import
 import triton.language as tl  # noqa: E402
-from sgl_kernel_v4.triton.kv_codec import aligned, load_fp4_key_block, load_key, row_offsets, store_entry  # noqa: E402
+from sgl_kernel_v4.triton.kv_codec import (  # noqa: E402
+    aligned,
+    load_fp4_key_block,
+    load_fp4_key_row,
+    load_key,
+    row_offsets,
+    store_entry,
+)
 
 pytestmark = KERNEL_MARKS
 
@@ -50,6 +57,15 @@ def _read_fp4_blocks_kernel(pool_ptr, out_ptr, N, rpp, ps, rs, D: tl.constexpr, 
         tl.store(out_ptr + r[:, None] * D + j * 32 + offs[None, :], x, mask=valid[:, None])
 
 
+@triton.jit
+def _read_fp4_rows_kernel(pool_ptr, out_ptr, N, rpp, ps, rs, D: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = r < N
+    base = aligned(pool_ptr, row_offsets(r, rpp, ps, rs), 3, D, D)
+    x = load_fp4_key_row(base, valid, D).to(tl.float32)
+    tl.store(out_ptr + r[:, None] * D + tl.arange(0, D)[None, :], x, mask=valid[:, None])
+
+
 @pytest.mark.parametrize("fp4", [False, True])
 def test_indexer_rows_write_and_read_like_the_reference(fp4: bool) -> None:
     from sglang_v4.configs.model_config import ModelConfig
@@ -81,11 +97,13 @@ def test_indexer_rows_write_and_read_like_the_reference(fp4: bool) -> None:
     assert torch.equal(out.cpu(), decode_entries(want.reshape(N, B), fmt))
 
 
-def test_fp4_key_blocks_decode_like_the_reference() -> None:
-    """``load_fp4_key_block`` (bf16 built from the e2m1 code and the ue8m0 byte by integer ops)
-    decodes reference-encoded fp4 rows exactly as the reference codec does: every e2m1 code (the
-    subnormal 0.5 and the zeros included), both signs and scales over five decades, at every row of
-    two pages (68-byte rows: 4-byte aligned)."""
+@pytest.mark.parametrize("reader", ["blocks", "rows"])
+def test_fp4_key_blocks_decode_like_the_reference(reader: str) -> None:
+    """``load_fp4_key_block`` (one 32-value block per call) and ``load_fp4_key_row`` (the whole
+    key, both nibbles of each byte joined), bf16 built from the e2m1 code and the ue8m0 byte by
+    integer ops, decode reference-encoded fp4 rows exactly as the reference codec does: every e2m1
+    code (the subnormal 0.5 and the zeros included), both signs and scales over five decades, at
+    every row of two pages (68-byte rows: 4-byte aligned)."""
     from sglang_v4.configs.model_config import ModelConfig
     from sglang_v4.configs.presets import get_preset
     from sglang_v4.mem_cache.kv_format import decode_entries, encode_entries
@@ -107,8 +125,7 @@ def test_fp4_key_blocks_decode_like_the_reference() -> None:
     assert set(range(16)) - {8} <= set(codes.tolist())  # every e2m1 code occurs (the encoder writes -0 as 0)
     src.copy_(enc.reshape(P, R, B).to(DEVICE))
     out = torch.empty(N, D, device=DEVICE)
-    _read_fp4_blocks_kernel[(triton.cdiv(N, 64),)](
-        src, out, N, R, src.stride(0), src.stride(1), D=D, BLOCK=64
-    )
+    kernel = _read_fp4_blocks_kernel if reader == "blocks" else _read_fp4_rows_kernel
+    kernel[(triton.cdiv(N, 64),)](src, out, N, R, src.stride(0), src.stride(1), D=D, BLOCK=64)
     want = decode_entries(enc, fmt)
     assert torch.equal(out.cpu(), want)

@@ -122,6 +122,10 @@ DECODE_SCORE_CODECS = frozenset({0, 2, 3})
 #: at a time (:func:`~sgl_kernel_v4.triton.kv_codec.load_fp4_key_block`, one dot of K = 32 each);
 #: ``False`` decodes them with ``load_key`` (the benchmark baseline).
 DECODE_FP4_BLOCKS = True
+#: fp4 keys (32 to 128 values, a power of two) in the extend scoring kernel (keys-major forms) are
+#: decoded a whole key at a time, each byte once (:func:`~sgl_kernel_v4.triton.kv_codec.load_fp4_key_row`);
+#: ``False`` decodes them with ``load_key``, a byte and a scale byte per value (the benchmark baseline).
+EXTEND_FP4_ROWS = True
 #: Scoring of programs of several tokens (an extend; :mod:`sgl_kernel_v4.triton.indexer_score_extend`):
 #: ``form="general"`` is :func:`_score_kernel` (tokens-major), ``"keys"`` / ``"keys_split"`` the
 #: keys-major kernel with the setting's tile; ``indexer_topk(extend_score=...)`` overrides it per call.
@@ -456,7 +460,8 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
         else:
             kernel, form = _score_kernel, {}
             if block_t > 1 and es.form != "general":
-                kernel, form = _score_extend_kernel, {"FORM": es.form_code}
+                fp4_rows = EXTEND_FP4_ROWS and kv.codec_id == 3 and DI in (32, 64, 128)
+                kernel, form = _score_extend_kernel, {"FORM": es.form_code, "FP4_ROWS": fp4_rows}
             kernel[(n_tb, nsc)](
                 q, q.stride(0), q.stride(1), weights, weights.stride(0),
                 kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,

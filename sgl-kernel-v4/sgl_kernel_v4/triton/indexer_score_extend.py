@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.triton.indexer_select import CNT, HIST_W, INT_MIN, _float_to_key
-from sgl_kernel_v4.triton.kv_codec import load_key, row_offsets
+from sgl_kernel_v4.triton.kv_codec import aligned, load_fp4_key_row, load_key, row_offsets
 
 __all__ = [
     "ExtendScore",
@@ -207,16 +207,22 @@ def short_run_keys(keys_ptr, stride_k, prow, E, gl, n, act, c_lo, c_end, BLOCK_C
 
 
 @triton.jit
-def _key_tile(kv, prow, E, c0, c_end, offs_c, offs_d, CODEC: tl.constexpr, DI: tl.constexpr):
+def _key_tile(kv, prow, E, c0, c_end, offs_c, offs_d, CODEC: tl.constexpr, DI: tl.constexpr,
+              FP4_ROWS: tl.constexpr):  # fmt: skip
     # the key tile of entries c0 + offs_c (below c_end) of a request's page row prow: entry indices,
     # in-range mask, valid mask (in range, page mapped), keys [BLOCK_C, DI] and their fp32 scales
+    # (FP4_ROWS: fp4 keys decoded a byte at a time by load_fp4_key_row, bf16, scales applied)
     kv_ptr, kv_rpp, kv_ps, kv_rs = kv
     c = c0 + offs_c
     cm = c < c_end
     page = tl.load(prow + c // E, mask=cm, other=-1).to(tl.int64)
     valid = cm & (page >= 0)
     off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
-    k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
+    if FP4_ROWS:
+        k = load_fp4_key_row(aligned(kv_ptr, off, CODEC, DI, DI), valid, DI)
+        ks = tl.full(off.shape, 1.0, tl.float32)
+    else:
+        k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
     return c, cm, valid, k, ks
 
 
@@ -299,6 +305,7 @@ def _score_extend_kernel(
     SHORT: tl.constexpr,
     HB: tl.constexpr,
     FORM: tl.constexpr = 0,
+    FP4_ROWS: tl.constexpr = False,
 ):
     # program (p, s): block rows g0 .. g0 + BLOCK_T - 1, the s-th share of their visible entries
     # (shares are multiples of BLOCK_C, as in the general kernel, so a token's scores do not
@@ -343,7 +350,9 @@ def _score_extend_kernel(
                                 + offs_d[None, :], mask=m_ok[:, None], other=0.0)  # fmt: skip
                     w = tl.load(w_ptr + (t_base + mt) * stride_wt + mh, mask=m_ok, other=0.0).to(tl.float32)
                     for c0 in range(c_lo, c_end, BLOCK_C):
-                        c, cm, valid, k, ks = _key_tile(kv, prow, E, c0, c_end, offs_c, offs_d, CODEC, DI)
+                        c, cm, valid, k, ks = _key_tile(
+                            kv, prow, E, c0, c_end, offs_c, offs_d, CODEC, DI, FP4_ROWS
+                        )
                         sd = tl.dot(k.to(q.dtype), tl.trans(q))  # [BLOCK_C, BLOCK_T * BLOCK_H] fp32
                         sd = tl.maximum(sd * ks[:, None] * scale, 0.0) * w[None, :]
                         score = tl.trans(tl.sum(tl.reshape(sd, [BLOCK_C, BLOCK_T, BLOCK_H]), 2))
@@ -369,7 +378,9 @@ def _score_extend_kernel(
                         q6, w6, n6, a6 = _token_q(*qa, 6, act, n, HI, BLOCK_H, DI)
                         q7, w7, n7, a7 = _token_q(*qa, 7, act, n, HI, BLOCK_H, DI)
                     for c0 in range(c_lo, c_end, BLOCK_C):
-                        c, cm, valid, k, kscale = _key_tile(kv, prow, E, c0, c_end, offs_c, offs_d, CODEC, DI)
+                        c, cm, valid, k, kscale = _key_tile(
+                            kv, prow, E, c0, c_end, offs_c, offs_d, CODEC, DI, FP4_ROWS
+                        )
                         k = k.to(q0.dtype)
                         ks = kscale[:, None] * scale
                         out = (keys_ptr, scores_ptr, stride_k)

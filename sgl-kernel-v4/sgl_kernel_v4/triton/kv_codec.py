@@ -113,6 +113,24 @@ def load_fp4_key_block(base, j: tl.constexpr, valid, D: tl.constexpr):
 
 
 @triton.jit
+def load_fp4_key_row(base, valid, D: tl.constexpr):
+    """Whole fp4 indexer keys (``[N, D]`` bf16, each 32-value block's ue8m0 scale applied; zeros
+    where ``valid`` is False) from their entries' byte pointers ``base [N]``: the ``D / 2`` bytes
+    loaded once each, both nibbles decoded by :func:`_e2m1_bf16` (the scale byte of byte ``i`` is
+    byte ``D / 2 + i // 16``, added to the exponent field) and interleaved with ``tl.join`` (dim
+    ``2i`` is the low nibble of byte ``i``). For a kernel that reuses one key tile in several dots
+    (the extend scoring's keys-major forms), where :func:`load_fp4_key_block`'s four K = 32 dots
+    per dot would multiply; the same values as :func:`load_key`'s fp4 branch, exactly."""
+    offs = tl.arange(0, D // 2)
+    m = valid[:, None]
+    b = tl.load(base[:, None] + offs[None, :], mask=m, other=0).to(tl.int32)
+    sb = tl.load(base[:, None] + D // 2 + offs[None, :] // 16, mask=m, other=127).to(tl.int32)
+    eadd = (sb - 127) << 7
+    pair = tl.join(_e2m1_bf16(b & 15, eadd), _e2m1_bf16(b >> 4, eadd))
+    return tl.reshape(pair, [base.shape[0], D])
+
+
+@triton.jit
 def _load_f32_bytes(p, mask):
     """fp32 values ``[N]`` stored little-endian at byte pointers ``p [N]`` (4 byte loads each):
     an fp8 indexer entry is 132 bytes, so its scale is only 4-byte aligned, and a 4-byte load
