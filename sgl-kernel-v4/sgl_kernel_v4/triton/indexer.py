@@ -122,10 +122,13 @@ DECODE_SCORE_CODECS = frozenset({0, 2, 3})
 #: at a time (:func:`~sgl_kernel_v4.triton.kv_codec.load_fp4_key_block`, one dot of K = 32 each);
 #: ``False`` decodes them with ``load_key`` (the benchmark baseline).
 DECODE_FP4_BLOCKS = True
-#: fp4 keys (32 to 128 values, a power of two) in the extend scoring kernel (keys-major forms) are
-#: decoded a whole key at a time, each byte once (:func:`~sgl_kernel_v4.triton.kv_codec.load_fp4_key_row`);
-#: ``False`` decodes them with ``load_key``, a byte and a scale byte per value (the benchmark baseline).
-EXTEND_FP4_ROWS = True
+#: ``True``: fp4 keys (32 to 128 values) in the extend scoring kernel (keys-major forms) are decoded a
+#: whole key at a time, each byte once (:func:`~sgl_kernel_v4.triton.kv_codec.load_fp4_key_row`).
+#: ``False`` (the default): ``load_key``, a byte and a scale byte per value. On the H200 the whole-key
+#: decode made a 2,048-token chunk's call 1.19x slower at 32,768 and 1.20x slower at 262,144
+#: candidates (``indexer_extend_sweep.py --fp4-ab``, benchmark/RESULTS.md 2026-12-03, third session):
+#: the interleave of the two nibble tiles costs more than the repeated byte loads it saves.
+EXTEND_FP4_ROWS = False
 #: Scoring of programs of several tokens (an extend; :mod:`sgl_kernel_v4.triton.indexer_score_extend`):
 #: ``form="general"`` is :func:`_score_kernel` (tokens-major), ``"keys"`` / ``"keys_split"`` the
 #: keys-major kernel with the setting's tile; ``indexer_topk(extend_score=...)`` overrides it per call.
