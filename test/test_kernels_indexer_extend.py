@@ -159,12 +159,17 @@ def test_extend_blocks_of_rows(form: str, monkeypatch) -> None:
     assert torch.equal(got.cpu(), want)
 
 
-@pytest.mark.parametrize("fp4", [False, True])
+@pytest.mark.parametrize("fp4", [False, "load_key", "rows"])
 @pytest.mark.parametrize("form", ["keys", "keys_split"])
-def test_extend_quantized_keys(fp4: bool, form: str) -> None:
-    """fp8 (e4m3 + fp32 scale) and fp4 (e2m1 + ue8m0 per 32) indexer pools: scores vs float64 of
-    the reference codec's decode, selection vs its top-k."""
+def test_extend_quantized_keys(fp4: bool | str, form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp8 (e4m3 + fp32 scale) and fp4 (e2m1 + ue8m0 per 32; decoded per value by ``load_key`` or a
+    whole key at a time, ``indexer.EXTEND_FP4_ROWS``) indexer pools: scores vs float64 of the
+    reference codec's decode, selection vs its top-k."""
+    from sgl_kernel_v4.triton import indexer
     from sgl_kernel_v4.triton.indexer import indexer_scores, indexer_topk
+
+    monkeypatch.setattr(indexer, "EXTEND_FP4_ROWS", fp4 == "rows")
+    fp4 = bool(fp4)
     from sgl_kernel_v4.triton.indexer_score_extend import ExtendScore
     from sglang_v4.configs.model_config import ModelConfig
     from sglang_v4.configs.presets import get_preset
