@@ -129,6 +129,21 @@ def test_flush_cache_and_server_info(engine):
     assert info["context_len"] > 0
 
 
+def test_server_info_carries_version_and_startup_time(engine):
+    """``Engine.get_server_info()`` answers what ``/get_server_info`` does, as SGLang's Engine:
+    ``version`` (the package version, read here from pyproject.toml) and ``startup_time`` (when the
+    engine came up, seconds since the epoch) were missing from the offline API's dict."""
+    import re
+    import time
+
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    version = re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1)
+    info = engine.get_server_info()
+    assert info["version"] == version
+    assert 0.0 <= time.time() - info["startup_time"] < 600.0
+    assert info["internal_states"][0]["kv_pool"] == info["kv_pool"]
+
+
 def test_engine_arg_errors():
     from sglang_v4 import Engine
 

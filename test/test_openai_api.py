@@ -502,3 +502,54 @@ def test_stream_options_without_stream_is_a_400(
     assert c.post(path, json=body | {"stream_options": None}).status_code == 200
     streamed = c.post(path, json=body | {"stream": True, "stream_options": {"include_usage": True}})
     assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+
+
+class _MaskedTopTM(FakeTM):
+    """Top-logprob lists whose last entry is ``-inf``: what the runtime reports for a token a
+    grammar (or ``logit_bias`` / ``min_tokens``) forbids, when fewer tokens than asked for are
+    allowed at a step."""
+
+    def _output(self, sub: GenerateReqInput, k: int) -> list[dict[str, Any]]:
+        outs = super()._output(sub, k)
+        for o in outs:
+            for top in o["meta_info"].get("output_top_logprobs") or []:
+                top.append([float("-inf"), 7, "&&"])
+        return outs
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forbidden_top_logprobs_are_openai_floor_not_null(tok: PreTrainedTokenizerFast, stream: bool) -> None:
+    """A top-logprob entry with no probability (``-inf``: a token the grammar forbids) is written as
+    -9999.0, the value OpenAI's chat reference documents for very unlikely tokens, not as JSON
+    ``null`` in a number field (the openai client's ``TopLogprob.logprob`` is a float). Finite
+    values are unchanged; the echoed prompt's first token keeps its ``null``."""
+    c = _client(_MaskedTopTM(tok))
+    client = _oai(c)
+    msgs = [{"role": "user", "content": "hi"}]
+    if stream:
+        chunks = list(
+            client.chat.completions.create(
+                model="dsv4-test", messages=msgs, logprobs=True, top_logprobs=3, stream=True
+            )
+        )
+        content = [
+            t for ch in chunks for choice in ch.choices if choice.logprobs for t in choice.logprobs.content
+        ]
+    else:
+        r = client.chat.completions.create(model="dsv4-test", messages=msgs, logprobs=True, top_logprobs=3)
+        content = r.choices[0].logprobs.content
+    assert content
+    for i, t in enumerate(content):
+        assert [x.logprob for x in t.top_logprobs] == [-0.5 * (i + 1), -9.0, -9999.0]
+        assert t.logprob == -0.5 * (i + 1)
+    body = {"model": "dsv4-test", "prompt": "a b", "logprobs": 3, "echo": True, "stream": stream}
+    resp = c.post("/v1/completions", json=body)
+    assert resp.status_code == 200
+    if stream:
+        lps = [ev["choices"][0]["logprobs"] for ev in _sse_events(resp)[:-1] if ev["choices"]]
+    else:
+        lps = [resp.json()["choices"][0]["logprobs"]]
+    token_lps = [v for lp in lps for v in lp["token_logprobs"]]
+    tops = [d for lp in lps for d in lp["top_logprobs"] if d is not None]
+    assert token_lps[0] is None and all(isinstance(v, float) for v in token_lps[1:])
+    assert tops and all(d["&&"] == -9999.0 and None not in d.values() for d in tops)

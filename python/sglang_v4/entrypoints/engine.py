@@ -136,6 +136,32 @@ def resolve_model_path(server_args: ServerArgs) -> None:
         server_args.tokenizer_path = server_args.model_path
 
 
+async def build_server_info(
+    server_args: ServerArgs, scheduler_info: SchedulerReadyInfo, tm: Any
+) -> dict[str, Any]:
+    """The ``get_server_info`` answer, one builder for ``/get_server_info`` and
+    :meth:`Engine.get_server_info` (SGLang's shape: the server arguments, the scheduler's limits,
+    its live state, also under ``internal_states``, then ``startup_time`` (seconds since the
+    epoch) and ``version``).
+
+    Raises:
+        RequestError: (from the tokenizer manager) the scheduler did not answer.
+    """
+    from sglang_v4.version import __version__
+
+    live = await tm.get_internal_state()
+    return {
+        **server_args.to_dict(),
+        "max_total_num_tokens": scheduler_info.max_total_num_tokens,
+        "max_req_input_len": scheduler_info.max_req_input_len,
+        "context_len": scheduler_info.context_len,
+        **live,
+        "internal_states": [live],
+        "startup_time": tm.startup_time,
+        "version": __version__,
+    }
+
+
 @dataclasses.dataclass
 class Subprocesses:
     """The child processes of one server / engine, and their ZMQ endpoints."""
@@ -522,17 +548,11 @@ class Engine:
         return bool(self._run(self.tokenizer_manager.flush_cache()).success)
 
     def get_server_info(self) -> dict[str, Any]:
-        """Server args + scheduler limits + live ``Scheduler.get_server_info()`` (kv_pool, ...)."""
-        live = self._run(self.tokenizer_manager.get_internal_state())
-        info = self._procs.scheduler_info
-        return {
-            **self.server_args.to_dict(),
-            "max_total_num_tokens": info.max_total_num_tokens,
-            "max_req_input_len": info.max_req_input_len,
-            "context_len": info.context_len,
-            **live,
-            "internal_states": [live],
-        }
+        """Server args + scheduler limits + live ``Scheduler.get_server_info()`` (kv_pool, ...),
+        ``startup_time`` and ``version``: the same dict as ``/get_server_info`` (:func:`build_server_info`)."""
+        return self._run(
+            build_server_info(self.server_args, self._procs.scheduler_info, self.tokenizer_manager)
+        )
 
     def shutdown(self) -> None:
         """Stop the background loop and kill the child processes (idempotent)."""

@@ -58,7 +58,7 @@ from sglang_v4.entrypoints.admission import (
     HeaderTimeoutH11Protocol,
     drain_in_flight,
 )
-from sglang_v4.entrypoints.engine import Subprocesses
+from sglang_v4.entrypoints.engine import Subprocesses, build_server_info
 from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.metrics import TokenizerMetrics
 from sglang_v4.entrypoints.native_api import (
@@ -307,21 +307,7 @@ def create_app(
         return json_response(model_info_dict())
 
     async def server_info_dict() -> dict[str, Any]:
-        tm = tm_or_503()
-        live = await tm.get_internal_state()
-        info = procs.scheduler_info
-        from sglang_v4.version import __version__
-
-        return {
-            **server_args.to_dict(),
-            "max_total_num_tokens": info.max_total_num_tokens,
-            "max_req_input_len": info.max_req_input_len,
-            "context_len": info.context_len,
-            **live,
-            "internal_states": [live],
-            "startup_time": tm.startup_time,
-            "version": __version__,
-        }
+        return await build_server_info(server_args, procs.scheduler_info, tm_or_503())
 
     @app.get("/get_load")
     async def get_load() -> Response:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -118,6 +119,22 @@ def _abort_error(meta: dict[str, Any]) -> RequestError | None:
         status = int(fr.get("status_code") or 400)
         return RequestError(str(fr.get("message") or "Aborted"), status)
     return None
+
+
+OPENAI_MIN_LOGPROB = -9999.0
+"""The logprob OpenAI's API reports for a token that has no probability: its chat reference
+documents -9999.0 for "very unlikely" tokens, and vLLM clamps to the same value. A constrained
+(grammar, ``logit_bias``, ``min_tokens``) step gives ``-inf`` to the tokens it forbids, and those
+appear among the ``top_logprobs`` when fewer tokens than asked for are allowed; JSON has no
+``-Infinity``, so without this floor they would go out as ``null`` in a field typed as a number."""
+
+
+def openai_logprob(lp: float) -> float:
+    """``lp`` (a natural-log probability) as OpenAI's API writes it: at least
+    :data:`OPENAI_MIN_LOGPROB` (``-inf`` and NaN become that value), otherwise unchanged."""
+    if math.isnan(lp):
+        return OPENAI_MIN_LOGPROB
+    return max(float(lp), OPENAI_MIN_LOGPROB)
 
 
 def _lp_entry(e: Any) -> tuple[float | None, int, str | None]:

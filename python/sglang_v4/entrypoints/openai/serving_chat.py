@@ -94,6 +94,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     _sse,
     _sse_error,
     grammar_error_for,
+    openai_logprob,
 )
 from sglang_v4.entrypoints.openai.tool_parser import (
     TOOL_CALL_PARSERS,
@@ -470,14 +471,14 @@ class ChatMixin(OpenAIServingBase):
                     TopLogprob(
                         token=ttok,
                         bytes=self._token_bytes(ti, ttok),
-                        logprob=tl if tl is not None else float("-inf"),
+                        logprob=openai_logprob(tl if tl is not None else float("-inf")),
                     )
                 )
             content.append(
                 ChatCompletionTokenLogprob(
                     token=tok,
                     bytes=self._token_bytes(tid, tok),
-                    logprob=logprob if logprob is not None else float("-inf"),
+                    logprob=openai_logprob(logprob if logprob is not None else float("-inf")),
                     top_logprobs=tl_list,
                 )
             )

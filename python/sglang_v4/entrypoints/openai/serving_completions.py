@@ -35,6 +35,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     _sse,
     _sse_error,
     grammar_error_for,
+    openai_logprob,
 )
 from sglang_v4.sampling.sampling_params import MAX_N
 
@@ -166,7 +167,8 @@ class CompletionsMixin(OpenAIServingBase):
         for (logprob, tid, text), top in zip(entries, tops):
             tok = self._token_text(tid, text)
             lp.tokens.append(tok)
-            lp.token_logprobs.append(logprob)
+            # None only for the prompt's first token (echo): it has no logprob, as in OpenAI's API
+            lp.token_logprobs.append(None if logprob is None else openai_logprob(logprob))
             lp.text_offset.append(offset)
             offset += len(tok)
             if top:
@@ -174,7 +176,7 @@ class CompletionsMixin(OpenAIServingBase):
                 for e in top:
                     tl, ti, tt = _lp_entry(e)
                     if tl is not None:
-                        d[self._token_text(ti, tt)] = tl
+                        d[self._token_text(ti, tt)] = openai_logprob(tl)
                 lp.top_logprobs.append(d)
             else:
                 lp.top_logprobs.append(None)
