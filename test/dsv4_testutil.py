@@ -87,8 +87,9 @@ class Twin:
     state: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
 
 
-def make_twin(name: str, seed: int = 0) -> Twin:
-    cfg = copy.deepcopy(CONFIGS[name])
+def make_twin(name: str, seed: int = 0, cfg: dict[str, Any] | None = None) -> Twin:
+    """Twins of ``CONFIGS[name]`` (or of ``cfg`` when given; ``name`` then only labels it)."""
+    cfg = copy.deepcopy(CONFIGS[name] if cfg is None else cfg)
     mc = ModelConfig.from_dict(copy.deepcopy(cfg))
     state = make_random_state_dict(copy.deepcopy(cfg), seed)
     from transformers import DeepseekV4Config
@@ -122,11 +123,17 @@ class Driver:
     """Allocates pages and runs requests through the runtime model (no scheduler, no radix cache)."""
 
     def __init__(
-        self, twin: Twin, num_block_pages: int = 128, num_window_pages: int = 512, max_reqs: int = 32
+        self,
+        twin: Twin,
+        num_block_pages: int = 128,
+        num_window_pages: int = 512,
+        max_reqs: int = 32,
+        page_size: int = 256,
     ) -> None:
         self.twin = twin
+        self.page_size, self.window = page_size, twin.mc.sliding_window
         self.pool = DSV4KVPool(
-            twin.mc, 256, num_block_pages, num_window_pages, max_reqs, torch.float32, "cpu"
+            twin.mc, page_size, num_block_pages, num_window_pages, max_reqs, torch.float32, "cpu"
         )
         self.state: dict[int, dict[str, Any]] = {}
 
@@ -139,10 +146,11 @@ class Driver:
 
     def _pages(self, slot: int, end: int) -> ReqForwardInput | None:
         st = self.state[slot]
-        while len(st["blocks"]) < -(-end // 256):
+        ps, W = self.page_size, self.window
+        while len(st["blocks"]) < -(-end // ps):
             st["blocks"] += self.pool.block_alloc.alloc_or_raise(1)
-        lo = max(0, (st["done"] - 127) // 128)
-        for k in range(lo, (end - 1) // 128 + 1):
+        lo = max(0, (st["done"] - W + 1) // W)
+        for k in range(lo, (end - 1) // W + 1):
             if k not in st["wins"]:
                 st["wins"][k] = self.pool.window_alloc.alloc_or_raise(1)[0]
         return None
@@ -158,8 +166,8 @@ class Driver:
         mc = self.twin.mc
         fb = build_forward_batch(
             inputs,
-            256,
-            128,
+            self.page_size,
+            self.window,
             mc.csa_ratio if mc.csa_layers else None,
             mc.hca_ratio if mc.hca_layers else None,
             "cpu",
@@ -172,7 +180,7 @@ class Driver:
             st = self.state[slot]
             st["done"] += len(ids)
             # drop window pages that left the window (the runtime frees them the same way)
-            lo = max(0, (st["done"] - 127) // 128)
+            lo = max(0, (st["done"] - self.window + 1) // self.window)
             for k in [k for k in st["wins"] if k < lo]:
                 self.pool.window_alloc.free([st["wins"].pop(k)])
         return outs

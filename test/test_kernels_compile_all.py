@@ -91,6 +91,7 @@ REPRESENTATIVE = [
     "test_kernels_moe_fp4.py::test_both_layouts_any_batch",
     "test_kernels_moe_fp4.py::test_split_and_fused_edge_cases",
     "test_kernels_moe_router.py::test_moe_route_kernel_bit_equal[37-256-6-dtype1]",
+    "test_kernels_moe_router.py::test_moe_route_kernel_sigmoid_bit_equal[37-256-6-dtype1]",
     "test_kernels_moe_router.py::test_swiglu_clamped_kernel_vs_reference[37-320-0-dtype1]",
     "test_kernels_rope.py::test_apply_and_inverse_rope[dtype0-4-3-64-16]",
     "test_kernels_rope.py::test_qnorm_rope_kv_insert[dtype0-5-3-128-32]",

@@ -119,6 +119,71 @@ def test_moe_route_kernel_bit_equal(T: int, E: int, k: int, dtype: torch.dtype) 
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T,E,k", [(5, 32, 8), (37, 256, 6)])
+def test_moe_route_kernel_sigmoid_bit_equal(T: int, E: int, k: int, dtype: torch.dtype) -> None:
+    """``scoring_func="sigmoid"``: Triton ``moe_route`` == the torch reference, bit for bit."""
+    if DEVICE is None:
+        pytest.skip("needs CUDA and triton (or TRITON_INTERPRET=1)")
+    from sgl_kernel_v4.ref.moe_router import moe_route as ref
+    from sgl_kernel_v4.triton.moe_router import moe_route
+
+    logits, bias, tid2eid, tok = _route_inputs(T, E, k, dtype)
+    logits[-1, :4] = -800.0  # exp(-x) overflows float64: score 0
+    want = ref(logits, bias, None, None, k, 2.5, "sigmoid")
+    got = moe_route(logits.to(DEVICE), bias.to(DEVICE), None, None, k, 2.5, "sigmoid")
+    assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1])
+    want = ref(logits, None, tid2eid, tok, k, 1.5, "sigmoid")
+    got = moe_route(logits.to(DEVICE), None, tid2eid.to(DEVICE), tok.to(DEVICE), k, 1.5, "sigmoid")
+    assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1])
+
+
+@pytest.mark.parametrize("is_hash", [False, True])
+def test_reference_sigmoid_matches_hf_router(is_hash: bool) -> None:
+    """``scoring_func="sigmoid"``: the reference selects HF's experts with HF's weights
+    (``DeepseekV4TopKRouter`` / ``DeepseekV4HashRouter`` of transformers as the oracle)."""
+    from sgl_kernel_v4.ref.moe_router import moe_route
+    from transformers import DeepseekV4Config
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import (
+        DeepseekV4HashRouter,
+        DeepseekV4TopKRouter,
+    )
+
+    T, E, k, D = 40, 16, 3, 24
+    cfg = DeepseekV4Config(
+        hidden_size=D, n_routed_experts=E, num_experts_per_tok=k, vocab_size=50,
+        scoring_func="sigmoid", routed_scaling_factor=2.5, num_hidden_layers=2,
+    )  # fmt: skip
+    gen = torch.Generator().manual_seed(3)
+    router = DeepseekV4HashRouter(cfg) if is_hash else DeepseekV4TopKRouter(cfg)
+    with torch.no_grad():
+        router.weight.copy_(torch.randn(E, D, generator=gen))
+        if is_hash:
+            router.tid2eid.copy_(torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(50)]))
+        else:
+            router.e_score_correction_bias.copy_(torch.randn(E, generator=gen) * 0.1)
+    x = torch.randn(T, D, generator=gen)
+    tok = torch.randint(0, 50, (T,), generator=gen)
+    with torch.no_grad():
+        _, hf_w, hf_ids = router(x, tok) if is_hash else router(x)
+    logits = x @ router.weight.detach().T
+    if is_hash:
+        ids, w = moe_route(logits, None, router.tid2eid, tok, k, 2.5, "sigmoid")
+    else:
+        ids, w = moe_route(logits, router.e_score_correction_bias, None, None, k, 2.5, "sigmoid")
+    o1, o2 = ids.sort(dim=-1), hf_ids.sort(dim=-1)
+    assert torch.equal(o1.values, o2.values)
+    torch.testing.assert_close(w.gather(1, o1.indices), hf_w.float().gather(1, o2.indices), rtol=1e-6, atol=0)
+
+
+def test_reference_rejects_unknown_score_func() -> None:
+    from sgl_kernel_v4.ref.moe_router import moe_route
+
+    with pytest.raises(ValueError, match="scoring_func"):
+        moe_route(torch.zeros(2, 8), torch.zeros(8), None, None, 2, 1.0, "softmax")
+
+
+@pytest.mark.gpu
 def test_moe_route_kernel_edge_cases() -> None:
     if DEVICE is None:
         pytest.skip("needs CUDA and triton (or TRITON_INTERPRET=1)")

@@ -412,13 +412,15 @@ def moe_route(
     input_ids: torch.Tensor | None,
     top_k: int,
     scaling: float,
+    score_func: str = "sqrtsoftplus",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """MoE routing from the router logits ``[T, E]``: ``sqrt(softplus)`` scores, the top-k of
+    """MoE routing from the router logits ``[T, E]``: ``sqrt(softplus)`` (or, with
+    ``score_func="sigmoid"``, ``sigmoid``) scores, the top-k of
     ``scores + e_score_correction_bias`` (ties: lower expert id) or hash ids ``tid2eid[input_ids]``,
     weights renormalised and scaled; returns ``(ids [T, k] int64, weights [T, k] fp32)``. See op
     table entry 11 and :mod:`sgl_kernel_v4.ref.moe_router` (exact rounding; Triton is bit-equal)."""
     return get_op("moe_route", logits.device)(
-        logits, e_score_correction_bias, tid2eid, input_ids, top_k, scaling
+        logits, e_score_correction_bias, tid2eid, input_ids, top_k, scaling, score_func
     )
 
 

@@ -23,6 +23,78 @@ SLIDING = "sliding_attention"
 CSA = "compressed_sparse_attention"
 HCA = "heavily_compressed_attention"
 
+#: Router score functions the runtime computes (``sgl_kernel_v4.ops.moe_route``).
+SCORING_FUNCS = ("sqrtsoftplus", "sigmoid")
+#: Activations of the routed / shared experts' SwiGLU (``ops.swiglu_clamped`` / ``ops.fused_moe``
+#: apply SiLU; transformers' ``ACT2FN`` maps both names to it).
+HIDDEN_ACTS = ("silu", "swish")
+#: Rope types whose inverse frequencies do not depend on the sequence length, so one table serves
+#: every position of a paged cache (``dynamic`` and ``longrope`` rescale the whole sequence once it
+#: outgrows ``original_max_position_embeddings``; HF recomputes them per forward).
+ROPE_TYPES = ("default", "linear", "yarn", "llama3")
+
+
+def check_supported(hf: DeepseekV4Config) -> None:
+    """Refuse a config whose math the runtime does not compute (instead of serving wrong output).
+
+    Fields HF transformers' ``DeepseekV4ForCausalLM`` reads and the runtime follows are checked
+    here; those HF itself never reads (``n_shared_experts``, ``norm_topk_prob``,
+    ``num_key_value_heads``, ``attention_bias``: HF always builds one shared expert of
+    ``moe_intermediate_size``, always renormalises the routing weights and uses one K=V head) are
+    ignored by both alike.
+
+    Raises:
+        ValueError: naming the field: ``scoring_func`` outside :data:`SCORING_FUNCS`,
+            ``hidden_act`` outside :data:`HIDDEN_ACTS`, ``mlp_bias`` true (biased shared-expert
+            linears), a ``rope_parameters`` type outside :data:`ROPE_TYPES`, ``index_head_dim``
+            below the compress rope's dimension (HF's indexer rotates that many channels of each
+            indexer head), a non-positive size, or ``num_experts_per_tok`` above
+            ``n_routed_experts``.
+    """
+    if hf.scoring_func not in SCORING_FUNCS:
+        raise ValueError(
+            f"scoring_func: {hf.scoring_func!r} is not supported; expected one of {SCORING_FUNCS}"
+        )
+    if hf.hidden_act not in HIDDEN_ACTS:
+        raise ValueError(f"hidden_act: {hf.hidden_act!r} is not supported; expected one of {HIDDEN_ACTS}")
+    if hf.mlp_bias:
+        raise ValueError("mlp_bias: biased shared-expert projections are not supported (expected false)")
+    for name in (
+        "vocab_size", "hidden_size", "num_attention_heads", "head_dim", "q_lora_rank", "o_groups",
+        "o_lora_rank", "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok",
+        "index_n_heads", "index_head_dim", "index_topk", "sliding_window", "hc_mult",
+        "hc_sinkhorn_iters",
+    ):  # fmt: skip
+        v = getattr(hf, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: must be a positive integer, got {v!r}")
+    if hf.num_experts_per_tok > hf.n_routed_experts:
+        raise ValueError(
+            f"num_experts_per_tok: {hf.num_experts_per_tok} is more than n_routed_experts ({hf.n_routed_experts})"
+        )
+    for kind, t in (("csa", CSA), ("hca", HCA)):
+        r = hf.compress_rates.get(t)
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise ValueError(f"compress_rates: the {kind} rate ({t!r}) must be a positive integer, got {r!r}")
+    for kind in ("main", "compress"):
+        params = hf.rope_parameters[kind]
+        rope_type = params.get("rope_type", "default")
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(
+                f"rope_parameters: {kind} rope_type {rope_type!r} is not supported; expected one of {ROPE_TYPES}"
+            )
+        dim = int(hf.head_dim * params.get("partial_rotary_factor", 1.0))
+        if dim % 2 or not 0 < dim <= hf.head_dim:
+            raise ValueError(
+                f"partial_rotary_factor: the {kind} rope dimension head_dim x factor = {dim} must be "
+                f"even and in (0, head_dim = {hf.head_dim}]"
+            )
+        if kind == "compress" and CSA in hf.layer_types and dim > hf.index_head_dim:
+            raise ValueError(
+                f"index_head_dim: {hf.index_head_dim} is less than the compress rope dimension {dim} "
+                "(the indexer rotates that many channels of each of its heads)"
+            )
+
 
 def _normalize_raw_config(raw: dict[str, Any]) -> dict[str, Any]:
     """Map DeepSeek's official config keys onto the names ``DeepseekV4Config`` accepts.
@@ -103,6 +175,7 @@ class ModelConfig:
     sliding_layers: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        check_supported(self.hf)
         rates = self.hf.compress_rates
         self.compress_ratios = []
         for i, t in enumerate(self.hf.layer_types):
@@ -124,7 +197,8 @@ class ModelConfig:
         """Build from a ``config.json`` dict in either dialect.
 
         Raises:
-            ValueError: if a field is invalid (``DeepseekV4Config``'s own validation).
+            ValueError: if a field is invalid (``DeepseekV4Config``'s own validation) or describes
+                math the runtime does not compute (:func:`check_supported`); the message names it.
         """
         raw = _normalize_raw_config(raw)
         mt = raw.pop("model_type", "deepseek_v4")
@@ -134,6 +208,8 @@ class ModelConfig:
             hf = DeepseekV4Config(**raw)
         except (TypeError, ValueError, StrictDataclassError) as e:  # a field of the wrong type / value
             raise ValueError(f"config.json: {' '.join(str(e).split())}") from e
+        except KeyError as e:  # e.g. an activation name transformers' ACT2FN does not know
+            raise ValueError(f"config.json: unknown value {e}") from e
         return cls(hf=hf)
 
     @classmethod

@@ -1,7 +1,7 @@
 """DeepSeek-V4 MoE block: hash or top-k router, routed experts, one shared expert (HF ``DeepseekV4SparseMoeBlock``).
 
 Routing (paper §2.1; HF ``DeepseekV4TopKRouter`` / ``DeepseekV4HashRouter``): scores are
-``sqrt(softplus(x @ W_gate^T))``; top-k selection uses ``scores + e_score_correction_bias``; the first
+``sqrt(softplus(x @ W_gate^T))`` (``scoring_func = "sqrtsoftplus"``; ``"sigmoid"``: ``sigmoid(...)``); top-k selection uses ``scores + e_score_correction_bias``; the first
 ``hash_moe`` layers pick experts with a frozen ``tid2eid[token_id]`` table instead. The selected
 scores are renormalised to sum to 1 and multiplied by ``routed_scaling_factor``. After the router
 GEMM, all of it is one op (:func:`sgl_kernel_v4.ops.moe_route`: one Triton launch on CUDA, exact
@@ -27,7 +27,8 @@ FP4_GROUP = 32
 
 
 class Router(nn.Module):
-    """``weight [E, D]``; plus ``e_score_correction_bias [E]`` (top-k) or ``tid2eid [vocab, k]`` (hash)."""
+    """``weight [E, D]``; plus ``e_score_correction_bias [E]`` (top-k) or ``tid2eid [vocab, k]`` (hash).
+    ``score_func``: the config's ``scoring_func`` (``"sqrtsoftplus"`` or ``"sigmoid"``)."""
 
     def __init__(
         self,
@@ -39,9 +40,11 @@ class Router(nn.Module):
         scaling: float,
         dtype: torch.dtype,
         device: torch.device | str,
+        score_func: str = "sqrtsoftplus",
     ) -> None:
         super().__init__()
         self.top_k, self.is_hash, self.scaling = top_k, is_hash, scaling
+        self.score_func = score_func
         self.weight = nn.Parameter(
             torch.empty(n_experts, hidden, dtype=dtype, device=device), requires_grad=False
         )
@@ -61,8 +64,12 @@ class Router(nn.Module):
         """
         logits = F.linear(x, self.weight)
         if self.is_hash:
-            return ops.moe_route(logits, None, self.tid2eid, input_ids, self.top_k, self.scaling)
-        return ops.moe_route(logits, self.e_score_correction_bias, None, None, self.top_k, self.scaling)
+            return ops.moe_route(
+                logits, None, self.tid2eid, input_ids, self.top_k, self.scaling, self.score_func
+            )
+        return ops.moe_route(
+            logits, self.e_score_correction_bias, None, None, self.top_k, self.scaling, self.score_func
+        )
 
 
 class Experts(nn.Module):
@@ -237,6 +244,7 @@ class SparseMoeBlock(nn.Module):
             c.routed_scaling_factor,
             dtype,
             device,
+            c.scoring_func,
         )
         self.experts = Experts(
             self.num_local_experts,

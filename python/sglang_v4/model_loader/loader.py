@@ -4,8 +4,8 @@ Accepts a single ``.safetensors`` file, a directory with ``model.safetensors``, 
 with shards listed by ``model.safetensors.index.json``; tensor names either DeepSeek's official
 ones, HF's, or the mix ``transformers``' ``save_pretrained`` writes (official layer names under
 ``model.``, ``head.weight``), detected from the names (see :mod:`sglang_v4.model_loader.names`). A
-checkpoint without an LM head whose ``config.json`` sets ``tie_word_embeddings`` uses the
-embedding for it, as HF does.
+checkpoint without an LM head (or without an embedding) whose ``config.json`` sets
+``tie_word_embeddings`` uses the other matrix for it, as HF does.
 
 Two consumers:
 
@@ -325,10 +325,13 @@ def _plan(model_path: str) -> _Plan:
             raise ValueError(f"{name}: stored twice in the checkpoint, packed and as per-expert tensors")
         plan.entries.append(_Entry(name, shape, [s for row in rows for s in row], experts=rows))
     names = {e.name for e in plan.entries}
-    if "lm_head.weight" not in names and _config(model_path).get("tie_word_embeddings"):
-        embed = next((e for e in plan.entries if e.name == "model.embed_tokens.weight"), None)
-        if embed is not None:  # tied: HF's save_pretrained writes no LM head
-            plan.entries.append(_Entry("lm_head.weight", embed.shape, embed.sources))
+    pair = ("model.embed_tokens.weight", "lm_head.weight")
+    if _config(model_path).get("tie_word_embeddings") and (pair[0] in names) != (pair[1] in names):
+        # tied and only one of the two stored (HF's save_pretrained writes no LM head): the stored
+        # one serves both, as transformers' ``tie_weights`` does; both stored: each its own
+        have, missing = pair if pair[0] in names else pair[::-1]
+        src = next(e for e in plan.entries if e.name == have)
+        plan.entries.append(_Entry(missing, src.shape, src.sources))
     return plan
 
 

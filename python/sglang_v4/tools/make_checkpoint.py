@@ -144,7 +144,8 @@ def make_random_state_dict(
     ``N(0, 1/fan_in)``, embedding ``N(0, 1)``, norm weights ``1 + N(0, 0.01)``, sinks ``N(0, 1)``,
     compressor ``position_bias`` ``N(0, 0.25)``, router ``e_score_correction_bias`` ``N(0, 0.01)``,
     mHC ``fn`` ``N(0, 1/(n*D))`` / ``base`` ``N(0, 0.09)`` / ``scale`` ``U(0.5, 1.5)``, and each
-    hash layer's ``tid2eid`` a table ``[vocab, top_k]`` of distinct random expert ids.
+    hash layer's ``tid2eid`` a table ``[vocab, top_k]`` of distinct random expert ids. With
+    ``tie_word_embeddings`` the LM head is a copy of the embedding (what HF's tied model holds).
     Same values on every machine for the same (config, seed): one CPU ``torch.Generator`` per
     tensor, seeded from a hash of (seed, name).
 
@@ -156,6 +157,8 @@ def make_random_state_dict(
     out = {}
     for name, t in iter_random_tensors(config_dict, seed):
         out[name] = t.to(dtype) if t.dtype.is_floating_point else t
+    if _hf_config(config_dict).tie_word_embeddings:  # one matrix, as a tied checkpoint holds it
+        out["lm_head.weight"] = out["model.embed_tokens.weight"].clone()
     return out
 
 

@@ -1,7 +1,8 @@
 """MoE router reference: routing weights and expert ids from the router logits (op ``moe_route``).
 
 Math from HF ``DeepseekV4TopKRouter`` / ``DeepseekV4HashRouter`` (paper §2.1):
-``scores = sqrt(softplus(logits))``; a top-k layer selects the ``k`` experts with the largest
+``scores = sqrt(softplus(logits))`` (``scoring_func = "sqrtsoftplus"``, V4's) or ``sigmoid(logits)``
+(``"sigmoid"``; HF applies ``ACT2FN[scoring_func]``); a top-k layer selects the ``k`` experts with the largest
 ``scores + e_score_correction_bias``, a hash layer takes ``tid2eid[input_ids]``; the selected
 scores are renormalised to sum to 1 and multiplied by ``routed_scaling_factor``.
 
@@ -9,7 +10,7 @@ The exact arithmetic (the Triton kernel ``sgl_kernel_v4.triton.moe_router`` repr
 bit) in the logits dtype ``L`` (bf16 / fp16 / fp32):
 
 * ``score = L(sqrt(softplus(float64(logit))))`` (torch's softplus: ``x`` above 20, else
-  ``log1p(exp(x))``). In float64 so that a token's scores do not depend on its batch (torch's CPU
+  ``log1p(exp(x))``), or ``L(1 / (1 + exp(-float64(logit))))`` for ``sigmoid``. In float64 so that a token's scores do not depend on its batch (torch's CPU
   kernels evaluate the rows of a narrow ``[T, E]`` tensor with vectorised or scalar-tail code
   depending on ``T``, an ulp apart in float32).
 * selection key ``float32(score) + bias`` (float32, as torch promotes ``L + float32``); the top-k
@@ -28,10 +29,26 @@ import torch.nn.functional as F
 
 #: Added to the sum of the selected scores before dividing (HF ``DeepseekV4TopKRouter``).
 NORM_EPS = 1e-20
+#: ``scoring_func`` values (HF ``DeepseekV4Config.scoring_func``) this op computes.
+SCORE_FUNCS = ("sqrtsoftplus", "sigmoid")
 
 
-def router_scores(logits: torch.Tensor) -> torch.Tensor:
-    """``sqrt(softplus(logits))`` computed in float64 and rounded to ``logits.dtype`` (``[T, E]``)."""
+def check_score_func(score_func: str) -> None:
+    """Raises ValueError (naming ``scoring_func``) unless ``score_func`` is one of :data:`SCORE_FUNCS`."""
+    if score_func not in SCORE_FUNCS:
+        raise ValueError(f"scoring_func: expected one of {SCORE_FUNCS}, got {score_func!r}")
+
+
+def router_scores(logits: torch.Tensor, score_func: str = "sqrtsoftplus") -> torch.Tensor:
+    """``sqrt(softplus(logits))`` (or ``sigmoid(logits)``) computed in float64 and rounded to
+    ``logits.dtype`` (``[T, E]``).
+
+    Raises:
+        ValueError: ``score_func`` not one of :data:`SCORE_FUNCS`.
+    """
+    check_score_func(score_func)
+    if score_func == "sigmoid":
+        return (1.0 / (1.0 + torch.exp(-logits.double()))).to(logits.dtype)
     return F.softplus(logits.double()).sqrt().to(logits.dtype)
 
 
@@ -58,6 +75,7 @@ def moe_route(
     input_ids: torch.Tensor | None,
     top_k: int,
     scaling: float,
+    score_func: str = "sqrtsoftplus",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Expert ids and routing weights of each token.
 
@@ -68,13 +86,14 @@ def moe_route(
         input_ids: ``[T]`` int token ids (hash layers), or ``None``.
         top_k: experts per token ``k``.
         scaling: ``routed_scaling_factor``.
+        score_func: ``scoring_func``: ``"sqrtsoftplus"`` or ``"sigmoid"``.
 
     Returns:
         ``(topk_ids [T, k] int64, topk_weights [T, k] fp32)``; see the module docstring for the
         exact arithmetic and the tie rule.
 
     Raises:
-        ValueError: neither or both of ``e_score_correction_bias`` and ``tid2eid`` given, a hash
+        ValueError: an unknown ``score_func``, neither or both of ``e_score_correction_bias`` and ``tid2eid`` given, a hash
             layer without ``input_ids``, or inconsistent shapes.
     """
     if logits.dim() != 2:
@@ -82,7 +101,7 @@ def moe_route(
     if (e_score_correction_bias is None) == (tid2eid is None):
         raise ValueError("moe_route: give exactly one of e_score_correction_bias (top-k) and tid2eid (hash)")
     T, E = logits.shape
-    scores = router_scores(logits)
+    scores = router_scores(logits, score_func)
     if tid2eid is not None:
         if input_ids is None or input_ids.shape != (T,) or tid2eid.dim() != 2 or tid2eid.shape[1] != top_k:
             raise ValueError(

@@ -7,7 +7,8 @@ of the torch reference :mod:`sgl_kernel_v4.ref.moe_router` (HF ``DeepseekV4TopKR
 * ``score = L(sqrt(softplus(float64(logit))))`` with libdevice ``exp`` / ``log1p`` and a
   round-to-nearest square root in float64 (the functions torch's CUDA float64 softplus calls;
   under ``TRITON_INTERPRET=1``, which has no libdevice, ``log1p`` is evaluated from ``log`` to a
-  few float64 ulp, which the rounding to float32 then absorbs);
+  few float64 ulp, which the rounding to float32 then absorbs); ``scoring_func = "sigmoid"``:
+  ``L(1 / (1 + exp(-float64(logit))))`` (libdevice ``exp``; a round-to-nearest float64 division);
 * top-k over ``float32(score) + bias`` by ``k`` arg-max passes, each taking the lowest expert id
   among equal keys (``tie_break_left``) and masking it out: descending key order, lower id first;
 * slot-order float32 sum, ``L(s + 1e-20)``, a round-to-nearest division (``div_rn``) and the
@@ -26,6 +27,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from sgl_kernel_v4.ref.moe_router import check_score_func
 from sgl_kernel_v4.triton._round import round_as
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 
@@ -50,6 +52,7 @@ def _moe_route_kernel(
     scaling,
     TOPK: tl.constexpr,
     HASH: tl.constexpr,
+    SIGMOID: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -62,17 +65,21 @@ def _moe_route_kernel(
     m2 = rm[:, None] & cm[None, :]
     x = tl.load(logits_ptr + rows[:, None].to(tl.int64) * stride_lt + cols[None, :], mask=m2, other=0.0)
     xd = x.to(tl.float64)
-    if LIBDEVICE:  # CUDA: the libdevice functions torch's CUDA float64 softplus calls
-        lp = libdevice.log1p(libdevice.exp(xd))
-    else:  # interpreter (no libdevice): log1p(y) = log(u) * y / (u - 1), u = 1 + y (a few ulp)
-        y = tl.exp(xd)
-        u = 1.0 + y
-        lp = tl.where(u == 1.0, y, tl.log(u) * (y / (u - 1.0)))
-    sp = tl.where(xd > 20.0, xd, lp)  # torch softplus (beta 1, threshold 20)
-    if LIBDEVICE:
-        r = libdevice.sqrt(sp)  # __nv_sqrt: correctly rounded, as torch's float64 sqrt
+    if SIGMOID:
+        en = libdevice.exp(-xd) if LIBDEVICE else tl.exp(-xd)
+        r = 1.0 / (1.0 + en)
     else:
-        r = tl.sqrt(sp)  # numpy: correctly rounded
+        if LIBDEVICE:  # CUDA: the libdevice functions torch's CUDA float64 softplus calls
+            lp = libdevice.log1p(libdevice.exp(xd))
+        else:  # interpreter (no libdevice): log1p(y) = log(u) * y / (u - 1), u = 1 + y (a few ulp)
+            y = tl.exp(xd)
+            u = 1.0 + y
+            lp = tl.where(u == 1.0, y, tl.log(u) * (y / (u - 1.0)))
+        sp = tl.where(xd > 20.0, xd, lp)  # torch softplus (beta 1, threshold 20)
+        if LIBDEVICE:
+            r = libdevice.sqrt(sp)  # __nv_sqrt: correctly rounded, as torch's float64 sqrt
+        else:
+            r = tl.sqrt(sp)  # numpy: correctly rounded
     # float64 -> float32 -> L: torch's double -> bf16 / fp16 cast goes through float32 too
     score = round_as(r.to(tl.float32), x)
     kk = tl.arange(0, BLOCK_K)
@@ -119,6 +126,7 @@ def moe_route(
     input_ids: torch.Tensor | None,
     top_k: int,
     scaling: float,
+    score_func: str = "sqrtsoftplus",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Expert ids and routing weights of each token (op table ``moe_route``), one launch.
 
@@ -129,6 +137,7 @@ def moe_route(
         input_ids: ``[T]`` int token ids (hash layers), or ``None``.
         top_k: experts per token ``k`` (at most ``E`` for top-k layers).
         scaling: ``routed_scaling_factor``.
+        score_func: ``scoring_func``: ``"sqrtsoftplus"`` or ``"sigmoid"``.
 
     Returns:
         ``(topk_ids [T, k] int64, topk_weights [T, k] fp32)``, bit-equal to
@@ -144,6 +153,7 @@ def moe_route(
         raise ValueError(f"logits: expected bf16 / fp16 / fp32, got {logits.dtype}")
     if (e_score_correction_bias is None) == (tid2eid is None):
         raise ValueError("moe_route: give exactly one of e_score_correction_bias (top-k) and tid2eid (hash)")
+    check_score_func(score_func)
     T, E = logits.shape
     if not 0 < E <= _MAX_EXPERTS or top_k <= 0:
         raise ValueError(
@@ -176,7 +186,7 @@ def moe_route(
     block_t = max(1, min(_TILE // block_e, 16))  # independent of T: one variant per (E, k, dtype)
     _moe_route_kernel[(cdiv(T, block_t),)](
         logits, logits.stride(0), bias, tid2eid, input_ids, ids, weights, T, E, float(scaling),
-        TOPK=top_k, HASH=is_hash, BLOCK_T=block_t, BLOCK_E=block_e,
+        TOPK=top_k, HASH=is_hash, SIGMOID=score_func == "sigmoid", BLOCK_T=block_t, BLOCK_E=block_e,
         BLOCK_K=next_power_of_2(top_k), LIBDEVICE=logits.is_cuda and not _interpreted(), num_warps=4,
     )  # fmt: skip
     return ids, weights
