@@ -16,6 +16,7 @@ import atexit
 import dataclasses
 import json
 import logging
+import math
 import multiprocessing as mp
 import os
 import shutil
@@ -45,6 +46,7 @@ def check_model_dir(
     load_format: str = "auto",
     skip_tokenizer_init: bool = False,
     model_overrides: dict[str, Any] | None = None,
+    page_size: int | None = None,
 ) -> None:
     """Check that ``model_path`` is a local model directory before any process starts.
 
@@ -57,7 +59,8 @@ def check_model_dir(
             ``config.json`` / unreadable, not DeepSeek-V4 or invalid once ``model_overrides``
             (``--json-model-override-args``) are applied, no safetensors checkpoint (unless
             ``load_format="dummy"``), no tokenizer files (unless ``skip_tokenizer_init``: then no
-            process loads a tokenizer).
+            process loads a tokenizer); naming ``page_size`` when given and the model's KV layout
+            cannot use it (:func:`check_page_size`).
     """
     if not os.path.exists(model_path):
         looks_like_hub_id = model_path.count("/") == 1 and not model_path.startswith((".", "/", "~"))
@@ -95,9 +98,11 @@ def check_model_dir(
     from sglang_v4.configs.model_config import ModelConfig
 
     try:
-        ModelConfig.from_pretrained(model_path, model_overrides)
+        mc = ModelConfig.from_pretrained(model_path, model_overrides)
     except ValueError as e:
         raise ValueError(f"model_path: {cfg} does not parse as a DeepSeek-V4 config: {e}") from None
+    if page_size is not None:
+        check_page_size(page_size, mc)
     if load_format != "dummy" and not any(n.endswith(".safetensors") for n in os.listdir(model_path)):
         raise ValueError(
             f"model_path: {model_path!r} has no *.safetensors weights (use --load-format dummy for "
@@ -113,6 +118,32 @@ def check_model_dir(
             f"tokenizer_path: {tok!r} has no tokenizer.json / tokenizer_config.json; copy the model's "
             "tokenizer files there or pass --tokenizer-path DIR"
         )
+
+
+def check_page_size(page_size: int, mc: Any) -> None:
+    """The KV pool's constraint, checked before any process starts: a block page holds whole
+    compressed entries and whole window pages (``DSV4KVPool``).
+
+    Args:
+        page_size: ``--page-size``.
+        mc: the model's :class:`~sglang_v4.configs.model_config.ModelConfig`.
+
+    Raises:
+        ValueError: naming ``page_size``: not a multiple of the CSA / HCA compression rate of a
+            layer the model has, or of its ``sliding_window``.
+    """
+    need = [("sliding_window", mc.sliding_window)]
+    if mc.csa_layers:
+        need.append(("CSA compress rate", mc.csa_ratio))
+    if mc.hca_layers:
+        need.append(("HCA compress rate", mc.hca_ratio))
+    for name, r in need:
+        if page_size % r:
+            lcm = math.lcm(*(v for _, v in need), 128)
+            raise ValueError(
+                f"page_size: {page_size} is not a multiple of the model's {name} ({r}); "
+                f"pass --page-size {lcm} (or a multiple of it)"
+            )
 
 
 def resolve_model_path(server_args: ServerArgs) -> None:
@@ -131,6 +162,7 @@ def resolve_model_path(server_args: ServerArgs) -> None:
         server_args.load_format,
         skip_tokenizer_init=server_args.skip_tokenizer_init,
         model_overrides=server_args.model_override_args(),
+        page_size=server_args.page_size,
     )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path
