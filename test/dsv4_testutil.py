@@ -120,7 +120,10 @@ def hf_greedy(twin: Twin, ids: list[int], n: int) -> list[int]:
 
 
 class Driver:
-    """Allocates pages and runs requests through the runtime model (no scheduler, no radix cache)."""
+    """Allocates pages and runs requests through the runtime model (no scheduler, no radix cache).
+
+    ``page_size``: tokens per block page (a multiple of the model's compress rates and
+    ``sliding_window``); ``device``: where the pool and batches live (the model's device)."""
 
     def __init__(
         self,
@@ -129,11 +132,12 @@ class Driver:
         num_window_pages: int = 512,
         max_reqs: int = 32,
         page_size: int = 256,
+        device: str = "cpu",
     ) -> None:
-        self.twin = twin
+        self.twin, self.device = twin, device
         self.page_size, self.window = page_size, twin.mc.sliding_window
         self.pool = DSV4KVPool(
-            twin.mc, page_size, num_block_pages, num_window_pages, max_reqs, torch.float32, "cpu"
+            twin.mc, page_size, num_block_pages, num_window_pages, max_reqs, torch.float32, device
         )
         self.state: dict[int, dict[str, Any]] = {}
 
@@ -170,7 +174,7 @@ class Driver:
             self.window,
             mc.csa_ratio if mc.csa_layers else None,
             mc.hca_ratio if mc.hca_layers else None,
-            "cpu",
+            self.device,
         )
         logits = self.twin.ours(fb, self.pool)
         outs, off = [], 0

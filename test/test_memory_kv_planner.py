@@ -35,7 +35,8 @@ IDX_FP8 = 128 + 4
 IDX_FP4 = 128 // 2 + 128 // 32
 
 
-# a small model of the tiny-test shape: head_dim 128 (64 rope), index_head_dim 32
+# a small model of the tiny-test shape: head_dim 128 (64 rope), index_head_dim 64 (at least the rope
+# dim: HF's indexer rotates that many channels of each indexer head)
 TINY = {
     "model_type": "deepseek_v4",
     "vocab_size": 256,
@@ -54,7 +55,7 @@ TINY = {
     "o_groups": 2,
     "o_lora_rank": 16,
     "index_n_heads": 2,
-    "index_head_dim": 32,
+    "index_head_dim": 64,
     "index_topk": 4,
     "n_routed_experts": 4,
     "num_experts_per_tok": 2,
@@ -403,7 +404,7 @@ def test_kv_rows_view_with_reference_ops() -> None:
     # flat indexer storage, fp4
     istore = torch.zeros(10, fmt.indexer.row_elems, dtype=torch.uint8)
     iv = kf.KVRowsView(istore, fmt.indexer)
-    xi = torch.randn(3, 32, generator=g)
+    xi = torch.randn(3, tiny.index_head_dim, generator=g)
     iv[torch.tensor([1, 5, 9])] = xi
     assert torch.equal(iv[torch.tensor([5])], kq.dequantize_indexer_fp4(kq.quantize_indexer_fp4(xi[1:2])))
     # int, slice and mask indices on paged storage agree with tensor indices

@@ -65,6 +65,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "one_layer": variant(num_hidden_layers=1, layer_types=[CSA], mlp_layer_types=["hash_moe"]),
     "legacy_compress_ratios": {**_without(variant(), "layer_types"), "compress_ratios": [128, 4, 0, 4, 0]},
     "default_schedules": _without(variant(), "layer_types", "mlp_layer_types"),
+    "legacy_compress_rate_kwargs": variant(compress_rate_csa=8, compress_rate_hca=64),
+    "legacy_qk_rope_head_dim": {**_without(variant(), "partial_rotary_factor"), "qk_rope_head_dim": 32},
     # hash layers
     "no_hash_layers": variant(mlp_layer_types=["moe"] * 4),
     "all_hash_layers": variant(mlp_layer_types=["hash_moe"] * 4),
@@ -192,6 +194,29 @@ def test_greedy_decode_matches_hf(name: str) -> None:
     assert Driver(twin, page_size=_page_size(twin)).greedy(prompt, 6, chunk=100) == want
 
 
+# Triton's fp32 ``tl.dot`` rounds its inputs to TF32 (10-bit mantissa) by default, so the CUDA
+# runtime in fp32 is not held to the CPU bound; an unhandled shape gives errors of order 1.
+GPU_TOL = 5e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", CASES)
+def test_variant_on_cuda_kernels_matches_hf(name: str) -> None:
+    """The runtime on CUDA (its Triton kernels, fp32 weights) vs HF on the CPU."""
+    from dsv4_testutil import Twin
+    from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+    twin = get_twin(name)
+    ours = DeepseekV4ForCausalLM(twin.mc, torch.float32, "cuda")
+    ours.load_state_dict(twin.state, strict=True)
+    gpu = Twin(name=name, cfg=twin.cfg, mc=twin.mc, hf=twin.hf, ours=ours)
+    ids = random_ids(300, seed=1, vocab=twin.mc.vocab_size)
+    out = Driver(gpu, page_size=_page_size(twin), device="cuda").run_chunked(ids, 100).cpu()
+    err = (out - hf_logprobs(twin, ids)).abs().max().item()
+    assert err <= GPU_TOL, f"{name}: max |dlogprob| {err}"
+
+
 @pytest.mark.parametrize("overrides,field", REFUSED, ids=[f for _, f in REFUSED])
 def test_unsupported_field_is_refused_by_name(overrides: dict[str, Any], field: str) -> None:
     from sglang_v4.configs.model_config import ModelConfig
@@ -255,3 +280,39 @@ def test_tied_checkpoint_with_one_matrix_fills_the_other(tmp_path, stored: str) 
     ids = random_ids(200, seed=6)
     out = Driver(twin).run_chunked(ids, 64)
     assert (out - hf_logprobs(twin, ids)).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("fmt", ["official", "hf"])
+def test_checkpoint_with_mtp_layers_and_tied_head(tmp_path, fmt: str) -> None:
+    """A written checkpoint of ``num_nextn_predict_layers=2`` (official: two ``mtp.<i>`` heads
+    stored, skipped at load; ``compress_ratios`` with two trailing MTP entries) and
+    ``tie_word_embeddings`` (no LM head stored) loads and gives HF's log-probabilities."""
+    from safetensors import safe_open
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.model_loader.loader import load_state_dict
+    from sglang_v4.model_loader.weight_loader import load_weights_into
+    from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+    from sglang_v4.tools.make_checkpoint import write_checkpoint
+    from transformers import DeepseekV4Config
+    from transformers import DeepseekV4ForCausalLM as HFModel
+
+    cfg = variant(num_nextn_predict_layers=2, tie_word_embeddings=True)
+    full = ModelConfig.from_dict(copy.deepcopy(cfg)).to_dict()
+    path = write_checkpoint(str(tmp_path), fmt=fmt, weights="fp32", seed=8, config_dict=full)
+    stored = set()
+    for f in tmp_path.glob("*.safetensors"):
+        with safe_open(str(f), "pt") as h:
+            stored |= set(h.keys())
+    assert not {"lm_head.weight", "head.weight"} & stored
+    if fmt == "official":
+        assert {"mtp.0.enorm.weight", "mtp.1.enorm.weight"} <= stored
+        assert json.loads((tmp_path / "config.json").read_text())["compress_ratios"][-2:] == [0, 0]
+    ours = DeepseekV4ForCausalLM(ModelConfig.from_pretrained(path))
+    load_weights_into(ours, path, progress=False)
+    hf = HFModel(DeepseekV4Config(**_without(cfg, "model_type"))).eval()
+    hf.load_state_dict(load_state_dict(path))
+    from dsv4_testutil import Twin
+
+    twin = Twin(name=fmt, cfg=cfg, mc=ours.mc, hf=hf, ours=ours)
+    ids = random_ids(300, seed=9)
+    assert (Driver(twin).run_chunked(ids, 100) - hf_logprobs(twin, ids)).abs().max().item() <= TOL

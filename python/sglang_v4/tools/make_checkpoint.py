@@ -20,8 +20,9 @@ Weights (see :mod:`sglang_v4.model_loader.quant` for the formats):
 * ``bf16`` — every floating tensor bf16 except those kept in float32.
 * ``fp32`` — everything float32.
 
-Official checkpoints also get a few random ``mtp.0.*`` tensors (the MTP head's place in the real
-files), which loaders must skip. The weights come from :func:`make_random_state_dict` and are a
+Official checkpoints also get a few random ``mtp.<i>.*`` tensors per MTP layer
+(``num_nextn_predict_layers``; the MTP head's place in the real files), which loaders must skip. A
+``tie_word_embeddings`` model gets no LM head tensor (as HF's ``save_pretrained`` writes it). The weights come from :func:`make_random_state_dict` and are a
 pure function of (config, seed): each tensor is drawn from its own CPU ``torch.Generator`` seeded
 with a hash of (seed, tensor name).
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import importlib.util
 import json
 import math
@@ -214,18 +216,22 @@ def _stored_experts(layer: int, proj: str, name: str, t: torch.Tensor, fmt: str,
     return out
 
 
-def _mtp_tensors(hidden: int, hc_mult: int, seed: int, weights: str) -> dict[str, torch.Tensor]:
-    """A few ``mtp.0.*`` tensors shaped like the official MTP head's (never loaded)."""
+def _mtp_tensors(
+    hidden: int, hc_mult: int, seed: int, weights: str, n_mtp: int = 1
+) -> dict[str, torch.Tensor]:
+    """A few ``mtp.<i>.*`` tensors per MTP layer ``i < max(n_mtp, 1)``, shaped like the official
+    MTP head's (never loaded)."""
     out: dict[str, torch.Tensor] = {}
-    for leaf, shape in (
+    leaves = (
         ("enorm.weight", (hidden,)),
         ("hnorm.weight", (hidden,)),
         ("norm.weight", (hidden,)),
         ("e_proj.weight", (hidden, hidden)),
         ("h_proj.weight", (hidden, hidden)),
         ("hc_head_fn", (hc_mult, hc_mult * hidden)),
-    ):
-        name = f"mtp.0.{leaf}"
+    )
+    for i, (leaf, shape) in itertools.product(range(max(1, n_mtp)), leaves):
+        name = f"mtp.{i}.{leaf}"
         t = _random_tensor(name, shape, 1, _generator(seed, name))
         if weights == "fp8" and leaf.endswith("proj.weight"):
             q, s = quantize_fp8_block(t)
@@ -334,10 +340,15 @@ def write_checkpoint(
 
     writer = _ShardWriter(out_dir, int(shard_size_mb * 1024 * 1024))
     for name, t in iter_random_tensors(config_dict, seed):
+        if name == "lm_head.weight" and hf_cfg.tie_word_embeddings:
+            continue  # tied: the embedding serves as the head (HF's save_pretrained writes none)
         for sname, st in _stored(name, t, fmt, weights).items():
             writer.add(sname, st)
     if fmt == "official":
-        for sname, st in _mtp_tensors(int(hf_cfg.hidden_size), int(hf_cfg.hc_mult), seed, weights).items():
+        n_mtp = int(hf_cfg.num_nextn_predict_layers or 0)
+        for sname, st in _mtp_tensors(
+            int(hf_cfg.hidden_size), int(hf_cfg.hc_mult), seed, weights, n_mtp
+        ).items():
             writer.add(sname, st)
     writer.finish()
 
