@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import itertools
 import importlib.util
+import itertools
 import json
 import math
 import os
