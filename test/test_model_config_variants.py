@@ -237,6 +237,24 @@ def test_refusal_reaches_the_server_start_up_as_one_line(tmp_path) -> None:
     assert "\n" not in msg and "config.json" in msg and "scoring_func: 'softmax'" in msg
 
 
+def test_launcher_exits_1_with_one_line_naming_the_field(tmp_path, capsys) -> None:
+    """``python -m sglang_v4.launch_server`` on such a model: exit code 1 and one log line naming
+    the field, before any process starts."""
+    import socket
+
+    from sglang_v4 import launch_server
+
+    (tmp_path / "config.json").write_text(json.dumps(variant(hidden_act="gelu")))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["--model-path", str(tmp_path), "--load-format", "dummy", "--skip-tokenizer-init"]
+    assert launch_server.main([*argv, "--host", "127.0.0.1", "--port", str(port)]) == 1
+    cap = capsys.readouterr()
+    lines = [ln for ln in (cap.out + cap.err).splitlines() if ln.strip()]
+    assert len(lines) == 1 and "hidden_act: 'gelu' is not supported" in lines[0], lines
+
+
 def test_page_size_checked_against_the_model_at_start_up(tmp_path) -> None:
     from sglang_v4.entrypoints.engine import check_model_dir
 
