@@ -6,10 +6,12 @@ slower. ``test/`` is put on ``sys.path`` so tests can import their shared helper
 (``dsv4_testutil``, ``scheduler_testutil``, ``server_fixture``...).
 
 Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process schedulers, built with
-``scheduler_testutil.make_scheduler``) and ``tok`` (the DeepSeek-V4 tokenizer as a
-``transformers`` fast tokenizer). A module that needs the tokenizer in another wrapper (the
-benchmark's ``BenchTokenizer``, the detokenizer's ``FastTokenizer``, ``AutoTokenizer`` on the
-tokenizer directory) defines its own ``tok``, which takes precedence there. Server subprocesses
+``scheduler_testutil.make_scheduler``), ``tok`` (the DeepSeek-V4 tokenizer as a ``transformers``
+fast tokenizer) and ``interpreted_kernel_tier`` (the interpreted kernel cases of
+``test_kernels_interpreted``, run once with their launches recorded). A module that needs the
+tokenizer in another wrapper (the benchmark's ``BenchTokenizer``, the detokenizer's
+``FastTokenizer``, ``AutoTokenizer`` on the tokenizer directory) defines its own ``tok``, which
+takes precedence there. Server subprocesses
 are started with ``server_fixture.start_server``.
 """
 
@@ -51,3 +53,15 @@ def default_model_dir() -> str:
     from sglang_v4.tools.default_model import ensure_default_model
 
     return ensure_default_model()
+
+
+@pytest.fixture(scope="session")
+def interpreted_kernel_tier(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
+    """``(process, log)``: the interpreted kernel cases of ``test_kernels_interpreted`` run once in
+    a pytest subprocess (``TRITON_INTERPRET=1``), their launches recorded to the pickle ``log``;
+    shared by that test (the cases pass) and ``test_kernels_entry_alignment`` (the quantized-codec
+    launches compile for sm_90 with accesses no wider than the entry alignment)."""
+    from test_kernels_interpreted import run_interpreted_tier
+
+    log = str(tmp_path_factory.mktemp("interpreted") / "launches.pkl")
+    return run_interpreted_tier(log), log
