@@ -7,8 +7,9 @@ slower. ``test/`` is put on ``sys.path`` so tests can import their shared helper
 
 Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process schedulers, built with
 ``scheduler_testutil.make_scheduler``), ``tok`` (the DeepSeek-V4 tokenizer as a ``transformers``
-fast tokenizer) and ``interpreted_kernel_tier`` (the interpreted kernel cases of
-``test_kernels_interpreted``, run once with their launches recorded). A module that needs the
+fast tokenizer), ``interpreted_kernel_tier`` (the interpreted kernel cases of
+``test_kernels_interpreted``, run once with their launches recorded) and ``secured_fake_server``
+(a fake-model server with an API key and metrics, shared by the modules that only query it). A module that needs the
 tokenizer in another wrapper (the benchmark's ``BenchTokenizer``, the detokenizer's
 ``FastTokenizer``, ``AutoTokenizer`` on the tokenizer directory) defines its own ``tok``, which
 takes precedence there. Server subprocesses
@@ -65,3 +66,25 @@ def interpreted_kernel_tier(tmp_path_factory: pytest.TempPathFactory):  # noqa: 
 
     log = str(tmp_path_factory.mktemp("interpreted") / "launches.pkl")
     return run_interpreted_tier(log), log
+
+
+@pytest.fixture(scope="session")
+def secured_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
+    """A ``launch_server`` on ``server_fixture.FakeScheduler`` with ``--api-key``
+    (``server_fixture.SECURED_API_KEY``), ``--enable-metrics`` and ``--served-model-name fake-v4``;
+    shared by ``test_server_auth`` and ``test_server_native_api`` (their requests finish, and the
+    metrics checks compare counters before and after their own request). Yields the
+    ``ServerHandle``; stopped at the end of the session."""
+    from server_fixture import SECURED_API_KEY, fake_env, make_fake_model_dir, start_server
+
+    root = tmp_path_factory.mktemp("secured")
+    args = [
+        "--model-path",
+        str(make_fake_model_dir(root)),
+        "--enable-metrics",
+        "--served-model-name",
+        "fake-v4",
+    ]
+    h = start_server(args, fake_env(), root / "server.log", api_key=SECURED_API_KEY)
+    yield h
+    h.stop()
