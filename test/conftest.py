@@ -9,7 +9,8 @@ Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process scheduler
 ``scheduler_testutil.make_scheduler``), ``tok`` (the DeepSeek-V4 tokenizer as a ``transformers``
 fast tokenizer), ``interpreted_kernel_tier`` (the interpreted kernel cases of
 ``test_kernels_interpreted``, run once with their launches recorded) and ``secured_fake_server``
-(a fake-model server with an API key and metrics, shared by the modules that only query it). A module that needs the
+(a fake-model server with an API key and metrics) and ``plain_fake_server`` (one with the default
+flags and a served model name), shared by the modules that only query them. A module that needs the
 tokenizer in another wrapper (the benchmark's ``BenchTokenizer``, the detokenizer's
 ``FastTokenizer``, ``AutoTokenizer`` on the tokenizer directory) defines its own ``tok``, which
 takes precedence there. Server subprocesses
@@ -88,3 +89,18 @@ def secured_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN2
     h = start_server(args, fake_env(), root / "server.log", api_key=SECURED_API_KEY)
     yield h
     h.stop()
+
+
+@pytest.fixture(scope="session")
+def plain_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
+    """A ``launch_server`` on ``server_fixture.FakeScheduler`` with default flags and
+    ``--served-model-name qa-model``; shared by ``test_openai_models_usage`` and
+    ``test_server_sglang_frontend`` (their requests finish; neither counts the server's totals).
+    Yields the ``ServerHandle``; at the end of the session the server must exit with code 0."""
+    from server_fixture import fake_env, make_fake_model_dir, start_server
+
+    root = tmp_path_factory.mktemp("plain")
+    args = ["--model-path", str(make_fake_model_dir(root)), "--served-model-name", "qa-model"]
+    h = start_server(args, fake_env(), root / "server.log")
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
