@@ -6,10 +6,14 @@ slower. ``test/`` is put on ``sys.path`` so tests can import their shared helper
 (``dsv4_testutil``, ``scheduler_testutil``, ``server_fixture``...).
 
 Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process schedulers, built with
-``scheduler_testutil.make_scheduler``) and ``tok`` (the DeepSeek-V4 tokenizer as a
-``transformers`` fast tokenizer). A module that needs the tokenizer in another wrapper (the
-benchmark's ``BenchTokenizer``, the detokenizer's ``FastTokenizer``, ``AutoTokenizer`` on the
-tokenizer directory) defines its own ``tok``, which takes precedence there. Server subprocesses
+``scheduler_testutil.make_scheduler``), ``tok`` (the DeepSeek-V4 tokenizer as a ``transformers``
+fast tokenizer), ``interpreted_kernel_tier`` (the interpreted kernel cases of
+``test_kernels_interpreted``, run once with their launches recorded) and ``secured_fake_server``
+(a fake-model server with an API key and metrics) and ``plain_fake_server`` (one with the default
+flags and a served model name), shared by the modules that only query them. A module that needs the
+tokenizer in another wrapper (the benchmark's ``BenchTokenizer``, the detokenizer's
+``FastTokenizer``, ``AutoTokenizer`` on the tokenizer directory) defines its own ``tok``, which
+takes precedence there. Server subprocesses
 are started with ``server_fixture.start_server``.
 """
 
@@ -51,3 +55,52 @@ def default_model_dir() -> str:
     from sglang_v4.tools.default_model import ensure_default_model
 
     return ensure_default_model()
+
+
+@pytest.fixture(scope="session")
+def interpreted_kernel_tier(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
+    """``(process, log)``: the interpreted kernel cases of ``test_kernels_interpreted`` run once in
+    a pytest subprocess (``TRITON_INTERPRET=1``), their launches recorded to the pickle ``log``;
+    shared by that test (the cases pass) and ``test_kernels_entry_alignment`` (the quantized-codec
+    launches compile for sm_90 with accesses no wider than the entry alignment)."""
+    from test_kernels_interpreted import run_interpreted_tier
+
+    log = str(tmp_path_factory.mktemp("interpreted") / "launches.pkl")
+    return run_interpreted_tier(log), log
+
+
+@pytest.fixture(scope="session")
+def secured_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
+    """A ``launch_server`` on ``server_fixture.FakeScheduler`` with ``--api-key``
+    (``server_fixture.SECURED_API_KEY``), ``--enable-metrics`` and ``--served-model-name fake-v4``;
+    shared by ``test_server_auth`` and ``test_server_native_api`` (their requests finish, and the
+    metrics checks compare counters before and after their own request). Yields the
+    ``ServerHandle``; stopped at the end of the session."""
+    from server_fixture import SECURED_API_KEY, fake_env, make_fake_model_dir, start_server
+
+    root = tmp_path_factory.mktemp("secured")
+    args = [
+        "--model-path",
+        str(make_fake_model_dir(root)),
+        "--enable-metrics",
+        "--served-model-name",
+        "fake-v4",
+    ]
+    h = start_server(args, fake_env(), root / "server.log", api_key=SECURED_API_KEY)
+    yield h
+    h.stop()
+
+
+@pytest.fixture(scope="session")
+def plain_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
+    """A ``launch_server`` on ``server_fixture.FakeScheduler`` with default flags and
+    ``--served-model-name qa-model``; shared by ``test_openai_models_usage`` and
+    ``test_server_sglang_frontend`` (their requests finish; neither counts the server's totals).
+    Yields the ``ServerHandle``; at the end of the session the server must exit with code 0."""
+    from server_fixture import fake_env, make_fake_model_dir, start_server
+
+    root = tmp_path_factory.mktemp("plain")
+    args = ["--model-path", str(make_fake_model_dir(root)), "--served-model-name", "qa-model"]
+    h = start_server(args, fake_env(), root / "server.log")
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]

@@ -35,6 +35,8 @@ FAKE_REASONING = "Hmm. The user asks 6*7; I think 42 </ is it? Stop and check: 4
 FAKE_ANSWER = "The answer is 42. Stop here.</b> Done."
 FAKE_SCRIPT = FAKE_REASONING + "</think>\n\n" + FAKE_ANSWER
 FAKE_CONTEXT_LEN = 512
+#: The API key of the shared ``secured_fake_server`` fixture (conftest.py).
+SECURED_API_KEY = "s3cret-key"
 FAKE_VOCAB = 129280
 FAKE_EOS = 1
 

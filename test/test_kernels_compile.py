@@ -242,19 +242,23 @@ def _local_memory_bytes(cubin: bytes) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _align_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
+def _align_cases(big_sort: bool = False) -> list[tuple[str, str, dict, dict, dict, bool]]:
     """The MoE pair-layout kernels as ``moe._align`` launches them for E = 160 and 384 (``BLOCK_E``
-    256 / 512): the one-program kernel at the decode sort (and the 4,096-pair one for E = 384), the chunked
-    count / scatter kernels at the serving chunk (``_CHUNK_P``), with ``_align_chunks``' tile rule."""
+    256 / 512): the one-program kernel at the decode sort, the chunked count / scatter kernels at
+    the serving chunk (``_CHUNK_P``), with ``_align_chunks``' tile rule; with ``big_sort`` only the
+    one-program kernel's 4,096-pair sort for E = 384 (~10 s to compile)."""
     from sgl_kernel_v4.triton._utils import next_power_of_2
     from sgl_kernel_v4.triton.moe import _CHUNK_P
 
     out = []
     for E in (160, 384):
         block_e = next_power_of_2(E + 1)
-        for block_p, bm in ((256, 16), (4096, 128))[: 2 if E == 384 else 1]:  # the 4,096 sort: ~10 s
+        for block_p, bm in ((256, 16), (4096, 128))[: 2 if E == 384 else 1]:
             consts = {"BM": bm, "BLOCK_P": block_p, "BLOCK_E": block_e, "BLOCK_B": 64}
-            out.append(("moe", "_align_kernel", _ALIGN_ONE, consts, {"num_warps": 8}, True))
+            if big_sort == (block_p == 4096):
+                out.append(("moe", "_align_kernel", _ALIGN_ONE, consts, {"num_warps": 8}, True))
+        if big_sort:
+            continue
         consts = {"BLOCK_P": _CHUNK_P, "BLOCK_E": block_e}
         out.append(("moe", "_align_count_kernel", _ALIGN_COUNT, consts, {"num_warps": 4}, True))
         tile = max(1, 8192 // block_e)
@@ -267,6 +271,13 @@ def test_moe_align_kernels_compile_for_sm90() -> None:
     """The MoE pair-layout kernels (sort, histogram, gather) compile for sm_90 at the serving
     classes and spill no registers (fast: small kernels, a few seconds each)."""
     _compile_cases(_align_cases())
+
+
+@pytest.mark.slow
+def test_moe_align_big_sort_compiles_for_sm90() -> None:
+    """The one-program sort at 4,096 pairs (E = 384) compiles for sm_90 without spilling (the
+    same kernel as the fast tier's 256-pair sort, at its largest tile)."""
+    _compile_cases(_align_cases(big_sort=True))
 
 
 @pytest.mark.slow
@@ -405,7 +416,12 @@ def test_compile_cases_match_kernel_signatures() -> None:
     (a constexpr with a default, such as ``FP8_MMA`` or ``F16``, may be left to it): a kernel that gains, loses or renames a parameter
     fails here in a second instead of minutes into the compile tests."""
     for module, name, sig, consts, _, _ in (
-        _cases() + _decode_variant_cases() + _fp8_product_cases() + _extend_score_cases() + _align_cases()
+        _cases()
+        + _decode_variant_cases()
+        + _fp8_product_cases()
+        + _extend_score_cases()
+        + _align_cases()
+        + _align_cases(big_sort=True)
     ):
         kernel = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), name)
         params = [p.name for p in kernel.params]

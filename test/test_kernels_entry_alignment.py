@@ -8,25 +8,30 @@ indexer's scoring kernel and turned the 128 contiguous key bytes into 16-byte ``
 indexer. The codec helpers now state each entry's true alignment (``aligned`` in
 ``sgl_kernel_v4.triton.kv_codec``; ``entry_align`` in ``sgl_kernel_v4.paged``).
 
-These tests record the launches of the quantized-codec kernel tests under the interpreter, compile
-each for sm_90 without it (``kernel_launch_record``), and read the PTX: every global access made
-by the codec helpers is at most the entry alignment wide (the fault), and the fp8 key bytes of the
-scoring kernel are read in accesses of exactly that width (the alignment statement reaches the
-compiler; without it they are either 16-byte copies or single bytes, depending on the compiler).
+These tests take the launches recorded while the interpreted fast tier ran (the session fixture
+``interpreted_kernel_tier``: the quantized-codec kernel tests of :data:`RECORDED` among them, and
+the compressor's quantized writes), add the fp8 attention at serving shapes recorded without
+running, compile each launch that reads or writes a quantized entry for sm_90 without the
+interpreter (``kernel_launch_record``), and read the PTX: every global access made by the codec
+helpers is at most the entry alignment wide (the fault), and the fp8 key bytes of the scoring
+kernel are read in accesses of exactly that width (the alignment statement reaches the compiler;
+without it they are either 16-byte copies or single bytes, depending on the compiler).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
-from test_kernels_compile_all import HERE, _env, record_pytest, record_script
+from test_kernels_compile_all import HERE, REPRESENTATIVE, _env, record_script
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 
+#: the quantized-codec kernel tests whose launches are scanned (all in the interpreted tier's run)
 RECORDED = [
     "test_kernels_indexer.py::test_indexer_topk_quantized_keys",
     "test_kernels_attention.py::test_paged_attention_fp8_pools",
@@ -67,7 +72,7 @@ for rec in klr.distinct(klr.load(sys.argv[1])):
     ce = klr.named_constexprs(rec)
     if not ce.get("CODEC"):
         continue
-    dim = ce.get("D", ce.get("DI"))
+    dim = ce.get("D", ce.get("DI", 2 * ce.get("HALF_D", 0)))  # the compressor's rows: 2 halves
     nope = ce.get("NOPE", dim)
     codec = names[ce["CODEC"]]
     kernel = klr.compile_kernel(rec)
@@ -79,10 +84,17 @@ for rec in klr.distinct(klr.load(sys.argv[1])):
 
 
 @pytest.fixture(scope="module")
-def scans(tmp_path_factory) -> list[dict]:
+def scans(
+    interpreted_kernel_tier: tuple[subprocess.CompletedProcess[str], str], tmp_path_factory
+) -> list[dict]:
+    from test_kernels_interpreted import QUANTIZED
+
+    proc, tier_log = interpreted_kernel_tier
+    assert set(RECORDED) <= set(QUANTIZED + REPRESENTATIVE), RECORDED
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     log = str(tmp_path_factory.mktemp("align") / "launches.pkl")
-    record_pytest(RECORDED, log)
-    record_script(_FP8_SERVING, log)
+    shutil.copy(tier_log, log)
+    record_script(_FP8_SERVING, log)  # appended to this module's copy
     proc = subprocess.run(
         [sys.executable, "-c", _SCAN, log], cwd=HERE, env=_env(False), capture_output=True, text=True
     )

@@ -5,20 +5,25 @@ The kernel test files (``test_kernels_*.py``) run on CUDA, or on the CPU only wh
 it (it would slow every other test's import), so without this file the fast tier would skip every
 kernel-vs-float64 comparison. This test runs a representative case of every kernel family (the
 list of ``test_kernels_compile_all.REPRESENTATIVE``) plus the quantized cases (fp8 / fp4 indexer
-keys, fp8 attention pools, the KV codec, the FP4 MoE's fp8 product) and the kernels fed merged-projection column views in a subprocess under the interpreter, and requires them
-to pass, not skip.
+keys, fp8 attention pools, the KV codec, the FP4 MoE's fp8 product) and the kernels fed
+merged-projection column views in a subprocess under the interpreter, and requires them to pass,
+not skip.
+
+The run records every launch (``kernel_launch_record``); the session fixture
+``interpreted_kernel_tier`` of ``conftest.py`` runs it once, and ``test_kernels_entry_alignment``
+compiles the quantized-codec launches of the same recording for sm_90 instead of interpreting
+those kernel tests a second time.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
 
 import pytest
-from test_kernels_compile_all import HERE, REPRESENTATIVE
+from test_kernels_compile_all import HERE, REPRESENTATIVE, _env
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 
@@ -34,22 +39,22 @@ QUANTIZED = [
 MERGED_VIEWS = ["test_kernels_merged_views.py"]
 
 
-def test_kernel_families_match_their_oracles_under_the_interpreter() -> None:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    env["PYTHONPATH"] = os.pathsep.join([HERE, *filter(None, [env.get("PYTHONPATH")])])
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-rs",
-        *REPRESENTATIVE,
-        *QUANTIZED,
-        *MERGED_VIEWS,
-    ]
-    proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=1200)
+def run_interpreted_tier(log: str) -> subprocess.CompletedProcess[str]:
+    """Run the interpreted kernel cases (:data:`REPRESENTATIVE`, :data:`QUANTIZED`,
+    :data:`MERGED_VIEWS`) in a pytest subprocess under ``TRITON_INTERPRET=1``, recording every
+    launch to the pickle ``log`` (``kernel_launch_record.load`` reads it). Returns the finished
+    process (stdout / stderr captured as text); it does not check the outcome."""
+    env = _env(True)
+    env["SGLANG_V4_LAUNCH_LOG"] = log
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "kernel_launch_record"]
+    cmd += ["-rs", *REPRESENTATIVE, *QUANTIZED, *MERGED_VIEWS]
+    return subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=1200)
+
+
+def test_kernel_families_match_their_oracles_under_the_interpreter(
+    interpreted_kernel_tier: tuple[subprocess.CompletedProcess[str], str],
+) -> None:
+    proc, _ = interpreted_kernel_tier
     out = proc.stdout[-6000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, out
     passed = int(m[1]) if (m := re.search(r"(\d+) passed", proc.stdout)) else 0

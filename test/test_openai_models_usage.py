@@ -9,7 +9,6 @@ The server runs the model-free FakeScheduler (process wiring only).
 from __future__ import annotations
 
 import pytest
-from server_fixture import fake_env, make_fake_model_dir, start_server
 
 openai = pytest.importorskip("openai")
 
@@ -17,15 +16,9 @@ pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("qa_openai")
-    h = start_server(
-        ["--model-path", str(make_fake_model_dir(root)), "--served-model-name", "qa-model"],
-        fake_env(),
-        root / "server.log",
-    )
-    yield h
-    assert h.stop() == 0
+def server(plain_fake_server):  # noqa: ANN201 - a server_fixture.ServerHandle
+    """The session's fake-model server served as ``qa-model`` (conftest ``plain_fake_server``)."""
+    return plain_fake_server
 
 
 def test_models_retrieve(server) -> None:

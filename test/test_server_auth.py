@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import requests
-from server_fixture import fake_env, make_fake_model_dir, start_server
+from server_fixture import SECURED_API_KEY, make_fake_model_dir
 from sglang_v4.entrypoints.admission import OPEN_ROUTES
 from sglang_v4.entrypoints.http_server import create_app
 from sglang_v4.entrypoints.openai import create_openai_router
@@ -23,7 +23,7 @@ from sglang_v4.managers.io_struct import SchedulerReadyInfo
 from sglang_v4.server_args import ServerArgs
 
 pytestmark = pytest.mark.timeout(240)
-KEY = "s3cret-key"
+KEY = SECURED_API_KEY
 
 # a plausible body per POST route, so that a request that passes authentication can succeed
 BODIES: dict[str, Any] = {
@@ -52,15 +52,15 @@ def _routes(model_dir: Path) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("auth")
-    model = make_fake_model_dir(root)
-    h = start_server(
-        ["--model-path", str(model), "--enable-metrics"], fake_env(), root / "server.log", api_key=KEY
-    )
-    h.routes = _routes(model)  # type: ignore[attr-defined]
-    yield h
-    h.stop()
+def secured(secured_fake_server):  # noqa: ANN201 - a server_fixture.ServerHandle
+    """The session's fake-model server with ``--api-key KEY`` (conftest ``secured_fake_server``)."""
+    assert secured_fake_server.api_key == KEY
+    return secured_fake_server
+
+
+@pytest.fixture(scope="module")
+def routes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]]:
+    return _routes(make_fake_model_dir(tmp_path_factory.mktemp("auth")))
 
 
 def _call(h, method: str, path: str, headers: dict[str, str]) -> requests.Response:
@@ -68,8 +68,7 @@ def _call(h, method: str, path: str, headers: dict[str, str]) -> requests.Respon
     return requests.request(method, h.url + path, json=body, headers=headers, timeout=60)
 
 
-def test_every_route_without_a_key_wrong_key_and_right_key(secured) -> None:
-    routes = secured.routes
+def test_every_route_without_a_key_wrong_key_and_right_key(secured, routes) -> None:
     paths = {p for _, p in routes}
     assert {"/generate", "/flush_cache", "/abort_request", "/v1/completions", "/health"} <= paths
     wrong = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": "Basic " + KEY}]

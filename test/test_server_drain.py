@@ -230,6 +230,7 @@ def test_second_signal_cuts_the_drain_short(tmp_path: Path) -> None:
     assert "Drain cut short by a second signal: failed 2 request(s)" in h.log()
 
 
+@pytest.mark.slow  # the same path on the real server: test_real_server_stops_quietly_on_sigterm
 def test_idle_server_exits_0_on_sigterm(tmp_path: Path) -> None:
     h = _server(tmp_path, 30, step_sleep="0")
     kids = _children(h.proc.pid)
@@ -243,18 +244,25 @@ def test_idle_server_exits_0_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_real_server_stops_quietly_on_sigterm(tmp_path: Path) -> None:
-    """The embedded model's server (the real scheduler, which imports Triton) stops on SIGTERM with
-    exit code 0, no child left, and no teardown noise: Triton's nanobind extension printed ~27
+    """The embedded model's server (the real scheduler, which imports Triton), idle after a
+    finished stream, stops on SIGTERM with exit code 0 (a drain of 0 requests), no child left,
+    and no teardown noise: Triton's nanobind extension printed ~27
     "nanobind: leaked ..." lines at every stop when the scheduler process ran the interpreter's
     module teardown."""
     env = dict(os.environ)
     env.pop("SGLANG_V4_SCHEDULER_CLASS", None)
     h = start_server(["--device", "cpu"], env, tmp_path / "server.log", timeout_s=300)
     kids = _children(h.proc.pid)
-    body = {"text": "hello", "sampling_params": {"max_new_tokens": 2, "temperature": 0}}
-    assert requests.post(h.url + "/generate", json=body, timeout=60).status_code == 200
+    body = {
+        "text": "hello",
+        "sampling_params": {"max_new_tokens": 2, "temperature": 0, "ignore_eos": True},
+        "stream": True,
+    }
+    with requests.post(h.url + "/generate", json=body, stream=True, timeout=60) as r:
+        ev = sse_events(r)
+    assert ev[-1] == "[DONE]" and ev[-2]["meta_info"]["completion_tokens"] == 2
     h.proc.send_signal(signal.SIGTERM)
     _assert_clean_exit(h, kids)
     log = h.log()
-    assert "Drained; shutting down." in log
+    assert "draining 0 in-flight request(s)" in log and "Drained; shutting down." in log
     assert "nanobind" not in log and "Traceback" not in log, log[-3000:]

@@ -327,16 +327,10 @@ def test_flush_cache_refused_while_running(server):
 
 # ----------------------------------------------------------------------------- api key + metrics
 @pytest.fixture(scope="module")
-def secured(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    log = tmp_path_factory.mktemp("log2") / "server.log"
-    h = start_server(
-        ["--model-path", str(model_dir), "--enable-metrics", "--served-model-name", "fake-v4"],
-        fake_env(),
-        log,
-        api_key="s3cret",
-    )
-    yield h
-    h.stop()
+def secured(secured_fake_server):
+    """The session's fake-model server with an API key, ``--enable-metrics`` and
+    ``--served-model-name fake-v4`` (conftest ``secured_fake_server``)."""
+    return secured_fake_server
 
 
 def test_api_key(secured):

@@ -11,7 +11,7 @@ dependency: its full install pulls a GPU stack; ``pip download --no-deps sglang`
 from __future__ import annotations
 
 import pytest
-from server_fixture import FAKE_TEXT, fake_env, make_fake_model_dir, start_server, tokenizer_source_dir
+from server_fixture import FAKE_TEXT, tokenizer_source_dir
 
 sgl = pytest.importorskip("sglang")
 
@@ -19,11 +19,10 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("frontend")
-    h = start_server(["--model-path", str(make_fake_model_dir(root))], fake_env(), root / "server.log")
-    yield sgl.RuntimeEndpoint(h.url)
-    assert h.stop() == 0
+def backend(plain_fake_server):  # noqa: ANN201 - sglang's RuntimeEndpoint
+    """SGLang's ``RuntimeEndpoint`` on the session's fake-model server (conftest
+    ``plain_fake_server``)."""
+    return sgl.RuntimeEndpoint(plain_fake_server.url)
 
 
 def test_gen_select_fork_stream_batch(backend):
