@@ -271,6 +271,7 @@ def sweep_config(
         # tokens would otherwise compile, e.g. the MoE align sort's 512-pair class); the harness's
         # own warm-up below adds the graph captures of its batch sizes
         skip_warmup=a.skip_server_warmup,
+        chunked_prefill_size=a.chunked_prefill_size,
         **({"max_total_tokens": a.max_total_tokens} if a.max_total_tokens else {}),
     )
     s = Scheduler(sa)
@@ -393,6 +394,9 @@ def main() -> int:
     ap.add_argument("--decode-steps", type=int, default=24)
     ap.add_argument("--configs", default="fp8_e4m3+fp4,bf16", help="KV configs, in order")
     ap.add_argument("--skip-topk", action="store_true", help="no phase 1 (the 262,144-candidate top-k)")
+    ap.add_argument(
+        "--chunked-prefill-size", type=int, default=None, help="as the server flag (default: the server's)"
+    )
     ap.add_argument(
         "--skip-server-warmup",
         action="store_true",

@@ -33,6 +33,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import median_ms  # noqa: E402
 
 TILES = ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8), (32, 8))
+#: ``--variants`` rows: ``(mix tile, K splits or None for the wrapper's rule, product)``
+VARIANTS = (
+    ((128, 8), 32, "tf32x3"),
+    ((128, 8), 64, "tf32x3"),
+    ((64, 4), 64, "tf32x3"),
+    ((128, 8), None, "bf16x3"),
+    ((128, 8), 32, "bf16x3"),
+    ((128, 8), 64, "bf16x3"),
+    ((128, 4), 32, "bf16x3"),
+    ((64, 4), None, "bf16x3"),
+    ((64, 4), 64, "bf16x3"),
+    ((64, 4), 128, "bf16x3"),
+    ((32, 4), 128, "bf16x3"),
+)
 
 
 def main() -> None:
@@ -41,13 +55,21 @@ def main() -> None:
     ap.add_argument("--dry", action="store_true")
     ap.add_argument("--tokens", default="")
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument(
+        "--variants",
+        action="store_true",
+        help="sweep VARIANTS (tile, K splits, tf32x3 / bf16x3 product) instead of the tiles",
+    )
     a = ap.parse_args()
     from sgl_kernel_v4.triton.mhc import PREFILL_MIX_MIN_T, PREFILL_MIX_TILE, hc_pre
 
     dev, dt = ("cpu", torch.float32) if a.dry else ("cuda", torch.bfloat16)
     n, D = (4, 64) if a.dry else (4, 4096)
     tokens = [int(t) for t in (a.tokens or ("40" if a.dry else "2048,8192")).split(",")]
-    tiles = TILES[:2] if a.dry else TILES
+    if a.variants:
+        tiles = [v for v in VARIANTS if not a.dry or v[2] == "tf32x3"][: 2 if a.dry else None]
+    else:
+        tiles = [(t, None, None) for t in (TILES[:2] if a.dry else TILES)]
     bw = None
     if dev == "cuda":
         x = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
@@ -57,7 +79,7 @@ def main() -> None:
     lines = [
         f"# mHC pre, prefill path: projection tile sweep (n {n}, D {D}, {dt})\n",
         f"Copy bandwidth of the run: {bw:.2f} TB/s.\n" if bw else "",
-        "| tokens | mix tile (tokens, warps) | us | vs default | floor us | max diff |",
+        "| tokens | mix tile (tokens, warps), K splits, product | us | vs default | floor us | max diff |",
         "|---:|---|---:|---:|---:|---:|",
     ]
     g = torch.Generator().manual_seed(0)
@@ -70,9 +92,10 @@ def main() -> None:
         w = (torch.rand(D, generator=g) + 0.5).to(dev)
         floor = x.numel() * x.element_size() / (bw * 1e6) if bw else float("nan")
 
-        def call(tile, x=x, fn=fn, base=base, scale=scale, w=w):
+        def call(v, x=x, fn=fn, base=base, scale=scale, w=w):
+            tile, splits, prec = v if v is not None else (None, None, None)
             return hc_pre(x, fn, base, scale, 20, 1e-6, 1e-6, norm_weight=w, norm_weight_eps=1e-6,
-                          path="legacy", mix_tile=tile)  # fmt: skip
+                          path="legacy", mix_tile=tile, splits=splits, mix_prec=prec)  # fmt: skip
 
         ref = [t.float() for t in call(None)]
         base_us = median_ms(lambda: call(None), a.calls, dev) * 1e3
@@ -87,7 +110,11 @@ def main() -> None:
             label = (
                 f"default {PREFILL_MIX_TILE if T >= PREFILL_MIX_MIN_T else (16, 4)}"
                 if tile is None
-                else str(tile)
+                else (
+                    str(tile[0])
+                    if tile[1] is None and tile[2] is None
+                    else f"{tile[0]}, {tile[1]}, {tile[2]}"
+                )
             )
             lines.append(f"| {T} | {label} | {us:.1f} | {base_us / us:.2f}x | {floor:.1f} | {diff:.1e} |")
             print(lines[-1], flush=True)

@@ -410,6 +410,11 @@ def main() -> int:
             details += ["", f"## {n} tokens: CPU operators by self time", "", "| op | calls | self ms |",
                         "|---|---:|---:|"]  # fmt: skip
             details += [f"| {e.key[:60]} | {e.count} | {e.self_cpu_time_total / 1e3:.2f} |" for e in cpu]
+            details += ["", f"## {n} tokens: CUDA kernels by device time", "",
+                        "| kernel | calls | total us | share |", "|---|---:|---:|---:|"]  # fmt: skip
+            for e in sorted(kern, key=lambda e: -e.device_time_total)[:25]:
+                share = e.device_time_total / max(1e-9, k_ms * 1e3)
+                details.append(f"| {e.key[:80]} | {e.count} | {e.device_time_total:.1f} | {share:.1%} |")
             top = sorted(lc.by_kernel.items(), key=lambda kv: -kv[1][1])[:12]
             details += ["", f"## {n} tokens: Triton launches by host time", "", "| kernel | calls | ms |",
                         "|---|---:|---:|"]  # fmt: skip

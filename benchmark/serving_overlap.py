@@ -126,13 +126,20 @@ def _cell(
     }
 
 
-def server_phase(a: argparse.Namespace, out: Path, overlap: bool, res: dict[str, Any]) -> dict[str, Any]:
+def server_phase(
+    a: argparse.Namespace, out: Path, overlap: bool, res: dict[str, Any], ab: bool = False
+) -> dict[str, Any]:
+    """One server's cells. ``ab``: the ``overlap_on_ab`` phase, overlap on with ``--ab-args`` added
+    to the flags (the cells and the long cell only: no first / steady TTFT)."""
     from prefix_cache import launch_server, stop_server
     from sglang_v4 import bench_serving as bs
 
-    name = "overlap_on" if overlap else "overlap_off"
+    name = "overlap_on_ab" if ab else "overlap_on" if overlap else "overlap_off"
     phase: dict[str, Any] = res.setdefault(name, {})
     flags = [*shlex.split(a.server_args), *([] if overlap else ["--disable-overlap-schedule"])]
+    if ab:
+        flags += shlex.split(a.ab_args)
+        phase["extra_args"] = a.ab_args
     log = out / f"server_{name}.log"
     t_start = time.monotonic()
     proc, url = launch_server(flags, log, timeout_s=max(60, left(a.budget_s) - 60))
@@ -149,7 +156,7 @@ def server_phase(a: argparse.Namespace, out: Path, overlap: bool, res: dict[str,
             }
         _, tok_path = bs.resolve_model_and_tokenizer(url, None, None, bs.auth_headers())
         tok = bs.get_tokenizer(tok_path)
-        if overlap and left(a.budget_s) > 30:
+        if overlap and not ab and left(a.budget_s) > 30:
             phase["first16"] = _cell(url, tok, a.input_len, a.first_out, a.first_n, a.first_n, 0, seed=11)
             save(out, res)
         for c in a.concurrency if overlap else [c for c in a.concurrency if c > 1]:
@@ -165,7 +172,7 @@ def server_phase(a: argparse.Namespace, out: Path, overlap: bool, res: dict[str,
                 url, tok, a.long_input_len, a.output_len, lc, max(a.min_prompts, lc), 1, seed=200
             )
             save(out, res)
-        if overlap and left(a.budget_s) > 20:
+        if overlap and not ab and left(a.budget_s) > 20:
             phase["steady16"] = _cell(url, tok, a.input_len, a.first_out, a.first_n, a.first_n, 0, seed=12)
         info = requests.get(url + "/server_info", timeout=60).json()
         phase["jit"] = info.get("jit")
@@ -251,6 +258,30 @@ def summary(res: dict[str, Any]) -> str:
                   f"{jit.get('compiles_after_ready')} after ready {jit.get('late', [])[:5]}"]  # fmt: skip
     if on.get("warmup") or on.get("ready_s") is not None:
         lines += ["", f"Server start to ready: {on.get('ready_s')} s; warm-up {on.get('warmup')}"]
+    ab = res.get("overlap_on_ab", {})
+    if ab:
+        lines += ["", f"A/B: overlap on with `{ab.get('extra_args')}` (B) against the default flags (A), same run", "",
+                  "| cell | A TPOT mean / p99 ms | B TPOT mean / p99 ms | A / B mean | A TTFT mean ms | B TTFT mean ms |",
+                  "|---|---|---|---:|---:|---:|"]  # fmt: skip
+        for cell in [f"c{c}" for c in res.get("concurrency", [])] + ["long"]:
+            x, y = on.get(cell, {}), ab.get(cell, {})
+            if not x or not y:
+                continue
+            r = (
+                x["mean_tpot_ms"] / y["mean_tpot_ms"]
+                if x.get("mean_tpot_ms") and y.get("mean_tpot_ms")
+                else None
+            )
+            lines.append(f"| {cell} | {_f(x.get('mean_tpot_ms'))} / {_f(x.get('p99_tpot_ms'))} | "
+                         f"{_f(y.get('mean_tpot_ms'))} / {_f(y.get('p99_tpot_ms'))} | {_f(r)} | "
+                         f"{_f(x.get('mean_ttft_ms'), '.1f')} | {_f(y.get('mean_ttft_ms'), '.1f')} |")  # fmt: skip
+        if ab.get("long") and big and ab.get(f"c{max(res.get('concurrency', [0]))}"):
+            bb = ab[f"c{max(res.get('concurrency', [0]))}"]
+            if bb.get("p99_tpot_ms") and ab["long"].get("p99_tpot_ms"):
+                lines += [
+                    "",
+                    f"B: p99 TPOT long / short cell {ab['long']['p99_tpot_ms'] / bb['p99_tpot_ms']:.2f}x",
+                ]
     pc = res.get("prefix_cache", {})
     if pc:
         lines += ["", "| prefix workload | hit rate | mean TTFT speedup (off/on) | p50 | total throughput on/off |",
@@ -294,7 +325,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--first-out", type=int, default=None)
     ap.add_argument("--min-prompts", type=int, default=None)
     ap.add_argument(
-        "--skip", nargs="*", default=[], choices=["runner", "overlap_on", "overlap_off", "prefix_cache"]
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["runner", "overlap_on", "overlap_on_ab", "overlap_off", "prefix_cache"],
+    )
+    ap.add_argument(
+        "--ab-args",
+        default="",
+        help="server flags of a second overlap-on server (phase overlap_on_ab, right after "
+        "overlap_on): the same cells, compared side by side in summary.md",
     )
     a = ap.parse_args(argv)
     dry = a.dry
@@ -327,11 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     phases = [
         ("runner", lambda: res.__setitem__("runner", run_runner(a, a.out)), 60),
         ("overlap_on", lambda: server_phase(a, a.out, True, res), 120),
+        ("overlap_on_ab", lambda: server_phase(a, a.out, True, res, ab=True), 120),
         ("overlap_off", lambda: server_phase(a, a.out, False, res), 90),
         ("prefix_cache", lambda: res.__setitem__("prefix_cache", prefix_phase(a, a.out)), 90),
     ]
     for name, fn, need in phases:
-        if name in a.skip:
+        if name in a.skip or (name == "overlap_on_ab" and not a.ab_args):
             continue
         if left(a.budget_s) < (need / 4 if a.dry else need):
             res.setdefault("skipped", []).append(name)

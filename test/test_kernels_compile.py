@@ -381,6 +381,27 @@ def test_extend_score_settings_compile_for_sm90() -> None:
               f"{consts['BLOCK_C']} {opts}: spill {spill} B")  # fmt: skip
 
 
+def _mhc_mix_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
+    """The mHC projection at the prefill tiles of ``benchmark/mhc_mix_sweep.py --variants`` with
+    both products (tf32x3 on fp32 weights, bf16x3 on the three bf16 terms), bf16 streams
+    (n 4: 24 logits padded to 32). Not ``serving``: spills are reported, not refused."""
+    out = []
+    for (block_t, warps), bf16x3 in (((128, 8), False), ((128, 8), True), ((64, 4), True), ((32, 4), True)):
+        sig = dict(x_ptr="*bf16", stride_xt="i32", fn_ptr="*bf16" if bf16x3 else "*fp32", part_ptr="*fp32",
+                   sq_ptr="*fp32", T="i32", K="i32", NM="i32", chunk="i32", BLOCK_T="constexpr",
+                   BLOCK_K="constexpr", NM_PAD="constexpr", BF16X3="constexpr")  # fmt: skip
+        consts = dict(BLOCK_T=block_t, BLOCK_K=128, NM_PAD=32, BF16X3=bf16x3)
+        out.append(("mhc", "_hc_mix_kernel", sig, consts, {"num_warps": warps}, False))
+    return out
+
+
+@pytest.mark.slow
+def test_mhc_mix_variants_compile_for_sm90() -> None:
+    """The mHC projection's prefill variants compile for sm_90 and fit shared memory; prints spills."""
+    for (_, _, _sig, consts, opts, _), spill in zip(_mhc_mix_cases(), _compile_cases(_mhc_mix_cases())):
+        print(f"BLOCK_T {consts['BLOCK_T']} BF16X3 {consts['BF16X3']} {opts}: spill {spill} B")
+
+
 def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> list[int | None]:
     """Compiles each case for sm_90 and checks it fits shared memory (and, ``serving``, spills no
     registers); returns each case's spilled bytes (None where ``cuobjdump`` is not shipped)."""
@@ -422,6 +443,7 @@ def test_compile_cases_match_kernel_signatures() -> None:
         + _extend_score_cases()
         + _align_cases()
         + _align_cases(big_sort=True)
+        + _mhc_mix_cases()
     ):
         kernel = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), name)
         params = [p.name for p in kernel.params]

@@ -24,6 +24,9 @@ Two finish paths:
   inside a warp).
 - ``"legacy"`` (longer batches): a few K slices per program and one single-warp program per token
   doing both (the sum of the split partials in a loop; the fused norm reads the streams twice).
+  From ``PREFILL_MIX_MIN_T`` tokens the projection multiplies the bf16 streams as stored by the
+  fp32 weights split once into three bf16 terms (``PREFILL_MIX_PREC = "bf16x3"``: three bf16
+  tensor-core products, fp32-accurate) instead of converting the streams to fp32 for tf32x3.
 
 ``hc_post`` is one elementwise launch (smaller ``D`` tiles at decode sizes, for more programs).
 """
@@ -45,12 +48,51 @@ _DECODE_FINISH_WARPS = 8
 _DECODE_MAX_BLOCK_D = 4096  # [n, D] streams up to this width: one register tile per token
 #: ``(tokens per program, warps)`` of the projection ``_hc_mix_kernel`` for batches of at least
 #: :data:`PREFILL_MIX_MIN_T` tokens (prefill chunks; ``hc_pre(mix_tile=...)`` overrides it per call).
-#: H200 (``benchmark/mhc_mix_sweep.py``, n 4, D 4,096, bf16): the whole ``hc_pre`` 1.63x faster than
-#: with ``(16, 4)`` at 2,048 and 8,192 tokens (347 -> 212 us, 965 -> 590 us; benchmark/RESULTS.md).
-PREFILL_MIX_TILE = (128, 8)
+#: H200 (``benchmark/mhc_mix_sweep.py --variants``, n 4, D 4,096, bf16): with the bf16x3 product
+#: and two K slices per program, ``(64, 4)`` made the whole ``hc_pre`` 2.46x / 2.89x faster than
+#: the previous default (``(128, 8)``, tf32x3) at 2,048 / 8,192 tokens (660 -> 269 us,
+#: 2,349 -> 814 us, one run; benchmark/RESULTS.md).
+PREFILL_MIX_TILE = (64, 4)
 #: Fewest tokens that take :data:`PREFILL_MIX_TILE`; smaller batches off the decode path keep
 #: ``(16, 4)`` (a 128-token tile would leave most SMs idle there; not measured between 33 and 1,023).
 PREFILL_MIX_MIN_T = 1024
+#: Product of the projection off the decode path: ``"tf32x3"`` (fp32 streams and weights, three
+#: tf32 tensor-core products per tile) or ``"bf16x3"`` (bf16 streams only: the fp32 weights split
+#: once into three bf16 terms ``hi + mid + lo`` that carry all 24 significand bits, each product of
+#: a bf16 stream value and a term exact in fp32; three bf16 products per tile, the streams read as
+#: stored). Both are fp32-accurate up to the order of the sums. Used from :data:`PREFILL_MIX_MIN_T`
+#: tokens off the decode path (where it was measured); shorter batches keep tf32x3.
+PREFILL_MIX_PREC = "bf16x3"
+_MIX_PRECS = ("tf32x3", "bf16x3")
+#: (data pointer, version, shape) -> (the source tensor, kept alive so that its address is not
+#: reused while cached, and its split)
+_SPLIT_CACHE: dict[tuple[int, int, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def split_bf16x3(fn: torch.Tensor) -> torch.Tensor:
+    """``fn`` (fp32, any shape) as three bf16 terms ``[3, *fn.shape]`` with ``hi + mid + lo == fn``
+    to fp32 rounding (each term rounds the remainder of the previous ones: 8 + 8 + 8 significand
+    bits). Cached per tensor (data pointer, version), so a weight is split once.
+
+    Raises:
+        ValueError: ``fn`` not floating point.
+    """
+    if not fn.is_floating_point():
+        raise ValueError(f"fn: expected a floating tensor, got {fn.dtype}")
+    key = (fn.data_ptr(), fn._version, tuple(fn.shape))
+    got = _SPLIT_CACHE.get(key)
+    if got is not None and got[0] is fn:
+        return got[1]
+    f = fn.float()
+    hi = f.to(torch.bfloat16)
+    r = f - hi.float()
+    mid = r.to(torch.bfloat16)
+    lo = (r - mid.float()).to(torch.bfloat16)
+    out = torch.stack([hi, mid, lo]).contiguous()
+    if len(_SPLIT_CACHE) > 256:
+        _SPLIT_CACHE.clear()
+    _SPLIT_CACHE[key] = (fn, out)
+    return out
 
 
 # the token count and slice length are runtime values (batch-dependent), so the projection compiles
@@ -69,6 +111,7 @@ def _hc_mix_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr,
     NM_PAD: tl.constexpr,
+    BF16X3: tl.constexpr = False,
 ):
     tb = tl.program_id(0)
     s = tl.program_id(1)
@@ -83,14 +126,22 @@ def _hc_mix_kernel(
     for k0 in range(k_start, k_end, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         km = offs_k < k_end
-        x = tl.load(
+        xs = tl.load(
             x_ptr + offs_t[:, None].to(tl.int64) * stride_xt + offs_k[None, :],
             mask=tm[:, None] & km[None, :],
             other=0.0,
-        ).to(tl.float32)
+        )
+        x = xs.to(tl.float32)
         sq += tl.sum(x * x, 1)
-        f = tl.load(fn_ptr + offs_m[None, :] * K + offs_k[:, None], mask=mm[None, :] & km[:, None], other=0.0)
-        acc = tl.dot(x, f, acc, input_precision="tf32x3")  # ~fp32 accuracy on tensor cores
+        f_off = offs_m[None, :] * K + offs_k[:, None]
+        f_m = mm[None, :] & km[:, None]
+        if BF16X3:  # fn_ptr: [3, NM, K] bf16 terms (split_bf16x3); smallest term first
+            acc = tl.dot(xs, tl.load(fn_ptr + 2 * NM * K + f_off, mask=f_m, other=0.0), acc)
+            acc = tl.dot(xs, tl.load(fn_ptr + NM * K + f_off, mask=f_m, other=0.0), acc)
+            acc = tl.dot(xs, tl.load(fn_ptr + f_off, mask=f_m, other=0.0), acc)
+        else:
+            f = tl.load(fn_ptr + f_off, mask=f_m, other=0.0)
+            acc = tl.dot(x, f, acc, input_precision="tf32x3")  # ~fp32 accuracy on tensor cores
     tl.store(
         part_ptr + (s * T + offs_t[:, None]) * NM_PAD + offs_m[None, :],
         acc,
@@ -319,6 +370,7 @@ def hc_pre(
     norm_weight_eps: float = 0.0,
     path: str = "auto",
     mix_tile: tuple[int, int] | None = None,
+    mix_prec: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """mHC pre: collapse ``n`` residual streams and compute the post / comb weights (op table entry 7).
 
@@ -339,13 +391,16 @@ def hc_pre(
         mix_tile: ``(tokens per program, warps)`` of the projection kernel ``_hc_mix_kernel``
             (tokens a power of two >= 16); ``None``: :data:`PREFILL_MIX_TILE` off the decode path
             from :data:`PREFILL_MIX_MIN_T` tokens, else ``(16, 4)``.
+        mix_prec: the projection's product off the decode path, ``"tf32x3"`` or ``"bf16x3"``
+            (:data:`PREFILL_MIX_PREC`; ``None``: that default). ``"bf16x3"`` needs bf16 streams
+            and falls back to ``"tf32x3"`` for others; the decode path always uses ``"tf32x3"``.
 
     Returns:
         ``(collapsed [T, D] x.dtype, post [T, n] fp32, comb [T, n, n] fp32)``.
 
     Raises:
         ValueError: shapes out of range, ``sinkhorn_iters < 1``, an unknown ``path`` or a
-            ``mix_tile`` out of range.
+            ``mix_tile`` out of range, an unknown ``mix_prec``.
     """
     if x.dim() != 3:
         raise ValueError(f"x: expected [T, n, D], got {tuple(x.shape)}")
@@ -363,6 +418,8 @@ def hc_pre(
         raise ValueError(f"norm_weight: expected [{D}], got {tuple(norm_weight.shape)}")
     if path not in _PATHS:
         raise ValueError(f"path: expected one of {_PATHS}, got {path!r}")
+    if mix_prec is not None and mix_prec not in _MIX_PRECS:
+        raise ValueError(f"mix_prec: expected one of {_MIX_PRECS}, got {mix_prec!r}")
     decode = path == "decode" or (path == "auto" and T <= DECODE_MAX_T)
     if not (x.stride(2) == 1 and x.stride(1) == D):
         x = x.contiguous()
@@ -383,10 +440,19 @@ def hc_pre(
     block_k = 128
     nm_pad = max(16, next_power_of_2(NM))
     n_tb = cdiv(T, block_t)
+    prefill = not decode and T >= PREFILL_MIX_MIN_T
+    prec = mix_prec or (PREFILL_MIX_PREC if prefill else "tf32x3")
+    bf16x3 = not decode and x.dtype == torch.bfloat16 and prec == "bf16x3"
     if splits is None:
         # decode: one K slice per program (a single load round; the finish reduces the partials
-        # with a block-wide tile); longer batches: <= 4 slices per program
-        splits = cdiv(K, block_k) if decode else max(1, min(cdiv(2 * num_sms(dev), n_tb), K // (4 * block_k)))
+        # with a block-wide tile); the bf16x3 product: two slices per program (PREFILL_MIX_PREC);
+        # other longer batches: <= 4 slices per program
+        if decode:
+            splits = cdiv(K, block_k)
+        elif bf16x3:
+            splits = max(1, K // (2 * block_k))
+        else:
+            splits = max(1, min(cdiv(2 * num_sms(dev), n_tb), K // (4 * block_k)))
     splits = max(1, min(int(splits), cdiv(K, block_k)))
     chunk = cdiv(cdiv(K, splits), block_k) * block_k
     splits = cdiv(K, chunk)
@@ -395,7 +461,7 @@ def hc_pre(
     _hc_mix_kernel[(n_tb, splits)](
         x,
         x.stride(0),
-        fn,
+        split_bf16x3(fn) if bf16x3 else fn,
         part,
         sq,
         T,
@@ -405,6 +471,7 @@ def hc_pre(
         BLOCK_T=block_t,
         BLOCK_K=block_k,
         NM_PAD=nm_pad,
+        BF16X3=bf16x3,
         num_warps=mix_warps,
     )
     nw = norm_weight.float().contiguous() if norm_weight is not None else base
