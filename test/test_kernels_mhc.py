@@ -88,7 +88,7 @@ def test_hc_pre_mix_tiles(mix_tile: tuple[int, int], T: int, n: int, D: int) -> 
     assert rel_err(post, rp) < 1e-5 and rel_err(comb, rcomb) < 1e-5 and rel_err(col, rc) < 1e-5
 
 
-@pytest.mark.parametrize("T,n,D", [(70, 4, 512), (130, 4, 4096), (3, 2, 300)])
+@pytest.mark.parametrize("T,n,D", [(70, 4, 512), (130, 4, 4096), (3, 2, 300), (1100, 4, 4096)])
 def test_hc_pre_bf16x3_product(T: int, n: int, D: int) -> None:
     """The prefill projection with the three-term bf16 product (``mix_prec="bf16x3"``, bf16 streams)
     vs the float64 reference, at the tf32x3 product's bounds; fp32 streams fall back to tf32x3."""
@@ -104,6 +104,11 @@ def test_hc_pre_bf16x3_product(T: int, n: int, D: int) -> None:
                                  path="legacy", mix_tile=tile, splits=splits, mix_prec="bf16x3")  # fmt: skip
         assert rel_err(post, rp) < 1e-5 and rel_err(comb, rcomb) < 1e-5, (tile, splits)
         assert rel_err(col, rc) < 8e-3, (tile, splits)
+    if T >= 1024:  # the defaults of that size (PREFILL_MIX_TILE, PREFILL_MIX_PREC, their split rule)
+        col, post, comb = hc_pre(
+            x.to(DEVICE), fn.to(DEVICE), base.to(DEVICE), scale.to(DEVICE), 20, 1e-6, 1e-6
+        )
+        assert rel_err(post, rp) < 1e-5 and rel_err(comb, rcomb) < 1e-5 and rel_err(col, rc) < 8e-3
     x32 = x.float()
     col, post, comb = hc_pre(x32.to(DEVICE), fn.to(DEVICE), base.to(DEVICE), scale.to(DEVICE), 20, 1e-6, 1e-6,
                              path="legacy", mix_prec="bf16x3")  # fmt: skip
