@@ -355,6 +355,8 @@ def main() -> int:
         disable_radix_cache=True,
         kv_cache_dtype=a.kv_cache_dtype,
         enable_fp4_indexer=a.enable_fp4_indexer,
+        # each length is one step (a longer prompt than the chunk would measure its first chunk)
+        chunked_prefill_size=max([2048, *(int(x) for x in a.lens.split(",") if x)]),
         **({"max_total_tokens": 40000} if a.dry else {}),
     )
     if a.by_line:
