@@ -27,3 +27,11 @@ for f in ('tokenizer.json', 'tokenizer_config.json'):
     shutil.copy(os.path.join(os.path.dirname(d.__file__), f), '/tmp/m/' + f)
 PY
 }
+# gpu_tests NAME MAX_SECONDS pytest-args...: `pytest -q -m gpu` under `step`, the whole log kept in
+# $OUT/NAME.log (a call's returned output keeps only its last characters) and its summary echoed
+gpu_tests() {
+  local name=$1 max=$2; shift 2
+  local log=${OUT:-/tmp}/$name.log
+  step "$name" "$max" python3 -m pytest -q -m gpu "$@" > "$log" 2>&1
+  echo "[$name] $(grep -E '^(=+ )?[0-9]+ (passed|failed)|no tests ran|error' "$log" | tail -1)"
+}
