@@ -105,3 +105,27 @@ def test_serving_overlap_dry_run(tmp_path: Path) -> None:
     assert off["c2"]["completed"] > 0 and off["c2"]["failed"] == 0
     assert on["jit"] is not None and on["num_oom_errors"] == 0
     assert "Targets:" in (out / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_profile_decode_host_dry_run(tmp_path: Path) -> None:
+    """``benchmark/profile_decode_host.py --dry`` (tiny preset, CPU): a row per batch size and
+    overlap mode, each request decoded through the warm-up and measured steps (at least
+    2 + 4 tokens out), the worker's parts timed with overlap off, and the cProfile tables."""
+    import profile_decode_host
+
+    assert profile_decode_host.main(["--dry", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "profile_decode_host.md").read_text()
+    rows = [r.split("|")[1:-1] for r in text.splitlines() if r.startswith("| 1 |") or r.startswith("| 4 |")]
+    assert sorted((r[0].strip(), r[1].strip()) for r in rows) == [
+        ("1", "off"),
+        ("1", "on"),
+        ("4", "off"),
+        ("4", "on"),
+    ]
+    header = next(r for r in text.splitlines() if r.startswith("| batch |")).split("|")[1:-1]
+    col = {h.strip(): i for i, h in enumerate(header)}
+    for r in rows:
+        assert float(r[col["step ms"]]) > 0 and float(r[col["min tokens out"]]) >= 6
+        assert (r[col["ModelRunner.forward"]].strip() == "-") == (r[1].strip() == "on")
+    assert "functions by own host ms per step" in text and "functions by cumulative host ms per step" in text
