@@ -38,7 +38,13 @@ LOAD_FORMAT_ALIASES = {"safetensors": "auto"}
 #: ``--grammar-backend``: xgrammar (constrained decoding, the only implementation here) or none
 #: (no constrained decoding: requests with a grammar are refused, as in SGLang).
 GRAMMAR_BACKEND_CHOICES = ("xgrammar", "none")
-SCHEDULE_POLICY_CHOICES = ("fcfs", "lpm")
+#: ``--schedule-policy``: SGLang's policies (``sglang_v4.managers.schedule_policy`` says what each does).
+SCHEDULE_POLICY_CHOICES = ("fcfs", "lpm", "random", "dfs-weight", "lof", "hrrn", "shortest-prefill-first")
+#: SGLang's other ``--schedule-policy`` choices, refused with the reason.
+SCHEDULE_POLICY_REFUSED = {
+    "priority": "SGLang lists it but has no such policy; use --enable-priority-scheduling",
+    "routing-key": "requests carry no routing_key here, so it could not order anything",
+}
 #: ``sglang-router`` policies for ``--dp-size`` (its ``--policy`` values).
 ROUTER_POLICY_CHOICES = ("cache_aware", "round_robin", "random", "power_of_two")
 LOAD_FORMAT_CHOICES = ("auto", "dummy")
@@ -219,7 +225,17 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             raise ValueError(
                 f"cuda_graph_bs must be a non-empty list of positive integers (got {self.cuda_graph_bs!r})"
             )
+        if self.schedule_policy in SCHEDULE_POLICY_REFUSED:
+            raise ValueError(
+                f"schedule_policy {self.schedule_policy!r} is not supported: "
+                f"{SCHEDULE_POLICY_REFUSED[self.schedule_policy]}"
+            )
         choice("schedule_policy", SCHEDULE_POLICY_CHOICES)
+        if self.schedule_policy == "shortest-prefill-first" and self.disable_radix_cache:
+            raise ValueError(
+                "schedule_policy 'shortest-prefill-first' needs the radix cache (it orders by the tokens "
+                "left to prefill after the cached prefix); drop --disable-radix-cache or pick another policy"
+            )
         if self.load_format not in LOAD_FORMAT_CHOICES:
             raise ValueError(
                 f"load_format must be one of {list(LOAD_FORMAT_CHOICES + tuple(LOAD_FORMAT_ALIASES))} "
@@ -476,7 +492,12 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             default=d["resume_interval"].default,
             help="Keep a radix-cache resume state (last 128 raw KV + compressor overlap) every k blocks.",
         )
-        a("--schedule-policy", type=str, default="fcfs", choices=SCHEDULE_POLICY_CHOICES)
+        a(
+            "--schedule-policy",
+            type=str,
+            default="fcfs",
+            help=f"Order of the waiting queue: one of {', '.join(SCHEDULE_POLICY_CHOICES)} (SGLang's).",
+        )
         a(
             "--enable-priority-scheduling",
             action="store_true",
