@@ -147,3 +147,72 @@ def test_sglang_dtype_and_load_format_spellings(capsys: pytest.CaptureFixture[st
         assert f"argument {flag}:" in err, err
         if flag == "--load-format":
             assert "safetensors" in err, err  # the accepted spellings are all listed
+
+
+# Values SGLang's own parser takes for these flags. Oracles: SGLang's ``human_readable_int`` (its
+# docstring's examples when sglang is not installed), Python's logging level names, SGLang's
+# parser-choice lists, and the model's config.json.
+_HUMAN_INTS = {"1k": 1000, "25.6k": 25600, "1M": 1_000_000, "1Ki": 1024, "128Ki": 131072, "4096": 4096}
+
+
+def test_token_counts_take_sglang_suffixes(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        from sglang.srt.utils.common import human_readable_int as sglang_hri
+    except ImportError:
+        sglang_hri = _HUMAN_INTS.__getitem__
+    for text, value in _HUMAN_INTS.items():
+        assert sglang_hri(text) == value
+        sa = parse(f"--context-length {text} --max-total-tokens {text} --max-prefill-tokens {text}")
+        assert (sa.context_length, sa.max_total_tokens, sa.max_prefill_tokens) == (value,) * 3
+    for bad in ("1.5Ki", "1K", "12x"):
+        with pytest.raises(SystemExit) as e:
+            main(["--context-length", bad, "--device", "cpu"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "argument --context-length:" in err, err
+
+
+def test_log_level_any_case_and_logging_names() -> None:
+    import logging
+
+    for text in ("WARNING", "Warning", "warn", "DEBUG", "error", "CRITICAL", "fatal"):
+        sa = parse(f"--log-level {text}")
+        assert logging.getLevelName(sa.log_level.upper()) == getattr(logging, text.upper()), text
+    with pytest.raises(ValueError, match="log_level"):
+        ServerArgs(device="cpu", log_level="loud")
+
+
+def test_auto_parsers_pick_deepseek_v4() -> None:
+    """SGLang's ``auto`` picks the parsers of the model's architecture: DeepSeek-V4's here."""
+    sa = parse("--reasoning-parser auto --tool-call-parser auto")
+    assert (sa.reasoning_parser, sa.tool_call_parser) == ("deepseek-v4", "deepseekv4")
+    try:
+        import argparse as ap
+
+        from sglang.srt.server_args import ServerArgs as SGLangServerArgs
+    except ImportError:
+        return
+    p = ap.ArgumentParser()
+    SGLangServerArgs.add_cli_args(p)
+    choices = {a.dest: a.choices for a in p._actions}
+    assert "auto" in choices["reasoning_parser"] and "auto" in choices["tool_call_parser"]
+    assert {"deepseek-v4", "deepseek-r1", "deepseek-v3"} <= set(choices["reasoning_parser"])
+
+
+def test_context_length_above_the_models_needs_sglangs_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import os
+
+    from sglang_v4.entrypoints.engine import check_model_dir
+    from sglang_v4.tools.default_model import ensure_default_model
+
+    path = str(ensure_default_model())
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        model_len = json.load(f)["max_position_embeddings"]
+    monkeypatch.delenv("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", raising=False)
+    check_model_dir(path, context_length=model_len)  # equal and smaller: fine
+    check_model_dir(path, context_length=1024)
+    with pytest.raises(ValueError, match="context_length .*SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"):
+        check_model_dir(path, context_length=model_len + 1)
+    monkeypatch.setenv("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "true")
+    check_model_dir(path, context_length=model_len + 1)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_v4.layers.quantization import QUANTIZATION_CHOICES
+from sglang_v4.utils import human_readable_int
 from sglang_v4.server_args_compat import (
     SGLangCompatArgs,
     add_sglang_cli_args,
@@ -49,6 +50,9 @@ SCHEDULE_POLICY_REFUSED = {
 ROUTER_POLICY_CHOICES = ("cache_aware", "round_robin", "random", "power_of_two")
 LOAD_FORMAT_CHOICES = ("auto", "dummy")
 LOG_LEVEL_CHOICES = ("debug", "info", "warning", "error", "critical")
+#: ``--log-level`` is read as Python's ``logging`` level names are (SGLang's ``getattr(logging,
+#: level.upper())``): any case, and the names ``warn`` / ``fatal``.
+LOG_LEVEL_ALIASES = {"warn": "warning", "fatal": "critical"}
 
 #: Default chunked-prefill chunk on CPU and on CUDA: the most prompt tokens one request prefills in
 #: a step, and the most prompt tokens a step carries while requests are decoding (decode
@@ -175,6 +179,9 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if self.random_seed is None:
             self.random_seed = 0
         self.kv_cache_dtype = KV_CACHE_DTYPE_ALIASES.get(self.kv_cache_dtype, self.kv_cache_dtype)
+        if isinstance(self.log_level, str):
+            level = self.log_level.lower()
+            self.log_level = LOG_LEVEL_ALIASES.get(level, level)
         apply_sglang_semantics(self)
         self.check()
 
@@ -392,7 +399,13 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             "an unquantized checkpoint is quantized on load); none: dequantize to --dtype. Default: the "
             "checkpoint's quantization_config on CUDA, dequantized on CPU.",
         )
-        a("--context-length", type=int, default=None, help="Max context (default: model config).")
+        a(
+            "--context-length",
+            type=human_readable_int,
+            default=None,
+            help="Max context in tokens (128k, 128Ki accepted; default: the model config's "
+            "max_position_embeddings; a larger value needs SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1).",
+        )
         a(
             "--json-model-override-args",
             type=str,
@@ -468,11 +481,16 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         a("--base-gpu-id", type=int, default=0, help="First GPU of this server's ranks.")
         a("--page-size", type=int, default=d["page_size"].default, help="Tokens per KV block.")
         a("--mem-fraction-static", type=float, default=None)
-        a("--max-total-tokens", type=int, default=None)
+        a(
+            "--max-total-tokens",
+            type=human_readable_int,
+            default=None,
+            help="KV pool size in tokens (e.g. 64k).",
+        )
         a("--max-running-requests", type=int, default=None)
         a(
             "--max-prefill-tokens",
-            type=int,
+            type=human_readable_int,
             default=d["max_prefill_tokens"].default,
             help="Prompt tokens a step may carry when no request is decoding (several requests' "
             "chunks at once); with decoding requests a step carries at most --chunked-prefill-size.",
@@ -560,7 +578,12 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             a(f"--bucket-{name}", type=float, nargs="+", default=None, help=f"Bucket bounds (s) of {what}.")
         a("--enable-cache-report", action="store_true")
         a("--log-requests", action="store_true")
-        a("--log-level", type=str, default="info", choices=LOG_LEVEL_CHOICES)
+        a(
+            "--log-level",
+            type=str,
+            default="info",
+            help=f"One of {', '.join(LOG_LEVEL_CHOICES)} (any case; warn = warning, fatal = critical).",
+        )
         a("--decode-log-interval", type=int, default=d["decode_log_interval"].default)
         a(
             "--tool-call-parser",
