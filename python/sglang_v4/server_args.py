@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_v4.layers.quantization import QUANTIZATION_CHOICES
-from sglang_v4.utils import human_readable_int
 from sglang_v4.server_args_compat import (
     SGLangCompatArgs,
     add_sglang_cli_args,
     apply_sglang_semantics,
     check_sglang_args,
 )
+from sglang_v4.utils import human_readable_int
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
