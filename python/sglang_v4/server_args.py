@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_v4.layers.quantization import QUANTIZATION_CHOICES
+from sglang_v4.managers.request_log import LOG_REQUESTS_FORMATS, LOG_REQUESTS_LEVELS
 from sglang_v4.server_args_compat import (
     SGLangCompatArgs,
     add_sglang_cli_args,
@@ -151,6 +152,10 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     bucket_inter_token_latency: list[float] | None = None
     bucket_e2e_request_latency: list[float] | None = None
     log_requests: bool = False
+    #: ``--log-requests`` detail (0: metadata .. 3: whole input / output) and line format
+    #: (``text`` / ``json``), SGLang's meanings (``sglang_v4.managers.request_log``).
+    log_requests_level: int = 2
+    log_requests_format: str = "text"
     log_level: str = "info"
     decode_log_interval: int = 40
     # OpenAI chat API (sglang-v4 serves DeepSeek-V4 models only: the V4 parsers are the defaults).
@@ -251,6 +256,11 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if self.quantization is not None:
             choice("quantization", QUANTIZATION_CHOICES)
         choice("log_level", LOG_LEVEL_CHOICES)
+        if self.log_requests_level not in LOG_REQUESTS_LEVELS or isinstance(self.log_requests_level, bool):
+            raise ValueError(
+                f"log_requests_level must be one of {list(LOG_REQUESTS_LEVELS)} (got {self.log_requests_level!r})"
+            )
+        choice("log_requests_format", LOG_REQUESTS_FORMATS)
         if self.device == "cuda" and not _cuda_available():
             raise ValueError("device='cuda' was requested but CUDA is not available")
         if not isinstance(self.skip_tokenizer_init, bool):
@@ -577,7 +587,19 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         ):
             a(f"--bucket-{name}", type=float, nargs="+", default=None, help=f"Bucket bounds (s) of {what}.")
         a("--enable-cache-report", action="store_true")
-        a("--log-requests", action="store_true")
+        a("--log-requests", action="store_true", help="Log every request when received and when finished.")
+        a(
+            "--log-requests-level",
+            type=int,
+            default=d["log_requests_level"].default,
+            help="0: metadata; 1: and sampling params; 2: and input / output cut to 2048 chars or ids; 3: all.",
+        )
+        a(
+            "--log-requests-format",
+            type=str,
+            default=d["log_requests_format"].default,
+            help="text or json (one JSON object per line).",
+        )
         a(
             "--log-level",
             type=str,
