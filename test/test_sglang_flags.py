@@ -216,3 +216,83 @@ def test_context_length_above_the_models_needs_sglangs_env(monkeypatch: pytest.M
         check_model_dir(path, context_length=model_len + 1)
     monkeypatch.setenv("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "true")
     check_model_dir(path, context_length=model_len + 1)
+
+
+_CONFIG_YAML = """\
+model-path: /models/DeepSeek-V4-Flash
+tp-size: 2
+context-length: 32k
+trust-remote-code: true
+disable-radix-cache: false
+enable-metrics: true
+schedule-policy: lpm
+cuda-graph-bs: [1, 2, 4]
+json-model-override-args: {num_hidden_layers: 2}
+served-model-name: from-file
+"""
+
+
+def _launch_args(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> ServerArgs:
+    """The ServerArgs ``launch_server`` would start a server with (the launch itself stubbed)."""
+    import sglang_v4.entrypoints.http_server as http_server
+
+    seen: list[ServerArgs] = []
+    monkeypatch.setattr(http_server, "launch_server", lambda sa, stop: seen.append(sa) or 0)
+    assert main(argv) == 0
+    return seen[0]
+
+
+def test_config_yaml_file(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """SGLang's ``--config FILE.yaml``: the file's flags, the command line winning over it. Oracle:
+    SGLang's own config merger and parser on the same file, where sglang is installed."""
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(_CONFIG_YAML)
+    argv = ["--config", str(cfg), "--served-model-name", "from-cli", "--device", "cpu"]
+    sa = _launch_args(argv, monkeypatch)
+    mine = {
+        "model_path": sa.model_path,
+        "tp_size": sa.tp_size,
+        "context_length": sa.context_length,
+        "trust_remote_code": sa.trust_remote_code,
+        "disable_radix_cache": sa.disable_radix_cache,
+        "enable_metrics": sa.enable_metrics,
+        "schedule_policy": sa.schedule_policy,
+        "served_model_name": sa.served_model_name,
+    }
+    assert mine == {
+        "model_path": "/models/DeepSeek-V4-Flash",
+        "tp_size": 2,
+        "context_length": 32000,
+        "trust_remote_code": True,
+        "disable_radix_cache": False,
+        "enable_metrics": True,
+        "schedule_policy": "lpm",
+        "served_model_name": "from-cli",
+    }
+    assert sa.cuda_graph_bs == [1, 2, 4] and sa.model_override_args() == {"num_hidden_layers": 2}
+    assert _launch_args([f"--config={cfg}", "--device", "cpu"], monkeypatch).served_model_name == "from-file"
+    try:
+        from sglang.srt.server_args import ServerArgs as SGLangServerArgs
+        from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+    except ImportError:
+        pass
+    else:
+        p = argparse.ArgumentParser()
+        SGLangServerArgs.add_cli_args(p)
+        # (SGLang 0.5.23 splits --cuda-graph-bs into -decode / -prefill: the short name is ambiguous there)
+        cfg.write_text(_CONFIG_YAML.replace("cuda-graph-bs:", "cuda-graph-bs-decode:"))
+        ns = p.parse_args(ConfigArgumentMerger(p).merge_config_with_args(argv[:-2]))
+        assert {k: getattr(ns, k) for k in mine} == mine
+    for bad, why in (
+        ("server.json", "is not a YAML file"),
+        ("missing.yaml", "cannot read"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(["--config", str(tmp_path / bad), "--device", "cpu"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "argument --config:" in err and why in err, err
+    (tmp_path / "typo.yaml").write_text("atention-backend: fa3\n")
+    with pytest.raises(SystemExit) as e:
+        main(["--config", str(tmp_path / "typo.yaml"), "--device", "cpu"])
+    assert e.value.code == 2 and "unrecognized arguments: --atention-backend" in capsys.readouterr().err
