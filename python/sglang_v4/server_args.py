@@ -162,6 +162,9 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     tool_call_parser: str | None = "deepseekv4"
     reasoning_parser: str | None = "deepseek-v4"
     chat_template: str | None = None
+    #: Unset chat sampling parameters from the model's generation_config.json (``model``) or
+    #: SGLang's defaults (``openai``): ``sglang_v4.entrypoints.openai.sampling_defaults``.
+    sampling_defaults: str = "model"
     grammar_backend: str = "xgrammar"
     trust_remote_code: bool = False
     # Misc.
@@ -256,6 +259,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if self.quantization is not None:
             choice("quantization", QUANTIZATION_CHOICES)
         choice("log_level", LOG_LEVEL_CHOICES)
+        choice("sampling_defaults", ("model", "openai"))
         if self.log_requests_level not in LOG_REQUESTS_LEVELS or isinstance(self.log_requests_level, bool):
             raise ValueError(
                 f"log_requests_level must be one of {list(LOG_REQUESTS_LEVELS)} (got {self.log_requests_level!r})"
@@ -626,6 +630,13 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             default=None,
             help="A Jinja chat-template file, rendered with transformers' apply_chat_template, used "
             "instead of the built-in DeepSeek-V4 chat encoding.",
+        )
+        a(
+            "--sampling-defaults",
+            type=str,
+            default=d["sampling_defaults"].default,
+            help="model: chat requests' unset temperature / top_p / top_k / min_p / repetition_penalty "
+            "come from the model's generation_config.json (SGLang's default); openai: SGLang's defaults.",
         )
         a(
             "--trust-remote-code",
