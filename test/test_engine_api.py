@@ -170,7 +170,7 @@ def test_stream_closed_early_aborts(engine):
     assert engine.get_server_info()["kv_pool"]["used_pages"] == 0
 
 
-def test_log_requests_level_and_json_format(tmp_path: Path, tok, caplog: pytest.LogCaptureFixture) -> None:
+def test_log_requests_and_weight_version(tmp_path: Path, tok, caplog: pytest.LogCaptureFixture) -> None:
     """``--log-requests --log-requests-level 1 --log-requests-format json`` (SGLang's flags): one JSON
     line per received and finished request, with the sampling params and no input / output (level
     1 per SGLang's help). Level 2 cuts the input to 2048 characters / ids, level 3 keeps it all."""
@@ -184,13 +184,18 @@ def test_log_requests_level_and_json_format(tmp_path: Path, tok, caplog: pytest.
     os.environ["SGLANG_V4_SCHEDULER_CLASS"] = "server_fixture:FakeScheduler"
     try:
         eng = Engine(
-            model_path=str(model), log_requests=True, log_requests_level=1, log_requests_format="json"
+            model_path=str(model),
+            log_requests=True,
+            log_requests_level=1,
+            log_requests_format="json",
+            weight_version="ckpt-0731",
         )
     finally:
         os.environ.pop("SGLANG_V4_SCHEDULER_CLASS", None)
     sp = {"max_new_tokens": 3, "temperature": 0}
     with eng, caplog.at_level(logging.INFO, logger="sglang_v4.managers.tokenizer_manager"):
-        eng.generate(prompt="Hello there", sampling_params=sp, rid="log-me")
+        out = eng.generate(prompt="Hello there", sampling_params=sp, rid="log-me")
+    assert out["meta_info"]["weight_version"] == "ckpt-0731"  # SGLang's --weight-version
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith("{")]
     got = {line["event"]: line for line in lines if line.get("rid") == "log-me"}
     assert set(got) == {"request.received", "request.finished"}, lines

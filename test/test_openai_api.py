@@ -578,3 +578,35 @@ def test_chat_sampling_defaults_from_generation_config(tok: PreTrainedTokenizerF
     assert not {"temperature", "top_p", "top_k"} & set(sp)
     sp = sent("model", "/v1/completions", {"prompt": "hi"})
     assert sp.get("top_k") is None and sp["temperature"] == 1.0
+
+
+def test_default_chat_template_kwargs_and_default_include_usage(tok: PreTrainedTokenizerFast) -> None:
+    """SGLang's ``--default-chat-template-kwargs '{"thinking": true}'`` renders every chat prompt in
+    thinking mode unless the request says otherwise (DeepSeek-V4's encoding: ``<think>`` after the
+    Assistant tag, ``</think>`` without thinking); ``--stream-response-default-include-usage`` ends
+    every stream with a usage chunk. Oracle: the tokenizer on the hand-written prompts."""
+    from sglang_v4.server_args import ServerArgs
+
+    sa = ServerArgs(device="cpu", default_chat_template_kwargs='{"thinking": true}')
+    assert sa.default_chat_template_kwargs == {"thinking": True}
+    with pytest.raises(ValueError, match="default_chat_template_kwargs"):
+        ServerArgs(device="cpu", default_chat_template_kwargs="[1]")
+    tm = FakeTM(tok)
+    c = _client(
+        tm, default_chat_template_kwargs={"thinking": True}, stream_response_default_include_usage=True
+    )
+    msgs = [{"role": "user", "content": "2+2?"}]
+    thinking = tok.encode(B + U + "2+2?" + A + "<think>", add_special_tokens=False)
+    plain = tok.encode(B + U + "2+2?" + A + "</think>", add_special_tokens=False)
+    for extra, want in (
+        ({}, thinking),
+        ({"chat_template_kwargs": {"thinking": False}}, plain),
+        ({"thinking": {"type": "disabled"}}, plain),
+    ):
+        r = c.post("/v1/chat/completions", json={"model": "dsv4-test", "messages": msgs, **extra})
+        assert r.status_code == 200, r.text
+        assert tm.received[-1].input_ids == want, extra
+    chunks = list(_oai(c).chat.completions.create(model="dsv4-test", messages=msgs, stream=True))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+    chunks = list(_oai(c).completions.create(model="dsv4-test", prompt="x", stream=True))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0

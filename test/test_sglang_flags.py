@@ -32,6 +32,18 @@ SGLANG_COMMANDS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _restore_root_log_handlers():  # type: ignore[no-untyped-def]
+    """``main`` installs a handler on the test's captured stdout; later tests must not log to it."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 def parse(cmd: str) -> ServerArgs:
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
@@ -296,3 +308,46 @@ def test_config_yaml_file(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> 
     with pytest.raises(SystemExit) as e:
         main(["--config", str(tmp_path / "typo.yaml"), "--device", "cpu"])
     assert e.value.code == 2 and "unrecognized arguments: --atention-backend" in capsys.readouterr().err
+
+
+def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
+    """Flags of SGLang 0.5.2x's DeepSeek-V4 commands: the decode CUDA-graph switches are honoured
+    (SGLang's help: ``--disable-decode-cuda-graph`` is ``--cuda-graph-backend-decode=disabled``),
+    kernel selections are listed as ignored, HTTPS and the admin key are refused naming the flag."""
+    assert parse("--disable-decode-cuda-graph").disable_cuda_graph is True
+    assert parse("--cuda-graph-backend-decode disabled").disable_cuda_graph is True
+    assert parse("--cuda-graph-backend-decode full").disable_cuda_graph is False
+    try:
+        from sglang.srt.server_args import ServerArgs as SGLangServerArgs
+    except ImportError:
+        pass
+    else:
+        p = argparse.ArgumentParser()
+        SGLangServerArgs.add_cli_args(p)
+        (a,) = [a for a in p._actions if "--cuda-graph-backend-decode" in a.option_strings]
+        for value in a.choices:
+            parse(f"--cuda-graph-backend-decode {value}")
+    sa = parse(
+        "--dsv4-attn-backend flashmla --fp8-gemm-backend deep_gemm --enable-p2p-check "
+        "--radix-eviction-policy lfu --cuda-graph-max-bs-prefill 8 --enable-tf32-matmul"
+    )
+    flags = {flag for flag, _, _ in ignored_sglang_args(sa)}
+    assert {
+        "--dsv4-attn-backend",
+        "--fp8-gemm-backend",
+        "--enable-p2p-check",
+        "--radix-eviction-policy",
+    } <= flags
+    assert "--enable-tf32-matmul" in (warn_ignored_sglang_args(sa) or "")
+    assert warn_ignored_sglang_args(parse("--disable-decode-cuda-graph")) is None  # honoured, not ignored
+    for cmd, flag in (
+        ("--cuda-graph-backend-decode off", "--cuda-graph-backend-decode"),
+        ("--ssl-certfile c.pem --ssl-keyfile k.pem", "--ssl-certfile"),
+        ("--admin-api-key k", "--admin-api-key"),
+        ("--incremental-streaming-output", "--incremental-streaming-output"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main([*shlex.split(cmd), "--device", "cpu"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"argument {flag}:" in err, err

@@ -165,6 +165,14 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     #: Unset chat sampling parameters from the model's generation_config.json (``model``) or
     #: SGLang's defaults (``openai``): ``sglang_v4.entrypoints.openai.sampling_defaults``.
     sampling_defaults: str = "model"
+    #: SGLang's ``--default-chat-template-kwargs``: a JSON object merged under every chat request's
+    #: ``chat_template_kwargs`` (the request's keys win), e.g. ``{"thinking": true}``.
+    default_chat_template_kwargs: dict[str, Any] | None = None
+    #: SGLang's ``--weight-version``: reported as ``meta_info.weight_version`` and in ``/get_model_info``.
+    weight_version: str = "default"
+    #: SGLang's ``--stream-response-default-include-usage``: streamed OpenAI responses end with the
+    #: ``usage`` chunk even when the request's ``stream_options`` does not ask for it.
+    stream_response_default_include_usage: bool = False
     grammar_backend: str = "xgrammar"
     trust_remote_code: bool = False
     # Misc.
@@ -260,6 +268,19 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             choice("quantization", QUANTIZATION_CHOICES)
         choice("log_level", LOG_LEVEL_CHOICES)
         choice("sampling_defaults", ("model", "openai"))
+        dctk = self.default_chat_template_kwargs
+        if isinstance(dctk, str):
+            try:
+                dctk = json.loads(dctk)
+            except json.JSONDecodeError as e:
+                raise ValueError(
+                    f"default_chat_template_kwargs must be a JSON object (got {dctk!r}: {e})"
+                ) from None
+        if dctk is not None and not isinstance(dctk, dict):
+            raise ValueError(f"default_chat_template_kwargs must be a JSON object (got {dctk!r})")
+        self.default_chat_template_kwargs = dctk
+        if not isinstance(self.weight_version, str) or not self.weight_version:
+            raise ValueError(f"weight_version must be a non-empty string (got {self.weight_version!r})")
         if self.log_requests_level not in LOG_REQUESTS_LEVELS or isinstance(self.log_requests_level, bool):
             raise ValueError(
                 f"log_requests_level must be one of {list(LOG_REQUESTS_LEVELS)} (got {self.log_requests_level!r})"
@@ -637,6 +658,19 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             default=d["sampling_defaults"].default,
             help="model: chat requests' unset temperature / top_p / top_k / min_p / repetition_penalty "
             "come from the model's generation_config.json (SGLang's default); openai: SGLang's defaults.",
+        )
+        a(
+            "--default-chat-template-kwargs",
+            type=str,
+            default=None,
+            help="JSON object of chat_template_kwargs for every chat request, e.g. '{\"thinking\": true}' "
+            "(a request's own keys win).",
+        )
+        a(
+            "--weight-version",
+            type=str,
+            default=d["weight_version"].default,
+            help="Reported as meta_info.weight_version.",
         )
         a(
             "--trust-remote-code",

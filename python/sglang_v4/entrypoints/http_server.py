@@ -288,7 +288,7 @@ def create_app(
             "tokenizer_path": server_args.tokenizer_path,
             "is_generation": True,
             "preferred_sampling_params": None,
-            "weight_version": "default",
+            "weight_version": server_args.weight_version,
             "load_format": server_args.load_format,
             "has_image_understanding": False,
             "has_audio_understanding": False,

@@ -297,7 +297,7 @@ class TokenizerManager(TokenizationMixin):
                 "id": rid,
                 "finish_reason": reason,
                 "prompt_tokens": recv.prompt_tokens[i],
-                "weight_version": "default",
+                "weight_version": self.server_args.weight_version,
                 "completion_tokens": completion,
                 "cached_tokens": recv.cached_tokens[i],
             }
