@@ -36,3 +36,17 @@ def test_prompt_larger_than_pool_rejected_without_forward(sched_model_dir: str) 
         if o is not None and o.rids:
             res_fin = o.finished_reasons[-1]
     assert res_fin is not None and res_fin["type"] == "length"
+
+
+def test_mem_fraction_static_on_cpu_is_said_to_be_unused(sched_model_dir: str, caplog) -> None:  # type: ignore[no-untyped-def]
+    """``--mem-fraction-static`` sizes the pool from free GPU memory (SGLang's meaning); on the CPU
+    the pool is ``--max-total-tokens`` whatever it says, and the start-up log says so."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="sglang_v4.model_executor.model_runner"):
+        s = make_scheduler(sched_model_dir, max_total_tokens=2 * PAGE, mem_fraction_static=0.3)
+    assert s.max_total_num_tokens == 2 * PAGE
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any(
+        "--mem-fraction-static 0.3 is not used on cpu" in m and "--max-total-tokens" in m for m in msgs
+    ), msgs
