@@ -315,6 +315,7 @@ def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
     (SGLang's help: ``--disable-decode-cuda-graph`` is ``--cuda-graph-backend-decode=disabled``),
     kernel selections are listed as ignored, HTTPS and the admin key are refused naming the flag."""
     assert parse("--disable-decode-cuda-graph").disable_cuda_graph is True
+    assert parse("--log-requests --log-requests-target stdout").log_requests_target == ["stdout"]
     assert parse("--cuda-graph-backend-decode disabled").disable_cuda_graph is True
     assert parse("--cuda-graph-backend-decode full").disable_cuda_graph is False
     try:
@@ -345,6 +346,7 @@ def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
         ("--ssl-certfile c.pem --ssl-keyfile k.pem", "--ssl-certfile"),
         ("--admin-api-key k", "--admin-api-key"),
         ("--incremental-streaming-output", "--incremental-streaming-output"),
+        ("--log-requests --log-requests-target /var/log/req", "--log-requests-target"),
     ):
         with pytest.raises(SystemExit) as e:
             main([*shlex.split(cmd), "--device", "cpu"])

@@ -156,6 +156,8 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     #: (``text`` / ``json``), SGLang's meanings (``sglang_v4.managers.request_log``).
     log_requests_level: int = 2
     log_requests_format: str = "text"
+    #: SGLang's ``--log-requests-target``: only ``stdout`` (the server log) is implemented.
+    log_requests_target: list[str] | None = None
     log_level: str = "info"
     decode_log_interval: int = 40
     # OpenAI chat API (sglang-v4 serves DeepSeek-V4 models only: the V4 parsers are the defaults).
@@ -286,6 +288,12 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
                 f"log_requests_level must be one of {list(LOG_REQUESTS_LEVELS)} (got {self.log_requests_level!r})"
             )
         choice("log_requests_format", LOG_REQUESTS_FORMATS)
+        targets = self.log_requests_target
+        if targets is not None and (not isinstance(targets, (list, tuple)) or set(targets) - {"stdout"}):
+            raise ValueError(
+                f"log_requests_target {targets!r} is not supported: request lines go to the server log "
+                "(stdout) only; pass stdout or redirect the server's output"
+            )
         if self.device == "cuda" and not _cuda_available():
             raise ValueError("device='cuda' was requested but CUDA is not available")
         if not isinstance(self.skip_tokenizer_init, bool):
@@ -624,6 +632,13 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             type=str,
             default=d["log_requests_format"].default,
             help="text or json (one JSON object per line).",
+        )
+        a(
+            "--log-requests-target",
+            type=str,
+            nargs="+",
+            default=None,
+            help="stdout (the server log); SGLang's directory targets are refused.",
         )
         a(
             "--log-level",
