@@ -50,3 +50,20 @@ def test_mem_fraction_static_on_cpu_is_said_to_be_unused(sched_model_dir: str, c
     assert any(
         "--mem-fraction-static 0.3 is not used on cpu" in m and "--max-total-tokens" in m for m in msgs
     ), msgs
+
+
+def test_requests_that_fit_one_at_a_time_queue_and_all_complete(sched_model_dir: str) -> None:
+    """``--max-total-tokens 512`` (two pages) with three requests of 300 + 20 tokens (two pages
+    each) and ``--chunked-prefill-size 100`` (not a multiple of the page): none is refused, they
+    take turns, and each one's greedy output equals its cold run alone on a large pool."""
+    from scheduler_testutil import drain, run_one
+
+    prompts = {f"r{i}": random_ids(300, 60 + i) for i in range(3)}
+    s = make_scheduler(sched_model_dir, max_total_tokens=2 * PAGE, chunked_prefill_size=100)
+    for rid, ids in prompts.items():
+        submit(s, rid, ids, 20)
+    got = drain(s)
+    cold_sched = make_scheduler(sched_model_dir, disable_radix_cache=True)
+    for rid, ids in prompts.items():
+        assert got[rid]["finish"] == {"type": "length", "length": 20}, got[rid]["finish"]
+        assert got[rid]["ids"] == run_one(cold_sched, rid, ids, 20)["ids"], rid
