@@ -313,7 +313,8 @@ def test_config_yaml_file(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> 
 def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
     """Flags of SGLang 0.5.2x's DeepSeek-V4 commands: the decode CUDA-graph switches are honoured
     (SGLang's help: ``--disable-decode-cuda-graph`` is ``--cuda-graph-backend-decode=disabled``),
-    kernel selections are listed as ignored, HTTPS and the admin key are refused naming the flag."""
+    kernel selections are listed as ignored, the admin key is refused naming the flag, as is a
+    certificate file that does not exist."""
     assert parse("--disable-decode-cuda-graph").disable_cuda_graph is True
     assert parse("--log-requests --log-requests-target stdout").log_requests_target == ["stdout"]
     assert parse("--cuda-graph-backend-decode disabled").disable_cuda_graph is True

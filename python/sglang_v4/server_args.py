@@ -105,6 +105,12 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None
+    #: HTTPS (SGLang's ``--ssl-*``, handed to uvicorn): a PEM certificate chain and its private key
+    #: (both or neither), the CA bundle that verifies client certificates, the key's password.
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_keyfile_password: str | None = None
     # Device and dtypes.
     device: str = "auto"
     dtype: str = "auto"
@@ -344,6 +350,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
                 raise ValueError(
                     f"{name} must be a non-empty increasing list of positive seconds (got {buckets!r})"
                 )
+        self._check_ssl()
         if self.api_key is not None and not isinstance(self.api_key, str):
             raise ValueError("api_key must be a string")
         if self.watchdog_timeout <= 0:
@@ -362,6 +369,22 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if isinstance(gst, bool) or not isinstance(gst, (int, float)) or not 0 <= gst < float("inf"):
             raise ValueError(f"graceful_shutdown_timeout must be a number of seconds >= 0 (got {gst!r})")
         self._check_parallel(positive_int, nonnegative_int)
+
+    def _check_ssl(self) -> None:
+        """``ssl_certfile`` / ``ssl_keyfile`` come together, name files, and serve one server."""
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            missing = "ssl_keyfile" if self.ssl_certfile else "ssl_certfile"
+            raise ValueError(
+                f"{missing} is required with {'ssl_certfile' if self.ssl_certfile else 'ssl_keyfile'}"
+            )
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ValueError(f"{name} must be a PEM file (no file {path!r})")
+        if self.ssl_certfile and self.dp_size > 1:
+            raise ValueError(
+                "ssl_certfile: HTTPS with dp_size > 1 is not supported (sglang-router talks HTTP)"
+            )
 
     def _check_parallel(self, positive_int: Any, nonnegative_int: Any) -> None:
         """The TP / EP / DP / multi-node fields (docs/PARALLELISM.md)."""
@@ -451,15 +474,16 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         return "default"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict of all fields (``api_key`` masked)."""
+        """JSON-able dict of all fields (``api_key`` and ``ssl_keyfile_password`` masked)."""
         out = dataclasses.asdict(self)
-        if out.get("api_key"):
-            out["api_key"] = "***"
+        for secret in ("api_key", "ssl_keyfile_password"):
+            if out.get(secret):
+                out[secret] = "***"
         return out
 
     def url(self) -> str:
-        """``http://host:port`` of the HTTP server."""
-        return f"http://{self.host}:{self.port}"
+        """``http://host:port`` of the HTTP server (``https://`` with ``--ssl-certfile``)."""
+        return f"{'https' if self.ssl_certfile else 'http'}://{self.host}:{self.port}"
 
 
 @dataclass

@@ -77,6 +77,10 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
     a("--host", type=str, default=d["host"].default)
     a("--port", type=int, default=d["port"].default)
     a("--api-key", type=str, default=None, help="Require 'Authorization: Bearer KEY'.")
+    a("--ssl-certfile", type=str, default=None, help="Serve HTTPS with this PEM certificate (chain).")
+    a("--ssl-keyfile", type=str, default=None, help="The certificate's PEM private key.")
+    a("--ssl-ca-certs", type=str, default=None, help="PEM CA bundle that verifies client certificates.")
+    a("--ssl-keyfile-password", type=str, default=None, help="Password of an encrypted --ssl-keyfile.")
     a("--device", type=str, default="auto", choices=DEVICE_CHOICES)
     a(
         "--dtype",

@@ -295,16 +295,6 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     ),
     # Not implemented, and ignoring them would change results or the API.
     SGLangFlag(
-        "--ssl-certfile",
-        UNSUPPORTED,
-        "HTTPS is not served: put a TLS-terminating proxy in front of the server",
-    ),
-    SGLangFlag(
-        "--ssl-keyfile",
-        UNSUPPORTED,
-        "HTTPS is not served: put a TLS-terminating proxy in front of the server",
-    ),
-    SGLangFlag(
         "--admin-api-key",
         UNSUPPORTED,
         "a separate admin key is not implemented: --api-key guards every route, the admin ones included",
