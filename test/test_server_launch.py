@@ -179,7 +179,7 @@ def test_small_context_length_starts_and_serves(tmp_path: Path) -> None:
 def test_https_with_sglangs_ssl_flags(tmp_path: Path) -> None:
     """``--ssl-certfile`` / ``--ssl-keyfile`` (SGLang's flags, handed to uvicorn): the server
     answers HTTPS with that certificate (verified by ``requests`` against it) and plain HTTP gets no
-    answer; a key without its certificate is refused naming the missing flag."""
+    answer (a key without its certificate: ``test_sglang_flags``)."""
     import shutil
 
     import requests
@@ -210,5 +210,3 @@ def test_https_with_sglangs_ssl_flags(tmp_path: Path) -> None:
         assert info["ssl_certfile"] == str(cert)
     finally:
         assert h.stop() == 0
-    p = _launch(["--ssl-keyfile", str(key)], tmp_path)
-    assert p.returncode == 2 and "argument --ssl-certfile: ssl_certfile is required" in p.stderr, p.stderr

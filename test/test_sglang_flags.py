@@ -348,6 +348,7 @@ def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
         ("--admin-api-key k", "--admin-api-key"),
         ("--incremental-streaming-output", "--incremental-streaming-output"),
         ("--log-requests --log-requests-target /var/log/req", "--log-requests-target"),
+        (f"--ssl-keyfile {__file__}", "--ssl-certfile"),  # a key without its certificate
     ):
         with pytest.raises(SystemExit) as e:
             main([*shlex.split(cmd), "--device", "cpu"])
