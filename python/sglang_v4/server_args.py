@@ -132,6 +132,10 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     max_total_tokens: int | None = None
     # Scheduling.
     max_running_requests: int | None = None
+    #: SGLang's ``--max-queued-requests``: a request arriving when this many wait is refused with
+    #: 503 "The request queue is full." (with priority scheduling, a queued request of lower
+    #: priority is refused instead). None: no bound.
+    max_queued_requests: int | None = None
     max_prefill_tokens: int = 16384
     chunked_prefill_size: int | None = None
     disable_radix_cache: bool = False
@@ -316,6 +320,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             raise ValueError(f"mem_fraction_static must be in (0, 1) (got {self.mem_fraction_static!r})")
         positive_int("max_total_tokens")
         positive_int("max_running_requests")
+        positive_int("max_queued_requests")
         positive_int("max_prefill_tokens", allow_none=False)
         positive_int("context_length")
         if self.context_length is not None and self.context_length < 2:

@@ -153,6 +153,12 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
     )
     a("--max-running-requests", type=int, default=None)
     a(
+        "--max-queued-requests",
+        type=int,
+        default=None,
+        help="Refuse a request with 503 when this many are already waiting (default: no bound).",
+    )
+    a(
         "--max-prefill-tokens",
         type=human_readable_int,
         default=d["max_prefill_tokens"].default,

@@ -369,7 +369,6 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         "embedding models are not supported (sglang-v4 serves generation)",
         switch=True,
     ),
-    SGLangFlag("--max-queued-requests", UNSUPPORTED, "a bound on the waiting queue is not implemented"),
     SGLangFlag(
         "--tool-server", UNSUPPORTED, "built-in tool servers are not supported (tools run in the client)"
     ),

@@ -245,7 +245,27 @@ class Scheduler(SchedulerOutputProcessorMixin):
         ids, ps = req.origin_input_ids, self.page_size
         req.first_block = tuple(ids[:ps]) if len(ids) > ps else None
         req.arrival_prefill_tokens = self.prefill_tokens_done
+        if self._queue_full_refuses(req):
+            return
         self.waiting.append(req)
+
+    def _queue_full_refuses(self, req: Req) -> bool:
+        """``--max-queued-requests`` (SGLang's rule): with the queue full, refuse ``req`` with a 503
+        abort and return True; with priority scheduling, when ``req`` is strictly preferred to the
+        least preferred queued request (the newest among equals), refuse that one instead."""
+        sa = self.server_args
+        limit = sa.max_queued_requests
+        if limit is None or len(self.waiting) < limit:
+            return False
+        if sa.enable_priority_scheduling and self.waiting:
+            sign = 1 if sa.schedule_low_priority_values_first else -1
+            worst = max(self.waiting, key=lambda r: (sign * r.priority, r.arrival))
+            if sign * req.priority < sign * worst.priority:
+                self._finish(worst, finish_abort("The request is aborted by a higher priority request.", 503))
+                return False
+        req.finished_reason = finish_abort("The request queue is full.", 503)
+        self._queue_output(req)
+        return True
 
     def _attach_grammar(self, req: Req) -> str | None:
         """Compile the request's grammar (json_schema / regex / ebnf); the error text, if any."""

@@ -307,8 +307,9 @@ class TokenizerManager(TokenizationMixin):
                 state.finished = True
                 state.final_text = recv.final_strs[i] if recv.final_strs[i] is not None else state.text_raw
                 meta["e2e_latency"] = now - state.created_time
-                if reason.get("type") == "abort" and reason.get("status_code") == 400:
-                    state.error = RequestError(str(reason.get("message", "Bad request")), 400)
+                code = reason.get("status_code") if reason.get("type") == "abort" else None
+                if isinstance(code, int) and 400 <= code < 600:  # SGLang: the abort's HTTP status
+                    state.error = RequestError(str(reason.get("message", "Bad request")), code)
                 if self.metrics is not None and state.obj.log_metrics:
                     first = state.first_token_time
                     self.metrics.observe_finished(
