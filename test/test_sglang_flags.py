@@ -313,10 +313,11 @@ def test_config_yaml_file(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> 
 def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
     """Flags of SGLang 0.5.2x's DeepSeek-V4 commands: the decode CUDA-graph switches are honoured
     (SGLang's help: ``--disable-decode-cuda-graph`` is ``--cuda-graph-backend-decode=disabled``),
-    kernel selections are listed as ignored, the admin key is refused naming the flag, as is a
-    certificate file that does not exist."""
+    kernel selections are listed as ignored, a certificate file that does not exist is refused
+    naming the flag."""
     assert parse("--disable-decode-cuda-graph").disable_cuda_graph is True
     assert parse("--log-requests --log-requests-target stdout").log_requests_target == ["stdout"]
+    assert parse("--admin-api-key adm").admin_api_key == "adm"  # test_server_auth: the routes
     assert parse("--cuda-graph-backend-decode disabled").disable_cuda_graph is True
     assert parse("--cuda-graph-backend-decode full").disable_cuda_graph is False
     try:
@@ -345,7 +346,6 @@ def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
     for cmd, flag in (
         ("--cuda-graph-backend-decode off", "--cuda-graph-backend-decode"),
         ("--ssl-certfile c.pem --ssl-keyfile k.pem", "--ssl-certfile"),
-        ("--admin-api-key k", "--admin-api-key"),
         ("--incremental-streaming-output", "--incremental-streaming-output"),
         ("--log-requests --log-requests-target /var/log/req", "--log-requests-target"),
         (f"--ssl-keyfile {__file__}", "--ssl-certfile"),  # a key without its certificate

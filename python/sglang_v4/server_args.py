@@ -105,6 +105,9 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None
+    #: SGLang's ``--admin-api-key``: the key of the admin routes (``/flush_cache``,
+    #: ``/abort_request``), which then do not accept ``api_key`` (``entrypoints/admission.py``).
+    admin_api_key: str | None = None
     #: HTTPS (SGLang's ``--ssl-*``, handed to uvicorn): a PEM certificate chain and its private key
     #: (both or neither), the CA bundle that verifies client certificates, the key's password.
     ssl_certfile: str | None = None
@@ -358,6 +361,8 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         self._check_ssl()
         if self.api_key is not None and not isinstance(self.api_key, str):
             raise ValueError("api_key must be a string")
+        if self.admin_api_key is not None and not isinstance(self.admin_api_key, str):
+            raise ValueError("admin_api_key must be a string")
         if self.watchdog_timeout <= 0:
             raise ValueError(f"watchdog_timeout must be positive (got {self.watchdog_timeout!r})")
         if self.tool_call_parser is not None:
@@ -479,9 +484,9 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         return "default"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict of all fields (``api_key`` and ``ssl_keyfile_password`` masked)."""
+        """JSON-able dict of all fields (the keys and ``ssl_keyfile_password`` masked)."""
         out = dataclasses.asdict(self)
-        for secret in ("api_key", "ssl_keyfile_password"):
+        for secret in ("api_key", "admin_api_key", "ssl_keyfile_password"):
             if out.get(secret):
                 out[secret] = "***"
         return out

@@ -77,6 +77,12 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
     a("--host", type=str, default=d["host"].default)
     a("--port", type=int, default=d["port"].default)
     a("--api-key", type=str, default=None, help="Require 'Authorization: Bearer KEY'.")
+    a(
+        "--admin-api-key",
+        type=str,
+        default=None,
+        help="Key of the admin routes (/flush_cache, /abort_request); they then refuse --api-key.",
+    )
     a("--ssl-certfile", type=str, default=None, help="Serve HTTPS with this PEM certificate (chain).")
     a("--ssl-keyfile", type=str, default=None, help="The certificate's PEM private key.")
     a("--ssl-ca-certs", type=str, default=None, help="PEM CA bundle that verifies client certificates.")

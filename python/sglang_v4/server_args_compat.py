@@ -295,11 +295,6 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     ),
     # Not implemented, and ignoring them would change results or the API.
     SGLangFlag(
-        "--admin-api-key",
-        UNSUPPORTED,
-        "a separate admin key is not implemented: --api-key guards every route, the admin ones included",
-    ),  # fmt: skip
-    SGLangFlag(
         "--incremental-streaming-output",
         UNSUPPORTED,
         "/generate streams the cumulative text and output_ids in every chunk; the disjoint-segment form is not implemented",

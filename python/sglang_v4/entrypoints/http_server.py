@@ -212,6 +212,7 @@ def create_app(
         api_key=server_args.api_key,
         limits=AdmissionLimits.from_env(),
         is_draining=lambda: state.draining,
+        admin_api_key=server_args.admin_api_key,
     )
 
     def tm_or_503() -> TokenizerManager:
