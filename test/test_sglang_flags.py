@@ -318,6 +318,16 @@ def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
     assert parse("--disable-decode-cuda-graph").disable_cuda_graph is True
     assert parse("--log-requests --log-requests-target stdout").log_requests_target == ["stdout"]
     assert parse("--admin-api-key adm").admin_api_key == "adm"  # test_server_auth: the routes
+    sa = parse(
+        "--stream-response-default-include-usage --weight-version v2 --sampling-defaults openai "
+        """--default-chat-template-kwargs '{"thinking": true}' --max-queued-requests 8"""
+    )  # test_openai_api, test_engine_api and test_scheduler_limits: what these do
+    assert (sa.stream_response_default_include_usage, sa.weight_version, sa.sampling_defaults) == (
+        True,
+        "v2",
+        "openai",
+    )
+    assert (sa.default_chat_template_kwargs, sa.max_queued_requests) == ({"thinking": True}, 8)
     assert parse("--cuda-graph-backend-decode disabled").disable_cuda_graph is True
     assert parse("--cuda-graph-backend-decode full").disable_cuda_graph is False
     try:

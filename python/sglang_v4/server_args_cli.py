@@ -315,6 +315,11 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         "(a request's own keys win).",
     )
     a(
+        "--stream-response-default-include-usage",
+        action="store_true",
+        help="Streamed /v1 responses always end with a usage chunk (as with stream_options.include_usage).",
+    )
+    a(
         "--weight-version",
         type=str,
         default=d["weight_version"].default,
