@@ -323,8 +323,12 @@ def start_server(
     timeout_s: float = 120.0,
     new_session: bool = False,
     healthy: bool = True,
+    https_ca: str | None = None,
 ) -> ServerHandle:
     """Start ``python -m sglang_v4.launch_server ARGS`` and wait for ``/health`` == 200.
+
+    ``https_ca``: the server serves HTTPS (``--ssl-*`` in ``args``); its URL is ``https://`` and the
+    health check verifies the certificate with this CA file.
 
     ``new_session``: start it in its own session / process group (pgid = its pid), as a terminal
     job is, so a test can signal the whole group like a Ctrl+C does. ``healthy=False``: return at
@@ -341,13 +345,15 @@ def start_server(
     proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO), start_new_session=new_session
     )
-    handle = ServerHandle(proc=proc, url=f"http://127.0.0.1:{port}", log_path=log_path, api_key=api_key)
+    scheme = "https" if https_ca else "http"
+    handle = ServerHandle(proc=proc, url=f"{scheme}://127.0.0.1:{port}", log_path=log_path, api_key=api_key)
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{handle.log()[-5000:]}")
         try:
-            if requests.get(handle.url + "/health", timeout=2).status_code == 200 or not healthy:
+            health = requests.get(handle.url + "/health", timeout=2, verify=https_ca or True)
+            if health.status_code == 200 or not healthy:
                 return handle
         except requests.RequestException:
             pass

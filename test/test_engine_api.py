@@ -168,3 +168,50 @@ def test_stream_closed_early_aborts(engine):
     while time.time() < deadline and engine.get_server_info()["kv_pool"]["used_pages"] != 0:
         time.sleep(0.05)
     assert engine.get_server_info()["kv_pool"]["used_pages"] == 0
+
+
+def test_log_requests_and_weight_version(tmp_path: Path, tok, caplog: pytest.LogCaptureFixture) -> None:
+    """``--log-requests --log-requests-level 1 --log-requests-format json`` (SGLang's flags): one JSON
+    line per received and finished request, with the sampling params and no input / output (level
+    1 per SGLang's help). Level 2 cuts the input to 2048 characters / ids, level 3 keeps it all."""
+    import json
+    import logging
+
+    from sglang_v4 import Engine
+    from sglang_v4.managers.request_log import received_line
+
+    model = make_fake_model_dir(tmp_path / "model")
+    os.environ["SGLANG_V4_SCHEDULER_CLASS"] = "server_fixture:FakeScheduler"
+    try:
+        eng = Engine(
+            model_path=str(model),
+            log_requests=True,
+            log_requests_level=1,
+            log_requests_format="json",
+            weight_version="ckpt-0731",
+        )
+    finally:
+        os.environ.pop("SGLANG_V4_SCHEDULER_CLASS", None)
+    sp = {"max_new_tokens": 3, "temperature": 0}
+    with eng, caplog.at_level(logging.INFO, logger="sglang_v4.managers.tokenizer_manager"):
+        out = eng.generate(prompt="Hello there", sampling_params=sp, rid="log-me")
+    assert out["meta_info"]["weight_version"] == "ckpt-0731"  # SGLang's --weight-version
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith("{")]
+    got = {line["event"]: line for line in lines if line.get("rid") == "log-me"}
+    assert set(got) == {"request.received", "request.finished"}, lines
+    assert got["request.received"]["prompt_tokens"] == len(tok.encode("Hello there"))
+    assert got["request.received"]["sampling_params"] == sp
+    fin = got["request.finished"]
+    assert fin["completion_tokens"] == 3 and fin["finish_reason"] == {"type": "length", "length": 3}
+    assert not {"text", "input_ids", "output_text", "output_ids"} & (set(fin) | set(got["request.received"]))
+    long_text = "x" * 5000
+    ids = list(range(3000))
+    two = json.loads(received_line("r", ids, long_text, sp, 2, "json"))
+    assert two["text"].startswith("x" * 2048) and "2952 more" in two["text"]
+    assert two["input_ids"][:2048] == ids[:2048] and len(two["input_ids"]) == 2049
+    three = json.loads(received_line("r", ids, long_text, sp, 3, "json"))
+    assert (three["text"], three["input_ids"]) == (long_text, ids)
+    zero = received_line("r", ids, long_text, sp, 0, "text")
+    assert zero == "Receive: rid=r prompt_tokens=3000"
+    with pytest.raises(ValueError, match="log_requests_level"):
+        Engine(model_path=str(model), log_requests_level=4)

@@ -553,3 +553,60 @@ def test_forbidden_top_logprobs_are_openai_floor_not_null(tok: PreTrainedTokeniz
     tops = [d for lp in lps for d in lp["top_logprobs"] if d is not None]
     assert token_lps[0] is None and all(isinstance(v, float) for v in token_lps[1:])
     assert tops and all(d["&&"] == -9999.0 and None not in d.values() for d in tops)
+
+
+def test_chat_sampling_defaults_from_generation_config(tok: PreTrainedTokenizerFast, tmp_path: Any) -> None:
+    """SGLang's ``--sampling-defaults model`` (its default): a chat request's unset temperature /
+    top_p / top_k / min_p / repetition_penalty come from the model's generation_config.json; the
+    request's own values win; ``openai`` and ``/v1/completions`` keep SGLang's defaults."""
+    gen = {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": None}
+    (tmp_path / "generation_config.json").write_text(json.dumps(gen))
+    msgs = [{"role": "user", "content": "hi"}]
+
+    def sent(mode: str | None, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        tm = FakeTM(tok)
+        extra = {} if mode is None else {"sampling_defaults": mode}
+        r = _client(tm, model_path=str(tmp_path), **extra).post(path, json={"model": "dsv4-test", **body})
+        assert r.status_code == 200, r.text
+        return tm.received[-1].sampling_params
+
+    sp = sent(None, "/v1/chat/completions", {"messages": msgs})
+    assert (sp["temperature"], sp["top_p"], sp["top_k"]) == (0.6, 0.95, 20) and "min_p" not in sp
+    sp = sent("model", "/v1/chat/completions", {"messages": msgs, "temperature": 0.2, "top_k": 5})
+    assert (sp["temperature"], sp["top_p"], sp["top_k"]) == (0.2, 0.95, 5)
+    sp = sent("openai", "/v1/chat/completions", {"messages": msgs})
+    assert not {"temperature", "top_p", "top_k"} & set(sp)
+    sp = sent("model", "/v1/completions", {"prompt": "hi"})
+    assert sp.get("top_k") is None and sp["temperature"] == 1.0
+
+
+def test_default_chat_template_kwargs_and_default_include_usage(tok: PreTrainedTokenizerFast) -> None:
+    """SGLang's ``--default-chat-template-kwargs '{"thinking": true}'`` renders every chat prompt in
+    thinking mode unless the request says otherwise (DeepSeek-V4's encoding: ``<think>`` after the
+    Assistant tag, ``</think>`` without thinking); ``--stream-response-default-include-usage`` ends
+    every stream with a usage chunk. Oracle: the tokenizer on the hand-written prompts."""
+    from sglang_v4.server_args import ServerArgs
+
+    sa = ServerArgs(device="cpu", default_chat_template_kwargs='{"thinking": true}')
+    assert sa.default_chat_template_kwargs == {"thinking": True}
+    with pytest.raises(ValueError, match="default_chat_template_kwargs"):
+        ServerArgs(device="cpu", default_chat_template_kwargs="[1]")
+    tm = FakeTM(tok)
+    c = _client(
+        tm, default_chat_template_kwargs={"thinking": True}, stream_response_default_include_usage=True
+    )
+    msgs = [{"role": "user", "content": "2+2?"}]
+    thinking = tok.encode(B + U + "2+2?" + A + "<think>", add_special_tokens=False)
+    plain = tok.encode(B + U + "2+2?" + A + "</think>", add_special_tokens=False)
+    for extra, want in (
+        ({}, thinking),
+        ({"chat_template_kwargs": {"thinking": False}}, plain),
+        ({"thinking": {"type": "disabled"}}, plain),
+    ):
+        r = c.post("/v1/chat/completions", json={"model": "dsv4-test", "messages": msgs, **extra})
+        assert r.status_code == 200, r.text
+        assert tm.received[-1].input_ids == want, extra
+    chunks = list(_oai(c).chat.completions.create(model="dsv4-test", messages=msgs, stream=True))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+    chunks = list(_oai(c).completions.create(model="dsv4-test", prompt="x", stream=True))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0

@@ -9,8 +9,10 @@ The oracle here is that formula and the pool size set on the command line.
 
 from __future__ import annotations
 
+import pytest
 from dsv4_testutil import random_ids
 from scheduler_testutil import PAGE, make_scheduler, submit
+from sglang_v4.server_args import ServerArgs
 
 
 def test_prompt_larger_than_pool_rejected_without_forward(sched_model_dir: str) -> None:
@@ -36,3 +38,60 @@ def test_prompt_larger_than_pool_rejected_without_forward(sched_model_dir: str) 
         if o is not None and o.rids:
             res_fin = o.finished_reasons[-1]
     assert res_fin is not None and res_fin["type"] == "length"
+
+
+def test_mem_fraction_static_on_cpu_is_said_to_be_unused(sched_model_dir: str, caplog) -> None:  # type: ignore[no-untyped-def]
+    """``--mem-fraction-static`` sizes the pool from free GPU memory (SGLang's meaning); on the CPU
+    the pool is ``--max-total-tokens`` whatever it says, and the start-up log says so."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="sglang_v4.model_executor.model_runner"):
+        s = make_scheduler(sched_model_dir, max_total_tokens=2 * PAGE, mem_fraction_static=0.3)
+    assert s.max_total_num_tokens == 2 * PAGE
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any(
+        "--mem-fraction-static 0.3 is not used on cpu" in m and "--max-total-tokens" in m for m in msgs
+    ), msgs
+
+
+def test_requests_that_fit_one_at_a_time_queue_and_all_complete(sched_model_dir: str) -> None:
+    """``--max-total-tokens 512`` (two pages) with three requests of 300 + 20 tokens (two pages
+    each) and ``--chunked-prefill-size 100`` (not a multiple of the page): none is refused, they
+    take turns, and each one's greedy output equals its cold run alone on a large pool."""
+    from scheduler_testutil import drain, run_one
+
+    prompts = {f"r{i}": random_ids(300, 60 + i) for i in range(3)}
+    s = make_scheduler(sched_model_dir, max_total_tokens=2 * PAGE, chunked_prefill_size=100)
+    for rid, ids in prompts.items():
+        submit(s, rid, ids, 20)
+    got = drain(s)
+    cold_sched = make_scheduler(sched_model_dir, disable_radix_cache=True)
+    for rid, ids in prompts.items():
+        assert got[rid]["finish"] == {"type": "length", "length": 20}, got[rid]["finish"]
+        assert got[rid]["ids"] == run_one(cold_sched, rid, ids, 20)["ids"], rid
+
+
+def test_max_queued_requests_refuses_with_503(sched_model_dir: str) -> None:
+    """SGLang's ``--max-queued-requests N``: a request arriving when N wait is aborted with 503 "The
+    request queue is full."; with priority scheduling a strictly preferred arrival pushes out the
+    least preferred queued request (the newest of equals) instead. The others complete."""
+    from scheduler_testutil import drain
+
+    s = make_scheduler(sched_model_dir, max_queued_requests=2, max_running_requests=1)
+    for i in range(4):
+        submit(s, f"r{i}", random_ids(20, 70 + i), 2)
+    got = drain(s)
+    full = {"type": "abort", "message": "The request queue is full.", "status_code": 503}
+    assert got["r2"]["finish"] == full and got["r3"]["finish"] == full
+    assert got["r0"]["finish"]["type"] == got["r1"]["finish"]["type"] == "length"
+    s = make_scheduler(
+        sched_model_dir, max_queued_requests=2, max_running_requests=1, enable_priority_scheduling=True
+    )
+    for rid, prio in (("low-old", 1), ("low-new", 1), ("high", 5), ("equal", 1)):
+        submit(s, rid, random_ids(20, 80), 2, priority=prio)
+    got = drain(s)
+    assert got["low-new"]["finish"]["message"] == "The request is aborted by a higher priority request."
+    assert got["equal"]["finish"] == full  # not strictly preferred to what waits: refused itself
+    assert got["high"]["finish"]["type"] == got["low-old"]["finish"]["type"] == "length"
+    with pytest.raises(ValueError, match="max_queued_requests"):
+        ServerArgs(device="cpu", max_queued_requests=0)

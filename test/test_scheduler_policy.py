@@ -2,10 +2,13 @@
 tree's LRU state and falls back to FCFS past 128 queued requests; the prefill budget of a step
 (``--chunked-prefill-size`` while requests decode, ``--max-prefill-tokens`` otherwise); messages
 carry only new ids and the detokenizer's per-request state stays bounded; the start-up warm-up
-(forced on CPU) returns every page and slot and leaves the outputs unchanged.
+(forced on CPU) returns every page and slot and leaves the outputs unchanged; every
+``--schedule-policy`` SGLang accepts is honoured (or refused naming it) and orders the queue as
+SGLang defines it.
 
 Oracles: the tree's own ``match_prefix`` for match lengths, a snapshot of every node's LRU stamp,
-the flag values, the full decode of the ids by the tokenizer, a scheduler without warm-up.
+the flag values, the full decode of the ids by the tokenizer, a scheduler without warm-up, SGLang's
+parser's policy choices and policy definitions.
 """
 
 from __future__ import annotations
@@ -237,3 +240,133 @@ def test_a_request_without_a_shared_prefix_is_not_held_back(sched_model_dir: str
     drain(s)
     assert seen[0] == (1200, 0)
     assert_idle(s)
+
+
+# ---------------------------------------------------------------------------------------------
+# --schedule-policy: SGLang's policies. Oracles: SGLang's own parser's choices, the policies'
+# definitions in SGLang's schedule_policy (and its dfs-weight function on this tree when
+# importable), the tree's own match_prefix, the max_new_tokens given.
+
+
+def test_every_sglang_schedule_policy_is_accepted_or_refused_naming_it() -> None:
+    from sglang_v4.server_args import ServerArgs
+
+    accepted = []
+    choices = ["lpm", "random", "fcfs", "dfs-weight", "lof"]  # SGLang 0.5's long-standing ones
+    sg = pytest.importorskip("sglang.srt.server_args")
+    import argparse
+
+    p = argparse.ArgumentParser()
+    sg.ServerArgs.add_cli_args(p)
+    (action,) = [a for a in p._actions if "--schedule-policy" in a.option_strings]
+    choices = sorted(set(choices) | set(action.choices))
+    for policy in choices:
+        try:
+            accepted.append(ServerArgs(device="cpu", schedule_policy=policy).schedule_policy)
+        except ValueError as e:
+            assert str(e).startswith("schedule_policy") and policy in str(e), e
+    assert {"lpm", "random", "fcfs", "dfs-weight", "lof", "hrrn", "shortest-prefill-first"} <= set(accepted)
+    with pytest.raises(ValueError, match="schedule_policy 'shortest-prefill-first' needs the radix cache"):
+        ServerArgs(device="cpu", schedule_policy="shortest-prefill-first", disable_radix_cache=True)
+    with pytest.raises(ValueError, match="--enable-priority-scheduling"):
+        ServerArgs(device="cpu", schedule_policy="priority")
+
+
+@pytest.fixture(scope="module")
+def two_prefixes(sched_model_dir: str) -> tuple[Scheduler, list[int], list[int]]:
+    """A scheduler whose radix cache holds two 2-block prompts, A and B (one tree node each)."""
+    s = make_scheduler(sched_model_dir)
+    a, b = random_ids(600, seed=900), random_ids(600, seed=901)
+    submit(s, "A", a, 1)
+    submit(s, "B", b, 1)
+    drain(s)
+    return s, a, b
+
+
+def _queue(s: Scheduler, reqs: list[tuple[str, list[int], int]]) -> None:
+    for rid, ids, n in reqs:
+        submit(s, rid, ids, n)
+
+
+def _order(s: Scheduler, policy: str) -> list[str]:
+    s.server_args.schedule_policy = policy
+    s._sort_waiting()
+    return [r.rid for r in s.waiting]
+
+
+def test_dfs_weight_groups_requests_by_shared_cached_prefix(two_prefixes) -> None:  # type: ignore[no-untyped-def]
+    s, a, b = two_prefixes
+    tail = lambda seed: random_ids(100, seed=seed)  # noqa: E731
+    _queue(s, [("x", random_ids(700, 902), 2), ("b1", b[:512] + tail(1), 2),
+               ("a1", a[:512] + tail(2), 2), ("a2", a[:512] + tail(3), 2)])  # fmt: skip
+    try:
+        # A's subtree holds two queued requests, B's one; the request with no cached prefix last
+        assert _order(s, "dfs-weight") == ["a1", "a2", "b1", "x"]
+        # lpm: a1, a2 and b1 all hit 512 tokens, so they keep their arrival order
+        assert _order(s, "lpm") == ["b1", "a1", "a2", "x"]
+        try:  # SGLang's own ordering on this tree, where its import works (it needs torchvision)
+            from sglang.srt.mem_cache.base_prefix_cache import _dfs_weight_order
+        except ImportError:
+            return
+        waiting = list(s.waiting)
+        last = [s.tree_cache.find_node(r.token_ids(0, r.seq_len - 1))[0] for r in waiting]
+        ref = _dfs_weight_order(s.tree_cache.root, last, lambda n: n)
+        assert _order(s, "dfs-weight") == [waiting[i].rid for i in ref]
+    finally:
+        s.waiting.clear()
+        s.server_args.schedule_policy = "fcfs"
+
+
+def test_shortest_prefill_lof_and_hrrn_orders(two_prefixes) -> None:  # type: ignore[no-untyped-def]
+    s, a, _ = two_prefixes
+    reqs = [("long", random_ids(700, 910), 5), ("hit", a[:512] + random_ids(300, 911), 50),
+            ("short", random_ids(200, 912), 20)]  # fmt: skip
+    _queue(s, reqs)
+    try:
+        todo = {rid: len(ids) - s.tree_cache.match_prefix(ids[:-1]).num_tokens for rid, ids, _ in reqs}
+        assert todo == {"long": 700, "hit": 300, "short": 200}
+        assert _order(s, "shortest-prefill-first") == sorted(todo, key=todo.__getitem__)
+        assert _order(s, "lof") == ["hit", "short", "long"]  # max_new_tokens 50, 20, 5
+        # hrrn: ratio = prefill tokens computed since arrival / tokens left to prefill
+        by = {r.rid: r for r in s.waiting}
+        long_, hit, short = by["long"], by["hit"], by["short"]
+        long_.arrival_prefill_tokens, hit.arrival_prefill_tokens, short.arrival_prefill_tokens = 0, 650, 900
+        s.prefill_tokens_done = 1000  # ratios: long 1000/700, hit 350/300, short 100/200
+        assert _order(s, "hrrn") == ["long", "hit", "short"]
+        s.prefill_tokens_done = 1400  # long 1400/700 = 2.0, hit 750/300 = 2.5, short 500/200 = 2.5
+        assert _order(s, "hrrn") == ["hit", "short", "long"]  # the tie keeps arrival order
+    finally:
+        s.waiting.clear()
+        s.server_args.schedule_policy = "fcfs"
+
+
+def test_random_policy_is_a_seeded_shuffle(sched_model_dir: str) -> None:
+    orders = []
+    for seed in (1, 1, 2):
+        s = make_scheduler(sched_model_dir, schedule_policy="random", random_seed=seed)
+        _queue(s, [(f"r{i}", random_ids(20, seed=920 + i), 1) for i in range(8)])
+        s._sort_waiting()
+        orders.append([r.rid for r in s.waiting])
+        s.waiting.clear()
+    rids = [f"r{i}" for i in range(8)]
+    assert all(sorted(o) == rids for o in orders)
+    assert orders[0] == orders[1] and orders[0] != orders[2]  # same seed, same order
+    assert orders[0] != rids or orders[2] != rids
+
+
+def test_policy_decides_admission_order_end_to_end(sched_model_dir: str) -> None:
+    """One request at a time (``max_running_requests=1``): they finish in policy order, every one
+    completes, and hrrn's clock counts every prompt token computed."""
+    lens = {"p5": 5, "p9": 9, "p7": 7}
+    for policy, expect in (("lof", ["p9", "p7", "p5"]), ("fcfs", ["p5", "p9", "p7"])):
+        s = make_scheduler(sched_model_dir, schedule_policy=policy, max_running_requests=1)
+        _queue(s, [(rid, random_ids(30, seed=930 + i), n) for i, (rid, n) in enumerate(lens.items())])
+        done: list[str] = []
+        while s.has_work():
+            out = s.step()
+            for rid, fin in zip(out.rids if out else [], out.finished_reasons if out else []):
+                if fin is not None:
+                    done.append(rid)
+        assert done == expect, policy
+        assert s.prefill_tokens_done == 3 * 30  # no shared prefix: every prompt token computed
+        assert_idle(s)

@@ -134,3 +134,49 @@ def test_key_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> No
     assert c.get("/x", headers={"Authorization": "Bearer nope"}).status_code == 401
     assert c.get("/x", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
     assert calls == [(b"nope", KEY.encode()), (KEY.encode(), KEY.encode())]
+
+
+@pytest.mark.parametrize(("api_key", "admin_key"), [(None, None), ("k", None), (None, "adm"), ("k", "adm")])
+def test_admin_api_key_follows_sglangs_rule(api_key: str | None, admin_key: str | None) -> None:
+    """``--admin-api-key``: with it the admin routes take only that key; without it they take the
+    API key like every route; the other routes never take the admin key in its place. Oracle:
+    SGLang's own ``decide_request_auth`` (its admin routes are ``ADMIN_OPTIONAL``), where sglang is
+    installed, and the rule as its docstring states it otherwise."""
+    from sglang_v4.entrypoints.admission import ADMIN_ROUTES, AdmissionLimits, AdmissionMiddleware
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    async def ok(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    routes = ["/generate", "/get_model_info", *sorted(ADMIN_ROUTES), "/health", "/metrics"]
+    app = Starlette(routes=[Route(r, ok, methods=["GET", "POST"]) for r in routes])
+    limits = AdmissionLimits(max_body_bytes=1 << 20, read_timeout_s=10.0, keep_alive_s=5.0)
+    client = TestClient(
+        AdmissionMiddleware(app, api_key, limits, lambda: False, admin_api_key=admin_key)  # type: ignore[arg-type]
+    )
+
+    def expected(path: str, token: str | None) -> bool:
+        header = f"Bearer {token}" if token else None
+        try:
+            from sglang.srt.utils.auth import AuthLevel, decide_request_auth
+        except ImportError:
+            if path in OPEN_ROUTES:
+                return True
+            want = admin_key if (path in ADMIN_ROUTES and admin_key) else api_key
+            return want is None or token == want
+        level = AuthLevel.ADMIN_OPTIONAL if path in ADMIN_ROUTES else AuthLevel.NORMAL
+        return decide_request_auth(
+            method="POST", path=path, authorization_header=header, api_key=api_key,
+            admin_api_key=admin_key, auth_level=level,
+        ).allowed  # fmt: skip
+
+    for path in routes:
+        for token in (None, "k", "adm", "wrong"):
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            allowed = client.post(path, headers=headers).status_code == 200
+            assert allowed == expected(path, token), (path, token, api_key, admin_key)
+    if admin_key:
+        assert ServerArgs(device="cpu", admin_api_key=admin_key).to_dict()["admin_api_key"] == "***"

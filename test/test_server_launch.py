@@ -174,3 +174,39 @@ def test_small_context_length_starts_and_serves(tmp_path: Path) -> None:
         assert requests.get(h.url + "/health").status_code == 200
     finally:
         assert h.stop() == 0
+
+
+def test_https_with_sglangs_ssl_flags(tmp_path: Path) -> None:
+    """``--ssl-certfile`` / ``--ssl-keyfile`` (SGLang's flags, handed to uvicorn): the server
+    answers HTTPS with that certificate (verified by ``requests`` against it) and plain HTTP gets no
+    answer (a key without its certificate: ``test_sglang_flags``)."""
+    import shutil
+
+    import requests
+    from server_fixture import fake_env, start_server
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    args = ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--skip-server-warmup"]
+    h = start_server(args, fake_env(), tmp_path / "server.log", https_ca=str(cert))
+    try:
+        assert h.url.startswith("https://")
+        r = requests.post(
+            h.url + "/generate",
+            json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}},
+            verify=str(cert),
+            timeout=30,
+        )
+        assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 2
+        with pytest.raises(requests.ConnectionError):
+            requests.get(h.url.replace("https://", "http://") + "/health", timeout=5)
+        info = requests.get(h.url + "/get_server_info", verify=str(cert), timeout=30).json()
+        assert info["ssl_certfile"] == str(cert)
+    finally:
+        assert h.stop() == 0

@@ -32,6 +32,18 @@ SGLANG_COMMANDS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _restore_root_log_handlers():  # type: ignore[no-untyped-def]
+    """``main`` installs a handler on the test's captured stdout; later tests must not log to it."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 def parse(cmd: str) -> ServerArgs:
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
@@ -147,3 +159,209 @@ def test_sglang_dtype_and_load_format_spellings(capsys: pytest.CaptureFixture[st
         assert f"argument {flag}:" in err, err
         if flag == "--load-format":
             assert "safetensors" in err, err  # the accepted spellings are all listed
+
+
+# Values SGLang's own parser takes for these flags. Oracles: SGLang's ``human_readable_int`` (its
+# docstring's examples when sglang is not installed), Python's logging level names, SGLang's
+# parser-choice lists, and the model's config.json.
+_HUMAN_INTS = {"1k": 1000, "25.6k": 25600, "1M": 1_000_000, "1Ki": 1024, "128Ki": 131072, "4096": 4096}
+
+
+def test_token_counts_take_sglang_suffixes(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        from sglang.srt.utils.common import human_readable_int as sglang_hri
+    except ImportError:
+        sglang_hri = _HUMAN_INTS.__getitem__
+    for text, value in _HUMAN_INTS.items():
+        assert sglang_hri(text) == value
+        sa = parse(f"--context-length {text} --max-total-tokens {text} --max-prefill-tokens {text}")
+        assert (sa.context_length, sa.max_total_tokens, sa.max_prefill_tokens) == (value,) * 3
+    for bad in ("1.5Ki", "1K", "12x"):
+        with pytest.raises(SystemExit) as e:
+            main(["--context-length", bad, "--device", "cpu"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "argument --context-length:" in err, err
+
+
+def test_log_level_any_case_and_logging_names() -> None:
+    import logging
+
+    for text in ("WARNING", "Warning", "warn", "DEBUG", "error", "CRITICAL", "fatal"):
+        sa = parse(f"--log-level {text}")
+        assert logging.getLevelName(sa.log_level.upper()) == getattr(logging, text.upper()), text
+    with pytest.raises(ValueError, match="log_level"):
+        ServerArgs(device="cpu", log_level="loud")
+
+
+def test_auto_parsers_pick_deepseek_v4() -> None:
+    """SGLang's ``auto`` picks the parsers of the model's architecture: DeepSeek-V4's here."""
+    sa = parse("--reasoning-parser auto --tool-call-parser auto")
+    assert (sa.reasoning_parser, sa.tool_call_parser) == ("deepseek-v4", "deepseekv4")
+    try:
+        import argparse as ap
+
+        from sglang.srt.server_args import ServerArgs as SGLangServerArgs
+    except ImportError:
+        return
+    p = ap.ArgumentParser()
+    SGLangServerArgs.add_cli_args(p)
+    choices = {a.dest: a.choices for a in p._actions}
+    assert "auto" in choices["reasoning_parser"] and "auto" in choices["tool_call_parser"]
+    assert {"deepseek-v4", "deepseek-r1", "deepseek-v3"} <= set(choices["reasoning_parser"])
+
+
+def test_context_length_above_the_models_needs_sglangs_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import os
+
+    from sglang_v4.entrypoints.engine import check_model_dir
+    from sglang_v4.tools.default_model import ensure_default_model
+
+    path = str(ensure_default_model())
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        model_len = json.load(f)["max_position_embeddings"]
+    monkeypatch.delenv("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", raising=False)
+    check_model_dir(path, context_length=model_len)  # equal and smaller: fine
+    check_model_dir(path, context_length=1024)
+    with pytest.raises(ValueError, match="context_length .*SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"):
+        check_model_dir(path, context_length=model_len + 1)
+    monkeypatch.setenv("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "true")
+    check_model_dir(path, context_length=model_len + 1)
+
+
+_CONFIG_YAML = """\
+model-path: /models/DeepSeek-V4-Flash
+tp-size: 2
+context-length: 32k
+trust-remote-code: true
+disable-radix-cache: false
+enable-metrics: true
+schedule-policy: lpm
+cuda-graph-bs: [1, 2, 4]
+json-model-override-args: {num_hidden_layers: 2}
+served-model-name: from-file
+"""
+
+
+def _launch_args(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> ServerArgs:
+    """The ServerArgs ``launch_server`` would start a server with (the launch itself stubbed)."""
+    import sglang_v4.entrypoints.http_server as http_server
+
+    seen: list[ServerArgs] = []
+    monkeypatch.setattr(http_server, "launch_server", lambda sa, stop: seen.append(sa) or 0)
+    assert main(argv) == 0
+    return seen[0]
+
+
+def test_config_yaml_file(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """SGLang's ``--config FILE.yaml``: the file's flags, the command line winning over it. Oracle:
+    SGLang's own config merger and parser on the same file, where sglang is installed."""
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(_CONFIG_YAML)
+    argv = ["--config", str(cfg), "--served-model-name", "from-cli", "--device", "cpu"]
+    sa = _launch_args(argv, monkeypatch)
+    mine = {
+        "model_path": sa.model_path,
+        "tp_size": sa.tp_size,
+        "context_length": sa.context_length,
+        "trust_remote_code": sa.trust_remote_code,
+        "disable_radix_cache": sa.disable_radix_cache,
+        "enable_metrics": sa.enable_metrics,
+        "schedule_policy": sa.schedule_policy,
+        "served_model_name": sa.served_model_name,
+    }
+    assert mine == {
+        "model_path": "/models/DeepSeek-V4-Flash",
+        "tp_size": 2,
+        "context_length": 32000,
+        "trust_remote_code": True,
+        "disable_radix_cache": False,
+        "enable_metrics": True,
+        "schedule_policy": "lpm",
+        "served_model_name": "from-cli",
+    }
+    assert sa.cuda_graph_bs == [1, 2, 4] and sa.model_override_args() == {"num_hidden_layers": 2}
+    assert _launch_args([f"--config={cfg}", "--device", "cpu"], monkeypatch).served_model_name == "from-file"
+    try:
+        from sglang.srt.server_args import ServerArgs as SGLangServerArgs
+        from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+    except ImportError:
+        pass
+    else:
+        p = argparse.ArgumentParser()
+        SGLangServerArgs.add_cli_args(p)
+        # (SGLang 0.5.23 splits --cuda-graph-bs into -decode / -prefill: the short name is ambiguous there)
+        cfg.write_text(_CONFIG_YAML.replace("cuda-graph-bs:", "cuda-graph-bs-decode:"))
+        ns = p.parse_args(ConfigArgumentMerger(p).merge_config_with_args(argv[:-2]))
+        assert {k: getattr(ns, k) for k in mine} == mine
+    for bad, why in (
+        ("server.json", "is not a YAML file"),
+        ("missing.yaml", "cannot read"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(["--config", str(tmp_path / bad), "--device", "cpu"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "argument --config:" in err and why in err, err
+    (tmp_path / "typo.yaml").write_text("atention-backend: fa3\n")
+    with pytest.raises(SystemExit) as e:
+        main(["--config", str(tmp_path / "typo.yaml"), "--device", "cpu"])
+    assert e.value.code == 2 and "unrecognized arguments: --atention-backend" in capsys.readouterr().err
+
+
+def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
+    """Flags of SGLang 0.5.2x's DeepSeek-V4 commands: the decode CUDA-graph switches are honoured
+    (SGLang's help: ``--disable-decode-cuda-graph`` is ``--cuda-graph-backend-decode=disabled``),
+    kernel selections are listed as ignored, a certificate file that does not exist is refused
+    naming the flag."""
+    assert parse("--disable-decode-cuda-graph").disable_cuda_graph is True
+    assert parse("--log-requests --log-requests-target stdout").log_requests_target == ["stdout"]
+    assert parse("--admin-api-key adm").admin_api_key == "adm"  # test_server_auth: the routes
+    sa = parse(
+        "--stream-response-default-include-usage --weight-version v2 --sampling-defaults openai "
+        """--default-chat-template-kwargs '{"thinking": true}' --max-queued-requests 8"""
+    )  # test_openai_api, test_engine_api and test_scheduler_limits: what these do
+    assert (sa.stream_response_default_include_usage, sa.weight_version, sa.sampling_defaults) == (
+        True,
+        "v2",
+        "openai",
+    )
+    assert (sa.default_chat_template_kwargs, sa.max_queued_requests) == ({"thinking": True}, 8)
+    assert parse("--cuda-graph-backend-decode disabled").disable_cuda_graph is True
+    assert parse("--cuda-graph-backend-decode full").disable_cuda_graph is False
+    try:
+        from sglang.srt.server_args import ServerArgs as SGLangServerArgs
+    except ImportError:
+        pass
+    else:
+        p = argparse.ArgumentParser()
+        SGLangServerArgs.add_cli_args(p)
+        (a,) = [a for a in p._actions if "--cuda-graph-backend-decode" in a.option_strings]
+        for value in a.choices:
+            parse(f"--cuda-graph-backend-decode {value}")
+    sa = parse(
+        "--dsv4-attn-backend flashmla --fp8-gemm-backend deep_gemm --enable-p2p-check "
+        "--radix-eviction-policy lfu --cuda-graph-max-bs-prefill 8 --enable-tf32-matmul"
+    )
+    flags = {flag for flag, _, _ in ignored_sglang_args(sa)}
+    assert {
+        "--dsv4-attn-backend",
+        "--fp8-gemm-backend",
+        "--enable-p2p-check",
+        "--radix-eviction-policy",
+    } <= flags
+    assert "--enable-tf32-matmul" in (warn_ignored_sglang_args(sa) or "")
+    assert warn_ignored_sglang_args(parse("--disable-decode-cuda-graph")) is None  # honoured, not ignored
+    for cmd, flag in (
+        ("--cuda-graph-backend-decode off", "--cuda-graph-backend-decode"),
+        ("--ssl-certfile c.pem --ssl-keyfile k.pem", "--ssl-certfile"),
+        ("--incremental-streaming-output", "--incremental-streaming-output"),
+        ("--log-requests --log-requests-target /var/log/req", "--log-requests-target"),
+        (f"--ssl-keyfile {__file__}", "--ssl-certfile"),  # a key without its certificate
+    ):
+        with pytest.raises(SystemExit) as e:
+            main([*shlex.split(cmd), "--device", "cpu"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"argument {flag}:" in err, err

@@ -100,7 +100,7 @@ def test_priority_order_flag() -> None:
         ("--stream-output", "--stream-output"),
         ("--max-loaded-loras 2", "--max-loaded-loras"),
         ("--is-embedding", "--is-embedding"),
-        ("--schedule-policy lof", "--schedule-policy"),
+        ("--schedule-policy routing-key", "--schedule-policy"),
         ("--quantization modelopt_fp4", "--quantization"),
         ("--page-size 64", "--page-size"),
         ("--tool-call-parser deepseekv31", "--tool-call-parser"),

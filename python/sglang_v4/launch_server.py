@@ -48,6 +48,73 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def expand_config_file(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """SGLang's ``--config FILE.yaml``: the file's flags in front of the other command-line flags, so
+    a flag given on the command line wins over the file (argparse keeps the last value).
+
+    The file is a YAML mapping of flag names (``tp-size`` or ``tp_size``, any long spelling of a
+    flag) to values: ``true`` sets a switch (``false`` leaves it off; another flag gets ``true`` /
+    ``false`` as its text), a list gives a flag its
+    values (``cuda-graph-bs: [1, 2, 4]``), a mapping is passed as JSON (``json-model-override-args``),
+    anything else as its text.
+
+    Raises:
+        ValueError: naming ``--config``: given twice or without a file, not a ``.yaml`` / ``.yml``
+            file, unreadable, not a mapping, or a switch given something other than true / false.
+    """
+    at = [i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")]
+    if not at:
+        return argv
+    if len(at) > 1:
+        raise ValueError("--config: given more than once (one config file only)")
+    i = at[0]
+    if argv[i] == "--config":
+        if i + 1 >= len(argv):
+            raise ValueError("--config: expected a YAML file after it")
+        path, rest = argv[i + 1], argv[:i] + argv[i + 2 :]
+    else:
+        path, rest = argv[i].split("=", 1)[1], argv[:i] + argv[i + 1 :]
+    if not path.lower().endswith((".yaml", ".yml")):
+        raise ValueError(f"--config: {path!r} is not a YAML file (.yaml / .yml)")
+    import json
+
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"--config: cannot read {path!r}: {e}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError(f"--config: {path!r} must hold a mapping of flag names to values")
+    switches = {
+        opt
+        for action in parser._actions  # argparse keeps no public list of its actions
+        if isinstance(action, argparse._StoreTrueAction)
+        for opt in action.option_strings
+    }
+    out: list[str] = []
+    for key, value in data.items():
+        flag = "--" + str(key).replace("_", "-")
+        if flag in switches:
+            if value is True:
+                out.append(flag)
+            elif value not in (False, None):
+                raise ValueError(f"--config: {key}: a switch takes true or false (got {value!r})")
+        elif isinstance(value, bool):  # a flag that takes a value: its text, as SGLang passes it
+            out += [flag, str(value).lower()]
+        elif isinstance(value, list):
+            if value:
+                out += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]
+        elif value is not None:
+            out += [flag, str(value)]
+    return out + rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv``, run the server, return the process exit code."""
     from sglang_v4.entrypoints.lifecycle import StopRequested, StopSignal
@@ -59,6 +126,16 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ServerArgs.add_cli_args(parser)
+    parser.add_argument(
+        "--config",
+        type=str,
+        default=None,
+        help="A YAML file of flags (flag name: value); flags on the command line win over it.",
+    )
+    try:
+        argv = expand_config_file(list(sys.argv[1:] if argv is None else argv), parser)
+    except ValueError as e:
+        parser.exit(2, f"{parser.prog}: error: argument {e}\n")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     log = logging.getLogger("sglang_v4.launch_server")

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_v4.layers.quantization import QUANTIZATION_CHOICES
+from sglang_v4.managers.request_log import LOG_REQUESTS_FORMATS, LOG_REQUESTS_LEVELS
 from sglang_v4.server_args_compat import (
     SGLangCompatArgs,
-    add_sglang_cli_args,
     apply_sglang_semantics,
     check_sglang_args,
 )
@@ -38,11 +38,20 @@ LOAD_FORMAT_ALIASES = {"safetensors": "auto"}
 #: ``--grammar-backend``: xgrammar (constrained decoding, the only implementation here) or none
 #: (no constrained decoding: requests with a grammar are refused, as in SGLang).
 GRAMMAR_BACKEND_CHOICES = ("xgrammar", "none")
-SCHEDULE_POLICY_CHOICES = ("fcfs", "lpm")
+#: ``--schedule-policy``: SGLang's policies (``sglang_v4.managers.schedule_policy`` says what each does).
+SCHEDULE_POLICY_CHOICES = ("fcfs", "lpm", "random", "dfs-weight", "lof", "hrrn", "shortest-prefill-first")
+#: SGLang's other ``--schedule-policy`` choices, refused with the reason.
+SCHEDULE_POLICY_REFUSED = {
+    "priority": "SGLang lists it but has no such policy; use --enable-priority-scheduling",
+    "routing-key": "requests carry no routing_key here, so it could not order anything",
+}
 #: ``sglang-router`` policies for ``--dp-size`` (its ``--policy`` values).
 ROUTER_POLICY_CHOICES = ("cache_aware", "round_robin", "random", "power_of_two")
 LOAD_FORMAT_CHOICES = ("auto", "dummy")
 LOG_LEVEL_CHOICES = ("debug", "info", "warning", "error", "critical")
+#: ``--log-level`` is read as Python's ``logging`` level names are (SGLang's ``getattr(logging,
+#: level.upper())``): any case, and the names ``warn`` / ``fatal``.
+LOG_LEVEL_ALIASES = {"warn": "warning", "fatal": "critical"}
 
 #: Default chunked-prefill chunk on CPU and on CUDA: the most prompt tokens one request prefills in
 #: a step, and the most prompt tokens a step carries while requests are decoding (decode
@@ -96,6 +105,15 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None
+    #: SGLang's ``--admin-api-key``: the key of the admin routes (``/flush_cache``,
+    #: ``/abort_request``), which then do not accept ``api_key`` (``entrypoints/admission.py``).
+    admin_api_key: str | None = None
+    #: HTTPS (SGLang's ``--ssl-*``, handed to uvicorn): a PEM certificate chain and its private key
+    #: (both or neither), the CA bundle that verifies client certificates, the key's password.
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_keyfile_password: str | None = None
     # Device and dtypes.
     device: str = "auto"
     dtype: str = "auto"
@@ -117,6 +135,10 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     max_total_tokens: int | None = None
     # Scheduling.
     max_running_requests: int | None = None
+    #: SGLang's ``--max-queued-requests``: a request arriving when this many wait is refused with
+    #: 503 "The request queue is full." (with priority scheduling, a queued request of lower
+    #: priority is refused instead). None: no bound.
+    max_queued_requests: int | None = None
     max_prefill_tokens: int = 16384
     chunked_prefill_size: int | None = None
     disable_radix_cache: bool = False
@@ -141,12 +163,29 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     bucket_inter_token_latency: list[float] | None = None
     bucket_e2e_request_latency: list[float] | None = None
     log_requests: bool = False
+    #: ``--log-requests`` detail (0: metadata .. 3: whole input / output) and line format
+    #: (``text`` / ``json``), SGLang's meanings (``sglang_v4.managers.request_log``).
+    log_requests_level: int = 2
+    log_requests_format: str = "text"
+    #: SGLang's ``--log-requests-target``: only ``stdout`` (the server log) is implemented.
+    log_requests_target: list[str] | None = None
     log_level: str = "info"
     decode_log_interval: int = 40
     # OpenAI chat API (sglang-v4 serves DeepSeek-V4 models only: the V4 parsers are the defaults).
     tool_call_parser: str | None = "deepseekv4"
     reasoning_parser: str | None = "deepseek-v4"
     chat_template: str | None = None
+    #: Unset chat sampling parameters from the model's generation_config.json (``model``) or
+    #: SGLang's defaults (``openai``): ``sglang_v4.entrypoints.openai.sampling_defaults``.
+    sampling_defaults: str = "model"
+    #: SGLang's ``--default-chat-template-kwargs``: a JSON object merged under every chat request's
+    #: ``chat_template_kwargs`` (the request's keys win), e.g. ``{"thinking": true}``.
+    default_chat_template_kwargs: dict[str, Any] | None = None
+    #: SGLang's ``--weight-version``: reported as ``meta_info.weight_version`` and in ``/get_model_info``.
+    weight_version: str = "default"
+    #: SGLang's ``--stream-response-default-include-usage``: streamed OpenAI responses end with the
+    #: ``usage`` chunk even when the request's ``stream_options`` does not ask for it.
+    stream_response_default_include_usage: bool = False
     grammar_backend: str = "xgrammar"
     trust_remote_code: bool = False
     # Misc.
@@ -169,6 +208,9 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if self.random_seed is None:
             self.random_seed = 0
         self.kv_cache_dtype = KV_CACHE_DTYPE_ALIASES.get(self.kv_cache_dtype, self.kv_cache_dtype)
+        if isinstance(self.log_level, str):
+            level = self.log_level.lower()
+            self.log_level = LOG_LEVEL_ALIASES.get(level, level)
         apply_sglang_semantics(self)
         self.check()
 
@@ -219,7 +261,17 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             raise ValueError(
                 f"cuda_graph_bs must be a non-empty list of positive integers (got {self.cuda_graph_bs!r})"
             )
+        if self.schedule_policy in SCHEDULE_POLICY_REFUSED:
+            raise ValueError(
+                f"schedule_policy {self.schedule_policy!r} is not supported: "
+                f"{SCHEDULE_POLICY_REFUSED[self.schedule_policy]}"
+            )
         choice("schedule_policy", SCHEDULE_POLICY_CHOICES)
+        if self.schedule_policy == "shortest-prefill-first" and self.disable_radix_cache:
+            raise ValueError(
+                "schedule_policy 'shortest-prefill-first' needs the radix cache (it orders by the tokens "
+                "left to prefill after the cached prefix); drop --disable-radix-cache or pick another policy"
+            )
         if self.load_format not in LOAD_FORMAT_CHOICES:
             raise ValueError(
                 f"load_format must be one of {list(LOAD_FORMAT_CHOICES + tuple(LOAD_FORMAT_ALIASES))} "
@@ -228,6 +280,31 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if self.quantization is not None:
             choice("quantization", QUANTIZATION_CHOICES)
         choice("log_level", LOG_LEVEL_CHOICES)
+        choice("sampling_defaults", ("model", "openai"))
+        dctk = self.default_chat_template_kwargs
+        if isinstance(dctk, str):
+            try:
+                dctk = json.loads(dctk)
+            except json.JSONDecodeError as e:
+                raise ValueError(
+                    f"default_chat_template_kwargs must be a JSON object (got {dctk!r}: {e})"
+                ) from None
+        if dctk is not None and not isinstance(dctk, dict):
+            raise ValueError(f"default_chat_template_kwargs must be a JSON object (got {dctk!r})")
+        self.default_chat_template_kwargs = dctk
+        if not isinstance(self.weight_version, str) or not self.weight_version:
+            raise ValueError(f"weight_version must be a non-empty string (got {self.weight_version!r})")
+        if self.log_requests_level not in LOG_REQUESTS_LEVELS or isinstance(self.log_requests_level, bool):
+            raise ValueError(
+                f"log_requests_level must be one of {list(LOG_REQUESTS_LEVELS)} (got {self.log_requests_level!r})"
+            )
+        choice("log_requests_format", LOG_REQUESTS_FORMATS)
+        targets = self.log_requests_target
+        if targets is not None and (not isinstance(targets, (list, tuple)) or set(targets) - {"stdout"}):
+            raise ValueError(
+                f"log_requests_target {targets!r} is not supported: request lines go to the server log "
+                "(stdout) only; pass stdout or redirect the server's output"
+            )
         if self.device == "cuda" and not _cuda_available():
             raise ValueError("device='cuda' was requested but CUDA is not available")
         if not isinstance(self.skip_tokenizer_init, bool):
@@ -246,6 +323,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             raise ValueError(f"mem_fraction_static must be in (0, 1) (got {self.mem_fraction_static!r})")
         positive_int("max_total_tokens")
         positive_int("max_running_requests")
+        positive_int("max_queued_requests")
         positive_int("max_prefill_tokens", allow_none=False)
         positive_int("context_length")
         if self.context_length is not None and self.context_length < 2:
@@ -280,8 +358,11 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
                 raise ValueError(
                     f"{name} must be a non-empty increasing list of positive seconds (got {buckets!r})"
                 )
+        self._check_ssl()
         if self.api_key is not None and not isinstance(self.api_key, str):
             raise ValueError("api_key must be a string")
+        if self.admin_api_key is not None and not isinstance(self.admin_api_key, str):
+            raise ValueError("admin_api_key must be a string")
         if self.watchdog_timeout <= 0:
             raise ValueError(f"watchdog_timeout must be positive (got {self.watchdog_timeout!r})")
         if self.tool_call_parser is not None:
@@ -298,6 +379,22 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if isinstance(gst, bool) or not isinstance(gst, (int, float)) or not 0 <= gst < float("inf"):
             raise ValueError(f"graceful_shutdown_timeout must be a number of seconds >= 0 (got {gst!r})")
         self._check_parallel(positive_int, nonnegative_int)
+
+    def _check_ssl(self) -> None:
+        """``ssl_certfile`` / ``ssl_keyfile`` come together, name files, and serve one server."""
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            missing = "ssl_keyfile" if self.ssl_certfile else "ssl_certfile"
+            raise ValueError(
+                f"{missing} is required with {'ssl_certfile' if self.ssl_certfile else 'ssl_keyfile'}"
+            )
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ValueError(f"{name} must be a PEM file (no file {path!r})")
+        if self.ssl_certfile and self.dp_size > 1:
+            raise ValueError(
+                "ssl_certfile: HTTPS with dp_size > 1 is not supported (sglang-router talks HTTP)"
+            )
 
     def _check_parallel(self, positive_int: Any, nonnegative_int: Any) -> None:
         """The TP / EP / DP / multi-node fields (docs/PARALLELISM.md)."""
@@ -344,256 +441,11 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     # ------------------------------------------------------------------ CLI
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
-        """Add every field as ``--kebab-case`` flag to ``parser`` (defaults = dataclass defaults)."""
-        d = ServerArgs.__dataclass_fields__
-        a = parser.add_argument
-        a(
-            "--model-path",
-            "--model",
-            type=str,
-            default=None,
-            help="HF-layout model dir; default: embedded model.",
-        )
-        a("--tokenizer-path", type=str, default=None, help="Tokenizer dir (default: model path).")
-        a(
-            "--skip-tokenizer-init",
-            action="store_true",
-            help="Do not load the tokenizer: requests must pass input_ids, and responses carry "
-            "output_ids without text (stop strings, text prompts and the OpenAI routes are refused).",
-        )
-        a(
-            "--load-format",
-            type=str,
-            default="auto",
-            help=f"One of {', '.join(LOAD_FORMAT_CHOICES)} (safetensors = auto); other SGLang values are refused.",
-        )
-        a(
-            "--quantization",
-            type=str,
-            default=None,
-            choices=QUANTIZATION_CHOICES,
-            help="fp8: keep FP8 block-scaled linears and FP4 routed experts (DeepSeek's published format; "
-            "an unquantized checkpoint is quantized on load); none: dequantize to --dtype. Default: the "
-            "checkpoint's quantization_config on CUDA, dequantized on CPU.",
-        )
-        a("--context-length", type=int, default=None, help="Max context (default: model config).")
-        a(
-            "--json-model-override-args",
-            type=str,
-            default=None,
-            help="JSON object of config.json keys to replace before parsing, e.g. '{\"num_hidden_layers\": 2}' "
-            "(with --load-format dummy: a reduced-depth model from a config-only directory).",
-        )
-        a("--served-model-name", type=str, default=None, help="Model name in the APIs.")
-        a("--host", type=str, default=d["host"].default)
-        a("--port", type=int, default=d["port"].default)
-        a("--api-key", type=str, default=None, help="Require 'Authorization: Bearer KEY'.")
-        a("--device", type=str, default="auto", choices=DEVICE_CHOICES)
-        a(
-            "--dtype",
-            type=str,
-            default="auto",
-            help=f"One of {', '.join(DTYPE_CHOICES)} (float = float32); half / float16 are refused.",
-        )
-        a(
-            "--kv-cache-dtype",
-            type=str,
-            default="auto",
-            help=f"One of {', '.join(KV_CACHE_DTYPE_CHOICES)} (bfloat16 = bf16); other SGLang values are refused.",
-        )
-        a(
-            "--enable-fp4-indexer",
-            "--enable-deepseek-v4-fp4-indexer",
-            action="store_true",
-            dest="enable_fp4_indexer",
-            help="Store indexer keys in fp4 (68 B per key).",
-        )
-        a(
-            "--tp-size",
-            "--tensor-parallel-size",
-            "--tp",
-            type=int,
-            default=1,
-            dest="tp_size",
-            help="Tensor-parallel ranks (one process per GPU, or per CPU rank with --device cpu).",
-        )
-        a(
-            "--ep-size",
-            "--expert-parallel-size",
-            "--ep",
-            type=int,
-            default=1,
-            dest="ep_size",
-            help="Expert-parallel shards inside the TP group (divides --tp-size): whole routed experts "
-            "per rank; 1: every rank holds a slice of every expert.",
-        )
-        a(
-            "--dp-size",
-            "--data-parallel-size",
-            "--dp",
-            type=int,
-            default=1,
-            dest="dp_size",
-            help="Data-parallel replicas: N servers (each --tp-size GPUs) behind sglang-router on --port "
-            "(needs the sglang-router package).",
-        )
-        a("--router-policy", type=str, default="cache_aware", choices=ROUTER_POLICY_CHOICES,
-          help="sglang-router policy with --dp-size > 1.")  # fmt: skip
-        a("--nnodes", type=int, default=1, help="Nodes of one TP group (tp_size / nnodes ranks each).")
-        a("--node-rank", type=int, default=0, help="This node (0 serves HTTP; others run only TP ranks).")
-        a(
-            "--dist-init-addr",
-            "--nccl-init-addr",
-            type=str,
-            default=None,
-            help="host:port of rank 0's torch.distributed rendezvous.",
-        )
-        a("--dist-timeout", type=int, default=None, help="Seconds before a collective times out.")
-        a("--base-gpu-id", type=int, default=0, help="First GPU of this server's ranks.")
-        a("--page-size", type=int, default=d["page_size"].default, help="Tokens per KV block.")
-        a("--mem-fraction-static", type=float, default=None)
-        a("--max-total-tokens", type=int, default=None)
-        a("--max-running-requests", type=int, default=None)
-        a(
-            "--max-prefill-tokens",
-            type=int,
-            default=d["max_prefill_tokens"].default,
-            help="Prompt tokens a step may carry when no request is decoding (several requests' "
-            "chunks at once); with decoding requests a step carries at most --chunked-prefill-size.",
-        )
-        a(
-            "--chunked-prefill-size",
-            type=int,
-            default=None,
-            help="Most prompt tokens of one request per step, and of a step while requests decode "
-            f"(default {DEFAULT_CHUNKED_PREFILL_CUDA} on CUDA, {DEFAULT_CHUNKED_PREFILL_CPU} on CPU; "
-            "-1 disables chunking).",
-        )
-        a("--disable-radix-cache", action="store_true")
-        a(
-            "--resume-interval",
-            type=int,
-            default=d["resume_interval"].default,
-            help="Keep a radix-cache resume state (last 128 raw KV + compressor overlap) every k blocks.",
-        )
-        a("--schedule-policy", type=str, default="fcfs", choices=SCHEDULE_POLICY_CHOICES)
-        a(
-            "--enable-priority-scheduling",
-            action="store_true",
-            help="Queue requests by their priority field (higher values first; ties first come first served).",
-        )
-        a(
-            "--schedule-low-priority-values-first",
-            action="store_true",
-            help="With --enable-priority-scheduling: lower priority values first.",
-        )
-        a("--stream-interval", type=int, default=1)
-        a(
-            "--disable-overlap-schedule",
-            action="store_true",
-            help="Run each step's forward in the scheduler's thread instead of overlapping it with "
-            "the scheduling of the next step (overlap scheduling is on by default).",
-        )
-        a(
-            "--cuda-graph-max-bs",
-            "--cuda-graph-max-bs-decode",
-            type=int,
-            default=None,
-            dest="cuda_graph_max_bs",
-        )
-        a(
-            "--cuda-graph-bs",
-            "--cuda-graph-bs-decode",
-            type=int,
-            nargs="+",
-            default=None,
-            dest="cuda_graph_bs",
-            help="Decode batch sizes to capture as CUDA graphs (larger batches run eagerly); values above "
-            "--cuda-graph-max-bs (default: --max-running-requests) are clamped to it.",
-        )
-        a("--disable-cuda-graph", action="store_true")
-        a(
-            "--cuda-graph-warmup-ctx",
-            type=int,
-            default=d["cuda_graph_warmup_ctx"].default,
-            help="Non-zero: capture the decode CUDA graphs of every batch-size bucket at start-up (each "
-            "serves every context length); 0: capture each lazily on first use.",
-        )
-        a(
-            "--indexer-stream-max-bs",
-            type=int,
-            default=d["indexer_stream_max_bs"].default,
-            help="Run the CSA indexer on a second CUDA stream for forwards of at most this many tokens "
-            "(0: never). Measured on H200 (benchmark/RESULTS.md): a gain at bs 1, a loss from bs 8.",
-        )
-        a(
-            "--enable-metrics",
-            action="store_true",
-            help="Serve Prometheus metrics (sglang:*) at GET /metrics.",
-        )
-        for name, what in (
-            ("time-to-first-token", "sglang:time_to_first_token_seconds"),
-            ("inter-token-latency", "sglang:inter_token_latency_seconds"),
-            ("e2e-request-latency", "sglang:e2e_request_latency_seconds"),
-        ):
-            a(f"--bucket-{name}", type=float, nargs="+", default=None, help=f"Bucket bounds (s) of {what}.")
-        a("--enable-cache-report", action="store_true")
-        a("--log-requests", action="store_true")
-        a("--log-level", type=str, default="info", choices=LOG_LEVEL_CHOICES)
-        a("--decode-log-interval", type=int, default=d["decode_log_interval"].default)
-        a(
-            "--tool-call-parser",
-            type=str,
-            default=d["tool_call_parser"].default,
-            help="Parser of tool calls in chat output: deepseekv4 (DeepSeek-V4 DSML blocks; the default).",
-        )
-        a(
-            "--reasoning-parser",
-            type=str,
-            default=d["reasoning_parser"].default,
-            help="Splitter of reasoning_content in chat output: deepseek-v4 (the default), deepseek-r1, "
-            "deepseek-v3.",
-        )
-        a(
-            "--chat-template",
-            type=str,
-            default=None,
-            help="A Jinja chat-template file, rendered with transformers' apply_chat_template, used "
-            "instead of the built-in DeepSeek-V4 chat encoding.",
-        )
-        a(
-            "--trust-remote-code",
-            action="store_true",
-            help="Accepted for SGLang command-line compatibility; it changes nothing here: sglang-v4 "
-            "never runs code from the model directory (the model, its chat encoding and parsers are "
-            "built in).",
-        )
-        a(
-            "--grammar-backend",
-            type=str,
-            default=d["grammar_backend"].default,
-            help="xgrammar: constrained decoding (json_schema / regex / ebnf / structural_tag); none: "
-            "off, requests with a grammar are refused. SGLang's outlines / llguidance are refused.",
-        )
-        a("--random-seed", type=int, default=None)
-        a(
-            "--skip-server-warmup",
-            "--skip-warmup",
-            action="store_true",
-            dest="skip_warmup",
-            help="Announce ready without the start-up warm-up (kernel variants, CUDA graphs and "
-            "one generation): the first requests then pay the compiles.",
-        )
-        a("--watchdog-timeout", type=float, default=d["watchdog_timeout"].default)
-        a(
-            "--graceful-shutdown-timeout",
-            type=float,
-            default=d["graceful_shutdown_timeout"].default,
-            help="On SIGTERM / SIGINT, stop admitting requests and let in-flight ones finish for up to "
-            "this many seconds (then fail them with 503) before exiting with code 0; 0: no wait. Keep "
-            "it below the supervisor's kill timeout (Kubernetes: 30s by default).",
-        )
-        add_sglang_cli_args(parser)
+        """Add every field as ``--kebab-case`` flag to ``parser`` (defaults = dataclass defaults);
+        the flags are defined in :mod:`sglang_v4.server_args_cli`."""
+        from sglang_v4.server_args_cli import add_server_cli_args
+
+        add_server_cli_args(parser)
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> ServerArgs:
@@ -632,15 +484,16 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         return "default"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict of all fields (``api_key`` masked)."""
+        """JSON-able dict of all fields (the keys and ``ssl_keyfile_password`` masked)."""
         out = dataclasses.asdict(self)
-        if out.get("api_key"):
-            out["api_key"] = "***"
+        for secret in ("api_key", "admin_api_key", "ssl_keyfile_password"):
+            if out.get(secret):
+                out[secret] = "***"
         return out
 
     def url(self) -> str:
-        """``http://host:port`` of the HTTP server."""
-        return f"http://{self.host}:{self.port}"
+        """``http://host:port`` of the HTTP server (``https://`` with ``--ssl-certfile``)."""
+        return f"{'https' if self.ssl_certfile else 'http'}://{self.host}:{self.port}"
 
 
 @dataclass

@@ -14,6 +14,9 @@ here unchanged. Every SGLang flag falls in one of four classes:
   or the API (LoRA adapters, multimodal inputs, prefill/decode disaggregation, deterministic
   inference, pipeline parallelism). Accepted by the parser so the error is a clear
   ``ValueError`` from validation naming the flag, not argparse's "unrecognized arguments";
+* ``MAPPED``: another SGLang spelling of a behaviour sglang-v4 has; :func:`apply_sglang_semantics`
+  sets the ``ServerArgs`` field it means (``--disable-decode-cuda-graph`` ->
+  ``disable_cuda_graph``);
 * anything else: argparse's "unrecognized arguments" error (typos must not pass silently).
 
 Speculative decoding (``--speculative-algorithm EAGLE`` / ``MTP`` / ``NGRAM`` and its knobs) is
@@ -43,6 +46,8 @@ from typing import Any
 
 IGNORED = "ignored"
 UNSUPPORTED = "unsupported"
+#: Honoured through another ``ServerArgs`` field (:func:`apply_sglang_semantics` maps it).
+MAPPED = "mapped"
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,8 @@ _EPLB = "sglang-v4 places routed experts statically (--ep-size); no expert load 
 _OBS = "sglang-v4 has no tracing or metric export beyond /metrics (--enable-metrics) and its logs"
 _DEBUG = "a debugging / tuning knob of SGLang's runtime with no counterpart here"
 _TOKENIZER = "sglang-v4 tokenizes in its HTTP process (one fast tokenizer)"
+_GEMM = "sglang-v4 has one GEMM implementation per format (its Triton / torch kernels)"
+_PREFILL_GRAPH = "sglang-v4 runs prefill eagerly; only decode uses CUDA graphs"
 _PD = "only read with --disaggregation-mode, which sglang-v4 refuses (one server does prefill and decode)"
 
 SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
@@ -245,7 +252,66 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         "--enable-metrics-for-all-schedulers", IGNORED, "sglang-v4 has one scheduler per server", switch=True
     ),
     SGLangFlag("--disable-outlines-disk-cache", IGNORED, "sglang-v4 does not use outlines", switch=True),
+    # SGLang 0.5.2x spellings: DeepSeek-V4 / DSA kernel selections, GEMM backends, prefill graphs.
+    SGLangFlag("--dsv4-attn-backend", IGNORED, _ATTN),
+    SGLangFlag("--dsv4-prefill-backend", IGNORED, _ATTN),
+    SGLangFlag("--dsa-prefill-backend", IGNORED, _ATTN),
+    SGLangFlag("--dsa-decode-backend", IGNORED, _ATTN),
+    SGLangFlag("--dsa-topk-backend", IGNORED, _ATTN),
+    SGLangFlag("--fp8-gemm-backend", IGNORED, _GEMM),
+    SGLangFlag("--fp4-gemm-backend", IGNORED, _GEMM),
+    SGLangFlag("--bf16-gemm-backend", IGNORED, _GEMM),
+    SGLangFlag("--enable-p2p-check", IGNORED, _COMM, switch=True),
+    SGLangFlag("--moe-dp-size", IGNORED, _MOE, aliases=("--moe-data-parallel-size",)),
+    SGLangFlag(
+        "--radix-eviction-policy", IGNORED, "sglang-v4's radix cache evicts least recently used blocks"
+    ),
+    SGLangFlag("--cuda-graph-backend-prefill", IGNORED, _PREFILL_GRAPH),
+    SGLangFlag("--cuda-graph-max-bs-prefill", IGNORED, _PREFILL_GRAPH),
+    SGLangFlag("--disable-prefill-cuda-graph", IGNORED, _PREFILL_GRAPH, switch=True),
+    SGLangFlag(
+        "--enable-tf32-matmul",
+        IGNORED,
+        "sglang-v4 never lets float32 matmuls use TF32 (full float32 precision)",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag("--gc-threshold", IGNORED, _DEBUG),
+    SGLangFlag("--scheduler-recv-interval", IGNORED, _DEBUG),
+    SGLangFlag(
+        "--strip-thinking-cache",
+        IGNORED,
+        "only what the radix cache keeps differs (outputs are the same)",
+        switch=True,
+    ),  # fmt: skip
+    # Honoured as another field.
+    SGLangFlag(
+        "--disable-decode-cuda-graph",
+        MAPPED,
+        "= --disable-cuda-graph (decode is the only CUDA-graph phase)",
+        switch=True,
+    ),
+    SGLangFlag(
+        "--cuda-graph-backend-decode", MAPPED, "disabled = --disable-cuda-graph; full / breakable: graphs on"
+    ),
     # Not implemented, and ignoring them would change results or the API.
+    SGLangFlag(
+        "--incremental-streaming-output",
+        UNSUPPORTED,
+        "/generate streams the cumulative text and output_ids in every chunk; the disjoint-segment form is not implemented",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
+        "--enable-return-hidden-states",
+        UNSUPPORTED,
+        "returning hidden states is not supported (requests carrying return_hidden_states are refused)",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
+        "--enable-strict-thinking",
+        UNSUPPORTED,
+        "token filtering during the thinking phase is not implemented",
+        switch=True,
+    ),  # fmt: skip
     SGLangFlag("--enable-lora", UNSUPPORTED, _LORA, switch=True),
     SGLangFlag("--lora-paths", UNSUPPORTED, _LORA),
     SGLangFlag("--max-lora-rank", UNSUPPORTED, _LORA),
@@ -298,7 +364,6 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         "embedding models are not supported (sglang-v4 serves generation)",
         switch=True,
     ),
-    SGLangFlag("--max-queued-requests", UNSUPPORTED, "a bound on the waiting queue is not implemented"),
     SGLangFlag(
         "--tool-server", UNSUPPORTED, "built-in tool servers are not supported (tools run in the client)"
     ),
@@ -320,6 +385,9 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         switch=True,
     ),  # fmt: skip
 )
+
+#: SGLang's ``--cuda-graph-backend-decode`` choices.
+CUDA_GRAPH_BACKENDS = ("full", "breakable", "disabled")
 
 #: ``dest`` -> entry.
 SGLANG_FLAG_BY_DEST: dict[str, SGLangFlag] = {f.dest: f for f in SGLANG_FLAGS}
@@ -388,10 +456,23 @@ def check_sglang_args(args: Any) -> None:
 
 def apply_sglang_semantics(args: Any) -> None:
     """Map the accepted SGLang flags whose meaning reaches a ``ServerArgs`` field, in place:
-    ``enable_dp_attention`` with ``dp_size > 1`` -> ``dp_size = 1`` (module docstring)."""
+    ``enable_dp_attention`` with ``dp_size > 1`` -> ``dp_size = 1`` (module docstring);
+    ``disable_decode_cuda_graph`` or ``cuda_graph_backend_decode="disabled"`` ->
+    ``disable_cuda_graph = True``.
+
+    Raises:
+        ValueError: naming ``cuda_graph_backend_decode`` when it is not one of SGLang's choices.
+    """
     if args.enable_dp_attention and args.dp_size != 1:
         args.sglang_dp_attention_size = args.dp_size
         args.dp_size = 1
+    backend = args.cuda_graph_backend_decode
+    if backend is not None and backend not in CUDA_GRAPH_BACKENDS:
+        raise ValueError(
+            f"cuda_graph_backend_decode must be one of {list(CUDA_GRAPH_BACKENDS)} (got {backend!r})"
+        )
+    if args.disable_decode_cuda_graph or backend == "disabled":
+        args.disable_cuda_graph = True
 
 
 def ignored_sglang_args(args: Any) -> list[tuple[str, Any, str]]:

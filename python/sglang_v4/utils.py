@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import ctypes
 import errno
 import functools
 import logging
 import os
+import re
 import signal
 import socket
 import sys
 import threading
 import time
+from fractions import Fraction
 from typing import Any, NoReturn
 
 logger = logging.getLogger(__name__)
@@ -20,6 +23,40 @@ logger = logging.getLogger(__name__)
 #: Linux ``prctl`` option numbers of ``PR_SET_PDEATHSIG`` and ``PR_SET_NAME`` (``<linux/prctl.h>``).
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
+
+
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+
+
+def human_readable_int(text: str) -> int:
+    """A token count as SGLang's ``--context-length`` / ``--max-total-tokens`` /
+    ``--max-prefill-tokens`` take it: a plain integer, or a number with an SI suffix (``k``,
+    ``M``, ``G``, ``T``: powers of 1000; decimals allowed, ``25.6k`` = 25600) or an IEC suffix
+    (``Ki``, ``Mi``, ``Gi``, ``Ti``: powers of 1024; integers only, ``128Ki`` = 131072); a
+    fraction of a token is truncated.
+    Suffixes are case-sensitive, as in SGLang.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse reports it naming the flag).
+    """
+    value = str(text).strip()
+    m = _HUMAN_INT.fullmatch(value)
+    if m is None:
+        try:
+            return int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"invalid integer {text!r}: use a plain integer or a suffix k / M / G / T (x1000) or "
+                "Ki / Mi / Gi / Ti (x1024), e.g. 128k or 128Ki"
+            ) from None
+    number, suffix = m.groups()
+    if suffix in _IEC:
+        if "." in number:
+            raise argparse.ArgumentTypeError(f"invalid integer {text!r}: no decimals with {suffix}")
+        return int(number) * _IEC[suffix]
+    return int(Fraction(number) * _SI[suffix])  # a fraction of a token is dropped, as in SGLang
 
 
 def configure_logging(level: str = "info", prefix: str = "") -> None:

@@ -10,8 +10,9 @@ in this order:
    ``Authorization: Bearer KEY``, compared in constant time (``hmac.compare_digest``); otherwise
    401. The open routes are SGLang's (``http_server.py``'s ``add_api_key_middleware`` lets
    ``/health*`` and ``/metrics`` through, and ``OPTIONS`` preflights): here exactly
-   ``/health``, ``/health_generate`` and ``/metrics``. Admin routes (``/flush_cache``,
-   ``/abort_request``, weight updates) are therefore always behind the key.
+   ``/health``, ``/health_generate`` and ``/metrics``. The admin routes (:data:`ADMIN_ROUTES`:
+   ``/flush_cache``, ``/abort_request``) follow SGLang's ``--admin-api-key`` rule: with an admin
+   key they need it (the API key is not accepted there), without one the API key as every route.
 3. **Body size**: a ``Content-Length`` above ``max_body_bytes`` is refused with 413 before the
    body is read; a chunked body is counted as it arrives and refused once it exceeds the limit.
    (Starlette's ``RequestBodyLimitMiddleware`` answers in plain text; these errors are JSON.)
@@ -67,11 +68,14 @@ __all__ = [
     "HeaderTimeoutH11Protocol",
     "drain_in_flight",
     "OPEN_ROUTES",
+    "ADMIN_ROUTES",
     "H11_MAX_INCOMPLETE_EVENT_SIZE",
 ]
 
 #: Routes that need no API key and stay up while draining (SGLang leaves /health* and /metrics open).
 OPEN_ROUTES = frozenset({"/health", "/health_generate", "/metrics"})
+#: Routes SGLang marks as admin (its ``ADMIN_OPTIONAL`` level) that this server has.
+ADMIN_ROUTES = frozenset({"/flush_cache", "/abort_request"})
 
 #: Largest request head (request line + headers) h11 buffers, bytes (h11's default is 16 KiB).
 H11_MAX_INCOMPLETE_EVENT_SIZE = 64 * 1024
@@ -146,6 +150,8 @@ class AdmissionMiddleware:
         api_key: the server's ``--api-key`` (``None``: no authentication).
         limits: body size and read timeout.
         is_draining: returns True while the server drains (new requests get 503).
+        admin_api_key: ``--admin-api-key``: the only key the :data:`ADMIN_ROUTES` accept
+            (``None``: they take ``api_key`` like the other routes).
     """
 
     def __init__(
@@ -154,14 +160,19 @@ class AdmissionMiddleware:
         api_key: str | None,
         limits: AdmissionLimits,
         is_draining: Callable[[], bool],
+        admin_api_key: str | None = None,
     ) -> None:
         self.app = app
         self.expected = api_key.encode() if api_key else None
+        self.admin_expected = admin_api_key.encode() if admin_api_key else None
         self.limits = limits
         self.is_draining = is_draining
 
     def _authorized(self, scope: dict[str, Any]) -> bool:
-        if self.expected is None:
+        expected = self.expected
+        if self.admin_expected is not None and scope.get("path", "") in ADMIN_ROUTES:
+            expected = self.admin_expected
+        if expected is None:
             return True
         auth = b""
         for k, v in scope.get("headers", ()):
@@ -170,7 +181,7 @@ class AdmissionMiddleware:
                 break
         scheme, _, token = auth.partition(b" ")
         # compare_digest runs in time independent of where the bytes differ
-        return hmac.compare_digest(token.strip(), self.expected) and scheme.lower() == b"bearer"
+        return hmac.compare_digest(token.strip(), expected) and scheme.lower() == b"bearer"
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

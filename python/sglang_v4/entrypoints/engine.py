@@ -47,6 +47,7 @@ def check_model_dir(
     skip_tokenizer_init: bool = False,
     model_overrides: dict[str, Any] | None = None,
     page_size: int | None = None,
+    context_length: int | None = None,
 ) -> None:
     """Check that ``model_path`` is a local model directory before any process starts.
 
@@ -60,7 +61,8 @@ def check_model_dir(
             (``--json-model-override-args``) are applied, no safetensors checkpoint (unless
             ``load_format="dummy"``), no tokenizer files (unless ``skip_tokenizer_init``: then no
             process loads a tokenizer); naming ``page_size`` when given and the model's KV layout
-            cannot use it (:func:`check_page_size`).
+            cannot use it (:func:`check_page_size`); naming ``context_length`` when it exceeds the
+            model's (:func:`check_context_length`).
     """
     if not os.path.exists(model_path):
         looks_like_hub_id = model_path.count("/") == 1 and not model_path.startswith((".", "/", "~"))
@@ -103,6 +105,8 @@ def check_model_dir(
         raise ValueError(f"model_path: {cfg} does not parse as a DeepSeek-V4 config: {e}") from None
     if page_size is not None:
         check_page_size(page_size, mc)
+    if context_length is not None:
+        check_context_length(context_length, mc)
     if load_format != "dummy" and not any(n.endswith(".safetensors") for n in os.listdir(model_path)):
         raise ValueError(
             f"model_path: {model_path!r} has no *.safetensors weights (use --load-format dummy for "
@@ -146,6 +150,32 @@ def check_page_size(page_size: int, mc: Any) -> None:
             )
 
 
+#: SGLang's environment switch that lets ``--context-length`` exceed the model's context.
+ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+
+
+def check_context_length(context_length: int, mc: Any) -> None:
+    """``--context-length`` against the model's (``max_position_embeddings``), as SGLang checks
+    it: a larger value is refused unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` is ``1`` /
+    ``true`` / ``yes`` / ``y`` (any case), which logs a warning and serves the longer context
+    (positions past the trained length: outputs there may be wrong). A smaller value needs nothing.
+
+    Raises:
+        ValueError: naming ``context_length``.
+    """
+    model_len = int(mc.context_length)
+    if context_length <= model_len:
+        return
+    msg = (
+        f"context_length ({context_length}) is greater than the model's context length ({model_len}, "
+        "max_position_embeddings in config.json); positions past it may give wrong outputs"
+    )
+    if os.environ.get(ALLOW_LONGER_CONTEXT_ENV, "").strip().lower() in ("1", "true", "yes", "y"):
+        logger.warning("%s (allowed by %s)", msg, ALLOW_LONGER_CONTEXT_ENV)
+        return
+    raise ValueError(f"{msg}. To allow it, set the environment variable {ALLOW_LONGER_CONTEXT_ENV}=1")
+
+
 def resolve_model_path(server_args: ServerArgs) -> None:
     """Fill ``model_path`` (embedded default when None) and ``tokenizer_path`` in place.
 
@@ -163,6 +193,7 @@ def resolve_model_path(server_args: ServerArgs) -> None:
         skip_tokenizer_init=server_args.skip_tokenizer_init,
         model_overrides=server_args.model_override_args(),
         page_size=server_args.page_size,
+        context_length=server_args.context_length,
     )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path

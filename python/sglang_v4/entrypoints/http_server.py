@@ -212,6 +212,7 @@ def create_app(
         api_key=server_args.api_key,
         limits=AdmissionLimits.from_env(),
         is_draining=lambda: state.draining,
+        admin_api_key=server_args.admin_api_key,
     )
 
     def tm_or_503() -> TokenizerManager:
@@ -288,7 +289,7 @@ def create_app(
             "tokenizer_path": server_args.tokenizer_path,
             "is_generation": True,
             "preferred_sampling_params": None,
-            "weight_version": "default",
+            "weight_version": server_args.weight_version,
             "load_format": server_args.load_format,
             "has_image_understanding": False,
             "has_audio_understanding": False,
@@ -469,6 +470,10 @@ def launch_server(server_args: ServerArgs, stop: StopSignal | None = None) -> in
             timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
             timeout_graceful_shutdown=5,
             lifespan="on",
+            ssl_certfile=server_args.ssl_certfile,
+            ssl_keyfile=server_args.ssl_keyfile,
+            ssl_ca_certs=server_args.ssl_ca_certs,
+            ssl_keyfile_password=server_args.ssl_keyfile_password,
         )
 
         def set_draining() -> None:
@@ -484,7 +489,7 @@ def launch_server(server_args: ServerArgs, stop: StopSignal | None = None) -> in
         state.server = server
         # DrainingServer handles SIGTERM / SIGINT while serving; ``stop``'s handlers (record only)
         # before and after let the ``finally`` below still stop the children and return the code.
-        logger.info("Serving on http://%s:%d", server_args.host, server_args.port)
+        logger.info("Serving on %s", server_args.url())
         server.run()
         if not server.started and state.exit_code == 0:
             state.exit_code = 1

@@ -77,6 +77,9 @@ class Req:
     stream: bool = False
     priority: int = 0
     arrival: float = field(default_factory=time.monotonic)
+    #: The scheduler's count of prompt tokens batched so far when this request was queued
+    #: (``--schedule-policy hrrn``'s aging clock).
+    arrival_prefill_tokens: int = 0
     output_ids: list[int] = field(default_factory=list)
     max_new_tokens: int = 0
     #: Token ids that end the request (EOS and ``stop_token_ids``, none with ``ignore_eos``) and

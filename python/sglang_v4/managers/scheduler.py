@@ -54,6 +54,7 @@ finish checks, the outgoing message) lives in ``scheduler_output_processor.py``.
 from __future__ import annotations
 
 import logging
+import random
 from collections import deque
 from typing import Any
 
@@ -68,6 +69,7 @@ from sglang_v4.managers.io_struct import (
     finish_abort,
 )
 from sglang_v4.managers.schedule_batch import FixedColumns, Req, ScheduleBatch
+from sglang_v4.managers.schedule_policy import CACHE_AWARE_MAX_QUEUE, order_waiting
 from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
 from sglang_v4.managers.tp_worker import FutureMap, TpModelWorker
 from sglang_v4.managers.tp_worker_overlap_thread import make_worker_client
@@ -80,7 +82,7 @@ logger = logging.getLogger(__name__)
 
 #: Above this many queued requests the longest-prefix-match ordering falls back to first come first
 #: served (SGLang's limit: matching every queued prompt each step costs O(queue x prompt)).
-LPM_FALLBACK_QUEUE_LEN = 128
+LPM_FALLBACK_QUEUE_LEN = CACHE_AWARE_MAX_QUEUE
 
 
 class Scheduler(SchedulerOutputProcessorMixin):
@@ -167,6 +169,10 @@ class Scheduler(SchedulerOutputProcessorMixin):
             extra={"grammar_enabled": self.grammar_enabled},
         )
         self.waiting: deque[Req] = deque()
+        #: ``--schedule-policy random``'s generator, and ``hrrn``'s clock: prompt tokens put into
+        #: batches so far (a request records it on arrival).
+        self.policy_rng = random.Random(sa.random_seed)
+        self.prefill_tokens_done = 0
         self.running: list[Req] = []
         self.pending_outputs: list[Req] = []
         self._pending_ids: set[int] = set()
@@ -238,7 +244,28 @@ class Scheduler(SchedulerOutputProcessorMixin):
         req.stream_each = req.stream and not sp.stream_interval
         ids, ps = req.origin_input_ids, self.page_size
         req.first_block = tuple(ids[:ps]) if len(ids) > ps else None
+        req.arrival_prefill_tokens = self.prefill_tokens_done
+        if self._queue_full_refuses(req):
+            return
         self.waiting.append(req)
+
+    def _queue_full_refuses(self, req: Req) -> bool:
+        """``--max-queued-requests`` (SGLang's rule): with the queue full, refuse ``req`` with a 503
+        abort and return True; with priority scheduling, when ``req`` is strictly preferred to the
+        least preferred queued request (the newest among equals), refuse that one instead."""
+        sa = self.server_args
+        limit = sa.max_queued_requests
+        if limit is None or len(self.waiting) < limit:
+            return False
+        if sa.enable_priority_scheduling and self.waiting:
+            sign = 1 if sa.schedule_low_priority_values_first else -1
+            worst = max(self.waiting, key=lambda r: (sign * r.priority, r.arrival))
+            if sign * req.priority < sign * worst.priority:
+                self._finish(worst, finish_abort("The request is aborted by a higher priority request.", 503))
+                return False
+        req.finished_reason = finish_abort("The request queue is full.", 503)
+        self._queue_output(req)
+        return True
 
     def _attach_grammar(self, req: Req) -> str | None:
         """Compile the request's grammar (json_schema / regex / ebnf); the error text, if any."""
@@ -319,6 +346,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         self._add_decode_reqs(batch)
         self._add_prefill_reqs(batch)
         if len(batch) > 0:
+            self.prefill_tokens_done += batch.num_extend_tokens
             return batch
         if self.last_batch is not None or any(r.num_future or r.num_inflight for r in self.running):
             return None  # a running batch's result comes first
@@ -458,25 +486,30 @@ class Scheduler(SchedulerOutputProcessorMixin):
         }
 
     def _sort_waiting(self) -> None:
-        """Order the queue: by priority (``--enable-priority-scheduling``; higher values first, lower
-        with ``--schedule-low-priority-values-first``), by longest cached
-        prefix (``--schedule-policy lpm``, up to :data:`LPM_FALLBACK_QUEUE_LEN` queued requests;
-        the match does not refresh the tree's LRU stamps), else first come first served (the
-        queue's own order: arrivals at the back, retracted requests at the front)."""
+        """Order the queue by ``--schedule-policy`` (:mod:`sglang_v4.managers.schedule_policy`),
+        by priority first with ``--enable-priority-scheduling`` (higher values first, lower with
+        ``--schedule-low-priority-values-first``). Prefix matches do not refresh the tree's LRU
+        stamps."""
         sa = self.server_args
         if len(self.waiting) < 2:
             return
+        sign = None
         if sa.enable_priority_scheduling:
             sign = 1 if sa.schedule_low_priority_values_first else -1
-            self.waiting = deque(sorted(self.waiting, key=lambda r: (sign * r.priority, r.arrival)))
-        elif (
-            sa.schedule_policy == "lpm"
-            and not self.tree_cache.disable
-            and len(self.waiting) <= LPM_FALLBACK_QUEUE_LEN
-        ):
-            match = self.cache_manager.prefix_match_len
-            lens = {id(r): match(r.token_ids(0, r.seq_len - 1)) for r in self.waiting if not r.num_future}
-            self.waiting = deque(sorted(self.waiting, key=lambda r: (-lens.get(id(r), 0), r.arrival)))
+        if sa.schedule_policy == "fcfs" and sign is None:
+            return
+        self.waiting = deque(
+            order_waiting(
+                sa.schedule_policy,
+                self.waiting,
+                radix_enabled=not self.tree_cache.disable,
+                match_len=self.cache_manager.prefix_match_len,
+                match_path=self.tree_cache.match_path,
+                rng=self.policy_rng,
+                prefill_tokens_done=self.prefill_tokens_done,
+                priority_sign=sign,
+            )
+        )
 
     def _retract(self, req: Req) -> None:
         """Send a running request back to the queue front, keeping its outputs (a token its last

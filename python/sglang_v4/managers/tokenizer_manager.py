@@ -53,6 +53,7 @@ from sglang_v4.managers.io_struct import (
     SchedulerReadyInfo,
     TokenizedGenerateReqInput,
 )
+from sglang_v4.managers.request_log import finished_line, received_line
 from sglang_v4.managers.tokenization import (  # noqa: F401 - re-exported
     TOKENIZE_IN_THREAD_CHARS,
     BackendDiedError,
@@ -296,7 +297,7 @@ class TokenizerManager(TokenizationMixin):
                 "id": rid,
                 "finish_reason": reason,
                 "prompt_tokens": recv.prompt_tokens[i],
-                "weight_version": "default",
+                "weight_version": self.server_args.weight_version,
                 "completion_tokens": completion,
                 "cached_tokens": recv.cached_tokens[i],
             }
@@ -306,8 +307,9 @@ class TokenizerManager(TokenizationMixin):
                 state.finished = True
                 state.final_text = recv.final_strs[i] if recv.final_strs[i] is not None else state.text_raw
                 meta["e2e_latency"] = now - state.created_time
-                if reason.get("type") == "abort" and reason.get("status_code") == 400:
-                    state.error = RequestError(str(reason.get("message", "Bad request")), 400)
+                code = reason.get("status_code") if reason.get("type") == "abort" else None
+                if isinstance(code, int) and 400 <= code < 600:  # SGLang: the abort's HTTP status
+                    state.error = RequestError(str(reason.get("message", "Bad request")), code)
                 if self.metrics is not None and state.obj.log_metrics:
                     first = state.first_token_time
                     self.metrics.observe_finished(
@@ -317,15 +319,6 @@ class TokenizerManager(TokenizationMixin):
                         cached_tokens=recv.cached_tokens[i],
                         aborted=reason.get("type") == "abort",
                         decode_s=(now - first) if first > 0.0 else None,
-                    )
-                if self.server_args.log_requests:
-                    logger.info(
-                        "Finish: rid=%s prompt_tokens=%d completion_tokens=%d cached=%d reason=%s",
-                        rid,
-                        recv.prompt_tokens[i],
-                        completion,
-                        recv.cached_tokens[i],
-                        reason,
                     )
             if state.obj.return_logprob:
                 meta["input_token_logprobs"] = list(state.input_token_logprobs)
@@ -341,11 +334,32 @@ class TokenizerManager(TokenizationMixin):
                     if state.stop_strs and not state.no_stop_trim
                     else state.text_raw
                 )
+            if state.finished and self.server_args.log_requests:
+                self._log_finished(rid, state, meta, None if self.skip_tokenizer_init else text)
             if self.skip_tokenizer_init:  # SGLang's shape without a tokenizer: no "text" key
                 state.out_list.append({"output_ids": list(state.output_ids), "meta_info": meta})
             else:
                 state.out_list.append({"text": text, "output_ids": list(state.output_ids), "meta_info": meta})
             state.event.set()
+
+    def _log_received(self, obj: GenerateReqInput, input_ids: list[int]) -> None:
+        """``--log-requests``: the line of a received single request (:mod:`.request_log`)."""
+        sa = self.server_args
+        text = obj.text if isinstance(obj.text, str) else None
+        sp = obj.sampling_params if isinstance(obj.sampling_params, dict) else None
+        logger.info(
+            "%s",
+            received_line(str(obj.rid), input_ids, text, sp, sa.log_requests_level, sa.log_requests_format),
+        )
+
+    def _log_finished(self, rid: str, state: Any, meta: dict[str, Any], text: str | None) -> None:
+        """``--log-requests``: the line of a finished request (:mod:`.request_log`)."""
+        sa = self.server_args
+        sp = state.obj.sampling_params if isinstance(state.obj.sampling_params, dict) else None
+        line = finished_line(
+            rid, meta, text, list(state.output_ids), sp, sa.log_requests_level, sa.log_requests_format
+        )
+        logger.info("%s", line)
 
     # ------------------------------------------------------------------ generate
     def _crash_error(self) -> BackendDiedError:
@@ -380,7 +394,7 @@ class TokenizerManager(TokenizationMixin):
             state = self._register(obj, tokenized)
             self._send.send_pyobj(tokenized)
             if self.server_args.log_requests:
-                logger.info("Receive: rid=%s prompt_tokens=%d", obj.rid, len(tokenized.input_ids))
+                self._log_received(obj, tokenized.input_ids)
             async for out in self._wait_one_response(state, request):
                 yield out
             return
@@ -396,8 +410,10 @@ class TokenizerManager(TokenizationMixin):
             if s.rid in self.rid_to_state:
                 raise RequestError(f"Duplicate request id {s.rid!r}.")
         states = [self._register(s, t) for s, t in zip(subs, tokenized_list)]
-        for t in tokenized_list:
+        for s, t in zip(subs, tokenized_list):
             self._send.send_pyobj(t)
+            if self.server_args.log_requests:
+                self._log_received(s, t.input_ids)
         gens = [self._wait_one_response(st, request) for st in states]
         if not obj.stream:
             waits = [asyncio.ensure_future(g.__anext__()) for g in gens]

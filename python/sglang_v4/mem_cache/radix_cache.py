@@ -319,6 +319,20 @@ class RadixCache:
                     return (before + t + 1) * self.page_size
         return 0
 
+    def match_path(self, token_ids: Sequence[int]) -> list[TreeNode]:
+        """The nodes whole blocks of ``token_ids`` walk through from the root (root excluded; the
+        last one may be matched only in part; empty when no block is cached), ignoring resume
+        states. Read-only like :meth:`match_prefix_len` (``--schedule-policy dfs-weight`` groups
+        the queued requests by it).
+
+        Raises:
+            ValueError: if a token id is not an int in [0, 2**32).
+        """
+        nblocks = len(token_ids) // self.page_size
+        if self.disable or not self.root.children or nblocks == 0:
+            return []
+        return self._walk(self._pack(token_ids, nblocks), nblocks)[0]
+
     def insert(
         self,
         token_ids: Sequence[int],

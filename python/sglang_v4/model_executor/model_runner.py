@@ -356,7 +356,7 @@ class ModelRunner:
         pools get the rest, or ``max_total_tokens`` when given (a warning if that leaves less
         than the workspace). On CPU nothing is measured: the capacity is ``max_total_tokens`` or
         ``max(context_len, 4 pages)`` capped at 131,072 tokens (the tiny default model: ~0.2 GiB
-        of fp32 KV).
+        of fp32 KV); ``mem_fraction_static`` is not used there (a warning says so).
         """
         budget = None
         tokens = max_total_tokens
@@ -388,6 +388,14 @@ class ModelRunner:
                 budget = avail - self.workspace.reserved_bytes
         elif tokens is None:
             tokens = min(max(self.context_len, 4 * self.page_size), self._CPU_DEFAULT_MAX_TOKENS)
+        if self.device.type != "cuda" and mem_fraction is not None and self.tp.rank == 0:
+            logger.warning(
+                "--mem-fraction-static %s is not used on %s: it sizes the KV pool from free GPU memory; "
+                "the pool holds %d tokens (set it with --max-total-tokens)",
+                mem_fraction,
+                self.device.type,
+                tokens,
+            )
         plan = plan_kv_pools(
             self.mc,
             self.kv_cache_dtype,

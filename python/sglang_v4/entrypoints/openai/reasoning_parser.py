@@ -52,7 +52,14 @@ __all__ = [
 
 #: ``--reasoning-parser`` names (SGLang's spelling).
 REASONING_PARSERS = ("deepseek-v4", "deepseek-r1", "deepseek-v3")
-_ALIASES = {"deepseek_v4": "deepseek-v4", "deepseekv4": "deepseek-v4", "deepseek_r1": "deepseek-r1"}
+#: Other spellings; SGLang's ``auto`` picks the parser of the model's architecture, which is
+#: DeepSeek-V4's for every model sglang-v4 serves.
+_ALIASES = {
+    "deepseek_v4": "deepseek-v4",
+    "deepseekv4": "deepseek-v4",
+    "deepseek_r1": "deepseek-r1",
+    "auto": "deepseek-v4",
+}
 
 
 def canonical_reasoning_parser(name: str) -> str:

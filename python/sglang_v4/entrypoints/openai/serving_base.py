@@ -44,6 +44,7 @@ from sglang_v4.entrypoints.openai.protocol import (
     error_type_for_status,
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import canonical_reasoning_parser
+from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaults
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.utils import byte_level_token_bytes
@@ -167,6 +168,10 @@ class OpenAIServingBase:
             )
             self.model_name = self.model_name or "default"
         self.enable_cache_report = bool(getattr(server_args, "enable_cache_report", False))
+        #: Sampling parameters a chat request leaves unset (``--sampling-defaults``).
+        self.chat_sampling_defaults = model_sampling_defaults(
+            getattr(server_args, "model_path", None), getattr(server_args, "sampling_defaults", "model")
+        )
         self.skip_tokenizer_init = bool(getattr(server_args, "skip_tokenizer_init", False))
         self.api_key = getattr(server_args, "api_key", None)
         # parsers of chat output (defaults: the DeepSeek-V4 ones)
@@ -331,6 +336,10 @@ class OpenAIServingBase:
             "ebnf": req.ebnf,
             "custom_params": req.custom_params,
         }
+        if isinstance(req, ChatCompletionRequest):  # --sampling-defaults (sampling_defaults.py)
+            for key, value in self.chat_sampling_defaults.items():
+                if d.get(key) is None:
+                    d[key] = value
         d = {k: v for k, v in d.items() if v is not None or k == "max_new_tokens"}
         _check_openai_ranges(req)
         # Validate now so that the client gets a 400 naming the field before anything is queued.

@@ -243,6 +243,11 @@ class ChatMixin(OpenAIServingBase):
         Raises:
             RequestError: 400 naming the field (messages, tools, tool_choice, reasoning_effort).
         """
+        defaults = getattr(self.args, "default_chat_template_kwargs", None)
+        if defaults:  # --default-chat-template-kwargs: under the request's own keys
+            if req.thinking is not None:  # the request's own thinking switch wins over the defaults'
+                defaults = {k: v for k, v in defaults.items() if k not in ("thinking", "enable_thinking")}
+            req.chat_template_kwargs = {**defaults, **(req.chat_template_kwargs or {})}
         thinking = _thinking_flag(req)
         kwargs = dict(req.chat_template_kwargs or {})
         try:
@@ -494,7 +499,9 @@ class ChatMixin(OpenAIServingBase):
             raise err
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage) or bool(
+            getattr(self.args, "stream_response_default_include_usage", False)  # SGLang's server default
+        )
         continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
 

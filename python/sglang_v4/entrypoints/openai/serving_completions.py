@@ -199,7 +199,9 @@ class CompletionsMixin(OpenAIServingBase):
             raise err
         rid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage) or bool(
+            getattr(self.args, "stream_response_default_include_usage", False)  # SGLang's server default
+        )
         continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
 
         async def stream() -> AsyncIterator[bytes]:

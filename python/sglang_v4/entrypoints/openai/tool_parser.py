@@ -67,7 +67,9 @@ __all__ = [
 #: ``--tool-call-parser`` names (SGLang's spelling) -> DSML block name: DeepSeek-V4 writes
 #: ``<｜DSML｜tool_calls>`` (V3.2 used the same grammar inside ``function_calls``).
 TOOL_CALL_PARSERS: dict[str, str] = {"deepseekv4": "tool_calls"}
-_ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4"}
+#: Other spellings; SGLang's ``auto`` picks the parser of the model's architecture, which is
+#: DeepSeek-V4's for every model sglang-v4 serves.
+_ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4", "auto": "deepseekv4"}
 
 #: The longest tag head (``name="..." string="..."``) waited for before a tag counts as malformed.
 _MAX_TAG_CHARS = 512

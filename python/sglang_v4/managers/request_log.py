@@ -1,0 +1,107 @@
+"""Request log lines of ``--log-requests`` (SGLang's ``--log-requests-level`` / ``--log-requests-format``).
+
+One line when a request is received and one when it finishes, through the
+``sglang_v4.managers.tokenizer_manager`` logger (the server's log). What a line holds depends on
+the level, with SGLang's meanings (its ``--help``):
+
+* ``0``: metadata only: ``rid``, prompt / completion / cached token counts, the finish reason and
+  the latency; no sampling parameters, no text or token ids;
+* ``1``: level 0 and the request's ``sampling_params``;
+* ``2`` (SGLang's default): level 1 and the input and output, text and token ids, each cut to its
+  first :data:`PARTIAL_LIMIT` characters / ids (a ``"...(N more)"`` note says how many were cut);
+* ``3``: level 1 and the whole input and output.
+
+``text`` format: ``Receive: rid=... key=value ...`` / ``Finish: rid=... ...`` (values as
+``repr``); ``json`` format: one JSON object per line, ``{"event": "request.received" |
+"request.finished", "rid": ..., ...}``, so a log shipper can parse it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+LOG_REQUESTS_LEVELS = (0, 1, 2, 3)
+LOG_REQUESTS_FORMATS = ("text", "json")
+#: Characters of a text / ids of a list kept at level 2 (SGLang's partial length).
+PARTIAL_LIMIT = 2048
+
+
+def _cut(value: Any, level: int) -> Any:
+    """``value`` (a string or a list of ids) as level ``level`` logs it."""
+    if level >= 3 or value is None:
+        return value
+    if isinstance(value, str) and len(value) > PARTIAL_LIMIT:
+        return value[:PARTIAL_LIMIT] + f"...({len(value) - PARTIAL_LIMIT} more)"
+    if isinstance(value, list) and len(value) > PARTIAL_LIMIT:
+        return [*value[:PARTIAL_LIMIT], f"...({len(value) - PARTIAL_LIMIT} more)"]
+    return value
+
+
+def _render(event: str, fields: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps({"event": f"request.{event}", **fields}, ensure_ascii=False, default=str)
+    head = "Receive" if event == "received" else "Finish"
+    return f"{head}: " + " ".join(f"{k}={v!r}" if k != "rid" else f"rid={v}" for k, v in fields.items())
+
+
+def received_line(
+    rid: str,
+    input_ids: list[int],
+    text: str | None,
+    sampling_params: dict[str, Any] | None,
+    level: int,
+    fmt: str,
+) -> str:
+    """The line logged when request ``rid`` is received (module docstring).
+
+    Args:
+        rid: the request id.
+        input_ids: the prompt's token ids (their count is logged at every level).
+        text: the prompt text (``None`` for an ``input_ids`` request).
+        sampling_params: the request's sampling parameters as sent.
+        level: ``--log-requests-level`` (0..3).
+        fmt: ``--log-requests-format`` (``text`` / ``json``).
+    """
+    fields: dict[str, Any] = {"rid": rid, "prompt_tokens": len(input_ids)}
+    if level >= 1:
+        fields["sampling_params"] = sampling_params or {}
+    if level >= 2:
+        if text is not None:
+            fields["text"] = _cut(text, level)
+        fields["input_ids"] = _cut(list(input_ids), level)
+    return _render("received", fields, fmt)
+
+
+def finished_line(
+    rid: str,
+    meta: dict[str, Any],
+    output_text: str | None,
+    output_ids: list[int],
+    sampling_params: dict[str, Any] | None,
+    level: int,
+    fmt: str,
+) -> str:
+    """The line logged when request ``rid`` finishes (module docstring).
+
+    Args:
+        rid: the request id.
+        meta: the response's ``meta_info`` (token counts, ``finish_reason``, ``e2e_latency``;
+            logprob lists are left out).
+        output_text: the generated text (``None`` with ``--skip-tokenizer-init``).
+        output_ids: the generated token ids.
+        sampling_params: the request's sampling parameters as sent.
+        level: ``--log-requests-level`` (0..3).
+        fmt: ``--log-requests-format`` (``text`` / ``json``).
+    """
+    fields: dict[str, Any] = {"rid": rid}
+    for key in ("prompt_tokens", "completion_tokens", "cached_tokens", "finish_reason", "e2e_latency"):
+        if key in meta:
+            fields[key] = meta[key]
+    if level >= 1:
+        fields["sampling_params"] = sampling_params or {}
+    if level >= 2:
+        if output_text is not None:
+            fields["output_text"] = _cut(output_text, level)
+        fields["output_ids"] = _cut(list(output_ids), level)
+    return _render("finished", fields, fmt)

@@ -1,0 +1,157 @@
+"""Waiting-queue order of ``--schedule-policy`` (SGLang's policy names and meanings).
+
+The scheduler admits queued requests in the order :func:`order_waiting` returns, each step, while
+slots, KV pages and the prefill budget allow. The policies are those of SGLang's
+``srt/managers/schedule_policy.py`` (0.5.x):
+
+* ``fcfs``: first come first served, the queue's own order (arrivals at the back, retracted
+  requests at the front).
+* ``lpm``: longest cached prefix first (tokens the radix cache would hit now); ties by arrival.
+* ``dfs-weight``: requests grouped by the radix-tree path their cached prefix follows and visited
+  depth first, the subtree that the most queued requests share first, so requests reading the
+  same cached blocks run together; within a node its deeper requests come before its own, and
+  requests with no cached prefix come last.
+* ``hrrn``: highest response ratio next with token-based aging: the ratio grows by
+  ``prefill tokens the server has computed since the request arrived / tokens it still has to
+  prefill`` (the time-based ratio ``1 + wait / service`` when the prefill throughput is constant);
+  a request with nothing left to prefill goes first.
+* ``shortest-prefill-first``: fewest tokens left to prefill (prompt minus cached prefix) first;
+  ties by arrival. It needs the radix cache (``ServerArgs`` refuses it with
+  ``--disable-radix-cache``, as SGLang does at start-up).
+* ``lof``: longest output first: largest ``max_new_tokens`` first; ties by arrival.
+* ``random``: a shuffle, each step, with a generator seeded by ``--random-seed``.
+
+As in SGLang, the cache-aware policies (``lpm``, ``dfs-weight``, ``hrrn``,
+``shortest-prefill-first``) fall back to ``fcfs`` with the radix cache disabled, and ``lpm`` /
+``hrrn`` fall back to ``fcfs`` beyond :data:`CACHE_AWARE_MAX_QUEUE` queued requests (matching
+every queued prompt each step costs more than it saves). Prefix matches here are read-only: they
+do not split tree nodes nor refresh LRU stamps. ``--enable-priority-scheduling`` orders by priority
+first and by the policy within one priority.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sglang_v4.managers.schedule_batch import Req
+
+#: Queue length above which ``lpm`` and ``hrrn`` order first come first served (SGLang's 128).
+CACHE_AWARE_MAX_QUEUE = 128
+#: Policies that read the radix cache (``fcfs`` order when it is disabled).
+CACHE_AWARE_POLICIES = frozenset({"lpm", "dfs-weight", "hrrn", "shortest-prefill-first"})
+
+
+def _prefix_tokens(req: Req) -> list[int]:
+    """The tokens a cache match may cover: the sequence without its last token (that one is
+    always recomputed to get the next token's logits)."""
+    return req.token_ids(0, req.seq_len - 1)
+
+
+def dfs_weight_order(reqs: Sequence[Req], match_path: Callable[[Sequence[int]], list[Any]]) -> list[Req]:
+    """``reqs`` in ``dfs-weight`` order (module docstring).
+
+    Args:
+        reqs: queued requests, in queue order (the tie order).
+        match_path: the radix-tree nodes a prefix walks through, root excluded (empty: no cached
+            prefix); nodes are compared by identity.
+
+    Returns:
+        The same requests, reordered.
+    """
+    # a trie over the requests' node paths: key = tuple of node ids from the root
+    ends: dict[tuple[int, ...], list[Req]] = {}
+    weight: dict[tuple[int, ...], int] = {}
+    children: dict[tuple[int, ...], list[tuple[int, ...]]] = {(): []}
+    for req in reqs:
+        path = tuple(id(n) for n in match_path(_prefix_tokens(req)) if n is not None)
+        ends.setdefault(path, []).append(req)
+        for depth in range(len(path) + 1):
+            key = path[:depth]
+            weight[key] = weight.get(key, 0) + 1
+            if depth and key not in children:
+                children[key] = []
+                children[path[: depth - 1]].append(key)
+    out: list[Req] = []
+
+    def visit(key: tuple[int, ...]) -> None:
+        # heaviest subtree first; sorted() is stable, so equal weights keep first-seen order
+        for child in sorted(children[key], key=lambda k: -weight[k]):
+            visit(child)
+        out.extend(ends.get(key, ()))
+
+    visit(())
+    return out
+
+
+def order_waiting(
+    policy: str,
+    reqs: Sequence[Req],
+    *,
+    radix_enabled: bool,
+    match_len: Callable[[Sequence[int]], int],
+    match_path: Callable[[Sequence[int]], list[Any]],
+    rng: random.Random,
+    prefill_tokens_done: int = 0,
+    priority_sign: int | None = None,
+) -> list[Req]:
+    """The queue in admission order for ``policy`` (module docstring).
+
+    Args:
+        policy: a ``--schedule-policy`` value (``sglang_v4.server_args.SCHEDULE_POLICY_CHOICES``).
+        reqs: the queued requests, queue order (arrivals at the back, retracted at the front).
+        radix_enabled: False with ``--disable-radix-cache``: cache-aware policies order ``fcfs``.
+        match_len: cached-prefix tokens of a token list (read-only radix match).
+        match_path: radix-tree nodes a token list walks through (for ``dfs-weight``).
+        rng: the generator of ``random`` (seeded once by the scheduler).
+        prefill_tokens_done: prompt tokens the scheduler has put into batches since it started
+            (``hrrn``'s clock); each request's ``arrival_prefill_tokens`` is this value when it
+            was queued.
+        priority_sign: None without priority scheduling; else -1 (higher ``priority`` first) or
+            1 (lower first): priority is the first key, the policy's order the second.
+
+    Returns:
+        A new list holding the same requests.
+
+    Raises:
+        ValueError: naming ``schedule_policy`` for an unknown policy.
+    """
+    reqs = list(reqs)
+    if policy in CACHE_AWARE_POLICIES and not radix_enabled:
+        policy = "fcfs"
+    if policy in ("lpm", "hrrn") and len(reqs) > CACHE_AWARE_MAX_QUEUE:
+        policy = "fcfs"
+    # requests whose last token is still being sampled have no complete sequence to match yet
+    matchable = [r for r in reqs if not r.num_future]
+    if policy == "fcfs":
+        out = sorted(reqs, key=lambda r: r.arrival) if priority_sign is not None else reqs
+    elif policy == "lpm":
+        lens = {id(r): match_len(_prefix_tokens(r)) for r in matchable}
+        out = sorted(reqs, key=lambda r: (-lens.get(id(r), 0), r.arrival))
+    elif policy == "shortest-prefill-first":
+        todo = {id(r): max(1, r.seq_len - match_len(_prefix_tokens(r))) for r in matchable}
+        out = sorted(reqs, key=lambda r: (todo.get(id(r), r.seq_len), r.arrival))
+    elif policy == "hrrn":
+
+        def ratio(r: Req) -> float:
+            if r.num_future:
+                return 0.0
+            todo = r.seq_len - match_len(_prefix_tokens(r))  # >= 1: the last token is recomputed
+            return max(0, prefill_tokens_done - r.arrival_prefill_tokens) / todo
+
+        ratios = {id(r): ratio(r) for r in reqs}
+        out = sorted(reqs, key=lambda r: (-ratios[id(r)], r.arrival))
+    elif policy == "dfs-weight":
+        out = dfs_weight_order(matchable, match_path) + [r for r in reqs if r.num_future]
+    elif policy == "lof":
+        out = sorted(reqs, key=lambda r: (-r.max_new_tokens, r.arrival))
+    elif policy == "random":
+        out = list(reqs)
+        rng.shuffle(out)
+    else:
+        raise ValueError(f"schedule_policy: unknown policy {policy!r}")
+    if priority_sign is not None:
+        out = sorted(out, key=lambda r: priority_sign * r.priority)  # stable: policy order within
+    return out
