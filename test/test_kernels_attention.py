@@ -167,6 +167,33 @@ def test_paged_attention_matches_fp64(
             assert torch.all(out[-1] == 0)
 
 
+@pytest.mark.parametrize(
+    "T,H,D,n_comp,mode",
+    [(5, 12, 128, 45, "csa"), (33, 16, 512, 0, "swa"), (256, 8, 512, 96, "hca"), (300, 64, 512, 512, "csa")],
+)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_paged_attention_dv_split(T: int, H: int, D: int, n_comp: int, mode: str, dtype: torch.dtype) -> None:
+    """Two programs per (token, head block, split), each with half the value columns
+    (``dv_split=2``), with one split and with several (whose partial rows each program writes in
+    part): the float64 oracle's bounds; a bad ``dv_split`` is refused."""
+    if INTERP and (T * H * D * (W + n_comp) > 4e7 or dtype != torch.float32):
+        pytest.skip("interpreter: too slow / no bf16 dot")
+    gen = torch.Generator().manual_seed(T * 1000 + H + n_comp + 7)
+    case = make_case(T, H, D, n_comp, mode, dtype, gen)
+    swa = case["swa"].to(DEVICE)
+    comp = case["comp"].to(DEVICE) if case["comp"] is not None else None
+    ref = oracle(case, case["swa"].double(), case["comp"].double() if comp is not None else None)
+    for splits in (1, 4):
+        out = torch.full(case["q"].shape, float("nan"), dtype=dtype, device=DEVICE)
+        run(case, swa, comp, out=out, num_splits=splits, dv_split=2)
+        assert not torch.isnan(out).any(), f"unwritten output (splits={splits})"
+        err = rel_err(out, ref)
+        assert err < (1.5e-2 if dtype == torch.bfloat16 else 3e-3), f"rel err {err} (splits={splits})"
+    for bad in (0, 3, 4):
+        with pytest.raises(ValueError, match="dv_split"):
+            run(case, swa, comp, dv_split=bad)
+
+
 @pytest.mark.parametrize("mode", ["csa", "hca"])
 def test_paged_attention_fp8_pools(mode: str) -> None:
     """fp8 entries (448 e4m3 nope + 64 bf16 rope + 7 ue8m0 scales, in class-strided pages): the
@@ -199,6 +226,8 @@ def test_paged_attention_fp8_pools(mode: str) -> None:
     ref = oracle(case, case["swa64"], case["comp64"])
     out = run(case, views["swa"], views["comp"])
     assert rel_err(out, ref) < (3e-3 if small else 1.5e-2)
+    # half the value columns per program (each re-reads and dequantizes its half of the entries)
+    assert rel_err(run(case, views["swa"], views["comp"], dv_split=2), ref) < (3e-3 if small else 1.5e-2)
     # 8-byte loads need 8-byte aligned rows: the default follows the entry size (584-byte entries of
     # flash-8l-32e: 8; the tiny preset's 194-byte entries: 2) and a wider explicit value is refused
     row_align = 8 if entry_align("fp8_main", D, mc.rope_dim) >= 8 else 2

@@ -108,7 +108,8 @@ def _attrs(sig: dict) -> dict:
     div = [
         i
         for i, (n, t) in enumerate(sig.items())
-        if t.startswith("*") or n.startswith("stride") or n in ("N", "K", "D", "N_INTER")
+        if t != "constexpr"
+        and (t.startswith("*") or n.startswith("stride") or n in ("N", "K", "D", "N_INTER"))
     ]
     return {(i,): [["tt.divisibility", 16]] for i in div if names[i] != "stride_xg"}
 
@@ -402,6 +403,46 @@ def test_mhc_mix_variants_compile_for_sm90() -> None:
         print(f"BLOCK_T {consts['BLOCK_T']} BF16X3 {consts['BF16X3']} {opts}: spill {spill} B")
 
 
+def _attention_dv_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
+    """The sparse attention's prefill tile (64 heads x 32 keys of 512-d bf16 entries, CSA: window +
+    selected entries) with one and two value-column programs (``DV_SPLIT``), at the warps / stages
+    ``benchmark/attention_extend_sweep.py`` times them with. Not ``serving``: spills reported."""
+    i64 = "i64"
+    sig = dict(q_ptr="*bf16", stride_qt="i32", stride_qh="i32", swa_ptr="*bf16", swa_rpp="i32", swa_ps="i32",
+               swa_rs="i32", swa_pages_ptr="*i32", pos_ptr="*i64", W="i32", comp_ptr="*bf16", c_rpp="i32",
+               c_ps="i32", c_rs="i32", ent_ptr="*i32", stride_et=i64, K_ENT=i64, vis_ptr="*i64", r2p_ptr="*i32",
+               stride_r2p=i64, req_rows_ptr="*i64", token_req_ptr="*i64", E=i64, sink_ptr="*fp32",
+               out_ptr="*bf16", stride_ot="i32", stride_oh="i32", part_acc_ptr="*fp32", part_ml_ptr="*fp32",
+               H="i32", scale_log2="fp32", num_splits=i64, D="constexpr", NOPE="constexpr", CODEC="constexpr",
+               BLOCK_D="constexpr", BLOCK_H="constexpr", BLOCK_N="constexpr", SPLIT="constexpr",
+               COMP_MODE="constexpr", ALIGN="constexpr", DV_SPLIT="constexpr")  # fmt: skip
+    out = []
+    for dv, bn, warps, stages in ((1, 32, 8, 2), (2, 32, 8, 2), (2, 64, 8, 2), (2, 32, 4, 2), (2, 64, 4, 3)):
+        consts = dict(D=512, NOPE=448, CODEC=0, BLOCK_D=512, BLOCK_H=64, BLOCK_N=bn, SPLIT=False, COMP_MODE=1,
+                      ALIGN=2, DV_SPLIT=dv)  # fmt: skip
+        out.append(
+            (
+                "attention",
+                "_paged_attn_kernel",
+                sig,
+                consts,
+                {"num_warps": warps, "num_stages": stages},
+                False,
+            )
+        )
+    return out
+
+
+@pytest.mark.slow
+def test_attention_dv_split_compiles_for_sm90() -> None:
+    """The sparse attention's prefill tile with ``DV_SPLIT`` 1 and 2 compiles for sm_90 and fits
+    shared memory; prints each variant's spills."""
+    for (_, _, _sig, consts, opts, _), spill in zip(
+        _attention_dv_cases(), _compile_cases(_attention_dv_cases())
+    ):
+        print(f"DV_SPLIT {consts['DV_SPLIT']} BLOCK_N {consts['BLOCK_N']} {opts}: spill {spill} B")
+
+
 def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> list[int | None]:
     """Compiles each case for sm_90 and checks it fits shared memory (and, ``serving``, spills no
     registers); returns each case's spilled bytes (None where ``cuobjdump`` is not shipped)."""
@@ -444,6 +485,7 @@ def test_compile_cases_match_kernel_signatures() -> None:
         + _align_cases()
         + _align_cases(big_sort=True)
         + _mhc_mix_cases()
+        + _attention_dv_cases()
     ):
         kernel = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), name)
         params = [p.name for p in kernel.params]

@@ -45,7 +45,23 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attend(q, m, l_sum, acc, kv_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE, ALIGN):
+def _attend(
+    q,
+    m,
+    l_sum,
+    acc,
+    kv_ptr,
+    off,
+    valid,
+    offs_d,
+    offs_dv,
+    scale_log2,
+    CODEC,
+    D,
+    NOPE,
+    ALIGN,
+    DV_SPLIT: tl.constexpr,
+):
     k = load_main(kv_ptr, off, valid, offs_d, CODEC, D, NOPE, ALIGN).to(q.dtype)
     qk = tl.dot(q, tl.trans(k))
     qk = tl.where(valid[None, :], qk * scale_log2, float("-inf"))
@@ -53,7 +69,11 @@ def _attend(q, m, l_sum, acc, kv_ptr, off, valid, offs_d, scale_log2, CODEC, D, 
     alpha = tl.exp2(m - m_new)
     p = tl.exp2(qk - m_new[:, None])
     l_sum = l_sum * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(k.dtype), k)
+    if DV_SPLIT == 1:
+        v = k
+    else:  # this program's share of the value columns (K = V), re-read from L1 / L2
+        v = load_main(kv_ptr, off, valid, offs_dv, CODEC, D, NOPE, ALIGN).to(q.dtype)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return m_new, l_sum, acc
 
 
@@ -107,14 +127,19 @@ def _paged_attn_kernel(
     SPLIT: tl.constexpr,
     COMP_MODE: tl.constexpr,
     ALIGN: tl.constexpr,
+    DV_SPLIT: tl.constexpr = 1,
 ):
     t = tl.program_id(0).to(tl.int64)
-    hb = tl.program_id(1)
+    hb = tl.program_id(1) // DV_SPLIT
+    dv = tl.program_id(1) % DV_SPLIT
     s = tl.program_id(2)
     offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = offs_h < H
     offs_d = tl.arange(0, BLOCK_D)
     dmask = offs_d < D
+    BLOCK_DV: tl.constexpr = BLOCK_D // DV_SPLIT
+    offs_dv = dv * BLOCK_DV + tl.arange(0, BLOCK_DV)
+    dvmask = offs_dv < D
     q = tl.load(
         q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :],
         mask=hmask[:, None] & dmask[None, :],
@@ -126,7 +151,7 @@ def _paged_attn_kernel(
     else:
         m = tl.full([BLOCK_H], -1.0e30, tl.float32)
         l_sum = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
 
     # sliding window: keys j of positions p - W + 1 + j, this split's share of 0..W-1
@@ -142,7 +167,21 @@ def _paged_attn_kernel(
         valid = (j0 + offs_n < j_end) & (kp >= 0) & (page >= 0)
         off = row_offsets(page * W + kpc % W, swa_rpp, swa_ps, swa_rs)
         m, l_sum, acc = _attend(
-            q, m, l_sum, acc, swa_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE, ALIGN
+            q,
+            m,
+            l_sum,
+            acc,
+            swa_ptr,
+            off,
+            valid,
+            offs_d,
+            offs_dv,
+            scale_log2,
+            CODEC,
+            D,
+            NOPE,
+            ALIGN,
+            DV_SPLIT,
         )
 
     # compressed entries of the token's request: selected (CSA) or every visible one (HCA)
@@ -165,20 +204,35 @@ def _paged_attn_kernel(
             valid = (w >= 0) & (page >= 0)
             off = row_offsets(page * E + wc % E, c_rpp, c_ps, c_rs)
             m, l_sum, acc = _attend(
-                q, m, l_sum, acc, comp_ptr, off, valid, offs_d, scale_log2, CODEC, D, NOPE, ALIGN
+                q,
+                m,
+                l_sum,
+                acc,
+                comp_ptr,
+                off,
+                valid,
+                offs_d,
+                offs_dv,
+                scale_log2,
+                CODEC,
+                D,
+                NOPE,
+                ALIGN,
+                DV_SPLIT,
             )
 
     if not SPLIT:
         out = acc / l_sum[:, None]
         tl.store(
-            out_ptr + t * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :],
+            out_ptr + t * stride_ot + offs_h[:, None] * stride_oh + offs_dv[None, :],
             out.to(out_ptr.dtype.element_ty),
-            mask=hmask[:, None] & dmask[None, :],
+            mask=hmask[:, None] & dvmask[None, :],
         )
     else:
-        # partials laid out [T, H, num_splits, BLOCK_D] and [T, H, num_splits, 2]
+        # partials laid out [T, H, num_splits, BLOCK_D] and [T, H, num_splits, 2] (with DV_SPLIT,
+        # each program writes its columns; (m, l) are the same in every one of them)
         prow = (t * H + offs_h) * num_splits + s
-        tl.store(part_acc_ptr + prow[:, None] * BLOCK_D + offs_d[None, :], acc, mask=hmask[:, None])
+        tl.store(part_acc_ptr + prow[:, None] * BLOCK_D + offs_dv[None, :], acc, mask=hmask[:, None])
         tl.store(part_ml_ptr + prow * 2, m, mask=hmask)
         tl.store(part_ml_ptr + prow * 2 + 1, l_sum, mask=hmask)
 
@@ -244,6 +298,8 @@ def _check_int(name: str, x: torch.Tensor | None, shape: tuple[int, ...]) -> Non
 MIN_KEYS_PER_SPLIT = 16
 #: Splits the combine kernel merges per step (one ``[COMBINE_SPLITS, BLOCK_D]`` load).
 COMBINE_SPLITS = 8
+#: Default of ``sparse_attention(dv_split=...)``: value-column programs per (token, head block).
+DV_SPLIT = 1
 
 
 def default_num_splits(
@@ -338,6 +394,7 @@ def sparse_attention(
     num_warps: int | None = None,
     num_stages: int | None = None,
     fp8_align: int | None = None,
+    dv_split: int | None = None,
 ) -> torch.Tensor:
     """Paged sparse MQA attention with a per-head sink (op table entry 5; arguments and result as
     :func:`sgl_kernel_v4.ref.attention.sparse_attention`).
@@ -358,6 +415,10 @@ def sparse_attention(
         fp8_align: byte alignment of fp8 entry rows stated to the compiler, 2 or 8 (``None``: 8
             when unpipelined and the rows are 8-byte aligned (``entry_align``), else 2; see
             ``load_main``). A value above the rows' alignment raises ValueError (it would fault).
+        dv_split: 1 or 2 programs per (token, head block, split), each accumulating its share of
+            the ``D`` value columns (``[BLOCK_H, D / 2]`` fp32 instead of ``[BLOCK_H, D]``: half
+            the accumulator registers) and recomputing the ``q·kᵀ`` logits (1.5x the products).
+            ``None``: :data:`DV_SPLIT` (1: not measured faster yet; ``attention_extend_sweep.py``).
 
     Tile defaults (H200 sweeps in benchmark/RESULTS.md, ``benchmark/attention_fp8_sweep.py``): bf16
     pools: 64 heads x 32 keys from 128 tokens (prefill), else 16 heads x 64 keys (16 at <= 4
@@ -462,7 +523,10 @@ def sparse_attention(
         raise ValueError(f"fp8_align: expected 2 or 8, got {fp8_align}")
     if fp8_align > row_align:
         raise ValueError(f"fp8_align: {fp8_align} exceeds the {row_align}-byte alignment of the entry rows")
-    _paged_attn_kernel[(T, n_hb, num_splits)](
+    dv_split = DV_SPLIT if dv_split is None else int(dv_split)
+    if dv_split not in (1, 2) or block_d // dv_split < 16:
+        raise ValueError(f"dv_split: expected 1 or 2 (with D / dv_split >= 16), got {dv_split}")
+    _paged_attn_kernel[(T, n_hb * dv_split, num_splits)](
         q, q.stride(0), q.stride(1),
         swa.storage, swa.rows_per_page, swa.page_stride, swa.row_stride, swa_pages, positions, int(window),
         comp.storage, comp.rows_per_page, comp.page_stride, comp.row_stride,
@@ -471,7 +535,8 @@ def sparse_attention(
         sinks, out, out.stride(0), out.stride(1), part_acc, part_ml,
         H, float(scale) * _LOG2E, num_splits,
         D=D, NOPE=D - swa.rope_dim, CODEC=swa.codec_id, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
-        SPLIT=num_splits > 1, COMP_MODE=mode, ALIGN=fp8_align, num_warps=num_warps, num_stages=num_stages,
+        SPLIT=num_splits > 1, COMP_MODE=mode, ALIGN=fp8_align, DV_SPLIT=dv_split, num_warps=num_warps,
+        num_stages=num_stages,
     )  # fmt: skip
     if num_splits > 1:
         _combine_kernel[(T, H)](
