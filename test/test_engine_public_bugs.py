@@ -163,3 +163,56 @@ def test_sglang_server_arg_name_and_two_engines(model, engine, expected) -> None
     assert engine.generate(prompt="a", sampling_params={"max_new_tokens": 2})["text"] == expected(2)
     with pytest.raises(ValueError, match="skip_server_warmup"):
         _fake_engine(model, skip_server_warmup=True, skip_warmup=False)
+
+
+def test_calls_after_or_during_shutdown_raise_instead_of_hanging(model, monkeypatch) -> None:
+    """``generate`` / ``async_generate`` (plain and streamed) on an Engine after ``shutdown()``
+    raise ``RuntimeError`` at once (``async_generate`` used to wait forever on the stopped loop),
+    and a request still running when another thread shuts the engine down fails the same way
+    instead of blocking its caller."""
+    import threading
+
+    monkeypatch.setenv("FAKE_HOLD_ON_TEXT", "HOLD-THIS")
+    eng = _fake_engine(model)
+    got: dict[str, Any] = {}
+    first = threading.Event()
+
+    def run_held() -> None:
+        async def consume() -> None:
+            stream = await eng.async_generate(
+                prompt="HOLD-THIS", sampling_params={"max_new_tokens": 50}, stream=True
+            )
+            async for _ in stream:
+                first.set()
+
+        try:
+            asyncio.run(consume())
+            got["result"] = "finished"
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            got["result"] = e
+
+    worker = threading.Thread(target=run_held, daemon=True)
+    worker.start()
+    try:
+        assert first.wait(60), "the held request never produced its first chunk"
+    finally:
+        eng.shutdown()
+    worker.join(30)
+    assert not worker.is_alive(), "a streaming request still blocks after shutdown()"
+    assert isinstance(got["result"], RuntimeError) and "shut down" in str(got["result"])
+
+    async def later(stream: bool) -> Any:
+        out = await eng.async_generate(prompt="a", sampling_params={"max_new_tokens": 2}, stream=stream)
+        return [c async for c in out] if stream else out
+
+    for call in (
+        lambda: eng.generate(prompt="a", sampling_params={"max_new_tokens": 2}),
+        lambda: list(eng.generate(prompt="a", sampling_params={"max_new_tokens": 2}, stream=True)),
+        lambda: asyncio.run(asyncio.wait_for(later(False), 30)),
+        lambda: asyncio.run(asyncio.wait_for(later(True), 30)),
+        eng.get_server_info,
+        eng.flush_cache,
+    ):
+        with pytest.raises(RuntimeError, match="shut down"):
+            call()
+    eng.shutdown()  # idempotent

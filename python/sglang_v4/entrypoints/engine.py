@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -344,6 +345,9 @@ def launch_subprocesses(
     return procs
 
 
+#: What a call on an Engine after its ``shutdown()`` raises (a ``RuntimeError``).
+SHUT_DOWN_MESSAGE = "Engine is shut down; create a new Engine to generate."
+
 #: Shown when a spawned child fails at start-up, the usual cause being an unguarded script.
 _MAIN_GUARD_HINT = (
     "The Engine starts its processes with 'spawn', which re-runs the main script in each child: "
@@ -412,6 +416,8 @@ class Engine:
         )
         self._thread.start()
         self._closed = False
+        # futures of calls running on the loop; shutdown() fails those still pending
+        self._inflight: set[concurrent.futures.Future[Any]] = set()
         try:
             self.tokenizer_manager = self._run(self._create_tokenizer_manager())
         except Exception:
@@ -439,10 +445,23 @@ class Engine:
                 self._loop.call_soon_threadsafe(self.tokenizer_manager.on_crash, dead)
                 return
 
-    def _run(self, coro: Any) -> Any:
+    def _check_open(self) -> None:
+        """Raises RuntimeError (:data:`SHUT_DOWN_MESSAGE`) after :meth:`shutdown`."""
         if self._closed:
-            raise RuntimeError("Engine is shut down")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+            raise RuntimeError(SHUT_DOWN_MESSAGE)
+
+    def _submit(self, coro: Any) -> concurrent.futures.Future[Any]:
+        """Run ``coro`` on the engine loop; the future fails with RuntimeError at shutdown."""
+        if self._closed:
+            coro.close()
+            raise RuntimeError(SHUT_DOWN_MESSAGE)
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        self._inflight.add(fut)
+        fut.add_done_callback(self._inflight.discard)
+        return fut
+
+    def _run(self, coro: Any) -> Any:
+        return self._submit(coro).result()
 
     @staticmethod
     def _make_obj(args: dict[str, Any], sglang_kwargs: dict[str, Any]) -> GenerateReqInput:
@@ -513,6 +532,7 @@ class Engine:
                 or while this request ran (the message names the process and its exit code); also
                 raised by a stream's iterator, and by every later call.
         """
+        self._check_open()
         args = dict(locals())
         del args["self"], args["sglang_kwargs"]
         obj = self._make_obj(args, sglang_kwargs)
@@ -555,54 +575,74 @@ class Engine:
         """``generate`` for asyncio callers (any event loop), same parameters and errors. With
         ``stream=True`` returns an async iterator of chunks; otherwise the result of
         :meth:`generate`."""
+        self._check_open()
         args = dict(locals())
         del args["self"], args["sglang_kwargs"]
         obj = self._make_obj(args, sglang_kwargs)
         agen = self.tokenizer_manager.generate_request(obj)
         if stream:
             return self._async_iter(agen)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(agen.__anext__(), self._loop))
+        return await asyncio.wrap_future(self._submit(agen.__anext__()))
 
     async def _async_iter(self, agen: Any) -> AsyncIterator[dict[str, Any]]:
         try:
             while True:
-                fut = asyncio.run_coroutine_threadsafe(agen.__anext__(), self._loop)
+                fut = self._submit(agen.__anext__())
                 try:
                     yield await asyncio.wrap_future(fut)
                 except StopAsyncIteration:
                     return
         finally:
             if not self._closed:
-                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(agen.aclose(), self._loop))
+                await asyncio.wrap_future(self._submit(agen.aclose()))
 
     def flush_cache(self) -> bool:
         """Flush the radix cache; False when requests are running (nothing flushed)."""
+        self._check_open()
         return bool(self._run(self.tokenizer_manager.flush_cache()).success)
 
     def get_server_info(self) -> dict[str, Any]:
         """Server args + scheduler limits + live ``Scheduler.get_server_info()`` (kv_pool, ...),
         ``startup_time`` and ``version``: the same dict as ``/get_server_info`` (:func:`build_server_info`)."""
+        self._check_open()
         return self._run(
             build_server_info(self.server_args, self._procs.scheduler_info, self.tokenizer_manager)
         )
 
     def shutdown(self) -> None:
-        """Stop the background loop and kill the child processes (idempotent)."""
+        """Stop the background loop and kill the child processes (idempotent).
+
+        Requests still running (from other threads or event loops) fail with RuntimeError
+        (:data:`SHUT_DOWN_MESSAGE`), as does every later call (``generate``,
+        ``async_generate``, ``flush_cache``, ``get_server_info``).
+        """
         if getattr(self, "_closed", True):
             return
+        self._closed = True
         tm = getattr(self, "tokenizer_manager", None)
         if tm is not None:
             try:
                 asyncio.run_coroutine_threadsafe(self._close_tm(tm), self._loop).result(timeout=5)
             except Exception:  # noqa: BLE001 - best effort
                 pass
-        self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        for fut in list(getattr(self, "_inflight", ())):
+            if not fut.done():
+                try:
+                    fut.set_exception(RuntimeError(SHUT_DOWN_MESSAGE))
+                except concurrent.futures.InvalidStateError:
+                    pass
         self._procs.shutdown()
 
     @staticmethod
     async def _close_tm(tm: Any) -> None:
+        err = RuntimeError(SHUT_DOWN_MESSAGE)
+        for state in list(tm.rid_to_state.values()):
+            if not state.finished:
+                state.error = err
+                state.event.set()
+        await asyncio.sleep(0)  # let the waiting generators raise before the sockets close
         tm.close()
 
     def __enter__(self) -> Engine:
