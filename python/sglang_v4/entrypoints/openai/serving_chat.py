@@ -55,8 +55,8 @@ from sglang_v4.entrypoints.chat_encoding import (
     DSML,
     EOS,
     THINK_END,
+    encode_continuation,
     encode_messages,
-    message_text,
     normalize_reasoning_effort,
     validate_tools,
 )
@@ -261,7 +261,7 @@ class ChatMixin(OpenAIServingBase):
             raise RequestError("messages must contain at least one message.", param="messages")
         tools = req.tools if active else None
         try:
-            prompt = self._render(msgs, req, thinking, tools, effort, kwargs)
+            prompt, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
         except ValueError as e:
             raise RequestError(str(e), param="messages") from None
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
@@ -291,14 +291,16 @@ class ChatMixin(OpenAIServingBase):
         tools: list[dict[str, Any]] | None,
         effort: str | None,
         kwargs: dict[str, Any],
-    ) -> str:
+    ) -> tuple[str, bool]:
+        """The prompt, and whether the output starts inside the reasoning (thinking mode, unless
+        ``continue_final_message`` continues an answer: :func:`encode_continuation`)."""
         cont = req.continue_final_message and msgs[-1].get("role") == "assistant"
         if self.chat_template is not None:
             kwargs.setdefault("thinking", thinking)
             if req.reasoning_effort is not None:
                 kwargs.setdefault("reasoning_effort", req.reasoning_effort)
             try:
-                return self._hf_tokenizer.apply_chat_template(
+                prompt = self._hf_tokenizer.apply_chat_template(
                     msgs,
                     tools=tools,
                     chat_template=self.chat_template,
@@ -309,16 +311,13 @@ class ChatMixin(OpenAIServingBase):
                 )
             except Exception as e:  # noqa: BLE001 - Jinja raises many types; all are a bad request
                 raise ValueError(f"the chat template failed on these messages: {e}") from None
+            return prompt, thinking
         if cont:
-            head = (
-                encode_messages(msgs[:-1], thinking, True, tools=tools, reasoning_effort=effort)
-                if len(msgs) > 1
-                else ""
-            )
-            return head + message_text(msgs[-1].get("content"), "messages[-1].content")
-        return encode_messages(
+            return encode_continuation(msgs, thinking, tools=tools, reasoning_effort=effort)
+        prompt = encode_messages(
             msgs, thinking, req.add_generation_prompt, tools=tools, reasoning_effort=effort
         )
+        return prompt, thinking
 
     # ------------------------------------------------------------------ non-streaming
     async def _chat(self, request: Request) -> Response:
