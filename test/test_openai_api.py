@@ -609,3 +609,22 @@ def test_continue_final_message_keeps_bos_and_continues_the_answer(tok: PreTrain
                 streamed["reasoning_content"] += (ch.delta.model_extra or {}).get("reasoning_content") or ""
         other = "reasoning_content" if field == "content" else "content"
         assert streamed[field] == want and not streamed[other], (prompt, streamed)
+
+
+def test_max_completion_tokens_wins_and_is_named_in_errors(tok: PreTrainedTokenizerFast) -> None:
+    """``max_completion_tokens`` (OpenAI's replacement of ``max_tokens``) bounds the completion
+    when both are sent, and a negative value is a 400 naming ``max_completion_tokens`` (the field
+    the client sent), not ``max_tokens``."""
+    tm = FakeTM(tok)
+    client = _oai(_client(tm))
+    msgs = [{"role": "user", "content": "Hi"}]
+    out = client.chat.completions.create(
+        model="dsv4-test", messages=msgs, max_completion_tokens=2, max_tokens=9
+    )
+    assert tm.received[-1].sampling_params["max_new_tokens"] == 2 and out.usage.completion_tokens == 2
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.chat.completions.create(model="dsv4-test", messages=msgs, max_completion_tokens=-1)
+    assert ei.value.body["param"] == "max_completion_tokens" and "max_completion_tokens" in ei.value.message
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.chat.completions.create(model="dsv4-test", messages=msgs, max_tokens=-1)
+    assert ei.value.body["param"] == "max_tokens"

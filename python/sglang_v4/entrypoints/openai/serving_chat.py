@@ -333,9 +333,11 @@ class ChatMixin(OpenAIServingBase):
                     f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.top_logprobs}.",
                     param="top_logprobs",
                 )
-        max_new = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        # OpenAI's max_completion_tokens replaces the deprecated max_tokens; it wins when both are set
+        limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+        max_new = getattr(req, limit_field)
         if max_new is not None and max_new < 0:
-            raise RequestError(f"max_tokens must be at least 0, got {max_new}.", param="max_tokens")
+            raise RequestError(f"{limit_field} must be at least 0, got {max_new}.", param=limit_field)
         plan = self._plan_chat(req)
         sp = self._sampling_params(req, max_new, plan.structural_tag)
         answer_grammar = None if plan.structural_tag is not None else _answer_grammar_kind(sp)
