@@ -15,56 +15,35 @@ def test_continue_final_message_keeps_bos_and_continues_the_answer(tok: PreTrain
     """``continue_final_message``: the prompt is the whole conversation without the final
     end-of-sentence (BOS first, also when the partial assistant turn is the only message); in
     thinking mode the prefix goes after the turn's reasoning and ``</think>``, so the
-    continuation is answer text (``content``), not reasoning. A final turn with reasoning but no
-    content continues the reasoning. Expected prompts written out in the V4 format."""
+    continuation is answer text (``content``), not reasoning, also after a turn with reasoning
+    only. Expected prompts written out in the V4 format (assistant turn without EOS)."""
     tm = FakeTM(tok)
     client = _oai(_client(tm))
     think = {"chat_template_kwargs": {"thinking": True}}
+    user, prefill = {"role": "user", "content": "Q"}, {"role": "assistant", "content": '{"a":'}
     cases = [
-        ([{"role": "assistant", "content": "Sure:"}], {}, B + "Sure:", "content"),
-        (
-            [{"role": "user", "content": "Q"}, {"role": "assistant", "content": '{"a":'}],
-            think,
-            B + U + "Q" + A + '<think></think>{"a":',
-            "content",
-        ),
-        (
-            [
-                {"role": "user", "content": "Q"},
-                {"role": "assistant", "content": "A1", "reasoning_content": "R"},
-            ],
-            think,
-            B + U + "Q" + A + "<think>R</think>A1",
-            "content",
-        ),
-        (
-            [
-                {"role": "user", "content": "Q"},
-                {"role": "assistant", "content": "", "reasoning_content": "R"},
-            ],
-            think,
-            B + U + "Q" + A + "<think>R",
-            "reasoning_content",
-        ),
-    ]
+        ([{"role": "assistant", "content": "Sure:"}], {}, B + "Sure:"),
+        ([user, prefill], {}, B + U + "Q" + A + '</think>{"a":'),
+        ([user, prefill], think, B + U + "Q" + A + '<think></think>{"a":'),
+        ([user, dict(prefill, reasoning_content="R")], think, B + U + "Q" + A + '<think>R</think>{"a":'),
+        ([user, {"role": "assistant", "content": None, "reasoning_content": "R"}], think, B + U + "Q" + A + "<think>R</think>"),
+    ]  # fmt: skip
     want = tok.decode(tok.encode("Hello there, general Kenobi.", add_special_tokens=False)[:3])
-    for msgs, extra, prompt, field in cases:
+    for msgs, extra, prompt in cases:
         body = {**extra, "continue_final_message": True, "add_generation_prompt": False}
         out = client.chat.completions.create(model="dsv4-test", messages=msgs, max_tokens=3, extra_body=body)
         assert tm.received[-1].input_ids == tok.encode(prompt, add_special_tokens=False)
         msg = out.choices[0].message
-        got = {"content": msg.content or None, "reasoning_content": msg.model_extra.get("reasoning_content")}
-        assert got == {"content": None, "reasoning_content": None, field: want}, (prompt, got)
+        assert (msg.content, msg.model_extra.get("reasoning_content")) == (want, None), prompt
         stream = client.chat.completions.create(
             model="dsv4-test", messages=msgs, max_tokens=3, extra_body=body, stream=True
         )
-        streamed = {"content": "", "reasoning_content": ""}
+        content, reasoning = "", ""
         for chunk in stream:
             for ch in chunk.choices:
-                streamed["content"] += ch.delta.content or ""
-                streamed["reasoning_content"] += (ch.delta.model_extra or {}).get("reasoning_content") or ""
-        other = "reasoning_content" if field == "content" else "content"
-        assert streamed[field] == want and not streamed[other], (prompt, streamed)
+                content += ch.delta.content or ""
+                reasoning += (ch.delta.model_extra or {}).get("reasoning_content") or ""
+        assert (content, reasoning) == (want, ""), prompt
 
 
 def test_max_completion_tokens_wins_and_is_named_in_errors(tok: PreTrainedTokenizerFast) -> None:

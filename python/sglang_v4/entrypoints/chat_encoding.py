@@ -389,33 +389,21 @@ def encode_continuation(
     *,
     tools: Sequence[Mapping[str, Any]] | None = None,
     reasoning_effort: str | None = None,
-) -> tuple[str, bool]:
+) -> str:
     """Render a conversation whose last message is a partial ``assistant`` turn to be continued
-    (OpenAI-compatible ``continue_final_message``; transformers renders the final message and
-    cuts its end-of-turn, as here).
+    (OpenAI-compatible ``continue_final_message``; transformers likewise renders the final
+    message and cuts its end-of-turn).
 
-    The prompt is :func:`encode_messages` of the whole conversation without the final EOS, so
-    BOS, the tools section and the ``<｜Assistant｜>`` + mode token come first as for any
-    prompt. In thinking mode the final turn's ``reasoning_content`` stays in its ``<think>``
-    block and its ``content`` comes after ``</think>``: the continuation is answer text. A final
-    turn with neither ``content`` nor ``tool_calls`` in thinking mode leaves the reasoning open
-    (no ``</think>``): the continuation is reasoning.
-
-    Returns:
-        ``(prompt, in_reasoning)``: the prompt text and whether the continuation starts inside
-        the reasoning block.
+    The prompt is :func:`encode_messages` of the whole conversation without the final EOS (V4's
+    "assistant turn without EOS"), so BOS, the tools section and the ``<｜Assistant｜>`` + mode
+    token come first as for any prompt. In thinking mode the final turn keeps its
+    ``reasoning_content`` in the ``<think>`` block, which is closed (``</think>``) before its
+    ``content``: the continuation is answer text, never reasoning.
 
     Raises:
         ValueError: the last message is not an assistant message, or as :func:`encode_messages`.
     """
     if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "assistant":
         raise ValueError("messages[-1] must be an assistant message to continue it.")
-    final = messages[-1]
-    prompt = encode_messages(
-        messages, thinking, False, tools=tools, reasoning_effort=reasoning_effort
-    ).removesuffix(EOS)
-    answer = message_text(final.get("content"), f"messages[{len(messages) - 1}].content")
-    in_reasoning = thinking and not answer and not final.get("tool_calls")
-    if in_reasoning:
-        prompt = prompt.removesuffix(THINK_END)
-    return prompt, in_reasoning
+    prompt = encode_messages(messages, thinking, False, tools=tools, reasoning_effort=reasoning_effort)
+    return prompt.removesuffix(EOS)

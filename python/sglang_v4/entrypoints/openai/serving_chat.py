@@ -292,8 +292,8 @@ class ChatMixin(OpenAIServingBase):
         effort: str | None,
         kwargs: dict[str, Any],
     ) -> tuple[str, bool]:
-        """The prompt, and whether the output starts inside the reasoning (thinking mode, unless
-        ``continue_final_message`` continues an answer: :func:`encode_continuation`)."""
+        """The prompt, and whether the output starts inside the reasoning (thinking mode, except
+        when ``continue_final_message`` continues the answer: :func:`encode_continuation`)."""
         cont = req.continue_final_message and msgs[-1].get("role") == "assistant"
         if self.chat_template is not None:
             kwargs.setdefault("thinking", thinking)
@@ -312,8 +312,8 @@ class ChatMixin(OpenAIServingBase):
             except Exception as e:  # noqa: BLE001 - Jinja raises many types; all are a bad request
                 raise ValueError(f"the chat template failed on these messages: {e}") from None
             return prompt, thinking
-        if cont:
-            return encode_continuation(msgs, thinking, tools=tools, reasoning_effort=effort)
+        if cont:  # the continuation is answer text (after the turn's closed reasoning)
+            return encode_continuation(msgs, thinking, tools=tools, reasoning_effort=effort), False
         prompt = encode_messages(
             msgs, thinking, req.add_generation_prompt, tools=tools, reasoning_effort=effort
         )
