@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import openai
 import pytest
-from test_openai_api import A, B, FakeTM, U, _client, _oai
+from test_openai_api import A, B, E, FakeTM, U, _client, _oai
 from transformers import PreTrainedTokenizerFast
 
 
@@ -63,3 +63,47 @@ def test_max_completion_tokens_wins_and_is_named_in_errors(tok: PreTrainedTokeni
     with pytest.raises(openai.BadRequestError) as ei:
         client.chat.completions.create(model="dsv4-test", messages=msgs, max_tokens=-1)
     assert ei.value.body["param"] == "max_tokens"
+
+
+def test_text_like_content_parts_are_text(tok: PreTrainedTokenizerFast) -> None:
+    """Content parts that carry text in other OpenAI shapes -- the Responses API's ``input_text``
+    / ``output_text`` (replayed into chat messages by agent frameworks) and an assistant
+    ``refusal`` part -- render as their text; a ``file`` or ``image_url`` part stays a 400 naming
+    the part. Expected prompt written out in the V4 format."""
+    tm = FakeTM(tok)
+    client = _oai(_client(tm))
+    msgs = [
+        {"role": "system", "content": [{"type": "input_text", "text": "S"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "Q1"}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "A1"}]},
+        {"role": "user", "content": [{"type": "text", "text": "Q2"}]},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]},
+        {"role": "user", "content": "Q3"},
+    ]
+    client.chat.completions.create(model="dsv4-test", messages=msgs, max_tokens=2)
+    want = (
+        B
+        + "S"
+        + U
+        + "Q1"
+        + A
+        + "</think>A1"
+        + E
+        + U
+        + "Q2"
+        + A
+        + "</think>No."
+        + E
+        + U
+        + "Q3"
+        + A
+        + "</think>"
+    )
+    assert tm.received[-1].input_ids == tok.encode(want, add_special_tokens=False)
+    for part in (
+        {"type": "file", "file": {"file_id": "f"}},
+        {"type": "image_url", "image_url": {"url": "u"}},
+    ):
+        with pytest.raises(openai.BadRequestError) as ei:
+            client.chat.completions.create(model="dsv4-test", messages=[{"role": "user", "content": [part]}])
+        assert "messages[0].content[0]" in ei.value.message and part["type"] in ei.value.message

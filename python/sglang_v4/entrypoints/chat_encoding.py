@@ -139,13 +139,22 @@ def normalize_reasoning_effort(effort: Any) -> str | None:
     return _EFFORTS[effort]
 
 
+#: Content part types that carry text, and the key holding it: Chat Completions' ``text`` and
+#: (assistant) ``refusal`` parts, and the Responses API's ``input_text`` / ``output_text`` that
+#: clients replay into chat messages (vLLM reads all four as text).
+TEXT_PART_KEYS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+
+
 def message_text(content: Any, field: str = "content", sep: str = "") -> str:
     """The text of an OpenAI message ``content``: a string, ``None`` (empty) or a list of parts.
 
-    Text parts (``{"type": "text", "text": ...}``) are joined with ``sep`` in order.
+    Text parts (``{"type": "text", "text": ...}``, also ``input_text`` / ``output_text``, and
+    ``{"type": "refusal", "refusal": ...}``: :data:`TEXT_PART_KEYS`; a part without ``type``
+    is a text part) are joined with ``sep`` in order.
 
     Raises:
-        ValueError: a non-text part (images, audio...) or a malformed value; names ``field``.
+        ValueError: a non-text part (images, audio, files...) or a malformed value; names
+            ``field``.
     """
     if content is None:
         return ""
@@ -160,11 +169,12 @@ def message_text(content: Any, field: str = "content", sep: str = "") -> str:
             if not isinstance(part, Mapping):
                 raise ValueError(f"{field}[{i}] must be a content part object.")
             ptype = part.get("type", "text")
-            if ptype != "text":
+            key = TEXT_PART_KEYS.get(ptype) if isinstance(ptype, str) else None
+            if key is None:
                 raise ValueError(f"{field}[{i}]: content part type {ptype!r} is not supported (text only).")
-            text = part.get("text")
+            text = part.get(key)
             if not isinstance(text, str):
-                raise ValueError(f"{field}[{i}].text must be a string.")
+                raise ValueError(f"{field}[{i}].{key} must be a string.")
             out.append(text)
         return sep.join(out)
     raise ValueError(f"{field} must be a string or a list of content parts.")
