@@ -216,3 +216,40 @@ def test_calls_after_or_during_shutdown_raise_instead_of_hanging(model, monkeypa
         with pytest.raises(RuntimeError, match="shut down"):
             call()
     eng.shutdown()  # idempotent
+
+
+def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:
+    """A script that ends without ``shutdown()`` while a streamed ``generate`` is still open
+    exits promptly and cleanly: the open stream's cleanup used to wait forever on the engine's
+    event loop, frozen at interpreter exit, and the child processes killed first were logged as
+    a backend crash."""
+    import subprocess
+    import sys
+
+    from server_fixture import REPO
+
+    script = tmp_path / "open_stream.py"
+    script.write_text(
+        "import sys\n"
+        "from sglang_v4 import Engine\n"
+        "if __name__ == '__main__':\n"
+        "    engine = Engine(model_path=sys.argv[1])\n"
+        "    stream = engine.generate(prompt='HOLD-THIS', sampling_params={'max_new_tokens': 50}, stream=True)\n"
+        "    print('first chunk', 'meta_info' in next(stream), flush=True)\n"
+    )
+    env = dict(
+        os.environ, SGLANG_V4_SCHEDULER_CLASS="server_fixture:FakeScheduler", FAKE_HOLD_ON_TEXT="HOLD-THIS"
+    )
+    try:
+        p = subprocess.run(
+            [sys.executable, str(script), str(model)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the script did not exit: {str(e.stderr)[-2000:]}")
+    assert p.returncode == 0 and "first chunk True" in p.stdout, p.stderr[-3000:]
+    assert "died" not in p.stderr and "crashed" not in p.stderr, p.stderr[-3000:]

@@ -15,6 +15,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -23,6 +24,7 @@ import os
 import shutil
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -374,6 +376,16 @@ _ENGINE_ONLY_UNSET = frozenset(
 )
 
 
+#: Seconds a stream closed early waits for its request's abort to be sent.
+_ACLOSE_TIMEOUT_S = 5.0
+
+
+def _shutdown_at_exit(ref: weakref.ReferenceType[Engine]) -> None:
+    engine = ref()
+    if engine is not None:
+        engine.shutdown()
+
+
 class Engine:
     """SGLang-style offline engine: the same processes as the server, without HTTP.
 
@@ -418,6 +430,11 @@ class Engine:
         self._closed = False
         # futures of calls running on the loop; shutdown() fails those still pending
         self._inflight: set[concurrent.futures.Future[Any]] = set()
+        # A script that ends without shutdown(): close the engine at exit, before the child
+        # processes are killed (atexit runs handlers last-in first-out) and before open streams
+        # are finalised (their cleanup would wait on the loop thread, frozen at finalisation).
+        self._atexit = functools.partial(_shutdown_at_exit, weakref.ref(self))
+        atexit.register(self._atexit)
         try:
             self.tokenizer_manager = self._run(self._create_tokenizer_manager())
         except Exception:
@@ -550,7 +567,10 @@ class Engine:
                     return
         finally:
             if not self._closed:
-                self._run(agen.aclose())
+                try:
+                    self._submit(agen.aclose()).result(timeout=_ACLOSE_TIMEOUT_S)
+                except (RuntimeError, concurrent.futures.TimeoutError):
+                    pass  # shut down meanwhile, or the loop no longer runs: nothing to free
 
     async def async_generate(
         self,
@@ -619,6 +639,7 @@ class Engine:
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        atexit.unregister(self._atexit)
         tm = getattr(self, "tokenizer_manager", None)
         if tm is not None:
             try:
