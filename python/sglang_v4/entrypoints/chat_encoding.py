@@ -17,9 +17,13 @@ DeepSeek's published reference encoder):
 * a ``developer`` message is ``<｜User｜>`` + content and is never merged;
 * after a user/developer turn that is followed by an assistant turn (or ends the conversation and
   a generation prompt is wanted) come ``<｜Assistant｜>`` and a mode token: ``<think>`` in thinking
-  mode, ``</think>`` in chat mode. In thinking mode *without* tools, earlier turns are "dropped
-  thinking": only the last user turn opens ``<think>``, only assistant turns after it keep their
-  reasoning, and developer turns before it are left out. With tools every turn keeps its thinking;
+  mode, ``</think>`` in chat mode. The same follows a system turn that an assistant turn follows
+  or that ends the conversation, and an assistant turn that ends it when a generation prompt is
+  wanted (a new assistant turn), so that a prompt never ends at bare system text or at EOS (the
+  reference encoder opens the assistant turn after user/developer turns only; a trailing system
+  or assistant message left the model nothing to answer). In thinking mode *without* tools,
+  earlier turns are "dropped thinking": only turns from the last user turn on open ``<think>``,
+  only assistant turns after it keep their reasoning, and developer turns before it are left out. With tools every turn keeps its thinking;
 * an ``assistant`` message is ``[reasoning + "</think>"] + content + [tool calls] + EOS``; tool
   calls are a DSML block, ``"\\n\\n<｜DSML｜tool_calls>\\n"`` + invokes joined by ``"\\n"`` +
   ``"\\n</｜DSML｜tool_calls>"``, an invoke being ``<｜DSML｜invoke name="NAME">\\n`` + parameters
@@ -380,16 +384,19 @@ def encode_messages(
             parts.append(t["text"])
         elif role in ("user", "developer"):
             parts.append(USER + t["text"])
-            nxt = turns[i + 1]["role"] if i + 1 < n else None
-            if nxt == "assistant" or (nxt is None and add_generation_prompt):
-                opens_thinking = thinking and (not drop or i >= last_user)
-                parts.append(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
         else:  # assistant
             reasoning = ""
             if thinking and (not drop or i > last_user):
                 rc = t.get("reasoning_content")
                 reasoning = (rc if isinstance(rc, str) else "") + THINK_END
             parts.append(reasoning + t["text"] + t.get("dsml", "") + EOS)
+        # The assistant turn opens after a user / developer / system turn that an assistant turn
+        # follows, and after the last turn (an assistant one too) when a generation prompt is
+        # wanted: a prompt never ends at a bare system text or EOS.
+        nxt = turns[i + 1]["role"] if i + 1 < n else None
+        if (nxt == "assistant" and role != "assistant") or (nxt is None and add_generation_prompt):
+            opens_thinking = thinking and (not drop or i >= last_user)
+            parts.append(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
     return "".join(parts)
 
 
