@@ -334,7 +334,7 @@ class Engine:
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        atexit.unregister(self._atexit)
+        atexit.unregister(getattr(self, "_atexit", None))
         tm = getattr(self, "tokenizer_manager", None)
         if tm is not None:
             try:
