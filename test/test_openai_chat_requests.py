@@ -107,3 +107,23 @@ def test_text_like_content_parts_are_text(tok: PreTrainedTokenizerFast) -> None:
         with pytest.raises(openai.BadRequestError) as ei:
             client.chat.completions.create(model="dsv4-test", messages=[{"role": "user", "content": [part]}])
         assert "messages[0].content[0]" in ei.value.message and part["type"] in ei.value.message
+
+
+def test_continuous_usage_stats_on_every_chunk(tok: PreTrainedTokenizerFast) -> None:
+    """``stream_options.continuous_usage_stats`` (vLLM's extension): every chunk carries usage,
+    the first (role) chunk included with 0 completion tokens, and the completion count grows by
+    one token per content chunk (the fake engine emits one token per output)."""
+    client = _oai(_client(FakeTM(tok)))
+    stream = client.chat.completions.create(
+        model="dsv4-test",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=4,
+        stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},  # type: ignore[typeddict-unknown-key]
+    )
+    chunks = list(stream)
+    prompt = len(tok.encode(B + U + "Hi" + A + "</think>", add_special_tokens=False))
+    assert all(c.usage is not None and c.usage.prompt_tokens == prompt for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].usage.completion_tokens == 0
+    content = [c.usage.completion_tokens for c in chunks if c.choices and c.choices[0].delta.content]
+    assert content == [1, 2, 3, 4] and chunks[-1].usage.completion_tokens == 4

@@ -537,7 +537,13 @@ class ChatMixin(OpenAIServingBase):
                             continue
                         if idx not in states:
                             states[idx] = new_state()
-                            yield chunk(idx, DeltaMessage(role="assistant", content=""))
+                            # with continuous usage stats every chunk carries usage, the role
+                            # chunk too (nothing generated yet), as vLLM sends it
+                            yield chunk(
+                                idx,
+                                DeltaMessage(role="assistant", content=""),
+                                dict(meta, completion_tokens=0),
+                            )
                         st = states[idx]
                         text = ret.get("text", "").replace(EOS, "")
                         delta = text[st.sent_text :] if len(text) >= st.sent_text else ""
