@@ -163,3 +163,93 @@ def test_sglang_server_arg_name_and_two_engines(model, engine, expected) -> None
     assert engine.generate(prompt="a", sampling_params={"max_new_tokens": 2})["text"] == expected(2)
     with pytest.raises(ValueError, match="skip_server_warmup"):
         _fake_engine(model, skip_server_warmup=True, skip_warmup=False)
+
+
+def test_calls_after_or_during_shutdown_raise_instead_of_hanging(model, monkeypatch) -> None:
+    """``generate`` / ``async_generate`` (plain and streamed) on an Engine after ``shutdown()``
+    raise ``RuntimeError`` at once (``async_generate`` used to wait forever on the stopped loop),
+    and a request still running when another thread shuts the engine down fails the same way
+    instead of blocking its caller."""
+    import threading
+
+    monkeypatch.setenv("FAKE_HOLD_ON_TEXT", "HOLD-THIS")
+    eng = _fake_engine(model)
+    got: dict[str, Any] = {}
+    first = threading.Event()
+
+    def run_held() -> None:
+        async def consume() -> None:
+            stream = await eng.async_generate(
+                prompt="HOLD-THIS", sampling_params={"max_new_tokens": 50}, stream=True
+            )
+            async for _ in stream:
+                first.set()
+
+        try:
+            asyncio.run(consume())
+            got["result"] = "finished"
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            got["result"] = e
+
+    worker = threading.Thread(target=run_held, daemon=True)
+    worker.start()
+    try:
+        assert first.wait(60), "the held request never produced its first chunk"
+    finally:
+        eng.shutdown()
+    worker.join(30)
+    assert not worker.is_alive(), "a streaming request still blocks after shutdown()"
+    assert isinstance(got["result"], RuntimeError) and "shut down" in str(got["result"])
+
+    async def later(stream: bool) -> Any:
+        out = await eng.async_generate(prompt="a", sampling_params={"max_new_tokens": 2}, stream=stream)
+        return [c async for c in out] if stream else out
+
+    for call in (
+        lambda: eng.generate(prompt="a", sampling_params={"max_new_tokens": 2}),
+        lambda: list(eng.generate(prompt="a", sampling_params={"max_new_tokens": 2}, stream=True)),
+        lambda: asyncio.run(asyncio.wait_for(later(False), 30)),
+        lambda: asyncio.run(asyncio.wait_for(later(True), 30)),
+        eng.get_server_info,
+        eng.flush_cache,
+    ):
+        with pytest.raises(RuntimeError, match="shut down"):
+            call()
+    eng.shutdown()  # idempotent
+
+
+def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:
+    """A script that ends without ``shutdown()`` while a streamed ``generate`` is still open
+    exits promptly and cleanly: the open stream's cleanup used to wait forever on the engine's
+    event loop, frozen at interpreter exit, and the child processes killed first were logged as
+    a backend crash."""
+    import subprocess
+    import sys
+
+    from server_fixture import REPO
+
+    script = tmp_path / "open_stream.py"
+    script.write_text(
+        "import sys\n"
+        "from sglang_v4 import Engine\n"
+        "if __name__ == '__main__':\n"
+        "    engine = Engine(model_path=sys.argv[1])\n"
+        "    stream = engine.generate(prompt='HOLD-THIS', sampling_params={'max_new_tokens': 50}, stream=True)\n"
+        "    print('first chunk', 'meta_info' in next(stream), flush=True)\n"
+    )
+    env = dict(
+        os.environ, SGLANG_V4_SCHEDULER_CLASS="server_fixture:FakeScheduler", FAKE_HOLD_ON_TEXT="HOLD-THIS"
+    )
+    try:
+        p = subprocess.run(
+            [sys.executable, str(script), str(model)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the script did not exit: {str(e.stderr)[-2000:]}")
+    assert p.returncode == 0 and "first chunk True" in p.stdout, p.stderr[-3000:]
+    assert "died" not in p.stderr and "crashed" not in p.stderr, p.stderr[-3000:]

@@ -80,7 +80,8 @@ def test_assistant_after_last_user_keeps_reasoning_in_thinking_mode() -> None:
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": "ans", "reasoning_content": "r"},
     ]
-    assert encode_messages(msgs, thinking=True) == B + U + "q" + A + "<think>" + "r</think>ans" + E
+    done = B + U + "q" + A + "<think>" + "r</think>ans" + E
+    assert encode_messages(msgs, thinking=True, add_generation_prompt=False) == done
 
 
 @pytest.mark.parametrize(
@@ -128,10 +129,12 @@ _FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding
 def test_matches_reference_encoder(case: dict) -> None:
     """Byte-for-byte equal to DeepSeek's reference encoder (fixture strings, see the fixture's
     "about"): tools section, DSML tool calls, merged and call-ordered tool results, kept / dropped
-    thinking, reasoning-effort prefix."""
+    thinking, reasoning-effort prefix. A conversation that ends with an assistant turn is a
+    finished one there: no generation prompt."""
     got = encode_messages(
         case["messages"],
         thinking=case["thinking"],
+        add_generation_prompt=case["messages"][-1]["role"] != "assistant",
         tools=case["tools"],
         reasoning_effort=case["reasoning_effort"],
     )
@@ -243,3 +246,33 @@ def test_unterminated_reasoning_rule() -> None:
     assert split_reasoning("Hello there.") == ("Hello there.", "")
     assert split_reasoning("Hello there.", unterminated_is_content=True) == (None, "Hello there.")
     assert split_reasoning("a</think>b", unterminated_is_content=True) == ("a", "b")
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_trailing_system_or_assistant_still_opens_the_assistant_turn(thinking: bool) -> None:
+    """A conversation ending with a system message (``system -> user -> system``, a reminder
+    after a tool result) or, with a generation prompt, with an assistant message opens the
+    assistant turn after it, as after a user turn; a system message that an assistant message
+    follows does too. Before, the prompt ended at bare system text or at EOS and the model had
+    no turn to answer in (empty or garbled replies)."""
+    mode = "<think>" if thinking else "</think>"
+    msgs = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "q"},
+        {"role": "system", "content": "R"},
+    ]
+    assert encode_messages(msgs, thinking=thinking) == B + "S" + U + "q" + "R" + A + mode
+    assert encode_messages(msgs, thinking=thinking, add_generation_prompt=False) == B + "S" + U + "q" + "R"
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    reasoning = "</think>" if thinking else ""
+    done = B + U + "q" + A + mode + reasoning + "a" + E
+    assert encode_messages(msgs, thinking=thinking) == done + A + mode
+    assert encode_messages(msgs, thinking=thinking, add_generation_prompt=False) == done
+    msgs = [
+        {"role": "system", "content": "S"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "q"},
+    ]
+    # the assistant turn before the last user turn: its opening is the chat-mode one when thinking
+    # is dropped, as after an earlier user turn
+    assert encode_messages(msgs, thinking=thinking) == B + "S" + A + "</think>" + "a" + E + U + "q" + A + mode

@@ -201,3 +201,25 @@ def test_stream_interval_batches_stream_chunks(sched_model_dir):
         assert [t for c in r["chunks"]["s"] for t in c] == flat
         assert r["lps"]["s"] == flat  # logprob token ids: each once, in order
         assert r["chunks"]["n"] == base["chunks"]["n"]  # non-streaming: unaffected by the interval
+
+
+def test_token_usage_counts_request_pages_not_the_evictable_cache(sched_model_dir):
+    """``/metrics`` ``token_usage`` / ``num_used_tokens`` count KV held by requests; pages the
+    radix cache keeps after a request ends are evictable, not used (SGLang's semantics: an idle
+    server reports 0, and the pool splits into ``kv_available_tokens`` + ``kv_evictable_tokens``
+    + ``kv_used_tokens``). They used to include the cache, so a finished or disconnected
+    request looked like KV that was never given back."""
+    s = make_scheduler(sched_model_dir, max_total_tokens=8 * 256)
+    total = 8 * 256
+    prompt = random_ids(600, seed=61)  # two whole 256-token pages stay cached
+    submit(s, "a", prompt, 30)
+    s.step()
+    running = s.get_metrics()
+    assert running["num_used_tokens"] > 0 and running["token_usage"] > 0
+    drain(s)
+    m = s.get_metrics()
+    assert m["num_used_tokens"] == 0 and m["token_usage"] == 0.0 and m["kv_used_tokens"] == 0
+    assert m["kv_evictable_tokens"] == (len(prompt) // 256) * 256
+    assert m["kv_available_tokens"] + m["kv_evictable_tokens"] + m["kv_used_tokens"] == total
+    assert m["max_total_num_tokens"] == total
+    assert_idle(s)

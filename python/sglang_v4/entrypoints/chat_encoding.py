@@ -17,9 +17,13 @@ DeepSeek's published reference encoder):
 * a ``developer`` message is ``<｜User｜>`` + content and is never merged;
 * after a user/developer turn that is followed by an assistant turn (or ends the conversation and
   a generation prompt is wanted) come ``<｜Assistant｜>`` and a mode token: ``<think>`` in thinking
-  mode, ``</think>`` in chat mode. In thinking mode *without* tools, earlier turns are "dropped
-  thinking": only the last user turn opens ``<think>``, only assistant turns after it keep their
-  reasoning, and developer turns before it are left out. With tools every turn keeps its thinking;
+  mode, ``</think>`` in chat mode. The same follows a system turn that an assistant turn follows
+  or that ends the conversation, and an assistant turn that ends it when a generation prompt is
+  wanted (a new assistant turn), so that a prompt never ends at bare system text or at EOS (the
+  reference encoder opens the assistant turn after user/developer turns only; a trailing system
+  or assistant message left the model nothing to answer). In thinking mode *without* tools,
+  earlier turns are "dropped thinking": only turns from the last user turn on open ``<think>``,
+  only assistant turns after it keep their reasoning, and developer turns before it are left out. With tools every turn keeps its thinking;
 * an ``assistant`` message is ``[reasoning + "</think>"] + content + [tool calls] + EOS``; tool
   calls are a DSML block, ``"\\n\\n<｜DSML｜tool_calls>\\n"`` + invokes joined by ``"\\n"`` +
   ``"\\n</｜DSML｜tool_calls>"``, an invoke being ``<｜DSML｜invoke name="NAME">\\n`` + parameters
@@ -52,6 +56,7 @@ __all__ = [
     "DSML",
     "TOOL_CALLS_START",
     "TOOL_CALLS_END",
+    "encode_continuation",
     "encode_messages",
     "encode_tool_calls",
     "message_text",
@@ -138,13 +143,22 @@ def normalize_reasoning_effort(effort: Any) -> str | None:
     return _EFFORTS[effort]
 
 
+#: Content part types that carry text, and the key holding it: Chat Completions' ``text`` and
+#: (assistant) ``refusal`` parts, and the Responses API's ``input_text`` / ``output_text`` that
+#: clients replay into chat messages (vLLM reads all four as text).
+TEXT_PART_KEYS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+
+
 def message_text(content: Any, field: str = "content", sep: str = "") -> str:
     """The text of an OpenAI message ``content``: a string, ``None`` (empty) or a list of parts.
 
-    Text parts (``{"type": "text", "text": ...}``) are joined with ``sep`` in order.
+    Text parts (``{"type": "text", "text": ...}``, also ``input_text`` / ``output_text``, and
+    ``{"type": "refusal", "refusal": ...}``: :data:`TEXT_PART_KEYS`; a part without ``type``
+    is a text part) are joined with ``sep`` in order.
 
     Raises:
-        ValueError: a non-text part (images, audio...) or a malformed value; names ``field``.
+        ValueError: a non-text part (images, audio, files...) or a malformed value; names
+            ``field``.
     """
     if content is None:
         return ""
@@ -159,11 +173,12 @@ def message_text(content: Any, field: str = "content", sep: str = "") -> str:
             if not isinstance(part, Mapping):
                 raise ValueError(f"{field}[{i}] must be a content part object.")
             ptype = part.get("type", "text")
-            if ptype != "text":
+            key = TEXT_PART_KEYS.get(ptype) if isinstance(ptype, str) else None
+            if key is None:
                 raise ValueError(f"{field}[{i}]: content part type {ptype!r} is not supported (text only).")
-            text = part.get("text")
+            text = part.get(key)
             if not isinstance(text, str):
-                raise ValueError(f"{field}[{i}].text must be a string.")
+                raise ValueError(f"{field}[{i}].{key} must be a string.")
             out.append(text)
         return sep.join(out)
     raise ValueError(f"{field} must be a string or a list of content parts.")
@@ -369,14 +384,43 @@ def encode_messages(
             parts.append(t["text"])
         elif role in ("user", "developer"):
             parts.append(USER + t["text"])
-            nxt = turns[i + 1]["role"] if i + 1 < n else None
-            if nxt == "assistant" or (nxt is None and add_generation_prompt):
-                opens_thinking = thinking and (not drop or i >= last_user)
-                parts.append(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
         else:  # assistant
             reasoning = ""
             if thinking and (not drop or i > last_user):
                 rc = t.get("reasoning_content")
                 reasoning = (rc if isinstance(rc, str) else "") + THINK_END
             parts.append(reasoning + t["text"] + t.get("dsml", "") + EOS)
+        # The assistant turn opens after a user / developer / system turn that an assistant turn
+        # follows, and after the last turn (an assistant one too) when a generation prompt is
+        # wanted: a prompt never ends at a bare system text or EOS.
+        nxt = turns[i + 1]["role"] if i + 1 < n else None
+        if (nxt == "assistant" and role != "assistant") or (nxt is None and add_generation_prompt):
+            opens_thinking = thinking and (not drop or i >= last_user)
+            parts.append(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
     return "".join(parts)
+
+
+def encode_continuation(
+    messages: Sequence[Mapping[str, Any]],
+    thinking: bool = False,
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    reasoning_effort: str | None = None,
+) -> str:
+    """Render a conversation whose last message is a partial ``assistant`` turn to be continued
+    (OpenAI-compatible ``continue_final_message``; transformers likewise renders the final
+    message and cuts its end-of-turn).
+
+    The prompt is :func:`encode_messages` of the whole conversation without the final EOS (V4's
+    "assistant turn without EOS"), so BOS, the tools section and the ``<｜Assistant｜>`` + mode
+    token come first as for any prompt. In thinking mode the final turn keeps its
+    ``reasoning_content`` in the ``<think>`` block, which is closed (``</think>``) before its
+    ``content``: the continuation is answer text, never reasoning.
+
+    Raises:
+        ValueError: the last message is not an assistant message, or as :func:`encode_messages`.
+    """
+    if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "assistant":
+        raise ValueError("messages[-1] must be an assistant message to continue it.")
+    prompt = encode_messages(messages, thinking, False, tools=tools, reasoning_effort=reasoning_effort)
+    return prompt.removesuffix(EOS)

@@ -115,7 +115,7 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
     sa = server_args
     if importlib.util.find_spec("sglang_router") is None:
         raise RuntimeError("dp_size > 1 needs the router: pip install sglang-router")
-    from sglang_v4.entrypoints.engine import resolve_model_path
+    from sglang_v4.entrypoints.launcher import resolve_model_path
     from sglang_v4.utils import bind_error
 
     for port in [sa.port] + [sa.port + 1 + i for i in range(sa.dp_size)]:

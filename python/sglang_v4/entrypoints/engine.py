@@ -1,387 +1,57 @@
-"""Offline ``Engine`` and the process launcher shared with the HTTP server.
+"""Offline ``Engine``: SGLang's ``Engine`` API without HTTP.
 
-``launch_subprocesses`` starts SGLang's process split without HTTP: the scheduler process
-(``managers/scheduler_process.py``) and the detokenizer process
-(``managers/detokenizer_manager.py``), joined to the main process's ``TokenizerManager`` by ZMQ
-IPC sockets, plus, with ``tp_size > 1``, this node's other tensor-parallel ranks
-(``entrypoints/tp_launch.py``). ``Engine`` runs the ``TokenizerManager`` on a private event loop in a background
+``Engine`` starts the same processes as the server (:func:`~sglang_v4.entrypoints.launcher.
+launch_subprocesses`), runs the ``TokenizerManager`` on a private event loop in a background
 thread and exposes SGLang's ``Engine`` API (``generate``, ``async_generate``, ``flush_cache``,
-``get_server_info``, ``shutdown``, context manager).
+``get_server_info``, ``shutdown``, context manager). The launcher's names are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import dataclasses
-import json
+import functools
 import logging
-import math
-import multiprocessing as mp
-import os
-import shutil
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+import weakref
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from sglang_v4.managers.io_struct import GenerateReqInput, SchedulerReadyInfo
-from sglang_v4.server_args import PortArgs, ServerArgs
+from sglang_v4.entrypoints.launcher import (
+    MAKE_CHECKPOINT_HINT,
+    SCHEDULER_READY_TIMEOUT_S,
+    Subprocesses,
+    build_server_info,
+    check_model_dir,
+    check_page_size,
+    launch_subprocesses,
+    resolve_model_path,
+)
+from sglang_v4.managers.io_struct import GenerateReqInput
+from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_compat import warn_ignored_sglang_args
+
+__all__ = [
+    "MAKE_CHECKPOINT_HINT",
+    "SCHEDULER_READY_TIMEOUT_S",
+    "SHUT_DOWN_MESSAGE",
+    "Engine",
+    "Subprocesses",
+    "build_server_info",
+    "check_model_dir",
+    "check_page_size",
+    "launch_subprocesses",
+    "resolve_model_path",
+]
 
 logger = logging.getLogger(__name__)
 
-#: Seconds to wait for the scheduler to load the model and report ready.
-SCHEDULER_READY_TIMEOUT_S = float(os.environ.get("SGLANG_V4_READY_TIMEOUT", "900"))
 
-
-#: How to make a model directory, quoted by the start-up errors below.
-MAKE_CHECKPOINT_HINT = "python -m sglang_v4.tools.make_checkpoint DIR --preset tiny"
-_LAYOUT = "a Hugging Face-layout model directory (config.json, *.safetensors, tokenizer.json)"
-
-
-def check_model_dir(
-    model_path: str,
-    tokenizer_path: str | None = None,
-    load_format: str = "auto",
-    skip_tokenizer_init: bool = False,
-    model_overrides: dict[str, Any] | None = None,
-    page_size: int | None = None,
-    context_length: int | None = None,
-) -> None:
-    """Check that ``model_path`` is a local model directory before any process starts.
-
-    Each failure is one line saying what is expected and how to make one (a hub id is not
-    downloaded: the message says how to download it), instead of tracebacks from the child
-    processes about a missing ``config.json`` or tokenizer.
-
-    Raises:
-        ValueError: naming ``model_path`` or ``tokenizer_path``: missing, a file, a hub id, no
-            ``config.json`` / unreadable, not DeepSeek-V4 or invalid once ``model_overrides``
-            (``--json-model-override-args``) are applied, no safetensors checkpoint (unless
-            ``load_format="dummy"``), no tokenizer files (unless ``skip_tokenizer_init``: then no
-            process loads a tokenizer); naming ``page_size`` when given and the model's KV layout
-            cannot use it (:func:`check_page_size`); naming ``context_length`` when it exceeds the
-            model's (:func:`check_context_length`).
-    """
-    if not os.path.exists(model_path):
-        looks_like_hub_id = model_path.count("/") == 1 and not model_path.startswith((".", "/", "~"))
-        if looks_like_hub_id:
-            raise ValueError(
-                f"model_path: {model_path!r} is not a local directory; sglang-v4 does not download "
-                f"from the Hugging Face Hub. Download it first (huggingface-cli download {model_path} "
-                f"--local-dir DIR) and pass --model-path DIR, or make a random-weight model with: "
-                f"{MAKE_CHECKPOINT_HINT}"
-            )
-        raise ValueError(
-            f"model_path: {model_path!r} does not exist; expected {_LAYOUT}. Make one with: "
-            f"{MAKE_CHECKPOINT_HINT}"
-        )
-    if not os.path.isdir(model_path):
-        raise ValueError(
-            f"model_path: {model_path!r} is a file; expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
-        )
-    cfg = os.path.join(model_path, "config.json")
-    if not os.path.isfile(cfg):
-        raise ValueError(
-            f"model_path: {model_path!r} has no config.json; expected {_LAYOUT}. Make one with: "
-            f"{MAKE_CHECKPOINT_HINT}"
-        )
-    try:
-        with open(cfg, encoding="utf-8") as f:
-            model_type = json.load(f).get("model_type")
-    except (OSError, ValueError, AttributeError) as e:
-        raise ValueError(f"model_path: {cfg} is not a readable JSON object ({e})") from None
-    if model_type not in (None, "deepseek_v4", "deepseek_v4_flash"):  # None: ModelConfig's default
-        raise ValueError(
-            f"model_path: {cfg} has model_type {model_type!r}; sglang-v4 serves DeepSeek-V4 models "
-            f"(model_type 'deepseek_v4'). Make one with: {MAKE_CHECKPOINT_HINT}"
-        )
-    from sglang_v4.configs.model_config import ModelConfig
-
-    try:
-        mc = ModelConfig.from_pretrained(model_path, model_overrides)
-    except ValueError as e:
-        raise ValueError(f"model_path: {cfg} does not parse as a DeepSeek-V4 config: {e}") from None
-    if page_size is not None:
-        check_page_size(page_size, mc)
-    if context_length is not None:
-        check_context_length(context_length, mc)
-    if load_format != "dummy" and not any(n.endswith(".safetensors") for n in os.listdir(model_path)):
-        raise ValueError(
-            f"model_path: {model_path!r} has no *.safetensors weights (use --load-format dummy for "
-            f"random weights); expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
-        )
-    if skip_tokenizer_init:
-        return
-    tok = tokenizer_path or model_path
-    if not os.path.isdir(tok) or not any(
-        os.path.isfile(os.path.join(tok, n)) for n in ("tokenizer.json", "tokenizer_config.json")
-    ):
-        raise ValueError(
-            f"tokenizer_path: {tok!r} has no tokenizer.json / tokenizer_config.json; copy the model's "
-            "tokenizer files there or pass --tokenizer-path DIR"
-        )
-
-
-def check_page_size(page_size: int, mc: Any) -> None:
-    """The KV pool's constraint, checked before any process starts: a block page holds whole
-    compressed entries and whole window pages (``DSV4KVPool``).
-
-    Args:
-        page_size: ``--page-size``.
-        mc: the model's :class:`~sglang_v4.configs.model_config.ModelConfig`.
-
-    Raises:
-        ValueError: naming ``page_size``: not a multiple of the CSA / HCA compression rate of a
-            layer the model has, or of its ``sliding_window``.
-    """
-    need = [("sliding_window", mc.sliding_window)]
-    if mc.csa_layers:
-        need.append(("CSA compress rate", mc.csa_ratio))
-    if mc.hca_layers:
-        need.append(("HCA compress rate", mc.hca_ratio))
-    for name, r in need:
-        if page_size % r:
-            lcm = math.lcm(*(v for _, v in need), 128)
-            raise ValueError(
-                f"page_size: {page_size} is not a multiple of the model's {name} ({r}); "
-                f"pass --page-size {lcm} (or a multiple of it)"
-            )
-
-
-#: SGLang's environment switch that lets ``--context-length`` exceed the model's context.
-ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
-
-
-def check_context_length(context_length: int, mc: Any) -> None:
-    """``--context-length`` against the model's (``max_position_embeddings``), as SGLang checks
-    it: a larger value is refused unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` is ``1`` /
-    ``true`` / ``yes`` / ``y`` (any case), which logs a warning and serves the longer context
-    (positions past the trained length: outputs there may be wrong). A smaller value needs nothing.
-
-    Raises:
-        ValueError: naming ``context_length``.
-    """
-    model_len = int(mc.context_length)
-    if context_length <= model_len:
-        return
-    msg = (
-        f"context_length ({context_length}) is greater than the model's context length ({model_len}, "
-        "max_position_embeddings in config.json); positions past it may give wrong outputs"
-    )
-    if os.environ.get(ALLOW_LONGER_CONTEXT_ENV, "").strip().lower() in ("1", "true", "yes", "y"):
-        logger.warning("%s (allowed by %s)", msg, ALLOW_LONGER_CONTEXT_ENV)
-        return
-    raise ValueError(f"{msg}. To allow it, set the environment variable {ALLOW_LONGER_CONTEXT_ENV}=1")
-
-
-def resolve_model_path(server_args: ServerArgs) -> None:
-    """Fill ``model_path`` (embedded default when None) and ``tokenizer_path`` in place.
-
-    Raises:
-        ValueError: the directory is not a usable model directory (see :func:`check_model_dir`).
-    """
-    if server_args.model_path is None:
-        from sglang_v4.tools.default_model import ensure_default_model
-
-        server_args.model_path = str(ensure_default_model())
-    check_model_dir(
-        server_args.model_path,
-        server_args.tokenizer_path,
-        server_args.load_format,
-        skip_tokenizer_init=server_args.skip_tokenizer_init,
-        model_overrides=server_args.model_override_args(),
-        page_size=server_args.page_size,
-        context_length=server_args.context_length,
-    )
-    if server_args.tokenizer_path is None:
-        server_args.tokenizer_path = server_args.model_path
-
-
-async def build_server_info(
-    server_args: ServerArgs, scheduler_info: SchedulerReadyInfo, tm: Any
-) -> dict[str, Any]:
-    """The ``get_server_info`` answer, one builder for ``/get_server_info`` and
-    :meth:`Engine.get_server_info` (SGLang's shape: the server arguments, the scheduler's limits,
-    its live state, also under ``internal_states``, then ``startup_time`` (seconds since the
-    epoch) and ``version``).
-
-    Raises:
-        RequestError: (from the tokenizer manager) the scheduler did not answer.
-    """
-    from sglang_v4.version import __version__
-
-    live = await tm.get_internal_state()
-    return {
-        **server_args.to_dict(),
-        "max_total_num_tokens": scheduler_info.max_total_num_tokens,
-        "max_req_input_len": scheduler_info.max_req_input_len,
-        "context_len": scheduler_info.context_len,
-        **live,
-        "internal_states": [live],
-        "startup_time": tm.startup_time,
-        "version": __version__,
-    }
-
-
-@dataclasses.dataclass
-class Subprocesses:
-    """The child processes of one server / engine, and their ZMQ endpoints."""
-
-    port_args: PortArgs
-    scheduler_info: SchedulerReadyInfo
-    scheduler: Any
-    detokenizer: Any
-    _shut: bool = False
-    #: this node's tensor-parallel ranks other than 0 (``tp_launch.TPWorkerProc``)
-    tp_workers: list[Any] = dataclasses.field(default_factory=list)
-
-    def dead_process(self) -> str | None:
-        """Name and exit code of a child that is no longer alive, else None."""
-        for name, p in (("scheduler", self.scheduler), ("detokenizer", self.detokenizer)):
-            if not p.is_alive():
-                return f"{name} process (pid {p.pid}) exited with code {p.exitcode}"
-        from sglang_v4.entrypoints.tp_launch import dead_worker
-
-        return dead_worker(self.tp_workers)
-
-    def dead_were_stopped(self) -> bool:
-        """True when some child is gone and every one that is gone was asked to stop (exit code 0
-        or killed by SIGTERM / SIGINT: :func:`~sglang_v4.entrypoints.lifecycle.stopped_on_request`),
-        as when a stop signal reaches the whole process group; False after any crash."""
-        from sglang_v4.entrypoints.lifecycle import stopped_on_request
-
-        procs = (self.scheduler, self.detokenizer, *(w.process for w in self.tp_workers))
-        dead = [p for p in procs if not p.is_alive()]
-        return bool(dead) and all(stopped_on_request(p.exitcode) for p in dead)
-
-    def shutdown(self) -> None:
-        """Kill the children and remove the IPC directory (idempotent)."""
-        if self._shut:
-            return
-        self._shut = True
-        from sglang_v4.utils import kill_process
-
-        # the TP ranks first: an idle rank 0 then sees no broken collective
-        for p in (*(w.process for w in self.tp_workers), self.scheduler, self.detokenizer):
-            kill_process(p, timeout_s=3.0)
-        if self.port_args.ipc_dir:
-            shutil.rmtree(self.port_args.ipc_dir, ignore_errors=True)
-
-
-def launch_subprocesses(
-    server_args: ServerArgs, should_stop: Callable[[], int | None] | None = None
-) -> Subprocesses:
-    """Start the scheduler and detokenizer processes and wait until the model is loaded.
-
-    ``server_args.model_path`` must be resolved (see :func:`resolve_model_path`).
-
-    With ``tp_size > 1`` the other TP ranks of this node start first (``dist_init_addr`` is set
-    here when not given: a free local port) and must report ready too. The children start with
-    SIGINT ignored (:func:`~sglang_v4.entrypoints.lifecycle.start_ignoring_sigint`).
-
-    ``should_stop``: polled while waiting (every 0.2 s); when it returns a signal number (the
-    launcher's :class:`~sglang_v4.entrypoints.lifecycle.StopSignal`), the children are stopped and
-    ``StopRequested`` is raised.
-
-    Raises:
-        RuntimeError: the scheduler or a TP rank failed to start (its traceback is in the log) or
-            did not report ready within ``SCHEDULER_READY_TIMEOUT_S``.
-        StopRequested: ``should_stop`` returned a signal (see above).
-    """
-    from sglang_v4.entrypoints.lifecycle import StopRequested, start_ignoring_sigint
-    from sglang_v4.entrypoints.tp_launch import (
-        dead_worker,
-        poll_ready,
-        start_tp_workers,
-        with_dist_init_addr,
-    )
-    from sglang_v4.managers.detokenizer_manager import run_detokenizer_process
-    from sglang_v4.managers.scheduler_process import run_scheduler_process
-
-    if mp.current_process().name.startswith("sglang_v4::"):
-        # we are one of our own spawned children re-running the user's script top level
-        raise RuntimeError(
-            "An Engine was created while a child process imported the main script. " + _MAIN_GUARD_HINT
-        )
-    ctx = mp.get_context("spawn")
-    port_args = PortArgs.init_new()
-    reader, writer = ctx.Pipe(duplex=False)
-    parent = os.getpid()
-    server_args = with_dist_init_addr(server_args)
-    workers = start_tp_workers(server_args, parent) if server_args.tp_size > 1 else []
-    sched = ctx.Process(
-        target=run_scheduler_process,
-        args=(server_args, port_args, writer, parent),
-        name="sglang_v4::scheduler",
-        daemon=False,
-    )
-    start_ignoring_sigint(sched)
-    detok = ctx.Process(
-        target=run_detokenizer_process,
-        args=(server_args, port_args, parent),
-        name="sglang_v4::detokenizer",
-        daemon=True,
-    )
-    start_ignoring_sigint(detok)
-    procs = Subprocesses(port_args, SchedulerReadyInfo(status="starting"), sched, detok, tp_workers=workers)
-    atexit.register(procs.shutdown)
-    deadline = time.monotonic() + SCHEDULER_READY_TIMEOUT_S
-    info: SchedulerReadyInfo | None = None
-    rank_error: str | None = None
-
-    def stop_if_asked() -> None:
-        signum = should_stop() if should_stop is not None else None
-        if signum is not None:
-            procs.shutdown()
-            raise StopRequested(signum)
-
-    while time.monotonic() < deadline:
-        stop_if_asked()
-        rank_error = poll_ready(workers) or dead_worker(workers)
-        if rank_error is not None:
-            break
-        if info is None and reader.poll(0.2):
-            try:
-                info = reader.recv()
-            except EOFError:
-                info = None
-                break
-            if info.status != "ready":
-                break
-        if info is not None and all(w.is_ready for w in workers):
-            break
-        if info is None and not sched.is_alive():
-            break
-    stop_if_asked()  # a stop signal to the process group may have stopped a child first
-    if rank_error is not None:
-        procs.shutdown()
-        raise RuntimeError(f"The server failed to start: {rank_error}")
-    if info is not None and info.status == "ready" and not all(w.is_ready for w in workers):
-        procs.shutdown()
-        raise RuntimeError("The server failed to start: TP ranks not ready in time")
-    if info is None or info.status != "ready":
-        if info is not None:  # the scheduler logged its traceback; say only its last line again
-            lines = info.error.strip().splitlines()
-            detail = (lines[-1] if lines else "unknown error") + " (the scheduler's traceback is above)"
-        else:
-            detail = f"scheduler exit code {sched.exitcode}"
-        if info is None and sched.exitcode == 1:
-            detail += ". " + _MAIN_GUARD_HINT
-        procs.shutdown()
-        raise RuntimeError(f"The scheduler process failed to start: {detail}")
-    procs.scheduler_info = info
-    return procs
-
-
-#: Shown when a spawned child fails at start-up, the usual cause being an unguarded script.
-_MAIN_GUARD_HINT = (
-    "The Engine starts its processes with 'spawn', which re-runs the main script in each child: "
-    'create the Engine under `if __name__ == "__main__":` (see "Safe importing of main module" '
-    "in Python's multiprocessing docs)."
-)
-
+#: What a call on an Engine after its ``shutdown()`` raises (a ``RuntimeError``).
+SHUT_DOWN_MESSAGE = "Engine is shut down; create a new Engine to generate."
 
 #: SGLang ``ServerArgs`` field names that sglang-v4 spells differently (its ``launch_server``
 #: accepts both flags): SGLang name -> :class:`ServerArgs` field.
@@ -399,6 +69,16 @@ _ENGINE_ONLY_UNSET = frozenset(
         "kv_hints",
     }
 )
+
+
+#: Seconds a stream closed early waits for its request's abort to be sent.
+_ACLOSE_TIMEOUT_S = 5.0
+
+
+def _shutdown_at_exit(ref: weakref.ReferenceType[Engine]) -> None:
+    engine = ref()
+    if engine is not None:
+        engine.shutdown()
 
 
 class Engine:
@@ -443,6 +123,13 @@ class Engine:
         )
         self._thread.start()
         self._closed = False
+        # futures of calls running on the loop; shutdown() fails those still pending
+        self._inflight: set[concurrent.futures.Future[Any]] = set()
+        # A script that ends without shutdown(): close the engine at exit, before the child
+        # processes are killed (atexit runs handlers last-in first-out) and before open streams
+        # are finalised (their cleanup would wait on the loop thread, frozen at finalisation).
+        self._atexit = functools.partial(_shutdown_at_exit, weakref.ref(self))
+        atexit.register(self._atexit)
         try:
             self.tokenizer_manager = self._run(self._create_tokenizer_manager())
         except Exception:
@@ -470,10 +157,23 @@ class Engine:
                 self._loop.call_soon_threadsafe(self.tokenizer_manager.on_crash, dead)
                 return
 
-    def _run(self, coro: Any) -> Any:
+    def _check_open(self) -> None:
+        """Raises RuntimeError (:data:`SHUT_DOWN_MESSAGE`) after :meth:`shutdown`."""
         if self._closed:
-            raise RuntimeError("Engine is shut down")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+            raise RuntimeError(SHUT_DOWN_MESSAGE)
+
+    def _submit(self, coro: Any) -> concurrent.futures.Future[Any]:
+        """Run ``coro`` on the engine loop; the future fails with RuntimeError at shutdown."""
+        if self._closed:
+            coro.close()
+            raise RuntimeError(SHUT_DOWN_MESSAGE)
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        self._inflight.add(fut)
+        fut.add_done_callback(self._inflight.discard)
+        return fut
+
+    def _run(self, coro: Any) -> Any:
+        return self._submit(coro).result()
 
     @staticmethod
     def _make_obj(args: dict[str, Any], sglang_kwargs: dict[str, Any]) -> GenerateReqInput:
@@ -544,6 +244,7 @@ class Engine:
                 or while this request ran (the message names the process and its exit code); also
                 raised by a stream's iterator, and by every later call.
         """
+        self._check_open()
         args = dict(locals())
         del args["self"], args["sglang_kwargs"]
         obj = self._make_obj(args, sglang_kwargs)
@@ -561,7 +262,10 @@ class Engine:
                     return
         finally:
             if not self._closed:
-                self._run(agen.aclose())
+                try:
+                    self._submit(agen.aclose()).result(timeout=_ACLOSE_TIMEOUT_S)
+                except (RuntimeError, concurrent.futures.TimeoutError):
+                    pass  # shut down meanwhile, or the loop no longer runs: nothing to free
 
     async def async_generate(
         self,
@@ -586,54 +290,75 @@ class Engine:
         """``generate`` for asyncio callers (any event loop), same parameters and errors. With
         ``stream=True`` returns an async iterator of chunks; otherwise the result of
         :meth:`generate`."""
+        self._check_open()
         args = dict(locals())
         del args["self"], args["sglang_kwargs"]
         obj = self._make_obj(args, sglang_kwargs)
         agen = self.tokenizer_manager.generate_request(obj)
         if stream:
             return self._async_iter(agen)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(agen.__anext__(), self._loop))
+        return await asyncio.wrap_future(self._submit(agen.__anext__()))
 
     async def _async_iter(self, agen: Any) -> AsyncIterator[dict[str, Any]]:
         try:
             while True:
-                fut = asyncio.run_coroutine_threadsafe(agen.__anext__(), self._loop)
+                fut = self._submit(agen.__anext__())
                 try:
                     yield await asyncio.wrap_future(fut)
                 except StopAsyncIteration:
                     return
         finally:
             if not self._closed:
-                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(agen.aclose(), self._loop))
+                await asyncio.wrap_future(self._submit(agen.aclose()))
 
     def flush_cache(self) -> bool:
         """Flush the radix cache; False when requests are running (nothing flushed)."""
+        self._check_open()
         return bool(self._run(self.tokenizer_manager.flush_cache()).success)
 
     def get_server_info(self) -> dict[str, Any]:
         """Server args + scheduler limits + live ``Scheduler.get_server_info()`` (kv_pool, ...),
         ``startup_time`` and ``version``: the same dict as ``/get_server_info`` (:func:`build_server_info`)."""
+        self._check_open()
         return self._run(
             build_server_info(self.server_args, self._procs.scheduler_info, self.tokenizer_manager)
         )
 
     def shutdown(self) -> None:
-        """Stop the background loop and kill the child processes (idempotent)."""
+        """Stop the background loop and kill the child processes (idempotent).
+
+        Requests still running (from other threads or event loops) fail with RuntimeError
+        (:data:`SHUT_DOWN_MESSAGE`), as does every later call (``generate``,
+        ``async_generate``, ``flush_cache``, ``get_server_info``).
+        """
         if getattr(self, "_closed", True):
             return
+        self._closed = True
+        atexit.unregister(getattr(self, "_atexit", None))
         tm = getattr(self, "tokenizer_manager", None)
         if tm is not None:
             try:
                 asyncio.run_coroutine_threadsafe(self._close_tm(tm), self._loop).result(timeout=5)
             except Exception:  # noqa: BLE001 - best effort
                 pass
-        self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        for fut in list(getattr(self, "_inflight", ())):
+            if not fut.done():
+                try:
+                    fut.set_exception(RuntimeError(SHUT_DOWN_MESSAGE))
+                except concurrent.futures.InvalidStateError:
+                    pass
         self._procs.shutdown()
 
     @staticmethod
     async def _close_tm(tm: Any) -> None:
+        err = RuntimeError(SHUT_DOWN_MESSAGE)
+        for state in list(tm.rid_to_state.values()):
+            if not state.finished:
+                state.error = err
+                state.event.set()
+        await asyncio.sleep(0)  # let the waiting generators raise before the sockets close
         tm.close()
 
     def __enter__(self) -> Engine:

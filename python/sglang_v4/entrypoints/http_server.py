@@ -58,7 +58,7 @@ from sglang_v4.entrypoints.admission import (
     HeaderTimeoutH11Protocol,
     drain_in_flight,
 )
-from sglang_v4.entrypoints.engine import Subprocesses, build_server_info
+from sglang_v4.entrypoints.launcher import Subprocesses, build_server_info
 from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.metrics import TokenizerMetrics
 from sglang_v4.entrypoints.native_api import (
@@ -434,7 +434,7 @@ def launch_server(server_args: ServerArgs, stop: StopSignal | None = None) -> in
     """
     import uvicorn
 
-    from sglang_v4.entrypoints.engine import launch_subprocesses, resolve_model_path
+    from sglang_v4.entrypoints.launcher import launch_subprocesses, resolve_model_path
     from sglang_v4.utils import bind_error
 
     if stop is None:

@@ -7,7 +7,7 @@ traceback and without reporting a crash; SIGINT may also reach the whole process
 terminal's Ctrl+C) and SIGTERM too (``kill -TERM -- -PGID``, a supervisor stopping the group):
 
 * before the HTTP server is up, :class:`StopSignal` records the signal and
-  :func:`~sglang_v4.entrypoints.engine.launch_subprocesses` stops the children and raises
+  :func:`~sglang_v4.entrypoints.launcher.launch_subprocesses` stops the children and raises
   :class:`StopRequested` (the launcher logs one line and returns 0);
 * once it serves, the HTTP server drains (:mod:`sglang_v4.entrypoints.admission`), the warm-up
   request like any other (a stop that fails it is not a failed start-up);

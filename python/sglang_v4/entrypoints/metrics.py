@@ -26,7 +26,10 @@ class TokenizerMetrics:
 
     Gauges, refreshed from ``Scheduler.get_metrics()`` on each scrape: ``num_running_reqs``,
     ``num_queue_reqs``, ``num_used_tokens`` and ``max_total_num_tokens`` (KV pool tokens: block
-    pages in use / in the pool x ``page_size``), ``token_usage`` (their ratio, 0..1),
+    pages held by requests / in the pool x ``page_size``; radix-cache pages no request locks are
+    evictable, not used, as in SGLang), ``token_usage`` (their ratio, 0..1),
+    ``kv_available_tokens`` / ``kv_evictable_tokens`` / ``kv_used_tokens`` (the pool split into
+    free, reclaimable cached and request-held tokens; they sum to ``max_total_num_tokens``),
     ``cache_hit_rate`` (prefix-cache hit tokens / prompt tokens since start, 0..1),
     ``gen_throughput`` (generated tokens/s over the last log interval).
 
@@ -48,6 +51,9 @@ class TokenizerMetrics:
         "num_used_tokens",
         "max_total_num_tokens",
         "token_usage",
+        "kv_available_tokens",
+        "kv_evictable_tokens",
+        "kv_used_tokens",
         "cache_hit_rate",
         "gen_throughput",
     )

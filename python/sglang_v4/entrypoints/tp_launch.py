@@ -137,7 +137,7 @@ def serve_worker_node(server_args: ServerArgs, ready_timeout_s: float = 900.0) -
     sa = server_args
     if not sa.dist_init_addr:
         raise ValueError("dist_init_addr: required on node_rank > 0 (node 0's host:port)")
-    from sglang_v4.entrypoints.engine import resolve_model_path
+    from sglang_v4.entrypoints.launcher import resolve_model_path
 
     resolve_model_path(sa)
     workers = start_tp_workers(sa, os.getpid())

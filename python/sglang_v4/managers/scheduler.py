@@ -570,16 +570,22 @@ class Scheduler(SchedulerOutputProcessorMixin):
         }
 
     def get_metrics(self) -> dict[str, Any]:
-        """Gauges for ``/metrics``: queue sizes, KV tokens in use and in the pool (block pages x
-        ``page_size``), token usage, cache hit rate, throughput."""
+        """Gauges for ``/metrics``: queue sizes, KV tokens held by requests (``num_used_tokens``;
+        evictable radix-cache pages are not in use, as in SGLang) and in the pool, the pool split
+        into available / evictable / used tokens (block pages x ``page_size``), token usage,
+        cache hit rate, throughput."""
         st = self.tree_cache.stats()
         hit, tot = st["hit_tokens"], st["prompt_tokens"]
         pages = self.cache_manager.block_alloc
+        available, evictable, used = self.cache_manager.kv_block_counts()
         return {
             "num_running_reqs": len(self.running),
             "num_queue_reqs": len(self.waiting),
-            "num_used_tokens": pages.used * self.page_size,
+            "num_used_tokens": used * self.page_size,
             "max_total_num_tokens": pages.num_pages * self.page_size,
+            "kv_available_tokens": available * self.page_size,
+            "kv_evictable_tokens": evictable * self.page_size,
+            "kv_used_tokens": used * self.page_size,
             "token_usage": self.cache_manager.token_usage(),
             "cache_hit_rate": (hit / tot) if tot else 0.0,
             "gen_throughput": self.last_gen_throughput,

@@ -311,9 +311,20 @@ class CacheManager:
         """Empty the radix cache; refused (False) while a request holds a lock on it."""
         return bool(self.tree_cache.flush())
 
+    def kv_block_counts(self) -> tuple[int, int, int]:
+        """``(available, evictable, used)`` block pages: free, held only by the radix cache and
+        unlocked (reclaimable), and held by requests (owned, or cached pages they lock). They sum
+        to the pool size (SGLang's ``kv_available_tokens`` / ``kv_evictable_tokens`` /
+        ``kv_used_tokens``, in pages)."""
+        evictable = self.tree_cache.evictable_sizes()[0]
+        used = self.block_alloc.used
+        return self.block_alloc.num_pages - used, evictable, used - evictable
+
     def token_usage(self) -> float:
-        """Fraction of block pages in use (by requests and the radix cache)."""
-        return self.block_alloc.used / max(1, self.block_alloc.num_pages)
+        """Fraction of block pages held by requests, 0..1. Cached pages no request locks are not
+        in use (they are reclaimed on demand), as in SGLang's ``token_usage``: an idle server
+        reports 0 however full its radix cache."""
+        return self.kv_block_counts()[2] / max(1, self.block_alloc.num_pages)
 
     def check_integrity(self, reqs: Iterable[Req]) -> None:
         """Check the ownership invariant of the module docstring against the allocators.

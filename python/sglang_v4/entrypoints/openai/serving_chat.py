@@ -55,8 +55,8 @@ from sglang_v4.entrypoints.chat_encoding import (
     DSML,
     EOS,
     THINK_END,
+    encode_continuation,
     encode_messages,
-    message_text,
     normalize_reasoning_effort,
     validate_tools,
 )
@@ -266,7 +266,7 @@ class ChatMixin(OpenAIServingBase):
             raise RequestError("messages must contain at least one message.", param="messages")
         tools = req.tools if active else None
         try:
-            prompt = self._render(msgs, req, thinking, tools, effort, kwargs)
+            prompt, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
         except ValueError as e:
             raise RequestError(str(e), param="messages") from None
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
@@ -296,14 +296,16 @@ class ChatMixin(OpenAIServingBase):
         tools: list[dict[str, Any]] | None,
         effort: str | None,
         kwargs: dict[str, Any],
-    ) -> str:
+    ) -> tuple[str, bool]:
+        """The prompt, and whether the output starts inside the reasoning (thinking mode, except
+        when ``continue_final_message`` continues the answer: :func:`encode_continuation`)."""
         cont = req.continue_final_message and msgs[-1].get("role") == "assistant"
         if self.chat_template is not None:
             kwargs.setdefault("thinking", thinking)
             if req.reasoning_effort is not None:
                 kwargs.setdefault("reasoning_effort", req.reasoning_effort)
             try:
-                return self._hf_tokenizer.apply_chat_template(
+                prompt = self._hf_tokenizer.apply_chat_template(
                     msgs,
                     tools=tools,
                     chat_template=self.chat_template,
@@ -314,16 +316,13 @@ class ChatMixin(OpenAIServingBase):
                 )
             except Exception as e:  # noqa: BLE001 - Jinja raises many types; all are a bad request
                 raise ValueError(f"the chat template failed on these messages: {e}") from None
-        if cont:
-            head = (
-                encode_messages(msgs[:-1], thinking, True, tools=tools, reasoning_effort=effort)
-                if len(msgs) > 1
-                else ""
-            )
-            return head + message_text(msgs[-1].get("content"), "messages[-1].content")
-        return encode_messages(
+            return prompt, thinking
+        if cont:  # the continuation is answer text (after the turn's closed reasoning)
+            return encode_continuation(msgs, thinking, tools=tools, reasoning_effort=effort), False
+        prompt = encode_messages(
             msgs, thinking, req.add_generation_prompt, tools=tools, reasoning_effort=effort
         )
+        return prompt, thinking
 
     # ------------------------------------------------------------------ non-streaming
     async def _chat(self, request: Request) -> Response:
@@ -339,9 +338,11 @@ class ChatMixin(OpenAIServingBase):
                     f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.top_logprobs}.",
                     param="top_logprobs",
                 )
-        max_new = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        # OpenAI's max_completion_tokens replaces the deprecated max_tokens; it wins when both are set
+        limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+        max_new = getattr(req, limit_field)
         if max_new is not None and max_new < 0:
-            raise RequestError(f"max_tokens must be at least 0, got {max_new}.", param="max_tokens")
+            raise RequestError(f"{limit_field} must be at least 0, got {max_new}.", param=limit_field)
         plan = self._plan_chat(req)
         sp = self._sampling_params(req, max_new, plan.structural_tag)
         answer_grammar = None if plan.structural_tag is not None else _answer_grammar_kind(sp)
@@ -543,7 +544,13 @@ class ChatMixin(OpenAIServingBase):
                             continue
                         if idx not in states:
                             states[idx] = new_state()
-                            yield chunk(idx, DeltaMessage(role="assistant", content=""))
+                            # with continuous usage stats every chunk carries usage, the role
+                            # chunk too (nothing generated yet), as vLLM sends it
+                            yield chunk(
+                                idx,
+                                DeltaMessage(role="assistant", content=""),
+                                dict(meta, completion_tokens=0),
+                            )
                         st = states[idx]
                         text = ret.get("text", "").replace(EOS, "")
                         delta = text[st.sent_text :] if len(text) >= st.sent_text else ""

@@ -1,0 +1,379 @@
+"""The process launcher shared by the HTTP server and the offline ``Engine``.
+
+``launch_subprocesses`` starts SGLang's process split without HTTP: the scheduler process
+(``managers/scheduler_process.py``) and the detokenizer process
+(``managers/detokenizer_manager.py``), joined to the main process's ``TokenizerManager`` by ZMQ
+IPC sockets, plus, with ``tp_size > 1``, this node's other tensor-parallel ranks
+(``entrypoints/tp_launch.py``). Also here: the model-directory checks run before launching
+(:func:`check_model_dir`, :func:`resolve_model_path`) and the ``get_server_info`` builder.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import logging
+import math
+import multiprocessing as mp
+import os
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sglang_v4.managers.io_struct import SchedulerReadyInfo
+from sglang_v4.server_args import PortArgs, ServerArgs
+
+logger = logging.getLogger(__name__)
+
+#: Seconds to wait for the scheduler to load the model and report ready.
+SCHEDULER_READY_TIMEOUT_S = float(os.environ.get("SGLANG_V4_READY_TIMEOUT", "900"))
+
+
+#: How to make a model directory, quoted by the start-up errors below.
+MAKE_CHECKPOINT_HINT = "python -m sglang_v4.tools.make_checkpoint DIR --preset tiny"
+_LAYOUT = "a Hugging Face-layout model directory (config.json, *.safetensors, tokenizer.json)"
+
+
+def check_model_dir(
+    model_path: str,
+    tokenizer_path: str | None = None,
+    load_format: str = "auto",
+    skip_tokenizer_init: bool = False,
+    model_overrides: dict[str, Any] | None = None,
+    page_size: int | None = None,
+    context_length: int | None = None,
+) -> None:
+    """Check that ``model_path`` is a local model directory before any process starts.
+
+    Each failure is one line saying what is expected and how to make one (a hub id is not
+    downloaded: the message says how to download it), instead of tracebacks from the child
+    processes about a missing ``config.json`` or tokenizer.
+
+    Raises:
+        ValueError: naming ``model_path`` or ``tokenizer_path``: missing, a file, a hub id, no
+            ``config.json`` / unreadable, not DeepSeek-V4 or invalid once ``model_overrides``
+            (``--json-model-override-args``) are applied, no safetensors checkpoint (unless
+            ``load_format="dummy"``), no tokenizer files (unless ``skip_tokenizer_init``: then no
+            process loads a tokenizer); naming ``page_size`` when given and the model's KV layout
+            cannot use it (:func:`check_page_size`); naming ``context_length`` when it exceeds the
+            model's (:func:`check_context_length`).
+    """
+    if not os.path.exists(model_path):
+        looks_like_hub_id = model_path.count("/") == 1 and not model_path.startswith((".", "/", "~"))
+        if looks_like_hub_id:
+            raise ValueError(
+                f"model_path: {model_path!r} is not a local directory; sglang-v4 does not download "
+                f"from the Hugging Face Hub. Download it first (huggingface-cli download {model_path} "
+                f"--local-dir DIR) and pass --model-path DIR, or make a random-weight model with: "
+                f"{MAKE_CHECKPOINT_HINT}"
+            )
+        raise ValueError(
+            f"model_path: {model_path!r} does not exist; expected {_LAYOUT}. Make one with: "
+            f"{MAKE_CHECKPOINT_HINT}"
+        )
+    if not os.path.isdir(model_path):
+        raise ValueError(
+            f"model_path: {model_path!r} is a file; expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
+        )
+    cfg = os.path.join(model_path, "config.json")
+    if not os.path.isfile(cfg):
+        raise ValueError(
+            f"model_path: {model_path!r} has no config.json; expected {_LAYOUT}. Make one with: "
+            f"{MAKE_CHECKPOINT_HINT}"
+        )
+    try:
+        with open(cfg, encoding="utf-8") as f:
+            model_type = json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"model_path: {cfg} is not a readable JSON object ({e})") from None
+    if model_type not in (None, "deepseek_v4", "deepseek_v4_flash"):  # None: ModelConfig's default
+        raise ValueError(
+            f"model_path: {cfg} has model_type {model_type!r}; sglang-v4 serves DeepSeek-V4 models "
+            f"(model_type 'deepseek_v4'). Make one with: {MAKE_CHECKPOINT_HINT}"
+        )
+    from sglang_v4.configs.model_config import ModelConfig
+
+    try:
+        mc = ModelConfig.from_pretrained(model_path, model_overrides)
+    except ValueError as e:
+        raise ValueError(f"model_path: {cfg} does not parse as a DeepSeek-V4 config: {e}") from None
+    if page_size is not None:
+        check_page_size(page_size, mc)
+    if context_length is not None:
+        check_context_length(context_length, mc)
+    if load_format != "dummy" and not any(n.endswith(".safetensors") for n in os.listdir(model_path)):
+        raise ValueError(
+            f"model_path: {model_path!r} has no *.safetensors weights (use --load-format dummy for "
+            f"random weights); expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
+        )
+    if skip_tokenizer_init:
+        return
+    tok = tokenizer_path or model_path
+    if not os.path.isdir(tok) or not any(
+        os.path.isfile(os.path.join(tok, n)) for n in ("tokenizer.json", "tokenizer_config.json")
+    ):
+        raise ValueError(
+            f"tokenizer_path: {tok!r} has no tokenizer.json / tokenizer_config.json; copy the model's "
+            "tokenizer files there or pass --tokenizer-path DIR"
+        )
+
+
+def check_page_size(page_size: int, mc: Any) -> None:
+    """The KV pool's constraint, checked before any process starts: a block page holds whole
+    compressed entries and whole window pages (``DSV4KVPool``).
+
+    Args:
+        page_size: ``--page-size``.
+        mc: the model's :class:`~sglang_v4.configs.model_config.ModelConfig`.
+
+    Raises:
+        ValueError: naming ``page_size``: not a multiple of the CSA / HCA compression rate of a
+            layer the model has, or of its ``sliding_window``.
+    """
+    need = [("sliding_window", mc.sliding_window)]
+    if mc.csa_layers:
+        need.append(("CSA compress rate", mc.csa_ratio))
+    if mc.hca_layers:
+        need.append(("HCA compress rate", mc.hca_ratio))
+    for name, r in need:
+        if page_size % r:
+            lcm = math.lcm(*(v for _, v in need), 128)
+            raise ValueError(
+                f"page_size: {page_size} is not a multiple of the model's {name} ({r}); "
+                f"pass --page-size {lcm} (or a multiple of it)"
+            )
+
+
+#: SGLang's environment switch that lets ``--context-length`` exceed the model's context.
+ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+
+
+def check_context_length(context_length: int, mc: Any) -> None:
+    """``--context-length`` against the model's (``max_position_embeddings``), as SGLang checks
+    it: a larger value is refused unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` is ``1`` /
+    ``true`` / ``yes`` / ``y`` (any case), which logs a warning and serves the longer context
+    (positions past the trained length: outputs there may be wrong). A smaller value needs nothing.
+
+    Raises:
+        ValueError: naming ``context_length``.
+    """
+    model_len = int(mc.context_length)
+    if context_length <= model_len:
+        return
+    msg = (
+        f"context_length ({context_length}) is greater than the model's context length ({model_len}, "
+        "max_position_embeddings in config.json); positions past it may give wrong outputs"
+    )
+    if os.environ.get(ALLOW_LONGER_CONTEXT_ENV, "").strip().lower() in ("1", "true", "yes", "y"):
+        logger.warning("%s (allowed by %s)", msg, ALLOW_LONGER_CONTEXT_ENV)
+        return
+    raise ValueError(f"{msg}. To allow it, set the environment variable {ALLOW_LONGER_CONTEXT_ENV}=1")
+
+
+def resolve_model_path(server_args: ServerArgs) -> None:
+    """Fill ``model_path`` (embedded default when None) and ``tokenizer_path`` in place.
+
+    Raises:
+        ValueError: the directory is not a usable model directory (see :func:`check_model_dir`).
+    """
+    if server_args.model_path is None:
+        from sglang_v4.tools.default_model import ensure_default_model
+
+        server_args.model_path = str(ensure_default_model())
+    check_model_dir(
+        server_args.model_path,
+        server_args.tokenizer_path,
+        server_args.load_format,
+        skip_tokenizer_init=server_args.skip_tokenizer_init,
+        model_overrides=server_args.model_override_args(),
+        page_size=server_args.page_size,
+        context_length=server_args.context_length,
+    )
+    if server_args.tokenizer_path is None:
+        server_args.tokenizer_path = server_args.model_path
+
+
+async def build_server_info(
+    server_args: ServerArgs, scheduler_info: SchedulerReadyInfo, tm: Any
+) -> dict[str, Any]:
+    """The ``get_server_info`` answer, one builder for ``/get_server_info`` and
+    :meth:`Engine.get_server_info` (SGLang's shape: the server arguments, the scheduler's limits,
+    its live state, also under ``internal_states``, then ``startup_time`` (seconds since the
+    epoch) and ``version``).
+
+    Raises:
+        RequestError: (from the tokenizer manager) the scheduler did not answer.
+    """
+    from sglang_v4.version import __version__
+
+    live = await tm.get_internal_state()
+    return {
+        **server_args.to_dict(),
+        "max_total_num_tokens": scheduler_info.max_total_num_tokens,
+        "max_req_input_len": scheduler_info.max_req_input_len,
+        "context_len": scheduler_info.context_len,
+        **live,
+        "internal_states": [live],
+        "startup_time": tm.startup_time,
+        "version": __version__,
+    }
+
+
+@dataclasses.dataclass
+class Subprocesses:
+    """The child processes of one server / engine, and their ZMQ endpoints."""
+
+    port_args: PortArgs
+    scheduler_info: SchedulerReadyInfo
+    scheduler: Any
+    detokenizer: Any
+    _shut: bool = False
+    #: this node's tensor-parallel ranks other than 0 (``tp_launch.TPWorkerProc``)
+    tp_workers: list[Any] = dataclasses.field(default_factory=list)
+
+    def dead_process(self) -> str | None:
+        """Name and exit code of a child that is no longer alive, else None."""
+        for name, p in (("scheduler", self.scheduler), ("detokenizer", self.detokenizer)):
+            if not p.is_alive():
+                return f"{name} process (pid {p.pid}) exited with code {p.exitcode}"
+        from sglang_v4.entrypoints.tp_launch import dead_worker
+
+        return dead_worker(self.tp_workers)
+
+    def dead_were_stopped(self) -> bool:
+        """True when some child is gone and every one that is gone was asked to stop (exit code 0
+        or killed by SIGTERM / SIGINT: :func:`~sglang_v4.entrypoints.lifecycle.stopped_on_request`),
+        as when a stop signal reaches the whole process group; False after any crash."""
+        from sglang_v4.entrypoints.lifecycle import stopped_on_request
+
+        procs = (self.scheduler, self.detokenizer, *(w.process for w in self.tp_workers))
+        dead = [p for p in procs if not p.is_alive()]
+        return bool(dead) and all(stopped_on_request(p.exitcode) for p in dead)
+
+    def shutdown(self) -> None:
+        """Kill the children and remove the IPC directory (idempotent)."""
+        if self._shut:
+            return
+        self._shut = True
+        from sglang_v4.utils import kill_process
+
+        # the TP ranks first: an idle rank 0 then sees no broken collective
+        for p in (*(w.process for w in self.tp_workers), self.scheduler, self.detokenizer):
+            kill_process(p, timeout_s=3.0)
+        if self.port_args.ipc_dir:
+            shutil.rmtree(self.port_args.ipc_dir, ignore_errors=True)
+
+
+def launch_subprocesses(
+    server_args: ServerArgs, should_stop: Callable[[], int | None] | None = None
+) -> Subprocesses:
+    """Start the scheduler and detokenizer processes and wait until the model is loaded.
+
+    ``server_args.model_path`` must be resolved (see :func:`resolve_model_path`).
+
+    With ``tp_size > 1`` the other TP ranks of this node start first (``dist_init_addr`` is set
+    here when not given: a free local port) and must report ready too. The children start with
+    SIGINT ignored (:func:`~sglang_v4.entrypoints.lifecycle.start_ignoring_sigint`).
+
+    ``should_stop``: polled while waiting (every 0.2 s); when it returns a signal number (the
+    launcher's :class:`~sglang_v4.entrypoints.lifecycle.StopSignal`), the children are stopped and
+    ``StopRequested`` is raised.
+
+    Raises:
+        RuntimeError: the scheduler or a TP rank failed to start (its traceback is in the log) or
+            did not report ready within ``SCHEDULER_READY_TIMEOUT_S``.
+        StopRequested: ``should_stop`` returned a signal (see above).
+    """
+    from sglang_v4.entrypoints.lifecycle import StopRequested, start_ignoring_sigint
+    from sglang_v4.entrypoints.tp_launch import (
+        dead_worker,
+        poll_ready,
+        start_tp_workers,
+        with_dist_init_addr,
+    )
+    from sglang_v4.managers.detokenizer_manager import run_detokenizer_process
+    from sglang_v4.managers.scheduler_process import run_scheduler_process
+
+    if mp.current_process().name.startswith("sglang_v4::"):
+        # we are one of our own spawned children re-running the user's script top level
+        raise RuntimeError(
+            "An Engine was created while a child process imported the main script. " + _MAIN_GUARD_HINT
+        )
+    ctx = mp.get_context("spawn")
+    port_args = PortArgs.init_new()
+    reader, writer = ctx.Pipe(duplex=False)
+    parent = os.getpid()
+    server_args = with_dist_init_addr(server_args)
+    workers = start_tp_workers(server_args, parent) if server_args.tp_size > 1 else []
+    sched = ctx.Process(
+        target=run_scheduler_process,
+        args=(server_args, port_args, writer, parent),
+        name="sglang_v4::scheduler",
+        daemon=False,
+    )
+    start_ignoring_sigint(sched)
+    detok = ctx.Process(
+        target=run_detokenizer_process,
+        args=(server_args, port_args, parent),
+        name="sglang_v4::detokenizer",
+        daemon=True,
+    )
+    start_ignoring_sigint(detok)
+    procs = Subprocesses(port_args, SchedulerReadyInfo(status="starting"), sched, detok, tp_workers=workers)
+    atexit.register(procs.shutdown)
+    deadline = time.monotonic() + SCHEDULER_READY_TIMEOUT_S
+    info: SchedulerReadyInfo | None = None
+    rank_error: str | None = None
+
+    def stop_if_asked() -> None:
+        signum = should_stop() if should_stop is not None else None
+        if signum is not None:
+            procs.shutdown()
+            raise StopRequested(signum)
+
+    while time.monotonic() < deadline:
+        stop_if_asked()
+        rank_error = poll_ready(workers) or dead_worker(workers)
+        if rank_error is not None:
+            break
+        if info is None and reader.poll(0.2):
+            try:
+                info = reader.recv()
+            except EOFError:
+                info = None
+                break
+            if info.status != "ready":
+                break
+        if info is not None and all(w.is_ready for w in workers):
+            break
+        if info is None and not sched.is_alive():
+            break
+    stop_if_asked()  # a stop signal to the process group may have stopped a child first
+    if rank_error is not None:
+        procs.shutdown()
+        raise RuntimeError(f"The server failed to start: {rank_error}")
+    if info is not None and info.status == "ready" and not all(w.is_ready for w in workers):
+        procs.shutdown()
+        raise RuntimeError("The server failed to start: TP ranks not ready in time")
+    if info is None or info.status != "ready":
+        if info is not None:  # the scheduler logged its traceback; say only its last line again
+            lines = info.error.strip().splitlines()
+            detail = (lines[-1] if lines else "unknown error") + " (the scheduler's traceback is above)"
+        else:
+            detail = f"scheduler exit code {sched.exitcode}"
+        if info is None and sched.exitcode == 1:
+            detail += ". " + _MAIN_GUARD_HINT
+        procs.shutdown()
+        raise RuntimeError(f"The scheduler process failed to start: {detail}")
+    procs.scheduler_info = info
+    return procs
+
+
+#: Shown when a spawned child fails at start-up, the usual cause being an unguarded script.
+_MAIN_GUARD_HINT = (
+    "The Engine starts its processes with 'spawn', which re-runs the main script in each child: "
+    'create the Engine under `if __name__ == "__main__":` (see "Safe importing of main module" '
+    "in Python's multiprocessing docs)."
+)

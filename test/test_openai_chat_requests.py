@@ -1,0 +1,129 @@
+"""Chat request fields of OpenAI-compatible servers (``continue_final_message``,
+``max_completion_tokens``) through FastAPI's TestClient and the fake tokenizer manager of
+``test_openai_api``, read back with the ``openai`` client's own parsers. Expected prompts are
+written out in the DeepSeek-V4 format and tokenized with the tokenizer itself."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from test_openai_api import A, B, E, FakeTM, U, _client, _oai
+from transformers import PreTrainedTokenizerFast
+
+
+def test_continue_final_message_keeps_bos_and_continues_the_answer(tok: PreTrainedTokenizerFast) -> None:
+    """``continue_final_message``: the prompt is the whole conversation without the final
+    end-of-sentence (BOS first, also when the partial assistant turn is the only message); in
+    thinking mode the prefix goes after the turn's reasoning and ``</think>``, so the
+    continuation is answer text (``content``), not reasoning, also after a turn with reasoning
+    only. Expected prompts written out in the V4 format (assistant turn without EOS)."""
+    tm = FakeTM(tok)
+    client = _oai(_client(tm))
+    think = {"chat_template_kwargs": {"thinking": True}}
+    user, prefill = {"role": "user", "content": "Q"}, {"role": "assistant", "content": '{"a":'}
+    cases = [
+        ([{"role": "assistant", "content": "Sure:"}], {}, B + "Sure:"),
+        ([user, prefill], {}, B + U + "Q" + A + '</think>{"a":'),
+        ([user, prefill], think, B + U + "Q" + A + '<think></think>{"a":'),
+        ([user, dict(prefill, reasoning_content="R")], think, B + U + "Q" + A + '<think>R</think>{"a":'),
+        ([user, {"role": "assistant", "content": None, "reasoning_content": "R"}], think, B + U + "Q" + A + "<think>R</think>"),
+    ]  # fmt: skip
+    want = tok.decode(tok.encode("Hello there, general Kenobi.", add_special_tokens=False)[:3])
+    for msgs, extra, prompt in cases:
+        body = {**extra, "continue_final_message": True, "add_generation_prompt": False}
+        out = client.chat.completions.create(model="dsv4-test", messages=msgs, max_tokens=3, extra_body=body)
+        assert tm.received[-1].input_ids == tok.encode(prompt, add_special_tokens=False)
+        msg = out.choices[0].message
+        assert (msg.content, msg.model_extra.get("reasoning_content")) == (want, None), prompt
+        stream = client.chat.completions.create(
+            model="dsv4-test", messages=msgs, max_tokens=3, extra_body=body, stream=True
+        )
+        content, reasoning = "", ""
+        for chunk in stream:
+            for ch in chunk.choices:
+                content += ch.delta.content or ""
+                reasoning += (ch.delta.model_extra or {}).get("reasoning_content") or ""
+        assert (content, reasoning) == (want, ""), prompt
+
+
+def test_max_completion_tokens_wins_and_is_named_in_errors(tok: PreTrainedTokenizerFast) -> None:
+    """``max_completion_tokens`` (OpenAI's replacement of ``max_tokens``) bounds the completion
+    when both are sent, and a negative value is a 400 naming ``max_completion_tokens`` (the field
+    the client sent), not ``max_tokens``."""
+    tm = FakeTM(tok)
+    client = _oai(_client(tm))
+    msgs = [{"role": "user", "content": "Hi"}]
+    out = client.chat.completions.create(
+        model="dsv4-test", messages=msgs, max_completion_tokens=2, max_tokens=9
+    )
+    assert tm.received[-1].sampling_params["max_new_tokens"] == 2 and out.usage.completion_tokens == 2
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.chat.completions.create(model="dsv4-test", messages=msgs, max_completion_tokens=-1)
+    assert ei.value.body["param"] == "max_completion_tokens" and "max_completion_tokens" in ei.value.message
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.chat.completions.create(model="dsv4-test", messages=msgs, max_tokens=-1)
+    assert ei.value.body["param"] == "max_tokens"
+
+
+def test_text_like_content_parts_are_text(tok: PreTrainedTokenizerFast) -> None:
+    """Content parts that carry text in other OpenAI shapes -- the Responses API's ``input_text``
+    / ``output_text`` (replayed into chat messages by agent frameworks) and an assistant
+    ``refusal`` part -- render as their text; a ``file`` or ``image_url`` part stays a 400 naming
+    the part. Expected prompt written out in the V4 format."""
+    tm = FakeTM(tok)
+    client = _oai(_client(tm))
+    msgs = [
+        {"role": "system", "content": [{"type": "input_text", "text": "S"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "Q1"}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "A1"}]},
+        {"role": "user", "content": [{"type": "text", "text": "Q2"}]},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]},
+        {"role": "user", "content": "Q3"},
+    ]
+    client.chat.completions.create(model="dsv4-test", messages=msgs, max_tokens=2)
+    want = (
+        B
+        + "S"
+        + U
+        + "Q1"
+        + A
+        + "</think>A1"
+        + E
+        + U
+        + "Q2"
+        + A
+        + "</think>No."
+        + E
+        + U
+        + "Q3"
+        + A
+        + "</think>"
+    )
+    assert tm.received[-1].input_ids == tok.encode(want, add_special_tokens=False)
+    for part in (
+        {"type": "file", "file": {"file_id": "f"}},
+        {"type": "image_url", "image_url": {"url": "u"}},
+    ):
+        with pytest.raises(openai.BadRequestError) as ei:
+            client.chat.completions.create(model="dsv4-test", messages=[{"role": "user", "content": [part]}])
+        assert "messages[0].content[0]" in ei.value.message and part["type"] in ei.value.message
+
+
+def test_continuous_usage_stats_on_every_chunk(tok: PreTrainedTokenizerFast) -> None:
+    """``stream_options.continuous_usage_stats`` (vLLM's extension): every chunk carries usage,
+    the first (role) chunk included with 0 completion tokens, and the completion count grows by
+    one token per content chunk (the fake engine emits one token per output)."""
+    client = _oai(_client(FakeTM(tok)))
+    stream = client.chat.completions.create(
+        model="dsv4-test",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=4,
+        stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},  # type: ignore[typeddict-unknown-key]
+    )
+    chunks = list(stream)
+    prompt = len(tok.encode(B + U + "Hi" + A + "</think>", add_special_tokens=False))
+    assert all(c.usage is not None and c.usage.prompt_tokens == prompt for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].usage.completion_tokens == 0
+    content = [c.usage.completion_tokens for c in chunks if c.choices and c.choices[0].delta.content]
+    assert content == [1, 2, 3, 4] and chunks[-1].usage.completion_tokens == 4
