@@ -43,7 +43,7 @@ from timing import median_ms  # noqa: E402
 GPU = dict(H=64, D=512, window=128, page=256, topk=512, tokens=2048, contexts="131072,524288")
 DRY = dict(H=16, D=64, window=16, page=256, topk=16, tokens=8, contexts="1024")
 #: (block_h, block_n, num_warps, num_stages); the wrapper's prefill default is (64, 32, 8, 2)
-SETTINGS = (
+SETTINGS: tuple[tuple[int, ...], ...] = (
     (64, 16, 8, 2),
     (64, 32, 8, 1),
     (64, 32, 8, 3),
@@ -56,6 +56,17 @@ SETTINGS = (
     (32, 32, 8, 3),
     (16, 64, 4, 2),
 )
+#: ``--spill-free``: settings whose sm_90 compile spills no registers (``test_kernels_compile.py``:
+#: the default spills ~1.4 KB), with the value-column split (``dv_split``, 5th field) or without:
+#: (block_h, block_n, num_warps, num_stages, dv_split)
+SPILL_FREE = (
+    (32, 32, 8, 2, 1),
+    (32, 32, 8, 2, 2),
+    (64, 32, 8, 2, 2),
+    (64, 64, 8, 2, 2),
+    (64, 16, 8, 2, 2),
+)
+_KEYS = ("block_h", "block_n", "num_warps", "num_stages", "dv_split")
 
 
 def chunk_inputs(kind: str, C: int, sh: dict, n_rows: int, dev: str) -> dict[str, Any]:
@@ -101,12 +112,17 @@ def main() -> None:
     ap.add_argument("--kinds", default="HCA,CSA")
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--fp8", action="store_true", help="also the fp8 main-entry pools")
+    ap.add_argument(
+        "--spill-free", action="store_true", help="time SPILL_FREE (with dv_split) instead of SETTINGS"
+    )
     a = ap.parse_args()
     from sgl_kernel_v4.triton.attention import sparse_attention
 
     dev = "cpu" if a.dry else "cuda"
     sh = DRY if a.dry else GPU
-    settings = SETTINGS[:2] if a.dry else SETTINGS
+    settings = SPILL_FREE if a.spill_free else SETTINGS
+    if a.dry:
+        settings = tuple((min(st[0], 16), min(st[1], 16), *st[2:]) for st in settings[:2])
     contexts = [int(c) for c in (a.contexts or sh["contexts"]).split(",")]
     n_rows = max(max(contexts) // 4 + 1024, 4096)
     if a.dry:
@@ -138,10 +154,9 @@ def main() -> None:
                 base = out.float().clone()
                 scale = float(base.abs().max()) or 1.0
                 for st in [None, *settings]:
-                    kw = (
-                        {} if st is None else dict(zip(("block_h", "block_n", "num_warps", "num_stages"), st))
-                    )
-                    label = "default" if st is None else "h{} n{} w{} s{}".format(*st)
+                    kw = {} if st is None else dict(zip(_KEYS, st))
+                    label = "default" if st is None else "h{} n{} w{} s{}".format(*st[:4])
+                    label += f" dv{st[4]}" if st is not None and len(st) > 4 else ""
                     row = {"kind": kind, "C": C, "pool": pname, "setting": label}
                     try:
                         ms = base_ms if st is None else median_ms(lambda kw=kw: call(kw), a.calls, dev)
