@@ -379,3 +379,30 @@ def test_weight_scale_inv_name_and_float32_scales(ckpts, tmp_path) -> None:
         got["model.layers.3.mlp.experts.gate_up_proj"][0].double(),
         ref["model.layers.3.mlp.experts.gate_up_proj"][0],
     )
+
+
+def test_reduced_depth_loads_the_first_layers(ckpts, tmp_path, caplog) -> None:
+    """SGLang's ``--json-model-override-args '{"num_hidden_layers": 2}'`` on the 4-layer checkpoint:
+    the tensors of layers 2-3 are skipped with a warning, every tensor of the 2-layer model is the
+    one stored in the file (read back with safetensors). It used to be refused as "unexpected"."""
+    from sglang_v4.configs.model_config import ModelConfig
+
+    path = str(ckpts["hf_fp32"])
+    mc = ModelConfig.from_pretrained(path, {"num_hidden_layers": 2})
+    model = DeepseekV4ForCausalLM(mc.hf).eval()
+    with caplog.at_level(logging.WARNING, logger="sglang_v4.model_loader.weight_loader"):
+        load_weights_into(model, path, progress=False)
+    assert "more decoder layers than the model" in caplog.text
+    raw = _raw(path)
+    sd = model.state_dict()
+    in_file = {k for k in raw if re.match(r"model\.layers\.[01]\.", k)}
+    assert {k for k in sd if k.startswith("model.layers.")} == in_file
+    for k, t in sd.items():
+        assert torch.equal(t, raw[k]), k
+    # a tensor missing below the model's depth is still refused
+    del raw["model.layers.1.self_attn.sinks"]
+    save_file(raw, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(
+        ValueError, match=r"model\.layers\.1\.self_attn\.sinks: expected shape \[4\], found missing"
+    ):
+        load_weights_into(DeepseekV4ForCausalLM(mc.hf).eval(), str(tmp_path), progress=False)

@@ -18,6 +18,7 @@ import math
 import multiprocessing as mp
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -285,6 +286,9 @@ def launch_subprocesses(
         RuntimeError: the scheduler or a TP rank failed to start (its traceback is in the log) or
             did not report ready within ``SCHEDULER_READY_TIMEOUT_S``.
         StopRequested: ``should_stop`` returned a signal (see above).
+        SystemExit: (code 1) called in one of the children this function starts, i.e. an Engine
+            created at the top level of a script without a main guard, which ``spawn`` re-runs
+            there; the parent then raises the RuntimeError that names the guard.
     """
     from sglang_v4.entrypoints.lifecycle import StopRequested, start_ignoring_sigint
     from sglang_v4.entrypoints.tp_launch import (
@@ -296,11 +300,17 @@ def launch_subprocesses(
     from sglang_v4.managers.detokenizer_manager import run_detokenizer_process
     from sglang_v4.managers.scheduler_process import run_scheduler_process
 
-    if mp.current_process().name.startswith("sglang_v4::"):
-        # we are one of our own spawned children re-running the user's script top level
-        raise RuntimeError(
-            "An Engine was created while a child process imported the main script. " + _MAIN_GUARD_HINT
+    name = mp.current_process().name
+    if name.startswith("sglang_v4::"):
+        # One of our own spawned children re-running the user's script top level: say so in one
+        # line and exit 1 (no traceback; SystemExit ends the child's spawn bootstrap quietly). The
+        # parent sees the exit code and raises its RuntimeError with the same hint.
+        sys.stderr.write(
+            f"{name}: an Engine was created while this child process imported the main script. "
+            + _MAIN_GUARD_HINT
+            + "\n"
         )
+        raise SystemExit(1)
     ctx = mp.get_context("spawn")
     port_args = PortArgs.init_new()
     reader, writer = ctx.Pipe(duplex=False)

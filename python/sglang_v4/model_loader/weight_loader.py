@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -53,6 +54,27 @@ def _check_shapes(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[i
                 f"{name}: unexpected tensor in checkpoint (shape {list(shape)}), not in the model"
             )
     return problems
+
+
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+
+
+def _drop_layers_beyond(plan: _Plan, expected: dict[str, tuple[int, ...]]) -> int:
+    """Remove from ``plan`` the tensors of decoder layers at or beyond the model's depth and return
+    how many were removed.
+
+    A model built with fewer layers than its checkpoint holds (SGLang's
+    ``--json-model-override-args '{"num_hidden_layers": N}'`` on a full checkpoint) loads the first
+    ``N`` layers, as SGLang's loaders do; the depth is ``1 +`` the highest ``model.layers.{i}.``
+    index among the model's own tensors (``expected``, HF names). Tensors of layers below it that
+    are missing or unexpected are still reported by :func:`_check_shapes`.
+    """
+    depths = [int(m.group(1)) for k in expected if (m := _LAYER.match(k))]
+    depth = max(depths) + 1 if depths else 0
+    kept = [e for e in plan.entries if not ((m := _LAYER.match(e.name)) and int(m.group(1)) >= depth)]
+    dropped = len(plan.entries) - len(kept)
+    plan.entries = kept
+    return dropped
 
 
 @dataclass
@@ -288,7 +310,8 @@ def load_weights_into(
 
     First checks, from the safetensors headers alone, that every weight of ``model.state_dict()``
     is in the checkpoint with the same (logical, i.e. dequantized) shape and that the checkpoint
-    has no other tensor; then reads one stored tensor at a time (a routed expert's ``w1`` / ``w3``
+    has no other tensor (except the decoder layers beyond the model's depth, skipped with a warning:
+    see :func:`_drop_layers_beyond`); then reads one stored tensor at a time (a routed expert's ``w1`` / ``w3``
     / ``w2`` are written straight into their rows of the packed destination, so host memory holds
     one stored tensor, never a stacked fp32 copy), moves it to the destination's device and
     writes it in the destination's format (``layers/quantization.py``): FP8 / FP4 copied as
@@ -319,6 +342,14 @@ def load_weights_into(
             raise ValueError(f"{k}: the model holds {t.logical_shape} but its shard is {sh.local_shape}")
         full_shapes[k] = sh.full_shape if sh is not None else t.logical_shape
     plan = _plan(model_path)
+    beyond = _drop_layers_beyond(plan, full_shapes)
+    if beyond:
+        logger.warning(
+            "checkpoint %s has more decoder layers than the model (num_hidden_layers override?): "
+            "skipping its %d tensors of layers >= the model's depth",
+            model_path,
+            beyond,
+        )
     found = {e.name: e.shape for e in plan.entries}
     problems = _check_shapes(full_shapes, found)
     if problems:
