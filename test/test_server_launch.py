@@ -210,3 +210,30 @@ def test_https_with_sglangs_ssl_flags(tmp_path: Path) -> None:
         assert info["ssl_certfile"] == str(cert)
     finally:
         assert h.stop() == 0
+
+
+def test_logging_survives_a_replaced_and_closed_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's log handler writes to the ``sys.stdout`` of each record, so a stdout that was
+    current when logging was configured and has been closed since (a redirect, a test capture: it
+    happened when ``launch_server``'s ``main`` ran inside a captured test) does not turn later
+    lines into "--- Logging error ---" tracebacks."""
+    import io
+    import logging
+
+    from sglang_v4.utils import configure_logging
+
+    saved = logging.getLogger().handlers[:], logging.getLogger().level
+    first, second, err = io.StringIO(), io.StringIO(), io.StringIO()
+    try:
+        monkeypatch.setattr(sys, "stdout", first)
+        monkeypatch.setattr(sys, "stderr", err)
+        configure_logging("info")
+        first.close()
+        monkeypatch.setattr(sys, "stdout", second)
+        logging.getLogger("sglang_v4.test").warning("after the redirect")
+        assert "after the redirect" in second.getvalue()
+        assert "Logging error" not in err.getvalue()
+    finally:
+        root = logging.getLogger()
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])

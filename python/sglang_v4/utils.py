@@ -59,6 +59,21 @@ def human_readable_int(text: str) -> int:
     return int(Fraction(number) * _SI[suffix])  # a fraction of a token is dropped, as in SGLang
 
 
+class _CurrentStdoutHandler(logging.StreamHandler):
+    """A stream handler that writes to whatever ``sys.stdout`` is when a record is emitted, not the
+    stream of the moment it was configured: a stdout replaced and closed since (an embedding
+    application's redirect, a test harness's capture) must not turn later log lines into
+    "--- Logging error ---" tracebacks on stderr."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ assigns it; always sys.stdout
+        pass
+
+
 def configure_logging(level: str = "info", prefix: str = "") -> None:
     """Configure the root logger in SGLang's format: ``[YYYY-mm-dd HH:MM:SS<prefix>] message``.
 
@@ -70,7 +85,7 @@ def configure_logging(level: str = "info", prefix: str = "") -> None:
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
-    handler = logging.StreamHandler(sys.stdout)
+    handler = _CurrentStdoutHandler()
     handler.setFormatter(logging.Formatter(fmt, datefmt="%Y-%m-%d %H:%M:%S"))
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
