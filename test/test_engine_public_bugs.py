@@ -237,8 +237,14 @@ def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:
         "    stream = engine.generate(prompt='HOLD-THIS', sampling_params={'max_new_tokens': 50}, stream=True)\n"
         "    print('first chunk', 'meta_info' in next(stream), flush=True)\n"
     )
+    from server_fixture import TEST_DIR
+
     env = dict(
-        os.environ, SGLANG_V4_SCHEDULER_CLASS="server_fixture:FakeScheduler", FAKE_HOLD_ON_TEXT="HOLD-THIS"
+        os.environ,
+        SGLANG_V4_SCHEDULER_CLASS="server_fixture:FakeScheduler",
+        FAKE_HOLD_ON_TEXT="HOLD-THIS",
+        # the scheduler child imports server_fixture: the test directory on its path, as CI runs it
+        PYTHONPATH=os.pathsep.join([str(TEST_DIR), os.environ.get("PYTHONPATH", "")]),
     )
     try:
         p = subprocess.run(
