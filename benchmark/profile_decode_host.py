@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import os
-import pstats
 import statistics
 import sys
 import time
@@ -144,6 +143,8 @@ def measure(s: Any, bs: int, a: argparse.Namespace, overlap: bool, sync: Any) ->
 
 
 def cprofile_rows(s: Any, bs: int, a: argparse.Namespace, top: int = 30) -> list[str]:
+    from profile_step import cprofile_tables
+
     _add(s, bs, a, "p")
     while s.waiting or any(not r.output_ids for r in s.running):
         s.step()
@@ -155,20 +156,7 @@ def cprofile_rows(s: Any, bs: int, a: argparse.Namespace, top: int = 30) -> list
         s.step()
     pr.disable()
     _drain(s)
-    rows = []
-    for (f, line, name), (_cc, nc, tt, ct, _callers) in pstats.Stats(pr).stats.items():  # type: ignore[attr-defined]
-        short = f.split("/python/")[-1].split("/sgl-kernel-v4/")[-1].split("site-packages/")[-1]
-        n = a.cprofile_steps
-        rows.append((f"{short}:{line} ({name})", nc / n, tt * 1e3 / n, ct * 1e3 / n))
-    out = []
-    for key, title in ((2, "own"), (3, "cumulative")):
-        out += ["", f"## batch {bs}, overlap off: functions by {title} host ms per step (cProfile)", "",
-                "| function | calls / step | own ms | cumulative ms |", "|---|---:|---:|---:|"]  # fmt: skip
-        out += [
-            f"| {r[0][:90]} | {r[1]:.1f} | {r[2]:.3f} | {r[3]:.3f} |"
-            for r in sorted(rows, key=lambda r: -r[key])[:top]
-        ]
-    return out
+    return cprofile_tables(pr, f"batch {bs}, overlap off", steps=a.cprofile_steps, top=top)
 
 
 def main(argv: list[str] | None = None) -> int:

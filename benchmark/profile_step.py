@@ -213,11 +213,33 @@ def host_breakdown(s: Any, ids: list[int], rid: str, sync: Any) -> dict[str, flo
     return {"step wall": wall * 1e3, **{k: v * 1e3 for k, v in mt.seconds.items()}}
 
 
+def cprofile_tables(pr: Any, heading: str, steps: int = 1, top: int = 35) -> list[str]:
+    """Markdown tables of the functions in ``pr`` (a stopped ``cProfile.Profile``) with the most own
+    (``tottime``) and cumulative host milliseconds, per step over ``steps`` steps; ``heading``
+    starts each table's title (``"{heading}: functions by own host ms ..."``)."""
+    import pstats
+
+    rows = []
+    for (f, line, name), (_cc, nc, tt, ct, _callers) in pstats.Stats(pr).stats.items():  # type: ignore[attr-defined]
+        short = f.split("/python/")[-1].split("/sgl-kernel-v4/")[-1].split("site-packages/")[-1]
+        rows.append((f"{short}:{line} ({name})", nc / steps, tt * 1e3 / steps, ct * 1e3 / steps))
+    per = " per step" if steps > 1 else ""
+    calls = "calls / step" if steps > 1 else "calls"
+    out = [""]
+    for key, title in ((2, "own"), (3, "cumulative")):
+        out += [f"## {heading}: functions by {title} host ms{per} (cProfile)", "",
+                f"| function | {calls} | own ms | cumulative ms |", "|---|---:|---:|---:|"]  # fmt: skip
+        cf, mf = (".1f", ".3f") if steps > 1 else (".0f", ".2f")
+        out += [f"| {r[0][:90]} | {r[1]:{cf}} | {r[2]:{mf}} | {r[3]:{mf}} |"
+                for r in sorted(rows, key=lambda r: -r[key])[:top]]  # fmt: skip
+        out.append("")
+    return out
+
+
 def cprofile_step(s: Any, ids: list[int], rid: str, sync: Any, top: int = 35) -> list[str]:
     """One more extend step of ``ids`` under ``cProfile``: markdown rows of the functions with the
     most own (``tottime``) and cumulative host milliseconds."""
     import cProfile
-    import pstats
 
     from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
     from sglang_v4.sampling.sampling_params import SamplingParams
@@ -233,19 +255,7 @@ def cprofile_step(s: Any, ids: list[int], rid: str, sync: Any, top: int = 35) ->
     pr.disable()
     while s.has_work():
         s.step()
-    st = pstats.Stats(pr)
-    rows = []
-    for (f, line, name), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
-        short = f.split("/python/")[-1].split("/sgl-kernel-v4/")[-1].split("site-packages/")[-1]
-        rows.append((f"{short}:{line} ({name})", nc, tt * 1e3, ct * 1e3))
-    out = [""]
-    for key, title in ((2, "own"), (3, "cumulative")):
-        out += [f"## {len(ids)} tokens: functions by {title} host ms (cProfile)", "",
-                "| function | calls | own ms | cumulative ms |", "|---|---:|---:|---:|"]  # fmt: skip
-        for r in sorted(rows, key=lambda r: -r[key])[:top]:
-            out.append(f"| {r[0][:90]} | {r[1]} | {r[2]:.2f} | {r[3]:.2f} |")
-        out.append("")
-    return out
+    return cprofile_tables(pr, f"{len(ids)} tokens", top=top)
 
 
 def decode_kernel_times(s: Any, sync: Any, bs: int, top: int = 40) -> list[str]:
