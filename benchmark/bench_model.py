@@ -411,6 +411,17 @@ def ceilings() -> None:
 # ----------------------------------------------------------------------------------------------
 # 3. flash-8l-32e
 # ----------------------------------------------------------------------------------------------
+def decode_token(req: int, pos: int) -> int:
+    """The token request ``req`` of a decode batch feeds at position ``pos``: distinct across the
+    batch and across steps (a multiplicative hash into ``[2, 120000)``, the prompt range).
+
+    Every request of a decode row continues the same prefilled source, so one shared token would give
+    every row the same hidden state and the same routed experts: a batch of ``bs`` would read the
+    expert weights of one token, not the ``E (1 - (1 - k/E)^bs)`` distinct experts a served batch of
+    different tokens reads (:func:`active_bytes`)."""
+    return 2 + (req * 2654435761 + pos * 40503 + 12345) % 119998
+
+
 class Bench:
     """The runtime model (dummy weights: bf16, or FP8/FP4 with ``quantization="fp8"`` or a preset
     whose config says so) plus a page-allocating request helper."""
@@ -495,18 +506,27 @@ class Bench:
         p = self.pool
         out = []
         n_full = ctx // self.page
-        for _ in range(bs):
+        for i in range(bs):
             slot = self.new_slot()
             p.copy_req_state(slot, s_slot)
             blocks = list(s_blocks[:n_full])
             wins = {k: v for k, v in s_wins.items() if k < ctx // 128}
             own_b, own_w = [], {}
             out.append(
-                {"slot": slot, "blocks": blocks, "wins": wins, "own_b": own_b, "own_w": own_w, "pos": ctx}
+                {
+                    "slot": slot,
+                    "blocks": blocks,
+                    "wins": wins,
+                    "own_b": own_b,
+                    "own_w": own_w,
+                    "pos": ctx,
+                    "i": i,
+                }
             )
         return out
 
     def step_inputs(self, reqs: list[dict]) -> list:
+        """One decode input per request; each request feeds its own token (:func:`decode_token`)."""
         from sglang_v4.model_executor.forward_batch import ReqForwardInput
 
         ins = []
@@ -522,7 +542,9 @@ class Bench:
                 r["wins"][k] = w
                 r["own_w"][k] = w
             ins.append(
-                ReqForwardInput(r["slot"], [100 + (r["pos"] % 7)], r["pos"], r["blocks"], r["wins"], 0)
+                ReqForwardInput(
+                    r["slot"], [decode_token(r["i"], r["pos"])], r["pos"], r["blocks"], r["wins"], 0
+                )
             )
         return ins
 
