@@ -74,7 +74,7 @@ _SCORE_EXTEND = dict(
     token_req_ptr="*i64", E="i32", keys_ptr="*i32", stride_k="i32", scores_ptr="*i32", hist_ptr="*i32",
     cnt_ptr="*i32", K="i32", t_base="i32", G="i32", HI="i32", scale="fp32", nsc="i32", DI="constexpr",
     CODEC="constexpr", BLOCK_T="constexpr", BLOCK_H="constexpr", BLOCK_C="constexpr", WRITE_SCORES="constexpr",
-    SHORT="constexpr", HB="constexpr", FORM="constexpr", FP4_ROWS="constexpr",
+    SHORT="constexpr", HB="constexpr", FORM="constexpr", FP4_ROWS="constexpr", IEEE="constexpr",
 )  # fmt: skip
 # the MoE pair layout (moe._align): one program up to 4,096 pairs, else the two chunked launches
 _ALIGN_ONE = dict(
@@ -415,7 +415,7 @@ def _attention_dv_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
                out_ptr="*bf16", stride_ot="i32", stride_oh="i32", part_acc_ptr="*fp32", part_ml_ptr="*fp32",
                H="i32", scale_log2="fp32", num_splits=i64, D="constexpr", NOPE="constexpr", CODEC="constexpr",
                BLOCK_D="constexpr", BLOCK_H="constexpr", BLOCK_N="constexpr", SPLIT="constexpr",
-               COMP_MODE="constexpr", ALIGN="constexpr", DV_SPLIT="constexpr")  # fmt: skip
+               COMP_MODE="constexpr", ALIGN="constexpr", DV_SPLIT="constexpr", IEEE="constexpr")  # fmt: skip
     out = []
     for dv, bn, warps, stages in ((1, 32, 8, 2), (2, 32, 8, 2), (2, 64, 8, 2), (2, 32, 4, 2), (2, 64, 4, 3)):
         consts = dict(D=512, NOPE=448, CODEC=0, BLOCK_D=512, BLOCK_H=64, BLOCK_N=bn, SPLIT=False, COMP_MODE=1,

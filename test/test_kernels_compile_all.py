@@ -150,7 +150,11 @@ def _env(interpret: bool) -> dict:
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    env["PYTHONPATH"] = os.pathsep.join([HERE, *filter(None, [env.get("PYTHONPATH")])])
+    # this checkout's sources first: a relative PYTHONPATH would resolve against the child's cwd
+    # (test/) and the child would import an installed copy of the packages instead
+    root = os.path.dirname(HERE)
+    own = [HERE, os.path.join(root, "python"), os.path.join(root, "sgl-kernel-v4")]
+    env["PYTHONPATH"] = os.pathsep.join([*own, *filter(None, [env.get("PYTHONPATH")])])
     return env
 
 

@@ -341,10 +341,10 @@ def test_compressor_run_triton_path_equals_torch_path(
         prm.data.normal_()
     real_get_op = ops.get_op
 
-    def triton_get_op(name: str, device: object) -> object:
+    def triton_get_op(name: str, device: object, supported: bool = True) -> object:
         if name in ("compress_windows_and_insert", "advance_compressor_state"):
             return _triton(name)
-        return real_get_op(name, device)
+        return real_get_op(name, device, supported)
 
     states = {real_get_op: _zero_state(m, d, overlap), triton_get_op: _zero_state(m, d, overlap)}
     for step in steps:

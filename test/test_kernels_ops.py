@@ -60,7 +60,7 @@ def test_quantized_pool_goes_to_the_device_kernel(monkeypatch: pytest.MonkeyPatc
     device: quantized KV never falls back to the torch reference on CUDA."""
     calls: list[str] = []
 
-    def fake_get_op(name: str, device: object) -> object:
+    def fake_get_op(name: str, device: object, supported: bool = True) -> object:
         calls.append(str(torch.device(device).type))
         return lambda *a, **k: "ran"
 

@@ -22,6 +22,24 @@ where noted in their docstrings):
 11. ``moe_route`` (MoE router: scores, top-k or hash selection, weight normalisation)
 12. ``swiglu_clamped`` (the shared expert's clamped SwiGLU)
 
+Shapes outside a Triton kernel's range run the torch reference instead, on the same device (a
+config's shapes must not crash a GPU server): the wrappers below test the call's shapes with the
+predicates of :data:`TRITON_SHAPE_LIMITS` (integer tests on ``.shape``, no device work) and pass
+the result to :func:`get_op`. The limits: the RoPE / q-norm / compressor kernels need a head dim
+``2 * 2^k`` (pairs tiled by a power of two), the compressor state a row width ``2^k``, the
+indexer a power-of-two head dim >= 16 and mHC a power-of-two ``hc_mult``; e.g. ``head_dim`` 96 or
+``hc_mult`` 3 run those ops through ``sgl_kernel_v4.ref`` (float KV pools only: the quantized
+pool formats have no torch writer there, and their block layouts need multiples of 64 anyway).
+:func:`triton_supports` answers the same question for tests and callers.
+
+Precision of fp32 models: the Triton kernels multiply fp32 ``tl.dot`` operands in IEEE fp32 while
+torch's fp32 matmuls exclude TF32 (``torch.backends.cuda.matmul.allow_tf32`` False, torch's
+default; ``torch.set_float32_matmul_precision("high")`` or ``fp32_precision = "tf32"`` allow it),
+so an fp32 model gets the products torch itself would give it, and TF32 where the user allows
+TF32 (:func:`sgl_kernel_v4.triton._utils.ieee_f32_dots`, passed to the kernels as the constexpr
+``IEEE``; bf16 / fp8 operands compile as before). mHC's projection keeps its own ``"tf32x3"``
+(three TF32 products: fp32 accuracy).
+
 Disabling Triton: set the environment variable ``SGLANG_V4_DISABLE_TRITON=1`` before the first
 lookup, or call :func:`set_triton_enabled` (e.g. from a ``--disable-triton-kernels`` server flag).
 
@@ -42,7 +60,9 @@ import torch
 
 __all__ = [
     "OP_NAMES",
+    "TRITON_SHAPE_LIMITS",
     "get_op",
+    "triton_supports",
     "set_triton_enabled",
     "triton_enabled",
     "triton_available",
@@ -106,6 +126,51 @@ _TRITON_MODULES: dict[str, str] = {
 
 OP_NAMES: tuple[str, ...] = tuple(_REF_MODULES)
 
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _pairs_pow2(d: int) -> bool:
+    """``d = 2 * 2^k``: the RoPE / compressor kernels tile the ``d / 2`` channel pairs."""
+    return d % 2 == 0 and _pow2(d // 2)
+
+
+def _compress_windows_shapes(kv_new: torch.Tensor, gate: torch.Tensor, position_bias: torch.Tensor,
+                             *args: Any) -> bool:  # fmt: skip
+    X = position_bias.shape[-1]  # 2d (CSA: overlapping windows) or d (HCA)
+    d = X // 2 if args[4] is not None else X  # args[4]: ovl_kv
+    return _pow2(X) and _pairs_pow2(d)
+
+
+#: op name -> ``predicate(*args)`` over the op-table arguments: True when the op's Triton kernel
+#: supports the call's shapes (ops not listed: every shape). Integer tests only.
+TRITON_SHAPE_LIMITS: dict[str, Callable[..., bool]] = {
+    "apply_rope": lambda x, *_: _pairs_pow2(x.shape[-1]),
+    "inv_rope_quant": lambda o, *_: _pairs_pow2(o.shape[-1]),
+    "qnorm_rope_kv_insert": lambda q, *_: _pairs_pow2(q.shape[-1]),
+    "compress_and_insert": lambda kv, *_: _pairs_pow2(kv.shape[-1]),
+    "compress_windows_and_insert": _compress_windows_shapes,
+    "advance_compressor_state": lambda kv_new, gate, position_bias, *_: _pow2(position_bias.shape[-1]),
+    "indexer_topk": lambda q, *_: _pow2(q.shape[-1]) and q.shape[-1] >= 16,
+    "hc_pre": lambda x, *_: _pow2(x.shape[1]),
+    "hc_post": lambda block_out, residual, *_: _pow2(residual.shape[1]),
+}
+
+
+def triton_supports(name: str, *args: Any) -> bool:
+    """Whether op ``name``'s Triton kernel supports the shapes of the op-table arguments ``args``
+    (:data:`TRITON_SHAPE_LIMITS`); it does not look at the device or :func:`triton_enabled`.
+
+    Raises:
+        ValueError: ``name`` is not an op of the table.
+    """
+    if name not in _REF_MODULES:
+        raise ValueError(f"name: unknown op {name!r}; expected one of {OP_NAMES}")
+    check = TRITON_SHAPE_LIMITS.get(name)
+    return True if check is None else bool(check(*args))
+
+
 _triton_flag: bool | None = None  # None = decide from the environment
 _cache: dict[tuple[str, str], Callable[..., Any]] = {}
 
@@ -147,16 +212,18 @@ def _load(package: str, module: str, name: str) -> Callable[..., Any]:
     return getattr(mod, name)
 
 
-def get_op(name: str, device: torch.device | str) -> Callable[..., Any]:
+def get_op(name: str, device: torch.device | str, supported: bool = True) -> Callable[..., Any]:
     """Return the implementation of op ``name`` for tensors on ``device``.
 
     Args:
         name: one of :data:`OP_NAMES` (the op table in the module docstring).
         device: the device the op's inputs live on (``torch.device`` or a string like ``"cuda:0"``).
+        supported: whether the Triton kernel supports the call's shapes (:func:`triton_supports`;
+            the wrappers of this module pass it); False gives the torch reference.
 
     Returns:
-        The Triton implementation on CUDA when :func:`triton_enabled`, else the torch reference
-        ``sgl_kernel_v4.ref.<module>.<name>``.
+        The Triton implementation on CUDA when :func:`triton_enabled` and ``supported``, else the
+        torch reference ``sgl_kernel_v4.ref.<module>.<name>``.
 
     Raises:
         ValueError: ``name`` is not an op of the table.
@@ -164,7 +231,7 @@ def get_op(name: str, device: torch.device | str) -> Callable[..., Any]:
     if name not in _REF_MODULES:
         raise ValueError(f"name: unknown op {name!r}; expected one of {OP_NAMES}")
     dev_type = device.type if isinstance(device, torch.device) else torch.device(device).type
-    use_triton = dev_type == "cuda" and name in _TRITON_MODULES and triton_enabled()
+    use_triton = supported and dev_type == "cuda" and name in _TRITON_MODULES and triton_enabled()
     key = (name, "triton" if use_triton else "ref")
     fn = _cache.get(key)
     if fn is None:
@@ -199,7 +266,8 @@ def compress_and_insert(
     eps: float,
 ) -> torch.Tensor:
     """Softmax pooling + RMSNorm + RoPE + pool write (any pool format); see op table entry 2."""
-    return get_op("compress_and_insert", kv.device)(
+    ok = _pairs_pow2(kv.shape[-1])
+    return get_op("compress_and_insert", kv.device, ok)(
         kv, score, norm_weight, cos, sin, pool_flat, out_index, eps
     )
 
@@ -226,7 +294,10 @@ def compress_windows_and_insert(
     """``compress_and_insert`` of the windows a forward completes, their rows read from the
     compressor state and the new rows (score bias folded in); see op table entry 2 and
     :func:`sgl_kernel_v4.ref.compressor_state.compress_windows_and_insert`."""
-    return get_op("compress_windows_and_insert", kv_new.device)(
+    ok = _compress_windows_shapes(
+        kv_new, gate, position_bias, positions, req_pool_indices, buf_kv, buf_score, ovl_kv
+    )
+    return get_op("compress_windows_and_insert", kv_new.device, ok)(
         kv_new, gate, position_bias, positions, req_pool_indices, buf_kv, buf_score, ovl_kv, ovl_score,
         win_rows, win_prev, norm_weight, cos, sin, pool_flat, win_out, eps,
     )  # fmt: skip
@@ -252,7 +323,7 @@ def advance_compressor_state(
     """In-place update of the per-request compressor state (partial window, CSA overlap half and
     resume snapshots); see op table entry 2 and
     :func:`sgl_kernel_v4.ref.compressor_state.advance_compressor_state`."""
-    get_op("advance_compressor_state", kv_new.device)(
+    get_op("advance_compressor_state", kv_new.device, _pow2(position_bias.shape[-1]))(
         kv_new, gate, position_bias, positions, req_pool_indices, buf_kv, buf_score, ovl_kv, ovl_score,
         snap_kv, snap_score, buf_rows, ovl_rows, snap_rows, snap_pages,
     )  # fmt: skip
@@ -260,12 +331,12 @@ def advance_compressor_state(
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Interleaved RoPE on the trailing ``2*cos.shape[-1]`` channels; see op table entry 3."""
-    return get_op("apply_rope", x.device)(x, cos, sin)
+    return get_op("apply_rope", x.device, _pairs_pow2(x.shape[-1]))(x, cos, sin)
 
 
 def inv_rope_quant(o: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fp8: bool = False) -> Any:
     """Inverse RoPE on the attention output (+ optional fp8 quant); see op table entry 3."""
-    return get_op("inv_rope_quant", o.device)(o, cos, sin, fp8)
+    return get_op("inv_rope_quant", o.device, _pairs_pow2(o.shape[-1]))(o, cos, sin, fp8)
 
 
 def qnorm_rope_kv_insert(
@@ -279,7 +350,8 @@ def qnorm_rope_kv_insert(
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q-norm + RoPE, kv norm + RoPE + window insert (any pool format); see op table entry 4."""
-    return get_op("qnorm_rope_kv_insert", q.device)(q, kv, kv_norm_weight, cos, sin, swa_flat, swa_index, eps)
+    op = get_op("qnorm_rope_kv_insert", q.device, _pairs_pow2(q.shape[-1]))
+    return op(q, kv, kv_norm_weight, cos, sin, swa_flat, swa_index, eps)
 
 
 def sparse_attention(
@@ -323,7 +395,8 @@ def indexer_topk(
     """Lightning-indexer scores over every visible entry (paged keys) + top-k entry indices; see
     op table entry 6 and :func:`sgl_kernel_v4.ref.attention.indexer_topk`. ``max_visible`` bounds
     ``visible`` (the Triton kernel's scratch width; ``None`` reads it from ``visible``)."""
-    fn = get_op("indexer_topk", q.device)
+    DI = q.shape[-1]
+    fn = get_op("indexer_topk", q.device, _pow2(DI) and DI >= 16)
     args = (q, weights, idx_kv, visible, req_to_page, req_rows, token_req, entries_per_page, topk, scale)
     if fn.__module__.endswith(".triton.indexer"):
         return fn(*args, max_visible=max_visible)
@@ -344,7 +417,7 @@ def hc_pre(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """mHC pre: (collapsed, post, comb); see op table entry 7. With ``norm_weight`` (``[D]`` fp32)
     ``collapsed`` comes back through the block's RMSNorm (``norm_weight_eps``), fused on CUDA."""
-    op = get_op("hc_pre", x.device)
+    op = get_op("hc_pre", x.device, _pow2(x.shape[1]))
     if norm_weight is None:
         return op(x, fn, base, scale, sinkhorn_iters, eps, norm_eps)
     return op(x, fn, base, scale, sinkhorn_iters, eps, norm_eps, norm_weight=norm_weight,
@@ -355,7 +428,7 @@ def hc_post(
     block_out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor
 ) -> torch.Tensor:
     """mHC post: ``post ⊗ out + combᵀ · residual``; see op table entry 7."""
-    return get_op("hc_post", block_out.device)(block_out, residual, post, comb)
+    return get_op("hc_post", block_out.device, _pow2(residual.shape[1]))(block_out, residual, post, comb)
 
 
 def fused_moe(

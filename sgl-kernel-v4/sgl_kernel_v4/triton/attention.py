@@ -36,7 +36,8 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.paged import as_paged, entry_align
-from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
+from sgl_kernel_v4.triton._dot import dot
+from sgl_kernel_v4.triton._utils import cdiv, ieee_f32_dots, next_power_of_2, num_sms
 from sgl_kernel_v4.triton.kv_codec import load_main, row_offsets
 
 __all__ = ["default_num_splits", "max_key_count", "sparse_attention"]
@@ -61,9 +62,10 @@ def _attend(
     NOPE,
     ALIGN,
     DV_SPLIT: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     k = load_main(kv_ptr, off, valid, offs_d, CODEC, D, NOPE, ALIGN).to(q.dtype)
-    qk = tl.dot(q, tl.trans(k))
+    qk = dot(q, tl.trans(k), IEEE)
     qk = tl.where(valid[None, :], qk * scale_log2, float("-inf"))
     m_new = tl.maximum(m, tl.max(qk, 1))
     alpha = tl.exp2(m - m_new)
@@ -73,7 +75,7 @@ def _attend(
         v = k
     else:  # this program's share of the value columns (K = V), re-read from L1 / L2
         v = load_main(kv_ptr, off, valid, offs_dv, CODEC, D, NOPE, ALIGN).to(q.dtype)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
     return m_new, l_sum, acc
 
 
@@ -128,6 +130,7 @@ def _paged_attn_kernel(
     COMP_MODE: tl.constexpr,
     ALIGN: tl.constexpr,
     DV_SPLIT: tl.constexpr = 1,
+    IEEE: tl.constexpr = False,
 ):
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1) // DV_SPLIT
@@ -182,6 +185,7 @@ def _paged_attn_kernel(
             NOPE,
             ALIGN,
             DV_SPLIT,
+            IEEE,
         )
 
     # compressed entries of the token's request: selected (CSA) or every visible one (HCA)
@@ -219,6 +223,7 @@ def _paged_attn_kernel(
                 NOPE,
                 ALIGN,
                 DV_SPLIT,
+                IEEE,
             )
 
     if not SPLIT:
@@ -535,7 +540,8 @@ def sparse_attention(
         sinks, out, out.stride(0), out.stride(1), part_acc, part_ml,
         H, float(scale) * _LOG2E, num_splits,
         D=D, NOPE=D - swa.rope_dim, CODEC=swa.codec_id, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
-        SPLIT=num_splits > 1, COMP_MODE=mode, ALIGN=fp8_align, DV_SPLIT=dv_split, num_warps=num_warps,
+        SPLIT=num_splits > 1, COMP_MODE=mode, ALIGN=fp8_align, DV_SPLIT=dv_split, IEEE=ieee_f32_dots(q.dtype),
+        num_warps=num_warps,
         num_stages=num_stages,
     )  # fmt: skip
     if num_splits > 1:

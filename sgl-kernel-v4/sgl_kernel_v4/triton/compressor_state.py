@@ -88,10 +88,12 @@ def _window_rows(rows_ptr, prev_ptr, w, offs_l, Bm, M, slots_ptr, so_slot, so_ro
     ``d`` columns of a ``Tab`` row), slots ``M .. 2M-1`` columns ``D ..`` of ``Tab[win_rows[w]]``."""
     if OVERLAP:
         is_ca = offs_l < M
-        ca = tl.load(prev_ptr + w * M + offs_l, mask=is_ca, other=-1)
-        cb = tl.load(rows_ptr + w * M + (offs_l - M), mask=(offs_l >= M) & (offs_l < 2 * M), other=-1)
-        in_ovl = (ca >= 0) & (ca < Bm)
-        r = tl.where(is_ca, tl.where(ca >= Bm, ca - Bm, -1), cb)
+        # one gather from either table (two masked loads merged by a select broke Triton 3.6's
+        # layout pass for 32-slot windows: CSA at compress ratio 16)
+        src = tl.where(is_ca, prev_ptr + w * M + offs_l, rows_ptr + w * M + (offs_l - M))
+        ca = tl.load(src, mask=offs_l < 2 * M, other=-1)
+        in_ovl = is_ca & (ca >= 0) & (ca < Bm)
+        r = tl.where(is_ca, tl.where(ca >= Bm, ca - Bm, -1), ca)
         c0 = tl.where(is_ca, 0, D)
         ro = tl.where(in_ovl, ca, 0)
         slot = tl.load(slots_ptr + ro // M, mask=in_ovl, other=0)

@@ -76,7 +76,8 @@ import triton.language as tl
 
 from sgl_kernel_v4.paged import as_paged
 from sgl_kernel_v4.ref.attention import select_topk
-from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2, num_sms
+from sgl_kernel_v4.triton._dot import dot
+from sgl_kernel_v4.triton._utils import cdiv, ieee_f32_dots, next_power_of_2, num_sms
 from sgl_kernel_v4.triton.indexer_score import DECODE_SCORE_CONFIG, _score_decode_kernel
 from sgl_kernel_v4.triton.indexer_score_extend import (
     ExtendScore,
@@ -191,6 +192,7 @@ def _score_kernel(
     WRITE_SCORES: tl.constexpr,
     SHORT: tl.constexpr,
     HB: tl.constexpr,
+    IEEE: tl.constexpr = False,
 ):
     # program (p, s): the token rows g0 .. g0 + BLOCK_T - 1 of the block, the s-th share of their
     # visible entries; one key tile is loaded once for all of them (they read the same request's
@@ -256,7 +258,7 @@ def _score_kernel(
                     valid = cm & (page >= 0)
                     off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
                     k, ks = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
-                    sd = tl.dot(q, tl.trans(k.to(q.dtype)))  # [BLOCK_T * BLOCK_H, BLOCK_C] fp32
+                    sd = dot(q, tl.trans(k.to(q.dtype)), IEEE)  # [BLOCK_T * BLOCK_H, BLOCK_C] fp32
                     sd = tl.maximum(sd * ks[None, :] * scale, 0.0) * w[:, None]
                     score = tl.sum(tl.reshape(sd, [BLOCK_T, BLOCK_H, BLOCK_C]), 1)  # [BLOCK_T, BLOCK_C]
                     seen = c[None, :] < n[:, None]
@@ -419,6 +421,7 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
     if kv.codec == "float" and kv.storage.dtype in (torch.bfloat16, torch.float16, torch.float32):
         cdt = kv.storage.dtype
     q = q.to(cdt)
+    ieee = ieee_f32_dots(cdt)
     block_h = max(16, next_power_of_2(HI))
     # tokens per scoring program: one at decode (one token per request), more in an extend (its
     # tokens share their request's keys), so a key tile is read once per BLOCK_T tokens
@@ -458,7 +461,7 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
                 ws.keys, ws.keys.stride(0), ws.scores, ws.hist, ws.cnt, topk, t0, HI, float(scale), nsc,
                 DI=DI, CODEC=kv.codec_id, BLOCK_H=block_h, WRITE_SCORES=scores_out is not None, SHORT=short,
                 HB=HB, BLOCK_C=block_c, FP4_BLOCKS=DECODE_FP4_BLOCKS and kv.codec_id == 3 and DI in (32, 64, 128),
-                **DECODE_SCORE_CONFIG,
+                IEEE=ieee, **DECODE_SCORE_CONFIG,
             )  # fmt: skip
         else:
             kernel, form = _score_kernel, {}
@@ -471,7 +474,7 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
                 visible, req_to_page, req_to_page.stride(0), req_rows, token_req, int(e),
                 ws.keys, ws.keys.stride(0), ws.scores, ws.hist, ws.cnt, topk, t0, g, HI, float(scale), nsc,
                 DI=DI, CODEC=kv.codec_id, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_C=block_c,
-                WRITE_SCORES=scores_out is not None, SHORT=short, HB=HB, **form, **ext_opts,
+                WRITE_SCORES=scores_out is not None, SHORT=short, HB=HB, IEEE=ieee, **form, **ext_opts,
             )  # fmt: skip
         if scores_out is not None:
             keys_out, sc_out = scores_out

@@ -30,6 +30,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from sgl_kernel_v4.triton._dot import dot, dot_acc
 from sgl_kernel_v4.triton.indexer_select import CNT, HIST_W, INT_MIN, _float_to_key
 from sgl_kernel_v4.triton.kv_codec import aligned, load_fp4_key_block, load_key, row_offsets
 
@@ -76,6 +77,7 @@ def _score_decode_kernel(
     SHORT: tl.constexpr,
     HB: tl.constexpr,
     FP4_BLOCKS: tl.constexpr = False,
+    IEEE: tl.constexpr = False,
 ):
     # program (g, s): token t_base + g of the block, the s-th share of its visible entries (shares
     # are multiples of BLOCK_C, as the general kernel's). SHORT: a token seeing at most K entries
@@ -135,17 +137,17 @@ def _score_decode_kernel(
             off = row_offsets(page * E + c % E, kv_rpp, kv_ps, kv_rs)
             if FP4_BLOCKS:
                 base = aligned(kv_ptr, off, CODEC, DI, DI)
-                sd = tl.dot(load_fp4_key_block(base, 0, valid, DI).to(q.dtype), tl.trans(q0))
+                sd = dot(load_fp4_key_block(base, 0, valid, DI).to(q.dtype), tl.trans(q0), IEEE)
                 if DI >= 64:
-                    sd = tl.dot(load_fp4_key_block(base, 1, valid, DI).to(q.dtype), tl.trans(q1), sd)
+                    sd = dot_acc(load_fp4_key_block(base, 1, valid, DI).to(q.dtype), tl.trans(q1), sd, IEEE)
                 if DI >= 128:
-                    sd = tl.dot(load_fp4_key_block(base, 2, valid, DI).to(q.dtype), tl.trans(q2), sd)
-                    sd = tl.dot(load_fp4_key_block(base, 3, valid, DI).to(q.dtype), tl.trans(q3), sd)
+                    sd = dot_acc(load_fp4_key_block(base, 2, valid, DI).to(q.dtype), tl.trans(q2), sd, IEEE)
+                    sd = dot_acc(load_fp4_key_block(base, 3, valid, DI).to(q.dtype), tl.trans(q3), sd, IEEE)
                 ks = scale
             else:
                 k, kscale = load_key(kv_ptr, off, valid, offs_d, CODEC, DI)
                 ks = kscale[:, None] * scale
-                sd = tl.dot(k.to(q.dtype), tl.trans(q))  # [BLOCK_C, BLOCK_H] fp32
+                sd = dot(k.to(q.dtype), tl.trans(q), IEEE)  # [BLOCK_C, BLOCK_H] fp32
             score = tl.sum(tl.maximum(sd * ks, 0.0) * w[None, :], 1)
             tl.store(krow + c, tl.where(valid, _float_to_key(score), INT_MIN), mask=cm)
             if WRITE_SCORES:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from sgl_kernel_v4.triton._dot import dot
 from sgl_kernel_v4.triton.indexer_select import CNT, HIST_W, INT_MIN, _float_to_key
 from sgl_kernel_v4.triton.kv_codec import aligned, load_fp4_key_row, load_key, row_offsets
 
@@ -239,9 +240,9 @@ def _store_token(keys_ptr, scores_ptr, stride_k, gi, ni, ne, score, c, valid, cm
 
 @triton.jit
 def _split_token(k, qi, wi, ks, keys_ptr, scores_ptr, stride_k, gi, ni, ne, c, valid, cm,
-                 WRITE_SCORES: tl.constexpr):  # fmt: skip
+                 WRITE_SCORES: tl.constexpr, IEEE: tl.constexpr):  # fmt: skip
     # "keys_split": token i's dot [BLOCK_C, DI] x [DI, BLOCK_H], weighted ReLU, sum over heads
-    sd = tl.dot(k, tl.trans(qi))
+    sd = dot(k, tl.trans(qi), IEEE)
     score = tl.sum(tl.maximum(sd * ks, 0.0) * wi[None, :], 1)
     _store_token(keys_ptr, scores_ptr, stride_k, gi, ni, ne, score, c, valid, cm, WRITE_SCORES)
 
@@ -306,6 +307,7 @@ def _score_extend_kernel(
     HB: tl.constexpr,
     FORM: tl.constexpr = 0,
     FP4_ROWS: tl.constexpr = False,
+    IEEE: tl.constexpr = False,
 ):
     # program (p, s): block rows g0 .. g0 + BLOCK_T - 1, the s-th share of their visible entries
     # (shares are multiples of BLOCK_C, as in the general kernel, so a token's scores do not
@@ -353,7 +355,7 @@ def _score_extend_kernel(
                         c, cm, valid, k, ks = _key_tile(
                             kv, prow, E, c0, c_end, offs_c, offs_d, CODEC, DI, FP4_ROWS
                         )
-                        sd = tl.dot(k.to(q.dtype), tl.trans(q))  # [BLOCK_C, BLOCK_T * BLOCK_H] fp32
+                        sd = dot(k.to(q.dtype), tl.trans(q), IEEE)  # [BLOCK_C, BLOCK_T * BLOCK_H] fp32
                         sd = tl.maximum(sd * ks[:, None] * scale, 0.0) * w[None, :]
                         score = tl.trans(tl.sum(tl.reshape(sd, [BLOCK_C, BLOCK_T, BLOCK_H]), 2))
                         seen = c[None, :] < n[:, None]  # score: [BLOCK_T, BLOCK_C]
@@ -384,7 +386,7 @@ def _score_extend_kernel(
                         k = k.to(q0.dtype)
                         ks = kscale[:, None] * scale
                         out = (keys_ptr, scores_ptr, stride_k)
-                        tile = (c, valid, cm, WRITE_SCORES)
+                        tile = (c, valid, cm, WRITE_SCORES, IEEE)
                         _split_token(k, q0, w0, ks, *out, g0 + 0, n0, a0, *tile)
                         _split_token(k, q1, w1, ks, *out, g0 + 1, n1, a1, *tile)
                         if BLOCK_T >= 4:

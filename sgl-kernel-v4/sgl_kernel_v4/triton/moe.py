@@ -38,7 +38,8 @@ import torch
 import triton
 import triton.language as tl
 
-from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
+from sgl_kernel_v4.triton._dot import dot_acc
+from sgl_kernel_v4.triton._utils import cdiv, ieee_f32_dots, next_power_of_2
 
 __all__ = ["fused_moe"]
 
@@ -296,6 +297,7 @@ def _gate_up_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    IEEE: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     e = tl.load(bexp_ptr + b)
@@ -326,8 +328,8 @@ def _gate_up_kernel(
                 mask=nm[None, :] & km[:, None],
                 other=0.0,
             )
-            acc_g = tl.dot(a, wg, acc_g)
-            acc_u = tl.dot(a, wu, acc_u)
+            acc_g = dot_acc(a, wg, acc_g, IEEE)
+            acc_u = dot_acc(a, wu, acc_u, IEEE)
         g = tl.minimum(acc_g, limit)
         u = tl.minimum(tl.maximum(acc_u, -limit), limit)
         h = g * tl.sigmoid(g) * u
@@ -355,6 +357,7 @@ def _down_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    IEEE: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     e = tl.load(bexp_ptr + b)
@@ -378,7 +381,7 @@ def _down_kernel(
                 mask=nm[None, :] & km[:, None],
                 other=0.0,
             )
-            acc = tl.dot(a, w, acc)
+            acc = dot_acc(a, w, acc, IEEE)
         wt = tl.load(wt_ptr + rows, mask=rm, other=0.0).to(tl.float32)
         acc = acc * wt[:, None]
         tok = (rows // TOPK).to(tl.int64)
@@ -423,7 +426,8 @@ def fused_moe(
         config: tile override ``{BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages}``.
 
     Returns:
-        ``[T, D]`` in x's dtype (accumulated in fp32).
+        ``[T, D]`` in x's dtype (accumulated in fp32). fp32 products are IEEE unless torch allows
+        TF32 (:func:`sgl_kernel_v4.triton._utils.ieee_f32_dots`).
 
     Raises:
         ValueError: shapes/dtypes inconsistent.
@@ -455,15 +459,16 @@ def fused_moe(
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     sorted_ids, block_expert = _align(topk_ids.contiguous(), E, bm)
     n_blocks = block_expert.shape[0]
+    ieee = ieee_f32_dots(x.dtype)
     h = torch.empty((n_pairs, inter), dtype=x.dtype, device=x.device)
     _gate_up_kernel[(n_blocks, cdiv(inter, bn))](
         x, x.stride(0), w_gate_up, w_gate_up.stride(0), w_gate_up.stride(1), h, sorted_ids, block_expert,
-        n_pairs, inter, D, float(swiglu_limit), TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **cfg,
+        n_pairs, inter, D, float(swiglu_limit), TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IEEE=ieee, **cfg,
     )  # fmt: skip
     y = torch.zeros((T, D), dtype=torch.float32, device=x.device)  # fp32 atomics sum the k slots
     wt = topk_weights.reshape(-1).float().contiguous()
     _down_kernel[(n_blocks, cdiv(D, bn))](
         h, w_down, w_down.stride(0), w_down.stride(1), y, wt, sorted_ids, block_expert,
-        n_pairs, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **cfg,
+        n_pairs, inter, D, TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IEEE=ieee, **cfg,
     )  # fmt: skip
     return y.to(x.dtype)

@@ -1,0 +1,34 @@
+"""``tl.dot`` whose fp32 precision follows torch's fp32 matmul setting (a constexpr per launch).
+
+Triton's ``tl.dot`` rounds fp32 operands to TF32 unless told ``input_precision="ieee"`` (or the
+environment variable ``TRITON_F32_DEFAULT`` is set when the kernel is compiled; Triton's in-memory
+kernel cache is not keyed on it, so the kernels take the choice as a constexpr instead). The
+wrappers pass ``IEEE=ieee_f32_dots(operand dtype)`` (:func:`sgl_kernel_v4.triton._utils.ieee_f32_dots`):
+True only for fp32 operands with TF32 disallowed, so bf16 / fp8 kernels compile exactly as a
+plain ``tl.dot`` (the ``if`` on a constexpr is resolved at compile time).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["dot", "dot_acc"]
+
+
+@triton.jit
+def dot(a, b, IEEE: tl.constexpr):
+    """``tl.dot(a, b)`` (fp32 result); IEEE fp32 products when ``IEEE``."""
+    if IEEE:
+        return tl.dot(a, b, input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def dot_acc(a, b, acc, IEEE: tl.constexpr):
+    """``tl.dot(a, b, acc)``; IEEE fp32 products when ``IEEE``."""
+    if IEEE:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
