@@ -92,11 +92,17 @@ def checkpoint_files(model_path: str) -> list[str]:
         return [model_path]
     index = os.path.join(model_path, INDEX_FILE)
     if os.path.exists(index):
-        with open(index, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
+        weight_map = index_weight_map(model_path)
         files = list(dict.fromkeys(weight_map.values()))
         paths = [os.path.join(model_path, p) for p in files]
-        for p in paths:
+        for name, p in zip(files, paths):
+            if not name.endswith(".safetensors"):
+                k = next(k for k, v in weight_map.items() if v == name)
+                raise ValueError(
+                    f"{index}: weight_map sends {k} to {name!r}, which is not a .safetensors file "
+                    "(sglang-v4 reads safetensors checkpoints only; convert .bin / .pt weights with "
+                    "safetensors.torch.save_file)"
+                )
             if not os.path.exists(p):
                 raise FileNotFoundError(f"{p}: shard listed in {INDEX_FILE} does not exist")
         return paths
@@ -112,6 +118,27 @@ def checkpoint_files(model_path: str) -> list[str]:
     raise FileNotFoundError(
         f"{model_path}: no safetensors checkpoint ({INDEX_FILE}, {SINGLE_FILE} or *.safetensors)"
     )
+
+
+def index_weight_map(model_path: str) -> dict[str, str]:
+    """``weight_map`` (tensor name -> shard file name) of ``model_path``'s
+    ``model.safetensors.index.json``; ``{}`` when there is no index.
+
+    Raises:
+        ValueError: the index is not JSON, or has no ``weight_map`` object of file names (names
+            the index file).
+    """
+    index = os.path.join(model_path, INDEX_FILE) if os.path.isdir(model_path) else None
+    if index is None or not os.path.exists(index):
+        return {}
+    try:
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f)["weight_map"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{index}: not a safetensors index with a weight_map object ({e!r})") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ValueError(f"{index}: weight_map must map tensor names to shard file names")
+    return weight_map
 
 
 def _header_bytes(dtype: str, shape: tuple[int, ...], key: str) -> int:
@@ -224,6 +251,15 @@ def _scale_target(key: str, keys: set[str]) -> str | None:
     return None
 
 
+def _scale_names(key: str) -> str:
+    """The names a scale of weight ``key`` may have: HF's ``<key>_scale_inv`` and, for a
+    ``.weight``, the official ``<module>.scale``."""
+    names = [f"{key}_scale_inv"]
+    if key.endswith(".weight"):
+        names.append(key[: -len(".weight")] + ".scale")
+    return " or ".join(names)
+
+
 def _detect_format(keys: list[str]) -> str:
     """``"official"`` (keys rooted at ``layers.`` / ``embed.weight`` ...) or ``"hf"`` (rooted at
     ``model.`` / ``lm_head.``, HF's own names or ``save_pretrained``'s; ``head.weight`` fits both).
@@ -250,10 +286,16 @@ def _plan(model_path: str) -> _Plan:
     plan = _Plan(block=_block_size(model_path))
     meta: dict[str, tuple[str, tuple[int, ...]]] = {}
     for path in files:
-        with safe_open(path, framework="pt") as f:
+        try:
+            f = safe_open(path, framework="pt")
+        except Exception as e:  # safetensors' SafetensorError (bad header), OSError
+            raise ValueError(
+                f"{path}: not a readable safetensors file ({' '.join(str(e).split())})"
+            ) from None
+        with f:
             for k in f.keys():
                 if k in plan.key_file:
-                    raise ValueError(f"{k}: tensor stored twice ({plan.key_file[k]} and {path})")
+                    raise ValueError(f"{path}: {k}: tensor stored twice (also in {plan.key_file[k]})")
                 sl = f.get_slice(k)
                 meta[k] = (sl.get_dtype(), tuple(int(s) for s in sl.get_shape()))
                 plan.key_file[k] = path
@@ -270,7 +312,9 @@ def _plan(model_path: str) -> _Plan:
         if target is None:
             continue
         if target not in keyset:
-            raise ValueError(f"{k}: scale tensor without its weight {target}")
+            raise ValueError(f"{plan.key_file[k]}: {k}: scale tensor without its weight {target}")
+        if target in scale_of:
+            raise ValueError(f"{plan.key_file[k]}: {target}: two scale tensors, {scale_of[target]} and {k}")
         scale_of[target] = k
 
     sources: dict[str, _Source] = {}
@@ -279,8 +323,16 @@ def _plan(model_path: str) -> _Plan:
             continue
         dt, shape = meta[k]
         s = scale_of.get(k)
+        if s is None and dt.startswith(_FP8_HEADER_PREFIX):
+            raise ValueError(
+                f"{plan.key_file[k]}: {k}: {dt} weight without its block scale ({_scale_names(k)}); "
+                "FP8 values mean nothing without their scales"
+            )
         sources[k] = _Source(k, dt, shape, s, meta[s][1] if s else None, meta[s][0] if s else None)
-        _check_scale(sources[k], plan.block)
+        try:
+            _check_scale(sources[k], plan.block)
+        except ValueError as e:
+            raise ValueError(f"{plan.key_file[s or k]}: {e}") from None
 
     experts: dict[tuple[int, str], dict[int, dict[str, _Source]]] = {}
     stored_as: dict[str, str] = {}  # HF name -> checkpoint key

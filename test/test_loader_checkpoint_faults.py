@@ -1,0 +1,283 @@
+"""Checkpoint directories as users download them, with the faults public bug reports show.
+
+Each fault is refused by the start-up check (``check_model_dir``, run before any process starts)
+with one line naming the file and the tensor / field, instead of a traceback from the scheduler
+process or, worse, a model that loads and computes garbage. Oracles: the tensor names and shapes of
+HF transformers' ``DeepseekV4ForCausalLM`` (built on the meta device from the same config),
+safetensors' own header reader for the shapes found, the index file for the shard names.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from sglang_v4.entrypoints.engine import check_model_dir
+from sglang_v4.tools.make_checkpoint import write_checkpoint
+from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+
+INDEX = "model.safetensors.index.json"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random checkpoints, sharded (~1 MiB shards, 8 files) with an index."""
+    root = tmp_path_factory.mktemp("base")
+    return {
+        "hf": Path(write_checkpoint(str(root / "hf_bf16"), "tiny", "hf", "bf16", 0, shard_size_mb=1)),
+        "official": Path(
+            write_checkpoint(str(root / "off_fp8"), "tiny", "official", "fp8", 0, shard_size_mb=1)
+        ),
+    }
+
+
+def _copy(base: dict[str, Path], which: str, tmp_path: Path) -> Path:
+    d = tmp_path / which
+    shutil.copytree(base[which], d)
+    return d
+
+
+def _weight_map(d: Path) -> dict[str, str]:
+    return json.loads((d / INDEX).read_text())["weight_map"]
+
+
+def _edit_shard(d: Path, key: str, new: torch.Tensor | None) -> Path:
+    """Replace (or, with ``None``, delete) tensor ``key`` in the shard the index lists it in."""
+    shard = d / _weight_map(d)[key]
+    tensors = load_file(shard)
+    if new is None:
+        del tensors[key]
+    else:
+        tensors[key] = new
+    save_file(tensors, shard, metadata={"format": "pt"})
+    return shard
+
+
+def _set_config(d: Path, **fields: Any) -> None:
+    cfg = json.loads((d / "config.json").read_text())
+    for k, v in fields.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (d / "config.json").write_text(json.dumps(cfg))
+
+
+def _refusal(d: Path, **kw: Any) -> str:
+    with pytest.raises(ValueError) as e:
+        check_model_dir(str(d), skip_tokenizer_init=True, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("model_path: "), msg
+    return msg
+
+
+def _hf_shapes(d: Path) -> dict[str, tuple[int, ...]]:
+    """HF transformers' parameter shapes for the config of ``d`` (HF names)."""
+    cfg = json.loads((d / "config.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if k not in ("quantization_config", "architectures", "model_type")}
+    with torch.device("meta"):
+        model = DeepseekV4ForCausalLM(DeepseekV4Config(**cfg))
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def test_sharded_checkpoints_pass_the_start_up_check(base) -> None:
+    for d in base.values():
+        check_model_dir(str(d), skip_tokenizer_init=True)
+
+
+def test_index_naming_a_missing_shard(base, tmp_path) -> None:
+    d = _copy(base, "hf", tmp_path)
+    shard = sorted(set(_weight_map(d).values()))[1]
+    (d / shard).unlink()
+    msg = _refusal(d)
+    assert f"{d / shard}: shard listed in {INDEX} does not exist" in msg
+
+
+@pytest.mark.parametrize(
+    "which,key,hf_name",
+    [
+        ("hf", "model.layers.1.self_attn.q_a_proj.weight", "model.layers.1.self_attn.q_a_proj.weight"),
+        ("official", "layers.2.attn.attn_sink", "model.layers.2.self_attn.sinks"),
+        ("hf", "lm_head.weight", "lm_head.weight"),  # tie_word_embeddings false: no stand-in
+    ],
+)
+def test_shard_missing_a_tensor_names_it_and_its_shard(base, tmp_path, which, key, hf_name) -> None:
+    d = _copy(base, which, tmp_path)
+    assert json.loads((d / "config.json").read_text()).get("tie_word_embeddings") in (False, None)
+    shard = _edit_shard(d, key, None)
+    assert hf_name in _hf_shapes(d)  # the model needs it
+    msg = _refusal(d)
+    assert f"{shard} (where {INDEX} lists {key}): {hf_name}" in msg and ": missing" in msg
+
+
+def test_tensor_with_the_wrong_shape_names_both_shapes(base, tmp_path) -> None:
+    d = _copy(base, "hf", tmp_path)
+    key = "model.layers.3.mlp.shared_experts.down_proj.weight"
+    w = load_file(d / _weight_map(d)[key])[key]
+    shard = _edit_shard(d, key, w[:, :-8].contiguous())
+    with safe_open(str(shard), framework="pt") as f:
+        found = list(f.get_slice(key).get_shape())
+    want = list(_hf_shapes(d)[key])
+    assert found != want
+    msg = _refusal(d)
+    assert f"{shard}: {key}: expected shape {want}, found shape {found}" in msg
+
+
+def test_several_problems_stay_one_line_with_a_count(base, tmp_path) -> None:
+    d = _copy(base, "hf", tmp_path)
+    for key in ("model.layers.0.self_attn.sinks", "model.layers.1.self_attn.sinks", "model.norm.weight"):
+        _edit_shard(d, key, None)
+    assert "(and 2 more: " in _refusal(d)
+
+
+def test_duplicate_tensor_across_shards(base, tmp_path) -> None:
+    d = _copy(base, "hf", tmp_path)
+    wm = _weight_map(d)
+    first, second = sorted(set(wm.values()))[:2]
+    key = next(k for k, v in wm.items() if v == first)
+    tensors = load_file(d / second)
+    tensors[key] = load_file(d / first)[key]
+    save_file(tensors, d / second, metadata={"format": "pt"})
+    msg = _refusal(d)
+    assert key in msg and str(d / first) in msg and str(d / second) in msg and "stored twice" in msg
+
+
+def test_index_pointing_at_a_pytorch_bin_file(base, tmp_path) -> None:
+    d = _copy(base, "hf", tmp_path)
+    index = json.loads((d / INDEX).read_text())
+    shard = sorted(set(index["weight_map"].values()))[0]
+    torch.save(load_file(d / shard), d / "pytorch_model-00001-of-00008.bin")
+    (d / shard).unlink()
+    index["weight_map"] = {
+        k: ("pytorch_model-00001-of-00008.bin" if v == shard else v) for k, v in index["weight_map"].items()
+    }
+    (d / INDEX).write_text(json.dumps(index))
+    msg = _refusal(d)
+    assert (
+        str(d / INDEX) in msg
+        and "'pytorch_model-00001-of-00008.bin', which is not a .safetensors file" in msg
+    )
+
+
+def test_corrupt_safetensors_file_is_named(base, tmp_path) -> None:
+    d = _copy(base, "hf", tmp_path)
+    shard = d / sorted(set(_weight_map(d).values()))[2]
+    shard.write_bytes(b"<html>rate limited</html>")  # what a failed download leaves
+    msg = _refusal(d)
+    assert f"{shard}: not a readable safetensors file" in msg
+
+
+def test_index_that_is_not_json(base, tmp_path) -> None:
+    d = _copy(base, "hf", tmp_path)
+    (d / INDEX).write_text('{"weight_map": ')
+    assert f"{d / INDEX}: not a safetensors index" in _refusal(d)
+
+
+def test_bin_only_directory_is_refused_naming_the_bin(base, tmp_path) -> None:
+    d = _copy(base, "hf", tmp_path)
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(_weight_map(d).values())):
+        tensors.update(load_file(d / shard))
+        (d / shard).unlink()
+    (d / INDEX).unlink()
+    torch.save(tensors, d / "pytorch_model.bin")
+    msg = _refusal(d)
+    assert "has no *.safetensors weights (found pytorch_model.bin: sglang-v4 reads safetensors only)" in msg
+    check_model_dir(str(d), load_format="dummy", skip_tokenizer_init=True)  # random weights need none
+
+
+@pytest.mark.parametrize("scale_suffix", [".scale", ".weight_scale_inv"])
+def test_fp8_weight_without_its_scale(base, tmp_path, scale_suffix: str) -> None:
+    """An e4m3 weight whose scale is gone: loading it as plain values would run the model on
+    numbers off by the block scales (silently wrong output)."""
+    d = _copy(base, "official", tmp_path)
+    weight, scale = "layers.1.attn.wq_b.weight", "layers.1.attn.wq_b.scale"
+    shard = d / _weight_map(d)[scale]
+    tensors = load_file(shard)
+    if scale_suffix == ".weight_scale_inv":  # HF's spelling of the scale: accepted, then dropped
+        tensors[weight + "_scale_inv"] = tensors.pop(scale)
+        save_file(tensors, shard, metadata={"format": "pt"})
+        check_model_dir(str(d), skip_tokenizer_init=True)
+        scale = weight + "_scale_inv"
+    del tensors[scale]
+    save_file(tensors, shard, metadata={"format": "pt"})
+    with safe_open(str(d / _weight_map(d)[weight]), framework="pt") as f:
+        assert f.get_slice(weight).get_dtype() == "F8_E4M3"
+    msg = _refusal(d)
+    assert f"{weight}: F8_E4M3 weight without its block scale" in msg
+    assert f"{weight}_scale_inv or layers.1.attn.wq_b.scale" in msg
+
+
+@pytest.mark.parametrize(
+    "qc",
+    [
+        {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+        {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False},
+        {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
+        {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"},
+    ],
+    ids=lambda qc: qc["quant_method"],
+)
+def test_quantization_config_of_another_method(base, tmp_path, qc: dict[str, Any]) -> None:
+    d = _copy(base, "hf", tmp_path)
+    _set_config(d, quantization_config=qc)
+    msg = _refusal(d)
+    assert f"{d / 'config.json'}: quantization_config.quant_method" in msg and repr(qc["quant_method"]) in msg
+
+
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV4ForCausalLMNextN"])
+def test_architectures_naming_another_model(base, tmp_path, arch: str) -> None:
+    d = _copy(base, "hf", tmp_path)
+    _set_config(d, architectures=[arch])
+    msg = _refusal(d)
+    assert f"{d / 'config.json'}: architectures ['{arch}'] names '{arch}'" in msg
+
+
+def test_architectures_absent_is_read_from_model_type(base, tmp_path) -> None:
+    """transformers resolves the class from ``model_type`` alone; so does the start-up check."""
+    d = _copy(base, "hf", tmp_path)
+    _set_config(d, architectures=None)
+    check_model_dir(str(d), skip_tokenizer_init=True)
+
+
+def test_launcher_exits_1_with_one_line_naming_the_tensor(base, tmp_path, capsys) -> None:
+    from sglang_v4 import launch_server
+
+    d = _copy(base, "hf", tmp_path)
+    shard = _edit_shard(d, "model.layers.0.self_attn.kv_proj.weight", None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["--model-path", str(d), "--skip-tokenizer-init", "--host", "127.0.0.1", "--port", str(port)]
+    assert launch_server.main(argv) == 1
+    cap = capsys.readouterr()
+    lines = [ln for ln in (cap.out + cap.err).splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in lines[0], lines
+    assert str(shard) in lines[0] and "model.layers.0.self_attn.kv_proj.weight: missing" in lines[0]
+
+
+@pytest.mark.parametrize("gen_eos", [[1, 7, 1], 7, None])
+def test_generation_config_eos_ids_join_the_config_ones(base, tmp_path, gen_eos) -> None:
+    """SGLang stops on ``config.json``'s ``eos_token_id`` and ``generation_config.json``'s (an int
+    or a list) alike; the ids come from transformers' own readers of both files."""
+    from sglang_v4.configs.model_config import ModelConfig
+    from transformers import AutoConfig, GenerationConfig
+
+    d = _copy(base, "hf", tmp_path)
+    gen = json.loads((d / "generation_config.json").read_text())
+    gen["eos_token_id"] = gen_eos
+    gen.update(temperature=0.6, top_p=0.95, do_sample=True)
+    (d / "generation_config.json").write_text(json.dumps(gen))
+    cfg_eos = AutoConfig.from_pretrained(str(d)).eos_token_id
+    gen_ids = GenerationConfig.from_pretrained(str(d)).eos_token_id
+    want = {cfg_eos} | ({gen_ids} if isinstance(gen_ids, int) else set(gen_ids or ()))
+    mc = ModelConfig.from_pretrained(str(d))
+    assert set(mc.eos_token_ids) == want and len(mc.eos_token_ids) == len(want)
+    assert (7 in mc.eos_token_ids) == (gen_eos is not None)
