@@ -281,3 +281,27 @@ def test_generation_config_eos_ids_join_the_config_ones(base, tmp_path, gen_eos)
     mc = ModelConfig.from_pretrained(str(d))
     assert set(mc.eos_token_ids) == want and len(mc.eos_token_ids) == len(want)
     assert (7 in mc.eos_token_ids) == (gen_eos is not None)
+
+
+def test_generation_stops_on_a_generation_config_eos_id(sched_model_dir, tmp_path) -> None:
+    """End to end: a token listed only in ``generation_config.json``'s ``eos_token_id`` ends a
+    greedy generation where HF transformers' greedy continuation (the oracle) emits it."""
+    from scheduler_testutil import make_scheduler, run_one
+
+    d = tmp_path / "model"
+    shutil.copytree(sched_model_dir, d)
+    hf = DeepseekV4ForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
+    prompt = [5, 17, 301, 42, 7, 99, 3, 250]
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(4):
+            seq.append(int(hf(torch.tensor([seq])).logits[0, -1].argmax()))
+    greedy = seq[len(prompt) :]
+    cfg_eos = json.loads((d / "config.json").read_text()).get("eos_token_id")
+    k = next(i for i in range(1, 4) if greedy[i] not in greedy[:i] and greedy[i] != cfg_eos)
+    gen = json.loads((d / "generation_config.json").read_text())
+    gen["eos_token_id"] = [greedy[k]] if cfg_eos is None else [cfg_eos, greedy[k]]
+    (d / "generation_config.json").write_text(json.dumps(gen))
+    out = run_one(make_scheduler(str(d)), "r", prompt, n=8, ignore_eos=False)
+    assert out["ids"] == greedy[: k + 1], (out["ids"], greedy)
+    assert out["finish"]["type"] == "stop", out["finish"]
