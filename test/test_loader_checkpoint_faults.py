@@ -305,3 +305,55 @@ def test_generation_stops_on_a_generation_config_eos_id(sched_model_dir, tmp_pat
     out = run_one(make_scheduler(str(d)), "r", prompt, n=8, ignore_eos=False)
     assert out["ids"] == greedy[: k + 1], (out["ids"], greedy)
     assert out["finish"]["type"] == "stop", out["finish"]
+
+
+def _block_dequant64(q: torch.Tensor, s: torch.Tensor, bm: int, bn: int) -> torch.Tensor:
+    r, c = q.shape
+    i, j = torch.arange(r) // bm, torch.arange(c) // bn
+    return q.to(torch.float64) * s.to(torch.float64)[i[:, None], j[None, :]]
+
+
+@pytest.mark.parametrize("block", [(64, 64), (128, 64), (32, 128)])
+def test_fp8_block_size_other_than_128_is_dequantized_exactly(base, tmp_path, block) -> None:
+    """``weight_block_size`` other than 128x128: read with the config's blocks (one float32 scale
+    per block, edge blocks partial), equal to a float64 dequantization written here; a config that
+    says 128x128 over such scales is refused naming the tensor and both scale shapes."""
+    from sglang_v4.model_loader import load_state_dict
+
+    bm, bn = block
+    d = _copy(base, "official", tmp_path)
+    wm = _weight_map(d)
+    want: dict[str, torch.Tensor] = {}
+    gen = torch.Generator().manual_seed(3)
+    for shard in sorted(set(wm.values())):
+        tensors = load_file(d / shard)
+        for k in [k for k, t in tensors.items() if t.dtype == torch.float8_e4m3fn]:
+            scale_key = k[: -len(".weight")] + ".scale"
+            if scale_key not in tensors or ".experts." in k:
+                continue
+            r, c = tensors[k].shape
+            nr, nc = -(-r // bm), -(-c // bn)
+            s = torch.rand(nr, nc, generator=gen) * 0.01 + 1e-3  # float32 scales (V3 style)
+            q = (torch.randn(r, c, generator=gen) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
+            tensors[k], tensors[scale_key] = q, s
+            want[k] = _block_dequant64(q, s, bm, bn)
+        save_file(tensors, d / shard, metadata={"format": "pt"})
+    assert want
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["quantization_config"]["weight_block_size"] = [bm, bn]
+    (d / "config.json").write_text(json.dumps(cfg))
+    check_model_dir(str(d), skip_tokenizer_init=True)
+    got = load_state_dict(str(d), dtype=torch.float32, progress=False)
+    names = {  # transformers' conversion_mapping renames (key deepseek_v4)
+        "layers.1.attn.wq_b.weight": "model.layers.1.self_attn.q_b_proj.weight",
+        "layers.0.attn.wq_a.weight": "model.layers.0.self_attn.q_a_proj.weight",
+        "layers.2.attn.wo_b.weight": "model.layers.2.self_attn.o_b_proj.weight",
+        "layers.3.ffn.shared_experts.w2.weight": "model.layers.3.mlp.shared_experts.down_proj.weight",
+    }
+    assert set(names) <= set(want)
+    for official, hf in names.items():
+        torch.testing.assert_close(got[hf].double(), want[official], rtol=2**-23, atol=0)
+    cfg["quantization_config"]["weight_block_size"] = [128, 128]
+    (d / "config.json").write_text(json.dumps(cfg))
+    msg = _refusal(d)
+    assert "FP8 block scale has shape" in msg and "with 128x128 blocks" in msg
