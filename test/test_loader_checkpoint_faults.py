@@ -357,3 +357,32 @@ def test_fp8_block_size_other_than_128_is_dequantized_exactly(base, tmp_path, bl
     (d / "config.json").write_text(json.dumps(cfg))
     msg = _refusal(d)
     assert "FP8 block scale has shape" in msg and "with 128x128 blocks" in msg
+
+
+def test_modelopt_export_with_hf_quant_config_json(base, tmp_path) -> None:
+    """ModelOpt exports can carry their quantization in ``hf_quant_config.json`` only (config.json
+    without ``quantization_config``); SGLang reads it from there, so it is refused by name."""
+    d = _copy(base, "hf", tmp_path)
+    _set_config(d, quantization_config=None)
+    (d / "hf_quant_config.json").write_text(
+        json.dumps(
+            {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}}
+        )
+    )
+    msg = _refusal(d)
+    assert f"{d / 'hf_quant_config.json'}: quantization.quant_algo 'NVFP4'" in msg
+
+
+def test_per_tensor_fp8_scale_is_named(base, tmp_path) -> None:
+    """vLLM-style FP8 (``weight_scale``, one number per tensor) is not block-scaled: refused naming
+    the weight and the scale found instead of being read as unscaled e4m3 values."""
+    d = _copy(base, "official", tmp_path)
+    weight, scale = "layers.0.attn.wkv.weight", "layers.0.attn.wkv.scale"
+    shard = d / _weight_map(d)[scale]
+    tensors = load_file(shard)
+    del tensors[scale]
+    tensors["layers.0.attn.wkv.weight_scale"] = torch.tensor(0.01)
+    save_file(tensors, shard, metadata={"format": "pt"})
+    msg = _refusal(d)
+    assert f"{weight}: F8_E4M3 weight without its block scale" in msg
+    assert "found layers.0.attn.wkv.weight_scale, a per-tensor / per-channel scale" in msg

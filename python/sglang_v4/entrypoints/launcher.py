@@ -116,6 +116,7 @@ def check_model_dir(
         resolve_quantization(quantization, mc.hf, "cuda")
     except ValueError as e:
         raise ValueError(f"model_path: {cfg}: {e}") from None
+    check_modelopt_config(model_path)
     if page_size is not None:
         check_page_size(page_size, mc)
     if context_length is not None:
@@ -145,6 +146,34 @@ def check_model_dir(
             check_checkpoint(model_path, mc)
         except ValueError as e:
             raise ValueError(f"model_path: {' '.join(str(e).split())}") from None
+
+
+#: NVIDIA ModelOpt's quantization file, written next to ``config.json`` by its exports (SGLang
+#: and vLLM read the quantization from it when ``config.json`` has none).
+MODELOPT_QUANT_FILE = "hf_quant_config.json"
+
+
+def check_modelopt_config(model_path: str) -> None:
+    """Refuse a ModelOpt export (``hf_quant_config.json`` naming a ``quant_algo``): its weights
+    (e.g. NVFP4: packed uint8 + float8 ``weight_scale`` + ``weight_scale_2`` + ``input_scale``)
+    are not DeepSeek's block FP8 / FP4 formats.
+
+    Raises:
+        ValueError: naming the file and its ``quantization.quant_algo``.
+    """
+    path = os.path.join(model_path, MODELOPT_QUANT_FILE)
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            algo = (json.load(f).get("quantization") or {}).get("quant_algo")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"model_path: {path} is not a readable JSON object ({e})") from None
+    if algo:
+        raise ValueError(
+            f"model_path: {path}: quantization.quant_algo {algo!r} (NVIDIA ModelOpt) is not supported; "
+            "sglang-v4 serves DeepSeek's block FP8 / FP4 checkpoints and unquantized ones"
+        )
 
 
 #: ``architectures`` values of DeepSeek-V4 checkpoints (``config.json``).

@@ -324,8 +324,15 @@ def _plan(model_path: str) -> _Plan:
         dt, shape = meta[k]
         s = scale_of.get(k)
         if s is None and dt.startswith(_FP8_HEADER_PREFIX):
+            other = k[: -len(".weight")] + ".weight_scale" if k.endswith(".weight") else None
+            found = (
+                f"; found {other}, a per-tensor / per-channel scale (vLLM / compressed-tensors FP8), "
+                "not a block scale"
+                if other in meta
+                else ""
+            )
             raise ValueError(
-                f"{plan.key_file[k]}: {k}: {dt} weight without its block scale ({_scale_names(k)}); "
+                f"{plan.key_file[k]}: {k}: {dt} weight without its block scale ({_scale_names(k)}){found}; "
                 "FP8 values mean nothing without their scales"
             )
         sources[k] = _Source(k, dt, shape, s, meta[s][1] if s else None, meta[s][0] if s else None)
