@@ -386,3 +386,18 @@ def test_per_tensor_fp8_scale_is_named(base, tmp_path) -> None:
     msg = _refusal(d)
     assert f"{weight}: F8_E4M3 weight without its block scale" in msg
     assert "found layers.0.attn.wkv.weight_scale, a per-tensor / per-channel scale" in msg
+
+
+def test_missing_official_expert_names_it_and_its_shard(base, tmp_path) -> None:
+    d = _copy(base, "official", tmp_path)
+    key = "layers.2.ffn.experts.5.w3.weight"
+    scale_shard = _edit_shard(d, key[: -len(".weight")] + ".scale", None)
+    shard = _edit_shard(d, key, None)
+    msg = _refusal(d)
+    assert f"{shard} (where {INDEX} lists {key})" in msg and f"official expert tensor {key} is missing" in msg
+    # the weight gone, its ue8m0 scale left: named as an orphan scale (not read as the weight)
+    d = _copy(base, "official", tmp_path / "b")
+    _edit_shard(d, key, None)
+    scale = key[: -len(".weight")] + ".scale"
+    scale_shard = d / scale_shard.name
+    assert f"{scale_shard}: {scale}: scale tensor without its weight {key}" in _refusal(d)

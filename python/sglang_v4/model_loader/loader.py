@@ -52,6 +52,7 @@ SINGLE_FILE = "model.safetensors"
 _SKIP_PREFIXES = ("mtp.",)
 _FP8_HEADER_PREFIX = "F8_"  # F8_E4M3 (V3/V4), F8_E5M2
 _FLOAT_HEADERS = ("BF16", "F16", "F32", "F64")
+_E8M0_HEADER = "F8_E8M0"  # ue8m0 scales (powers of two): only ever a scale
 #: Bytes per element of the safetensors header dtypes.
 _HEADER_BYTES = {
     "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
@@ -251,6 +252,16 @@ def _scale_target(key: str, keys: set[str]) -> str | None:
     return None
 
 
+def _listed_in(model_path: str, keys: tuple[str, ...]) -> str:
+    """Where a missing tensor should have been: the shard ``model.safetensors.index.json`` lists
+    for the first of ``keys`` it has (saying so), else ``model_path``."""
+    weight_map = index_weight_map(model_path)
+    for k in keys:
+        if k in weight_map:
+            return f"{os.path.join(model_path, weight_map[k])} (where {INDEX_FILE} lists {k})"
+    return model_path
+
+
 def _scale_names(key: str) -> str:
     """The names a scale of weight ``key`` may have: HF's ``<key>_scale_inv`` and, for a
     ``.weight``, the official ``<module>.scale``."""
@@ -308,6 +319,14 @@ def _plan(model_path: str) -> _Plan:
 
     scale_of: dict[str, str] = {}
     for k in keys:
+        if (
+            k.endswith(".scale")
+            and meta[k][0] == _E8M0_HEADER
+            and k[: -len(".scale")] + ".weight" not in keyset
+        ):
+            raise ValueError(
+                f"{plan.key_file[k]}: {k}: scale tensor without its weight {k[: -len('.scale')]}.weight"
+            )
         target = _scale_target(k, keyset)
         if target is None:
             continue
@@ -323,7 +342,7 @@ def _plan(model_path: str) -> _Plan:
             continue
         dt, shape = meta[k]
         s = scale_of.get(k)
-        if s is None and dt.startswith(_FP8_HEADER_PREFIX):
+        if s is None and dt.startswith(_FP8_HEADER_PREFIX) and dt != _E8M0_HEADER:
             other = k[: -len(".weight")] + ".weight_scale" if k.endswith(".weight") else None
             found = (
                 f"; found {other}, a per-tensor / per-channel scale (vLLM / compressed-tensors FP8), "
@@ -368,8 +387,10 @@ def _plan(model_path: str) -> _Plan:
             got = by_expert.get(e, {})
             for p in projs:
                 if p not in got:
+                    want = f"layers.{layer}.ffn.experts.{e}.{p}.weight"
                     raise ValueError(
-                        f"{name}: official expert tensor layers.{layer}.ffn.experts.{e}.{p}.weight is missing"
+                        f"{_listed_in(model_path, (want, 'model.' + want))}: {name}: official expert tensor "
+                        f"{want} is missing"
                     )
             rows.append([got[p] for p in projs])
         first = rows[0][0].logical_shape
