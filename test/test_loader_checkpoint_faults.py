@@ -401,3 +401,17 @@ def test_missing_official_expert_names_it_and_its_shard(base, tmp_path) -> None:
     scale = key[: -len(".weight")] + ".scale"
     scale_shard = d / scale_shard.name
     assert f"{scale_shard}: {scale}: scale tensor without its weight {key}" in _refusal(d)
+
+
+def test_tokenizer_config_without_a_vocabulary(base, tmp_path) -> None:
+    """``tokenizer_config.json`` but no ``tokenizer.json``: one line at start-up (the detokenizer
+    and scheduler processes crashed with tracebacks before); ``--skip-tokenizer-init`` still starts."""
+    d = _copy(base, "hf", tmp_path)
+    (d / "tokenizer.json").unlink()
+    assert (d / "tokenizer_config.json").exists()
+    with pytest.raises(ValueError) as e:
+        check_model_dir(str(d))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"tokenizer_path: cannot load a tokenizer from '{d}'"), msg
+    assert "--skip-tokenizer-init" in msg
+    check_model_dir(str(d), skip_tokenizer_init=True)

@@ -57,8 +57,8 @@ def check_model_dir(
         ValueError: naming ``model_path`` or ``tokenizer_path``: missing, a file, a hub id, no
             ``config.json`` / unreadable, not DeepSeek-V4 or invalid once ``model_overrides``
             (``--json-model-override-args``) are applied, no safetensors checkpoint (unless
-            ``load_format="dummy"``), no tokenizer files (unless ``skip_tokenizer_init``: then no
-            process loads a tokenizer); naming ``page_size`` when given and the model's KV layout
+            ``load_format="dummy"``), no tokenizer files or none that load (unless
+            ``skip_tokenizer_init``: then no process loads a tokenizer); naming ``page_size`` when given and the model's KV layout
             cannot use it (:func:`check_page_size`); naming ``context_length`` when it exceeds the
             model's (:func:`check_context_length`); naming the field when ``architectures`` names
             another model or the checkpoint's ``quantization_config`` (with ``quantization``,
@@ -66,8 +66,8 @@ def check_model_dir(
             (:func:`~sglang_v4.layers.quantization.resolve_quantization`); naming the file and the
             tensor when the safetensors headers do not hold the model's tensors with their shapes
             (:func:`~sglang_v4.model_loader.weight_loader.check_checkpoint`; not with
-            ``load_format="dummy"`` nor with a scheduler class set by ``$SGLANG_V4_SCHEDULER_CLASS``,
-            which loads its own weights).
+            ``load_format="dummy"``, with a scheduler class set by ``$SGLANG_V4_SCHEDULER_CLASS``
+            (it loads its own weights), nor for safetensors files holding no tensor at all).
     """
     if not os.path.exists(model_path):
         looks_like_hub_id = model_path.count("/") == 1 and not model_path.startswith((".", "/", "~"))
@@ -137,13 +137,21 @@ def check_model_dir(
                 f"tokenizer_path: {tok!r} has no tokenizer.json / tokenizer_config.json; copy the model's "
                 "tokenizer files there or pass --tokenizer-path DIR"
             )
+        from sglang_v4.utils import get_tokenizer
+
+        try:  # what the tokenizer manager and the detokenizer will load (tokenizer_config.json alone
+            get_tokenizer(tok)  # names no vocabulary for a fast tokenizer)
+        except ValueError as e:
+            raise ValueError(
+                f"{' '.join(str(e).split())} (pass --skip-tokenizer-init to serve token ids only)"
+            ) from None
     from sglang_v4.managers.scheduler_process import SCHEDULER_CLASS_ENV
 
     if load_format != "dummy" and not os.environ.get(SCHEDULER_CLASS_ENV):
         from sglang_v4.model_loader.weight_loader import check_checkpoint
 
         try:
-            check_checkpoint(model_path, mc)
+            check_checkpoint(model_path, mc, allow_empty=True)
         except ValueError as e:
             raise ValueError(f"model_path: {' '.join(str(e).split())}") from None
 

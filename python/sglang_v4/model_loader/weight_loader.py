@@ -26,7 +26,16 @@ from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.distributed.sharding import Range, TensorShard
 from sglang_v4.layers.quantization import FP8_BLOCK, SCALE_SUFFIX
 
-from .loader import INDEX_FILE, _Entry, _Plan, _plan, _Source, index_weight_map, keeps_fp32
+from .loader import (
+    INDEX_FILE,
+    _Entry,
+    _Plan,
+    _plan,
+    _Source,
+    checkpoint_files,
+    index_weight_map,
+    keeps_fp32,
+)
 from .names import hf_to_official
 from .quant import (
     E8M0_DTYPE,
@@ -391,7 +400,19 @@ def _problem_file(plan: _Plan, model_path: str, name: str, found: dict[str, _Ent
     return files[0] if len(files) == 1 else model_path
 
 
-def check_checkpoint(model_path: str, model_config: ModelConfig) -> None:
+def _holds_no_tensors(model_path: str) -> bool:
+    """Whether every safetensors file of the checkpoint is readable and holds no tensor at all."""
+    try:
+        for path in checkpoint_files(model_path):
+            with safe_open(path, framework="pt") as f:
+                if len(f.keys()):
+                    return False
+    except Exception:  # noqa: BLE001 - unreadable: not "empty"; check_checkpoint names the problem
+        return False
+    return True
+
+
+def check_checkpoint(model_path: str, model_config: ModelConfig, allow_empty: bool = False) -> None:
     """Check, from the safetensors headers alone (no tensor data read), that the checkpoint at
     ``model_path`` holds exactly the tensors the model of ``model_config`` loads, with their
     shapes: what :func:`load_weights_into` checks before copying anything, run before any process
@@ -399,7 +420,9 @@ def check_checkpoint(model_path: str, model_config: ModelConfig) -> None:
 
     The model's tensors and shapes come from the runtime model built on the meta device
     (unquantized, one rank: the full logical shapes a checkpoint stores); decoder layers beyond
-    its depth are ignored as :func:`load_weights_into` skips them.
+    its depth are ignored as :func:`load_weights_into` skips them. With ``allow_empty``, a
+    checkpoint whose files hold no tensor at all (a placeholder, e.g. for a scheduler that loads no
+    weights) passes with a warning; :func:`load_weights_into` still refuses it.
 
     Raises:
         ValueError: one line naming the file and the tensor: a missing shard or a file that is not
@@ -411,6 +434,9 @@ def check_checkpoint(model_path: str, model_config: ModelConfig) -> None:
     """
     from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
 
+    if allow_empty and _holds_no_tensors(model_path):
+        logger.warning("checkpoint %s holds no tensors: not checked against the model", model_path)
+        return
     with torch.device("meta"):
         model = DeepseekV4ForCausalLM(model_config, torch.bfloat16, "meta", None, None)
     expected = {k: t.logical_shape for k, t in _targets(model.state_dict()).items()}
