@@ -415,3 +415,23 @@ def test_tokenizer_config_without_a_vocabulary(base, tmp_path) -> None:
     assert "\n" not in msg and msg.startswith(f"tokenizer_path: cannot load a tokenizer from '{d}'"), msg
     assert "--skip-tokenizer-init" in msg
     check_model_dir(str(d), skip_tokenizer_init=True)
+
+
+def test_official_and_hf_names_mixed_across_shards_name_the_files(base, tmp_path) -> None:
+    d = _copy(base, "hf", tmp_path)
+    off = _copy(base, "official", tmp_path)
+    key = "layers.1.attn.attn_sink"
+    extra = d / "model-00009-of-00009.safetensors"
+    save_file({key: load_file(off / _weight_map(off)[key])[key]}, extra, metadata={"format": "pt"})
+    index = json.loads((d / INDEX).read_text())
+    index["weight_map"][key] = extra.name
+    (d / INDEX).write_text(json.dumps(index))
+    msg = _refusal(d)
+    assert str(extra) in msg and "mixes official DeepSeek names" in msg and key in msg
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "deepseek_v32", "deepseek_v2"])
+def test_other_deepseek_model_types_are_refused_by_name(base, tmp_path, model_type: str) -> None:
+    d = _copy(base, "hf", tmp_path)
+    _set_config(d, model_type=model_type)
+    assert f"{d / 'config.json'} has model_type '{model_type}'" in _refusal(d)

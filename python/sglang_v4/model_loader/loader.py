@@ -271,23 +271,28 @@ def _scale_names(key: str) -> str:
     return " or ".join(names)
 
 
-def _detect_format(keys: list[str]) -> str:
+def _detect_format(keys: list[str], key_file: dict[str, str] | None = None) -> str:
     """``"official"`` (keys rooted at ``layers.`` / ``embed.weight`` ...) or ``"hf"`` (rooted at
     ``model.`` / ``lm_head.``, HF's own names or ``save_pretrained``'s; ``head.weight`` fits both).
+    ``key_file`` (key -> file) lets the messages name the files of the keys they quote.
 
     Raises:
         ValueError: keys of both roots (two checkpoints in one directory?), or of neither.
     """
+    where = key_file or {}
     official = [k for k in keys if k.startswith("layers.") or (k in _OFFICIAL_TOP and k != "head.weight")]
     hf = [k for k in keys if k.startswith(("model.", "lm_head."))]
     if official and hf:
+        files = ", ".join(dict.fromkeys(where[k] for k in (official[0], hf[0]) if k in where))
         raise ValueError(
-            "checkpoint mixes official DeepSeek names (layers.*, e.g. "
+            f"{files + ': ' if files else ''}checkpoint mixes official DeepSeek names (layers.*, e.g. "
             f"{official[0]}) and HF names (model.*, e.g. {hf[0]})"
         )
     if not official and not hf and "head.weight" not in keys:
+        files = ", ".join(dict.fromkeys(where[k] for k in keys[:3] if k in where))
         raise ValueError(
-            f"checkpoint tensor names are neither official DeepSeek nor HF names (e.g. {keys[:3]})"
+            f"{files + ': ' if files else ''}checkpoint tensor names are neither official DeepSeek nor "
+            f"HF names (e.g. {keys[:3]})"
         )
     return "hf" if hf else "official"
 
@@ -314,7 +319,7 @@ def _plan(model_path: str) -> _Plan:
     plan.skipped = [k for k in meta if k.startswith(_SKIP_PREFIXES)]
     if not keys:
         raise ValueError(f"{model_path}: checkpoint has no model tensors")
-    plan.fmt = _detect_format(keys)
+    plan.fmt = _detect_format(keys, plan.key_file)
     keyset = set(keys)
 
     scale_of: dict[str, str] = {}
