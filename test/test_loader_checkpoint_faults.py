@@ -435,3 +435,26 @@ def test_other_deepseek_model_types_are_refused_by_name(base, tmp_path, model_ty
     d = _copy(base, "hf", tmp_path)
     _set_config(d, model_type=model_type)
     assert f"{d / 'config.json'} has model_type '{model_type}'" in _refusal(d)
+
+
+@pytest.mark.parametrize(
+    "fields,field",
+    [
+        (
+            {"quantization_config": {"quant_algo": "NVFP4", "group_size": 16}},
+            "quantization_config.quant_method",
+        ),
+        ({"quantization_config": {"weight_block_size": [128, 128]}}, "quantization_config.quant_method"),
+        (
+            {"compression_config": {"format": "float-quantized", "quant_method": "compressed-tensors"}},
+            "compression_config",
+        ),
+    ],
+    ids=["modelopt-without-quant-method", "no-quant-method", "compression-config"],
+)
+def test_quantization_blocks_sglang_reads_as_other_methods(base, tmp_path, fields, field) -> None:
+    """A ``quantization_config`` without ``quant_method`` (SGLang parses it as ModelOpt's) and an
+    older compressed-tensors ``compression_config`` were read as unquantized / DeepSeek FP8."""
+    d = _copy(base, "hf", tmp_path)
+    _set_config(d, **fields)
+    assert f"{d / 'config.json'}: {field}: " in _refusal(d)

@@ -87,14 +87,29 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         model dtype (re-quantizing FP8 experts to FP4 would lose accuracy).
 
     Raises:
-        ValueError: unknown ``flag``, or a checkpoint quantization other than DeepSeek's FP8.
+        ValueError: unknown ``flag``, or a checkpoint quantization other than DeepSeek's FP8
+            (naming ``quantization_config.quant_method``: another method, or none given, which
+            SGLang takes for an NVIDIA ModelOpt ``quant_algo`` block), or a compressed-tensors
+            ``compression_config``.
     """
     if flag is not None and flag not in QUANTIZATION_CHOICES:
         raise ValueError(f"quantization must be one of {list(QUANTIZATION_CHOICES)} or None (got {flag!r})")
     if flag == "none":
         return None
     qc = getattr(hf_config, "quantization_config", None)
+    if qc is None and getattr(hf_config, "compression_config", None) is not None:
+        raise ValueError(
+            "compression_config: compressed-tensors checkpoints are not supported (only DeepSeek's "
+            "block FP8 quantization_config, or none)"
+        )
     method = _qc_get(qc, "quant_method") if qc is not None else None
+    if qc is not None and method is None:  # SGLang reads such a block as NVIDIA ModelOpt's
+        algo = _qc_get(qc, "quant_algo")
+        raise ValueError(
+            "quantization_config.quant_method: missing"
+            + (f" (quant_algo {algo!r}: an NVIDIA ModelOpt export)" if algo else "")
+            + "; only DeepSeek's block FP8 ('fp8') is supported"
+        )
     if method is not None and method != "fp8":
         raise ValueError(
             f"quantization_config.quant_method: only DeepSeek's block FP8 ('fp8') is supported, got {method!r}"
