@@ -458,3 +458,32 @@ def test_quantization_blocks_sglang_reads_as_other_methods(base, tmp_path, field
     d = _copy(base, "hf", tmp_path)
     _set_config(d, **fields)
     assert f"{d / 'config.json'}: {field}: " in _refusal(d)
+
+
+def test_bf16_checkpoint_with_the_fp8_quantization_config(base, tmp_path, caplog) -> None:
+    """A bf16 conversion that kept the official ``quantization_config``: on the CPU the weights are
+    read as stored (equal to safetensors' own reader); where the model keeps them quantized (CUDA,
+    or ``--quantization fp8``) they are quantized on load, as transformers' FP8 quantizer does,
+    with one warning naming the checkpoint."""
+    import logging
+
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.layers.quantization import QuantConfig, resolve_quantization
+    from sglang_v4.model_loader.builder import get_model
+
+    d = _copy(base, "hf", tmp_path)
+    qc = json.loads((base["official"] / "config.json").read_text())["quantization_config"]
+    _set_config(d, quantization_config=qc)
+    check_model_dir(str(d), skip_tokenizer_init=True)
+    mc = ModelConfig.from_pretrained(str(d))
+    assert resolve_quantization(None, mc.hf, "cpu") is None
+    assert resolve_quantization(None, mc.hf, "cuda") == QuantConfig("fp8", None)
+    key = "model.layers.1.self_attn.q_a_proj.weight"
+    stored = load_file(d / _weight_map(d)[key])[key]
+    model = get_model(mc, str(d), "cpu", torch.bfloat16)
+    assert torch.equal(model.state_dict()[key], stored)
+    assert not [r for r in caplog.records if "quantized on load" in r.getMessage()]
+    with caplog.at_level(logging.WARNING):
+        model = get_model(mc, str(d), "cpu", torch.bfloat16, quantization="fp8")
+    assert model.state_dict()[key].dtype == torch.float8_e4m3fn
+    assert any("quantized on load" in r.getMessage() and str(d) in r.getMessage() for r in caplog.records)

@@ -375,10 +375,22 @@ def load_weights_into(
             for p in dict.fromkeys(plan.key_file.values())
         }
         # disable=None: tqdm turns itself off when stderr is not a TTY (no carriage returns in logs)
+        requantized: list[str] = []
         for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=None if progress else True):
             tgt = targets[entry.name]
             shard = shards.get(entry.name) or TensorShard(full_shapes[entry.name])
             _load_entry(entry, handles, plan, tgt, shard, dtype)
+            if tgt.kind != "plain" and any(src.kind != tgt.kind for src in entry.sources):
+                requantized.append(entry.name)
+    if requantized:
+        logger.warning(
+            "checkpoint %s: %d tensors are not stored in the format the model keeps them in (e.g. %s); "
+            "quantized on load (FP8 e4m3 with 128x128 ue8m0 block scales / FP4 e2m1 with per-32 ue8m0 "
+            "scales). Pass --quantization none to keep them as stored.",
+            model_path,
+            len(requantized),
+            requantized[0],
+        )
     if progress:
         logger.info("%s: %d tensors in %.1fs", desc, len(plan.entries), time.perf_counter() - t0)
 
