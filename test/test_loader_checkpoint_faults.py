@@ -487,3 +487,16 @@ def test_bf16_checkpoint_with_the_fp8_quantization_config(base, tmp_path, caplog
         model = get_model(mc, str(d), "cpu", torch.bfloat16, quantization="fp8")
     assert model.state_dict()[key].dtype == torch.float8_e4m3fn
     assert any("quantized on load" in r.getMessage() and str(d) in r.getMessage() for r in caplog.records)
+
+
+def test_hugging_face_cache_root_points_at_its_snapshot(base, tmp_path) -> None:
+    """``--model-path ~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash`` (the cache
+    root of a repo, as ``huggingface-cli download`` without ``--local-dir`` leaves it)."""
+    root = tmp_path / "models--deepseek-ai--DeepSeek-V4-Flash"
+    snap = root / "snapshots" / "553034d7dd9e06c2eeaee68cf85a17d6d4754cf0"
+    shutil.copytree(base["hf"], snap)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(snap.name)
+    msg = _refusal(root)
+    assert "is a Hugging Face cache directory" in msg and f"pass --model-path {snap}" in msg
+    check_model_dir(str(snap), skip_tokenizer_init=True)

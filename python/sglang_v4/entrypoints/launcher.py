@@ -87,6 +87,17 @@ def check_model_dir(
             f"model_path: {model_path!r} is a file; expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
         )
     cfg = os.path.join(model_path, "config.json")
+    snapshots = os.path.join(model_path, "snapshots")
+    if not os.path.isfile(cfg) and os.path.isdir(snapshots):  # huggingface_hub's cache of one repo
+        found = sorted(
+            os.path.join(snapshots, n)
+            for n in os.listdir(snapshots)
+            if os.path.isfile(os.path.join(snapshots, n, "config.json"))
+        )
+        hint = f"pass --model-path {found[-1]}" if found else "its snapshots/ hold no config.json"
+        raise ValueError(
+            f"model_path: {model_path!r} is a Hugging Face cache directory, not a model directory; {hint}"
+        )
     if not os.path.isfile(cfg):
         raise ValueError(
             f"model_path: {model_path!r} has no config.json; expected {_LAYOUT}. Make one with: "
