@@ -500,3 +500,33 @@ def test_hugging_face_cache_root_points_at_its_snapshot(base, tmp_path) -> None:
     msg = _refusal(root)
     assert "is a Hugging Face cache directory" in msg and f"pass --model-path {snap}" in msg
     check_model_dir(str(snap), skip_tokenizer_init=True)
+
+
+def test_saved_rotary_tables_and_an_hf_prefixed_mtp_head_are_skipped(base, tmp_path, caplog) -> None:
+    """Older exporters saved ``rotary_emb.inv_freq`` buffers (SGLang's and vLLM's loaders skip
+    them); a conversion may keep the MTP head under ``model.mtp.``. Both are skipped: the tensors
+    read are those of the checkpoint without them (safetensors' own reader)."""
+    import logging
+
+    from sglang_v4.model_loader import load_state_dict
+
+    d = _copy(base, "hf", tmp_path)
+    extra = d / "model-00009-of-00009.safetensors"
+    added = {
+        "model.rotary_emb.inv_freq": torch.rand(32),
+        "model.layers.0.self_attn.rotary_emb.inv_freq": torch.rand(32),
+        "model.mtp.0.enorm.weight": torch.ones(128),
+    }
+    save_file(added, extra, metadata={"format": "pt"})
+    index = json.loads((d / INDEX).read_text())
+    index["weight_map"].update({k: extra.name for k in added})
+    (d / INDEX).write_text(json.dumps(index))
+    check_model_dir(str(d), skip_tokenizer_init=True)
+    with caplog.at_level(logging.INFO):
+        got = load_state_dict(str(d), dtype=None, progress=False)
+    want: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(_weight_map(base["hf"]).values())):
+        want.update(load_file(base["hf"] / shard))
+    assert set(got) == set(want)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert any("2 saved rotary tables" in r.getMessage() for r in caplog.records)

@@ -49,7 +49,17 @@ logger = logging.getLogger(__name__)
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-_SKIP_PREFIXES = ("mtp.",)
+#: Tensors no model here reads: the multi-token-prediction head (official ``mtp.*``; ``model.mtp.*``
+#: under an HF prefix) and rotary tables older exporters saved as buffers (SGLang's and vLLM's
+#: loaders skip ``rotary_emb.inv_freq`` / ``cos_cached`` / ``sin_cached`` alike).
+_SKIP_PREFIXES = ("mtp.", "model.mtp.")
+_SKIP_SUFFIXES = ("rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached")
+
+
+def _skipped(key: str) -> bool:
+    return key.startswith(_SKIP_PREFIXES) or key.endswith(_SKIP_SUFFIXES)
+
+
 _FP8_HEADER_PREFIX = "F8_"  # F8_E4M3 (V3/V4), F8_E5M2
 _FLOAT_HEADERS = ("BF16", "F16", "F32", "F64")
 _E8M0_HEADER = "F8_E8M0"  # ue8m0 scales (powers of two): only ever a scale
@@ -271,6 +281,18 @@ def _scale_names(key: str) -> str:
     return " or ".join(names)
 
 
+def _skip_summary(skipped: list[str]) -> str:
+    """What the skipped tensors are, for the log: ``"61 mtp.* tensors (multi-token-prediction head;
+    not used)"``, plus the saved rotary tables when there are some."""
+    n_rot = sum(k.endswith(_SKIP_SUFFIXES) for k in skipped)
+    parts = []
+    if len(skipped) > n_rot:
+        parts.append(f"{len(skipped) - n_rot} mtp.* tensors (multi-token-prediction head; not used)")
+    if n_rot:
+        parts.append(f"{n_rot} saved rotary tables (rotary_emb.*; recomputed)")
+    return " and ".join(parts)
+
+
 def _detect_format(keys: list[str], key_file: dict[str, str] | None = None) -> str:
     """``"official"`` (keys rooted at ``layers.`` / ``embed.weight`` ...) or ``"hf"`` (rooted at
     ``model.`` / ``lm_head.``, HF's own names or ``save_pretrained``'s; ``head.weight`` fits both).
@@ -315,8 +337,8 @@ def _plan(model_path: str) -> _Plan:
                 sl = f.get_slice(k)
                 meta[k] = (sl.get_dtype(), tuple(int(s) for s in sl.get_shape()))
                 plan.key_file[k] = path
-    keys = [k for k in meta if not k.startswith(_SKIP_PREFIXES)]
-    plan.skipped = [k for k in meta if k.startswith(_SKIP_PREFIXES)]
+    keys = [k for k in meta if not _skipped(k)]
+    plan.skipped = [k for k in meta if _skipped(k)]
     if not keys:
         raise ValueError(f"{model_path}: checkpoint has no model tensors")
     plan.fmt = _detect_format(keys, plan.key_file)
@@ -480,7 +502,7 @@ def iter_state_dict(
     t0 = time.perf_counter()
     plan = _plan(model_path)
     if plan.skipped:
-        logger.info("skipping %d mtp.* tensors (multi-token-prediction head; not used)", len(plan.skipped))
+        logger.info("skipping %s", _skip_summary(plan.skipped))
     with ExitStack() as stack:
         handles = {
             p: stack.enter_context(safe_open(p, framework="pt"))

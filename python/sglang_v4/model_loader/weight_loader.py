@@ -31,6 +31,7 @@ from .loader import (
     _Entry,
     _Plan,
     _plan,
+    _skip_summary,
     _Source,
     checkpoint_files,
     index_weight_map,
@@ -366,7 +367,7 @@ def load_weights_into(
     if problems:
         raise ValueError(f"checkpoint {model_path} does not match the model:\n  " + "\n  ".join(problems))
     if plan.skipped:
-        logger.info("skipping %d mtp.* tensors (multi-token-prediction head; not used)", len(plan.skipped))
+        logger.info("skipping %s", _skip_summary(plan.skipped))
     desc = f"Loading {os.path.basename(os.path.normpath(model_path))} ({plan.fmt} names)"
     t0 = time.perf_counter()
     with torch.no_grad(), ExitStack() as stack:
