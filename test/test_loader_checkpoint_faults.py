@@ -463,8 +463,9 @@ def test_quantization_blocks_sglang_reads_as_other_methods(base, tmp_path, field
 def test_bf16_checkpoint_with_the_fp8_quantization_config(base, tmp_path, caplog) -> None:
     """A bf16 conversion that kept the official ``quantization_config``: on the CPU the weights are
     read as stored (equal to safetensors' own reader); where the model keeps them quantized (CUDA,
-    or ``--quantization fp8``) they are quantized on load, as transformers' FP8 quantizer does,
-    with one warning naming the checkpoint."""
+    or ``--quantization fp8``) they are quantized on load (with scales: not the bare cast of the
+    bf16 values into FP8 parameters a loader trusting the config would do), with one warning
+    naming the checkpoint."""
     import logging
 
     from sglang_v4.configs.model_config import ModelConfig
