@@ -334,8 +334,13 @@ def _plan(model_path: str) -> _Plan:
             for k in f.keys():
                 if k in plan.key_file:
                     raise ValueError(f"{path}: {k}: tensor stored twice (also in {plan.key_file[k]})")
-                sl = f.get_slice(k)
-                meta[k] = (sl.get_dtype(), tuple(int(s) for s in sl.get_shape()))
+                try:
+                    sl = f.get_slice(k)
+                    meta[k] = (sl.get_dtype(), tuple(int(s) for s in sl.get_shape()))
+                except Exception as e:  # a dtype this safetensors / torch does not know
+                    raise ValueError(
+                        f"{path}: {k}: unreadable header entry ({' '.join(str(e).split())})"
+                    ) from None
                 plan.key_file[k] = path
     keys = [k for k in meta if not _skipped(k)]
     plan.skipped = [k for k in meta if _skipped(k)]
