@@ -535,3 +535,42 @@ def test_saved_rotary_tables_and_an_hf_prefixed_mtp_head_are_skipped(base, tmp_p
     assert set(got) == set(want)
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert any("2 saved rotary tables" in r.getMessage() for r in caplog.records)
+
+
+def test_base_checkpoint_with_fp8_routed_experts(base, tmp_path) -> None:
+    """``DeepSeek-V4-Flash-Base`` declares ``expert_dtype: fp8``: routed experts stored as e4m3 with
+    128x128 ue8m0 block scales (vLLM #43416 read those scale bytes as floats: garbled output).
+    Each expert reads as a float64 dequantization written here (scale byte b = 2 ** (b - 127)),
+    and the model does not keep such experts as FP4."""
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.layers.quantization import resolve_quantization
+    from sglang_v4.model_loader import load_state_dict
+    from sglang_v4.model_loader.quant import quantize_fp8_block
+
+    d = _copy(base, "official", tmp_path)
+    gen = torch.Generator().manual_seed(5)
+    want: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(_weight_map(d).values())):
+        tensors = load_file(d / shard)
+        for k in [k for k in tensors if ".ffn.experts." in k and k.endswith(".weight")]:
+            r, c2 = tensors[k].shape
+            w = torch.randn(r, 2 * c2, generator=gen) * 0.05
+            q, s = quantize_fp8_block(w, (128, 128), torch.float8_e8m0fnu)
+            tensors[k], tensors[k[: -len(".weight")] + ".scale"] = q, s
+            s64 = torch.pow(2.0, s.view(torch.uint8).to(torch.float64) - 127)
+            want[k] = (
+                q.to(torch.float64) * s64.repeat_interleave(128, 0)[:r].repeat_interleave(128, 1)[:, : 2 * c2]
+            )
+        save_file(tensors, d / shard, metadata={"format": "pt"})
+    _set_config(d, expert_dtype="fp8")
+    check_model_dir(str(d), skip_tokenizer_init=True)
+    mc = ModelConfig.from_pretrained(str(d))
+    for flag in (None, "fp8"):
+        assert resolve_quantization(flag, mc.hf, "cuda").experts is None
+    got = load_state_dict(str(d), dtype=torch.float32, progress=False)
+    gate_up = got["model.layers.1.mlp.experts.gate_up_proj"].double()
+    down = got["model.layers.1.mlp.experts.down_proj"].double()
+    for e in (0, 3):
+        w1, w3 = want[f"layers.1.ffn.experts.{e}.w1.weight"], want[f"layers.1.ffn.experts.{e}.w3.weight"]
+        torch.testing.assert_close(gate_up[e], torch.cat([w1, w3]), rtol=2**-23, atol=0)
+        torch.testing.assert_close(down[e], want[f"layers.1.ffn.experts.{e}.w2.weight"], rtol=2**-23, atol=0)
