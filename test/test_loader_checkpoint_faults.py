@@ -240,6 +240,16 @@ def test_architectures_naming_another_model(base, tmp_path, arch: str) -> None:
     assert f"{d / 'config.json'}: architectures ['{arch}'] names '{arch}'" in msg
 
 
+def test_empty_quantization_config_is_unquantized(base, tmp_path) -> None:
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.layers.quantization import resolve_quantization
+
+    d = _copy(base, "hf", tmp_path)
+    _set_config(d, quantization_config={})
+    check_model_dir(str(d), skip_tokenizer_init=True)
+    assert resolve_quantization(None, ModelConfig.from_pretrained(str(d)).hf, "cuda") is None
+
+
 def test_architectures_absent_is_read_from_model_type(base, tmp_path) -> None:
     """transformers resolves the class from ``model_type`` alone; so does the start-up check."""
     d = _copy(base, "hf", tmp_path)

@@ -97,6 +97,8 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
     if flag == "none":
         return None
     qc = getattr(hf_config, "quantization_config", None)
+    if isinstance(qc, dict) and not qc:  # ``"quantization_config": {}``: nothing quantized
+        qc = None
     if qc is None and getattr(hf_config, "compression_config", None) is not None:
         raise ValueError(
             "compression_config: compressed-tensors checkpoints are not supported (only DeepSeek's "
