@@ -240,6 +240,15 @@ def test_architectures_naming_another_model(base, tmp_path, arch: str) -> None:
     assert f"{d / 'config.json'}: architectures ['{arch}'] names '{arch}'" in msg
 
 
+@pytest.mark.parametrize("block", [[128], "128x128", [128, 0], [128.0, 128.0]])
+def test_malformed_weight_block_size(base, tmp_path, block) -> None:
+    d = _copy(base, "official", tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["quantization_config"]["weight_block_size"] = block
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert f"{d / 'config.json'}: quantization_config.weight_block_size: expected two positive" in _refusal(d)
+
+
 def test_empty_quantization_config_is_unquantized(base, tmp_path) -> None:
     from sglang_v4.configs.model_config import ModelConfig
     from sglang_v4.layers.quantization import resolve_quantization

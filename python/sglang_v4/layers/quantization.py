@@ -89,8 +89,8 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
     Raises:
         ValueError: unknown ``flag``, or a checkpoint quantization other than DeepSeek's FP8
             (naming ``quantization_config.quant_method``: another method, or none given, which
-            SGLang takes for an NVIDIA ModelOpt ``quant_algo`` block), or a compressed-tensors
-            ``compression_config``.
+            SGLang takes for an NVIDIA ModelOpt ``quant_algo`` block), a compressed-tensors
+            ``compression_config``, or a ``weight_block_size`` that is not two positive integers.
     """
     if flag is not None and flag not in QUANTIZATION_CHOICES:
         raise ValueError(f"quantization must be one of {list(QUANTIZATION_CHOICES)} or None (got {flag!r})")
@@ -116,6 +116,15 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         raise ValueError(
             f"quantization_config.quant_method: only DeepSeek's block FP8 ('fp8') is supported, got {method!r}"
         )
+    block = _qc_get(qc, "weight_block_size") if qc is not None else None
+    if block is not None and (
+        not isinstance(block, (list, tuple))
+        or len(block) != 2
+        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
+        raise ValueError(
+            f"quantization_config.weight_block_size: expected two positive integers [rows, columns], got {block!r}"
+        )
     expert_dtype = (_qc_get(qc, "expert_dtype") if qc is not None else None) or getattr(
         hf_config, "expert_dtype", None
     )
@@ -123,7 +132,6 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         return QuantConfig("fp8", "fp4" if qc is None or expert_dtype == "fp4" else None)
     if qc is None or device == "cpu":
         return None
-    block = _qc_get(qc, "weight_block_size")
     linear: str | None = "fp8"
     if block is not None and tuple(int(b) for b in block) != FP8_BLOCK:
         logger.warning("FP8 block size %s is not 128x128: dequantizing the FP8 linears at load", block)
