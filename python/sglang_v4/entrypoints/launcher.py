@@ -58,11 +58,12 @@ def check_model_dir(
             ``config.json`` / unreadable, not DeepSeek-V4 or invalid once ``model_overrides``
             (``--json-model-override-args``) are applied, no safetensors checkpoint (unless
             ``load_format="dummy"``), no tokenizer files or none that load (unless
-            ``skip_tokenizer_init``: then no process loads a tokenizer); naming ``page_size`` when given and the model's KV layout
+            ``skip_tokenizer_init``: then no process loads a tokenizer), a Hugging Face cache root
+            (naming its snapshot); naming ``page_size`` when given and the model's KV layout
             cannot use it (:func:`check_page_size`); naming ``context_length`` when it exceeds the
             model's (:func:`check_context_length`); naming the field when ``architectures`` names
             another model or the checkpoint's ``quantization_config`` (with ``quantization``,
-            ``--quantization``) is not one sglang-v4 computes
+            ``--quantization``) or a ModelOpt ``hf_quant_config.json`` is not one sglang-v4 computes
             (:func:`~sglang_v4.layers.quantization.resolve_quantization`); naming the file and the
             tensor when the safetensors headers do not hold the model's tensors with their shapes
             (:func:`~sglang_v4.model_loader.weight_loader.check_checkpoint`; not with
@@ -150,8 +151,10 @@ def check_model_dir(
             )
         from sglang_v4.utils import get_tokenizer
 
-        try:  # what the tokenizer manager and the detokenizer will load (tokenizer_config.json alone
-            get_tokenizer(tok)  # names no vocabulary for a fast tokenizer)
+        # what the tokenizer manager and the detokenizer will load: tokenizer_config.json alone
+        # names no vocabulary for a fast tokenizer
+        try:
+            get_tokenizer(tok)
         except ValueError as e:
             raise ValueError(
                 f"{' '.join(str(e).split())} (pass --skip-tokenizer-init to serve token ids only)"
