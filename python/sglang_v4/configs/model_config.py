@@ -12,12 +12,15 @@ rope parameters per rope type).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from huggingface_hub.errors import StrictDataclassError
 from transformers import DeepseekV4Config
+
+logger = logging.getLogger(__name__)
 
 SLIDING = "sliding_attention"
 CSA = "compressed_sparse_attention"
@@ -132,6 +135,26 @@ def _normalize_raw_config(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def generation_eos_token_ids(model_path: str) -> list[int]:
+    """``eos_token_id`` of ``<model_path>/generation_config.json`` as a list (an int there becomes a
+    one-element list); empty when the file or the key is absent, or the file is not a JSON object
+    of integer ids (logged: the file is advice, as transformers' ``GenerationConfig`` treats it)."""
+    path = os.path.join(model_path, "generation_config.json")
+    if not os.path.isfile(path):
+        return []
+    try:
+        with open(path, encoding="utf-8") as f:
+            eos = json.load(f).get("eos_token_id")
+    except (OSError, ValueError, AttributeError) as e:
+        logger.warning("Ignoring %s (%s)", path, e)
+        return []
+    ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        logger.warning("Ignoring eos_token_id %r of %s: not token ids", eos, path)
+        return []
+    return list(ids)
+
+
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """``raw`` (a ``config.json`` dict, either dialect) with ``overrides`` applied; see
     :meth:`ModelConfig.from_pretrained`. ``raw`` is not modified."""
@@ -166,6 +189,9 @@ class ModelConfig:
         compress_ratios: per layer, 0 (sliding only), 4 (CSA) or 128 (HCA) — taken from
             ``hf.layer_types`` and ``hf.compress_rates``.
         csa_layers / hca_layers / sliding_layers: layer indices of each attention type.
+        generation_eos_token_ids: ``eos_token_id`` of the model directory's
+            ``generation_config.json`` (an int or a list there; empty without the file), see
+            :attr:`eos_token_ids`.
     """
 
     hf: DeepseekV4Config
@@ -173,6 +199,7 @@ class ModelConfig:
     csa_layers: list[int] = field(default_factory=list)
     hca_layers: list[int] = field(default_factory=list)
     sliding_layers: list[int] = field(default_factory=list)
+    generation_eos_token_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_supported(self.hf)
@@ -233,7 +260,9 @@ class ModelConfig:
         path = os.path.join(model_path, "config.json")
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
-        return cls.from_dict(apply_overrides(raw, overrides or {}))
+        mc = cls.from_dict(apply_overrides(raw, overrides or {}))
+        mc.generation_eos_token_ids = generation_eos_token_ids(model_path)
+        return mc
 
     # ---- convenient views -----------------------------------------------------------------
     @property
@@ -278,10 +307,12 @@ class ModelConfig:
 
     @property
     def eos_token_ids(self) -> list[int]:
+        """The ids that end a generation: ``config.json``'s ``eos_token_id`` (an int or a list)
+        followed by those of ``generation_config.json`` not already in it (SGLang's
+        ``ModelConfig`` stops on the union of both)."""
         eos = self.hf.eos_token_id
-        if eos is None:
-            return []
-        return [int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)]
+        ids = [] if eos is None else [int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)]
+        return list(dict.fromkeys(ids + self.generation_eos_token_ids))
 
     def to_dict(self) -> dict[str, Any]:
         """The HF-dialect config dict (what ``config.json`` of an HF-format checkpoint holds)."""

@@ -45,6 +45,7 @@ def check_model_dir(
     model_overrides: dict[str, Any] | None = None,
     page_size: int | None = None,
     context_length: int | None = None,
+    quantization: str | None = None,
 ) -> None:
     """Check that ``model_path`` is a local model directory before any process starts.
 
@@ -56,10 +57,18 @@ def check_model_dir(
         ValueError: naming ``model_path`` or ``tokenizer_path``: missing, a file, a hub id, no
             ``config.json`` / unreadable, not DeepSeek-V4 or invalid once ``model_overrides``
             (``--json-model-override-args``) are applied, no safetensors checkpoint (unless
-            ``load_format="dummy"``), no tokenizer files (unless ``skip_tokenizer_init``: then no
-            process loads a tokenizer); naming ``page_size`` when given and the model's KV layout
+            ``load_format="dummy"``), no tokenizer files or none that load (unless
+            ``skip_tokenizer_init``: then no process loads a tokenizer), a Hugging Face cache root
+            (naming its snapshot); naming ``page_size`` when given and the model's KV layout
             cannot use it (:func:`check_page_size`); naming ``context_length`` when it exceeds the
-            model's (:func:`check_context_length`).
+            model's (:func:`check_context_length`); naming the field when ``architectures`` names
+            another model or the checkpoint's ``quantization_config`` (with ``quantization``,
+            ``--quantization``) or a ModelOpt ``hf_quant_config.json`` is not one sglang-v4 computes
+            (:func:`~sglang_v4.layers.quantization.resolve_quantization`); naming the file and the
+            tensor when the safetensors headers do not hold the model's tensors with their shapes
+            (:func:`~sglang_v4.model_loader.weight_loader.check_checkpoint`; not with
+            ``load_format="dummy"``, with a scheduler class set by ``$SGLANG_V4_SCHEDULER_CLASS``
+            (it loads its own weights), nor for safetensors files holding no tensor at all).
     """
     if not os.path.exists(model_path):
         looks_like_hub_id = model_path.count("/") == 1 and not model_path.startswith((".", "/", "~"))
@@ -79,6 +88,17 @@ def check_model_dir(
             f"model_path: {model_path!r} is a file; expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
         )
     cfg = os.path.join(model_path, "config.json")
+    snapshots = os.path.join(model_path, "snapshots")
+    if not os.path.isfile(cfg) and os.path.isdir(snapshots):  # huggingface_hub's cache of one repo
+        found = sorted(
+            os.path.join(snapshots, n)
+            for n in os.listdir(snapshots)
+            if os.path.isfile(os.path.join(snapshots, n, "config.json"))
+        )
+        hint = f"pass --model-path {found[-1]}" if found else "its snapshots/ hold no config.json"
+        raise ValueError(
+            f"model_path: {model_path!r} is a Hugging Face cache directory, not a model directory; {hint}"
+        )
     if not os.path.isfile(cfg):
         raise ValueError(
             f"model_path: {model_path!r} has no config.json; expected {_LAYOUT}. Make one with: "
@@ -86,7 +106,8 @@ def check_model_dir(
         )
     try:
         with open(cfg, encoding="utf-8") as f:
-            model_type = json.load(f).get("model_type")
+            raw = json.load(f)
+        model_type = raw.get("model_type")
     except (OSError, ValueError, AttributeError) as e:
         raise ValueError(f"model_path: {cfg} is not a readable JSON object ({e})") from None
     if model_type not in (None, "deepseek_v4", "deepseek_v4_flash"):  # None: ModelConfig's default
@@ -100,24 +121,107 @@ def check_model_dir(
         mc = ModelConfig.from_pretrained(model_path, model_overrides)
     except ValueError as e:
         raise ValueError(f"model_path: {cfg} does not parse as a DeepSeek-V4 config: {e}") from None
+    check_architectures(raw.get("architectures"), cfg)
+    from sglang_v4.layers.quantization import resolve_quantization
+
+    try:
+        resolve_quantization(quantization, mc.hf, "cuda")
+    except ValueError as e:
+        raise ValueError(f"model_path: {cfg}: {e}") from None
+    check_modelopt_config(model_path)
     if page_size is not None:
         check_page_size(page_size, mc)
     if context_length is not None:
         check_context_length(context_length, mc)
     if load_format != "dummy" and not any(n.endswith(".safetensors") for n in os.listdir(model_path)):
+        others = sorted(n for n in os.listdir(model_path) if n.endswith((".bin", ".pt", ".pth", ".gguf")))
+        found = f" (found {', '.join(others[:3])}: sglang-v4 reads safetensors only)" if others else ""
         raise ValueError(
-            f"model_path: {model_path!r} has no *.safetensors weights (use --load-format dummy for "
+            f"model_path: {model_path!r} has no *.safetensors weights{found} (use --load-format dummy for "
             f"random weights); expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
         )
-    if skip_tokenizer_init:
+    if not skip_tokenizer_init:
+        tok = tokenizer_path or model_path
+        if not os.path.isdir(tok) or not any(
+            os.path.isfile(os.path.join(tok, n)) for n in ("tokenizer.json", "tokenizer_config.json")
+        ):
+            raise ValueError(
+                f"tokenizer_path: {tok!r} has no tokenizer.json / tokenizer_config.json; copy the model's "
+                "tokenizer files there or pass --tokenizer-path DIR"
+            )
+        from sglang_v4.utils import get_tokenizer
+
+        # what the tokenizer manager and the detokenizer will load: tokenizer_config.json alone
+        # names no vocabulary for a fast tokenizer
+        try:
+            get_tokenizer(tok)
+        except ValueError as e:
+            raise ValueError(
+                f"{' '.join(str(e).split())} (pass --skip-tokenizer-init to serve token ids only)"
+            ) from None
+    from sglang_v4.managers.scheduler_process import SCHEDULER_CLASS_ENV
+
+    if load_format != "dummy" and not os.environ.get(SCHEDULER_CLASS_ENV):
+        from sglang_v4.model_loader.weight_loader import check_checkpoint
+
+        try:
+            check_checkpoint(model_path, mc, allow_empty=True)
+        except ValueError as e:
+            raise ValueError(f"model_path: {' '.join(str(e).split())}") from None
+
+
+#: NVIDIA ModelOpt's quantization file, written next to ``config.json`` by its exports (SGLang
+#: and vLLM read the quantization from it when ``config.json`` has none).
+MODELOPT_QUANT_FILE = "hf_quant_config.json"
+
+
+def check_modelopt_config(model_path: str) -> None:
+    """Refuse a ModelOpt export (``hf_quant_config.json`` naming a ``quant_algo``): its weights
+    (e.g. NVFP4: packed uint8 + float8 ``weight_scale`` + ``weight_scale_2`` + ``input_scale``)
+    are not DeepSeek's block FP8 / FP4 formats.
+
+    Raises:
+        ValueError: naming the file and its ``quantization.quant_algo``.
+    """
+    path = os.path.join(model_path, MODELOPT_QUANT_FILE)
+    if not os.path.isfile(path):
         return
-    tok = tokenizer_path or model_path
-    if not os.path.isdir(tok) or not any(
-        os.path.isfile(os.path.join(tok, n)) for n in ("tokenizer.json", "tokenizer_config.json")
-    ):
+    try:
+        with open(path, encoding="utf-8") as f:
+            algo = (json.load(f).get("quantization") or {}).get("quant_algo")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"model_path: {path} is not a readable JSON object ({e})") from None
+    if algo:
         raise ValueError(
-            f"tokenizer_path: {tok!r} has no tokenizer.json / tokenizer_config.json; copy the model's "
-            "tokenizer files there or pass --tokenizer-path DIR"
+            f"model_path: {path}: quantization.quant_algo {algo!r} (NVIDIA ModelOpt) is not supported; "
+            "sglang-v4 serves DeepSeek's block FP8 / FP4 checkpoints and unquantized ones"
+        )
+
+
+#: ``architectures`` values of DeepSeek-V4 checkpoints (``config.json``).
+ARCHITECTURES = ("DeepseekV4ForCausalLM",)
+
+
+def check_architectures(architectures: Any, cfg: str) -> None:
+    """``config.json``'s ``architectures``: absent / empty (the model class follows from
+    ``model_type``, as transformers' auto classes resolve it) or only :data:`ARCHITECTURES`.
+
+    Raises:
+        ValueError: naming ``cfg`` and ``architectures``: not a list of strings, or naming another
+            model class (e.g. ``DeepseekV3ForCausalLM``, or V4's multi-token-prediction draft
+            ``DeepseekV4ForCausalLMNextN``).
+    """
+    if architectures is None:
+        return
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise ValueError(
+            f"model_path: {cfg}: architectures must be a list of class names, got {architectures!r}"
+        )
+    other = [a for a in architectures if a not in ARCHITECTURES]
+    if other:
+        raise ValueError(
+            f"model_path: {cfg}: architectures {architectures!r} names {other[0]!r}; sglang-v4 serves "
+            f"{ARCHITECTURES[0]} (DeepSeek-V4) checkpoints"
         )
 
 
@@ -191,6 +295,7 @@ def resolve_model_path(server_args: ServerArgs) -> None:
         model_overrides=server_args.model_override_args(),
         page_size=server_args.page_size,
         context_length=server_args.context_length,
+        quantization=server_args.quantization,
     )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path

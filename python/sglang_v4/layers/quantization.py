@@ -87,17 +87,43 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         model dtype (re-quantizing FP8 experts to FP4 would lose accuracy).
 
     Raises:
-        ValueError: unknown ``flag``, or a checkpoint quantization other than DeepSeek's FP8.
+        ValueError: unknown ``flag``, or a checkpoint quantization other than DeepSeek's FP8
+            (naming ``quantization_config.quant_method``: another method, or none given, which
+            SGLang takes for an NVIDIA ModelOpt ``quant_algo`` block), a compressed-tensors
+            ``compression_config``, or a ``weight_block_size`` that is not two positive integers.
     """
     if flag is not None and flag not in QUANTIZATION_CHOICES:
         raise ValueError(f"quantization must be one of {list(QUANTIZATION_CHOICES)} or None (got {flag!r})")
     if flag == "none":
         return None
     qc = getattr(hf_config, "quantization_config", None)
+    if isinstance(qc, dict) and not qc:  # ``"quantization_config": {}``: nothing quantized
+        qc = None
+    if qc is None and getattr(hf_config, "compression_config", None) is not None:
+        raise ValueError(
+            "compression_config: compressed-tensors checkpoints are not supported (only DeepSeek's "
+            "block FP8 quantization_config, or none)"
+        )
     method = _qc_get(qc, "quant_method") if qc is not None else None
+    if qc is not None and method is None:  # SGLang reads such a block as NVIDIA ModelOpt's
+        algo = _qc_get(qc, "quant_algo")
+        raise ValueError(
+            "quantization_config.quant_method: missing"
+            + (f" (quant_algo {algo!r}: an NVIDIA ModelOpt export)" if algo else "")
+            + "; only DeepSeek's block FP8 ('fp8') is supported"
+        )
     if method is not None and method != "fp8":
         raise ValueError(
             f"quantization_config.quant_method: only DeepSeek's block FP8 ('fp8') is supported, got {method!r}"
+        )
+    block = _qc_get(qc, "weight_block_size") if qc is not None else None
+    if block is not None and (
+        not isinstance(block, (list, tuple))
+        or len(block) != 2
+        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
+        raise ValueError(
+            f"quantization_config.weight_block_size: expected two positive integers [rows, columns], got {block!r}"
         )
     expert_dtype = (_qc_get(qc, "expert_dtype") if qc is not None else None) or getattr(
         hf_config, "expert_dtype", None
@@ -106,7 +132,6 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         return QuantConfig("fp8", "fp4" if qc is None or expert_dtype == "fp4" else None)
     if qc is None or device == "cpu":
         return None
-    block = _qc_get(qc, "weight_block_size")
     linear: str | None = "fp8"
     if block is not None and tuple(int(b) for b in block) != FP8_BLOCK:
         logger.warning("FP8 block size %s is not 128x128: dequantizing the FP8 linears at load", block)

@@ -11,9 +11,10 @@ from .loader import (
     keeps_fp32,
     load_state_dict,
 )
-from .weight_loader import load_weights_into, weight_nbytes
+from .weight_loader import check_checkpoint, load_weights_into, weight_nbytes
 
 __all__ = [
+    "check_checkpoint",
     "checkpoint_files",
     "checkpoint_nbytes",
     "checkpoint_shapes",

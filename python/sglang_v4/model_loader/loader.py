@@ -49,9 +49,20 @@ logger = logging.getLogger(__name__)
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-_SKIP_PREFIXES = ("mtp.",)
+#: Tensors no model here reads: the multi-token-prediction head (official ``mtp.*``; ``model.mtp.*``
+#: under an HF prefix) and rotary tables older exporters saved as buffers (SGLang's and vLLM's
+#: loaders skip ``rotary_emb.inv_freq`` / ``cos_cached`` / ``sin_cached`` alike).
+_SKIP_PREFIXES = ("mtp.", "model.mtp.")
+_SKIP_SUFFIXES = ("rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached")
+
+
+def _skipped(key: str) -> bool:
+    return key.startswith(_SKIP_PREFIXES) or key.endswith(_SKIP_SUFFIXES)
+
+
 _FP8_HEADER_PREFIX = "F8_"  # F8_E4M3 (V3/V4), F8_E5M2
 _FLOAT_HEADERS = ("BF16", "F16", "F32", "F64")
+_E8M0_HEADER = "F8_E8M0"  # ue8m0 scales (powers of two): only ever a scale
 #: Bytes per element of the safetensors header dtypes.
 _HEADER_BYTES = {
     "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
@@ -92,11 +103,17 @@ def checkpoint_files(model_path: str) -> list[str]:
         return [model_path]
     index = os.path.join(model_path, INDEX_FILE)
     if os.path.exists(index):
-        with open(index, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
+        weight_map = index_weight_map(model_path)
         files = list(dict.fromkeys(weight_map.values()))
         paths = [os.path.join(model_path, p) for p in files]
-        for p in paths:
+        for name, p in zip(files, paths):
+            if not name.endswith(".safetensors"):
+                k = next(k for k, v in weight_map.items() if v == name)
+                raise ValueError(
+                    f"{index}: weight_map sends {k} to {name!r}, which is not a .safetensors file "
+                    "(sglang-v4 reads safetensors checkpoints only; convert .bin / .pt weights with "
+                    "safetensors.torch.save_file)"
+                )
             if not os.path.exists(p):
                 raise FileNotFoundError(f"{p}: shard listed in {INDEX_FILE} does not exist")
         return paths
@@ -112,6 +129,27 @@ def checkpoint_files(model_path: str) -> list[str]:
     raise FileNotFoundError(
         f"{model_path}: no safetensors checkpoint ({INDEX_FILE}, {SINGLE_FILE} or *.safetensors)"
     )
+
+
+def index_weight_map(model_path: str) -> dict[str, str]:
+    """``weight_map`` (tensor name -> shard file name) of ``model_path``'s
+    ``model.safetensors.index.json``; ``{}`` when there is no index.
+
+    Raises:
+        ValueError: the index is not JSON, or has no ``weight_map`` object of file names (names
+            the index file).
+    """
+    index = os.path.join(model_path, INDEX_FILE) if os.path.isdir(model_path) else None
+    if index is None or not os.path.exists(index):
+        return {}
+    try:
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f)["weight_map"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{index}: not a safetensors index with a weight_map object ({e!r})") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ValueError(f"{index}: weight_map must map tensor names to shard file names")
+    return weight_map
 
 
 def _header_bytes(dtype: str, shape: tuple[int, ...], key: str) -> int:
@@ -224,23 +262,59 @@ def _scale_target(key: str, keys: set[str]) -> str | None:
     return None
 
 
-def _detect_format(keys: list[str]) -> str:
+def _listed_in(model_path: str, keys: tuple[str, ...]) -> str:
+    """Where a missing tensor should have been: the shard ``model.safetensors.index.json`` lists
+    for the first of ``keys`` it has (saying so), else ``model_path``."""
+    weight_map = index_weight_map(model_path)
+    for k in keys:
+        if k in weight_map:
+            return f"{os.path.join(model_path, weight_map[k])} (where {INDEX_FILE} lists {k})"
+    return model_path
+
+
+def _scale_names(key: str) -> str:
+    """The names a scale of weight ``key`` may have: HF's ``<key>_scale_inv`` and, for a
+    ``.weight``, the official ``<module>.scale``."""
+    names = [f"{key}_scale_inv"]
+    if key.endswith(".weight"):
+        names.append(key[: -len(".weight")] + ".scale")
+    return " or ".join(names)
+
+
+def _skip_summary(skipped: list[str]) -> str:
+    """What the skipped tensors are, for the log: ``"61 mtp.* tensors (multi-token-prediction head;
+    not used)"``, plus the saved rotary tables when there are some."""
+    n_rot = sum(k.endswith(_SKIP_SUFFIXES) for k in skipped)
+    parts = []
+    if len(skipped) > n_rot:
+        parts.append(f"{len(skipped) - n_rot} mtp.* tensors (multi-token-prediction head; not used)")
+    if n_rot:
+        parts.append(f"{n_rot} saved rotary tables (rotary_emb.*; recomputed)")
+    return " and ".join(parts)
+
+
+def _detect_format(keys: list[str], key_file: dict[str, str] | None = None) -> str:
     """``"official"`` (keys rooted at ``layers.`` / ``embed.weight`` ...) or ``"hf"`` (rooted at
     ``model.`` / ``lm_head.``, HF's own names or ``save_pretrained``'s; ``head.weight`` fits both).
+    ``key_file`` (key -> file) lets the messages name the files of the keys they quote.
 
     Raises:
         ValueError: keys of both roots (two checkpoints in one directory?), or of neither.
     """
+    where = key_file or {}
     official = [k for k in keys if k.startswith("layers.") or (k in _OFFICIAL_TOP and k != "head.weight")]
     hf = [k for k in keys if k.startswith(("model.", "lm_head."))]
     if official and hf:
+        files = ", ".join(dict.fromkeys(where[k] for k in (official[0], hf[0]) if k in where))
         raise ValueError(
-            "checkpoint mixes official DeepSeek names (layers.*, e.g. "
+            f"{files + ': ' if files else ''}checkpoint mixes official DeepSeek names (layers.*, e.g. "
             f"{official[0]}) and HF names (model.*, e.g. {hf[0]})"
         )
     if not official and not hf and "head.weight" not in keys:
+        files = ", ".join(dict.fromkeys(where[k] for k in keys[:3] if k in where))
         raise ValueError(
-            f"checkpoint tensor names are neither official DeepSeek nor HF names (e.g. {keys[:3]})"
+            f"{files + ': ' if files else ''}checkpoint tensor names are neither official DeepSeek nor "
+            f"HF names (e.g. {keys[:3]})"
         )
     return "hf" if hf else "official"
 
@@ -250,27 +324,48 @@ def _plan(model_path: str) -> _Plan:
     plan = _Plan(block=_block_size(model_path))
     meta: dict[str, tuple[str, tuple[int, ...]]] = {}
     for path in files:
-        with safe_open(path, framework="pt") as f:
+        try:
+            f = safe_open(path, framework="pt")
+        except Exception as e:  # safetensors' SafetensorError (bad header), OSError
+            raise ValueError(
+                f"{path}: not a readable safetensors file ({' '.join(str(e).split())})"
+            ) from None
+        with f:
             for k in f.keys():
                 if k in plan.key_file:
-                    raise ValueError(f"{k}: tensor stored twice ({plan.key_file[k]} and {path})")
-                sl = f.get_slice(k)
-                meta[k] = (sl.get_dtype(), tuple(int(s) for s in sl.get_shape()))
+                    raise ValueError(f"{path}: {k}: tensor stored twice (also in {plan.key_file[k]})")
+                try:
+                    sl = f.get_slice(k)
+                    meta[k] = (sl.get_dtype(), tuple(int(s) for s in sl.get_shape()))
+                except Exception as e:  # a dtype this safetensors / torch does not know
+                    raise ValueError(
+                        f"{path}: {k}: unreadable header entry ({' '.join(str(e).split())})"
+                    ) from None
                 plan.key_file[k] = path
-    keys = [k for k in meta if not k.startswith(_SKIP_PREFIXES)]
-    plan.skipped = [k for k in meta if k.startswith(_SKIP_PREFIXES)]
+    keys = [k for k in meta if not _skipped(k)]
+    plan.skipped = [k for k in meta if _skipped(k)]
     if not keys:
         raise ValueError(f"{model_path}: checkpoint has no model tensors")
-    plan.fmt = _detect_format(keys)
+    plan.fmt = _detect_format(keys, plan.key_file)
     keyset = set(keys)
 
     scale_of: dict[str, str] = {}
     for k in keys:
+        if (
+            k.endswith(".scale")
+            and meta[k][0] == _E8M0_HEADER
+            and k[: -len(".scale")] + ".weight" not in keyset
+        ):
+            raise ValueError(
+                f"{plan.key_file[k]}: {k}: scale tensor without its weight {k[: -len('.scale')]}.weight"
+            )
         target = _scale_target(k, keyset)
         if target is None:
             continue
         if target not in keyset:
-            raise ValueError(f"{k}: scale tensor without its weight {target}")
+            raise ValueError(f"{plan.key_file[k]}: {k}: scale tensor without its weight {target}")
+        if target in scale_of:
+            raise ValueError(f"{plan.key_file[k]}: {target}: two scale tensors, {scale_of[target]} and {k}")
         scale_of[target] = k
 
     sources: dict[str, _Source] = {}
@@ -279,8 +374,23 @@ def _plan(model_path: str) -> _Plan:
             continue
         dt, shape = meta[k]
         s = scale_of.get(k)
+        if s is None and dt.startswith(_FP8_HEADER_PREFIX) and dt != _E8M0_HEADER:
+            other = k[: -len(".weight")] + ".weight_scale" if k.endswith(".weight") else None
+            found = (
+                f"; found {other}, a per-tensor / per-channel scale (vLLM / compressed-tensors FP8), "
+                "not a block scale"
+                if other in meta
+                else ""
+            )
+            raise ValueError(
+                f"{plan.key_file[k]}: {k}: {dt} weight without its block scale ({_scale_names(k)}){found}; "
+                "FP8 values mean nothing without their scales"
+            )
         sources[k] = _Source(k, dt, shape, s, meta[s][1] if s else None, meta[s][0] if s else None)
-        _check_scale(sources[k], plan.block)
+        try:
+            _check_scale(sources[k], plan.block)
+        except ValueError as e:
+            raise ValueError(f"{plan.key_file[s or k]}: {e}") from None
 
     experts: dict[tuple[int, str], dict[int, dict[str, _Source]]] = {}
     stored_as: dict[str, str] = {}  # HF name -> checkpoint key
@@ -309,8 +419,10 @@ def _plan(model_path: str) -> _Plan:
             got = by_expert.get(e, {})
             for p in projs:
                 if p not in got:
+                    want = f"layers.{layer}.ffn.experts.{e}.{p}.weight"
                     raise ValueError(
-                        f"{name}: official expert tensor layers.{layer}.ffn.experts.{e}.{p}.weight is missing"
+                        f"{_listed_in(model_path, (want, 'model.' + want))}: {name}: official expert tensor "
+                        f"{want} is missing"
                     )
             rows.append([got[p] for p in projs])
         first = rows[0][0].logical_shape
@@ -395,7 +507,7 @@ def iter_state_dict(
     t0 = time.perf_counter()
     plan = _plan(model_path)
     if plan.skipped:
-        logger.info("skipping %d mtp.* tensors (multi-token-prediction head; not used)", len(plan.skipped))
+        logger.info("skipping %s", _skip_summary(plan.skipped))
     with ExitStack() as stack:
         handles = {
             p: stack.enter_context(safe_open(p, framework="pt"))

@@ -22,10 +22,22 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
+from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.distributed.sharding import Range, TensorShard
 from sglang_v4.layers.quantization import FP8_BLOCK, SCALE_SUFFIX
 
-from .loader import _Entry, _Plan, _plan, _Source, keeps_fp32
+from .loader import (
+    INDEX_FILE,
+    _Entry,
+    _Plan,
+    _plan,
+    _skip_summary,
+    _Source,
+    checkpoint_files,
+    index_weight_map,
+    keeps_fp32,
+)
+from .names import hf_to_official
 from .quant import (
     E8M0_DTYPE,
     FP4_GROUP,
@@ -355,7 +367,7 @@ def load_weights_into(
     if problems:
         raise ValueError(f"checkpoint {model_path} does not match the model:\n  " + "\n  ".join(problems))
     if plan.skipped:
-        logger.info("skipping %d mtp.* tensors (multi-token-prediction head; not used)", len(plan.skipped))
+        logger.info("skipping %s", _skip_summary(plan.skipped))
     desc = f"Loading {os.path.basename(os.path.normpath(model_path))} ({plan.fmt} names)"
     t0 = time.perf_counter()
     with torch.no_grad(), ExitStack() as stack:
@@ -364,12 +376,118 @@ def load_weights_into(
             for p in dict.fromkeys(plan.key_file.values())
         }
         # disable=None: tqdm turns itself off when stderr is not a TTY (no carriage returns in logs)
+        requantized: list[str] = []
         for entry in tqdm(plan.entries, desc=desc, unit="tensor", disable=None if progress else True):
             tgt = targets[entry.name]
             shard = shards.get(entry.name) or TensorShard(full_shapes[entry.name])
             _load_entry(entry, handles, plan, tgt, shard, dtype)
+            if tgt.kind != "plain" and any(src.kind != tgt.kind for src in entry.sources):
+                requantized.append(entry.name)
+    if requantized:
+        logger.warning(
+            "checkpoint %s: %d tensors are not stored in the format the model keeps them in (e.g. %s); "
+            "quantized on load (FP8 e4m3 with 128x128 ue8m0 block scales / FP4 e2m1 with per-32 ue8m0 "
+            "scales). Pass --quantization none to keep them as stored.",
+            model_path,
+            len(requantized),
+            requantized[0],
+        )
     if progress:
         logger.info("%s: %d tensors in %.1fs", desc, len(plan.entries), time.perf_counter() - t0)
+
+
+def _problem_file(plan: _Plan, model_path: str, name: str, found: dict[str, _Entry]) -> str:
+    """The file a checkpoint problem with HF tensor ``name`` is in: the shard holding it, else
+    the shard ``model.safetensors.index.json`` lists for it (a tensor missing from its shard; the
+    text says so), else the index (or the one checkpoint file)."""
+    entry = found.get(name)
+    if entry is not None:
+        return plan.key_file[entry.sources[0].key]
+    weight_map = index_weight_map(model_path)
+    for stored in (name, hf_to_official(name)):
+        if stored is not None and stored in weight_map:
+            return os.path.join(model_path, weight_map[stored]) + f" (where {INDEX_FILE} lists {stored})"
+    if weight_map:
+        return os.path.join(model_path, INDEX_FILE)
+    files = sorted(set(plan.key_file.values()))
+    return files[0] if len(files) == 1 else model_path
+
+
+def _holds_no_tensors(model_path: str) -> bool:
+    """Whether every safetensors file of the checkpoint is readable and holds no tensor at all."""
+    try:
+        for path in checkpoint_files(model_path):
+            with safe_open(path, framework="pt") as f:
+                if len(f.keys()):
+                    return False
+    except Exception:  # noqa: BLE001 - unreadable: not "empty"; check_checkpoint names the problem
+        return False
+    return True
+
+
+def check_checkpoint(model_path: str, model_config: ModelConfig, allow_empty: bool = False) -> None:
+    """Check, from the safetensors headers alone (no tensor data read), that the checkpoint at
+    ``model_path`` holds exactly the tensors the model of ``model_config`` loads, with their
+    shapes: what :func:`load_weights_into` checks before copying anything, run before any process
+    starts.
+
+    The model's tensors and shapes come from the runtime model built on the meta device
+    (unquantized, one rank: the full logical shapes a checkpoint stores); decoder layers beyond
+    its depth are ignored as :func:`load_weights_into` skips them. With ``allow_empty``, a
+    checkpoint whose files hold no tensor at all (a placeholder, e.g. for a scheduler that loads no
+    weights) passes with a warning; :func:`load_weights_into` still refuses it.
+
+    Raises:
+        ValueError: one line naming the file and the tensor: a missing shard or a file that is not
+            safetensors, a tensor stored twice, an FP8 weight without its scale, a scale of the
+            wrong shape (see :func:`~sglang_v4.model_loader.loader._plan`); a tensor the model
+            needs that is missing (with the shard the index lists for it), one with another shape
+            (both shapes), or one the model does not have; with ``(and N more: ...)`` when
+            several tensors are wrong.
+    """
+    from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+    if allow_empty and _holds_no_tensors(model_path):
+        logger.warning("checkpoint %s holds no tensors: not checked against the model", model_path)
+        return
+    with torch.device("meta"):
+        model = DeepseekV4ForCausalLM(model_config, torch.bfloat16, "meta", None, None)
+    expected = {k: t.logical_shape for k, t in _targets(model.state_dict()).items()}
+    del model
+    try:
+        plan = _plan(model_path)
+    except FileNotFoundError as e:
+        raise ValueError(str(e)) from None
+    _drop_layers_beyond(plan, expected)
+    found = {e.name: e for e in plan.entries}
+    problems: list[tuple[str, str]] = []  # (file, what)
+    for name, shape in expected.items():
+        entry = found.get(name)
+        if entry is None:
+            official = hf_to_official(name) if plan.fmt == "official" else None
+            also = f" (official name {official})" if official else ""
+            problems.append((_problem_file(plan, model_path, name, found), f"{name}{also}: missing"))
+        elif tuple(entry.shape) != tuple(shape):
+            key = entry.sources[0].key
+            stored = f" (stored as {key})" if key != name and entry.experts is None else ""
+            problems.append(
+                (
+                    _problem_file(plan, model_path, name, found),
+                    f"{name}{stored}: expected shape {list(shape)}, found shape {list(entry.shape)}",
+                )
+            )
+    for name, entry in found.items():
+        if name not in expected:
+            problems.append(
+                (
+                    _problem_file(plan, model_path, name, found),
+                    f"{entry.sources[0].key}: unexpected tensor (shape {list(entry.shape)}), not in the model",
+                )
+            )
+    if problems:
+        (path, what), rest = problems[0], problems[1:]
+        more = f" (and {len(rest)} more: {', '.join(w.split(':')[0] for _, w in rest[:3])}{', ...' if len(rest) > 3 else ''})"
+        raise ValueError(f"{path}: {what}{more if rest else ''}")
 
 
 def weight_nbytes(model: torch.nn.Module) -> int:
