@@ -6,7 +6,10 @@ with ``--chat-template FILE``, with transformers' ``apply_chat_template`` and th
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
 as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request.
 ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` are checked here and, when decoding is
-constrained, turned into the tool-call structural tag; an answer grammar in thinking mode is moved
+constrained, turned into the tool-call structural tag (``"required"``, a named function, a
+``strict`` tool, or ``parallel_tool_calls: false``: at most one call, also under ``"auto"``, as
+SGLang's tool grammar does; not enforced without a grammar backend or next to the client's own
+answer grammar); an answer grammar in thinking mode is moved
 after the reasoning. The response and stream builders are in :mod:`.serving_chat`.
 """
 
@@ -91,6 +94,15 @@ def grammar_after_reasoning(sp: dict[str, Any], kind: str, req: ChatCompletionRe
     out = {k: v for k, v in sp.items() if k != kind}
     out["structural_tag"] = tag
     return out
+
+
+def _has_answer_grammar(req: ChatCompletionRequest) -> bool:
+    """The request constrains its answer itself (a non-text ``response_format``, or SGLang's
+    ``json_schema`` / ``regex`` / ``ebnf``)."""
+    rf = req.response_format
+    if isinstance(rf, dict) and rf.get("type", "text") != "text":
+        return True
+    return any(getattr(req, k, None) is not None for k in ("json_schema", "regex", "ebnf"))
 
 
 def _thinking_flag(req: ChatCompletionRequest) -> bool:
@@ -182,7 +194,14 @@ class ChatPrepareMixin(OpenAIServingBase):
         spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if active else None)
         plan = ChatPlan(prompt, thinking, spec, names if active else None)
         strict = any(bool(fn.get("strict")) for fn in functions)
-        if active and (choice != "auto" or strict):
+        # parallel_tool_calls false under "auto": a grammar of at most one call, where one can
+        # apply (a grammar backend, and no answer grammar of the client's to combine it with)
+        single = (
+            req.parallel_tool_calls is False
+            and bool(getattr(self.tm, "grammar_enabled", False))
+            and not _has_answer_grammar(req)
+        )
+        if active and (choice != "auto" or strict or single):
             from sglang_v4.sampling.grammar import tool_call_structural_tag
 
             try:

@@ -9,7 +9,9 @@ Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
   the same) and the output is plain content;
 * ``"auto"`` (default with tools): the model may answer or call tools; DSML blocks in the output
   become ``message.tool_calls`` (:mod:`.tool_parser`). With a tool marked ``strict`` a call, once
-  started, is constrained to the tool schemas (xgrammar structural tag);
+  started, is constrained to the tool schemas (xgrammar structural tag); with
+  ``parallel_tool_calls`` false a grammar allows at most one call (unless the request has its own
+  answer grammar);
 * ``"required"`` / ``{"type": "function", "function": {"name": ...}}``: decoding is constrained to
   a DSML block of one or more calls (exactly one call of that function when named, or when
   ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas.
