@@ -76,10 +76,13 @@ def answer_grammar_kind(sp: dict[str, Any]) -> str | None:
     return next((k for k in ("json_schema", "regex", "ebnf") if sp.get(k) is not None), None)
 
 
-def grammar_after_reasoning(sp: dict[str, Any], kind: str, req: ChatCompletionRequest) -> dict[str, Any]:
+def grammar_after_reasoning(
+    sp: dict[str, Any], kind: str, req: ChatCompletionRequest, ws_kw: dict[str, int] | None = None
+) -> dict[str, Any]:
     """``sp`` with its ``kind`` grammar moved after the reasoning (thinking mode): a
     ``structural_tag`` of free reasoning up to ``</think>``, then the grammar
-    (:func:`~sglang_v4.sampling.grammar.after_reasoning_structural_tag`).
+    (:func:`~sglang_v4.sampling.grammar.after_reasoning_structural_tag`; ``ws_kw``: its
+    ``max_whitespace_cnt``, from :meth:`ChatPrepareMixin.json_whitespace_kw`).
 
     Raises:
         RequestError: the grammar text is malformed (400 naming the field the client sent).
@@ -88,7 +91,7 @@ def grammar_after_reasoning(sp: dict[str, Any], kind: str, req: ChatCompletionRe
 
     field_name = "response_format" if req.response_format else kind
     try:
-        tag = after_reasoning_structural_tag(kind, sp[kind], THINK_END)
+        tag = after_reasoning_structural_tag(kind, sp[kind], THINK_END, **(ws_kw or {}))
     except ValueError as e:
         raise RequestError(f"{field_name}: {str(e).partition(': ')[2] or e}", param=field_name) from None
     out = {k: v for k, v in sp.items() if k != kind}
@@ -211,10 +214,17 @@ class ChatPrepareMixin(OpenAIServingBase):
                     thinking=thinking,
                     parallel_tool_calls=req.parallel_tool_calls is not False,
                     enforce_schema=choice != "auto",
+                    **self.json_whitespace_kw(),
                 )
             except ValueError as e:
                 raise RequestError(str(e), param="tools") from None
         return plan
+
+    def json_whitespace_kw(self) -> dict[str, int]:
+        """``{"max_whitespace_cnt": N}`` from ``--constrained-json-max-whitespace-cnt``, or ``{}``
+        (the grammar module's default)."""
+        n = getattr(self.args, "constrained_json_max_whitespace_cnt", None)
+        return {} if n is None else {"max_whitespace_cnt": n}
 
     def _render(
         self,

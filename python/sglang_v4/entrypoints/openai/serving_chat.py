@@ -143,7 +143,7 @@ class ChatMixin(ChatPrepareMixin):
         sp = self._sampling_params(req, max_new, plan.structural_tag)
         answer_grammar = None if plan.structural_tag is not None else answer_grammar_kind(sp)
         if plan.thinking and answer_grammar is not None:
-            sp = grammar_after_reasoning(sp, answer_grammar, req)
+            sp = grammar_after_reasoning(sp, answer_grammar, req, self.json_whitespace_kw())
         if plan.thinking and plan.reasoning.separate:
             plan.think_end_id = self._think_end_id()
             if plan.think_end_id is not None:
