@@ -219,3 +219,69 @@ def test_constrained_json_max_whitespace_cnt_bounds_every_json_grammar(tok) -> N
     g = xgr.Grammar.from_structural_tag(tag)
     assert _is_grammar_accept_string(g, call(ok))
     assert not _is_grammar_accept_string(g, call(too_long))
+
+
+def test_array_schema_without_items_accepts_any_items(tok) -> None:
+    """An array schema without ``items`` means "any items" (JSON Schema), also when it carries
+    other keywords (``description``, ``maxItems``) or is a tool parameter. xgrammar compiled such
+    a node to a grammar whose only value is ``[]`` (its issue 833), so a model could never fill
+    the array of a ``response_format`` schema or of a constrained tool call. Oracle: the
+    ``jsonschema`` validator's verdict on each text, against xgrammar's matchers over the grammars
+    built from the schema (``json_schema`` in the scheduler, after the reasoning, tool-call
+    arguments)."""
+    import xgrammar as xgr
+    from sglang_v4.sampling.grammar import (
+        after_reasoning_structural_tag,
+        tool_call_structural_tag,
+    )
+    from xgrammar.testing import _is_grammar_accept_string
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "description": "labels", "maxItems": 3},
+            "ids": {"type": ["array", "null"], "description": "optional"},
+            "fixed": {"const": {"type": "array"}},
+        },
+        "required": ["tags"],
+        "additionalProperties": False,
+    }
+    texts = [
+        '{"tags":[1,"a",{"b":null}]}',
+        '{"tags":[]}',
+        '{"tags":[1],"ids":[2,3]}',
+        '{"tags":[1],"ids":null}',
+        '{"tags":[1,2,3,4]}',
+        '{"tags":[1],"fixed":{"type":"array"}}',
+        '{"tags":[1],"fixed":{"type":"array","items":{}}}',
+    ]
+    expected = [jsonschema.Draft202012Validator(schema).is_valid(json.loads(t)) for t in texts]
+    assert expected == [True, True, True, True, False, True, False]
+
+    compiled = GrammarBackend(tok, VOCAB, [EOS])._compile("json_schema", json.dumps(schema))
+    assert [xgr.GrammarMatcher(compiled).accept_string(t) for t in texts] == expected
+    g = xgr.Grammar.from_structural_tag(after_reasoning_structural_tag("json_schema", json.dumps(schema)))
+    assert [_is_grammar_accept_string(g, "hm</think>" + t) for t in texts] == expected
+
+    d = "｜DSML｜"
+    param = {"type": "array", "description": "labels", "maxItems": 3}
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {"type": "object", "properties": {"x": param}, "required": ["x"]},
+            },
+        }
+    ]
+    tag = tool_call_structural_tag(
+        tools, "required", thinking=False, parallel_tool_calls=False, enforce_schema=True
+    )
+    g = xgr.Grammar.from_structural_tag(tag)
+    for value in ("[1,2]", "[]", "[1,2,3,4]"):
+        p = f'<{d}parameter name="x" string="false">{value}</{d}parameter>'
+        text = f'\n\n<{d}tool_calls>\n<{d}invoke name="f">\n{p}\n</{d}invoke>\n</{d}tool_calls>'
+        assert _is_grammar_accept_string(g, text) == jsonschema.Draft202012Validator(param).is_valid(
+            json.loads(value)
+        )

@@ -49,6 +49,7 @@ __all__ = [
     "GrammarBackend",
     "apply_grammar_masks",
     "check_max_whitespace_cnt",
+    "open_arrays",
     "check_structural_tag",
     "clean_grammar_error",
     "grammar_available",
@@ -72,6 +73,31 @@ def check_max_whitespace_cnt(n: int) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"constrained_json_max_whitespace_cnt must be an integer >= 1, got {n!r}")
     return n
+
+
+#: Keywords whose values are JSON data, not subschemas (left as they are by :func:`open_arrays`).
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples", "example"})
+
+
+def open_arrays(schema: Any) -> Any:
+    """``schema`` with ``"items": {}`` added to every array schema that has neither ``items`` nor
+    ``prefixItems`` (recursively; a copy, the input is not changed).
+
+    JSON Schema reads such an array as "any items", but xgrammar compiles one that carries any
+    other keyword (``description``, ``maxItems``...) or sits in a tool's parameters to a grammar
+    whose only value is ``[]`` (xgrammar issue 833): a model could then never fill the array.
+    ``const`` / ``enum`` / ``default`` / ``examples`` values are data and stay untouched.
+    """
+    if isinstance(schema, list):
+        return [open_arrays(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (v if k in _DATA_KEYWORDS else open_arrays(v)) for k, v in schema.items()}
+    t = out.get("type")
+    is_array = t == "array" or (isinstance(t, list) and "array" in t)
+    if is_array and "items" not in out and "prefixItems" not in out:
+        out["items"] = {}
+    return out
 
 
 #: What xgrammar's C++ errors carry besides the message: a ``[hh:mm:ss]`` log stamp, the source
@@ -195,9 +221,9 @@ class GrammarBackend:
                 return hit
         try:
             if kind == "json_schema":
-                json.loads(spec)  # a clear error for malformed JSON before xgrammar's
+                schema = open_arrays(json.loads(spec))  # a clear error for malformed JSON first
                 compiled = self._compiler.compile_json_schema(
-                    spec, max_whitespace_cnt=self.max_whitespace_cnt
+                    json.dumps(schema), max_whitespace_cnt=self.max_whitespace_cnt
                 )
             elif kind == "regex":
                 compiled = self._compiler.compile_regex(spec)
@@ -300,7 +326,7 @@ def after_reasoning_structural_tag(
             raise ValueError(f"json_schema: invalid grammar: {e}") from None
         answer: dict[str, Any] = {
             "type": "json_schema",
-            "json_schema": schema,
+            "json_schema": open_arrays(schema),
             "max_whitespace_cnt": check_max_whitespace_cnt(max_whitespace_cnt),
         }
     elif kind == "regex":
@@ -368,6 +394,10 @@ def tool_call_structural_tag(
     import xgrammar as xgr
 
     tools = [dict(t, function=_with_parameters(t["function"])) for t in tools]
+    tools = [
+        dict(t, function=dict(t["function"], parameters=open_arrays(t["function"]["parameters"])))
+        for t in tools
+    ]
     if enforce_schema:
         tools = [dict(t, function=dict(t["function"], strict=True)) for t in tools]
     try:
