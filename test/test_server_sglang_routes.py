@@ -74,11 +74,18 @@ def test_embedding_routes_of_a_generation_model_answer_400(server) -> None:
         ("A plain answer.", "deepseek-v4", "", "A plain answer."),
         ("Still thinking when cut", "deepseek-r1", "Still thinking when cut", ""),
         ("<think>cut before the end", "deepseek-v3", "cut before the end", ""),
+        (
+            f"<think>Need the weather.\n\n<{D}tool_calls>\n</{D}tool_calls>",
+            "deepseek-v4",
+            "Need the weather.\n\n",
+            f"<{D}tool_calls>\n</{D}tool_calls>",
+        ),
     ],
 )
 def test_separate_reasoning_route(server, text: str, parser: str, reasoning: str, content: str) -> None:
     """``POST /separate_reasoning`` splits a finished text as the chat route splits its output:
-    the reasoning ends at the first ``</think>`` (whitespace after it dropped); a text with no
+    the reasoning ends at the first ``</think>`` (whitespace after it dropped) or, for
+    ``deepseek-v4``, at a DSML tool-call block (the block is text, for the tool parser); a text with no
     think tag is a chat-mode answer, except for ``deepseek-r1``, whose output always starts inside
     the reasoning; ``return_blocks`` lists the parts in order."""
     body = {"text": text, "reasoning_parser": parser, "return_blocks": True}

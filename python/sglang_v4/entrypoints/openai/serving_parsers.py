@@ -7,8 +7,9 @@ the client already has, e.g. the ``text`` of a ``/generate`` answer. Shapes (SGL
   ``{"reasoning_text": str, "text": str}``; with ``return_blocks`` also ``reasoning_blocks`` and
   ``text_blocks`` (lists of str) and ``blocks`` (``[{"type": "reasoning" | "text", "text": str}]``,
   in order). The text is read as the output of a thinking-mode prompt when it holds ``<think>`` or
-  ``</think>`` (the reasoning ends at the first ``</think>``; without one it is all reasoning, cut
-  before its end), else as a chat-mode answer (all ``text``); ``deepseek-r1`` always starts inside
+  ``</think>`` (the reasoning ends at the first ``</think>``, or for ``deepseek-v4`` at a DSML
+  tool-call block, which stays in ``text``; without either it is all reasoning, cut before its
+  end), else as a chat-mode answer (all ``text``); ``deepseek-r1`` always starts inside
   the reasoning, as that model did.
 * ``/parse_function_call`` ``{"text": str, "tools": [OpenAI tools], "tool_call_parser": str | null}``
   -> ``{"normal_text": str, "calls": [{"tool_index": int, "name": str, "parameters": str}]}``:
@@ -29,7 +30,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from sglang_v4.entrypoints.chat_encoding import THINK_END, THINK_START, validate_tools
+from sglang_v4.entrypoints.chat_encoding import DSML, THINK_END, THINK_START, validate_tools
 from sglang_v4.entrypoints.native_api import error_response, json_response
 from sglang_v4.entrypoints.openai.reasoning_parser import (
     canonical_reasoning_parser,
@@ -84,7 +85,7 @@ def separate_reasoning_body(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(blocks_wanted, bool):
         raise ValueError("return_blocks must be a boolean.")
     thinking = THINK_START in text or THINK_END in text
-    spec = reasoning_spec(parser, thinking)
+    spec = reasoning_spec(parser, thinking, f"<{DSML}{TOOL_CALL_PARSERS['deepseekv4']}>")
     if spec.separate:
         reasoning, content = split_reasoning(text, spec.implicit_end)
     else:
