@@ -336,6 +336,40 @@ def test_constrained_tool_choice_builds_a_structural_tag(tok: PreTrainedTokenize
     assert "structural_tag" in tm.received[-1].sampling_params
 
 
+def test_parallel_tool_calls_false_under_auto_allows_at_most_one_call(tok: PreTrainedTokenizerFast) -> None:
+    """``parallel_tool_calls: false`` with ``tool_choice`` "auto" (non-strict tools): the answer
+    may be text or one call, never two (SGLang's tool grammar enforces the count under "auto"
+    too). Oracle: xgrammar's own string matcher over the grammar sent with the request. Before,
+    no grammar was sent and a model writing two calls returned both. With the client's own answer
+    grammar (``response_format``) the request is still served, without the call grammar."""
+    xgr = pytest.importorskip("xgrammar")
+    from xgrammar.testing import _is_grammar_accept_string
+
+    tm = ScriptedTM(tok, "Let me look." + CALL, grammar_enabled=True)
+    client, _ = client_for(tm)
+    msgs = [{"role": "user", "content": "x"}]
+    r = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER], parallel_tool_calls=False)
+    assert r.choices[0].finish_reason == "tool_calls"
+    grammar = xgr.Grammar.from_structural_tag(tm.received[-1].sampling_params["structural_tag"])
+    second = CALL.split(f"<{D}tool_calls>\n", 1)[1].split(f"</{D}tool_calls>")[0]
+    two = CALL.replace(f"</{D}tool_calls>", second + f"</{D}tool_calls>")
+    assert two.count(f"<{D}invoke") == 2
+    assert _is_grammar_accept_string(grammar, "Let me look." + CALL)
+    assert _is_grammar_accept_string(grammar, "Just an answer.")
+    assert not _is_grammar_accept_string(grammar, "Let me look." + two)
+    client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER])  # parallel allowed
+    assert "structural_tag" not in tm.received[-1].sampling_params
+    client.chat.completions.create(
+        model="m",
+        messages=msgs,
+        tools=[WEATHER],
+        parallel_tool_calls=False,
+        response_format={"type": "json_object"},
+    )
+    sp = tm.received[-1].sampling_params
+    assert "structural_tag" not in sp and sp["json_schema"] is not None
+
+
 @pytest.mark.parametrize("fn", [{"name": "ping"}, {"name": "ping", "parameters": {}}])
 def test_tool_without_parameters_takes_none(fn: dict[str, Any]) -> None:
     """A function defined without ``parameters`` (or with ``{}``) has an empty parameter list

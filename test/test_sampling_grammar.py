@@ -153,3 +153,135 @@ def test_grammar_beats_min_new_tokens(tok, backend: GrammarBackend) -> None:
         logits = torch.randn(1, VOCAB, generator=torch.Generator().manual_seed(1))
         t = int(sample(logits, [temp_params], [[a_id]], None, None, eos_token_ids={EOS}, grammars=[g]).item())
         assert t == EOS
+
+
+def test_constrained_json_max_whitespace_cnt_bounds_every_json_grammar(tok) -> None:
+    """SGLang's ``--constrained-json-max-whitespace-cnt N``: the launch command parses (it was
+    "unrecognized arguments") and every JSON grammar allows at most N whitespace characters in a
+    row: ``json_schema`` compiled by the scheduler's backend, the answer grammar after the
+    reasoning, and tool-call argument values. Oracle: xgrammar's own matchers over the built
+    grammars, on texts with runs of N and of N + 1 spaces. ``--constrained-json-disable-any-whitespace``
+    (also SGLang's) is refused naming the flag rather than ignored."""
+    import argparse
+
+    import xgrammar as xgr
+    from sglang_v4.sampling.grammar import after_reasoning_structural_tag, tool_call_structural_tag
+    from sglang_v4.server_args import ServerArgs
+    from xgrammar.testing import _is_grammar_accept_string
+
+    def parse(*argv: str) -> ServerArgs:
+        p = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(p)
+        return ServerArgs.from_cli_args(p.parse_args([*argv, "--device", "cpu"]))
+
+    n = parse("--constrained-json-max-whitespace-cnt", "2").constrained_json_max_whitespace_cnt
+    assert n == 2
+    for bad in ("0", "-1"):
+        with pytest.raises(ValueError, match="constrained_json_max_whitespace_cnt"):
+            parse("--constrained-json-max-whitespace-cnt", bad)
+    with pytest.raises(ValueError, match="--constrained-json-disable-any-whitespace"):
+        parse("--constrained-json-disable-any-whitespace")
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    ok, too_long = '{"a":  1}', '{"a":   1}'
+    compiled = GrammarBackend(tok, VOCAB, [EOS], max_whitespace_cnt=n)._compile(
+        "json_schema", json.dumps(schema)
+    )
+    for text, accepted in ((ok, True), (too_long, False)):
+        assert xgr.GrammarMatcher(compiled).accept_string(text) is accepted, text
+    tag = after_reasoning_structural_tag("json_schema", json.dumps(schema), max_whitespace_cnt=n)
+    g = xgr.Grammar.from_structural_tag(tag)
+    assert _is_grammar_accept_string(g, "hm</think>" + ok)
+    assert not _is_grammar_accept_string(g, "hm</think>" + too_long)
+    d = "｜DSML｜"
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {"type": "object", "properties": {"x": schema}, "required": ["x"]},
+            },
+        }
+    ]
+
+    def call(value: str) -> str:
+        param = f'<{d}parameter name="x" string="false">{value}</{d}parameter>'
+        return f'\n\n<{d}tool_calls>\n<{d}invoke name="f">\n{param}\n</{d}invoke>\n</{d}tool_calls>'
+
+    tag = tool_call_structural_tag(
+        tools,
+        "required",
+        thinking=False,
+        parallel_tool_calls=False,
+        enforce_schema=True,
+        max_whitespace_cnt=n,
+    )
+    g = xgr.Grammar.from_structural_tag(tag)
+    assert _is_grammar_accept_string(g, call(ok))
+    assert not _is_grammar_accept_string(g, call(too_long))
+
+
+def test_array_schema_without_items_accepts_any_items(tok) -> None:
+    """An array schema without ``items`` means "any items" (JSON Schema), also when it carries
+    other keywords (``description``, ``maxItems``) or is a tool parameter. xgrammar compiled such
+    a node to a grammar whose only value is ``[]`` (its issue 833), so a model could never fill
+    the array of a ``response_format`` schema or of a constrained tool call. Oracle: the
+    ``jsonschema`` validator's verdict on each text, against xgrammar's matchers over the grammars
+    built from the schema (``json_schema`` in the scheduler, after the reasoning, tool-call
+    arguments)."""
+    import xgrammar as xgr
+    from sglang_v4.sampling.grammar import (
+        after_reasoning_structural_tag,
+        tool_call_structural_tag,
+    )
+    from xgrammar.testing import _is_grammar_accept_string
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "description": "labels", "maxItems": 3},
+            "ids": {"type": ["array", "null"], "description": "optional"},
+            "fixed": {"const": {"type": "array"}},
+        },
+        "required": ["tags"],
+        "additionalProperties": False,
+    }
+    texts = [
+        '{"tags":[1,"a",{"b":null}]}',
+        '{"tags":[]}',
+        '{"tags":[1],"ids":[2,3]}',
+        '{"tags":[1],"ids":null}',
+        '{"tags":[1,2,3,4]}',
+        '{"tags":[1],"fixed":{"type":"array"}}',
+        '{"tags":[1],"fixed":{"type":"array","items":{}}}',
+    ]
+    expected = [jsonschema.Draft202012Validator(schema).is_valid(json.loads(t)) for t in texts]
+    assert expected == [True, True, True, True, False, True, False]
+
+    compiled = GrammarBackend(tok, VOCAB, [EOS])._compile("json_schema", json.dumps(schema))
+    assert [xgr.GrammarMatcher(compiled).accept_string(t) for t in texts] == expected
+    g = xgr.Grammar.from_structural_tag(after_reasoning_structural_tag("json_schema", json.dumps(schema)))
+    assert [_is_grammar_accept_string(g, "hm</think>" + t) for t in texts] == expected
+
+    d = "｜DSML｜"
+    param = {"type": "array", "description": "labels", "maxItems": 3}
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {"type": "object", "properties": {"x": param}, "required": ["x"]},
+            },
+        }
+    ]
+    tag = tool_call_structural_tag(
+        tools, "required", thinking=False, parallel_tool_calls=False, enforce_schema=True
+    )
+    g = xgr.Grammar.from_structural_tag(tag)
+    for value in ("[1,2]", "[]", "[1,2,3,4]"):
+        p = f'<{d}parameter name="x" string="false">{value}</{d}parameter>'
+        text = f'\n\n<{d}tool_calls>\n<{d}invoke name="f">\n{p}\n</{d}invoke>\n</{d}tool_calls>'
+        assert _is_grammar_accept_string(g, text) == jsonschema.Draft202012Validator(param).is_valid(
+            json.loads(value)
+        )

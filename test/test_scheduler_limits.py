@@ -95,3 +95,35 @@ def test_max_queued_requests_refuses_with_503(sched_model_dir: str) -> None:
     assert got["high"]["finish"]["type"] == got["low-old"]["finish"]["type"] == "length"
     with pytest.raises(ValueError, match="max_queued_requests"):
         ServerArgs(device="cpu", max_queued_requests=0)
+
+
+def test_health_probe_to_a_busy_scheduler_is_answered_by_its_next_batch(sched_model_dir: str) -> None:
+    """``/health_generate``'s probe reaching a busy scheduler (here ``--max-running-requests 1``,
+    one long request running) is answered, without a token, once the next batch result is
+    processed, not queued behind the work: a long queue must not make a healthy server look dead
+    (SGLang's scheduler answers it the same way). The running request is untouched (its greedy
+    tokens equal its cold run), and an idle scheduler runs the probe as a request (one token).
+    Before, the probe waited for the long request and ``/health_generate`` timed out with 503."""
+    from dsv4_testutil import random_ids
+    from scheduler_testutil import drain, run_one
+    from sglang_v4.managers.io_struct import HEALTH_CHECK_RID_PREFIX
+
+    ids = random_ids(40, 7)
+    cold = run_one(make_scheduler(sched_model_dir), "long", ids, 30)["ids"]
+    s = make_scheduler(sched_model_dir, max_running_requests=1)
+    submit(s, "long", ids, 30)
+    s.step()
+    probe = f"{HEALTH_CHECK_RID_PREFIX}_busy"
+    submit(s, probe, [0], 1)
+    res: dict[str, dict] = {}
+    for _ in range(3):
+        out = s.step()
+        for i, rid in enumerate(out.rids if out else []):
+            res.setdefault(rid, []).append((list(out.output_ids[i]), out.finished_reasons[i]))
+    assert probe in res, "the probe was not answered while the scheduler was busy"
+    assert res[probe][-1][1] is not None and sum(len(o) for o, _ in res[probe]) == 0
+    assert res.get("long", [([], None)])[-1][1] is None  # still running
+    rest = drain(s)
+    assert sum((o for o, _ in res.get("long", [])), []) + rest["long"]["ids"] == cold
+    idle = run_one(s, f"{HEALTH_CHECK_RID_PREFIX}_idle", [0], 1)
+    assert len(idle["ids"]) == 1 and idle["finish"]["type"] == "length"

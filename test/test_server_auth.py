@@ -2,7 +2,7 @@
 
 The route list is the app's own (``create_app`` plus the OpenAI router, enumerated from their
 ``routes``), so a route added later is covered without editing this test. Open routes are
-SGLang's: ``/health``, ``/health_generate`` and ``/metrics``; every other one -- the admin routes
+SGLang's: ``/health``, ``/health_generate``, ``/ready`` and ``/metrics``; every other one -- the admin routes
 ``/flush_cache`` and ``/abort_request`` included, and unknown paths -- answers 401 without the
 right ``Authorization: Bearer KEY``. The key is compared with ``hmac.compare_digest``.
 """
@@ -97,8 +97,38 @@ def test_unknown_paths_and_open_routes(secured) -> None:
     assert requests.get(secured.url + "/healthz", timeout=30).status_code == 401
     assert requests.get(secured.url + "/health", timeout=30).status_code == 200
     assert requests.get(secured.url + "/metrics", timeout=30).status_code == 200
+    assert requests.get(secured.url + "/ready", timeout=30).status_code == 200
     ok = requests.post(secured.url + "/flush_cache", headers=secured.headers(), timeout=30)
     assert ok.status_code == 200
+
+
+def test_browser_preflight_passes_and_every_answer_carries_cors_headers(secured) -> None:
+    """A browser page on another origin can use the API with a key (SGLang's app allows any
+    origin): the preflight ``OPTIONS`` (sent without ``Authorization``, by the CORS standard) is
+    answered 200 and allows the method and headers asked for; the answers, a 401 included (so the
+    page can read why), carry ``Access-Control-Allow-Origin`` for the page's origin. Before, the
+    preflight got 405 and no answer carried the header, so the browser blocked every call."""
+    origin = "http://app.example"
+    pre = requests.options(
+        secured.url + "/v1/chat/completions",
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
+        },
+        timeout=30,
+    )
+    assert pre.status_code == 200, pre.text
+    assert pre.headers["access-control-allow-origin"] in (origin, "*")
+    assert "POST" in pre.headers["access-control-allow-methods"]
+    allowed = {h.strip().lower() for h in pre.headers["access-control-allow-headers"].split(",")}
+    assert {"authorization", "content-type"} <= allowed
+    denied = requests.get(secured.url + "/v1/models", headers={"Origin": origin}, timeout=30)
+    assert denied.status_code == 401
+    assert denied.headers.get("access-control-allow-origin") in (origin, "*")
+    ok = requests.get(secured.url + "/v1/models", headers={"Origin": origin, **secured.headers()}, timeout=30)
+    assert ok.status_code == 200
+    assert ok.headers.get("access-control-allow-origin") in (origin, "*")
 
 
 def test_key_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -187,6 +187,10 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     #: ``usage`` chunk even when the request's ``stream_options`` does not ask for it.
     stream_response_default_include_usage: bool = False
     grammar_backend: str = "xgrammar"
+    #: SGLang's ``--constrained-json-max-whitespace-cnt``: the longest whitespace run a JSON grammar
+    #: (``json_schema`` / ``response_format``, tool-call arguments) allows; ``None``: 16 (SGLang
+    #: leaves it unbounded, which lets a model fill its budget with whitespace).
+    constrained_json_max_whitespace_cnt: int | None = None
     trust_remote_code: bool = False
     # Misc.
     random_seed: int | None = None
@@ -253,6 +257,10 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
                 f"grammar_backend {self.grammar_backend!r} is not supported: sglang-v4 implements constrained "
                 f"decoding with xgrammar; use one of {list(GRAMMAR_BACKEND_CHOICES)}"
             )
+        if self.constrained_json_max_whitespace_cnt is not None:
+            from sglang_v4.sampling.grammar import check_max_whitespace_cnt
+
+            check_max_whitespace_cnt(self.constrained_json_max_whitespace_cnt)
         if self.cuda_graph_bs is not None and (
             not isinstance(self.cuda_graph_bs, (list, tuple))
             or not self.cuda_graph_bs

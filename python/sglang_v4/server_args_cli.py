@@ -339,6 +339,13 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         help="xgrammar: constrained decoding (json_schema / regex / ebnf / structural_tag); none: "
         "off, requests with a grammar are refused. SGLang's outlines / llguidance are refused.",
     )
+    a(
+        "--constrained-json-max-whitespace-cnt",
+        type=int,
+        default=None,
+        help="Longest run of whitespace a JSON grammar (json_schema / response_format, tool-call "
+        "arguments) allows; default 16.",
+    )
     a("--random-seed", type=int, default=None)
     a(
         "--skip-server-warmup",

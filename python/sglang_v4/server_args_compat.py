@@ -359,6 +359,13 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         "the JSON grammar's whitespace is xgrammar's default and cannot be changed",
     ),  # fmt: skip
     SGLangFlag(
+        "--constrained-json-disable-any-whitespace",
+        UNSUPPORTED,
+        "the JSON grammar's whitespace is xgrammar's default and cannot be changed (bound its runs "
+        "with --constrained-json-max-whitespace-cnt)",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
         "--is-embedding",
         UNSUPPORTED,
         "embedding models are not supported (sglang-v4 serves generation)",

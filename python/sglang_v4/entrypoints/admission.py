@@ -9,8 +9,8 @@ in this order:
 2. **API key** (``--api-key``): every route except the open ones needs
    ``Authorization: Bearer KEY``, compared in constant time (``hmac.compare_digest``); otherwise
    401. The open routes are SGLang's (``http_server.py``'s ``add_api_key_middleware`` lets
-   ``/health*`` and ``/metrics`` through, and ``OPTIONS`` preflights): here exactly
-   ``/health``, ``/health_generate`` and ``/metrics``. The admin routes (:data:`ADMIN_ROUTES`:
+   ``/health*``, ``/ready`` and ``/metrics`` through, and ``OPTIONS`` preflights): here exactly
+   ``/health``, ``/health_generate``, ``/ready`` and ``/metrics``. The admin routes (:data:`ADMIN_ROUTES`:
    ``/flush_cache``, ``/abort_request``) follow SGLang's ``--admin-api-key`` rule: with an admin
    key they need it (the API key is not accepted there), without one the API key as every route.
 3. **Body size**: a ``Content-Length`` above ``max_body_bytes`` is refused with 413 before the
@@ -72,8 +72,9 @@ __all__ = [
     "H11_MAX_INCOMPLETE_EVENT_SIZE",
 ]
 
-#: Routes that need no API key and stay up while draining (SGLang leaves /health* and /metrics open).
-OPEN_ROUTES = frozenset({"/health", "/health_generate", "/metrics"})
+#: Routes that need no API key and stay up while draining (SGLang leaves /health*, /ready and
+#: /metrics open).
+OPEN_ROUTES = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
 #: Routes SGLang marks as admin (its ``ADMIN_OPTIONAL`` level) that this server has.
 ADMIN_ROUTES = frozenset({"/flush_cache", "/abort_request"})
 

@@ -2,16 +2,17 @@
 
 Endpoints (SGLang 0.5.x names and shapes): ``/generate`` (single / batch, text / input_ids,
 SSE streaming with cumulative ``text`` and ``output_ids`` and a final ``data: [DONE]``; with
-``--skip-tokenizer-init`` input_ids only and no ``text``), ``/health``,
+``--skip-tokenizer-init`` input_ids only and no ``text``), ``/health``, ``/ready``,
 ``/health_generate``, ``/model_info`` + ``/get_model_info``, ``/server_info`` +
 ``/get_server_info``, ``/flush_cache``, ``/abort_request``, ``/metrics`` (with
-``--enable-metrics``), plus the OpenAI router from ``entrypoints/openai`` when present (``/v1/*``,
+``--enable-metrics``), ``/encode`` and ``/classify`` (SGLang's 400 for a generation model), plus the OpenAI router from ``entrypoints/openai`` when present (``/v1/*``,
 ``/tokenize``, ``/detokenize``).
 
-Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and
+Any origin may call the API from a browser (CORS, as SGLang: preflights answered, the headers on
+every response). Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and
 ``code``) with HTTP 400 for bad input. Every
 request first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` every route except
-``/health``, ``/health_generate`` and ``/metrics`` needs ``Authorization: Bearer KEY`` (401
+``/health``, ``/health_generate``, ``/ready`` and ``/metrics`` needs ``Authorization: Bearer KEY`` (401
 ``{"error": "Unauthorized"}`` otherwise, constant-time comparison); bodies are size-limited (413)
 and must arrive in time (408); request heads too (the connection is closed).
 
@@ -48,6 +49,7 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response, StreamingResponse
 
 from sglang_v4.entrypoints.admission import (
@@ -62,6 +64,7 @@ from sglang_v4.entrypoints.launcher import Subprocesses, build_server_info
 from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.metrics import TokenizerMetrics
 from sglang_v4.entrypoints.native_api import (
+    NOT_AN_EMBEDDING_MODEL_MSG,
     ORJSON_OPTS,
     error_response,
     json_response,
@@ -214,6 +217,11 @@ def create_app(
         is_draining=lambda: state.draining,
         admin_api_key=server_args.admin_api_key,
     )
+    # Added last, so outermost (as SGLang's app, any origin): it answers browsers' preflights and
+    # puts the CORS headers on every response, the admission's 401 / 413 / 503 errors included.
+    app.add_middleware(
+        CORSMiddleware, allow_origins=["*"], allow_credentials=True, allow_methods=["*"], allow_headers=["*"]
+    )
 
     def tm_or_503() -> TokenizerManager:
         tm = state.tokenizer_manager
@@ -233,6 +241,11 @@ def create_app(
         if tm.server_status != "Up":
             return error_response("The server is unhealthy.", 503)
         return None
+
+    @app.get("/ready")
+    async def ready() -> Response:
+        """SGLang's readiness probe: 200 once the server serves (warm-up done), else 503."""
+        return Response(status_code=200) if unhealthy() is None else Response(status_code=503)
 
     @app.get("/health")
     async def health() -> Response:
@@ -280,6 +293,12 @@ def create_app(
                 await agen.aclose()
 
         return StreamingResponse(stream(), media_type="text/event-stream")
+
+    @app.api_route("/encode", methods=["POST", "PUT"])
+    @app.api_route("/classify", methods=["POST", "PUT"])
+    async def encode() -> Response:
+        """SGLang's embedding routes: a generation model answers them with SGLang's 400."""
+        return error_response(NOT_AN_EMBEDDING_MODEL_MSG, 400)
 
     def model_info_dict() -> dict[str, Any]:
         tm = state.tokenizer_manager

@@ -67,6 +67,14 @@ _IGNORED_FIELDS = {
 SGLANG_ONLY_FIELDS = frozenset(_UNSUPPORTED_IF_SET | _IGNORED_FIELDS)
 
 
+#: The 400 message of the embedding and classification routes (``/encode``, ``/classify``,
+#: ``/v1/embeddings``, ``/v1/classify``): SGLang serves them only for a model launched with
+#: ``--is-embedding``, and every model sglang-v4 serves is a generation model.
+NOT_AN_EMBEDDING_MODEL_MSG = (
+    "This model does not appear to be an embedding model by default. "
+    "Please add `--is-embedding` when launching the server or try another model."
+)
+
 #: orjson options of every JSON body: numpy scalars/arrays and non-str keys allowed.
 ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 

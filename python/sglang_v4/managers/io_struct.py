@@ -31,6 +31,11 @@ if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
 FinishReason = dict[str, Any]
 
 
+#: The rid prefix of ``/health_generate``'s probe request (SGLang's): a busy scheduler answers such a
+#: request after its next processed batch instead of queueing it (``Scheduler.add_request``).
+HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
+
+
 def finish_stop(matched: str | int | None) -> FinishReason:
     """Finish reason for a matched stop string / stop token id / EOS (SGLang ``FINISH_MATCHED_*``)."""
     return {"type": "stop", "matched": matched}

@@ -176,6 +176,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         self.running: list[Req] = []
         self.pending_outputs: list[Req] = []
         self._pending_ids: set[int] = set()
+        self.health_checks: list[Req] = []  # held /health_generate probes (output processor)
         self.stream_interval = sa.stream_interval
         # stats
         self.num_retractions = 0
@@ -206,7 +207,9 @@ class Scheduler(SchedulerOutputProcessorMixin):
 
                 hf_tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tok_dir, "tokenizer.json"))
                 mc = self.model_config
-                return GrammarBackend(hf_tok, mc.vocab_size, sorted(self.eos_ids))
+                ws = self.server_args.constrained_json_max_whitespace_cnt
+                kw = {} if ws is None else {"max_whitespace_cnt": ws}
+                return GrammarBackend(hf_tok, mc.vocab_size, sorted(self.eos_ids), **kw)
         except Exception as e:  # constrained decoding is optional
             logger.warning("constrained decoding disabled: %s", e)
         return None
@@ -245,7 +248,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
         ids, ps = req.origin_input_ids, self.page_size
         req.first_block = tuple(ids[:ps]) if len(ids) > ps else None
         req.arrival_prefill_tokens = self.prefill_tokens_done
-        if self._queue_full_refuses(req):
+        if self._defer_health_check(req) or self._queue_full_refuses(req):
             return
         self.waiting.append(req)
 
@@ -286,9 +289,19 @@ class Scheduler(SchedulerOutputProcessorMixin):
             for req in q:
                 if rid == "" or req.rid == rid:
                     self._finish(req, finish_abort("Aborted by the client", None))
+        for req in [r for r in self.health_checks if rid == "" or r.rid == rid]:
+            self.health_checks.remove(req)
+            req.finished_reason = finish_abort("Aborted by the client", None)
+            self._queue_output(req)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.pending_outputs or self.last_batch is not None)
+        return bool(
+            self.waiting
+            or self.running
+            or self.pending_outputs
+            or self.last_batch is not None
+            or self.health_checks
+        )
 
     def _queue_output(self, req: Req) -> None:
         """Send ``req``'s news with this step's message (once)."""
@@ -299,6 +312,7 @@ class Scheduler(SchedulerOutputProcessorMixin):
     # ------------------------------------------------------------------ the event loop
     def step(self) -> BatchTokenIDOut | None:
         """One loop iteration (module docstring); the outputs with news."""
+        self._run_idle_health_checks()
         if self.enable_overlap:
             last = self.last_batch
             if last is not None and last.needs_host_history:
@@ -332,6 +346,8 @@ class Scheduler(SchedulerOutputProcessorMixin):
         batch.result_handle = None
         result.wait()
         self.process_batch_result(batch, result)
+        if self.health_checks and result.error is None:
+            self._answer_health_checks()
 
     # ------------------------------------------------------------------ scheduling
     def get_next_batch(self) -> ScheduleBatch | None:

@@ -9,6 +9,12 @@ for requests that changed in between are in ``scheduler.py``'s docstring: finish
 skipped (their extra token discarded), retracted ones keep their token but no KV.
 
 A failed batch (the device ran out of memory) is handled by :meth:`_process_batch_error`.
+
+``/health_generate``'s probe (rid prefix :data:`~sglang_v4.managers.io_struct.HEALTH_CHECK_RID_PREFIX`)
+to a busy scheduler is not queued behind the work (a long queue would time it out and report a
+healthy server dead): it is held and answered, with no token, once the next batch result has been
+processed (:meth:`_defer_health_check`, :meth:`_answer_health_checks`); SGLang's scheduler does the
+same. A probe still held when the scheduler falls idle runs as a normal request.
 """
 
 from __future__ import annotations
@@ -17,7 +23,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_abort, finish_length, finish_stop
+from sglang_v4.managers.io_struct import (
+    HEALTH_CHECK_RID_PREFIX,
+    BatchTokenIDOut,
+    finish_abort,
+    finish_length,
+    finish_stop,
+)
 from sglang_v4.managers.model_worker_batch import GenerationBatchResult
 from sglang_v4.managers.schedule_batch import Req, ScheduleBatch
 from sglang_v4.sampling.stop_checker import check_stop
@@ -33,6 +45,29 @@ MIN_PREFILL_BUDGET = 64
 
 class SchedulerOutputProcessorMixin:
     """Result processing of :class:`~sglang_v4.managers.scheduler.Scheduler` (module docstring)."""
+
+    def _defer_health_check(self: Scheduler, req: Req) -> bool:
+        """Hold ``req`` when it is a health probe and the scheduler is busy (module docstring)."""
+        if not req.rid.startswith(HEALTH_CHECK_RID_PREFIX):
+            return False
+        if not (self.running or self.waiting or self.last_batch is not None):
+            return False
+        self.health_checks.append(req)
+        return True
+
+    def _answer_health_checks(self: Scheduler) -> None:
+        """A batch result was processed: answer every held probe (finished, no token)."""
+        for req in self.health_checks:
+            req.finished_reason = finish_length(0)
+            self._queue_output(req)
+        self.health_checks.clear()
+
+    def _run_idle_health_checks(self: Scheduler) -> None:
+        """Nothing is left to run: the held probes run as requests (an idle server proves its
+        health by generating)."""
+        if self.health_checks and not (self.running or self.waiting or self.last_batch is not None):
+            self.waiting.extend(self.health_checks)
+            self.health_checks.clear()
 
     def process_batch_result(self: Scheduler, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
         """Advance the requests of ``batch`` with its ``result`` (module docstring). A request whose

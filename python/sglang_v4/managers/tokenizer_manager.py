@@ -38,7 +38,8 @@ import zmq
 import zmq.asyncio
 
 from sglang_v4.managers.detokenizer_manager import str_out_from_token_out
-from sglang_v4.managers.io_struct import (
+from sglang_v4.managers.io_struct import (  # noqa: F401 - HEALTH_CHECK_RID_PREFIX re-exported
+    HEALTH_CHECK_RID_PREFIX,
     AbortReq,
     BatchStrOut,
     BatchTokenIDOut,
@@ -64,8 +65,6 @@ from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import get_tokenizer
 
 logger = logging.getLogger(__name__)
-
-HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
 
 
 def crash_summary(reason: str) -> str:
@@ -533,7 +532,9 @@ class TokenizerManager(TokenizationMixin):
         return out.metrics
 
     async def health_generate(self, timeout_s: float = 20.0) -> bool:
-        """Run a 1-token generation; True when the backend answers within ``timeout_s``."""
+        """Run a 1-token generation; True when the backend answers within ``timeout_s``. An idle
+        scheduler runs it; a busy one answers it after its next processed batch (SGLang's rule: a
+        server that keeps producing batches is healthy, however long its queue)."""
         if self.crashed is not None:
             return False
         obj = GenerateReqInput(

@@ -23,7 +23,8 @@ Scheduler integration (per request ``req``)::
 DeepSeek DSML tool-call block: the call names, the DSML tags, and each argument value against its
 JSON schema (xgrammar's built-in ``deepseek_v4`` format, which follows DeepSeek's reference
 encoder: parameters in the schema's declared order, ``string="true"`` raw strings,
-``string="false"`` JSON values, at most :data:`MAX_JSON_WHITESPACE` whitespace characters in a row).
+``string="false"`` JSON values, at most :data:`MAX_JSON_WHITESPACE` whitespace characters in a row,
+or ``--constrained-json-max-whitespace-cnt``, as for every JSON grammar).
 
 ``xgrammar`` is a dependency; should it fail to import, :func:`grammar_available` is False and
 :meth:`GrammarBackend` raises ``ValueError`` ("not supported").
@@ -47,6 +48,8 @@ __all__ = [
     "after_reasoning_structural_tag",
     "GrammarBackend",
     "apply_grammar_masks",
+    "check_max_whitespace_cnt",
+    "open_arrays",
     "check_structural_tag",
     "clean_grammar_error",
     "grammar_available",
@@ -59,6 +62,42 @@ GRAMMAR_KINDS = ("json_schema", "regex", "ebnf", "structural_tag")
 #: tokens: enough for indented JSON, and it stops a model from spending its whole budget on
 #: whitespace, the known failure of unbounded JSON grammars.
 MAX_JSON_WHITESPACE = 16
+
+
+def check_max_whitespace_cnt(n: int) -> int:
+    """``n`` as a JSON grammar's whitespace bound (SGLang's ``--constrained-json-max-whitespace-cnt``).
+
+    Raises:
+        ValueError: ``n`` is not an integer >= 1 (xgrammar needs a positive bound).
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"constrained_json_max_whitespace_cnt must be an integer >= 1, got {n!r}")
+    return n
+
+
+#: Keywords whose values are JSON data, not subschemas (left as they are by :func:`open_arrays`).
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples", "example"})
+
+
+def open_arrays(schema: Any) -> Any:
+    """``schema`` with ``"items": {}`` added to every array schema that has neither ``items`` nor
+    ``prefixItems`` (recursively; a copy, the input is not changed).
+
+    JSON Schema reads such an array as "any items", but xgrammar compiles one that carries any
+    other keyword (``description``, ``maxItems``...) or sits in a tool's parameters to a grammar
+    whose only value is ``[]`` (xgrammar issue 833): a model could then never fill the array.
+    ``const`` / ``enum`` / ``default`` / ``examples`` values are data and stay untouched.
+    """
+    if isinstance(schema, list):
+        return [open_arrays(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (v if k in _DATA_KEYWORDS else open_arrays(v)) for k, v in schema.items()}
+    t = out.get("type")
+    is_array = t == "array" or (isinstance(t, list) and "array" in t)
+    if is_array and "items" not in out and "prefixItems" not in out:
+        out["items"] = {}
+    return out
 
 
 #: What xgrammar's C++ errors carry besides the message: a ``[hh:mm:ss]`` log stamp, the source
@@ -143,9 +182,11 @@ class GrammarBackend:
         stop_token_ids: token ids that may end a grammar (the EOS ids).
         max_threads: compiler threads.
         cache_size: compiled grammars kept.
+        max_whitespace_cnt: longest whitespace run a ``json_schema`` grammar allows
+            (``--constrained-json-max-whitespace-cnt``; :data:`MAX_JSON_WHITESPACE` by default).
 
     Raises:
-        ValueError: ``xgrammar`` is not installed.
+        ValueError: ``xgrammar`` is not installed, or ``max_whitespace_cnt`` < 1.
     """
 
     def __init__(
@@ -155,7 +196,9 @@ class GrammarBackend:
         stop_token_ids: Sequence[int],
         max_threads: int = 2,
         cache_size: int = 256,
+        max_whitespace_cnt: int = MAX_JSON_WHITESPACE,
     ) -> None:
+        self.max_whitespace_cnt = check_max_whitespace_cnt(max_whitespace_cnt)
         if not grammar_available():
             raise ValueError("constrained decoding needs the `xgrammar` package (pip install xgrammar)")
         import xgrammar as xgr
@@ -178,8 +221,10 @@ class GrammarBackend:
                 return hit
         try:
             if kind == "json_schema":
-                json.loads(spec)  # a clear error for malformed JSON before xgrammar's
-                compiled = self._compiler.compile_json_schema(spec, max_whitespace_cnt=MAX_JSON_WHITESPACE)
+                schema = open_arrays(json.loads(spec))  # a clear error for malformed JSON first
+                compiled = self._compiler.compile_json_schema(
+                    json.dumps(schema), max_whitespace_cnt=self.max_whitespace_cnt
+                )
             elif kind == "regex":
                 compiled = self._compiler.compile_regex(spec)
             elif kind == "ebnf":
@@ -250,7 +295,9 @@ def apply_grammar_masks(logits: torch.Tensor, grammars: Sequence[Grammar | None]
     xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True), indices=rows)
 
 
-def after_reasoning_structural_tag(kind: str, spec: str, think_end: str = "</think>") -> str:
+def after_reasoning_structural_tag(
+    kind: str, spec: str, think_end: str = "</think>", max_whitespace_cnt: int = MAX_JSON_WHITESPACE
+) -> str:
     """A ``structural_tag`` that leaves the reasoning free and constrains the answer after it.
 
     In thinking mode the prompt ends with ``<think>``: a ``json_schema`` / ``regex`` / ``ebnf``
@@ -264,6 +311,7 @@ def after_reasoning_structural_tag(kind: str, spec: str, think_end: str = "</thi
         kind: ``"json_schema"``, ``"regex"`` or ``"ebnf"``.
         spec: the grammar text of that field (a JSON schema as JSON text, a regex, an EBNF grammar).
         think_end: the end-of-reasoning marker.
+        max_whitespace_cnt: longest whitespace run of a ``json_schema`` answer.
 
     Returns:
         The JSON text for ``SamplingParams.structural_tag``.
@@ -278,8 +326,8 @@ def after_reasoning_structural_tag(kind: str, spec: str, think_end: str = "</thi
             raise ValueError(f"json_schema: invalid grammar: {e}") from None
         answer: dict[str, Any] = {
             "type": "json_schema",
-            "json_schema": schema,
-            "max_whitespace_cnt": MAX_JSON_WHITESPACE,
+            "json_schema": open_arrays(schema),
+            "max_whitespace_cnt": check_max_whitespace_cnt(max_whitespace_cnt),
         }
     elif kind == "regex":
         answer = {"type": "regex", "pattern": spec}
@@ -321,6 +369,7 @@ def tool_call_structural_tag(
     thinking: bool,
     parallel_tool_calls: bool,
     enforce_schema: bool,
+    max_whitespace_cnt: int = MAX_JSON_WHITESPACE,
 ) -> str:
     """The ``structural_tag`` JSON that constrains a DeepSeek DSML tool-call answer.
 
@@ -334,6 +383,7 @@ def tool_call_structural_tag(
         parallel_tool_calls: more than one call may follow (else exactly one).
         enforce_schema: treat every tool as ``strict`` (arguments validate against ``parameters``);
             otherwise only ``strict`` tools have their arguments constrained (OpenAI's semantics).
+        max_whitespace_cnt: longest whitespace run inside JSON argument values.
 
     Returns:
         The JSON text for ``SamplingParams.structural_tag``.
@@ -344,6 +394,10 @@ def tool_call_structural_tag(
     import xgrammar as xgr
 
     tools = [dict(t, function=_with_parameters(t["function"])) for t in tools]
+    tools = [
+        dict(t, function=dict(t["function"], parameters=open_arrays(t["function"]["parameters"])))
+        for t in tools
+    ]
     if enforce_schema:
         tools = [dict(t, function=dict(t["function"], strict=True)) for t in tools]
     try:
@@ -353,7 +407,7 @@ def tool_call_structural_tag(
             tool_choice=tool_choice,
             reasoning="enabled" if thinking else "disabled",
             parallel_tool_calls=parallel_tool_calls,
-            max_whitespace_cnt=MAX_JSON_WHITESPACE,
+            max_whitespace_cnt=check_max_whitespace_cnt(max_whitespace_cnt),
         )
     except (TypeError, ValueError, KeyError, RuntimeError) as e:
         raise ValueError(f"tools: cannot build the tool-call grammar: {clean_grammar_error(e)}") from None

@@ -14,7 +14,9 @@ __all__ = ["create_openai_router"]
 
 def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     """Build the router with ``GET /v1/models[/{model}]``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
-    ``POST /tokenize`` and ``POST /detokenize`` (each also under ``/v1/``, as in SGLang).
+    ``POST /tokenize`` and ``POST /detokenize`` (each also under ``/v1/``, as in SGLang), and
+    ``POST /v1/embeddings`` / ``/v1/classify`` (a 400: the model is not an embedding model), and
+    SGLang's parser routes ``POST /separate_reasoning`` and ``POST /parse_function_call``.
 
     Args:
         tokenizer_manager: provides ``generate_request(obj: GenerateReqInput, request)`` (async
@@ -44,6 +46,19 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     @router.post("/v1/chat/completions")
     async def v1_chat_completions(request: Request) -> Response:
         return await serving.chat_completions(request)
+
+    @router.post("/v1/embeddings")
+    @router.post("/v1/classify")
+    async def v1_embeddings(request: Request) -> Response:
+        return await serving.embeddings_unsupported(request)
+
+    @router.post("/separate_reasoning")
+    async def separate_reasoning(request: Request) -> Response:
+        return await serving.separate_reasoning(request)
+
+    @router.post("/parse_function_call")
+    async def parse_function_call(request: Request) -> Response:
+        return await serving.parse_function_call(request)
 
     @router.post("/v1/tokenize")
     @router.post("/tokenize")

@@ -1,20 +1,29 @@
 """The OpenAI-compatible routes over a tokenizer manager: ``/v1/models``, ``/v1/completions``,
-``/v1/chat/completions``, ``/tokenize`` and ``/detokenize`` (shared handling in :mod:`.serving_base`,
-the routes in :mod:`.serving_completions`, :mod:`.serving_chat` and :mod:`.serving_tokenize`)."""
+``/v1/chat/completions``, ``/tokenize`` and ``/detokenize``, SGLang's parser routes
+``/separate_reasoning`` and ``/parse_function_call`` (shared handling in :mod:`.serving_base`, the
+routes in :mod:`.serving_completions`, :mod:`.serving_chat`, :mod:`.serving_tokenize` and
+:mod:`.serving_parsers`). ``/v1/embeddings`` and ``/v1/classify`` answer SGLang's 400 for a
+generation model."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
+from fastapi import Request
+from fastapi.responses import Response
+
+from sglang_v4.entrypoints.native_api import NOT_AN_EMBEDDING_MODEL_MSG
 from sglang_v4.entrypoints.openai.serving_base import MAX_TOP_LOGPROBS, RequestError, error_response
 from sglang_v4.entrypoints.openai.serving_chat import ChatMixin
 from sglang_v4.entrypoints.openai.serving_completions import CompletionsMixin
+from sglang_v4.entrypoints.openai.serving_parsers import ParsersMixin
 from sglang_v4.entrypoints.openai.serving_tokenize import TokenizeMixin
 
 __all__ = ["OpenAIServing", "RequestError", "error_response", "MAX_TOP_LOGPROBS"]
 
 
-class OpenAIServing(ChatMixin, CompletionsMixin, TokenizeMixin):
+class OpenAIServing(ChatMixin, CompletionsMixin, TokenizeMixin, ParsersMixin):
     """The OpenAI routes (and SGLang's tokenizer routes) over a tokenizer manager.
 
     Args:
@@ -32,3 +41,20 @@ class OpenAIServing(ChatMixin, CompletionsMixin, TokenizeMixin):
     def __init__(self, tokenizer_manager: Any, server_args: Any) -> None:
         super().__init__(tokenizer_manager, server_args)
         self._load_chat_template()
+
+    async def embeddings_unsupported(self, request: Request) -> Response:
+        """``POST /v1/embeddings`` and ``/v1/classify``: the model is a generation model, so (after
+        the API key and a JSON-object body are checked) a 400 in the OpenAI error shape with
+        SGLang's message for an embedding request to a generation model."""
+
+        async def refuse(req: Request) -> Response:
+            body = await req.body()
+            try:
+                data = orjson.loads(body) if body else None
+            except orjson.JSONDecodeError as e:
+                raise RequestError(f"Invalid JSON body: {e}") from None
+            if not isinstance(data, dict):
+                raise RequestError("The request body must be a JSON object.")
+            raise RequestError(NOT_AN_EMBEDDING_MODEL_MSG)
+
+        return await self._guard(request, refuse)

@@ -1,9 +1,7 @@
 """``POST /v1/chat/completions``: the DeepSeek-V4 chat encoding, reasoning and tool calls.
 
-A request is rendered with :func:`~sglang_v4.entrypoints.chat_encoding.encode_messages` (or, with
-``--chat-template FILE``, with transformers' ``apply_chat_template`` and that Jinja text); thinking
-mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``, as
-SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request.
+The prompt and the reading plan of a request (rendering, thinking mode, tool checks, grammars) come
+from :mod:`.chat_prepare`; this module builds the responses and the streams from the engine output.
 
 Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
 
@@ -11,7 +9,9 @@ Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
   the same) and the output is plain content;
 * ``"auto"`` (default with tools): the model may answer or call tools; DSML blocks in the output
   become ``message.tool_calls`` (:mod:`.tool_parser`). With a tool marked ``strict`` a call, once
-  started, is constrained to the tool schemas (xgrammar structural tag);
+  started, is constrained to the tool schemas (xgrammar structural tag); with
+  ``parallel_tool_calls`` false a grammar allows at most one call (unless the request has its own
+  answer grammar);
 * ``"required"`` / ``{"type": "function", "function": {"name": ...}}``: decoding is constrained to
   a DSML block of one or more calls (exactly one call of that function when named, or when
   ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas.
@@ -51,14 +51,12 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from sglang_v4.entrypoints.chat_encoding import (
-    DSML,
-    EOS,
-    THINK_END,
-    encode_continuation,
-    encode_messages,
-    normalize_reasoning_effort,
-    validate_tools,
+from sglang_v4.entrypoints.chat_encoding import DSML, EOS, THINK_END
+from sglang_v4.entrypoints.openai.chat_prepare import (
+    ChatPlan,
+    ChatPrepareMixin,
+    answer_grammar_kind,
+    grammar_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -78,15 +76,12 @@ from sglang_v4.entrypoints.openai.protocol import (
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import (
     ReasoningParser,
-    ReasoningSpec,
-    reasoning_spec,
     split_reasoning,
     stops_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.serving_base import (
     _SSE_DONE,
     MAX_TOP_LOGPROBS,
-    OpenAIServingBase,
     RequestError,
     _abort_error,
     _finish,
@@ -107,102 +102,6 @@ __all__ = ["ChatMixin", "ChatPlan"]
 
 
 @dataclass
-class ChatPlan:
-    """How one chat request is rendered and how its output is read.
-
-    Attributes:
-        prompt: the rendered prompt text.
-        thinking: thinking mode (the prompt opens ``<think>``).
-        reasoning: the reasoning split of the output (``separate`` False: no split).
-        tool_names: names of the offered tools when tool calls are parsed, else ``None``.
-        structural_tag: the tool-call grammar (``None``: unconstrained).
-        think_end_id: the ``</think>`` token id when the output starts inside reasoning, else
-            ``None``; a generation stopped by that token ended its reasoning.
-        stop_marker: the request's ``stop`` held ``"</think>"`` (sent as a stop token instead).
-    """
-
-    prompt: str
-    thinking: bool
-    reasoning: ReasoningSpec
-    tool_names: list[str] | None = None
-    structural_tag: str | None = None
-    think_end_id: int | None = None
-    stop_marker: bool = False
-
-    def ended_by_marker(self, matched: Any) -> bool:
-        """Whether the finish's ``matched`` stop is the ``</think>`` token."""
-        return (
-            self.think_end_id is not None and matched == self.think_end_id and not isinstance(matched, bool)
-        )
-
-    def matched_stop(self, matched: Any, stop_token_ids: list[int] | None) -> Any:
-        """``matched_stop`` as the client gave it: ``"</think>"`` for its ``stop`` string."""
-        if self.stop_marker and self.ended_by_marker(matched) and matched not in (stop_token_ids or ()):
-            return THINK_END
-        return matched
-
-
-def _answer_grammar_kind(sp: dict[str, Any]) -> str | None:
-    """The grammar field (``json_schema`` / ``regex`` / ``ebnf``) a chat request's sampling
-    parameters constrain the answer with (``response_format`` becomes ``json_schema``), if any."""
-    return next((k for k in ("json_schema", "regex", "ebnf") if sp.get(k) is not None), None)
-
-
-def _grammar_after_reasoning(sp: dict[str, Any], kind: str, req: ChatCompletionRequest) -> dict[str, Any]:
-    """``sp`` with its ``kind`` grammar moved after the reasoning (thinking mode): a
-    ``structural_tag`` of free reasoning up to ``</think>``, then the grammar
-    (:func:`~sglang_v4.sampling.grammar.after_reasoning_structural_tag`).
-
-    Raises:
-        RequestError: the grammar text is malformed (400 naming the field the client sent).
-    """
-    from sglang_v4.sampling.grammar import after_reasoning_structural_tag
-
-    field_name = "response_format" if req.response_format else kind
-    try:
-        tag = after_reasoning_structural_tag(kind, sp[kind], THINK_END)
-    except ValueError as e:
-        raise RequestError(f"{field_name}: {str(e).partition(': ')[2] or e}", param=field_name) from None
-    out = {k: v for k, v in sp.items() if k != kind}
-    out["structural_tag"] = tag
-    return out
-
-
-def _thinking_flag(req: ChatCompletionRequest) -> bool:
-    kwargs = req.chat_template_kwargs or {}
-    flag = kwargs.get("thinking", kwargs.get("enable_thinking"))
-    if flag is None and req.thinking is not None:
-        t = req.thinking
-        flag = t is True or (isinstance(t, dict) and t.get("type") == "enabled")
-    return bool(flag)
-
-
-def _tool_choice(req: ChatCompletionRequest, names: list[str]) -> Any:
-    """The request's ``tool_choice`` checked against its tools: ``"none"``, ``"auto"``,
-    ``"required"`` or ``{"type": "function", "function": {"name": NAME}}``."""
-    tc = req.tool_choice
-    if not names:
-        if tc not in (None, "none", "auto"):
-            raise RequestError("tool_choice needs a non-empty `tools` list.", param="tool_choice")
-        return "none"
-    if tc is None:
-        return "auto"
-    if tc in ("none", "auto", "required"):
-        return tc
-    if isinstance(tc, dict) and tc.get("type") == "function" and isinstance(tc.get("function"), dict):
-        name = tc["function"].get("name")
-        if name not in names:
-            raise RequestError(
-                f"tool_choice names the function {name!r}, which is not in `tools`.", param="tool_choice"
-            )
-        return {"type": "function", "function": {"name": name}}
-    raise RequestError(
-        'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}.',
-        param="tool_choice",
-    )
-
-
-@dataclass
 class _ChoiceStream:
     """Per-choice state of a streamed chat response."""
 
@@ -214,115 +113,12 @@ class _ChoiceStream:
     started_calls: set[int] = field(default_factory=set)
 
 
-class ChatMixin(OpenAIServingBase):
+class ChatMixin(ChatPrepareMixin):
     """The ``/v1/chat/completions`` route (mixed into :class:`~.serving.OpenAIServing`)."""
-
-    chat_template: str | None = None
-    _hf_tokenizer: Any = None
-
-    def _load_chat_template(self) -> None:
-        """Read ``--chat-template`` and load the transformers tokenizer that renders it."""
-        path = getattr(self.args, "chat_template", None)
-        if not path or getattr(self.args, "skip_tokenizer_init", False):
-            return  # (without a tokenizer the chat route is refused: nothing to render)
-        with open(path, encoding="utf-8") as f:
-            self.chat_template = f.read()
-        from transformers import AutoTokenizer
-
-        tok_dir = getattr(self.args, "tokenizer_path", None) or getattr(self.args, "model_path", None)
-        self._hf_tokenizer = AutoTokenizer.from_pretrained(tok_dir)
 
     async def chat_completions(self, request: Request) -> Response:
         """``POST /v1/chat/completions``."""
         return await self._guard(request, self._chat)
-
-    # ------------------------------------------------------------------ rendering
-    def _plan_chat(self, req: ChatCompletionRequest) -> ChatPlan:
-        """Render the prompt and decide the reasoning split and the tool-call handling.
-
-        Raises:
-            RequestError: 400 naming the field (messages, tools, tool_choice, reasoning_effort).
-        """
-        defaults = getattr(self.args, "default_chat_template_kwargs", None)
-        if defaults:  # --default-chat-template-kwargs: under the request's own keys
-            if req.thinking is not None:  # the request's own thinking switch wins over the defaults'
-                defaults = {k: v for k, v in defaults.items() if k not in ("thinking", "enable_thinking")}
-            req.chat_template_kwargs = {**defaults, **(req.chat_template_kwargs or {})}
-        thinking = _thinking_flag(req)
-        kwargs = dict(req.chat_template_kwargs or {})
-        try:
-            effort = normalize_reasoning_effort(req.reasoning_effort or kwargs.get("reasoning_effort"))
-        except ValueError as e:
-            raise RequestError(str(e), param="reasoning_effort") from None
-        try:
-            functions = validate_tools(req.tools) if req.tools else []
-        except ValueError as e:
-            raise RequestError(str(e), param="tools") from None
-        names = [fn["name"] for fn in functions]
-        choice = _tool_choice(req, names)
-        active = choice != "none"
-        msgs = [m.model_dump(exclude_none=True) for m in req.messages]
-        if not msgs:
-            raise RequestError("messages must contain at least one message.", param="messages")
-        tools = req.tools if active else None
-        try:
-            prompt, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
-        except ValueError as e:
-            raise RequestError(str(e), param="messages") from None
-        block = TOOL_CALL_PARSERS[self.tool_call_parser]
-        spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if active else None)
-        plan = ChatPlan(prompt, thinking, spec, names if active else None)
-        strict = any(bool(fn.get("strict")) for fn in functions)
-        if active and (choice != "auto" or strict):
-            from sglang_v4.sampling.grammar import tool_call_structural_tag
-
-            try:
-                plan.structural_tag = tool_call_structural_tag(
-                    req.tools or [],
-                    choice,
-                    thinking=thinking,
-                    parallel_tool_calls=req.parallel_tool_calls is not False,
-                    enforce_schema=choice != "auto",
-                )
-            except ValueError as e:
-                raise RequestError(str(e), param="tools") from None
-        return plan
-
-    def _render(
-        self,
-        msgs: list[dict[str, Any]],
-        req: ChatCompletionRequest,
-        thinking: bool,
-        tools: list[dict[str, Any]] | None,
-        effort: str | None,
-        kwargs: dict[str, Any],
-    ) -> tuple[str, bool]:
-        """The prompt, and whether the output starts inside the reasoning (thinking mode, except
-        when ``continue_final_message`` continues the answer: :func:`encode_continuation`)."""
-        cont = req.continue_final_message and msgs[-1].get("role") == "assistant"
-        if self.chat_template is not None:
-            kwargs.setdefault("thinking", thinking)
-            if req.reasoning_effort is not None:
-                kwargs.setdefault("reasoning_effort", req.reasoning_effort)
-            try:
-                prompt = self._hf_tokenizer.apply_chat_template(
-                    msgs,
-                    tools=tools,
-                    chat_template=self.chat_template,
-                    tokenize=False,
-                    add_generation_prompt=req.add_generation_prompt and not cont,
-                    continue_final_message=cont,
-                    **kwargs,
-                )
-            except Exception as e:  # noqa: BLE001 - Jinja raises many types; all are a bad request
-                raise ValueError(f"the chat template failed on these messages: {e}") from None
-            return prompt, thinking
-        if cont:  # the continuation is answer text (after the turn's closed reasoning)
-            return encode_continuation(msgs, thinking, tools=tools, reasoning_effort=effort), False
-        prompt = encode_messages(
-            msgs, thinking, req.add_generation_prompt, tools=tools, reasoning_effort=effort
-        )
-        return prompt, thinking
 
     # ------------------------------------------------------------------ non-streaming
     async def _chat(self, request: Request) -> Response:
@@ -345,9 +141,9 @@ class ChatMixin(OpenAIServingBase):
             raise RequestError(f"{limit_field} must be at least 0, got {max_new}.", param=limit_field)
         plan = self._plan_chat(req)
         sp = self._sampling_params(req, max_new, plan.structural_tag)
-        answer_grammar = None if plan.structural_tag is not None else _answer_grammar_kind(sp)
+        answer_grammar = None if plan.structural_tag is not None else answer_grammar_kind(sp)
         if plan.thinking and answer_grammar is not None:
-            sp = _grammar_after_reasoning(sp, answer_grammar, req)
+            sp = grammar_after_reasoning(sp, answer_grammar, req, self.json_whitespace_kw())
         if plan.thinking and plan.reasoning.separate:
             plan.think_end_id = self._think_end_id()
             if plan.think_end_id is not None:
@@ -438,16 +234,6 @@ class ChatMixin(OpenAIServingBase):
             usage=self._usage(rets, n, reasoning_tokens if separate else None),
         )
         return JSONResponse(resp.model_dump(mode="json"))
-
-    def _think_end_id(self) -> int | None:
-        """The ``</think>`` token id (``None`` without a tokenizer or when it is not one token)."""
-        tok = self.tokenizer
-        if tok is None:
-            return None
-        tid = tok.convert_tokens_to_ids(THINK_END)
-        if not isinstance(tid, int) or isinstance(tid, bool) or tok.decode([tid]) != THINK_END:
-            return None
-        return tid
 
     def _reasoning_tokens(self, output_ids: list[int], reasoning: str | None) -> int:
         """Generated tokens of the reasoning block: up to and including the first ``</think>``;

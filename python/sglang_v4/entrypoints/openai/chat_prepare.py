@@ -1,0 +1,273 @@
+"""Chat request preparation for ``/v1/chat/completions``: the rendered prompt and how the output
+is read (:class:`ChatPlan`).
+
+The messages are rendered with :func:`~sglang_v4.entrypoints.chat_encoding.encode_messages` (or,
+with ``--chat-template FILE``, with transformers' ``apply_chat_template`` and that Jinja text);
+thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
+as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request.
+``tools`` / ``tool_choice`` / ``parallel_tool_calls`` are checked here and, when decoding is
+constrained, turned into the tool-call structural tag (``"required"``, a named function, a
+``strict`` tool, or ``parallel_tool_calls: false``: at most one call, also under ``"auto"``, as
+SGLang's tool grammar does; not enforced without a grammar backend or next to the client's own
+answer grammar); an answer grammar in thinking mode is moved
+after the reasoning. The response and stream builders are in :mod:`.serving_chat`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sglang_v4.entrypoints.chat_encoding import (
+    DSML,
+    THINK_END,
+    encode_continuation,
+    encode_messages,
+    normalize_reasoning_effort,
+    validate_tools,
+)
+from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
+from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
+from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError
+from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
+
+__all__ = ["ChatPlan", "ChatPrepareMixin", "answer_grammar_kind", "grammar_after_reasoning"]
+
+
+@dataclass
+class ChatPlan:
+    """How one chat request is rendered and how its output is read.
+
+    Attributes:
+        prompt: the rendered prompt text.
+        thinking: thinking mode (the prompt opens ``<think>``).
+        reasoning: the reasoning split of the output (``separate`` False: no split).
+        tool_names: names of the offered tools when tool calls are parsed, else ``None``.
+        structural_tag: the tool-call grammar (``None``: unconstrained).
+        think_end_id: the ``</think>`` token id when the output starts inside reasoning, else
+            ``None``; a generation stopped by that token ended its reasoning.
+        stop_marker: the request's ``stop`` held ``"</think>"`` (sent as a stop token instead).
+    """
+
+    prompt: str
+    thinking: bool
+    reasoning: ReasoningSpec
+    tool_names: list[str] | None = None
+    structural_tag: str | None = None
+    think_end_id: int | None = None
+    stop_marker: bool = False
+
+    def ended_by_marker(self, matched: Any) -> bool:
+        """Whether the finish's ``matched`` stop is the ``</think>`` token."""
+        return (
+            self.think_end_id is not None and matched == self.think_end_id and not isinstance(matched, bool)
+        )
+
+    def matched_stop(self, matched: Any, stop_token_ids: list[int] | None) -> Any:
+        """``matched_stop`` as the client gave it: ``"</think>"`` for its ``stop`` string."""
+        if self.stop_marker and self.ended_by_marker(matched) and matched not in (stop_token_ids or ()):
+            return THINK_END
+        return matched
+
+
+def answer_grammar_kind(sp: dict[str, Any]) -> str | None:
+    """The grammar field (``json_schema`` / ``regex`` / ``ebnf``) a chat request's sampling
+    parameters constrain the answer with (``response_format`` becomes ``json_schema``), if any."""
+    return next((k for k in ("json_schema", "regex", "ebnf") if sp.get(k) is not None), None)
+
+
+def grammar_after_reasoning(
+    sp: dict[str, Any], kind: str, req: ChatCompletionRequest, ws_kw: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """``sp`` with its ``kind`` grammar moved after the reasoning (thinking mode): a
+    ``structural_tag`` of free reasoning up to ``</think>``, then the grammar
+    (:func:`~sglang_v4.sampling.grammar.after_reasoning_structural_tag`; ``ws_kw``: its
+    ``max_whitespace_cnt``, from :meth:`ChatPrepareMixin.json_whitespace_kw`).
+
+    Raises:
+        RequestError: the grammar text is malformed (400 naming the field the client sent).
+    """
+    from sglang_v4.sampling.grammar import after_reasoning_structural_tag
+
+    field_name = "response_format" if req.response_format else kind
+    try:
+        tag = after_reasoning_structural_tag(kind, sp[kind], THINK_END, **(ws_kw or {}))
+    except ValueError as e:
+        raise RequestError(f"{field_name}: {str(e).partition(': ')[2] or e}", param=field_name) from None
+    out = {k: v for k, v in sp.items() if k != kind}
+    out["structural_tag"] = tag
+    return out
+
+
+def _has_answer_grammar(req: ChatCompletionRequest) -> bool:
+    """The request constrains its answer itself (a non-text ``response_format``, or SGLang's
+    ``json_schema`` / ``regex`` / ``ebnf``)."""
+    rf = req.response_format
+    if isinstance(rf, dict) and rf.get("type", "text") != "text":
+        return True
+    return any(getattr(req, k, None) is not None for k in ("json_schema", "regex", "ebnf"))
+
+
+def _thinking_flag(req: ChatCompletionRequest) -> bool:
+    kwargs = req.chat_template_kwargs or {}
+    flag = kwargs.get("thinking", kwargs.get("enable_thinking"))
+    if flag is None and req.thinking is not None:
+        t = req.thinking
+        flag = t is True or (isinstance(t, dict) and t.get("type") == "enabled")
+    return bool(flag)
+
+
+def _tool_choice(req: ChatCompletionRequest, names: list[str]) -> Any:
+    """The request's ``tool_choice`` checked against its tools: ``"none"``, ``"auto"``,
+    ``"required"`` or ``{"type": "function", "function": {"name": NAME}}``."""
+    tc = req.tool_choice
+    if not names:
+        if tc not in (None, "none", "auto"):
+            raise RequestError("tool_choice needs a non-empty `tools` list.", param="tool_choice")
+        return "none"
+    if tc is None:
+        return "auto"
+    if tc in ("none", "auto", "required"):
+        return tc
+    if isinstance(tc, dict) and tc.get("type") == "function" and isinstance(tc.get("function"), dict):
+        name = tc["function"].get("name")
+        if name not in names:
+            raise RequestError(
+                f"tool_choice names the function {name!r}, which is not in `tools`.", param="tool_choice"
+            )
+        return {"type": "function", "function": {"name": name}}
+    raise RequestError(
+        'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}.',
+        param="tool_choice",
+    )
+
+
+class ChatPrepareMixin(OpenAIServingBase):
+    """Prompt rendering and the :class:`ChatPlan` of a chat request (mixed into
+    :class:`~.serving_chat.ChatMixin`)."""
+
+    chat_template: str | None = None
+    _hf_tokenizer: Any = None
+
+    def _load_chat_template(self) -> None:
+        """Read ``--chat-template`` and load the transformers tokenizer that renders it."""
+        path = getattr(self.args, "chat_template", None)
+        if not path or getattr(self.args, "skip_tokenizer_init", False):
+            return  # (without a tokenizer the chat route is refused: nothing to render)
+        with open(path, encoding="utf-8") as f:
+            self.chat_template = f.read()
+        from transformers import AutoTokenizer
+
+        tok_dir = getattr(self.args, "tokenizer_path", None) or getattr(self.args, "model_path", None)
+        self._hf_tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+
+    def _plan_chat(self, req: ChatCompletionRequest) -> ChatPlan:
+        """Render the prompt and decide the reasoning split and the tool-call handling.
+
+        Raises:
+            RequestError: 400 naming the field (messages, tools, tool_choice, reasoning_effort).
+        """
+        defaults = getattr(self.args, "default_chat_template_kwargs", None)
+        if defaults:  # --default-chat-template-kwargs: under the request's own keys
+            if req.thinking is not None:  # the request's own thinking switch wins over the defaults'
+                defaults = {k: v for k, v in defaults.items() if k not in ("thinking", "enable_thinking")}
+            req.chat_template_kwargs = {**defaults, **(req.chat_template_kwargs or {})}
+        thinking = _thinking_flag(req)
+        kwargs = dict(req.chat_template_kwargs or {})
+        try:
+            effort = normalize_reasoning_effort(req.reasoning_effort or kwargs.get("reasoning_effort"))
+        except ValueError as e:
+            raise RequestError(str(e), param="reasoning_effort") from None
+        try:
+            functions = validate_tools(req.tools) if req.tools else []
+        except ValueError as e:
+            raise RequestError(str(e), param="tools") from None
+        names = [fn["name"] for fn in functions]
+        choice = _tool_choice(req, names)
+        active = choice != "none"
+        msgs = [m.model_dump(exclude_none=True) for m in req.messages]
+        if not msgs:
+            raise RequestError("messages must contain at least one message.", param="messages")
+        tools = req.tools if active else None
+        try:
+            prompt, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
+        except ValueError as e:
+            raise RequestError(str(e), param="messages") from None
+        block = TOOL_CALL_PARSERS[self.tool_call_parser]
+        spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if active else None)
+        plan = ChatPlan(prompt, thinking, spec, names if active else None)
+        strict = any(bool(fn.get("strict")) for fn in functions)
+        # parallel_tool_calls false under "auto": a grammar of at most one call, where one can
+        # apply (a grammar backend, and no answer grammar of the client's to combine it with)
+        single = (
+            req.parallel_tool_calls is False
+            and bool(getattr(self.tm, "grammar_enabled", False))
+            and not _has_answer_grammar(req)
+        )
+        if active and (choice != "auto" or strict or single):
+            from sglang_v4.sampling.grammar import tool_call_structural_tag
+
+            try:
+                plan.structural_tag = tool_call_structural_tag(
+                    req.tools or [],
+                    choice,
+                    thinking=thinking,
+                    parallel_tool_calls=req.parallel_tool_calls is not False,
+                    enforce_schema=choice != "auto",
+                    **self.json_whitespace_kw(),
+                )
+            except ValueError as e:
+                raise RequestError(str(e), param="tools") from None
+        return plan
+
+    def json_whitespace_kw(self) -> dict[str, int]:
+        """``{"max_whitespace_cnt": N}`` from ``--constrained-json-max-whitespace-cnt``, or ``{}``
+        (the grammar module's default)."""
+        n = getattr(self.args, "constrained_json_max_whitespace_cnt", None)
+        return {} if n is None else {"max_whitespace_cnt": n}
+
+    def _render(
+        self,
+        msgs: list[dict[str, Any]],
+        req: ChatCompletionRequest,
+        thinking: bool,
+        tools: list[dict[str, Any]] | None,
+        effort: str | None,
+        kwargs: dict[str, Any],
+    ) -> tuple[str, bool]:
+        """The prompt, and whether the output starts inside the reasoning (thinking mode, except
+        when ``continue_final_message`` continues the answer: :func:`encode_continuation`)."""
+        cont = req.continue_final_message and msgs[-1].get("role") == "assistant"
+        if self.chat_template is not None:
+            kwargs.setdefault("thinking", thinking)
+            if req.reasoning_effort is not None:
+                kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+            try:
+                prompt = self._hf_tokenizer.apply_chat_template(
+                    msgs,
+                    tools=tools,
+                    chat_template=self.chat_template,
+                    tokenize=False,
+                    add_generation_prompt=req.add_generation_prompt and not cont,
+                    continue_final_message=cont,
+                    **kwargs,
+                )
+            except Exception as e:  # noqa: BLE001 - Jinja raises many types; all are a bad request
+                raise ValueError(f"the chat template failed on these messages: {e}") from None
+            return prompt, thinking
+        if cont:  # the continuation is answer text (after the turn's closed reasoning)
+            return encode_continuation(msgs, thinking, tools=tools, reasoning_effort=effort), False
+        prompt = encode_messages(
+            msgs, thinking, req.add_generation_prompt, tools=tools, reasoning_effort=effort
+        )
+        return prompt, thinking
+
+    def _think_end_id(self) -> int | None:
+        """The ``</think>`` token id (``None`` without a tokenizer or when it is not one token)."""
+        tok = self.tokenizer
+        if tok is None:
+            return None
+        tid = tok.convert_tokens_to_ids(THINK_END)
+        if not isinstance(tid, int) or isinstance(tid, bool) or tok.decode([tid]) != THINK_END:
+            return None
+        return tid
