@@ -265,3 +265,31 @@ def test_extend_splits_fill_the_waves() -> None:
     for bad in ((0, 132, 4, "blocks"), (10, 0, 4, "sms"), (10, 132, 0, "waves")):
         with pytest.raises(ValueError, match=bad[3]):
             extend_splits(*bad[:3])
+
+
+@pytest.mark.skipif(not INTERP, reason="records the launches under the Triton interpreter")
+@pytest.mark.parametrize("dtype,tokens", [(torch.float32, 4), (torch.float16, 8)])
+def test_ieee_fp32_extend_runs_at_most_4_tokens_per_program(dtype: torch.dtype, tokens: int) -> None:
+    """IEEE fp32 products (fp32 operands with TF32 off, torch's default) keep each token's
+    ``[BLOCK_H, DI]`` query tile in shared memory: 8 tokens of 64 x 128 fp32 needed ~320 KB per block
+    under the GPU's Triton 3.6 (> 227 KB), so an fp32 extend scores at most 4 tokens per program; fp16
+    keeps the setting's 8. Checked on the launch the wrapper makes (recorded, not run)."""
+    import kernel_launch_record as klr
+    from sgl_kernel_v4.triton import indexer
+    from sgl_kernel_v4.triton.indexer_score_extend import ExtendScore
+
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    p = _int_problem(VIS, REQS, 8, dtype)
+    args = [p["visible"], p["req_to_page"], p["req_rows"], p["token_req"], p["e"], 16, 0.25]
+    es = ExtendScore(form="keys_split", block_t=8, block_c=32, num_warps=4)
+    with klr.record_launches(dry=True) as recs:
+        try:
+            indexer.indexer_topk(p["q"], p["w"], p["kv"], *args, max_visible=120, block_t=8, extend_score=es)
+        except (AssertionError, RuntimeError, ValueError):
+            pass  # a dry run computes no scores; the launches are what counts
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+    ext = [klr.named_constexprs(r) for r in recs if r["fn"].endswith("_score_extend_kernel")]
+    assert ext, [r["fn"] for r in recs]
+    assert all(c["BLOCK_T"] == tokens and c["IEEE"] == (dtype == torch.float32) for c in ext), ext

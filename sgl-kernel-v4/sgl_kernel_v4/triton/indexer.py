@@ -434,6 +434,8 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
         block_t, block_c = es.block_t or block_t, es.block_c or block_c
         if es.form == "keys_split" and block_t > 8:
             raise ValueError(f"block_t: at most 8 for the 'keys_split' extend scoring, got {block_t}")
+        if ieee:  # IEEE fp32 products keep every token's [BLOCK_H, DI] query tile in shared memory:
+            block_t = min(block_t, 4)  # 8 tokens of 64 x 128 fp32 need ~320 KB on sm_90 (> 227 KB)
     G = _block_rows(T, C, block_t)
     ws = _Workspace(G, C, topk, q.device, scores=scores_out is not None)
     ext_opts = {"num_warps": es.num_warps or (8 if block_t * block_h >= 64 else 4)}

@@ -242,7 +242,7 @@ def _store_token(keys_ptr, scores_ptr, stride_k, gi, ni, ne, score, c, valid, cm
 def _split_token(k, qi, wi, ks, keys_ptr, scores_ptr, stride_k, gi, ni, ne, c, valid, cm,
                  WRITE_SCORES: tl.constexpr, IEEE: tl.constexpr):  # fmt: skip
     # "keys_split": token i's dot [BLOCK_C, DI] x [DI, BLOCK_H], weighted ReLU, sum over heads
-    sd = dot(k, tl.trans(qi), IEEE)
+    sd = tl.dot(k, tl.trans(qi), input_precision="ieee" if IEEE else "tf32")
     score = tl.sum(tl.maximum(sd * ks, 0.0) * wi[None, :], 1)
     _store_token(keys_ptr, scores_ptr, stride_k, gi, ni, ne, score, c, valid, cm, WRITE_SCORES)
 
@@ -386,14 +386,14 @@ def _score_extend_kernel(
                         k = k.to(q0.dtype)
                         ks = kscale[:, None] * scale
                         out = (keys_ptr, scores_ptr, stride_k)
-                        tile = (c, valid, cm, WRITE_SCORES, IEEE)
-                        _split_token(k, q0, w0, ks, *out, g0 + 0, n0, a0, *tile)
-                        _split_token(k, q1, w1, ks, *out, g0 + 1, n1, a1, *tile)
+                        tile = (c, valid, cm, WRITE_SCORES)
+                        _split_token(k, q0, w0, ks, *out, g0 + 0, n0, a0, *tile, IEEE)
+                        _split_token(k, q1, w1, ks, *out, g0 + 1, n1, a1, *tile, IEEE)
                         if BLOCK_T >= 4:
-                            _split_token(k, q2, w2, ks, *out, g0 + 2, n2, a2, *tile)
-                            _split_token(k, q3, w3, ks, *out, g0 + 3, n3, a3, *tile)
+                            _split_token(k, q2, w2, ks, *out, g0 + 2, n2, a2, *tile, IEEE)
+                            _split_token(k, q3, w3, ks, *out, g0 + 3, n3, a3, *tile, IEEE)
                         if BLOCK_T >= 8:
-                            _split_token(k, q4, w4, ks, *out, g0 + 4, n4, a4, *tile)
-                            _split_token(k, q5, w5, ks, *out, g0 + 5, n5, a5, *tile)
-                            _split_token(k, q6, w6, ks, *out, g0 + 6, n6, a6, *tile)
-                            _split_token(k, q7, w7, ks, *out, g0 + 7, n7, a7, *tile)
+                            _split_token(k, q4, w4, ks, *out, g0 + 4, n4, a4, *tile, IEEE)
+                            _split_token(k, q5, w5, ks, *out, g0 + 5, n5, a5, *tile, IEEE)
+                            _split_token(k, q6, w6, ks, *out, g0 + 6, n6, a6, *tile, IEEE)
+                            _split_token(k, q7, w7, ks, *out, g0 + 7, n7, a7, *tile, IEEE)
