@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
 from sglang_v4.entrypoints.native_api import NOT_AN_EMBEDDING_MODEL_MSG
-from sglang_v4.entrypoints.openai.serving_base import MAX_TOP_LOGPROBS, RequestError, error_response
+from sglang_v4.entrypoints.openai.serving_base import (
+    MAX_TOP_LOGPROBS,
+    RequestError,
+    error_response,
+    read_json_object,
+)
 from sglang_v4.entrypoints.openai.serving_chat import ChatMixin
 from sglang_v4.entrypoints.openai.serving_completions import CompletionsMixin
 from sglang_v4.entrypoints.openai.serving_parsers import ParsersMixin
@@ -48,13 +52,7 @@ class OpenAIServing(ChatMixin, CompletionsMixin, TokenizeMixin, ParsersMixin):
         SGLang's message for an embedding request to a generation model."""
 
         async def refuse(req: Request) -> Response:
-            body = await req.body()
-            try:
-                data = orjson.loads(body) if body else None
-            except orjson.JSONDecodeError as e:
-                raise RequestError(f"Invalid JSON body: {e}") from None
-            if not isinstance(data, dict):
-                raise RequestError("The request body must be a JSON object.")
+            await read_json_object(req)
             raise RequestError(NOT_AN_EMBEDDING_MODEL_MSG)
 
         return await self._guard(request, refuse)

@@ -235,14 +235,7 @@ class OpenAIServingBase:
         bounded) and validate it in pydantic's strict mode (no ``"0.5"`` -> 0.5 or ``true`` -> 1.0
         coercions; integers are accepted for floats). Cross-field rule checked here for both routes:
         ``stream_options`` needs ``stream: true`` (:func:`_check_stream_options`)."""
-        body = await request.body()
-        try:
-            data = orjson.loads(body) if body else None
-        except orjson.JSONDecodeError as e:
-            raise RequestError(f"Invalid JSON body: {e}") from None
-        if not isinstance(data, dict):
-            raise RequestError("The request body must be a JSON object.")
-        req = validate_request(cls, data)
+        req = validate_request(cls, await read_json_object(request))
         _check_stream_options(req)
         _check_unsupported(req)
         return req
@@ -479,6 +472,22 @@ class OpenAIServingBase:
             return error_response(e.message, e.status, e.err_type, e.param)
         card = ModelCard(id=model, root=self.model_name, max_model_len=self._context_len())
         return JSONResponse(card.model_dump())
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The request body decoded as strict JSON (orjson) that must be an object.
+
+    Raises:
+        RequestError: the body is not valid JSON, or is empty or not a JSON object (a 400).
+    """
+    body = await request.body()
+    try:
+        data = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError as e:
+        raise RequestError(f"Invalid JSON body: {e}") from None
+    if not isinstance(data, dict):
+        raise RequestError("The request body must be a JSON object.")
+    return data
 
 
 def validate_request(cls: type[BaseModel], data: dict[str, Any]) -> Any:
