@@ -134,7 +134,7 @@ def _compare_decode(
         assert gr.can_run(inputs_st)
         if step in (4, 9):  # an all-padding forward (graph warm-up / capture input) in between
             with torch.inference_mode():
-                gr._run_static(gr.dummy_inputs(4, two_stream), 4)
+                gr._run_static(gr.dummy_inputs((4, two_stream)))
         _, lr = ref.forward(inputs_ref)
         fb_s, ls = gr.replay(inputs_st)
         assert fb_s.logits_counts == [1] * len(active)

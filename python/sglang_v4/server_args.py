@@ -153,6 +153,8 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     disable_cuda_graph: bool = False
     #: Explicit decode batch sizes to capture (SGLang's ``--cuda-graph-bs``); None: the default buckets.
     cuda_graph_bs: list[int] | None = None
+    #: Largest extend / mixed step (new tokens) replayed from a CUDA graph; 0: decode graphs only.
+    cuda_graph_max_extend_tokens: int = 256
     indexer_stream_max_bs: int = 4
     cuda_graph_warmup_ctx: int = 4096
     # Observability.
@@ -343,6 +345,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         positive_int("resume_interval", allow_none=False)
         positive_int("cuda_graph_max_bs")
         nonnegative_int("cuda_graph_warmup_ctx")
+        nonnegative_int("cuda_graph_max_extend_tokens")
         nonnegative_int("indexer_stream_max_bs")
         positive_int("decode_log_interval", allow_none=False)
         cps = self.chunked_prefill_size

@@ -226,6 +226,14 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         help="Decode batch sizes to capture as CUDA graphs (larger batches run eagerly); values above "
         "--cuda-graph-max-bs (default: --max-running-requests) are clamped to it.",
     )
+    a(
+        "--cuda-graph-max-extend-tokens",
+        type=int,
+        default=d["cuda_graph_max_extend_tokens"].default,
+        help="Largest extend or mixed decode+extend step (new tokens) replayed from a CUDA graph "
+        "(token buckets 16, 32, 64, 128, 256 up to it, captured at start-up with the decode graphs); "
+        "0: decode graphs only.",
+    )
     a("--disable-cuda-graph", action="store_true")
     a(
         "--cuda-graph-warmup-ctx",

@@ -1,7 +1,8 @@
-"""CUDA-graph decode for the DeepSeek-V4 model runner (SGLang's ``CudaGraphRunner`` shape).
+"""CUDA graphs for the DeepSeek-V4 model runner (SGLang's ``CudaGraphRunner`` shape): decode
+steps and short extend / mixed steps.
 
-A decode step (every request adds one token) is replayed from a CUDA graph captured per key
-``(bs, two_stream)``:
+**Decode keys** ``(bs, two_stream)``: a decode step (every request adds one token) is replayed from
+the graph of
 
 * ``bs``: a batch-size bucket (``1, 2, 4, 8, 12, 16, 24, 32, 48, ...`` up to ``max_bs``); the rows
   past the real batch are padding that uses the reserved request slot 0 (``ReqSlotAllocator``
@@ -11,14 +12,44 @@ A decode step (every request adds one token) is replayed from a CUDA graph captu
 * ``two_stream``: whether the CSA indexer runs on the second stream (the indexer-stream policy
   for ``bs`` tokens).
 
-One graph serves every context up to ``max_ctx`` (the model's context length): the metadata has
-no context-sized field, the page table is the pool's persistent device table
-(``DSV4KVPool.req_to_page``, synced with each step's new pages before the replay), and the
-attention and indexer kernels read each token's visible-entry count on the device with a grid
-fixed by the batch shape (their workspace sized for ``max_ctx``). A step's host work is O(bs).
+**Extend keys** ``(T, B, two_stream)``: any other batch of at most ``max_extend_tokens`` new
+tokens (``--cuda-graph-max-extend-tokens``, default 256; 0 = none) is replayed from the graph of
 
-The metadata is written by the model's :class:`~sglang_v4.model_executor.forward_batch.ForwardBatchBuilder`
-(the same definitions as an eager forward) into one pinned host buffer in the key's padded
+* ``T``: a token bucket (``16, 32, 64, 128, 256``, capped at ``max_extend_tokens``, which is
+  always a bucket): a prompt's short tail, a prefix-cache hit's few new tokens, or decode tokens
+  mixed with an extend chunk. Below 16 tokens a step costs its kernel launches and weight reads,
+  not its tokens (the GEMMs are weight-bound), so smaller buckets would only add graphs; powers of
+  two pad at most 2x the tokens with 5 graphs; at 256 tokens an eager step already costs about its
+  kernels' time, so longer extends gain little from a graph and run eagerly;
+* ``B``: a request bucket (``4, 16, 64``, then ``min(T, max_bs)``): padded requests cost per layer
+  a gather of their compressor state rows (``B * m`` rows, ``m = 128`` for HCA), so a prefix hit
+  of one request does not pay for 128 padded ones;
+* ``two_stream``: the indexer-stream policy for ``T`` tokens.
+
+The layout (:meth:`ForwardBatchBuilder.static_extend_layout`) bounds the completed windows ``J``
+and block-end snapshots ``S`` by ``T`` and ``B``, and has ``K = B`` logits rows (each request's
+last token at most: a batch whose request asks for more rows, such as prompt logprobs, runs
+eagerly). Padded tokens belong to request row 0 but read nothing (``swa_pages = -1``,
+``visible = 0``) and write nothing (``swa_write = -1``, no window row references them); padded
+request rows use slot 0 and window page 0 as at decode.
+
+**Context bound.** One graph of either kind serves every context up to ``max_ctx`` (the model's
+context length): the metadata has no context-sized field, the page table is the pool's persistent
+device table (``DSV4KVPool.req_to_page``, synced with each step's new pages before the replay),
+and the attention kernels' grid is fixed by the batch shape and the layer (their splits read each
+token's visible-entry count on the device). The CSA indexer's grid and workspace depend on the
+host bound ``C = max_ctx // 4`` only through its row blocks: ``G = 2^26 // (3 C)`` token rows per
+block of scratch (``3 G C`` int32, at most 256 MiB, reused by every block), so a ``T``-token graph
+runs ``ceil(T / G)`` blocks of 3-4 launches (at 1M context ``G = 85``: 4 blocks at ``T = 256``,
+1 below ``T = 86``), and with ``C > topk`` the histogram and filter launches always run. Every
+program of those launches reads its token's visible count on the device and covers its share of
+the visible entries only, returning at once on an empty share, so a short context under a 1M
+bound pays about a dozen near-empty launches (microseconds), not 1M-context work. Contexts past
+``max_ctx`` run eagerly.
+
+A step's host work is O(T). The metadata is written by the model's
+:class:`~sglang_v4.model_executor.forward_batch.ForwardBatchBuilder` (the same definitions as an
+eager forward) into one pinned host buffer in the key's padded
 :class:`~sglang_v4.model_executor.metadata_layout.MetadataLayout`, and copied by a single copy per
 step into one static int64 device buffer shared by all keys; the model reads it through a
 :class:`ForwardBatch` of views with ``graph_safe=True``. The layers never synchronise with the host
@@ -26,11 +57,12 @@ on CUDA (``Compressor.run`` merges with ``torch.where``), so the whole forward i
 including the indexer's second stream (``fb.indexer_stream``, forked and joined with
 ``wait_stream`` inside the graph).
 
-Graphs are captured lazily on a key's first use (two warm-up forwards + one capture, on all-padding
-inputs that only touch slot 0 / page 0), or at start-up (:meth:`CudaGraphRunner.capture_all`). A
-failed capture logs a warning and disables graphs (eager fallback). Logits are copied inside the
-graph into a runner-owned ``[max_bs, vocab]`` buffer, so the graphs' memory pool (shared by all
-keys) keeps no per-graph outputs.
+Graphs are captured at start-up (:meth:`CudaGraphRunner.capture_all`, the warm-up: decode keys,
+then extend keys), or lazily on a key's first use when start-up capture is off (two warm-up
+forwards + one capture, on all-padding inputs that only touch slot 0 / page 0). A failed capture
+logs a warning and disables graphs (eager fallback). Logits are copied inside the graph into a
+runner-owned ``[max_bs, vocab]`` buffer, so the graphs' memory pool (shared by all keys) keeps no
+per-graph outputs.
 
 Tensor parallel: the forward's NCCL collectives are captured with it. Every rank captures the same
 keys in the same order (rank 0 announces :meth:`CudaGraphRunner.capture_all` through
@@ -62,6 +94,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_BS_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512)
+#: Token buckets of the extend keys (module docstring), capped at ``max_extend_tokens``.
+DEFAULT_EXTEND_TOKEN_BUCKETS = (16, 32, 64, 128, 256)
+#: Request buckets of an extend key below its cap ``min(T, max_bs)``.
+DEFAULT_EXTEND_REQ_BUCKETS = (4, 16, 64)
+#: Key of a decode graph ``(bs, two_stream)`` or of an extend graph ``(T, B, two_stream)``.
+GraphKey = tuple[int, bool] | tuple[int, int, bool]
 
 
 def bs_buckets(max_bs: int) -> list[int]:
@@ -83,6 +121,27 @@ def explicit_bs_buckets(sizes: list[int]) -> list[int]:
     return sorted(set(int(b) for b in sizes))
 
 
+def extend_token_buckets(max_tokens: int) -> list[int]:
+    """Token buckets of the extend keys ``<= max_tokens`` (``max_tokens`` itself always included;
+    ``[]`` for 0: no extend graphs).
+
+    Raises:
+        ValueError: ``max_tokens < 0``.
+    """
+    if max_tokens < 0:
+        raise ValueError(f"cuda_graph_max_extend_tokens: must be >= 0, got {max_tokens}")
+    if max_tokens == 0:
+        return []
+    return [t for t in DEFAULT_EXTEND_TOKEN_BUCKETS if t < max_tokens] + [max_tokens]
+
+
+def extend_req_buckets(num_tokens: int, max_bs: int) -> list[int]:
+    """Request buckets of the extend keys of ``num_tokens`` tokens: those of
+    :data:`DEFAULT_EXTEND_REQ_BUCKETS` below the cap ``min(num_tokens, max_bs)``, then the cap."""
+    cap = max(1, min(num_tokens, max_bs))
+    return [b for b in DEFAULT_EXTEND_REQ_BUCKETS if b < cap] + [cap]
+
+
 def pick_bucket(n: int, buckets: list[int]) -> int | None:
     """Smallest bucket ``>= n`` or ``None``."""
     for b in buckets:
@@ -101,13 +160,16 @@ class CudaGraphRunner:
         indexer_streams: which forwards run the CSA indexer on the second stream.
         vocab_size: logits width.
         max_bs: largest batch replayed from a graph (``--cuda-graph-max-bs``).
-        max_ctx: largest context a graph serves (the model's context length; longer decodes run
+        max_ctx: largest context a graph serves (the model's context length; longer batches run
             eagerly).
         use_graphs: ``False`` replays the static (padded) batch eagerly instead of capturing; the
             CPU tests use it to check the padding, and it is the behaviour after a failed capture.
+        bs_list: explicit decode batch sizes (``--cuda-graph-bs``) instead of the buckets.
+        max_extend_tokens: largest extend / mixed step replayed from a graph
+            (``--cuda-graph-max-extend-tokens``; 0: decode graphs only).
 
     Raises:
-        ValueError: ``max_bs < 1``.
+        ValueError: ``max_bs < 1``, ``max_extend_tokens < 0``.
     """
 
     def __init__(
@@ -121,6 +183,7 @@ class CudaGraphRunner:
         max_ctx: int,
         use_graphs: bool = True,
         bs_list: list[int] | None = None,
+        max_extend_tokens: int = 0,
     ) -> None:
         self.model, self.pool, self.builder = model, pool, builder
         self.indexer_streams = indexer_streams
@@ -128,16 +191,21 @@ class CudaGraphRunner:
         self.max_bs = self.bs_list[-1]
         self.max_ctx = int(max_ctx)
         self.use_graphs = use_graphs
+        self.layouts: dict[tuple[int, int | None], MetadataLayout] = {}
         self.device = builder.device
+        self.extend_tokens = extend_token_buckets(int(max_extend_tokens))
+        #: extend keys' ``(T, B)`` shapes, in capture order
+        self.extend_shapes = [(t, b) for t in self.extend_tokens for b in extend_req_buckets(t, self.max_bs)]
         largest = builder.static_layout(self.max_bs, self.max_ctx).size
+        for t, b in self.extend_shapes:
+            largest = max(largest, self._layout(t, b).size)
         self.dev_buf = torch.zeros(largest, dtype=torch.int64, device=self.device)
         self.host_buf = torch.zeros(largest, dtype=torch.int64, pin_memory=self.device.type == "cuda")
         self.host_np = self.host_buf.numpy()
         self.copy_done: torch.cuda.Event | None = None
         self.out_logits = torch.zeros(self.max_bs, vocab_size, dtype=torch.float32, device=self.device)
-        self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
-        self.static_fb: dict[tuple[int, bool], ForwardBatch] = {}
-        self.layouts: dict[int, MetadataLayout] = {}
+        self.graphs: dict[GraphKey, torch.cuda.CUDAGraph] = {}
+        self.static_fb: dict[GraphKey, ForwardBatch] = {}
         self.mempool = torch.cuda.graph_pool_handle() if (use_graphs and self.device.type == "cuda") else None
         self.failed = False
         self.num_replays = 0
@@ -148,28 +216,65 @@ class CudaGraphRunner:
         self.eager_fallback = True
 
     # ---- selection ------------------------------------------------------------------------
-    def key_for(self, reqs: list[ReqForwardInput]) -> tuple[int, bool] | None:
-        """The graph key ``(bs, two_stream)`` of a decode batch, or ``None`` if it cannot be
-        replayed (not all requests add exactly one token, batch above ``max_bs``, a context above
-        ``max_ctx``). The one place a graph key is chosen."""
-        if not reqs or any(len(r.input_ids) != 1 for r in reqs):
+    def key_for(self, reqs: list[ReqForwardInput]) -> GraphKey | None:
+        """The graph key of a batch, or ``None`` if it cannot be replayed. The one place a graph
+        key is chosen.
+
+        A decode batch (every request adds one token) gets ``(bs, two_stream)``, or ``None``
+        above ``max_bs``. Any other batch gets an extend key ``(T, B, two_stream)`` when its
+        tokens fit a token bucket, its requests the request buckets of that ``T``, and each
+        request asks for at most one logits row (else ``None``: prompt logprobs run eagerly).
+        ``None`` too for a context above ``max_ctx``."""
+        if not reqs:
             return None
-        bs = pick_bucket(len(reqs), self.bs_list)
-        if bs is None or max(r.prefix_len + 1 for r in reqs) > self.max_ctx:
+        lens = [len(r.input_ids) for r in reqs]
+        if max(r.prefix_len + n for r, n in zip(reqs, lens)) > self.max_ctx:
             return None
-        return bs, self.indexer_streams.for_tokens(bs) is not None
+        if lens.count(1) == len(lens):
+            bs = pick_bucket(len(reqs), self.bs_list)
+            if bs is None:
+                return None
+            return bs, self.indexer_streams.for_tokens(bs) is not None
+        if any(n - max(0, r.logits_start) > 1 for r, n in zip(reqs, lens)):
+            return None
+        t = pick_bucket(sum(lens), self.extend_tokens)
+        if t is None:
+            return None
+        b = pick_bucket(len(reqs), extend_req_buckets(t, self.max_bs))
+        if b is None:
+            return None
+        return t, b, self.indexer_streams.for_tokens(t) is not None
 
     def can_run(self, reqs: list[ReqForwardInput]) -> bool:
         return not self.failed and self.key_for(reqs) is not None
 
-    def _layout(self, bs: int) -> MetadataLayout:
-        if bs not in self.layouts:
-            self.layouts[bs] = self.builder.static_layout(bs, self.max_ctx)
-        return self.layouts[bs]
+    def all_keys(self) -> list[GraphKey]:
+        """Every key :meth:`capture_all` captures, in capture order (decode, then extend); the
+        stream mode of each follows the indexer-stream policy."""
+        keys: list[GraphKey] = [(bs, self.indexer_streams.for_tokens(bs) is not None) for bs in self.bs_list]
+        for t, b in self.extend_shapes:
+            keys.append((t, b, self.indexer_streams.for_tokens(t) is not None))
+        return keys
+
+    @staticmethod
+    def _shape(key: GraphKey) -> tuple[int, int | None]:
+        """``(T, B)`` of an extend key, ``(bs, None)`` of a decode key: the layout's key."""
+        return (key[0], key[1]) if len(key) == 3 else (key[0], None)  # type: ignore[return-value]
+
+    def _layout(self, t: int, b: int | None = None) -> MetadataLayout:
+        """The static layout of decode batch size ``t`` (``b=None``) or of extend shape ``(t, b)``."""
+        lay = self.layouts.get((t, b))
+        if lay is None:
+            if b is None:
+                lay = self.builder.static_layout(t, self.max_ctx)
+            else:
+                lay = self.builder.static_extend_layout(t, b, self.max_ctx)
+            self.layouts[(t, b)] = lay
+        return lay
 
     def _upload(self, lay: MetadataLayout, reqs: list[ReqForwardInput]) -> None:
-        """Write the padded metadata of the decode batch ``reqs`` (``[]``: all padding) into the
-        pinned host buffer and copy it up; sync the page table with the batch's new pages."""
+        """Write the padded metadata of the batch ``reqs`` (``[]``: all padding) into the pinned
+        host buffer and copy it up; sync the page table with the batch's new pages."""
         meta = self.builder.metadata(reqs, num_req_rows=lay.num_req_rows) if reqs else None
         if self.copy_done is not None:
             self.copy_done.synchronize()  # the pinned buffer is free again
@@ -181,41 +286,42 @@ class CudaGraphRunner:
             self.copy_done = torch.cuda.Event()
             self.copy_done.record()
 
-    def _static(self, bs: int, two_stream: bool) -> ForwardBatch:
-        key = (bs, two_stream)
+    def _static(self, key: GraphKey) -> ForwardBatch:
         fb = self.static_fb.get(key)
         if fb is None:
-            fb = self._layout(bs).views(self.dev_buf, [1] * bs, [0] * bs, [1] * bs)
+            t, b = self._shape(key)
+            rows = t if b is None else b
+            fb = self._layout(t, b).views(self.dev_buf, [1] * rows, [0] * rows, [1] * rows)
             fb.graph_safe = True
-            fb.indexer_stream = self.indexer_streams.stream if two_stream else None
+            fb.indexer_stream = self.indexer_streams.stream if key[-1] else None
             fb.req_to_page = self.pool.req_to_page.table
             self.static_fb[key] = fb
         return fb
 
     # ---- capture / replay -----------------------------------------------------------------
-    def _run_static(self, fb: ForwardBatch, bs: int) -> None:
+    def _run_static(self, fb: ForwardBatch) -> None:
         logits = self.model(fb, self.pool)
-        self.out_logits[:bs].copy_(logits)
+        self.out_logits[: logits.shape[0]].copy_(logits)
 
-    def dummy_inputs(self, bs: int, two_stream: bool) -> ForwardBatch:
+    def dummy_inputs(self, key: GraphKey) -> ForwardBatch:
         """Load an all-padding batch (slot 0, no KV writes) into the static buffer and return the
         key's static batch; a forward on it (graph warm-up and capture) changes no real request's
         state."""
-        self._upload(self._layout(bs), [])
-        return self._static(bs, two_stream)
+        self._upload(self._layout(*self._shape(key)), [])
+        return self._static(key)
 
-    def capture(self, bs: int, two_stream: bool) -> None:
-        """Capture the graph of key ``(bs, two_stream)`` on dummy inputs.
+    def capture(self, key: GraphKey) -> None:
+        """Capture the graph of ``key`` on dummy inputs.
 
         Raises:
             RuntimeError: capture failed (the caller falls back to eager).
         """
-        fb = self.dummy_inputs(bs, two_stream)
+        fb = self.dummy_inputs(key)
         s = torch.cuda.Stream(self.device)
         s.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(s):
             for _ in range(2):  # warm-up: Triton JIT, cuBLAS workspaces
-                self._run_static(fb, bs)
+                self._run_static(fb)
         torch.cuda.current_stream(self.device).wait_stream(s)
         torch.cuda.synchronize(self.device)
         g = torch.cuda.CUDAGraph()
@@ -223,15 +329,15 @@ class CudaGraphRunner:
         # thread may wait on an event of the previous batch (overlap scheduling), and NCCL's
         # watchdog thread queries events during a tensor-parallel capture
         with torch.cuda.graph(g, pool=self.mempool, capture_error_mode="thread_local"):
-            self._run_static(fb, bs)
+            self._run_static(fb)
         torch.cuda.synchronize(self.device)
-        self.graphs[(bs, two_stream)] = g
+        self.graphs[key] = g
 
     def capture_all(self) -> int:
-        """Capture every batch-size bucket now (server start-up, as SGLang captures its decode
-        graphs), so the first requests do not stall on a capture; each graph serves every context.
-        The stream mode of each key follows the indexer-stream policy. A failed capture logs a
-        warning and disables graphs (eager fallback), as in :meth:`replay`.
+        """Capture every key now (:meth:`all_keys`: server start-up, as SGLang captures its decode
+        graphs), so the first requests do not stall on a capture and nothing is captured after
+        ready; each graph serves every context. A failed capture logs a warning and disables
+        graphs (eager fallback), as in :meth:`replay`.
 
         Returns:
             the number of graphs captured by this call.
@@ -241,23 +347,22 @@ class CudaGraphRunner:
         if self.before_capture_all is not None:
             self.before_capture_all()
         n = 0
-        for bs in self.bs_list:
-            two = self.indexer_streams.for_tokens(bs) is not None
-            if (bs, two) in self.graphs:
+        for key in self.all_keys():
+            if key in self.graphs:
                 continue
-            if not self._capture_or_disable(bs, two):
+            if not self._capture_or_disable(key):
                 return n
             n += 1
         return n
 
-    def _capture_or_disable(self, bs: int, two_stream: bool) -> bool:
+    def _capture_or_disable(self, key: GraphKey) -> bool:
         """:meth:`capture`; on failure log a warning, disable graphs (eager fallback) and return False."""
         try:
-            self.capture(bs, two_stream)
+            self.capture(key)
         except Exception as e:  # noqa: BLE001 - any capture failure means eager fallback
             if not self.eager_fallback:
-                raise RuntimeError(f"CUDA graph capture failed for bs={bs}: {e}") from e
-            logger.warning("CUDA graph capture failed for bs=%d (%s); running eagerly", bs, e)
+                raise RuntimeError(f"CUDA graph capture failed for key {key}: {e}") from e
+            logger.warning("CUDA graph capture failed for key %s (%s); running eagerly", key, e)
             self.failed = True
             return False
         return True
@@ -267,15 +372,15 @@ class CudaGraphRunner:
         reqs: list[ReqForwardInput],
         before_replay: Callable[[ForwardBatch], None] | None = None,
     ) -> tuple[ForwardBatch, torch.Tensor]:
-        """Run a decode batch through its graph (capturing it first if needed). ``before_replay``
-        is called on the key's static batch once its metadata is uploaded (the model runner
-        resolves future token ids there, on the device).
+        """Run a batch through its graph (capturing it first if needed). ``before_replay`` is
+        called on the key's static batch once its metadata is uploaded (the model runner resolves
+        future token ids there, on the device).
 
         Returns:
             ``(fb, logits)``: ``fb`` has the real requests' host lists (``extend_lens``,
             ``prefix_lens``, ``logits_counts``) and, as tensors, the key's static padded views
             (overwritten by the next step); ``logits`` ``[K, vocab]`` fp32 (a copy) of the rows
-            the requests asked for.
+            the requests asked for, in request order.
 
         Raises:
             ValueError: the batch has no graph key (check :meth:`can_run` first), or a missing
@@ -283,30 +388,35 @@ class CudaGraphRunner:
         """
         gkey = self.key_for(reqs)
         if gkey is None:
-            raise ValueError("replay: not a graph-replayable decode batch")
-        bs, two = gkey
+            raise ValueError("replay: not a graph-replayable batch")
         use_graph = self.use_graphs and not self.failed and self.device.type == "cuda"
         if use_graph and gkey not in self.graphs:
-            use_graph = self._capture_or_disable(bs, two)
+            use_graph = self._capture_or_disable(gkey)
         n = len(reqs)
-        self._upload(self._layout(bs), reqs)
-        static = self._static(bs, two)
+        t, b = self._shape(gkey)
+        self._upload(self._layout(t, b), reqs)
+        static = self._static(gkey)
         if before_replay is not None:
             before_replay(static)
         if use_graph:
             self.graphs[gkey].replay()
         else:
-            self._run_static(static, bs)
+            self._run_static(static)
         self.num_replays += 1
-        rows = [b for b, r in enumerate(reqs) if r.logits_start <= 0]
-        if len(rows) == n:
-            logits = self.out_logits[:n].clone()
-        else:
-            logits = self.out_logits[torch.tensor(rows, dtype=torch.long, device=self.device)]
+        lens = [len(r.input_ids) for r in reqs]
+        counts = [ln - min(ln, max(0, r.logits_start)) for r, ln in zip(reqs, lens)]
+        if b is not None:  # extend: the K real rows lead the logits rows
+            logits = self.out_logits[: sum(counts)].clone()
+        else:  # decode: every row's logits were computed
+            rows = [i for i, c in enumerate(counts) if c]
+            if len(rows) == n:
+                logits = self.out_logits[:n].clone()
+            else:
+                logits = self.out_logits[torch.tensor(rows, dtype=torch.long, device=self.device)]
         out_fb = dataclasses.replace(
             static,
-            extend_lens=[1] * n,
+            extend_lens=lens,
             prefix_lens=[r.prefix_len for r in reqs],
-            logits_counts=[1 if r.logits_start <= 0 else 0 for r in reqs],
+            logits_counts=counts,
         )
         return out_fb, logits

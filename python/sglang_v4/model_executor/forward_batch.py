@@ -373,6 +373,35 @@ class ForwardBatchBuilder:
             shapes, self.ratios, max_visible, self.page_size, self.window, num_req_rows=bs, all_logits=True
         )
 
+    def static_extend_layout(self, num_tokens: int, num_reqs: int, ctx: int) -> MetadataLayout:
+        """The padded layout of an extend CUDA-graph key: at most ``num_tokens`` new tokens (``T``)
+        of at most ``num_reqs`` requests (``B <= T``), each request asking for at most one logits
+        row (``K = B``), every context at most ``ctx`` (the visible-entry bound ``ctx // m``).
+
+        Bounds of the row tables (per ratio ``m``): a request adding ``n`` tokens completes at most
+        ``ceil(n / m)`` windows, so ``J = min(T, (T + B (m - 1)) // m)``; it ends at most
+        ``ceil(n / page_size)`` blocks, so ``S = min(J, (T + B (page_size - 1)) // page_size)``
+        (CSA only). Any batch within ``T`` tokens and ``B`` requests therefore fits.
+
+        Raises:
+            ValueError: ``num_reqs`` not in ``1 .. num_tokens``.
+        """
+        T, B = int(num_tokens), int(num_reqs)
+        if not 1 <= B <= T:
+            raise ValueError(f"num_reqs: must be in 1 .. num_tokens={T}, got {B}")
+        shapes: dict[str, tuple[int, ...]] = {f: (T,) for f in BATCH_FIELDS}
+        shapes.update(req_pool_indices=(B,), swa_pages=(T, 2), logits_indices=(B,))
+        for name, m in self.ratios.items():
+            J = min(T, (T + B * (m - 1)) // m)
+            S = min(J, (T + B * (self.page_size - 1)) // self.page_size) if name == "csa" else 0
+            P = J if name == "csa" else 0  # win_prev: CSA only
+            for f, shape in zip(
+                PLAN_FIELDS, [(J, m), (P, m), (J,), (J,), (B, m), (B, m), (S, m), (S,), (T,)]
+            ):
+                shapes[f"{name}.{f}"] = shape
+        max_visible = {name: ctx // m for name, m in self.ratios.items()}
+        return MetadataLayout(shapes, self.ratios, max_visible, self.page_size, self.window, num_req_rows=B)
+
 
 def build_forward_batch(
     reqs: list[ReqForwardInput],

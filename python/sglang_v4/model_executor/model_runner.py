@@ -7,8 +7,8 @@ benchmarks); ``sglang_v4.model_loader.builder.get_model``. The KV pool is sized 
 memory planner (``mem_cache/kv_planner.py:plan_kv_pools``) from ``--max-total-tokens`` or, on CUDA,
 from ``--mem-fraction-static`` of the free memory after the weights are loaded less the forward's
 workspace, measured by a maximal dummy forward first (``workspace.py``), in the chosen KV format
-(fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches replay CUDA
-graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a second stream.
+(fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches and short
+extend / mixed batches replay CUDA graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a second stream.
 
 Tensor parallel (``--tp-size N``, docs/PARALLELISM.md): every rank has a ``ModelRunner`` over its
 shard of the weights and a full replica of the KV pool. Rank 0's runner is the scheduler's:
@@ -86,7 +86,7 @@ class ForwardStep:
 
 @dataclass
 class CaptureGraphs:
-    """Rank 0 captures its decode CUDA graphs (one per batch size, each serving every context): the
+    """Rank 0 captures its CUDA graphs (decode and extend keys, each serving every context): the
     other ranks do the same, in step (the captures run collectives)."""
 
 
@@ -266,7 +266,7 @@ class ModelRunner:
             self.pool.fragmentation_bytes(),
         )
         self.builder = ForwardBatchBuilder(**self._builder_args(), req_to_page=self.pool.req_to_page)
-        # ---- CUDA execution: indexer stream + decode CUDA graphs (cuda_graph_runner.py) ----
+        # ---- CUDA execution: indexer stream + decode / extend CUDA graphs (cuda_graph_runner.py) ----
         self.indexer_streams = IndexerStreamPolicy(self.device, sa.indexer_stream_max_bs)
         self.cuda_graph_runner: CudaGraphRunner | None = None
         if self.device.type == "cuda":
@@ -282,16 +282,25 @@ class ModelRunner:
                     bs_list = sorted({min(int(b), cap) for b in sa.cuda_graph_bs})
                     max_bs = bs_list[-1]
                 self.cuda_graph_runner = self.create_cuda_graph_runner(
-                    max_bs, max_ctx=self.context_len, bs_list=bs_list
+                    max_bs,
+                    max_ctx=self.context_len,
+                    bs_list=bs_list,
+                    max_extend_tokens=int(sa.cuda_graph_max_extend_tokens),
                 )
                 logger.info(
-                    "CUDA graphs on for decode: bs buckets %s, every context up to %d (captured lazily)",
+                    "CUDA graphs on: decode bs buckets %s, extend (T, B) shapes %s, every context up to %d",
                     self.cuda_graph_runner.bs_list,
+                    self.cuda_graph_runner.extend_shapes,
                     self.context_len,
                 )
 
     def create_cuda_graph_runner(
-        self, max_bs: int, max_ctx: int, use_graphs: bool = True, bs_list: list[int] | None = None
+        self,
+        max_bs: int,
+        max_ctx: int,
+        use_graphs: bool = True,
+        bs_list: list[int] | None = None,
+        max_extend_tokens: int = 0,
     ) -> CudaGraphRunner:
         """A :class:`CudaGraphRunner` over this runner's model, pool, metadata builder and
         indexer-stream policy (arguments as there)."""
@@ -305,6 +314,7 @@ class ModelRunner:
             max_ctx=max_ctx,
             use_graphs=use_graphs,
             bs_list=bs_list,
+            max_extend_tokens=max_extend_tokens,
         )
         if self.tp.size > 1:
             g.eager_fallback = False
@@ -443,9 +453,11 @@ class ModelRunner:
     ) -> tuple[ForwardBatch, torch.Tensor]:
         """Build the batch and run the model. Returns the batch and ``[K, vocab]`` fp32 logits.
 
-        Decode batches (one new token per request) that fit a CUDA-graph bucket replay a captured
-        graph (:class:`~sglang_v4.model_executor.cuda_graph_runner.CudaGraphRunner`); everything
-        else (and everything on CPU) runs eagerly. Negative input ids are future placeholders,
+        Batches that fit a CUDA-graph key replay a captured graph
+        (:class:`~sglang_v4.model_executor.cuda_graph_runner.CudaGraphRunner`: decode batches up
+        to ``--cuda-graph-max-bs`` requests; extend, prefix-hit and mixed batches up to
+        ``--cuda-graph-max-extend-tokens`` tokens with at most one logits row per request);
+        everything else (and everything on CPU) runs eagerly. Negative input ids are future placeholders,
         resolved on the device from ``future_token_ids`` (:func:`resolve_future_token_ids`) before
         the model reads them. With tensor parallelism (on rank 0) the step is first broadcast to
         the other ranks (:class:`ForwardStep`), which run it too; rank 0 then broadcasts the

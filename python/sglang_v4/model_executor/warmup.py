@@ -28,7 +28,7 @@ So the variants are a product of token-count classes and context classes. :func:
 runs one dummy forward per point of that grid (token counts 1..``--chunked-prefill-size`` across
 every class boundary, each with an odd twin; contexts at every power of two up to what the pool
 can hold (at most :data:`WARMUP_MAX_CONTEXT`), each with an odd twin; decode batches of several requests and a mixed batch), captures
-the decode CUDA graphs (``--cuda-graph-warmup-ctx``), and runs the sampler once per path (greedy,
+the decode and extend CUDA graphs (``--cuda-graph-warmup-ctx``), and runs the sampler once per path (greedy,
 top-k / top-p / min-p, penalties, logprobs). Dummy forwards use pages and a request slot taken
 from the pool and returned (nothing else exists yet), so no real request's state is touched.
 
@@ -291,7 +291,7 @@ def warmup_kernels(
     runner: Any, server_args: ServerArgs, force: bool = False, max_context: int | None = None
 ) -> dict[str, Any]:
     """Compile before ready (module docstring): dummy forwards over :func:`warmup_grid`, the
-    decode CUDA graphs, the sampling paths. Installs the runner's :class:`JitWatch`
+    decode and extend CUDA graphs, the sampling paths. Installs the runner's :class:`JitWatch`
     (``runner.jit_info()``).
 
     Args:
@@ -348,14 +348,14 @@ def warmup_kernels(
         dummy.free()
         runner.cuda_graph_runner = saved
     if graphs is not None and server_args.cuda_graph_warmup_ctx > 0:
-        stats["graphs"] = graphs.capture_all()  # one graph per batch size: every context
+        stats["graphs"] = graphs.capture_all()  # decode and extend keys, each serving every context
     if runner.device.type == "cuda":
         torch.cuda.synchronize(runner.device)
     stats["seconds"] = time.perf_counter() - t0
     stats["compiles"] = watch.before_ready
     watch.mark_ready()
     logger.info(
-        "Warm-up: %d dummy forwards, %d decode CUDA graphs, %d Triton compiles in %.1f s",
+        "Warm-up: %d dummy forwards, %d CUDA graphs (decode + extend), %d Triton compiles in %.1f s",
         stats["forwards"],
         stats["graphs"],
         stats["compiles"],
