@@ -48,11 +48,29 @@ def test_cli_bad_ep_size_exits_with_usage_error() -> None:
     assert "ep_size" in p.stderr.splitlines()[-1]
 
 
-@pytest.mark.parametrize("field", ["indexer_stream_max_bs", "cuda_graph_warmup_ctx"])
+@pytest.mark.parametrize(
+    "field", ["indexer_stream_max_bs", "cuda_graph_warmup_ctx", "cuda_graph_max_extend_tokens"]
+)
 def test_gpu_bounds_reject_negative_and_non_int(field: str) -> None:
-    """``--indexer-stream-max-bs`` / ``--cuda-graph-warmup-ctx``: 0 is legal (never / lazy only),
+    """``--indexer-stream-max-bs`` / ``--cuda-graph-warmup-ctx`` / ``--cuda-graph-max-extend-tokens``:
+    0 is legal (never / lazy only / decode graphs only),
     a negative or non-integer value is refused naming the field."""
     assert getattr(ServerArgs(**{field: 0}), field) == 0
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match=field):
             ServerArgs(**{field: bad})
+
+
+def test_cuda_graph_max_extend_tokens_flag() -> None:
+    """``--cuda-graph-max-extend-tokens`` reaches the field (default 256; 0 turns extend graphs off)."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    assert (
+        ServerArgs.from_cli_args(parser.parse_args(["--device", "cpu"])).cuda_graph_max_extend_tokens == 256
+    )
+    sa = ServerArgs.from_cli_args(
+        parser.parse_args(["--device", "cpu", "--cuda-graph-max-extend-tokens", "0"])
+    )
+    assert sa.cuda_graph_max_extend_tokens == 0

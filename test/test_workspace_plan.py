@@ -66,6 +66,33 @@ def test_dummy_forward_runs_at_full_context_and_changes_no_request_state() -> No
     assert all(torch.equal(a, b) for a, b in zip(before, r.pool.tensors()))  # a scratch pool only
 
 
+def test_extend_graph_forward_measured_for_the_graph_pool() -> None:
+    """With extend graphs, the graphs' pool is sized for the larger of the decode batch and the
+    largest extend key's forward (its tokens over at most ``max_decode_bs`` requests)."""
+    r = _runner(max_total_tokens=4096)
+    shapes: list[list[int]] = []
+
+    def model(fb, pool):
+        shapes.append(list(fb.extend_lens))
+        return r.model(fb, pool)
+
+    peaks = iter([100, 700, 300])  # decode batch, extend key, mixed batch
+
+    def measure(run) -> int:
+        run()
+        return next(peaks)
+
+    args = _plan_args(r)
+    args["model"] = model
+    plan = plan_workspace(
+        chunk=256, budget_bytes=10**6, with_graphs=True, measure=measure, graph_extend_tokens=64, **args
+    )
+    n_dec = args["max_decode_bs"]
+    assert shapes[0] == [1] * n_dec
+    assert sum(shapes[1]) == 64 and len(shapes[1]) == min(64, n_dec)  # the largest extend key
+    assert plan.decode_bytes == 700 and plan.reserved_bytes == int(1000 * (1 + WORKSPACE_MARGIN))
+
+
 def test_chunk_lowered_until_the_workspace_fits() -> None:
     r = _runner(max_total_tokens=4096)
     sizes = {"decode": 100}

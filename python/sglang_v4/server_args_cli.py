@@ -239,7 +239,7 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         "--cuda-graph-warmup-ctx",
         type=int,
         default=d["cuda_graph_warmup_ctx"].default,
-        help="Non-zero: capture the decode CUDA graphs of every batch-size bucket at start-up (each "
+        help="Non-zero: capture the CUDA graphs of every decode and extend key at start-up (each "
         "serves every context length); 0: capture each lazily on first use.",
     )
     a(

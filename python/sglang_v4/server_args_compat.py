@@ -287,7 +287,7 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag(
         "--disable-decode-cuda-graph",
         MAPPED,
-        "= --disable-cuda-graph (decode is the only CUDA-graph phase)",
+        "= --disable-cuda-graph (turns off the decode and the extend graphs)",
         switch=True,
     ),
     SGLangFlag(

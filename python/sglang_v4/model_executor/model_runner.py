@@ -392,6 +392,7 @@ class ModelRunner:
                 self.max_running_requests,
                 avail,
                 with_graphs=not sa.disable_cuda_graph and ops.triton_enabled(),
+                graph_extend_tokens=int(sa.cuda_graph_max_extend_tokens),
             )
             self.chunked_prefill_size = self.workspace.chunked_prefill_size
             if tokens is None:

@@ -14,8 +14,10 @@ compressed entries a token attends to and scores grow with its position, and wit
 kernels' workspace (the indexer's, bounded by ``SCRATCH_ELEMS``). The dummy forward runs on a
 scratch pool of one page per page space whose page tables point every block at the reserved page
 0, so it reads and writes nothing a request will own, and the real pools do not exist yet. With
-decode CUDA graphs, the graphs' private memory pool holds another copy of the decode batch's
-activations: the largest decode batch alone is measured and reserved too.
+CUDA graphs, the graphs' private memory pool (shared by every key) holds another copy of the
+largest captured forward's activations: the largest decode batch alone and, with extend graphs,
+the largest extend key's forward (``--cuda-graph-max-extend-tokens`` tokens of at most that many
+requests) are measured, and the larger is reserved too.
 
 If the chunk's workspace takes more than half of the memory left after the weights (or the dummy
 forward runs out of memory), the chunk size is halved until it fits, and the plan records it (the
@@ -54,8 +56,9 @@ class WorkspacePlan:
             requested one, or lower if that did not fit).
         requested_chunk: the chunk size asked for.
         prefill_bytes: peak bytes above the resident state of the maximal mixed forward.
-        decode_bytes: peak bytes of the largest decode batch alone (reserved again for the CUDA
-            graphs' memory pool when graphs are on; 0 otherwise).
+        decode_bytes: peak bytes of the largest forward a CUDA graph captures (the largest decode
+            batch, or the largest extend key's forward if larger), reserved again for the graphs'
+            memory pool when graphs are on; 0 otherwise.
         reserved_bytes: what the KV pools must leave free: ``(prefill + decode) * (1 + margin)``.
     """
 
@@ -73,7 +76,7 @@ class WorkspacePlan:
         """One log line."""
         s = (
             f"forward workspace: {self.prefill_bytes / 2**30:.2f} GiB (chunk {self.chunked_prefill_size} "
-            f"tokens + decode batch at full context), {self.decode_bytes / 2**30:.2f} GiB (decode graphs); "
+            f"tokens + decode batch at full context), {self.decode_bytes / 2**30:.2f} GiB (CUDA graphs); "
             f"reserved {self.reserved_bytes / 2**30:.2f} GiB"
         )
         if self.lowered:
@@ -124,6 +127,7 @@ def plan_workspace(
     budget_bytes: int,
     with_graphs: bool,
     measure: Callable[[Callable[[], None]], int] | None = None,
+    graph_extend_tokens: int = 0,
 ) -> WorkspacePlan:
     """Measure the maximal forward (module docstring) and choose the prefill chunk.
 
@@ -141,6 +145,8 @@ def plan_workspace(
         with_graphs: reserve the decode batch's activations again for the CUDA graphs' pool.
         measure: ``measure(run) -> peak bytes`` of calling ``run``; default the CUDA allocator's
             peak statistics (tests pass their own).
+        graph_extend_tokens: the largest extend CUDA-graph key's tokens (0: none); its forward
+            (that many tokens of ``min(tokens, max_decode_bs)`` requests) is measured too.
 
     Returns:
         the :class:`WorkspacePlan`.
@@ -170,6 +176,11 @@ def plan_workspace(
 
     requested = c = max(1, min(int(chunk), int(context_len)))
     decode = measure(forward(dummy_requests(model_config, page_size, context_len, 0, max_decode_bs)))
+    ext = int(graph_extend_tokens)
+    if with_graphs and ext > 1:
+        nreq = max(1, min(ext, int(max_decode_bs)))
+        reqs = dummy_requests(model_config, page_size, context_len, ext - (nreq - 1), nreq - 1)
+        decode = max(decode, measure(forward(reqs)))
     decode = decode if with_graphs else 0
     while True:
         try:
