@@ -19,8 +19,9 @@ tokens (``--cuda-graph-max-extend-tokens``, default 256; 0 = none) is replayed f
   always a bucket): a prompt's short tail, a prefix-cache hit's few new tokens, or decode tokens
   mixed with an extend chunk. Below 16 tokens a step costs its kernel launches and weight reads,
   not its tokens (the GEMMs are weight-bound), so smaller buckets would only add graphs; powers of
-  two pad at most 2x the tokens with 5 graphs; at 256 tokens an eager step already costs about its
-  kernels' time, so longer extends gain little from a graph and run eagerly;
+  two pad at most 2x the tokens with 5 graphs. 256 covers the short steps that stall on host work
+  (prefix-hit and chunk tails, arriving prompts mixed with decodes) while the graphs' memory pool
+  holds one 256-token forward; longer extends run eagerly unless the flag is raised;
 * ``B``: a request bucket (``4, 16, 64``, then ``min(T, max_bs)``): padded requests cost per layer
   a gather of their compressor state rows (``B * m`` rows, ``m = 128`` for HCA), so a prefix hit
   of one request does not pay for 128 padded ones;
