@@ -7,8 +7,9 @@ benchmarks); ``sglang_v4.model_loader.builder.get_model``. The KV pool is sized 
 memory planner (``mem_cache/kv_planner.py:plan_kv_pools``) from ``--max-total-tokens`` or, on CUDA,
 from ``--mem-fraction-static`` of the free memory after the weights are loaded less the forward's
 workspace, measured by a maximal dummy forward first (``workspace.py``), in the chosen KV format
-(fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches and short
-extend / mixed batches replay CUDA graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a second stream.
+(fp32/bf16, or fp8 entries with an fp8/fp4 indexer). On CUDA, decode batches and short extend /
+mixed batches replay CUDA graphs (``cuda_graph_runner.py``) and CSA layers run the indexer on a
+second stream.
 
 Tensor parallel (``--tp-size N``, docs/PARALLELISM.md): every rank has a ``ModelRunner`` over its
 shard of the weights and a full replica of the KV pool. Rank 0's runner is the scheduler's:
@@ -72,7 +73,7 @@ class ForwardStep:
         reqs: the forward's per-request inputs (page ids, token ids, positions).
         state_ops: the pool's request-state operations since the last step
             (``DSV4KVPool.take_state_ops``: slot resets, resume-state loads), replayed first.
-        use_graph: rank 0 replays a decode CUDA graph for it (every rank takes the same path, so
+        use_graph: rank 0 replays a CUDA graph (decode or extend key) for it (every rank takes the same path, so
             the collectives pair up).
         future_ids: ``reqs`` hold future placeholders; rank 0 broadcasts the resolved input ids
             over the device group (``TPGroup.broadcast_tensor``) before the model reads them.
