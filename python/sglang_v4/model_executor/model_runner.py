@@ -73,8 +73,8 @@ class ForwardStep:
         reqs: the forward's per-request inputs (page ids, token ids, positions).
         state_ops: the pool's request-state operations since the last step
             (``DSV4KVPool.take_state_ops``: slot resets, resume-state loads), replayed first.
-        use_graph: rank 0 replays a CUDA graph (decode or extend key) for it (every rank takes the same path, so
-            the collectives pair up).
+        use_graph: rank 0 replays a CUDA graph (decode or extend key) for it (every rank takes the
+            same path, so the collectives pair up).
         future_ids: ``reqs`` hold future placeholders; rank 0 broadcasts the resolved input ids
             over the device group (``TPGroup.broadcast_tensor``) before the model reads them.
     """
