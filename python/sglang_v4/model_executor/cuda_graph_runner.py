@@ -41,12 +41,13 @@ and the attention kernels' grid is fixed by the batch shape and the layer (their
 token's visible-entry count on the device). The CSA indexer's grid and workspace depend on the
 host bound ``C = max_ctx // 4`` only through its row blocks: ``G = 2^26 // (3 C)`` token rows per
 block of scratch (``3 G C`` int32, at most 256 MiB, reused by every block), so a ``T``-token graph
-runs ``ceil(T / G)`` blocks of 3-4 launches (at 1M context ``G = 85``: 4 blocks at ``T = 256``,
-1 below ``T = 86``), and with ``C > topk`` the histogram and filter launches always run. Every
-program of those launches reads its token's visible count on the device and covers its share of
-the visible entries only, returning at once on an empty share, so a short context under a 1M
-bound pays about a dozen near-empty launches (microseconds), not 1M-context work. Contexts past
-``max_ctx`` run eagerly.
+runs ``ceil(T / G)`` blocks of up to 5 launches (scoring, two histogram levels, filter, final;
+at 1M context ``G = 85``: 4 blocks at ``T = 256``, 1 below ``T = 86``), and with ``C > topk`` the
+histogram and filter launches always run. Every program of those launches reads its token's
+visible count on the device and covers its share of the visible entries only, returning at once
+on an empty share, so a short context under a 1M bound pays at most about fifteen extra
+near-empty launches per CSA layer (microseconds), not 1M-context work; keying graphs by context
+as well would multiply the captures for that. Contexts past ``max_ctx`` run eagerly.
 
 A step's host work is O(T). The metadata is written by the model's
 :class:`~sglang_v4.model_executor.forward_batch.ForwardBatchBuilder` (the same definitions as an
