@@ -45,9 +45,10 @@ runs ``ceil(T / G)`` blocks of up to 5 launches (scoring, two histogram levels, 
 at 1M context ``G = 85``: 4 blocks at ``T = 256``, 1 below ``T = 86``), and with ``C > topk`` the
 histogram and filter launches always run. Every program of those launches reads its token's
 visible count on the device and covers its share of the visible entries only, returning at once
-on an empty share, so a short context under a 1M bound pays at most about fifteen extra
-near-empty launches per CSA layer (microseconds), not 1M-context work; keying graphs by context
-as well would multiply the captures for that. Contexts past ``max_ctx`` run eagerly.
+on an empty share, so a short context under a 1M bound pays at most about twenty near-empty
+launches per CSA layer (an eager short-context step runs 2: scoring and final), a few
+microseconds each inside a graph, not 1M-context work; keying graphs by context as well would
+multiply the captures to save that. Contexts past ``max_ctx`` run eagerly.
 
 A step's host work is O(T). The metadata is written by the model's
 :class:`~sglang_v4.model_executor.forward_batch.ForwardBatchBuilder` (the same definitions as an
