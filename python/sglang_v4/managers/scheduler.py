@@ -61,10 +61,10 @@ from typing import Any
 import torch
 
 from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.managers.control_struct import SchedulerReadyInfo
 from sglang_v4.managers.io_struct import (
     BatchTokenIDOut,
     FinishReason,
-    SchedulerReadyInfo,
     TokenizedGenerateReqInput,
     finish_abort,
 )
