@@ -21,7 +21,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
-    from sglang_v4.managers.schedule_batch import FixedColumns, Req
+    from sglang_v4.managers.req import Req
+    from sglang_v4.managers.schedule_batch import FixedColumns
     from sglang_v4.sampling.sampling_params import SamplingParams
 
 #: A finish reason as SGLang reports it in ``meta_info["finish_reason"]``:

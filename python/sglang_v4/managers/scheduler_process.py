@@ -40,7 +40,7 @@ from sglang_v4.managers.control_struct import (
     SchedulerReadyInfo,
 )
 from sglang_v4.managers.io_struct import AbortReq, BatchTokenIDOut, TokenizedGenerateReqInput, finish_abort
-from sglang_v4.managers.schedule_batch import Req
+from sglang_v4.managers.req import Req
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import (
     configure_logging,
