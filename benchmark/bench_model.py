@@ -47,7 +47,8 @@ import traceback
 from typing import Any
 
 import torch
-from model_harness import Bench, active_bytes, cuda_ms, prefill_flops, sync
+from model_harness import Bench, active_bytes, prefill_flops, sync
+from timing import cuda_ms
 
 T0 = time.time()
 RESULTS: dict[str, Any] = {"rows": {}, "errors": {}, "skipped": []}

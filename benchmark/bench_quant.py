@@ -63,6 +63,7 @@ import bench_model as bm  # noqa: E402
 import model_harness as mh  # noqa: E402
 import quant_kernels as qk  # noqa: E402
 from quant_kernels import FLASH_LINEARS, free_memory  # noqa: E402
+from timing import cuda_ms  # noqa: E402
 
 T0 = time.time()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,7 +89,7 @@ def ceilings(device: str) -> None:
     one = torch.ones((), device="cuda")
     try:
         ms = statistics.median(
-            mh.cuda_ms(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), 10, warm=3)
+            cuda_ms(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), 10, warm=3)
         )
         R["ceilings"]["fp8_gemm_tflops"] = round(2 * n**3 / (ms * 1e-3) / 1e12, 1)
     except RuntimeError as e:  # an older torch without tensorwise fp8: the row simply lacks it

@@ -1,8 +1,7 @@
 """The runtime model driven directly for benchmarks: :class:`Bench` (dummy weights, page-allocating
 request helper, timed prefill and decode with or without CUDA graphs), the FLOPs and active-weight
-byte estimates behind the rooflines (:func:`prefill_flops`, :func:`active_bytes`), and CUDA-event
-timing (:func:`cuda_ms`). Used by ``bench_model.py``, ``bench_quant.py``, ``serving_overlap.py``,
-``longctx.py`` and ``quant_kernels.py``.
+byte estimates behind the rooflines (:func:`prefill_flops`, :func:`active_bytes`). Used by
+``bench_model.py``, ``bench_quant.py``, ``serving_overlap.py`` and ``longctx.py``.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ import statistics
 import time
 
 import torch
+from timing import cuda_ms
 
 
 def sync() -> None:
@@ -48,21 +48,6 @@ def prefill_flops(model: torch.nn.Module, mc, n: int) -> float:
             keys += torch.floor((pos + 1) / mc.hca_ratio)
         f += float(4 * H * D * keys.sum())
     return f
-
-
-def cuda_ms(fn, reps: int, warm: int = 2) -> list[float]:
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b))
-    return out
 
 
 def decode_token(req: int, pos: int) -> int:
