@@ -176,27 +176,6 @@ def bench_model_rows(
 # ----------------------------------------------------------------------------------------------
 # accuracy
 # ----------------------------------------------------------------------------------------------
-def _next_token_logprobs(runner, ids: list[int], chunk: int) -> torch.Tensor:
-    from sglang_v4.model_executor.forward_batch import ReqForwardInput
-
-    pool, page = runner.pool, runner.page_size
-    slot = pool.req_slots.alloc()
-    pool.reset_req_state(slot)
-    blocks: list[int] = []
-    wins: dict[int, int] = {}
-    outs = []
-    for s in range(0, len(ids), chunk):
-        part = ids[s : s + chunk]
-        end = s + len(part)
-        while len(blocks) < -(-end // page):
-            blocks += pool.block_alloc.alloc_or_raise(1)
-        for k in range(max(0, (s - 127) // 128), (end - 1) // 128 + 1):
-            if k not in wins:
-                wins[k] = pool.window_alloc.alloc_or_raise(1)[0]
-        _, logits = runner.forward([ReqForwardInput(slot, part, s, list(blocks), dict(wins), 0)])
-        outs.append(torch.log_softmax(logits.float(), dim=-1).cpu())
-    lp = torch.cat(outs)[:-1]
-    return lp.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
 def write_accuracy_checkpoints(cases: list[tuple[str, dict, int]], paths: dict[str, str]) -> None:
@@ -216,6 +195,7 @@ def accuracy(tag: str, cfg: dict, path: str, n_tokens: int, device: str, dtype: 
     from sglang_v4.model_executor.model_runner import ModelRunner
     from sglang_v4.model_loader.loader import load_state_dict
     from sglang_v4.server_args import ServerArgs
+    from sglang_v4.tools.teacher_forcing import next_token_logprobs
     from transformers import DeepseekV4Config
     from transformers import DeepseekV4ForCausalLM as HFModel
 
@@ -256,7 +236,7 @@ def accuracy(tag: str, cfg: dict, path: str, n_tokens: int, device: str, dtype: 
             disable_cuda_graph=True,
         )
         runner = ModelRunner(mc, sa)
-        d = (_next_token_logprobs(runner, ids, chunk) - ref).abs()
+        d = (next_token_logprobs(runner, ids, chunk) - ref).abs()
         out[label] = {
             "mean_abs_dlogprob": round(d.mean().item(), 4),
             "p99_abs_dlogprob": round(d.quantile(0.99).item(), 4),
