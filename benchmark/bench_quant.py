@@ -18,7 +18,7 @@ time is left and the results are rewritten after every phase (``quant_bench.json
    shapes, with the roofline of the experts a batch touches.
 5. ``flash-8l-32e``: bf16 vs FP8/FP4 dummy weights, decode ms/step at bs 1/8/32/128 (CUDA graphs;
    second stream at bs 1) and prefill 8k, each with its roofline (weight bytes actually read /
-   copy bandwidth; ``bench_model.active_bytes``).
+   copy bandwidth; ``model_harness.active_bytes``).
 6. ``flash-43l`` (FP8/FP4 as its config says, bf16 KV): decode bs 1/16/64, prefill 8k.
 7. ``accuracy``: an official FP8/FP4 checkpoint (``make_checkpoint``, tiny preset; then a
    reduced flash-shaped model if time allows) on the runtime vs HF transformers fp32 on the same
@@ -60,8 +60,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_model as bm  # noqa: E402
+import model_harness as mh  # noqa: E402
 import quant_kernels as qk  # noqa: E402
 from quant_kernels import FLASH_LINEARS, free_memory  # noqa: E402
+from timing import cuda_ms  # noqa: E402
 
 T0 = time.time()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,7 +89,7 @@ def ceilings(device: str) -> None:
     one = torch.ones((), device="cuda")
     try:
         ms = statistics.median(
-            bm.cuda_ms(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), 10, warm=3)
+            cuda_ms(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), 10, warm=3)
         )
         R["ceilings"]["fp8_gemm_tflops"] = round(2 * n**3 / (ms * 1e-3) / 1e12, 1)
     except RuntimeError as e:  # an older torch without tensorwise fp8: the row simply lacks it
@@ -113,7 +115,7 @@ def bench_model_rows(
 
     out = R.setdefault("models", {}).setdefault(tag, {"preset": preset, "quantization": quantization})
     t = time.time()
-    bench = bm.Bench(
+    bench = mh.Bench(
         max(ctx, max(prefill, default=0)) + 1024, preset, device, dtype, quantization=quantization
     )
     model, mc = bench.runner.model, bench.mc
@@ -141,7 +143,7 @@ def bench_model_rows(
                 steps=20 if cuda else 2,
                 warm=3 if cuda else 1,
             )
-            ab = bm.active_bytes(model, mc, bs)
+            ab = mh.active_bytes(model, mc, bs)
             r["active_gb"] = round(ab["active_gb"], 3)
             if bw:
                 r["roofline_ms"] = round(ab["active_gb"] * 1e9 / bw * 1e3, 3)
@@ -160,7 +162,7 @@ def bench_model_rows(
                 if i or not cuda:
                     ts.append(dt)
             s = statistics.median(ts)
-            fl = bm.prefill_flops(meta, mc, n)
+            fl = mh.prefill_flops(meta, mc, n)
             rows[f"prefill {n}"] = {
                 "s": round(s, 4),
                 "tok_s": round(n / s, 1),
@@ -174,27 +176,6 @@ def bench_model_rows(
 # ----------------------------------------------------------------------------------------------
 # accuracy
 # ----------------------------------------------------------------------------------------------
-def _next_token_logprobs(runner, ids: list[int], chunk: int) -> torch.Tensor:
-    from sglang_v4.model_executor.forward_batch import ReqForwardInput
-
-    pool, page = runner.pool, runner.page_size
-    slot = pool.req_slots.alloc()
-    pool.reset_req_state(slot)
-    blocks: list[int] = []
-    wins: dict[int, int] = {}
-    outs = []
-    for s in range(0, len(ids), chunk):
-        part = ids[s : s + chunk]
-        end = s + len(part)
-        while len(blocks) < -(-end // page):
-            blocks += pool.block_alloc.alloc_or_raise(1)
-        for k in range(max(0, (s - 127) // 128), (end - 1) // 128 + 1):
-            if k not in wins:
-                wins[k] = pool.window_alloc.alloc_or_raise(1)[0]
-        _, logits = runner.forward([ReqForwardInput(slot, part, s, list(blocks), dict(wins), 0)])
-        outs.append(torch.log_softmax(logits.float(), dim=-1).cpu())
-    lp = torch.cat(outs)[:-1]
-    return lp.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
 def write_accuracy_checkpoints(cases: list[tuple[str, dict, int]], paths: dict[str, str]) -> None:
@@ -214,6 +195,7 @@ def accuracy(tag: str, cfg: dict, path: str, n_tokens: int, device: str, dtype: 
     from sglang_v4.model_executor.model_runner import ModelRunner
     from sglang_v4.model_loader.loader import load_state_dict
     from sglang_v4.server_args import ServerArgs
+    from sglang_v4.tools.teacher_forcing import next_token_logprobs
     from transformers import DeepseekV4Config
     from transformers import DeepseekV4ForCausalLM as HFModel
 
@@ -254,7 +236,7 @@ def accuracy(tag: str, cfg: dict, path: str, n_tokens: int, device: str, dtype: 
             disable_cuda_graph=True,
         )
         runner = ModelRunner(mc, sa)
-        d = (_next_token_logprobs(runner, ids, chunk) - ref).abs()
+        d = (next_token_logprobs(runner, ids, chunk) - ref).abs()
         out[label] = {
             "mean_abs_dlogprob": round(d.mean().item(), 4),
             "p99_abs_dlogprob": round(d.quantile(0.99).item(), 4),

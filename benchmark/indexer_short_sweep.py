@@ -38,6 +38,10 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import graph_us  # noqa: E402
+
 GPU_SHAPES = dict(heads=64, di=128, topk=512, e=64, bs=(1, 16), ctx=(256, 2048, 32768, 262144), bound=262144)
 DRY_SHAPES = dict(heads=4, di=16, topk=16, e=8, bs=(1, 2), ctx=(8, 40), bound=64)
 
@@ -93,29 +97,8 @@ def _call(c: dict, sh: dict, bound: int, short: bool, out: torch.Tensor) -> Call
 
 
 def _graph_us(fn: Callable[[], Any], calls: int, reps: int) -> float:
-    """Median µs per call over ``reps`` replays of a CUDA graph of ``calls`` calls."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):  # compile + warm the allocator outside the capture
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0 / calls)
-    return statistics.median(times)
+    """Median µs per call over ``reps`` replays of a CUDA graph of ``calls`` calls of ``fn``."""
+    return graph_us([fn] * calls, reps)
 
 
 def _eager_us(fn: Callable[[], Any], calls: int, reps: int) -> float:

@@ -13,7 +13,7 @@ Phases (each skipped with a note when the time budget would not cover it):
    TPOT of 8 requests decoding together on that cached prefix (each reads its whole context);
    then a 1,048,575-token request (the largest prompt of the context: one output token).
 
-The roofline (:func:`prefill_roofline`) is the prefill's FLOPs (``bench_model.prefill_flops``:
+The roofline (:func:`prefill_roofline`) is the prefill's FLOPs (``model_harness.prefill_flops``:
 2 x active parameters per token, attention ``4 H D`` per (query, key) over window + top-k / all
 visible compressed entries, indexer ``2 Hi di`` per (query, candidate): with a CSA ratio of 4 the
 indexer scores about ``tokens^2 / 8`` pairs per CSA layer, the quadratic term) over the measured
@@ -84,11 +84,11 @@ def indexer_pairs(n: int, ratio: int) -> int:
 def prefill_roofline(model: torch.nn.Module, mc: Any, n: int, gemm_flops_per_s: float) -> dict[str, float]:
     """FLOP roofline of a prefill of ``n`` tokens (one request from position 0).
 
-    Returns ``flops`` (total, ``bench_model.prefill_flops``), ``indexer_flops`` (its quadratic term:
+    Returns ``flops`` (total, ``model_harness.prefill_flops``), ``indexer_flops`` (its quadratic term:
     ``2 Hi di`` x the (query, visible compressed entry) pairs, ``sum_t floor((t + 1) / ratio)``, per
     CSA layer) and ``seconds`` = ``flops / gemm_flops_per_s`` (the time at the measured GEMM rate).
     """
-    from bench_model import prefill_flops
+    from model_harness import prefill_flops
 
     hf = mc.hf
     f = prefill_flops(model, mc, n)

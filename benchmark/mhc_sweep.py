@@ -25,13 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import graph_us  # noqa: E402
 
 LAYERS = 43  # DeepSeek-V4: two hc_pre and two hc_post per layer
 GPU_TS = (1, 8, 16, 32, 2048)
@@ -50,32 +53,6 @@ def _inputs(T: int, n: int, D: int, dtype: torch.dtype, dev: str, seed: int) -> 
         "w": (torch.rand(D, generator=g) + 0.5).to(dev),
         "o": torch.randn(T, D, generator=g).to(dtype).to(dev),
     }
-
-
-def _time_graph(calls: list[Callable[[], Any]], reps: int) -> float:
-    """Median µs per call of ``calls`` captured back to back in one CUDA graph, replayed ``reps`` times."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for c in calls:  # warm-up: compile, and allocate outside the capture
-            c()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for c in calls:
-            c()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / len(calls))
-    return statistics.median(times)
 
 
 def _time_cpu(calls: list[Callable[[], Any]]) -> float:
@@ -128,8 +105,8 @@ def sweep_one(T: int, n: int, D: int, dry: bool, reps: int) -> dict[str, Any]:
             lambda s=s, u=u, pc=pc, p=path: hc_post(s["o"], s["x"], pc[0], pc[1], out=u, path=p)
             for s, u, pc in zip(sets, outs, pcs)
         ]
-        row[f"pre_us_{key}"] = _time_cpu(pre_calls) if dry else _time_graph(pre_calls, reps)
-        row[f"post_us_{key}"] = _time_cpu(post_calls) if dry else _time_graph(post_calls, reps)
+        row[f"pre_us_{key}"] = _time_cpu(pre_calls) if dry else graph_us(pre_calls, reps)
+        row[f"post_us_{key}"] = _time_cpu(post_calls) if dry else graph_us(post_calls, reps)
     for key in ("old", "new"):
         row[f"step_us_{key}"] = LAYERS * 2 * (row[f"pre_us_{key}"] + row[f"post_us_{key}"])
     return row

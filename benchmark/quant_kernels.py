@@ -17,9 +17,9 @@ import statistics
 import time
 from typing import Any
 
-import bench_model as bm
 import torch
 import torch.nn.functional as F
+from timing import cuda_ms
 
 #: V4-Flash FP8 projections: name -> (groups, N per group, K).
 FLASH_LINEARS = {
@@ -70,7 +70,7 @@ def time_calls(fns: list, device: str, graph: bool, reps: int = 10) -> float:
                 f()
         g.replay()
         sync()
-        ms = statistics.median(bm.cuda_ms(g.replay, reps, warm=1))
+        ms = statistics.median(cuda_ms(g.replay, reps, warm=1))
         del g
         return ms / len(fns)
 
@@ -78,7 +78,7 @@ def time_calls(fns: list, device: str, graph: bool, reps: int = 10) -> float:
         for f in fns:
             f()
 
-    return statistics.median(bm.cuda_ms(all_calls, max(3, reps // 2), warm=1)) / len(fns)
+    return statistics.median(cuda_ms(all_calls, max(3, reps // 2), warm=1)) / len(fns)
 
 
 def copy_bw(results: dict) -> float | None:

@@ -4,7 +4,7 @@ prompts, the first requests after ready, the prefix cache, overlap scheduling on
 Phases (each skipped when the time budget ``--budget-s`` is too short; results are rewritten after
 every phase, so a cut-off run keeps what it measured):
 
-1. ``runner``: the model runner alone (subprocess, ``bench_model.Bench``): decode ms/step at batch
+1. ``runner``: the model runner alone (subprocess, ``model_harness.Bench``): decode ms/step at batch
    sizes ``--concurrency`` with contexts of ``input + output / 2`` tokens, graphs as the server uses
    them (the indexer stream for at most 4 requests).
 2. ``overlap_on``: a server with the default flags (overlap scheduling on). In order: ``first16``
@@ -61,7 +61,7 @@ def save(out: Path, res: dict[str, Any]) -> None:
 def runner_main(a: argparse.Namespace) -> None:
     """Decode ms/step of the model runner at each concurrency (printed as one JSON line)."""
     import torch
-    from bench_model import Bench
+    from model_harness import Bench
 
     dry = a.dry
     ctx = a.input_len + a.output_len // 2

@@ -13,7 +13,7 @@ from typing import Any
 
 from dsv4_testutil import CONFIGS
 from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
-from sglang_v4.managers.schedule_batch import Req
+from sglang_v4.managers.req import Req
 from sglang_v4.managers.scheduler import Scheduler
 from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
 from sglang_v4.sampling.sampling_params import SamplingParams

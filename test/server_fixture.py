@@ -96,7 +96,7 @@ class FakeScheduler:
     """
 
     def __init__(self, server_args: Any) -> None:
-        from sglang_v4.managers.io_struct import SchedulerReadyInfo
+        from sglang_v4.managers.control_struct import SchedulerReadyInfo
         from sglang_v4.utils import get_tokenizer
 
         self.server_args = server_args

@@ -30,7 +30,7 @@ from typing import Any
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from sglang_v4.managers.schedule_batch import Req
+from sglang_v4.managers.req import Req
 from sglang_v4.mem_cache.allocator import PageAllocator
 from sglang_v4.mem_cache.cache_manager import CacheManager
 from sglang_v4.mem_cache.memory_pool import ReqSlotAllocator

@@ -18,39 +18,17 @@ import pytest
 import torch
 from dsv4_testutil import CONFIGS, random_ids
 from sglang_v4.configs.model_config import ModelConfig
-from sglang_v4.model_executor.forward_batch import ReqForwardInput
 from sglang_v4.model_executor.model_runner import ModelRunner
 from sglang_v4.model_loader.loader import load_state_dict
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.tools.make_checkpoint import write_checkpoint
+from sglang_v4.tools.teacher_forcing import next_token_logprobs
 from transformers import DeepseekV4Config
 from transformers import DeepseekV4ForCausalLM as HFModel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 PAGE = 256
-
-
-def _next_token_logprobs(runner: ModelRunner, ids: list[int], chunk: int) -> torch.Tensor:
-    """Teacher-forced logprob of ``ids[t+1]`` at every position t (chunked prefill)."""
-    pool = runner.pool
-    slot = pool.req_slots.alloc()
-    pool.reset_req_state(slot)
-    blocks: list[int] = []
-    wins: dict[int, int] = {}
-    outs = []
-    for s in range(0, len(ids), chunk):
-        part = ids[s : s + chunk]
-        end = s + len(part)
-        while len(blocks) < -(-end // PAGE):
-            blocks += pool.block_alloc.alloc_or_raise(1)
-        for k in range(max(0, (s - 127) // 128), (end - 1) // 128 + 1):
-            if k not in wins:
-                wins[k] = pool.window_alloc.alloc_or_raise(1)[0]
-        _, logits = runner.forward([ReqForwardInput(slot, part, s, list(blocks), dict(wins), 0)])
-        outs.append(torch.log_softmax(logits.float(), dim=-1).cpu())
-    lp = torch.cat(outs)[:-1]
-    return lp.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
 def test_fp8_fp4_runtime_vs_hf_teacher_forced(tmp_path) -> None:
@@ -84,7 +62,7 @@ def test_fp8_fp4_runtime_vs_hf_teacher_forced(tmp_path) -> None:
             sd = runner.model.state_dict()
             assert sd["model.layers.1.self_attn.q_b_proj.weight"].dtype == torch.float8_e4m3fn
             assert sd["model.layers.1.mlp.experts.gate_up_proj"].dtype == torch.uint8
-        d[(quant, chunk)] = (_next_token_logprobs(runner, ids, chunk) - ref).abs()
+        d[(quant, chunk)] = (next_token_logprobs(runner, ids, chunk) - ref).abs()
         del runner
     bf16 = d[("none", 400)].mean().item()
     assert d[("fp8", 32)].mean().item() <= 2 * bf16 + 0.01, {k: v.mean().item() for k, v in d.items()}

@@ -13,7 +13,7 @@ from scheduler_testutil import OutputProcessorStub
 from server_fixture import FAKE_EOS, FAKE_SCRIPT, tokenizer_source_dir
 from sglang_v4.entrypoints.openai.reasoning_parser import stops_after_reasoning
 from sglang_v4.managers.detokenizer_manager import trim_matched_stop
-from sglang_v4.managers.schedule_batch import Req
+from sglang_v4.managers.req import Req
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.sampling.stop_checker import check_stop, stop_text_start
 

@@ -66,7 +66,7 @@ def cached_sched(sched_model_dir: str) -> Scheduler:
 def test_lpm_orders_by_cached_prefix_then_falls_back_to_fcfs(cached_sched: Scheduler) -> None:
     s = cached_sched
     from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
-    from sglang_v4.managers.schedule_batch import Req
+    from sglang_v4.managers.req import Req
     from sglang_v4.sampling.sampling_params import SamplingParams
 
     shared = random_ids(600, seed=500)

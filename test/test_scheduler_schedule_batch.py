@@ -6,7 +6,9 @@ reaches the end of its tokens and its budget allows another token)."""
 from __future__ import annotations
 
 import pytest
-from sglang_v4.managers.schedule_batch import ForwardMode, Req, ScheduleBatch
+from sglang_v4.managers.model_worker_batch import ForwardMode
+from sglang_v4.managers.req import Req
+from sglang_v4.managers.schedule_batch import ScheduleBatch
 from sglang_v4.sampling.sampling_params import SamplingParams
 
 

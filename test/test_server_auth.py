@@ -19,7 +19,7 @@ from server_fixture import SECURED_API_KEY, make_fake_model_dir
 from sglang_v4.entrypoints.admission import OPEN_ROUTES
 from sglang_v4.entrypoints.http_server import create_app
 from sglang_v4.entrypoints.openai import create_openai_router
-from sglang_v4.managers.io_struct import SchedulerReadyInfo
+from sglang_v4.managers.control_struct import SchedulerReadyInfo
 from sglang_v4.server_args import ServerArgs
 
 pytestmark = pytest.mark.timeout(240)

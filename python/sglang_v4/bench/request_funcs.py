@@ -258,6 +258,21 @@ async def request_sglang_generate(
     return await _post_stream(session, inp, payload, opts, on_data, on_json)
 
 
+def _openai_sampling_fields(opts: ClientOptions) -> dict[str, Any]:
+    """The request fields both OpenAI routes share: ``temperature``, ``stream``, ``ignore_eos``,
+    ``top_p`` (only below 1) and, when streaming, ``stream_options.include_usage``."""
+    fields: dict[str, Any] = {
+        "temperature": opts.temperature,
+        "stream": not opts.disable_stream,
+        "ignore_eos": opts.ignore_eos,
+    }
+    if opts.top_p < 1.0:
+        fields["top_p"] = opts.top_p
+    if not opts.disable_stream:
+        fields["stream_options"] = {"include_usage": True}
+    return fields
+
+
 async def request_openai_completions(
     session: aiohttp.ClientSession, inp: RequestFuncInput, opts: ClientOptions
 ) -> RequestFuncOutput:
@@ -269,14 +284,8 @@ async def request_openai_completions(
         "model": inp.model,
         "prompt": inp.prompt,
         "max_tokens": inp.output_len,
-        "temperature": opts.temperature,
-        "stream": not opts.disable_stream,
-        "ignore_eos": opts.ignore_eos,
+        **_openai_sampling_fields(opts),
     }
-    if opts.top_p < 1.0:
-        payload["top_p"] = opts.top_p
-    if not opts.disable_stream:
-        payload["stream_options"] = {"include_usage": True}
     if opts.return_logprob:
         payload["logprobs"] = max(opts.top_logprobs_num, 1)
     payload.update(inp.extra_request_body)
@@ -318,14 +327,8 @@ async def request_openai_chat(
         "messages": messages,
         "max_tokens": inp.output_len,
         "max_completion_tokens": inp.output_len,
-        "temperature": opts.temperature,
-        "stream": not opts.disable_stream,
-        "ignore_eos": opts.ignore_eos,
+        **_openai_sampling_fields(opts),
     }
-    if opts.top_p < 1.0:
-        payload["top_p"] = opts.top_p
-    if not opts.disable_stream:
-        payload["stream_options"] = {"include_usage": True}
     payload.update(inp.extra_request_body)
 
     def content_of(msg: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sglang_v4.managers.io_struct import SchedulerReadyInfo
+from sglang_v4.managers.control_struct import SchedulerReadyInfo
 from sglang_v4.server_args import PortArgs, ServerArgs
 
 logger = logging.getLogger(__name__)

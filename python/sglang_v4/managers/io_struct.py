@@ -2,14 +2,14 @@
 
 Names and fields follow SGLang 0.5.x ``srt/managers/io_struct.py`` (``GenerateReqInput``,
 ``TokenizedGenerateReqInput``, ``BatchTokenIDOutput`` -> here ``BatchTokenIDOut``,
-``BatchStrOutput`` -> ``BatchStrOut``, ``AbortReq``, ``FlushCacheReqInput``...). All messages are
-plain dataclasses sent with pickle over ZMQ IPC sockets.
+``BatchStrOutput`` -> ``BatchStrOut``, ``AbortReq``...). All messages are plain dataclasses sent
+with pickle over ZMQ IPC sockets. The control and lifecycle messages (``FlushCacheReqInput``,
+``SchedulerReadyInfo``, ...) are in :mod:`sglang_v4.managers.control_struct`.
 
 Data flow::
 
     TokenizerManager --TokenizedGenerateReqInput/AbortReq/control--> Scheduler
     Scheduler --BatchTokenIDOut--> Detokenizer --BatchStrOut--> TokenizerManager
-    Scheduler --control outputs (FlushCacheReqOutput, ...)--> TokenizerManager
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
-    from sglang_v4.managers.schedule_batch import FixedColumns, Req
+    from sglang_v4.managers.req import Req
+    from sglang_v4.managers.schedule_batch import FixedColumns
     from sglang_v4.sampling.sampling_params import SamplingParams
 
 #: A finish reason as SGLang reports it in ``meta_info["finish_reason"]``:
@@ -515,135 +516,3 @@ class BatchStrOut:
     output_top_logprobs_val: list[list[list[float]]] = field(default_factory=list)
     output_top_logprobs_idx: list[list[list[int]]] = field(default_factory=list)
     retraction_counts: list[int] = field(default_factory=list)
-
-
-# ---------------------------------------------------------------------------------------------
-# Control requests (tokenizer manager <-> scheduler). ``req_id`` pairs a reply with its request.
-# ---------------------------------------------------------------------------------------------
-def _new_id() -> str:
-    return uuid.uuid4().hex
-
-
-@dataclass
-class FlushCacheReqInput:
-    """Flush the radix cache (only succeeds when no request is running or queued)."""
-
-    req_id: str = field(default_factory=_new_id)
-
-
-@dataclass
-class FlushCacheReqOutput:
-    req_id: str
-    success: bool
-    message: str = ""
-
-
-@dataclass
-class GetServerInfoReq:
-    """Ask the scheduler for ``Scheduler.get_server_info()`` (kv_pool, radix_cache, ...)."""
-
-    req_id: str = field(default_factory=_new_id)
-
-
-@dataclass
-class GetServerInfoReqOutput:
-    req_id: str
-    info: dict[str, Any]
-
-
-@dataclass
-class GetMetricsReq:
-    """Ask the scheduler for ``Scheduler.get_metrics()`` (gauges for /metrics)."""
-
-    req_id: str = field(default_factory=_new_id)
-
-
-@dataclass
-class GetMetricsReqOutput:
-    req_id: str
-    metrics: dict[str, Any]
-
-
-@dataclass
-class SchedulerReadyInfo:
-    """Sent once by the scheduler process over its ready pipe after the model is loaded: the
-    limits every request is validated against (:meth:`check_input_ids`).
-
-    Attributes:
-        status: ``"ready"`` or ``"error"`` (then ``error`` holds the traceback).
-        max_total_num_tokens: KV pool size in tokens.
-        max_req_input_len: longest prompt in tokens, ``min(context_len, max_total_num_tokens) - 1``
-            (SGLang's bound: the prompt and one generated token must fit both).
-        context_len: the model's context length in tokens.
-        vocab_size: token ids must lie in ``[0, vocab_size)``.
-        extra: ``load_time_s``, ``grammar_enabled`` (constrained decoding available).
-    """
-
-    status: str  # "ready" or "error"
-    max_total_num_tokens: int = 0
-    max_req_input_len: int = 0
-    context_len: int = 0
-    vocab_size: int = 0
-    model_path: str = ""
-    error: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def check_input_ids(self, input_ids: Sequence[int]) -> str | None:
-        """Why the prompt ``input_ids`` cannot be served under these limits, or ``None`` if it can.
-
-        The one rule for prompts: the tokenizer manager rejects with it (HTTP 400 / ValueError),
-        and the scheduler re-checks with it so that a request that slipped through is finished
-        with a 400 abort instead of reaching the model. Checks, in order: not empty; every id in
-        ``[0, vocab_size)`` (skipped when ``vocab_size`` is 0); at most ``max_req_input_len``
-        tokens (the message names the context length or the KV pool, whichever bounds it).
-        """
-        n = len(input_ids)
-        if n == 0:
-            return "The input is empty: the prompt must contain at least one token."
-        if self.vocab_size > 0 and (min(input_ids) < 0 or max(input_ids) >= self.vocab_size):
-            pos, tok = next((p, t) for p, t in enumerate(input_ids) if not 0 <= t < self.vocab_size)
-            return (
-                f"Token id {tok} at position {pos} of input_ids is outside the vocabulary "
-                f"[0, {self.vocab_size})."
-            )
-        if n > self.max_req_input_len:
-            if self.max_req_input_len < self.context_len - 1:  # bounded by the KV pool, not the context
-                return (
-                    f"The input ({n} tokens) does not fit in the KV cache pool "
-                    f"({self.max_total_num_tokens} tokens; at most {self.max_req_input_len} prompt tokens)."
-                )
-            return context_length_message(self.context_len, n, None)
-        return None
-
-
-def context_length_message(
-    context_len: int, prompt_tokens: int, max_new_tokens: int | None, at_least: bool = False
-) -> str:
-    """The 400 message of a request that does not fit in the context (OpenAI's / vLLM's wording).
-
-    Args:
-        context_len: the model's context length in tokens.
-        prompt_tokens: the prompt's length in tokens (a lower bound when ``at_least``).
-        max_new_tokens: the requested completion length, or ``None`` when not given (then the
-            prompt alone is too long: it must leave room for one generated token).
-        at_least: ``prompt_tokens`` is a lower bound (counted without tokenizing the whole text).
-    """
-    some = "at least " if at_least else ""
-    if max_new_tokens is None:
-        return (
-            f"This model's maximum context length is {context_len} tokens. However, your request has "
-            f"{some}{prompt_tokens} input tokens (at most {context_len - 1} fit with the completion). "
-            "Please reduce the length of the input messages."
-        )
-    return (
-        f"This model's maximum context length is {context_len} tokens. However, you requested "
-        f"{some}{prompt_tokens + max_new_tokens} tokens ({some}{prompt_tokens} in the messages, "
-        f"{max_new_tokens} in the completion). Please reduce the length of the messages or completion."
-    )
-
-
-@dataclass
-class SchedulerCrashed:
-    """Sent by a dying scheduler process to the tokenizer manager with the formatted traceback."""
-
-    traceback: str

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sglang_v4.managers.schedule_batch import Req
+    from sglang_v4.managers.req import Req
 
 #: Queue length above which ``lpm`` and ``hrrn`` order first come first served (SGLang's 128).
 CACHE_AWARE_MAX_QUEUE = 128

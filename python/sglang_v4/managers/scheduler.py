@@ -48,7 +48,8 @@ finishes one that slipped through with a 400 abort before it reaches the model.
 
 The process wrapper (ZMQ) is ``managers/scheduler_process.py``; this module is plain Python so that
 tests and the in-process reference can drive it directly. Processing results (logprobs, tokens,
-finish checks, the outgoing message) lives in ``scheduler_output_processor.py``.
+finish checks, the outgoing message) lives in ``scheduler_output_processor.py``; the cache flush
+and the runtime state / metrics reports in ``scheduler_metrics_mixin.py``.
 """
 
 from __future__ import annotations
@@ -61,15 +62,17 @@ from typing import Any
 import torch
 
 from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.managers.control_struct import SchedulerReadyInfo
 from sglang_v4.managers.io_struct import (
     BatchTokenIDOut,
     FinishReason,
-    SchedulerReadyInfo,
     TokenizedGenerateReqInput,
     finish_abort,
 )
-from sglang_v4.managers.schedule_batch import FixedColumns, Req, ScheduleBatch
+from sglang_v4.managers.req import Req
+from sglang_v4.managers.schedule_batch import FixedColumns, ScheduleBatch
 from sglang_v4.managers.schedule_policy import CACHE_AWARE_MAX_QUEUE, order_waiting
+from sglang_v4.managers.scheduler_metrics_mixin import SchedulerMetricsMixin
 from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
 from sglang_v4.managers.tp_worker import FutureMap, TpModelWorker
 from sglang_v4.managers.tp_worker_overlap_thread import make_worker_client
@@ -85,7 +88,7 @@ logger = logging.getLogger(__name__)
 LPM_FALLBACK_QUEUE_LEN = CACHE_AWARE_MAX_QUEUE
 
 
-class Scheduler(SchedulerOutputProcessorMixin):
+class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
     """Continuous-batching scheduler (see module docstring).
 
     Args:
@@ -549,61 +552,3 @@ class Scheduler(SchedulerOutputProcessorMixin):
             self.waiting.remove(req)
         self.cache_manager.cache_finished_req(req)
         self._queue_output(req)
-
-    # ------------------------------------------------------------------ info
-    def flush_cache(self) -> bool:
-        """Empty the radix cache; refused (False) while requests are queued or running."""
-        if self.waiting or self.running or self.last_batch is not None:
-            return False
-        return self.cache_manager.flush()
-
-    def get_server_info(self) -> dict[str, Any]:
-        """JSON-able runtime state: ``kv_pool`` pages per pool, ``radix_cache`` stats, limits."""
-        sa = self.server_args
-        return {
-            "model_path": self.model_path,
-            "max_total_num_tokens": self.max_total_num_tokens,
-            "max_running_requests": self.max_running_requests,
-            "context_length": self.context_len,
-            "page_size": self.page_size,
-            "chunked_prefill_size": self.chunked_prefill_size,
-            "max_prefill_tokens": self.max_prefill_tokens,
-            "enable_overlap_schedule": self.enable_overlap,
-            "device": str(self.runner.device),
-            "dtype": str(self.runner.dtype).replace("torch.", ""),
-            "kv_cache_dtype": sa.kv_cache_dtype,
-            "disable_radix_cache": bool(sa.disable_radix_cache),
-            "schedule_policy": sa.schedule_policy,
-            "kv_pool": self.pool.stats(),
-            "kv_pool_bytes": self.pool.memory_bytes(),
-            "kv_plan": self.runner.kv_plan_info(),
-            "radix_cache": self.tree_cache.stats(),
-            "num_running_reqs": len(self.running),
-            "num_queue_reqs": len(self.waiting),
-            "num_retractions": self.num_retractions,
-            "num_oom_errors": self.num_oom_errors,
-            "jit": getattr(self.runner, "jit_info", dict)(),
-        }
-
-    def get_metrics(self) -> dict[str, Any]:
-        """Gauges for ``/metrics``: queue sizes, KV tokens held by requests (``num_used_tokens``;
-        evictable radix-cache pages are not in use, as in SGLang) and in the pool, the pool split
-        into available / evictable / used tokens (block pages x ``page_size``), token usage,
-        cache hit rate, throughput."""
-        st = self.tree_cache.stats()
-        hit, tot = st["hit_tokens"], st["prompt_tokens"]
-        pages = self.cache_manager.block_alloc
-        available, evictable, used = self.cache_manager.kv_block_counts()
-        return {
-            "num_running_reqs": len(self.running),
-            "num_queue_reqs": len(self.waiting),
-            "num_used_tokens": used * self.page_size,
-            "max_total_num_tokens": pages.num_pages * self.page_size,
-            "kv_available_tokens": available * self.page_size,
-            "kv_evictable_tokens": evictable * self.page_size,
-            "kv_used_tokens": used * self.page_size,
-            "token_usage": self.cache_manager.token_usage(),
-            "cache_hit_rate": (hit / tot) if tot else 0.0,
-            "gen_throughput": self.last_gen_throughput,
-            "num_retractions": self.num_retractions,
-        }

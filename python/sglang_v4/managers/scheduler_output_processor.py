@@ -31,7 +31,8 @@ from sglang_v4.managers.io_struct import (
     finish_stop,
 )
 from sglang_v4.managers.model_worker_batch import GenerationBatchResult
-from sglang_v4.managers.schedule_batch import Req, ScheduleBatch
+from sglang_v4.managers.req import Req
+from sglang_v4.managers.schedule_batch import ScheduleBatch
 from sglang_v4.sampling.stop_checker import check_stop
 
 if TYPE_CHECKING:

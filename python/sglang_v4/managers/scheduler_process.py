@@ -29,9 +29,7 @@ from typing import Any
 
 import zmq
 
-from sglang_v4.managers.io_struct import (
-    AbortReq,
-    BatchTokenIDOut,
+from sglang_v4.managers.control_struct import (
     FlushCacheReqInput,
     FlushCacheReqOutput,
     GetMetricsReq,
@@ -40,10 +38,9 @@ from sglang_v4.managers.io_struct import (
     GetServerInfoReqOutput,
     SchedulerCrashed,
     SchedulerReadyInfo,
-    TokenizedGenerateReqInput,
-    finish_abort,
 )
-from sglang_v4.managers.schedule_batch import Req
+from sglang_v4.managers.io_struct import AbortReq, BatchTokenIDOut, TokenizedGenerateReqInput, finish_abort
+from sglang_v4.managers.req import Req
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import (
     configure_logging,

@@ -11,12 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sglang_v4.managers.io_struct import (
-    GenerateReqInput,
-    SchedulerReadyInfo,
-    TokenizedGenerateReqInput,
-    context_length_message,
-)
+from sglang_v4.managers.control_struct import SchedulerReadyInfo, context_length_message
+from sglang_v4.managers.io_struct import GenerateReqInput, TokenizedGenerateReqInput
 from sglang_v4.sampling.sampling_params import SamplingParams
 
 #: Why a text prompt is refused by a server started with ``--skip-tokenizer-init``.

@@ -37,21 +37,23 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from sglang_v4.managers.detokenizer_manager import str_out_from_token_out
-from sglang_v4.managers.io_struct import (  # noqa: F401 - HEALTH_CHECK_RID_PREFIX re-exported
-    HEALTH_CHECK_RID_PREFIX,
-    AbortReq,
-    BatchStrOut,
-    BatchTokenIDOut,
+from sglang_v4.managers.control_struct import (
     FlushCacheReqInput,
     FlushCacheReqOutput,
-    GenerateReqInput,
     GetMetricsReq,
     GetMetricsReqOutput,
     GetServerInfoReq,
     GetServerInfoReqOutput,
     SchedulerCrashed,
     SchedulerReadyInfo,
+)
+from sglang_v4.managers.detokenizer_manager import str_out_from_token_out
+from sglang_v4.managers.io_struct import (  # noqa: F401 - HEALTH_CHECK_RID_PREFIX re-exported
+    HEALTH_CHECK_RID_PREFIX,
+    AbortReq,
+    BatchStrOut,
+    BatchTokenIDOut,
+    GenerateReqInput,
     TokenizedGenerateReqInput,
 )
 from sglang_v4.managers.request_log import finished_line, received_line

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 from sglang_v4.mem_cache.radix_cache import RadixCache
 
 if TYPE_CHECKING:
-    from sglang_v4.managers.schedule_batch import Req
+    from sglang_v4.managers.req import Req
     from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 
 __all__ = ["CacheManager", "ReqStateOp"]

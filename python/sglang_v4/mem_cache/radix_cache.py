@@ -23,38 +23,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from sglang_v4.mem_cache.radix_node import PageFreer, TreeNode
+from sglang_v4.mem_cache.radix_node import TOKEN_BYTES, MatchResult, PageFreer, TreeNode, pack_token_ids
 
 __all__ = ["MatchResult", "RadixCache", "TreeNode"]
-
-_TOKEN_BYTES = 4  # tokens are packed as uint32
-assert array("I").itemsize == _TOKEN_BYTES, "array('I') must be 4 bytes to match numpy '=u4'"
-
-
-@dataclass
-class MatchResult:
-    """Result of :meth:`RadixCache.match_prefix`.
-
-    Attributes:
-        num_tokens: matched tokens, a multiple of ``page_size``: the longest cached prefix whose
-            end has a live resume state (0 if none).
-        block_pages: block-page ids of the matched blocks, ``len == num_tokens // page_size``.
-        window_page: resume-state page id at the end of the match; ``None`` iff ``num_tokens == 0``.
-        last_node: node whose edge ends exactly at the match end (the root when nothing matched);
-            pass it to :meth:`RadixCache.inc_lock_ref` / :meth:`RadixCache.dec_lock_ref`.
-    """
-
-    num_tokens: int
-    block_pages: list[int]
-    window_page: int | None
-    last_node: TreeNode
 
 
 class RadixCache:
@@ -100,7 +74,7 @@ class RadixCache:
         self.page_size = page_size
         self.disable = disable
         self.resume_interval = resume_interval
-        self._bb = page_size * _TOKEN_BYTES  # bytes per block key
+        self._bb = page_size * TOKEN_BYTES  # bytes per block key
         self._uids = itertools.count(1)
         self._hit_tokens = 0
         self._prompt_tokens = 0
@@ -121,26 +95,6 @@ class RadixCache:
         self._locked_windows = 0
         self._locked_nodes = 0
         self._locks_held = 0
-
-    def _pack(self, token_ids: Sequence[int], nblocks: int, field: str = "token_ids") -> bytes:
-        """Pack the first ``nblocks`` whole blocks of ``token_ids`` as uint32 bytes (O(tokens), in C).
-
-        Accepts a list / tuple of ints, or a 1-D numpy array / CPU torch tensor of integers.
-        """
-        n = nblocks * self.page_size
-        if hasattr(token_ids, "dtype"):  # numpy array or torch tensor: vectorised check + cast
-            arr = np.asarray(token_ids[:n])
-            if arr.ndim != 1 or arr.dtype.kind not in "iu":
-                raise ValueError(f"{field}: expected a 1-D integer array, got {arr.dtype} {arr.shape}")
-            if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 2**32):
-                raise ValueError(f"{field}: token ids must be ints in [0, 2**32)")
-            return arr.astype("=u4", copy=False).tobytes()
-        try:
-            packed = array("I", token_ids)
-        except (OverflowError, TypeError) as e:
-            raise ValueError(f"{field}: token ids must be ints in [0, 2**32): {e}") from None
-        del packed[n:]
-        return packed.tobytes()
 
     def _keeps(self, block_index: int) -> bool:
         return (block_index + 1) % self.resume_interval == 0
@@ -261,7 +215,7 @@ class RadixCache:
         nblocks = len(token_ids) // self.page_size
         if nblocks == 0:
             return MatchResult(0, [], None, self.root)
-        buf = self._pack(token_ids, nblocks)
+        buf = pack_token_ids(token_ids, nblocks * self.page_size)
         if not self.root.children:
             return MatchResult(0, [], None, self.root)
         nodes, counts = self._walk(buf, nblocks)
@@ -306,7 +260,7 @@ class RadixCache:
         nblocks = len(token_ids) // self.page_size
         if nblocks == 0:
             return 0
-        nodes, counts = self._walk(self._pack(token_ids, nblocks), nblocks)
+        nodes, counts = self._walk(pack_token_ids(token_ids, nblocks * self.page_size), nblocks)
         before = sum(counts)
         for idx in range(len(nodes) - 1, -1, -1):
             n, j = nodes[idx], counts[idx]
@@ -331,7 +285,7 @@ class RadixCache:
         nblocks = len(token_ids) // self.page_size
         if self.disable or not self.root.children or nblocks == 0:
             return []
-        return self._walk(self._pack(token_ids, nblocks), nblocks)[0]
+        return self._walk(pack_token_ids(token_ids, nblocks * self.page_size), nblocks)[0]
 
     def insert(
         self,
@@ -367,7 +321,7 @@ class RadixCache:
             raise ValueError(f"window_pages: expected {nblocks} entries, got {len(window_pages)}")
         if self.disable or nblocks == 0:
             return list(block_pages), list(window_pages)
-        buf = self._pack(token_ids, nblocks)
+        buf = pack_token_ids(token_ids, nblocks * self.page_size)
         bb = self._bb
         stamp = self._tick()
         out_b: list[int] = []
@@ -429,7 +383,7 @@ class RadixCache:
         nblocks = len(token_ids) // self.page_size
         if self.disable or nblocks == 0:
             return self.root, 0
-        nodes, counts = self._walk(self._pack(token_ids, nblocks), nblocks)
+        nodes, counts = self._walk(pack_token_ids(token_ids, nblocks * self.page_size), nblocks)
         if not nodes:
             return self.root, 0
         last, j = nodes[-1], counts[-1]

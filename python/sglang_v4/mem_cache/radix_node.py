@@ -1,12 +1,42 @@
-"""Node of the radix prefix cache (:mod:`sglang_v4.mem_cache.radix_cache`), and what the tree needs
-from a page allocator."""
+"""Node, key packing and match result of the radix prefix cache
+(:mod:`sglang_v4.mem_cache.radix_cache`), and what the tree needs from a page allocator."""
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["PageFreer", "TreeNode"]
+import numpy as np
+
+__all__ = ["TOKEN_BYTES", "MatchResult", "PageFreer", "TreeNode", "pack_token_ids"]
+
+TOKEN_BYTES = 4  # tokens are packed as uint32
+assert array("I").itemsize == TOKEN_BYTES, "array('I') must be 4 bytes to match numpy '=u4'"
+
+
+def pack_token_ids(token_ids: Sequence[int], num_tokens: int, field: str = "token_ids") -> bytes:
+    """Pack the first ``num_tokens`` of ``token_ids`` as uint32 bytes (O(tokens), in C): a tree key.
+
+    Accepts a list / tuple of ints, or a 1-D numpy array / CPU torch tensor of integers.
+
+    Raises:
+        ValueError: naming ``field``, if the ids are not a 1-D integer sequence in ``[0, 2**32)``.
+    """
+    if hasattr(token_ids, "dtype"):  # numpy array or torch tensor: vectorised check + cast
+        arr = np.asarray(token_ids[:num_tokens])
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise ValueError(f"{field}: expected a 1-D integer array, got {arr.dtype} {arr.shape}")
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 2**32):
+            raise ValueError(f"{field}: token ids must be ints in [0, 2**32)")
+        return arr.astype("=u4", copy=False).tobytes()
+    try:
+        packed = array("I", token_ids)
+    except (OverflowError, TypeError) as e:
+        raise ValueError(f"{field}: token ids must be ints in [0, 2**32): {e}") from None
+    del packed[num_tokens:]
+    return packed.tobytes()
 
 
 class PageFreer(Protocol):
@@ -77,3 +107,22 @@ class TreeNode:
             f"TreeNode(uid={self.uid}, depth={self.depth}, blocks={self.num_blocks}, "
             f"windows={self.num_windows}, lock_ref={self.lock_ref})"
         )
+
+
+@dataclass
+class MatchResult:
+    """Result of :meth:`RadixCache.match_prefix`.
+
+    Attributes:
+        num_tokens: matched tokens, a multiple of ``page_size``: the longest cached prefix whose
+            end has a live resume state (0 if none).
+        block_pages: block-page ids of the matched blocks, ``len == num_tokens // page_size``.
+        window_page: resume-state page id at the end of the match; ``None`` iff ``num_tokens == 0``.
+        last_node: node whose edge ends exactly at the match end (the root when nothing matched);
+            pass it to :meth:`RadixCache.inc_lock_ref` / :meth:`RadixCache.dec_lock_ref`.
+    """
+
+    num_tokens: int
+    block_pages: list[int]
+    window_page: int | None
+    last_node: TreeNode
