@@ -90,7 +90,6 @@ def test_sglang_generate_keywords_accepted_when_unset(engine, expected) -> None:
         ({"lora_path": "adapter-1"}, "lora_path"),
         ({"return_hidden_states": True}, "return_hidden_states"),
         ({"custom_logit_processor": "{}"}, "custom_logit_processor"),
-        ({"token_ids_logprob": [1, 2]}, "token_ids_logprob"),
         ({"kv_hints": {"k": 1}}, "kv_hints"),
     ],
 )

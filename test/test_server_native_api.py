@@ -184,6 +184,44 @@ def test_logprobs_format(server, tok):
     ]
     assert all(e[2] is None for e in m["output_token_logprobs"])
     assert "output_top_logprobs" not in m
+    assert "output_token_ids_logprobs" not in m
+
+
+def test_token_ids_logprob_format(server, tok):
+    """SGLang's ``token_ids_logprob`` (was a 400 "not supported"): ``input_token_ids_logprobs`` /
+    ``output_token_ids_logprobs`` hold, per position, ``[logprob, token_id, text]`` for each asked
+    id in its order (``None`` for the first prompt position); a batch takes one list per prompt.
+    Values are the fake scheduler's (-1 - 0.001 * id, exact through JSON); texts from the HF
+    tokenizer."""
+    tids = [5, 1000, 7]
+    body = {
+        "text": "Hello world again",
+        "sampling_params": {"max_new_tokens": 3},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "token_ids_logprob": tids,
+        "return_text_in_logprobs": True,
+    }
+    want = [[-1.0 - 0.001 * t, t, tok.decode([t])] for t in tids]
+    for stream in (False, True):
+        if stream:
+            m = sse_events(gen(server, {**body, "stream": True}, stream=True))[-2]["meta_info"]
+        else:
+            m = gen(server, body).json()["meta_info"]
+        n_prompt = len(tok.encode("Hello world again"))
+        assert m["input_token_ids_logprobs"][0] is None
+        assert m["input_token_ids_logprobs"][1:] == [want] * (n_prompt - 1)
+        assert m["output_token_ids_logprobs"] == [want] * 3
+    batch = {
+        "text": ["a", "b"],
+        "sampling_params": {"max_new_tokens": 2},
+        "return_logprob": True,
+        "token_ids_logprob": [[3], [4, 9]],
+    }
+    out = gen(server, batch).json()
+    assert [o["meta_info"]["output_token_ids_logprobs"] for o in out] == [
+        [[[-1.0 - 0.001 * t, t, None] for t in ids]] * 2 for ids in ([3], [4, 9])
+    ]
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -212,6 +250,10 @@ BAD_BODIES = [
     ([1, 2, 3], "JSON object"),
     ({"text": "a", "priority": 1 << 70}, "priority"),
     ({"text": "a", "priority": "high"}, "priority"),
+    ({"text": "a", "return_logprob": True, "token_ids_logprob": [FAKE_VOCAB]}, "token_ids_logprob"),
+    ({"text": "a", "return_logprob": True, "token_ids_logprob": [True]}, "token_ids_logprob"),
+    ({"text": "a", "return_logprob": True, "token_ids_logprob": "5"}, "token_ids_logprob"),
+    ({"text": ["a", "b"], "return_logprob": True, "token_ids_logprob": [[1], [2], [3]]}, "token_ids_logprob"),
 ]
 
 

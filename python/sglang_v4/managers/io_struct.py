@@ -220,6 +220,8 @@ class GenerateReqInput:
                 self.token_ids_logprob = [list(self.token_ids_logprob) for _ in range(num)]  # type: ignore[arg-type]
             elif n > 1:
                 raise ValueError("Cannot use list token_ids_logprob with parallel_sample_num > 1")
+            elif len(self.token_ids_logprob) != self.batch_size:
+                raise ValueError("The length of token_ids_logprob should be equal to the batch size.")
         if len(set(self.rid)) != len(self.rid):
             raise ValueError("Duplicate rid values in one batch request.")
 
@@ -338,6 +340,9 @@ class BatchTokenIDOut:
     - ``output_token_logprobs_val[i]`` / ``_idx[i]``: list[float] / list[int] for the new output tokens.
     - ``input_top_logprobs_val[i]`` / ``_idx[i]``, ``output_top_logprobs_val[i]`` / ``_idx[i]``:
       list (per position) of list (top ``top_logprobs_num``) of float / int.
+    - ``input_token_ids_logprobs_val[i]`` / ``output_token_ids_logprobs_val[i]``: list (per position)
+      of the logprobs of the request's ``token_ids_logprob`` in its order (``None`` for the first
+      prompt position); ``[]`` without ``token_ids_logprob``.
     """
 
     rids: list[str]
@@ -359,6 +364,8 @@ class BatchTokenIDOut:
     input_top_logprobs_idx: list[list[list[int] | None]] = field(default_factory=list)
     output_top_logprobs_val: list[list[list[float]]] = field(default_factory=list)
     output_top_logprobs_idx: list[list[list[int]]] = field(default_factory=list)
+    input_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
+    output_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
     #: Per-request retraction counts (optional, SGLang ``num_retractions``).
     retraction_counts: list[int] = field(default_factory=list)
 
@@ -384,6 +391,7 @@ class BatchTokenIDOut:
             return out
         ilv, ili, olv, oli = [], [], [], []
         itv, iti, otv, oti = [], [], [], []
+        idv, odv = [], []
         with_logprobs: Sequence[Req] = reqs
         # the fixed fields of each request (and whether it returns logprobs), as columns
         (
@@ -411,13 +419,13 @@ class BatchTokenIDOut:
                 add_count(k)
                 if r.pending_input_logprobs or r.pending_output_logprobs:
                     r.pending_input_logprobs, r.pending_output_logprobs = [], []
-            ilv = ili = olv = oli = itv = iti = otv = oti = [[]] * n  # one shared empty list, read-only
+            ilv = ili = olv = oli = itv = iti = otv = oti = idv = odv = [[]] * n  # shared, read-only
             with_logprobs = ()
         for r in with_logprobs:
             new_ids, ilp, olp = r.take_new_outputs()
             out.output_ids.append(new_ids)
             if not r.return_logprob:
-                for col in (ilv, ili, olv, oli, itv, iti, otv, oti):
+                for col in (ilv, ili, olv, oli, itv, iti, otv, oti, idv, odv):
                     col.append([])
                 continue
             top = r.top_logprobs_num > 0
@@ -429,6 +437,9 @@ class BatchTokenIDOut:
             iti.append([x[3] for x in ilp] if top else [])
             otv.append([x[2] for x in olp] if top else [])
             oti.append([x[3] for x in olp] if top else [])
+            with_ids = r.token_ids_logprob is not None
+            idv.append([x[4] for x in ilp] if with_ids else [])
+            odv.append([x[4] for x in olp] if with_ids else [])
         if with_logprobs:
             out.completion_tokens = [len(r.output_ids) for r in reqs]
         # the other fields that change
@@ -439,6 +450,7 @@ class BatchTokenIDOut:
         out.output_token_logprobs_val, out.output_token_logprobs_idx = olv, oli  # type: ignore[assignment]
         out.input_top_logprobs_val, out.input_top_logprobs_idx = itv, iti
         out.output_top_logprobs_val, out.output_top_logprobs_idx = otv, oti  # type: ignore[assignment]
+        out.input_token_ids_logprobs_val, out.output_token_ids_logprobs_val = idv, odv
         return out
 
     def append(
@@ -460,6 +472,8 @@ class BatchTokenIDOut:
         input_top_logprobs: tuple[list[list[float] | None], list[list[int] | None]] | None = None,
         output_top_logprobs: tuple[list[list[float]], list[list[int]]] | None = None,
         retraction_count: int = 0,
+        input_token_ids_logprobs: list[list[float] | None] | None = None,
+        output_token_ids_logprobs: list[list[float] | None] | None = None,
     ) -> None:
         """Add one request's news, keeping every per-request list aligned.
 
@@ -485,6 +499,8 @@ class BatchTokenIDOut:
         ):
             vals.append(list(pair[0]) if pair is not None else [])  # type: ignore[arg-type]
             idxs.append(list(pair[1]) if pair is not None else [])  # type: ignore[arg-type]
+        self.input_token_ids_logprobs_val.append(list(input_token_ids_logprobs or []))
+        self.output_token_ids_logprobs_val.append(list(output_token_ids_logprobs or []))
         self.retraction_counts.append(retraction_count)
 
 
@@ -515,6 +531,8 @@ class BatchStrOut:
     output_top_logprobs_val: list[list[list[float]]] = field(default_factory=list)
     output_top_logprobs_idx: list[list[list[int]]] = field(default_factory=list)
     retraction_counts: list[int] = field(default_factory=list)
+    input_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
+    output_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
