@@ -226,13 +226,16 @@ class Engine:
         position, in SGLang's order). ``sampling_params`` is one dict for every prompt or one per
         prompt. SGLang features this runtime does not implement (``image_data``, ``audio_data``,
         ``video_data``, ``lora_path``, ``custom_logit_processor``, ``return_hidden_states``,
-        ``token_ids_logprob``, ``bootstrap_*``, ``data_parallel_rank``, ``session_params``, ...)
+        ``bootstrap_*``, ``data_parallel_rank``, ``session_params``, ...)
         are accepted when left unset and raise ``ValueError`` naming the field otherwise;
         ``cache_salt``, ``session_id`` and the other fields ``/generate`` ignores are ignored.
 
         Each dict: ``{"text", "output_ids", "meta_info": {"id", "finish_reason", "prompt_tokens",
         "completion_tokens", "cached_tokens", "e2e_latency", "input_token_logprobs",
         "output_token_logprobs", ...}}``; logprob entries are ``[logprob, token_id, text|None]``.
+        ``token_ids_logprob`` (with ``return_logprob``; one list per prompt in a batch) adds
+        ``input_token_ids_logprobs`` / ``output_token_ids_logprobs``: per position such an entry
+        per asked id, in its order (``None`` for the first prompt position).
         ``stream=True`` returns an iterator of cumulative chunks. With ``skip_tokenizer_init=True``
         the dicts are ``{"output_ids", "meta_info"}`` (no ``"text"``; logprob texts ``None``), and
         a ``prompt``, stop strings (``stop`` / ``stop_regex``) or a grammar raise ``ValueError``.
