@@ -487,3 +487,53 @@ def test_abort_all(server):
         t.join(30)
     assert len(outs) == 3
     assert all(o["meta_info"]["finish_reason"]["type"] == "abort" for o in outs)
+
+
+@pytest.fixture(scope="module")
+def incremental_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    h = start_server(
+        ["--model-path", str(model_dir), "--incremental-streaming-output"],
+        fake_env({"FAKE_STEP_SLEEP": "0.01"}),
+        log,
+    )
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
+
+
+def test_incremental_streaming_output(incremental_server, tok):
+    """SGLang's ``--incremental-streaming-output`` (was refused at start-up): each stream chunk
+    carries only its new text, ``output_ids`` and output logprobs; prompt logprobs stay whole.
+    Oracle: the same request not streamed (joined chunks equal it) and the HF tokenizer's text."""
+    body = {
+        "text": "Hello world again",
+        "sampling_params": {"max_new_tokens": 12},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "top_logprobs_num": 2,
+        "token_ids_logprob": [4],
+    }
+    whole = gen(incremental_server, body).json()
+    assert whole["text"] == expected_text(tok, 12)
+    chunks = sse_events(gen(incremental_server, {**body, "stream": True}, stream=True))
+    assert chunks[-1] == "[DONE]" and len(chunks) > 3
+    chunks = chunks[:-1]
+    assert "".join(c["text"] for c in chunks) == whole["text"]
+    assert [i for c in chunks for i in c["output_ids"]] == whole["output_ids"]
+    for key in ("output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs"):
+        assert [e for c in chunks for e in c["meta_info"][key]] == whole["meta_info"][key], key
+    for c in chunks:
+        assert len(c["meta_info"]["output_token_logprobs"]) == len(c["output_ids"])
+        assert c["meta_info"]["input_token_logprobs"] == whole["meta_info"]["input_token_logprobs"]
+    assert chunks[-1]["meta_info"]["completion_tokens"] == 12
+    # a batch: each index is sliced on its own
+    batch = {"text": ["a", "b"], "sampling_params": {"max_new_tokens": 5}, "stream": True}
+    per: dict[int, list[int]] = {0: [], 1: []}
+    texts: dict[int, str] = {0: "", 1: ""}
+    for c in sse_events(gen(incremental_server, batch, stream=True))[:-1]:
+        per[c["index"]] += c["output_ids"]
+        texts[c["index"]] += c["text"]
+    assert all(len(v) == 5 for v in per.values()) and texts == {
+        0: expected_text(tok, 5),
+        1: expected_text(tok, 5),
+    }

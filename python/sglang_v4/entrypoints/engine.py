@@ -20,6 +20,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import (
     MAKE_CHECKPOINT_HINT,
     SCHEDULER_READY_TIMEOUT_S,
@@ -256,13 +257,19 @@ class Engine:
             return self._sync_iter(agen)
         return self._run(agen.__anext__())
 
+    def _slicer(self) -> IncrementalStreamSlicer | None:
+        """``--incremental-streaming-output``: a slicer for one stream's chunks, else ``None``."""
+        return IncrementalStreamSlicer() if self.server_args.incremental_streaming_output else None
+
     def _sync_iter(self, agen: Any) -> Iterator[dict[str, Any]]:
+        slicer = self._slicer()
         try:
             while True:
                 try:
-                    yield self._run(agen.__anext__())
+                    out = self._run(agen.__anext__())
                 except StopAsyncIteration:
                     return
+                yield slicer.slice(out) if slicer is not None else out
         finally:
             if not self._closed:
                 try:
@@ -303,13 +310,15 @@ class Engine:
         return await asyncio.wrap_future(self._submit(agen.__anext__()))
 
     async def _async_iter(self, agen: Any) -> AsyncIterator[dict[str, Any]]:
+        slicer = self._slicer()
         try:
             while True:
                 fut = self._submit(agen.__anext__())
                 try:
-                    yield await asyncio.wrap_future(fut)
+                    out = await asyncio.wrap_future(fut)
                 except StopAsyncIteration:
                     return
+                yield slicer.slice(out) if slicer is not None else out
         finally:
             if not self._closed:
                 await asyncio.wrap_future(self._submit(agen.aclose()))
