@@ -253,6 +253,8 @@ BAD_BODIES = [
     ({"text": "a", "return_logprob": True, "token_ids_logprob": [FAKE_VOCAB]}, "token_ids_logprob"),
     ({"text": "a", "return_logprob": True, "token_ids_logprob": [True]}, "token_ids_logprob"),
     ({"text": "a", "return_logprob": True, "token_ids_logprob": "5"}, "token_ids_logprob"),
+    ({"text": ["a", "b"], "return_logprob": True, "token_ids_logprob": {"x": 1}}, "token_ids_logprob"),
+    ({"text": ["a", "b"], "return_logprob": True, "token_ids_logprob": 5}, "token_ids_logprob"),
     ({"text": ["a", "b"], "return_logprob": True, "token_ids_logprob": [[1], [2], [3]]}, "token_ids_logprob"),
 ]
 

@@ -216,6 +216,8 @@ class GenerateReqInput:
         self.top_logprobs_num = per_item(self.top_logprobs_num, 0, "top_logprobs_num")
         self.priority = per_item(self.priority, None, "priority")
         if self.token_ids_logprob is not None:
+            if not isinstance(self.token_ids_logprob, list):
+                raise ValueError("token_ids_logprob must be a list of token ids (one list per prompt).")
             if not self.token_ids_logprob or not isinstance(self.token_ids_logprob[0], list):
                 self.token_ids_logprob = [list(self.token_ids_logprob) for _ in range(num)]  # type: ignore[arg-type]
             elif n > 1:
