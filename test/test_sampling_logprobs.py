@@ -10,6 +10,7 @@ The logprob of token ``s`` needs the logits at position ``s - 1``, so a cache hi
 from __future__ import annotations
 
 import pytest
+import torch
 from dsv4_testutil import random_ids
 from scheduler_testutil import drain, make_scheduler, submit
 from sglang_v4.managers.scheduler import Scheduler
@@ -53,13 +54,28 @@ def _token_ids_run(s: Scheduler) -> dict[str, tuple[list, list, list]]:
     raise AssertionError("scheduler did not finish")
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_token_ids_logprob_equal_cold_target_logprobs(sched_model_dir: str, overlap: bool) -> None:
+@pytest.mark.parametrize(
+    ("overlap", "device"),
+    [
+        (True, "cpu"),
+        (False, "cpu"),
+        pytest.param(
+            True,
+            "cuda",
+            marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")],
+        ),
+    ],
+)
+def test_token_ids_logprob_equal_cold_target_logprobs(
+    sched_model_dir: str, overlap: bool, device: str
+) -> None:
     """SGLang's ``token_ids_logprob``: every returned prompt / output position reports the logprobs
     of the asked ids, in their order (``None`` for the first prompt token). It was refused with a
     400. Oracle: for each position and id, a cold request whose prompt is the context followed by
     that id returns it as its only prompt logprob (the target-gather path, not this feature's)."""
-    s = make_scheduler(sched_model_dir, max_total_tokens=16 * 256, disable_overlap_schedule=not overlap)
+    s = make_scheduler(
+        sched_model_dir, max_total_tokens=16 * 256, disable_overlap_schedule=not overlap, device=device
+    )
     prompt = random_ids(20, 5)
     tids = [5, 100, prompt[7]]
     lp = dict(return_logprob=True, logprob_start_len=0)
