@@ -199,8 +199,11 @@ class FakeScheduler:
                                 break
                     if reason is None and len(r.output_ids) >= limit:
                         reason = finish_length(len(r.output_ids))
-            in_lp = in_top = out_lp = out_top = None
-            # Fake logprobs: -0.5 - 0.01 * position (input) / -0.25 (output); top-k: -0.1, ids 0..k-1.
+            in_lp = in_top = out_lp = out_top = in_tid = out_tid = None
+            # Fake logprobs: -0.5 - 0.01 * position (input) / -0.25 (output); top-k: -0.1, ids 0..k-1;
+            # token_ids_logprob: -1 - 0.001 * id for each asked id.
+            tids = req.token_ids_logprob if req.return_logprob else None
+            tid_vals = [-1.0 - 0.001 * t for t in tids] if tids is not None else None
             k = req.top_logprobs_num if req.return_logprob else 0
             if req.return_logprob and not r.sent_input_logprobs:
                 start = req.logprob_start_len if req.logprob_start_len >= 0 else len(req.input_ids) - 1
@@ -213,9 +216,13 @@ class FakeScheduler:
                     [[-0.1] * k if k else None for _ in ids],
                     [list(range(k)) if k else None for _ in ids],
                 )
+                if tid_vals is not None:
+                    in_tid = [None if v is None else list(tid_vals) for v in vals]
                 r.sent_input_logprobs = True
             if req.return_logprob:
                 out_lp = ([-0.25] * len(new), list(new))
+            if tid_vals is not None:
+                out_tid = [list(tid_vals) for _ in new]
             if k:
                 out_top = ([[-0.1] * k for _ in new], [list(range(k)) for _ in new])
             out.append(
@@ -231,6 +238,8 @@ class FakeScheduler:
                 output_token_logprobs=out_lp,
                 input_top_logprobs=in_top,
                 output_top_logprobs=out_top,
+                input_token_ids_logprobs=in_tid,
+                output_token_ids_logprobs=out_tid,
             )
             if reason is not None:
                 self.used_pages -= r.pages

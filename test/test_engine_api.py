@@ -89,6 +89,26 @@ def test_generate_logprobs(engine):
     assert len(m["output_top_logprobs"]) == 2
 
 
+def test_generate_token_ids_logprob(engine):
+    """SGLang's ``Engine.generate(token_ids_logprob=...)`` (was a ``ValueError`` "not supported"):
+    per position one ``[logprob, id, None]`` per asked id, in its order, ``None`` for the first
+    prompt position (values: FakeScheduler's -1 - 0.001 * id); ids outside the vocabulary are a
+    ``ValueError`` naming the field."""
+    out = engine.generate(
+        input_ids=[5, 6, 7],
+        sampling_params={"max_new_tokens": 2},
+        return_logprob=True,
+        logprob_start_len=0,
+        token_ids_logprob=[9, 3],
+    )
+    want = [[-1.0 - 0.001 * t, t, None] for t in (9, 3)]
+    m = out["meta_info"]
+    assert m["input_token_ids_logprobs"] == [None, want, want]
+    assert m["output_token_ids_logprobs"] == [want, want]
+    with pytest.raises(ValueError, match="token_ids_logprob"):
+        engine.generate(input_ids=[5], return_logprob=True, token_ids_logprob=[10**9])
+
+
 def test_bad_input_raises_value_error(engine):
     with pytest.raises(ValueError, match="not_a_param"):
         engine.generate(prompt="a", sampling_params={"not_a_param": 1})

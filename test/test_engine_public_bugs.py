@@ -90,7 +90,6 @@ def test_sglang_generate_keywords_accepted_when_unset(engine, expected) -> None:
         ({"lora_path": "adapter-1"}, "lora_path"),
         ({"return_hidden_states": True}, "return_hidden_states"),
         ({"custom_logit_processor": "{}"}, "custom_logit_processor"),
-        ({"token_ids_logprob": [1, 2]}, "token_ids_logprob"),
         ({"kv_hints": {"k": 1}}, "kv_hints"),
     ],
 )
@@ -259,3 +258,21 @@ def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:
         pytest.fail(f"the script did not exit: {str(e.stderr)[-2000:]}")
     assert p.returncode == 0 and "first chunk True" in p.stdout, p.stderr[-3000:]
     assert "died" not in p.stderr and "crashed" not in p.stderr, p.stderr[-3000:]
+
+
+def test_engine_incremental_streaming_output(model: Path, expected) -> None:
+    """SGLang's ``Engine(incremental_streaming_output=True)`` (was refused): stream chunks carry only
+    their new text and ``output_ids`` (sync and async iterators); joined they are the whole output."""
+    with _fake_engine(model, incremental_streaming_output=True) as eng:
+        chunks = list(eng.generate(prompt="Hi", sampling_params={"max_new_tokens": 8}, stream=True))
+        assert len(chunks) > 1
+        assert "".join(c["text"] for c in chunks) == expected(8)
+        assert sum(len(c["output_ids"]) for c in chunks) == 8
+
+        async def collect() -> list[dict]:
+            it = await eng.async_generate(prompt="Hi", sampling_params={"max_new_tokens": 8}, stream=True)
+            return [c async for c in it]
+
+        chunks = asyncio.run(collect())
+        assert "".join(c["text"] for c in chunks) == expected(8)
+        assert sum(len(c["output_ids"]) for c in chunks) == 8

@@ -10,6 +10,7 @@ The logprob of token ``s`` needs the logits at position ``s - 1``, so a cache hi
 from __future__ import annotations
 
 import pytest
+import torch
 from dsv4_testutil import random_ids
 from scheduler_testutil import drain, make_scheduler, submit
 from sglang_v4.managers.scheduler import Scheduler
@@ -36,3 +37,66 @@ def test_input_logprobs_on_cache_hit_equal_cold(sched: Scheduler, start: int) ->
     warm = _run(sched, "warm", ids, start)
     assert len(warm) == len(cold)
     assert warm == pytest.approx(cold, abs=1e-4)
+
+
+def _token_ids_run(s: Scheduler) -> dict[str, tuple[list, list, list]]:
+    """Step until idle; per rid ``(output ids, input token-ids logprobs, output token-ids logprobs)``."""
+    res: dict[str, tuple[list, list, list]] = {}
+    for _ in range(2000):
+        if not s.has_work():
+            return res
+        out = s.step()
+        for i, rid in enumerate(out.rids if out else []):
+            ids, inp, outp = res.setdefault(rid, ([], [], []))
+            ids += out.output_ids[i]
+            inp += out.input_token_ids_logprobs_val[i]
+            outp += out.output_token_ids_logprobs_val[i]
+    raise AssertionError("scheduler did not finish")
+
+
+@pytest.mark.parametrize(
+    ("overlap", "device"),
+    [
+        (True, "cpu"),
+        (False, "cpu"),
+        pytest.param(
+            True,
+            "cuda",
+            marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")],
+        ),
+    ],
+)
+def test_token_ids_logprob_equal_cold_target_logprobs(
+    sched_model_dir: str, overlap: bool, device: str
+) -> None:
+    """SGLang's ``token_ids_logprob``: every returned prompt / output position reports the logprobs
+    of the asked ids, in their order (``None`` for the first prompt token). It was refused with a
+    400. Oracle: for each position and id, a cold request whose prompt is the context followed by
+    that id returns it as its only prompt logprob (the target-gather path, not this feature's)."""
+    s = make_scheduler(
+        sched_model_dir, max_total_tokens=16 * 256, disable_overlap_schedule=not overlap, device=device
+    )
+    prompt = random_ids(20, 5)
+    tids = [5, 100, prompt[7]]
+    lp = dict(return_logprob=True, logprob_start_len=0)
+    submit(s, "ids", prompt, 4, token_ids_logprob=tids, **lp)
+    submit(s, "plain-lp", prompt[:9], 4, **lp)  # same batches, no token_ids_logprob
+    submit(s, "no-lp", prompt[:11], 4)
+    got = _token_ids_run(s)
+    out_ids, inp, outp = got["ids"]
+    assert len(out_ids) == 4 and len(inp) == len(prompt) and len(outp) == 4
+    assert inp[0] is None and all(len(v) == len(tids) for v in inp[1:] + outp)
+    assert got["plain-lp"][1:] == ([], []) and got["no-lp"][1:] == ([], [])
+
+    def cold(context: list[int], t: int) -> float:
+        s.flush_cache()
+        submit(s, "cold", context + [t], 1, return_logprob=True, logprob_start_len=len(context))
+        (val,) = drain(s, max_steps=1000)["cold"]["in_lp"]
+        return val
+
+    seq = prompt + out_ids
+    for pos in (1, 7, 8, 19):
+        assert inp[pos] == pytest.approx([cold(prompt[:pos], t) for t in tids], abs=1e-4), pos
+    for j in range(4):
+        ctx = seq[: len(prompt) + j]
+        assert outp[j] == pytest.approx([cold(ctx, t) for t in tids], abs=1e-4), j

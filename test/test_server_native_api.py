@@ -184,6 +184,44 @@ def test_logprobs_format(server, tok):
     ]
     assert all(e[2] is None for e in m["output_token_logprobs"])
     assert "output_top_logprobs" not in m
+    assert "output_token_ids_logprobs" not in m
+
+
+def test_token_ids_logprob_format(server, tok):
+    """SGLang's ``token_ids_logprob`` (was a 400 "not supported"): ``input_token_ids_logprobs`` /
+    ``output_token_ids_logprobs`` hold, per position, ``[logprob, token_id, text]`` for each asked
+    id in its order (``None`` for the first prompt position); a batch takes one list per prompt.
+    Values are the fake scheduler's (-1 - 0.001 * id, exact through JSON); texts from the HF
+    tokenizer."""
+    tids = [5, 1000, 7]
+    body = {
+        "text": "Hello world again",
+        "sampling_params": {"max_new_tokens": 3},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "token_ids_logprob": tids,
+        "return_text_in_logprobs": True,
+    }
+    want = [[-1.0 - 0.001 * t, t, tok.decode([t])] for t in tids]
+    for stream in (False, True):
+        if stream:
+            m = sse_events(gen(server, {**body, "stream": True}, stream=True))[-2]["meta_info"]
+        else:
+            m = gen(server, body).json()["meta_info"]
+        n_prompt = len(tok.encode("Hello world again"))
+        assert m["input_token_ids_logprobs"][0] is None
+        assert m["input_token_ids_logprobs"][1:] == [want] * (n_prompt - 1)
+        assert m["output_token_ids_logprobs"] == [want] * 3
+    batch = {
+        "text": ["a", "b"],
+        "sampling_params": {"max_new_tokens": 2},
+        "return_logprob": True,
+        "token_ids_logprob": [[3], [4, 9]],
+    }
+    out = gen(server, batch).json()
+    assert [o["meta_info"]["output_token_ids_logprobs"] for o in out] == [
+        [[[-1.0 - 0.001 * t, t, None] for t in ids]] * 2 for ids in ([3], [4, 9])
+    ]
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -212,6 +250,12 @@ BAD_BODIES = [
     ([1, 2, 3], "JSON object"),
     ({"text": "a", "priority": 1 << 70}, "priority"),
     ({"text": "a", "priority": "high"}, "priority"),
+    ({"text": "a", "return_logprob": True, "token_ids_logprob": [FAKE_VOCAB]}, "token_ids_logprob"),
+    ({"text": "a", "return_logprob": True, "token_ids_logprob": [True]}, "token_ids_logprob"),
+    ({"text": "a", "return_logprob": True, "token_ids_logprob": "5"}, "token_ids_logprob"),
+    ({"text": ["a", "b"], "return_logprob": True, "token_ids_logprob": {"x": 1}}, "token_ids_logprob"),
+    ({"text": ["a", "b"], "return_logprob": True, "token_ids_logprob": 5}, "token_ids_logprob"),
+    ({"text": ["a", "b"], "return_logprob": True, "token_ids_logprob": [[1], [2], [3]]}, "token_ids_logprob"),
 ]
 
 
@@ -445,3 +489,53 @@ def test_abort_all(server):
         t.join(30)
     assert len(outs) == 3
     assert all(o["meta_info"]["finish_reason"]["type"] == "abort" for o in outs)
+
+
+@pytest.fixture(scope="module")
+def incremental_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    h = start_server(
+        ["--model-path", str(model_dir), "--incremental-streaming-output"],
+        fake_env({"FAKE_STEP_SLEEP": "0.01"}),
+        log,
+    )
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
+
+
+def test_incremental_streaming_output(incremental_server, tok):
+    """SGLang's ``--incremental-streaming-output`` (was refused at start-up): each stream chunk
+    carries only its new text, ``output_ids`` and output logprobs; prompt logprobs stay whole.
+    Oracle: the same request not streamed (joined chunks equal it) and the HF tokenizer's text."""
+    body = {
+        "text": "Hello world again",
+        "sampling_params": {"max_new_tokens": 12},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "top_logprobs_num": 2,
+        "token_ids_logprob": [4],
+    }
+    whole = gen(incremental_server, body).json()
+    assert whole["text"] == expected_text(tok, 12)
+    chunks = sse_events(gen(incremental_server, {**body, "stream": True}, stream=True))
+    assert chunks[-1] == "[DONE]" and len(chunks) > 3
+    chunks = chunks[:-1]
+    assert "".join(c["text"] for c in chunks) == whole["text"]
+    assert [i for c in chunks for i in c["output_ids"]] == whole["output_ids"]
+    for key in ("output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs"):
+        assert [e for c in chunks for e in c["meta_info"][key]] == whole["meta_info"][key], key
+    for c in chunks:
+        assert len(c["meta_info"]["output_token_logprobs"]) == len(c["output_ids"])
+        assert c["meta_info"]["input_token_logprobs"] == whole["meta_info"]["input_token_logprobs"]
+    assert chunks[-1]["meta_info"]["completion_tokens"] == 12
+    # a batch: each index is sliced on its own
+    batch = {"text": ["a", "b"], "sampling_params": {"max_new_tokens": 5}, "stream": True}
+    per: dict[int, list[int]] = {0: [], 1: []}
+    texts: dict[int, str] = {0: "", 1: ""}
+    for c in sse_events(gen(incremental_server, batch, stream=True))[:-1]:
+        per[c["index"]] += c["output_ids"]
+        texts[c["index"]] += c["text"]
+    assert all(len(v) == 5 for v in per.values()) and texts == {
+        0: expected_text(tok, 5),
+        1: expected_text(tok, 5),
+    }

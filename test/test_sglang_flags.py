@@ -356,7 +356,6 @@ def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
     for cmd, flag in (
         ("--cuda-graph-backend-decode off", "--cuda-graph-backend-decode"),
         ("--ssl-certfile c.pem --ssl-keyfile k.pem", "--ssl-certfile"),
-        ("--incremental-streaming-output", "--incremental-streaming-output"),
         ("--log-requests --log-requests-target /var/log/req", "--log-requests-target"),
         (f"--ssl-keyfile {__file__}", "--ssl-certfile"),  # a key without its certificate
     ):

@@ -86,6 +86,14 @@ def test_cookbook_values_are_honoured_or_listed_as_ignored() -> None:
     assert "--swa-full-tokens-ratio 0.1:" in text and "--disable-flashinfer-autotune:" in text
 
 
+def test_incremental_streaming_flags() -> None:
+    """SGLang's ``--incremental-streaming-output`` and its older name ``--stream-output`` (both were
+    refused) set the same field; the default streams everything so far."""
+    assert parse("").incremental_streaming_output is False
+    assert parse("--incremental-streaming-output").incremental_streaming_output is True
+    assert parse("--stream-output").incremental_streaming_output is True
+
+
 def test_priority_order_flag() -> None:
     assert parse("--enable-priority-scheduling").schedule_low_priority_values_first is False
     assert parse("--schedule-low-priority-values-first").schedule_low_priority_values_first is True
@@ -97,7 +105,6 @@ def test_priority_order_flag() -> None:
         ("--pp-size 2", "--pp-size"),
         ("--pipeline-parallel-size 2", "--pp-size"),
         ("--allow-auto-truncate", "--allow-auto-truncate"),
-        ("--stream-output", "--stream-output"),
         ("--max-loaded-loras 2", "--max-loaded-loras"),
         ("--is-embedding", "--is-embedding"),
         ("--schedule-policy routing-key", "--schedule-policy"),

@@ -188,6 +188,10 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     #: SGLang's ``--stream-response-default-include-usage``: streamed OpenAI responses end with the
     #: ``usage`` chunk even when the request's ``stream_options`` does not ask for it.
     stream_response_default_include_usage: bool = False
+    #: SGLang's ``--incremental-streaming-output``: each streamed ``/generate`` (and ``Engine``)
+    #: chunk carries only what is new since the last one (text, ``output_ids``, output logprobs)
+    #: instead of everything so far.
+    incremental_streaming_output: bool = False
     grammar_backend: str = "xgrammar"
     #: SGLang's ``--constrained-json-max-whitespace-cnt``: the longest whitespace run a JSON grammar
     #: (``json_schema`` / ``response_format``, tool-call arguments) allows; ``None``: 16 (SGLang

@@ -323,6 +323,14 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         "(a request's own keys win).",
     )
     a(
+        "--incremental-streaming-output",
+        "--stream-output",
+        action="store_true",
+        dest="incremental_streaming_output",
+        help="Streamed /generate chunks carry only the new text, output_ids and output logprobs "
+        "(default: everything so far). --stream-output is SGLang's older name.",
+    )
+    a(
         "--stream-response-default-include-usage",
         action="store_true",
         help="Streamed /v1 responses always end with a usage chunk (as with stream_options.include_usage).",

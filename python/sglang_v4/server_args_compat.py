@@ -295,12 +295,6 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     ),
     # Not implemented, and ignoring them would change results or the API.
     SGLangFlag(
-        "--incremental-streaming-output",
-        UNSUPPORTED,
-        "/generate streams the cumulative text and output_ids in every chunk; the disjoint-segment form is not implemented",
-        switch=True,
-    ),  # fmt: skip
-    SGLangFlag(
         "--enable-return-hidden-states",
         UNSUPPORTED,
         "returning hidden states is not supported (requests carrying return_hidden_states are refused)",
@@ -340,12 +334,6 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         "--enable-custom-logit-processor",
         UNSUPPORTED,
         "custom logit processors are not supported (requests carrying one are refused)",
-        switch=True,
-    ),  # fmt: skip
-    SGLangFlag(
-        "--stream-output",
-        UNSUPPORTED,
-        "/generate streams the cumulative text and output_ids in every chunk; the disjoint-segment form is not implemented",
         switch=True,
     ),  # fmt: skip
     SGLangFlag(

@@ -20,6 +20,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import (
     MAKE_CHECKPOINT_HINT,
     SCHEDULER_READY_TIMEOUT_S,
@@ -226,13 +227,16 @@ class Engine:
         position, in SGLang's order). ``sampling_params`` is one dict for every prompt or one per
         prompt. SGLang features this runtime does not implement (``image_data``, ``audio_data``,
         ``video_data``, ``lora_path``, ``custom_logit_processor``, ``return_hidden_states``,
-        ``token_ids_logprob``, ``bootstrap_*``, ``data_parallel_rank``, ``session_params``, ...)
+        ``bootstrap_*``, ``data_parallel_rank``, ``session_params``, ...)
         are accepted when left unset and raise ``ValueError`` naming the field otherwise;
         ``cache_salt``, ``session_id`` and the other fields ``/generate`` ignores are ignored.
 
         Each dict: ``{"text", "output_ids", "meta_info": {"id", "finish_reason", "prompt_tokens",
         "completion_tokens", "cached_tokens", "e2e_latency", "input_token_logprobs",
         "output_token_logprobs", ...}}``; logprob entries are ``[logprob, token_id, text|None]``.
+        ``token_ids_logprob`` (with ``return_logprob``; one list per prompt in a batch) adds
+        ``input_token_ids_logprobs`` / ``output_token_ids_logprobs``: per position such an entry
+        per asked id, in its order (``None`` for the first prompt position).
         ``stream=True`` returns an iterator of cumulative chunks. With ``skip_tokenizer_init=True``
         the dicts are ``{"output_ids", "meta_info"}`` (no ``"text"``; logprob texts ``None``), and
         a ``prompt``, stop strings (``stop`` / ``stop_regex``) or a grammar raise ``ValueError``.
@@ -253,13 +257,19 @@ class Engine:
             return self._sync_iter(agen)
         return self._run(agen.__anext__())
 
+    def _slicer(self) -> IncrementalStreamSlicer | None:
+        """``--incremental-streaming-output``: a slicer for one stream's chunks, else ``None``."""
+        return IncrementalStreamSlicer() if self.server_args.incremental_streaming_output else None
+
     def _sync_iter(self, agen: Any) -> Iterator[dict[str, Any]]:
+        slicer = self._slicer()
         try:
             while True:
                 try:
-                    yield self._run(agen.__anext__())
+                    out = self._run(agen.__anext__())
                 except StopAsyncIteration:
                     return
+                yield slicer.slice(out) if slicer is not None else out
         finally:
             if not self._closed:
                 try:
@@ -300,13 +310,15 @@ class Engine:
         return await asyncio.wrap_future(self._submit(agen.__anext__()))
 
     async def _async_iter(self, agen: Any) -> AsyncIterator[dict[str, Any]]:
+        slicer = self._slicer()
         try:
             while True:
                 fut = self._submit(agen.__anext__())
                 try:
-                    yield await asyncio.wrap_future(fut)
+                    out = await asyncio.wrap_future(fut)
                 except StopAsyncIteration:
                     return
+                yield slicer.slice(out) if slicer is not None else out
         finally:
             if not self._closed:
                 await asyncio.wrap_future(self._submit(agen.aclose()))

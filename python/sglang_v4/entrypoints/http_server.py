@@ -60,6 +60,7 @@ from sglang_v4.entrypoints.admission import (
     HeaderTimeoutH11Protocol,
     drain_in_flight,
 )
+from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import Subprocesses, build_server_info
 from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.metrics import TokenizerMetrics
@@ -279,12 +280,17 @@ def create_app(
             return error_response("No output was produced.", 500)
         if not obj.stream:
             return json_response(first)
+        # --incremental-streaming-output: each chunk carries only what is new
+        slicer = IncrementalStreamSlicer() if server_args.incremental_streaming_output else None
 
         async def stream() -> AsyncIterator[bytes]:
             try:
-                yield b"data: " + orjson.dumps(first, option=ORJSON_OPTS) + b"\n\n"
+                head = slicer.slice(first) if slicer is not None else first
+                yield b"data: " + orjson.dumps(head, option=ORJSON_OPTS) + b"\n\n"
                 try:
                     async for out in agen:
+                        if slicer is not None:
+                            out = slicer.slice(out)
                         yield b"data: " + orjson.dumps(out, option=ORJSON_OPTS) + b"\n\n"
                 except RequestError as e:
                     yield b"data: " + orjson.dumps(native_error_body(str(e), e.status_code)) + b"\n\n"

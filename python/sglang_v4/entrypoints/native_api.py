@@ -177,6 +177,18 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
     lsl = scalar_or_list("logprob_start_len", _is_int, "an integer")
     tln = scalar_or_list("top_logprobs_num", _is_int, "an integer")
     prio = scalar_or_list("priority", _is_int, "an integer")
+    tids = body.get("token_ids_logprob")
+    if tids is not None:
+
+        def int_list(v: Any) -> bool:
+            return isinstance(v, list) and all(_is_int(x) for x in v)
+
+        _check_type(
+            "token_ids_logprob",
+            tids,
+            int_list(tids) or (isinstance(tids, list) and all(int_list(x) for x in tids)),
+            "a list of token ids (one list per prompt in a batch)",
+        )
     for name in ("return_text_in_logprobs", "stream", "log_metrics"):
         v = body.get(name)
         if v is not None:
@@ -189,7 +201,7 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
         return_logprob=return_logprob,
         logprob_start_len=lsl,
         top_logprobs_num=tln,
-        token_ids_logprob=body.get("token_ids_logprob"),
+        token_ids_logprob=tids,
         return_text_in_logprobs=bool(body.get("return_text_in_logprobs") or False),
         stream=bool(body.get("stream") or False),
         log_metrics=body.get("log_metrics") is not False,

@@ -276,6 +276,8 @@ def str_out_from_token_out(
         input_top_logprobs_idx=lst(recv.input_top_logprobs_idx),
         output_top_logprobs_val=lst(recv.output_top_logprobs_val),
         output_top_logprobs_idx=lst(recv.output_top_logprobs_idx),
+        input_token_ids_logprobs_val=lst(recv.input_token_ids_logprobs_val),
+        output_token_ids_logprobs_val=lst(recv.output_token_ids_logprobs_val),
         retraction_counts=recv.retraction_counts if len(recv.retraction_counts) == n else [0] * n,
     )
 

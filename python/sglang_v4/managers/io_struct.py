@@ -217,10 +217,14 @@ class GenerateReqInput:
         self.top_logprobs_num = per_item(self.top_logprobs_num, 0, "top_logprobs_num")
         self.priority = per_item(self.priority, None, "priority")
         if self.token_ids_logprob is not None:
+            if not isinstance(self.token_ids_logprob, list):
+                raise ValueError("token_ids_logprob must be a list of token ids (one list per prompt).")
             if not self.token_ids_logprob or not isinstance(self.token_ids_logprob[0], list):
                 self.token_ids_logprob = [list(self.token_ids_logprob) for _ in range(num)]  # type: ignore[arg-type]
             elif n > 1:
                 raise ValueError("Cannot use list token_ids_logprob with parallel_sample_num > 1")
+            elif len(self.token_ids_logprob) != self.batch_size:
+                raise ValueError("The length of token_ids_logprob should be equal to the batch size.")
         if len(set(self.rid)) != len(self.rid):
             raise ValueError("Duplicate rid values in one batch request.")
 
@@ -339,6 +343,9 @@ class BatchTokenIDOut:
     - ``output_token_logprobs_val[i]`` / ``_idx[i]``: list[float] / list[int] for the new output tokens.
     - ``input_top_logprobs_val[i]`` / ``_idx[i]``, ``output_top_logprobs_val[i]`` / ``_idx[i]``:
       list (per position) of list (top ``top_logprobs_num``) of float / int.
+    - ``input_token_ids_logprobs_val[i]`` / ``output_token_ids_logprobs_val[i]``: list (per position)
+      of the logprobs of the request's ``token_ids_logprob`` in its order (``None`` for the first
+      prompt position); ``[]`` without ``token_ids_logprob``.
     """
 
     rids: list[str]
@@ -360,6 +367,8 @@ class BatchTokenIDOut:
     input_top_logprobs_idx: list[list[list[int] | None]] = field(default_factory=list)
     output_top_logprobs_val: list[list[list[float]]] = field(default_factory=list)
     output_top_logprobs_idx: list[list[list[int]]] = field(default_factory=list)
+    input_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
+    output_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
     #: Per-request retraction counts (optional, SGLang ``num_retractions``).
     retraction_counts: list[int] = field(default_factory=list)
 
@@ -385,6 +394,7 @@ class BatchTokenIDOut:
             return out
         ilv, ili, olv, oli = [], [], [], []
         itv, iti, otv, oti = [], [], [], []
+        idv, odv = [], []
         with_logprobs: Sequence[Req] = reqs
         # the fixed fields of each request (and whether it returns logprobs), as columns
         (
@@ -412,13 +422,13 @@ class BatchTokenIDOut:
                 add_count(k)
                 if r.pending_input_logprobs or r.pending_output_logprobs:
                     r.pending_input_logprobs, r.pending_output_logprobs = [], []
-            ilv = ili = olv = oli = itv = iti = otv = oti = [[]] * n  # one shared empty list, read-only
+            ilv = ili = olv = oli = itv = iti = otv = oti = idv = odv = [[]] * n  # shared, read-only
             with_logprobs = ()
         for r in with_logprobs:
             new_ids, ilp, olp = r.take_new_outputs()
             out.output_ids.append(new_ids)
             if not r.return_logprob:
-                for col in (ilv, ili, olv, oli, itv, iti, otv, oti):
+                for col in (ilv, ili, olv, oli, itv, iti, otv, oti, idv, odv):
                     col.append([])
                 continue
             top = r.top_logprobs_num > 0
@@ -430,6 +440,9 @@ class BatchTokenIDOut:
             iti.append([x[3] for x in ilp] if top else [])
             otv.append([x[2] for x in olp] if top else [])
             oti.append([x[3] for x in olp] if top else [])
+            with_ids = r.token_ids_logprob is not None
+            idv.append([x[4] for x in ilp] if with_ids else [])
+            odv.append([x[4] for x in olp] if with_ids else [])
         if with_logprobs:
             out.completion_tokens = [len(r.output_ids) for r in reqs]
         # the other fields that change
@@ -440,6 +453,7 @@ class BatchTokenIDOut:
         out.output_token_logprobs_val, out.output_token_logprobs_idx = olv, oli  # type: ignore[assignment]
         out.input_top_logprobs_val, out.input_top_logprobs_idx = itv, iti
         out.output_top_logprobs_val, out.output_top_logprobs_idx = otv, oti  # type: ignore[assignment]
+        out.input_token_ids_logprobs_val, out.output_token_ids_logprobs_val = idv, odv
         return out
 
     def append(
@@ -461,6 +475,8 @@ class BatchTokenIDOut:
         input_top_logprobs: tuple[list[list[float] | None], list[list[int] | None]] | None = None,
         output_top_logprobs: tuple[list[list[float]], list[list[int]]] | None = None,
         retraction_count: int = 0,
+        input_token_ids_logprobs: list[list[float] | None] | None = None,
+        output_token_ids_logprobs: list[list[float] | None] | None = None,
     ) -> None:
         """Add one request's news, keeping every per-request list aligned.
 
@@ -486,6 +502,8 @@ class BatchTokenIDOut:
         ):
             vals.append(list(pair[0]) if pair is not None else [])  # type: ignore[arg-type]
             idxs.append(list(pair[1]) if pair is not None else [])  # type: ignore[arg-type]
+        self.input_token_ids_logprobs_val.append(list(input_token_ids_logprobs or []))
+        self.output_token_ids_logprobs_val.append(list(output_token_ids_logprobs or []))
         self.retraction_counts.append(retraction_count)
 
 
@@ -516,3 +534,5 @@ class BatchStrOut:
     output_top_logprobs_val: list[list[list[float]]] = field(default_factory=list)
     output_top_logprobs_idx: list[list[list[int]]] = field(default_factory=list)
     retraction_counts: list[int] = field(default_factory=list)
+    input_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
+    output_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)

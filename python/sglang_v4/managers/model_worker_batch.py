@@ -47,6 +47,8 @@ class SamplingBatchInfo:
             grammar (``Req.freeze_sampling``): the sampler takes the argmax of the raw logits
             without its per-row checks (:func:`sglang_v4.sampling.sampler.sample`); ``False``
             makes no claim.
+        token_ids_logprobs: per row, the token ids whose logprobs it also returns
+            (``token_ids_logprob``) or ``None``; ``None`` when no row asks.
     """
 
     rows: list[int]
@@ -59,6 +61,7 @@ class SamplingBatchInfo:
     top_logprobs_nums: list[int]
     future_slots: list[int]
     plain_greedy: bool = False
+    token_ids_logprobs: list[list[int] | None] | None = None
 
 
 @dataclass
@@ -72,8 +75,9 @@ class ModelWorkerBatch:
             still being sampled by the previous batch is a negative future id.
         logits_counts: logits rows per request (``forward_inputs`` order).
         sampling: the rows that sample, or ``None``.
-        input_logprobs: per request ``(target token ids, top_logprobs_num)`` when its first logits
-            rows give prompt logprobs (row ``j`` for target ``j``), else ``None``.
+        input_logprobs: per request ``(target token ids, top_logprobs_num, token_ids_logprob or
+            None)`` when its first logits rows give prompt logprobs (row ``j`` for target ``j``),
+            else ``None``.
         req_state_ops: compressor-state resets / resume-state loads of newly admitted request
             slots, applied before the forward (``mem_cache.cache_manager.ReqStateOp``).
     """
@@ -82,7 +86,7 @@ class ModelWorkerBatch:
     forward_inputs: list[ReqForwardInput]
     logits_counts: list[int]
     sampling: SamplingBatchInfo | None
-    input_logprobs: list[tuple[list[int], int] | None]
+    input_logprobs: list[tuple[list[int], int, list[int] | None] | None]
     req_state_ops: list[ReqStateOp]
 
 
@@ -98,11 +102,14 @@ class GenerationBatchResult:
         next_top_logprobs: ``k -> (rows, values [r, k] float32, ids [r, k] int64)`` for the
             sampling rows (indices into ``R``) that asked for the top ``k``.
         input_logprobs: per request ``(values [t] float32, top values [t, k] | None, top ids
-            [t, k] | None)`` for its prompt-logprob targets, else ``None``.
+            [t, k] | None, token-ids values [t, m] | None)`` for its prompt-logprob targets (the
+            last: the logprobs of its ``m`` ``token_ids_logprob``), else ``None``.
         forward_time: seconds the worker spent on the batch (forward, sampling, copies issued).
         error: ``None``, or why the batch failed (``"oom"``: the device ran out of memory; no KV
             was confirmed and no token sampled).
         copy_done: a CUDA event recorded after the device-to-host copies, or ``None``.
+        next_token_ids_logprobs: per sampling row, the logprobs of its ``token_ids_logprob``
+            (float32 ``[m]``) or ``None``; ``None`` when no row asks.
     """
 
     next_token_ids: torch.Tensor | None
@@ -112,6 +119,7 @@ class GenerationBatchResult:
     forward_time: float
     error: str | None = None
     copy_done: Any = None
+    next_token_ids_logprobs: list[torch.Tensor | None] | None = None
 
     def wait(self) -> None:
         """Block until the host copies are complete."""

@@ -35,9 +35,11 @@ from sglang_v4.sampling.sampling_params import SamplingParams
 if TYPE_CHECKING:
     from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
 
-#: One position's logprob entry: ``(logprob, token_id, top_values, top_token_ids)``; the logprob
-#: is ``None`` for the first prompt token, the top lists ``None`` without ``top_logprobs_num``.
-LogprobEntry = tuple[float | None, int, list[float] | None, list[int] | None]
+#: One position's logprob entry: ``(logprob, token_id, top_values, top_token_ids, token_ids_values)``;
+#: the logprob is ``None`` for the first prompt token, the top lists ``None`` without
+#: ``top_logprobs_num``, ``token_ids_values`` (the logprobs of the request's ``token_ids_logprob``,
+#: in its order) ``None`` without ``token_ids_logprob`` and for the first prompt token.
+LogprobEntry = tuple[float | None, int, list[float] | None, list[int] | None, list[float] | None]
 
 
 @dataclass(eq=False, slots=True)
@@ -54,6 +56,9 @@ class Req:
     return_logprob: bool = False
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
+    #: Token ids whose logprobs every returned position also reports (SGLang's
+    #: ``token_ids_logprob``), or ``None``.
+    token_ids_logprob: list[int] | None = None
     stream: bool = False
     priority: int = 0
     arrival: float = field(default_factory=time.monotonic)
@@ -162,6 +167,7 @@ class Req:
             return_logprob=bool(recv.return_logprob),
             logprob_start_len=int(recv.logprob_start_len if recv.logprob_start_len is not None else -1),
             top_logprobs_num=int(recv.top_logprobs_num or 0),
+            token_ids_logprob=list(recv.token_ids_logprob) if recv.token_ids_logprob else None,
             stream=bool(recv.stream),
             priority=int(recv.priority or 0),
         )
@@ -245,7 +251,10 @@ class Req:
         if self.top_logprobs_num > 0 and targets:
             tv, ti = top_logprobs(lp[: len(targets)], self.top_logprobs_num)
             tops = (tv.tolist(), ti.tolist())
-        self.add_input_logprob_entries(first_pos, rows.shape[0], vals, tops)
+        id_vals = None
+        if self.token_ids_logprob and targets:
+            id_vals = lp[: len(targets)][:, self.token_ids_logprob].tolist()
+        self.add_input_logprob_entries(first_pos, rows.shape[0], vals, tops, id_vals)
 
     def input_logprob_targets(self, first_pos: int, num_rows: int) -> list[int]:
         """Prompt tokens whose logprobs ``num_rows`` logits rows from position ``first_pos`` give
@@ -259,16 +268,18 @@ class Req:
         num_rows: int,
         vals: list[float],
         tops: tuple[list[list[float]], list[list[int]]] | None,
+        id_vals: list[list[float]] | None = None,
     ) -> None:
         """Record prompt logprobs computed by the model worker: ``vals[j]`` is the logprob of
         :meth:`input_logprob_targets` ``[j]`` (and ``tops`` its top-``top_logprobs_num`` values and
-        ids). Positions before ``logprob_start_len`` are skipped; once the logits of ``num_rows``
+        ids; ``id_vals`` the logprobs of ``token_ids_logprob``). Positions before
+        ``logprob_start_len`` are skipped; once the logits of ``num_rows``
         rows from ``first_pos`` reach the last prompt token the entries move to
         ``pending_input_logprobs`` (sent once)."""
         L = len(self.origin_input_ids)
         lps = max(0, self.logprob_start_len)
         if lps == 0 and not self.input_logprob_buffer:
-            self.input_logprob_buffer.append((None, self.origin_input_ids[0], None, None))
+            self.input_logprob_buffer.append((None, self.origin_input_ids[0], None, None, None))
         for j, v in enumerate(vals):
             pos = first_pos + j + 1  # token whose logprob this row gives
             if pos < lps:
@@ -279,6 +290,7 @@ class Req:
                     self.origin_input_ids[pos],
                     tops[0][j] if tops is not None else None,
                     tops[1][j] if tops is not None else None,
+                    id_vals[j] if id_vals is not None else None,
                 )
             )
         if first_pos + num_rows >= L - 1:

@@ -11,7 +11,7 @@ answers with a :class:`GenerationBatchResult`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,13 @@ from sglang_v4.model_executor.forward_batch_info import ReqForwardInput
 if TYPE_CHECKING:
     from sglang_v4.managers.req import Req
     from sglang_v4.mem_cache.cache_manager import ReqStateOp
+
+
+def _token_ids_logprobs(reqs: Sequence[Req]) -> list[list[int] | None] | None:
+    """Each request's ``token_ids_logprob`` when it returns logprobs (else ``None``), or ``None``
+    when no request asks for any (the common case)."""
+    ids = [r.token_ids_logprob if r.return_logprob else None for r in reqs]
+    return None if ids.count(None) == len(ids) else ids
 
 
 class FixedColumns:
@@ -282,6 +289,7 @@ class ScheduleBatch:
             top_logprobs_nums=tops,
             future_slots=list(future_slots),
             plain_greedy=plain.count(True) == B,
+            token_ids_logprobs=_token_ids_logprobs(reqs),
         )
         return ModelWorkerBatch(
             forward_mode=ForwardMode.DECODE,
@@ -321,14 +329,15 @@ class ScheduleBatch:
                 top_logprobs_nums=tops,
                 future_slots=list(self.future_slots),
                 plain_greedy=plain.count(True) == len(plain),
+                token_ids_logprobs=_token_ids_logprobs(sreqs),
             )
         firsts = self.input_logprob_first
-        input_lp: list[tuple[list[int], int] | None] = [None] * len(self.reqs)
+        input_lp: list[tuple[list[int], int, list[int] | None] | None] = [None] * len(self.reqs)
         if firsts.count(None) != len(firsts):
             for i, (req, first, c) in enumerate(zip(self.reqs, firsts, self.logits_counts)):
                 if first is not None:
                     targets = req.input_logprob_targets(first, c)
-                    input_lp[i] = (targets, req.top_logprobs_num) if targets else None
+                    input_lp[i] = (targets, req.top_logprobs_num, req.token_ids_logprob) if targets else None
         return ModelWorkerBatch(
             forward_mode=self.forward_mode,
             forward_inputs=self.get_forward_inputs(),

@@ -125,7 +125,8 @@ class SchedulerOutputProcessorMixin:
                 lp = result.input_logprobs[i]
                 vals: list[float] = [] if lp is None else lp[0].tolist()
                 tops = None if lp is None or lp[1] is None else (lp[1].tolist(), lp[2].tolist())  # type: ignore[union-attr]
-                req.add_input_logprob_entries(first, batch.logits_counts[i], vals, tops)
+                id_vals = None if lp is None or lp[3] is None else lp[3].tolist()
+                req.add_input_logprob_entries(first, batch.logits_counts[i], vals, tops, id_vals)
             # a one-token step completes a block or moves the window's first span only at these
             # positions (the cache manager re-checks); longer chunks always go through it
             if n != 1 or (c + 1) % W == 0 or (c // ps > req.num_tree_blocks and not tree_off):
@@ -135,6 +136,7 @@ class SchedulerOutputProcessorMixin:
         for rows, v, ix in result.next_top_logprobs.values():
             for r, a, b in zip(rows, v.tolist(), ix.tolist()):
                 tops_by_row[r] = (a, b)
+        id_lps = result.next_token_ids_logprobs
         append_token = self._append_token
         if tok_lps is None and len(ids) == len(state):  # every request sampled, no logprobs
             self._append_decode_tokens([(req, tok) for req, tok, st in zip(batch.reqs, ids, state) if st])
@@ -146,7 +148,13 @@ class SchedulerOutputProcessorMixin:
             if samples:
                 if st and tok_lps is not None:
                     req.num_future -= 1
-                    append_token(req, ids[j], tok_lps[j], tops_by_row.get(j))
+                    append_token(
+                        req,
+                        ids[j],
+                        tok_lps[j],
+                        tops_by_row.get(j),
+                        None if id_lps is None or id_lps[j] is None else id_lps[j].tolist(),
+                    )
                 elif st:  # no logprobs: the decode path's append (plain requests inlined there)
                     self._append_decode_tokens([(req, ids[j])])
                 j += 1
@@ -283,13 +291,15 @@ class SchedulerOutputProcessorMixin:
         tok: int,
         logprob: float | None,
         top: tuple[list[float], list[int]] | None,
+        id_vals: list[float] | None = None,
     ) -> None:
-        """Add a sampled token (and its logprobs) to ``req``; finish it or queue its output."""
+        """Add a sampled token (and its logprobs: ``top`` values and ids, ``id_vals`` those of
+        ``token_ids_logprob``) to ``req``; finish it or queue its output."""
         out = req.output_ids
         out.append(tok)
         if logprob is not None and req.return_logprob:
             tv, ti = top if top is not None else (None, None)
-            req.pending_output_logprobs.append((logprob, tok, tv, ti))
+            req.pending_output_logprobs.append((logprob, tok, tv, ti, id_vals))
         n = len(out)
         if req.grammar is not None or req.has_text_stops:
             if req.grammar is not None:

@@ -216,6 +216,15 @@ class TokenizationMixin:
             raise RequestError(
                 f"top_logprobs_num must be an integer in [0, {self.vocab_size}] (got {tln!r})."
             )
+        tids = obj.token_ids_logprob
+        if tids is not None:
+            if not isinstance(tids, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self.vocab_size for t in tids
+            ):
+                raise RequestError(
+                    f"token_ids_logprob must be a list of token ids in [0, {self.vocab_size}) (got {tids!r})."
+                )
+            tids = list(tids) or None
         prio = obj.priority
         if prio is not None and (
             isinstance(prio, bool) or not isinstance(prio, int) or not -(1 << 63) <= prio < (1 << 63)
@@ -229,7 +238,7 @@ class TokenizationMixin:
             return_logprob=bool(obj.return_logprob),
             logprob_start_len=lsl,
             top_logprobs_num=tln,
-            token_ids_logprob=None,
+            token_ids_logprob=tids if obj.return_logprob else None,
             stream=bool(obj.stream),
             priority=prio,  # type: ignore[arg-type]
             return_text_in_logprobs=bool(obj.return_text_in_logprobs),

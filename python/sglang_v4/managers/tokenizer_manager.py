@@ -97,6 +97,11 @@ class ReqState:
     output_token_logprobs: list[list[Any]] = field(default_factory=list)
     input_top_logprobs: list[Any] = field(default_factory=list)
     output_top_logprobs: list[Any] = field(default_factory=list)
+    #: ``token_ids_logprob`` of the request (``None``: not asked) and its formatted entries so far:
+    #: per position a list of ``[logprob, token_id, text|None]`` in its order, or ``None``.
+    token_ids_logprob: list[int] | None = None
+    input_token_ids_logprobs: list[Any] = field(default_factory=list)
+    output_token_ids_logprobs: list[Any] = field(default_factory=list)
     created_time: float = field(default_factory=time.perf_counter)
     first_token_time: float = 0.0
     last_time: float = 0.0
@@ -279,6 +284,13 @@ class TokenizerManager(TokenizationMixin):
                             recv.output_top_logprobs_val[i], recv.output_top_logprobs_idx[i], with_text
                         )
                     )
+                tids = state.token_ids_logprob
+                if tids is not None:
+                    for dst, vals in (
+                        (state.input_token_ids_logprobs, recv.input_token_ids_logprobs_val[i]),
+                        (state.output_token_ids_logprobs, recv.output_token_ids_logprobs_val[i]),
+                    ):
+                        dst.extend(self._decode_top(vals, [tids] * len(vals), with_text))
             completion = recv.completion_tokens[i]
             if self.metrics is not None and state.obj.log_metrics:
                 new_tokens = completion - state.last_completion_tokens
@@ -327,6 +339,9 @@ class TokenizerManager(TokenizationMixin):
                 if (state.obj.top_logprobs_num or 0) > 0:
                     meta["input_top_logprobs"] = list(state.input_top_logprobs)
                     meta["output_top_logprobs"] = list(state.output_top_logprobs)
+                if state.token_ids_logprob is not None:
+                    meta["input_token_ids_logprobs"] = list(state.input_token_ids_logprobs)
+                    meta["output_token_ids_logprobs"] = list(state.output_token_ids_logprobs)
             if state.finished:
                 text = state.final_text if state.final_text is not None else state.text_raw
             else:
@@ -387,8 +402,6 @@ class TokenizerManager(TokenizationMixin):
             obj.normalize_batch_and_arguments()
         except ValueError as e:
             raise RequestError(str(e)) from None
-        if obj.token_ids_logprob is not None:
-            raise RequestError("token_ids_logprob is not supported by sglang-v4.")
         if obj.is_single:
             tokenized = self._tokenize_one(obj, (await self._encode_prompts([obj]))[0])
             self._check_alive()  # the backend may have died while a long prompt was tokenized
@@ -461,6 +474,7 @@ class TokenizerManager(TokenizationMixin):
             prompt_len=len(tokenized.input_ids),
             stop_strs=list(sp.stop_strs or []),
             no_stop_trim=bool(sp.no_stop_trim),
+            token_ids_logprob=tokenized.token_ids_logprob,
         )
         self.rid_to_state[rid] = state
         return state

@@ -144,14 +144,16 @@ class TpModelWorker:
         for i, want in enumerate(wants if wants.count(None) != len(wants) else ()):
             if want is None or not want[0]:
                 continue
-            targets, k = want
+            targets, k, tid = want
             lp = compute_logprobs(logits[offs[i] : offs[i] + len(targets)])
             vals = lp.gather(1, self._upload(targets)[:, None])[:, 0]
             tv = ti = None
             if k > 0:
                 tv, ti = top_logprobs(lp, k)
-            input_lps[i] = (_to_host(vals), _to_host(tv), _to_host(ti))
+            idv = lp.index_select(1, self._upload(tid)) if tid else None
+            input_lps[i] = (_to_host(vals), _to_host(tv), _to_host(ti), _to_host(idv))
         ids_host = tok_lp = None
+        id_lps: list[Any] | None = None
         tops: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]] = {}
         si = wb.sampling
         if si is not None:
@@ -181,6 +183,11 @@ class TpModelWorker:
                     rows = [j for j, kk in enumerate(si.top_logprobs_nums) if kk == k]
                     v, ix = top_logprobs(lps.index_select(0, self._upload(rows)), k)
                     tops[k] = (rows, _to_host(v), _to_host(ix))  # type: ignore[assignment]
+                if si.token_ids_logprobs is not None:
+                    id_lps = [
+                        None if t is None else _to_host(lps[j].index_select(0, self._upload(t)))
+                        for j, t in enumerate(si.token_ids_logprobs)
+                    ]
         done = None
         if self.device.type == "cuda":
             done = torch.cuda.Event()
@@ -192,4 +199,5 @@ class TpModelWorker:
             input_logprobs=input_lps,
             forward_time=time.perf_counter() - t0,
             copy_done=done,
+            next_token_ids_logprobs=id_lps,
         )
