@@ -186,6 +186,7 @@ def test_cuda_graph_extend_matches_eager_gpu(dtype, two_stream, atol, rtol):
 def test_extend_buckets_and_keys():
     assert extend_token_buckets(256) == [16, 32, 64, 128, 256]
     assert extend_token_buckets(100) == [16, 32, 64, 100]
+    assert extend_token_buckets(1024) == [16, 32, 64, 128, 256, 512, 1024]
     assert extend_token_buckets(8) == [8]
     assert extend_token_buckets(0) == []
     with pytest.raises(ValueError, match="cuda_graph_max_extend_tokens"):

@@ -62,13 +62,13 @@ def test_gpu_bounds_reject_negative_and_non_int(field: str) -> None:
 
 
 def test_cuda_graph_max_extend_tokens_flag() -> None:
-    """``--cuda-graph-max-extend-tokens`` reaches the field (default 256; 0 turns extend graphs off)."""
+    """``--cuda-graph-max-extend-tokens`` reaches the field (default 1024; 0 turns extend graphs off)."""
     import argparse
 
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     assert (
-        ServerArgs.from_cli_args(parser.parse_args(["--device", "cpu"])).cuda_graph_max_extend_tokens == 256
+        ServerArgs.from_cli_args(parser.parse_args(["--device", "cpu"])).cuda_graph_max_extend_tokens == 1024
     )
     sa = ServerArgs.from_cli_args(
         parser.parse_args(["--device", "cpu", "--cuda-graph-max-extend-tokens", "0"])

@@ -154,7 +154,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     #: Explicit decode batch sizes to capture (SGLang's ``--cuda-graph-bs``); None: the default buckets.
     cuda_graph_bs: list[int] | None = None
     #: Largest extend / mixed step (new tokens) replayed from a CUDA graph; 0: decode graphs only.
-    cuda_graph_max_extend_tokens: int = 256
+    cuda_graph_max_extend_tokens: int = 1024
     indexer_stream_max_bs: int = 4
     cuda_graph_warmup_ctx: int = 4096
     # Observability.

@@ -231,7 +231,7 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=d["cuda_graph_max_extend_tokens"].default,
         help="Largest extend or mixed decode+extend step (new tokens) replayed from a CUDA graph "
-        "(token buckets 16, 32, 64, 128, 256 up to it, captured at start-up with the decode graphs); "
+        "(token buckets: powers of two from 16 up to it, captured at start-up with the decode graphs); "
         "0: decode graphs only.",
     )
     a("--disable-cuda-graph", action="store_true")

@@ -13,15 +13,17 @@ the graph of
   for ``bs`` tokens).
 
 **Extend keys** ``(T, B, two_stream)``: any other batch of at most ``max_extend_tokens`` new
-tokens (``--cuda-graph-max-extend-tokens``, default 256; 0 = none) is replayed from the graph of
+tokens (``--cuda-graph-max-extend-tokens``, default 1024; 0 = none) is replayed from the graph of
 
-* ``T``: a token bucket (``16, 32, 64, 128, 256``, capped at ``max_extend_tokens``, which is
+* ``T``: a token bucket (powers of two ``16 .. 2048``, capped at ``max_extend_tokens``, which is
   always a bucket): a prompt's short tail, a prefix-cache hit's few new tokens, or decode tokens
   mixed with an extend chunk. Below 16 tokens a step costs its kernel launches and weight reads,
   not its tokens (the GEMMs are weight-bound), so smaller buckets would only add graphs; powers of
-  two pad at most 2x the tokens with 5 graphs. 256 covers the short steps that stall on host work
-  (prefix-hit and chunk tails, arriving prompts mixed with decodes) while the graphs' memory pool
-  holds one 256-token forward; longer extends run eagerly unless the flag is raised;
+  two pad at most 2x the tokens. An eager step of up to ~1,024 tokens is bound by host work (about
+  25-35 ms of launches and Python on the H200 whatever its size), so the default 1024 covers
+  prefix-hit and chunk tails, several prefix hits batched together and arriving prompts mixed with
+  decodes; the graphs' memory pool holds one 1,024-token forward (0.40 GiB on ``flash-8l-32e``).
+  Longer extends run eagerly (their kernels dominate) unless the flag is raised;
 * ``B``: a request bucket (``4, 16, 64``, then ``min(T, max_bs)``): padded requests cost per layer
   a gather of their compressor state rows (``B * m`` rows, ``m = 128`` for HCA), so a prefix hit
   of one request does not pay for 128 padded ones;
@@ -98,7 +100,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BS_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512)
 #: Token buckets of the extend keys (module docstring), capped at ``max_extend_tokens``.
-DEFAULT_EXTEND_TOKEN_BUCKETS = (16, 32, 64, 128, 256)
+DEFAULT_EXTEND_TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 #: Request buckets of an extend key below its cap ``min(T, max_bs)``.
 DEFAULT_EXTEND_REQ_BUCKETS = (4, 16, 64)
 #: Key of a decode graph ``(bs, two_stream)`` or of an extend graph ``(T, B, two_stream)``.
