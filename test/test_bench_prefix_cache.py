@@ -35,8 +35,26 @@ def test_compare_ratios() -> None:
         "ttft_speedup_p99": 2.5,
         "throughput_ratio_output": 3.0,
         "throughput_ratio_total": 2.0,
+        "ttft_speedup_hits": None,  # no hit/miss split in ``on``
     }
     assert pc.compare(on, off | {"output_throughput": 0.0})["throughput_ratio_output"] is None
+    assert pc.compare(on | {"mean_ttft_hits_ms": 5.0}, off)["ttft_speedup_hits"] == 8.0
+
+
+def test_hit_split_by_cached_fraction() -> None:
+    """Hits are requests with at least half their prompt cached; failed requests are left out."""
+    res = {
+        "ttfts": [0.300, 0.010, 0.020, 0.250, 0.900],
+        "cached_tokens": [0, 2048, 1024, 1023, 2048],
+        "input_lens": [2100, 2100, 2048, 2048, 2100],
+        "successes": [True, True, True, True, False],
+    }
+    got = pc.hit_split(res)
+    assert got["n_hits"] == 2 and got["n_misses"] == 2
+    assert got["mean_ttft_hits_ms"] == pytest.approx((10.0 + 20.0) / 2)
+    assert got["mean_ttft_misses_ms"] == pytest.approx((300.0 + 250.0) / 2)
+    empty = pc.hit_split({"ttfts": [0.1], "cached_tokens": [0], "input_lens": [10], "successes": [True]})
+    assert empty["n_hits"] == 0 and empty["mean_ttft_hits_ms"] is None
 
 
 def test_prefix_cache_against_two_stubs(tmp_path: Path) -> None:
