@@ -8,9 +8,9 @@
 # GPU_TESTS_S (default: the call's budget left minus 20 s); pytest gets SIGINT at the cap, so it still
 # prints its failures and counts.
 set -u
-set -f  # test ids hold [..]: no globbing
 BUDGET_S=${BUDGET_S:-560}
 source benchmark/device/common.sh
+set -f  # from here on: test ids hold [..], no globbing
 shards=${SHARDS:-8}
 ids=${OUT:-/tmp}/gpu_test_ids.txt
 python3 -m pytest -q -m gpu --collect-only -p no:cacheprovider ${GPU_TEST_PATHS:-test} 2>/dev/null | grep "::" > "$ids"
