@@ -259,17 +259,33 @@ def launch_server(
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {_tail(log_path)}")
-        try:
-            if requests.get(url + "/v1/models", timeout=2).status_code == 200:
-                return proc, url
-        except requests.RequestException:
-            pass
-        time.sleep(0.5)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}: {_tail(log_path)}")
+            try:
+                if requests.get(url + "/v1/models", timeout=2).status_code == 200:
+                    return proc, url
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+    except BaseException:  # SystemExit from exit_on_sigterm, KeyboardInterrupt: no orphan server
+        stop_server(proc)
+        raise
     stop_server(proc)
     raise RuntimeError(f"server not ready in {timeout_s}s: {_tail(log_path)}")
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (``timeout``, a job scheduler) raise ``SystemExit`` in the main thread, so the
+    ``finally`` blocks that stop launched servers run. The servers live in their own process
+    groups (:func:`launch_server`), so without this a terminated benchmark leaves them running,
+    holding the GPU's memory for whatever runs next."""
+    signal.signal(signal.SIGTERM, _raise_exit)
 
 
 def _tail(path: Path, n: int = 30) -> str:
@@ -364,4 +380,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a terminated run still stops the servers it launched
     sys.exit(main())

@@ -195,8 +195,19 @@ def prefix_phase(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     d = out / "prefix_cache"
     cmd = [sys.executable, str(HERE / "prefix_cache.py"), "--launch", "--server-args", a.server_args,
            "--server-timeout", str(int(max(60, left(a.budget_s) - 60))), "--out-dir", str(d), *sizes]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(30, left(a.budget_s) - 10))
-    (out / "prefix_cache.log").write_text(p.stdout + p.stderr, encoding="utf-8")
+    log = out / "prefix_cache.log"
+    with open(log, "w", encoding="utf-8") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+    try:
+        proc.wait(timeout=max(30, left(a.budget_s) - 10))
+    except BaseException as e:  # the budget, or our own SIGTERM: let the child stop its servers first
+        proc.terminate()
+        try:
+            proc.wait(45)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if not isinstance(e, subprocess.TimeoutExpired):
+            raise
     got = json.loads((d / "results.json").read_text()) if (d / "results.json").exists() else {}
     return {w: r["compare"] | {"hit_rate_on": r["on"]["cache_hit_rate"]} for w, r in got.items()}
 
@@ -388,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from prefix_cache import exit_on_sigterm
+
+    exit_on_sigterm()  # a terminated run still stops the servers it launched
     if os.environ.get("PYTHONHASHSEED") is None:
         os.environ["PYTHONHASHSEED"] = "0"
     sys.exit(main())

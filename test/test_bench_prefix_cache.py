@@ -134,3 +134,39 @@ def test_jit_warmup_runs_other_prompts_first(tmp_path: Path) -> None:
     assert len(warmed) == len(plain) + 4
     assert sorted(warmed[-len(plain) :]) == sorted(plain)  # the measured requests are unchanged
     assert not set(warmed[:4]) & set(plain)  # the pre-pass used other prompts
+
+
+def test_sigterm_stops_launched_servers(tmp_path: Path) -> None:
+    """A ``--launch`` run terminated by SIGTERM (as ``timeout`` does) stops the server it started:
+    the server runs in its own process group, and an orphan kept the GPU's memory from the next run
+    of a device call. Checked with the process table: every descendant is gone afterwards."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmark" / "prefix_cache.py"), "--launch", "--server-args",
+         "--device cpu", "--server-timeout", "120", "--out-dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    log = tmp_path / "server_on.log"
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and "ready to roll" not in (
+            log.read_text() if log.exists() else ""
+        ):
+            assert proc.poll() is None, "prefix_cache.py exited before its server was ready"
+            time.sleep(0.5)
+        assert "ready to roll" in log.read_text()
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "no server process found"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"left running: {[p.pid for p in alive]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
