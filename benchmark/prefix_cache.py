@@ -138,7 +138,14 @@ def run_workload(
         **common,
     )
     res = bs.run_benchmark(args, tok=tok)
-    return {k: res[k] for k in METRICS} | hit_split(res)
+    t0 = min(res["start_times"], default=0.0)
+    per_request = [  # in send order: seconds from the first send, TTFT ms, cached / prompt tokens
+        {"start_s": round(st - t0, 4), "ttft_ms": round(tt * 1e3, 2), "cached": c, "prompt": n, "ok": ok}
+        for st, tt, c, n, ok in zip(
+            res["start_times"], res["ttfts"], res["cached_tokens"], res["input_lens"], res["successes"]
+        )
+    ]
+    return {k: res[k] for k in METRICS} | hit_split(res) | {"requests": per_request}
 
 
 def hit_split(res: dict[str, Any], min_fraction: float = 0.5) -> dict[str, Any]:

@@ -97,6 +97,10 @@ def test_prefix_cache_against_two_stubs(tmp_path: Path) -> None:
         )
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["gsp"]["compare"] == pytest.approx(res["gsp"]["compare"])
+    reqs = saved["gsp"]["on"]["requests"]  # per request, in send order
+    assert len(reqs) == 6 and all(r["ok"] for r in reqs)
+    assert sum(r["ttft_ms"] for r in reqs) / 6 == pytest.approx(res["gsp"]["on"]["mean_ttft_ms"], abs=0.01)
+    assert min(r["start_s"] for r in reqs) == 0.0
     md = pc.render_markdown(res)
     assert "| gsp | on | 6/0 |" in md and "| multiturn | off | 6/0 | 0.0% |" in md
 
