@@ -188,6 +188,12 @@ class ChatPrepareMixin(OpenAIServingBase):
         msgs = [m.model_dump(exclude_none=True) for m in req.messages]
         if not msgs:
             raise RequestError("messages must contain at least one message.", param="messages")
+        for i, m in enumerate(msgs):  # DeepSeek's prefix completion: the final assistant turn only
+            if m.pop("prefix", False) and (i != len(msgs) - 1 or m["role"] != "assistant"):
+                raise RequestError(
+                    f"messages[{i}].prefix: only the final message, an assistant one, can be a prefix.",
+                    param="messages",
+                )
         tools = req.tools if active else None
         try:
             prompt, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
@@ -236,8 +242,10 @@ class ChatPrepareMixin(OpenAIServingBase):
         kwargs: dict[str, Any],
     ) -> tuple[str, bool]:
         """The prompt, and whether the output starts inside the reasoning (thinking mode, except
-        when ``continue_final_message`` continues the answer: :func:`encode_continuation`)."""
-        cont = req.continue_final_message and msgs[-1].get("role") == "assistant"
+        when ``continue_final_message``, or DeepSeek's ``prefix: true`` on the final assistant
+        message, continues the answer: :func:`encode_continuation`)."""
+        prefix = req.messages[-1].prefix
+        cont = (req.continue_final_message or prefix) and msgs[-1].get("role") == "assistant"
         if self.chat_template is not None:
             kwargs.setdefault("thinking", thinking)
             if req.reasoning_effort is not None:

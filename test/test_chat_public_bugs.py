@@ -1,0 +1,127 @@
+"""``/v1/chat/completions`` (and ``/tokenize`` with ``messages``, which renders exactly as the chat
+route): public bug reports of peer servers' DeepSeek chat handling that failed here. The routes run
+through FastAPI's TestClient over the fake tokenizer manager of ``test_openai_api`` (fast tier).
+
+Oracles: prompts produced by DeepSeek's reference encoder (``fixtures/dsv4_chat_encoding.json``)
+or written by hand from the V4 format (:mod:`sglang_v4.entrypoints.chat_encoding`'s rules), encoded
+by the tokenizer itself; responses read with the ``openai`` client's own parsers.
+
+* An assistant turn's reasoning sent as ``reasoning`` (vLLM's field name since it renamed
+  ``reasoning_content``; its clients replay it under that name) was silently dropped from the
+  prompt, the mirror of vllm-project/vllm#38488 (there ``reasoning_content`` was dropped).
+* DeepSeek's chat prefix completion, ``prefix: true`` on the final assistant message
+  (vllm-project/vllm#31147 added it for DeepSeek-V3.2), was ignored: the message was rendered as a
+  finished turn followed by a new assistant turn.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_openai_api import A, B, E, FakeTM, U, _client, _oai
+from transformers import PreTrainedTokenizerFast
+
+_CASES = json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())["cases"]
+#: Reference-encoder cases whose assistant turns carry reasoning that the prompt keeps.
+_REASONING_CASES = [
+    c
+    for c in _CASES
+    if any(m.get("reasoning_content") for m in c["messages"])
+    and any(m["reasoning_content"] in c["expected"] for m in c["messages"] if m.get("reasoning_content"))
+]
+
+
+def _tokenize_body(case: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "messages": messages,
+        "chat_template_kwargs": {"thinking": case["thinking"]},
+        # a conversation ending with an assistant turn is a finished one in the reference encoder
+        "add_generation_prompt": case["messages"][-1]["role"] != "assistant",
+    }
+    if case["tools"]:
+        body["tools"] = case["tools"]
+    if case["reasoning_effort"]:
+        body["reasoning_effort"] = case["reasoning_effort"]
+    return body
+
+
+@pytest.mark.parametrize("case", _REASONING_CASES, ids=[c["name"] for c in _REASONING_CASES])
+def test_reasoning_field_name_of_vllm_is_kept_in_the_prompt(tok: PreTrainedTokenizerFast, case: dict) -> None:
+    """vllm-project/vllm#38488 (and vLLM's DeepSeek-V3.2 history example, vllm-project/vllm#29837):
+    a client replaying an assistant turn's reasoning as ``reasoning`` must get the same prompt as
+    with ``reasoning_content``: the reference encoder's string, reasoning included."""
+    assert _REASONING_CASES, "the fixture has no case that keeps reasoning"
+    msgs = copy.deepcopy(case["messages"])
+    for m in msgs:
+        if "reasoning_content" in m:
+            m["reasoning"] = m.pop("reasoning_content")
+    c = _client(FakeTM(tok))
+    r = c.post("/tokenize", json=_tokenize_body(case, msgs))
+    assert r.status_code == 200, r.text
+    assert r.json()["tokens"] == tok.encode(case["expected"], add_special_tokens=False)
+
+
+def test_reasoning_content_wins_over_reasoning_and_bad_types_are_400(tok: PreTrainedTokenizerFast) -> None:
+    """Both names given: ``reasoning_content`` (DeepSeek's) is the one rendered. A ``reasoning``
+    that is not a string is a 400 naming the field, as for ``reasoning_content``."""
+    case = _REASONING_CASES[0]
+    msgs = copy.deepcopy(case["messages"])
+    for m in msgs:
+        if "reasoning_content" in m:
+            m["reasoning"] = "NOT THIS " + m["reasoning_content"]
+    c = _client(FakeTM(tok))
+    r = c.post("/tokenize", json=_tokenize_body(case, msgs))
+    assert r.json()["tokens"] == tok.encode(case["expected"], add_special_tokens=False)
+    bad = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "reasoning": {"t": 1}}]
+    for path in ("/tokenize", "/v1/chat/completions"):
+        r = c.post(path, json={"messages": bad, "max_tokens": 1})
+        assert r.status_code == 400, r.text
+        assert "reasoning" in r.json()["message"]
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_deepseek_prefix_completion(tok: PreTrainedTokenizerFast, thinking: bool) -> None:
+    """vllm-project/vllm#31147 (DeepSeek's chat prefix completion, a documented feature of its
+    API): ``prefix: true`` on the final assistant message continues that message. The prompt is
+    the conversation up to the message's text without its EOS; in thinking mode the message's
+    reasoning stays in a closed ``<think>`` block (V4 format: an assistant turn after the last user
+    turn keeps its reasoning), so what the model writes is the answer: ``content``, read here with
+    the ``openai`` client."""
+    reply = "print('hi')\n```"
+    c = _client(FakeTM(tok, reply=reply), reasoning_parser="deepseek-v4")
+    prefix: dict[str, Any] = {"role": "assistant", "content": "```python\n", "prefix": True}
+    if thinking:
+        prefix["reasoning_content"] = "Code it is."
+    msgs = [{"role": "user", "content": "Write code"}, prefix]
+    kw = {"chat_template_kwargs": {"thinking": thinking}}
+    expected = (
+        B + U + "Write code" + A + ("<think>Code it is.</think>" if thinking else "</think>") + "```python\n"
+    )
+    assert E not in expected
+    r = c.post("/tokenize", json={"messages": msgs, **kw})
+    assert r.status_code == 200, r.text
+    assert r.json()["tokens"] == tok.encode(expected, add_special_tokens=False)
+    out = _oai(c).chat.completions.create(model="dsv4-test", messages=msgs, max_tokens=50, extra_body=kw)
+    msg = out.choices[0].message
+    assert msg.content == reply and not getattr(msg, "reasoning_content", None)
+    assert out.usage.prompt_tokens == len(tok.encode(expected, add_special_tokens=False))
+
+
+@pytest.mark.parametrize(
+    "msgs",
+    [
+        [{"role": "assistant", "content": "x", "prefix": True}, {"role": "user", "content": "hi"}],
+        [{"role": "user", "content": "hi", "prefix": True}],
+    ],
+)
+def test_prefix_elsewhere_than_the_final_assistant_message_is_400(
+    tok: PreTrainedTokenizerFast, msgs: list
+) -> None:
+    c = _client(FakeTM(tok))
+    r = c.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 1})
+    assert r.status_code == 400, r.text
+    assert "messages[0].prefix" in r.json()["message"] and r.json()["param"] == "messages"
