@@ -9,6 +9,10 @@ by the tokenizer itself; responses read with the ``openai`` client's own parsers
 * An assistant turn's reasoning sent as ``reasoning`` (vLLM's field name since it renamed
   ``reasoning_content``; its clients replay it under that name) was silently dropped from the
   prompt, the mirror of vllm-project/vllm#38488 (there ``reasoning_content`` was dropped).
+* DeepSeek-V4 sometimes opens its tool calls without closing its reasoning and writes the
+  ``</think>`` after the DSML block (vllm-project/vllm#45862; the same output in
+  ggml-org/llama.cpp#25891): the ``</think>`` leaked into ``content`` and the block's ``"\n\n"``
+  separator into ``reasoning_content``.
 * DeepSeek's chat prefix completion, ``prefix: true`` on the final assistant message
   (vllm-project/vllm#31147 added it for DeepSeek-V3.2), was ignored: the message was rendered as a
   finished turn followed by a new assistant turn.
@@ -125,3 +129,63 @@ def test_prefix_elsewhere_than_the_final_assistant_message_is_400(
     r = c.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 1})
     assert r.status_code == 400, r.text
     assert "messages[0].prefix" in r.json()["message"] and r.json()["param"] == "messages"
+
+
+D = "｜DSML｜"
+
+
+def _stream(client: Any, **kw: Any) -> tuple[str, str, dict[int, list[str]], str | None]:
+    """(content, reasoning_content, {index: [name, arguments]}, finish_reason) of a stream, read
+    with the ``openai`` client."""
+    content, reasoning, calls, finish = "", "", {}, None
+    for ch in _oai(client).chat.completions.create(stream=True, **kw):
+        for cc in ch.choices:
+            finish = cc.finish_reason or finish
+            content += cc.delta.content or ""
+            reasoning += getattr(cc.delta, "reasoning_content", None) or ""
+            for tc in cc.delta.tool_calls or []:
+                d = calls.setdefault(tc.index, ["", ""])
+                d[0] += tc.function.name or ""
+                d[1] += tc.function.arguments or ""
+    return content, reasoning, calls, finish
+
+
+@pytest.mark.parametrize("late_tag", ["\n</think>", "</think>\n", ""])
+def test_tool_block_before_the_end_of_reasoning(tok: PreTrainedTokenizerFast, late_tag: str) -> None:
+    """vllm-project/vllm#45862 (ggml-org/llama.cpp#25891 has the model's text): in thinking mode
+    DeepSeek-V4 writes ``reasoning`` + ``"\n\n"`` + DSML block + ``"\n</think>"``. The reasoning is
+    the text before the block's separator, the block's calls are the tool calls, nothing is
+    content; streamed and not. Oracles: the ``openai`` client's parsers and ``json.loads``."""
+    block = (
+        f'\n\n<{D}tool_calls>\n<{D}invoke name="get_time">\n'
+        f'<{D}parameter name="city" string="true">Tokyo</{D}parameter>\n</{D}invoke>\n</{D}tool_calls>'
+    )
+    reply = "Let me check the time" + block + late_tag
+    c = _client(FakeTM(tok, reply=reply), tool_call_parser="deepseekv4", reasoning_parser="deepseek-v4")
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_time",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    kw: dict[str, Any] = dict(
+        model="dsv4-test",
+        messages=[{"role": "user", "content": "Time in Tokyo?"}],
+        tools=tools,
+        max_tokens=200,
+        extra_body={"chat_template_kwargs": {"thinking": True}},
+    )
+    out = _oai(c).chat.completions.create(**kw)
+    msg = out.choices[0].message
+    assert out.choices[0].finish_reason == "tool_calls"
+    assert msg.reasoning_content == "Let me check the time"
+    assert not msg.content
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in msg.tool_calls] == [
+        ("get_time", {"city": "Tokyo"})
+    ]
+    content, reasoning, calls, finish = _stream(c, **kw)
+    assert (content, reasoning, finish) == ("", "Let me check the time", "tool_calls")
+    assert [(n, json.loads(a)) for n, a in calls.values()] == [("get_time", {"city": "Tokyo"})]
