@@ -13,6 +13,10 @@ by the tokenizer itself; responses read with the ``openai`` client's own parsers
   ``</think>`` after the DSML block (vllm-project/vllm#45862; the same output in
   ggml-org/llama.cpp#25891): the ``</think>`` leaked into ``content`` and the block's ``"\n\n"``
   separator into ``reasoning_content``.
+* DeepSeek-V4-Flash-0731 moved the reasoning-effort tiers (sgl-project/sglang#33185): its encoder
+  has ``low`` (no instruction), ``high`` (the first checkpoints' "max" text) and ``max`` (a new
+  "Beyond maximum" text); ``high`` rendered nothing and its ``max`` was unreachable. The profile is
+  read from the checkpoint's ``encoding/encoding_dsv4.py`` (as SGLang's fix, sgl-project/sglang#33140).
 * DeepSeek's chat prefix completion, ``prefix: true`` on the final assistant message
   (vllm-project/vllm#31147 added it for DeepSeek-V3.2), was ignored: the message was rendered as a
   finished turn followed by a new assistant turn.
@@ -189,3 +193,84 @@ def test_tool_block_before_the_end_of_reasoning(tok: PreTrainedTokenizerFast, la
     content, reasoning, calls, finish = _stream(c, **kw)
     assert (content, reasoning, finish) == ("", "Let me check the time", "tool_calls")
     assert [(n, json.loads(a)) for n, a in calls.values()] == [("get_time", {"city": "Tokyo"})]
+
+
+#: The reasoning-effort instructions as DeepSeek published them (DeepSeek-V4-Flash-0731's
+#: ``encoding/encoding_dsv4.py``, quoted in sgl-project/sglang#33185): written out here, not
+#: imported from the code under test.
+ABSOLUTE = (
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to resolve the root "
+    "cause, rigorously stress-testing your logic against all potential paths, edge cases, and adversarial "
+    "scenarios.\n"
+    "Explicitly write out your entire deliberation process, documenting every intermediate step, considered "
+    "alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n\n"
+)
+BEYOND = (
+    "Reasoning Effort: Beyond maximum \u2014 exhaustive, relentless, and uncompromising.\n"
+    "You MUST reason with the utmost depth and rigor, leaving absolutely nothing to chance: exhaustively "
+    "decompose the problem into its most fundamental components, trace every causal chain to its root, and "
+    "resolve the underlying cause rather than any surface symptom.\n"
+    "Do not stop reasoning until you have independently verified the solution from multiple angles and are "
+    "certain that no assumption remains unchecked and no error remains undiscovered.\n\n"
+)
+#: The shape of the two encoders' effort definitions (module-level names; the texts elided).
+PREVIEW_ENCODER = 'REASONING_EFFORT_MAX = (\n    "Reasoning Effort: Absolute maximum ..."\n)\n'
+OFFICIAL_ENCODER = (
+    'DEFAULT_REASONING_EFFORT = "low"\n'
+    'REASONING_EFFORT_PROMPTS = {\n    "low": "",\n    "high": "...",\n    "max": "...",\n}\n'
+)
+
+
+def _model_dir(root: Path, encoder: str | None, config: dict[str, Any] | None = None) -> str:
+    (root / "config.json").write_text(json.dumps({"model_type": "deepseek_v4", **(config or {})}))
+    if encoder is not None:
+        (root / "encoding").mkdir()
+        (root / "encoding" / "encoding_dsv4.py").write_text(encoder)
+    return str(root)
+
+
+@pytest.mark.parametrize(
+    ("encoder", "config", "expected"),
+    [
+        # DeepSeek-V4-Flash-0731 (official profile)
+        (OFFICIAL_ENCODER, None, {None: "", "low": "", "high": ABSOLUTE, "max": BEYOND, "xhigh": BEYOND}),
+        # the first V4 checkpoints (preview profile), and a checkpoint without the encoder file
+        (PREVIEW_ENCODER, None, {None: "", "low": "", "high": "", "max": ABSOLUTE, "xhigh": ABSOLUTE}),
+        (None, None, {None: "", "high": "", "max": ABSOLUTE}),
+        # a converted checkpoint naming its profile in config.json
+        (None, {"dsv4_reasoning_effort_profile": "official"}, {"high": ABSOLUTE, "max": BEYOND}),
+    ],
+)
+def test_reasoning_effort_tiers_follow_the_checkpoint(
+    tok: PreTrainedTokenizerFast, tmp_path: Path, encoder: str | None, config: dict | None, expected: dict
+) -> None:
+    """sgl-project/sglang#33185: with DeepSeek-V4-Flash-0731's encoder, ``reasoning_effort``
+    ``"high"`` puts the "Absolute maximum" instruction after BOS and ``"max"`` the "Beyond maximum"
+    one; the first V4 checkpoints keep their tiers (only ``"max"``, "Absolute maximum"). Thinking
+    mode only: chat mode never has an instruction."""
+    c = _client(FakeTM(tok), model_path=_model_dir(tmp_path, encoder, config))
+    msgs = [{"role": "user", "content": "q"}]
+    for effort, prefix in expected.items():
+        body: dict[str, Any] = {"messages": msgs, "chat_template_kwargs": {"thinking": True}}
+        if effort is not None:
+            body["reasoning_effort"] = effort
+        r = c.post("/tokenize", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["tokens"] == tok.encode(
+            B + prefix + U + "q" + A + "<think>", add_special_tokens=False
+        ), effort
+        body["chat_template_kwargs"] = {"thinking": False}
+        r = c.post("/tokenize", json=body)
+        assert r.json()["tokens"] == tok.encode(B + U + "q" + A + "</think>", add_special_tokens=False), (
+            effort
+        )
+    r = c.post(
+        "/v1/chat/completions", json={"messages": msgs, "reasoning_effort": "extreme", "max_tokens": 1}
+    )
+    assert r.status_code == 400 and r.json()["param"] == "reasoning_effort"
+
+
+def test_unknown_effort_profile_in_config_is_refused(tok: PreTrainedTokenizerFast, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="dsv4_reasoning_effort_profile"):
+        _client(FakeTM(tok), model_path=_model_dir(tmp_path, None, {"dsv4_reasoning_effort_profile": "v9"}))
