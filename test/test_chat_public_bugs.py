@@ -13,6 +13,10 @@ by the tokenizer itself; responses read with the ``openai`` client's own parsers
   ``</think>`` after the DSML block (vllm-project/vllm#45862; the same output in
   ggml-org/llama.cpp#25891): the ``</think>`` leaked into ``content`` and the block's ``"\n\n"``
   separator into ``reasoning_content``.
+* DeepSeek-V4 sometimes writes its invokes without the ``<｜DSML｜tool_calls>`` wrapper (at long
+  contexts; at times with the wrapper's closing tag alone): the markup was returned as ``content``
+  with no ``tool_calls`` and ``finish_reason: "stop"`` (sgl-project/sglang#40236 path 1,
+  vllm-project/vllm#48931).
 * DeepSeek-V4-Flash-0731 moved the reasoning-effort tiers (sgl-project/sglang#33185): its encoder
   has ``low`` (no instruction), ``high`` (the first checkpoints' "max" text) and ``max`` (a new
   "Beyond maximum" text); ``high`` rendered nothing and its ``max`` was unreachable. The profile is
@@ -274,3 +278,36 @@ def test_reasoning_effort_tiers_follow_the_checkpoint(
 def test_unknown_effort_profile_in_config_is_refused(tok: PreTrainedTokenizerFast, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="dsv4_reasoning_effort_profile"):
         _client(FakeTM(tok), model_path=_model_dir(tmp_path, None, {"dsv4_reasoning_effort_profile": "v9"}))
+
+
+@pytest.mark.parametrize("orphan_end", [False, True])
+def test_invokes_without_the_block_wrapper_are_tool_calls(
+    tok: PreTrainedTokenizerFast, orphan_end: bool
+) -> None:
+    """sgl-project/sglang#40236 (bare invoke) and vllm-project/vllm#48931 (the start wrapper left
+    out, its closing tag written): the invokes are tool calls, ``finish_reason`` is
+    ``"tool_calls"``, no DSML reaches ``content``; streamed and not. Oracles: the ``openai``
+    client's parsers and ``json.loads``."""
+    reply = (
+        "I'll check.\n\n"
+        f'<{D}invoke name="get_weather">\n<{D}parameter name="city" string="true">Oslo</{D}parameter>\n'
+        f'<{D}parameter name="days" string="false">2</{D}parameter>\n</{D}invoke>'
+        + (f"\n</{D}tool_calls>" if orphan_end else "")
+    )
+    c = _client(FakeTM(tok, reply=reply), tool_call_parser="deepseekv4")
+    props = {"city": {"type": "string"}, "days": {"type": "integer"}}
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "parameters": {"type": "object", "properties": props}},
+        }
+    ]
+    kw: dict[str, Any] = dict(model="dsv4-test", messages=[{"role": "user", "content": "Oslo?"}], tools=tools)
+    out = _oai(c).chat.completions.create(**kw)
+    msg = out.choices[0].message
+    assert out.choices[0].finish_reason == "tool_calls" and msg.content == "I'll check."
+    want = [("get_weather", {"city": "Oslo", "days": 2})]
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in msg.tool_calls] == want
+    content, _, calls, finish = _stream(c, **kw)
+    assert (content, finish) == ("I'll check.", "tool_calls")
+    assert [(n, json.loads(a)) for n, a in calls.values()] == want

@@ -74,6 +74,27 @@ GOOD = [
         [("get_weather", {"city": "Rome", "days": [1, 2]})],
     ),
     ("Plain answer with <b>tags</b> and a < sign.\n", "Plain answer with <b>tags</b> and a < sign.\n", []),
+    # bare blocks: invokes without the <tool_calls> wrapper (sgl-project/sglang#40236,
+    # vllm-project/vllm#48931): up to the end of the output, to an orphan closing tag, or to text
+    (
+        "Checking.\n\n" + invoke("get_weather", ("city", "true", "Oslo")),
+        "Checking.",
+        [("get_weather", {"city": "Oslo"})],
+    ),
+    (
+        "\n\n"
+        + invoke("get_weather", ("city", "true", "Oslo"))
+        + "\n"
+        + invoke("noop")
+        + f"\n</{D}tool_calls>",
+        "",
+        [("get_weather", {"city": "Oslo"}), ("noop", {})],
+    ),
+    (
+        invoke("book", ("pax", "false", "2")) + "\n\nBooked <b>now</b>.",
+        "Booked <b>now</b>.",
+        [("book", {"pax": 2})],
+    ),
 ]
 
 BAD = [
@@ -84,6 +105,8 @@ BAD = [
     f"\n\n<{D}tool_calls>\nhello\n</{D}tool_calls>",  # text between tags
     f"\n\n<{D}tool_calls>\n</{D}tool_calls>",  # empty block
     block(f'<{D}invoke name="get_weather">\n["not", "an", "object"]\n</{D}invoke>'),
+    "\n\n" + invoke("launch_missiles", ("x", "true", "1")),  # bare, not one of the request's tools
+    "See " + invoke("get_weather", ("days", "false", "three")) + " here",  # bare, not JSON
 ]
 
 

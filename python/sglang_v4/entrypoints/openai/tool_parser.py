@@ -37,6 +37,14 @@ deltas and :func:`parse_tool_calls` give the same calls; :attr:`DsmlToolParser.t
 and :attr:`DsmlToolParser.complete` is False (the finish reason stays the engine's, never
 ``"tool_calls"``).
 
+A *bare* block, invokes without the ``<｜DSML｜tool_calls>`` wrapper (DeepSeek-V4 leaves the
+wrapper out at times, at long contexts especially: sgl-project/sglang#40236, vllm-project/vllm#48931),
+is a block too: it starts at ``<｜DSML｜invoke`` and ends after its last invoke, at the wrapper's
+closing tag if the model writes it (the orphan end of vLLM's report, dropped) or at the first text
+that is not another invoke (that text is content); ended by the end of the output after a closed
+invoke, it is complete. Only an invoke of one of the request's tools that is written out whole
+makes a call of it (an unknown name is a malformed block, as in a wrapped one).
+
 A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
 between tags) is returned *as text*: from the point of failure the block's raw text, from its
 first character, goes to ``content`` and the rest of the output follows as content. Deltas of
@@ -74,6 +82,9 @@ _ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4", "auto": "d
 #: The longest tag head (``name="..." string="..."``) waited for before a tag counts as malformed.
 _MAX_TAG_CHARS = 512
 
+#: A DSML tag (open or close) at the end of a text: an invoke right after one sits in another
+#: structure (V3.2's ``function_calls`` block...), not a bare block of ours.
+_DSML_TAG_AT_END = re.compile(rf"</?{DSML}[^<>]*>\s*$")
 _INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
 _PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
 
@@ -189,6 +200,8 @@ class DsmlToolParser:
     _raw: str = ""  # text of the open block, from the whitespace before its start marker
     _block_calls: list[ParsedToolCall] = field(default_factory=list)
     _after_block: bool = False
+    _bare: bool = False  # the open block had no wrapper (it started at an invoke)
+    _tail: str = ""  # the end of the plain text sent as content (for :data:`_DSML_TAG_AT_END`)
     _n_calls: int = 0
     _call: ParsedToolCall | None = None
     _param_names: set[str] = field(default_factory=set)
@@ -236,11 +249,15 @@ class DsmlToolParser:
         if self._state == _TEXT:
             if self._after_block:
                 rest = rest.lstrip()
-            marker = _partial_suffix(rest, self.block_start)
+            marker = max(_partial_suffix(rest, self.block_start), _partial_suffix(rest, self.invoke_start))
             if not marker:
                 return rest, []
             self.truncated = True  # the output ends with the first characters of a block start
             return rest[: len(rest) - marker].rstrip(), []
+        if self._state == _BLOCK and self._bare:  # a bare block ends with its last invoke
+            self.calls.extend(self._block_calls)
+            self._block_calls, self._raw, self._state = [], "", _TEXT
+            return "", []
         cut = self._call
         if cut is not None:
             cut.partial = True
@@ -295,6 +312,10 @@ class DsmlToolParser:
             return False
         if st == _BLOCK:
             m = self._expect((self.invoke_start, self.block_end))
+            if m is None and self._bare and self._block_calls:  # a bare block ends: text follows
+                self.calls.extend(self._block_calls)
+                self._block_calls, self._raw, self._state = [], "", _TEXT
+                return True
             if m is None or (m == self.block_end and not self._block_calls):
                 self._to_raw(content)
                 return True
@@ -337,20 +358,35 @@ class DsmlToolParser:
                 self._buf = ""
                 return False
             self._after_block = False
-        pos = buf.find(self.block_start)
+        pos, marker = -1, self.block_start
+        for m in (self.block_start, self.invoke_start):  # wrapped, or bare (module docstring)
+            p = buf.find(m)
+            if p >= 0 and (pos < 0 or p < pos):
+                pos, marker = p, m
+        if pos >= 0 and marker == self.invoke_start and _DSML_TAG_AT_END.search(self._tail + buf[:pos]):
+            end = pos + len(marker)  # inside another DSML structure: plain text
+            self._text_out(content, buf[:end])
+            self._buf = buf[end:]
+            return True
         if pos >= 0:
             ws = _trailing_ws(buf, pos)
-            content.append(buf[: pos - ws])
-            self._raw = buf[pos - ws : pos + len(self.block_start)]
-            self._buf = buf[pos + len(self.block_start) :]
-            self._state = _BLOCK
+            self._text_out(content, buf[: pos - ws])
+            self._tail = ""
+            self._raw = buf[pos - ws : pos + len(marker)]
+            self._buf = buf[pos + len(marker) :]
+            self._bare = marker == self.invoke_start
+            self._state = _INVOKE_TAG_S if self._bare else _BLOCK
             self._block_calls = []
             return True
-        keep = _partial_suffix(buf, self.block_start)
+        keep = max(_partial_suffix(buf, self.block_start), _partial_suffix(buf, self.invoke_start))
         keep += _trailing_ws(buf, len(buf) - keep)
-        content.append(buf[: len(buf) - keep])
+        self._text_out(content, buf[: len(buf) - keep])
         self._buf = buf[len(buf) - keep :]
         return False
+
+    def _text_out(self, content: list[str], text: str) -> None:
+        content.append(text)
+        self._tail = (self._tail + text)[-_MAX_TAG_CHARS:]
 
     def _step_tag(self, content: list[str], deltas: list[ToolCallDelta]) -> bool:
         is_invoke = self._state == _INVOKE_TAG_S
