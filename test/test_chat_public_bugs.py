@@ -17,6 +17,9 @@ by the tokenizer itself; responses read with the ``openai`` client's own parsers
   contexts; at times with the wrapper's closing tag alone): the markup was returned as ``content``
   with no ``tool_calls`` and ``finish_reason: "stop"`` (sgl-project/sglang#40236 path 1,
   vllm-project/vllm#48931).
+* DeepSeek-V4 at times wraps a call's arguments in a spurious ``arguments`` / ``input``
+  parameter (sgl-project/sglang#38924, vllm-project/vllm#41240): the wrapper reached the client,
+  whose schema validation rejected the call.
 * DeepSeek-V4-Flash-0731 moved the reasoning-effort tiers (sgl-project/sglang#33185): its encoder
   has ``low`` (no instruction), ``high`` (the first checkpoints' "max" text) and ``max`` (a new
   "Beyond maximum" text); ``high`` rendered nothing and its ``max`` was unreachable. The profile is
@@ -311,3 +314,82 @@ def test_invokes_without_the_block_wrapper_are_tool_calls(
     content, _, calls, finish = _stream(c, **kw)
     assert (content, finish) == ("I'll check.", "tool_calls")
     assert [(n, json.loads(a)) for n, a in calls.values()] == want
+
+
+_READ = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+_BASH = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+_RAW = {"type": "object", "properties": {"arguments": {"type": "string"}}}
+_TWO = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
+_SCHEMAS = {"read": _READ, "bash": _BASH, "raw": _RAW, "two": _TWO}
+
+
+def _param(k: str, s: str, v: str) -> str:
+    return f'<{D}parameter name="{k}" string="{s}">{v}</{D}parameter>'
+
+
+def _call(name: str, body: str) -> str:
+    return f'\n\n<{D}tool_calls>\n<{D}invoke name="{name}">\n{body}\n</{D}invoke>\n</{D}tool_calls>'
+
+
+WRAPPED = [  # (model output, the call's arguments as the tool's schema wants them)
+    (_call("read", _param("arguments", "false", '{"path": "/x"}')), {"path": "/x"}),
+    (_call("read", _param("arguments", "true", '{"path": "/x"}')), {"path": "/x"}),
+    (_call("read", _param("input", "false", '{"path": "/x"}')), {"path": "/x"}),
+    (_call("bash", _param("arguments", "true", "cd /x && ls -la 2>&1")), {"command": "cd /x && ls -la 2>&1"}),
+    (_call("read", '{"arguments": {"path": "/x"}}'), {"path": "/x"}),
+    (_call("read", '{ "input" : "{\\"path\\": \\"/x\\"}" }'), {"path": "/x"}),
+    # left as written: a declared "arguments" parameter, a second parameter, no single string
+    # parameter to give a bare string to, a JSON body whose first key is a real one
+    (_call("raw", _param("arguments", "true", "x")), {"arguments": "x"}),
+    (
+        _call("read", _param("arguments", "true", "a") + "\n" + _param("path", "true", "/p")),
+        {"arguments": "a", "path": "/p"},
+    ),
+    (_call("two", _param("arguments", "true", "ls")), {"arguments": "ls"}),
+    (_call("read", '{"path": "/y", "arguments": 1}'), {"path": "/y", "arguments": 1}),
+]
+
+
+@pytest.mark.parametrize("text,want", WRAPPED, ids=[str(i) for i in range(len(WRAPPED))])
+def test_spurious_arguments_wrapper_is_removed(text: str, want: dict) -> None:
+    """sgl-project/sglang#38924 / vllm-project/vllm#41240: a call whose only parameter is an
+    ``arguments`` / ``input`` wrapper the tool does not declare gets the wrapped arguments (its
+    schema's shape); everything else is left as the model wrote it. Streamed in every chunking
+    (the test_openai_tool_parser ones), the arguments text is the non-streamed one. Oracle: the
+    expected dicts, written out by hand; ``json.loads``."""
+    from sglang_v4.entrypoints.openai.tool_parser import DsmlToolParser, parse_tool_calls
+    from test_openai_tool_parser import chunkings
+
+    content, calls, complete = parse_tool_calls(text, _SCHEMAS)
+    assert content == "" and complete and [json.loads(c.arguments) for c in calls] == [want]
+    for chunks in chunkings(text):
+        p = DsmlToolParser(_SCHEMAS)
+        args, streamed = "", ""
+        for ch in [*chunks, None]:
+            c, deltas = p.feed(ch) if ch is not None else p.finish()
+            streamed += c
+            args += "".join(d.arguments for d in deltas)
+        assert streamed == "" and args == calls[0].arguments, chunks
+
+
+def test_wrapper_repair_through_the_chat_route(tok: PreTrainedTokenizerFast) -> None:
+    """The same through ``/v1/chat/completions`` with the ``openai`` client, streamed and not; a
+    call cut inside a held wrapper still streams what was generated."""
+    reply = _call("bash", _param("arguments", "true", "pwd"))
+    c = _client(FakeTM(tok, reply=reply), tool_call_parser="deepseekv4")
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": _BASH}}]
+    kw: dict[str, Any] = dict(
+        model="dsv4-test", messages=[{"role": "user", "content": "where?"}], tools=tools
+    )
+    out = _oai(c).chat.completions.create(**kw)
+    assert out.choices[0].finish_reason == "tool_calls"
+    assert json.loads(out.choices[0].message.tool_calls[0].function.arguments) == {"command": "pwd"}
+    content, _, calls, finish = _stream(c, **kw)
+    assert finish == "tool_calls" and [json.loads(a) for _, a in calls.values()] == [{"command": "pwd"}]
+    n = len(tok.encode(reply[: reply.index("pwd") + 2], add_special_tokens=False))
+    out = _oai(c).chat.completions.create(max_tokens=n, **kw)
+    cut = out.choices[0].message.tool_calls[0].function.arguments
+    _, _, calls, finish = _stream(c, max_tokens=n, **kw)
+    assert (
+        finish == "length" and [a for _, a in calls.values()] == [cut] and cut.startswith('{"arguments": "p')
+    )

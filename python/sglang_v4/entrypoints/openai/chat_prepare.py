@@ -99,7 +99,8 @@ class ChatPlan:
         prompt: the rendered prompt text.
         thinking: thinking mode (the prompt opens ``<think>``).
         reasoning: the reasoning split of the output (``separate`` False: no split).
-        tool_names: names of the offered tools when tool calls are parsed, else ``None``.
+        tool_names: the offered tools when tool calls are parsed (name -> ``parameters`` JSON
+            schema, ``None`` where not given), else ``None``.
         structural_tag: the tool-call grammar (``None``: unconstrained).
         think_end_id: the ``</think>`` token id when the output starts inside reasoning, else
             ``None``; a generation stopped by that token ended its reasoning.
@@ -109,7 +110,7 @@ class ChatPlan:
     prompt: str
     thinking: bool
     reasoning: ReasoningSpec
-    tool_names: list[str] | None = None
+    tool_names: dict[str, Any] | None = None
     structural_tag: str | None = None
     think_end_id: int | None = None
     stop_marker: bool = False
@@ -268,7 +269,8 @@ class ChatPrepareMixin(OpenAIServingBase):
             raise RequestError(str(e), param="messages") from None
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if active else None)
-        plan = ChatPlan(prompt, thinking, spec, names if active else None)
+        schemas = {fn["name"]: fn.get("parameters") for fn in functions}
+        plan = ChatPlan(prompt, thinking, spec, schemas if active else None)
         strict = any(bool(fn.get("strict")) for fn in functions)
         # parallel_tool_calls false under "auto": a grammar of at most one call, where one can
         # apply (a grammar backend, and no answer grammar of the client's to combine it with)

@@ -45,6 +45,12 @@ that is not another invoke (that text is content); ended by the end of the outpu
 invoke, it is complete. Only an invoke of one of the request's tools that is written out whole
 makes a call of it (an unknown name is a malformed block, as in a wrapped one).
 
+With the tools' schemas (``tool_names`` a mapping name -> ``parameters``), a call whose only
+parameter is a spurious ``arguments`` / ``input`` wrapper is repaired
+(:mod:`.tool_args_repair`): its arguments are held back from the stream from the wrapper's tag
+(or, for a JSON body, from its first key) until the invoke ends, then sent whole, repaired; a
+second parameter releases them.
+
 A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
 between tags) is returned *as text*: from the point of failure the block's raw text, from its
 first character, goes to ``content`` and the rest of the output follows as content. Deltas of
@@ -57,10 +63,11 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
+from sglang_v4.entrypoints.openai.tool_args_repair import WRAPPER_KEYS, is_wrapper_key, unwrap_arguments
 
 __all__ = [
     "TOOL_CALL_PARSERS",
@@ -85,6 +92,9 @@ _MAX_TAG_CHARS = 512
 #: A DSML tag (open or close) at the end of a text: an invoke right after one sits in another
 #: structure (V3.2's ``function_calls`` block...), not a bare block of ours.
 _DSML_TAG_AT_END = re.compile(rf"</?{DSML}[^<>]*>\s*$")
+#: The start of a JSON object's first key (group 1: the key, once its closing quote came).
+_JSON_FIRST_KEY = re.compile(r'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:')
+_JSON_KEY_PREFIX = re.compile(r'\s*(\{\s*("((?:[^"\\]|\\.)*"?\s*)?)?)?')
 _INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
 _PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
 
@@ -179,7 +189,8 @@ class DsmlToolParser:
 
     Args:
         tool_names: names of the request's tools; a call of any other name makes its block
-            malformed. ``None`` accepts every name.
+            malformed. ``None`` accepts every name. A mapping name -> ``parameters`` schema also
+            enables the wrapper repair (module docstring).
         block: the block tag name, ``"tool_calls"`` (V4) or ``"function_calls"`` (V3.2).
 
     Attributes:
@@ -202,6 +213,8 @@ class DsmlToolParser:
     _after_block: bool = False
     _bare: bool = False  # the open block had no wrapper (it started at an invoke)
     _tail: str = ""  # the end of the plain text sent as content (for :data:`_DSML_TAG_AT_END`)
+    _hold: bool = False  # the open call's arguments are held back (a possible wrapper)
+    _hold_undecided: bool = False  # ... its JSON body's first key is not known yet
     _n_calls: int = 0
     _call: ParsedToolCall | None = None
     _param_names: set[str] = field(default_factory=set)
@@ -259,13 +272,17 @@ class DsmlToolParser:
             self._block_calls, self._raw, self._state = [], "", _TEXT
             return "", []
         cut = self._call
+        held = []
         if cut is not None:
             cut.partial = True
+            if self._hold and cut.arguments:  # never streamed: the generated part goes out now
+                held = [ToolCallDelta(cut.index, arguments=cut.arguments)]
+        self._hold = self._hold_undecided = False
         self.calls.extend(self._block_calls + ([cut] if cut is not None else []))
         self.truncated = True
         self._block_calls, self._call, self._raw, self._held_ws = [], None, "", ""
         self._state = _TEXT
-        return "", []
+        return "", held
 
     # ------------------------------------------------------------------ state machine
     def _take(self, n: int) -> str:
@@ -281,6 +298,7 @@ class DsmlToolParser:
         self._raw = self._held_ws = ""
         self._block_calls = []
         self._call = None
+        self._hold = self._hold_undecided = False
 
     def _skip_ws(self) -> None:
         n = len(self._buf) - len(self._buf.lstrip())
@@ -336,6 +354,7 @@ class DsmlToolParser:
             m = self._expect((self.param_start, self.invoke_end))
             if m is None and self._buf.startswith("{") and not self._param_names:
                 self._state, self._value = _JSON_ARGS, ""
+                self._hold = self._hold_undecided = any(self._may_wrap(k) for k in WRAPPER_KEYS)
                 return True
             if m is None:
                 self._to_raw(content)
@@ -412,6 +431,10 @@ class DsmlToolParser:
         if key in self._param_names:
             self._to_raw(content)
             return True
+        if not self._param_names:
+            self._hold = self._may_wrap(key)
+        elif self._hold:  # a second parameter: no wrapper
+            self._release(deltas)
         head = ("{" if not self._param_names else ", ") + json.dumps(key, ensure_ascii=False) + ": "
         self._param_names.add(key)
         self._value_is_string, self._value, self._held_ws = is_string, "", ""
@@ -435,6 +458,9 @@ class DsmlToolParser:
                 piece = piece.lstrip()
         self._take(len(buf) - keep if pos < 0 else pos)
         self._value += piece
+        if self._hold_undecided:
+            self._decide_json_hold(piece, deltas)
+            piece = ""  # in the call's arguments already (or sent by the release)
         if pos < 0:
             if piece:
                 self._emit(json.dumps(piece, ensure_ascii=False)[1:-1] if not raw_json else piece, deltas)
@@ -461,11 +487,46 @@ class DsmlToolParser:
         self._state = _INVOKE
         return True
 
+    def _may_wrap(self, key: str) -> bool:
+        """Whether parameter ``key`` of the open call may be a spurious wrapper (the tools'
+        schemas are known and the tool declares no such parameter)."""
+        names = self.tool_names
+        if self._call is None or not isinstance(names, Mapping) or self._call.name not in names:
+            return False
+        return is_wrapper_key(key, names[self._call.name])
+
+    def _release(self, deltas: list[ToolCallDelta]) -> None:
+        """Stop holding the open call's arguments back: what was held goes out as a delta."""
+        assert self._call is not None
+        self._hold = self._hold_undecided = False
+        if self._call.arguments:
+            deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
+
+    def _decide_json_hold(self, piece: str, deltas: list[ToolCallDelta]) -> None:
+        """A JSON body's arguments are held until its first key is known: a wrapper key keeps
+        them held to the end of the invoke; anything else releases them."""
+        assert self._call is not None
+        self._call.arguments += piece
+        m = _JSON_FIRST_KEY.match(self._value)
+        if m is not None:
+            try:
+                key = json.loads(f'"{m.group(1)}"')
+            except ValueError:
+                key = None
+            if isinstance(key, str) and self._may_wrap(key):
+                self._hold_undecided = False
+                return
+            self._release(deltas)
+        elif _JSON_KEY_PREFIX.fullmatch(self._value) is None:
+            self._release(deltas)
+
     def _emit(self, fragment: str, deltas: list[ToolCallDelta]) -> None:
         assert self._call is not None
         if not fragment:
             return
         self._call.arguments += fragment
+        if self._hold:
+            return
         if deltas and deltas[-1].index == self._call.index:
             deltas[-1].arguments += fragment
         else:
@@ -474,6 +535,12 @@ class DsmlToolParser:
     def _close_invoke(self, tail: str, deltas: list[ToolCallDelta]) -> None:
         assert self._call is not None
         self._emit(tail, deltas)
+        if self._hold:
+            names = self.tool_names
+            schema = names.get(self._call.name) if isinstance(names, Mapping) else None
+            self._call.arguments = unwrap_arguments(self._call.arguments, schema) or self._call.arguments
+            self._hold = self._hold_undecided = False
+            deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
         self._block_calls.append(self._call)
         self._call = None
         self._state = _BLOCK
