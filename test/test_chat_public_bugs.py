@@ -16,7 +16,8 @@ by the tokenizer itself; responses read with the ``openai`` client's own parsers
 * DeepSeek-V4 sometimes writes its invokes without the ``<｜DSML｜tool_calls>`` wrapper (at long
   contexts; at times with the wrapper's closing tag alone): the markup was returned as ``content``
   with no ``tool_calls`` and ``finish_reason: "stop"`` (sgl-project/sglang#40236 path 1,
-  vllm-project/vllm#48931).
+  vllm-project/vllm#48931); a block the model stopped in after its last closed invoke (no closing
+  tag) answered ``finish_reason: "stop"`` (sgl-project/sglang#40236 path 2).
 * DeepSeek-V4 at times wraps a call's arguments in a spurious ``arguments`` / ``input``
   parameter (sgl-project/sglang#38924, vllm-project/vllm#41240): the wrapper reached the client,
   whose schema validation rejected the call.
@@ -393,3 +394,23 @@ def test_wrapper_repair_through_the_chat_route(tok: PreTrainedTokenizerFast) -> 
     assert (
         finish == "length" and [a for _, a in calls.values()] == [cut] and cut.startswith('{"arguments": "p')
     )
+
+
+def test_block_left_open_by_eos_after_closed_invokes(tok: PreTrainedTokenizerFast) -> None:
+    """sgl-project/sglang#40236 path 2: the model stops (EOS) after a closed invoke without the
+    block's closing tag: the call is made, ``finish_reason`` is ``"tool_calls"``, streamed and not.
+    Cut by ``max_tokens`` at the same place, the finish reason stays ``"length"``."""
+    body = _param("path", "true", "/etc/hosts")
+    reply = _call("read", body).removesuffix(f"\n</{D}tool_calls>")
+    c = _client(FakeTM(tok, reply=reply), tool_call_parser="deepseekv4")
+    tools = [{"type": "function", "function": {"name": "read", "parameters": _READ}}]
+    kw: dict[str, Any] = dict(model="dsv4-test", messages=[{"role": "user", "content": "read"}], tools=tools)
+    out = _oai(c).chat.completions.create(**kw)
+    assert out.choices[0].finish_reason == "tool_calls" and not out.choices[0].message.content
+    assert json.loads(out.choices[0].message.tool_calls[0].function.arguments) == {"path": "/etc/hosts"}
+    content, _, calls, finish = _stream(c, **kw)
+    assert (content, finish) == ("", "tool_calls")
+    assert [json.loads(a) for _, a in calls.values()] == [{"path": "/etc/hosts"}]
+    n = len(tok.encode(reply, add_special_tokens=False))
+    out = _oai(c).chat.completions.create(max_tokens=n - 1, **kw)
+    assert out.choices[0].finish_reason == "length"

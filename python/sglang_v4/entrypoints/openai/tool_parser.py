@@ -34,8 +34,9 @@ was complete is no call; a generation that ends with the first characters of a b
 content only: in thinking mode, such characters at the end of unfinished reasoning are reasoning
 text, see :mod:`.reasoning_parser`). The streamed
 deltas and :func:`parse_tool_calls` give the same calls; :attr:`DsmlToolParser.truncated` is set
-and :attr:`DsmlToolParser.complete` is False (the finish reason stays the engine's, never
-``"tool_calls"``).
+and :attr:`DsmlToolParser.complete` is False. A cut call keeps the engine's finish reason; a
+generation that *stopped* in a block after its last closed invoke made its calls
+(:attr:`DsmlToolParser.calls_whole`: finish reason ``"tool_calls"``).
 
 A *bare* block, invokes without the ``<｜DSML｜tool_calls>`` wrapper (DeepSeek-V4 leaves the
 wrapper out at times, at long contexts especially: sgl-project/sglang#40236, vllm-project/vllm#48931),
@@ -234,6 +235,13 @@ class DsmlToolParser:
     def complete(self) -> bool:
         """At least one call was parsed and no block was malformed, left open or cut."""
         return bool(self.calls) and not self.malformed and not self.truncated and self._state == _TEXT
+
+    @property
+    def calls_whole(self) -> bool:
+        """At least one call was parsed, no block was malformed and no call was cut: the block may
+        have been left open after its last closed invoke (a generation *stopped* there made its
+        calls: finish reason ``"tool_calls"``, sgl-project/sglang#40236)."""
+        return bool(self.calls) and not self.malformed and not any(c.partial for c in self.calls)
 
     # ------------------------------------------------------------------ feeding
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
