@@ -14,10 +14,11 @@ by the tokenizer itself; responses read with the ``openai`` client's own parsers
   ggml-org/llama.cpp#25891): the ``</think>`` leaked into ``content`` and the block's ``"\n\n"``
   separator into ``reasoning_content``.
 * DeepSeek-V4 sometimes writes its invokes without the ``<｜DSML｜tool_calls>`` wrapper (at long
-  contexts; at times with the wrapper's closing tag alone): the markup was returned as ``content``
-  with no ``tool_calls`` and ``finish_reason: "stop"`` (sgl-project/sglang#40236 path 1,
-  vllm-project/vllm#48931); a block the model stopped in after its last closed invoke (no closing
-  tag) answered ``finish_reason: "stop"`` (sgl-project/sglang#40236 path 2).
+  contexts; at times with the wrapper's closing tag alone), or in a misspelled one: the markup
+  was returned as ``content`` with no ``tool_calls`` and ``finish_reason: "stop"``
+  (sgl-project/sglang#40236 path 1, vllm-project/vllm#48931, vllm-project/vllm#51914); a block
+  the model stopped in after its last closed invoke (no closing tag) answered
+  ``finish_reason: "stop"`` (sgl-project/sglang#40236 path 2).
 * DeepSeek-V4 at times wraps a call's arguments in a spurious ``arguments`` / ``input``
   parameter (sgl-project/sglang#38924, vllm-project/vllm#41240): the wrapper reached the client,
   whose schema validation rejected the call.
@@ -284,19 +285,21 @@ def test_unknown_effort_profile_in_config_is_refused(tok: PreTrainedTokenizerFas
         _client(FakeTM(tok), model_path=_model_dir(tmp_path, None, {"dsv4_reasoning_effort_profile": "v9"}))
 
 
-@pytest.mark.parametrize("orphan_end", [False, True])
+@pytest.mark.parametrize(("opening", "closing"), [("", ""), ("", "tool_calls"), ("toolcalls", "toolcalls")])
 def test_invokes_without_the_block_wrapper_are_tool_calls(
-    tok: PreTrainedTokenizerFast, orphan_end: bool
+    tok: PreTrainedTokenizerFast, opening: str, closing: str
 ) -> None:
-    """sgl-project/sglang#40236 (bare invoke) and vllm-project/vllm#48931 (the start wrapper left
-    out, its closing tag written): the invokes are tool calls, ``finish_reason`` is
-    ``"tool_calls"``, no DSML reaches ``content``; streamed and not. Oracles: the ``openai``
-    client's parsers and ``json.loads``."""
+    """sgl-project/sglang#40236 (bare invoke), vllm-project/vllm#48931 (the start wrapper left
+    out, its closing tag written) and vllm-project/vllm#51914 (the wrapper misspelled
+    ``toolcalls``): the invokes are tool calls, ``finish_reason`` is ``"tool_calls"``, no DSML
+    reaches ``content``; streamed and not. Oracles: the ``openai`` client's parsers and
+    ``json.loads``."""
     reply = (
         "I'll check.\n\n"
-        f'<{D}invoke name="get_weather">\n<{D}parameter name="city" string="true">Oslo</{D}parameter>\n'
+        + (f"<{D}{opening}>\n" if opening else "")
+        + f'<{D}invoke name="get_weather">\n<{D}parameter name="city" string="true">Oslo</{D}parameter>\n'
         f'<{D}parameter name="days" string="false">2</{D}parameter>\n</{D}invoke>'
-        + (f"\n</{D}tool_calls>" if orphan_end else "")
+        + (f"\n</{D}{closing}>" if closing else "")
     )
     c = _client(FakeTM(tok, reply=reply), tool_call_parser="deepseekv4")
     props = {"city": {"type": "string"}, "days": {"type": "integer"}}

@@ -44,7 +44,10 @@ is a block too: it starts at ``<｜DSML｜invoke`` and ends after its last invok
 closing tag if the model writes it (the orphan end of vLLM's report, dropped) or at the first text
 that is not another invoke (that text is content); ended by the end of the output after a closed
 invoke, it is complete. Only an invoke of one of the request's tools that is written out whole
-makes a call of it (an unknown name is a malformed block, as in a wrapped one).
+makes a call of it (an unknown name is a malformed block, as in a wrapped one). A DSML wrapper of
+another name whose first content is an invoke is a block too, closed by its own closing tag
+(DeepSeek-V4-Flash-0731 writes ``<｜DSML｜toolcalls>`` at times, vllm-project/vllm#51914; V3.2
+wrote ``function_calls``): the invoke grammar is the same; before other text such a tag is text.
 
 With the tools' schemas (``tool_names`` a mapping name -> ``parameters``), a call whose only
 parameter is a spurious ``arguments`` / ``input`` wrapper is repaired
@@ -90,9 +93,12 @@ _ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4", "auto": "d
 #: The longest tag head (``name="..." string="..."``) waited for before a tag counts as malformed.
 _MAX_TAG_CHARS = 512
 
-#: A DSML tag (open or close) at the end of a text: an invoke right after one sits in another
-#: structure (V3.2's ``function_calls`` block...), not a bare block of ours.
-_DSML_TAG_AT_END = re.compile(rf"</?{DSML}[^<>]*>\s*$")
+#: A DSML wrapper tag: ``<｜DSML｜tool_calls>``, or another name holding invokes (module docstring).
+_WRAPPER_OPEN = re.compile(rf"<{DSML}(\w+)>")
+#: An unfinished DSML tag at the end of a text (what follows decides what it is).
+_DSML_TAG_HEAD = re.compile(rf"<{DSML}\w*$")
+#: A DSML tag, finished or not, that ends a text (whitespace after it).
+_DSML_TAG_TAIL = re.compile(rf"<{DSML}\w*>?\s*$")
 #: The start of a JSON object's first key (group 1: the key, once its closing quote came).
 _JSON_FIRST_KEY = re.compile(r'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:')
 _JSON_KEY_PREFIX = re.compile(r'\s*(\{\s*("((?:[^"\\]|\\.)*"?\s*)?)?)?')
@@ -213,7 +219,7 @@ class DsmlToolParser:
     _block_calls: list[ParsedToolCall] = field(default_factory=list)
     _after_block: bool = False
     _bare: bool = False  # the open block had no wrapper (it started at an invoke)
-    _tail: str = ""  # the end of the plain text sent as content (for :data:`_DSML_TAG_AT_END`)
+    _cur_end: str = ""  # the closing tag of the open block (its wrapper's name)
     _hold: bool = False  # the open call's arguments are held back (a possible wrapper)
     _hold_undecided: bool = False  # ... its JSON body's first key is not known yet
     _n_calls: int = 0
@@ -226,6 +232,7 @@ class DsmlToolParser:
     def __post_init__(self) -> None:
         self.block_start = f"<{DSML}{self.block}>"
         self.block_end = f"</{DSML}{self.block}>"
+        self._cur_end = self.block_end
         self.invoke_start = f"<{DSML}invoke"
         self.invoke_end = f"</{DSML}invoke>"
         self.param_start = f"<{DSML}parameter"
@@ -270,7 +277,13 @@ class DsmlToolParser:
         if self._state == _TEXT:
             if self._after_block:
                 rest = rest.lstrip()
-            marker = max(_partial_suffix(rest, self.block_start), _partial_suffix(rest, self.invoke_start))
+            marker = max(
+                _partial_suffix(rest, self.block_start),
+                _partial_suffix(rest, self.invoke_start),
+                _partial_suffix(rest, f"<{DSML}"),
+            )
+            tag = _DSML_TAG_TAIL.search(rest)  # a wrapper tag (or its start) that nothing followed
+            marker = max(marker, len(rest) - tag.start() if tag else 0)
             if not marker:
                 return rest, []
             self.truncated = True  # the output ends with the first characters of a block start
@@ -337,18 +350,18 @@ class DsmlToolParser:
         if not self._buf:
             return False
         if st == _BLOCK:
-            m = self._expect((self.invoke_start, self.block_end))
+            m = self._expect((self.invoke_start, self._cur_end))
             if m is None and self._bare and self._block_calls:  # a bare block ends: text follows
                 self.calls.extend(self._block_calls)
                 self._block_calls, self._raw, self._state = [], "", _TEXT
                 return True
-            if m is None or (m == self.block_end and not self._block_calls):
+            if m is None or (m == self._cur_end and not self._block_calls):
                 self._to_raw(content)
                 return True
             if m == "":
                 return False
             self._take(len(m))
-            if m == self.block_end:
+            if m == self._cur_end:
                 self.calls.extend(self._block_calls)
                 self._block_calls = []
                 self._raw = ""
@@ -385,35 +398,45 @@ class DsmlToolParser:
                 self._buf = ""
                 return False
             self._after_block = False
-        pos, marker = -1, self.block_start
-        for m in (self.block_start, self.invoke_start):  # wrapped, or bare (module docstring)
-            p = buf.find(m)
-            if p >= 0 and (pos < 0 or p < pos):
-                pos, marker = p, m
-        if pos >= 0 and marker == self.invoke_start and _DSML_TAG_AT_END.search(self._tail + buf[:pos]):
-            end = pos + len(marker)  # inside another DSML structure: plain text
-            self._text_out(content, buf[:end])
-            self._buf = buf[end:]
+        wrapper = _WRAPPER_OPEN.search(buf)
+        if wrapper is not None and wrapper.group(1) in ("invoke", "parameter"):
+            wrapper = None  # not a wrapper: an invoke is looked for below
+        inv = buf.find(self.invoke_start)
+        if wrapper is not None and (inv < 0 or wrapper.start() < inv):
+            name, rest = wrapper.group(1), buf[wrapper.end() :].lstrip()
+            if name != self.block and (not rest or self.invoke_start.startswith(rest)):
+                cut = wrapper.start() - _trailing_ws(buf, wrapper.start())
+                content.append(buf[:cut])  # what follows the tag decides whether it opens a block
+                self._buf = buf[cut:]
+                return False
+            if name != self.block and not rest.startswith(self.invoke_start):
+                content.append(buf[: wrapper.end()])  # a DSML tag of another name before text: text
+                self._buf = buf[wrapper.end() :]
+                return True
+            self._open_block(content, buf, wrapper.start(), wrapper.end(), f"</{DSML}{name}>")
             return True
-        if pos >= 0:
-            ws = _trailing_ws(buf, pos)
-            self._text_out(content, buf[: pos - ws])
-            self._tail = ""
-            self._raw = buf[pos - ws : pos + len(marker)]
-            self._buf = buf[pos + len(marker) :]
-            self._bare = marker == self.invoke_start
-            self._state = _INVOKE_TAG_S if self._bare else _BLOCK
-            self._block_calls = []
+        if inv >= 0:  # a bare block (module docstring)
+            self._open_block(content, buf, inv, inv + len(self.invoke_start), None)
             return True
         keep = max(_partial_suffix(buf, self.block_start), _partial_suffix(buf, self.invoke_start))
+        head = _DSML_TAG_HEAD.search(buf)
+        keep = max(keep, _partial_suffix(buf, f"<{DSML}"), len(buf) - head.start() if head else 0)
         keep += _trailing_ws(buf, len(buf) - keep)
-        self._text_out(content, buf[: len(buf) - keep])
+        content.append(buf[: len(buf) - keep])
         self._buf = buf[len(buf) - keep :]
         return False
 
-    def _text_out(self, content: list[str], text: str) -> None:
-        content.append(text)
-        self._tail = (self._tail + text)[-_MAX_TAG_CHARS:]
+    def _open_block(self, content: list[str], buf: str, start: int, end: int, close: str | None) -> None:
+        """Open a block whose marker is ``buf[start:end]`` (``close``: its wrapper's closing tag;
+        ``None``: a bare block, whose marker is its first invoke's start)."""
+        ws = _trailing_ws(buf, start)
+        content.append(buf[: start - ws])
+        self._raw = buf[start - ws : end]
+        self._buf = buf[end:]
+        self._bare = close is None
+        self._cur_end = close or self.block_end
+        self._state = _INVOKE_TAG_S if self._bare else _BLOCK
+        self._block_calls = []
 
     def _step_tag(self, content: list[str], deltas: list[ToolCallDelta]) -> bool:
         is_invoke = self._state == _INVOKE_TAG_S
