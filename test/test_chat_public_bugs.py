@@ -18,7 +18,8 @@ by the tokenizer itself; responses read with the ``openai`` client's own parsers
   was returned as ``content`` with no ``tool_calls`` and ``finish_reason: "stop"``
   (sgl-project/sglang#40236 path 1, vllm-project/vllm#48931, vllm-project/vllm#51914); a block
   the model stopped in after its last closed invoke (no closing tag) answered
-  ``finish_reason: "stop"`` (sgl-project/sglang#40236 path 2).
+  ``finish_reason: "stop"`` (sgl-project/sglang#40236 path 2), and one malformed invoke dropped
+  its valid siblings (path 3).
 * DeepSeek-V4 at times wraps a call's arguments in a spurious ``arguments`` / ``input``
   parameter (sgl-project/sglang#38924, vllm-project/vllm#41240): the wrapper reached the client,
   whose schema validation rejected the call.
@@ -417,3 +418,25 @@ def test_block_left_open_by_eos_after_closed_invokes(tok: PreTrainedTokenizerFas
     n = len(tok.encode(reply, add_special_tokens=False))
     out = _oai(c).chat.completions.create(max_tokens=n - 1, **kw)
     assert out.choices[0].finish_reason == "length"
+
+
+def test_malformed_invoke_keeps_its_valid_siblings() -> None:
+    """sgl-project/sglang#40236 path 3: in a block whose second invoke is malformed (a
+    ``string="false"`` value that is not JSON), the first invoke stays a call; the text from the
+    end of that invoke on is content (no valid call's markup in it), streamed in every chunking as
+    parsed whole. Oracle: the positions in the hand-written text, ``json.loads``."""
+    from sglang_v4.entrypoints.openai.tool_parser import parse_tool_calls
+    from test_openai_tool_parser import TOOLS, block, chunkings, invoke, run_stream
+
+    good = invoke("get_weather", ("city", "true", "Paris"))
+    text = "Two calls." + block(good, invoke("book", ("pax", "false", "two"))) + "\nSorry."
+    rest = text[text.index(good) + len(good) :]
+    content, calls, complete = parse_tool_calls(text, TOOLS)
+    assert content == "Two calls." + rest and not complete
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
+    for chunks in chunkings(text):
+        s_content, s_calls, p = run_stream(chunks)
+        assert s_content == content and p.malformed, chunks
+        assert (
+            json.loads(s_calls[0]["arguments"]) == {"city": "Paris"} and s_calls[0]["name"] == "get_weather"
+        )

@@ -56,10 +56,12 @@ parameter is a spurious ``arguments`` / ``input`` wrapper is repaired
 second parameter releases them.
 
 A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
-between tags) is returned *as text*: from the point of failure the block's raw text, from its
-first character, goes to ``content`` and the rest of the output follows as content. Deltas of
-calls that were already streamed are not taken back (the finish reason then is not
-``"tool_calls"``, see :attr:`DsmlToolParser.complete`).
+between tags) is returned *as text*: from the point of failure the block's raw text goes to
+``content``, from its first character, or, when invokes of the block closed before the failure,
+from the end of the last of them: those stay calls (one malformed invoke does not drop its valid
+siblings, sgl-project/sglang#40236); the rest of the output follows as content. The deltas of the
+failing invoke's call, if its tag was complete, were streamed already and are not taken back
+(the finish reason then is not ``"tool_calls"``, see :attr:`DsmlToolParser.complete`).
 """
 
 from __future__ import annotations
@@ -220,6 +222,7 @@ class DsmlToolParser:
     _after_block: bool = False
     _bare: bool = False  # the open block had no wrapper (it started at an invoke)
     _cur_end: str = ""  # the closing tag of the open block (its wrapper's name)
+    _closed_at: int = 0  # where in ``_raw`` the open block's last closed invoke ended
     _hold: bool = False  # the open call's arguments are held back (a possible wrapper)
     _hold_undecided: bool = False  # ... its JSON body's first key is not known yet
     _n_calls: int = 0
@@ -315,7 +318,9 @@ class DsmlToolParser:
         """Malformed: the block's raw text so far becomes content."""
         self.malformed = True
         self._state = _RAW
-        content.append(self._raw)  # held-back whitespace was consumed into _raw already
+        # held-back whitespace was consumed into _raw already
+        content.append(self._raw[self._closed_at :] if self._block_calls else self._raw)
+        self.calls.extend(self._block_calls)
         self._raw = self._held_ws = ""
         self._block_calls = []
         self._call = None
@@ -573,6 +578,7 @@ class DsmlToolParser:
             self._hold = self._hold_undecided = False
             deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
         self._block_calls.append(self._call)
+        self._closed_at = len(self._raw)
         self._call = None
         self._state = _BLOCK
 
