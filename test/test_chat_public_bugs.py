@@ -11,7 +11,7 @@ by the tokenizer itself; responses read with the ``openai`` client's own parsers
   prompt, the mirror of vllm-project/vllm#38488 (there ``reasoning_content`` was dropped).
 * DeepSeek-V4 sometimes opens its tool calls without closing its reasoning and writes the
   ``</think>`` after the DSML block (vllm-project/vllm#45862; the same output in
-  ggml-org/llama.cpp#25891): the ``</think>`` leaked into ``content`` and the block's ``"\n\n"``
+  ggml-org/llama.cpp#25891): the ``</think>`` leaked into ``content`` and the block's ``"\\n\\n"``
   separator into ``reasoning_content``.
 * DeepSeek-V4 sometimes writes its invokes without the ``<｜DSML｜tool_calls>`` wrapper (at long
   contexts; at times with the wrapper's closing tag alone), or in a misspelled one: the markup
@@ -167,7 +167,7 @@ def _stream(client: Any, **kw: Any) -> tuple[str, str, dict[int, list[str]], str
 @pytest.mark.parametrize("late_tag", ["\n</think>", "</think>\n", ""])
 def test_tool_block_before_the_end_of_reasoning(tok: PreTrainedTokenizerFast, late_tag: str) -> None:
     """vllm-project/vllm#45862 (ggml-org/llama.cpp#25891 has the model's text): in thinking mode
-    DeepSeek-V4 writes ``reasoning`` + ``"\n\n"`` + DSML block + ``"\n</think>"``. The reasoning is
+    DeepSeek-V4 writes ``reasoning`` + ``"\\n\\n"`` + DSML block + ``"\\n</think>"``. The reasoning is
     the text before the block's separator, the block's calls are the tool calls, nothing is
     content; streamed and not. Oracles: the ``openai`` client's parsers and ``json.loads``."""
     block = (

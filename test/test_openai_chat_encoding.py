@@ -225,7 +225,7 @@ def test_reasoning_effort_values() -> None:
 
 def test_reasoning_implicit_end_at_a_tool_block_every_split() -> None:
     """With tools, a DSML block ends the reasoning even without ``</think>``; the block, with the
-    format's ``"\n\n"`` separator in front of it, stays in the content, and a late ``</think>``
+    format's ``"\\n\\n"`` separator in front of it, stays in the content, and a late ``</think>``
     right after the block's end is dropped (vLLM #45862, llama.cpp #25891: DeepSeek-V4-Flash
     writes it there). Every two-chunk split gives the same (reasoning, content) as the whole
     text."""

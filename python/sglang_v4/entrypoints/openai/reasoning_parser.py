@@ -10,12 +10,12 @@ chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
 * ``deepseek-v4`` (default): reasoning only in thinking mode (``chat_template_kwargs``
   ``{"thinking": true}``). When tools are offered, a DSML ``<｜DSML｜tool_calls>`` block also ends
   the reasoning (the model sometimes starts its calls without ``</think>``); the block, with the
-  whitespace in front of it (the format's ``"\n\n"`` separator), stays in the content for the
+  whitespace in front of it (the format's ``"\\n\\n"`` separator), stays in the content for the
   tool parser, and a ``</think>`` the model writes late, right after that block's end
   (``</｜DSML｜tool_calls>``, whitespace between), is dropped: it closes the reasoning the block
-  already ended (seen from DeepSeek-V4-Flash: vLLM #45862, llama.cpp #25891). A generation that *stops* (EOS or a stop token other than
-  ``</think>``'s; stop strings match only after ``</think>``, :func:`stops_after_reasoning`)
-  without ever writing ``</think>`` did not deliberate: its text is the answer and goes to
+  already ended (seen from DeepSeek-V4-Flash: vLLM #45862, llama.cpp #25891). A generation that
+  *stops* (EOS or a stop token other than ``</think>``'s; stop strings match only after
+  ``</think>``, :func:`stops_after_reasoning`) without ever writing ``</think>`` did not deliberate: its text is the answer and goes to
   ``content``; one cut by ``max_tokens`` is reasoning that ran out of budget and stays in
   ``reasoning_content`` (the peers' reports: answers hidden in ``reasoning_content`` when ``</think>`` never came, vLLM
   #48645; token budgets spent on reasoning, DeepSeek's own API).
