@@ -224,13 +224,22 @@ def test_reasoning_effort_values() -> None:
 
 
 def test_reasoning_implicit_end_at_a_tool_block_every_split() -> None:
-    """With tools, a DSML block ends the reasoning even without ``</think>``; the block stays in the
-    content. Every two-chunk split gives the same (reasoning, content) as the whole text."""
+    """With tools, a DSML block ends the reasoning even without ``</think>``; the block, with the
+    format's ``"\\n\\n"`` separator in front of it, stays in the content, and a late ``</think>``
+    right after the block's end is dropped (vLLM #45862, llama.cpp #25891: DeepSeek-V4-Flash
+    writes it there). Every two-chunk split gives the same (reasoning, content) as the whole
+    text."""
     start = f"<{DSML}tool_calls>"
     block = f'\n\n{start}\n<{DSML}invoke name="f">\n</{DSML}invoke>\n</{DSML}tool_calls>'
     for text, want in (
-        ("Need f." + block, ("Need f.\n\n", start + block[len("\n\n" + start) :])),
+        ("Need f." + block, ("Need f.", block)),
         ("Need f.</think>" + block, ("Need f.", block.lstrip())),
+        ("Need f." + block + "\n</think>", ("Need f.", block)),
+        ("Need f." + block + "\n</think>\n", ("Need f.", block + "\n")),
+        ("Need f. \n" + block + " </thin", ("Need f.", " \n" + block + " </thin")),
+        ("Need f." + block + "\nDone </think>", ("Need f.", block + "\nDone </think>")),
+        ("Need f. </think> x", ("Need f. ", "x")),
+        ("Need f. \n", ("Need f. \n", "")),
     ):
         assert split_reasoning(text, (start,)) == want
         for i in range(len(text) + 1):

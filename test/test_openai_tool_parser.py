@@ -74,6 +74,34 @@ GOOD = [
         [("get_weather", {"city": "Rome", "days": [1, 2]})],
     ),
     ("Plain answer with <b>tags</b> and a < sign.\n", "Plain answer with <b>tags</b> and a < sign.\n", []),
+    # a misspelled wrapper (vllm-project/vllm#51914: V4-Flash-0731 wrote "toolcalls") holding
+    # invokes is a block
+    (
+        f"On it.\n\n<{D}toolcalls>\n" + invoke("noop") + f"\n</{D}toolcalls>\nDone.",
+        "On it.Done.",
+        [("noop", {})],
+    ),
+    # bare blocks: invokes without the <tool_calls> wrapper (sgl-project/sglang#40236,
+    # vllm-project/vllm#48931): up to the end of the output, to an orphan closing tag, or to text
+    (
+        "Checking.\n\n" + invoke("get_weather", ("city", "true", "Oslo")),
+        "Checking.",
+        [("get_weather", {"city": "Oslo"})],
+    ),
+    (
+        "\n\n"
+        + invoke("get_weather", ("city", "true", "Oslo"))
+        + "\n"
+        + invoke("noop")
+        + f"\n</{D}tool_calls>",
+        "",
+        [("get_weather", {"city": "Oslo"}), ("noop", {})],
+    ),
+    (
+        invoke("book", ("pax", "false", "2")) + "\n\nBooked <b>now</b>.",
+        "Booked <b>now</b>.",
+        [("book", {"pax": 2})],
+    ),
 ]
 
 BAD = [
@@ -84,6 +112,8 @@ BAD = [
     f"\n\n<{D}tool_calls>\nhello\n</{D}tool_calls>",  # text between tags
     f"\n\n<{D}tool_calls>\n</{D}tool_calls>",  # empty block
     block(f'<{D}invoke name="get_weather">\n["not", "an", "object"]\n</{D}invoke>'),
+    "\n\n" + invoke("launch_missiles", ("x", "true", "1")),  # bare, not one of the request's tools
+    "See " + invoke("get_weather", ("days", "false", "three")) + " here",  # bare, not JSON
 ]
 
 
@@ -201,10 +231,20 @@ def test_unknown_tool_names_accepted_without_a_tool_list() -> None:
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("anything", {"a": "b"})] and complete
 
 
+def test_dsml_tag_of_another_name_before_text_is_text() -> None:
+    text = f"See <{D}note> here and <{D}x>."
+    for chunks in chunkings(text):
+        s_content, s_calls, p = run_stream(chunks)
+        assert (s_content, s_calls, p.malformed) == (text, {}, False), chunks
+
+
 def test_other_block_names_and_parser_names() -> None:
     text = f"\n\n<{D}function_calls>\n" + invoke("noop") + f"\n</{D}function_calls>"
     assert parse_tool_calls(text, TOOLS, block="function_calls")[1][0].name == "noop"
-    assert parse_tool_calls(text, TOOLS)[0] == text  # V3.2's block name: not a V4 block, plain text
+    # another wrapper name holding invokes (V3.2's, or V4-Flash-0731's "toolcalls" slip,
+    # vllm-project/vllm#51914) is a block too: the invoke grammar is the same
+    content, calls, complete = parse_tool_calls(text, TOOLS)
+    assert (content, [c.name for c in calls], complete) == ("", ["noop"], True)
     assert canonical_tool_call_parser("deepseekv4") == "deepseekv4"
     assert canonical_tool_call_parser("deepseek_v4") == "deepseekv4"
     for bad in ("hermes", "deepseekv32"):

@@ -77,8 +77,8 @@ def test_embedding_routes_of_a_generation_model_answer_400(server) -> None:
         (
             f"<think>Need the weather.\n\n<{D}tool_calls>\n</{D}tool_calls>",
             "deepseek-v4",
-            "Need the weather.\n\n",
-            f"<{D}tool_calls>\n</{D}tool_calls>",
+            "Need the weather.",  # the block's "\n\n" separator goes with the block
+            f"\n\n<{D}tool_calls>\n</{D}tool_calls>",
         ),
     ],
 )

@@ -4,8 +4,12 @@ template; this module re-implements its format, tools included).
 Format rules (each is checked by ``test/test_openai_chat_encoding.py`` against strings produced by
 DeepSeek's published reference encoder):
 
-* the prompt starts with BOS ``<｜begin▁of▁sentence｜>``; with ``reasoning_effort="max"`` in
-  thinking mode a fixed instruction paragraph follows it;
+* the prompt starts with BOS ``<｜begin▁of▁sentence｜>``; in thinking mode a reasoning-effort
+  instruction paragraph may follow it, per the checkpoint's *effort profile*
+  (:data:`REASONING_EFFORT_PROFILES`): ``"preview"`` (the first V4 checkpoints: only ``"max"``
+  adds a paragraph, "Absolute maximum ...") or ``"official"`` (DeepSeek-V4-Flash-0731 and later:
+  ``"low"`` adds none, ``"high"`` the "Absolute maximum" paragraph, ``"max"`` a stronger "Beyond
+  maximum" one);
 * a ``system`` message is its raw content (no role token); when the request has ``tools`` they are
   rendered into the *first* system message (one with empty content is put in front when the
   conversation does not start with one) as ``"\\n\\n"`` + the "## Tools" section: the DSML usage
@@ -56,11 +60,13 @@ __all__ = [
     "DSML",
     "TOOL_CALLS_START",
     "TOOL_CALLS_END",
+    "REASONING_EFFORT_PROFILES",
     "encode_continuation",
     "encode_messages",
     "encode_tool_calls",
     "message_text",
     "normalize_reasoning_effort",
+    "reasoning_effort_prefix",
     "render_tools",
     "validate_tools",
 ]
@@ -75,8 +81,8 @@ DSML = "｜DSML｜"
 TOOL_CALLS_START = f"<{DSML}tool_calls>"
 TOOL_CALLS_END = f"</{DSML}tool_calls>"
 
-# Instruction the V4 encoder prepends in thinking mode with reasoning_effort="max" (format fact,
-# wording as published by DeepSeek).
+# Instruction the V4 encoder prepends in thinking mode with reasoning_effort="max" of the preview
+# profile, "high" of the official one (format fact, wording as published by DeepSeek).
 REASONING_EFFORT_MAX_PREFIX = (
     "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
     "You MUST be very thorough in your thinking and comprehensively decompose the problem to resolve "
@@ -85,6 +91,16 @@ REASONING_EFFORT_MAX_PREFIX = (
     "Explicitly write out your entire deliberation process, documenting every intermediate step, "
     "considered alternative, and rejected hypothesis to ensure absolutely no assumption is left "
     "unchecked.\n\n"
+)
+# The official profile's "max" instruction (DeepSeek-V4-Flash-0731's encoder; format fact, wording
+# as published by DeepSeek).
+REASONING_EFFORT_BEYOND_MAX_PREFIX = (
+    "Reasoning Effort: Beyond maximum \u2014 exhaustive, relentless, and uncompromising.\n"
+    "You MUST reason with the utmost depth and rigor, leaving absolutely nothing to chance: exhaustively "
+    "decompose the problem into its most fundamental components, trace every causal chain to its root, and "
+    "resolve the underlying cause rather than any surface symptom.\n"
+    "Do not stop reasoning until you have independently verified the solution from multiple angles and are "
+    "certain that no assumption remains unchecked and no error remains undiscovered.\n\n"
 )
 
 # The "## Tools" system section the model was trained with (format fact, wording as published by
@@ -114,33 +130,58 @@ _TOOLS_SECTION = (
 
 _ROLES = ("system", "user", "developer", "assistant", "tool")
 
-#: OpenAI's ``reasoning_effort`` values and what the V4 encoder makes of them (it knows only
-#: ``"high"`` and ``"max"``; everything at or below "high" renders like "high", i.e. no prefix).
-_EFFORTS = {
-    None: None,
-    "none": None,
-    "minimal": None,
-    "low": None,
-    "medium": None,
-    "high": "high",
-    "xhigh": "max",
-    "max": "max",
+#: The reasoning-effort profiles of DeepSeek-V4 checkpoints (the module docstring): the tiers of
+#: each (OpenAI's ``reasoning_effort`` values -> the encoder's tier, ``None`` its default) and the
+#: instruction each tier puts after BOS in thinking mode. ``preview``: the encoder knows ``"high"``
+#: and ``"max"``, everything at or below "high" renders like "high" (no instruction).
+#: ``official`` (DeepSeek-V4-Flash-0731's encoder, default tier ``"low"``): OpenAI's ``minimal``
+#: is ``low``, ``medium`` is ``high``, ``xhigh`` is ``max``, as DeepSeek's API maps them.
+_EFFORT_TIERS: dict[str, dict[str | None, str | None]] = {
+    "preview": {
+        None: None, "none": None, "minimal": None, "low": None, "medium": None,
+        "high": "high", "xhigh": "max", "max": "max",
+    },
+    "official": {
+        None: "low", "none": "low", "minimal": "low", "low": "low", "medium": "high",
+        "high": "high", "xhigh": "max", "max": "max",
+    },
+}  # fmt: skip
+_EFFORT_PREFIXES: dict[str, dict[str | None, str]] = {
+    "preview": {"max": REASONING_EFFORT_MAX_PREFIX},
+    "official": {"high": REASONING_EFFORT_MAX_PREFIX, "max": REASONING_EFFORT_BEYOND_MAX_PREFIX},
 }
+REASONING_EFFORT_PROFILES = tuple(_EFFORT_TIERS)
 
 
-def normalize_reasoning_effort(effort: Any) -> str | None:
-    """Map an OpenAI ``reasoning_effort`` to the V4 encoder's ``None`` / ``"high"`` / ``"max"``.
+def _check_profile(profile: str) -> None:
+    if profile not in _EFFORT_TIERS:
+        raise ValueError(f"reasoning effort profile must be one of {list(_EFFORT_TIERS)}; got {profile!r}.")
 
-    ``xhigh`` and ``max`` mean the maximum (the "Reasoning Effort" prefix in thinking mode); the
-    other OpenAI values (``none``, ``minimal``, ``low``, ``medium``, ``high``) add nothing.
+
+def normalize_reasoning_effort(effort: Any, profile: str = "preview") -> str | None:
+    """Map an OpenAI ``reasoning_effort`` to the tier of the V4 encoder of ``profile``
+    (:data:`REASONING_EFFORT_PROFILES`): ``None`` / ``"high"`` / ``"max"`` (``preview``) or
+    ``"low"`` / ``"high"`` / ``"max"`` (``official``). A tier maps to itself.
 
     Raises:
-        ValueError: an unknown value (names ``reasoning_effort``).
+        ValueError: an unknown value (names ``reasoning_effort``) or profile.
     """
-    if effort not in _EFFORTS:
-        allowed = ", ".join(k for k in _EFFORTS if k is not None)
+    _check_profile(profile)
+    tiers = _EFFORT_TIERS[profile]
+    if not isinstance(effort, (str, type(None))) or effort not in tiers:
+        allowed = ", ".join(k for k in tiers if k is not None)
         raise ValueError(f"reasoning_effort must be one of {allowed}; got {effort!r}.")
-    return _EFFORTS[effort]
+    return tiers[effort]
+
+
+def reasoning_effort_prefix(effort: Any, profile: str = "preview") -> str:
+    """The instruction paragraph a thinking-mode prompt of ``profile`` puts after BOS for
+    ``reasoning_effort`` ``effort`` (an OpenAI value or a tier; ``""``: none).
+
+    Raises:
+        ValueError: as :func:`normalize_reasoning_effort`.
+    """
+    return _EFFORT_PREFIXES[profile].get(normalize_reasoning_effort(effort, profile), "")
 
 
 #: Content part types that carry text, and the key holding it: Chat Completions' ``text`` and
@@ -332,6 +373,7 @@ def encode_messages(
     tools: Sequence[Mapping[str, Any]] | None = None,
     reasoning_effort: str | None = None,
     add_bos: bool = True,
+    reasoning_effort_profile: str = "preview",
 ) -> str:
     """Render an OpenAI-style conversation into a DeepSeek-V4 prompt string (module docstring).
 
@@ -342,9 +384,10 @@ def encode_messages(
         thinking: thinking mode (``<think>`` opens the answer) vs chat mode (``</think>``).
         add_generation_prompt: append ``<｜Assistant｜>`` + mode token after a final user turn.
         tools: OpenAI ``tools`` to describe in the system part (``None``/empty: no tools section).
-        reasoning_effort: an OpenAI value (see :func:`normalize_reasoning_effort`); only the
-            maximum changes the prompt, in thinking mode.
+        reasoning_effort: an OpenAI value (see :func:`normalize_reasoning_effort`); its
+            instruction (:func:`reasoning_effort_prefix`) follows BOS in thinking mode.
         add_bos: start with BOS.
+        reasoning_effort_profile: the checkpoint's effort profile (:data:`REASONING_EFFORT_PROFILES`).
 
     Returns:
         The prompt text (special tokens as text; tokenize with ``add_special_tokens=False``).
@@ -355,7 +398,7 @@ def encode_messages(
     """
     if not messages:
         raise ValueError("messages must contain at least one message.")
-    effort = normalize_reasoning_effort(reasoning_effort)
+    effort_prefix = reasoning_effort_prefix(reasoning_effort, reasoning_effort_profile)
     functions = validate_tools(tools) if tools else []
     turns = _merge_turns(messages)
     if functions:
@@ -375,8 +418,8 @@ def encode_messages(
     last_user = last_user_index()
 
     parts: list[str] = [BOS] if add_bos else []
-    if thinking and effort == "max":
-        parts.append(REASONING_EFFORT_MAX_PREFIX)
+    if thinking and effort_prefix:
+        parts.append(effort_prefix)
     n = len(turns)
     for i, t in enumerate(turns):
         role = t["role"]
@@ -406,6 +449,7 @@ def encode_continuation(
     *,
     tools: Sequence[Mapping[str, Any]] | None = None,
     reasoning_effort: str | None = None,
+    reasoning_effort_profile: str = "preview",
 ) -> str:
     """Render a conversation whose last message is a partial ``assistant`` turn to be continued
     (OpenAI-compatible ``continue_final_message``; transformers likewise renders the final
@@ -422,5 +466,12 @@ def encode_continuation(
     """
     if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "assistant":
         raise ValueError("messages[-1] must be an assistant message to continue it.")
-    prompt = encode_messages(messages, thinking, False, tools=tools, reasoning_effort=reasoning_effort)
+    prompt = encode_messages(
+        messages,
+        thinking,
+        False,
+        tools=tools,
+        reasoning_effort=reasoning_effort,
+        reasoning_effort_profile=reasoning_effort_profile,
+    )
     return prompt.removesuffix(EOS)

@@ -4,7 +4,8 @@ is read (:class:`ChatPlan`).
 The messages are rendered with :func:`~sglang_v4.entrypoints.chat_encoding.encode_messages` (or,
 with ``--chat-template FILE``, with transformers' ``apply_chat_template`` and that Jinja text);
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
-as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request.
+as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request,
+rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`).
 ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` are checked here and, when decoding is
 constrained, turned into the tool-call structural tag (``"required"``, a named function, a
 ``strict`` tool, or ``parallel_tool_calls: false``: at most one call, also under ``"auto"``, as
@@ -15,11 +16,16 @@ after the reasoning. The response and stream builders are in :mod:`.serving_chat
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from sglang_v4.entrypoints.chat_encoding import (
     DSML,
+    REASONING_EFFORT_PROFILES,
     THINK_END,
     encode_continuation,
     encode_messages,
@@ -31,7 +37,58 @@ from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoni
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
 
-__all__ = ["ChatPlan", "ChatPrepareMixin", "answer_grammar_kind", "grammar_after_reasoning"]
+__all__ = [
+    "ChatPlan",
+    "ChatPrepareMixin",
+    "answer_grammar_kind",
+    "detect_reasoning_effort_profile",
+    "grammar_after_reasoning",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``config.json`` key naming a checkpoint's effort profile (SGLang's name), for converted
+#: checkpoints without DeepSeek's encoder file.
+EFFORT_PROFILE_CONFIG_KEY = "dsv4_reasoning_effort_profile"
+#: DeepSeek's reference encoder shipped with a checkpoint.
+ENCODER_FILE = os.path.join("encoding", "encoding_dsv4.py")
+
+
+def detect_reasoning_effort_profile(model_path: str | None) -> str:
+    """The reasoning-effort profile (:data:`~sglang_v4.entrypoints.chat_encoding.REASONING_EFFORT_PROFILES`)
+    of the checkpoint at ``model_path``: ``config.json``'s ``dsv4_reasoning_effort_profile`` when
+    set; else ``"official"`` when the checkpoint's own encoder (``encoding/encoding_dsv4.py``)
+    defines the per-tier table ``REASONING_EFFORT_PROMPTS`` (DeepSeek-V4-Flash-0731 and later:
+    their ``config.json`` and tokenizer files are those of the first V4 checkpoints, so the encoder
+    is what tells them apart, as SGLang decides it); else ``"preview"`` (the first V4 checkpoints'
+    encoder defines only ``REASONING_EFFORT_MAX``; also no directory or no encoder file).
+
+    Raises:
+        ValueError: ``config.json`` names an unknown profile (names the key and the file).
+    """
+    if not model_path or not os.path.isdir(model_path):
+        return "preview"
+    try:
+        with open(os.path.join(model_path, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        cfg = {}
+    named = cfg.get(EFFORT_PROFILE_CONFIG_KEY) if isinstance(cfg, dict) else None
+    if named is not None:
+        if named not in REASONING_EFFORT_PROFILES:
+            raise ValueError(
+                f"{os.path.join(model_path, 'config.json')}: {EFFORT_PROFILE_CONFIG_KEY} must be one of "
+                f"{list(REASONING_EFFORT_PROFILES)}; got {named!r}"
+            )
+        return named
+    try:
+        with open(os.path.join(model_path, ENCODER_FILE), encoding="utf-8") as f:
+            encoder = f.read()
+    except (OSError, UnicodeDecodeError):
+        return "preview"
+    if re.search(r"^REASONING_EFFORT_PROMPTS\s*(:[^=\n]*)?=", encoder, re.MULTILINE):
+        return "official"
+    return "preview"
 
 
 @dataclass
@@ -42,7 +99,8 @@ class ChatPlan:
         prompt: the rendered prompt text.
         thinking: thinking mode (the prompt opens ``<think>``).
         reasoning: the reasoning split of the output (``separate`` False: no split).
-        tool_names: names of the offered tools when tool calls are parsed, else ``None``.
+        tool_names: the offered tools when tool calls are parsed (name -> ``parameters`` JSON
+            schema, ``None`` where not given), else ``None``.
         structural_tag: the tool-call grammar (``None``: unconstrained).
         think_end_id: the ``</think>`` token id when the output starts inside reasoning, else
             ``None``; a generation stopped by that token ended its reasoning.
@@ -52,7 +110,7 @@ class ChatPlan:
     prompt: str
     thinking: bool
     reasoning: ReasoningSpec
-    tool_names: list[str] | None = None
+    tool_names: dict[str, Any] | None = None
     structural_tag: str | None = None
     think_end_id: int | None = None
     stop_marker: bool = False
@@ -148,9 +206,17 @@ class ChatPrepareMixin(OpenAIServingBase):
 
     chat_template: str | None = None
     _hf_tokenizer: Any = None
+    #: the served checkpoint's reasoning-effort profile (:func:`detect_reasoning_effort_profile`)
+    reasoning_effort_profile: str = "preview"
 
     def _load_chat_template(self) -> None:
-        """Read ``--chat-template`` and load the transformers tokenizer that renders it."""
+        """Read ``--chat-template`` and load the transformers tokenizer that renders it; detect
+        the checkpoint's reasoning-effort profile."""
+        self.reasoning_effort_profile = detect_reasoning_effort_profile(
+            getattr(self.args, "model_path", None)
+        )
+        if self.reasoning_effort_profile != "preview":
+            logger.info("Reasoning effort profile of the checkpoint: %s", self.reasoning_effort_profile)
         path = getattr(self.args, "chat_template", None)
         if not path or getattr(self.args, "skip_tokenizer_init", False):
             return  # (without a tokenizer the chat route is refused: nothing to render)
@@ -175,7 +241,9 @@ class ChatPrepareMixin(OpenAIServingBase):
         thinking = _thinking_flag(req)
         kwargs = dict(req.chat_template_kwargs or {})
         try:
-            effort = normalize_reasoning_effort(req.reasoning_effort or kwargs.get("reasoning_effort"))
+            effort = normalize_reasoning_effort(
+                req.reasoning_effort or kwargs.get("reasoning_effort"), self.reasoning_effort_profile
+            )
         except ValueError as e:
             raise RequestError(str(e), param="reasoning_effort") from None
         try:
@@ -188,6 +256,12 @@ class ChatPrepareMixin(OpenAIServingBase):
         msgs = [m.model_dump(exclude_none=True) for m in req.messages]
         if not msgs:
             raise RequestError("messages must contain at least one message.", param="messages")
+        for i, m in enumerate(msgs):  # DeepSeek's prefix completion: the final assistant turn only
+            if m.pop("prefix", False) and (i != len(msgs) - 1 or m["role"] != "assistant"):
+                raise RequestError(
+                    f"messages[{i}].prefix: only the final message, an assistant one, can be a prefix.",
+                    param="messages",
+                )
         tools = req.tools if active else None
         try:
             prompt, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
@@ -195,7 +269,8 @@ class ChatPrepareMixin(OpenAIServingBase):
             raise RequestError(str(e), param="messages") from None
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if active else None)
-        plan = ChatPlan(prompt, thinking, spec, names if active else None)
+        schemas = {fn["name"]: fn.get("parameters") for fn in functions}
+        plan = ChatPlan(prompt, thinking, spec, schemas if active else None)
         strict = any(bool(fn.get("strict")) for fn in functions)
         # parallel_tool_calls false under "auto": a grammar of at most one call, where one can
         # apply (a grammar backend, and no answer grammar of the client's to combine it with)
@@ -236,8 +311,10 @@ class ChatPrepareMixin(OpenAIServingBase):
         kwargs: dict[str, Any],
     ) -> tuple[str, bool]:
         """The prompt, and whether the output starts inside the reasoning (thinking mode, except
-        when ``continue_final_message`` continues the answer: :func:`encode_continuation`)."""
-        cont = req.continue_final_message and msgs[-1].get("role") == "assistant"
+        when ``continue_final_message``, or DeepSeek's ``prefix: true`` on the final assistant
+        message, continues the answer: :func:`encode_continuation`)."""
+        prefix = req.messages[-1].prefix
+        cont = (req.continue_final_message or prefix) and msgs[-1].get("role") == "assistant"
         if self.chat_template is not None:
             kwargs.setdefault("thinking", thinking)
             if req.reasoning_effort is not None:
@@ -255,10 +332,19 @@ class ChatPrepareMixin(OpenAIServingBase):
             except Exception as e:  # noqa: BLE001 - Jinja raises many types; all are a bad request
                 raise ValueError(f"the chat template failed on these messages: {e}") from None
             return prompt, thinking
+        profile = self.reasoning_effort_profile
         if cont:  # the continuation is answer text (after the turn's closed reasoning)
-            return encode_continuation(msgs, thinking, tools=tools, reasoning_effort=effort), False
+            prompt = encode_continuation(
+                msgs, thinking, tools=tools, reasoning_effort=effort, reasoning_effort_profile=profile
+            )
+            return prompt, False
         prompt = encode_messages(
-            msgs, thinking, req.add_generation_prompt, tools=tools, reasoning_effort=effort
+            msgs,
+            thinking,
+            req.add_generation_prompt,
+            tools=tools,
+            reasoning_effort=effort,
+            reasoning_effort_profile=profile,
         )
         return prompt, thinking
 

@@ -331,16 +331,32 @@ class CompletionStreamResponse(BaseModel):
 
 # ----------------------------------------------------------------------------------- chat
 class ChatMessageParam(_Req):
-    """One input message. ``content`` is a string, ``None`` or a list of (text) content parts."""
+    """One input message. ``content`` is a string, ``None`` or a list of (text) content parts.
+
+    An assistant turn's reasoning comes as ``reasoning_content`` (DeepSeek's and SGLang's name)
+    or as ``reasoning`` (vLLM's name since it renamed the field; its clients echo it back): a
+    ``reasoning`` alone fills ``reasoning_content``, so the prompt keeps it either way; when both
+    are given ``reasoning_content`` wins. ``prefix: true`` on the final assistant message is
+    DeepSeek's chat prefix completion: that message is continued (as ``continue_final_message``).
+    """
 
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[dict[str, Any]] | None = None
     reasoning_content: str | None = None
+    reasoning: str | None = None
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    prefix: bool = False
+
+    @model_validator(mode="after")
+    def _reasoning_alias(self) -> ChatMessageParam:
+        if self.reasoning_content is None and self.reasoning is not None:
+            self.reasoning_content = self.reasoning
+        self.reasoning = None  # one field downstream: the encoders read reasoning_content
+        return self
 
 
 class ChatCompletionRequest(_SamplingExtras):

@@ -9,10 +9,13 @@ chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
 
 * ``deepseek-v4`` (default): reasoning only in thinking mode (``chat_template_kwargs``
   ``{"thinking": true}``). When tools are offered, a DSML ``<｜DSML｜tool_calls>`` block also ends
-  the reasoning (the model sometimes starts its calls without ``</think>``); the block stays in
-  the content for the tool parser. A generation that *stops* (EOS or a stop token other than
-  ``</think>``'s; stop strings match only after ``</think>``, :func:`stops_after_reasoning`)
-  without ever writing ``</think>`` did not deliberate: its text is the answer and goes to
+  the reasoning (the model sometimes starts its calls without ``</think>``); the block, with the
+  whitespace in front of it (the format's ``"\\n\\n"`` separator), stays in the content for the
+  tool parser, and a ``</think>`` the model writes late, right after that block's end
+  (``</｜DSML｜tool_calls>``, whitespace between), is dropped: it closes the reasoning the block
+  already ended (seen from DeepSeek-V4-Flash: vLLM #45862, llama.cpp #25891). A generation that
+  *stops* (EOS or a stop token other than ``</think>``'s; stop strings match only after
+  ``</think>``, :func:`stops_after_reasoning`) without ever writing ``</think>`` did not deliberate: its text is the answer and goes to
   ``content``; one cut by ``max_tokens`` is reasoning that ran out of budget and stays in
   ``reasoning_content`` (the peers' reports: answers hidden in ``reasoning_content`` when ``</think>`` never came, vLLM
   #48645; token budgets spent on reasoning, DeepSeek's own API).
@@ -146,6 +149,9 @@ class ReasoningParser:
     _held_reasoning: str = ""
     _started: bool = False
     _strip_content_ws: bool = False
+    #: after an implicit end: the end marker of that block (``</｜DSML｜tool_calls>``) while it is
+    #: awaited, then ``""`` while a late ``</think>`` right after it may still come; None: neither
+    _late_tag_after: str | None = None
 
     def feed(self, delta: str) -> tuple[str, str]:
         """Consume a text delta.
@@ -170,11 +176,16 @@ class ReasoningParser:
                 if marker == THINK_END:
                     self._buf = self._buf[pos + len(THINK_END) :]
                     self._strip_content_ws = True
-                else:
-                    self._buf = self._buf[pos:]
+                else:  # a block start: its separating whitespace goes with it to the content
+                    ws = len(reasoning) - len(reasoning.rstrip())
+                    reasoning, self._buf = reasoning[: len(reasoning) - ws], self._buf[pos - ws :]
+                    self._late_tag_after = "</" + marker[1:]
                 self.in_reasoning = False
             else:
                 keep = max(_partial_suffix_len(self._buf, m) for m in (THINK_END, *self.implicit_end))
+                if self.implicit_end:  # whitespace that may separate a block start: held too
+                    head = self._buf[: len(self._buf) - keep]
+                    keep += len(head) - len(head.rstrip())
                 reasoning = self._buf[: len(self._buf) - keep]
                 self._buf = self._buf[len(self._buf) - keep :]
             if not self.stream_reasoning:
@@ -183,13 +194,37 @@ class ReasoningParser:
                 if not self.in_reasoning:
                     reasoning, self._held_reasoning = self._held_reasoning, ""
         if not self.in_reasoning:
-            content = self._buf
-            self._buf = ""
+            content = self._late_tag_content() if self._late_tag_after is not None else self._buf
+            self._buf = self._buf if self._late_tag_after is not None else ""
             if self._strip_content_ws:
                 content = content.lstrip()
                 if content:
                     self._strip_content_ws = False
         return reasoning, content
+
+    def _late_tag_content(self) -> str:
+        """Content of the buffer after an implicit end, without a late ``</think>`` right after the
+        block's end (module docstring); what may still become one stays in the buffer."""
+        end = self._late_tag_after
+        assert end is not None
+        out = ""
+        if end:
+            pos = self._buf.find(end)
+            if pos < 0:
+                keep = _partial_suffix_len(self._buf, end)
+                out, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
+                return out
+            out, self._buf = self._buf[: pos + len(end)], self._buf[pos + len(end) :]
+            self._late_tag_after = end = ""
+        rest = self._buf.lstrip()
+        if rest.startswith(THINK_END):
+            out += rest[len(THINK_END) :]
+        elif THINK_END.startswith(rest):
+            return out  # only whitespace or the first characters of the tag so far
+        else:
+            out += self._buf
+        self._buf, self._late_tag_after = "", None
+        return out
 
     def _find_end(self) -> tuple[int, str]:
         """Position and marker of the earliest end marker in the buffer (``-1`` if none)."""

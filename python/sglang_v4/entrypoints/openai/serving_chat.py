@@ -18,7 +18,8 @@ Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
 
 Output: reasoning is split off first (:mod:`.reasoning_parser`), then the content goes through the
 tool parser. ``finish_reason`` is ``"tool_calls"`` when the generation stopped after well-formed
-calls; a malformed block comes back as ``content`` with the engine's finish reason. A call cut by
+calls (also inside a block left open after its last closed invoke: the model's EOS came before the
+block's closing tag); a malformed block comes back as ``content`` with the engine's finish reason. A call cut by
 ``max_tokens`` is answered as OpenAI answers it: ``finish_reason`` ``"length"`` and the call in
 ``tool_calls`` with the arguments generated so far (once its name is known), no markup in
 ``content``, the same streamed and not.
@@ -95,7 +96,6 @@ from sglang_v4.entrypoints.openai.tool_parser import (
     TOOL_CALL_PARSERS,
     DsmlToolParser,
     ToolCallDelta,
-    parse_tool_calls,
 )
 
 __all__ = ["ChatMixin", "ChatPlan"]
@@ -206,14 +206,16 @@ class ChatMixin(ChatPrepareMixin):
             content: str | None = text
             if plan.tool_names is not None:
                 block = TOOL_CALL_PARSERS[self.tool_call_parser]
-                content, calls, complete = parse_tool_calls(text, plan.tool_names, block)
+                parser = DsmlToolParser(plan.tool_names, block)
+                content = parser.feed(text)[0] + parser.finish()[0]
+                calls = parser.calls
                 if calls:
                     tool_calls = [
                         ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
                         for c in calls
                     ]
                     content = content or None
-                    if complete and fr == "stop":
+                    if parser.calls_whole and fr == "stop":
                         fr = "tool_calls"
             lp = self._chat_logprobs(meta, 0) if req.logprobs else None
             choices.append(
@@ -367,7 +369,7 @@ class ChatMixin(ChatPrepareMixin):
                                 reasoning_tokens[idx] = self._reasoning_tokens(
                                     ret.get("output_ids") or [], st.reasoning_text
                                 )
-                            if st.tools is not None and st.tools.complete and fr == "stop":
+                            if st.tools is not None and st.tools.calls_whole and fr == "stop":
                                 fr = "tool_calls"
                             yield chunk(
                                 idx,

@@ -118,7 +118,8 @@ def parse_function_call_body(body: dict[str, Any], default_parser: str) -> dict[
     parser = canonical_tool_call_parser(name) if name is not None else default_parser
     functions = validate_tools(body.get("tools") or [])
     names = [fn["name"] for fn in functions]
-    content, calls, _ = parse_tool_calls(text, names, TOOL_CALL_PARSERS[parser])
+    schemas = {fn["name"]: fn.get("parameters") for fn in functions}
+    content, calls, _ = parse_tool_calls(text, schemas, TOOL_CALL_PARSERS[parser])
     return {
         "normal_text": content,
         "calls": [

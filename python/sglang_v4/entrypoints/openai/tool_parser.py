@@ -34,14 +34,34 @@ was complete is no call; a generation that ends with the first characters of a b
 content only: in thinking mode, such characters at the end of unfinished reasoning are reasoning
 text, see :mod:`.reasoning_parser`). The streamed
 deltas and :func:`parse_tool_calls` give the same calls; :attr:`DsmlToolParser.truncated` is set
-and :attr:`DsmlToolParser.complete` is False (the finish reason stays the engine's, never
-``"tool_calls"``).
+and :attr:`DsmlToolParser.complete` is False. A cut call keeps the engine's finish reason; a
+generation that *stopped* in a block after its last closed invoke made its calls
+(:attr:`DsmlToolParser.calls_whole`: finish reason ``"tool_calls"``).
+
+A *bare* block, invokes without the ``<｜DSML｜tool_calls>`` wrapper (DeepSeek-V4 leaves the
+wrapper out at times, at long contexts especially: sgl-project/sglang#40236, vllm-project/vllm#48931),
+is a block too: it starts at ``<｜DSML｜invoke`` and ends after its last invoke, at the wrapper's
+closing tag if the model writes it (the orphan end of vLLM's report, dropped) or at the first text
+that is not another invoke (that text is content); ended by the end of the output after a closed
+invoke, it is complete. Only an invoke of one of the request's tools that is written out whole
+makes a call of it (an unknown name is a malformed block, as in a wrapped one). A DSML wrapper of
+another name whose first content is an invoke is a block too, closed by its own closing tag
+(DeepSeek-V4-Flash-0731 writes ``<｜DSML｜toolcalls>`` at times, vllm-project/vllm#51914; V3.2
+wrote ``function_calls``): the invoke grammar is the same; before other text such a tag is text.
+
+With the tools' schemas (``tool_names`` a mapping name -> ``parameters``), a call whose only
+parameter is a spurious ``arguments`` / ``input`` wrapper is repaired
+(:mod:`.tool_args_repair`): its arguments are held back from the stream from the wrapper's tag
+(or, for a JSON body, from its first key) until the invoke ends, then sent whole, repaired; a
+second parameter releases them.
 
 A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
-between tags) is returned *as text*: from the point of failure the block's raw text, from its
-first character, goes to ``content`` and the rest of the output follows as content. Deltas of
-calls that were already streamed are not taken back (the finish reason then is not
-``"tool_calls"``, see :attr:`DsmlToolParser.complete`).
+between tags) is returned *as text*: from the point of failure the block's raw text goes to
+``content``, from its first character, or, when invokes of the block closed before the failure,
+from the end of the last of them: those stay calls (one malformed invoke does not drop its valid
+siblings, sgl-project/sglang#40236); the rest of the output follows as content. The deltas of the
+failing invoke's call, if its tag was complete, were streamed already and are not taken back
+(the finish reason then is not ``"tool_calls"``, see :attr:`DsmlToolParser.complete`).
 """
 
 from __future__ import annotations
@@ -49,10 +69,11 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
+from sglang_v4.entrypoints.openai.tool_args_repair import WRAPPER_KEYS, is_wrapper_key, unwrap_arguments
 
 __all__ = [
     "TOOL_CALL_PARSERS",
@@ -74,6 +95,15 @@ _ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4", "auto": "d
 #: The longest tag head (``name="..." string="..."``) waited for before a tag counts as malformed.
 _MAX_TAG_CHARS = 512
 
+#: A DSML wrapper tag: ``<｜DSML｜tool_calls>``, or another name holding invokes (module docstring).
+_WRAPPER_OPEN = re.compile(rf"<{DSML}(\w+)>")
+#: An unfinished DSML tag at the end of a text (what follows decides what it is).
+_DSML_TAG_HEAD = re.compile(rf"<{DSML}\w*$")
+#: A DSML tag, finished or not, that ends a text (whitespace after it).
+_DSML_TAG_TAIL = re.compile(rf"<{DSML}\w*>?\s*$")
+#: The start of a JSON object's first key (group 1: the key, once its closing quote came).
+_JSON_FIRST_KEY = re.compile(r'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:')
+_JSON_KEY_PREFIX = re.compile(r'\s*(\{\s*("((?:[^"\\]|\\.)*"?\s*)?)?)?')
 _INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
 _PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
 
@@ -168,7 +198,8 @@ class DsmlToolParser:
 
     Args:
         tool_names: names of the request's tools; a call of any other name makes its block
-            malformed. ``None`` accepts every name.
+            malformed. ``None`` accepts every name. A mapping name -> ``parameters`` schema also
+            enables the wrapper repair (module docstring).
         block: the block tag name, ``"tool_calls"`` (V4) or ``"function_calls"`` (V3.2).
 
     Attributes:
@@ -189,6 +220,11 @@ class DsmlToolParser:
     _raw: str = ""  # text of the open block, from the whitespace before its start marker
     _block_calls: list[ParsedToolCall] = field(default_factory=list)
     _after_block: bool = False
+    _bare: bool = False  # the open block had no wrapper (it started at an invoke)
+    _cur_end: str = ""  # the closing tag of the open block (its wrapper's name)
+    _closed_at: int = 0  # where in ``_raw`` the open block's last closed invoke ended
+    _hold: bool = False  # the open call's arguments are held back (a possible wrapper)
+    _hold_undecided: bool = False  # ... its JSON body's first key is not known yet
     _n_calls: int = 0
     _call: ParsedToolCall | None = None
     _param_names: set[str] = field(default_factory=set)
@@ -199,6 +235,7 @@ class DsmlToolParser:
     def __post_init__(self) -> None:
         self.block_start = f"<{DSML}{self.block}>"
         self.block_end = f"</{DSML}{self.block}>"
+        self._cur_end = self.block_end
         self.invoke_start = f"<{DSML}invoke"
         self.invoke_end = f"</{DSML}invoke>"
         self.param_start = f"<{DSML}parameter"
@@ -208,6 +245,13 @@ class DsmlToolParser:
     def complete(self) -> bool:
         """At least one call was parsed and no block was malformed, left open or cut."""
         return bool(self.calls) and not self.malformed and not self.truncated and self._state == _TEXT
+
+    @property
+    def calls_whole(self) -> bool:
+        """At least one call was parsed, no block was malformed and no call was cut: the block may
+        have been left open after its last closed invoke (a generation *stopped* there made its
+        calls: finish reason ``"tool_calls"``, sgl-project/sglang#40236)."""
+        return bool(self.calls) and not self.malformed and not any(c.partial for c in self.calls)
 
     # ------------------------------------------------------------------ feeding
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
@@ -236,19 +280,33 @@ class DsmlToolParser:
         if self._state == _TEXT:
             if self._after_block:
                 rest = rest.lstrip()
-            marker = _partial_suffix(rest, self.block_start)
+            marker = max(
+                _partial_suffix(rest, self.block_start),
+                _partial_suffix(rest, self.invoke_start),
+                _partial_suffix(rest, f"<{DSML}"),
+            )
+            tag = _DSML_TAG_TAIL.search(rest)  # a wrapper tag (or its start) that nothing followed
+            marker = max(marker, len(rest) - tag.start() if tag else 0)
             if not marker:
                 return rest, []
             self.truncated = True  # the output ends with the first characters of a block start
             return rest[: len(rest) - marker].rstrip(), []
+        if self._state == _BLOCK and self._bare:  # a bare block ends with its last invoke
+            self.calls.extend(self._block_calls)
+            self._block_calls, self._raw, self._state = [], "", _TEXT
+            return "", []
         cut = self._call
+        held = []
         if cut is not None:
             cut.partial = True
+            if self._hold and cut.arguments:  # never streamed: the generated part goes out now
+                held = [ToolCallDelta(cut.index, arguments=cut.arguments)]
+        self._hold = self._hold_undecided = False
         self.calls.extend(self._block_calls + ([cut] if cut is not None else []))
         self.truncated = True
         self._block_calls, self._call, self._raw, self._held_ws = [], None, "", ""
         self._state = _TEXT
-        return "", []
+        return "", held
 
     # ------------------------------------------------------------------ state machine
     def _take(self, n: int) -> str:
@@ -260,10 +318,13 @@ class DsmlToolParser:
         """Malformed: the block's raw text so far becomes content."""
         self.malformed = True
         self._state = _RAW
-        content.append(self._raw)  # held-back whitespace was consumed into _raw already
+        # held-back whitespace was consumed into _raw already
+        content.append(self._raw[self._closed_at :] if self._block_calls else self._raw)
+        self.calls.extend(self._block_calls)
         self._raw = self._held_ws = ""
         self._block_calls = []
         self._call = None
+        self._hold = self._hold_undecided = False
 
     def _skip_ws(self) -> None:
         n = len(self._buf) - len(self._buf.lstrip())
@@ -294,14 +355,18 @@ class DsmlToolParser:
         if not self._buf:
             return False
         if st == _BLOCK:
-            m = self._expect((self.invoke_start, self.block_end))
-            if m is None or (m == self.block_end and not self._block_calls):
+            m = self._expect((self.invoke_start, self._cur_end))
+            if m is None and self._bare and self._block_calls:  # a bare block ends: text follows
+                self.calls.extend(self._block_calls)
+                self._block_calls, self._raw, self._state = [], "", _TEXT
+                return True
+            if m is None or (m == self._cur_end and not self._block_calls):
                 self._to_raw(content)
                 return True
             if m == "":
                 return False
             self._take(len(m))
-            if m == self.block_end:
+            if m == self._cur_end:
                 self.calls.extend(self._block_calls)
                 self._block_calls = []
                 self._raw = ""
@@ -315,6 +380,7 @@ class DsmlToolParser:
             m = self._expect((self.param_start, self.invoke_end))
             if m is None and self._buf.startswith("{") and not self._param_names:
                 self._state, self._value = _JSON_ARGS, ""
+                self._hold = self._hold_undecided = any(self._may_wrap(k) for k in WRAPPER_KEYS)
                 return True
             if m is None:
                 self._to_raw(content)
@@ -337,20 +403,45 @@ class DsmlToolParser:
                 self._buf = ""
                 return False
             self._after_block = False
-        pos = buf.find(self.block_start)
-        if pos >= 0:
-            ws = _trailing_ws(buf, pos)
-            content.append(buf[: pos - ws])
-            self._raw = buf[pos - ws : pos + len(self.block_start)]
-            self._buf = buf[pos + len(self.block_start) :]
-            self._state = _BLOCK
-            self._block_calls = []
+        wrapper = _WRAPPER_OPEN.search(buf)
+        if wrapper is not None and wrapper.group(1) in ("invoke", "parameter"):
+            wrapper = None  # not a wrapper: an invoke is looked for below
+        inv = buf.find(self.invoke_start)
+        if wrapper is not None and (inv < 0 or wrapper.start() < inv):
+            name, rest = wrapper.group(1), buf[wrapper.end() :].lstrip()
+            if name != self.block and (not rest or self.invoke_start.startswith(rest)):
+                cut = wrapper.start() - _trailing_ws(buf, wrapper.start())
+                content.append(buf[:cut])  # what follows the tag decides whether it opens a block
+                self._buf = buf[cut:]
+                return False
+            if name != self.block and not rest.startswith(self.invoke_start):
+                content.append(buf[: wrapper.end()])  # a DSML tag of another name before text: text
+                self._buf = buf[wrapper.end() :]
+                return True
+            self._open_block(content, buf, wrapper.start(), wrapper.end(), f"</{DSML}{name}>")
             return True
-        keep = _partial_suffix(buf, self.block_start)
+        if inv >= 0:  # a bare block (module docstring)
+            self._open_block(content, buf, inv, inv + len(self.invoke_start), None)
+            return True
+        keep = max(_partial_suffix(buf, self.block_start), _partial_suffix(buf, self.invoke_start))
+        head = _DSML_TAG_HEAD.search(buf)
+        keep = max(keep, _partial_suffix(buf, f"<{DSML}"), len(buf) - head.start() if head else 0)
         keep += _trailing_ws(buf, len(buf) - keep)
         content.append(buf[: len(buf) - keep])
         self._buf = buf[len(buf) - keep :]
         return False
+
+    def _open_block(self, content: list[str], buf: str, start: int, end: int, close: str | None) -> None:
+        """Open a block whose marker is ``buf[start:end]`` (``close``: its wrapper's closing tag;
+        ``None``: a bare block, whose marker is its first invoke's start)."""
+        ws = _trailing_ws(buf, start)
+        content.append(buf[: start - ws])
+        self._raw = buf[start - ws : end]
+        self._buf = buf[end:]
+        self._bare = close is None
+        self._cur_end = close or self.block_end
+        self._state = _INVOKE_TAG_S if self._bare else _BLOCK
+        self._block_calls = []
 
     def _step_tag(self, content: list[str], deltas: list[ToolCallDelta]) -> bool:
         is_invoke = self._state == _INVOKE_TAG_S
@@ -376,6 +467,10 @@ class DsmlToolParser:
         if key in self._param_names:
             self._to_raw(content)
             return True
+        if not self._param_names:
+            self._hold = self._may_wrap(key)
+        elif self._hold:  # a second parameter: no wrapper
+            self._release(deltas)
         head = ("{" if not self._param_names else ", ") + json.dumps(key, ensure_ascii=False) + ": "
         self._param_names.add(key)
         self._value_is_string, self._value, self._held_ws = is_string, "", ""
@@ -399,6 +494,9 @@ class DsmlToolParser:
                 piece = piece.lstrip()
         self._take(len(buf) - keep if pos < 0 else pos)
         self._value += piece
+        if self._hold_undecided:
+            self._decide_json_hold(piece, deltas)
+            piece = ""  # in the call's arguments already (or sent by the release)
         if pos < 0:
             if piece:
                 self._emit(json.dumps(piece, ensure_ascii=False)[1:-1] if not raw_json else piece, deltas)
@@ -425,11 +523,46 @@ class DsmlToolParser:
         self._state = _INVOKE
         return True
 
+    def _may_wrap(self, key: str) -> bool:
+        """Whether parameter ``key`` of the open call may be a spurious wrapper (the tools'
+        schemas are known and the tool declares no such parameter)."""
+        names = self.tool_names
+        if self._call is None or not isinstance(names, Mapping) or self._call.name not in names:
+            return False
+        return is_wrapper_key(key, names[self._call.name])
+
+    def _release(self, deltas: list[ToolCallDelta]) -> None:
+        """Stop holding the open call's arguments back: what was held goes out as a delta."""
+        assert self._call is not None
+        self._hold = self._hold_undecided = False
+        if self._call.arguments:
+            deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
+
+    def _decide_json_hold(self, piece: str, deltas: list[ToolCallDelta]) -> None:
+        """A JSON body's arguments are held until its first key is known: a wrapper key keeps
+        them held to the end of the invoke; anything else releases them."""
+        assert self._call is not None
+        self._call.arguments += piece
+        m = _JSON_FIRST_KEY.match(self._value)
+        if m is not None:
+            try:
+                key = json.loads(f'"{m.group(1)}"')
+            except ValueError:
+                key = None
+            if isinstance(key, str) and self._may_wrap(key):
+                self._hold_undecided = False
+                return
+            self._release(deltas)
+        elif _JSON_KEY_PREFIX.fullmatch(self._value) is None:
+            self._release(deltas)
+
     def _emit(self, fragment: str, deltas: list[ToolCallDelta]) -> None:
         assert self._call is not None
         if not fragment:
             return
         self._call.arguments += fragment
+        if self._hold:
+            return
         if deltas and deltas[-1].index == self._call.index:
             deltas[-1].arguments += fragment
         else:
@@ -438,7 +571,14 @@ class DsmlToolParser:
     def _close_invoke(self, tail: str, deltas: list[ToolCallDelta]) -> None:
         assert self._call is not None
         self._emit(tail, deltas)
+        if self._hold:
+            names = self.tool_names
+            schema = names.get(self._call.name) if isinstance(names, Mapping) else None
+            self._call.arguments = unwrap_arguments(self._call.arguments, schema) or self._call.arguments
+            self._hold = self._hold_undecided = False
+            deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
         self._block_calls.append(self._call)
+        self._closed_at = len(self._raw)
         self._call = None
         self._state = _BLOCK
 

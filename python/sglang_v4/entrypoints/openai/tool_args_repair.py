@@ -1,0 +1,72 @@
+"""Repair of DeepSeek-V4's spurious argument wrapper in tool calls.
+
+DeepSeek-V4 (and V3.2) at times wraps a call's real arguments in one extra parameter named
+``arguments`` or ``input`` (sgl-project/sglang#38924, vllm-project/vllm#41240), in three shapes::
+
+    <｜DSML｜parameter name="arguments" string="false">{"path": "/x"}</｜DSML｜parameter>
+    <｜DSML｜parameter name="arguments" string="true">{"path": "/x"}</｜DSML｜parameter>
+    <｜DSML｜parameter name="arguments" string="true">ls -la</｜DSML｜parameter>   (bash's "command")
+
+(or the invoke's JSON body ``{"arguments": {...}}``), which a client validating the call against
+the tool's schema rejects. :func:`unwrap_arguments` undoes it, guarded by the schema: only when the
+call has that one parameter and the tool declares no parameter of that name; the wrapped value is
+used when it is a JSON object (or a string holding one), and a plain string becomes the tool's
+parameter when the tool has exactly one, a string one. Anything else is left as the model wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["WRAPPER_KEYS", "is_wrapper_key", "unwrap_arguments"]
+
+#: The parameter names the model wraps real arguments in.
+WRAPPER_KEYS = ("arguments", "input")
+
+
+def _properties(schema: Any) -> Mapping[str, Any]:
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    return props if isinstance(props, Mapping) else {}
+
+
+def is_wrapper_key(key: str, schema: Any) -> bool:
+    """Whether a call's parameter ``key`` may be the spurious wrapper for a tool whose
+    ``parameters`` JSON schema is ``schema`` (a wrapper name the tool does not declare)."""
+    return key in WRAPPER_KEYS and key not in _properties(schema)
+
+
+def unwrap_arguments(arguments: str, schema: Any) -> str | None:
+    """The repaired ``function.arguments`` text of a call (module docstring), or ``None`` when
+    there is nothing to repair.
+
+    Args:
+        arguments: the call's arguments, a JSON object text.
+        schema: the tool's ``parameters`` JSON schema (``None``: none given).
+    """
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        return None
+    if not isinstance(args, dict) or len(args) != 1:
+        return None
+    ((key, value),) = args.items()
+    if not is_wrapper_key(key, schema):
+        return None
+    if isinstance(value, str):
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            inner = None
+        if isinstance(inner, dict):
+            value = inner
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):
+        strings = [
+            k for k, p in _properties(schema).items() if isinstance(p, Mapping) and p.get("type") == "string"
+        ]
+        if len(_properties(schema)) == 1 and len(strings) == 1:
+            return json.dumps({strings[0]: value}, ensure_ascii=False)
+    return None
