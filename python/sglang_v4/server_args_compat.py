@@ -89,7 +89,7 @@ _OBS = "sglang-v4 has no tracing or metric export beyond /metrics (--enable-metr
 _DEBUG = "a debugging / tuning knob of SGLang's runtime with no counterpart here"
 _TOKENIZER = "sglang-v4 tokenizes in its HTTP process (one fast tokenizer)"
 _GEMM = "sglang-v4 has one GEMM implementation per format (its Triton / torch kernels)"
-_PREFILL_GRAPH = "sglang-v4 runs prefill eagerly; only decode uses CUDA graphs"
+_PREFILL_GRAPH = "sglang-v4 sizes its extend / mixed-step CUDA graphs with --cuda-graph-max-extend-tokens"
 _PD = "only read with --disaggregation-mode, which sglang-v4 refuses (one server does prefill and decode)"
 
 SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
