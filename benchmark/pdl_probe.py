@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import graph_us  # noqa: E402
 
 
 @triton.jit
@@ -75,26 +80,7 @@ def chain(kind: str, mode: str, n_chain: int, reps: int) -> float:
             _gemv_kernel[(N // 64,)](bufs[i % 2], w, bufs[(i + 1) % 2], K, N, BLOCK_N=64, BLOCK_K=128, PDL=pdl,
                                      TRIGGER=trig, launch_pdl=pdl, num_warps=4)  # fmt: skip
 
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        for i in range(4):
-            launch(i)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        for i in range(n_chain):
-            launch(i)
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / n_chain)
-    return statistics.median(times)
+    return graph_us([lambda i=i: launch(i) for i in range(n_chain)], reps)
 
 
 def main() -> None:
