@@ -369,11 +369,25 @@ def sparse_attention(
     req_rows: torch.Tensor | None = None,
     token_req: torch.Tensor | None = None,
     entries_per_page: int = 1,
+    dense_prefix: list | None = None,
 ) -> torch.Tensor:
     """Paged shared-KV sparse attention with a per-head sink: each token over its sliding window
     and its selected (CSA) or visible (HCA) compressed entries, found through the page tables;
-    see op table entry 5 and :func:`sgl_kernel_v4.ref.attention.sparse_attention`."""
-    return get_op("sparse_attention", q.device)(
+    see op table entry 5 and :func:`sgl_kernel_v4.ref.attention.sparse_attention`.
+
+    ``dense_prefix``: HCA only (with ``comp_visible``), the
+    :class:`~sgl_kernel_v4.triton.attention_prefix.PrefixSegment` runs of long prefill tokens
+    whose compressed entries the Triton backend attends as dense products
+    (:mod:`sgl_kernel_v4.triton.attention_prefix`; same math); the reference ignores it."""
+    fn = get_op("sparse_attention", q.device)
+    if dense_prefix and comp_visible is not None and fn.__module__.endswith("triton.attention"):
+        from sgl_kernel_v4.triton.attention_prefix import sparse_attention_dense_prefix
+
+        return sparse_attention_dense_prefix(
+            q, swa_kv, swa_pages, positions, window, sinks, scale, comp_kv, comp_visible, req_to_page,
+            req_rows, token_req, entries_per_page, dense_prefix,
+        )  # fmt: skip
+    return fn(
         q, swa_kv, swa_pages, positions, window, sinks, scale, comp_kv, comp_entries, comp_visible,
         req_to_page, req_rows, token_req, entries_per_page,
     )  # fmt: skip

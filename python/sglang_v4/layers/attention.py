@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 from sgl_kernel_v4 import ops
+from sgl_kernel_v4.dense_prefix import dense_prefix_enabled, dense_prefix_segments
 from torch import nn
 
 from sglang_v4.configs.model_config import CSA, HCA, ModelConfig
@@ -175,6 +176,11 @@ class DSV4Attention(nn.Module):
             comp = dict(
                 comp_kv=st.rows, comp_visible=plan.visible, entries_per_page=fb.page_size // plan.ratio
             )
+            if x.is_cuda and not fb.graph_safe and dense_prefix_enabled():
+                # long prefill runs attend their shared entries as dense products (host lengths
+                # only; never inside a CUDA graph, whose batch is a padded stand-in)
+                if not torch.cuda.is_current_stream_capturing():
+                    comp["dense_prefix"] = dense_prefix_segments(fb.extend_lens, fb.prefix_lens, plan.ratio)
         if comp:
             comp.update(req_to_page=fb.req_to_page, req_rows=fb.req_pool_indices, token_req=fb.token_req)
         o = ops.sparse_attention(

@@ -117,6 +117,7 @@ def _paged_attn_kernel(
     stride_oh,
     part_acc_ptr,
     part_ml_ptr,
+    lse_ptr,
     H,
     scale_log2,
     num_splits,
@@ -131,6 +132,7 @@ def _paged_attn_kernel(
     ALIGN: tl.constexpr,
     DV_SPLIT: tl.constexpr = 1,
     IEEE: tl.constexpr = False,
+    STORE_LSE: tl.constexpr = False,
 ):
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1) // DV_SPLIT
@@ -233,6 +235,8 @@ def _paged_attn_kernel(
             out.to(out_ptr.dtype.element_ty),
             mask=hmask[:, None] & dvmask[None, :],
         )
+        if STORE_LSE:  # base-2 log-sum-exp of the scaled logits, the sink included
+            tl.store(lse_ptr + t * H + offs_h, m + tl.log2(l_sum), mask=hmask)
     else:
         # partials laid out [T, H, num_splits, BLOCK_D] and [T, H, num_splits, 2] (with DV_SPLIT,
         # each program writes its columns; (m, l) are the same in every one of them)
@@ -400,6 +404,7 @@ def sparse_attention(
     num_stages: int | None = None,
     fp8_align: int | None = None,
     dv_split: int | None = None,
+    lse: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Paged sparse MQA attention with a per-head sink (op table entry 5; arguments and result as
     :func:`sgl_kernel_v4.ref.attention.sparse_attention`).
@@ -424,6 +429,10 @@ def sparse_attention(
             the ``D`` value columns (``[BLOCK_H, D / 2]`` fp32 instead of ``[BLOCK_H, D]``: half
             the accumulator registers) and recomputing the ``q·kᵀ`` logits (1.5x the products).
             ``None``: :data:`DV_SPLIT` (1: not measured faster yet; ``attention_extend_sweep.py``).
+        lse: optional ``[T, H]`` fp32 buffer receiving each row's base-2 log-sum-exp of the
+            scaled logits, the sink included (``log2(2**sink' + sum_j 2**(scale' q.k_j))`` with
+            ``x' = x * log2(e)``), so a caller can merge another key set's partial result
+            (:mod:`sgl_kernel_v4.triton.attention_prefix`); forces one split.
 
     Tile defaults (H200 sweeps in benchmark/RESULTS.md, ``benchmark/attention_fp8_sweep.py``): bf16
     pools: 64 heads x 32 keys from 128 tokens (prefill), else 16 heads x 64 keys (16 at <= 4
@@ -491,6 +500,12 @@ def sparse_attention(
         block_h, block_n = min(block_h, 32), min(block_n, 16)
     block_h = max(16, min(block_h, next_power_of_2(H)))
     n_hb = cdiv(H, block_h)
+    if lse is not None:
+        if lse.shape != (T, H) or lse.dtype != torch.float32 or not lse.is_contiguous():
+            raise ValueError(
+                f"lse: expected a contiguous float32 [{T}, {H}] tensor, got {lse.dtype} {tuple(lse.shape)}"
+            )
+        num_splits = 1
     if num_splits is None:
         if max_keys is None:
             max_keys = max_key_count(
@@ -537,11 +552,11 @@ def sparse_attention(
         comp.storage, comp.rows_per_page, comp.page_stride, comp.row_stride,
         ent, ent.stride(0), ent.shape[1] if mode == 1 else 0, vis,
         r2p, r2p.stride(0), rrows, treq, int(entries_per_page),
-        sinks, out, out.stride(0), out.stride(1), part_acc, part_ml,
+        sinks, out, out.stride(0), out.stride(1), part_acc, part_ml, lse if lse is not None else part_ml,
         H, float(scale) * _LOG2E, num_splits,
         D=D, NOPE=D - swa.rope_dim, CODEC=swa.codec_id, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
         SPLIT=num_splits > 1, COMP_MODE=mode, ALIGN=fp8_align, DV_SPLIT=dv_split, IEEE=ieee_f32_dots(q.dtype),
-        num_warps=num_warps,
+        STORE_LSE=lse is not None, num_warps=num_warps,
         num_stages=num_stages,
     )  # fmt: skip
     if num_splits > 1:

@@ -1,0 +1,351 @@
+"""Dense shared-prefix attention for long HCA prefill chunks (Triton + one cuBLAS product).
+
+In an HCA layer (compress ratio ``m = 128``) the token at position ``p`` attends to its request's
+compressed entries ``w < (p + 1) // m`` plus its sliding window, with a per-head sink (the math
+of :mod:`sgl_kernel_v4.triton.attention`). Over a prefill chunk of ``n`` tokens at context ``c``
+the tokens' visible sets differ only in their last ``n / m`` entries: almost all of the ``c / m``
+entries are shared by every token of the chunk. The paged kernel attends per token (one program
+gathers the keys for one token's heads and multiplies at M = 64 rows), so it re-reads the shared
+keys for every token; at a 1M context its HCA layers dominate a prefill chunk. Here the request's
+compressed entries are attended as dense products over the chunk's ``tokens x heads`` rows:
+
+1. :func:`gather_entries`: the request's first ``V`` entries (``V`` = the chunk's largest visible
+   count) into one contiguous ``[V, D]`` tile in the compute dtype (fp8 entries decoded by the
+   reference codec), with a per-entry validity byte (a missing page).
+2. ``_prefix_probs_kernel``, one program per (block of rows, group of keys): ``S = scale' Q Kᵀ``
+   (``scale' = scale * log2 e``, base 2 as the paged kernel), masked per row by the token's
+   visible count; writes ``P = 2**(S - m_g)`` in the compute dtype and the group's ``(m_g, l_g)``.
+   Splitting the keys into groups gives the GPU enough programs at any chunk size.
+3. ``_prefix_rescale_kernel``: each row's max over the groups ``m``, ``P *= 2**(m_g - m)``,
+   ``l = sum_g l_g 2**(m_g - m)``.
+4. ``acc = P @ K`` (one GEMM; K = V in DeepSeek-V4's shared-KV attention).
+5. ``_merge_kernel``: the paged kernel has attended the window (its compressed entries turned off
+   for these tokens) with the sink and returned its output ``o1`` and base-2 log-sum-exp
+   ``lse1``; the two key sets merge as disjoint softmax partitions:
+   ``out = (o1 2**lse1 + acc 2**m) / (2**lse1 + l 2**m)``.
+
+The rows are processed in blocks of tokens so that ``P`` stays within :data:`PREFIX_P_BYTES`.
+The path is chosen on the host from the batch's lengths (never inside a CUDA graph: it sizes its
+work from the context) by :func:`dense_prefix_segments`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sgl_kernel_v4.dense_prefix import (
+    PREFIX_MIN_ENTRIES,
+    PREFIX_MIN_TOKENS,
+    PREFIX_P_BYTES,
+    PrefixSegment,
+    dense_prefix_segments,
+)
+from sgl_kernel_v4.paged import as_paged, entry_bytes, entry_slots
+from sgl_kernel_v4.triton._dot import dot
+from sgl_kernel_v4.triton._utils import cdiv, ieee_f32_dots, next_power_of_2, num_sms
+
+__all__ = [
+    "PREFIX_MIN_ENTRIES",
+    "PREFIX_MIN_TOKENS",
+    "PREFIX_P_BYTES",
+    "PrefixSegment",
+    "dense_prefix_segments",
+    "gather_entries",
+    "prefix_attention",
+    "sparse_attention_dense_prefix",
+]
+
+_LOG2E = 1.4426950408889634
+
+
+def gather_entries(
+    comp_kv: object, req_to_page: torch.Tensor, req_row: torch.Tensor, n: int, entries_per_page: int,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Entries ``0 .. n-1`` of one request, contiguous.
+
+    Args:
+        comp_kv: the compressed pool (a float ``[N, D]`` tensor or a paged row view, as
+            :func:`sgl_kernel_v4.paged.as_paged` takes).
+        req_to_page: ``[R, P]`` int page table; ``req_row``: ``[1]`` int64 device tensor, the
+            request's row (read on the device: no host synchronisation).
+        n: entries to gather; entries_per_page: ``page_size / ratio``.
+        dtype: the result's dtype.
+
+    Returns:
+        ``(keys [n_pad, D] dtype, valid [n_pad] uint8)``: ``n_pad`` = ``n`` rounded up to 128;
+        rows past ``n`` or on a missing page are zeros with ``valid = 0``.
+    """
+    comp = as_paged(comp_kv)
+    n_pad = cdiv(max(int(n), 1), 128) * 128
+    dev = req_to_page.device
+    w = torch.arange(n_pad, device=dev, dtype=torch.int64)
+    w = torch.where(w < n, w, -1)
+    slots = entry_slots(req_to_page, req_row.view(1).long(), w, entries_per_page)
+    ok = slots >= 0
+    s = slots.clamp(min=0)
+    st = comp.storage
+    rows = st[s // comp.rows_per_page, s % comp.rows_per_page] if st.dim() == 3 else st[s]
+    if comp.codec == "float":
+        keys = rows.to(dtype)
+    elif comp.codec == "fp8_main":
+        from sgl_kernel_v4.ref.kv_quant import dequantize_kv_fp8
+
+        nb = entry_bytes(comp.codec, comp.dim, comp.rope_dim)
+        keys = dequantize_kv_fp8(rows[:, :nb].contiguous(), comp.rope_dim, dtype)
+    else:
+        raise ValueError(f"comp_kv: codec {comp.codec!r} is not a main-entry format")
+    keys = keys.masked_fill(~ok[:, None], 0)
+    return keys.contiguous(), ok.to(torch.uint8)
+
+
+@triton.jit
+def _prefix_probs_kernel(
+    q_ptr, stride_qt, stride_qh, k_ptr, kvalid_ptr, vis_ptr, p_ptr, tml_ptr,
+    R, H, NK, tiles_per_group, scale_log2,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    IEEE: tl.constexpr,
+):  # fmt: skip
+    # rows r = t * H + h of the block's tokens; P [R, NK] row-major; tml [R, NK / BLOCK_N, 2] holds
+    # each (row, key tile)'s own max and sum: P of a tile is relative to its own max
+    rb = tl.program_id(0)
+    g = tl.program_id(1)
+    NT = NK // BLOCK_N
+    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
+    rmask = rows < R
+    rows64 = rows.to(tl.int64)
+    t = rows64 // H
+    h = rows64 % H
+    vis = tl.load(vis_ptr + t, mask=rmask, other=0)
+    q_off = t * stride_qt + h * stride_qh
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    j_hi = tl.minimum(g * tiles_per_group + tiles_per_group, NT)
+    for j in range(g * tiles_per_group, j_hi):
+        cols = j * BLOCK_N + offs_n
+        s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, D, BLOCK_K):
+            qa = tl.load(q_ptr + q_off[:, None] + (k0 + offs_k)[None, :], mask=rmask[:, None], other=0.0)
+            kb = tl.load(k_ptr + cols[:, None].to(tl.int64) * D + (k0 + offs_k)[None, :])
+            s += dot(qa, tl.trans(kb), IEEE)
+        kv = tl.load(kvalid_ptr + cols) != 0
+        valid = (cols[None, :] < vis[:, None]) & kv[None, :]
+        s = tl.where(valid, s * scale_log2, float("-inf"))
+        m = tl.maximum(tl.max(s, 1), -1.0e30)
+        p = tl.exp2(s - m[:, None])
+        tl.store(
+            p_ptr + rows64[:, None] * NK + cols[None, :], p.to(p_ptr.dtype.element_ty), mask=rmask[:, None]
+        )
+        tml = (rows64 * NT + j) * 2
+        tl.store(tml_ptr + tml, m, mask=rmask)
+        tl.store(tml_ptr + tml + 1, tl.sum(p, 1), mask=rmask)
+
+
+@triton.jit
+def _prefix_rescale_kernel(
+    p_ptr, tml_ptr, ml_ptr, R, NK,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    # per block of rows: m = max over tiles, l = sum_j l_j 2**(m_j - m), then P *= 2**(m_j - m).
+    # Every tile's (m_j, l_j) in one [BLOCK_M, BLOCK_T] load (BLOCK_T >= tiles): a reduction
+    # carried through a loop here failed Triton 3.6's thread-locality pass on sm_90
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rmask = rows < R
+    rows64 = rows.to(tl.int64)
+    NT = NK // BLOCK_N
+    offs_t = tl.arange(0, BLOCK_T)
+    tmask = rmask[:, None] & (offs_t[None, :] < NT)
+    tptr = tml_ptr + (rows64[:, None] * NT + offs_t[None, :]) * 2
+    mj = tl.load(tptr, mask=tmask, other=-1.0e30)
+    lj = tl.load(tptr + 1, mask=tmask, other=0.0)
+    m = tl.max(mj, 1)
+    l_sum = tl.sum(lj * tl.exp2(mj - m[:, None]), 1)
+    offs_n = tl.arange(0, BLOCK_N)
+    for j in range(0, NT):
+        f = tl.exp2(tl.load(tml_ptr + (rows64 * NT + j) * 2, mask=rmask, other=-1.0e30) - m)
+        ptrs = p_ptr + rows64[:, None] * NK + (j * BLOCK_N + offs_n)[None, :]
+        p = tl.load(ptrs, mask=rmask[:, None], other=0.0).to(tl.float32)
+        tl.store(ptrs, (p * f[:, None]).to(p_ptr.dtype.element_ty), mask=rmask[:, None])
+    tl.store(ml_ptr + rows64 * 2, m, mask=rmask)
+    tl.store(ml_ptr + rows64 * 2 + 1, l_sum, mask=rmask)
+
+
+@triton.jit
+def _merge_kernel(
+    out_ptr, stride_ot, stride_oh, lse_ptr, acc_ptr, ml_ptr, H,
+    D: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    # row r = t * H + h of the block: out = (o1 2**lse1 + acc 2**m) / (2**lse1 + l 2**m)
+    r = tl.program_id(0).to(tl.int64)
+    t = r // H
+    h = r % H
+    offs = tl.arange(0, BLOCK_D)
+    dm = offs < D
+    o_ptrs = out_ptr + t * stride_ot + h * stride_oh + offs
+    o1 = tl.load(o_ptrs, mask=dm, other=0.0).to(tl.float32)
+    lse1 = tl.load(lse_ptr + r)
+    m2 = tl.load(ml_ptr + r * 2)
+    l2 = tl.load(ml_ptr + r * 2 + 1)
+    acc = tl.load(acc_ptr + r * D + offs, mask=dm, other=0.0).to(tl.float32)
+    mx = tl.maximum(lse1, m2)
+    w1 = tl.exp2(lse1 - mx)
+    w2 = tl.exp2(m2 - mx)
+    out = (o1 * w1 + acc * w2) / (w1 + l2 * w2)
+    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=dm)
+
+
+def prefix_attention(
+    q: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    comp_kv: object,
+    comp_visible: torch.Tensor,
+    req_to_page: torch.Tensor,
+    req_rows: torch.Tensor,
+    entries_per_page: int,
+    scale: float,
+    segments: list[PrefixSegment],
+    *,
+    p_bytes: int = PREFIX_P_BYTES,
+    block_m: int = 128,
+    block_n: int = 64,
+    block_k: int = 64,
+    num_warps: int = 8,
+    num_stages: int = 3,
+) -> torch.Tensor:
+    """Merge each segment's compressed-entry attention into ``out`` (module docstring, steps 1-5).
+
+    Args:
+        q: ``[T, H, D]`` queries (bf16 / fp16 / fp32; the products run in this dtype, fp32
+            accumulation).
+        out: ``[T, H, D]`` the paged kernel's output for the segments' tokens over their window
+            and sink only (their compressed entries switched off); updated in place.
+        lse: ``[T, H]`` fp32, that call's base-2 log-sum-exp (``sparse_attention(lse=...)``).
+        comp_kv / req_to_page / entries_per_page: the HCA pool and its page table.
+        comp_visible: ``[T]`` int, entries visible to each token (``(pos + 1) // ratio``).
+        req_rows: ``[B]`` int64 page-table row of each request of the batch.
+        scale: the softmax scale (``head_dim ** -0.5``).
+        segments: from :func:`dense_prefix_segments`.
+        p_bytes: the probability tile's budget per token block.
+        block_m / block_n / block_k / num_warps / num_stages: the logits kernel's tile; the
+            defaults were the fastest of six at 64K-1M contexts on the H200
+            (``benchmark/attention_prefix_bench.py``, benchmark/RESULTS.md).
+
+    Returns:
+        ``out``.
+
+    Raises:
+        ValueError: shapes or dtypes out of range.
+    """
+    if q.dim() != 3 or out.shape != q.shape:
+        raise ValueError(
+            f"q / out: expected equal [T, H, D] shapes, got {tuple(q.shape)} / {tuple(out.shape)}"
+        )
+    T, H, D = q.shape
+    if lse.shape != (T, H) or lse.dtype != torch.float32:
+        raise ValueError(f"lse: expected float32 [{T}, {H}], got {lse.dtype} {tuple(lse.shape)}")
+    if D % block_k or block_n % 16 or 128 % block_n:
+        raise ValueError(f"block_k / block_n: D={D} must be a multiple of block_k; block_n must divide 128")
+    if q.stride(2) != 1:
+        q = q.contiguous()
+    cdt = q.dtype
+    sm = num_sms(q.device)
+    for seg in segments:
+        keys, kvalid = gather_entries(comp_kv, req_to_page, req_rows[seg.req : seg.req + 1], seg.n_entries,
+                                      entries_per_page, cdt)  # fmt: skip
+        NK = keys.shape[0]
+        NT = NK // block_n
+        tb = max(1, min(seg.end - seg.start, p_bytes // max(1, H * NK * q.element_size())))
+        for t0 in range(seg.start, seg.end, tb):
+            t1 = min(t0 + tb, seg.end)
+            R = (t1 - t0) * H
+            qb = q[t0:t1]
+            p = torch.empty((R, NK), dtype=cdt, device=q.device)
+            tml = torch.empty((R, NT, 2), dtype=torch.float32, device=q.device)
+            ml = torch.empty((R, 2), dtype=torch.float32, device=q.device)
+            n_rb = cdiv(R, block_m)
+            groups = max(1, min(NT, cdiv(4 * sm, n_rb)))
+            per = cdiv(NT, groups)
+            groups = cdiv(NT, per)
+            _prefix_probs_kernel[(n_rb, groups)](
+                qb, qb.stride(0), qb.stride(1), keys, kvalid, comp_visible[t0:t1], p, tml,
+                R, H, NK, per, float(scale) * _LOG2E,
+                D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, IEEE=ieee_f32_dots(cdt),
+                num_warps=num_warps, num_stages=num_stages,
+            )  # fmt: skip
+            bt = next_power_of_2(NT)
+            bm = max(1, min(32, 4096 // bt))
+            _prefix_rescale_kernel[(cdiv(R, bm),)](
+                p, tml, ml, R, NK, BLOCK_M=bm, BLOCK_N=block_n, BLOCK_T=bt, num_warps=4
+            )  # fmt: skip
+            acc = _mm_f32(p, keys)  # [R, D]
+            ob = out[t0:t1]
+            _merge_kernel[(R,)](
+                ob, ob.stride(0), ob.stride(1), lse[t0:t1], acc, ml, H,
+                D=D, BLOCK_D=next_power_of_2(D), num_warps=4,
+            )  # fmt: skip
+    return out
+
+
+_MM_OUT_DTYPE: list[bool] = [True]
+
+
+def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` with an fp32 result where the GEMM can give one from 16-bit operands
+    (``torch.mm(..., out_dtype=torch.float32)``, CUDA), else in the operands' dtype."""
+    if a.dtype in (torch.bfloat16, torch.float16) and a.is_cuda and _MM_OUT_DTYPE[0]:
+        try:
+            return torch.mm(a, b, out_dtype=torch.float32)
+        except (TypeError, RuntimeError, NotImplementedError):
+            _MM_OUT_DTYPE[0] = False
+    return torch.mm(a, b)
+
+
+def sparse_attention_dense_prefix(
+    q: torch.Tensor,
+    swa_kv: object,
+    swa_pages: torch.Tensor,
+    positions: torch.Tensor,
+    window: int,
+    sinks: torch.Tensor,
+    scale: float,
+    comp_kv: object,
+    comp_visible: torch.Tensor,
+    req_to_page: torch.Tensor,
+    req_rows: torch.Tensor,
+    token_req: torch.Tensor,
+    entries_per_page: int,
+    segments: list[PrefixSegment],
+    **prefix_kw: int,
+) -> torch.Tensor:
+    """HCA sparse attention (arguments and result as :func:`sgl_kernel_v4.triton.attention.
+    sparse_attention` with ``comp_visible``) whose ``segments`` attend their compressed entries
+    through the dense path: the paged kernel runs every token with those tokens' visible counts
+    set to 0 (window + sink only for them) and returns its log-sum-exp; :func:`prefix_attention`
+    merges the entries in. Tokens outside the segments are untouched by the dense path.
+    ``prefix_kw``: tile options of :func:`prefix_attention`.
+
+    Raises:
+        ValueError: as the two functions it calls.
+    """
+    from sgl_kernel_v4.triton.attention import sparse_attention
+
+    T, H, _ = q.shape
+    vis = comp_visible.clone()
+    for seg in segments:
+        vis[seg.start : seg.end] = 0
+    lse = torch.empty((T, H), dtype=torch.float32, device=q.device)
+    out = sparse_attention(
+        q, swa_kv, swa_pages, positions, window, sinks, scale, comp_kv, None, vis, req_to_page, req_rows,
+        token_req, entries_per_page, lse=lse,
+    )  # fmt: skip
+    swa = as_paged(swa_kv)
+    cdt = torch.float32 if q.dtype == torch.float32 else torch.bfloat16
+    if swa.codec == "float" and swa.storage.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        cdt = swa.storage.dtype
+    return prefix_attention(
+        q.to(cdt), out, lse, comp_kv, comp_visible, req_to_page, req_rows, entries_per_page, scale, segments,
+        **prefix_kw,
+    )  # fmt: skip

@@ -1,0 +1,117 @@
+"""The dense shared-prefix path of HCA attention (``sgl_kernel_v4.triton.attention_prefix``) vs
+the float64 oracle of the paged attention tests, and its host-side planning.
+
+The kernel tests run on CUDA, or on the CPU under ``TRITON_INTERPRET=1`` (fp32, small shapes);
+the planning tests run everywhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_testutil import DEVICE, INTERP, rel_err
+from sgl_kernel_v4.dense_prefix import PrefixSegment, dense_prefix_segments
+from test_kernels_attention import W, make_case, oracle
+
+
+def test_segments_follow_the_definition() -> None:
+    """Request b's tokens are rows [sum(extend[:b]), +extend[b]); the token at position p sees
+    (p + 1) // ratio entries; a run qualifies with >= min_tokens tokens whose first sees
+    >= min_entries; its entry count is the last token's."""
+    ext, pre = [1, 300, 2048, 255, 512], [70_000, 65_535, 1_000_000, 90_000, 100]
+    segs = dense_prefix_segments(ext, pre, 128, min_tokens=256, min_entries=512)
+    # request 1: first token at 65,535 sees 65,536 // 128 = 512 (qualifies); last at 65,834 -> 514
+    # request 2: 1,000,001 // 128 = 7,812 at the first; last at 1,002,047 -> 1,002,048 // 128 = 7,828
+    assert segs == [PrefixSegment(1, 301, 1, 514), PrefixSegment(301, 2349, 2, 7828)]
+    # one token less context: request 1's first token sees 511 entries
+    assert dense_prefix_segments([300], [65_534], 128, 256, 512) == []
+    with pytest.raises(ValueError, match="extend_lens"):
+        dense_prefix_segments([1, 2], [0], 128)
+    with pytest.raises(ValueError, match="ratio"):
+        dense_prefix_segments([1], [0], 0)
+
+
+CASES = [
+    # T, H, D, n_comp, p_bytes (small budgets: several token blocks), block_n
+    (40, 8, 128, 300, 1 << 30, 64),
+    (40, 8, 128, 300, 8 * 384 * 4 * 3, 32),  # three tokens per block
+    (24, 16, 64, 1000, 1 << 30, 16),  # many key tiles per row (rescale across tiles)
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")
+@pytest.mark.parametrize("T,H,D,n_comp,p_bytes,block_n", CASES)
+def test_dense_prefix_matches_fp64(T: int, H: int, D: int, n_comp: int, p_bytes: int, block_n: int) -> None:
+    """Both requests' tokens split into dense runs (request 1's page table has a missing page: its
+    entries there are no keys) and paged tokens; every token's output against the float64
+    attention over its window + visible entries + sink."""
+    from sgl_kernel_v4.triton.attention_prefix import sparse_attention_dense_prefix
+
+    dtype = torch.float32 if INTERP else torch.bfloat16
+    gen = torch.Generator().manual_seed(T + n_comp + block_n)
+    case = make_case(T, H, D, n_comp, "hca", dtype, gen)
+    half = T // 2
+    vis = case["visible"]
+    vis[:] = torch.randint(n_comp // 2, n_comp + 1, (T,), generator=gen)
+    vis[half - 1] = 0  # a dense-run token that sees no entry
+    vis[-1] = 0  # make_case's dead row (no window page either)
+    segs = [
+        PrefixSegment(2, half, 0, int(vis[2:half].max())),  # rows 0-1 of request 0 stay paged
+        PrefixSegment(half, T, 1, int(vis[half:].max()) + 5),  # gathers past the last visible entry
+    ]
+    ref = oracle(case, case["swa"].double(), case["comp"].double())
+    d = {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
+    out = sparse_attention_dense_prefix(
+        d["q"], d["swa"], d["swa_pages"], d["pos"], W, d["sinks"], case["scale"], d["comp"], d["visible"],
+        d["req_to_page"], d["req_rows"], d["token_req"], case["e"], segs, p_bytes=p_bytes, block_n=block_n,
+        block_k=min(64, D),
+    )  # fmt: skip
+    assert not torch.isnan(out).any()
+    tol = 1.5e-2 if dtype == torch.bfloat16 else 3e-3
+    for rows in (slice(0, 2), slice(2, half), slice(half, T)):
+        err = rel_err(out[rows], ref[rows])
+        assert err < tol, f"rows {rows}: rel err {err}"
+    assert torch.all(out[-1] == 0)  # make_case's dead row: no window page and no entry
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")
+def test_dense_prefix_fp8_pool() -> None:
+    """fp8 main entries (584-byte rows of flash-8l-32e on CUDA, the tiny preset's under the
+    interpreter): the gathered tile is the reference codec's decode; against float64 attention
+    over the decoded entries."""
+    from sgl_kernel_v4.triton.attention_prefix import sparse_attention_dense_prefix
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.configs.presets import get_preset
+    from sglang_v4.mem_cache.kv_format import KVRowsView, decode_entries, encode_entries
+    from sglang_v4.mem_cache.kv_spec import KVKind, build_kv_layout
+
+    mc = ModelConfig.from_dict(get_preset("tiny" if INTERP else "flash-8l-32e"))
+    D = mc.head_dim
+    lay = build_kv_layout(mc, "fp8_e4m3", False, 256)
+    gen = torch.Generator().manual_seed(11)
+    T, H, n_comp = (12, 8, 200) if INTERP else (300, 64, 2000)
+    dtype = torch.float32 if INTERP else torch.bfloat16
+    case = make_case(T, H, D, n_comp, "hca", dtype, gen)
+    views = {}
+    for name, src in (("swa", case["swa"]), ("comp", case["comp"])):
+        spec = lay.kinds[KVKind.SWA if name == "swa" else KVKind.HCA]
+        units = -(-src.shape[0] // spec.rows_per_unit)
+        st = spec.allocate(units * spec.pages_per_unit, DEVICE)[0]
+        view = KVRowsView(st, spec.entry, out_dtype=dtype)
+        n = min(src.shape[0], len(view))
+        view[torch.arange(n, device=DEVICE)] = src[:n].float().to(DEVICE)
+        views[name] = view
+        case[name + "64"] = decode_entries(encode_entries(src[:n].float(), spec.entry), spec.entry).double()
+    ref = oracle(case, case["swa64"], case["comp64"])
+    half = T // 2
+    segs = [PrefixSegment(0, half, 0, int(case["visible"][:half].max())),
+            PrefixSegment(half, T, 1, int(case["visible"][half:].max()))]  # fmt: skip
+    d = {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
+    out = sparse_attention_dense_prefix(
+        d["q"], views["swa"], d["swa_pages"], d["pos"], W, d["sinks"], case["scale"], views["comp"],
+        d["visible"], d["req_to_page"], d["req_rows"], d["token_req"], case["e"], segs,
+        block_k=min(64, D),
+    )  # fmt: skip
+    assert rel_err(out, ref) < (3e-3 if INTERP else 1.5e-2)
