@@ -146,6 +146,16 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     schedule_policy: str = "fcfs"
     enable_priority_scheduling: bool = False
     schedule_low_priority_values_first: bool = False
+    #: With priority scheduling, a queued request whose priority beats a running request's by more
+    #: than this preempts it (SGLang's ``--priority-scheduling-preemption-threshold``).
+    priority_scheduling_preemption_threshold: int = 10
+    #: With priority scheduling, never preempt running requests (SGLang's flag).
+    disable_priority_preemption: bool = False
+    #: With priority scheduling, the priority of a request that sends none; None: the least
+    #: preferred value (SGLang's ``--default-priority-value``).
+    default_priority_value: int | None = None
+    #: Without priority scheduling, refuse a request that sends a priority with a 503 (SGLang's).
+    abort_on_priority_when_disabled: bool = False
     stream_interval: int = 1
     disable_overlap_schedule: bool = False
     # CUDA graphs.
@@ -339,6 +349,12 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         positive_int("max_running_requests")
         positive_int("max_queued_requests")
         positive_int("max_prefill_tokens", allow_none=False)
+        for name in ("priority_scheduling_preemption_threshold", "default_priority_value"):
+            value = getattr(self, name)
+            if value is None and name == "default_priority_value":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not -(1 << 63) <= value < (1 << 63):
+                raise ValueError(f"{name} must be a signed 64-bit integer (got {value!r})")
         positive_int("context_length")
         if self.context_length is not None and self.context_length < 2:
             raise ValueError(

@@ -202,6 +202,31 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="With --enable-priority-scheduling: lower priority values first.",
     )
+    a(
+        "--priority-scheduling-preemption-threshold",
+        type=int,
+        default=d["priority_scheduling_preemption_threshold"].default,
+        help="With --enable-priority-scheduling: a queued request that cannot be admitted (running-"
+        "request cap or KV pages) preempts running requests whose priority it beats by more than this "
+        "(they go back to the queue with their outputs kept).",
+    )
+    a(
+        "--disable-priority-preemption",
+        action="store_true",
+        help="With --enable-priority-scheduling: never preempt running requests.",
+    )
+    a(
+        "--default-priority-value",
+        type=int,
+        default=None,
+        help="With --enable-priority-scheduling: the priority of requests that send none (default: "
+        "the least preferred value, so they run after every request with a priority).",
+    )
+    a(
+        "--abort-on-priority-when-disabled",
+        action="store_true",
+        help="Without --enable-priority-scheduling: refuse requests that send a priority (503).",
+    )
     a("--stream-interval", type=int, default=1)
     a(
         "--disable-overlap-schedule",

@@ -155,3 +155,63 @@ def order_waiting(
     if priority_sign is not None:
         out = sorted(out, key=lambda r: priority_sign * r.priority)  # stable: policy order within
     return out
+
+
+#: The priority range (signed 64-bit, as SGLang's): a request sending none under priority
+#: scheduling gets the least preferred end of it unless ``--default-priority-value`` says otherwise.
+PRIORITY_MIN, PRIORITY_MAX = -(1 << 63), (1 << 63) - 1
+#: SGLang's refusal of a request that sends a priority to a server started with
+#: ``--abort-on-priority-when-disabled`` and without ``--enable-priority-scheduling`` (HTTP 503).
+PRIORITY_DISABLED_MSG = (
+    "Using priority is disabled for this server. Please send a new request without a priority."
+)
+
+
+def request_priority(
+    requested: int | None, *, enabled: bool, low_values_first: bool, default: int | None
+) -> int:
+    """The priority a request is scheduled with (SGLang 0.5.x rules).
+
+    Args:
+        requested: the request's ``priority`` field (None: not sent).
+        enabled: ``--enable-priority-scheduling``.
+        low_values_first: ``--schedule-low-priority-values-first``.
+        default: ``--default-priority-value`` (None: not set).
+
+    Returns:
+        ``requested`` when sent; without priority scheduling 0 (unused); else ``default``, or the
+        least preferred value (:data:`PRIORITY_MIN` when higher values go first,
+        :data:`PRIORITY_MAX` when lower ones do), so a request without a priority runs after every
+        request with one, as in SGLang.
+    """
+    if requested is not None:
+        return int(requested)
+    if not enabled:
+        return 0
+    if default is not None:
+        return int(default)
+    return PRIORITY_MAX if low_values_first else PRIORITY_MIN
+
+
+def preemption_victims(
+    req: Req, running: Sequence[Req], *, priority_sign: int, threshold: int, count: int = 1
+) -> list[Req]:
+    """Running requests a queued ``req`` that cannot be admitted preempts (SGLang's priority
+    preemption, ``--priority-scheduling-preemption-threshold``).
+
+    Args:
+        req: the queued request (the most preferred one that is blocked).
+        running: the running requests.
+        priority_sign: -1 (higher ``priority`` preferred) or 1 (lower preferred).
+        threshold: ``req`` preempts a running request only when its priority is better by more
+            than this (``priority_sign * (victim.priority - req.priority) > threshold``), so
+            requests of equal or close priority never preempt each other.
+        count: at most this many victims.
+
+    Returns:
+        Up to ``count`` requests, least preferred first and, among equal priorities, the most
+        recent arrival first (the one that has done the least work); empty when none qualifies.
+    """
+    eligible = [r for r in running if priority_sign * (r.priority - req.priority) > threshold]
+    eligible.sort(key=lambda r: (-priority_sign * r.priority, -r.arrival))
+    return eligible[:count]

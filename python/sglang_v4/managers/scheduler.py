@@ -71,7 +71,13 @@ from sglang_v4.managers.io_struct import (
 )
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.schedule_batch import FixedColumns, ScheduleBatch
-from sglang_v4.managers.schedule_policy import CACHE_AWARE_MAX_QUEUE, order_waiting
+from sglang_v4.managers.schedule_policy import (
+    CACHE_AWARE_MAX_QUEUE,
+    PRIORITY_DISABLED_MSG,
+    order_waiting,
+    preemption_victims,
+    request_priority,
+)
 from sglang_v4.managers.scheduler_metrics_mixin import SchedulerMetricsMixin
 from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
 from sglang_v4.managers.tp_worker import FutureMap, TpModelWorker
@@ -189,6 +195,8 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
         self._tp_window: deque[tuple[float, int]] = deque(maxlen=64)
         self._poisoned: set[int] = set()
         self._prefilling: list[Req] = []  # running requests mid-prefill, found by _add_decode_reqs
+        #: the queued request whose admission failed for KV pages last step (priority preemption)
+        self._admission_blocked: Req | None = None
         # fixed per-request columns of the last decode batch and of the last message
         self._sampling_columns = FixedColumns()
         self._output_columns = FixedColumns()
@@ -222,6 +230,21 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
         """Queue a tokenized request. One that fails the limits (it should have been rejected by
         the tokenizer manager) or whose grammar does not compile is finished with a 400 abort."""
         req = Req.from_tokenized(recv)
+        sa = self.server_args
+        req.priority = request_priority(
+            recv.priority,
+            enabled=sa.enable_priority_scheduling,
+            low_values_first=sa.schedule_low_priority_values_first,
+            default=sa.default_priority_value,
+        )
+        if (
+            recv.priority is not None
+            and sa.abort_on_priority_when_disabled
+            and not sa.enable_priority_scheduling
+        ):
+            req.finished_reason = finish_abort(PRIORITY_DISABLED_MSG, 503)
+            self._queue_output(req)
+            return
         err = self.ready_info.check_input_ids(req.origin_input_ids) or self._attach_grammar(req)
         sp = req.sampling_params
         if (
@@ -362,6 +385,7 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
         failed (likewise a waiting request with nothing running).
         """
         batch = ScheduleBatch()
+        self._preempt_for_priority()
         self._add_decode_reqs(batch)
         self._add_prefill_reqs(batch)
         if len(batch) > 0:
@@ -456,6 +480,8 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
             if self.cache_manager.alloc_for_extend(req, end):
                 budget -= end - req.scheduled_len
                 batch.add(req, end)
+            elif self._admission_blocked is None:
+                self._admission_blocked = req
         if not self.waiting or budget <= 0 or len(self.running) >= self.max_running_requests:
             return
         self._sort_waiting()
@@ -477,10 +503,12 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
                 deferred.append(self.waiting.popleft())
                 continue
             if not self.cache_manager.match_prefix(req):
+                self._admission_blocked = req
                 break
             end = req.num_computed + min(req.remaining, chunk, budget)
             if not self.cache_manager.alloc_for_extend(req, end):
                 self.cache_manager.release_req(req)
+                self._admission_blocked = req
                 break
             if req.num_retractions == 0:
                 self.cache_manager.record_hit(req)
@@ -530,7 +558,38 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
             )
         )
 
-    def _retract(self, req: Req) -> None:
+    def _preempt_for_priority(self) -> None:
+        """SGLang's priority preemption (``--enable-priority-scheduling`` without
+        ``--disable-priority-preemption``): the most preferred queued request that cannot be admitted
+        (the running-request cap is reached, or its admission failed for KV pages last step), or a
+        running request whose next prompt chunk got no pages last step, sends back to the queue a
+        running request whose priority it beats by more than
+        ``--priority-scheduling-preemption-threshold`` (:func:`preemption_victims`). The victim is
+        retracted: its outputs are kept and it resumes when it is admitted again. One victim per
+        step: enough for a slot; for pages the next step tries again and preempts another if the
+        request still does not fit."""
+        sa = self.server_args
+        blocked, self._admission_blocked = self._admission_blocked, None
+        if not sa.enable_priority_scheduling or sa.disable_priority_preemption:
+            return
+        sign = 1 if sa.schedule_low_priority_values_first else -1
+        if blocked is not None and (
+            blocked.num_future or (blocked not in self.waiting and blocked not in self.running)
+        ):
+            blocked = None
+        if blocked is None:
+            if len(self.running) < self.max_running_requests:
+                return
+            ready = [r for r in self.waiting if not r.num_future]
+            if not ready:
+                return
+            blocked = min(ready, key=lambda r: (sign * r.priority, r.arrival))
+        others = [r for r in self.running if r is not blocked]
+        threshold = sa.priority_scheduling_preemption_threshold
+        for victim in preemption_victims(blocked, others, priority_sign=sign, threshold=threshold):
+            self._retract(victim, f"for request {blocked.rid} of priority {blocked.priority}")
+
+    def _retract(self, req: Req, why: str = "to free KV pages") -> None:
         """Send a running request back to the queue front, keeping its outputs (a token its last
         batch is still sampling is kept too; prompt logprobs not complete are recomputed)."""
         self.running.remove(req)
@@ -541,7 +600,7 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
             req.input_logprob_buffer = []
         self.num_retractions += 1
         self.waiting.appendleft(req)
-        logger.info("Retracted request %s (%d tokens) to free KV pages", req.rid, req.seq_len)
+        logger.info("Retracted request %s (%d tokens) %s", req.rid, req.seq_len, why)
 
     def _finish(self, req: Req, reason: FinishReason) -> None:
         """End ``req`` (queued or running): cache and release its pages, queue its last output."""
