@@ -215,3 +215,36 @@ def preemption_victims(
     eligible = [r for r in running if priority_sign * (r.priority - req.priority) > threshold]
     eligible.sort(key=lambda r: (-priority_sign * r.priority, -r.arrival))
     return eligible[:count]
+
+
+def priority_preemption(
+    blocked: Req | None,
+    waiting: Sequence[Req],
+    running: Sequence[Req],
+    max_running: int,
+    *,
+    priority_sign: int,
+    threshold: int,
+) -> tuple[Req | None, list[Req]]:
+    """Who preempts whom this step (SGLang's priority preemption).
+
+    Args:
+        blocked: the request whose admission or next prompt chunk failed for KV pages last step
+            (``None``: none); ignored if it awaits a future token or is neither queued nor running.
+        waiting / running: the queue and the running requests.
+        max_running: the running-request cap; without a ``blocked`` request, the most preferred
+            queued one (earliest arrival among equals) preempts only when the cap is reached.
+        priority_sign / threshold: as :func:`preemption_victims`.
+
+    Returns:
+        ``(preempting request or None, victims)``: at most one victim per step.
+    """
+    if blocked is not None and (blocked.num_future or (blocked not in waiting and blocked not in running)):
+        blocked = None
+    if blocked is None:
+        ready = [r for r in waiting if not r.num_future]
+        if len(running) < max_running or not ready:
+            return None, []
+        blocked = min(ready, key=lambda r: (priority_sign * r.priority, r.arrival))
+    others = [r for r in running if r is not blocked]
+    return blocked, preemption_victims(blocked, others, priority_sign=priority_sign, threshold=threshold)

@@ -75,7 +75,7 @@ from sglang_v4.managers.schedule_policy import (
     CACHE_AWARE_MAX_QUEUE,
     PRIORITY_DISABLED_MSG,
     order_waiting,
-    preemption_victims,
+    priority_preemption,
     request_priority,
 )
 from sglang_v4.managers.scheduler_metrics_mixin import SchedulerMetricsMixin
@@ -560,33 +560,19 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
 
     def _preempt_for_priority(self) -> None:
         """SGLang's priority preemption (``--enable-priority-scheduling`` without
-        ``--disable-priority-preemption``): the most preferred queued request that cannot be admitted
-        (the running-request cap is reached, or its admission failed for KV pages last step), or a
-        running request whose next prompt chunk got no pages last step, sends back to the queue a
-        running request whose priority it beats by more than
-        ``--priority-scheduling-preemption-threshold`` (:func:`preemption_victims`). The victim is
-        retracted: its outputs are kept and it resumes when it is admitted again. One victim per
-        step: enough for a slot; for pages the next step tries again and preempts another if the
-        request still does not fit."""
+        ``--disable-priority-preemption``; whom :func:`priority_preemption` says): the victim is
+        retracted, keeping its outputs, and resumes when admitted again. One victim per step."""
         sa = self.server_args
         blocked, self._admission_blocked = self._admission_blocked, None
         if not sa.enable_priority_scheduling or sa.disable_priority_preemption:
             return
-        sign = 1 if sa.schedule_low_priority_values_first else -1
-        if blocked is not None and (
-            blocked.num_future or (blocked not in self.waiting and blocked not in self.running)
-        ):
-            blocked = None
-        if blocked is None:
-            if len(self.running) < self.max_running_requests:
-                return
-            ready = [r for r in self.waiting if not r.num_future]
-            if not ready:
-                return
-            blocked = min(ready, key=lambda r: (sign * r.priority, r.arrival))
-        others = [r for r in self.running if r is not blocked]
-        threshold = sa.priority_scheduling_preemption_threshold
-        for victim in preemption_victims(blocked, others, priority_sign=sign, threshold=threshold):
+        blocked, victims = priority_preemption(
+            blocked, self.waiting, self.running, self.max_running_requests,
+            priority_sign=1 if sa.schedule_low_priority_values_first else -1,
+            threshold=sa.priority_scheduling_preemption_threshold,
+        )  # fmt: skip
+        for victim in victims:
+            assert blocked is not None
             self._retract(victim, f"for request {blocked.rid} of priority {blocked.priority}")
 
     def _retract(self, req: Req, why: str = "to free KV pages") -> None:
