@@ -48,6 +48,20 @@ SETTINGS: tuple[tuple[int, int, int, int, int], ...] = (
 _KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
 
 
+def profile_table(fn: Any, dev: str) -> str:
+    """The device-time table (``torch.profiler``, by kernel) of three calls of ``fn``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(3):
+            fn()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+    key = "cuda_time_total" if dev == "cuda" else "cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=12)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -56,6 +70,11 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--fp8", action="store_true")
     ap.add_argument("--settings", type=int, default=len(SETTINGS), help="time the first N settings")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also a torch.profiler table of one dense call per context (default tile)",
+    )
     a = ap.parse_args()
     from sgl_kernel_v4.dense_prefix import PrefixSegment
     from sgl_kernel_v4.triton import attention_prefix as ap_mod
@@ -127,6 +146,9 @@ def main() -> None:
                     rows.append(row)
                     print(row, flush=True)
                     continue
+                if a.profile and st == settings[0]:
+                    row["profile"] = profile_table(dense, dev)
+                    print(row["profile"], flush=True)
                 err = float((out - base).norm() / base.norm()) if out is not None else float("nan")
                 row.update(ms=ms, speedup=base_ms / ms, tflops=flop / ms / 1e9, rel_err=err)
                 rows.append(row)
