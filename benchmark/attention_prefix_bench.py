@@ -1,4 +1,4 @@
-"""HCA attention over one long prefill chunk: the paged kernel against the dense shared-prefix path.
+"""Attention over one long prefill chunk: the paged kernel against the gathered-entry paths.
 
 One request's chunk of 2,048 tokens ending at context ``C`` (``--contexts``), DeepSeek-V4 shapes
 (64 heads x 512, window 128, 256-token pages; the inputs of ``attention_extend_sweep.py``), HCA:
@@ -13,6 +13,11 @@ Timing: CUDA events, median of ``--calls`` calls after a warm-up call. ``TFLOP/s
 512 x keys`` over the chunk's tokens (the paged kernel's products) over the time. ``rel err``:
 ``|dense - paged| / |paged|`` (L2), the two paths' summation orders differ. bf16 pools, and
 ``--fp8`` the 584-byte fp8 entries too.
+
+``--kinds CSA`` (or ``HCA,CSA``): the CSA layers' chunk (window + 512 selected entries per token):
+the paged kernel over each pool, and over an fp8 pool the decoded path
+(``sparse_attention_decoded_csa``: the request's entries decoded to bf16 once per call) for each
+tile option of :data:`CSA_SETTINGS`, against the paged kernel over the fp8 pool.
 
 Usage: ``python benchmark/attention_prefix_bench.py --out DIR [--dry]`` writes
 ``DIR/attention_prefix_bench.md`` / ``.json``. ``--dry``: CPU, ``TRITON_INTERPRET=1``, tiny shapes.
@@ -62,11 +67,64 @@ def profile_table(fn: Any, dev: str) -> str:
     return prof.key_averages().table(sort_by=key, row_limit=12)
 
 
+#: tile options of the CSA decoded path's kernel calls; ``{}`` is the wrapper's default (fp8 rules)
+CSA_SETTINGS: tuple[dict, ...] = ({}, {"num_stages": 2}, {"block_n": 64}, {"block_n": 16})
+
+
+def csa_rows(a: Any, sh: dict, contexts: list[int], pools: dict, n_rows: int, dev: str) -> list[dict]:
+    """CSA over one chunk (window + 512 selected entries per token): the paged kernel over each pool
+    and, with an fp8 pool, the decoded path per :data:`CSA_SETTINGS`. Speed-ups and errors are
+    against the paged kernel over the fp8 pool (the first pool's without one)."""
+    from sgl_kernel_v4.dense_prefix import PrefixSegment
+    from sgl_kernel_v4.triton import attention_prefix as ap_mod
+    from sgl_kernel_v4.triton.attention import sparse_attention
+
+    rows: list[dict] = []
+    for C in contexts:
+        d = chunk_inputs("CSA", C, sh, n_rows, dev)
+        q = d["q"].to(torch.float32 if a.dry else torch.bfloat16)
+        flop = 4.0 * sh["H"] * sh["D"] * d["keys"]
+        tail = (d["req_to_page"], d["req_rows"], d["token_req"], d["e"])
+        seg = [PrefixSegment(0, q.shape[0], 0, C // 4)]
+        here: list[tuple[dict, torch.Tensor | None]] = []
+        for pname, pool in pools.items():
+            args = (q, pool, d["swa_pages"], d["pos"], sh["window"], d["sinks"], sh["D"] ** -0.5, pool)
+            cases: list[tuple[str, Any]] = [(f"paged {pname}", None)]
+            if pname == "fp8":
+                cases += [(f"decoded {st or 'default'}", st) for st in CSA_SETTINGS]
+            for label, st in cases:
+
+                def call(
+                    st: Any = st, args: tuple = args, tail: tuple = tail, d: dict = d, seg: list = seg
+                ) -> Any:
+                    if st is None:
+                        return sparse_attention(*args, d["comp_entries"], None, *tail)
+                    return ap_mod.sparse_attention_decoded_csa(*args, d["comp_entries"], *tail, seg, **st)
+
+                row: dict[str, Any] = {"kind": "CSA", "C": C, "pool": pname, "setting": label}
+                try:
+                    row.update(ms=median_ms(call, a.calls, dev), tflops=0.0)
+                    row["tflops"] = flop / row["ms"] / 1e9
+                    here.append((row, call().float()))
+                except Exception as exc:  # a tile the compiler or the device refuses
+                    row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    here.append((row, None))
+        ok = [(r, o) for r, o in here if o is not None]
+        base_row, base = next(((r, o) for r, o in ok if r["setting"] == "paged fp8"), ok[0])
+        for r, o in here:
+            if o is not None:
+                r.update(speedup=base_row["ms"] / r["ms"], rel_err=float((o - base).norm() / base.norm()))
+            rows.append(r)
+            print(r, flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--dry", action="store_true")
     ap.add_argument("--contexts", default="32768,65536,131072,524288,1048576")
+    ap.add_argument("--kinds", default="HCA", help="HCA (dense path) and / or CSA (fp8 entries decoded once)")
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--fp8", action="store_true")
     ap.add_argument("--settings", type=int, default=len(SETTINGS), help="time the first N settings")
@@ -94,6 +152,10 @@ def main() -> None:
         pools = {"bf16": dense, **({"fp8": fp8} if a.fp8 else {})}
         settings = SETTINGS[: a.settings]
     rows: list[dict] = []
+    if "CSA" in a.kinds.split(","):
+        rows += csa_rows(a, sh, contexts, pools, n_rows, dev)
+    if "HCA" not in a.kinds.split(","):
+        contexts = []
     for C in contexts:
         d = chunk_inputs("HCA", C, sh, n_rows, dev)
         q = d["q"].to(torch.float32 if a.dry else torch.bfloat16)
@@ -113,7 +175,7 @@ def main() -> None:
             cases: list[tuple[str, Any]] = [("paged", None), ("window only", "window")]
             cases += [("dense m{} n{} k{} w{} s{}".format(*st), st) for st in settings]
             for label, st in cases:
-                row: dict[str, Any] = {"C": C, "pool": pname, "setting": label}
+                row: dict[str, Any] = {"kind": "HCA", "C": C, "pool": pname, "setting": label}
                 try:
                     if st is None:
                         ms, out = base_ms, base
@@ -160,14 +222,14 @@ def main() -> None:
         json.dump(rows, f, indent=1)
     lines = [
         f"# HCA attention over one prefill chunk ({sh['tokens']} tokens, {sh['H']} heads x {sh['D']})\n",
-        "| C | pool | path | ms | paged / this | TFLOP/s | rel err vs paged |",
-        "|---:|---|---|---:|---:|---:|---:|",
+        "| kind | C | pool | path | ms | baseline / this | TFLOP/s | rel err vs baseline |",
+        "|---|---:|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['C']} | {r['pool']} | {r['setting']} | {r['error']} | | | |")
+            lines.append(f"| {r['kind']} | {r['C']} | {r['pool']} | {r['setting']} | {r['error']} | | | |")
         else:
-            lines.append(f"| {r['C']} | {r['pool']} | {r['setting']} | {r['ms']:.3f} | {r['speedup']:.2f}x | "
+            lines.append(f"| {r['kind']} | {r['C']} | {r['pool']} | {r['setting']} | {r['ms']:.3f} | {r['speedup']:.2f}x | "
                          f"{r['tflops']:.1f} | {r['rel_err']:.1e} |")  # fmt: skip
     with open(os.path.join(a.out, "attention_prefix_bench.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

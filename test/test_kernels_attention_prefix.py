@@ -115,3 +115,59 @@ def test_dense_prefix_fp8_pool() -> None:
         block_k=min(64, D),
     )  # fmt: skip
     assert rel_err(out, ref) < (3e-3 if INTERP else 1.5e-2)
+
+
+def _fp8_case(
+    mode: str, T: int, H: int, n_comp: int, seed: int, extra_entries: tuple[slice, int] | None = None
+) -> tuple[dict, dict, torch.Tensor]:
+    """make_case over fp8 main-entry pools (the runtime's row views); the float64 oracle attends
+    over the reference codec's decode of the same entries. ``extra_entries = (rows, w0)``: those
+    tokens' first three selected entries become ``w0, w0 + 1, w0 + 2``."""
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.configs.presets import get_preset
+    from sglang_v4.mem_cache.kv_format import KVRowsView, decode_entries, encode_entries
+    from sglang_v4.mem_cache.kv_spec import KVKind, build_kv_layout
+
+    mc = ModelConfig.from_dict(get_preset("tiny" if INTERP else "flash-8l-32e"))
+    lay = build_kv_layout(mc, "fp8_e4m3", False, 256)
+    dtype = torch.float32 if INTERP else torch.bfloat16
+    case = make_case(T, H, mc.head_dim, n_comp, mode, dtype, torch.Generator().manual_seed(seed))
+    if extra_entries is not None:
+        rows, w0 = extra_entries
+        case["entries"][rows, :3] = torch.arange(w0, w0 + 3)
+    views = {}
+    for name, src in (("swa", case["swa"]), ("comp", case["comp"])):
+        spec = lay.kinds[KVKind.SWA if name == "swa" else KVKind.CSA_MAIN]
+        units = -(-src.shape[0] // spec.rows_per_unit)
+        st = spec.allocate(units * spec.pages_per_unit, DEVICE)[0]
+        view = KVRowsView(st, spec.entry, out_dtype=dtype)
+        n = min(src.shape[0], len(view))
+        view[torch.arange(n, device=DEVICE)] = src[:n].float().to(DEVICE)
+        views[name] = view
+        case[name + "64"] = decode_entries(encode_entries(src[:n].float(), spec.entry), spec.entry).double()
+    return case, views, oracle(case, case["swa64"], case["comp64"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")
+def test_decoded_csa_fp8_pool() -> None:
+    """CSA over fp8 pools with two runs decoded once to bf16 (one per request; request 1's page
+    table has a missing page, whose selected entries are no keys) and three paged token ranges
+    around them: every token against the float64 oracle over its window + selected entries."""
+    from sgl_kernel_v4.triton.attention_prefix import sparse_attention_decoded_csa
+
+    T, H, n_comp = (12, 8, 64) if INTERP else (300, 64, 512)
+    half = T // 2
+    P, e = n_comp // 64 + 2, 64  # make_case's page-table width and entries per page
+    # request 1 (page-table row 0, whose last page is missing) also selects entries on that page
+    case, views, ref = _fp8_case("csa", T, H, n_comp, 13, extra_entries=(slice(half + 1, T - 1), (P - 1) * e))
+    segs = [PrefixSegment(1, half, 0, n_comp), PrefixSegment(half + 1, T - 1, 1, P * e)]
+    d = {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
+    out = sparse_attention_decoded_csa(
+        d["q"], views["swa"], d["swa_pages"], d["pos"], W, d["sinks"], case["scale"], views["comp"],
+        d["entries"], d["req_to_page"], d["req_rows"], d["token_req"], case["e"], segs,
+    )  # fmt: skip
+    tol = 3e-3 if INTERP else 1.5e-2
+    for rows in (slice(0, 1), slice(1, half), slice(half, half + 1), slice(half + 1, T - 1)):
+        assert rel_err(out[rows], ref[rows]) < tol, rows
+    assert torch.all(out[-1] == 0)  # the dead row

@@ -375,18 +375,25 @@ def sparse_attention(
     and its selected (CSA) or visible (HCA) compressed entries, found through the page tables;
     see op table entry 5 and :func:`sgl_kernel_v4.ref.attention.sparse_attention`.
 
-    ``dense_prefix``: HCA only (with ``comp_visible``), the
-    :class:`~sgl_kernel_v4.triton.attention_prefix.PrefixSegment` runs of long prefill tokens
-    whose compressed entries the Triton backend attends as dense products
-    (:mod:`sgl_kernel_v4.triton.attention_prefix`; same math); the reference ignores it."""
+    ``dense_prefix``: the :class:`~sgl_kernel_v4.dense_prefix.PrefixSegment` runs of long prefill
+    tokens whose compressed entries the Triton backend reads gathered once per call
+    (:mod:`sgl_kernel_v4.triton.attention_prefix`; same math): HCA (``comp_visible``) attends them
+    as dense products; CSA (``comp_entries``) over fp8 pools reads them decoded to bf16. The
+    reference, and CSA over float pools, ignore it."""
     fn = get_op("sparse_attention", q.device)
-    if dense_prefix and comp_visible is not None and fn.__module__.endswith("triton.attention"):
-        from sgl_kernel_v4.triton.attention_prefix import sparse_attention_dense_prefix
+    if dense_prefix and fn.__module__.endswith("triton.attention"):
+        from sgl_kernel_v4.paged import as_paged
+        from sgl_kernel_v4.triton import attention_prefix as ap
 
-        return sparse_attention_dense_prefix(
-            q, swa_kv, swa_pages, positions, window, sinks, scale, comp_kv, comp_visible, req_to_page,
-            req_rows, token_req, entries_per_page, dense_prefix,
-        )  # fmt: skip
+        tables = (req_to_page, req_rows, token_req, entries_per_page, dense_prefix)
+        if comp_visible is not None:
+            return ap.sparse_attention_dense_prefix(
+                q, swa_kv, swa_pages, positions, window, sinks, scale, comp_kv, comp_visible, *tables
+            )
+        if comp_entries is not None and as_paged(comp_kv).codec == "fp8_main":
+            return ap.sparse_attention_decoded_csa(
+                q, swa_kv, swa_pages, positions, window, sinks, scale, comp_kv, comp_entries, *tables
+            )
     return fn(
         q, swa_kv, swa_pages, positions, window, sinks, scale, comp_kv, comp_entries, comp_visible,
         req_to_page, req_rows, token_req, entries_per_page,

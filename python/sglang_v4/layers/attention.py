@@ -168,6 +168,11 @@ class DSV4Attention(nn.Module):
                     sel.record_stream(main_stream)  # allocated on the indexer stream
             assert sel is not None
             comp = dict(comp_kv=st.rows, comp_entries=sel, entries_per_page=fb.page_size // plan.ratio)
+            if x.is_cuda and not fb.graph_safe and dense_prefix_enabled():
+                if not torch.cuda.is_current_stream_capturing():  # fp8 pools: entries decoded once
+                    comp["dense_prefix"] = dense_prefix_segments(
+                        fb.extend_lens, fb.prefix_lens, plan.ratio, 256, 0
+                    )
         elif isinstance(self.compressor, HCACompressor):
             plan = fb.hca
             assert plan is not None

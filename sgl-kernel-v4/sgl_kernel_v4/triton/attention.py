@@ -133,6 +133,7 @@ def _paged_attn_kernel(
     DV_SPLIT: tl.constexpr = 1,
     IEEE: tl.constexpr = False,
     STORE_LSE: tl.constexpr = False,
+    COMP_CODEC: tl.constexpr = -1,
 ):
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1) // DV_SPLIT
@@ -220,7 +221,7 @@ def _paged_attn_kernel(
                 offs_d,
                 offs_dv,
                 scale_log2,
-                CODEC,
+                CODEC if COMP_CODEC < 0 else COMP_CODEC,
                 D,
                 NOPE,
                 ALIGN,
@@ -459,12 +460,15 @@ def sparse_attention(
     comp = swa
     if comp_kv is not None:
         comp = as_paged(comp_kv)
-        if (comp.codec, comp.dim, comp.rope_dim, comp.storage.dtype) != (
+        same = (comp.codec, comp.dim, comp.rope_dim, comp.storage.dtype) == (
             swa.codec,
             swa.dim,
             swa.rope_dim,
             swa.storage.dtype,
-        ):
+        )
+        # fp8 window + bf16 entries: a long prefill run's entries decoded once (attention_prefix)
+        decoded = swa.codec == "fp8_main" and comp.codec == "float" and comp.storage.dtype == torch.bfloat16
+        if not (same or (decoded and comp.dim == swa.dim)):
             raise ValueError(f"comp_kv: format {comp.codec}/{comp.storage.dtype} differs from swa_kv's")
         _check_int("req_to_page", req_to_page, (-1, -1))
         _check_int("req_rows", req_rows, (-1,))
@@ -556,7 +560,7 @@ def sparse_attention(
         H, float(scale) * _LOG2E, num_splits,
         D=D, NOPE=D - swa.rope_dim, CODEC=swa.codec_id, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
         SPLIT=num_splits > 1, COMP_MODE=mode, ALIGN=fp8_align, DV_SPLIT=dv_split, IEEE=ieee_f32_dots(q.dtype),
-        STORE_LSE=lse is not None, num_warps=num_warps,
+        STORE_LSE=lse is not None, COMP_CODEC=comp.codec_id, num_warps=num_warps,
         num_stages=num_stages,
     )  # fmt: skip
     if num_splits > 1:

@@ -42,9 +42,10 @@ from sgl_kernel_v4.dense_prefix import (
     PrefixSegment,
     dense_prefix_segments,
 )
-from sgl_kernel_v4.paged import as_paged, entry_bytes, entry_slots
+from sgl_kernel_v4.paged import as_paged, entry_align
 from sgl_kernel_v4.triton._dot import dot
 from sgl_kernel_v4.triton._utils import cdiv, ieee_f32_dots, next_power_of_2, num_sms
+from sgl_kernel_v4.triton.kv_codec import load_main, row_offsets
 
 __all__ = [
     "PREFIX_MIN_ENTRIES",
@@ -55,50 +56,71 @@ __all__ = [
     "gather_entries",
     "prefix_attention",
     "sparse_attention_dense_prefix",
+    "sparse_attention_decoded_csa",
 ]
 
 _LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _gather_entries_kernel(
+    comp_ptr, c_rpp, c_ps, c_rs, r2p_ptr, stride_r2p, row_ptr, E, n, out_ptr, valid_ptr,
+    CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr, ALIGN: tl.constexpr,
+    BLOCK_W: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    # entries w of one request, BLOCK_W per program: page table -> slot -> row, decoded (fp8
+    # entries exactly to bf16, float pools as stored) and stored contiguous; zeros + valid 0 for
+    # w >= n or a missing page
+    w = tl.program_id(0) * BLOCK_W + tl.arange(0, BLOCK_W)
+    row = tl.load(row_ptr).to(tl.int64)
+    in_n = w < n
+    page = tl.load(r2p_ptr + row * stride_r2p + w // E, mask=in_n, other=-1).to(tl.int64)
+    ok = in_n & (page >= 0)
+    off = row_offsets(page * E + w % E, c_rpp, c_ps, c_rs)
+    offs_d = tl.arange(0, BLOCK_D)
+    x = load_main(comp_ptr, off, ok, offs_d, CODEC, D, NOPE, ALIGN)
+    tl.store(out_ptr + w.to(tl.int64)[:, None] * D + offs_d[None, :], x.to(out_ptr.dtype.element_ty),
+             mask=offs_d[None, :] < D)  # fmt: skip
+    tl.store(valid_ptr + w, ok.to(tl.uint8))
 
 
 def gather_entries(
     comp_kv: object, req_to_page: torch.Tensor, req_row: torch.Tensor, n: int, entries_per_page: int,
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Entries ``0 .. n-1`` of one request, contiguous.
+    """Entries ``0 .. n-1`` of one request, contiguous, decoded (one Triton launch).
 
     Args:
-        comp_kv: the compressed pool (a float ``[N, D]`` tensor or a paged row view, as
-            :func:`sgl_kernel_v4.paged.as_paged` takes).
-        req_to_page: ``[R, P]`` int page table; ``req_row``: ``[1]`` int64 device tensor, the
+        comp_kv: the compressed pool (a float ``[N, D]`` tensor or a paged row view of fp8 main
+            entries, as :func:`sgl_kernel_v4.paged.as_paged` takes).
+        req_to_page: ``[R, P]`` int page table; ``req_row``: ``[1]`` int device tensor, the
             request's row (read on the device: no host synchronisation).
         n: entries to gather; entries_per_page: ``page_size / ratio``.
-        dtype: the result's dtype.
+        dtype: the result's dtype (fp8 entries decode exactly to bf16: ``load_main``).
 
     Returns:
         ``(keys [n_pad, D] dtype, valid [n_pad] uint8)``: ``n_pad`` = ``n`` rounded up to 128;
         rows past ``n`` or on a missing page are zeros with ``valid = 0``.
+
+    Raises:
+        ValueError: the pool is not a main-entry format.
     """
     comp = as_paged(comp_kv)
-    n_pad = cdiv(max(int(n), 1), 128) * 128
-    dev = req_to_page.device
-    w = torch.arange(n_pad, device=dev, dtype=torch.int64)
-    w = torch.where(w < n, w, -1)
-    slots = entry_slots(req_to_page, req_row.view(1).long(), w, entries_per_page)
-    ok = slots >= 0
-    s = slots.clamp(min=0)
-    st = comp.storage
-    rows = st[s // comp.rows_per_page, s % comp.rows_per_page] if st.dim() == 3 else st[s]
-    if comp.codec == "float":
-        keys = rows.to(dtype)
-    elif comp.codec == "fp8_main":
-        from sgl_kernel_v4.ref.kv_quant import dequantize_kv_fp8
-
-        nb = entry_bytes(comp.codec, comp.dim, comp.rope_dim)
-        keys = dequantize_kv_fp8(rows[:, :nb].contiguous(), comp.rope_dim, dtype)
-    else:
+    if comp.codec not in ("float", "fp8_main"):
         raise ValueError(f"comp_kv: codec {comp.codec!r} is not a main-entry format")
-    keys = keys.masked_fill(~ok[:, None], 0)
-    return keys.contiguous(), ok.to(torch.uint8)
+    n_pad = cdiv(max(int(n), 1), 128) * 128
+    D = comp.dim
+    keys = torch.empty((n_pad, D), dtype=dtype, device=req_to_page.device)
+    valid = torch.empty((n_pad,), dtype=torch.uint8, device=req_to_page.device)
+    align = entry_align(comp.codec, D, comp.rope_dim) if comp.codec != "float" else 2
+    block_w = 16
+    _gather_entries_kernel[(n_pad // block_w,)](
+        comp.storage, comp.rows_per_page, comp.page_stride, comp.row_stride, req_to_page, req_to_page.stride(0),
+        req_row, int(entries_per_page), int(n), keys, valid,
+        CODEC=comp.codec_id, D=D, NOPE=D - comp.rope_dim, ALIGN=8 if align >= 8 else 2,
+        BLOCK_W=block_w, BLOCK_D=next_power_of_2(D), num_warps=4,
+    )  # fmt: skip
+    return keys, valid
 
 
 @triton.jit
@@ -349,3 +371,68 @@ def sparse_attention_dense_prefix(
         q.to(cdt), out, lse, comp_kv, comp_visible, req_to_page, req_rows, entries_per_page, scale, segments,
         **prefix_kw,
     )  # fmt: skip
+
+
+def sparse_attention_decoded_csa(
+    q: torch.Tensor,
+    swa_kv: object,
+    swa_pages: torch.Tensor,
+    positions: torch.Tensor,
+    window: int,
+    sinks: torch.Tensor,
+    scale: float,
+    comp_kv: object,
+    comp_entries: torch.Tensor,
+    req_to_page: torch.Tensor,
+    req_rows: torch.Tensor,
+    token_req: torch.Tensor,
+    entries_per_page: int,
+    segments: list[PrefixSegment],
+    **tile_kw: int,
+) -> torch.Tensor:
+    """CSA sparse attention over fp8 pools (arguments and result as
+    :func:`sgl_kernel_v4.triton.attention.sparse_attention` with ``comp_entries``) whose
+    ``segments`` read their selected entries from a bf16 copy of the request's entries, decoded
+    once per call (:func:`gather_entries`, exact) instead of per token and tile in the kernel: the
+    fp8 decode of ``window + top-k`` entries for every token of a 2,048-token chunk is what made
+    fp8 prefill attention ~2.2x slower than bf16 (benchmark/RESULTS.md). The window keys stay in
+    the fp8 pool. Tokens outside the segments run as before, in contiguous ranges. ``tile_kw``:
+    tile options of the segments' kernel calls (``block_n``, ``num_warps``, ``num_stages``).
+
+    Raises:
+        ValueError: as :func:`sgl_kernel_v4.triton.attention.sparse_attention`.
+    """
+    from sgl_kernel_v4.triton.attention import sparse_attention
+
+    T = q.shape[0]
+    out = torch.empty_like(q)
+    cuts = sorted((seg.start, seg.end, seg) for seg in segments)
+    ranges: list[tuple[int, int, PrefixSegment | None]] = []
+    t = 0
+    for a, b, seg in cuts:
+        if a > t:
+            ranges.append((t, a, None))
+        ranges.append((a, b, seg))
+        t = b
+    if t < T:
+        ranges.append((t, T, None))
+    for a, b, seg in ranges:
+        if seg is None:
+            sparse_attention(
+                q[a:b], swa_kv, swa_pages[a:b], positions[a:b], window, sinks, scale, comp_kv, comp_entries[a:b],
+                None, req_to_page, req_rows, token_req[a:b], entries_per_page, out=out[a:b],
+            )  # fmt: skip
+            continue
+        keys, valid = gather_entries(comp_kv, req_to_page, req_rows[seg.req : seg.req + 1], seg.n_entries,
+                                     entries_per_page, torch.bfloat16)  # fmt: skip
+        n_pad = keys.shape[0]
+        ent = comp_entries[a:b]
+        ok = (ent >= 0) & (ent < n_pad)
+        ent = torch.where(ok & (valid[ent.clamp(0, n_pad - 1)] > 0), ent, -1)  # missing pages: no key
+        one_page = torch.zeros((1, 1), dtype=torch.int32, device=q.device)
+        row0 = torch.zeros((1,), dtype=torch.int64, device=q.device)
+        sparse_attention(
+            q[a:b], swa_kv, swa_pages[a:b], positions[a:b], window, sinks, scale, keys, ent, None, one_page,
+            row0, torch.zeros((b - a,), dtype=torch.int64, device=q.device), n_pad, out=out[a:b], **tile_kw,
+        )  # fmt: skip
+    return out
