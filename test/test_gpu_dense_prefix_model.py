@@ -1,0 +1,63 @@
+"""The gathered-entry attention paths of long prefill runs (``sgl_kernel_v4.triton.attention_prefix``:
+HCA entries as dense products, CSA fp8 entries decoded once) inside the model, on CUDA.
+
+Two runners with identical dummy weights prefill the same 40,960-token prompt in 2,048-token
+chunks: one with ``SGLANG_V4_HCA_DENSE_PREFIX=0`` (every token through the paged kernel, checked
+against the float64 oracle by ``test_kernels_attention.py``), one with the paths on (from 32K
+tokens the HCA layer's first chunk token sees 256 entries; with fp8 KV the CSA layers decode every
+chunk's entries once). The last-token logits of every chunk must agree to bf16 rounding (the
+paths differ in summation order). bf16 and fp8 KV.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from dsv4_testutil import CONFIGS
+from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.model_executor.model_runner import ModelRunner
+from sglang_v4.server_args import ServerArgs
+from test_gpu_cuda_graph_padding import PAGE, _Seq
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+PROMPT, CHUNK = 40_960, 2_048
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
+def test_gathered_paths_match_paged_in_the_model(kv: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sgl_kernel_v4.dense_prefix import dense_prefix_segments
+
+    mc = ModelConfig.from_dict(copy.deepcopy(CONFIGS["sliding_first"]))  # SL, CSA, HCA, CSA
+    sa = ServerArgs(
+        device="cuda",
+        dtype="bfloat16",
+        page_size=PAGE,
+        max_total_tokens=PROMPT + 4096,
+        max_running_requests=2,
+        context_length=PROMPT + 1024,
+        load_format="dummy",
+        random_seed=3,
+        disable_cuda_graph=True,
+        indexer_stream_max_bs=0,
+        kv_cache_dtype=kv,
+    )
+    runners = {k: ModelRunner(mc, sa) for k in ("paged", "gathered")}
+    seqs = {k: _Seq(r) for k, r in runners.items()}
+    ids = torch.randint(0, 1000, (PROMPT,), generator=torch.Generator().manual_seed(1)).tolist()
+    dense_chunks = 0
+    for c0 in range(0, PROMPT, CHUNK):
+        chunk = ids[c0 : c0 + CHUNK]
+        dense_chunks += bool(dense_prefix_segments([len(chunk)], [c0], 128))
+        logits = {}
+        for k, r in runners.items():
+            monkeypatch.setenv("SGLANG_V4_HCA_DENSE_PREFIX", "0" if k == "paged" else "1")
+            _, logits[k] = r.forward([seqs[k].inp(chunk)])
+            seqs[k].advance(len(chunk))
+        torch.testing.assert_close(logits["gathered"].float(), logits["paged"].float(), rtol=2e-2, atol=5e-2)
+    assert dense_chunks == 4  # HCA: the chunks from 32,768 on (CSA: every chunk)
