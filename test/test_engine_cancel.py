@@ -136,3 +136,38 @@ def test_interrupted_blocking_call_aborts(engine, expected, stream: bool) -> Non
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
     _assert_released(engine, expected)
+
+
+def test_rid_reused_right_after_a_cancel_gets_its_own_output(engine, expected) -> None:
+    """A request that reuses the ``rid`` of one just given up (stream closed, task cancelled) gets
+    its own output. Before, the abandoned request's final (abort) output, still on its way from
+    the scheduler, was delivered to the new request: its text and ``finish_reason`` abort."""
+    ok = {"prompt": "ok", "sampling_params": {"max_new_tokens": 3}}
+    for k in range(3):
+        it = engine.generate(**HELD, stream=True, rid=f"sync-{k}")
+        assert next(it)["meta_info"]["finish_reason"] is None
+        it.close()
+        out = engine.generate(**ok, rid=f"sync-{k}")
+        assert (out["text"], out["meta_info"]["finish_reason"]) == (
+            expected(3),
+            {"type": "length", "length": 3},
+        )
+
+    async def main() -> None:
+        for k in range(3):
+            first = asyncio.Event()
+
+            async def consume(rid: str, first: asyncio.Event) -> None:
+                async for _ in await engine.async_generate(**HELD, stream=True, rid=rid):
+                    first.set()
+
+            task = asyncio.create_task(consume(f"async-{k}", first))
+            await first.wait()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            out = await engine.async_generate(**ok, rid=f"async-{k}")
+            assert out["text"] == expected(3), out
+            assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
+
+    asyncio.run(main())
+    _assert_released(engine, expected)

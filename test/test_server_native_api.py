@@ -330,6 +330,22 @@ def test_client_disconnect_mid_stream_returns_pages(server):
     assert _used_pages(server) == idle
 
 
+def test_rid_reused_right_after_a_disconnect(server, tok):
+    """A request reusing the ``rid`` of a stream whose client just went away gets its own output;
+    before, it got the old request's final abort output (its text, ``finish_reason`` abort), which
+    the scheduler sent after the client had gone."""
+    for k in range(4):
+        rid = f"reused-{k}"
+        body = {"text": f"{HOLD} old", "rid": rid, "sampling_params": {"max_new_tokens": 400}, "stream": True}
+        with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
+            assert next(line for line in r.iter_lines() if line).startswith(b"data:")
+        out = gen(server, {"text": "new", "rid": rid, "sampling_params": {"max_new_tokens": 5}})
+        assert out.status_code == 200, out.text
+        meta = out.json()["meta_info"]
+        assert (out.json()["text"], meta["id"]) == (expected_text(tok, 5), rid)
+        assert meta["finish_reason"] == {"type": "length", "length": 5}
+
+
 def test_abort_request_endpoint(server):
     results: dict[str, object] = {}
 

@@ -37,6 +37,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from sglang_v4.managers.abandoned_rids import AbandonedRids
 from sglang_v4.managers.control_struct import (
     FlushCacheReqInput,
     FlushCacheReqOutput,
@@ -156,6 +157,8 @@ class TokenizerManager(TokenizationMixin):
         #: applies grammars (it sets ``Scheduler.grammar_enabled = True``).
         self.grammar_enabled = bool(scheduler_info.extra.get("grammar_enabled", False))
         self.rid_to_state: dict[str, ReqState] = {}
+        #: Requests given up unfinished whose final output is still due (a reused rid waits for it).
+        self.abandoned = AbandonedRids()
         self.pending_control: dict[str, asyncio.Future[Any]] = {}
         self.crashed: str | None = None
         self.server_status = "Starting"
@@ -208,6 +211,7 @@ class TokenizerManager(TokenizationMixin):
         self.server_status = "UnHealthy"
         logger.error("Backend crashed; failing %d in-flight request(s).", len(self.rid_to_state))
         err = self._crash_error()
+        self.abandoned.release_all()
         for state in self.rid_to_state.values():
             state.error = err
             state.event.set()
@@ -255,9 +259,11 @@ class TokenizerManager(TokenizationMixin):
         now = time.perf_counter()
         for i, rid in enumerate(recv.rids):
             state = self.rid_to_state.get(rid)
-            if state is None:
-                continue  # aborted / health check already gone
             reason = recv.finished_reasons[i]
+            if state is None:  # given up (client gone) / health check already gone
+                if reason is not None:
+                    self.abandoned.finished(rid)
+                continue
             state.text_raw += recv.output_strs[i]
             state.output_ids.extend(recv.output_ids[i])
             if state.obj.return_logprob:
@@ -404,6 +410,7 @@ class TokenizerManager(TokenizationMixin):
             raise RequestError(str(e)) from None
         if obj.is_single:
             tokenized = self._tokenize_one(obj, (await self._encode_prompts([obj]))[0])
+            await self.abandoned.wait([str(obj.rid)])
             self._check_alive()  # the backend may have died while a long prompt was tokenized
             state = self._register(obj, tokenized)
             self._send.send_pyobj(tokenized)
@@ -419,6 +426,7 @@ class TokenizerManager(TokenizationMixin):
         subs = [obj[j] for j in order]
         text_ids = await self._encode_prompts(subs)
         tokenized_list = [self._tokenize_one(s, ids) for s, ids in zip(subs, text_ids)]
+        await self.abandoned.wait(str(s.rid) for s in subs)
         self._check_alive()
         for s in subs:
             if s.rid in self.rid_to_state:
@@ -502,8 +510,9 @@ class TokenizerManager(TokenizationMixin):
                 if state.obj.stream:
                     yield out
         finally:
-            if not state.finished and self.crashed is None:
+            if not state.finished and self.crashed is None and not self._closed:
                 self.abort_request(rid)
+                self.abandoned.add(rid)  # until its final output arrives (see AbandonedRids)
             self.rid_to_state.pop(rid, None)
 
     # ------------------------------------------------------------------ control
