@@ -385,6 +385,35 @@ def test_flush_cache_refused_while_running(server):
     assert requests.post(server.url + "/flush_cache", timeout=10).status_code == 200
 
 
+def test_flush_cache_timeout_waits_for_idle(server):
+    """SGLang's ``/flush_cache?timeout=T``: a busy server flushes as soon as it is idle within
+    ``T`` seconds (200), else answers 400 after ``T``; a bad ``timeout`` is a 400 naming it.
+    Before, the parameter was ignored: a busy server answered 400 at once."""
+    for bad in ("-1", "abc", "nan"):
+        r = requests.post(server.url + "/flush_cache", params={"timeout": bad}, timeout=10)
+        assert r.status_code == 400 and "timeout" in r.text, (bad, r.text)
+    body = {"text": f"{HOLD} busy", "sampling_params": {"max_new_tokens": 480}, "stream": True}
+    with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
+        lines = r.iter_lines()  # kept referenced: a dropped generator closes the connection
+        assert next(lines).startswith(b"data:")
+        t0 = time.monotonic()
+        f = requests.post(server.url + "/flush_cache", params={"timeout": "0.5"}, timeout=10)
+        assert f.status_code == 400 and time.monotonic() - t0 >= 0.5, f.text
+        results: dict[str, requests.Response] = {}
+        t = threading.Thread(
+            target=lambda: results.update(
+                f=requests.post(server.url + "/flush_cache", params={"timeout": "30"}, timeout=60)
+            )
+        )
+        t.start()
+        time.sleep(0.5)
+        assert t.is_alive()  # still waiting: the held request runs
+    t.join(40)  # the stream closed: its request is aborted, the server goes idle, the flush runs
+    assert results["f"].status_code == 200 and results["f"].text.startswith("Cache flushed."), results[
+        "f"
+    ].text
+
+
 # ----------------------------------------------------------------------------- api key + metrics
 @pytest.fixture(scope="module")
 def secured(secured_fake_server):
