@@ -7,7 +7,8 @@ normal end if it had already finished) is still on its way through the detokeniz
 matched to requests by ``rid``, so a new request reusing that ``rid`` before the final output
 arrives would receive it (the old text, an abort). :class:`AbandonedRids` lets the new request
 wait for that output first; after it the scheduler and the detokenizer hold nothing under the
-``rid`` any more (the three processes pass messages in order).
+``rid`` any more (the three processes pass messages in order). It also keeps the given-up
+request's state, so that its end is still counted in the metrics when that output arrives.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +26,8 @@ ABANDONED_RID_TIMEOUT_S = 30.0
 
 
 class AbandonedRids:
-    """The ``rid``s of requests given up unfinished whose final output has not arrived yet.
+    """The ``rid``s (and request states) of requests given up unfinished whose final output has
+    not arrived yet.
 
     All methods run on the tokenizer manager's event loop.
 
@@ -35,6 +38,7 @@ class AbandonedRids:
     def __init__(self, timeout_s: float = ABANDONED_RID_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
         self._events: dict[str, asyncio.Event] = {}
+        self._states: dict[str, Any] = {}
 
     def __len__(self) -> int:
         return len(self._events)
@@ -42,21 +46,26 @@ class AbandonedRids:
     def __contains__(self, rid: object) -> bool:
         return rid in self._events
 
-    def add(self, rid: str) -> None:
-        """``rid`` was given up unfinished (its abort is sent); its final output is still due."""
+    def add(self, rid: str, state: Any) -> None:
+        """``rid`` (its tokenizer-manager ``ReqState`` ``state``) was given up unfinished and its
+        abort sent; its final output is still due."""
         self._events.setdefault(rid, asyncio.Event())
+        self._states[rid] = state
 
-    def finished(self, rid: str) -> None:
-        """The final output of ``rid`` arrived (a no-op for a ``rid`` not given up)."""
+    def finished(self, rid: str) -> Any:
+        """The final output of ``rid`` arrived: forget it and return the state given to
+        :meth:`add` (``None`` for a ``rid`` not given up)."""
         event = self._events.pop(rid, None)
         if event is not None:
             event.set()
+        return self._states.pop(rid, None)
 
     def release_all(self) -> None:
         """Wake every waiter and forget every ``rid`` (the backend died: no output will come)."""
         for event in self._events.values():
             event.set()
         self._events.clear()
+        self._states.clear()
 
     async def wait(self, rids: Iterable[str]) -> None:
         """Return once none of ``rids`` awaits a final output (each waits at most ``timeout_s``;
@@ -70,6 +79,7 @@ class AbandonedRids:
             except asyncio.TimeoutError:
                 if self._events.get(rid) is event:
                     del self._events[rid]
+                    self._states.pop(rid, None)
                 logger.warning(
                     "Request id %r reused: the abort of the earlier request with that id was not "
                     "confirmed within %.0fs; proceeding.",

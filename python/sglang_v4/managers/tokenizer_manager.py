@@ -261,8 +261,9 @@ class TokenizerManager(TokenizationMixin):
             state = self.rid_to_state.get(rid)
             reason = recv.finished_reasons[i]
             if state is None:  # given up (client gone) / health check already gone
-                if reason is not None:
-                    self.abandoned.finished(rid)
+                gone = self.abandoned.finished(rid) if reason is not None else None
+                if gone is not None and self.metrics is not None and gone.obj.log_metrics:
+                    self._observe_finished(gone, recv, i, now)
                 continue
             state.text_raw += recv.output_strs[i]
             state.output_ids.extend(recv.output_ids[i])
@@ -330,15 +331,7 @@ class TokenizerManager(TokenizationMixin):
                 if isinstance(code, int) and 400 <= code < 600:  # SGLang: the abort's HTTP status
                     state.error = RequestError(str(reason.get("message", "Bad request")), code)
                 if self.metrics is not None and state.obj.log_metrics:
-                    first = state.first_token_time
-                    self.metrics.observe_finished(
-                        recv.prompt_tokens[i],
-                        completion,
-                        now - state.created_time,
-                        cached_tokens=recv.cached_tokens[i],
-                        aborted=reason.get("type") == "abort",
-                        decode_s=(now - first) if first > 0.0 else None,
-                    )
+                    self._observe_finished(state, recv, i, now)
             if state.obj.return_logprob:
                 meta["input_token_logprobs"] = list(state.input_token_logprobs)
                 meta["output_token_logprobs"] = list(state.output_token_logprobs)
@@ -363,6 +356,19 @@ class TokenizerManager(TokenizationMixin):
             else:
                 state.out_list.append({"text": text, "output_ids": list(state.output_ids), "meta_info": meta})
             state.event.set()
+
+    def _observe_finished(self, state: ReqState, recv: BatchStrOut, i: int, now: float) -> None:
+        """Count the end of ``state``'s request (item ``i`` of ``recv``, its final output) in the
+        metrics; ``now`` is ``time.perf_counter()`` at its arrival."""
+        first = state.first_token_time
+        self.metrics.observe_finished(
+            recv.prompt_tokens[i],
+            recv.completion_tokens[i],
+            now - state.created_time,
+            cached_tokens=recv.cached_tokens[i],
+            aborted=(recv.finished_reasons[i] or {}).get("type") == "abort",
+            decode_s=(now - first) if first > 0.0 else None,
+        )
 
     def _log_received(self, obj: GenerateReqInput, input_ids: list[int]) -> None:
         """``--log-requests``: the line of a received single request (:mod:`.request_log`)."""
@@ -512,7 +518,7 @@ class TokenizerManager(TokenizationMixin):
         finally:
             if not state.finished and self.crashed is None and not self._closed:
                 self.abort_request(rid)
-                self.abandoned.add(rid)  # until its final output arrives (see AbandonedRids)
+                self.abandoned.add(rid, state)  # until its final output arrives (see AbandonedRids)
             self.rid_to_state.pop(rid, None)
 
     # ------------------------------------------------------------------ control
