@@ -76,6 +76,39 @@ _ENGINE_ONLY_UNSET = frozenset(
 _ACLOSE_TIMEOUT_S = 5.0
 
 
+class _StreamSteps:
+    """One ``TokenizerManager.generate_request`` stream, stepped on the engine loop by a caller on
+    another thread or event loop.
+
+    A caller that stops waiting for a step (its task cancelled, its blocking wait interrupted)
+    cancels the step's future; the step itself still runs on the engine loop until that
+    cancellation reaches it. :meth:`close` waits for it to end before closing the stream (an
+    ``aclose()`` while a step runs raises ``RuntimeError: aclose(): asynchronous generator is
+    already running`` and would leave the request running); a request closed unfinished is
+    aborted by the stream's own cleanup.
+    """
+
+    def __init__(self, agen: AsyncIterator[Any]) -> None:
+        self.agen = agen
+        self.step_task: asyncio.Task[Any] | None = None
+
+    async def next(self) -> Any:
+        """The stream's next output (raises ``StopAsyncIteration`` at its end). Runs on the loop."""
+        self.step_task = asyncio.current_task()
+        try:
+            return await self.agen.__anext__()
+        finally:
+            self.step_task = None
+
+    async def close(self) -> None:
+        """Cancel a step still running, wait for it to end, then close the stream. Runs on the loop."""
+        task = self.step_task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+        await self.agen.aclose()  # type: ignore[attr-defined]
+
+
 def _shutdown_at_exit(ref: weakref.ReferenceType[Engine]) -> None:
     engine = ref()
     if engine is not None:
@@ -174,7 +207,15 @@ class Engine:
         return fut
 
     def _run(self, coro: Any) -> Any:
-        return self._submit(coro).result()
+        """Run ``coro`` on the engine loop and wait for its result. A wait interrupted by an
+        exception of the caller's own (Ctrl-C's ``KeyboardInterrupt`` from a signal handler)
+        cancels ``coro`` too, so a request it ran is aborted, then re-raises that exception."""
+        fut = self._submit(coro)
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()  # no effect once the call has ended
+            raise
 
     @staticmethod
     def _make_obj(args: dict[str, Any], sglang_kwargs: dict[str, Any]) -> GenerateReqInput:
@@ -263,17 +304,18 @@ class Engine:
 
     def _sync_iter(self, agen: Any) -> Iterator[dict[str, Any]]:
         slicer = self._slicer()
+        steps = _StreamSteps(agen)
         try:
             while True:
                 try:
-                    out = self._run(agen.__anext__())
+                    out = self._run(steps.next())
                 except StopAsyncIteration:
                     return
                 yield slicer.slice(out) if slicer is not None else out
         finally:
             if not self._closed:
                 try:
-                    self._submit(agen.aclose()).result(timeout=_ACLOSE_TIMEOUT_S)
+                    self._submit(steps.close()).result(timeout=_ACLOSE_TIMEOUT_S)
                 except (RuntimeError, concurrent.futures.TimeoutError):
                     pass  # shut down meanwhile, or the loop no longer runs: nothing to free
 
@@ -311,17 +353,17 @@ class Engine:
 
     async def _async_iter(self, agen: Any) -> AsyncIterator[dict[str, Any]]:
         slicer = self._slicer()
+        steps = _StreamSteps(agen)
         try:
             while True:
-                fut = self._submit(agen.__anext__())
                 try:
-                    out = await asyncio.wrap_future(fut)
+                    out = await asyncio.wrap_future(self._submit(steps.next()))
                 except StopAsyncIteration:
                     return
                 yield slicer.slice(out) if slicer is not None else out
         finally:
             if not self._closed:
-                await asyncio.wrap_future(self._submit(agen.aclose()))
+                await asyncio.wrap_future(self._submit(steps.close()))
 
     def flush_cache(self) -> bool:
         """Flush the radix cache; False when requests are running (nothing flushed)."""

@@ -68,7 +68,9 @@ from sglang_v4.entrypoints.native_api import (
     NOT_AN_EMBEDDING_MODEL_MSG,
     ORJSON_OPTS,
     error_response,
+    flush_cache_within,
     json_response,
+    parse_flush_timeout,
     parse_generate_body,
 )
 from sglang_v4.entrypoints.native_api import error_body as native_error_body
@@ -359,9 +361,11 @@ def create_app(
         return await server_info()
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
-    async def flush_cache() -> Response:
+    async def flush_cache(request: Request) -> Response:
+        """SGLang's ``/flush_cache[?timeout=T]``: 200 flushed, 400 busy (after ``T`` seconds)."""
         try:
-            ret = await tm_or_503().flush_cache()
+            timeout_s = parse_flush_timeout(request.query_params.get("timeout"))
+            ret = await flush_cache_within(tm_or_503(), timeout_s)
         except RequestError as e:
             return error_response(str(e), e.status_code)
         if ret.success:

@@ -4,17 +4,23 @@
 builds a :class:`~sglang_v4.managers.io_struct.GenerateReqInput`; SGLang fields this runtime does
 not implement are accepted only when null/false, a few routing-only fields are ignored, anything
 else is a 400. ``json_response`` / ``error_response`` write SGLang's response and error shapes.
+``flush_cache_within`` is ``/flush_cache?timeout=T`` (SGLang's deferred flush).
 The routes themselves are in :mod:`sglang_v4.entrypoints.http_server`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import math
+import time
 from typing import Any
 
 import orjson
 from fastapi.responses import Response
 
 from sglang_v4.entrypoints.openai.protocol import error_type_for_status
+from sglang_v4.managers.control_struct import FlushCacheReqOutput
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError
 
@@ -97,6 +103,44 @@ def error_body(message: str, status_code: int = 400) -> dict[str, Any]:
 def error_response(message: str, status_code: int = 400) -> Response:
     """:func:`error_body` with HTTP ``status_code``."""
     return json_response(error_body(message, status_code), status_code=status_code)
+
+
+#: Seconds between two flush attempts of ``/flush_cache?timeout=T`` while the server is busy.
+FLUSH_RETRY_INTERVAL_S = 0.05
+
+
+def parse_flush_timeout(raw: str | None) -> float:
+    """``/flush_cache``'s ``timeout`` query parameter: seconds, a finite number >= 0 (absent: 0).
+
+    Raises:
+        RequestError: (400) not such a number; the message names ``timeout``.
+    """
+    if raw is None or raw == "":
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise RequestError(f"timeout must be a finite number of seconds >= 0, got {raw!r}.")
+    return value
+
+
+async def flush_cache_within(tm: Any, timeout_s: float) -> FlushCacheReqOutput:
+    """Flush the radix cache as soon as the scheduler is idle, waiting at most ``timeout_s``
+    seconds (SGLang's ``/flush_cache?timeout=T``: its scheduler defers the flush until idle;
+    here the refused flush is retried every :data:`FLUSH_RETRY_INTERVAL_S`). ``timeout_s == 0``
+    is one attempt. ``tm`` is the ``TokenizerManager``; its ``RequestError`` (dead backend, 503)
+    propagates. Returns the last answer, with SGLang's message after a timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ret = await tm.flush_cache()
+        if ret.success or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(FLUSH_RETRY_INTERVAL_S, max(deadline - time.monotonic(), 0.0)))
+    if not ret.success and timeout_s > 0:
+        return dataclasses.replace(ret, message="Timed out waiting for idle state.")
+    return ret
 
 
 def is_unset(value: Any) -> bool:

@@ -37,6 +37,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from sglang_v4.managers.abandoned_rids import AbandonedRids
 from sglang_v4.managers.control_struct import (
     FlushCacheReqInput,
     FlushCacheReqOutput,
@@ -156,6 +157,8 @@ class TokenizerManager(TokenizationMixin):
         #: applies grammars (it sets ``Scheduler.grammar_enabled = True``).
         self.grammar_enabled = bool(scheduler_info.extra.get("grammar_enabled", False))
         self.rid_to_state: dict[str, ReqState] = {}
+        #: Requests given up unfinished whose final output is still due (a reused rid waits for it).
+        self.abandoned = AbandonedRids()
         self.pending_control: dict[str, asyncio.Future[Any]] = {}
         self.crashed: str | None = None
         self.server_status = "Starting"
@@ -208,6 +211,7 @@ class TokenizerManager(TokenizationMixin):
         self.server_status = "UnHealthy"
         logger.error("Backend crashed; failing %d in-flight request(s).", len(self.rid_to_state))
         err = self._crash_error()
+        self.abandoned.release_all()
         for state in self.rid_to_state.values():
             state.error = err
             state.event.set()
@@ -255,9 +259,12 @@ class TokenizerManager(TokenizationMixin):
         now = time.perf_counter()
         for i, rid in enumerate(recv.rids):
             state = self.rid_to_state.get(rid)
-            if state is None:
-                continue  # aborted / health check already gone
             reason = recv.finished_reasons[i]
+            if state is None:  # given up (client gone) / health check already gone
+                gone = self.abandoned.finished(rid) if reason is not None else None
+                if gone is not None and self.metrics is not None and gone.obj.log_metrics:
+                    self._observe_finished(gone, recv, i, now)
+                continue
             state.text_raw += recv.output_strs[i]
             state.output_ids.extend(recv.output_ids[i])
             if state.obj.return_logprob:
@@ -324,15 +331,7 @@ class TokenizerManager(TokenizationMixin):
                 if isinstance(code, int) and 400 <= code < 600:  # SGLang: the abort's HTTP status
                     state.error = RequestError(str(reason.get("message", "Bad request")), code)
                 if self.metrics is not None and state.obj.log_metrics:
-                    first = state.first_token_time
-                    self.metrics.observe_finished(
-                        recv.prompt_tokens[i],
-                        completion,
-                        now - state.created_time,
-                        cached_tokens=recv.cached_tokens[i],
-                        aborted=reason.get("type") == "abort",
-                        decode_s=(now - first) if first > 0.0 else None,
-                    )
+                    self._observe_finished(state, recv, i, now)
             if state.obj.return_logprob:
                 meta["input_token_logprobs"] = list(state.input_token_logprobs)
                 meta["output_token_logprobs"] = list(state.output_token_logprobs)
@@ -357,6 +356,19 @@ class TokenizerManager(TokenizationMixin):
             else:
                 state.out_list.append({"text": text, "output_ids": list(state.output_ids), "meta_info": meta})
             state.event.set()
+
+    def _observe_finished(self, state: ReqState, recv: BatchStrOut, i: int, now: float) -> None:
+        """Count the end of ``state``'s request (item ``i`` of ``recv``, its final output) in the
+        metrics; ``now`` is ``time.perf_counter()`` at its arrival."""
+        first = state.first_token_time
+        self.metrics.observe_finished(
+            recv.prompt_tokens[i],
+            recv.completion_tokens[i],
+            now - state.created_time,
+            cached_tokens=recv.cached_tokens[i],
+            aborted=(recv.finished_reasons[i] or {}).get("type") == "abort",
+            decode_s=(now - first) if first > 0.0 else None,
+        )
 
     def _log_received(self, obj: GenerateReqInput, input_ids: list[int]) -> None:
         """``--log-requests``: the line of a received single request (:mod:`.request_log`)."""
@@ -404,6 +416,7 @@ class TokenizerManager(TokenizationMixin):
             raise RequestError(str(e)) from None
         if obj.is_single:
             tokenized = self._tokenize_one(obj, (await self._encode_prompts([obj]))[0])
+            await self.abandoned.wait([str(obj.rid)])
             self._check_alive()  # the backend may have died while a long prompt was tokenized
             state = self._register(obj, tokenized)
             self._send.send_pyobj(tokenized)
@@ -419,6 +432,7 @@ class TokenizerManager(TokenizationMixin):
         subs = [obj[j] for j in order]
         text_ids = await self._encode_prompts(subs)
         tokenized_list = [self._tokenize_one(s, ids) for s, ids in zip(subs, text_ids)]
+        await self.abandoned.wait(str(s.rid) for s in subs)
         self._check_alive()
         for s in subs:
             if s.rid in self.rid_to_state:
@@ -502,8 +516,9 @@ class TokenizerManager(TokenizationMixin):
                 if state.obj.stream:
                     yield out
         finally:
-            if not state.finished and self.crashed is None:
+            if not state.finished and self.crashed is None and not self._closed:
                 self.abort_request(rid)
+                self.abandoned.add(rid, state)  # until its final output arrives (see AbandonedRids)
             self.rid_to_state.pop(rid, None)
 
     # ------------------------------------------------------------------ control

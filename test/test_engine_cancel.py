@@ -1,0 +1,173 @@
+"""``sglang_v4.Engine``: a caller that stops waiting (an ``asyncio`` task cancelled, a blocking call
+interrupted by a signal) aborts its request, and the error it sees is its own.
+
+The model-free FakeScheduler holds a ``"[hold]"`` request after its first token (it never ends by
+itself), so only an abort frees its pages; the oracle is the scheduler's own page count and the
+tokenizer manager's table of in-flight requests, both back to empty, and a later request whose
+text is the fake model's known output (``transformers`` decoding of ``FAKE_TEXT``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from server_fixture import FAKE_TEXT, make_fake_model_dir, tokenizer_source_dir
+
+pytestmark = pytest.mark.timeout(240)
+
+HELD = {"prompt": "[hold] long", "sampling_params": {"max_new_tokens": 450}}
+
+
+class _Interrupted(Exception):
+    """What the test's SIGALRM handler raises in the thread blocked on the Engine."""
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from sglang_v4 import Engine
+
+    model = make_fake_model_dir(tmp_path_factory.mktemp("model"))
+    env = {"SGLANG_V4_SCHEDULER_CLASS": "server_fixture:FakeScheduler", "FAKE_HOLD_ON_TEXT": "[hold]"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        eng = Engine(model_path=str(model), page_size=256)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    with eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def expected() -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    ids = tok.encode(FAKE_TEXT)
+    return lambda n: tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
+
+
+def _assert_released(engine: Any, expected: Any) -> None:
+    """Within 10 s: no used pages, no running request, nothing left in the manager's table; then a
+    fresh request gives the fake model's known text."""
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        info = engine.get_server_info()
+        if info["kv_pool"]["used_pages"] == 0 and not engine.tokenizer_manager.rid_to_state:
+            break
+        time.sleep(0.05)
+    assert info["kv_pool"]["used_pages"] == 0, info["kv_pool"]
+    assert not engine.tokenizer_manager.rid_to_state
+    assert engine.generate(prompt="ok", sampling_params={"max_new_tokens": 3})["text"] == expected(3)
+
+
+def _interrupt_after(seconds: float) -> None:
+    def handler(signum: int, frame: Any) -> None:
+        raise _Interrupted()
+
+    signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+def test_cancelled_async_stream_consumer_sees_cancelled_error(engine, expected) -> None:
+    """Cancelling the task that iterates an ``async_generate(stream=True)`` stream raises
+    ``CancelledError`` in it (before: ``RuntimeError: aclose(): asynchronous generator is already
+    running``, from closing the stream while its step still ran on the engine's loop), and the
+    request is aborted."""
+    got: list[dict[str, Any]] = []
+
+    async def consume() -> None:
+        async for chunk in await engine.async_generate(**HELD, stream=True):
+            got.append(chunk)
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(consume()) for _ in range(4)]
+        while len(got) < 4:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # every consumer now waits for a chunk that never comes
+        for t in tasks:
+            t.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+
+    asyncio.run(main())
+    assert all(c["meta_info"]["finish_reason"] is None for c in got)
+    _assert_released(engine, expected)
+
+
+def test_cancelled_async_generate_aborts(engine, expected) -> None:
+    """``asyncio.wait_for(engine.async_generate(...), t)`` timing out aborts the request."""
+
+    async def main() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(engine.async_generate(**HELD), 0.3)
+
+    asyncio.run(main())
+    _assert_released(engine, expected)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_interrupted_blocking_call_aborts(engine, expected, stream: bool) -> None:
+    """A blocking ``generate`` (or a stream's ``next``) interrupted by a signal handler's exception
+    (Ctrl-C's ``KeyboardInterrupt``) raises that exception and aborts the request; before, the
+    request kept running and holding its pages."""
+    try:
+        if stream:
+            it = engine.generate(**HELD, stream=True)
+            assert next(it)["meta_info"]["finish_reason"] is None
+            _interrupt_after(0.3)
+            with pytest.raises(_Interrupted):
+                next(it)
+        else:
+            _interrupt_after(0.3)
+            with pytest.raises(_Interrupted):
+                engine.generate(**HELD)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    _assert_released(engine, expected)
+
+
+def test_rid_reused_right_after_a_cancel_gets_its_own_output(engine, expected) -> None:
+    """A request that reuses the ``rid`` of one just given up (stream closed, task cancelled) gets
+    its own output. Before, the abandoned request's final (abort) output, still on its way from
+    the scheduler, was delivered to the new request: its text and ``finish_reason`` abort."""
+    ok = {"prompt": "ok", "sampling_params": {"max_new_tokens": 3}}
+    for k in range(3):
+        it = engine.generate(**HELD, stream=True, rid=f"sync-{k}")
+        assert next(it)["meta_info"]["finish_reason"] is None
+        it.close()
+        out = engine.generate(**ok, rid=f"sync-{k}")
+        assert (out["text"], out["meta_info"]["finish_reason"]) == (
+            expected(3),
+            {"type": "length", "length": 3},
+        )
+
+    async def main() -> None:
+        for k in range(3):
+            first = asyncio.Event()
+
+            async def consume(rid: str, first: asyncio.Event) -> None:
+                async for _ in await engine.async_generate(**HELD, stream=True, rid=rid):
+                    first.set()
+
+            task = asyncio.create_task(consume(f"async-{k}", first))
+            await first.wait()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            out = await engine.async_generate(**ok, rid=f"async-{k}")
+            assert out["text"] == expected(3), out
+            assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
+
+    asyncio.run(main())
+    _assert_released(engine, expected)
