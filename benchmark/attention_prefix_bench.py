@@ -68,7 +68,7 @@ def profile_table(fn: Any, dev: str) -> str:
 
 
 #: tile options of the CSA decoded path's kernel calls; ``{}`` is the wrapper's default (fp8 rules)
-CSA_SETTINGS: tuple[dict, ...] = ({}, {"num_stages": 2}, {"block_n": 64}, {"block_n": 16})
+CSA_SETTINGS: tuple[dict, ...] = ({}, {"num_stages": 1}, {"block_n": 64}, {"block_n": 16})
 
 
 def csa_rows(a: Any, sh: dict, contexts: list[int], pools: dict, n_rows: int, dev: str) -> list[dict]:

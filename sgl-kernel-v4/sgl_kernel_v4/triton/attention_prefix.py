@@ -373,6 +373,12 @@ def sparse_attention_dense_prefix(
     )  # fmt: skip
 
 
+#: The decoded CSA path's tile options over the paged kernel's fp8 defaults: two pipeline stages
+#: (bf16 entries pipeline; the fastest of four settings on the H200, 1.48-1.63x the fp8 paged
+#: kernel at 32K-1M context against 1.44-1.55x with one stage: benchmark/RESULTS.md).
+DECODED_CSA_TILE: dict[str, int] = {"num_stages": 2}
+
+
 def sparse_attention_decoded_csa(
     q: torch.Tensor,
     swa_kv: object,
@@ -397,7 +403,8 @@ def sparse_attention_decoded_csa(
     fp8 decode of ``window + top-k`` entries for every token of a 2,048-token chunk is what made
     fp8 prefill attention ~2.2x slower than bf16 (benchmark/RESULTS.md). The window keys stay in
     the fp8 pool. Tokens outside the segments run as before, in contiguous ranges. ``tile_kw``:
-    tile options of the segments' kernel calls (``block_n``, ``num_warps``, ``num_stages``).
+    tile options of the segments' kernel calls (``block_n``, ``num_warps``, ``num_stages``; over
+    :data:`DECODED_CSA_TILE`).
 
     Raises:
         ValueError: as :func:`sgl_kernel_v4.triton.attention.sparse_attention`.
@@ -406,6 +413,7 @@ def sparse_attention_decoded_csa(
 
     T = q.shape[0]
     out = torch.empty_like(q)
+    tile_kw = {**DECODED_CSA_TILE, **tile_kw}
     cuts = sorted((seg.start, seg.end, seg) for seg in segments)
     ranges: list[tuple[int, int, PrefixSegment | None]] = []
     t = 0
