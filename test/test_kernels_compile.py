@@ -413,9 +413,10 @@ def _attention_dv_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
                c_ps="i32", c_rs="i32", ent_ptr="*i32", stride_et=i64, K_ENT=i64, vis_ptr="*i64", r2p_ptr="*i32",
                stride_r2p=i64, req_rows_ptr="*i64", token_req_ptr="*i64", E=i64, sink_ptr="*fp32",
                out_ptr="*bf16", stride_ot="i32", stride_oh="i32", part_acc_ptr="*fp32", part_ml_ptr="*fp32",
-               H="i32", scale_log2="fp32", num_splits=i64, D="constexpr", NOPE="constexpr", CODEC="constexpr",
-               BLOCK_D="constexpr", BLOCK_H="constexpr", BLOCK_N="constexpr", SPLIT="constexpr",
-               COMP_MODE="constexpr", ALIGN="constexpr", DV_SPLIT="constexpr", IEEE="constexpr")  # fmt: skip
+               lse_ptr="*fp32", H="i32", scale_log2="fp32", num_splits=i64, D="constexpr", NOPE="constexpr",
+               CODEC="constexpr", BLOCK_D="constexpr", BLOCK_H="constexpr", BLOCK_N="constexpr", SPLIT="constexpr",
+               COMP_MODE="constexpr", ALIGN="constexpr", DV_SPLIT="constexpr", IEEE="constexpr",
+               STORE_LSE="constexpr", COMP_CODEC="constexpr")  # fmt: skip
     out = []
     for dv, bn, warps, stages in ((1, 32, 8, 2), (2, 32, 8, 2), (2, 64, 8, 2), (2, 32, 4, 2), (2, 64, 4, 3)):
         consts = dict(D=512, NOPE=448, CODEC=0, BLOCK_D=512, BLOCK_H=64, BLOCK_N=bn, SPLIT=False, COMP_MODE=1,
