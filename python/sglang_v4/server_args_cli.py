@@ -176,8 +176,12 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="Most prompt tokens of one request per step, and of a step while requests decode "
-        f"(default {DEFAULT_CHUNKED_PREFILL_CUDA} on CUDA, {DEFAULT_CHUNKED_PREFILL_CPU} on CPU; "
-        "-1 disables chunking).",
+        + (
+            f"(default {DEFAULT_CHUNKED_PREFILL_CUDA}; "
+            if DEFAULT_CHUNKED_PREFILL_CUDA == DEFAULT_CHUNKED_PREFILL_CPU
+            else f"(default {DEFAULT_CHUNKED_PREFILL_CUDA} on CUDA, {DEFAULT_CHUNKED_PREFILL_CPU} on CPU; "
+        )
+        + "-1 disables chunking).",
     )
     a("--disable-radix-cache", action="store_true")
     a(
