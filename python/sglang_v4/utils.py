@@ -225,8 +225,11 @@ def _byte_level_max_chars_per_token(tok: Any) -> int | None:
 class FastTokenizer:
     """A light HF-compatible tokenizer on ``tokenizers.Tokenizer`` (no ``transformers`` import).
 
-    Loads ``tokenizer.json`` and reads ``tokenizer_config.json`` for the BOS/EOS tokens and
-    ``add_bos_token`` / ``add_eos_token``. Implements the subset of the ``transformers`` tokenizer
+    Loads ``tokenizer.json`` and reads ``tokenizer_config.json`` for the BOS/EOS/pad tokens and a
+    chat template (``chat_template.jinja`` beside it wins, as in transformers). The special tokens
+    ``encode`` adds are those of ``tokenizer.json``'s post-processor: transformers 5 drops
+    ``tokenizer_config.json``'s ``add_bos_token`` / ``add_eos_token`` whenever a ``tokenizer.json``
+    exists (``PreTrainedTokenizerBase._from_pretrained``). Implements the subset of the ``transformers`` tokenizer
     API the runtime uses: ``encode``, ``decode``, ``batch_decode``, ``convert_ids_to_tokens``,
     ``convert_tokens_to_ids``, ``len()``, ``vocab_size``, ``bos/eos/pad_token(_id)``,
     ``all_special_ids``, ``chat_template``. ``test_server_tokenizer.py`` checks it against
@@ -257,10 +260,12 @@ class FastTokenizer:
         self.bos_token_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None
         self.eos_token_id = self._tok.token_to_id(self.eos_token) if self.eos_token else None
         self.pad_token_id = self._tok.token_to_id(self.pad_token) if self.pad_token else None
-        self.add_bos_token = bool(cfg.get("add_bos_token", False))
-        self.add_eos_token = bool(cfg.get("add_eos_token", False))
         self.clean_up_tokenization_spaces = bool(cfg.get("clean_up_tokenization_spaces", False))
         self.chat_template = cfg.get("chat_template")
+        jinja = os.path.join(path, "chat_template.jinja")
+        if os.path.isfile(jinja):
+            with open(jinja, encoding="utf-8") as f:
+                self.chat_template = f.read()
         self.model_max_length = int(cfg.get("model_max_length", 1 << 30))
         unk = token_str(cfg.get("unk_token"))
         named = (self.bos_token, self.eos_token, self.pad_token, unk)
@@ -276,17 +281,9 @@ class FastTokenizer:
         return int(self._tok.get_vocab_size(with_added_tokens=False))
 
     def encode(self, text: str, add_special_tokens: bool = True, **_: Any) -> list[int]:
-        """Token ids of ``text``; BOS/EOS added per ``tokenizer_config.json`` when ``add_special_tokens``."""
-        ids = list(self._tok.encode(text, add_special_tokens=False).ids)
-        return self._with_special_tokens(ids) if add_special_tokens else ids
-
-    def _with_special_tokens(self, ids: list[int]) -> list[int]:
-        """``ids`` with BOS / EOS added as ``tokenizer_config.json`` says."""
-        if self.add_bos_token and self.bos_token_id is not None:
-            ids = [self.bos_token_id, *ids]
-        if self.add_eos_token and self.eos_token_id is not None:
-            ids = [*ids, self.eos_token_id]
-        return ids
+        """Token ids of ``text``; with ``add_special_tokens``, those ``tokenizer.json``'s post-processor
+        adds (none for the DeepSeek-V4 tokenizer, whose prompts carry their BOS as text)."""
+        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
 
     def encode_releasing_gil(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """:meth:`encode` with the GIL released while the Rust tokenizer runs (same ids).
@@ -295,8 +292,7 @@ class FastTokenizer:
         millions of characters); ``encode_batch`` releases it, so running this in a worker thread
         leaves the event loop free.
         """
-        ids = list(self._tok.encode_batch([text], add_special_tokens=False)[0].ids)
-        return self._with_special_tokens(ids) if add_special_tokens else ids
+        return list(self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
 
     @property
     def max_chars_per_token(self) -> int | None:

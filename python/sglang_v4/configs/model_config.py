@@ -99,13 +99,88 @@ def check_supported(hf: DeepseekV4Config) -> None:
             )
 
 
+#: ``compress_ratios`` entries and the layer type each stands for (0: sliding window only); the
+#: legacy list transformers' ``DeepseekV4Config`` folds into ``layer_types``.
+COMPRESS_RATIO_TYPES = {0: SLIDING, 4: CSA, 128: HCA}
+#: Keys of configs whose architecture is not DeepSeek-V4's (the DeepSeek-V4.1 layout: layers that
+#: reuse another layer's compressed KV / indexer, Engram memory layers), which
+#: ``DeepseekV4Config`` would silently drop; a nested ``text_config`` (a multimodal or V4.1
+#: wrapper) whose fields it would not read either, leaving its defaults in their place.
+FOREIGN_ARCH_KEYS = (
+    "text_config",
+    "kv_source_layer_ids",
+    "index_source_layer_ids",
+    "candidate_source_layer_id",
+    "engram_layer_ids",
+)
+
+
+def _float_fields() -> frozenset[str]:
+    """``DeepseekV4Config`` fields annotated ``float`` (or ``float | None``) only, which its strict
+    validation refuses as JSON integers (huggingface_hub's ``@strict`` does not widen ``int``)."""
+    out = set()
+    for name, f in DeepseekV4Config.__dataclass_fields__.items():
+        args = set(getattr(f.type, "__args__", (f.type,)))
+        if float in args and int not in args:
+            out.add(name)
+    return frozenset(out)
+
+
+_FLOAT_FIELDS = _float_fields()
+
+
+def check_raw_config(raw: dict[str, Any]) -> None:
+    """Refuse a ``config.json`` dict whose fields transformers would drop or fail on obscurely.
+
+    Raises:
+        ValueError: naming the field: a key of :data:`FOREIGN_ARCH_KEYS` (another architecture's
+            config, which ``DeepseekV4Config`` would replace by its defaults), or a
+            ``compress_ratios`` that is not a list of 0 / 4 / 128 (transformers raises a bare
+            ``KeyError`` on another value) with at least ``num_hidden_layers`` entries (the
+            trailing ones are the MTP layers').
+    """
+    for key in FOREIGN_ARCH_KEYS:
+        if raw.get(key) is not None:
+            raise ValueError(
+                f"{key}: not a DeepSeek-V4 config field (a DeepSeek-V4.1 or multimodal layout); "
+                "transformers' DeepseekV4Config would ignore it and build its default model instead"
+            )
+    ratios = raw.get("compress_ratios")
+    if ratios is None or raw.get("layer_types") is not None:
+        return  # transformers reads ``layer_types`` first and then ignores ``compress_ratios``
+    if not isinstance(ratios, list):
+        raise ValueError(f"compress_ratios: expected a list of per-layer ratios, got {ratios!r}")
+    for i, r in enumerate(ratios):
+        if isinstance(r, bool) or r not in COMPRESS_RATIO_TYPES:
+            raise ValueError(
+                f"compress_ratios[{i}]: {r!r} is not a DeepSeek-V4 compression ratio (0 = sliding window "
+                f"only, 4 = CSA, 128 = HCA)"
+            )
+    n = raw.get("num_hidden_layers", raw.get("n_layers"))
+    if isinstance(n, int) and not isinstance(n, bool) and len(ratios) < n:
+        raise ValueError(
+            f"compress_ratios: {len(ratios)} entries for num_hidden_layers = {n} (expected one per "
+            "layer, then one per MTP layer)"
+        )
+
+
+def _coerce_json_numbers(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with JSON integers in float-typed fields as floats (``"routed_scaling_factor": 2``
+    means 2.0; JSON does not tell the two apart, and transformers widened such annotations when
+    configs on the Hub wrote them so, e.g. transformers#44877)."""
+    return {
+        k: float(v) if k in _FLOAT_FIELDS and isinstance(v, int) and not isinstance(v, bool) else v
+        for k, v in raw.items()
+    }
+
+
 def _normalize_raw_config(raw: dict[str, Any]) -> dict[str, Any]:
     """Map DeepSeek's official config keys onto the names ``DeepseekV4Config`` accepts.
 
     The official release ships ``rope_scaling`` (YaRN) where HF expects ``rope_parameters``,
     and DeepSeek-style names for a few sizes (``dim``, ``n_layers``, ``n_heads``...). Keys HF
     already knows are passed through. Unknown keys are kept; ``DeepseekV4Config`` ignores
-    what it does not use.
+    what it does not use. JSON integers in float fields become floats (:func:`_coerce_json_numbers`).
     """
     raw = dict(raw)
     if "rope_scaling" in raw and "rope_parameters" not in raw:
@@ -132,7 +207,7 @@ def _normalize_raw_config(raw: dict[str, Any]) -> dict[str, Any]:
             raw[new] = raw.pop(old)
     for k in ("architectures", "auto_map", "torch_dtype", "transformers_version", "dtype"):
         raw.pop(k, None)
-    return raw
+    return _coerce_json_numbers(raw)
 
 
 def generation_eos_token_ids(model_path: str) -> list[int]:
@@ -224,9 +299,11 @@ class ModelConfig:
         """Build from a ``config.json`` dict in either dialect.
 
         Raises:
-            ValueError: if a field is invalid (``DeepseekV4Config``'s own validation) or describes
-                math the runtime does not compute (:func:`check_supported`); the message names it.
+            ValueError: if a field is invalid (``DeepseekV4Config``'s own validation,
+                :func:`check_raw_config`) or describes math the runtime does not compute
+                (:func:`check_supported`); the message names it.
         """
+        check_raw_config(raw)
         raw = _normalize_raw_config(raw)
         mt = raw.pop("model_type", "deepseek_v4")
         if mt not in ("deepseek_v4", "deepseek_v4_flash"):
@@ -260,6 +337,9 @@ class ModelConfig:
         path = os.path.join(model_path, "config.json")
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
+        if not isinstance(raw, dict):
+            raise ValueError(f"config.json: expected a JSON object, got {type(raw).__name__}")
+        check_raw_config({**raw, **(overrides or {})})  # before an override cuts the per-layer lists
         mc = cls.from_dict(apply_overrides(raw, overrides or {}))
         mc.generation_eos_token_ids = generation_eos_token_ids(model_path)
         return mc

@@ -90,7 +90,8 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         ValueError: unknown ``flag``, or a checkpoint quantization other than DeepSeek's FP8
             (naming ``quantization_config.quant_method``: another method, or none given, which
             SGLang takes for an NVIDIA ModelOpt ``quant_algo`` block), a compressed-tensors
-            ``compression_config``, or a ``weight_block_size`` that is not two positive integers.
+            ``compression_config``, an MLX ``quantization`` block (mlx-lm's exports), or a
+            ``weight_block_size`` that is not two positive integers.
     """
     if flag is not None and flag not in QUANTIZATION_CHOICES:
         raise ValueError(f"quantization must be one of {list(QUANTIZATION_CHOICES)} or None (got {flag!r})")
@@ -99,6 +100,13 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
     qc = getattr(hf_config, "quantization_config", None)
     if isinstance(qc, dict) and not qc:  # ``"quantization_config": {}``: nothing quantized
         qc = None
+    mlx = getattr(hf_config, "quantization", None)
+    if qc is None and isinstance(mlx, dict) and mlx:  # mlx-lm's block (``bits``, ``group_size``, ``mode``)
+        raise ValueError(
+            f"quantization: MLX-quantized weights (bits {mlx.get('bits')!r}, group_size "
+            f"{mlx.get('group_size')!r}) are not supported (only DeepSeek's block FP8 "
+            "quantization_config, or none)"
+        )
     if qc is None and getattr(hf_config, "compression_config", None) is not None:
         raise ValueError(
             "compression_config: compressed-tensors checkpoints are not supported (only DeepSeek's "
