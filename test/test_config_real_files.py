@@ -120,6 +120,34 @@ def test_expert_dtype_placements(tmp_path: Path, changes: dict[str, Any], want: 
     assert resolve_quantization(None, ModelConfig.from_pretrained(str(d)).hf, "cuda") == want
 
 
+def test_reference_code_names(tmp_path: Path) -> None:
+    """DeepSeek's reference inference code names ``norm_eps``, ``rope_head_dim`` and a flat YaRN
+    (``rope_factor``, ``original_seq_len``, ``beta_fast``, ``beta_slow``; the V3 ``ModelArgs``
+    fields): read as the published file's ``rms_norm_eps``, ``qk_rope_head_dim`` and
+    ``rope_scaling``, so the model equals the one transformers builds from the published file."""
+    y = FLASH["rope_scaling"]
+    ref_names = tmp_path / "ref"
+    ref_names.mkdir()
+    _write(
+        ref_names, rms_norm_eps=None, norm_eps=3e-6, qk_rope_head_dim=None, rope_head_dim=FLASH["qk_rope_head_dim"],
+        rope_scaling=None, rope_factor=y["factor"], original_seq_len=y["original_max_position_embeddings"],
+        beta_fast=y["beta_fast"], beta_slow=y["beta_slow"],
+    )  # fmt: skip
+    published = tmp_path / "published"
+    published.mkdir()
+    _write(published, rms_norm_eps=3e-6)
+    oracle = AutoConfig.from_pretrained(str(published))
+    got = ModelConfig.from_pretrained(str(ref_names)).hf
+    assert got.rms_norm_eps == oracle.rms_norm_eps == 3e-6
+    assert got.qk_rope_head_dim == oracle.qk_rope_head_dim == FLASH["qk_rope_head_dim"]
+    # transformers keeps the file's legacy ``type`` beside ``rope_type``; every other value equal
+    for kind in ("main", "compress"):
+        want = {k: v for k, v in oracle.rope_parameters[kind].items() if k != "type"}
+        assert got.rope_parameters[kind] == want, kind
+    assert oracle.rope_parameters["compress"]["rope_type"] == "yarn"  # the oracle did read the YaRN
+    assert got.rope_parameters == ModelConfig.from_pretrained(str(published)).hf.rope_parameters
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("routed_scaling_factor", 2), ("swiglu_limit", 10), ("attention_dropout", 0), ("rms_norm_eps", 0)],

@@ -174,15 +174,36 @@ def _coerce_json_numbers(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: YaRN fields of DeepSeek's reference inference config -> the keys of the official ``rope_scaling``.
+_REFERENCE_YARN_KEYS = {
+    "rope_factor": "factor",
+    "original_seq_len": "original_max_position_embeddings",
+    "beta_fast": "beta_fast",
+    "beta_slow": "beta_slow",
+    "mscale": "mscale",
+}
+
+
 def _normalize_raw_config(raw: dict[str, Any]) -> dict[str, Any]:
     """Map DeepSeek's official config keys onto the names ``DeepseekV4Config`` accepts.
 
     The official release ships ``rope_scaling`` (YaRN) where HF expects ``rope_parameters``,
-    and DeepSeek-style names for a few sizes (``dim``, ``n_layers``, ``n_heads``...). Keys HF
+    and DeepSeek-style names for a few sizes (``dim``, ``n_layers``, ``n_heads``...); DeepSeek's
+    reference inference code also names ``norm_eps``, ``rope_head_dim`` and a flat YaRN
+    (``rope_factor``, ``original_seq_len``, ``beta_fast``, ``beta_slow``, ``mscale``), which
+    become ``rms_norm_eps``, ``qk_rope_head_dim`` and ``rope_scaling`` (unless the file has one). Keys HF
     already knows are passed through. Unknown keys are kept; ``DeepseekV4Config`` ignores
     what it does not use. JSON integers in float fields become floats (:func:`_coerce_json_numbers`).
     """
     raw = dict(raw)
+    yarn = {k: raw.pop(k) for k in _REFERENCE_YARN_KEYS if k in raw}
+    if yarn and "rope_scaling" not in raw and "rope_parameters" not in raw:
+        # DeepSeek's reference inference code keeps YaRN flat (``rope_factor``, ``original_seq_len``,
+        # ``beta_fast`` / ``beta_slow``, ``mscale``): the official config's ``rope_scaling`` form
+        scaling: dict[str, Any] = {"type": "yarn"}
+        for k, v in yarn.items():
+            scaling[_REFERENCE_YARN_KEYS[k]] = v
+        raw["rope_scaling"] = scaling
     if "rope_scaling" in raw and "rope_parameters" not in raw:
         scaling = raw.pop("rope_scaling")
         if isinstance(scaling, dict):
@@ -201,6 +222,8 @@ def _normalize_raw_config(raw: dict[str, Any]) -> dict[str, Any]:
         "score_func": "scoring_func",
         "index_head_dim": "index_head_dim",
         "n_hash_layers": "num_hash_layers",
+        "norm_eps": "rms_norm_eps",
+        "rope_head_dim": "qk_rope_head_dim",
     }
     for old, new in aliases.items():
         if old in raw and new not in raw:
