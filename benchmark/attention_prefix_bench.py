@@ -41,13 +41,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attention_extend_sweep import DRY, GPU, chunk_inputs  # noqa: E402
 from timing import median_ms  # noqa: E402
 
-#: (block_m, block_n, block_k, num_warps, num_stages) of the dense logits kernel; the first is the default
+#: (block_m, block_n, block_k, num_warps, num_stages) of the dense logits kernel; the first is the
+#: default; ``block_k`` 0: the queries resident (one dot of K = D per key tile; the three below fit
+#: sm_90's shared memory without spills, compiled on the CPU)
 SETTINGS: tuple[tuple[int, int, int, int, int], ...] = (
+    (128, 64, 64, 8, 3),
+    (128, 32, 0, 8, 2),
+    (64, 64, 0, 8, 2),
+    (64, 32, 0, 4, 3),
     (64, 64, 64, 4, 2),
     (128, 64, 64, 8, 2),
     (64, 128, 64, 4, 2),
     (128, 128, 64, 8, 2),
-    (128, 64, 64, 8, 3),
     (64, 64, 128, 4, 2),
 )
 _KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")

@@ -32,17 +32,21 @@ def test_segments_follow_the_definition() -> None:
 
 
 CASES = [
-    # T, H, D, n_comp, p_bytes (small budgets: several token blocks), block_n
-    (40, 8, 128, 300, 1 << 30, 64),
-    (40, 8, 128, 300, 8 * 384 * 4 * 3, 32),  # three tokens per block
-    (24, 16, 64, 1000, 1 << 30, 16),  # many key tiles per row (rescale across tiles)
+    # T, H, D, n_comp, p_bytes (small budgets: several token blocks), block_n, block_k (0: queries resident)
+    (40, 8, 128, 300, 1 << 30, 64, 64),
+    (40, 8, 128, 300, 8 * 384 * 4 * 3, 32, 64),  # three tokens per block
+    (24, 16, 64, 1000, 1 << 30, 16, 64),  # many key tiles per row (rescale across tiles)
+    (40, 8, 128, 300, 8 * 384 * 4 * 3, 32, 0),
+    (24, 16, 64, 1000, 1 << 30, 16, 0),
 ]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")
-@pytest.mark.parametrize("T,H,D,n_comp,p_bytes,block_n", CASES)
-def test_dense_prefix_matches_fp64(T: int, H: int, D: int, n_comp: int, p_bytes: int, block_n: int) -> None:
+@pytest.mark.parametrize("T,H,D,n_comp,p_bytes,block_n,block_k", CASES)
+def test_dense_prefix_matches_fp64(
+    T: int, H: int, D: int, n_comp: int, p_bytes: int, block_n: int, block_k: int
+) -> None:
     """Both requests' tokens split into dense runs (request 1's page table has a missing page: its
     entries there are no keys) and paged tokens; every token's output against the float64
     attention over its window + visible entries + sink."""
@@ -65,7 +69,7 @@ def test_dense_prefix_matches_fp64(T: int, H: int, D: int, n_comp: int, p_bytes:
     out = sparse_attention_dense_prefix(
         d["q"], d["swa"], d["swa_pages"], d["pos"], W, d["sinks"], case["scale"], d["comp"], d["visible"],
         d["req_to_page"], d["req_rows"], d["token_req"], case["e"], segs, p_bytes=p_bytes, block_n=block_n,
-        block_k=min(64, D),
+        block_k=block_k,
     )  # fmt: skip
     assert not torch.isnan(out).any()
     tol = 1.5e-2 if dtype == torch.bfloat16 else 3e-3

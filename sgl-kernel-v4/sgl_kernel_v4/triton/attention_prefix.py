@@ -128,8 +128,10 @@ def _prefix_probs_kernel(
     q_ptr, stride_qt, stride_qh, k_ptr, kvalid_ptr, vis_ptr, p_ptr, tml_ptr,
     R, H, NK, tiles_per_group, scale_log2,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    IEEE: tl.constexpr,
+    IEEE: tl.constexpr, QRES: tl.constexpr = False,
 ):  # fmt: skip
+    # QRES: the row block's queries are loaded once ([BLOCK_M, D]) and each key tile is one dot of
+    # K = D, so only the keys stream from L2 (else both, in BLOCK_K slices, per key tile).
     # rows r = t * H + h of the block's tokens; P [R, NK] row-major; tml [R, NK / BLOCK_N, 2] holds
     # each (row, key tile)'s own max and sum: P of a tile is relative to its own max
     rb = tl.program_id(0)
@@ -144,14 +146,20 @@ def _prefix_probs_kernel(
     q_off = t * stride_qt + h * stride_qh
     offs_n = tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
+    if QRES:
+        q_all = tl.load(q_ptr + q_off[:, None] + offs_k[None, :], mask=rmask[:, None], other=0.0)
     j_hi = tl.minimum(g * tiles_per_group + tiles_per_group, NT)
     for j in range(g * tiles_per_group, j_hi):
         cols = j * BLOCK_N + offs_n
-        s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for k0 in range(0, D, BLOCK_K):
-            qa = tl.load(q_ptr + q_off[:, None] + (k0 + offs_k)[None, :], mask=rmask[:, None], other=0.0)
-            kb = tl.load(k_ptr + cols[:, None].to(tl.int64) * D + (k0 + offs_k)[None, :])
-            s += dot(qa, tl.trans(kb), IEEE)
+        if QRES:
+            kb = tl.load(k_ptr + cols[:, None].to(tl.int64) * D + offs_k[None, :])
+            s = dot(q_all, tl.trans(kb), IEEE)
+        else:
+            s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for k0 in range(0, D, BLOCK_K):
+                qa = tl.load(q_ptr + q_off[:, None] + (k0 + offs_k)[None, :], mask=rmask[:, None], other=0.0)
+                kb = tl.load(k_ptr + cols[:, None].to(tl.int64) * D + (k0 + offs_k)[None, :])
+                s += dot(qa, tl.trans(kb), IEEE)
         kv = tl.load(kvalid_ptr + cols) != 0
         valid = (cols[None, :] < vis[:, None]) & kv[None, :]
         s = tl.where(valid, s * scale_log2, float("-inf"))
@@ -251,7 +259,8 @@ def prefix_attention(
         scale: the softmax scale (``head_dim ** -0.5``).
         segments: from :func:`dense_prefix_segments`.
         p_bytes: the probability tile's budget per token block.
-        block_m / block_n / block_k / num_warps / num_stages: the logits kernel's tile; the
+        block_m / block_n / block_k / num_warps / num_stages: the logits kernel's tile
+            (``block_k = 0``: the row block's queries loaded once, one dot of K = D per key tile); the
             defaults were the fastest of six at 64K-1M contexts on the H200
             (``benchmark/attention_prefix_bench.py``, benchmark/RESULTS.md).
 
@@ -268,6 +277,11 @@ def prefix_attention(
     T, H, D = q.shape
     if lse.shape != (T, H) or lse.dtype != torch.float32:
         raise ValueError(f"lse: expected float32 [{T}, {H}], got {lse.dtype} {tuple(lse.shape)}")
+    qres = block_k == 0  # the queries resident: one dot of K = D per key tile
+    if qres:
+        if D & (D - 1):
+            raise ValueError(f"block_k: 0 (queries resident) needs a power-of-two head dim, got D={D}")
+        block_k = D
     if D % block_k or block_n % 16 or 128 % block_n:
         raise ValueError(f"block_k / block_n: D={D} must be a multiple of block_k; block_n must divide 128")
     if q.stride(2) != 1:
@@ -294,7 +308,7 @@ def prefix_attention(
             _prefix_probs_kernel[(n_rb, groups)](
                 qb, qb.stride(0), qb.stride(1), keys, kvalid, comp_visible[t0:t1], p, tml,
                 R, H, NK, per, float(scale) * _LOG2E,
-                D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, IEEE=ieee_f32_dots(cdt),
+                D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, IEEE=ieee_f32_dots(cdt), QRES=qres,
                 num_warps=num_warps, num_stages=num_stages,
             )  # fmt: skip
             bt = next_power_of_2(NT)
