@@ -260,7 +260,8 @@ def prefix_attention(
         segments: from :func:`dense_prefix_segments`.
         p_bytes: the probability tile's budget per token block.
         block_m / block_n / block_k / num_warps / num_stages: the logits kernel's tile
-            (``block_k = 0``: the row block's queries loaded once, one dot of K = D per key tile); the
+            (``block_k = 0``: the row block's queries loaded once, one dot of K = D per key tile:
+            measured slower on the H200, 1.92-2.10x the paged kernel at 1M against 2.81x); the
             defaults were the fastest of six at 64K-1M contexts on the H200
             (``benchmark/attention_prefix_bench.py``, benchmark/RESULTS.md).
 
