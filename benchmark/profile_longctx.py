@@ -11,8 +11,8 @@ Phases:
    time over the whole prefill, with their share.
 
 Usage: ``python benchmark/profile_longctx.py --out DIR [--dry]`` writes ``DIR/profile.md``.
-``--dry``: CPU, tiny shapes (Triton kernels interpreted when ``TRITON_INTERPRET=1``); it checks the
-script, its timings mean nothing.
+``--dry``: CPU, tiny shapes, the Triton kernels under the interpreter (it sets ``TRITON_INTERPRET=1``
+itself); it checks the script, its timings mean nothing.
 """
 
 from __future__ import annotations
@@ -128,7 +128,8 @@ def phase_prefill(dev: str, out: str, n: int, dry: bool) -> None:
     save(out)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``--phases`` and write ``--out``/profile.md (module docstring); returns 0."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--dry", action="store_true")
@@ -137,7 +138,9 @@ def main() -> int:
         "--chunk-cands", default="32768", help="candidates of the 2,048-token prefill chunks (comma list)"
     )
     ap.add_argument("--phases", default="indexer,prefill")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.dry:
+        os.environ["TRITON_INTERPRET"] = "1"  # before the first triton import: no GPU driver on the CPU
     os.makedirs(a.out, exist_ok=True)
     dev = "cpu" if a.dry else "cuda"
     LINES.append(

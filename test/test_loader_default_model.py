@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -33,6 +34,19 @@ def test_default_model_written_once_and_reused(tmp_path: Path, monkeypatch: pyte
     loaded = load_state_dict(path, progress=False)
     ref = make_random_state_dict(get_preset("tiny"), 0)
     assert set(loaded) == set(ref) and all(torch.equal(loaded[k], ref[k]) for k in ref)
+
+
+def test_first_use_logs_where_the_model_goes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # a fresh machine's first launch says where the weights are written (and how to move them)
+    with caplog.at_level(logging.INFO, logger="sglang_v4.tools.default_model"):
+        path = ensure_default_model(str(tmp_path))
+    lines = [r.getMessage() for r in caplog.records if r.name == "sglang_v4.tools.default_model"]
+    assert len(lines) == 1 and os.path.join(str(tmp_path), DEFAULT_MODEL_NAME) in lines[0]
+    assert "SGLANG_V4_CACHE" in lines[0]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sglang_v4.tools.default_model"):
+        assert ensure_default_model(str(tmp_path)) == path  # reused: nothing written, nothing logged
+    assert [r for r in caplog.records if r.name == "sglang_v4.tools.default_model"] == []
 
 
 def test_incomplete_directory_is_replaced(tmp_path: Path) -> None:

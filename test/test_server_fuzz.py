@@ -354,6 +354,33 @@ def test_slow_clients_are_cut_off_and_do_not_block_others(server) -> None:
     assert requests.get(server.url + "/health", timeout=30).status_code == 200
 
 
+#: What ``sglang-router`` sends each replica at start-up to probe for gRPC: the HTTP/2 connection
+#: preface (RFC 9113, section 3.4) and an empty SETTINGS frame.
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+@pytest.mark.parametrize("split", [None, 3, 15])
+def test_http2_preface_is_closed_quietly(server, split: int | None) -> None:
+    before = server.log().count("Invalid HTTP request received")
+    s = _connect(server)
+    parts = [H2_PREFACE] if split is None else [H2_PREFACE[:split], H2_PREFACE[split:]]
+    for part in parts:
+        s.sendall(part)
+        time.sleep(0.05)
+    got, waited = _read_all(s, 10)
+    assert got == b"" and waited < 5  # closed, no HTTP/1.1 answer to an HTTP/2 client
+    # HTTP/1.1 whose first bytes match the preface's ("P" of POST) and garbage still go to h11
+    r = requests.post(server.url + "/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 1}})
+    assert r.status_code == 200
+    g = _connect(server)
+    g.sendall(b"PRX / HTTP/1.1\r\n\r\n")
+    got, _ = _read_all(g, 10)
+    assert got.startswith(b"HTTP/1.1 400 ")
+    time.sleep(0.2)
+    # only the garbage request is logged as invalid, not the HTTP/2 client
+    assert server.log().count("Invalid HTTP request received") == before + 1
+
+
 def test_server_healthy_after_fuzzing(server) -> None:
     assert requests.get(server.url + "/health", timeout=30).status_code == 200
     r = _post(server, "/generate", {"text": "ok", "sampling_params": {"max_new_tokens": 3}})

@@ -97,6 +97,7 @@ def test_port_in_use_is_named(tmp_path: Path) -> None:
         port = s.getsockname()[1]
         line = _one_line(_launch(["--host", "127.0.0.1", "--port", str(port)], tmp_path))
     assert f"port: 127.0.0.1:{port} is already in use" in line
+    assert "--port" in line  # the line says what to do, not only what is wrong
 
 
 def test_unresolvable_host_is_named_not_blamed_on_the_port(tmp_path: Path) -> None:

@@ -391,7 +391,8 @@ def bind_error(host: str, port: int) -> str | None:
 
     ``host`` may be a name, an IPv4 or an IPv6 address (the socket family follows it, as
     uvicorn's does). The message starts with the field at fault: ``port:`` when the address is
-    taken, ``host:`` when the host does not resolve or is not an address of this machine.
+    taken (and says what to do: stop that process or pick another ``--port``), ``host:`` when the
+    host does not resolve or is not an address of this machine.
     """
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -405,7 +406,10 @@ def bind_error(host: str, port: int) -> str | None:
             s.bind(addr)
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
-                return f"port: {host}:{port} is already in use"
+                return (
+                    f"port: {host}:{port} is already in use (another server?); stop the process "
+                    "listening there or pick a free port with --port"
+                )
             return f"host: cannot listen on {host}:{port} ({e.strerror or e})"
     return None
 

@@ -28,7 +28,11 @@ status's (:func:`~sglang_v4.entrypoints.openai.protocol.error_type_for_status`).
 Slow headers are bounded by :class:`HeaderTimeoutH11Protocol` (uvicorn has keep-alive and
 graceful-shutdown timeouts but none for a request's headers): a connection that has not sent a
 complete request head within ``header_timeout_s`` of its first byte (or of connecting) is closed.
-The header block size is bounded by uvicorn's ``h11_max_incomplete_event_size``.
+The header block size is bounded by uvicorn's ``h11_max_incomplete_event_size``. A connection that
+opens with the HTTP/2 connection preface (RFC 9113, section 3.4: an h2c or gRPC client, such as
+``sglang-router`` probing each ``--dp-size`` replica for gRPC at start-up) is closed without a
+warning: the server speaks HTTP/1.1 only, and uvicorn would log each probe as "Invalid HTTP request
+received."
 
 :class:`DrainingServer` is the ``uvicorn.Server`` whose SIGTERM / SIGINT starts a drain (the
 HTTP server's coroutine: stop admitting, wait for in-flight requests up to a timeout) and only then
@@ -80,6 +84,8 @@ ADMIN_ROUTES = frozenset({"/flush_cache", "/abort_request"})
 
 #: Largest request head (request line + headers) h11 buffers, bytes (h11's default is 16 KiB).
 H11_MAX_INCOMPLETE_EVENT_SIZE = 64 * 1024
+#: How an HTTP/2 client opens a connection (RFC 9113, section 3.4): the preface's first line.
+HTTP2_PREFACE_START = b"PRI * HTTP/2.0\r\n"
 
 
 def _env_float(name: str, default: float) -> float:
@@ -271,6 +277,7 @@ class HeaderTimeoutH11Protocol(H11Protocol):
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         self._head_timer: asyncio.TimerHandle | None = None
+        self._first_bytes: bytes | None = b""  # the connection's opening bytes until told apart
         super().connection_made(transport)
         self._arm_head_timer()
 
@@ -295,6 +302,20 @@ class HeaderTimeoutH11Protocol(H11Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self._first_bytes is not None:  # is this an HTTP/2 client (module docstring)?
+            opening = self._first_bytes + data
+            n = min(len(opening), len(HTTP2_PREFACE_START))
+            if opening[:n] != HTTP2_PREFACE_START[:n]:
+                self._first_bytes = None  # HTTP/1.1 (or garbage, which h11 answers with a 400)
+            elif n == len(HTTP2_PREFACE_START):
+                logger.debug("Closing an HTTP/2 connection (this server speaks HTTP/1.1)")
+                self._cancel_head_timer()
+                self.transport.close()
+                return
+            else:
+                self._first_bytes = opening  # a prefix of the preface so far: wait for more
+                return
+            data = opening
         before = self.cycle
         if self._idle():
             self._arm_head_timer()

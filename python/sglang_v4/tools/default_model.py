@@ -8,9 +8,12 @@ several test workers) never see a half-written model; the loser of a race discar
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "default-tiny-v3"  # bump whenever the tiny preset or the weights change
 _COMPLETE_MARKER = ".complete"
@@ -44,6 +47,11 @@ def ensure_default_model(cache_dir: str | None = None) -> str:
     if _is_complete(path):
         return path
     os.makedirs(root, exist_ok=True)
+    logger.info(
+        "Writing the embedded default model (tiny preset, random seed-0 weights) to %s "
+        "(first use; set SGLANG_V4_CACHE to put it elsewhere)",
+        path,
+    )
     tmp = tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_NAME}.", dir=root)
     try:
         write_checkpoint(tmp, preset="tiny", fmt="hf", weights="fp32", seed=0)
