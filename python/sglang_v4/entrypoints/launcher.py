@@ -365,8 +365,9 @@ class Subprocesses:
         self._shut = True
         from sglang_v4.utils import kill_process
 
-        # the TP ranks first: an idle rank 0 then sees no broken collective
-        for p in (*(w.process for w in self.tp_workers), self.scheduler, self.detokenizer):
+        # the scheduler (TP rank 0) first: stopped between steps it tells the other ranks to exit
+        # (model_runner.Shutdown); a rank still there after that is stopped by signal
+        for p in (self.scheduler, *(w.process for w in self.tp_workers), self.detokenizer):
             kill_process(p, timeout_s=3.0)
         if self.port_args.ipc_dir:
             shutil.rmtree(self.port_args.ipc_dir, ignore_errors=True)

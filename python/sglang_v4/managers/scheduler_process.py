@@ -204,6 +204,10 @@ def run_scheduler_process(
     try:
         loop.run_forever()
     except SystemExit as e:  # SIGTERM (exit_on_sigterm): a normal stop
+        try:
+            scheduler.runner.shutdown_tp_ranks()  # the other TP ranks exit 0 between steps
+        except Exception:
+            logger.warning("TP shutdown message not sent:\n%s", traceback.format_exc())
         exit_without_teardown(e.code if isinstance(e.code, int) else 0)
     except Exception:
         tb = traceback.format_exc()

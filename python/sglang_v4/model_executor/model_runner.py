@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -175,6 +176,10 @@ class ModelRunner:
         sa = server_args
         self.mc = model_config
         self.server_args = sa
+        # rank 0 holds it over a step's collectives (broadcast + forward), so a stop can tell the
+        # other ranks apart from the middle of a step (:meth:`shutdown_tp_ranks`)
+        self._step_lock = threading.Lock()
+        self._mid_step = False
         placed = sa.tp_size > 1 or sa.base_gpu_id > 0  # else the current device, as before
         self.device = rank_device(sa, tp_rank) if placed else torch.device(sa.device)
         if self.device.type == "cuda" and self.device.index is not None:
@@ -478,8 +483,6 @@ class ModelRunner:
         has_future = future_token_ids is not None and any(r.input_ids[-1] < 0 for r in reqs)
         g = self.cuda_graph_runner
         use_graph = g is not None and g.can_run(reqs)
-        if self.tp.size > 1:
-            self.tp.broadcast_object(ForwardStep(reqs, self.pool.take_state_ops(), use_graph, has_future))
         resolve = None
         if has_future:
             fmap = future_token_ids
@@ -489,7 +492,32 @@ class ModelRunner:
                 resolve_future_token_ids(fb.input_ids, fmap)
                 tp.broadcast_tensor(fb.input_ids)
 
-        return self._forward(reqs, use_graph, resolve)
+        if self.tp.size == 1:
+            return self._forward(reqs, use_graph, resolve)
+        with self._step_lock:
+            self._mid_step = True  # stays set if an exception (a stop signal) leaves the step
+            self.tp.broadcast_object(ForwardStep(reqs, self.pool.take_state_ops(), use_graph, has_future))
+            out = self._forward(reqs, use_graph, resolve)
+            self._mid_step = False
+        return out
+
+    def shutdown_tp_ranks(self, timeout_s: float = 2.0) -> bool:
+        """Rank 0 stopping: tell the other TP ranks to exit (:class:`Shutdown`), so they leave
+        their wait for the next step and exit 0 with their finalizers run, instead of being
+        killed inside a collective. Only between steps: if a step is still running after
+        ``timeout_s``, or an exception (the stop signal) left one unfinished, nothing is sent and
+        the ranks are left to the launcher's SIGTERM / SIGKILL. Further forwards block afterwards.
+
+        Returns:
+            whether :class:`Shutdown` was sent (False on one rank, or on a rank other than 0).
+        """
+        if self.tp.size == 1 or self.parallel.tp_rank != 0:
+            return False
+        if not self._step_lock.acquire(timeout=timeout_s) or self._mid_step:
+            logger.warning("TP shutdown: stopped inside a step; the other ranks are stopped by signal")
+            return False
+        self.tp.broadcast_object(Shutdown())
+        return True
 
     def run_broadcast_step(self, step: ForwardStep) -> None:
         """A non-zero TP rank's share of rank 0's :meth:`forward`: replay the request-state

@@ -26,7 +26,13 @@ from multiprocessing.connection import Connection
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.model_executor.model_runner import CaptureGraphs, ForwardStep, ModelRunner, Shutdown
 from sglang_v4.server_args import ServerArgs
-from sglang_v4.utils import configure_logging, exit_on_sigterm, set_parent_death_signal, start_parent_watchdog
+from sglang_v4.utils import (
+    configure_logging,
+    exit_on_sigterm,
+    exit_without_teardown,
+    set_parent_death_signal,
+    start_parent_watchdog,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -95,4 +101,4 @@ def run_tp_worker_process(
         )
         os._exit(1)
     logger.info("TP rank %d: shutdown after %d forwards", tp_rank, n)
-    os._exit(0)
+    exit_without_teardown(0)  # atexit finalizers run: no multiprocessing semaphore left behind
