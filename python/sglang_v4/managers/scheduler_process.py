@@ -204,10 +204,12 @@ def run_scheduler_process(
     try:
         loop.run_forever()
     except SystemExit as e:  # SIGTERM (exit_on_sigterm): a normal stop
+        stop_ranks = getattr(getattr(scheduler, "runner", None), "shutdown_tp_ranks", None)
         try:
-            scheduler.runner.shutdown_tp_ranks()  # the other TP ranks exit 0 between steps
-        except Exception:
-            logger.warning("TP shutdown message not sent:\n%s", traceback.format_exc())
+            if stop_ranks is not None:
+                stop_ranks()  # the other TP ranks exit 0 between steps
+        except Exception as exc:  # the ranks are then stopped by signal, as before
+            logger.warning("TP shutdown message not sent: %s: %s", type(exc).__name__, exc)
         exit_without_teardown(e.code if isinstance(e.code, int) else 0)
     except Exception:
         tb = traceback.format_exc()
