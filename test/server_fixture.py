@@ -16,6 +16,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -382,3 +384,25 @@ def sse_events(resp: requests.Response) -> list[Any]:
         payload = text[len("data: ") :]
         events.append(payload if payload == "[DONE]" else json.loads(payload))
     return events
+
+
+@contextmanager
+def fake_engine(model_dir: Path) -> Iterator[Any]:
+    """An ``sglang_v4.Engine`` on :class:`FakeScheduler` over ``model_dir`` (a
+    :func:`make_fake_model_dir`), 256-token pages; prompts holding ``[hold]`` run until aborted.
+    The scheduler class is chosen through the environment only while the Engine starts."""
+    from sglang_v4 import Engine
+
+    env = {"SGLANG_V4_SCHEDULER_CLASS": "server_fixture:FakeScheduler", "FAKE_HOLD_ON_TEXT": "[hold]"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        eng = Engine(model_path=str(model_dir), page_size=256)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    with eng:
+        yield eng

@@ -10,14 +10,13 @@ text is the fake model's known output (``transformers`` decoding of ``FAKE_TEXT`
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from server_fixture import FAKE_TEXT, make_fake_model_dir, tokenizer_source_dir
+from server_fixture import FAKE_TEXT, fake_engine, make_fake_model_dir, tokenizer_source_dir
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -30,21 +29,7 @@ class _Interrupted(Exception):
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from sglang_v4 import Engine
-
-    model = make_fake_model_dir(tmp_path_factory.mktemp("model"))
-    env = {"SGLANG_V4_SCHEDULER_CLASS": "server_fixture:FakeScheduler", "FAKE_HOLD_ON_TEXT": "[hold]"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        eng = Engine(model_path=str(model), page_size=256)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    with eng:
+    with fake_engine(make_fake_model_dir(tmp_path_factory.mktemp("model"))) as eng:
         yield eng
 
 

@@ -86,29 +86,9 @@ def test_dense_prefix_fp8_pool() -> None:
     interpreter): the gathered tile is the reference codec's decode; against float64 attention
     over the decoded entries."""
     from sgl_kernel_v4.triton.attention_prefix import sparse_attention_dense_prefix
-    from sglang_v4.configs.model_config import ModelConfig
-    from sglang_v4.configs.presets import get_preset
-    from sglang_v4.mem_cache.kv_format import KVRowsView, decode_entries, encode_entries
-    from sglang_v4.mem_cache.kv_spec import KVKind, build_kv_layout
 
-    mc = ModelConfig.from_dict(get_preset("tiny" if INTERP else "flash-8l-32e"))
-    D = mc.head_dim
-    lay = build_kv_layout(mc, "fp8_e4m3", False, 256)
-    gen = torch.Generator().manual_seed(11)
     T, H, n_comp = (12, 8, 200) if INTERP else (300, 64, 2000)
-    dtype = torch.float32 if INTERP else torch.bfloat16
-    case = make_case(T, H, D, n_comp, "hca", dtype, gen)
-    views = {}
-    for name, src in (("swa", case["swa"]), ("comp", case["comp"])):
-        spec = lay.kinds[KVKind.SWA if name == "swa" else KVKind.HCA]
-        units = -(-src.shape[0] // spec.rows_per_unit)
-        st = spec.allocate(units * spec.pages_per_unit, DEVICE)[0]
-        view = KVRowsView(st, spec.entry, out_dtype=dtype)
-        n = min(src.shape[0], len(view))
-        view[torch.arange(n, device=DEVICE)] = src[:n].float().to(DEVICE)
-        views[name] = view
-        case[name + "64"] = decode_entries(encode_entries(src[:n].float(), spec.entry), spec.entry).double()
-    ref = oracle(case, case["swa64"], case["comp64"])
+    case, views, ref = _fp8_case("hca", T, H, n_comp, 11)
     half = T // 2
     segs = [PrefixSegment(0, half, 0, int(case["visible"][:half].max())),
             PrefixSegment(half, T, 1, int(case["visible"][half:].max()))]  # fmt: skip
@@ -116,7 +96,7 @@ def test_dense_prefix_fp8_pool() -> None:
     out = sparse_attention_dense_prefix(
         d["q"], views["swa"], d["swa_pages"], d["pos"], W, d["sinks"], case["scale"], views["comp"],
         d["visible"], d["req_to_page"], d["req_rows"], d["token_req"], case["e"], segs,
-        block_k=min(64, D),
+        block_k=min(64, case["q"].shape[-1]),
     )  # fmt: skip
     assert rel_err(out, ref) < (3e-3 if INTERP else 1.5e-2)
 
@@ -141,7 +121,7 @@ def _fp8_case(
         case["entries"][rows, :3] = torch.arange(w0, w0 + 3)
     views = {}
     for name, src in (("swa", case["swa"]), ("comp", case["comp"])):
-        spec = lay.kinds[KVKind.SWA if name == "swa" else KVKind.CSA_MAIN]
+        spec = lay.kinds[KVKind.SWA if name == "swa" else (KVKind.HCA if mode == "hca" else KVKind.CSA_MAIN)]
         units = -(-src.shape[0] // spec.rows_per_unit)
         st = spec.allocate(units * spec.pages_per_unit, DEVICE)[0]
         view = KVRowsView(st, spec.entry, out_dtype=dtype)

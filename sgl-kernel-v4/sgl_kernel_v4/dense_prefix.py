@@ -64,6 +64,8 @@ def dense_prefix_segments(
         raise ValueError(f"extend_lens / prefix_lens: lengths {len(extend_lens)} != {len(prefix_lens)}")
     if ratio < 1:
         raise ValueError(f"ratio: expected >= 1, got {ratio}")
+    if not extend_lens or max(extend_lens) < min_tokens:
+        return []  # decode and short extend batches: no per-request loop (called per layer)
     segs, start = [], 0
     for b, (n, pre) in enumerate(zip(extend_lens, prefix_lens)):
         n, pre = int(n), int(pre)
