@@ -5,8 +5,9 @@ Two runners with identical dummy weights prefill the same 40,960-token prompt in
 chunks: one with ``SGLANG_V4_HCA_DENSE_PREFIX=0`` (every token through the paged kernel, checked
 against the float64 oracle by ``test_kernels_attention.py``), one with the paths on (from 32K
 tokens the HCA layer's first chunk token sees 256 entries; with fp8 KV the CSA layers decode every
-chunk's entries once). The last-token logits of every chunk must agree to bf16 rounding (the
-paths differ in summation order). bf16 and fp8 KV.
+chunk's entries once, and with fp4 indexer keys the indexer scores every chunk over its keys decoded
+once). The last-token logits of every chunk must agree to bf16 rounding (the
+paths differ in summation order). bf16 and fp8 KV, and fp8 KV with fp4 indexer keys.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ pytestmark = [
 PROMPT, CHUNK = 40_960, 2_048
 
 
-@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
+@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3", "fp8_e4m3+fp4"])
 def test_gathered_paths_match_paged_in_the_model(kv: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from sgl_kernel_v4.dense_prefix import dense_prefix_segments
 
@@ -45,7 +46,8 @@ def test_gathered_paths_match_paged_in_the_model(kv: str, monkeypatch: pytest.Mo
         random_seed=3,
         disable_cuda_graph=True,
         indexer_stream_max_bs=0,
-        kv_cache_dtype=kv,
+        kv_cache_dtype=kv.split("+")[0],
+        enable_fp4_indexer=kv.endswith("+fp4"),
     )
     runners = {k: ModelRunner(mc, sa) for k in ("paged", "gathered")}
     seqs = {k: _Seq(r) for k, r in runners.items()}
