@@ -308,6 +308,84 @@ def test_reasoning_effort_switches_thinking_as_chat_does(tok: PreTrainedTokenize
     assert tm.received[-1].input_ids == plain_ids != chat_ids
 
 
+def test_unclosed_reasoning_that_stops_is_the_answer_streamed_or_not(tok: PreTrainedTokenizerFast) -> None:
+    """A thinking-mode reply that stops without ``</think>`` is the answer (chat's rule): the
+    response is one message with chat's content; streamed, the text went out as reasoning first,
+    and the final response (``response.completed``, the stored one) is the non-streamed one."""
+    tm = PromptTM(tok, "Just the answer.")
+    client, tc = make_client(tm)
+    want = chat(
+        client, [{"role": "user", "content": "Q"}], extra_body={"chat_template_kwargs": {"thinking": True}}
+    )
+    assert want.choices[0].message.content == "Just the answer."
+    body, events = post(tc, {"input": "Q", "reasoning": {"effort": "high"}})
+    assert [(o["type"], o["content"][0]["text"]) for o in body["output"]] == [("message", "Just the answer.")]
+    final = events[-1]["response"]
+    assert [(o["type"], o["content"][0]["text"]) for o in final["output"]] == [
+        ("message", "Just the answer.")
+    ]
+    assert [(i["type"], i["text"]) for i in streamed_items(events)] == [
+        ("reasoning", "Just the answer."),
+        ("message", "Just the answer."),
+    ]
+    assert client.responses.retrieve(final["id"]).output_text == "Just the answer."
+
+
+class AbortingTM(PromptTM):
+    """Streams two tokens, then an engine abort (as the tokenizer manager reports one); not
+    streamed, its one output is the abort."""
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        outs = [out async for out in super().generate_request(obj, request)][:3]
+        abort = {"type": "abort", "message": "KV cache lost", "status_code": 500}
+        outs[-1] = dict(outs[-1], meta_info=dict(outs[-1]["meta_info"], finish_reason=abort))
+        for out in outs:
+            yield out
+
+
+def test_engine_abort_mid_stream_is_response_failed(tok: PreTrainedTokenizerFast) -> None:
+    """An abort after the stream started ends it with ``error`` and ``response.failed`` (status
+    ``failed``, OpenAI's error code), the open item closed ``incomplete``; nothing is stored. Not
+    streamed, the abort is an HTTP 500 in OpenAI's error shape."""
+    tm = AbortingTM(tok)
+    client, tc = make_client(tm)
+    s = tc.post("/v1/responses", json={"model": MODEL, "input": "Q", "stream": True})
+    events = sse(s.text)
+    for ev in events:
+        EVENTS.validate_python(ev)
+    assert [e["type"] for e in events[-3:]] == ["response.output_item.done", "error", "response.failed"]
+    assert events[-3]["item"]["status"] == "incomplete"
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and failed["error"] == {
+        "code": "server_error",
+        "message": "KV cache lost",
+    }
+    assert tc.get(f"/v1/responses/{failed['id']}").status_code == 404
+    with pytest.raises(openai.InternalServerError, match="KV cache lost"):
+        client.responses.create(model=MODEL, input="Q")
+
+
+def test_api_key_guards_every_responses_route(tok: PreTrainedTokenizerFast) -> None:
+    """With ``--api-key``, create, retrieve and delete answer 401 without the key."""
+    tm = PromptTM(tok)
+    sa = SimpleNamespace(served_model_name=MODEL, model_path=None, api_key="k", enable_cache_report=False)
+    app = FastAPI()
+    app.include_router(create_openai_router(tm, sa))
+    tc = TestClient(app)
+    good = {"Authorization": "Bearer k"}
+    rid = tc.post("/v1/responses", json={"input": "Q"}, headers=good).json()["id"]
+    assert tc.post("/v1/responses", json={"input": "Q"}).status_code == 401
+    assert tc.get(f"/v1/responses/{rid}").status_code == 401
+    assert tc.delete(f"/v1/responses/{rid}").status_code == 401
+    assert tc.get(f"/v1/responses/{rid}", headers=good).json()["id"] == rid
+    assert tc.delete(f"/v1/responses/{rid}", headers=good).json() == {
+        "id": rid,
+        "object": "response.deleted",
+        "deleted": True,
+    }
+    assert len(tm.received) == 1
+
+
 def test_function_call_round_trip(tok: PreTrainedTokenizerFast) -> None:
     """A DSML call comes back as a ``function_call`` item (flat tool, ``call_id``, JSON
     arguments), streamed as argument deltas; fed back with a ``function_call_output`` item (the
@@ -619,12 +697,15 @@ def test_real_model_greedy_text_and_json_schema(real_server: Any) -> None:
     assert rt.output_text == (think.choices[0].message.content or "")
     schema = {
         "type": "object",
-        "properties": {"colour": {"type": "string", "enum": ["red", "blue"]}, "n": {"type": "integer"}},
+        "properties": {
+            "colour": {"type": "string", "enum": ["red", "blue"]},
+            "n": {"type": "integer", "minimum": 0, "maximum": 9},
+        },
         "required": ["colour", "n"],
         "additionalProperties": False,
     }
     rj = client.responses.create(
-        model=model, input="Colour as JSON.", temperature=0, max_output_tokens=60,
+        model=model, input="Colour as JSON.", temperature=0, max_output_tokens=200,
         text={"format": {"type": "json_schema", "name": "c", "schema": schema, "strict": True}},
     )  # fmt: skip
     assert rj.status == "completed"

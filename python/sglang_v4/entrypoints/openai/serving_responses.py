@@ -111,7 +111,7 @@ def _check_request(req: ResponsesRequest) -> None:
     """Fields refused when set, ``truncation: "auto"``, ``metadata`` bounds (400 naming the field)."""
     for name, why in UNSERVED_RESPONSES_FIELDS.items():
         value = getattr(req, name)
-        if value is not None and value is not False and value != 0:
+        if value not in (None, False, 0, [], {}):
             raise RequestError(f"{name}: {why}.", param=name)
     if req.truncation == "auto":
         raise RequestError(
