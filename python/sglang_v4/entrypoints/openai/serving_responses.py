@@ -43,6 +43,7 @@ from typing import Any
 import orjson
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
 
 from sglang_v4.entrypoints.chat_encoding import EOS
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
@@ -416,7 +417,10 @@ class ResponsesMixin(ChatMixin):
         for name in ("top_k", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
             data[name] = getattr(req, name)
         data.update(seed=req.seed, priority=req.priority)
-        chat_req = ChatCompletionRequest.model_validate({k: v for k, v in data.items() if v is not None})
+        try:
+            chat_req = ChatCompletionRequest.model_validate({k: v for k, v in data.items() if v is not None})
+        except ValidationError as e:  # the fields were checked above; a 400, never a 500
+            raise RequestError(f"Invalid request: {e.errors()[0].get('msg')}", param="input") from None
         return chat_req, conversation
 
     # ------------------------------------------------------------------ response
