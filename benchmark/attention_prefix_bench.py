@@ -7,7 +7,9 @@ every token attends to its ``(position + 1) // 128`` compressed entries, its win
 * ``paged``: ``sgl_kernel_v4.triton.attention.sparse_attention`` (the baseline, same run);
 * ``dense ...``: ``sgl_kernel_v4.triton.attention_prefix.sparse_attention_dense_prefix`` with the
   whole chunk as one segment, for each tile setting of :data:`SETTINGS`;
-* ``window only``: the paged kernel with the entries switched off (the dense path's first step).
+* ``window only``: the paged kernel with the entries switched off (the dense path's first step);
+* ``--gemm``: ``dense gemm logits``, the dense path with ``logits="gemm"`` (cuBLAS ``Q Kᵀ`` into
+  fp32, one softmax pass) instead of the Triton logits kernel and rescale pass.
 
 Timing: CUDA events, median of ``--calls`` calls after a warm-up call. ``TFLOP/s``: ``4 x heads x
 512 x keys`` over the chunk's tokens (the paged kernel's products) over the time. ``rel err``:
@@ -138,6 +140,9 @@ def main() -> None:
         action="store_true",
         help="also a torch.profiler table of one dense call per context (default tile)",
     )
+    ap.add_argument(
+        "--gemm", action="store_true", help="HCA: also the dense path with cuBLAS logits + one softmax pass"
+    )
     a = ap.parse_args()
     from sgl_kernel_v4.dense_prefix import PrefixSegment
     from sgl_kernel_v4.triton import attention_prefix as ap_mod
@@ -179,6 +184,8 @@ def main() -> None:
             base = paged().float()
             cases: list[tuple[str, Any]] = [("paged", None), ("window only", "window")]
             cases += [("dense m{} n{} k{} w{} s{}".format(*st), st) for st in settings]
+            if a.gemm:
+                cases.append(("dense gemm logits", {"logits": "gemm"}))
             for label, st in cases:
                 row: dict[str, Any] = {"kind": "HCA", "C": C, "pool": pname, "setting": label}
                 try:
@@ -195,7 +202,7 @@ def main() -> None:
                         )
                         out = None
                     else:
-                        kw = dict(zip(_KEYS, st))
+                        kw = dict(st) if isinstance(st, dict) else dict(zip(_KEYS, st))
 
                         def dense(
                             kw: dict = kw,
@@ -213,7 +220,7 @@ def main() -> None:
                     rows.append(row)
                     print(row, flush=True)
                     continue
-                if a.profile and st == settings[0]:
+                if a.profile and (st == settings[0] or isinstance(st, dict)):
                     row["profile"] = profile_table(dense, dev)
                     print(row["profile"], flush=True)
                 err = float((out - base).norm() / base.norm()) if out is not None else float("nan")

@@ -32,20 +32,24 @@ def test_segments_follow_the_definition() -> None:
 
 
 CASES = [
-    # T, H, D, n_comp, p_bytes (small budgets: several token blocks), block_n, block_k (0: queries resident)
-    (40, 8, 128, 300, 1 << 30, 64, 64),
-    (40, 8, 128, 300, 8 * 384 * 4 * 3, 32, 64),  # three tokens per block
-    (24, 16, 64, 1000, 1 << 30, 16, 64),  # many key tiles per row (rescale across tiles)
-    (40, 8, 128, 300, 8 * 384 * 4 * 3, 32, 0),
-    (24, 16, 64, 1000, 1 << 30, 16, 0),
+    # T, H, D, n_comp, p_bytes (small budgets: several token blocks), block_n, block_k (0: queries
+    # resident), logits ("gemm": cuBLAS Q Kᵀ + the softmax pass; tile options unused)
+    (40, 8, 128, 300, 1 << 30, 64, 64, "triton"),
+    (40, 8, 128, 300, 8 * 384 * 4 * 3, 32, 64, "triton"),  # three tokens per block
+    (24, 16, 64, 1000, 1 << 30, 16, 64, "triton"),  # many key tiles per row (rescale across tiles)
+    (40, 8, 128, 300, 8 * 384 * 4 * 3, 32, 0, "triton"),
+    (24, 16, 64, 1000, 1 << 30, 16, 0, "triton"),
+    (40, 8, 128, 300, 1 << 30, 64, 64, "gemm"),
+    (40, 8, 128, 300, 8 * 384 * 4 * 3, 64, 64, "gemm"),  # three tokens per block (fp32 logits)
+    (24, 16, 64, 1000, 1 << 30, 64, 64, "gemm"),  # 1,024 keys: two softmax tiles per row
 ]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")
-@pytest.mark.parametrize("T,H,D,n_comp,p_bytes,block_n,block_k", CASES)
+@pytest.mark.parametrize("T,H,D,n_comp,p_bytes,block_n,block_k,logits", CASES)
 def test_dense_prefix_matches_fp64(
-    T: int, H: int, D: int, n_comp: int, p_bytes: int, block_n: int, block_k: int
+    T: int, H: int, D: int, n_comp: int, p_bytes: int, block_n: int, block_k: int, logits: str
 ) -> None:
     """Both requests' tokens split into dense runs (request 1's page table has a missing page: its
     entries there are no keys) and paged tokens; every token's output against the float64
@@ -69,7 +73,7 @@ def test_dense_prefix_matches_fp64(
     out = sparse_attention_dense_prefix(
         d["q"], d["swa"], d["swa_pages"], d["pos"], W, d["sinks"], case["scale"], d["comp"], d["visible"],
         d["req_to_page"], d["req_rows"], d["token_req"], case["e"], segs, p_bytes=p_bytes, block_n=block_n,
-        block_k=block_k,
+        block_k=block_k, logits=logits,
     )  # fmt: skip
     assert not torch.isnan(out).any()
     tol = 1.5e-2 if dtype == torch.bfloat16 else 3e-3
@@ -81,7 +85,8 @@ def test_dense_prefix_matches_fp64(
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")
-def test_dense_prefix_fp8_pool() -> None:
+@pytest.mark.parametrize("logits", ["triton", "gemm"])
+def test_dense_prefix_fp8_pool(logits: str) -> None:
     """fp8 main entries (584-byte rows of flash-8l-32e on CUDA, the tiny preset's under the
     interpreter): the gathered tile is the reference codec's decode; against float64 attention
     over the decoded entries."""
@@ -96,7 +101,7 @@ def test_dense_prefix_fp8_pool() -> None:
     out = sparse_attention_dense_prefix(
         d["q"], views["swa"], d["swa_pages"], d["pos"], W, d["sinks"], case["scale"], views["comp"],
         d["visible"], d["req_to_page"], d["req_rows"], d["token_req"], case["e"], segs,
-        block_k=min(64, case["q"].shape[-1]),
+        block_k=min(64, case["q"].shape[-1]), logits=logits,
     )  # fmt: skip
     assert rel_err(out, ref) < (3e-3 if INTERP else 1.5e-2)
 

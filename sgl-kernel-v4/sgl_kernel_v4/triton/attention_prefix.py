@@ -18,6 +18,9 @@ compressed entries are attended as dense products over the chunk's ``tokens x he
    Splitting the keys into groups gives the GPU enough programs at any chunk size.
 3. ``_prefix_rescale_kernel``: each row's max over the groups ``m``, ``P *= 2**(m_g - m)``,
    ``l = sum_g l_g 2**(m_g - m)``.
+   With ``logits="gemm"`` steps 2-3 are instead ``S = Q Kᵀ`` as one cuBLAS GEMM with an fp32
+   result and ``_prefix_softmax_kernel``: per row the max ``m`` and sum ``l`` of the valid
+   ``2**(scale' S)`` (online, one pass over ``S``), then ``P = 2**(scale' S - m)`` (a second).
 4. ``acc = P @ K`` (one GEMM; K = V in DeepSeek-V4's shared-KV attention).
 5. ``_merge_kernel``: the paged kernel has attended the window (its compressed entries turned off
    for these tokens) with the sink and returned its output ``o1`` and base-2 log-sum-exp
@@ -60,6 +63,10 @@ __all__ = [
 ]
 
 _LOG2E = 1.4426950408889634
+#: Steps 2-3 of :func:`prefix_attention` (its ``logits`` argument): ``"triton"`` (the logits
+#: kernel over key groups, then the rescale pass) or ``"gemm"`` (cuBLAS ``Q Kᵀ`` into fp32, then
+#: one softmax pass).
+PREFIX_LOGITS = "triton"
 
 
 @triton.jit
@@ -203,6 +210,41 @@ def _prefix_rescale_kernel(
 
 
 @triton.jit
+def _prefix_softmax_kernel(
+    s_ptr, kvalid_ptr, vis_ptr, p_ptr, ml_ptr, R, H, NK, scale_log2,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # the "gemm" logits' step 2-3: S [R, NK] fp32 = Q Kᵀ (cuBLAS) -> per row m = max of the valid
+    # scale' S, l = sum 2**(scale' S - m), P = 2**(scale' S - m) in P's dtype (0 where invalid)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rmask = rows < R
+    rows64 = rows.to(tl.int64)
+    vis = tl.load(vis_ptr + rows64 // H, mask=rmask, other=0)
+    offs_n = tl.arange(0, BLOCK_N)
+    m = tl.full([BLOCK_M], -1.0e30, tl.float32)
+    l_sum = tl.zeros([BLOCK_M], tl.float32)
+    for j in range(0, NK, BLOCK_N):
+        cols = j + offs_n
+        kv = tl.load(kvalid_ptr + cols, mask=cols < NK, other=0) != 0
+        valid = rmask[:, None] & (cols[None, :] < vis[:, None]) & kv[None, :]
+        x = tl.load(s_ptr + rows64[:, None] * NK + cols[None, :], mask=valid, other=0.0)
+        x = tl.where(valid, x * scale_log2, float("-inf"))
+        m_new = tl.maximum(m, tl.max(x, 1))
+        l_sum = l_sum * tl.exp2(m - m_new) + tl.sum(tl.exp2(x - m_new[:, None]), 1)
+        m = m_new
+    for j in range(0, NK, BLOCK_N):
+        cols = j + offs_n
+        kv = tl.load(kvalid_ptr + cols, mask=cols < NK, other=0) != 0
+        valid = rmask[:, None] & (cols[None, :] < vis[:, None]) & kv[None, :]
+        x = tl.load(s_ptr + rows64[:, None] * NK + cols[None, :], mask=valid, other=0.0)
+        p = tl.where(valid, tl.exp2(x * scale_log2 - m[:, None]), 0.0)
+        tl.store(p_ptr + rows64[:, None] * NK + cols[None, :], p.to(p_ptr.dtype.element_ty),
+                 mask=rmask[:, None] & (cols[None, :] < NK))  # fmt: skip
+    tl.store(ml_ptr + rows64 * 2, m, mask=rmask)
+    tl.store(ml_ptr + rows64 * 2 + 1, l_sum, mask=rmask)
+
+
+@triton.jit
 def _merge_kernel(
     out_ptr, stride_ot, stride_oh, lse_ptr, acc_ptr, ml_ptr, H,
     D: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -244,6 +286,7 @@ def prefix_attention(
     block_k: int = 64,
     num_warps: int = 8,
     num_stages: int = 3,
+    logits: str | None = None,
 ) -> torch.Tensor:
     """Merge each segment's compressed-entry attention into ``out`` (module docstring, steps 1-5).
 
@@ -264,13 +307,21 @@ def prefix_attention(
             measured slower on the H200, 1.92-2.10x the paged kernel at 1M against 2.81x); the
             defaults were the fastest of six at 64K-1M contexts on the H200
             (``benchmark/attention_prefix_bench.py``, benchmark/RESULTS.md).
+        logits: ``"triton"`` (steps 2-3 as above) or ``"gemm"``: ``S = Q Kᵀ`` by one cuBLAS
+            GEMM with an fp32 result, then ``_prefix_softmax_kernel`` writes ``P`` relative to each
+            row's max and ``(m, l)`` (the tile options above are then unused; 16-bit queries need
+            ``torch.mm(..., out_dtype=torch.float32)``, else the Triton logits run); ``None``:
+            :data:`PREFIX_LOGITS`.
 
     Returns:
         ``out``.
 
     Raises:
-        ValueError: shapes or dtypes out of range.
+        ValueError: shapes or dtypes out of range, or an unknown ``logits``.
     """
+    logits = PREFIX_LOGITS if logits is None else logits
+    if logits not in ("triton", "gemm"):
+        raise ValueError(f"logits: expected 'triton' or 'gemm', got {logits!r}")
     if q.dim() != 3 or out.shape != q.shape:
         raise ValueError(
             f"q / out: expected equal [T, H, D] shapes, got {tuple(q.shape)} / {tuple(out.shape)}"
@@ -289,34 +340,32 @@ def prefix_attention(
         q = q.contiguous()
     cdt = q.dtype
     sm = num_sms(q.device)
+    gemm = logits == "gemm" and (cdt == torch.float32 or (q.is_cuda and _MM_OUT_DTYPE[0]))
     for seg in segments:
         keys, kvalid = gather_entries(comp_kv, req_to_page, req_rows[seg.req : seg.req + 1], seg.n_entries,
                                       entries_per_page, cdt)  # fmt: skip
         NK = keys.shape[0]
         NT = NK // block_n
-        tb = max(1, min(seg.end - seg.start, p_bytes // max(1, H * NK * q.element_size())))
+        row_bytes = H * NK * (4 if gemm else q.element_size())  # the logits S (fp32) or P per token
+        tb = max(1, min(seg.end - seg.start, p_bytes // max(1, row_bytes)))
         for t0 in range(seg.start, seg.end, tb):
             t1 = min(t0 + tb, seg.end)
             R = (t1 - t0) * H
             qb = q[t0:t1]
             p = torch.empty((R, NK), dtype=cdt, device=q.device)
-            tml = torch.empty((R, NT, 2), dtype=torch.float32, device=q.device)
             ml = torch.empty((R, 2), dtype=torch.float32, device=q.device)
-            n_rb = cdiv(R, block_m)
-            groups = max(1, min(NT, cdiv(4 * sm, n_rb)))
-            per = cdiv(NT, groups)
-            groups = cdiv(NT, per)
-            _prefix_probs_kernel[(n_rb, groups)](
-                qb, qb.stride(0), qb.stride(1), keys, kvalid, comp_visible[t0:t1], p, tml,
-                R, H, NK, per, float(scale) * _LOG2E,
-                D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, IEEE=ieee_f32_dots(cdt), QRES=qres,
-                num_warps=num_warps, num_stages=num_stages,
-            )  # fmt: skip
-            bt = next_power_of_2(NT)
-            bm = max(1, min(32, 4096 // bt))
-            _prefix_rescale_kernel[(cdiv(R, bm),)](
-                p, tml, ml, R, NK, BLOCK_M=bm, BLOCK_N=block_n, BLOCK_T=bt, num_warps=4
-            )  # fmt: skip
+            if gemm:
+                sc = _mm_f32(qb.reshape(R, D), keys.t())
+                if sc.dtype != torch.float32:  # no fp32 result from 16-bit operands after all
+                    raise RuntimeError("logits='gemm': torch.mm gave no fp32 result")
+                _prefix_softmax_kernel[(cdiv(R, 4),)](
+                    sc, kvalid, comp_visible[t0:t1], p, ml, R, H, NK, float(scale) * _LOG2E,
+                    BLOCK_M=4, BLOCK_N=min(512, next_power_of_2(NK)), num_warps=4,
+                )  # fmt: skip
+                del sc
+            else:
+                _prefix_logits_triton(qb, keys, kvalid, comp_visible[t0:t1], p, ml, R, H, NK, NT, scale, sm,
+                                      block_m, block_n, block_k, num_warps, num_stages, qres, cdt)  # fmt: skip
             acc = _mm_f32(p, keys)  # [R, D]
             ob = out[t0:t1]
             _merge_kernel[(R,)](
@@ -324,6 +373,28 @@ def prefix_attention(
                 D=D, BLOCK_D=next_power_of_2(D), num_warps=4,
             )  # fmt: skip
     return out
+
+
+def _prefix_logits_triton(qb, keys, kvalid, vis, p, ml, R, H, NK, NT, scale, sm, block_m, block_n, block_k,
+                          num_warps, num_stages, qres, cdt) -> None:  # fmt: skip
+    # steps 2-3 by the Triton logits kernel over key groups, then the rescale pass
+    D = keys.shape[1]
+    tml = torch.empty((R, NT, 2), dtype=torch.float32, device=qb.device)
+    n_rb = cdiv(R, block_m)
+    groups = max(1, min(NT, cdiv(4 * sm, n_rb)))
+    per = cdiv(NT, groups)
+    groups = cdiv(NT, per)
+    _prefix_probs_kernel[(n_rb, groups)](
+        qb, qb.stride(0), qb.stride(1), keys, kvalid, vis, p, tml,
+        R, H, NK, per, float(scale) * _LOG2E,
+        D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, IEEE=ieee_f32_dots(cdt), QRES=qres,
+        num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    bt = next_power_of_2(NT)
+    bm = max(1, min(32, 4096 // bt))
+    _prefix_rescale_kernel[(cdiv(R, bm),)](
+        p, tml, ml, R, NK, BLOCK_M=bm, BLOCK_N=block_n, BLOCK_T=bt, num_warps=4
+    )  # fmt: skip
 
 
 _MM_OUT_DTYPE: list[bool] = [True]
