@@ -90,6 +90,8 @@ def test_fp4_indexer_decoded_calls_equal_the_pool_path_in_the_model(monkeypatch:
     keys tie often enough that such ulps flip a selection now and then.)"""
     from sgl_kernel_v4.triton import indexer, indexer_decoded
 
+    mc = ModelConfig.from_dict(copy.deepcopy(CONFIGS["sliding_first"]))  # SL, CSA, HCA, CSA
+    runners = _runners(mc, "fp8_e4m3+fp4", ("gathered",))  # (its start-up forwards not counted)
     original = indexer_decoded.indexer_topk_decoded
     calls = []
 
@@ -100,8 +102,7 @@ def test_fp4_indexer_decoded_calls_equal_the_pool_path_in_the_model(monkeypatch:
         return got
 
     monkeypatch.setattr(indexer_decoded, "indexer_topk_decoded", checked)
-    mc = ModelConfig.from_dict(copy.deepcopy(CONFIGS["sliding_first"]))  # SL, CSA, HCA, CSA
     topk = mc.hf.index_topk
-    for c0, _ in _prefill(_runners(mc, "fp8_e4m3+fp4", ("gathered",)), 6 * CHUNK, monkeypatch):
+    for c0, _ in _prefill(runners, 6 * CHUNK, monkeypatch):
         expected = len(mc.csa_layers) * sum((c + CHUNK) // 4 > topk for c in range(0, c0 + CHUNK, CHUNK))
         assert len(calls) == expected and all(calls), (c0, calls)

@@ -41,7 +41,8 @@ CASES = [
     (24, 16, 64, 1000, 1 << 30, 16, 0, "triton"),
     (40, 8, 128, 300, 1 << 30, 64, 64, "gemm"),
     (40, 8, 128, 300, 8 * 384 * 4 * 3, 64, 64, "gemm"),  # three tokens per block (fp32 logits)
-    (24, 16, 64, 1000, 1 << 30, 64, 64, "gemm"),  # 1,024 keys: two softmax tiles per row
+    (24, 16, 64, 1000, 1 << 30, 64, 64, "gemm"),  # 1,024 keys, one softmax pass
+    (24, 16, 64, 1000, 1 << 30, 64, 64, "gemm-tiles"),  # the two-pass softmax over 512-key tiles
 ]
 
 
@@ -49,13 +50,25 @@ CASES = [
 @pytest.mark.skipif(DEVICE is None, reason="needs CUDA and triton")
 @pytest.mark.parametrize("T,H,D,n_comp,p_bytes,block_n,block_k,logits", CASES)
 def test_dense_prefix_matches_fp64(
-    T: int, H: int, D: int, n_comp: int, p_bytes: int, block_n: int, block_k: int, logits: str
+    T: int,
+    H: int,
+    D: int,
+    n_comp: int,
+    p_bytes: int,
+    block_n: int,
+    block_k: int,
+    logits: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Both requests' tokens split into dense runs (request 1's page table has a missing page: its
     entries there are no keys) and paged tokens; every token's output against the float64
     attention over its window + visible entries + sink."""
+    from sgl_kernel_v4.triton import attention_prefix
     from sgl_kernel_v4.triton.attention_prefix import sparse_attention_dense_prefix
 
+    if logits == "gemm-tiles":  # rows longer than the one-pass bound
+        monkeypatch.setattr(attention_prefix, "_SOFTMAX_ROW", 256)
+        logits = "gemm"
     dtype = torch.float32 if INTERP else torch.bfloat16
     gen = torch.Generator().manual_seed(T + n_comp + block_n)
     case = make_case(T, H, D, n_comp, "hca", dtype, gen)

@@ -65,6 +65,7 @@ REPRESENTATIVE = [
     "test_kernels_attention.py::test_paged_attention_fp8_pools",
     "test_kernels_attention_prefix.py::test_dense_prefix_matches_fp64[40-8-128-300-1073741824-64-64-triton]",
     "test_kernels_attention_prefix.py::test_dense_prefix_matches_fp64[24-16-64-1000-1073741824-64-64-gemm]",
+    "test_kernels_attention_prefix.py::test_dense_prefix_matches_fp64[24-16-64-1000-1073741824-64-64-gemm-tiles]",
     "test_kernels_compressor.py::test_compress_and_insert[dtype0-5-5-64-16-False]",
     "test_kernels_compressor.py::test_compress_and_insert[dtype0-1-8-128-64-True]",
     "test_kernels_compressor_state.py::test_compress_windows_match_unfused_and_reference[dtype1-csa_decode]",

@@ -67,6 +67,9 @@ _LOG2E = 1.4426950408889634
 #: kernel over key groups, then the rescale pass) or ``"gemm"`` (cuBLAS ``Q Kᵀ`` into fp32, then
 #: one softmax pass).
 PREFIX_LOGITS = "triton"
+#: The softmax pass of ``logits="gemm"`` holds a row of up to this many keys in registers (one read
+#: of ``S``; 8,192 = a 1M context's HCA entries), longer rows take two passes over tiles.
+_SOFTMAX_ROW = 8192
 
 
 @triton.jit
@@ -212,15 +215,28 @@ def _prefix_rescale_kernel(
 @triton.jit
 def _prefix_softmax_kernel(
     s_ptr, kvalid_ptr, vis_ptr, p_ptr, ml_ptr, R, H, NK, scale_log2,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr = False,
 ):  # fmt: skip
     # the "gemm" logits' step 2-3: S [R, NK] fp32 = Q Kᵀ (cuBLAS) -> per row m = max of the valid
-    # scale' S, l = sum 2**(scale' S - m), P = 2**(scale' S - m) in P's dtype (0 where invalid)
+    # scale' S, l = sum 2**(scale' S - m), P = 2**(scale' S - m) in P's dtype (0 where invalid).
+    # ONE_PASS (BLOCK_N >= NK): the rows held in registers, S read once; else two passes of tiles
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rmask = rows < R
     rows64 = rows.to(tl.int64)
     vis = tl.load(vis_ptr + rows64 // H, mask=rmask, other=0)
     offs_n = tl.arange(0, BLOCK_N)
+    if ONE_PASS:
+        kv = tl.load(kvalid_ptr + offs_n, mask=offs_n < NK, other=0) != 0
+        valid = rmask[:, None] & (offs_n[None, :] < vis[:, None]) & kv[None, :]
+        x = tl.load(s_ptr + rows64[:, None] * NK + offs_n[None, :], mask=valid, other=0.0)
+        x = tl.where(valid, x * scale_log2, float("-inf"))
+        m1 = tl.maximum(tl.max(x, 1), -1.0e30)
+        p1 = tl.exp2(x - m1[:, None])
+        tl.store(p_ptr + rows64[:, None] * NK + offs_n[None, :], p1.to(p_ptr.dtype.element_ty),
+                 mask=rmask[:, None] & (offs_n[None, :] < NK))  # fmt: skip
+        tl.store(ml_ptr + rows64 * 2, m1, mask=rmask)
+        tl.store(ml_ptr + rows64 * 2 + 1, tl.sum(p1, 1), mask=rmask)
+        return
     m = tl.full([BLOCK_M], -1.0e30, tl.float32)
     l_sum = tl.zeros([BLOCK_M], tl.float32)
     for j in range(0, NK, BLOCK_N):
@@ -358,9 +374,12 @@ def prefix_attention(
                 sc = _mm_f32(qb.reshape(R, D), keys.t())
                 if sc.dtype != torch.float32:  # no fp32 result from 16-bit operands after all
                     raise RuntimeError("logits='gemm': torch.mm gave no fp32 result")
-                _prefix_softmax_kernel[(cdiv(R, 4),)](
+                one = NK <= _SOFTMAX_ROW  # a whole row in registers: S read once
+                bm = 1 if one else 4
+                _prefix_softmax_kernel[(cdiv(R, bm),)](
                     sc, kvalid, comp_visible[t0:t1], p, ml, R, H, NK, float(scale) * _LOG2E,
-                    BLOCK_M=4, BLOCK_N=min(512, next_power_of_2(NK)), num_warps=4,
+                    BLOCK_M=bm, BLOCK_N=next_power_of_2(NK) if one else 512, ONE_PASS=one,
+                    num_warps=8 if one else 4,
                 )  # fmt: skip
                 del sc
             else:
