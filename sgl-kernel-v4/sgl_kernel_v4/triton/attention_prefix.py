@@ -64,9 +64,14 @@ __all__ = [
 
 _LOG2E = 1.4426950408889634
 #: Steps 2-3 of :func:`prefix_attention` (its ``logits`` argument): ``"triton"`` (the logits
-#: kernel over key groups, then the rescale pass) or ``"gemm"`` (cuBLAS ``Q Kᵀ`` into fp32, then
-#: one softmax pass).
-PREFIX_LOGITS = "triton"
+#: kernel over key groups, then the rescale pass), ``"gemm"`` (cuBLAS ``Q Kᵀ`` into fp32, then
+#: one softmax pass) or ``"auto"``: ``"gemm"`` for segments of at least :data:`GEMM_LOGITS_MIN_ENTRIES`
+#: entries. On the H200, one 2,048-token HCA chunk: ``"gemm"`` 1.28x (bf16 entries) / 1.26x (fp8)
+#: faster than ``"triton"`` at 1M context (8,192 entries), 0.95x / 1.08x at 131,072 (1,024 entries)
+#: (benchmark/RESULTS.md, 2026-12-04 fourth session).
+PREFIX_LOGITS = "auto"
+#: ``logits="auto"`` takes the cuBLAS logits from this many entries (a 262,144-token context).
+GEMM_LOGITS_MIN_ENTRIES = 2048
 #: The softmax pass of ``logits="gemm"`` holds a row of up to this many keys in registers (one read
 #: of ``S``; 8,192 = a 1M context's HCA entries), longer rows take two passes over tiles.
 _SOFTMAX_ROW = 8192
@@ -323,10 +328,11 @@ def prefix_attention(
             measured slower on the H200, 1.92-2.10x the paged kernel at 1M against 2.81x); the
             defaults were the fastest of six at 64K-1M contexts on the H200
             (``benchmark/attention_prefix_bench.py``, benchmark/RESULTS.md).
-        logits: ``"triton"`` (steps 2-3 as above) or ``"gemm"``: ``S = Q Kᵀ`` by one cuBLAS
+        logits: ``"triton"`` (steps 2-3 as above), ``"gemm"``: ``S = Q Kᵀ`` by one cuBLAS
             GEMM with an fp32 result, then ``_prefix_softmax_kernel`` writes ``P`` relative to each
             row's max and ``(m, l)`` (the tile options above are then unused; 16-bit queries need
-            ``torch.mm(..., out_dtype=torch.float32)``, else the Triton logits run); ``None``:
+            ``torch.mm(..., out_dtype=torch.float32)``, else the Triton logits run), or
+            ``"auto"`` (``"gemm"`` from :data:`GEMM_LOGITS_MIN_ENTRIES` entries); ``None``:
             :data:`PREFIX_LOGITS`.
 
     Returns:
@@ -336,8 +342,8 @@ def prefix_attention(
         ValueError: shapes or dtypes out of range, or an unknown ``logits``.
     """
     logits = PREFIX_LOGITS if logits is None else logits
-    if logits not in ("triton", "gemm"):
-        raise ValueError(f"logits: expected 'triton' or 'gemm', got {logits!r}")
+    if logits not in ("triton", "gemm", "auto"):
+        raise ValueError(f"logits: expected 'triton', 'gemm' or 'auto', got {logits!r}")
     if q.dim() != 3 or out.shape != q.shape:
         raise ValueError(
             f"q / out: expected equal [T, H, D] shapes, got {tuple(q.shape)} / {tuple(out.shape)}"
@@ -356,11 +362,12 @@ def prefix_attention(
         q = q.contiguous()
     cdt = q.dtype
     sm = num_sms(q.device)
-    gemm = logits == "gemm" and (cdt == torch.float32 or (q.is_cuda and _MM_OUT_DTYPE[0]))
+    fp32_logits = cdt == torch.float32 or (q.is_cuda and _MM_OUT_DTYPE[0])
     for seg in segments:
         keys, kvalid = gather_entries(comp_kv, req_to_page, req_rows[seg.req : seg.req + 1], seg.n_entries,
                                       entries_per_page, cdt)  # fmt: skip
         NK = keys.shape[0]
+        gemm = fp32_logits and (logits == "gemm" or (logits == "auto" and NK >= GEMM_LOGITS_MIN_ENTRIES))
         NT = NK // block_n
         row_bytes = H * NK * (4 if gemm else q.element_size())  # the logits S (fp32) or P per token
         tb = max(1, min(seg.end - seg.start, p_bytes // max(1, row_bytes)))
