@@ -165,7 +165,9 @@ def test_stopped_while_reasoning_at_every_character(
     trailing partial block start (and the whitespace before it) dropped, streamed and not. The
     streamed reasoning deltas were sent before the stop was known (``stream_reasoning``); they are
     the text as generated, the partial marker included, and nothing when reasoning is not
-    streamed."""
+    streamed. Stopped inside the block before its invoke closed, the call was not made: the
+    block's text (from its separator) is the content, never a call with half-written arguments
+    (vllm-project/vllm#42210), streamed and not."""
     text = INSIDE
     _, tc = client_for(CharTM(tok, text, "stop"))
     lt = REASONING.index("<")
@@ -186,5 +188,8 @@ def test_stopped_while_reasoning_at_every_character(
             assert (ns["reasoning"], ns["content"]) == ("", answer), k
             assert s["reasoning"] == (text[:k] if stream_reasoning else ""), k
         else:
-            assert ns == s and (ns["reasoning"], ns["content"]) == (text[:ws_at], ""), k
-        _check_calls(ns["calls"], text, k)
+            block_text = text[ws_at:k] if k < closed_at else ""
+            assert ns == s and (ns["reasoning"], ns["content"]) == (text[:ws_at], block_text), k
+        assert ns["calls"] == ([("get_weather", FULL_ARGS)] if k >= closed_at else []), k
+        if ns["calls"]:
+            assert json.loads(ns["calls"][0][1]) == {"city": "Paris"}

@@ -22,7 +22,11 @@ calls (also inside a block left open after its last closed invoke: the model's E
 block's closing tag); a malformed block comes back as ``content`` with the engine's finish reason. A call cut by
 ``max_tokens`` is answered as OpenAI answers it: ``finish_reason`` ``"length"`` and the call in
 ``tool_calls`` with the arguments generated so far (once its name is known), no markup in
-``content``, the same streamed and not.
+``content``, the same streamed and not. A generation that *stopped* inside an invoke (EOS, a stop
+token, or a ``stop`` string matching text of the call: stops apply everywhere in the answer, as in
+SGLang and vLLM) made no such call: the unfinished invoke's text is ``content`` and the finish
+reason ``"stop"`` (vllm-project/vllm#42210). Streamed, a call is sent whole once its invoke closed
+well-formed (:mod:`.tool_parser`), so the deltas a client folds are the non-streamed message.
 The EOS token never appears in the text (even with ``skip_special_tokens: false``).
 
 Answer grammars with reasoning: in thinking mode a ``response_format`` (or SGLang's ``json_schema``
@@ -207,7 +211,7 @@ class ChatMixin(ChatPrepareMixin):
             if plan.tool_names is not None:
                 block = TOOL_CALL_PARSERS[self.tool_call_parser]
                 parser = DsmlToolParser(plan.tool_names, block)
-                content = parser.feed(text)[0] + parser.finish()[0]
+                content = parser.feed(text)[0] + parser.finish(stopped=fr == "stop")[0]
                 calls = parser.calls
                 if calls:
                     tool_calls = [
@@ -349,7 +353,7 @@ class ChatMixin(ChatPrepareMixin):
                         if st.tools is not None:
                             content_d, tool_deltas = st.tools.feed(content_d)
                             if fr is not None:
-                                c2, t2 = st.tools.finish()
+                                c2, t2 = st.tools.finish(stopped=fr == "stop")
                                 content_d, tool_deltas = content_d + c2, tool_deltas + t2
                         lp = None
                         if req.logprobs:

@@ -11,32 +11,44 @@ The model writes tool calls as one DSML block at the end of its answer (format o
     </｜DSML｜tool_calls>
 
 :class:`DsmlToolParser` is fed the text as it is generated and returns ``(content_delta,
-[ToolCallDelta])`` in OpenAI's streaming shape: the first delta of a call carries its ``id`` and
-``name`` (as soon as the invoke tag is complete), later deltas carry fragments of
-``function.arguments``, a JSON object built while the values arrive: ``{"city": "Paris", "days":
-3}``. A ``string="true"`` value is streamed as the JSON-escaped string, a ``string="false"`` value as
-its raw JSON text without surrounding whitespace (checked with ``json.loads`` when it ends); the
-separators are those of the
-reference decoder (``", "`` and ``": "``). An invoke whose body is a JSON object instead of
-parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``) is accepted too.
+[ToolCallDelta])`` in OpenAI's streaming shape. ``function.arguments`` is a JSON object built from
+the parameters: ``{"city": "Paris", "days": 3}``; a ``string="true"`` value is the JSON-escaped
+string, a ``string="false"`` value its raw JSON text without surrounding whitespace (checked with
+``json.loads`` when it ends); the separators are those of the reference decoder (``", "`` and
+``": "``). An invoke whose body is a JSON object instead of parameters
+(``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``) is accepted too.
 
-Nothing of the DSML markup ever reaches ``content`` or ``arguments``: text that may be the start
-of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of the block are held back
-until the next characters decide.
+A call is streamed *whole*, in one delta (``id``, ``name`` and all of ``arguments``), when its
+invoke closes well-formed: until then nothing of it is sent, because the rest of the invoke may
+still make it no call (an invalid JSON value, a bad tag, a stop inside it), and a streamed delta
+cannot be taken back. So what a client folds from the deltas is always the non-streamed message:
+no orphan call whose arguments are not JSON (SGLang's parsers do the same, emitting a call
+atomically at its end marker: sgl-project/sglang#32861; vLLM streams the fragments and leaves
+the client to find them invalid). Several calls of a block still arrive one by one.
 
-A block still open when the generation ends (cut by ``max_tokens``, or stopped inside it) is a
-*cut* call, answered as OpenAI answers a function call cut by the token limit: the calls whose
-invoke tag was complete are calls, the last one with the arguments generated so far (a prefix of
-the JSON text, usually not valid JSON; held-back text that may be the start of a closing tag is
-dropped), and nothing of the block goes to ``content``. An invoke cut before its tag (the name)
-was complete is no call; a generation that ends with the first characters of a block start
-(``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the whitespace before them (in the
+Nothing of the DSML markup ever reaches ``content`` or ``arguments`` of a well-formed block: text
+that may be the start of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of
+the block are held back until the next characters decide.
+
+A block still open when the generation is *cut* (``max_tokens``; :meth:`DsmlToolParser.finish`
+without ``stopped``) is answered as OpenAI answers a function call cut by the token limit: the
+calls whose invoke tag was complete are calls, the last one with the arguments generated so far
+(a prefix of the JSON text, usually not valid JSON; held-back text that may be the start of a
+closing tag is dropped; sent at the finish), and nothing of the block goes to ``content``. An
+invoke cut before its tag (the name) was complete is no call. A generation that *stopped* (EOS, a
+stop token, or a ``stop`` string that matched inside the block: ``finish(stopped=True)``) inside an
+invoke, or in a block before its first invoke closed, did not make that call: the block's text
+from the end of its last closed invoke (those stay calls) is returned as ``content``, as a
+malformed block is (vLLM answers a stop string that interrupts a call the same way, the partial
+text as content and finish reason ``"stop"``: vllm-project/vllm#42210); never a call with
+half-written arguments. A generation that stopped in a block after its last closed invoke made
+its calls (:attr:`DsmlToolParser.calls_whole`: finish reason ``"tool_calls"``,
+sgl-project/sglang#40236). Either way a generation that ends with the first characters of a block
+start (``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the whitespace before them (in the
 content only: in thinking mode, such characters at the end of unfinished reasoning are reasoning
-text, see :mod:`.reasoning_parser`). The streamed
-deltas and :func:`parse_tool_calls` give the same calls; :attr:`DsmlToolParser.truncated` is set
-and :attr:`DsmlToolParser.complete` is False. A cut call keeps the engine's finish reason; a
-generation that *stopped* in a block after its last closed invoke made its calls
-(:attr:`DsmlToolParser.calls_whole`: finish reason ``"tool_calls"``).
+text, see :mod:`.reasoning_parser`): they are not known to be markup. The streamed deltas and
+:func:`parse_tool_calls` give the same calls; :attr:`DsmlToolParser.truncated` is set and
+:attr:`DsmlToolParser.complete` is False. A cut call keeps the engine's finish reason.
 
 A *bare* block, invokes without the ``<｜DSML｜tool_calls>`` wrapper (DeepSeek-V4 leaves the
 wrapper out at times, at long contexts especially: sgl-project/sglang#40236, vllm-project/vllm#48931),
@@ -50,18 +62,16 @@ another name whose first content is an invoke is a block too, closed by its own 
 wrote ``function_calls``): the invoke grammar is the same; before other text such a tag is text.
 
 With the tools' schemas (``tool_names`` a mapping name -> ``parameters``), a call whose only
-parameter is a spurious ``arguments`` / ``input`` wrapper is repaired
-(:mod:`.tool_args_repair`): its arguments are held back from the stream from the wrapper's tag
-(or, for a JSON body, from its first key) until the invoke ends, then sent whole, repaired; a
-second parameter releases them.
+parameter is a spurious ``arguments`` / ``input`` wrapper is repaired (:mod:`.tool_args_repair`)
+when its invoke closes, before it is sent. A call cut inside a wrapper keeps what was generated.
 
 A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
 between tags) is returned *as text*: from the point of failure the block's raw text goes to
 ``content``, from its first character, or, when invokes of the block closed before the failure,
 from the end of the last of them: those stay calls (one malformed invoke does not drop its valid
-siblings, sgl-project/sglang#40236); the rest of the output follows as content. The deltas of the
-failing invoke's call, if its tag was complete, were streamed already and are not taken back
-(the finish reason then is not ``"tool_calls"``, see :attr:`DsmlToolParser.complete`).
+siblings, sgl-project/sglang#40236); the rest of the output follows as content. Nothing of the
+failing invoke's call was streamed; the finish reason then is not ``"tool_calls"`` (see
+:attr:`DsmlToolParser.complete`).
 """
 
 from __future__ import annotations
@@ -73,7 +83,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
-from sglang_v4.entrypoints.openai.tool_args_repair import WRAPPER_KEYS, is_wrapper_key, unwrap_arguments
+from sglang_v4.entrypoints.openai.tool_args_repair import unwrap_arguments
 
 __all__ = [
     "TOOL_CALL_PARSERS",
@@ -101,9 +111,6 @@ _WRAPPER_OPEN = re.compile(rf"<{DSML}(\w+)>")
 _DSML_TAG_HEAD = re.compile(rf"<{DSML}\w*$")
 #: A DSML tag, finished or not, that ends a text (whitespace after it).
 _DSML_TAG_TAIL = re.compile(rf"<{DSML}\w*>?\s*$")
-#: The start of a JSON object's first key (group 1: the key, once its closing quote came).
-_JSON_FIRST_KEY = re.compile(r'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:')
-_JSON_KEY_PREFIX = re.compile(r'\s*(\{\s*("((?:[^"\\]|\\.)*"?\s*)?)?)?')
 _INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
 _PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
 
@@ -205,7 +212,8 @@ class DsmlToolParser:
     Attributes:
         calls: the calls of every block that closed properly, in order, then those of a block
             the generation ended in (:attr:`truncated`; the last one may be ``partial``).
-        malformed: a block was malformed (its text went to ``content``).
+        malformed: a block was malformed, or the generation stopped inside an invoke (its text
+            went to ``content``).
         truncated: the generation ended inside a block or with the start of one (set by
             :meth:`finish`).
     """
@@ -223,10 +231,8 @@ class DsmlToolParser:
     _bare: bool = False  # the open block had no wrapper (it started at an invoke)
     _cur_end: str = ""  # the closing tag of the open block (its wrapper's name)
     _closed_at: int = 0  # where in ``_raw`` the open block's last closed invoke ended
-    _hold: bool = False  # the open call's arguments are held back (a possible wrapper)
-    _hold_undecided: bool = False  # ... its JSON body's first key is not known yet
     _n_calls: int = 0
-    _call: ParsedToolCall | None = None
+    _call: ParsedToolCall | None = None  # the open invoke's call (held back until it closes)
     _param_names: set[str] = field(default_factory=set)
     _value_is_string: bool = True
     _value: str = ""
@@ -267,12 +273,18 @@ class DsmlToolParser:
             pass
         return "".join(content), deltas
 
-    def finish(self) -> tuple[str, list[ToolCallDelta]]:
+    def finish(self, stopped: bool = False) -> tuple[str, list[ToolCallDelta]]:
         """End of generation: release held-back text; an open block is cut (module docstring).
 
+        Args:
+            stopped: the generation *stopped* (EOS, a stop token or a stop string; finish reason
+                ``"stop"``) rather than being cut by ``max_tokens``: an invoke left open is text,
+                not a partial call.
+
         Returns:
-            ``(content_delta, [])``: the held-back plain text. A cut block adds no delta: what
-            its calls had generated was streamed already.
+            ``(content_delta, tool_call_deltas)``: the held-back plain text (for a stopped open
+            block, its text from the end of its last closed invoke), and for a cut call its
+            one delta (id, name and the arguments generated so far).
         """
         rest, self._buf = self._buf, ""
         if self._state == _RAW:
@@ -295,15 +307,20 @@ class DsmlToolParser:
             self.calls.extend(self._block_calls)
             self._block_calls, self._raw, self._state = [], "", _TEXT
             return "", []
+        self.truncated = True
+        if stopped and (self._state != _BLOCK or not self._block_calls):
+            self._buf = rest  # stopped inside an invoke (or before the first): the rest is text
+            content: list[str] = []
+            self._take(len(rest))
+            self._to_raw(content)
+            self._state = _TEXT
+            return "".join(content), []
         cut = self._call
         held = []
-        if cut is not None:
+        if cut is not None:  # never streamed: the call goes out now with what was generated
             cut.partial = True
-            if self._hold and cut.arguments:  # never streamed: the generated part goes out now
-                held = [ToolCallDelta(cut.index, arguments=cut.arguments)]
-        self._hold = self._hold_undecided = False
+            held = [ToolCallDelta(cut.index, id=cut.id, name=cut.name, arguments=cut.arguments)]
         self.calls.extend(self._block_calls + ([cut] if cut is not None else []))
-        self.truncated = True
         self._block_calls, self._call, self._raw, self._held_ws = [], None, "", ""
         self._state = _TEXT
         return "", held
@@ -323,8 +340,7 @@ class DsmlToolParser:
         self.calls.extend(self._block_calls)
         self._raw = self._held_ws = ""
         self._block_calls = []
-        self._call = None
-        self._hold = self._hold_undecided = False
+        self._call = None  # its call was never sent (module docstring)
 
     def _skip_ws(self) -> None:
         n = len(self._buf) - len(self._buf.lstrip())
@@ -380,7 +396,6 @@ class DsmlToolParser:
             m = self._expect((self.param_start, self.invoke_end))
             if m is None and self._buf.startswith("{") and not self._param_names:
                 self._state, self._value = _JSON_ARGS, ""
-                self._hold = self._hold_undecided = any(self._may_wrap(k) for k in WRAPPER_KEYS)
                 return True
             if m is None:
                 self._to_raw(content)
@@ -461,16 +476,11 @@ class DsmlToolParser:
             self._n_calls += 1
             self._param_names = set()
             self._state = _INVOKE
-            deltas.append(ToolCallDelta(self._call.index, id=self._call.id, name=name))
             return True
         key, is_string = m.group(1), m.group(2) == "true"
         if key in self._param_names:
             self._to_raw(content)
             return True
-        if not self._param_names:
-            self._hold = self._may_wrap(key)
-        elif self._hold:  # a second parameter: no wrapper
-            self._release(deltas)
         head = ("{" if not self._param_names else ", ") + json.dumps(key, ensure_ascii=False) + ": "
         self._param_names.add(key)
         self._value_is_string, self._value, self._held_ws = is_string, "", ""
@@ -494,9 +504,6 @@ class DsmlToolParser:
                 piece = piece.lstrip()
         self._take(len(buf) - keep if pos < 0 else pos)
         self._value += piece
-        if self._hold_undecided:
-            self._decide_json_hold(piece, deltas)
-            piece = ""  # in the call's arguments already (or sent by the release)
         if pos < 0:
             if piece:
                 self._emit(json.dumps(piece, ensure_ascii=False)[1:-1] if not raw_json else piece, deltas)
@@ -523,70 +530,37 @@ class DsmlToolParser:
         self._state = _INVOKE
         return True
 
-    def _may_wrap(self, key: str) -> bool:
-        """Whether parameter ``key`` of the open call may be a spurious wrapper (the tools'
-        schemas are known and the tool declares no such parameter)."""
-        names = self.tool_names
-        if self._call is None or not isinstance(names, Mapping) or self._call.name not in names:
-            return False
-        return is_wrapper_key(key, names[self._call.name])
-
-    def _release(self, deltas: list[ToolCallDelta]) -> None:
-        """Stop holding the open call's arguments back: what was held goes out as a delta."""
-        assert self._call is not None
-        self._hold = self._hold_undecided = False
-        if self._call.arguments:
-            deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
-
-    def _decide_json_hold(self, piece: str, deltas: list[ToolCallDelta]) -> None:
-        """A JSON body's arguments are held until its first key is known: a wrapper key keeps
-        them held to the end of the invoke; anything else releases them."""
-        assert self._call is not None
-        self._call.arguments += piece
-        m = _JSON_FIRST_KEY.match(self._value)
-        if m is not None:
-            try:
-                key = json.loads(f'"{m.group(1)}"')
-            except ValueError:
-                key = None
-            if isinstance(key, str) and self._may_wrap(key):
-                self._hold_undecided = False
-                return
-            self._release(deltas)
-        elif _JSON_KEY_PREFIX.fullmatch(self._value) is None:
-            self._release(deltas)
-
     def _emit(self, fragment: str, deltas: list[ToolCallDelta]) -> None:
+        """Add ``fragment`` to the open call's arguments (sent when its invoke closes)."""
         assert self._call is not None
-        if not fragment:
-            return
         self._call.arguments += fragment
-        if self._hold:
-            return
-        if deltas and deltas[-1].index == self._call.index:
-            deltas[-1].arguments += fragment
-        else:
-            deltas.append(ToolCallDelta(self._call.index, arguments=fragment))
 
     def _close_invoke(self, tail: str, deltas: list[ToolCallDelta]) -> None:
-        assert self._call is not None
+        """The open invoke closed well-formed: its call, wrapper repaired, goes out whole."""
+        call = self._call
+        assert call is not None
         self._emit(tail, deltas)
-        if self._hold:
-            names = self.tool_names
-            schema = names.get(self._call.name) if isinstance(names, Mapping) else None
-            self._call.arguments = unwrap_arguments(self._call.arguments, schema) or self._call.arguments
-            self._hold = self._hold_undecided = False
-            deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
-        self._block_calls.append(self._call)
+        names = self.tool_names
+        if isinstance(names, Mapping) and call.name in names:
+            call.arguments = unwrap_arguments(call.arguments, names[call.name]) or call.arguments
+        deltas.append(ToolCallDelta(call.index, id=call.id, name=call.name, arguments=call.arguments))
+        self._block_calls.append(call)
         self._closed_at = len(self._raw)
         self._call = None
         self._state = _BLOCK
 
 
 def parse_tool_calls(
-    text: str, tool_names: Collection[str] | None = None, block: str = "tool_calls"
+    text: str, tool_names: Collection[str] | None = None, block: str = "tool_calls", stopped: bool = False
 ) -> tuple[str, list[ParsedToolCall], bool]:
     """Non-streaming parse of a whole completion (same rules as the streaming parser).
+
+    Args:
+        text: the generated text.
+        tool_names: see :class:`DsmlToolParser`.
+        block: see :class:`DsmlToolParser`.
+        stopped: the generation stopped (finish reason ``"stop"``), see
+            :meth:`DsmlToolParser.finish`; False reads an open block as cut by ``max_tokens``.
 
     Returns:
         ``(content, calls, complete)``: the text outside well-formed blocks (malformed blocks
@@ -595,5 +569,5 @@ def parse_tool_calls(
     """
     p = DsmlToolParser(tool_names, block)
     c1, _ = p.feed(text)
-    c2, _ = p.finish()
+    c2, _ = p.finish(stopped)
     return c1 + c2, list(p.calls), p.complete
