@@ -6,7 +6,7 @@ The model's text is written by hand and generated token by token by a scripted t
 (:class:`ChunkTM`) that behaves as the engine does at its interface: ``stop`` strings end the
 generation at their first occurrence and are trimmed from the text, a streamed text never shows
 the first characters of a stop string that may still complete (the tokenizer manager holds them
-back), ``max_new_tokens`` cuts with ``"length"``, EOS ends with ``"stop"``, and several tokens may
+back, as it holds back an incomplete UTF-8 character), ``max_new_tokens`` cuts with ``"length"``, EOS ends with ``"stop"``, and several tokens may
 arrive in one chunk (``--stream-interval``, speculative decoding). Oracles: the positions of the
 markers in the hand-written text, ``json.loads``, and the ``openai`` client's own parsers and
 stream accumulator (``client.chat.completions.stream``).
@@ -81,7 +81,8 @@ class ChunkTM:
                 texts.append(text[:at])
                 ids, finish = ids[:j], {"type": "stop", "matched": s}
                 break
-            texts.append(text if j == len(ids) else self._holdback(text, stops))
+            # the detokenizer holds back an incomplete UTF-8 character (U+FFFD so far)
+            texts.append(text if j == len(ids) else self._holdback(text.rstrip("\ufffd"), stops))
         steps = list(range(self.per_chunk - 1, len(texts), self.per_chunk))
         if not steps or steps[-1] != len(texts) - 1:
             steps.append(len(texts) - 1)

@@ -66,7 +66,9 @@ parameter is a spurious ``arguments`` / ``input`` wrapper is repaired (:mod:`.to
 when its invoke closes, before it is sent. A call cut inside a wrapper keeps what was generated.
 
 A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
-between tags) is returned *as text*: from the point of failure the block's raw text goes to
+between tags, DSML markup inside a value: the model left out a closing tag, and the value would
+swallow the next parameter's markup, vllm-project/vllm#53227, ggml-org/llama.cpp#28612) is
+returned *as text*: from the point of failure the block's raw text goes to
 ``content``, from its first character, or, when invokes of the block closed before the failure,
 from the end of the last of them: those stay calls (one malformed invoke does not drop its valid
 siblings, sgl-project/sglang#40236); the rest of the output follows as content. Nothing of the
@@ -107,6 +109,8 @@ _MAX_TAG_CHARS = 512
 
 #: A DSML wrapper tag: ``<｜DSML｜tool_calls>``, or another name holding invokes (module docstring).
 _WRAPPER_OPEN = re.compile(rf"<{DSML}(\w+)>")
+#: The start of any DSML tag: never part of a value (DeepSeek's encoder writes values raw).
+_DSML_TAG_START = re.compile(rf"</?{DSML}")
 #: An unfinished DSML tag at the end of a text (what follows decides what it is).
 _DSML_TAG_HEAD = re.compile(rf"<{DSML}\w*$")
 #: A DSML tag, finished or not, that ends a text (whitespace after it).
@@ -493,8 +497,13 @@ class DsmlToolParser:
         buf = self._buf
         pos = buf.find(end_marker)
         piece = buf if pos < 0 else buf[:pos]
-        keep = _partial_suffix(buf, end_marker) if pos < 0 else 0
+        keep = 0  # what may still become the end marker (or a DSML tag) waits for more text
+        if pos < 0:
+            keep = max(_partial_suffix(buf, m) for m in (end_marker, f"<{DSML}", f"</{DSML}"))
         piece = piece[: len(piece) - keep]
+        if _DSML_TAG_START.search(piece) is not None:  # markup in a value: a closer is missing
+            self._to_raw(content)
+            return True
         raw_json = self._state == _JSON_ARGS or not self._value_is_string
         if raw_json:  # hold back trailing whitespace: it is dropped if the value ends there
             piece = self._held_ws + piece
