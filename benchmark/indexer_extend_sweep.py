@@ -16,7 +16,10 @@ compiles) for
   (``indexer_select.splits``, at most two waves);
 * ``--fp4-ab`` (fp4 keys): the module default with the keys decoded by ``load_key`` (a byte and a
   scale byte per value; ``indexer.EXTEND_FP4_ROWS = False``) and whole keys a byte at a time
-  (``load_fp4_key_row``; ``True``), same run.
+  (``load_fp4_key_row``; ``True``), same run;
+* ``--decoded`` (fp4 keys): the module default over the pool and over a copy of the request's keys
+  decoded once per call (``indexer_decoded.indexer_topk_decoded``, the chunk as one segment, the
+  copy's decode included in the time), same run; ``same`` must be true (the same bits).
 
 Reports the time per call, the speed-up over ``general``, the scoring rate ``2 T C heads di /
 time`` in TFLOP/s (the whole call's time: a lower bound on the scoring kernel's), and whether
@@ -91,16 +94,23 @@ def problem(C: int, fmt: str, sh: dict, dev: str) -> dict:
 
 def time_setting(p: dict, es: Any, sh: dict, calls: int, dev: str) -> tuple[float, torch.Tensor]:
     """Median milliseconds per ``indexer_topk`` call with setting ``es``, and its output (a chunk of
-    at most 256 tokens, the dry run's, is forced onto the extend path: ``block_t=2``)."""
+    at most 256 tokens, the dry run's, is forced onto the extend path: ``block_t=2``). ``es ==
+    "decoded"``: the module default through ``indexer_topk_decoded``, the chunk as one segment."""
+    from sgl_kernel_v4.dense_prefix import PrefixSegment
     from sgl_kernel_v4.triton.indexer import indexer_topk
+    from sgl_kernel_v4.triton.indexer_decoded import indexer_topk_decoded
 
     T = p["q"].shape[0]
     out = torch.empty(T, sh["topk"], dtype=torch.int64, device=dev)
+    args = (p["q"], p["w"], p["kv"], p["visible"], p["req_to_page"], p["req_rows"], p["token_req"], sh["e"],
+            sh["topk"], sh["di"] ** -0.5)  # fmt: skip
+    seg = PrefixSegment(0, T, 0, p["C"])
 
     def call() -> None:
-        indexer_topk(p["q"], p["w"], p["kv"], p["visible"], p["req_to_page"], p["req_rows"], p["token_req"],
-                     sh["e"], sh["topk"], sh["di"] ** -0.5, max_visible=p["C"], out=out, extend_score=es,
-                     block_t=2 if T <= 256 else None)  # fmt: skip
+        if es == "decoded":
+            out.copy_(indexer_topk_decoded(*args, [seg], max_visible=p["C"]))
+        else:
+            indexer_topk(*args, max_visible=p["C"], out=out, extend_score=es, block_t=2 if T <= 256 else None)
 
     return median_ms(call, calls, dev), out.cpu()
 
@@ -126,8 +136,11 @@ def sweep(a: argparse.Namespace) -> list[dict]:
             served = indexer.EXTEND_SCORE
             by_waves = [dataclasses.replace(served, waves=w or None) for w in waves]
             ab = [(served, False), (served, True)] if a.fp4_ab and fmt == "fp4" else []
-            for es in [None, *settings, *by_waves, *ab]:
-                if isinstance(es, tuple):
+            decoded = [served, "decoded"] if a.decoded and fmt == "fp4" else []
+            for es in [None, *settings, *by_waves, *ab, *decoded]:
+                if es == "decoded":
+                    label = served.label() + " decoded once"
+                elif isinstance(es, tuple):
                     label = es[0].label() + (" fp4 rows" if es[1] else " fp4 load_key")
                 else:
                     label = "general" if es is None else es.label()
@@ -189,6 +202,9 @@ def main() -> int:
     )
     ap.add_argument(
         "--fp4-ab", action="store_true", help="fp4 keys: the default with load_key vs whole-key decode"
+    )
+    ap.add_argument(
+        "--decoded", action="store_true", help="fp4 keys: the default over the pool vs a copy decoded once"
     )
     a = ap.parse_args()
     if a.dry and os.environ.get("TRITON_INTERPRET") != "1":  # set before triton is imported

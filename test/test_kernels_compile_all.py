@@ -81,6 +81,7 @@ REPRESENTATIVE = [
     "test_kernels_indexer_short.py::test_short_and_long_rows_in_one_batch[True-None-None-None]",
     "test_kernels_indexer_extend.py::test_extend_topk_exact_with_short_rows[None-keys-2-64-4-2]",
     "test_kernels_indexer_extend.py::test_extend_topk_exact_with_short_rows[None-keys_split-2-32-4-2]",
+    "test_kernels_indexer_decoded.py::test_gathered_keys_are_the_codec_decode_with_missing_pages_marked",
     "test_kernels_indexer_radix.py::test_large_threshold_bin_with_ties[256-fused]",
     "test_kernels_indexer_radix.py::test_large_threshold_bin_with_ties[None-radix]",
     "test_kernels_indexer_radix.py::test_large_threshold_bin_with_ties[None-bitsearch]",

@@ -127,3 +127,25 @@ def test_continuous_usage_stats_on_every_chunk(tok: PreTrainedTokenizerFast) -> 
     assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].usage.completion_tokens == 0
     content = [c.usage.completion_tokens for c in chunks if c.choices and c.choices[0].delta.content]
     assert content == [1, 2, 3, 4] and chunks[-1].usage.completion_tokens == 4
+
+
+def test_grammar_on_a_server_without_xgrammar_names_the_field_sent(tok: PreTrainedTokenizerFast) -> None:
+    """Without a grammar backend, a grammar request is a 400 whose ``param`` is the field the
+    client sent (``response_format``, ``tool_choice``, SGLang's ``regex``), not the first word of
+    the message ("constrained") nor the internal grammar kind (``json_schema``,
+    ``structural_tag``)."""
+    tm = FakeTM(tok)  # no grammar_enabled attribute: no grammar backend
+    client = _oai(_client(tm))
+    msgs = [{"role": "user", "content": "Hi"}]
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    cases = [
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"tools": [tool], "tool_choice": "required"}, "tool_choice"),
+        ({"extra_body": {"regex": "a+"}}, "regex"),
+    ]
+    for kw, param in cases:
+        with pytest.raises(openai.BadRequestError) as ei:
+            client.chat.completions.create(model="dsv4-test", messages=msgs, **kw)
+        assert ei.value.body["param"] == param and f"({param})" in ei.value.message, ei.value.body
+        assert "xgrammar" in ei.value.message
+    assert tm.received == []

@@ -31,7 +31,11 @@ BODIES: dict[str, Any] = {
     "/abort_request": {"rid": "nope"},
     "/v1/completions": {"prompt": "hi", "max_tokens": 2},
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    "/v1/responses": {"input": "hi", "max_output_tokens": 2},
 }
+#: Stands for the id of a stored response in ``/v1/responses/{response_id}``: none is stored under
+#: it, so the right key gets OpenAI's 404 for an unknown response.
+UNKNOWN_RESPONSE = "resp_unknown"
 
 
 def _routes(model_dir: Path) -> list[tuple[str, str]]:
@@ -47,7 +51,9 @@ def _routes(model_dir: Path) -> list[tuple[str, str]]:
             continue  # FastAPI's own documentation pages
         for m in sorted(getattr(r, "methods", None) or ()):
             if m != "HEAD":
-                out.append((m, path.replace("{model:path}", "default")))
+                out.append(
+                    (m, path.replace("{model:path}", "default").replace("{response_id}", UNKNOWN_RESPONSE))
+                )
     return out
 
 
@@ -86,7 +92,8 @@ def test_every_route_without_a_key_wrong_key_and_right_key(secured, routes) -> N
                 else:
                     assert body == {"error": "Unauthorized"}
         r = _call(secured, method, path, secured.headers())
-        assert r.status_code in (200, 400), (method, path, r.status_code, r.text[:300])
+        ok = (404,) if path.endswith(UNKNOWN_RESPONSE) else (200, 400)
+        assert r.status_code in ok, (method, path, r.status_code, r.text[:300])
 
 
 def test_unknown_paths_and_open_routes(secured) -> None:

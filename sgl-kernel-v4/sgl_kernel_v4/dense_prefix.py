@@ -76,6 +76,8 @@ def dense_prefix_segments(
 
 
 def dense_prefix_enabled() -> bool:
-    """False when the environment variable ``SGLANG_V4_HCA_DENSE_PREFIX`` is ``0`` (the paged
-    kernel then attends every HCA token, as before the dense path existed)."""
+    """False when the environment variable ``SGLANG_V4_HCA_DENSE_PREFIX`` is ``0``: the paged
+    kernel then attends every HCA token, as before the dense path existed, and long prefill runs
+    over fp8 main entries (CSA attention) or fp4 indexer keys read the pools directly instead of
+    a copy decoded once per call."""
     return os.environ.get("SGLANG_V4_HCA_DENSE_PREFIX", "1") != "0"

@@ -412,14 +412,27 @@ def indexer_topk(
     topk: int,
     scale: float,
     max_visible: int | None = None,
+    dense_prefix: list | None = None,
 ) -> torch.Tensor:
     """Lightning-indexer scores over every visible entry (paged keys) + top-k entry indices; see
     op table entry 6 and :func:`sgl_kernel_v4.ref.attention.indexer_topk`. ``max_visible`` bounds
-    ``visible`` (the Triton kernel's scratch width; ``None`` reads it from ``visible``)."""
+    ``visible`` (the Triton kernel's scratch width; ``None`` reads it from ``visible``).
+
+    ``dense_prefix``: :class:`~sgl_kernel_v4.dense_prefix.PrefixSegment` runs of long prefill
+    tokens; over fp4 keys the Triton backend scores them on a copy of their request's keys decoded
+    once per call (:mod:`sgl_kernel_v4.triton.indexer_decoded`: the same selection, bit for bit).
+    The reference, and other key formats, ignore it."""
     DI = q.shape[-1]
     fn = get_op("indexer_topk", q.device, _pow2(DI) and DI >= 16)
     args = (q, weights, idx_kv, visible, req_to_page, req_rows, token_req, entries_per_page, topk, scale)
     if fn.__module__.endswith(".triton.indexer"):
+        if dense_prefix:
+            from sgl_kernel_v4.paged import as_paged
+            from sgl_kernel_v4.triton import indexer_decoded as idd
+
+            segs = [s for s in dense_prefix if s.n_entries > topk]  # shorter rows are never scored
+            if segs and as_paged(idx_kv).codec in idd.DECODED_CODECS:
+                return idd.indexer_topk_decoded(*args, segs, max_visible=max_visible)
         return fn(*args, max_visible=max_visible)
     return fn(*args)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 from sgl_kernel_v4 import ops
+from sgl_kernel_v4.dense_prefix import dense_prefix_enabled, dense_prefix_segments
 from torch import nn
 
 from sglang_v4.layers.layernorm import RMSNorm
@@ -192,9 +193,13 @@ class Indexer(Compressor):
             weights = self.scorer.weights_proj(h)
         w = weights.float() * self.n_heads**-0.5
         assert fb.req_to_page is not None
+        segs = None
+        if h.is_cuda and not fb.graph_safe and dense_prefix_enabled():
+            if not torch.cuda.is_current_stream_capturing():  # fp4 keys: decoded once per call
+                segs = dense_prefix_segments(fb.extend_lens, fb.prefix_lens, plan.ratio, 256, 0)
         return ops.indexer_topk(
             q, w, idx_rows, plan.visible, fb.req_to_page, fb.req_pool_indices, fb.token_req,
-            fb.page_size // plan.ratio, self.topk, self.d**-0.5, plan.max_visible,
+            fb.page_size // plan.ratio, self.topk, self.d**-0.5, plan.max_visible, dense_prefix=segs,
         )  # fmt: skip
 
 

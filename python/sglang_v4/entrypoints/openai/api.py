@@ -14,6 +14,7 @@ __all__ = ["create_openai_router"]
 
 def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     """Build the router with ``GET /v1/models[/{model}]``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
+    ``POST /v1/responses`` with ``GET`` / ``DELETE /v1/responses/{id}`` (stored responses),
     ``POST /tokenize`` and ``POST /detokenize`` (each also under ``/v1/``, as in SGLang), and
     ``POST /v1/embeddings`` / ``/v1/classify`` (a 400: the model is not an embedding model), and
     SGLang's parser routes ``POST /separate_reasoning`` and ``POST /parse_function_call``.
@@ -46,6 +47,18 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     @router.post("/v1/chat/completions")
     async def v1_chat_completions(request: Request) -> Response:
         return await serving.chat_completions(request)
+
+    @router.post("/v1/responses")
+    async def v1_responses(request: Request) -> Response:
+        return await serving.create_response(request)
+
+    @router.get("/v1/responses/{response_id}")
+    async def v1_retrieve_response(response_id: str, request: Request) -> Response:
+        return await serving.retrieve_response(request, response_id)
+
+    @router.delete("/v1/responses/{response_id}")
+    async def v1_delete_response(response_id: str, request: Request) -> Response:
+        return await serving.delete_response(request, response_id)
 
     @router.post("/v1/embeddings")
     @router.post("/v1/classify")

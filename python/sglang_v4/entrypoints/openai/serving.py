@@ -1,8 +1,8 @@
 """The OpenAI-compatible routes over a tokenizer manager: ``/v1/models``, ``/v1/completions``,
-``/v1/chat/completions``, ``/tokenize`` and ``/detokenize``, SGLang's parser routes
-``/separate_reasoning`` and ``/parse_function_call`` (shared handling in :mod:`.serving_base`, the
-routes in :mod:`.serving_completions`, :mod:`.serving_chat`, :mod:`.serving_tokenize` and
-:mod:`.serving_parsers`). ``/v1/embeddings`` and ``/v1/classify`` answer SGLang's 400 for a
+``/v1/chat/completions``, ``/v1/responses``, ``/tokenize`` and ``/detokenize``, SGLang's parser
+routes ``/separate_reasoning`` and ``/parse_function_call`` (shared handling in
+:mod:`.serving_base`, the routes in :mod:`.serving_completions`, :mod:`.serving_chat`,
+:mod:`.serving_responses`, :mod:`.serving_tokenize` and :mod:`.serving_parsers`). ``/v1/embeddings`` and ``/v1/classify`` answer SGLang's 400 for a
 generation model."""
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from sglang_v4.entrypoints.openai.serving_base import (
 from sglang_v4.entrypoints.openai.serving_chat import ChatMixin
 from sglang_v4.entrypoints.openai.serving_completions import CompletionsMixin
 from sglang_v4.entrypoints.openai.serving_parsers import ParsersMixin
+from sglang_v4.entrypoints.openai.serving_responses import ResponsesMixin
 from sglang_v4.entrypoints.openai.serving_tokenize import TokenizeMixin
 
 __all__ = ["OpenAIServing", "RequestError", "error_response", "MAX_TOP_LOGPROBS"]
 
 
-class OpenAIServing(ChatMixin, CompletionsMixin, TokenizeMixin, ParsersMixin):
+class OpenAIServing(ResponsesMixin, ChatMixin, CompletionsMixin, TokenizeMixin, ParsersMixin):
     """The OpenAI routes (and SGLang's tokenizer routes) over a tokenizer manager.
 
     Args:

@@ -46,7 +46,7 @@ from sglang_v4.entrypoints.openai.protocol import (
 from sglang_v4.entrypoints.openai.reasoning_parser import canonical_reasoning_parser
 from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaults
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
-from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, SamplingParams
 from sglang_v4.utils import byte_level_token_bytes
 
 logger = logging.getLogger(__name__)
@@ -345,6 +345,18 @@ class OpenAIServingBase:
             param = _param_of(msg)
             if param in _OPENAI_NAME:  # name the field the client sent
                 msg, param = _OPENAI_NAME[param] + msg[len(param) :], _OPENAI_NAME[param]
+            if msg.startswith(GRAMMAR_UNAVAILABLE_MSG.split("(", 1)[0]):
+                # a grammar on a server without xgrammar: name the field that asked for it (the
+                # tool-call grammar comes from tool_choice / strict tools, json_schema from
+                # response_format), not the internal grammar kind
+                param = (
+                    "tool_choice"
+                    if structural_tag is not None
+                    else "response_format"
+                    if grammar
+                    else next(k for k in GRAMMAR_FIELDS if d.get(k) is not None)
+                )
+                msg = GRAMMAR_UNAVAILABLE_MSG.format(field=param)
             raise RequestError(msg, param=param) from None
         return d
 

@@ -99,10 +99,54 @@ from sglang_v4.entrypoints.openai.serving_base import (
 from sglang_v4.entrypoints.openai.tool_parser import (
     TOOL_CALL_PARSERS,
     DsmlToolParser,
+    ParsedToolCall,
     ToolCallDelta,
 )
 
-__all__ = ["ChatMixin", "ChatPlan"]
+__all__ = ["ChatMixin", "ChatPlan", "ChatRun", "ChoiceOutput"]
+
+
+@dataclass
+class ChatRun:
+    """A checked chat request ready to run (:meth:`ChatMixin._prepare_chat`).
+
+    Attributes:
+        obj: the engine request (``GenerateReqInput``; prompt as token ids when a tokenizer is loaded).
+        plan: how the prompt was rendered and how the output is read.
+        n: samples per prompt.
+        separate: the reasoning is split off the content.
+        grammar_field: the request field a grammar error names (``tools``, ``response_format``...).
+        prompt_ids: the prompt's token ids (``None`` without a tokenizer).
+    """
+
+    obj: Any
+    plan: ChatPlan
+    n: int
+    separate: bool
+    grammar_field: str | None
+    prompt_ids: list[int] | None
+
+
+@dataclass
+class ChoiceOutput:
+    """One finished choice read from the engine output (:meth:`ChatMixin._read_choice`).
+
+    Attributes:
+        content: the answer text without reasoning and tool-call markup (``None`` when calls
+            were made and no text was written).
+        reasoning: the reasoning text (``None`` when none, or not split off).
+        tool_calls: the parsed calls (empty without tools or calls).
+        finish_reason: OpenAI's finish reason (``"tool_calls"`` after whole calls).
+        matched: the engine's matched stop (token id or string), if any.
+        reasoning_tokens: generated tokens of the reasoning block.
+    """
+
+    content: str | None
+    reasoning: str | None
+    tool_calls: list[ParsedToolCall]
+    finish_reason: str | None
+    matched: Any
+    reasoning_tokens: int
 
 
 @dataclass
@@ -126,9 +170,59 @@ class ChatMixin(ChatPrepareMixin):
 
     # ------------------------------------------------------------------ non-streaming
     async def _chat(self, request: Request) -> Response:
+        req: ChatCompletionRequest = await self._parse(request, ChatCompletionRequest)
+        run = await self._prepare_chat(req)
+        try:
+            if req.stream:
+                return await self._chat_stream(req, run.obj, run.n, run.plan, run.separate, request)
+            rets = await self._collect(run.obj, request)
+        except RequestError as e:
+            raise grammar_error_for(e, run.grammar_field) from None
+        ids, want_prompt_ids = run.prompt_ids, req.return_prompt_token_ids or req.return_token_ids
+        choices, reasoning_tokens = [], []
+        for idx, ret in enumerate(rets):
+            out = self._read_choice(ret, run.plan, run.separate)
+            reasoning_tokens.append(out.reasoning_tokens)
+            tool_calls = None
+            if out.tool_calls:
+                tool_calls = [
+                    ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+                    for c in out.tool_calls
+                ]
+            lp = self._chat_logprobs(ret.get("meta_info", {}), 0) if req.logprobs else None
+            choices.append(
+                ChatCompletionResponseChoice(
+                    index=idx,
+                    message=ChatMessage(
+                        content=out.content, reasoning_content=out.reasoning, tool_calls=tool_calls
+                    ),
+                    logprobs=lp,
+                    finish_reason=out.finish_reason,
+                    matched_stop=run.plan.matched_stop(out.matched, req.stop_token_ids),
+                    prompt_token_ids=list(ids) if want_prompt_ids and ids is not None else None,
+                    response_token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,
+                )
+            )
+        resp = ChatCompletionResponse(
+            id=f"chatcmpl-{uuid.uuid4().hex}",
+            model=req.model,
+            choices=choices,
+            usage=self._usage(rets, run.n, reasoning_tokens if run.separate else None),
+        )
+        return JSONResponse(resp.model_dump(mode="json"))
+
+    async def _prepare_chat(self, req: ChatCompletionRequest) -> ChatRun:
+        """Check a parsed chat request and build its engine request (:class:`ChatRun`): the model
+        name, the logprob and token-limit fields, the prompt and reading plan
+        (:meth:`~.chat_prepare.ChatPrepareMixin._plan_chat`), the sampling parameters (answer
+        grammars moved after the reasoning in thinking mode) and the prompt's token ids.
+
+        Raises:
+            RequestError: 404 for an unknown model; 400 naming the field for invalid input (also
+                a prompt that cannot fit in the context).
+        """
         from sglang_v4.managers.io_struct import GenerateReqInput
 
-        req: ChatCompletionRequest = await self._parse(request, ChatCompletionRequest)
         self._check_model(req.model)
         if req.top_logprobs is not None:
             if not req.logprobs:
@@ -152,7 +246,6 @@ class ChatMixin(ChatPrepareMixin):
             plan.think_end_id = self._think_end_id()
             if plan.think_end_id is not None:
                 plan.stop_marker = stops_after_reasoning(sp, plan.think_end_id)
-        n = req.n or 1
         kw: dict[str, Any] = dict(
             sampling_params=sp,
             return_logprob=req.logprobs,
@@ -177,8 +270,6 @@ class ChatMixin(ChatPrepareMixin):
             if ids is not None
             else GenerateReqInput(text=plan.prompt, **kw)
         )
-        want_prompt_ids = req.return_prompt_token_ids or req.return_token_ids
-        separate = plan.reasoning.separate and req.separate_reasoning
         grammar_field = (
             "tools"
             if plan.structural_tag is not None
@@ -186,60 +277,36 @@ class ChatMixin(ChatPrepareMixin):
             if req.response_format
             else answer_grammar
         )
-        try:
-            if req.stream:
-                return await self._chat_stream(req, obj, n, plan, separate, request)
-            rets = await self._collect(obj, request)
-        except RequestError as e:
-            raise grammar_error_for(e, grammar_field) from None
-        choices, reasoning_tokens = [], []
-        for idx, ret in enumerate(rets):
-            meta = ret.get("meta_info", {})
-            fr, matched = _finish(meta)
-            text = ret.get("text", "").replace(EOS, "")
-            reasoning = None
-            if separate:
-                to_content = (
-                    plan.reasoning.unterminated_stop_is_content
-                    and fr == "stop"
-                    and not plan.ended_by_marker(matched)
-                )
-                reasoning, text = split_reasoning(text, plan.reasoning.implicit_end, to_content)
-                reasoning_tokens.append(self._reasoning_tokens(ret.get("output_ids") or [], reasoning))
-            tool_calls = None
-            content: str | None = text
-            if plan.tool_names is not None:
-                block = TOOL_CALL_PARSERS[self.tool_call_parser]
-                parser = DsmlToolParser(plan.tool_names, block)
-                content = parser.feed(text)[0] + parser.finish(stopped=fr == "stop")[0]
-                calls = parser.calls
-                if calls:
-                    tool_calls = [
-                        ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
-                        for c in calls
-                    ]
-                    content = content or None
-                    if parser.calls_whole and fr == "stop":
-                        fr = "tool_calls"
-            lp = self._chat_logprobs(meta, 0) if req.logprobs else None
-            choices.append(
-                ChatCompletionResponseChoice(
-                    index=idx,
-                    message=ChatMessage(content=content, reasoning_content=reasoning, tool_calls=tool_calls),
-                    logprobs=lp,
-                    finish_reason=fr,
-                    matched_stop=plan.matched_stop(matched, req.stop_token_ids),
-                    prompt_token_ids=list(ids) if want_prompt_ids and ids is not None else None,
-                    response_token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,
-                )
+        separate = plan.reasoning.separate and req.separate_reasoning
+        return ChatRun(obj, plan, req.n or 1, separate, grammar_field, ids)
+
+    def _read_choice(self, ret: dict[str, Any], plan: ChatPlan, separate: bool) -> ChoiceOutput:
+        """One finished choice of the engine output read as the plan says: the reasoning split
+        off (``separate``), the DSML tool calls parsed out of the content, the finish reason
+        (``"tool_calls"`` after whole calls)."""
+        meta = ret.get("meta_info", {})
+        fr, matched = _finish(meta)
+        text = ret.get("text", "").replace(EOS, "")
+        reasoning, reasoning_tokens = None, 0
+        if separate:
+            to_content = (
+                plan.reasoning.unterminated_stop_is_content
+                and fr == "stop"
+                and not plan.ended_by_marker(matched)
             )
-        resp = ChatCompletionResponse(
-            id=f"chatcmpl-{uuid.uuid4().hex}",
-            model=req.model,
-            choices=choices,
-            usage=self._usage(rets, n, reasoning_tokens if separate else None),
-        )
-        return JSONResponse(resp.model_dump(mode="json"))
+            reasoning, text = split_reasoning(text, plan.reasoning.implicit_end, to_content)
+            reasoning_tokens = self._reasoning_tokens(ret.get("output_ids") or [], reasoning)
+        calls: list[ParsedToolCall] = []
+        content: str | None = text
+        if plan.tool_names is not None:
+            parser = DsmlToolParser(plan.tool_names, TOOL_CALL_PARSERS[self.tool_call_parser])
+            content = parser.feed(text)[0] + parser.finish(stopped=fr == "stop")[0]
+            calls = parser.calls
+            if calls:
+                content = content or None
+                if parser.calls_whole and fr == "stop":
+                    fr = "tool_calls"
+        return ChoiceOutput(content, reasoning, calls, fr, matched, reasoning_tokens)
 
     def _reasoning_tokens(self, output_ids: list[int], reasoning: str | None) -> int:
         """Generated tokens of the reasoning block: up to and including the first ``</think>``;

@@ -1,0 +1,219 @@
+"""Pydantic models of OpenAI's Responses API (``POST /v1/responses``): the request body, the
+``response`` object and its output items.
+
+Field names and shapes follow the OpenAI API reference (the ``openai`` client's
+``types/responses`` parse them; the tests validate every body against those types). Request
+fields that sglang-v4 does not serve are refused when set (:data:`UNSERVED_RESPONSES_FIELDS`)
+rather than ignored, since the output would silently differ from what was asked; unknown fields
+are ignored, as on the other OpenAI routes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from sglang_v4.entrypoints.openai.protocol import _Req
+
+__all__ = [
+    "UNSERVED_RESPONSES_FIELDS",
+    "ResponsesRequest",
+    "OutputText",
+    "ReasoningText",
+    "ResponseOutputMessage",
+    "ResponseReasoningItem",
+    "ResponseFunctionToolCall",
+    "ResponseUsage",
+    "ResponseObject",
+    "new_item_id",
+]
+
+ResponseStatus = Literal["completed", "incomplete", "in_progress", "failed"]
+
+
+def new_item_id(prefix: str) -> str:
+    """A fresh id in OpenAI's style: ``prefix`` (``resp``, ``msg``, ``rs``, ``fc``) + ``_`` + 32 hex
+    digits."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class ResponsesRequest(_Req):
+    """``POST /v1/responses`` body.
+
+    ``input``: a string (one user message) or a list of items (messages, ``reasoning``,
+    ``function_call``, ``function_call_output``; read by :mod:`.responses_input`).
+    ``instructions``: a system message put first (not carried over by ``previous_response_id``, as
+    in OpenAI's API). ``max_output_tokens``: the bound on generated tokens, reasoning included.
+    ``store`` (default true): keep the response in the server's in-memory store, for ``GET
+    /v1/responses/{id}`` and ``previous_response_id``. SGLang's sampling extras (``top_k``,
+    ``min_p``, ``repetition_penalty``, penalties, ``seed``) and ``chat_template_kwargs`` are
+    accepted as on ``/v1/chat/completions``.
+    """
+
+    model: str = "default"
+    input: str | list[Any]
+    instructions: str | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    stream: bool = False
+    store: bool = True
+    previous_response_id: str | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    include: list[str] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    # SGLang / vLLM sampling extras
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    seed: int | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    priority: int | None = None
+    # OpenAI fields of features not served here (refused when set: UNSERVED_RESPONSES_FIELDS)
+    background: Any = None
+    conversation: Any = None
+    prompt: Any = None
+    max_tool_calls: Any = None
+    top_logprobs: Any = None
+    stop: Any = None
+
+
+#: Request fields refused when set (not ``null`` / ``false`` / ``0``), with the reason; ``stop`` is
+#: not a Responses API field (OpenAI's API refuses it too), the others are features not served.
+UNSERVED_RESPONSES_FIELDS = {
+    "background": "background responses are not supported; use stream instead",
+    "conversation": "conversations are not supported; use previous_response_id instead",
+    "prompt": "prompt templates are not supported",
+    "max_tool_calls": "max_tool_calls is not supported",
+    "top_logprobs": "logprobs are not supported on /v1/responses; use /v1/chat/completions",
+    "stop": "stop is not a field of the Responses API; use /v1/chat/completions for stop strings",
+}
+
+
+class OutputText(BaseModel):
+    """An ``output_text`` content part of a message item."""
+
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = Field(default_factory=list)
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class ReasoningText(BaseModel):
+    """A ``reasoning_text`` content part of a reasoning item."""
+
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ResponseOutputMessage(BaseModel):
+    """An assistant ``message`` output item (one ``output_text`` part)."""
+
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    status: ResponseStatus = "completed"
+    content: list[OutputText]
+
+
+class ResponseReasoningItem(BaseModel):
+    """A ``reasoning`` output item: the model's whole reasoning as ``reasoning_text`` content
+    (``summary`` empty: no summaries are written)."""
+
+    id: str
+    type: Literal["reasoning"] = "reasoning"
+    summary: list[Any] = Field(default_factory=list)
+    content: list[ReasoningText]
+    status: ResponseStatus = "completed"
+
+
+class ResponseFunctionToolCall(BaseModel):
+    """A ``function_call`` output item; ``call_id`` is what a ``function_call_output`` answers."""
+
+    id: str
+    type: Literal["function_call"] = "function_call"
+    call_id: str
+    name: str
+    arguments: str
+    status: ResponseStatus = "completed"
+
+
+OutputItem = ResponseOutputMessage | ResponseReasoningItem | ResponseFunctionToolCall
+
+
+class InputTokensDetails(BaseModel):
+    """``usage.input_tokens_details`` (tokens): prompt tokens served from the prefix cache."""
+
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class OutputTokensDetails(BaseModel):
+    """``usage.output_tokens_details`` (tokens): generated tokens of the reasoning block."""
+
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(BaseModel):
+    """Token accounting of a response (all counts in tokens; ``output_tokens`` includes the
+    reasoning and tool-call markup)."""
+
+    input_tokens: int
+    input_tokens_details: InputTokensDetails = Field(default_factory=InputTokensDetails)
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = Field(default_factory=OutputTokensDetails)
+    total_tokens: int
+
+
+class IncompleteDetails(BaseModel):
+    """Why a response is ``incomplete``: ``max_output_tokens`` (the token limit, or the context,
+    ended it)."""
+
+    reason: Literal["max_output_tokens"] = "max_output_tokens"
+
+
+class ResponseError(BaseModel):
+    """``error`` of a ``failed`` response (a stream that ended with an engine error)."""
+
+    code: str
+    message: str
+
+
+class ResponseObject(BaseModel):
+    """The ``response`` object (``object: "response"``): what ``POST /v1/responses`` returns, what
+    the stream's lifecycle events carry and what ``GET /v1/responses/{id}`` returns."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int = Field(default_factory=lambda: int(time.time()))
+    status: ResponseStatus = "completed"
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    model: str
+    output: list[OutputItem] = Field(default_factory=list)
+    parallel_tool_calls: bool = True
+    previous_response_id: str | None = None
+    reasoning: dict[str, Any] = Field(default_factory=dict)
+    store: bool = True
+    temperature: float | None = None
+    text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
+    tool_choice: Any = "auto"
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    top_p: float | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
+    usage: ResponseUsage | None = None
+    user: str | None = None

@@ -1,0 +1,290 @@
+"""The Responses API's request fields in chat-completions terms (``POST /v1/responses`` runs on the
+chat path, :mod:`.serving_responses`).
+
+* ``input`` (a string, or a list of items) becomes chat messages (:func:`input_to_messages`):
+  message items (roles ``user`` / ``system`` / ``developer`` / ``assistant``; ``content`` a string
+  or ``input_text`` / ``output_text`` / ``refusal`` parts) keep their role; ``reasoning``,
+  assistant ``message`` and ``function_call`` items that follow one another form one assistant
+  turn (``reasoning_content``, ``content``, ``tool_calls`` with the item's ``call_id`` as the call
+  id), as one response's output is one turn; a ``function_call_output`` item is a ``tool`` message
+  answering the call of that ``call_id``, which must be one of the calls of the latest assistant
+  turn. A reasoning item's text is its ``reasoning_text`` content, else its summary texts.
+* ``tools`` (flat function tools, ``{"type": "function", "name", "description", "parameters",
+  "strict"}``) become chat tools (:func:`responses_tools`); ``tool_choice`` ``{"type": "function",
+  "name"}`` becomes chat's named choice (:func:`responses_tool_choice`).
+* ``text.format`` (``text`` / ``json_object`` / ``json_schema`` with ``name`` and ``schema`` at its
+  top level) becomes ``response_format`` (:func:`responses_text_format`).
+* ``reasoning.effort`` switches thinking mode (:func:`reasoning_switch`).
+
+Every error is a :class:`~.serving_base.RequestError` (400) whose message and ``param`` name the
+field as the client sent it, OpenAI's way (``input[2].call_id``, ``tools[0].name``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sglang_v4.entrypoints.chat_encoding import message_text, normalize_reasoning_effort
+from sglang_v4.entrypoints.openai.serving_base import RequestError
+
+__all__ = [
+    "input_to_messages",
+    "reasoning_switch",
+    "responses_text_format",
+    "responses_tool_choice",
+    "responses_tools",
+]
+
+#: Roles of Responses message items.
+MESSAGE_ROLES = ("user", "system", "developer", "assistant")
+
+
+def _error(message: str, param: str) -> RequestError:
+    return RequestError(message, 400, param=param)
+
+
+def _text(content: Any, field: str, sep: str = "") -> str:
+    """``content`` (a string or text parts) as text; a non-text part is a 400 naming it."""
+    try:
+        return message_text(content, field, sep)
+    except ValueError as e:
+        param = str(e).split(":", 1)[0].split(" ", 1)[0]
+        raise _error(str(e), param) from None
+
+
+def _reasoning_text(item: Mapping[str, Any], field: str) -> str:
+    """The text of a ``reasoning`` item: its ``reasoning_text`` parts, else its summary texts
+    (joined by a blank line)."""
+    parts = item.get("content") or []
+    summary = item.get("summary") or []
+    for name, value, kind in (("content", parts, "reasoning_text"), ("summary", summary, "summary_text")):
+        if not isinstance(value, list):
+            raise _error(f"{field}.{name} must be a list.", f"{field}.{name}")
+        for j, p in enumerate(value):
+            if (
+                not isinstance(p, Mapping)
+                or p.get("type", kind) != kind
+                or not isinstance(p.get("text"), str)
+            ):
+                raise _error(
+                    f"{field}.{name}[{j}] must be a {kind!r} part with a string `text`.",
+                    f"{field}.{name}[{j}]",
+                )
+    if parts:
+        return "".join(p["text"] for p in parts)
+    return "\n\n".join(p["text"] for p in summary)
+
+
+def input_to_messages(
+    items: str | Sequence[Any], history: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """The chat messages of a Responses ``input`` (module docstring).
+
+    Args:
+        items: the ``input`` field: a string (one user message) or a list of items.
+        history: the chat messages that come before (a previous response's conversation), read
+            for the calls a ``function_call_output`` may answer.
+
+    Returns:
+        Chat messages (``role``, ``content`` as text; assistant ``reasoning_content`` /
+        ``tool_calls``; tool ``tool_call_id``).
+
+    Raises:
+        RequestError: 400 naming the item field (``input[i].role`` ...).
+    """
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    out: list[dict[str, Any]] = []
+    turn: dict[str, Any] | None = None  # the assistant turn being built from consecutive items
+    last_calls: set[str] = set()
+    for m in reversed(history):
+        if m.get("role") == "assistant":
+            last_calls = {c.get("id") for c in m.get("tool_calls") or [] if isinstance(c, Mapping)}
+            break
+
+    def assistant_turn(new_when: tuple[str, ...]) -> dict[str, Any]:
+        """The open assistant turn, or a new one when it has any of ``new_when`` already."""
+        nonlocal turn
+        if turn is None or any(turn.get(k) for k in new_when):
+            turn = {"role": "assistant", "content": ""}
+            out.append(turn)
+        return turn
+
+    for i, item in enumerate(items):
+        field = f"input[{i}]"
+        if not isinstance(item, Mapping):
+            raise _error(f"{field} must be an object.", field)
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            role = item.get("role")
+            if role not in MESSAGE_ROLES:
+                raise _error(
+                    f"{field}.role must be one of {', '.join(MESSAGE_ROLES)}; got {role!r}.", f"{field}.role"
+                )
+            if "content" not in item:
+                raise _error(f"{field}.content is required.", f"{field}.content")
+            text = _text(item["content"], f"{field}.content")
+            if role == "assistant":
+                t = assistant_turn(("content", "tool_calls"))
+                t["content"] = text
+                last_calls = set()
+            else:
+                turn = None
+                out.append({"role": role, "content": text})
+        elif kind == "reasoning":
+            t = assistant_turn(("reasoning_content", "content", "tool_calls"))
+            t["reasoning_content"] = _reasoning_text(item, field)
+            last_calls = set()
+        elif kind == "function_call":
+            call_id, name, args = item.get("call_id"), item.get("name"), item.get("arguments")
+            for key, value in (("call_id", call_id), ("name", name), ("arguments", args)):
+                if not isinstance(value, str) or (key != "arguments" and not value):
+                    raise _error(f"{field}.{key} must be a non-empty string.", f"{field}.{key}")
+            t = assistant_turn(())
+            if not t.get("tool_calls"):
+                last_calls = set()
+            t.setdefault("tool_calls", []).append(
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+            )
+            last_calls.add(call_id)
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _error(f"{field}.call_id must be a non-empty string.", f"{field}.call_id")
+            if call_id not in last_calls:
+                raise _error(
+                    f"{field}.call_id {call_id!r} answers no function_call of the latest assistant turn.",
+                    f"{field}.call_id",
+                )
+            if "output" not in item:
+                raise _error(f"{field}.output is required.", f"{field}.output")
+            turn = None
+            text = _text(item["output"], f"{field}.output", sep="\n\n")
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        else:
+            raise _error(
+                f"{field}.type {kind!r} is not supported (message, reasoning, function_call, "
+                "function_call_output).",
+                f"{field}.type",
+            )
+    return out
+
+
+def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
+    """Flat Responses function tools as chat tools (``{"type": "function", "function": {...}}``).
+
+    Raises:
+        RequestError: 400 naming the tool field: a tool of another type (built-in tools such as
+            ``web_search`` or ``file_search`` are not served), a missing name, non-object
+            ``parameters``, a duplicate name.
+    """
+    out, seen = [], set()
+    for i, tool in enumerate(tools):
+        field = f"tools[{i}]"
+        if not isinstance(tool, Mapping):
+            raise _error(f"{field} must be an object.", field)
+        if tool.get("type") != "function":
+            raise _error(
+                f"{field}.type must be 'function' (the only tool type served); got {tool.get('type')!r}.",
+                f"{field}.type",
+            )
+        name = tool.get("name")
+        if not isinstance(name, str) or not name or any(c in name for c in '"<>\n'):
+            raise _error(f"{field}.name must be a non-empty string without quotes.", f"{field}.name")
+        if name in seen:
+            raise _error(f"{field}.name {name!r} is defined twice.", f"{field}.name")
+        seen.add(name)
+        params = tool.get("parameters")
+        if params is not None and not isinstance(params, Mapping):
+            raise _error(f"{field}.parameters must be a JSON schema object.", f"{field}.parameters")
+        fn: dict[str, Any] = {"name": name}
+        for key in ("description", "parameters", "strict"):
+            if tool.get(key) is not None:
+                fn[key] = tool[key]
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def responses_tool_choice(choice: Any) -> Any:
+    """A Responses ``tool_choice`` in chat terms: ``"none"`` / ``"auto"`` / ``"required"`` as
+    they are, ``{"type": "function", "name": N}`` as ``{"type": "function", "function": {"name":
+    N}}`` (the chat shape is accepted too); ``None`` stays ``None`` (the default).
+
+    Raises:
+        RequestError: 400 (param ``tool_choice``) for another value (built-in tool types,
+            ``allowed_tools``).
+    """
+    if choice is None or choice in ("none", "auto", "required"):
+        return choice
+    if isinstance(choice, Mapping) and choice.get("type") == "function":
+        name = choice.get("name")
+        if name is None and isinstance(choice.get("function"), Mapping):
+            name = choice["function"].get("name")
+        if isinstance(name, str) and name:
+            return {"type": "function", "function": {"name": name}}
+    raise _error(
+        'tool_choice must be "none", "auto", "required" or {"type": "function", "name": ...}.', "tool_choice"
+    )
+
+
+def responses_text_format(text: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The chat ``response_format`` of a Responses ``text`` field (its ``format``): ``None`` for
+    plain text, ``{"type": "json_object"}``, or ``{"type": "json_schema", "json_schema": {"name",
+    "schema", "strict"}}`` (the grammar path of chat completions).
+
+    Raises:
+        RequestError: 400 naming ``text.format...`` for an unknown type, a missing ``name`` or a
+            non-object ``schema``.
+    """
+    if text is None:
+        return None
+    fmt = text.get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, Mapping):
+        raise _error("text.format must be an object.", "text.format")
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        name, schema = fmt.get("name"), fmt.get("schema")
+        if not isinstance(name, str) or not name:
+            raise _error("text.format.name must be a non-empty string.", "text.format.name")
+        if not isinstance(schema, (Mapping, bool)):
+            raise _error("text.format.schema must be a JSON schema object.", "text.format.schema")
+        js = {"name": name, "schema": schema}
+        if fmt.get("strict") is not None:
+            js["strict"] = fmt["strict"]
+        return {"type": "json_schema", "json_schema": js}
+    raise _error(
+        f"text.format.type must be one of text, json_object, json_schema; got {kind!r}.", "text.format.type"
+    )
+
+
+def reasoning_switch(reasoning: Mapping[str, Any] | None, profile: str) -> tuple[bool | None, str | None]:
+    """``(thinking, reasoning_effort)`` of a Responses ``reasoning`` field.
+
+    ``reasoning.effort`` ``"none"`` turns thinking mode off; any other effort turns it on and is
+    the chat ``reasoning_effort`` (rendered by the checkpoint's effort ``profile``, as chat
+    completions do); no effort leaves the switch to ``chat_template_kwargs`` and the server's
+    defaults (``thinking`` ``None``). ``summary`` is accepted and changes nothing: the reasoning
+    comes back whole, as ``reasoning_text`` content.
+
+    Raises:
+        RequestError: 400 naming ``reasoning.effort`` for a value the profile does not know.
+    """
+    if reasoning is None:
+        return None, None
+    effort = reasoning.get("effort")
+    if effort is None:
+        return None, None
+    try:
+        normalize_reasoning_effort(effort, profile)
+    except ValueError as e:
+        raise _error(str(e).replace("reasoning_effort", "reasoning.effort"), "reasoning.effort") from None
+    if effort == "none":
+        return False, None
+    return True, effort

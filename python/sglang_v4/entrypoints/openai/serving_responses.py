@@ -1,0 +1,576 @@
+"""``POST /v1/responses``, ``GET`` / ``DELETE /v1/responses/{id}``: OpenAI's Responses API on the
+chat-completions path.
+
+A request is turned into a chat-completions request (:mod:`.responses_input`: ``input`` items ->
+messages, ``instructions`` -> a first system message, flat tools -> chat tools, ``text.format`` ->
+``response_format``, ``reasoning.effort`` -> the thinking switch, ``max_output_tokens`` ->
+``max_completion_tokens``) and run as one: the same prompt rendering, sampling defaults, grammars,
+reasoning split and DSML tool-call parsing (:meth:`~.serving_chat.ChatMixin._prepare_chat`,
+:meth:`~.serving_chat.ChatMixin._read_choice`). The result becomes output items: ``reasoning``
+(the whole reasoning as ``reasoning_text`` content; no summaries), ``message`` (one
+``output_text`` part) and one ``function_call`` per tool call (``call_id`` the chat call id).
+``status`` is ``incomplete`` (``incomplete_details.reason: "max_output_tokens"``) when the token
+limit ended the generation.
+
+``previous_response_id`` continues a stored response: its conversation (input and output, without
+its ``instructions``) comes before this request's input, so the prompt is that of the whole chat.
+Responses are stored (``store``, default true) in a bounded in-memory store
+(:mod:`.responses_store`); an unknown id is a 404 in OpenAI's error shape.
+
+Streaming (``stream: true``) sends OpenAI's event sequence as server-sent events (``event:`` and
+``data:`` lines, no ``[DONE]``), each event with a ``sequence_number`` from 0:
+``response.created``, ``response.in_progress``; per output item ``response.output_item.added``,
+then for a message ``response.content_part.added``, ``response.output_text.delta``...,
+``response.output_text.done``, ``response.content_part.done``; for reasoning the same with
+``reasoning_text`` parts and ``response.reasoning_text.delta`` / ``.done`` (the full-text events of
+OpenAI's reasoning models, not the ``reasoning_summary_text`` ones: the text is the model's own
+reasoning, not a summary); for a call ``response.function_call_arguments.delta``... and
+``.done``; then ``response.output_item.done``; at the end ``response.completed`` with the whole
+response (also when it is ``incomplete``, as vLLM and SGLang send it, so that clients' stream
+helpers find their final response). An engine error mid-stream sends ``error`` and then
+``response.failed``. A thinking-mode reply that stops without ever closing its reasoning is the
+answer (as on chat completions): streamed, its text went out as reasoning first, and the final
+response has it as the message only, as the non-streamed response has. Client disconnects abort
+the request, as on chat completions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from sglang_v4.entrypoints.chat_encoding import EOS
+from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
+from sglang_v4.entrypoints.openai.protocol_responses import (
+    UNSERVED_RESPONSES_FIELDS,
+    IncompleteDetails,
+    InputTokensDetails,
+    OutputItem,
+    OutputText,
+    OutputTokensDetails,
+    ReasoningText,
+    ResponseError,
+    ResponseFunctionToolCall,
+    ResponseObject,
+    ResponseOutputMessage,
+    ResponseReasoningItem,
+    ResponsesRequest,
+    ResponseUsage,
+    new_item_id,
+)
+from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
+from sglang_v4.entrypoints.openai.responses_input import (
+    input_to_messages,
+    reasoning_switch,
+    responses_text_format,
+    responses_tool_choice,
+    responses_tools,
+)
+from sglang_v4.entrypoints.openai.responses_store import ResponseStore
+from sglang_v4.entrypoints.openai.serving_base import (
+    RequestError,
+    _abort_error,
+    _finish,
+    error_response,
+    grammar_error_for,
+    read_json_object,
+    validate_request,
+)
+from sglang_v4.entrypoints.openai.serving_chat import ChatMixin, ChatRun, ChoiceOutput, _ChoiceStream
+from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser, ToolCallDelta
+
+__all__ = ["ResponsesMixin"]
+
+#: Chat request fields whose errors name the Responses field the client sent instead.
+_FIELD_NAMES = {
+    "max_completion_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "reasoning_effort": "reasoning.effort",
+    "messages": "input",
+}
+#: OpenAI's bound on ``metadata``: pairs, key and value lengths (characters).
+METADATA_MAX_PAIRS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
+
+
+def _responses_error(e: RequestError) -> RequestError:
+    """``e`` (raised on the chat path) naming the Responses field (:data:`_FIELD_NAMES`)."""
+    msg, param = e.message, e.param
+    for chat_name, name in _FIELD_NAMES.items():
+        msg = msg.replace(chat_name, name)
+        if param == chat_name:
+            param = name
+    return RequestError(msg, e.status, e.err_type, param)
+
+
+def _check_request(req: ResponsesRequest) -> None:
+    """Fields refused when set, ``truncation: "auto"``, ``metadata`` bounds (400 naming the field)."""
+    for name, why in UNSERVED_RESPONSES_FIELDS.items():
+        value = getattr(req, name)
+        if value not in (None, False, 0, [], {}):
+            raise RequestError(f"{name}: {why}.", param=name)
+    if req.truncation == "auto":
+        raise RequestError(
+            'truncation: "auto" is not supported (a conversation longer than the context is a 400).',
+            param="truncation",
+        )
+    if req.include and "message.output_text.logprobs" in req.include:
+        raise RequestError("include: message.output_text.logprobs is not supported.", param="include")
+    md = req.metadata or {}
+    if len(md) > METADATA_MAX_PAIRS or any(
+        len(k) > METADATA_MAX_KEY or len(v) > METADATA_MAX_VALUE for k, v in md.items()
+    ):
+        raise RequestError(
+            f"metadata takes at most {METADATA_MAX_PAIRS} pairs, keys of at most {METADATA_MAX_KEY} "
+            f"and values of at most {METADATA_MAX_VALUE} characters.",
+            param="metadata",
+        )
+
+
+@dataclass
+class _Job:
+    """One Responses request on its way: the chat run, the conversation it continues plus its
+    input (chat messages) and the response fields known before generation."""
+
+    req: ResponsesRequest
+    run: ChatRun
+    messages: list[dict[str, Any]]
+    base: ResponseObject
+
+
+def _output_messages(items: list[OutputItem]) -> list[dict[str, Any]]:
+    """The chat messages of a response's output items (one assistant turn), for the store."""
+    return input_to_messages([item.model_dump(mode="json") for item in items])
+
+
+class _EventWriter:
+    """The SSE events of one streamed response: sequence numbers, and the output items opened and
+    closed as the reasoning, text and call deltas arrive (one open item at a time).
+
+    Attributes:
+        ids: item ids by kind (``"reasoning"``, ``"message"``, ``("call", index)``), reused by the
+            final response.
+    """
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.n_items = 0
+        self.open: dict[str, Any] | None = None
+        self.ids: dict[Any, str] = {}
+
+    def event(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+    def _start(self, kind: str, key: Any, item: dict[str, Any], part: dict[str, Any] | None) -> list[bytes]:
+        out = self.close()
+        item_id = item["id"]
+        self.ids.setdefault(key, item_id)
+        self.open = {"kind": kind, "key": key, "index": self.n_items, "item": item, "text": ""}
+        self.n_items += 1
+        out.append(self.event("response.output_item.added", output_index=self.open["index"], item=item))
+        if part is not None:
+            out.append(self._part_event("response.content_part.added", part))
+        return out
+
+    def _part_event(self, kind: str, part: dict[str, Any]) -> bytes:
+        o = self.open or {}
+        return self.event(kind, item_id=o["item"]["id"], output_index=o["index"], content_index=0, part=part)
+
+    def reasoning(self, delta: str) -> list[bytes]:
+        if not delta:
+            return []
+        out: list[bytes] = []
+        if self.open is None or self.open["kind"] != "reasoning":
+            item = {
+                "id": new_item_id("rs"),
+                "type": "reasoning",
+                "summary": [],
+                "content": [],
+                "status": "in_progress",
+            }
+            out += self._start("reasoning", "reasoning", item, {"type": "reasoning_text", "text": ""})
+        return out + self._delta("response.reasoning_text.delta", delta)
+
+    def text(self, delta: str) -> list[bytes]:
+        if not delta:
+            return []
+        out: list[bytes] = []
+        if self.open is None or self.open["kind"] != "message":
+            out += self._open_message()
+        return out + self._delta("response.output_text.delta", delta, logprobs=[])
+
+    def _open_message(self) -> list[bytes]:
+        item = {
+            "id": new_item_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        return self._start("message", "message", item, OutputText(text="").model_dump(mode="json"))
+
+    def call(self, d: ToolCallDelta) -> list[bytes]:
+        out: list[bytes] = []
+        key = ("call", d.index)
+        if self.open is None or self.open["key"] != key:
+            if d.name is None:  # a late fragment of a call already closed: nothing to attach it to
+                return out
+            item = {
+                "id": new_item_id("fc"),
+                "type": "function_call",
+                "call_id": d.id,
+                "name": d.name,
+                "arguments": "",
+                "status": "in_progress",
+            }
+            out += self._start("function_call", key, item, None)
+        if d.arguments:
+            o = self.open or {}
+            o["text"] += d.arguments
+            out.append(
+                self.event(
+                    "response.function_call_arguments.delta",
+                    item_id=o["item"]["id"],
+                    output_index=o["index"],
+                    delta=d.arguments,
+                )
+            )
+        return out
+
+    def _delta(self, kind: str, delta: str, **extra: Any) -> list[bytes]:
+        o = self.open or {}
+        o["text"] += delta
+        ev = self.event(
+            kind, item_id=o["item"]["id"], output_index=o["index"], content_index=0, delta=delta, **extra
+        )
+        return [ev]
+
+    def close(self, status: str = "completed") -> list[bytes]:
+        """The closing events of the open item (none when no item is open)."""
+        o, self.open = self.open, None
+        if o is None:
+            return []
+        item, text, where = dict(o["item"], status=status), o["text"], {"item_id": o["item"]["id"]}
+        where["output_index"] = o["index"]
+        out = []
+        if o["kind"] == "function_call":
+            item["arguments"] = text
+            out.append(self.event("response.function_call_arguments.done", **where, arguments=text))
+        elif o["kind"] == "reasoning":
+            part = ReasoningText(text=text).model_dump(mode="json")
+            item["content"] = [part]
+            out.append(self.event("response.reasoning_text.done", **where, content_index=0, text=text))
+            out.append(self.event("response.content_part.done", **where, content_index=0, part=part))
+        else:
+            part = OutputText(text=text).model_dump(mode="json")
+            item["content"] = [part]
+            out.append(
+                self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
+            )
+            out.append(self.event("response.content_part.done", **where, content_index=0, part=part))
+        out.append(self.event("response.output_item.done", output_index=o["index"], item=item))
+        return out
+
+    def finish(self, status: str) -> list[bytes]:
+        """Close the open item (``status``); an output with no item at all gets an empty message,
+        as the non-streamed response has."""
+        if self.open is None and self.n_items == 0:
+            return self._open_message() + self.close(status)
+        return self.close(status)
+
+
+@dataclass
+class _StreamRead:
+    """What a stream has read so far (the parsers' state and the text sent by kind)."""
+
+    st: _ChoiceStream
+    content: str = ""
+    sent: int = 0
+    done: dict[str, Any] = field(default_factory=dict)
+
+
+class ResponsesMixin(ChatMixin):
+    """The ``/v1/responses`` routes (mixed into :class:`~.serving.OpenAIServing`)."""
+
+    _responses_store: ResponseStore | None = None
+
+    @property
+    def responses_store(self) -> ResponseStore:
+        """The server's store of responses (created on first use)."""
+        if self._responses_store is None:
+            self._responses_store = ResponseStore()
+        return self._responses_store
+
+    async def create_response(self, request: Request) -> Response:
+        """``POST /v1/responses``."""
+        return await self._guard(request, self._responses)
+
+    async def retrieve_response(self, request: Request, response_id: str) -> Response:
+        """``GET /v1/responses/{response_id}``: a stored response, else 404."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        entry = self.responses_store.get(response_id)
+        if entry is None:
+            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        return JSONResponse(entry.response)
+
+    async def delete_response(self, request: Request, response_id: str) -> Response:
+        """``DELETE /v1/responses/{response_id}``: drop a stored response, else 404."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        if not self.responses_store.delete(response_id):
+            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+
+    # ------------------------------------------------------------------ request
+    async def _responses(self, request: Request) -> Response:
+        req: ResponsesRequest = validate_request(ResponsesRequest, await read_json_object(request))
+        self._check_model(req.model)
+        _check_request(req)
+        history: list[dict[str, Any]] = []
+        if req.previous_response_id is not None:
+            prev = self.responses_store.get(req.previous_response_id)
+            if prev is None:
+                raise RequestError(
+                    f"Previous response with id '{req.previous_response_id}' not found.",
+                    404,
+                    param="previous_response_id",
+                )
+            history = prev.messages
+        chat_req, messages = self._chat_request_of(req, history)
+        try:
+            run = await self._prepare_chat(chat_req)
+        except RequestError as e:
+            raise _responses_error(e) from None
+        sp = run.obj.sampling_params or {}
+        base = ResponseObject(
+            id=new_item_id("resp"),
+            status="in_progress",
+            instructions=req.instructions,
+            max_output_tokens=req.max_output_tokens,
+            metadata=req.metadata or {},
+            model=req.model,
+            parallel_tool_calls=req.parallel_tool_calls,
+            previous_response_id=req.previous_response_id,
+            reasoning={"effort": (req.reasoning or {}).get("effort"), "summary": None},
+            store=req.store,
+            temperature=sp.get("temperature", 1.0),
+            top_p=sp.get("top_p", 1.0),
+            text=req.text if req.text and req.text.get("format") else {"format": {"type": "text"}},
+            tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
+            tools=list(req.tools or []),
+            user=req.user,
+        )
+        job = _Job(req, run, messages, base)
+        try:
+            if req.stream:
+                return await self._responses_stream(job, request)
+            rets = await self._collect(run.obj, request)
+        except RequestError as e:
+            raise _responses_error(grammar_error_for(e, run.grammar_field)) from None
+        out = self._read_choice(rets[0], run.plan, run.separate)
+        resp = self._finished_response(job, out, rets[0].get("meta_info", {}), {})
+        return JSONResponse(resp)
+
+    def _chat_request_of(
+        self, req: ResponsesRequest, history: list[dict[str, Any]]
+    ) -> tuple[ChatCompletionRequest, list[dict[str, Any]]]:
+        """The chat request of ``req`` after ``history`` (a stored conversation), and the
+        conversation it runs (history + input, without ``instructions``).
+
+        Raises:
+            RequestError: 400 naming the Responses field.
+        """
+        conversation = list(history) + input_to_messages(req.input, history)
+        if not conversation:
+            raise RequestError("input must contain at least one item.", param="input")
+        thinking, effort = reasoning_switch(req.reasoning, self.reasoning_effort_profile)
+        kwargs = dict(req.chat_template_kwargs or {})
+        if thinking is not None:
+            kwargs.pop("enable_thinking", None)
+            kwargs["thinking"] = thinking
+        system = [{"role": "system", "content": req.instructions}] if req.instructions is not None else []
+        data: dict[str, Any] = {
+            "model": req.model,
+            "messages": system + conversation,
+            "tools": responses_tools(req.tools) if req.tools else None,
+            "tool_choice": responses_tool_choice(req.tool_choice),
+            "parallel_tool_calls": req.parallel_tool_calls,
+            "max_completion_tokens": req.max_output_tokens,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "response_format": responses_text_format(req.text),
+            "reasoning_effort": effort,
+            "chat_template_kwargs": kwargs or None,
+            "stream": req.stream,
+            "user": req.user,
+        }
+        for name in ("top_k", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
+            data[name] = getattr(req, name)
+        data.update(seed=req.seed, priority=req.priority)
+        try:
+            chat_req = ChatCompletionRequest.model_validate({k: v for k, v in data.items() if v is not None})
+        except ValidationError as e:  # the fields were checked above; a 400, never a 500
+            raise RequestError(f"Invalid request: {e.errors()[0].get('msg')}", param="input") from None
+        return chat_req, conversation
+
+    # ------------------------------------------------------------------ response
+    def _output_items(self, out: ChoiceOutput, ids: dict[Any, str], incomplete: bool) -> list[OutputItem]:
+        """Output items of a finished choice: reasoning, message, function calls (ids from a
+        stream where it sent them); the last item is ``incomplete`` when the response is."""
+        items: list[OutputItem] = []
+        if out.reasoning:
+            items.append(
+                ResponseReasoningItem(
+                    id=ids.get("reasoning") or new_item_id("rs"), content=[ReasoningText(text=out.reasoning)]
+                )
+            )
+        if out.content or not (out.reasoning or out.tool_calls):
+            items.append(
+                ResponseOutputMessage(
+                    id=ids.get("message") or new_item_id("msg"), content=[OutputText(text=out.content or "")]
+                )
+            )
+        for c in out.tool_calls:
+            items.append(
+                ResponseFunctionToolCall(
+                    id=ids.get(("call", c.index)) or new_item_id("fc"),
+                    call_id=c.id,
+                    name=c.name,
+                    arguments=c.arguments,
+                    status="incomplete" if c.partial else "completed",
+                )
+            )
+        if incomplete:
+            items[-1].status = "incomplete"
+        return items
+
+    def _finished_response(
+        self, job: _Job, out: ChoiceOutput, meta: dict[str, Any], ids: dict[Any, str]
+    ) -> dict[str, Any]:
+        """The final response body (stored when ``store``): output items, status, usage."""
+        incomplete = out.finish_reason == "length"
+        items = self._output_items(out, ids, incomplete)
+        prompt, completion = int(meta.get("prompt_tokens", 0)), int(meta.get("completion_tokens", 0))
+        usage = ResponseUsage(
+            input_tokens=prompt,
+            input_tokens_details=InputTokensDetails(cached_tokens=int(meta.get("cached_tokens", 0) or 0)),
+            output_tokens=completion,
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=out.reasoning_tokens),
+            total_tokens=prompt + completion,
+        )
+        resp = job.base.model_copy(
+            update={
+                "status": "incomplete" if incomplete else "completed",
+                "incomplete_details": IncompleteDetails() if incomplete else None,
+                "output": items,
+                "usage": usage,
+            }
+        )
+        body = resp.model_dump(mode="json")
+        if job.req.store:
+            self.responses_store.put(resp.id, body, job.messages + _output_messages(items))
+        return body
+
+    # ------------------------------------------------------------------ streaming
+    async def _responses_stream(self, job: _Job, raw: Request) -> Response:
+        run = job.run
+        gen, first = await self._run(run.obj, raw)
+        err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
+        if err is not None:
+            raise err
+        plan = run.plan
+        rp = ReasoningParser(implicit_end=plan.reasoning.implicit_end) if run.separate else None
+        block = TOOL_CALL_PARSERS[self.tool_call_parser]
+        tp = DsmlToolParser(plan.tool_names, block) if plan.tool_names is not None else None
+        read = _StreamRead(_ChoiceStream(rp, tp))
+        w = _EventWriter()
+        base = job.base.model_dump(mode="json")
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield w.event("response.created", response=base)
+            yield w.event("response.in_progress", response=base)
+            try:
+                item: Any = first
+                it = gen.__aiter__()
+                while True:
+                    ret = item[0] if isinstance(item, list) else item
+                    abort = _abort_error(ret.get("meta_info", {}))
+                    if abort is not None:
+                        for ev in self._failed(w, job, abort.message, abort.status):
+                            yield ev
+                        return
+                    for ev in self._stream_step(w, read, job, ret):
+                        yield ev
+                    if read.done:
+                        return
+                    try:
+                        item = await it.__anext__()
+                    except StopAsyncIteration:
+                        break
+                for ev in self._failed(w, job, "The generation ended without a finish reason.", 500):
+                    yield ev
+            except ValueError as e:
+                for ev in self._failed(w, job, str(e), int(getattr(e, "status_code", 400) or 400)):
+                    yield ev
+            finally:
+                await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    def _stream_step(self, w: _EventWriter, read: _StreamRead, job: _Job, ret: dict[str, Any]) -> list[bytes]:
+        """The events of one engine output (cumulative text); at its finish the closing events
+        and ``response.completed``."""
+        st, run = read.st, job.run
+        plan = run.plan
+        meta = ret.get("meta_info", {})
+        text = ret.get("text", "").replace(EOS, "")
+        delta = text[read.sent :] if len(text) >= read.sent else ""
+        read.sent = max(read.sent, len(text))
+        fr, matched = _finish(meta)
+        reasoning_d, content_d = self._split_delta(st, delta, fr, plan, matched)
+        tool_deltas: list[ToolCallDelta] = []
+        if st.tools is not None:
+            content_d, tool_deltas = st.tools.feed(content_d)
+            if fr is not None:
+                c2, t2 = st.tools.finish()
+                content_d, tool_deltas = content_d + c2, tool_deltas + t2
+        read.content += content_d
+        out = w.reasoning(reasoning_d) + w.text(content_d)
+        for d in tool_deltas:
+            out += w.call(d)
+        if fr is None:
+            return out
+        calls = st.tools.calls if st.tools is not None else []
+        content: str | None = read.content
+        if calls:
+            content = content or None
+            if st.tools is not None and st.tools.calls_whole and fr == "stop":
+                fr = "tool_calls"
+        reasoning = st.reasoning_text or None
+        n_reasoning = self._reasoning_tokens(ret.get("output_ids") or [], reasoning) if run.separate else 0
+        choice = ChoiceOutput(content, reasoning, calls, fr, matched, n_reasoning)
+        out += w.finish("incomplete" if fr == "length" else "completed")
+        read.done = self._finished_response(job, choice, meta, w.ids)
+        out.append(w.event("response.completed", response=read.done))
+        return out
+
+    def _failed(self, w: _EventWriter, job: _Job, message: str, status: int) -> list[bytes]:
+        """``error`` then ``response.failed`` (open item closed ``incomplete``); nothing is stored."""
+        out = w.close("incomplete")
+        code = "server_error" if status >= 500 else "invalid_prompt"
+        out.append(w.event("error", code=code, message=message, param=None))
+        failed = job.base.model_copy(
+            update={"status": "failed", "error": ResponseError(code=code, message=message)}
+        )
+        out.append(w.event("response.failed", response=failed.model_dump(mode="json")))
+        return out

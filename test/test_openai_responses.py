@@ -1,0 +1,712 @@
+"""``POST /v1/responses`` (OpenAI's Responses API) on the chat-completions path.
+
+Oracles: the ``openai`` client's own types (every body and every stream event validated against
+``openai.types.responses``, and its ``responses.stream`` helper's accumulator), and
+``/v1/chat/completions`` on the same fake engine (same prompt token ids, same text, same sampling
+parameters for the same conversation). The fake tokenizer manager's reply is a function of the
+prompt's token ids, so equal texts also mean equal prompts. The last tests run the real server
+processes on ``server_fixture.FakeScheduler`` (client disconnects abort the request) and, in the
+slow tier, the embedded tiny model (greedy text equal to chat completions', ``json_schema`` output
+validated with ``jsonschema``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import openai
+import pytest
+import requests
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from openai.types.responses import Response as OpenAIResponse
+from openai.types.responses import ResponseStreamEvent
+from pydantic import TypeAdapter
+from server_fixture import fake_env, make_fake_model_dir, start_server
+from sglang_v4.entrypoints.openai import create_openai_router
+from sglang_v4.managers.io_struct import GenerateReqInput
+from transformers import PreTrainedTokenizerFast
+
+pytestmark = pytest.mark.timeout(300)
+
+D = "｜DSML｜"
+MODEL = "dsv4-test"
+WORDS = ["alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta", " iota", " kappa"]
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather of a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"],
+    },
+}
+CHAT_WEATHER = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
+CALL = (
+    f'\n\n<{D}tool_calls>\n<{D}invoke name="get_weather">\n'
+    f'<{D}parameter name="city" string="true">Paris</{D}parameter>\n'
+    f'<{D}parameter name="days" string="false">3</{D}parameter>\n</{D}invoke>\n</{D}tool_calls>'
+)
+ARGS = {"city": "Paris", "days": 3}
+EVENTS = TypeAdapter(ResponseStreamEvent)
+
+
+def prompt_reply(ids: list[int]) -> str:
+    """A reply that is a function of the prompt (eight words picked by a CRC of the ids)."""
+    h = zlib.crc32(json.dumps(ids).encode())
+    return "".join(WORDS[(h >> (3 * k)) % len(WORDS)] for k in range(8)) + "."
+
+
+class PromptTM:
+    """Fake tokenizer manager: generates the tokens of ``reply(prompt_ids)`` (or a fixed text),
+    finish ``stop`` (``length`` when ``max_new_tokens`` cuts it), cumulative text per token when
+    streaming, like the real one. Records every request."""
+
+    def __init__(self, tokenizer: Any, reply: str | Callable[[list[int]], str] = prompt_reply) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+        self.context_len = 4096
+        self.grammar_enabled = True
+        self.reply = reply
+        self.received: list[GenerateReqInput] = []
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        self.received.append(obj)
+        schema = (obj.sampling_params or {}).get("json_schema")
+        if schema is not None:  # the real tokenizer manager compiles grammars before queueing
+            import xgrammar
+
+            try:
+                xgrammar.Grammar.from_json_schema(schema)
+            except (RuntimeError, ValueError) as e:
+                raise ValueError(f"json_schema: invalid grammar: {e}") from None
+        text = self.reply if isinstance(self.reply, str) else self.reply(list(obj.input_ids))
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        limit = (obj.sampling_params or {}).get("max_new_tokens")
+        finish: dict[str, Any] = {"type": "stop", "matched": 1}
+        if limit is not None and limit < len(ids):
+            ids, finish = ids[:limit], {"type": "length", "length": limit}
+        outs = []
+        for j in range(1, len(ids) + 1):
+            meta = {
+                "id": "r",
+                "finish_reason": finish if j == len(ids) else None,
+                "prompt_tokens": len(obj.input_ids),
+                "completion_tokens": j,
+                "cached_tokens": 2,
+            }
+            outs.append({"text": self.tokenizer.decode(ids[:j]), "output_ids": ids[:j], "meta_info": meta})
+        if obj.stream:
+            for o in outs:
+                yield o
+        else:
+            yield outs[-1]
+
+
+def make_client(tm: PromptTM) -> tuple[openai.OpenAI, TestClient]:
+    sa = SimpleNamespace(served_model_name=MODEL, model_path=None, api_key=None, enable_cache_report=False)
+    app = FastAPI()
+    app.include_router(create_openai_router(tm, sa))
+    tc = TestClient(app)
+    return openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=tc, max_retries=0), tc
+
+
+def sse(text: str) -> list[dict[str, Any]]:
+    """The events of a Responses stream; each ``event:`` line names its data's ``type``."""
+    events = []
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        lines = dict(line.split(": ", 1) for line in block.split("\n"))
+        data = json.loads(lines["data"])
+        assert lines["event"] == data["type"], block
+        events.append(data)
+    return events
+
+
+def post(tc: TestClient, body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The response body of ``body`` non-streamed and the events of it streamed, both validated
+    against the ``openai`` client's types; sequence numbers count from 0 without gaps."""
+    r = tc.post("/v1/responses", json={"model": MODEL, **body})
+    assert r.status_code == 200, r.text
+    OpenAIResponse.model_validate(r.json())
+    s = tc.post("/v1/responses", json={"model": MODEL, **body, "stream": True})
+    assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
+    events = sse(s.text)
+    for ev in events:
+        EVENTS.validate_python(ev)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    return r.json(), events
+
+
+def chat(client: openai.OpenAI, messages: list[dict[str, Any]], **kw: Any) -> Any:
+    return client.chat.completions.create(model=MODEL, messages=messages, temperature=0, **kw)
+
+
+def streamed_items(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The output items as the stream built them: added ... done, deltas folded in."""
+    items: dict[int, dict[str, Any]] = {}
+    for ev in events:
+        t = ev["type"]
+        if t == "response.output_item.added":
+            items[ev["output_index"]] = dict(ev["item"], text="")
+        elif t in ("response.output_text.delta", "response.reasoning_text.delta"):
+            items[ev["output_index"]]["text"] += ev["delta"]
+        elif t == "response.function_call_arguments.delta":
+            items[ev["output_index"]]["arguments"] += ev["delta"]
+        elif t == "response.output_item.done":
+            done = ev["item"]
+            got = items[ev["output_index"]]
+            if done["type"] == "function_call":
+                assert done["arguments"] == got["arguments"]
+            else:
+                assert done["content"][0]["text"] == got["text"]
+            items[ev["output_index"]] = dict(done, text=got["text"])
+    return [items[k] for k in sorted(items)]
+
+
+def test_text_prompt_and_usage_equal_chat_completions(tok: PreTrainedTokenizerFast) -> None:
+    """``instructions`` + input items render the prompt chat completions renders for the same
+    messages; the text, the usage and the sampling parameters are the chat route's; the stream
+    carries OpenAI's event sequence and the client's helper rebuilds the same response."""
+    tm = PromptTM(tok)
+    client, tc = make_client(tm)
+    items = [
+        {"role": "developer", "content": "Answer in Greek letters."},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Q1"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "A1"}]},
+        {"role": "user", "content": "Q2"},
+    ]
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "developer", "content": "Answer in Greek letters."},
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": "A1"},
+        {"role": "user", "content": "Q2"},
+    ]
+    want = chat(client, msgs, max_completion_tokens=50, top_p=0.9)
+    chat_req = tm.received[-1]
+    body, events = post(
+        tc,
+        {
+            "input": items,
+            "instructions": "Be brief.",
+            "temperature": 0,
+            "max_output_tokens": 50,
+            "top_p": 0.9,
+        },
+    )
+    for sent in tm.received[-2:]:
+        assert sent.input_ids == chat_req.input_ids
+        assert {k: v for k, v in sent.sampling_params.items()} == chat_req.sampling_params
+    resp = client.responses.create(
+        model=MODEL, input=items, instructions="Be brief.", temperature=0, max_output_tokens=50, top_p=0.9
+    )
+    text = want.choices[0].message.content
+    assert resp.output_text == text == prompt_reply(list(chat_req.input_ids))
+    assert resp.status == "completed" and body["status"] == "completed" and body["incomplete_details"] is None
+    (msg,) = resp.output
+    assert msg.type == "message" and msg.role == "assistant" and msg.id.startswith("msg_")
+    u = resp.usage
+    assert (u.input_tokens, u.output_tokens) == (want.usage.prompt_tokens, want.usage.completion_tokens)
+    assert u.total_tokens == u.input_tokens + u.output_tokens and u.input_tokens_details.cached_tokens == 2
+    assert u.output_tokens_details.reasoning_tokens == 0
+    assert resp.instructions == "Be brief." and resp.temperature == 0 and resp.top_p == 0.9
+    assert resp.max_output_tokens == 50 and resp.model == MODEL
+    # the stream: lifecycle, one message item, the text in deltas, the final response
+    kinds = [e["type"] for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert kinds[2:5] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+    ]
+    assert kinds[-5:-1] == [
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    assert len({e["response"]["id"] for e in events if "response" in e}) == 1
+    (item,) = streamed_items(events)
+    assert item["text"] == text and item["status"] == "completed"
+    final = events[-1]["response"]
+    assert final["output"][0]["id"] == item["id"] and final["output"][0]["content"][0]["text"] == text
+    assert final["usage"] == body["usage"]
+    with client.responses.stream(model=MODEL, input=items, instructions="Be brief.", temperature=0) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final_resp = stream.get_final_response()
+    assert "".join(deltas) == final_resp.output_text == text
+
+
+def test_string_input_and_max_output_tokens_cut(tok: PreTrainedTokenizerFast) -> None:
+    """A string ``input`` is one user message; a reply cut by ``max_output_tokens`` is
+    ``incomplete`` (reason ``max_output_tokens``), streamed too, with the chat route's text."""
+    tm = PromptTM(tok)
+    client, tc = make_client(tm)
+    want = chat(client, [{"role": "user", "content": "Hi"}], max_tokens=3)
+    body, events = post(tc, {"input": "Hi", "temperature": 0, "max_output_tokens": 3})
+    assert tm.received[-1].input_ids == tm.received[0].input_ids
+    assert body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert body["output"][0]["content"][0]["text"] == want.choices[0].message.content
+    assert body["output"][0]["status"] == "incomplete" and body["usage"]["output_tokens"] == 3
+    final = events[-1]
+    assert final["type"] == "response.completed" and final["response"]["status"] == "incomplete"
+    assert streamed_items(events)[0]["text"] == want.choices[0].message.content
+
+
+def test_reasoning_effort_switches_thinking_as_chat_does(tok: PreTrainedTokenizerFast) -> None:
+    """``reasoning.effort`` turns thinking mode on (prompt as chat's with ``thinking`` and
+    ``reasoning_effort``), ``"none"`` turns it off; the reasoning comes back as a ``reasoning``
+    item (``reasoning_text`` content) before the message, streamed as ``reasoning_text`` events,
+    and its tokens are counted as chat counts them."""
+    tm = PromptTM(tok, "Let me think.</think>\n\nThe answer.")
+    client, tc = make_client(tm)
+    msgs = [{"role": "user", "content": "Why?"}]
+    want = chat(client, msgs, reasoning_effort="max", extra_body={"chat_template_kwargs": {"thinking": True}})
+    chat_ids = tm.received[-1].input_ids
+    body, events = post(tc, {"input": "Why?", "reasoning": {"effort": "max"}, "temperature": 0})
+    assert tm.received[-1].input_ids == chat_ids
+    rs, msg = body["output"]
+    assert rs["type"] == "reasoning" and rs["content"] == [
+        {"type": "reasoning_text", "text": "Let me think."}
+    ]
+    assert rs["summary"] == [] and rs["id"].startswith("rs_")
+    assert msg["content"][0]["text"] == want.choices[0].message.content == "The answer."
+    assert body["reasoning"]["effort"] == "max"
+    assert (
+        body["usage"]["output_tokens_details"]["reasoning_tokens"]
+        == want.usage.completion_tokens_details.reasoning_tokens
+        > 0
+    )
+    items = streamed_items(events)
+    assert [(i["type"], i["text"]) for i in items] == [
+        ("reasoning", "Let me think."),
+        ("message", "The answer."),
+    ]
+    kinds = [e["type"] for e in events]
+    assert "response.reasoning_text.delta" in kinds and "response.reasoning_text.done" in kinds
+    assert [i["id"] for i in items] == [i["id"] for i in events[-1]["response"]["output"]]
+    resp = client.responses.create(model=MODEL, input="Why?", reasoning={"effort": "max"})
+    assert resp.output[0].content[0].text == "Let me think." and resp.output_text == "The answer."
+    # effort "none": chat mode, the prompt of a plain chat request
+    chat(client, msgs)
+    plain_ids = tm.received[-1].input_ids
+    client.responses.create(
+        model=MODEL,
+        input="Why?",
+        reasoning={"effort": "none"},
+        extra_body={"chat_template_kwargs": {"thinking": True}},
+    )
+    assert tm.received[-1].input_ids == plain_ids != chat_ids
+
+
+def test_unclosed_reasoning_that_stops_is_the_answer_streamed_or_not(tok: PreTrainedTokenizerFast) -> None:
+    """A thinking-mode reply that stops without ``</think>`` is the answer (chat's rule): the
+    response is one message with chat's content; streamed, the text went out as reasoning first,
+    and the final response (``response.completed``, the stored one) is the non-streamed one."""
+    tm = PromptTM(tok, "Just the answer.")
+    client, tc = make_client(tm)
+    want = chat(
+        client, [{"role": "user", "content": "Q"}], extra_body={"chat_template_kwargs": {"thinking": True}}
+    )
+    assert want.choices[0].message.content == "Just the answer."
+    body, events = post(tc, {"input": "Q", "reasoning": {"effort": "high"}})
+    assert [(o["type"], o["content"][0]["text"]) for o in body["output"]] == [("message", "Just the answer.")]
+    final = events[-1]["response"]
+    assert [(o["type"], o["content"][0]["text"]) for o in final["output"]] == [
+        ("message", "Just the answer.")
+    ]
+    assert [(i["type"], i["text"]) for i in streamed_items(events)] == [
+        ("reasoning", "Just the answer."),
+        ("message", "Just the answer."),
+    ]
+    assert client.responses.retrieve(final["id"]).output_text == "Just the answer."
+
+
+class AbortingTM(PromptTM):
+    """Streams two tokens, then an engine abort (as the tokenizer manager reports one); not
+    streamed, its one output is the abort."""
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        outs = [out async for out in super().generate_request(obj, request)][:3]
+        abort = {"type": "abort", "message": "KV cache lost", "status_code": 500}
+        outs[-1] = dict(outs[-1], meta_info=dict(outs[-1]["meta_info"], finish_reason=abort))
+        for out in outs:
+            yield out
+
+
+def test_engine_abort_mid_stream_is_response_failed(tok: PreTrainedTokenizerFast) -> None:
+    """An abort after the stream started ends it with ``error`` and ``response.failed`` (status
+    ``failed``, OpenAI's error code), the open item closed ``incomplete``; nothing is stored. Not
+    streamed, the abort is an HTTP 500 in OpenAI's error shape."""
+    tm = AbortingTM(tok)
+    client, tc = make_client(tm)
+    s = tc.post("/v1/responses", json={"model": MODEL, "input": "Q", "stream": True})
+    events = sse(s.text)
+    for ev in events:
+        EVENTS.validate_python(ev)
+    assert [e["type"] for e in events[-3:]] == ["response.output_item.done", "error", "response.failed"]
+    assert events[-3]["item"]["status"] == "incomplete"
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and failed["error"] == {
+        "code": "server_error",
+        "message": "KV cache lost",
+    }
+    assert tc.get(f"/v1/responses/{failed['id']}").status_code == 404
+    with pytest.raises(openai.InternalServerError, match="KV cache lost"):
+        client.responses.create(model=MODEL, input="Q")
+
+
+def test_api_key_guards_every_responses_route(tok: PreTrainedTokenizerFast) -> None:
+    """With ``--api-key``, create, retrieve and delete answer 401 without the key."""
+    tm = PromptTM(tok)
+    sa = SimpleNamespace(served_model_name=MODEL, model_path=None, api_key="k", enable_cache_report=False)
+    app = FastAPI()
+    app.include_router(create_openai_router(tm, sa))
+    tc = TestClient(app)
+    good = {"Authorization": "Bearer k"}
+    rid = tc.post("/v1/responses", json={"input": "Q"}, headers=good).json()["id"]
+    assert tc.post("/v1/responses", json={"input": "Q"}).status_code == 401
+    assert tc.get(f"/v1/responses/{rid}").status_code == 401
+    assert tc.delete(f"/v1/responses/{rid}").status_code == 401
+    assert tc.get(f"/v1/responses/{rid}", headers=good).json()["id"] == rid
+    assert tc.delete(f"/v1/responses/{rid}", headers=good).json() == {
+        "id": rid,
+        "object": "response.deleted",
+        "deleted": True,
+    }
+    assert len(tm.received) == 1
+
+
+def test_function_call_round_trip(tok: PreTrainedTokenizerFast) -> None:
+    """A DSML call comes back as a ``function_call`` item (flat tool, ``call_id``, JSON
+    arguments), streamed as argument deltas; fed back with a ``function_call_output`` item (the
+    whole output replayed, or through ``previous_response_id``) it renders the prompt of the chat
+    conversation with that call and its ``tool`` result."""
+    tm = PromptTM(tok, "Let me look." + CALL)
+    client, tc = make_client(tm)
+    user = {"role": "user", "content": "Weather in Paris?"}
+    r = client.responses.create(model=MODEL, input=[user], tools=[WEATHER], tool_choice="auto")
+    msg, call = r.output
+    assert msg.type == "message" and msg.content[0].text == "Let me look."
+    assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
+    assert (
+        json.loads(call.arguments) == ARGS and call.call_id.startswith("call_") and call.id.startswith("fc_")
+    )
+    prompt = tok.decode(tm.received[-1].input_ids)
+    assert "## Tools" in prompt and '"name": "get_weather"' in prompt
+    chat(client, [user], tools=[CHAT_WEATHER])
+    assert tm.received[-1].input_ids == tm.received[-2].input_ids
+    _, events = post(tc, {"input": [user], "tools": [WEATHER]})
+    items = streamed_items(events)
+    assert [i["type"] for i in items] == ["message", "function_call"]
+    assert json.loads(items[1]["arguments"]) == ARGS and items[1]["name"] == "get_weather"
+    assert sum(e["type"] == "response.function_call_arguments.delta" for e in events) > 3
+    done = [e for e in events if e["type"] == "response.function_call_arguments.done"]
+    assert [json.loads(e["arguments"]) for e in done] == [ARGS]
+    # second turn: the call's output fed back
+    tm.reply = prompt_reply
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"temp": 18}'}
+    replay = [user] + [item.model_dump(exclude_none=True) for item in r.output] + [result]
+    r2 = client.responses.create(model=MODEL, input=replay, tools=[WEATHER])
+    replay_ids = tm.received[-1].input_ids
+    r3 = client.responses.create(model=MODEL, previous_response_id=r.id, input=[result], tools=[WEATHER])
+    assert tm.received[-1].input_ids == replay_ids
+    tool_call = {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": call.arguments},
+    }
+    msgs = [
+        user,
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [tool_call]},
+        {"role": "tool", "tool_call_id": call.call_id, "content": '{"temp": 18}'},
+    ]
+    want = chat(client, msgs, tools=[CHAT_WEATHER])
+    assert tm.received[-1].input_ids == replay_ids
+    assert r2.output_text == r3.output_text == want.choices[0].message.content
+    assert '<tool_result>{"temp": 18}</tool_result>' in tok.decode(replay_ids)
+
+
+def test_tool_choice_and_parallel_calls_reach_the_grammar_as_chat(tok: PreTrainedTokenizerFast) -> None:
+    """A named ``tool_choice`` (flat shape) and ``parallel_tool_calls: false`` give the sampling
+    parameters (tool-call grammar) chat completions gives for the same request."""
+    tm = PromptTM(tok, CALL)
+    client, _ = make_client(tm)
+    user = {"role": "user", "content": "Weather?"}
+    chat(client, [user], tools=[CHAT_WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}},
+         parallel_tool_calls=False)  # fmt: skip
+    want = tm.received[-1].sampling_params
+    r = client.responses.create(
+        model=MODEL, input=[user], tools=[WEATHER], temperature=0, parallel_tool_calls=False,
+        tool_choice={"type": "function", "name": "get_weather"},
+    )  # fmt: skip
+    assert tm.received[-1].sampling_params == want and want.get("structural_tag")
+    assert r.tool_choice.name == "get_weather" and r.parallel_tool_calls is False
+    assert [json.loads(o.arguments) for o in r.output] == [ARGS]
+
+
+def test_previous_response_id_continues_the_conversation(tok: PreTrainedTokenizerFast) -> None:
+    """Turn 2 with ``previous_response_id`` renders the prompt of the whole chat (turn 1's input
+    and output, turn 2's input; turn 1's ``instructions`` not carried over, as in OpenAI's API);
+    ``GET`` returns the stored body; ``store: false`` and ``DELETE`` leave nothing to continue;
+    an unknown id is a 404 naming ``previous_response_id``."""
+    tm = PromptTM(tok)
+    client, tc = make_client(tm)
+    r1 = client.responses.create(model=MODEL, input="Hi", instructions="Be brief.", temperature=0)
+    body2 = tc.post(
+        "/v1/responses",
+        json={"model": MODEL, "input": "And then?", "previous_response_id": r1.id, "instructions": "Be kind.",
+              "temperature": 0},
+    ).json()  # fmt: skip
+    r2 = OpenAIResponse.model_validate(body2)
+    turn2_ids = tm.received[-1].input_ids
+    msgs = [
+        {"role": "system", "content": "Be kind."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": r1.output_text},
+        {"role": "user", "content": "And then?"},
+    ]
+    want = chat(client, msgs)
+    assert tm.received[-1].input_ids == turn2_ids and r2.output_text == want.choices[0].message.content
+    assert r2.previous_response_id == r1.id
+    # a third turn chains through r2 (which holds r1's turn), streamed
+    with client.responses.stream(model=MODEL, input="Last?", previous_response_id=r2.id) as s:
+        r3 = s.get_final_response()
+    want3 = chat(
+        client,
+        msgs[1:] + [{"role": "assistant", "content": r2.output_text}, {"role": "user", "content": "Last?"}],
+    )
+    assert tm.received[-2].input_ids == tm.received[-1].input_ids
+    assert r3.output_text == want3.choices[0].message.content
+    got = tc.get(f"/v1/responses/{r2.id}")
+    assert got.status_code == 200 and got.json() == body2
+    assert client.responses.retrieve(r2.id).output_text == r2.output_text
+    assert client.responses.retrieve(r3.id).output_text == r3.output_text  # the streamed one is stored too
+    n = len(tm.received)
+    with pytest.raises(openai.NotFoundError) as ei:
+        client.responses.create(model=MODEL, input="x", previous_response_id="resp_unknown")
+    assert ei.value.body["param"] == "previous_response_id" and "resp_unknown" in ei.value.message
+    unstored = client.responses.create(model=MODEL, input="Hi", store=False)
+    assert unstored.model_extra.get("store") is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model=MODEL, input="x", previous_response_id=unstored.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored.id)
+    client.responses.delete(r1.id)
+    for call in (lambda: client.responses.retrieve(r1.id), lambda: client.responses.delete(r1.id)):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    assert len(tm.received) == n + 1  # only the stored=False request reached the engine
+
+
+def test_json_schema_format_takes_the_chat_grammar_path(tok: PreTrainedTokenizerFast) -> None:
+    """``text.format`` ``json_schema`` / ``json_object`` become the grammar chat completions builds
+    from the same ``response_format``; the format is echoed in ``text``."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    tm = PromptTM(tok, '{"n": 7}')
+    client, _ = make_client(tm)
+    user = [{"role": "user", "content": "n?"}]
+    for rf, fmt in (
+        ({"type": "json_schema", "json_schema": {"name": "N", "schema": schema, "strict": True}},
+         {"type": "json_schema", "name": "N", "schema": schema, "strict": True}),
+        ({"type": "json_object"}, {"type": "json_object"}),
+    ):  # fmt: skip
+        chat(client, user, response_format=rf)
+        want = tm.received[-1].sampling_params
+        r = client.responses.create(model=MODEL, input=user, temperature=0, text={"format": fmt})
+        assert tm.received[-1].sampling_params == want and want["json_schema"]
+        assert r.text.format.type == fmt["type"] and json.loads(r.output_text) == {"n": 7}
+    assert json.loads(want["json_schema"]) == {"type": "object"}
+    chat(
+        client, user, response_format={"type": "json_schema", "json_schema": {"name": "N", "schema": schema}}
+    )
+    assert json.loads(tm.received[-1].sampling_params["json_schema"]) == schema
+
+
+BAD_INPUTS = [
+    ({}, "input"),
+    ({"input": 5}, "input"),
+    ({"input": []}, "input"),
+    ({"input": [{"type": "web_search_call", "id": "w"}]}, "input[0].type"),
+    ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
+    ({"input": [{"role": "user"}]}, "input[0].content"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input[0].content[0]"),
+    ({"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]}, "input[0].call_id"),
+    ({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}, "input[0].name"),
+    ({"input": [{"type": "reasoning", "summary": [{"type": "x", "text": "t"}]}]}, "input[0].summary[0]"),
+    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ({"input": "x", "tools": [{"type": "function", "parameters": {}}]}, "tools[0].name"),
+    ({"input": "x", "tools": [WEATHER, WEATHER]}, "tools[1].name"),
+    ({"input": "x", "tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
+    ({"input": "x", "tool_choice": {"type": "file_search"}}, "tool_choice"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name"),
+    ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "bogus"}}}}, "text.format"),
+    ({"input": "x", "reasoning": {"effort": "bogus"}}, "reasoning.effort"),
+    ({"input": "x", "max_output_tokens": -1}, "max_output_tokens"),
+    ({"input": "x", "temperature": 3}, "temperature"),
+    ({"input": "x", "top_p": "high"}, "top_p"),
+    ({"input": "x", "stop": ["\n"]}, "stop"),
+    ({"input": "x", "background": True}, "background"),
+    ({"input": "x", "truncation": "auto"}, "truncation"),
+    ({"input": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+    ({"input": "x", "previous_response_id": 7}, "previous_response_id"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, stream: bool) -> None:
+    """Each bad field is a 400 in OpenAI's error shape whose ``param`` (and message) name the
+    field as the client sent it, before anything reaches the engine; the route serves the next
+    request."""
+    tm = PromptTM(tok)
+    client, tc = make_client(tm)
+    for body, param in BAD_INPUTS:
+        r = tc.post("/v1/responses", json={"model": MODEL, "stream": stream, **body})
+        assert r.status_code == 400, (body, r.text)
+        err = r.json()["error"]
+        assert err["param"] == param and param.split("[")[0].split(".")[0] in err["message"], (body, err)
+    assert [r.sampling_params.get("json_schema") for r in tm.received] == ['{"type": "bogus"}'] * 1
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.responses.create(model=MODEL, input=[{"role": "user", "content": "x"}], max_output_tokens=-1)
+    assert ei.value.body["param"] == "max_output_tokens"
+    with pytest.raises(openai.NotFoundError) as ei:
+        client.responses.create(model="other", input="x")
+    assert ei.value.body["param"] == "model"
+    assert client.responses.create(model=MODEL, input="ok").status == "completed"
+
+
+def test_store_is_bounded() -> None:
+    """The store keeps at most its entry and byte bounds, dropping the least recently used."""
+    from sglang_v4.entrypoints.openai.responses_store import ResponseStore
+
+    store = ResponseStore(max_entries=2, max_bytes=10_000)
+    for k in "abc":
+        assert store.put(k, {"id": k}, [{"role": "user", "content": k}])
+    assert store.get("a") is None and store.get("b") is not None and len(store) == 2
+    store.put("d", {"id": "d"}, [])  # "c" is now the least recently used ("b" was read)
+    assert store.get("c") is None and store.get("b") is not None
+    assert not store.put("big", {"id": "x" * 20_000}, []) and store.get("big") is None
+    assert store.bytes == sum(store.get(k).size for k in "bd")
+    with pytest.raises(ValueError):
+        ResponseStore(max_entries=0)
+
+
+# ----------------------------------------------------------------------------------- real processes
+@pytest.fixture(scope="module")
+def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    root = tmp_path_factory.mktemp("responses_server")
+    h = start_server(
+        ["--model-path", str(make_fake_model_dir(root)), "--served-model-name", MODEL],
+        fake_env({"FAKE_STEP_SLEEP": "0.002", "FAKE_HOLD_ON_TEXT": "[hold]"}),
+        root / "server.log",
+    )
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
+
+
+def _used_pages(server: Any) -> int:
+    return int(requests.get(server.url + "/get_server_info", timeout=10).json()["kv_pool"]["used_pages"])
+
+
+def _wait_pages(server: Any, want: int) -> None:
+    deadline = time.time() + 20
+    while _used_pages(server) != want:
+        assert time.time() < deadline, _used_pages(server)
+        time.sleep(0.05)
+
+
+def test_real_server_stream_and_disconnects_abort(fake_server: Any) -> None:
+    """Through the real processes: a streamed response parses with the client's stream helper;
+    a client that goes away mid-stream, or before a non-streamed response is done, aborts its
+    (held, never-ending) request, whose KV pages come back; a grammar on this grammar-less server
+    is a 400 naming ``text.format``."""
+    client = openai.OpenAI(base_url=fake_server.url + "/v1", api_key="x", max_retries=0, timeout=60)
+    idle = _used_pages(fake_server)
+    with client.responses.stream(model=MODEL, input="Hello", max_output_tokens=6) as s:
+        final = s.get_final_response()
+    assert final.status == "incomplete" and final.usage.output_tokens == 6 and final.output_text
+    assert client.responses.retrieve(final.id).output_text == final.output_text
+    body = {"model": MODEL, "input": "[hold] go", "max_output_tokens": 400, "stream": True}
+    with requests.post(fake_server.url + "/v1/responses", json=body, stream=True, timeout=30) as r:
+        lines = r.iter_lines()
+        assert any(b"output_text.delta" in line for _, line in zip(range(30), lines) if line)
+        assert _used_pages(fake_server) > idle
+    _wait_pages(fake_server, idle)
+    # the fake scheduler has no grammar backend: a json_schema format is a 400 naming text.format
+    fmt = {"type": "json_schema", "name": "s", "schema": {"type": "object"}}
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.responses.create(model=MODEL, input="x", text={"format": fmt}, stream=True)
+    assert ei.value.body["param"] == "text.format" and "xgrammar" in ei.value.message
+    with pytest.raises(openai.APITimeoutError):
+        client.with_options(timeout=2).responses.create(model=MODEL, input="[hold] go", max_output_tokens=400)
+    _wait_pages(fake_server, idle)
+
+
+# ----------------------------------------------------------------------------------- real model
+@pytest.fixture(scope="module")
+def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    root = tmp_path_factory.mktemp("responses_real")
+    h = start_server(["--device", "cpu"], dict(os.environ), root / "server.log", timeout_s=300)
+    yield h
+    assert h.stop() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_real_model_greedy_text_and_json_schema(real_server: Any) -> None:
+    """The embedded random-weight model: greedy ``/v1/responses`` text (streamed and not) equals
+    greedy ``/v1/chat/completions`` text for the same conversation (a cold run of the other
+    route), also in thinking mode; a ``json_schema`` answer parses and validates with
+    ``jsonschema``."""
+    jsonschema = pytest.importorskip("jsonschema")
+    client = openai.OpenAI(base_url=real_server.url + "/v1", api_key="x", max_retries=0, timeout=600)
+    model = client.models.list().data[0].id
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    want = client.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0)
+    r = client.responses.create(
+        model=model, instructions="Be brief.", input="Name a colour.", max_output_tokens=12, temperature=0
+    )
+    assert r.output_text == want.choices[0].message.content
+    assert r.usage.input_tokens == want.usage.prompt_tokens
+    with client.responses.stream(
+        model=model, instructions="Be brief.", input="Name a colour.", max_output_tokens=12, temperature=0
+    ) as s:
+        assert s.get_final_response().output_text == r.output_text
+    think = client.chat.completions.create(
+        model=model, messages=msgs, max_tokens=12, temperature=0, reasoning_effort="high",
+        extra_body={"chat_template_kwargs": {"thinking": True}},
+    )  # fmt: skip
+    rt = client.responses.create(
+        model=model, instructions="Be brief.", input="Name a colour.", max_output_tokens=12, temperature=0,
+        reasoning={"effort": "high"},
+    )  # fmt: skip
+    reasoning = [o.content[0].text for o in rt.output if o.type == "reasoning"]
+    assert (reasoning[0] if reasoning else None) == think.choices[0].message.model_extra.get(
+        "reasoning_content"
+    )
+    assert rt.output_text == (think.choices[0].message.content or "")
+    schema = {
+        "type": "object",
+        "properties": {
+            "colour": {"type": "string", "enum": ["red", "blue"]},
+            "n": {"type": "integer", "minimum": 0, "maximum": 9},
+        },
+        "required": ["colour", "n"],
+        "additionalProperties": False,
+    }
+    rj = client.responses.create(
+        model=model, input="Colour as JSON.", temperature=0, max_output_tokens=200,
+        text={"format": {"type": "json_schema", "name": "c", "schema": schema, "strict": True}},
+    )  # fmt: skip
+    assert rj.status == "completed"
+    jsonschema.validate(json.loads(rj.output_text), schema)
