@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 import pytest
-from test_chat_tool_stream_agreement import ChunkTM, _block, _both, _invoke, _param
+from test_chat_tool_stream_agreement import ChunkTM, _block, _both, _both_but_the_sent_call, _invoke, _param
 from test_openai_tools import WEATHER, accumulate, client_for
 from transformers import PreTrainedTokenizerFast
 
@@ -260,25 +260,37 @@ def test_sglang_12203_required_and_named_tool_choice_with_reasoning(
 
 
 @pytest.mark.parametrize(
-    "body",
+    ("body", "streamed"),
     [
         # vllm-project/vllm#53227 (fix PR #54838), ggml-org/llama.cpp#28612: a parameter's closing
         # tag left out, so its value ran on over the next parameter's markup
-        '<{D}parameter name="city" string="true">Paris\n<{D}parameter name="days" string="false">3</{D}parameter>',
-        '<{D}parameter name="city" string="true">Paris</{D}paramter>\n</{D}invoke>\n</{D}tool_calls>\nok'
-        '<{D}parameter name="days" string="false">3</{D}parameter>',
-        '<{D}parameter name="days" string="false">3\n</{D}invoke>',
+        (
+            '<{D}parameter name="city" string="true">Paris\n<{D}parameter name="days" string="false">3</{D}parameter>',
+            '{"city": "Paris\\n',
+        ),
+        (
+            '<{D}parameter name="city" string="true">Paris</{D}paramter>\n</{D}invoke>\n</{D}tool_calls>\nok'
+            '<{D}parameter name="days" string="false">3</{D}parameter>',
+            '{"city": "Paris',
+        ),
+        ('<{D}parameter name="days" string="false">3\n</{D}invoke>', '{"days": 3'),
         # sgl-project/sglang#39435: a parameter tag without the DSML marker (and its string flag)
-        '<parameter name="city">Paris</{D}parameter>',
+        ('<parameter name="city">Paris</{D}parameter>', ""),
     ],
 )
-def test_vllm_53227_sglang_39435_broken_parameter_markup(tok: PreTrainedTokenizerFast, body: str) -> None:
+def test_vllm_53227_sglang_39435_broken_parameter_markup(
+    tok: PreTrainedTokenizerFast, body: str, streamed: str
+) -> None:
     """A parameter whose markup is broken made a call anyway: the value swallowed the next
     parameter's DSML markup (vllm-project/vllm#53227, ggml-org/llama.cpp#28612), or the bad tag
     was skipped and the call went out with ``{}`` (sgl-project/sglang#39435, where DeepSeek's own
-    parser raises). Here the invoke is malformed: its block is the content, no call, no markup in
-    any arguments, streamed and not."""
+    parser raises). Here the invoke is malformed: its block is the content, no call, finish
+    reason ``"stop"``, streamed and not. Streamed, the call's name and the argument text before
+    the broken markup (``streamed``, the JSON text of the hand-written value up to there) went
+    out already, with no markup in it (the documented difference)."""
     body = body.replace("{D}", D)
     reply = "On it." + _block(f'<{D}invoke name="get_weather">\n{body}\n</{D}invoke>')
     client, _ = client_for(ChunkTM(tok, reply))
-    assert _both(client, model="m", messages=MSGS, tools=[WEATHER]) == (reply, [], "stop")
+    msg, sent = _both_but_the_sent_call(client, model="m", messages=MSGS, tools=[WEATHER])
+    assert msg == (reply, [], "stop")
+    assert sent == ("get_weather", streamed)  # one token a chunk: all the text before the markup

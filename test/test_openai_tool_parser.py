@@ -196,30 +196,30 @@ def test_malformed_block_is_returned_as_text(text: str) -> None:
     content, calls, complete = parse_tool_calls(text, TOOLS)
     assert (content, calls, complete) == (text, [], False)
     for chunks in chunkings(text):
-        s_content, s_calls, p = run_stream(chunks)
-        # nothing of the failing call was streamed either (its tag may have been complete)
-        assert (s_content, s_calls) == (text, {}), chunks
+        s_content, _, p = run_stream(chunks)
+        assert s_content == text, chunks
         assert p.malformed and not p.complete
 
 
-def test_a_call_is_sent_whole_when_its_invoke_closes() -> None:
-    """Nothing of a call is streamed before its invoke closes (the rest of the invoke may still
-    make it no call); then one delta carries id, name and the whole arguments, and the next call
-    of the block follows on its own."""
-    text = block(
-        invoke("get_weather", ("city", "true", "Paris la belle"), ("days", "false", "12")),
-        invoke("noop"),
-    )
-    closes = [m.end() for m in re.finditer(f"</{D}invoke>", text)]
+def test_arguments_stream_while_generated() -> None:
+    """Argument fragments come out as the value is generated, not when the call ends; the
+    closing tag's first characters are held back and never appear in the arguments."""
+    text = block(invoke("get_weather", ("city", "true", "Paris la belle"), ("days", "false", "12")))
     p = DsmlToolParser(TOOLS)
-    sent: list[tuple[int, int, str | None, str]] = []
-    for k, ch in enumerate(text, start=1):
-        sent += [(k, d.index, d.name, d.arguments) for d in p.feed(ch)[1]]
-    assert p.finish() == ("", [])
-    assert sent == [
-        (closes[0], 0, "get_weather", '{"city": "Paris la belle", "days": 12}'),
-        (closes[1], 1, "noop", "{}"),
-    ]
+    args = ""
+    cut = text.index("la belle") + 2
+    for ch in text[:cut]:
+        args += "".join(d.arguments for d in p.feed(ch)[1])
+    assert args == '{"city": "Paris la'
+    for piece in (" belle<", "", "/", D, "param"):
+        args += "".join(d.arguments for d in p.feed(piece)[1])
+        assert args == '{"city": "Paris la belle', piece
+    rest = text[text.index("eter>", cut) :]
+    args += "".join(d.arguments for d in p.feed(rest[: rest.index("12") + 1])[1])
+    assert args == '{"city": "Paris la belle", "days": 1'
+    for d in p.feed(rest[rest.index("12") + 1 :])[1] + p.finish()[1]:
+        args += d.arguments
+    assert json.loads(args) == {"city": "Paris la belle", "days": 12}
 
 
 def test_arguments_text_has_the_reference_decoder_shape() -> None:

@@ -136,7 +136,7 @@ def test_tool_call_non_stream_and_stream(tok: PreTrainedTokenizerFast) -> None:
     assert s["finish"] == "tool_calls" and s["content"] == "Let me look."
     assert [(c["name"], json.loads(c["arguments"])) for c in s["calls"].values()] == [("get_weather", ARGS)]
     assert s["calls"][0]["arguments"] == call.function.arguments
-    assert s["n_arg_deltas"] == 1  # the call is sent whole once its invoke closed (module docstring)
+    assert s["n_arg_deltas"] > 3  # arguments arrive as they are generated, not in one piece at the end
     assert_no_dsml(s["content"], s["calls"][0]["arguments"], ch.message.content, call.function.arguments)
 
 

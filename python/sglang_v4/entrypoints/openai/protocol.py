@@ -452,9 +452,8 @@ class _OmitNone(BaseModel):
 
 
 class DeltaFunctionCall(_OmitNone):
-    """``delta.tool_calls[i].function``: the name on a call's first delta, with its arguments
-    (DSML calls are sent whole; a cut call's arguments so far), then any argument fragments (a
-    key that a delta does not carry is absent)."""
+    """``delta.tool_calls[i].function``: the name on a call's first delta, then argument fragments
+    (a key that a delta does not carry is absent)."""
 
     name: str | None = None
     arguments: str | None = None

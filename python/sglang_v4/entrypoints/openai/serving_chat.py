@@ -25,8 +25,12 @@ block's closing tag); a malformed block comes back as ``content`` with the engin
 ``content``, the same streamed and not. A generation that *stopped* inside an invoke (EOS, a stop
 token, or a ``stop`` string matching text of the call: stops apply everywhere in the answer, as in
 SGLang and vLLM) made no such call: the unfinished invoke's text is ``content`` and the finish
-reason ``"stop"`` (vllm-project/vllm#42210). Streamed, a call is sent whole once its invoke closed
-well-formed (:mod:`.tool_parser`), so the deltas a client folds are the non-streamed message.
+reason ``"stop"`` (vllm-project/vllm#42210). Streamed, a call's id and name go out when its invoke
+tag is complete and its arguments as they are generated (:mod:`.tool_parser`); the content deltas
+and the final chunk's ``finish_reason`` are those of the non-streamed response, but the deltas of
+a call whose invoke then turned out malformed or was stopped inside went out already: a client
+folding the stream holds that call (arguments usually not JSON) where the non-streamed message has
+none, as with vLLM. Check ``finish_reason`` (``"tool_calls"``) before running calls.
 The EOS token never appears in the text (even with ``skip_special_tokens: false``).
 
 Answer grammars with reasoning: in thinking mode a ``response_format`` (or SGLang's ``json_schema``

@@ -11,44 +11,32 @@ The model writes tool calls as one DSML block at the end of its answer (format o
     </｜DSML｜tool_calls>
 
 :class:`DsmlToolParser` is fed the text as it is generated and returns ``(content_delta,
-[ToolCallDelta])`` in OpenAI's streaming shape. ``function.arguments`` is a JSON object built from
-the parameters: ``{"city": "Paris", "days": 3}``; a ``string="true"`` value is the JSON-escaped
-string, a ``string="false"`` value its raw JSON text without surrounding whitespace (checked with
-``json.loads`` when it ends); the separators are those of the reference decoder (``", "`` and
-``": "``). An invoke whose body is a JSON object instead of parameters
-(``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``) is accepted too.
+[ToolCallDelta])`` in OpenAI's streaming shape: the first delta of a call carries its ``id`` and
+``name`` (as soon as the invoke tag is complete), later deltas carry fragments of
+``function.arguments``, a JSON object built while the values arrive: ``{"city": "Paris", "days":
+3}``. A ``string="true"`` value is streamed as the JSON-escaped string, a ``string="false"`` value as
+its raw JSON text without surrounding whitespace (checked with ``json.loads`` when it ends); the
+separators are those of the reference decoder (``", "`` and ``": "``). An invoke whose body is a JSON object instead of
+parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``) is accepted too.
 
-A call is streamed *whole*, in one delta (``id``, ``name`` and all of ``arguments``), when its
-invoke closes well-formed: until then nothing of it is sent, because the rest of the invoke may
-still make it no call (an invalid JSON value, a bad tag, a stop inside it), and a streamed delta
-cannot be taken back. So what a client folds from the deltas is always the non-streamed message:
-no orphan call whose arguments are not JSON (SGLang's parsers do the same, emitting a call
-atomically at its end marker: sgl-project/sglang#32861; vLLM streams the fragments and leaves
-the client to find them invalid). Several calls of a block still arrive one by one.
+Nothing of the DSML markup ever reaches ``content`` or ``arguments``: text that may be the start
+of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of the block are held back
+until the next characters decide.
 
-Nothing of the DSML markup ever reaches ``content`` or ``arguments`` of a well-formed block: text
-that may be the start of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of
-the block are held back until the next characters decide.
-
-A block still open when the generation is *cut* (``max_tokens``; :meth:`DsmlToolParser.finish`
-without ``stopped``) is answered as OpenAI answers a function call cut by the token limit: the
-calls whose invoke tag was complete are calls, the last one with the arguments generated so far
-(a prefix of the JSON text, usually not valid JSON; held-back text that may be the start of a
-closing tag is dropped; sent at the finish), and nothing of the block goes to ``content``. An
-invoke cut before its tag (the name) was complete is no call. A generation that *stopped* (EOS, a
-stop token, or a ``stop`` string that matched inside the block: ``finish(stopped=True)``) inside an
-invoke, or in a block before its first invoke closed, did not make that call: the block's text
-from the end of its last closed invoke (those stay calls) is returned as ``content``, as a
-malformed block is (vLLM answers a stop string that interrupts a call the same way, the partial
-text as content and finish reason ``"stop"``: vllm-project/vllm#42210); never a call with
-half-written arguments. A generation that stopped in a block after its last closed invoke made
-its calls (:attr:`DsmlToolParser.calls_whole`: finish reason ``"tool_calls"``,
-sgl-project/sglang#40236). Either way a generation that ends with the first characters of a block
+A block still open at the end is *cut* when ``max_tokens`` ended the generation
+(:meth:`DsmlToolParser.finish` without ``stopped``), answered as OpenAI answers a function call cut
+by the token limit: the calls whose invoke tag was complete are calls, the last one with the
+arguments generated so far (a prefix of the JSON text, usually not JSON; a held-back start of a
+closing tag dropped), nothing of the block in ``content``; an invoke cut before its name was
+complete is no call. A generation that *stopped* (EOS, a stop token, a ``stop`` string:
+``finish(stopped=True)``) inside an invoke, or in a block before its first invoke closed, did not
+make that call: the block is malformed (below) from there (vllm-project/vllm#42210); stopped after
+its last closed invoke, it made its calls (:attr:`DsmlToolParser.calls_whole`: finish reason
+``"tool_calls"``, sgl-project/sglang#40236). Output that ends with the first characters of a block
 start (``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the whitespace before them (in the
-content only: in thinking mode, such characters at the end of unfinished reasoning are reasoning
-text, see :mod:`.reasoning_parser`): they are not known to be markup. The streamed deltas and
-:func:`parse_tool_calls` give the same calls; :attr:`DsmlToolParser.truncated` is set and
-:attr:`DsmlToolParser.complete` is False. A cut call keeps the engine's finish reason.
+content only; at the end of unfinished reasoning they are reasoning text, :mod:`.reasoning_parser`).
+The streamed deltas and :func:`parse_tool_calls` give the same calls;
+:attr:`DsmlToolParser.truncated` is set, :attr:`DsmlToolParser.complete` False.
 
 A *bare* block, invokes without the ``<｜DSML｜tool_calls>`` wrapper (DeepSeek-V4 leaves the
 wrapper out at times, at long contexts especially: sgl-project/sglang#40236, vllm-project/vllm#48931),
@@ -62,30 +50,43 @@ another name whose first content is an invoke is a block too, closed by its own 
 wrote ``function_calls``): the invoke grammar is the same; before other text such a tag is text.
 
 With the tools' schemas (``tool_names`` a mapping name -> ``parameters``), a call whose only
-parameter is a spurious ``arguments`` / ``input`` wrapper is repaired (:mod:`.tool_args_repair`)
-when its invoke closes, before it is sent. A call cut inside a wrapper keeps what was generated.
+parameter is a spurious ``arguments`` / ``input`` wrapper is repaired
+(:mod:`.tool_args_repair`): its arguments are held back from the stream from the wrapper's tag
+(or, for a JSON body, from its first key) until the invoke ends, then sent whole, repaired; a
+second parameter releases them.
 
 A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
-between tags, DSML markup inside a value: the model left out a closing tag, and the value would
-swallow the next parameter's markup, vllm-project/vllm#53227, ggml-org/llama.cpp#28612) is
-returned *as text*: from the point of failure the block's raw text goes to
-``content``, from its first character, or, when invokes of the block closed before the failure,
-from the end of the last of them: those stay calls (one malformed invoke does not drop its valid
-siblings, sgl-project/sglang#40236); the rest of the output follows as content. Nothing of the
-failing invoke's call was streamed; the finish reason then is not ``"tool_calls"`` (see
-:attr:`DsmlToolParser.complete`).
+between tags, DSML markup inside a value: a closing tag left out, the value would swallow the next
+parameter's markup, vllm-project/vllm#53227) is returned *as text*: from the point of failure its
+raw text goes to ``content``, from its first character or, when invokes of the block closed
+before, from the end of the last of them: those stay calls (sgl-project/sglang#40236); the rest of
+the output follows as content; the finish reason is not ``"tool_calls"``. Streamed, the deltas of
+the failing (or stopped) invoke's call, once its tag was complete, went out already and are not
+taken back (vLLM leaves them too): the one difference from :func:`parse_tool_calls`, which has no
+such call; the content is the same text.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
-from sglang_v4.entrypoints.openai.tool_args_repair import unwrap_arguments
+from sglang_v4.entrypoints.openai.tool_args_repair import (
+    WRAPPER_KEYS,
+    is_wrapper_key,
+    json_body_wraps,
+    unwrap_arguments,
+)
+from sglang_v4.entrypoints.openai.tool_calls import (
+    TOOL_CALL_PARSERS,
+    ParsedToolCall,
+    ToolCallDelta,
+    canonical_tool_call_parser,
+    make_tool_call_id,
+)
 
 __all__ = [
     "TOOL_CALL_PARSERS",
@@ -96,13 +97,6 @@ __all__ = [
     "make_tool_call_id",
     "parse_tool_calls",
 ]
-
-#: ``--tool-call-parser`` names (SGLang's spelling) -> DSML block name: DeepSeek-V4 writes
-#: ``<｜DSML｜tool_calls>`` (V3.2 used the same grammar inside ``function_calls``).
-TOOL_CALL_PARSERS: dict[str, str] = {"deepseekv4": "tool_calls"}
-#: Other spellings; SGLang's ``auto`` picks the parser of the model's architecture, which is
-#: DeepSeek-V4's for every model sglang-v4 serves.
-_ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4", "auto": "deepseekv4"}
 
 #: The longest tag head (``name="..." string="..."``) waited for before a tag counts as malformed.
 _MAX_TAG_CHARS = 512
@@ -119,60 +113,6 @@ _INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
 _PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
 
 _TEXT, _BLOCK, _INVOKE_TAG_S, _INVOKE, _PARAM_TAG_S, _VALUE, _JSON_ARGS, _RAW = range(8)
-
-
-def canonical_tool_call_parser(name: str) -> str:
-    """The SGLang spelling of a ``--tool-call-parser`` name (aliases such as vLLM's ``deepseek_v4``).
-
-    Raises:
-        ValueError: an unknown parser name (lists the choices).
-    """
-    key = _ALIASES.get(name, name)
-    if key not in TOOL_CALL_PARSERS:
-        raise ValueError(f"tool_call_parser must be one of {sorted(TOOL_CALL_PARSERS)} (got {name!r})")
-    return key
-
-
-def make_tool_call_id() -> str:
-    """A fresh OpenAI-style call id, ``call_`` + 24 hex digits."""
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-@dataclass
-class ToolCallDelta:
-    """One streamed piece of a tool call (OpenAI ``delta.tool_calls[i]``).
-
-    Attributes:
-        index: position of the call in the message (0-based, across blocks).
-        id: set on the first delta of a call only.
-        name: ``function.name``, set on the first delta of a call only.
-        arguments: the next fragment of ``function.arguments`` (may be ``""``).
-    """
-
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments: str = ""
-
-
-@dataclass
-class ParsedToolCall:
-    """A tool call.
-
-    Attributes:
-        index: position of the call in the message (0-based, across blocks).
-        id: the call id (``call_`` + 24 hex digits).
-        name: ``function.name``.
-        arguments: a JSON object text (``json.loads`` gives a dict); for a ``partial`` call the
-            argument text generated before the cut, a prefix of such a text.
-        partial: the generation ended inside this call (see the module docstring).
-    """
-
-    index: int
-    id: str
-    name: str
-    arguments: str
-    partial: bool = False
 
 
 def _partial_suffix(text: str, marker: str) -> int:
@@ -235,8 +175,10 @@ class DsmlToolParser:
     _bare: bool = False  # the open block had no wrapper (it started at an invoke)
     _cur_end: str = ""  # the closing tag of the open block (its wrapper's name)
     _closed_at: int = 0  # where in ``_raw`` the open block's last closed invoke ended
+    _hold: bool = False  # the open call's arguments are held back (a possible wrapper)
+    _hold_undecided: bool = False  # ... its JSON body's first key is not known yet
     _n_calls: int = 0
-    _call: ParsedToolCall | None = None  # the open invoke's call (held back until it closes)
+    _call: ParsedToolCall | None = None
     _param_names: set[str] = field(default_factory=set)
     _value_is_string: bool = True
     _value: str = ""
@@ -286,9 +228,9 @@ class DsmlToolParser:
                 not a partial call.
 
         Returns:
-            ``(content_delta, tool_call_deltas)``: the held-back plain text (for a stopped open
-            block, its text from the end of its last closed invoke), and for a cut call its
-            one delta (id, name and the arguments generated so far).
+            ``(content_delta, tool_call_deltas)``: the held-back plain text (a stopped open block:
+            its text from the end of its last closed invoke); a cut call's held-back arguments (a
+            possible wrapper), else no delta: the rest was streamed already.
         """
         rest, self._buf = self._buf, ""
         if self._state == _RAW:
@@ -313,17 +255,19 @@ class DsmlToolParser:
             return "", []
         self.truncated = True
         if stopped and (self._state != _BLOCK or not self._block_calls):
-            self._buf = rest  # stopped inside an invoke (or before the first): the rest is text
-            content: list[str] = []
+            content: list[str] = []  # stopped inside an invoke (or before the first): text
+            self._buf = rest
             self._take(len(rest))
             self._to_raw(content)
             self._state = _TEXT
             return "".join(content), []
         cut = self._call
         held = []
-        if cut is not None:  # never streamed: the call goes out now with what was generated
+        if cut is not None:
             cut.partial = True
-            held = [ToolCallDelta(cut.index, id=cut.id, name=cut.name, arguments=cut.arguments)]
+            if self._hold and cut.arguments:  # never streamed: the generated part goes out now
+                held = [ToolCallDelta(cut.index, arguments=cut.arguments)]
+        self._hold = self._hold_undecided = False
         self.calls.extend(self._block_calls + ([cut] if cut is not None else []))
         self._block_calls, self._call, self._raw, self._held_ws = [], None, "", ""
         self._state = _TEXT
@@ -344,7 +288,8 @@ class DsmlToolParser:
         self.calls.extend(self._block_calls)
         self._raw = self._held_ws = ""
         self._block_calls = []
-        self._call = None  # its call was never sent (module docstring)
+        self._call = None
+        self._hold = self._hold_undecided = False
 
     def _skip_ws(self) -> None:
         n = len(self._buf) - len(self._buf.lstrip())
@@ -400,6 +345,7 @@ class DsmlToolParser:
             m = self._expect((self.param_start, self.invoke_end))
             if m is None and self._buf.startswith("{") and not self._param_names:
                 self._state, self._value = _JSON_ARGS, ""
+                self._hold = self._hold_undecided = any(self._may_wrap(k) for k in WRAPPER_KEYS)
                 return True
             if m is None:
                 self._to_raw(content)
@@ -480,11 +426,16 @@ class DsmlToolParser:
             self._n_calls += 1
             self._param_names = set()
             self._state = _INVOKE
+            deltas.append(ToolCallDelta(self._call.index, id=self._call.id, name=name))
             return True
         key, is_string = m.group(1), m.group(2) == "true"
         if key in self._param_names:
             self._to_raw(content)
             return True
+        if not self._param_names:
+            self._hold = self._may_wrap(key)
+        elif self._hold:  # a second parameter: no wrapper
+            self._release(deltas)
         head = ("{" if not self._param_names else ", ") + json.dumps(key, ensure_ascii=False) + ": "
         self._param_names.add(key)
         self._value_is_string, self._value, self._held_ws = is_string, "", ""
@@ -513,6 +464,9 @@ class DsmlToolParser:
                 piece = piece.lstrip()
         self._take(len(buf) - keep if pos < 0 else pos)
         self._value += piece
+        if self._hold_undecided:
+            self._decide_json_hold(piece, deltas)
+            piece = ""  # in the call's arguments already (or sent by the release)
         if pos < 0:
             if piece:
                 self._emit(json.dumps(piece, ensure_ascii=False)[1:-1] if not raw_json else piece, deltas)
@@ -539,21 +493,56 @@ class DsmlToolParser:
         self._state = _INVOKE
         return True
 
-    def _emit(self, fragment: str, deltas: list[ToolCallDelta]) -> None:
-        """Add ``fragment`` to the open call's arguments (sent when its invoke closes)."""
+    def _may_wrap(self, key: str) -> bool:
+        """Whether parameter ``key`` of the open call may be a spurious wrapper (the tools'
+        schemas are known and the tool declares no such parameter)."""
+        names = self.tool_names
+        if self._call is None or not isinstance(names, Mapping) or self._call.name not in names:
+            return False
+        return is_wrapper_key(key, names[self._call.name])
+
+    def _release(self, deltas: list[ToolCallDelta]) -> None:
+        """Stop holding the open call's arguments back: what was held goes out as a delta."""
         assert self._call is not None
+        self._hold = self._hold_undecided = False
+        if self._call.arguments:
+            deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
+
+    def _decide_json_hold(self, piece: str, deltas: list[ToolCallDelta]) -> None:
+        """A JSON body's arguments are held until its first key is known: a wrapper key keeps
+        them held to the end of the invoke; anything else releases them."""
+        assert self._call is not None
+        self._call.arguments += piece
+        names = self.tool_names
+        schema = names.get(self._call.name) if isinstance(names, Mapping) else None
+        wraps = json_body_wraps(self._value, schema)
+        if wraps:
+            self._hold_undecided = False
+        elif wraps is not None:
+            self._release(deltas)
+
+    def _emit(self, fragment: str, deltas: list[ToolCallDelta]) -> None:
+        assert self._call is not None
+        if not fragment:
+            return
         self._call.arguments += fragment
+        if self._hold:
+            return
+        if deltas and deltas[-1].index == self._call.index:
+            deltas[-1].arguments += fragment
+        else:
+            deltas.append(ToolCallDelta(self._call.index, arguments=fragment))
 
     def _close_invoke(self, tail: str, deltas: list[ToolCallDelta]) -> None:
-        """The open invoke closed well-formed: its call, wrapper repaired, goes out whole."""
-        call = self._call
-        assert call is not None
+        assert self._call is not None
         self._emit(tail, deltas)
-        names = self.tool_names
-        if isinstance(names, Mapping) and call.name in names:
-            call.arguments = unwrap_arguments(call.arguments, names[call.name]) or call.arguments
-        deltas.append(ToolCallDelta(call.index, id=call.id, name=call.name, arguments=call.arguments))
-        self._block_calls.append(call)
+        if self._hold:
+            names = self.tool_names
+            schema = names.get(self._call.name) if isinstance(names, Mapping) else None
+            self._call.arguments = unwrap_arguments(self._call.arguments, schema) or self._call.arguments
+            self._hold = self._hold_undecided = False
+            deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
+        self._block_calls.append(self._call)
         self._closed_at = len(self._raw)
         self._call = None
         self._state = _BLOCK
