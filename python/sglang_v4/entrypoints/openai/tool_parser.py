@@ -14,10 +14,11 @@ The model writes tool calls as one DSML block at the end of its answer (format o
 [ToolCallDelta])`` in OpenAI's streaming shape: the first delta of a call carries its ``id`` and
 ``name`` (as soon as the invoke tag is complete), later deltas carry fragments of
 ``function.arguments``, a JSON object built while the values arrive: ``{"city": "Paris", "days":
-3}``. A ``string="true"`` value is streamed as the JSON-escaped string, a ``string="false"`` value as
-its raw JSON text without surrounding whitespace (checked with ``json.loads`` when it ends); the
-separators are those of the reference decoder (``", "`` and ``": "``). An invoke whose body is a JSON object instead of
-parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``) is accepted too.
+3}``. A ``string="true"`` value is streamed as the JSON-escaped string, a ``string="false"`` value
+as its raw JSON text without surrounding whitespace (checked with ``json.loads`` when it ends); the
+separators are those of the reference decoder (``", "`` and ``": "``). An invoke whose body is a
+JSON object instead of parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``)
+is accepted too.
 
 Nothing of the DSML markup ever reaches ``content`` or ``arguments``: text that may be the start
 of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of the block are held back
