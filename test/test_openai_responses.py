@@ -331,6 +331,34 @@ def test_unclosed_reasoning_that_stops_is_the_answer_streamed_or_not(tok: PreTra
     assert client.responses.retrieve(final["id"]).output_text == "Just the answer."
 
 
+def test_call_stopped_inside_its_invoke_streamed_or_not(tok: PreTrainedTokenizerFast) -> None:
+    """A reply that stops (EOS) inside its invoke made no call (chat's rule, vllm-project/vllm#42210):
+    the response is one message holding chat's content, the block's markup included. Streamed,
+    the ``function_call`` item and its first argument deltas went out before the stop: that item
+    is closed ``incomplete``, the text follows in a message, and the final response
+    (``response.completed``) is the non-streamed one."""
+    reply = "Let me look." + CALL[: CALL.index("Paris") + len("Par")]
+    client, tc = make_client(PromptTM(tok, reply))
+    user = {"role": "user", "content": "Weather in Paris?"}
+    want = chat(client, [user], tools=[CHAT_WEATHER]).choices[0]
+    assert (want.message.content, want.message.tool_calls, want.finish_reason) == (reply, None, "stop")
+    body, events = post(tc, {"input": [user], "tools": [WEATHER]})
+
+    def output(r: dict[str, Any]) -> list[tuple[str, str, str]]:
+        return [(o["type"], o["status"], o["content"][0]["text"]) for o in r["output"]]
+
+    assert output(body) == output(events[-1]["response"]) == [("message", "completed", reply)]
+    items = streamed_items(events)
+    assert [(i["type"], i["status"]) for i in items] == [
+        ("message", "completed"),
+        ("function_call", "incomplete"),
+        ("message", "completed"),
+    ]
+    assert items[0]["text"] + items[2]["text"] == reply
+    assert items[1]["name"] == "get_weather" and items[1]["arguments"]
+    assert '{"city": "Paris'.startswith(items[1]["arguments"]), items[1]
+
+
 class AbortingTM(PromptTM):
     """Streams two tokens, then an engine abort (as the tokenizer manager reports one); not
     streamed, its one output is the abort."""

@@ -112,6 +112,12 @@ BAD = [
     f"\n\n<{D}tool_calls>\nhello\n</{D}tool_calls>",  # text between tags
     f"\n\n<{D}tool_calls>\n</{D}tool_calls>",  # empty block
     block(f'<{D}invoke name="get_weather">\n["not", "an", "object"]\n</{D}invoke>'),
+    # a closing tag left out: the value would run over the next parameter's markup
+    # (vllm-project/vllm#53227)
+    block(
+        f'<{D}invoke name="get_weather">\n<{D}parameter name="city" string="true">Oslo\n'
+        f'<{D}parameter name="days" string="false">2</{D}parameter>\n</{D}invoke>'
+    ),
     "\n\n" + invoke("launch_missiles", ("x", "true", "1")),  # bare, not one of the request's tools
     "See " + invoke("get_weather", ("days", "false", "three")) + " here",  # bare, not JSON
 ]

@@ -165,7 +165,11 @@ def test_stopped_while_reasoning_at_every_character(
     trailing partial block start (and the whitespace before it) dropped, streamed and not. The
     streamed reasoning deltas were sent before the stop was known (``stream_reasoning``); they are
     the text as generated, the partial marker included, and nothing when reasoning is not
-    streamed."""
+    streamed. Stopped inside the block before its invoke closed, the call was not made: the
+    block's text (from its separator) is the content, never a call with half-written arguments
+    (vllm-project/vllm#42210), streamed and not; streamed, the call's id, name and argument
+    fragments went out once its invoke tag was complete, and stay in what the client folds (the
+    one documented difference)."""
     text = INSIDE
     _, tc = client_for(CharTM(tok, text, "stop"))
     lt = REASONING.index("<")
@@ -174,7 +178,8 @@ def test_stopped_while_reasoning_at_every_character(
     for k in range(1, len(text) + 1):
         body = _body(k, stream_reasoning=stream_reasoning)
         ns, s = _non_streamed(tc, body), _streamed(tc, body)
-        assert (ns["content"], ns["calls"]) == (s["content"], s["calls"]), (k, ns, s)
+        assert ns["content"] == s["content"], (k, ns, s)
+        _check_calls(s["calls"], text, k)  # streamed: the call from its complete invoke tag on
         # stopped after the invoke closed (the block's closing tag may still be missing): a call
         closed_at = text.index(f"</{D}invoke>") + len(f"</{D}invoke>")
         assert ns["finish"] == s["finish"] == ("tool_calls" if k >= closed_at else "stop"), k
@@ -186,5 +191,9 @@ def test_stopped_while_reasoning_at_every_character(
             assert (ns["reasoning"], ns["content"]) == ("", answer), k
             assert s["reasoning"] == (text[:k] if stream_reasoning else ""), k
         else:
-            assert ns == s and (ns["reasoning"], ns["content"]) == (text[:ws_at], ""), k
-        _check_calls(ns["calls"], text, k)
+            block_text = text[ws_at:k] if k < closed_at else ""
+            assert ns["reasoning"] == s["reasoning"] == text[:ws_at], k
+            assert ns["content"] == block_text, k
+        assert ns["calls"] == ([("get_weather", FULL_ARGS)] if k >= closed_at else []), k
+        if ns["calls"]:
+            assert json.loads(ns["calls"][0][1]) == {"city": "Paris"}

@@ -22,7 +22,15 @@ calls (also inside a block left open after its last closed invoke: the model's E
 block's closing tag); a malformed block comes back as ``content`` with the engine's finish reason. A call cut by
 ``max_tokens`` is answered as OpenAI answers it: ``finish_reason`` ``"length"`` and the call in
 ``tool_calls`` with the arguments generated so far (once its name is known), no markup in
-``content``, the same streamed and not.
+``content``, the same streamed and not. A generation that *stopped* inside an invoke (EOS, a stop
+token, or a ``stop`` string matching text of the call: stops apply everywhere in the answer, as in
+SGLang and vLLM) made no such call: the unfinished invoke's text is ``content`` and the finish
+reason ``"stop"`` (vllm-project/vllm#42210). Streamed, a call's id and name go out when its invoke
+tag is complete and its arguments as they are generated (:mod:`.tool_parser`); the content deltas
+and the final chunk's ``finish_reason`` are those of the non-streamed response, but the deltas of
+a call whose invoke then turned out malformed or was stopped inside went out already: a client
+folding the stream holds that call (arguments usually not JSON) where the non-streamed message has
+none, as with vLLM. Check ``finish_reason`` (``"tool_calls"``) before running calls.
 The EOS token never appears in the text (even with ``skip_special_tokens: false``).
 
 Answer grammars with reasoning: in thinking mode a ``response_format`` (or SGLang's ``json_schema``
@@ -296,7 +304,7 @@ class ChatMixin(ChatPrepareMixin):
         content: str | None = text
         if plan.tool_names is not None:
             parser = DsmlToolParser(plan.tool_names, TOOL_CALL_PARSERS[self.tool_call_parser])
-            content = parser.feed(text)[0] + parser.finish()[0]
+            content = parser.feed(text)[0] + parser.finish(stopped=fr == "stop")[0]
             calls = parser.calls
             if calls:
                 content = content or None
@@ -416,7 +424,7 @@ class ChatMixin(ChatPrepareMixin):
                         if st.tools is not None:
                             content_d, tool_deltas = st.tools.feed(content_d)
                             if fr is not None:
-                                c2, t2 = st.tools.finish()
+                                c2, t2 = st.tools.finish(stopped=fr == "stop")
                                 content_d, tool_deltas = content_d + c2, tool_deltas + t2
                         lp = None
                         if req.logprobs:

@@ -30,7 +30,10 @@ response (also when it is ``incomplete``, as vLLM and SGLang send it, so that cl
 helpers find their final response). An engine error mid-stream sends ``error`` and then
 ``response.failed``. A thinking-mode reply that stops without ever closing its reasoning is the
 answer (as on chat completions): streamed, its text went out as reasoning first, and the final
-response has it as the message only, as the non-streamed response has. Client disconnects abort
+response has it as the message only, as the non-streamed response has. Likewise a call whose
+invoke turns out malformed, or is stopped inside, had its ``function_call`` item and argument
+deltas streamed already: that item is closed ``incomplete``, its text follows in a message, and
+the final response has no such item, as the non-streamed one. Client disconnects abort
 the request, as on chat completions.
 """
 
@@ -243,6 +246,15 @@ class _EventWriter:
                 )
             )
         return out
+
+    def drop_call(self, made: set[int]) -> list[bytes]:
+        """Close the open ``function_call`` item ``incomplete`` when its call was not made (its
+        invoke turned out malformed or was stopped inside): its events went out already, the
+        final response has no such item."""
+        o = self.open
+        if o is None or o["kind"] != "function_call" or o["key"][1] in made:
+            return []
+        return self.close("incomplete")
 
     def _delta(self, kind: str, delta: str, **extra: Any) -> list[bytes]:
         o = self.open or {}
@@ -542,10 +554,13 @@ class ResponsesMixin(ChatMixin):
         if st.tools is not None:
             content_d, tool_deltas = st.tools.feed(content_d)
             if fr is not None:
-                c2, t2 = st.tools.finish()
+                c2, t2 = st.tools.finish(stopped=fr == "stop")
                 content_d, tool_deltas = content_d + c2, tool_deltas + t2
         read.content += content_d
-        out = w.reasoning(reasoning_d) + w.text(content_d)
+        out = w.reasoning(reasoning_d)
+        if st.tools is not None and st.tools.malformed:
+            out += w.drop_call({c.index for c in st.tools.calls})
+        out += w.text(content_d)
         for d in tool_deltas:
             out += w.call(d)
         if fr is None:

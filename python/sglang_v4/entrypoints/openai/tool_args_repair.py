@@ -17,13 +17,18 @@ parameter when the tool has exactly one, a string one. Anything else is left as 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["WRAPPER_KEYS", "is_wrapper_key", "unwrap_arguments"]
+__all__ = ["WRAPPER_KEYS", "is_wrapper_key", "json_body_wraps", "unwrap_arguments"]
 
 #: The parameter names the model wraps real arguments in.
 WRAPPER_KEYS = ("arguments", "input")
+#: The start of a JSON object's first key (group 1: the key, once its closing quote came).
+_JSON_FIRST_KEY = re.compile(r'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:')
+#: A text that may still become such a start.
+_JSON_KEY_PREFIX = re.compile(r'\s*(\{\s*("((?:[^"\\]|\\.)*"?\s*)?)?)?')
 
 
 def _properties(schema: Any) -> Mapping[str, Any]:
@@ -35,6 +40,25 @@ def is_wrapper_key(key: str, schema: Any) -> bool:
     """Whether a call's parameter ``key`` may be the spurious wrapper for a tool whose
     ``parameters`` JSON schema is ``schema`` (a wrapper name the tool does not declare)."""
     return key in WRAPPER_KEYS and key not in _properties(schema)
+
+
+def json_body_wraps(text: str, schema: Any) -> bool | None:
+    """Whether an invoke's JSON body, of which ``text`` is the start written so far, is a
+    spurious wrapper (its first key a wrapper key, :func:`is_wrapper_key`) for a tool whose
+    ``parameters`` JSON schema is ``schema``.
+
+    Returns:
+        True or False once the first key is complete (False too when ``text`` cannot start a
+        JSON object with a key); None while more text must decide.
+    """
+    m = _JSON_FIRST_KEY.match(text)
+    if m is None:
+        return None if _JSON_KEY_PREFIX.fullmatch(text) is not None else False
+    try:
+        key = json.loads(f'"{m.group(1)}"')
+    except ValueError:
+        return False
+    return is_wrapper_key(key, schema)
 
 
 def unwrap_arguments(arguments: str, schema: Any) -> str | None:

@@ -14,29 +14,30 @@ The model writes tool calls as one DSML block at the end of its answer (format o
 [ToolCallDelta])`` in OpenAI's streaming shape: the first delta of a call carries its ``id`` and
 ``name`` (as soon as the invoke tag is complete), later deltas carry fragments of
 ``function.arguments``, a JSON object built while the values arrive: ``{"city": "Paris", "days":
-3}``. A ``string="true"`` value is streamed as the JSON-escaped string, a ``string="false"`` value as
-its raw JSON text without surrounding whitespace (checked with ``json.loads`` when it ends); the
-separators are those of the
-reference decoder (``", "`` and ``": "``). An invoke whose body is a JSON object instead of
-parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``) is accepted too.
+3}``. A ``string="true"`` value is streamed as the JSON-escaped string, a ``string="false"`` value
+as its raw JSON text without surrounding whitespace (checked with ``json.loads`` when it ends); the
+separators are those of the reference decoder (``", "`` and ``": "``). An invoke whose body is a
+JSON object instead of parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``)
+is accepted too.
 
 Nothing of the DSML markup ever reaches ``content`` or ``arguments``: text that may be the start
 of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of the block are held back
 until the next characters decide.
 
-A block still open when the generation ends (cut by ``max_tokens``, or stopped inside it) is a
-*cut* call, answered as OpenAI answers a function call cut by the token limit: the calls whose
-invoke tag was complete are calls, the last one with the arguments generated so far (a prefix of
-the JSON text, usually not valid JSON; held-back text that may be the start of a closing tag is
-dropped), and nothing of the block goes to ``content``. An invoke cut before its tag (the name)
-was complete is no call; a generation that ends with the first characters of a block start
-(``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the whitespace before them (in the
-content only: in thinking mode, such characters at the end of unfinished reasoning are reasoning
-text, see :mod:`.reasoning_parser`). The streamed
-deltas and :func:`parse_tool_calls` give the same calls; :attr:`DsmlToolParser.truncated` is set
-and :attr:`DsmlToolParser.complete` is False. A cut call keeps the engine's finish reason; a
-generation that *stopped* in a block after its last closed invoke made its calls
-(:attr:`DsmlToolParser.calls_whole`: finish reason ``"tool_calls"``).
+A block still open at the end is *cut* when ``max_tokens`` ended the generation
+(:meth:`DsmlToolParser.finish` without ``stopped``), answered as OpenAI answers a function call cut
+by the token limit: the calls whose invoke tag was complete are calls, the last one with the
+arguments generated so far (a prefix of the JSON text, usually not JSON; a held-back start of a
+closing tag dropped), nothing of the block in ``content``; an invoke cut before its name was
+complete is no call. A generation that *stopped* (EOS, a stop token, a ``stop`` string:
+``finish(stopped=True)``) inside an invoke, or in a block before its first invoke closed, did not
+make that call: the block is malformed (below) from there (vllm-project/vllm#42210); stopped after
+its last closed invoke, it made its calls (:attr:`DsmlToolParser.calls_whole`: finish reason
+``"tool_calls"``, sgl-project/sglang#40236). Output that ends with the first characters of a block
+start (``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the whitespace before them (in the
+content only; at the end of unfinished reasoning they are reasoning text, :mod:`.reasoning_parser`).
+The streamed deltas and :func:`parse_tool_calls` give the same calls;
+:attr:`DsmlToolParser.truncated` is set, :attr:`DsmlToolParser.complete` False.
 
 A *bare* block, invokes without the ``<｜DSML｜tool_calls>`` wrapper (DeepSeek-V4 leaves the
 wrapper out at times, at long contexts especially: sgl-project/sglang#40236, vllm-project/vllm#48931),
@@ -56,24 +57,37 @@ parameter is a spurious ``arguments`` / ``input`` wrapper is repaired
 second parameter releases them.
 
 A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
-between tags) is returned *as text*: from the point of failure the block's raw text goes to
-``content``, from its first character, or, when invokes of the block closed before the failure,
-from the end of the last of them: those stay calls (one malformed invoke does not drop its valid
-siblings, sgl-project/sglang#40236); the rest of the output follows as content. The deltas of the
-failing invoke's call, if its tag was complete, were streamed already and are not taken back
-(the finish reason then is not ``"tool_calls"``, see :attr:`DsmlToolParser.complete`).
+between tags, DSML markup inside a value: a closing tag left out, the value would swallow the next
+parameter's markup, vllm-project/vllm#53227) is returned *as text*: from the point of failure its
+raw text goes to ``content``, from its first character or, when invokes of the block closed
+before, from the end of the last of them: those stay calls (sgl-project/sglang#40236); the rest of
+the output follows as content; the finish reason is not ``"tool_calls"``. Streamed, the deltas of
+the failing (or stopped) invoke's call, once its tag was complete, went out already and are not
+taken back (vLLM leaves them too): the one difference from :func:`parse_tool_calls`, which has no
+such call; the content is the same text.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
-from sglang_v4.entrypoints.openai.tool_args_repair import WRAPPER_KEYS, is_wrapper_key, unwrap_arguments
+from sglang_v4.entrypoints.openai.tool_args_repair import (
+    WRAPPER_KEYS,
+    is_wrapper_key,
+    json_body_wraps,
+    unwrap_arguments,
+)
+from sglang_v4.entrypoints.openai.tool_calls import (
+    TOOL_CALL_PARSERS,
+    ParsedToolCall,
+    ToolCallDelta,
+    canonical_tool_call_parser,
+    make_tool_call_id,
+)
 
 __all__ = [
     "TOOL_CALL_PARSERS",
@@ -85,83 +99,21 @@ __all__ = [
     "parse_tool_calls",
 ]
 
-#: ``--tool-call-parser`` names (SGLang's spelling) -> DSML block name: DeepSeek-V4 writes
-#: ``<｜DSML｜tool_calls>`` (V3.2 used the same grammar inside ``function_calls``).
-TOOL_CALL_PARSERS: dict[str, str] = {"deepseekv4": "tool_calls"}
-#: Other spellings; SGLang's ``auto`` picks the parser of the model's architecture, which is
-#: DeepSeek-V4's for every model sglang-v4 serves.
-_ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4", "auto": "deepseekv4"}
-
 #: The longest tag head (``name="..." string="..."``) waited for before a tag counts as malformed.
 _MAX_TAG_CHARS = 512
 
 #: A DSML wrapper tag: ``<｜DSML｜tool_calls>``, or another name holding invokes (module docstring).
 _WRAPPER_OPEN = re.compile(rf"<{DSML}(\w+)>")
+#: The start of any DSML tag: never part of a value (DeepSeek's encoder writes values raw).
+_DSML_TAG_START = re.compile(rf"</?{DSML}")
 #: An unfinished DSML tag at the end of a text (what follows decides what it is).
 _DSML_TAG_HEAD = re.compile(rf"<{DSML}\w*$")
 #: A DSML tag, finished or not, that ends a text (whitespace after it).
 _DSML_TAG_TAIL = re.compile(rf"<{DSML}\w*>?\s*$")
-#: The start of a JSON object's first key (group 1: the key, once its closing quote came).
-_JSON_FIRST_KEY = re.compile(r'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:')
-_JSON_KEY_PREFIX = re.compile(r'\s*(\{\s*("((?:[^"\\]|\\.)*"?\s*)?)?)?')
 _INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
 _PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
 
 _TEXT, _BLOCK, _INVOKE_TAG_S, _INVOKE, _PARAM_TAG_S, _VALUE, _JSON_ARGS, _RAW = range(8)
-
-
-def canonical_tool_call_parser(name: str) -> str:
-    """The SGLang spelling of a ``--tool-call-parser`` name (aliases such as vLLM's ``deepseek_v4``).
-
-    Raises:
-        ValueError: an unknown parser name (lists the choices).
-    """
-    key = _ALIASES.get(name, name)
-    if key not in TOOL_CALL_PARSERS:
-        raise ValueError(f"tool_call_parser must be one of {sorted(TOOL_CALL_PARSERS)} (got {name!r})")
-    return key
-
-
-def make_tool_call_id() -> str:
-    """A fresh OpenAI-style call id, ``call_`` + 24 hex digits."""
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-@dataclass
-class ToolCallDelta:
-    """One streamed piece of a tool call (OpenAI ``delta.tool_calls[i]``).
-
-    Attributes:
-        index: position of the call in the message (0-based, across blocks).
-        id: set on the first delta of a call only.
-        name: ``function.name``, set on the first delta of a call only.
-        arguments: the next fragment of ``function.arguments`` (may be ``""``).
-    """
-
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments: str = ""
-
-
-@dataclass
-class ParsedToolCall:
-    """A tool call.
-
-    Attributes:
-        index: position of the call in the message (0-based, across blocks).
-        id: the call id (``call_`` + 24 hex digits).
-        name: ``function.name``.
-        arguments: a JSON object text (``json.loads`` gives a dict); for a ``partial`` call the
-            argument text generated before the cut, a prefix of such a text.
-        partial: the generation ended inside this call (see the module docstring).
-    """
-
-    index: int
-    id: str
-    name: str
-    arguments: str
-    partial: bool = False
 
 
 def _partial_suffix(text: str, marker: str) -> int:
@@ -205,7 +157,8 @@ class DsmlToolParser:
     Attributes:
         calls: the calls of every block that closed properly, in order, then those of a block
             the generation ended in (:attr:`truncated`; the last one may be ``partial``).
-        malformed: a block was malformed (its text went to ``content``).
+        malformed: a block was malformed, or the generation stopped inside an invoke (its text
+            went to ``content``).
         truncated: the generation ended inside a block or with the start of one (set by
             :meth:`finish`).
     """
@@ -267,12 +220,18 @@ class DsmlToolParser:
             pass
         return "".join(content), deltas
 
-    def finish(self) -> tuple[str, list[ToolCallDelta]]:
+    def finish(self, stopped: bool = False) -> tuple[str, list[ToolCallDelta]]:
         """End of generation: release held-back text; an open block is cut (module docstring).
 
+        Args:
+            stopped: the generation *stopped* (EOS, a stop token or a stop string; finish reason
+                ``"stop"``) rather than being cut by ``max_tokens``: an invoke left open is text,
+                not a partial call.
+
         Returns:
-            ``(content_delta, [])``: the held-back plain text. A cut block adds no delta: what
-            its calls had generated was streamed already.
+            ``(content_delta, tool_call_deltas)``: the held-back plain text (a stopped open block:
+            its text from the end of its last closed invoke); a cut call's held-back arguments (a
+            possible wrapper), else no delta: the rest was streamed already.
         """
         rest, self._buf = self._buf, ""
         if self._state == _RAW:
@@ -295,6 +254,14 @@ class DsmlToolParser:
             self.calls.extend(self._block_calls)
             self._block_calls, self._raw, self._state = [], "", _TEXT
             return "", []
+        self.truncated = True
+        if stopped and (self._state != _BLOCK or not self._block_calls):
+            content: list[str] = []  # stopped inside an invoke (or before the first): text
+            self._buf = rest
+            self._take(len(rest))
+            self._to_raw(content)
+            self._state = _TEXT
+            return "".join(content), []
         cut = self._call
         held = []
         if cut is not None:
@@ -303,7 +270,6 @@ class DsmlToolParser:
                 held = [ToolCallDelta(cut.index, arguments=cut.arguments)]
         self._hold = self._hold_undecided = False
         self.calls.extend(self._block_calls + ([cut] if cut is not None else []))
-        self.truncated = True
         self._block_calls, self._call, self._raw, self._held_ws = [], None, "", ""
         self._state = _TEXT
         return "", held
@@ -483,8 +449,13 @@ class DsmlToolParser:
         buf = self._buf
         pos = buf.find(end_marker)
         piece = buf if pos < 0 else buf[:pos]
-        keep = _partial_suffix(buf, end_marker) if pos < 0 else 0
+        keep = 0  # what may still become the end marker (or a DSML tag) waits for more text
+        if pos < 0:
+            keep = max(_partial_suffix(buf, m) for m in (end_marker, f"<{DSML}", f"</{DSML}"))
         piece = piece[: len(piece) - keep]
+        if _DSML_TAG_START.search(piece) is not None:  # markup in a value: a closer is missing
+            self._to_raw(content)
+            return True
         raw_json = self._state == _JSON_ARGS or not self._value_is_string
         if raw_json:  # hold back trailing whitespace: it is dropped if the value ends there
             piece = self._held_ws + piece
@@ -543,17 +514,12 @@ class DsmlToolParser:
         them held to the end of the invoke; anything else releases them."""
         assert self._call is not None
         self._call.arguments += piece
-        m = _JSON_FIRST_KEY.match(self._value)
-        if m is not None:
-            try:
-                key = json.loads(f'"{m.group(1)}"')
-            except ValueError:
-                key = None
-            if isinstance(key, str) and self._may_wrap(key):
-                self._hold_undecided = False
-                return
-            self._release(deltas)
-        elif _JSON_KEY_PREFIX.fullmatch(self._value) is None:
+        names = self.tool_names
+        schema = names.get(self._call.name) if isinstance(names, Mapping) else None
+        wraps = json_body_wraps(self._value, schema)
+        if wraps:
+            self._hold_undecided = False
+        elif wraps is not None:
             self._release(deltas)
 
     def _emit(self, fragment: str, deltas: list[ToolCallDelta]) -> None:
@@ -584,9 +550,16 @@ class DsmlToolParser:
 
 
 def parse_tool_calls(
-    text: str, tool_names: Collection[str] | None = None, block: str = "tool_calls"
+    text: str, tool_names: Collection[str] | None = None, block: str = "tool_calls", stopped: bool = False
 ) -> tuple[str, list[ParsedToolCall], bool]:
     """Non-streaming parse of a whole completion (same rules as the streaming parser).
+
+    Args:
+        text: the generated text.
+        tool_names: see :class:`DsmlToolParser`.
+        block: see :class:`DsmlToolParser`.
+        stopped: the generation stopped (finish reason ``"stop"``), see
+            :meth:`DsmlToolParser.finish`; False reads an open block as cut by ``max_tokens``.
 
     Returns:
         ``(content, calls, complete)``: the text outside well-formed blocks (malformed blocks
@@ -595,5 +568,5 @@ def parse_tool_calls(
     """
     p = DsmlToolParser(tool_names, block)
     c1, _ = p.feed(text)
-    c2, _ = p.finish()
+    c2, _ = p.finish(stopped)
     return c1 + c2, list(p.calls), p.complete

@@ -1,0 +1,77 @@
+"""Tool-call data shared by the DSML parser (:mod:`.tool_parser`) and the serving routes: the
+``--tool-call-parser`` names, call ids, parsed calls and their streamed deltas (OpenAI's shapes).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+__all__ = [
+    "TOOL_CALL_PARSERS",
+    "ParsedToolCall",
+    "ToolCallDelta",
+    "canonical_tool_call_parser",
+    "make_tool_call_id",
+]
+
+#: ``--tool-call-parser`` names (SGLang's spelling) -> DSML block name: DeepSeek-V4 writes
+#: ``<｜DSML｜tool_calls>`` (V3.2 used the same grammar inside ``function_calls``).
+TOOL_CALL_PARSERS: dict[str, str] = {"deepseekv4": "tool_calls"}
+#: Other spellings; SGLang's ``auto`` picks the parser of the model's architecture, which is
+#: DeepSeek-V4's for every model sglang-v4 serves.
+_ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4", "auto": "deepseekv4"}
+
+
+def canonical_tool_call_parser(name: str) -> str:
+    """The SGLang spelling of a ``--tool-call-parser`` name (aliases such as vLLM's ``deepseek_v4``).
+
+    Raises:
+        ValueError: an unknown parser name (lists the choices).
+    """
+    key = _ALIASES.get(name, name)
+    if key not in TOOL_CALL_PARSERS:
+        raise ValueError(f"tool_call_parser must be one of {sorted(TOOL_CALL_PARSERS)} (got {name!r})")
+    return key
+
+
+def make_tool_call_id() -> str:
+    """A fresh OpenAI-style call id, ``call_`` + 24 hex digits."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass
+class ToolCallDelta:
+    """One streamed piece of a tool call (OpenAI ``delta.tool_calls[i]``).
+
+    Attributes:
+        index: position of the call in the message (0-based, across blocks).
+        id: set on the first delta of a call only.
+        name: ``function.name``, set on the first delta of a call only.
+        arguments: the next fragment of ``function.arguments`` (may be ``""``).
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass
+class ParsedToolCall:
+    """A tool call.
+
+    Attributes:
+        index: position of the call in the message (0-based, across blocks).
+        id: the call id (``call_`` + 24 hex digits).
+        name: ``function.name``.
+        arguments: a JSON object text (``json.loads`` gives a dict); for a ``partial`` call the
+            argument text generated before the cut, a prefix of such a text.
+        partial: the generation was cut inside this call (see :mod:`.tool_parser`).
+    """
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+    partial: bool = False
