@@ -263,11 +263,12 @@ def tools_to_chat(tools: Sequence[Any]) -> list[dict[str, Any]]:
         schema = tool.get("input_schema")
         if not isinstance(schema, Mapping):
             raise _error(f"{field}.input_schema", "is required: a JSON schema object.")
-        fn: dict[str, Any] = {"name": name, "parameters": dict(schema)}
+        fn: dict[str, Any] = {"name": name}  # OpenAI's key order: the rendered tool lines follow it
         if tool.get("description") is not None:
             if not isinstance(tool["description"], str):
                 raise _error(f"{field}.description", "must be a string.")
             fn["description"] = tool["description"]
+        fn["parameters"] = dict(schema)
         if tool.get("strict") is not None:
             fn["strict"] = tool["strict"]
         out.append({"type": "function", "function": fn})

@@ -63,6 +63,19 @@ def anthropic_error_response(message: str, status: int) -> JSONResponse:
     return JSONResponse(anthropic_error_body(message, status), status_code=status)
 
 
+async def _read_body(request: Request, cls: type[Any]) -> Any:
+    """The body validated as ``cls`` (strict, :func:`~.serving_base.validate_request`); the error
+    message starts with the failing field (``messages.0.role: ...``), as Anthropic's API words it.
+
+    Raises:
+        RequestError: 400, the body is not a JSON object or a field is invalid.
+    """
+    try:
+        return validate_request(cls, await read_json_object(request))
+    except RequestError as e:
+        raise RequestError(e.message.removeprefix("Invalid request: "), e.status, e.err_type, e.param) from None
+
+
 class AnthropicServing:
     """The Messages API routes over the chat path of the OpenAI routes.
 
@@ -117,7 +130,7 @@ class AnthropicServing:
             raise anthropic_field_error(e) from None
 
     async def _messages(self, request: Request) -> Response:
-        req: MessagesRequest = validate_request(MessagesRequest, await read_json_object(request))
+        req: MessagesRequest = await _read_body(request, MessagesRequest)
         run = await self._prepare(self._chat_request(req))
         try:
             if req.stream:
@@ -140,7 +153,7 @@ class AnthropicServing:
         return JSONResponse(msg.model_dump(mode="json"))
 
     async def _count_tokens(self, request: Request) -> Response:
-        req: CountTokensRequest = validate_request(CountTokensRequest, await read_json_object(request))
+        req: CountTokensRequest = await _read_body(request, CountTokensRequest)
         chat_req = self._chat_request(req)
         try:
             plan = self.chat._plan_chat(chat_req)
