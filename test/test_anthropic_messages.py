@@ -52,7 +52,11 @@ WEATHER = {
 }
 CHAT_WEATHER = {
     "type": "function",
-    "function": {"name": "get_weather", "description": "Weather of a city", "parameters": WEATHER["input_schema"]},
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": WEATHER["input_schema"],
+    },
 }
 CALL = (
     f'\n\n<{D}tool_calls>\n<{D}invoke name="get_weather">\n'
@@ -256,7 +260,9 @@ def test_thinking_blocks_and_switch(tok: PreTrainedTokenizerFast) -> None:
     m = client.messages.create(**kw)
     assert tm.received[-1].input_ids == chat_ids
     assert [b.type for b in m.content] == ["thinking", "text"]
-    assert m.content[0].thinking == want.choices[0].message.model_extra["reasoning_content"] == "Let me think."
+    assert (
+        m.content[0].thinking == want.choices[0].message.model_extra["reasoning_content"] == "Let me think."
+    )
     assert isinstance(m.content[0].signature, str) and m.content[0].signature
     assert m.content[1].text == want.choices[0].message.content == "The answer."
     with client.messages.stream(**kw) as s:
@@ -265,7 +271,9 @@ def test_thinking_blocks_and_switch(tok: PreTrainedTokenizerFast) -> None:
     _, events = post(tc, {"messages": user, "thinking": {"type": "enabled", "budget_tokens": 2048}})
     deltas = [e["delta"]["type"] for e in events if e["type"] == "content_block_delta"]
     assert deltas[-1] == "text_delta" and "signature_delta" in deltas
-    assert deltas.index("signature_delta") == max(i for i, d in enumerate(deltas) if d == "thinking_delta") + 1
+    assert (
+        deltas.index("signature_delta") == max(i for i, d in enumerate(deltas) if d == "thinking_delta") + 1
+    )
     # disabled: chat mode, as chat's thinking switch off
     chat(oa, user, max_tokens=60, extra_body={"thinking": {"type": "disabled"}})
     off_ids = tm.received[-1].input_ids
@@ -328,10 +336,18 @@ def test_tool_use_round_trip(tok: PreTrainedTokenizerFast) -> None:
         if is_error:
             result["is_error"] = True
         tm.reply = "It is mild."
-        convo = [user, m.to_param(), {"role": "user", "content": [result, {"type": "text", "text": "Thanks"}]}]
+        convo = [
+            user,
+            m.to_param(),
+            {"role": "user", "content": [result, {"type": "text", "text": "Thanks"}]},
+        ]
         r = client.messages.create(model=MODEL, max_tokens=200, messages=convo, tools=[WEATHER])
         ids = tm.received[-1].input_ids
-        tc_msg = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(ARGS)}}
+        tc_msg = {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps(ARGS)},
+        }
         chat_convo = [
             user,
             {"role": "assistant", "content": "Checking.", "tool_calls": [tc_msg]},
@@ -346,13 +362,26 @@ def test_tool_use_round_trip(tok: PreTrainedTokenizerFast) -> None:
     tm.reply = "x"
     for choice, chat_choice, parallel in (
         ({"type": "any"}, "required", True),
-        ({"type": "tool", "name": "get_weather"}, {"type": "function", "function": {"name": "get_weather"}}, True),
+        (
+            {"type": "tool", "name": "get_weather"},
+            {"type": "function", "function": {"name": "get_weather"}},
+            True,
+        ),
         ({"type": "auto", "disable_parallel_tool_use": True}, "auto", False),
         ({"type": "none"}, "none", True),
     ):
-        chat(oa, [user], max_tokens=20, tools=[CHAT_WEATHER], tool_choice=chat_choice, parallel_tool_calls=parallel)
+        chat(
+            oa,
+            [user],
+            max_tokens=20,
+            tools=[CHAT_WEATHER],
+            tool_choice=chat_choice,
+            parallel_tool_calls=parallel,
+        )
         want_req = tm.received[-1]
-        client.messages.create(model=MODEL, max_tokens=20, messages=[user], tools=[WEATHER], tool_choice=choice)
+        client.messages.create(
+            model=MODEL, max_tokens=20, messages=[user], tools=[WEATHER], tool_choice=choice
+        )
         got = tm.received[-1]
         assert got.input_ids == want_req.input_ids and got.sampling_params == want_req.sampling_params, choice
 
@@ -415,10 +444,15 @@ def test_cache_report_and_engine_error(tok: PreTrainedTokenizerFast) -> None:
     m = client.messages.create(model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "Q"}])
     cached = want.usage.prompt_tokens_details.cached_tokens
     assert cached == 2
-    assert (m.usage.input_tokens, m.usage.cache_read_input_tokens) == (want.usage.prompt_tokens - cached, cached)
+    assert (m.usage.input_tokens, m.usage.cache_read_input_tokens) == (
+        want.usage.prompt_tokens - cached,
+        cached,
+    )
     tm.abort_after = 3
     with pytest.raises(anthropic.APIStatusError) as ei:
-        with client.messages.stream(model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "Q"}]) as s:
+        with client.messages.stream(
+            model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "Q"}]
+        ) as s:
             s.get_final_message()
     assert "engine failure" in str(ei.value.body)
 
@@ -462,7 +496,12 @@ def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, strea
     request."""
     tm = PromptTM(tok)
     client, _, tc = make_clients(tm)
-    base = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "q"}], "stream": stream}
+    base = {
+        "model": MODEL,
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "q"}],
+        "stream": stream,
+    }
     for body, field in BAD_INPUTS:
         r = tc.post("/v1/messages", json={k: v for k, v in {**base, **body}.items() if v is not None})
         assert r.status_code == 400, (body, r.text)
@@ -472,7 +511,10 @@ def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, strea
     assert tm.received == []
     with pytest.raises(anthropic.BadRequestError) as ei:
         client.messages.create(
-            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "q"}], extra_body={"temperature": 5}
+            model=MODEL,
+            max_tokens=10,
+            messages=[{"role": "user", "content": "q"}],
+            extra_body={"temperature": 5},
         )
     assert ei.value.body["error"]["type"] == "invalid_request_error"
     with pytest.raises(anthropic.NotFoundError) as ei:
@@ -481,7 +523,9 @@ def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, strea
     r = tc.post("/v1/messages/count_tokens", json={"model": MODEL, "messages": []})
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("messages")
     assert tc.post("/v1/messages/batches", json={}).json() == {"detail": "Not Found"}
-    assert client.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "q"}]).content
+    assert client.messages.create(
+        model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "q"}]
+    ).content
 
 
 def test_api_key_headers(tok: PreTrainedTokenizerFast) -> None:
@@ -494,7 +538,10 @@ def test_api_key_headers(tok: PreTrainedTokenizerFast) -> None:
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
         for headers in ({}, {"x-api-key": "wrong"}, {"authorization": "Bearer wrong"}):
             r = tc.post(path, json=body, headers=headers)
-            assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", (path, headers)
+            assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", (
+                path,
+                headers,
+            )
         for headers in ({"x-api-key": KEY}, {"authorization": f"Bearer {KEY}"}):
             assert tc.post(path, json=body, headers=headers).status_code == 200, (path, headers)
     assert client.messages.create(**body).content
@@ -509,9 +556,9 @@ def test_api_key_headers(tok: PreTrainedTokenizerFast) -> None:
     assert x_client.messages.create(**body).content
     assert x_client.messages.count_tokens(model=MODEL, messages=body["messages"]).input_tokens > 0
     with pytest.raises(anthropic.AuthenticationError):
-        anthropic.Anthropic(base_url="http://testserver", api_key="bad", http_client=tc, max_retries=0).messages.create(
-            **body
-        )
+        anthropic.Anthropic(
+            base_url="http://testserver", api_key="bad", http_client=tc, max_retries=0
+        ).messages.create(**body)
 
 
 # ----------------------------------------------------------------------------------- real processes
@@ -550,7 +597,10 @@ def test_real_server_keys_stops_and_disconnects(fake_server: Any) -> None:
     body = {"model": MODEL, "max_tokens": 40, "messages": [{"role": "user", "content": "Hi"}]}
     r = requests.post(url + "/v1/messages", json=body, timeout=30)
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
-    assert requests.post(url + "/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=30).status_code == 200
+    assert (
+        requests.post(url + "/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=30).status_code
+        == 200
+    )
     client = anthropic.Anthropic(
         base_url=url, api_key=None, default_headers={"x-api-key": KEY}, max_retries=0, timeout=60
     )
@@ -566,7 +616,11 @@ def test_real_server_keys_stops_and_disconnects(fake_server: Any) -> None:
     idle = _used_pages(fake_server)
     hold = {"model": MODEL, "max_tokens": 400, "messages": [{"role": "user", "content": "[hold] go"}]}
     with requests.post(
-        url + "/v1/messages", json={**hold, "stream": True}, headers={"x-api-key": KEY}, stream=True, timeout=30
+        url + "/v1/messages",
+        json={**hold, "stream": True},
+        headers={"x-api-key": KEY},
+        stream=True,
+        timeout=30,
     ) as r:
         lines = r.iter_lines()
         assert any(b"text_delta" in line for _, line in zip(range(30), lines) if line)
@@ -615,5 +669,7 @@ def test_real_model_greedy_text_equals_chat(real_server: Any) -> None:
     )
     mt = client.messages.create(**kw, thinking={"type": "enabled", "budget_tokens": 1024})
     reasoning = [b.thinking for b in mt.content if b.type == "thinking"]
-    assert (reasoning[0] if reasoning else None) == think.choices[0].message.model_extra.get("reasoning_content")
+    assert (reasoning[0] if reasoning else None) == think.choices[0].message.model_extra.get(
+        "reasoning_content"
+    )
     assert "".join(b.text for b in mt.content if b.type == "text") == (think.choices[0].message.content or "")

@@ -73,7 +73,9 @@ async def _read_body(request: Request, cls: type[Any]) -> Any:
     try:
         return validate_request(cls, await read_json_object(request))
     except RequestError as e:
-        raise RequestError(e.message.removeprefix("Invalid request: "), e.status, e.err_type, e.param) from None
+        raise RequestError(
+            e.message.removeprefix("Invalid request: "), e.status, e.err_type, e.param
+        ) from None
 
 
 class AnthropicServing:
