@@ -393,13 +393,22 @@ def test_max_tokens_cut_call_and_prefill(tok: PreTrainedTokenizerFast) -> None:
     tm = PromptTM(tok, reply="Checking." + CALL)
     client, oa, _ = make_clients(tm)
     user = {"role": "user", "content": "Weather?"}
-    n_cut = len(tok.encode("Checking." + CALL.split("Paris")[0] + "Pa", add_special_tokens=False))
-    m = client.messages.create(model=MODEL, max_tokens=n_cut, messages=[user], tools=[WEATHER])
-    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == n_cut
-    assert m.content[-1].type == "tool_use" and m.content[-1].input == {}
-    with client.messages.stream(model=MODEL, max_tokens=n_cut, messages=[user], tools=[WEATHER]) as s:
-        final = s.get_final_message()
-    assert final.stop_reason == "max_tokens" and final.content[-1].input == m.content[-1].input
+    ids = tok.encode("Checking." + CALL, add_special_tokens=False)
+
+    def cut_after(marker: str) -> int:
+        return next(n for n in range(len(ids)) if marker in tok.decode(ids[:n]))
+
+    # cut inside the first value (nothing parses yet), then right after the second key's tag
+    for n_cut, want_input in (
+        (cut_after("Pa"), {}),
+        (cut_after('"days" string="false">'), {"city": "Paris"}),
+    ):
+        m = client.messages.create(model=MODEL, max_tokens=n_cut, messages=[user], tools=[WEATHER])
+        assert m.stop_reason == "max_tokens" and m.usage.output_tokens == n_cut
+        assert m.content[-1].type == "tool_use" and m.content[-1].input == want_input
+        with client.messages.stream(model=MODEL, max_tokens=n_cut, messages=[user], tools=[WEATHER]) as s:
+            final = s.get_final_message()
+        assert final.stop_reason == "max_tokens" and final.content[-1].input == want_input
     tm.reply = prompt_reply
     convo = [user, {"role": "assistant", "content": "The weather is"}]
     want = chat(oa, convo, max_tokens=30, extra_body={"continue_final_message": True})

@@ -17,7 +17,9 @@ prompt's tokens), ``ping``, then per block ``content_block_start``, its deltas
 ``signature_delta``) and ``content_block_stop``; at the end ``message_delta`` (``stop_reason``,
 ``stop_sequence``, ``usage``) and ``message_stop``. Blocks come in the order the model writes
 them. An engine error mid-stream is an ``error`` event (Anthropic's error body), after which the
-stream ends.
+stream ends. A thinking-mode reply that stops without ever closing its reasoning is the answer (as
+on chat completions): streamed, its text went out as a thinking block first and is sent again as
+a text block; the whole message has the text block only.
 """
 
 from __future__ import annotations
