@@ -1,10 +1,11 @@
 """``--api-key``: every route of the server without a key, with a wrong key and with the right key.
 
-The route list is the app's own (``create_app`` plus the OpenAI router, enumerated from their
+The route list is the app's own (``create_app`` plus the OpenAI and Anthropic routers, enumerated from their
 ``routes``), so a route added later is covered without editing this test. Open routes are
 SGLang's: ``/health``, ``/health_generate``, ``/ready`` and ``/metrics``; every other one -- the admin routes
 ``/flush_cache`` and ``/abort_request`` included, and unknown paths -- answers 401 without the
-right ``Authorization: Bearer KEY``. The key is compared with ``hmac.compare_digest``.
+right ``Authorization: Bearer KEY`` (or ``x-api-key: KEY``, Anthropic's header). The key is compared
+with ``hmac.compare_digest``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import pytest
 import requests
 from server_fixture import SECURED_API_KEY, make_fake_model_dir
 from sglang_v4.entrypoints.admission import OPEN_ROUTES
+from sglang_v4.entrypoints.anthropic import create_anthropic_router
+from sglang_v4.entrypoints.anthropic.protocol import ANTHROPIC_ROUTES
 from sglang_v4.entrypoints.http_server import create_app
 from sglang_v4.entrypoints.openai import create_openai_router
 from sglang_v4.managers.control_struct import SchedulerReadyInfo
@@ -32,6 +35,8 @@ BODIES: dict[str, Any] = {
     "/v1/completions": {"prompt": "hi", "max_tokens": 2},
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
     "/v1/responses": {"input": "hi", "max_output_tokens": 2},
+    "/v1/messages": {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    "/v1/messages/count_tokens": {"model": "default", "messages": [{"role": "user", "content": "hi"}]},
 }
 #: Stands for the id of a stored response in ``/v1/responses/{response_id}``: none is stored under
 #: it, so the right key gets OpenAI's 404 for an unknown response.
@@ -43,7 +48,9 @@ def _routes(model_dir: Path) -> list[tuple[str, str]]:
     procs = SimpleNamespace(scheduler_info=SchedulerReadyInfo(status="ready"))
     app, _ = create_app(sa, procs)  # type: ignore[arg-type]
     tm = SimpleNamespace(tokenizer=None, vocab_size=10, context_len=10)
-    routes = list(app.routes) + list(create_openai_router(tm, sa).routes)
+    openai_router = create_openai_router(tm, sa)
+    anthropic_router = create_anthropic_router(openai_router.serving)  # type: ignore[attr-defined]
+    routes = list(app.routes) + list(openai_router.routes) + list(anthropic_router.routes)
     out = []
     for r in routes:
         path = getattr(r, "path", "")
@@ -78,7 +85,8 @@ def test_every_route_without_a_key_wrong_key_and_right_key(secured, routes) -> N
     paths = {p for _, p in routes}
     assert {"/generate", "/flush_cache", "/abort_request", "/v1/completions", "/health"} <= paths
     wrong = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": "Basic " + KEY}]
-    wrong.append({"Authorization": f"Bearer {KEY}x"})
+    wrong += [{"Authorization": f"Bearer {KEY}x"}, {"x-api-key": "wrong"}, {"x-api-key": f"Bearer {KEY}"}]
+    assert ANTHROPIC_ROUTES <= paths
     for method, path in routes:
         for headers in wrong:
             r = _call(secured, method, path, headers)
@@ -87,13 +95,16 @@ def test_every_route_without_a_key_wrong_key_and_right_key(secured, routes) -> N
             else:
                 assert r.status_code == 401, (method, path, headers, r.status_code)
                 body = r.json()
-                if path.startswith("/v1/"):
+                if path in ANTHROPIC_ROUTES:
+                    assert body["type"] == "error" and body["error"]["type"] == "authentication_error"
+                elif path.startswith("/v1/"):
                     assert body["object"] == "error" and body["code"] == 401
                 else:
                     assert body == {"error": "Unauthorized"}
-        r = _call(secured, method, path, secured.headers())
         ok = (404,) if path.endswith(UNKNOWN_RESPONSE) else (200, 400)
-        assert r.status_code in ok, (method, path, r.status_code, r.text[:300])
+        for headers in (secured.headers(), {"x-api-key": KEY}):  # Anthropic's header, on every route
+            r = _call(secured, method, path, headers)
+            assert r.status_code in ok, (method, path, headers, r.status_code, r.text[:300])
 
 
 def test_unknown_paths_and_open_routes(secured) -> None:

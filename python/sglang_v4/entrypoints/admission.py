@@ -7,8 +7,8 @@ in this order:
 1. **Drain**: while the server drains after SIGTERM / SIGINT every route except the open ones
    (below) answers 503 ``The server is shutting down``.
 2. **API key** (``--api-key``): every route except the open ones needs
-   ``Authorization: Bearer KEY``, compared in constant time (``hmac.compare_digest``); otherwise
-   401. The open routes are SGLang's (``http_server.py``'s ``add_api_key_middleware`` lets
+   ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (Anthropic's header, which its clients
+   send), compared in constant time (``hmac.compare_digest``); otherwise 401. The open routes are SGLang's (``http_server.py``'s ``add_api_key_middleware`` lets
    ``/health*``, ``/ready`` and ``/metrics`` through, and ``OPTIONS`` preflights): here exactly
    ``/health``, ``/health_generate``, ``/ready`` and ``/metrics``. The admin routes (:data:`ADMIN_ROUTES`:
    ``/flush_cache``, ``/abort_request``) follow SGLang's ``--admin-api-key`` rule: with an admin
@@ -23,7 +23,9 @@ Errors are JSON in the route family's shape: under ``/v1/`` SGLang's ``{"object"
 "message", "type", "param", "code"}`` plus OpenAI's nested ``"error"`` object
 (:func:`~sglang_v4.entrypoints.openai.protocol.error_body`), elsewhere SGLang's ``{"error":
 {"message", ...}}`` (401 keeps SGLang's exact ``{"error": "Unauthorized"}``); the ``type`` is the
-status's (:func:`~sglang_v4.entrypoints.openai.protocol.error_type_for_status`).
+status's (:func:`~sglang_v4.entrypoints.openai.protocol.error_type_for_status`); the Anthropic
+routes (``/v1/messages``, ``/v1/messages/count_tokens``) answer in Anthropic's shape ``{"type":
+"error", "error": {"type", "message"}}`` (:func:`~sglang_v4.entrypoints.anthropic.protocol.anthropic_error_body`).
 
 Slow headers are bounded by :class:`HeaderTimeoutH11Protocol` (uvicorn has keep-alive and
 graceful-shutdown timeouts but none for a request's headers): a connection that has not sent a
@@ -60,6 +62,7 @@ import orjson
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from sglang_v4.entrypoints.anthropic.protocol import ANTHROPIC_ROUTES, anthropic_error_body
 from sglang_v4.entrypoints.native_api import error_body as native_error_body
 from sglang_v4.entrypoints.openai.protocol import error_body
 
@@ -133,6 +136,8 @@ class _BodyTimeout(Exception):
 
 
 def _error_body(path: str, status: int, message: str) -> bytes:
+    if path in ANTHROPIC_ROUTES:
+        return orjson.dumps(anthropic_error_body(message, status))
     if status == 401 and not path.startswith("/v1/"):
         return orjson.dumps({"error": "Unauthorized"})
     if path.startswith("/v1/"):
@@ -182,13 +187,16 @@ class AdmissionMiddleware:
         if expected is None:
             return True
         auth = b""
+        x_key: bytes | None = None
         for k, v in scope.get("headers", ()):
-            if k == b"authorization":
+            if k == b"authorization" and not auth:
                 auth = v
-                break
+            elif k == b"x-api-key" and x_key is None:
+                x_key = v
         scheme, _, token = auth.partition(b" ")
         # compare_digest runs in time independent of where the bytes differ
-        return hmac.compare_digest(token.strip(), expected) and scheme.lower() == b"bearer"
+        bearer = hmac.compare_digest(token.strip(), expected) and scheme.lower() == b"bearer"
+        return (x_key is not None and hmac.compare_digest(x_key.strip(), expected)) or bearer
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

@@ -6,13 +6,14 @@ SSE streaming with cumulative ``text`` and ``output_ids`` and a final ``data: [D
 ``/health_generate``, ``/model_info`` + ``/get_model_info``, ``/server_info`` +
 ``/get_server_info``, ``/flush_cache``, ``/abort_request``, ``/metrics`` (with
 ``--enable-metrics``), ``/encode`` and ``/classify`` (SGLang's 400 for a generation model), plus the OpenAI router from ``entrypoints/openai`` when present (``/v1/*``,
-``/tokenize``, ``/detokenize``).
+``/tokenize``, ``/detokenize``) and Anthropic's Messages API on its chat path
+(``/v1/messages``, ``/v1/messages/count_tokens``, from ``entrypoints/anthropic``).
 
 Any origin may call the API from a browser (CORS, as SGLang: preflights answered, the headers on
 every response). Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and
 ``code``) with HTTP 400 for bad input. Every
 request first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` every route except
-``/health``, ``/health_generate``, ``/ready`` and ``/metrics`` needs ``Authorization: Bearer KEY`` (401
+``/health``, ``/health_generate``, ``/ready`` and ``/metrics`` needs ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (401
 ``{"error": "Unauthorized"}`` otherwise, constant-time comparison); bodies are size-limited (413)
 and must arrive in time (408); request heads too (the connection is closed).
 
@@ -440,13 +441,18 @@ def warmup_request(tm: TokenizerManager) -> GenerateReqInput:
 
 
 def _mount_openai(app: FastAPI, tm: TokenizerManager, server_args: ServerArgs) -> None:
-    """Mount ``entrypoints.openai.create_openai_router`` when that module exists."""
+    """Mount ``entrypoints.openai.create_openai_router`` when that module exists, and the
+    Anthropic Messages routes (``entrypoints.anthropic``) on its chat path."""
     try:
         from sglang_v4.entrypoints.openai import create_openai_router  # type: ignore[attr-defined]
     except ImportError:
         logger.info("OpenAI router not available; serving the native API only.")
         return
-    app.include_router(create_openai_router(tm, server_args))
+    router = create_openai_router(tm, server_args)
+    app.include_router(router)
+    from sglang_v4.entrypoints.anthropic import create_anthropic_router
+
+    app.include_router(create_anthropic_router(router.serving))  # type: ignore[attr-defined]
 
 
 def launch_server(server_args: ServerArgs, stop: StopSignal | None = None) -> int:

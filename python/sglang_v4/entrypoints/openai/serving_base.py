@@ -212,12 +212,17 @@ class OpenAIServingBase:
         return None
 
     def check_auth(self, request: Request) -> JSONResponse | None:
-        """401 unless ``Authorization: Bearer <api_key>`` matches (constant-time) when a key is set."""
+        """401 unless ``Authorization: Bearer <api_key>`` or ``x-api-key: <api_key>`` (Anthropic's
+        header) matches (constant-time) when a key is set."""
         if not self.api_key:
             return None
         auth = request.headers.get("authorization", "")
+        expected = str(self.api_key).encode()
         given = auth[7:] if auth.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(given.encode(), str(self.api_key).encode()):
+        ok = hmac.compare_digest(given.encode(), expected)
+        x_key = request.headers.get("x-api-key")
+        ok = (x_key is not None and hmac.compare_digest(x_key.encode(), expected)) or ok
+        if not ok:
             return error_response("Unauthorized: invalid or missing API key.", 401)
         return None
 

@@ -1,0 +1,385 @@
+"""A Messages API request in chat-completions terms (``POST /v1/messages`` runs on the chat path,
+:mod:`.serving_messages`).
+
+* ``system`` (a string, or ``text`` blocks joined by a blank line) becomes a first ``system``
+  message.
+* ``messages`` (:func:`messages_to_chat`): a ``user`` message's ``text`` blocks become a user
+  message (joined by a blank line; a string content is one text); each ``tool_result`` block
+  becomes a ``tool`` message answering the call of its ``tool_use_id``, which must be a
+  ``tool_use`` of the preceding assistant message (``content`` a string or ``text`` blocks;
+  ``is_error: true`` puts ``"Error: "`` in front of the text, so that the model reads the call as
+  failed). The blocks keep their order: ``[tool_result, tool_result, text]`` is two tool messages
+  and then a user message. An ``assistant`` message's ``text`` blocks are its content,
+  ``thinking`` blocks its ``reasoning_content`` (the ``signature`` is not checked;
+  ``redacted_thinking`` blocks are dropped: their data is another model's) and ``tool_use``
+  blocks its ``tool_calls`` (``input`` as the JSON arguments, the block's ``id`` as the call id).
+  A final assistant message is a *prefill*: the answer continues it (the chat route's
+  ``continue_final_message``); it cannot hold ``tool_use`` blocks. Images and documents are a 400
+  (the model reads text only).
+* ``tools`` (:func:`tools_to_chat`: custom tools ``{"name", "description", "input_schema",
+  "strict"}``) become chat function tools; server tools (``web_search_...``, ``bash_...``) are a
+  400. ``tool_choice`` (:func:`tool_choice_to_chat`): ``auto`` / ``any`` (chat's ``"required"``)
+  / ``tool`` with ``name`` (chat's named function) / ``none``; ``disable_parallel_tool_use: true``
+  is chat's ``parallel_tool_calls: false``.
+* ``thinking`` (:func:`thinking_switch`): ``enabled`` (with ``budget_tokens``) and ``adaptive``
+  switch the chat template's thinking mode on, ``disabled`` off; without it the server's default
+  applies. ``budget_tokens`` must be a positive integer; it does not bound the reasoning (the
+  model has no reasoning budget; ``max_tokens`` bounds reasoning and answer together).
+* ``output_config.effort`` is the chat route's ``reasoning_effort``; ``output_config.format``
+  (``{"type": "json_schema", "schema": ...}``) its ``response_format`` (a grammar on the answer).
+* ``stop_sequences`` are ``stop``, ``metadata.user_id`` is ``user``.
+
+Every error is a :class:`~sglang_v4.entrypoints.openai.serving_base.RequestError` (400) whose
+message starts with the field as the client sent it, dotted as Anthropic's API writes it
+(``messages.2.content.0.tool_use_id``); errors of the chat path are renamed the same way
+(:func:`anthropic_field_error`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sglang_v4.entrypoints.anthropic.protocol import CountTokensRequest, MessagesRequest
+from sglang_v4.entrypoints.openai.serving_base import RequestError
+
+__all__ = [
+    "anthropic_field_error",
+    "chat_request_data",
+    "messages_to_chat",
+    "thinking_switch",
+    "tool_choice_to_chat",
+    "tools_to_chat",
+]
+
+#: Chat request fields whose errors name the Messages field the client sent instead.
+CHAT_FIELD_NAMES = {
+    "stop": "stop_sequences",
+    "reasoning_effort": "output_config.effort",
+    "response_format": "output_config.format",
+    "user": "metadata.user_id",
+    "max_completion_tokens": "max_tokens",
+}
+#: Joins consecutive text blocks (of ``system``, of a message, of a tool result).
+BLOCK_SEPARATOR = "\n\n"
+
+
+def _error(field: str, why: str) -> RequestError:
+    return RequestError(f"{field}: {why}", 400, param=field)
+
+
+def anthropic_field_error(e: RequestError) -> RequestError:
+    """``e`` (raised on the chat path) naming the Messages field (:data:`CHAT_FIELD_NAMES`): its
+    ``param`` and the field at the start of its message."""
+    msg, param = e.message, e.param
+    for chat_name, name in CHAT_FIELD_NAMES.items():
+        if param == chat_name:
+            param = name
+        if msg.startswith(chat_name) and not msg[len(chat_name) : len(chat_name) + 1].isidentifier():
+            msg = name + msg[len(chat_name) :]
+    return RequestError(msg, e.status, e.err_type, param)
+
+
+def _texts(blocks: Sequence[Any], field: str, what: str) -> str:
+    """The text of ``text`` blocks (joined by :data:`BLOCK_SEPARATOR`); another block is a 400."""
+    out = []
+    for j, b in enumerate(blocks):
+        where = f"{field}.{j}"
+        if not isinstance(b, Mapping):
+            raise _error(where, "must be a content block object.")
+        if b.get("type") != "text":
+            raise _error(f"{where}.type", f"{what} takes text blocks only; got {b.get('type')!r}.")
+        if not isinstance(b.get("text"), str):
+            raise _error(f"{where}.text", "must be a string.")
+        out.append(b["text"])
+    return BLOCK_SEPARATOR.join(out)
+
+
+def _system_text(system: str | Sequence[Any] | None) -> str | None:
+    if system is None or isinstance(system, str):
+        return system
+    return _texts(system, "system", "system")
+
+
+def _tool_result_text(block: Mapping[str, Any], field: str) -> str:
+    content = block.get("content", "")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = _texts(content, f"{field}.content", "a tool_result")
+    else:
+        raise _error(f"{field}.content", "must be a string or a list of text blocks.")
+    is_error = block.get("is_error", False)
+    if not isinstance(is_error, bool):
+        raise _error(f"{field}.is_error", "must be a boolean.")
+    return "Error: " + text if is_error else text
+
+
+def _unsupported_block(kind: Any, field: str, role: str) -> RequestError:
+    if kind in ("image", "document", "search_result", "container_upload"):
+        return _error(f"{field}.type", f"{kind!r} blocks are not supported (the model reads text only).")
+    allowed = "text, tool_result" if role == "user" else "text, thinking, redacted_thinking, tool_use"
+    return _error(f"{field}.type", f"a {role} message takes {allowed} blocks; got {kind!r}.")
+
+
+def _assistant_message(blocks: Sequence[Any], field: str) -> dict[str, Any]:
+    texts, thinking, calls = [], [], []
+    for j, b in enumerate(blocks):
+        where = f"{field}.{j}"
+        if not isinstance(b, Mapping):
+            raise _error(where, "must be a content block object.")
+        kind = b.get("type")
+        if kind == "text":
+            if not isinstance(b.get("text"), str):
+                raise _error(f"{where}.text", "must be a string.")
+            texts.append(b["text"])
+        elif kind == "thinking":
+            if not isinstance(b.get("thinking"), str):
+                raise _error(f"{where}.thinking", "must be a string.")
+            thinking.append(b["thinking"])
+        elif kind == "redacted_thinking":
+            continue
+        elif kind == "tool_use":
+            call_id, name, args = b.get("id"), b.get("name"), b.get("input", {})
+            for key, value in (("id", call_id), ("name", name)):
+                if not isinstance(value, str) or not value:
+                    raise _error(f"{where}.{key}", "must be a non-empty string.")
+            if not isinstance(args, Mapping):
+                raise _error(f"{where}.input", "must be a JSON object.")
+            fn = {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
+            calls.append({"id": call_id, "type": "function", "function": fn})
+        else:
+            raise _unsupported_block(kind, where, "assistant")
+    msg: dict[str, Any] = {"role": "assistant", "content": BLOCK_SEPARATOR.join(texts)}
+    if thinking:
+        msg["reasoning_content"] = BLOCK_SEPARATOR.join(thinking)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _user_messages(blocks: Sequence[Any], field: str, answerable: set[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        if texts:
+            out.append({"role": "user", "content": BLOCK_SEPARATOR.join(texts)})
+            texts.clear()
+
+    for j, b in enumerate(blocks):
+        where = f"{field}.{j}"
+        if not isinstance(b, Mapping):
+            raise _error(where, "must be a content block object.")
+        kind = b.get("type")
+        if kind == "text":
+            if not isinstance(b.get("text"), str):
+                raise _error(f"{where}.text", "must be a string.")
+            texts.append(b["text"])
+        elif kind == "tool_result":
+            call_id = b.get("tool_use_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _error(f"{where}.tool_use_id", "must be a non-empty string.")
+            if call_id not in answerable:
+                raise _error(
+                    f"{where}.tool_use_id",
+                    f"{call_id!r} answers no tool_use block of the preceding assistant message.",
+                )
+            flush()
+            out.append({"role": "tool", "tool_call_id": call_id, "content": _tool_result_text(b, where)})
+        else:
+            raise _unsupported_block(kind, where, "user")
+    flush()
+    if not out:  # an empty block list: an empty user turn, as an empty string content is
+        out.append({"role": "user", "content": ""})
+    return out
+
+
+def messages_to_chat(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The chat messages of a Messages ``messages`` list (module docstring), and whether the last
+    one is an assistant prefill to continue.
+
+    Args:
+        messages: :class:`~.protocol.MessageParam` items (``role``, ``content``).
+
+    Raises:
+        RequestError: 400 naming the field (``messages.1.content.0.tool_use_id`` ...).
+    """
+    if not messages:
+        raise _error("messages", "must contain at least one message.")
+    out: list[dict[str, Any]] = []
+    answerable: set[str] = set()  # the tool_use ids of the preceding assistant message
+    for i, m in enumerate(messages):
+        field = f"messages.{i}.content"
+        content = m.content
+        if m.role == "assistant":
+            msg = (
+                {"role": "assistant", "content": content}
+                if isinstance(content, str)
+                else _assistant_message(content, field)
+            )
+            answerable = {c["id"] for c in msg.get("tool_calls", [])}
+            out.append(msg)
+        else:
+            out += (
+                [{"role": "user", "content": content}]
+                if isinstance(content, str)
+                else _user_messages(content, field, answerable)
+            )
+            answerable = set()
+    prefill = messages[-1].role == "assistant"
+    if prefill and out[-1].get("tool_calls"):
+        raise _error(
+            f"messages.{len(messages) - 1}.content",
+            "a final assistant message (a prefill, continued by the answer) cannot hold tool_use blocks.",
+        )
+    return out, prefill
+
+
+def tools_to_chat(tools: Sequence[Any]) -> list[dict[str, Any]]:
+    """Custom tools as chat function tools (``input_schema`` -> ``parameters``).
+
+    Raises:
+        RequestError: 400 naming the tool field: a server tool (a ``type`` other than
+            ``custom``), a missing or duplicate name, a missing or non-object ``input_schema``.
+    """
+    out, seen = [], set()
+    for i, tool in enumerate(tools):
+        field = f"tools.{i}"
+        if not isinstance(tool, Mapping):
+            raise _error(field, "must be a tool object.")
+        kind = tool.get("type")
+        if kind not in (None, "custom"):
+            raise _error(
+                f"{field}.type", f"server tools are not supported (custom tools only); got {kind!r}."
+            )
+        name = tool.get("name")
+        if not isinstance(name, str) or not name or any(c in name for c in '"<>\n'):
+            raise _error(f"{field}.name", "must be a non-empty string without quotes or angle brackets.")
+        if name in seen:
+            raise _error(f"{field}.name", f"{name!r} is defined twice.")
+        seen.add(name)
+        schema = tool.get("input_schema")
+        if not isinstance(schema, Mapping):
+            raise _error(f"{field}.input_schema", "is required: a JSON schema object.")
+        fn: dict[str, Any] = {"name": name}  # OpenAI's key order: the rendered tool lines follow it
+        if tool.get("description") is not None:
+            if not isinstance(tool["description"], str):
+                raise _error(f"{field}.description", "must be a string.")
+            fn["description"] = tool["description"]
+        fn["parameters"] = dict(schema)
+        if tool.get("strict") is not None:
+            fn["strict"] = tool["strict"]
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def tool_choice_to_chat(choice: Mapping[str, Any] | None) -> tuple[Any, bool | None]:
+    """``(tool_choice, parallel_tool_calls)`` in chat terms of a Messages ``tool_choice``
+    (``None``: the defaults, ``"auto"`` with tools).
+
+    Raises:
+        RequestError: 400 naming ``tool_choice.type`` / ``.name`` / ``.disable_parallel_tool_use``.
+    """
+    if choice is None:
+        return None, None
+    kind = choice.get("type")
+    mapped: Any
+    if kind == "auto":
+        mapped = "auto"
+    elif kind == "any":
+        mapped = "required"
+    elif kind == "none":
+        mapped = "none"
+    elif kind == "tool":
+        name = choice.get("name")
+        if not isinstance(name, str) or not name:
+            raise _error("tool_choice.name", "must be a non-empty string (the tool to call).")
+        mapped = {"type": "function", "function": {"name": name}}
+    else:
+        raise _error("tool_choice.type", f"must be one of auto, any, tool, none; got {kind!r}.")
+    no_parallel = choice.get("disable_parallel_tool_use")
+    if no_parallel is not None and not isinstance(no_parallel, bool):
+        raise _error("tool_choice.disable_parallel_tool_use", "must be a boolean.")
+    return mapped, (None if no_parallel is None else not no_parallel)
+
+
+def thinking_switch(thinking: Mapping[str, Any] | None) -> bool | None:
+    """The thinking mode of a Messages ``thinking`` field: ``True`` (``enabled``, ``adaptive``),
+    ``False`` (``disabled``) or ``None`` (not given: the server's default).
+
+    Raises:
+        RequestError: 400 naming ``thinking.type`` or ``thinking.budget_tokens`` (``enabled``
+            needs a positive integer).
+    """
+    if thinking is None:
+        return None
+    kind = thinking.get("type")
+    if kind == "disabled":
+        return False
+    if kind == "adaptive":
+        return True
+    if kind == "enabled":
+        budget = thinking.get("budget_tokens")
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+            raise _error("thinking.budget_tokens", f"must be a positive integer; got {budget!r}.")
+        return True
+    raise _error("thinking.type", f"must be one of enabled, adaptive, disabled; got {kind!r}.")
+
+
+def _output_config(cfg: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
+    """``(reasoning_effort, response_format)`` of ``output_config``."""
+    if cfg is None:
+        return None, None
+    fmt = cfg.get("format")
+    rf = None
+    if fmt is not None:
+        if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
+            raise _error("output_config.format.type", "must be 'json_schema'.")
+        schema = fmt.get("schema")
+        if not isinstance(schema, Mapping):
+            raise _error("output_config.format.schema", "must be a JSON schema object.")
+        rf = {"type": "json_schema", "json_schema": {"name": "output", "schema": dict(schema)}}
+    return cfg.get("effort"), rf
+
+
+def chat_request_data(req: MessagesRequest | CountTokensRequest) -> dict[str, Any]:
+    """The ``/v1/chat/completions`` request body of a Messages (or count-tokens) request (module
+    docstring); ``None`` values left out (the chat defaults apply).
+
+    Raises:
+        RequestError: 400 naming the Messages field.
+    """
+    messages, prefill = messages_to_chat(req.messages)
+    system = _system_text(req.system)
+    if system is not None:
+        messages.insert(0, {"role": "system", "content": system})
+    tool_choice, parallel = tool_choice_to_chat(req.tool_choice)
+    thinking = thinking_switch(req.thinking)
+    effort, response_format = _output_config(req.output_config)
+    data: dict[str, Any] = {
+        "model": req.model,
+        "messages": messages,
+        "tools": tools_to_chat(req.tools) if req.tools else None,
+        "tool_choice": tool_choice,
+        "parallel_tool_calls": parallel,
+        "thinking": None if thinking is None else {"type": "enabled" if thinking else "disabled"},
+        "reasoning_effort": effort,
+        "response_format": response_format,
+        "continue_final_message": prefill or None,
+    }
+    if isinstance(req, MessagesRequest):
+        user = (req.metadata or {}).get("user_id")
+        if user is not None and not isinstance(user, str):
+            raise _error("metadata.user_id", "must be a string.")
+        data.update(
+            max_tokens=req.max_tokens,
+            stop=req.stop_sequences,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            stream=req.stream,
+            user=user,
+        )
+    return {k: v for k, v in data.items() if v is not None}

@@ -1,0 +1,214 @@
+"""The chat path's output in Messages API terms: content blocks, ``stop_reason``, ``usage`` (a
+whole message) and the server-sent events of a streamed one.
+
+A finished choice (:class:`~sglang_v4.entrypoints.openai.serving_chat.ChoiceOutput`) becomes, in
+this order, a ``thinking`` block (the reasoning, with an opaque ``signature``), a ``text`` block
+(the answer, when there is one) and one ``tool_use`` block per call (``input`` the arguments as a
+JSON object; a call cut by ``max_tokens`` has the arguments that parse so far, as the
+``anthropic`` client's stream accumulator reads a cut ``input_json_delta`` stream: an unfinished
+string is left out). ``stop_reason``: ``tool_use`` after whole calls, ``max_tokens`` when the
+token limit (or the context) ended the generation, ``stop_sequence`` (and ``stop_sequence`` set)
+when one of the request's ``stop_sequences`` did, else ``end_turn``.
+
+A stream (:class:`MessageEvents`) is Anthropic's event sequence, each event as ``event: NAME`` and
+``data: JSON`` lines: ``message_start`` (the message with empty ``content``, ``usage`` with the
+prompt's tokens), ``ping``, then per block ``content_block_start``, its deltas
+(``thinking_delta``, ``text_delta``, ``input_json_delta``; a thinking block ends with a
+``signature_delta``) and ``content_block_stop``; at the end ``message_delta`` (``stop_reason``,
+``stop_sequence``, ``usage``) and ``message_stop``. Blocks come in the order the model writes
+them. An engine error mid-stream is an ``error`` event (Anthropic's error body), after which the
+stream ends. A thinking-mode reply that stops without ever closing its reasoning is the answer (as
+on chat completions): streamed, its text went out as a thinking block first and is sent again as
+a text block; the whole message has the text block only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import jiter
+import orjson
+
+from sglang_v4.entrypoints.anthropic.protocol import (
+    AnthropicMessage,
+    ContentBlock,
+    MessagesUsage,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    anthropic_error_body,
+    thinking_signature,
+)
+from sglang_v4.entrypoints.openai.serving_chat import ChoiceOutput
+from sglang_v4.entrypoints.openai.tool_parser import ParsedToolCall, ToolCallDelta
+
+__all__ = ["MessageEvents", "message_content", "message_usage", "stop_reason", "tool_input", "tool_use_id"]
+
+
+def tool_use_id(call_id: str) -> str:
+    """A ``tool_use`` block id in Anthropic's style (``toolu_`` + the chat call id's digits)."""
+    return "toolu_" + call_id.removeprefix("call_")
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A call's arguments (a JSON object text, or a prefix of one when the call was cut) as the
+    ``input`` object: what parses, an unfinished trailing string left out (the ``anthropic``
+    client's partial reading of ``input_json_delta`` fragments); ``{}`` when nothing does."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        try:
+            value = jiter.from_json(arguments.encode("utf-8"), partial_mode=True) if arguments else {}
+        except ValueError:
+            value = {}
+    return value if isinstance(value, dict) else {}
+
+
+def message_content(out: ChoiceOutput) -> list[ContentBlock]:
+    """The content blocks of a finished choice: thinking, text, tool uses (module docstring)."""
+    blocks: list[ContentBlock] = []
+    if out.reasoning:
+        blocks.append(ThinkingBlock(thinking=out.reasoning, signature=thinking_signature(out.reasoning)))
+    if out.content:
+        blocks.append(TextBlock(text=out.content))
+    blocks += [_tool_use(c) for c in out.tool_calls]
+    return blocks
+
+
+def _tool_use(c: ParsedToolCall) -> ToolUseBlock:
+    return ToolUseBlock(id=tool_use_id(c.id), name=c.name, input=tool_input(c.arguments))
+
+
+def stop_reason(
+    finish: str | None, matched: Any, stop_sequences: Sequence[str] | None
+) -> tuple[StopReason, str | None]:
+    """``(stop_reason, stop_sequence)`` of the chat finish reason and matched stop (as the client
+    gave it: :meth:`~sglang_v4.entrypoints.openai.chat_prepare.ChatPlan.matched_stop`)."""
+    if finish == "tool_calls":
+        return "tool_use", None
+    if finish == "length":
+        return "max_tokens", None
+    if finish == "stop" and isinstance(matched, str) and matched in (stop_sequences or ()):
+        return "stop_sequence", matched
+    return "end_turn", None
+
+
+def message_usage(
+    meta: dict[str, Any], cache_report: bool, output_tokens: int | None = None
+) -> MessagesUsage:
+    """``usage`` of an engine output's ``meta_info`` (:class:`~.protocol.MessagesUsage`: with
+    ``cache_report`` the cached prompt tokens are ``cache_read_input_tokens``, not
+    ``input_tokens``)."""
+    prompt = int(meta.get("prompt_tokens", 0))
+    out = int(meta.get("completion_tokens", 0)) if output_tokens is None else output_tokens
+    if not cache_report:
+        return MessagesUsage(input_tokens=prompt, output_tokens=out)
+    cached = min(int(meta.get("cached_tokens", 0) or 0), prompt)
+    return MessagesUsage(
+        input_tokens=prompt - cached,
+        output_tokens=out,
+        cache_creation_input_tokens=0,
+        cache_read_input_tokens=cached,
+    )
+
+
+def sse_event(name: str, data: dict[str, Any]) -> bytes:
+    """One server-sent event: ``event: NAME`` and ``data: JSON`` (``data`` with ``type`` NAME)."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps({"type": name, **data}) + b"\n\n"
+
+
+def error_event(message: str, status: int) -> bytes:
+    """The ``error`` event of a stream (Anthropic's error body)."""
+    body = anthropic_error_body(message, status)
+    return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
+
+
+class MessageEvents:
+    """The events of one streamed message: the content blocks opened and closed as the
+    reasoning, text and call deltas arrive (one open block at a time; module docstring).
+
+    Args:
+        start: the ``message`` of ``message_start`` (empty content, the prompt's usage).
+    """
+
+    def __init__(self, start: AnthropicMessage) -> None:
+        self.message = start
+        self.n_blocks = 0
+        self.open: Any = None  # "thinking", "text" or ("tool_use", call index)
+        self.thinking = ""
+
+    def start(self) -> list[bytes]:
+        """``message_start`` and a ``ping``."""
+        return [
+            sse_event("message_start", {"message": self.message.model_dump(mode="json")}),
+            sse_event("ping", {}),
+        ]
+
+    def _open(self, key: Any, block: dict[str, Any]) -> list[bytes]:
+        out = self.close()
+        self.open = key
+        self.n_blocks += 1
+        return out + [sse_event("content_block_start", {"index": self.n_blocks - 1, "content_block": block})]
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return sse_event("content_block_delta", {"index": self.n_blocks - 1, "delta": delta})
+
+    def reasoning(self, text: str) -> list[bytes]:
+        """The events of a reasoning delta (opens a ``thinking`` block when another is open)."""
+        if not text:
+            return []
+        out = (
+            []
+            if self.open == "thinking"
+            else self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+        )
+        self.thinking += text
+        return out + [self._delta({"type": "thinking_delta", "thinking": text})]
+
+    def text(self, text: str) -> list[bytes]:
+        """The events of an answer text delta (opens a ``text`` block when another is open)."""
+        if not text:
+            return []
+        out = [] if self.open == "text" else self._open("text", {"type": "text", "text": ""})
+        return out + [self._delta({"type": "text_delta", "text": text})]
+
+    def call(self, d: ToolCallDelta) -> list[bytes]:
+        """The events of a tool-call delta: its first one (``name`` set) opens a ``tool_use``
+        block (``input`` ``{}``), argument fragments are ``input_json_delta`` events."""
+        key = ("tool_use", d.index)
+        out: list[bytes] = []
+        if self.open != key:
+            if d.name is None or d.id is None:  # a fragment of a call already closed: none is sent
+                return out
+            block = {"type": "tool_use", "id": tool_use_id(d.id), "name": d.name, "input": {}}
+            out += self._open(key, block)
+        if d.arguments:
+            out.append(self._delta({"type": "input_json_delta", "partial_json": d.arguments}))
+        return out
+
+    def close(self) -> list[bytes]:
+        """The closing events of the open block (a thinking block's ``signature_delta`` first)."""
+        key, self.open = self.open, None
+        if key is None:
+            return []
+        out = []
+        if key == "thinking":
+            out.append(
+                self._delta({"type": "signature_delta", "signature": thinking_signature(self.thinking)})
+            )
+            self.thinking = ""
+        out.append(sse_event("content_block_stop", {"index": self.n_blocks - 1}))
+        return out
+
+    def finish(self, reason: StopReason, sequence: str | None, usage: MessagesUsage) -> list[bytes]:
+        """The open block closed, ``message_delta`` (stop reason, usage) and ``message_stop``."""
+        delta = {"stop_reason": reason, "stop_sequence": sequence}
+        return self.close() + [
+            sse_event(
+                "message_delta", {"delta": delta, "usage": usage.model_dump(mode="json", exclude_none=True)}
+            ),
+            sse_event("message_stop", {}),
+        ]

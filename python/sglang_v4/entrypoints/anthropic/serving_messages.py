@@ -1,0 +1,240 @@
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: Anthropic's Messages API on the
+chat-completions path.
+
+A request is turned into a chat-completions request (:mod:`.messages_input`) and run as one: the
+same prompt rendering, sampling defaults, grammars, reasoning split and DSML tool-call parsing
+(:meth:`~sglang_v4.entrypoints.openai.serving_chat.ChatMixin._prepare_chat`,
+:meth:`~sglang_v4.entrypoints.openai.serving_chat.ChatMixin._read_choice`); the result becomes a
+``message`` (:mod:`.messages_output`), streamed as Anthropic's events with ``stream: true``.
+``count_tokens`` renders the same prompt and answers ``{"input_tokens": N}``, N the token count of
+the prompt a Messages request with those fields runs on.
+
+Errors use Anthropic's body ``{"type": "error", "error": {"type", "message"}}``: 400
+``invalid_request_error`` with a message that starts with the field, 401 ``authentication_error``
+without the server's API key (``x-api-key: KEY``, Anthropic's header, or ``Authorization: Bearer
+KEY``), 404 ``not_found_error`` for another model name. A client that goes away aborts its
+request, streamed or not, as on the chat route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from sglang_v4.entrypoints.anthropic.messages_input import anthropic_field_error, chat_request_data
+from sglang_v4.entrypoints.anthropic.messages_output import (
+    MessageEvents,
+    error_event,
+    message_content,
+    message_usage,
+    stop_reason,
+)
+from sglang_v4.entrypoints.anthropic.protocol import (
+    AnthropicMessage,
+    CountTokensRequest,
+    MessagesRequest,
+    anthropic_error_body,
+)
+from sglang_v4.entrypoints.chat_encoding import EOS
+from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
+from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
+from sglang_v4.entrypoints.openai.serving_base import (
+    SKIP_TOKENIZER_OPENAI_MSG,
+    RequestError,
+    _abort_error,
+    _finish,
+    grammar_error_for,
+    read_json_object,
+    validate_request,
+)
+from sglang_v4.entrypoints.openai.serving_chat import ChatRun, _ChoiceStream
+from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser, ToolCallDelta
+
+__all__ = ["AnthropicServing", "anthropic_error_response"]
+
+
+def anthropic_error_response(message: str, status: int) -> JSONResponse:
+    """Anthropic's error body (:func:`~.protocol.anthropic_error_body`) with HTTP ``status``."""
+    return JSONResponse(anthropic_error_body(message, status), status_code=status)
+
+
+async def _read_body(request: Request, cls: type[Any]) -> Any:
+    """The body validated as ``cls`` (strict, :func:`~.serving_base.validate_request`); the error
+    message starts with the failing field (``messages.0.role: ...``), as Anthropic's API words it.
+
+    Raises:
+        RequestError: 400, the body is not a JSON object or a field is invalid.
+    """
+    try:
+        return validate_request(cls, await read_json_object(request))
+    except RequestError as e:
+        raise RequestError(
+            e.message.removeprefix("Invalid request: "), e.status, e.err_type, e.param
+        ) from None
+
+
+class AnthropicServing:
+    """The Messages API routes over the chat path of the OpenAI routes.
+
+    Args:
+        chat: the server's :class:`~sglang_v4.entrypoints.openai.serving.OpenAIServing` (its
+            tokenizer manager, API key, chat rendering and output reading are used as they are).
+    """
+
+    def __init__(self, chat: Any) -> None:
+        self.chat = chat
+
+    async def messages(self, request: Request) -> Response:
+        """``POST /v1/messages``."""
+        return await self._guard(request, self._messages)
+
+    async def count_tokens(self, request: Request) -> Response:
+        """``POST /v1/messages/count_tokens``."""
+        return await self._guard(request, self._count_tokens)
+
+    async def _guard(self, request: Request, handler: Any) -> Response:
+        if self.chat.check_auth(request) is not None:
+            return anthropic_error_response("Unauthorized: invalid or missing API key.", 401)
+        if self.chat.skip_tokenizer_init:
+            return anthropic_error_response(SKIP_TOKENIZER_OPENAI_MSG.format(path=request.url.path), 400)
+        try:
+            return await handler(request)
+        except RequestError as e:
+            return anthropic_error_response(e.message, e.status)
+        except ValueError as e:
+            return anthropic_error_response(str(e), int(getattr(e, "status_code", 400) or 400))
+
+    # ------------------------------------------------------------------ request
+    def _chat_request(self, req: MessagesRequest | CountTokensRequest) -> ChatCompletionRequest:
+        """The chat request of ``req`` (:func:`~.messages_input.chat_request_data`).
+
+        Raises:
+            RequestError: 404 for another model name; 400 naming the Messages field.
+        """
+        self.chat._check_model(req.model)
+        data = chat_request_data(req)
+        try:
+            return ChatCompletionRequest.model_validate(data)
+        except ValidationError as e:  # the fields were checked above; a 400, never a 500
+            err = e.errors()[0]
+            field = ".".join(str(x) for x in err.get("loc", ()))
+            raise RequestError(f"{field}: {err.get('msg')}", param=field) from None
+
+    async def _prepare(self, chat_req: ChatCompletionRequest) -> ChatRun:
+        try:
+            return await self.chat._prepare_chat(chat_req)
+        except RequestError as e:
+            raise anthropic_field_error(e) from None
+
+    async def _messages(self, request: Request) -> Response:
+        req: MessagesRequest = await _read_body(request, MessagesRequest)
+        run = await self._prepare(self._chat_request(req))
+        try:
+            if req.stream:
+                return await self._stream(req, run, request)
+            rets = await self.chat._collect(run.obj, request)
+        except RequestError as e:
+            raise anthropic_field_error(grammar_error_for(e, run.grammar_field)) from None
+        out = self.chat._read_choice(rets[0], run.plan, run.separate)
+        meta = rets[0].get("meta_info", {})
+        reason, sequence = stop_reason(
+            out.finish_reason, run.plan.matched_stop(out.matched, None), req.stop_sequences
+        )
+        msg = AnthropicMessage(
+            model=req.model,
+            content=message_content(out),
+            stop_reason=reason,
+            stop_sequence=sequence,
+            usage=message_usage(meta, self.chat.enable_cache_report),
+        )
+        return JSONResponse(msg.model_dump(mode="json"))
+
+    async def _count_tokens(self, request: Request) -> Response:
+        req: CountTokensRequest = await _read_body(request, CountTokensRequest)
+        chat_req = self._chat_request(req)
+        try:
+            plan = self.chat._plan_chat(chat_req)
+        except RequestError as e:
+            raise anthropic_field_error(e) from None
+        tok = self.chat.tokenizer
+        ids = await asyncio.to_thread(tok.encode, plan.prompt, add_special_tokens=False)
+        return JSONResponse({"input_tokens": len(getattr(ids, "ids", ids))})
+
+    # ------------------------------------------------------------------ streaming
+    async def _stream(self, req: MessagesRequest, run: ChatRun, raw: Request) -> Response:
+        gen, first = await self.chat._run(run.obj, raw)
+        err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
+        if err is not None:
+            raise err
+        plan = run.plan
+        rp = ReasoningParser(implicit_end=plan.reasoning.implicit_end) if run.separate else None
+        tp = (
+            DsmlToolParser(plan.tool_names, TOOL_CALL_PARSERS[self.chat.tool_call_parser])
+            if plan.tool_names is not None
+            else None
+        )
+        st = _ChoiceStream(rp, tp)
+        first_meta = (first[0] if isinstance(first, list) else first).get("meta_info", {})
+        cache_report = self.chat.enable_cache_report
+        start = AnthropicMessage(
+            model=req.model, usage=message_usage(first_meta, cache_report, output_tokens=0)
+        )
+        events = MessageEvents(start)
+
+        def step(ret: dict[str, Any]) -> tuple[list[bytes], bool]:
+            """The events of one engine output (cumulative text); ``True`` once it finished."""
+            meta = ret.get("meta_info", {})
+            text = ret.get("text", "").replace(EOS, "")
+            delta = text[st.sent_text :] if len(text) >= st.sent_text else ""
+            st.sent_text = max(st.sent_text, len(text))
+            fr, matched = _finish(meta)
+            reasoning_d, content_d = self.chat._split_delta(st, delta, fr, plan, matched)
+            tool_deltas: list[ToolCallDelta] = []
+            if st.tools is not None:
+                content_d, tool_deltas = st.tools.feed(content_d)
+                if fr is not None:
+                    c2, t2 = st.tools.finish()
+                    content_d, tool_deltas = content_d + c2, tool_deltas + t2
+            out = events.reasoning(reasoning_d) + events.text(content_d)
+            for d in tool_deltas:
+                out += events.call(d)
+            if fr is None:
+                return out, False
+            if st.tools is not None and st.tools.calls_whole and fr == "stop":
+                fr = "tool_calls"
+            reason, sequence = stop_reason(fr, plan.matched_stop(matched, None), req.stop_sequences)
+            return out + events.finish(reason, sequence, message_usage(meta, cache_report)), True
+
+        async def stream() -> AsyncIterator[bytes]:
+            for ev in events.start():
+                yield ev
+            try:
+                item: Any = first
+                it = gen.__aiter__()
+                while True:
+                    ret = item[0] if isinstance(item, list) else item
+                    abort = _abort_error(ret.get("meta_info", {}))
+                    if abort is not None:
+                        yield error_event(abort.message, abort.status)
+                        return
+                    out, done = step(ret)
+                    for ev in out:
+                        yield ev
+                    if done:
+                        return
+                    try:
+                        item = await it.__anext__()
+                    except StopAsyncIteration:
+                        break
+                yield error_event("The generation ended without a finish reason.", 500)
+            except ValueError as e:
+                yield error_event(str(e), int(getattr(e, "status_code", 400) or 400))
+            finally:
+                await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
+
+        return StreamingResponse(stream(), media_type="text/event-stream")

@@ -1,0 +1,684 @@
+"""``POST /v1/messages`` and ``/v1/messages/count_tokens`` (Anthropic's Messages API) on the
+chat-completions path.
+
+Oracles: the ``anthropic`` client's own types (every body and every stream event validated against
+``anthropic.types``, and its ``messages.stream`` helper's accumulator), and
+``/v1/chat/completions`` on the same fake engine (same prompt token ids, same text, same sampling
+parameters for the same conversation). The fake tokenizer manager's reply is a function of the
+prompt's token ids, so equal texts also mean equal prompts. The last tests run the real server
+processes on ``server_fixture.FakeScheduler`` (the API key through the admission middleware, stop
+sequences through the real stop checker, client disconnects abort the request) and, in the slow
+tier, the embedded tiny model (greedy text equal to chat completions').
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+import requests
+from anthropic.types import Message, MessageTokensCount, RawMessageStreamEvent
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
+from server_fixture import fake_env, make_fake_model_dir, start_server
+from sglang_v4.entrypoints.anthropic import create_anthropic_router
+from sglang_v4.entrypoints.openai import create_openai_router
+from sglang_v4.managers.io_struct import GenerateReqInput
+from transformers import PreTrainedTokenizerFast
+
+pytestmark = pytest.mark.timeout(300)
+
+D = "｜DSML｜"
+MODEL = "dsv4-test"
+KEY = "s3cret"
+WORDS = ["alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta", " iota", " kappa"]
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather of a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"],
+    },
+}
+CHAT_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": WEATHER["input_schema"],
+    },
+}
+CALL = (
+    f'\n\n<{D}tool_calls>\n<{D}invoke name="get_weather">\n'
+    f'<{D}parameter name="city" string="true">Paris</{D}parameter>\n'
+    f'<{D}parameter name="days" string="false">3</{D}parameter>\n</{D}invoke>\n</{D}tool_calls>'
+)
+ARGS = {"city": "Paris", "days": 3}
+EVENTS = TypeAdapter(RawMessageStreamEvent)
+
+
+def prompt_reply(ids: list[int]) -> str:
+    """A reply that is a function of the prompt (eight words picked by a CRC of the ids)."""
+    h = zlib.crc32(json.dumps(ids).encode())
+    return "".join(WORDS[(h >> (3 * k)) % len(WORDS)] for k in range(8)) + "."
+
+
+class PromptTM:
+    """Fake tokenizer manager: generates the tokens of ``reply(prompt_ids)`` (or a fixed text),
+    finish ``stop`` (``length`` when ``max_new_tokens`` cuts it), cumulative text per token when
+    streaming, like the real one. ``abort_after``: the stream's output after that many tokens is
+    an engine abort. Records every request."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        reply: str | Callable[[list[int]], str] = prompt_reply,
+        abort_after: int | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+        self.context_len = 4096
+        self.grammar_enabled = True
+        self.reply = reply
+        self.abort_after = abort_after
+        self.received: list[GenerateReqInput] = []
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        self.received.append(obj)
+        text = self.reply if isinstance(self.reply, str) else self.reply(list(obj.input_ids))
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        limit = (obj.sampling_params or {}).get("max_new_tokens")
+        finish: dict[str, Any] = {"type": "stop", "matched": 1}
+        if limit is not None and limit < len(ids):
+            ids, finish = ids[:limit], {"type": "length", "length": limit}
+        outs = []
+        for j in range(1, len(ids) + 1):
+            meta = {
+                "id": "r",
+                "finish_reason": finish if j == len(ids) else None,
+                "prompt_tokens": len(obj.input_ids),
+                "completion_tokens": j,
+                "cached_tokens": 2,
+            }
+            if self.abort_after is not None and j > self.abort_after:
+                meta["finish_reason"] = {"type": "abort", "message": "engine failure", "status_code": 500}
+                outs.append({"text": "", "output_ids": [], "meta_info": meta})
+                break
+            outs.append({"text": self.tokenizer.decode(ids[:j]), "output_ids": ids[:j], "meta_info": meta})
+        if obj.stream:
+            for o in outs:
+                yield o
+        else:
+            yield outs[-1]
+
+
+def make_clients(
+    tm: PromptTM, api_key: str | None = None, cache_report: bool = False
+) -> tuple[anthropic.Anthropic, openai.OpenAI, TestClient]:
+    sa = SimpleNamespace(
+        served_model_name=MODEL, model_path=None, api_key=api_key, enable_cache_report=cache_report
+    )
+    app = FastAPI()
+    router = create_openai_router(tm, sa)
+    app.include_router(router)
+    app.include_router(create_anthropic_router(router.serving))
+    tc = TestClient(app)
+    key = api_key or "x"
+    client = anthropic.Anthropic(base_url="http://testserver", api_key=key, http_client=tc, max_retries=0)
+    oa = openai.OpenAI(base_url="http://testserver/v1", api_key=key, http_client=tc, max_retries=0)
+    return client, oa, tc
+
+
+def sse(text: str) -> list[dict[str, Any]]:
+    """The events of a Messages stream; each ``event:`` line names its data's ``type``."""
+    events = []
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        lines = dict(line.split(": ", 1) for line in block.split("\n"))
+        data = json.loads(lines["data"])
+        assert lines["event"] == data["type"], block
+        events.append(data)
+    return events
+
+
+def post(tc: TestClient, body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The message of ``body`` non-streamed and the events of it streamed, both validated
+    against the ``anthropic`` client's types; the stream's event order is Anthropic's."""
+    r = tc.post("/v1/messages", json={"model": MODEL, "max_tokens": 100, **body})
+    assert r.status_code == 200, r.text
+    Message.model_validate(r.json())
+    s = tc.post("/v1/messages", json={"model": MODEL, "max_tokens": 100, **body, "stream": True})
+    assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
+    events = sse(s.text)
+    for ev in events:
+        if ev["type"] != "ping":
+            EVENTS.validate_python(ev)
+    kinds = [e["type"] for e in events if e["type"] != "ping"]
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    open_index = None
+    for ev in events:  # one block open at a time, indices from 0 in order
+        if ev["type"] == "content_block_start":
+            assert open_index is None
+            open_index = ev["index"]
+        elif ev["type"] == "content_block_delta":
+            assert ev["index"] == open_index
+        elif ev["type"] == "content_block_stop":
+            assert ev["index"] == open_index
+            open_index = None
+    assert open_index is None
+    return r.json(), events
+
+
+def blocks(m: Any) -> list[dict[str, Any]]:
+    """A message's content blocks as dicts (the stream helper's parsed blocks without their
+    ``parsed_output``)."""
+    return [{k: v for k, v in b.model_dump().items() if k != "parsed_output"} for b in m.content]
+
+
+def chat(oa: openai.OpenAI, messages: list[dict[str, Any]], **kw: Any) -> Any:
+    return oa.chat.completions.create(model=MODEL, messages=messages, **kw)
+
+
+def test_text_equals_chat_completions(tok: PreTrainedTokenizerFast) -> None:
+    """``system`` + a multi-turn conversation (string and block contents) renders the prompt chat
+    completions renders for the same messages; text, usage and sampling parameters are the chat
+    route's; the client's typed message and its stream helper's final message agree."""
+    tm = PromptTM(tok)
+    client, oa, tc = make_clients(tm)
+    msgs = [
+        {"role": "system", "content": "Be brief.\n\nAnswer in Greek letters."},
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": "A1"},
+        {"role": "user", "content": "Q2\n\nQ3"},
+    ]
+    want = chat(oa, msgs, max_tokens=50, temperature=0.5, top_p=0.9, extra_body={"top_k": 5})
+    chat_req = tm.received[-1]
+    kw: dict[str, Any] = dict(
+        model=MODEL,
+        max_tokens=50,
+        system=[{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Answer in Greek letters."}],
+        messages=[
+            {"role": "user", "content": "Q1"},
+            {"role": "assistant", "content": [{"type": "text", "text": "A1"}]},
+            {"role": "user", "content": [{"type": "text", "text": "Q2"}, {"type": "text", "text": "Q3"}]},
+        ],
+        # (this client has no sampling arguments any more; older clients and other tools send them)
+        extra_body={"temperature": 0.5, "top_p": 0.9, "top_k": 5},
+    )
+    m = client.messages.create(**kw)
+    assert tm.received[-1].input_ids == chat_req.input_ids
+    assert tm.received[-1].sampling_params == chat_req.sampling_params
+    assert [b.type for b in m.content] == ["text"] and m.content[0].text == want.choices[0].message.content
+    assert m.stop_reason == "end_turn" and m.stop_sequence is None and m.role == "assistant"
+    assert m.model == MODEL and m.id.startswith("msg_")
+    assert (m.usage.input_tokens, m.usage.output_tokens) == (
+        want.usage.prompt_tokens,
+        want.usage.completion_tokens,
+    )
+    with client.messages.stream(**kw) as s:
+        streamed = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert streamed == final.content[0].text == m.content[0].text
+    assert final.stop_reason == "end_turn" and final.usage == m.usage
+    raw = {k: v for k, v in kw.items() if k not in ("model", "extra_body")}
+    body, events = post(tc, {**raw, **kw["extra_body"]})
+    assert body["content"] == [{"type": "text", "text": m.content[0].text}]
+    start = events[0]["message"]
+    assert start["content"] == [] and start["stop_reason"] is None
+    assert start["usage"]["input_tokens"] == want.usage.prompt_tokens
+
+
+def test_thinking_blocks_and_switch(tok: PreTrainedTokenizerFast) -> None:
+    """``thinking: enabled`` is the chat template's thinking mode (same prompt as chat's
+    ``thinking`` switch): the reasoning comes back as a ``thinking`` block with a signature, the
+    answer as text, streamed as ``thinking_delta`` events closed by a ``signature_delta``;
+    ``disabled`` renders chat mode; replayed thinking blocks are the chat turn's
+    ``reasoning_content``; ``output_config.effort`` is ``reasoning_effort``."""
+    tm = PromptTM(tok, reply="Let me think.</think>The answer.")
+    client, oa, tc = make_clients(tm)
+    user = [{"role": "user", "content": "Q"}]
+    want = chat(oa, user, max_tokens=60, reasoning_effort="max", extra_body={"thinking": {"type": "enabled"}})
+    chat_ids = tm.received[-1].input_ids
+    kw: dict[str, Any] = dict(
+        model=MODEL,
+        max_tokens=60,
+        messages=user,
+        thinking={"type": "enabled", "budget_tokens": 2048},
+        output_config={"effort": "max"},
+    )
+    m = client.messages.create(**kw)
+    assert tm.received[-1].input_ids == chat_ids
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert (
+        m.content[0].thinking == want.choices[0].message.model_extra["reasoning_content"] == "Let me think."
+    )
+    assert isinstance(m.content[0].signature, str) and m.content[0].signature
+    assert m.content[1].text == want.choices[0].message.content == "The answer."
+    with client.messages.stream(**kw) as s:
+        final = s.get_final_message()
+    assert blocks(final) == blocks(m)
+    _, events = post(tc, {"messages": user, "thinking": {"type": "enabled", "budget_tokens": 2048}})
+    deltas = [e["delta"]["type"] for e in events if e["type"] == "content_block_delta"]
+    assert deltas[-1] == "text_delta" and "signature_delta" in deltas
+    assert (
+        deltas.index("signature_delta") == max(i for i, d in enumerate(deltas) if d == "thinking_delta") + 1
+    )
+    # disabled: chat mode, as chat's thinking switch off
+    chat(oa, user, max_tokens=60, extra_body={"thinking": {"type": "disabled"}})
+    off_ids = tm.received[-1].input_ids
+    client.messages.create(model=MODEL, max_tokens=60, messages=user, thinking={"type": "disabled"})
+    assert tm.received[-1].input_ids == off_ids != chat_ids
+    # a replayed thinking block is the assistant turn's reasoning_content
+    hist = [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "reasoning_content": "R1", "content": "A1"},
+        {"role": "user", "content": "Q2"},
+    ]
+    chat(oa, hist, max_tokens=60, extra_body={"thinking": {"type": "enabled"}})
+    chat_ids = tm.received[-1].input_ids
+    client.messages.create(
+        model=MODEL,
+        max_tokens=60,
+        thinking={"type": "adaptive"},
+        messages=[
+            {"role": "user", "content": "Q"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "R1", "signature": "opaque"},
+                    {"type": "redacted_thinking", "data": "xyz"},
+                    {"type": "text", "text": "A1"},
+                ],
+            },
+            {"role": "user", "content": "Q2"},
+        ],
+    )
+    assert tm.received[-1].input_ids == chat_ids
+
+
+def test_tool_use_round_trip(tok: PreTrainedTokenizerFast) -> None:
+    """A DSML call is a ``tool_use`` block (``input`` the arguments object, ``stop_reason``
+    ``tool_use``), streamed as ``input_json_delta`` fragments the client's helper rebuilds; the
+    message sent back with a ``tool_result`` renders the chat route's prompt of the same
+    conversation (an ``is_error`` result marked as such); ``tool_choice`` maps to chat's."""
+    tm = PromptTM(tok, reply="Checking." + CALL)
+    client, oa, tc = make_clients(tm)
+    user = {"role": "user", "content": "Weather in Paris?"}
+    want = chat(oa, [user], max_tokens=200, tools=[CHAT_WEATHER])
+    chat_ids = tm.received[-1].input_ids
+    m = client.messages.create(model=MODEL, max_tokens=200, messages=[user], tools=[WEATHER])
+    assert tm.received[-1].input_ids == chat_ids
+    assert m.stop_reason == "tool_use" and [b.type for b in m.content] == ["text", "tool_use"]
+    assert m.content[0].text == want.choices[0].message.content == "Checking."
+    call = m.content[1]
+    assert call.name == "get_weather" and call.input == ARGS and call.id.startswith("toolu_")
+    assert json.loads(want.choices[0].message.tool_calls[0].function.arguments) == ARGS
+    with client.messages.stream(model=MODEL, max_tokens=200, messages=[user], tools=[WEATHER]) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use" and final.content[1].input == ARGS
+    assert blocks(final)[0] == blocks(m)[0]
+    _, events = post(tc, {"messages": [user], "tools": [WEATHER]})
+    assert any(e.get("delta", {}).get("type") == "input_json_delta" for e in events)
+    # the round trip: the assistant turn as the client returns it, then the tool results
+    for is_error, text in ((False, "18C"), (True, "timeout")):
+        result = {"type": "tool_result", "tool_use_id": call.id, "content": [{"type": "text", "text": text}]}
+        if is_error:
+            result["is_error"] = True
+        tm.reply = "It is mild."
+        convo = [
+            user,
+            m.to_param(),
+            {"role": "user", "content": [result, {"type": "text", "text": "Thanks"}]},
+        ]
+        r = client.messages.create(model=MODEL, max_tokens=200, messages=convo, tools=[WEATHER])
+        ids = tm.received[-1].input_ids
+        tc_msg = {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps(ARGS)},
+        }
+        chat_convo = [
+            user,
+            {"role": "assistant", "content": "Checking.", "tool_calls": [tc_msg]},
+            {"role": "tool", "tool_call_id": "c1", "content": ("Error: " if is_error else "") + text},
+            {"role": "user", "content": "Thanks"},
+        ]
+        again = chat(oa, chat_convo, max_tokens=200, tools=[CHAT_WEATHER])
+        assert tm.received[-1].input_ids == ids
+        assert r.content[0].text == again.choices[0].message.content == "It is mild."
+        assert r.stop_reason == "end_turn"
+    # tool_choice: any -> required, tool -> named, none -> no tools shown; disable_parallel_tool_use
+    tm.reply = "x"
+    for choice, chat_choice, parallel in (
+        ({"type": "any"}, "required", True),
+        (
+            {"type": "tool", "name": "get_weather"},
+            {"type": "function", "function": {"name": "get_weather"}},
+            True,
+        ),
+        ({"type": "auto", "disable_parallel_tool_use": True}, "auto", False),
+        ({"type": "none"}, "none", True),
+    ):
+        chat(
+            oa,
+            [user],
+            max_tokens=20,
+            tools=[CHAT_WEATHER],
+            tool_choice=chat_choice,
+            parallel_tool_calls=parallel,
+        )
+        want_req = tm.received[-1]
+        client.messages.create(
+            model=MODEL, max_tokens=20, messages=[user], tools=[WEATHER], tool_choice=choice
+        )
+        got = tm.received[-1]
+        assert got.input_ids == want_req.input_ids and got.sampling_params == want_req.sampling_params, choice
+
+
+def test_max_tokens_cut_call_and_prefill(tok: PreTrainedTokenizerFast) -> None:
+    """``max_tokens`` ends a message with ``stop_reason`` ``max_tokens`` and that many output
+    tokens; a call cut inside its arguments keeps what parses, the same streamed and not; a final
+    assistant message is continued (chat's ``continue_final_message``)."""
+    tm = PromptTM(tok, reply="Checking." + CALL)
+    client, oa, _ = make_clients(tm)
+    user = {"role": "user", "content": "Weather?"}
+    ids = tok.encode("Checking." + CALL, add_special_tokens=False)
+
+    def cut_after(marker: str) -> int:
+        return next(n for n in range(len(ids)) if marker in tok.decode(ids[:n]))
+
+    # cut inside the first value (nothing parses yet), then right after the second key's tag
+    for n_cut, want_input in (
+        (cut_after("Pa"), {}),
+        (cut_after('"days" string="false">'), {"city": "Paris"}),
+    ):
+        m = client.messages.create(model=MODEL, max_tokens=n_cut, messages=[user], tools=[WEATHER])
+        assert m.stop_reason == "max_tokens" and m.usage.output_tokens == n_cut
+        assert m.content[-1].type == "tool_use" and m.content[-1].input == want_input
+        with client.messages.stream(model=MODEL, max_tokens=n_cut, messages=[user], tools=[WEATHER]) as s:
+            final = s.get_final_message()
+        assert final.stop_reason == "max_tokens" and final.content[-1].input == want_input
+    tm.reply = prompt_reply
+    convo = [user, {"role": "assistant", "content": "The weather is"}]
+    want = chat(oa, convo, max_tokens=30, extra_body={"continue_final_message": True})
+    chat_ids = tm.received[-1].input_ids
+    m = client.messages.create(model=MODEL, max_tokens=30, messages=convo)
+    assert tm.received[-1].input_ids == chat_ids and m.content[0].text == want.choices[0].message.content
+
+
+def test_count_tokens_equals_chat_prompt(tok: PreTrainedTokenizerFast) -> None:
+    """``count_tokens`` is the prompt length chat completions reports for the same conversation
+    (tools, system, thinking); it generates nothing."""
+    tm = PromptTM(tok)
+    client, oa, _ = make_clients(tm)
+    user = [{"role": "user", "content": "Weather in Paris?"}]
+    for think in (False, True):
+        want = chat(
+            oa,
+            [{"role": "system", "content": "Sys"}, *user],
+            max_tokens=5,
+            tools=[CHAT_WEATHER],
+            extra_body={"thinking": {"type": "enabled" if think else "disabled"}},
+        )
+        n = len(tm.received)
+        got = client.messages.count_tokens(
+            model=MODEL,
+            system="Sys",
+            messages=user,
+            tools=[WEATHER],
+            thinking={"type": "enabled", "budget_tokens": 1024} if think else {"type": "disabled"},
+        )
+        MessageTokensCount.model_validate(got.model_dump())
+        assert got.input_tokens == want.usage.prompt_tokens and len(tm.received) == n
+
+
+def test_cache_report_and_engine_error(tok: PreTrainedTokenizerFast) -> None:
+    """With ``--enable-cache-report`` the cached prompt tokens are ``cache_read_input_tokens``
+    (``input_tokens`` the rest, as Anthropic splits them); an engine error mid-stream is an
+    ``error`` event the client raises."""
+    tm = PromptTM(tok)
+    client, oa, _ = make_clients(tm, cache_report=True)
+    want = chat(oa, [{"role": "user", "content": "Q"}], max_tokens=20)
+    m = client.messages.create(model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "Q"}])
+    cached = want.usage.prompt_tokens_details.cached_tokens
+    assert cached == 2
+    assert (m.usage.input_tokens, m.usage.cache_read_input_tokens) == (
+        want.usage.prompt_tokens - cached,
+        cached,
+    )
+    tm.abort_after = 3
+    with pytest.raises(anthropic.APIStatusError) as ei:
+        with client.messages.stream(
+            model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "Q"}]
+        ) as s:
+            s.get_final_message()
+    assert "engine failure" in str(ei.value.body)
+
+
+BAD_INPUTS = [
+    ({"max_tokens": None}, "max_tokens"),
+    ({"max_tokens": -1}, "max_tokens"),
+    ({"max_tokens": "10"}, "max_tokens"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "messages.0.content.0.type"),
+    ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages.0.content.0.text"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "1"}]}]}, "messages.0.content.0.tool_use_id"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]}, "messages.0.content.0.type"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "get_weather", "input": []}]}, {"role": "user", "content": "x"}]}, "messages.1.content.0.input"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "get_weather", "input": {}}]}]}, "messages.1.content"),
+    ({"system": [{"type": "image"}]}, "system.0.type"),
+    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
+    ({"tools": [{"name": "f"}]}, "tools.0.input_schema"),
+    ({"tools": [WEATHER, WEATHER]}, "tools.1.name"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
+    ({"tool_choice": {"type": "any"}}, "tool_choice"),
+    ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "maybe"}}, "thinking.type"),
+    ({"output_config": {"effort": "extreme"}}, "output_config.effort"),
+    ({"output_config": {"format": {"type": "xml"}}}, "output_config.format.type"),
+    ({"temperature": 3}, "temperature"),
+    ({"top_p": "high"}, "top_p"),
+    ({"stop_sequences": "x"}, "stop_sequences"),
+    ({"metadata": {"user_id": 5}}, "metadata.user_id"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, stream: bool) -> None:
+    """Each bad field is a 400 in Anthropic's error shape whose message starts with the field as
+    the client sent it, before anything reaches the engine; an unknown model is a 404
+    ``not_found_error``, an unknown route the framework's 404; the route serves the next
+    request."""
+    tm = PromptTM(tok)
+    client, _, tc = make_clients(tm)
+    base = {
+        "model": MODEL,
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "q"}],
+        "stream": stream,
+    }
+    for body, field in BAD_INPUTS:
+        r = tc.post("/v1/messages", json={k: v for k, v in {**base, **body}.items() if v is not None})
+        assert r.status_code == 400, (body, r.text)
+        err = r.json()
+        assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error", err
+        assert err["error"]["message"].startswith(field), (body, err)
+    assert tm.received == []
+    with pytest.raises(anthropic.BadRequestError) as ei:
+        client.messages.create(
+            model=MODEL,
+            max_tokens=10,
+            messages=[{"role": "user", "content": "q"}],
+            extra_body={"temperature": 5},
+        )
+    assert ei.value.body["error"]["type"] == "invalid_request_error"
+    with pytest.raises(anthropic.NotFoundError) as ei:
+        client.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "q"}])
+    assert ei.value.body["error"]["type"] == "not_found_error" and "claude-x" in ei.value.message
+    r = tc.post("/v1/messages/count_tokens", json={"model": MODEL, "messages": []})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("messages")
+    assert tc.post("/v1/messages/batches", json={}).json() == {"detail": "Not Found"}
+    assert client.messages.create(
+        model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "q"}]
+    ).content
+
+
+def test_api_key_headers(tok: PreTrainedTokenizerFast) -> None:
+    """With an API key: ``x-api-key`` and ``Authorization: Bearer`` both work (the client's
+    ``api_key`` and a ``default_headers`` x-api-key); none or a wrong one is a 401
+    ``authentication_error`` in Anthropic's shape, on both routes."""
+    tm = PromptTM(tok)
+    client, _, tc = make_clients(tm, api_key=KEY)
+    body = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "q"}]}
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        for headers in ({}, {"x-api-key": "wrong"}, {"authorization": "Bearer wrong"}):
+            r = tc.post(path, json=body, headers=headers)
+            assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", (
+                path,
+                headers,
+            )
+        for headers in ({"x-api-key": KEY}, {"authorization": f"Bearer {KEY}"}):
+            assert tc.post(path, json=body, headers=headers).status_code == 200, (path, headers)
+    assert client.messages.create(**body).content
+    x_client = anthropic.Anthropic(
+        base_url="http://testserver",
+        auth_token=None,
+        api_key=None,
+        default_headers={"x-api-key": KEY},
+        http_client=tc,
+        max_retries=0,
+    )
+    assert x_client.messages.create(**body).content
+    assert x_client.messages.count_tokens(model=MODEL, messages=body["messages"]).input_tokens > 0
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(
+            base_url="http://testserver", api_key="bad", http_client=tc, max_retries=0
+        ).messages.create(**body)
+
+
+# ----------------------------------------------------------------------------------- real processes
+@pytest.fixture(scope="module")
+def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    root = tmp_path_factory.mktemp("messages_server")
+    h = start_server(
+        ["--model-path", str(make_fake_model_dir(root)), "--served-model-name", MODEL],
+        fake_env({"FAKE_STEP_SLEEP": "0.002", "FAKE_HOLD_ON_TEXT": "[hold]"}),
+        root / "server.log",
+        api_key=KEY,
+    )
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
+
+
+def _used_pages(server: Any) -> int:
+    r = requests.get(server.url + "/get_server_info", headers=server.headers(), timeout=10)
+    return int(r.json()["kv_pool"]["used_pages"])
+
+
+def _wait_pages(server: Any, want: int) -> None:
+    deadline = time.time() + 20
+    while _used_pages(server) != want:
+        assert time.time() < deadline, _used_pages(server)
+        time.sleep(0.05)
+
+
+def test_real_server_keys_stops_and_disconnects(fake_server: Any) -> None:
+    """Through the real processes (admission middleware included): ``x-api-key`` passes it and a
+    missing key is a 401 in Anthropic's shape; ``stop_sequences`` end the text where the chat
+    route's ``stop`` does, with ``stop_reason`` ``stop_sequence``; a client that goes away
+    mid-stream, or before a non-streamed message is done, aborts its (held, never-ending)
+    request, whose KV pages come back."""
+    url = fake_server.url
+    body = {"model": MODEL, "max_tokens": 40, "messages": [{"role": "user", "content": "Hi"}]}
+    r = requests.post(url + "/v1/messages", json=body, timeout=30)
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    assert (
+        requests.post(url + "/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=30).status_code
+        == 200
+    )
+    client = anthropic.Anthropic(
+        base_url=url, api_key=None, default_headers={"x-api-key": KEY}, max_retries=0, timeout=60
+    )
+    oa = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=60)
+    want = oa.chat.completions.create(model=MODEL, messages=body["messages"], max_tokens=40, stop=["fox"])
+    assert want.choices[0].finish_reason == "stop"
+    m = client.messages.create(**body, stop_sequences=["fox"])
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == "fox"
+    assert m.content[0].text == want.choices[0].message.content and "fox" not in m.content[0].text
+    with client.messages.stream(**body, stop_sequences=["fox"]) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "stop_sequence" and final.content[0].text == m.content[0].text
+    idle = _used_pages(fake_server)
+    hold = {"model": MODEL, "max_tokens": 400, "messages": [{"role": "user", "content": "[hold] go"}]}
+    with requests.post(
+        url + "/v1/messages",
+        json={**hold, "stream": True},
+        headers={"x-api-key": KEY},
+        stream=True,
+        timeout=30,
+    ) as r:
+        lines = r.iter_lines()
+        assert any(b"text_delta" in line for _, line in zip(range(30), lines) if line)
+        assert _used_pages(fake_server) > idle
+    _wait_pages(fake_server, idle)
+    with pytest.raises(anthropic.APITimeoutError):
+        client.with_options(timeout=2).messages.create(**hold)
+    _wait_pages(fake_server, idle)
+
+
+# ----------------------------------------------------------------------------------- real model
+@pytest.fixture(scope="module")
+def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    root = tmp_path_factory.mktemp("messages_real")
+    h = start_server(["--device", "cpu"], dict(os.environ), root / "server.log", timeout_s=300)
+    yield h
+    assert h.stop() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_real_model_greedy_text_equals_chat(real_server: Any) -> None:
+    """The embedded random-weight model: greedy ``/v1/messages`` text (streamed and not) equals
+    greedy ``/v1/chat/completions`` text for the same conversation (a cold run of the other
+    route), also in thinking mode; ``count_tokens`` equals chat's prompt tokens."""
+    oa = openai.OpenAI(base_url=real_server.url + "/v1", api_key="x", max_retries=0, timeout=600)
+    client = anthropic.Anthropic(base_url=real_server.url, api_key="x", max_retries=0, timeout=600)
+    model = oa.models.list().data[0].id
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    kw: dict[str, Any] = dict(
+        model=model, max_tokens=12, system="Be brief.", messages=msgs[1:], extra_body={"temperature": 0}
+    )
+    want = oa.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0)
+    m = client.messages.create(**kw)
+    text = "".join(b.text for b in m.content if b.type == "text")
+    assert text == want.choices[0].message.content
+    assert m.usage.input_tokens == want.usage.prompt_tokens
+    assert m.usage.output_tokens == want.usage.completion_tokens
+    assert client.messages.count_tokens(model=model, system="Be brief.", messages=msgs[1:]).input_tokens == (
+        want.usage.prompt_tokens
+    )
+    with client.messages.stream(**kw) as s:
+        assert blocks(s.get_final_message()) == blocks(m)
+    think = oa.chat.completions.create(
+        model=model, messages=msgs, max_tokens=12, temperature=0, extra_body={"thinking": {"type": "enabled"}}
+    )
+    mt = client.messages.create(**kw, thinking={"type": "enabled", "budget_tokens": 1024})
+    reasoning = [b.thinking for b in mt.content if b.type == "thinking"]
+    assert (reasoning[0] if reasoning else None) == think.choices[0].message.model_extra.get(
+        "reasoning_content"
+    )
+    assert "".join(b.text for b in mt.content if b.type == "text") == (think.choices[0].message.content or "")
