@@ -28,7 +28,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import jiter
 import orjson
 
 from sglang_v4.entrypoints.anthropic.protocol import (
@@ -60,6 +59,8 @@ def tool_input(arguments: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments)
     except ValueError:
+        import jiter  # imported here: only a cut call needs it
+
         try:
             value = jiter.from_json(arguments.encode("utf-8"), partial_mode=True) if arguments else {}
         except ValueError:
