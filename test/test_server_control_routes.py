@@ -481,3 +481,28 @@ def test_engine_weight_methods(new_ckpt, cold_outputs, tmp_path) -> None:
         assert json.load(gzip.open(tmp_path / "tr" / "e-TP-0.trace.json.gz"))["traceEvents"]
         with pytest.raises(ValueError, match="not in progress"):
             engine.stop_profile()
+
+
+@pytest.mark.slow
+def test_tp2_update_reaches_every_rank(new_ckpt, cold_outputs, tmp_path) -> None:
+    """``--tp-size 2`` (gloo on CPU): the update reloads both ranks' shards, so greedy outputs equal
+    the one-rank cold run on the new checkpoint (``test_tp_server``: TP 2 answers as TP 1); a
+    replicated parameter reads back as the file; a parameter split over the ranks is a 400."""
+    h = start_server(
+        ["--device", "cpu", "--tp-size", "2"], real_env(), tmp_path / "server.log", timeout_s=600
+    )
+    try:
+        r = post(h, "/update_weights_from_disk", {"model_path": new_ckpt, "weight_version": "tp"})
+        assert r.status_code == 200 and r.json()["success"], r.text
+        for p in PROMPTS:
+            assert _greedy(h, p)["output_ids"] == cold_outputs[p], p
+        name, n = WEIGHT_NAMES[0]
+        assert post(
+            h, "/get_weights_by_name", {"name": name, "truncate_size": n}
+        ).json() == _safetensors_rows(new_ckpt, name, n)
+        native_error(post(h, "/get_weights_by_name", {"name": WEIGHT_NAMES[3][0]}), "tensor-parallel")
+        bad = _mismatched_ckpts(new_ckpt, tmp_path)["model.norm.weight"]
+        assert post(h, "/update_weights_from_disk", {"model_path": str(bad)}).status_code == 400
+        assert _greedy(h, PROMPTS[0])["output_ids"] == cold_outputs[PROMPTS[0]]
+    finally:
+        assert h.stop() == 0, h.log()[-3000:]
