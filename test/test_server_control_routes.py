@@ -129,7 +129,7 @@ def test_pause_abort_ends_running_requests(fake_server) -> None:
 def test_pause_in_place_stops_and_resumes_a_running_stream(fake_server) -> None:
     """``mode: in_place``: a request already running gets no token while paused (the scheduler
     runs no step) and, after continue, finishes with all its tokens, in order."""
-    n = 300
+    n = 150
     body = {"text": "stream me", "sampling_params": {"max_new_tokens": n}, "stream": True}
     expected = generate(fake_server, {**body, "stream": False})["output_ids"]
     with requests.post(fake_server.url + "/generate", json=body, stream=True, timeout=120) as resp:
