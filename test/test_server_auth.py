@@ -37,6 +37,12 @@ BODIES: dict[str, Any] = {
     "/v1/responses": {"input": "hi", "max_output_tokens": 2},
     "/v1/messages": {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
     "/v1/messages/count_tokens": {"model": "default", "messages": [{"role": "user", "content": "hi"}]},
+    # the runtime-control routes get bodies they refuse (400): the sweep must not pause the shared
+    # server, start a profile or reload weights
+    "/pause_generation": {"mode": "not-a-mode"},
+    "/start_profile": {"num_steps": 0},
+    "/update_weights_from_disk": {},
+    "/get_weights_by_name": {},
 }
 #: Stands for the id of a stored response in ``/v1/responses/{response_id}``: none is stored under
 #: it, so the right key gets OpenAI's 404 for an unknown response.

@@ -11,7 +11,7 @@ in this order:
    send), compared in constant time (``hmac.compare_digest``); otherwise 401. The open routes are SGLang's (``http_server.py``'s ``add_api_key_middleware`` lets
    ``/health*``, ``/ready`` and ``/metrics`` through, and ``OPTIONS`` preflights): here exactly
    ``/health``, ``/health_generate``, ``/ready`` and ``/metrics``. The admin routes (:data:`ADMIN_ROUTES`:
-   ``/flush_cache``, ``/abort_request``) follow SGLang's ``--admin-api-key`` rule: with an admin
+   ``/flush_cache``, ``/abort_request`` and the runtime-control routes) follow SGLang's ``--admin-api-key`` rule: with an admin
    key they need it (the API key is not accepted there), without one the API key as every route.
 3. **Body size**: a ``Content-Length`` above ``max_body_bytes`` is refused with 413 before the
    body is read; a chunked body is counted as it arrives and refused once it exceeds the limit.
@@ -83,7 +83,19 @@ __all__ = [
 #: /metrics open).
 OPEN_ROUTES = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
 #: Routes SGLang marks as admin (its ``ADMIN_OPTIONAL`` level) that this server has.
-ADMIN_ROUTES = frozenset({"/flush_cache", "/abort_request"})
+ADMIN_ROUTES = frozenset(
+    {
+        "/flush_cache",
+        "/abort_request",
+        "/update_weights_from_disk",
+        "/get_weights_by_name",
+        "/pause_generation",
+        "/continue_generation",
+        "/start_profile",
+        "/stop_profile",
+        "/configure_logging",
+    }
+)
 
 #: Largest request head (request line + headers) h11 buffers, bytes (h11's default is 16 KiB).
 H11_MAX_INCOMPLETE_EVENT_SIZE = 64 * 1024

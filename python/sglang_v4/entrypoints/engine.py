@@ -3,7 +3,8 @@
 ``Engine`` starts the same processes as the server (:func:`~sglang_v4.entrypoints.launcher.
 launch_subprocesses`), runs the ``TokenizerManager`` on a private event loop in a background
 thread and exposes SGLang's ``Engine`` API (``generate``, ``async_generate``, ``flush_cache``,
-``get_server_info``, ``shutdown``, context manager). The launcher's names are re-exported here.
+``get_server_info``, ``update_weights_from_disk``, ``get_weights_by_name``, ``start_profile``,
+``stop_profile``, ``shutdown``, context manager). The launcher's names are re-exported here.
 """
 
 from __future__ import annotations
@@ -377,6 +378,63 @@ class Engine:
         return self._run(
             build_server_info(self.server_args, self._procs.scheduler_info, self.tokenizer_manager)
         )
+
+    def update_weights_from_disk(
+        self, model_path: str, load_format: str | None = None, **kwargs: Any
+    ) -> tuple[bool, str, int]:
+        """Reload the weights from the checkpoint directory ``model_path`` (same architecture),
+        in place, and flush the radix cache, as ``POST /update_weights_from_disk`` (SGLang's
+        ``Engine.update_weights_from_disk``; its other fields, e.g. ``abort_all_requests`` and
+        ``weight_version``, as keywords). Running requests finish first.
+
+        Returns:
+            ``(success, message, num_paused_requests)``: ``success`` False with the reason when the
+            config or a tensor does not match the served model (the weights are unchanged).
+
+        Raises:
+            ValueError: a bad field (no directory, an unsupported ``load_format``, ...), named.
+        """
+        from sglang_v4.entrypoints.control_api import parse_update_weights_body
+
+        self._check_open()
+        body = parse_update_weights_body({"model_path": model_path, "load_format": load_format, **kwargs})
+        out = self._run(self.tokenizer_manager.update_weights_from_disk(**body))
+        return out.success, out.message, out.num_paused_requests
+
+    def get_weights_by_name(self, name: str, truncate_size: int = 100) -> list[Any]:
+        """The first ``truncate_size`` rows of parameter ``name`` (its Hugging Face checkpoint
+        name) as float32 lists, as ``/get_weights_by_name``.
+
+        Raises:
+            ValueError: no such parameter (or one split over TP ranks), or a bad ``truncate_size``.
+        """
+        from sglang_v4.entrypoints.control_api import parse_get_weights_body
+
+        self._check_open()
+        name, truncate_size = parse_get_weights_body({"name": name, "truncate_size": truncate_size})
+        return self._run(self.tokenizer_manager.get_weights_by_name(name, truncate_size))
+
+    def start_profile(self, **kwargs: Any) -> None:
+        """Start the torch profiler around scheduler steps, as ``/start_profile`` (keywords: its
+        body's fields, ``output_dir``, ``num_steps``, ``activities``, ...).
+
+        Raises:
+            ValueError: a bad field, or a profile already running.
+        """
+        from sglang_v4.entrypoints.control_api import parse_profile_body
+
+        self._check_open()
+        req = parse_profile_body(kwargs, self.server_args.device)
+        self._run(self.tokenizer_manager.start_profile(req))
+
+    def stop_profile(self) -> None:
+        """Stop the profiler and write its trace (``<output_dir>/<profile_id>-TP-0.trace.json.gz``).
+
+        Raises:
+            ValueError: no profile is running.
+        """
+        self._check_open()
+        self._run(self.tokenizer_manager.stop_profile())
 
     def shutdown(self) -> None:
         """Stop the background loop and kill the child processes (idempotent).

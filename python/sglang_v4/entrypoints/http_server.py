@@ -5,7 +5,10 @@ SSE streaming with cumulative ``text`` and ``output_ids`` and a final ``data: [D
 ``--skip-tokenizer-init`` input_ids only and no ``text``), ``/health``, ``/ready``,
 ``/health_generate``, ``/model_info`` + ``/get_model_info``, ``/server_info`` +
 ``/get_server_info``, ``/flush_cache``, ``/abort_request``, ``/metrics`` (with
-``--enable-metrics``), ``/encode`` and ``/classify`` (SGLang's 400 for a generation model), plus the OpenAI router from ``entrypoints/openai`` when present (``/v1/*``,
+``--enable-metrics``), ``/encode`` and ``/classify`` (SGLang's 400 for a generation model), the
+runtime-control routes (``/update_weights_from_disk``, ``/get_weights_by_name``,
+``/pause_generation``, ``/continue_generation``, ``/start_profile``, ``/stop_profile``,
+``/configure_logging``, ``/get_weight_version``: :mod:`sglang_v4.entrypoints.control_api`), plus the OpenAI router from ``entrypoints/openai`` when present (``/v1/*``,
 ``/tokenize``, ``/detokenize``) and Anthropic's Messages API on its chat path
 (``/v1/messages``, ``/v1/messages/count_tokens``, from ``entrypoints/anthropic``).
 
@@ -61,6 +64,7 @@ from sglang_v4.entrypoints.admission import (
     HeaderTimeoutH11Protocol,
     drain_in_flight,
 )
+from sglang_v4.entrypoints.control_api import create_control_router
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import Subprocesses, build_server_info
 from sglang_v4.entrypoints.lifecycle import StopSignal
@@ -393,6 +397,9 @@ def create_app(
         except RequestError as e:
             return error_response(str(e), e.status_code)
         return Response(status_code=200)
+
+    # /update_weights_from_disk, /get_weights_by_name, /pause_generation, /start_profile, ...
+    app.include_router(create_control_router(tm_or_503, server_args.device))
 
     if server_args.enable_metrics:
 

@@ -9,6 +9,9 @@ Data flow::
 
     TokenizerManager --FlushCacheReqInput/GetServerInfoReq/GetMetricsReq--> Scheduler
     Scheduler --FlushCacheReqOutput/GetServerInfoReqOutput/GetMetricsReqOutput--> TokenizerManager
+    TokenizerManager --UpdateWeightFromDiskReqInput/GetWeightsByNameReqInput--> Scheduler (their outputs back)
+    TokenizerManager --PauseGenerationReqInput/ContinueGenerationReqInput/ProfileReq/SetLogLevelReq--> Scheduler
+    Scheduler --ControlAck--> TokenizerManager
     scheduler process --SchedulerReadyInfo (once) / SchedulerCrashed--> launcher, TokenizerManager
 """
 
@@ -76,6 +79,96 @@ class GetMetricsReqOutput(ControlReqOutput):
     """Reply to :class:`GetMetricsReq`: the ``get_metrics()`` dict."""
 
     metrics: dict[str, Any]
+
+
+@dataclass
+class UpdateWeightFromDiskReqInput(ControlReq):
+    """Reload the weights from the checkpoint directory ``model_path`` (SGLang's message of
+    ``/update_weights_from_disk``): same architecture, loaded in place, then the radix cache
+    flushed. ``load_format``: ``None`` / ``"auto"`` (safetensors, as at start-up)."""
+
+    model_path: str = ""
+    load_format: str | None = None
+
+
+@dataclass
+class UpdateWeightFromDiskReqOutput(ControlReqOutput):
+    """Reply to :class:`UpdateWeightFromDiskReqInput`: ``success``, SGLang's ``message`` and
+    ``num_paused_requests`` (requests held while the weights changed; 0 here, as SGLang's disk
+    path)."""
+
+    success: bool
+    message: str = ""
+    num_paused_requests: int = 0
+
+
+@dataclass
+class GetWeightsByNameReqInput(ControlReq):
+    """The first ``truncate_size`` rows of the parameter ``name`` (HF checkpoint name)."""
+
+    name: str = ""
+    truncate_size: int = 100
+
+
+@dataclass
+class GetWeightsByNameReqOutput(ControlReqOutput):
+    """Reply to :class:`GetWeightsByNameReqInput`: the values as nested float lists
+    (``parameter``), or ``None`` with ``message`` saying why (unknown name, ...)."""
+
+    parameter: list[Any] | None
+    message: str = ""
+
+
+@dataclass
+class PauseGenerationReqInput(ControlReq):
+    """Stop running scheduler steps (``mode`` ``"in_place"``: requests keep their KV and resume
+    on :class:`ContinueGenerationReqInput`; ``"retract"``: running requests go back to the queue,
+    their KV pages released). ``"abort"`` never reaches the scheduler: the tokenizer manager
+    aborts the requests itself."""
+
+    mode: str = "in_place"
+
+
+@dataclass
+class ContinueGenerationReqInput(ControlReq):
+    """Resume the scheduler steps stopped by :class:`PauseGenerationReqInput`."""
+
+
+@dataclass
+class ProfileReq(ControlReq):
+    """Start (``action="start"``) or stop (``"stop"``) the torch profiler around scheduler steps.
+
+    Attributes:
+        output_dir: directory of the trace files.
+        num_steps: stop by itself after this many steps (``None``: at ``"stop"``).
+        activities: SGLang's names, ``"CPU"`` and / or ``"GPU"``.
+        with_stack / record_shapes: ``torch.profiler.profile``'s options.
+        profile_id: the trace file's name stem (``<profile_id>-TP-0.trace.json.gz``).
+    """
+
+    action: str = "start"
+    output_dir: str | None = None
+    num_steps: int | None = None
+    activities: list[str] | None = None
+    with_stack: bool = False
+    record_shapes: bool = False
+    profile_id: str = ""
+
+
+@dataclass
+class SetLogLevelReq(ControlReq):
+    """Set the scheduler process's root log level (``/configure_logging``'s ``log_level``)."""
+
+    level: str = "info"
+
+
+@dataclass
+class ControlAck(ControlReqOutput):
+    """Reply to the pause / continue / profile / log-level messages: ``success`` and, when
+    refused, why (``message``)."""
+
+    success: bool = True
+    message: str = ""
 
 
 # ---------------------------------------------------------------------------------------------

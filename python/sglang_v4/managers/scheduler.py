@@ -49,7 +49,8 @@ finishes one that slipped through with a 400 abort before it reaches the model.
 The process wrapper (ZMQ) is ``managers/scheduler_process.py``; this module is plain Python so that
 tests and the in-process reference can drive it directly. Processing results (logprobs, tokens,
 finish checks, the outgoing message) lives in ``scheduler_output_processor.py``; the cache flush
-and the runtime state / metrics reports in ``scheduler_metrics_mixin.py``.
+and the runtime state / metrics reports in ``scheduler_metrics_mixin.py``; weight updates in
+``scheduler_update_weights_mixin.py``.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ from sglang_v4.managers.schedule_policy import (
 )
 from sglang_v4.managers.scheduler_metrics_mixin import SchedulerMetricsMixin
 from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
+from sglang_v4.managers.scheduler_update_weights_mixin import SchedulerUpdateWeightsMixin
 from sglang_v4.managers.tp_worker import FutureMap, TpModelWorker
 from sglang_v4.managers.tp_worker_overlap_thread import make_worker_client
 from sglang_v4.mem_cache.cache_manager import CacheManager
@@ -94,7 +96,7 @@ logger = logging.getLogger(__name__)
 LPM_FALLBACK_QUEUE_LEN = CACHE_AWARE_MAX_QUEUE
 
 
-class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
+class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin, SchedulerUpdateWeightsMixin):
     """Continuous-batching scheduler (see module docstring).
 
     Args:

@@ -1,7 +1,8 @@
 """Scheduler process: wraps the in-process ``Scheduler`` core in a ZMQ event loop.
 
 Loop (SGLang's ``event_loop_normal`` shape): drain every pending message without blocking,
-run ``scheduler.step()`` while ``scheduler.has_work()`` and send its ``BatchTokenIDOut`` to the
+run ``scheduler.step()`` while ``scheduler.has_work()`` (and generation is not paused:
+``/pause_generation``) and send its ``BatchTokenIDOut`` to the
 detokenizer (with ``--skip-tokenizer-init`` to the tokenizer manager); when idle, block on the input socket (1 s timeout). Control requests are answered
 straight to the tokenizer manager. Any exception logs the traceback, sends
 ``SchedulerCrashed`` to the tokenizer manager and exits with code 1 (the server then exits
@@ -11,7 +12,9 @@ The scheduler class is ``sglang_v4.managers.scheduler:Scheduler``; the environme
 ``SGLANG_V4_SCHEDULER_CLASS=module:attr`` replaces it (used by tests with a fake scheduler). A
 replacement provides what this loop uses: ``ready_info`` (a :class:`SchedulerReadyInfo`),
 ``add_request``, ``abort_request``, ``has_work``, ``step``, ``flush_cache``, ``get_server_info``
-and ``get_metrics``.
+and ``get_metrics``; ``update_weights_from_disk``, ``get_weights_by_name`` and ``retract_all``
+are optional (without them those control messages are refused). The torch profiler
+(``/start_profile``) runs around the steps here (:mod:`.scheduler_profiler`).
 """
 
 from __future__ import annotations
@@ -30,17 +33,27 @@ from typing import Any
 import zmq
 
 from sglang_v4.managers.control_struct import (
+    ContinueGenerationReqInput,
+    ControlAck,
     FlushCacheReqInput,
     FlushCacheReqOutput,
     GetMetricsReq,
     GetMetricsReqOutput,
     GetServerInfoReq,
     GetServerInfoReqOutput,
+    GetWeightsByNameReqInput,
+    GetWeightsByNameReqOutput,
+    PauseGenerationReqInput,
+    ProfileReq,
     SchedulerCrashed,
     SchedulerReadyInfo,
+    SetLogLevelReq,
+    UpdateWeightFromDiskReqInput,
+    UpdateWeightFromDiskReqOutput,
 )
 from sglang_v4.managers.io_struct import AbortReq, BatchTokenIDOut, TokenizedGenerateReqInput, finish_abort
 from sglang_v4.managers.req import Req
+from sglang_v4.managers.scheduler_profiler import SchedulerProfiler
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import (
     configure_logging,
@@ -94,6 +107,9 @@ class SchedulerLoop:
         self.tokenizer_ipc_name = port_args.tokenizer_ipc_name
         #: ``time.monotonic()`` when the running ``step()`` began; 0.0 outside a step.
         self.step_started = 0.0
+        #: ``/pause_generation`` (modes ``in_place`` / ``retract``): no step runs until continued.
+        self.paused = False
+        self.profiler = SchedulerProfiler()
 
     def start_watchdog(self, timeout_s: float) -> threading.Thread:
         """Kill the process (exit 1) when one ``step()`` runs longer than ``timeout_s`` seconds.
@@ -143,7 +159,45 @@ class SchedulerLoop:
         elif isinstance(msg, GetMetricsReq):
             self.to_tok.send_pyobj(GetMetricsReqOutput(req_id=msg.req_id, metrics=s.get_metrics()))
         else:
-            logger.warning("Scheduler got an unknown message %r", type(msg).__name__)
+            self.to_tok.send_pyobj(self.handle_runtime_control(msg))
+
+    def handle_runtime_control(self, msg: Any) -> Any:
+        """The reply to a weight / pause / profile / log-level control message (a scheduler
+        without a method the message needs, e.g. a test stand-in, refuses it)."""
+        s = self.scheduler
+        if isinstance(msg, UpdateWeightFromDiskReqInput):
+            update = getattr(s, "update_weights_from_disk", None)
+            ok, text = update(msg.model_path) if update else (False, "This scheduler cannot load weights.")
+            return UpdateWeightFromDiskReqOutput(req_id=msg.req_id, success=ok, message=text)
+        if isinstance(msg, GetWeightsByNameReqInput):
+            read = getattr(s, "get_weights_by_name", None)
+            values, text = (
+                read(msg.name, msg.truncate_size) if read else (None, "This scheduler has no weights.")
+            )
+            return GetWeightsByNameReqOutput(req_id=msg.req_id, parameter=values, message=text)
+        if isinstance(msg, PauseGenerationReqInput):
+            if msg.mode == "retract":
+                retract = getattr(s, "retract_all", None)
+                if retract is None:
+                    return ControlAck(
+                        msg.req_id, False, "mode: 'retract' is not supported by this scheduler."
+                    )
+                out = retract()
+                if out is not None and len(out.rids) > 0:
+                    self.to_detok.send_pyobj(out)
+            self.paused = True
+            return ControlAck(msg.req_id)
+        if isinstance(msg, ContinueGenerationReqInput):
+            self.paused = False
+            return ControlAck(msg.req_id)
+        if isinstance(msg, ProfileReq):
+            ok, text = self.profiler.start(msg) if msg.action == "start" else self.profiler.stop()
+            return ControlAck(msg.req_id, ok, text)
+        if isinstance(msg, SetLogLevelReq):
+            logging.getLogger().setLevel(msg.level.upper())
+            return ControlAck(msg.req_id)
+        logger.warning("Scheduler got an unknown message %r", type(msg).__name__)
+        return ControlAck(getattr(msg, "req_id", ""), False, f"unknown message {type(msg).__name__}")
 
     def run_once(self, idle_timeout_ms: int = 1000) -> None:
         """One loop iteration: drain messages, then one step (or block while idle)."""
@@ -153,12 +207,14 @@ class SchedulerLoop:
             except zmq.Again:
                 break
             self.handle(msg)
-        if self.scheduler.has_work():
+        if not self.paused and self.scheduler.has_work():
             self.step_started = time.monotonic()
-            out = self.scheduler.step()
+            with self.profiler.step_range():
+                out = self.scheduler.step()
             self.step_started = 0.0
             if out is not None and len(out.rids) > 0:
                 self.to_detok.send_pyobj(out)
+            self.profiler.after_step()
         else:
             self.poller.poll(idle_timeout_ms)
 

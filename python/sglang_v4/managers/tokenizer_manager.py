@@ -39,6 +39,7 @@ import zmq.asyncio
 
 from sglang_v4.managers.abandoned_rids import AbandonedRids
 from sglang_v4.managers.control_struct import (
+    ControlReqOutput,
     FlushCacheReqInput,
     FlushCacheReqOutput,
     GetMetricsReq,
@@ -64,6 +65,7 @@ from sglang_v4.managers.tokenization import (  # noqa: F401 - re-exported
     RequestError,
     TokenizationMixin,
 )
+from sglang_v4.managers.tokenizer_control_mixin import TokenizerControlMixin
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import get_tokenizer
 
@@ -123,7 +125,7 @@ def stop_holdback(text: str, stops: list[str]) -> str:
     return text[: len(text) - cut] if cut else text
 
 
-class TokenizerManager(TokenizationMixin):
+class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
     """Validates, tokenizes, dispatches and collects generate requests (see module docstring).
 
     Args:
@@ -172,6 +174,7 @@ class TokenizerManager(TokenizationMixin):
         self._send.connect(port_args.scheduler_input_ipc_name)
         self._loop_task: asyncio.Task[None] | None = None
         self._closed = False
+        self.init_control()  # pause / weight-update admission gate (tokenizer_control_mixin.py)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -229,7 +232,7 @@ class TokenizerManager(TokenizationMixin):
                     self._handle_batch_output(msg)
                 elif isinstance(msg, BatchTokenIDOut):  # --skip-tokenizer-init: straight from the scheduler
                     self._handle_batch_output(str_out_from_token_out(msg))
-                elif isinstance(msg, (FlushCacheReqOutput, GetServerInfoReqOutput, GetMetricsReqOutput)):
+                elif isinstance(msg, ControlReqOutput):
                     fut = self.pending_control.pop(msg.req_id, None)
                     if fut is not None and not fut.done():
                         fut.set_result(msg)
@@ -417,6 +420,7 @@ class TokenizerManager(TokenizationMixin):
         if obj.is_single:
             tokenized = self._tokenize_one(obj, (await self._encode_prompts([obj]))[0])
             await self.abandoned.wait([str(obj.rid)])
+            await self.wait_for_admission(request)  # paused, or a weight update under way
             self._check_alive()  # the backend may have died while a long prompt was tokenized
             state = self._register(obj, tokenized)
             self._send.send_pyobj(tokenized)
@@ -433,6 +437,7 @@ class TokenizerManager(TokenizationMixin):
         text_ids = await self._encode_prompts(subs)
         tokenized_list = [self._tokenize_one(s, ids) for s, ids in zip(subs, text_ids)]
         await self.abandoned.wait(str(s.rid) for s in subs)
+        await self.wait_for_admission(request)
         self._check_alive()
         for s in subs:
             if s.rid in self.rid_to_state:
@@ -534,7 +539,7 @@ class TokenizerManager(TokenizationMixin):
             return
         self._send.send_pyobj(AbortReq(rid=rid))
 
-    async def _control(self, req: Any, timeout_s: float = 60.0) -> Any:
+    async def _control(self, req: Any, timeout_s: float | None = 60.0) -> Any:
         self._check_alive()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending_control[req.req_id] = fut

@@ -97,6 +97,15 @@ class Shutdown:
     """Rank 0 is stopping: the other ranks exit."""
 
 
+@dataclass
+class UpdateWeights:
+    """Rank 0 reloads the weights from ``model_path`` (``/update_weights_from_disk``): every rank
+    reloads its shard, agreeing on success (:func:`~sglang_v4.model_loader.weight_update.swap_weights`)."""
+
+    model_path: str
+    previous_path: str | None
+
+
 def rank_device(server_args: ServerArgs, tp_rank: int) -> torch.device:
     """The device of TP rank ``tp_rank``: the CPU, or GPU ``base_gpu_id + local rank`` where the
     local rank counts the ranks of this node (``tp_size / nnodes`` per node)."""
@@ -207,6 +216,8 @@ class ModelRunner:
             from sglang_v4.tools.default_model import ensure_default_model
 
             model_path = ensure_default_model()
+        #: the checkpoint the weights come from (``None``: dummy weights); a weight update changes it
+        self.weights_path: str | None = model_path if sa.load_format != "dummy" else None
         self.model = get_model(
             model_config,
             model_path,
@@ -518,6 +529,41 @@ class ModelRunner:
             return False
         self.tp.broadcast_object(Shutdown())
         return True
+
+    def update_weights_from_disk(self, model_path: str) -> None:
+        """Replace the weights, in place, by those of the checkpoint at ``model_path`` (the same
+        architecture), on every TP rank (:class:`UpdateWeights`). Call between steps.
+
+        Raises:
+            ValueError: the config or a tensor does not match (checked before anything is
+                written: nothing changed), or the reload failed (the previous weights are back);
+                :mod:`sglang_v4.model_loader.weight_update`.
+        """
+        from sglang_v4.model_loader.weight_update import check_update, swap_weights
+
+        check_update(self.mc, model_path, self.server_args.model_override_args())
+        previous = self.weights_path
+        with self._step_lock:
+            if self.tp.size > 1:
+                self.tp.broadcast_object(UpdateWeights(model_path, previous))
+            swap_weights(self.model, self.tp, model_path, previous)
+        self.weights_path = model_path
+
+    def run_weight_update(self, msg: UpdateWeights) -> None:
+        """A non-zero TP rank's share of :meth:`update_weights_from_disk` (rank 0 reports errors)."""
+        from sglang_v4.model_loader.weight_update import swap_weights
+
+        try:
+            swap_weights(self.model, self.tp, msg.model_path, msg.previous_path)
+            self.weights_path = msg.model_path
+        except ValueError as e:
+            logger.error("TP rank %d: %s", self.parallel.tp_rank, e)
+
+    def get_weights_by_name(self, name: str, truncate_size: int = 100) -> list:
+        """Parameter ``name``'s first rows (:func:`~sglang_v4.model_loader.weight_update.weights_by_name`)."""
+        from sglang_v4.model_loader.weight_update import weights_by_name
+
+        return weights_by_name(self.model, name, truncate_size, self.tp.size)
 
     def run_broadcast_step(self, step: ForwardStep) -> None:
         """A non-zero TP rank's share of rank 0's :meth:`forward`: replay the request-state

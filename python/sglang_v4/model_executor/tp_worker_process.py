@@ -8,6 +8,8 @@ group (:meth:`~sglang_v4.distributed.parallel_state.TPGroup.broadcast_object`) a
 * :class:`~sglang_v4.model_executor.model_runner.ForwardStep`: replay the request-state operations,
   run the same forward (its collectives pair with rank 0's; the logits are dropped);
 * :class:`~sglang_v4.model_executor.model_runner.CaptureGraphs`: capture the decode CUDA graphs;
+* :class:`~sglang_v4.model_executor.model_runner.UpdateWeights`: reload its shard of the weights
+  from another checkpoint (``/update_weights_from_disk``), agreeing with the other ranks;
 * :class:`~sglang_v4.model_executor.model_runner.Shutdown`: exit 0.
 
 It holds no radix cache, no tokenizer and no sampler, and talks to no other process of the server.
@@ -24,7 +26,13 @@ import traceback
 from multiprocessing.connection import Connection
 
 from sglang_v4.configs.model_config import ModelConfig
-from sglang_v4.model_executor.model_runner import CaptureGraphs, ForwardStep, ModelRunner, Shutdown
+from sglang_v4.model_executor.model_runner import (
+    CaptureGraphs,
+    ForwardStep,
+    ModelRunner,
+    Shutdown,
+    UpdateWeights,
+)
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.utils import (
     configure_logging,
@@ -54,6 +62,8 @@ def serve_tp_steps(runner: ModelRunner) -> int:
             g = runner.cuda_graph_runner
             if g is not None:
                 g.capture_all()
+        elif isinstance(msg, UpdateWeights):
+            runner.run_weight_update(msg)
         elif isinstance(msg, Shutdown):
             return n
         else:

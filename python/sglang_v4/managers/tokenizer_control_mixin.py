@@ -1,0 +1,228 @@
+"""Runtime control of the tokenizer manager (SGLang's ``TokenizerControlMixin`` role): weight
+updates, parameter reads, pausing generation, the profiler and request logging, as RL frameworks
+(verl, slime, OpenRLHF) and operators drive a running server.
+
+Admission gate: a generate request, once tokenized, waits here before it is registered and sent
+to the scheduler while generation is paused (``/pause_generation``) or a weight update is under
+way (:meth:`TokenizerControlMixin.wait_for_admission`); requests already sent are not affected
+by the gate. A weight update waits for the requests in flight to finish (SGLang's model-update
+lock: they are its readers), or aborts them first with ``abort_all_requests``; while generation
+is paused it runs at once (SGLang's rule).
+
+Every method runs on the tokenizer manager's event loop; bad values raise
+:class:`~sglang_v4.managers.tokenization.RequestError` (400) naming the field, and a dead backend
+:class:`~sglang_v4.managers.tokenization.BackendDiedError` (503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from sglang_v4.managers.control_struct import (
+    ContinueGenerationReqInput,
+    ControlAck,
+    GetWeightsByNameReqInput,
+    GetWeightsByNameReqOutput,
+    PauseGenerationReqInput,
+    ProfileReq,
+    SetLogLevelReq,
+    UpdateWeightFromDiskReqInput,
+    UpdateWeightFromDiskReqOutput,
+)
+from sglang_v4.managers.tokenization import RequestError
+
+if TYPE_CHECKING:
+    from sglang_v4.managers.tokenizer_manager import TokenizerManager
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two looks at the requests in flight while a pause or an update waits for them.
+IDLE_POLL_S = 0.01
+#: ``/pause_generation`` modes (SGLang's); ``abort`` is its default.
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+
+class TokenizerControlMixin:
+    """Runtime control of :class:`~sglang_v4.managers.tokenizer_manager.TokenizerManager`
+    (module docstring). :meth:`init_control` sets its state."""
+
+    def init_control(self: TokenizerManager) -> None:
+        """The control state: not paused, no update running, admission open."""
+        #: ``/pause_generation`` was called and ``/continue_generation`` not yet (SGLang's ``is_pause``).
+        self.is_pause = False
+        self._weight_update_lock = asyncio.Lock()
+        self._updating = False
+        self._admission_open = asyncio.Event()
+        self._admission_open.set()
+
+    def _reopen_admission(self: TokenizerManager) -> None:
+        if not self.is_pause and not self._updating:
+            self._admission_open.set()
+
+    async def wait_for_admission(self: TokenizerManager, request: Any = None) -> None:
+        """Return when requests may be sent to the scheduler (not paused, no weight update).
+
+        Raises:
+            RequestError: (499) the HTTP client ``request`` disconnected while waiting.
+        """
+        while not self._admission_open.is_set():
+            try:
+                await asyncio.wait_for(self._admission_open.wait(), timeout=1.0)
+            except asyncio.TimeoutError:
+                if request is not None and await request.is_disconnected():
+                    raise RequestError("Client disconnected while generation was paused.", 499) from None
+
+    async def _wait_idle(self: TokenizerManager) -> None:
+        """Wait until no request is in flight (answered or abandoned ones' final outputs in)."""
+        while self.rid_to_state or len(self.abandoned):
+            self._check_alive()
+            await asyncio.sleep(IDLE_POLL_S)
+
+    async def update_weights_from_disk(
+        self: TokenizerManager,
+        model_path: str,
+        load_format: str | None = None,
+        abort_all_requests: bool = False,
+        weight_version: str | None = None,
+    ) -> UpdateWeightFromDiskReqOutput:
+        """Reload the weights from the checkpoint directory ``model_path`` (same architecture; see
+        :mod:`sglang_v4.model_loader.weight_update`) and flush the radix cache.
+
+        New requests wait meanwhile; running ones finish first (``abort_all_requests``: they are
+        aborted). On success ``weight_version`` (when given) becomes the server's
+        ``weight_version`` (``/get_model_info``, every response's ``meta_info``) and
+        ``model_path`` the reported model path; the served model name does not change.
+
+        Returns:
+            the scheduler's answer (``success``, ``message``, ``num_paused_requests``).
+        """
+        self._check_alive()
+        async with self._weight_update_lock:
+            if abort_all_requests:
+                self.abort_request(abort_all=True)
+            paused = self.is_pause
+            if not paused:  # SGLang's writer lock: new requests wait, running ones finish
+                self._updating = True
+                self._admission_open.clear()
+            try:
+                if not paused:
+                    await self._wait_idle()
+                t0 = time.perf_counter()
+                req = UpdateWeightFromDiskReqInput(model_path=model_path, load_format=load_format)
+                out: UpdateWeightFromDiskReqOutput = await self._control(req, timeout_s=None)
+            finally:
+                self._updating = False
+                self._reopen_admission()
+        if out.success:
+            sa = self.server_args
+            sa.served_model_name = sa.resolved_served_model_name()  # the name clients send stays
+            sa.model_path = self.model_path = model_path
+            if weight_version is not None:
+                sa.weight_version = weight_version
+                out.message += f" Weight version updated to {weight_version}."
+            logger.info("Weights updated from %s in %.2fs.", model_path, time.perf_counter() - t0)
+        return out
+
+    async def get_weights_by_name(self: TokenizerManager, name: str, truncate_size: int = 100) -> list[Any]:
+        """The first ``truncate_size`` rows of parameter ``name`` (HF checkpoint name).
+
+        Raises:
+            RequestError: (400) no such parameter, or one split over TP ranks; the message says.
+        """
+        out: GetWeightsByNameReqOutput = await self._control(
+            GetWeightsByNameReqInput(name=name, truncate_size=truncate_size)
+        )
+        if out.parameter is None:
+            raise RequestError(out.message or f"name: no parameter {name!r}.")
+        return out.parameter
+
+    async def _ack(self: TokenizerManager, req: Any) -> None:
+        ack: ControlAck = await self._control(req)
+        if not ack.success:
+            raise RequestError(ack.message)
+
+    async def pause_generation(self: TokenizerManager, mode: str = "abort") -> None:
+        """Stop generating (SGLang's modes): ``abort`` aborts every request in flight and returns
+        once they have ended; ``in_place`` stops the scheduler's steps, requests keep their KV;
+        ``retract`` stops them and sends running requests back to the queue, their KV released.
+        Requests received while paused wait (:meth:`wait_for_admission`).
+
+        Raises:
+            RequestError: (400) a mode the scheduler does not support (nothing changes).
+        """
+        self._check_alive()
+        was_paused = self.is_pause
+        self.is_pause = True
+        self._admission_open.clear()
+        try:
+            if mode == "abort":
+                self.abort_request(abort_all=True)
+                await self._wait_idle()
+            else:
+                await self._ack(PauseGenerationReqInput(mode=mode))
+        except RequestError:
+            self.is_pause = was_paused
+            self._reopen_admission()
+            raise
+        logger.info("Generation paused (mode %s).", mode)
+
+    async def continue_generation(self: TokenizerManager) -> None:
+        """Resume after :meth:`pause_generation`: the scheduler steps again and the requests that
+        waited are sent."""
+        self._check_alive()
+        await self._ack(ContinueGenerationReqInput())
+        self.is_pause = False
+        self._reopen_admission()
+        logger.info("Generation continued.")
+
+    async def start_profile(self: TokenizerManager, req: ProfileReq) -> str:
+        """Start the torch profiler around scheduler steps (:mod:`.scheduler_profiler`); its
+        ``profile_id`` defaults to the time, as SGLang's. Returns the trace's profile id.
+
+        Raises:
+            RequestError: (400) a profile is already running, or ``output_dir`` is unusable.
+        """
+        req.action = "start"
+        req.profile_id = req.profile_id or str(time.time())
+        await self._ack(req)
+        return req.profile_id
+
+    async def stop_profile(self: TokenizerManager) -> None:
+        """Stop the profiler and write its trace.
+
+        Raises:
+            RequestError: (400) no profile is running.
+        """
+        await self._ack(ProfileReq(action="stop"))
+
+    async def configure_logging(
+        self: TokenizerManager,
+        log_requests: bool | None = None,
+        log_requests_level: int | None = None,
+        log_requests_format: str | None = None,
+        log_level: str | None = None,
+    ) -> None:
+        """Change ``--log-requests`` / ``--log-requests-level`` / ``--log-requests-format`` at
+        runtime (``None``: unchanged), and ``log_level`` in this process and the scheduler's.
+        Values are validated by the caller (:mod:`sglang_v4.entrypoints.control_api`)."""
+        sa = self.server_args
+        if log_requests is not None:
+            sa.log_requests = log_requests
+        if log_requests_level is not None:
+            sa.log_requests_level = log_requests_level
+        if log_requests_format is not None:
+            sa.log_requests_format = log_requests_format
+        if log_level is not None:
+            logging.getLogger().setLevel(log_level.upper())
+            await self._ack(SetLogLevelReq(level=log_level))
+            sa.log_level = log_level.lower()
+        logger.info(
+            "Logging configured: log_requests=%s, log_requests_level=%s, log_requests_format=%s%s",
+            sa.log_requests,
+            sa.log_requests_level,
+            sa.log_requests_format,
+            f", log_level={log_level}" if log_level else "",
+        )
