@@ -464,6 +464,56 @@ def test_function_call_round_trip(tok: PreTrainedTokenizerFast) -> None:
     assert '<tool_result>{"temp": 18}</tool_result>' in tok.decode(replay_ids)
 
 
+def test_call_cut_by_max_output_tokens_can_be_continued(tok: PreTrainedTokenizerFast) -> None:
+    """A ``function_call`` cut by ``max_output_tokens`` (``status: "incomplete"``, arguments a
+    prefix of a JSON object) does not make its conversation unusable: continued through
+    ``previous_response_id``, or replayed whole with ``store: false`` (Codex-style), it renders the
+    chat prompt of that call with the members that were complete (``{"city": "Paris"}``, written
+    here by hand), where it was a 400 blaming an ``input`` field the client never sent. A
+    poisoned history is the failure kind of MoonshotAI/kimi-cli#1378 (a malformed call persisted
+    to the session makes it irrecoverable)."""
+    tm = PromptTM(tok, CALL)
+    client, tc = make_client(tm)
+    user = {"role": "user", "content": "Weather in Paris?"}
+    cut = None
+    for limit in range(4, 60):
+        r = client.responses.create(model=MODEL, input=[user], tools=[WEATHER], max_output_tokens=limit)
+        args = r.output[-1].arguments if r.output[-1].type == "function_call" else ""
+        if args.startswith('{"city": "Paris"') and "3" not in args:
+            cut = r
+            break
+    assert cut is not None and cut.status == "incomplete"
+    call = cut.output[-1]
+    assert call.status == "incomplete"
+    with pytest.raises(ValueError):
+        json.loads(call.arguments)  # the case under test: the stored arguments are not JSON
+    tm.reply = prompt_reply
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+    tool_call = {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
+    }
+    msgs = [
+        user,
+        {"role": "assistant", "content": "", "tool_calls": [tool_call]},
+        {"role": "tool", "tool_call_id": call.call_id, "content": "sunny"},
+    ]
+    want = chat(client, msgs, tools=[CHAT_WEATHER])
+    want_ids = tm.received[-1].input_ids
+    r2 = client.responses.create(model=MODEL, previous_response_id=cut.id, input=[result], tools=[WEATHER])
+    assert tm.received[-1].input_ids == want_ids and r2.output_text == want.choices[0].message.content
+    replay = [user] + [item.model_dump(exclude_none=True) for item in cut.output] + [result]
+    r3 = client.responses.create(model=MODEL, input=replay, tools=[WEATHER], store=False)
+    assert tm.received[-1].input_ids == want_ids and r3.output_text == r2.output_text
+    # a plain message after the cut call continues too (the call stays in the history)
+    r4 = client.responses.create(model=MODEL, previous_response_id=cut.id, input="Go on.", tools=[WEATHER])
+    assert r4.status == "completed"
+    # a later turn chains through r2, which holds the cut call
+    r5 = client.responses.create(model=MODEL, previous_response_id=r2.id, input="Thanks.", tools=[WEATHER])
+    assert r5.status == "completed"
+
+
 def test_tool_choice_and_parallel_calls_reach_the_grammar_as_chat(tok: PreTrainedTokenizerFast) -> None:
     """A named ``tool_choice`` (flat shape) and ``parallel_tool_calls: false`` give the sampling
     parameters (tool-call grammar) chat completions gives for the same request."""
@@ -570,6 +620,16 @@ BAD_INPUTS = [
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input[0].content[0]"),
     ({"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]}, "input[0].call_id"),
     ({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}, "input[0].name"),
+    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
+                "arguments": "not json"}]}, "input[1].arguments"),
+    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
+                "arguments": '{"a": 1} {'}]}, "input[1].arguments"),
+    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
+                "arguments": "[1, 2]"}]}, "input[1].arguments"),
+    ({"input": [{"role": "user", "content": None}]}, "input[0].content"),
+    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
+                "arguments": "{}"}, {"type": "function_call_output", "call_id": "c", "output": None}]},
+     "input[2].output"),
     ({"input": [{"type": "reasoning", "summary": [{"type": "x", "text": "t"}]}]}, "input[0].summary[0]"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": "x", "tools": [{"type": "function", "parameters": {}}]}, "tools[0].name"),
