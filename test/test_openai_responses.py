@@ -509,9 +509,13 @@ def test_call_cut_by_max_output_tokens_can_be_continued(tok: PreTrainedTokenizer
     # a plain message after the cut call continues too (the call stays in the history)
     r4 = client.responses.create(model=MODEL, previous_response_id=cut.id, input="Go on.", tools=[WEATHER])
     assert r4.status == "completed"
-    # a later turn chains through r2, which holds the cut call
+    # a later turn chains through r2: the call and its output stay in the prompt (the failure of
+    # vllm-project/vllm#43244 was to drop them from the stored context)
     r5 = client.responses.create(model=MODEL, previous_response_id=r2.id, input="Thanks.", tools=[WEATHER])
-    assert r5.status == "completed"
+    r5_ids = tm.received[-1].input_ids
+    more = [{"role": "assistant", "content": r2.output_text}, {"role": "user", "content": "Thanks."}]
+    want5 = chat(client, msgs + more, tools=[CHAT_WEATHER])
+    assert tm.received[-1].input_ids == r5_ids and r5.output_text == want5.choices[0].message.content
 
 
 def test_tool_choice_and_parallel_calls_reach_the_grammar_as_chat(tok: PreTrainedTokenizerFast) -> None:
