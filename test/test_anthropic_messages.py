@@ -483,6 +483,8 @@ BAD_INPUTS = [
     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
     ({"tools": [{"name": "f"}]}, "tools.0.input_schema"),
     ({"tools": [WEATHER, WEATHER]}, "tools.1.name"),
+    ({"tools": [dict(WEATHER, strict="false")]}, "tools.0.strict"),
+    ({"tools": [dict(WEATHER, description=5)]}, "tools.0.description"),
     ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}}, "tool_choice"),
     ({"tools": [WEATHER], "tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
     ({"tool_choice": {"type": "any"}}, "tool_choice"),

@@ -638,10 +638,15 @@ BAD_INPUTS = [
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": "x", "tools": [{"type": "function", "parameters": {}}]}, "tools[0].name"),
     ({"input": "x", "tools": [WEATHER, WEATHER]}, "tools[1].name"),
+    ({"input": "x", "tools": [dict(WEATHER, strict="false")]}, "tools[0].strict"),
+    ({"input": "x", "tools": [dict(WEATHER, description=5)]}, "tools[0].description"),
     ({"input": "x", "tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"input": "x", "tool_choice": {"type": "file_search"}}, "tool_choice"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name"),
     ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {}, "strict": "yes"}}},
+     "text.format.strict"),
+    ({"input": "x", "reasoning": {"summary": 5}}, "reasoning.summary"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "bogus"}}}}, "text.format"),
     ({"input": "x", "reasoning": {"effort": "bogus"}}, "reasoning.effort"),
     ({"input": "x", "max_output_tokens": -1}, "max_output_tokens"),
@@ -674,6 +679,14 @@ def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, strea
     with pytest.raises(openai.NotFoundError) as ei:
         client.responses.create(model="other", input="x")
     assert ei.value.body["param"] == "model"
+    # the chat route refuses the same wrong-typed flags (a string "false" would read as strict)
+    bad_tool = {"type": "function", "function": {"name": "f", "strict": "false"}}
+    bad_format = {"type": "json_schema", "json_schema": {"name": "s", "schema": {}, "strict": "yes"}}
+    for kw, field in ((dict(tools=[bad_tool]), "tools[0].function.strict"),
+                      (dict(response_format=bad_format), "response_format.json_schema.strict")):  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as ei:
+            chat(client, [{"role": "user", "content": "x"}], **kw)
+        assert field in ei.value.message
     assert client.responses.create(model=MODEL, input="ok").status == "completed"
 
 

@@ -43,6 +43,8 @@ __all__ = [
 
 #: Roles of Responses message items.
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
+#: Values of ``reasoning.summary`` (OpenAI's; accepted, none changes the output).
+REASONING_SUMMARIES = (None, "auto", "concise", "detailed")
 
 
 def _error(message: str, param: str) -> RequestError:
@@ -209,7 +211,8 @@ def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
     Raises:
         RequestError: 400 naming the tool field: a tool of another type (built-in tools such as
             ``web_search`` or ``file_search`` are not served), a missing name, non-object
-            ``parameters``, a duplicate name.
+            ``parameters``, a duplicate name, a non-string ``description``, a non-boolean
+            ``strict``.
     """
     out, seen = [], set()
     for i, tool in enumerate(tools):
@@ -230,6 +233,9 @@ def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
         params = tool.get("parameters")
         if params is not None and not isinstance(params, Mapping):
             raise _error(f"{field}.parameters must be a JSON schema object.", f"{field}.parameters")
+        for key, kind, what in (("description", str, "a string"), ("strict", bool, "a boolean")):
+            if tool.get(key) is not None and not isinstance(tool[key], kind):
+                raise _error(f"{field}.{key} must be {what}; got {tool[key]!r}.", f"{field}.{key}")
         fn: dict[str, Any] = {"name": name}
         for key in ("description", "parameters", "strict"):
             if tool.get(key) is not None:
@@ -266,8 +272,8 @@ def responses_text_format(text: Mapping[str, Any] | None) -> dict[str, Any] | No
     "schema", "strict"}}`` (the grammar path of chat completions).
 
     Raises:
-        RequestError: 400 naming ``text.format...`` for an unknown type, a missing ``name`` or a
-            non-object ``schema``.
+        RequestError: 400 naming ``text.format...`` for an unknown type, a missing ``name``, a
+            non-object ``schema`` or a non-boolean ``strict``.
     """
     if text is None:
         return None
@@ -287,6 +293,8 @@ def responses_text_format(text: Mapping[str, Any] | None) -> dict[str, Any] | No
             raise _error("text.format.name must be a non-empty string.", "text.format.name")
         if not isinstance(schema, (Mapping, bool)):
             raise _error("text.format.schema must be a JSON schema object.", "text.format.schema")
+        if fmt.get("strict") is not None and not isinstance(fmt["strict"], bool):
+            raise _error("text.format.strict must be a boolean.", "text.format.strict")
         js = {"name": name, "schema": schema}
         if fmt.get("strict") is not None:
             js["strict"] = fmt["strict"]
@@ -306,10 +314,17 @@ def reasoning_switch(reasoning: Mapping[str, Any] | None, profile: str) -> tuple
     comes back whole, as ``reasoning_text`` content.
 
     Raises:
-        RequestError: 400 naming ``reasoning.effort`` for a value the profile does not know.
+        RequestError: 400 naming ``reasoning.effort`` for a value the profile does not know, or
+            ``reasoning.summary`` for a value not in :data:`REASONING_SUMMARIES`.
     """
     if reasoning is None:
         return None, None
+    summary = reasoning.get("summary")
+    if summary not in REASONING_SUMMARIES:
+        raise _error(
+            f"reasoning.summary must be one of {', '.join(map(str, REASONING_SUMMARIES))}; got {summary!r}.",
+            "reasoning.summary",
+        )
     effort = reasoning.get("effort")
     if effort is None:
         return None, None
