@@ -443,6 +443,34 @@ def test_count_tokens_equals_chat_prompt(tok: PreTrainedTokenizerFast) -> None:
         assert got.input_tokens == want.usage.prompt_tokens and len(tm.received) == n
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_context_overflow_is_worded_as_anthropic(tok: PreTrainedTokenizerFast, stream: bool) -> None:
+    """A prompt that does not fit with ``max_tokens`` in the 4,096-token context is a 400 in
+    Anthropic's own words (``input length and `max_tokens` exceed context limit: N + K > C`` /
+    ``prompt is too long: N tokens > M maximum``), the wording Anthropic clients match to compact
+    the conversation or retry with a lower ``max_tokens`` (anthropics/claude-code#476 shows it);
+    N is the prompt's token count on the chat route, and nothing reaches the engine."""
+    tm = PromptTM(tok)
+    client, oai, _ = make_clients(tm)
+    short = [{"role": "user", "content": "Hi"}]
+    n_short = chat(oai, short, max_tokens=1).usage.prompt_tokens
+    long = [{"role": "user", "content": "word " * 5000}]
+    n_long = client.messages.count_tokens(model=MODEL, messages=long).input_tokens
+    assert n_long > 4096  # the case under test: the prompt alone overflows
+    seen = len(tm.received)
+    for messages, max_tokens, want in (
+        (short, 5000, f"input length and `max_tokens` exceed context limit: {n_short} + 5000 > 4096, "),
+        (short, 4096 - n_short + 1, f"exceed context limit: {n_short} + {4096 - n_short + 1} > 4096"),
+        (long, 10, f"prompt is too long: {n_long} tokens > 4095 maximum"),
+    ):
+        with pytest.raises(anthropic.BadRequestError) as ei:
+            client.messages.create(model=MODEL, max_tokens=max_tokens, messages=messages, stream=stream)
+        assert ei.value.body["error"]["type"] == "invalid_request_error" and want in ei.value.message
+    assert len(tm.received) == seen
+    fits = client.messages.create(model=MODEL, max_tokens=4096 - n_short, messages=short)
+    assert fits.usage.input_tokens == n_short
+
+
 def test_cache_report_and_engine_error(tok: PreTrainedTokenizerFast) -> None:
     """With ``--enable-cache-report`` the cached prompt tokens are ``cache_read_input_tokens``
     (``input_tokens`` the rest, as Anthropic splits them); an engine error mid-stream is an
@@ -483,6 +511,8 @@ BAD_INPUTS = [
     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
     ({"tools": [{"name": "f"}]}, "tools.0.input_schema"),
     ({"tools": [WEATHER, WEATHER]}, "tools.1.name"),
+    ({"tools": [dict(WEATHER, strict="false")]}, "tools.0.strict"),
+    ({"tools": [dict(WEATHER, description=5)]}, "tools.0.description"),
     ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}}, "tool_choice"),
     ({"tools": [WEATHER], "tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
     ({"tool_choice": {"type": "any"}}, "tool_choice"),

@@ -201,6 +201,16 @@ def test_tool_call_arguments_as_object_are_not_nested() -> None:
             [{"type": "function", "function": {"name": "f", "parameters": "not a schema"}}],
             "parameters",
         ),
+        (
+            [{"role": "user", "content": "x"}],
+            [{"type": "function", "function": {"name": "f", "strict": "false"}}],
+            "tools[0].function.strict must be a boolean",
+        ),
+        (
+            [{"role": "user", "content": "x"}],
+            [{"type": "function", "function": {"name": "f", "description": ["d"]}}],
+            "tools[0].function.description must be a string",
+        ),
     ],
 )
 def test_bad_tool_input_names_the_field(msgs: list, tools: list | None, needle: str) -> None:

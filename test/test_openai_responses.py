@@ -464,6 +464,60 @@ def test_function_call_round_trip(tok: PreTrainedTokenizerFast) -> None:
     assert '<tool_result>{"temp": 18}</tool_result>' in tok.decode(replay_ids)
 
 
+def test_call_cut_by_max_output_tokens_can_be_continued(tok: PreTrainedTokenizerFast) -> None:
+    """A ``function_call`` cut by ``max_output_tokens`` (``status: "incomplete"``, arguments a
+    prefix of a JSON object) does not make its conversation unusable: continued through
+    ``previous_response_id``, or replayed whole with ``store: false`` (Codex-style), it renders the
+    chat prompt of that call with the members that were complete (``{"city": "Paris"}``, written
+    here by hand), where it was a 400 blaming an ``input`` field the client never sent. A
+    poisoned history is the failure kind of MoonshotAI/kimi-cli#1378 (a malformed call persisted
+    to the session makes it irrecoverable)."""
+    tm = PromptTM(tok, CALL)
+    client, tc = make_client(tm)
+    user = {"role": "user", "content": "Weather in Paris?"}
+    cut = None
+    for limit in range(4, 60):
+        r = client.responses.create(model=MODEL, input=[user], tools=[WEATHER], max_output_tokens=limit)
+        args = r.output[-1].arguments if r.output[-1].type == "function_call" else ""
+        if args.startswith('{"city": "Paris"') and "3" not in args:
+            cut = r
+            break
+    assert cut is not None and cut.status == "incomplete"
+    call = cut.output[-1]
+    assert call.status == "incomplete"
+    with pytest.raises(ValueError):
+        json.loads(call.arguments)  # the case under test: the stored arguments are not JSON
+    tm.reply = prompt_reply
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+    tool_call = {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
+    }
+    msgs = [
+        user,
+        {"role": "assistant", "content": "", "tool_calls": [tool_call]},
+        {"role": "tool", "tool_call_id": call.call_id, "content": "sunny"},
+    ]
+    want = chat(client, msgs, tools=[CHAT_WEATHER])
+    want_ids = tm.received[-1].input_ids
+    r2 = client.responses.create(model=MODEL, previous_response_id=cut.id, input=[result], tools=[WEATHER])
+    assert tm.received[-1].input_ids == want_ids and r2.output_text == want.choices[0].message.content
+    replay = [user] + [item.model_dump(exclude_none=True) for item in cut.output] + [result]
+    r3 = client.responses.create(model=MODEL, input=replay, tools=[WEATHER], store=False)
+    assert tm.received[-1].input_ids == want_ids and r3.output_text == r2.output_text
+    # a plain message after the cut call continues too (the call stays in the history)
+    r4 = client.responses.create(model=MODEL, previous_response_id=cut.id, input="Go on.", tools=[WEATHER])
+    assert r4.status == "completed"
+    # a later turn chains through r2: the call and its output stay in the prompt (the failure of
+    # vllm-project/vllm#43244 was to drop them from the stored context)
+    r5 = client.responses.create(model=MODEL, previous_response_id=r2.id, input="Thanks.", tools=[WEATHER])
+    r5_ids = tm.received[-1].input_ids
+    more = [{"role": "assistant", "content": r2.output_text}, {"role": "user", "content": "Thanks."}]
+    want5 = chat(client, msgs + more, tools=[CHAT_WEATHER])
+    assert tm.received[-1].input_ids == r5_ids and r5.output_text == want5.choices[0].message.content
+
+
 def test_tool_choice_and_parallel_calls_reach_the_grammar_as_chat(tok: PreTrainedTokenizerFast) -> None:
     """A named ``tool_choice`` (flat shape) and ``parallel_tool_calls: false`` give the sampling
     parameters (tool-call grammar) chat completions gives for the same request."""
@@ -570,14 +624,29 @@ BAD_INPUTS = [
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input[0].content[0]"),
     ({"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]}, "input[0].call_id"),
     ({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}, "input[0].name"),
+    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
+                "arguments": "not json"}]}, "input[1].arguments"),
+    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
+                "arguments": '{"a": 1} {'}]}, "input[1].arguments"),
+    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
+                "arguments": "[1, 2]"}]}, "input[1].arguments"),
+    ({"input": [{"role": "user", "content": None}]}, "input[0].content"),
+    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
+                "arguments": "{}"}, {"type": "function_call_output", "call_id": "c", "output": None}]},
+     "input[2].output"),
     ({"input": [{"type": "reasoning", "summary": [{"type": "x", "text": "t"}]}]}, "input[0].summary[0]"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": "x", "tools": [{"type": "function", "parameters": {}}]}, "tools[0].name"),
     ({"input": "x", "tools": [WEATHER, WEATHER]}, "tools[1].name"),
+    ({"input": "x", "tools": [dict(WEATHER, strict="false")]}, "tools[0].strict"),
+    ({"input": "x", "tools": [dict(WEATHER, description=5)]}, "tools[0].description"),
     ({"input": "x", "tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"input": "x", "tool_choice": {"type": "file_search"}}, "tool_choice"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name"),
     ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {}, "strict": "yes"}}},
+     "text.format.strict"),
+    ({"input": "x", "reasoning": {"summary": 5}}, "reasoning.summary"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "bogus"}}}}, "text.format"),
     ({"input": "x", "reasoning": {"effort": "bogus"}}, "reasoning.effort"),
     ({"input": "x", "max_output_tokens": -1}, "max_output_tokens"),
@@ -610,6 +679,14 @@ def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, strea
     with pytest.raises(openai.NotFoundError) as ei:
         client.responses.create(model="other", input="x")
     assert ei.value.body["param"] == "model"
+    # the chat route refuses the same wrong-typed flags (a string "false" would read as strict)
+    bad_tool = {"type": "function", "function": {"name": "f", "strict": "false"}}
+    bad_format = {"type": "json_schema", "json_schema": {"name": "s", "schema": {}, "strict": "yes"}}
+    for kw, field in ((dict(tools=[bad_tool]), "tools[0].function.strict"),
+                      (dict(response_format=bad_format), "response_format.json_schema.strict")):  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as ei:
+            chat(client, [{"role": "user", "content": "x"}], **kw)
+        assert field in ei.value.message
     assert client.responses.create(model=MODEL, input="ok").status == "completed"
 
 

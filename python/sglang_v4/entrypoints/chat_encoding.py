@@ -233,7 +233,8 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
 
     Raises:
         ValueError: naming the bad entry (``tools[i].function.name`` ...): a non-function tool, a
-            missing or non-string name, non-object ``parameters``, a duplicate name.
+            missing or non-string name, non-object ``parameters``, a duplicate name, a non-string
+            ``description``, a non-boolean ``strict`` (``"false"`` would read as strict).
     """
     if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
         raise ValueError(f"{field} must be a list of tool objects.")
@@ -256,6 +257,9 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
         params = fn.get("parameters")
         if params is not None and not isinstance(params, Mapping):
             raise ValueError(f"{field}[{i}].function.parameters must be a JSON schema object.")
+        for key, kind, what in (("description", str, "a string"), ("strict", bool, "a boolean")):
+            if fn.get(key) is not None and not isinstance(fn[key], kind):
+                raise ValueError(f"{field}[{i}].function.{key} must be {what}; got {fn[key]!r}.")
         functions.append(dict(fn))
     return functions
 

@@ -242,7 +242,8 @@ def tools_to_chat(tools: Sequence[Any]) -> list[dict[str, Any]]:
 
     Raises:
         RequestError: 400 naming the tool field: a server tool (a ``type`` other than
-            ``custom``), a missing or duplicate name, a missing or non-object ``input_schema``.
+            ``custom``), a missing or duplicate name, a missing or non-object ``input_schema``,
+            a non-string ``description``, a non-boolean ``strict``.
     """
     out, seen = [], set()
     for i, tool in enumerate(tools):
@@ -270,6 +271,8 @@ def tools_to_chat(tools: Sequence[Any]) -> list[dict[str, Any]]:
             fn["description"] = tool["description"]
         fn["parameters"] = dict(schema)
         if tool.get("strict") is not None:
+            if not isinstance(tool["strict"], bool):
+                raise _error(f"{field}.strict", f"must be a boolean; got {tool['strict']!r}.")
             fn["strict"] = tool["strict"]
         out.append({"type": "function", "function": fn})
     return out

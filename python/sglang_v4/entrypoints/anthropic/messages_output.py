@@ -24,7 +24,6 @@ a text block; the whole message has the text block only.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +41,7 @@ from sglang_v4.entrypoints.anthropic.protocol import (
     thinking_signature,
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChoiceOutput
+from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 from sglang_v4.entrypoints.openai.tool_parser import ParsedToolCall, ToolCallDelta
 
 __all__ = ["MessageEvents", "message_content", "message_usage", "stop_reason", "tool_input", "tool_use_id"]
@@ -55,17 +55,11 @@ def tool_use_id(call_id: str) -> str:
 def tool_input(arguments: str) -> dict[str, Any]:
     """A call's arguments (a JSON object text, or a prefix of one when the call was cut) as the
     ``input`` object: what parses, an unfinished trailing string left out (the ``anthropic``
-    client's partial reading of ``input_json_delta`` fragments); ``{}`` when nothing does."""
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        import jiter  # imported here: only a cut call needs it
-
-        try:
-            value = jiter.from_json(arguments.encode("utf-8"), partial_mode=True) if arguments else {}
-        except ValueError:
-            value = {}
-    return value if isinstance(value, dict) else {}
+    client's partial reading of ``input_json_delta`` fragments,
+    :func:`~sglang_v4.entrypoints.openai.tool_calls.partial_json_object`); ``{}`` when nothing
+    does."""
+    value = partial_json_object(arguments)
+    return {} if value is None else value
 
 
 def message_content(out: ChoiceOutput) -> list[ContentBlock]:

@@ -10,7 +10,9 @@ same prompt rendering, sampling defaults, grammars, reasoning split and DSML too
 the prompt a Messages request with those fields runs on.
 
 Errors use Anthropic's body ``{"type": "error", "error": {"type", "message"}}``: 400
-``invalid_request_error`` with a message that starts with the field, 401 ``authentication_error``
+``invalid_request_error`` with a message that starts with the field (a prompt that does not fit
+in the context: Anthropic's own ``prompt is too long: N tokens > M maximum`` / ``input length and
+`max_tokens` exceed context limit: N + K > C, ...`` wording), 401 ``authentication_error``
 without the server's API key (``x-api-key: KEY``, Anthropic's header, or ``Authorization: Bearer
 KEY``), 404 ``not_found_error`` for another model name. A client that goes away aborts its
 request, streamed or not, as on the chat route.
@@ -55,7 +57,23 @@ from sglang_v4.entrypoints.openai.serving_base import (
 from sglang_v4.entrypoints.openai.serving_chat import ChatRun, _ChoiceStream
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser, ToolCallDelta
 
-__all__ = ["AnthropicServing", "anthropic_error_response"]
+__all__ = ["AnthropicServing", "anthropic_error_response", "context_overflow_message"]
+
+
+def context_overflow_message(prompt_tokens: int, max_tokens: int, context_len: int) -> str | None:
+    """Why a prompt of ``prompt_tokens`` tokens and ``max_tokens`` cannot run in a context of
+    ``context_len`` tokens, worded as Anthropic's API words it (its two context errors, which
+    Anthropic clients match to trigger compaction or a retry with a lower ``max_tokens``), or
+    ``None`` when it fits. The prompt alone may take at most ``context_len - 1`` tokens (one is
+    left for the answer)."""
+    if prompt_tokens > context_len - 1:
+        return f"prompt is too long: {prompt_tokens} tokens > {context_len - 1} maximum"
+    if prompt_tokens + max_tokens > context_len:
+        return (
+            f"input length and `max_tokens` exceed context limit: {prompt_tokens} + {max_tokens} > "
+            f"{context_len}, decrease input length or `max_tokens` and try again"
+        )
+    return None
 
 
 def anthropic_error_response(message: str, status: int) -> JSONResponse:
@@ -131,9 +149,26 @@ class AnthropicServing:
         except RequestError as e:
             raise anthropic_field_error(e) from None
 
+    def _check_context(self, run: ChatRun, max_tokens: int) -> None:
+        """Refuse a prompt that does not fit in the context with ``max_tokens``, in Anthropic's
+        words (:func:`context_overflow_message`), which Anthropic clients read to compact the
+        conversation or lower ``max_tokens`` and retry; the chat path's own check would word it as
+        OpenAI does. Needs the prompt's token ids (a tokenizer is loaded).
+
+        Raises:
+            RequestError: 400.
+        """
+        ctx = self.chat._context_len()
+        if run.prompt_ids is None or ctx is None:
+            return
+        message = context_overflow_message(len(run.prompt_ids), max_tokens, ctx)
+        if message is not None:
+            raise RequestError(message, param="max_tokens")
+
     async def _messages(self, request: Request) -> Response:
         req: MessagesRequest = await _read_body(request, MessagesRequest)
         run = await self._prepare(self._chat_request(req))
+        self._check_context(run, req.max_tokens)
         try:
             if req.stream:
                 return await self._stream(req, run, request)

@@ -8,7 +8,10 @@ chat path, :mod:`.serving_responses`).
   turn (``reasoning_content``, ``content``, ``tool_calls`` with the item's ``call_id`` as the call
   id), as one response's output is one turn; a ``function_call_output`` item is a ``tool`` message
   answering the call of that ``call_id``, which must be one of the calls of the latest assistant
-  turn. A reasoning item's text is its ``reasoning_text`` content, else its summary texts.
+  turn. A reasoning item's text is its ``reasoning_text`` content, else its summary texts. A
+  ``function_call``'s ``arguments`` is a JSON object text, or the beginning of one (a call cut by
+  ``max_output_tokens``, replayed with the members that parse). ``content`` / ``output`` may not
+  be ``null``.
 * ``tools`` (flat function tools, ``{"type": "function", "name", "description", "parameters",
   "strict"}``) become chat tools (:func:`responses_tools`); ``tool_choice`` ``{"type": "function",
   "name"}`` becomes chat's named choice (:func:`responses_tool_choice`).
@@ -22,11 +25,13 @@ field as the client sent it, OpenAI's way (``input[2].call_id``, ``tools[0].name
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sglang_v4.entrypoints.chat_encoding import message_text, normalize_reasoning_effort
 from sglang_v4.entrypoints.openai.serving_base import RequestError
+from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 
 __all__ = [
     "input_to_messages",
@@ -38,6 +43,8 @@ __all__ = [
 
 #: Roles of Responses message items.
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
+#: Values of ``reasoning.summary`` (OpenAI's; accepted, none changes the output).
+REASONING_SUMMARIES = (None, "auto", "concise", "detailed")
 
 
 def _error(message: str, param: str) -> RequestError:
@@ -74,6 +81,28 @@ def _reasoning_text(item: Mapping[str, Any], field: str) -> str:
     if parts:
         return "".join(p["text"] for p in parts)
     return "\n\n".join(p["text"] for p in summary)
+
+
+def _call_arguments(args: str, field: str) -> str:
+    """A ``function_call`` item's ``arguments`` as the JSON object text the prompt renders.
+
+    A whole object text is kept as it is. The beginning of one is what a call cut by
+    ``max_output_tokens`` holds (such an item, ``status: "incomplete"``, is this server's own
+    output, replayed with ``store: false`` or continued by ``previous_response_id``): it is
+    replayed with the members that parse (:func:`~.tool_calls.partial_json_object`), as the
+    Messages API's ``tool_use`` of a cut call holds them, so that the conversation can go on.
+
+    Raises:
+        RequestError: 400 naming ``field``: neither a JSON object nor the beginning of one.
+    """
+    value = partial_json_object(args)
+    if value is None:
+        raise _error(f"{field} must be a JSON object text; got {args[:40]!r}.", field)
+    try:
+        json.loads(args)
+    except ValueError:
+        return json.dumps(value, ensure_ascii=False)
+    return args
 
 
 def input_to_messages(
@@ -122,8 +151,10 @@ def input_to_messages(
                 raise _error(
                     f"{field}.role must be one of {', '.join(MESSAGE_ROLES)}; got {role!r}.", f"{field}.role"
                 )
-            if "content" not in item:
-                raise _error(f"{field}.content is required.", f"{field}.content")
+            if item.get("content") is None:
+                raise _error(
+                    f"{field}.content is required: a string or a list of content parts.", f"{field}.content"
+                )
             text = _text(item["content"], f"{field}.content")
             if role == "assistant":
                 t = assistant_turn(("content", "tool_calls"))
@@ -141,6 +172,7 @@ def input_to_messages(
             for key, value in (("call_id", call_id), ("name", name), ("arguments", args)):
                 if not isinstance(value, str) or (key != "arguments" and not value):
                     raise _error(f"{field}.{key} must be a non-empty string.", f"{field}.{key}")
+            args = _call_arguments(args, f"{field}.arguments")
             t = assistant_turn(())
             if not t.get("tool_calls"):
                 last_calls = set()
@@ -157,8 +189,10 @@ def input_to_messages(
                     f"{field}.call_id {call_id!r} answers no function_call of the latest assistant turn.",
                     f"{field}.call_id",
                 )
-            if "output" not in item:
-                raise _error(f"{field}.output is required.", f"{field}.output")
+            if item.get("output") is None:
+                raise _error(
+                    f"{field}.output is required: a string or a list of content parts.", f"{field}.output"
+                )
             turn = None
             text = _text(item["output"], f"{field}.output", sep="\n\n")
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
@@ -177,7 +211,8 @@ def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
     Raises:
         RequestError: 400 naming the tool field: a tool of another type (built-in tools such as
             ``web_search`` or ``file_search`` are not served), a missing name, non-object
-            ``parameters``, a duplicate name.
+            ``parameters``, a duplicate name, a non-string ``description``, a non-boolean
+            ``strict``.
     """
     out, seen = [], set()
     for i, tool in enumerate(tools):
@@ -198,6 +233,9 @@ def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
         params = tool.get("parameters")
         if params is not None and not isinstance(params, Mapping):
             raise _error(f"{field}.parameters must be a JSON schema object.", f"{field}.parameters")
+        for key, kind, what in (("description", str, "a string"), ("strict", bool, "a boolean")):
+            if tool.get(key) is not None and not isinstance(tool[key], kind):
+                raise _error(f"{field}.{key} must be {what}; got {tool[key]!r}.", f"{field}.{key}")
         fn: dict[str, Any] = {"name": name}
         for key in ("description", "parameters", "strict"):
             if tool.get(key) is not None:
@@ -234,8 +272,8 @@ def responses_text_format(text: Mapping[str, Any] | None) -> dict[str, Any] | No
     "schema", "strict"}}`` (the grammar path of chat completions).
 
     Raises:
-        RequestError: 400 naming ``text.format...`` for an unknown type, a missing ``name`` or a
-            non-object ``schema``.
+        RequestError: 400 naming ``text.format...`` for an unknown type, a missing ``name``, a
+            non-object ``schema`` or a non-boolean ``strict``.
     """
     if text is None:
         return None
@@ -255,6 +293,8 @@ def responses_text_format(text: Mapping[str, Any] | None) -> dict[str, Any] | No
             raise _error("text.format.name must be a non-empty string.", "text.format.name")
         if not isinstance(schema, (Mapping, bool)):
             raise _error("text.format.schema must be a JSON schema object.", "text.format.schema")
+        if fmt.get("strict") is not None and not isinstance(fmt["strict"], bool):
+            raise _error("text.format.strict must be a boolean.", "text.format.strict")
         js = {"name": name, "schema": schema}
         if fmt.get("strict") is not None:
             js["strict"] = fmt["strict"]
@@ -274,10 +314,17 @@ def reasoning_switch(reasoning: Mapping[str, Any] | None, profile: str) -> tuple
     comes back whole, as ``reasoning_text`` content.
 
     Raises:
-        RequestError: 400 naming ``reasoning.effort`` for a value the profile does not know.
+        RequestError: 400 naming ``reasoning.effort`` for a value the profile does not know, or
+            ``reasoning.summary`` for a value not in :data:`REASONING_SUMMARIES`.
     """
     if reasoning is None:
         return None, None
+    summary = reasoning.get("summary")
+    if summary not in REASONING_SUMMARIES:
+        raise _error(
+            f"reasoning.summary must be one of {', '.join(map(str, REASONING_SUMMARIES))}; got {summary!r}.",
+            "reasoning.summary",
+        )
     effort = reasoning.get("effort")
     if effort is None:
         return None, None

@@ -279,6 +279,10 @@ class OpenAIServingBase:
                 raise RequestError(
                     "response_format.json_schema.schema must be an object.", param="response_format"
                 )
+            if js.get("strict") is not None and not isinstance(js["strict"], bool):
+                raise RequestError(
+                    "response_format.json_schema.strict must be a boolean.", param="response_format"
+                )
             return {"json_schema": json.dumps(schema)}
         if rtype == "structural_tag":
             return {"structural_tag": json.dumps(rf)}

@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "TOOL_CALL_PARSERS",
@@ -13,6 +15,7 @@ __all__ = [
     "ToolCallDelta",
     "canonical_tool_call_parser",
     "make_tool_call_id",
+    "partial_json_object",
 ]
 
 #: ``--tool-call-parser`` names (SGLang's spelling) -> DSML block name: DeepSeek-V4 writes
@@ -38,6 +41,33 @@ def canonical_tool_call_parser(name: str) -> str:
 def make_tool_call_id() -> str:
     """A fresh OpenAI-style call id, ``call_`` + 24 hex digits."""
     return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def partial_json_object(text: str) -> dict[str, Any] | None:
+    """The arguments object of a call's ``arguments`` text (:attr:`ParsedToolCall.arguments`).
+
+    A whole JSON object text gives that object; the beginning of one (a call cut by the token
+    limit) gives what parses so far, an unfinished trailing value left out (jiter's
+    ``partial_mode``, as the ``openai`` and ``anthropic`` clients read cut argument streams);
+    an empty or blank text gives ``{}``.
+
+    Returns:
+        The object, or ``None`` when ``text`` is neither a JSON object nor the beginning of one
+        (another JSON value, trailing text after the object, not JSON).
+    """
+    text = text.strip()
+    if not text:
+        return {}
+    try:
+        value, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:  # not a whole value: the beginning of one, or not JSON
+        import jiter  # imported here: only a cut call needs it
+
+        try:
+            value, end = jiter.from_json(text.encode("utf-8"), partial_mode=True), len(text)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) and end == len(text) else None
 
 
 @dataclass
