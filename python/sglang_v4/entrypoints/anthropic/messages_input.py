@@ -376,6 +376,8 @@ def chat_request_data(req: MessagesRequest | CountTokensRequest) -> dict[str, An
         user = (req.metadata or {}).get("user_id")
         if user is not None and not isinstance(user, str):
             raise _error("metadata.user_id", "must be a string.")
+        if isinstance(req.max_tokens, int) and req.max_tokens < 1:  # Anthropic's lower bound
+            raise _error("max_tokens", f"must be greater than or equal to 1; got {req.max_tokens}.")
         data.update(
             max_tokens=req.max_tokens,
             stop=req.stop_sequences,

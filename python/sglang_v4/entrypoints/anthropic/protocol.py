@@ -109,7 +109,7 @@ class _MessagesBody(_Req):
 class MessagesRequest(_MessagesBody):
     """``POST /v1/messages`` body.
 
-    ``max_tokens`` (required, at least 0) bounds the generated tokens, reasoning included.
+    ``max_tokens`` (required, at least 1, as Anthropic's API) bounds the generated tokens, reasoning included.
     ``stop_sequences`` are stop strings (not part of the text; the one matched is the response's
     ``stop_sequence``). ``temperature``, ``top_p``, ``top_k``: sampling (unset ones take the
     server's chat defaults, as on ``/v1/chat/completions``). ``metadata.user_id``: the chat route's
