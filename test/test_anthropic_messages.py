@@ -417,6 +417,40 @@ def test_max_tokens_cut_call_and_prefill(tok: PreTrainedTokenizerFast) -> None:
     assert tm.received[-1].input_ids == chat_ids and m.content[0].text == want.choices[0].message.content
 
 
+def test_stop_inside_a_call_streams_the_text_of_the_whole_message(tok: PreTrainedTokenizerFast) -> None:
+    """A generation that *stops* (EOS here) inside an invoke made no call: the whole message is
+    its text, ``end_turn``; streamed, the same text goes out (after the call's already sent
+    ``tool_use`` block, which a delta cannot take back), not a call cut as by ``max_tokens``.
+    Oracle: chat completions on the same engine, streamed and not."""
+    reply = "Checking." + CALL[: CALL.index("Paris") + 3]
+    tm = PromptTM(tok, reply=reply)
+    client, oa, tc = make_clients(tm)
+    user = {"role": "user", "content": "Weather?"}
+    want = chat(oa, [user], tools=[CHAT_WEATHER])
+    assert want.choices[0].finish_reason == "stop" and not want.choices[0].message.tool_calls
+    chat_stream = "".join(
+        c.choices[0].delta.content or ""
+        for c in chat(oa, [user], tools=[CHAT_WEATHER], stream=True)
+        if c.choices
+    )
+    assert chat_stream == want.choices[0].message.content
+    msg, events = post(tc, {"messages": [user], "tools": [WEATHER]})
+    assert msg["stop_reason"] == "end_turn"
+    assert [b["type"] for b in msg["content"]] == ["text"]
+    assert msg["content"][0]["text"] == want.choices[0].message.content
+    streamed = "".join(
+        e["delta"]["text"]
+        for e in events
+        if e["type"] == "content_block_delta" and e["delta"]["type"] == "text_delta"
+    )
+    assert streamed == want.choices[0].message.content
+    assert events[-2]["delta"]["stop_reason"] == "end_turn"
+    with client.messages.stream(model=MODEL, max_tokens=100, messages=[user], tools=[WEATHER]) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "end_turn"
+    assert "".join(b.text for b in final.content if b.type == "text") == want.choices[0].message.content
+
+
 def test_count_tokens_equals_chat_prompt(tok: PreTrainedTokenizerFast) -> None:
     """``count_tokens`` is the prompt length chat completions reports for the same conversation
     (tools, system, thinking); it generates nothing."""

@@ -41,7 +41,27 @@ def test_abort_running_and_queued_returns_pages(sched_model_dir):
     s.abort_request("a")
     s.abort_request("b")
     res = drain(s)
-    assert res["a"]["finish"]["type"] == "abort" and res["b"]["finish"]["type"] == "abort"
+    # SGLang's finish reasons (FINISH_ABORT's default message; the tokenizer manager's for a
+    # queued request), with no status_code: RL clients match them to resend what a weight update
+    # or /pause_generation aborted
+    assert res["a"]["finish"] == {"type": "abort", "message": "Aborted"}
+    assert res["b"]["finish"] == {"type": "abort", "message": "Abort in waiting queue"}
+    assert_idle(s)
+
+
+def test_abort_all_gives_sglang_messages(sched_model_dir):
+    """``abort_request("")`` (``/pause_generation``, ``abort_all_requests``): the same messages as
+    aborting each request by its id."""
+    s = make_scheduler(sched_model_dir, max_running_requests=1)
+    submit(s, "a", random_ids(300, 5), 50)
+    submit(s, "b", random_ids(300, 6), 50)
+    s.step()
+    s.step()
+    assert [r.rid for r in s.running] == ["a"] and [r.rid for r in s.waiting] == ["b"]
+    s.abort_request("")
+    res = drain(s)
+    assert res["a"]["finish"] == {"type": "abort", "message": "Aborted"}
+    assert res["b"]["finish"] == {"type": "abort", "message": "Abort in waiting queue"}
     assert_idle(s)
 
 

@@ -47,7 +47,14 @@ def finish_length(length: int) -> FinishReason:
     return {"type": "length", "length": length}
 
 
-def finish_abort(message: str = "Aborted", status_code: int | None = None) -> FinishReason:
+#: SGLang's abort messages (``srt/managers/schedule_batch.py`` ``FINISH_ABORT``'s default, the
+#: tokenizer manager's for a request aborted while queued): RL clients match them to resend the
+#: requests a weight update or ``/pause_generation`` aborted.
+ABORT_RUNNING = "Aborted"
+ABORT_IN_QUEUE = "Abort in waiting queue"
+
+
+def finish_abort(message: str = ABORT_RUNNING, status_code: int | None = None) -> FinishReason:
     """Finish reason for an aborted / rejected request. ``status_code`` 400 marks bad input."""
     out: FinishReason = {"type": "abort", "message": message}
     if status_code is not None:

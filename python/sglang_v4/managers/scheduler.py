@@ -65,6 +65,8 @@ import torch
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.managers.control_struct import SchedulerReadyInfo
 from sglang_v4.managers.io_struct import (
+    ABORT_IN_QUEUE,
+    ABORT_RUNNING,
     BatchTokenIDOut,
     FinishReason,
     TokenizedGenerateReqInput,
@@ -312,14 +314,18 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin, SchedulerU
 
     def abort_request(self, rid: str) -> None:
         """Abort a queued or running request (``rid == ""`` aborts all); pages are returned at once
-        (a batch still running for it computes into pages nobody reads before it ends)."""
-        for q in (list(self.waiting), list(self.running)):
+        (a batch still running for it computes into pages nobody reads before it ends).
+
+        The finish reason's message is SGLang's: ``"Abort in waiting queue"`` for a queued
+        request, ``"Aborted"`` for a running one, with no ``status_code`` (RL clients read these
+        to resend what a weight update or ``/pause_generation`` aborted)."""
+        for q, message in ((list(self.waiting), ABORT_IN_QUEUE), (list(self.running), ABORT_RUNNING)):
             for req in q:
                 if rid == "" or req.rid == rid:
-                    self._finish(req, finish_abort("Aborted by the client", None))
+                    self._finish(req, finish_abort(message, None))
         for req in [r for r in self.health_checks if rid == "" or r.rid == rid]:
             self.health_checks.remove(req)
-            req.finished_reason = finish_abort("Aborted by the client", None)
+            req.finished_reason = finish_abort(ABORT_RUNNING, None)
             self._queue_output(req)
 
     def has_work(self) -> bool:

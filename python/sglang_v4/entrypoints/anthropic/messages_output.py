@@ -6,9 +6,12 @@ this order, a ``thinking`` block (the reasoning, with an opaque ``signature``), 
 (the answer, when there is one) and one ``tool_use`` block per call (``input`` the arguments as a
 JSON object; a call cut by ``max_tokens`` has the arguments that parse so far, as the
 ``anthropic`` client's stream accumulator reads a cut ``input_json_delta`` stream: an unfinished
-string is left out). ``stop_reason``: ``tool_use`` after whole calls, ``max_tokens`` when the
-token limit (or the context) ended the generation, ``stop_sequence`` (and ``stop_sequence`` set)
-when one of the request's ``stop_sequences`` did, else ``end_turn``.
+string is left out); a generation stopped inside a call (EOS, a stop sequence) made no call: its
+text is the ``text`` block, as on chat completions (streamed, the ``tool_use`` block of the
+call's first deltas went out already and is followed by that text). ``stop_reason``:
+``tool_use`` after whole calls, ``max_tokens`` when the token limit (or the context) ended the
+generation, ``stop_sequence`` (and ``stop_sequence`` set) when one of the request's
+``stop_sequences`` did, else ``end_turn``.
 
 A stream (:class:`MessageEvents`) is Anthropic's event sequence, each event as ``event: NAME`` and
 ``data: JSON`` lines: ``message_start`` (the message with empty ``content``, ``usage`` with the

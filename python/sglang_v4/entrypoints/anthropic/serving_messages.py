@@ -233,7 +233,7 @@ class AnthropicServing:
             if st.tools is not None:
                 content_d, tool_deltas = st.tools.feed(content_d)
                 if fr is not None:
-                    c2, t2 = st.tools.finish()
+                    c2, t2 = st.tools.finish(stopped=fr == "stop")
                     content_d, tool_deltas = content_d + c2, tool_deltas + t2
             out = events.reasoning(reasoning_d) + events.text(content_d)
             for d in tool_deltas:
