@@ -126,6 +126,24 @@ def test_pause_abort_ends_running_requests(fake_server) -> None:
     )
 
 
+def test_health_generate_while_paused(fake_server) -> None:
+    """Health probes during an RL weight sync (sgl-project/sglang#13320: the generating health
+    check gets in the way of RL pauses): paused, ``/health_generate`` answers 200 at once, from the
+    scheduler's answer to a control message, without running a step (it used to wait its 20 s
+    for a token that cannot come and answer 503)."""
+    for mode in ("in_place", "abort"):
+        assert post(fake_server, "/pause_generation", {"mode": mode}).status_code == 200
+        try:
+            steps, t0 = _steps(fake_server), time.monotonic()
+            r = requests.get(fake_server.url + "/health_generate", timeout=60)
+            assert r.status_code == 200 and time.monotonic() - t0 < 10, (mode, r.text)
+            assert requests.get(fake_server.url + "/health", timeout=10).status_code == 200
+            assert _steps(fake_server) == steps, mode
+        finally:
+            assert post(fake_server, "/continue_generation").status_code == 200
+    assert requests.get(fake_server.url + "/health_generate", timeout=60).status_code == 200
+
+
 def test_pause_in_place_stops_and_resumes_a_running_stream(fake_server) -> None:
     """``mode: in_place``: a request already running gets no token while paused (the scheduler
     runs no step) and, after continue, finishes with all its tokens, in order."""
