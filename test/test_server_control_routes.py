@@ -508,6 +508,33 @@ def test_abort_while_paused_in_place_answers_and_frees(real_server, new_ckpt, co
     assert _greedy(real_server, PROMPTS[0])["output_ids"] == cold_outputs[PROMPTS[0]]
 
 
+def test_flush_cache_while_paused_retract(real_server) -> None:
+    """sgl-project/sglang#33783 (retract leaves the prefix in the radix cache, and ``/flush_cache``
+    is refused because the retracted requests are queued): paused ``retract``, ``/flush_cache``
+    succeeds, every KV page is free, and after continue the retracted request ends with the
+    output of the same request run unpaused."""
+    body = {"text": LONG + " x", "sampling_params": {"max_new_tokens": 60, "temperature": 0}}
+    alone = generate(real_server, body)["output_ids"]
+    assert (
+        requests.get(real_server.url + "/get_server_info", timeout=10).json()["radix_cache"]["cached_blocks"]
+        > 0
+    )
+    with requests.post(
+        real_server.url + "/generate", json={**body, "stream": True}, stream=True, timeout=120
+    ) as resp:
+        lines = resp.iter_lines()
+        next(lines)
+        assert post(real_server, "/pause_generation", {"mode": "retract"}).status_code == 200
+        try:
+            r = post(real_server, "/flush_cache")
+            assert r.status_code == 200, r.text
+            assert _kv_all_free(real_server)
+        finally:
+            assert post(real_server, "/continue_generation").status_code == 200
+        events = sse_events_rest(lines)
+    assert events[-2]["output_ids"] == alone
+
+
 def test_repeated_updates_keep_memory_flat(real_server, new_ckpt, default_model_dir) -> None:
     """20 ``/update_weights_from_disk`` calls (alternating two checkpoints, a generation after
     each) leave the KV pool as they found it and grow the server's resident memory (all its

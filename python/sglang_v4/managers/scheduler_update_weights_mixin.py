@@ -34,9 +34,9 @@ class SchedulerUpdateWeightsMixin:
         weight is written (:mod:`sglang_v4.model_loader.weight_update`); a reload that fails half-way
         reloads the previous checkpoint.
         """
-        holding = [r for r in self.waiting if r.req_pool_idx is not None]
-        if self.running or holding or self.last_batch is not None:
-            n = len(self.running) + len(holding)
+        n = self.kv_holders()
+        if n != 0:
+            n = max(n, len(self.running))
             return False, (
                 f"Weights not updated: {n} request(s) hold KV computed with the current weights "
                 "(paused in place?). Call /continue_generation and let them finish, or pause with "
