@@ -126,6 +126,24 @@ def test_pause_abort_ends_running_requests(fake_server) -> None:
     )
 
 
+def test_health_generate_while_paused(fake_server) -> None:
+    """Health probes during an RL weight sync (sgl-project/sglang#13320: the generating health
+    check gets in the way of RL pauses): paused, ``/health_generate`` answers 200 at once, from the
+    scheduler's answer to a control message, without running a step (it used to wait its 20 s
+    for a token that cannot come and answer 503)."""
+    for mode in ("in_place", "abort"):
+        assert post(fake_server, "/pause_generation", {"mode": mode}).status_code == 200
+        try:
+            steps, t0 = _steps(fake_server), time.monotonic()
+            r = requests.get(fake_server.url + "/health_generate", timeout=60)
+            assert r.status_code == 200 and time.monotonic() - t0 < 10, (mode, r.text)
+            assert requests.get(fake_server.url + "/health", timeout=10).status_code == 200
+            assert _steps(fake_server) == steps, mode
+        finally:
+            assert post(fake_server, "/continue_generation").status_code == 200
+    assert requests.get(fake_server.url + "/health_generate", timeout=60).status_code == 200
+
+
 def test_pause_in_place_stops_and_resumes_a_running_stream(fake_server) -> None:
     """``mode: in_place``: a request already running gets no token while paused (the scheduler
     runs no step) and, after continue, finishes with all its tokens, in order."""
@@ -453,6 +471,93 @@ def test_update_while_paused(real_server, new_ckpt, cold_outputs) -> None:
         last = events[-2]
         assert last["meta_info"]["completion_tokens"] == 60 and len(last["output_ids"]) == 60, mode
     assert _greedy(real_server, PROMPTS[0])["output_ids"] == cold_outputs[PROMPTS[0]]
+
+
+def _kv_all_free(server: ServerHandle) -> bool:
+    """Whether every entry of every KV pool is free (``/get_server_info``'s ``kv_pool``)."""
+    pool = requests.get(server.url + "/get_server_info", timeout=10).json()["kv_pool"]
+    return all(v["free"] == v["total"] for v in pool.values())
+
+
+def test_abort_while_paused_in_place_answers_and_frees(real_server, new_ckpt, cold_outputs) -> None:
+    """sgl-project/sglang#12099 (an update with ``abort_all_requests`` failing because aborted
+    requests still held the cache): paused ``in_place``, a request aborted by rid ends at once with
+    ``finish_reason`` abort (not only after continue), and an update with ``abort_all_requests``
+    aborts the other one and succeeds (the batch in flight at the pause no longer blocks it); every
+    KV page is free again, and greedy outputs are the cold run's."""
+    body = {"text": PROMPTS[1], "sampling_params": {"max_new_tokens": 2000}, "stream": False}
+    a, box_a = _in_thread(lambda: generate(real_server, {**body, "rid": "paused-abort-a"}))
+    b, box_b = _in_thread(lambda: generate(real_server, {**body, "rid": "paused-abort-b"}))
+    deadline = time.time() + 30
+    while _running(real_server) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert post(real_server, "/pause_generation", {"mode": "in_place"}).status_code == 200
+    try:
+        assert post(real_server, "/abort_request", {"rid": "paused-abort-a"}).status_code == 200
+        a.join(30)
+        assert not a.is_alive() and box_a["out"]["meta_info"]["finish_reason"]["type"] == "abort"
+        r = post(
+            real_server, "/update_weights_from_disk", {"model_path": new_ckpt, "abort_all_requests": True}
+        )
+        assert r.status_code == 200 and r.json()["success"] is True, r.text
+        b.join(30)
+        assert not b.is_alive() and box_b["out"]["meta_info"]["finish_reason"]["type"] == "abort"
+        assert _kv_all_free(real_server)  # the update flushed the cache; nothing else holds KV
+    finally:
+        assert post(real_server, "/continue_generation").status_code == 200
+    assert _greedy(real_server, PROMPTS[0])["output_ids"] == cold_outputs[PROMPTS[0]]
+
+
+def test_flush_cache_while_paused_retract(real_server) -> None:
+    """sgl-project/sglang#33783 (retract leaves the prefix in the radix cache, and ``/flush_cache``
+    is refused because the retracted requests are queued): paused ``retract``, ``/flush_cache``
+    succeeds, every KV page is free, and after continue the retracted request ends with the
+    output of the same request run unpaused."""
+    body = {"text": LONG + " x", "sampling_params": {"max_new_tokens": 60, "temperature": 0}}
+    alone = generate(real_server, body)["output_ids"]
+    assert (
+        requests.get(real_server.url + "/get_server_info", timeout=10).json()["radix_cache"]["cached_blocks"]
+        > 0
+    )
+    with requests.post(
+        real_server.url + "/generate", json={**body, "stream": True}, stream=True, timeout=120
+    ) as resp:
+        lines = resp.iter_lines()
+        next(lines)
+        assert post(real_server, "/pause_generation", {"mode": "retract"}).status_code == 200
+        try:
+            r = post(real_server, "/flush_cache")
+            assert r.status_code == 200, r.text
+            assert _kv_all_free(real_server)
+        finally:
+            assert post(real_server, "/continue_generation").status_code == 200
+        events = sse_events_rest(lines)
+    assert events[-2]["output_ids"] == alone
+
+
+def test_repeated_updates_keep_memory_flat(real_server, new_ckpt, default_model_dir) -> None:
+    """20 ``/update_weights_from_disk`` calls (alternating two checkpoints, a generation after
+    each) leave the KV pool as they found it and grow the server's resident memory (all its
+    processes, ``psutil``) by less than half a copy of the weights: no copy of a checkpoint is
+    kept per update (sgl-project/sglang#4446 leaked one per update)."""
+    import psutil
+
+    def rss() -> int:
+        root = psutil.Process(real_server.proc.pid)
+        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+
+    weight_bytes = sum(f.stat().st_size for f in Path(new_ckpt).glob("*.safetensors"))
+    paths = [default_model_dir, new_ckpt]
+    for p in paths:  # warm-up: allocator and page-cache steady state
+        assert post(real_server, "/update_weights_from_disk", {"model_path": p}).status_code == 200
+    before = rss()
+    for i in range(20):
+        r = post(real_server, "/update_weights_from_disk", {"model_path": paths[i % 2]})
+        assert r.status_code == 200, r.text
+        _greedy(real_server, PROMPTS[i % 3], 2)
+    assert post(real_server, "/flush_cache").status_code == 200
+    assert _kv_all_free(real_server)
+    assert rss() - before < weight_bytes // 2, (before, rss(), weight_bytes)
 
 
 @pytest.mark.slow

@@ -14,9 +14,19 @@ if TYPE_CHECKING:
 class SchedulerMetricsMixin:
     """Reports of :class:`~sglang_v4.managers.scheduler.Scheduler` (module docstring)."""
 
+    def kv_holders(self: Scheduler) -> int:
+        """Requests holding KV pages or a request slot: the running ones and queued ones already
+        admitted once (a chunked prefill); ``-1`` while a batch is in flight. Queued requests
+        that hold nothing (new, or retracted by ``/pause_generation`` mode ``retract``) do not
+        count: they match the cache when admitted."""
+        if self.last_batch is not None:
+            return -1
+        return len(self.running) + sum(1 for r in self.waiting if r.req_pool_idx is not None)
+
     def flush_cache(self: Scheduler) -> bool:
-        """Empty the radix cache; refused (False) while requests are queued or running."""
-        if self.waiting or self.running or self.last_batch is not None:
+        """Empty the radix cache; refused (False) while a request holds KV (:meth:`kv_holders`),
+        so a server paused in ``retract`` mode can flush (sgl-project/sglang#33783)."""
+        if self.kv_holders() != 0:
             return False
         return self.cache_manager.flush()
 

@@ -182,9 +182,10 @@ class SchedulerLoop:
                     return ControlAck(
                         msg.req_id, False, "mode: 'retract' is not supported by this scheduler."
                     )
-                out = retract()
-                if out is not None and len(out.rids) > 0:
-                    self.to_detok.send_pyobj(out)
+                self._send(retract())
+            else:  # in_place: settle the batch in flight, so a paused scheduler holds none
+                settle = getattr(s, "settle_in_flight", None)
+                self._send(settle() if settle else None)
             self.paused = True
             return ControlAck(msg.req_id)
         if isinstance(msg, ContinueGenerationReqInput):
@@ -207,6 +208,9 @@ class SchedulerLoop:
             except zmq.Again:
                 break
             self.handle(msg)
+        if self.paused:  # no step runs; what control messages ended (aborts) is answered now
+            flush = getattr(self.scheduler, "stream_output", None)
+            self._send(flush() if flush else None)
         if not self.paused and self.scheduler.has_work():
             self.step_started = time.monotonic()
             with self.profiler.step_range():
@@ -217,6 +221,11 @@ class SchedulerLoop:
             self.profiler.after_step()
         else:
             self.poller.poll(idle_timeout_ms)
+
+    def _send(self, out: BatchTokenIDOut | None) -> None:
+        """Send ``out`` to the detokenizer unless it carries no request."""
+        if out is not None and len(out.rids) > 0:
+            self.to_detok.send_pyobj(out)
 
     def run_forever(self) -> None:
         while True:

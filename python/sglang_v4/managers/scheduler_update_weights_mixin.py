@@ -34,9 +34,9 @@ class SchedulerUpdateWeightsMixin:
         weight is written (:mod:`sglang_v4.model_loader.weight_update`); a reload that fails half-way
         reloads the previous checkpoint.
         """
-        holding = [r for r in self.waiting if r.req_pool_idx is not None]
-        if self.running or holding or self.last_batch is not None:
-            n = len(self.running) + len(holding)
+        n = self.kv_holders()
+        if n != 0:
+            n = max(n, len(self.running))
             return False, (
                 f"Weights not updated: {n} request(s) hold KV computed with the current weights "
                 "(paused in place?). Call /continue_generation and let them finish, or pause with "
@@ -64,13 +64,25 @@ class SchedulerUpdateWeightsMixin:
         except (KeyError, ValueError) as e:
             return None, str(e.args[0]) if e.args else str(e)
 
+    def settle_in_flight(self: Scheduler) -> BatchTokenIDOut | None:
+        """Wait for the batch in flight (overlap scheduling) and process its result, so no batch
+        is pending while generation is paused (``/pause_generation`` mode ``in_place``): aborts
+        sent while paused then free every page, and ``/update_weights_from_disk`` or
+        ``/flush_cache`` see only the requests that really hold KV. Returns the outputs that batch
+        produced (``None`` if none)."""
+        self._resolve_last_batch()
+        return self.stream_output()
+
+    def _resolve_last_batch(self: Scheduler) -> None:
+        last, self.last_batch = self.last_batch, None
+        if last is not None:
+            self._resolve(last)
+
     def retract_all(self: Scheduler) -> BatchTokenIDOut:
         """``/pause_generation`` mode ``retract``: finish the batch in flight, then send every
         running request back to the queue with its outputs kept and its KV pages released (they
         recompute it after ``/continue_generation``). Returns the outputs that batch produced."""
-        last, self.last_batch = self.last_batch, None
-        if last is not None:
-            self._resolve(last)
+        self._resolve_last_batch()
         for req in sorted(self.running, key=lambda r: r.arrival, reverse=True):
             self._retract(req, "(generation paused, mode retract)")
         return self.stream_output()

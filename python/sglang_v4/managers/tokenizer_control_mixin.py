@@ -75,6 +75,23 @@ class TokenizerControlMixin:
                 if request is not None and await request.is_disconnected():
                     raise RequestError("Client disconnected while generation was paused.", 499) from None
 
+    async def paused_health(self: TokenizerManager, timeout_s: float) -> bool | None:
+        """``/health_generate``'s answer while generation is held back on purpose, ``None`` when
+        it is not (then the probe generates a token). Paused (``/pause_generation``): healthy when
+        the scheduler answers a control message within ``timeout_s`` seconds (a paused scheduler
+        still handles them), so a probe neither waits for ``/continue_generation`` nor reports a
+        paused server as failed. A weight update under way: healthy (the scheduler is loading; a
+        dead process is caught by the crash watch, a failed load by the update's own answer)."""
+        if self._admission_open.is_set():
+            return None
+        if self._updating:
+            return True
+        try:
+            await asyncio.wait_for(self.get_internal_state(), timeout_s)
+        except Exception:  # noqa: BLE001 - any failure means unhealthy
+            return False
+        return True
+
     async def _wait_idle(self: TokenizerManager) -> None:
         """Wait until no request is in flight (answered or abandoned ones' final outputs in)."""
         while self.rid_to_state or len(self.abandoned):
@@ -104,9 +121,10 @@ class TokenizerControlMixin:
             if abort_all_requests:
                 self.abort_request(abort_all=True)
             paused = self.is_pause
-            if not paused:  # SGLang's writer lock: new requests wait, running ones finish
-                self._updating = True
-                self._admission_open.clear()
+            # SGLang's writer lock: new requests wait (also past a /continue_generation sent
+            # during the update), running ones finish
+            self._updating = True
+            self._admission_open.clear()
             try:
                 if not paused:
                     await self._wait_idle()

@@ -570,9 +570,13 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
     async def health_generate(self, timeout_s: float = 20.0) -> bool:
         """Run a 1-token generation; True when the backend answers within ``timeout_s``. An idle
         scheduler runs it; a busy one answers it after its next processed batch (SGLang's rule: a
-        server that keeps producing batches is healthy, however long its queue)."""
+        server that keeps producing batches is healthy, however long its queue). While
+        generation is paused or weights are loading, :meth:`paused_health` answers instead."""
         if self.crashed is not None:
             return False
+        held = await self.paused_health(timeout_s)
+        if held is not None:
+            return held
         obj = GenerateReqInput(
             input_ids=[0],
             sampling_params={"max_new_tokens": 1, "temperature": 0.0},
