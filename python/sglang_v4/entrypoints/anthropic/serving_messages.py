@@ -42,20 +42,18 @@ from sglang_v4.entrypoints.anthropic.protocol import (
     MessagesRequest,
     anthropic_error_body,
 )
-from sglang_v4.entrypoints.chat_encoding import EOS
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
 from sglang_v4.entrypoints.openai.serving_base import (
     SKIP_TOKENIZER_OPENAI_MSG,
     RequestError,
     _abort_error,
-    _finish,
     grammar_error_for,
     read_json_object,
     validate_request,
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatRun, _ChoiceStream
-from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser, ToolCallDelta
+from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser
 
 __all__ = ["AnthropicServing", "anthropic_error_response", "context_overflow_message"]
 
@@ -224,17 +222,7 @@ class AnthropicServing:
         def step(ret: dict[str, Any]) -> tuple[list[bytes], bool]:
             """The events of one engine output (cumulative text); ``True`` once it finished."""
             meta = ret.get("meta_info", {})
-            text = ret.get("text", "").replace(EOS, "")
-            delta = text[st.sent_text :] if len(text) >= st.sent_text else ""
-            st.sent_text = max(st.sent_text, len(text))
-            fr, matched = _finish(meta)
-            reasoning_d, content_d = self.chat._split_delta(st, delta, fr, plan, matched)
-            tool_deltas: list[ToolCallDelta] = []
-            if st.tools is not None:
-                content_d, tool_deltas = st.tools.feed(content_d)
-                if fr is not None:
-                    c2, t2 = st.tools.finish(stopped=fr == "stop")
-                    content_d, tool_deltas = content_d + c2, tool_deltas + t2
+            fr, matched, reasoning_d, content_d, tool_deltas = self.chat._read_output(st, ret, plan)
             out = events.reasoning(reasoning_d) + events.text(content_d)
             for d in tool_deltas:
                 out += events.call(d)

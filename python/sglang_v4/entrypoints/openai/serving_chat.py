@@ -415,17 +415,7 @@ class ChatMixin(ChatPrepareMixin):
                                 dict(meta, completion_tokens=0),
                             )
                         st = states[idx]
-                        text = ret.get("text", "").replace(EOS, "")
-                        delta = text[st.sent_text :] if len(text) >= st.sent_text else ""
-                        st.sent_text = max(st.sent_text, len(text))
-                        fr, matched = _finish(meta)
-                        reasoning_d, content_d = self._split_delta(st, delta, fr, plan, matched)
-                        tool_deltas: list[ToolCallDelta] = []
-                        if st.tools is not None:
-                            content_d, tool_deltas = st.tools.feed(content_d)
-                            if fr is not None:
-                                c2, t2 = st.tools.finish(stopped=fr == "stop")
-                                content_d, tool_deltas = content_d + c2, tool_deltas + t2
+                        fr, matched, reasoning_d, content_d, tool_deltas = self._read_output(st, ret, plan)
                         lp = None
                         if req.logprobs:
                             lp = self._chat_logprobs(meta, st.sent_lp)
@@ -478,6 +468,30 @@ class ChatMixin(ChatPrepareMixin):
             yield _SSE_DONE
 
         return StreamingResponse(stream(), media_type="text/event-stream")
+
+    @classmethod
+    def _read_output(
+        cls, st: _ChoiceStream, ret: dict[str, Any], plan: ChatPlan
+    ) -> tuple[str | None, Any, str, str, list[ToolCallDelta]]:
+        """What one engine output of a streamed choice adds: ``(finish_reason, matched_stop,
+        reasoning_delta, content_delta, tool_call_deltas)``. ``ret["text"]`` is the cumulative
+        text (the EOS marker dropped); ``st.sent_text`` counts the characters already read. The
+        reasoning parser splits the new text (:meth:`_split_delta`), then the tool-call parser
+        takes the content; at the finish it closes its calls (``stopped``: the generation ended
+        on a stop, so an open call is text). Shared by the chat, Responses and Messages streams."""
+        meta = ret.get("meta_info", {})
+        text = ret.get("text", "").replace(EOS, "")
+        delta = text[st.sent_text :] if len(text) >= st.sent_text else ""
+        st.sent_text = max(st.sent_text, len(text))
+        fr, matched = _finish(meta)
+        reasoning_d, content_d = cls._split_delta(st, delta, fr, plan, matched)
+        tool_deltas: list[ToolCallDelta] = []
+        if st.tools is not None:
+            content_d, tool_deltas = st.tools.feed(content_d)
+            if fr is not None:
+                c2, t2 = st.tools.finish(stopped=fr == "stop")
+                content_d, tool_deltas = content_d + c2, tool_deltas + t2
+        return fr, matched, reasoning_d, content_d, tool_deltas
 
     @staticmethod
     def _split_delta(

@@ -48,7 +48,6 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from sglang_v4.entrypoints.chat_encoding import EOS
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.protocol_responses import (
     UNSERVED_RESPONSES_FIELDS,
@@ -79,7 +78,6 @@ from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
     _abort_error,
-    _finish,
     error_response,
     grammar_error_for,
     read_json_object,
@@ -304,7 +302,6 @@ class _StreamRead:
 
     st: _ChoiceStream
     content: str = ""
-    sent: int = 0
     done: dict[str, Any] = field(default_factory=dict)
 
 
@@ -545,17 +542,7 @@ class ResponsesMixin(ChatMixin):
         st, run = read.st, job.run
         plan = run.plan
         meta = ret.get("meta_info", {})
-        text = ret.get("text", "").replace(EOS, "")
-        delta = text[read.sent :] if len(text) >= read.sent else ""
-        read.sent = max(read.sent, len(text))
-        fr, matched = _finish(meta)
-        reasoning_d, content_d = self._split_delta(st, delta, fr, plan, matched)
-        tool_deltas: list[ToolCallDelta] = []
-        if st.tools is not None:
-            content_d, tool_deltas = st.tools.feed(content_d)
-            if fr is not None:
-                c2, t2 = st.tools.finish(stopped=fr == "stop")
-                content_d, tool_deltas = content_d + c2, tool_deltas + t2
+        fr, matched, reasoning_d, content_d, tool_deltas = self._read_output(st, ret, plan)
         read.content += content_d
         out = w.reasoning(reasoning_d)
         if st.tools is not None and st.tools.malformed:
