@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 import os
 import time
-import zlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import openai
 import pytest
 import requests
+from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, prompt_reply
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from openai.types.responses import Response as OpenAIResponse
@@ -35,9 +35,6 @@ from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(300)
 
-D = "｜DSML｜"
-MODEL = "dsv4-test"
-WORDS = ["alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta", " iota", " kappa"]
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -49,65 +46,7 @@ WEATHER = {
     },
 }
 CHAT_WEATHER = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
-CALL = (
-    f'\n\n<{D}tool_calls>\n<{D}invoke name="get_weather">\n'
-    f'<{D}parameter name="city" string="true">Paris</{D}parameter>\n'
-    f'<{D}parameter name="days" string="false">3</{D}parameter>\n</{D}invoke>\n</{D}tool_calls>'
-)
-ARGS = {"city": "Paris", "days": 3}
 EVENTS = TypeAdapter(ResponseStreamEvent)
-
-
-def prompt_reply(ids: list[int]) -> str:
-    """A reply that is a function of the prompt (eight words picked by a CRC of the ids)."""
-    h = zlib.crc32(json.dumps(ids).encode())
-    return "".join(WORDS[(h >> (3 * k)) % len(WORDS)] for k in range(8)) + "."
-
-
-class PromptTM:
-    """Fake tokenizer manager: generates the tokens of ``reply(prompt_ids)`` (or a fixed text),
-    finish ``stop`` (``length`` when ``max_new_tokens`` cuts it), cumulative text per token when
-    streaming, like the real one. Records every request."""
-
-    def __init__(self, tokenizer: Any, reply: str | Callable[[list[int]], str] = prompt_reply) -> None:
-        self.tokenizer = tokenizer
-        self.vocab_size = len(tokenizer)
-        self.context_len = 4096
-        self.grammar_enabled = True
-        self.reply = reply
-        self.received: list[GenerateReqInput] = []
-
-    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
-        self.received.append(obj)
-        schema = (obj.sampling_params or {}).get("json_schema")
-        if schema is not None:  # the real tokenizer manager compiles grammars before queueing
-            import xgrammar
-
-            try:
-                xgrammar.Grammar.from_json_schema(schema)
-            except (RuntimeError, ValueError) as e:
-                raise ValueError(f"json_schema: invalid grammar: {e}") from None
-        text = self.reply if isinstance(self.reply, str) else self.reply(list(obj.input_ids))
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        limit = (obj.sampling_params or {}).get("max_new_tokens")
-        finish: dict[str, Any] = {"type": "stop", "matched": 1}
-        if limit is not None and limit < len(ids):
-            ids, finish = ids[:limit], {"type": "length", "length": limit}
-        outs = []
-        for j in range(1, len(ids) + 1):
-            meta = {
-                "id": "r",
-                "finish_reason": finish if j == len(ids) else None,
-                "prompt_tokens": len(obj.input_ids),
-                "completion_tokens": j,
-                "cached_tokens": 2,
-            }
-            outs.append({"text": self.tokenizer.decode(ids[:j]), "output_ids": ids[:j], "meta_info": meta})
-        if obj.stream:
-            for o in outs:
-                yield o
-        else:
-            yield outs[-1]
 
 
 def make_client(tm: PromptTM) -> tuple[openai.OpenAI, TestClient]:
