@@ -287,6 +287,8 @@ def _call_arguments(call: Mapping[str, Any], field: str) -> tuple[str, dict[str,
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as e:
             raise ValueError(f"{field}.function.arguments is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ValueError(f"{field}.function.arguments is nested too deeply to decode.") from None
     if not isinstance(args, Mapping):
         raise ValueError(f"{field}.function.arguments must be a JSON object.")
     return name, dict(args)

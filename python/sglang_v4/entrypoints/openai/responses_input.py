@@ -100,7 +100,7 @@ def _call_arguments(args: str, field: str) -> str:
         raise _error(f"{field} must be a JSON object text; got {args[:40]!r}.", field)
     try:
         json.loads(args)
-    except ValueError:
+    except (ValueError, RecursionError):
         return json.dumps(value, ensure_ascii=False)
     return args
 

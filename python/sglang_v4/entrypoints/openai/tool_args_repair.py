@@ -71,7 +71,7 @@ def unwrap_arguments(arguments: str, schema: Any) -> str | None:
     """
     try:
         args = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(args, dict) or len(args) != 1:
         return None
@@ -81,7 +81,7 @@ def unwrap_arguments(arguments: str, schema: Any) -> str | None:
     if isinstance(value, str):
         try:
             inner = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             inner = None
         if isinstance(inner, dict):
             value = inner

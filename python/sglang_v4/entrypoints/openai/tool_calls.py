@@ -60,7 +60,8 @@ def partial_json_object(text: str) -> dict[str, Any] | None:
         return {}
     try:
         value, end = json.JSONDecoder().raw_decode(text)
-    except ValueError:  # not a whole value: the beginning of one, or not JSON
+    except (ValueError, RecursionError):  # not a whole value (the beginning of one, or not JSON),
+        # or one nested deeper than Python's json decodes (jiter then refuses it too)
         import jiter  # imported here: only a cut call needs it
 
         try:

@@ -135,7 +135,7 @@ def _trailing_ws(text: str, end: int) -> int:
 def _json_value(text: str) -> bool:
     try:
         json.loads(text, parse_constant=_reject_constant)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than Python's json decodes: not a value here
         return False
     return True
 
@@ -477,7 +477,7 @@ class DsmlToolParser:
         if self._state == _JSON_ARGS:
             try:
                 ok = isinstance(json.loads(self._value, parse_constant=_reject_constant), dict)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than json decodes
                 ok = False
             if not ok:
                 self._to_raw(content)
