@@ -187,6 +187,8 @@ def sse_events_rest(lines: Any) -> list[Any]:
         ("/start_profile", {"activities": ["GPU"]}, "activities"),  # a CPU server
         ("/start_profile", {"start_step": 3}, "start_step"),
         ("/start_profile", {"output_dir": 5}, "output_dir"),
+        ("/start_profile", {"profile_id": "a/b"}, "profile_id"),  # refused at start, not at stop
+        ("/start_profile", {"profile_id": ".."}, "profile_id"),
         ("/stop_profile", None, "not in progress"),
         ("/configure_logging", {"log_requests_level": 7}, "log_requests_level"),
         ("/configure_logging", {"log_requests": "on"}, "log_requests"),

@@ -214,13 +214,18 @@ def parse_profile_body(body: Any, device: str) -> ProfileReq:
         raise RequestError(f"activities: {bad or acts} not supported; use 'CPU' and / or 'GPU'.")
     if "GPU" in acts and device != "cuda":
         raise RequestError(f"activities: 'GPU' needs a CUDA device; this server runs on {device}.")
+    profile_id = _typed(b, "profile_id", _is_str, "a string") or ""
+    if "/" in profile_id or os.sep in profile_id or profile_id in (".", ".."):  # a file name part
+        raise RequestError(
+            f"profile_id: {profile_id[:80]!r} must be usable in a file name (no path separator)."
+        )
     return ProfileReq(
         output_dir=os.path.expanduser(out_dir),
         num_steps=steps,
         activities=list(dict.fromkeys(acts)),
         with_stack=_typed(b, "with_stack", _is_bool, "a boolean") is not False,
         record_shapes=_typed(b, "record_shapes", _is_bool, "a boolean") is not False,
-        profile_id=_typed(b, "profile_id", _is_str, "a string") or "",
+        profile_id=profile_id,
     )
 
 

@@ -169,7 +169,9 @@ def swap_weights(model: torch.nn.Module, tp: Any, model_path: str, previous_path
 
     Raises:
         ValueError: the reload failed on some rank (the weights of ``previous_path`` are back;
-            without ``previous_path``, a model with dummy weights, they may be partly replaced).
+            without ``previous_path``, a model with dummy weights, or when reloading it failed
+            too, e.g. the checkpoint was deleted, they may be partly replaced, and the message
+            says so).
     """
     err: Exception | None = None
     try:
@@ -182,5 +184,13 @@ def swap_weights(model: torch.nn.Module, tp: Any, model_path: str, previous_path
     why = f"{type(err).__name__}: {err}" if err is not None else "another tensor-parallel rank failed"
     if previous_path is None:
         raise ValueError(f"Failed to update weights: {why}. The previous weights cannot be reloaded.")
-    reload_weights(model, previous_path)
+    try:
+        reload_weights(model, previous_path)
+    except Exception as e:  # noqa: BLE001 - the server keeps running and says what it serves
+        logger.error("Rolling back to %s failed: %s: %s", previous_path, type(e).__name__, e)
+        raise ValueError(
+            f"Failed to update weights: {why}. Rolling back to {previous_path!r} failed too "
+            f"({type(e).__name__}: {e}): the served weights may be partly replaced; update from a "
+            "complete checkpoint or restart the server."
+        ) from None
     raise ValueError(f"Failed to update weights: {why}. Rolled back to the weights of {previous_path!r}.")
