@@ -10,6 +10,8 @@ compiles) for
 * ``general``: the general scoring kernel (``ExtendScore(form="general")``, the baseline, same run);
 * each ``ExtendScore`` setting of ``indexer_score_extend.SWEEP_SETTINGS`` (``--grid full``: every
   form x block_t x block_c 64/128 x warps 4/8 x stages 2/3; ``--grid none``: no setting);
+* ``--settings form/block_t/block_c/warps/stages[/waves],..``: further settings named on the
+  command line;
 * ``--waves W,..``: the module default (``indexer.EXTEND_SCORE``) with its ``waves`` field set to
   ``W`` (the scoring split into enough shares per token block for at least ``W`` programs per SM:
   ``indexer_score_extend.extend_splits``); ``W = 0``: ``waves=None``, the decode rule
@@ -124,6 +126,11 @@ def sweep(a: argparse.Namespace) -> list[dict]:
     settings = list(full_grid() if a.grid == "full" else SWEEP_SETTINGS if a.grid == "default" else ())
     if a.dry and settings:  # the plumbing: one setting of each form
         settings = [next(s for s in settings if s.form == f) for f in ("keys", "keys_split")]
+    for spec in filter(None, a.settings.split(",")):  # form/block_t/block_c/warps/stages[/waves]
+        f, *nums = spec.split("/")
+        t, c, w, st, *wv = (int(x) for x in nums)
+        settings.append(ExtendScore(form=f, block_t=t, block_c=c, num_warps=w, num_stages=st,
+                                    waves=wv[0] if wv else None))  # fmt: skip
     rows = []
     for C in (int(c) for c in (a.contexts or sh["contexts"]).split(",")):
         for fmt in a.keys.split(","):
@@ -195,6 +202,11 @@ def main() -> int:
     ap.add_argument("--keys", default="bf16,fp4", help="comma list of key formats: bf16, fp4")
     ap.add_argument("--calls", type=int, default=0, help="timed calls per setting (default 5 / 10)")
     ap.add_argument("--grid", choices=("default", "full", "none"), default="default")
+    ap.add_argument(
+        "--settings",
+        default="",
+        help="comma list of extra settings form/block_t/block_c/warps/stages[/waves], e.g. keys_split/8/64/8/3/4",
+    )
     ap.add_argument(
         "--waves",
         default="",
