@@ -8,6 +8,7 @@ of the runtime's own tokenizer wrapper.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -215,6 +216,56 @@ def test_calls_after_or_during_shutdown_raise_instead_of_hanging(model, monkeypa
         with pytest.raises(RuntimeError, match="shut down"):
             call()
     eng.shutdown()  # idempotent
+
+
+def test_call_ended_by_shutdown_leaves_no_unretrieved_task_exception(model, monkeypatch) -> None:
+    """A streamed request that ``shutdown()`` ends from another thread leaves no asyncio task
+    whose exception nobody read: asyncio logs "Task exception was never retrieved" when such a
+    task is collected, formatting a traceback inside the garbage collector, which on CPython
+    3.11 before 3.11.8 can break every later ``ast.parse`` of the process ("AST constructor
+    recursion depth mismatch")."""
+    import gc
+    import logging
+    import threading
+
+    monkeypatch.setenv("FAKE_HOLD_ON_TEXT", "HOLD-THIS")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("asyncio").addHandler(handler)
+
+    def held_then_shut_down() -> None:
+        eng = _fake_engine(model)
+        first = threading.Event()
+
+        def run_held() -> None:
+            async def consume() -> None:
+                stream = await eng.async_generate(
+                    prompt="HOLD-THIS", sampling_params={"max_new_tokens": 50}, stream=True
+                )
+                async for _ in stream:
+                    first.set()
+
+            with contextlib.suppress(RuntimeError):
+                asyncio.run(consume())
+
+        worker = threading.Thread(target=run_held, daemon=True)
+        worker.start()
+        try:
+            assert first.wait(60), "the held request never produced its first chunk"
+        finally:
+            eng.shutdown()
+        worker.join(30)
+
+    try:
+        for _ in range(3):  # the task may end before or after shutdown() fails its future
+            held_then_shut_down()
+            for _ in range(3):
+                gc.collect()
+    finally:
+        logging.getLogger("asyncio").removeHandler(handler)
+    never = [r.getMessage() for r in records if "never retrieved" in r.getMessage()]
+    assert never == []
 
 
 def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:

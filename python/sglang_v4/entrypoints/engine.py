@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -110,6 +111,22 @@ class _StreamSteps:
         await self.agen.aclose()  # type: ignore[attr-defined]
 
 
+async def _settled(coro: Any) -> tuple[bool, Any]:
+    """``(True, result)`` or ``(False, exception)`` of ``coro``: the task running it ends without an
+    exception (cancellation still propagates), so nothing is left for asyncio to report.
+
+    :meth:`Engine.shutdown` fails the callers' futures at once; a call still running then ends on
+    the stopping loop after its future is done. Had its task ended in an exception, asyncio would
+    log "Task exception was never retrieved" when the task is garbage-collected, formatting a
+    traceback inside the collector, which can run in the middle of another parse of Python
+    source (CPython 3.11 before 3.11.8 then fails every later ``ast.parse`` of the process with
+    "AST constructor recursion depth mismatch")."""
+    try:
+        return True, await coro
+    except Exception as e:  # noqa: BLE001 - handed to the caller's future
+        return False, e
+
+
 def _shutdown_at_exit(ref: weakref.ReferenceType[Engine]) -> None:
     engine = ref()
     if engine is not None:
@@ -202,7 +219,24 @@ class Engine:
         if self._closed:
             coro.close()
             raise RuntimeError(SHUT_DOWN_MESSAGE)
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        inner = asyncio.run_coroutine_threadsafe(_settled(coro), self._loop)
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def settle(done: concurrent.futures.Future[tuple[bool, Any]]) -> None:
+            if fut.done():  # failed by shutdown() or cancelled by the caller
+                return
+            if done.cancelled():
+                fut.cancel()
+                return
+            try:
+                ok, value = done.result()
+            except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt / SystemExit on the loop
+                ok, value = False, e
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # shutdown() got there first
+                fut.set_result(value) if ok else fut.set_exception(value)
+
+        inner.add_done_callback(settle)
+        fut.add_done_callback(lambda f: inner.cancel() if f.cancelled() else None)
         self._inflight.add(fut)
         fut.add_done_callback(self._inflight.discard)
         return fut
