@@ -27,7 +27,8 @@ compressor          projection tile by ``T`` (16 tokens per program, 128 from 1,
 So the variants are a product of token-count classes and context classes. :func:`warmup_kernels`
 runs one dummy forward per point of that grid (token counts 1..``--chunked-prefill-size`` across
 every class boundary, each with an odd twin; contexts at every power of two up to what the pool
-can hold (at most :data:`WARMUP_MAX_CONTEXT`), each with an odd twin; decode batches of several requests and a mixed batch), captures
+can hold (at most :data:`WARMUP_MAX_CONTEXT`), each with an odd twin; decode batches of several requests and a mixed batch), runs the long-prefill attention paths once per tile class up to the server's longest request
+(:mod:`sglang_v4.model_executor.warmup_long_context`: synthetic calls, no long-context forward), captures
 the decode and extend CUDA graphs (``--cuda-graph-warmup-ctx``), and runs the sampler once per path (greedy,
 top-k / top-p / min-p, penalties, logprobs). Dummy forwards use pages and a request slot taken
 from the pool and returned (nothing else exists yet), so no real request's state is touched.
@@ -287,6 +288,22 @@ def _warm_sampler(runner: Any, vocab: int) -> None:
     top_logprobs(out[1], 5)  # type: ignore[index]
 
 
+def _warm_long_context(runner: Any, stats: dict[str, Any]) -> None:
+    """The long-prefill paths' tile classes up to the server's longest request
+    (:mod:`sglang_v4.model_executor.warmup_long_context`), which the grid's contexts stop short of."""
+    from sglang_v4.model_executor.warmup_long_context import model_heads, warmup_long_context
+
+    heads = model_heads(runner.model)
+    if heads is None:
+        return
+    try:
+        calls = warmup_long_context(runner.pool, heads, min(runner.context_len, runner.max_total_tokens))
+        stats["long_context_calls"] = sum(calls.values())
+    except torch.OutOfMemoryError:
+        stats["oom"] = stats.get("oom", 0) + 1
+        torch.cuda.empty_cache()
+
+
 def warmup_kernels(
     runner: Any, server_args: ServerArgs, force: bool = False, max_context: int | None = None
 ) -> dict[str, Any]:
@@ -343,6 +360,8 @@ def warmup_kernels(
         part = dummy.make(1, min(chunk, 256), 1024, vocab)
         dec = dummy.make(3, 1, 1024, vocab)
         run(part + dec if part and dec else None)
+        if runner.device.type == "cuda":
+            _warm_long_context(runner, stats)
         _warm_sampler(runner, vocab)
     finally:
         dummy.free()

@@ -56,7 +56,14 @@ __all__ = [
     "PREFIX_P_BYTES",
     "PrefixSegment",
     "dense_prefix_segments",
+    "fp32_logits_available",
     "gather_entries",
+    "padded_entries",
+    "prefix_compute_dtype",
+    "prefix_tile_class",
+    "prefix_warmup_entry_counts",
+    "rescale_tile",
+    "softmax_tile",
     "prefix_attention",
     "sparse_attention_dense_prefix",
     "sparse_attention_decoded_csa",
@@ -77,7 +84,99 @@ GEMM_LOGITS_MIN_ENTRIES = 2048
 _SOFTMAX_ROW = 8192
 
 
-@triton.jit
+def padded_entries(n: int) -> int:
+    """Rows of the gathered key tile for ``n`` entries (:func:`gather_entries`): ``n`` rounded up
+    to a multiple of 128, at least 128. The key count ``NK`` every later step of a segment sees."""
+    return cdiv(max(int(n), 1), 128) * 128
+
+
+def softmax_tile(NK: int) -> tuple[int, int, bool, int]:
+    """``(BLOCK_M, BLOCK_N, ONE_PASS, num_warps)`` of ``_prefix_softmax_kernel`` over rows of
+    ``NK`` keys: one pass with the whole row in registers (``BLOCK_N = next_pow2(NK)``, one row per
+    program) up to :data:`_SOFTMAX_ROW` keys, else two passes over 512-key tiles, 4 rows per program."""
+    one = NK <= _SOFTMAX_ROW
+    return (1, next_power_of_2(NK), True, 8) if one else (4, 512, False, 4)
+
+
+def rescale_tile(NT: int) -> tuple[int, int]:
+    """``(BLOCK_M, BLOCK_T)`` of ``_prefix_rescale_kernel`` over ``NT`` key tiles per row: every
+    tile's ``(m, l)`` in one ``[BLOCK_M, BLOCK_T]`` load (``BLOCK_T = next_pow2(NT)``), at most
+    4,096 values per program."""
+    bt = next_power_of_2(NT)
+    return max(1, min(32, 4096 // bt)), bt
+
+
+def fp32_logits_available(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether ``Q Kᵀ`` of ``dtype`` queries on ``device`` can give fp32 logits, so the cuBLAS logits
+    of ``logits="gemm"`` / ``"auto"`` can run: fp32 queries, or 16-bit ones on CUDA where
+    ``torch.mm(..., out_dtype=torch.float32)`` works (tried once on a 1 x 1 product, remembered)."""
+    if dtype == torch.float32:
+        return True
+    if device.type != "cuda" or not _MM_OUT_DTYPE[0]:
+        return False
+    if not _MM_OUT_CHECKED[0]:
+        one = torch.ones((1, 1), dtype=dtype, device=device)
+        _MM_OUT_CHECKED[0] = True
+        if _mm_f32(one, one).dtype != torch.float32:
+            _MM_OUT_DTYPE[0] = False
+    return _MM_OUT_DTYPE[0]
+
+
+def _gemm_logits(NK: int, logits: str, fp32_logits: bool) -> bool:
+    # steps 2-3 by cuBLAS + the softmax pass (else the Triton logits + rescale)
+    return fp32_logits and (logits == "gemm" or (logits == "auto" and NK >= GEMM_LOGITS_MIN_ENTRIES))
+
+
+def prefix_tile_class(
+    n_entries: int, fp32_logits: bool, logits: str | None = None, block_n: int = 64
+) -> tuple:
+    """What :func:`prefix_attention` compiles for a segment of ``n_entries`` entries beyond the
+    shape-independent kernels (gather, merge, the Triton logits kernel): ``("gemm", softmax_tile)``
+    or ``("triton", rescale_tile)``, from the same functions the wrapper calls. Two entry counts
+    with equal classes launch the same kernel variants (counts, rows and slices are runtime
+    arguments). ``fp32_logits``: :func:`fp32_logits_available`; ``logits`` / ``block_n``: as
+    :func:`prefix_attention`."""
+    logits = PREFIX_LOGITS if logits is None else logits
+    NK = padded_entries(n_entries)
+    if _gemm_logits(NK, logits, fp32_logits):
+        return ("gemm", softmax_tile(NK))
+    return ("triton", rescale_tile(NK // block_n))
+
+
+def prefix_warmup_entry_counts(
+    max_entries: int,
+    fp32_logits: bool,
+    logits: str | None = None,
+    block_n: int = 64,
+    min_entries: int = PREFIX_MIN_ENTRIES,
+) -> list[int]:
+    """One entry count per :func:`prefix_tile_class` that segments of ``min_entries`` ..
+    ``max_entries`` entries reach (the smallest count of each class, ascending): a start-up warm-up
+    that runs :func:`prefix_attention` once per count compiles every variant of the dense path up
+    to that context (``max_entries = context_len // ratio``) without a long-context forward.
+    Empty when ``max_entries < min_entries``."""
+    seen: dict[tuple, int] = {}
+    lo = max(1, int(min_entries))
+    for nk in range(padded_entries(lo), padded_entries(max_entries) + 1, 128):
+        n = max(lo, nk - 127)  # the smallest count padded to nk
+        if n <= max_entries:
+            seen.setdefault(prefix_tile_class(n, fp32_logits, logits, block_n), n)
+    return sorted(seen.values())
+
+
+def prefix_compute_dtype(q_dtype: torch.dtype, swa_kv: object) -> torch.dtype:
+    """The dtype the dense path's products run in (:func:`sparse_attention_dense_prefix`): a float
+    window pool's own 16-/32-bit dtype, else fp32 for fp32 queries and bf16 otherwise."""
+    swa = as_paged(swa_kv)
+    if swa.codec == "float" and swa.storage.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        return swa.storage.dtype
+    return torch.float32 if q_dtype == torch.float32 else torch.bfloat16
+
+
+# the request's row (a slice of the batch's metadata), its entry count and the page-table geometry are
+# runtime values: no variant per alignment, request or count (a 1,048,575-token request compiled one
+# after ready on the H200)
+@triton.jit(do_not_specialize=["stride_r2p", "row_ptr", "E", "n"])
 def _gather_entries_kernel(
     comp_ptr, c_rpp, c_ps, c_rs, r2p_ptr, stride_r2p, row_ptr, E, n, out_ptr, valid_ptr,
     CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr, ALIGN: tl.constexpr,
@@ -123,7 +222,7 @@ def gather_entries(
     comp = as_paged(comp_kv)
     if comp.codec not in ("float", "fp8_main"):
         raise ValueError(f"comp_kv: codec {comp.codec!r} is not a main-entry format")
-    n_pad = cdiv(max(int(n), 1), 128) * 128
+    n_pad = padded_entries(n)
     D = comp.dim
     keys = torch.empty((n_pad, D), dtype=dtype, device=req_to_page.device)
     valid = torch.empty((n_pad,), dtype=torch.uint8, device=req_to_page.device)
@@ -138,7 +237,9 @@ def gather_entries(
     return keys, valid
 
 
-@triton.jit
+# the visible counts (a slice at the run's first token), the row count and the key tiles per program
+# follow the request; NK (a multiple of 128) keeps its divisibility: P's rows stay vector-aligned
+@triton.jit(do_not_specialize=["vis_ptr", "R", "tiles_per_group"])
 def _prefix_probs_kernel(
     q_ptr, stride_qt, stride_qh, k_ptr, kvalid_ptr, vis_ptr, p_ptr, tml_ptr,
     R, H, NK, tiles_per_group, scale_log2,
@@ -188,7 +289,7 @@ def _prefix_probs_kernel(
         tl.store(tml_ptr + tml + 1, tl.sum(p, 1), mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["R"])
 def _prefix_rescale_kernel(
     p_ptr, tml_ptr, ml_ptr, R, NK,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -217,7 +318,7 @@ def _prefix_rescale_kernel(
     tl.store(ml_ptr + rows64 * 2 + 1, l_sum, mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["vis_ptr", "R"])
 def _prefix_softmax_kernel(
     s_ptr, kvalid_ptr, vis_ptr, p_ptr, ml_ptr, R, H, NK, scale_log2,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr = False,
@@ -265,7 +366,7 @@ def _prefix_softmax_kernel(
     tl.store(ml_ptr + rows64 * 2 + 1, l_sum, mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["lse_ptr"])  # a slice at the token block's first row: any alignment
 def _merge_kernel(
     out_ptr, stride_ot, stride_oh, lse_ptr, acc_ptr, ml_ptr, H,
     D: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -362,12 +463,12 @@ def prefix_attention(
         q = q.contiguous()
     cdt = q.dtype
     sm = num_sms(q.device)
-    fp32_logits = cdt == torch.float32 or (q.is_cuda and _MM_OUT_DTYPE[0])
+    fp32_logits = fp32_logits_available(cdt, q.device)
     for seg in segments:
         keys, kvalid = gather_entries(comp_kv, req_to_page, req_rows[seg.req : seg.req + 1], seg.n_entries,
                                       entries_per_page, cdt)  # fmt: skip
         NK = keys.shape[0]
-        gemm = fp32_logits and (logits == "gemm" or (logits == "auto" and NK >= GEMM_LOGITS_MIN_ENTRIES))
+        gemm = _gemm_logits(NK, logits, fp32_logits)
         NT = NK // block_n
         row_bytes = H * NK * (4 if gemm else q.element_size())  # the logits S (fp32) or P per token
         tb = max(1, min(seg.end - seg.start, p_bytes // max(1, row_bytes)))
@@ -381,12 +482,10 @@ def prefix_attention(
                 sc = _mm_f32(qb.reshape(R, D), keys.t())
                 if sc.dtype != torch.float32:  # no fp32 result from 16-bit operands after all
                     raise RuntimeError("logits='gemm': torch.mm gave no fp32 result")
-                one = NK <= _SOFTMAX_ROW  # a whole row in registers: S read once
-                bm = 1 if one else 4
+                bm, bn, one, nw = softmax_tile(NK)  # one pass: a whole row in registers, S read once
                 _prefix_softmax_kernel[(cdiv(R, bm),)](
                     sc, kvalid, comp_visible[t0:t1], p, ml, R, H, NK, float(scale) * _LOG2E,
-                    BLOCK_M=bm, BLOCK_N=next_power_of_2(NK) if one else 512, ONE_PASS=one,
-                    num_warps=8 if one else 4,
+                    BLOCK_M=bm, BLOCK_N=bn, ONE_PASS=one, num_warps=nw,
                 )  # fmt: skip
                 del sc
             else:
@@ -416,14 +515,14 @@ def _prefix_logits_triton(qb, keys, kvalid, vis, p, ml, R, H, NK, NT, scale, sm,
         D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, IEEE=ieee_f32_dots(cdt), QRES=qres,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
-    bt = next_power_of_2(NT)
-    bm = max(1, min(32, 4096 // bt))
+    bm, bt = rescale_tile(NT)
     _prefix_rescale_kernel[(cdiv(R, bm),)](
         p, tml, ml, R, NK, BLOCK_M=bm, BLOCK_N=block_n, BLOCK_T=bt, num_warps=4
     )  # fmt: skip
 
 
 _MM_OUT_DTYPE: list[bool] = [True]
+_MM_OUT_CHECKED: list[bool] = [False]
 
 
 def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -475,10 +574,7 @@ def sparse_attention_dense_prefix(
         q, swa_kv, swa_pages, positions, window, sinks, scale, comp_kv, None, vis, req_to_page, req_rows,
         token_req, entries_per_page, lse=lse,
     )  # fmt: skip
-    swa = as_paged(swa_kv)
-    cdt = torch.float32 if q.dtype == torch.float32 else torch.bfloat16
-    if swa.codec == "float" and swa.storage.dtype in (torch.bfloat16, torch.float16, torch.float32):
-        cdt = swa.storage.dtype
+    cdt = prefix_compute_dtype(q.dtype, swa_kv)
     return prefix_attention(
         q.to(cdt), out, lse, comp_kv, comp_visible, req_to_page, req_rows, entries_per_page, scale, segments,
         **prefix_kw,
