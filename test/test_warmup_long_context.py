@@ -37,7 +37,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-_RECORD = r"""
+# the recording set-up: launches as on the H200 (132 SMs, the CUDA dispatch of ops, fp32 logits)
+_PRELUDE = r"""
 import importlib, json, pkgutil, sys, torch
 import kernel_launch_record as klr
 import sgl_kernel_v4.ops as ops
@@ -61,6 +62,11 @@ ap.fp32_logits_available = lambda dtype, device: True
 ap._mm_f32 = lambda a, b: torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32)
 
 mc = ModelConfig.from_dict(get_preset("flash-8l-32e"))
+"""
+
+_RECORD = (
+    _PRELUDE
+    + r"""
 CONTEXT, CHUNK, PAGE = 1 << 20, 2048, 256
 H, D, W = mc.hf.num_attention_heads, mc.head_dim, mc.sliding_window
 HI, DI, TOPK = mc.hf.index_n_heads, mc.hf.index_head_dim, mc.hf.index_topk
@@ -153,6 +159,20 @@ for fmt, fp4 in (("bf16", False), ("fp8_e4m3", True)):
     }
 json.dump(res, open(sys.argv[1], "w"))
 """
+)
+
+
+# the long-context warm-up alone, for a 2M-token context (the two-pass softmax too), both formats
+_WARM = (
+    _PRELUDE
+    + r"""
+for fmt, fp4 in (("bf16", False), ("fp8_e4m3", True)):
+    pool = DSV4KVPool(mc, 256, 4, 4, 2, torch.bfloat16, "cpu", fmt, fp4, max_pages_per_req=(1 << 21) // 256)
+    with klr.record_launches(dry=True) as recs:
+        warmup_long_context(pool, mc.hf.num_attention_heads, 1 << 21)
+    klr.dump(recs, sys.argv[1])
+"""
+)
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +215,68 @@ def test_long_context_warmup_adds_the_dense_path_tiles(recorded: dict[str, dict]
             "'BLOCK_N': 8192",
         ):
             assert tile in text, (tile, recorded[fmt]["long_only"])
+
+
+def test_entry_counts_reach_every_dense_tile_class() -> None:
+    """The dense path's tile classes by hand (module docstring of ``attention_prefix``): a segment
+    has at least 257 entries (256 visible to its first token, 256 tokens); NK = entries rounded up
+    to 128. With fp32 logits (the GPU) up to 8,192 entries (a 1M context): the Triton logits below
+    2,048 keys, rescaling ``next_pow2(NK / 64)`` tiles (8 for NK 384-512, 16 for 640-1,024, 32 for
+    1,152-1,920), then cuBLAS logits with one softmax pass over ``next_pow2(NK)`` keys (2,048;
+    4,096 from NK 2,176; 8,192 from NK 4,224); the two-pass softmax beyond 8,192 keys (a 2M
+    context); without fp32 logits the Triton path throughout (64 and 128 tiles too)."""
+    from sgl_kernel_v4.triton.attention_prefix import prefix_tile_class, prefix_warmup_entry_counts
+
+    counts = prefix_warmup_entry_counts(8192, True, "auto", min_entries=257)
+    assert counts == [257, 513, 1025, 1921, 2049, 4097]
+    assert [prefix_tile_class(n, True, "auto") for n in counts] == [
+        ("triton", (32, 8)),
+        ("triton", (32, 16)),
+        ("triton", (32, 32)),
+        ("gemm", (1, 2048, True, 8)),
+        ("gemm", (1, 4096, True, 8)),
+        ("gemm", (1, 8192, True, 8)),
+    ]
+    assert prefix_warmup_entry_counts(16384, True, "auto", min_entries=257)[-1] == 8193
+    assert prefix_tile_class(8193, True, "auto") == ("gemm", (4, 512, False, 4))
+    assert prefix_warmup_entry_counts(8192, False, "auto", min_entries=257) == [257, 513, 1025, 2049, 4097]
+    assert prefix_warmup_entry_counts(256, True, "auto", min_entries=257) == []
+
+
+@pytest.mark.parametrize("fmt,fp4", [("bf16", False), ("fp8_e4m3", True)])
+def test_plan_follows_the_context_and_the_pool_formats(fmt: str, fp4: bool) -> None:
+    """Which calls the long-context warm-up makes: the dense HCA path from a 33,023-token context
+    (its last chunk's 257 entries; none at 33,022), every class up to the context (the CPU has no
+    fp32 logits from bf16: the Triton tiles); the decoded CSA and indexer paths on fp8 main entries
+    and fp4 indexer keys only; bad arguments refused."""
+    import torch
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.configs.presets import get_preset
+    from sglang_v4.mem_cache.memory_pool import DSV4KVPool
+    from sglang_v4.model_executor.warmup_long_context import long_context_plan
+
+    mc = ModelConfig.from_dict(get_preset("flash-8l-32e"))
+    pool = DSV4KVPool(mc, 256, 2, 2, 1, torch.bfloat16, "cpu", fmt, fp4, max_pages_per_req=4)
+    plan = long_context_plan(pool, 64, 1 << 20)
+    assert plan.tokens == 257 and plan.max_csa_entries == 1 << 18
+    assert plan.hca_entry_counts == (257, 513, 1025, 2049, 4097)
+    assert plan.csa_decoded is fp4 and plan.indexer_decoded is fp4
+    assert long_context_plan(pool, 64, 33_023).hca_entry_counts == (257,)
+    assert long_context_plan(pool, 64, 33_022).hca_entry_counts == ()
+    with pytest.raises(ValueError, match="heads"):
+        long_context_plan(pool, 0, 1 << 20)
+
+
+@pytest.mark.slow
+def test_long_context_warmup_launches_compile_for_sm90(tmp_path) -> None:
+    """Every launch of the long-context warm-up (2M-token context, both KV formats) compiles for
+    Hopper (``triton.compile`` for sm_90 without the interpreter, within the shared memory limit)."""
+    import kernel_launch_record as klr
+    from test_kernels_compile_all import compile_log, record_script
+
+    log = str(tmp_path / "launches.pkl")
+    record_script(_WARM, log)
+    passes = {klr.named_constexprs(r).get("ONE_PASS") for r in klr.load(log) if "softmax" in r["fn"]}
+    assert passes == {True, False}  # one and two passes
+    rc, report = compile_log(log)
+    assert rc == 0, report

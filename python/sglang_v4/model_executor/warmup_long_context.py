@@ -82,12 +82,12 @@ def long_context_plan(pool: DSV4KVPool, heads: int, max_context: int) -> LongCon
         raise ValueError(f"heads / max_context: expected >= 1, got {heads} / {max_context}")
     mc = pool.model_config
     hca: tuple[int, ...] = ()
-    if mc.hca_layers:
+    r = mc.hca_ratio
+    # a segment's first token sits at PREFIX_MIN_ENTRIES * r - 1 or later, and it has
+    # PREFIX_MIN_TOKENS tokens: its entries run from lo up to context // r
+    if mc.hca_layers and max_context >= PREFIX_MIN_ENTRIES * r - 1 + PREFIX_MIN_TOKENS:
         swa = pool.rows(KVKind.SWA, mc.hca_layers[0])
         dtype = ap.prefix_compute_dtype(pool.compute_dtype, swa)
-        r = mc.hca_ratio
-        # the fewest entries of a segment: its first token sees PREFIX_MIN_ENTRIES (position
-        # PREFIX_MIN_ENTRIES * r - 1) and it has PREFIX_MIN_TOKENS tokens; the most: context // r
         lo = (PREFIX_MIN_ENTRIES * r - 1 + PREFIX_MIN_TOKENS) // r
         fp32 = ap.fp32_logits_available(dtype, pool.device)
         hca = tuple(ap.prefix_warmup_entry_counts(max_context // r, fp32, min_entries=lo))
