@@ -225,7 +225,7 @@ def test_entry_counts_reach_every_dense_tile_class() -> None:
     1,152-1,920), then cuBLAS logits with one softmax pass over ``next_pow2(NK)`` keys (2,048;
     4,096 from NK 2,176; 8,192 from NK 4,224); the two-pass softmax beyond 8,192 keys (a 2M
     context); without fp32 logits the Triton path throughout (64 and 128 tiles too)."""
-    from sgl_kernel_v4.triton.attention_prefix import prefix_tile_class, prefix_warmup_entry_counts
+    from sgl_kernel_v4.triton.attention_prefix_tiles import prefix_tile_class, prefix_warmup_entry_counts
 
     counts = prefix_warmup_entry_counts(8192, True, "auto", min_entries=257)
     assert counts == [257, 513, 1025, 1921, 2049, 4097]

@@ -7,9 +7,8 @@ Long prefill runs take three paths whose kernels the dummy forwards of
 * HCA layers: the dense shared-prefix attention (:mod:`sgl_kernel_v4.triton.attention_prefix`)
   from 32K contexts. Its tiles follow the segment's entry count ``NK`` (a 1M context has 8,192
   entries): the Triton logits and a rescale pass whose ``BLOCK_T`` is ``next_pow2(NK / 64)`` below
-  :data:`~sgl_kernel_v4.triton.attention_prefix.GEMM_LOGITS_MIN_ENTRIES`, then cuBLAS logits and a
-  softmax pass whose ``BLOCK_N`` is ``next_pow2(NK)`` (one pass) or 512 (two passes, beyond 8,192
-  keys). A warm-up to 1M-token contexts by forwards took more than 212 s on an H200; here each of
+  2,048 entries (``GEMM_LOGITS_MIN_ENTRIES``), then cuBLAS logits and a softmax pass whose
+  ``BLOCK_N`` is ``next_pow2(NK)`` (one pass) or 512 (two passes, beyond 8,192 keys). A warm-up to 1M-token contexts by forwards took more than 212 s on an H200; here each of
   those classes runs once, directly, on synthetic queries over the real pool (every page of the
   synthetic page table missing, so nothing is read from the pool and nothing written to it).
 * CSA layers over fp8 main entries: the selected entries read from a bf16 copy decoded once per
@@ -20,9 +19,8 @@ Long prefill runs take three paths whose kernels the dummy forwards of
 The last two do not depend on the context (entry counts, page counts and index-table slices are
 runtime arguments of their kernels); they run once each, over the real pools' formats, so a
 server whose context stops short of the grid's dense-path contexts still has them compiled. The
-classes are picked by the wrappers' own tile functions
-(:func:`~sgl_kernel_v4.triton.attention_prefix.prefix_warmup_entry_counts`), so a change of the
-wrappers' thresholds changes the warm-up with it. ``test/test_warmup_long_context.py`` records the
+classes are picked by the wrapper's own tile functions (:mod:`sgl_kernel_v4.triton.attention_prefix_tiles`),
+so a change of its thresholds changes the warm-up with it. ``test/test_warmup_long_context.py`` records the
 kernel variants these paths launch at 32K .. 1M contexts on both KV formats and checks that this
 warm-up with the dummy grid launches every one.
 """
@@ -76,6 +74,7 @@ def long_context_plan(pool: DSV4KVPool, heads: int, max_context: int) -> LongCon
     from sgl_kernel_v4.dense_prefix import PREFIX_MIN_ENTRIES, PREFIX_MIN_TOKENS
     from sgl_kernel_v4.paged import as_paged
     from sgl_kernel_v4.triton import attention_prefix as ap
+    from sgl_kernel_v4.triton.attention_prefix_tiles import prefix_warmup_entry_counts
     from sgl_kernel_v4.triton.indexer_decoded import DECODED_CODECS
 
     if heads < 1 or max_context < 1:
@@ -90,7 +89,7 @@ def long_context_plan(pool: DSV4KVPool, heads: int, max_context: int) -> LongCon
         dtype = ap.prefix_compute_dtype(pool.compute_dtype, swa)
         lo = (PREFIX_MIN_ENTRIES * r - 1 + PREFIX_MIN_TOKENS) // r
         fp32 = ap.fp32_logits_available(dtype, pool.device)
-        hca = tuple(ap.prefix_warmup_entry_counts(max_context // r, fp32, min_entries=lo))
+        hca = tuple(prefix_warmup_entry_counts(max_context // r, fp32, min_entries=lo))
     csa = indexer = False
     if mc.csa_layers:
         layer = mc.csa_layers[0]

@@ -27,7 +27,8 @@ compressed entries are attended as dense products over the chunk's ``tokens x he
    ``lse1``; the two key sets merge as disjoint softmax partitions:
    ``out = (o1 2**lse1 + acc 2**m) / (2**lse1 + l 2**m)``.
 
-The rows are processed in blocks of tokens so that ``P`` stays within :data:`PREFIX_P_BYTES`.
+The rows are processed in blocks of tokens so that ``P`` stays within :data:`PREFIX_P_BYTES`. The
+tiles of steps 2-3 follow the entry count (:mod:`sgl_kernel_v4.triton.attention_prefix_tiles`).
 The path is chosen on the host from the batch's lengths (never inside a CUDA graph: it sizes its
 work from the context) by :func:`dense_prefix_segments`.
 """
@@ -46,11 +47,24 @@ from sgl_kernel_v4.dense_prefix import (
     dense_prefix_segments,
 )
 from sgl_kernel_v4.paged import as_paged, entry_align
+from sgl_kernel_v4.triton import attention_prefix_tiles as _tiles
 from sgl_kernel_v4.triton._dot import dot
 from sgl_kernel_v4.triton._utils import cdiv, ieee_f32_dots, next_power_of_2, num_sms
+from sgl_kernel_v4.triton.attention_prefix_tiles import (
+    GEMM_LOGITS_MIN_ENTRIES,
+    PREFIX_LOGITS,
+    gemm_logits,
+    padded_entries,
+    prefix_tile_class,
+    prefix_warmup_entry_counts,
+    rescale_tile,
+    softmax_tile,
+)
 from sgl_kernel_v4.triton.kv_codec import load_main, row_offsets
 
 __all__ = [
+    "GEMM_LOGITS_MIN_ENTRIES",
+    "PREFIX_LOGITS",
     "PREFIX_MIN_ENTRIES",
     "PREFIX_MIN_TOKENS",
     "PREFIX_P_BYTES",
@@ -70,40 +84,6 @@ __all__ = [
 ]
 
 _LOG2E = 1.4426950408889634
-#: Steps 2-3 of :func:`prefix_attention` (its ``logits`` argument): ``"triton"`` (the logits
-#: kernel over key groups, then the rescale pass), ``"gemm"`` (cuBLAS ``Q Kᵀ`` into fp32, then
-#: one softmax pass) or ``"auto"``: ``"gemm"`` for segments of at least :data:`GEMM_LOGITS_MIN_ENTRIES`
-#: entries. On the H200, one 2,048-token HCA chunk: ``"gemm"`` 1.28x (bf16 entries) / 1.26x (fp8)
-#: faster than ``"triton"`` at 1M context (8,192 entries), 0.95x / 1.08x at 131,072 (1,024 entries)
-#: (benchmark/RESULTS.md, 2026-12-04 fourth session).
-PREFIX_LOGITS = "auto"
-#: ``logits="auto"`` takes the cuBLAS logits from this many entries (a 262,144-token context).
-GEMM_LOGITS_MIN_ENTRIES = 2048
-#: The softmax pass of ``logits="gemm"`` holds a row of up to this many keys in registers (one read
-#: of ``S``; 8,192 = a 1M context's HCA entries), longer rows take two passes over tiles.
-_SOFTMAX_ROW = 8192
-
-
-def padded_entries(n: int) -> int:
-    """Rows of the gathered key tile for ``n`` entries (:func:`gather_entries`): ``n`` rounded up
-    to a multiple of 128, at least 128. The key count ``NK`` every later step of a segment sees."""
-    return cdiv(max(int(n), 1), 128) * 128
-
-
-def softmax_tile(NK: int) -> tuple[int, int, bool, int]:
-    """``(BLOCK_M, BLOCK_N, ONE_PASS, num_warps)`` of ``_prefix_softmax_kernel`` over rows of
-    ``NK`` keys: one pass with the whole row in registers (``BLOCK_N = next_pow2(NK)``, one row per
-    program) up to :data:`_SOFTMAX_ROW` keys, else two passes over 512-key tiles, 4 rows per program."""
-    one = NK <= _SOFTMAX_ROW
-    return (1, next_power_of_2(NK), True, 8) if one else (4, 512, False, 4)
-
-
-def rescale_tile(NT: int) -> tuple[int, int]:
-    """``(BLOCK_M, BLOCK_T)`` of ``_prefix_rescale_kernel`` over ``NT`` key tiles per row: every
-    tile's ``(m, l)`` in one ``[BLOCK_M, BLOCK_T]`` load (``BLOCK_T = next_pow2(NT)``), at most
-    4,096 values per program."""
-    bt = next_power_of_2(NT)
-    return max(1, min(32, 4096 // bt)), bt
 
 
 def fp32_logits_available(dtype: torch.dtype, device: torch.device) -> bool:
@@ -120,48 +100,6 @@ def fp32_logits_available(dtype: torch.dtype, device: torch.device) -> bool:
         if _mm_f32(one, one).dtype != torch.float32:
             _MM_OUT_DTYPE[0] = False
     return _MM_OUT_DTYPE[0]
-
-
-def _gemm_logits(NK: int, logits: str, fp32_logits: bool) -> bool:
-    # steps 2-3 by cuBLAS + the softmax pass (else the Triton logits + rescale)
-    return fp32_logits and (logits == "gemm" or (logits == "auto" and NK >= GEMM_LOGITS_MIN_ENTRIES))
-
-
-def prefix_tile_class(
-    n_entries: int, fp32_logits: bool, logits: str | None = None, block_n: int = 64
-) -> tuple:
-    """What :func:`prefix_attention` compiles for a segment of ``n_entries`` entries beyond the
-    shape-independent kernels (gather, merge, the Triton logits kernel): ``("gemm", softmax_tile)``
-    or ``("triton", rescale_tile)``, from the same functions the wrapper calls. Two entry counts
-    with equal classes launch the same kernel variants (counts, rows and slices are runtime
-    arguments). ``fp32_logits``: :func:`fp32_logits_available`; ``logits`` / ``block_n``: as
-    :func:`prefix_attention`."""
-    logits = PREFIX_LOGITS if logits is None else logits
-    NK = padded_entries(n_entries)
-    if _gemm_logits(NK, logits, fp32_logits):
-        return ("gemm", softmax_tile(NK))
-    return ("triton", rescale_tile(NK // block_n))
-
-
-def prefix_warmup_entry_counts(
-    max_entries: int,
-    fp32_logits: bool,
-    logits: str | None = None,
-    block_n: int = 64,
-    min_entries: int = PREFIX_MIN_ENTRIES,
-) -> list[int]:
-    """One entry count per :func:`prefix_tile_class` that segments of ``min_entries`` ..
-    ``max_entries`` entries reach (the smallest count of each class, ascending): a start-up warm-up
-    that runs :func:`prefix_attention` once per count compiles every variant of the dense path up
-    to that context (``max_entries = context_len // ratio``) without a long-context forward.
-    Empty when ``max_entries < min_entries``."""
-    seen: dict[tuple, int] = {}
-    lo = max(1, int(min_entries))
-    for nk in range(padded_entries(lo), padded_entries(max_entries) + 1, 128):
-        n = max(lo, nk - 127)  # the smallest count padded to nk
-        if n <= max_entries:
-            seen.setdefault(prefix_tile_class(n, fp32_logits, logits, block_n), n)
-    return sorted(seen.values())
 
 
 def prefix_compute_dtype(q_dtype: torch.dtype, swa_kv: object) -> torch.dtype:
@@ -442,7 +380,7 @@ def prefix_attention(
     Raises:
         ValueError: shapes or dtypes out of range, or an unknown ``logits``.
     """
-    logits = PREFIX_LOGITS if logits is None else logits
+    logits = _tiles.PREFIX_LOGITS if logits is None else logits
     if logits not in ("triton", "gemm", "auto"):
         raise ValueError(f"logits: expected 'triton', 'gemm' or 'auto', got {logits!r}")
     if q.dim() != 3 or out.shape != q.shape:
@@ -468,7 +406,7 @@ def prefix_attention(
         keys, kvalid = gather_entries(comp_kv, req_to_page, req_rows[seg.req : seg.req + 1], seg.n_entries,
                                       entries_per_page, cdt)  # fmt: skip
         NK = keys.shape[0]
-        gemm = _gemm_logits(NK, logits, fp32_logits)
+        gemm = gemm_logits(NK, logits, fp32_logits)
         NT = NK // block_n
         row_bytes = H * NK * (4 if gemm else q.element_size())  # the logits S (fp32) or P per token
         tb = max(1, min(seg.end - seg.start, p_bytes // max(1, row_bytes)))
