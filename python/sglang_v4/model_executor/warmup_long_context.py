@@ -8,21 +8,23 @@ Long prefill runs take three paths whose kernels the dummy forwards of
   from 32K contexts. Its tiles follow the segment's entry count ``NK`` (a 1M context has 8,192
   entries): the Triton logits and a rescale pass whose ``BLOCK_T`` is ``next_pow2(NK / 64)`` below
   2,048 entries (``GEMM_LOGITS_MIN_ENTRIES``), then cuBLAS logits and a softmax pass whose
-  ``BLOCK_N`` is ``next_pow2(NK)`` (one pass) or 512 (two passes, beyond 8,192 keys). A warm-up to 1M-token contexts by forwards took more than 212 s on an H200; here each of
-  those classes runs once, directly, on synthetic queries over the real pool (every page of the
-  synthetic page table missing, so nothing is read from the pool and nothing written to it).
+  ``BLOCK_N`` is ``next_pow2(NK)`` (one pass) or 512 (two passes, beyond 8,192 keys). A warm-up to
+  1M-token contexts by forwards took more than 212 s on an H200; here each of those classes runs
+  once, directly, on synthetic queries over the real pool (every page of the synthetic page table
+  missing, so nothing is read from the pool and nothing written to it).
 * CSA layers over fp8 main entries: the selected entries read from a bf16 copy decoded once per
   call (``sparse_attention_decoded_csa``).
 * The CSA indexer over fp4 keys: the keys scored on a copy decoded once per call
   (:mod:`sgl_kernel_v4.triton.indexer_decoded`), here at the server's largest candidate count.
 
 The last two do not depend on the context (entry counts, page counts and index-table slices are
-runtime arguments of their kernels); they run once each, over the real pools' formats, so a
-server whose context stops short of the grid's dense-path contexts still has them compiled. The
-classes are picked by the wrapper's own tile functions (:mod:`sgl_kernel_v4.triton.attention_prefix_tiles`),
-so a change of its thresholds changes the warm-up with it. ``test/test_warmup_long_context.py`` records the
-kernel variants these paths launch at 32K .. 1M contexts on both KV formats and checks that this
-warm-up with the dummy grid launches every one.
+runtime arguments of their kernels) and the grid's prefill points reach them; they run once each
+here too, over the real pools' formats and at the longest context, at the cost of one call. The
+classes are picked by the wrapper's own tile functions
+(:mod:`sgl_kernel_v4.triton.attention_prefix_tiles`), so a change of its thresholds changes the
+warm-up with it. ``test/test_warmup_long_context.py`` records the kernel variants these paths
+launch at 131,072 .. 1,048,576-token contexts on both KV formats and checks that this warm-up with
+the dummy grid launches every one.
 """
 
 from __future__ import annotations
