@@ -59,6 +59,10 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"constexpr value of type {type(value).__name__} cannot be recorded")
 
 
+#: id(interpreted kernel) -> (the kernel, its JITFunction, the sm_90 backend, the launch binder)
+_BINDERS: dict[int, tuple[Any, Any, Any, Any]] = {}
+
+
 def bind_launch(interp: Any, args: tuple, kwargs: dict) -> dict:
     """The launch record of ``interp[grid](*args, **kwargs)`` as a CUDA sm_90 launch would see it.
 
@@ -70,9 +74,13 @@ def bind_launch(interp: Any, args: tuple, kwargs: dict) -> dict:
     from triton.runtime.jit import JITFunction, create_function_from_signature
 
     fn = interp.fn
-    jit = JITFunction(fn, **interp.kwargs)
-    backend = make_backend(_target())
-    binder = create_function_from_signature(jit.signature, jit.params, backend)
+    cached = _BINDERS.get(id(interp))
+    if cached is None or cached[0] is not interp:  # building the JITFunction re-reads the source
+        jit = JITFunction(fn, **interp.kwargs)
+        backend = make_backend(_target())
+        cached = (interp, jit, backend, create_function_from_signature(jit.signature, jit.params, backend))
+        _BINDERS[id(interp)] = cached
+    _, jit, backend, binder = cached
     bound, specialization, options = binder(*args, **kwargs)
     _, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
     return {

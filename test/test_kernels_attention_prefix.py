@@ -63,11 +63,11 @@ def test_dense_prefix_matches_fp64(
     """Both requests' tokens split into dense runs (request 1's page table has a missing page: its
     entries there are no keys) and paged tokens; every token's output against the float64
     attention over its window + visible entries + sink."""
-    from sgl_kernel_v4.triton import attention_prefix
+    from sgl_kernel_v4.triton import attention_prefix_tiles
     from sgl_kernel_v4.triton.attention_prefix import sparse_attention_dense_prefix
 
     if logits == "gemm-tiles":  # rows longer than the one-pass bound
-        monkeypatch.setattr(attention_prefix, "_SOFTMAX_ROW", 256)
+        monkeypatch.setattr(attention_prefix_tiles, "SOFTMAX_ROW", 256)
         logits = "gemm"
     dtype = torch.float32 if INTERP else torch.bfloat16
     gen = torch.Generator().manual_seed(T + n_comp + block_n)

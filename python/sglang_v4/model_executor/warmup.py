@@ -27,8 +27,11 @@ compressor          projection tile by ``T`` (16 tokens per program, 128 from 1,
 So the variants are a product of token-count classes and context classes. :func:`warmup_kernels`
 runs one dummy forward per point of that grid (token counts 1..``--chunked-prefill-size`` across
 every class boundary, each with an odd twin; contexts at every power of two up to what the pool
-can hold (at most :data:`WARMUP_MAX_CONTEXT`), each with an odd twin; decode batches of several requests and a mixed batch), captures
-the decode and extend CUDA graphs (``--cuda-graph-warmup-ctx``), and runs the sampler once per path (greedy,
+can hold (at most :data:`WARMUP_MAX_CONTEXT`), each with an odd twin; decode batches of several
+requests and a mixed batch), runs the long-prefill attention paths once per tile class up to the
+server's longest request (:mod:`sglang_v4.model_executor.warmup_long_context`: the dense HCA path's
+tiles follow the entry count; synthetic calls, no long-context forward), captures the decode and
+extend CUDA graphs (``--cuda-graph-warmup-ctx``), and runs the sampler once per path (greedy,
 top-k / top-p / min-p, penalties, logprobs). Dummy forwards use pages and a request slot taken
 from the pool and returned (nothing else exists yet), so no real request's state is touched.
 
@@ -210,7 +213,8 @@ class _DummyReqs:
 #: indexer top-k's block (``next_pow2(C)``, ``C = context // 4``) stops growing at 8,192 / 16,384
 #: candidates (contexts of 32k / 64k), the chunked path taking over from there; so the contexts
 #: above only add forwards whose cost grows with the context (a warm-up to 1M-token contexts kept
-#: an H200 server from being ready within 212 s).
+#: an H200 server from being ready within 212 s). The dense HCA path's tiles do follow the context
+#: (its entry count): :mod:`sglang_v4.model_executor.warmup_long_context` runs them directly.
 WARMUP_MAX_CONTEXT = 131072
 
 
@@ -287,6 +291,22 @@ def _warm_sampler(runner: Any, vocab: int) -> None:
     top_logprobs(out[1], 5)  # type: ignore[index]
 
 
+def _warm_long_context(runner: Any, stats: dict[str, Any]) -> None:
+    """The long-prefill paths' tile classes up to the server's longest request
+    (:mod:`sglang_v4.model_executor.warmup_long_context`), which the grid's contexts stop short of."""
+    from sglang_v4.model_executor.warmup_long_context import model_heads, warmup_long_context
+
+    heads = model_heads(runner.model)
+    if heads is None:
+        return
+    try:
+        calls = warmup_long_context(runner.pool, heads, min(runner.context_len, runner.max_total_tokens))
+        stats["long_context_calls"] = sum(calls.values())
+    except torch.OutOfMemoryError:
+        stats["oom"] = stats.get("oom", 0) + 1
+        torch.cuda.empty_cache()
+
+
 def warmup_kernels(
     runner: Any, server_args: ServerArgs, force: bool = False, max_context: int | None = None
 ) -> dict[str, Any]:
@@ -302,7 +322,8 @@ def warmup_kernels(
             pool allow).
 
     Returns:
-        ``{"forwards", "graphs", "seconds", "compiles"}`` (zeros when skipped on CPU).
+        ``{"forwards", "graphs", "seconds", "compiles"}`` (zeros when skipped on CPU), on CUDA also
+        ``"long_context_calls"`` (:func:`_warm_long_context`).
     """
     stats: dict[str, Any] = {"forwards": 0, "graphs": 0, "seconds": 0.0, "compiles": 0}
     if runner.device.type != "cuda" and not force:
@@ -343,6 +364,8 @@ def warmup_kernels(
         part = dummy.make(1, min(chunk, 256), 1024, vocab)
         dec = dummy.make(3, 1, 1024, vocab)
         run(part + dec if part and dec else None)
+        if runner.device.type == "cuda":
+            _warm_long_context(runner, stats)
         _warm_sampler(runner, vocab)
     finally:
         dummy.free()
@@ -355,8 +378,10 @@ def warmup_kernels(
     stats["compiles"] = watch.before_ready
     watch.mark_ready()
     logger.info(
-        "Warm-up: %d dummy forwards, %d CUDA graphs (decode + extend), %d Triton compiles in %.1f s",
+        "Warm-up: %d dummy forwards, %d long-context calls, %d CUDA graphs (decode + extend), "
+        "%d Triton compiles in %.1f s",
         stats["forwards"],
+        stats.get("long_context_calls", 0),
         stats["graphs"],
         stats["compiles"],
         stats["seconds"],

@@ -27,7 +27,8 @@ compressed entries are attended as dense products over the chunk's ``tokens x he
    ``lse1``; the two key sets merge as disjoint softmax partitions:
    ``out = (o1 2**lse1 + acc 2**m) / (2**lse1 + l 2**m)``.
 
-The rows are processed in blocks of tokens so that ``P`` stays within :data:`PREFIX_P_BYTES`.
+The rows are processed in blocks of tokens so that ``P`` stays within :data:`PREFIX_P_BYTES`. The
+tiles of steps 2-3 follow the entry count (:mod:`sgl_kernel_v4.triton.attention_prefix_tiles`).
 The path is chosen on the host from the batch's lengths (never inside a CUDA graph: it sizes its
 work from the context) by :func:`dense_prefix_segments`.
 """
@@ -46,38 +47,74 @@ from sgl_kernel_v4.dense_prefix import (
     dense_prefix_segments,
 )
 from sgl_kernel_v4.paged import as_paged, entry_align
+from sgl_kernel_v4.triton import attention_prefix_tiles as _tiles
 from sgl_kernel_v4.triton._dot import dot
 from sgl_kernel_v4.triton._utils import cdiv, ieee_f32_dots, next_power_of_2, num_sms
+from sgl_kernel_v4.triton.attention_prefix_tiles import (
+    GEMM_LOGITS_MIN_ENTRIES,
+    PREFIX_LOGITS,
+    gemm_logits,
+    padded_entries,
+    prefix_tile_class,
+    prefix_warmup_entry_counts,
+    rescale_tile,
+    softmax_tile,
+)
 from sgl_kernel_v4.triton.kv_codec import load_main, row_offsets
 
 __all__ = [
+    "GEMM_LOGITS_MIN_ENTRIES",
+    "PREFIX_LOGITS",
     "PREFIX_MIN_ENTRIES",
     "PREFIX_MIN_TOKENS",
     "PREFIX_P_BYTES",
     "PrefixSegment",
     "dense_prefix_segments",
+    "fp32_logits_available",
     "gather_entries",
+    "padded_entries",
+    "prefix_compute_dtype",
+    "prefix_tile_class",
+    "prefix_warmup_entry_counts",
+    "rescale_tile",
+    "softmax_tile",
     "prefix_attention",
     "sparse_attention_dense_prefix",
     "sparse_attention_decoded_csa",
 ]
 
 _LOG2E = 1.4426950408889634
-#: Steps 2-3 of :func:`prefix_attention` (its ``logits`` argument): ``"triton"`` (the logits
-#: kernel over key groups, then the rescale pass), ``"gemm"`` (cuBLAS ``Q Kᵀ`` into fp32, then
-#: one softmax pass) or ``"auto"``: ``"gemm"`` for segments of at least :data:`GEMM_LOGITS_MIN_ENTRIES`
-#: entries. On the H200, one 2,048-token HCA chunk: ``"gemm"`` 1.28x (bf16 entries) / 1.26x (fp8)
-#: faster than ``"triton"`` at 1M context (8,192 entries), 0.95x / 1.08x at 131,072 (1,024 entries)
-#: (benchmark/RESULTS.md, 2026-12-04 fourth session).
-PREFIX_LOGITS = "auto"
-#: ``logits="auto"`` takes the cuBLAS logits from this many entries (a 262,144-token context).
-GEMM_LOGITS_MIN_ENTRIES = 2048
-#: The softmax pass of ``logits="gemm"`` holds a row of up to this many keys in registers (one read
-#: of ``S``; 8,192 = a 1M context's HCA entries), longer rows take two passes over tiles.
-_SOFTMAX_ROW = 8192
 
 
-@triton.jit
+def fp32_logits_available(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether ``Q Kᵀ`` of ``dtype`` queries on ``device`` can give fp32 logits, so the cuBLAS logits
+    of ``logits="gemm"`` / ``"auto"`` can run: fp32 queries, or 16-bit ones on CUDA where
+    ``torch.mm(..., out_dtype=torch.float32)`` works (tried once on a 1 x 1 product, remembered)."""
+    if dtype == torch.float32:
+        return True
+    if device.type != "cuda" or not _MM_OUT_DTYPE[0]:
+        return False
+    if not _MM_OUT_CHECKED[0]:
+        one = torch.ones((1, 1), dtype=dtype, device=device)
+        _MM_OUT_CHECKED[0] = True
+        if _mm_f32(one, one).dtype != torch.float32:
+            _MM_OUT_DTYPE[0] = False
+    return _MM_OUT_DTYPE[0]
+
+
+def prefix_compute_dtype(q_dtype: torch.dtype, swa_kv: object) -> torch.dtype:
+    """The dtype the dense path's products run in (:func:`sparse_attention_dense_prefix`): a float
+    window pool's own 16-/32-bit dtype, else fp32 for fp32 queries and bf16 otherwise."""
+    swa = as_paged(swa_kv)
+    if swa.codec == "float" and swa.storage.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        return swa.storage.dtype
+    return torch.float32 if q_dtype == torch.float32 else torch.bfloat16
+
+
+# the request's row (a slice of the batch's metadata), its entry count and the page-table geometry are
+# runtime values: no variant per alignment, request or count (a 1,048,575-token request compiled one
+# after ready on the H200)
+@triton.jit(do_not_specialize=["stride_r2p", "row_ptr", "E", "n"])
 def _gather_entries_kernel(
     comp_ptr, c_rpp, c_ps, c_rs, r2p_ptr, stride_r2p, row_ptr, E, n, out_ptr, valid_ptr,
     CODEC: tl.constexpr, D: tl.constexpr, NOPE: tl.constexpr, ALIGN: tl.constexpr,
@@ -123,7 +160,7 @@ def gather_entries(
     comp = as_paged(comp_kv)
     if comp.codec not in ("float", "fp8_main"):
         raise ValueError(f"comp_kv: codec {comp.codec!r} is not a main-entry format")
-    n_pad = cdiv(max(int(n), 1), 128) * 128
+    n_pad = padded_entries(n)
     D = comp.dim
     keys = torch.empty((n_pad, D), dtype=dtype, device=req_to_page.device)
     valid = torch.empty((n_pad,), dtype=torch.uint8, device=req_to_page.device)
@@ -138,7 +175,9 @@ def gather_entries(
     return keys, valid
 
 
-@triton.jit
+# the visible counts (a slice at the run's first token), the row count and the key tiles per program
+# follow the request; NK (a multiple of 128) keeps its divisibility: P's rows stay vector-aligned
+@triton.jit(do_not_specialize=["vis_ptr", "R", "tiles_per_group"])
 def _prefix_probs_kernel(
     q_ptr, stride_qt, stride_qh, k_ptr, kvalid_ptr, vis_ptr, p_ptr, tml_ptr,
     R, H, NK, tiles_per_group, scale_log2,
@@ -188,7 +227,7 @@ def _prefix_probs_kernel(
         tl.store(tml_ptr + tml + 1, tl.sum(p, 1), mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["R"])
 def _prefix_rescale_kernel(
     p_ptr, tml_ptr, ml_ptr, R, NK,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -217,7 +256,7 @@ def _prefix_rescale_kernel(
     tl.store(ml_ptr + rows64 * 2 + 1, l_sum, mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["vis_ptr", "R"])
 def _prefix_softmax_kernel(
     s_ptr, kvalid_ptr, vis_ptr, p_ptr, ml_ptr, R, H, NK, scale_log2,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr = False,
@@ -265,7 +304,7 @@ def _prefix_softmax_kernel(
     tl.store(ml_ptr + rows64 * 2 + 1, l_sum, mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["lse_ptr"])  # a slice at the token block's first row: any alignment
 def _merge_kernel(
     out_ptr, stride_ot, stride_oh, lse_ptr, acc_ptr, ml_ptr, H,
     D: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -341,7 +380,7 @@ def prefix_attention(
     Raises:
         ValueError: shapes or dtypes out of range, or an unknown ``logits``.
     """
-    logits = PREFIX_LOGITS if logits is None else logits
+    logits = _tiles.PREFIX_LOGITS if logits is None else logits
     if logits not in ("triton", "gemm", "auto"):
         raise ValueError(f"logits: expected 'triton', 'gemm' or 'auto', got {logits!r}")
     if q.dim() != 3 or out.shape != q.shape:
@@ -362,12 +401,12 @@ def prefix_attention(
         q = q.contiguous()
     cdt = q.dtype
     sm = num_sms(q.device)
-    fp32_logits = cdt == torch.float32 or (q.is_cuda and _MM_OUT_DTYPE[0])
+    fp32_logits = fp32_logits_available(cdt, q.device)
     for seg in segments:
         keys, kvalid = gather_entries(comp_kv, req_to_page, req_rows[seg.req : seg.req + 1], seg.n_entries,
                                       entries_per_page, cdt)  # fmt: skip
         NK = keys.shape[0]
-        gemm = fp32_logits and (logits == "gemm" or (logits == "auto" and NK >= GEMM_LOGITS_MIN_ENTRIES))
+        gemm = gemm_logits(NK, logits, fp32_logits)
         NT = NK // block_n
         row_bytes = H * NK * (4 if gemm else q.element_size())  # the logits S (fp32) or P per token
         tb = max(1, min(seg.end - seg.start, p_bytes // max(1, row_bytes)))
@@ -381,12 +420,10 @@ def prefix_attention(
                 sc = _mm_f32(qb.reshape(R, D), keys.t())
                 if sc.dtype != torch.float32:  # no fp32 result from 16-bit operands after all
                     raise RuntimeError("logits='gemm': torch.mm gave no fp32 result")
-                one = NK <= _SOFTMAX_ROW  # a whole row in registers: S read once
-                bm = 1 if one else 4
+                bm, bn, one, nw = softmax_tile(NK)  # one pass: a whole row in registers, S read once
                 _prefix_softmax_kernel[(cdiv(R, bm),)](
                     sc, kvalid, comp_visible[t0:t1], p, ml, R, H, NK, float(scale) * _LOG2E,
-                    BLOCK_M=bm, BLOCK_N=next_power_of_2(NK) if one else 512, ONE_PASS=one,
-                    num_warps=8 if one else 4,
+                    BLOCK_M=bm, BLOCK_N=bn, ONE_PASS=one, num_warps=nw,
                 )  # fmt: skip
                 del sc
             else:
@@ -416,14 +453,14 @@ def _prefix_logits_triton(qb, keys, kvalid, vis, p, ml, R, H, NK, NT, scale, sm,
         D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, IEEE=ieee_f32_dots(cdt), QRES=qres,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
-    bt = next_power_of_2(NT)
-    bm = max(1, min(32, 4096 // bt))
+    bm, bt = rescale_tile(NT)
     _prefix_rescale_kernel[(cdiv(R, bm),)](
         p, tml, ml, R, NK, BLOCK_M=bm, BLOCK_N=block_n, BLOCK_T=bt, num_warps=4
     )  # fmt: skip
 
 
 _MM_OUT_DTYPE: list[bool] = [True]
+_MM_OUT_CHECKED: list[bool] = [False]
 
 
 def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -475,10 +512,7 @@ def sparse_attention_dense_prefix(
         q, swa_kv, swa_pages, positions, window, sinks, scale, comp_kv, None, vis, req_to_page, req_rows,
         token_req, entries_per_page, lse=lse,
     )  # fmt: skip
-    swa = as_paged(swa_kv)
-    cdt = torch.float32 if q.dtype == torch.float32 else torch.bfloat16
-    if swa.codec == "float" and swa.storage.dtype in (torch.bfloat16, torch.float16, torch.float32):
-        cdt = swa.storage.dtype
+    cdt = prefix_compute_dtype(q.dtype, swa_kv)
     return prefix_attention(
         q.to(cdt), out, lse, comp_kv, comp_visible, req_to_page, req_rows, entries_per_page, scale, segments,
         **prefix_kw,

@@ -37,7 +37,9 @@ __all__ = ["DECODED_CODECS", "gather_index_keys", "indexer_topk_decoded"]
 DECODED_CODECS = frozenset({"fp4_indexer"})
 
 
-@triton.jit
+# the row offset, entries per page and the page count follow the request: runtime values, no variant
+# per request or context
+@triton.jit(do_not_specialize=["row_ptr", "E", "n_pages"])
 def _gather_keys_kernel(
     kv_ptr, kv_rpp, kv_ps, kv_rs, r2p_ptr, row_ptr, E, n_pages, out_ptr,
     CODEC: tl.constexpr, DI: tl.constexpr, BLOCK_W: tl.constexpr,
