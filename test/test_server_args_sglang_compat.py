@@ -19,7 +19,7 @@ import requests
 from server_fixture import FAKE_CONTEXT_LEN, fake_env, make_fake_model_dir, start_server
 from sglang_v4.launch_server import main
 from sglang_v4.server_args import ServerArgs
-from sglang_v4.server_args_compat import ignored_sglang_args
+from sglang_v4.server_args_compat import ignored_sglang_args, unread_sglang_env, warn_unread_sglang_env
 from test_sglang_flags import parse
 
 sglang_server_args = pytest.importorskip("sglang.srt.server_args")
@@ -197,6 +197,20 @@ def test_preferred_sampling_params_parse() -> None:
         ServerArgs(device="cpu", preferred_sampling_params={"n": 2})
 
 
+def test_sglang_environment_variables_not_read_are_named() -> None:
+    env = {
+        "SGL_ENABLE_JIT_DEEPGEMM": "1",
+        "SGLANG_ENABLE_SPEC_V2": "1",
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1",  # read (--context-length)
+        "SGLANG_V4_CPU_THREADS": "2",  # sglang-v4's own
+        "PATH": "/usr/bin",
+    }
+    assert unread_sglang_env(env) == ["SGLANG_ENABLE_SPEC_V2", "SGL_ENABLE_JIT_DEEPGEMM"]
+    text = warn_unread_sglang_env(env)
+    assert text is not None and "SGL_ENABLE_JIT_DEEPGEMM" in text and "V4_CPU" not in text
+    assert warn_unread_sglang_env({"SGLANG_V4_CACHE": "/x", "HOME": "/root"}) is None
+
+
 # --------------------------------------------------------------------------- one server
 PREFERRED = {"max_new_tokens": 5, "stop": ["fox"]}
 
@@ -210,7 +224,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         "--attention-backend", "fa3", "--speculative-algorithm", "EAGLE", "--trust-remote-code",
         "--tp", "1", "--tool-call-parser", "auto", "--reasoning-parser", "deepseek-v41",
     ]  # fmt: skip
-    h = start_server(args, fake_env(), root / "server.log")
+    h = start_server(args, fake_env({"SGL_ENABLE_JIT_DEEPGEMM": "1"}), root / "server.log")
     yield h
     assert h.stop() == 0
 
@@ -231,6 +245,7 @@ def test_served_model_name_and_model_info(server) -> None:  # type: ignore[no-un
     log = server.log()
     assert "--attention-backend fa3: sglang-v4 has one attention implementation" in log
     assert "--speculative-algorithm EAGLE" in log and "Traceback" not in log
+    assert "not read by sglang-v4 (behaviour unchanged): SGL_ENABLE_JIT_DEEPGEMM" in log
 
 
 def test_preferred_sampling_params_fill_what_the_request_leaves_out(server) -> None:  # type: ignore[no-untyped-def]

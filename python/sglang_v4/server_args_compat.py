@@ -41,6 +41,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -535,5 +537,37 @@ def warn_ignored_sglang_args(args: Any, log: logging.Logger | None = None) -> st
         return None
     lines = [f"  {flag}{'' if value is True else f' {value}'}: {note}" for flag, value, note in items]
     text = "SGLang flags accepted but ignored (behaviour unchanged):\n" + "\n".join(lines)
+    (log or logging.getLogger("sglang_v4.server_args")).warning("%s", text)
+    return text
+
+
+#: SGLang environment variables sglang-v4 reads (``SGLANG_V4_*`` are its own and always read).
+READ_SGLANG_ENV = frozenset({"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_TORCH_PROFILER_DIR"})
+
+
+def unread_sglang_env(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Sorted names of the ``SGL_*`` / ``SGLANG_*`` variables set in ``environ`` (default
+    ``os.environ``) that sglang-v4 does not read: SGLang's kernel, backend and tuning switches
+    (``SGL_ENABLE_JIT_DEEPGEMM``, ``SGLANG_ENABLE_SPEC_V2``, ...) copied with a launch command."""
+    env = os.environ if environ is None else environ
+    return sorted(
+        k
+        for k in env
+        if k.startswith(("SGL_", "SGLANG_")) and not k.startswith("SGLANG_V4_") and k not in READ_SGLANG_ENV
+    )
+
+
+def warn_unread_sglang_env(
+    environ: Mapping[str, str] | None = None, log: logging.Logger | None = None
+) -> str | None:
+    """Log one warning naming the :func:`unread_sglang_env` variables; return its text (``None``
+    when there are none)."""
+    names = unread_sglang_env(environ)
+    if not names:
+        return None
+    text = (
+        f"SGLang environment variables set but not read by sglang-v4 (behaviour unchanged): {', '.join(names)}; "
+        f"it reads {', '.join(sorted(READ_SGLANG_ENV))} and its own SGLANG_V4_* variables"
+    )
     (log or logging.getLogger("sglang_v4.server_args")).warning("%s", text)
     return text
