@@ -104,7 +104,8 @@ def test_priority_order_flag() -> None:
     [
         ("--pp-size 2", "--pp-size"),
         ("--pipeline-parallel-size 2", "--pp-size"),
-        ("--allow-auto-truncate", "--allow-auto-truncate"),
+        ("""--preferred-sampling-params '{"n": 2}'""", "--preferred-sampling-params"),
+        ("--enable-fp32-lm-head", "--enable-fp32-lm-head"),
         ("--max-loaded-loras 2", "--max-loaded-loras"),
         ("--is-embedding", "--is-embedding"),
         ("--schedule-policy routing-key", "--schedule-policy"),

@@ -19,7 +19,7 @@ import sys
 from typing import NoReturn
 
 from sglang_v4.server_args import ServerArgs
-from sglang_v4.server_args_compat import warn_ignored_sglang_args
+from sglang_v4.server_args_compat import warn_ignored_sglang_args, warn_unread_sglang_env
 from sglang_v4.utils import configure_logging
 
 
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         # One line naming the flag (argparse's error format and exit code 2, without the long usage).
         parser.exit(2, f"{parser.prog}: error: {flag_error_message(parser, str(e))}\n")
     warn_ignored_sglang_args(server_args, log)
+    warn_unread_sglang_env(log=log)
     from sglang_v4.entrypoints.http_server import launch_server
 
     if server_args.node_rank > 0 or server_args.dp_size > 1:

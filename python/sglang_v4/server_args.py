@@ -193,6 +193,15 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     #: SGLang's ``--default-chat-template-kwargs``: a JSON object merged under every chat request's
     #: ``chat_template_kwargs`` (the request's keys win), e.g. ``{"thinking": true}``.
     default_chat_template_kwargs: dict[str, Any] | None = None
+    #: SGLang's ``--preferred-sampling-params``: a JSON object of sampling parameters that every
+    #: generate request (``/generate``, the OpenAI and Anthropic routes, ``Engine``) takes for the
+    #: keys its own ``sampling_params`` leave out (``{**preferred, **request}``, as SGLang's tokenizer
+    #: manager merges them); parsed to a dict by :meth:`check`.
+    preferred_sampling_params: dict[str, Any] | None = None
+    #: SGLang's ``--allow-auto-truncate``: a prompt longer than the longest allowed
+    #: (``min(context_len, KV pool) - 1`` tokens) keeps its first tokens instead of being refused
+    #: with a 400, and a ``max_new_tokens`` that does not fit in what the context leaves is cut to it.
+    allow_auto_truncate: bool = False
     #: SGLang's ``--weight-version``: reported as ``meta_info.weight_version`` and in ``/get_model_info``.
     weight_version: str = "default"
     #: SGLang's ``--stream-response-default-include-usage``: streamed OpenAI responses end with the
@@ -316,6 +325,13 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if dctk is not None and not isinstance(dctk, dict):
             raise ValueError(f"default_chat_template_kwargs must be a JSON object (got {dctk!r})")
         self.default_chat_template_kwargs = dctk
+        from sglang_v4.entrypoints.openai.sampling_defaults import parse_preferred_sampling_params
+
+        self.preferred_sampling_params = parse_preferred_sampling_params(
+            self.preferred_sampling_params, skip_tokenizer_init=bool(self.skip_tokenizer_init)
+        )
+        if not isinstance(self.allow_auto_truncate, bool):
+            raise ValueError(f"allow_auto_truncate must be a boolean (got {self.allow_auto_truncate!r})")
         if not isinstance(self.weight_version, str) or not self.weight_version:
             raise ValueError(f"weight_version must be a non-empty string (got {self.weight_version!r})")
         if self.log_requests_level not in LOG_REQUESTS_LEVELS or isinstance(self.log_requests_level, bool):
@@ -341,7 +357,8 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if self.page_size % 128 != 0 or self.page_size % 4 != 0:
             raise ValueError(
                 f"page_size must be a positive multiple of 128 and of 4 (the HCA and CSA compression "
-                f"ratios) (got {self.page_size})"
+                f"ratios) (got {self.page_size}; the default is {ServerArgs.page_size}: SGLang's V3.2 "
+                "--page-size 64 does not apply to DeepSeek-V4's compressed KV)"
             )
         if self.mem_fraction_static is not None and not 0.0 < float(self.mem_fraction_static) < 1.0:
             raise ValueError(f"mem_fraction_static must be in (0, 1) (got {self.mem_fraction_static!r})")

@@ -352,6 +352,20 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         "(a request's own keys win).",
     )
     a(
+        "--preferred-sampling-params",
+        type=str,
+        default=None,
+        help='JSON object of sampling parameters, e.g. \'{"temperature": 0.6, "top_p": 0.95}\', '
+        "for every generate request that leaves them out (the request's own values win; on chat, "
+        "the model's generation_config.json values of --sampling-defaults model win too).",
+    )
+    a(
+        "--allow-auto-truncate",
+        action="store_true",
+        help="A prompt longer than the context allows keeps its first tokens (instead of a 400), "
+        "and max_new_tokens is cut to what the context leaves, as in SGLang.",
+    )
+    a(
         "--incremental-streaming-output",
         "--stream-output",
         action="store_true",

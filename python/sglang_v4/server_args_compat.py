@@ -41,6 +41,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,7 +159,23 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     # Model download and host-memory cache tiers.
     SGLangFlag("--revision", IGNORED, _HUB),
     SGLangFlag("--download-dir", IGNORED, _HUB),
-    SGLangFlag("--enable-hierarchical-cache", IGNORED, _CACHE, switch=True),
+    SGLangFlag("--enable-hierarchical-cache", IGNORED, _CACHE, switch=True, aliases=("--enable-hicache",)),
+    SGLangFlag("--hicache-host-memory-fraction", IGNORED, _CACHE),
+    SGLangFlag(
+        "--file-storage-path",
+        IGNORED,
+        "sglang-v4 stores no files (it has no /v1/files or batch API that would write there)",
+    ),  # fmt: skip
+    SGLangFlag("--enable-nccl-nvls", IGNORED, _COMM, switch=True),
+    SGLangFlag("--enable-cudagraph-gc", IGNORED, _DEBUG, switch=True),
+    SGLangFlag("--numa-node", IGNORED, "sglang-v4 does not pin its processes to NUMA nodes"),
+    SGLangFlag("--soft-watchdog-timeout", IGNORED, "sglang-v4 has one watchdog (--watchdog-timeout)"),
+    SGLangFlag("--detokenizer-worker-num", IGNORED, "sglang-v4 runs one detokenizer process"),
+    SGLangFlag(
+        "--uvicorn-access-log-exclude-prefixes",
+        IGNORED,
+        "uvicorn's access lines show only with --log-level debug here, unfiltered (see --log-requests)",
+    ),  # fmt: skip
     SGLangFlag("--hicache-ratio", IGNORED, _CACHE),
     SGLangFlag("--hicache-size", IGNORED, _CACHE),
     SGLangFlag("--log-level-http", IGNORED, "sglang-v4's HTTP server logs at --log-level"),
@@ -203,6 +221,32 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--tokenizer-worker-num", IGNORED, _TOKENIZER),
     SGLangFlag("--enable-tokenizer-batch-encode", IGNORED, _TOKENIZER, switch=True),
     SGLangFlag("--enable-dynamic-batch-tokenizer", IGNORED, _TOKENIZER, switch=True),
+    SGLangFlag("--speculative-draft-model-revision", IGNORED, _SPEC),
+    SGLangFlag("--speculative-draft-load-format", IGNORED, _SPEC),
+    SGLangFlag("--speculative-draft-model-quantization", IGNORED, _SPEC),
+    SGLangFlag("--speculative-draft-kv-cache-dtype", IGNORED, _SPEC),
+    SGLangFlag("--speculative-draft-window-size", IGNORED, _SPEC),
+    SGLangFlag("--speculative-draft-sink-size", IGNORED, _SPEC),
+    SGLangFlag("--speculative-dsa-topk-backend", IGNORED, _SPEC),
+    SGLangFlag("--speculative-moe-a2a-backend", IGNORED, _SPEC),
+    SGLangFlag("--speculative-enable-w4a4-mxfp4-megamoe", IGNORED, _SPEC, switch=True),
+    SGLangFlag("--no-speculative-enable-w4a4-mxfp4-megamoe", IGNORED, _SPEC, switch=True),
+    SGLangFlag("--speculative-use-rejection-sampling", IGNORED, _SPEC, switch=True),
+    SGLangFlag("--speculative-use-block-verification", IGNORED, _SPEC, switch=True),
+    SGLangFlag("--speculative-adaptive", IGNORED, _SPEC, switch=True),
+    SGLangFlag("--speculative-adaptive-config", IGNORED, _SPEC),
+    SGLangFlag("--speculative-dflash-block-size", IGNORED, _SPEC),
+    SGLangFlag("--speculative-dspark-sps-table-path", IGNORED, _SPEC),
+    SGLangFlag("--speculative-dspark-confidence-sts-path", IGNORED, _SPEC),
+    SGLangFlag("--speculative-dspark-align-verify-tokens-to-graph-tier", IGNORED, _SPEC, switch=True),
+    SGLangFlag("--speculative-domino-candidate-pool-size", IGNORED, _SPEC),
+    SGLangFlag("--speculative-ngram-min-bfs-breadth", IGNORED, _SPEC),
+    SGLangFlag("--speculative-ngram-match-type", IGNORED, _SPEC),
+    SGLangFlag("--speculative-ngram-max-trie-depth", IGNORED, _SPEC),
+    SGLangFlag("--speculative-ngram-capacity", IGNORED, _SPEC),
+    SGLangFlag("--speculative-ngram-external-corpus-path", IGNORED, _SPEC),
+    SGLangFlag("--speculative-ngram-external-sam-budget", IGNORED, _SPEC),
+    SGLangFlag("--speculative-ngram-external-corpus-max-tokens", IGNORED, _SPEC),
     SGLangFlag("--speculative-dspark-block-size", IGNORED, _SPEC),
     SGLangFlag("--speculative-ngram-max-bfs-breadth", IGNORED, _SPEC),
     SGLangFlag("--speculative-token-map", IGNORED, _SPEC),
@@ -306,6 +350,18 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         "token filtering during the thinking phase is not implemented",
         switch=True,
     ),  # fmt: skip
+    SGLangFlag(
+        "--enable-return-routed-experts",
+        UNSUPPORTED,
+        "returning the routed experts of each token is not supported",
+        switch=True,
+    ),  # fmt: skip
+    SGLangFlag(
+        "--enable-fp32-lm-head",
+        UNSUPPORTED,
+        "the LM head runs in --dtype (its logits are then cast to float32); a float32 LM head is not implemented",
+        switch=True,
+    ),  # fmt: skip
     SGLangFlag("--enable-lora", UNSUPPORTED, _LORA, switch=True),
     SGLangFlag("--lora-paths", UNSUPPORTED, _LORA),
     SGLangFlag("--max-lora-rank", UNSUPPORTED, _LORA),
@@ -325,21 +381,10 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         "ranks use consecutive GPUs from --base-gpu-id; pick them with CUDA_VISIBLE_DEVICES instead",
     ),  # fmt: skip
     SGLangFlag(
-        "--allow-auto-truncate",
-        UNSUPPORTED,
-        "prompts are never truncated: one longer than --context-length is refused with HTTP 400",
-        switch=True,
-    ),  # fmt: skip
-    SGLangFlag(
         "--enable-custom-logit-processor",
         UNSUPPORTED,
         "custom logit processors are not supported (requests carrying one are refused)",
         switch=True,
-    ),  # fmt: skip
-    SGLangFlag(
-        "--preferred-sampling-params",
-        UNSUPPORTED,
-        "server-wide default sampling parameters are not supported: send them with each request",
     ),  # fmt: skip
     SGLangFlag(
         "--constrained-json-whitespace-pattern",
@@ -412,6 +457,8 @@ _LIST_VALUED = frozenset(
         "prompt_tokens_buckets",
         "generation_tokens_buckets",
         "tokenizer_metrics_allowed_custom_labels",
+        "numa_node",
+        "uvicorn_access_log_exclude_prefixes",
     }
 )
 
@@ -490,5 +537,37 @@ def warn_ignored_sglang_args(args: Any, log: logging.Logger | None = None) -> st
         return None
     lines = [f"  {flag}{'' if value is True else f' {value}'}: {note}" for flag, value, note in items]
     text = "SGLang flags accepted but ignored (behaviour unchanged):\n" + "\n".join(lines)
+    (log or logging.getLogger("sglang_v4.server_args")).warning("%s", text)
+    return text
+
+
+#: SGLang environment variables sglang-v4 reads (``SGLANG_V4_*`` are its own and always read).
+READ_SGLANG_ENV = frozenset({"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_TORCH_PROFILER_DIR"})
+
+
+def unread_sglang_env(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Sorted names of the ``SGL_*`` / ``SGLANG_*`` variables set in ``environ`` (default
+    ``os.environ``) that sglang-v4 does not read: SGLang's kernel, backend and tuning switches
+    (``SGL_ENABLE_JIT_DEEPGEMM``, ``SGLANG_ENABLE_SPEC_V2``, ...) copied with a launch command."""
+    env = os.environ if environ is None else environ
+    return sorted(
+        k
+        for k in env
+        if k.startswith(("SGL_", "SGLANG_")) and not k.startswith("SGLANG_V4_") and k not in READ_SGLANG_ENV
+    )
+
+
+def warn_unread_sglang_env(
+    environ: Mapping[str, str] | None = None, log: logging.Logger | None = None
+) -> str | None:
+    """Log one warning naming the :func:`unread_sglang_env` variables; return its text (``None``
+    when there are none)."""
+    names = unread_sglang_env(environ)
+    if not names:
+        return None
+    text = (
+        f"SGLang environment variables set but not read by sglang-v4 (behaviour unchanged): {', '.join(names)}; "
+        f"it reads {', '.join(sorted(READ_SGLANG_ENV))} and its own SGLANG_V4_* variables"
+    )
     (log or logging.getLogger("sglang_v4.server_args")).warning("%s", text)
     return text

@@ -35,7 +35,7 @@ from sglang_v4.entrypoints.launcher import (
 )
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.server_args import ServerArgs
-from sglang_v4.server_args_compat import warn_ignored_sglang_args
+from sglang_v4.server_args_compat import warn_ignored_sglang_args, warn_unread_sglang_env
 
 __all__ = [
     "MAKE_CHECKPOINT_HINT",
@@ -162,6 +162,7 @@ class Engine:
             raise ValueError(f"Unknown Engine argument(s): {', '.join(unknown)}")
         self.server_args = ServerArgs(model_path=model_path, **kwargs)
         warn_ignored_sglang_args(self.server_args, logger)
+        warn_unread_sglang_env(log=logger)
         if self.server_args.dp_size > 1 or self.server_args.node_rank > 0:
             raise ValueError(
                 "dp_size / node_rank: an Engine is one server on node 0 (run --dp-size replicas and "

@@ -320,7 +320,7 @@ def create_app(
             "served_model_name": server_args.resolved_served_model_name(),
             "tokenizer_path": server_args.tokenizer_path,
             "is_generation": True,
-            "preferred_sampling_params": None,
+            "preferred_sampling_params": server_args.preferred_sampling_params,
             "weight_version": server_args.weight_version,
             "load_format": server_args.load_format,
             "has_image_understanding": False,

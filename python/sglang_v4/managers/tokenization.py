@@ -80,6 +80,7 @@ class TokenizationMixin:
     vocab_size: int
     grammar_enabled: bool
     scheduler_info: SchedulerReadyInfo
+    server_args: Any
 
     async def encode_text(
         self, text: str, add_special_tokens: bool = True, max_new_tokens: int | None = None
@@ -102,7 +103,7 @@ class TokenizationMixin:
         if len(text) <= TOKENIZE_IN_THREAD_CHARS:
             return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
         per_token = getattr(self.tokenizer, "max_chars_per_token", None)
-        if isinstance(per_token, int) and per_token > 0:
+        if isinstance(per_token, int) and per_token > 0 and not self._auto_truncate():
             at_least = -(-len(text) // per_token)
             limit = self.max_req_input_len
             if max_new_tokens is not None:
@@ -133,6 +134,46 @@ class TokenizationMixin:
             out.append(done[key])
         return out
 
+    def _auto_truncate(self) -> bool:
+        """``--allow-auto-truncate``: long prompts are cut, not refused (:meth:`_fit_to_context`)."""
+        return bool(getattr(getattr(self, "server_args", None), "allow_auto_truncate", False))
+
+    def _fit_to_context(self, input_ids: list[int], raw: Any) -> list[int]:
+        """``--allow-auto-truncate`` (SGLang's ``TokenizerManager._validate_one_request`` and
+        ``validate_input_length``): a prompt over ``max_req_input_len`` tokens keeps its first
+        ``max_req_input_len``; a ``max_new_tokens`` the request sets (``raw``, its sampling-params
+        dict, changed in place) is cut to what the context and the KV pool leave, at least 0.
+        Both are logged as warnings. Returns the (possibly cut) prompt."""
+        import logging
+
+        log = logging.getLogger(__name__)
+        if len(input_ids) > self.max_req_input_len:
+            log.warning(
+                "The input (%d tokens) is longer than the longest allowed (%d tokens, context length %d): "
+                "keeping its first %d tokens (--allow-auto-truncate).",
+                len(input_ids),
+                self.max_req_input_len,
+                self.context_len,
+                self.max_req_input_len,
+            )
+            input_ids = input_ids[: self.max_req_input_len]
+        mnt = raw.get("max_new_tokens") if isinstance(raw, dict) else None
+        if isinstance(mnt, int) and not isinstance(mnt, bool):
+            room = self.context_len - len(input_ids)
+            pool = int(self.scheduler_info.max_total_num_tokens or 0)
+            if 0 < pool < self.context_len:
+                room = min(room, pool - 1 - len(input_ids))
+            if mnt > room:
+                log.warning(
+                    "Requested token count (%d input + %d new) exceeds what the context allows: "
+                    "max_new_tokens cut to %d (--allow-auto-truncate).",
+                    len(input_ids),
+                    mnt,
+                    max(0, room),
+                )
+                raw["max_new_tokens"] = max(0, room)
+        return input_ids
+
     def _tokenize_one(
         self, obj: GenerateReqInput, text_ids: list[int] | None = None
     ) -> TokenizedGenerateReqInput:
@@ -146,7 +187,9 @@ class TokenizationMixin:
         the scheduler re-checks with the same rule only to defend itself), then the sampling
         parameters (grammars only when the scheduler has a grammar backend), the KV pool, and the
         logprob options. ``text_ids``: the ids of
-        ``obj.text`` when already tokenized (:meth:`encode_text`).
+        ``obj.text`` when already tokenized (:meth:`encode_text`). With ``--allow-auto-truncate``
+        the prompt and ``max_new_tokens`` are first cut to fit (:meth:`_fit_to_context`); the
+        ``--preferred-sampling-params`` fill the keys the request's ``sampling_params`` leave out.
 
         Raises:
             RequestError: empty prompt, ids outside the vocabulary, prompt too long for the
@@ -168,6 +211,16 @@ class TokenizationMixin:
             input_text = obj.text
             input_ids = text_ids if text_ids is not None else list(self.tokenizer.encode(input_text))
         raw = obj.sampling_params if obj.sampling_params is not None else {}
+        # An omitted max_new_tokens is the default (128) capped to the room the prompt leaves
+        # (the scheduler's max_new_tokens_for), as SGLang's scheduler caps it: only a value the
+        # request sets is checked against the context and the pool.
+        explicit = isinstance(raw, dict) and "max_new_tokens" in raw
+        if self._auto_truncate():
+            raw = dict(raw) if isinstance(raw, dict) else raw
+            input_ids = self._fit_to_context(input_ids, raw)
+        preferred = getattr(getattr(self, "server_args", None), "preferred_sampling_params", None)
+        if preferred and isinstance(raw, dict):  # --preferred-sampling-params: the request's keys win
+            raw = {**preferred, **raw}
         sp_error: str | None = None
         try:
             sp = SamplingParams.from_dict(dict(raw) if isinstance(raw, dict) else raw)  # type: ignore[arg-type]
@@ -177,10 +230,6 @@ class TokenizationMixin:
             sp.verify(self.vocab_size, allow_grammar=self.grammar_enabled)
         except (TypeError, ValueError) as e:
             sp_error = f"Invalid sampling_params: {e}"
-        # An omitted max_new_tokens is the default (128) capped to the room the prompt leaves
-        # (the scheduler's max_new_tokens_for), as SGLang's scheduler caps it: only a value the
-        # request sets is checked against the context and the pool.
-        explicit = isinstance(raw, dict) and "max_new_tokens" in raw
         if (
             sp_error is None
             and explicit

@@ -61,6 +61,7 @@ _ALIASES = {
     "deepseek_v4": "deepseek-v4",
     "deepseekv4": "deepseek-v4",
     "deepseek_r1": "deepseek-r1",
+    "deepseek-v41": "deepseek-v4",  # SGLang runs DeepSeek-V4's detector for it
     "auto": "deepseek-v4",
 }
 

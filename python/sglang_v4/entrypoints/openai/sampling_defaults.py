@@ -59,3 +59,55 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
     if out:
         logger.info("Chat sampling defaults from %s: %s", path, out)
     return out
+
+
+def parse_preferred_sampling_params(value: Any, skip_tokenizer_init: bool = False) -> dict[str, Any] | None:
+    """SGLang's ``--preferred-sampling-params``, parsed and checked once at start-up.
+
+    The server-wide defaults every generate request merges under its own ``sampling_params``
+    (``{**preferred, **request}``: a key the request sends wins; SGLang's tokenizer manager merges
+    the same way). On ``/v1/chat/completions`` the request's ``sampling_params`` already carry the
+    model's ``generation_config.json`` values (``--sampling-defaults model``), so those win over
+    these; on every route these win over SGLang's built-in defaults.
+
+    Args:
+        value: ``None``, a JSON object text (the command line) or a dict (``Engine`` keyword).
+        skip_tokenizer_init: the server loads no tokenizer (then parameters that need one, such
+            as stop strings or grammars, are refused, as SGLang refuses them).
+
+    Returns:
+        The parameters as a dict (``None`` for ``None`` or an empty object).
+
+    Raises:
+        ValueError: naming ``preferred_sampling_params``: not a JSON object, an unknown sampling
+            parameter, a value of the wrong type or out of range, ``n`` (a per-request fan-out),
+            or a parameter that needs the tokenizer with ``skip_tokenizer_init``.
+    """
+    from sglang_v4.managers.tokenization import check_tokenizer_free
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"preferred_sampling_params must be a JSON object (got {value!r}: {e})"
+            ) from None
+    if not isinstance(value, dict):
+        raise ValueError(f"preferred_sampling_params must be a JSON object (got {value!r})")
+    if "n" in value:
+        raise ValueError(
+            "preferred_sampling_params: n is not a default sampling parameter (it is how many "
+            "completions one request asks for); send it with each request"
+        )
+    try:
+        sp = SamplingParams.from_dict(dict(value))
+        sp.normalize(None)
+        if skip_tokenizer_init:
+            check_tokenizer_free(sp)
+        sp.verify()
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"preferred_sampling_params: {e}") from None
+    return dict(value) or None

@@ -24,15 +24,31 @@ TOOL_CALL_PARSERS: dict[str, str] = {"deepseekv4": "tool_calls"}
 #: Other spellings; SGLang's ``auto`` picks the parser of the model's architecture, which is
 #: DeepSeek-V4's for every model sglang-v4 serves.
 _ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4", "auto": "deepseekv4"}
+#: SGLang's parsers of other DeepSeek releases' tool-call formats (copied from their cookbooks):
+#: refused, since a DeepSeek-V4 model's calls would never match them (tool calls would silently
+#: stay in the content).
+OTHER_DEEPSEEK_TOOL_PARSERS = {
+    "deepseekv3": "DeepSeek-V3's <｜tool▁calls▁begin｜> blocks",
+    "deepseekv31": "DeepSeek-V3.1's <｜tool▁calls▁begin｜> blocks",
+    "deepseekv32": "DeepSeek-V3.2's <｜DSML｜function_calls> blocks",
+    "deepseekv41": "DeepSeek-V4.1's DSML blocks",
+}
 
 
 def canonical_tool_call_parser(name: str) -> str:
     """The SGLang spelling of a ``--tool-call-parser`` name (aliases such as vLLM's ``deepseek_v4``).
 
     Raises:
-        ValueError: an unknown parser name (lists the choices).
+        ValueError: an unknown parser name (lists the choices), or one of SGLang's parsers of
+            another DeepSeek release's format (:data:`OTHER_DEEPSEEK_TOOL_PARSERS`, says what to use).
     """
     key = _ALIASES.get(name, name)
+    if key in OTHER_DEEPSEEK_TOOL_PARSERS:
+        raise ValueError(
+            f"tool_call_parser {name!r} parses {OTHER_DEEPSEEK_TOOL_PARSERS[key]}; sglang-v4 serves "
+            "DeepSeek-V4 models, whose tool calls are <｜DSML｜tool_calls> blocks: use "
+            "--tool-call-parser deepseekv4 (the default) or auto"
+        )
     if key not in TOOL_CALL_PARSERS:
         raise ValueError(f"tool_call_parser must be one of {sorted(TOOL_CALL_PARSERS)} (got {name!r})")
     return key
