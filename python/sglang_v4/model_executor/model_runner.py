@@ -15,9 +15,9 @@ Tensor parallel (``--tp-size N``, docs/PARALLELISM.md): every rank has a ``Model
 shard of the weights and a full replica of the KV pool. Rank 0's runner is the scheduler's:
 :meth:`ModelRunner.forward` first broadcasts the step (:class:`ForwardStep`, ``tp_messages.py``: the
 requests' forward inputs and the pool's request-state operations since the last step) over the TP
-group's CPU group, then runs it; the other ranks (``tp_worker_process.py``) receive each step and run the same
-forward, so their pools stay identical and the collectives inside the forward pair up. Only rank
-0's logits are used.
+group's CPU group, then runs it; the other ranks (``tp_worker_process.py``) receive each step and
+run the same forward, so their pools stay identical and the collectives inside the forward pair
+up. Only rank 0's logits are used.
 """
 
 from __future__ import annotations
