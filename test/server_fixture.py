@@ -406,3 +406,22 @@ def fake_engine(model_dir: Path) -> Iterator[Any]:
                 os.environ[k] = v
     with eng:
         yield eng
+
+
+def used_pages(server: ServerHandle) -> int:
+    """The KV pages in use on ``server`` (``/get_server_info``'s ``kv_pool.used_pages``, with the
+    server's API key if it has one)."""
+    r = requests.get(server.url + "/get_server_info", headers=server.headers(), timeout=10)
+    return int(r.json()["kv_pool"]["used_pages"])
+
+
+def wait_used_pages(server: ServerHandle, want: int, timeout_s: float = 20.0) -> None:
+    """Wait until :func:`used_pages` is ``want`` (pages of aborted requests come back).
+
+    Raises:
+        AssertionError: not reached in ``timeout_s`` seconds (the last count in the message).
+    """
+    deadline = time.time() + timeout_s
+    while used_pages(server) != want:
+        assert time.time() < deadline, used_pages(server)
+        time.sleep(0.05)
