@@ -204,6 +204,7 @@ class Scheduler(
         self._output_columns = FixedColumns()
 
     def has_work(self) -> bool:
+        """Something is queued, running, in flight, waiting to be sent, or a held health check."""
         return bool(
             self.waiting
             or self.running

@@ -186,6 +186,7 @@ class OpenAIServingBase:
     # ------------------------------------------------------------------ helpers
     @property
     def tokenizer(self) -> Any:
+        """The tokenizer manager's tokenizer (``encode`` / ``decode``), or ``None`` without one."""
         return getattr(self.tm, "tokenizer", None)
 
     def _vocab_size(self) -> int | None:
