@@ -425,3 +425,16 @@ def wait_used_pages(server: ServerHandle, want: int, timeout_s: float = 20.0) ->
     while used_pages(server) != want:
         assert time.time() < deadline, used_pages(server)
         time.sleep(0.05)
+
+
+def fake_output_ids(tok: Any, n: int) -> list[int]:
+    """The first ``n`` ids :class:`FakeScheduler` emits: ``FAKE_TEXT``'s tokens (``tok.encode``),
+    cycled."""
+    ids = tok.encode(FAKE_TEXT)
+    return [ids[i % len(ids)] for i in range(n)]
+
+
+def fake_output_text(tok: Any, n: int) -> str:
+    """The text of :func:`fake_output_ids` (special tokens skipped): what a request of ``n`` output
+    tokens on :class:`FakeScheduler` must answer."""
+    return tok.decode(fake_output_ids(tok, n), skip_special_tokens=True)
