@@ -10,11 +10,11 @@ Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process scheduler
 fast tokenizer), ``interpreted_kernel_tier`` (the interpreted kernel cases of
 ``test_kernels_interpreted``, run once with their launches recorded) and ``secured_fake_server``
 (a fake-model server with an API key and metrics) and ``plain_fake_server`` (one with the default
-flags and a served model name), shared by the modules that only query them. A module that needs the
-tokenizer in another wrapper (the benchmark's ``BenchTokenizer``, the detokenizer's
+flags and a served model name), shared by the modules that only query them, and
+``embedded_model_server`` (a CPU server on the embedded default model, for slow tests). A module
+that needs the tokenizer in another wrapper (the benchmark's ``BenchTokenizer``, the detokenizer's
 ``FastTokenizer``, ``AutoTokenizer`` on the tokenizer directory) defines its own ``tok``, which
-takes precedence there. Server subprocesses
-are started with ``server_fixture.start_server``.
+takes precedence there. Server subprocesses are started with ``server_fixture.start_server``.
 """
 
 from __future__ import annotations
@@ -104,3 +104,17 @@ def plain_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     h = start_server(args, fake_env(), root / "server.log")
     yield h
     assert h.stop() == 0, h.log()[-3000:]
+
+
+@pytest.fixture(scope="session")
+def embedded_model_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
+    """A ``launch_server --device cpu`` on the embedded default model (real scheduler, random
+    weights); shared by the slow real-model tests of the Responses and Messages APIs (their
+    requests finish and they compare routes on the same server). Yields the ``ServerHandle``; at
+    the end of the session the server must exit with code 0."""
+    from server_fixture import start_server
+
+    root = tmp_path_factory.mktemp("embedded_model_server")
+    h = start_server(["--device", "cpu"], dict(os.environ), root / "server.log", timeout_s=300)
+    yield h
+    assert h.stop() == 0

@@ -1,6 +1,7 @@
 """A fake tokenizer manager whose reply is a function of the prompt, and the DSML tool call the
 API-route tests script: shared by the Responses and Messages API tests (their oracle is the chat
-route run on the same fake, so a reply must depend on the prompt ids the route rendered)."""
+route run on the same fake, so a reply must depend on the prompt ids the route rendered), and a
+Messages reply's content blocks as dicts (:func:`blocks`)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,9 @@ class PromptTM:
                 yield o
         else:
             yield outs[-1]
+
+
+def blocks(m: Any) -> list[dict[str, Any]]:
+    """A message's content blocks as dicts (the stream helper's parsed blocks without their
+    ``parsed_output``)."""
+    return [{k: v for k, v in b.model_dump().items() if k != "parsed_output"} for b in m.content]

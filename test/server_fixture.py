@@ -406,3 +406,35 @@ def fake_engine(model_dir: Path) -> Iterator[Any]:
                 os.environ[k] = v
     with eng:
         yield eng
+
+
+def used_pages(server: ServerHandle) -> int:
+    """The KV pages in use on ``server`` (``/get_server_info``'s ``kv_pool.used_pages``, with the
+    server's API key if it has one)."""
+    r = requests.get(server.url + "/get_server_info", headers=server.headers(), timeout=10)
+    return int(r.json()["kv_pool"]["used_pages"])
+
+
+def wait_used_pages(server: ServerHandle, want: int, timeout_s: float = 20.0) -> None:
+    """Wait until :func:`used_pages` is ``want`` (pages of aborted requests come back).
+
+    Raises:
+        AssertionError: not reached in ``timeout_s`` seconds (the last count in the message).
+    """
+    deadline = time.time() + timeout_s
+    while used_pages(server) != want:
+        assert time.time() < deadline, used_pages(server)
+        time.sleep(0.05)
+
+
+def fake_output_ids(tok: Any, n: int) -> list[int]:
+    """The first ``n`` ids :class:`FakeScheduler` emits: ``FAKE_TEXT``'s tokens (``tok.encode``),
+    cycled."""
+    ids = tok.encode(FAKE_TEXT)
+    return [ids[i % len(ids)] for i in range(n)]
+
+
+def fake_output_text(tok: Any, n: int) -> str:
+    """The text of :func:`fake_output_ids` (special tokens skipped): what a request of ``n`` output
+    tokens on :class:`FakeScheduler` must answer."""
+    return tok.decode(fake_output_ids(tok, n), skip_special_tokens=True)

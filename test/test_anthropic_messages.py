@@ -5,31 +5,24 @@ Oracles: the ``anthropic`` client's own types (every body and every stream event
 ``anthropic.types``, and its ``messages.stream`` helper's accumulator), and
 ``/v1/chat/completions`` on the same fake engine (same prompt token ids, same text, same sampling
 parameters for the same conversation). The fake tokenizer manager's reply is a function of the
-prompt's token ids, so equal texts also mean equal prompts. The last tests run the real server
-processes on ``server_fixture.FakeScheduler`` (the API key through the admission middleware, stop
-sequences through the real stop checker, client disconnects abort the request) and, in the slow
-tier, the embedded tiny model (greedy text equal to chat completions').
+prompt's token ids, so equal texts also mean equal prompts. The tests through the real server
+processes are in ``test_anthropic_messages_server.py``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import anthropic
 import openai
 import pytest
-import requests
 from anthropic.types import Message, MessageTokensCount, RawMessageStreamEvent
-from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, prompt_reply
+from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, blocks, prompt_reply
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
-from server_fixture import fake_env, make_fake_model_dir, start_server
 from sglang_v4.entrypoints.anthropic import create_anthropic_router
 from sglang_v4.entrypoints.openai import create_openai_router
 from transformers import PreTrainedTokenizerFast
@@ -113,12 +106,6 @@ def post(tc: TestClient, body: dict[str, Any]) -> tuple[dict[str, Any], list[dic
             open_index = None
     assert open_index is None
     return r.json(), events
-
-
-def blocks(m: Any) -> list[dict[str, Any]]:
-    """A message's content blocks as dicts (the stream helper's parsed blocks without their
-    ``parsed_output``)."""
-    return [{k: v for k, v in b.model_dump().items() if k != "parsed_output"} for b in m.content]
 
 
 def chat(oa: openai.OpenAI, messages: list[dict[str, Any]], **kw: Any) -> Any:
@@ -568,117 +555,3 @@ def test_api_key_headers(tok: PreTrainedTokenizerFast) -> None:
         anthropic.Anthropic(
             base_url="http://testserver", api_key="bad", http_client=tc, max_retries=0
         ).messages.create(**body)
-
-
-# ----------------------------------------------------------------------------------- real processes
-@pytest.fixture(scope="module")
-def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    root = tmp_path_factory.mktemp("messages_server")
-    h = start_server(
-        ["--model-path", str(make_fake_model_dir(root)), "--served-model-name", MODEL],
-        fake_env({"FAKE_STEP_SLEEP": "0.002", "FAKE_HOLD_ON_TEXT": "[hold]"}),
-        root / "server.log",
-        api_key=KEY,
-    )
-    yield h
-    assert h.stop() == 0, h.log()[-3000:]
-
-
-def _used_pages(server: Any) -> int:
-    r = requests.get(server.url + "/get_server_info", headers=server.headers(), timeout=10)
-    return int(r.json()["kv_pool"]["used_pages"])
-
-
-def _wait_pages(server: Any, want: int) -> None:
-    deadline = time.time() + 20
-    while _used_pages(server) != want:
-        assert time.time() < deadline, _used_pages(server)
-        time.sleep(0.05)
-
-
-def test_real_server_keys_stops_and_disconnects(fake_server: Any) -> None:
-    """Through the real processes (admission middleware included): ``x-api-key`` passes it and a
-    missing key is a 401 in Anthropic's shape; ``stop_sequences`` end the text where the chat
-    route's ``stop`` does, with ``stop_reason`` ``stop_sequence``; a client that goes away
-    mid-stream, or before a non-streamed message is done, aborts its (held, never-ending)
-    request, whose KV pages come back."""
-    url = fake_server.url
-    body = {"model": MODEL, "max_tokens": 40, "messages": [{"role": "user", "content": "Hi"}]}
-    r = requests.post(url + "/v1/messages", json=body, timeout=30)
-    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
-    assert (
-        requests.post(url + "/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=30).status_code
-        == 200
-    )
-    client = anthropic.Anthropic(
-        base_url=url, api_key=None, default_headers={"x-api-key": KEY}, max_retries=0, timeout=60
-    )
-    oa = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=60)
-    want = oa.chat.completions.create(model=MODEL, messages=body["messages"], max_tokens=40, stop=["fox"])
-    assert want.choices[0].finish_reason == "stop"
-    m = client.messages.create(**body, stop_sequences=["fox"])
-    assert m.stop_reason == "stop_sequence" and m.stop_sequence == "fox"
-    assert m.content[0].text == want.choices[0].message.content and "fox" not in m.content[0].text
-    with client.messages.stream(**body, stop_sequences=["fox"]) as s:
-        final = s.get_final_message()
-    assert final.stop_reason == "stop_sequence" and final.content[0].text == m.content[0].text
-    idle = _used_pages(fake_server)
-    hold = {"model": MODEL, "max_tokens": 400, "messages": [{"role": "user", "content": "[hold] go"}]}
-    with requests.post(
-        url + "/v1/messages",
-        json={**hold, "stream": True},
-        headers={"x-api-key": KEY},
-        stream=True,
-        timeout=30,
-    ) as r:
-        lines = r.iter_lines()
-        assert any(b"text_delta" in line for _, line in zip(range(30), lines) if line)
-        assert _used_pages(fake_server) > idle
-    _wait_pages(fake_server, idle)
-    with pytest.raises(anthropic.APITimeoutError):
-        client.with_options(timeout=2).messages.create(**hold)
-    _wait_pages(fake_server, idle)
-
-
-# ----------------------------------------------------------------------------------- real model
-@pytest.fixture(scope="module")
-def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    root = tmp_path_factory.mktemp("messages_real")
-    h = start_server(["--device", "cpu"], dict(os.environ), root / "server.log", timeout_s=300)
-    yield h
-    assert h.stop() == 0
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_real_model_greedy_text_equals_chat(real_server: Any) -> None:
-    """The embedded random-weight model: greedy ``/v1/messages`` text (streamed and not) equals
-    greedy ``/v1/chat/completions`` text for the same conversation (a cold run of the other
-    route), also in thinking mode; ``count_tokens`` equals chat's prompt tokens."""
-    oa = openai.OpenAI(base_url=real_server.url + "/v1", api_key="x", max_retries=0, timeout=600)
-    client = anthropic.Anthropic(base_url=real_server.url, api_key="x", max_retries=0, timeout=600)
-    model = oa.models.list().data[0].id
-    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
-    kw: dict[str, Any] = dict(
-        model=model, max_tokens=12, system="Be brief.", messages=msgs[1:], extra_body={"temperature": 0}
-    )
-    want = oa.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0)
-    m = client.messages.create(**kw)
-    text = "".join(b.text for b in m.content if b.type == "text")
-    assert text == want.choices[0].message.content
-    assert m.usage.input_tokens == want.usage.prompt_tokens
-    assert m.usage.output_tokens == want.usage.completion_tokens
-    assert client.messages.count_tokens(model=model, system="Be brief.", messages=msgs[1:]).input_tokens == (
-        want.usage.prompt_tokens
-    )
-    with client.messages.stream(**kw) as s:
-        assert blocks(s.get_final_message()) == blocks(m)
-    think = oa.chat.completions.create(
-        model=model, messages=msgs, max_tokens=12, temperature=0, extra_body={"thinking": {"type": "enabled"}}
-    )
-    mt = client.messages.create(**kw, thinking={"type": "enabled", "budget_tokens": 1024})
-    reasoning = [b.thinking for b in mt.content if b.type == "thinking"]
-    assert (reasoning[0] if reasoning else None) == think.choices[0].message.model_extra.get(
-        "reasoning_content"
-    )
-    assert "".join(b.text for b in mt.content if b.type == "text") == (think.choices[0].message.content or "")

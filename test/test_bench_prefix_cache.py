@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_stub_server import StubConfig, StubServer  # noqa: E402
 from sglang_v4 import bench_serving as bs  # noqa: E402
-from test_bench_serving import StubConfig, StubServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_prefix_cache", ROOT / "benchmark" / "prefix_cache.py")

@@ -40,7 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_openai_api import A, B, E, FakeTM, U, _client, _oai
+from openai_fake_tm import A, B, E, FakeTM, U
+from openai_fake_tm import app_client as _client
+from openai_fake_tm import oai_client as _oai
 from transformers import PreTrainedTokenizerFast
 
 _CASES = json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())["cases"]

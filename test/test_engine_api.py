@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from server_fixture import FAKE_TEXT, fake_engine, make_fake_model_dir, tokenizer_source_dir
+from server_fixture import fake_engine, fake_output_text, make_fake_model_dir, tokenizer_source_dir
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -31,8 +31,7 @@ def tok():
 
 
 def expected(tok, n: int) -> str:
-    ids = tok.encode(FAKE_TEXT)
-    return tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
+    return fake_output_text(tok, n)
 
 
 def test_generate_single_and_batch(engine, tok):

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from server_fixture import FAKE_TEXT, fake_engine, make_fake_model_dir, tokenizer_source_dir
+from server_fixture import fake_engine, fake_output_text, make_fake_model_dir, tokenizer_source_dir
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -38,8 +38,7 @@ def expected() -> Any:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
-    ids = tok.encode(FAKE_TEXT)
-    return lambda n: tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
+    return lambda n: fake_output_text(tok, n)
 
 
 def _assert_released(engine: Any, expected: Any) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_fixture import FAKE_TEXT, make_fake_model_dir, tokenizer_source_dir
+from server_fixture import fake_output_text, make_fake_model_dir, tokenizer_source_dir
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -50,12 +50,7 @@ def expected() -> Any:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
-    ids = tok.encode(FAKE_TEXT)
-
-    def text(n: int) -> str:
-        return tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
-
-    return text
+    return lambda n: fake_output_text(tok, n)
 
 
 def test_sglang_generate_keywords_accepted_when_unset(engine, expected) -> None:

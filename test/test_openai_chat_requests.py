@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import openai
 import pytest
-from test_openai_api import A, B, E, FakeTM, U, _client, _oai
+from openai_fake_tm import A, B, E, FakeTM, U
+from openai_fake_tm import app_client as _client
+from openai_fake_tm import oai_client as _oai
 from transformers import PreTrainedTokenizerFast
 
 

@@ -17,6 +17,7 @@ from server_fixture import (
     FAKE_SCRIPT_TAG,
     FAKE_TEXT,
     fake_env,
+    fake_output_text,
     make_fake_model_dir,
     start_server,
     tokenizer_source_dir,
@@ -58,8 +59,7 @@ def tok():
 
 
 def expected(tok, n: int) -> str:
-    ids = tok.encode(FAKE_TEXT)
-    return tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
+    return fake_output_text(tok, n)
 
 
 def test_models(client: openai.OpenAI) -> None:

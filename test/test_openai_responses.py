@@ -4,111 +4,38 @@ Oracles: the ``openai`` client's own types (every body and every stream event va
 ``openai.types.responses``, and its ``responses.stream`` helper's accumulator), and
 ``/v1/chat/completions`` on the same fake engine (same prompt token ids, same text, same sampling
 parameters for the same conversation). The fake tokenizer manager's reply is a function of the
-prompt's token ids, so equal texts also mean equal prompts. The last tests run the real server
-processes on ``server_fixture.FakeScheduler`` (client disconnects abort the request) and, in the
-slow tier, the embedded tiny model (greedy text equal to chat completions', ``json_schema`` output
-validated with ``jsonschema``).
+prompt's token ids, so equal texts also mean equal prompts. The tests through the real server
+processes are in ``test_openai_responses_server.py``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
 import openai
 import pytest
-import requests
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, prompt_reply
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from openai.types.responses import Response as OpenAIResponse
-from openai.types.responses import ResponseStreamEvent
-from pydantic import TypeAdapter
-from server_fixture import fake_env, make_fake_model_dir, start_server
+from responses_testutil import (
+    CHAT_WEATHER,
+    EVENTS,
+    WEATHER,
+    chat,
+    make_client,
+    post,
+    sse,
+    streamed_items,
+)
 from sglang_v4.entrypoints.openai import create_openai_router
 from sglang_v4.managers.io_struct import GenerateReqInput
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(300)
-
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Weather of a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-        "required": ["city"],
-    },
-}
-CHAT_WEATHER = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
-EVENTS = TypeAdapter(ResponseStreamEvent)
-
-
-def make_client(tm: PromptTM) -> tuple[openai.OpenAI, TestClient]:
-    sa = SimpleNamespace(served_model_name=MODEL, model_path=None, api_key=None, enable_cache_report=False)
-    app = FastAPI()
-    app.include_router(create_openai_router(tm, sa))
-    tc = TestClient(app)
-    return openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=tc, max_retries=0), tc
-
-
-def sse(text: str) -> list[dict[str, Any]]:
-    """The events of a Responses stream; each ``event:`` line names its data's ``type``."""
-    events = []
-    for block in text.split("\n\n"):
-        if not block.strip():
-            continue
-        lines = dict(line.split(": ", 1) for line in block.split("\n"))
-        data = json.loads(lines["data"])
-        assert lines["event"] == data["type"], block
-        events.append(data)
-    return events
-
-
-def post(tc: TestClient, body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The response body of ``body`` non-streamed and the events of it streamed, both validated
-    against the ``openai`` client's types; sequence numbers count from 0 without gaps."""
-    r = tc.post("/v1/responses", json={"model": MODEL, **body})
-    assert r.status_code == 200, r.text
-    OpenAIResponse.model_validate(r.json())
-    s = tc.post("/v1/responses", json={"model": MODEL, **body, "stream": True})
-    assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
-    events = sse(s.text)
-    for ev in events:
-        EVENTS.validate_python(ev)
-    assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    return r.json(), events
-
-
-def chat(client: openai.OpenAI, messages: list[dict[str, Any]], **kw: Any) -> Any:
-    return client.chat.completions.create(model=MODEL, messages=messages, temperature=0, **kw)
-
-
-def streamed_items(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The output items as the stream built them: added ... done, deltas folded in."""
-    items: dict[int, dict[str, Any]] = {}
-    for ev in events:
-        t = ev["type"]
-        if t == "response.output_item.added":
-            items[ev["output_index"]] = dict(ev["item"], text="")
-        elif t in ("response.output_text.delta", "response.reasoning_text.delta"):
-            items[ev["output_index"]]["text"] += ev["delta"]
-        elif t == "response.function_call_arguments.delta":
-            items[ev["output_index"]]["arguments"] += ev["delta"]
-        elif t == "response.output_item.done":
-            done = ev["item"]
-            got = items[ev["output_index"]]
-            if done["type"] == "function_call":
-                assert done["arguments"] == got["arguments"]
-            else:
-                assert done["content"][0]["text"] == got["text"]
-            items[ev["output_index"]] = dict(done, text=got["text"])
-    return [items[k] for k in sorted(items)]
 
 
 def test_text_prompt_and_usage_equal_chat_completions(tok: PreTrainedTokenizerFast) -> None:
@@ -643,114 +570,3 @@ def test_store_is_bounded() -> None:
     assert store.bytes == sum(store.get(k).size for k in "bd")
     with pytest.raises(ValueError):
         ResponseStore(max_entries=0)
-
-
-# ----------------------------------------------------------------------------------- real processes
-@pytest.fixture(scope="module")
-def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    root = tmp_path_factory.mktemp("responses_server")
-    h = start_server(
-        ["--model-path", str(make_fake_model_dir(root)), "--served-model-name", MODEL],
-        fake_env({"FAKE_STEP_SLEEP": "0.002", "FAKE_HOLD_ON_TEXT": "[hold]"}),
-        root / "server.log",
-    )
-    yield h
-    assert h.stop() == 0, h.log()[-3000:]
-
-
-def _used_pages(server: Any) -> int:
-    return int(requests.get(server.url + "/get_server_info", timeout=10).json()["kv_pool"]["used_pages"])
-
-
-def _wait_pages(server: Any, want: int) -> None:
-    deadline = time.time() + 20
-    while _used_pages(server) != want:
-        assert time.time() < deadline, _used_pages(server)
-        time.sleep(0.05)
-
-
-def test_real_server_stream_and_disconnects_abort(fake_server: Any) -> None:
-    """Through the real processes: a streamed response parses with the client's stream helper;
-    a client that goes away mid-stream, or before a non-streamed response is done, aborts its
-    (held, never-ending) request, whose KV pages come back; a grammar on this grammar-less server
-    is a 400 naming ``text.format``."""
-    client = openai.OpenAI(base_url=fake_server.url + "/v1", api_key="x", max_retries=0, timeout=60)
-    idle = _used_pages(fake_server)
-    with client.responses.stream(model=MODEL, input="Hello", max_output_tokens=6) as s:
-        final = s.get_final_response()
-    assert final.status == "incomplete" and final.usage.output_tokens == 6 and final.output_text
-    assert client.responses.retrieve(final.id).output_text == final.output_text
-    body = {"model": MODEL, "input": "[hold] go", "max_output_tokens": 400, "stream": True}
-    with requests.post(fake_server.url + "/v1/responses", json=body, stream=True, timeout=30) as r:
-        lines = r.iter_lines()
-        assert any(b"output_text.delta" in line for _, line in zip(range(30), lines) if line)
-        assert _used_pages(fake_server) > idle
-    _wait_pages(fake_server, idle)
-    # the fake scheduler has no grammar backend: a json_schema format is a 400 naming text.format
-    fmt = {"type": "json_schema", "name": "s", "schema": {"type": "object"}}
-    with pytest.raises(openai.BadRequestError) as ei:
-        client.responses.create(model=MODEL, input="x", text={"format": fmt}, stream=True)
-    assert ei.value.body["param"] == "text.format" and "xgrammar" in ei.value.message
-    with pytest.raises(openai.APITimeoutError):
-        client.with_options(timeout=2).responses.create(model=MODEL, input="[hold] go", max_output_tokens=400)
-    _wait_pages(fake_server, idle)
-
-
-# ----------------------------------------------------------------------------------- real model
-@pytest.fixture(scope="module")
-def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    root = tmp_path_factory.mktemp("responses_real")
-    h = start_server(["--device", "cpu"], dict(os.environ), root / "server.log", timeout_s=300)
-    yield h
-    assert h.stop() == 0
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_real_model_greedy_text_and_json_schema(real_server: Any) -> None:
-    """The embedded random-weight model: greedy ``/v1/responses`` text (streamed and not) equals
-    greedy ``/v1/chat/completions`` text for the same conversation (a cold run of the other
-    route), also in thinking mode; a ``json_schema`` answer parses and validates with
-    ``jsonschema``."""
-    jsonschema = pytest.importorskip("jsonschema")
-    client = openai.OpenAI(base_url=real_server.url + "/v1", api_key="x", max_retries=0, timeout=600)
-    model = client.models.list().data[0].id
-    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
-    want = client.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0)
-    r = client.responses.create(
-        model=model, instructions="Be brief.", input="Name a colour.", max_output_tokens=12, temperature=0
-    )
-    assert r.output_text == want.choices[0].message.content
-    assert r.usage.input_tokens == want.usage.prompt_tokens
-    with client.responses.stream(
-        model=model, instructions="Be brief.", input="Name a colour.", max_output_tokens=12, temperature=0
-    ) as s:
-        assert s.get_final_response().output_text == r.output_text
-    think = client.chat.completions.create(
-        model=model, messages=msgs, max_tokens=12, temperature=0, reasoning_effort="high",
-        extra_body={"chat_template_kwargs": {"thinking": True}},
-    )  # fmt: skip
-    rt = client.responses.create(
-        model=model, instructions="Be brief.", input="Name a colour.", max_output_tokens=12, temperature=0,
-        reasoning={"effort": "high"},
-    )  # fmt: skip
-    reasoning = [o.content[0].text for o in rt.output if o.type == "reasoning"]
-    assert (reasoning[0] if reasoning else None) == think.choices[0].message.model_extra.get(
-        "reasoning_content"
-    )
-    assert rt.output_text == (think.choices[0].message.content or "")
-    schema = {
-        "type": "object",
-        "properties": {
-            "colour": {"type": "string", "enum": ["red", "blue"]},
-            "n": {"type": "integer", "minimum": 0, "maximum": 9},
-        },
-        "required": ["colour", "n"],
-        "additionalProperties": False,
-    }
-    rj = client.responses.create(
-        model=model, input="Colour as JSON.", temperature=0, max_output_tokens=200,
-        text={"format": {"type": "json_schema", "name": "c", "schema": schema, "strict": True}},
-    )  # fmt: skip
-    assert rj.status == "completed"
-    jsonschema.validate(json.loads(rj.output_text), schema)

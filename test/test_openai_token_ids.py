@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_openai_api import A, B, FakeTM, U, _client, _oai, _sse_events
+from openai_fake_tm import A, B, FakeTM, U
+from openai_fake_tm import app_client as _client
+from openai_fake_tm import oai_client as _oai
+from openai_fake_tm import sse_data_events as _sse_events
 from transformers import PreTrainedTokenizerFast
 
 REPLY = "Hello there, general Kenobi."

@@ -9,7 +9,9 @@ through FastAPI's TestClient over the fake tokenizer manager of ``test_openai_ap
 from __future__ import annotations
 
 import pytest
-from test_openai_api import A, B, FakeTM, U, _client, _oai
+from openai_fake_tm import A, B, FakeTM, U
+from openai_fake_tm import app_client as _client
+from openai_fake_tm import oai_client as _oai
 from transformers import PreTrainedTokenizerFast
 
 

@@ -18,8 +18,9 @@ import math
 from typing import Any
 
 import pytest
+from openai_fake_tm import FakeTM  # the tokenizer fixture `tok` comes from conftest.py
+from openai_fake_tm import app_client as _client
 from sglang_v4.sampling.sampling_params import SamplingParams
-from test_openai_api import FakeTM, _client  # the tokenizer fixture `tok` comes from conftest.py
 
 CHAT_MSG = [{"role": "user", "content": "hi"}]
 

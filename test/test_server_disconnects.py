@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 import requests
-from server_fixture import FAKE_TEXT, fake_env, make_fake_model_dir, start_server, tokenizer_source_dir
+from server_fixture import (
+    fake_env,
+    fake_output_text,
+    make_fake_model_dir,
+    start_server,
+    tokenizer_source_dir,
+)
 
 pytestmark = pytest.mark.timeout(300)
 HOLD = "[hold]"
@@ -38,8 +44,7 @@ def expected_text() -> Any:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
-    ids = tok.encode(FAKE_TEXT)
-    return lambda n: tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
+    return lambda n: fake_output_text(tok, n)
 
 
 def gen(server, body: dict[str, Any]) -> requests.Response:

@@ -19,6 +19,7 @@ from server_fixture import (
     FAKE_TEXT,
     FAKE_VOCAB,
     fake_env,
+    fake_output_text,
     make_fake_model_dir,
     sse_events,
     start_server,
@@ -55,8 +56,7 @@ def tok():
 
 
 def expected_text(tok, n: int) -> str:
-    ids = tok.encode(FAKE_TEXT)
-    return tok.decode([ids[i % len(ids)] for i in range(n)], skip_special_tokens=True)
+    return fake_output_text(tok, n)
 
 
 def gen(server, body, **kw) -> requests.Response:

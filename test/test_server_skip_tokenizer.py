@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 import requests
-from server_fixture import FAKE_TEXT, ServerHandle, fake_env, make_fake_model_dir, sse_events, start_server
+from server_fixture import (
+    ServerHandle,
+    fake_env,
+    fake_output_ids,
+    make_fake_model_dir,
+    sse_events,
+    start_server,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -51,8 +58,7 @@ def tok():  # noqa: ANN201 - transformers is imported lazily
 
 def expected_ids(tok: Any, n: int) -> list[int]:
     """The first ``n`` ids the fake scheduler emits (``FAKE_TEXT``'s tokens, cycled)."""
-    ids = tok.encode(FAKE_TEXT)
-    return [ids[i % len(ids)] for i in range(n)]
+    return fake_output_ids(tok, n)
 
 
 def post(server: ServerHandle, path: str, body: dict[str, Any], status: int = 200) -> Any:

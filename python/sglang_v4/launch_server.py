@@ -45,6 +45,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
+        """Exit with code 2 and the one-line message ``prog: error: message (see --help)``."""
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 

@@ -317,19 +317,23 @@ class FastTokenizer:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def batch_decode(self, batch: list[list[int]], skip_special_tokens: bool = False, **_: Any) -> list[str]:
+        """Texts of several id lists."""
         return list(self._tok.decode_batch([list(b) for b in batch], skip_special_tokens=skip_special_tokens))
 
     def convert_ids_to_tokens(self, ids: Any) -> Any:
+        """Vocabulary token of an id, or the tokens of a list of ids (``None`` for an unknown id)."""
         if isinstance(ids, int):
             return self._tok.id_to_token(ids)
         return [self._tok.id_to_token(i) for i in ids]
 
     def convert_tokens_to_ids(self, tokens: Any) -> Any:
+        """Id of a vocabulary token, or the ids of a list of tokens (``None`` for an unknown token)."""
         if isinstance(tokens, str):
             return self._tok.token_to_id(tokens)
         return [self._tok.token_to_id(t) for t in tokens]
 
     def get_vocab(self) -> dict[str, int]:
+        """The vocabulary, added tokens included: ``{token: id}``."""
         return dict(self._tok.get_vocab(with_added_tokens=True))
 
 

@@ -101,10 +101,12 @@ class PagedRows:
 
     @property
     def codec_id(self) -> int:
+        """The integer code of :attr:`codec` the kernels take (``CODECS``)."""
         return CODECS[self.codec]
 
     @property
     def device(self) -> torch.device:
+        """The storage's device."""
         return self.storage.device
 
 

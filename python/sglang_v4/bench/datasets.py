@@ -30,9 +30,11 @@ DATASETS = ("random", "random-ids", "generated-shared-prefix", "sharegpt")
 class TokenizerLike(Protocol):
     """What the benchmark needs from a tokenizer."""
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``."""
 
-    def decode(self, ids: Sequence[int]) -> str: ...
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of the token ids ``ids``."""
 
 
 class BenchTokenizer:
@@ -124,6 +126,7 @@ class DatasetRow:
 
     @property
     def is_multi_turn(self) -> bool:
+        """The prompt is a list of user turns (a multi-turn conversation), not one text or a list of ids."""
         return isinstance(self.prompt, list) and bool(self.prompt) and isinstance(self.prompt[0], str)
 
 

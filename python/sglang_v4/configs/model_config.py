@@ -370,42 +370,52 @@ class ModelConfig:
     # ---- convenient views -----------------------------------------------------------------
     @property
     def num_layers(self) -> int:
+        """Decoder layers (``num_hidden_layers``)."""
         return int(self.hf.num_hidden_layers)
 
     @property
     def hidden_size(self) -> int:
+        """Model width ``D`` (``hidden_size``)."""
         return int(self.hf.hidden_size)
 
     @property
     def head_dim(self) -> int:
+        """Attention head dimension (``head_dim``), RoPE part included."""
         return int(self.hf.head_dim)
 
     @property
     def rope_dim(self) -> int:
+        """Rotary part of a head (``qk_rope_head_dim``)."""
         return int(self.hf.qk_rope_head_dim)
 
     @property
     def index_head_dim(self) -> int:
+        """Head dimension of the CSA indexer's queries and keys (``index_head_dim``)."""
         return int(self.hf.index_head_dim)
 
     @property
     def sliding_window(self) -> int:
+        """Tokens of the sliding-window attention every layer keeps uncompressed (``sliding_window``)."""
         return int(self.hf.sliding_window)
 
     @property
     def vocab_size(self) -> int:
+        """Vocabulary size (``vocab_size``): rows of the embedding and of the LM head."""
         return int(self.hf.vocab_size)
 
     @property
     def csa_ratio(self) -> int:
+        """Compression ratio ``m`` of the CSA layers (tokens per compressed entry; 4 in DeepSeek-V4)."""
         return int(self.hf.compress_rates[CSA])
 
     @property
     def hca_ratio(self) -> int:
+        """Compression ratio ``m`` of the HCA layers (tokens per compressed entry; 128 in DeepSeek-V4)."""
         return int(self.hf.compress_rates[HCA])
 
     @property
     def context_length(self) -> int:
+        """The model's context length in tokens (``max_position_embeddings``)."""
         return int(self.hf.max_position_embeddings)
 
     @property

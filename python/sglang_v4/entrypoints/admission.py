@@ -296,6 +296,7 @@ class HeaderTimeoutH11Protocol(H11Protocol):
     header_timeout_s: float = 60.0
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        """A new connection: arm the request-head deadline and start telling HTTP/2 from HTTP/1.1."""
         self._head_timer: asyncio.TimerHandle | None = None
         self._first_bytes: bytes | None = b""  # the connection's opening bytes until told apart
         super().connection_made(transport)
@@ -322,6 +323,8 @@ class HeaderTimeoutH11Protocol(H11Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        """Bytes from the client: an HTTP/2 preface closes the connection; otherwise h11 parses them,
+        the head deadline armed while no request is in progress and cancelled once a head is complete."""
         if self._first_bytes is not None:  # is this an HTTP/2 client (module docstring)?
             opening = self._first_bytes + data
             n = min(len(opening), len(HTTP2_PREFACE_START))
@@ -344,6 +347,7 @@ class HeaderTimeoutH11Protocol(H11Protocol):
             self._cancel_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """The connection closed: cancel the head deadline, then uvicorn's own handling."""
         self._cancel_head_timer()
         super().connection_lost(exc)
 
@@ -377,11 +381,14 @@ class DrainingServer(uvicorn.Server):
         self.hurry: asyncio.Event | None = None
 
     async def serve(self, sockets: Any = None) -> None:
+        """Run the server (uvicorn's ``serve``), recording its event loop and creating :attr:`hurry`."""
         self._loop = asyncio.get_running_loop()
         self.hurry = asyncio.Event()
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        """uvicorn's signal handler: the first SIGTERM / SIGINT after start-up schedules the drain; a
+        second one sets :attr:`hurry`; one before start-up sets ``should_exit`` (class docstring)."""
         if self._signalled and self._loop is not None and self.hurry is not None:
             logger.warning("%s received again: stopping now.", signal.Signals(sig).name)
             self._loop.call_soon_threadsafe(self.hurry.set)

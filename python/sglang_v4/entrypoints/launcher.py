@@ -366,7 +366,7 @@ class Subprocesses:
         from sglang_v4.utils import kill_process
 
         # the scheduler (TP rank 0) first: stopped between steps it tells the other ranks to exit
-        # (model_runner.Shutdown); a rank still there after that is stopped by signal
+        # (tp_messages.Shutdown); a rank still there after that is stopped by signal
         for p in (self.scheduler, *(w.process for w in self.tp_workers), self.detokenizer):
             kill_process(p, timeout_s=3.0)
         if self.port_args.ipc_dir:

@@ -19,4 +19,5 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim, dtype=torch.float32, device=device), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., dim]`` normalised by its root mean square and scaled by ``weight``, in ``x.dtype``."""
         return ops.rms_norm(x, self.weight, self.eps)

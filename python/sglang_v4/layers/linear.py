@@ -58,6 +58,7 @@ class Linear(nn.Module):
         _make_weight(self, out_features, in_features, dtype, device, quant)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., in_features] -> [..., out_features]`` (class docstring: dtype, FP8 path)."""
         if self.quant == "fp8":
             return ops.fp8_linear(x.to(self.act_dtype), self.weight, self.weight_scale_inv)
         return F.linear(x.to(self.weight.dtype), self.weight)
@@ -90,6 +91,8 @@ class GroupedLinear(nn.Module):
         _make_weight(self, out_features, in_per_group, dtype, device, quant)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [T, n_groups, in_per_group] -> [T, n_groups * out_per_group]``: group ``g`` times its
+        block of rows of ``weight``."""
         if self.quant == "fp8":
             return ops.fp8_linear(x.to(self.act_dtype), self.weight, self.weight_scale_inv)
         T, g, i = x.shape

@@ -140,6 +140,11 @@ class Experts(nn.Module):
         self._scales_checked = True
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """``x [T, D]`` through the ``k`` experts ``ids [T, k]`` of each token, combined with
+        ``weights [T, k]`` -> ``[T, D]`` (class docstring).
+
+        Raises:
+            ValueError: FP4, first forward: a scale byte above 128."""
         if self.quant == "fp4":
             self._check_fp4_scales()
             return ops.fused_moe_fp4(
@@ -197,6 +202,7 @@ class SharedMLP(nn.Module):
         return torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [T, D] -> [T, D]``: ``down_proj(swiglu_clamped(gate_up(x), limit))``."""
         return self.down_proj(ops.swiglu_clamped(self.gate_up(x), self.limit))
 
 
@@ -260,6 +266,8 @@ class SparseMoeBlock(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+        """``x [T, D]`` (``input_ids [T]`` route the hash layers) -> routed experts' output plus the
+        shared expert's ``[T, D]``; with expert parallelism this rank's experts only, summed over ranks."""
         ids, w = self.gate(x, input_ids)
         if self.num_local_experts != self.gate.weight.shape[0]:
             # expert parallel: this rank's experts as local ids, the others as -1 (skipped)

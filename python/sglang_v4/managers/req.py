@@ -174,6 +174,7 @@ class Req:
 
     @property
     def fill_ids(self) -> list[int]:
+        """Prompt ids followed by the output ids (a new list)."""
         return self.origin_input_ids + self.output_ids
 
     def token_ids(self, start: int, end: int) -> list[int]:
@@ -219,6 +220,7 @@ class Req:
 
     @property
     def finished(self) -> bool:
+        """A finish reason is set (stop, length or abort)."""
         return self.finished_reason is not None
 
     @property

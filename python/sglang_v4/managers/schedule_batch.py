@@ -185,6 +185,7 @@ class ScheduleBatch:
 
     @property
     def num_decode_reqs(self) -> int:
+        """Requests that add one token in this batch."""
         return sum(1 for n in self.extend_lens if n == 1)
 
     @property

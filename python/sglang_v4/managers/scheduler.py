@@ -47,8 +47,9 @@ start-up (:attr:`Scheduler.ready_info`); the scheduler re-checks them with the s
 finishes one that slipped through with a 400 abort before it reaches the model.
 
 The process wrapper (ZMQ) is ``managers/scheduler_process.py``; this module is plain Python so that
-tests and the in-process reference can drive it directly. Processing results (logprobs, tokens,
-finish checks, the outgoing message) lives in ``scheduler_output_processor.py``; the cache flush
+tests and the in-process reference can drive it directly. Request intake (``add_request``,
+``abort_request``, the grammar backend) lives in ``scheduler_intake_mixin.py``; processing results
+(logprobs, tokens, finish checks, the outgoing message) in ``scheduler_output_processor.py``; the cache flush
 and the runtime state / metrics reports in ``scheduler_metrics_mixin.py``; weight updates in
 ``scheduler_update_weights_mixin.py``.
 """
@@ -65,22 +66,18 @@ import torch
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.managers.control_struct import SchedulerReadyInfo
 from sglang_v4.managers.io_struct import (
-    ABORT_IN_QUEUE,
-    ABORT_RUNNING,
     BatchTokenIDOut,
     FinishReason,
-    TokenizedGenerateReqInput,
     finish_abort,
 )
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.schedule_batch import FixedColumns, ScheduleBatch
 from sglang_v4.managers.schedule_policy import (
     CACHE_AWARE_MAX_QUEUE,
-    PRIORITY_DISABLED_MSG,
     order_waiting,
     priority_preemption,
-    request_priority,
 )
+from sglang_v4.managers.scheduler_intake_mixin import SchedulerIntakeMixin
 from sglang_v4.managers.scheduler_metrics_mixin import SchedulerMetricsMixin
 from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
 from sglang_v4.managers.scheduler_update_weights_mixin import SchedulerUpdateWeightsMixin
@@ -88,7 +85,6 @@ from sglang_v4.managers.tp_worker import FutureMap, TpModelWorker
 from sglang_v4.managers.tp_worker_overlap_thread import make_worker_client
 from sglang_v4.mem_cache.cache_manager import CacheManager
 from sglang_v4.model_executor.model_runner import ModelRunner
-from sglang_v4.sampling.stop_checker import stop_text_start
 from sglang_v4.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -98,7 +94,9 @@ logger = logging.getLogger(__name__)
 LPM_FALLBACK_QUEUE_LEN = CACHE_AWARE_MAX_QUEUE
 
 
-class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin, SchedulerUpdateWeightsMixin):
+class Scheduler(
+    SchedulerIntakeMixin, SchedulerOutputProcessorMixin, SchedulerMetricsMixin, SchedulerUpdateWeightsMixin
+):
     """Continuous-batching scheduler (see module docstring).
 
     Args:
@@ -205,130 +203,8 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin, SchedulerU
         self._sampling_columns = FixedColumns()
         self._output_columns = FixedColumns()
 
-    def _make_grammar_backend(self, tok_dir: str) -> Any:
-        """The grammar backend over the tokenizer in ``tok_dir``, or ``None`` when constrained
-        decoding is unavailable (no grammar library, no ``tokenizer.json``: a warning says why) or
-        switched off (``--grammar-backend none``: requests with a grammar are refused)."""
-        if self.server_args.grammar_backend == "none":
-            logger.info("constrained decoding off (--grammar-backend none)")
-            return None
-        try:
-            from sglang_v4.sampling.grammar import GrammarBackend, grammar_available
-
-            if grammar_available():
-                import os
-
-                from transformers import PreTrainedTokenizerFast
-
-                hf_tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tok_dir, "tokenizer.json"))
-                mc = self.model_config
-                ws = self.server_args.constrained_json_max_whitespace_cnt
-                kw = {} if ws is None else {"max_whitespace_cnt": ws}
-                return GrammarBackend(hf_tok, mc.vocab_size, sorted(self.eos_ids), **kw)
-        except Exception as e:  # constrained decoding is optional
-            logger.warning("constrained decoding disabled: %s", e)
-        return None
-
-    # ------------------------------------------------------------------ request intake
-    def add_request(self, recv: TokenizedGenerateReqInput) -> None:
-        """Queue a tokenized request. One that fails the limits (it should have been rejected by
-        the tokenizer manager) or whose grammar does not compile is finished with a 400 abort."""
-        req = Req.from_tokenized(recv)
-        sa = self.server_args
-        req.priority = request_priority(
-            recv.priority,
-            enabled=sa.enable_priority_scheduling,
-            low_values_first=sa.schedule_low_priority_values_first,
-            default=sa.default_priority_value,
-        )
-        if (
-            recv.priority is not None
-            and sa.abort_on_priority_when_disabled
-            and not sa.enable_priority_scheduling
-        ):
-            req.finished_reason = finish_abort(PRIORITY_DISABLED_MSG, 503)
-            self._queue_output(req)
-            return
-        err = self.ready_info.check_input_ids(req.origin_input_ids) or self._attach_grammar(req)
-        sp = req.sampling_params
-        if (
-            err is None
-            and self.tokenizer is None
-            and (sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex)
-        ):
-            err = "stop strings need the tokenizer, which this server does not load (--skip-tokenizer-init)"
-        if err is not None:
-            req.finished_reason = finish_abort(err, 400)
-            self._queue_output(req)
-            return
-        # a request can never hold more than the pool: stop there (finish length) like at the
-        # context end, rather than fail once nothing is left to retract
-        limit = min(self.context_len, self.max_total_num_tokens)
-        req.max_new_tokens = sp.max_new_tokens_for(len(req.origin_input_ids), limit)
-        if sp.sampling_seed is not None:
-            req.generator = torch.Generator(device=self.runner.device).manual_seed(int(sp.sampling_seed))
-        if req.logprob_start_len < 0 or not req.return_logprob:
-            req.input_logprobs_done = True
-        if not sp.ignore_eos:
-            req.stop_token_set = frozenset(self.eos_ids | set(sp.stop_token_ids or ()))
-        req.has_text_stops = bool(sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex)
-        req.stop_text_start = stop_text_start(req.output_ids, sp)
-        req.plain_tokens = req.grammar is None and not req.has_text_stops
-        req.stream_each = req.stream and not sp.stream_interval
-        ids, ps = req.origin_input_ids, self.page_size
-        req.first_block = tuple(ids[:ps]) if len(ids) > ps else None
-        req.arrival_prefill_tokens = self.prefill_tokens_done
-        if self._defer_health_check(req) or self._queue_full_refuses(req):
-            return
-        self.waiting.append(req)
-
-    def _queue_full_refuses(self, req: Req) -> bool:
-        """``--max-queued-requests`` (SGLang's rule): with the queue full, refuse ``req`` with a 503
-        abort and return True; with priority scheduling, when ``req`` is strictly preferred to the
-        least preferred queued request (the newest among equals), refuse that one instead."""
-        sa = self.server_args
-        limit = sa.max_queued_requests
-        if limit is None or len(self.waiting) < limit:
-            return False
-        if sa.enable_priority_scheduling and self.waiting:
-            sign = 1 if sa.schedule_low_priority_values_first else -1
-            worst = max(self.waiting, key=lambda r: (sign * r.priority, r.arrival))
-            if sign * req.priority < sign * worst.priority:
-                self._finish(worst, finish_abort("The request is aborted by a higher priority request.", 503))
-                return False
-        req.finished_reason = finish_abort("The request queue is full.", 503)
-        self._queue_output(req)
-        return True
-
-    def _attach_grammar(self, req: Req) -> str | None:
-        """Compile the request's grammar (json_schema / regex / ebnf); the error text, if any."""
-        sp = req.sampling_params
-        if self.grammar_backend is not None:
-            try:
-                req.grammar = self.grammar_backend.create(sp)
-            except ValueError as e:
-                return str(e)
-        elif sp.json_schema is not None or sp.regex is not None or sp.ebnf is not None:
-            return "constrained decoding (json_schema / regex / ebnf) is not available: install xgrammar"
-        return None
-
-    def abort_request(self, rid: str) -> None:
-        """Abort a queued or running request (``rid == ""`` aborts all); pages are returned at once
-        (a batch still running for it computes into pages nobody reads before it ends).
-
-        The finish reason's message is SGLang's: ``"Abort in waiting queue"`` for a queued
-        request, ``"Aborted"`` for a running one, with no ``status_code`` (RL clients read these
-        to resend what a weight update or ``/pause_generation`` aborted)."""
-        for q, message in ((list(self.waiting), ABORT_IN_QUEUE), (list(self.running), ABORT_RUNNING)):
-            for req in q:
-                if rid == "" or req.rid == rid:
-                    self._finish(req, finish_abort(message, None))
-        for req in [r for r in self.health_checks if rid == "" or r.rid == rid]:
-            self.health_checks.remove(req)
-            req.finished_reason = finish_abort(ABORT_RUNNING, None)
-            self._queue_output(req)
-
     def has_work(self) -> bool:
+        """Something is queued, running, in flight, waiting to be sent, or a held health check."""
         return bool(
             self.waiting
             or self.running

@@ -228,6 +228,7 @@ class SchedulerLoop:
             self.to_detok.send_pyobj(out)
 
     def run_forever(self) -> None:
+        """Run :meth:`run_once` until the process ends."""
         while True:
             self.run_once()
 

@@ -105,6 +105,7 @@ class InlineWorkerClient:
         self.worker = worker
 
     def submit(self, wb: ModelWorkerBatch) -> Future[GenerationBatchResult]:
+        """Run ``wb`` now; a finished future holding its result (or the exception it raised)."""
         fut: Future[GenerationBatchResult] = Future()
         try:
             fut.set_result(self.worker.forward_batch_generation(wb))
@@ -113,6 +114,7 @@ class InlineWorkerClient:
         return fut
 
     def shutdown(self) -> None:
+        """Nothing to stop (no thread)."""
         pass
 
 

@@ -76,7 +76,9 @@ class PageAllocator:
             self._free.append(p)
 
     def is_allocated(self, page: int) -> bool:
+        """``page`` is handed out (not free)."""
         return page in self._allocated
 
     def stats(self) -> dict[str, int]:
+        """``{"total", "free", "used"}`` page counts."""
         return {"total": self.num_pages, "free": self.available, "used": self.used}

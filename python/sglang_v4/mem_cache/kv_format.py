@@ -308,13 +308,16 @@ class KVRowsView:
 
     @property
     def device(self) -> torch.device:
+        """The storage's device."""
         return self.storage.device
 
     @property
     def ndim(self) -> int:
+        """2: the view is ``[N, dim]`` like a tensor of entries."""
         return 2
 
     def dim(self) -> int:
+        """2 (``Tensor.dim()``'s answer for the ``[N, dim]`` view)."""
         return 2
 
     def __len__(self) -> int:

@@ -131,6 +131,7 @@ class KVCacheSpec:
 
     @property
     def num_layers(self) -> int:
+        """Layers that hold this kind."""
         return len(self.layers)
 
     @property
@@ -244,6 +245,7 @@ class CompressorStateSpec:
 
     @property
     def num_layers(self) -> int:
+        """Layers that hold this compressor state."""
         return len(self.layers)
 
     @property
@@ -341,18 +343,23 @@ class KVLayout:
 
     @property
     def block_page_bytes(self) -> int:
+        """Bytes of one block page over every kind stored per block page, all layers."""
         return self._sum(PageSpace.BLOCK, "bytes_per_unit")
 
     @property
     def window_page_bytes(self) -> int:
+        """Bytes of one window page over every kind stored per window page, all layers, plus the
+        CSA overlap snapshots kept with it."""
         return self._sum(PageSpace.WINDOW, "bytes_per_unit") + self.window_snapshot_bytes
 
     @property
     def block_padding_bytes(self) -> int:
+        """Bytes of one block page lost to size-class padding, all layers."""
         return self._sum(PageSpace.BLOCK, "padding_per_unit")
 
     @property
     def window_padding_bytes(self) -> int:
+        """Bytes of one window page lost to size-class padding, all layers."""
         return self._sum(PageSpace.WINDOW, "padding_per_unit")
 
     def page_bytes(self, kind: KVKind) -> int:

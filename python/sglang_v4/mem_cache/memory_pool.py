@@ -79,6 +79,7 @@ class ReqSlotAllocator:
 
     @property
     def available(self) -> int:
+        """Free request slots."""
         return len(self._free)
 
 

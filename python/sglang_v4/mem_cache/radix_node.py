@@ -42,7 +42,8 @@ def pack_token_ids(token_ids: Sequence[int], num_tokens: int, field: str = "toke
 class PageFreer(Protocol):
     """What the tree needs from an allocator (``PageAllocator`` satisfies it)."""
 
-    def free(self, pages: Sequence[int]) -> None: ...
+    def free(self, pages: Sequence[int]) -> None:
+        """Return ``pages`` to the allocator."""
 
 
 class TreeNode:

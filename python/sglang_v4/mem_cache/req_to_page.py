@@ -58,6 +58,7 @@ class ReqToPageTable:
 
     @property
     def num_slots(self) -> int:
+        """Request slots (rows of the table)."""
         return int(self._synced.shape[0])
 
     def invalidate(self, slot: int, first_block: int = 0) -> None:

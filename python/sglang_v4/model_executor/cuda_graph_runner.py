@@ -251,6 +251,7 @@ class CudaGraphRunner:
         return t, b, self.indexer_streams.for_tokens(t) is not None
 
     def can_run(self, reqs: list[ReqForwardInput]) -> bool:
+        """A captured graph key serves ``reqs`` (and capturing has not failed)."""
         return not self.failed and self.key_for(reqs) is not None
 
     def all_keys(self) -> list[GraphKey]:

@@ -173,12 +173,15 @@ class ForwardBatch:
 
     @property
     def num_tokens(self) -> int:
+        """``T``: tokens of the forward."""
         return int(self.input_ids.shape[0])
 
     @property
     def batch_size(self) -> int:
+        """``B``: requests of the forward."""
         return len(self.extend_lens)
 
     @property
     def is_decode(self) -> bool:
+        """Every request adds one token."""
         return all(n == 1 for n in self.extend_lens)

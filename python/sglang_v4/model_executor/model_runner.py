@@ -13,11 +13,11 @@ second stream.
 
 Tensor parallel (``--tp-size N``, docs/PARALLELISM.md): every rank has a ``ModelRunner`` over its
 shard of the weights and a full replica of the KV pool. Rank 0's runner is the scheduler's:
-:meth:`ModelRunner.forward` first broadcasts the step (:class:`ForwardStep`: the requests' forward
-inputs and the pool's request-state operations since the last step) over the TP group's CPU group,
-then runs it; the other ranks (``tp_worker_process.py``) receive each step and run the same
-forward, so their pools stay identical and the collectives inside the forward pair up. Only rank
-0's logits are used.
+:meth:`ModelRunner.forward` first broadcasts the step (:class:`ForwardStep`, ``tp_messages.py``: the
+requests' forward inputs and the pool's request-state operations since the last step) over the TP
+group's CPU group, then runs it; the other ranks (``tp_worker_process.py``) receive each step and
+run the same forward, so their pools stay identical and the collectives inside the forward pair
+up. Only rank 0's logits are used.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from sgl_kernel_v4 import ops
@@ -40,6 +39,12 @@ from sglang_v4.mem_cache.kv_spec import build_kv_layout
 from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.model_executor.cuda_graph_runner import CudaGraphRunner
 from sglang_v4.model_executor.forward_batch import ForwardBatch, ForwardBatchBuilder, ReqForwardInput
+from sglang_v4.model_executor.tp_messages import (  # re-exported: the TP ranks' loop and tests import them here
+    CaptureGraphs,
+    ForwardStep,
+    Shutdown,
+    UpdateWeights,
+)
 from sglang_v4.model_executor.workspace import WorkspacePlan, plan_workspace
 from sglang_v4.model_loader.builder import get_model
 from sglang_v4.server_args import ServerArgs
@@ -64,46 +69,6 @@ def resolve_future_token_ids(input_ids: torch.Tensor, future_token_ids: torch.Te
     """
     slot = (-input_ids - 1).clamp_(min=0)
     input_ids.copy_(torch.where(input_ids < 0, future_token_ids[slot], input_ids))
-
-
-@dataclass
-class ForwardStep:
-    """One forward, as rank 0 broadcasts it to the other tensor-parallel ranks.
-
-    Attributes:
-        reqs: the forward's per-request inputs (page ids, token ids, positions).
-        state_ops: the pool's request-state operations since the last step
-            (``DSV4KVPool.take_state_ops``: slot resets, resume-state loads), replayed first.
-        use_graph: rank 0 replays a CUDA graph (decode or extend key) for it (every rank takes the
-            same path, so the collectives pair up).
-        future_ids: ``reqs`` hold future placeholders; rank 0 broadcasts the resolved input ids
-            over the device group (``TPGroup.broadcast_tensor``) before the model reads them.
-    """
-
-    reqs: list[ReqForwardInput]
-    state_ops: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
-    use_graph: bool = False
-    future_ids: bool = False
-
-
-@dataclass
-class CaptureGraphs:
-    """Rank 0 captures its CUDA graphs (decode and extend keys, each serving every context): the
-    other ranks do the same, in step (the captures run collectives)."""
-
-
-@dataclass
-class Shutdown:
-    """Rank 0 is stopping: the other ranks exit."""
-
-
-@dataclass
-class UpdateWeights:
-    """Rank 0 reloads the weights from ``model_path`` (``/update_weights_from_disk``): every rank
-    reloads its shard, agreeing on success (:func:`~sglang_v4.model_loader.weight_update.swap_weights`)."""
-
-    model_path: str
-    previous_path: str | None
 
 
 def rank_device(server_args: ServerArgs, tp_rank: int) -> torch.device:

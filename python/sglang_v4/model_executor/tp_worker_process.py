@@ -5,12 +5,12 @@ of the weights and its replica of the KV pool (:class:`~sglang_v4.model_executor
 with ``tp_rank > 0``), then loops: receive the next message from rank 0 over the TP group's CPU
 group (:meth:`~sglang_v4.distributed.parallel_state.TPGroup.broadcast_object`) and act on it:
 
-* :class:`~sglang_v4.model_executor.model_runner.ForwardStep`: replay the request-state operations,
+* :class:`~sglang_v4.model_executor.tp_messages.ForwardStep`: replay the request-state operations,
   run the same forward (its collectives pair with rank 0's; the logits are dropped);
-* :class:`~sglang_v4.model_executor.model_runner.CaptureGraphs`: capture the decode CUDA graphs;
-* :class:`~sglang_v4.model_executor.model_runner.UpdateWeights`: reload its shard of the weights
+* :class:`~sglang_v4.model_executor.tp_messages.CaptureGraphs`: capture the decode CUDA graphs;
+* :class:`~sglang_v4.model_executor.tp_messages.UpdateWeights`: reload its shard of the weights
   from another checkpoint (``/update_weights_from_disk``), agreeing with the other ranks;
-* :class:`~sglang_v4.model_executor.model_runner.Shutdown`: exit 0.
+* :class:`~sglang_v4.model_executor.tp_messages.Shutdown`: exit 0.
 
 It holds no radix cache, no tokenizer and no sampler, and talks to no other process of the server.
 Any error (rank 0 gone: the broadcast fails at once; a collective timing out) logs the traceback and
@@ -26,13 +26,8 @@ import traceback
 from multiprocessing.connection import Connection
 
 from sglang_v4.configs.model_config import ModelConfig
-from sglang_v4.model_executor.model_runner import (
-    CaptureGraphs,
-    ForwardStep,
-    ModelRunner,
-    Shutdown,
-    UpdateWeights,
-)
+from sglang_v4.model_executor.model_runner import ModelRunner
+from sglang_v4.model_executor.tp_messages import CaptureGraphs, ForwardStep, Shutdown, UpdateWeights
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.utils import (
     configure_logging,

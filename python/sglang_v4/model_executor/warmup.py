@@ -152,6 +152,7 @@ class JitWatch:
         logger.warning("Triton compile after ready (%d so far): %s", self.after_ready, what)
 
     def mark_ready(self) -> None:
+        """The server is ready: compiles from now on are counted as late and logged."""
         self.ready = True
 
     def info(self) -> dict[str, Any]:

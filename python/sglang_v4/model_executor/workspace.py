@@ -70,6 +70,7 @@ class WorkspacePlan:
 
     @property
     def lowered(self) -> bool:
+        """The chunk was lowered below the one asked for so that the workspace fits the device."""
         return self.chunked_prefill_size < self.requested_chunk
 
     def summary(self) -> str:

@@ -96,6 +96,7 @@ def checkpoint_files(model_path: str) -> list[str]:
 
     Raises:
         FileNotFoundError: if there is no safetensors file, or the index names a missing shard.
+        ValueError: the index maps a tensor to a file that is not ``.safetensors``.
     """
     if os.path.isfile(model_path):
         if not model_path.endswith(".safetensors"):

@@ -64,6 +64,8 @@ class DecoderLayer(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, fb: ForwardBatch, pool: DSV4KVPool, rc: RopeCache) -> torch.Tensor:
+        """``x [T, n, D]`` (``n`` hyper-connection copies) through attention and the MoE, each between
+        the hyper-connection's collapse (``pre``) and expansion (``hc_post``) -> ``[T, n, D]``."""
         h, post, comb = self.attn_hc.pre(x, self.input_layernorm)  # collapse + RMSNorm
         a = self.self_attn(h, fb, pool, rc)
         x = ops.hc_post(a, x, post, comb)

@@ -379,6 +379,7 @@ def prefix_attention(
 
     Raises:
         ValueError: shapes or dtypes out of range, or an unknown ``logits``.
+        RuntimeError: ``logits="gemm"`` and ``torch.mm`` gave no fp32 result for 16-bit queries.
     """
     logits = _tiles.PREFIX_LOGITS if logits is None else logits
     if logits not in ("triton", "gemm", "auto"):

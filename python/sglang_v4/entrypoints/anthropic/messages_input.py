@@ -29,7 +29,7 @@
   (``{"type": "json_schema", "schema": ...}``) its ``response_format`` (a grammar on the answer).
 * ``stop_sequences`` are ``stop``, ``metadata.user_id`` is ``user``.
 
-Every error is a :class:`~sglang_v4.entrypoints.openai.serving_base.RequestError` (400) whose
+Every error is a :class:`~sglang_v4.entrypoints.openai.request_errors.RequestError` (400) whose
 message starts with the field as the client sent it, dotted as Anthropic's API writes it
 (``messages.2.content.0.tool_use_id``); errors of the chat path are renamed the same way
 (:func:`anthropic_field_error`).

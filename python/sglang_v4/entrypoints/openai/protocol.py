@@ -289,6 +289,9 @@ class LogProbs(BaseModel):
 
 
 class CompletionResponseChoice(_OmitNoneIds):
+    """One choice of a ``/v1/completions`` response (``matched_stop``, ``token_ids`` and
+    ``prompt_token_ids`` are SGLang's extensions, the ids left out when not asked for)."""
+
     index: int
     text: str
     logprobs: LogProbs | None = None
@@ -299,6 +302,8 @@ class CompletionResponseChoice(_OmitNoneIds):
 
 
 class CompletionResponse(BaseModel):
+    """A non-streamed ``/v1/completions`` response (``object: "text_completion"``)."""
+
     id: str = Field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
     object: str = "text_completion"
     created: int = Field(default_factory=_now)
@@ -321,6 +326,8 @@ class CompletionResponseStreamChoice(_OmitNoneIds):
 
 
 class CompletionStreamResponse(BaseModel):
+    """One SSE chunk of a streamed ``/v1/completions`` response; ``usage`` only on the usage chunk."""
+
     id: str
     object: str = "text_completion"
     created: int = Field(default_factory=_now)
@@ -406,12 +413,17 @@ class ChatCompletionRequest(_SamplingExtras):
 
 
 class TopLogprob(BaseModel):
+    """One alternative of a chat token's ``top_logprobs``: its text, UTF-8 ``bytes`` and natural-log probability."""
+
     token: str
     bytes: list[int]
     logprob: float
 
 
 class ChatCompletionTokenLogprob(BaseModel):
+    """A chat output token's logprob entry: text, UTF-8 ``bytes``, natural-log probability and its
+    ``top_logprobs``."""
+
     token: str
     bytes: list[int]
     logprob: float
@@ -419,6 +431,8 @@ class ChatCompletionTokenLogprob(BaseModel):
 
 
 class ChoiceLogprobs(BaseModel):
+    """``choices[i].logprobs`` of a chat response: one entry per output token of ``content``."""
+
     content: list[ChatCompletionTokenLogprob]
 
 
@@ -470,6 +484,9 @@ class DeltaToolCall(_OmitNone):
 
 
 class ChatMessage(BaseModel):
+    """The assistant message of a chat choice (``reasoning_content``: the thinking-mode text, as SGLang
+    and DeepSeek's API return it)."""
+
     role: str = "assistant"
     content: str | None = None
     reasoning_content: str | None = None
@@ -491,6 +508,8 @@ class ChatCompletionResponseChoice(_OmitNoneIds):
 
 
 class ChatCompletionResponse(BaseModel):
+    """A non-streamed ``/v1/chat/completions`` response (``object: "chat.completion"``)."""
+
     id: str = Field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     object: str = "chat.completion"
     created: int = Field(default_factory=_now)
@@ -500,6 +519,9 @@ class ChatCompletionResponse(BaseModel):
 
 
 class DeltaMessage(BaseModel):
+    """The part of the assistant message one stream chunk adds (role first, then content,
+    reasoning or tool-call deltas)."""
+
     role: str | None = None
     content: str | None = None
     reasoning_content: str | None = None
@@ -507,6 +529,8 @@ class DeltaMessage(BaseModel):
 
 
 class ChatCompletionResponseStreamChoice(BaseModel):
+    """One choice of a chat stream chunk; ``finish_reason`` is set on the choice's last chunk."""
+
     index: int
     delta: DeltaMessage
     logprobs: ChoiceLogprobs | None = None
@@ -515,6 +539,9 @@ class ChatCompletionResponseStreamChoice(BaseModel):
 
 
 class ChatCompletionStreamResponse(BaseModel):
+    """One SSE chunk of a streamed ``/v1/chat/completions`` response
+    (``object: "chat.completion.chunk"``); ``usage`` only on the usage chunk."""
+
     id: str
     object: str = "chat.completion.chunk"
     created: int = Field(default_factory=_now)

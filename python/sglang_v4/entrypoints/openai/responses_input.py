@@ -19,7 +19,7 @@ chat path, :mod:`.serving_responses`).
   top level) becomes ``response_format`` (:func:`responses_text_format`).
 * ``reasoning.effort`` switches thinking mode (:func:`reasoning_switch`).
 
-Every error is a :class:`~.serving_base.RequestError` (400) whose message and ``param`` name the
+Every error is a :class:`~.request_errors.RequestError` (400) whose message and ``param`` name the
 field as the client sent it, OpenAI's way (``input[2].call_id``, ``tools[0].name``).
 """
 

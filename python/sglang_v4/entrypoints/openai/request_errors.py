@@ -1,0 +1,181 @@
+"""Request errors and request validation of the OpenAI-compatible routes: :class:`RequestError`
+(an error that becomes an HTTP response), the error response, strict JSON body decoding and
+pydantic validation, the OpenAI-only field checks and the field name of an error's ``param``.
+
+Errors use SGLang's body ``{"object": "error", "message", "type", "param", "code"}`` plus OpenAI's
+nested ``error`` (:func:`~.protocol.error_body`); a 400 names the offending field in ``param``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from sglang_v4.entrypoints.openai.protocol import (
+    UNSUPPORTED_OPENAI_FIELDS,
+    error_body,
+    error_type_for_status,
+)
+
+__all__ = [
+    "GRAMMAR_FIELDS",
+    "OPENAI_MAX_TEMPERATURE",
+    "RequestError",
+    "error_response",
+    "grammar_error_for",
+    "read_json_object",
+    "validate_request",
+]
+
+
+class RequestError(Exception):
+    """An error that becomes an HTTP error response (status, error type, param); the type
+    defaults to the status's (:func:`~.protocol.error_type_for_status`)."""
+
+    def __init__(
+        self, message: str, status: int = 400, err_type: str | None = None, param: str | None = None
+    ):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.err_type = err_type or error_type_for_status(status)
+        self.param = param
+
+
+def error_response(
+    message: str, status: int = 400, err_type: str | None = None, param: str | None = None
+) -> JSONResponse:
+    """The error body (:func:`~.protocol.error_body`: SGLang's flat shape plus OpenAI's nested
+    ``error``) with HTTP ``status``."""
+    return JSONResponse(error_body(message, status, err_type, param), status_code=status)
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The request body decoded as strict JSON (orjson) that must be an object.
+
+    Raises:
+        RequestError: the body is not valid JSON, or is empty or not a JSON object (a 400).
+    """
+    body = await request.body()
+    try:
+        data = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError as e:
+        raise RequestError(f"Invalid JSON body: {e}") from None
+    if not isinstance(data, dict):
+        raise RequestError("The request body must be a JSON object.")
+    return data
+
+
+def validate_request(cls: type[BaseModel], data: dict[str, Any]) -> Any:
+    """``data`` validated as ``cls`` in pydantic's strict mode.
+
+    Raises:
+        RequestError: 400 ``"Invalid request: <field>: <why>"`` (up to five fields), ``param`` the
+            first failing field, dotted (``messages.0.role``).
+    """
+    try:
+        return cls.model_validate(data, strict=True)
+    except ValidationError as e:
+        errs = e.errors()
+        first = errs[0] if errs else {}
+        loc = _field_path(first.get("loc", ()))
+        msg = "; ".join(f"{_field_path(er.get('loc', ()))}: {er.get('msg')}" for er in errs[:5])
+        raise RequestError(f"Invalid request: {msg}", param=loc or None) from None
+
+
+#: OpenAI's documented bounds that are tighter than SGLang's native ones (the rest -- top_p in (0, 1],
+#: penalties in [-2, 2], n >= 1, max_tokens >= 0, logit_bias in [-100, 100] and valid token ids --
+#: are checked by ``SamplingParams.verify`` for both APIs).
+OPENAI_MAX_TEMPERATURE = 2.0
+
+#: SGLang sampling-parameter names whose OpenAI request field is named differently.
+_OPENAI_NAME = {"min_new_tokens": "min_tokens", "max_new_tokens": "max_tokens", "sampling_seed": "seed"}
+
+
+def _check_openai_ranges(req: Any) -> None:
+    """OpenAI-only ranges: ``temperature`` in [0, 2]. ``stop`` takes up to
+    :data:`~sglang_v4.sampling.sampling_params.MAX_STOP_COUNT` strings on both APIs: OpenAI documents
+    at most 4, but SGLang and vLLM accept longer lists and their clients send them.
+
+    Raises:
+        RequestError: 400 naming the field (``param``).
+    """
+    t = req.temperature
+    if t is not None and not 0.0 <= t <= OPENAI_MAX_TEMPERATURE:
+        raise RequestError(
+            f"temperature must be in [0, {OPENAI_MAX_TEMPERATURE:g}], got {t}.", param="temperature"
+        )
+
+
+def _check_unsupported(req: Any) -> None:
+    """SGLang request fields of features sglang-v4 lacks (LoRA, hidden states, disaggregation...,
+    :data:`~.protocol.UNSUPPORTED_OPENAI_FIELDS`) are a 400 naming the field when set, as
+    ``/generate`` answers them: served without them, the output would silently differ from what
+    was asked. ``null`` / ``false`` (clients that send every field) pass.
+
+    Raises:
+        RequestError: 400, param the first such field.
+    """
+    for name in UNSUPPORTED_OPENAI_FIELDS:
+        value = getattr(req, name, None)
+        if value is not None and value is not False and value != [] and value != {}:
+            raise RequestError(f"{name} is not supported by sglang-v4.", param=name)
+
+
+def _check_stream_options(req: Any) -> None:
+    """``stream_options`` is only valid on a streamed request, as in the OpenAI API (and vLLM):
+    sent (not ``null``) with ``stream`` false or absent it is a 400 naming ``stream_options``,
+    not silently ignored.
+
+    Raises:
+        RequestError: 400, param ``stream_options``.
+    """
+    if getattr(req, "stream_options", None) is not None and not getattr(req, "stream", False):
+        raise RequestError("stream_options is only allowed when stream is true.", param="stream_options")
+
+
+#: ``SamplingParams`` grammar fields; an error about one is ``"<field>: invalid grammar: ..."``.
+GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
+
+
+def grammar_error_for(e: RequestError, field: str | None) -> RequestError:
+    """``e`` renamed to the request field its grammar was made from (``tools``, ``response_format``).
+
+    A chat request's tool-call grammar is a ``structural_tag`` and a ``response_format`` becomes a
+    ``json_schema``; the client sent neither name, so their errors name ``field`` instead (message
+    prefix and ``param``). ``e`` is returned unchanged when ``field`` is None or it is not a
+    grammar error.
+    """
+    kind, sep, rest = e.message.partition(": ")
+    if field is None or e.status != 400 or not sep or kind not in GRAMMAR_FIELDS:
+        return e
+    return RequestError(f"{field}: {rest}", e.status, e.err_type, field)
+
+
+#: Names pydantic puts in an error's ``loc`` for the member of a union that failed.
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple", "literal"})
+
+
+def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """The request field of a validation error's ``loc``, dotted (``messages.0.content``).
+
+    Pydantic adds the failing union member to ``loc`` (``content.str``,
+    ``content.list[dict[str,any]]``, ``prompt.list[int]``); those are types, not fields the client
+    sent, so they are left out of ``param`` and the message.
+    """
+    parts = [
+        str(x) for x in loc if isinstance(x, int) or (str(x).isidentifier() and str(x) not in _UNION_TAGS)
+    ]
+    return ".".join(parts)
+
+
+def _param_of(message: str) -> str | None:
+    """Best-effort field name at the start of a ValueError message (``"top_p must be ..."`` -> ``top_p``)."""
+    head = message.split(" ", 1)[0].rstrip(":,.")
+    if head and head.replace("_", "").replace(".", "").isalnum() and head[0].islower():
+        return head
+    return None

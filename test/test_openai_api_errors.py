@@ -1,0 +1,174 @@
+"""Error answers of the OpenAI routes (``/v1/completions``, ``/v1/chat/completions``) through
+FastAPI's TestClient with a fake tokenizer manager (``openai_fake_tm``): status, SGLang's flat body
+and OpenAI's nested ``error`` with the ``param`` naming the field, checked with raw JSON and with
+the real ``openai`` client package's exceptions (its own parser of error bodies)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+from openai_fake_tm import FakeTM
+from openai_fake_tm import app_client as _client
+from openai_fake_tm import oai_client as _oai
+from sglang_v4.managers.io_struct import GenerateReqInput
+from transformers import PreTrainedTokenizerFast
+
+
+@pytest.mark.parametrize(
+    "path,body,status,param",
+    [
+        ("/v1/completions", {"model": "nope", "prompt": "x"}, 404, "model"),
+        (
+            "/v1/chat/completions",
+            {"model": "nope", "messages": [{"role": "user", "content": "x"}]},
+            404,
+            "model",
+        ),
+        ("/v1/completions", {"prompt": "x", "temperature": -1}, 400, "temperature"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": -5}, 400, "max_tokens"),
+        ("/v1/completions", {"prompt": "x", "top_p": 0}, 400, "top_p"),
+        ("/v1/completions", {"prompt": ""}, 400, "prompt"),
+        ("/v1/completions", {"prompt": "x", "temperature": "hot"}, 400, "temperature"),
+        ("/v1/completions", {"prompt": "x", "n": 100000}, 400, "n"),
+        ("/v1/completions", {"prompt": "x", "stop_token_ids": [10**9]}, 400, "stop_token_ids"),
+        ("/v1/completions", {"prompt": "x", "regex": "a+"}, 400, None),
+        ("/v1/chat/completions", {"messages": []}, 400, "messages"),
+        ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, 400, None),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2},
+            400,
+            "top_logprobs",
+        ),
+        ("/v1/chat/completions", {"messages": "hello"}, 400, "messages"),
+    ],
+)
+def test_errors(tok: PreTrainedTokenizerFast, path: str, body: dict, status: int, param: str | None) -> None:
+    c = _client(FakeTM(tok))
+    r = c.post(path, json=body)
+    assert r.status_code == status, r.text
+    j = r.json()
+    assert j["object"] == "error" and j["code"] == status and isinstance(j["message"], str) and j["message"]
+    assert j["type"] == ("NotFoundError" if status == 404 else "BadRequestError")
+    if param is not None:
+        assert j["param"] == param or param in j["message"]
+
+
+def test_malformed_json_and_openai_client_error(tok: PreTrainedTokenizerFast) -> None:
+    c = _client(FakeTM(tok))
+    r = c.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["object"] == "error"
+    with pytest.raises(openai.NotFoundError):
+        _oai(c).completions.create(model="other", prompt="x")
+    with pytest.raises(openai.BadRequestError):
+        _oai(c).chat.completions.create(
+            model="dsv4-test", messages=[{"role": "user", "content": "x"}], temperature=-2
+        )
+
+
+def test_api_key(tok: PreTrainedTokenizerFast) -> None:
+    c = _client(FakeTM(tok), api_key="sekret")
+    assert c.get("/v1/models").status_code == 401
+    r = c.post("/v1/completions", json={"prompt": "x"}, headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401 and r.json()["code"] == 401
+    with pytest.raises(openai.AuthenticationError):
+        _oai(c, "bad").models.list()
+    assert _oai(c, "sekret").completions.create(model="dsv4-test", prompt="x", max_tokens=2).choices[0].text
+
+
+class _FailingTM(FakeTM):
+    """Fails every request with ``ValueError`` carrying ``status_code`` (as the real tokenizer
+    manager's ``RequestError`` / ``BackendDiedError``)."""
+
+    def __init__(self, tokenizer: Any, status: int) -> None:
+        super().__init__(tokenizer)
+        self.status = status
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        err = ValueError(f"The request failed ({self.status}).")
+        err.status_code = self.status  # type: ignore[attr-defined]
+        raise err
+        yield {}  # an async generator
+
+
+@pytest.mark.parametrize(
+    "status,exc,err_type",
+    [
+        (400, openai.BadRequestError, "BadRequestError"),
+        (503, openai.InternalServerError, "service_unavailable"),
+    ],
+)
+def test_error_bodies_carry_openai_nested_error_with_the_status_type(
+    tok: PreTrainedTokenizerFast, status: int, exc: type, err_type: str
+) -> None:
+    # The openai client reads the nested "error" object (OpenAI's shape); SGLang clients the flat
+    # fields. Both must agree, and the type must follow the status: a 503 is not a bad request.
+    c = _client(_FailingTM(tok, status))
+    for path, body in (
+        ("/v1/completions", {"prompt": "x", "max_tokens": 2}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}),
+    ):
+        r = c.post(path, json=body)
+        assert r.status_code == status, r.text
+        j = r.json()
+        assert j["object"] == "error" and j["type"] == err_type and j["code"] == status
+        assert j["error"] == {"message": j["message"], "type": err_type, "param": None, "code": status}
+    with pytest.raises(exc) as e:
+        _oai(c).chat.completions.create(model="dsv4-test", messages=[{"role": "user", "content": "x"}])
+    assert e.value.status_code == status
+    assert e.value.type == err_type and e.value.message.endswith(f"The request failed ({status}).")
+
+
+def test_error_nested_shape_on_404_and_validation(tok: PreTrainedTokenizerFast) -> None:
+    c = _client(FakeTM(tok))
+    with pytest.raises(openai.NotFoundError) as e:
+        _oai(c).completions.create(model="other", prompt="x")
+    assert e.value.type == "NotFoundError" and e.value.param == "model"
+    with pytest.raises(openai.BadRequestError) as e2:
+        _oai(c).completions.create(model="dsv4-test", prompt="x", temperature=5)
+    assert e2.value.type == "BadRequestError" and e2.value.param == "temperature"
+
+
+@pytest.mark.parametrize(
+    "path,body,param",
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+        ("/v1/completions", {"prompt": 5}, "prompt"),
+        ("/v1/completions", {"prompt": "x", "stop": 5}, "stop"),
+    ],
+)
+def test_validation_error_param_names_the_field(
+    tok: PreTrainedTokenizerFast, path: str, body: dict, param: str
+) -> None:
+    """A wrongly typed union field's ``param`` (and message) names the request field, not
+    pydantic's union member (``messages.0.content.str``)."""
+    r = _client(FakeTM(tok)).post(path, json=body)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == param, r.text
+    assert f"{param}." not in err["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("stream", [False, None, "absent"])
+def test_stream_options_without_stream_is_a_400(
+    tok: PreTrainedTokenizerFast, path: str, stream: bool | None | str
+) -> None:
+    """``stream_options`` on a request that is not streamed is rejected (OpenAI API and vLLM
+    answer 400 with ``param: "stream_options"``); ``stream_options: null`` is not given at all."""
+    c = _client(FakeTM(tok))
+    body: dict[str, Any] = {"max_tokens": 4}
+    body |= {"prompt": "x"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
+    if stream != "absent":
+        body["stream"] = stream
+    r = c.post(path, json=body | {"stream_options": {"include_usage": True}})
+    assert r.status_code == 400, r.text
+    j = r.json()
+    assert j["type"] == "BadRequestError" and j["code"] == 400 and j["param"] == "stream_options"
+    assert j["error"]["param"] == "stream_options" and "stream_options" in j["error"]["message"]
+    # unchanged: a null stream_options, and stream_options with stream true
+    assert c.post(path, json=body | {"stream_options": None}).status_code == 200
+    streamed = c.post(path, json=body | {"stream": True, "stream_options": {"include_usage": True}})
+    assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
