@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from sglang_v4.sampling.json_schema_rewrite import normalize_json_schema, open_arrays
 from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_tag
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "GrammarBackend",
     "apply_grammar_masks",
     "check_max_whitespace_cnt",
+    "normalize_json_schema",
     "open_arrays",
     "check_structural_tag",
     "clean_grammar_error",
@@ -73,31 +75,6 @@ def check_max_whitespace_cnt(n: int) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"constrained_json_max_whitespace_cnt must be an integer >= 1, got {n!r}")
     return n
-
-
-#: Keywords whose values are JSON data, not subschemas (left as they are by :func:`open_arrays`).
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples", "example"})
-
-
-def open_arrays(schema: Any) -> Any:
-    """``schema`` with ``"items": {}`` added to every array schema that has neither ``items`` nor
-    ``prefixItems`` (recursively; a copy, the input is not changed).
-
-    JSON Schema reads such an array as "any items", but xgrammar compiles one that carries any
-    other keyword (``description``, ``maxItems``...) or sits in a tool's parameters to a grammar
-    whose only value is ``[]`` (xgrammar issue 833): a model could then never fill the array.
-    ``const`` / ``enum`` / ``default`` / ``examples`` values are data and stay untouched.
-    """
-    if isinstance(schema, list):
-        return [open_arrays(x) for x in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: (v if k in _DATA_KEYWORDS else open_arrays(v)) for k, v in schema.items()}
-    t = out.get("type")
-    is_array = t == "array" or (isinstance(t, list) and "array" in t)
-    if is_array and "items" not in out and "prefixItems" not in out:
-        out["items"] = {}
-    return out
 
 
 #: What xgrammar's C++ errors carry besides the message: a ``[hh:mm:ss]`` log stamp, the source
@@ -221,7 +198,7 @@ class GrammarBackend:
                 return hit
         try:
             if kind == "json_schema":
-                schema = open_arrays(json.loads(spec))  # a clear error for malformed JSON first
+                schema = normalize_json_schema(json.loads(spec))  # a clear error for malformed JSON first
                 compiled = self._compiler.compile_json_schema(
                     json.dumps(schema), max_whitespace_cnt=self.max_whitespace_cnt
                 )
@@ -245,13 +222,16 @@ class GrammarBackend:
         import xgrammar as xgr
 
         obj = check_structural_tag(spec)
-        if "format" in obj:
-            return self._compiler.compile_structural_tag(spec)
-        tags = [
-            xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s.get("schema", {})), end=s["end"])
-            for s in obj["structures"]
-        ]
-        return self._compiler.compile_structural_tag(tags, list(obj["triggers"]))
+        if "format" not in obj:  # SGLang's older {"structures", "triggers"} form
+            items = [
+                xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s.get("schema", {})), end=s["end"])
+                for s in obj["structures"]
+            ]
+            obj = json.loads(
+                xgr.StructuralTag.from_legacy_structural_tag(items, list(obj["triggers"])).model_dump_json()
+            )
+        tag = _normalize_tag_schemas(obj, self.max_whitespace_cnt)
+        return self._compiler.compile_structural_tag(json.dumps(tag))
 
     def create(self, params: SamplingParams) -> Grammar | None:
         """The grammar state of a request, or ``None`` when it sets no grammar field.
@@ -264,6 +244,24 @@ class GrammarBackend:
             if spec is not None:
                 return Grammar(self._compile(kind, spec), kind, self.vocab_size)
         return None
+
+
+def _normalize_tag_schemas(node: Any, max_whitespace_cnt: int) -> Any:
+    """A structural tag (parsed JSON) whose formats that carry a JSON schema ``S``
+    (``{"type": "json_schema", "json_schema": S}``, any ``style``; the deprecated
+    ``qwen_xml_parameter``) have ``S`` passed through :func:`normalize_json_schema` and, where the
+    tag sets none, ``max_whitespace_cnt`` (as every other JSON grammar: without a bound a model can
+    spend its whole budget on whitespace). A copy; the input is not changed."""
+    if isinstance(node, list):
+        return [_normalize_tag_schemas(x, max_whitespace_cnt) for x in node]
+    if not isinstance(node, dict):
+        return node
+    if isinstance(node.get("type"), str) and isinstance(node.get("json_schema"), (dict, bool)):
+        out = dict(node, json_schema=normalize_json_schema(node["json_schema"], "json_schema"))
+        if out.get("max_whitespace_cnt") is None:
+            out["max_whitespace_cnt"] = max_whitespace_cnt
+        return out
+    return {k: _normalize_tag_schemas(v, max_whitespace_cnt) for k, v in node.items()}
 
 
 def apply_grammar_masks(logits: torch.Tensor, grammars: Sequence[Grammar | None]) -> None:
@@ -326,7 +324,7 @@ def after_reasoning_structural_tag(
             raise ValueError(f"json_schema: invalid grammar: {e}") from None
         answer: dict[str, Any] = {
             "type": "json_schema",
-            "json_schema": open_arrays(schema),
+            "json_schema": normalize_json_schema(schema),
             "max_whitespace_cnt": check_max_whitespace_cnt(max_whitespace_cnt),
         }
     elif kind == "regex":
@@ -394,10 +392,21 @@ def tool_call_structural_tag(
     import xgrammar as xgr
 
     tools = [dict(t, function=_with_parameters(t["function"])) for t in tools]
-    tools = [
-        dict(t, function=dict(t["function"], parameters=open_arrays(t["function"]["parameters"])))
-        for t in tools
-    ]
+    try:
+        tools = [
+            dict(
+                t,
+                function=dict(
+                    t["function"],
+                    parameters=normalize_json_schema(
+                        t["function"]["parameters"], f"{t['function'].get('name')}.parameters"
+                    ),
+                ),
+            )
+            for t in tools
+        ]
+    except ValueError as e:
+        raise ValueError(f"tools: cannot build the tool-call grammar: {e}") from None
     if enforce_schema:
         tools = [dict(t, function=dict(t["function"], strict=True)) for t in tools]
     try:
