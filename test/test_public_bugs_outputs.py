@@ -1,0 +1,178 @@
+"""Public bug reports on structured outputs, logprobs, streaming usage and sampling fields,
+replayed against sglang-v4.
+
+JSON schemas that xgrammar compiles to a grammar contradicting JSON Schema (mlc-ai/xgrammar#104:
+an object with ``required`` but no ``properties`` only accepted ``{}``; a ``required`` name missing
+from ``properties`` was dropped, so the output failed the schema the client sent). Oracle: the
+``jsonschema`` validator's verdict on each text, against xgrammar's matchers over every grammar the
+server builds from a schema (``json_schema`` / ``response_format``, the answer after reasoning,
+``structural_tag`` in both of SGLang's forms, tool-call arguments).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+xgr = pytest.importorskip("xgrammar")
+jsonschema = pytest.importorskip("jsonschema")
+
+from sglang_v4.sampling.grammar import (  # noqa: E402
+    MAX_JSON_WHITESPACE,
+    GrammarBackend,
+    after_reasoning_structural_tag,
+    tool_call_structural_tag,
+)
+from xgrammar.testing import _is_grammar_accept_string  # noqa: E402
+
+VOCAB = 129280
+EOS = 1
+DSML = "｜DSML｜"
+
+
+@pytest.fixture(scope="module")
+def backend(tok: Any) -> GrammarBackend:
+    return GrammarBackend(tok, VOCAB, [EOS])
+
+
+def _accepts(compiled: Any, text: str) -> bool:
+    m = xgr.GrammarMatcher(compiled)
+    return bool(m.accept_string(text)) and bool(m.accept_token(EOS))
+
+
+#: (schema, texts): schemas whose ``required`` names ``properties`` does not declare, or whose
+#: object node has no ``properties`` but other keywords.
+_REQUIRED_CASES: list[tuple[dict[str, Any], list[str]]] = [
+    ({"type": "object", "required": ["a"]}, ['{"a":1}', "{}", '{"a":1,"b":[2]}', '{"b":2}']),
+    (
+        {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["b"]},
+        ['{"b":1}', '{"x":1}', '{"x":1,"b":"s"}', "{}"],
+    ),
+    (
+        {"type": "object", "additionalProperties": {"type": "integer"}, "required": ["a"]},
+        ['{"a":1}', '{"a":"s"}', "{}"],
+    ),
+    ({"type": ["object", "null"], "required": ["a"]}, ['{"a":1}', "null", "{}"]),
+    ({"type": "object", "maxProperties": 1}, ['{"a":1}', '{"a":1,"b":2}', "{}"]),
+    (
+        {"anyOf": [{"type": "object", "required": ["a"]}, {"type": "string"}]},
+        ['{"a":1}', "{}", '"s"'],
+    ),
+    (
+        {
+            "$defs": {"Item": {"type": "object", "required": ["q"], "description": "an item"}},
+            "type": "array",
+            "items": {"$ref": "#/$defs/Item"},
+        },
+        ['[{"q":1}]', "[{}]", '[{"q":1},{"q":[]}]'],
+    ),
+    (
+        {"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "required": ["xa"]},
+        ['{"xa":1}', '{"xa":"s"}', "{}"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "schema,texts", _REQUIRED_CASES, ids=[json.dumps(c[0])[:50] for c in _REQUIRED_CASES]
+)
+def test_json_schema_grammars_follow_required(
+    backend: GrammarBackend, schema: dict, texts: list[str]
+) -> None:
+    """Every grammar built from a schema accepts a text exactly when ``jsonschema`` validates it
+    (xgrammar alone accepted ``{}`` for ``{"type": "object", "required": ["a"]}``)."""
+    expected = [jsonschema.Draft202012Validator(schema).is_valid(json.loads(t)) for t in texts]
+    assert any(expected) and not all(expected)  # the case tells grammars apart
+    spec = json.dumps(schema)
+
+    compiled = backend._compile("json_schema", spec)
+    assert [_accepts(compiled, t) for t in texts] == expected
+
+    g = xgr.Grammar.from_structural_tag(after_reasoning_structural_tag("json_schema", spec))
+    assert [_is_grammar_accept_string(g, "hm</think>" + t) for t in texts] == expected
+
+    tag = {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": schema}}
+    compiled = backend._compile("structural_tag", json.dumps(tag))
+    assert [_accepts(compiled, t) for t in texts] == expected
+
+    legacy = {"type": "structural_tag", "structures": [{"begin": "<f>", "schema": schema, "end": "</f>"}]}
+    legacy["triggers"] = ["<f>"]
+    compiled = backend._compile("structural_tag", json.dumps(legacy))
+    assert [_accepts(compiled, f"<f>{t}</f>") for t in texts] == expected
+
+
+def test_tool_arguments_follow_required() -> None:
+    """A tool whose ``required`` names a parameter ``properties`` does not declare: the call must
+    carry it (xgrammar's DSML grammar dropped it); a bare ``{"type": "object"}`` takes any."""
+
+    def call(params: list[tuple[str, str, str]]) -> str:
+        body = "\n".join(
+            f'<{DSML}parameter name="{k}" string="{s}">{v}</{DSML}parameter>' for k, s, v in params
+        )
+        return (
+            f'\n\n<{DSML}tool_calls>\n<{DSML}invoke name="f">\n{body}\n</{DSML}invoke>\n</{DSML}tool_calls>'
+        )
+
+    calls = [
+        [],
+        [("city", "true", "Paris")],
+        [("x", "false", "1"), ("y", "true", "s")],
+        [("x", "false", "1")],
+    ]
+    as_json = [{}, {"city": "Paris"}, {"x": 1, "y": "s"}, {"x": 1}]
+    for params in (
+        {"type": "object"},
+        {"type": "object", "required": ["city"]},
+        {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x", "y"]},
+    ):
+        tools = [{"type": "function", "function": {"name": "f", "parameters": params}}]
+        tag = tool_call_structural_tag(
+            tools, "required", thinking=False, parallel_tool_calls=False, enforce_schema=True
+        )
+        g = xgr.Grammar.from_structural_tag(tag)
+        expected = [jsonschema.Draft202012Validator(params).is_valid(a) for a in as_json]
+        assert [_is_grammar_accept_string(g, call(c)) for c in calls] == expected, params
+
+
+def test_unsatisfiable_required_is_a_clear_error(backend: GrammarBackend) -> None:
+    """``required`` naming a key that ``"additionalProperties": false`` forbids: no object
+    satisfies the schema (``jsonschema`` rejects every candidate), so the grammar is refused with
+    the property named, on every path (xgrammar compiled it and produced schema-invalid output)."""
+    schema = {"type": "object", "properties": {"a": {}}, "required": ["b"], "additionalProperties": False}
+    v = jsonschema.Draft202012Validator(schema)
+    assert not any(v.is_valid(x) for x in ({}, {"a": 1}, {"b": 1}, {"a": 1, "b": 1}))
+    with pytest.raises(ValueError, match=r"json_schema: invalid grammar: .*'b'.*additionalProperties"):
+        backend._compile("json_schema", json.dumps(schema))
+    with pytest.raises(ValueError, match=r"'b'"):
+        after_reasoning_structural_tag("json_schema", json.dumps(schema))
+    with pytest.raises(ValueError, match=r"structural_tag: invalid grammar: .*'b'"):
+        tag = {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": schema}}
+        backend._compile("structural_tag", json.dumps(tag))
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    with pytest.raises(ValueError, match=r"^tools: .*f\.parameters.*'b'"):
+        tool_call_structural_tag(
+            tools, "required", thinking=False, parallel_tool_calls=False, enforce_schema=True
+        )
+
+
+def test_structural_tag_json_has_the_whitespace_bound(backend: GrammarBackend) -> None:
+    """A ``structural_tag`` with a JSON-schema format had no whitespace bound (the model spent its
+    budget on whitespace, as an unbounded ``json_schema`` did before its bound): its grammar now
+    accepts the same whitespace runs as the ``json_schema`` grammar of the same schema."""
+    schema = {"type": "object", "properties": {"k": {"type": "integer"}}, "required": ["k"]}
+    texts = ["{" + " " * n + '"k":1}' for n in (0, MAX_JSON_WHITESPACE, MAX_JSON_WHITESPACE + 1, 200)]
+    reference = backend._compile("json_schema", json.dumps(schema))
+    expected = [_accepts(reference, t) for t in texts]
+    assert expected == [True, True, False, False]
+    tag = {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": schema}}
+    compiled = backend._compile("structural_tag", json.dumps(tag))
+    assert [_accepts(compiled, t) for t in texts] == expected
+    legacy = {
+        "type": "structural_tag",
+        "structures": [{"begin": "<f>", "schema": schema, "end": "</f>"}],
+        "triggers": ["<f>"],
+    }
+    compiled = backend._compile("structural_tag", json.dumps(legacy))
+    assert [_accepts(compiled, f"<f>{t}</f>") for t in texts] == expected
