@@ -12,6 +12,7 @@ server builds from a schema (``json_schema`` / ``response_format``, the answer a
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -176,3 +177,32 @@ def test_structural_tag_json_has_the_whitespace_bound(backend: GrammarBackend) -
     }
     compiled = backend._compile("structural_tag", json.dumps(legacy))
     assert [_accepts(compiled, f"<f>{t}</f>") for t in texts] == expected
+
+
+#: Schemas the JSON Schema specification (Draft 2020-12 meta-schema) calls malformed, the keyword
+#: path at fault: xgrammar compiled the first ones (``{"anyOf": []}`` to a grammar whose only
+#: text is empty, so the "JSON" answer was ``""``) and reported the last ones as a C++
+#: type-check failure that names no keyword.
+_MALFORMED = [
+    ({"anyOf": []}, "anyOf"),
+    ({"type": "object", "properties": {"a": {"oneOf": []}}}, "properties/a/oneOf"),
+    ({"type": ["string", "string"]}, "type"),
+    ({"$defs": []}, "$defs"),
+    ({"type": "string", "pattern": 5}, "pattern"),
+    ({"type": "object", "properties": {"a": {}}, "required": [1]}, "required/0"),
+]
+
+
+@pytest.mark.parametrize("schema,where", _MALFORMED, ids=[w for _, w in _MALFORMED])
+def test_malformed_schema_is_refused_naming_the_keyword(
+    backend: GrammarBackend, schema: dict, where: str
+) -> None:
+    """A malformed ``json_schema`` / ``response_format`` schema is refused (a 400 on the routes)
+    with the keyword's path, with reasoning on and off."""
+    with pytest.raises(jsonschema.SchemaError):
+        jsonschema.Draft202012Validator.check_schema(schema)
+    want = rf"json_schema: invalid grammar: invalid JSON schema at '{re.escape(where)}'"
+    with pytest.raises(ValueError, match=want):
+        backend._compile("json_schema", json.dumps(schema))
+    with pytest.raises(ValueError, match=want):
+        after_reasoning_structural_tag("json_schema", json.dumps(schema))

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from sglang_v4.sampling.json_schema_rewrite import normalize_json_schema, open_arrays
+from sglang_v4.sampling.json_schema_rewrite import check_json_schema, normalize_json_schema, open_arrays
 from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_tag
 
 __all__ = [
@@ -198,7 +198,9 @@ class GrammarBackend:
                 return hit
         try:
             if kind == "json_schema":
-                schema = normalize_json_schema(json.loads(spec))  # a clear error for malformed JSON first
+                schema = json.loads(spec)  # a clear error for malformed JSON first
+                check_json_schema(schema)
+                schema = normalize_json_schema(schema)
                 compiled = self._compiler.compile_json_schema(
                     json.dumps(schema), max_whitespace_cnt=self.max_whitespace_cnt
                 )
@@ -315,16 +317,22 @@ def after_reasoning_structural_tag(
         The JSON text for ``SamplingParams.structural_tag``.
 
     Raises:
-        ValueError: ``kind`` is not one of the three, or ``spec`` is not valid JSON (json_schema).
+        ValueError: ``kind`` is not one of the three, or ``spec`` is not valid JSON, not a valid
+            JSON schema, or unsatisfiable as :func:`normalize_json_schema` finds (json_schema).
     """
     if kind == "json_schema":
         try:
             schema = json.loads(spec)
         except json.JSONDecodeError as e:
             raise ValueError(f"json_schema: invalid grammar: {e}") from None
+        try:
+            check_json_schema(schema)
+            schema = normalize_json_schema(schema)
+        except ValueError as e:
+            raise ValueError(f"json_schema: invalid grammar: {e}") from None
         answer: dict[str, Any] = {
             "type": "json_schema",
-            "json_schema": normalize_json_schema(schema),
+            "json_schema": schema,
             "max_whitespace_cnt": check_max_whitespace_cnt(max_whitespace_cnt),
         }
     elif kind == "regex":

@@ -20,6 +20,10 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   the object gives undeclared keys (the first ``patternProperties`` entry whose regex matches it,
   else ``additionalProperties``, else any value); under ``"additionalProperties": false`` no object
   can satisfy the schema, which is a ``ValueError``.
+
+:func:`check_json_schema` checks a schema against its JSON Schema meta-schema first (``jsonschema``):
+xgrammar compiles some malformed schemas (``{"anyOf": []}`` to a grammar whose only text is empty,
+not JSON at all; a ``type`` list with repeats) and reports others only as a C++ type-check failure.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["normalize_json_schema", "open_arrays"]
+__all__ = ["check_json_schema", "normalize_json_schema", "open_arrays"]
 
 #: Keywords whose value is one subschema.
 _ONE_SCHEMA = (
@@ -145,6 +149,27 @@ def normalize_json_schema(schema: Any, path: str = "schema") -> Any:
             object satisfies the schema); the message names the node by its path.
     """
     return _rewrite(schema, path)
+
+
+def check_json_schema(schema: Any) -> None:
+    """Check ``schema`` against the meta-schema of the draft it names in ``$schema`` (Draft
+    2020-12, OpenAI's and pydantic's, when it names none or one ``jsonschema`` does not know).
+
+    Raises:
+        ValueError: the schema is malformed; the message names the offending keyword by its path
+            (e.g. ``invalid JSON schema at 'properties/a/anyOf': [] should be non-empty``).
+    """
+    from jsonschema import Draft202012Validator, SchemaError
+    from jsonschema.validators import validator_for
+
+    cls = Draft202012Validator
+    if isinstance(schema, dict) and isinstance(schema.get("$schema"), str):
+        cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "the root"
+        raise ValueError(f"invalid JSON schema at {where!r}: {e.message}") from None
 
 
 def open_arrays(schema: Any) -> Any:
