@@ -206,3 +206,66 @@ def test_malformed_schema_is_refused_naming_the_keyword(
         backend._compile("json_schema", json.dumps(schema))
     with pytest.raises(ValueError, match=want):
         after_reasoning_structural_tag("json_schema", json.dumps(schema))
+
+
+@pytest.fixture(scope="module")
+def real_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The real server on the embedded default model (CPU), for the end-to-end replays."""
+    import os
+
+    from server_fixture import start_server
+
+    log = tmp_path_factory.mktemp("public_bugs_outputs") / "server.log"
+    h = start_server(["--device", "cpu", "--served-model-name", "m"], dict(os.environ), log, timeout_s=240)
+    yield h
+    h.stop()
+
+
+@pytest.mark.slow
+def test_replayed_schema_reports_end_to_end(real_server: Any) -> None:
+    """The replayed reports through the routes of a real server: ``response_format`` answers with
+    a ``required`` key outside ``properties`` validate (``json.loads`` + ``jsonschema``), for every
+    choice of ``n = 2`` and after the reasoning; malformed and unsatisfiable schemas are a 400
+    naming ``response_format`` with thinking on and off, and ``json_schema`` on ``/generate``;
+    the server serves on."""
+    import requests
+
+    url = real_server.url
+    msgs = [{"role": "user", "content": "Give me a name."}]
+    digit = {"type": "integer", "minimum": 0, "maximum": 9}
+    schema = {"type": "object", "required": ["name"], "additionalProperties": digit, "maxProperties": 1}
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": schema}}
+    think_end = 128822  # "</think>": a bias that makes the tiny model close its reasoning at once
+    for extra in (
+        {"n": 2, "temperature": 1.0, "seed": 5},
+        {"chat_template_kwargs": {"thinking": True}, "logit_bias": {str(think_end): 100}},
+    ):
+        body = {"model": "m", "messages": msgs, "max_tokens": 200, "response_format": rf, **extra}
+        r = requests.post(url + "/v1/chat/completions", json=body, timeout=300)
+        assert r.status_code == 200, r.text
+        for choice in r.json()["choices"]:
+            assert choice["finish_reason"] == "stop", choice
+            jsonschema.validate(json.loads(choice["message"]["content"]), schema)
+
+    bad = [
+        ({"anyOf": []}, "'anyOf'"),
+        (
+            {"type": "object", "properties": {"a": {}}, "required": ["b"], "additionalProperties": False},
+            "'b'",
+        ),
+    ]
+    for bad_schema, named in bad:
+        for extra in ({}, {"chat_template_kwargs": {"thinking": True}}):
+            rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": bad_schema}}
+            body = {"model": "m", "messages": msgs, "max_tokens": 4, "response_format": rf, **extra}
+            r = requests.post(url + "/v1/chat/completions", json=body, timeout=120)
+            assert r.status_code == 400, r.text
+            err = r.json()["error"]
+            assert err["param"] == "response_format" and named in err["message"], err
+        sp = {"max_new_tokens": 4, "json_schema": json.dumps(bad_schema)}
+        r = requests.post(url + "/generate", json={"text": "hi", "sampling_params": sp}, timeout=120)
+        assert r.status_code == 400 and named in r.json()["error"]["message"], r.text
+    r = requests.post(
+        url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}}, timeout=120
+    )
+    assert r.status_code == 200, r.text
