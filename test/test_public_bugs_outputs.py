@@ -208,6 +208,58 @@ def test_malformed_schema_is_refused_naming_the_keyword(
         after_reasoning_structural_tag("json_schema", json.dumps(schema))
 
 
+_WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Tokyo"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    },
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+
+
+def test_grammar_reads_the_continued_text_first(backend: GrammarBackend) -> None:
+    """An assistant prefill continued under ``response_format`` (``continue_final_message`` /
+    DeepSeek's ``prefix``): the answer is the prefill + the output, so the grammar starts after the
+    prefill (it restarted, and ``{"city": "Paris", "days": `` was continued with a whole new
+    object). Oracle: ``json.loads`` + ``jsonschema`` on prefill + continuation, against the matcher
+    of the grammar built with ``grammar_prefix``, before and after a ``reset`` (retraction)."""
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+    prefix = '{"city": "Paris", "days": '
+    continuations = ["5}", " 7 }", '{"city": "Paris", "days": 5}', "9}", '5, "x": 1}']
+
+    def valid(text: str) -> bool:
+        try:
+            return jsonschema.Draft202012Validator(_WEATHER).is_valid(json.loads(text))
+        except json.JSONDecodeError:
+            return False
+
+    expected = [valid(prefix + c) for c in continuations]
+    assert expected == [True, True, False, False, False]
+    sp = SamplingParams(json_schema=json.dumps(_WEATHER), grammar_prefix=prefix)
+    sp.verify(allow_grammar=True)
+    for reset in (False, True):
+        got = []
+        for c in continuations:
+            g = backend.create(sp)
+            assert g is not None
+            if reset:
+                assert g.matcher.accept_string("5")
+                g.reset()
+            got.append(bool(g.matcher.accept_string(c)) and bool(g.matcher.accept_token(EOS)))
+        assert got == expected
+
+    bad = SamplingParams(json_schema=json.dumps(_WEATHER), grammar_prefix='["no')
+    with pytest.raises(ValueError, match=r"json_schema: the continued text .* does not match the grammar"):
+        backend.create(bad)
+    with pytest.raises(ValueError, match="grammar_prefix needs one of"):
+        SamplingParams(grammar_prefix="x").verify(allow_grammar=True)
+    with pytest.raises(ValueError, match="grammar_prefix must be a string"):
+        SamplingParams(regex="a", grammar_prefix=5).verify(allow_grammar=True)  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="module")
 def real_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The real server on the embedded default model (CPU), for the end-to-end replays."""
@@ -269,3 +321,37 @@ def test_replayed_schema_reports_end_to_end(real_server: Any) -> None:
         url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}}, timeout=120
     )
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.slow
+def test_continued_assistant_message_follows_response_format(real_server: Any) -> None:
+    """``continue_final_message`` and DeepSeek's ``prefix: true`` with ``response_format``, thinking
+    off and on: the prefill + the returned content validate against the schema (``json.loads`` +
+    ``jsonschema``); a prefill the schema cannot continue is a 400 naming ``response_format``."""
+    import requests
+
+    url = real_server.url + "/v1/chat/completions"
+    prefix = '{"city": "Paris", "days": '
+    rf = {"type": "json_schema", "json_schema": {"name": "weather", "schema": _WEATHER}}
+    for how in ({"continue_final_message": True}, {"prefix": True}):
+        for thinking in (False, True):
+            last = {"role": "assistant", "content": prefix, "reasoning_content": "Paris it is."}
+            if "prefix" in how:
+                last["prefix"] = True
+            body = {
+                "model": "m",
+                "messages": [{"role": "user", "content": "Weather in Paris?"}, last],
+                "max_tokens": 100,
+                "temperature": 0,
+                "response_format": rf,
+                "chat_template_kwargs": {"thinking": thinking},
+                "continue_final_message": "continue_final_message" in how,
+            }
+            r = requests.post(url, json=body, timeout=300)
+            assert r.status_code == 200, r.text
+            choice = r.json()["choices"][0]
+            assert choice["finish_reason"] == "stop", choice
+            jsonschema.validate(json.loads(prefix + choice["message"]["content"]), _WEATHER)
+    body["messages"][-1]["content"] = '["not an object'
+    r = requests.post(url, json=body, timeout=120)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text

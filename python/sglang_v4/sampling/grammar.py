@@ -109,16 +109,30 @@ class Grammar:
     Attributes:
         kind: ``"json_schema"``, ``"regex"``, ``"ebnf"`` or ``"structural_tag"``.
         vocab_size: bitmask width in tokens (the model's vocabulary size).
+        prefix: text read before the first token (``SamplingParams.grammar_prefix``; ``""``).
     """
 
-    def __init__(self, compiled: Any, kind: str, vocab_size: int) -> None:
+    def __init__(self, compiled: Any, kind: str, vocab_size: int, prefix: str = "") -> None:
         import xgrammar as xgr
 
         self._compiled = compiled
         self.kind = kind
         self.vocab_size = vocab_size
+        self.prefix = prefix
         self.matcher = xgr.GrammarMatcher(compiled)
         self.finished_tokens = 0
+        self._read_prefix()
+
+    def _read_prefix(self) -> None:
+        """Advance the matcher over :attr:`prefix` (text already in the prompt that the output
+        continues: ``SamplingParams.grammar_prefix``).
+
+        Raises:
+            ValueError: the grammar does not accept the prefix.
+        """
+        if self.prefix and not self.matcher.accept_string(self.prefix):
+            shown = self.prefix if len(self.prefix) <= 60 else self.prefix[:57] + "..."
+            raise ValueError(f"{self.kind}: the continued text {shown!r} does not match the grammar")
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
         """Write the allowed-next-token mask into ``bitmask[row]`` (``int32 [B, ceil(V/32)]``, CPU)."""
@@ -141,13 +155,14 @@ class Grammar:
         self.finished_tokens -= int(num_tokens)
 
     def reset(self) -> None:
-        """Back to the start state (e.g. after the request was retracted)."""
+        """Back to the start state, the prefix read (e.g. after the request was retracted)."""
         self.matcher.reset()
         self.finished_tokens = 0
+        self._read_prefix()
 
     def fresh_copy(self) -> Grammar:
         """A new matcher over the same compiled grammar, at the start state (for ``n > 1``)."""
-        return Grammar(self._compiled, self.kind, self.vocab_size)
+        return Grammar(self._compiled, self.kind, self.vocab_size, self.prefix)
 
 
 class GrammarBackend:
@@ -236,15 +251,18 @@ class GrammarBackend:
         return self._compiler.compile_structural_tag(json.dumps(tag))
 
     def create(self, params: SamplingParams) -> Grammar | None:
-        """The grammar state of a request, or ``None`` when it sets no grammar field.
+        """The grammar state of a request, or ``None`` when it sets no grammar field; with a
+        ``grammar_prefix``, the state after reading it.
 
         Raises:
-            ValueError: the grammar does not compile (the message names the field).
+            ValueError: the grammar does not compile, or rejects the ``grammar_prefix`` (the
+                message names the field).
         """
         for kind in GRAMMAR_KINDS:
             spec = getattr(params, kind)
             if spec is not None:
-                return Grammar(self._compile(kind, spec), kind, self.vocab_size)
+                prefix = getattr(params, "grammar_prefix", None) or ""
+                return Grammar(self._compile(kind, spec), kind, self.vocab_size, prefix)
         return None
 
 
