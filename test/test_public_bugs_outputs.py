@@ -260,6 +260,37 @@ def test_grammar_reads_the_continued_text_first(backend: GrammarBackend) -> None
         SamplingParams(regex="a", grammar_prefix=5).verify(allow_grammar=True)  # type: ignore[arg-type]
 
 
+def test_structural_tag_answer_follows_the_reasoning(backend: GrammarBackend) -> None:
+    """SGLang's ``response_format: {"type": "structural_tag"}`` in thinking mode: as every answer
+    grammar (SGLang's reasoner grammar), the tag applies after ``</think>`` (it applied from the
+    first token, so the model wrote the format as its reasoning and could never close it). Both of
+    SGLang's forms; oracle: the tag's own definition (the constant text; the triggered JSON
+    object's schema checked by ``jsonschema``)."""
+    const = {"type": "structural_tag", "format": {"type": "const_string", "value": "hello"}}
+    g = xgr.Grammar.from_structural_tag(after_reasoning_structural_tag("structural_tag", json.dumps(const)))
+    cases = {
+        "I think.</think>hello": True,
+        "</think>hello": True,
+        "hello": False,
+        "I think.</think>bye": False,
+    }
+    assert {t: _is_grammar_accept_string(g, t) for t in cases} == cases
+
+    inner = {"type": "object", "required": ["k"], "additionalProperties": {"type": "integer"}}
+    legacy = {
+        "type": "structural_tag",
+        "structures": [{"begin": "<f>", "schema": inner, "end": "</f>"}],
+        "triggers": ["<f>"],
+    }
+    tag = after_reasoning_structural_tag("structural_tag", json.dumps(legacy))
+    compiled = backend._compile("structural_tag", tag)
+    for obj in ({"k": 1}, {}, {"k": "s"}):
+        text = "hm <f> in the reasoning is free</think>Sure: <f>" + json.dumps(obj) + "</f>"
+        assert _accepts(compiled, text) == jsonschema.Draft202012Validator(inner).is_valid(obj), obj
+    with pytest.raises(ValueError, match="structural_tag"):
+        after_reasoning_structural_tag("structural_tag", '{"type": "structural_tag"}')
+
+
 @pytest.fixture(scope="module")
 def real_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The real server on the embedded default model (CPU), for the end-to-end replays."""
@@ -355,3 +386,30 @@ def test_continued_assistant_message_follows_response_format(real_server: Any) -
     body["messages"][-1]["content"] = '["not an object'
     r = requests.post(url, json=body, timeout=120)
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text
+
+
+@pytest.mark.slow
+def test_structural_tag_response_format_after_reasoning_end_to_end(real_server: Any) -> None:
+    """Thinking mode with ``response_format`` ``structural_tag``: without a push to close the
+    reasoning the tiny model reasons freely (no format text in it); with one, the answer is the
+    format's constant."""
+    import requests
+
+    url = real_server.url + "/v1/chat/completions"
+    rf = {"type": "structural_tag", "format": {"type": "const_string", "value": "hello"}}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 12,
+        "temperature": 0,
+        "response_format": rf,
+        "chat_template_kwargs": {"thinking": True},
+    }
+    r = requests.post(url, json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    msg = r.json()["choices"][0]["message"]
+    assert msg["reasoning_content"] and msg["reasoning_content"] != "hello" and not msg["content"], msg
+    r = requests.post(url, json=dict(body, logit_bias={"128822": 100}), timeout=120)  # "</think>"
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert (choice["message"]["content"], choice["finish_reason"]) == ("hello", "stop"), choice

@@ -47,6 +47,7 @@ from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_
 __all__ = [
     "Grammar",
     "after_reasoning_structural_tag",
+    "structural_tag_object",
     "GrammarBackend",
     "apply_grammar_masks",
     "check_max_whitespace_cnt",
@@ -236,18 +237,7 @@ class GrammarBackend:
         return compiled
 
     def _compile_structural_tag(self, spec: str) -> Any:
-        import xgrammar as xgr
-
-        obj = check_structural_tag(spec)
-        if "format" not in obj:  # SGLang's older {"structures", "triggers"} form
-            items = [
-                xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s.get("schema", {})), end=s["end"])
-                for s in obj["structures"]
-            ]
-            obj = json.loads(
-                xgr.StructuralTag.from_legacy_structural_tag(items, list(obj["triggers"])).model_dump_json()
-            )
-        tag = _normalize_tag_schemas(obj, self.max_whitespace_cnt)
+        tag = _normalize_tag_schemas(structural_tag_object(spec), self.max_whitespace_cnt)
         return self._compiler.compile_structural_tag(json.dumps(tag))
 
     def create(self, params: SamplingParams) -> Grammar | None:
@@ -264,6 +254,28 @@ class GrammarBackend:
                 prefix = getattr(params, "grammar_prefix", None) or ""
                 return Grammar(self._compile(kind, spec), kind, self.vocab_size, prefix)
         return None
+
+
+def structural_tag_object(spec: str) -> dict[str, Any]:
+    """A ``structural_tag`` string as xgrammar's current form, ``{"type": "structural_tag",
+    "format": {...}}``; SGLang's older ``{"structures": [{"begin", "schema", "end"}], "triggers"}``
+    becomes the equivalent ``triggered_tags`` format (xgrammar's own conversion).
+
+    Raises:
+        ValueError: the string is not a structural tag (:func:`check_structural_tag`).
+    """
+    import xgrammar as xgr
+
+    obj = check_structural_tag(spec)
+    if "format" in obj:
+        return obj
+    items = [
+        xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s.get("schema", {})), end=s["end"])
+        for s in obj["structures"]
+    ]
+    return json.loads(
+        xgr.StructuralTag.from_legacy_structural_tag(items, list(obj["triggers"])).model_dump_json()
+    )
 
 
 def _normalize_tag_schemas(node: Any, max_whitespace_cnt: int) -> Any:
@@ -326,8 +338,9 @@ def after_reasoning_structural_tag(
     :func:`tool_call_structural_tag` builds with ``thinking=True``).
 
     Args:
-        kind: ``"json_schema"``, ``"regex"`` or ``"ebnf"``.
-        spec: the grammar text of that field (a JSON schema as JSON text, a regex, an EBNF grammar).
+        kind: ``"json_schema"``, ``"regex"``, ``"ebnf"`` or ``"structural_tag"``.
+        spec: the grammar text of that field (a JSON schema as JSON text, a regex, an EBNF grammar,
+            a structural tag's JSON in either form: its format follows the reasoning).
         think_end: the end-of-reasoning marker.
         max_whitespace_cnt: longest whitespace run of a ``json_schema`` answer.
 
@@ -335,7 +348,8 @@ def after_reasoning_structural_tag(
         The JSON text for ``SamplingParams.structural_tag``.
 
     Raises:
-        ValueError: ``kind`` is not one of the three, or ``spec`` is not valid JSON, not a valid
+        ValueError: ``kind`` is not one of the four, ``spec`` is not a structural tag
+            (structural_tag), or ``spec`` is not valid JSON, not a valid
             JSON schema, or unsatisfiable as :func:`normalize_json_schema` finds (json_schema).
     """
     if kind == "json_schema":
@@ -357,6 +371,11 @@ def after_reasoning_structural_tag(
         answer = {"type": "regex", "pattern": spec}
     elif kind == "ebnf":
         answer = {"type": "grammar", "grammar": spec}
+    elif kind == "structural_tag":
+        try:
+            answer = structural_tag_object(spec)["format"]
+        except (ValueError, TypeError, KeyError) as e:
+            raise ValueError(f"structural_tag: invalid grammar: {clean_grammar_error(e)}") from None
     else:
         raise ValueError(f"unknown grammar kind {kind!r}")
     reasoning = {

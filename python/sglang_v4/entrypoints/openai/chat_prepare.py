@@ -133,9 +133,13 @@ class ChatPlan:
 
 
 def answer_grammar_kind(sp: dict[str, Any]) -> str | None:
-    """The grammar field (``json_schema`` / ``regex`` / ``ebnf``) a chat request's sampling
-    parameters constrain the answer with (``response_format`` becomes ``json_schema``), if any."""
-    return next((k for k in ("json_schema", "regex", "ebnf") if sp.get(k) is not None), None)
+    """The grammar field (``json_schema`` / ``regex`` / ``ebnf`` / ``structural_tag``) a chat
+    request's sampling parameters constrain the answer with (``response_format`` becomes
+    ``json_schema``, or ``structural_tag`` for SGLang's ``{"type": "structural_tag"}``), if any.
+    Call it only where the request has no tool-call grammar (which is a ``structural_tag`` too)."""
+    return next(
+        (k for k in ("json_schema", "regex", "ebnf", "structural_tag") if sp.get(k) is not None), None
+    )
 
 
 def grammar_after_reasoning(
