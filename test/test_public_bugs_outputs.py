@@ -291,6 +291,26 @@ def test_structural_tag_answer_follows_the_reasoning(backend: GrammarBackend) ->
         after_reasoning_structural_tag("structural_tag", '{"type": "structural_tag"}')
 
 
+def test_completion_top_logprobs_keep_the_best_of_colliding_texts() -> None:
+    """SGLang #32290: legacy completions key ``top_logprobs`` by token text, and byte-fragment
+    tokens all decode to U+FFFD; the dict kept the last (lowest-ranked) candidate's logprob, so
+    the sampled token's entry disagreed with its own ``token_logprobs`` value. Oracle: the
+    engine's candidate list (the best logprob per text, read directly)."""
+    from types import SimpleNamespace
+
+    from sglang_v4.entrypoints.openai.serving_completions import CompletionsMixin
+
+    cands = [(-0.006, 100, "\ufffd"), (-5.1, 101, "\ufffd"), (-10.4, 102, "\ufffd"), (-24.9, 7, "ab")]
+    meta = {"output_token_logprobs": [(-0.006, 100, "\ufffd")], "output_top_logprobs": [cands]}
+    fake = SimpleNamespace(_token_text=lambda tid, text: text)
+    lp = CompletionsMixin._completion_logprobs(fake, meta, echo=False, start=0)  # type: ignore[arg-type]
+    best: dict[str, float] = {}
+    for logprob, _, text in cands:
+        best[text] = max(best.get(text, float("-inf")), logprob)
+    assert lp.top_logprobs == [best]
+    assert lp.top_logprobs[0][lp.tokens[0]] == lp.token_logprobs[0]
+
+
 @pytest.fixture(scope="module")
 def real_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The real server on the embedded default model (CPU), for the end-to-end replays."""
@@ -413,3 +433,37 @@ def test_structural_tag_response_format_after_reasoning_end_to_end(real_server: 
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     assert (choice["message"]["content"], choice["finish_reason"]) == ("hello", "stop"), choice
+
+
+@pytest.mark.slow
+def test_completion_top_logprobs_collisions_end_to_end(real_server: Any, tok: Any) -> None:
+    """Three byte-fragment tokens pushed to the top by ``logit_bias``: the completions
+    ``top_logprobs`` entry for their common text is the best one's logprob as ``/generate``
+    reports the candidates, and equals the sampled token's ``token_logprobs`` value."""
+    import requests
+
+    ids = [i for i in range(100, 5000) if tok.decode([i]) == "\ufffd"][:3]
+    assert len(ids) == 3
+    bias = {str(ids[0]): 30, str(ids[1]): 25, str(ids[2]): 20}
+    sp = {"max_new_tokens": 1, "temperature": 0, "logit_bias": bias}
+    g = requests.post(
+        real_server.url + "/generate",
+        json={"text": "Hello", "sampling_params": sp, "return_logprob": True, "top_logprobs_num": 5},
+        timeout=120,
+    ).json()
+    cands = g["meta_info"]["output_top_logprobs"][0]
+    want = max(lp for lp, tid, _ in cands if tid in ids)
+    body = {
+        "model": "m",
+        "prompt": "Hello",
+        "max_tokens": 1,
+        "temperature": 0,
+        "logprobs": 5,
+        "logit_bias": bias,
+    }
+    lp = requests.post(real_server.url + "/v1/completions", json=body, timeout=120).json()["choices"][0][
+        "logprobs"
+    ]
+    assert lp["tokens"] == ["\ufffd"]
+    assert lp["top_logprobs"][0]["\ufffd"] == pytest.approx(want, abs=1e-4)
+    assert lp["top_logprobs"][0]["\ufffd"] == lp["token_logprobs"][0]
