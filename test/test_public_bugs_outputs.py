@@ -467,3 +467,36 @@ def test_completion_top_logprobs_collisions_end_to_end(real_server: Any, tok: An
     assert lp["tokens"] == ["\ufffd"]
     assert lp["top_logprobs"][0]["\ufffd"] == pytest.approx(want, abs=1e-4)
     assert lp["top_logprobs"][0]["\ufffd"] == lp["token_logprobs"][0]
+
+
+def test_token_ids_logprob_per_prompt_may_be_null(plain_fake_server: Any) -> None:
+    """SGLang #30188: a batch whose prompts ask for token-id logprobs and one that does not
+    (``token_ids_logprob: [[5, 6], null, [7]]``, SGLang's per-prompt form; it was a 400 here and
+    crashed SGLang's prefill). Each prompt gets its own ids' logprobs (the fake model gives id
+    ``t`` the logprob ``-1 - 0.001 t``), the ``null`` one none; a flat list still applies to every
+    prompt."""
+    import requests
+
+    url = plain_fake_server.url + "/generate"
+    body = {
+        "text": ["Hello", "World", "x"],
+        "sampling_params": {"max_new_tokens": 2},
+        "return_logprob": True,
+        "token_ids_logprob": [[5, 6], None, [7]],
+    }
+    r = requests.post(url, json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    got = [item["meta_info"].get("output_token_ids_logprobs") or [] for item in r.json()]
+    want = [[5, 6], [], [7]]
+    for positions, ids in zip(got, want):
+        for entries in positions:
+            assert [e[1] for e in entries] == ids
+            assert [e[0] for e in entries] == pytest.approx([-1 - 0.001 * t for t in ids])
+    assert [len(p) for p in got] == [2, 0, 2]
+    r = requests.post(url, json=dict(body, token_ids_logprob=[9]), timeout=60)
+    assert r.status_code == 200, r.text
+    assert all(
+        e[1] == 9 for item in r.json() for pos in item["meta_info"]["output_token_ids_logprobs"] for e in pos
+    )
+    r = requests.post(url, json=dict(body, token_ids_logprob=[[5], "x", None]), timeout=60)
+    assert r.status_code == 400 and "token_ids_logprob" in r.json()["error"]["message"], r.text
