@@ -1,12 +1,23 @@
 """Public bug reports on structured outputs, logprobs, streaming usage and sampling fields,
-replayed against sglang-v4.
+replayed against sglang-v4 (the faults found; the reports that did not reproduce are covered by
+the modules of their area).
 
-JSON schemas that xgrammar compiles to a grammar contradicting JSON Schema (mlc-ai/xgrammar#104:
-an object with ``required`` but no ``properties`` only accepted ``{}``; a ``required`` name missing
-from ``properties`` was dropped, so the output failed the schema the client sent). Oracle: the
-``jsonschema`` validator's verdict on each text, against xgrammar's matchers over every grammar the
-server builds from a schema (``json_schema`` / ``response_format``, the answer after reasoning,
-``structural_tag`` in both of SGLang's forms, tool-call arguments).
+* JSON schemas that xgrammar compiles to a grammar contradicting JSON Schema (mlc-ai/xgrammar#104:
+  an object with ``required`` but no ``properties`` only accepted ``{}``; a ``required`` name
+  missing from ``properties`` was dropped), malformed schemas (``anyOf: []`` answered ``""``), and
+  a ``structural_tag``'s JSON without the whitespace bound. Oracle: the ``jsonschema`` validator's
+  verdict on each text (and on the schema), against xgrammar's matchers over every grammar the
+  server builds from a schema (``json_schema`` / ``response_format``, the answer after reasoning,
+  ``structural_tag`` in both of SGLang's forms, tool-call arguments).
+* An assistant prefill continued under an answer grammar, and ``response_format``
+  ``structural_tag`` in thinking mode: the grammar restarted after the prefill / applied inside
+  the reasoning. Oracle: ``json.loads`` + ``jsonschema`` on prefill + continuation; the tag's
+  definition.
+* Legacy completions ``top_logprobs`` whose candidates share a text (SGLang #32290), and a
+  ``token_ids_logprob`` batch with ``null`` for a prompt (SGLang #30188). Oracle: the engine's own
+  candidate list; the fake model's logprob formula.
+
+The ``slow`` tests replay the reports end to end on a real server (embedded model, CPU).
 """
 
 from __future__ import annotations
