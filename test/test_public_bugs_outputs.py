@@ -84,6 +84,23 @@ _REQUIRED_CASES: list[tuple[dict[str, Any], list[str]]] = [
         {"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "required": ["xa"]},
         ['{"xa":1}', '{"xa":"s"}', "{}"],
     ),
+    (  # "at least one of": the branches keep the object's property types
+        {
+            "type": "object",
+            "properties": {"email": {"type": "string"}, "phone": {"type": "string"}},
+            "anyOf": [{"required": ["email"]}, {"required": ["phone"]}],
+        },
+        ['{"email":"a"}', '{"phone":"1"}', "{}", '{"email":1}', '{"email":"a","phone":"1"}'],
+    ),
+    (  # a branch no object satisfies is dropped, the others stay
+        {
+            "anyOf": [
+                {"type": "object", "properties": {}, "additionalProperties": False, "required": ["x"]},
+                {"type": "string"},
+            ]
+        },
+        ['"s"', "{}", '{"x":1}'],
+    ),
 ]
 
 

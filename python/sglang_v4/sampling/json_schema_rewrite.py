@@ -14,6 +14,11 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
 * an object without ``properties`` / ``patternProperties`` / ``additionalProperties`` means "any
   keys": xgrammar compiled one carrying another keyword (``required``, ``maxProperties``,
   ``dependentRequired``...) to ``{}`` only (xgrammar issue 104);
+* the branches of an object's ``anyOf`` / ``oneOf`` are read together with the object (JSON
+  Schema applies both; xgrammar compiled each branch alone, so ``{"properties": {"email": {"type":
+  "string"}}, "anyOf": [{"required": ["email"]}, ...]}`` lost the type of ``email``): the object's
+  ``properties``, ``required``, ``additionalProperties`` and ``patternProperties`` are merged into
+  each branch that is an object schema of its own;
 * a ``required`` name that ``properties`` does not declare must still be present: xgrammar dropped
   it (``{"properties": {"a": ...}, "required": ["b"]}`` gave ``{"a": 1}``, and ``{"type":
   "object", "required": ["a"]}`` gave ``{}``). The name is added to ``properties`` with the schema
@@ -110,6 +115,57 @@ def _rewrite_object(node: dict[str, Any], path: str) -> None:
         node["additionalProperties"] = {}
 
 
+def _with_parent_keys(parent: dict[str, Any], branch: Any) -> Any:
+    """``branch`` of the ``anyOf`` / ``oneOf`` of the object schema ``parent`` with the parent's
+    object keywords merged in, where the branch is an object schema of its own (no ``type``, or
+    ``"object"``; no ``$ref``): the parent's ``properties`` it does not declare (unless its own
+    ``additionalProperties`` is false), the parent's ``required`` names, and the parent's
+    ``additionalProperties`` / ``patternProperties`` where it sets none. JSON Schema applies the
+    parent and the branch together; xgrammar compiles the branch alone."""
+    if not isinstance(branch, dict) or "$ref" in branch or branch.get("type", "object") != "object":
+        return branch
+    if not _is_object_node(branch) and "type" not in branch:
+        return branch
+    out = dict(branch, type="object")
+    parent_props = parent.get("properties")
+    own_props = out.get("properties")
+    if isinstance(parent_props, dict) and (own_props is None or isinstance(own_props, dict)):
+        if out.get("additionalProperties") is False:
+            extra = {}
+        else:
+            extra = {n: v for n, v in parent_props.items() if n not in (own_props or {})}
+        out["properties"] = {**extra, **(own_props or {})}
+    parent_req, own_req = parent.get("required"), out.get("required")
+    if isinstance(parent_req, list) and (own_req is None or isinstance(own_req, list)):
+        out["required"] = list(dict.fromkeys([*parent_req, *(own_req or [])]))
+    for k in ("additionalProperties", "patternProperties"):
+        if k in parent and k not in out:
+            out[k] = parent[k]
+    return out
+
+
+def _rewrite_alternatives(parent: dict[str, Any], key: str, path: str) -> list[Any]:
+    """The rewritten ``anyOf`` / ``oneOf`` list of ``parent`` (its object keywords merged into
+    the object branches when ``parent`` is an object schema: :func:`_with_parent_keys`). A branch
+    no object satisfies is dropped (the others may still match).
+
+    Raises:
+        ValueError: no branch can be satisfied.
+    """
+    merge = parent.get("type") == "object"
+    kept, error = [], None
+    for i, branch in enumerate(parent[key]):
+        try:
+            kept.append(
+                _rewrite(_with_parent_keys(parent, branch) if merge else branch, f"{path}.{key}[{i}]")
+            )
+        except ValueError as e:
+            error = error or e
+    if not kept and error is not None:
+        raise error
+    return kept
+
+
 def _rewrite(schema: Any, path: str) -> Any:
     if not isinstance(schema, dict):
         return schema
@@ -120,7 +176,11 @@ def _rewrite(schema: Any, path: str) -> Any:
     if isinstance(out.get("items"), list):  # Draft 4-2019 tuple form
         out["items"] = [_rewrite(s, f"{path}.items[{i}]") for i, s in enumerate(out["items"])]
     for k in _SCHEMA_LISTS:
-        if isinstance(out.get(k), list):
+        if not isinstance(out.get(k), list):
+            continue
+        if k in ("anyOf", "oneOf"):
+            out[k] = _rewrite_alternatives(out, k, path)
+        else:
             out[k] = [_rewrite(s, f"{path}.{k}[{i}]") for i, s in enumerate(out[k])]
     for k in _SCHEMA_MAPS:
         if isinstance(out.get(k), dict):
