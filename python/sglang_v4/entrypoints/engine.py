@@ -288,7 +288,7 @@ class Engine:
         return_logprob: bool | list[bool] = False,
         logprob_start_len: int | list[int] | None = -1,
         top_logprobs_num: int | list[int] | None = 0,
-        token_ids_logprob: list[int] | list[list[int]] | None = None,
+        token_ids_logprob: list[int] | list[list[int] | None] | None = None,
         lora_path: Any = None,
         custom_logit_processor: Any = None,
         return_hidden_states: bool = False,
@@ -311,7 +311,7 @@ class Engine:
         Each dict: ``{"text", "output_ids", "meta_info": {"id", "finish_reason", "prompt_tokens",
         "completion_tokens", "cached_tokens", "e2e_latency", "input_token_logprobs",
         "output_token_logprobs", ...}}``; logprob entries are ``[logprob, token_id, text|None]``.
-        ``token_ids_logprob`` (with ``return_logprob``; one list per prompt in a batch) adds
+        ``token_ids_logprob`` (with ``return_logprob``; one list, or ``None``, per prompt in a batch) adds
         ``input_token_ids_logprobs`` / ``output_token_ids_logprobs``: per position such an entry
         per asked id, in its order (``None`` for the first prompt position).
         ``stream=True`` returns an iterator of cumulative chunks. With ``skip_tokenizer_init=True``
@@ -365,7 +365,7 @@ class Engine:
         return_logprob: bool | list[bool] = False,
         logprob_start_len: int | list[int] | None = -1,
         top_logprobs_num: int | list[int] | None = 0,
-        token_ids_logprob: list[int] | list[list[int]] | None = None,
+        token_ids_logprob: list[int] | list[list[int] | None] | None = None,
         lora_path: Any = None,
         custom_logit_processor: Any = None,
         return_hidden_states: bool = False,

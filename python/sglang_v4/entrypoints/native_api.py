@@ -230,8 +230,8 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
         _check_type(
             "token_ids_logprob",
             tids,
-            int_list(tids) or (isinstance(tids, list) and all(int_list(x) for x in tids)),
-            "a list of token ids (one list per prompt in a batch)",
+            int_list(tids) or (isinstance(tids, list) and all(x is None or int_list(x) for x in tids)),
+            "a list of token ids (one list, or null for none, per prompt in a batch)",
         )
     for name in ("return_text_in_logprobs", "stream", "log_metrics"):
         v = body.get(name)

@@ -88,7 +88,7 @@ class GenerateReqInput:
     return_logprob: bool | list[bool] | None = None
     logprob_start_len: int | list[int] | None = None
     top_logprobs_num: int | list[int] | None = None
-    token_ids_logprob: list[int] | list[list[int]] | None = None
+    token_ids_logprob: list[int] | list[list[int] | None] | None = None
     return_text_in_logprobs: bool = False
     stream: bool = False
     log_metrics: bool = True
@@ -226,7 +226,8 @@ class GenerateReqInput:
         if self.token_ids_logprob is not None:
             if not isinstance(self.token_ids_logprob, list):
                 raise ValueError("token_ids_logprob must be a list of token ids (one list per prompt).")
-            if not self.token_ids_logprob or not isinstance(self.token_ids_logprob[0], list):
+            per_prompt = any(x is None or isinstance(x, list) for x in self.token_ids_logprob)
+            if not per_prompt:  # one flat list of ids for every prompt
                 self.token_ids_logprob = [list(self.token_ids_logprob) for _ in range(num)]  # type: ignore[arg-type]
             elif n > 1:
                 raise ValueError("Cannot use list token_ids_logprob with parallel_sample_num > 1")

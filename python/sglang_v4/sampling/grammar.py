@@ -41,14 +41,17 @@ from typing import Any
 
 import torch
 
+from sglang_v4.sampling.json_schema_rewrite import check_json_schema, normalize_json_schema, open_arrays
 from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_tag
 
 __all__ = [
     "Grammar",
     "after_reasoning_structural_tag",
+    "structural_tag_object",
     "GrammarBackend",
     "apply_grammar_masks",
     "check_max_whitespace_cnt",
+    "normalize_json_schema",
     "open_arrays",
     "check_structural_tag",
     "clean_grammar_error",
@@ -73,31 +76,6 @@ def check_max_whitespace_cnt(n: int) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"constrained_json_max_whitespace_cnt must be an integer >= 1, got {n!r}")
     return n
-
-
-#: Keywords whose values are JSON data, not subschemas (left as they are by :func:`open_arrays`).
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples", "example"})
-
-
-def open_arrays(schema: Any) -> Any:
-    """``schema`` with ``"items": {}`` added to every array schema that has neither ``items`` nor
-    ``prefixItems`` (recursively; a copy, the input is not changed).
-
-    JSON Schema reads such an array as "any items", but xgrammar compiles one that carries any
-    other keyword (``description``, ``maxItems``...) or sits in a tool's parameters to a grammar
-    whose only value is ``[]`` (xgrammar issue 833): a model could then never fill the array.
-    ``const`` / ``enum`` / ``default`` / ``examples`` values are data and stay untouched.
-    """
-    if isinstance(schema, list):
-        return [open_arrays(x) for x in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: (v if k in _DATA_KEYWORDS else open_arrays(v)) for k, v in schema.items()}
-    t = out.get("type")
-    is_array = t == "array" or (isinstance(t, list) and "array" in t)
-    if is_array and "items" not in out and "prefixItems" not in out:
-        out["items"] = {}
-    return out
 
 
 #: What xgrammar's C++ errors carry besides the message: a ``[hh:mm:ss]`` log stamp, the source
@@ -132,16 +110,30 @@ class Grammar:
     Attributes:
         kind: ``"json_schema"``, ``"regex"``, ``"ebnf"`` or ``"structural_tag"``.
         vocab_size: bitmask width in tokens (the model's vocabulary size).
+        prefix: text read before the first token (``SamplingParams.grammar_prefix``; ``""``).
     """
 
-    def __init__(self, compiled: Any, kind: str, vocab_size: int) -> None:
+    def __init__(self, compiled: Any, kind: str, vocab_size: int, prefix: str = "") -> None:
         import xgrammar as xgr
 
         self._compiled = compiled
         self.kind = kind
         self.vocab_size = vocab_size
+        self.prefix = prefix
         self.matcher = xgr.GrammarMatcher(compiled)
         self.finished_tokens = 0
+        self._read_prefix()
+
+    def _read_prefix(self) -> None:
+        """Advance the matcher over :attr:`prefix` (text already in the prompt that the output
+        continues: ``SamplingParams.grammar_prefix``).
+
+        Raises:
+            ValueError: the grammar does not accept the prefix.
+        """
+        if self.prefix and not self.matcher.accept_string(self.prefix):
+            shown = self.prefix if len(self.prefix) <= 60 else self.prefix[:57] + "..."
+            raise ValueError(f"{self.kind}: the continued text {shown!r} does not match the grammar")
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
         """Write the allowed-next-token mask into ``bitmask[row]`` (``int32 [B, ceil(V/32)]``, CPU)."""
@@ -164,13 +156,14 @@ class Grammar:
         self.finished_tokens -= int(num_tokens)
 
     def reset(self) -> None:
-        """Back to the start state (e.g. after the request was retracted)."""
+        """Back to the start state, the prefix read (e.g. after the request was retracted)."""
         self.matcher.reset()
         self.finished_tokens = 0
+        self._read_prefix()
 
     def fresh_copy(self) -> Grammar:
         """A new matcher over the same compiled grammar, at the start state (for ``n > 1``)."""
-        return Grammar(self._compiled, self.kind, self.vocab_size)
+        return Grammar(self._compiled, self.kind, self.vocab_size, self.prefix)
 
 
 class GrammarBackend:
@@ -221,7 +214,9 @@ class GrammarBackend:
                 return hit
         try:
             if kind == "json_schema":
-                schema = open_arrays(json.loads(spec))  # a clear error for malformed JSON first
+                schema = json.loads(spec)  # a clear error for malformed JSON first
+                check_json_schema(schema)
+                schema = normalize_json_schema(schema)
                 compiled = self._compiler.compile_json_schema(
                     json.dumps(schema), max_whitespace_cnt=self.max_whitespace_cnt
                 )
@@ -242,28 +237,63 @@ class GrammarBackend:
         return compiled
 
     def _compile_structural_tag(self, spec: str) -> Any:
-        import xgrammar as xgr
-
-        obj = check_structural_tag(spec)
-        if "format" in obj:
-            return self._compiler.compile_structural_tag(spec)
-        tags = [
-            xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s.get("schema", {})), end=s["end"])
-            for s in obj["structures"]
-        ]
-        return self._compiler.compile_structural_tag(tags, list(obj["triggers"]))
+        tag = _normalize_tag_schemas(structural_tag_object(spec), self.max_whitespace_cnt)
+        return self._compiler.compile_structural_tag(json.dumps(tag))
 
     def create(self, params: SamplingParams) -> Grammar | None:
-        """The grammar state of a request, or ``None`` when it sets no grammar field.
+        """The grammar state of a request, or ``None`` when it sets no grammar field; with a
+        ``grammar_prefix``, the state after reading it.
 
         Raises:
-            ValueError: the grammar does not compile (the message names the field).
+            ValueError: the grammar does not compile, or rejects the ``grammar_prefix`` (the
+                message names the field).
         """
         for kind in GRAMMAR_KINDS:
             spec = getattr(params, kind)
             if spec is not None:
-                return Grammar(self._compile(kind, spec), kind, self.vocab_size)
+                prefix = getattr(params, "grammar_prefix", None) or ""
+                return Grammar(self._compile(kind, spec), kind, self.vocab_size, prefix)
         return None
+
+
+def structural_tag_object(spec: str) -> dict[str, Any]:
+    """A ``structural_tag`` string as xgrammar's current form, ``{"type": "structural_tag",
+    "format": {...}}``; SGLang's older ``{"structures": [{"begin", "schema", "end"}], "triggers"}``
+    becomes the equivalent ``triggered_tags`` format (xgrammar's own conversion).
+
+    Raises:
+        ValueError: the string is not a structural tag (:func:`check_structural_tag`).
+    """
+    import xgrammar as xgr
+
+    obj = check_structural_tag(spec)
+    if "format" in obj:
+        return obj
+    items = [
+        xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s.get("schema", {})), end=s["end"])
+        for s in obj["structures"]
+    ]
+    return json.loads(
+        xgr.StructuralTag.from_legacy_structural_tag(items, list(obj["triggers"])).model_dump_json()
+    )
+
+
+def _normalize_tag_schemas(node: Any, max_whitespace_cnt: int) -> Any:
+    """A structural tag (parsed JSON) whose formats that carry a JSON schema ``S``
+    (``{"type": "json_schema", "json_schema": S}``, any ``style``; the deprecated
+    ``qwen_xml_parameter``) have ``S`` passed through :func:`normalize_json_schema` and, where the
+    tag sets none, ``max_whitespace_cnt`` (as every other JSON grammar: without a bound a model can
+    spend its whole budget on whitespace). A copy; the input is not changed."""
+    if isinstance(node, list):
+        return [_normalize_tag_schemas(x, max_whitespace_cnt) for x in node]
+    if not isinstance(node, dict):
+        return node
+    if isinstance(node.get("type"), str) and isinstance(node.get("json_schema"), (dict, bool)):
+        out = dict(node, json_schema=normalize_json_schema(node["json_schema"], "json_schema"))
+        if out.get("max_whitespace_cnt") is None:
+            out["max_whitespace_cnt"] = max_whitespace_cnt
+        return out
+    return {k: _normalize_tag_schemas(v, max_whitespace_cnt) for k, v in node.items()}
 
 
 def apply_grammar_masks(logits: torch.Tensor, grammars: Sequence[Grammar | None]) -> None:
@@ -308,8 +338,9 @@ def after_reasoning_structural_tag(
     :func:`tool_call_structural_tag` builds with ``thinking=True``).
 
     Args:
-        kind: ``"json_schema"``, ``"regex"`` or ``"ebnf"``.
-        spec: the grammar text of that field (a JSON schema as JSON text, a regex, an EBNF grammar).
+        kind: ``"json_schema"``, ``"regex"``, ``"ebnf"`` or ``"structural_tag"``.
+        spec: the grammar text of that field (a JSON schema as JSON text, a regex, an EBNF grammar,
+            a structural tag's JSON in either form: its format follows the reasoning).
         think_end: the end-of-reasoning marker.
         max_whitespace_cnt: longest whitespace run of a ``json_schema`` answer.
 
@@ -317,22 +348,34 @@ def after_reasoning_structural_tag(
         The JSON text for ``SamplingParams.structural_tag``.
 
     Raises:
-        ValueError: ``kind`` is not one of the three, or ``spec`` is not valid JSON (json_schema).
+        ValueError: ``kind`` is not one of the four, ``spec`` is not a structural tag
+            (structural_tag), or ``spec`` is not valid JSON, not a valid
+            JSON schema, or unsatisfiable as :func:`normalize_json_schema` finds (json_schema).
     """
     if kind == "json_schema":
         try:
             schema = json.loads(spec)
         except json.JSONDecodeError as e:
             raise ValueError(f"json_schema: invalid grammar: {e}") from None
+        try:
+            check_json_schema(schema)
+            schema = normalize_json_schema(schema)
+        except ValueError as e:
+            raise ValueError(f"json_schema: invalid grammar: {e}") from None
         answer: dict[str, Any] = {
             "type": "json_schema",
-            "json_schema": open_arrays(schema),
+            "json_schema": schema,
             "max_whitespace_cnt": check_max_whitespace_cnt(max_whitespace_cnt),
         }
     elif kind == "regex":
         answer = {"type": "regex", "pattern": spec}
     elif kind == "ebnf":
         answer = {"type": "grammar", "grammar": spec}
+    elif kind == "structural_tag":
+        try:
+            answer = structural_tag_object(spec)["format"]
+        except (ValueError, TypeError, KeyError) as e:
+            raise ValueError(f"structural_tag: invalid grammar: {clean_grammar_error(e)}") from None
     else:
         raise ValueError(f"unknown grammar kind {kind!r}")
     reasoning = {
@@ -394,10 +437,21 @@ def tool_call_structural_tag(
     import xgrammar as xgr
 
     tools = [dict(t, function=_with_parameters(t["function"])) for t in tools]
-    tools = [
-        dict(t, function=dict(t["function"], parameters=open_arrays(t["function"]["parameters"])))
-        for t in tools
-    ]
+    try:
+        tools = [
+            dict(
+                t,
+                function=dict(
+                    t["function"],
+                    parameters=normalize_json_schema(
+                        t["function"]["parameters"], f"{t['function'].get('name')}.parameters"
+                    ),
+                ),
+            )
+            for t in tools
+        ]
+    except ValueError as e:
+        raise ValueError(f"tools: cannot build the tool-call grammar: {e}") from None
     if enforce_schema:
         tools = [dict(t, function=dict(t["function"], strict=True)) for t in tools]
     try:

@@ -151,6 +151,12 @@ class SamplingParams:
         n: int in [1, MAX_N] = 1. Parallel samples.
         json_schema, regex, ebnf, structural_tag: str | None. Constrained decoding (at most one;
             applied by :mod:`sglang_v4.sampling.grammar`; ``structural_tag`` is xgrammar's JSON).
+        grammar_prefix: str | None. Text the grammar has read before the first generated token:
+            the output continues it (the chat route sets it to the assistant message a
+            ``continue_final_message`` / ``prefix`` request continues, so that message and the
+            continuation together follow the grammar). Needs one of the grammar fields; text the
+            grammar rejects is a ``ValueError`` when the grammar is built. An extension, not in
+            SGLang.
         ignore_eos: bool = False. Do not stop on the tokenizer's EOS.
         skip_special_tokens: bool = True. Detokenization option.
         spaces_between_special_tokens: bool = True. Detokenization option.
@@ -185,6 +191,7 @@ class SamplingParams:
     regex: str | None = None
     ebnf: str | None = None
     structural_tag: str | None = None
+    grammar_prefix: str | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
@@ -402,6 +409,13 @@ class SamplingParams:
             raise ValueError("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
         if grammars and grammars[0] == "structural_tag":
             check_structural_tag(self.structural_tag)
+        if self.grammar_prefix is not None:
+            if not isinstance(self.grammar_prefix, str):
+                raise ValueError(
+                    f"grammar_prefix must be a string, got {type(self.grammar_prefix).__name__}."
+                )
+            if not grammars:
+                raise ValueError("grammar_prefix needs one of json_schema, regex, ebnf or structural_tag.")
         if grammars and not allow_grammar:
             raise ValueError(GRAMMAR_UNAVAILABLE_MSG.format(field=grammars[0]))
 

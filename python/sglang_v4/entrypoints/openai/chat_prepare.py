@@ -105,6 +105,9 @@ class ChatPlan:
         think_end_id: the ``</think>`` token id when the output starts inside reasoning, else
             ``None``; a generation stopped by that token ended its reasoning.
         stop_marker: the request's ``stop`` held ``"</think>"`` (sent as a stop token instead).
+        continued: the text of the final assistant message the output continues
+            (``continue_final_message`` / ``prefix``) as the prompt ends with it, else ``None``;
+            an answer grammar reads it first (``grammar_prefix``).
     """
 
     prompt: str
@@ -114,6 +117,7 @@ class ChatPlan:
     structural_tag: str | None = None
     think_end_id: int | None = None
     stop_marker: bool = False
+    continued: str | None = None
 
     def ended_by_marker(self, matched: Any) -> bool:
         """Whether the finish's ``matched`` stop is the ``</think>`` token."""
@@ -129,9 +133,13 @@ class ChatPlan:
 
 
 def answer_grammar_kind(sp: dict[str, Any]) -> str | None:
-    """The grammar field (``json_schema`` / ``regex`` / ``ebnf``) a chat request's sampling
-    parameters constrain the answer with (``response_format`` becomes ``json_schema``), if any."""
-    return next((k for k in ("json_schema", "regex", "ebnf") if sp.get(k) is not None), None)
+    """The grammar field (``json_schema`` / ``regex`` / ``ebnf`` / ``structural_tag``) a chat
+    request's sampling parameters constrain the answer with (``response_format`` becomes
+    ``json_schema``, or ``structural_tag`` for SGLang's ``{"type": "structural_tag"}``), if any.
+    Call it only where the request has no tool-call grammar (which is a ``structural_tag`` too)."""
+    return next(
+        (k for k in ("json_schema", "regex", "ebnf", "structural_tag") if sp.get(k) is not None), None
+    )
 
 
 def grammar_after_reasoning(
@@ -164,6 +172,21 @@ def _has_answer_grammar(req: ChatCompletionRequest) -> bool:
     if isinstance(rf, dict) and rf.get("type", "text") != "text":
         return True
     return any(getattr(req, k, None) is not None for k in ("json_schema", "regex", "ebnf"))
+
+
+def _continued_text(message: dict[str, Any], prompt: str) -> str | None:
+    """The text of the assistant ``message`` a continuation request continues, as ``prompt``
+    ends with it (a chat template may strip its edges), or ``None`` when the prompt does not end
+    with it (e.g. its tool calls were rendered after it)."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if not isinstance(content, str) or not content:
+        return None
+    for text in (content, content.rstrip(), content.strip()):
+        if text and prompt.endswith(text):
+            return text
+    return None
 
 
 def _thinking_flag(req: ChatCompletionRequest) -> bool:
@@ -271,6 +294,8 @@ class ChatPrepareMixin(OpenAIServingBase):
         spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if active else None)
         schemas = {fn["name"]: fn.get("parameters") for fn in functions}
         plan = ChatPlan(prompt, thinking, spec, schemas if active else None)
+        if (req.continue_final_message or req.messages[-1].prefix) and msgs[-1].get("role") == "assistant":
+            plan.continued = _continued_text(msgs[-1], prompt)
         strict = any(bool(fn.get("strict")) for fn in functions)
         # parallel_tool_calls false under "auto": a grammar of at most one call, where one can
         # apply (a grammar backend, and no answer grammar of the client's to combine it with)

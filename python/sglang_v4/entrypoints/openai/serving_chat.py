@@ -246,6 +246,9 @@ class ChatMixin(ChatPrepareMixin):
         answer_grammar = None if plan.structural_tag is not None else answer_grammar_kind(sp)
         if plan.thinking and answer_grammar is not None:
             sp = grammar_after_reasoning(sp, answer_grammar, req, self.json_whitespace_kw())
+        elif answer_grammar is not None and plan.continued:
+            # the answer is the continued message + the output: the grammar reads the message first
+            sp["grammar_prefix"] = plan.continued
         if plan.thinking and plan.reasoning.separate:
             plan.think_end_id = self._think_end_id()
             if plan.think_end_id is not None:

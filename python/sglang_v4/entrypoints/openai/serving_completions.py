@@ -172,11 +172,14 @@ class CompletionsMixin(OpenAIServingBase):
             lp.text_offset.append(offset)
             offset += len(tok)
             if top:
+                # keyed by token text, as OpenAI's legacy field is: candidates whose texts collide
+                # (byte fragments all decode to U+FFFD) keep the best-ranked one's logprob
+                # (SGLang #32290: the last, lowest one overwrote it)
                 d: dict[str, float] = {}
                 for e in top:
                     tl, ti, tt = _lp_entry(e)
                     if tl is not None:
-                        d[self._token_text(ti, tt)] = openai_logprob(tl)
+                        d.setdefault(self._token_text(ti, tt), openai_logprob(tl))
                 lp.top_logprobs.append(d)
             else:
                 lp.top_logprobs.append(None)

@@ -1,0 +1,237 @@
+"""JSON-schema rewrites that make xgrammar's grammar accept what JSON Schema means.
+
+xgrammar compiles a JSON schema to a grammar in its "strict" reading (OpenAI's structured-outputs
+one: an object accepts the keys of ``properties`` only, in their declared order). Some schemas it
+then compiles to a grammar whose texts the schema itself rejects, or whose only value is an empty
+container, with no error; a request would get output that fails the schema it sent, or a model
+could never fill a field. :func:`normalize_json_schema` rewrites those nodes before compilation
+(every ``json_schema`` grammar: ``response_format``, SGLang's ``json_schema`` sampling parameter,
+the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema reading
+(Draft 2020-12, "Validation" and "Core" vocabularies) is honoured within the strict one:
+
+* an array without ``items`` / ``prefixItems`` means "any items": xgrammar compiled one carrying
+  any other keyword (``description``, ``maxItems``...) to ``[]`` only (xgrammar issue 833);
+* an object without ``properties`` / ``patternProperties`` / ``additionalProperties`` means "any
+  keys": xgrammar compiled one carrying another keyword (``required``, ``maxProperties``,
+  ``dependentRequired``...) to ``{}`` only (xgrammar issue 104);
+* the branches of an object's ``anyOf`` / ``oneOf`` are read together with the object (JSON
+  Schema applies both; xgrammar compiled each branch alone, so ``{"properties": {"email": {"type":
+  "string"}}, "anyOf": [{"required": ["email"]}, ...]}`` lost the type of ``email``): the object's
+  ``properties``, ``required``, ``additionalProperties`` and ``patternProperties`` are merged into
+  each branch that is an object schema of its own;
+* a ``required`` name that ``properties`` does not declare must still be present: xgrammar dropped
+  it (``{"properties": {"a": ...}, "required": ["b"]}`` gave ``{"a": 1}``, and ``{"type":
+  "object", "required": ["a"]}`` gave ``{}``). The name is added to ``properties`` with the schema
+  the object gives undeclared keys (the first ``patternProperties`` entry whose regex matches it,
+  else ``additionalProperties``, else any value); under ``"additionalProperties": false`` no object
+  can satisfy the schema, which is a ``ValueError``.
+
+:func:`check_json_schema` checks a schema against its JSON Schema meta-schema first (``jsonschema``):
+xgrammar compiles some malformed schemas (``{"anyOf": []}`` to a grammar whose only text is empty,
+not JSON at all; a ``type`` list with repeats) and reports others only as a C++ type-check failure.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["check_json_schema", "normalize_json_schema", "open_arrays"]
+
+#: Keywords whose value is one subschema.
+_ONE_SCHEMA = (
+    "items",
+    "additionalItems",
+    "unevaluatedItems",
+    "contains",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+)
+#: Keywords whose value is a list of subschemas.
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+#: Keywords whose value maps names to subschemas.
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def _is_type(node: dict[str, Any], name: str) -> bool:
+    t = node.get("type")
+    return t == name or (isinstance(t, list) and name in t)
+
+
+def _is_object_node(node: dict[str, Any]) -> bool:
+    """The node constrains objects: ``"type": "object"`` (alone or in a list), or no ``type`` and
+    an object keyword (``properties``, ``required``...)."""
+    if "type" in node:
+        return _is_type(node, "object")
+    return any(k in node for k in ("properties", "required", "additionalProperties", "patternProperties"))
+
+
+def _undeclared_key_schema(node: dict[str, Any], name: str, path: str) -> Any:
+    """The schema a key ``name`` that ``properties`` does not declare takes in ``node``.
+
+    Raises:
+        ValueError: ``additionalProperties`` is ``false`` and no ``patternProperties`` regex
+            matches ``name``.
+    """
+    patterns = node.get("patternProperties")
+    if isinstance(patterns, dict):
+        for pattern, sub in patterns.items():
+            try:
+                if re.search(pattern, name):
+                    return sub
+            except re.error:
+                continue  # xgrammar reports a pattern it cannot read
+    extra = node.get("additionalProperties", True)
+    if extra is False:
+        raise ValueError(
+            f"{path}: required property {name!r} is not in 'properties' and 'additionalProperties' "
+            "is false, so no object satisfies the schema."
+        )
+    return {} if extra is True else extra
+
+
+def _rewrite_object(node: dict[str, Any], path: str) -> None:
+    """Apply the object rewrites of the module docstring to ``node`` (in place; its subschemas
+    were rewritten already)."""
+    open_keys = not any(k in node for k in ("properties", "patternProperties", "additionalProperties"))
+    required = node.get("required")
+    if isinstance(required, list):
+        props = node.get("properties")
+        if props is None:
+            props = {}
+        if isinstance(props, dict):
+            missing = [n for n in dict.fromkeys(required) if isinstance(n, str) and n not in props]
+            if missing:
+                props = dict(props)
+                for name in missing:
+                    props[name] = _undeclared_key_schema(node, name, path)
+                node["properties"] = props
+    if open_keys:
+        node["additionalProperties"] = {}
+
+
+def _with_parent_keys(parent: dict[str, Any], branch: Any) -> Any:
+    """``branch`` of the ``anyOf`` / ``oneOf`` of the object schema ``parent`` with the parent's
+    object keywords merged in, where the branch is an object schema of its own (no ``type``, or
+    ``"object"``; no ``$ref``): the parent's ``properties`` it does not declare (unless its own
+    ``additionalProperties`` is false), the parent's ``required`` names, and the parent's
+    ``additionalProperties`` / ``patternProperties`` where it sets none. JSON Schema applies the
+    parent and the branch together; xgrammar compiles the branch alone."""
+    if not isinstance(branch, dict) or "$ref" in branch or branch.get("type", "object") != "object":
+        return branch
+    if not _is_object_node(branch) and "type" not in branch:
+        return branch
+    out = dict(branch, type="object")
+    parent_props = parent.get("properties")
+    own_props = out.get("properties")
+    if isinstance(parent_props, dict) and (own_props is None or isinstance(own_props, dict)):
+        if out.get("additionalProperties") is False:
+            extra = {}
+        else:
+            extra = {n: v for n, v in parent_props.items() if n not in (own_props or {})}
+        out["properties"] = {**extra, **(own_props or {})}
+    parent_req, own_req = parent.get("required"), out.get("required")
+    if isinstance(parent_req, list) and (own_req is None or isinstance(own_req, list)):
+        out["required"] = list(dict.fromkeys([*parent_req, *(own_req or [])]))
+    for k in ("additionalProperties", "patternProperties"):
+        if k in parent and k not in out:
+            out[k] = parent[k]
+    return out
+
+
+def _rewrite_alternatives(parent: dict[str, Any], key: str, path: str) -> list[Any]:
+    """The rewritten ``anyOf`` / ``oneOf`` list of ``parent`` (its object keywords merged into
+    the object branches when ``parent`` is an object schema: :func:`_with_parent_keys`). A branch
+    no object satisfies is dropped (the others may still match).
+
+    Raises:
+        ValueError: no branch can be satisfied.
+    """
+    merge = parent.get("type") == "object"
+    kept, error = [], None
+    for i, branch in enumerate(parent[key]):
+        try:
+            kept.append(
+                _rewrite(_with_parent_keys(parent, branch) if merge else branch, f"{path}.{key}[{i}]")
+            )
+        except ValueError as e:
+            error = error or e
+    if not kept and error is not None:
+        raise error
+    return kept
+
+
+def _rewrite(schema: Any, path: str) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for k in _ONE_SCHEMA:
+        if k in out and isinstance(out[k], dict):
+            out[k] = _rewrite(out[k], f"{path}.{k}")
+    if isinstance(out.get("items"), list):  # Draft 4-2019 tuple form
+        out["items"] = [_rewrite(s, f"{path}.items[{i}]") for i, s in enumerate(out["items"])]
+    for k in _SCHEMA_LISTS:
+        if not isinstance(out.get(k), list):
+            continue
+        if k in ("anyOf", "oneOf"):
+            out[k] = _rewrite_alternatives(out, k, path)
+        else:
+            out[k] = [_rewrite(s, f"{path}.{k}[{i}]") for i, s in enumerate(out[k])]
+    for k in _SCHEMA_MAPS:
+        if isinstance(out.get(k), dict):
+            out[k] = {name: _rewrite(s, f"{path}.{k}.{name}") for name, s in out[k].items()}
+    if _is_type(out, "array") and "items" not in out and "prefixItems" not in out:
+        out["items"] = {}
+    if _is_object_node(out):
+        _rewrite_object(out, path)
+    return out
+
+
+def normalize_json_schema(schema: Any, path: str = "schema") -> Any:
+    """``schema`` rewritten as the module docstring describes (a copy; the input is not changed).
+
+    Args:
+        schema: a JSON schema (a ``dict``; ``bool`` and other values are returned as they are).
+        path: how error messages name the schema's root (e.g. ``"json_schema"``).
+
+    Returns:
+        The rewritten schema: the same JSON Schema meaning, with no node xgrammar would compile to
+        a grammar that contradicts it in the ways listed above. ``const`` / ``enum`` / ``default``
+        / ``examples`` values are data and are never rewritten.
+
+    Raises:
+        ValueError: a ``required`` property that ``"additionalProperties": false`` forbids (no
+            object satisfies the schema); the message names the node by its path.
+    """
+    return _rewrite(schema, path)
+
+
+def check_json_schema(schema: Any) -> None:
+    """Check ``schema`` against the meta-schema of the draft it names in ``$schema`` (Draft
+    2020-12, OpenAI's and pydantic's, when it names none or one ``jsonschema`` does not know).
+
+    Raises:
+        ValueError: the schema is malformed; the message names the offending keyword by its path
+            (e.g. ``invalid JSON schema at 'properties/a/anyOf': [] should be non-empty``).
+    """
+    from jsonschema import Draft202012Validator, SchemaError
+    from jsonschema.validators import validator_for
+
+    cls = Draft202012Validator
+    if isinstance(schema, dict) and isinstance(schema.get("$schema"), str):
+        cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "the root"
+        raise ValueError(f"invalid JSON schema at {where!r}: {e.message}") from None
+
+
+def open_arrays(schema: Any) -> Any:
+    """:func:`normalize_json_schema` (kept under the name of its first rewrite, the arrays)."""
+    return normalize_json_schema(schema)
