@@ -60,6 +60,7 @@ __all__ = [
     "DSML",
     "TOOL_CALLS_START",
     "TOOL_CALLS_END",
+    "PART_SEPARATOR",
     "REASONING_EFFORT_PROFILES",
     "encode_continuation",
     "encode_messages",
@@ -190,12 +191,19 @@ def reasoning_effort_prefix(effort: Any, profile: str = "preview") -> str:
 TEXT_PART_KEYS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
-def message_text(content: Any, field: str = "content", sep: str = "") -> str:
+#: What separates the text parts of one message: a blank line, as DeepSeek's own request converter
+#: (the ``deepseek-recipe`` package, which SGLang's DeepSeek-V4 chat path renders through) joins
+#: them on the Chat Completions, Responses and Messages APIs alike, and as the reference encoder
+#: joins the parts of a tool result. Joined with nothing, ``["Hello", "world"]`` read "Helloworld".
+PART_SEPARATOR = "\n\n"
+
+
+def message_text(content: Any, field: str = "content", sep: str = PART_SEPARATOR) -> str:
     """The text of an OpenAI message ``content``: a string, ``None`` (empty) or a list of parts.
 
     Text parts (``{"type": "text", "text": ...}``, also ``input_text`` / ``output_text``, and
     ``{"type": "refusal", "refusal": ...}``: :data:`TEXT_PART_KEYS`; a part without ``type``
-    is a text part) are joined with ``sep`` in order.
+    is a text part) are joined with ``sep`` (default :data:`PART_SEPARATOR`) in order.
 
     Raises:
         ValueError: a non-text part (images, audio, files...) or a malformed value; names
@@ -338,7 +346,7 @@ def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         f"messages[{i}]: a 'tool' message must answer an earlier assistant message "
                         "with tool_calls."
                     )
-                text = message_text(m.get("content"), field, sep="\n\n")
+                text = message_text(m.get("content"), field)
                 part = ("tool", f"<tool_result>{text}</tool_result>", m.get("tool_call_id"))
             if turns and turns[-1]["role"] == "user":
                 turns[-1]["parts"].append(part)
