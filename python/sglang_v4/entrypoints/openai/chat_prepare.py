@@ -1,8 +1,9 @@
 """Chat request preparation for ``/v1/chat/completions``: the rendered prompt and how the output
 is read (:class:`ChatPlan`).
 
-The messages are rendered with :func:`~sglang_v4.entrypoints.chat_encoding.encode_messages` (or,
-with ``--chat-template FILE``, with transformers' ``apply_chat_template`` and that Jinja text);
+The messages are rendered with :func:`~sglang_v4.entrypoints.chat_encoding.render_messages`, the
+request's own text marked to be tokenized as plain text (or, with ``--chat-template FILE``, with
+transformers' ``apply_chat_template`` and that Jinja text, tokenized as a whole);
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
 as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request,
 rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`).
@@ -27,9 +28,10 @@ from sglang_v4.entrypoints.chat_encoding import (
     DSML,
     REASONING_EFFORT_PROFILES,
     THINK_END,
-    encode_continuation,
-    encode_messages,
+    RenderedPrompt,
     normalize_reasoning_effort,
+    render_continuation,
+    render_messages,
     validate_tools,
 )
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
@@ -105,6 +107,9 @@ class ChatPlan:
         think_end_id: the ``</think>`` token id when the output starts inside reasoning, else
             ``None``; a generation stopped by that token ended its reasoning.
         stop_marker: the request's ``stop`` held ``"</think>"`` (sent as a stop token instead).
+        plain_spans: the character spans of ``prompt`` that hold the request's own text, to be
+            tokenized as plain text (:class:`~sglang_v4.entrypoints.chat_encoding.RenderedPrompt`;
+            ``()`` for a ``--chat-template`` prompt, tokenized as transformers does).
     """
 
     prompt: str
@@ -114,6 +119,7 @@ class ChatPlan:
     structural_tag: str | None = None
     think_end_id: int | None = None
     stop_marker: bool = False
+    plain_spans: tuple[tuple[int, int], ...] = ()
 
     def ended_by_marker(self, matched: Any) -> bool:
         """Whether the finish's ``matched`` stop is the ``</think>`` token."""
@@ -264,13 +270,15 @@ class ChatPrepareMixin(OpenAIServingBase):
                 )
         tools = req.tools if active else None
         try:
-            prompt, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
+            rendered, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
         except ValueError as e:
             raise RequestError(str(e), param="messages") from None
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if active else None)
         schemas = {fn["name"]: fn.get("parameters") for fn in functions}
-        plan = ChatPlan(prompt, thinking, spec, schemas if active else None)
+        plan = ChatPlan(
+            rendered.text, thinking, spec, schemas if active else None, plain_spans=rendered.plain_spans
+        )
         strict = any(bool(fn.get("strict")) for fn in functions)
         # parallel_tool_calls false under "auto": a grammar of at most one call, where one can
         # apply (a grammar backend, and no answer grammar of the client's to combine it with)
@@ -309,7 +317,7 @@ class ChatPrepareMixin(OpenAIServingBase):
         tools: list[dict[str, Any]] | None,
         effort: str | None,
         kwargs: dict[str, Any],
-    ) -> tuple[str, bool]:
+    ) -> tuple[RenderedPrompt, bool]:
         """The prompt, and whether the output starts inside the reasoning (thinking mode, except
         when ``continue_final_message``, or DeepSeek's ``prefix: true`` on the final assistant
         message, continues the answer: :func:`encode_continuation`)."""
@@ -331,14 +339,14 @@ class ChatPrepareMixin(OpenAIServingBase):
                 )
             except Exception as e:  # noqa: BLE001 - Jinja raises many types; all are a bad request
                 raise ValueError(f"the chat template failed on these messages: {e}") from None
-            return prompt, thinking
+            return RenderedPrompt(prompt), thinking
         profile = self.reasoning_effort_profile
         if cont:  # the continuation is answer text (after the turn's closed reasoning)
-            prompt = encode_continuation(
+            rendered = render_continuation(
                 msgs, thinking, tools=tools, reasoning_effort=effort, reasoning_effort_profile=profile
             )
-            return prompt, False
-        prompt = encode_messages(
+            return rendered, False
+        rendered = render_messages(
             msgs,
             thinking,
             req.add_generation_prompt,
@@ -346,7 +354,7 @@ class ChatPrepareMixin(OpenAIServingBase):
             reasoning_effort=effort,
             reasoning_effort_profile=profile,
         )
-        return prompt, thinking
+        return rendered, thinking
 
     def _think_end_id(self) -> int | None:
         """The ``</think>`` token id (``None`` without a tokenizer or when it is not one token)."""
