@@ -20,6 +20,12 @@ oracle:
   text, the template's markup as special tokens), on ``/tokenize``, ``usage.prompt_tokens`` and
   ``/v1/messages/count_tokens``; and for text without such strings, the tokenizer's own encoding
   of the whole prompt (nothing changes there).
+* A stop string the model writes in more tokens than the string's own encoding has
+  (huggingface/text-generation-inference#1039: stops seen only where they align with token
+  boundaries). The stop checker decoded a window of the stop's own token count (+2), so "stop"
+  written as ``s``, ``t``, ``o``, ``p`` or "你好" written byte by byte was never seen and the
+  generation ran on. Oracle: the first output length whose decoded text (the tokenizer's own
+  decode) holds the stop string.
 """
 
 from __future__ import annotations
@@ -292,3 +298,40 @@ def test_plain_spans_change_nothing_without_control_strings(pieces, markup) -> N
     ):
         return  # (the alphabet cannot spell one; kept as a guard)
     assert encode_with_plain_spans(tok, text, spans) == tok.encode(text, add_special_tokens=False)
+
+
+def _byte_tokens(tok: Any) -> dict[int, int]:
+    """byte value -> the id of the byte-level token of that single byte."""
+    from sglang_v4.utils import byte_level_token_bytes
+
+    out: dict[int, int] = {}
+    for tid in range(len(tok)):
+        b = byte_level_token_bytes(tok, tid)
+        if b is not None and len(b) == 1:
+            out.setdefault(b[0], tid)
+    return out
+
+
+@pytest.mark.parametrize("stop", ["stop", "你好", "Stop here.", "😀", "</b>", "\n\n"])
+@pytest.mark.parametrize("spelling", ["bytes", "chars"])
+def test_stop_string_written_in_more_tokens_than_its_encoding(stop: str, spelling: str) -> None:
+    from sglang_v4.sampling.sampling_params import SamplingParams
+    from sglang_v4.sampling.stop_checker import check_stop
+
+    tok = _served_tokenizer()
+    if spelling == "bytes":
+        byte_ids = _byte_tokens(tok)
+        written = [byte_ids[b] for b in stop.encode()]
+    else:
+        written = [t for ch in stop for t in tok.encode(ch, add_special_tokens=False)]
+    ids = (
+        tok.encode("Well, ", add_special_tokens=False)
+        + written
+        + tok.encode(" more", add_special_tokens=False)
+    )
+    want = next(k for k in range(1, len(ids) + 1) if stop in tok.decode(ids[:k]))  # the oracle
+    sp = SamplingParams(stop=[stop], max_new_tokens=100)
+    sp.normalize(tok)
+    got = next((k for k in range(1, len(ids) + 1) if check_stop(ids[:k], sp, {1}, tok, False)), None)
+    assert got == want
+    assert check_stop(ids[:want], sp, {1}, tok, False) == {"type": "stop", "matched": stop}
