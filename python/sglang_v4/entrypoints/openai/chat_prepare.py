@@ -38,6 +38,7 @@ from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
+from sglang_v4.prompt_tokens import prepare_plain_encoding
 
 __all__ = [
     "ChatPlan",
@@ -224,6 +225,8 @@ class ChatPrepareMixin(OpenAIServingBase):
         if self.reasoning_effort_profile != "preview":
             logger.info("Reasoning effort profile of the checkpoint: %s", self.reasoning_effort_profile)
         path = getattr(self.args, "chat_template", None)
+        if not path and self.tokenizer is not None:
+            prepare_plain_encoding(self.tokenizer)  # the request text's tokenizer, built aside
         if not path or getattr(self.args, "skip_tokenizer_init", False):
             return  # (without a tokenizer the chat route is refused: nothing to render)
         with open(path, encoding="utf-8") as f:
