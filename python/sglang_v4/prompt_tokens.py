@@ -73,6 +73,7 @@ def _build_codec(tokenizer: Any) -> _PlainCodec | None:
     import tokenizers
 
     plain = tokenizers.Tokenizer.from_str(json.dumps(spec))
+    plain.no_padding()  # the runs are encoded as one batch: never padded to a common length
     ids = {tok["content"]: int(tok["id"]) for tok in added if tok.get("content")}
     alternatives = sorted(ids, key=len, reverse=True)
     pattern = re.compile("|".join(map(re.escape, alternatives))) if alternatives else re.compile(r"(?!)")
