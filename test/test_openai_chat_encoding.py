@@ -66,12 +66,15 @@ def test_multi_turn_chat_mode_and_no_generation_prompt() -> None:
         {"role": "assistant", "content": "b"},
         {"role": "user", "content": [{"type": "text", "text": "c"}, {"type": "text", "text": "d"}]},
     ]
+    # text parts joined by a blank line (DeepSeek's request converter; test_public_bugs_text.py
+    # checks it against that converter)
     assert (
-        encode_messages(msgs, thinking=False) == B + U + "a" + A + "</think>b" + E + U + "cd" + A + "</think>"
+        encode_messages(msgs, thinking=False)
+        == B + U + "a" + A + "</think>b" + E + U + "c\n\nd" + A + "</think>"
     )
     assert (
         encode_messages(msgs, thinking=False, add_generation_prompt=False)
-        == B + U + "a" + A + "</think>b" + E + U + "cd"
+        == B + U + "a" + A + "</think>b" + E + U + "c\n\nd"
     )
 
 

@@ -35,6 +35,10 @@ DeepSeek's published reference encoder):
   ``<｜DSML｜parameter name="KEY" string="true">RAW STRING</｜DSML｜parameter>`` (string values) or
   ``string="false"`` with the JSON text of any other value.
 
+The request's own text (message content, reasoning, tool results, tool-call names and arguments,
+tool schemas) is plain text: :func:`render_messages` gives its spans, and a special-token string in
+one is tokenized as text, not as the control token (:mod:`sglang_v4.prompt_tokens`).
+
 ``｜DSML｜`` is one token of the V4 tokenizer. Example (chat mode, one call)::
 
     <｜begin▁of▁sentence｜>SYS\\n\\n## Tools ...<｜User｜>Weather?<｜Assistant｜></think>\\n\\n<｜DSML｜tool_calls>
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -60,13 +65,18 @@ __all__ = [
     "DSML",
     "TOOL_CALLS_START",
     "TOOL_CALLS_END",
+    "PART_SEPARATOR",
     "REASONING_EFFORT_PROFILES",
+    "RenderedPrompt",
+    "Segment",
     "encode_continuation",
     "encode_messages",
     "encode_tool_calls",
     "message_text",
     "normalize_reasoning_effort",
     "reasoning_effort_prefix",
+    "render_continuation",
+    "render_messages",
     "render_tools",
     "validate_tools",
 ]
@@ -130,6 +140,10 @@ _TOOLS_SECTION = (
 
 _ROLES = ("system", "user", "developer", "assistant", "tool")
 
+#: A piece of a prompt being rendered: ``(text, is the request's own text)``. The request's text
+#: is tokenized as plain text (:class:`RenderedPrompt`), the rest as template markup.
+Segment = tuple[str, bool]
+
 #: The reasoning-effort profiles of DeepSeek-V4 checkpoints (the module docstring): the tiers of
 #: each (OpenAI's ``reasoning_effort`` values -> the encoder's tier, ``None`` its default) and the
 #: instruction each tier puts after BOS in thinking mode. ``preview``: the encoder knows ``"high"``
@@ -190,12 +204,19 @@ def reasoning_effort_prefix(effort: Any, profile: str = "preview") -> str:
 TEXT_PART_KEYS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
-def message_text(content: Any, field: str = "content", sep: str = "") -> str:
+#: What separates the text parts of one message: a blank line, as DeepSeek's own request converter
+#: (the ``deepseek-recipe`` package, which SGLang's DeepSeek-V4 chat path renders through) joins
+#: them on the Chat Completions, Responses and Messages APIs alike, and as the reference encoder
+#: joins the parts of a tool result. Joined with nothing, ``["Hello", "world"]`` read "Helloworld".
+PART_SEPARATOR = "\n\n"
+
+
+def message_text(content: Any, field: str = "content", sep: str = PART_SEPARATOR) -> str:
     """The text of an OpenAI message ``content``: a string, ``None`` (empty) or a list of parts.
 
     Text parts (``{"type": "text", "text": ...}``, also ``input_text`` / ``output_text``, and
     ``{"type": "refusal", "refusal": ...}``: :data:`TEXT_PART_KEYS`; a part without ``type``
-    is a text part) are joined with ``sep`` in order.
+    is a text part) are joined with ``sep`` (default :data:`PART_SEPARATOR`) in order.
 
     Raises:
         ValueError: a non-text part (images, audio, files...) or a malformed value; names
@@ -266,8 +287,13 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
 
 def render_tools(functions: Sequence[Mapping[str, Any]]) -> str:
     """The "## Tools" section for these function definitions (one ``json.dumps`` line each)."""
-    schemas = "\n".join(_to_json(fn) for fn in functions)
-    return _TOOLS_SECTION.replace("{schemas}", schemas)
+    return "".join(text for text, _ in _tools_segments(functions))
+
+
+def _tools_segments(functions: Sequence[Mapping[str, Any]]) -> list[Segment]:
+    """:func:`render_tools` as segments: the schemas are the client's text."""
+    head, _, tail = _TOOLS_SECTION.partition("{schemas}")
+    return [(head, False), ("\n".join(_to_json(fn) for fn in functions), True), (tail, False)]
 
 
 def _to_json(value: Any) -> str:
@@ -303,22 +329,36 @@ def encode_tool_calls(tool_calls: Sequence[Mapping[str, Any]], field: str = "too
     Raises:
         ValueError: a call without name, arguments that are not a JSON object (names ``field``).
     """
-    invokes = []
+    return "".join(text for text, _ in _tool_call_segments(tool_calls, field))
+
+
+def _tool_call_segments(tool_calls: Sequence[Mapping[str, Any]], field: str) -> list[Segment]:
+    """:func:`encode_tool_calls` as segments: names, keys and values are the client's text."""
+    segs: list[Segment] = [("\n\n" + TOOL_CALLS_START + "\n", False)]
     for j, call in enumerate(tool_calls):
         if not isinstance(call, Mapping):
             raise ValueError(f"{field}[{j}] must be an object.")
         name, args = _call_arguments(call, f"{field}[{j}]")
-        params = [
-            f'<{DSML}parameter name="{key}" string="{"true" if isinstance(v, str) else "false"}">'
-            f"{v if isinstance(v, str) else _to_json(v)}</{DSML}parameter>"
-            for key, v in args.items()
-        ]
-        invokes.append(f'<{DSML}invoke name="{name}">\n' + "\n".join(params) + f"\n</{DSML}invoke>")
-    return "\n\n" + TOOL_CALLS_START + "\n" + "\n".join(invokes) + "\n" + TOOL_CALLS_END
+        if j:
+            segs.append(("\n", False))
+        segs += [(f'<{DSML}invoke name="', False), (name, True), ('">\n', False)]
+        for k, (key, v) in enumerate(args.items()):
+            is_str = isinstance(v, str)
+            segs += [
+                (("\n" if k else "") + f'<{DSML}parameter name="', False),
+                (key, True),
+                (f'" string="{"true" if is_str else "false"}">', False),
+                (v if is_str else _to_json(v), True),
+                (f"</{DSML}parameter>", False),
+            ]
+        segs.append((f"\n</{DSML}invoke>", False))
+    segs.append(("\n" + TOOL_CALLS_END, False))
+    return segs
 
 
 def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Validate roles and merge user/tool messages into user turns (``parts`` lists)."""
+    """Validate roles and merge user/tool messages into user turns; each turn's text is a list of
+    :data:`Segment` (``"segs"``)."""
     turns: list[dict[str, Any]] = []
     call_order: dict[str, int] = {}
     answering_calls = False  # the last assistant message made tool calls
@@ -331,15 +371,16 @@ def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         field = f"messages[{i}].content"
         if role in ("user", "tool"):
             if role == "user":
-                part = ("text", message_text(m.get("content"), field), None)
+                part = ("text", [(message_text(m.get("content"), field), True)], None)
             else:
                 if not answering_calls:
                     raise ValueError(
                         f"messages[{i}]: a 'tool' message must answer an earlier assistant message "
                         "with tool_calls."
                     )
-                text = message_text(m.get("content"), field, sep="\n\n")
-                part = ("tool", f"<tool_result>{text}</tool_result>", m.get("tool_call_id"))
+                text = message_text(m.get("content"), field)
+                segs = [("<tool_result>", False), (text, True), ("</tool_result>", False)]
+                part = ("tool", segs, m.get("tool_call_id"))
             if turns and turns[-1]["role"] == "user":
                 turns[-1]["parts"].append(part)
             else:
@@ -352,23 +393,65 @@ def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if not isinstance(calls, Sequence) or isinstance(calls, (str, bytes)):
                 raise ValueError(f"messages[{i}].tool_calls must be a list.")
             if calls:
-                turn["dsml"] = encode_tool_calls(calls, f"messages[{i}].tool_calls")
+                turn["dsml"] = _tool_call_segments(calls, f"messages[{i}].tool_calls")
                 call_order = {
                     c.get("id"): k for k, c in enumerate(calls) if isinstance(c, Mapping) and c.get("id")
                 }
-        turn["text"] = message_text(m.get("content"), field)
+        turn["segs"] = [(message_text(m.get("content"), field), True)]
         turns.append(turn)
     for t in turns:
         if t["role"] == "user":
-            parts = t["parts"]
+            parts = t.pop("parts")
             # tool results in the order of the calls of the last assistant message that made calls
             # (unknown ids sort first; stable), keeping text parts where they are
             order = t.pop("order")
             tools_sorted = iter(
                 sorted((p for p in parts if p[0] == "tool"), key=lambda p: order.get(p[2], 0))
             )
-            t["text"] = "\n\n".join((next(tools_sorted) if p[0] == "tool" else p)[1] for p in parts)
+            segs: list[Segment] = []
+            for k, p in enumerate(parts):
+                if k:
+                    segs.append((PART_SEPARATOR, False))
+                segs += (next(tools_sorted) if p[0] == "tool" else p)[1]
+            t["segs"] = segs
     return turns
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """A rendered chat prompt and where in it the client's own text lies.
+
+    Attributes:
+        text: the prompt text (special tokens as text).
+        plain_spans: ``(start, end)`` character ranges of ``text`` holding text the request gave
+            (message content, reasoning, tool results, tool-call names and arguments, tool
+            schemas), in order and disjoint. A special-token string inside one is text, not a
+            control token: ``<｜User｜>`` in a user message must not open a user turn. DeepSeek's
+            encoder (``deepseek-recipe``) tokenizes message text that way; the template's own
+            markup (BOS, role tokens, ``<think>``, DSML) stays special. Tokenize with
+            :func:`sglang_v4.utils.encode_with_plain_spans`.
+    """
+
+    text: str
+    plain_spans: tuple[tuple[int, int], ...] = ()
+
+
+def _assemble(segs: Sequence[Segment]) -> RenderedPrompt:
+    """Join segments; the client's (``True``) ones become the plain spans (adjacent ones merged)."""
+    pieces: list[str] = []
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for text, plain in segs:
+        if not text:
+            continue
+        if plain:
+            if spans and spans[-1][1] == at:
+                spans[-1] = (spans[-1][0], at + len(text))
+            else:
+                spans.append((at, at + len(text)))
+        pieces.append(text)
+        at += len(text)
+    return RenderedPrompt("".join(pieces), tuple(spans))
 
 
 def encode_messages(
@@ -396,11 +479,37 @@ def encode_messages(
         reasoning_effort_profile: the checkpoint's effort profile (:data:`REASONING_EFFORT_PROFILES`).
 
     Returns:
-        The prompt text (special tokens as text; tokenize with ``add_special_tokens=False``).
+        The prompt text; :func:`render_messages` adds where the request's own text lies.
 
     Raises:
         ValueError: empty conversation, unknown role, non-text content, bad tools or tool calls,
             bad ``reasoning_effort``; the message names the field.
+    """
+    return render_messages(
+        messages,
+        thinking,
+        add_generation_prompt,
+        tools=tools,
+        reasoning_effort=reasoning_effort,
+        add_bos=add_bos,
+        reasoning_effort_profile=reasoning_effort_profile,
+    ).text
+
+
+def render_messages(
+    messages: Sequence[Mapping[str, Any]],
+    thinking: bool = False,
+    add_generation_prompt: bool = True,
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    reasoning_effort: str | None = None,
+    add_bos: bool = True,
+    reasoning_effort_profile: str = "preview",
+) -> RenderedPrompt:
+    """:func:`encode_messages` with the plain spans of the request's own text (:class:`RenderedPrompt`).
+
+    Raises:
+        ValueError: as :func:`encode_messages`.
     """
     if not messages:
         raise ValueError("messages must contain at least one message.")
@@ -409,8 +518,8 @@ def encode_messages(
     turns = _merge_turns(messages)
     if functions:
         if turns[0]["role"] != "system":
-            turns.insert(0, {"role": "system", "text": ""})
-        turns[0] = dict(turns[0], text=turns[0]["text"] + "\n\n" + render_tools(functions))
+            turns.insert(0, {"role": "system", "segs": []})
+        turns[0] = dict(turns[0], segs=[*turns[0]["segs"], ("\n\n", False), *_tools_segments(functions)])
     # "Dropped thinking" (thinking mode without tools): developer turns before the last user turn
     # are left out; only turns after it keep their reasoning.
     drop = thinking and not functions
@@ -423,30 +532,29 @@ def encode_messages(
         turns = [t for i, t in enumerate(turns) if not (t["role"] == "developer" and i < cut)]
     last_user = last_user_index()
 
-    parts: list[str] = [BOS] if add_bos else []
+    segs: list[Segment] = [(BOS, False)] if add_bos else []
     if thinking and effort_prefix:
-        parts.append(effort_prefix)
+        segs.append((effort_prefix, False))
     n = len(turns)
     for i, t in enumerate(turns):
         role = t["role"]
         if role == "system":
-            parts.append(t["text"])
+            segs += t["segs"]
         elif role in ("user", "developer"):
-            parts.append(USER + t["text"])
+            segs += [(USER, False), *t["segs"]]
         else:  # assistant
-            reasoning = ""
             if thinking and (not drop or i > last_user):
                 rc = t.get("reasoning_content")
-                reasoning = (rc if isinstance(rc, str) else "") + THINK_END
-            parts.append(reasoning + t["text"] + t.get("dsml", "") + EOS)
+                segs += [(rc if isinstance(rc, str) else "", True), (THINK_END, False)]
+            segs += [*t["segs"], *t.get("dsml", []), (EOS, False)]
         # The assistant turn opens after a user / developer / system turn that an assistant turn
         # follows, and after the last turn (an assistant one too) when a generation prompt is
         # wanted: a prompt never ends at a bare system text or EOS.
         nxt = turns[i + 1]["role"] if i + 1 < n else None
         if (nxt == "assistant" and role != "assistant") or (nxt is None and add_generation_prompt):
             opens_thinking = thinking and (not drop or i >= last_user)
-            parts.append(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
-    return "".join(parts)
+            segs.append((ASSISTANT + (THINK_START if opens_thinking else THINK_END), False))
+    return _assemble(segs)
 
 
 def encode_continuation(
@@ -458,21 +566,38 @@ def encode_continuation(
     reasoning_effort_profile: str = "preview",
 ) -> str:
     """Render a conversation whose last message is a partial ``assistant`` turn to be continued
-    (OpenAI-compatible ``continue_final_message``; transformers likewise renders the final
-    message and cuts its end-of-turn).
-
-    The prompt is :func:`encode_messages` of the whole conversation without the final EOS (V4's
-    "assistant turn without EOS"), so BOS, the tools section and the ``<｜Assistant｜>`` + mode
-    token come first as for any prompt. In thinking mode the final turn keeps its
-    ``reasoning_content`` in the ``<think>`` block, which is closed (``</think>``) before its
-    ``content``: the continuation is answer text, never reasoning.
+    (``continue_final_message``): :func:`encode_messages` of it without the final EOS (V4's
+    "assistant turn without EOS"). In thinking mode the final turn keeps its ``reasoning_content``
+    in the ``<think>`` block, closed before its ``content``: the continuation is answer text.
 
     Raises:
         ValueError: the last message is not an assistant message, or as :func:`encode_messages`.
     """
+    return render_continuation(
+        messages,
+        thinking,
+        tools=tools,
+        reasoning_effort=reasoning_effort,
+        reasoning_effort_profile=reasoning_effort_profile,
+    ).text
+
+
+def render_continuation(
+    messages: Sequence[Mapping[str, Any]],
+    thinking: bool = False,
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    reasoning_effort: str | None = None,
+    reasoning_effort_profile: str = "preview",
+) -> RenderedPrompt:
+    """:func:`encode_continuation` with the plain spans of the request's own text.
+
+    Raises:
+        ValueError: as :func:`encode_continuation`.
+    """
     if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "assistant":
         raise ValueError("messages[-1] must be an assistant message to continue it.")
-    prompt = encode_messages(
+    rendered = render_messages(
         messages,
         thinking,
         False,
@@ -480,4 +605,5 @@ def encode_continuation(
         reasoning_effort=reasoning_effort,
         reasoning_effort_profile=reasoning_effort_profile,
     )
-    return prompt.removesuffix(EOS)
+    # the final EOS is template markup, never inside a plain span
+    return RenderedPrompt(rendered.text.removesuffix(EOS), rendered.plain_spans)

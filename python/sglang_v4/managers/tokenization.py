@@ -13,6 +13,7 @@ from typing import Any
 
 from sglang_v4.managers.control_struct import SchedulerReadyInfo, context_length_message
 from sglang_v4.managers.io_struct import GenerateReqInput, TokenizedGenerateReqInput
+from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.sampling.sampling_params import SamplingParams
 
 #: Why a text prompt is refused by a server started with ``--skip-tokenizer-init``.
@@ -83,7 +84,11 @@ class TokenizationMixin:
     server_args: Any
 
     async def encode_text(
-        self, text: str, add_special_tokens: bool = True, max_new_tokens: int | None = None
+        self,
+        text: str,
+        add_special_tokens: bool = True,
+        max_new_tokens: int | None = None,
+        plain_spans: tuple[tuple[int, int], ...] = (),
     ) -> list[int]:
         """Token ids of ``text`` without blocking the event loop for long texts.
 
@@ -96,12 +101,24 @@ class TokenizationMixin:
             text: the prompt text.
             add_special_tokens: add BOS/EOS as the tokenizer's config says.
             max_new_tokens: the requested completion length (for the error message), if any.
+            plain_spans: character spans of a rendered chat prompt that hold the request's own
+                text, tokenized as plain text (no BOS / EOS is added then:
+                :func:`~sglang_v4.prompt_tokens.encode_with_plain_spans`).
 
         Raises:
             RequestError: the text cannot fit in the context (400).
         """
+
+        def encode() -> list[int]:
+            if plain_spans:
+                return encode_with_plain_spans(self.tokenizer, text, plain_spans)
+            if len(text) <= TOKENIZE_IN_THREAD_CHARS:
+                return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+            whole = getattr(self.tokenizer, "encode_releasing_gil", None) or self.tokenizer.encode
+            return list(whole(text, add_special_tokens=add_special_tokens))
+
         if len(text) <= TOKENIZE_IN_THREAD_CHARS:
-            return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+            return encode()
         per_token = getattr(self.tokenizer, "max_chars_per_token", None)
         if isinstance(per_token, int) and per_token > 0 and not self._auto_truncate():
             at_least = -(-len(text) // per_token)
@@ -112,9 +129,7 @@ class TokenizationMixin:
                 raise RequestError(
                     context_length_message(self.context_len, at_least, max_new_tokens, at_least=True)
                 )
-        encode = getattr(self.tokenizer, "encode_releasing_gil", None) or self.tokenizer.encode
-        ids = await asyncio.to_thread(encode, text, add_special_tokens=add_special_tokens)
-        return list(ids)
+        return await asyncio.to_thread(encode)
 
     async def _encode_prompts(self, objs: list[GenerateReqInput]) -> list[list[int] | None]:
         """Token ids of each single request's text prompt (``None`` for an ``input_ids`` prompt);

@@ -9,7 +9,8 @@ Semantics follow SGLang's ``srt/sampling/sampling_params.py`` (read for behaviou
   construction, as SGLang does, so downstream code never divides by zero.
 * ``top_k=-1`` (the default) means "the whole vocabulary".
 * ``stop`` (a string or a list of strings) is an API alias; :meth:`SamplingParams.normalize` copies it
-  to ``stop_strs`` (always a list) and computes ``stop_str_max_len`` (in tokens) for the stop checker.
+  to ``stop_strs`` (always a list) and computes ``stop_str_max_len`` (the most output tokens a stop
+  string can span) for the stop checker.
 
 Errors: construction, :meth:`from_dict` and :meth:`verify` raise ``ValueError`` whose message names the
 offending field, which the HTTP layers turn into a 400.
@@ -170,7 +171,7 @@ class SamplingParams:
         beam_width: int | None. Only ``None``/``1`` accepted (beam search not supported).
 
     Internal fields (filled by :meth:`normalize`): ``stop_strs`` (list[str]), ``stop_regex_strs``
-    (list[str]), ``stop_str_max_len`` (max stop-string length in tokens), ``is_normalized``.
+    (list[str]), ``stop_str_max_len`` (the most output tokens a stop string can span), ``is_normalized``.
     """
 
     max_new_tokens: int | None = 128
@@ -422,8 +423,12 @@ class SamplingParams:
     def normalize(self, tokenizer: Any | None) -> None:
         """Turn API aliases into internal fields (idempotent).
 
-        ``stop`` -> ``stop_strs`` (list), ``stop_str_max_len`` = the longest stop string in tokens
-        (``tokenizer.encode(s, add_special_tokens=False)``; in characters when ``tokenizer`` is None),
+        ``stop`` -> ``stop_strs`` (list), ``stop_str_max_len`` = the most output tokens a stop string
+        can span: its UTF-8 length in bytes (at least its own token count,
+        ``tokenizer.encode(s, add_special_tokens=False)``). The model may write a stop string in
+        more tokens than its own encoding has -- one per character or per byte (byte-level BPE) --
+        and every token covers at least one byte of text, so a window of that many tokens sees
+        the whole string (a window of its own token count missed "stop" written s, t, o, p).
         ``stop_regex`` -> ``stop_regex_strs`` (list). Greedy mapping is already done at construction.
 
         Raises:
@@ -442,11 +447,10 @@ class SamplingParams:
             raise ValueError("stop: stop strings must be non-empty.")
         max_len = 0
         for s in stops:
+            n = len(s.encode("utf-8", errors="surrogatepass"))
             if tokenizer is not None:
                 enc = tokenizer.encode(s, add_special_tokens=False)
-                n = len(getattr(enc, "ids", enc))  # tokenizers.Tokenizer returns an Encoding
-            else:
-                n = len(s)
+                n = max(n, len(getattr(enc, "ids", enc)))  # tokenizers.Tokenizer returns an Encoding
             max_len = max(max_len, n)
         self.stop_strs = list(stops)
         self.stop_str_max_len = max_len

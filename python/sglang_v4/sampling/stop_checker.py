@@ -94,9 +94,9 @@ def check_stop(
             raise ValueError("stop: stop strings need a tokenizer to decode the output")
         max_len = params.stop_str_max_len
         if not params.is_normalized or max_len <= 0:
-            # Not normalized: bound the window by characters (a token is at least one character
-            # of the stop string in the worst case).
-            max_len = max((len(s) for s in (stops or [])), default=0)
+            # Not normalized: bound the window by UTF-8 bytes (every token covers at least one
+            # byte of the stop string in the worst case, SamplingParams.normalize).
+            max_len = max((len(s.encode("utf-8", errors="surrogatepass")) for s in (stops or [])), default=0)
         if regs:
             max_len = max(max_len, 64)
         tail_len = min(len(output_ids) - text_start, max_len + STOP_TAIL_EXTRA_TOKENS)

@@ -54,6 +54,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatRun, _ChoiceStream
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser
+from sglang_v4.prompt_tokens import encode_with_plain_spans
 
 __all__ = ["AnthropicServing", "anthropic_error_response", "context_overflow_message"]
 
@@ -195,8 +196,8 @@ class AnthropicServing:
         except RequestError as e:
             raise anthropic_field_error(e) from None
         tok = self.chat.tokenizer
-        ids = await asyncio.to_thread(tok.encode, plan.prompt, add_special_tokens=False)
-        return JSONResponse({"input_tokens": len(getattr(ids, "ids", ids))})
+        ids = await asyncio.to_thread(encode_with_plain_spans, tok, plan.prompt, plan.plain_spans)
+        return JSONResponse({"input_tokens": len(ids)})
 
     # ------------------------------------------------------------------ streaming
     async def _stream(self, req: MessagesRequest, run: ChatRun, raw: Request) -> Response:

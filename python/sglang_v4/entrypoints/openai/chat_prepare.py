@@ -1,8 +1,9 @@
 """Chat request preparation for ``/v1/chat/completions``: the rendered prompt and how the output
 is read (:class:`ChatPlan`).
 
-The messages are rendered with :func:`~sglang_v4.entrypoints.chat_encoding.encode_messages` (or,
-with ``--chat-template FILE``, with transformers' ``apply_chat_template`` and that Jinja text);
+The messages are rendered with :func:`~sglang_v4.entrypoints.chat_encoding.render_messages`, the
+request's own text marked to be tokenized as plain text (or, with ``--chat-template FILE``, with
+transformers' ``apply_chat_template`` and that Jinja text, tokenized as a whole);
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
 as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request,
 rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`).
@@ -27,15 +28,17 @@ from sglang_v4.entrypoints.chat_encoding import (
     DSML,
     REASONING_EFFORT_PROFILES,
     THINK_END,
-    encode_continuation,
-    encode_messages,
+    RenderedPrompt,
     normalize_reasoning_effort,
+    render_continuation,
+    render_messages,
     validate_tools,
 )
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
+from sglang_v4.prompt_tokens import prepare_plain_encoding
 
 __all__ = [
     "ChatPlan",
@@ -108,6 +111,9 @@ class ChatPlan:
         continued: the text of the final assistant message the output continues
             (``continue_final_message`` / ``prefix``) as the prompt ends with it, else ``None``;
             an answer grammar reads it first (``grammar_prefix``).
+        plain_spans: the character spans of ``prompt`` that hold the request's own text, to be
+            tokenized as plain text (:class:`~sglang_v4.entrypoints.chat_encoding.RenderedPrompt`;
+            ``()`` for a ``--chat-template`` prompt, tokenized as transformers does).
     """
 
     prompt: str
@@ -118,6 +124,7 @@ class ChatPlan:
     think_end_id: int | None = None
     stop_marker: bool = False
     continued: str | None = None
+    plain_spans: tuple[tuple[int, int], ...] = ()
 
     def ended_by_marker(self, matched: Any) -> bool:
         """Whether the finish's ``matched`` stop is the ``</think>`` token."""
@@ -241,6 +248,8 @@ class ChatPrepareMixin(OpenAIServingBase):
         if self.reasoning_effort_profile != "preview":
             logger.info("Reasoning effort profile of the checkpoint: %s", self.reasoning_effort_profile)
         path = getattr(self.args, "chat_template", None)
+        if not path and self.tokenizer is not None:
+            prepare_plain_encoding(self.tokenizer)  # the request text's tokenizer, built aside
         if not path or getattr(self.args, "skip_tokenizer_init", False):
             return  # (without a tokenizer the chat route is refused: nothing to render)
         with open(path, encoding="utf-8") as f:
@@ -287,15 +296,17 @@ class ChatPrepareMixin(OpenAIServingBase):
                 )
         tools = req.tools if active else None
         try:
-            prompt, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
+            rendered, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
         except ValueError as e:
             raise RequestError(str(e), param="messages") from None
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if active else None)
         schemas = {fn["name"]: fn.get("parameters") for fn in functions}
-        plan = ChatPlan(prompt, thinking, spec, schemas if active else None)
+        plan = ChatPlan(
+            rendered.text, thinking, spec, schemas if active else None, plain_spans=rendered.plain_spans
+        )
         if (req.continue_final_message or req.messages[-1].prefix) and msgs[-1].get("role") == "assistant":
-            plan.continued = _continued_text(msgs[-1], prompt)
+            plan.continued = _continued_text(msgs[-1], rendered.text)
         strict = any(bool(fn.get("strict")) for fn in functions)
         # parallel_tool_calls false under "auto": a grammar of at most one call, where one can
         # apply (a grammar backend, and no answer grammar of the client's to combine it with)
@@ -334,7 +345,7 @@ class ChatPrepareMixin(OpenAIServingBase):
         tools: list[dict[str, Any]] | None,
         effort: str | None,
         kwargs: dict[str, Any],
-    ) -> tuple[str, bool]:
+    ) -> tuple[RenderedPrompt, bool]:
         """The prompt, and whether the output starts inside the reasoning (thinking mode, except
         when ``continue_final_message``, or DeepSeek's ``prefix: true`` on the final assistant
         message, continues the answer: :func:`encode_continuation`)."""
@@ -356,14 +367,14 @@ class ChatPrepareMixin(OpenAIServingBase):
                 )
             except Exception as e:  # noqa: BLE001 - Jinja raises many types; all are a bad request
                 raise ValueError(f"the chat template failed on these messages: {e}") from None
-            return prompt, thinking
+            return RenderedPrompt(prompt), thinking
         profile = self.reasoning_effort_profile
         if cont:  # the continuation is answer text (after the turn's closed reasoning)
-            prompt = encode_continuation(
+            rendered = render_continuation(
                 msgs, thinking, tools=tools, reasoning_effort=effort, reasoning_effort_profile=profile
             )
-            return prompt, False
-        prompt = encode_messages(
+            return rendered, False
+        rendered = render_messages(
             msgs,
             thinking,
             req.add_generation_prompt,
@@ -371,7 +382,7 @@ class ChatPrepareMixin(OpenAIServingBase):
             reasoning_effort=effort,
             reasoning_effort_profile=profile,
         )
-        return prompt, thinking
+        return rendered, thinking
 
     def _think_end_id(self) -> int | None:
         """The ``</think>`` token id (``None`` without a tokenizer or when it is not one token)."""

@@ -51,10 +51,11 @@ def _error(message: str, param: str) -> RequestError:
     return RequestError(message, 400, param=param)
 
 
-def _text(content: Any, field: str, sep: str = "") -> str:
-    """``content`` (a string or text parts) as text; a non-text part is a 400 naming it."""
+def _text(content: Any, field: str) -> str:
+    """``content`` (a string or text parts, joined by a blank line: :func:`message_text`) as text;
+    a non-text part is a 400 naming it."""
     try:
-        return message_text(content, field, sep)
+        return message_text(content, field)
     except ValueError as e:
         param = str(e).split(":", 1)[0].split(" ", 1)[0]
         raise _error(str(e), param) from None
@@ -194,7 +195,7 @@ def input_to_messages(
                     f"{field}.output is required: a string or a list of content parts.", f"{field}.output"
                 )
             turn = None
-            text = _text(item["output"], f"{field}.output", sep="\n\n")
+            text = _text(item["output"], f"{field}.output")
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
         else:
             raise _error(

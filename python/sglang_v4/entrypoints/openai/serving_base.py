@@ -59,6 +59,7 @@ from sglang_v4.entrypoints.openai.request_errors import (  # re-exported: the ro
 )
 from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaults
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
+from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, SamplingParams
 from sglang_v4.utils import byte_level_token_bytes
 
@@ -394,20 +395,29 @@ class OpenAIServingBase:
         return usage
 
     async def _encode_prompt(
-        self, text: str, max_new_tokens: int | None, add_special_tokens: bool = False
+        self,
+        text: str,
+        max_new_tokens: int | None,
+        add_special_tokens: bool = False,
+        plain_spans: tuple[tuple[int, int], ...] = (),
     ) -> list[int]:
         """Token ids of a rendered prompt (no special tokens added unless ``add_special_tokens``:
         BOS / EOS as the tokenizer's config says, what the tokenizer manager does with a text
         prompt), off the event loop for long texts when the tokenizer manager offers ``encode_text``.
+        ``plain_spans``: the spans of the request's own text in a chat prompt, tokenized as plain
+        text (:func:`~sglang_v4.prompt_tokens.encode_with_plain_spans`).
 
         Raises:
             ValueError: the prompt provably cannot fit in the context (a 400).
         """
         encode = getattr(self.tm, "encode_text", None)
         if encode is not None:
+            kw = {"plain_spans": plain_spans} if plain_spans else {}
             return list(
-                await encode(text, add_special_tokens=add_special_tokens, max_new_tokens=max_new_tokens)
+                await encode(text, add_special_tokens=add_special_tokens, max_new_tokens=max_new_tokens, **kw)
             )
+        if plain_spans:
+            return encode_with_plain_spans(self.tokenizer, text, plain_spans)
         enc = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
         return list(getattr(enc, "ids", enc))
 

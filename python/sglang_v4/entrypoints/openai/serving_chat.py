@@ -271,7 +271,7 @@ class ChatMixin(ChatPrepareMixin):
             raise RequestError("input_ids must not be empty.", param="input_ids")
         ids = req.input_ids
         if ids is None and self.tokenizer is not None:
-            ids = await self._encode_prompt(plan.prompt, max_new)
+            ids = await self._encode_prompt(plan.prompt, max_new, plain_spans=plan.plain_spans)
         obj = (
             GenerateReqInput(input_ids=ids, **kw)
             if ids is not None

@@ -34,6 +34,7 @@ from sglang_v4.entrypoints.openai.protocol import (
     TokenizeResponse,
 )
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError, validate_request
+from sglang_v4.prompt_tokens import encode_with_plain_spans
 
 __all__ = ["TokenizeMixin", "TOKENIZE_IN_THREAD_CHARS"]
 
@@ -56,9 +57,17 @@ class TokenizeMixin(OpenAIServingBase):
         """``POST /detokenize`` / ``/v1/detokenize``."""
         return await self._guard(request, self._detokenize)
 
-    async def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
-        """Token ids of ``text``; long texts in a worker thread (GIL released where possible)."""
+    async def _encode(
+        self, text: str, add_special_tokens: bool, plain_spans: tuple[tuple[int, int], ...] = ()
+    ) -> list[int]:
+        """Token ids of ``text``; long texts in a worker thread (GIL released where possible).
+        ``plain_spans``: a chat prompt's request text, tokenized as plain text as the chat route does
+        (:func:`~sglang_v4.prompt_tokens.encode_with_plain_spans`)."""
         tok = self.tokenizer
+        if plain_spans:
+            if len(text) <= TOKENIZE_IN_THREAD_CHARS:
+                return encode_with_plain_spans(tok, text, plain_spans)
+            return await asyncio.to_thread(encode_with_plain_spans, tok, text, plain_spans)
         if len(text) <= TOKENIZE_IN_THREAD_CHARS:
             return list(tok.encode(text, add_special_tokens=add_special_tokens))
         encode = getattr(tok, "encode_releasing_gil", None) or tok.encode
@@ -76,7 +85,7 @@ class TokenizeMixin(OpenAIServingBase):
             data = req.model_dump(exclude={"prompt", "add_special_tokens"}, exclude_none=True)
             chat: ChatCompletionRequest = validate_request(ChatCompletionRequest, data)
             plan = self._plan_chat(chat)
-            ids = await self._encode(plan.prompt, add_special_tokens=False)
+            ids = await self._encode(plan.prompt, False, plan.plain_spans)
             resp = TokenizeResponse(tokens=ids, count=len(ids), max_model_len=self._context_len())
         elif isinstance(req.prompt, str):
             ids = await self._encode(req.prompt, req.add_special_tokens)
