@@ -8,7 +8,6 @@ of the runtime's own tokenizer wrapper.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,15 +159,12 @@ def test_sglang_server_arg_name_and_two_engines(model, engine, expected) -> None
         _fake_engine(model, skip_server_warmup=True, skip_warmup=False)
 
 
-def test_calls_after_or_during_shutdown_raise_instead_of_hanging(model, monkeypatch) -> None:
-    """``generate`` / ``async_generate`` (plain and streamed) on an Engine after ``shutdown()``
-    raise ``RuntimeError`` at once (``async_generate`` used to wait forever on the stopped loop),
-    and a request still running when another thread shuts the engine down fails the same way
-    instead of blocking its caller."""
+def _hold_stream_then_shut_down(eng: Any) -> tuple[Any, dict[str, Any]]:
+    """Stream a held request (``FAKE_HOLD_ON_TEXT=HOLD-THIS``) on another thread, shut ``eng``
+    down after its first chunk, join the thread; returns it and ``{"result": "finished" or the
+    exception the stream raised}``."""
     import threading
 
-    monkeypatch.setenv("FAKE_HOLD_ON_TEXT", "HOLD-THIS")
-    eng = _fake_engine(model)
     got: dict[str, Any] = {}
     first = threading.Event()
 
@@ -193,6 +189,18 @@ def test_calls_after_or_during_shutdown_raise_instead_of_hanging(model, monkeypa
     finally:
         eng.shutdown()
     worker.join(30)
+    return worker, got
+
+
+def test_calls_after_or_during_shutdown_raise_instead_of_hanging(model, monkeypatch) -> None:
+    """``generate`` / ``async_generate`` (plain and streamed) on an Engine after ``shutdown()``
+    raise ``RuntimeError`` at once (``async_generate`` used to wait forever on the stopped loop),
+    and a request still running when another thread shuts the engine down fails the same way
+    instead of blocking its caller."""
+
+    monkeypatch.setenv("FAKE_HOLD_ON_TEXT", "HOLD-THIS")
+    eng = _fake_engine(model)
+    worker, got = _hold_stream_then_shut_down(eng)
     assert not worker.is_alive(), "a streaming request still blocks after shutdown()"
     assert isinstance(got["result"], RuntimeError) and "shut down" in str(got["result"])
 
@@ -221,7 +229,6 @@ def test_call_ended_by_shutdown_leaves_no_unretrieved_task_exception(model, monk
     recursion depth mismatch")."""
     import gc
     import logging
-    import threading
 
     monkeypatch.setenv("FAKE_HOLD_ON_TEXT", "HOLD-THIS")
     records: list[logging.LogRecord] = []
@@ -229,32 +236,9 @@ def test_call_ended_by_shutdown_leaves_no_unretrieved_task_exception(model, monk
     handler.emit = records.append  # type: ignore[method-assign]
     logging.getLogger("asyncio").addHandler(handler)
 
-    def held_then_shut_down() -> None:
-        eng = _fake_engine(model)
-        first = threading.Event()
-
-        def run_held() -> None:
-            async def consume() -> None:
-                stream = await eng.async_generate(
-                    prompt="HOLD-THIS", sampling_params={"max_new_tokens": 50}, stream=True
-                )
-                async for _ in stream:
-                    first.set()
-
-            with contextlib.suppress(RuntimeError):
-                asyncio.run(consume())
-
-        worker = threading.Thread(target=run_held, daemon=True)
-        worker.start()
-        try:
-            assert first.wait(60), "the held request never produced its first chunk"
-        finally:
-            eng.shutdown()
-        worker.join(30)
-
     try:
         for _ in range(3):  # the task may end before or after shutdown() fails its future
-            held_then_shut_down()
+            _hold_stream_then_shut_down(_fake_engine(model))
             for _ in range(3):
                 gc.collect()
     finally:
