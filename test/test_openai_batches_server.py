@@ -101,3 +101,39 @@ def test_cancel_frees_the_running_requests_pages(client: openai.OpenAI, server: 
     wait_used_pages(server, base)
     info = requests.get(server.url + "/get_server_info", headers=server.headers(), timeout=10).json()
     assert json.dumps(info)  # the server still answers
+
+
+# ----------------------------------------------------------------------------------- real model
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_real_model_batch_equals_greedy_chat(embedded_model_server: Any) -> None:
+    """The embedded random-weight model (real scheduler, CPU): a batch of greedy chat requests
+    (run concurrently) answers each exactly as the same request sent alone to
+    ``/v1/chat/completions`` (the cold-run oracle)."""
+    client = openai.OpenAI(
+        base_url=embedded_model_server.url + "/v1", api_key="x", max_retries=0, timeout=600
+    )
+    model = client.models.list().data[0].id
+    bodies = [
+        {"model": model, "messages": [{"role": "user", "content": q}], "max_tokens": 8, "temperature": 0}
+        for q in ("Name a colour.", "Count to three.", "Say hi.")
+    ]
+    rows = [
+        {"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions", "body": b}
+        for i, b in enumerate(bodies)
+    ]
+    f = client.files.create(file=("in.jsonl", io.BytesIO(jsonl(rows))), purpose="batch")
+    b = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    done = wait_batch(client, b.id, timeout_s=900)
+    assert done.status == "completed" and done.request_counts is not None
+    assert done.request_counts.completed == 3
+    out = {
+        x["custom_id"]: ChatCompletion.model_validate(x["response"]["body"])
+        for x in read_lines(client, done.output_file_id)
+    }
+    for row in rows:
+        direct = client.chat.completions.create(**row["body"])
+        got = out[row["custom_id"]]
+        assert got.choices[0].message.content == direct.choices[0].message.content
+        assert got.usage is not None and direct.usage is not None
+        assert got.usage.completion_tokens == direct.usage.completion_tokens
