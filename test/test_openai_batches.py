@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from openai.types import Batch, FileObject
 from openai.types.chat import ChatCompletion
 from openai.types.completion import Completion
 from openai_fake_tm import FakeTM, app_client, oai_client
+from sglang_v4.entrypoints.openai.file_store import FileStore, FileTooLargeError, max_file_bytes_from_env
 from sglang_v4.entrypoints.openai.serving_batch import BatchMixin
 
 MODEL = "dsv4-test"
@@ -333,3 +335,21 @@ def test_cancel_aborts_running_requests(tok: Any, monkeypatch: pytest.MonkeyPatc
         finished = run_batch(client, [chat_line("z", "x")])
         with pytest.raises(openai.ConflictError):
             client.batches.cancel(finished.id)
+
+
+def test_file_store_directory_lifetime(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    own = FileStore(max_file_bytes=10)
+    f = own.create(b"abc", "a.txt", "batch")
+    assert open(os.path.join(own.directory, f.id), "rb").read() == b"abc"
+    own.close()
+    assert not os.path.exists(own.directory)  # a temporary directory goes with the store
+    given = FileStore(str(tmp_path / "files"), max_file_bytes=10)
+    g = given.create(b"xyz", "b.txt", "batch")
+    with pytest.raises(FileTooLargeError):
+        given.create(b"x" * 11, "c.txt", "batch")
+    assert sorted(os.listdir(given.directory)) == [g.id]  # the refused file left nothing
+    given.close()
+    assert os.listdir(tmp_path / "files") == [g.id]  # a given directory is kept
+    monkeypatch.setenv("SGLANG_V4_MAX_FILE_BYTES", "-3")
+    with pytest.raises(ValueError, match="SGLANG_V4_MAX_FILE_BYTES"):
+        max_file_bytes_from_env()
