@@ -125,7 +125,6 @@ IGNORED = [
     "--speculative-algorithm NEXTN --speculative-draft-model-revision main",
     "--tokenizer-mode slow",
     "--revision main --download-dir /data/hf",
-    "--file-storage-path /tmp/sglang_storage",
     "--moe-runner-backend deep_gemm --enable-nccl-nvls",
     "--enable-hicache --hicache-ratio 2",
 ]

@@ -47,6 +47,9 @@ BODIES: dict[str, Any] = {
 #: Stands for the id of a stored response in ``/v1/responses/{response_id}``: none is stored under
 #: it, so the right key gets OpenAI's 404 for an unknown response.
 UNKNOWN_RESPONSE = "resp_unknown"
+#: Path parameters of the routes of stored objects, and the unknown ids the test puts there (a 404
+#: with the key).
+UNKNOWN_IDS = {"{response_id}": UNKNOWN_RESPONSE, "{file_id}": "file-unknown", "{batch_id}": "batch_unknown"}
 
 
 def _routes(model_dir: Path) -> list[tuple[str, str]]:
@@ -64,9 +67,9 @@ def _routes(model_dir: Path) -> list[tuple[str, str]]:
             continue  # FastAPI's own documentation pages
         for m in sorted(getattr(r, "methods", None) or ()):
             if m != "HEAD":
-                out.append(
-                    (m, path.replace("{model:path}", "default").replace("{response_id}", UNKNOWN_RESPONSE))
-                )
+                for param, unknown in UNKNOWN_IDS.items():
+                    path = path.replace(param, unknown)
+                out.append((m, path.replace("{model:path}", "default")))
     return out
 
 
@@ -107,7 +110,7 @@ def test_every_route_without_a_key_wrong_key_and_right_key(secured, routes) -> N
                     assert body["object"] == "error" and body["code"] == 401
                 else:
                     assert body == {"error": "Unauthorized"}
-        ok = (404,) if path.endswith(UNKNOWN_RESPONSE) else (200, 400)
+        ok = (404,) if any(u in path for u in UNKNOWN_IDS.values()) else (200, 400)
         for headers in (secured.headers(), {"x-api-key": KEY}):  # Anthropic's header, on every route
             r = _call(secured, method, path, headers)
             assert r.status_code in ok, (method, path, headers, r.status_code, r.text[:300])

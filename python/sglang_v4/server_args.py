@@ -170,6 +170,9 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     # Observability.
     enable_metrics: bool = False
     enable_cache_report: bool = False
+    #: Directory of the uploaded and batch-result files (``/v1/files``, ``/v1/batches``); None: a
+    #: temporary directory per server, removed when it stops.
+    file_storage_path: str | None = None
     #: Histogram bucket bounds in seconds of ``/metrics`` (SGLang's ``--bucket-*``); None: defaults.
     bucket_time_to_first_token: list[float] | None = None
     bucket_inter_token_latency: list[float] | None = None

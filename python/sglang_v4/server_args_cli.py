@@ -290,6 +290,12 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
     ):
         a(f"--bucket-{name}", type=float, nargs="+", default=None, help=f"Bucket bounds (s) of {what}.")
     a("--enable-cache-report", action="store_true")
+    a(
+        "--file-storage-path",
+        default=None,
+        help="Directory of the files of /v1/files and /v1/batches (default: a new temporary directory "
+        "per server, removed at exit).",
+    )
     a("--log-requests", action="store_true", help="Log every request when received and when finished.")
     a(
         "--log-requests-level",

@@ -161,11 +161,6 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--download-dir", IGNORED, _HUB),
     SGLangFlag("--enable-hierarchical-cache", IGNORED, _CACHE, switch=True, aliases=("--enable-hicache",)),
     SGLangFlag("--hicache-host-memory-fraction", IGNORED, _CACHE),
-    SGLangFlag(
-        "--file-storage-path",
-        IGNORED,
-        "sglang-v4 stores no files (it has no /v1/files or batch API that would write there)",
-    ),  # fmt: skip
     SGLangFlag("--enable-nccl-nvls", IGNORED, _COMM, switch=True),
     SGLangFlag("--enable-cudagraph-gc", IGNORED, _DEBUG, switch=True),
     SGLangFlag("--numa-node", IGNORED, "sglang-v4 does not pin its processes to NUMA nodes"),

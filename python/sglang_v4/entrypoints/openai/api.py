@@ -17,7 +17,10 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     ``POST /v1/responses`` with ``GET`` / ``DELETE /v1/responses/{id}`` (stored responses),
     ``POST /tokenize`` and ``POST /detokenize`` (each also under ``/v1/``, as in SGLang), and
     ``POST /v1/embeddings`` / ``/v1/classify`` (a 400: the model is not an embedding model), and
-    SGLang's parser routes ``POST /separate_reasoning`` and ``POST /parse_function_call``.
+    SGLang's parser routes ``POST /separate_reasoning`` and ``POST /parse_function_call``, and
+    OpenAI's Files and Batch APIs: ``POST`` / ``GET /v1/files``, ``GET`` / ``DELETE
+    /v1/files/{id}``, ``GET /v1/files/{id}/content``, ``POST`` / ``GET /v1/batches``,
+    ``GET /v1/batches/{id}``, ``POST /v1/batches/{id}/cancel``.
 
     Args:
         tokenizer_manager: provides ``generate_request(obj: GenerateReqInput, request)`` (async
@@ -82,6 +85,42 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     @router.post("/detokenize")
     async def detokenize(request: Request) -> Response:
         return await serving.detokenize(request)
+
+    @router.post("/v1/files")
+    async def v1_create_file(request: Request) -> Response:
+        return await serving.create_file(request)
+
+    @router.get("/v1/files")
+    async def v1_list_files(request: Request) -> Response:
+        return await serving.list_files(request)
+
+    @router.get("/v1/files/{file_id}")
+    async def v1_retrieve_file(file_id: str, request: Request) -> Response:
+        return await serving.retrieve_file(request, file_id)
+
+    @router.get("/v1/files/{file_id}/content")
+    async def v1_file_content(file_id: str, request: Request) -> Response:
+        return await serving.file_content(request, file_id)
+
+    @router.delete("/v1/files/{file_id}")
+    async def v1_delete_file(file_id: str, request: Request) -> Response:
+        return await serving.delete_file(request, file_id)
+
+    @router.post("/v1/batches")
+    async def v1_create_batch(request: Request) -> Response:
+        return await serving.create_batch(request)
+
+    @router.get("/v1/batches")
+    async def v1_list_batches(request: Request) -> Response:
+        return await serving.list_batches(request)
+
+    @router.get("/v1/batches/{batch_id}")
+    async def v1_retrieve_batch(batch_id: str, request: Request) -> Response:
+        return await serving.retrieve_batch(request, batch_id)
+
+    @router.post("/v1/batches/{batch_id}/cancel")
+    async def v1_cancel_batch(batch_id: str, request: Request) -> Response:
+        return await serving.cancel_batch(request, batch_id)
 
     router.serving = serving  # type: ignore[attr-defined]
     return router

@@ -475,6 +475,12 @@ class OpenAIServingBase:
         denied = self.check_auth(request)
         if denied is not None:
             return denied
+        return await self._answer(request, handler)
+
+    async def _answer(self, request: Request, handler: Any) -> Response:
+        """``handler(request)`` with its request errors as error responses (what :meth:`_guard`
+        does after the API key check; the batch runner calls it for each line of a batch, whose
+        key was checked when the batch was created)."""
         if self.skip_tokenizer_init:
             return error_response(SKIP_TOKENIZER_OPENAI_MSG.format(path=request.url.path), 400)
         try:

@@ -1,0 +1,118 @@
+"""Validation of a batch's input file (OpenAI's Batch API JSONL format).
+
+Each non-blank line is one request ``{"custom_id": str, "method": "POST", "url": <the batch's
+endpoint>, "body": {...}}``. A file with any bad line fails the whole batch before anything runs,
+as OpenAI does: the batch's ``errors.data`` lists each fault with its 1-based ``line`` and the
+field (``param``) at fault. What the ``body`` holds is checked by the route when the line runs (a
+bad body fails that request alone, in the batch's error file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from sglang_v4.entrypoints.openai.protocol_batch import BatchError
+
+__all__ = ["BatchLine", "MAX_BATCH_REQUESTS", "MAX_REPORTED_ERRORS", "parse_batch_input"]
+
+#: OpenAI's bound on the requests of one batch.
+MAX_BATCH_REQUESTS = 50_000
+#: At most this many line errors are listed in a failed batch's ``errors.data``.
+MAX_REPORTED_ERRORS = 1000
+
+
+@dataclass
+class BatchLine:
+    """One valid request of a batch: its ``custom_id``, 1-based line number and JSON ``body``."""
+
+    custom_id: str
+    line: int
+    body: dict[str, Any]
+
+
+def _line_error(line: int, obj: Any, endpoint: str, seen: set[str]) -> BatchError | None:
+    if not isinstance(obj, dict):
+        return BatchError(code="invalid_request", message="The line must be a JSON object.", line=line)
+    custom_id = obj.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        return BatchError(
+            code="missing_required_parameter",
+            message="`custom_id` must be a non-empty string.",
+            param="custom_id",
+            line=line,
+        )
+    if custom_id in seen:
+        return BatchError(
+            code="duplicate_custom_id",
+            message=f"The custom_id {custom_id!r} is used by an earlier line; each must be unique.",
+            param="custom_id",
+            line=line,
+        )
+    if obj.get("method") != "POST":
+        return BatchError(
+            code="invalid_value",
+            message=f"`method` must be 'POST'; got {obj.get('method')!r}.",
+            param="method",
+            line=line,
+        )
+    if obj.get("url") != endpoint:
+        return BatchError(
+            code="mismatched_endpoint",
+            message=f"`url` {obj.get('url')!r} does not match the batch's endpoint {endpoint!r}.",
+            param="url",
+            line=line,
+        )
+    if not isinstance(obj.get("body"), dict):
+        return BatchError(
+            code="missing_required_parameter",
+            message="`body` must be a JSON object (the request to the endpoint).",
+            param="body",
+            line=line,
+        )
+    return None
+
+
+def parse_batch_input(content: bytes, endpoint: str) -> tuple[list[BatchLine], list[BatchError]]:
+    """The requests of a batch input file, or the reasons it is invalid.
+
+    Args:
+        content: the file's bytes (UTF-8 JSON Lines; blank lines are skipped).
+        endpoint: the batch's endpoint, which every line's ``url`` must equal.
+
+    Returns:
+        ``(lines, errors)``: when ``errors`` is non-empty (at most :data:`MAX_REPORTED_ERRORS`) the
+        batch fails validation and ``lines`` is to be ignored.
+    """
+    lines: list[BatchLine] = []
+    errors: list[BatchError] = []
+    seen: set[str] = set()
+    for number, raw in enumerate(content.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            err: BatchError | None = BatchError(
+                code="invalid_json_line", message="This line is not parseable as valid JSON.", line=number
+            )
+        else:
+            err = _line_error(number, obj, endpoint, seen)
+        if err is not None:
+            if len(errors) < MAX_REPORTED_ERRORS:
+                errors.append(err)
+            continue
+        seen.add(obj["custom_id"])
+        lines.append(BatchLine(obj["custom_id"], number, obj["body"]))
+    if not lines and not errors:
+        errors.append(BatchError(code="empty_file", message="The input file holds no requests."))
+    elif len(lines) > MAX_BATCH_REQUESTS:
+        errors.append(
+            BatchError(
+                code="too_many_requests",
+                message=f"The input file holds {len(lines)} requests; a batch takes at most {MAX_BATCH_REQUESTS}.",
+            )
+        )
+    return lines, errors

@@ -1,0 +1,186 @@
+"""Pydantic models of OpenAI's Files and Batch APIs (``/v1/files``, ``/v1/batches``): the file
+object, the batch object, their lists, the batch-creation body and one line of a batch's output.
+
+Field names and shapes follow the OpenAI API reference (the ``openai`` client's ``types.FileObject``,
+``types.Batch``, ``types.FileDeleted`` parse them; the tests validate every body against those
+types). Times are Unix seconds (``int``), sizes bytes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "BATCH_ENDPOINTS",
+    "BATCH_COMPLETION_WINDOWS",
+    "FILE_PURPOSES",
+    "BatchStatus",
+    "TERMINAL_BATCH_STATUSES",
+    "FileObject",
+    "FileDeleted",
+    "FileList",
+    "BatchRequestCounts",
+    "BatchError",
+    "BatchErrors",
+    "BatchObject",
+    "BatchList",
+    "BatchCreateRequest",
+    "BatchOutputResponse",
+    "BatchOutputLine",
+    "new_object_id",
+    "now_s",
+]
+
+#: The endpoints a batch may target (OpenAI also has embeddings / responses; this server does not
+#: serve them in a batch).
+BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
+#: OpenAI accepts only ``24h``.
+BATCH_COMPLETION_WINDOWS = ("24h",)
+#: The purposes a client may upload a file for (OpenAI's upload purposes); ``batch_output`` is
+#: written by the server only.
+FILE_PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
+
+BatchStatus = Literal[
+    "validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled"
+]
+#: Statuses after which a batch changes no more.
+TERMINAL_BATCH_STATUSES = frozenset({"failed", "completed", "expired", "cancelled"})
+
+
+def new_object_id(prefix: str) -> str:
+    """A fresh id in OpenAI's style: ``prefix`` (``file``, ``batch``, ``batch_req``) + ``-`` + 24
+    hex digits (OpenAI's ids are ``file-...``, ``batch_...``; both separators are accepted by its
+    client, which treats ids as opaque)."""
+    sep = "-" if prefix == "file" else "_"
+    return f"{prefix}{sep}{uuid.uuid4().hex[:24]}"
+
+
+def now_s() -> int:
+    """The current Unix time in whole seconds."""
+    return int(time.time())
+
+
+class FileObject(BaseModel):
+    """A stored file (OpenAI's ``file`` object). ``bytes``: its size; ``status`` ``processed``
+    once stored (the upload is written before the object is returned)."""
+
+    id: str
+    object: Literal["file"] = "file"
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: str
+    status: Literal["uploaded", "processed", "error"] = "processed"
+    status_details: str | None = None
+    expires_at: int | None = None
+
+
+class FileDeleted(BaseModel):
+    """The answer of ``DELETE /v1/files/{id}``."""
+
+    id: str
+    object: Literal["file"] = "file"
+    deleted: bool = True
+
+
+class FileList(BaseModel):
+    """``GET /v1/files``: a cursor page (``after`` = the last id of the previous page)."""
+
+    object: Literal["list"] = "list"
+    data: list[FileObject]
+    first_id: str | None = None
+    last_id: str | None = None
+    has_more: bool = False
+
+
+class BatchRequestCounts(BaseModel):
+    """Requests of a batch: in the input (``total``), answered 2xx (``completed``), not (``failed``)."""
+
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+
+
+class BatchError(BaseModel):
+    """One validation error of a batch's input: ``line`` is 1-based (OpenAI's convention), ``param``
+    the field of the line at fault."""
+
+    code: str
+    message: str
+    param: str | None = None
+    line: int | None = None
+
+
+class BatchErrors(BaseModel):
+    """The ``errors`` of a batch that failed validation."""
+
+    object: Literal["list"] = "list"
+    data: list[BatchError] = Field(default_factory=list)
+
+
+class BatchObject(BaseModel):
+    """A batch (OpenAI's ``batch`` object); the ``*_at`` times are set as the status passes them."""
+
+    id: str
+    object: Literal["batch"] = "batch"
+    endpoint: str
+    errors: BatchErrors | None = None
+    input_file_id: str
+    completion_window: str
+    status: BatchStatus = "validating"
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    created_at: int
+    in_progress_at: int | None = None
+    expires_at: int | None = None
+    finalizing_at: int | None = None
+    completed_at: int | None = None
+    failed_at: int | None = None
+    expired_at: int | None = None
+    cancelling_at: int | None = None
+    cancelled_at: int | None = None
+    request_counts: BatchRequestCounts = Field(default_factory=BatchRequestCounts)
+    metadata: dict[str, str] | None = None
+
+
+class BatchList(BaseModel):
+    """``GET /v1/batches``: a cursor page, newest first."""
+
+    object: Literal["list"] = "list"
+    data: list[BatchObject]
+    first_id: str | None = None
+    last_id: str | None = None
+    has_more: bool = False
+
+
+class BatchCreateRequest(BaseModel):
+    """The body of ``POST /v1/batches`` (checked further by the route: the endpoint, the window,
+    the file). ``metadata``: at most 16 string pairs (keys up to 64 characters, values up to 512)."""
+
+    input_file_id: str
+    endpoint: str
+    completion_window: str
+    metadata: dict[str, str] | None = None
+
+
+class BatchOutputResponse(BaseModel):
+    """The route's answer to one batch request: HTTP status, the request id and the JSON body
+    (the completion, or the route's error body)."""
+
+    status_code: int
+    request_id: str
+    body: dict[str, Any] | None = None
+
+
+class BatchOutputLine(BaseModel):
+    """One line of a batch's output or error file. ``response`` is null and ``error``
+    ``{"code", "message"}`` when the request never reached the route (the batch was cancelled first)."""
+
+    id: str
+    custom_id: str
+    response: BatchOutputResponse | None = None
+    error: dict[str, Any] | None = None
