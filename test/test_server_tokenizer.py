@@ -130,7 +130,12 @@ def test_max_chars_per_token_is_a_lower_bound_on_the_token_count(hf, fast):
 
 
 def _encode_text_host(tokenizer, context_len: int) -> SimpleNamespace:
-    return SimpleNamespace(tokenizer=tokenizer, context_len=context_len, max_req_input_len=context_len - 1)
+    return SimpleNamespace(
+        tokenizer=tokenizer,
+        context_len=context_len,
+        max_req_input_len=context_len - 1,
+        _auto_truncate=lambda: False,  # the server's --allow-auto-truncate (off)
+    )
 
 
 def test_encode_text_leaves_the_event_loop_free(fast):
