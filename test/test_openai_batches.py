@@ -371,3 +371,17 @@ def test_results_larger_than_the_upload_bound_are_kept(tok: Any, monkeypatch: py
         with pytest.raises(openai.APIStatusError) as e:  # uploads stay bounded
             client.files.create(file=("big.jsonl", io.BytesIO(b"x" * (bound + 1))), purpose="batch")
         assert e.value.status_code == 413
+
+
+def test_file_storage_path_that_is_a_file_is_refused_at_start(tmp_path: Any) -> None:
+    from sglang_v4.server_args import ServerArgs
+
+    taken = tmp_path / "taken"
+    taken.write_bytes(b"not a directory")
+    with pytest.raises(ValueError, match="^file_storage_path"):
+        ServerArgs(device="cpu", file_storage_path=str(taken))
+    with pytest.raises(ValueError, match="^file_storage_path"):
+        ServerArgs(device="cpu", file_storage_path="")
+    assert taken.read_bytes() == b"not a directory"  # nothing changed
+    ok = ServerArgs(device="cpu", file_storage_path=str(tmp_path / "new"))
+    FileStore(ok.file_storage_path).close()  # a directory that does not exist yet is made on use
