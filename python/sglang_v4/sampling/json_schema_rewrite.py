@@ -9,11 +9,14 @@ could never fill a field. :func:`normalize_json_schema` rewrites those nodes bef
 the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema reading
 (Draft 2020-12, "Validation" and "Core" vocabularies) is honoured within the strict one:
 
-* an array without ``items`` / ``prefixItems`` means "any items": xgrammar compiled one carrying
-  any other keyword (``description``, ``maxItems``...) to ``[]`` only (xgrammar issue 833);
-* an object without ``properties`` / ``patternProperties`` / ``additionalProperties`` means "any
-  keys": xgrammar compiled one carrying another keyword (``required``, ``maxProperties``,
-  ``dependentRequired``...) to ``{}`` only (xgrammar issue 104);
+* an array without ``items`` / ``prefixItems`` / ``unevaluatedItems`` means "any items": xgrammar
+  compiled one carrying any other keyword (``description``, ``maxItems``...) to ``[]`` only
+  (xgrammar issue 833);
+* an object without ``properties`` / ``patternProperties`` / ``additionalProperties`` /
+  ``unevaluatedProperties`` means "any keys": xgrammar compiled one carrying another keyword
+  (``required``, ``maxProperties``, ``dependentRequired``...) to ``{}`` only (xgrammar issue 104);
+  ``unevaluatedItems`` / ``unevaluatedProperties`` bound the other items / keys, which xgrammar
+  honours, so a node with one is left as it is;
 * the branches of an object's ``anyOf`` / ``oneOf`` are read together with the object (JSON
   Schema applies both; xgrammar compiled each branch alone, so ``{"properties": {"email": {"type":
   "string"}}, "anyOf": [{"required": ["email"]}, ...]}`` lost the type of ``email``): the object's
@@ -23,8 +26,10 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   it (``{"properties": {"a": ...}, "required": ["b"]}`` gave ``{"a": 1}``, and ``{"type":
   "object", "required": ["a"]}`` gave ``{}``). The name is added to ``properties`` with the schema
   the object gives undeclared keys (the first ``patternProperties`` entry whose regex matches it,
-  else ``additionalProperties``, else any value); under ``"additionalProperties": false`` no object
-  can satisfy the schema, which is a ``ValueError``.
+  else ``additionalProperties``, else -- on a node with no subschema that could declare the key
+  (``allOf``, ``anyOf``, ``oneOf``, ``$ref``, ``if``, ``dependentSchemas``) --
+  ``unevaluatedProperties``, else any value); under ``false`` there no object can satisfy the
+  schema, which is a ``ValueError``.
 
 :func:`check_json_schema` checks a schema against its JSON Schema meta-schema first (``jsonschema``):
 xgrammar compiles some malformed schemas (``{"anyOf": []}`` to a grammar whose only text is empty,
@@ -71,12 +76,17 @@ def _is_object_node(node: dict[str, Any]) -> bool:
     return any(k in node for k in ("properties", "required", "additionalProperties", "patternProperties"))
 
 
+#: Keywords through which subschemas of a node may evaluate its keys (``unevaluatedProperties``
+#: then applies only to the keys none of them evaluated).
+_IN_PLACE_APPLICATORS = ("allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "if", "dependentSchemas")
+
+
 def _undeclared_key_schema(node: dict[str, Any], name: str, path: str) -> Any:
     """The schema a key ``name`` that ``properties`` does not declare takes in ``node``.
 
     Raises:
-        ValueError: ``additionalProperties`` is ``false`` and no ``patternProperties`` regex
-            matches ``name``.
+        ValueError: ``additionalProperties`` (or, without it and without in-place applicators,
+            ``unevaluatedProperties``) is ``false`` and no ``patternProperties`` regex matches ``name``.
     """
     patterns = node.get("patternProperties")
     if isinstance(patterns, dict):
@@ -86,10 +96,13 @@ def _undeclared_key_schema(node: dict[str, Any], name: str, path: str) -> Any:
                     return sub
             except re.error:
                 continue  # xgrammar reports a pattern it cannot read
-    extra = node.get("additionalProperties", True)
+    keyword = "additionalProperties"
+    if keyword not in node and not any(k in node for k in _IN_PLACE_APPLICATORS):
+        keyword = "unevaluatedProperties"
+    extra = node.get(keyword, True)
     if extra is False:
         raise ValueError(
-            f"{path}: required property {name!r} is not in 'properties' and 'additionalProperties' "
+            f"{path}: required property {name!r} is not in 'properties' and {keyword!r} "
             "is false, so no object satisfies the schema."
         )
     return {} if extra is True else extra
@@ -98,7 +111,10 @@ def _undeclared_key_schema(node: dict[str, Any], name: str, path: str) -> Any:
 def _rewrite_object(node: dict[str, Any], path: str) -> None:
     """Apply the object rewrites of the module docstring to ``node`` (in place; its subschemas
     were rewritten already)."""
-    open_keys = not any(k in node for k in ("properties", "patternProperties", "additionalProperties"))
+    open_keys = not any(
+        k in node
+        for k in ("properties", "patternProperties", "additionalProperties", "unevaluatedProperties")
+    )
     required = node.get("required")
     if isinstance(required, list):
         props = node.get("properties")
@@ -185,7 +201,7 @@ def _rewrite(schema: Any, path: str) -> Any:
     for k in _SCHEMA_MAPS:
         if isinstance(out.get(k), dict):
             out[k] = {name: _rewrite(s, f"{path}.{k}.{name}") for name, s in out[k].items()}
-    if _is_type(out, "array") and "items" not in out and "prefixItems" not in out:
+    if _is_type(out, "array") and not any(k in out for k in ("items", "prefixItems", "unevaluatedItems")):
         out["items"] = {}
     if _is_object_node(out):
         _rewrite_object(out, path)
