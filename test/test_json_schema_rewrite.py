@@ -64,3 +64,50 @@ def test_required_key_that_unevaluated_properties_forbids_is_unsatisfiable() -> 
     )
     with pytest.raises(ValueError, match="'b'.*'unevaluatedProperties' is false"):
         normalize_json_schema(schema)
+
+
+#: An object's anyOf / oneOf branches are read with the object (JSON Schema applies both).
+BRANCH_CASES: list[tuple[dict[str, Any], list[Any]]] = [
+    (
+        {
+            "type": "object",
+            "properties": {"email": {"type": "string"}, "phone": {"type": "string"}},
+            "anyOf": [{"required": ["email"]}, {"required": ["phone"]}],
+        },
+        [{"email": "a"}, {"phone": "b"}, {"email": 1}, {}],
+    ),
+    # a key both declare: both schemas apply
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "anyOf": [{"properties": {"a": {"minimum": 5}}}],
+        },
+        [{"a": 1}, {"a": 6}, {"a": "x"}],
+    ),
+    # a key only the branch declares, which the parent's "additionalProperties": false forbids
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "additionalProperties": False,
+            "anyOf": [{"properties": {"b": {"type": "string"}}}],
+        },
+        [{"a": 1}, {"a": 1, "b": "x"}, {}],
+    ),
+    # ... or gives a schema
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "additionalProperties": {"type": "integer"},
+            "anyOf": [{"properties": {"b": {"maximum": 3}}}],
+        },
+        [{"a": 1, "b": 2}, {"a": 1, "b": 4}, {"a": 1, "b": "x"}],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), BRANCH_CASES, ids=[json.dumps(s) for s, _ in BRANCH_CASES])
+def test_branches_are_read_with_their_object(schema: dict[str, Any], instances: list[Any]) -> None:
+    test_rewritten_grammar_accepts_what_the_schema_accepts(schema, instances)

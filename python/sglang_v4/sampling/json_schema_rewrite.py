@@ -131,13 +131,33 @@ def _rewrite_object(node: dict[str, Any], path: str) -> None:
         node["additionalProperties"] = {}
 
 
+#: Keywords that only annotate a schema (a merge keeps the branch's).
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "deprecated"})
+
+
+def _both(a: Any, b: Any) -> Any:
+    """One schema meaning ``a`` and ``b`` together where their keywords do not clash (their
+    union: xgrammar does not compile ``allOf``); else ``b`` (the narrower, a branch's own)."""
+    if a is True or a == {}:
+        return b
+    if b is True or b == {}:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict):
+        if all(a[k] == b[k] for k in a.keys() & b.keys() if k not in _ANNOTATIONS):
+            return {**a, **b}
+    return b
+
+
 def _with_parent_keys(parent: dict[str, Any], branch: Any) -> Any:
     """``branch`` of the ``anyOf`` / ``oneOf`` of the object schema ``parent`` with the parent's
     object keywords merged in, where the branch is an object schema of its own (no ``type``, or
     ``"object"``; no ``$ref``): the parent's ``properties`` it does not declare (unless its own
-    ``additionalProperties`` is false), the parent's ``required`` names, and the parent's
-    ``additionalProperties`` / ``patternProperties`` where it sets none. JSON Schema applies the
-    parent and the branch together; xgrammar compiles the branch alone."""
+    ``additionalProperties`` is false); for a key both declare, or one only the branch declares,
+    the branch's schema joined with what the parent gives that key (:func:`_both`; a key the
+    parent forbids, under its ``"additionalProperties": false``, is left out); the parent's
+    ``required`` names, and the parent's ``additionalProperties`` / ``patternProperties`` where
+    it sets none. JSON Schema applies the parent and the branch together; xgrammar compiles the
+    branch alone."""
     if not isinstance(branch, dict) or "$ref" in branch or branch.get("type", "object") != "object":
         return branch
     if not _is_object_node(branch) and "type" not in branch:
@@ -145,12 +165,25 @@ def _with_parent_keys(parent: dict[str, Any], branch: Any) -> Any:
     out = dict(branch, type="object")
     parent_props = parent.get("properties")
     own_props = out.get("properties")
-    if isinstance(parent_props, dict) and (own_props is None or isinstance(own_props, dict)):
-        if out.get("additionalProperties") is False:
-            extra = {}
-        else:
-            extra = {n: v for n, v in parent_props.items() if n not in (own_props or {})}
-        out["properties"] = {**extra, **(own_props or {})}
+    declared = isinstance(parent_props, dict) or isinstance(own_props, dict)
+    if (
+        declared
+        and isinstance(parent_props, (dict, type(None)))
+        and isinstance(own_props, (dict, type(None)))
+    ):
+        parent_props, own = parent_props or {}, own_props or {}
+        props = {}
+        if out.get("additionalProperties") is not False:
+            props = {n: v for n, v in parent_props.items() if n not in own}
+        for n, v in own.items():
+            if n in parent_props:
+                props[n] = _both(parent_props[n], v)
+                continue
+            try:
+                props[n] = _both(_undeclared_key_schema(parent, n, "schema"), v)
+            except ValueError:
+                pass  # the parent allows no such key: the branch cannot have it
+        out["properties"] = props
     parent_req, own_req = parent.get("required"), out.get("required")
     if isinstance(parent_req, list) and (own_req is None or isinstance(own_req, list)):
         out["required"] = list(dict.fromkeys([*parent_req, *(own_req or [])]))
