@@ -51,10 +51,14 @@ EVENTS = TypeAdapter(RawMessageStreamEvent)
 
 
 def make_clients(
-    tm: PromptTM, api_key: str | None = None, cache_report: bool = False
+    tm: PromptTM, api_key: str | None = None, cache_report: bool = False, auto_truncate: bool = False
 ) -> tuple[anthropic.Anthropic, openai.OpenAI, TestClient]:
     sa = SimpleNamespace(
-        served_model_name=MODEL, model_path=None, api_key=api_key, enable_cache_report=cache_report
+        served_model_name=MODEL,
+        model_path=None,
+        api_key=api_key,
+        enable_cache_report=cache_report,
+        allow_auto_truncate=auto_truncate,
     )
     app = FastAPI()
     router = create_openai_router(tm, sa)
@@ -425,6 +429,21 @@ def test_context_overflow_is_worded_as_anthropic(tok: PreTrainedTokenizerFast, s
     assert len(tm.received) == seen
     fits = client.messages.create(model=MODEL, max_tokens=4096 - n_short, messages=short)
     assert fits.usage.input_tokens == n_short
+
+
+def test_auto_truncate_server_passes_overflowing_prompts_on(tok: PreTrainedTokenizerFast) -> None:
+    """``--allow-auto-truncate``: a prompt over the context, or a ``max_tokens`` over what it
+    leaves, is cut by the tokenizer manager (as on the OpenAI routes and in SGLang), not refused
+    by the Messages route's own context check."""
+    tm = PromptTM(tok)
+    client, _, _ = make_clients(tm, auto_truncate=True)
+    long = [{"role": "user", "content": "word " * 5000}]
+    assert client.messages.count_tokens(model=MODEL, messages=long).input_tokens > 4096
+    for messages, max_tokens in ((long, 10), ([{"role": "user", "content": "Hi"}], 5000)):
+        seen = len(tm.received)
+        m = client.messages.create(model=MODEL, max_tokens=max_tokens, messages=messages)
+        assert m.stop_reason in ("end_turn", "max_tokens") and len(tm.received) == seen + 1
+        assert tm.received[-1].sampling_params["max_new_tokens"] == max_tokens  # the manager cuts it
 
 
 def test_cache_report_and_engine_error(tok: PreTrainedTokenizerFast) -> None:

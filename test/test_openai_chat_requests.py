@@ -151,3 +151,25 @@ def test_grammar_on_a_server_without_xgrammar_names_the_field_sent(tok: PreTrain
         assert ei.value.body["param"] == param and f"({param})" in ei.value.message, ei.value.body
         assert "xgrammar" in ei.value.message
     assert tm.received == []
+
+
+def test_continued_message_of_text_parts_is_the_grammar_prefix(tok: PreTrainedTokenizerFast) -> None:
+    """A continued assistant message given as text parts: the answer grammar reads the text the
+    prompt ends with (the parts as the prompt joins them, a blank line apart), not the parts
+    glued together, which the prompt does not end with (the grammar then restarted)."""
+    tm = FakeTM(tok)
+    tm.grammar_enabled = True  # type: ignore[attr-defined]
+    client = _oai(_client(tm))
+    parts = [{"type": "text", "text": '{"a": "x'}, {"type": "text", "text": 'y", "b":'}]
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}
+    client.chat.completions.create(
+        model="dsv4-test",
+        messages=[{"role": "user", "content": "Q"}, {"role": "assistant", "content": parts}],  # type: ignore[list-item]
+        max_tokens=3,
+        response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+        extra_body={"continue_final_message": True, "add_generation_prompt": False},
+    )
+    prompt = tok.decode(tm.received[-1].input_ids)
+    want = '{"a": "x\n\ny", "b":'
+    assert prompt.endswith(want)  # the case under test: the parts joined as the prompt joins them
+    assert tm.received[-1].sampling_params["grammar_prefix"] == want

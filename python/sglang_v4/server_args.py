@@ -328,6 +328,12 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if dctk is not None and not isinstance(dctk, dict):
             raise ValueError(f"default_chat_template_kwargs must be a JSON object (got {dctk!r})")
         self.default_chat_template_kwargs = dctk
+        fsp = self.file_storage_path
+        if fsp is not None and (
+            not isinstance(fsp, str) or not fsp or (os.path.exists(fsp) and not os.path.isdir(fsp))
+        ):
+            # checked here: the file store is made on the first /v1/files or /v1/batches request
+            raise ValueError(f"file_storage_path must name a directory (made if missing); got {fsp!r}")
         from sglang_v4.entrypoints.openai.sampling_defaults import parse_preferred_sampling_params
 
         self.preferred_sampling_params = parse_preferred_sampling_params(

@@ -9,11 +9,14 @@ could never fill a field. :func:`normalize_json_schema` rewrites those nodes bef
 the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema reading
 (Draft 2020-12, "Validation" and "Core" vocabularies) is honoured within the strict one:
 
-* an array without ``items`` / ``prefixItems`` means "any items": xgrammar compiled one carrying
-  any other keyword (``description``, ``maxItems``...) to ``[]`` only (xgrammar issue 833);
-* an object without ``properties`` / ``patternProperties`` / ``additionalProperties`` means "any
-  keys": xgrammar compiled one carrying another keyword (``required``, ``maxProperties``,
-  ``dependentRequired``...) to ``{}`` only (xgrammar issue 104);
+* an array without ``items`` / ``prefixItems`` / ``unevaluatedItems`` means "any items": xgrammar
+  compiled one carrying any other keyword (``description``, ``maxItems``...) to ``[]`` only
+  (xgrammar issue 833);
+* an object without ``properties`` / ``patternProperties`` / ``additionalProperties`` /
+  ``unevaluatedProperties`` means "any keys": xgrammar compiled one carrying another keyword
+  (``required``, ``maxProperties``, ``dependentRequired``...) to ``{}`` only (xgrammar issue 104);
+  ``unevaluatedItems`` / ``unevaluatedProperties`` bound the other items / keys, which xgrammar
+  honours, so a node with one is left as it is;
 * the branches of an object's ``anyOf`` / ``oneOf`` are read together with the object (JSON
   Schema applies both; xgrammar compiled each branch alone, so ``{"properties": {"email": {"type":
   "string"}}, "anyOf": [{"required": ["email"]}, ...]}`` lost the type of ``email``): the object's
@@ -23,8 +26,10 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   it (``{"properties": {"a": ...}, "required": ["b"]}`` gave ``{"a": 1}``, and ``{"type":
   "object", "required": ["a"]}`` gave ``{}``). The name is added to ``properties`` with the schema
   the object gives undeclared keys (the first ``patternProperties`` entry whose regex matches it,
-  else ``additionalProperties``, else any value); under ``"additionalProperties": false`` no object
-  can satisfy the schema, which is a ``ValueError``.
+  else ``additionalProperties``, else -- on a node with no subschema that could declare the key
+  (``allOf``, ``anyOf``, ``oneOf``, ``$ref``, ``if``, ``dependentSchemas``) --
+  ``unevaluatedProperties``, else any value); under ``false`` there no object can satisfy the
+  schema, which is a ``ValueError``.
 
 :func:`check_json_schema` checks a schema against its JSON Schema meta-schema first (``jsonschema``):
 xgrammar compiles some malformed schemas (``{"anyOf": []}`` to a grammar whose only text is empty,
@@ -71,12 +76,17 @@ def _is_object_node(node: dict[str, Any]) -> bool:
     return any(k in node for k in ("properties", "required", "additionalProperties", "patternProperties"))
 
 
+#: Keywords through which subschemas of a node may evaluate its keys (``unevaluatedProperties``
+#: then applies only to the keys none of them evaluated).
+_IN_PLACE_APPLICATORS = ("allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "if", "dependentSchemas")
+
+
 def _undeclared_key_schema(node: dict[str, Any], name: str, path: str) -> Any:
     """The schema a key ``name`` that ``properties`` does not declare takes in ``node``.
 
     Raises:
-        ValueError: ``additionalProperties`` is ``false`` and no ``patternProperties`` regex
-            matches ``name``.
+        ValueError: ``additionalProperties`` (or, without it and without in-place applicators,
+            ``unevaluatedProperties``) is ``false`` and no ``patternProperties`` regex matches ``name``.
     """
     patterns = node.get("patternProperties")
     if isinstance(patterns, dict):
@@ -86,10 +96,13 @@ def _undeclared_key_schema(node: dict[str, Any], name: str, path: str) -> Any:
                     return sub
             except re.error:
                 continue  # xgrammar reports a pattern it cannot read
-    extra = node.get("additionalProperties", True)
+    keyword = "additionalProperties"
+    if keyword not in node and not any(k in node for k in _IN_PLACE_APPLICATORS):
+        keyword = "unevaluatedProperties"
+    extra = node.get(keyword, True)
     if extra is False:
         raise ValueError(
-            f"{path}: required property {name!r} is not in 'properties' and 'additionalProperties' "
+            f"{path}: required property {name!r} is not in 'properties' and {keyword!r} "
             "is false, so no object satisfies the schema."
         )
     return {} if extra is True else extra
@@ -98,7 +111,10 @@ def _undeclared_key_schema(node: dict[str, Any], name: str, path: str) -> Any:
 def _rewrite_object(node: dict[str, Any], path: str) -> None:
     """Apply the object rewrites of the module docstring to ``node`` (in place; its subschemas
     were rewritten already)."""
-    open_keys = not any(k in node for k in ("properties", "patternProperties", "additionalProperties"))
+    open_keys = not any(
+        k in node
+        for k in ("properties", "patternProperties", "additionalProperties", "unevaluatedProperties")
+    )
     required = node.get("required")
     if isinstance(required, list):
         props = node.get("properties")
@@ -115,13 +131,33 @@ def _rewrite_object(node: dict[str, Any], path: str) -> None:
         node["additionalProperties"] = {}
 
 
+#: Keywords that only annotate a schema (a merge keeps the branch's).
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "deprecated"})
+
+
+def _both(a: Any, b: Any) -> Any:
+    """One schema meaning ``a`` and ``b`` together where their keywords do not clash (their
+    union: xgrammar does not compile ``allOf``); else ``b`` (the narrower, a branch's own)."""
+    if a is True or a == {}:
+        return b
+    if b is True or b == {}:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict):
+        if all(a[k] == b[k] for k in a.keys() & b.keys() if k not in _ANNOTATIONS):
+            return {**a, **b}
+    return b
+
+
 def _with_parent_keys(parent: dict[str, Any], branch: Any) -> Any:
     """``branch`` of the ``anyOf`` / ``oneOf`` of the object schema ``parent`` with the parent's
     object keywords merged in, where the branch is an object schema of its own (no ``type``, or
     ``"object"``; no ``$ref``): the parent's ``properties`` it does not declare (unless its own
-    ``additionalProperties`` is false), the parent's ``required`` names, and the parent's
-    ``additionalProperties`` / ``patternProperties`` where it sets none. JSON Schema applies the
-    parent and the branch together; xgrammar compiles the branch alone."""
+    ``additionalProperties`` is false); for a key both declare, or one only the branch declares,
+    the branch's schema joined with what the parent gives that key (:func:`_both`; a key the
+    parent forbids, under its ``"additionalProperties": false``, is left out); the parent's
+    ``required`` names, and the parent's ``additionalProperties`` / ``patternProperties`` where
+    it sets none. JSON Schema applies the parent and the branch together; xgrammar compiles the
+    branch alone."""
     if not isinstance(branch, dict) or "$ref" in branch or branch.get("type", "object") != "object":
         return branch
     if not _is_object_node(branch) and "type" not in branch:
@@ -129,12 +165,25 @@ def _with_parent_keys(parent: dict[str, Any], branch: Any) -> Any:
     out = dict(branch, type="object")
     parent_props = parent.get("properties")
     own_props = out.get("properties")
-    if isinstance(parent_props, dict) and (own_props is None or isinstance(own_props, dict)):
-        if out.get("additionalProperties") is False:
-            extra = {}
-        else:
-            extra = {n: v for n, v in parent_props.items() if n not in (own_props or {})}
-        out["properties"] = {**extra, **(own_props or {})}
+    declared = isinstance(parent_props, dict) or isinstance(own_props, dict)
+    if (
+        declared
+        and isinstance(parent_props, (dict, type(None)))
+        and isinstance(own_props, (dict, type(None)))
+    ):
+        parent_props, own = parent_props or {}, own_props or {}
+        props = {}
+        if out.get("additionalProperties") is not False:
+            props = {n: v for n, v in parent_props.items() if n not in own}
+        for n, v in own.items():
+            if n in parent_props:
+                props[n] = _both(parent_props[n], v)
+                continue
+            try:
+                props[n] = _both(_undeclared_key_schema(parent, n, "schema"), v)
+            except ValueError:
+                pass  # the parent allows no such key: the branch cannot have it
+        out["properties"] = props
     parent_req, own_req = parent.get("required"), out.get("required")
     if isinstance(parent_req, list) and (own_req is None or isinstance(own_req, list)):
         out["required"] = list(dict.fromkeys([*parent_req, *(own_req or [])]))
@@ -185,7 +234,7 @@ def _rewrite(schema: Any, path: str) -> Any:
     for k in _SCHEMA_MAPS:
         if isinstance(out.get(k), dict):
             out[k] = {name: _rewrite(s, f"{path}.{k}.{name}") for name, s in out[k].items()}
-    if _is_type(out, "array") and "items" not in out and "prefixItems" not in out:
+    if _is_type(out, "array") and not any(k in out for k in ("items", "prefixItems", "unevaluatedItems")):
         out["items"] = {}
     if _is_object_node(out):
         _rewrite_object(out, path)

@@ -152,13 +152,15 @@ class AnthropicServing:
         """Refuse a prompt that does not fit in the context with ``max_tokens``, in Anthropic's
         words (:func:`context_overflow_message`), which Anthropic clients read to compact the
         conversation or lower ``max_tokens`` and retry; the chat path's own check would word it as
-        OpenAI does. Needs the prompt's token ids (a tokenizer is loaded).
+        OpenAI does. Needs the prompt's token ids (a tokenizer is loaded). Skipped under
+        ``--allow-auto-truncate``: the tokenizer manager cuts the prompt and ``max_tokens`` to fit
+        instead, as on the other routes.
 
         Raises:
             RequestError: 400.
         """
         ctx = self.chat._context_len()
-        if run.prompt_ids is None or ctx is None:
+        if run.prompt_ids is None or ctx is None or getattr(self.chat.args, "allow_auto_truncate", False):
             return
         message = context_overflow_message(len(run.prompt_ids), max_tokens, ctx)
         if message is not None:

@@ -29,6 +29,7 @@ from sglang_v4.entrypoints.chat_encoding import (
     REASONING_EFFORT_PROFILES,
     THINK_END,
     RenderedPrompt,
+    message_text,
     normalize_reasoning_effort,
     render_continuation,
     render_messages,
@@ -185,10 +186,11 @@ def _continued_text(message: dict[str, Any], prompt: str) -> str | None:
     """The text of the assistant ``message`` a continuation request continues, as ``prompt``
     ends with it (a chat template may strip its edges), or ``None`` when the prompt does not end
     with it (e.g. its tool calls were rendered after it)."""
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    if not isinstance(content, str) or not content:
+    try:
+        content = message_text(message.get("content"))  # the parts joined as the prompt joins them
+    except ValueError:
+        return None
+    if not content:
         return None
     for text in (content, content.rstrip(), content.strip()):
         if text and prompt.endswith(text):

@@ -273,7 +273,8 @@ class BatchMixin(FilesMixin):
         batch.status, batch.failed_at, batch.errors = "failed", now_s(), BatchErrors(data=errors)
 
     def _write_results(self, batch: BatchObject, lines: list[BatchLine], results: list[Any]) -> None:
-        """The output and error files of a batch (input order); sets their ids and the counts."""
+        """The output and error files of a batch (input order); sets their ids and the counts.
+        They are not held to the upload bound (``SGLANG_V4_MAX_FILE_BYTES``)."""
         out, err = [], []
         for line, result in zip(lines, results, strict=True):
             if isinstance(result, tuple):
@@ -285,10 +286,14 @@ class BatchMixin(FilesMixin):
         counts.completed, counts.failed = len(out), len(err)
         store = self.file_store
         if out:
-            obj = store.create(b"\n".join(out) + b"\n", f"{batch.id}_output.jsonl", "batch_output")
+            obj = store.create(
+                b"\n".join(out) + b"\n", f"{batch.id}_output.jsonl", "batch_output", bounded=False
+            )
             batch.output_file_id = obj.id
         if err:
-            obj = store.create(b"\n".join(err) + b"\n", f"{batch.id}_error.jsonl", "batch_output")
+            obj = store.create(
+                b"\n".join(err) + b"\n", f"{batch.id}_error.jsonl", "batch_output", bounded=False
+            )
             batch.error_file_id = obj.id
 
     @staticmethod
