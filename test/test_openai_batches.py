@@ -245,6 +245,29 @@ def test_upload_over_the_size_bound_is_413(tok: Any, monkeypatch: pytest.MonkeyP
         assert [x.id for x in c.files.list()] == [ok.id]
 
 
+def test_batch_output_larger_than_the_upload_bound_is_kept(tok: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The upload bound is for uploads: a batch whose answers outgrow it completes with every answer
+    (it used to fail with ``server_error`` after all requests ran, the answers discarded)."""
+    monkeypatch.setenv("SGLANG_V4_MAX_FILE_BYTES", "3000")
+    rows = [chat_line(f"r{i}", f"question {i}", max_tokens=3, temperature=0) for i in range(8)]
+    assert len(jsonl(rows)) < 3000
+    with app_client(FakeTM(tok)) as web:
+        c = oai_client(web)
+        b = run_batch(c, rows)
+        assert b.status == "completed" and b.errors is None, b
+        assert b.request_counts is not None and (b.request_counts.completed, b.request_counts.failed) == (
+            8,
+            0,
+        )
+        assert c.files.retrieve(b.output_file_id).bytes > 3000  # type: ignore[arg-type]
+        out = read_lines(c, b.output_file_id)
+        assert [x["custom_id"] for x in out] == [r["custom_id"] for r in rows]
+        for row, line in zip(rows, out, strict=True):
+            got = ChatCompletion.model_validate(line["response"]["body"])
+            direct = c.chat.completions.create(**row["body"])
+            assert got.model_dump(exclude={"id", "created"}) == direct.model_dump(exclude={"id", "created"})
+
+
 def test_batch_list_pages_newest_first(client: openai.OpenAI) -> None:
     f = client.files.create(file=("in.jsonl", io.BytesIO(jsonl([chat_line("a", "x")]))), purpose="batch")
     ids = [

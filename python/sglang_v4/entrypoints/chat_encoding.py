@@ -51,6 +51,7 @@ one is tokenized as text, not as the control token (:mod:`sglang_v4.prompt_token
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,14 @@ ASSISTANT = "<｜Assistant｜>"
 THINK_START = "<think>"
 THINK_END = "</think>"
 DSML = "｜DSML｜"
+#: The visual-grounding markup (reference, box, point, polygon; open and close) that the model
+#: writes in its answers. DeepSeek's encoder (``deepseek-recipe``, its ``SpecialToken`` kinds
+#: ``Ref`` .. ``PolygonEnd``) replays these spellings in an assistant message's ``content`` as the
+#: special tokens themselves; everywhere else in the request they are text.
+GROUNDING_TOKENS = tuple(
+    f"<｜{slash}{kind}｜>" for kind in ("ref", "box", "point", "polygon") for slash in ("", "/")
+)
+_GROUNDING_RE = re.compile("(" + "|".join(map(re.escape, GROUNDING_TOKENS)) + ")")
 TOOL_CALLS_START = f"<{DSML}tool_calls>"
 TOOL_CALLS_END = f"</{DSML}tool_calls>"
 
@@ -286,6 +295,13 @@ def _tool_call_segments(tool_calls: Sequence[Mapping[str, Any]], field: str) -> 
     return segs
 
 
+def _assistant_content_segments(text: str) -> list[Segment]:
+    """An assistant message's content as segments: its grounding markup (:data:`GROUNDING_TOKENS`)
+    as template markup (special tokens, as DeepSeek's encoder replays them), the rest as the
+    request's plain text."""
+    return [(piece, i % 2 == 0) for i, piece in enumerate(_GROUNDING_RE.split(text)) if piece]
+
+
 def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Validate roles and merge user/tool messages into user turns; each turn's text is a list of
     :data:`Segment` (``"segs"``)."""
@@ -327,7 +343,8 @@ def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 call_order = {
                     c.get("id"): k for k, c in enumerate(calls) if isinstance(c, Mapping) and c.get("id")
                 }
-        turn["segs"] = [(message_text(m.get("content"), field), True)]
+        text = message_text(m.get("content"), field)
+        turn["segs"] = _assistant_content_segments(text) if role == "assistant" else [(text, True)]
         turns.append(turn)
     for t in turns:
         if t["role"] == "user":

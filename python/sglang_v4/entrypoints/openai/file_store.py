@@ -6,9 +6,8 @@ Each file's content is one file on disk, ``<directory>/<file id>``, under ``--fi
 store is closed or the process exits). The file objects (name, purpose, size, time) are held in memory: a restarted
 server lists no earlier files, even in a directory it is given again. Each file is bounded in
 size (:data:`DEFAULT_MAX_FILE_BYTES`, or ``SGLANG_V4_MAX_FILE_BYTES``); an upload over the bound is
-refused before anything is written. The files a batch writes (its output and error files) are not
-bounded: they hold whole responses, far longer than the input lines, and refusing them would lose
-the answers of a finished batch. The store is used from the server's event loop; the disk
+refused before anything is written. The files a batch writes are not bounded: they hold answers
+already computed for a batch the server accepted. The store is used from the server's event loop; the disk
 writes are small relative to a batch's work and are done inline.
 """
 
@@ -92,11 +91,16 @@ class FileStore:
         return len(self._entries)
 
     def create(self, content: bytes, filename: str, purpose: str, bounded: bool = True) -> FileObject:
-        """Store ``content`` as a new file; ``bounded``: refuse it over ``max_file_bytes`` (an
-        upload; False for the files the server writes itself).
+        """Store ``content`` as a new file.
+
+        Args:
+            bounded: refuse content over ``max_file_bytes`` (an upload). A batch's output and
+                error files pass False: their size follows from the batch the server accepted,
+                and refusing them would throw away answers already computed.
 
         Raises:
-            FileTooLargeError: ``bounded`` and ``content`` is over ``max_file_bytes`` (nothing is written).
+            FileTooLargeError: ``bounded`` and ``content`` is over ``max_file_bytes`` (nothing is
+                written).
             OSError: the write failed (nothing is kept).
         """
         if bounded and len(content) > self.max_file_bytes:

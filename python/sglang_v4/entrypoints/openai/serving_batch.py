@@ -243,12 +243,13 @@ class BatchMixin(FilesMixin):
             if content is None:
                 self._fail(batch, [BatchError(code="invalid_file", message="The input file was deleted.")])
                 return
-            lines, errors = parse_batch_input(content, batch.endpoint)
+            # a 64 MiB file takes seconds to parse: in a worker thread, so other requests go on
+            lines, errors = await asyncio.to_thread(parse_batch_input, content, batch.endpoint)
+            if run.cancelled:  # cancelled while validating: nothing ran, whatever the file holds
+                batch.status, batch.cancelled_at = "cancelled", now_s()
+                return
             if errors:
                 self._fail(batch, errors)
-                return
-            if run.cancelled:
-                batch.status, batch.cancelled_at = "cancelled", now_s()
                 return
             batch.status, batch.in_progress_at = "in_progress", now_s()
             batch.request_counts.total = len(lines)
@@ -273,8 +274,7 @@ class BatchMixin(FilesMixin):
         batch.status, batch.failed_at, batch.errors = "failed", now_s(), BatchErrors(data=errors)
 
     def _write_results(self, batch: BatchObject, lines: list[BatchLine], results: list[Any]) -> None:
-        """The output and error files of a batch (input order); sets their ids and the counts.
-        They are not held to the upload bound (``SGLANG_V4_MAX_FILE_BYTES``)."""
+        """The output and error files of a batch (input order); sets their ids and the counts."""
         out, err = [], []
         for line, result in zip(lines, results, strict=True):
             if isinstance(result, tuple):
@@ -285,16 +285,19 @@ class BatchMixin(FilesMixin):
         counts = batch.request_counts
         counts.completed, counts.failed = len(out), len(err)
         store = self.file_store
-        if out:
-            obj = store.create(
-                b"\n".join(out) + b"\n", f"{batch.id}_output.jsonl", "batch_output", bounded=False
-            )
-            batch.output_file_id = obj.id
-        if err:
-            obj = store.create(
-                b"\n".join(err) + b"\n", f"{batch.id}_error.jsonl", "batch_output", bounded=False
-            )
-            batch.error_file_id = obj.id
+        written: list[str] = []
+        try:  # unbounded: the answers are computed; an upload's size bound must not discard them
+            for rows, kind in ((out, "output"), (err, "error")):
+                if rows:
+                    name = f"{batch.id}_{kind}.jsonl"
+                    written.append(store.create(b"\n".join(rows) + b"\n", name, "batch_output", False).id)
+        except BaseException:  # a failed write leaves no file of this batch behind
+            for file_id in written:
+                store.delete(file_id)
+            raise
+        it = iter(written)
+        batch.output_file_id = next(it) if out else None
+        batch.error_file_id = next(it) if err else None
 
     @staticmethod
     def _unfinished_line(line: BatchLine, exc: BaseException) -> BatchOutputLine:

@@ -10,6 +10,7 @@ before it is parsed. An unknown file id is a 404 in OpenAI's error shape; bad li
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 from typing import Any
@@ -112,7 +113,10 @@ class FilesMixin(OpenAIServingBase):
                         f"The upload is larger than the file size limit of {store.max_file_bytes} bytes.", 413
                     )
                 chunks.append(chunk)
-            parts = parse_form_data(request.headers.get("content-type", ""), b"".join(chunks))
+            # the MIME parser takes seconds on a large body: in a worker thread, off the event loop
+            parts = await asyncio.to_thread(
+                parse_form_data, request.headers.get("content-type", ""), b"".join(chunks)
+            )
             purpose = parts.get("purpose", (None, b""))[1].decode("utf-8", "replace").strip()
             if not purpose:
                 raise RequestError("`purpose` is required.", param="purpose")
