@@ -194,6 +194,11 @@ def test_preferred_sampling_params_parse() -> None:
         ServerArgs(device="cpu", skip_tokenizer_init=True, preferred_sampling_params={"stop": ["x"]})
     with pytest.raises(ValueError, match=r"^preferred_sampling_params: n is not"):
         ServerArgs(device="cpu", preferred_sampling_params={"n": 2})
+    # an unknown name: the message offers the names the flag takes, which do not include n
+    with pytest.raises(ValueError, match=r"^preferred_sampling_params: unknown .*: temprature\.") as e:
+        ServerArgs(device="cpu", preferred_sampling_params={"temprature": 0.6})
+    offered = str(e.value).split("Allowed: ", 1)[1].rstrip(".").split(", ")
+    assert "temperature" in offered and "top_p" in offered and "n" not in offered
 
 
 def test_sglang_environment_variables_not_read_are_named() -> None:

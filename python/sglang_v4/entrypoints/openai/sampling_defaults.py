@@ -102,6 +102,13 @@ def parse_preferred_sampling_params(value: Any, skip_tokenizer_init: bool = Fals
             "preferred_sampling_params: n is not a default sampling parameter (it is how many "
             "completions one request asks for); send it with each request"
         )
+    allowed = SamplingParams.field_names() - {"n"}
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:  # before SamplingParams' own check, whose list of allowed names includes n
+        raise ValueError(
+            f"preferred_sampling_params: unknown sampling parameter(s): {', '.join(unknown)}. "
+            f"Allowed: {', '.join(sorted(allowed))}."
+        )
     try:
         sp = SamplingParams.from_dict(dict(value))
         sp.normalize(None)
