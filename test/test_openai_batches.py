@@ -378,24 +378,6 @@ def test_file_store_directory_lifetime(tmp_path: Any, monkeypatch: pytest.Monkey
         max_file_bytes_from_env()
 
 
-def test_results_larger_than_the_upload_bound_are_kept(tok: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The upload bound limits what a client sends; a batch's own output file (each answer is a
-    # whole response body, far longer than its input line) must not fail the finished batch.
-    rows = [chat_line(f"r{i}", "hi", max_tokens=2) for i in range(6)]
-    bound = len(jsonl(rows)) + 10
-    monkeypatch.setenv("SGLANG_V4_MAX_FILE_BYTES", str(bound))
-    with app_client(FakeTM(tok)) as web:
-        client = oai_client(web)
-        b = run_batch(client, rows)
-        assert b.status == "completed", b.errors
-        out = client.files.content(b.output_file_id).content  # type: ignore[arg-type]
-        assert len(out) > bound  # the case under test: the results outgrow the upload bound
-        assert [json.loads(x)["custom_id"] for x in out.splitlines()] == [r["custom_id"] for r in rows]
-        with pytest.raises(openai.APIStatusError) as e:  # uploads stay bounded
-            client.files.create(file=("big.jsonl", io.BytesIO(b"x" * (bound + 1))), purpose="batch")
-        assert e.value.status_code == 413
-
-
 def test_file_storage_path_that_is_a_file_is_refused_at_start(tmp_path: Any) -> None:
     from sglang_v4.server_args import ServerArgs
 
