@@ -62,7 +62,8 @@ class SchedulerMetricsMixin:
         """Gauges for ``/metrics``: queue sizes, KV tokens held by requests (``num_used_tokens``;
         evictable radix-cache pages are not in use, as in SGLang) and in the pool, the pool split
         into available / evictable / used tokens (block pages x ``page_size``), token usage,
-        cache hit rate, throughput."""
+        cache hit rate, throughput, retractions since start, ``page_size``, ``num_pages`` and
+        ``context_len``."""
         st = self.tree_cache.stats()
         hit, tot = st["hit_tokens"], st["prompt_tokens"]
         pages = self.cache_manager.block_alloc
@@ -79,4 +80,7 @@ class SchedulerMetricsMixin:
             "cache_hit_rate": (hit / tot) if tot else 0.0,
             "gen_throughput": self.last_gen_throughput,
             "num_retractions": self.num_retractions,
+            "page_size": self.page_size,
+            "num_pages": pages.num_pages,
+            "context_len": self.context_len,
         }
