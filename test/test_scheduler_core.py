@@ -243,3 +243,21 @@ def test_token_usage_counts_request_pages_not_the_evictable_cache(sched_model_di
     assert m["kv_available_tokens"] + m["kv_evictable_tokens"] + m["kv_used_tokens"] == total
     assert m["max_total_num_tokens"] == total
     assert_idle(s)
+
+
+def test_cache_hit_rate_is_the_last_prefill_batchs(sched_model_dir):
+    """``/metrics`` ``cache_hit_rate`` is SGLang's: hit tokens / prompt tokens of the last
+    prefill batch, so a repeated prompt reads as its own ``cached_tokens`` / prompt length (the
+    oracle: the request's output message); it used to be the rate since start, which a cold first
+    request kept at about half. A fresh prompt after it brings the gauge back to 0."""
+    s = make_scheduler(sched_model_dir, max_total_tokens=8 * 256)
+    assert s.get_metrics()["cache_hit_rate"] == 0.0
+    prompt = random_ids(600, seed=71)
+    first = run_one(s, "a", prompt, 4)
+    assert first["cached"] == 0 and s.get_metrics()["cache_hit_rate"] == 0.0
+    again = run_one(s, "b", prompt, 4)
+    assert again["cached"] > 0
+    assert s.get_metrics()["cache_hit_rate"] == pytest.approx(again["cached"] / len(prompt))
+    other = run_one(s, "c", random_ids(300, seed=72), 4)
+    assert other["cached"] == 0 and s.get_metrics()["cache_hit_rate"] == 0.0
+    assert_idle(s)

@@ -46,7 +46,7 @@ class TokenizerMetrics:
     evictable, not used, as in SGLang), ``token_usage`` (their ratio, 0..1),
     ``kv_available_tokens`` / ``kv_evictable_tokens`` / ``kv_used_tokens`` (the pool split into
     free, reclaimable cached and request-held tokens; they sum to ``max_total_num_tokens``),
-    ``cache_hit_rate`` (prefix-cache hit tokens / prompt tokens since start, 0..1),
+    ``cache_hit_rate`` (prefix-cache hit tokens / prompt tokens of the last prefill batch, 0..1),
     ``gen_throughput`` (generated tokens/s over the last log interval), ``page_size``,
     ``num_pages`` (KV pool pages), ``context_len`` (tokens).
 

@@ -62,10 +62,8 @@ class SchedulerMetricsMixin:
         """Gauges for ``/metrics``: queue sizes, KV tokens held by requests (``num_used_tokens``;
         evictable radix-cache pages are not in use, as in SGLang) and in the pool, the pool split
         into available / evictable / used tokens (block pages x ``page_size``), token usage,
-        cache hit rate, throughput, retractions since start, ``page_size``, ``num_pages`` and
+        the last prefill batch's cache hit rate (``recent_cache_hit_rate``), throughput, retractions since start, ``page_size``, ``num_pages`` and
         ``context_len``."""
-        st = self.tree_cache.stats()
-        hit, tot = st["hit_tokens"], st["prompt_tokens"]
         pages = self.cache_manager.block_alloc
         available, evictable, used = self.cache_manager.kv_block_counts()
         return {
@@ -77,7 +75,7 @@ class SchedulerMetricsMixin:
             "kv_evictable_tokens": evictable * self.page_size,
             "kv_used_tokens": used * self.page_size,
             "token_usage": self.cache_manager.token_usage(),
-            "cache_hit_rate": (hit / tot) if tot else 0.0,
+            "cache_hit_rate": self.recent_cache_hit_rate,
             "gen_throughput": self.last_gen_throughput,
             "num_retractions": self.num_retractions,
             "page_size": self.page_size,
