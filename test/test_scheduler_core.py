@@ -6,6 +6,8 @@ deterministic), which the parity tests tie to HF transformers.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from dsv4_testutil import random_ids
 from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, submit
@@ -261,3 +263,19 @@ def test_cache_hit_rate_is_the_last_prefill_batchs(sched_model_dir):
     other = run_one(s, "c", random_ids(300, seed=72), 4)
     assert other["cached"] == 0 and s.get_metrics()["cache_hit_rate"] == 0.0
     assert_idle(s)
+
+
+def test_gauges_return_to_idle_values(sched_model_dir, monkeypatch):
+    """After the last request: ``num_running_reqs`` / ``num_queue_reqs`` read 0 at once, and
+    ``gen_throughput`` decays to 0 once no batch ran for ``GEN_THROUGHPUT_STALE_S`` (SGLang's
+    staleness rule, sgl-project/sglang#4244); it used to hold the last value forever."""
+    from sglang_v4.managers import scheduler_metrics_mixin as mm
+
+    s = make_scheduler(sched_model_dir, max_total_tokens=8 * 256)
+    run_one(s, "a", random_ids(100, seed=73), 6)
+    m = s.get_metrics()
+    assert (m["num_running_reqs"], m["num_queue_reqs"]) == (0, 0)
+    assert m["gen_throughput"] > 0
+    later = time.monotonic() + mm.GEN_THROUGHPUT_STALE_S + 1
+    monkeypatch.setattr(mm.time, "monotonic", lambda: later)
+    assert s.get_metrics()["gen_throughput"] == 0.0

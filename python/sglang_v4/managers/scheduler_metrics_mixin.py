@@ -5,10 +5,16 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sglang_v4.managers.scheduler import Scheduler
+
+
+#: Seconds without a processed batch after which ``/metrics``' ``gen_throughput`` reads 0 (SGLang
+#: decays the gauge so: an idle server must not keep exporting its last throughput).
+GEN_THROUGHPUT_STALE_S = 30.0
 
 
 class SchedulerMetricsMixin:
@@ -58,11 +64,19 @@ class SchedulerMetricsMixin:
             "jit": getattr(self.runner, "jit_info", dict)(),
         }
 
+    def current_gen_throughput(self: Scheduler) -> float:
+        """``last_gen_throughput`` (tokens/s), or 0.0 once no batch was processed for
+        :data:`GEN_THROUGHPUT_STALE_S` seconds (``time.monotonic``)."""
+        if self._tp_at is None or time.monotonic() - self._tp_at[0] > GEN_THROUGHPUT_STALE_S:
+            return 0.0
+        return self.last_gen_throughput
+
     def get_metrics(self: Scheduler) -> dict[str, Any]:
         """Gauges for ``/metrics``: queue sizes, KV tokens held by requests (``num_used_tokens``;
         evictable radix-cache pages are not in use, as in SGLang) and in the pool, the pool split
         into available / evictable / used tokens (block pages x ``page_size``), token usage,
-        the last prefill batch's cache hit rate (``recent_cache_hit_rate``), throughput, retractions since start, ``page_size``, ``num_pages`` and
+        the last prefill batch's cache hit rate (``recent_cache_hit_rate``), throughput
+        (:meth:`current_gen_throughput`), retractions since start, ``page_size``, ``num_pages`` and
         ``context_len``."""
         pages = self.cache_manager.block_alloc
         available, evictable, used = self.cache_manager.kv_block_counts()
@@ -76,7 +90,7 @@ class SchedulerMetricsMixin:
             "kv_used_tokens": used * self.page_size,
             "token_usage": self.cache_manager.token_usage(),
             "cache_hit_rate": self.recent_cache_hit_rate,
-            "gen_throughput": self.last_gen_throughput,
+            "gen_throughput": self.current_gen_throughput(),
             "num_retractions": self.num_retractions,
             "page_size": self.page_size,
             "num_pages": pages.num_pages,
