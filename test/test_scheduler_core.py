@@ -276,6 +276,9 @@ def test_gauges_return_to_idle_values(sched_model_dir, monkeypatch):
     m = s.get_metrics()
     assert (m["num_running_reqs"], m["num_queue_reqs"]) == (0, 0)
     assert m["gen_throughput"] > 0
+    info = s.get_server_info()  # SGLang's internal-state keys, as its bench_serving reads them
+    assert info["last_gen_throughput"] > 0
+    assert info["effective_max_running_requests_per_dp"] == info["max_running_requests"] > 0
     later = time.monotonic() + mm.GEN_THROUGHPUT_STALE_S + 1
     monkeypatch.setattr(mm.time, "monotonic", lambda: later)
-    assert s.get_metrics()["gen_throughput"] == 0.0
+    assert s.get_metrics()["gen_throughput"] == 0.0 and s.get_server_info()["last_gen_throughput"] == 0.0

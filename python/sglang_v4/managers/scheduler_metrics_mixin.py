@@ -37,7 +37,9 @@ class SchedulerMetricsMixin:
         return self.cache_manager.flush()
 
     def get_server_info(self: Scheduler) -> dict[str, Any]:
-        """JSON-able runtime state: ``kv_pool`` pages per pool, ``radix_cache`` stats, limits."""
+        """JSON-able runtime state: ``kv_pool`` pages per pool, ``radix_cache`` stats, limits,
+        and SGLang's ``last_gen_throughput`` (tokens/s, :meth:`current_gen_throughput`) and
+        ``effective_max_running_requests_per_dp``."""
         sa = self.server_args
         return {
             "model_path": self.model_path,
@@ -59,6 +61,9 @@ class SchedulerMetricsMixin:
             "radix_cache": self.tree_cache.stats(),
             "num_running_reqs": len(self.running),
             "num_queue_reqs": len(self.waiting),
+            # SGLang's internal-state keys (bench_serving and routers read them)
+            "last_gen_throughput": self.current_gen_throughput(),
+            "effective_max_running_requests_per_dp": self.max_running_requests,
             "num_retractions": self.num_retractions,
             "num_oom_errors": self.num_oom_errors,
             "jit": getattr(self.runner, "jit_info", dict)(),
