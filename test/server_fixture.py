@@ -272,6 +272,10 @@ class FakeScheduler:
             "token_usage": self.used_pages / max(self.total_pages, 1),
             "cache_hit_rate": 0.0,
             "gen_throughput": 123.0,
+            "num_retractions": 0,
+            "page_size": self.page_size,
+            "num_pages": self.total_pages,
+            "context_len": self.context_len,
         }
 
 

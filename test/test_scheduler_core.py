@@ -6,6 +6,8 @@ deterministic), which the parity tests tie to HF transformers.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from dsv4_testutil import random_ids
 from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, submit
@@ -243,3 +245,40 @@ def test_token_usage_counts_request_pages_not_the_evictable_cache(sched_model_di
     assert m["kv_available_tokens"] + m["kv_evictable_tokens"] + m["kv_used_tokens"] == total
     assert m["max_total_num_tokens"] == total
     assert_idle(s)
+
+
+def test_cache_hit_rate_is_the_last_prefill_batchs(sched_model_dir):
+    """``/metrics`` ``cache_hit_rate`` is SGLang's: hit tokens / prompt tokens of the last
+    prefill batch, so a repeated prompt reads as its own ``cached_tokens`` / prompt length (the
+    oracle: the request's output message); it used to be the rate since start, which a cold first
+    request kept at about half. A fresh prompt after it brings the gauge back to 0."""
+    s = make_scheduler(sched_model_dir, max_total_tokens=8 * 256)
+    assert s.get_metrics()["cache_hit_rate"] == 0.0
+    prompt = random_ids(600, seed=71)
+    first = run_one(s, "a", prompt, 4)
+    assert first["cached"] == 0 and s.get_metrics()["cache_hit_rate"] == 0.0
+    again = run_one(s, "b", prompt, 4)
+    assert again["cached"] > 0
+    assert s.get_metrics()["cache_hit_rate"] == pytest.approx(again["cached"] / len(prompt))
+    other = run_one(s, "c", random_ids(300, seed=72), 4)
+    assert other["cached"] == 0 and s.get_metrics()["cache_hit_rate"] == 0.0
+    assert_idle(s)
+
+
+def test_gauges_return_to_idle_values(sched_model_dir, monkeypatch):
+    """After the last request: ``num_running_reqs`` / ``num_queue_reqs`` read 0 at once, and
+    ``gen_throughput`` decays to 0 once no batch ran for ``GEN_THROUGHPUT_STALE_S`` (SGLang's
+    staleness rule, sgl-project/sglang#4244); it used to hold the last value forever."""
+    from sglang_v4.managers import scheduler_metrics_mixin as mm
+
+    s = make_scheduler(sched_model_dir, max_total_tokens=8 * 256)
+    run_one(s, "a", random_ids(100, seed=73), 6)
+    m = s.get_metrics()
+    assert (m["num_running_reqs"], m["num_queue_reqs"]) == (0, 0)
+    assert m["gen_throughput"] > 0
+    info = s.get_server_info()  # SGLang's internal-state keys, as its bench_serving reads them
+    assert info["last_gen_throughput"] > 0
+    assert info["effective_max_running_requests_per_dp"] == info["max_running_requests"] > 0
+    later = time.monotonic() + mm.GEN_THROUGHPUT_STALE_S + 1
+    monkeypatch.setattr(mm.time, "monotonic", lambda: later)
+    assert s.get_metrics()["gen_throughput"] == 0.0 and s.get_server_info()["last_gen_throughput"] == 0.0

@@ -392,10 +392,11 @@ def test_api_key(secured):
 
 
 def _metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not in metrics:\n{text[:2000]}")
+    """The sum of ``name``'s samples over its label sets (``is_streaming``, ...); 0 when it has
+    none (a labelled counter never incremented has no sample)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
 
 def test_metrics(secured):

@@ -1,8 +1,10 @@
 """Prometheus metrics of the HTTP server (``--enable-metrics``, served at ``GET /metrics``).
 
-Names, types and labels follow SGLang's ``srt/metrics/collector.py`` (its production-metrics
-documentation lists them), so its Grafana dashboard and alert rules work unchanged: every series
-has the label ``model_name`` (the served model name).
+Names, types, labels and default buckets follow SGLang's tokenizer and scheduler metrics
+collectors (its production-metrics documentation lists them), so its Grafana dashboard and alert
+rules work unchanged: every series has the label ``model_name`` (the served model name); the
+per-request families also carry SGLang's ``is_streaming`` (``"true"`` / ``"false"``) and
+``cached_tokens_total`` its ``cache_source`` (``"device"``: the GPU radix cache is the only one).
 """
 
 from __future__ import annotations
@@ -19,6 +21,20 @@ ITL_BUCKETS = (
 E2E_BUCKETS = (
     0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400,
 )  # fmt: skip
+#: Bucket bounds in tokens of the prompt / generation length histograms (SGLang's defaults).
+TOKEN_LEN_BUCKETS = (
+    100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000, 12500,
+    15000, 17500, 20000, 22500, 25000, 27500, 30000, 35000, 40000, 60000, 80000, 100000, 200000,
+    300000, 400000, 600000, 800000, 1000000, 1100000,
+)  # fmt: skip
+#: Sampling-parameter keys that make a request structured output (``num_so_requests``), as SGLang.
+GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
+
+
+def has_grammar(sampling_params: Any) -> bool:
+    """Whether a request's ``sampling_params`` (a dict, or anything else: False) constrain its
+    output with a JSON schema, regex, EBNF grammar or structural tag."""
+    return isinstance(sampling_params, dict) and any(sampling_params.get(k) for k in GRAMMAR_KEYS)
 
 
 class TokenizerMetrics:
@@ -30,18 +46,25 @@ class TokenizerMetrics:
     evictable, not used, as in SGLang), ``token_usage`` (their ratio, 0..1),
     ``kv_available_tokens`` / ``kv_evictable_tokens`` / ``kv_used_tokens`` (the pool split into
     free, reclaimable cached and request-held tokens; they sum to ``max_total_num_tokens``),
-    ``cache_hit_rate`` (prefix-cache hit tokens / prompt tokens since start, 0..1),
-    ``gen_throughput`` (generated tokens/s over the last log interval).
+    ``cache_hit_rate`` (prefix-cache hit tokens / prompt tokens of the last prefill batch, 0..1),
+    ``gen_throughput`` (generated tokens/s over the last log interval), ``page_size``,
+    ``num_pages`` (KV pool pages), ``context_len`` (tokens).
 
-    Counters (the exposition adds ``_total``): ``prompt_tokens``, ``generation_tokens``,
-    ``cached_tokens`` (prompt tokens served from the prefix cache), ``num_requests`` (finished),
-    ``num_aborted_requests`` (finished with an abort: client disconnect, ``/abort_request``, a
-    request refused by the scheduler).
+    Counters (exposed with SGLang's ``_total`` names): ``prompt_tokens``, ``generation_tokens``,
+    ``num_requests`` (finished; labels ``is_streaming``), ``cached_tokens`` (prompt tokens served
+    from the prefix cache; label ``cache_source="device"``), ``num_so_requests`` (finished with a
+    grammar: :data:`GRAMMAR_KEYS`), ``num_aborted_requests`` (finished with an abort: client
+    disconnect, ``/abort_request``, a request refused by the scheduler), ``num_retracted_requests``
+    (retractions of running requests back to the queue when KV ran short).
 
-    Histograms (seconds): ``time_to_first_token_seconds`` (arrival to first generated token),
-    ``inter_token_latency_seconds`` (between streamed outputs, per generated token),
-    ``time_per_output_token_seconds`` (per finished request: (end - first token) /
-    (completion tokens - 1), SGLang's older TPOT histogram), ``e2e_request_latency_seconds``.
+    Histograms: seconds -- ``time_to_first_token_seconds`` (arrival to first generated token; label
+    ``is_streaming``), ``inter_token_latency_seconds`` (one observation per generated token after
+    the first: an output carrying ``n`` new tokens after ``dt`` seconds adds ``n`` observations
+    of ``dt / n`` and ``dt`` to the sum, as SGLang), ``request_time_per_output_token_seconds``
+    (label ``is_streaming``) and its older unlabelled name ``time_per_output_token_seconds`` (per
+    request that stopped or hit its length: (end - first token) / (completion tokens - 1)),
+    ``e2e_request_latency_seconds`` (label ``is_streaming``); tokens -- ``prompt_tokens_histogram``,
+    ``uncached_prompt_tokens_histogram`` (prompt minus cached), ``generation_tokens_histogram``.
     Every request with ``log_metrics`` set (the default) is counted.
     """
 
@@ -56,6 +79,9 @@ class TokenizerMetrics:
         "kv_used_tokens",
         "cache_hit_rate",
         "gen_throughput",
+        "page_size",
+        "num_pages",
+        "context_len",
     )
 
     def __init__(
@@ -70,6 +96,7 @@ class TokenizerMetrics:
         self.registry = CollectorRegistry()
         self.labels = {"model_name": model_name}
         lab = list(self.labels)
+        slab = [*lab, "is_streaming"]
         reg = self.registry
         self.gauges = {
             g: Gauge(f"sglang:{g}", f"sglang {g.replace('_', ' ')}", lab, registry=reg) for g in self.GAUGES
@@ -80,7 +107,7 @@ class TokenizerMetrics:
         self.ttft = Histogram(
             "sglang:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
-            lab,
+            slab,
             buckets=ttft,
             registry=reg,
         )
@@ -88,6 +115,13 @@ class TokenizerMetrics:
             "sglang:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             lab,
+            buckets=itl,
+            registry=reg,
+        )
+        self.request_tpot = Histogram(
+            "sglang:request_time_per_output_token_seconds",
+            "Per-request TPOT in seconds: (finished_time - first_token_time) / (completion_tokens - 1).",
+            slab,
             buckets=itl,
             registry=reg,
         )
@@ -101,31 +135,76 @@ class TokenizerMetrics:
         self.e2e = Histogram(
             "sglang:e2e_request_latency_seconds",
             "Histogram of End-to-end request latency in seconds",
-            lab,
+            slab,
             buckets=e2e,
             registry=reg,
         )
+        self.prompt_tokens_histogram = Histogram(
+            "sglang:prompt_tokens_histogram",
+            "Histogram of prompt token length.",
+            lab,
+            buckets=TOKEN_LEN_BUCKETS,
+            registry=reg,
+        )
+        self.uncached_prompt_tokens_histogram = Histogram(
+            "sglang:uncached_prompt_tokens_histogram",
+            "Histogram of uncached (compute) prompt token length.",
+            lab,
+            buckets=TOKEN_LEN_BUCKETS,
+            registry=reg,
+        )
+        self.generation_tokens_histogram = Histogram(
+            "sglang:generation_tokens_histogram",
+            "Histogram of generation token length.",
+            lab,
+            buckets=TOKEN_LEN_BUCKETS,
+            registry=reg,
+        )
         self.prompt_tokens = Counter(
-            "sglang:prompt_tokens", "Number of prefill tokens processed.", lab, registry=reg
+            "sglang:prompt_tokens", "Number of prefill tokens processed.", slab, registry=reg
         )
         self.generation_tokens = Counter(
-            "sglang:generation_tokens", "Number of generation tokens processed.", lab, registry=reg
+            "sglang:generation_tokens", "Number of generation tokens processed.", slab, registry=reg
         )
         self.cached_tokens = Counter(
-            "sglang:cached_tokens", "Number of cached prompt tokens.", lab, registry=reg
+            "sglang:cached_tokens",
+            "Number of cached prompt tokens by source (device/host/storage).",
+            [*lab, "cache_source"],
+            registry=reg,
         )
-        self.num_requests = Counter("sglang:num_requests", "Number of requests processed.", lab, registry=reg)
+        self.num_requests = Counter(
+            "sglang:num_requests", "Number of requests processed.", slab, registry=reg
+        )
+        self.num_so_requests = Counter(
+            "sglang:num_so_requests", "Number of structured output requests processed.", lab, registry=reg
+        )
         self.num_aborted_requests = Counter(
             "sglang:num_aborted_requests", "Number of requests aborted.", lab, registry=reg
         )
+        self.num_retracted_requests = Counter(
+            "sglang:num_retracted_requests", "Total number of retracted requests.", lab, registry=reg
+        )
+        self.num_retracted_requests.labels(**self.labels)  # the series exists from the start, at 0
+        self._retractions_seen = 0
 
-    def observe_ttft(self, seconds: float) -> None:
+    @staticmethod
+    def _stream(is_streaming: bool) -> str:
+        return "true" if is_streaming else "false"
+
+    def observe_ttft(self, seconds: float, is_streaming: bool = False) -> None:
         """A request's first generated token arrived ``seconds`` after the request."""
-        self.ttft.labels(**self.labels).observe(seconds)
+        self.ttft.labels(**self.labels, is_streaming=self._stream(is_streaming)).observe(seconds)
 
-    def observe_itl(self, seconds: float) -> None:
-        """``seconds`` per generated token between two outputs of one request."""
-        self.itl.labels(**self.labels).observe(seconds)
+    def observe_itl(self, interval_s: float, num_new_tokens: int = 1) -> None:
+        """An output of one request brought ``num_new_tokens`` generated tokens ``interval_s``
+        seconds after its previous output: ``num_new_tokens`` observations of
+        ``interval_s / num_new_tokens`` (none when ``num_new_tokens <= 0``)."""
+        if num_new_tokens <= 0:
+            return
+        h = self.itl.labels(**self.labels)
+        per_token = interval_s / num_new_tokens
+        for _ in range(num_new_tokens):
+            h.observe(per_token)
 
     def observe_finished(
         self,
@@ -135,27 +214,45 @@ class TokenizerMetrics:
         cached_tokens: int = 0,
         aborted: bool = False,
         decode_s: float | None = None,
+        is_streaming: bool = False,
+        grammar: bool = False,
     ) -> None:
         """A request finished: its token counts, end-to-end latency ``e2e_s`` (seconds), whether it
-        was aborted, and ``decode_s``, the seconds from its first generated token to its end
-        (``None``: no token was generated; TPOT is observed only with two or more tokens)."""
+        was aborted, ``decode_s`` (the seconds from its first generated token to its end;
+        ``None``: no token was generated), whether it streamed and whether it had a grammar. TPOT
+        is observed only for a request that was not aborted and generated two or more tokens
+        (SGLang: an abort's decode period is truncated)."""
         lab = self.labels
-        self.e2e.labels(**lab).observe(e2e_s)
-        self.prompt_tokens.labels(**lab).inc(prompt_tokens)
-        self.generation_tokens.labels(**lab).inc(completion_tokens)
-        self.cached_tokens.labels(**lab).inc(cached_tokens)
-        self.num_requests.labels(**lab).inc()
+        slab = {**lab, "is_streaming": self._stream(is_streaming)}
+        self.e2e.labels(**slab).observe(e2e_s)
+        self.prompt_tokens.labels(**slab).inc(prompt_tokens)
+        self.generation_tokens.labels(**slab).inc(completion_tokens)
+        self.cached_tokens.labels(**lab, cache_source="device").inc(cached_tokens)
+        self.num_requests.labels(**slab).inc()
+        if grammar:
+            self.num_so_requests.labels(**lab).inc()
         if aborted:
             self.num_aborted_requests.labels(**lab).inc()
-        if decode_s is not None and completion_tokens > 1:
-            self.tpot.labels(**lab).observe(decode_s / (completion_tokens - 1))
+        self.prompt_tokens_histogram.labels(**lab).observe(prompt_tokens)
+        self.uncached_prompt_tokens_histogram.labels(**lab).observe(prompt_tokens - cached_tokens)
+        self.generation_tokens_histogram.labels(**lab).observe(completion_tokens)
+        if decode_s is not None and completion_tokens > 1 and not aborted:
+            tpot = decode_s / (completion_tokens - 1)
+            self.tpot.labels(**lab).observe(tpot)
+            self.request_tpot.labels(**slab).observe(tpot)
 
     def update_gauges(self, values: dict[str, Any]) -> None:
-        """Set the gauges from ``Scheduler.get_metrics()`` (missing or non-numeric keys are kept)."""
+        """Set the gauges from ``Scheduler.get_metrics()`` (missing or non-numeric keys are kept),
+        and advance ``num_retracted_requests`` to its cumulative ``num_retractions``."""
         for name, g in self.gauges.items():
             v = values.get(name)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 g.labels(**self.labels).set(float(v))
+        r = values.get("num_retractions")
+        if isinstance(r, int) and not isinstance(r, bool):
+            if r > self._retractions_seen:
+                self.num_retracted_requests.labels(**self.labels).inc(r - self._retractions_seen)
+            self._retractions_seen = max(self._retractions_seen, r)
 
     def render(self) -> bytes:
         """The Prometheus text exposition (format 0.0.4) of every metric."""

@@ -195,6 +195,9 @@ class Scheduler(
         self.forward_ct = 0
         self._tp_at: tuple[float, float] | None = None  # (time, forward seconds) of the last batch
         self._tp_window: deque[tuple[float, int]] = deque(maxlen=64)
+        # prefix-cache (hit, prompt) token totals at the last prefill batch; the hit rate since
+        self._hit_seen: tuple[int, int] = (0, 0)
+        self.recent_cache_hit_rate = 0.0
         self._poisoned: set[int] = set()
         self._prefilling: list[Req] = []  # running requests mid-prefill, found by _add_decode_reqs
         #: the queued request whose admission failed for KV pages last step (priority preemption)

@@ -5,10 +5,16 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sglang_v4.managers.scheduler import Scheduler
+
+
+#: Seconds without a processed batch after which ``/metrics``' ``gen_throughput`` reads 0 (SGLang
+#: decays the gauge so: an idle server must not keep exporting its last throughput).
+GEN_THROUGHPUT_STALE_S = 30.0
 
 
 class SchedulerMetricsMixin:
@@ -31,7 +37,9 @@ class SchedulerMetricsMixin:
         return self.cache_manager.flush()
 
     def get_server_info(self: Scheduler) -> dict[str, Any]:
-        """JSON-able runtime state: ``kv_pool`` pages per pool, ``radix_cache`` stats, limits."""
+        """JSON-able runtime state: ``kv_pool`` pages per pool, ``radix_cache`` stats, limits,
+        and SGLang's ``last_gen_throughput`` (tokens/s, :meth:`current_gen_throughput`) and
+        ``effective_max_running_requests_per_dp``."""
         sa = self.server_args
         return {
             "model_path": self.model_path,
@@ -53,18 +61,28 @@ class SchedulerMetricsMixin:
             "radix_cache": self.tree_cache.stats(),
             "num_running_reqs": len(self.running),
             "num_queue_reqs": len(self.waiting),
+            # SGLang's internal-state keys (bench_serving and routers read them)
+            "last_gen_throughput": self.current_gen_throughput(),
+            "effective_max_running_requests_per_dp": self.max_running_requests,
             "num_retractions": self.num_retractions,
             "num_oom_errors": self.num_oom_errors,
             "jit": getattr(self.runner, "jit_info", dict)(),
         }
 
+    def current_gen_throughput(self: Scheduler) -> float:
+        """``last_gen_throughput`` (tokens/s), or 0.0 once no batch was processed for
+        :data:`GEN_THROUGHPUT_STALE_S` seconds (``time.monotonic``)."""
+        if self._tp_at is None or time.monotonic() - self._tp_at[0] > GEN_THROUGHPUT_STALE_S:
+            return 0.0
+        return self.last_gen_throughput
+
     def get_metrics(self: Scheduler) -> dict[str, Any]:
         """Gauges for ``/metrics``: queue sizes, KV tokens held by requests (``num_used_tokens``;
         evictable radix-cache pages are not in use, as in SGLang) and in the pool, the pool split
         into available / evictable / used tokens (block pages x ``page_size``), token usage,
-        cache hit rate, throughput."""
-        st = self.tree_cache.stats()
-        hit, tot = st["hit_tokens"], st["prompt_tokens"]
+        the last prefill batch's cache hit rate (``recent_cache_hit_rate``), throughput
+        (:meth:`current_gen_throughput`), retractions since start, ``page_size``, ``num_pages`` and
+        ``context_len``."""
         pages = self.cache_manager.block_alloc
         available, evictable, used = self.cache_manager.kv_block_counts()
         return {
@@ -76,7 +94,10 @@ class SchedulerMetricsMixin:
             "kv_evictable_tokens": evictable * self.page_size,
             "kv_used_tokens": used * self.page_size,
             "token_usage": self.cache_manager.token_usage(),
-            "cache_hit_rate": (hit / tot) if tot else 0.0,
-            "gen_throughput": self.last_gen_throughput,
+            "cache_hit_rate": self.recent_cache_hit_rate,
+            "gen_throughput": self.current_gen_throughput(),
             "num_retractions": self.num_retractions,
+            "page_size": self.page_size,
+            "num_pages": pages.num_pages,
+            "context_len": self.context_len,
         }

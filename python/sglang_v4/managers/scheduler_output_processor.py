@@ -355,14 +355,26 @@ class SchedulerOutputProcessorMixin:
         span = max(1e-3, now - recent[0][0]) if len(recent) > 1 else max(1e-3, dt)
         return sum(x[1] for x in recent) / span
 
+    def _note_prefill_hits(self: Scheduler, hit_tokens: int, prompt_tokens: int) -> None:
+        """A prefill batch was processed; the prefix cache's cumulative ``hit_tokens`` /
+        ``prompt_tokens`` are now as given. ``recent_cache_hit_rate`` becomes the hit rate of the
+        prompts admitted since the previous prefill batch (SGLang's ``cache_hit_rate``: the last
+        prefill batch's hit tokens / its prompt tokens); unchanged when none was admitted (a
+        later chunk of a chunked prefill)."""
+        d_hit = hit_tokens - self._hit_seen[0]
+        d_prompt = prompt_tokens - self._hit_seen[1]
+        if d_prompt > 0:
+            self.recent_cache_hit_rate = d_hit / d_prompt
+        self._hit_seen = (hit_tokens, prompt_tokens)
+
     def _log_batch(self: Scheduler, batch: ScheduleBatch, dt: float) -> None:
         n_prefill_tok = batch.num_extend_tokens
         self._tp_at = (time.monotonic(), dt)
         if not (n_prefill_tok or self.forward_ct % self.server_args.decode_log_interval == 0):
             return
         stats: dict[str, Any] = self.tree_cache.stats()
-        hit = stats["hit_tokens"]
-        tot = max(1, stats["prompt_tokens"])
+        if n_prefill_tok:
+            self._note_prefill_hits(stats["hit_tokens"], stats["prompt_tokens"])
         logger.info(
             "%s batch: #reqs %d (#decode %d), #prefill-tokens %d, cache hit rate %.1f%%, "
             "token usage %.2f, #running %d, #queue %d, gen throughput %.2f tok/s, %.1f ms",
@@ -370,7 +382,7 @@ class SchedulerOutputProcessorMixin:
             len(batch),
             batch.num_decode_reqs,
             n_prefill_tok,
-            100.0 * hit / tot,
+            100.0 * self.recent_cache_hit_rate,
             self.cache_manager.token_usage(),
             len(self.running),
             len(self.waiting),

@@ -37,6 +37,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from sglang_v4.entrypoints.metrics import has_grammar
 from sglang_v4.managers.abandoned_rids import AbandonedRids
 from sglang_v4.managers.control_struct import (
     ControlReqOutput,
@@ -302,17 +303,20 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
                     ):
                         dst.extend(self._decode_top(vals, [tids] * len(vals), with_text))
             completion = recv.completion_tokens[i]
-            if self.metrics is not None and state.obj.log_metrics:
-                new_tokens = completion - state.last_completion_tokens
-                if new_tokens > 0:
-                    if state.first_token_time == 0.0:
-                        self.metrics.observe_ttft(now - state.created_time)
-                    elif state.last_time > 0.0:
-                        self.metrics.observe_itl((now - state.last_time) / new_tokens)
+            new_tokens = completion - state.last_completion_tokens
+            if self.metrics is not None and state.obj.log_metrics and new_tokens > 0:
+                # SGLang: an abort's output is no first token; an output of n new tokens dt
+                # seconds after the previous token-carrying one is n inter-token gaps of dt / n.
+                if state.first_token_time == 0.0:
+                    if (reason or {}).get("type") != "abort":
+                        self.metrics.observe_ttft(now - state.created_time, bool(state.obj.stream))
+                elif state.last_time > 0.0:
+                    self.metrics.observe_itl(now - state.last_time, new_tokens)
             if state.first_token_time == 0.0 and completion > 0:
                 state.first_token_time = now
-            state.last_time = now
-            state.last_completion_tokens = completion
+            if new_tokens > 0:  # the ITL clock runs from the last output that carried tokens
+                state.last_time = now
+                state.last_completion_tokens = completion
             if reason is None and not state.obj.stream:
                 continue  # non-streaming: only the final output is built and delivered
 
@@ -371,6 +375,8 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
             cached_tokens=recv.cached_tokens[i],
             aborted=(recv.finished_reasons[i] or {}).get("type") == "abort",
             decode_s=(now - first) if first > 0.0 else None,
+            is_streaming=bool(state.obj.stream),
+            grammar=has_grammar(state.obj.sampling_params),
         )
 
     def _log_received(self, obj: GenerateReqInput, input_ids: list[int]) -> None:
