@@ -67,6 +67,7 @@ from sglang_v4.managers.tokenization import (  # noqa: F401 - re-exported
     TokenizationMixin,
 )
 from sglang_v4.managers.tokenizer_control_mixin import TokenizerControlMixin
+from sglang_v4.sampling.stop_checker import stop_holdback
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import get_tokenizer
 
@@ -110,20 +111,6 @@ class ReqState:
     first_token_time: float = 0.0
     last_time: float = 0.0
     last_completion_tokens: int = 0
-
-
-def stop_holdback(text: str, stops: list[str]) -> str:
-    """``text`` minus its longest suffix that is a proper prefix of one of ``stops``.
-
-    Example: ``stop_holdback("Hello wo", ["world"]) == "Hello "``.
-    """
-    cut = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), cut, -1):
-            if text.endswith(s[:k]):
-                cut = k
-                break
-    return text[: len(text) - cut] if cut else text
 
 
 class TokenizerManager(TokenizationMixin, TokenizerControlMixin):

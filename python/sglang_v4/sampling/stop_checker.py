@@ -18,7 +18,7 @@ from typing import Any
 
 from sglang_v4.sampling.sampling_params import SamplingParams
 
-__all__ = ["check_stop", "stop_text_start", "trim_matched_stop", "STOP_TAIL_EXTRA_TOKENS"]
+__all__ = ["check_stop", "stop_holdback", "stop_text_start", "trim_matched_stop", "STOP_TAIL_EXTRA_TOKENS"]
 
 STOP_TAIL_EXTRA_TOKENS = 2
 """Tokens decoded beyond ``stop_str_max_len`` so a stop string straddling token boundaries (and
@@ -151,3 +151,17 @@ def trim_matched_stop(
             return output
         return output[:-1]
     return output
+
+
+def stop_holdback(text: str, stops: list[str]) -> str:
+    """``text`` minus its longest suffix that is a proper prefix of one of ``stops``.
+
+    Example: ``stop_holdback("Hello wo", ["world"]) == "Hello "``.
+    """
+    cut = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), cut, -1):
+            if text.endswith(s[:k]):
+                cut = k
+                break
+    return text[: len(text) - cut] if cut else text
