@@ -155,3 +155,27 @@ def test_rid_reused_right_after_a_cancel_gets_its_own_output(engine, expected) -
 
     asyncio.run(main())
     _assert_released(engine, expected)
+
+
+def test_finished_request_leaves_the_table_before_its_generator_is_closed(engine: Any) -> None:
+    """A request whose final output has been handed back is no longer in flight, even while its
+    caller has not closed the generator yet. An unclosed generator is only finalised by the garbage
+    collector; until then the request stayed in the manager's table, so ``/pause_generation``
+    waited on it and the SIGTERM drain reported it in flight (found under load: streams refused
+    or aborted while queued)."""
+    from sglang_v4.managers.io_struct import GenerateReqInput
+
+    tm = engine.tokenizer_manager
+
+    async def final_output_then_check() -> tuple[bool, Any]:
+        obj = GenerateReqInput(text="ok", sampling_params={"max_new_tokens": 3}, rid="left-open")
+        gen = tm.generate_request(obj)
+        try:
+            out = await gen.__anext__()  # non-streaming: the one (final) output
+            return "left-open" in tm.rid_to_state, out
+        finally:
+            await gen.aclose()
+
+    still_listed, out = asyncio.run_coroutine_threadsafe(final_output_then_check(), engine._loop).result(30)
+    assert out["meta_info"]["finish_reason"] is not None
+    assert not still_listed

@@ -54,7 +54,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from sglang_v4.entrypoints.admission import (
     H11_MAX_INCOMPLETE_EVENT_SIZE,
@@ -79,6 +79,7 @@ from sglang_v4.entrypoints.native_api import (
     parse_generate_body,
 )
 from sglang_v4.entrypoints.native_api import error_body as native_error_body
+from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
 from sglang_v4.server_args import ServerArgs
@@ -286,6 +287,7 @@ def create_app(
         except StopAsyncIteration:
             return error_response("No output was produced.", 500)
         if not obj.stream:
+            await agen.aclose()  # ended with its one output; closed now, not by the garbage collector
             return json_response(first)
         # --incremental-streaming-output: each chunk carries only what is new
         slicer = IncrementalStreamSlicer() if server_args.incremental_streaming_output else None
@@ -305,7 +307,7 @@ def create_app(
             finally:
                 await agen.aclose()
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        return ClosingStreamingResponse(stream(), media_type="text/event-stream")
 
     @app.api_route("/encode", methods=["POST", "PUT"])
     @app.api_route("/classify", methods=["POST", "PUT"])

@@ -509,6 +509,11 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
                     continue
                 out = outs[-1]
                 if state.finished:
+                    # the request is over: it leaves the in-flight table now, not when the caller
+                    # closes this generator (an unclosed generator is only finalised by the garbage
+                    # collector, and /pause_generation, the drain and flush wait on the table)
+                    if self.rid_to_state.get(rid) is state:
+                        del self.rid_to_state[rid]
                     yield out
                     return
                 if state.obj.stream:
@@ -517,7 +522,8 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
             if not state.finished and self.crashed is None and not self._closed:
                 self.abort_request(rid)
                 self.abandoned.add(rid, state)  # until its final output arrives (see AbandonedRids)
-            self.rid_to_state.pop(rid, None)
+            if self.rid_to_state.get(rid) is state:  # not a later request reusing the rid
+                del self.rid_to_state[rid]
 
     # ------------------------------------------------------------------ control
     def abort_request(self, rid: str = "", abort_all: bool = False) -> None:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from sglang_v4.entrypoints.anthropic.messages_input import anthropic_field_error, chat_request_data
@@ -54,6 +54,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatRun, _ChoiceStream
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser
+from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 
 __all__ = ["AnthropicServing", "anthropic_error_response", "context_overflow_message"]
@@ -203,10 +204,7 @@ class AnthropicServing:
 
     # ------------------------------------------------------------------ streaming
     async def _stream(self, req: MessagesRequest, run: ChatRun, raw: Request) -> Response:
-        gen, first = await self.chat._run(run.obj, raw)
-        err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
-        if err is not None:
-            raise err
+        gen, first = await self.chat._run_stream(run.obj, raw)
         plan = run.plan
         rp = ReasoningParser(implicit_end=plan.reasoning.implicit_end) if run.separate else None
         tp = (
@@ -263,4 +261,4 @@ class AnthropicServing:
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        return ClosingStreamingResponse(stream(), media_type="text/event-stream")

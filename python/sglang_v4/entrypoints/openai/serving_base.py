@@ -454,6 +454,22 @@ class OpenAIServingBase:
             raise RequestError(str(e), status, param=_param_of(str(e)) if status == 400 else None) from None
         return gen, first
 
+    async def _run_stream(self, obj: Any, raw: Request | None) -> tuple[AsyncIterator[Any], Any]:
+        """:meth:`_run` for a streamed answer: a request that ended with an abort before its first
+        output (queue full, ``/abort_request`` while queued, a scheduler-side 400) raises its
+        error as a plain HTTP error, the generator closed first (an unclosed one keeps the request
+        in the tokenizer manager's in-flight table until the garbage collector finalises it).
+
+        Raises:
+            RequestError: the abort's message and status, or what :meth:`_run` raises.
+        """
+        gen, first = await self._run(obj, raw)
+        err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
+        if err is not None:
+            await gen.aclose()
+            raise err
+        return gen, first
+
     async def _collect(self, obj: Any, raw: Request | None) -> list[dict[str, Any]]:
         gen, last = await self._run(obj, raw)
         try:

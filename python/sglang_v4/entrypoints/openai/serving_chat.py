@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.chat_encoding import DSML, EOS, THINK_END
 from sglang_v4.entrypoints.openai.chat_prepare import (
@@ -106,6 +106,7 @@ from sglang_v4.entrypoints.openai.tool_parser import (
     ParsedToolCall,
     ToolCallDelta,
 )
+from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
 __all__ = ["ChatMixin", "ChatPlan", "ChatRun", "ChoiceOutput"]
 
@@ -360,10 +361,7 @@ class ChatMixin(ChatPrepareMixin):
     async def _chat_stream(
         self, req: ChatCompletionRequest, obj: Any, n: int, plan: ChatPlan, separate: bool, raw: Request
     ) -> Response:
-        gen, first = await self._run(obj, raw)
-        err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
-        if err is not None:
-            raise err
+        gen, first = await self._run_stream(obj, raw)
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         include_usage = bool(req.stream_options and req.stream_options.include_usage) or bool(
@@ -470,7 +468,7 @@ class ChatMixin(ChatPrepareMixin):
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        return ClosingStreamingResponse(stream(), media_type="text/event-stream")
 
     @classmethod
     def _read_output(

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.openai.protocol import (
     CompletionRequest,
@@ -37,6 +37,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     grammar_error_for,
     openai_logprob,
 )
+from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.sampling.sampling_params import MAX_N
 
 __all__ = ["CompletionsMixin", "select_best_of"]
@@ -196,10 +197,7 @@ class CompletionsMixin(OpenAIServingBase):
     ) -> Response:
         """The SSE answer; ``prompt_ids`` (``return_token_ids``): each prompt's ids, sent with its
         choices' first chunks, the generated ids since the previous chunk in each chunk."""
-        gen, first = await self._run(obj, raw)
-        err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
-        if err is not None:
-            raise err
+        gen, first = await self._run_stream(obj, raw)
         rid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         include_usage = bool(req.stream_options and req.stream_options.include_usage) or bool(
@@ -297,7 +295,7 @@ class CompletionsMixin(OpenAIServingBase):
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        return ClosingStreamingResponse(stream(), media_type="text/event-stream")
 
 
 def _nth_prompt(prompt_ids: list[list[int]] | None, idx: int, n: int) -> list[int] | None:

@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
@@ -85,6 +85,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatMixin, ChatRun, ChoiceOutput, _ChoiceStream
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser, ToolCallDelta
+from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
 __all__ = ["ResponsesMixin"]
 
@@ -493,10 +494,7 @@ class ResponsesMixin(ChatMixin):
     # ------------------------------------------------------------------ streaming
     async def _responses_stream(self, job: _Job, raw: Request) -> Response:
         run = job.run
-        gen, first = await self._run(run.obj, raw)
-        err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
-        if err is not None:
-            raise err
+        gen, first = await self._run_stream(run.obj, raw)
         plan = run.plan
         rp = ReasoningParser(implicit_end=plan.reasoning.implicit_end) if run.separate else None
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
@@ -534,7 +532,7 @@ class ResponsesMixin(ChatMixin):
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        return ClosingStreamingResponse(stream(), media_type="text/event-stream")
 
     def _stream_step(self, w: _EventWriter, read: _StreamRead, job: _Job, ret: dict[str, Any]) -> list[bytes]:
         """The events of one engine output (cumulative text); at its finish the closing events
