@@ -41,7 +41,7 @@ def make_client(tm: PromptTM) -> tuple[openai.OpenAI, TestClient]:
 
 
 def sse(text: str) -> list[dict[str, Any]]:
-    """The events of a Responses stream; each ``event:`` line names its data's ``type``."""
+    """The events of a Responses or Messages stream; each ``event:`` line names its data's ``type``."""
     events = []
     for block in text.split("\n\n"):
         if not block.strip():

@@ -23,6 +23,7 @@ from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, blocks, prompt_reply
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
+from responses_testutil import sse
 from sglang_v4.entrypoints.anthropic import create_anthropic_router
 from sglang_v4.entrypoints.openai import create_openai_router
 from transformers import PreTrainedTokenizerFast
@@ -69,19 +70,6 @@ def make_clients(
     client = anthropic.Anthropic(base_url="http://testserver", api_key=key, http_client=tc, max_retries=0)
     oa = openai.OpenAI(base_url="http://testserver/v1", api_key=key, http_client=tc, max_retries=0)
     return client, oa, tc
-
-
-def sse(text: str) -> list[dict[str, Any]]:
-    """The events of a Messages stream; each ``event:`` line names its data's ``type``."""
-    events = []
-    for block in text.split("\n\n"):
-        if not block.strip():
-            continue
-        lines = dict(line.split(": ", 1) for line in block.split("\n"))
-        data = json.loads(lines["data"])
-        assert lines["event"] == data["type"], block
-        events.append(data)
-    return events
 
 
 def post(tc: TestClient, body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
