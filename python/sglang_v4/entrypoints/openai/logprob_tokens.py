@@ -7,42 +7,28 @@ holds part of a multi-byte character (CJK, emoji) decodes to U+FFFD, so the toke
 add up to the text and ``text_offset`` drifted after the first such token; a stop string trimmed
 from the text still had its tokens' strings counted.
 
-:class:`TokenTextSplitter` gives each token the text it adds to the decoded text, as incremental
-detokenization does (vLLM's ``detokenize_incrementally`` rule, read not copied: a token that
-leaves an incomplete character at the end adds nothing; the one that completes it adds the whole
-character). Joined, the pieces are the choice's text (:meth:`TokenTextSplitter.finish` aligns them
-to the returned text: a trimmed stop string cuts the pieces too), so ``text_offset`` is each
-token's true offset and ``text[text_offset[i]:]`` starts with ``tokens[i]``. The alternatives of
-``top_logprobs`` are decoded in the same context (a candidate's text as if it had been sampled
-there).
-
-Decoding is windowed: only the tokens since the last position where the decoded text ended with a
-complete character are decoded again (at most :data:`MAX_WINDOW` tokens), so a step costs O(1) in
-the output length. This relies on the tokenizer's decode being concatenative at character
-boundaries, which holds for byte-level BPE decoders (DeepSeek-V4's).
+:class:`TokenTextSplitter` gives each token the text it adds to the decoded text: the
+characters whose last byte it holds. The tokens' raw bytes (byte-level BPE) go through an
+incremental UTF-8 decoder with U+FFFD for invalid bytes (what the tokenizer's decode does to the
+whole sequence), so a token that leaves a character incomplete adds nothing and the one that
+completes it adds the whole character; a byte that can never start or continue a character adds
+its U+FFFD at once. Joined, the pieces are the choice's text (:meth:`TokenTextSplitter.finish`
+aligns them to the returned text: a trimmed stop string cuts the pieces too), so ``text_offset``
+is each token's true offset and ``text[text_offset[i]:]`` starts with ``tokens[i]``. The
+alternatives of ``top_logprobs`` are decoded in the same context (a candidate's text as if it had
+been sampled there), as vLLM keys them.
 """
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MAX_WINDOW", "TokenPiece", "TokenTextSplitter"]
+from sglang_v4.utils import byte_level_token_bytes
 
-#: The most tokens re-decoded per step: UTF-8 characters span at most 4 bytes, so a window that
-#: still ends in U+FFFD after this many tokens holds stray bytes, and it is closed there.
-MAX_WINDOW = 8
-
-_REPLACEMENT = "\ufffd"
-
-
-def _complete_len(text: str) -> int:
-    """Length of ``text`` without its trailing U+FFFD run (an incomplete UTF-8 sequence)."""
-    end = len(text)
-    while end > 0 and text[end - 1] == _REPLACEMENT:
-        end -= 1
-    return end
+__all__ = ["TokenPiece", "TokenTextSplitter"]
 
 
 def _common_prefix_len(a: str, b: str) -> int:
@@ -82,44 +68,33 @@ class TokenTextSplitter:
     def __init__(self, tokenizer: Any, skip_special_tokens: bool) -> None:
         self._tok = tokenizer
         self._skip = skip_special_tokens
-        try:
-            self._vocab = len(tokenizer)
-        except TypeError:
-            self._vocab = None
-        self._window: list[int] = []  # ids since the last complete-character boundary
-        self._window_start = 0  # decoded characters before the window
-        self._assigned = 0  # decoded characters given to tokens so far
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._sent = 0  # characters of the returned text covered by finished pieces
 
-    def _decode(self, ids: Sequence[int]) -> str:
-        if self._vocab is not None:
-            ids = [t for t in ids if 0 <= t < self._vocab]
-        if not ids:
-            return ""
-        return self._tok.decode(list(ids), skip_special_tokens=self._skip)
+    def _bytes(self, tid: int) -> bytes:
+        """The bytes token ``tid`` adds to the decoded byte stream: its byte-level spelling, none
+        for a special token the decode skips, else its decoded text's UTF-8 (an added token)."""
+        try:
+            alone = self._tok.decode([tid], skip_special_tokens=self._skip)
+        except Exception:  # noqa: BLE001 - an id outside the vocabulary decodes to nothing
+            return b""
+        if not alone:
+            return b""
+        raw = byte_level_token_bytes(self._tok, tid)
+        return raw if raw is not None else alone.encode("utf-8")
 
     def add(self, token_id: int, alternatives: Sequence[int] = ()) -> TokenPiece:
         """The piece of the next token (decoded context only; :meth:`finish` aligns it to the
         returned text), with the pieces of the ``alternatives`` ids at the same position."""
-        prev = self._window
-        offset = self._assigned - self._window_start  # where this token's text starts in the window
+        state = self._utf8.getstate()
         alts: dict[int, str] = {}
         for alt in alternatives:
             if alt == token_id or alt in alts:
                 continue
-            s = self._decode([*prev, alt])
-            alts[alt] = s[offset : max(offset, _complete_len(s))]
-        self._window = [*prev, token_id]
-        s = self._decode(self._window)
-        end = max(offset, _complete_len(s))
-        if len(self._window) >= MAX_WINDOW:
-            end = max(offset, len(s))  # stray bytes that never form a character: close the window
-        text = s[offset:end]
+            alts[alt] = self._utf8.decode(self._bytes(alt))
+            self._utf8.setstate(state)
+        text = self._utf8.decode(self._bytes(token_id))
         alts[token_id] = text
-        self._assigned = self._window_start + end
-        if end == len(s):  # the decoded text ends with a complete character: a clean boundary
-            self._window_start += len(s)
-            self._window = []
         return TokenPiece(token_id, text, alts)
 
     def finish(self, pieces: list[TokenPiece], text: str, final: bool) -> list[TokenPiece]:
