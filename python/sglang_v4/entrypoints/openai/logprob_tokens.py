@@ -16,7 +16,8 @@ its U+FFFD at once. Joined, the pieces are the choice's text (:meth:`TokenTextSp
 aligns them to the returned text: a trimmed stop string cuts the pieces too), so ``text_offset``
 is each token's true offset and ``text[text_offset[i]:]`` starts with ``tokens[i]``. The
 alternatives of ``top_logprobs`` are decoded in the same context (a candidate's text as if it had
-been sampled there), as vLLM keys them.
+been sampled there), as vLLM keys them; a candidate that is a special token the text would skip
+is keyed by its own text rather than by ``""``.
 """
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ class TokenTextSplitter:
         raw = byte_level_token_bytes(self._tok, tid)
         return raw if raw is not None else alone.encode("utf-8")
 
+    def _standalone(self, tid: int) -> str:
+        try:
+            return self._tok.decode([tid], skip_special_tokens=False)
+        except Exception:  # noqa: BLE001 - an id outside the vocabulary
+            return str(tid)
+
     def add(self, token_id: int, alternatives: Sequence[int] = ()) -> TokenPiece:
         """The piece of the next token (decoded context only; :meth:`finish` aligns it to the
         returned text), with the pieces of the ``alternatives`` ids at the same position."""
@@ -91,8 +98,12 @@ class TokenTextSplitter:
         for alt in alternatives:
             if alt == token_id or alt in alts:
                 continue
-            alts[alt] = self._utf8.decode(self._bytes(alt))
-            self._utf8.setstate(state)
+            raw = self._bytes(alt)
+            if raw:
+                alts[alt] = self._utf8.decode(raw)
+                self._utf8.setstate(state)
+            else:  # a special token the text would skip: named by its own text, not ""
+                alts[alt] = self._standalone(alt)
         text = self._utf8.decode(self._bytes(token_id))
         alts[token_id] = text
         return TokenPiece(token_id, text, alts)
