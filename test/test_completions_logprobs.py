@@ -1,11 +1,12 @@
 """Legacy ``/v1/completions`` ``logprobs``: the token strings, ``text_offset`` and ``top_logprobs``.
 
 Reports replayed: the token strings did not add up to the text and ``text_offset`` drifted once a
-token held part of a multi-byte character (each such token counted as U+FFFD; vllm-project/vllm
-#6190 / #47815 and sgl-project/sglang #3346 report offsets and token strings off on CJK / emoji
-output), and a trimmed stop string's tokens still counted; ``top_logprobs`` lacked the sampled
-token when it was not among the ``logprobs`` most likely ones (OpenAI documents up to
-``logprobs + 1`` entries; vLLM and SGLang return them so).
+token held part of a multi-byte character (each such token decoded alone to U+FFFD, the fault
+exo-explore/exo#1691 reports for per-token decoding; vllm-project/vllm#47815 and
+theroyallab/tabbyAPI#141 report ``text_offset`` / ``tokens`` that do not match the text), and a
+trimmed stop string's tokens still counted; ``top_logprobs`` lacked the sampled token when it was
+not among the ``logprobs`` most likely ones (OpenAI documents up to ``logprobs + 1`` entries; vLLM
+returns them so).
 
 Oracles: the tokenizer's own decode of the output ids (the text), the ids a scripted engine
 sampled, and the field rules OpenAI documents: ``"".join(tokens)`` is the choice's text,
