@@ -167,7 +167,7 @@ class CompletionsMixin(OpenAIServingBase):
         complete). ``text_offset`` is each token's character position in the choice's whole text,
         continuing over a stream's chunks as OpenAI's do. ``top_logprobs`` holds the
         ``logprobs`` most likely tokens *and* the sampled one (up to ``logprobs + 1`` entries),
-        as OpenAI documents the field and vLLM / SGLang return it; a dict with only the sampled
+        as OpenAI documents the field and vLLM returns it; a dict with only the sampled
         token for ``logprobs: 0``; ``None`` for the echoed prompt's first token (no logprob).
         """
         lp = LogProbs()
