@@ -38,7 +38,9 @@ class FakeTM:
         finish = {"type": "stop", "matched": 1}
         if limit is not None and limit < len(ids):
             ids, finish = ids[:limit], {"type": "length", "length": limit}
-        n_prompt = len(sub.input_ids) if sub.input_ids is not None else len(self.tokenizer.encode(sub.text))
+        prompt_ids = list(sub.input_ids) if sub.input_ids is not None else self.tokenizer.encode(sub.text)
+        n_prompt = len(prompt_ids)
+        dec = self.tokenizer.decode
         outs = []
         for j in range(1, len(ids) + 1):
             meta: dict[str, Any] = {
@@ -52,12 +54,13 @@ class FakeTM:
                 meta["output_token_logprobs"] = [
                     [-0.5 * (i + 1), t, self.tokenizer.decode([t])] for i, t in enumerate(ids[:j])
                 ]
-                meta["input_token_logprobs"] = [[None, 0, B]] + [[-1.0, 5, "x"]] * (n_prompt - 1)
+                # the prompt's own ids, each with its text as the tokenizer decodes it alone
+                meta["input_token_logprobs"] = [
+                    [None if i == 0 else -1.0, t, dec([t])] for i, t in enumerate(prompt_ids)
+                ]
                 if sub.top_logprobs_num:
                     meta["output_top_logprobs"] = [
-                        [[-0.5 * (i + 1), t, self.tokenizer.decode([t])], [-9.0, 5, "&"]][
-                            : sub.top_logprobs_num
-                        ]
+                        [[-0.5 * (i + 1), t, dec([t])], [-9.0, 5, dec([5])]][: sub.top_logprobs_num]
                         for i, t in enumerate(ids[:j])
                     ]
             outs.append({"text": self.tokenizer.decode(ids[:j]), "output_ids": ids[:j], "meta_info": meta})

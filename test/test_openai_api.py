@@ -48,7 +48,7 @@ def test_completion_non_stream_with_openai_client(tok: PreTrainedTokenizerFast) 
     lp = out.choices[0].logprobs
     assert lp.token_logprobs == [-0.5, -1.0, -1.5, -2.0]
     assert lp.tokens == [tok.decode([t]) for t in ids]
-    assert len(lp.top_logprobs) == 4 and lp.top_logprobs[0]["&"] == -9.0
+    assert len(lp.top_logprobs) == 4 and lp.top_logprobs[0][tok.decode([5])] == -9.0
     sp = tm.received[0].sampling_params
     assert sp["max_new_tokens"] == 4 and sp["top_k"] == 5 and sp["min_p"] == 0.1 and sp["min_new_tokens"] == 1
     assert sp["stop_token_ids"] == [7] and sp["repetition_penalty"] == 1.1 and sp["temperature"] == 0
@@ -298,7 +298,10 @@ def test_forbidden_top_logprobs_are_openai_floor_not_null(tok: PreTrainedTokeniz
     token_lps = [v for lp in lps for v in lp["token_logprobs"]]
     tops = [d for lp in lps for d in lp["top_logprobs"] if d is not None]
     assert token_lps[0] is None and all(isinstance(v, float) for v in token_lps[1:])
-    assert tops and all(d["&&"] == -9999.0 and None not in d.values() for d in tops)
+    assert None not in [v for d in tops for v in d.values()]
+    # the output positions (the fake engine gives no top logprobs for the prompt's)
+    out_tops = tops[-len(tok.encode("Hello there, general Kenobi.", add_special_tokens=False)) :]
+    assert out_tops and all(d[tok.decode([7])] == -9999.0 for d in out_tops)
 
 
 def test_chat_sampling_defaults_from_generation_config(tok: PreTrainedTokenizerFast, tmp_path: Any) -> None:

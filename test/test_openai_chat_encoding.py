@@ -274,17 +274,19 @@ def test_unterminated_reasoning_rule() -> None:
 def test_trailing_system_or_assistant_still_opens_the_assistant_turn(thinking: bool) -> None:
     """A conversation ending with a system message (``system -> user -> system``, a reminder
     after a tool result) or, with a generation prompt, with an assistant message opens the
-    assistant turn after it, as after a user turn; a system message that an assistant message
-    follows does too. Before, the prompt ended at bare system text or at EOS and the model had
-    no turn to answer in (empty or garbled replies)."""
+    assistant turn after its last user turn or after it, as after a user turn; a system message
+    that an assistant message follows does too. Before, the prompt ended at bare system text or at
+    EOS and the model had no turn to answer in (empty or garbled replies). The trailing system
+    message joins the system block at the front, as DeepSeek's V4 encoder (``deepseek-recipe``)
+    renders it (``test_public_bugs_text.py`` checks that against the encoder itself)."""
     mode = "<think>" if thinking else "</think>"
     msgs = [
         {"role": "system", "content": "S"},
         {"role": "user", "content": "q"},
         {"role": "system", "content": "R"},
     ]
-    assert encode_messages(msgs, thinking=thinking) == B + "S" + U + "q" + "R" + A + mode
-    assert encode_messages(msgs, thinking=thinking, add_generation_prompt=False) == B + "S" + U + "q" + "R"
+    assert encode_messages(msgs, thinking=thinking) == B + "S\n\nR" + U + "q" + A + mode
+    assert encode_messages(msgs, thinking=thinking, add_generation_prompt=False) == B + "S\n\nR" + U + "q"
     msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     reasoning = "</think>" if thinking else ""
     done = B + U + "q" + A + mode + reasoning + "a" + E

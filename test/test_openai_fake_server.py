@@ -97,7 +97,10 @@ def test_completion_stop_n_logprobs(client: openai.OpenAI, tok) -> None:
     assert lp.token_logprobs == [-0.25] * 5
     ids = tok.encode(FAKE_TEXT)[:5]
     assert lp.tokens == [tok.decode([t]) for t in ids]
-    assert all(len(t) == 2 and set(t.values()) == {-0.1} for t in lp.top_logprobs)
+    # the fake engine's two candidates (ids 0 and 1 at -0.1, never sampled here) and the sampled
+    # token (OpenAI's legacy format: up to logprobs + 1 entries)
+    want = [{tok.decode([0]): -0.1, tok.decode([1]): -0.1, t: -0.25} for t in lp.tokens]
+    assert lp.top_logprobs == want
 
 
 def test_chat_prompt_format_and_reasoning(client: openai.OpenAI, tok) -> None:

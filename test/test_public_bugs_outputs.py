@@ -326,12 +326,13 @@ def test_completion_top_logprobs_keep_the_best_of_colliding_texts() -> None:
     engine's candidate list (the best logprob per text, read directly)."""
     from types import SimpleNamespace
 
-    from sglang_v4.entrypoints.openai.serving_completions import CompletionsMixin
+    from sglang_v4.entrypoints.openai.serving_completions import CompletionsMixin, _ChoiceLogprobs
 
     cands = [(-0.006, 100, "\ufffd"), (-5.1, 101, "\ufffd"), (-10.4, 102, "\ufffd"), (-24.9, 7, "ab")]
     meta = {"output_token_logprobs": [(-0.006, 100, "\ufffd")], "output_top_logprobs": [cands]}
-    fake = SimpleNamespace(_token_text=lambda tid, text: text)
-    lp = CompletionsMixin._completion_logprobs(fake, meta, echo=False, start=0)  # type: ignore[arg-type]
+    serving = CompletionsMixin.__new__(CompletionsMixin)  # no tokenizer: the engine's token texts
+    serving.tm = SimpleNamespace(tokenizer=None)
+    lp = serving._completion_logprobs(meta, _ChoiceLogprobs(output=None), "\ufffd", True)
     best: dict[str, float] = {}
     for logprob, _, text in cands:
         best[text] = max(best.get(text, float("-inf")), logprob)

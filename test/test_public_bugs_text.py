@@ -26,6 +26,12 @@ oracle:
   written as ``s``, ``t``, ``o``, ``p`` or "你好" written byte by byte was never seen and the
   generation ran on. Oracle: the first output length whose decoded text (the tokenizer's own
   decode) holds the stop string.
+* System messages other than one leading message (vllm-project/vllm#46710,
+  vllm-project/vllm-ascend#11951, sgl-project/sglang#35433). Each was rendered in place with no
+  separator: two system prompts read "S1S2", one after a user turn ran on from that turn's text.
+  Oracle: ``deepseek-recipe``'s V4 encoder, which gathers them into the system block at the
+  front joined by a blank line; on ``/tokenize``, ``usage.prompt_tokens`` and, for any placement,
+  on the encoder's own prompt string.
 """
 
 from __future__ import annotations
@@ -382,3 +388,168 @@ def test_stop_string_written_in_more_tokens_than_its_encoding(stop: str, spellin
     got = next((k for k in range(1, len(ids) + 1) if check_stop(ids[:k], sp, {1}, tok, False)), None)
     assert got == want
     assert check_stop(ids[:want], sp, {1}, tok, False) == {"type": "stop", "matched": stop}
+
+
+# System messages that are not one leading message (vllm-project/vllm#46710 and
+# vllm-project/vllm-ascend#11951: system -> user -> system; sgl-project/sglang#35433: a final system
+# message). Each was written in place with no separator: two system prompts read "S1S2", one
+# after a user turn became the end of that user's text ("US2"). Oracle: DeepSeek's V4 encoder
+# (deepseek-recipe), which gathers every system message into the block at the front, joined by a
+# blank line.
+SYSTEM_CASES = {
+    "two_leading": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "system", "content": "Answer in French."},
+        {"role": "user", "content": "Hi"},
+    ],
+    "three_with_empty": [
+        {"role": "system", "content": "S1"},
+        {"role": "system", "content": ""},
+        {"role": "system", "content": "S3"},
+        {"role": "user", "content": "Hi"},
+    ],
+    "after_user": [
+        {"role": "system", "content": "S1"},
+        {"role": "user", "content": "U1"},
+        {"role": "system", "content": "S2"},
+        {"role": "user", "content": "U2"},
+    ],
+    "after_assistant": [
+        {"role": "user", "content": "U1"},
+        {"role": "assistant", "content": "A1"},
+        {"role": "system", "content": "Now be formal."},
+        {"role": "user", "content": "U2"},
+    ],
+    "trailing": [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "q"},
+        {"role": "system", "content": "Reminder: be brief."},
+    ],
+    "after_tool_result": [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+        {"role": "system", "content": "Summarise the tool result."},
+    ],
+    "parts_and_plain": [
+        {"role": "system", "content": _TEXT_PARTS},
+        {"role": "system", "content": "S2"},
+        {"role": "user", "content": "Hi"},
+    ],
+}
+
+
+@pytest.mark.parametrize("tools", [False, True])
+@pytest.mark.parametrize("case", sorted(SYSTEM_CASES))
+def test_system_messages_render_as_deepseek_encoder(
+    plain_fake_server, recipe_encoding, case: str, tools: bool
+) -> None:
+    body: dict[str, Any] = {"messages": SYSTEM_CASES[case]}
+    if tools:
+        body["tools"] = [_TOOL]
+    want = _recipe_chat_ids(recipe_encoding, body)
+    url = plain_fake_server.url
+    r = requests.post(
+        url + "/tokenize", json={**body, "chat_template_kwargs": {"thinking": False}}, timeout=60
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["tokens"] == want
+    r = requests.post(
+        url + "/v1/chat/completions",
+        json={**body, "model": "qa-model", "max_tokens": 1, "chat_template_kwargs": {"thinking": False}},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == len(want)
+
+
+def test_responses_instructions_and_system_items_render_as_deepseek_encoder(recipe_encoding) -> None:
+    """``instructions`` and system input items (one after a user item) on the Responses API."""
+    from sglang_v4.entrypoints.chat_encoding import encode_messages
+    from sglang_v4.entrypoints.openai.responses_input import input_to_messages
+
+    items = [
+        {"role": "system", "content": "S1"},
+        {"role": "user", "content": "Hello"},
+        {"role": "system", "content": [{"type": "input_text", "text": "S2"}]},
+        {"role": "user", "content": "Again"},
+    ]
+    req = recipe.ResponsesRequest(
+        {"model": MODEL, "instructions": "Be brief.", "input": items, "reasoning": {"effort": "none"}}
+    )
+    want = recipe_encoding.render_conversation(req.convert(recipe.ConversionOptions()).conversation).prompt
+    msgs = [{"role": "system", "content": "Be brief."}, *input_to_messages(items)]
+    assert encode_messages(msgs, thinking=False) == want
+
+
+def _recipe_conversation(messages: list[dict[str, Any]], thinking: bool) -> Any:
+    """The recipe's own message objects for a conversation of system / user / assistant / tool
+    messages (the encoder's input, without the request converter)."""
+    out: list[Any] = []
+    for m in messages:
+        role, content = m["role"], m.get("content") or ""
+        if role == "system":
+            out.append(recipe.SystemMessage(content))
+        elif role == "user":
+            out.append(recipe.UserMessage(content))
+        elif role == "tool":
+            out.append(recipe.ToolMessage(content, m["tool_call_id"]))
+        else:
+            calls = [
+                recipe.ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+                for c in m.get("tool_calls") or []
+            ]
+            out.append(recipe.AssistantMessage(content, m.get("reasoning_content"), calls or None))
+    return recipe.Conversation(out, thinking_mode=thinking, reasoning_effort="max" if thinking else None)
+
+
+_TEXTS = st.sampled_from(["", "a", "b c", "你好", "S\n"])
+
+
+@st.composite
+def _conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Conversations of system, user, assistant and (after a call) tool messages that end at a
+    user or tool turn and have no two assistant messages in a row (system messages aside)."""
+    msgs: list[dict[str, Any]] = []
+    last = None  # the role of the last non-system message
+    for k in range(draw(st.integers(0, 7))):
+        kind = draw(st.sampled_from(["system", "user", "assistant", "call"]))
+        if kind in ("assistant", "call") and last in (None, "assistant"):
+            kind = "user"
+        if kind == "system":
+            msgs.append({"role": "system", "content": draw(_TEXTS)})
+            continue
+        if kind == "user":
+            msgs.append({"role": "user", "content": draw(_TEXTS)})
+            last = "user"
+        elif kind == "assistant":
+            msgs.append({"role": "assistant", "content": draw(_TEXTS), "reasoning_content": f"r{k}"})
+            last = "assistant"
+        else:
+            call = {"id": f"c{k}", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+            msgs.append(
+                {"role": "assistant", "content": "", "reasoning_content": f"r{k}", "tool_calls": [call]}
+            )
+            msgs.append({"role": "tool", "tool_call_id": f"c{k}", "content": draw(_TEXTS)})
+            last = "user"
+    if last != "user":
+        msgs.append({"role": "user", "content": draw(_TEXTS)})
+    pos = draw(st.integers(0, len(msgs)))
+    return [*msgs[:pos], {"role": "system", "content": draw(_TEXTS)}, *msgs[pos:]]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(messages=_conversations(), thinking=st.booleans())
+def test_system_messages_anywhere_match_deepseek_encoder(recipe_encoding, messages, thinking) -> None:
+    """Any placement of system messages, chat and thinking mode: the prompt DeepSeek's encoder
+    renders for the same messages (its "max" effort is the "official" profile's)."""
+    from sglang_v4.entrypoints.chat_encoding import encode_messages
+
+    want = recipe_encoding.render_conversation(_recipe_conversation(messages, thinking)).prompt
+    got = encode_messages(
+        messages,
+        thinking=thinking,
+        reasoning_effort="max" if thinking else None,
+        reasoning_effort_profile="official",
+    )
+    assert got == want

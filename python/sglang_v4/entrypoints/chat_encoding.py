@@ -10,24 +10,29 @@ DeepSeek's published reference encoder):
   adds a paragraph, "Absolute maximum ...") or ``"official"`` (DeepSeek-V4-Flash-0731 and later:
   ``"low"`` adds none, ``"high"`` the "Absolute maximum" paragraph, ``"max"`` a stronger "Beyond
   maximum" one);
-* a ``system`` message is its raw content (no role token); when the request has ``tools`` they are
-  rendered into the *first* system message (one with empty content is put in front when the
-  conversation does not start with one) as ``"\\n\\n"`` + the "## Tools" section: the DSML usage
+* ``system`` messages are raw content (no role token), all of them in one block at the front of
+  the prompt wherever they stand in the conversation, the non-empty ones joined by ``"\\n\\n"``
+  (DeepSeek's V4 encoder, the ``deepseek-recipe`` package; the first published
+  ``encoding_dsv4.py`` wrote each one in place with no separator, so that two system prompts read
+  as one run-together text and one after a user turn became part of that turn). When the request
+  has ``tools`` they are rendered into that block (an empty one is put in front when the
+  conversation has no system message) as ``"\\n\\n"`` + the "## Tools" section: the DSML usage
   instructions and one JSON line per function definition;
 * a ``user`` message is ``<｜User｜>`` + content; ``tool`` messages are merged into the user turn
   that follows the assistant's call as ``<tool_result>CONTENT</tool_result>`` blocks (ordered like
   the calls of the preceding assistant message, matched by ``tool_call_id``); consecutive user and
-  tool messages form one user turn whose parts are joined by ``"\\n\\n"``;
-* a ``developer`` message is ``<｜User｜>`` + content and is never merged;
+  tool messages (system messages between them moved to the front) form one user turn whose parts
+  are joined by ``"\\n\\n"``;
+* a ``developer`` message is ``<｜User｜>`` + content and is never merged (DeepSeek's reference
+  encoder; its ``deepseek-recipe`` converter has no developer role on the Chat Completions API);
 * after a user/developer turn that is followed by an assistant turn (or ends the conversation and
   a generation prompt is wanted) come ``<｜Assistant｜>`` and a mode token: ``<think>`` in thinking
   mode, ``</think>`` in chat mode. The same follows a system turn that an assistant turn follows
   or that ends the conversation, and an assistant turn that ends it when a generation prompt is
-  wanted (a new assistant turn), so that a prompt never ends at bare system text or at EOS (the
-  reference encoder opens the assistant turn after user/developer turns only; a trailing system
-  or assistant message left the model nothing to answer). In thinking mode *without* tools,
-  earlier turns are "dropped thinking": only turns from the last user turn on open ``<think>``,
-  only assistant turns after it keep their reasoning, and developer turns before it are left out. With tools every turn keeps its thinking;
+  wanted (a new assistant turn), so that a prompt never ends at bare system text or at EOS. In
+  thinking mode *without* tools, earlier turns are "dropped thinking": only turns from the last
+  user turn on open ``<think>``, only assistant turns after it keep their reasoning, and developer
+  turns before it are left out. With tools every turn keeps its thinking;
 * an ``assistant`` message is ``[reasoning + "</think>"] + content + [tool calls] + EOS``; tool
   calls are a DSML block, ``"\\n\\n<｜DSML｜tool_calls>\\n"`` + invokes joined by ``"\\n"`` +
   ``"\\n</｜DSML｜tool_calls>"``, an invoke being ``<｜DSML｜invoke name="NAME">\\n`` + parameters
@@ -303,9 +308,19 @@ def _assistant_content_segments(text: str) -> list[Segment]:
 
 
 def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Validate roles and merge user/tool messages into user turns; each turn's text is a list of
-    :data:`Segment` (``"segs"``)."""
+    """Validate roles and group the messages into turns; each turn's text is a list of
+    :data:`Segment` (``"segs"``).
+
+    As DeepSeek's V4 encoder (``deepseek-recipe``) renders a conversation: every ``system``
+    message, wherever it stands, goes into one system turn at the front, the non-empty ones
+    joined by :data:`PART_SEPARATOR` in order; ``user`` and ``tool`` messages that follow each
+    other (system messages between them taken out) form one user turn, their parts joined by
+    :data:`PART_SEPARATOR` (an empty user message next to another one's text adds nothing). A
+    ``developer`` message is a turn of its own.
+    """
     turns: list[dict[str, Any]] = []
+    system_texts: list[str] = []
+    has_system = False
     call_order: dict[str, int] = {}
     answering_calls = False  # the last assistant message made tool calls
     for i, m in enumerate(messages):
@@ -315,9 +330,23 @@ def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if role not in _ROLES:
             raise ValueError(f"messages[{i}].role must be one of {', '.join(_ROLES)}; got {role!r}.")
         field = f"messages[{i}].content"
+        if role == "system":
+            has_system = True
+            text = message_text(m.get("content"), field)
+            if text:
+                system_texts.append(text)
+            continue
         if role in ("user", "tool"):
             if role == "user":
-                part = ("text", [(message_text(m.get("content"), field), True)], None)
+                text = message_text(m.get("content"), field)
+                last = turns[-1]["parts"][-1] if turns and turns[-1]["role"] == "user" else None
+                if last is not None and last[0] == "text":
+                    # consecutive user messages: an empty one adds no separator
+                    if not text:
+                        continue
+                    if not last[1][0][0]:
+                        turns[-1]["parts"].pop()
+                part = ("text", [(text, True)], None)
             else:
                 if not answering_calls:
                     raise ValueError(
@@ -346,6 +375,12 @@ def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         text = message_text(m.get("content"), field)
         turn["segs"] = _assistant_content_segments(text) if role == "assistant" else [(text, True)]
         turns.append(turn)
+    if has_system:
+        segs_sys: list[Segment] = []
+        for k, text in enumerate(system_texts):
+            segs_sys += [(PART_SEPARATOR, False)] if k else []
+            segs_sys.append((text, True))
+        turns.insert(0, {"role": "system", "segs": segs_sys})
     for t in turns:
         if t["role"] == "user":
             parts = t.pop("parts")

@@ -14,7 +14,8 @@ __all__ = ["create_openai_router"]
 
 def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     """Build the router with ``GET /v1/models[/{model}]``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
-    ``POST /v1/responses`` with ``GET`` / ``DELETE /v1/responses/{id}`` (stored responses),
+    ``POST /v1/responses`` with ``GET`` / ``DELETE /v1/responses/{id}`` (stored responses) and
+    ``POST /v1/responses/input_tokens`` (the input-token count of a Responses request),
     ``POST /tokenize`` and ``POST /detokenize`` (each also under ``/v1/``, as in SGLang), and
     ``POST /v1/embeddings`` / ``/v1/classify`` (a 400: the model is not an embedding model), and
     SGLang's parser routes ``POST /separate_reasoning`` and ``POST /parse_function_call``, and
@@ -54,6 +55,10 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     @router.post("/v1/responses")
     async def v1_responses(request: Request) -> Response:
         return await serving.create_response(request)
+
+    @router.post("/v1/responses/input_tokens")
+    async def v1_responses_input_tokens(request: Request) -> Response:
+        return await serving.count_response_input_tokens(request)
 
     @router.get("/v1/responses/{response_id}")
     async def v1_retrieve_response(response_id: str, request: Request) -> Response:

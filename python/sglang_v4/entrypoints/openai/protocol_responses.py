@@ -21,6 +21,8 @@ from sglang_v4.entrypoints.openai.protocol import _Req
 __all__ = [
     "UNSERVED_RESPONSES_FIELDS",
     "ResponsesRequest",
+    "ResponsesInputTokensRequest",
+    "ResponsesInputTokens",
     "OutputText",
     "ReasoningText",
     "ResponseOutputMessage",
@@ -87,6 +89,21 @@ class ResponsesRequest(_Req):
     max_tool_calls: Any = None
     top_logprobs: Any = None
     stop: Any = None
+
+
+class ResponsesInputTokensRequest(ResponsesRequest):
+    """``POST /v1/responses/input_tokens`` body: the prompt fields of a Responses request
+    (``input`` optional, as OpenAI's parameters have it: a request may count only a stored
+    conversation, ``previous_response_id``); the generation fields are read and not used."""
+
+    input: str | list[Any] = Field(default_factory=list)
+
+
+class ResponsesInputTokens(BaseModel):
+    """``POST /v1/responses/input_tokens`` answer (OpenAI's ``InputTokenCountResponse``)."""
+
+    object: Literal["response.input_tokens"] = "response.input_tokens"
+    input_tokens: int
 
 
 #: Request fields refused when set (not ``null`` / ``false`` / ``0``), with the reason; ``stop`` is

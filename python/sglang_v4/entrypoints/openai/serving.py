@@ -1,9 +1,9 @@
 """The OpenAI-compatible routes over a tokenizer manager: ``/v1/models``, ``/v1/completions``,
-``/v1/chat/completions``, ``/v1/responses``, ``/tokenize`` and ``/detokenize``, SGLang's parser
+``/v1/chat/completions``, ``/v1/responses`` (with ``/v1/responses/input_tokens``), ``/tokenize`` and ``/detokenize``, SGLang's parser
 routes ``/separate_reasoning`` and ``/parse_function_call``, the Files and Batch APIs
 ``/v1/files`` and ``/v1/batches`` (:mod:`.serving_files`, :mod:`.serving_batch`) (shared handling in
 :mod:`.serving_base`, the routes in :mod:`.serving_completions`, :mod:`.serving_chat`,
-:mod:`.serving_responses`, :mod:`.serving_tokenize` and :mod:`.serving_parsers`). ``/v1/embeddings`` and ``/v1/classify`` answer SGLang's 400 for a
+:mod:`.serving_responses`, :mod:`.serving_responses_tokens`, :mod:`.serving_tokenize` and :mod:`.serving_parsers`). ``/v1/embeddings`` and ``/v1/classify`` answer SGLang's 400 for a
 generation model."""
 
 from __future__ import annotations
@@ -24,13 +24,15 @@ from sglang_v4.entrypoints.openai.serving_batch import BatchMixin
 from sglang_v4.entrypoints.openai.serving_chat import ChatMixin
 from sglang_v4.entrypoints.openai.serving_completions import CompletionsMixin
 from sglang_v4.entrypoints.openai.serving_parsers import ParsersMixin
-from sglang_v4.entrypoints.openai.serving_responses import ResponsesMixin
+from sglang_v4.entrypoints.openai.serving_responses_tokens import ResponsesInputTokensMixin
 from sglang_v4.entrypoints.openai.serving_tokenize import TokenizeMixin
 
 __all__ = ["OpenAIServing", "RequestError", "error_response", "MAX_TOP_LOGPROBS"]
 
 
-class OpenAIServing(ResponsesMixin, ChatMixin, CompletionsMixin, TokenizeMixin, ParsersMixin, BatchMixin):
+class OpenAIServing(
+    ResponsesInputTokensMixin, ChatMixin, CompletionsMixin, TokenizeMixin, ParsersMixin, BatchMixin
+):
     """The OpenAI routes (and SGLang's tokenizer routes) over a tokenizer manager.
 
     Args:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from sglang_v4.entrypoints.openai.logprob_tokens import TokenPiece, TokenTextSplitter
 from sglang_v4.entrypoints.openai.protocol import (
     CompletionRequest,
     CompletionResponse,
@@ -115,7 +117,10 @@ class CompletionsMixin(OpenAIServingBase):
             prefix = self._prompt_text(prompts, idx, n) if req.echo else ""
             lp = None
             if return_logprob:
-                lp = self._completion_logprobs(meta, req.echo, 0)
+                state = _ChoiceLogprobs(output=self._logprob_splitter(req.skip_special_tokens))
+                lp = self._completion_logprobs(
+                    meta, state, ret.get("text", ""), True, prefix if req.echo else None
+                )
             fr, matched = _finish(meta)
             choices.append(
                 CompletionResponseChoice(
@@ -141,50 +146,79 @@ class CompletionsMixin(OpenAIServingBase):
         tok = self.tokenizer
         return tok.decode(list(p)) if tok is not None else ""
 
-    def _completion_logprobs(
-        self, meta: dict[str, Any], echo: bool, start: int, in_start: int = 0, offset: int = 0
-    ) -> LogProbs:
-        """Legacy completions ``logprobs`` of one choice: the prompt tokens first when ``echo``
-        (from ``in_start``), then the output tokens from ``start``.
+    def _logprob_splitter(self, skip_special_tokens: bool) -> TokenTextSplitter | None:
+        tok = self.tokenizer
+        return TokenTextSplitter(tok, skip_special_tokens) if tok is not None else None
 
-        ``text_offset`` is each token's character position in the choice's whole text (the echoed
-        prompt included), counted from ``offset``: the length of the text already sent for the
-        choice, so that the offsets of a stream's chunks continue each other as OpenAI's do.
+    def _completion_logprobs(
+        self,
+        meta: dict[str, Any],
+        state: _ChoiceLogprobs,
+        out_text: str,
+        final: bool,
+        echo_text: str | None = None,
+    ) -> LogProbs:
+        """Legacy completions ``logprobs`` of one choice's new tokens: the prompt's tokens first
+        when ``echo_text`` (the echoed prompt) is given, then the output tokens not yet sent
+        (``state``, updated).
+
+        ``tokens`` are each token's part of the choice's text (:mod:`.logprob_tokens`): joined,
+        they are the echoed prompt plus ``out_text`` (the cumulative output text; ``final``: it is
+        complete). ``text_offset`` is each token's character position in the choice's whole text,
+        continuing over a stream's chunks as OpenAI's do. ``top_logprobs`` holds the
+        ``logprobs`` most likely tokens *and* the sampled one (up to ``logprobs + 1`` entries),
+        as OpenAI documents the field and vLLM returns it; a dict with only the sampled
+        token for ``logprobs: 0``; ``None`` for the echoed prompt's first token (no logprob).
         """
-        entries: list[tuple[float | None, int, str | None]] = []
-        tops: list[Any] = []
-        if echo:
-            ins = [_lp_entry(e) for e in (meta.get("input_token_logprobs") or [])]
-            entries += ins[in_start:]
-            itop = list(meta.get("input_top_logprobs") or [])
-            itop += [None] * (len(ins) - len(itop))
-            tops += itop[in_start:]
-        outs = [_lp_entry(e) for e in (meta.get("output_token_logprobs") or [])][start:]
-        otop = list(meta.get("output_top_logprobs") or [])[start:]
-        otop += [None] * (len(outs) - len(otop))
-        entries += outs
-        tops += otop
         lp = LogProbs()
-        for (logprob, tid, text), top in zip(entries, tops):
-            tok = self._token_text(tid, text)
-            lp.tokens.append(tok)
-            # None only for the prompt's first token (echo): it has no logprob, as in OpenAI's API
-            lp.token_logprobs.append(None if logprob is None else openai_logprob(logprob))
-            lp.text_offset.append(offset)
-            offset += len(tok)
-            if top:
-                # keyed by token text, as OpenAI's legacy field is: candidates whose texts collide
-                # (byte fragments all decode to U+FFFD) keep the best-ranked one's logprob
-                # (SGLang #32290: the last, lowest one overwrote it)
-                d: dict[str, float] = {}
-                for e in top:
-                    tl, ti, tt = _lp_entry(e)
-                    if tl is not None:
-                        d.setdefault(self._token_text(ti, tt), openai_logprob(tl))
-                lp.top_logprobs.append(d)
+        segments: list[tuple[list[Any], list[Any], TokenTextSplitter | None, str, bool]] = []
+        if echo_text is not None:
+            ins = list(meta.get("input_token_logprobs") or [])
+            itop = list(meta.get("input_top_logprobs") or [])
+            segments.append((ins, itop, self._logprob_splitter(False), echo_text, True))
+        outs = list(meta.get("output_token_logprobs") or [])[state.sent :]
+        otop = list(meta.get("output_top_logprobs") or [])[state.sent :]
+        state.sent += len(outs)
+        segments.append((outs, otop, state.output, out_text, final))
+        for entries, tops, splitter, text, done in segments:
+            parsed = [_lp_entry(e) for e in entries]
+            tops = tops + [None] * (len(parsed) - len(tops))
+            cands = [[_lp_entry(c) for c in (top or [])] for top in tops]
+            if splitter is not None:
+                pieces = [splitter.add(tid, [c[1] for c in cs]) for (_, tid, _), cs in zip(parsed, cands)]
+                pieces = splitter.finish(pieces, text, done)
             else:
-                lp.top_logprobs.append(None)
+                pieces = [TokenPiece(tid, self._token_text(tid, t)) for _, tid, t in parsed]
+            for (logprob, _, _), cs, piece in zip(parsed, cands, pieces):
+                lp.tokens.append(piece.text)
+                # None only for the prompt's first token (echo): it has no logprob, as in OpenAI's API
+                lp.token_logprobs.append(None if logprob is None else openai_logprob(logprob))
+                lp.text_offset.append(state.offset)
+                state.offset += len(piece.text)
+                lp.top_logprobs.append(None if logprob is None else self._top_dict(piece, logprob, cs))
         return lp
+
+    def _top_dict(
+        self, piece: TokenPiece, logprob: float, cands: list[tuple[float | None, int, str | None]]
+    ) -> dict[str, float]:
+        """One position's ``top_logprobs``: the candidates in rank order, then the sampled token
+        when it is not among them. Keyed by token text, as OpenAI's legacy field is: candidates
+        whose texts collide keep the best-ranked one's logprob (SGLang #32290: the last, lowest one
+        overwrote it), except that the sampled token's text always maps to its own logprob."""
+        if not any(ti == piece.token_id for _, ti, _ in cands):
+            cands = [*cands, (logprob, piece.token_id, None)]
+        d: dict[str, float] = {}
+        for tl, ti, tt in cands:
+            if tl is None:
+                continue
+            key = piece.alternatives.get(ti)
+            if key is None:
+                key = self._token_text(ti, tt)
+            if ti == piece.token_id:
+                d[key] = openai_logprob(logprob)
+            else:
+                d.setdefault(key, openai_logprob(tl))
+        return d
 
     async def _completions_stream(
         self,
@@ -207,8 +241,7 @@ class CompletionsMixin(OpenAIServingBase):
 
         async def stream() -> AsyncIterator[bytes]:
             sent_text: dict[int, int] = {}
-            sent_lp: dict[int, int] = {}
-            sent_offset: dict[int, int] = {}  # characters of logprob tokens sent (text_offset)
+            lp_states: dict[int, _ChoiceLogprobs] = {}  # logprob tokens sent (text_offset)
             sent_ids: dict[int, int] = {}  # generated ids sent (return_token_ids)
             finals: dict[int, dict[str, Any]] = {}
             try:
@@ -228,21 +261,23 @@ class CompletionsMixin(OpenAIServingBase):
                         first_chunk = idx not in sent_text
                         if first_chunk:
                             sent_text[idx] = 0
-                            sent_lp[idx] = 0
-                            sent_offset[idx] = 0
+                            lp_states[idx] = _ChoiceLogprobs(
+                                output=self._logprob_splitter(req.skip_special_tokens)
+                            )
                             if req.echo:
                                 prefix = self._prompt_text(prompts, idx, n)
                         delta = text[sent_text[idx] :] if len(text) >= sent_text[idx] else ""
                         sent_text[idx] = max(sent_text[idx], len(text))
                         lp = None
-                        if req.logprobs is not None:
-                            outs = meta.get("output_token_logprobs") or []
-                            lp = self._completion_logprobs(
-                                meta, req.echo and prefix != "", sent_lp[idx], offset=sent_offset[idx]
-                            )
-                            sent_lp[idx] = len(outs)
-                            sent_offset[idx] += sum(len(t) for t in lp.tokens)
                         fr, matched = _finish(meta)
+                        if req.logprobs is not None:
+                            lp = self._completion_logprobs(
+                                meta,
+                                lp_states[idx],
+                                text,
+                                fr is not None,
+                                prefix if req.echo and first_chunk else None,
+                            )
                         if fr is not None:
                             finals[idx] = ret
                         new_ids = None
@@ -296,6 +331,17 @@ class CompletionsMixin(OpenAIServingBase):
             yield _SSE_DONE
 
         return ClosingStreamingResponse(stream(), media_type="text/event-stream")
+
+
+@dataclass
+class _ChoiceLogprobs:
+    """What of one choice's legacy ``logprobs`` has been sent: the output entries (``sent``), the
+    characters their tokens cover (``offset``: the next ``text_offset``) and the output's
+    :class:`TokenTextSplitter` (``None`` without a tokenizer)."""
+
+    output: TokenTextSplitter | None
+    sent: int = 0
+    offset: int = 0
 
 
 def _nth_prompt(prompt_ids: list[list[int]] | None, idx: int, n: int) -> list[int] | None:

@@ -1,0 +1,56 @@
+"""``POST /v1/responses/input_tokens``: OpenAI's input-token count of a Responses request.
+
+The body takes the prompt fields of ``POST /v1/responses`` (``input``, ``instructions``,
+``tools``, ``tool_choice``, ``text``, ``reasoning``, ``previous_response_id``, SGLang's
+``chat_template_kwargs``), checked as that route checks them, and the answer is
+``{"object": "response.input_tokens", "input_tokens": N}`` with N the token count of the prompt a
+``/v1/responses`` call with those fields runs on: its ``usage.input_tokens``. Nothing is generated
+or stored. Errors are the Responses route's (400 naming the field, 404 for an unknown model or
+``previous_response_id``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from sglang_v4.entrypoints.openai.protocol_responses import ResponsesInputTokens, ResponsesInputTokensRequest
+from sglang_v4.entrypoints.openai.serving_base import RequestError, read_json_object, validate_request
+from sglang_v4.entrypoints.openai.serving_responses import ResponsesMixin, _check_request, _responses_error
+from sglang_v4.prompt_tokens import encode_with_plain_spans
+
+__all__ = ["ResponsesInputTokensMixin"]
+
+
+class ResponsesInputTokensMixin(ResponsesMixin):
+    """The ``/v1/responses/input_tokens`` route (mixed into :class:`~.serving.OpenAIServing`)."""
+
+    async def count_response_input_tokens(self, request: Request) -> Response:
+        """``POST /v1/responses/input_tokens``."""
+        return await self._guard(request, self._count_response_input_tokens)
+
+    async def _count_response_input_tokens(self, request: Request) -> Response:
+        req: ResponsesInputTokensRequest = validate_request(
+            ResponsesInputTokensRequest, await read_json_object(request)
+        )
+        self._check_model(req.model)
+        _check_request(req)
+        history: list = []
+        if req.previous_response_id is not None:
+            prev = self.responses_store.get(req.previous_response_id)
+            if prev is None:
+                raise RequestError(
+                    f"Previous response with id '{req.previous_response_id}' not found.",
+                    404,
+                    param="previous_response_id",
+                )
+            history = prev.messages
+        chat_req, _ = self._chat_request_of(req, history)
+        try:
+            plan = self._plan_chat(chat_req)
+        except RequestError as e:
+            raise _responses_error(e) from None
+        ids = await asyncio.to_thread(encode_with_plain_spans, self.tokenizer, plan.prompt, plan.plain_spans)
+        return JSONResponse(ResponsesInputTokens(input_tokens=len(ids)).model_dump())
