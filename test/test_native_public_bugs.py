@@ -1,0 +1,105 @@
+"""Public bug reports of SGLang's native API, offline ``Engine`` and frontend language, replayed
+against sglang-v4.
+
+The engine and the server run the real processes with the model-free FakeScheduler
+(``server_fixture``): the expected texts come from ``transformers.AutoTokenizer`` on the same
+tokenizer files, the expected shapes from SGLang's documented answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from server_fixture import fake_engine, fake_output_text, make_fake_model_dir, tokenizer_source_dir
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_fake_model_dir(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def engine(model: Path) -> Iterator[Any]:
+    with fake_engine(model) as eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def expected() -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    return lambda n: fake_output_text(tok, n)
+
+
+def _foreign_tasks(loop: asyncio.AbstractEventLoop) -> list[str]:
+    """Have ``loop`` record each task created on it that does not run a coroutine (an async
+    generator's ``aclose()`` scheduled by its finalizer runs an ``async_generator_athrow``);
+    returns the list the names are appended to."""
+    foreign: list[str] = []
+
+    def factory(lp: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        if not inspect.iscoroutine(coro):
+            foreign.append(type(coro).__name__)
+        return asyncio.Task(coro, loop=lp, **kw)
+
+    loop.set_task_factory(factory)
+    return foreign
+
+
+def test_engine_requests_leave_nothing_on_the_callers_event_loop(engine, expected) -> None:
+    """sgl-project/sglang#5162 and #1606 (``Engine.generate``, then
+    ``get_event_loop().run_until_complete(engine.async_generate(...))``, then
+    ``asyncio.run(engine.async_generate(...))`` in one script): every call answers, and nothing of
+    the engine's request streams is left on the caller's loop. Before, a non-streaming request's
+    stream was first stepped on the caller's thread, so Python bound it to the caller's loop: once
+    garbage-collected, its ``aclose()`` became a task of that loop, reported as "Task was destroyed
+    but it is pending!" when the loop went away without running it."""
+    sp = {"max_new_tokens": 3}
+    assert engine.generate("1+1=", sp)["text"] == expected(3)
+    loop = asyncio.new_event_loop()
+    foreign = _foreign_tasks(loop)
+    try:
+        out = loop.run_until_complete(engine.async_generate("1+1=", sp))
+        assert out["text"] == expected(3)
+        batch = loop.run_until_complete(engine.async_generate(["a", "b"], sp))
+        assert [o["text"] for o in batch] == [expected(3)] * 2
+
+        async def notebook_cell() -> str:  # the blocking call from inside a running loop (Jupyter)
+            return engine.generate("1+1=", sp)["text"]
+
+        assert loop.run_until_complete(notebook_cell()) == expected(3)
+        gc.collect()
+        loop.run_until_complete(asyncio.sleep(0.05))  # runs what a finalizer scheduled on the loop
+        assert foreign == []
+        assert [t for t in asyncio.all_tasks(loop) if not t.done()] == []
+    finally:
+        loop.close()
+    assert asyncio.run(engine.async_generate("1+1=", sp))["text"] == expected(3)
+    assert engine.tokenizer_manager.rid_to_state == {}
+
+
+def test_engine_get_model_info_is_the_routes_answer(engine, model: Path, plain_fake_server) -> None:
+    """SGLang's ``Engine.get_model_info()`` (RL frameworks read the served model and weight version
+    from it; before, ``AttributeError``): the same fields as ``/get_model_info``, describing the
+    model directory the engine was started on (its ``config.json`` read here)."""
+    info = engine.get_model_info()
+    config = json.loads((model / "config.json").read_text())
+    assert info["model_path"] == str(model)
+    assert info["is_generation"] is True
+    assert info["weight_version"] == "default"
+    assert info["model_type"] == config["model_type"]
+    assert info["architectures"] == config["architectures"]
+    assert info["vocab_size"] == config["vocab_size"]
+    route = requests.get(plain_fake_server.url + "/get_model_info", timeout=10).json()
+    assert set(info) == set(route)
