@@ -12,15 +12,25 @@ import asyncio
 import gc
 import inspect
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from server_fixture import fake_engine, fake_output_text, make_fake_model_dir, tokenizer_source_dir
+from server_fixture import (
+    fake_engine,
+    fake_env,
+    fake_output_text,
+    make_fake_model_dir,
+    start_server,
+    tokenizer_source_dir,
+)
 
 pytestmark = pytest.mark.timeout(240)
+HOLD = "[hold]"  # FakeScheduler's FAKE_HOLD_ON_TEXT: such a request runs until it is aborted
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +42,21 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def engine(model: Path) -> Iterator[Any]:
     with fake_engine(model) as eng:
         yield eng
+
+
+@pytest.fixture(scope="module")
+def server(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    h = start_server(["--model-path", str(model)], fake_env({"FAKE_HOLD_ON_TEXT": HOLD}), log)
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
+
+
+def _wait_running(server: Any, n: int = 1) -> None:
+    deadline = time.time() + 30
+    while requests.get(server.url + "/server_info", timeout=10).json()["num_running_reqs"] < n:
+        assert time.time() < deadline
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +128,35 @@ def test_engine_get_model_info_is_the_routes_answer(engine, model: Path, plain_f
     assert info["vocab_size"] == config["vocab_size"]
     route = requests.get(plain_fake_server.url + "/get_model_info", timeout=10).json()
     assert set(info) == set(route)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_abort_finish_reason_has_sglangs_keys(server, stream: bool) -> None:
+    """sgl-project/sglang#5963 / #6184 (RL rollouts abort over-sampled requests by rid and read
+    the abort back from ``meta_info.finish_reason``): the answer of a request aborted through
+    ``/abort_request`` is SGLang's ``FINISH_ABORT.to_json()``, every key present:
+    ``{"type": "abort", "message", "status_code": None, "err_type": None}`` (no HTTP status: the
+    abort was asked for). Before, ``status_code`` and ``err_type`` were missing (``KeyError`` in a
+    client reading them)."""
+    rid = f"abort-keys-{stream}"
+    got: dict[str, Any] = {}
+
+    def run() -> None:
+        body = {"text": f"{HOLD} abort me", "rid": rid, "sampling_params": {"max_new_tokens": 400}}
+        r = requests.post(server.url + "/generate", json={**body, "stream": stream}, timeout=60)
+        if stream:
+            events = [ln[len("data: ") :] for ln in r.text.splitlines() if ln.startswith("data: ")]
+            assert events[-1] == "[DONE]"
+            got["out"] = json.loads(events[-2])
+        else:
+            got["out"] = r.json()
+
+    t = threading.Thread(target=run)
+    t.start()
+    _wait_running(server)
+    assert requests.post(server.url + "/abort_request", json={"rid": rid}, timeout=10).status_code == 200
+    t.join(30)
+    reason = got["out"]["meta_info"]["finish_reason"]
+    assert set(reason) == {"type", "message", "status_code", "err_type"}, reason
+    assert reason["type"] == "abort" and isinstance(reason["message"], str)
+    assert reason["status_code"] is None and reason["err_type"] is None

@@ -81,7 +81,7 @@ def test_max_queued_requests_refuses_with_503(sched_model_dir: str) -> None:
     for i in range(4):
         submit(s, f"r{i}", random_ids(20, 70 + i), 2)
     got = drain(s)
-    full = {"type": "abort", "message": "The request queue is full.", "status_code": 503}
+    full = {"type": "abort", "message": "The request queue is full.", "status_code": 503, "err_type": None}
     assert got["r2"]["finish"] == full and got["r3"]["finish"] == full
     assert got["r0"]["finish"]["type"] == got["r1"]["finish"]["type"] == "length"
     s = make_scheduler(

@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
 #: A finish reason as SGLang reports it in ``meta_info["finish_reason"]``:
 #: ``{"type": "stop", "matched": <str | int | None>}`` (stop string, stop token / EOS),
 #: ``{"type": "length", "length": <int>}`` (max_new_tokens or context limit) or
-#: ``{"type": "abort", "message": <str>, "status_code": <int>}``. ``None`` while unfinished.
+#: ``{"type": "abort", "message": <str>, "status_code": <int | None>, "err_type": <str | None>}``.
+#: ``None`` while unfinished.
 FinishReason = dict[str, Any]
 
 
@@ -55,11 +56,13 @@ ABORT_IN_QUEUE = "Abort in waiting queue"
 
 
 def finish_abort(message: str = ABORT_RUNNING, status_code: int | None = None) -> FinishReason:
-    """Finish reason for an aborted / rejected request. ``status_code`` 400 marks bad input."""
-    out: FinishReason = {"type": "abort", "message": message}
-    if status_code is not None:
-        out["status_code"] = status_code
-    return out
+    """Finish reason for an aborted / rejected request, SGLang's ``FINISH_ABORT.to_json()`` shape:
+    ``{"type": "abort", "message", "status_code", "err_type"}``, every key present.
+    ``status_code`` (None for an abort asked for, by ``/abort_request`` or a closed stream) is the
+    HTTP status of a rejection (400: bad input, 503: no room); ``err_type`` is
+    ``"InternalServerError"`` for a 500 (the request failed in the engine), else None."""
+    err_type = "InternalServerError" if status_code == 500 else None
+    return {"type": "abort", "message": message, "status_code": status_code, "err_type": err_type}
 
 
 # ---------------------------------------------------------------------------------------------
