@@ -160,3 +160,23 @@ def test_abort_finish_reason_has_sglangs_keys(server, stream: bool) -> None:
     assert set(reason) == {"type", "message", "status_code", "err_type"}, reason
     assert reason["type"] == "abort" and isinstance(reason["message"], str)
     assert reason["status_code"] is None and reason["err_type"] is None
+
+
+def test_client_rid_with_the_health_probe_prefix_is_an_ordinary_request(sched_model_dir: str) -> None:
+    """A client's ``rid`` that starts with ``HEALTH_CHECK`` (the prefix of ``/health_generate``'s
+    probe rids, SGLang's) reaching a busy scheduler: before, the scheduler took it for the probe
+    and answered it at once with no token (``{"type": "length", "length": 0}``, empty text), a
+    silent wrong answer. The probe is now told by a flag only the tokenizer manager sets; the
+    client's request is queued and gets its tokens, the same as its cold run (the oracle)."""
+    from dsv4_testutil import random_ids
+    from scheduler_testutil import drain, make_scheduler, run_one, submit
+
+    ids = random_ids(12, 3)
+    cold = run_one(make_scheduler(sched_model_dir), "cold", ids, 4)["ids"]
+    s = make_scheduler(sched_model_dir, max_running_requests=1)
+    submit(s, "long", random_ids(40, 7), 12)
+    s.step()
+    submit(s, "HEALTH_CHECK_my_request", ids, 4)
+    got = drain(s)["HEALTH_CHECK_my_request"]
+    assert got["ids"] == cold
+    assert got["finish"] == {"type": "length", "length": 4}

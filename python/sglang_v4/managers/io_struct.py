@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
 FinishReason = dict[str, Any]
 
 
-#: The rid prefix of ``/health_generate``'s probe request (SGLang's): a busy scheduler answers such a
-#: request after its next processed batch instead of queueing it (``Scheduler.add_request``).
+#: The rid prefix of ``/health_generate``'s probe request (SGLang's). The scheduler tells a probe by
+#: its ``health_check`` flag, not by this prefix: a client's rid may start with it too.
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
 
 
@@ -96,6 +96,9 @@ class GenerateReqInput:
     stream: bool = False
     log_metrics: bool = True
     priority: int | list[int] | None = None
+    #: ``/health_generate``'s probe (set by the tokenizer manager only; no ``/generate`` field
+    #: reaches it, so a client's request is never taken for a probe, whatever its ``rid``).
+    health_check: bool = False
     # Filled by normalization.
     is_single: bool = True
     batch_size: int = 1
@@ -260,6 +263,7 @@ class GenerateReqInput:
             stream=self.stream,
             log_metrics=self.log_metrics,
             priority=pick(self.priority),
+            health_check=self.health_check,
             is_single=True,
             batch_size=1,
             parallel_sample_num=1,
@@ -303,6 +307,9 @@ class TokenizedGenerateReqInput:
     stream: bool = False
     priority: int | None = None
     return_text_in_logprobs: bool = False
+    #: ``/health_generate``'s probe (:attr:`GenerateReqInput.health_check`): a busy scheduler
+    #: answers it after its next batch instead of queueing it.
+    health_check: bool = False
 
 
 @dataclass
