@@ -180,3 +180,51 @@ def test_client_rid_with_the_health_probe_prefix_is_an_ordinary_request(sched_mo
     got = drain(s)["HEALTH_CHECK_my_request"]
     assert got["ids"] == cold
     assert got["finish"] == {"type": "length", "length": 4}
+
+
+def _num_running(server: Any) -> int:
+    return int(requests.get(server.url + "/server_info", timeout=10).json()["num_running_reqs"])
+
+
+def test_empty_rid_means_no_rid(server, expected) -> None:
+    """A client that always sends ``"rid": ""`` (a typed client's empty default): before,
+    concurrent requests refused each other (400 ``Duplicate request id ''``) and such a request
+    could not be aborted (an empty rid aborts nothing), so one whose client went away ran on.
+    As SGLang reads an empty ``extra_key`` / ``cache_salt``, an empty rid now means none: every
+    request gets its own id, answers, and is aborted when its stream is closed."""
+    body = {"text": "a", "rid": "", "sampling_params": {"max_new_tokens": 6}}
+    outs: list[requests.Response] = []
+    threads = [
+        threading.Thread(
+            target=lambda: outs.append(requests.post(server.url + "/generate", json=body, timeout=60))
+        )
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [r.status_code for r in outs] == [200] * 3, [r.text for r in outs]
+    assert [r.json()["text"] for r in outs] == [expected(6)] * 3
+    ids = [r.json()["meta_info"]["id"] for r in outs]
+    batch = requests.post(
+        server.url + "/generate", json={**body, "text": ["a", "b"], "rid": ["", "mine"]}, timeout=60
+    ).json()
+    ids += [o["meta_info"]["id"] for o in batch]
+    assert batch[1]["meta_info"]["id"] == "mine"
+    assert all(ids) and len(set(ids)) == len(ids), ids
+
+    held = {
+        "text": f"{HOLD} empty rid",
+        "rid": "",
+        "sampling_params": {"max_new_tokens": 400},
+        "stream": True,
+    }
+    with requests.post(server.url + "/generate", json=held, stream=True, timeout=60) as r:
+        lines = r.iter_lines()  # kept referenced: a dropped generator closes the connection
+        assert next(line for line in lines if line).startswith(b"data: ")
+        _wait_running(server)
+    deadline = time.time() + 20  # the closed stream aborts the held request
+    while _num_running(server) > 0:
+        assert time.time() < deadline, "the request of the closed stream is still running"
+        time.sleep(0.05)

@@ -106,7 +106,17 @@ class GenerateReqInput:
 
     # ----------------------------------------------------------------- normalization
     def normalize_batch_and_arguments(self) -> None:
-        """Resolve single vs batch, expand ``n`` parallel samples, fill defaults (SGLang's rules)."""
+        """Resolve single vs batch, expand ``n`` parallel samples, fill defaults (SGLang's rules).
+
+        An empty ``rid`` (``""``, also one item of a list) means no rid, as SGLang reads an empty
+        ``extra_key`` / ``cache_salt``: the request gets a fresh one. Kept, concurrent requests of
+        a client that always sends ``"rid": ""`` refused each other as duplicates, and such a
+        request could not be aborted (an empty rid aborts nothing), so a client that went away
+        left it running to its end."""
+        if self.rid == "":
+            self.rid = None
+        elif isinstance(self.rid, list):
+            self.rid = [uuid.uuid4().hex if r == "" else r for r in self.rid]
         if (self.text is None) == (self.input_ids is None):
             raise ValueError("Either text or input_ids should be provided (exactly one of them).")
         if self.text is not None:
