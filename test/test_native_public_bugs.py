@@ -3,7 +3,9 @@ against sglang-v4.
 
 The engine and the server run the real processes with the model-free FakeScheduler
 (``server_fixture``): the expected texts come from ``transformers.AutoTokenizer`` on the same
-tokenizer files, the expected shapes from SGLang's documented answers.
+tokenizer files, the expected shapes from SGLang's answers (its ``FINISH_ABORT.to_json()``, its
+``get_model_info`` fields). The scheduler-level case runs the real scheduler in process on a small
+random checkpoint, its oracle a cold run of the same prompt.
 """
 
 from __future__ import annotations
