@@ -46,8 +46,18 @@ def test_abort_running_and_queued_returns_pages(sched_model_dir):
     # SGLang's finish reasons (FINISH_ABORT's default message; the tokenizer manager's for a
     # queued request), with no status_code: RL clients match them to resend what a weight update
     # or /pause_generation aborted
-    assert res["a"]["finish"] == {"type": "abort", "message": "Aborted"}
-    assert res["b"]["finish"] == {"type": "abort", "message": "Abort in waiting queue"}
+    assert res["a"]["finish"] == {
+        "type": "abort",
+        "message": "Aborted",
+        "status_code": None,
+        "err_type": None,
+    }
+    assert res["b"]["finish"] == {
+        "type": "abort",
+        "message": "Abort in waiting queue",
+        "status_code": None,
+        "err_type": None,
+    }
     assert_idle(s)
 
 
@@ -62,8 +72,18 @@ def test_abort_all_gives_sglang_messages(sched_model_dir):
     assert [r.rid for r in s.running] == ["a"] and [r.rid for r in s.waiting] == ["b"]
     s.abort_request("")
     res = drain(s)
-    assert res["a"]["finish"] == {"type": "abort", "message": "Aborted"}
-    assert res["b"]["finish"] == {"type": "abort", "message": "Abort in waiting queue"}
+    assert res["a"]["finish"] == {
+        "type": "abort",
+        "message": "Aborted",
+        "status_code": None,
+        "err_type": None,
+    }
+    assert res["b"]["finish"] == {
+        "type": "abort",
+        "message": "Abort in waiting queue",
+        "status_code": None,
+        "err_type": None,
+    }
     assert_idle(s)
 
 

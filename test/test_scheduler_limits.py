@@ -81,7 +81,7 @@ def test_max_queued_requests_refuses_with_503(sched_model_dir: str) -> None:
     for i in range(4):
         submit(s, f"r{i}", random_ids(20, 70 + i), 2)
     got = drain(s)
-    full = {"type": "abort", "message": "The request queue is full.", "status_code": 503}
+    full = {"type": "abort", "message": "The request queue is full.", "status_code": 503, "err_type": None}
     assert got["r2"]["finish"] == full and got["r3"]["finish"] == full
     assert got["r0"]["finish"]["type"] == got["r1"]["finish"]["type"] == "length"
     s = make_scheduler(
@@ -114,7 +114,7 @@ def test_health_probe_to_a_busy_scheduler_is_answered_by_its_next_batch(sched_mo
     submit(s, "long", ids, 30)
     s.step()
     probe = f"{HEALTH_CHECK_RID_PREFIX}_busy"
-    submit(s, probe, [0], 1)
+    submit(s, probe, [0], 1, health_check=True)
     res: dict[str, dict] = {}
     for _ in range(3):
         out = s.step()
@@ -125,5 +125,5 @@ def test_health_probe_to_a_busy_scheduler_is_answered_by_its_next_batch(sched_mo
     assert res.get("long", [([], None)])[-1][1] is None  # still running
     rest = drain(s)
     assert sum((o for o, _ in res.get("long", [])), []) + rest["long"]["ids"] == cold
-    idle = run_one(s, f"{HEALTH_CHECK_RID_PREFIX}_idle", [0], 1)
+    idle = run_one(s, f"{HEALTH_CHECK_RID_PREFIX}_idle", [0], 1, health_check=True)
     assert len(idle["ids"]) == 1 and idle["finish"]["type"] == "length"

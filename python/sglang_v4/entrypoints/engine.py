@@ -3,7 +3,7 @@
 ``Engine`` starts the same processes as the server (:func:`~sglang_v4.entrypoints.launcher.
 launch_subprocesses`), runs the ``TokenizerManager`` on a private event loop in a background
 thread and exposes SGLang's ``Engine`` API (``generate``, ``async_generate``, ``flush_cache``,
-``get_server_info``, ``update_weights_from_disk``, ``get_weights_by_name``, ``start_profile``,
+``get_server_info``, ``get_model_info``, ``update_weights_from_disk``, ``get_weights_by_name``, ``start_profile``,
 ``stop_profile``, ``shutdown``, context manager). The launcher's names are re-exported here.
 """
 
@@ -27,10 +27,12 @@ from sglang_v4.entrypoints.launcher import (
     MAKE_CHECKPOINT_HINT,
     SCHEDULER_READY_TIMEOUT_S,
     Subprocesses,
+    build_model_info,
     build_server_info,
     check_model_dir,
     check_page_size,
     launch_subprocesses,
+    read_model_config,
     resolve_model_path,
 )
 from sglang_v4.managers.io_struct import GenerateReqInput
@@ -125,6 +127,21 @@ async def _settled(coro: Any) -> tuple[bool, Any]:
         return True, await coro
     except Exception as e:  # noqa: BLE001 - handed to the caller's future
         return False, e
+
+
+async def _only_output(agen: Any) -> Any:
+    """The one output of a non-streaming ``generate_request`` stream, the stream then closed.
+
+    Runs on the engine loop, so the stream's first step (where Python binds an async generator to
+    the running loop's finalizer) and its close happen there. Stepped from the caller's thread
+    instead, the generator was bound to the caller's event loop: a loop that outlived the call
+    got the generator's ``aclose()`` as a task when it was garbage-collected (never run if that
+    loop no longer ran: "Task was destroyed but it is pending!"), and ``asyncio.run`` closed it
+    on the caller's thread at exit."""
+    try:
+        return await agen.__anext__()
+    finally:
+        await agen.aclose()
 
 
 def _shutdown_at_exit(ref: weakref.ReferenceType[Engine]) -> None:
@@ -332,7 +349,7 @@ class Engine:
         agen = self.tokenizer_manager.generate_request(obj)
         if stream:
             return self._sync_iter(agen)
-        return self._run(agen.__anext__())
+        return self._run(_only_output(agen))
 
     def _slicer(self) -> IncrementalStreamSlicer | None:
         """``--incremental-streaming-output``: a slicer for one stream's chunks, else ``None``."""
@@ -385,7 +402,7 @@ class Engine:
         agen = self.tokenizer_manager.generate_request(obj)
         if stream:
             return self._async_iter(agen)
-        return await asyncio.wrap_future(self._submit(agen.__anext__()))
+        return await asyncio.wrap_future(self._submit(_only_output(agen)))
 
     async def _async_iter(self, agen: Any) -> AsyncIterator[dict[str, Any]]:
         slicer = self._slicer()
@@ -413,6 +430,16 @@ class Engine:
         return self._run(
             build_server_info(self.server_args, self._procs.scheduler_info, self.tokenizer_manager)
         )
+
+    def get_model_info(self) -> dict[str, Any]:
+        """What the engine serves: the same dict as ``/get_model_info``
+        (:func:`~sglang_v4.entrypoints.launcher.build_model_info`: ``model_path``,
+        ``served_model_name``, ``is_generation``, ``weight_version``, ``context_length``, ...)."""
+        self._check_open()
+        sa = self.server_args
+        hf_config = {**read_model_config(sa.model_path or ""), **sa.model_override_args()}
+        tm = self.tokenizer_manager
+        return build_model_info(sa, hf_config, tm.context_len, tm.vocab_size)
 
     def update_weights_from_disk(
         self, model_path: str, load_format: str | None = None, **kwargs: Any

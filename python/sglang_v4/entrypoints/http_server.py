@@ -41,7 +41,6 @@ The ``/generate`` body parser and the JSON response helpers are in
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -66,7 +65,12 @@ from sglang_v4.entrypoints.admission import (
 )
 from sglang_v4.entrypoints.control_api import create_control_router
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
-from sglang_v4.entrypoints.launcher import Subprocesses, build_server_info
+from sglang_v4.entrypoints.launcher import (
+    Subprocesses,
+    build_model_info,
+    build_server_info,
+    read_model_config,
+)
 from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.metrics import TokenizerMetrics
 from sglang_v4.entrypoints.native_api import (
@@ -100,14 +104,6 @@ class _State:
     draining: bool = False
 
 
-def _read_model_config(model_path: str) -> dict[str, Any]:
-    try:
-        with open(os.path.join(model_path, "config.json"), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
 def create_app(
     server_args: ServerArgs, procs: Subprocesses, stop: StopSignal | None = None
 ) -> tuple[FastAPI, _State]:
@@ -121,7 +117,7 @@ def create_app(
     when the app starts stops the server at once.
     """
     state = _State(server_args=server_args, procs=procs)
-    hf_config = {**_read_model_config(server_args.model_path or ""), **server_args.model_override_args()}
+    hf_config = {**read_model_config(server_args.model_path or ""), **server_args.model_override_args()}
 
     def crash(reason: str) -> None:
         tm = state.tokenizer_manager
@@ -317,21 +313,8 @@ def create_app(
 
     def model_info_dict() -> dict[str, Any]:
         tm = state.tokenizer_manager
-        return {
-            "model_path": server_args.model_path,
-            "served_model_name": server_args.resolved_served_model_name(),
-            "tokenizer_path": server_args.tokenizer_path,
-            "is_generation": True,
-            "preferred_sampling_params": server_args.preferred_sampling_params,
-            "weight_version": server_args.weight_version,
-            "load_format": server_args.load_format,
-            "has_image_understanding": False,
-            "has_audio_understanding": False,
-            "model_type": hf_config.get("model_type"),
-            "architectures": hf_config.get("architectures"),
-            "context_length": tm.context_len if tm is not None else procs.scheduler_info.context_len,
-            "vocab_size": tm.vocab_size if tm is not None else procs.scheduler_info.vocab_size,
-        }
+        info = procs.scheduler_info if tm is None else tm
+        return build_model_info(server_args, hf_config, info.context_len, info.vocab_size)
 
     @app.get("/model_info")
     async def model_info() -> Response:

@@ -5,7 +5,8 @@
 (``managers/detokenizer_manager.py``), joined to the main process's ``TokenizerManager`` by ZMQ
 IPC sockets, plus, with ``tp_size > 1``, this node's other tensor-parallel ranks
 (``entrypoints/tp_launch.py``). Also here: the model-directory checks run before launching
-(:func:`check_model_dir`, :func:`resolve_model_path`) and the ``get_server_info`` builder.
+(:func:`check_model_dir`, :func:`resolve_model_path`) and the ``get_server_info`` /
+``get_model_info`` builders.
 """
 
 from __future__ import annotations
@@ -299,6 +300,42 @@ def resolve_model_path(server_args: ServerArgs) -> None:
     )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path
+
+
+def read_model_config(model_path: str) -> dict[str, Any]:
+    """``config.json`` of the model directory ``model_path`` as a dict; ``{}`` when it is missing
+    or not JSON."""
+    try:
+        with open(os.path.join(model_path, "config.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def build_model_info(
+    server_args: ServerArgs, hf_config: dict[str, Any], context_len: int, vocab_size: int
+) -> dict[str, Any]:
+    """The ``get_model_info`` answer, one builder for ``/get_model_info`` (``/model_info``) and
+    :meth:`Engine.get_model_info`: SGLang's fields (``model_path``, ``served_model_name``,
+    ``tokenizer_path``, ``is_generation``, ``preferred_sampling_params``, ``weight_version``,
+    ``load_format``, ``has_image_understanding``, ``has_audio_understanding``) plus the served
+    model's ``model_type`` / ``architectures`` (from ``hf_config``, its ``config.json`` with the
+    overrides applied), ``context_length`` and ``vocab_size`` (tokens)."""
+    return {
+        "model_path": server_args.model_path,
+        "served_model_name": server_args.resolved_served_model_name(),
+        "tokenizer_path": server_args.tokenizer_path,
+        "is_generation": True,
+        "preferred_sampling_params": server_args.preferred_sampling_params,
+        "weight_version": server_args.weight_version,
+        "load_format": server_args.load_format,
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+        "model_type": hf_config.get("model_type"),
+        "architectures": hf_config.get("architectures"),
+        "context_length": context_len,
+        "vocab_size": vocab_size,
+    }
 
 
 async def build_server_info(

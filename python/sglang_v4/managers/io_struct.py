@@ -28,12 +28,13 @@ if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
 #: A finish reason as SGLang reports it in ``meta_info["finish_reason"]``:
 #: ``{"type": "stop", "matched": <str | int | None>}`` (stop string, stop token / EOS),
 #: ``{"type": "length", "length": <int>}`` (max_new_tokens or context limit) or
-#: ``{"type": "abort", "message": <str>, "status_code": <int>}``. ``None`` while unfinished.
+#: ``{"type": "abort", "message": <str>, "status_code": <int | None>, "err_type": <str | None>}``.
+#: ``None`` while unfinished.
 FinishReason = dict[str, Any]
 
 
-#: The rid prefix of ``/health_generate``'s probe request (SGLang's): a busy scheduler answers such a
-#: request after its next processed batch instead of queueing it (``Scheduler.add_request``).
+#: The rid prefix of ``/health_generate``'s probe request (SGLang's). The scheduler tells a probe by
+#: its ``health_check`` flag, not by this prefix: a client's rid may start with it too.
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
 
 
@@ -55,11 +56,13 @@ ABORT_IN_QUEUE = "Abort in waiting queue"
 
 
 def finish_abort(message: str = ABORT_RUNNING, status_code: int | None = None) -> FinishReason:
-    """Finish reason for an aborted / rejected request. ``status_code`` 400 marks bad input."""
-    out: FinishReason = {"type": "abort", "message": message}
-    if status_code is not None:
-        out["status_code"] = status_code
-    return out
+    """Finish reason for an aborted / rejected request, SGLang's ``FINISH_ABORT.to_json()`` shape:
+    ``{"type": "abort", "message", "status_code", "err_type"}``, every key present.
+    ``status_code`` (None for an abort asked for, by ``/abort_request`` or a closed stream) is the
+    HTTP status of a rejection (400: bad input, 503: no room); ``err_type`` is
+    ``"InternalServerError"`` for a 500 (the request failed in the engine), else None."""
+    err_type = "InternalServerError" if status_code == 500 else None
+    return {"type": "abort", "message": message, "status_code": status_code, "err_type": err_type}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,6 +96,9 @@ class GenerateReqInput:
     stream: bool = False
     log_metrics: bool = True
     priority: int | list[int] | None = None
+    #: ``/health_generate``'s probe (set by the tokenizer manager only; no ``/generate`` field
+    #: reaches it, so a client's request is never taken for a probe, whatever its ``rid``).
+    health_check: bool = False
     # Filled by normalization.
     is_single: bool = True
     batch_size: int = 1
@@ -100,7 +106,17 @@ class GenerateReqInput:
 
     # ----------------------------------------------------------------- normalization
     def normalize_batch_and_arguments(self) -> None:
-        """Resolve single vs batch, expand ``n`` parallel samples, fill defaults (SGLang's rules)."""
+        """Resolve single vs batch, expand ``n`` parallel samples, fill defaults (SGLang's rules).
+
+        An empty ``rid`` (``""``, also one item of a list) means no rid, as SGLang reads an empty
+        ``extra_key`` / ``cache_salt``: the request gets a fresh one. Kept, concurrent requests of
+        a client that always sends ``"rid": ""`` refused each other as duplicates, and such a
+        request could not be aborted (an empty rid aborts nothing), so a client that went away
+        left it running to its end."""
+        if self.rid == "":
+            self.rid = None
+        elif isinstance(self.rid, list):
+            self.rid = [uuid.uuid4().hex if r == "" else r for r in self.rid]
         if (self.text is None) == (self.input_ids is None):
             raise ValueError("Either text or input_ids should be provided (exactly one of them).")
         if self.text is not None:
@@ -257,6 +273,7 @@ class GenerateReqInput:
             stream=self.stream,
             log_metrics=self.log_metrics,
             priority=pick(self.priority),
+            health_check=self.health_check,
             is_single=True,
             batch_size=1,
             parallel_sample_num=1,
@@ -300,6 +317,9 @@ class TokenizedGenerateReqInput:
     stream: bool = False
     priority: int | None = None
     return_text_in_logprobs: bool = False
+    #: ``/health_generate``'s probe (:attr:`GenerateReqInput.health_check`): a busy scheduler
+    #: answers it after its next batch instead of queueing it.
+    health_check: bool = False
 
 
 @dataclass

@@ -61,6 +61,8 @@ class Req:
     token_ids_logprob: list[int] | None = None
     stream: bool = False
     priority: int = 0
+    #: ``/health_generate``'s probe (:attr:`TokenizedGenerateReqInput.health_check`).
+    health_check: bool = False
     arrival: float = field(default_factory=time.monotonic)
     #: The scheduler's count of prompt tokens batched so far when this request was queued
     #: (``--schedule-policy hrrn``'s aging clock).
@@ -170,6 +172,7 @@ class Req:
             token_ids_logprob=list(recv.token_ids_logprob) if recv.token_ids_logprob else None,
             stream=bool(recv.stream),
             priority=int(recv.priority or 0),
+            health_check=bool(recv.health_check),
         )
 
     @property

@@ -10,8 +10,9 @@ skipped (their extra token discarded), retracted ones keep their token but no KV
 
 A failed batch (the device ran out of memory) is handled by :meth:`_process_batch_error`.
 
-``/health_generate``'s probe (rid prefix :data:`~sglang_v4.managers.io_struct.HEALTH_CHECK_RID_PREFIX`)
-to a busy scheduler is not queued behind the work (a long queue would time it out and report a
+``/health_generate``'s probe (``Req.health_check``, set by the tokenizer manager only; a client's
+request whose rid happens to start with :data:`~sglang_v4.managers.io_struct.HEALTH_CHECK_RID_PREFIX`
+is an ordinary request) to a busy scheduler is not queued behind the work (a long queue would time it out and report a
 healthy server dead): it is held and answered, with no token, once the next batch result has been
 processed (:meth:`_defer_health_check`, :meth:`_answer_health_checks`); SGLang's scheduler does the
 same. A probe still held when the scheduler falls idle runs as a normal request.
@@ -24,7 +25,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sglang_v4.managers.io_struct import (
-    HEALTH_CHECK_RID_PREFIX,
     BatchTokenIDOut,
     finish_abort,
     finish_length,
@@ -49,7 +49,7 @@ class SchedulerOutputProcessorMixin:
 
     def _defer_health_check(self: Scheduler, req: Req) -> bool:
         """Hold ``req`` when it is a health probe and the scheduler is busy (module docstring)."""
-        if not req.rid.startswith(HEALTH_CHECK_RID_PREFIX):
+        if not req.health_check:
             return False
         if not (self.running or self.waiting or self.last_batch is not None):
             return False

@@ -306,6 +306,7 @@ class TokenizationMixin:
             stream=bool(obj.stream),
             priority=prio,  # type: ignore[arg-type]
             return_text_in_logprobs=bool(obj.return_text_in_logprobs),
+            health_check=bool(obj.health_check),
         )
 
 

@@ -581,6 +581,7 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
             sampling_params={"max_new_tokens": 1, "temperature": 0.0},
             rid=f"{HEALTH_CHECK_RID_PREFIX}_{uuid.uuid4().hex}",
             log_metrics=False,
+            health_check=True,
         )
 
         async def run() -> None:

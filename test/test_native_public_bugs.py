@@ -1,0 +1,232 @@
+"""Public bug reports of SGLang's native API, offline ``Engine`` and frontend language, replayed
+against sglang-v4.
+
+The engine and the server run the real processes with the model-free FakeScheduler
+(``server_fixture``): the expected texts come from ``transformers.AutoTokenizer`` on the same
+tokenizer files, the expected shapes from SGLang's answers (its ``FINISH_ABORT.to_json()``, its
+``get_model_info`` fields). The scheduler-level case runs the real scheduler in process on a small
+random checkpoint, its oracle a cold run of the same prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from server_fixture import (
+    fake_engine,
+    fake_env,
+    fake_output_text,
+    make_fake_model_dir,
+    start_server,
+    tokenizer_source_dir,
+)
+
+pytestmark = pytest.mark.timeout(240)
+HOLD = "[hold]"  # FakeScheduler's FAKE_HOLD_ON_TEXT: such a request runs until it is aborted
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_fake_model_dir(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def engine(model: Path) -> Iterator[Any]:
+    with fake_engine(model) as eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def server(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    h = start_server(["--model-path", str(model)], fake_env({"FAKE_HOLD_ON_TEXT": HOLD}), log)
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
+
+
+def _wait_running(server: Any, n: int = 1) -> None:
+    deadline = time.time() + 30
+    while requests.get(server.url + "/server_info", timeout=10).json()["num_running_reqs"] < n:
+        assert time.time() < deadline
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def expected() -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    return lambda n: fake_output_text(tok, n)
+
+
+def _foreign_tasks(loop: asyncio.AbstractEventLoop) -> list[str]:
+    """Have ``loop`` record each task created on it that does not run a coroutine (an async
+    generator's ``aclose()`` scheduled by its finalizer runs an ``async_generator_athrow``);
+    returns the list the names are appended to."""
+    foreign: list[str] = []
+
+    def factory(lp: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        if not inspect.iscoroutine(coro):
+            foreign.append(type(coro).__name__)
+        return asyncio.Task(coro, loop=lp, **kw)
+
+    loop.set_task_factory(factory)
+    return foreign
+
+
+def test_engine_requests_leave_nothing_on_the_callers_event_loop(engine, expected) -> None:
+    """sgl-project/sglang#5162 and #1606 (``Engine.generate``, then
+    ``get_event_loop().run_until_complete(engine.async_generate(...))``, then
+    ``asyncio.run(engine.async_generate(...))`` in one script): every call answers, and nothing of
+    the engine's request streams is left on the caller's loop. Before, a non-streaming request's
+    stream was first stepped on the caller's thread, so Python bound it to the caller's loop: once
+    garbage-collected, its ``aclose()`` became a task of that loop, reported as "Task was destroyed
+    but it is pending!" when the loop went away without running it."""
+    sp = {"max_new_tokens": 3}
+    assert engine.generate("1+1=", sp)["text"] == expected(3)
+    loop = asyncio.new_event_loop()
+    foreign = _foreign_tasks(loop)
+    try:
+        out = loop.run_until_complete(engine.async_generate("1+1=", sp))
+        assert out["text"] == expected(3)
+        batch = loop.run_until_complete(engine.async_generate(["a", "b"], sp))
+        assert [o["text"] for o in batch] == [expected(3)] * 2
+
+        async def notebook_cell() -> str:  # the blocking call from inside a running loop (Jupyter)
+            return engine.generate("1+1=", sp)["text"]
+
+        assert loop.run_until_complete(notebook_cell()) == expected(3)
+        gc.collect()
+        loop.run_until_complete(asyncio.sleep(0.05))  # runs what a finalizer scheduled on the loop
+        assert foreign == []
+        assert [t for t in asyncio.all_tasks(loop) if not t.done()] == []
+    finally:
+        loop.close()
+    assert asyncio.run(engine.async_generate("1+1=", sp))["text"] == expected(3)
+    assert engine.tokenizer_manager.rid_to_state == {}
+
+
+def test_engine_get_model_info_is_the_routes_answer(engine, model: Path, plain_fake_server) -> None:
+    """SGLang's ``Engine.get_model_info()`` (RL frameworks read the served model and weight version
+    from it; before, ``AttributeError``): the same fields as ``/get_model_info``, describing the
+    model directory the engine was started on (its ``config.json`` read here)."""
+    info = engine.get_model_info()
+    config = json.loads((model / "config.json").read_text())
+    assert info["model_path"] == str(model)
+    assert info["is_generation"] is True
+    assert info["weight_version"] == "default"
+    assert info["model_type"] == config["model_type"]
+    assert info["architectures"] == config["architectures"]
+    assert info["vocab_size"] == config["vocab_size"]
+    route = requests.get(plain_fake_server.url + "/get_model_info", timeout=10).json()
+    assert set(info) == set(route)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_abort_finish_reason_has_sglangs_keys(server, stream: bool) -> None:
+    """sgl-project/sglang#5963 / #6184 (RL rollouts abort over-sampled requests by rid and read
+    the abort back from ``meta_info.finish_reason``): the answer of a request aborted through
+    ``/abort_request`` is SGLang's ``FINISH_ABORT.to_json()``, every key present:
+    ``{"type": "abort", "message", "status_code": None, "err_type": None}`` (no HTTP status: the
+    abort was asked for). Before, ``status_code`` and ``err_type`` were missing (``KeyError`` in a
+    client reading them)."""
+    rid = f"abort-keys-{stream}"
+    got: dict[str, Any] = {}
+
+    def run() -> None:
+        body = {"text": f"{HOLD} abort me", "rid": rid, "sampling_params": {"max_new_tokens": 400}}
+        r = requests.post(server.url + "/generate", json={**body, "stream": stream}, timeout=60)
+        if stream:
+            events = [ln[len("data: ") :] for ln in r.text.splitlines() if ln.startswith("data: ")]
+            assert events[-1] == "[DONE]"
+            got["out"] = json.loads(events[-2])
+        else:
+            got["out"] = r.json()
+
+    t = threading.Thread(target=run)
+    t.start()
+    _wait_running(server)
+    assert requests.post(server.url + "/abort_request", json={"rid": rid}, timeout=10).status_code == 200
+    t.join(30)
+    reason = got["out"]["meta_info"]["finish_reason"]
+    assert set(reason) == {"type", "message", "status_code", "err_type"}, reason
+    assert reason["type"] == "abort" and isinstance(reason["message"], str)
+    assert reason["status_code"] is None and reason["err_type"] is None
+
+
+def test_client_rid_with_the_health_probe_prefix_is_an_ordinary_request(sched_model_dir: str) -> None:
+    """A client's ``rid`` that starts with ``HEALTH_CHECK`` (the prefix of ``/health_generate``'s
+    probe rids, SGLang's) reaching a busy scheduler: before, the scheduler took it for the probe
+    and answered it at once with no token (``{"type": "length", "length": 0}``, empty text), a
+    silent wrong answer. The probe is now told by a flag only the tokenizer manager sets; the
+    client's request is queued and gets its tokens, the same as its cold run (the oracle)."""
+    from dsv4_testutil import random_ids
+    from scheduler_testutil import drain, make_scheduler, run_one, submit
+
+    ids = random_ids(12, 3)
+    cold = run_one(make_scheduler(sched_model_dir), "cold", ids, 4)["ids"]
+    s = make_scheduler(sched_model_dir, max_running_requests=1)
+    submit(s, "long", random_ids(40, 7), 12)
+    s.step()
+    submit(s, "HEALTH_CHECK_my_request", ids, 4)
+    got = drain(s)["HEALTH_CHECK_my_request"]
+    assert got["ids"] == cold
+    assert got["finish"] == {"type": "length", "length": 4}
+
+
+def _num_running(server: Any) -> int:
+    return int(requests.get(server.url + "/server_info", timeout=10).json()["num_running_reqs"])
+
+
+def test_empty_rid_means_no_rid(server, expected) -> None:
+    """A client that always sends ``"rid": ""`` (a typed client's empty default): before,
+    concurrent requests refused each other (400 ``Duplicate request id ''``) and such a request
+    could not be aborted (an empty rid aborts nothing), so one whose client went away ran on.
+    As SGLang reads an empty ``extra_key`` / ``cache_salt``, an empty rid now means none: every
+    request gets its own id, answers, and is aborted when its stream is closed."""
+    body = {"text": "a", "rid": "", "sampling_params": {"max_new_tokens": 6}}
+    outs: list[requests.Response] = []
+    threads = [
+        threading.Thread(
+            target=lambda: outs.append(requests.post(server.url + "/generate", json=body, timeout=60))
+        )
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [r.status_code for r in outs] == [200] * 3, [r.text for r in outs]
+    assert [r.json()["text"] for r in outs] == [expected(6)] * 3
+    ids = [r.json()["meta_info"]["id"] for r in outs]
+    batch = requests.post(
+        server.url + "/generate", json={**body, "text": ["a", "b"], "rid": ["", "mine"]}, timeout=60
+    ).json()
+    ids += [o["meta_info"]["id"] for o in batch]
+    assert batch[1]["meta_info"]["id"] == "mine"
+    assert all(ids) and len(set(ids)) == len(ids), ids
+
+    held = {
+        "text": f"{HOLD} empty rid",
+        "rid": "",
+        "sampling_params": {"max_new_tokens": 400},
+        "stream": True,
+    }
+    with requests.post(server.url + "/generate", json=held, stream=True, timeout=60) as r:
+        lines = r.iter_lines()  # kept referenced: a dropped generator closes the connection
+        assert next(line for line in lines if line).startswith(b"data: ")
+        _wait_running(server)
+    deadline = time.time() + 20  # the closed stream aborts the held request
+    while _num_running(server) > 0:
+        assert time.time() < deadline, "the request of the closed stream is still running"
+        time.sleep(0.05)
