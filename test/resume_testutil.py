@@ -5,19 +5,20 @@ comparison of a run against it.
 Tolerances (greedy token ids must be equal in every format):
 
 * ``fp32`` KV: logprobs within ``1e-4``. The CPU forward is not batch-invariant: torch's fp32 GEMM
-  uses another kernel below 4 rows (a 1-3-token chunk, a decode step, an MoE expert given 1-3 of a
-  batch's tokens), so row results differ in the last bits with the batch shape; measured over
-  every case of these tests at most ``5e-6`` (``7.5e-5`` on 140 decoded tokens feeding a hit).
+  takes another kernel below 4 rows (a 1-3-token chunk, a decode step, an MoE expert given 1-3 of
+  a batch's tokens), so row results differ in the last bits with the batch's shape. Measured over
+  every case of these tests (three configs): at most ``4e-6``.
 * ``fp8`` KV and ``fp8`` + fp4 indexer keys: logprobs within ``0.05``. The codecs are
   deterministic and position-independent (an entry's bytes depend on its values only), but
   rounding to e4m3 / e2m1 amplifies those last-bit differences: a value within a few ulps of a
   rounding boundary lands on the neighbouring code (one e4m3 step is 1/16 to 1/8 of the value),
-  and later positions read that entry. Measured: first flipped code at a pre-quantization
-  difference of 1.2e-6; the largest logprob gap over these tests 0.018 (prompt logprobs
-  prefilled in 3-token chunks), 0.006 on output logprobs; without forwards of fewer than 4 rows
-  the gaps stay ``<= 2e-6``. A cache read through a wrong slot or page moves logprobs by ~0.1 on
-  average and far more at single positions (``test_memory_fp8_model.py``), so ``0.05`` still
-  tells a plumbing fault from rounding.
+  and every later position that reads the entry sees it. Measured: the first flipped code at a
+  pre-quantization difference of 1.2e-6 (layer 3, position 13, prefill in 3-token chunks); the
+  largest gaps 0.018 on prompt logprobs (a 700-token prompt in 3-token chunks) and 0.006 on
+  output logprobs; where both runs have no GEMM under 4 rows (hits prefilled whole or in
+  129-token chunks) the gaps stay ``<= 2e-6``. A cache read through a wrong slot or page moves
+  logprobs by ~0.1 on average and by far more at single positions (``test_memory_fp8_model.py``),
+  so ``0.05`` still tells a plumbing fault from rounding.
 """
 
 from __future__ import annotations
