@@ -8,7 +8,7 @@ in fp32, fp8 and fp8 + fp4-indexer KV: a hit with a 1-token extend, a prompt pre
 129-token chunks, retraction and re-admission on a tight pool, and two concurrent prompts parting
 inside a 4-token compression group. Oracle: the cold, unchunked, uncached run in the same format
 (tolerances in ``resume_testutil``). That cold run is itself checked against HF transformers'
-``DeepseekV4ForCausalLM`` on the same weights (fp32 KV; every prompt logprob within 1e-3, as in
+``DeepseekV4ForCausalLM`` on the same weights, for these two models and ``sliding_first`` (fp32 KV; every prompt logprob within 1e-3, as in
 ``test_model_parity.py``, measured ~1e-5; greedy tokens equal).
 """
 
@@ -27,11 +27,11 @@ from resume_testutil import (
     run_req,
     submit_lp,
 )
-from scheduler_testutil import assert_idle, drain
+from scheduler_testutil import assert_idle, drain, write_sched_model
 from sglang_v4.configs.presets import get_preset
 
 HF_TOL = 1e-3
-SEED = 3  # weights of the hca_first_yarn checkpoint (the tiny preset's are the default model's: 0)
+SEED = 3  # weights of the test-config checkpoints (the tiny preset's are the default model's: 0)
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,8 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory, default_model_dir: str)
     return {
         "hca_first_yarn": write_checkpoint(str(d), fmt="hf", weights="fp32", seed=SEED, config_dict=cfg),
         "tiny": default_model_dir,
+        # the model of test_resume_exactness.py (same config and seed)
+        "sliding_first": write_sched_model(tmp_path_factory, seed=SEED, name="resume_model"),
     }
 
 
@@ -63,7 +65,9 @@ def cells(grid: list[tuple], fast: set[tuple]) -> list:
 GRID = [(n, f) for n in ("hca_first_yarn", "tiny") for f in ("fp32", "fp8", "fp8_fp4")]
 
 
-@pytest.mark.parametrize("name", ["hca_first_yarn", pytest.param("tiny", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name", ["sliding_first", "hca_first_yarn", pytest.param("tiny", marks=pytest.mark.slow)]
+)
 def test_cold_run_equals_hf(model_dirs: dict[str, str], name: str) -> None:
     """The oracle of every resume test, the cold scheduler run, against HF transformers."""
     cfg = copy.deepcopy(get_preset("tiny") if name == "tiny" else CONFIGS[name])
