@@ -8,8 +8,9 @@ in fp32, fp8 and fp8 + fp4-indexer KV: a hit with a 1-token extend, a prompt pre
 129-token chunks, retraction and re-admission on a tight pool, and two concurrent prompts parting
 inside a 4-token compression group. Oracle: the cold, unchunked, uncached run in the same format
 (tolerances in ``resume_testutil``). That cold run is itself checked against HF transformers'
-``DeepseekV4ForCausalLM`` on the same weights, for these two models and ``sliding_first`` (fp32 KV; every prompt logprob within 1e-3, as in
-``test_model_parity.py``, measured ~1e-5; greedy tokens equal).
+``DeepseekV4ForCausalLM`` on the same weights, for these two models and ``sliding_first`` (fp32
+KV; every prompt logprob within 1e-3, as in ``test_model_parity.py``, measured ~1e-5; greedy
+tokens equal).
 """
 
 from __future__ import annotations
