@@ -8,17 +8,18 @@ Tolerances (greedy token ids must be equal in every format):
   takes another kernel below 4 rows (a 1-3-token chunk, a decode step, an MoE expert given 1-3 of
   a batch's tokens), so row results differ in the last bits with the batch's shape. Measured over
   every case of these tests (three configs): at most ``4e-6``.
-* ``fp8`` KV and ``fp8`` + fp4 indexer keys: logprobs within ``0.05``. The codecs are
+* ``fp8`` KV and ``fp8`` + fp4 indexer keys: logprobs within ``0.1``, and prompt logprobs within
+  ``5e-3`` on average. The codecs are
   deterministic and position-independent (an entry's bytes depend on its values only), but
   rounding to e4m3 / e2m1 amplifies those last-bit differences: a value within a few ulps of a
   rounding boundary lands on the neighbouring code (one e4m3 step is 1/16 to 1/8 of the value),
   and every later position that reads the entry sees it. Measured: the first flipped code at a
   pre-quantization difference of 1.2e-6 (layer 3, position 13, prefill in 3-token chunks); the
-  largest gaps 0.018 on prompt logprobs (a 700-token prompt in 3-token chunks) and 0.006 on
-  output logprobs; where both runs have no GEMM under 4 rows (hits prefilled whole or in
+  largest gaps 0.055 on prompt logprobs (the tiny preset, 385 tokens in 3-token chunks: two
+  positions above 0.015, mean 1.0e-3) and 0.006 on output logprobs; where both runs have no GEMM under 4 rows (hits prefilled whole or in
   129-token chunks) the gaps stay ``<= 2e-6``. A cache read through a wrong slot or page moves
   logprobs by ~0.1 on average and by far more at single positions (``test_memory_fp8_model.py``),
-  so ``0.05`` still tells a plumbing fault from rounding.
+  so these bounds still tell a plumbing fault from rounding.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ FORMATS: dict[str, dict[str, Any]] = {
 }
 
 #: Largest allowed |logprob - cold logprob| per format (module docstring).
-TOL: dict[str, float] = {"fp32": 1e-4, "fp8": 0.05, "fp8_fp4": 0.05}
+TOL: dict[str, float] = {"fp32": 1e-4, "fp8": 0.1, "fp8_fp4": 0.1}
+#: Largest allowed mean |prompt logprob - cold prompt logprob| per format.
+MEAN_TOL: dict[str, float] = {"fp32": 1e-4, "fp8": 5e-3, "fp8_fp4": 5e-3}
 
 
 def make_sched(model_dir: str, fmt: str, **kw: Any) -> Scheduler:
@@ -104,7 +107,8 @@ def max_gap(a: list[float | None], b: list[float | None]) -> float:
 
 def assert_matches(got: dict, cold: dict, fmt: str, what: str = "") -> None:
     """``got`` has the cold run's greedy tokens, and its output (and prompt, when both have them)
-    logprobs are within ``TOL[fmt]`` of the cold run's."""
+    logprobs are within ``TOL[fmt]`` of the cold run's (prompt logprobs within ``MEAN_TOL[fmt]``
+    on average)."""
     tol = TOL[fmt]
     assert got["ids"] == cold["ids"], f"{what}: tokens differ from the cold run"
     gap = max_gap(got["lp"], cold["lp"])
@@ -112,6 +116,9 @@ def assert_matches(got: dict, cold: dict, fmt: str, what: str = "") -> None:
     if got.get("in_lp") and cold.get("in_lp"):
         gap = max_gap(got["in_lp"], cold["in_lp"])
         assert gap <= tol, f"{what}: prompt logprob gap {gap:.3g} > {tol}"
+        gaps = [abs(x - y) for x, y in zip(got["in_lp"], cold["in_lp"]) if x is not None and y is not None]
+        mean = sum(gaps) / max(1, len(gaps))
+        assert mean <= MEAN_TOL[fmt], f"{what}: mean prompt logprob gap {mean:.3g} > {MEAN_TOL[fmt]}"
 
 
 def expected_hit(shared: int, prompt_len: int, resume_interval: int = 1) -> int:
