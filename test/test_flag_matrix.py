@@ -185,6 +185,27 @@ def test_sglang_command_lines_keep_greedy_outputs(line: str, oracle: list[Outcom
     assert_same_outputs(outs, oracle)
 
 
+@pytest.mark.slow
+def test_tokenizer_path_gives_the_same_text(default_model_dir: str, tmp_path: Path) -> None:
+    """``--tokenizer-path`` to a directory holding only the model's tokenizer files: text prompts
+    give the default run's token ids and text."""
+    import shutil
+
+    from sglang_v4 import Engine
+
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(Path(default_model_dir) / name, tmp_path / name)
+    prompts = ["The capital of France is", "DeepSeek-V4 caches compressed KV. " * 40]
+    got = []
+    for kw in ({}, {"tokenizer_path": str(tmp_path)}):
+        with real_scheduler():
+            engine = Engine(model_path=default_model_dir, skip_server_warmup=True, **kw)
+        with engine:
+            res = engine.generate(prompt=prompts, sampling_params=SAMPLING)
+        got.append([(r["text"], r["output_ids"], r["meta_info"]["prompt_tokens"]) for r in res])
+    assert got[0] == got[1]
+
+
 # --------------------------------------------------------------------------- numerics flags
 
 
