@@ -68,8 +68,10 @@ FAST_CELLS: list[dict[str, Any]] = [
 def _check_honoured(kw: dict[str, Any], outs: list[Outcome], info: dict[str, Any]) -> None:
     """The flags' observable effects (not just equal outputs)."""
     for name in ("max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "page_size"):
-        if name in kw:
+        if name in kw and kw[name] != -1:
             assert info[name] == kw[name], name
+    if kw.get("chunked_prefill_size") == -1:  # no chunking: a whole prompt is one chunk
+        assert info["chunked_prefill_size"] >= max(len(p) for wave in waves() for p in wave)
     if "schedule_policy" in kw:
         assert info["schedule_policy"] == kw["schedule_policy"]
     if "max_total_tokens" in kw:
