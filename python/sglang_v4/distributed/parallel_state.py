@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sglang_v4.model_loader.quant import FP4_GROUP
+
 logger = logging.getLogger(__name__)
 
 #: How long a non-zero rank waits for rank 0's next batch (an idle server broadcasts nothing).
@@ -118,6 +120,65 @@ class ParallelConfig:
         if self.moe_tp_size > 1:
             s += f", expert slice {self.moe_tp_rank}/{self.moe_tp_size}"
         return s
+
+
+def layout_splits(
+    hf: Any, tp_size: int, ep_size: int, fp4_experts: bool = False
+) -> list[tuple[str, str, int, int]]:
+    """Every model dimension a TP / EP layout splits, as ``(flag, name, size, parts)``: ``size``
+    must be divisible by ``parts``.
+
+    The same splits the model's layers make (:meth:`ParallelConfig.tp_range` and friends):
+    ``o_groups``, the shared expert's ``moe_intermediate_size`` and the LM head's ``vocab_size`` over
+    ``tp_size``; ``n_routed_experts`` over ``ep_size``; each expert's ``moe_intermediate_size`` over
+    ``tp_size / ep_size``, in whole FP4 scale groups (``FP4_GROUP`` values) when the experts are kept in FP4
+    (``fp4_experts``). ``hf`` is a model config's ``transformers`` view (``ModelConfig.hf``).
+    """
+    moe_tp = tp_size // ep_size
+    inter = int(hf.moe_intermediate_size)
+    splits = [
+        ("--tp-size", "o_groups", int(hf.o_groups), tp_size),
+        ("--tp-size", "moe_intermediate_size", inter, tp_size),
+        ("--tp-size", "vocab_size", int(hf.vocab_size), tp_size),
+        ("--ep-size", "n_routed_experts", int(hf.n_routed_experts), ep_size),
+        ("--tp-size / --ep-size", "moe_intermediate_size", inter, moe_tp),
+    ]
+    if fp4_experts and inter % moe_tp == 0:
+        splits.append(
+            (
+                "--tp-size / --ep-size",
+                f"FP4 experts' intermediate slice ({inter} / {moe_tp})",
+                inter // moe_tp,
+                FP4_GROUP,
+            )
+        )
+    return splits
+
+
+def check_parallel_layout(hf: Any, tp_size: int, ep_size: int, fp4_experts: bool = False) -> None:
+    """Refuse a TP / EP layout the model cannot be split into, before any rank starts.
+
+    Without it every rank fails while building its layers, each with its own traceback, after the
+    whole group has started. Args as :func:`layout_splits`.
+
+    Raises:
+        ValueError: naming ``tp_size`` (or ``ep_size``), the model dimension that does not divide,
+            and the TP sizes (with this ``ep_size``) that do.
+    """
+    for flag, name, size, parts in layout_splits(hf, tp_size, ep_size, fp4_experts):
+        if size % parts == 0:
+            continue
+        field = "ep_size" if flag == "--ep-size" else "tp_size"
+        fits = [t for t in range(1, 257) if t % ep_size == 0 and _splits(hf, t, ep_size, fp4_experts)]
+        hint = f"; --tp-size values that split it (with --ep-size {ep_size}): {fits}" if fits else ""
+        raise ValueError(
+            f"{field}: --tp-size {tp_size} --ep-size {ep_size} cannot split this model: its {name} ({size}) "
+            f"is not divisible by {parts} ({flag}){hint}"
+        )
+
+
+def _splits(hf: Any, tp_size: int, ep_size: int, fp4_experts: bool) -> bool:
+    return all(size % parts == 0 for _, _, size, parts in layout_splits(hf, tp_size, ep_size, fp4_experts))
 
 
 class TPGroup:

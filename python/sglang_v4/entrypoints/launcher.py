@@ -47,6 +47,9 @@ def check_model_dir(
     page_size: int | None = None,
     context_length: int | None = None,
     quantization: str | None = None,
+    tp_size: int = 1,
+    ep_size: int = 1,
+    device: str = "cuda",
 ) -> None:
     """Check that ``model_path`` is a local model directory before any process starts.
 
@@ -62,7 +65,10 @@ def check_model_dir(
             ``skip_tokenizer_init``: then no process loads a tokenizer), a Hugging Face cache root
             (naming its snapshot); naming ``page_size`` when given and the model's KV layout
             cannot use it (:func:`check_page_size`); naming ``context_length`` when it exceeds the
-            model's (:func:`check_context_length`); naming the field when ``architectures`` names
+            model's (:func:`check_context_length`); naming ``tp_size`` / ``ep_size`` when the
+            model's dimensions do not split over them (``device``: where it runs, which decides
+            whether the experts stay FP4; :func:`~sglang_v4.distributed.parallel_state.
+            check_parallel_layout`); naming the field when ``architectures`` names
             another model or the checkpoint's ``quantization_config`` (with ``quantization``,
             ``--quantization``) or a ModelOpt ``hf_quant_config.json`` is not one sglang-v4 computes
             (:func:`~sglang_v4.layers.quantization.resolve_quantization`); naming the file and the
@@ -127,6 +133,7 @@ def check_model_dir(
 
     try:
         resolve_quantization(quantization, mc.hf, "cuda")
+        quant = resolve_quantization(quantization, mc.hf, device)
     except ValueError as e:
         raise ValueError(f"model_path: {cfg}: {e}") from None
     check_modelopt_config(model_path)
@@ -134,6 +141,12 @@ def check_model_dir(
         check_page_size(page_size, mc)
     if context_length is not None:
         check_context_length(context_length, mc)
+    if tp_size > 1 or ep_size > 1:
+        from sglang_v4.distributed.parallel_state import check_parallel_layout
+
+        check_parallel_layout(
+            mc.hf, tp_size, ep_size, fp4_experts=quant is not None and quant.experts == "fp4"
+        )
     if load_format != "dummy" and not any(n.endswith(".safetensors") for n in os.listdir(model_path)):
         others = sorted(n for n in os.listdir(model_path) if n.endswith((".bin", ".pt", ".pth", ".gguf")))
         found = f" (found {', '.join(others[:3])}: sglang-v4 reads safetensors only)" if others else ""
@@ -297,6 +310,9 @@ def resolve_model_path(server_args: ServerArgs) -> None:
         page_size=server_args.page_size,
         context_length=server_args.context_length,
         quantization=server_args.quantization,
+        tp_size=server_args.tp_size,
+        ep_size=server_args.ep_size,
+        device=server_args.device,
     )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path
