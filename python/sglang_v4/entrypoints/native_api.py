@@ -38,6 +38,7 @@ _GENERATE_FIELDS = {
     "stream",
     "log_metrics",
     "priority",
+    "require_reasoning",
 }
 _UNSUPPORTED_IF_SET = {
     "input_embeds",
@@ -233,7 +234,7 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
             int_list(tids) or (isinstance(tids, list) and all(x is None or int_list(x) for x in tids)),
             "a list of token ids (one list, or null for none, per prompt in a batch)",
         )
-    for name in ("return_text_in_logprobs", "stream", "log_metrics"):
+    for name in ("return_text_in_logprobs", "stream", "log_metrics", "require_reasoning"):
         v = body.get(name)
         if v is not None:
             _check_type(name, v, isinstance(v, bool), "a boolean")
@@ -250,4 +251,5 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
         stream=bool(body.get("stream") or False),
         log_metrics=body.get("log_metrics") is not False,
         priority=prio,
+        require_reasoning=bool(body.get("require_reasoning") or False),
     )
