@@ -392,3 +392,25 @@ def test_v1_loads_has_sglangs_shape(server) -> None:
     prom = requests.get(server.url + "/v1/loads?format=prometheus", timeout=10)
     assert "# TYPE sglang_num_running_reqs gauge" in prom.text
     assert 'sglang_disagg_kv_transfer_latency_ms{dp_rank="0"} 0.0' in prom.text
+
+
+def test_sglang_generate_fields_are_known(server) -> None:
+    """Fields of SGLang 0.5.23's ``GenerateReqInput`` that a client may send with their defaults
+    (``routed_experts_start_len: 0``, ``return_prompt_token_ids: false``) or as metadata
+    (``routing_key``, ``custom_labels``) were a 400 "Unknown field"; they are accepted, and a
+    feature this runtime lacks, set, is a 400 naming it."""
+    url = server.url + "/generate"
+    base = {"text": "hi", "sampling_params": {"max_new_tokens": 2}}
+    extra = {
+        "routing_key": "user-7",
+        "custom_labels": {"team": "a"},
+        "routed_experts_start_len": 0,
+        "return_prompt_token_ids": False,
+        "max_thinking_tokens": None,
+        "return_flat_raw_top_logprobs": False,
+    }
+    r = requests.post(url, json={**base, **extra}, timeout=30)
+    assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 2, r.text
+    for name, value in (("max_thinking_tokens", 5), ("return_prompt_token_ids", True)):
+        r = requests.post(url, json={**base, name: value}, timeout=30)
+        assert r.status_code == 400 and name in r.json()["error"]["message"], r.text
