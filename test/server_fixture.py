@@ -211,8 +211,7 @@ class FakeScheduler:
                 start = req.logprob_start_len if req.logprob_start_len >= 0 else len(req.input_ids) - 1
                 ids = req.input_ids[start:]
                 vals: list[float | None] = [-0.5 - 0.01 * (start + j) for j in range(len(ids))]
-                if start == 0:
-                    vals[0] = None
+                vals[0] = None  # SGLang: the first entry (token ``start``) has no logprob
                 in_lp = (vals, list(ids))
                 in_top = (
                     [[-0.1] * k if k else None for _ in ids],

@@ -127,7 +127,8 @@ def test_async_generate(engine, tok):
 
 
 def test_flush_cache_and_server_info(engine):
-    assert engine.flush_cache() is True
+    ret = engine.flush_cache()
+    assert ret.success is True and ret.message == "" and ret
     info = engine.get_server_info()
     assert info["page_size"] == 256 and info["kv_pool"]["used_pages"] == 0
     assert info["context_len"] > 0

@@ -230,3 +230,187 @@ def test_empty_rid_means_no_rid(server, expected) -> None:
     while _num_running(server) > 0:
         assert time.time() < deadline, "the request of the closed stream is still running"
         time.sleep(0.05)
+
+
+def test_prompt_logprobs_first_entry_is_none_for_every_start(sched_model_dir: str) -> None:
+    """SGLang's prompt-logprob shape (``[None] + input_token_logprobs[:-1]``): from
+    ``logprob_start_len = s`` one entry per prompt token ``s .. L - 1``, token ``s``'s value (and
+    its top / token-id logprobs) ``None`` for every ``s``, not only ``s == 0``. Before, ``s > 0``
+    gave token ``s`` its value. Oracle: the cold run of the same prompt from position 0; checked on a
+    cold cache, a cached prefix (the hit may now cover ``s`` tokens) and chunked prefill."""
+    from dsv4_testutil import random_ids
+    from scheduler_testutil import make_scheduler, submit
+
+    ids = random_ids(300, seed=5)
+    kw = dict(return_logprob=True, top_logprobs_num=2, token_ids_logprob=[3, 7])
+    s = make_scheduler(sched_model_dir, max_total_tokens=8 * 256, chunked_prefill_size=64)
+
+    def run(rid: str, start: int) -> tuple[list, list, list]:
+        res: dict[str, list] = {"v": [], "i": [], "t": [], "x": []}
+        submit(s, rid, ids, 1, logprob_start_len=start, **kw)
+        while s.has_work():
+            out = s.step()
+            for k, r in enumerate(out.rids if out else []):
+                if r == rid:
+                    res["v"] += out.input_token_logprobs_val[k]
+                    res["i"] += out.input_token_logprobs_idx[k]
+                    res["t"] += out.input_top_logprobs_val[k]
+                    res["x"] += out.input_token_ids_logprobs_val[k]
+        return res["v"], res["i"], list(zip(res["t"], res["x"]))
+
+    assert s.flush_cache()
+    cold, cold_ids, _ = run("cold", 0)
+    assert cold_ids == ids and cold[0] is None and None not in cold[1:]
+    for start in (1, 5, 256, 257, 299):
+        for warm in (False, True):  # warm: the first 256-token block is cached
+            if not warm:
+                assert s.flush_cache()
+            vals, got_ids, extra = run(f"s{start}{warm}", start)
+            assert got_ids == ids[start:], start
+            assert vals[0] is None and extra[0] == (None, None), (start, warm)
+            assert vals[1:] == pytest.approx(cold[start + 1 :], abs=1e-4), (start, warm)
+            assert all(t is not None and x is not None for t, x in extra[1:]), (start, warm)
+
+
+def test_engine_flush_cache_returns_sglangs_object(engine) -> None:
+    """SGLang's ``Engine.flush_cache()`` returns ``FlushCacheReqOutput`` (``.success``,
+    ``.message``); ours returned a bool. Truthiness stays ``success``."""
+    ret = engine.flush_cache()
+    assert (ret.success, ret.message) == (True, "") and bool(ret) is True
+
+
+def test_flush_cache_refused_answers_as_sglang(server) -> None:
+    """While a request holds KV SGLang answers ``/flush_cache`` 400 with body
+    ``"Flush cache failed.\\n"`` (no message from the scheduler), and after ``?timeout=T``
+    ``"Timed out waiting for idle state."``; ours sent its own sentence."""
+    box: dict[str, Any] = {}
+    t = threading.Thread(
+        target=lambda: box.update(
+            r=requests.post(
+                server.url + "/generate",
+                json={"text": HOLD + " flush", "sampling_params": {"max_new_tokens": 4}},
+                timeout=60,
+            )
+        )
+    )
+    t.start()
+    try:
+        _wait_running(server)
+        r = requests.post(server.url + "/flush_cache", timeout=10)
+        assert (r.status_code, r.text) == (400, "Flush cache failed.\n")
+        r = requests.post(server.url + "/flush_cache?timeout=0.2", timeout=10)
+        assert (r.status_code, r.text) == (400, "Timed out waiting for idle state.")
+    finally:
+        requests.post(server.url + "/abort_request", json={"abort_all": True}, timeout=10)
+        t.join(60)
+    r = requests.post(server.url + "/flush_cache", timeout=10)
+    assert r.status_code == 200 and r.text.startswith("Cache flushed.")
+
+
+def _think_end_count(ids: list[int], end: list[int]) -> int:
+    """SGLang's rule, written out: tokens up to and including the first ``end`` run, else all."""
+    for i in range(len(ids) - len(end) + 1):
+        if ids[i : i + len(end)] == end:
+            return i + len(end)
+    return len(ids)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_tokens_in_meta_info(server, stream: bool) -> None:
+    """SGLang reports ``meta_info.reasoning_tokens`` in every ``/generate`` answer: with
+    ``require_reasoning`` (and a reasoning parser, on by default) the output tokens up to and
+    including ``</think>``, else 0. Ours had no such key and refused ``require_reasoning``.
+    Oracle: the scripted output's ids from ``transformers`` and ``</think>``'s ids."""
+    from server_fixture import FAKE_EOS, FAKE_SCRIPT, FAKE_SCRIPT_TAG
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    script = tok.encode(FAKE_SCRIPT) + [FAKE_EOS]
+    end = tok.encode("</think>", add_special_tokens=False)
+    url = server.url + "/generate"
+    for require, n, want in ((True, 200, _think_end_count(script, end)), (True, 3, 3), (False, 200, 0)):
+        body = {
+            "text": FAKE_SCRIPT_TAG + " think",
+            "sampling_params": {"max_new_tokens": n},
+            "require_reasoning": require,
+            "stream": stream,
+        }
+        r = requests.post(url, json=body, timeout=60, stream=stream)
+        assert r.status_code == 200, r.text
+        if stream:
+            chunks = [
+                json.loads(x[5:]) for x in r.iter_lines(decode_unicode=True) if x and x != "data: [DONE]"
+            ]
+            counts = [c["meta_info"]["reasoning_tokens"] for c in chunks]
+            assert counts == sorted(counts), counts
+            for c in chunks:  # each chunk: the count over the outputs so far
+                ids = c["output_ids"]
+                assert c["meta_info"]["reasoning_tokens"] == (_think_end_count(ids, end) if require else 0)
+            out = chunks[-1]
+        else:
+            out = r.json()
+        assert out["meta_info"]["reasoning_tokens"] == want, (require, n)
+    r = requests.post(url, json={"text": "x", "require_reasoning": "yes"}, timeout=10)
+    assert r.status_code == 400 and "require_reasoning" in r.text
+
+
+def test_engine_generate_takes_require_reasoning(engine) -> None:
+    """SGLang's ``Engine.generate(require_reasoning=True)`` counts ``meta_info.reasoning_tokens``;
+    ours refused the keyword when true. The fake model never emits ``</think>`` unscripted, so
+    every output token is a reasoning token."""
+    out = engine.generate(prompt="hi", sampling_params={"max_new_tokens": 4}, require_reasoning=True)
+    assert out["meta_info"]["reasoning_tokens"] == out["meta_info"]["completion_tokens"] == 4
+    out = engine.generate(prompt="hi", sampling_params={"max_new_tokens": 4})
+    assert out["meta_info"]["reasoning_tokens"] == 0
+
+
+def test_v1_loads_has_sglangs_shape(server) -> None:
+    """SGLang 0.5.23's ``GET /v1/loads`` (``v1_loads.py`` / ``LoadSnapshot.to_dict``) was a 404 here.
+    Oracle: SGLang's key lists, and ``/server_info``'s counts of the same idle server."""
+    core = {
+        "timestamp", "dp_rank", "num_running_reqs", "num_waiting_reqs", "num_waiting_uncached_tokens",
+        "num_used_tokens", "num_total_tokens", "num_active_tokens", "num_prealloc_ready_tokens",
+        "max_total_num_tokens", "max_running_requests", "token_usage", "gen_throughput",
+        "cache_hit_rate", "utilization", "total_prefill_uncached_tokens", "total_prefill_busy_us",
+        "decode_moments",
+    }  # fmt: skip
+    r = requests.get(server.url + "/v1/loads", timeout=10)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert set(body) == {"timestamp", "version", "accelerator", "num_accelerators", "loads"}
+    assert body["num_accelerators"] == 1 and len(body["loads"]) == 1
+    load = body["loads"][0]
+    assert set(load) == core | {"disaggregation", "queues"}
+    assert load["dp_rank"] == 0 and load["num_running_reqs"] == 0 and load["disaggregation"]["mode"] == "null"
+    info = requests.get(server.url + "/server_info", timeout=10).json()
+    assert load["max_total_num_tokens"] == info["max_total_num_tokens"]
+    only_core = requests.get(server.url + "/v1/loads?include=core", timeout=10).json()["loads"][0]
+    assert set(only_core) == core
+    assert requests.get(server.url + "/v1/loads?dp_rank=3", timeout=10).json()["loads"] == []
+    bad = requests.get(server.url + "/v1/loads?include=nope", timeout=10)
+    assert bad.status_code == 400 and "Invalid include sections" in bad.json()["detail"]
+    prom = requests.get(server.url + "/v1/loads?format=prometheus", timeout=10)
+    assert "# TYPE sglang_num_running_reqs gauge" in prom.text
+    assert 'sglang_disagg_kv_transfer_latency_ms{dp_rank="0"} 0.0' in prom.text
+
+
+def test_sglang_generate_fields_are_known(server) -> None:
+    """Fields of SGLang 0.5.23's ``GenerateReqInput`` that a client may send with their defaults
+    (``routed_experts_start_len: 0``, ``return_prompt_token_ids: false``) or as metadata
+    (``routing_key``, ``custom_labels``) were a 400 "Unknown field"; they are accepted, and a
+    feature this runtime lacks, set, is a 400 naming it."""
+    url = server.url + "/generate"
+    base = {"text": "hi", "sampling_params": {"max_new_tokens": 2}}
+    extra = {
+        "routing_key": "user-7",
+        "custom_labels": {"team": "a"},
+        "routed_experts_start_len": 0,
+        "return_prompt_token_ids": False,
+        "max_thinking_tokens": None,
+        "return_flat_raw_top_logprobs": False,
+    }
+    r = requests.post(url, json={**base, **extra}, timeout=30)
+    assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 2, r.text
+    for name, value in (("max_thinking_tokens", 5), ("return_prompt_token_ids", True)):
+        r = requests.post(url, json={**base, name: value}, timeout=30)
+        assert r.status_code == 400 and name in r.json()["error"]["message"], r.text

@@ -291,9 +291,9 @@ def test_hits_with_resume_interval(model_dir: str, fmt: str, interval: int) -> N
 
 @pytest.mark.parametrize("fmt", ["fp8", pytest.param("fp32", marks=pytest.mark.slow)])
 def test_prompt_logprobs_starting_inside_the_cached_prefix(model_dir: str, fmt: str) -> None:
-    """``logprob_start_len = s`` bounds the hit to ``s - 1`` tokens (the logprob of token ``s``
-    needs the logits at ``s - 1``): the hit is the largest whole block below that, and the prompt
-    logprobs from ``s`` equal the cold run's."""
+    """``logprob_start_len = s`` bounds the hit to ``s`` tokens (SGLang's rule: token ``s``'s entry
+    is ``None``, its logits at ``s - 1`` are not needed): the hit is the largest whole block not
+    past ``s``, and the prompt logprobs after ``s`` equal the cold run's."""
     s = make_sched(model_dir, fmt)
     oracle = cold_oracle(model_dir, fmt)
     base = random_ids(800, seed=70)
@@ -303,7 +303,7 @@ def test_prompt_logprobs_starting_inside_the_cached_prefix(model_dir: str, fmt: 
     for start in (1, 256, 257, 513, 600):
         submit(s, f"b{start}", ids, 4, return_logprob=True, logprob_start_len=start)
         got = drain(s)[f"b{start}"]
-        assert got["cached"] == ((start - 1) // 256) * 256
-        assert len(got["in_lp"]) == len(ids) - start
-        assert_matches(got, {**cold, "in_lp": cold["in_lp"][start:]}, fmt, f"start {start}")
+        assert got["cached"] == (start // 256) * 256
+        assert len(got["in_lp"]) == len(ids) - start and got["in_lp"][0] is None
+        assert_matches(got, {**cold, "in_lp": [None] + cold["in_lp"][start + 1 :]}, fmt, f"start {start}")
     assert_idle(s)

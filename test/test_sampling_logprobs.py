@@ -2,9 +2,10 @@
 
 Found by hand: a 600-token prompt with ``logprob_start_len=512`` after its first 512 tokens were
 cached returned 87 input logprobs instead of 88, shifted by one position (max error 3.1 nats).
-The logprob of token ``s`` needs the logits at position ``s - 1``, so a cache hit may cover at most
-``s - 1`` tokens. Oracle: the same request on a cold cache (exact match), and the count
-``len(prompt) - logprob_start_len`` (SGLang's convention).
+As SGLang, the entry of token ``s`` is ``None`` (its logits at ``s - 1`` are not computed), so a
+cache hit may cover ``s`` tokens; tokens after ``s`` need the logits from position ``s``. Oracle:
+the same request on a cold cache (exact match), and the count ``len(prompt) - logprob_start_len``
+(SGLang's convention).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def test_input_logprobs_on_cache_hit_equal_cold(sched: Scheduler, start: int) ->
     ids = random_ids(600, 11)
     sched.flush_cache()
     cold = _run(sched, "cold", ids, start)
-    assert len(cold) == len(ids) - start
+    assert len(cold) == len(ids) - start and cold[0] is None
     sched.flush_cache()
     _run(sched, "warm-up", ids[:590])  # caches the first two 256-token blocks
     warm = _run(sched, "warm", ids, start)
@@ -90,8 +91,9 @@ def test_token_ids_logprob_equal_cold_target_logprobs(
 
     def cold(context: list[int], t: int) -> float:
         s.flush_cache()
-        submit(s, "cold", context + [t], 1, return_logprob=True, logprob_start_len=len(context))
-        (val,) = drain(s, max_steps=1000)["cold"]["in_lp"]
+        submit(s, "cold", context + [t], 1, return_logprob=True, logprob_start_len=len(context) - 1)
+        none, val = drain(s, max_steps=1000)["cold"]["in_lp"]
+        assert none is None
         return val
 
     seq = prompt + out_ids

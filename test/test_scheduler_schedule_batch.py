@@ -71,7 +71,8 @@ def test_max_new_tokens_zero_does_not_sample() -> None:
 @pytest.mark.parametrize("start", [0, 1, 5, 9, 15])
 def test_prompt_logprob_rows(start: int) -> None:
     """Chunks ``[0, 8)`` and ``[8, 16)`` of a 16-token prompt with logprobs from ``start``: the rows
-    returned are exactly positions ``start - 1 .. 14`` (plus 15, which samples)."""
+    returned are exactly positions ``start .. 14`` (plus 15, which samples): as SGLang, the entry of
+    token ``start`` is ``None`` (no logits at ``start - 1``), token ``k > start`` from row ``k - 1``."""
     rows: list[int] = []
     r = make_req(16, return_logprob=True, logprob_start_len=start)
     for lo, hi in ((0, 8), (8, 16)):
@@ -79,10 +80,10 @@ def test_prompt_logprob_rows(start: int) -> None:
         b = ScheduleBatch()
         b.add(r, hi)
         rows += list(range(lo + b.logits_starts[0], hi))
-    assert rows == list(range(max(0, start - 1), 16))
+    assert rows == list(range(start, 16))
 
 
-@pytest.mark.parametrize("start,expect", [(-1, 15), (0, 0), (1, 0), (300, 15), (9, 8)])
+@pytest.mark.parametrize("start,expect", [(-1, 15), (0, 0), (1, 1), (300, 15), (9, 9), (15, 15)])
 def test_max_prefix_len(start: int, expect: int) -> None:
     r = make_req(16, return_logprob=start >= 0, logprob_start_len=start)
     assert r.max_prefix_len() == expect

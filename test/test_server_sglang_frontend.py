@@ -10,6 +10,8 @@ dependency: its full install pulls a GPU stack; ``pip download --no-deps sglang`
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from server_fixture import FAKE_TEXT, tokenizer_source_dir
 
@@ -62,8 +64,10 @@ def test_gen_select_fork_stream_batch(backend):
 def test_logprob_start_len_edges_and_unconditional_select(backend):
     """SGLang's ``logprob_start_len`` rules on ``/generate``: ``== prompt length`` is accepted and
     returns no prompt logprobs, larger is a 400; a ``max_new_tokens=0`` request with logprobs and no
-    ``logprob_start_len`` gets the prompt's logprobs from position 0 (what the frontend's
-    ``unconditional_likelihood_normalized`` reads), so that ``select`` method runs."""
+    ``logprob_start_len`` gets the prompt's logprobs from position 0. The first entry from any
+    ``logprob_start_len`` is ``None`` (SGLang's shape), which ``token_length_normalized`` skips and
+    ``unconditional_likelihood_normalized`` cannot average: that method fails inside the frontend
+    with a ``TypeError``, as it does against SGLang 0.5.23."""
     import requests
     from transformers import AutoTokenizer
 
@@ -80,16 +84,19 @@ def test_logprob_start_len_edges_and_unconditional_select(backend):
     got = r.json()["meta_info"]["input_token_logprobs"]
     assert [e[1] for e in got] == ids and got[0][0] is None
 
-    @sgl.function
-    def pick(s):
-        s += "The answer is"
-        s += sgl.select(
-            "x", choices=["yes", "no", " yes sir"], choices_method=sgl.unconditional_likelihood_normalized
-        )
+    r = requests.post(url, json={**base, "input_ids": ids, "text": None, "logprob_start_len": 2}, timeout=60)
+    got = r.json()["meta_info"]["input_token_logprobs"]
+    assert [e[1] for e in got] == ids[2:] and got[0][0] is None and None not in [e[0] for e in got[1:]]
 
-    state = pick.run(backend=backend)
+    def pick_with(method: Any) -> Any:
+        @sgl.function
+        def pick(s):
+            s += "The answer is"
+            s += sgl.select("x", choices=["yes", "no", " yes sir"], choices_method=method)
+
+        return pick.run(backend=backend)
+
+    state = pick_with(sgl.token_length_normalized)
     assert state["x"] in ("yes", "no", " yes sir"), state.text()
-    meta = state.get_meta_info("x")
-    assert [len(u) for u in meta["unconditional_token_logprobs"]] == [
-        len(i) for i in meta["input_token_logprobs"]
-    ]
+    assert all(i[0][0] is None for i in state.get_meta_info("x")["input_token_logprobs"])
+    assert isinstance(pick_with(sgl.unconditional_likelihood_normalized).error(), TypeError)

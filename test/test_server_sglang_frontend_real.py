@@ -5,6 +5,12 @@ model) against HF transformers' logprobs of the same tokens (float64 log-softmax
 choice with ``logprob_start_len = max(prompt_tokens - 2, 0)``, and for
 ``unconditional_likelihood_normalized`` the scored ids alone with no ``logprob_start_len``. The
 oracle recomputes every logprob the frontend reads from those requests.
+
+SGLang's shape of prompt logprobs from ``logprob_start_len = s``: one entry per prompt token
+``s .. L - 1``, the first one's value ``None`` for every ``s`` (its logits at ``s - 1`` are not
+computed). ``compute_normalized_prompt_logprobs`` skips that ``None``; the choice methods that
+average the raw entries (``unconditional_likelihood_normalized``, ``greedy_token_selection``)
+then fail inside the frontend with a ``TypeError``, as they do against SGLang 0.5.23 itself.
 """
 
 from __future__ import annotations
@@ -76,8 +82,8 @@ def test_logprob_start_len_edges(server, oracle):
         first = start if 0 <= start < L else L
         assert [e[1] for e in got] == ids[first:], start
         for k, (val, _, _) in zip(range(first, L), got, strict=True):
-            if k == 0:
-                assert val is None
+            if k == first:
+                assert val is None, (start, k)
             else:
                 assert val == pytest.approx(ref[k - 1], abs=TOL), (start, k)
     r = requests.post(
@@ -86,14 +92,14 @@ def test_logprob_start_len_edges(server, oracle):
     assert r.status_code == 400
 
 
-@pytest.mark.parametrize("method", ["token_length_normalized", "unconditional_likelihood_normalized"])
-def test_select_matches_hf(server, oracle, method: str):
-    choices_method = getattr(sgl, method)
+def test_select_matches_hf(server, oracle):
+    """``token_length_normalized`` (the default): each choice's normalized logprob is the mean of
+    the logprobs of tokens ``start + 1 ..`` (the ``None`` of token ``start`` skipped)."""
 
     @sgl.function
     def pick(s):
         s += PROMPT
-        s += sgl.select("x", choices=CHOICES, choices_method=choices_method)
+        s += sgl.select("x", choices=CHOICES, choices_method=sgl.token_length_normalized)
 
     state = pick.run(backend=sgl.RuntimeEndpoint(server.url))
     meta = state.get_meta_info("x")
@@ -104,18 +110,28 @@ def test_select_matches_hf(server, oracle, method: str):
         CHOICES, meta["input_token_logprobs"], meta["normalized_prompt_logprobs"], strict=True
     ):
         ids = _ids(server, PROMPT + c)
-        ref = oracle(ids)
+        ref = oracle(ids)[start:]  # tokens start + 1 .. L - 1
         assert [e[1] for e in got] == ids[start:], c
-        assert [e[0] for e in got] == pytest.approx(ref[start - 1 :], abs=TOL), c
-        assert norm == pytest.approx(sum(ref[start - 1 :]) / (len(ids) - start), abs=TOL), c
-        if method == "token_length_normalized":
-            scores.append(sum(ref[start - 1 :]) / (len(ids) - start))
-        else:
-            uncond = [0.0] + oracle(ids[start:])  # the first unconditional token: None -> 0
-            cond = ref[start - 1 :]
-            got_u = [e[0] for e in meta["unconditional_token_logprobs"][len(scores)]]
-            assert got_u[0] is None and got_u[1:] == pytest.approx(uncond[1:], abs=TOL), c
-            scores.append(sum(a - b for a, b in zip(cond, uncond, strict=True)) / len(cond))
+        assert got[0][0] is None, c
+        assert [e[0] for e in got[1:]] == pytest.approx(ref, abs=TOL), c
+        assert norm == pytest.approx(sum(ref) / len(ref), abs=TOL), c
+        scores.append(sum(ref) / len(ref))
     ranked = sorted(scores, reverse=True)
     if ranked[0] - ranked[1] > 4 * TOL:  # a clear winner: the decision must be the oracle's
         assert state["x"] == CHOICES[scores.index(ranked[0])], (scores, state["x"])
+
+
+@pytest.mark.parametrize("method", ["unconditional_likelihood_normalized", "greedy_token_selection"])
+def test_select_methods_averaging_raw_entries_fail_as_against_sglang(server, method: str):
+    """These choice methods average the raw entries, ``None`` included: the frontend raises the
+    ``TypeError`` SGLang 0.5.23's own server gives it (the first entry is ``None`` for every
+    ``logprob_start_len``), and the server stays healthy."""
+
+    @sgl.function
+    def pick(s):
+        s += PROMPT
+        s += sgl.select("x", choices=CHOICES, choices_method=getattr(sgl, method))
+
+    state = pick.run(backend=sgl.RuntimeEndpoint(server.url))
+    assert isinstance(state.error(), TypeError), state.error()
+    assert requests.get(server.url + "/health", timeout=30).status_code == 200

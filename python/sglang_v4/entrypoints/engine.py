@@ -35,6 +35,7 @@ from sglang_v4.entrypoints.launcher import (
     read_model_config,
     resolve_model_path,
 )
+from sglang_v4.managers.control_struct import FlushCacheReqOutput
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_compat import warn_ignored_sglang_args, warn_unread_sglang_env
@@ -68,13 +69,14 @@ _ENGINE_ONLY_UNSET = frozenset(
     {
         "mm_hashes",
         "mm_content_hashes",
-        "require_reasoning",
         "routed_experts_start_len",
         "disagg_prefill_dp_rank",
         "kv_hints",
     }
 )
 
+#: SGLang ``Engine.generate`` keywords passed to ``/generate``'s field of the same name.
+_ENGINE_KEYWORD_FIELDS = frozenset({"require_reasoning"})
 
 #: Seconds a stream closed early waits for its request's abort to be sent.
 _ACLOSE_TIMEOUT_S = 5.0
@@ -283,7 +285,11 @@ class Engine:
         from sglang_v4.entrypoints.native_api import SGLANG_ONLY_FIELDS, is_unset, parse_generate_body
 
         unexpected = sorted(
-            set(sglang_kwargs) - SGLANG_ONLY_FIELDS - _ENGINE_ONLY_UNSET - {"external_trace_header"}
+            set(sglang_kwargs)
+            - SGLANG_ONLY_FIELDS
+            - _ENGINE_ONLY_UNSET
+            - _ENGINE_KEYWORD_FIELDS
+            - {"external_trace_header"}
         )
         if unexpected:
             raise TypeError(f"Engine.generate() got unexpected keyword argument(s): {', '.join(unexpected)}")
@@ -418,10 +424,12 @@ class Engine:
             if not self._closed:
                 await asyncio.wrap_future(self._submit(steps.close()))
 
-    def flush_cache(self) -> bool:
-        """Flush the radix cache; False when requests are running (nothing flushed)."""
+    def flush_cache(self) -> FlushCacheReqOutput:
+        """Flush the radix cache, as SGLang's ``Engine.flush_cache()``: a
+        :class:`~sglang_v4.managers.control_struct.FlushCacheReqOutput` with ``.success`` (False
+        when requests hold KV: nothing flushed) and ``.message``; its truth value is ``.success``."""
         self._check_open()
-        return bool(self._run(self.tokenizer_manager.flush_cache()).success)
+        return self._run(self.tokenizer_manager.flush_cache())
 
     def get_server_info(self) -> dict[str, Any]:
         """Server args + scheduler limits + live ``Scheduler.get_server_info()`` (kv_pool, ...),

@@ -72,6 +72,7 @@ from sglang_v4.entrypoints.launcher import (
     read_model_config,
 )
 from sglang_v4.entrypoints.lifecycle import StopSignal
+from sglang_v4.entrypoints.loads_api import create_loads_router
 from sglang_v4.entrypoints.metrics import TokenizerMetrics
 from sglang_v4.entrypoints.native_api import (
     NOT_AN_EMBEDDING_MODEL_MSG,
@@ -385,6 +386,7 @@ def create_app(
 
     # /update_weights_from_disk, /get_weights_by_name, /pause_generation, /start_profile, ...
     app.include_router(create_control_router(tm_or_503, server_args.device))
+    app.include_router(create_loads_router(tm_or_503, server_args))  # /v1/loads
 
     if server_args.enable_metrics:
 

@@ -38,6 +38,7 @@ _GENERATE_FIELDS = {
     "stream",
     "log_metrics",
     "priority",
+    "require_reasoning",
 }
 _UNSUPPORTED_IF_SET = {
     "input_embeds",
@@ -58,6 +59,34 @@ _UNSUPPORTED_IF_SET = {
     "return_routed_experts",
     "return_bytes",
     "return_entropy",
+    # further SGLang 0.5.23 GenerateReqInput fields (multimodal, disaggregation, scoring, ...)
+    "mm_hashes",
+    "mm_content_hashes",
+    "use_audio_in_video",
+    "video_config",
+    "watermark",
+    "return_sampling_mask",
+    "sampling_logprobs_mode",
+    "return_flat_raw_top_logprobs",
+    "return_flat_raw_output_top_logprobs",
+    "return_flat_raw_top_logprobs_b64",
+    "return_indexer_topk",
+    "positional_embed_overrides",
+    "bootstrap_pair_key",
+    "decode_tp_size",
+    "disagg_prefill_dp_rank",
+    "max_thinking_tokens",
+    "return_prompt_token_ids",
+    "encoder_urls",
+    "max_dynamic_patch",
+    "min_dynamic_patch",
+    "image_max_dynamic_patch",
+    "video_max_dynamic_patch",
+    "images_config",
+    "mm_processor_kwargs",
+    "multi_item_delimiter_indices",
+    "token_indices_to_pool",
+    "kv_hints",
 }
 # "model" and "no_logs": sglang-router forwards every /generate body with these SGLang fields set
 _IGNORED_FIELDS = {
@@ -68,6 +97,11 @@ _IGNORED_FIELDS = {
     "background",
     "model",
     "no_logs",
+    # request metadata for routing, metrics labels and tracing: nothing to do here
+    "routing_key",
+    "custom_labels",
+    "external_trace_header",
+    "routed_experts_start_len",  # read only with return_routed_experts, which is refused
 }
 #: SGLang ``/generate`` / ``Engine.generate`` fields that are not implemented or are ignored here.
 SGLANG_ONLY_FIELDS = frozenset(_UNSUPPORTED_IF_SET | _IGNORED_FIELDS)
@@ -233,7 +267,7 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
             int_list(tids) or (isinstance(tids, list) and all(x is None or int_list(x) for x in tids)),
             "a list of token ids (one list, or null for none, per prompt in a batch)",
         )
-    for name in ("return_text_in_logprobs", "stream", "log_metrics"):
+    for name in ("return_text_in_logprobs", "stream", "log_metrics", "require_reasoning"):
         v = body.get(name)
         if v is not None:
             _check_type(name, v, isinstance(v, bool), "a boolean")
@@ -250,4 +284,5 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
         stream=bool(body.get("stream") or False),
         log_metrics=body.get("log_metrics") is not False,
         priority=prio,
+        require_reasoning=bool(body.get("require_reasoning") or False),
     )

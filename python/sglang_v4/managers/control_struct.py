@@ -51,10 +51,17 @@ class FlushCacheReqInput(ControlReq):
 
 @dataclass
 class FlushCacheReqOutput(ControlReqOutput):
-    """Reply to :class:`FlushCacheReqInput`: ``success`` and, when refused, why (``message``)."""
+    """Reply to :class:`FlushCacheReqInput` and what ``Engine.flush_cache()`` returns (SGLang's
+    ``FlushCacheReqOutput``): ``success`` and ``message`` (SGLang's: empty for a flush done or
+    refused at once because requests hold KV; ``"Timed out waiting for idle state."`` after a
+    ``timeout`` spent waiting). Its truth value is ``success``, so ``if engine.flush_cache():``
+    reads as before."""
 
     success: bool
     message: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.success)
 
 
 @dataclass

@@ -96,6 +96,10 @@ class GenerateReqInput:
     stream: bool = False
     log_metrics: bool = True
     priority: int | list[int] | None = None
+    #: SGLang's ``require_reasoning``: the prompt opened the reasoning (thinking mode), so
+    #: ``meta_info["reasoning_tokens"]`` counts the output up to and including ``</think>``
+    #: (:mod:`sglang_v4.managers.reasoning_tokens`); one value for a whole batch, as SGLang's.
+    require_reasoning: bool = False
     #: ``/health_generate``'s probe (set by the tokenizer manager only; no ``/generate`` field
     #: reaches it, so a client's request is never taken for a probe, whatever its ``rid``).
     health_check: bool = False
@@ -273,6 +277,7 @@ class GenerateReqInput:
             stream=self.stream,
             log_metrics=self.log_metrics,
             priority=pick(self.priority),
+            require_reasoning=self.require_reasoning,
             health_check=self.health_check,
             is_single=True,
             batch_size=1,

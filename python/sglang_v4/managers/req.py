@@ -235,12 +235,13 @@ class Req:
         """How many leading tokens of ``fill_ids`` a prefix-cache hit may cover.
 
         At most ``seq_len - 1`` (the last token is always computed: its logits sample the next
-        one); with prompt logprobs from ``logprob_start_len = s`` at most ``s - 1``, because the
-        logprob of prompt token ``s`` comes from the logits at position ``s - 1``.
+        one); with prompt logprobs from ``logprob_start_len = s`` at most ``s`` (SGLang's
+        ``Req._compute_max_prefix_len``): the logprobs returned are those of tokens ``s + 1 ..``,
+        from the logits at positions ``s ..``; token ``s`` itself is reported with value ``None``.
         """
         max_len = self.seq_len - 1
         if self.return_logprob and not self.input_logprobs_done and self.logprob_start_len >= 0:
-            max_len = min(max_len, max(0, self.logprob_start_len - 1))
+            max_len = min(max_len, self.logprob_start_len)
         return max_len
 
     def add_input_logprobs(self, rows: torch.Tensor, first_pos: int) -> None:
@@ -277,17 +278,21 @@ class Req:
     ) -> None:
         """Record prompt logprobs computed by the model worker: ``vals[j]`` is the logprob of
         :meth:`input_logprob_targets` ``[j]`` (and ``tops`` its top-``top_logprobs_num`` values and
-        ids; ``id_vals`` the logprobs of ``token_ids_logprob``). Positions before
-        ``logprob_start_len`` are skipped; once the logits of ``num_rows``
-        rows from ``first_pos`` reach the last prompt token the entries move to
-        ``pending_input_logprobs`` (sent once)."""
+        ids; ``id_vals`` the logprobs of ``token_ids_logprob``).
+
+        SGLang's shape (``SchedulerLogprobResultProcessor``: ``[None] + input_token_logprobs[:-1]``):
+        with ``logprob_start_len = s`` there is one entry per prompt token ``s .. L - 1``, and the
+        entry of token ``s`` has value ``None`` (and ``None`` top / token-id logprobs) for every
+        ``s``, not only ``s == 0``: its logits at ``s - 1`` are not computed. Rows giving tokens at
+        or before ``s`` are skipped; once the logits of ``num_rows`` rows from ``first_pos`` reach
+        the last prompt token the entries move to ``pending_input_logprobs`` (sent once)."""
         L = len(self.origin_input_ids)
         lps = max(0, self.logprob_start_len)
-        if lps == 0 and not self.input_logprob_buffer:
-            self.input_logprob_buffer.append((None, self.origin_input_ids[0], None, None, None))
+        if not self.input_logprob_buffer:
+            self.input_logprob_buffer.append((None, self.origin_input_ids[lps], None, None, None))
         for j, v in enumerate(vals):
             pos = first_pos + j + 1  # token whose logprob this row gives
-            if pos < lps:
+            if pos <= lps:
                 continue
             self.input_logprob_buffer.append(
                 (

@@ -109,7 +109,7 @@ class ScheduleBatch:
         logits_start = n - 1 if samples else n
         lp_first = None
         if req.wants_input_logprobs:
-            first = max(req.logprob_start_len - 1, p)
+            first = max(req.logprob_start_len, p)  # logits at s give token s + 1 (s: None)
             logits_start = min(logits_start, max(0, first - p))
             if logits_start < n:
                 lp_first = p + logits_start

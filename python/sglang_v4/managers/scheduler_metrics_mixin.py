@@ -82,12 +82,19 @@ class SchedulerMetricsMixin:
         into available / evictable / used tokens (block pages x ``page_size``), token usage,
         the last prefill batch's cache hit rate (``recent_cache_hit_rate``), throughput
         (:meth:`current_gen_throughput`), retractions since start, ``page_size``, ``num_pages`` and
-        ``context_len``."""
+        ``context_len``; for ``/v1/loads`` the queued requests' tokens (``num_waiting_tokens``) and
+        SGLang's estimate of those not cached (``num_waiting_uncached_tokens``: each queued
+        request's tokens times one minus the recent cache hit rate)."""
         pages = self.cache_manager.block_alloc
         available, evictable, used = self.cache_manager.kv_block_counts()
+        miss = 1.0 - float(self.recent_cache_hit_rate)
+        waiting_lens = [r.seq_len for r in self.waiting]
         return {
             "num_running_reqs": len(self.running),
             "num_queue_reqs": len(self.waiting),
+            "num_waiting_tokens": sum(waiting_lens),
+            "num_waiting_uncached_tokens": sum(int(n * miss) for n in waiting_lens),
+            "max_running_requests": self.max_running_requests,
             "num_used_tokens": used * self.page_size,
             "max_total_num_tokens": pages.num_pages * self.page_size,
             "kv_available_tokens": available * self.page_size,

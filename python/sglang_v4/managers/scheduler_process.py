@@ -151,9 +151,8 @@ class SchedulerLoop:
         elif isinstance(msg, AbortReq):
             s.abort_request(msg.rid)
         elif isinstance(msg, FlushCacheReqInput):
-            ok = bool(s.flush_cache())
-            text = "" if ok else "Cache not flushed: there are running or waiting requests.\n"
-            self.to_tok.send_pyobj(FlushCacheReqOutput(req_id=msg.req_id, success=ok, message=text))
+            # SGLang's answer: a refused flush (requests hold KV) carries no message
+            self.to_tok.send_pyobj(FlushCacheReqOutput(req_id=msg.req_id, success=bool(s.flush_cache())))
         elif isinstance(msg, GetServerInfoReq):
             self.to_tok.send_pyobj(GetServerInfoReqOutput(req_id=msg.req_id, info=s.get_server_info()))
         elif isinstance(msg, GetMetricsReq):

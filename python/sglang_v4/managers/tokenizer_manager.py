@@ -59,6 +59,7 @@ from sglang_v4.managers.io_struct import (  # noqa: F401 - HEALTH_CHECK_RID_PREF
     GenerateReqInput,
     TokenizedGenerateReqInput,
 )
+from sglang_v4.managers.reasoning_tokens import ReasoningTokenCounter, think_end_token_ids
 from sglang_v4.managers.request_log import finished_line, received_line
 from sglang_v4.managers.tokenization import (  # noqa: F401 - re-exported
     TOKENIZE_IN_THREAD_CHARS,
@@ -111,6 +112,8 @@ class ReqState:
     first_token_time: float = 0.0
     last_time: float = 0.0
     last_completion_tokens: int = 0
+    #: counts ``meta_info["reasoning_tokens"]`` (``require_reasoning`` with a reasoning parser)
+    reasoning: ReasoningTokenCounter | None = None
 
 
 class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
@@ -133,6 +136,8 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
         #: ``--skip-tokenizer-init``: no tokenizer (``self.tokenizer is None``); see the module docstring.
         self.skip_tokenizer_init = bool(server_args.skip_tokenizer_init)
         self.tokenizer = None if self.skip_tokenizer_init else get_tokenizer(self.tokenizer_path)
+        #: ``</think>``'s ids for ``meta_info["reasoning_tokens"]`` (None: nothing counted)
+        self.think_end_ids = think_end_token_ids(self.tokenizer, server_args.reasoning_parser)
         self.vocab_size = scheduler_info.vocab_size or (
             len(self.tokenizer) if self.tokenizer is not None else 0
         )
@@ -312,6 +317,7 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
                 "finish_reason": reason,
                 "prompt_tokens": recv.prompt_tokens[i],
                 "weight_version": self.server_args.weight_version,
+                "reasoning_tokens": state.reasoning.update(state.output_ids) if state.reasoning else 0,
                 "completion_tokens": completion,
                 "cached_tokens": recv.cached_tokens[i],
             }
@@ -488,6 +494,8 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
             no_stop_trim=bool(sp.no_stop_trim),
             token_ids_logprob=tokenized.token_ids_logprob,
         )
+        if obj.require_reasoning and self.think_end_ids:
+            state.reasoning = ReasoningTokenCounter(self.think_end_ids)
         self.rid_to_state[rid] = state
         return state
 
