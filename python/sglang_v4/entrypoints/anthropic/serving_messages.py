@@ -53,7 +53,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     validate_request,
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatRun, _ChoiceStream
-from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser
+from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 
@@ -207,12 +207,7 @@ class AnthropicServing:
         gen, first = await self.chat._run_stream(run.obj, raw)
         plan = run.plan
         rp = ReasoningParser(implicit_end=plan.reasoning.implicit_end) if run.separate else None
-        tp = (
-            DsmlToolParser(plan.tool_names, TOOL_CALL_PARSERS[self.chat.tool_call_parser])
-            if plan.tool_names is not None
-            else None
-        )
-        st = _ChoiceStream(rp, tp)
+        st = _ChoiceStream(rp, plan.tool_reader(TOOL_CALL_PARSERS[self.chat.tool_call_parser]))
         first_meta = (first[0] if isinstance(first, list) else first).get("meta_info", {})
         cache_report = self.chat.enable_cache_report
         start = AnthropicMessage(

@@ -35,10 +35,11 @@ from sglang_v4.entrypoints.chat_encoding import (
     render_messages,
     validate_tools,
 )
+from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError
-from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
+from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser
 from sglang_v4.prompt_tokens import prepare_plain_encoding
 
 __all__ = [
@@ -115,6 +116,8 @@ class ChatPlan:
         plain_spans: the character spans of ``prompt`` that hold the request's own text, to be
             tokenized as plain text (:class:`~sglang_v4.entrypoints.chat_encoding.RenderedPrompt`;
             ``()`` for a ``--chat-template`` prompt, tokenized as transformers does).
+        tools_withheld: the request has tools but ``tool_choice`` ``"none"``: a DSML block the
+            model writes anyway is cut off the answer (:mod:`.dsml_withheld`).
     """
 
     prompt: str
@@ -126,6 +129,15 @@ class ChatPlan:
     stop_marker: bool = False
     continued: str | None = None
     plain_spans: tuple[tuple[int, int], ...] = ()
+    tools_withheld: bool = False
+
+    def tool_reader(self, block: str) -> DsmlToolParser | DsmlWithheld | None:
+        """A fresh reader of one choice's answer: the DSML tool-call parser of the offered tools
+        (``block``: the parser's block name), the cutter of markup when the tools were withheld,
+        or ``None`` (no tools: the answer is read as it is)."""
+        if self.tool_names is not None:
+            return DsmlToolParser(self.tool_names, block)
+        return DsmlWithheld() if self.tools_withheld else None
 
     def ended_by_marker(self, matched: Any) -> bool:
         """Whether the finish's ``matched`` stop is the ``</think>`` token."""
@@ -302,10 +314,16 @@ class ChatPrepareMixin(OpenAIServingBase):
         except ValueError as e:
             raise RequestError(str(e), param="messages") from None
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
-        spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if active else None)
+        # a block ends the reasoning with the tools withheld too (it is then cut off the answer)
+        spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if functions else None)
         schemas = {fn["name"]: fn.get("parameters") for fn in functions}
         plan = ChatPlan(
-            rendered.text, thinking, spec, schemas if active else None, plain_spans=rendered.plain_spans
+            rendered.text,
+            thinking,
+            spec,
+            schemas if active else None,
+            plain_spans=rendered.plain_spans,
+            tools_withheld=bool(functions) and not active,
         )
         if (req.continue_final_message or req.messages[-1].prefix) and msgs[-1].get("role") == "assistant":
             plan.continued = _continued_text(msgs[-1], rendered.text)

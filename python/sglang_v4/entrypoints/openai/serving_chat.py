@@ -6,7 +6,8 @@ from :mod:`.chat_prepare`; this module builds the responses and the streams from
 Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
 
 * ``tool_choice`` ``"none"``: the tools are not shown to the model (the official DeepSeek API does
-  the same) and the output is plain content;
+  the same) and the output is plain content; a DSML block the model writes anyway is no call and
+  is cut off the content with all that follows it (:mod:`.dsml_withheld`, sgl-project/sglang#35736);
 * ``"auto"`` (default with tools): the model may answer or call tools; DSML blocks in the output
   become ``message.tool_calls`` (:mod:`.tool_parser`). With a tool marked ``strict`` a call, once
   started, is constrained to the tool schemas (xgrammar structural tag); with
@@ -67,6 +68,7 @@ from sglang_v4.entrypoints.openai.chat_prepare import (
     answer_grammar_kind,
     grammar_after_reasoning,
 )
+from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -159,7 +161,7 @@ class _ChoiceStream:
     """Per-choice state of a streamed chat response."""
 
     reasoning: ReasoningParser | None
-    tools: DsmlToolParser | None
+    tools: DsmlToolParser | DsmlWithheld | None
     sent_text: int = 0
     sent_lp: int = 0
     reasoning_text: str = ""
@@ -306,8 +308,8 @@ class ChatMixin(ChatPrepareMixin):
             reasoning_tokens = self._reasoning_tokens(ret.get("output_ids") or [], reasoning)
         calls: list[ParsedToolCall] = []
         content: str | None = text
-        if plan.tool_names is not None:
-            parser = DsmlToolParser(plan.tool_names, TOOL_CALL_PARSERS[self.tool_call_parser])
+        parser = plan.tool_reader(TOOL_CALL_PARSERS[self.tool_call_parser])
+        if parser is not None:
             content = parser.feed(text)[0] + parser.finish(stopped=fr == "stop")[0]
             calls = parser.calls
             if calls:
@@ -387,8 +389,7 @@ class ChatMixin(ChatPrepareMixin):
                 rp = ReasoningParser(
                     stream_reasoning=req.stream_reasoning, implicit_end=plan.reasoning.implicit_end
                 )
-            tp = DsmlToolParser(plan.tool_names, block) if plan.tool_names is not None else None
-            return _ChoiceStream(rp, tp)
+            return _ChoiceStream(rp, plan.tool_reader(block))
 
         async def stream() -> AsyncIterator[bytes]:
             states: dict[int, _ChoiceStream] = {}

@@ -84,7 +84,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     validate_request,
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatMixin, ChatRun, ChoiceOutput, _ChoiceStream
-from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser, ToolCallDelta
+from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, ToolCallDelta
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
 __all__ = ["ResponsesMixin"]
@@ -498,7 +498,7 @@ class ResponsesMixin(ChatMixin):
         plan = run.plan
         rp = ReasoningParser(implicit_end=plan.reasoning.implicit_end) if run.separate else None
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
-        tp = DsmlToolParser(plan.tool_names, block) if plan.tool_names is not None else None
+        tp = plan.tool_reader(block)
         read = _StreamRead(_ChoiceStream(rp, tp))
         w = _EventWriter()
         base = job.base.model_dump(mode="json")
