@@ -418,39 +418,66 @@ async def drain_in_flight(
     sig: int,
     timeout_s: float,
     hurry: asyncio.Event | None = None,
+    stop_work: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """The HTTP server's drain (run by :class:`DrainingServer` on the first signal).
 
-    Marks the server draining (new requests 503), waits until the tokenizer manager has no
-    request in flight, ``timeout_s`` seconds passed or ``hurry`` is set (a second signal), then
-    fails what is left with a 503 (``TokenizerManager.fail_all``: an error event on a stream) and
-    waits up to 1 s for those responses to go out.
+    Marks the server draining (new requests 503, also those a task inside the server would
+    start: ``TokenizerManager.stop_admitting``), runs ``stop_work`` (the server's own work that
+    does not drain: running batches are cancelled, an open profile is stopped and its trace
+    written), waits until the tokenizer manager has no request in flight (those not yet sent to
+    the scheduler included: ``TokenizerManager.num_in_flight``), ``timeout_s`` seconds passed or
+    ``hurry`` is set (a second signal), then fails what is left with a 503
+    (``TokenizerManager.fail_all``: an error event on a stream) and waits up to 1 s for those
+    responses to go out. While generation is paused (``/pause_generation``; the drain refuses
+    ``/continue_generation``) nothing in flight can finish: it is failed at once.
     """
     set_draining()
     tm = get_tokenizer_manager()
+    if tm is not None:
+        tm.stop_admitting("The server is shutting down.", 503)
     loop = asyncio.get_running_loop()
-    n = len(tm.rid_to_state) if tm is not None else 0
+    n = tm.num_in_flight() if tm is not None else 0
     logger.info(
         "%s received: draining %d in-flight request(s) for up to %gs; new requests get 503.",
         signal.Signals(sig).name,
         n,
         timeout_s,
     )
+    if stop_work is not None:
+        try:
+            await stop_work()
+        except Exception:  # noqa: BLE001 - the drain and the stop go on
+            logger.exception("Stopping the server's own work failed")
     deadline = loop.time() + timeout_s
     hurried = hurry is not None and hurry.is_set()
+    paused = tm is not None and tm.is_pause
     while (
-        tm is not None and tm.rid_to_state and tm.crashed is None and loop.time() < deadline and not hurried
+        tm is not None
+        and tm.num_in_flight()
+        and tm.crashed is None
+        and loop.time() < deadline
+        and not hurried
+        and not paused
     ):
         await asyncio.sleep(0.05)
         hurried = hurry is not None and hurry.is_set()
-    if tm is not None and tm.rid_to_state and tm.crashed is None:
-        why = "stopped by a second signal" if hurried else f"did not finish within the {timeout_s:g}s drain"
+        paused = tm.is_pause
+    if tm is not None and tm.num_in_flight() and tm.crashed is None:
+        if hurried:
+            why = "stopped by a second signal"
+        elif paused:
+            why = "could not run: generation is paused"
+        else:
+            why = f"did not finish within the {timeout_s:g}s drain"
         k = tm.fail_all(f"The server is shutting down: the request {why}.", 503)
         if hurried:
             logger.warning("Drain cut short by a second signal: failed %d request(s).", k)
+        elif paused:
+            logger.warning("Generation is paused: failed %d request(s) at once.", k)
         else:
             logger.warning("Drain timed out after %gs: failed %d request(s).", timeout_s, k)
         until = loop.time() + 1.0
-        while tm.rid_to_state and loop.time() < until:  # let their handlers send the error
+        while tm.num_in_flight() and loop.time() < until:  # let their handlers send the error
             await asyncio.sleep(0.05)
     logger.info("Drained; shutting down.")
