@@ -6,9 +6,10 @@ request of the same ``rid`` to end (:mod:`.abandoned_rids`), and waiting at the 
 while generation is paused (``/pause_generation``) or a weight update runs. The scheduler does not
 know it yet, so what concerns requests in flight must reach it here:
 
-* ``/abort_request`` with its ``rid``: the request leaves the gate at once, is sent, and is aborted
-  right after (the scheduler answers it as any queued request it aborts, SGLang's ``"Abort in
-  waiting queue"``; before, the abort was lost and the request ran once generation continued);
+* ``/abort_request`` with its ``rid``: the request leaves the gate at once and ends without being
+  sent, with the output the scheduler gives a queued request it aborts (:func:`queued_abort_output`:
+  no token, SGLang's ``"Abort in waiting queue"``); before, the abort was lost and the request ran
+  once generation continued;
 * the graceful drain and a stop: the drain counts it as in flight (:attr:`AdmittingRids.count`)
   and, when it fails what is left (:meth:`AdmittingRids.fail_all`), it raises that error instead
   of being sent (before, the drain saw nothing in flight and the HTTP server cancelled the
@@ -27,7 +28,28 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["AdmissionTicket", "AdmittingRids"]
+from sglang_v4.managers.detokenizer_manager import str_out_from_token_out
+from sglang_v4.managers.io_struct import (
+    ABORT_IN_QUEUE,
+    BatchStrOut,
+    BatchTokenIDOut,
+    TokenizedGenerateReqInput,
+    finish_abort,
+)
+from sglang_v4.managers.req import Req
+
+__all__ = ["AdmissionTicket", "AdmittingRids", "queued_abort_output"]
+
+
+def queued_abort_output(reqs: list[TokenizedGenerateReqInput]) -> BatchStrOut:
+    """The message the scheduler (through the detokenizer) sends for queued requests it aborts:
+    each finished with SGLang's ``"Abort in waiting queue"`` abort, no token, its prompt length."""
+    ended = []
+    for t in reqs:
+        req = Req(rid=t.rid, origin_input_ids=list(t.input_ids), sampling_params=t.sampling_params)
+        req.finished_reason = finish_abort(ABORT_IN_QUEUE, None)
+        ended.append(req)
+    return str_out_from_token_out(BatchTokenIDOut.from_reqs(ended))
 
 
 class AdmissionTicket:

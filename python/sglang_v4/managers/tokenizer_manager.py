@@ -38,7 +38,7 @@ import zmq.asyncio
 
 from sglang_v4.entrypoints.metrics import has_grammar
 from sglang_v4.managers.abandoned_rids import AbandonedRids
-from sglang_v4.managers.admitting_rids import AdmissionTicket
+from sglang_v4.managers.admitting_rids import AdmissionTicket, queued_abort_output
 from sglang_v4.managers.control_struct import (
     ControlReqOutput,
     FlushCacheReqInput,
@@ -428,8 +428,7 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
                 await self.wait_for_admission(request, ticket)  # paused, or a weight update under way
                 self._check_alive()  # the backend may have died while a long prompt was tokenized
                 state = self._register(obj, tokenized)
-                self._send.send_pyobj(tokenized)
-            self._abort_admitted(ticket)
+                self._send_admitted([tokenized], ticket)
             if self.server_args.log_requests:
                 self._log_received(obj, tokenized.input_ids)
             async for out in self._wait_one_response(state, request):
@@ -450,9 +449,7 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
                 if s.rid in self.rid_to_state:
                     raise RequestError(f"Duplicate request id {s.rid!r}.")
             states = [self._register(s, t) for s, t in zip(subs, tokenized_list)]
-            for t in tokenized_list:
-                self._send.send_pyobj(t)
-        self._abort_admitted(ticket)
+            self._send_admitted(tokenized_list, ticket)
         for s, t in zip(subs, tokenized_list):
             if self.server_args.log_requests:
                 self._log_received(s, t.input_ids)
@@ -555,11 +552,15 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
         self.admitting.abort(rid)  # not sent yet: aborted right after it is sent
         self._send.send_pyobj(AbortReq(rid=rid))
 
-    def _abort_admitted(self, ticket: AdmissionTicket) -> None:
-        """Abort the requests of ``ticket`` that ``/abort_request`` named before they were sent
-        (they were sent just now; the scheduler answers the abort as for any queued request)."""
-        for rid in ticket.aborted_rids:
-            self._send.send_pyobj(AbortReq(rid=rid))
+    def _send_admitted(self, tokenized: list[TokenizedGenerateReqInput], ticket: AdmissionTicket) -> None:
+        """Send the registered requests to the scheduler, except those ``/abort_request`` named
+        while they were admitted: they end here, as the scheduler ends a queued request it aborts."""
+        aborted = [t for t in tokenized if t.rid in ticket.aborted_rids]
+        for t in tokenized:
+            if t.rid not in ticket.aborted_rids:
+                self._send.send_pyobj(t)
+        if aborted:
+            self._handle_batch_output(queued_abort_output(aborted))
 
     def num_in_flight(self) -> int:
         """Requests the server holds: sent to the scheduler and not ended (``rid_to_state``), or
