@@ -68,7 +68,9 @@ def _cold(s: Scheduler, prompts: dict[str, list[int]], n: int, **sampling: Any) 
     return out
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["overlap", "no_overlap"])
+@pytest.fixture(
+    scope="module", params=[True, pytest.param(False, marks=pytest.mark.slow)], ids=["overlap", "no_overlap"]
+)
 def sched(request: pytest.FixtureRequest, sched_model_dir: str) -> Scheduler:
     return make_scheduler(
         sched_model_dir, chunked_prefill_size=256, disable_overlap_schedule=not request.param
