@@ -15,7 +15,10 @@ Cancelling aborts the running requests (their generation is closed, so the token
 aborts them and the scheduler frees their KV pages) and skips the queued ones; the answers that
 were complete are kept in the output file, and every request that did not finish is listed in the
 error file with ``error: {"code": "batch_cancelled"}``. Batches are kept in memory (lost when the
-server stops); the API key is checked on every route, as on the other ``/v1`` routes.
+server stops); a stopping server cancels the running ones at the start of its drain
+(:meth:`BatchMixin.cancel_all_batches`: their files written the same way) and closes the file store
+(:meth:`BatchMixin.close_batches`). The API key is checked on every route, as on the other ``/v1``
+routes.
 """
 
 from __future__ import annotations
