@@ -14,6 +14,8 @@ know it yet, so what concerns requests in flight must reach it here:
   and, when it fails what is left (:meth:`AdmittingRids.fail_all`), it raises that error instead
   of being sent (before, the drain saw nothing in flight and the HTTP server cancelled the
   handler: a 500 and a traceback);
+* ``/abort_request`` with ``abort_all`` (also ``/pause_generation``'s abort mode) leaves them: they
+  arrived after it, and run once generation continues (as SGLang, whose scheduler never saw them);
 * the stop itself: once :meth:`AdmittingRids.stop` was called, a new request is refused at its
   entry with the stop's error (a task inside the server, such as a running batch, cannot start
   requests after the drain began).
@@ -76,7 +78,7 @@ class AdmissionTicket:
     def raise_if_failed(self) -> None:
         """Raise :attr:`error` when the request was failed while being admitted."""
         if self.error is not None:
-            raise self.error
+            raise self.error.with_traceback(None)  # shared by many requests: no traceback piles up
 
 
 class AdmittingRids:
@@ -108,7 +110,7 @@ class AdmittingRids:
             BaseException: the error given to :meth:`stop` (nothing is tracked then).
         """
         if self._stop_error is not None:
-            raise self._stop_error
+            raise self._stop_error.with_traceback(None)
         ticket = AdmissionTicket([str(r) for r in rids])
         self._tickets.add(ticket)
         self._rids.update(ticket.rids)
