@@ -1,10 +1,12 @@
 """``AdmittingRids`` on its own: what the tokenizer manager relies on for requests not yet sent to
-the scheduler (counting, aborts by ``rid``, failing, refusing once stopped), and the queued-abort
-message it answers an aborted one with (the scheduler's shape: SGLang's message, no token)."""
+the scheduler (counting, aborts by ``rid``, failing, refusing once stopped), the queued-abort
+message it answers an aborted one with (the scheduler's shape: SGLang's message, no token), and
+the HTTP server's drain over it (``drain_in_flight``, with a stand-in tokenizer manager)."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from sglang_v4.managers.admitting_rids import AdmittingRids, queued_abort_output
@@ -74,3 +76,71 @@ def test_queued_abort_output_is_the_schedulers_queued_abort() -> None:
     assert out.finished_reasons == [{"type": "abort", "message": "Abort in waiting queue"}] * 2
     assert out.output_ids == [[], []] and out.output_strs == ["", ""]
     assert out.prompt_tokens == [3, 1] and out.completion_tokens == [0, 0]
+
+
+class _StubTM:
+    """What ``drain_in_flight`` reads of a tokenizer manager: requests being admitted only."""
+
+    def __init__(self, paused: bool) -> None:
+        self.is_pause = paused
+        self.crashed = None
+        self.rid_to_state: dict[str, Any] = {}
+        self.admitting = AdmittingRids()
+
+    def num_in_flight(self) -> int:
+        return len(self.rid_to_state) + self.admitting.count
+
+    def stop_admitting(self, message: str, status_code: int = 503) -> None:
+        self.admitting.stop(RequestError(message, status_code))
+
+    def fail_all(self, message: str, status_code: int = 503) -> int:
+        return self.admitting.fail_all(RequestError(message, status_code))
+
+
+@pytest.mark.parametrize("paused", [True, False])
+def test_drain_counts_requests_being_admitted(paused: bool) -> None:
+    """Paused: a request held at the gate could never run, the drain fails it at once (not after
+    its 30 s). Not paused: the drain waits for it to be sent. The server's own work is stopped
+    first, and a request arriving after the drain began is refused."""
+    from sglang_v4.entrypoints.admission import drain_in_flight
+
+    async def main() -> tuple[float, BaseException | None, list[str]]:
+        tm = _StubTM(paused)
+        order: list[str] = []
+        failed: BaseException | None = None
+
+        async def held() -> None:
+            nonlocal failed
+            with tm.admitting.hold(["r"]) as t:
+                if not paused:
+                    await asyncio.sleep(0.3)  # then sent: it leaves the admitting set
+                    return
+                await t.wake.wait()
+                try:
+                    t.raise_if_failed()
+                except RequestError as e:
+                    failed = e
+
+        async def stop_work() -> None:
+            order.append("stop_work")
+            with pytest.raises(RequestError):  # refused once the drain began
+                with tm.admitting.hold(["late"]):
+                    pass
+
+        task = asyncio.ensure_future(held())
+        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await drain_in_flight(lambda: tm, lambda: order.append("draining"), 15, 30.0, None, stop_work)
+        took = loop.time() - t0
+        await asyncio.wait_for(task, 1.0)
+        return took, failed, order
+
+    took, failed, order = asyncio.run(main())
+    assert order == ["draining", "stop_work"]
+    assert took < 5
+    if paused:
+        assert isinstance(failed, RequestError) and failed.status_code == 503
+        assert "generation is paused" in str(failed)
+    else:
+        assert failed is None and took >= 0.25  # it waited for the request to be sent

@@ -33,7 +33,10 @@ import requests
 from server_fixture import ServerHandle, fake_env, make_fake_model_dir, start_server
 from test_openai_batches import MODEL, chat_line, jsonl
 
-pytestmark = pytest.mark.timeout(240)
+# each test starts and stops a server (12-20 s on two cores); the fast tier covers the same code in
+# process: test_admitting_rids.py (the drain, requests held at the gate) and test_openai_batches.py
+# (batches cancelled at the stop)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 HOLD = "[hold]"
 #: The drain timeout of these servers: a stop that waits for it fails the tests' time bounds.
