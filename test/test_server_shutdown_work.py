@@ -239,3 +239,21 @@ def test_requests_held_while_paused_fail_when_the_scheduler_dies(tmp_path: Path)
         assert h.proc.wait(timeout=30) == 1
     finally:
         h.stop()
+
+
+def test_engine_shutdown_writes_an_open_profile(tmp_path: Path) -> None:
+    """The offline ``Engine`` stops its scheduler with SIGTERM: the scheduler writes the trace of a
+    profile still open before it exits."""
+    from server_fixture import fake_engine
+
+    out_dir = tmp_path / "profile"
+    with fake_engine(make_fake_model_dir(tmp_path)) as eng:
+        eng.start_profile(output_dir=str(out_dir))
+        assert (
+            eng.generate(prompt="hi", sampling_params={"max_new_tokens": 3})["meta_info"]["completion_tokens"]
+            == 3
+        )
+    traces = list(out_dir.glob("*-TP-0.trace.json.gz"))
+    assert len(traces) == 1, sorted(out_dir.iterdir()) if out_dir.exists() else None
+    with gzip.open(traces[0]) as fh:
+        assert sum(e.get("name") == "scheduler_step" for e in json.load(fh)["traceEvents"]) >= 3
