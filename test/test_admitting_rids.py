@@ -86,6 +86,7 @@ class _StubTM:
         self.crashed = None
         self.rid_to_state: dict[str, Any] = {}
         self.admitting = AdmittingRids()
+        self.pending_control: dict[str, asyncio.Future[Any]] = {}
 
     def num_in_flight(self) -> int:
         return len(self.rid_to_state) + self.admitting.count
@@ -95,6 +96,11 @@ class _StubTM:
 
     def fail_all(self, message: str, status_code: int = 503) -> int:
         return self.admitting.fail_all(RequestError(message, status_code))
+
+    def fail_control(self, message: str, status_code: int = 503) -> int:
+        from sglang_v4.managers.tokenizer_control_mixin import TokenizerControlMixin
+
+        return TokenizerControlMixin.fail_control(self, message, status_code)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("paused", [True, False])
@@ -144,3 +150,34 @@ def test_drain_counts_requests_being_admitted(paused: bool) -> None:
         assert "generation is paused" in str(failed)
     else:
         assert failed is None and took >= 0.25  # it waited for the request to be sent
+
+
+@pytest.mark.parametrize("ends", [True, False])
+def test_drain_waits_for_a_control_request_then_fails_it(ends: bool) -> None:
+    """A control request waiting for the scheduler (a weight update loading) is in flight: the
+    drain waits for it like for a request; one still waiting at the drain's end gets the 503
+    instead of being cancelled by the HTTP server's stop (a 500 and a traceback)."""
+    from sglang_v4.entrypoints.admission import drain_in_flight
+
+    async def main() -> tuple[float, asyncio.Future[Any]]:
+        tm = _StubTM(paused=False)
+        loop = asyncio.get_running_loop()
+        update = tm.pending_control["update"] = loop.create_future()
+
+        async def answer() -> None:
+            await asyncio.sleep(0.3)
+            update.set_result("loaded")
+            del tm.pending_control["update"]
+
+        if ends:
+            asyncio.ensure_future(answer())
+        t0 = loop.time()
+        await drain_in_flight(lambda: tm, lambda: None, 15, 1.0)
+        return loop.time() - t0, update
+
+    took, update = asyncio.run(main())
+    if ends:
+        assert update.result() == "loaded" and 0.25 <= took < 0.9
+    else:
+        err = update.exception()
+        assert isinstance(err, RequestError) and err.status_code == 503 and took >= 0.95

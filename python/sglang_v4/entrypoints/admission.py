@@ -425,12 +425,14 @@ async def drain_in_flight(
     Marks the server draining (new requests 503, also those a task inside the server would
     start: ``TokenizerManager.stop_admitting``), runs ``stop_work`` (the server's own work that
     does not drain: running batches are cancelled, an open profile is stopped and its trace
-    written), waits until the tokenizer manager has no request in flight (those not yet sent to
-    the scheduler included: ``TokenizerManager.num_in_flight``), ``timeout_s`` seconds passed or
-    ``hurry`` is set (a second signal), then fails what is left with a 503
-    (``TokenizerManager.fail_all``: an error event on a stream) and waits up to 1 s for those
-    responses to go out. While generation is paused (``/pause_generation``; the drain refuses
-    ``/continue_generation``) nothing in flight can finish: it is failed at once.
+    written), then waits until nothing is in flight: no request (those not yet sent to the
+    scheduler included: ``TokenizerManager.num_in_flight``) and no control request waiting for the
+    scheduler (a weight update loading), or ``timeout_s`` seconds passed, or ``hurry`` is set (a
+    second signal). What is left then gets a 503: the requests through
+    ``TokenizerManager.fail_all`` (an error event on a stream; up to 1 s to send it), the control
+    requests through ``TokenizerManager.fail_control`` (the HTTP server would cancel them: a 500
+    and a traceback). While generation is paused (``/pause_generation``; the drain refuses
+    ``/continue_generation``) no request can finish: they are not waited for.
     """
     set_draining()
     tm = get_tokenizer_manager()
@@ -450,19 +452,17 @@ async def drain_in_flight(
         except Exception:  # noqa: BLE001 - the drain and the stop go on
             logger.exception("Stopping the server's own work failed")
     deadline = loop.time() + timeout_s
-    hurried = hurry is not None and hurry.is_set()
-    paused = tm is not None and tm.is_pause
-    while (
-        tm is not None
-        and tm.num_in_flight()
-        and tm.crashed is None
-        and loop.time() < deadline
-        and not hurried
-        and not paused
-    ):
-        await asyncio.sleep(0.05)
+    hurried = paused = False
+
+    def busy() -> bool:
+        nonlocal hurried, paused
         hurried = hurry is not None and hurry.is_set()
         paused = tm.is_pause
+        requests_left = tm.num_in_flight() and not paused
+        return bool(requests_left or tm.pending_control) and not hurried and tm.crashed is None
+
+    while tm is not None and busy() and loop.time() < deadline:
+        await asyncio.sleep(0.05)
     if tm is not None and tm.num_in_flight() and tm.crashed is None:
         if hurried:
             why = "stopped by a second signal"
@@ -480,4 +480,9 @@ async def drain_in_flight(
         until = loop.time() + 1.0
         while tm.num_in_flight() and loop.time() < until:  # let their handlers send the error
             await asyncio.sleep(0.05)
+    if tm is not None and tm.crashed is None:
+        k = tm.fail_control("The server is shutting down.", 503)
+        if k:
+            logger.warning("Failed %d control request(s) still waiting for the scheduler.", k)
+            await asyncio.sleep(0.05)  # let their handlers answer
     logger.info("Drained; shutting down.")

@@ -208,6 +208,15 @@ class TokenizerControlMixin:
             raise RequestError(out.message or f"name: no parameter {name!r}.")
         return out.parameter
 
+    def fail_control(self: TokenizerManager, message: str, status_code: int = 503) -> int:
+        """Fail every control request still waiting for the scheduler's answer (a weight update
+        under way when the drain ends) with ``RequestError(message, status_code)``; how many."""
+        err = RequestError(message, status_code)
+        waiting = [fut for fut in self.pending_control.values() if not fut.done()]
+        for fut in waiting:
+            fut.set_exception(err)
+        return len(waiting)
+
     async def _ack(self: TokenizerManager, req: Any) -> None:
         ack: ControlAck = await self._control(req)
         if not ack.success:
