@@ -76,8 +76,8 @@ class TokenizerControlMixin:
         self: TokenizerManager, request: Any = None, ticket: AdmissionTicket | None = None
     ) -> None:
         """Return when requests may be sent to the scheduler (not paused, no weight update), or
-        at once when the request of ``ticket`` was aborted meanwhile (it is then sent and aborted:
-        :mod:`~sglang_v4.managers.admitting_rids`).
+        at once when every request of ``ticket`` was aborted meanwhile (they then end without
+        being sent: :mod:`~sglang_v4.managers.admitting_rids`).
 
         Raises:
             RequestError: (499) the HTTP client ``request`` disconnected while waiting.

@@ -549,7 +549,7 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
             return
         if not rid:
             return
-        self.admitting.abort(rid)  # not sent yet: aborted right after it is sent
+        self.admitting.abort(rid)  # not sent yet: it ends without being sent (_send_admitted)
         self._send.send_pyobj(AbortReq(rid=rid))
 
     def _send_admitted(self, tokenized: list[TokenizedGenerateReqInput], ticket: AdmissionTicket) -> None:
