@@ -181,3 +181,31 @@ def test_drain_waits_for_a_control_request_then_fails_it(ends: bool) -> None:
     else:
         err = update.exception()
         assert isinstance(err, RequestError) and err.status_code == 503 and took >= 0.95
+
+
+def test_a_second_signal_cuts_the_stop_work_short() -> None:
+    """The server's own work (an open profile's trace being written, batches being cancelled) runs
+    first in the drain; a second signal stops waiting for it, as it stops the drain."""
+    from sglang_v4.entrypoints.admission import drain_in_flight
+
+    async def main() -> tuple[float, bool]:
+        tm = _StubTM(paused=False)
+        hurry = asyncio.Event()
+        cancelled = False
+
+        async def stop_work() -> None:
+            nonlocal cancelled
+            try:
+                await asyncio.sleep(60)  # a trace that takes long to write
+            except asyncio.CancelledError:
+                cancelled = True
+                raise
+
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.2, hurry.set)
+        t0 = loop.time()
+        await drain_in_flight(lambda: tm, lambda: None, 15, 30.0, hurry, stop_work)
+        return loop.time() - t0, cancelled
+
+    took, cancelled = asyncio.run(main())
+    assert cancelled and took < 2

@@ -412,6 +412,23 @@ class DrainingServer(uvicorn.Server):
         self._drain_task = asyncio.ensure_future(run())
 
 
+async def _run_stop_work(stop_work: Callable[[], Awaitable[None]], hurry: asyncio.Event | None) -> None:
+    """Run ``stop_work`` until it ends or ``hurry`` is set (a second signal: it is cancelled).
+    Never raises: a failure is logged, and the drain goes on."""
+    work = asyncio.ensure_future(stop_work())
+    hurried = asyncio.ensure_future(hurry.wait()) if hurry is not None else None
+    await asyncio.wait([w for w in (work, hurried) if w is not None], return_when=asyncio.FIRST_COMPLETED)
+    if hurried is not None:
+        hurried.cancel()
+    if not work.done():
+        logger.warning("Stopping the server's own work cut short by a second signal.")
+        work.cancel()
+        await asyncio.wait([work])  # let it unwind
+    if not work.cancelled() and work.exception() is not None:
+        exc = work.exception()
+        logger.error("Stopping the server's own work failed", exc_info=(type(exc), exc, exc.__traceback__))
+
+
 async def drain_in_flight(
     get_tokenizer_manager: Callable[[], Any],
     set_draining: Callable[[], None],
@@ -425,7 +442,7 @@ async def drain_in_flight(
     Marks the server draining (new requests 503, also those a task inside the server would
     start: ``TokenizerManager.stop_admitting``), runs ``stop_work`` (the server's own work that
     does not drain: running batches are cancelled, an open profile is stopped and its trace
-    written), then waits until nothing is in flight: no request (those not yet sent to the
+    written; a second signal cuts it short), then waits until nothing is in flight: no request (those not yet sent to the
     scheduler included: ``TokenizerManager.num_in_flight``) and no control request waiting for the
     scheduler (a weight update loading), or ``timeout_s`` seconds passed, or ``hurry`` is set (a
     second signal). What is left then gets a 503: the requests through
@@ -447,10 +464,7 @@ async def drain_in_flight(
         timeout_s,
     )
     if stop_work is not None:
-        try:
-            await stop_work()
-        except Exception:  # noqa: BLE001 - the drain and the stop go on
-            logger.exception("Stopping the server's own work failed")
+        await _run_stop_work(stop_work, hurry)
     deadline = loop.time() + timeout_s
     hurried = paused = False
 
