@@ -24,6 +24,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,21 @@ HOLD = "[hold]"
 DRAIN_S = 60
 
 
+@pytest.fixture
+def started() -> Iterator[list[ServerHandle]]:
+    """The servers a test starts, stopped at its end whatever happened (a failed test leaves none)."""
+    handles: list[ServerHandle] = []
+    yield handles
+    for h in handles:
+        h.stop()
+
+
 def _server(
-    tmp_path: Path, *extra: str, env: dict[str, str] | None = None, group: bool = False
+    tmp_path: Path,
+    started: list[ServerHandle],
+    *extra: str,
+    env: dict[str, str] | None = None,
+    group: bool = False,
 ) -> ServerHandle:
     model = make_fake_model_dir(tmp_path)
     args = [
@@ -57,7 +71,9 @@ def _server(
     ]
     args += extra
     e = fake_env({"FAKE_HOLD_ON_TEXT": HOLD, "FAKE_STEP_SLEEP": "0.01", **(env or {})})
-    return start_server(args, e, tmp_path / "server.log", new_session=group)
+    h = start_server(args, e, tmp_path / "server.log", new_session=group)
+    started.append(h)
+    return h
 
 
 def _wait_exit(h: ServerHandle, within_s: float) -> float:
@@ -84,12 +100,12 @@ def _wait(cond: Any, what: str, timeout_s: float = 60.0) -> None:
 
 
 @pytest.mark.parametrize("store", ["storage_path", "temporary"])
-def test_sigterm_cancels_a_running_batch(tmp_path: Path, store: str) -> None:
+def test_sigterm_cancels_a_running_batch(tmp_path: Path, started: list[ServerHandle], store: str) -> None:
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     storage = tmp_path / "files"
     extra = ["--file-storage-path", str(storage)] if store == "storage_path" else []
-    h = _server(tmp_path, *extra, env={"TMPDIR": str(tmpdir)})
+    h = _server(tmp_path, started, *extra, env={"TMPDIR": str(tmpdir)})
     client = openai.OpenAI(base_url=h.url + "/v1", api_key="x", max_retries=0, timeout=30)
     quick = [chat_line(f"quick{i}", f"question {i}", max_tokens=3) for i in range(2)]
     held = [chat_line(f"held{i}", f"{HOLD} question {i}", max_tokens=50) for i in range(2)]
@@ -122,8 +138,8 @@ def test_sigterm_cancels_a_running_batch(tmp_path: Path, store: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigterm_to_group"])
-def test_open_profile_is_written_at_sigterm(tmp_path: Path, how: str) -> None:
-    h = _server(tmp_path, group=how == "sigterm_to_group")
+def test_open_profile_is_written_at_sigterm(tmp_path: Path, started: list[ServerHandle], how: str) -> None:
+    h = _server(tmp_path, started, group=how == "sigterm_to_group")
     out_dir = tmp_path / "profile"
     r = requests.post(h.url + "/start_profile", json={"output_dir": str(out_dir)}, timeout=30)
     assert r.status_code == 200, r.text
@@ -188,8 +204,10 @@ def _held_calls(h: ServerHandle) -> dict[str, _Call]:
     return calls
 
 
-def test_requests_held_while_paused_are_aborted_and_failed_at_sigterm(tmp_path: Path) -> None:
-    h = _server(tmp_path)
+def test_requests_held_while_paused_are_aborted_and_failed_at_sigterm(
+    tmp_path: Path, started: list[ServerHandle]
+) -> None:
+    h = _server(tmp_path, started)
     r = requests.post(h.url + "/pause_generation", json={"mode": "abort"}, timeout=30)
     assert r.status_code == 200, r.text
     calls = _held_calls(h)
@@ -219,26 +237,23 @@ def test_requests_held_while_paused_are_aborted_and_failed_at_sigterm(tmp_path: 
     assert "Traceback" not in log and "Exception" not in log, log[-3000:]
 
 
-def test_requests_held_while_paused_fail_when_the_scheduler_dies(tmp_path: Path) -> None:
+def test_requests_held_while_paused_fail_when_the_scheduler_dies(
+    tmp_path: Path, started: list[ServerHandle]
+) -> None:
     from test_server_crash import _child_named
 
-    h = _server(tmp_path)
-    try:
-        assert (
-            requests.post(h.url + "/pause_generation", json={"mode": "in_place"}, timeout=30).status_code
-            == 200
-        )
-        calls = _held_calls(h)
-        t0 = time.time()
-        os.kill(_child_named(h.proc.pid, "scheduler"), signal.SIGKILL)
-        for name, c in calls.items():
-            c.join(30)
-            assert c.ended and c.ended - t0 < 10, name
-            assert c.error is None and c.status == 503, (name, c.status, c.payloads, c.error)
-            assert "crashed" in json.dumps(c.payloads[0]), (name, c.payloads)
-        assert h.proc.wait(timeout=30) == 1
-    finally:
-        h.stop()
+    h = _server(tmp_path, started)
+    r = requests.post(h.url + "/pause_generation", json={"mode": "in_place"}, timeout=30)
+    assert r.status_code == 200, r.text
+    calls = _held_calls(h)
+    t0 = time.time()
+    os.kill(_child_named(h.proc.pid, "scheduler"), signal.SIGKILL)
+    for name, c in calls.items():
+        c.join(30)
+        assert c.ended and c.ended - t0 < 10, name
+        assert c.error is None and c.status == 503, (name, c.status, c.payloads, c.error)
+        assert "crashed" in json.dumps(c.payloads[0]), (name, c.payloads)
+    assert h.proc.wait(timeout=30) == 1
 
 
 def test_engine_shutdown_writes_an_open_profile(tmp_path: Path) -> None:
