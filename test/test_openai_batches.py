@@ -390,3 +390,56 @@ def test_file_storage_path_that_is_a_file_is_refused_at_start(tmp_path: Any) -> 
     assert taken.read_bytes() == b"not a directory"  # nothing changed
     ok = ServerArgs(device="cpu", file_storage_path=str(tmp_path / "new"))
     FileStore(ok.file_storage_path).close()  # a directory that does not exist yet is made on use
+
+
+@pytest.mark.parametrize("store", ["temporary", "storage_path"])
+def test_close_batches_cancels_running_ones(
+    tok: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, store: str
+) -> None:
+    """What a stopping server runs (``close_batches``, also at the start of its drain): a running
+    batch is cancelled, its running requests closed (aborted), its files written with the shutdown
+    message; the temporary store is removed, a ``--file-storage-path`` keeps them."""
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+    from sglang_v4.entrypoints.openai import create_openai_router
+    from sglang_v4.entrypoints.openai.serving_batch import SHUTDOWN_LINE_MSG
+
+    monkeypatch.setattr(BatchMixin, "batch_concurrency", 2)  # two run, the last one waits
+    tm = HoldingTM(tok)
+    path = str(tmp_path / "files") if store == "storage_path" else None
+    sa = SimpleNamespace(
+        served_model_name=MODEL, model_path=None, api_key=None, enable_cache_report=False,
+        context_length=None, file_storage_path=path,
+    )  # fmt: skip
+    router = create_openai_router(tm, sa)
+    app = FastAPI()
+    app.include_router(router)
+    serving = router.serving  # type: ignore[attr-defined]
+    with TestClient(app) as web:
+        client = oai_client(web)
+        rows = [chat_line("quick", "x")] + [chat_line(f"h{i}", "[hold] x") for i in range(3)]
+        f = client.files.create(file=("in.jsonl", io.BytesIO(jsonl(rows))), purpose="batch")
+        b = client.batches.create(
+            input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        deadline = time.time() + 20
+        while tm.started < 2:  # the held requests run (the rest wait for a slot)
+            assert time.time() < deadline
+            time.sleep(0.01)
+        directory = serving.file_store.directory
+        web.portal.call(serving.close_batches)
+        batch = serving.batches[b.id].batch
+        assert batch.status == "cancelled" and batch.cancelled_at is not None
+        assert tm.closed == tm.started  # every started request was closed (aborted), none released
+        counts = batch.request_counts
+        assert (counts.total, counts.completed, counts.failed) == (4, 1, 3)
+        if store == "temporary":
+            assert not os.path.exists(directory)
+            return
+        with open(os.path.join(directory, batch.error_file_id), encoding="utf-8") as fh:
+            errs = [json.loads(x) for x in fh.read().splitlines()]
+        assert [x["custom_id"] for x in errs] == ["h0", "h1", "h2"]
+        assert all(x["error"] == {"code": "batch_cancelled", "message": SHUTDOWN_LINE_MSG} for x in errs)
+        with open(os.path.join(directory, batch.output_file_id), encoding="utf-8") as fh:
+            assert [json.loads(x)["custom_id"] for x in fh.read().splitlines()] == ["quick"]

@@ -127,3 +127,30 @@ def test_flush_cache_timeout_waits_for_idle(server):
     assert results["f"].status_code == 200 and results["f"].text.startswith("Cache flushed."), results[
         "f"
     ].text
+
+
+@pytest.mark.parametrize("route", ["/generate", "/v1/chat/completions", "/v1/completions"])
+def test_client_gone_from_an_n3_stream_aborts_every_sample(server, route: str) -> None:
+    """vllm#14326: a client that leaves an ``n > 1`` stream (Ctrl-C) left the samples running.
+    Here every sample of a held ``n = 3`` stream stops: no request running, every page back."""
+    base = requests.get(server.url + "/get_server_info", timeout=10).json()["kv_pool"]["used_pages"]
+    if route == "/generate":
+        body: dict[str, Any] = {"text": f"{HOLD} n3", "sampling_params": {"max_new_tokens": 400, "n": 3}}
+    elif route == "/v1/chat/completions":
+        body = {"messages": [{"role": "user", "content": f"{HOLD} n3"}], "max_tokens": 400, "n": 3}
+    else:
+        body = {"prompt": f"{HOLD} n3", "max_tokens": 400, "n": 3}
+    with requests.post(server.url + route, json={**body, "stream": True}, stream=True, timeout=60) as r:
+        lines = r.iter_lines()  # kept referenced: a dropped generator closes the connection
+        assert next(line for line in lines if line).startswith(b"data:")
+        deadline = time.time() + 20
+        while requests.get(server.url + "/get_server_info", timeout=10).json()["num_running_reqs"] < 3:
+            assert time.time() < deadline, "the three samples never ran together"
+            time.sleep(0.05)
+    deadline = time.time() + 10
+    while True:
+        info = requests.get(server.url + "/get_server_info", timeout=10).json()
+        if info["num_running_reqs"] == 0 and info["kv_pool"]["used_pages"] == base:
+            break
+        assert time.time() < deadline, info
+        time.sleep(0.05)

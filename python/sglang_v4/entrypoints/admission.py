@@ -412,45 +412,91 @@ class DrainingServer(uvicorn.Server):
         self._drain_task = asyncio.ensure_future(run())
 
 
+async def _run_stop_work(stop_work: Callable[[], Awaitable[None]], hurry: asyncio.Event | None) -> None:
+    """Run ``stop_work`` until it ends or ``hurry`` is set (a second signal: it is cancelled).
+    Never raises: a failure is logged, and the drain goes on."""
+    work = asyncio.ensure_future(stop_work())
+    hurried = asyncio.ensure_future(hurry.wait()) if hurry is not None else None
+    await asyncio.wait([w for w in (work, hurried) if w is not None], return_when=asyncio.FIRST_COMPLETED)
+    if hurried is not None:
+        hurried.cancel()
+    if not work.done():
+        logger.warning("Stopping the server's own work cut short by a second signal.")
+        work.cancel()
+        await asyncio.wait([work])  # let it unwind
+    if not work.cancelled() and work.exception() is not None:
+        exc = work.exception()
+        logger.error("Stopping the server's own work failed", exc_info=(type(exc), exc, exc.__traceback__))
+
+
 async def drain_in_flight(
     get_tokenizer_manager: Callable[[], Any],
     set_draining: Callable[[], None],
     sig: int,
     timeout_s: float,
     hurry: asyncio.Event | None = None,
+    stop_work: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """The HTTP server's drain (run by :class:`DrainingServer` on the first signal).
 
-    Marks the server draining (new requests 503), waits until the tokenizer manager has no
-    request in flight, ``timeout_s`` seconds passed or ``hurry`` is set (a second signal), then
-    fails what is left with a 503 (``TokenizerManager.fail_all``: an error event on a stream) and
-    waits up to 1 s for those responses to go out.
+    Marks the server draining (new requests 503, also those a task inside the server would
+    start: ``TokenizerManager.stop_admitting``), runs ``stop_work`` (the server's own work that
+    does not drain: running batches are cancelled, an open profile is stopped and its trace
+    written; a second signal cuts it short), then waits until nothing is in flight: no request (those not yet sent to the
+    scheduler included: ``TokenizerManager.num_in_flight``) and no control request waiting for the
+    scheduler (a weight update loading), or ``timeout_s`` seconds passed, or ``hurry`` is set (a
+    second signal). What is left then gets a 503: the requests through
+    ``TokenizerManager.fail_all`` (an error event on a stream; up to 1 s to send it), the control
+    requests through ``TokenizerManager.fail_control`` (the HTTP server would cancel them: a 500
+    and a traceback). While generation is paused (``/pause_generation``; the drain refuses
+    ``/continue_generation``) no request can finish: they are not waited for.
     """
     set_draining()
     tm = get_tokenizer_manager()
+    if tm is not None:
+        tm.stop_admitting("The server is shutting down.", 503)
     loop = asyncio.get_running_loop()
-    n = len(tm.rid_to_state) if tm is not None else 0
+    n = tm.num_in_flight() if tm is not None else 0
     logger.info(
         "%s received: draining %d in-flight request(s) for up to %gs; new requests get 503.",
         signal.Signals(sig).name,
         n,
         timeout_s,
     )
+    if stop_work is not None:
+        await _run_stop_work(stop_work, hurry)
     deadline = loop.time() + timeout_s
-    hurried = hurry is not None and hurry.is_set()
-    while (
-        tm is not None and tm.rid_to_state and tm.crashed is None and loop.time() < deadline and not hurried
-    ):
-        await asyncio.sleep(0.05)
+    hurried = paused = False
+
+    def busy() -> bool:
+        nonlocal hurried, paused
         hurried = hurry is not None and hurry.is_set()
-    if tm is not None and tm.rid_to_state and tm.crashed is None:
-        why = "stopped by a second signal" if hurried else f"did not finish within the {timeout_s:g}s drain"
+        paused = tm.is_pause
+        requests_left = tm.num_in_flight() and not paused
+        return bool(requests_left or tm.pending_control) and not hurried and tm.crashed is None
+
+    while tm is not None and busy() and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    if tm is not None and tm.num_in_flight() and tm.crashed is None:
+        if hurried:
+            why = "stopped by a second signal"
+        elif paused:
+            why = "could not run: generation is paused"
+        else:
+            why = f"did not finish within the {timeout_s:g}s drain"
         k = tm.fail_all(f"The server is shutting down: the request {why}.", 503)
         if hurried:
             logger.warning("Drain cut short by a second signal: failed %d request(s).", k)
+        elif paused:
+            logger.warning("Generation is paused: failed %d request(s) at once.", k)
         else:
             logger.warning("Drain timed out after %gs: failed %d request(s).", timeout_s, k)
         until = loop.time() + 1.0
-        while tm.rid_to_state and loop.time() < until:  # let their handlers send the error
+        while tm.num_in_flight() and loop.time() < until:  # let their handlers send the error
             await asyncio.sleep(0.05)
+    if tm is not None and tm.crashed is None:
+        k = tm.fail_control("The server is shutting down.", 503)
+        if k:
+            logger.warning("Failed %d control request(s) still waiting for the scheduler.", k)
+            await asyncio.sleep(0.05)  # let their handlers answer
     logger.info("Drained; shutting down.")

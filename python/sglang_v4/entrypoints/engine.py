@@ -540,6 +540,8 @@ class Engine:
             if not state.finished:
                 state.error = err
                 state.event.set()
+        tm.admitting.fail_all(err)  # not sent yet (held while paused): they raise it too
+        tm.admitting.stop(err)
         await asyncio.sleep(0)  # let the waiting generators raise before the sockets close
         tm.close()
 

@@ -25,8 +25,10 @@ warm-up generation has finished, then 200; ``/model_info``, ``/server_info`` and
 answer meanwhile. A failed warm-up stops the server with exit code 1 and one line saying why.
 
 Graceful drain: on SIGTERM or SIGINT the server stops admitting requests (503, ``/health`` 503),
-lets the in-flight ones finish for up to ``--graceful-shutdown-timeout`` seconds, fails what is left
-with a 503 (an error event on a stream), then exits with code 0. A second signal stops at once.
+cancels the running ``/v1/batches`` and stops a profile left open (its trace is written: see
+:func:`stop_own_work`), lets the in-flight requests finish for up to
+``--graceful-shutdown-timeout`` seconds (at once while generation is paused: none could), fails
+what is left with a 503 (an error event on a stream), then exits with code 0. A second signal stops at once.
 SGLang drains the same way (its tokenizer manager's ``sigterm_watchdog``) but without a time limit.
 A signal during start-up (:mod:`sglang_v4.entrypoints.lifecycle`) stops the same way with code 0
 (the warm-up request is drained like any other); a child process stopped by a signal (one sent
@@ -103,6 +105,8 @@ class _State:
     server: Any = None
     exit_code: int = 0
     draining: bool = False
+    #: The OpenAI routes' serving object (its batches are cancelled when the server stops).
+    openai_serving: Any = None
 
 
 def create_app(
@@ -142,6 +146,8 @@ def create_app(
         with the shutdown error, exit 0."""
         state.draining = True
         tm = state.tokenizer_manager
+        if tm is not None:
+            tm.stop_admitting("The server is shutting down.", 503)
         n = tm.fail_all("The server is shutting down.", 503) if tm is not None else 0
         logger.info("%s (stopped by a signal); shutting down, %d request(s) failed.", reason, n)
         if state.server is not None:
@@ -201,7 +207,7 @@ def create_app(
             )
         tm.start()
         state.tokenizer_manager = tm
-        _mount_openai(app, tm, server_args)
+        state.openai_serving = _mount_openai(app, tm, server_args)
         tasks = [asyncio.create_task(watch_children())]
         if stop is not None and stop.signum is not None and state.server is not None:
             # signalled after the model loaded, before uvicorn took the signals over: no warm-up
@@ -213,6 +219,8 @@ def create_app(
         yield
         for t in tasks:
             t.cancel()
+        if state.openai_serving is not None:  # batches left running (a stop without a drain)
+            await state.openai_serving.close_batches()
         tm.close()
 
     app = FastAPI(lifespan=lifespan)
@@ -434,19 +442,33 @@ def warmup_request(tm: TokenizerManager) -> GenerateReqInput:
     )
 
 
-def _mount_openai(app: FastAPI, tm: TokenizerManager, server_args: ServerArgs) -> None:
+def _mount_openai(app: FastAPI, tm: TokenizerManager, server_args: ServerArgs) -> Any:
     """Mount ``entrypoints.openai.create_openai_router`` when that module exists, and the
-    Anthropic Messages routes (``entrypoints.anthropic``) on its chat path."""
+    Anthropic Messages routes (``entrypoints.anthropic``) on its chat path; the router's
+    ``OpenAIServing`` (None without the OpenAI routes)."""
     try:
         from sglang_v4.entrypoints.openai import create_openai_router  # type: ignore[attr-defined]
     except ImportError:
         logger.info("OpenAI router not available; serving the native API only.")
-        return
+        return None
     router = create_openai_router(tm, server_args)
     app.include_router(router)
     from sglang_v4.entrypoints.anthropic import create_anthropic_router
 
     app.include_router(create_anthropic_router(router.serving))  # type: ignore[attr-defined]
+    return router.serving  # type: ignore[attr-defined]
+
+
+async def stop_own_work(state: _State) -> None:
+    """What the server runs of its own and a drain does not end, stopped at the start of the
+    drain: running batches are cancelled (``OpenAIServing.cancel_all_batches``: their requests
+    aborted, their files written) and a profile left open is stopped, its trace written
+    (``TokenizerManager.stop_open_profile``)."""
+    if state.openai_serving is not None:
+        await state.openai_serving.cancel_all_batches()
+    tm = state.tokenizer_manager
+    if tm is not None:
+        await tm.stop_open_profile()
 
 
 def launch_server(server_args: ServerArgs, stop: StopSignal | None = None) -> int:
@@ -512,7 +534,12 @@ def launch_server(server_args: ServerArgs, stop: StopSignal | None = None) -> in
         server = DrainingServer(
             config,
             lambda sig, hurry: drain_in_flight(
-                lambda: state.tokenizer_manager, set_draining, sig, timeout_s, hurry
+                lambda: state.tokenizer_manager,
+                set_draining,
+                sig,
+                timeout_s,
+                hurry,
+                stop_work=lambda: stop_own_work(state),
             ),
         )
         state.server = server

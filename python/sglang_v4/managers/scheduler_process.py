@@ -4,7 +4,8 @@ Loop (SGLang's ``event_loop_normal`` shape): drain every pending message without
 run ``scheduler.step()`` while ``scheduler.has_work()`` (and generation is not paused:
 ``/pause_generation``) and send its ``BatchTokenIDOut`` to the
 detokenizer (with ``--skip-tokenizer-init`` to the tokenizer manager); when idle, block on the input socket (1 s timeout). Control requests are answered
-straight to the tokenizer manager. Any exception logs the traceback, sends
+straight to the tokenizer manager. A SIGTERM stops the process (exit 0) after writing the trace of
+a profile still recording. Any exception logs the traceback, sends
 ``SchedulerCrashed`` to the tokenizer manager and exits with code 1 (the server then exits
 non-zero instead of hanging).
 
@@ -226,6 +227,21 @@ class SchedulerLoop:
         if out is not None and len(out.rids) > 0:
             self.to_detok.send_pyobj(out)
 
+    def stop_profile_on_exit(self) -> None:
+        """The process stops (SIGTERM): stop a profile still recording and write its trace (the
+        HTTP server's drain stops it first; this covers a signal sent to the whole process
+        group and the ``Engine``'s shutdown). Never raises: a failure is logged."""
+        if not self.profiler.active:
+            return
+        try:
+            ok, text = self.profiler.stop()
+        except Exception as e:  # noqa: BLE001 - the stop goes on
+            ok, text = False, f"{type(e).__name__}: {e}"
+        if ok:
+            logger.info("Stopped the open profile at exit: %s", text)
+        else:
+            logger.warning("The open profile was not saved at exit: %s", text)
+
     def run_forever(self) -> None:
         """Run :meth:`run_once` until the process ends."""
         while True:
@@ -269,6 +285,7 @@ def run_scheduler_process(
     try:
         loop.run_forever()
     except SystemExit as e:  # SIGTERM (exit_on_sigterm): a normal stop
+        loop.stop_profile_on_exit()
         stop_ranks = getattr(getattr(scheduler, "runner", None), "shutdown_tp_ranks", None)
         try:
             if stop_ranks is not None:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
+from sglang_v4.managers.admitting_rids import AdmissionTicket, AdmittingRids
 from sglang_v4.managers.control_struct import (
     ContinueGenerationReqInput,
     ControlAck,
@@ -32,6 +34,7 @@ from sglang_v4.managers.control_struct import (
     UpdateWeightFromDiskReqInput,
     UpdateWeightFromDiskReqOutput,
 )
+from sglang_v4.managers.io_struct import HEALTH_CHECK_RID_PREFIX, GenerateReqInput
 from sglang_v4.managers.tokenization import RequestError
 
 if TYPE_CHECKING:
@@ -41,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two looks at the requests in flight while a pause or an update waits for them.
 IDLE_POLL_S = 0.01
+#: Seconds the server's stop waits for an open profile's trace to be written.
+PROFILE_STOP_TIMEOUT_S = 60.0
 #: ``/pause_generation`` modes (SGLang's); ``abort`` is its default.
 PAUSE_MODES = ("abort", "retract", "in_place")
 
@@ -57,23 +62,70 @@ class TokenizerControlMixin:
         self._updating = False
         self._admission_open = asyncio.Event()
         self._admission_open.set()
+        #: ``/start_profile`` succeeded and ``/stop_profile`` was not called since.
+        self.profile_open = False
+        #: Requests not yet sent to the scheduler (:mod:`~sglang_v4.managers.admitting_rids`).
+        self.admitting = AdmittingRids()
 
     def _reopen_admission(self: TokenizerManager) -> None:
         if not self.is_pause and not self._updating:
             self._admission_open.set()
+            self.admitting.wake_all()
 
-    async def wait_for_admission(self: TokenizerManager, request: Any = None) -> None:
-        """Return when requests may be sent to the scheduler (not paused, no weight update).
+    async def wait_for_admission(
+        self: TokenizerManager, request: Any = None, ticket: AdmissionTicket | None = None
+    ) -> None:
+        """Return when requests may be sent to the scheduler (not paused, no weight update), or
+        at once when every request of ``ticket`` was aborted meanwhile (they then end without
+        being sent: :mod:`~sglang_v4.managers.admitting_rids`).
 
         Raises:
             RequestError: (499) the HTTP client ``request`` disconnected while waiting.
+            BaseException: the error the request of ``ticket`` was failed with while it waited
+                (the drain's 503).
         """
         while not self._admission_open.is_set():
+            if ticket is not None:
+                ticket.raise_if_failed()
+                if ticket.all_aborted:
+                    return
+                ticket.wake.clear()
+            wake = ticket.wake if ticket is not None else self._admission_open
             try:
-                await asyncio.wait_for(self._admission_open.wait(), timeout=1.0)
+                await asyncio.wait_for(wake.wait(), timeout=1.0)
             except asyncio.TimeoutError:
                 if request is not None and await request.is_disconnected():
                     raise RequestError("Client disconnected while generation was paused.", 499) from None
+        if ticket is not None:
+            ticket.raise_if_failed()
+
+    async def health_generate(self: TokenizerManager, timeout_s: float = 20.0) -> bool:
+        """Run a 1-token generation; True when the backend answers within ``timeout_s``. An idle
+        scheduler runs it; a busy one answers it after its next processed batch (SGLang's rule: a
+        server that keeps producing batches is healthy, however long its queue). While
+        generation is paused or weights are loading, :meth:`paused_health` answers instead."""
+        if self.crashed is not None:
+            return False
+        held = await self.paused_health(timeout_s)
+        if held is not None:
+            return held
+        obj = GenerateReqInput(
+            input_ids=[0],
+            sampling_params={"max_new_tokens": 1, "temperature": 0.0},
+            rid=f"{HEALTH_CHECK_RID_PREFIX}_{uuid.uuid4().hex}",
+            log_metrics=False,
+            health_check=True,
+        )
+
+        async def run() -> None:
+            async for _ in self.generate_request(obj):
+                break
+
+        try:
+            await asyncio.wait_for(run(), timeout_s)
+            return True
+        except Exception:  # noqa: BLE001 - any failure means unhealthy
+            return False
 
     async def paused_health(self: TokenizerManager, timeout_s: float) -> bool | None:
         """``/health_generate``'s answer while generation is held back on purpose, ``None`` when
@@ -157,6 +209,15 @@ class TokenizerControlMixin:
             raise RequestError(out.message or f"name: no parameter {name!r}.")
         return out.parameter
 
+    def fail_control(self: TokenizerManager, message: str, status_code: int = 503) -> int:
+        """Fail every control request still waiting for the scheduler's answer (a weight update
+        under way when the drain ends) with ``RequestError(message, status_code)``; how many."""
+        err = RequestError(message, status_code)
+        waiting = [fut for fut in self.pending_control.values() if not fut.done()]
+        for fut in waiting:
+            fut.set_exception(err)
+        return len(waiting)
+
     async def _ack(self: TokenizerManager, req: Any) -> None:
         ack: ControlAck = await self._control(req)
         if not ack.success:
@@ -206,6 +267,7 @@ class TokenizerControlMixin:
         req.action = "start"
         req.profile_id = req.profile_id or str(time.time())
         await self._ack(req)
+        self.profile_open = True
         return req.profile_id
 
     async def stop_profile(self: TokenizerManager) -> None:
@@ -214,7 +276,26 @@ class TokenizerControlMixin:
         Raises:
             RequestError: (400) no profile is running.
         """
+        self.profile_open = False
         await self._ack(ProfileReq(action="stop"))
+
+    async def stop_open_profile(self: TokenizerManager, timeout_s: float = PROFILE_STOP_TIMEOUT_S) -> bool:
+        """The server stops: stop a profile that ``/start_profile`` opened and ``/stop_profile``
+        did not close, so its trace is written (the scheduler process is then stopped by signal,
+        which would lose it). Waits up to ``timeout_s`` seconds for the trace; whether a profile
+        was stopped. Never raises: a failure is logged (a profile that ended by itself after its
+        ``num_steps`` is no failure)."""
+        if not self.profile_open or self.crashed is not None:
+            return False
+        self.profile_open = False
+        try:
+            ack: ControlAck = await self._control(ProfileReq(action="stop"), timeout_s)
+        except RequestError as e:
+            logger.warning("The open profile was not stopped: %s", e)
+            return False
+        if ack.success:
+            logger.info("Stopped the open profile: %s", ack.message)
+        return ack.success
 
     async def configure_logging(
         self: TokenizerManager,

@@ -29,7 +29,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,7 @@ import zmq.asyncio
 
 from sglang_v4.entrypoints.metrics import has_grammar
 from sglang_v4.managers.abandoned_rids import AbandonedRids
+from sglang_v4.managers.admitting_rids import AdmissionTicket, queued_abort_output
 from sglang_v4.managers.control_struct import (
     ControlReqOutput,
     FlushCacheReqInput,
@@ -189,7 +189,8 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
 
     def fail_all(self, message: str, status_code: int = 503) -> int:
         """Fail every in-flight request with ``RequestError(message, status_code)`` and ask the
-        scheduler to abort them (used when a graceful drain times out); returns how many."""
+        scheduler to abort them (used when a graceful drain times out); the requests not sent yet
+        (:attr:`admitting`) raise it instead of being sent. Returns how many."""
         err = RequestError(message, status_code)
         states = list(self.rid_to_state.items())
         for rid, state in states:
@@ -197,7 +198,13 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
                 state.error = err
                 state.event.set()
                 self.abort_request(rid)
-        return len(states)
+        return len(states) + self.admitting.fail_all(err)
+
+    def stop_admitting(self, message: str, status_code: int = 503) -> None:
+        """Refuse every later request with ``RequestError(message, status_code)`` (the server is
+        stopping: requests started inside it, such as a batch's, are refused too); the requests
+        in flight go on."""
+        self.admitting.stop(RequestError(message, status_code))
 
     def on_crash(self, traceback_text: str) -> None:
         """Mark the backend dead: fail all waiters; /health turns 503; new requests get 503."""
@@ -208,6 +215,8 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
         logger.error("Backend crashed; failing %d in-flight request(s).", len(self.rid_to_state))
         err = self._crash_error()
         self.abandoned.release_all()
+        self.admitting.fail_all(err)  # those held at the admission gate would wait forever
+        self.admitting.stop(err)
         for state in self.rid_to_state.values():
             state.error = err
             state.event.set()
@@ -416,13 +425,16 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
             obj.normalize_batch_and_arguments()
         except ValueError as e:
             raise RequestError(str(e)) from None
+        rids = [str(obj.rid)] if obj.is_single else [str(r) for r in obj.rid]  # type: ignore[union-attr]
         if obj.is_single:
-            tokenized = self._tokenize_one(obj, (await self._encode_prompts([obj]))[0])
-            await self.abandoned.wait([str(obj.rid)])
-            await self.wait_for_admission(request)  # paused, or a weight update under way
-            self._check_alive()  # the backend may have died while a long prompt was tokenized
-            state = self._register(obj, tokenized)
-            self._send.send_pyobj(tokenized)
+            # until it is sent, /abort_request and the drain reach it through the ticket
+            with self.admitting.hold(rids) as ticket:
+                tokenized = self._tokenize_one(obj, (await self._encode_prompts([obj]))[0])
+                await self.abandoned.wait(rids)
+                await self.wait_for_admission(request, ticket)  # paused, or a weight update under way
+                self._check_alive()  # the backend may have died while a long prompt was tokenized
+                state = self._register(obj, tokenized)
+                self._send_admitted([tokenized], ticket)
             if self.server_args.log_requests:
                 self._log_received(obj, tokenized.input_ids)
             async for out in self._wait_one_response(state, request):
@@ -433,17 +445,18 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
         bs, n = obj.batch_size, obj.parallel_sample_num
         order = [k * bs + i for i in range(bs) for k in range(n)]  # SGLang: grouped by prompt
         subs = [obj[j] for j in order]
-        text_ids = await self._encode_prompts(subs)
-        tokenized_list = [self._tokenize_one(s, ids) for s, ids in zip(subs, text_ids)]
-        await self.abandoned.wait(str(s.rid) for s in subs)
-        await self.wait_for_admission(request)
-        self._check_alive()
-        for s in subs:
-            if s.rid in self.rid_to_state:
-                raise RequestError(f"Duplicate request id {s.rid!r}.")
-        states = [self._register(s, t) for s, t in zip(subs, tokenized_list)]
+        with self.admitting.hold(rids) as ticket:
+            text_ids = await self._encode_prompts(subs)
+            tokenized_list = [self._tokenize_one(s, ids) for s, ids in zip(subs, text_ids)]
+            await self.abandoned.wait(str(s.rid) for s in subs)
+            await self.wait_for_admission(request, ticket)
+            self._check_alive()
+            for s in subs:
+                if s.rid in self.rid_to_state:
+                    raise RequestError(f"Duplicate request id {s.rid!r}.")
+            states = [self._register(s, t) for s, t in zip(subs, tokenized_list)]
+            self._send_admitted(tokenized_list, ticket)
         for s, t in zip(subs, tokenized_list):
-            self._send.send_pyobj(t)
             if self.server_args.log_requests:
                 self._log_received(s, t.input_ids)
         gens = [self._wait_one_response(st, request) for st in states]
@@ -544,7 +557,23 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
             return
         if not rid:
             return
+        self.admitting.abort(rid)  # not sent yet: it ends without being sent (_send_admitted)
         self._send.send_pyobj(AbortReq(rid=rid))
+
+    def _send_admitted(self, tokenized: list[TokenizedGenerateReqInput], ticket: AdmissionTicket) -> None:
+        """Send the registered requests to the scheduler, except those ``/abort_request`` named
+        while they were admitted: they end here, as the scheduler ends a queued request it aborts."""
+        aborted = [t for t in tokenized if t.rid in ticket.aborted_rids]
+        for t in tokenized:
+            if t.rid not in ticket.aborted_rids:
+                self._send.send_pyobj(t)
+        if aborted:
+            self._handle_batch_output(queued_abort_output(aborted))
+
+    def num_in_flight(self) -> int:
+        """Requests the server holds: sent to the scheduler and not ended (``rid_to_state``), or
+        on their way to it (tokenizing, waiting at the admission gate: :attr:`admitting`)."""
+        return len(self.rid_to_state) + self.admitting.count
 
     async def _control(self, req: Any, timeout_s: float | None = 60.0) -> Any:
         self._check_alive()
@@ -573,31 +602,3 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
         """``Scheduler.get_metrics()`` from the scheduler process."""
         out: GetMetricsReqOutput = await self._control(GetMetricsReq())
         return out.metrics
-
-    async def health_generate(self, timeout_s: float = 20.0) -> bool:
-        """Run a 1-token generation; True when the backend answers within ``timeout_s``. An idle
-        scheduler runs it; a busy one answers it after its next processed batch (SGLang's rule: a
-        server that keeps producing batches is healthy, however long its queue). While
-        generation is paused or weights are loading, :meth:`paused_health` answers instead."""
-        if self.crashed is not None:
-            return False
-        held = await self.paused_health(timeout_s)
-        if held is not None:
-            return held
-        obj = GenerateReqInput(
-            input_ids=[0],
-            sampling_params={"max_new_tokens": 1, "temperature": 0.0},
-            rid=f"{HEALTH_CHECK_RID_PREFIX}_{uuid.uuid4().hex}",
-            log_metrics=False,
-            health_check=True,
-        )
-
-        async def run() -> None:
-            async for _ in self.generate_request(obj):
-                break
-
-        try:
-            await asyncio.wait_for(run(), timeout_s)
-            return True
-        except Exception:  # noqa: BLE001 - any failure means unhealthy
-            return False

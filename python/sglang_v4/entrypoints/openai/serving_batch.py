@@ -15,7 +15,10 @@ Cancelling aborts the running requests (their generation is closed, so the token
 aborts them and the scheduler frees their KV pages) and skips the queued ones; the answers that
 were complete are kept in the output file, and every request that did not finish is listed in the
 error file with ``error: {"code": "batch_cancelled"}``. Batches are kept in memory (lost when the
-server stops); the API key is checked on every route, as on the other ``/v1`` routes.
+server stops); a stopping server cancels the running ones at the start of its drain
+(:meth:`BatchMixin.cancel_all_batches`: their files written the same way) and closes the file store
+(:meth:`BatchMixin.close_batches`). The API key is checked on every route, as on the other ``/v1``
+routes.
 """
 
 from __future__ import annotations
@@ -52,7 +55,13 @@ from sglang_v4.entrypoints.openai.serving_files import FilesMixin, _query_int
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BatchMixin", "DEFAULT_BATCH_CONCURRENCY", "MAX_BATCH_LIST_LIMIT", "STREAM_IN_BATCH_MSG"]
+__all__ = [
+    "BatchMixin",
+    "DEFAULT_BATCH_CONCURRENCY",
+    "MAX_BATCH_LIST_LIMIT",
+    "SHUTDOWN_LINE_MSG",
+    "STREAM_IN_BATCH_MSG",
+]
 
 #: Requests of all batches that run at once (the rest wait their turn).
 DEFAULT_BATCH_CONCURRENCY = 64
@@ -62,6 +71,13 @@ MAX_BATCH_LIST_LIMIT = 100
 STREAM_IN_BATCH_MSG = "`stream: true` is not supported in a batch: its answer is one line of the output file."
 #: OpenAI's bounds on ``metadata``: pairs, key length, value length.
 _METADATA_BOUNDS = (16, 64, 512)
+#: The error of a request a cancel left unfinished (``code`` ``batch_cancelled``).
+CANCELLED_LINE_MSG = "The batch was cancelled before this request finished."
+#: The same when the server stopped (its batches are cancelled at the start of the drain).
+SHUTDOWN_LINE_MSG = "The server shut down before this request finished; the batch was cancelled."
+#: Seconds :meth:`BatchMixin.cancel_all_batches` waits for a batch to write its files before
+#: stopping its task (a large input file may still be in validation, in a worker thread).
+BATCH_STOP_WAIT_S = 5.0
 _BATCH_WINDOW_S = 24 * 3600
 
 
@@ -73,6 +89,8 @@ class _BatchRun:
     task: asyncio.Task[None] | None = None
     line_tasks: list[asyncio.Task[tuple[BatchOutputLine, bool]]] = field(default_factory=list)
     cancelled: bool = False
+    #: The error message of the requests a cancel left unfinished.
+    cancel_message: str = CANCELLED_LINE_MSG
 
 
 def _internal_request(path: str, body: bytes) -> StarletteRequest:
@@ -202,15 +220,52 @@ class BatchMixin(FilesMixin):
             run = self._run_of(batch_id)
             batch = run.batch
             if batch.status in ("validating", "in_progress"):
-                run.cancelled = True
-                batch.status, batch.cancelling_at = "cancelling", now_s()
-                for t in run.line_tasks:
-                    t.cancel()
+                self._cancel(run, CANCELLED_LINE_MSG)
             elif batch.status in TERMINAL_BATCH_STATUSES - {"cancelled"}:
                 raise RequestError(f"Cannot cancel a batch with status {batch.status!r}.", 409)
             return JSONResponse(batch.model_dump())
 
         return await self._files_route(request, handle)
+
+    @staticmethod
+    def _cancel(run: _BatchRun, message: str) -> None:
+        """Mark ``run`` cancelling and cancel its line tasks (their requests are aborted)."""
+        run.cancelled, run.cancel_message = True, message
+        batch = run.batch
+        batch.status, batch.cancelling_at = "cancelling", now_s()
+        for t in run.line_tasks:
+            t.cancel()
+
+    async def cancel_all_batches(self, message: str = SHUTDOWN_LINE_MSG) -> int:
+        """Cancel every batch still validating or running, as ``POST /v1/batches/{id}/cancel``
+        does, with ``message`` as the error of its unfinished requests (the server stops: a batch
+        has up to 24 hours, a drain seconds, and batches are not kept across restarts). Returns
+        once every cancelled batch has written its files and is ``cancelled``; a batch still
+        validating after :data:`BATCH_STOP_WAIT_S` seconds has its task stopped (``cancelled``,
+        no files). Returns how many batches were cancelled."""
+        runs = [r for r in self.batches.values() if r.batch.status in ("validating", "in_progress")]
+        for run in runs:
+            self._cancel(run, message)
+        tasks = [r.task for r in self.batches.values() if r.task is not None and not r.task.done()]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=BATCH_STOP_WAIT_S)
+            for t in late:
+                t.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        for run in self.batches.values():
+            if run.batch.status == "cancelling":  # its task was stopped before it finished
+                run.batch.status, run.batch.cancelled_at = "cancelled", now_s()
+        if runs:
+            logger.info("Cancelled %d running batch(es): %s", len(runs), message)
+        return len(runs)
+
+    async def close_batches(self) -> None:
+        """The server stops: cancel the batches still running (:meth:`cancel_all_batches`), then
+        close the file store (a temporary one is removed; ``--file-storage-path`` keeps its
+        files)."""
+        await self.cancel_all_batches()
+        if self._file_store is not None:
+            self._file_store.close()
 
     async def list_batches(self, request: Request) -> Response:
         """``GET /v1/batches``: a page of batches, newest first (``limit`` 1..100, default 20;
@@ -260,7 +315,7 @@ class BatchMixin(FilesMixin):
             results = await asyncio.gather(*run.line_tasks, return_exceptions=True)
             if not run.cancelled:
                 batch.status, batch.finalizing_at = "finalizing", now_s()
-            self._write_results(batch, lines, results)
+            self._write_results(run, lines, results)
             if run.cancelled:
                 batch.status, batch.cancelled_at = "cancelled", now_s()
             else:
@@ -273,14 +328,15 @@ class BatchMixin(FilesMixin):
     def _fail(batch: BatchObject, errors: list[BatchError]) -> None:
         batch.status, batch.failed_at, batch.errors = "failed", now_s(), BatchErrors(data=errors)
 
-    def _write_results(self, batch: BatchObject, lines: list[BatchLine], results: list[Any]) -> None:
+    def _write_results(self, run: _BatchRun, lines: list[BatchLine], results: list[Any]) -> None:
         """The output and error files of a batch (input order); sets their ids and the counts."""
+        batch = run.batch
         out, err = [], []
         for line, result in zip(lines, results, strict=True):
             if isinstance(result, tuple):
                 entry, ok = result
             else:  # cancelled before or while running
-                entry, ok = self._unfinished_line(line, result), False
+                entry, ok = self._unfinished_line(line, result, run.cancel_message), False
             (out if ok else err).append(orjson.dumps(entry.model_dump(mode="json")))
         counts = batch.request_counts
         counts.completed, counts.failed = len(out), len(err)
@@ -300,12 +356,9 @@ class BatchMixin(FilesMixin):
         batch.error_file_id = next(it) if err else None
 
     @staticmethod
-    def _unfinished_line(line: BatchLine, exc: BaseException) -> BatchOutputLine:
+    def _unfinished_line(line: BatchLine, exc: BaseException, cancel_message: str) -> BatchOutputLine:
         if isinstance(exc, asyncio.CancelledError):
-            error = {
-                "code": "batch_cancelled",
-                "message": "The batch was cancelled before this request finished.",
-            }
+            error = {"code": "batch_cancelled", "message": cancel_message}
         else:
             error = {"code": "server_error", "message": f"The request failed: {exc}"}
         return BatchOutputLine(id=new_object_id("batch_req"), custom_id=line.custom_id, error=error)
