@@ -73,7 +73,10 @@ def test_queued_abort_output_is_the_schedulers_queued_abort() -> None:
     ]
     out = queued_abort_output(reqs)
     assert out.rids == ["r1", "r2"]
-    assert out.finished_reasons == [{"type": "abort", "message": "Abort in waiting queue"}] * 2
+    # SGLang's FINISH_ABORT.to_json(): status_code and err_type always present (None when the abort
+    # was asked for).
+    abort = {"type": "abort", "message": "Abort in waiting queue", "status_code": None, "err_type": None}
+    assert out.finished_reasons == [abort] * 2
     assert out.output_ids == [[], []] and out.output_strs == ["", ""]
     assert out.prompt_tokens == [3, 1] and out.completion_tokens == [0, 0]
 
