@@ -260,37 +260,40 @@ def test_sglang_12203_required_and_named_tool_choice_with_reasoning(
 
 
 @pytest.mark.parametrize(
-    ("body", "streamed"),
+    ("body", "streamed", "content"),
     [
         # vllm-project/vllm#53227 (fix PR #54838), ggml-org/llama.cpp#28612: a parameter's closing
         # tag left out, so its value ran on over the next parameter's markup
         (
             '<{D}parameter name="city" string="true">Paris\n<{D}parameter name="days" string="false">3</{D}parameter>',
             '{"city": "Paris\\n',
+            "On it.",
         ),
         (
             '<{D}parameter name="city" string="true">Paris</{D}paramter>\n</{D}invoke>\n</{D}tool_calls>\nok'
             '<{D}parameter name="days" string="false">3</{D}parameter>',
             '{"city": "Paris',
+            # the block ends at its wrapper's closing tag; after it, text with its tags dropped
+            "On it.ok3",
         ),
-        ('<{D}parameter name="days" string="false">3\n</{D}invoke>', '{"days": 3'),
+        ('<{D}parameter name="days" string="false">3\n</{D}invoke>', '{"days": 3', "On it."),
         # sgl-project/sglang#39435: a parameter tag without the DSML marker (and its string flag)
-        ('<parameter name="city">Paris</{D}parameter>', ""),
+        ('<parameter name="city">Paris</{D}parameter>', "", "On it."),
     ],
 )
 def test_vllm_53227_sglang_39435_broken_parameter_markup(
-    tok: PreTrainedTokenizerFast, body: str, streamed: str
+    tok: PreTrainedTokenizerFast, body: str, streamed: str, content: str
 ) -> None:
     """A parameter whose markup is broken made a call anyway: the value swallowed the next
     parameter's DSML markup (vllm-project/vllm#53227, ggml-org/llama.cpp#28612), or the bad tag
     was skipped and the call went out with ``{}`` (sgl-project/sglang#39435, where DeepSeek's own
-    parser raises). Here the invoke is malformed: its block is the content, no call, finish
-    reason ``"stop"``, streamed and not. Streamed, the call's name and the argument text before
+    parser raises). Here the invoke is malformed: its block is dropped (``content``: the text
+    around it, no DSML tag), no call, finish reason ``"stop"``, streamed and not. Streamed, the call's name and the argument text before
     the broken markup (``streamed``, the JSON text of the hand-written value up to there) went
     out already, with no markup in it (the documented difference)."""
     body = body.replace("{D}", D)
     reply = "On it." + _block(f'<{D}invoke name="get_weather">\n{body}\n</{D}invoke>')
     client, _ = client_for(ChunkTM(tok, reply))
     msg, sent = _both_but_the_sent_call(client, model="m", messages=MSGS, tools=[WEATHER])
-    assert msg == (reply, [], "stop")
+    assert msg == (content, [], "stop")
     assert sent == ("get_weather", streamed)  # one token a chunk: all the text before the markup

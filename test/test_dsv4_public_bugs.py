@@ -8,6 +8,7 @@ The model's text is written by hand and generated token by token by the fake eng
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -159,3 +160,150 @@ def test_sglang_35736_auto_still_parses_the_same_reply(tok: PreTrainedTokenizerF
         [("get_weather", '{"city": "Bergen"}')],
         "tool_calls",
     )
+
+
+# vllm-project/vllm#54686 and the reports it cites (vllm-project/vllm#51914's orphan closing tail
+# after a successful call; can1357/oh-my-pi#10556's closer shells with no opener; a block never
+# closed before EOS, vllm-project/vllm-ascend#14511; the ｜DSML｜ token without its "<"; DSML
+# written while reasoning): no DSML markup in content, reasoning or arguments, under every
+# tool_choice, on every route, streamed == not. Each shape: (reply, content, calls, finish) under
+# a tool_choice that parses calls; under "none" the answer is the text before the first tag.
+GOOD_CALL = [("get_weather", '{"city": "Bergen"}')]
+OPEN_BLOCK = (
+    f'\n\n<{D}tool_calls>\n<{D}invoke name="get_weather">\n<{D}parameter name="city" string="true">Ber'
+)
+SHAPES: dict[str, tuple[str, str, list[tuple[str, str]], str]] = {
+    "orphan_closers_after_block": (
+        "Looking." + CALL + f"</{D}invoke>\n</{D}tool_calls>",
+        "Looking.",
+        GOOD_CALL,
+        "tool_calls",
+    ),
+    "closers_without_opener": (
+        f"Reading the file.\n\n</{D}parameter>\n</{D}invoke>\n</{D}tool_calls>",
+        "Reading the file.",
+        [],
+        "stop",
+    ),
+    "closer_between_words": (f"a </{D}invoke> b", "a b", [], "stop"),
+    "opener_never_closed": ("Sure." + OPEN_BLOCK, "Sure.", [], "stop"),
+    "bare_token_without_lt": (
+        f"Plan: {D}tool_calls>\n"
+        + _invoke("get_weather", _param("city", True, "Bergen"))
+        + f"\n</{D}tool_calls>",
+        "Plan:",
+        GOOD_CALL,
+        "tool_calls",
+    ),
+}
+CHOICES: dict[str, Any] = {
+    "auto": "auto",
+    "required": "required",
+    "named": {"type": "function", "function": {"name": "get_weather"}},
+    "none": "none",
+}
+
+
+def _before_first_tag(reply: str) -> str:
+    """The text before the first DSML tag of ``reply`` (its "<" / "</" and whitespace dropped)."""
+    head = reply[: reply.index(D)]
+    return head.removesuffix("</").removesuffix("<").rstrip()
+
+
+@pytest.mark.parametrize("choice", sorted(CHOICES))
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("thinking", [False, True])
+def test_vllm_54686_no_dsml_markup_on_chat(
+    tok: PreTrainedTokenizerFast, shape: str, choice: str, thinking: bool
+) -> None:
+    reply, content, calls, finish = SHAPES[shape]
+    if choice == "none":
+        content, calls, finish = _before_first_tag(reply), [], "stop"
+    reasoning = f"Maybe </{D}invoke> or {D}parameter> here."  # DSML written while reasoning
+    text = (reasoning + "</think>" + reply) if thinking else reply
+    tm = ChunkTM(tok, text)
+    tm.grammar_enabled = True  # type: ignore[attr-defined]  # required / named: a tool grammar is sent
+    client, _ = client_for(tm)
+    kw: dict[str, Any] = dict(model="m", messages=HISTORY, tools=[WEATHER], tool_choice=CHOICES[choice])
+    if thinking:
+        kw["extra_body"] = {"chat_template_kwargs": {"thinking": True}}
+    msg = client.chat.completions.create(**kw).choices[0]
+    with client.chat.completions.stream(**kw) as stream:
+        folded = stream.get_final_completion().choices[0]
+    for m in (msg, folded):
+        got_reasoning = (m.message.model_extra or {}).get("reasoning_content")
+        _no_markup(
+            m.message.content, got_reasoning, *[c.function.arguments for c in m.message.tool_calls or []]
+        )
+        assert (m.message.content or "", m.finish_reason) == (content, finish), shape
+        assert got_reasoning == ("Maybe or here." if thinking else None)
+    assert [(c.function.name, c.function.arguments) for c in msg.message.tool_calls or []] == calls
+    if shape != "opener_never_closed":  # streamed, that call's name went out before the stop
+        assert [(c.function.name, c.function.arguments) for c in folded.message.tool_calls or []] == calls
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("choice", ["auto", "none"])
+def test_vllm_54686_no_dsml_markup_on_responses_and_messages(
+    tok: PreTrainedTokenizerFast, shape: str, choice: str
+) -> None:
+    reply, content, calls, _ = SHAPES[shape]
+    if choice == "none":
+        content, calls = _before_first_tag(reply), []
+    fn = WEATHER["function"]
+    client, _ = client_for(ChunkTM(tok, reply))
+    rkw: dict[str, Any] = dict(
+        model="m",
+        input="Weather in Bergen?",
+        tools=[{"type": "function", "name": fn["name"], "parameters": fn["parameters"]}],
+        tool_choice=choice,
+    )
+    done = client.responses.create(**rkw)
+    with client.responses.stream(**rkw) as stream:
+        folded = stream.get_final_response()
+    for r in (done, folded):
+        assert r.output_text == content, shape
+        got = [(o.name, o.arguments) for o in r.output if o.type == "function_call"]
+        if shape != "opener_never_closed":
+            assert got == calls
+        _no_markup(r.output_text, *[a for _, a in got])
+    aclient = _anthropic_client(ChunkTM(tok, reply))
+    mkw: dict[str, Any] = dict(
+        model="m",
+        max_tokens=100,
+        messages=[{"role": "user", "content": "Weather in Bergen?"}],
+        tools=[{"name": fn["name"], "input_schema": fn["parameters"]}],
+        tool_choice={"type": choice},
+    )
+    msg = aclient.messages.create(**mkw)
+    with aclient.messages.stream(**mkw) as mstream:
+        mfolded = mstream.get_final_message()
+    for m in (msg, mfolded):
+        texts = "".join(b.text for b in m.content if b.type == "text")
+        assert texts == content, shape
+        uses = [(b.name, b.input) for b in m.content if b.type == "tool_use"]
+        if shape != "opener_never_closed":
+            assert uses == [(n, json.loads(a)) for n, a in calls]
+        _no_markup(texts, *[json.dumps(i, ensure_ascii=False) for _, i in uses])
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("withheld", [False, True])
+def test_vllm_54686_every_split_position_reads_as_the_whole(shape: str, withheld: bool) -> None:
+    """Each shape split in two at every character position (and fed one character at a time)
+    reads exactly as the whole text does: the same content, the same calls, no markup."""
+    from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader
+    from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
+    from sglang_v4.entrypoints.openai.tool_parser import DsmlToolParser
+
+    reply, content, calls, _ = SHAPES[shape]
+    if withheld:
+        content, calls = _before_first_tag(reply), []
+
+    def read(pieces: list[str]) -> tuple[str, list[tuple[str, str]]]:
+        r = DsmlAnswerReader(DsmlWithheld() if withheld else DsmlToolParser({"get_weather": None}))
+        out = "".join(r.feed(p)[0] for p in pieces) + r.finish(stopped=True)[0]
+        return out, [(c.name, c.arguments) for c in r.calls]
+
+    for pieces in [[reply], list(reply), *([reply[:i], reply[i:]] for i in range(1, len(reply)))]:
+        assert read(pieces) == (content, calls), pieces

@@ -121,6 +121,9 @@ BAD = [
     "\n\n" + invoke("launch_missiles", ("x", "true", "1")),  # bare, not one of the request's tools
     "See " + invoke("get_weather", ("days", "false", "three")) + " here",  # bare, not JSON
 ]
+#: The content of each BAD text: the text around the dropped block, the whitespace next to the
+#: block going with it (as for a well-formed block).
+BAD_CONTENT = [""] * (len(BAD) - 1) + ["Seehere"]
 
 
 @cache
@@ -191,13 +194,17 @@ def test_well_formed_calls_every_chunking(text: str, content: str, expected: lis
         assert p.complete == bool(expected)
 
 
-@pytest.mark.parametrize("text", BAD, ids=[str(i) for i in range(len(BAD))])
-def test_malformed_block_is_returned_as_text(text: str) -> None:
+@pytest.mark.parametrize(
+    "text,want", list(zip(BAD, BAD_CONTENT, strict=True)), ids=[str(i) for i in range(len(BAD))]
+)
+def test_malformed_block_is_dropped(text: str, want: str) -> None:
+    """A malformed block is no call and is dropped from the content (no DSML markup in it), the
+    same in every chunking."""
     content, calls, complete = parse_tool_calls(text, TOOLS)
-    assert (content, calls, complete) == (text, [], False)
+    assert (content, calls, complete) == (want, [], False)
     for chunks in chunkings(text):
         s_content, _, p = run_stream(chunks)
-        assert s_content == text, chunks
+        assert s_content == want, chunks
         assert p.malformed and not p.complete
 
 

@@ -198,14 +198,16 @@ def test_tool_choice_none_hides_tools_and_parses_nothing(tok: PreTrainedTokenize
     )
 
 
-def test_malformed_block_returns_as_content(tok: PreTrainedTokenizerFast) -> None:
+def test_malformed_block_is_dropped_from_content(tok: PreTrainedTokenizerFast) -> None:
+    """A block calling an unknown tool is no call and is dropped: the text before it is the
+    content, finish reason ``"stop"``, streamed and not."""
     tm = ScriptedTM(tok, "Hmm." + CALL.replace('name="get_weather"', 'name="not_a_tool"'))
     client, _ = client_for(tm)
     kw: dict[str, Any] = dict(model="m", messages=[{"role": "user", "content": "x"}], tools=[WEATHER])
     ch = client.chat.completions.create(**kw).choices[0]
-    assert ch.message.content == tm.reply and ch.message.tool_calls is None and ch.finish_reason == "stop"
+    assert ch.message.content == "Hmm." and ch.message.tool_calls is None and ch.finish_reason == "stop"
     s = accumulate(client.chat.completions.create(**kw, stream=True))
-    assert s["content"] == tm.reply and s["finish"] == "stop"
+    assert s["content"] == "Hmm." and s["finish"] == "stop"
 
 
 @pytest.mark.parametrize("choice", ["auto", "required"])

@@ -130,6 +130,12 @@ def _check_calls(calls: list[tuple[str, str]], text: str, k: int) -> None:
         assert (args == FULL_ARGS) == (k >= closed_at), (k, args)
 
 
+def _without_dsml_tail(text: str) -> str:
+    """``text`` without an unfinished DSML tag that ends it (from the ``｜DSML｜`` token on, with
+    its ``"<"`` and the whitespace before): what the scrub of the reasoning leaves."""
+    return text if D not in text else text[: text.index("<" + D)].rstrip()
+
+
 def test_cut_by_max_tokens_at_every_character(tok: PreTrainedTokenizerFast) -> None:
     """Cut by ``max_tokens``: the partial marker stays in ``reasoning_content`` (it is reasoning
     text until the marker is complete), the same streamed and not, for both texts."""
@@ -147,8 +153,8 @@ def test_cut_by_max_tokens_at_every_character(tok: PreTrainedTokenizerFast) -> N
             ns, s = _non_streamed(tc, _body(k)), _streamed(tc, _body(k))
             assert ns == s, (k, ns, s)
             assert ns["finish"] == "length", k
-            if k < end:
-                assert (ns["reasoning"], ns["content"]) == (text[:k], ""), k
+            if k < end:  # an unfinished DSML tag (the token written) is not reasoning text
+                assert (ns["reasoning"], ns["content"]) == (_without_dsml_tail(text[:k]), ""), k
             else:
                 answer = text[content_from : min(k, ws_at + 2)].lstrip()
                 if k > ws_at + 2:  # a block start was begun: it and the whitespace before are dropped
@@ -164,9 +170,9 @@ def test_stopped_while_reasoning_at_every_character(
     """Stopped (EOS) before the reasoning ended: the text was the answer, in ``content``, with a
     trailing partial block start (and the whitespace before it) dropped, streamed and not. The
     streamed reasoning deltas were sent before the stop was known (``stream_reasoning``); they are
-    the text as generated, the partial marker included, and nothing when reasoning is not
-    streamed. Stopped inside the block before its invoke closed, the call was not made: the
-    block's text (from its separator) is the content, never a call with half-written arguments
+    the text as generated, the partial marker included up to the ``｜DSML｜`` token (a DSML tag is
+    never reasoning text), and nothing when reasoning is not streamed. Stopped inside the block
+    before its invoke closed, the call was not made: the block is dropped, never a call with half-written arguments
     (vllm-project/vllm#42210), streamed and not; streamed, the call's id, name and argument
     fragments went out once its invoke tag was complete, and stay in what the client folds (the
     one documented difference)."""
@@ -189,11 +195,10 @@ def test_stopped_while_reasoning_at_every_character(
             else:
                 answer = text[:k]
             assert (ns["reasoning"], ns["content"]) == ("", answer), k
-            assert s["reasoning"] == (text[:k] if stream_reasoning else ""), k
-        else:
-            block_text = text[ws_at:k] if k < closed_at else ""
+            assert s["reasoning"] == (_without_dsml_tail(text[:k]) if stream_reasoning else ""), k
+        else:  # stopped inside the block before its invoke closed: the block is dropped
             assert ns["reasoning"] == s["reasoning"] == text[:ws_at], k
-            assert ns["content"] == block_text, k
+            assert ns["content"] == "", k
         assert ns["calls"] == ([("get_weather", FULL_ARGS)] if k >= closed_at else []), k
         if ns["calls"]:
             assert json.loads(ns["calls"][0][1]) == {"city": "Paris"}

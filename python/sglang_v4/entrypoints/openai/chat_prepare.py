@@ -35,6 +35,7 @@ from sglang_v4.entrypoints.chat_encoding import (
     render_messages,
     validate_tools,
 )
+from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader
 from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
@@ -131,13 +132,14 @@ class ChatPlan:
     plain_spans: tuple[tuple[int, int], ...] = ()
     tools_withheld: bool = False
 
-    def tool_reader(self, block: str) -> DsmlToolParser | DsmlWithheld | None:
-        """A fresh reader of one choice's answer: the DSML tool-call parser of the offered tools
-        (``block``: the parser's block name), the cutter of markup when the tools were withheld,
-        or ``None`` (no tools: the answer is read as it is)."""
+    def tool_reader(self, block: str) -> DsmlAnswerReader | None:
+        """A fresh reader of one choice's answer, the same for every route and ``tool_choice``:
+        the DSML tool-call parser of the offered tools (``block``: the parser's block name), the
+        cutter of markup when the tools were withheld, each with its content scrubbed of DSML tags
+        (:mod:`.dsml_markup`); ``None`` without tools (the answer is read as it is)."""
         if self.tool_names is not None:
-            return DsmlToolParser(self.tool_names, block)
-        return DsmlWithheld() if self.tools_withheld else None
+            return DsmlAnswerReader(DsmlToolParser(self.tool_names, block))
+        return DsmlAnswerReader(DsmlWithheld()) if self.tools_withheld else None
 
     def ended_by_marker(self, matched: Any) -> bool:
         """Whether the finish's ``matched`` stop is the ``</think>`` token."""

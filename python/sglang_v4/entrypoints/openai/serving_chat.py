@@ -68,7 +68,7 @@ from sglang_v4.entrypoints.openai.chat_prepare import (
     answer_grammar_kind,
     grammar_after_reasoning,
 )
-from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
+from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader, DsmlMarkupScrub, scrub_dsml
 from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -104,7 +104,6 @@ from sglang_v4.entrypoints.openai.serving_base import (
 )
 from sglang_v4.entrypoints.openai.tool_parser import (
     TOOL_CALL_PARSERS,
-    DsmlToolParser,
     ParsedToolCall,
     ToolCallDelta,
 )
@@ -161,10 +160,12 @@ class _ChoiceStream:
     """Per-choice state of a streamed chat response."""
 
     reasoning: ReasoningParser | None
-    tools: DsmlToolParser | DsmlWithheld | None
+    tools: DsmlAnswerReader | None
     sent_text: int = 0
     sent_lp: int = 0
-    reasoning_text: str = ""
+    reasoning_text: str = ""  # the reasoning sent (DSML tags scrubbed)
+    reasoning_raw: str = ""  # the reasoning as generated (an unterminated one becomes the answer)
+    reasoning_scrub: DsmlMarkupScrub = field(default_factory=DsmlMarkupScrub)
     started_calls: set[int] = field(default_factory=set)
 
 
@@ -305,6 +306,7 @@ class ChatMixin(ChatPrepareMixin):
                 and not plan.ended_by_marker(matched)
             )
             reasoning, text = split_reasoning(text, plan.reasoning.implicit_end, to_content)
+            reasoning = scrub_dsml(reasoning) if reasoning else reasoning  # no DSML tag in it
             reasoning_tokens = self._reasoning_tokens(ret.get("output_ids") or [], reasoning)
         calls: list[ParsedToolCall] = []
         content: str | None = text
@@ -519,11 +521,16 @@ class ChatMixin(ChatPrepareMixin):
                 and fr == "stop"
                 and not plan.ended_by_marker(matched)
             ):
-                answer = st.reasoning_text + r
-                st.reasoning_text = ""
-                return ("" if not st.reasoning.stream_reasoning else r), c + answer
-        st.reasoning_text += r
-        return r, c
+                answer = st.reasoning_raw + r
+                st.reasoning_text = st.reasoning_raw = ""
+                sent = st.reasoning_scrub.feed(r) + st.reasoning_scrub.finish()
+                return ("" if not st.reasoning.stream_reasoning else sent), c + answer
+        st.reasoning_raw += r
+        sent = st.reasoning_scrub.feed(r)  # the reasoning's DSML tags dropped (.dsml_markup)
+        if fr is not None or not st.reasoning.in_reasoning:
+            sent += st.reasoning_scrub.finish()
+        st.reasoning_text += sent
+        return sent, c
 
     @staticmethod
     def _delta_calls(st: _ChoiceStream, deltas: list[ToolCallDelta]) -> list[DeltaToolCall]:

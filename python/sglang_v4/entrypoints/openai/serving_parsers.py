@@ -14,8 +14,9 @@ the client already has, e.g. the ``text`` of a ``/generate`` answer. Shapes (SGL
 * ``/parse_function_call`` ``{"text": str, "tools": [OpenAI tools], "tool_call_parser": str | null}``
   -> ``{"normal_text": str, "calls": [{"tool_index": int, "name": str, "parameters": str}]}``:
   ``tool_index`` is the tool's position in ``tools``, ``parameters`` the JSON arguments text.
-  A malformed DSML block stays in ``normal_text``; a block cut before its end gives no call (an
-  unfinished invoke is dropped). ``tool_call_parser`` null means the server's
+  A malformed DSML block is dropped, and no DSML tag stays in ``normal_text``
+  (:mod:`.dsml_markup`); a block cut before its end gives no call (an unfinished invoke is
+  dropped). ``tool_call_parser`` null means the server's
   ``--tool-call-parser``.
 
 Errors: a bad body, an unknown parser or bad ``tools`` is a 400 in SGLang's native shape
@@ -32,6 +33,7 @@ from fastapi.responses import Response
 
 from sglang_v4.entrypoints.chat_encoding import DSML, THINK_END, THINK_START, validate_tools
 from sglang_v4.entrypoints.native_api import error_response, json_response
+from sglang_v4.entrypoints.openai.dsml_markup import scrub_dsml
 from sglang_v4.entrypoints.openai.reasoning_parser import (
     canonical_reasoning_parser,
     reasoning_spec,
@@ -121,7 +123,7 @@ def parse_function_call_body(body: dict[str, Any], default_parser: str) -> dict[
     schemas = {fn["name"]: fn.get("parameters") for fn in functions}
     content, calls, _ = parse_tool_calls(text, schemas, TOOL_CALL_PARSERS[parser])
     return {
-        "normal_text": content,
+        "normal_text": scrub_dsml(content),
         "calls": [
             {"tool_index": names.index(c.name), "name": c.name, "parameters": c.arguments}
             for c in calls

@@ -31,7 +31,7 @@ arguments generated so far (a prefix of the JSON text, usually not JSON; a held-
 closing tag dropped), nothing of the block in ``content``; an invoke cut before its name was
 complete is no call. A generation that *stopped* (EOS, a stop token, a ``stop`` string:
 ``finish(stopped=True)``) inside an invoke, or in a block before its first invoke closed, did not
-make that call: the block is malformed (below) from there (vllm-project/vllm#42210); stopped after
+make that call: the block is malformed (below, dropped) from there (vllm-project/vllm#42210); stopped after
 its last closed invoke, it made its calls (:attr:`DsmlToolParser.calls_whole`: finish reason
 ``"tool_calls"``, sgl-project/sglang#40236). Output that ends with the first characters of a block
 start (``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the whitespace before them (in the
@@ -58,23 +58,58 @@ second parameter releases them.
 
 A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
 between tags, DSML markup inside a value: a closing tag left out, the value would swallow the next
-parameter's markup, vllm-project/vllm#53227) is returned *as text*: from the point of failure its
-raw text goes to ``content``, from its first character or, when invokes of the block closed
-before, from the end of the last of them: those stay calls (sgl-project/sglang#40236); the rest of
-the output follows as content; the finish reason is not ``"tool_calls"``. Streamed, the deltas of
-the failing (or stopped) invoke's call, once its tag was complete, went out already and are not
-taken back (vLLM leaves them too): the one difference from :func:`parse_tool_calls`, which has no
-such call; the content is the same text.
+parameter's markup, vllm-project/vllm#53227) is *dropped*, never returned as text (no DSML markup
+in ``content``; the peers' fixes, vllm-project/vllm-ascend#14511, sgl-project/sglang#40236): from
+its first character or, when invokes of the block closed before, from the end of the last of them
+(those stay calls, sgl-project/sglang#40236) up to the block's end: its wrapper's closing tag, for
+a bare block the end of the failing invoke (``</｜DSML｜invoke>``); text after that is content
+again; with no such end the rest of the output is dropped. The finish reason is not
+``"tool_calls"``. Streamed, the deltas of the failing (or stopped) invoke's call, once its tag was
+complete, went out already and are not taken back (vLLM leaves them too): the one difference from
+:func:`parse_tool_calls`, which has no such call; the content is the same text. DSML tags left in
+the content (closers with no block, tags of other names) are dropped by :mod:`.dsml_markup`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    DSML_TAG_HEAD as _DSML_TAG_HEAD,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    DSML_TAG_START as _DSML_TAG_START,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    DSML_TAG_TAIL as _DSML_TAG_TAIL,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    INVOKE_TAG as _INVOKE_TAG,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    MAX_TAG_CHARS as _MAX_TAG_CHARS,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    PARAM_TAG as _PARAM_TAG,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    WRAPPER_OPEN as _WRAPPER_OPEN,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    json_value as _json_value,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    partial_suffix as _partial_suffix,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    reject_constant as _reject_constant,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    trailing_ws as _trailing_ws,
+)
 from sglang_v4.entrypoints.openai.tool_args_repair import (
     WRAPPER_KEYS,
     is_wrapper_key,
@@ -99,49 +134,7 @@ __all__ = [
     "parse_tool_calls",
 ]
 
-#: The longest tag head (``name="..." string="..."``) waited for before a tag counts as malformed.
-_MAX_TAG_CHARS = 512
-
-#: A DSML wrapper tag: ``<｜DSML｜tool_calls>``, or another name holding invokes (module docstring).
-_WRAPPER_OPEN = re.compile(rf"<{DSML}(\w+)>")
-#: The start of any DSML tag: never part of a value (DeepSeek's encoder writes values raw).
-_DSML_TAG_START = re.compile(rf"</?{DSML}")
-#: An unfinished DSML tag at the end of a text (what follows decides what it is).
-_DSML_TAG_HEAD = re.compile(rf"<{DSML}\w*$")
-#: A DSML tag, finished or not, that ends a text (whitespace after it).
-_DSML_TAG_TAIL = re.compile(rf"<{DSML}\w*>?\s*$")
-_INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
-_PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
-
 _TEXT, _BLOCK, _INVOKE_TAG_S, _INVOKE, _PARAM_TAG_S, _VALUE, _JSON_ARGS, _RAW = range(8)
-
-
-def _partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``marker``."""
-    for n in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0
-
-
-def _trailing_ws(text: str, end: int) -> int:
-    """Number of whitespace characters right before position ``end``."""
-    i = end
-    while i > 0 and text[i - 1].isspace():
-        i -= 1
-    return end - i
-
-
-def _json_value(text: str) -> bool:
-    try:
-        json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):  # nested deeper than Python's json decodes: not a value here
-        return False
-    return True
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
 
 
 @dataclass
@@ -158,7 +151,7 @@ class DsmlToolParser:
         calls: the calls of every block that closed properly, in order, then those of a block
             the generation ended in (:attr:`truncated`; the last one may be ``partial``).
         malformed: a block was malformed, or the generation stopped inside an invoke (its text
-            went to ``content``).
+            was dropped).
         truncated: the generation ended inside a block or with the start of one (set by
             :meth:`finish`).
     """
@@ -175,7 +168,6 @@ class DsmlToolParser:
     _after_block: bool = False
     _bare: bool = False  # the open block had no wrapper (it started at an invoke)
     _cur_end: str = ""  # the closing tag of the open block (its wrapper's name)
-    _closed_at: int = 0  # where in ``_raw`` the open block's last closed invoke ended
     _hold: bool = False  # the open call's arguments are held back (a possible wrapper)
     _hold_undecided: bool = False  # ... its JSON body's first key is not known yet
     _n_calls: int = 0
@@ -225,17 +217,17 @@ class DsmlToolParser:
 
         Args:
             stopped: the generation *stopped* (EOS, a stop token or a stop string; finish reason
-                ``"stop"``) rather than being cut by ``max_tokens``: an invoke left open is text,
-                not a partial call.
+                ``"stop"``) rather than being cut by ``max_tokens``: an invoke left open is
+                dropped, not a partial call.
 
         Returns:
-            ``(content_delta, tool_call_deltas)``: the held-back plain text (a stopped open block:
-            its text from the end of its last closed invoke); a cut call's held-back arguments (a
-            possible wrapper), else no delta: the rest was streamed already.
+            ``(content_delta, tool_call_deltas)``: the held-back plain text (nothing of an open
+            block); a cut call's held-back arguments (a possible wrapper), else no delta: the
+            rest was streamed already.
         """
         rest, self._buf = self._buf, ""
-        if self._state == _RAW:
-            return rest, []
+        if self._state == _RAW:  # the rest of a malformed block: dropped
+            return "", []
         if self._state == _TEXT:
             if self._after_block:
                 rest = rest.lstrip()
@@ -256,12 +248,9 @@ class DsmlToolParser:
             return "", []
         self.truncated = True
         if stopped and (self._state != _BLOCK or not self._block_calls):
-            content: list[str] = []  # stopped inside an invoke (or before the first): text
-            self._buf = rest
-            self._take(len(rest))
-            self._to_raw(content)
+            self._drop_block()  # stopped inside an invoke (or before the first): no call
             self._state = _TEXT
-            return "".join(content), []
+            return "", []
         cut = self._call
         held = []
         if cut is not None:
@@ -280,12 +269,11 @@ class DsmlToolParser:
         self._raw += piece
         return piece
 
-    def _to_raw(self, content: list[str]) -> None:
-        """Malformed: the block's raw text so far becomes content."""
+    def _drop_block(self) -> None:
+        """Malformed: the open block is dropped from here to its end (module docstring); the
+        invokes that closed before stay calls."""
         self.malformed = True
         self._state = _RAW
-        # held-back whitespace was consumed into _raw already
-        content.append(self._raw[self._closed_at :] if self._block_calls else self._raw)
         self.calls.extend(self._block_calls)
         self._raw = self._held_ws = ""
         self._block_calls = []
@@ -309,11 +297,15 @@ class DsmlToolParser:
     def _step(self, content: list[str], deltas: list[ToolCallDelta]) -> bool:
         """Advance once; False when more text is needed."""
         st = self._state
-        if st == _RAW:
-            if self._buf:
-                content.append(self._buf)
-                self._buf = ""
-            return False
+        if st == _RAW:  # a malformed block is dropped up to its end
+            end = self.invoke_end if self._bare else self._cur_end
+            pos = self._buf.find(end)
+            if pos < 0:
+                self._buf = self._buf[len(self._buf) - _partial_suffix(self._buf, end) :]
+                return False
+            self._buf = self._buf[pos + len(end) :]
+            self._state, self._after_block = _TEXT, True
+            return True
         if st == _TEXT:
             return self._step_text(content)
         if st in (_BLOCK, _INVOKE):
@@ -327,7 +319,7 @@ class DsmlToolParser:
                 self._block_calls, self._raw, self._state = [], "", _TEXT
                 return True
             if m is None or (m == self._cur_end and not self._block_calls):
-                self._to_raw(content)
+                self._drop_block()
                 return True
             if m == "":
                 return False
@@ -349,7 +341,7 @@ class DsmlToolParser:
                 self._hold = self._hold_undecided = any(self._may_wrap(k) for k in WRAPPER_KEYS)
                 return True
             if m is None:
-                self._to_raw(content)
+                self._drop_block()
                 return True
             if m == "":
                 return False
@@ -414,14 +406,14 @@ class DsmlToolParser:
         m = (_INVOKE_TAG if is_invoke else _PARAM_TAG).match(self._buf)
         if m is None:
             if ">" in self._buf or len(self._buf) > _MAX_TAG_CHARS:
-                self._to_raw(content)
+                self._drop_block()
                 return True
             return False
         self._take(m.end())
         if is_invoke:
             name = m.group(1)
             if self.tool_names is not None and name not in self.tool_names:
-                self._to_raw(content)
+                self._drop_block()
                 return True
             self._call = ParsedToolCall(self._n_calls, make_tool_call_id(), name, "")
             self._n_calls += 1
@@ -431,7 +423,7 @@ class DsmlToolParser:
             return True
         key, is_string = m.group(1), m.group(2) == "true"
         if key in self._param_names:
-            self._to_raw(content)
+            self._drop_block()
             return True
         if not self._param_names:
             self._hold = self._may_wrap(key)
@@ -454,7 +446,7 @@ class DsmlToolParser:
             keep = max(_partial_suffix(buf, m) for m in (end_marker, f"<{DSML}", f"</{DSML}"))
         piece = piece[: len(piece) - keep]
         if _DSML_TAG_START.search(piece) is not None:  # markup in a value: a closer is missing
-            self._to_raw(content)
+            self._drop_block()
             return True
         raw_json = self._state == _JSON_ARGS or not self._value_is_string
         if raw_json:  # hold back trailing whitespace: it is dropped if the value ends there
@@ -480,13 +472,13 @@ class DsmlToolParser:
             except (ValueError, RecursionError):  # RecursionError: nested deeper than json decodes
                 ok = False
             if not ok:
-                self._to_raw(content)
+                self._drop_block()
                 return True
             self._emit(piece, deltas)
             self._close_invoke("", deltas)
             return True
         if not self._value_is_string and not _json_value(self._value):
-            self._to_raw(content)
+            self._drop_block()
             return True
         self._emit(
             json.dumps(piece, ensure_ascii=False)[1:-1] + '"' if self._value_is_string else piece, deltas
@@ -544,7 +536,6 @@ class DsmlToolParser:
             self._hold = self._hold_undecided = False
             deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
         self._block_calls.append(self._call)
-        self._closed_at = len(self._raw)
         self._call = None
         self._state = _BLOCK
 
@@ -562,8 +553,8 @@ def parse_tool_calls(
             :meth:`DsmlToolParser.finish`; False reads an open block as cut by ``max_tokens``.
 
     Returns:
-        ``(content, calls, complete)``: the text outside well-formed blocks (malformed blocks
-        included verbatim, a cut block left out), the calls (those of a cut block included, the
+        ``(content, calls, complete)``: the text outside blocks (malformed and cut blocks
+        left out), the calls (those of a cut block included, the
         last one possibly ``partial``), and :attr:`DsmlToolParser.complete`.
     """
     p = DsmlToolParser(tool_names, block)

@@ -1,0 +1,75 @@
+"""The DSML grammar of DeepSeek-V4 tool calls: the tag patterns and text helpers of the
+streaming reader (:mod:`.tool_parser`); format of DeepSeek's ``encoding_dsv4.py``
+(:mod:`sglang_v4.entrypoints.chat_encoding`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sglang_v4.entrypoints.chat_encoding import DSML
+
+__all__ = [
+    "DSML_TAG_HEAD",
+    "DSML_TAG_START",
+    "DSML_TAG_TAIL",
+    "INVOKE_TAG",
+    "MAX_TAG_CHARS",
+    "PARAM_TAG",
+    "WRAPPER_OPEN",
+    "json_value",
+    "partial_suffix",
+    "reject_constant",
+    "trailing_ws",
+]
+
+#: The longest tag head (``name="..." string="..."``) waited for before a tag counts as malformed.
+MAX_TAG_CHARS = 512
+
+#: A DSML wrapper tag: ``<｜DSML｜tool_calls>``, or another name holding invokes (module docstring).
+WRAPPER_OPEN = re.compile(rf"<{DSML}(\w+)>")
+#: The start of any DSML tag: never part of a value (DeepSeek's encoder writes values raw).
+DSML_TAG_START = re.compile(rf"</?{DSML}")
+#: An unfinished DSML tag at the end of a text (what follows decides what it is).
+DSML_TAG_HEAD = re.compile(rf"<{DSML}\w*$")
+#: A DSML tag, finished or not, that ends a text (whitespace after it).
+DSML_TAG_TAIL = re.compile(rf"<{DSML}\w*>?\s*$")
+#: The rest of an invoke tag after ``<｜DSML｜invoke``: the tool name.
+INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
+#: The rest of a parameter tag after ``<｜DSML｜parameter``: its name and ``string`` flag.
+PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
+
+
+def partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``marker``."""
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def trailing_ws(text: str, end: int) -> int:
+    """Number of whitespace characters right before position ``end``."""
+    i = end
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+    return end - i
+
+
+def json_value(text: str) -> bool:
+    """Whether ``text`` is one JSON value (``NaN`` / ``Infinity`` refused)."""
+    try:
+        json.loads(text, parse_constant=reject_constant)
+    except (ValueError, RecursionError):  # nested deeper than Python's json decodes: not a value here
+        return False
+    return True
+
+
+def reject_constant(name: str) -> None:
+    """``parse_constant`` hook of :func:`json.loads` refusing ``NaN`` and ``Infinity``.
+
+    Raises:
+        ValueError: always.
+    """
+    raise ValueError(f"{name} is not JSON")
