@@ -219,7 +219,12 @@ def test_requests_held_while_paused_are_aborted_and_failed_at_sigterm(
     assert native.status == 200
     # what the scheduler answers for a queued request it aborts (SGLang's message), no token
     meta = native.payloads[0]["meta_info"]
-    assert meta["finish_reason"] == {"type": "abort", "message": "Abort in waiting queue"}
+    assert meta["finish_reason"] == {
+        "type": "abort",
+        "message": "Abort in waiting queue",
+        "status_code": None,
+        "err_type": None,
+    }
     assert meta["completion_tokens"] == 0 and meta["prompt_tokens"] == 1
     assert native.payloads[0]["output_ids"] == []
     t1 = time.time()
