@@ -11,6 +11,13 @@ selects). Oracle: the cold, unchunked, uncached run of the same prompt in the sa
 greedy tokens and logprobs within the format's stated tolerance (``resume_testutil`` docstring).
 Prompt lengths sit on every kind of edge: ``k*4 - 1 / k*4 / k*4 + 1``, ``k*128 +- 1``,
 ``k*256 +- 1``; chunk sizes 1, 3, 4, 5, 127, 128, 129, 255, 257.
+
+Fast tier (``-m "not slow"``): one cell for each of chunked prefill (fp8 + fp4), hits with a short
+or no extend (fp8), a hit on decode-completed blocks (fp32), retraction (fp32), ``n > 1`` (fp32)
+and divergence inside a compression group (fp8); with ``test_resume_exactness_configs.py``'s
+fast cells about 25 s on 2 CPU cores. Every other cell, and every cell of the hit on a running
+request's decode block, aborts, resume intervals and logprob starts, is slow (the whole grid of
+both modules, ``-m slow``: about 15 minutes).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ inside a 4-token compression group. Oracle: the cold, unchunked, uncached run in
 (tolerances in ``resume_testutil``). That cold run is itself checked against HF transformers'
 ``DeepseekV4ForCausalLM`` on the same weights, for these two models and ``sliding_first`` (fp32
 KV; every prompt logprob within 1e-3, as in ``test_model_parity.py``, measured ~1e-5; greedy
-tokens equal).
+tokens equal). Fast tier: the two cold-run checks of the test-config models and one chunked
+prefill (``hca_first_yarn``, fp8 + fp4, 3-token chunks); the rest is slow.
 """
 
 from __future__ import annotations
