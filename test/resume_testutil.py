@@ -3,7 +3,7 @@ oracle (a cold, unchunked, uncached run of the same prompt in the same KV format
 comparison of a run against it.
 
 Tolerances (greedy token ids must be equal in every format). Measured maxima are over the whole
-grid of ``test_resume_exactness.py`` and ``test_resume_exactness_configs.py`` (383 cells, slow
+grid of ``test_resume_exactness.py`` and ``test_resume_exactness_configs.py`` (every cell, slow
 ones included, on a 2-core x86 CPU):
 
 * ``fp32`` KV: every logprob within ``2e-5``. The CPU forward is not batch-invariant: torch's fp32

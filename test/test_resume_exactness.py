@@ -17,7 +17,7 @@ or no extend (fp8), a hit on decode-completed blocks (fp32), retraction (fp32), 
 and divergence inside a compression group (fp8); with ``test_resume_exactness_configs.py``'s
 fast cells about 25 s on 2 CPU cores. Every other cell, and every cell of the hit on a running
 request's decode block, aborts, resume intervals and logprob starts, is slow (the whole grid of
-both modules, ``-m slow``: about 15 minutes).
+both modules, ``-m slow``: about 11 minutes).
 """
 
 from __future__ import annotations
