@@ -6,7 +6,7 @@ slower. ``test/`` is put on ``sys.path`` so tests can import their shared helper
 (``dsv4_testutil``, ``scheduler_testutil``, ``server_fixture``...).
 
 Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process schedulers, built with
-``scheduler_testutil.make_scheduler``), ``tok`` (the DeepSeek-V4 tokenizer as a ``transformers``
+``scheduler_testutil.make_scheduler``), ``resume_model_dir`` (the resume-exactness modules'), ``tok`` (the DeepSeek-V4 tokenizer as a ``transformers``
 fast tokenizer), ``interpreted_kernel_tier`` (the interpreted kernel cases of
 ``test_kernels_interpreted``, run once with their launches recorded) and ``secured_fake_server``
 (a fake-model server with an API key and metrics) and ``plain_fake_server`` (one with the default
@@ -36,6 +36,16 @@ def sched_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     from scheduler_testutil import write_sched_model
 
     return write_sched_model(tmp_path_factory, seed=4)
+
+
+@pytest.fixture(scope="session")
+def resume_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The random fp32 ``sliding_first`` checkpoint (seed ``resume_testutil.RESUME_MODEL_SEED``)
+    of the two resume-exactness modules, which share it and its cold runs."""
+    from resume_testutil import RESUME_MODEL_SEED
+    from scheduler_testutil import write_sched_model
+
+    return write_sched_model(tmp_path_factory, seed=RESUME_MODEL_SEED, name="resume_model")
 
 
 @pytest.fixture(scope="session")
