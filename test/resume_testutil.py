@@ -6,13 +6,13 @@ Tolerances (greedy token ids must be equal in every format). Measured maxima are
 grid of ``test_resume_exactness.py`` and ``test_resume_exactness_configs.py`` (every cell, slow
 ones included, on a 2-core x86 CPU):
 
-* ``fp32`` KV: every logprob within ``2e-5``. The CPU forward is not batch-invariant: torch's fp32
+* ``fp32`` KV: every logprob within ``1e-4``. The CPU forward is not batch-invariant: torch's fp32
   GEMM takes another kernel below 4 rows (a 1-3-token chunk, a decode step, an MoE expert given
   1-3 of a batch's tokens), so row results differ in the last bits with the batch's shape.
   Measured: at most ``3.8e-6`` (prompt logprobs, 1- and 3-token chunks), ``1.9e-6`` on output
   logprobs, mean ``5.6e-7``.
-* ``fp8`` KV and ``fp8`` + fp4 indexer keys: prompt logprobs within ``0.1`` (``2.5e-3`` on
-  average), output logprobs within ``0.02``. The codecs are deterministic and position-independent
+* ``fp8`` KV and ``fp8`` + fp4 indexer keys: prompt logprobs within ``0.1`` (``5e-3`` on
+  average), output logprobs within ``0.05``. The codecs are deterministic and position-independent
   (an entry's bytes depend on its values only), but rounding to e4m3 / e2m1 amplifies those
   last-bit differences: a value within a few ulps of a rounding boundary lands on the neighbouring
   code (one e4m3 step is 1/16 to 1/8 of the value), every later position that reads the entry sees
@@ -30,6 +30,10 @@ ones included, on a 2-core x86 CPU):
   read through a wrong slot or page moves logprobs by ~0.1 on average and by far more at single
   positions (``test_memory_fp8_model.py``), so these bounds still tell a plumbing fault from
   rounding.
+
+The bounds leave room over the measured maxima (fp32 ~25x, quantized output / mean ~2-6x) because
+the last-bit noise, and the codes it flips, come from the CPU's GEMM kernels: another x86 ISA
+(AVX2 vs AVX-512) rounds differently.
 """
 
 from __future__ import annotations
@@ -57,11 +61,11 @@ FORMATS: dict[str, dict[str, Any]] = {
 }
 
 #: Largest allowed |prompt logprob - cold prompt logprob| per format (module docstring).
-TOL: dict[str, float] = {"fp32": 2e-5, "fp8": 0.1, "fp8_fp4": 0.1}
+TOL: dict[str, float] = {"fp32": 1e-4, "fp8": 0.1, "fp8_fp4": 0.1}
 #: Largest allowed |output logprob - cold output logprob| per format.
-OUT_TOL: dict[str, float] = {"fp32": 2e-5, "fp8": 0.02, "fp8_fp4": 0.02}
+OUT_TOL: dict[str, float] = {"fp32": 1e-4, "fp8": 0.05, "fp8_fp4": 0.05}
 #: Largest allowed mean |prompt logprob - cold prompt logprob| per format.
-MEAN_TOL: dict[str, float] = {"fp32": 2e-5, "fp8": 2.5e-3, "fp8_fp4": 2.5e-3}
+MEAN_TOL: dict[str, float] = {"fp32": 1e-4, "fp8": 5e-3, "fp8_fp4": 5e-3}
 
 
 def cells(grid: list[tuple], fast: set[tuple]) -> list:
