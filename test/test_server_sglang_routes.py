@@ -103,8 +103,9 @@ def test_separate_reasoning_route(server, text: str, parser: str, reasoning: str
 def test_parse_function_call_route(server) -> None:
     """``POST /parse_function_call``: DSML calls come back as ``calls`` with ``tool_index`` (the
     tool's place in ``tools``), ``name`` and ``parameters`` (a JSON text the client can load); the
-    text before the block is ``normal_text``. A block whose value is not valid JSON is no call: it
-    stays text, so every returned ``parameters`` loads. An unfinished block gives no call."""
+    text before the block is ``normal_text``. A block whose value is not valid JSON is no call and
+    is dropped (no DSML markup is ever returned as text), so every returned ``parameters`` loads.
+    An unfinished block gives no call."""
     url = server.url + "/parse_function_call"
     good = "Checking." + _block(
         _invoke("get_weather", ("city", "true", 'Par"is'), ("days", "false", "3")), _invoke("noop")
@@ -118,7 +119,7 @@ def test_parse_function_call_route(server) -> None:
 
     bad = "Hi." + _block(_invoke("get_weather", ("days", "false", "three")))
     out = requests.post(url, json={"text": bad, "tools": TOOLS}, timeout=30).json()
-    assert out["calls"] == [] and out["normal_text"] == bad
+    assert out["calls"] == [] and out["normal_text"] == "Hi."
 
     cut = "Hi." + _block(_invoke("get_weather", ("city", "true", "Paris")))[:-40]
     out = requests.post(url, json={"text": cut, "tools": TOOLS}, timeout=30).json()
