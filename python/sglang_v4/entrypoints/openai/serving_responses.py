@@ -346,17 +346,7 @@ class ResponsesMixin(ChatMixin):
         req: ResponsesRequest = validate_request(ResponsesRequest, await read_json_object(request))
         self._check_model(req.model)
         _check_request(req)
-        history: list[dict[str, Any]] = []
-        if req.previous_response_id is not None:
-            prev = self.responses_store.get(req.previous_response_id)
-            if prev is None:
-                raise RequestError(
-                    f"Previous response with id '{req.previous_response_id}' not found.",
-                    404,
-                    param="previous_response_id",
-                )
-            history = prev.messages
-        chat_req, messages = self._chat_request_of(req, history)
+        chat_req, messages = self._chat_request_of(req, self._previous_messages(req.previous_response_id))
         try:
             run = await self._prepare_chat(chat_req)
         except RequestError as e:
@@ -390,6 +380,23 @@ class ResponsesMixin(ChatMixin):
         out = self._read_choice(rets[0], run.plan, run.separate)
         resp = self._finished_response(job, out, rets[0].get("meta_info", {}), {})
         return JSONResponse(resp)
+
+    def _previous_messages(self, previous_response_id: str | None) -> list[dict[str, Any]]:
+        """The stored chat messages of ``previous_response_id`` (``[]`` for None).
+
+        Raises:
+            RequestError: 404 (``param="previous_response_id"``) when no stored response has it.
+        """
+        if previous_response_id is None:
+            return []
+        prev = self.responses_store.get(previous_response_id)
+        if prev is None:
+            raise RequestError(
+                f"Previous response with id '{previous_response_id}' not found.",
+                404,
+                param="previous_response_id",
+            )
+        return prev.messages
 
     def _chat_request_of(
         self, req: ResponsesRequest, history: list[dict[str, Any]]

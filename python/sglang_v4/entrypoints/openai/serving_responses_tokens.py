@@ -37,17 +37,7 @@ class ResponsesInputTokensMixin(ResponsesMixin):
         )
         self._check_model(req.model)
         _check_request(req)
-        history: list = []
-        if req.previous_response_id is not None:
-            prev = self.responses_store.get(req.previous_response_id)
-            if prev is None:
-                raise RequestError(
-                    f"Previous response with id '{req.previous_response_id}' not found.",
-                    404,
-                    param="previous_response_id",
-                )
-            history = prev.messages
-        chat_req, _ = self._chat_request_of(req, history)
+        chat_req, _ = self._chat_request_of(req, self._previous_messages(req.previous_response_id))
         try:
             plan = self._plan_chat(chat_req)
         except RequestError as e:
