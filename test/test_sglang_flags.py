@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 
 import pytest
 from sglang_v4.launch_server import main
@@ -116,6 +117,27 @@ def test_typo_is_still_rejected(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--atention-backend", "fa3", "--device", "cpu"])
     assert e.value.code == 2
     assert "unrecognized arguments: --atention-backend" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--atention-backend", "fa3"], ["--enable-lora"], ["--page-size", "64"]])
+def test_main_gives_back_the_callers_signal_handlers(argv: list[str]) -> None:
+    """``main`` called in-process and ended by a bad flag restores the SIGINT / SIGTERM handlers it
+    found (its start-up stop handler only records a signal: left installed, Ctrl+C and SIGTERM
+    would no longer stop the calling process)."""
+
+    def mine(signum: int, frame: object) -> None:  # pragma: no cover - never delivered
+        raise AssertionError(signum)
+
+    saved = {sig: signal.signal(sig, mine) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, "--device", "cpu"])
+        assert exc.value.code == 2
+        assert signal.getsignal(signal.SIGINT) is mine
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def test_engine_keywords_match_cli() -> None:

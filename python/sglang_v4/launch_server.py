@@ -16,11 +16,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_compat import warn_ignored_sglang_args, warn_unread_sglang_env
 from sglang_v4.utils import configure_logging
+
+if TYPE_CHECKING:
+    from sglang_v4.entrypoints.lifecycle import StopSignal
 
 
 def flag_error_message(parser: argparse.ArgumentParser, message: str) -> str:
@@ -118,9 +121,21 @@ def expand_config_file(argv: list[str], parser: argparse.ArgumentParser) -> list
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv``, run the server, return the process exit code."""
-    from sglang_v4.entrypoints.lifecycle import StopRequested, StopSignal
+    from sglang_v4.entrypoints.lifecycle import StopSignal
 
     stop = StopSignal().install()  # a signal from here on stops the start-up cleanly
+    try:
+        return _main(argv, stop)
+    finally:
+        # A caller in the same process (a test, a script calling main) gets its own SIGINT /
+        # SIGTERM handlers back, also when a bad flag ends main with SystemExit.
+        stop.uninstall()
+
+
+def _main(argv: list[str] | None, stop: StopSignal) -> int:
+    """:func:`main` with the start-up stop handler ``stop`` installed."""
+    from sglang_v4.entrypoints.lifecycle import StopRequested
+
     parser = OneLineErrorParser(
         prog="python -m sglang_v4.launch_server",
         description=__doc__,
