@@ -216,7 +216,10 @@ def _score(
     engine_kwargs: dict[str, Any], prompts: list[list[int]], tokens: list[list[int]]
 ) -> list[list[float]]:
     """Logprobs of ``tokens[i]`` after ``prompts[i]`` under ``Engine(**engine_kwargs)`` (teacher
-    forcing: the prompt extended by the tokens, its prompt logprobs from the first token on)."""
+    forcing: the prompt extended by the tokens, its prompt logprobs from the prompt's last token on).
+
+    SGLang's prompt-logprob shape: the entry at ``logprob_start_len`` is None for every start, so the
+    scores are read from one token before the first forced one and that None entry is dropped."""
     from sglang_v4 import Engine
 
     with real_scheduler():
@@ -226,10 +229,11 @@ def _score(
             input_ids=[p + t for p, t in zip(prompts, tokens)],
             sampling_params={**SAMPLING, "max_new_tokens": 1},
             return_logprob=True,
-            logprob_start_len=[len(p) for p in prompts],
+            logprob_start_len=[len(p) - 1 for p in prompts],
         )
-    # from logprob_start_len on: the first entry scores the first forced token (not None)
-    return [[e[0] for e in r["meta_info"]["input_token_logprobs"]] for r in res]
+    scored = [[e[0] for e in r["meta_info"]["input_token_logprobs"]] for r in res]
+    assert all(s[0] is None for s in scored)  # the entry at logprob_start_len (the prompt's last token)
+    return [s[1:] for s in scored]
 
 
 @pytest.mark.slow
