@@ -122,11 +122,9 @@ PART_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(PART_CASES))
-def test_text_parts_join_as_deepseek_converter(plain_fake_server, recipe_encoding, case: str) -> None:
-    body = PART_CASES[case]
-    want = _recipe_chat_ids(recipe_encoding, body)
-    url = plain_fake_server.url
+def _assert_server_prompt(url: str, body: dict[str, Any], want: list[int]) -> None:
+    """The server's ``/tokenize`` of the chat ``body`` (thinking off) is ``want``, and a chat
+    completion of it reports ``len(want)`` prompt tokens."""
     r = requests.post(
         url + "/tokenize", json={**body, "chat_template_kwargs": {"thinking": False}}, timeout=60
     )
@@ -139,6 +137,13 @@ def test_text_parts_join_as_deepseek_converter(plain_fake_server, recipe_encodin
     )
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["prompt_tokens"] == len(want)
+
+
+@pytest.mark.parametrize("case", sorted(PART_CASES))
+def test_text_parts_join_as_deepseek_converter(plain_fake_server, recipe_encoding, case: str) -> None:
+    body = PART_CASES[case]
+    want = _recipe_chat_ids(recipe_encoding, body)
+    _assert_server_prompt(plain_fake_server.url, body, want)
 
 
 def test_responses_input_text_parts_join_as_deepseek_converter(recipe_encoding) -> None:
@@ -230,19 +235,7 @@ def test_special_token_strings_in_request_text_are_plain_text(
 ) -> None:
     body = INJECTION_CASES[case]
     want = _recipe_chat_ids(recipe_encoding, body)
-    url = plain_fake_server.url
-    r = requests.post(
-        url + "/tokenize", json={**body, "chat_template_kwargs": {"thinking": False}}, timeout=60
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["tokens"] == want
-    r = requests.post(
-        url + "/v1/chat/completions",
-        json={**body, "model": "qa-model", "max_tokens": 1, "chat_template_kwargs": {"thinking": False}},
-        timeout=60,
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["usage"]["prompt_tokens"] == len(want)
+    _assert_server_prompt(plain_fake_server.url, body, want)
 
 
 #: The visual-grounding markup the model writes, with other control strings around it.
@@ -448,19 +441,7 @@ def test_system_messages_render_as_deepseek_encoder(
     if tools:
         body["tools"] = [_TOOL]
     want = _recipe_chat_ids(recipe_encoding, body)
-    url = plain_fake_server.url
-    r = requests.post(
-        url + "/tokenize", json={**body, "chat_template_kwargs": {"thinking": False}}, timeout=60
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["tokens"] == want
-    r = requests.post(
-        url + "/v1/chat/completions",
-        json={**body, "model": "qa-model", "max_tokens": 1, "chat_template_kwargs": {"thinking": False}},
-        timeout=60,
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["usage"]["prompt_tokens"] == len(want)
+    _assert_server_prompt(plain_fake_server.url, body, want)
 
 
 def test_responses_instructions_and_system_items_render_as_deepseek_encoder(recipe_encoding) -> None:

@@ -32,14 +32,13 @@ import re
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
+from sglang_v4.entrypoints.openai.dsml_grammar import MAX_TAG_CHARS
 from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.tool_calls import ParsedToolCall, ToolCallDelta
 from sglang_v4.entrypoints.openai.tool_parser import DsmlToolParser
 
 __all__ = ["DSML_TAG", "DsmlAnswerReader", "DsmlMarkupScrub", "scrub_dsml"]
 
-#: The longest tag (name and attributes) waited for; a longer run of attributes is cut there.
-_MAX_TAG_CHARS = 512
 #: A DSML tag, finished (``>``) or not (module docstring).
 DSML_TAG = re.compile(rf'(?:</?)?{DSML}\w*(?:(?:\s+[\w-]+="[^"<>\n]*")*\s*/?>)?')
 #: What a tag that is still being written may look like at the end of the text.
@@ -52,12 +51,12 @@ def _may_become_tag(tail: str) -> bool:
     head = tail[2:] if tail.startswith("</") else tail[1:] if tail.startswith("<") else tail
     if len(head) < len(DSML):
         return DSML.startswith(head)
-    return len(tail) <= _MAX_TAG_CHARS and _GROWING_TAG.match(tail) is not None
+    return len(tail) <= MAX_TAG_CHARS and _GROWING_TAG.match(tail) is not None
 
 
 def _growing_tag_start(text: str) -> int:
     """Where a tag that may still grow starts at the end of ``text`` (``len(text)``: none)."""
-    for i in range(max(0, len(text) - _MAX_TAG_CHARS - 2), len(text)):
+    for i in range(max(0, len(text) - MAX_TAG_CHARS - 2), len(text)):
         if text[i] in "<｜" and _may_become_tag(text[i:]):
             return i
     return len(text)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
+from sglang_v4.entrypoints.openai.dsml_grammar import partial_suffix, trailing_ws
 from sglang_v4.entrypoints.openai.tool_calls import ParsedToolCall, ToolCallDelta
 
 __all__ = ["DsmlWithheld"]
@@ -30,17 +31,8 @@ _TAG_STARTS = (f"<{DSML}", f"</{DSML}", DSML)
 def _held_tail(text: str) -> int:
     """Length of the longest suffix of ``text`` that is a proper prefix of a DSML tag start,
     with the whitespace right before it."""
-    n = 0
-    for marker in _TAG_STARTS:
-        for k in range(min(len(text), len(marker) - 1), n, -1):
-            if marker.startswith(text[-k:]):
-                n = k
-                break
-    end = len(text) - n
-    i = end
-    while i > 0 and text[i - 1].isspace():
-        i -= 1
-    return len(text) - i
+    n = max(partial_suffix(text, marker) for marker in _TAG_STARTS)
+    return n + trailing_ws(text, len(text) - n)
 
 
 @dataclass
