@@ -147,9 +147,18 @@ def test_response_shape_and_single_text_item(server: Any, hf: tuple[Any, Any]) -
     assert usage["completion_tokens"] == 0
 
 
+def test_empty_items_give_no_scores_as_sglang(server: Any) -> None:
+    """SGLang 0.5.23 answers an empty ``items`` list with empty ``scores`` (not an error)."""
+    r = post_score(server, {"query": "q", "items": [], "label_token_ids": [5], "return_token_logprobs": True})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["scores"] == [] and got["token_logprobs"] == []
+    assert got["usage"]["prompt_tokens"] == 0
+
+
 #: Bad bodies and the field each 400 must name.
 BAD_BODIES: list[tuple[dict[str, Any], str]] = [
-    ({"query": "q", "items": [], "label_token_ids": [5]}, "items"),
+    ({"query": "q", "items": [], "label_token_ids": None}, "label_token_ids"),
     ({"query": "q", "label_token_ids": [5]}, "items"),
     ({"query": "q", "items": ["a"], "label_token_ids": [129280]}, "label_token_ids"),
     ({"query": "q", "items": ["a"], "label_token_ids": [-1]}, "label_token_ids"),
@@ -241,7 +250,8 @@ def test_engine_score_and_async_score_equal_hf(default_model_dir: str, hf: tuple
             assert res.token_logprobs[i] == pytest.approx(want_lps, abs=2e-3)
 
         with pytest.raises(ValueError, match="items"):
-            engine.score(query="q", items=[], label_token_ids=[5])
+            engine.score(query="q", items=5, label_token_ids=[5])
+        assert engine.score(query="q", items=[], label_token_ids=[5]).scores == []
         with pytest.raises(ValueError, match="label_token_ids"):
             engine.score(query="q", items=["a"], label_token_ids=[10**7])
         with pytest.raises(ValueError, match="query_embed_overrides"):

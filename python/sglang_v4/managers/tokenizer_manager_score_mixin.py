@@ -19,8 +19,8 @@ tokenizer's config says, as a text ``/generate`` prompt); token-id inputs are co
 they share the query's KV pages through the prefix cache.
 
 Bad input raises :class:`ScoreRequestError` (a ``ValueError``, HTTP 400) naming the field in its
-message and ``param``; nothing is sent then. Differences from SGLang: empty ``items`` is an error
-(SGLang returns no scores); a prompt longer than the longest input is an error even with
+message and ``param``; nothing is sent then. As in SGLang, an empty ``items`` list returns no
+scores (``label_token_ids`` is still required). Differences from SGLang: a prompt longer than the longest input is an error even with
 ``--allow-auto-truncate`` (a cut prompt would score another text); the features sglang-v4 lacks
 (embedding overrides, setwise ``score_extraction_token_id``, pooled hidden states, which SGLang
 refuses for a CausalLM model too) are a 400 when set.
@@ -239,6 +239,14 @@ class TokenizerManagerScoreMixin:
             )
         if temperature != 1.0 and not apply_softmax:
             raise ScoreRequestError("temperature requires apply_softmax=True.", "temperature")
+        if items == []:
+            if label_token_ids is None:
+                raise ScoreRequestError(
+                    "label_token_ids is required for a generative model.", "label_token_ids"
+                )
+            return ScoreResult(
+                scores=[], prompt_tokens=0, token_logprobs=[] if return_token_logprobs else None
+            )
         query, item_list, text = self._score_inputs(query, items)
         labels = score_labels(label_token_ids, len(item_list), self.vocab_size)
         input_ids = await self._score_input_ids(query, item_list, text, item_first)
