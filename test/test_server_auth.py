@@ -22,6 +22,7 @@ from sglang_v4.entrypoints.anthropic import create_anthropic_router
 from sglang_v4.entrypoints.anthropic.protocol import ANTHROPIC_ROUTES
 from sglang_v4.entrypoints.http_server import create_app
 from sglang_v4.entrypoints.openai import create_openai_router
+from sglang_v4.entrypoints.openai.serving_score import create_score_router
 from sglang_v4.managers.control_struct import SchedulerReadyInfo
 from sglang_v4.server_args import ServerArgs
 
@@ -37,6 +38,7 @@ BODIES: dict[str, Any] = {
     "/v1/responses": {"input": "hi", "max_output_tokens": 2},
     "/v1/messages": {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
     "/v1/messages/count_tokens": {"model": "default", "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/score": {"query": "hi", "items": [" there"], "label_token_ids": [5, 6]},
     # the runtime-control routes get bodies they refuse (400): the sweep must not pause the shared
     # server, start a profile or reload weights
     "/pause_generation": {"mode": "not-a-mode"},
@@ -60,6 +62,7 @@ def _routes(model_dir: Path) -> list[tuple[str, str]]:
     openai_router = create_openai_router(tm, sa)
     anthropic_router = create_anthropic_router(openai_router.serving)  # type: ignore[attr-defined]
     routes = list(app.routes) + list(openai_router.routes) + list(anthropic_router.routes)
+    routes += list(create_score_router(tm, sa).routes)  # mounted next to the OpenAI router
     out = []
     for r in routes:
         path = getattr(r, "path", "")

@@ -2,7 +2,8 @@
 
 ``Engine`` starts the same processes as the server (:func:`~sglang_v4.entrypoints.launcher.
 launch_subprocesses`), runs the ``TokenizerManager`` on a private event loop in a background
-thread and exposes SGLang's ``Engine`` API (``generate``, ``async_generate``, ``flush_cache``,
+thread and exposes SGLang's ``Engine`` API (``generate``, ``async_generate``, ``score`` and
+``async_score`` (:mod:`~sglang_v4.entrypoints.engine_score_mixin`), ``flush_cache``,
 ``get_server_info``, ``get_model_info``, ``update_weights_from_disk``, ``get_weights_by_name``, ``start_profile``,
 ``stop_profile``, ``shutdown``, context manager). The launcher's names are re-exported here.
 """
@@ -22,6 +23,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from sglang_v4.entrypoints.engine_score_mixin import EngineScoreMixin
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import (
     MAKE_CHECKPOINT_HINT,
@@ -152,7 +154,7 @@ def _shutdown_at_exit(ref: weakref.ReferenceType[Engine]) -> None:
         engine.shutdown()
 
 
-class Engine:
+class Engine(EngineScoreMixin):
     """SGLang-style offline engine: the same processes as the server, without HTTP.
 
     ``Engine(model_path=None, **kwargs)``: ``kwargs`` are :class:`ServerArgs` fields

@@ -453,6 +453,9 @@ def _mount_openai(app: FastAPI, tm: TokenizerManager, server_args: ServerArgs) -
         return None
     router = create_openai_router(tm, server_args)
     app.include_router(router)
+    from sglang_v4.entrypoints.openai.serving_score import create_score_router
+
+    app.include_router(create_score_router(tm, server_args))  # POST /v1/score
     from sglang_v4.entrypoints.anthropic import create_anthropic_router
 
     app.include_router(create_anthropic_router(router.serving))  # type: ignore[attr-defined]

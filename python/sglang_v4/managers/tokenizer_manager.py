@@ -68,6 +68,7 @@ from sglang_v4.managers.tokenization import (  # noqa: F401 - re-exported
     TokenizationMixin,
 )
 from sglang_v4.managers.tokenizer_control_mixin import TokenizerControlMixin
+from sglang_v4.managers.tokenizer_manager_score_mixin import TokenizerManagerScoreMixin
 from sglang_v4.sampling.stop_checker import stop_holdback
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import get_tokenizer
@@ -116,7 +117,7 @@ class ReqState:
     reasoning: ReasoningTokenCounter | None = None
 
 
-class TokenizerManager(TokenizationMixin, TokenizerControlMixin):
+class TokenizerManager(TokenizationMixin, TokenizerControlMixin, TokenizerManagerScoreMixin):
     """Validates, tokenizes, dispatches and collects generate requests (see module docstring).
 
     Args:
