@@ -16,8 +16,11 @@ their request bodies and their answers.
 
 Field names, defaults and success answers are SGLang's (``srt/managers/io_struct.py``,
 ``srt/entrypoints/http_server.py``). SGLang fields of features this runtime lacks are accepted
-only unset (a 400 naming the field otherwise); unknown fields and wrong types are a 400 naming the
-field, in the native error shape, and change nothing. Every route but ``/get_weight_version`` is
+only unset (a 400 naming the field otherwise); wrong types and bad values are a 400 naming the
+field, in the native error shape, and change nothing. Unknown fields are ignored on the HTTP
+routes, with one warning naming them, as SGLang's request structs ignore undeclared keys
+(:func:`~sglang_v4.entrypoints.native_api.drop_unknown_fields`); the offline ``Engine``, whose
+keywords are a Python call, refuses them (``ignore_unknown=False``). Every route but ``/get_weight_version`` is
 an admin route (``--admin-api-key``; :data:`~sglang_v4.entrypoints.admission.ADMIN_ROUTES`), as
 SGLang marks them. The ``parse_*`` functions are shared with the
 offline ``Engine`` (where they raise the same :class:`RequestError`, a ``ValueError``).
@@ -33,7 +36,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from sglang_v4.entrypoints.native_api import error_body, error_response, json_response
+from sglang_v4.entrypoints.native_api import drop_unknown_fields, error_body, error_response, json_response
 from sglang_v4.managers.control_struct import ProfileReq
 from sglang_v4.managers.request_log import LOG_REQUESTS_FORMATS, LOG_REQUESTS_LEVELS
 from sglang_v4.managers.tokenizer_control_mixin import PAUSE_MODES
@@ -51,15 +54,18 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _fields(body: Any, known: set[str]) -> dict[str, Any]:
-    """``body`` as a dict (``None``: empty) with only ``known`` fields.
+def _fields(body: Any, known: set[str], ignore_unknown: bool, route: str) -> dict[str, Any]:
+    """``body`` as a dict (``None``: empty) with only ``known`` fields; with ``ignore_unknown``
+    (the HTTP routes) the others are dropped with a warning naming them and ``route``.
 
     Raises:
-        RequestError: not an object, or an unknown field (named)."""
+        RequestError: not an object, or an unknown field (named) without ``ignore_unknown``."""
     if body is None:
         return {}
     if not isinstance(body, dict):
         raise RequestError("The request body must be a JSON object.")
+    if ignore_unknown:
+        return drop_unknown_fields(body, known, route)
     unknown = sorted(set(body) - known)
     if unknown:
         raise RequestError(f"Unknown field(s) in the request: {', '.join(unknown)}.")
@@ -92,7 +98,7 @@ def _is_str(v: Any) -> bool:
     return isinstance(v, str)
 
 
-def parse_update_weights_body(body: Any) -> dict[str, Any]:
+def parse_update_weights_body(body: Any, ignore_unknown: bool = False) -> dict[str, Any]:
     """``/update_weights_from_disk``'s body -> the keywords of
     ``TokenizerManager.update_weights_from_disk``.
 
@@ -109,7 +115,7 @@ def parse_update_weights_body(body: Any) -> dict[str, Any]:
         "torch_empty_cache", "keep_pause", "recapture_cuda_graph", "token_step", "flush_cache",
         "manifest", "rid",
     }  # fmt: skip
-    b = _fields(body, known)
+    b = _fields(body, known, ignore_unknown, "/update_weights_from_disk")
     path = _typed(b, "model_path", _is_str, "a string")
     if not path:
         raise RequestError("model_path is required: the checkpoint directory to load the weights from.")
@@ -135,12 +141,12 @@ def parse_update_weights_body(body: Any) -> dict[str, Any]:
     }
 
 
-def parse_get_weights_body(body: Any) -> tuple[str, int]:
+def parse_get_weights_body(body: Any, ignore_unknown: bool = False) -> tuple[str, int]:
     """``/get_weights_by_name``'s body -> ``(name, truncate_size)`` (SGLang's default 100).
 
     Raises:
         RequestError: no ``name``, or ``truncate_size`` not an integer >= 0."""
-    b = _fields(body, {"name", "truncate_size", "rid"})
+    b = _fields(body, {"name", "truncate_size", "rid"}, ignore_unknown, "/get_weights_by_name")
     name = _typed(b, "name", _is_str, "a string")
     if not name:
         raise RequestError(
@@ -152,28 +158,30 @@ def parse_get_weights_body(body: Any) -> tuple[str, int]:
     return name, size
 
 
-def parse_pause_body(body: Any) -> str:
+def parse_pause_body(body: Any, ignore_unknown: bool = False) -> str:
     """``/pause_generation``'s body -> ``mode`` (SGLang's default ``"abort"``).
 
     Raises:
         RequestError: a mode other than abort / retract / in_place."""
-    b = _fields(body, {"mode", "rid"})
+    b = _fields(body, {"mode", "rid"}, ignore_unknown, "/pause_generation")
     mode = _typed(b, "mode", _is_str, "a string", "abort")
     if mode not in PAUSE_MODES:
         raise RequestError(f"mode must be one of {', '.join(PAUSE_MODES)}, got {mode!r}.")
     return mode
 
 
-def parse_continue_body(body: Any) -> None:
+def parse_continue_body(body: Any, ignore_unknown: bool = False) -> None:
     """``/continue_generation``'s body (``torch_empty_cache`` accepted; nothing to free here).
+    ``ignore_unknown`` (every ``parse_*`` here): drop unknown fields with a warning (the HTTP
+    routes) rather than refuse them (the ``Engine``).
 
     Raises:
-        RequestError: an unknown field or a wrong type."""
-    b = _fields(body, {"torch_empty_cache", "rid"})
+        RequestError: a wrong type, or an unknown field without ``ignore_unknown``."""
+    b = _fields(body, {"torch_empty_cache", "rid"}, ignore_unknown, "/continue_generation")
     _typed(b, "torch_empty_cache", _is_bool, "a boolean")
 
 
-def parse_profile_body(body: Any, device: str) -> ProfileReq:
+def parse_profile_body(body: Any, device: str, ignore_unknown: bool = False) -> ProfileReq:
     """``/start_profile``'s body -> a :class:`ProfileReq` with SGLang's defaults: ``output_dir``
     from ``$SGLANG_TORCH_PROFILER_DIR`` or ``/tmp``, ``activities`` CPU (and GPU on a CUDA
     server), ``with_stack`` / ``record_shapes`` on unless false.
@@ -187,7 +195,7 @@ def parse_profile_body(body: Any, device: str) -> ProfileReq:
         "record_shapes", "profile_id", "merge_profiles", "profile_prefix", "profile_stages",
         "detailed_annotations", "rid",
     }  # fmt: skip
-    b = _fields(body, known)
+    b = _fields(body, known, ignore_unknown, "/start_profile")
     _unsupported(
         b,
         (
@@ -229,7 +237,7 @@ def parse_profile_body(body: Any, device: str) -> ProfileReq:
     )
 
 
-def parse_configure_logging_body(body: Any) -> dict[str, Any]:
+def parse_configure_logging_body(body: Any, ignore_unknown: bool = False) -> dict[str, Any]:
     """``/configure_logging``'s body -> the keywords of ``TokenizerManager.configure_logging``.
 
     Raises:
@@ -241,7 +249,7 @@ def parse_configure_logging_body(body: Any) -> dict[str, Any]:
         "dump_requests_folder", "dump_requests_threshold", "crash_dump_folder",
         "dump_requests_exclude_meta_keys", "rid",
     }  # fmt: skip
-    b = _fields(body, known)
+    b = _fields(body, known, ignore_unknown, "/configure_logging")
     _unsupported(
         b,
         (
@@ -305,7 +313,7 @@ def create_control_router(get_tm: Callable[[], TokenizerManager], device: str) -
     @router.post("/update_weights_from_disk")
     async def update_weights_from_disk(request: Request) -> Response:
         try:
-            kwargs = parse_update_weights_body(await _body(request))
+            kwargs = parse_update_weights_body(await _body(request), ignore_unknown=True)
             out = await get_tm().update_weights_from_disk(**kwargs)
         except RequestError as e:
             if e.status_code != 400:
@@ -325,7 +333,7 @@ def create_control_router(get_tm: Callable[[], TokenizerManager], device: str) -
                     except ValueError:
                         raise RequestError("truncate_size must be an integer.") from None
                 body = q
-            name, size = parse_get_weights_body(body)
+            name, size = parse_get_weights_body(body, ignore_unknown=True)
             return json_response(await get_tm().get_weights_by_name(name, size))
         except RequestError as e:
             return error_response(str(e), e.status_code)
@@ -333,7 +341,7 @@ def create_control_router(get_tm: Callable[[], TokenizerManager], device: str) -
     @router.post("/pause_generation")
     async def pause_generation(request: Request) -> Response:
         try:
-            await get_tm().pause_generation(parse_pause_body(await _body(request)))
+            await get_tm().pause_generation(parse_pause_body(await _body(request), ignore_unknown=True))
         except RequestError as e:
             return error_response(str(e), e.status_code)
         return json_response({"message": "Generation paused successfully.", "status": "ok"})
@@ -341,7 +349,7 @@ def create_control_router(get_tm: Callable[[], TokenizerManager], device: str) -
     @router.post("/continue_generation")
     async def continue_generation(request: Request) -> Response:
         try:
-            parse_continue_body(await _body(request))
+            parse_continue_body(await _body(request), ignore_unknown=True)
             await get_tm().continue_generation()
         except RequestError as e:
             return error_response(str(e), e.status_code)
@@ -350,7 +358,9 @@ def create_control_router(get_tm: Callable[[], TokenizerManager], device: str) -
     @router.api_route("/start_profile", methods=["GET", "POST"])
     async def start_profile(request: Request) -> Response:
         try:
-            await get_tm().start_profile(parse_profile_body(await _body(request), device))
+            await get_tm().start_profile(
+                parse_profile_body(await _body(request), device, ignore_unknown=True)
+            )
         except RequestError as e:
             return error_response(str(e), e.status_code)
         return Response(content="Start profiling.\n", status_code=200)
@@ -366,7 +376,7 @@ def create_control_router(get_tm: Callable[[], TokenizerManager], device: str) -
     @router.api_route("/configure_logging", methods=["GET", "POST"])
     async def configure_logging(request: Request) -> Response:
         try:
-            kwargs = parse_configure_logging_body(await _body(request))
+            kwargs = parse_configure_logging_body(await _body(request), ignore_unknown=True)
             await get_tm().configure_logging(**kwargs)
         except RequestError as e:
             return error_response(str(e), e.status_code)

@@ -82,8 +82,10 @@ from sglang_v4.entrypoints.native_api import (
     error_response,
     flush_cache_within,
     json_response,
+    parse_abort_body,
     parse_flush_timeout,
     parse_generate_body,
+    request_error_response,
 )
 from sglang_v4.entrypoints.native_api import error_body as native_error_body
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
@@ -288,7 +290,7 @@ def create_app(
             agen = tm.generate_request(obj, request)
             first = await agen.__anext__()
         except RequestError as e:
-            return error_response(str(e), e.status_code)
+            return request_error_response(e)
         except StopAsyncIteration:
             return error_response("No output was produced.", 500)
         if not obj.stream:
@@ -381,13 +383,8 @@ def create_app(
             body = orjson.loads(await request.body() or b"{}")
         except orjson.JSONDecodeError as e:
             return error_response(f"Malformed JSON body: {e}")
-        if not isinstance(body, dict):
-            return error_response("The request body must be a JSON object.")
-        rid, abort_all = body.get("rid", ""), body.get("abort_all", False)
-        if not isinstance(rid, str) or not isinstance(abort_all, bool):
-            return error_response("rid must be a string and abort_all a boolean.")
         try:
-            tm_or_503().abort_request(rid=rid, abort_all=abort_all)
+            tm_or_503().abort_request(*parse_abort_body(body))
         except RequestError as e:
             return error_response(str(e), e.status_code)
         return Response(status_code=200)

@@ -2,8 +2,15 @@
 
 ``parse_generate_body`` type-checks a decoded ``/generate`` body (SGLang 0.5.x field names) and
 builds a :class:`~sglang_v4.managers.io_struct.GenerateReqInput`; SGLang fields this runtime does
-not implement are accepted only when null/false, a few routing-only fields are ignored, anything
-else is a 400. ``json_response`` / ``error_response`` write SGLang's response and error shapes.
+not implement are accepted only when null/false (a 400 naming the field otherwise), a few
+routing-only fields are ignored. Unknown top-level fields are ignored with one warning naming them
+(:func:`drop_unknown_fields`), as SGLang's handler does: it parses the body into its
+``GenerateReqInput`` dataclass, which drops keys it does not declare, so a client that sends a
+field of a later SGLang version still gets its answer. An unknown key inside ``sampling_params`` is
+refused as SGLang 0.5.23 refuses it (its JSON contract gate, ``srt/entrypoints/api_contract.py``):
+400 ``{"error": "unknown field `KEY`, expected one of ..."}`` (:class:`ContractError`,
+:func:`request_error_response`). ``json_response`` / ``error_response`` write SGLang's response
+and error shapes.
 ``flush_cache_within`` is ``/flush_cache?timeout=T`` (SGLang's deferred flush).
 The routes themselves are in :mod:`sglang_v4.entrypoints.http_server`.
 """
@@ -12,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import math
 import time
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -23,6 +32,9 @@ from sglang_v4.entrypoints.openai.protocol import error_type_for_status
 from sglang_v4.managers.control_struct import FlushCacheReqOutput
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError
+from sglang_v4.sampling.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
 
 # Top-level /generate fields: supported ones, and SGLang fields accepted only when null/false.
 _GENERATE_FIELDS = {
@@ -105,6 +117,57 @@ _IGNORED_FIELDS = {
 }
 #: SGLang ``/generate`` / ``Engine.generate`` fields that are not implemented or are ignored here.
 SGLANG_ONLY_FIELDS = frozenset(_UNSUPPORTED_IF_SET | _IGNORED_FIELDS)
+_KNOWN_GENERATE_FIELDS = frozenset(_GENERATE_FIELDS) | SGLANG_ONLY_FIELDS
+
+#: ``sampling_params`` keys of SGLang 0.5.23's contract for features this runtime lacks: accepted
+#: unset (null, false, ``[]``), a 400 naming the key otherwise.
+_SAMPLING_UNSUPPORTED_IF_SET = ("watermark", "choice")
+#: Every ``sampling_params`` key ``/generate`` accepts, in declaration order (the error lists them).
+SAMPLING_PARAMS_KEYS: tuple[str, ...] = (
+    tuple(f.name for f in dataclasses.fields(SamplingParams) if f.repr) + _SAMPLING_UNSUPPORTED_IF_SET
+)
+#: At most this many ignored field names are logged per request, each cut to this many characters.
+_MAX_LOGGED_FIELDS, _MAX_LOGGED_NAME_CHARS = 16, 64
+
+
+class ContractError(RequestError):
+    """A ``/generate`` body that SGLang 0.5.23 refuses at its JSON contract gate (an unknown
+    ``sampling_params`` key): answered 400 with SGLang's body ``{"error": message}``, the message
+    in the contract's words (serde's ``unknown field `KEY`, expected one of `A`, `B`, ...``)."""
+
+
+def drop_unknown_fields(body: dict[str, Any], known: Collection[str], route: str) -> dict[str, Any]:
+    """``body`` without the keys not in ``known``; when there are any, one warning names them
+    (at most :data:`_MAX_LOGGED_FIELDS`, each cut to :data:`_MAX_LOGGED_NAME_CHARS` characters).
+
+    SGLang's routes parse their bodies into dataclasses / msgspec structs that ignore undeclared
+    keys (FastAPI's dataclass model, ``extra_behavior="ignore"``); vLLM ignores them too and logs
+    which ones it ignored. ``route`` names the route in the warning."""
+    unknown = [k for k in body if k not in known]
+    if not unknown:
+        return body
+    names = ", ".join(repr(str(k)[:_MAX_LOGGED_NAME_CHARS]) for k in unknown[:_MAX_LOGGED_FIELDS])
+    more = f" (+{len(unknown) - _MAX_LOGGED_FIELDS} more)" if len(unknown) > _MAX_LOGGED_FIELDS else ""
+    logger.warning("%s: ignored unknown field(s) in the request: %s%s", route, names, more)
+    return {k: v for k, v in body.items() if k in known}
+
+
+def check_sampling_keys(sp: dict[str, Any]) -> dict[str, Any]:
+    """One ``sampling_params`` object of ``/generate``, its keys checked as SGLang 0.5.23 checks
+    them; returns it without the unset :data:`_SAMPLING_UNSUPPORTED_IF_SET` keys.
+
+    Raises:
+        ContractError: a key not in :data:`SAMPLING_PARAMS_KEYS` (the first one, in body order).
+        RequestError: ``watermark`` or ``choice`` set (not supported), named.
+    """
+    for k in sp:
+        if k not in SAMPLING_PARAMS_KEYS:
+            listed = ", ".join(f"`{f}`" for f in SAMPLING_PARAMS_KEYS)
+            raise ContractError(f"unknown field `{k}`, expected one of {listed}")
+    for k in _SAMPLING_UNSUPPORTED_IF_SET:
+        if not is_unset(sp.get(k)):
+            raise RequestError(f"sampling_params.{k} is not supported by sglang-v4.")
+    return {k: v for k, v in sp.items() if k not in _SAMPLING_UNSUPPORTED_IF_SET}
 
 
 #: The 400 message of the embedding and classification routes (``/encode``, ``/classify``,
@@ -137,6 +200,15 @@ def error_body(message: str, status_code: int = 400) -> dict[str, Any]:
 def error_response(message: str, status_code: int = 400) -> Response:
     """:func:`error_body` with HTTP ``status_code``."""
     return json_response(error_body(message, status_code), status_code=status_code)
+
+
+def request_error_response(e: RequestError) -> Response:
+    """The answer to a refused ``/generate``: SGLang's contract body ``{"error": message}`` for a
+    :class:`ContractError`, else :func:`error_response` (``{"error": {"message", "type",
+    "code"}}``), with the error's status."""
+    if isinstance(e, ContractError):
+        return json_response({"error": str(e)}, status_code=e.status_code)
+    return error_response(str(e), e.status_code)
 
 
 #: Seconds between two flush attempts of ``/flush_cache?timeout=T`` while the server is busy.
@@ -177,6 +249,28 @@ async def flush_cache_within(tm: Any, timeout_s: float) -> FlushCacheReqOutput:
     return ret
 
 
+#: ``/abort_request`` body fields: the two read here, and SGLang's ``AbortReq`` fields a client has
+#: no use for here (set by SGLang's own components; ignored without a warning).
+_ABORT_FIELDS = frozenset({"rid", "abort_all", "finished_reason", "abort_message", "weight_versions"})
+
+
+def parse_abort_body(body: Any) -> tuple[str, bool]:
+    """``/abort_request``'s decoded body -> ``(rid, abort_all)`` (SGLang's defaults ``""`` and
+    ``False``, also for ``null``); unknown fields are ignored (:func:`drop_unknown_fields`).
+
+    Raises:
+        RequestError: not an object, ``rid`` not a string or ``abort_all`` not a boolean (named).
+    """
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.")
+    body = drop_unknown_fields(body, _ABORT_FIELDS, "/abort_request")
+    rid = "" if body.get("rid") is None else body["rid"]  # null: the default, as SGLang's Optional
+    abort_all = False if body.get("abort_all") is None else body["abort_all"]
+    _check_type("rid", rid, isinstance(rid, str), "a string")
+    _check_type("abort_all", abort_all, isinstance(abort_all, bool), "a boolean")
+    return rid, abort_all
+
+
 def is_unset(value: Any) -> bool:
     """True for a field left unset: None, False, or a list / dict of such values (a batch's
     per-prompt ``image_data: [None, None]``)."""
@@ -199,15 +293,16 @@ def _is_int(v: Any) -> bool:
 def parse_generate_body(body: Any) -> GenerateReqInput:
     """Type-check a decoded ``/generate`` JSON body and build a :class:`GenerateReqInput`.
 
+    Unknown top-level fields are ignored (:func:`drop_unknown_fields` logs them).
+
     Raises:
-        RequestError: the body is not an object, has unknown fields, a supported field of the
-            wrong type, or an unsupported SGLang field set to a non-null value.
+        RequestError: the body is not an object, a supported field of the wrong type, or an
+            unsupported SGLang field set to a non-null value.
+        ContractError: an unknown ``sampling_params`` key (:func:`check_sampling_keys`).
     """
     if not isinstance(body, dict):
         raise RequestError("The request body must be a JSON object.")
-    unknown = sorted(k for k in body if k not in _GENERATE_FIELDS | _UNSUPPORTED_IF_SET | _IGNORED_FIELDS)
-    if unknown:
-        raise RequestError(f"Unknown field(s) in the request: {', '.join(unknown)}.")
+    body = drop_unknown_fields(body, _KNOWN_GENERATE_FIELDS, "/generate")
     for k in _UNSUPPORTED_IF_SET:
         if not is_unset(body.get(k)):
             raise RequestError(f"{k} is not supported by sglang-v4.")
@@ -235,6 +330,7 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
             isinstance(sp, dict) or (isinstance(sp, list) and all(isinstance(p, dict) for p in sp)),
             "an object or a list of objects",
         )
+        sp = check_sampling_keys(sp) if isinstance(sp, dict) else [check_sampling_keys(p) for p in sp]
     rid = body.get("rid")
     if rid is not None:
         _check_type(
