@@ -131,7 +131,7 @@ def test_sglang_route_list_is_read() -> None:
 
 
 def test_every_sglang_route_is_served_or_a_documented_json_404(server) -> None:
-    undocumented, bad = [], []
+    undocumented, stale, bad = [], [], []
     documented = documented_routes()
     for method, path in sglang_routes():
         if path in FLAG_ROUTES:
@@ -156,7 +156,10 @@ def test_every_sglang_route_is_served_or_a_documented_json_404(server) -> None:
                 bad.append(what)
         if unserved and (method, path) not in documented:
             undocumented.append((method, path))
+        if not unserved and (method, path) in documented:
+            stale.append((method, path))
     assert not bad, bad
+    assert not stale, f"routes served but listed as missing in {ROUTES_DOC.name}: {stale}"
     assert not undocumented, f"SGLang routes answered 404 but missing from {ROUTES_DOC.name}: {undocumented}"
     assert requests.get(server.url + "/health", timeout=30).status_code == 200
 
