@@ -9,7 +9,9 @@ ranges (its ``sampling_params.py``): ``temperature`` >= 0, ``top_p`` in (0, 1], 
 >= 1, ``min_p`` in [0, 1], penalties in [-2, 2], ``repetition_penalty`` in (0, 2],
 ``min_new_tokens`` in [0, max_new_tokens], ``max_new_tokens`` >= 0. Each value just outside a bound
 gets a 400 in OpenAI's error shape naming the field (``param``), each bound itself a 200; the
-native API's message names the field. Wrong JSON types are refused, not coerced (pydantic strict).
+native API's message names the field. Wrong JSON types are refused, not coerced (pydantic strict),
+except the two numbers SGLang's and vLLM's lax validation read without doubt: 0 / 1 for a boolean
+and an integral float for an integer.
 """
 
 from __future__ import annotations
@@ -94,12 +96,33 @@ def test_wrong_types_are_refused_not_coerced(tok) -> None:  # noqa: F811
         ("temperature", "0.5"),
         ("temperature", True),
         ("max_tokens", "16"),
-        ("max_tokens", 16.0),
+        ("max_tokens", 16.5),
+        ("echo", 2),
+        ("echo", "true"),
     ]:
         r = c.post("/v1/completions", json={"prompt": "x", field: v})
         assert r.status_code == 400 and r.json()["param"] == field, (field, v, r.text)
     r = c.post("/v1/chat/completions", json={"messages": CHAT_MSG, "stream": "yes"})
     assert r.status_code == 400 and r.json()["param"] == "stream"
+
+
+def test_integral_numbers_are_read_as_sglang_and_vllm_read_them(tok) -> None:  # noqa: F811
+    """SGLang and vLLM validate in pydantic's lax mode: ``"logprobs": 1`` is ``true`` and
+    ``"max_tokens": 16.0`` is 16 there. The same bodies here give the same answer as the bodies
+    written with the exact types (the oracle), on both routes and inside nested fields."""
+    c = _client(FakeTM(tok))
+    cases = [
+        ("/v1/chat/completions", {"logprobs": 1, "top_logprobs": 2.0, "max_tokens": 4.0, "n": 1.0},
+         {"logprobs": True, "top_logprobs": 2, "max_tokens": 4, "n": 1}),
+        ("/v1/chat/completions", {"stream": 0, "seed": 7.0}, {"stream": False, "seed": 7}),
+        ("/v1/completions", {"echo": 1, "logprobs": 1.0, "max_tokens": 3.0}, {"echo": True, "logprobs": 1, "max_tokens": 3}),
+    ]  # fmt: skip
+    for route, lax, exact in cases:
+        got, want = (c.post(route, json={**_body(route, "max_tokens", 3), **b}) for b in (lax, exact))
+        assert got.status_code == want.status_code == 200, (lax, got.text, want.text)
+        strip = ("id", "created")
+        g, w = ({k: v for k, v in r.json().items() if k not in strip} for r in (got, want))
+        assert g == w, (lax, g, w)
 
 
 def test_non_finite_json_numbers_are_refused(tok) -> None:  # noqa: F811

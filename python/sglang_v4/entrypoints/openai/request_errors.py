@@ -70,15 +70,63 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     return data
 
 
+def _set_at(data: Any, loc: tuple[Any, ...], value: Any) -> bool:
+    """Set ``data[loc[0]][loc[1]]...`` to ``value`` in place; False where ``loc`` is not a path
+    of plain keys and indexes in ``data`` (pydantic adds union-branch names to some paths)."""
+    for i, key in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(data, dict) and isinstance(key, str) and key in data:
+            if last:
+                data[key] = value
+                return True
+            data = data[key]
+        elif isinstance(data, list) and isinstance(key, int) and 0 <= key < len(data):
+            if last:
+                data[key] = value
+                return True
+            data = data[key]
+        else:
+            return False
+    return False
+
+
+def _lax_numbers(data: dict[str, Any], err: ValidationError) -> dict[str, Any] | None:
+    """``data`` with the numbers that SGLang's and vLLM's (lax) validation read unambiguously
+    put in the field's type: an integer 0 / 1 for a boolean (``"logprobs": 1``) and an integral
+    float for an integer (``"max_tokens": 256.0``); None when no error is of those kinds. Strings
+    and booleans are never turned into numbers (``"0.5"``, ``true`` for a temperature stay a 400)."""
+    fixed: dict[str, Any] | None = None
+    for e in err.errors():
+        x, kind = e.get("input"), e.get("type")
+        if kind == "bool_type" and type(x) is int and x in (0, 1):
+            value: Any = bool(x)
+        elif kind == "int_type" and type(x) is float and x.is_integer():
+            value = int(x)
+        else:
+            continue
+        fixed = fixed if fixed is not None else orjson.loads(orjson.dumps(data))
+        if not _set_at(fixed, tuple(e.get("loc", ())), value):
+            return None
+    return fixed
+
+
 def validate_request(cls: type[BaseModel], data: dict[str, Any]) -> Any:
-    """``data`` validated as ``cls`` in pydantic's strict mode.
+    """``data`` validated as ``cls`` in pydantic's strict mode, except that an integer 0 / 1 is
+    read as a boolean and an integral float as an integer, as SGLang and vLLM read them
+    (:func:`_lax_numbers`).
 
     Raises:
         RequestError: 400 ``"Invalid request: <field>: <why>"`` (up to five fields), ``param`` the
             first failing field, dotted (``messages.0.role``).
     """
     try:
-        return cls.model_validate(data, strict=True)
+        try:
+            return cls.model_validate(data, strict=True)
+        except ValidationError as e:
+            fixed = _lax_numbers(data, e)
+            if fixed is None:
+                raise
+            return cls.model_validate(fixed, strict=True)
     except ValidationError as e:
         errs = e.errors()
         first = errs[0] if errs else {}
