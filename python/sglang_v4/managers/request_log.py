@@ -38,6 +38,25 @@ def _cut(value: Any, level: int) -> Any:
     return value
 
 
+def _add_detail(
+    fields: dict[str, Any],
+    level: int,
+    sampling_params: dict[str, Any] | None,
+    text_key: str,
+    text: str | None,
+    ids_key: str,
+    ids: list[int],
+) -> None:
+    """Add what level ``level`` logs beyond the metadata (module docstring): from 1 the sampling
+    parameters, from 2 ``text`` (if any) and ``ids`` (cut at level 2, :func:`_cut`)."""
+    if level >= 1:
+        fields["sampling_params"] = sampling_params or {}
+    if level >= 2:
+        if text is not None:
+            fields[text_key] = _cut(text, level)
+        fields[ids_key] = _cut(list(ids), level)
+
+
 def _render(event: str, fields: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps({"event": f"request.{event}", **fields}, ensure_ascii=False, default=str)
@@ -64,12 +83,7 @@ def received_line(
         fmt: ``--log-requests-format`` (``text`` / ``json``).
     """
     fields: dict[str, Any] = {"rid": rid, "prompt_tokens": len(input_ids)}
-    if level >= 1:
-        fields["sampling_params"] = sampling_params or {}
-    if level >= 2:
-        if text is not None:
-            fields["text"] = _cut(text, level)
-        fields["input_ids"] = _cut(list(input_ids), level)
+    _add_detail(fields, level, sampling_params, "text", text, "input_ids", input_ids)
     return _render("received", fields, fmt)
 
 
@@ -98,10 +112,5 @@ def finished_line(
     for key in ("prompt_tokens", "completion_tokens", "cached_tokens", "finish_reason", "e2e_latency"):
         if key in meta:
             fields[key] = meta[key]
-    if level >= 1:
-        fields["sampling_params"] = sampling_params or {}
-    if level >= 2:
-        if output_text is not None:
-            fields["output_text"] = _cut(output_text, level)
-        fields["output_ids"] = _cut(list(output_ids), level)
+    _add_detail(fields, level, sampling_params, "output_text", output_text, "output_ids", output_ids)
     return _render("finished", fields, fmt)

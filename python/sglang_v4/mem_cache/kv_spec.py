@@ -90,12 +90,37 @@ class PageSpace(enum.StrEnum):
     REQUEST = "request"  # request slots: one per running request (req_pool_idx)
 
 
-def _slot_map(layers: tuple[int, ...]) -> dict[int, int]:
-    return {layer: i for i, layer in enumerate(layers)}
+class _LayerSlots:
+    """The layer -> storage-slot map of a frozen spec dataclass with a ``layers`` tuple, a ``kind``
+    and an ``init=False`` ``_slots`` field: layer ``layers[i]`` is slot ``i``."""
+
+    layers: tuple[int, ...]
+    kind: KVKind
+    _slots: dict[int, int]
+    _slot_owner: str = "KV"  # what a layer without a slot lacks, for the error message
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_slots", {layer: i for i, layer in enumerate(self.layers)})
+
+    @property
+    def num_layers(self) -> int:
+        """Layers that hold this spec's storage."""
+        return len(self.layers)
+
+    def layer_slot(self, layer: int) -> int:
+        """Slot of model layer ``layer`` in this spec's storage.
+
+        Raises:
+            ValueError: if the layer has none (``"layer 3 has no hca KV"``).
+        """
+        try:
+            return self._slots[layer]
+        except KeyError:
+            raise ValueError(f"layer {layer} has no {self.kind.value} {self._slot_owner}") from None
 
 
 @dataclass(frozen=True)
-class KVCacheSpec:
+class KVCacheSpec(_LayerSlots):
     """Page geometry of one KV kind (vLLM calls this a ``KVCacheSpec``; SGLang's
     ``DeepSeekV4TokenToKVPool`` has the same four pools).
 
@@ -126,14 +151,6 @@ class KVCacheSpec:
     page_bytes: int
     _slots: dict[int, int] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_slots", _slot_map(self.layers))
-
-    @property
-    def num_layers(self) -> int:
-        """Layers that hold this kind."""
-        return len(self.layers)
-
     @property
     def row_bytes(self) -> int:
         """Bytes of one entry."""
@@ -158,17 +175,6 @@ class KVCacheSpec:
     def padding_per_unit(self) -> int:
         """Padding bytes of this kind per block / window page, all its layers."""
         return self.num_layers * self.pages_per_unit * self.padding_per_page
-
-    def layer_slot(self, layer: int) -> int:
-        """Slot of model layer ``layer`` in this kind's storage.
-
-        Raises:
-            ValueError: if the layer does not have this kind.
-        """
-        try:
-            return self._slots[layer]
-        except KeyError:
-            raise ValueError(f"layer {layer} has no {self.kind.value} KV") from None
 
     def allocate(
         self, num_pages: int, device: torch.device | str = "cpu", padded: bool = True
@@ -216,7 +222,7 @@ class KVCacheSpec:
 
 
 @dataclass(frozen=True)
-class CompressorStateSpec:
+class CompressorStateSpec(_LayerSlots):
     """fp32 state of one compressor (paper §2.3; the compressor writes the entries of ``kind``).
 
     Per request slot and layer: the partial window (``ratio`` rows of projected kv and gate score,
@@ -239,14 +245,7 @@ class CompressorStateSpec:
     dim: int
     overlap: bool
     _slots: dict[int, int] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_slots", _slot_map(self.layers))
-
-    @property
-    def num_layers(self) -> int:
-        """Layers that hold this compressor state."""
-        return len(self.layers)
+    _slot_owner = "compressor"
 
     @property
     def space(self) -> PageSpace:
@@ -268,17 +267,6 @@ class CompressorStateSpec:
     def snapshot_bytes(self) -> int:
         """fp32 bytes of the overlap snapshot stored per window page, all layers (0 without overlap)."""
         return self.num_layers * 2 * self.ratio * self.dim * STATE_ELEM_BYTES if self.overlap else 0
-
-    def layer_slot(self, layer: int) -> int:
-        """Slot of model layer ``layer`` in this state's tensors.
-
-        Raises:
-            ValueError: if the layer does not have this compressor.
-        """
-        try:
-            return self._slots[layer]
-        except KeyError:
-            raise ValueError(f"layer {layer} has no {self.kind.value} compressor") from None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable fields (layers as a count)."""

@@ -81,15 +81,54 @@ _LAYER_MODULES: list[tuple[str, str]] = [
     ("mlp.shared_experts.up_proj", "ffn.shared_experts.w3"),
 ]
 
-_TOP_H2O = dict(_TOP_LEVEL)
-_TOP_O2H = {o: h for h, o in _TOP_LEVEL}
-_PARAM_H2O = dict(_LAYER_PARAMS)
-_PARAM_O2H = {o: h for h, o in _LAYER_PARAMS}
-_MOD_H2O = dict(_LAYER_MODULES)
-_MOD_O2H = {o: h for h, o in _LAYER_MODULES}
 
-_HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
-_OFF_LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
+@dataclass(frozen=True)
+class _Renames:
+    """One direction of the tables above: whole-name renames (``top``), then, for a name matching
+    ``layer`` (groups: layer index, layer-local name), full layer-local parameters (``params``)
+    and modules followed by a leaf (``modules``), written under ``prefix`` + the layer index."""
+
+    top: dict[str, str]
+    layer: re.Pattern[str]
+    params: dict[str, str]
+    modules: dict[str, str]
+    prefix: str
+
+    def __call__(self, name: str) -> str | None:
+        if name in self.top:
+            return self.top[name]
+        m = self.layer.match(name)
+        if m is None:
+            return None
+        layer, local = m.group(1), m.group(2)
+        if local in self.params:
+            return f"{self.prefix}{layer}.{self.params[local]}"
+        if "." in local:
+            mod, leaf = local.rsplit(".", 1)
+            if mod in self.modules:
+                return f"{self.prefix}{layer}.{self.modules[mod]}.{leaf}"
+        return None
+
+
+def _inverse(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    return {o: h for h, o in pairs}
+
+
+_HF_TO_OFFICIAL = _Renames(
+    dict(_TOP_LEVEL),
+    re.compile(r"^model\.layers\.(\d+)\.(.+)$"),
+    dict(_LAYER_PARAMS),
+    dict(_LAYER_MODULES),
+    "layers.",
+)
+_OFFICIAL_TO_HF = _Renames(
+    _inverse(_TOP_LEVEL),
+    re.compile(r"^layers\.(\d+)\.(.+)$"),
+    _inverse(_LAYER_PARAMS),
+    _inverse(_LAYER_MODULES),
+    "model.layers.",
+)
+
 _OFF_EXPERT = re.compile(r"^layers\.(\d+)\.ffn\.experts\.(\d+)\.(w[123])\.(weight|scale|weight_scale_inv)$")
 
 #: Official routed-expert projection -> (HF packed parameter, which half of gate_up; None for down).
@@ -119,13 +158,6 @@ def parse_official_expert(name: str) -> ExpertPart | None:
     return ExpertPart(int(m.group(1)), int(m.group(2)), m.group(3), m.group(4))
 
 
-def _split_leaf(local: str) -> tuple[str, str] | None:
-    if "." not in local:
-        return None
-    mod, leaf = local.rsplit(".", 1)
-    return mod, leaf
-
-
 def official_to_hf(name: str) -> str | None:
     """HF name of a (non-expert) official tensor, or ``None`` if the name is not a known one.
 
@@ -133,18 +165,7 @@ def official_to_hf(name: str) -> str | None:
     ``model.layers.0.self_attn.q_a_proj.scale``. Routed experts (``ffn.experts.E.wK``) are not
     handled here (see :func:`parse_official_expert`).
     """
-    if name in _TOP_O2H:
-        return _TOP_O2H[name]
-    m = _OFF_LAYER.match(name)
-    if m is None:
-        return None
-    layer, local = m.group(1), m.group(2)
-    if local in _PARAM_O2H:
-        return f"model.layers.{layer}.{_PARAM_O2H[local]}"
-    split = _split_leaf(local)
-    if split is not None and split[0] in _MOD_O2H:
-        return f"model.layers.{layer}.{_MOD_O2H[split[0]]}.{split[1]}"
-    return None
+    return _OFFICIAL_TO_HF(name)
 
 
 def hf_to_official(name: str) -> str | None:
@@ -153,18 +174,7 @@ def hf_to_official(name: str) -> str | None:
     Packed routed experts (``mlp.experts.gate_up_proj`` / ``down_proj``) have no single official
     name and give ``None``; the checkpoint writer splits them per expert.
     """
-    if name in _TOP_H2O:
-        return _TOP_H2O[name]
-    m = _HF_LAYER.match(name)
-    if m is None:
-        return None
-    layer, local = m.group(1), m.group(2)
-    if local in _PARAM_H2O:
-        return f"layers.{layer}.{_PARAM_H2O[local]}"
-    split = _split_leaf(local)
-    if split is not None and split[0] in _MOD_H2O:
-        return f"layers.{layer}.{_MOD_H2O[split[0]]}.{split[1]}"
-    return None
+    return _HF_TO_OFFICIAL(name)
 
 
 def official_expert_name(layer: int, expert: int, proj: str, leaf: str = "weight") -> str:

@@ -38,7 +38,7 @@ message starts with the field as the client sent it, dotted as Anthropic's API w
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sglang_v4.entrypoints.anthropic.protocol import CountTokensRequest, MessagesRequest
@@ -81,18 +81,39 @@ def anthropic_field_error(e: RequestError) -> RequestError:
     return RequestError(msg, e.status, e.err_type, param)
 
 
-def _texts(blocks: Sequence[Any], field: str, what: str) -> str:
-    """The text of ``text`` blocks (joined by :data:`BLOCK_SEPARATOR`); another block is a 400."""
-    out = []
+def _content_blocks(blocks: Sequence[Any], field: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``(where, block)`` for each block of the content list ``field`` (``where``: the block's
+    dotted field, ``messages.2.content.0``), checked in order.
+
+    Raises:
+        RequestError: 400 naming the first entry that is not an object.
+    """
     for j, b in enumerate(blocks):
         where = f"{field}.{j}"
         if not isinstance(b, Mapping):
             raise _error(where, "must be a content block object.")
+        yield where, b
+
+
+def _block_str(block: Mapping[str, Any], key: str, where: str, non_empty: bool = False) -> str:
+    """``block[key]``, which must be a string (``non_empty``: and not ``""``).
+
+    Raises:
+        RequestError: 400 naming ``{where}.{key}``.
+    """
+    value = block.get(key)
+    if not isinstance(value, str) or (non_empty and not value):
+        raise _error(f"{where}.{key}", "must be a non-empty string." if non_empty else "must be a string.")
+    return value
+
+
+def _texts(blocks: Sequence[Any], field: str, what: str) -> str:
+    """The text of ``text`` blocks (joined by :data:`BLOCK_SEPARATOR`); another block is a 400."""
+    out = []
+    for where, b in _content_blocks(blocks, field):
         if b.get("type") != "text":
             raise _error(f"{where}.type", f"{what} takes text blocks only; got {b.get('type')!r}.")
-        if not isinstance(b.get("text"), str):
-            raise _error(f"{where}.text", "must be a string.")
-        out.append(b["text"])
+        out.append(_block_str(b, "text", where))
     return BLOCK_SEPARATOR.join(out)
 
 
@@ -125,26 +146,18 @@ def _unsupported_block(kind: Any, field: str, role: str) -> RequestError:
 
 def _assistant_message(blocks: Sequence[Any], field: str) -> dict[str, Any]:
     texts, thinking, calls = [], [], []
-    for j, b in enumerate(blocks):
-        where = f"{field}.{j}"
-        if not isinstance(b, Mapping):
-            raise _error(where, "must be a content block object.")
+    for where, b in _content_blocks(blocks, field):
         kind = b.get("type")
         if kind == "text":
-            if not isinstance(b.get("text"), str):
-                raise _error(f"{where}.text", "must be a string.")
-            texts.append(b["text"])
+            texts.append(_block_str(b, "text", where))
         elif kind == "thinking":
-            if not isinstance(b.get("thinking"), str):
-                raise _error(f"{where}.thinking", "must be a string.")
-            thinking.append(b["thinking"])
+            thinking.append(_block_str(b, "thinking", where))
         elif kind == "redacted_thinking":
             continue
         elif kind == "tool_use":
-            call_id, name, args = b.get("id"), b.get("name"), b.get("input", {})
-            for key, value in (("id", call_id), ("name", name)):
-                if not isinstance(value, str) or not value:
-                    raise _error(f"{where}.{key}", "must be a non-empty string.")
+            call_id = _block_str(b, "id", where, non_empty=True)
+            name = _block_str(b, "name", where, non_empty=True)
+            args = b.get("input", {})
             if not isinstance(args, Mapping):
                 raise _error(f"{where}.input", "must be a JSON object.")
             fn = {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
@@ -168,19 +181,12 @@ def _user_messages(blocks: Sequence[Any], field: str, answerable: set[str]) -> l
             out.append({"role": "user", "content": BLOCK_SEPARATOR.join(texts)})
             texts.clear()
 
-    for j, b in enumerate(blocks):
-        where = f"{field}.{j}"
-        if not isinstance(b, Mapping):
-            raise _error(where, "must be a content block object.")
+    for where, b in _content_blocks(blocks, field):
         kind = b.get("type")
         if kind == "text":
-            if not isinstance(b.get("text"), str):
-                raise _error(f"{where}.text", "must be a string.")
-            texts.append(b["text"])
+            texts.append(_block_str(b, "text", where))
         elif kind == "tool_result":
-            call_id = b.get("tool_use_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _error(f"{where}.tool_use_id", "must be a non-empty string.")
+            call_id = _block_str(b, "tool_use_id", where, non_empty=True)
             if call_id not in answerable:
                 raise _error(
                     f"{where}.tool_use_id",

@@ -48,6 +48,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     SKIP_TOKENIZER_OPENAI_MSG,
     RequestError,
     _abort_error,
+    _engine_outputs,
     grammar_error_for,
     read_json_object,
     validate_request,
@@ -233,9 +234,7 @@ class AnthropicServing:
             for ev in events.start():
                 yield ev
             try:
-                item: Any = first
-                it = gen.__aiter__()
-                while True:
+                async for item in _engine_outputs(gen, first):
                     ret = item[0] if isinstance(item, list) else item
                     abort = _abort_error(ret.get("meta_info", {}))
                     if abort is not None:
@@ -246,10 +245,6 @@ class AnthropicServing:
                         yield ev
                     if done:
                         return
-                    try:
-                        item = await it.__anext__()
-                    except StopAsyncIteration:
-                        break
                 yield error_event("The generation ended without a finish reason.", 500)
             except ValueError as e:
                 yield error_event(str(e), int(getattr(e, "status_code", 400) or 400))

@@ -101,6 +101,20 @@ def _sse_error(message: str, err_type: str | None, status: int) -> bytes:
     return _sse({"error": {"object": "error", "message": message, "type": et, "param": None, "code": status}})
 
 
+async def _engine_outputs(gen: AsyncIterator[Any], first: Any) -> AsyncIterator[Any]:
+    """The outputs of a started generation (:meth:`OpenAIServingBase._run_stream`): ``first``, the
+    one already read, then the rest of ``gen``. Each is one response dict (``text``,
+    ``output_ids``, ``meta_info``; cumulative) or, for a request of several choices, a list of
+    them. Closing ``gen`` (which aborts an unfinished request) stays with the caller.
+
+    Raises:
+        ValueError: what ``gen`` raises (a scheduler-side error after the first output).
+    """
+    yield first
+    async for item in gen:
+        yield item
+
+
 def _encode_ids(tokenizer: Any, text: str) -> list[int]:
     enc = tokenizer.encode(text, add_special_tokens=False)
     return list(getattr(enc, "ids", enc))
@@ -393,6 +407,17 @@ class OpenAIServingBase:
             cached = sum(int(m.get("cached_tokens", 0) or 0) for m in metas[:: max(n, 1)])
             usage.prompt_tokens_details = PromptTokensDetails(cached_tokens=cached)
         return usage
+
+    def _stream_usage(self, req: Any) -> tuple[bool, bool]:
+        """``(include_usage, continuous)`` of a streamed chat or completions request (``req``: its
+        parsed body): a final usage chunk when ``stream_options.include_usage`` asks for it or
+        the server sends one by default (SGLang's ``--stream-response-default-include-usage``);
+        usage on every chunk with ``stream_options.continuous_usage_stats`` (vLLM's field)."""
+        opts = req.stream_options
+        include = bool(opts and opts.include_usage) or bool(
+            getattr(self.args, "stream_response_default_include_usage", False)
+        )
+        return include, bool(opts and opts.continuous_usage_stats)
 
     async def _encode_prompt(
         self,

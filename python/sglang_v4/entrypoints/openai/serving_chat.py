@@ -95,6 +95,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     MAX_TOP_LOGPROBS,
     RequestError,
     _abort_error,
+    _engine_outputs,
     _finish,
     _lp_entry,
     _sse,
@@ -368,10 +369,7 @@ class ChatMixin(ChatPrepareMixin):
         gen, first = await self._run_stream(obj, raw)
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        include_usage = bool(req.stream_options and req.stream_options.include_usage) or bool(
-            getattr(self.args, "stream_response_default_include_usage", False)  # SGLang's server default
-        )
-        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
+        include_usage, continuous = self._stream_usage(req)
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
 
         def chunk(idx: int, delta: DeltaMessage, meta: dict[str, Any] | None = None, **kw: Any) -> bytes:
@@ -398,9 +396,7 @@ class ChatMixin(ChatPrepareMixin):
             finals: dict[int, dict[str, Any]] = {}
             reasoning_tokens: dict[int, int] = {}
             try:
-                item: Any = first
-                it = gen.__aiter__()
-                while True:
+                async for item in _engine_outputs(gen, first):
                     for ret in item if isinstance(item, list) else [item]:
                         idx = int(ret.get("index", 0))
                         meta = ret.get("meta_info", {})
@@ -447,10 +443,6 @@ class ChatMixin(ChatPrepareMixin):
                                 finish_reason=fr,
                                 matched_stop=plan.matched_stop(matched, req.stop_token_ids),
                             )
-                    try:
-                        item = await it.__anext__()
-                    except StopAsyncIteration:
-                        break
                 if include_usage:
                     order = sorted(finals)
                     rets = [finals[i] for i in order]

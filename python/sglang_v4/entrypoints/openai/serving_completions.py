@@ -32,6 +32,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     OpenAIServingBase,
     RequestError,
     _abort_error,
+    _engine_outputs,
     _finish,
     _lp_entry,
     _sse,
@@ -234,10 +235,7 @@ class CompletionsMixin(OpenAIServingBase):
         gen, first = await self._run_stream(obj, raw)
         rid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        include_usage = bool(req.stream_options and req.stream_options.include_usage) or bool(
-            getattr(self.args, "stream_response_default_include_usage", False)  # SGLang's server default
-        )
-        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
+        include_usage, continuous = self._stream_usage(req)
 
         async def stream() -> AsyncIterator[bytes]:
             sent_text: dict[int, int] = {}
@@ -245,9 +243,7 @@ class CompletionsMixin(OpenAIServingBase):
             sent_ids: dict[int, int] = {}  # generated ids sent (return_token_ids)
             finals: dict[int, dict[str, Any]] = {}
             try:
-                item: Any = first
-                it = gen.__aiter__()
-                while True:
+                async for item in _engine_outputs(gen, first):
                     for ret in item if isinstance(item, list) else [item]:
                         idx = int(ret.get("index", 0))
                         meta = ret.get("meta_info", {})
@@ -312,10 +308,6 @@ class CompletionsMixin(OpenAIServingBase):
                             usage=self._usage([ret], 1) if continuous else None,
                         )
                         yield _sse(chunk)
-                    try:
-                        item = await it.__anext__()
-                    except StopAsyncIteration:
-                        break
                 if include_usage:
                     rets = [finals[i] for i in sorted(finals)]
                     yield _sse(

@@ -78,6 +78,7 @@ from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
     _abort_error,
+    _engine_outputs,
     error_response,
     grammar_error_for,
     read_json_object,
@@ -514,9 +515,7 @@ class ResponsesMixin(ChatMixin):
             yield w.event("response.created", response=base)
             yield w.event("response.in_progress", response=base)
             try:
-                item: Any = first
-                it = gen.__aiter__()
-                while True:
+                async for item in _engine_outputs(gen, first):
                     ret = item[0] if isinstance(item, list) else item
                     abort = _abort_error(ret.get("meta_info", {}))
                     if abort is not None:
@@ -527,10 +526,6 @@ class ResponsesMixin(ChatMixin):
                         yield ev
                     if read.done:
                         return
-                    try:
-                        item = await it.__anext__()
-                    except StopAsyncIteration:
-                        break
                 for ev in self._failed(w, job, "The generation ended without a finish reason.", 500):
                     yield ev
             except ValueError as e:
