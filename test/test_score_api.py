@@ -179,7 +179,7 @@ BAD_BODIES: list[tuple[dict[str, Any], str]] = [
     ({"query": "q", "items": ["a"], "label_token_ids": [5], "temperature": 0}, "temperature"),
     ({"query": "q", "items": ["a"], "label_token_ids": [5], "temperature": 2.0}, "temperature"),
     ({"query": "q", "items": ["a"], "label_token_ids": [5], "apply_softmax": "yes"}, "apply_softmax"),
-    ({"query": "q", "items": ["a"], "label_token_ids": [5], "item_first": 1}, "item_first"),
+    ({"query": "q", "items": ["a"], "label_token_ids": [5], "item_first": 2}, "item_first"),
     ({"query": "q", "items": ["a"], "label_token_ids": [5], "score_extraction_token": "<x>"}, "score_extraction_token"),
     ({"query": "q", "items": ["a"], "label_token_ids": [5], "return_pooled_hidden_states": True}, "return_pooled_hidden_states"),
     ({"query": [1], "items": [[1]], "label_token_ids": [5], "embed_override_token_id": 7}, "embed_override_token_id"),
