@@ -329,7 +329,11 @@ def _chat_loop(server: ServerHandle, thinking: bool, stream: bool, n_turns: int)
     return turns
 
 
-@pytest.mark.parametrize("thinking,stream", [(False, False), (True, True)], ids=["chat", "thinking-stream"])
+@pytest.mark.parametrize(
+    "thinking,stream",
+    [pytest.param(False, False, marks=pytest.mark.slow), (True, True)],
+    ids=["chat", "thinking-stream"],
+)
 def test_chat_completions_tool_loop(server: ServerHandle, tok: Any, thinking: bool, stream: bool) -> None:
     check_loop(tok, _chat_loop(server, thinking, stream, 7), "reasoning" if thinking else "content")
 
@@ -369,7 +373,11 @@ def _anthropic_tools() -> list[dict[str, Any]]:
     return [{"name": fn["name"], "description": fn["description"], "input_schema": fn["parameters"]}]
 
 
-@pytest.mark.parametrize("thinking,stream", [(True, True), (False, False)], ids=["thinking-stream", "chat"])
+@pytest.mark.parametrize(
+    "thinking,stream",
+    [(True, True), pytest.param(False, False, marks=pytest.mark.slow)],
+    ids=["thinking-stream", "chat"],
+)
 def test_anthropic_messages_tool_loop(server: ServerHandle, tok: Any, thinking: bool, stream: bool) -> None:
     """Claude-Code style: the assistant content blocks (thinking, text, tool_use) echoed as
     returned, the tool results as ``tool_result`` blocks of the next user message."""
@@ -414,7 +422,7 @@ def test_anthropic_messages_tool_loop(server: ServerHandle, tok: Any, thinking: 
 
 @pytest.mark.parametrize(
     "thinking,stream,chained",
-    [(False, True, True), (True, False, False)],
+    [(False, True, True), pytest.param(True, False, False, marks=pytest.mark.slow)],
     ids=["previous_response_id-stream", "thinking-echoed"],
 )
 def test_responses_tool_loop(
