@@ -249,9 +249,10 @@ def test_reasoning_implicit_end_at_a_tool_block_every_split() -> None:
         ("Need f.</think>" + block, ("Need f.", block.lstrip())),
         ("Need f." + block + "\n</think>", ("Need f.", block)),
         ("Need f." + block + "\n</think>\n", ("Need f.", block + "\n")),
-        ("Need f. \n" + block + " </thin", ("Need f.", " \n" + block + " </thin")),
+        # only the newlines in front of the block are its separator: the space is reasoning text
+        ("Need f. \n" + block + " </thin", ("Need f. ", "\n" + block + " </thin")),
         ("Need f." + block + "\nDone </think>", ("Need f.", block + "\nDone </think>")),
-        ("Need f. </think> x", ("Need f. ", "x")),
+        ("Need f. </think> x", ("Need f. ", " x")),  # newlines after </think> go, a space stays
         ("Need f. \n", ("Need f. \n", "")),
     ):
         assert split_reasoning(text, (start,)) == want

@@ -275,7 +275,7 @@ def raw_script(client: openai.OpenAI, tok) -> str:
 def _oracle(raw: str, stops: list[str]) -> tuple[str, str]:
     reasoning, _, answer = raw.partition("</think>")
     cut = min([answer.find(s) for s in stops if s in answer], default=len(answer))
-    return reasoning, answer[:cut].lstrip()
+    return reasoning, answer[:cut].lstrip("\n")  # the newlines after </think> are dropped
 
 
 def _chat_both(client: openai.OpenAI, **kw) -> tuple[dict, dict]:
@@ -338,7 +338,7 @@ def test_stop_strings_apply_to_the_answer_only(client: openai.OpenAI, tok, raw_s
 
 def test_stop_variants_with_reasoning(client: openai.OpenAI, tok, raw_script: str) -> None:
     reasoning, _, answer = raw_script.partition("</think>")
-    answer = answer.lstrip()
+    answer = answer.lstrip("\n")
     n_reason = tok.encode(raw_script, add_special_tokens=False).index(THINK_END_ID) + 1
     cases = [
         # keep the stop string: SGLang's and vLLM's names

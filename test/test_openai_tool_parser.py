@@ -51,7 +51,7 @@ GOOD = [
                 ("meta", "false", '{"x": 1.5, "y": "</"}'),
             ),
         ),
-        "Let me check both.",
+        "Let me check both.  ",  # the newlines are the separator; the spaces are text (recipe)
         [
             ("get_weather", {"city": '東京 "centre"\n\\ <b>'}),
             (
@@ -121,9 +121,10 @@ BAD = [
     "\n\n" + invoke("launch_missiles", ("x", "true", "1")),  # bare, not one of the request's tools
     "See " + invoke("get_weather", ("days", "false", "three")) + " here",  # bare, not JSON
 ]
-#: The content of each BAD text: the text around the dropped block, the whitespace next to the
-#: block going with it (as for a well-formed block).
-BAD_CONTENT = [""] * (len(BAD) - 1) + ["Seehere"]
+#: The content of each BAD text: the text around the dropped block, the newlines in front of the
+#: block going with it (as for a well-formed block; a space there is text), the whitespace after it
+#: dropped.
+BAD_CONTENT = [""] * (len(BAD) - 1) + ["See here"]
 
 
 @cache
@@ -315,11 +316,11 @@ def cut_oracle(text: str, k: int, expected: list) -> tuple[str, list[tuple[str, 
     hand-written text: ``(content, [(name, arguments, partial)], complete, cut inside a block)``. A call exists once
     its invoke tag is complete; its arguments are the full JSON text once its invoke is closed,
     else (partial) a prefix of it, checked by the caller. Content is the text outside blocks (the
-    whitespace before a block dropped, text after one left-stripped), up to the cut; a cut inside a
-    block (its first ``"<"`` included) ends the content before the block's whitespace."""
+    newlines before a block dropped, text after one left-stripped), up to the cut; a cut inside a
+    block (its first ``"<"`` included) ends the content before the block's newlines."""
     starts = [m.start() for m in re.finditer(f"<{D}tool_calls>", text)]
     ends = [m.end() for m in re.finditer(f"</{D}tool_calls>", text)]
-    blocks = [(lt - (len(text[:lt]) - len(text[:lt].rstrip())), lt, end) for lt, end in zip(starts, ends)]
+    blocks = [(lt - (len(text[:lt]) - len(text[:lt].rstrip("\n"))), lt, end) for lt, end in zip(starts, ends)]
     tags = [m.end() for m in re.finditer(f'<{D}invoke name="[^"]*">', text)]
     closes = [m.end() for m in re.finditer(f"</{D}invoke>", text)]
     full = [json.dumps(args, ensure_ascii=False) for _, args in expected]
@@ -395,17 +396,18 @@ def test_cut_calls_hand_checked() -> None:
         content, calls, complete = parse_tool_calls(text[:k], TOOLS)
         return content, [(c.name, c.arguments, c.partial) for c in calls], complete
 
-    assert at(f"<{D}invoke") == ("Let me check both.", [], False)  # name unknown yet: no call
-    assert at('name="get_weather"') == ("Let me check both.", [], False)
-    assert at('name="get_weather">') == ("Let me check both.", [("get_weather", "", True)], False)
-    assert at("東京") == ("Let me check both.", [("get_weather", '{"city": "東京', True)], False)
+    assert at(f"<{D}invoke") == ("Let me check both.  ", [], False)  # name unknown yet: no call
+    assert at('name="get_weather"') == ("Let me check both.  ", [], False)
+    assert at('name="get_weather">') == ("Let me check both.  ", [("get_weather", "", True)], False)
+    assert at("東京") == ("Let me check both.  ", [("get_weather", '{"city": "東京', True)], False)
     head = '{"city": ' + json.dumps(city[: city.index("<")], ensure_ascii=False)[:-1]
-    assert at("\\ <") == ("Let me check both.", [("get_weather", head, True)], False)
-    assert at("\\ <b>") == ("Let me check both.", [("get_weather", head + "<b>", True)], False)
+    assert at("\\ <") == ("Let me check both.  ", [("get_weather", head, True)], False)
+    assert at("\\ <b>") == ("Let me check both.  ", [("get_weather", head + "<b>", True)], False)
     first = ("get_weather", json.dumps({"city": city}, ensure_ascii=False), False)
     assert at(f"</{D}invoke>")[1] == [first]
     assert at('"pax" string="false">', 2)[1] == [first, ("book", '{"to": "Lima", "pax": 2', True)]
-    # the output ends with the first characters of a block start: dropped with the whitespace
+    # the output ends with the first characters of a block start: dropped with the newlines
+    # before it (the separator), the spaces before those are text
     for tail in ("<", f"<{D}", f"<{D}tool_calls"):
-        assert parse_tool_calls("Sure.  \n\n" + tail, TOOLS) == ("Sure.", [], False)
+        assert parse_tool_calls("Sure.  \n\n" + tail, TOOLS) == ("Sure.  ", [], False)
     assert parse_tool_calls("Sure.  \n", TOOLS) == ("Sure.  \n", [], False)

@@ -156,9 +156,9 @@ def test_cut_by_max_tokens_at_every_character(tok: PreTrainedTokenizerFast) -> N
             if k < end:  # an unfinished DSML tag (the token written) is not reasoning text
                 assert (ns["reasoning"], ns["content"]) == (_without_dsml_tail(text[:k]), ""), k
             else:
-                answer = text[content_from : min(k, ws_at + 2)].lstrip()
-                if k > ws_at + 2:  # a block start was begun: it and the whitespace before are dropped
-                    answer = answer.rstrip()
+                answer = text[content_from : min(k, ws_at + 2)].lstrip("\n")
+                if k > ws_at + 2:  # a block start was begun: it and the newlines before are dropped
+                    answer = answer.rstrip("\n")
                 assert (ns["reasoning"], ns["content"]) == (text[:reasoning_end], answer), k
             _check_calls(ns["calls"], text, k)
 
@@ -191,7 +191,8 @@ def test_stopped_while_reasoning_at_every_character(
         assert ns["finish"] == s["finish"] == ("tool_calls" if k >= closed_at else "stop"), k
         if k < end:
             if k == lt + 1 or k > start_at:  # ends with the first characters of a block start
-                answer = text[: lt if k == lt + 1 else ws_at].rstrip()
+                # dropped with the newlines before it (the separator); a space there is text
+                answer = text[: lt if k == lt + 1 else ws_at].rstrip("\n")
             else:
                 answer = text[:k]
             assert (ns["reasoning"], ns["content"]) == ("", answer), k

@@ -21,6 +21,7 @@ __all__ = [
     "json_value",
     "partial_suffix",
     "reject_constant",
+    "trailing_newlines",
     "trailing_ws",
 ]
 
@@ -53,6 +54,19 @@ def trailing_ws(text: str, end: int) -> int:
     """Number of whitespace characters right before position ``end``."""
     i = end
     while i > 0 and text[i - 1].isspace():
+        i -= 1
+    return end - i
+
+
+def trailing_newlines(text: str, end: int) -> int:
+    """Number of ``"\\n"`` characters right before position ``end``: the separator in front of a
+    DSML block. DeepSeek's encoder writes ``"\\n\\n"`` there and its response parser
+    (``deepseek-recipe``) trims the newlines in front of a block, and only them: a space or tab the
+    model wrote before them is text of the answer, which the next turn's prompt renders back in
+    place (trimmed, the prompt would diverge from the generated tokens there and the prefix cache
+    would lose the rest of the turn)."""
+    i = end
+    while i > 0 and text[i - 1] == "\n":
         i -= 1
     return end - i
 

@@ -3,14 +3,18 @@
 
 In V4 thinking mode the prompt ends with ``<think>``, so generation starts inside the reasoning
 block and the first ``</think>`` ends it (SGLang's DeepSeek detectors behave the same way). A stray
-leading ``<think>`` is dropped and whitespace right after ``</think>`` is removed from the content.
+leading ``<think>`` is dropped and the newlines right after ``</think>`` are removed from the
+content; other whitespace there (a space, a tab) is the answer's text, as DeepSeek's response parser
+(``deepseek-recipe``) reads it: the next turn's prompt renders ``reasoning + "</think>" + content``,
+which then repeats what the model wrote (SGLang strips all whitespace there, and the prompt loses
+it).
 The streaming parser holds back a tail that could be the start of an end marker split across
 chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
 
 * ``deepseek-v4`` (default): reasoning only in thinking mode (``chat_template_kwargs``
   ``{"thinking": true}``). When tools are offered, a DSML ``<｜DSML｜tool_calls>`` block also ends
   the reasoning (the model sometimes starts its calls without ``</think>``); the block, with the
-  whitespace in front of it (the format's ``"\\n\\n"`` separator), stays in the content for the
+  newlines in front of it (the format's ``"\\n\\n"`` separator), stays in the content for the
   tool parser, and a ``</think>`` the model writes late, right after that block's end
   (``</｜DSML｜tool_calls>``, whitespace between), is dropped: it closes the reasoning the block
   already ended (seen from DeepSeek-V4-Flash: vLLM #45862, llama.cpp #25891). A generation that
@@ -177,8 +181,8 @@ class ReasoningParser:
                 if marker == THINK_END:
                     self._buf = self._buf[pos + len(THINK_END) :]
                     self._strip_content_ws = True
-                else:  # a block start: its separating whitespace goes with it to the content
-                    ws = len(reasoning) - len(reasoning.rstrip())
+                else:  # a block start: its separating newlines go with it to the content
+                    ws = len(reasoning) - len(reasoning.rstrip("\n"))
                     reasoning, self._buf = reasoning[: len(reasoning) - ws], self._buf[pos - ws :]
                     self._late_tag_after = "</" + marker[1:]
                 self.in_reasoning = False
@@ -198,7 +202,7 @@ class ReasoningParser:
             content = self._late_tag_content() if self._late_tag_after is not None else self._buf
             self._buf = self._buf if self._late_tag_after is not None else ""
             if self._strip_content_ws:
-                content = content.lstrip()
+                content = content.lstrip("\n")
                 if content:
                     self._strip_content_ws = False
         return reasoning, content
@@ -250,7 +254,7 @@ class ReasoningParser:
             out = self._held_reasoning + rest
             self._held_reasoning = ""
             return out, ""
-        return "", rest.lstrip() if self._strip_content_ws else rest
+        return "", rest.lstrip("\n") if self._strip_content_ws else rest
 
 
 def _partial_suffix_len(text: str, token: str) -> int:

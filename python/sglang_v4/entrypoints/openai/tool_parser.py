@@ -22,7 +22,10 @@ is accepted too.
 
 Nothing of the DSML markup ever reaches ``content`` or ``arguments``: text that may be the start
 of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of the block are held back
-until the next characters decide.
+until the next characters decide. The newlines right before a block are its separator (the
+format's ``"\n\n"``) and are dropped with it; any other whitespace there (``"Done. \n\n<｜DSML｜..."``)
+is content, as DeepSeek's response parser (``deepseek-recipe``) reads it, so that the next turn's
+prompt, which renders ``content + "\n\n" + block``, repeats what the model wrote.
 
 A block still open at the end is *cut* when ``max_tokens`` ended the generation
 (:meth:`DsmlToolParser.finish` without ``stopped``), answered as OpenAI answers a function call cut
@@ -34,7 +37,7 @@ complete is no call. A generation that *stopped* (EOS, a stop token, a ``stop`` 
 make that call: the block is malformed (below, dropped) from there (vllm-project/vllm#42210); stopped after
 its last closed invoke, it made its calls (:attr:`DsmlToolParser.calls_whole`: finish reason
 ``"tool_calls"``, sgl-project/sglang#40236). Output that ends with the first characters of a block
-start (``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the whitespace before them (in the
+start (``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the newlines before them (in the
 content only; at the end of unfinished reasoning they are reasoning text, :mod:`.reasoning_parser`).
 The streamed deltas and :func:`parse_tool_calls` give the same calls;
 :attr:`DsmlToolParser.truncated` is set, :attr:`DsmlToolParser.complete` False.
@@ -108,6 +111,9 @@ from sglang_v4.entrypoints.openai.dsml_grammar import (
     reject_constant as _reject_constant,
 )
 from sglang_v4.entrypoints.openai.dsml_grammar import (
+    trailing_newlines as _trailing_newlines,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
     trailing_ws as _trailing_ws,
 )
 from sglang_v4.entrypoints.openai.tool_args_repair import (
@@ -163,7 +169,7 @@ class DsmlToolParser:
     truncated: bool = False
     _state: int = _TEXT
     _buf: str = ""
-    _raw: str = ""  # text of the open block, from the whitespace before its start marker
+    _raw: str = ""  # text of the open block, from the newlines before its start marker
     _block_calls: list[ParsedToolCall] = field(default_factory=list)
     _after_block: bool = False
     _bare: bool = False  # the open block had no wrapper (it started at an invoke)
@@ -241,7 +247,8 @@ class DsmlToolParser:
             if not marker:
                 return rest, []
             self.truncated = True  # the output ends with the first characters of a block start
-            return rest[: len(rest) - marker].rstrip(), []
+            rest = rest[: len(rest) - marker]
+            return rest[: len(rest) - _trailing_newlines(rest, len(rest))], []
         if self._state == _BLOCK and self._bare:  # a bare block ends with its last invoke
             self.calls.extend(self._block_calls)
             self._block_calls, self._raw, self._state = [], "", _TEXT
@@ -392,7 +399,7 @@ class DsmlToolParser:
     def _open_block(self, content: list[str], buf: str, start: int, end: int, close: str | None) -> None:
         """Open a block whose marker is ``buf[start:end]`` (``close``: its wrapper's closing tag;
         ``None``: a bare block, whose marker is its first invoke's start)."""
-        ws = _trailing_ws(buf, start)
+        ws = _trailing_newlines(buf, start)  # the separator; other whitespace is the answer's
         content.append(buf[: start - ws])
         self._raw = buf[start - ws : end]
         self._buf = buf[end:]
