@@ -122,14 +122,16 @@ PART_CASES = {
 }
 
 
-def _assert_server_prompt(url: str, body: dict[str, Any], want: list[int]) -> None:
-    """The server's ``/tokenize`` of the chat ``body`` (thinking off) is ``want``, and a chat
-    completion of it reports ``len(want)`` prompt tokens."""
+def _assert_server_prompt(url: str, body: dict[str, Any], want: list[int], complete: bool = True) -> None:
+    """The server's ``/tokenize`` of the chat ``body`` (thinking off) is ``want``, and (with
+    ``complete``) a chat completion of it reports ``len(want)`` prompt tokens."""
     r = requests.post(
         url + "/tokenize", json={**body, "chat_template_kwargs": {"thinking": False}}, timeout=60
     )
     assert r.status_code == 200, r.text
     assert r.json()["tokens"] == want
+    if not complete:
+        return
     r = requests.post(
         url + "/v1/chat/completions",
         json={**body, "model": "qa-model", "max_tokens": 1, "chat_template_kwargs": {"thinking": False}},
@@ -144,6 +146,34 @@ def test_text_parts_join_as_deepseek_converter(plain_fake_server, recipe_encodin
     body = PART_CASES[case]
     want = _recipe_chat_ids(recipe_encoding, body)
     _assert_server_prompt(plain_fake_server.url, body, want)
+
+
+#: ``function.arguments`` texts a client echoes: a call cut by ``max_tokens`` (the beginning of an
+#: object, as this server returns it), an empty text, JSON that is no object, an object nested
+#: deeper than Python's ``json`` decodes, no parameters, and a whole object.
+ECHOED_ARGUMENTS = ['{"city": "Par', "", "  ", "[1, 2]", '"x"', "null", '{"a": ' * 3000 + "1" + "}" * 3000, "{}",
+                    '{"city": "Paris", "days": [1, 2.50], "unit": null}']  # fmt: skip
+
+
+@pytest.mark.parametrize("args", ECHOED_ARGUMENTS, ids=range(len(ECHOED_ARGUMENTS)))
+def test_echoed_tool_call_arguments_render_as_deepseek_converter(
+    plain_fake_server, recipe_encoding, args
+) -> None:
+    """An agent echoes the calls it got, a cut one too: any ``arguments`` text is served (no 400
+    that would end the agent's loop) and renders as DeepSeek's converter renders it -- a text that
+    is no JSON object is one ``arguments`` string parameter; a call without parameters is
+    ``invoke`` open and close on two lines."""
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": args}}
+    body = {
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ],
+        "tools": [_TOOL],
+    }
+    want = _recipe_chat_ids(recipe_encoding, body)
+    _assert_server_prompt(plain_fake_server.url, body, want, complete=len(want) < 500)  # 512-token context
 
 
 def test_responses_input_text_parts_join_as_deepseek_converter(recipe_encoding) -> None:

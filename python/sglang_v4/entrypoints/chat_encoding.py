@@ -245,6 +245,18 @@ def _to_json(value: Any) -> str:
 
 
 def _call_arguments(call: Mapping[str, Any], field: str) -> tuple[str, dict[str, Any]]:
+    """``(name, parameters)`` of one OpenAI tool call.
+
+    ``function.arguments`` is a JSON object text (OpenAI) or an object. Any other text -- one that
+    is not JSON, is JSON but not an object, is empty, or is nested deeper than Python decodes (a
+    call cut by ``max_tokens`` as this server returns it) -- is one string parameter named
+    ``arguments`` holding the text as sent, as DeepSeek's V4 converter (``deepseek-recipe``) renders
+    it, so that a client echoing a cut call keeps the conversation going.
+
+    Raises:
+        ValueError: no ``function`` object, no name, or ``arguments`` neither a string nor an
+            object (names ``field``).
+    """
     fn = call.get("function")
     if not isinstance(fn, Mapping):
         raise ValueError(f"{field}.function must be an object.")
@@ -254,24 +266,27 @@ def _call_arguments(call: Mapping[str, Any], field: str) -> tuple[str, dict[str,
     args = fn.get("arguments", "{}")
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{field}.function.arguments is not valid JSON: {e}") from None
-        except RecursionError:
-            raise ValueError(f"{field}.function.arguments is nested too deeply to decode.") from None
+            parsed = json.loads(args)
+        except (ValueError, RecursionError):
+            parsed = None
+        if not isinstance(parsed, dict):
+            return name, {"arguments": args}
+        args = parsed
     if not isinstance(args, Mapping):
-        raise ValueError(f"{field}.function.arguments must be a JSON object.")
+        raise ValueError(f"{field}.function.arguments must be a JSON object or a string.")
     return name, dict(args)
 
 
 def encode_tool_calls(tool_calls: Sequence[Mapping[str, Any]], field: str = "tool_calls") -> str:
     """The DSML block of an assistant message's OpenAI ``tool_calls`` (with its leading ``"\\n\\n"``).
 
-    ``function.arguments`` may be a JSON string (OpenAI) or an object. String values become
-    ``string="true"`` parameters (raw text), all others ``string="false"`` (JSON text).
+    ``function.arguments`` may be a JSON string (OpenAI) or an object (:func:`_call_arguments`).
+    String values become ``string="true"`` parameters (raw text), all others ``string="false"``
+    (JSON text). A call without parameters is ``<invoke ...>\n</invoke>``, as DeepSeek's V4
+    encoder writes it.
 
     Raises:
-        ValueError: a call without name, arguments that are not a JSON object (names ``field``).
+        ValueError: a call without name, arguments neither a string nor an object (names ``field``).
     """
     return "".join(text for text, _ in _tool_call_segments(tool_calls, field))
 
@@ -286,16 +301,16 @@ def _tool_call_segments(tool_calls: Sequence[Mapping[str, Any]], field: str) -> 
         if j:
             segs.append(("\n", False))
         segs += [(f'<{DSML}invoke name="', False), (name, True), ('">\n', False)]
-        for k, (key, v) in enumerate(args.items()):
+        for key, v in args.items():
             is_str = isinstance(v, str)
             segs += [
-                (("\n" if k else "") + f'<{DSML}parameter name="', False),
+                (f'<{DSML}parameter name="', False),
                 (key, True),
                 (f'" string="{"true" if is_str else "false"}">', False),
                 (v if is_str else _to_json(v), True),
-                (f"</{DSML}parameter>", False),
+                (f"</{DSML}parameter>\n", False),
             ]
-        segs.append((f"\n</{DSML}invoke>", False))
+        segs.append((f"</{DSML}invoke>", False))
     segs.append(("\n" + TOOL_CALLS_END, False))
     return segs
 
