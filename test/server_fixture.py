@@ -149,7 +149,13 @@ class FakeScheduler:
         return bool(self.reqs)
 
     def step(self) -> Any:
-        from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_abort, finish_length, finish_stop
+        from sglang_v4.managers.io_struct import (
+            ABORT_RUNNING,
+            BatchTokenIDOut,
+            finish_abort,
+            finish_length,
+            finish_stop,
+        )
         from sglang_v4.sampling.stop_checker import check_stop, stop_text_start
 
         if self.step_sleep:
@@ -165,7 +171,7 @@ class FakeScheduler:
             new: list[int] = []
             reason = None
             if r.aborted:
-                reason = finish_abort("Aborted by the user")
+                reason = finish_abort(ABORT_RUNNING)
             elif r.output_ids and self._held(r):
                 continue  # running, holding its pages, emitting nothing
             else:
@@ -243,6 +249,28 @@ class FakeScheduler:
                 output_token_ids_logprobs=out_tid,
             )
             if reason is not None:
+                self.used_pages -= r.pages
+                del self.reqs[rid]
+        return out
+
+    def stream_output(self) -> Any:
+        """While generation is paused (no step runs): the end of each request aborted meanwhile,
+        at once, as the real scheduler's pending outputs carry it (SGLang's running abort)."""
+        from sglang_v4.managers.io_struct import ABORT_RUNNING, BatchTokenIDOut, finish_abort
+
+        out = BatchTokenIDOut.empty()
+        for rid, r in list(self.reqs.items()):
+            if r.aborted:
+                sp = r.req.sampling_params
+                out.append(
+                    rid=rid,
+                    finished_reason=finish_abort(ABORT_RUNNING),
+                    output_ids=[],
+                    prompt_tokens=len(r.req.input_ids),
+                    completion_tokens=len(r.output_ids),
+                    skip_special_tokens=sp.skip_special_tokens,
+                    no_stop_trim=sp.no_stop_trim,
+                )
                 self.used_pages -= r.pages
                 del self.reqs[rid]
         return out

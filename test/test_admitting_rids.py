@@ -25,11 +25,61 @@ def test_hold_counts_each_rid_until_the_block_ends() -> None:
 def test_abort_marks_only_the_named_rid_and_wakes_its_ticket() -> None:
     a = AdmittingRids()
     with a.hold(["y_0", "y_1"]) as t, a.hold(["z"]) as other:
-        assert not a.abort("y")  # a parent rid names no request (SGLang's rule)
+        assert not a.abort("y")  # exact rids only (the tokenizer manager expands a parent rid)
         assert a.abort("y_1")
         assert t.aborted_rids == {"y_1"} and not t.all_aborted and t.wake.is_set()
         assert not other.wake.is_set() and not other.aborted_rids
         assert a.abort("y_0") and t.all_aborted
+
+
+def test_abort_all_marks_every_ticket() -> None:
+    a = AdmittingRids()
+    with a.hold(["p_0", "p_1"]) as t1, a.hold(["q"]) as t2:
+        assert a.abort_all() == 3
+        assert t1.all_aborted and t2.all_aborted and t1.wake.is_set() and t2.wake.is_set()
+        assert t1.error is None and t2.error is None  # aborted, not failed: they end with an abort
+
+
+def test_unless_failed_raises_at_once_when_failed_and_waits_through_an_abort() -> None:
+    """A request being tokenized (a step that takes long) raises the drain's error as soon as it
+    is failed, and its step is cancelled; an abort meanwhile lets the step finish (the request then
+    ends with its prompt length known)."""
+    err = RequestError("The server is shutting down.", 503)
+
+    async def main() -> tuple[float, bool, str]:
+        a = AdmittingRids()
+        loop = asyncio.get_running_loop()
+        step_cancelled = False
+
+        async def slow_step() -> str:
+            nonlocal step_cancelled
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                step_cancelled = True
+                raise
+            return "tokenized"
+
+        async def short_step() -> str:
+            await asyncio.sleep(0.2)
+            return "tokenized"
+
+        with a.hold(["r"]) as t:
+            loop.call_later(0.1, a.fail_all, err)
+            t0 = loop.time()
+            with pytest.raises(RequestError) as info:
+                await t.unless_failed(slow_step())
+            took = loop.time() - t0
+            assert info.value.status_code == 503
+        await asyncio.sleep(0)
+        with a.hold(["s"]) as t:
+            loop.call_later(0.05, a.abort, "s")
+            result = await t.unless_failed(short_step())
+            assert t.all_aborted
+        return took, step_cancelled, result
+
+    took, step_cancelled, result = asyncio.run(main())
+    assert took < 5 and step_cancelled and result == "tokenized"
 
 
 def test_fail_all_makes_every_ticket_raise_and_stop_refuses_new_ones() -> None:

@@ -187,4 +187,9 @@ def _main(argv: list[str] | None, stop: StopSignal) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Everything is stopped once main returns: skip the interpreter's module teardown (most of an
+    # idle server's stop time with torch and transformers loaded) and the joins of worker threads
+    # still busy for requests the drain failed (a long prompt being tokenized).
+    from sglang_v4.utils import exit_without_teardown
+
+    exit_without_teardown(main())

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import atexit
+import concurrent.futures
 import ctypes
 import errno
 import functools
@@ -15,10 +17,13 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: Linux ``prctl`` option numbers of ``PR_SET_PDEATHSIG`` and ``PR_SET_NAME`` (``<linux/prctl.h>``).
 _PR_SET_PDEATHSIG = 1
@@ -138,10 +143,12 @@ def exit_on_sigterm() -> None:
 
 
 def exit_without_teardown(code: int) -> NoReturn:
-    """End a child process after a normal stop: run the ``atexit`` handlers (multiprocessing's
+    """End a process after a normal stop: run the ``atexit`` handlers (multiprocessing's
     finalizers, pyzmq's context cleanup...) and flush logs and stdio, then ``os._exit(code)``,
-    skipping the interpreter's module teardown. Triton's nanobind extension reports every object
-    still interned at teardown as "leaked" (dozens of lines on stderr at each server stop)."""
+    skipping the interpreter's module teardown and its joins of non-daemon threads. Triton's
+    nanobind extension reports every object still interned at teardown as "leaked" (dozens of
+    lines on stderr at each server stop), and with torch and transformers loaded the teardown
+    alone takes most of a second."""
     try:
         atexit._run_exitfuncs()
         logging.shutdown()
@@ -421,6 +428,49 @@ def bind_error(host: str, port: int) -> str | None:
 def is_port_available(host: str, port: int) -> bool:
     """True when ``host:port`` can be bound by a TCP server now (see :func:`bind_error`)."""
     return bind_error(host, port) is None
+
+
+_blocking_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+async def run_blocking(fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    """``fn(*args, **kwargs)`` in a worker thread, awaited (``asyncio.to_thread`` on a pool of
+    this module's own, created on first use).
+
+    ``asyncio.run`` ends by joining its loop's default executor, so a call still running there
+    (a prompt of megabytes being tokenized for a request the server's drain already failed) held
+    the server's exit until it finished; this pool is not joined by the event loop, and a
+    launcher that ends with :func:`exit_without_teardown` does not wait for it either.
+    """
+    global _blocking_pool
+    if _blocking_pool is None:
+        _blocking_pool = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="sglang_v4-blocking")
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_blocking_pool, functools.partial(fn, *args, **kwargs))
+
+
+def stop_processes(*waves: Sequence[Any], timeout_s: float = 2.0) -> None:
+    """Stop ``multiprocessing.Process`` es wave by wave within ``timeout_s`` seconds in all.
+
+    The processes of a wave get SIGTERM together (each handles it in parallel, instead of one
+    after the other) once every process of the waves before it has exited; at the deadline every
+    process still alive gets SIGKILL. Joins use the processes' sentinels (no polling). ``None``
+    entries and processes already gone are skipped.
+    """
+    deadline = time.monotonic() + timeout_s
+    started: list[Any] = []
+    for wave in waves:
+        procs = [p for p in wave if p is not None and p.is_alive()]
+        for p in procs:
+            p.terminate()
+        started.extend(procs)
+        for p in started:
+            p.join(max(0.0, deadline - time.monotonic()))
+    for p in started:
+        if p.is_alive():
+            logger.warning("%s (pid %s) did not stop within %gs; killing it.", p.name, p.pid, timeout_s)
+            p.kill()
+            p.join(5.0)
 
 
 def kill_process(proc: Any, timeout_s: float = 5.0) -> None:

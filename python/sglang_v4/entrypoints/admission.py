@@ -68,6 +68,10 @@ from sglang_v4.entrypoints.openai.protocol import error_body
 
 logger = logging.getLogger(__name__)
 
+#: Seconds the handlers of the requests a drain failed have to send their error (a stream's error
+#: event) before the HTTP server stops; they usually need one turn of the event loop.
+FAIL_GRACE_S = 1.0
+
 __all__ = [
     "AdmissionLimits",
     "AdmissionMiddleware",
@@ -412,16 +416,24 @@ class DrainingServer(uvicorn.Server):
         self._drain_task = asyncio.ensure_future(run())
 
 
-async def _run_stop_work(stop_work: Callable[[], Awaitable[None]], hurry: asyncio.Event | None) -> None:
-    """Run ``stop_work`` until it ends or ``hurry`` is set (a second signal: it is cancelled).
-    Never raises: a failure is logged, and the drain goes on."""
+async def _run_stop_work(
+    stop_work: Callable[[], Awaitable[None]], hurry: asyncio.Event | None, timeout_s: float
+) -> None:
+    """Run ``stop_work`` until it ends, ``hurry`` is set (a second signal) or ``timeout_s``
+    seconds passed (what is left of the drain); then it is cancelled. Never raises: a failure is
+    logged, and the drain goes on."""
     work = asyncio.ensure_future(stop_work())
     hurried = asyncio.ensure_future(hurry.wait()) if hurry is not None else None
-    await asyncio.wait([w for w in (work, hurried) if w is not None], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait(
+        [w for w in (work, hurried) if w is not None],
+        timeout=max(0.0, timeout_s),
+        return_when=asyncio.FIRST_COMPLETED,
+    )
     if hurried is not None:
         hurried.cancel()
     if not work.done():
-        logger.warning("Stopping the server's own work cut short by a second signal.")
+        why = "a second signal" if hurry is not None and hurry.is_set() else "the drain timeout"
+        logger.warning("Stopping the server's own work cut short by %s.", why)
         work.cancel()
         await asyncio.wait([work])  # let it unwind
     if not work.cancelled() and work.exception() is not None:
@@ -442,20 +454,22 @@ async def drain_in_flight(
     Marks the server draining (new requests 503, also those a task inside the server would
     start: ``TokenizerManager.stop_admitting``), runs ``stop_work`` (the server's own work that
     does not drain: running batches are cancelled, an open profile is stopped and its trace
-    written; a second signal cuts it short), then waits until nothing is in flight: no request (those not yet sent to the
-    scheduler included: ``TokenizerManager.num_in_flight``) and no control request waiting for the
-    scheduler (a weight update loading), or ``timeout_s`` seconds passed, or ``hurry`` is set (a
-    second signal). What is left then gets a 503: the requests through
-    ``TokenizerManager.fail_all`` (an error event on a stream; up to 1 s to send it), the control
-    requests through ``TokenizerManager.fail_control`` (the HTTP server would cancel them: a 500
-    and a traceback). While generation is paused (``/pause_generation``; the drain refuses
-    ``/continue_generation``) no request can finish: they are not waited for.
+    written; a second signal cuts it short), then waits until nothing is in flight: no request
+    (those not yet sent to the scheduler included: ``TokenizerManager.num_in_flight``) and no
+    control request waiting for the scheduler (a weight update loading), or ``hurry`` is set (a
+    second signal). ``timeout_s`` bounds the whole drain from its start, ``stop_work`` included
+    (cancelled when it runs past it). What is left then gets a 503: the requests through
+    ``TokenizerManager.fail_all`` (an error event on a stream; up to :data:`FAIL_GRACE_S` to send
+    it), the control requests through ``TokenizerManager.fail_control`` (the HTTP server would
+    cancel them: a 500 and a traceback). While generation is paused (``/pause_generation``; the
+    drain refuses ``/continue_generation``) no request can finish: they are not waited for.
     """
     set_draining()
     tm = get_tokenizer_manager()
     if tm is not None:
         tm.stop_admitting("The server is shutting down.", 503)
     loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     n = tm.num_in_flight() if tm is not None else 0
     logger.info(
         "%s received: draining %d in-flight request(s) for up to %gs; new requests get 503.",
@@ -464,8 +478,7 @@ async def drain_in_flight(
         timeout_s,
     )
     if stop_work is not None:
-        await _run_stop_work(stop_work, hurry)
-    deadline = loop.time() + timeout_s
+        await _run_stop_work(stop_work, hurry, deadline - loop.time())
     hurried = paused = False
 
     def busy() -> bool:
@@ -491,7 +504,7 @@ async def drain_in_flight(
             logger.warning("Generation is paused: failed %d request(s) at once.", k)
         else:
             logger.warning("Drain timed out after %gs: failed %d request(s).", timeout_s, k)
-        until = loop.time() + 1.0
+        until = loop.time() + FAIL_GRACE_S
         while tm.num_in_flight() and loop.time() < until:  # let their handlers send the error
             await asyncio.sleep(0.05)
     if tm is not None and tm.crashed is None:

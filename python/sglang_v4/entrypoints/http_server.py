@@ -26,10 +26,16 @@ answer meanwhile. A failed warm-up stops the server with exit code 1 and one lin
 
 Graceful drain: on SIGTERM or SIGINT the server stops admitting requests (503, ``/health`` 503),
 cancels the running ``/v1/batches`` and stops a profile left open (its trace is written: see
-:func:`stop_own_work`), lets the in-flight requests finish for up to
-``--graceful-shutdown-timeout`` seconds (at once while generation is paused: none could), fails
-what is left with a 503 (an error event on a stream), then exits with code 0. A second signal stops at once.
-SGLang drains the same way (its tokenizer manager's ``sigterm_watchdog``) but without a time limit.
+:func:`stop_own_work`), lets the in-flight requests finish, all this within
+``--graceful-shutdown-timeout`` seconds of the signal (at once while generation is paused: none
+could), fails what is left with a 503 (an error event on a stream), then exits with code 0. A
+second signal stops at once. The stop after the drain is bounded too: the failed requests' handlers
+get up to ``admission.FAIL_GRACE_S`` to answer, open connections :data:`STOP_GRACE_S`, and the
+children ``launcher.CHILD_STOP_TIMEOUT_S`` to exit after SIGTERM (then SIGKILL); a request that never
+finishes (however large its ``max_tokens``, held at the pause gate, a prompt still being tokenized)
+cannot hold the exit. An idle server is gone a few tenths of a second after the signal.
+SGLang drains the same way (its tokenizer manager's ``sigterm_watchdog``) but without a time limit
+(``SGL_FORCE_SHUTDOWN`` skips the drain); it has no ``--graceful-shutdown-timeout``.
 A signal during start-up (:mod:`sglang_v4.entrypoints.lifecycle`) stops the same way with code 0
 (the warm-up request is drained like any other); a child process stopped by a signal (one sent
 to the whole process group) is a stop too, not a crash: the in-flight requests get the 503
@@ -97,6 +103,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds /health keeps answering 503 after a backend crash before the server exits (code 1).
 CRASH_EXIT_DELAY_S = float(os.environ.get("SGLANG_V4_CRASH_EXIT_DELAY", "2.0"))
+#: Seconds uvicorn waits, once the drain is over, for the open connections' handlers to end
+#: (uvicorn's ``timeout_graceful_shutdown``) and the stop waits for batches still running.
+STOP_GRACE_S = 1.0
 
 
 @dataclass
@@ -222,7 +231,7 @@ def create_app(
         for t in tasks:
             t.cancel()
         if state.openai_serving is not None:  # batches left running (a stop without a drain)
-            await state.openai_serving.close_batches()
+            await state.openai_serving.close_batches(wait_s=STOP_GRACE_S)
         tm.close()
 
     app = FastAPI(lifespan=lifespan)
@@ -519,7 +528,7 @@ def launch_server(server_args: ServerArgs, stop: StopSignal | None = None) -> in
             h11_max_incomplete_event_size=H11_MAX_INCOMPLETE_EVENT_SIZE,
             log_level=server_args.log_level if server_args.log_level != "info" else "warning",
             timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
-            timeout_graceful_shutdown=5,
+            timeout_graceful_shutdown=STOP_GRACE_S,
             lifespan="on",
             ssl_certfile=server_args.ssl_certfile,
             ssl_keyfile=server_args.ssl_keyfile,

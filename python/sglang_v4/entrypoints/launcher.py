@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds to wait for the scheduler to load the model and report ready.
 SCHEDULER_READY_TIMEOUT_S = float(os.environ.get("SGLANG_V4_READY_TIMEOUT", "900"))
+#: Seconds the children have to exit after SIGTERM at a stop (together), before SIGKILL. They
+#: exit at once when idle; the scheduler finishes the step it is in first.
+CHILD_STOP_TIMEOUT_S = 2.0
 
 
 #: How to make a model directory, quoted by the start-up errors below.
@@ -412,16 +415,21 @@ class Subprocesses:
         return bool(dead) and all(stopped_on_request(p.exitcode) for p in dead)
 
     def shutdown(self) -> None:
-        """Kill the children and remove the IPC directory (idempotent)."""
+        """Stop the children (SIGTERM; SIGKILL for those left after
+        :data:`CHILD_STOP_TIMEOUT_S`) and remove the IPC directory (idempotent)."""
         if self._shut:
             return
         self._shut = True
-        from sglang_v4.utils import kill_process
+        from sglang_v4.utils import stop_processes
 
-        # the scheduler (TP rank 0) first: stopped between steps it tells the other ranks to exit
-        # (tp_messages.Shutdown); a rank still there after that is stopped by signal
-        for p in (self.scheduler, *(w.process for w in self.tp_workers), self.detokenizer):
-            kill_process(p, timeout_s=3.0)
+        # the scheduler (TP rank 0) and the detokenizer together; the other TP ranks after the
+        # scheduler: stopped between steps it tells them to exit (tp_messages.Shutdown), and a
+        # rank still there after that is stopped by signal
+        stop_processes(
+            (self.scheduler, self.detokenizer),
+            [w.process for w in self.tp_workers],
+            timeout_s=CHILD_STOP_TIMEOUT_S,
+        )
         if self.port_args.ipc_dir:
             shutil.rmtree(self.port_args.ipc_dir, ignore_errors=True)
 

@@ -13,9 +13,13 @@ know it yet, so what concerns requests in flight must reach it here:
 * the graceful drain and a stop: the drain counts it as in flight (:attr:`AdmittingRids.count`)
   and, when it fails what is left (:meth:`AdmittingRids.fail_all`), it raises that error instead
   of being sent (before, the drain saw nothing in flight and the HTTP server cancelled the
-  handler: a 500 and a traceback);
-* ``/abort_request`` with ``abort_all`` (also ``/pause_generation``'s abort mode) leaves them: they
-  arrived after it, and run once generation continues (as SGLang, whose scheduler never saw them);
+  handler: a 500 and a traceback); a request still tokenizing a long prompt raises it at once
+  (:meth:`AdmissionTicket.unless_failed`), not once its prompt is tokenized;
+* ``/abort_request`` with ``abort_all`` ends every one of them the same way
+  (:meth:`AdmittingRids.abort_all`): "all" means every request the server holds, wherever it is
+  (SGLang's scheduler never sees these, so there such a request escaped the abort and ran once
+  generation continued); ``/pause_generation``'s abort mode and a weight update's
+  ``abort_all_requests`` leave them: they wait at the gate and run after it opens, as in SGLang;
 * the stop itself: once :meth:`AdmittingRids.stop` was called, a new request is refused at its
   entry with the stop's error (a task inside the server, such as a running batch, cannot start
   requests after the drain began).
@@ -27,8 +31,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from sglang_v4.managers.detokenizer_manager import str_out_from_token_out
 from sglang_v4.managers.io_struct import (
@@ -41,6 +46,8 @@ from sglang_v4.managers.io_struct import (
 from sglang_v4.managers.req import Req
 
 __all__ = ["AdmissionTicket", "AdmittingRids", "queued_abort_output"]
+
+_T = TypeVar("_T")
 
 
 def queued_abort_output(reqs: list[TokenizedGenerateReqInput]) -> BatchStrOut:
@@ -79,6 +86,32 @@ class AdmissionTicket:
         """Raise :attr:`error` when the request was failed while being admitted."""
         if self.error is not None:
             raise self.error.with_traceback(None)  # shared by many requests: no traceback piles up
+
+    async def unless_failed(self, step: Awaitable[_T]) -> _T:
+        """Await ``step`` (tokenizing the prompt, waiting for a reused ``rid``) unless the request
+        is failed meanwhile: then ``step`` is cancelled and :attr:`error` raised at once (a prompt
+        that takes long to tokenize no longer holds up the drain or a crash; its worker thread
+        finishes unobserved). An abort does not stop ``step``: the request ends once it is
+        tokenized, with its prompt length in the abort output.
+
+        Raises:
+            BaseException: :attr:`error`, or what ``step`` raises.
+        """
+        task = asyncio.ensure_future(step)
+        try:
+            while True:
+                self.raise_if_failed()
+                woken = asyncio.ensure_future(self.wake.wait())
+                try:
+                    await asyncio.wait((task, woken), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    woken.cancel()
+                if task.done():
+                    return task.result()
+                self.wake.clear()  # an abort or the gate: every waiter reads the state again
+        finally:
+            if not task.done():
+                task.cancel()
 
 
 class AdmittingRids:
@@ -130,6 +163,16 @@ class AdmittingRids:
                 ticket.wake.set()
                 found = True
         return found
+
+    def abort_all(self) -> int:
+        """Mark every request being admitted aborted (``/abort_request`` with ``abort_all``): each
+        ends without being sent, as a queued request the scheduler aborts; how many request ids."""
+        n = 0
+        for ticket in self._tickets:
+            ticket.aborted_rids.update(ticket.rids)
+            ticket.wake.set()
+            n += len(ticket.rids)
+        return n
 
     def fail_all(self, error: BaseException) -> int:
         """Make every request being admitted raise ``error`` instead of being sent; how many

@@ -8,13 +8,13 @@ refused before it is tokenized. Every limit is checked once here, for the Engine
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from sglang_v4.managers.control_struct import SchedulerReadyInfo, context_length_message
 from sglang_v4.managers.io_struct import GenerateReqInput, TokenizedGenerateReqInput
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.utils import run_blocking
 
 #: Why a text prompt is refused by a server started with ``--skip-tokenizer-init``.
 SKIP_TOKENIZER_TEXT_MSG = (
@@ -129,7 +129,7 @@ class TokenizationMixin:
                 raise RequestError(
                     context_length_message(self.context_len, at_least, max_new_tokens, at_least=True)
                 )
-        return await asyncio.to_thread(encode)
+        return await run_blocking(encode)
 
     async def _encode_prompts(self, objs: list[GenerateReqInput]) -> list[list[int] | None]:
         """Token ids of each single request's text prompt (``None`` for an ``input_ids`` prompt);

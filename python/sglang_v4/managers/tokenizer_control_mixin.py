@@ -171,7 +171,7 @@ class TokenizerControlMixin:
         self._check_alive()
         async with self._weight_update_lock:
             if abort_all_requests:
-                self.abort_request(abort_all=True)
+                self.abort_sent()  # those waiting at the gate run after the update
             paused = self.is_pause
             # SGLang's writer lock: new requests wait (also past a /continue_generation sent
             # during the update), running ones finish
@@ -238,7 +238,7 @@ class TokenizerControlMixin:
         self._admission_open.clear()
         try:
             if mode == "abort":
-                self.abort_request(abort_all=True)
+                self.abort_sent()  # those at the gate (arrived after the pause) stay
                 await self._wait_idle()
             else:
                 await self._ack(PauseGenerationReqInput(mode=mode))

@@ -38,7 +38,6 @@ import zmq.asyncio
 
 from sglang_v4.entrypoints.metrics import has_grammar
 from sglang_v4.managers.abandoned_rids import AbandonedRids
-from sglang_v4.managers.admitting_rids import AdmissionTicket, queued_abort_output
 from sglang_v4.managers.control_struct import (
     ControlReqOutput,
     FlushCacheReqInput,
@@ -53,7 +52,6 @@ from sglang_v4.managers.control_struct import (
 from sglang_v4.managers.detokenizer_manager import str_out_from_token_out
 from sglang_v4.managers.io_struct import (  # noqa: F401 - HEALTH_CHECK_RID_PREFIX re-exported
     HEALTH_CHECK_RID_PREFIX,
-    AbortReq,
     BatchStrOut,
     BatchTokenIDOut,
     GenerateReqInput,
@@ -67,6 +65,7 @@ from sglang_v4.managers.tokenization import (  # noqa: F401 - re-exported
     RequestError,
     TokenizationMixin,
 )
+from sglang_v4.managers.tokenizer_abort_mixin import TokenizerAbortMixin, parent_rid_groups
 from sglang_v4.managers.tokenizer_control_mixin import TokenizerControlMixin
 from sglang_v4.managers.tokenizer_manager_score_mixin import TokenizerManagerScoreMixin
 from sglang_v4.sampling.stop_checker import stop_holdback
@@ -117,7 +116,9 @@ class ReqState:
     reasoning: ReasoningTokenCounter | None = None
 
 
-class TokenizerManager(TokenizationMixin, TokenizerControlMixin, TokenizerManagerScoreMixin):
+class TokenizerManager(
+    TokenizationMixin, TokenizerControlMixin, TokenizerAbortMixin, TokenizerManagerScoreMixin
+):
     """Validates, tokenizes, dispatches and collects generate requests (see module docstring).
 
     Args:
@@ -169,6 +170,7 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin, TokenizerManage
         self._loop_task: asyncio.Task[None] | None = None
         self._closed = False
         self.init_control()  # pause / weight-update admission gate (tokenizer_control_mixin.py)
+        self.init_abort()  # parent rids of batch / n > 1 requests (tokenizer_abort_mixin.py)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -187,19 +189,6 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin, TokenizerManage
         self._recv.close(linger=0)
         self._send.close(linger=0)
         self._ctx.term()
-
-    def fail_all(self, message: str, status_code: int = 503) -> int:
-        """Fail every in-flight request with ``RequestError(message, status_code)`` and ask the
-        scheduler to abort them (used when a graceful drain times out); the requests not sent yet
-        (:attr:`admitting`) raise it instead of being sent. Returns how many."""
-        err = RequestError(message, status_code)
-        states = list(self.rid_to_state.items())
-        for rid, state in states:
-            if not state.finished:
-                state.error = err
-                state.event.set()
-                self.abort_request(rid)
-        return len(states) + self.admitting.fail_all(err)
 
     def stop_admitting(self, message: str, status_code: int = 503) -> None:
         """Refuse every later request with ``RequestError(message, status_code)`` (the server is
@@ -422,6 +411,7 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin, TokenizerManage
             RequestError: bad input (400) or a dead backend (503).
         """
         self._check_alive()
+        given_rid = obj.rid
         try:
             obj.normalize_batch_and_arguments()
         except ValueError as e:
@@ -430,8 +420,9 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin, TokenizerManage
         if obj.is_single:
             # until it is sent, /abort_request and the drain reach it through the ticket
             with self.admitting.hold(rids) as ticket:
-                tokenized = self._tokenize_one(obj, (await self._encode_prompts([obj]))[0])
-                await self.abandoned.wait(rids)
+                ids = (await ticket.unless_failed(self._encode_prompts([obj])))[0]
+                tokenized = self._tokenize_one(obj, ids)
+                await ticket.unless_failed(self.abandoned.wait(rids))
                 await self.wait_for_admission(request, ticket)  # paused, or a weight update under way
                 self._check_alive()  # the backend may have died while a long prompt was tokenized
                 state = self._register(obj, tokenized)
@@ -444,12 +435,26 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin, TokenizerManage
 
         # Batch (or n > 1): validate everything first, so a bad item rejects the whole request.
         bs, n = obj.batch_size, obj.parallel_sample_num
+        batch = self._generate_batch(obj, request, rids)
+        with self.parent_rids.hold(parent_rid_groups(given_rid, rids, bs, n)):  # abort by parent rid
+            try:
+                async for out in batch:
+                    yield out
+            finally:
+                await batch.aclose()  # its requests are aborted now if unfinished, not by the GC
+
+    async def _generate_batch(
+        self, obj: GenerateReqInput, request: Any, rids: list[str]
+    ) -> AsyncIterator[Any]:
+        """:meth:`generate_request` of a normalized batch (or ``n > 1``) request ``obj`` with
+        request ids ``rids``."""
+        bs, n = obj.batch_size, obj.parallel_sample_num
         order = [k * bs + i for i in range(bs) for k in range(n)]  # SGLang: grouped by prompt
         subs = [obj[j] for j in order]
         with self.admitting.hold(rids) as ticket:
-            text_ids = await self._encode_prompts(subs)
+            text_ids = await ticket.unless_failed(self._encode_prompts(subs))
             tokenized_list = [self._tokenize_one(s, ids) for s, ids in zip(subs, text_ids)]
-            await self.abandoned.wait(str(s.rid) for s in subs)
+            await ticket.unless_failed(self.abandoned.wait([str(s.rid) for s in subs]))
             await self.wait_for_admission(request, ticket)
             self._check_alive()
             for s in subs:
@@ -548,29 +553,6 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin, TokenizerManage
                 del self.rid_to_state[rid]
 
     # ------------------------------------------------------------------ control
-    def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
-        """Ask the scheduler to abort ``rid`` (or every in-flight request); it frees the pages."""
-        if self._closed:
-            return
-        if abort_all:
-            for r in list(self.rid_to_state):
-                self._send.send_pyobj(AbortReq(rid=r))
-            return
-        if not rid:
-            return
-        self.admitting.abort(rid)  # not sent yet: it ends without being sent (_send_admitted)
-        self._send.send_pyobj(AbortReq(rid=rid))
-
-    def _send_admitted(self, tokenized: list[TokenizedGenerateReqInput], ticket: AdmissionTicket) -> None:
-        """Send the registered requests to the scheduler, except those ``/abort_request`` named
-        while they were admitted: they end here, as the scheduler ends a queued request it aborts."""
-        aborted = [t for t in tokenized if t.rid in ticket.aborted_rids]
-        for t in tokenized:
-            if t.rid not in ticket.aborted_rids:
-                self._send.send_pyobj(t)
-        if aborted:
-            self._handle_batch_output(queued_abort_output(aborted))
-
     def num_in_flight(self) -> int:
         """Requests the server holds: sent to the scheduler and not ended (``rid_to_state``), or
         on their way to it (tokenizing, waiting at the admission gate: :attr:`admitting`)."""

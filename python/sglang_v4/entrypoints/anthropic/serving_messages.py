@@ -20,7 +20,6 @@ request, streamed or not, as on the chat route.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -57,6 +56,7 @@ from sglang_v4.entrypoints.openai.serving_chat import ChatRun, _ChoiceStream
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.prompt_tokens import encode_with_plain_spans
+from sglang_v4.utils import run_blocking
 
 __all__ = ["AnthropicServing", "anthropic_error_response", "context_overflow_message"]
 
@@ -200,7 +200,7 @@ class AnthropicServing:
         except RequestError as e:
             raise anthropic_field_error(e) from None
         tok = self.chat.tokenizer
-        ids = await asyncio.to_thread(encode_with_plain_spans, tok, plan.prompt, plan.plain_spans)
+        ids = await run_blocking(encode_with_plain_spans, tok, plan.prompt, plan.plain_spans)
         return JSONResponse({"input_tokens": len(ids)})
 
     # ------------------------------------------------------------------ streaming

@@ -52,6 +52,7 @@ from sglang_v4.entrypoints.openai.protocol_batch import (
 )
 from sglang_v4.entrypoints.openai.request_errors import RequestError, read_json_object, validate_request
 from sglang_v4.entrypoints.openai.serving_files import FilesMixin, _query_int
+from sglang_v4.utils import run_blocking
 
 logger = logging.getLogger(__name__)
 
@@ -236,19 +237,21 @@ class BatchMixin(FilesMixin):
         for t in run.line_tasks:
             t.cancel()
 
-    async def cancel_all_batches(self, message: str = SHUTDOWN_LINE_MSG) -> int:
+    async def cancel_all_batches(
+        self, message: str = SHUTDOWN_LINE_MSG, wait_s: float = BATCH_STOP_WAIT_S
+    ) -> int:
         """Cancel every batch still validating or running, as ``POST /v1/batches/{id}/cancel``
         does, with ``message`` as the error of its unfinished requests (the server stops: a batch
         has up to 24 hours, a drain seconds, and batches are not kept across restarts). Returns
         once every cancelled batch has written its files and is ``cancelled``; a batch still
-        validating after :data:`BATCH_STOP_WAIT_S` seconds has its task stopped (``cancelled``,
+        validating (or writing) after ``wait_s`` seconds has its task stopped (``cancelled``,
         no files). Returns how many batches were cancelled."""
         runs = [r for r in self.batches.values() if r.batch.status in ("validating", "in_progress")]
         for run in runs:
             self._cancel(run, message)
         tasks = [r.task for r in self.batches.values() if r.task is not None and not r.task.done()]
         if tasks:
-            _, late = await asyncio.wait(tasks, timeout=BATCH_STOP_WAIT_S)
+            _, late = await asyncio.wait(tasks, timeout=wait_s)
             for t in late:
                 t.cancel()
             await asyncio.gather(*late, return_exceptions=True)
@@ -259,11 +262,11 @@ class BatchMixin(FilesMixin):
             logger.info("Cancelled %d running batch(es): %s", len(runs), message)
         return len(runs)
 
-    async def close_batches(self) -> None:
-        """The server stops: cancel the batches still running (:meth:`cancel_all_batches`), then
-        close the file store (a temporary one is removed; ``--file-storage-path`` keeps its
-        files)."""
-        await self.cancel_all_batches()
+    async def close_batches(self, wait_s: float = BATCH_STOP_WAIT_S) -> None:
+        """The server stops: cancel the batches still running (:meth:`cancel_all_batches`, which
+        waits up to ``wait_s`` seconds for them), then close the file store (a temporary one is
+        removed; ``--file-storage-path`` keeps its files)."""
+        await self.cancel_all_batches(wait_s=wait_s)
         if self._file_store is not None:
             self._file_store.close()
 
@@ -299,7 +302,7 @@ class BatchMixin(FilesMixin):
                 self._fail(batch, [BatchError(code="invalid_file", message="The input file was deleted.")])
                 return
             # a 64 MiB file takes seconds to parse: in a worker thread, so other requests go on
-            lines, errors = await asyncio.to_thread(parse_batch_input, content, batch.endpoint)
+            lines, errors = await run_blocking(parse_batch_input, content, batch.endpoint)
             if run.cancelled:  # cancelled while validating: nothing ran, whatever the file holds
                 batch.status, batch.cancelled_at = "cancelled", now_s()
                 return

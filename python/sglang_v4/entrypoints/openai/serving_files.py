@@ -10,7 +10,6 @@ before it is parsed. An unknown file id is a 404 in OpenAI's error shape; bad li
 
 from __future__ import annotations
 
-import asyncio
 import email
 import email.policy
 from typing import Any
@@ -22,6 +21,7 @@ from sglang_v4.entrypoints.openai.file_store import FileStore, FileTooLargeError
 from sglang_v4.entrypoints.openai.protocol_batch import FILE_PURPOSES, FileDeleted, FileList
 from sglang_v4.entrypoints.openai.request_errors import RequestError, error_response
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase
+from sglang_v4.utils import run_blocking
 
 __all__ = ["FilesMixin", "parse_form_data", "MAX_FILES_LIST_LIMIT"]
 
@@ -114,7 +114,7 @@ class FilesMixin(OpenAIServingBase):
                     )
                 chunks.append(chunk)
             # the MIME parser takes seconds on a large body: in a worker thread, off the event loop
-            parts = await asyncio.to_thread(
+            parts = await run_blocking(
                 parse_form_data, request.headers.get("content-type", ""), b"".join(chunks)
             )
             purpose = parts.get("purpose", (None, b""))[1].decode("utf-8", "replace").strip()

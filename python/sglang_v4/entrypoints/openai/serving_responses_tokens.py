@@ -11,8 +11,6 @@ or stored. Errors are the Responses route's (400 naming the field, 404 for an un
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
@@ -20,6 +18,7 @@ from sglang_v4.entrypoints.openai.protocol_responses import ResponsesInputTokens
 from sglang_v4.entrypoints.openai.serving_base import RequestError, read_json_object, validate_request
 from sglang_v4.entrypoints.openai.serving_responses import ResponsesMixin, _check_request, _responses_error
 from sglang_v4.prompt_tokens import encode_with_plain_spans
+from sglang_v4.utils import run_blocking
 
 __all__ = ["ResponsesInputTokensMixin"]
 
@@ -42,5 +41,5 @@ class ResponsesInputTokensMixin(ResponsesMixin):
             plan = self._plan_chat(chat_req)
         except RequestError as e:
             raise _responses_error(e) from None
-        ids = await asyncio.to_thread(encode_with_plain_spans, self.tokenizer, plan.prompt, plan.plain_spans)
+        ids = await run_blocking(encode_with_plain_spans, self.tokenizer, plan.prompt, plan.plain_spans)
         return JSONResponse(ResponsesInputTokens(input_tokens=len(ids)).model_dump())

@@ -20,7 +20,6 @@ prompt fits); ids outside the vocabulary are a 400 naming ``tokens``.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import Request
@@ -35,6 +34,7 @@ from sglang_v4.entrypoints.openai.protocol import (
 )
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError, validate_request
 from sglang_v4.prompt_tokens import encode_with_plain_spans
+from sglang_v4.utils import run_blocking
 
 __all__ = ["TokenizeMixin", "TOKENIZE_IN_THREAD_CHARS"]
 
@@ -67,11 +67,11 @@ class TokenizeMixin(OpenAIServingBase):
         if plain_spans:
             if len(text) <= TOKENIZE_IN_THREAD_CHARS:
                 return encode_with_plain_spans(tok, text, plain_spans)
-            return await asyncio.to_thread(encode_with_plain_spans, tok, text, plain_spans)
+            return await run_blocking(encode_with_plain_spans, tok, text, plain_spans)
         if len(text) <= TOKENIZE_IN_THREAD_CHARS:
             return list(tok.encode(text, add_special_tokens=add_special_tokens))
         encode = getattr(tok, "encode_releasing_gil", None) or tok.encode
-        return list(await asyncio.to_thread(encode, text, add_special_tokens=add_special_tokens))
+        return list(await run_blocking(encode, text, add_special_tokens=add_special_tokens))
 
     async def _tokenize(self, request: Request) -> Response:
         """Raises RequestError: 400 for neither / both of ``prompt`` and ``messages``, a bad field,
