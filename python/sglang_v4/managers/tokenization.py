@@ -176,8 +176,8 @@ class TokenizationMixin:
         if isinstance(mnt, int) and not isinstance(mnt, bool):
             room = self.context_len - len(input_ids)
             pool = int(self.scheduler_info.max_total_num_tokens or 0)
-            if 0 < pool < self.context_len:
-                room = min(room, pool - 1 - len(input_ids))
+            if 0 < pool < self.context_len:  # the scheduler's cap: prompt + completion <= pool
+                room = min(room, pool - len(input_ids))
             if mnt > room:
                 log.warning(
                     "Requested token count (%d input + %d new) exceeds what the context allows: "
@@ -260,9 +260,12 @@ class TokenizationMixin:
             raise RequestError(sp_error)
         pool = int(self.scheduler_info.max_total_num_tokens or 0)
         total = (sp.max_new_tokens or 0) + len(input_ids)
-        if explicit and sp.max_new_tokens is not None and 0 < pool < self.context_len and total >= pool:
+        if explicit and sp.max_new_tokens is not None and 0 < pool < self.context_len and total > pool:
             # the KV pool, not the context, bounds this server's requests (max_req_input_len too):
-            # admitting it would only fail mid-generation and lose the tokens made so far
+            # admitting it would only fail mid-generation and lose the tokens made so far. Up to
+            # exactly ``pool`` fits (the last sampled token is never written to the KV cache), as
+            # the scheduler's cap of an omitted max_new_tokens (``min(context_len, pool)``) and
+            # the context check (up to exactly ``context_len``) allow
             raise RequestError(
                 f"Requested token count exceeds the KV cache pool of {pool} tokens. You requested a "
                 f"total of {total} tokens: {len(input_ids)} tokens from the input and "
