@@ -431,6 +431,7 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin, TokenizerManage
             # until it is sent, /abort_request and the drain reach it through the ticket
             with self.admitting.hold(rids) as ticket:
                 tokenized = self._tokenize_one(obj, (await self._encode_prompts([obj]))[0])
+                self._check_logprob_volume([tokenized])
                 await self.abandoned.wait(rids)
                 await self.wait_for_admission(request, ticket)  # paused, or a weight update under way
                 self._check_alive()  # the backend may have died while a long prompt was tokenized
@@ -449,6 +450,7 @@ class TokenizerManager(TokenizationMixin, TokenizerControlMixin, TokenizerManage
         with self.admitting.hold(rids) as ticket:
             text_ids = await self._encode_prompts(subs)
             tokenized_list = [self._tokenize_one(s, ids) for s, ids in zip(subs, text_ids)]
+            self._check_logprob_volume(tokenized_list)
             await self.abandoned.wait(str(s.rid) for s in subs)
             await self.wait_for_admission(request, ticket)
             self._check_alive()
