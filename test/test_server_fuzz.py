@@ -356,6 +356,40 @@ def test_slow_clients_are_cut_off_and_do_not_block_others(server) -> None:
     assert requests.get(server.url + "/health", timeout=30).status_code == 200
 
 
+#: Every route that reads a JSON body (a client may leave any of them half-way through its body).
+BODY_ROUTES = [
+    "/generate", "/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages",
+    "/v1/messages/count_tokens", "/v1/responses/input_tokens", "/v1/score", "/tokenize",
+    "/detokenize", "/v1/batches", "/abort_request", "/pause_generation", "/continue_generation",
+    "/update_weights_from_disk", "/get_weights_by_name", "/separate_reasoning", "/parse_function_call",
+]  # fmt: skip
+
+
+def test_client_gone_mid_body_is_quiet_on_every_route(server) -> None:
+    """A client that closes its connection after part of a declared body, or sends a malformed
+    chunk, ends its request without an ASGI error in the log (Starlette's ``ClientDisconnect``
+    reached uvicorn as "Exception in ASGI application" with a traceback, once per such client)."""
+    before = server.log()
+    for path in BODY_ROUTES:
+        s = _connect(server)  # 10 of the declared 100 bytes, then gone
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode())
+        s.sendall(b'Content-Length: 100\r\n\r\n{"text": "')
+        time.sleep(0.05)
+        s.close()
+        c = _connect(server)  # a chunk whose size line is not hexadecimal
+        c.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        c.sendall(b'5\r\n{"a":\r\nzz\r\n')
+        got, _ = _read_all(c, 10)
+        assert got.startswith(b"HTTP/1.1 400 "), (path, got[:200])
+    deadline = time.time() + 10  # the server sees each disconnect asynchronously
+    while server.log().count("before sending its whole body") < len(BODY_ROUTES) and time.time() < deadline:
+        time.sleep(0.1)
+    new = server.log()[len(before) :]
+    assert "Exception in ASGI application" not in new and "Traceback" not in new, new[-3000:]
+    r = _post(server, "/generate", {"text": "ok", "sampling_params": {"max_new_tokens": 2}})
+    assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 2
+
+
 #: What ``sglang-router`` sends each replica at start-up to probe for gRPC: the HTTP/2 connection
 #: preface (RFC 9113, section 3.4) and an empty SETTINGS frame.
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"

@@ -108,3 +108,130 @@ def test_unbounded_generation_stops_at_pool_capacity_with_length(server: ServerH
     assert meta["prompt_tokens"] == 500
     assert 1 <= meta["completion_tokens"] and meta["prompt_tokens"] + meta["completion_tokens"] <= POOL_TOKENS
     requests.post(server.url + "/flush_cache", timeout=30)
+
+
+def test_prompt_plus_max_new_tokens_equal_to_the_pool_is_served(server: ServerHandle) -> None:
+    # Found by attack: a 1022-token prompt with max_new_tokens=2 on a 1024-token pool was a 400
+    # "Requested token count exceeds the KV cache pool of 1024 tokens. You requested a total of
+    # 1024 tokens", while the same prompt with max_new_tokens omitted was served 2 tokens (the
+    # scheduler caps it to min(context, pool) - prompt). The last sampled token is never written
+    # to the KV cache, so prompt + completion == pool fits, as prompt + completion == context
+    # does. Oracle: the pool arithmetic, and the omitted-max_new_tokens answer of the same prompt.
+    for prompt_len in (POOL_TOKENS - 2, POOL_TOKENS - 1):
+        ids = [9 + i % 50 for i in range(prompt_len)]
+        room = POOL_TOKENS - prompt_len
+        answers = []
+        for sp in ({"max_new_tokens": room}, {}):
+            r = requests.post(
+                server.url + "/generate",
+                json={"input_ids": ids, "sampling_params": {**sp, "ignore_eos": True, "temperature": 0}},
+                timeout=120,
+            )
+            assert r.status_code == 200, (prompt_len, sp, r.text)
+            meta = r.json()["meta_info"]
+            assert meta["finish_reason"] == {"type": "length", "length": room}, meta
+            answers.append(r.json()["output_ids"])
+        assert answers[0] == answers[1] and len(answers[0]) == room
+        r = requests.post(
+            server.url + "/v1/completions",
+            json={"prompt": ids, "max_tokens": room, "temperature": 0, "ignore_eos": True},
+            timeout=120,
+        )
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == room, r.text
+        # one more token than the pool holds is still refused up front
+        r = requests.post(
+            server.url + "/generate",
+            json={"input_ids": ids, "sampling_params": {"max_new_tokens": room + 1}},
+            timeout=60,
+        )
+        assert r.status_code == 400, r.text
+        msg = r.json()["error"]["message"]
+        assert f"total of {POOL_TOKENS + 1} tokens" in msg and f"pool of {POOL_TOKENS} tokens" in msg, msg
+    requests.post(server.url + "/flush_cache", timeout=30)
+
+
+def test_auto_truncate_cuts_max_new_tokens_to_what_the_pool_holds() -> None:
+    # --allow-auto-truncate cuts max_new_tokens to the room the prompt leaves; on a server whose
+    # KV pool is smaller than the context that room is pool - prompt (prompt + completion ==
+    # pool is served, as the check above), not one token less. Oracle: the pool arithmetic.
+    from types import SimpleNamespace
+
+    from sglang_v4.managers.tokenization import TokenizationMixin
+
+    host = SimpleNamespace(
+        context_len=4096,
+        max_req_input_len=POOL_TOKENS - 1,
+        scheduler_info=SimpleNamespace(max_total_num_tokens=POOL_TOKENS),
+    )
+    for prompt_len, asked, want_len, want_new in (
+        (POOL_TOKENS - 2, 100, POOL_TOKENS - 2, 2),
+        (POOL_TOKENS - 1, 5, POOL_TOKENS - 1, 1),
+        (POOL_TOKENS + 50, 5, POOL_TOKENS - 1, 1),
+        (100, 50, 100, 50),  # fits: untouched
+    ):
+        raw = {"max_new_tokens": asked}
+        ids = TokenizationMixin._fit_to_context(host, list(range(prompt_len)), raw)  # type: ignore[arg-type]
+        assert (len(ids), raw["max_new_tokens"]) == (want_len, want_new), (prompt_len, asked)
+
+
+def test_logprob_volume_is_bounded_up_front(server: ServerHandle) -> None:
+    # Found by attack: top_logprobs_num may be anything up to the vocabulary (129280, as SGLang),
+    # so one /generate of an 800-token prompt with logprob_start_len 0 asked for 10^8 logprob
+    # values; 4.2M of them already took 130 MB of JSON and 1.2 GB of server memory, so it would
+    # have exhausted the host. Requests with more than 20 candidates per position are bounded by
+    # SGLANG_V4_MAX_LOGPROB_ENTRIES (2**23) values over all their prompts and samples; narrower
+    # ones (all of OpenAI's) are not. Oracle: the arithmetic of positions x values per position.
+    from sglang_v4.managers.tokenization import DEFAULT_MAX_LOGPROB_ENTRIES as LIMIT
+
+    vocab = 129280
+    ids = [9 + i % 50 for i in range(400)]
+    refused = [
+        # 400 prompt positions + 1 output position, 1 + vocab values each
+        ("/generate", {"input_ids": ids, "return_logprob": True, "logprob_start_len": 0,
+                       "top_logprobs_num": vocab, "sampling_params": {"max_new_tokens": 1}}),
+        # a batch whose items each fit: 100 x (50 + 34) positions x 1001 values
+        ("/generate", {"input_ids": [ids[:50]] * 100, "return_logprob": True, "logprob_start_len": 0,
+                       "top_logprobs_num": 1000, "sampling_params": {"max_new_tokens": 34}}),
+        # n samples count too: 8 x 250 output positions x 5001 values
+        ("/generate", {"input_ids": ids[:10], "return_logprob": True, "top_logprobs_num": 5000,
+                       "sampling_params": {"max_new_tokens": 250, "n": 8}}),
+        # /v1/score: 2000 items x 1 position x (1 + 5000 labels)
+        ("/v1/score", {"query": ids[:5], "items": [[7]] * 2000, "label_token_ids": list(range(5000))}),
+    ]  # fmt: skip
+    assert 400 * vocab > LIMIT and 100 * 84 * 1001 > LIMIT and 8 * 250 * 5001 > LIMIT
+    assert 2000 * 5001 > LIMIT
+    for path, body in refused:
+        t0 = time.time()
+        r = requests.post(server.url + path, json=body, timeout=60)
+        assert r.status_code == 400, (path, r.text[:300])
+        assert "SGLANG_V4_MAX_LOGPROB_ENTRIES" in r.text and str(LIMIT) in r.text, r.text[:500]
+        assert time.time() - t0 < 10
+    info = requests.get(server.url + "/server_info", timeout=30).json()
+    assert info["kv_pool"]["req_slots"]["used"] == 0 and info["num_queue_reqs"] == 0
+    # narrow (20 candidates) over every position, and wide but small, are served in full
+    r = requests.post(
+        server.url + "/generate",
+        json={"input_ids": ids, "return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 20,
+              "sampling_params": {"max_new_tokens": 2}},
+        timeout=120,
+    )  # fmt: skip
+    assert r.status_code == 200, r.text[:300]
+    meta = r.json()["meta_info"]
+    assert len(meta["input_top_logprobs"]) == 400 and all(
+        len(t) == 20 for t in meta["input_top_logprobs"][1:]
+    )
+    r = requests.post(
+        server.url + "/generate",
+        json={"input_ids": ids[:5], "return_logprob": True, "top_logprobs_num": vocab,
+              "sampling_params": {"max_new_tokens": 2}},
+        timeout=120,
+    )  # fmt: skip
+    assert r.status_code == 200, r.text[:300]
+    assert [len(t) for t in r.json()["meta_info"]["output_top_logprobs"]] == [vocab, vocab]
+    r = requests.post(
+        server.url + "/v1/score",
+        json={"query": ids[:5], "items": [[7], [8]], "label_token_ids": list(range(5000))},
+        timeout=120,
+    )
+    assert r.status_code == 200 and [len(s) for s in r.json()["scores"]] == [5000, 5000], r.text[:300]
+    requests.post(server.url + "/flush_cache", timeout=30)

@@ -18,6 +18,10 @@ in this order:
    (Starlette's ``RequestBodyLimitMiddleware`` answers in plain text; these errors are JSON.)
 4. **Body read timeout**: the whole body must arrive within ``read_timeout_s`` of the request's
    start, else 408, so a client that trickles its body cannot hold a request open.
+5. **Client gone mid-body**: a client that closes the connection before its whole body arrived
+   (or sends a malformed chunk, which uvicorn answers 400 and turns into a disconnect) ends the
+   request quietly: nothing was parsed or queued, and there is no one to answer. (Starlette's
+   ``Request.body()`` raises ``ClientDisconnect``, which uvicorn would log as an ASGI error.)
 
 Errors are JSON in the route family's shape: under ``/v1/`` SGLang's ``{"object": "error",
 "message", "type", "param", "code"}`` plus OpenAI's nested ``"error"`` object
@@ -60,6 +64,7 @@ from typing import Any
 
 import orjson
 import uvicorn
+from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from sglang_v4.entrypoints.anthropic.protocol import ANTHROPIC_ROUTES, anthropic_error_body
@@ -289,6 +294,11 @@ class AdmissionMiddleware:
                 408,
                 f"The request body did not arrive within {self.limits.read_timeout_s:g}s.",
             )
+        except ClientDisconnect:
+            if started or body_done:
+                raise
+            # gone before its body was complete: nothing was parsed or queued, no one to answer
+            logger.info("%s: the client closed the connection before sending its whole body", path)
 
 
 class HeaderTimeoutH11Protocol(H11Protocol):

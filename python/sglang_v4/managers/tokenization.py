@@ -8,6 +8,8 @@ refused before it is tokenized. Every limit is checked once here, for the Engine
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import Any
 
 from sglang_v4.managers.control_struct import SchedulerReadyInfo, context_length_message
@@ -25,6 +27,18 @@ SKIP_TOKENIZER_TEXT_MSG = (
 #: Texts longer than this (characters) are tokenized in a worker thread with the GIL released,
 #: so that a huge prompt does not stall the event loop (other requests' streams, /health).
 TOKENIZE_IN_THREAD_CHARS = 8192
+
+#: The environment variable bounding the logprob values of one request that asks for more than
+#: :data:`NARROW_LOGPROB_CANDIDATES` candidates per position (:meth:`TokenizationMixin._check_logprob_volume`),
+#: and its default: 2**23 values, about 270 MB of JSON and a few GB of peak memory across the
+#: server's processes (measured on the CPU: 4.2M values took 130 MB of JSON and 1.2 GB of RSS).
+MAX_LOGPROB_ENTRIES_ENV = "SGLANG_V4_MAX_LOGPROB_ENTRIES"
+DEFAULT_MAX_LOGPROB_ENTRIES = 1 << 23
+#: Candidates per position (``top_logprobs_num + len(token_ids_logprob)``) up to which a request's
+#: logprobs are not bounded beyond its tokens: OpenAI's ``top_logprobs`` maximum, so every request
+#: of the OpenAI routes is. Its values are then at most 21 per token processed, no more than the
+#: tokens themselves cost; only wider requests multiply a short request into 10^8 values.
+NARROW_LOGPROB_CANDIDATES = 20
 
 
 class RequestError(ValueError):
@@ -69,6 +83,27 @@ def check_tokenizer_free(sp: SamplingParams) -> None:
                 f"{name} needs the tokenizer, which this server does not load (it was started with "
                 f"--skip-tokenizer-init / skip_tokenizer_init=True){hint}."
             )
+
+
+def logprob_entries(req: TokenizedGenerateReqInput, token_limit: int) -> int:
+    """Upper bound on the logprob values the answer to ``req`` holds: positions x values per position.
+
+    Positions: the prompt's from ``logprob_start_len`` (none when ``-1``) plus the output's (its
+    ``max_new_tokens``, or the room ``token_limit - prompt`` when unbounded, as the scheduler caps
+    it). Values per position: the token's own logprob, ``top_logprobs_num`` candidates and one per
+    ``token_ids_logprob`` id. ``0`` without ``return_logprob``.
+
+    Args:
+        req: a validated request.
+        token_limit: the most tokens a request may hold, ``min(context_len, KV pool)``.
+    """
+    if not req.return_logprob:
+        return 0
+    prompt = len(req.input_ids)
+    positions = (prompt - req.logprob_start_len if req.logprob_start_len >= 0 else 0) + (
+        req.sampling_params.max_new_tokens_for(prompt, token_limit)
+    )
+    return positions * (1 + req.top_logprobs_num + len(req.token_ids_logprob or ()))
 
 
 class TokenizationMixin:
@@ -176,8 +211,8 @@ class TokenizationMixin:
         if isinstance(mnt, int) and not isinstance(mnt, bool):
             room = self.context_len - len(input_ids)
             pool = int(self.scheduler_info.max_total_num_tokens or 0)
-            if 0 < pool < self.context_len:
-                room = min(room, pool - 1 - len(input_ids))
+            if 0 < pool < self.context_len:  # the scheduler's cap: prompt + completion <= pool
+                room = min(room, pool - len(input_ids))
             if mnt > room:
                 log.warning(
                     "Requested token count (%d input + %d new) exceeds what the context allows: "
@@ -188,6 +223,36 @@ class TokenizationMixin:
                 )
                 raw["max_new_tokens"] = max(0, room)
         return input_ids
+
+    def _check_logprob_volume(self, reqs: Sequence[TokenizedGenerateReqInput]) -> None:
+        """Refuse a request (all items and ``n`` samples of a batch together) whose items asking for
+        more than :data:`NARROW_LOGPROB_CANDIDATES` candidates per position would return more than
+        ``SGLANG_V4_MAX_LOGPROB_ENTRIES`` logprob values (:func:`logprob_entries`; an unbounded
+        ``max_new_tokens`` counts the room the prompt leaves). Every value is held by the
+        scheduler, the detokenizer and this process until the answer is sent, so a
+        ``top_logprobs_num`` near the vocabulary over a long prompt (10^8 values) or a
+        ``/v1/score`` of thousands of items with thousands of labels would exhaust the host's
+        memory and kill the server.
+
+        Raises:
+            RequestError: 400 naming the fields and the limit.
+        """
+        limit = int(os.environ.get(MAX_LOGPROB_ENTRIES_ENV, DEFAULT_MAX_LOGPROB_ENTRIES))
+        pool = int(self.scheduler_info.max_total_num_tokens or 0)
+        token_limit = min(self.context_len, pool) if pool > 0 else self.context_len
+        wide = [
+            r for r in reqs if r.top_logprobs_num + len(r.token_ids_logprob or ()) > NARROW_LOGPROB_CANDIDATES
+        ]
+        total = sum(logprob_entries(r, token_limit) for r in wide)
+        if total > limit:
+            raise RequestError(
+                f"The request asks for up to {total} logprob values (positions from logprob_start_len "
+                "and max_new_tokens, times 1 + top_logprobs_num + len(token_ids_logprob), over its "
+                f"prompts and samples with more than {NARROW_LOGPROB_CANDIDATES} candidates per "
+                f"position); at most {limit} are served ({MAX_LOGPROB_ENTRIES_ENV}). Reduce "
+                "top_logprobs_num, token_ids_logprob, the prompt span from logprob_start_len, "
+                "max_new_tokens or the number of prompts."
+            )
 
     def _tokenize_one(
         self, obj: GenerateReqInput, text_ids: list[int] | None = None
@@ -260,9 +325,12 @@ class TokenizationMixin:
             raise RequestError(sp_error)
         pool = int(self.scheduler_info.max_total_num_tokens or 0)
         total = (sp.max_new_tokens or 0) + len(input_ids)
-        if explicit and sp.max_new_tokens is not None and 0 < pool < self.context_len and total >= pool:
+        if explicit and sp.max_new_tokens is not None and 0 < pool < self.context_len and total > pool:
             # the KV pool, not the context, bounds this server's requests (max_req_input_len too):
-            # admitting it would only fail mid-generation and lose the tokens made so far
+            # admitting it would only fail mid-generation and lose the tokens made so far. Up to
+            # exactly ``pool`` fits (the last sampled token is never written to the KV cache), as
+            # the scheduler's cap of an omitted max_new_tokens (``min(context_len, pool)``) and
+            # the context check (up to exactly ``context_len``) allow
             raise RequestError(
                 f"Requested token count exceeds the KV cache pool of {pool} tokens. You requested a "
                 f"total of {total} tokens: {len(input_ids)} tokens from the input and "

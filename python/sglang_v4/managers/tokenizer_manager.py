@@ -422,6 +422,7 @@ class TokenizerManager(
             with self.admitting.hold(rids) as ticket:
                 ids = (await ticket.unless_failed(self._encode_prompts([obj])))[0]
                 tokenized = self._tokenize_one(obj, ids)
+                self._check_logprob_volume([tokenized])
                 await ticket.unless_failed(self.abandoned.wait(rids))
                 await self.wait_for_admission(request, ticket)  # paused, or a weight update under way
                 self._check_alive()  # the backend may have died while a long prompt was tokenized
@@ -454,6 +455,7 @@ class TokenizerManager(
         with self.admitting.hold(rids) as ticket:
             text_ids = await ticket.unless_failed(self._encode_prompts(subs))
             tokenized_list = [self._tokenize_one(s, ids) for s, ids in zip(subs, text_ids)]
+            self._check_logprob_volume(tokenized_list)
             await ticket.unless_failed(self.abandoned.wait([str(s.rid) for s in subs]))
             await self.wait_for_admission(request, ticket)
             self._check_alive()
