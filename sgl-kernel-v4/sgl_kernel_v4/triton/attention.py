@@ -162,16 +162,18 @@ def _paged_attn_kernel(
 
     # sliding window: keys j of positions p - W + 1 + j, this split's share of 0..W-1
     p = tl.load(pos_ptr + t)
+    p32 = p.to(tl.int32)  # positions stay below 2^31
     pg_prev = tl.load(swa_pages_ptr + 2 * t)
     pg_cur = tl.load(swa_pages_ptr + 2 * t + 1)
     chunk_w = tl.cdiv(tl.cdiv(W, num_splits), BLOCK_N) * BLOCK_N
     j_end = tl.minimum(s * chunk_w + chunk_w, W)
     for j0 in range(s * chunk_w, j_end, BLOCK_N):
-        kp = p - W + 1 + j0 + offs_n
+        kp = (j0 + offs_n).to(tl.int32) + (p32 - W + 1)  # int32 index arithmetic (row_offsets)
         kpc = tl.maximum(kp, 0)
-        page = tl.where(kpc // W == p // W, pg_cur, pg_prev)
+        pw = kpc // W
+        page = tl.where(pw == p32 // W, pg_cur, pg_prev)
         valid = (j0 + offs_n < j_end) & (kp >= 0) & (page >= 0)
-        off = row_offsets(page * W + kpc % W, swa_rpp, swa_ps, swa_rs)
+        off = row_offsets(page * W + (kpc - pw * W), swa_rpp, swa_ps, swa_rs)
         m, l_sum, acc = _attend(
             q,
             m,
@@ -203,13 +205,14 @@ def _paged_attn_kernel(
         for i0 in range(s * chunk, i_end, BLOCK_N):
             im = i0 + offs_n < i_end
             if COMP_MODE == 1:
-                w = tl.load(ent_ptr + t * stride_et + i0 + offs_n, mask=im, other=-1).to(tl.int64)
+                w = tl.load(ent_ptr + t * stride_et + i0 + offs_n, mask=im, other=-1).to(tl.int32)
             else:
-                w = tl.where(im, i0 + offs_n, -1).to(tl.int64)
-            wc = tl.maximum(w, 0)
-            page = tl.load(r2p_ptr + row * stride_r2p + wc // E, mask=w >= 0, other=-1).to(tl.int64)
+                w = tl.where(im, i0 + offs_n, -1).to(tl.int32)
+            wc = tl.maximum(w, 0)  # int32 index arithmetic (row_offsets)
+            wp = wc // E
+            page = tl.load(r2p_ptr + row * stride_r2p + wp, mask=w >= 0, other=-1)
             valid = (w >= 0) & (page >= 0)
-            off = row_offsets(page * E + wc % E, c_rpp, c_ps, c_rs)
+            off = row_offsets(page * E + (wc - wp * E), c_rpp, c_ps, c_rs)
             m, l_sum, acc = _attend(
                 q,
                 m,

@@ -25,9 +25,12 @@ import triton.language as tl
 @triton.jit
 def row_offsets(slots, rows_per_page, page_stride, row_stride):
     """Element offsets of flat slots: ``(s // rows_per_page) * page_stride + (s % rows_per_page) *
-    row_stride`` (int64)."""
-    s = slots.to(tl.int64)
-    return (s // rows_per_page) * page_stride + (s % rows_per_page) * row_stride
+    row_stride`` (int64). The page / row split runs in int32 (a pool's rows number below 2^31,
+    which the pool wrappers check): a 64-bit division is a ~70-instruction subroutine per value,
+    and the gathers' programs repeat it for every key row they load."""
+    s = slots.to(tl.int32)
+    q = s // rows_per_page  # int32 when rows_per_page is (a launch's small integers are)
+    return q.to(tl.int64) * page_stride + (s - q * rows_per_page).to(tl.int64) * row_stride
 
 
 @triton.jit
