@@ -27,7 +27,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["CODECS", "entry_align", "entry_bytes", "PagedRows", "as_paged", "entry_slots", "window_slots"]
+__all__ = [
+    "CODECS",
+    "MAX_SLOTS",
+    "entry_align",
+    "entry_bytes",
+    "PagedRows",
+    "as_paged",
+    "entry_slots",
+    "window_slots",
+]
 
 #: Codec name -> the integer the Triton kernels take as a constexpr.
 CODECS = {"float": 0, "fp8_main": 1, "fp8_indexer": 2, "fp4_indexer": 3}
@@ -59,6 +68,10 @@ def entry_align(codec: str, dim: int, rope_dim: int = 0) -> int:
     return min(16, n & -n)
 
 
+#: Most slots a pool layer may have: the kernels split a slot into page and row in int32.
+MAX_SLOTS = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class PagedRows:
     """How a kernel addresses the entries of one pool layer.
@@ -74,7 +87,9 @@ class PagedRows:
         num_slots: slots addressable (for bounds in tests and error messages).
 
     Raises:
-        ValueError: for an unknown codec, or a quantized layout whose storage pointer, page stride
+        ValueError: for an unknown codec, more than ``2**31 - 1`` slots (the kernels split a slot
+            into page and row in int32: :func:`sgl_kernel_v4.triton.kv_codec.row_offsets`), or a
+            quantized layout whose storage pointer, page stride
             or row stride is not a multiple of the codec's alignment (:func:`entry_align`): the
             kernels state that alignment to the compiler, so a misaligned layout would fault.
     """
@@ -91,6 +106,10 @@ class PagedRows:
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
             raise ValueError(f"codec: expected one of {sorted(CODECS)}, got {self.codec!r}")
+        if self.num_slots > MAX_SLOTS:
+            raise ValueError(
+                f"num_slots: the kernels address at most {MAX_SLOTS} slots, got {self.num_slots}"
+            )
         if self.codec == "float":
             return
         align = entry_align(self.codec, self.dim, self.rope_dim)
