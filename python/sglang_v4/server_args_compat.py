@@ -537,7 +537,9 @@ def warn_ignored_sglang_args(args: Any, log: logging.Logger | None = None) -> st
 
 
 #: SGLang environment variables sglang-v4 reads (``SGLANG_V4_*`` are its own and always read).
-READ_SGLANG_ENV = frozenset({"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_TORCH_PROFILER_DIR"})
+READ_SGLANG_ENV = frozenset(
+    {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_HEALTH_CHECK_TIMEOUT", "SGLANG_TORCH_PROFILER_DIR"}
+)
 
 
 def unread_sglang_env(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,32 @@ IDLE_POLL_S = 0.01
 PROFILE_STOP_TIMEOUT_S = 60.0
 #: ``/pause_generation`` modes (SGLang's); ``abort`` is its default.
 PAUSE_MODES = ("abort", "retract", "in_place")
+
+
+#: ``/health_generate``'s default wait, seconds (SGLang's ``HEALTH_CHECK_TIMEOUT``).
+DEFAULT_HEALTH_CHECK_TIMEOUT_S = 20.0
+
+
+def health_check_timeout_s(environ: dict[str, str] | None = None) -> float:
+    """Seconds ``/health_generate`` waits for its probe: ``SGLANG_HEALTH_CHECK_TIMEOUT`` (SGLang's
+    variable, read as in its ``http_server.py``) from ``environ`` (default ``os.environ``), else
+    :data:`DEFAULT_HEALTH_CHECK_TIMEOUT_S`. A value that is not a positive number is logged and
+    the default used (a health probe must not fail on a typo in the environment)."""
+    raw = (os.environ if environ is None else environ).get("SGLANG_HEALTH_CHECK_TIMEOUT")
+    if raw is None:
+        return DEFAULT_HEALTH_CHECK_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        logger.warning(
+            "SGLANG_HEALTH_CHECK_TIMEOUT=%r is not a positive number of seconds; using %s.",
+            raw,
+            DEFAULT_HEALTH_CHECK_TIMEOUT_S,
+        )
+        return DEFAULT_HEALTH_CHECK_TIMEOUT_S
+    return value
 
 
 class TokenizerControlMixin:
@@ -99,13 +126,16 @@ class TokenizerControlMixin:
         if ticket is not None:
             ticket.raise_if_failed()
 
-    async def health_generate(self: TokenizerManager, timeout_s: float = 20.0) -> bool:
-        """Run a 1-token generation; True when the backend answers within ``timeout_s``. An idle
+    async def health_generate(self: TokenizerManager, timeout_s: float | None = None) -> bool:
+        """Run a 1-token generation; True when the backend answers within ``timeout_s`` seconds
+        (``None``: :func:`health_check_timeout_s`, SGLang's ``SGLANG_HEALTH_CHECK_TIMEOUT``). An idle
         scheduler runs it; a busy one answers it after its next processed batch (SGLang's rule: a
         server that keeps producing batches is healthy, however long its queue). While
         generation is paused or weights are loading, :meth:`paused_health` answers instead."""
         if self.crashed is not None:
             return False
+        if timeout_s is None:
+            timeout_s = health_check_timeout_s()
         held = await self.paused_health(timeout_s)
         if held is not None:
             return held
