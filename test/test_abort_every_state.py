@@ -4,7 +4,8 @@ FakeScheduler; prompts holding ``[hold]`` run until aborted, each holding KV pag
 * ``abort_all`` ends every request the server holds, in every state at once: running (a single
   request, a batch of two prompts, an ``n = 2`` request), still tokenizing its prompt, and held at
   the admission gate while generation is paused. Before, the last two escaped the abort (it was
-  sent to the scheduler only) and ran once generation continued.
+  sent to the scheduler only) and ran once generation continued. ``/pause_generation``'s abort
+  mode and a weight update's ``abort_all_requests`` reach the same states.
 * The ``rid`` a client gave an ``n > 1`` (or batch) request aborts each of its samples, running
   or held at the gate; a sample's own rid aborts that sample only, and a request whose rid merely
   starts with the parent's is untouched. Before, a parent rid aborted nothing.
@@ -150,6 +151,80 @@ def test_abort_all_ends_requests_in_every_state(engine: Any, expected: Callable[
         assert meta["finish_reason"] == QUEUED_ABORT, name
         assert (outs[name]["output_ids"], meta["completion_tokens"]) == ([], 0), name
         assert meta["prompt_tokens"] > 0
+    _assert_released(engine, expected)
+
+
+def test_pause_abort_and_update_abort_end_every_request_held(
+    engine: Any, expected: Callable[[int], str]
+) -> None:
+    """``/pause_generation`` (abort mode) and a weight update with ``abort_all_requests`` end every
+    request the server holds when they are called, as ``abort_all`` does: running, still
+    tokenizing, and held at the gate by an earlier ``in_place`` pause. A request received after the
+    pause waits and, after continue, runs to its full output. Before, the tokenizing and held
+    requests escaped both aborts and ran afterwards (finish reason ``length``)."""
+    tm = engine.tokenizer_manager
+
+    async def main() -> dict[str, Any]:
+        release = asyncio.Event()
+        original = tm._encode_prompts
+
+        async def encode(objs: list[GenerateReqInput]) -> Any:
+            if any(SLOW in (o.text or "") for o in objs):
+                await release.wait()
+            return await original(objs)
+
+        tm._encode_prompts = encode
+        reqs = _Requests(tm)
+        try:
+            # the pause: one running, one tokenizing, one held by an earlier in_place pause
+            reqs.start("p_running", text="[hold] a", sampling_params=HELD)
+            await _until(lambda: _ge(reqs.running(), 1), "one request running")
+            reqs.start("p_tokenizing", text=f"{SLOW} b", sampling_params={"max_new_tokens": 3})
+            await _until(lambda: _true(tm.admitting.count == 1), "one request tokenizing")
+            await tm.pause_generation("in_place")
+            reqs.start("p_gate", text="gate c", sampling_params={"max_new_tokens": 3})
+            await _until(lambda: _true(tm.admitting.count == 2), "one request held at the gate")
+            pause = asyncio.ensure_future(tm.pause_generation("abort"))
+            await reqs.ended("p_running", "p_gate")
+            assert not pause.done()  # it waits for the request still tokenizing
+            release.set()
+            await reqs.ended("p_tokenizing")
+            await asyncio.wait_for(pause, 10)
+            reqs.start("p_later", text="later d", sampling_params={"max_new_tokens": 3})
+            await asyncio.sleep(0.3)
+            assert not reqs.tasks["p_later"].done()  # received after the pause: it waits
+            await tm.continue_generation()
+            await reqs.ended("p_later")
+
+            # the weight update: one running, one tokenizing
+            release.clear()
+            reqs.start("u_running", text="[hold] e", sampling_params=HELD)
+            await _until(lambda: _ge(reqs.running(), 1), "one request running")
+            reqs.start("u_tokenizing", text=f"{SLOW} f", sampling_params={"max_new_tokens": 3})
+            await _until(lambda: _true(tm.admitting.count == 1), "one request tokenizing")
+            update = asyncio.ensure_future(
+                tm.update_weights_from_disk(tm.model_path, abort_all_requests=True)
+            )
+            await reqs.ended("u_running")
+            release.set()
+            await reqs.ended("u_tokenizing")
+            await asyncio.wait_for(update, 30)  # the fake scheduler loads no weights: its answer
+        finally:
+            release.set()
+            tm._encode_prompts = original
+            if tm.is_pause:
+                await tm.continue_generation()
+        return reqs.outs
+
+    outs = _on_engine_loop(engine, main())
+    for name in ("p_running", "u_running"):
+        assert outs[name]["meta_info"]["finish_reason"] == RUNNING_ABORT, name
+    for name in ("p_tokenizing", "p_gate", "u_tokenizing"):  # never sent to the scheduler
+        meta = outs[name]["meta_info"]
+        assert meta["finish_reason"] == QUEUED_ABORT, name
+        assert (outs[name]["output_ids"], meta["completion_tokens"]) == ([], 0), name
+    assert outs["p_later"]["text"] == expected(3)
+    assert outs["p_later"]["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
     _assert_released(engine, expected)
 
 

@@ -259,13 +259,18 @@ def test_plan_budget_and_fragmentation(pro: ModelConfig) -> None:
 
 def test_plan_max_total_tokens_and_errors(flash: ModelConfig) -> None:
     p = kp.plan_kv_pools(flash, "bf16", False, 256, max_total_tokens=100_000, context_length=8192)
-    assert p.num_block_pages == -(-100_000 // 256)
+    # SGLang rounds the token budget down to the page size: 390 whole pages of 256 tokens
+    assert p.num_block_pages == 390 and p.kv_capacity_tokens == 99_840
     assert p.max_concurrency == p.num_block_pages // 32
-    assert p.max_context == 8192  # the serving context, below the pools' 100,096 tokens
+    assert p.max_context == 8192  # the serving context, below the pools' 99,840 tokens
     small = kp.plan_kv_pools(flash, "bf16", False, 256, max_total_tokens=1024, context_length=8192)
     assert small.max_context == 1024  # the pools, below the serving context
     capped = kp.plan_kv_pools(flash, "bf16", False, 256, budget_bytes=50 * GIB, max_total_tokens=4096)
     assert capped.num_block_pages == 16
+    capped = kp.plan_kv_pools(flash, "bf16", False, 256, budget_bytes=50 * GIB, max_total_tokens=4351)
+    assert capped.num_block_pages == 16  # rounded down under a budget too
+    with pytest.raises(ValueError, match="max_total_tokens"):
+        kp.plan_kv_pools(flash, "bf16", False, 256, max_total_tokens=255)
     fixed = kp.plan_kv_pools(
         flash, "bf16", False, 256, budget_bytes=GIB, context_length=4096, max_running_requests=3
     )

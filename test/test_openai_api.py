@@ -329,6 +329,34 @@ def test_chat_sampling_defaults_from_generation_config(tok: PreTrainedTokenizerF
     assert sp.get("top_k") is None and sp["temperature"] == 1.0
 
 
+def test_chat_sampling_defaults_logged_once_at_start_up(
+    tok: PreTrainedTokenizerFast, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's OpenAI, score and Anthropic routes are mounted (``_mount_openai``, as at
+    start-up): the "Chat sampling defaults" line is logged once (it was logged twice: the
+    ``/v1/score`` handler read the model's defaults again), and chat requests still get them."""
+    import logging
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from sglang_v4.entrypoints.http_server import _mount_openai
+    from sglang_v4.server_args import ServerArgs
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_k": 20}))
+    tm = FakeTM(tok)
+    app = FastAPI()
+    with caplog.at_level(logging.INFO):
+        serving = _mount_openai(app, tm, ServerArgs(model_path=str(tmp_path), device="cpu"))
+    lines = [r.getMessage() for r in caplog.records if "Chat sampling defaults" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert serving.chat_sampling_defaults == {"temperature": 0.6, "top_k": 20}
+    body = {"model": serving.model_name, "messages": [{"role": "user", "content": "hi"}]}
+    r = TestClient(app).post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    sp = tm.received[-1].sampling_params
+    assert (sp["temperature"], sp["top_k"]) == (0.6, 20)
+
+
 def test_default_chat_template_kwargs_and_default_include_usage(tok: PreTrainedTokenizerFast) -> None:
     """SGLang's ``--default-chat-template-kwargs '{"thinking": true}'`` renders every chat prompt in
     thinking mode unless the request says otherwise (DeepSeek-V4's encoding: ``<think>`` after the

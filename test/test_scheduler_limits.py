@@ -40,6 +40,20 @@ def test_prompt_larger_than_pool_rejected_without_forward(sched_model_dir: str) 
     assert res_fin is not None and res_fin["type"] == "length"
 
 
+def test_max_total_tokens_rounds_down_to_whole_pages(sched_model_dir: str) -> None:
+    """``--max-total-tokens`` not a page multiple: the pool is the whole pages below it, as SGLang
+    rounds its token budget (``max_total_num_tokens // page_size * page_size``); before, the pool
+    was rounded up to the next page (a pool larger than the flag). A value below one page is a
+    start-up error naming the flag."""
+    for given in (2 * PAGE + 1, 3 * PAGE - 1):
+        s = make_scheduler(sched_model_dir, max_total_tokens=given)
+        assert s.max_total_num_tokens == given // PAGE * PAGE == 2 * PAGE
+        assert s.get_metrics()["max_total_num_tokens"] == 2 * PAGE
+        assert s.max_req_input_len == 2 * PAGE - 1
+    with pytest.raises(ValueError, match=r"max_total_tokens \(--max-total-tokens\).*one page"):
+        ServerArgs(device="cpu", max_total_tokens=PAGE - 1)
+
+
 def test_mem_fraction_static_on_cpu_is_said_to_be_unused(sched_model_dir: str, caplog) -> None:  # type: ignore[no-untyped-def]
     """``--mem-fraction-static`` sizes the pool from free GPU memory (SGLang's meaning); on the CPU
     the pool is ``--max-total-tokens`` whatever it says, and the start-up log says so."""

@@ -70,6 +70,25 @@ def test_request_sent_while_paused_completes_after_continue(fake_server) -> None
         assert (out["text"], out["output_ids"]) == (expected["text"], expected["output_ids"]), mode
 
 
+def test_client_gone_while_held_by_in_place_pause_never_runs(fake_server) -> None:
+    """A request received during an ``in_place`` pause whose client goes away while it waits is
+    dropped: ``/get_load`` counts no request, and after ``/continue_generation`` the scheduler
+    runs no step for it (oracle: the requests the client really left sent, none)."""
+    assert post(fake_server, "/pause_generation", {"mode": "in_place"}).status_code == 200
+    try:
+        body = {"text": "gone while paused", "sampling_params": {"max_new_tokens": 5}}
+        with pytest.raises(requests.exceptions.ReadTimeout):
+            requests.post(fake_server.url + "/generate", json=body, timeout=0.5)
+        time.sleep(2.5)  # the gate looks at the connection every second
+        load = requests.get(fake_server.url + "/get_load", timeout=10).json()
+        assert load == [{"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}]
+        steps = scheduler_steps(fake_server)
+    finally:
+        assert post(fake_server, "/continue_generation").status_code == 200
+    time.sleep(1.0)  # ~100 steps if it had been sent
+    assert scheduler_steps(fake_server) == steps and running_reqs(fake_server) == 0
+
+
 def test_pause_abort_ends_running_requests(fake_server) -> None:
     """``mode: abort`` (SGLang's default, also with no body): requests in flight are aborted and
     the call returns once they have ended; after continue the server serves again."""

@@ -372,6 +372,13 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if self.mem_fraction_static is not None and not 0.0 < float(self.mem_fraction_static) < 1.0:
             raise ValueError(f"mem_fraction_static must be in (0, 1) (got {self.mem_fraction_static!r})")
         positive_int("max_total_tokens")
+        if self.max_total_tokens is not None and self.max_total_tokens < self.page_size:
+            # SGLang rounds the token budget down to the page size: less than a page is no pool
+            raise ValueError(
+                f"max_total_tokens (--max-total-tokens) must be at least one page of page_size "
+                f"{self.page_size} tokens (got {self.max_total_tokens}); the KV pool is rounded "
+                "down to whole pages"
+            )
         positive_int("max_running_requests")
         positive_int("max_queued_requests")
         positive_int("max_prefill_tokens", allow_none=False)

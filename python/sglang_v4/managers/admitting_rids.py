@@ -15,11 +15,12 @@ know it yet, so what concerns requests in flight must reach it here:
   of being sent (before, the drain saw nothing in flight and the HTTP server cancelled the
   handler: a 500 and a traceback); a request still tokenizing a long prompt raises it at once
   (:meth:`AdmissionTicket.unless_failed`), not once its prompt is tokenized;
-* ``/abort_request`` with ``abort_all`` ends every one of them the same way
+* ``/abort_request`` with ``abort_all``, ``/pause_generation``'s abort mode and a weight
+  update's ``abort_all_requests`` end every one of them the same way
   (:meth:`AdmittingRids.abort_all`): "all" means every request the server holds, wherever it is
-  (SGLang's scheduler never sees these, so there such a request escaped the abort and ran once
-  generation continued); ``/pause_generation``'s abort mode and a weight update's
-  ``abort_all_requests`` leave them: they wait at the gate and run after it opens, as in SGLang;
+  (SGLang's scheduler never sees these, so there a request held at the gate escaped the abort
+  and ran once generation continued); a request that arrives afterwards waits at the gate and
+  runs after it opens;
 * the stop itself: once :meth:`AdmittingRids.stop` was called, a new request is refused at its
   entry with the stop's error (a task inside the server, such as a running batch, cannot start
   requests after the drain began).
@@ -126,6 +127,12 @@ class AdmittingRids:
     def count(self) -> int:
         """Request ids being admitted (a batch counts each of its requests)."""
         return sum(self._rids.values())
+
+    @property
+    def aborted_count(self) -> int:
+        """Request ids of the requests whose every id was aborted: each ends without being sent
+        (once its prompt is tokenized), whether or not the admission gate is open."""
+        return sum(len(t.rids) for t in self._tickets if t.all_aborted)
 
     @property
     def stopped(self) -> bool:

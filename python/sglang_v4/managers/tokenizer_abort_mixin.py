@@ -11,10 +11,13 @@ A request the server holds is in one of these places, and an abort reaches it in
   generation is paused or weights load: :mod:`.admitting_rids`): it ends without being sent, with
   the queued abort the scheduler would give it.
 
-``abort_all`` reaches every request in both places. ``/pause_generation``'s abort mode and a
-weight update's ``abort_all_requests`` abort only the requests sent to the scheduler
-(:meth:`TokenizerAbortMixin.abort_sent`), as SGLang's do: those not sent yet wait at the closed
-gate and run after ``/continue_generation`` (or the update), with the new weights. A batch or ``n > 1`` request whose ``rid`` is a
+``abort_all`` reaches every request in both places; ``/pause_generation``'s abort mode and a
+weight update's ``abort_all_requests`` use it, so every request the server holds when they are
+called ends with SGLang's abort finish reason, those still tokenizing or held at the gate by an
+earlier pause included (SGLang's pause repeats its abort until no request that passed its gate is
+left, tokenizing ones included, but leaves those held at its gate by an earlier pause). Requests
+received after the call wait at the closed gate and run after ``/continue_generation`` (or the
+update), with the new weights. A batch or ``n > 1`` request whose ``rid`` is a
 string ``R`` runs as requests ``R_0``, ``R_1``, ... (a list of rids with ``n > 1``: ``Ri_0``,
 ``Ri_1``, ... per prompt), as SGLang's ``GenerateReqInput`` names them; aborting ``R`` (or
 ``Ri``) aborts each of them, and aborting ``R_1`` that one only. The parent is matched exactly
@@ -112,7 +115,8 @@ class TokenizerAbortMixin:
             return
         if abort_all:
             self.admitting.abort_all()  # they end without being sent (_send_admitted)
-            self.abort_sent()
+            for r in list(self.rid_to_state):
+                self._send.send_pyobj(AbortReq(rid=r))
             return
         if not rid:
             return
@@ -120,14 +124,6 @@ class TokenizerAbortMixin:
             self.admitting.abort(r)  # not sent yet: it ends without being sent (_send_admitted)
             if r == rid or r in self.rid_to_state:
                 self._send.send_pyobj(AbortReq(rid=r))
-
-    def abort_sent(self: TokenizerManager) -> None:
-        """Abort every request sent to the scheduler (``rid_to_state``); those not sent yet are
-        left (module docstring). Nothing is done after :meth:`close`."""
-        if self._closed:
-            return
-        for r in list(self.rid_to_state):
-            self._send.send_pyobj(AbortReq(rid=r))
 
     def fail_all(self: TokenizerManager, message: str, status_code: int = 503) -> int:
         """Fail every in-flight request with ``RequestError(message, status_code)`` and ask the

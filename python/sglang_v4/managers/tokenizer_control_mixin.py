@@ -175,8 +175,10 @@ class TokenizerControlMixin:
         return True
 
     async def _wait_idle(self: TokenizerManager) -> None:
-        """Wait until no request is in flight (answered or abandoned ones' final outputs in)."""
-        while self.rid_to_state or len(self.abandoned):
+        """Wait until no request is in flight (answered or abandoned ones' final outputs in) and
+        every request aborted before it was sent has ended (one still tokenizing ends once its
+        prompt is tokenized); requests held at the closed gate are not waited for."""
+        while self.rid_to_state or len(self.abandoned) or self.admitting.aborted_count:
             self._check_alive()
             await asyncio.sleep(IDLE_POLL_S)
 
@@ -190,8 +192,9 @@ class TokenizerControlMixin:
         """Reload the weights from the checkpoint directory ``model_path`` (same architecture; see
         :mod:`sglang_v4.model_loader.weight_update`) and flush the radix cache.
 
-        New requests wait meanwhile; running ones finish first (``abort_all_requests``: they are
-        aborted). On success ``weight_version`` (when given) becomes the server's
+        New requests wait meanwhile; running ones finish first (``abort_all_requests``: every
+        request the server holds is aborted, those still tokenizing or held at the admission gate
+        too, with SGLang's abort finish reason). On success ``weight_version`` (when given) becomes the server's
         ``weight_version`` (``/get_model_info``, every response's ``meta_info``) and
         ``model_path`` the reported model path; the served model name does not change.
 
@@ -201,7 +204,7 @@ class TokenizerControlMixin:
         self._check_alive()
         async with self._weight_update_lock:
             if abort_all_requests:
-                self.abort_sent()  # those waiting at the gate run after the update
+                self.abort_request(abort_all=True)  # tokenizing and held ones too
             paused = self.is_pause
             # SGLang's writer lock: new requests wait (also past a /continue_generation sent
             # during the update), running ones finish
@@ -254,8 +257,9 @@ class TokenizerControlMixin:
             raise RequestError(ack.message)
 
     async def pause_generation(self: TokenizerManager, mode: str = "abort") -> None:
-        """Stop generating (SGLang's modes): ``abort`` aborts every request in flight and returns
-        once they have ended; ``in_place`` stops the scheduler's steps, requests keep their KV;
+        """Stop generating (SGLang's modes): ``abort`` aborts every request the server holds
+        (sent to the scheduler, tokenizing, or held at the admission gate by an earlier pause:
+        :meth:`abort_request` with ``abort_all``) and returns once they have ended; ``in_place`` stops the scheduler's steps, requests keep their KV;
         ``retract`` stops them and sends running requests back to the queue, their KV released.
         Requests received while paused wait (:meth:`wait_for_admission`).
 
@@ -268,7 +272,8 @@ class TokenizerControlMixin:
         self._admission_open.clear()
         try:
             if mode == "abort":
-                self.abort_sent()  # those at the gate (arrived after the pause) stay
+                # every request held now, tokenizing or at the gate too; later ones wait
+                self.abort_request(abort_all=True)
                 await self._wait_idle()
             else:
                 await self._ack(PauseGenerationReqInput(mode=mode))

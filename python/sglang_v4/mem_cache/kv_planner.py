@@ -248,9 +248,10 @@ def plan_kv_pools(
         n = max_running_requests or max(1, budget // (blocks(L) * block + w * window + state))
         num_block_pages = (budget - n * (w * window + state)) // block_page_bytes
 
-    or, with ``max_total_tokens`` instead of a budget, ``num_block_pages = ceil(max_total_tokens /
-    page_size)`` and ``n = max(1, num_block_pages // blocks(L))``. ``max_total_tokens`` also caps
-    the pages a budget allows. ``max_concurrency = min(n, num_block_pages // blocks(L))``.
+    or, with ``max_total_tokens`` instead of a budget, ``num_block_pages = floor(max_total_tokens /
+    page_size)`` (SGLang rounds its token budget down to the page size:
+    ``max_total_num_tokens // page_size * page_size``) and ``n = max(1, num_block_pages //
+    blocks(L))``. ``max_total_tokens`` also caps the pages a budget allows. ``max_concurrency = min(n, num_block_pages // blocks(L))``.
 
     The runtime also keeps resume states of cached blocks (a window page per
     ``resume_interval`` cached blocks, radix cache) and the transient window pages of a prefill
@@ -266,7 +267,8 @@ def plan_kv_pools(
         fp4_indexer: fp4 indexer keys.
         page_size: tokens per block page (256).
         budget_bytes: bytes available for KV (after weights and activations).
-        max_total_tokens: token capacity to allocate (``--max-total-tokens``).
+        max_total_tokens: token capacity to allocate (``--max-total-tokens``), rounded down to
+            whole pages.
         context_length: request length concurrency is planned for (default: the model's
             ``max_position_embeddings``).
         max_running_requests: fixes the number of request slots instead of deriving it.
@@ -276,7 +278,8 @@ def plan_kv_pools(
 
     Raises:
         ValueError: if neither ``budget_bytes`` nor ``max_total_tokens`` is given, a value is
-            out of range, or the budget cannot hold one request slot plus one block page.
+            out of range (``max_total_tokens`` below one page included), or the budget cannot
+            hold one request slot plus one block page.
     """
     if budget_bytes is None and max_total_tokens is None:
         raise ValueError("plan_kv_pools: give budget_bytes or max_total_tokens")
@@ -284,6 +287,11 @@ def plan_kv_pools(
         raise ValueError(f"budget_bytes: must be positive, got {budget_bytes}")
     if max_total_tokens is not None and max_total_tokens <= 0:
         raise ValueError(f"max_total_tokens: must be positive, got {max_total_tokens}")
+    if max_total_tokens is not None and max_total_tokens < page_size:
+        raise ValueError(
+            f"max_total_tokens (--max-total-tokens): {max_total_tokens} is below one page of "
+            f"{page_size} tokens (the KV pool is rounded down to whole pages)"
+        )
     if window_pages_per_request < 1:
         raise ValueError(f"window_pages_per_request: must be >= 1, got {window_pages_per_request}")
     if window_pages_per_block < 0:
@@ -311,7 +319,7 @@ def plan_kv_pools(
             n = max(1, int((budget_bytes - fixed) // (blocks_per_req * blk_cost + per_req_fixed)))
         num_blocks = int((budget_bytes - fixed - n * per_req_fixed) // blk_cost) if blk_cost else 0
         if max_total_tokens is not None:
-            num_blocks = min(num_blocks, -(-max_total_tokens // page_size))
+            num_blocks = min(num_blocks, max_total_tokens // page_size)
         if num_blocks < 1:
             raise ValueError(
                 f"budget_bytes: {budget_bytes} B cannot hold {n} request slot(s) "
@@ -320,7 +328,7 @@ def plan_kv_pools(
             )
     else:
         assert max_total_tokens is not None
-        num_blocks = -(-max_total_tokens // page_size)
+        num_blocks = max_total_tokens // page_size
         n = max_running_requests or max(1, num_blocks // blocks_per_req)
 
     max_concurrency = min(n, num_blocks // blocks_per_req)

@@ -347,8 +347,10 @@ class ModelRunner:
         ``mem_fraction_static`` (default 0.85) of the free device memory after the weights; the
         pools get the rest, or ``max_total_tokens`` when given (a warning if that leaves less
         than the workspace). On CPU nothing is measured: the capacity is ``max_total_tokens`` or
-        ``max(context_len, 4 pages)`` capped at 131,072 tokens (the tiny default model: ~0.2 GiB
-        of fp32 KV); ``mem_fraction_static`` is not used there (a warning says so).
+        ``max(context_len, 4 pages)`` rounded up to whole pages and capped at 131,072 tokens (the
+        tiny default model: ~0.2 GiB of fp32 KV); ``mem_fraction_static`` is not used there (a
+        warning says so). ``max_total_tokens`` is rounded down to whole pages, as SGLang rounds
+        its token budget (:func:`~sglang_v4.mem_cache.kv_planner.plan_kv_pools`).
         """
         budget = None
         tokens = max_total_tokens
@@ -379,8 +381,10 @@ class ModelRunner:
             self.chunked_prefill_size = self.workspace.chunked_prefill_size
             if tokens is None:
                 budget = avail - self.workspace.reserved_bytes
-        elif tokens is None:
-            tokens = min(max(self.context_len, 4 * self.page_size), self._CPU_DEFAULT_MAX_TOKENS)
+        elif tokens is None:  # whole pages: the context (at least 4 pages), capped
+            ps = self.page_size
+            pages = min(-(-max(self.context_len, 4 * ps) // ps), self._CPU_DEFAULT_MAX_TOKENS // ps)
+            tokens = pages * ps
         if self.device.type != "cuda" and mem_fraction is not None and self.tp.rank == 0:
             logger.warning(
                 "--mem-fraction-static %s is not used on %s: it sizes the KV pool from free GPU memory; "

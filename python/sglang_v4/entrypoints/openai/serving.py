@@ -49,6 +49,7 @@ class OpenAIServing(
 
     def __init__(self, tokenizer_manager: Any, server_args: Any) -> None:
         super().__init__(tokenizer_manager, server_args)
+        self.load_chat_sampling_defaults()
         self._load_chat_template()
 
     async def embeddings_unsupported(self, request: Request) -> Response:

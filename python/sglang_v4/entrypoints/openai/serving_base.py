@@ -184,10 +184,9 @@ class OpenAIServingBase:
             )
             self.model_name = self.model_name or "default"
         self.enable_cache_report = bool(getattr(server_args, "enable_cache_report", False))
-        #: Sampling parameters a chat request leaves unset (``--sampling-defaults``).
-        self.chat_sampling_defaults = model_sampling_defaults(
-            getattr(server_args, "model_path", None), getattr(server_args, "sampling_defaults", "model")
-        )
+        #: Sampling parameters a chat request leaves unset (``--sampling-defaults``); read (and
+        #: logged) once, by the handler that serves chat (:meth:`load_chat_sampling_defaults`).
+        self.chat_sampling_defaults: dict[str, Any] = {}
         self.skip_tokenizer_init = bool(getattr(server_args, "skip_tokenizer_init", False))
         self.api_key = getattr(server_args, "api_key", None)
         # parsers of chat output (defaults: the DeepSeek-V4 ones)
@@ -196,6 +195,15 @@ class OpenAIServingBase:
         )
         self.reasoning_parser = canonical_reasoning_parser(
             getattr(server_args, "reasoning_parser", None) or "deepseek-v4"
+        )
+
+    def load_chat_sampling_defaults(self) -> None:
+        """Read :attr:`chat_sampling_defaults` from the model directory as ``--sampling-defaults``
+        says (:func:`~.sampling_defaults.model_sampling_defaults`, which logs them). Called by
+        the chat routes' handler only, so that the server's other handlers (``/v1/score``) do
+        not read and log them again."""
+        self.chat_sampling_defaults = model_sampling_defaults(
+            getattr(self.args, "model_path", None), getattr(self.args, "sampling_defaults", "model")
         )
 
     # ------------------------------------------------------------------ helpers
