@@ -30,6 +30,7 @@ import contextlib
 import os
 import pickle
 import re
+import subprocess
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -240,6 +241,23 @@ def compile_kernel(rec: dict) -> Any:
         fn=_resolve(rec["fn"]), signature=rec["signature"], constexprs=rec["constexprs"], attrs=rec["attrs"]
     )
     return triton.compile(src, target=_target(), options=dict(rec["options"]))
+
+
+def sass_calls(kernel: Any) -> int | None:
+    """``CALL`` instructions in a compiled kernel's sm_90 code (``cuobjdump -sass`` of its cubin;
+    a 64-bit integer division is such a call per value), or None when the tool is not shipped."""
+    import tempfile
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.access(tool, os.X_OK):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    return len(re.findall(r"\sCALL\.", sass))
 
 
 def named_constexprs(rec: dict) -> dict[str, Any]:

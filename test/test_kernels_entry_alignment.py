@@ -79,7 +79,7 @@ for rec in klr.distinct(klr.load(sys.argv[1])):
     widths = klr.global_access_widths(kernel.asm["ptx"], "kv_codec.py")
     print("SCAN " + json.dumps({"fn": rec["fn"].split(":")[1], "codec": codec, "dim": dim,
                                 "align": entry_align(codec, dim, dim - nope), "widths": widths,
-                                "shared": kernel.metadata.shared}))
+                                "shared": kernel.metadata.shared, "calls": klr.sass_calls(kernel)}))
 """
 
 
@@ -135,6 +135,23 @@ def test_fp8_key_bytes_read_at_their_alignment(scans: list[dict]) -> None:
     for s in score:
         assert s["align"] == 4
         assert max(s["widths"].values()) == 4, s["widths"]
+
+
+#: kernels that address a pool row per key they read: their slot arithmetic must stay inline
+GATHER_KERNELS = ("_paged_attn_kernel", "_score_kernel", "_score_extend_kernel", "_score_decode_kernel")
+
+
+def test_gather_kernels_call_no_subroutine(scans: list[dict]) -> None:
+    """The kernels that split a slot into page and row for every key they gather do it in int32
+    (``kv_codec.row_offsets``): a 64-bit division compiles to a subroutine ``CALL`` per value,
+    65 of them in the sparse attention before (its time on the H200 went mostly to index
+    arithmetic). Their sm_90 code has no ``CALL`` (None: ``cuobjdump`` not shipped here)."""
+    gathers = [s for s in scans if s["fn"] in GATHER_KERNELS]
+    assert {s["fn"] for s in gathers} >= {"_paged_attn_kernel", "_score_extend_kernel"}, [
+        s["fn"] for s in scans
+    ]
+    calls = [(s["fn"], s["codec"], s["calls"]) for s in gathers if s["calls"]]
+    assert calls == [], calls
 
 
 def test_entry_align_of_the_formats() -> None:
