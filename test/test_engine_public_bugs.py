@@ -306,3 +306,92 @@ def test_engine_incremental_streaming_output(model: Path, expected) -> None:
         chunks = asyncio.run(collect())
         assert "".join(c["text"] for c in chunks) == expected(8)
         assert sum(len(c["output_ids"]) for c in chunks) == 8
+
+
+def _sglang_engine_sources() -> Path:
+    """The installed ``sglang`` package's ``srt`` directory (SGLang's own source: the oracle of
+    the Engine's method list and of its embedding error text)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("sglang is not installed: no SGLang Engine to compare with")
+    return Path(next(iter(spec.submodule_search_locations))) / "srt"
+
+
+def _sglang_engine_public_methods(srt: Path) -> set[str]:
+    """Public method names of SGLang's ``Engine`` and the classes it derives from (those defined
+    in ``srt/entrypoints/``), read with ``ast``: importing the module needs SGLang's GPU stack."""
+    import ast
+
+    classes: dict[str, ast.ClassDef] = {}
+    for path in (srt / "entrypoints").glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, node)
+    names: set[str] = set()
+    todo = ["Engine"]
+    while todo:
+        cls = classes.get(todo.pop())
+        if cls is None:
+            continue
+        todo += [b.id for b in cls.bases if isinstance(b, ast.Name)]
+        for f in cls.body:
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and not f.name.startswith("_"):
+                names.add(f.name)
+    assert {"generate", "encode", "release_memory_occupation"} <= names, sorted(names)
+    return names
+
+
+def test_every_sglang_engine_method_exists_or_says_why(engine, expected) -> None:
+    """A script written for SGLang's ``Engine`` calling ``encode`` / ``rerank`` /
+    ``release_memory_occupation`` / ``load_lora_adapter`` / ``get_all_child_pids`` met a bare
+    ``AttributeError: 'Engine' object has no attribute ...`` (a typo and a missing feature read
+    the same). Every public method of SGLang 0.5.23's ``Engine`` is now either a method here or
+    an ``AttributeError`` naming it with the reason (``hasattr`` stays ``False``); ``encode``,
+    ``async_encode`` and ``rerank`` raise SGLang's own ``ValueError`` text for a generation model
+    (read from its ``TokenizerManager``) and change nothing."""
+    import ast
+
+    import psutil
+    from sglang_v4 import Engine
+    from sglang_v4.entrypoints.engine_sglang_methods import UNSUPPORTED_ENGINE_METHODS
+
+    srt = _sglang_engine_sources()
+    for name in sorted(_sglang_engine_public_methods(srt)):
+        if name in UNSUPPORTED_ENGINE_METHODS:
+            assert not hasattr(engine, name), name
+            with pytest.raises(AttributeError) as err:
+                getattr(engine, name)
+            assert f"Engine.{name} " in str(err.value) and UNSUPPORTED_ENGINE_METHODS[name] in str(err.value)
+        else:
+            assert callable(getattr(Engine, name, None)), f"SGLang's Engine.{name} is neither here nor listed"
+    with pytest.raises(AttributeError, match="^'Engine' object has no attribute 'genrate'$"):
+        engine.genrate  # noqa: B018 - a typo reads as Python's own message
+
+    tree = ast.parse((srt / "managers" / "tokenizer_manager.py").read_text())
+    sglang_texts = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and "not appear to be an embedding" in n.value
+    ]
+    assert len(sglang_texts) == 1, sglang_texts
+    for call in (
+        lambda: engine.encode("hi"),
+        lambda: engine.encode(["a", "b"]),
+        lambda: engine.rerank([["q", "d"]]),
+        lambda: asyncio.run(engine.async_encode("hi")),
+    ):
+        with pytest.raises(ValueError) as err:
+            call()
+        assert str(err.value) == sglang_texts[0]
+    assert engine.generate(prompt="a", sampling_params={"max_new_tokens": 2})["text"] == expected(2)
+
+    pids = engine.get_all_child_pids()
+    assert len(pids) == len(set(pids)) == 2, pids  # scheduler and detokenizer (tp_size 1)
+    for pid in pids:
+        child = psutil.Process(pid)
+        assert child.ppid() == os.getpid() and child.is_running(), pid
+        assert "resource_tracker" not in " ".join(child.cmdline()), child.cmdline()

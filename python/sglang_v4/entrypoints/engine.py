@@ -5,7 +5,9 @@ launch_subprocesses`), runs the ``TokenizerManager`` on a private event loop in 
 thread and exposes SGLang's ``Engine`` API (``generate``, ``async_generate``, ``score`` and
 ``async_score`` (:mod:`~sglang_v4.entrypoints.engine_score_mixin`), ``flush_cache``,
 ``get_server_info``, ``get_model_info``, ``update_weights_from_disk``, ``get_weights_by_name``, ``start_profile``,
-``stop_profile``, ``shutdown``, context manager). The launcher's names are re-exported here.
+``stop_profile``, ``shutdown``, context manager; SGLang's other methods as
+:mod:`~sglang_v4.entrypoints.engine_sglang_methods` answers them). The launcher's names are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from sglang_v4.entrypoints.engine_score_mixin import EngineScoreMixin
+from sglang_v4.entrypoints.engine_sglang_methods import EngineSGLangMethodsMixin
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import (
     MAKE_CHECKPOINT_HINT,
@@ -154,7 +157,7 @@ def _shutdown_at_exit(ref: weakref.ReferenceType[Engine]) -> None:
         engine.shutdown()
 
 
-class Engine(EngineScoreMixin):
+class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
     """SGLang-style offline engine: the same processes as the server, without HTTP.
 
     ``Engine(model_path=None, **kwargs)``: ``kwargs`` are :class:`ServerArgs` fields
