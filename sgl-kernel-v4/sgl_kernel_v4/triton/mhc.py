@@ -123,23 +123,41 @@ def _hc_mix_kernel(
     sq = tl.zeros([BLOCK_T], tl.float32)
     k_start = s * chunk
     k_end = tl.minimum(k_start + chunk, K)
-    for k0 in range(k_start, k_end, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        km = offs_k < k_end
-        xs = tl.load(
-            x_ptr + offs_t[:, None].to(tl.int64) * stride_xt + offs_k[None, :],
-            mask=tm[:, None] & km[None, :],
-            other=0.0,
+    if BF16X3:
+        # block pointers (no per-element pointer / mask tensors: those held most of the
+        # registers); fn_ptr: [3, NM, K] bf16 terms (split_bf16x3), rows past NM read as zeros.
+        # Slices are multiples of BLOCK_K, so only K bounds a tile.
+        xb = tl.make_block_ptr(
+            x_ptr, (T, K), (stride_xt, 1), (tb * BLOCK_T, k_start), (BLOCK_T, BLOCK_K), (1, 0)
         )
-        x = xs.to(tl.float32)
-        sq += tl.sum(x * x, 1)
-        f_off = offs_m[None, :] * K + offs_k[:, None]
-        f_m = mm[None, :] & km[:, None]
-        if BF16X3:  # fn_ptr: [3, NM, K] bf16 terms (split_bf16x3); smallest term first
-            acc = tl.dot(xs, tl.load(fn_ptr + 2 * NM * K + f_off, mask=f_m, other=0.0), acc)
-            acc = tl.dot(xs, tl.load(fn_ptr + NM * K + f_off, mask=f_m, other=0.0), acc)
-            acc = tl.dot(xs, tl.load(fn_ptr + f_off, mask=f_m, other=0.0), acc)
-        else:
+        fb0 = tl.make_block_ptr(fn_ptr + 2 * NM * K, (NM, K), (K, 1), (0, k_start), (NM_PAD, BLOCK_K), (1, 0))
+        fb1 = tl.make_block_ptr(fn_ptr + NM * K, (NM, K), (K, 1), (0, k_start), (NM_PAD, BLOCK_K), (1, 0))
+        fb2 = tl.make_block_ptr(fn_ptr, (NM, K), (K, 1), (0, k_start), (NM_PAD, BLOCK_K), (1, 0))
+        for _ in range(k_start, k_end, BLOCK_K):
+            xs = tl.load(xb, boundary_check=(0, 1), padding_option="zero")
+            x = xs.to(tl.float32)
+            sq += tl.sum(x * x, 1)
+            # smallest term first
+            acc = tl.dot(xs, tl.trans(tl.load(fb0, boundary_check=(0, 1), padding_option="zero")), acc)
+            acc = tl.dot(xs, tl.trans(tl.load(fb1, boundary_check=(0, 1), padding_option="zero")), acc)
+            acc = tl.dot(xs, tl.trans(tl.load(fb2, boundary_check=(0, 1), padding_option="zero")), acc)
+            xb = tl.advance(xb, (0, BLOCK_K))
+            fb0 = tl.advance(fb0, (0, BLOCK_K))
+            fb1 = tl.advance(fb1, (0, BLOCK_K))
+            fb2 = tl.advance(fb2, (0, BLOCK_K))
+    else:
+        for k0 in range(k_start, k_end, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            km = offs_k < k_end
+            xs = tl.load(
+                x_ptr + offs_t[:, None].to(tl.int64) * stride_xt + offs_k[None, :],
+                mask=tm[:, None] & km[None, :],
+                other=0.0,
+            )
+            x = xs.to(tl.float32)
+            sq += tl.sum(x * x, 1)
+            f_off = offs_m[None, :] * K + offs_k[:, None]
+            f_m = mm[None, :] & km[:, None]
             f = tl.load(fn_ptr + f_off, mask=f_m, other=0.0)
             acc = tl.dot(x, f, acc, input_precision="tf32x3")  # ~fp32 accuracy on tensor cores
     tl.store(
