@@ -463,7 +463,9 @@ BAD_INPUTS = [
     ({"max_tokens": 0}, "max_tokens"),  # Anthropic's API: at least 1
     ({"max_tokens": "10"}, "max_tokens"),
     ({"messages": []}, "messages"),
-    ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+    # a system message (the SDK's SystemMessageParam) takes a string or text blocks only
+    ({"messages": [{"role": "system", "content": [{"type": "image"}]}, {"role": "user", "content": "q"}]}, "messages.0.content.0.type"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "messages.0.content.0.type"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages.0.content.0.text"),

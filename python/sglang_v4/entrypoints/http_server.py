@@ -13,7 +13,8 @@ runtime-control routes (``/update_weights_from_disk``, ``/get_weights_by_name``,
 (``/v1/messages``, ``/v1/messages/count_tokens``, from ``entrypoints/anthropic``).
 
 Any origin may call the API from a browser (CORS, as SGLang: preflights answered, the headers on
-every response). Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and
+every response). Every answer carries the request id as ``x-request-id`` and ``request-id`` (the
+client's ``X-Request-Id`` echoed, else a fresh one: :mod:`sglang_v4.entrypoints.request_id`). Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and
 ``code``) with HTTP 400 for bad input. Every
 request first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` every route except
 ``/health``, ``/health_generate``, ``/ready`` and ``/metrics`` needs ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (401
@@ -94,6 +95,7 @@ from sglang_v4.entrypoints.native_api import (
     request_error_response,
 )
 from sglang_v4.entrypoints.native_api import error_body as native_error_body
+from sglang_v4.entrypoints.request_id import RequestIdMiddleware
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
@@ -242,10 +244,18 @@ def create_app(
         is_draining=lambda: state.draining,
         admin_api_key=server_args.admin_api_key,
     )
+    # Outside the admission checks, so their errors name the request too (request_id.py).
+    app.add_middleware(RequestIdMiddleware)
     # Added last, so outermost (as SGLang's app, any origin): it answers browsers' preflights and
-    # puts the CORS headers on every response, the admission's 401 / 413 / 503 errors included.
+    # puts the CORS headers on every response, the admission's 401 / 413 / 503 errors included;
+    # browsers may read the request-id headers.
     app.add_middleware(
-        CORSMiddleware, allow_origins=["*"], allow_credentials=True, allow_methods=["*"], allow_headers=["*"]
+        CORSMiddleware,
+        allow_origins=["*"],
+        allow_credentials=True,
+        allow_methods=["*"],
+        allow_headers=["*"],
+        expose_headers=["x-request-id", "request-id"],
     )
 
     def tm_or_503() -> TokenizerManager:

@@ -2,7 +2,9 @@
 :mod:`.serving_messages`).
 
 * ``system`` (a string, or ``text`` blocks joined by a blank line) becomes a first ``system``
-  message.
+  message. A ``system`` message inside ``messages`` (the Anthropic SDK's ``SystemMessageParam``,
+  which agents such as Claude Code send: ``content`` a string or ``text`` blocks) is a chat
+  ``system`` message at its place.
 * ``messages`` (:func:`messages_to_chat`): a ``user`` message's ``text`` blocks become a user
   message (joined by a blank line; a string content is one text); each ``tool_result`` block
   becomes a ``tool`` message answering the call of its ``tool_use_id``, which must be a
@@ -219,7 +221,11 @@ def messages_to_chat(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], boo
     for i, m in enumerate(messages):
         field = f"messages.{i}.content"
         content = m.content
-        if m.role == "assistant":
+        if m.role == "system":
+            text = content if isinstance(content, str) else _texts(content, field, "system")
+            out.append({"role": "system", "content": text})
+            answerable = set()  # a tool_result must come right after its tool_use
+        elif m.role == "assistant":
             msg = (
                 {"role": "assistant", "content": content}
                 if isinstance(content, str)

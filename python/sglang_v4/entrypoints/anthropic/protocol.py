@@ -85,10 +85,12 @@ def thinking_signature(thinking: str) -> str:
 
 
 class MessageParam(_Req):
-    """One input message: ``role`` ``user`` or ``assistant``, ``content`` a string or a list of
-    content blocks (read by :mod:`.messages_input`)."""
+    """One input message: ``role`` ``user``, ``assistant`` or ``system`` (the Anthropic SDK's
+    ``SystemMessageParam``: an instruction at its place in the conversation, ``content`` a string
+    or ``text`` blocks), ``content`` a string or a list of content blocks (read by
+    :mod:`.messages_input`)."""
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[Any]
 
 
