@@ -19,8 +19,9 @@ later request's text equal to the fake model's known output decoded by ``transfo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -94,6 +95,38 @@ class _Requests:
             t.result()
 
 
+@contextlib.asynccontextmanager
+async def _slow_prompts_held(tm: Any) -> AsyncIterator[asyncio.Event]:
+    """Prompts containing ``SLOW`` stay in tokenization until the yielded event is set; on exit
+    the event is set, the tokenizer restored and a pause lifted."""
+    release = asyncio.Event()
+    original = tm._encode_prompts
+
+    async def encode(objs: list[GenerateReqInput]) -> Any:
+        if any(SLOW in (o.text or "") for o in objs):
+            await release.wait()
+        return await original(objs)
+
+    tm._encode_prompts = encode
+    try:
+        yield release
+    finally:
+        release.set()
+        tm._encode_prompts = original
+        if tm.is_pause:
+            await tm.continue_generation()
+
+
+def _assert_never_sent(outs: dict[str, Any], *names: str) -> None:
+    """Each named request ended with the queued abort, no output, its prompt counted: it was
+    never sent to the scheduler."""
+    for name in names:
+        meta = outs[name]["meta_info"]
+        assert meta["finish_reason"] == QUEUED_ABORT, name
+        assert (outs[name]["output_ids"], meta["completion_tokens"]) == ([], 0), name
+        assert meta["prompt_tokens"] > 0, name
+
+
 def _assert_released(engine: Any, expected: Callable[[int], str]) -> None:
     """No page in use, nothing in flight in the manager, and a fresh request's text is right."""
     tm = engine.tokenizer_manager
@@ -107,17 +140,8 @@ def test_abort_all_ends_requests_in_every_state(engine: Any, expected: Callable[
     tm = engine.tokenizer_manager
 
     async def main() -> dict[str, Any]:
-        release = asyncio.Event()
-        original = tm._encode_prompts
-
-        async def encode(objs: list[GenerateReqInput]) -> Any:
-            if any(SLOW in (o.text or "") for o in objs):
-                await release.wait()
-            return await original(objs)
-
-        tm._encode_prompts = encode
         reqs = _Requests(tm)
-        try:
+        async with _slow_prompts_held(tm) as release:
             reqs.start("single", text="[hold] a", sampling_params=HELD, rid="all-single")
             reqs.start("batch", text=["[hold] b1", "[hold] b2"], sampling_params=HELD)
             reqs.start("n2", text="[hold] c", sampling_params={**HELD, "n": 2})
@@ -134,11 +158,6 @@ def test_abort_all_ends_requests_in_every_state(engine: Any, expected: Callable[
             assert not reqs.tasks["tokenizing"].done()
             release.set()  # tokenized now: it ends without being sent
             await reqs.ended("tokenizing")
-        finally:
-            release.set()
-            tm._encode_prompts = original
-            if tm.is_pause:
-                await tm.continue_generation()
         return reqs.outs
 
     outs = _on_engine_loop(engine, main())
@@ -146,11 +165,7 @@ def test_abort_all_ends_requests_in_every_state(engine: Any, expected: Callable[
     assert outs["single"]["meta_info"]["completion_tokens"] == 1  # the token it had when held
     for name in ("batch", "n2"):
         assert [o["meta_info"]["finish_reason"] for o in outs[name]] == [RUNNING_ABORT] * 2, name
-    for name in ("tokenizing", "gate"):  # never sent to the scheduler
-        meta = outs[name]["meta_info"]
-        assert meta["finish_reason"] == QUEUED_ABORT, name
-        assert (outs[name]["output_ids"], meta["completion_tokens"]) == ([], 0), name
-        assert meta["prompt_tokens"] > 0
+    _assert_never_sent(outs, "tokenizing", "gate")
     _assert_released(engine, expected)
 
 
@@ -165,17 +180,8 @@ def test_pause_abort_and_update_abort_end_every_request_held(
     tm = engine.tokenizer_manager
 
     async def main() -> dict[str, Any]:
-        release = asyncio.Event()
-        original = tm._encode_prompts
-
-        async def encode(objs: list[GenerateReqInput]) -> Any:
-            if any(SLOW in (o.text or "") for o in objs):
-                await release.wait()
-            return await original(objs)
-
-        tm._encode_prompts = encode
         reqs = _Requests(tm)
-        try:
+        async with _slow_prompts_held(tm) as release:
             # the pause: one running, one tokenizing, one held by an earlier in_place pause
             reqs.start("p_running", text="[hold] a", sampling_params=HELD)
             await _until(lambda: _ge(reqs.running(), 1), "one request running")
@@ -209,20 +215,12 @@ def test_pause_abort_and_update_abort_end_every_request_held(
             release.set()
             await reqs.ended("u_tokenizing")
             await asyncio.wait_for(update, 30)  # the fake scheduler loads no weights: its answer
-        finally:
-            release.set()
-            tm._encode_prompts = original
-            if tm.is_pause:
-                await tm.continue_generation()
         return reqs.outs
 
     outs = _on_engine_loop(engine, main())
     for name in ("p_running", "u_running"):
         assert outs[name]["meta_info"]["finish_reason"] == RUNNING_ABORT, name
-    for name in ("p_tokenizing", "p_gate", "u_tokenizing"):  # never sent to the scheduler
-        meta = outs[name]["meta_info"]
-        assert meta["finish_reason"] == QUEUED_ABORT, name
-        assert (outs[name]["output_ids"], meta["completion_tokens"]) == ([], 0), name
+    _assert_never_sent(outs, "p_tokenizing", "p_gate", "u_tokenizing")
     assert outs["p_later"]["text"] == expected(3)
     assert outs["p_later"]["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
     _assert_released(engine, expected)
