@@ -41,12 +41,14 @@ from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser
+from sglang_v4.entrypoints.openai.vllm_fields import vllm_grammar_field
 from sglang_v4.prompt_tokens import prepare_plain_encoding
 
 __all__ = [
     "ChatPlan",
     "ChatPrepareMixin",
     "answer_grammar_kind",
+    "chat_echo_text",
     "detect_reasoning_effort_profile",
     "grammar_after_reasoning",
 ]
@@ -177,7 +179,7 @@ def grammar_after_reasoning(
     """
     from sglang_v4.sampling.grammar import after_reasoning_structural_tag
 
-    field_name = "response_format" if req.response_format else kind
+    field_name = "response_format" if req.response_format else (vllm_grammar_field(req) or kind)
     try:
         tag = after_reasoning_structural_tag(kind, sp[kind], THINK_END, **(ws_kw or {}))
     except ValueError as e:
@@ -188,10 +190,10 @@ def grammar_after_reasoning(
 
 
 def _has_answer_grammar(req: ChatCompletionRequest) -> bool:
-    """The request constrains its answer itself (a non-text ``response_format``, or SGLang's
-    ``json_schema`` / ``regex`` / ``ebnf``)."""
+    """The request constrains its answer itself (a non-text ``response_format``, vLLM's guided
+    decoding fields, or SGLang's ``json_schema`` / ``regex`` / ``ebnf``)."""
     rf = req.response_format
-    if isinstance(rf, dict) and rf.get("type", "text") != "text":
+    if (isinstance(rf, dict) and rf.get("type", "text") != "text") or vllm_grammar_field(req) is not None:
         return True
     return any(getattr(req, k, None) is not None for k in ("json_schema", "regex", "ebnf"))
 
@@ -210,6 +212,23 @@ def _continued_text(message: dict[str, Any], prompt: str) -> str | None:
         if text and prompt.endswith(text):
             return text
     return None
+
+
+def chat_echo_text(req: ChatCompletionRequest) -> str:
+    """What vLLM's ``echo`` puts before each choice's content: the last message's text when its
+    role is the answer's role ("assistant" after a generation prompt; the last message's own role
+    when the prompt continues it: ``continue_final_message``, DeepSeek's ``prefix``, or
+    ``add_generation_prompt: false``), else ``""`` (also without ``echo``)."""
+    if not req.echo or not req.messages:
+        return ""
+    last = req.messages[-1]
+    continued = req.continue_final_message or last.prefix or not req.add_generation_prompt
+    if last.role != ("assistant" if not continued else last.role) or last.content is None:
+        return ""
+    try:
+        return message_text(last.content)
+    except ValueError:
+        return ""
 
 
 def _thinking_flag(req: ChatCompletionRequest) -> bool:
@@ -385,6 +404,7 @@ class ChatPrepareMixin(OpenAIServingBase):
                     tokenize=False,
                     add_generation_prompt=req.add_generation_prompt and not cont,
                     continue_final_message=cont,
+                    documents=req.documents,
                     **kwargs,
                 )
             except Exception as e:  # noqa: BLE001 - Jinja raises many types; all are a bad request

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from sglang_v4.entrypoints.openai.protocol_vllm import VllmChatFields, VllmCompletionFields
+
 __all__ = [
     "ErrorResponse",
     "error_body",
@@ -255,7 +257,7 @@ class _OmitNoneIds(BaseModel):
         return {k: v for k, v in data.items() if not (v is None and k.endswith("token_ids"))}
 
 
-class CompletionRequest(_SamplingExtras):
+class CompletionRequest(_SamplingExtras, VllmCompletionFields):
     """``POST /v1/completions`` body."""
 
     model: str = "default"
@@ -366,7 +368,7 @@ class ChatMessageParam(_Req):
         return self
 
 
-class ChatCompletionRequest(_SamplingExtras):
+class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     """``POST /v1/chat/completions`` body.
 
     Tool calling: ``tools`` (OpenAI function tools), ``tool_choice`` (``"none"``, ``"auto"``,

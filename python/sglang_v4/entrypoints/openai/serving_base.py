@@ -59,6 +59,7 @@ from sglang_v4.entrypoints.openai.request_errors import (  # re-exported: the ro
 )
 from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaults
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
+from sglang_v4.entrypoints.openai.vllm_fields import check_vllm_fields, vllm_grammar
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, SamplingParams
 from sglang_v4.utils import byte_level_token_bytes
@@ -268,6 +269,8 @@ class OpenAIServingBase:
         req = validate_request(cls, await read_json_object(request))
         _check_stream_options(req)
         _check_unsupported(req)
+        if isinstance(req, (ChatCompletionRequest, CompletionRequest)):
+            check_vllm_fields(req)
         return req
 
     @staticmethod
@@ -325,10 +328,20 @@ class OpenAIServingBase:
         grammar fields).
         """
         grammar = self._response_format(req.response_format)
-        if grammar and any(getattr(req, k, None) for k in ("json_schema", "regex", "ebnf")):
+        sglang_grammar = any(getattr(req, k, None) for k in ("json_schema", "regex", "ebnf"))
+        if grammar and sglang_grammar:
             raise RequestError(
                 "response_format cannot be combined with json_schema / regex / ebnf.", param="response_format"
             )
+        # vLLM's guided_* / structured_outputs (vllm_fields.py): one more source of the same grammars
+        guided, guided_field = vllm_grammar(req)
+        if guided and (grammar or sglang_grammar):
+            raise RequestError(
+                f"{guided_field} cannot be combined with response_format / json_schema / regex / ebnf.",
+                param=guided_field,
+            )
+        grammar_field = "response_format" if grammar else guided_field
+        grammar = grammar or guided
         json_schema = grammar.get("json_schema", req.json_schema)
         if structural_tag is not None:
             if grammar or any(getattr(req, k, None) for k in ("json_schema", "regex", "ebnf")):
@@ -359,8 +372,8 @@ class OpenAIServingBase:
             "sampling_seed": req.seed,
             "json_schema": json_schema,
             "structural_tag": grammar.get("structural_tag"),
-            "regex": req.regex,
-            "ebnf": req.ebnf,
+            "regex": grammar.get("regex", req.regex),
+            "ebnf": grammar.get("ebnf", req.ebnf),
             "custom_params": req.custom_params,
         }
         if isinstance(req, ChatCompletionRequest):  # --sampling-defaults (sampling_defaults.py)
@@ -386,8 +399,8 @@ class OpenAIServingBase:
                 param = (
                     "tool_choice"
                     if structural_tag is not None
-                    else "response_format"
-                    if grammar
+                    else grammar_field
+                    if grammar_field is not None
                     else next(k for k in GRAMMAR_FIELDS if d.get(k) is not None)
                 )
                 msg = GRAMMAR_UNAVAILABLE_MSG.format(field=param)

@@ -66,6 +66,7 @@ from sglang_v4.entrypoints.openai.chat_prepare import (
     ChatPlan,
     ChatPrepareMixin,
     answer_grammar_kind,
+    chat_echo_text,
     grammar_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader, DsmlMarkupScrub, scrub_dsml
@@ -107,6 +108,12 @@ from sglang_v4.entrypoints.openai.tool_parser import (
     TOOL_CALL_PARSERS,
     ParsedToolCall,
     ToolCallDelta,
+)
+from sglang_v4.entrypoints.openai.vllm_fields import (
+    special_token_edges,
+    token_id_text,
+    truncation_length,
+    vllm_grammar_field,
 )
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
@@ -188,6 +195,7 @@ class ChatMixin(ChatPrepareMixin):
         except RequestError as e:
             raise grammar_error_for(e, run.grammar_field) from None
         ids, want_prompt_ids = run.prompt_ids, req.return_prompt_token_ids or req.return_token_ids
+        echo = chat_echo_text(req)
         choices, reasoning_tokens = [], []
         for idx, ret in enumerate(rets):
             out = self._read_choice(ret, run.plan, run.separate)
@@ -198,13 +206,15 @@ class ChatMixin(ChatPrepareMixin):
                     ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
                     for c in out.tool_calls
                 ]
-            lp = self._chat_logprobs(ret.get("meta_info", {}), 0) if req.logprobs else None
+            lp = None
+            if req.logprobs:
+                lp = self._chat_logprobs(ret.get("meta_info", {}), 0, bool(req.return_tokens_as_token_ids))
+            content = echo + (out.content or "") if echo else out.content
+            reasoning = out.reasoning if req.include_reasoning else None
             choices.append(
                 ChatCompletionResponseChoice(
                     index=idx,
-                    message=ChatMessage(
-                        content=out.content, reasoning_content=out.reasoning, tool_calls=tool_calls
-                    ),
+                    message=ChatMessage(content=content, reasoning_content=reasoning, tool_calls=tool_calls),
                     logprobs=lp,
                     finish_reason=out.finish_reason,
                     matched_stop=run.plan.matched_stop(out.matched, req.stop_token_ids),
@@ -213,7 +223,7 @@ class ChatMixin(ChatPrepareMixin):
                 )
             )
         resp = ChatCompletionResponse(
-            id=f"chatcmpl-{uuid.uuid4().hex}",
+            id=f"chatcmpl-{req.request_id or uuid.uuid4().hex}",
             model=req.model,
             choices=choices,
             usage=self._usage(rets, run.n, reasoning_tokens if run.separate else None),
@@ -277,6 +287,12 @@ class ChatMixin(ChatPrepareMixin):
         ids = req.input_ids
         if ids is None and self.tokenizer is not None:
             ids = await self._encode_prompt(plan.prompt, max_new, plain_spans=plan.plain_spans)
+            if req.add_special_tokens:  # vLLM's: the tokenizer's specials on top of the template's
+                before, after = special_token_edges(self.tokenizer)
+                ids = before + ids + after
+        if ids is not None and req.truncate_prompt_tokens is not None:  # vLLM's: the last N tokens
+            keep = truncation_length(req.truncate_prompt_tokens, self._context_len(), max_new)
+            ids = ids[-keep:] if keep is not None and len(ids) > keep else ids
         obj = (
             GenerateReqInput(input_ids=ids, **kw)
             if ids is not None
@@ -287,7 +303,7 @@ class ChatMixin(ChatPrepareMixin):
             if plan.structural_tag is not None
             else "response_format"
             if req.response_format
-            else answer_grammar
+            else vllm_grammar_field(req) or answer_grammar
         )
         separate = plan.reasoning.separate and req.separate_reasoning
         return ChatRun(obj, plan, req.n or 1, separate, grammar_field, ids)
@@ -334,28 +350,31 @@ class ChatMixin(ChatPrepareMixin):
                 return max(output_ids.index(tid) + extra, 0)
         return len(output_ids)
 
-    def _chat_logprobs(self, meta: dict[str, Any], start: int) -> ChoiceLogprobs:
+    def _chat_logprobs(self, meta: dict[str, Any], start: int, as_ids: bool = False) -> ChoiceLogprobs:
+        """Chat ``logprobs`` of the output tokens from ``start`` on; ``as_ids`` (vLLM's
+        ``return_tokens_as_token_ids``): each ``token`` written ``token_id:<id>``, its ``bytes``
+        those of that text, as vLLM writes them."""
         outs = [_lp_entry(e) for e in (meta.get("output_token_logprobs") or [])][start:]
         tops = list(meta.get("output_top_logprobs") or [])[start:]
         tops += [None] * (len(outs) - len(tops))
         content = []
         for (logprob, tid, text), top in zip(outs, tops):
-            tok = self._token_text(tid, text)
+            tok = token_id_text(tid) if as_ids else self._token_text(tid, text)
             tl_list = []
             for e in top or []:
                 tl, ti, tt = _lp_entry(e)
-                ttok = self._token_text(ti, tt)
+                ttok = token_id_text(ti) if as_ids else self._token_text(ti, tt)
                 tl_list.append(
                     TopLogprob(
                         token=ttok,
-                        bytes=self._token_bytes(ti, ttok),
+                        bytes=list(ttok.encode()) if as_ids else self._token_bytes(ti, ttok),
                         logprob=openai_logprob(tl if tl is not None else float("-inf")),
                     )
                 )
             content.append(
                 ChatCompletionTokenLogprob(
                     token=tok,
-                    bytes=self._token_bytes(tid, tok),
+                    bytes=list(tok.encode()) if as_ids else self._token_bytes(tid, tok),
                     logprob=openai_logprob(logprob if logprob is not None else float("-inf")),
                     top_logprobs=tl_list,
                 )
@@ -367,8 +386,9 @@ class ChatMixin(ChatPrepareMixin):
         self, req: ChatCompletionRequest, obj: Any, n: int, plan: ChatPlan, separate: bool, raw: Request
     ) -> Response:
         gen, first = await self._run_stream(obj, raw)
-        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        rid = f"chatcmpl-{req.request_id or uuid.uuid4().hex}"
         created = int(time.time())
+        echo = chat_echo_text(req)
         include_usage, continuous = self._stream_usage(req)
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
 
@@ -414,13 +434,15 @@ class ChatMixin(ChatPrepareMixin):
                                 DeltaMessage(role="assistant", content=""),
                                 dict(meta, completion_tokens=0),
                             )
+                            if echo:
+                                yield chunk(idx, DeltaMessage(content=echo), dict(meta, completion_tokens=0))
                         st = states[idx]
                         fr, matched, reasoning_d, content_d, tool_deltas = self._read_output(st, ret, plan)
                         lp = None
                         if req.logprobs:
-                            lp = self._chat_logprobs(meta, st.sent_lp)
+                            lp = self._chat_logprobs(meta, st.sent_lp, bool(req.return_tokens_as_token_ids))
                             st.sent_lp = len(meta.get("output_token_logprobs") or [])
-                        if reasoning_d:
+                        if reasoning_d and req.include_reasoning:
                             yield chunk(idx, DeltaMessage(reasoning_content=reasoning_d), meta)
                         if content_d or (lp and lp.content):
                             yield chunk(idx, DeltaMessage(content=content_d), meta, logprobs=lp)

@@ -40,6 +40,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     grammar_error_for,
     openai_logprob,
 )
+from sglang_v4.entrypoints.openai.vllm_fields import token_id_text, truncation_length, vllm_grammar_field
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.sampling.sampling_params import MAX_N
 
@@ -93,16 +94,26 @@ class CompletionsMixin(OpenAIServingBase):
             [prompt] if (isinstance(prompt, str) or (prompt and isinstance(prompt[0], int))) else list(prompt)
         )
         prompt_ids: list[list[int]] | None = None
-        if req.return_token_ids:  # the ids are needed here: tokenize text prompts as /generate would
-            prompt_ids = [
-                await self._encode_prompt(p, req.max_tokens, add_special_tokens=True)
+        truncate = req.truncate_prompt_tokens
+        if req.return_token_ids or truncate is not None or not req.add_special_tokens:
+            # the ids are needed here: tokenize text prompts as /generate would (BOS as vLLM's
+            # add_special_tokens says), keep the last truncate_prompt_tokens of each (vLLM's)
+            ids = [
+                await self._encode_prompt(p, req.max_tokens, add_special_tokens=req.add_special_tokens)
                 if isinstance(p, str)
-                else p
+                else list(p)
                 for p in prompts
             ]
-            prompt, is_text = (prompt_ids if len(prompts) > 1 else prompt_ids[0]), False
+            if truncate is not None:
+                keep = truncation_length(truncate, self._context_len(), req.max_tokens)
+                cut = [x[-keep:] if keep is not None and len(x) > keep else x for x in ids]
+                # echo shows the prompt the model read: a truncated one is decoded from its ids
+                prompts = [c if len(c) < len(x) else p for c, x, p in zip(cut, ids, prompts)]
+                ids = cut
+            prompt, is_text = (ids if len(prompts) > 1 else ids[0]), False
+            prompt_ids = ids if req.return_token_ids else None
         obj = GenerateReqInput(text=prompt, **kw) if is_text else GenerateReqInput(input_ids=prompt, **kw)
-        grammar_field = "response_format" if req.response_format else None
+        grammar_field = "response_format" if req.response_format else vllm_grammar_field(req)
         try:
             if req.stream:
                 return await self._completions_stream(req, obj, prompts, n, request, prompt_ids)
@@ -118,7 +129,10 @@ class CompletionsMixin(OpenAIServingBase):
             prefix = self._prompt_text(prompts, idx, n) if req.echo else ""
             lp = None
             if return_logprob:
-                state = _ChoiceLogprobs(output=self._logprob_splitter(req.skip_special_tokens))
+                state = _ChoiceLogprobs(
+                    output=self._logprob_splitter(req.skip_special_tokens),
+                    as_ids=bool(req.return_tokens_as_token_ids),
+                )
                 lp = self._completion_logprobs(
                     meta, state, ret.get("text", ""), True, prefix if req.echo else None
                 )
@@ -135,7 +149,7 @@ class CompletionsMixin(OpenAIServingBase):
                 )
             )
         resp = CompletionResponse(
-            id=f"cmpl-{uuid.uuid4().hex}", model=req.model, choices=choices, usage=usage
+            id=f"cmpl-{req.request_id or uuid.uuid4().hex}", model=req.model, choices=choices, usage=usage
         )
         return JSONResponse(resp.model_dump(mode="json"))
 
@@ -191,16 +205,22 @@ class CompletionsMixin(OpenAIServingBase):
             else:
                 pieces = [TokenPiece(tid, self._token_text(tid, t)) for _, tid, t in parsed]
             for (logprob, _, _), cs, piece in zip(parsed, cands, pieces):
-                lp.tokens.append(piece.text)
+                lp.tokens.append(token_id_text(piece.token_id) if state.as_ids else piece.text)
                 # None only for the prompt's first token (echo): it has no logprob, as in OpenAI's API
                 lp.token_logprobs.append(None if logprob is None else openai_logprob(logprob))
                 lp.text_offset.append(state.offset)
                 state.offset += len(piece.text)
-                lp.top_logprobs.append(None if logprob is None else self._top_dict(piece, logprob, cs))
+                lp.top_logprobs.append(
+                    None if logprob is None else self._top_dict(piece, logprob, cs, state.as_ids)
+                )
         return lp
 
     def _top_dict(
-        self, piece: TokenPiece, logprob: float, cands: list[tuple[float | None, int, str | None]]
+        self,
+        piece: TokenPiece,
+        logprob: float,
+        cands: list[tuple[float | None, int, str | None]],
+        as_ids: bool = False,
     ) -> dict[str, float]:
         """One position's ``top_logprobs``: the candidates in rank order, then the sampled token
         when it is not among them. Keyed by token text, as OpenAI's legacy field is: candidates
@@ -212,7 +232,7 @@ class CompletionsMixin(OpenAIServingBase):
         for tl, ti, tt in cands:
             if tl is None:
                 continue
-            key = piece.alternatives.get(ti)
+            key = token_id_text(ti) if as_ids else piece.alternatives.get(ti)
             if key is None:
                 key = self._token_text(ti, tt)
             if ti == piece.token_id:
@@ -233,7 +253,7 @@ class CompletionsMixin(OpenAIServingBase):
         """The SSE answer; ``prompt_ids`` (``return_token_ids``): each prompt's ids, sent with its
         choices' first chunks, the generated ids since the previous chunk in each chunk."""
         gen, first = await self._run_stream(obj, raw)
-        rid = f"cmpl-{uuid.uuid4().hex}"
+        rid = f"cmpl-{req.request_id or uuid.uuid4().hex}"
         created = int(time.time())
         include_usage, continuous = self._stream_usage(req)
 
@@ -258,7 +278,8 @@ class CompletionsMixin(OpenAIServingBase):
                         if first_chunk:
                             sent_text[idx] = 0
                             lp_states[idx] = _ChoiceLogprobs(
-                                output=self._logprob_splitter(req.skip_special_tokens)
+                                output=self._logprob_splitter(req.skip_special_tokens),
+                                as_ids=bool(req.return_tokens_as_token_ids),
                             )
                             if req.echo:
                                 prefix = self._prompt_text(prompts, idx, n)
@@ -334,6 +355,9 @@ class _ChoiceLogprobs:
     output: TokenTextSplitter | None
     sent: int = 0
     offset: int = 0
+    #: vLLM's ``return_tokens_as_token_ids``: ``tokens`` and ``top_logprobs`` keys written
+    #: ``token_id:<id>`` (``text_offset`` still counts the choice's text)
+    as_ids: bool = False
 
 
 def _nth_prompt(prompt_ids: list[list[int]] | None, idx: int, n: int) -> list[int] | None:

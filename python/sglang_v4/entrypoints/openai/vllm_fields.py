@@ -1,0 +1,228 @@
+"""vLLM's extra request fields (:mod:`.protocol_vllm`) mapped onto what the runtime does.
+
+* refused with a 400 naming the field (:func:`check_vllm_fields`): the fields whose effect the
+  runtime lacks and whose absence would change the output (beam search, ``prompt_logprobs``,
+  ``allowed_token_ids``, ``bad_words``, ``logits_processors``, whitespace options of the JSON
+  grammar, repetition-pattern stops, ``kv_transfer_params``, ``vllm_xargs``, ``prompt_embeds``,
+  a per-request ``chat_template``) and invalid values of the honoured ones;
+* the guided-decoding fields (``guided_json`` / ``guided_regex`` / ``guided_choice`` /
+  ``guided_grammar`` / ``structural_tag``, and ``structured_outputs``) become the grammar fields of
+  :class:`~sglang_v4.sampling.sampling_params.SamplingParams` (:func:`vllm_grammar`);
+* ``truncate_prompt_tokens`` keeps the last N prompt tokens (:func:`truncation_length`);
+* ``return_tokens_as_token_ids`` writes logprob tokens as ``token_id:<id>`` (:func:`token_id_text`).
+
+The table of every field is in ``docs/VLLM_FIELDS.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sglang_v4.entrypoints.openai.request_errors import RequestError
+
+__all__ = [
+    "check_vllm_fields",
+    "special_token_edges",
+    "token_id_text",
+    "truncation_length",
+    "vllm_grammar",
+    "vllm_grammar_field",
+]
+
+#: vLLM fields refused when set to anything but their "off" value, with the reason.
+_REFUSED: dict[str, str] = {
+    "use_beam_search": "beam search is not implemented",
+    "prompt_logprobs": "prompt logprobs with vLLM's per-token ranks are not available "
+    "(/v1/completions with echo and logprobs returns the prompt's logprobs in OpenAI's format)",
+    "allowed_token_ids": "restricting the vocabulary is not implemented",
+    "bad_words": "bad-word filtering is not implemented",
+    "logits_processors": "custom logits processors are not supported",
+    "guided_whitespace_pattern": "the JSON grammar's whitespace pattern cannot be changed "
+    "(--constrained-json-max-whitespace-cnt bounds it server-wide)",
+    "max_repetition_pattern_size": "stopping on repetitive token patterns is not implemented",
+    "min_repetition_pattern_size": "stopping on repetitive token patterns is not implemented",
+    "repetition_min_count": "stopping on repetitive token patterns is not implemented",
+    "kv_transfer_params": "disaggregated prefill/decode is not supported",
+    "vllm_xargs": "no extension of this server reads vllm_xargs",
+    "prompt_embeds": "prompt embeddings are not supported",
+    "chat_template": "a per-request chat template is not accepted (start the server with "
+    "--chat-template instead)",
+}
+#: ``structured_outputs`` options refused when set (same reasons as the whitespace pattern).
+_REFUSED_OPTIONS = ("disable_any_whitespace", "disable_additional_properties", "whitespace_pattern")
+#: vLLM's top-level guided-decoding fields and the grammar kind each becomes.
+_GUIDED = {
+    "guided_json": "json_schema",
+    "guided_regex": "regex",
+    "guided_choice": "ebnf",
+    "guided_grammar": "ebnf",
+    "structural_tag": "structural_tag",
+}
+
+
+def _is_set(value: Any) -> bool:
+    """A refused field counts as set unless it is its "off" value (None, false, 0, empty)."""
+    return value is not None and value is not False and value != 0 and value != [] and value != {}
+
+
+def check_vllm_fields(req: Any) -> None:
+    """Refuse the vLLM fields of ``req`` (a parsed chat or completions request) that the runtime
+    cannot honour, and invalid values of the ones it honours.
+
+    Raises:
+        RequestError: 400, ``param`` the field: a refused field that is set (:data:`_REFUSED`; a
+            ``prompt_logprobs`` of 0 too, as vLLM then still returns the prompt's entries), a
+            refused ``structured_outputs`` option, ``truncate_prompt_tokens`` below -1 or 0,
+            ``best_of`` above ``n`` on the chat route, or more than one guided-decoding
+            constraint (:func:`vllm_grammar`).
+    """
+    for name, why in _REFUSED.items():
+        value = getattr(req, name, None)
+        if _is_set(value) or (name == "prompt_logprobs" and value is not None):
+            raise RequestError(f"{name} is not supported by sglang-v4: {why}.", param=name)
+    so = getattr(req, "structured_outputs", None)
+    for option in _REFUSED_OPTIONS if so is not None else ():
+        if _is_set(getattr(so, option)):
+            raise RequestError(
+                f"structured_outputs.{option} is not supported by sglang-v4: {_REFUSED['guided_whitespace_pattern']}.",
+                param="structured_outputs",
+            )
+    t = getattr(req, "truncate_prompt_tokens", None)
+    if t is not None and t < 1 and t != -1:
+        raise RequestError(
+            f"truncate_prompt_tokens must be -1 or at least 1, got {t}.", param="truncate_prompt_tokens"
+        )
+    best_of, n = getattr(req, "best_of", None), getattr(req, "n", None) or 1
+    if best_of is not None and best_of > n and hasattr(req, "messages"):
+        raise RequestError(
+            "best_of greater than n is not supported on /v1/chat/completions.", param="best_of"
+        )
+    vllm_grammar(req)  # at most one constraint
+
+
+def _choice_ebnf(choices: list[str]) -> str:
+    """An EBNF grammar (xgrammar's dialect) whose language is exactly ``choices``: the
+    alternation of their string literals, escaped as JSON strings (the escapes xgrammar's EBNF
+    reads: ``\\"``, ``\\\\``, ``\\n``, ``\\uXXXX``).
+
+    Raises:
+        RequestError: an empty list or an empty choice (400, ``guided_choice``).
+    """
+    if not choices or any(c == "" for c in choices):
+        raise RequestError(
+            "guided_choice must be a non-empty list of non-empty strings.", param="guided_choice"
+        )
+    return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+
+
+def _schema_text(schema: str | dict[str, Any], field: str) -> str:
+    """A JSON schema given as an object or as JSON text, as JSON text.
+
+    Raises:
+        RequestError: a text that is not JSON (400 naming ``field``).
+    """
+    if isinstance(schema, dict):
+        return json.dumps(schema)
+    try:
+        json.loads(schema)
+    except ValueError as e:
+        raise RequestError(f"{field} is not valid JSON: {e}", param=field) from None
+    return schema
+
+
+def vllm_grammar(req: Any) -> tuple[dict[str, str], str | None]:
+    """The grammar of ``req``'s vLLM guided-decoding fields: ``({kind: spec}, field)`` with
+    ``kind`` one of ``json_schema`` / ``regex`` / ``ebnf`` / ``structural_tag`` (the
+    ``SamplingParams`` grammar fields) and ``field`` the request field it came from (what an
+    error about it names); ``({}, None)`` without one.
+
+    ``guided_json`` / ``structured_outputs.json``: the schema; ``json_object``: any JSON object
+    (as ``response_format: {"type": "json_object"}``); ``guided_choice`` / ``choice``: an EBNF
+    grammar of exactly those strings; ``guided_grammar`` / ``grammar``: EBNF as given;
+    ``structural_tag``: the JSON text as given.
+
+    Raises:
+        RequestError: more than one constraint (400 naming the second), or a malformed one.
+    """
+    found: list[tuple[str, str, Any]] = []  # (field, kind, value)
+    for name, kind in _GUIDED.items():
+        value = getattr(req, name, None)
+        if value is not None:
+            found.append((name, kind, value))
+    so = getattr(req, "structured_outputs", None)
+    if so is not None:
+        for key, kind in (
+            ("json_schema", "json_schema"),
+            ("regex", "regex"),
+            ("choice", "ebnf"),
+            ("grammar", "ebnf"),
+            ("structural_tag", "structural_tag"),
+        ):
+            value = getattr(so, key)
+            if value is not None:
+                found.append((f"structured_outputs.{'json' if key == 'json_schema' else key}", kind, value))
+        if so.json_object:
+            found.append(("structured_outputs.json_object", "json_schema", '{"type": "object"}'))
+    if len(found) > 1:
+        names = ", ".join(f for f, _, _ in found)
+        raise RequestError(
+            f"only one guided-decoding constraint can be given; got {names}.",
+            param=found[1][0].split(".")[0],
+        )
+    if not found:
+        return {}, None
+    field, kind, value = found[0]
+    param = field.split(".")[0]
+    if field.endswith("choice"):
+        return {kind: _choice_ebnf(value)}, param
+    if kind == "json_schema":
+        return {kind: _schema_text(value, param)}, param
+    return {kind: value}, param
+
+
+def vllm_grammar_field(req: Any) -> str | None:
+    """The request field of ``req``'s vLLM guided-decoding constraint, or None
+    (:func:`vllm_grammar` without its checks)."""
+    if any(getattr(req, name, None) is not None for name in _GUIDED):
+        return next(name for name in _GUIDED if getattr(req, name, None) is not None)
+    so = getattr(req, "structured_outputs", None)
+    if so is not None and (
+        any(
+            getattr(so, k) is not None
+            for k in ("json_schema", "regex", "choice", "grammar", "structural_tag")
+        )
+        or so.json_object
+    ):
+        return "structured_outputs"
+    return None
+
+
+def truncation_length(truncate: int, context_len: int | None, max_new_tokens: int | None) -> int | None:
+    """How many prompt tokens ``truncate_prompt_tokens`` keeps (the last ones, vLLM's left
+    truncation): ``truncate`` itself, or for -1 the most the context holds next to the requested
+    completion (``context_len - max_new_tokens``; ``context_len`` without ``max_new_tokens``);
+    None when -1 is given and the context length is unknown (nothing is cut)."""
+    if truncate != -1:
+        return truncate
+    if context_len is None:
+        return None
+    return max(context_len - (max_new_tokens or 0), 1)
+
+
+def token_id_text(token_id: int) -> str:
+    """A logprob token written as vLLM's ``return_tokens_as_token_ids`` writes it: ``token_id:<id>``."""
+    return f"token_id:{token_id}"
+
+
+def special_token_edges(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer adds around a text when asked to (``add_special_tokens``):
+    ``(before, after)`` token ids, e.g. ``([BOS], [])`` for DeepSeek's tokenizer; found by encoding a
+    probe text with and without them."""
+    probe = "a"
+    plain = list(getattr(e := tokenizer.encode(probe, add_special_tokens=False), "ids", e))
+    full = list(getattr(f := tokenizer.encode(probe, add_special_tokens=True), "ids", f))
+    for i in range(len(full) - len(plain) + 1):
+        if full[i : i + len(plain)] == plain:
+            return full[:i], full[i + len(plain) :]
+    return [], []
