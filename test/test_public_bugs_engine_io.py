@@ -117,16 +117,11 @@ def test_concurrent_streams_carry_each_logprob_once(engine: Any) -> None:
         assert got == pytest.approx(exp, abs=1e-4)
 
 
-def test_health_check_timeout_comes_from_sglang_env(tmp_path: Path) -> None:
+def test_health_check_timeout_is_read_from_sglang_env() -> None:
     """sgl-project/sglang#22511: operators whose long prefills outlast the 20 s ``/health_generate``
     probe raise SGLang's ``SGLANG_HEALTH_CHECK_TIMEOUT``; it was not read here (and reported as an
-    unread SGLang variable). With it set to 1 s, a scheduler stuck in a step (FakeScheduler's
-    ``FAKE_HANG_ON_TEXT``) turns ``/health_generate`` to 503 after about 1 s, not 20 s."""
-    import threading
-    import time
-
-    import requests
-    from server_fixture import fake_env, make_fake_model_dir, start_server
+    unread SGLang variable). A positive finite number is the probe's wait in seconds; anything
+    else keeps SGLang's default of 20 s."""
     from sglang_v4.managers.tokenizer_control_mixin import health_check_timeout_s
     from sglang_v4.server_args_compat import unread_sglang_env
 
@@ -135,6 +130,18 @@ def test_health_check_timeout_comes_from_sglang_env(tmp_path: Path) -> None:
     for bad in ("0", "-3", "soon", "inf", "nan"):
         assert health_check_timeout_s({"SGLANG_HEALTH_CHECK_TIMEOUT": bad}) == 20.0
     assert unread_sglang_env({"SGLANG_HEALTH_CHECK_TIMEOUT": "60"}) == []
+
+
+@pytest.mark.slow
+def test_health_check_timeout_bounds_the_probe_of_a_hung_server(tmp_path: Path) -> None:
+    """With ``SGLANG_HEALTH_CHECK_TIMEOUT=1``, a scheduler stuck in a step (FakeScheduler's
+    ``FAKE_HANG_ON_TEXT``) turns ``/health_generate`` to 503 after about 1 s, not 20 s (a server
+    started and stopped: ~12 s, so the slow tier)."""
+    import threading
+    import time
+
+    import requests
+    from server_fixture import fake_env, make_fake_model_dir, start_server
 
     env = fake_env({"FAKE_HANG_ON_TEXT": "HANG-NOW", "SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
     args = ["--model-path", str(make_fake_model_dir(tmp_path)), "--graceful-shutdown-timeout", "0"]
