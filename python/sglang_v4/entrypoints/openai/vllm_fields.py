@@ -131,21 +131,11 @@ def _schema_text(schema: str | dict[str, Any], field: str) -> str:
     return schema
 
 
-def vllm_grammar(req: Any) -> tuple[dict[str, str], str | None]:
-    """The grammar of ``req``'s vLLM guided-decoding fields: ``({kind: spec}, field)`` with
-    ``kind`` one of ``json_schema`` / ``regex`` / ``ebnf`` / ``structural_tag`` (the
-    ``SamplingParams`` grammar fields) and ``field`` the request field it came from (what an
-    error about it names); ``({}, None)`` without one.
-
-    ``guided_json`` / ``structured_outputs.json``: the schema; ``json_object``: any JSON object
-    (as ``response_format: {"type": "json_object"}``); ``guided_choice`` / ``choice``: an EBNF
-    grammar of exactly those strings; ``guided_grammar`` / ``grammar``: EBNF as given;
-    ``structural_tag``: the JSON text as given.
-
-    Raises:
-        RequestError: more than one constraint (400 naming the second), or a malformed one.
-    """
-    found: list[tuple[str, str, Any]] = []  # (field, kind, value)
+def _constraints(req: Any) -> list[tuple[str, str, Any]]:
+    """``req``'s vLLM guided-decoding constraints, in field order: ``(field, kind, value)`` with
+    ``field`` the request field (``structured_outputs.<key>`` for its keys) and ``kind`` the
+    ``SamplingParams`` grammar field it becomes."""
+    found: list[tuple[str, str, Any]] = []
     for name, kind in _GUIDED.items():
         value = getattr(req, name, None)
         if value is not None:
@@ -164,6 +154,24 @@ def vllm_grammar(req: Any) -> tuple[dict[str, str], str | None]:
                 found.append((f"structured_outputs.{'json' if key == 'json_schema' else key}", kind, value))
         if so.json_object:
             found.append(("structured_outputs.json_object", "json_schema", '{"type": "object"}'))
+    return found
+
+
+def vllm_grammar(req: Any) -> tuple[dict[str, str], str | None]:
+    """The grammar of ``req``'s vLLM guided-decoding fields: ``({kind: spec}, field)`` with
+    ``kind`` one of ``json_schema`` / ``regex`` / ``ebnf`` / ``structural_tag`` (the
+    ``SamplingParams`` grammar fields) and ``field`` the request field it came from (what an
+    error about it names); ``({}, None)`` without one.
+
+    ``guided_json`` / ``structured_outputs.json``: the schema; ``json_object``: any JSON object
+    (as ``response_format: {"type": "json_object"}``); ``guided_choice`` / ``choice``: an EBNF
+    grammar of exactly those strings; ``guided_grammar`` / ``grammar``: EBNF as given;
+    ``structural_tag``: the JSON text as given.
+
+    Raises:
+        RequestError: more than one constraint (400 naming the second), or a malformed one.
+    """
+    found = _constraints(req)
     if len(found) > 1:
         names = ", ".join(f for f, _, _ in found)
         raise RequestError(
@@ -182,20 +190,10 @@ def vllm_grammar(req: Any) -> tuple[dict[str, str], str | None]:
 
 
 def vllm_grammar_field(req: Any) -> str | None:
-    """The request field of ``req``'s vLLM guided-decoding constraint, or None
+    """The request field of ``req``'s (first) vLLM guided-decoding constraint, or None
     (:func:`vllm_grammar` without its checks)."""
-    if any(getattr(req, name, None) is not None for name in _GUIDED):
-        return next(name for name in _GUIDED if getattr(req, name, None) is not None)
-    so = getattr(req, "structured_outputs", None)
-    if so is not None and (
-        any(
-            getattr(so, k) is not None
-            for k in ("json_schema", "regex", "choice", "grammar", "structural_tag")
-        )
-        or so.json_object
-    ):
-        return "structured_outputs"
-    return None
+    found = _constraints(req)
+    return found[0][0].split(".")[0] if found else None
 
 
 def truncation_length(truncate: int, context_len: int | None, max_new_tokens: int | None) -> int | None:
