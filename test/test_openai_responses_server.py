@@ -41,7 +41,11 @@ def test_real_server_stream_and_disconnects_abort(fake_server: Any) -> None:
     client = openai.OpenAI(base_url=fake_server.url + "/v1", api_key="x", max_retries=0, timeout=60)
     idle = used_pages(fake_server)
     with client.responses.stream(model=MODEL, input="Hello", max_output_tokens=6) as s:
-        final = s.get_final_response()
+        # a cut stream ends with response.incomplete, as OpenAI's; the helper's
+        # get_final_response() reads response.completed only
+        events = list(s)
+    assert events[-1].type == "response.incomplete"
+    final = events[-1].response
     assert final.status == "incomplete" and final.usage.output_tokens == 6 and final.output_text
     assert client.responses.retrieve(final.id).output_text == final.output_text
     body = {"model": MODEL, "input": "[hold] go", "max_output_tokens": 400, "stream": True}

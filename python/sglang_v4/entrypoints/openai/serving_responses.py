@@ -25,9 +25,12 @@ then for a message ``response.content_part.added``, ``response.output_text.delta
 ``reasoning_text`` parts and ``response.reasoning_text.delta`` / ``.done`` (the full-text events of
 OpenAI's reasoning models, not the ``reasoning_summary_text`` ones: the text is the model's own
 reasoning, not a summary); for a call ``response.function_call_arguments.delta``... and
-``.done``; then ``response.output_item.done``; at the end ``response.completed`` with the whole
-response (also when it is ``incomplete``, as vLLM and SGLang send it, so that clients' stream
-helpers find their final response). An engine error mid-stream sends ``error`` and then
+``.done``; then ``response.output_item.done``; at the end the whole response in
+``response.completed``, or in ``response.incomplete`` when ``max_output_tokens`` cut it (status
+``incomplete``, ``incomplete_details.reason: "max_output_tokens"``), as OpenAI ends such a stream
+(its ``ResponseIncompleteEvent``; the ``openai`` client's ``get_final_response()`` reads
+``response.completed`` only, so a client of a cut stream reads the terminal event's ``response``,
+as against OpenAI's own server). An engine error mid-stream sends ``error`` and then
 ``response.failed``. A thinking-mode reply that stops without ever closing its reasoning is the
 answer (as on chat completions): streamed, its text went out as reasoning first, and the final
 response has it as the message only, as the non-streamed response has. Likewise a call whose
@@ -538,7 +541,7 @@ class ResponsesMixin(ChatMixin):
 
     def _stream_step(self, w: _EventWriter, read: _StreamRead, job: _Job, ret: dict[str, Any]) -> list[bytes]:
         """The events of one engine output (cumulative text); at its finish the closing events
-        and ``response.completed``."""
+        and ``response.completed`` (``response.incomplete`` for a reply cut by the token limit)."""
         st, run = read.st, job.run
         plan = run.plan
         meta = ret.get("meta_info", {})
@@ -561,9 +564,10 @@ class ResponsesMixin(ChatMixin):
         reasoning = st.reasoning_text or None
         n_reasoning = self._reasoning_tokens(ret.get("output_ids") or [], reasoning) if run.separate else 0
         choice = ChoiceOutput(content, reasoning, calls, fr, matched, n_reasoning)
-        out += w.finish("incomplete" if fr == "length" else "completed")
+        status = "incomplete" if fr == "length" else "completed"
+        out += w.finish(status)
         read.done = self._finished_response(job, choice, meta, w.ids)
-        out.append(w.event("response.completed", response=read.done))
+        out.append(w.event(f"response.{status}", response=read.done))
         return out
 
     def _failed(self, w: _EventWriter, job: _Job, message: str, status: int) -> list[bytes]:
