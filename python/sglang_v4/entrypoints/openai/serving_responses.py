@@ -15,7 +15,8 @@ limit ended the generation.
 ``previous_response_id`` continues a stored response: its conversation (input and output, without
 its ``instructions``) comes before this request's input, so the prompt is that of the whole chat.
 Responses are stored (``store``, default true) in a bounded in-memory store
-(:mod:`.responses_store`); an unknown id is a 404 in OpenAI's error shape.
+(:mod:`.responses_store`), with their input items for ``GET /v1/responses/{id}/input_items``
+(:mod:`.responses_input_items`); an unknown id is a 404 in OpenAI's error shape.
 
 Streaming (``stream: true``) sends OpenAI's event sequence as server-sent events (``event:`` and
 ``data:`` lines, no ``[DONE]``), each event with a ``sequence_number`` from 0:
@@ -77,6 +78,7 @@ from sglang_v4.entrypoints.openai.responses_input import (
     responses_tool_choice,
     responses_tools,
 )
+from sglang_v4.entrypoints.openai.responses_input_items import input_items_of, input_items_page
 from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
@@ -147,6 +149,7 @@ class _Job:
     run: ChatRun
     messages: list[dict[str, Any]]
     base: ResponseObject
+    input_items: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _output_messages(items: list[OutputItem]) -> list[dict[str, Any]]:
@@ -336,6 +339,23 @@ class ResponsesMixin(ChatMixin):
             return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
         return JSONResponse(entry.response)
 
+    async def list_input_items(self, request: Request, response_id: str) -> Response:
+        """``GET /v1/responses/{response_id}/input_items``: a page of the stored response's input
+        items (:func:`~.responses_input_items.input_items_page`), else 404; a bad ``order`` /
+        ``limit`` / ``after`` is a 400 naming it."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        entry = self.responses_store.get(response_id)
+        if entry is None:
+            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        q = request.query_params
+        try:
+            page = input_items_page(entry.input_items, q.get("order"), q.get("limit"), q.get("after"))
+        except RequestError as e:
+            return error_response(e.message, e.status, e.err_type, e.param)
+        return JSONResponse(page)
+
     async def delete_response(self, request: Request, response_id: str) -> Response:
         """``DELETE /v1/responses/{response_id}``: drop a stored response, else 404."""
         denied = self.check_auth(request)
@@ -374,7 +394,7 @@ class ResponsesMixin(ChatMixin):
             tools=list(req.tools or []),
             user=req.user,
         )
-        job = _Job(req, run, messages, base)
+        job = _Job(req, run, messages, base, self._input_items(req))
         try:
             if req.stream:
                 return await self._responses_stream(job, request)
@@ -401,6 +421,14 @@ class ResponsesMixin(ChatMixin):
                 param="previous_response_id",
             )
         return prev.messages
+
+    def _input_items(self, req: ResponsesRequest) -> list[dict[str, Any]]:
+        """The input items stored with the response of ``req`` (its whole context: those of the
+        previous response, that response's output, then ``req.input``)."""
+        prev = self.responses_store.get(req.previous_response_id) if req.previous_response_id else None
+        if prev is None:
+            return input_items_of(req.input)
+        return input_items_of(req.input, prev.input_items, prev.response.get("output") or [])
 
     def _chat_request_of(
         self, req: ResponsesRequest, history: list[dict[str, Any]]
@@ -499,7 +527,7 @@ class ResponsesMixin(ChatMixin):
         )
         body = resp.model_dump(mode="json")
         if job.req.store:
-            self.responses_store.put(resp.id, body, job.messages + _output_messages(items))
+            self.responses_store.put(resp.id, body, job.messages + _output_messages(items), job.input_items)
         return body
 
     # ------------------------------------------------------------------ streaming
