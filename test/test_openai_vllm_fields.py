@@ -118,6 +118,50 @@ def test_truncate_prompt_tokens_is_the_last_n_tokens(url: str) -> None:
     assert _comp(url, truncate_prompt_tokens=-1, max_tokens=2)["usage"]["prompt_tokens"] == len(short)
 
 
+def _hit_tokens(url: str) -> int:
+    """The radix cache's running total of prompt tokens served from the cache."""
+    return int(requests.get(url + "/server_info", timeout=30).json()["radix_cache"]["hit_tokens"])
+
+
+def test_cache_salt_isolates_the_prefix_cache(url: str) -> None:
+    """vLLM's ``cache_salt``: requests with different salts never share cached prompt blocks,
+    requests with the same salt do (vLLM puts the salt into the first block's hash); every answer
+    equals the cold run's. SGLang's ``extra_key`` on ``/generate`` is the same namespace
+    (SGLang's OpenAI layer joins ``cache_salt`` + ``extra_key`` into it); an empty salt is vLLM's
+    400 naming ``cache_salt``."""
+    text = " ".join(["The cat sat on the mat while the dog slept by the warm door."] * 20)
+    common = {"prompt": text, "temperature": 0, "max_tokens": 6, "return_token_ids": True, "ignore_eos": True}
+    requests.post(url + "/flush_cache", timeout=30)
+    cold = _comp(url, **common)["choices"][0]
+    assert len(cold["prompt_token_ids"]) > 256  # at least one whole 256-token block
+    requests.post(url + "/flush_cache", timeout=30)
+    runs = [("a", 0), ("b", 0), ("a", 256), (None, 0)]  # (salt, least cached tokens)
+    for salt, least in runs:
+        before = _hit_tokens(url)
+        got = _comp(url, **common, **({"cache_salt": salt} if salt else {}))["choices"][0]
+        hit = _hit_tokens(url) - before
+        assert (hit >= least) if least else hit == 0, (salt, hit)
+        assert got["token_ids"] == cold["token_ids"], salt
+    gen = {"input_ids": cold["prompt_token_ids"], "sampling_params": {"max_new_tokens": 6, "temperature": 0}}
+    for extra, cached in (
+        ({"extra_key": "a"}, True),
+        ({"extra_key": "z"}, False),
+        ({"cache_salt": "b"}, True),
+    ):
+        out = _post(url, "/generate", {**gen, **extra})
+        assert (
+            (out["meta_info"]["cached_tokens"] >= 256) if cached else out["meta_info"]["cached_tokens"] == 0
+        )
+        assert out["output_ids"] == cold["token_ids"], extra
+    for path, body in (
+        ("/v1/completions", {"prompt": "x", "max_tokens": 1}),
+        ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 1}),
+        ("/v1/responses", {"input": "x", "max_output_tokens": 1}),
+    ):
+        err = _post(url, path, {**body, "cache_salt": ""}, 400)
+        assert err["error"]["param"] == "cache_salt" and "non-empty" in err["error"]["message"], path
+
+
 def test_return_tokens_as_token_ids(url: str) -> None:
     comp = _comp(url, logprobs=2, return_token_ids=True, return_tokens_as_token_ids=True)["choices"][0]
     plain = _comp(url, logprobs=2)["choices"][0]

@@ -110,6 +110,7 @@ from sglang_v4.entrypoints.openai.tool_parser import (
     ToolCallDelta,
 )
 from sglang_v4.entrypoints.openai.vllm_fields import (
+    cache_namespace,
     special_token_edges,
     token_id_text,
     truncation_length,
@@ -278,6 +279,7 @@ class ChatMixin(ChatPrepareMixin):
         )
         if req.priority is not None:
             kw["priority"] = req.priority
+        kw["extra_key"] = cache_namespace(req)
         if req.stream and (req.return_token_ids or req.return_prompt_token_ids):
             raise RequestError(
                 "return_token_ids / return_prompt_token_ids need stream false.", param="stream"

@@ -40,7 +40,12 @@ from sglang_v4.entrypoints.openai.serving_base import (
     grammar_error_for,
     openai_logprob,
 )
-from sglang_v4.entrypoints.openai.vllm_fields import token_id_text, truncation_length, vllm_grammar_field
+from sglang_v4.entrypoints.openai.vllm_fields import (
+    cache_namespace,
+    token_id_text,
+    truncation_length,
+    vllm_grammar_field,
+)
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.sampling.sampling_params import MAX_N
 
@@ -90,6 +95,7 @@ class CompletionsMixin(OpenAIServingBase):
         )
         if req.priority is not None:
             kw["priority"] = req.priority
+        kw["extra_key"] = cache_namespace(req)
         prompts = (
             [prompt] if (isinstance(prompt, str) or (prompt and isinstance(prompt[0], int))) else list(prompt)
         )

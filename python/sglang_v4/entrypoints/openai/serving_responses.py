@@ -127,6 +127,10 @@ def _check_request(req: ResponsesRequest) -> None:
             'truncation: "auto" is not supported (a conversation longer than the context is a 400).',
             param="truncation",
         )
+    if req.cache_salt == "":  # vLLM's rule, as on the chat route
+        raise RequestError(
+            "Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt"
+        )
     if req.include and "message.output_text.logprobs" in req.include:
         raise RequestError("include: message.output_text.logprobs is not supported.", param="include")
     md = req.metadata or {}
@@ -465,7 +469,7 @@ class ResponsesMixin(ChatMixin):
         }
         for name in ("top_k", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
             data[name] = getattr(req, name)
-        data.update(seed=req.seed, priority=req.priority)
+        data.update(seed=req.seed, priority=req.priority, cache_salt=req.cache_salt)
         try:
             chat_req = ChatCompletionRequest.model_validate({k: v for k, v in data.items() if v is not None})
         except ValidationError as e:  # the fields were checked above; a 400, never a 500

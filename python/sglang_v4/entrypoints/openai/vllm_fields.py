@@ -22,6 +22,7 @@ from typing import Any
 from sglang_v4.entrypoints.openai.request_errors import RequestError
 
 __all__ = [
+    "cache_namespace",
     "check_vllm_fields",
     "special_token_edges",
     "token_id_text",
@@ -66,6 +67,16 @@ def _is_set(value: Any) -> bool:
     return value is not None and value is not False and value != 0 and value != [] and value != {}
 
 
+def cache_namespace(req: Any) -> str | None:
+    """The prefix-cache namespace of a chat / completions request
+    (:attr:`~sglang_v4.managers.io_struct.GenerateReqInput.extra_key`): vLLM's ``cache_salt``
+    followed by SGLang's ``extra_key``, as SGLang's OpenAI layer joins them; None when neither is
+    set. Requests of different namespaces share no cached prompt block (vLLM: the salt enters the
+    first block's hash), requests of one namespace share them."""
+    parts = [v for v in (getattr(req, "cache_salt", None), getattr(req, "extra_key", None)) if v]
+    return "".join(parts) or None
+
+
 def check_vllm_fields(req: Any) -> None:
     """Refuse the vLLM fields of ``req`` (a parsed chat or completions request) that the runtime
     cannot honour, and invalid values of the ones it honours.
@@ -88,6 +99,10 @@ def check_vllm_fields(req: Any) -> None:
                 f"structured_outputs.{option} is not supported by sglang-v4: {_REFUSED['guided_whitespace_pattern']}.",
                 param="structured_outputs",
             )
+    if getattr(req, "cache_salt", None) == "":
+        raise RequestError(
+            "Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt"
+        )
     t = getattr(req, "truncate_prompt_tokens", None)
     if t is not None and t < 1 and t != -1:
         raise RequestError(
