@@ -22,7 +22,8 @@ from typing import Any
 import jsonschema
 import pytest
 import requests
-from sglang_v4.entrypoints.openai.vllm_fields import special_token_edges
+from sglang_v4.entrypoints.openai.request_errors import RequestError
+from sglang_v4.entrypoints.openai.vllm_fields import special_token_edges, truncation_length
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -116,6 +117,24 @@ def test_truncate_prompt_tokens_is_the_last_n_tokens(url: str) -> None:
         assert got["usage"]["prompt_tokens"] == want["usage"]["prompt_tokens"] == n * len(want["choices"])
     short = _post(url, "/tokenize", {"prompt": "A cat as JSON:"})["tokens"]  # -1: the context holds it all
     assert _comp(url, truncate_prompt_tokens=-1, max_tokens=2)["usage"]["prompt_tokens"] == len(short)
+
+
+def test_truncate_prompt_tokens_minus_one_is_the_context_length(url: str) -> None:
+    """vLLM's ``_validate_truncation_size``: -1 keeps the last ``max_model_len`` tokens (not
+    ``max_model_len - max_tokens``: a prompt that then leaves no room for the completion is refused
+    as any too-long prompt), and a value above ``max_model_len`` is a 400 naming the field."""
+    assert truncation_length(-1, 4096) == 4096 and truncation_length(-1, None) is None
+    assert truncation_length(7, 4096) == 7 and truncation_length(4096, 4096) == 4096
+    with pytest.raises(RequestError) as ei:
+        truncation_length(4097, 4096)
+    assert ei.value.param == "truncate_prompt_tokens" and "4097" in ei.value.message
+    ctx = int(requests.get(url + "/v1/models", timeout=30).json()["data"][0]["max_model_len"])
+    for path, body in (
+        ("/v1/completions", {"prompt": "x"}),
+        ("/v1/chat/completions", {"messages": MESSAGES}),
+    ):
+        err = _post(url, path, {**body, "max_tokens": 1, "truncate_prompt_tokens": ctx + 1}, 400)
+        assert err["error"]["param"] == "truncate_prompt_tokens" and str(ctx) in err["error"]["message"], path
 
 
 def _hit_tokens(url: str) -> int:

@@ -61,7 +61,7 @@ from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaul
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
 from sglang_v4.entrypoints.openai.vllm_fields import check_vllm_fields, vllm_grammar
 from sglang_v4.prompt_tokens import encode_with_plain_spans
-from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, SamplingParams
+from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, TOP_K_ALL, SamplingParams
 from sglang_v4.utils import byte_level_token_bytes
 
 logger = logging.getLogger(__name__)
@@ -325,7 +325,9 @@ class OpenAIServingBase:
         """SGLang sampling parameters of a request, validated (400 naming the field on error).
 
         ``structural_tag`` is the tool-call grammar of a chat request (exclusive with the other
-        grammar fields).
+        grammar fields). ``top_k: 0`` means the whole vocabulary, as vLLM reads it ("Set to 0 (or
+        -1) to consider all tokens"; SGLang's ``/generate`` refuses 0), also when it comes from the
+        model's ``generation_config.json``.
         """
         grammar = self._response_format(req.response_format)
         sglang_grammar = any(getattr(req, k, None) for k in ("json_schema", "regex", "ebnf"))
@@ -380,6 +382,8 @@ class OpenAIServingBase:
             for key, value in self.chat_sampling_defaults.items():
                 if d.get(key) is None:
                     d[key] = value
+        if d.get("top_k") == 0:  # vLLM's "0 (or -1): consider all tokens"; also a generation_config's 0
+            d["top_k"] = TOP_K_ALL
         d = {k: v for k, v in d.items() if v is not None or k == "max_new_tokens"}
         _check_openai_ranges(req)
         # Validate now so that the client gets a 400 naming the field before anything is queued.

@@ -293,7 +293,7 @@ class ChatMixin(ChatPrepareMixin):
                 before, after = special_token_edges(self.tokenizer)
                 ids = before + ids + after
         if ids is not None and req.truncate_prompt_tokens is not None:  # vLLM's: the last N tokens
-            keep = truncation_length(req.truncate_prompt_tokens, self._context_len(), max_new)
+            keep = truncation_length(req.truncate_prompt_tokens, self._context_len())
             ids = ids[-keep:] if keep is not None and len(ids) > keep else ids
         obj = (
             GenerateReqInput(input_ids=ids, **kw)

@@ -111,7 +111,7 @@ class CompletionsMixin(OpenAIServingBase):
                 for p in prompts
             ]
             if truncate is not None:
-                keep = truncation_length(truncate, self._context_len(), req.max_tokens)
+                keep = truncation_length(truncate, self._context_len())
                 cut = [x[-keep:] if keep is not None and len(x) > keep else x for x in ids]
                 # echo shows the prompt the model read: a truncated one is decoded from its ids
                 prompts = [c if len(c) < len(x) else p for c, x, p in zip(cut, ids, prompts)]

@@ -211,16 +211,26 @@ def vllm_grammar_field(req: Any) -> str | None:
     return found[0][0].split(".")[0] if found else None
 
 
-def truncation_length(truncate: int, context_len: int | None, max_new_tokens: int | None) -> int | None:
+def truncation_length(truncate: int, context_len: int | None) -> int | None:
     """How many prompt tokens ``truncate_prompt_tokens`` keeps (the last ones, vLLM's left
-    truncation): ``truncate`` itself, or for -1 the most the context holds next to the requested
-    completion (``context_len - max_new_tokens``; ``context_len`` without ``max_new_tokens``);
-    None when -1 is given and the context length is unknown (nothing is cut)."""
-    if truncate != -1:
-        return truncate
-    if context_len is None:
-        return None
-    return max(context_len - (max_new_tokens or 0), 1)
+    truncation), as vLLM's ``_validate_truncation_size`` reads it: ``truncate`` itself, or for -1
+    the model's context length (``max_model_len``); None when -1 is given and the context length
+    is unknown (nothing is cut). The kept prompt still needs room for the completion: a prompt
+    that fills the context is then refused as any too-long prompt (400), as in vLLM.
+
+    Raises:
+        RequestError: 400 naming ``truncate_prompt_tokens`` when it is above the context length
+            (vLLM's rule).
+    """
+    if truncate == -1:
+        return context_len
+    if context_len is not None and truncate > context_len:
+        raise RequestError(
+            f"truncate_prompt_tokens value ({truncate}) is greater than the context length ({context_len}); "
+            "select a smaller truncation size.",
+            param="truncate_prompt_tokens",
+        )
+    return truncate
 
 
 def token_id_text(token_id: int) -> str:
