@@ -559,21 +559,49 @@ class OpenAIServingBase:
 
     # ------------------------------------------------------------------ /v1/models
     async def models(self, request: Request) -> Response:
-        """``GET /v1/models``."""
+        """``GET /v1/models``: OpenAI's list, or Anthropic's for a request carrying
+        ``anthropic-version`` (:mod:`sglang_v4.entrypoints.anthropic.models`)."""
+        from sglang_v4.entrypoints.anthropic import models as anthropic_models
+        from sglang_v4.entrypoints.anthropic.serving_messages import anthropic_error_response
+
+        anthropic = anthropic_models.is_anthropic_request(request)
         denied = self.check_auth(request)
         if denied is not None:
-            return denied
+            return (
+                anthropic_error_response("Unauthorized: invalid or missing API key.", 401)
+                if anthropic
+                else denied
+            )
+        if anthropic:
+            info = anthropic_models.anthropic_model(self.model_name, self._context_len())
+            try:
+                return JSONResponse(anthropic_models.anthropic_model_list([info], request.query_params))
+            except RequestError as e:
+                return anthropic_error_response(e.message, e.status)
         card = ModelCard(id=self.model_name, root=self.model_name, max_model_len=self._context_len())
         return JSONResponse(ModelList(data=[card]).model_dump())
 
     async def retrieve_model(self, request: Request, model: str) -> Response:
-        """``GET /v1/models/{model}``: the model card for a name the API accepts, else 404 (as SGLang)."""
+        """``GET /v1/models/{model}``: the model card for a name the API accepts, else 404 (as SGLang);
+        Anthropic's ``ModelInfo`` and error body for a request carrying ``anthropic-version``."""
+        from sglang_v4.entrypoints.anthropic import models as anthropic_models
+        from sglang_v4.entrypoints.anthropic.serving_messages import anthropic_error_response
+
+        anthropic = anthropic_models.is_anthropic_request(request)
         denied = self.check_auth(request)
         if denied is not None:
-            return denied
+            return (
+                anthropic_error_response("Unauthorized: invalid or missing API key.", 401)
+                if anthropic
+                else denied
+            )
         try:
             self._check_model(model)
         except RequestError as e:
+            if anthropic:
+                return anthropic_error_response(e.message, e.status)
             return error_response(e.message, e.status, e.err_type, e.param)
+        if anthropic:
+            return JSONResponse(anthropic_models.anthropic_model(model, self._context_len()))
         card = ModelCard(id=model, root=self.model_name, max_model_len=self._context_len())
         return JSONResponse(card.model_dump())
