@@ -85,3 +85,28 @@ def test_salted_branches_split_evict_and_flush() -> None:
     c.dec_lock_ref(m.last_node)
     assert c.flush() is True and c.match_prefix(RadixKey(base, "s")).num_tokens == 0
     assert ba.used == 0
+
+
+def test_scheduler_shares_within_a_namespace_only(sched_model_dir) -> None:  # noqa: ANN001
+    """Through the scheduler, four copies of one 300-token prompt queued together: namespaces
+    ``a``, ``b``, ``a`` and none. In-batch prefix sharing waits for the first ``a`` to cache its
+    blocks and the second ``a`` hits them; ``b`` and the unsalted copy share nothing with ``a``
+    (0 cached tokens). Every output equals the prompt's cold run (0 cached tokens)."""
+    from dsv4_testutil import random_ids
+    from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, submit
+
+    prompt = random_ids(300, seed=91)
+    s = make_scheduler(sched_model_dir)
+    cold = run_one(s, "cold", prompt, 2, extra_key="cold")  # its own namespace: shares with none below
+    assert cold["cached"] == 0
+    for rid, key in (("a1", "a"), ("b1", "b"), ("a2", "a"), ("plain", None)):
+        submit(s, rid, prompt, 2, extra_key=key)
+    got = drain(s)
+    assert {rid: got[rid]["cached"] for rid in ("a1", "b1", "a2", "plain")} == {
+        "a1": 0,
+        "b1": 0,
+        "a2": 256,
+        "plain": 0,
+    }
+    assert all(got[rid]["ids"] == cold["ids"] for rid in ("a1", "b1", "a2", "plain"))
+    assert_idle(s)
