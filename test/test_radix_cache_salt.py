@@ -4,7 +4,7 @@ sequences of different namespaces share no block, those of one namespace share a
 Oracle: the rule vLLM states for ``cache_salt`` (its salt enters the first block's hash, so two
 tenants' prompts never share a cached block, one tenant's do) and the unsalted tree's own hits on
 the same token lists, worked out by hand (a hit is whole blocks with a live resume state at the
-end).
+end); through the scheduler, the prompt's cold run.
 """
 
 from __future__ import annotations
