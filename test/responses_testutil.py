@@ -93,3 +93,15 @@ def streamed_items(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 assert done["content"][0]["text"] == got["text"]
             items[ev["output_index"]] = dict(done, text=got["text"])
     return [items[k] for k in sorted(items)]
+
+
+def final_response(stream: Any) -> OpenAIResponse:
+    """The response a ``client.responses.stream(...)`` ends with: that of its terminal event,
+    ``response.completed`` or ``response.incomplete`` (a reply cut by ``max_output_tokens``, as
+    OpenAI ends it; the client's ``get_final_response()`` reads ``response.completed`` only)."""
+    last = None
+    for ev in stream:
+        if ev.type in ("response.completed", "response.incomplete"):
+            last = ev.response
+    assert last is not None, "the stream ended without response.completed / response.incomplete"
+    return last

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from responses_testutil import final_response
 from server_fixture import ServerHandle, real_env, start_server
 from test_openai_tools import WEATHER, client_for
 from test_reasoning_tool_cut import CharTM
@@ -463,7 +464,7 @@ def test_responses_tool_loop(
             nonlocal prev_id
             if stream:
                 with client.responses.stream(**kw) as s:
-                    r = s.get_final_response()
+                    r = final_response(s)  # response.incomplete when max_output_tokens cut it
             else:
                 r = client.responses.create(**kw)
             prev_id = r.id

@@ -265,6 +265,18 @@ def test_plan_max_total_tokens_and_errors(flash: ModelConfig) -> None:
     assert p.max_context == 8192  # the serving context, below the pools' 99,840 tokens
     small = kp.plan_kv_pools(flash, "bf16", False, 256, max_total_tokens=1024, context_length=8192)
     assert small.max_context == 1024  # the pools, below the serving context
+    # the start-up line: no full-context (8192-token) request fits in 1024 tokens, but shorter
+    # ones are served (up to 1024 tokens each); "max concurrency 0" alone read as "serves nothing"
+    assert small.max_concurrency == 0
+    assert (
+        "max concurrency 0 at 8192 tokens (the pools' 1024 tokens hold no full-context request; "
+        f"shorter requests are served, up to 1024 tokens each, sharing them, up to {small.num_request_slots} "
+        "at once)"
+    ) in small.summary()
+    assert (
+        "full-context" not in p.summary()
+        and f"max concurrency {p.max_concurrency} at 8192 tokens," in p.summary()
+    )
     capped = kp.plan_kv_pools(flash, "bf16", False, 256, budget_bytes=50 * GIB, max_total_tokens=4096)
     assert capped.num_block_pages == 16
     capped = kp.plan_kv_pools(flash, "bf16", False, 256, budget_bytes=50 * GIB, max_total_tokens=4351)

@@ -387,3 +387,33 @@ def test_default_chat_template_kwargs_and_default_include_usage(tok: PreTrainedT
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
     chunks = list(_oai(c).completions.create(model="dsv4-test", prompt="x", stream=True))
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+
+
+def test_top_k_zero_is_the_whole_vocabulary_as_vllm(tok: PreTrainedTokenizerFast, tmp_path: Any) -> None:
+    """vLLM's ``SamplingParams.top_k``: "Set to 0 (or -1) to consider all tokens" (a 400 before,
+    SGLang's ``/generate`` rule; vllm-project/vllm#17553: a ``generation_config.json`` with
+    ``top_k: 0``, HF's "off", made every chat request a 400). On the OpenAI routes 0 now sends
+    what -1 sends; below -1 is still a 400 naming ``top_k``."""
+    msgs = [{"role": "user", "content": "hi"}]
+    cases = [
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 2}),
+        ("/v1/chat/completions", {"messages": msgs, "max_tokens": 2}),
+        ("/v1/responses", {"input": "hi", "max_output_tokens": 2}),
+    ]
+    for path, body in cases:
+        sent = []
+        for top_k in (0, -1):
+            tm = FakeTM(tok)
+            r = _client(tm).post(path, json={"model": "dsv4-test", **body, "top_k": top_k})
+            assert r.status_code == 200, (path, r.text)
+            sent.append(tm.received[-1].sampling_params)
+        assert sent[0] == sent[1] and sent[0].get("top_k", -1) == -1, path
+        r = _client(FakeTM(tok)).post(path, json={"model": "dsv4-test", **body, "top_k": -2})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "top_k", (path, r.text)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_k": 0}))
+    tm = FakeTM(tok)
+    r = _client(tm, model_path=str(tmp_path)).post(
+        "/v1/chat/completions", json={"model": "dsv4-test", "messages": msgs, "max_tokens": 2}
+    )
+    assert r.status_code == 200, r.text
+    assert tm.received[-1].sampling_params.get("top_k", -1) == -1

@@ -21,6 +21,8 @@ from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, prompt_reply
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from openai.types.responses import Response as OpenAIResponse
+from openai.types.responses import ResponseStreamEvent
+from pydantic import TypeAdapter
 from responses_testutil import (
     CHAT_WEATHER,
     EVENTS,
@@ -123,8 +125,12 @@ def test_string_input_and_max_output_tokens_cut(tok: PreTrainedTokenizerFast) ->
     assert body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "max_output_tokens"}
     assert body["output"][0]["content"][0]["text"] == want.choices[0].message.content
     assert body["output"][0]["status"] == "incomplete" and body["usage"]["output_tokens"] == 3
-    final = events[-1]
-    assert final["type"] == "response.completed" and final["response"]["status"] == "incomplete"
+    final = events[-1]  # OpenAI ends a cut stream with response.incomplete (ResponseIncompleteEvent)
+    assert final["type"] == "response.incomplete" and final["response"]["status"] == "incomplete"
+    assert final["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert final["response"]["usage"]["output_tokens"] == 3
+    TypeAdapter(ResponseStreamEvent).validate_python(final)
+    assert "response.completed" not in [e["type"] for e in events]
     assert streamed_items(events)[0]["text"] == want.choices[0].message.content
 
 

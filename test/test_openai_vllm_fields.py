@@ -22,7 +22,8 @@ from typing import Any
 import jsonschema
 import pytest
 import requests
-from sglang_v4.entrypoints.openai.vllm_fields import special_token_edges
+from sglang_v4.entrypoints.openai.request_errors import RequestError
+from sglang_v4.entrypoints.openai.vllm_fields import special_token_edges, truncation_length
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -116,6 +117,68 @@ def test_truncate_prompt_tokens_is_the_last_n_tokens(url: str) -> None:
         assert got["usage"]["prompt_tokens"] == want["usage"]["prompt_tokens"] == n * len(want["choices"])
     short = _post(url, "/tokenize", {"prompt": "A cat as JSON:"})["tokens"]  # -1: the context holds it all
     assert _comp(url, truncate_prompt_tokens=-1, max_tokens=2)["usage"]["prompt_tokens"] == len(short)
+
+
+def test_truncate_prompt_tokens_minus_one_is_the_context_length(url: str) -> None:
+    """vLLM's ``_validate_truncation_size``: -1 keeps the last ``max_model_len`` tokens (not
+    ``max_model_len - max_tokens``: a prompt that then leaves no room for the completion is refused
+    as any too-long prompt), and a value above ``max_model_len`` is a 400 naming the field."""
+    assert truncation_length(-1, 4096) == 4096 and truncation_length(-1, None) is None
+    assert truncation_length(7, 4096) == 7 and truncation_length(4096, 4096) == 4096
+    with pytest.raises(RequestError) as ei:
+        truncation_length(4097, 4096)
+    assert ei.value.param == "truncate_prompt_tokens" and "4097" in ei.value.message
+    ctx = int(requests.get(url + "/v1/models", timeout=30).json()["data"][0]["max_model_len"])
+    for path, body in (
+        ("/v1/completions", {"prompt": "x"}),
+        ("/v1/chat/completions", {"messages": MESSAGES}),
+    ):
+        err = _post(url, path, {**body, "max_tokens": 1, "truncate_prompt_tokens": ctx + 1}, 400)
+        assert err["error"]["param"] == "truncate_prompt_tokens" and str(ctx) in err["error"]["message"], path
+
+
+def _hit_tokens(url: str) -> int:
+    """The radix cache's running total of prompt tokens served from the cache."""
+    return int(requests.get(url + "/server_info", timeout=30).json()["radix_cache"]["hit_tokens"])
+
+
+def test_cache_salt_isolates_the_prefix_cache(url: str) -> None:
+    """vLLM's ``cache_salt``: requests with different salts never share cached prompt blocks,
+    requests with the same salt do (vLLM puts the salt into the first block's hash); every answer
+    equals the cold run's. SGLang's ``extra_key`` on ``/generate`` is the same namespace
+    (SGLang's OpenAI layer joins ``cache_salt`` + ``extra_key`` into it); an empty salt is vLLM's
+    400 naming ``cache_salt``."""
+    text = " ".join(["The cat sat on the mat while the dog slept by the warm door."] * 20)
+    common = {"prompt": text, "temperature": 0, "max_tokens": 6, "return_token_ids": True, "ignore_eos": True}
+    requests.post(url + "/flush_cache", timeout=30)
+    cold = _comp(url, **common)["choices"][0]
+    assert len(cold["prompt_token_ids"]) > 256  # at least one whole 256-token block
+    requests.post(url + "/flush_cache", timeout=30)
+    runs = [("a", 0), ("b", 0), ("a", 256), (None, 0)]  # (salt, least cached tokens)
+    for salt, least in runs:
+        before = _hit_tokens(url)
+        got = _comp(url, **common, **({"cache_salt": salt} if salt else {}))["choices"][0]
+        hit = _hit_tokens(url) - before
+        assert (hit >= least) if least else hit == 0, (salt, hit)
+        assert got["token_ids"] == cold["token_ids"], salt
+    gen = {"input_ids": cold["prompt_token_ids"], "sampling_params": {"max_new_tokens": 6, "temperature": 0}}
+    for extra, cached in (
+        ({"extra_key": "a"}, True),
+        ({"extra_key": "z"}, False),
+        ({"cache_salt": "b"}, True),
+    ):
+        out = _post(url, "/generate", {**gen, **extra})
+        assert (
+            (out["meta_info"]["cached_tokens"] >= 256) if cached else out["meta_info"]["cached_tokens"] == 0
+        )
+        assert out["output_ids"] == cold["token_ids"], extra
+    for path, body in (
+        ("/v1/completions", {"prompt": "x", "max_tokens": 1}),
+        ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 1}),
+        ("/v1/responses", {"input": "x", "max_output_tokens": 1}),
+    ):
+        err = _post(url, path, {**body, "cache_salt": ""}, 400)
+        assert err["error"]["param"] == "cache_salt" and "non-empty" in err["error"]["message"], path
 
 
 def test_return_tokens_as_token_ids(url: str) -> None:

@@ -128,7 +128,7 @@ def test_responses_cut_reply_is_incomplete_in_items_and_stream(oai: openai.OpenA
     """vllm-project/vllm#24184 (no way to tell a ``max_output_tokens`` cut) and
     vllm-project/vllm#57998 (the cut item said ``completed``): the response and its message item
     are ``incomplete`` with reason ``max_output_tokens``; an uncut reply is ``completed``. Streamed,
-    every event parses as the client's ``ResponseStreamEvent``, ``sequence_number`` counts 0, 1, 2...
+    the last event is ``response.incomplete`` (OpenAI's ``ResponseIncompleteEvent``), every event parses as the client's ``ResponseStreamEvent``, ``sequence_number`` counts 0, 1, 2...
     without a gap (OpenAI: "The sequence number of this event"), and the final response equals the
     non-streamed one's status and text."""
     cut = oai.responses.create(model=MODEL, input="Hello", max_output_tokens=4)
@@ -141,7 +141,9 @@ def test_responses_cut_reply_is_incomplete_in_items_and_stream(oai: openai.OpenA
     assert {o.status for o in whole.output} == {"completed"}
     events = list(oai.responses.create(model=MODEL, input="Hello", max_output_tokens=4, stream=True))
     with oai.responses.stream(model=MODEL, input="Hello", max_output_tokens=4) as s:
-        final = s.get_final_response()
+        streamed = list(s)  # the stream helper accepts the terminal response.incomplete
+    assert streamed[-1].type == "response.incomplete" and events[-1].type == "response.incomplete"
+    final = streamed[-1].response
     assert [e.sequence_number for e in events] == list(range(len(events)))
     adapter = TypeAdapter(ResponseStreamEvent)
     for e in events:

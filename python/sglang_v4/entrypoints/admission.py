@@ -28,8 +28,10 @@ Errors are JSON in the route family's shape: under ``/v1/`` SGLang's ``{"object"
 (:func:`~sglang_v4.entrypoints.openai.protocol.error_body`), elsewhere SGLang's ``{"error":
 {"message", ...}}`` (401 keeps SGLang's exact ``{"error": "Unauthorized"}``); the ``type`` is the
 status's (:func:`~sglang_v4.entrypoints.openai.protocol.error_type_for_status`); the Anthropic
-routes (``/v1/messages``, ``/v1/messages/count_tokens``) answer in Anthropic's shape ``{"type":
-"error", "error": {"type", "message"}}`` (:func:`~sglang_v4.entrypoints.anthropic.protocol.anthropic_error_body`).
+routes (``/v1/messages``, ``/v1/messages/count_tokens``), and ``/v1/models[/{id}]`` asked with
+the ``anthropic-version`` header (the ``anthropic`` SDK's model listing), answer in Anthropic's
+shape ``{"type": "error", "error": {"type", "message"}}``
+(:func:`~sglang_v4.entrypoints.anthropic.protocol.anthropic_error_body`).
 
 Slow headers are bounded by :class:`HeaderTimeoutH11Protocol` (uvicorn has keep-alive and
 graceful-shutdown timeouts but none for a request's headers): a connection that has not sent a
@@ -156,8 +158,18 @@ class _BodyTimeout(Exception):
     pass
 
 
-def _error_body(path: str, status: int, message: str) -> bytes:
+def _anthropic_shaped(scope: dict[str, Any]) -> bool:
+    """Whether the errors of this request take Anthropic's shape (module docstring)."""
+    path = scope.get("path", "")
     if path in ANTHROPIC_ROUTES:
+        return True
+    if path != "/v1/models" and not path.startswith("/v1/models/"):
+        return False
+    return any(k == b"anthropic-version" for k, _ in scope.get("headers", ()))
+
+
+def _error_body(path: str, status: int, message: str, anthropic: bool | None = None) -> bytes:
+    if path in ANTHROPIC_ROUTES if anthropic is None else anthropic:
         return orjson.dumps(anthropic_error_body(message, status))
     if status == 401 and not path.startswith("/v1/"):
         return orjson.dumps({"error": "Unauthorized"})
@@ -166,8 +178,8 @@ def _error_body(path: str, status: int, message: str) -> bytes:
     return orjson.dumps(native_error_body(message, status))
 
 
-async def _send_error(send: Any, path: str, status: int, message: str) -> None:
-    body = _error_body(path, status, message)
+async def _send_error(send: Any, path: str, status: int, message: str, anthropic: bool | None = None) -> None:
+    body = _error_body(path, status, message, anthropic)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status in (408, 413):
         headers.append((b"connection", b"close"))  # the rest of the body is not read
@@ -226,10 +238,12 @@ class AdmissionMiddleware:
         path = scope.get("path", "")
         open_route = path in OPEN_ROUTES or scope.get("method") == "OPTIONS"
         if not open_route and self.is_draining():
-            await _send_error(send, path, 503, "The server is shutting down.")
+            await _send_error(send, path, 503, "The server is shutting down.", _anthropic_shaped(scope))
             return
         if not open_route and not self._authorized(scope):
-            await _send_error(send, path, 401, "Unauthorized: invalid or missing API key.")
+            await _send_error(
+                send, path, 401, "Unauthorized: invalid or missing API key.", _anthropic_shaped(scope)
+            )
             return
         limit = self.limits.max_body_bytes
         for k, v in scope.get("headers", ()):

@@ -81,7 +81,7 @@ _ENGINE_ONLY_UNSET = frozenset(
 )
 
 #: SGLang ``Engine.generate`` keywords passed to ``/generate``'s field of the same name.
-_ENGINE_KEYWORD_FIELDS = frozenset({"require_reasoning"})
+_ENGINE_KEYWORD_FIELDS = frozenset({"require_reasoning", "extra_key", "cache_salt"})
 
 #: Seconds a stream closed early waits for its request's abort to be sent.
 _ACLOSE_TIMEOUT_S = 5.0
@@ -334,7 +334,8 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         ``video_data``, ``lora_path``, ``custom_logit_processor``, ``return_hidden_states``,
         ``bootstrap_*``, ``data_parallel_rank``, ``session_params``, ...)
         are accepted when left unset and raise ``ValueError`` naming the field otherwise;
-        ``cache_salt``, ``session_id`` and the other fields ``/generate`` ignores are ignored.
+        ``extra_key`` / ``cache_salt`` (SGLang's and vLLM's) set the request's prefix-cache
+        namespace; ``session_id`` and the other fields ``/generate`` ignores are ignored.
 
         Each dict: ``{"text", "output_ids", "meta_info": {"id", "finish_reason", "prompt_tokens",
         "completion_tokens", "cached_tokens", "e2e_latency", "input_token_logprobs",

@@ -51,6 +51,8 @@ _GENERATE_FIELDS = {
     "log_metrics",
     "priority",
     "require_reasoning",
+    "extra_key",
+    "cache_salt",
 }
 _UNSUPPORTED_IF_SET = {
     "input_embeds",
@@ -104,8 +106,6 @@ _UNSUPPORTED_IF_SET = {
 _IGNORED_FIELDS = {
     "session_id",
     "conversation_id",
-    "extra_key",
-    "cache_salt",
     "background",
     "model",
     "no_logs",
@@ -351,6 +351,14 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
     lsl = scalar_or_list("logprob_start_len", _is_int, "an integer")
     tln = scalar_or_list("top_logprobs_num", _is_int, "an integer")
     prio = scalar_or_list("priority", _is_int, "an integer")
+    extra_key = scalar_or_list("extra_key", lambda v: isinstance(v, str), "a string")
+    salt = body.get("cache_salt")
+    if salt is not None:
+        _check_type("cache_salt", salt, isinstance(salt, str), "a string")
+        if salt:  # SGLang's OpenAI layer: the namespace is cache_salt + extra_key
+            extra_key = (
+                [salt + k for k in extra_key] if isinstance(extra_key, list) else salt + (extra_key or "")
+            )
     tids = body.get("token_ids_logprob")
     if tids is not None:
 
@@ -380,5 +388,6 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
         stream=bool(body.get("stream") or False),
         log_metrics=body.get("log_metrics") is not False,
         priority=prio,
+        extra_key=extra_key,
         require_reasoning=bool(body.get("require_reasoning") or False),
     )

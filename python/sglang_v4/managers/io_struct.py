@@ -96,6 +96,10 @@ class GenerateReqInput:
     stream: bool = False
     log_metrics: bool = True
     priority: int | list[int] | None = None
+    #: SGLang's ``extra_key`` (the OpenAI routes put vLLM's ``cache_salt`` here, as SGLang
+    #: does): the prefix-cache namespace; requests share cached prompt blocks only with requests
+    #: of the same one (``None`` / ``""``: the shared namespace). One string, or one per prompt.
+    extra_key: str | list[str] | None = None
     #: SGLang's ``require_reasoning``: the prompt opened the reasoning (thinking mode), so
     #: ``meta_info["reasoning_tokens"]`` counts the output up to and including ``</think>``
     #: (:mod:`sglang_v4.managers.reasoning_tokens`); one value for a whole batch, as SGLang's.
@@ -243,6 +247,7 @@ class GenerateReqInput:
         self.logprob_start_len = per_item(self.logprob_start_len, None, "logprob_start_len")
         self.top_logprobs_num = per_item(self.top_logprobs_num, 0, "top_logprobs_num")
         self.priority = per_item(self.priority, None, "priority")
+        self.extra_key = per_item(self.extra_key, None, "extra_key")
         if self.token_ids_logprob is not None:
             if not isinstance(self.token_ids_logprob, list):
                 raise ValueError("token_ids_logprob must be a list of token ids (one list per prompt).")
@@ -277,6 +282,7 @@ class GenerateReqInput:
             stream=self.stream,
             log_metrics=self.log_metrics,
             priority=pick(self.priority),
+            extra_key=pick(self.extra_key),
             require_reasoning=self.require_reasoning,
             health_check=self.health_check,
             is_single=True,
@@ -322,6 +328,8 @@ class TokenizedGenerateReqInput:
     stream: bool = False
     priority: int | None = None
     return_text_in_logprobs: bool = False
+    #: The prefix-cache namespace (:attr:`GenerateReqInput.extra_key`; None: shared).
+    extra_key: str | None = None
     #: ``/health_generate``'s probe (:attr:`GenerateReqInput.health_check`): a busy scheduler
     #: answers it after its next batch instead of queueing it.
     health_check: bool = False

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sglang_v4.mem_cache.radix_node import RadixKey
 from sglang_v4.sampling.sampler import compute_logprobs, top_logprobs
 from sglang_v4.sampling.sampling_params import SamplingParams
 
@@ -61,6 +62,9 @@ class Req:
     token_ids_logprob: list[int] | None = None
     stream: bool = False
     priority: int = 0
+    #: The prefix-cache namespace (vLLM's ``cache_salt``, SGLang's ``extra_key``): the request
+    #: shares cached blocks only with requests of the same one (None: the shared namespace).
+    extra_key: str | None = None
     #: ``/health_generate``'s probe (:attr:`TokenizedGenerateReqInput.health_check`).
     health_check: bool = False
     arrival: float = field(default_factory=time.monotonic)
@@ -106,7 +110,7 @@ class Req:
     input_logprob_buffer: list[LogprobEntry] = field(default_factory=list)
     #: The prompt's first ``page_size`` token ids when it is longer (set by the scheduler on
     #: arrival): the key of in-batch prefix sharing (``Scheduler._add_prefill_reqs``).
-    first_block: tuple[int, ...] | None = field(init=False, default=None)
+    first_block: tuple[int, ...] | RadixKey | None = field(init=False, default=None)
     #: Repetition / frequency / presence penalties are set (sampling reads the output history).
     penalised: bool = field(init=False, default=False)
 
@@ -172,6 +176,7 @@ class Req:
             token_ids_logprob=list(recv.token_ids_logprob) if recv.token_ids_logprob else None,
             stream=bool(recv.stream),
             priority=int(recv.priority or 0),
+            extra_key=recv.extra_key or None,
             health_check=bool(recv.health_check),
         )
 
@@ -179,6 +184,12 @@ class Req:
     def fill_ids(self) -> list[int]:
         """Prompt ids followed by the output ids (a new list)."""
         return self.origin_input_ids + self.output_ids
+
+    def cache_key(self, end: int) -> list[int] | RadixKey:
+        """The radix-cache key of ``token_ids(0, end)``: the ids, in the request's namespace
+        (:class:`~sglang_v4.mem_cache.radix_node.RadixKey`) when it has an ``extra_key``."""
+        ids = self.token_ids(0, end)
+        return RadixKey(ids, self.extra_key) if self.extra_key else ids
 
     def token_ids(self, start: int, end: int) -> list[int]:
         """``fill_ids[start:end]`` without building the whole list (O(end - start)). A range that

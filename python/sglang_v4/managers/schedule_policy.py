@@ -44,10 +44,11 @@ CACHE_AWARE_MAX_QUEUE = 128
 CACHE_AWARE_POLICIES = frozenset({"lpm", "dfs-weight", "hrrn", "shortest-prefill-first"})
 
 
-def _prefix_tokens(req: Req) -> list[int]:
+def _prefix_tokens(req: Req) -> Any:
     """The tokens a cache match may cover: the sequence without its last token (that one is
-    always recomputed to get the next token's logits)."""
-    return req.token_ids(0, req.seq_len - 1)
+    always recomputed to get the next token's logits), in the request's cache namespace
+    (:meth:`~sglang_v4.managers.req.Req.cache_key`)."""
+    return req.cache_key(req.seq_len - 1)
 
 
 def dfs_weight_order(reqs: Sequence[Req], match_path: Callable[[Sequence[int]], list[Any]]) -> list[Req]:

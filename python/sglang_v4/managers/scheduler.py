@@ -407,7 +407,7 @@ class Scheduler(
                 inflight.add(key)
         self.waiting.extendleft(reversed(deferred))
 
-    def _uncached_first_blocks(self) -> set[tuple[int, ...]] | None:
+    def _uncached_first_blocks(self) -> set[Any] | None:
         """First blocks (``Req.first_block``) of running requests that have not put a block into
         the radix cache yet and are still in their prefill or first output (after that their
         blocks are in the tree, or never will be); None with the radix cache disabled."""

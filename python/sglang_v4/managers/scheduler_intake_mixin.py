@@ -20,6 +20,7 @@ from sglang_v4.managers.io_struct import (
 )
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.schedule_policy import PRIORITY_DISABLED_MSG, request_priority
+from sglang_v4.mem_cache.radix_node import RadixKey
 from sglang_v4.sampling.stop_checker import stop_text_start
 
 if TYPE_CHECKING:
@@ -101,7 +102,8 @@ class SchedulerIntakeMixin:
         req.plain_tokens = req.grammar is None and not req.has_text_stops
         req.stream_each = req.stream and not sp.stream_interval
         ids, ps = req.origin_input_ids, self.page_size
-        req.first_block = tuple(ids[:ps]) if len(ids) > ps else None
+        first = tuple(ids[:ps]) if len(ids) > ps else None
+        req.first_block = RadixKey(first, req.extra_key) if first and req.extra_key else first
         req.arrival_prefill_tokens = self.prefill_tokens_done
         if self._defer_health_check(req) or self._queue_full_refuses(req):
             return

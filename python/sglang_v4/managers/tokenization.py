@@ -373,6 +373,7 @@ class TokenizationMixin:
             token_ids_logprob=tids if obj.return_logprob else None,
             stream=bool(obj.stream),
             priority=prio,  # type: ignore[arg-type]
+            extra_key=obj.extra_key or None,  # type: ignore[arg-type]
             return_text_in_logprobs=bool(obj.return_text_in_logprobs),
             health_check=bool(obj.health_check),
         )

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sglang_v4.mem_cache.radix_cache import RadixCache
+from sglang_v4.mem_cache.radix_cache import RadixCache, RadixKey
 
 if TYPE_CHECKING:
     from sglang_v4.managers.req import Req
@@ -132,7 +132,7 @@ class CacheManager:
         if slot is None:
             return False
         req.req_pool_idx = slot
-        m = self.tree_cache.match_prefix(req.token_ids(0, req.max_prefix_len()))
+        m = self.tree_cache.match_prefix(req.cache_key(req.max_prefix_len()))
         hit = m.num_tokens > 0 and m.window_page is not None
         self._set_req_state(ReqStateOp(slot, None))
         if hit:
@@ -160,8 +160,8 @@ class CacheManager:
         ops, self._req_state_ops = self._req_state_ops, []
         return ops
 
-    def prefix_match_len(self, token_ids: Sequence[int]) -> int:
-        """Tokens of ``token_ids`` a :meth:`match_prefix` would hit now. Read-only: no lock, no
+    def prefix_match_len(self, token_ids: Sequence[int] | RadixKey) -> int:
+        """Tokens of ``token_ids`` (a :class:`RadixKey` in a namespace) a :meth:`match_prefix` would hit now. Read-only: no lock, no
         node split, no LRU stamp (ordering the queue by longest prefix match must not make the
         queued requests' prefixes look recently used)."""
         return self.tree_cache.match_prefix_len(token_ids)
@@ -234,7 +234,7 @@ class CacheManager:
                 b >= req.num_tree_blocks and (b + 1) % tree.resume_interval == 0 and span in req.window_pages
             )
             wins.append(req.window_pages[span] if keep else None)
-        tokens = req.token_ids(0, nb_done * ps)
+        tokens = req.cache_key(nb_done * ps)
         tree_blocks, tree_wins = tree.insert(tokens, req.block_pages[:nb_done], wins)
         if any(w is not None for w in wins[req.num_tree_blocks :]):
             req.window_pages = dict(req.window_pages)  # edited below; a batch in flight keeps the old one

@@ -213,14 +213,25 @@ class KVPlan:
         return d
 
     def summary(self) -> str:
-        """One log line: capacity, max context, concurrency, fragmentation."""
+        """One log line: capacity, max context, concurrency, fragmentation.
+
+        ``max concurrency`` counts requests of the full ``context_length``; when the pools hold
+        none (0: the KV capacity is below the context length) the line says so and that shorter
+        requests are still served (up to ``max_context`` tokens each, sharing the capacity, up to
+        ``num_request_slots`` at once), so that a 0 is not read as "serves nothing"."""
+        conc = f"max concurrency {self.max_concurrency} at {self.context_length} tokens"
+        if self.max_concurrency == 0:
+            conc += (
+                f" (the pools' {self.kv_capacity_tokens} tokens hold no full-context request; shorter "
+                f"requests are served, up to {self.max_context} tokens each, sharing them, "
+                f"up to {self.num_request_slots} at once)"
+            )
         return (
             f"KV pools ({self.kv_cache_dtype}{', fp4 indexer' if self.fp4_indexer else ''}): "
             f"{self.num_block_pages} block pages x {self.block_page_bytes} B, "
             f"{self.num_window_pages} window pages x {self.window_page_bytes} B, "
             f"{self.num_request_slots} request slots; KV capacity {self.kv_capacity_tokens} tokens, "
-            f"max context {self.max_context}, max concurrency {self.max_concurrency} at "
-            f"{self.context_length} tokens, {self.total_bytes / GiB:.3f} GiB, "
+            f"max context {self.max_context}, {conc}, {self.total_bytes / GiB:.3f} GiB, "
             f"fragmentation {self.fragmentation_bytes} B ({100 * self.fragmentation_ratio:.2f}%)"
         )
 

@@ -15,7 +15,14 @@ two page ids, never tensors:
 ``match_prefix`` returns the longest cached prefix (whole blocks) whose end has a live resume
 state; interior block ends whose resume state was evicted still count as part of a longer match,
 because only the compressed pages are needed there. ``resume_interval = k`` keeps resume states
-only at block ends whose block index + 1 is a multiple of ``k``. Why (the cost of a resume state),
+only at block ends whose block index + 1 is a multiple of ``k``.
+
+Namespaces (vLLM's ``cache_salt``, SGLang's ``extra_key``): a key may be a
+:class:`~.radix_node.RadixKey` with an ``extra_key``; the first block of such a sequence hangs
+below the root under :func:`~.radix_node.extra_key_tag` + its tokens, so sequences of different
+keys share no block (their whole paths differ from the first block on, as vLLM's salted block
+hashes chain from the first one) and those of one key share as usual. The pages, LRU and eviction
+are common to all namespaces. Why (the cost of a resume state),
 the tree layout and the LRU / eviction order: ``docs/KV_CACHE.md``, "Radix cache".
 """
 
@@ -26,9 +33,20 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from sglang_v4.mem_cache.radix_node import TOKEN_BYTES, MatchResult, PageFreer, TreeNode, pack_token_ids
+from sglang_v4.mem_cache.radix_node import (
+    TOKEN_BYTES,
+    MatchResult,
+    PageFreer,
+    RadixKey,
+    TreeNode,
+    pack_token_ids,
+    split_key,
+)
 
-__all__ = ["MatchResult", "RadixCache", "TreeNode"]
+__all__ = ["MatchResult", "RadixCache", "RadixKey", "TreeNode"]
+
+#: A tree key: token ids (the shared namespace) or a :class:`RadixKey`.
+Key = Sequence[int] | RadixKey
 
 
 class RadixCache:
@@ -125,6 +143,12 @@ class RadixCache:
             return node
         return None
 
+    def _child_key(self, node: TreeNode) -> bytes:
+        """The key of ``node`` in ``node.parent.children``: its first block (after its namespace
+        tag when that block is a sequence's first)."""
+        first = node.edge[: self._bb]
+        return node.tag + first if node.depth == 0 else first
+
     def _split(self, node: TreeNode, k: int) -> TreeNode:
         """Split ``node`` after its first ``k`` blocks (0 < k < num_blocks); returns the new upper
         node. ``node`` keeps its identity as the lower part (locks taken on it stay valid)."""
@@ -139,7 +163,8 @@ class RadixCache:
         )
         upper.lock_ref = node.lock_ref
         upper.last_access = node.last_access
-        node.parent.children[node.edge[:bb]] = upper
+        upper.tag = node.tag
+        node.parent.children[self._child_key(node)] = upper
         node.edge = node.edge[k * bb :]
         node.block_pages = node.block_pages[k:]
         node.window_pages = node.window_pages[k:]
@@ -170,15 +195,16 @@ class RadixCache:
                 hi = mid
         return lo
 
-    def _walk(self, buf: bytes, nblocks: int) -> tuple[list[TreeNode], list[int]]:
-        """Walk the tree along ``buf``; returns the visited nodes and blocks matched in each."""
+    def _walk(self, buf: bytes, nblocks: int, tag: bytes = b"") -> tuple[list[TreeNode], list[int]]:
+        """Walk the tree along ``buf`` (in the namespace of ``tag``); returns the visited nodes
+        and blocks matched in each."""
         bb = self._bb
         nodes: list[TreeNode] = []
         counts: list[int] = []
         node = self.root
         i = 0
         while i < nblocks:
-            child = node.children.get(buf[i * bb : (i + 1) * bb])
+            child = node.children.get((tag if i == 0 else b"") + buf[i * bb : (i + 1) * bb])
             if child is None:
                 break
             j = self._common_blocks(child, buf, i, nblocks - i)
@@ -200,8 +226,9 @@ class RadixCache:
             self._locked_windows += delta
 
     # ------------------------------------------------------------------ public API
-    def match_prefix(self, token_ids: Sequence[int]) -> MatchResult:
-        """Longest cached prefix of ``token_ids`` (whole blocks) whose end has a live resume state.
+    def match_prefix(self, key: Key) -> MatchResult:
+        """Longest cached prefix of ``key`` (whole blocks, in its namespace) whose end has a live
+        resume state.
 
         A trailing partial block is never counted. The node holding the match end is split so that
         ``last_node`` ends exactly there, and the path root..last_node is stamped as used (LRU).
@@ -212,13 +239,14 @@ class RadixCache:
         """
         if self.disable:
             return MatchResult(0, [], None, self.root)
+        token_ids, tag = split_key(key)
         nblocks = len(token_ids) // self.page_size
         if nblocks == 0:
             return MatchResult(0, [], None, self.root)
         buf = pack_token_ids(token_ids, nblocks * self.page_size)
         if not self.root.children:
             return MatchResult(0, [], None, self.root)
-        nodes, counts = self._walk(buf, nblocks)
+        nodes, counts = self._walk(buf, nblocks, tag)
         # find the deepest matched block end with a live resume state
         best = -1
         for idx in range(len(nodes) - 1, -1, -1):
@@ -247,8 +275,8 @@ class RadixCache:
         last.last_access = stamp
         return MatchResult(len(pages) * self.page_size, pages, last.window_pages[-1], last)
 
-    def match_prefix_len(self, token_ids: Sequence[int]) -> int:
-        """Tokens :meth:`match_prefix` would return for ``token_ids`` now, without changing the
+    def match_prefix_len(self, key: Key) -> int:
+        """Tokens :meth:`match_prefix` would return for ``key`` now, without changing the
         tree: no node split and no LRU stamp (the scheduler's longest-prefix ordering asks this
         of every queued request each step; only an admission counts as a use).
 
@@ -257,10 +285,11 @@ class RadixCache:
         """
         if self.disable or not self.root.children:
             return 0
+        token_ids, tag = split_key(key)
         nblocks = len(token_ids) // self.page_size
         if nblocks == 0:
             return 0
-        nodes, counts = self._walk(pack_token_ids(token_ids, nblocks * self.page_size), nblocks)
+        nodes, counts = self._walk(pack_token_ids(token_ids, nblocks * self.page_size), nblocks, tag)
         before = sum(counts)
         for idx in range(len(nodes) - 1, -1, -1):
             n, j = nodes[idx], counts[idx]
@@ -273,8 +302,8 @@ class RadixCache:
                     return (before + t + 1) * self.page_size
         return 0
 
-    def match_path(self, token_ids: Sequence[int]) -> list[TreeNode]:
-        """The nodes whole blocks of ``token_ids`` walk through from the root (root excluded; the
+    def match_path(self, key: Key) -> list[TreeNode]:
+        """The nodes whole blocks of ``key`` walk through from the root (root excluded; the
         last one may be matched only in part; empty when no block is cached), ignoring resume
         states. Read-only like :meth:`match_prefix_len` (``--schedule-policy dfs-weight`` groups
         the queued requests by it).
@@ -282,22 +311,23 @@ class RadixCache:
         Raises:
             ValueError: if a token id is not an int in [0, 2**32).
         """
+        token_ids, tag = split_key(key)
         nblocks = len(token_ids) // self.page_size
         if self.disable or not self.root.children or nblocks == 0:
             return []
-        return self._walk(pack_token_ids(token_ids, nblocks * self.page_size), nblocks)[0]
+        return self._walk(pack_token_ids(token_ids, nblocks * self.page_size), nblocks, tag)[0]
 
     def insert(
         self,
-        token_ids: Sequence[int],
+        key: Key,
         block_pages: list[int],
         window_pages: list[int | None],
     ) -> tuple[list[int], list[int | None]]:
         """Insert whole blocks with their pages; returns the tree's ``(block_pages, window_pages)``.
 
         Args:
-            token_ids: ``len`` must be a multiple of ``page_size``; block ``i`` is
-                ``token_ids[i * page_size : (i + 1) * page_size]``.
+            key: token ids or a :class:`RadixKey` (its namespace); ``len`` must be a multiple
+                of ``page_size``; block ``i`` is ``token_ids[i * page_size : (i + 1) * page_size]``.
             block_pages: one block-page id per block.
             window_pages: per block, the resume-state page at that block's end, or ``None``.
 
@@ -312,6 +342,7 @@ class RadixCache:
                 not equal the number of blocks, or a token id outside [0, 2**32).
         """
         ps = self.page_size
+        token_ids, tag = split_key(key)
         if len(token_ids) % ps != 0:
             raise ValueError(f"token_ids: length {len(token_ids)} is not a multiple of page_size {ps}")
         nblocks = len(token_ids) // ps
@@ -330,7 +361,8 @@ class RadixCache:
         node = self.root
         i = 0
         while i < nblocks:
-            child = node.children.get(buf[i * bb : (i + 1) * bb])
+            first = (tag if i == 0 else b"") + buf[i * bb : (i + 1) * bb]
+            child = node.children.get(first)
             if child is None:
                 wins: list[int | None] = []
                 for t in range(i, nblocks):
@@ -340,7 +372,8 @@ class RadixCache:
                         w = None
                     wins.append(w)
                 new = TreeNode(node, buf[i * bb :], list(block_pages[i:]), wins, i, next(self._uids))
-                node.children[buf[i * bb : (i + 1) * bb]] = new
+                new.tag = tag
+                node.children[first] = new
                 self._num_nodes += 1
                 self._num_blocks += new.num_blocks
                 self._num_windows += new.num_windows
@@ -372,18 +405,19 @@ class RadixCache:
             self.window_alloc.free(to_free)
         return out_b, out_w
 
-    def find_node(self, token_ids: Sequence[int]) -> tuple[TreeNode, int]:
-        """Node ending exactly at the deepest cached whole-block prefix of ``token_ids``, ignoring
+    def find_node(self, key: Key) -> tuple[TreeNode, int]:
+        """Node ending exactly at the deepest cached whole-block prefix of ``key``, ignoring
         resume states, and that prefix's length in blocks (root and 0 if none).
 
         For a running request that just inserted its blocks: lock the returned node (then unlock
         its previous node) so the blocks it reads cannot be evicted. Splits a node if needed; does
         not stamp LRU.
         """
+        token_ids, tag = split_key(key)
         nblocks = len(token_ids) // self.page_size
         if self.disable or nblocks == 0:
             return self.root, 0
-        nodes, counts = self._walk(pack_token_ids(token_ids, nblocks * self.page_size), nblocks)
+        nodes, counts = self._walk(pack_token_ids(token_ids, nblocks * self.page_size), nblocks, tag)
         if not nodes:
             return self.root, 0
         last, j = nodes[-1], counts[-1]
@@ -489,7 +523,7 @@ class RadixCache:
                 self._num_windows -= nw
                 if keep == 0:
                     node.alive = False
-                    del node.parent.children[node.edge[: self._bb]]
+                    del node.parent.children[self._child_key(node)]
                     self._num_nodes -= 1
                 else:
                     node.edge = node.edge[: keep * self._bb]

@@ -1,8 +1,9 @@
-"""Node, key packing and match result of the radix prefix cache
+"""Node, key (:class:`RadixKey`, packing) and match result of the radix prefix cache
 (:mod:`sglang_v4.mem_cache.radix_cache`), and what the tree needs from a page allocator."""
 
 from __future__ import annotations
 
+import hashlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,10 +11,58 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["TOKEN_BYTES", "MatchResult", "PageFreer", "TreeNode", "pack_token_ids"]
+__all__ = [
+    "TOKEN_BYTES",
+    "MatchResult",
+    "PageFreer",
+    "RadixKey",
+    "TreeNode",
+    "extra_key_tag",
+    "pack_token_ids",
+]
 
 TOKEN_BYTES = 4  # tokens are packed as uint32
 assert array("I").itemsize == TOKEN_BYTES, "array('I') must be 4 bytes to match numpy '=u4'"
+
+
+@dataclass(frozen=True)
+class RadixKey:
+    """A token sequence in a cache namespace (SGLang's ``RadixKey``): sequences of different
+    ``extra_key`` never share cached blocks, those of the same one do.
+
+    ``extra_key`` is what a request sends as vLLM's ``cache_salt`` (and SGLang's ``extra_key``):
+    vLLM mixes the salt into the hash of a prompt's first block, so that every later block, whose
+    hash chains on it, differs too; the tree here does the same by keying the first block of a
+    salted sequence on :func:`extra_key_tag` + its tokens (:class:`~.radix_cache.RadixCache`).
+    ``None`` or ``""``: the shared namespace (a plain token list is the same).
+
+    Attributes:
+        token_ids: the token ids (a list, tuple or 1-D integer array).
+        extra_key: the namespace, or None.
+    """
+
+    token_ids: Sequence[int]
+    extra_key: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+def extra_key_tag(extra_key: str | None) -> bytes:
+    """The bytes put before a first block's packed tokens in its tree key: ``b""`` for the shared
+    namespace, else the 32-byte SHA-256 of ``extra_key`` (UTF-8), so a salted key (block bytes +
+    32) can never equal an unsalted one (block bytes) and two salts differ unless SHA-256
+    collides."""
+    if not extra_key:
+        return b""
+    return hashlib.sha256(extra_key.encode("utf-8", "surrogatepass")).digest()
+
+
+def split_key(key: Sequence[int] | RadixKey) -> tuple[Sequence[int], bytes]:
+    """``(token_ids, extra_key_tag)`` of a tree key: a :class:`RadixKey` or plain token ids."""
+    if isinstance(key, RadixKey):
+        return key.token_ids, extra_key_tag(key.extra_key)
+    return key, b""
 
 
 def pack_token_ids(token_ids: Sequence[int], num_tokens: int, field: str = "token_ids") -> bytes:
@@ -56,6 +105,8 @@ class TreeNode:
         depth: number of blocks from the root to the first block of this edge.
         lock_ref: number of outstanding locks whose path passes through this node.
         last_access: LRU stamp (a clock value of :class:`RadixCache`, not wall time).
+        tag: :func:`extra_key_tag` of the node's namespace; part of its key in ``parent.children``
+            only while ``depth == 0`` (a first block), ``b""`` for the shared namespace.
     """
 
     __slots__ = (
@@ -70,6 +121,7 @@ class TreeNode:
         "uid",
         "alive",
         "num_windows",
+        "tag",
     )
 
     def __init__(
@@ -92,6 +144,7 @@ class TreeNode:
         self.uid = uid
         self.alive = True
         self.num_windows = sum(w is not None for w in window_pages)
+        self.tag = b""
 
     @property
     def num_blocks(self) -> int:

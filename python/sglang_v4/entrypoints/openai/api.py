@@ -14,7 +14,8 @@ __all__ = ["create_openai_router"]
 
 def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     """Build the router with ``GET /v1/models[/{model}]``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
-    ``POST /v1/responses`` with ``GET`` / ``DELETE /v1/responses/{id}`` (stored responses) and
+    ``POST /v1/responses`` with ``GET`` / ``DELETE /v1/responses/{id}`` (stored responses),
+    ``GET /v1/responses/{id}/input_items`` (their input items) and
     ``POST /v1/responses/input_tokens`` (the input-token count of a Responses request),
     ``POST /tokenize`` and ``POST /detokenize`` (each also under ``/v1/``, as in SGLang), and
     ``POST /v1/embeddings`` / ``/v1/classify`` (a 400: the model is not an embedding model), and
@@ -63,6 +64,10 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     @router.get("/v1/responses/{response_id}")
     async def v1_retrieve_response(response_id: str, request: Request) -> Response:
         return await serving.retrieve_response(request, response_id)
+
+    @router.get("/v1/responses/{response_id}/input_items")
+    async def v1_response_input_items(response_id: str, request: Request) -> Response:
+        return await serving.list_input_items(request, response_id)
 
     @router.delete("/v1/responses/{response_id}")
     async def v1_delete_response(response_id: str, request: Request) -> Response:

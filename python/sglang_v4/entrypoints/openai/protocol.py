@@ -219,6 +219,8 @@ class _SamplingExtras(_Req):
     custom_params: dict[str, Any] | None = None
     rid: str | list[str] | None = None
     priority: int | None = None
+    #: SGLang's prefix-cache namespace (with vLLM's ``cache_salt`` before it: :func:`~.vllm_fields.cache_namespace`).
+    extra_key: str | None = None
     #: SGLang's: the generated token ids in each choice (``token_ids``) and the prompt's
     #: (``prompt_token_ids``; on /v1/chat/completions also ``return_prompt_token_ids``).
     return_token_ids: bool = False

@@ -52,7 +52,7 @@ class ResponsesRequest(_Req):
     ``store`` (default true): keep the response in the server's in-memory store, for ``GET
     /v1/responses/{id}`` and ``previous_response_id``. SGLang's sampling extras (``top_k``,
     ``min_p``, ``repetition_penalty``, penalties, ``seed``) and ``chat_template_kwargs`` are
-    accepted as on ``/v1/chat/completions``.
+    accepted as on ``/v1/chat/completions``, and so is vLLM's ``cache_salt``.
     """
 
     model: str = "default"
@@ -82,6 +82,8 @@ class ResponsesRequest(_Req):
     seed: int | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     priority: int | None = None
+    #: vLLM's prefix-cache namespace (as on the chat route: :func:`~.vllm_fields.cache_namespace`)
+    cache_salt: str | None = None
     # OpenAI fields of features not served here (refused when set: UNSERVED_RESPONSES_FIELDS)
     background: Any = None
     conversation: Any = None

@@ -1,9 +1,10 @@
 """The in-memory store of ``/v1/responses`` (responses created with ``store: true``), read by
 ``GET /v1/responses/{id}`` and by ``previous_response_id``.
 
-Each entry holds the response body and the conversation it ended (chat messages: the previous
+Each entry holds the response body, the conversation it ended (chat messages: the previous
 response's conversation, this request's input, this response's output as one assistant turn;
-the request's ``instructions`` are left out, as OpenAI does not carry them over). The store is
+the request's ``instructions`` are left out, as OpenAI does not carry them over) and its input
+items (:mod:`.responses_input_items`, read by ``GET /v1/responses/{id}/input_items``). The store is
 bounded in entries and in size (the JSON length of what it holds); the least recently used
 entries go first. It lives in the server process and is lost when the server stops; it is read
 and written on the server's event loop only, so it takes no lock.
@@ -12,7 +13,7 @@ and written on the server's event loop only, so it takes no lock.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -33,11 +34,13 @@ class StoredResponse:
         messages: the conversation up to and including this response (chat messages, without the
             request's ``instructions``).
         size: bytes of JSON the entry holds (its weight against the store's bound).
+        input_items: the response's input items, oldest first (``ResponseItem``-shaped dicts).
     """
 
     response: dict[str, Any]
     messages: list[dict[str, Any]]
     size: int
+    input_items: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ResponseStore:
@@ -63,17 +66,24 @@ class ResponseStore:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, response_id: str, response: dict[str, Any], messages: list[dict[str, Any]]) -> bool:
+    def put(
+        self,
+        response_id: str,
+        response: dict[str, Any],
+        messages: list[dict[str, Any]],
+        input_items: list[dict[str, Any]] | None = None,
+    ) -> bool:
         """Store (or replace) a response, evicting the least recently used ones over the bounds.
 
         Returns:
             Whether it was stored (False: it alone is larger than ``max_bytes``).
         """
         self.delete(response_id)
-        size = len(orjson.dumps(response)) + len(orjson.dumps(messages))
+        items = input_items or []
+        size = len(orjson.dumps(response)) + len(orjson.dumps(messages)) + len(orjson.dumps(items))
         if size > self.max_bytes:
             return False
-        self._entries[response_id] = StoredResponse(response, messages, size)
+        self._entries[response_id] = StoredResponse(response, messages, size, items)
         self.bytes += size
         while len(self._entries) > self.max_entries or self.bytes > self.max_bytes:
             _, old = self._entries.popitem(last=False)

@@ -61,7 +61,7 @@ from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaul
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
 from sglang_v4.entrypoints.openai.vllm_fields import check_vllm_fields, vllm_grammar
 from sglang_v4.prompt_tokens import encode_with_plain_spans
-from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, SamplingParams
+from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, TOP_K_ALL, SamplingParams
 from sglang_v4.utils import byte_level_token_bytes
 
 logger = logging.getLogger(__name__)
@@ -325,7 +325,9 @@ class OpenAIServingBase:
         """SGLang sampling parameters of a request, validated (400 naming the field on error).
 
         ``structural_tag`` is the tool-call grammar of a chat request (exclusive with the other
-        grammar fields).
+        grammar fields). ``top_k: 0`` means the whole vocabulary, as vLLM reads it ("Set to 0 (or
+        -1) to consider all tokens"; SGLang's ``/generate`` refuses 0), also when it comes from the
+        model's ``generation_config.json``.
         """
         grammar = self._response_format(req.response_format)
         sglang_grammar = any(getattr(req, k, None) for k in ("json_schema", "regex", "ebnf"))
@@ -380,6 +382,8 @@ class OpenAIServingBase:
             for key, value in self.chat_sampling_defaults.items():
                 if d.get(key) is None:
                     d[key] = value
+        if d.get("top_k") == 0:  # vLLM's "0 (or -1): consider all tokens"; also a generation_config's 0
+            d["top_k"] = TOP_K_ALL
         d = {k: v for k, v in d.items() if v is not None or k == "max_new_tokens"}
         _check_openai_ranges(req)
         # Validate now so that the client gets a 400 naming the field before anything is queued.
@@ -555,21 +559,49 @@ class OpenAIServingBase:
 
     # ------------------------------------------------------------------ /v1/models
     async def models(self, request: Request) -> Response:
-        """``GET /v1/models``."""
+        """``GET /v1/models``: OpenAI's list, or Anthropic's for a request carrying
+        ``anthropic-version`` (:mod:`sglang_v4.entrypoints.anthropic.models`)."""
+        from sglang_v4.entrypoints.anthropic import models as anthropic_models
+        from sglang_v4.entrypoints.anthropic.serving_messages import anthropic_error_response
+
+        anthropic = anthropic_models.is_anthropic_request(request)
         denied = self.check_auth(request)
         if denied is not None:
-            return denied
+            return (
+                anthropic_error_response("Unauthorized: invalid or missing API key.", 401)
+                if anthropic
+                else denied
+            )
+        if anthropic:
+            info = anthropic_models.anthropic_model(self.model_name, self._context_len())
+            try:
+                return JSONResponse(anthropic_models.anthropic_model_list([info], request.query_params))
+            except RequestError as e:
+                return anthropic_error_response(e.message, e.status)
         card = ModelCard(id=self.model_name, root=self.model_name, max_model_len=self._context_len())
         return JSONResponse(ModelList(data=[card]).model_dump())
 
     async def retrieve_model(self, request: Request, model: str) -> Response:
-        """``GET /v1/models/{model}``: the model card for a name the API accepts, else 404 (as SGLang)."""
+        """``GET /v1/models/{model}``: the model card for a name the API accepts, else 404 (as SGLang);
+        Anthropic's ``ModelInfo`` and error body for a request carrying ``anthropic-version``."""
+        from sglang_v4.entrypoints.anthropic import models as anthropic_models
+        from sglang_v4.entrypoints.anthropic.serving_messages import anthropic_error_response
+
+        anthropic = anthropic_models.is_anthropic_request(request)
         denied = self.check_auth(request)
         if denied is not None:
-            return denied
+            return (
+                anthropic_error_response("Unauthorized: invalid or missing API key.", 401)
+                if anthropic
+                else denied
+            )
         try:
             self._check_model(model)
         except RequestError as e:
+            if anthropic:
+                return anthropic_error_response(e.message, e.status)
             return error_response(e.message, e.status, e.err_type, e.param)
+        if anthropic:
+            return JSONResponse(anthropic_models.anthropic_model(model, self._context_len()))
         card = ModelCard(id=model, root=self.model_name, max_model_len=self._context_len())
         return JSONResponse(card.model_dump())

@@ -110,6 +110,7 @@ from sglang_v4.entrypoints.openai.tool_parser import (
     ToolCallDelta,
 )
 from sglang_v4.entrypoints.openai.vllm_fields import (
+    cache_namespace,
     special_token_edges,
     token_id_text,
     truncation_length,
@@ -278,6 +279,7 @@ class ChatMixin(ChatPrepareMixin):
         )
         if req.priority is not None:
             kw["priority"] = req.priority
+        kw["extra_key"] = cache_namespace(req)
         if req.stream and (req.return_token_ids or req.return_prompt_token_ids):
             raise RequestError(
                 "return_token_ids / return_prompt_token_ids need stream false.", param="stream"
@@ -291,7 +293,7 @@ class ChatMixin(ChatPrepareMixin):
                 before, after = special_token_edges(self.tokenizer)
                 ids = before + ids + after
         if ids is not None and req.truncate_prompt_tokens is not None:  # vLLM's: the last N tokens
-            keep = truncation_length(req.truncate_prompt_tokens, self._context_len(), max_new)
+            keep = truncation_length(req.truncate_prompt_tokens, self._context_len())
             ids = ids[-keep:] if keep is not None and len(ids) > keep else ids
         obj = (
             GenerateReqInput(input_ids=ids, **kw)

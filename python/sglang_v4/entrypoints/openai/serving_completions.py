@@ -40,7 +40,12 @@ from sglang_v4.entrypoints.openai.serving_base import (
     grammar_error_for,
     openai_logprob,
 )
-from sglang_v4.entrypoints.openai.vllm_fields import token_id_text, truncation_length, vllm_grammar_field
+from sglang_v4.entrypoints.openai.vllm_fields import (
+    cache_namespace,
+    token_id_text,
+    truncation_length,
+    vllm_grammar_field,
+)
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.sampling.sampling_params import MAX_N
 
@@ -90,6 +95,7 @@ class CompletionsMixin(OpenAIServingBase):
         )
         if req.priority is not None:
             kw["priority"] = req.priority
+        kw["extra_key"] = cache_namespace(req)
         prompts = (
             [prompt] if (isinstance(prompt, str) or (prompt and isinstance(prompt[0], int))) else list(prompt)
         )
@@ -105,7 +111,7 @@ class CompletionsMixin(OpenAIServingBase):
                 for p in prompts
             ]
             if truncate is not None:
-                keep = truncation_length(truncate, self._context_len(), req.max_tokens)
+                keep = truncation_length(truncate, self._context_len())
                 cut = [x[-keep:] if keep is not None and len(x) > keep else x for x in ids]
                 # echo shows the prompt the model read: a truncated one is decoded from its ids
                 prompts = [c if len(c) < len(x) else p for c, x, p in zip(cut, ids, prompts)]

@@ -15,7 +15,8 @@ limit ended the generation.
 ``previous_response_id`` continues a stored response: its conversation (input and output, without
 its ``instructions``) comes before this request's input, so the prompt is that of the whole chat.
 Responses are stored (``store``, default true) in a bounded in-memory store
-(:mod:`.responses_store`); an unknown id is a 404 in OpenAI's error shape.
+(:mod:`.responses_store`), with their input items for ``GET /v1/responses/{id}/input_items``
+(:mod:`.responses_input_items`); an unknown id is a 404 in OpenAI's error shape.
 
 Streaming (``stream: true``) sends OpenAI's event sequence as server-sent events (``event:`` and
 ``data:`` lines, no ``[DONE]``), each event with a ``sequence_number`` from 0:
@@ -25,9 +26,12 @@ then for a message ``response.content_part.added``, ``response.output_text.delta
 ``reasoning_text`` parts and ``response.reasoning_text.delta`` / ``.done`` (the full-text events of
 OpenAI's reasoning models, not the ``reasoning_summary_text`` ones: the text is the model's own
 reasoning, not a summary); for a call ``response.function_call_arguments.delta``... and
-``.done``; then ``response.output_item.done``; at the end ``response.completed`` with the whole
-response (also when it is ``incomplete``, as vLLM and SGLang send it, so that clients' stream
-helpers find their final response). An engine error mid-stream sends ``error`` and then
+``.done``; then ``response.output_item.done``; at the end the whole response in
+``response.completed``, or in ``response.incomplete`` when ``max_output_tokens`` cut it (status
+``incomplete``, ``incomplete_details.reason: "max_output_tokens"``), as OpenAI ends such a stream
+(its ``ResponseIncompleteEvent``; the ``openai`` client's ``get_final_response()`` reads
+``response.completed`` only, so a client of a cut stream reads the terminal event's ``response``,
+as against OpenAI's own server). An engine error mid-stream sends ``error`` and then
 ``response.failed``. A thinking-mode reply that stops without ever closing its reasoning is the
 answer (as on chat completions): streamed, its text went out as reasoning first, and the final
 response has it as the message only, as the non-streamed response has. Likewise a call whose
@@ -74,6 +78,7 @@ from sglang_v4.entrypoints.openai.responses_input import (
     responses_tool_choice,
     responses_tools,
 )
+from sglang_v4.entrypoints.openai.responses_input_items import input_items_of, input_items_page
 from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
@@ -122,6 +127,10 @@ def _check_request(req: ResponsesRequest) -> None:
             'truncation: "auto" is not supported (a conversation longer than the context is a 400).',
             param="truncation",
         )
+    if req.cache_salt == "":  # vLLM's rule, as on the chat route
+        raise RequestError(
+            "Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt"
+        )
     if req.include and "message.output_text.logprobs" in req.include:
         raise RequestError("include: message.output_text.logprobs is not supported.", param="include")
     md = req.metadata or {}
@@ -144,6 +153,7 @@ class _Job:
     run: ChatRun
     messages: list[dict[str, Any]]
     base: ResponseObject
+    input_items: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _output_messages(items: list[OutputItem]) -> list[dict[str, Any]]:
@@ -333,6 +343,23 @@ class ResponsesMixin(ChatMixin):
             return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
         return JSONResponse(entry.response)
 
+    async def list_input_items(self, request: Request, response_id: str) -> Response:
+        """``GET /v1/responses/{response_id}/input_items``: a page of the stored response's input
+        items (:func:`~.responses_input_items.input_items_page`), else 404; a bad ``order`` /
+        ``limit`` / ``after`` is a 400 naming it."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        entry = self.responses_store.get(response_id)
+        if entry is None:
+            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        q = request.query_params
+        try:
+            page = input_items_page(entry.input_items, q.get("order"), q.get("limit"), q.get("after"))
+        except RequestError as e:
+            return error_response(e.message, e.status, e.err_type, e.param)
+        return JSONResponse(page)
+
     async def delete_response(self, request: Request, response_id: str) -> Response:
         """``DELETE /v1/responses/{response_id}``: drop a stored response, else 404."""
         denied = self.check_auth(request)
@@ -371,7 +398,7 @@ class ResponsesMixin(ChatMixin):
             tools=list(req.tools or []),
             user=req.user,
         )
-        job = _Job(req, run, messages, base)
+        job = _Job(req, run, messages, base, self._input_items(req))
         try:
             if req.stream:
                 return await self._responses_stream(job, request)
@@ -398,6 +425,14 @@ class ResponsesMixin(ChatMixin):
                 param="previous_response_id",
             )
         return prev.messages
+
+    def _input_items(self, req: ResponsesRequest) -> list[dict[str, Any]]:
+        """The input items stored with the response of ``req`` (its whole context: those of the
+        previous response, that response's output, then ``req.input``)."""
+        prev = self.responses_store.get(req.previous_response_id) if req.previous_response_id else None
+        if prev is None:
+            return input_items_of(req.input)
+        return input_items_of(req.input, prev.input_items, prev.response.get("output") or [])
 
     def _chat_request_of(
         self, req: ResponsesRequest, history: list[dict[str, Any]]
@@ -434,7 +469,7 @@ class ResponsesMixin(ChatMixin):
         }
         for name in ("top_k", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
             data[name] = getattr(req, name)
-        data.update(seed=req.seed, priority=req.priority)
+        data.update(seed=req.seed, priority=req.priority, cache_salt=req.cache_salt)
         try:
             chat_req = ChatCompletionRequest.model_validate({k: v for k, v in data.items() if v is not None})
         except ValidationError as e:  # the fields were checked above; a 400, never a 500
@@ -496,7 +531,7 @@ class ResponsesMixin(ChatMixin):
         )
         body = resp.model_dump(mode="json")
         if job.req.store:
-            self.responses_store.put(resp.id, body, job.messages + _output_messages(items))
+            self.responses_store.put(resp.id, body, job.messages + _output_messages(items), job.input_items)
         return body
 
     # ------------------------------------------------------------------ streaming
@@ -538,7 +573,7 @@ class ResponsesMixin(ChatMixin):
 
     def _stream_step(self, w: _EventWriter, read: _StreamRead, job: _Job, ret: dict[str, Any]) -> list[bytes]:
         """The events of one engine output (cumulative text); at its finish the closing events
-        and ``response.completed``."""
+        and ``response.completed`` (``response.incomplete`` for a reply cut by the token limit)."""
         st, run = read.st, job.run
         plan = run.plan
         meta = ret.get("meta_info", {})
@@ -561,9 +596,10 @@ class ResponsesMixin(ChatMixin):
         reasoning = st.reasoning_text or None
         n_reasoning = self._reasoning_tokens(ret.get("output_ids") or [], reasoning) if run.separate else 0
         choice = ChoiceOutput(content, reasoning, calls, fr, matched, n_reasoning)
-        out += w.finish("incomplete" if fr == "length" else "completed")
+        status = "incomplete" if fr == "length" else "completed"
+        out += w.finish(status)
         read.done = self._finished_response(job, choice, meta, w.ids)
-        out.append(w.event("response.completed", response=read.done))
+        out.append(w.event(f"response.{status}", response=read.done))
         return out
 
     def _failed(self, w: _EventWriter, job: _Job, message: str, status: int) -> list[bytes]:

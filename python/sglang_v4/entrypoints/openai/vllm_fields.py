@@ -22,6 +22,7 @@ from typing import Any
 from sglang_v4.entrypoints.openai.request_errors import RequestError
 
 __all__ = [
+    "cache_namespace",
     "check_vllm_fields",
     "special_token_edges",
     "token_id_text",
@@ -66,6 +67,16 @@ def _is_set(value: Any) -> bool:
     return value is not None and value is not False and value != 0 and value != [] and value != {}
 
 
+def cache_namespace(req: Any) -> str | None:
+    """The prefix-cache namespace of a chat / completions request
+    (:attr:`~sglang_v4.managers.io_struct.GenerateReqInput.extra_key`): vLLM's ``cache_salt``
+    followed by SGLang's ``extra_key``, as SGLang's OpenAI layer joins them; None when neither is
+    set. Requests of different namespaces share no cached prompt block (vLLM: the salt enters the
+    first block's hash), requests of one namespace share them."""
+    parts = [v for v in (getattr(req, "cache_salt", None), getattr(req, "extra_key", None)) if v]
+    return "".join(parts) or None
+
+
 def check_vllm_fields(req: Any) -> None:
     """Refuse the vLLM fields of ``req`` (a parsed chat or completions request) that the runtime
     cannot honour, and invalid values of the ones it honours.
@@ -88,6 +99,10 @@ def check_vllm_fields(req: Any) -> None:
                 f"structured_outputs.{option} is not supported by sglang-v4: {_REFUSED['guided_whitespace_pattern']}.",
                 param="structured_outputs",
             )
+    if getattr(req, "cache_salt", None) == "":
+        raise RequestError(
+            "Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt"
+        )
     t = getattr(req, "truncate_prompt_tokens", None)
     if t is not None and t < 1 and t != -1:
         raise RequestError(
@@ -196,16 +211,26 @@ def vllm_grammar_field(req: Any) -> str | None:
     return found[0][0].split(".")[0] if found else None
 
 
-def truncation_length(truncate: int, context_len: int | None, max_new_tokens: int | None) -> int | None:
+def truncation_length(truncate: int, context_len: int | None) -> int | None:
     """How many prompt tokens ``truncate_prompt_tokens`` keeps (the last ones, vLLM's left
-    truncation): ``truncate`` itself, or for -1 the most the context holds next to the requested
-    completion (``context_len - max_new_tokens``; ``context_len`` without ``max_new_tokens``);
-    None when -1 is given and the context length is unknown (nothing is cut)."""
-    if truncate != -1:
-        return truncate
-    if context_len is None:
-        return None
-    return max(context_len - (max_new_tokens or 0), 1)
+    truncation), as vLLM's ``_validate_truncation_size`` reads it: ``truncate`` itself, or for -1
+    the model's context length (``max_model_len``); None when -1 is given and the context length
+    is unknown (nothing is cut). The kept prompt still needs room for the completion: a prompt
+    that fills the context is then refused as any too-long prompt (400), as in vLLM.
+
+    Raises:
+        RequestError: 400 naming ``truncate_prompt_tokens`` when it is above the context length
+            (vLLM's rule).
+    """
+    if truncate == -1:
+        return context_len
+    if context_len is not None and truncate > context_len:
+        raise RequestError(
+            f"truncate_prompt_tokens value ({truncate}) is greater than the context length ({context_len}); "
+            "select a smaller truncation size.",
+            param="truncate_prompt_tokens",
+        )
+    return truncate
 
 
 def token_id_text(token_id: int) -> str:

@@ -1,0 +1,121 @@
+"""``GET /v1/responses/{id}/input_items``: the input items of a stored response as OpenAI lists
+them (``client.responses.input_items.list``).
+
+A response's input items are the items of its whole context, as OpenAI's list has them for a
+response that continues another (``previous_response_id``): the previous response's input items
+and output items, then this request's ``input``. Each item is in the shape of OpenAI's
+``ResponseItem`` with an ``id`` (the client's when it sent one) and ``status: "completed"``: a
+string ``input`` or a string ``content`` becomes one ``input_text`` part (``output_text`` for an
+assistant message), ``function_call`` / ``function_call_output`` / ``reasoning`` items keep their
+fields.
+
+The list is OpenAI's cursor page: ``{"object": "list", "data", "first_id", "last_id",
+"has_more"}``; ``order`` ``"desc"`` (default, newest first) or ``"asc"``, ``limit`` 1..100
+(default 20), ``after`` an item id of the list (the page starts after it, in the listing order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sglang_v4.entrypoints.openai.protocol_responses import new_item_id
+from sglang_v4.entrypoints.openai.request_errors import RequestError
+
+__all__ = ["input_items_of", "input_items_page", "DEFAULT_LIMIT", "MAX_LIMIT"]
+
+#: OpenAI's ``limit`` default and bound for the input-items list.
+DEFAULT_LIMIT, MAX_LIMIT = 20, 100
+#: Id prefixes of the item kinds (OpenAI's style).
+_PREFIX = {"message": "msg", "reasoning": "rs", "function_call": "fc", "function_call_output": "fco"}
+
+
+def _parts(content: Any, kind: str) -> list[Any]:
+    """``content`` as a list of parts; a string is one ``kind`` part; ``output_text`` parts get
+    their required ``annotations`` (``[]``) when the client left it out."""
+    parts = [{"type": kind, "text": content}] if isinstance(content, str) else list(content)
+    return [
+        dict(p, annotations=[])
+        if isinstance(p, dict) and p.get("type") == "output_text" and "annotations" not in p
+        else p
+        for p in parts
+    ]
+
+
+def _item(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """One validated input item in ``ResponseItem`` shape (id and status set)."""
+    kind = raw.get("type", "message" if "role" in raw else None)
+    item = dict(raw, type=kind)
+    if kind == "message":
+        text_kind = "output_text" if raw.get("role") == "assistant" else "input_text"
+        item["content"] = _parts(raw.get("content"), text_kind)
+    elif kind == "reasoning":
+        item.setdefault("summary", [])
+    if kind != "reasoning":
+        item.setdefault("status", "completed")
+    item["id"] = raw.get("id") or new_item_id(_PREFIX.get(str(kind), "item"))
+    return item
+
+
+def input_items_of(
+    request_input: str | Sequence[Any],
+    previous_items: Sequence[dict[str, Any]] = (),
+    previous_output: Sequence[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """The input items stored with a response, oldest first.
+
+    Args:
+        request_input: the request's ``input`` (a string or a list of item objects), validated by
+            :func:`~.responses_input.input_to_messages` already.
+        previous_items: the input items stored with the ``previous_response_id`` response.
+        previous_output: that response's ``output`` items (JSON dicts).
+
+    Returns:
+        JSON-ready item dicts in ``ResponseItem`` shape.
+    """
+    items = [{"role": "user", "content": request_input}] if isinstance(request_input, str) else request_input
+    return [*previous_items, *previous_output, *(_item(i) for i in items)]
+
+
+def input_items_page(
+    items: Sequence[dict[str, Any]], order: str | None, limit: str | None, after: str | None
+) -> dict[str, Any]:
+    """One page of the list (module docstring), from the query parameters as sent.
+
+    Args:
+        items: the stored input items, oldest first.
+        order: ``"asc"`` / ``"desc"`` (None: ``"desc"``).
+        limit: decimal text of 1..100 (None: 20).
+        after: an id of ``items``; the page holds the items after it in the listing order.
+
+    Returns:
+        ``{"object": "list", "data", "first_id", "last_id", "has_more"}`` (ids None on an empty
+        page).
+
+    Raises:
+        RequestError: 400 naming ``order``, ``limit`` or ``after`` (an id not in the list).
+    """
+    order = order or "desc"
+    if order not in ("asc", "desc"):
+        raise RequestError(f"order must be 'asc' or 'desc'; got {order!r}.", param="order")
+    try:
+        n = DEFAULT_LIMIT if limit is None else int(limit)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_LIMIT:
+        raise RequestError(f"limit must be an integer from 1 to {MAX_LIMIT}; got {limit!r}.", param="limit")
+    listed = list(items) if order == "asc" else list(reversed(items))
+    start = 0
+    if after is not None:
+        ids = [i.get("id") for i in listed]
+        if after not in ids:
+            raise RequestError(f"after: no input item with id '{after}' in this response.", param="after")
+        start = ids.index(after) + 1
+    data = listed[start : start + n]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": start + n < len(listed),
+    }
