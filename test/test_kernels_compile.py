@@ -31,7 +31,7 @@ _W8A16 = dict(
     x_ptr="*bf16", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", part_ptr="*fp32", cnt_ptr="*i32", M="i32",
     N="i32", K="i32", stride_xm="i32", stride_xg="i32", stride_wn="i32", stride_sn="i32", stride_ym="i32",
     stride_part="i32", SPLIT_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
-    SUB_K="constexpr", USE_ASM="constexpr", QUANT_A="constexpr", F16="constexpr",
+    SUB_K="constexpr", USE_ASM="constexpr", QUANT_A="constexpr", F16="constexpr", WORDS="constexpr",
 )  # fmt: skip
 _W8A8 = dict(
     q_ptr="*fp8e4nv", qs_ptr="*fp32", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", M="i32", N="i32",
@@ -286,6 +286,60 @@ def test_quantized_kernels_compile_for_sm90() -> None:
     _compile_cases(_cases())
 
 
+def _w8a16_words_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
+    """The weight-only kernel with the e4m3 word decode (``WORDS`` 1 and 2, bf16: serving) at the
+    decode rule's tiles of the V4-Flash shapes at 1 and 16 tokens and at the tile families of
+    ``benchmark/fp8_linear_sweep.py`` (256-deep steps, 32- and 128-row tiles)."""
+    from sgl_kernel_v4.triton.fp8_gemm import _w8a16_config
+
+    out = []
+    tiles = {}
+    for M, N, K in ((1, 1536, 4096), (1, 32768, 1024), (16, 4096, 8192)):
+        cfg, opts = _split(_w8a16_config(M, N, 1, K, 132, 2))
+        tiles[repr((cfg, opts))] = (cfg, opts)
+    for bm, bn, bk, warps, stages in ((16, 32, 128, 2, 4), (16, 64, 256, 4, 3), (16, 128, 128, 4, 4)):
+        cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 2}
+        tiles[repr((cfg, warps))] = (cfg, {"num_warps": warps, "num_stages": stages})
+    for cfg, opts in tiles.values():
+        for words in (1, 2):
+            consts = dict(cfg, SUB_K=128, USE_ASM=False, QUANT_A=False, WORDS=words)
+            out.append(("fp8_gemm", "_w8a16_kernel", _W8A16, consts, opts, True))
+    return out
+
+
+def _sass(cubin: bytes) -> str | None:
+    """``cuobjdump -sass`` of ``cubin``, or None when the tool is not shipped with this Triton."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.access(tool, os.X_OK):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.slow
+def test_w8a16_words_compile_for_sm90() -> None:
+    """The word-decode settings compile for sm_90, fit shared memory, spill no registers, and read
+    the weights as they were made to: 16-byte shared-memory loads, none of the default decode's
+    2-byte ones (where ``cuobjdump`` ships)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    _compile_cases(_w8a16_words_cases())
+    from sgl_kernel_v4.triton import fp8_gemm
+
+    for _, name, sig, consts, opts, _ in _w8a16_words_cases()[:2]:
+        src = ASTSource(fn=getattr(fp8_gemm, name), signature=sig, constexprs=consts, attrs=_attrs(sig))
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 64), options=opts)
+        sass = _sass(k.asm["cubin"])
+        if sass is not None:
+            assert "LDS.128" in sass and "LDS.U16" not in sass, consts
+
+
 def _decode_variant_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
     """The bf16 kernels of every named pair-mode configuration (``moe_fp4.DECODE_VARIANTS``), at the
     V4-Flash expert shapes (D = 4096, I = 2048 are multiples of every K step: EVEN_K)."""
@@ -480,6 +534,7 @@ def test_compile_cases_match_kernel_signatures() -> None:
     fails here in a second instead of minutes into the compile tests."""
     for module, name, sig, consts, _, _ in (
         _cases()
+        + _w8a16_words_cases()
         + _decode_variant_cases()
         + _fp8_product_cases()
         + _extend_score_cases()
