@@ -178,7 +178,8 @@ def _moe_fp4_launches(
 ) -> list[tuple[str, str, dict, dict, dict, bool]]:
     """The launches ``moe_fp4.fused_moe_fp4`` makes for the tile config ``cfg`` (as ``_config`` or a
     ``DECODE_VARIANTS`` entry returns it; ``PAIR`` absent = pair mode) with ``dt`` activations and
-    ``k`` experts per token, at shapes every K step divides (``EVEN_K``): the gate/up kernel
+    ``k`` experts per token, at shapes every K step divides (``EVEN_K``; ``FP4_WORDS``: the word
+    decode, ``USE_ASM`` 3): the gate/up kernel
     (``GU_FUSED``), then the down kernel of the layout: K-split partials + their sum
     (``DOWN_SPLIT`` >= 1), per-token (pair mode), or per-expert block (expert mode), with the down
     tile / stages / warps keys (``DOWN_*``) applied as the wrapper applies them. bf16 launches
@@ -188,6 +189,8 @@ def _moe_fp4_launches(
     cfg = dict(cfg)
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     pair, fused, split = bool(cfg.pop("PAIR", 1)), bool(cfg.pop("GU_FUSED", 0)), int(cfg.pop("DOWN_SPLIT", 0))
+    if cfg.pop("FP4_WORDS", 0) and use_asm:  # the word decode with its PTX scale multiply (moe_fp4._dot_fp4)
+        use_asm = 3
     dbn, dbk = cfg.pop("DOWN_BLOCK_N", bn), cfg.pop("DOWN_BLOCK_K", bk)
     opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     down_opts = {"num_warps": cfg.get("DOWN_WARPS", cfg["num_warps"]),

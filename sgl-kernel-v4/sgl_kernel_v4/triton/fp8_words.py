@@ -30,7 +30,7 @@ whole 32-bit words of the weight row:
   goes to the scale row and products of small activations fall in fp32's subnormal range inside
   the MMA (what the tensor cores do there is for the GPU tests to show).
 
-Compile statistics (``benchmark/fp8_sass_count.py``: Triton 3.6, sm_90, bf16 activations, the
+Compile statistics (``benchmark/decode_sass_count.py``: Triton 3.6, sm_90, bf16 activations, the
 decode rule's tiles for every V4-Flash decode shape: 64 x 128 K steps, 16-token MMA side, 4 warps;
 SASS of the K loop per step and warp (2,048 weight bytes), specialised as a launch at 1 token
 (``M == 1`` constant) and at 16; shapes differ only in split K, within 3 instructions). Counts, not

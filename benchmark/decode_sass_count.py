@@ -1,4 +1,4 @@
-"""SASS of the weight-only FP8 decode kernel's inner loop, per weight byte, by kind (no GPU needed).
+"""SASS of the decode GEMM kernels' K loops (FP8 linears, FP4 MoE) per weight byte, by kind (no GPU).
 
 Compiles ``fp8_gemm._w8a16_kernel`` for sm_90 with the Triton on the path (the serving machines
 run 3.6) at the decode rule's tiles (``fp8_gemm._w8a16_config``) for every V4-Flash decode shape
@@ -10,10 +10,16 @@ loop (the backward branch whose body holds the MMA) by kind:
 * ``mma``: HGMMA / QGMMA and their warpgroup fences; ``mem``: shared / global loads and stores,
   cp.async and its waits; ``decode``: the e4m3 weight conversion (the packed shift / mask / permute
   constants of ``fp8_gemm._e4m3_asm`` and ``fp8_words``, the ``2**120`` bf16 multiply, the GPU's
-  e4m3 / fp16 conversions); ``scale``: fp32 / bf16 arithmetic on the partial sums, scale rows and
-  activations (incl. the fp16 variants' activation max reductions); ``sync``: barriers and fences;
+  e4m3 / fp16 conversions; the e2m1 placement masks); ``scale``: fp32 / bf16 arithmetic on the
+  partial sums, scale rows and activations (the FP4 block scale's per-weight ``mul.bf16x2``, the
+  fp16 variants' activation max reductions); ``sync``: barriers and fences;
   ``addr``: the rest (address, mask, loop control; uniform-datapath instructions included: they
   take issue slots too).
+
+``--moe``: the same for the FP4 MoE's pair-mode kernels (``moe_fp4``: fused gate/up, K-split down;
+bf16, the launches ``test_kernels_compile._moe_fp4_launches`` lists) for the default configuration
+and ``fused_dsplit1_words`` (the word decode); a K step's weight bytes are ``BLOCK_N x BLOCK_K / 2``
+(e2m1, two per byte; the scale bytes, 1/16 of that, not counted).
 
 Per weight byte: ``count x num_warps / (BLOCK_N x BLOCK_K)`` warp-instructions. Issue model
 (H200): an SM issues at most 4 warp-instructions per cycle (one per scheduler) and, at
@@ -25,8 +31,8 @@ against the same 16 bytes per cycle. Counts, not timings.
 
 Usage::
 
-    PYTHONPATH=<triton 3.6>:python:sgl-kernel-v4:test python benchmark/fp8_sass_count.py \\
-        [--variants w8a16,w8a16_words,w8a16_words_fold] [--out DIR]
+    PYTHONPATH=<triton 3.6>:python:sgl-kernel-v4:test python benchmark/decode_sass_count.py \\
+        [--variants w8a16,w8a16_words,w8a16_words_fold] [--moe] [--out DIR]
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ KINDS = ("mma", "mem", "decode", "scale", "sync", "addr")
 _ALU = ("LOP3", "PRMT", "SHF", "SEL", "ISETP", "IADD3", "LEA", "PLOP3", "VIADD", "IMNMX", "VIMNMX")
 #: operands that mark an instruction as part of the e4m3 decode
 _P2_120 = "1.32922799578491587290e+36"
-_DECODE_CONST = ("0x7f007f0", "0x80008000", "0x4140", _P2_120)
+_DECODE_CONST = ("0x7f007f0", "0x1c001c0", "0x80008000", "0x4140", _P2_120)
 
 
 def kind(text: str) -> str:
@@ -67,9 +73,9 @@ def kind(text: str) -> str:
     if op.startswith(("F2FP.F16.E4M3", "F2F.BF16")) or any(c in text for c in _DECODE_CONST):
         if not (op.startswith(("FMUL", "FFMA")) and _P2_120 in text):  # the scale row's 2**120
             return "decode"
-    if op.startswith("IMAD.SHL") and re.search(r", 0x(10|100),", text):
+    if op.startswith("IMAD.SHL") and re.search(r", 0x(4|10|40|100|1000),", text):
         return "decode"
-    if op.startswith("SHF.R.U32.HI") and re.search(r"RZ, 0x4,", text):
+    if op.startswith("SHF.R.U32.HI") and re.search(r"RZ, 0x[246],", text):
         return "decode"
     if op.startswith(("FFMA", "FMUL", "FADD", "HMUL2", "HFMA2", "FMNMX", "SHFL", "F2FP", "FSEL", "FSETP")):
         return "scale"
@@ -128,18 +134,24 @@ def compile_case(setting: str, cfg: dict[str, int], m1: bool) -> dict[str, Any]:
         del attrs[(names.index("M"),)]
     k = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs),
                        target=GPUTarget("cuda", 90, 64), options=opts)  # fmt: skip
+    return count_loop(k, opts["num_warps"], cfg["BLOCK_N"] * cfg["BLOCK_K"])
+
+
+def count_loop(k: Any, warps: int, step_bytes: int) -> dict[str, Any]:
+    """The K loop's counts of compiled kernel ``k`` (by kind, by opcode, integer logic), its
+    registers, spill and shared memory; ``step_bytes`` weight bytes per K step."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
         f.flush()
-        sass = subprocess.run(
-            [_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True, check=True
+        sass, res = (
+            subprocess.run(
+                [_tool("cuobjdump"), flag, f.name], capture_output=True, text=True, check=True
+            ).stdout
+            for flag in ("-sass", "-res-usage")
         )
-        res = subprocess.run(
-            [_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True, check=True
-        )
-    loop = k_loop(parse_sass(sass.stdout))
-    regs = re.search(r"REG:(\d+)", res.stdout)
-    stack = re.search(r"STACK:(\d+)", res.stdout)
+    loop = k_loop(parse_sass(sass))
+    regs = re.search(r"REG:(\d+)", res)
+    stack = re.search(r"STACK:(\d+)", res)
     return {
         "kinds": collections.Counter(kind(t) for t in loop),
         "ops": collections.Counter(t.split()[0] for t in loop),
@@ -148,16 +160,52 @@ def compile_case(setting: str, cfg: dict[str, int], m1: bool) -> dict[str, Any]:
         "regs": int(regs.group(1)) if regs else None,
         "spill": int(stack.group(1)) if stack else None,
         "smem": k.metadata.shared,
-        "warps": opts["num_warps"],
-        "bytes": cfg["BLOCK_N"] * cfg["BLOCK_K"],
+        "warps": warps,
+        "bytes": step_bytes,
     }
+
+
+def moe_rows() -> list[tuple[str, str, dict[str, Any]]]:
+    """``(configuration, kernel, counts)`` of the FP4 MoE pair-mode kernels (bf16), default and words."""
+    import importlib
+
+    import triton
+    from sgl_kernel_v4.triton.moe_fp4 import DECODE_DEFAULT, DECODE_VARIANTS
+    from test_kernels_compile import _attrs, _moe_fp4_launches
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    out = []
+    for name in (DECODE_DEFAULT, "fused_dsplit1_words"):
+        for module, kname, sig, consts, opts, _ in _moe_fp4_launches(DECODE_VARIANTS[name], "bf16", True):
+            if "BLOCK_K" not in consts:  # the partial-sum kernel: no K loop
+                continue
+            kernel = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), kname)
+            c = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
+            c.update(consts)
+            src = ASTSource(fn=kernel, signature=sig, constexprs=c, attrs=_attrs(sig))
+            k = triton.compile(src, target=GPUTarget("cuda", 90, 64), options=opts)
+            step = consts["BLOCK_N"] * consts["BLOCK_K"] // 2
+            out.append((name, kname, count_loop(k, opts["num_warps"], step)))
+    return out
+
+
+def _row(label: str, r: dict[str, Any]) -> str:
+    per_byte = r["total"] * r["warps"] / r["bytes"]
+    alu = r["alu"] * r["warps"] / r["bytes"]
+    return (
+        f"| {label} | {r['regs']} | {r['spill']} | {r['smem']} | "
+        + " | ".join(str(r["kinds"].get(k, 0)) for k in KINDS)
+        + f" | {r['total']} | {per_byte:.3f} | {per_byte / 4 * 16:.2f} | {alu / 2 * 16:.2f} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", default="w8a16,w8a16_words,w8a16_words_fold", help="settings (SETTINGS)")
     p.add_argument("--tokens", default="1,16", help="token counts (1: the M == 1 specialisation)")
-    p.add_argument("--out", default=None, help="also write DIR/fp8_sass_count.md")
+    p.add_argument("--moe", action="store_true", help="also the FP4 MoE pair-mode kernels")
+    p.add_argument("--out", default=None, help="also write DIR/decode_sass_count.md")
     a = p.parse_args(argv)
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [here, os.path.join(here, "..", "test")]
@@ -189,20 +237,22 @@ def main(argv: list[str] | None = None) -> None:
             for key, names in by_cfg.items():
                 cfg = dict(key)
                 r = compile_case(setting, cfg, T == 1)
-                per_byte = r["total"] * r["warps"] / r["bytes"]
-                alu = r["alu"] * r["warps"] / r["bytes"]
                 tiles = f"{cfg['BLOCK_N']}x{cfg['BLOCK_K']} s{cfg['SPLIT_K']} ({', '.join(names)})"
-                lines.append(
-                    f"| {setting} | {T} | {tiles} | {r['regs']} | {r['spill']} | {r['smem']} | "
-                    + " | ".join(str(r["kinds"].get(k, 0)) for k in KINDS)
-                    + f" | {r['total']} | {per_byte:.3f} | {per_byte / 4 * 16:.2f} | {alu / 2 * 16:.2f} |"
-                )
+                lines.append(_row(f"{setting} | {T} | {tiles}", r))
                 print(setting, T, tiles, dict(r["ops"].most_common()), file=sys.stderr)
+    if a.moe:
+        lines += ["", "FP4 MoE, pair mode (weight bytes: e2m1, two per byte):", "",
+                  "| configuration | kernel | regs | spill B | smem B | " + " | ".join(KINDS)
+                  + " | total | per byte | issue / bw | alu / bw |",
+                  "|---|---|---:|---:|---:|" + "---:|" * (len(KINDS) + 4)]  # fmt: skip
+        for name, kname, r in moe_rows():
+            lines.append(_row(f"{name} | `{kname}`", r))
+            print(name, kname, dict(r["ops"].most_common()), file=sys.stderr)
     md = "\n".join(lines) + "\n"
     print(md)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "fp8_sass_count.md"), "w") as f:
+        with open(os.path.join(a.out, "decode_sass_count.md"), "w") as f:
             f.write(md)
 
 
