@@ -492,3 +492,24 @@ def test_e4m3_words_decode_every_code(dtype: torch.dtype) -> None:
     assert torch.equal(got, want)
     assert torch.equal(torch.signbit(got), c >= 128)  # -0 keeps its sign
     assert got[0x7E] == 448 * 2.0**-120 and got[0xFE] == -448 * 2.0**-120 and got[0x01] == 2.0**-129
+
+
+@pytest.mark.parametrize("variant", ["w8a16_words", "w8a16_words_fold"])
+def test_w8a16_words_every_code_through_the_mma(variant: str) -> None:
+    """Every finite e4m3 code through the word-decode kernels (a one-hot activation per column,
+    scale 1): the output is the code's value exactly, the bf16-subnormal inputs (``e4m3 * 2**-120``
+    for e4m3 subnormals) and, in ``_fold``, the MMA products below fp32's normal range included
+    (on the GPU: what the tensor cores do with them)."""
+    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+
+    codes = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F] + [0, 0], dtype=torch.uint8)  # 256
+    w = codes.view(torch.float8_e4m3fn).repeat(64, 1)  # [64, 256]
+    s = torch.ones(1, 2)
+    x = torch.eye(256).to(dtypes()[0])  # row j picks input j: out[j, n] = w[n, j]
+    grid = e4m3_grid64()
+    want = torch.where(codes >= 128, -1.0, 1.0).double() * grid[(codes & 0x7F).long().clamp_max(126)]
+    got = torch.cat(
+        [fp8_linear(x[j : j + 16].to(DEVICE), w.to(DEVICE), s.to(DEVICE), variant) for j in range(0, 256, 16)]
+    )
+    got = got.double().cpu()[:, 0]
+    assert torch.equal(got, want), _mismatches(got[:, None], want[:, None], codes[:, None])
