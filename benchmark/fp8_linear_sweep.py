@@ -18,12 +18,15 @@ than 1% of the output's largest magnitude is reported and not ranked), and the l
 fp32 product of the dequantized weights. The roofline of a call is its weight bytes (e4m3 + fp32
 scales) at the device-to-device copy rate measured in the same run (``2 x bytes / time``).
 
-Next to the sweep, in the same run and on the same weights, ``w8a16`` (the baseline) and
-``w8a8_fused`` (activations quantized per 1x128 group inside the kernel, e4m3 x e4m3 dot) are timed
-with the decode rule's tiles (``fp8_gemm._w8a16_config``, the tiles both use when ``fp8_linear``
-picks them) at ``T`` in {1, 2, 4, 8, 16, 32, 64} (``--ab-tokens``): µs, x roofline, the speed-up,
-each output's relative L2 error against the fp32 product of the dequantized weights, and
-w8a8_fused's against its own definition (the reference ``act_quant`` then the same product).
+Next to the sweep, in the same run and on the same weights, ``w8a16`` (the baseline) and the other
+decode variants (``--ab-variants``: ``w8a8_fused``, activations quantized per 1x128 group inside the
+kernel, e4m3 x e4m3 dot; ``w8a16_f16`` / ``w8a16_f16asm``, an fp16 product; ``w8a16_words`` /
+``w8a16_words_fold``, the weights read as 32-bit words and decoded by shifts and masks in a permuted
+K order, ``fp8_words``) are timed with the decode rule's tiles (``fp8_gemm._w8a16_config``, the
+tiles they all use when ``fp8_linear`` picks them) at ``T`` in {1, 2, 4, 8, 16, 32, 64}
+(``--ab-tokens``): µs, x roofline, the speed-up, each output's relative L2 error against the fp32
+product of the dequantized weights, and w8a8_fused's against its own definition (the reference
+``act_quant`` then the same product).
 
 Compilation: every distinct kernel specialisation is compiled first by ``--jobs`` worker processes
 (Triton's on-disk cache then serves the timing process), so a run takes well under the 150 s
@@ -285,7 +288,7 @@ def sweep_shape(shape: dict, T: int, device: str, sms: int, bw: float | None, re
 
 
 #: the decode variants timed side by side (``--ab-variants``); the first is the baseline
-AB_VARIANTS = ("w8a16", "w8a8_fused", "w8a16_f16", "w8a16_f16asm")
+AB_VARIANTS = ("w8a16", "w8a8_fused", "w8a16_f16", "w8a16_f16asm", "w8a16_words", "w8a16_words_fold")
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -31,7 +31,7 @@ _W8A16 = dict(
     x_ptr="*bf16", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", part_ptr="*fp32", cnt_ptr="*i32", M="i32",
     N="i32", K="i32", stride_xm="i32", stride_xg="i32", stride_wn="i32", stride_sn="i32", stride_ym="i32",
     stride_part="i32", SPLIT_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
-    SUB_K="constexpr", USE_ASM="constexpr", QUANT_A="constexpr", F16="constexpr",
+    SUB_K="constexpr", USE_ASM="constexpr", QUANT_A="constexpr", F16="constexpr", WORDS="constexpr",
 )  # fmt: skip
 _W8A8 = dict(
     q_ptr="*fp8e4nv", qs_ptr="*fp32", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", M="i32", N="i32",
@@ -178,7 +178,8 @@ def _moe_fp4_launches(
 ) -> list[tuple[str, str, dict, dict, dict, bool]]:
     """The launches ``moe_fp4.fused_moe_fp4`` makes for the tile config ``cfg`` (as ``_config`` or a
     ``DECODE_VARIANTS`` entry returns it; ``PAIR`` absent = pair mode) with ``dt`` activations and
-    ``k`` experts per token, at shapes every K step divides (``EVEN_K``): the gate/up kernel
+    ``k`` experts per token, at shapes every K step divides (``EVEN_K``; ``FP4_WORDS``: the word
+    decode, ``USE_ASM`` 3): the gate/up kernel
     (``GU_FUSED``), then the down kernel of the layout: K-split partials + their sum
     (``DOWN_SPLIT`` >= 1), per-token (pair mode), or per-expert block (expert mode), with the down
     tile / stages / warps keys (``DOWN_*``) applied as the wrapper applies them. bf16 launches
@@ -188,6 +189,8 @@ def _moe_fp4_launches(
     cfg = dict(cfg)
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     pair, fused, split = bool(cfg.pop("PAIR", 1)), bool(cfg.pop("GU_FUSED", 0)), int(cfg.pop("DOWN_SPLIT", 0))
+    if cfg.pop("FP4_WORDS", 0) and use_asm:  # the word decode with its PTX scale multiply (moe_fp4._dot_fp4)
+        use_asm = 3
     dbn, dbk = cfg.pop("DOWN_BLOCK_N", bn), cfg.pop("DOWN_BLOCK_K", bk)
     opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     down_opts = {"num_warps": cfg.get("DOWN_WARPS", cfg["num_warps"]),
@@ -284,6 +287,60 @@ def test_moe_align_big_sort_compiles_for_sm90() -> None:
 @pytest.mark.slow
 def test_quantized_kernels_compile_for_sm90() -> None:
     _compile_cases(_cases())
+
+
+def _w8a16_words_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
+    """The weight-only kernel with the e4m3 word decode (``WORDS`` 1 and 2, bf16: serving) at the
+    decode rule's tiles of the V4-Flash shapes at 1 and 16 tokens and at the tile families of
+    ``benchmark/fp8_linear_sweep.py`` (256-deep steps, 32- and 128-row tiles)."""
+    from sgl_kernel_v4.triton.fp8_gemm import _w8a16_config
+
+    out = []
+    tiles = {}
+    for M, N, K in ((1, 1536, 4096), (1, 32768, 1024), (16, 4096, 8192)):
+        cfg, opts = _split(_w8a16_config(M, N, 1, K, 132, 2))
+        tiles[repr((cfg, opts))] = (cfg, opts)
+    for bm, bn, bk, warps, stages in ((16, 32, 128, 2, 4), (16, 64, 256, 4, 3), (16, 128, 128, 4, 4)):
+        cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 2}
+        tiles[repr((cfg, warps))] = (cfg, {"num_warps": warps, "num_stages": stages})
+    for cfg, opts in tiles.values():
+        for words in (1, 2):
+            consts = dict(cfg, SUB_K=128, USE_ASM=False, QUANT_A=False, WORDS=words)
+            out.append(("fp8_gemm", "_w8a16_kernel", _W8A16, consts, opts, True))
+    return out
+
+
+def _sass(cubin: bytes) -> str | None:
+    """``cuobjdump -sass`` of ``cubin``, or None when the tool is not shipped with this Triton."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.access(tool, os.X_OK):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.slow
+def test_w8a16_words_compile_for_sm90() -> None:
+    """The word-decode settings compile for sm_90, fit shared memory, spill no registers, and read
+    the weights as they were made to: 16-byte shared-memory loads, none of the default decode's
+    2-byte ones (where ``cuobjdump`` ships)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    _compile_cases(_w8a16_words_cases())
+    from sgl_kernel_v4.triton import fp8_gemm
+
+    for _, name, sig, consts, opts, _ in _w8a16_words_cases()[:2]:
+        src = ASTSource(fn=getattr(fp8_gemm, name), signature=sig, constexprs=consts, attrs=_attrs(sig))
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 64), options=opts)
+        sass = _sass(k.asm["cubin"])
+        if sass is not None:
+            assert "LDS.128" in sass and "LDS.U16" not in sass, consts
 
 
 def _decode_variant_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
@@ -480,6 +537,7 @@ def test_compile_cases_match_kernel_signatures() -> None:
     fails here in a second instead of minutes into the compile tests."""
     for module, name, sig, consts, _, _ in (
         _cases()
+        + _w8a16_words_cases()
         + _decode_variant_cases()
         + _fp8_product_cases()
         + _extend_score_cases()

@@ -394,3 +394,122 @@ def test_decode_variant_env_override(_fresh_override: pytest.MonkeyPatch) -> Non
     _fresh_override.setenv(fp8_gemm.DECODE_VARIANT_ENV, "w8a8")
     with pytest.raises(ValueError, match=fp8_gemm.DECODE_VARIANT_ENV):
         fp8_gemm.fp8_linear(x, w, s)
+
+
+# ---- w8a16_words: e4m3 read as 32-bit words, decoded by shifts and masks in a permuted K order ----
+
+#: T, G, N (per group), K (a multiple of the K step), config override (None: the decode rule):
+#: ragged N, G > 1, 256-deep steps, split K, T = 1 / 5 / 17.
+WORDS_INTERP = [
+    (1, 1, 200, 256, None),
+    (5, 2, 96, 384, {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 3, "num_warps": 4,
+                     "num_stages": 2}),
+    (17, 1, 64, 512, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4,
+                      "num_stages": 2}),
+]  # fmt: skip
+WORDS_GPU = [(T, G, N, K, None) for _, G, N, K, _ in FUSED_GPU[::3] if K % 256 == 0 for T in (1, 16, 64)]
+
+
+@pytest.mark.parametrize("T,G,N,K,cfg", WORDS_INTERP if INTERP else WORDS_GPU)
+@pytest.mark.parametrize("variant", ["w8a16_words", "w8a16_words_fold"])
+@pytest.mark.parametrize("dtype", dtypes())
+def test_w8a16_words_vs_float64(
+    T: int, G: int, N: int, K: int, cfg: dict | None, variant: str, dtype: torch.dtype
+) -> None:
+    """The word-decode variants equal the float64 product of the activations and the dequantized
+    weights (the same operands as ``w8a16``; only the summation order inside a 128-deep step
+    differs), with an outlier and small activations (1e-6: products of the ``2**-120`` weights
+    far below fp32's normal range in the ``_fold`` form)."""
+    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+
+    gen = torch.Generator().manual_seed(T * 17 + G * N + K)
+    w, s = _weights(G, N, K, gen)
+    x = torch.randn(T, G, K, generator=gen)
+    x[0, :, 5] = 40.0
+    x[T - 1, :, : K // 2] *= 1e-6
+    x = (x if G > 1 else x[:, 0]).to(dtype)
+    out = fp8_linear(x.to(DEVICE), w.to(DEVICE), s.to(DEVICE), variant, config=cfg)
+    assert out.shape == (T, G * N) and out.dtype == dtype
+    want = _y64(x, _w64(w, s), G)
+    assert rel_err(out, want) < (1e-6 if INTERP else _tol(dtype))
+    small = want[T - 1].abs() > 0
+    assert rel_err(out[T - 1][small.to(out.device)], want[T - 1][small]) < (1e-6 if INTERP else _tol(dtype))
+
+
+def test_w8a16_words_falls_back_off_the_k_step() -> None:
+    """``K`` not a multiple of the K step: the words variants run the default decode (same output)."""
+    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+
+    gen = torch.Generator().manual_seed(5)
+    w, s = _weights(1, 96, 200, gen)
+    x = torch.randn(3, 200, generator=gen).to(dtypes()[0])
+    x, w, s = x.to(DEVICE), w.to(DEVICE), s.to(DEVICE)
+    base = fp8_linear(x, w, s, "w8a16")
+    for v in ("w8a16_words", "w8a16_words_fold"):
+        assert torch.equal(fp8_linear(x, w, s, v), base)
+
+
+def test_words_k_perm_is_a_permutation_of_each_thread_word() -> None:
+    """The host permutation maps the 128 logical K indices onto the 128 bytes of the block, and
+    the four values of a thread in one 16-deep MMA step (``2c, 2c+1, 2c+8, 2c+9``) onto one
+    aligned 4-byte word; anything but 128 is refused."""
+    from sgl_kernel_v4.triton.fp8_words import words_k_perm
+
+    perm = words_k_perm()
+    assert sorted(perm) == list(range(128))
+    for t in range(8):
+        for c in range(4):
+            ks = [16 * t + 2 * c + d for d in (0, 1, 8, 9)]
+            words = {perm[k] // 4 for k in ks}
+            assert len(words) == 1 and sorted(perm[k] % 4 for k in ks) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="block_k"):
+        words_k_perm(64)
+
+
+def _decode_all_codes(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes [2, 128] uint8: all 256 e4m3 codes; decoded [2, 128] float64 in memory order): the
+    words decode run alone (``fp8_words.decode_words``), its logical K order mapped back."""
+    from sgl_kernel_v4.triton.fp8_words import decode_words, words_k_perm
+
+    codes = torch.arange(256, dtype=torch.uint8).view(2, 128)
+    out = decode_words(codes.to(DEVICE), dtype)
+    got = torch.empty(2, 128, dtype=torch.float64)
+    got[:, torch.tensor(words_k_perm())] = out.double().cpu()
+    return codes, got
+
+
+@pytest.mark.parametrize("dtype", [torch.float32] if INTERP else [torch.float32, torch.bfloat16])
+def test_e4m3_words_decode_every_code(dtype: torch.dtype) -> None:
+    """The word decode gives ``e4m3 * 2**-120`` bit for bit for all 254 non-NaN codes (subnormals,
+    +0 and -0 with their signs, +-448; oracle: the bit-field grid), and the NaN codes 0x7F / 0xFF
+    as +-480 * 2**-120 (not NaN: the pattern's finite reading)."""
+    codes, got = _decode_all_codes(dtype)
+    c = codes.flatten().long()
+    grid = e4m3_grid64()
+    mag = torch.where(c & 0x7F == 0x7F, 480.0, grid[(c & 0x7F).clamp_max(126)].double())
+    want = torch.where(c >= 128, -mag, mag) * 2.0**-120
+    got = got.flatten()
+    assert torch.equal(got, want)
+    assert torch.equal(torch.signbit(got), c >= 128)  # -0 keeps its sign
+    assert got[0x7E] == 448 * 2.0**-120 and got[0xFE] == -448 * 2.0**-120 and got[0x01] == 2.0**-129
+
+
+@pytest.mark.parametrize("variant", ["w8a16_words", "w8a16_words_fold"])
+def test_w8a16_words_every_code_through_the_mma(variant: str) -> None:
+    """Every finite e4m3 code through the word-decode kernels (a one-hot activation per column,
+    scale 1): the output is the code's value exactly, the bf16-subnormal inputs (``e4m3 * 2**-120``
+    for e4m3 subnormals) and, in ``_fold``, the MMA products below fp32's normal range included
+    (on the GPU: what the tensor cores do with them)."""
+    from sgl_kernel_v4.triton.fp8_gemm import fp8_linear
+
+    codes = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F] + [0, 0], dtype=torch.uint8)  # 256
+    w = codes.view(torch.float8_e4m3fn).repeat(64, 1)  # [64, 256]
+    s = torch.ones(1, 2)
+    x = torch.eye(256).to(dtypes()[0])  # row j picks input j: out[j, n] = w[n, j]
+    grid = e4m3_grid64()
+    want = torch.where(codes >= 128, -1.0, 1.0).double() * grid[(codes & 0x7F).long().clamp_max(126)]
+    got = torch.cat(
+        [fp8_linear(x[j : j + 16].to(DEVICE), w.to(DEVICE), s.to(DEVICE), variant) for j in range(0, 256, 16)]
+    )
+    got = got.double().cpu()[:, 0]
+    assert torch.equal(got, want), _mismatches(got[:, None], want[:, None], codes[:, None])

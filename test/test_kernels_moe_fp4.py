@@ -33,7 +33,7 @@ pytestmark = KERNEL_MARKS
 if DEVICE is not None:
     import triton
     import triton.language as tl
-    from sgl_kernel_v4.triton.fp4_tile import fp4_tile
+    from sgl_kernel_v4.triton.fp4_tile import fp4_tile, fp4_words_tile
 
     @triton.jit
     def _decode_probe(
@@ -47,6 +47,16 @@ if DEVICE is not None:
         offs = rows[:, None] * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)[None, :]
         tl.store(lo_ptr + offs, lo)
         tl.store(hi_ptr + offs, hi)
+
+    @triton.jit
+    def _words_probe(
+        w_ptr, s_ptr, out_ptr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MUL_ASM: tl.constexpr
+    ):
+        """Rows of ``BLOCK_K / 2`` packed bytes -> the word decode's tile (logical K order)."""
+        rows = tl.arange(0, BLOCK_N)
+        w = fp4_words_tile(w_ptr + rows * (BLOCK_K // 2), s_ptr + rows * (BLOCK_K // 32), rows < BLOCK_N, 0,
+                           BLOCK_N, BLOCK_K, MUL_ASM, out_ptr.dtype.element_ty)  # fmt: skip
+        tl.store(out_ptr + rows[:, None] * BLOCK_K + tl.arange(0, BLOCK_K)[None, :], w)
 
 
 # T, D, I, E, k; the comment names the layout (moe_fp4._config) the case takes
@@ -129,6 +139,79 @@ def test_fp4_tile_decode_every_byte(use_asm: bool) -> None:
         f"byte {int(w[i, j // 2])} scale {int(s[i, j // 32])}: {got[i, j].item()} vs {want[i, j].item()}"
         for i, j in bad[:6].tolist()
     )
+
+
+@pytest.mark.parametrize("block_k", [128, 256])
+@pytest.mark.parametrize("dtype", [torch.float32] if INTERP else [torch.float32, torch.bfloat16])
+def test_fp4_words_tile_decode_every_byte(block_k: int, dtype: torch.dtype) -> None:
+    """The word decode (``FP4_WORDS``; bf16: its PTX scale multiply, fp32: the interpreter's twin)
+    on every byte value in every position, scale bytes 2 to 128, is the e2m1 value times the scale
+    exactly, at the place ``fp4_words_k_perm`` names."""
+    from sgl_kernel_v4.triton.fp4_tile import fp4_words_k_perm
+
+    n = 256
+    w = (
+        (torch.arange(n)[:, None] * 7 + torch.arange(block_k // 2)[None, :] * 13)
+        .remainder(256)
+        .to(torch.uint8)
+    )
+    s = (torch.arange(n)[:, None] * 5 + torch.arange(block_k // 32)[None, :] * 3).remainder(127) + 2
+    s = s.to(torch.uint8)
+    want = fp4_weight64(w, s)
+    out = torch.empty(n, block_k, dtype=dtype, device=DEVICE)
+    _words_probe[(1,)](
+        w.to(DEVICE), s.to(DEVICE), out, BLOCK_N=n, BLOCK_K=block_k, MUL_ASM=dtype == torch.bfloat16
+    )
+    got = torch.empty(n, block_k, dtype=torch.float64)
+    got[:, torch.tensor(fp4_words_k_perm(block_k))] = out.double().cpu()
+    bad = torch.nonzero(got != want)
+    assert not len(bad), f"{len(bad)} differ, e.g. " + ", ".join(
+        f"byte {int(w[i, j // 2])} scale {int(s[i, j // 32])}: {got[i, j].item()} vs {want[i, j].item()}"
+        for i, j in bad[:6].tolist()
+    )
+
+
+def test_fp4_words_k_perm() -> None:
+    """The word decode's K order is a permutation of the step; the four values of a thread in one
+    16-deep MMA step (``2c, 2c+1, 2c+8, 2c+9``) and those of the next step come from one 32-bit
+    word (8 inputs), which lies inside one 32-input scale group; other depths are refused."""
+    from sgl_kernel_v4.triton.fp4_tile import fp4_words_k_perm
+
+    for bk in (128, 256, 512):
+        perm = fp4_words_k_perm(bk)
+        assert sorted(perm) == list(range(bk))
+        for t2 in range(bk // 32):
+            for c in range(4):
+                ks = [16 * t + 2 * c + d for t in (2 * t2, 2 * t2 + 1) for d in (0, 1, 8, 9)]
+                assert len({perm[k] // 8 for k in ks}) == 1 and len({perm[k] // 32 for k in ks}) == 1
+    for bad in (64, 192):
+        with pytest.raises(ValueError, match="block_k"):
+            fp4_words_k_perm(bad)
+
+
+@pytest.mark.parametrize("T,D,I,E,k", [(3, 256, 256, 8, 3), (2, 384, 160, 4, 2)] if INTERP else CASES_GPU[:3])
+def test_fp4_words_vs_float64(T: int, D: int, I: int, E: int, k: int) -> None:  # noqa: E741
+    """``FP4_WORDS`` (the default's tiles; 128-deep steps under the interpreter) gives the float64
+    result, also where a K step is partial (I = 160: the down kernel keeps the byte decode) and in
+    expert mode; with the fp8 product it is a ValueError."""
+    from sgl_kernel_v4.triton.moe_fp4 import DECODE_VARIANTS, _config, fused_moe_fp4
+
+    gen = torch.Generator().manual_seed(T + D + I)
+    w13, s13, w2, s2 = _experts(E, D, I, gen)
+    x = torch.randn(T, D, generator=gen).to(dtypes()[0])
+    ids = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
+    wts = torch.rand(T, k, generator=gen)
+    ref = _moe64(x, w13, s13, w2, s2, ids, wts, 3.0)
+    dev = [t.to(DEVICE) for t in (x, w13, s13, w2, s2, ids, wts)]
+    if INTERP:  # the second case in expert mode (sorted blocks, the per-expert down kernel)
+        cfg = dict(DECODE_VARIANTS["fused_dsplit1_words"], BLOCK_K=128, num_stages=2, DOWN_STAGES=2)
+        cfg.update(PAIR=1) if T == 3 else cfg.update(PAIR=0, DOWN_SPLIT=0)
+    else:
+        cfg = dict(_config(T * k, E, k, x.element_size()), FP4_WORDS=1, FP8_MMA=0)
+    out = fused_moe_fp4(*dev, 3.0, config=cfg)
+    assert rel_err(out, ref) < (1.5e-2 if x.dtype == torch.bfloat16 else 2e-3)
+    with pytest.raises(ValueError, match="FP4_WORDS"):
+        fused_moe_fp4(*dev, 3.0, config=dict(cfg, FP8_MMA=1))
 
 
 def test_hash_routing_ids_and_int8_storage() -> None:

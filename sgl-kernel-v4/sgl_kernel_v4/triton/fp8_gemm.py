@@ -40,6 +40,8 @@ Techniques (from DeepGEMM's and DeepSeek's published FP8 GEMM designs, written a
 ``w8a16_f16`` / ``w8a16_f16asm`` (opt-in; measured 0.94x of w8a16 at one token on the H200): the
 weight-only kernel with an fp16 product, the weights converted on the GPU's conversion pipe (one
 instruction per two values) and the activations scaled to fp16 per token and sub-step.
+``w8a16_words`` / ``w8a16_words_fold`` (opt-in, untimed): the weights read as 32-bit words and
+decoded by shifts and masks in a permuted K order (:mod:`.fp8_words`).
 Nothing here synchronises with the host, so decode steps are CUDA-graph capturable.
 """
 
@@ -64,6 +66,7 @@ from .fp8_gemm_tiles import (
     w8a16_config,
     w8a16_config_legacy,
 )
+from .fp8_words import ACT_SHIFT, E4M3_BF16_BIAS_LOG2, e4m3_words_decode, permute_k_block
 
 __all__ = [
     "DECODE_VARIANTS",
@@ -92,8 +95,10 @@ def choose_variant(num_tokens: int) -> str:
 
 #: Every ``variant`` :func:`fp8_linear` accepts; the decode kernels (the weight-only kernel's
 #: structure, ``T <= 64`` tiles) are :data:`DECODE_VARIANTS`.
-VARIANTS = ("w8a16", "w8a8", "w8a8_fused", "w8a16_f16", "w8a16_f16asm")
-DECODE_VARIANTS = ("w8a16", "w8a8_fused", "w8a16_f16", "w8a16_f16asm")
+VARIANTS = ("w8a16", "w8a8", "w8a8_fused", "w8a16_f16", "w8a16_f16asm", "w8a16_words", "w8a16_words_fold")
+DECODE_VARIANTS = ("w8a16", "w8a8_fused", "w8a16_f16", "w8a16_f16asm", "w8a16_words", "w8a16_words_fold")
+#: ``WORDS`` of :func:`_w8a16_kernel` per variant (the e4m3 word decode of :mod:`.fp8_words`).
+_WORDS = {"w8a16_words": 1, "w8a16_words_fold": 2}
 #: Names the decode variant :func:`fp8_linear` uses for ``variant=None`` and at most
 #: :data:`W8A16_MAX_TOKENS` tokens (unset or empty: :func:`choose_variant`'s).
 DECODE_VARIANT_ENV = "SGLANG_V4_FP8_DECODE_VARIANT"
@@ -250,6 +255,11 @@ def _e4m3_asm() -> str:
 
 
 _E4M3_ASM = tl.constexpr(_e4m3_asm())
+#: ``w8a16_words``: activations times ``2**ACT_SHIFT``, scale rows times ``2**(120 - ACT_SHIFT)``;
+#: ``w8a16_words_fold``: scale rows times ``2**120`` (the decoded weights are ``e4m3 * 2**-120``).
+_ACT_SCALE = tl.constexpr(2.0**ACT_SHIFT)
+_SB_SCALE_WORDS = tl.constexpr(2.0 ** (E4M3_BF16_BIAS_LOG2 - ACT_SHIFT))
+_SB_SCALE_FOLD = tl.constexpr(2.0**E4M3_BF16_BIAS_LOG2)
 
 #: PTX: 2 packed e4m3 bytes (bits 0-15 of ``$1``) -> one f16x2 register, by the hardware conversion
 #: (sm_89+; exact: every e4m3 value is an fp16 value).
@@ -322,6 +332,7 @@ def _w8a16_kernel(
     USE_ASM: tl.constexpr,
     QUANT_A: tl.constexpr,
     F16: tl.constexpr = 0,
+    WORDS: tl.constexpr = 0,
 ):
     """``acc [BLOCK_N, BLOCK_M] = W_tile @ x_tile^T``: the converted weights are the tensor cores'
     register operand (the 64-row MMA side), the tokens the narrow side. A K step of ``BLOCK_K``
@@ -339,7 +350,12 @@ def _w8a16_kernel(
     ``F16`` (``w8a16_f16``: 1, Triton's e4m3 -> fp16 cast; ``w8a16_f16asm``: 2, the paired
     conversion in PTX): the weights are converted to fp16 on the conversion pipe (one instruction
     per two values, exact) and each sub-step's activation tile to fp16 with a power-of-two scale
-    per token (:func:`_f16_rows`); fp16 dot, scaled by ``sb[n] * sx[m]``."""
+    per token (:func:`_f16_rows`); fp16 dot, scaled by ``sb[n] * sx[m]``.
+
+    ``WORDS`` (``w8a16_words``: 1, ``w8a16_words_fold``: 2; bf16 / fp32 activations, ``SUB_K ==
+    128``, ``K % BLOCK_K == 0``): the weights are read as 32-bit words and decoded four at a time
+    to ``e4m3 * 2**-120`` in the K order of :mod:`.fp8_words` (the activations permuted to match);
+    the ``2**120`` goes to the scale row (with 1, ``2**ACT_SHIFT`` of it to the activations)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_z = tl.program_id(2)
@@ -357,17 +373,31 @@ def _w8a16_kernel(
     x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm + g * stride_xg
     w_rows = w_ptr + rows_w[:, None] * stride_wn
     s_rows = s_ptr + (rows_w // 128) * stride_sn
+    if WORDS != 0:
+        tl.static_assert(SUB_K == 128, "the word decode needs 128-deep sub-steps")
+        w_words = w_ptr.to(tl.pointer_type(tl.uint32)) + rows_w[:, None] * (stride_wn // 4)
+        offs_q = tl.arange(0, SUB_K // 4)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for kt in range(kt0, kt1):
         for h in tl.static_range(BLOCK_K // SUB_K):  # one weight-scale block per sub-step
             k0 = kt * BLOCK_K + h * SUB_K
             offs_k = k0 + tl.arange(0, SUB_K)
             km = offs_k < K
-            a = tl.load(x_rows + offs_k[None, :], mask=mm[:, None] & km[None, :], other=0.0)
-            b = tl.load(w_rows + offs_k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+            if WORDS != 0:  # K % BLOCK_K == 0: every sub-step is inside K
+                a = tl.load(x_rows + offs_k[None, :], mask=mm[:, None], other=0.0)
+                q = tl.load(w_words + (k0 // 4 + offs_q)[None, :], mask=nm[:, None], other=0)
+            else:
+                a = tl.load(x_rows + offs_k[None, :], mask=mm[:, None] & km[None, :], other=0.0)
+                b = tl.load(w_rows + offs_k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
             # clamped: a sub-step past K (BLOCK_K = 256, K % 256 <= 128) reads a real scale, times 0
             sb = tl.load(s_rows + tl.minimum(k0 // 128, (K - 1) // 128), mask=nm, other=0.0)
-            if QUANT_A:
+            if WORDS == 1:
+                xa = (permute_k_block(a) * _ACT_SCALE).to(a.dtype)
+                acc += tl.dot(e4m3_words_decode(q, a.dtype), tl.trans(xa)) * (sb * _SB_SCALE_WORDS)[:, None]
+            elif WORDS == 2:
+                xa = permute_k_block(a)
+                acc += tl.dot(e4m3_words_decode(q, a.dtype), tl.trans(xa)) * (sb * _SB_SCALE_FOLD)[:, None]
+            elif QUANT_A:
                 xq, sx = _quant_rows(a)
                 acc += tl.dot(b, tl.trans(xq)) * (sb[:, None] * sx[None, :])
             elif F16 != 0:
@@ -487,6 +517,12 @@ def _ptx_ok(x: torch.Tensor) -> bool:
     return x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
 
 
+def _words_ok(x: torch.Tensor, weight: torch.Tensor, K: int, block_k: int) -> bool:
+    """The word decode applies: bf16 / fp32 activations, whole K steps, 4-byte aligned rows."""
+    aligned = weight.stride(0) % 4 == 0 and weight.data_ptr() % 4 == 0
+    return x.dtype in (torch.bfloat16, torch.float32) and K % block_k == 0 and aligned
+
+
 def fp8_linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -506,10 +542,15 @@ def fp8_linear(
             (the decode kernel with the activations quantized per 1x128 group inside it, as
             :func:`act_quant` does; any ``T``, tiled for decode), ``"w8a16_f16"`` or
             ``"w8a16_f16asm"`` (the decode kernel with an fp16 product: weights converted exactly
-            to fp16, activations to fp16 with a power-of-two scale per token and sub-step).
+            to fp16, activations to fp16 with a power-of-two scale per token and sub-step),
+            ``"w8a16_words"`` / ``"w8a16_words_fold"`` (weights read as 32-bit words, decoded by
+            shifts and masks in a permuted K order, :mod:`.fp8_words`; activations below ``2**64``
+            / weight scales below ``2**8``; fp16 activations, ``K`` not a multiple of the K step
+            or unaligned weight rows run ``w8a16``).
         config: tile override for the chosen kernel (keys of ``_w8a16_config`` / ``_w8a8_config``;
             w8a16 / w8a8_fused: ``fp8_gemm_tiles.check_w8a16_config`` says what is valid, and
-            w8a8_fused needs ``BLOCK_K`` a multiple of 128: a sub-step is one activation group).
+            w8a8_fused and the words variants need ``BLOCK_K`` a multiple of 128: a sub-step is
+            one activation group / one permuted K block).
 
     Returns:
         ``[T, G * N]`` in x's dtype (fp32 accumulation).
@@ -547,12 +588,15 @@ def fp8_linear(
         return y
     quant_a = variant == "w8a8_fused"
     f16 = {"w8a16_f16": 1, "w8a16_f16asm": 2}.get(variant, 0)
+    words = _WORDS.get(variant, 0)
     if config is not None:
         check_w8a16_config(config)
-        if quant_a and config["BLOCK_K"] < BLOCK:
-            raise ValueError(f"config: w8a8_fused needs BLOCK_K >= {BLOCK}, got {config['BLOCK_K']}")
+        if (quant_a or words) and config["BLOCK_K"] < BLOCK:
+            raise ValueError(f"config: {variant} needs BLOCK_K >= {BLOCK}, got {config['BLOCK_K']}")
     cfg = dict(config or _w8a16_config(T, N, G, K, num_sms(dev), x.element_size()))
     bm, bn, bk, split = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), cfg.pop("SPLIT_K")
+    if words and not _words_ok(x, weight, K, bk):
+        words = 0  # the default decode
     grid = (cdiv(N, bn), cdiv(T, bm), G * split)
     y = x.new_empty((T, G * N))
     part, cnt = y, y  # unused without split-K
@@ -563,6 +607,6 @@ def fp8_linear(
         x3, weight, weight_scale, y, part, cnt, T, N, K, x3.stride(0), x3.stride(1), weight.stride(0),
         weight_scale.stride(0), y.stride(0), T * G * N, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         SUB_K=min(bk, BLOCK), USE_ASM=x.dtype == torch.bfloat16 and _ptx_ok(x),
-        QUANT_A=quant_a, F16=f16 if f16 != 2 or _ptx_ok(x) else 1, **cfg,
+        QUANT_A=quant_a, F16=f16 if f16 != 2 or _ptx_ok(x) else 1, WORDS=words, **cfg,
     )  # fmt: skip
     return y

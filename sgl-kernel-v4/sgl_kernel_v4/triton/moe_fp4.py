@@ -50,7 +50,7 @@ from sgl_kernel_v4.ref.moe_fp4 import check_moe_fp4_args
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 
 from .fp4_fp8 import MMA_ENV, default_mma, dot_fp4_fp8, fp8_code
-from .fp4_tile import fp4_tile
+from .fp4_tile import fp4_tile, fp4_words_tile, permute_fp4_k
 from .moe import _align
 
 __all__ = ["DECODE_VARIANTS", "MMA_ENV", "default_mma", "fused_moe_fp4"]
@@ -58,7 +58,8 @@ __all__ = ["DECODE_VARIANTS", "MMA_ENV", "default_mma", "fused_moe_fp4"]
 #: Keys :func:`fused_moe_fp4`'s ``config`` accepts.
 _CONFIG_KEYS = frozenset(
     {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "PAIR", "DOWN_STAGES", "GU_FUSED",
-     "DOWN_SPLIT", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "DOWN_WARPS", "FP8_MMA", "FP8_DECODE", "FP8_CVT"}
+     "DOWN_SPLIT", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "DOWN_WARPS", "FP8_MMA", "FP8_DECODE", "FP8_CVT",
+     "FP4_WORDS"}
 )  # fmt: skip
 _SUM_BLOCK = 256  # columns per program of the partial-sum kernel
 
@@ -73,14 +74,22 @@ def _dot_fp4(a, a_rows, a_rmask, w_rows, s_rows, row_mask, k0, K, acc, BLOCK_N: 
     (any count from 16 up). ``FP8_MMA`` (:func:`.fp4_fp8.fp8_code`; 0: bf16 MMA on ``a``): the fp8 product
     of :func:`.fp4_fp8.dot_fp4_fp8`, which reads and quantizes the activations itself from the row
     pointers ``a_rows [BLOCK_M]`` (rows ``a_rmask``, inputs ``< K``; ``ONE_ROW``: the scalar pointer
-    and flag of tile row 0, the only token of a pair-mode tile); ``a`` is then unused."""
+    and flag of tile row 0, the only token of a pair-mode tile); ``a`` is then unused. ``USE_ASM``
+    2 / 3 (``FP4_WORDS``; 3 with the PTX scale multiply): the word decode of
+    :func:`.fp4_tile.fp4_words_tile` and one dot in its K order, where the step is whole
+    (``EVEN_K``, ``BLOCK_K`` a multiple of 128); elsewhere the decode of ``USE_ASM % 2``."""
     if FP8_MMA:
         acc = dot_fp4_fp8(a_rows, a_rmask, K, w_rows, s_rows, row_mask, k0, K, acc, BLOCK_N, BLOCK_K, EVEN_K,
                           USE_ASM, (FP8_MMA >> 1) & 3, (FP8_MMA >> 3) & 1, ONE_ROW)  # fmt: skip
+    elif USE_ASM >= 2 and EVEN_K and BLOCK_K % 128 == 0:
+        w = fp4_words_tile(w_rows, s_rows, row_mask, k0, BLOCK_N, BLOCK_K, USE_ASM == 3, a.dtype)
+        acc = tl.dot(w, tl.trans(permute_fp4_k(a, BLOCK_K)), acc)
     else:
         BM: tl.constexpr = a.shape[0]
         a_even, a_odd = tl.split(tl.reshape(a, (BM, BLOCK_K // 2, 2)))
-        lo, hi = fp4_tile(w_rows, s_rows, row_mask, k0, K, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM, a.dtype)
+        lo, hi = fp4_tile(
+            w_rows, s_rows, row_mask, k0, K, BLOCK_N, BLOCK_K, EVEN_K, USE_ASM % 2 == 1, a.dtype
+        )
         acc = tl.dot(lo, tl.trans(a_even), acc)
         acc = tl.dot(hi, tl.trans(a_odd), acc)
     return acc
@@ -416,6 +425,9 @@ DECODE_VARIANTS: dict[str, dict[str, int]] = {
                    "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 2, "DOWN_BLOCK_N": 64},
     "fused_n32": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
                   "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 1, "DOWN_BLOCK_N": 32},
+    # the default's tiles with the word decode (fp4_tile.fp4_words_tile; untimed)
+    "fused_dsplit1_words": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
+                            "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 1, "FP4_WORDS": 1},
 }  # fmt: skip
 #: From the H200 sweep (``benchmark/moe_fp4_sweep.py``, RESULTS.md; E=160, k=6, D=4096, I=2048):
 #: ``fused_dsplit1`` took 48.5 us at one token vs 94.2 us for ``baseline`` (1.94x), 1.52x at two,
@@ -503,14 +515,16 @@ def fused_moe_fp4(
             0: bf16; default :func:`.fp4_fp8.default_mma`), with ``FP8_DECODE`` (0 ``shift``, 1 ``table``,
             2 ``fold``: exact only if :func:`.fp4_fp8.fold_exact` holds for the scales)
             and ``FP8_CVT`` (1: the GPU's e4m3 conversion); in fp8 the K steps are multiples of
-            128 (a default that is not becomes 128).
+            128 (a default that is not becomes 128). ``FP4_WORDS`` (1: the bf16 product with the
+            word decode of :func:`.fp4_tile.fp4_words_tile` where a K step is a whole multiple of
+            128 inside K; 4-byte aligned weights; not with ``FP8_MMA``).
 
     Returns:
         ``[T, D]`` in x's dtype (fp32 accumulation).
 
     Raises:
-        ValueError: shapes/dtypes inconsistent, or a bad ``config`` (unknown key, tile size), or
-            a bad ``$SGLANG_V4_MOE_FP4_MMA``.
+        ValueError: shapes/dtypes inconsistent, or a bad ``config`` (unknown key, tile size,
+            ``FP4_WORDS`` with the fp8 product), or a bad ``$SGLANG_V4_MOE_FP4_MMA``.
     """
     T, D, E, inter = check_moe_fp4_args(x, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights)
     if x.stride(1) != 1:
@@ -552,6 +566,13 @@ def fused_moe_fp4(
     if split < 0 or (split and not pair):
         raise ValueError(f"config: DOWN_SPLIT must be >= 0, and 0 outside pair mode (PAIR=0), got {split}")
     use_asm = (fp8 or x.dtype == torch.bfloat16) and x.is_cuda and not _interpreting()
+    words = bool(cfg.pop("FP4_WORDS", 0))
+    if words and fp8:
+        raise ValueError("config: FP4_WORDS (the bf16 word decode) and the fp8 product exclude each other")
+    if words and all(
+        t.stride(0) % 4 == 0 and t.stride(1) % 4 == 0 and t.data_ptr() % 4 == 0 for t in (w13, w2)
+    ):
+        use_asm = 3 if use_asm else 2  # the word decode where a step is whole (see _dot_fp4)
     ids = topk_ids.contiguous()
     wt = topk_weights.reshape(-1).float().contiguous()
     h = torch.empty((n_pairs, inter), dtype=x.dtype, device=x.device)
