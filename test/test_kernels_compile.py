@@ -351,18 +351,20 @@ def _extend_score_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
     keys, top-k path (``SHORT``, no scores). Not ``serving``: their spills are reported, not refused
     (a candidate setting that spills is one the sweep measures as slow)."""
     from sgl_kernel_v4.triton.indexer_score_extend import SWEEP_SETTINGS
+    from sgl_kernel_v4.triton.indexer_score_fold import FOLD_FORMS
     from sgl_kernel_v4.triton.indexer_select import HB
 
     out = []
     for es in SWEEP_SETTINGS:
+        fold = es.form in FOLD_FORMS
         for codec, kv in ((0, "*bf16"), (3, "*u8")):
             consts = dict(DI=128, CODEC=codec, BLOCK_T=es.block_t, BLOCK_H=64, BLOCK_C=es.block_c,
                           WRITE_SCORES=False, SHORT=True, HB=HB, FORM=es.form_code, FP4_ROWS=codec == 3)  # fmt: skip
             opts = {"num_warps": es.num_warps, "num_stages": es.num_stages}
             out.append(
                 (
-                    "indexer_score_extend",
-                    "_score_extend_kernel",
+                    "indexer_score_fold" if fold else "indexer_score_extend",
+                    "_score_fold_kernel" if fold else "_score_extend_kernel",
                     dict(_SCORE_EXTEND, kv_ptr=kv),
                     consts,
                     opts,
@@ -380,6 +382,70 @@ def test_extend_score_settings_compile_for_sm90() -> None:
     for (_, _, _sig, consts, opts, _), spill in zip(_extend_score_cases(), spills):
         print(f"FORM {consts['FORM']} CODEC {consts['CODEC']} BLOCK_T {consts['BLOCK_T']} BLOCK_C "
               f"{consts['BLOCK_C']} {opts}: spill {spill} B")  # fmt: skip
+
+
+def _compile_extend_launch(es, codec: int):
+    """The keys-major extend scoring kernel of setting ``es`` compiled for sm_90 as
+    ``indexer.indexer_topk`` launches it over a 2,048-token chunk (64 heads x 128, bf16 queries, the
+    top-k path): bf16 keys (``codec`` 0) are a ``[N, 128]`` tensor, so ``rows_per_page`` is 1 (Triton
+    specialises an integer argument equal to 1 as a constant) and the page stride 128; fp4 keys
+    (``codec`` 3) are the pool's pages of 64 rows of 68 bytes. Integer arguments that are multiples
+    of 16 at that launch get ``tt.divisibility`` 16 (``_attrs`` gives it to strides and pointers
+    only). Returns ``(compiled kernel, spilled bytes or None)``."""
+    import triton
+    from sgl_kernel_v4.triton.indexer_score_fold import FOLD_FORMS
+    from sgl_kernel_v4.triton.indexer_select import HB
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    module, name = (("indexer_score_fold", "_score_fold_kernel") if es.form in FOLD_FORMS
+                    else ("indexer_score_extend", "_score_extend_kernel"))  # fmt: skip
+    fn = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), name)
+    sig = dict(_SCORE_EXTEND, kv_ptr="*bf16" if codec == 0 else "*u8")
+    consts = dict(DI=128, CODEC=codec, BLOCK_T=es.block_t, BLOCK_H=64, BLOCK_C=es.block_c, WRITE_SCORES=False,
+                  SHORT=True, HB=HB, FORM=es.form_code, FP4_ROWS=False, IEEE=False)  # fmt: skip
+    attrs = _attrs(sig)
+    names = list(sig)
+    for n in ("kv_ps", "HI", "stride_k") + (("kv_rs",) if codec == 0 else ("kv_rpp",)):
+        attrs[(names.index(n),)] = [["tt.divisibility", 16]]
+    if codec == 0:
+        sig["kv_rpp"], consts["kv_rpp"] = "constexpr", 1
+    kernel = triton.compile(
+        ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": es.num_warps, "num_stages": es.num_stages},
+    )
+    return kernel, _local_memory_bytes(kernel.asm["cubin"])
+
+
+#: opt-in extend scoring settings (``indexer_score_fold``) that compile without spills for sm_90 at
+#: the launch's specialisation with Triton 3.6 (the GPU image's), bf16 keys
+_FOLD_NO_SPILL = (("keys_wdot", 4, 128, 8, 2), ("keys_wdot", 2, 256, 8, 2), ("keys_fold", 2, 256, 8, 2))
+
+
+@pytest.mark.slow
+def test_extend_fold_forms_compile_without_spills() -> None:
+    """The opt-in scoring forms' settings of ``_FOLD_NO_SPILL`` compile for sm_90 at the real launch's
+    specialisation within shared memory and spill no registers (bf16 keys); prints the default's
+    and ``keys_wdot t8 c128``'s spills beside them (the default's: 376 B with Triton 3.6)."""
+    import triton
+    from sgl_kernel_v4.triton.indexer import EXTEND_SCORE
+    from sgl_kernel_v4.triton.indexer_score_extend import ExtendScore
+
+    for f, t, c, w, st in _FOLD_NO_SPILL:
+        es = ExtendScore(form=f, block_t=t, block_c=c, num_warps=w, num_stages=st)
+        kernel, spill = _compile_extend_launch(es, 0)
+        assert kernel.metadata.shared <= SMEM_LIMIT, (es.label(), kernel.metadata.shared)
+        if triton.__version__.startswith("3.6"):  # register allocation is the compiler version's
+            assert spill in (None, 0), (es.label(), f"{spill} B spilled")
+        print(f"{es.label()}: spill {spill} B, shared {kernel.metadata.shared} B")
+    for es in (
+        EXTEND_SCORE,
+        ExtendScore(form="keys_wdot", block_t=8, block_c=128, num_warps=8, num_stages=2),
+    ):
+        kernel, spill = _compile_extend_launch(es, 0)
+        assert kernel.metadata.shared <= SMEM_LIMIT, (es.label(), kernel.metadata.shared)
+        print(f"{es.label()}: spill {spill} B, shared {kernel.metadata.shared} B")
 
 
 def _mhc_mix_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:

@@ -1,0 +1,237 @@
+"""Lightning-indexer extend scoring, keys-major, with the head sum taken off the accumulator (Triton).
+
+The opt-in forms ``"keys_fold"`` and ``"keys_wdot"`` of :class:`~sgl_kernel_v4.triton.indexer_score_extend.ExtendScore`
+(``FORM`` 2 and 3 of :func:`_score_fold_kernel`). Same inputs, outputs and argument list as
+``indexer_score_extend._score_extend_kernel`` (one order-preserving int32 key per visible entry,
+``INT_MIN`` for an invalid one, fp32 scores when ``WRITE_SCORES``, the short-row path); the same
+scoring formula, HF ``DeepseekV4IndexerScorer``'s (paper §2.3.1, eqs. 13-17),
+``score[t, w] = sum_h weights[t, h] * relu(scale * q[t, h] . k[w])``, rewritten with ``scale >= 0``
+(the wrapper refuses a negative one) as ``sum_h relu(q[t, h] . k[w]) * (scale * weights[t, h])``.
+Like ``"keys_split"``: one dot ``[BLOCK_C, DI] x [DI, BLOCK_H]`` per token of the program (keys on
+the MMA's M side, heads on N) against its query tile, staged once in shared memory. Unlike it:
+
+* every token's queries and weights are loaded once per program, before the loop over the
+  program's request runs (not once per run), so their addresses are not held across that loop;
+* ``scale`` is folded into the weights (no multiply per product); fp8 keys' per-key scale
+  (``> 0``) multiplies the head sum, one value per entry;
+* the program's token scores of a key tile are gathered into one ``[BLOCK_C, TP]`` tile, stored
+  with one layout conversion per tile (``"keys_split"`` converts and stores each token's
+  ``[BLOCK_C]`` row apart: a shared-memory round trip and two CTA barriers per token per tile);
+* ``"keys_fold"`` (``TP = BLOCK_T``): each token's head sum runs in fp32 on the accumulator
+  (``relu`` then a multiply-add by the weight, then the sum along the row: in-thread adds and two
+  shuffles), placed in column ``t`` of the tile;
+* ``"keys_wdot"`` (``TP = max(16, BLOCK_T)``, a dot's N being at least 16): the head sum is a
+  second tensor-core dot, ``relu(k q_t^T)`` rounded to the queries' dtype (the A operand stays in
+  registers) times a ``[BLOCK_H, TP]`` matrix holding ``scale x weights[t]`` in column ``t`` and
+  zeros elsewhere (rounded to the same dtype, a loop-invariant operand in shared memory),
+  accumulated over the tokens into the tile. No weight registers and no shuffles, at the cost of
+  a dot of ``BLOCK_C x BLOCK_H x TP`` per token (1/8 of the scoring dot's work at 128 x 64 x 16)
+  and of rounding the post-ReLU products and the weights to bf16 / fp16 (fp32 inputs: TF32 on
+  the GPU unless IEEE; exact in the interpreter). A product that overflows to inf would make the
+  other tokens' columns NaN (inf x 0); not reachable with finite bf16 inputs of the model's range.
+
+Compile statistics (sm_90, Triton 3.6, 64 heads x 128, bf16 queries, the top-k launch: ``SHORT``,
+no scores; the launch's integer specialisation: bf16 keys as a ``[N, 128]`` tensor have
+``rows_per_page = 1``, a constant). The inner key loop's SASS per warp and key tile; "per score":
+warp instructions per (entry, token) score, ``instrs x warps / (BLOCK_C x BLOCK_T)``. Counts, not
+times: no speed is claimed here (``benchmark/indexer_extend_sweep.py`` times the settings).
+
+=========================  =====  ====  =====  ======  ======  =====  =====  ===  ====  ===  =====
+setting                    keys   regs  stack  shared  instrs  /scr   HGMMA  BAR  SHFL  LDL  FMUL
+=========================  =====  ====  =====  ======  ======  =====  =====  ===  ====  ===  =====
+keys_split t8 c128 w8 s2   bf16   255   376    197120  1793    14.0   64     16   32    9    272
+keys_wdot t8 c128 w8 s2    bf16   255   8      221184  1336    10.4   96     2    0     0    0
+keys_wdot t4 c128 w8 s2    bf16   210   0      147456  947     14.8   48     2    0     0    0
+keys_wdot t2 c256 w8 s2    bf16   220   0      184320  985     15.4   48     8    0     0    0
+keys_fold t4 c128 w8 s2    bf16   255   40     133120  926     14.5   32     2    16    0    8
+keys_fold t2 c256 w8 s2    bf16   228   0      165888  995     15.5   32     8    16    0    8
+keys_fold t8 c128 w8 s2    bf16   255   304    200704  1446    11.3   64     2    32    50   16
+keys_split t8 c128 w8 s2   fp4    255   408    172032  2638    20.6   64     18   32    9    272
+keys_wdot t8 c128 w8 s2    fp4    255   8      188416  2124    16.6   96     4    0     0    0
+=========================  =====  ====  =====  ======  ======  =====  =====  ===  ====  ===  =====
+
+(``keys_split t8 c128 w8 s2`` is the default, ``indexer.EXTEND_SCORE``.) ``keys_wdot t8``'s 8 bytes
+of stack are two predicate words saved at the kernel's start and read once before the key loop;
+its loop has no local-memory access. ``keys_fold t8`` holds the eight tokens' weights in registers
+(16 per token per thread in the accumulator's column layout) and spills inside the loop, so the
+sweep lists ``keys_fold`` at 2-4 tokens only.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from sgl_kernel_v4.triton._dot import dot, dot_acc
+from sgl_kernel_v4.triton.indexer_score_extend import _key_tile, _token_q, short_run_keys, zero_long_rows
+from sgl_kernel_v4.triton.indexer_select import INT_MIN, _float_to_key
+
+__all__ = ["FOLD_FORMS", "_score_fold_kernel"]
+
+#: ``ExtendScore.form`` values this module's kernel runs, with their ``FORM`` constexpr.
+FOLD_FORMS = {"keys_fold": 2, "keys_wdot": 3}
+
+
+@triton.jit
+def _head_operand(wi, w_all, scale, i: tl.constexpr, offs_p, dtype: tl.constexpr, FORM: tl.constexpr):
+    # token i's head-sum operand: "keys_fold" scale * w[i] [BLOCK_H] fp32 (wi); "keys_wdot" the
+    # [BLOCK_H, TP] matrix with scale * w[i] in column i (of w_all, every token's weights by
+    # column), zeros elsewhere, in the queries' dtype
+    if FORM == 2:
+        return wi * scale
+    else:
+        return tl.where(offs_p[None, :] == i, w_all * scale, 0.0).to(dtype)
+
+
+@triton.jit
+def _token_scores(k, qi, bi, i: tl.constexpr, offs_p, sc, FORM: tl.constexpr, IEEE: tl.constexpr):
+    # token i's [BLOCK_C] head sums of the key tile k, added to column i of sc [BLOCK_C, TP]
+    sd = dot(k, tl.trans(qi), IEEE)  # [BLOCK_C, BLOCK_H] fp32
+    if FORM == 2:
+        score = tl.sum(tl.maximum(sd, 0.0) * bi[None, :], 1)
+        return tl.where(offs_p[None, :] == i, score[:, None], sc)
+    else:
+        return dot_acc(tl.maximum(sd, 0.0).to(qi.dtype), bi, sc, IEEE)
+
+
+@triton.jit
+def _store_tile(rows, srows, n, act, sc, c, valid, cm, WRITE_SCORES: tl.constexpr):
+    # the tile's scores sc [BLOCK_C, TP] of the program's tokens (row starts rows / srows [TP],
+    # visible counts n, act: in the current run): keys (INT_MIN where invalid) where each sees them
+    seen = c[:, None] < n[None, :]
+    ok = valid[:, None] & seen
+    st = act[None, :] & seen & cm[:, None]
+    tl.store(rows[None, :] + c[:, None], tl.where(ok, _float_to_key(sc), INT_MIN), mask=st)
+    if WRITE_SCORES:
+        tl.store(srows[None, :] + c[:, None], tl.where(ok, sc, float("-inf")), mask=st)
+
+
+# _score_extend_kernel's argument list; no recompile per block / batch size
+@triton.jit(
+    do_not_specialize=["t_base", "G", "nsc", "vis_ptr", "r2p_ptr", "stride_r2p", "req_rows_ptr", "token_req_ptr",
+                       "E", "hist_ptr", "cnt_ptr", "K"]
+)  # fmt: skip
+def _score_fold_kernel(
+    q_ptr,
+    stride_qt,
+    stride_qh,
+    w_ptr,
+    stride_wt,
+    kv_ptr,
+    kv_rpp,
+    kv_ps,
+    kv_rs,
+    vis_ptr,
+    r2p_ptr,
+    stride_r2p,
+    req_rows_ptr,
+    token_req_ptr,
+    E,
+    keys_ptr,
+    stride_k,
+    scores_ptr,
+    hist_ptr,
+    cnt_ptr,
+    K,
+    t_base,
+    G,
+    HI,
+    scale,
+    nsc,
+    DI: tl.constexpr,
+    CODEC: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    WRITE_SCORES: tl.constexpr,
+    SHORT: tl.constexpr,
+    HB: tl.constexpr,
+    FORM: tl.constexpr = 3,
+    FP4_ROWS: tl.constexpr = False,
+    IEEE: tl.constexpr = False,
+):
+    # program (p, s): block rows g0 .. g0 + BLOCK_T - 1 (BLOCK_T <= 8), the s-th share of their
+    # visible entries (multiples of BLOCK_C, as _score_extend_kernel's); one pass per request run
+    g0 = tl.program_id(0) * BLOCK_T
+    s = tl.program_id(1)
+    # the program's tokens as the score tile's columns, padded to TP = 16 for "keys_wdot" (a dot's
+    # N); the padding columns act as tokens past G (no queries, nothing stored)
+    TP: tl.constexpr = 16 if (FORM == 3 and BLOCK_T < 16) else BLOCK_T
+    offs_p = tl.arange(0, TP)
+    glp = (g0 + offs_p).to(tl.int64)
+    p_ok = (offs_p < BLOCK_T) & (glp < G)
+    n_p = tl.load(vis_ptr + t_base + glp, mask=p_ok, other=0).to(tl.int32)
+    treq_p = tl.load(token_req_ptr + t_base + glp, mask=p_ok, other=-1)
+    offs_d = tl.arange(0, DI)
+    offs_c = tl.arange(0, BLOCK_C)
+    kv = (kv_ptr, kv_rpp, kv_ps, kv_rs)
+    if SHORT:  # over the BLOCK_T tokens (not the TP columns: half the work of a padded tile)
+        gl = (g0 + tl.arange(0, BLOCK_T)).to(tl.int64)
+        n = tl.load(vis_ptr + t_base + gl, mask=gl < G, other=0).to(tl.int32)
+        zero_long_rows(hist_ptr, cnt_ptr, gl, gl < G, n, K, s, nsc)
+    rows = keys_ptr + glp * stride_k  # [TP] row starts
+    srows = scores_ptr + glp * stride_k
+    # every token's [BLOCK_H, DI] queries (zeros past HI, past G or for a token that sees nothing)
+    # and head-sum operand, once per program (tokens 0..7 named, the unused ones compiled out)
+    qa = (q_ptr, stride_qt, stride_qh, w_ptr, stride_wt, t_base, g0)
+    w_all = tl.zeros([BLOCK_H, TP], tl.float32)
+    if FORM == 3:  # [BLOCK_H, TP]: token p's weights in column p (a few registers, not BLOCK_H per token)
+        offs_h = tl.arange(0, BLOCK_H)
+        wm = (offs_h < HI)[:, None] & p_ok[None, :]
+        w_all = tl.load(w_ptr + (t_base + glp)[None, :] * stride_wt + offs_h[:, None], mask=wm, other=0.0)
+        w_all = w_all.to(tl.float32)
+    q0, w0, _n0, _a0 = _token_q(*qa, 0, p_ok, n_p, HI, BLOCK_H, DI)
+    q1, w1, _n1, _a1 = _token_q(*qa, 1, p_ok, n_p, HI, BLOCK_H, DI)
+    b0 = _head_operand(w0, w_all, scale, 0, offs_p, q0.dtype, FORM)
+    b1 = _head_operand(w1, w_all, scale, 1, offs_p, q0.dtype, FORM)
+    if BLOCK_T >= 4:
+        q2, w2, _n2, _a2 = _token_q(*qa, 2, p_ok, n_p, HI, BLOCK_H, DI)
+        q3, w3, _n3, _a3 = _token_q(*qa, 3, p_ok, n_p, HI, BLOCK_H, DI)
+        b2 = _head_operand(w2, w_all, scale, 2, offs_p, q0.dtype, FORM)
+        b3 = _head_operand(w3, w_all, scale, 3, offs_p, q0.dtype, FORM)
+    if BLOCK_T >= 8:
+        q4, w4, _n4, _a4 = _token_q(*qa, 4, p_ok, n_p, HI, BLOCK_H, DI)
+        q5, w5, _n5, _a5 = _token_q(*qa, 5, p_ok, n_p, HI, BLOCK_H, DI)
+        q6, w6, _n6, _a6 = _token_q(*qa, 6, p_ok, n_p, HI, BLOCK_H, DI)
+        q7, w7, _n7, _a7 = _token_q(*qa, 7, p_ok, n_p, HI, BLOCK_H, DI)
+        b4 = _head_operand(w4, w_all, scale, 4, offs_p, q0.dtype, FORM)
+        b5 = _head_operand(w5, w_all, scale, 5, offs_p, q0.dtype, FORM)
+        b6 = _head_operand(w6, w_all, scale, 6, offs_p, q0.dtype, FORM)
+        b7 = _head_operand(w7, w_all, scale, 7, offs_p, q0.dtype, FORM)
+    for i in range(0, BLOCK_T):
+        gi = g0 + i
+        ri = tl.load(token_req_ptr + t_base + gi, mask=gi < G, other=-1)
+        rp = tl.load(token_req_ptr + t_base + gi - 1, mask=(i > 0) & (gi < G), other=-2)
+        if (gi < G) & (ri != rp):
+            act_p = p_ok & (treq_p == ri)
+            n_run = tl.max(tl.where(act_p, n_p, 0), 0)
+            row = tl.load(req_rows_ptr + ri).to(tl.int64)
+            prow = r2p_ptr + row * stride_r2p
+            chunk = tl.cdiv(tl.cdiv(n_run, nsc), BLOCK_C) * BLOCK_C
+            c_lo = s * chunk
+            c_end = tl.minimum(c_lo + chunk, n_run)
+            short = False
+            if SHORT:
+                short = n_run <= K
+            if short:
+                short_run_keys(keys_ptr, stride_k, prow, E, glp, n_p, act_p, c_lo, c_end, BLOCK_C)
+            elif c_lo < c_end:
+                for c0 in range(c_lo, c_end, BLOCK_C):
+                    c, cm, valid, k, kscale = _key_tile(
+                        kv, prow, E, c0, c_end, offs_c, offs_d, CODEC, DI, FP4_ROWS
+                    )
+                    k = k.to(q0.dtype)
+                    sc = tl.zeros([BLOCK_C, TP], tl.float32)
+                    sc = _token_scores(k, q0, b0, 0, offs_p, sc, FORM, IEEE)
+                    sc = _token_scores(k, q1, b1, 1, offs_p, sc, FORM, IEEE)
+                    if BLOCK_T >= 4:
+                        sc = _token_scores(k, q2, b2, 2, offs_p, sc, FORM, IEEE)
+                        sc = _token_scores(k, q3, b3, 3, offs_p, sc, FORM, IEEE)
+                    if BLOCK_T >= 8:
+                        sc = _token_scores(k, q4, b4, 4, offs_p, sc, FORM, IEEE)
+                        sc = _token_scores(k, q5, b5, 5, offs_p, sc, FORM, IEEE)
+                        sc = _token_scores(k, q6, b6, 6, offs_p, sc, FORM, IEEE)
+                        sc = _token_scores(k, q7, b7, 7, offs_p, sc, FORM, IEEE)
+                    if CODEC == 2:  # fp8 keys: the per-key scale (> 0) after the head sum
+                        sc = sc * kscale[:, None]
+                    _store_tile(rows, srows, n_p, act_p, sc, c, valid, cm, WRITE_SCORES)
