@@ -76,6 +76,8 @@ _SCORE_EXTEND = dict(
     CODEC="constexpr", BLOCK_T="constexpr", BLOCK_H="constexpr", BLOCK_C="constexpr", WRITE_SCORES="constexpr",
     SHORT="constexpr", HB="constexpr", FORM="constexpr", FP4_ROWS="constexpr", IEEE="constexpr",
 )  # fmt: skip
+# the opt-in extend scoring forms (indexer_score_fold): the same, plus the ReLU-and-round PTX flag
+_SCORE_FOLD = dict(_SCORE_EXTEND, RELU_ASM="constexpr")
 # the MoE pair layout (moe._align): one program up to 4,096 pairs, else the two chunked launches
 _ALIGN_ONE = dict(
     ids_ptr="*i64", n="i32", E="i32", sorted_ptr="*i32", bexp_ptr="*i32", n_blocks="i32", bound="i32",
@@ -365,8 +367,8 @@ def _extend_score_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
                 (
                     "indexer_score_fold" if fold else "indexer_score_extend",
                     "_score_fold_kernel" if fold else "_score_extend_kernel",
-                    dict(_SCORE_EXTEND, kv_ptr=kv),
-                    consts,
+                    dict(_SCORE_FOLD if fold else _SCORE_EXTEND, kv_ptr=kv),
+                    dict(consts, RELU_ASM=True) if fold else consts,
                     opts,
                     False,
                 )
@@ -398,12 +400,18 @@ def _compile_extend_launch(es, codec: int):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    module, name = (("indexer_score_fold", "_score_fold_kernel") if es.form in FOLD_FORMS
-                    else ("indexer_score_extend", "_score_extend_kernel"))  # fmt: skip
+    fold = es.form in FOLD_FORMS
+    module, name = (
+        ("indexer_score_fold", "_score_fold_kernel")
+        if fold
+        else ("indexer_score_extend", "_score_extend_kernel")
+    )
     fn = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), name)
-    sig = dict(_SCORE_EXTEND, kv_ptr="*bf16" if codec == 0 else "*u8")
+    sig = dict(_SCORE_FOLD if fold else _SCORE_EXTEND, kv_ptr="*bf16" if codec == 0 else "*u8")
     consts = dict(DI=128, CODEC=codec, BLOCK_T=es.block_t, BLOCK_H=64, BLOCK_C=es.block_c, WRITE_SCORES=False,
                   SHORT=True, HB=HB, FORM=es.form_code, FP4_ROWS=False, IEEE=False)  # fmt: skip
+    if fold:
+        consts["RELU_ASM"] = True  # the GPU launch's (indexer_score_fold.relu_asm_ok)
     attrs = _attrs(sig)
     names = list(sig)
     for n in ("kv_ps", "HI", "stride_k") + (("kv_rs",) if codec == 0 else ("kv_rpp",)):

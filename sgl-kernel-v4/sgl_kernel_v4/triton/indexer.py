@@ -86,7 +86,7 @@ from sgl_kernel_v4.triton.indexer_score_extend import (
     short_run_keys,
     zero_long_rows,
 )
-from sgl_kernel_v4.triton.indexer_score_fold import FOLD_FORMS, _score_fold_kernel
+from sgl_kernel_v4.triton.indexer_score_fold import FOLD_FORMS, _score_fold_kernel, relu_asm_ok
 from sgl_kernel_v4.triton.indexer_select import (
     CNT,
     DEFAULT_SELECT_IMPL,
@@ -476,7 +476,7 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
                 fp4_rows = EXTEND_FP4_ROWS and kv.codec_id == 3 and DI in (32, 64, 128)
                 kernel, form = _score_extend_kernel, {"FORM": es.form_code, "FP4_ROWS": fp4_rows}
                 if es.form in FOLD_FORMS:  # the opt-in forms of indexer_score_fold
-                    kernel = _score_fold_kernel
+                    kernel, form["RELU_ASM"] = _score_fold_kernel, relu_asm_ok(q)
             kernel[(n_tb, nsc)](
                 q, q.stride(0), q.stride(1), weights, weights.stride(0),
                 kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,

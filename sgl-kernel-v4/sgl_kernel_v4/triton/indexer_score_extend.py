@@ -63,11 +63,11 @@ __all__ = [
 
 #: ``ExtendScore.form`` values: the general kernel (tokens-major), the two keys-major forms of
 #: :func:`_score_extend_kernel` and the two opt-in ones of :mod:`sgl_kernel_v4.triton.indexer_score_fold`.
-EXTEND_FORMS = ("general", "keys", "keys_split", "keys_fold", "keys_wdot")
-_FORM_CODE = {"keys": 0, "keys_split": 1, "keys_fold": 2, "keys_wdot": 3}
+EXTEND_FORMS = ("general", "keys", "keys_split", "keys_fold", "keys_wdot", "keys_wdot16")
+_FORM_CODE = {"keys": 0, "keys_split": 1, "keys_fold": 2, "keys_wdot": 3, "keys_wdot16": 4}
 _MAX_SPLIT_TOKENS = 8
 #: the forms of one dot per token (queries loaded before the key loop, at most 8 tokens)
-_SPLIT_FORMS = ("keys_split", "keys_fold", "keys_wdot")
+_SPLIT_FORMS = ("keys_split", "keys_fold", "keys_wdot", "keys_wdot16")
 _MAX_KEYS_TOKENS = 4
 
 
@@ -160,7 +160,7 @@ def extend_splits(blocks: int, sms: int, waves: int) -> int:
 #: builds), 64 heads: (form, block_t, block_c, num_warps, num_stages), pruned from forms x
 #: block_t 2/4/8 x block_c 64/128 x warps 4/8 x stages 2/3 to accumulators of at most 64 K fp32
 #: values per program (``block_c x block_t x 64`` for ``keys``, ``block_c x 64`` per token for
-#: ``keys_split``), and five settings of the opt-in forms ``keys_wdot`` / ``keys_fold``.
+#: ``keys_split``), and six settings of the opt-in forms ``keys_wdot`` / ``keys_wdot16`` / ``keys_fold``.
 SWEEP_SETTINGS = tuple(
     ExtendScore(form=f, block_t=t, block_c=c, num_warps=w, num_stages=st)
     for f, t, c, w, st in (
@@ -177,6 +177,7 @@ SWEEP_SETTINGS = tuple(
         ("keys_split", 8, 128, 8, 2),
         # opt-in forms of indexer_score_fold (compile statistics in its docstring)
         ("keys_wdot", 8, 128, 8, 2),
+        ("keys_wdot16", 8, 128, 8, 2),
         ("keys_wdot", 4, 128, 8, 2),
         ("keys_wdot", 2, 256, 8, 2),
         ("keys_fold", 4, 128, 8, 2),

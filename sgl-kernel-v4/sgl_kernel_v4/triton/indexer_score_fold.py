@@ -1,10 +1,11 @@
 """Lightning-indexer extend scoring, keys-major, with the head sum taken off the accumulator (Triton).
 
-The opt-in forms ``"keys_fold"`` and ``"keys_wdot"`` of :class:`~sgl_kernel_v4.triton.indexer_score_extend.ExtendScore`
-(``FORM`` 2 and 3 of :func:`_score_fold_kernel`). Same inputs, outputs and argument list as
+The opt-in forms ``"keys_fold"``, ``"keys_wdot"`` and ``"keys_wdot16"`` of
+:class:`~sgl_kernel_v4.triton.indexer_score_extend.ExtendScore` (``FORM`` 2, 3, 4 of
+:func:`_score_fold_kernel`). Same inputs, outputs and arguments as
 ``indexer_score_extend._score_extend_kernel`` (one order-preserving int32 key per visible entry,
-``INT_MIN`` for an invalid one, fp32 scores when ``WRITE_SCORES``, the short-row path); the same
-scoring formula, HF ``DeepseekV4IndexerScorer``'s (paper §2.3.1, eqs. 13-17),
+``INT_MIN`` for an invalid one, fp32 scores when ``WRITE_SCORES``, the short-row path), plus
+``RELU_ASM``; the same formula, HF ``DeepseekV4IndexerScorer``'s (paper §2.3.1, eqs. 13-17),
 ``score[t, w] = sum_h weights[t, h] * relu(scale * q[t, h] . k[w])``, rewritten with ``scale >= 0``
 (the wrapper refuses a negative one) as ``sum_h relu(q[t, h] . k[w]) * (scale * weights[t, h])``.
 Like ``"keys_split"``: one dot ``[BLOCK_C, DI] x [DI, BLOCK_H]`` per token of the program (keys on
@@ -18,47 +19,59 @@ the MMA's M side, heads on N) against its query tile, staged once in shared memo
   with one layout conversion per tile (``"keys_split"`` converts and stores each token's
   ``[BLOCK_C]`` row apart: a shared-memory round trip and two CTA barriers per token per tile);
 * ``"keys_fold"`` (``TP = BLOCK_T``): each token's head sum runs in fp32 on the accumulator
-  (``relu`` then a multiply-add by the weight, then the sum along the row: in-thread adds and two
-  shuffles), placed in column ``t`` of the tile;
+  (``relu``, a multiply-add by the weight, the sum along the row: in-thread adds and two
+  shuffles), placed in column ``t`` of the tile; the weights stay in registers (16 per token per
+  thread), so it spills beyond 2-4 tokens;
 * ``"keys_wdot"`` (``TP = max(16, BLOCK_T)``, a dot's N being at least 16): the head sum is a
   second tensor-core dot, ``relu(k q_t^T)`` rounded to the queries' dtype (the A operand stays in
-  registers) times a ``[BLOCK_H, TP]`` matrix holding ``scale x weights[t]`` in column ``t`` and
-  zeros elsewhere (rounded to the same dtype, a loop-invariant operand in shared memory),
-  accumulated over the tokens into the tile. No weight registers and no shuffles, at the cost of
-  a dot of ``BLOCK_C x BLOCK_H x TP`` per token (1/8 of the scoring dot's work at 128 x 64 x 16)
-  and of rounding the post-ReLU products and the weights to bf16 / fp16 (fp32 inputs: TF32 on
-  the GPU unless IEEE; exact in the interpreter). A product that overflows to inf would make the
-  other tokens' columns NaN (inf x 0); not reachable with finite bf16 inputs of the model's range.
+  registers; ``RELU_ASM``: ReLU and rounding in one ``cvt.rn.relu`` per pair) times a
+  ``[BLOCK_H, TP]`` matrix holding ``scale x weights[t]`` in column ``t`` and zeros elsewhere
+  (same dtype, a loop-invariant operand in shared memory), accumulated over the tokens into the
+  tile. No weight registers and no shuffles, for a dot of ``BLOCK_C x BLOCK_H x TP`` per token
+  (1/8 of the scoring dot's work at 64 heads and ``TP = 16``) and the rounding of the post-ReLU
+  products and the weights: bf16 inputs give scores within ~2.4e-3 (relative L2) of float64
+  where the fp32 epilogue is within fp32 error, and 99.76% of a top-512 selection in common with
+  the exact one (a torch emulation on Gaussian data; the sweep's ``shared`` column measures it on
+  the GPU). fp32 inputs: TF32 on the GPU unless IEEE, exact in the interpreter;
+* ``"keys_wdot16"``: ``"keys_wdot"`` with the second dot in fp16 whatever the input dtype (10
+  mantissa bits to bf16's 7: ~3.0e-4 relative L2, 99.95% of the top-512 in common in the same
+  emulation); the post-ReLU products saturate at 65,504 (an inf would turn the other tokens'
+  zero columns into NaN), weights below fp16's normal range lose precision.
 
 Compile statistics (sm_90, Triton 3.6, 64 heads x 128, bf16 queries, the top-k launch: ``SHORT``,
-no scores; the launch's integer specialisation: bf16 keys as a ``[N, 128]`` tensor have
-``rows_per_page = 1``, a constant). The inner key loop's SASS per warp and key tile; "per score":
-warp instructions per (entry, token) score, ``instrs x warps / (BLOCK_C x BLOCK_T)``. Counts, not
-times: no speed is claimed here (``benchmark/indexer_extend_sweep.py`` times the settings).
+no scores, ``RELU_ASM``; the launch's integer specialisation: bf16 keys as a ``[N, 128]`` tensor have
+``rows_per_page = 1``, a constant; fp4: the pool, decoded by ``load_key``). The inner key loop's SASS
+per warp and key tile; "/score": warp instructions per (entry, token) score,
+``instrs x warps / (BLOCK_C x BLOCK_T)``. Counts, not times: no speed is claimed here
+(``benchmark/indexer_extend_sweep.py`` times the settings).
 
-=========================  =====  ====  =====  ======  ======  =====  =====  ===  ====  ===  =====
-setting                    keys   regs  stack  shared  instrs  /scr   HGMMA  BAR  SHFL  LDL  FMUL
-=========================  =====  ====  =====  ======  ======  =====  =====  ===  ====  ===  =====
-keys_split t8 c128 w8 s2   bf16   255   376    197120  1793    14.0   64     16   32    9    272
-keys_wdot t8 c128 w8 s2    bf16   255   8      221184  1336    10.4   96     2    0     0    0
-keys_wdot t4 c128 w8 s2    bf16   210   0      147456  947     14.8   48     2    0     0    0
-keys_wdot t2 c256 w8 s2    bf16   220   0      184320  985     15.4   48     8    0     0    0
-keys_fold t4 c128 w8 s2    bf16   255   40     133120  926     14.5   32     2    16    0    8
-keys_fold t2 c256 w8 s2    bf16   228   0      165888  995     15.5   32     8    16    0    8
-keys_fold t8 c128 w8 s2    bf16   255   304    200704  1446    11.3   64     2    32    50   16
-keys_split t8 c128 w8 s2   fp4    255   408    172032  2638    20.6   64     18   32    9    272
-keys_wdot t8 c128 w8 s2    fp4    255   8      188416  2124    16.6   96     4    0     0    0
-=========================  =====  ====  =====  ======  ======  =====  =====  ===  ====  ===  =====
+==========================  =====  ====  =====  ======  ======  ======  =====  ===  ====  ===  ======
+setting                     keys   regs  stack  shared  instrs  /score  HGMMA  BAR  SHFL  LDL  FP ops
+==========================  =====  ====  =====  ======  ======  ======  =====  ===  ====  ===  ======
+keys_split t8 c128 w8 s2    bf16   255   376    197120  1793    14.0    64     16   32    9    768
+keys_wdot t8 c128 w8 s2     bf16   255   8      221184  1080    8.4     96     2    0     0    128
+keys_wdot16 t8 c128 w8 s2   bf16   255   8      221184  1080    8.4     96     2    0     0    128
+keys_wdot t4 c128 w8 s2     bf16   210   0      147456  819     12.8    48     2    0     0    64
+keys_wdot t2 c256 w8 s2     bf16   220   0      184320  857     13.4    48     8    0     0    64
+keys_fold t4 c128 w8 s2     bf16   255   40     133120  926     14.5    32     2    16    0    256
+keys_fold t2 c256 w8 s2     bf16   228   0      165888  995     15.5    32     8    16    0    256
+keys_fold t8 c128 w8 s2     bf16   255   304    200704  1446    11.3    64     2    32    50   512
+keys_split t8 c128 w8 s2    fp4    255   592    163840  3108    24.3    64     18   32    63   1056
+keys_wdot t8 c128 w8 s2     fp4    255   8      180224  2249    17.6    96     4    0     0    416
+==========================  =====  ====  =====  ======  ======  ======  =====  ===  ====  ===  ======
 
-(``keys_split t8 c128 w8 s2`` is the default, ``indexer.EXTEND_SCORE``.) ``keys_wdot t8``'s 8 bytes
-of stack are two predicate words saved at the kernel's start and read once before the key loop;
-its loop has no local-memory access. ``keys_fold t8`` holds the eight tokens' weights in registers
-(16 per token per thread in the accumulator's column layout) and spills inside the loop, so the
-sweep lists ``keys_fold`` at 2-4 tokens only.
+"FP ops": FMUL + FFMA + FMNMX + F2FP of the loop. ``keys_split t8 c128 w8 s2`` is the default
+(``indexer.EXTEND_SCORE``); ``keys_fold t8`` is not in the sweep (it spills inside the loop).
+``keys_wdot t8``'s 8 bytes of stack are two predicate words saved at the kernel's start and read
+once before the key loop; its loop has no local-memory access (the settings that compile without
+any spill: ``test_kernels_compile.py::test_extend_fold_forms_compile_without_spills``).
 """
 
 from __future__ import annotations
 
+import os
+
+import torch
 import triton
 import triton.language as tl
 
@@ -66,10 +79,16 @@ from sgl_kernel_v4.triton._dot import dot, dot_acc
 from sgl_kernel_v4.triton.indexer_score_extend import _key_tile, _token_q, short_run_keys, zero_long_rows
 from sgl_kernel_v4.triton.indexer_select import INT_MIN, _float_to_key
 
-__all__ = ["FOLD_FORMS", "_score_fold_kernel"]
+__all__ = ["FOLD_FORMS", "relu_asm_ok", "_score_fold_kernel"]
 
 #: ``ExtendScore.form`` values this module's kernel runs, with their ``FORM`` constexpr.
-FOLD_FORMS = {"keys_fold": 2, "keys_wdot": 3}
+FOLD_FORMS = {"keys_fold": 2, "keys_wdot": 3, "keys_wdot16": 4}
+
+
+def relu_asm_ok(q: torch.Tensor) -> bool:
+    """``RELU_ASM`` of a launch on ``q``'s device: inline PTX runs (a CUDA tensor, not Triton's
+    interpreter)."""
+    return q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
 
 
 @triton.jit
@@ -83,15 +102,42 @@ def _head_operand(wi, w_all, scale, i: tl.constexpr, offs_p, dtype: tl.constexpr
         return tl.where(offs_p[None, :] == i, w_all * scale, 0.0).to(dtype)
 
 
+#: ReLU and round to nearest of two fp32 values into a bf16 / fp16 pair (fp16 saturating at the
+#: largest finite value), one PTX conversion (sm_80+; ``$1`` goes to the low half)
+_RELU_BF16_ASM = tl.constexpr("cvt.rn.relu.bf16x2.f32 $0, $2, $1;")
+_RELU_F16_ASM = tl.constexpr("cvt.rn.relu.satfinite.f16x2.f32 $0, $2, $1;")
+
+
 @triton.jit
-def _token_scores(k, qi, bi, i: tl.constexpr, offs_p, sc, FORM: tl.constexpr, IEEE: tl.constexpr):
+def _relu_to(x, dtype: tl.constexpr, RELU_ASM: tl.constexpr):
+    # relu(x) rounded to dtype (fp16: at most 65,504, so an overflow is no inf, whose product with
+    # the zeros of the other tokens' columns would be NaN); RELU_ASM: the packed PTX conversion,
+    # else its Triton twin (the interpreter's)
+    if RELU_ASM and dtype == tl.bfloat16:
+        y = tl.inline_asm_elementwise(_RELU_BF16_ASM, "=r,r,r", [x], dtype=tl.bfloat16, is_pure=True, pack=2)
+    elif RELU_ASM and dtype == tl.float16:
+        y = tl.inline_asm_elementwise(_RELU_F16_ASM, "=r,r,r", [x], dtype=tl.float16, is_pure=True, pack=2)
+    elif dtype == tl.float16:
+        y = tl.minimum(tl.maximum(x, 0.0), 65504.0).to(dtype)
+    else:
+        y = tl.maximum(x, 0.0).to(dtype)
+    return y
+
+
+@triton.jit
+def _token_scores(k, qi, bi, i: tl.constexpr, offs_p, sc, FORM: tl.constexpr, IEEE: tl.constexpr,
+                  RELU_ASM: tl.constexpr):  # fmt: skip
     # token i's [BLOCK_C] head sums of the key tile k, added to column i of sc [BLOCK_C, TP]
     sd = dot(k, tl.trans(qi), IEEE)  # [BLOCK_C, BLOCK_H] fp32
     if FORM == 2:
         score = tl.sum(tl.maximum(sd, 0.0) * bi[None, :], 1)
         return tl.where(offs_p[None, :] == i, score[:, None], sc)
     else:
-        return dot_acc(tl.maximum(sd, 0.0).to(qi.dtype), bi, sc, IEEE)
+        if bi.dtype == tl.float32:
+            out = dot_acc(_relu_to(sd, bi.dtype, RELU_ASM), bi, sc, IEEE)
+        else:  # (the precision flag acts on fp32 operands only)
+            out = dot_acc(_relu_to(sd, bi.dtype, RELU_ASM), bi, sc, False)
+        return out
 
 
 @triton.jit
@@ -149,6 +195,7 @@ def _score_fold_kernel(
     FORM: tl.constexpr = 3,
     FP4_ROWS: tl.constexpr = False,
     IEEE: tl.constexpr = False,
+    RELU_ASM: tl.constexpr = False,
 ):
     # program (p, s): block rows g0 .. g0 + BLOCK_T - 1 (BLOCK_T <= 8), the s-th share of their
     # visible entries (multiples of BLOCK_C, as _score_extend_kernel's); one pass per request run
@@ -156,7 +203,7 @@ def _score_fold_kernel(
     s = tl.program_id(1)
     # the program's tokens as the score tile's columns, padded to TP = 16 for "keys_wdot" (a dot's
     # N); the padding columns act as tokens past G (no queries, nothing stored)
-    TP: tl.constexpr = 16 if (FORM == 3 and BLOCK_T < 16) else BLOCK_T
+    TP: tl.constexpr = 16 if (FORM >= 3 and BLOCK_T < 16) else BLOCK_T
     offs_p = tl.arange(0, TP)
     glp = (g0 + offs_p).to(tl.int64)
     p_ok = (offs_p < BLOCK_T) & (glp < G)
@@ -175,29 +222,31 @@ def _score_fold_kernel(
     # and head-sum operand, once per program (tokens 0..7 named, the unused ones compiled out)
     qa = (q_ptr, stride_qt, stride_qh, w_ptr, stride_wt, t_base, g0)
     w_all = tl.zeros([BLOCK_H, TP], tl.float32)
-    if FORM == 3:  # [BLOCK_H, TP]: token p's weights in column p (a few registers, not BLOCK_H per token)
+    # the second dot's operand dtype: the queries' ("keys_wdot"), fp16 ("keys_wdot16")
+    WD: tl.constexpr = tl.float16 if FORM == 4 else q_ptr.dtype.element_ty
+    if FORM >= 3:  # [BLOCK_H, TP]: token p's weights in column p (a few registers, not BLOCK_H per token)
         offs_h = tl.arange(0, BLOCK_H)
         wm = (offs_h < HI)[:, None] & p_ok[None, :]
         w_all = tl.load(w_ptr + (t_base + glp)[None, :] * stride_wt + offs_h[:, None], mask=wm, other=0.0)
         w_all = w_all.to(tl.float32)
     q0, w0, _n0, _a0 = _token_q(*qa, 0, p_ok, n_p, HI, BLOCK_H, DI)
     q1, w1, _n1, _a1 = _token_q(*qa, 1, p_ok, n_p, HI, BLOCK_H, DI)
-    b0 = _head_operand(w0, w_all, scale, 0, offs_p, q0.dtype, FORM)
-    b1 = _head_operand(w1, w_all, scale, 1, offs_p, q0.dtype, FORM)
+    b0 = _head_operand(w0, w_all, scale, 0, offs_p, WD, FORM)
+    b1 = _head_operand(w1, w_all, scale, 1, offs_p, WD, FORM)
     if BLOCK_T >= 4:
         q2, w2, _n2, _a2 = _token_q(*qa, 2, p_ok, n_p, HI, BLOCK_H, DI)
         q3, w3, _n3, _a3 = _token_q(*qa, 3, p_ok, n_p, HI, BLOCK_H, DI)
-        b2 = _head_operand(w2, w_all, scale, 2, offs_p, q0.dtype, FORM)
-        b3 = _head_operand(w3, w_all, scale, 3, offs_p, q0.dtype, FORM)
+        b2 = _head_operand(w2, w_all, scale, 2, offs_p, WD, FORM)
+        b3 = _head_operand(w3, w_all, scale, 3, offs_p, WD, FORM)
     if BLOCK_T >= 8:
         q4, w4, _n4, _a4 = _token_q(*qa, 4, p_ok, n_p, HI, BLOCK_H, DI)
         q5, w5, _n5, _a5 = _token_q(*qa, 5, p_ok, n_p, HI, BLOCK_H, DI)
         q6, w6, _n6, _a6 = _token_q(*qa, 6, p_ok, n_p, HI, BLOCK_H, DI)
         q7, w7, _n7, _a7 = _token_q(*qa, 7, p_ok, n_p, HI, BLOCK_H, DI)
-        b4 = _head_operand(w4, w_all, scale, 4, offs_p, q0.dtype, FORM)
-        b5 = _head_operand(w5, w_all, scale, 5, offs_p, q0.dtype, FORM)
-        b6 = _head_operand(w6, w_all, scale, 6, offs_p, q0.dtype, FORM)
-        b7 = _head_operand(w7, w_all, scale, 7, offs_p, q0.dtype, FORM)
+        b4 = _head_operand(w4, w_all, scale, 4, offs_p, WD, FORM)
+        b5 = _head_operand(w5, w_all, scale, 5, offs_p, WD, FORM)
+        b6 = _head_operand(w6, w_all, scale, 6, offs_p, WD, FORM)
+        b7 = _head_operand(w7, w_all, scale, 7, offs_p, WD, FORM)
     for i in range(0, BLOCK_T):
         gi = g0 + i
         ri = tl.load(token_req_ptr + t_base + gi, mask=gi < G, other=-1)
@@ -222,16 +271,16 @@ def _score_fold_kernel(
                     )
                     k = k.to(q0.dtype)
                     sc = tl.zeros([BLOCK_C, TP], tl.float32)
-                    sc = _token_scores(k, q0, b0, 0, offs_p, sc, FORM, IEEE)
-                    sc = _token_scores(k, q1, b1, 1, offs_p, sc, FORM, IEEE)
+                    sc = _token_scores(k, q0, b0, 0, offs_p, sc, FORM, IEEE, RELU_ASM)
+                    sc = _token_scores(k, q1, b1, 1, offs_p, sc, FORM, IEEE, RELU_ASM)
                     if BLOCK_T >= 4:
-                        sc = _token_scores(k, q2, b2, 2, offs_p, sc, FORM, IEEE)
-                        sc = _token_scores(k, q3, b3, 3, offs_p, sc, FORM, IEEE)
+                        sc = _token_scores(k, q2, b2, 2, offs_p, sc, FORM, IEEE, RELU_ASM)
+                        sc = _token_scores(k, q3, b3, 3, offs_p, sc, FORM, IEEE, RELU_ASM)
                     if BLOCK_T >= 8:
-                        sc = _token_scores(k, q4, b4, 4, offs_p, sc, FORM, IEEE)
-                        sc = _token_scores(k, q5, b5, 5, offs_p, sc, FORM, IEEE)
-                        sc = _token_scores(k, q6, b6, 6, offs_p, sc, FORM, IEEE)
-                        sc = _token_scores(k, q7, b7, 7, offs_p, sc, FORM, IEEE)
+                        sc = _token_scores(k, q4, b4, 4, offs_p, sc, FORM, IEEE, RELU_ASM)
+                        sc = _token_scores(k, q5, b5, 5, offs_p, sc, FORM, IEEE, RELU_ASM)
+                        sc = _token_scores(k, q6, b6, 6, offs_p, sc, FORM, IEEE, RELU_ASM)
+                        sc = _token_scores(k, q7, b7, 7, offs_p, sc, FORM, IEEE, RELU_ASM)
                     if CODEC == 2:  # fp8 keys: the per-key scale (> 0) after the head sum
                         sc = sc * kscale[:, None]
                     _store_tile(rows, srows, n_p, act_p, sc, c, valid, cm, WRITE_SCORES)
