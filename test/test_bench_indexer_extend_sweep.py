@@ -25,7 +25,7 @@ def test_indexer_extend_sweep_dry_run(tmp_path) -> None:
     assert {(row["keys"], row["setting"].split()[0]) for row in rows} == {
         (k, f)
         for k in ("bf16", "fp4")
-        for f in ("general", "keys", "keys_split", "keys_wdot", "keys_wdot16", "keys_fold")
+        for f in ("general", "keys", "keys_split", "keys_wdot", "keys_wdot16", "keys_wdot_pairs", "keys_fold")
     }
     assert all("error" not in row and row["ms"] > 0 and row["same"] for row in rows)
     md = (tmp_path / "indexer_extend_sweep.md").read_text()

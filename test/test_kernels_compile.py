@@ -428,14 +428,21 @@ def _compile_extend_launch(es, codec: int):
 
 #: opt-in extend scoring settings (``indexer_score_fold``) that compile without spills for sm_90 at
 #: the launch's specialisation with Triton 3.6 (the GPU image's), bf16 keys
-_FOLD_NO_SPILL = (("keys_wdot", 4, 128, 8, 2), ("keys_wdot", 2, 256, 8, 2), ("keys_fold", 2, 256, 8, 2))
+_FOLD_NO_SPILL = (
+    ("keys_wdot", 4, 128, 8, 2),
+    ("keys_wdot", 2, 256, 8, 2),
+    ("keys_fold", 2, 256, 8, 2),
+    ("keys_wdot_pairs", 8, 128, 8, 1),
+    ("keys_wdot_pairs", 4, 128, 8, 2),
+)
 
 
 @pytest.mark.slow
 def test_extend_fold_forms_compile_without_spills() -> None:
     """The opt-in scoring forms' settings of ``_FOLD_NO_SPILL`` compile for sm_90 at the real launch's
     specialisation within shared memory and spill no registers (bf16 keys); prints the default's
-    and ``keys_wdot t8 c128``'s spills beside them (the default's: 376 B with Triton 3.6)."""
+    and the two-stage 8-token ``keys_wdot`` / ``keys_wdot_pairs`` spills beside them (376, 8 and
+    32 B with Triton 3.6; the last two outside the key loop)."""
     import triton
     from sgl_kernel_v4.triton.indexer import EXTEND_SCORE
     from sgl_kernel_v4.triton.indexer_score_extend import ExtendScore
@@ -450,6 +457,7 @@ def test_extend_fold_forms_compile_without_spills() -> None:
     for es in (
         EXTEND_SCORE,
         ExtendScore(form="keys_wdot", block_t=8, block_c=128, num_warps=8, num_stages=2),
+        ExtendScore(form="keys_wdot_pairs", block_t=8, block_c=128, num_warps=8, num_stages=2),
     ):
         kernel, spill = _compile_extend_launch(es, 0)
         assert kernel.metadata.shared <= SMEM_LIMIT, (es.label(), kernel.metadata.shared)

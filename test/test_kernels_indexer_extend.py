@@ -40,6 +40,8 @@ SETTINGS = [
     ("keys_wdot", 8, 128, 8, 2, 4),  # the sweep's candidate, split for 4 waves
     ("keys_wdot", 2, 64, 4, 2),
     ("keys_wdot16", 4, 32, 4, 2),
+    ("keys_wdot_pairs", 8, 32, 8, 2),
+    ("keys_wdot_pairs", 2, 64, 4, 2, 8),
 ]
 
 
@@ -96,7 +98,7 @@ def test_extend_scores_match_fp64(setting: tuple, dtype: torch.dtype) -> None:
     # post-ReLU products and the weights to the input dtype for its second dot (fp16: 2^-11
     # relative each; fp32: exact in the interpreter, TF32 twice on CUDA), "keys_wdot16" to fp16
     bound = 3e-3 if dtype == torch.float32 and not INTERP else 1e-5
-    if setting[0] == "keys_wdot":
+    if setting[0] in ("keys_wdot", "keys_wdot_pairs"):
         bound = 2e-3 if dtype == torch.float16 else 6e-3 if not INTERP else 1e-5
     if setting[0] == "keys_wdot16":
         bound = 2e-3 if dtype == torch.float16 or INTERP else 6e-3
@@ -171,7 +173,7 @@ def test_extend_blocks_of_rows(form: str, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("fp4", [False, "load_key", "rows"])
-@pytest.mark.parametrize("form", ["keys", "keys_split", "keys_wdot", "keys_fold"])
+@pytest.mark.parametrize("form", ["keys", "keys_split", "keys_wdot", "keys_fold", "keys_wdot_pairs"])
 def test_extend_quantized_keys(fp4: bool | str, form: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """fp8 (e4m3 + fp32 scale) and fp4 (e2m1 + ue8m0 per 32; decoded per value by ``load_key`` or a
     whole key at a time, ``indexer.EXTEND_FP4_ROWS``) indexer pools: scores vs float64 of the
@@ -258,6 +260,7 @@ def test_extend_score_bad_fields() -> None:
         ({"form": "keys_wdot", "block_t": 16}, "block_t"),
         ({"form": "keys_fold", "block_t": 16}, "block_t"),
         ({"form": "keys_wdot16", "block_t": 16}, "block_t"),
+        ({"form": "keys_wdot_pairs", "block_t": 16}, "block_t"),
         ({"waves": 0}, "waves"),
     ):
         with pytest.raises(ValueError, match=field):
@@ -265,7 +268,7 @@ def test_extend_score_bad_fields() -> None:
     assert ExtendScore(form="keys", block_t=4).form_code == 0
 
 
-@pytest.mark.parametrize("form", ["keys_fold", "keys_wdot", "keys_wdot16"])
+@pytest.mark.parametrize("form", ["keys_fold", "keys_wdot", "keys_wdot16", "keys_wdot_pairs"])
 def test_fold_forms_refuse_negative_scale(form: str) -> None:
     """The opt-in forms rewrite ``relu(scale x) w`` as ``relu(x) (scale w)``, true for ``scale >= 0``
     only: a negative scale is a ValueError naming it, raised before any launch (the output stays)."""

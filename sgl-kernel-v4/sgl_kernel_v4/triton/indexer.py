@@ -133,7 +133,7 @@ DECODE_FP4_BLOCKS = True
 EXTEND_FP4_ROWS = False
 #: Scoring of programs of several tokens (an extend; :mod:`sgl_kernel_v4.triton.indexer_score_extend`):
 #: ``form="general"`` is :func:`_score_kernel` (tokens-major), ``"keys"`` / ``"keys_split"`` the
-#: keys-major kernel with the setting's tile (``"keys_fold"`` / ``"keys_wdot"``: the opt-in forms of
+#: keys-major kernel with the setting's tile (``"keys_fold"``, ``"keys_wdot"``, ...: the opt-in forms of
 #: :mod:`sgl_kernel_v4.triton.indexer_score_fold`, ``scale >= 0``); ``indexer_topk(extend_score=...)``
 #: overrides it per call.
 #: The default is the fastest setting of the H200 sweep (``benchmark/indexer_extend_sweep.py``; a

@@ -63,11 +63,18 @@ __all__ = [
 
 #: ``ExtendScore.form`` values: the general kernel (tokens-major), the two keys-major forms of
 #: :func:`_score_extend_kernel` and the two opt-in ones of :mod:`sgl_kernel_v4.triton.indexer_score_fold`.
-EXTEND_FORMS = ("general", "keys", "keys_split", "keys_fold", "keys_wdot", "keys_wdot16")
-_FORM_CODE = {"keys": 0, "keys_split": 1, "keys_fold": 2, "keys_wdot": 3, "keys_wdot16": 4}
+EXTEND_FORMS = ("general", "keys", "keys_split", "keys_fold", "keys_wdot", "keys_wdot16", "keys_wdot_pairs")
+_FORM_CODE = {
+    "keys": 0,
+    "keys_split": 1,
+    "keys_fold": 2,
+    "keys_wdot": 3,
+    "keys_wdot16": 4,
+    "keys_wdot_pairs": 5,
+}
 _MAX_SPLIT_TOKENS = 8
 #: the forms of one dot per token (queries loaded before the key loop, at most 8 tokens)
-_SPLIT_FORMS = ("keys_split", "keys_fold", "keys_wdot", "keys_wdot16")
+_SPLIT_FORMS = ("keys_split", "keys_fold", "keys_wdot", "keys_wdot16", "keys_wdot_pairs")
 _MAX_KEYS_TOKENS = 4
 
 
@@ -77,8 +84,9 @@ class ExtendScore:
 
     Attributes:
         form: one of :data:`EXTEND_FORMS`: ``"general"`` (``indexer._score_kernel``, heads on the
-            MMA's M side), ``"keys"`` or ``"keys_split"`` (:func:`_score_extend_kernel`), ``"keys_fold"``
-            or ``"keys_wdot"`` (opt-in, ``indexer_score_fold._score_fold_kernel``; ``scale >= 0``).
+            MMA's M side), ``"keys"`` or ``"keys_split"`` (:func:`_score_extend_kernel`), the opt-in
+            ``"keys_fold"``, ``"keys_wdot"``, ``"keys_wdot16"``, ``"keys_wdot_pairs"``
+            (``indexer_score_fold._score_fold_kernel``; ``scale >= 0``).
         block_t: tokens per program (a power of two >= 2; ``"keys"``: at most 4, the other keys-major
             forms: at most 8); ``None``:
             the caller's (``indexer_topk``'s ``block_t``, else ``128 // heads`` up to 4).
@@ -160,7 +168,7 @@ def extend_splits(blocks: int, sms: int, waves: int) -> int:
 #: builds), 64 heads: (form, block_t, block_c, num_warps, num_stages), pruned from forms x
 #: block_t 2/4/8 x block_c 64/128 x warps 4/8 x stages 2/3 to accumulators of at most 64 K fp32
 #: values per program (``block_c x block_t x 64`` for ``keys``, ``block_c x 64`` per token for
-#: ``keys_split``), and six settings of the opt-in forms ``keys_wdot`` / ``keys_wdot16`` / ``keys_fold``.
+#: ``keys_split``), and nine settings of the opt-in forms of ``indexer_score_fold``.
 SWEEP_SETTINGS = tuple(
     ExtendScore(form=f, block_t=t, block_c=c, num_warps=w, num_stages=st)
     for f, t, c, w, st in (
@@ -178,6 +186,9 @@ SWEEP_SETTINGS = tuple(
         # opt-in forms of indexer_score_fold (compile statistics in its docstring)
         ("keys_wdot", 8, 128, 8, 2),
         ("keys_wdot16", 8, 128, 8, 2),
+        ("keys_wdot_pairs", 8, 128, 8, 2),
+        ("keys_wdot_pairs", 8, 128, 8, 1),
+        ("keys_wdot_pairs", 4, 128, 8, 2),
         ("keys_wdot", 4, 128, 8, 2),
         ("keys_wdot", 2, 256, 8, 2),
         ("keys_fold", 4, 128, 8, 2),

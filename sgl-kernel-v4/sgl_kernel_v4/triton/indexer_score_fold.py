@@ -1,7 +1,7 @@
 """Lightning-indexer extend scoring, keys-major, with the head sum taken off the accumulator (Triton).
 
-The opt-in forms ``"keys_fold"``, ``"keys_wdot"`` and ``"keys_wdot16"`` of
-:class:`~sgl_kernel_v4.triton.indexer_score_extend.ExtendScore` (``FORM`` 2, 3, 4 of
+The opt-in forms ``"keys_fold"``, ``"keys_wdot"``, ``"keys_wdot16"`` and ``"keys_wdot_pairs"`` of
+:class:`~sgl_kernel_v4.triton.indexer_score_extend.ExtendScore` (``FORM`` 2 to 5 of
 :func:`_score_fold_kernel`). Same inputs, outputs and arguments as
 ``indexer_score_extend._score_extend_kernel`` (one order-preserving int32 key per visible entry,
 ``INT_MIN`` for an invalid one, fp32 scores when ``WRITE_SCORES``, the short-row path), plus
@@ -36,7 +36,12 @@ the MMA's M side, heads on N) against its query tile, staged once in shared memo
 * ``"keys_wdot16"``: ``"keys_wdot"`` with the second dot in fp16 whatever the input dtype (10
   mantissa bits to bf16's 7: ~3.0e-4 relative L2, 99.95% of the top-512 in common in the same
   emulation); the post-ReLU products saturate at 65,504 (an inf would turn the other tokens'
-  zero columns into NaN), weights below fp16's normal range lose precision.
+  zero columns into NaN), weights below fp16's normal range lose precision;
+* ``"keys_wdot_pairs"``: ``"keys_wdot"`` over two tokens per dot (``BLOCK_T`` even): their query
+  tiles stacked ``[2 BLOCK_H, DI]`` (one m64n128 product chain per warpgroup instead of two
+  m64n64 ones, each waited for), and the second dot's operand ``[2 BLOCK_H, TP]`` block-diagonal
+  (each token's weights in its own column): the same roundings as ``"keys_wdot"``, half the
+  products to wait for.
 
 Compile statistics (sm_90, Triton 3.6, 64 heads x 128, bf16 queries, the top-k launch: ``SHORT``,
 no scores, ``RELU_ASM``; the launch's integer specialisation: bf16 keys as a ``[N, 128]`` tensor have
@@ -50,6 +55,9 @@ setting                     keys   regs  stack  shared  instrs  /score  HGMMA  B
 ==========================  =====  ====  =====  ======  ======  ======  =====  ===  ====  ===  ======
 keys_split t8 c128 w8 s2    bf16   255   376    197120  1793    14.0    64     16   32    9    768
 keys_wdot t8 c128 w8 s2     bf16   255   8      221184  1080    8.4     96     2    0     0    128
+keys_wdot_pairs t8 ... s2   bf16   255   32     221184  961     7.5     64     2    0     0    128
+keys_wdot_pairs t8 ... s1   bf16   255   0      180224  946     7.4     64     4    0     0    128
+keys_wdot_pairs t4 ... s2   bf16   214   0      147456  739     11.5    32     2    0     0    64
 keys_wdot16 t8 c128 w8 s2   bf16   255   8      221184  1080    8.4     96     2    0     0    128
 keys_wdot t4 c128 w8 s2     bf16   210   0      147456  819     12.8    48     2    0     0    64
 keys_wdot t2 c256 w8 s2     bf16   220   0      184320  857     13.4    48     8    0     0    64
@@ -58,12 +66,14 @@ keys_fold t2 c256 w8 s2     bf16   228   0      165888  995     15.5    32     8
 keys_fold t8 c128 w8 s2     bf16   255   304    200704  1446    11.3    64     2    32    50   512
 keys_split t8 c128 w8 s2    fp4    255   592    163840  3108    24.3    64     18   32    63   1056
 keys_wdot t8 c128 w8 s2     fp4    255   8      180224  2249    17.6    96     4    0     0    416
+keys_wdot_pairs t8 ... s2   fp4    255   0      180224  2113    16.5    64     4    0     0    416
 ==========================  =====  ====  =====  ======  ======  ======  =====  ===  ====  ===  ======
 
-"FP ops": FMUL + FFMA + FMNMX + F2FP of the loop. ``keys_split t8 c128 w8 s2`` is the default
+"FP ops": FMUL + FFMA + FMNMX + F2FP of the loop; "t8 ... s2": ``c128 w8``. ``keys_split t8 c128 w8 s2`` is the default
 (``indexer.EXTEND_SCORE``); ``keys_fold t8`` is not in the sweep (it spills inside the loop).
 ``keys_wdot t8``'s 8 bytes of stack are two predicate words saved at the kernel's start and read
-once before the key loop; its loop has no local-memory access (the settings that compile without
+once before the key loop (``keys_wdot_pairs t8 s2``'s 32 likewise outside it); their loops have no
+local-memory access (the settings that compile without
 any spill: ``test_kernels_compile.py::test_extend_fold_forms_compile_without_spills``).
 """
 
@@ -82,7 +92,7 @@ from sgl_kernel_v4.triton.indexer_select import INT_MIN, _float_to_key
 __all__ = ["FOLD_FORMS", "relu_asm_ok", "_score_fold_kernel"]
 
 #: ``ExtendScore.form`` values this module's kernel runs, with their ``FORM`` constexpr.
-FOLD_FORMS = {"keys_fold": 2, "keys_wdot": 3, "keys_wdot16": 4}
+FOLD_FORMS = {"keys_fold": 2, "keys_wdot": 3, "keys_wdot16": 4, "keys_wdot_pairs": 5}
 
 
 def relu_asm_ok(q: torch.Tensor) -> bool:
@@ -138,6 +148,27 @@ def _token_scores(k, qi, bi, i: tl.constexpr, offs_p, sc, FORM: tl.constexpr, IE
         else:  # (the precision flag acts on fp32 operands only)
             out = dot_acc(_relu_to(sd, bi.dtype, RELU_ASM), bi, sc, False)
         return out
+
+
+@triton.jit
+def _pair_operands(q_ptr, stride_qt, stride_qh, w_ptr, stride_wt, t_base, g0, vis_ptr, G, HI, scale, offs_p,
+                   j: tl.constexpr, BLOCK_H: tl.constexpr, DI: tl.constexpr, WD: tl.constexpr):  # fmt: skip
+    # "keys_wdot_pairs": tokens 2j and 2j + 1 of the program as one dot: their queries stacked
+    # [2 BLOCK_H, DI] (row m: token 2j + m // BLOCK_H, head m % BLOCK_H; zeros past HI, past G or
+    # for a token that sees nothing) and the second dot's operand [2 BLOCK_H, TP] (row m: scale x
+    # the token's weight of head m % BLOCK_H in the token's column, zeros elsewhere)
+    offs_m = tl.arange(0, 2 * BLOCK_H)
+    tok = 2 * j + offs_m // BLOCK_H
+    head = offs_m % BLOCK_H
+    t = (g0 + tok).to(tl.int64)
+    nv = tl.load(vis_ptr + t_base + t, mask=t < G, other=0)
+    ok = (t < G) & (nv > 0) & (head < HI)
+    t = t_base + t
+    q = tl.load(q_ptr + t[:, None] * stride_qt + head[:, None] * stride_qh + tl.arange(0, DI)[None, :],
+                mask=ok[:, None], other=0.0)  # fmt: skip
+    wm = ok[:, None] & (offs_p[None, :] == tok[:, None])
+    w = tl.load(w_ptr + t[:, None] * stride_wt + head[:, None] + 0 * offs_p[None, :], mask=wm, other=0.0)
+    return q, (w.to(tl.float32) * scale).to(WD)
 
 
 @triton.jit
@@ -224,29 +255,42 @@ def _score_fold_kernel(
     w_all = tl.zeros([BLOCK_H, TP], tl.float32)
     # the second dot's operand dtype: the queries' ("keys_wdot"), fp16 ("keys_wdot16")
     WD: tl.constexpr = tl.float16 if FORM == 4 else q_ptr.dtype.element_ty
-    if FORM >= 3:  # [BLOCK_H, TP]: token p's weights in column p (a few registers, not BLOCK_H per token)
+    if (
+        FORM == 3 or FORM == 4
+    ):  # [BLOCK_H, TP]: token p's weights in column p (a few registers, not BLOCK_H per token)
         offs_h = tl.arange(0, BLOCK_H)
         wm = (offs_h < HI)[:, None] & p_ok[None, :]
         w_all = tl.load(w_ptr + (t_base + glp)[None, :] * stride_wt + offs_h[:, None], mask=wm, other=0.0)
         w_all = w_all.to(tl.float32)
-    q0, w0, _n0, _a0 = _token_q(*qa, 0, p_ok, n_p, HI, BLOCK_H, DI)
-    q1, w1, _n1, _a1 = _token_q(*qa, 1, p_ok, n_p, HI, BLOCK_H, DI)
-    b0 = _head_operand(w0, w_all, scale, 0, offs_p, WD, FORM)
-    b1 = _head_operand(w1, w_all, scale, 1, offs_p, WD, FORM)
-    if BLOCK_T >= 4:
-        q2, w2, _n2, _a2 = _token_q(*qa, 2, p_ok, n_p, HI, BLOCK_H, DI)
-        q3, w3, _n3, _a3 = _token_q(*qa, 3, p_ok, n_p, HI, BLOCK_H, DI)
-        b2 = _head_operand(w2, w_all, scale, 2, offs_p, WD, FORM)
-        b3 = _head_operand(w3, w_all, scale, 3, offs_p, WD, FORM)
-    if BLOCK_T >= 8:
-        q4, w4, _n4, _a4 = _token_q(*qa, 4, p_ok, n_p, HI, BLOCK_H, DI)
-        q5, w5, _n5, _a5 = _token_q(*qa, 5, p_ok, n_p, HI, BLOCK_H, DI)
-        q6, w6, _n6, _a6 = _token_q(*qa, 6, p_ok, n_p, HI, BLOCK_H, DI)
-        q7, w7, _n7, _a7 = _token_q(*qa, 7, p_ok, n_p, HI, BLOCK_H, DI)
-        b4 = _head_operand(w4, w_all, scale, 4, offs_p, WD, FORM)
-        b5 = _head_operand(w5, w_all, scale, 5, offs_p, WD, FORM)
-        b6 = _head_operand(w6, w_all, scale, 6, offs_p, WD, FORM)
-        b7 = _head_operand(w7, w_all, scale, 7, offs_p, WD, FORM)
+    # operands per dot: a token's (NQ = BLOCK_T), or a pair's ("keys_wdot_pairs", NQ = BLOCK_T / 2)
+    NQ: tl.constexpr = BLOCK_T // 2 if FORM == 5 else BLOCK_T
+    if FORM == 5:
+        pa = (q_ptr, stride_qt, stride_qh, w_ptr, stride_wt, t_base, g0, vis_ptr, G, HI, scale, offs_p)
+        q0, b0 = _pair_operands(*pa, 0, BLOCK_H, DI, WD)
+        if NQ >= 2:
+            q1, b1 = _pair_operands(*pa, 1, BLOCK_H, DI, WD)
+        if NQ >= 4:
+            q2, b2 = _pair_operands(*pa, 2, BLOCK_H, DI, WD)
+            q3, b3 = _pair_operands(*pa, 3, BLOCK_H, DI, WD)
+    else:
+        q0, w0, _n0, _a0 = _token_q(*qa, 0, p_ok, n_p, HI, BLOCK_H, DI)
+        q1, w1, _n1, _a1 = _token_q(*qa, 1, p_ok, n_p, HI, BLOCK_H, DI)
+        b0 = _head_operand(w0, w_all, scale, 0, offs_p, WD, FORM)
+        b1 = _head_operand(w1, w_all, scale, 1, offs_p, WD, FORM)
+        if BLOCK_T >= 4:
+            q2, w2, _n2, _a2 = _token_q(*qa, 2, p_ok, n_p, HI, BLOCK_H, DI)
+            q3, w3, _n3, _a3 = _token_q(*qa, 3, p_ok, n_p, HI, BLOCK_H, DI)
+            b2 = _head_operand(w2, w_all, scale, 2, offs_p, WD, FORM)
+            b3 = _head_operand(w3, w_all, scale, 3, offs_p, WD, FORM)
+        if BLOCK_T >= 8:
+            q4, w4, _n4, _a4 = _token_q(*qa, 4, p_ok, n_p, HI, BLOCK_H, DI)
+            q5, w5, _n5, _a5 = _token_q(*qa, 5, p_ok, n_p, HI, BLOCK_H, DI)
+            q6, w6, _n6, _a6 = _token_q(*qa, 6, p_ok, n_p, HI, BLOCK_H, DI)
+            q7, w7, _n7, _a7 = _token_q(*qa, 7, p_ok, n_p, HI, BLOCK_H, DI)
+            b4 = _head_operand(w4, w_all, scale, 4, offs_p, WD, FORM)
+            b5 = _head_operand(w5, w_all, scale, 5, offs_p, WD, FORM)
+            b6 = _head_operand(w6, w_all, scale, 6, offs_p, WD, FORM)
+            b7 = _head_operand(w7, w_all, scale, 7, offs_p, WD, FORM)
     for i in range(0, BLOCK_T):
         gi = g0 + i
         ri = tl.load(token_req_ptr + t_base + gi, mask=gi < G, other=-1)
@@ -272,11 +316,12 @@ def _score_fold_kernel(
                     k = k.to(q0.dtype)
                     sc = tl.zeros([BLOCK_C, TP], tl.float32)
                     sc = _token_scores(k, q0, b0, 0, offs_p, sc, FORM, IEEE, RELU_ASM)
-                    sc = _token_scores(k, q1, b1, 1, offs_p, sc, FORM, IEEE, RELU_ASM)
-                    if BLOCK_T >= 4:
+                    if NQ >= 2:
+                        sc = _token_scores(k, q1, b1, 1, offs_p, sc, FORM, IEEE, RELU_ASM)
+                    if NQ >= 4:
                         sc = _token_scores(k, q2, b2, 2, offs_p, sc, FORM, IEEE, RELU_ASM)
                         sc = _token_scores(k, q3, b3, 3, offs_p, sc, FORM, IEEE, RELU_ASM)
-                    if BLOCK_T >= 8:
+                    if NQ >= 8:
                         sc = _token_scores(k, q4, b4, 4, offs_p, sc, FORM, IEEE, RELU_ASM)
                         sc = _token_scores(k, q5, b5, 5, offs_p, sc, FORM, IEEE, RELU_ASM)
                         sc = _token_scores(k, q6, b6, 6, offs_p, sc, FORM, IEEE, RELU_ASM)
