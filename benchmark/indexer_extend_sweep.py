@@ -9,7 +9,9 @@ compiles) for
 
 * ``general``: the general scoring kernel (``ExtendScore(form="general")``, the baseline, same run);
 * each ``ExtendScore`` setting of ``indexer_score_extend.SWEEP_SETTINGS`` (``--grid full``: every
-  form x block_t x block_c 64/128 x warps 4/8 x stages 2/3; ``--grid none``: no setting);
+  ``keys`` / ``keys_split`` x block_t x block_c 64/128 x warps 4/8 x stages 2/3; ``--grid none``: no
+  setting), the opt-in forms of ``indexer_score_fold`` (``keys_wdot``, ``keys_wdot16``,
+  ``keys_wdot_pairs``, ``keys_fold``) among them;
 * ``--settings form/block_t/block_c/warps/stages[/waves],..``: further settings named on the
   command line;
 * ``--waves W,..``: the module default (``indexer.EXTEND_SCORE``) with its ``waves`` field set to
@@ -125,7 +127,10 @@ def sweep(a: argparse.Namespace) -> list[dict]:
     sh = DRY_SHAPES if a.dry else GPU_SHAPES
     settings = list(full_grid() if a.grid == "full" else SWEEP_SETTINGS if a.grid == "default" else ())
     if a.dry and settings:  # the plumbing: one setting of each form
-        settings = [next(s for s in settings if s.form == f) for f in ("keys", "keys_split")]
+        forms = ("keys", "keys_split", "keys_wdot", "keys_wdot16", "keys_wdot_pairs", "keys_fold")
+        settings = [
+            next(s for s in settings if s.form == f) for f in forms if any(s.form == f for s in settings)
+        ]
     for spec in filter(None, a.settings.split(",")):  # form/block_t/block_c/warps/stages[/waves]
         f, *nums = spec.split("/")
         t, c, w, st, *wv = (int(x) for x in nums)

@@ -23,7 +23,9 @@ def test_indexer_extend_sweep_dry_run(tmp_path) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = json.loads((tmp_path / "indexer_extend_sweep.json").read_text())["rows"]
     assert {(row["keys"], row["setting"].split()[0]) for row in rows} == {
-        (k, f) for k in ("bf16", "fp4") for f in ("general", "keys", "keys_split")
+        (k, f)
+        for k in ("bf16", "fp4")
+        for f in ("general", "keys", "keys_split", "keys_wdot", "keys_wdot16", "keys_wdot_pairs", "keys_fold")
     }
     assert all("error" not in row and row["ms"] > 0 and row["same"] for row in rows)
     md = (tmp_path / "indexer_extend_sweep.md").read_text()

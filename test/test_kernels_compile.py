@@ -76,6 +76,8 @@ _SCORE_EXTEND = dict(
     CODEC="constexpr", BLOCK_T="constexpr", BLOCK_H="constexpr", BLOCK_C="constexpr", WRITE_SCORES="constexpr",
     SHORT="constexpr", HB="constexpr", FORM="constexpr", FP4_ROWS="constexpr", IEEE="constexpr",
 )  # fmt: skip
+# the opt-in extend scoring forms (indexer_score_fold): the same, plus the ReLU-and-round PTX flag
+_SCORE_FOLD = dict(_SCORE_EXTEND, RELU_ASM="constexpr")
 # the MoE pair layout (moe._align): one program up to 4,096 pairs, else the two chunked launches
 _ALIGN_ONE = dict(
     ids_ptr="*i64", n="i32", E="i32", sorted_ptr="*i32", bexp_ptr="*i32", n_blocks="i32", bound="i32",
@@ -408,20 +410,22 @@ def _extend_score_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
     keys, top-k path (``SHORT``, no scores). Not ``serving``: their spills are reported, not refused
     (a candidate setting that spills is one the sweep measures as slow)."""
     from sgl_kernel_v4.triton.indexer_score_extend import SWEEP_SETTINGS
+    from sgl_kernel_v4.triton.indexer_score_fold import FOLD_FORMS
     from sgl_kernel_v4.triton.indexer_select import HB
 
     out = []
     for es in SWEEP_SETTINGS:
+        fold = es.form in FOLD_FORMS
         for codec, kv in ((0, "*bf16"), (3, "*u8")):
             consts = dict(DI=128, CODEC=codec, BLOCK_T=es.block_t, BLOCK_H=64, BLOCK_C=es.block_c,
                           WRITE_SCORES=False, SHORT=True, HB=HB, FORM=es.form_code, FP4_ROWS=codec == 3)  # fmt: skip
             opts = {"num_warps": es.num_warps, "num_stages": es.num_stages}
             out.append(
                 (
-                    "indexer_score_extend",
-                    "_score_extend_kernel",
-                    dict(_SCORE_EXTEND, kv_ptr=kv),
-                    consts,
+                    "indexer_score_fold" if fold else "indexer_score_extend",
+                    "_score_fold_kernel" if fold else "_score_extend_kernel",
+                    dict(_SCORE_FOLD if fold else _SCORE_EXTEND, kv_ptr=kv),
+                    dict(consts, RELU_ASM=True) if fold else consts,
                     opts,
                     False,
                 )
@@ -437,6 +441,84 @@ def test_extend_score_settings_compile_for_sm90() -> None:
     for (_, _, _sig, consts, opts, _), spill in zip(_extend_score_cases(), spills):
         print(f"FORM {consts['FORM']} CODEC {consts['CODEC']} BLOCK_T {consts['BLOCK_T']} BLOCK_C "
               f"{consts['BLOCK_C']} {opts}: spill {spill} B")  # fmt: skip
+
+
+def _compile_extend_launch(es, codec: int):
+    """The keys-major extend scoring kernel of setting ``es`` compiled for sm_90 as
+    ``indexer.indexer_topk`` launches it over a 2,048-token chunk (64 heads x 128, bf16 queries, the
+    top-k path): bf16 keys (``codec`` 0) are a ``[N, 128]`` tensor, so ``rows_per_page`` is 1 (Triton
+    specialises an integer argument equal to 1 as a constant) and the page stride 128; fp4 keys
+    (``codec`` 3) are the pool's pages of 64 rows of 68 bytes. Integer arguments that are multiples
+    of 16 at that launch get ``tt.divisibility`` 16 (``_attrs`` gives it to strides and pointers
+    only). Returns ``(compiled kernel, spilled bytes or None)``."""
+    import triton
+    from sgl_kernel_v4.triton.indexer_score_fold import FOLD_FORMS
+    from sgl_kernel_v4.triton.indexer_select import HB
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fold = es.form in FOLD_FORMS
+    module, name = (
+        ("indexer_score_fold", "_score_fold_kernel")
+        if fold
+        else ("indexer_score_extend", "_score_extend_kernel")
+    )
+    fn = getattr(importlib.import_module(f"sgl_kernel_v4.triton.{module}"), name)
+    sig = dict(_SCORE_FOLD if fold else _SCORE_EXTEND, kv_ptr="*bf16" if codec == 0 else "*u8")
+    consts = dict(DI=128, CODEC=codec, BLOCK_T=es.block_t, BLOCK_H=64, BLOCK_C=es.block_c, WRITE_SCORES=False,
+                  SHORT=True, HB=HB, FORM=es.form_code, FP4_ROWS=False, IEEE=False)  # fmt: skip
+    if fold:
+        consts["RELU_ASM"] = True  # the GPU launch's (indexer_score_fold.relu_asm_ok)
+    attrs = _attrs(sig)
+    names = list(sig)
+    for n in ("kv_ps", "HI", "stride_k") + (("kv_rs",) if codec == 0 else ("kv_rpp",)):
+        attrs[(names.index(n),)] = [["tt.divisibility", 16]]
+    if codec == 0:
+        sig["kv_rpp"], consts["kv_rpp"] = "constexpr", 1
+    kernel = triton.compile(
+        ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": es.num_warps, "num_stages": es.num_stages},
+    )
+    return kernel, _local_memory_bytes(kernel.asm["cubin"])
+
+
+#: opt-in extend scoring settings (``indexer_score_fold``) that compile without spills for sm_90 at
+#: the launch's specialisation with Triton 3.6 (the GPU image's), bf16 keys
+_FOLD_NO_SPILL = (
+    ("keys_wdot", 4, 128, 8, 2),
+    ("keys_wdot", 2, 256, 8, 2),
+    ("keys_fold", 2, 256, 8, 2),
+    ("keys_wdot_pairs", 8, 128, 8, 1),
+    ("keys_wdot_pairs", 4, 128, 8, 2),
+)
+
+
+@pytest.mark.slow
+def test_extend_fold_forms_compile_without_spills() -> None:
+    """The opt-in scoring forms' settings of ``_FOLD_NO_SPILL`` compile for sm_90 at the real launch's
+    specialisation within shared memory and spill no registers (bf16 keys); prints the default's
+    and the two-stage 8-token ``keys_wdot`` / ``keys_wdot_pairs`` spills beside them (376, 8 and
+    32 B with Triton 3.6; the last two outside the key loop)."""
+    import triton
+    from sgl_kernel_v4.triton.indexer import EXTEND_SCORE
+    from sgl_kernel_v4.triton.indexer_score_extend import ExtendScore
+
+    for f, t, c, w, st in _FOLD_NO_SPILL:
+        es = ExtendScore(form=f, block_t=t, block_c=c, num_warps=w, num_stages=st)
+        kernel, spill = _compile_extend_launch(es, 0)
+        assert kernel.metadata.shared <= SMEM_LIMIT, (es.label(), kernel.metadata.shared)
+        if triton.__version__.startswith("3.6"):  # register allocation is the compiler version's
+            assert spill in (None, 0), (es.label(), f"{spill} B spilled")
+        print(f"{es.label()}: spill {spill} B, shared {kernel.metadata.shared} B")
+    for es in (
+        EXTEND_SCORE,
+        ExtendScore(form="keys_wdot", block_t=8, block_c=128, num_warps=8, num_stages=2),
+        ExtendScore(form="keys_wdot_pairs", block_t=8, block_c=128, num_warps=8, num_stages=2),
+    ):
+        kernel, spill = _compile_extend_launch(es, 0)
+        assert kernel.metadata.shared <= SMEM_LIMIT, (es.label(), kernel.metadata.shared)
+        print(f"{es.label()}: spill {spill} B, shared {kernel.metadata.shared} B")
 
 
 def _mhc_mix_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:

@@ -86,6 +86,7 @@ from sgl_kernel_v4.triton.indexer_score_extend import (
     short_run_keys,
     zero_long_rows,
 )
+from sgl_kernel_v4.triton.indexer_score_fold import FOLD_FORMS, _score_fold_kernel, relu_asm_ok
 from sgl_kernel_v4.triton.indexer_select import (
     CNT,
     DEFAULT_SELECT_IMPL,
@@ -132,7 +133,9 @@ DECODE_FP4_BLOCKS = True
 EXTEND_FP4_ROWS = False
 #: Scoring of programs of several tokens (an extend; :mod:`sgl_kernel_v4.triton.indexer_score_extend`):
 #: ``form="general"`` is :func:`_score_kernel` (tokens-major), ``"keys"`` / ``"keys_split"`` the
-#: keys-major kernel with the setting's tile; ``indexer_topk(extend_score=...)`` overrides it per call.
+#: keys-major kernel with the setting's tile (``"keys_fold"``, ``"keys_wdot"``, ...: the opt-in forms of
+#: :mod:`sgl_kernel_v4.triton.indexer_score_fold`, ``scale >= 0``); ``indexer_topk(extend_score=...)``
+#: overrides it per call.
 #: The default is the fastest setting of the H200 sweep (``benchmark/indexer_extend_sweep.py``; a
 #: 2,048-token chunk, 64 heads x 128, top-512): 3.1-3.5x the general kernel's call at 32,768 and
 #: 262,144 candidates, bf16 and fp4 keys (benchmark/RESULTS.md, 2026-12-03); its split aims at 4
@@ -432,8 +435,10 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
     es = EXTEND_SCORE if extend is None else extend
     if block_t > 1:  # an extend: the setting's tile where it names one
         block_t, block_c = es.block_t or block_t, es.block_c or block_c
-        if es.form == "keys_split" and block_t > 8:
-            raise ValueError(f"block_t: at most 8 for the 'keys_split' extend scoring, got {block_t}")
+        if es.form in ("keys_split", *FOLD_FORMS) and block_t > 8:
+            raise ValueError(f"block_t: at most 8 for the {es.form!r} extend scoring, got {block_t}")
+        if es.form in FOLD_FORMS and not scale >= 0:  # relu(s x) w = relu(x) (s w) needs it
+            raise ValueError(f"scale: the {es.form!r} extend scoring needs scale >= 0, got {scale}")
         if ieee:  # IEEE fp32 products keep every token's [BLOCK_H, DI] query tile in shared memory:
             block_t = min(block_t, 4)  # 8 tokens of 64 x 128 fp32 need ~320 KB on sm_90 (> 227 KB)
     G = _block_rows(T, C, block_t)
@@ -470,6 +475,8 @@ def _run_blocks(q, weights, kv, visible, req_to_page, req_rows, token_req, e, sc
             if block_t > 1 and es.form != "general":
                 fp4_rows = EXTEND_FP4_ROWS and kv.codec_id == 3 and DI in (32, 64, 128)
                 kernel, form = _score_extend_kernel, {"FORM": es.form_code, "FP4_ROWS": fp4_rows}
+                if es.form in FOLD_FORMS:  # the opt-in forms of indexer_score_fold
+                    kernel, form["RELU_ASM"] = _score_fold_kernel, relu_asm_ok(q)
             kernel[(n_tb, nsc)](
                 q, q.stride(0), q.stride(1), weights, weights.stride(0),
                 kv.storage, kv.rows_per_page, kv.page_stride, kv.row_stride,

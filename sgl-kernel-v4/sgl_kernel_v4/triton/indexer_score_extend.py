@@ -22,6 +22,23 @@ The scoring formula is HF ``DeepseekV4IndexerScorer``'s (paper §2.3.1, eqs. 13-
 ``score[t, w] = sum_h weights[t, h] * relu(scale * q[t, h] . k[w])``, accumulated in fp32.
 :class:`ExtendScore` names a tile setting (``form="general"`` keeps the general kernel), so
 ``benchmark/indexer_extend_sweep.py`` can time the settings and the general kernel in one process.
+
+Compile statistics of the default ``keys_split t8 c128 w8 s2`` (sm_90, Triton 3.6, 64 heads x 128,
+bf16 queries and keys, the launch's specialisation; counts, not times): 255 registers, 376 bytes
+of stack, 197,120 bytes of shared memory: each token's ``[64, 128]`` query tile is loaded once per
+request run and copied to shared memory before the key loop (a loop-invariant ``local_alloc``,
+8 x 16 KB, read by the tensor cores as the B operand in every tile, not copied again), plus a
+two-stage ring of ``[128, 128]`` key tiles filled by ``cp.async`` (2 x 32 KB). One key tile costs
+each warp 1,793 SASS instructions: 64 ``HGMMA`` (per token and warpgroup, eight m64n64k16
+steps), each token's product waited for before its epilogue, which takes per thread 32 FMUL
+(``scale``), 32 FMNMX (ReLU), 30 FFMA + 2 FMUL (weights, in-thread sum of the row's 16 heads),
+4 SHFL + 4 FADD (the quad's sum) and the key map; then the token's ``[128]`` row is moved from the
+accumulator's row layout to the store's through shared memory, 1 STS + 1 LDS + 2 CTA-wide
+``BAR.SYNC`` per token (16 barriers per tile, which also hold the two warpgroups together). The
+loop-invariant registers are dominated by the eight tokens' weights (16 fp32 per token per
+thread, 128 in all), the source of the spill (9 LDL per tile in the loop). The opt-in forms of
+:mod:`sgl_kernel_v4.triton.indexer_score_fold` remove the per-token conversions and the weight
+registers (its docstring has their statistics).
 """
 
 from __future__ import annotations
@@ -44,10 +61,20 @@ __all__ = [
     "_score_extend_kernel",
 ]
 
-#: ``ExtendScore.form`` values: the general kernel (tokens-major) and the two keys-major forms.
-EXTEND_FORMS = ("general", "keys", "keys_split")
-_FORM_CODE = {"keys": 0, "keys_split": 1}
+#: ``ExtendScore.form`` values: the general kernel (tokens-major), the two keys-major forms of
+#: :func:`_score_extend_kernel` and the two opt-in ones of :mod:`sgl_kernel_v4.triton.indexer_score_fold`.
+EXTEND_FORMS = ("general", "keys", "keys_split", "keys_fold", "keys_wdot", "keys_wdot16", "keys_wdot_pairs")
+_FORM_CODE = {
+    "keys": 0,
+    "keys_split": 1,
+    "keys_fold": 2,
+    "keys_wdot": 3,
+    "keys_wdot16": 4,
+    "keys_wdot_pairs": 5,
+}
 _MAX_SPLIT_TOKENS = 8
+#: the forms of one dot per token (queries loaded before the key loop, at most 8 tokens)
+_SPLIT_FORMS = ("keys_split", "keys_fold", "keys_wdot", "keys_wdot16", "keys_wdot_pairs")
 _MAX_KEYS_TOKENS = 4
 
 
@@ -57,9 +84,11 @@ class ExtendScore:
 
     Attributes:
         form: one of :data:`EXTEND_FORMS`: ``"general"`` (``indexer._score_kernel``, heads on the
-            MMA's M side), ``"keys"`` or ``"keys_split"`` (:func:`_score_extend_kernel`).
-        block_t: tokens per program (a power of two >= 2; ``"keys"``: at most 4, ``"keys_split"``: at
-            most 8); ``None``:
+            MMA's M side), ``"keys"`` or ``"keys_split"`` (:func:`_score_extend_kernel`), the opt-in
+            ``"keys_fold"``, ``"keys_wdot"``, ``"keys_wdot16"``, ``"keys_wdot_pairs"``
+            (``indexer_score_fold._score_fold_kernel``; ``scale >= 0``).
+        block_t: tokens per program (a power of two >= 2; ``"keys"``: at most 4, the other keys-major
+            forms: at most 8); ``None``:
             the caller's (``indexer_topk``'s ``block_t``, else ``128 // heads`` up to 4).
         block_c: entries per key tile (a power of two >= 16); ``None``: the caller's ``block_c``.
         num_warps: warps per program (a power of two); ``None``: 8 when ``block_t x heads`` is at
@@ -88,9 +117,9 @@ class ExtendScore:
             v = getattr(self, name)
             if v is not None and (v < lo or v & (v - 1)):
                 raise ValueError(f"{name}: expected a power of two >= {lo} or None, got {v}")
-        if self.form == "keys_split" and self.block_t is not None and self.block_t > _MAX_SPLIT_TOKENS:
+        if self.form in _SPLIT_FORMS and self.block_t is not None and self.block_t > _MAX_SPLIT_TOKENS:
             raise ValueError(
-                f"block_t: at most {_MAX_SPLIT_TOKENS} for form 'keys_split', got {self.block_t}"
+                f"block_t: at most {_MAX_SPLIT_TOKENS} for form {self.form!r}, got {self.block_t}"
             )
         if self.form == "keys" and self.block_t is not None and self.block_t > _MAX_KEYS_TOKENS:
             # measured on the H200: 8 tokens x 64 heads (a [BLOCK_C, 512] accumulator reshaped for
@@ -103,7 +132,8 @@ class ExtendScore:
 
     @property
     def form_code(self) -> int:
-        """``FORM`` constexpr of :func:`_score_extend_kernel` (0 keys, 1 keys_split; -1 general)."""
+        """``FORM`` constexpr of the keys-major kernels (0 keys, 1 keys_split: :func:`_score_extend_kernel`;
+        2 keys_fold, 3 keys_wdot: ``indexer_score_fold._score_fold_kernel``; -1 general)."""
         return _FORM_CODE.get(self.form, -1)
 
     def label(self) -> str:
@@ -138,7 +168,7 @@ def extend_splits(blocks: int, sms: int, waves: int) -> int:
 #: builds), 64 heads: (form, block_t, block_c, num_warps, num_stages), pruned from forms x
 #: block_t 2/4/8 x block_c 64/128 x warps 4/8 x stages 2/3 to accumulators of at most 64 K fp32
 #: values per program (``block_c x block_t x 64`` for ``keys``, ``block_c x 64`` per token for
-#: ``keys_split``).
+#: ``keys_split``), and nine settings of the opt-in forms of ``indexer_score_fold``.
 SWEEP_SETTINGS = tuple(
     ExtendScore(form=f, block_t=t, block_c=c, num_warps=w, num_stages=st)
     for f, t, c, w, st in (
@@ -153,6 +183,16 @@ SWEEP_SETTINGS = tuple(
         ("keys_split", 4, 128, 8, 3),
         ("keys_split", 8, 64, 8, 2),
         ("keys_split", 8, 128, 8, 2),
+        # opt-in forms of indexer_score_fold (compile statistics in its docstring)
+        ("keys_wdot", 8, 128, 8, 2),
+        ("keys_wdot16", 8, 128, 8, 2),
+        ("keys_wdot_pairs", 8, 128, 8, 2),
+        ("keys_wdot_pairs", 8, 128, 8, 1),
+        ("keys_wdot_pairs", 4, 128, 8, 2),
+        ("keys_wdot", 4, 128, 8, 2),
+        ("keys_wdot", 2, 256, 8, 2),
+        ("keys_fold", 4, 128, 8, 2),
+        ("keys_fold", 2, 256, 8, 2),
     )
 )
 
