@@ -68,15 +68,16 @@ SPILL_FREE = (
 )
 #: ``--qk-once``: the key rows on the MMA's M (``keys_on_m``, 6th field; ``attention_tile``'s
 #: "compile statistics"): each warpgroup computes only its own 64 keys' logits, where the default
-#: tile has both warpgroups compute all of them; 128-key tiles, one stage (two do not fit shared
-#: memory), and the default tile at one stage as the control:
+#: tile has both warpgroups compute all of them; 128-key tiles read in 1, 2 or 4 chunks of ``D``,
+#: one stage (two do not fit shared memory), and the default tile at one stage as the control:
 #: (block_h, block_n, num_warps, num_stages, dv_split, keys_on_m)
 QK_ONCE = (
     (64, 32, 8, 1, 1, 0),
     (64, 128, 8, 1, 1, 1),
     (64, 128, 8, 1, 1, 2),
-    (32, 128, 8, 1, 1, 1),
+    (64, 128, 8, 1, 1, 4),
     (32, 128, 8, 1, 1, 2),
+    (32, 128, 8, 1, 1, 4),
 )
 _KEYS = ("block_h", "block_n", "num_warps", "num_stages", "dv_split", "keys_on_m")
 

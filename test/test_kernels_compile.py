@@ -521,10 +521,13 @@ def test_attention_dv_split_compiles_for_sm90() -> None:
 #: prefill default (first), compiled as ``attention_extend_sweep.py`` launches them
 ATTENTION_QK_ONCE = (
     (64, 32, 8, 2, 0),
+    (64, 32, 8, 1, 0),
     (64, 128, 8, 1, 1),
     (64, 128, 8, 1, 2),
+    (64, 128, 8, 1, 4),
     (32, 128, 8, 1, 1),
     (32, 128, 8, 1, 2),
+    (32, 128, 8, 1, 4),
 )
 
 

@@ -43,7 +43,7 @@ import triton.language as tl
 
 from sgl_kernel_v4.paged import as_paged, entry_align
 from sgl_kernel_v4.triton._utils import cdiv, ieee_f32_dots, next_power_of_2, num_sms
-from sgl_kernel_v4.triton.attention_tile import attend_tile
+from sgl_kernel_v4.triton.attention_tile import attend_tile, load_q_rows
 from sgl_kernel_v4.triton.kv_codec import row_offsets
 
 __all__ = ["default_num_splits", "max_key_count", "sparse_attention"]
@@ -120,22 +120,24 @@ def _paged_attn_kernel(
     offs_dv = dv * BLOCK_DV + tl.arange(0, BLOCK_DV)
     dvmask = offs_dv < D
     # the tile's operand orientation (attention_tile): q / acc [BLOCK_H, D] with the heads on the
-    # MMA's M (0), qᵀ / accᵀ with the keys on M (1), or those in two halves of D (2: q2, acc2)
-    BLOCK_DH: tl.constexpr = BLOCK_D // 2
-    offs_dh = tl.arange(0, BLOCK_DH)
+    # MMA's M (0), qᵀ / accᵀ with the keys on M (1), or those in 2 or 4 chunks of D (q2.., acc2..)
+    BLOCK_DC: tl.constexpr = BLOCK_D // (KEYS_ON_M if KEYS_ON_M > 1 else 1)
+    offs_dc = tl.arange(0, BLOCK_DC)
     q_row = q_ptr + t * stride_qt + offs_h * stride_qh
-    if KEYS_ON_M == 2:
-        q = tl.load(
-            q_row[None, :] + offs_dh[:, None], mask=hmask[None, :] & (offs_dh < D)[:, None], other=0.0
-        )
-        q2 = tl.load(
-            q_row[None, :] + (offs_dh + BLOCK_DH)[:, None],
-            mask=hmask[None, :] & (offs_dh + BLOCK_DH < D)[:, None],
-            other=0.0,
-        )
+    if KEYS_ON_M >= 2:
+        q = load_q_rows(q_row, hmask, offs_dc, D)
+        q2 = load_q_rows(q_row, hmask, offs_dc + BLOCK_DC, D)
+        if KEYS_ON_M == 4:
+            q3 = load_q_rows(q_row, hmask, offs_dc + 2 * BLOCK_DC, D)
+            q4 = load_q_rows(q_row, hmask, offs_dc + 3 * BLOCK_DC, D)
+        else:
+            q3 = q
+            q4 = q
     elif KEYS_ON_M == 1:
-        q = tl.load(q_row[None, :] + offs_d[:, None], mask=hmask[None, :] & dmask[:, None], other=0.0)
+        q = load_q_rows(q_row, hmask, offs_d, D)
         q2 = q
+        q3 = q
+        q4 = q
     else:
         q = tl.load(
             q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :],
@@ -143,21 +145,27 @@ def _paged_attn_kernel(
             other=0.0,
         )
         q2 = q
+        q3 = q
+        q4 = q
     if not SPLIT:
         m = tl.load(sink_ptr + offs_h, mask=hmask, other=0.0).to(tl.float32) * 1.4426950408889634
         l_sum = tl.full([BLOCK_H], 1.0, tl.float32)
     else:
         m = tl.full([BLOCK_H], -1.0e30, tl.float32)
         l_sum = tl.zeros([BLOCK_H], tl.float32)
-    if KEYS_ON_M == 2:
-        acc = tl.zeros([BLOCK_DH, BLOCK_H], tl.float32)
-        acc2 = tl.zeros([BLOCK_DH, BLOCK_H], tl.float32)
+    acc2 = tl.zeros([1], tl.float32)  # the chunks beyond the count: passed through
+    acc3 = acc2
+    acc4 = acc2
+    if KEYS_ON_M >= 2:
+        acc = tl.zeros([BLOCK_DC, BLOCK_H], tl.float32)
+        acc2 = tl.zeros([BLOCK_DC, BLOCK_H], tl.float32)
+        if KEYS_ON_M == 4:
+            acc3 = tl.zeros([BLOCK_DC, BLOCK_H], tl.float32)
+            acc4 = tl.zeros([BLOCK_DC, BLOCK_H], tl.float32)
     elif KEYS_ON_M == 1:
         acc = tl.zeros([BLOCK_DV, BLOCK_H], tl.float32)
-        acc2 = tl.zeros([1], tl.float32)
     else:
         acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
-        acc2 = tl.zeros([1], tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
 
     # sliding window: keys j of positions p - W + 1 + j, this split's share of 0..W-1
@@ -174,9 +182,10 @@ def _paged_attn_kernel(
         page = tl.where(pw == p32 // W, pg_cur, pg_prev)
         valid = (j0 + offs_n < j_end) & (kp >= 0) & (page >= 0)
         off = row_offsets(page * W + (kpc - pw * W), swa_rpp, swa_ps, swa_rs)
-        m, l_sum, acc, acc2 = attend_tile(q, q2, m, l_sum, acc, acc2, swa_ptr, off, valid, offs_d, offs_dv, offs_dh,
-                                           scale_log2, CODEC, D, NOPE, ALIGN, DV_SPLIT, IEEE, KEYS_ON_M,
-                                           BLOCK_DH)  # fmt: skip
+        m, l_sum, acc, acc2, acc3, acc4 = attend_tile(
+            q, q2, q3, q4, m, l_sum, acc, acc2, acc3, acc4, swa_ptr, off, valid, offs_d, offs_dv, offs_dc, scale_log2,
+            CODEC, D, NOPE, ALIGN, DV_SPLIT, IEEE, KEYS_ON_M, BLOCK_DC,
+        )  # fmt: skip
 
     # compressed entries of the token's request: selected (CSA) or every visible one (HCA)
     if COMP_MODE != 0:
@@ -199,12 +208,16 @@ def _paged_attn_kernel(
             page = tl.load(r2p_ptr + row * stride_r2p + wp, mask=w >= 0, other=-1)
             valid = (w >= 0) & (page >= 0)
             off = row_offsets(page * E + (wc - wp * E), c_rpp, c_ps, c_rs)
-            m, l_sum, acc, acc2 = attend_tile(q, q2, m, l_sum, acc, acc2, comp_ptr, off, valid, offs_d, offs_dv, offs_dh,
-                                               scale_log2, ccodec, D, NOPE, ALIGN, DV_SPLIT, IEEE, KEYS_ON_M,
-                                               BLOCK_DH)  # fmt: skip
+            m, l_sum, acc, acc2, acc3, acc4 = attend_tile(
+                q, q2, q3, q4, m, l_sum, acc, acc2, acc3, acc4, comp_ptr, off, valid, offs_d, offs_dv, offs_dc, scale_log2,
+                ccodec, D, NOPE, ALIGN, DV_SPLIT, IEEE, KEYS_ON_M, BLOCK_DC,
+            )  # fmt: skip
 
-    if KEYS_ON_M == 2:  # [BLOCK_D, BLOCK_H]: the two halves' rows one after the other
+    if KEYS_ON_M == 2:  # [BLOCK_D, BLOCK_H]: the chunks' rows one after the other
         acc = tl.reshape(tl.permute(tl.join(acc, acc2), (2, 0, 1)), (BLOCK_D, BLOCK_H))
+    elif KEYS_ON_M == 4:  # [..., i, j] = chunk 2 j + i
+        acc = tl.join(tl.join(acc, acc2), tl.join(acc3, acc4))
+        acc = tl.reshape(tl.permute(acc, (3, 2, 0, 1)), (BLOCK_D, BLOCK_H))
     if KEYS_ON_M != 0:
         acc = tl.trans(acc)
     if not SPLIT:
@@ -416,9 +429,10 @@ def sparse_attention(
             its "compile statistics"): 0 heads on the tensor-core instruction's M; 1 the key rows
             on M (``[block_n, block_h]`` logits ``k · qᵀ``, accumulator ``[D / dv_split,
             block_h]``: with ``block_n = 128`` and 8 warps each warpgroup computes its own keys'
-            logits, where the 64-head default has both warpgroups compute all of them); 2 as 1
-            with the entry rows read as two halves of ``D`` (needs ``dv_split = 1``). ``None``:
-            :data:`KEYS_ON_M` (0; 1 and 2 not measured yet: ``attention_extend_sweep.py --qk-once``).
+            logits, where the 64-head default has both warpgroups compute all of them); 2 or 4 as
+            1 with the entry rows read as that many chunks of ``D`` (needs ``dv_split = 1``).
+            ``None``: :data:`KEYS_ON_M` (0; the others not measured yet:
+            ``attention_extend_sweep.py --qk-once``).
         lse: optional ``[T, H]`` fp32 buffer receiving each row's base-2 log-sum-exp of the
             scaled logits, the sink included (``log2(2**sink' + sum_j 2**(scale' q.k_j))`` with
             ``x' = x * log2(e)``), so a caller can merge another key set's partial result
@@ -540,9 +554,14 @@ def sparse_attention(
     if dv_split not in (1, 2) or block_d // dv_split < 16:
         raise ValueError(f"dv_split: expected 1 or 2 (with D / dv_split >= 16), got {dv_split}")
     keys_on_m = KEYS_ON_M if keys_on_m is None else int(keys_on_m)
-    if keys_on_m not in (0, 1, 2) or (keys_on_m == 2 and dv_split != 1):
+    if (
+        keys_on_m not in (0, 1, 2, 4)
+        or (keys_on_m > 1 and dv_split != 1)
+        or block_d // max(keys_on_m, 1) < 16
+    ):
         raise ValueError(
-            f"keys_on_m: expected 0, 1 or 2 (2 with dv_split 1), got {keys_on_m} (dv_split {dv_split})"
+            f"keys_on_m: expected 0, 1, 2 or 4 (2 and 4 with dv_split 1, D / keys_on_m >= 16), got {keys_on_m} "
+            f"(dv_split {dv_split}, D {D})"
         )
     _paged_attn_kernel[(T, n_hb * dv_split, num_splits)](
         q, q.stride(0), q.stride(1),
