@@ -18,7 +18,7 @@ key) over the time. ``max err``: the largest absolute difference from the defaul
 relative to its largest value (tiles change only the summation order). A setting that fails to
 compile or launch is reported, not fatal.
 
-Usage: ``python benchmark/attention_extend_sweep.py --out DIR [--dry]`` writes
+Usage: ``python benchmark/attention_extend_sweep.py --out DIR [--dry] [--spill-free | --qk-once]`` writes
 ``DIR/attention_extend_sweep.md`` and ``.json``. ``--dry``: CPU, ``TRITON_INTERPRET=1``, tiny
 shapes (16 heads x 64, fp32), checks the plumbing only.
 """
@@ -66,7 +66,20 @@ SPILL_FREE = (
     (64, 64, 8, 2, 2),
     (64, 16, 8, 2, 2),
 )
-_KEYS = ("block_h", "block_n", "num_warps", "num_stages", "dv_split")
+#: ``--qk-once``: the key rows on the MMA's M (``keys_on_m``, 6th field; ``attention_tile``'s
+#: "compile statistics"): each warpgroup computes only its own 64 keys' logits, where the default
+#: tile has both warpgroups compute all of them; 128-key tiles read in 1, 2 or 4 chunks of ``D``,
+#: one stage (two do not fit shared memory), and the default tile at one stage as the control:
+#: (block_h, block_n, num_warps, num_stages, dv_split, keys_on_m)
+QK_ONCE = (
+    (64, 32, 8, 1, 1, 0),
+    (64, 128, 8, 1, 1, 1),
+    (64, 128, 8, 1, 1, 2),
+    (64, 128, 8, 1, 1, 4),
+    (32, 128, 8, 1, 1, 2),
+    (32, 128, 8, 1, 1, 4),
+)
+_KEYS = ("block_h", "block_n", "num_warps", "num_stages", "dv_split", "keys_on_m")
 
 
 def chunk_inputs(kind: str, C: int, sh: dict, n_rows: int, dev: str) -> dict[str, Any]:
@@ -115,12 +128,13 @@ def main() -> None:
     ap.add_argument(
         "--spill-free", action="store_true", help="time SPILL_FREE (with dv_split) instead of SETTINGS"
     )
+    ap.add_argument("--qk-once", action="store_true", help="time QK_ONCE (keys_on_m) instead of SETTINGS")
     a = ap.parse_args()
     from sgl_kernel_v4.triton.attention import sparse_attention
 
     dev = "cpu" if a.dry else "cuda"
     sh = DRY if a.dry else GPU
-    settings = SPILL_FREE if a.spill_free else SETTINGS
+    settings = QK_ONCE if a.qk_once else SPILL_FREE if a.spill_free else SETTINGS
     if a.dry:
         settings = tuple((min(st[0], 16), min(st[1], 16), *st[2:]) for st in settings[:2])
     contexts = [int(c) for c in (a.contexts or sh["contexts"]).split(",")]
@@ -157,6 +171,7 @@ def main() -> None:
                     kw = {} if st is None else dict(zip(_KEYS, st))
                     label = "default" if st is None else "h{} n{} w{} s{}".format(*st[:4])
                     label += f" dv{st[4]}" if st is not None and len(st) > 4 else ""
+                    label += f" km{st[5]}" if st is not None and len(st) > 5 else ""
                     row = {"kind": kind, "C": C, "pool": pname, "setting": label}
                     try:
                         ms = base_ms if st is None else median_ms(lambda kw=kw: call(kw), a.calls, dev)

@@ -194,6 +194,52 @@ def test_paged_attention_dv_split(T: int, H: int, D: int, n_comp: int, mode: str
             run(case, swa, comp, dv_split=bad)
 
 
+@pytest.mark.parametrize(
+    "T,H,D,n_comp,mode",
+    [(5, 12, 128, 45, "csa"), (3, 16, 64, 0, "swa"), (4, 8, 128, 96, "hca"), (300, 64, 512, 512, "csa")],
+)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_paged_attention_keys_on_m(
+    T: int, H: int, D: int, n_comp: int, mode: str, dtype: torch.dtype
+) -> None:
+    """The key rows on the MMA's M (``keys_on_m`` 1: logits ``k·qᵀ``, accumulator ``[D, heads]``;
+    2, 4: the entry rows in that many chunks of ``D``), at the 128-key tile they are compiled for
+    and at the wrapper's tile, one split and several, with ``dv_split`` 2 (mode 1): the float64
+    oracle's bounds; a bad ``keys_on_m`` (or 2, 4 with ``dv_split`` 2) is refused."""
+    if INTERP and (T * H * D * (W + n_comp) > 4e7 or dtype != torch.float32):
+        pytest.skip("interpreter: too slow / no bf16 dot")
+    gen = torch.Generator().manual_seed(T * 1000 + H + n_comp + 11)
+    case = make_case(T, H, D, n_comp, mode, dtype, gen)
+    swa = case["swa"].to(DEVICE)
+    comp = case["comp"].to(DEVICE) if case["comp"] is not None else None
+    ref = oracle(case, case["swa"].double(), case["comp"].double() if comp is not None else None)
+    tol = 1.5e-2 if dtype == torch.bfloat16 else 3e-3
+    settings = [
+        (1, 1, None, 1),
+        (2, 1, None, 1),
+        (4, 1, None, 1),
+        (1, 4, None, 1),
+        (4, 4, None, 1),
+        (1, 1, None, 2),
+    ]
+    if not INTERP:  # the prefill tiles of the sweep (the interpreter's fp32 tiles are clamped)
+        settings += [(1, 1, 128, 1), (2, 1, 128, 1), (4, 1, 128, 1), (4, 4, 128, 1)]
+    for km, splits, block_n, dv in settings:
+        out = torch.full(case["q"].shape, float("nan"), dtype=dtype, device=DEVICE)
+        kw = dict(num_splits=splits, keys_on_m=km, dv_split=dv)
+        if block_n is not None:
+            kw.update(block_n=block_n, block_h=64, num_warps=8, num_stages=1)
+        run(case, swa, comp, out=out, **kw)
+        assert not torch.isnan(out).any(), f"unwritten output {kw}"
+        err = rel_err(out, ref)
+        assert err < tol, f"rel err {err} {kw}"
+        if T > 1:  # the dead row attends to nothing: exactly zero
+            assert torch.all(out[-1] == 0), kw
+    for bad, dv in ((3, 1), (-1, 1), (2, 2), (4, 2)):
+        with pytest.raises(ValueError, match="keys_on_m"):
+            run(case, swa, comp, keys_on_m=bad, dv_split=dv)
+
+
 @pytest.mark.parametrize("mode", ["csa", "hca"])
 def test_paged_attention_fp8_pools(mode: str) -> None:
     """fp8 entries (448 e4m3 nope + 64 bf16 rope + 7 ue8m0 scales, in class-strided pages): the
@@ -228,6 +274,9 @@ def test_paged_attention_fp8_pools(mode: str) -> None:
     assert rel_err(out, ref) < (3e-3 if small else 1.5e-2)
     # half the value columns per program (each re-reads and dequantizes its half of the entries)
     assert rel_err(run(case, views["swa"], views["comp"], dv_split=2), ref) < (3e-3 if small else 1.5e-2)
+    # the key rows on the MMA's M, the entry rows in 4 chunks of D (each dequantized apart; the
+    # whole-row form reads them as the default does)
+    assert rel_err(run(case, views["swa"], views["comp"], keys_on_m=4), ref) < (3e-3 if small else 1.5e-2)
     # 8-byte loads need 8-byte aligned rows: the default follows the entry size (584-byte entries of
     # flash-8l-32e: 8; the tiny preset's 194-byte entries: 2) and a wider explicit value is refused
     row_align = 8 if entry_align("fp8_main", D, mc.rope_dim) >= 8 else 2

@@ -248,6 +248,22 @@ def _local_memory_bytes(cubin: bytes) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _registers(cubin: bytes) -> int | None:
+    """Registers per thread of the kernel in ``cubin`` (``cuobjdump -res-usage``), or None when the
+    tool is not shipped with this Triton."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.access(tool, os.X_OK):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"REG:(\d+)", text)
+    return int(m.group(1)) if m else None
+
+
 def _align_cases(big_sort: bool = False) -> list[tuple[str, str, dict, dict, dict, bool]]:
     """The MoE pair-layout kernels as ``moe._align`` launches them for E = 160 and 384 (``BLOCK_E``
     256 / 512): the one-program kernel at the decode sort, the chunked count / scatter kernels at
@@ -555,7 +571,7 @@ def _attention_dv_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
                lse_ptr="*fp32", H="i32", scale_log2="fp32", num_splits=i64, D="constexpr", NOPE="constexpr",
                CODEC="constexpr", BLOCK_D="constexpr", BLOCK_H="constexpr", BLOCK_N="constexpr", SPLIT="constexpr",
                COMP_MODE="constexpr", ALIGN="constexpr", DV_SPLIT="constexpr", IEEE="constexpr",
-               STORE_LSE="constexpr", COMP_CODEC="constexpr")  # fmt: skip
+               STORE_LSE="constexpr", COMP_CODEC="constexpr", KEYS_ON_M="constexpr")  # fmt: skip
     out = []
     for dv, bn, warps, stages in ((1, 32, 8, 2), (2, 32, 8, 2), (2, 64, 8, 2), (2, 32, 4, 2), (2, 64, 4, 3)):
         consts = dict(D=512, NOPE=448, CODEC=0, BLOCK_D=512, BLOCK_H=64, BLOCK_N=bn, SPLIT=False, COMP_MODE=1,
@@ -581,6 +597,94 @@ def test_attention_dv_split_compiles_for_sm90() -> None:
         _attention_dv_cases(), _compile_cases(_attention_dv_cases())
     ):
         print(f"DV_SPLIT {consts['DV_SPLIT']} BLOCK_N {consts['BLOCK_N']} {opts}: spill {spill} B")
+
+
+#: (block_h, block_n, num_warps, num_stages, keys_on_m) of the sweep's ``--qk-once`` settings and the
+#: prefill default (first), compiled as ``attention_extend_sweep.py`` launches them
+ATTENTION_QK_ONCE = (
+    (64, 32, 8, 2, 0),
+    (64, 32, 8, 1, 0),
+    (64, 128, 8, 1, 1),
+    (64, 128, 8, 1, 2),
+    (64, 128, 8, 1, 4),
+    (32, 128, 8, 1, 1),
+    (32, 128, 8, 1, 2),
+    (32, 128, 8, 1, 4),
+)
+
+
+def _attention_launch(block_h: int, block_n: int, warps: int, stages: int, keys_on_m: int) -> dict:
+    """``_paged_attn_kernel`` compiled for sm_90 as Triton specialises the CSA launch of
+    ``benchmark/attention_extend_sweep.py`` (bf16 pool of 512-d rows: ``rows_per_page`` 1, so a
+    constant; the other pool and head integers multiples of 16; the index tables int64 but the page
+    table, counts and strides int32 scalars, unspecialised; one split). Returns ``regs``,
+    ``stack`` (spilled bytes; None without ``cuobjdump``), ``shared`` bytes, ``ttgir`` and
+    ``hgmma``: the HGMMA shapes of the entry loop's SASS with their counts."""
+    import collections
+
+    import triton
+    from sgl_kernel_v4.triton import attention
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = dict(_attention_dv_cases()[0][2])
+    sig.update(swa_pages_ptr="*i64", ent_ptr="*i64", stride_et="i32", K_ENT="i32", stride_r2p="i32", E="i32",
+               num_splits="i32", swa_rpp="constexpr", c_rpp="constexpr")  # fmt: skip
+    names = list(sig)
+    attrs = _attrs(sig)
+    for n in ("swa_ps", "swa_rs", "W", "c_ps", "c_rs", "H"):
+        attrs[(names.index(n),)] = [["tt.divisibility", 16]]
+    fn = attention._paged_attn_kernel
+    consts = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
+    consts.update(swa_rpp=1, c_rpp=1, D=512, NOPE=448, CODEC=0, BLOCK_D=512, BLOCK_H=block_h, BLOCK_N=block_n,
+                  SPLIT=False, COMP_MODE=1, ALIGN=2, KEYS_ON_M=keys_on_m)  # fmt: skip
+    k = triton.compile(
+        ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": warps, "num_stages": stages},
+    )
+    sass = _sass(k.asm["cubin"])
+    res = dict(regs=_registers(k.asm["cubin"]), stack=_local_memory_bytes(k.asm["cubin"]),
+               shared=k.metadata.shared, ttgir=k.asm["ttgir"], hgmma=None)  # fmt: skip
+    if sass is not None:  # the last loop (a branch back to a lower address): the entry loop
+        ins = re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)
+        loops = [
+            (int(m.group(1), 16), int(a, 16))
+            for a, t in ins
+            if (m := re.search(r"BRA\s+(?:`\()?[^0-9]*0x([0-9a-f]+)", t)) and int(m.group(1), 16) < int(a, 16)
+        ]
+        lo, hi = loops[-1]
+        res["hgmma"] = dict(
+            collections.Counter(
+                re.search(r"HGMMA\.(\d+x\d+x\d+)", t).group(1)
+                for a, t in ins
+                if lo <= int(a, 16) <= hi and "HGMMA." in t
+            )
+        )
+    return res
+
+
+@pytest.mark.slow
+def test_attention_keys_on_m_compiles_for_sm90() -> None:
+    """The sparse attention's ``keys_on_m`` forms compile for sm_90 within shared memory and, per
+    128-key tile, issue 32 + 32 ``m64nHk16`` HGMMAs per warpgroup (``H`` = heads: the logits of
+    the warpgroup's own 64 keys, then its share of the value rows), where the 64-head default issues
+    64 ``m64n16k16`` per 32 keys (the whole ``[64, 32]`` logit tile in each warpgroup: TTGIR
+    ``warpsPerCTA [8, 1]`` over 64 rows) and 2 ``m64n256k16``. Prints the module docstring's
+    "compile statistics" (registers, spilled bytes, shared memory, HGMMA shapes)."""
+    for st in ATTENTION_QK_ONCE:
+        r = _attention_launch(*st)
+        print(f"h{st[0]} n{st[1]} w{st[2]} s{st[3]} keys_on_m {st[4]}: {r['regs']} regs, stack {r['stack']} B, "
+              f"shared {r['shared']} B, HGMMA {r['hgmma']}")  # fmt: skip
+        assert r["shared"] <= SMEM_LIMIT, (st, r["shared"])
+        if st[4] == 0:
+            assert "warpsPerCTA = [8, 1], instrShape = [16, 16, 16]" in r["ttgir"], st
+            if r["hgmma"] is not None:
+                assert r["hgmma"] == {"64x16x16": 64, "64x256x16": 2}, (st, r["hgmma"])
+        else:
+            assert f"-> tensor<{st[1]}x{st[0]}xf32" in r["ttgir"], st  # the logits: keys x heads
+            if r["hgmma"] is not None:
+                assert r["hgmma"] == {f"64x{st[0]}x16": 64}, (st, r["hgmma"])
 
 
 def _compile_cases(cases: list[tuple[str, str, dict, dict, dict, bool]]) -> list[int | None]:

@@ -25,6 +25,12 @@ capacity in HCA layers), so each split has work worth its partial result
 per step, and adds the sink. The split count is a runtime argument (only "one split or several"
 is compiled in), so batches of any size reuse the same compiled kernels instead of compiling one
 per split count while serving.
+
+One key tile's arithmetic lives in :mod:`sgl_kernel_v4.triton.attention_tile`, with its compile
+statistics for sm_90: in the 64-head prefill tile both warpgroups compute the whole ``q·kᵀ``
+(1.5x the useful tensor work, 255 registers, 120 spilled bytes, N = 16 products re-reading ``q``
+from shared memory); the opt-in ``keys_on_m`` forms put the key rows on the MMA's M so each
+warpgroup computes its own keys' logits once.
 """
 
 from __future__ import annotations
@@ -36,47 +42,13 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.paged import as_paged, entry_align
-from sgl_kernel_v4.triton._dot import dot
 from sgl_kernel_v4.triton._utils import cdiv, ieee_f32_dots, next_power_of_2, num_sms
-from sgl_kernel_v4.triton.kv_codec import load_main, row_offsets
+from sgl_kernel_v4.triton.attention_tile import attend_tile, load_q_rows
+from sgl_kernel_v4.triton.kv_codec import row_offsets
 
 __all__ = ["default_num_splits", "max_key_count", "sparse_attention"]
 
 _LOG2E = 1.4426950408889634
-
-
-@triton.jit
-def _attend(
-    q,
-    m,
-    l_sum,
-    acc,
-    kv_ptr,
-    off,
-    valid,
-    offs_d,
-    offs_dv,
-    scale_log2,
-    CODEC,
-    D,
-    NOPE,
-    ALIGN,
-    DV_SPLIT: tl.constexpr,
-    IEEE: tl.constexpr,
-):
-    k = load_main(kv_ptr, off, valid, offs_d, CODEC, D, NOPE, ALIGN).to(q.dtype)
-    qk = dot(q, tl.trans(k), IEEE)
-    qk = tl.where(valid[None, :], qk * scale_log2, float("-inf"))
-    m_new = tl.maximum(m, tl.max(qk, 1))
-    alpha = tl.exp2(m - m_new)
-    p = tl.exp2(qk - m_new[:, None])
-    l_sum = l_sum * alpha + tl.sum(p, 1)
-    if DV_SPLIT == 1:
-        v = k
-    else:  # this program's share of the value columns (K = V), re-read from L1 / L2
-        v = load_main(kv_ptr, off, valid, offs_dv, CODEC, D, NOPE, ALIGN).to(q.dtype)
-    acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
-    return m_new, l_sum, acc
 
 
 # The index tables (window pages, positions, entry lists, visible counts, page table, request rows)
@@ -134,6 +106,7 @@ def _paged_attn_kernel(
     IEEE: tl.constexpr = False,
     STORE_LSE: tl.constexpr = False,
     COMP_CODEC: tl.constexpr = -1,
+    KEYS_ON_M: tl.constexpr = 0,
 ):
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1) // DV_SPLIT
@@ -146,18 +119,53 @@ def _paged_attn_kernel(
     BLOCK_DV: tl.constexpr = BLOCK_D // DV_SPLIT
     offs_dv = dv * BLOCK_DV + tl.arange(0, BLOCK_DV)
     dvmask = offs_dv < D
-    q = tl.load(
-        q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :],
-        mask=hmask[:, None] & dmask[None, :],
-        other=0.0,
-    )
+    # the tile's operand orientation (attention_tile): q / acc [BLOCK_H, D] with the heads on the
+    # MMA's M (0), qᵀ / accᵀ with the keys on M (1), or those in 2 or 4 chunks of D (q2.., acc2..)
+    BLOCK_DC: tl.constexpr = BLOCK_D // (KEYS_ON_M if KEYS_ON_M > 1 else 1)
+    offs_dc = tl.arange(0, BLOCK_DC)
+    q_row = q_ptr + t * stride_qt + offs_h * stride_qh
+    if KEYS_ON_M >= 2:
+        q = load_q_rows(q_row, hmask, offs_dc, D)
+        q2 = load_q_rows(q_row, hmask, offs_dc + BLOCK_DC, D)
+        if KEYS_ON_M == 4:
+            q3 = load_q_rows(q_row, hmask, offs_dc + 2 * BLOCK_DC, D)
+            q4 = load_q_rows(q_row, hmask, offs_dc + 3 * BLOCK_DC, D)
+        else:
+            q3 = q
+            q4 = q
+    elif KEYS_ON_M == 1:
+        q = load_q_rows(q_row, hmask, offs_d, D)
+        q2 = q
+        q3 = q
+        q4 = q
+    else:
+        q = tl.load(
+            q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :],
+            mask=hmask[:, None] & dmask[None, :],
+            other=0.0,
+        )
+        q2 = q
+        q3 = q
+        q4 = q
     if not SPLIT:
         m = tl.load(sink_ptr + offs_h, mask=hmask, other=0.0).to(tl.float32) * 1.4426950408889634
         l_sum = tl.full([BLOCK_H], 1.0, tl.float32)
     else:
         m = tl.full([BLOCK_H], -1.0e30, tl.float32)
         l_sum = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
+    acc2 = tl.zeros([1], tl.float32)  # the chunks beyond the count: passed through
+    acc3 = acc2
+    acc4 = acc2
+    if KEYS_ON_M >= 2:
+        acc = tl.zeros([BLOCK_DC, BLOCK_H], tl.float32)
+        acc2 = tl.zeros([BLOCK_DC, BLOCK_H], tl.float32)
+        if KEYS_ON_M == 4:
+            acc3 = tl.zeros([BLOCK_DC, BLOCK_H], tl.float32)
+            acc4 = tl.zeros([BLOCK_DC, BLOCK_H], tl.float32)
+    elif KEYS_ON_M == 1:
+        acc = tl.zeros([BLOCK_DV, BLOCK_H], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
 
     # sliding window: keys j of positions p - W + 1 + j, this split's share of 0..W-1
@@ -174,27 +182,14 @@ def _paged_attn_kernel(
         page = tl.where(pw == p32 // W, pg_cur, pg_prev)
         valid = (j0 + offs_n < j_end) & (kp >= 0) & (page >= 0)
         off = row_offsets(page * W + (kpc - pw * W), swa_rpp, swa_ps, swa_rs)
-        m, l_sum, acc = _attend(
-            q,
-            m,
-            l_sum,
-            acc,
-            swa_ptr,
-            off,
-            valid,
-            offs_d,
-            offs_dv,
-            scale_log2,
-            CODEC,
-            D,
-            NOPE,
-            ALIGN,
-            DV_SPLIT,
-            IEEE,
-        )
+        m, l_sum, acc, acc2, acc3, acc4 = attend_tile(
+            q, q2, q3, q4, m, l_sum, acc, acc2, acc3, acc4, swa_ptr, off, valid, offs_d, offs_dv, offs_dc, scale_log2,
+            CODEC, D, NOPE, ALIGN, DV_SPLIT, IEEE, KEYS_ON_M, BLOCK_DC,
+        )  # fmt: skip
 
     # compressed entries of the token's request: selected (CSA) or every visible one (HCA)
     if COMP_MODE != 0:
+        ccodec: tl.constexpr = CODEC if COMP_CODEC < 0 else COMP_CODEC
         row = tl.load(req_rows_ptr + tl.load(token_req_ptr + t)).to(tl.int64)
         if COMP_MODE == 1:
             n = K_ENT
@@ -213,25 +208,18 @@ def _paged_attn_kernel(
             page = tl.load(r2p_ptr + row * stride_r2p + wp, mask=w >= 0, other=-1)
             valid = (w >= 0) & (page >= 0)
             off = row_offsets(page * E + (wc - wp * E), c_rpp, c_ps, c_rs)
-            m, l_sum, acc = _attend(
-                q,
-                m,
-                l_sum,
-                acc,
-                comp_ptr,
-                off,
-                valid,
-                offs_d,
-                offs_dv,
-                scale_log2,
-                CODEC if COMP_CODEC < 0 else COMP_CODEC,
-                D,
-                NOPE,
-                ALIGN,
-                DV_SPLIT,
-                IEEE,
-            )
+            m, l_sum, acc, acc2, acc3, acc4 = attend_tile(
+                q, q2, q3, q4, m, l_sum, acc, acc2, acc3, acc4, comp_ptr, off, valid, offs_d, offs_dv, offs_dc, scale_log2,
+                ccodec, D, NOPE, ALIGN, DV_SPLIT, IEEE, KEYS_ON_M, BLOCK_DC,
+            )  # fmt: skip
 
+    if KEYS_ON_M == 2:  # [BLOCK_D, BLOCK_H]: the chunks' rows one after the other
+        acc = tl.reshape(tl.permute(tl.join(acc, acc2), (2, 0, 1)), (BLOCK_D, BLOCK_H))
+    elif KEYS_ON_M == 4:  # [..., i, j] = chunk 2 j + i
+        acc = tl.join(tl.join(acc, acc2), tl.join(acc3, acc4))
+        acc = tl.reshape(tl.permute(acc, (3, 2, 0, 1)), (BLOCK_D, BLOCK_H))
+    if KEYS_ON_M != 0:
+        acc = tl.trans(acc)
     if not SPLIT:
         out = acc / l_sum[:, None]
         tl.store(
@@ -313,6 +301,9 @@ MIN_KEYS_PER_SPLIT = 16
 COMBINE_SPLITS = 8
 #: Default of ``sparse_attention(dv_split=...)``: value-column programs per (token, head block).
 DV_SPLIT = 1
+#: Default of ``sparse_attention(keys_on_m=...)``: the tile's operand orientation
+#: (:mod:`sgl_kernel_v4.triton.attention_tile`; 0: heads on the MMA's M).
+KEYS_ON_M = 0
 
 
 def default_num_splits(
@@ -408,6 +399,7 @@ def sparse_attention(
     num_stages: int | None = None,
     fp8_align: int | None = None,
     dv_split: int | None = None,
+    keys_on_m: int | None = None,
     lse: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Paged sparse MQA attention with a per-head sink (op table entry 5; arguments and result as
@@ -433,6 +425,14 @@ def sparse_attention(
             the ``D`` value columns (``[BLOCK_H, D / 2]`` fp32 instead of ``[BLOCK_H, D]``: half
             the accumulator registers) and recomputing the ``q·kᵀ`` logits (1.5x the products).
             ``None``: :data:`DV_SPLIT` (1: not measured faster yet; ``attention_extend_sweep.py``).
+        keys_on_m: the tile's operand orientation (:mod:`sgl_kernel_v4.triton.attention_tile`,
+            its "compile statistics"): 0 heads on the tensor-core instruction's M; 1 the key rows
+            on M (``[block_n, block_h]`` logits ``k · qᵀ``, accumulator ``[D / dv_split,
+            block_h]``: with ``block_n = 128`` and 8 warps each warpgroup computes its own keys'
+            logits, where the 64-head default has both warpgroups compute all of them); 2 or 4 as
+            1 with the entry rows read as that many chunks of ``D`` (needs ``dv_split = 1``).
+            ``None``: :data:`KEYS_ON_M` (0; the others not measured yet:
+            ``attention_extend_sweep.py --qk-once``).
         lse: optional ``[T, H]`` fp32 buffer receiving each row's base-2 log-sum-exp of the
             scaled logits, the sink included (``log2(2**sink' + sum_j 2**(scale' q.k_j))`` with
             ``x' = x * log2(e)``), so a caller can merge another key set's partial result
@@ -553,6 +553,16 @@ def sparse_attention(
     dv_split = DV_SPLIT if dv_split is None else int(dv_split)
     if dv_split not in (1, 2) or block_d // dv_split < 16:
         raise ValueError(f"dv_split: expected 1 or 2 (with D / dv_split >= 16), got {dv_split}")
+    keys_on_m = KEYS_ON_M if keys_on_m is None else int(keys_on_m)
+    if (
+        keys_on_m not in (0, 1, 2, 4)
+        or (keys_on_m > 1 and dv_split != 1)
+        or block_d // max(keys_on_m, 1) < 16
+    ):
+        raise ValueError(
+            f"keys_on_m: expected 0, 1, 2 or 4 (2 and 4 with dv_split 1, D / keys_on_m >= 16), got {keys_on_m} "
+            f"(dv_split {dv_split}, D {D})"
+        )
     _paged_attn_kernel[(T, n_hb * dv_split, num_splits)](
         q, q.stride(0), q.stride(1),
         swa.storage, swa.rows_per_page, swa.page_stride, swa.row_stride, swa_pages, positions, int(window),
@@ -563,7 +573,7 @@ def sparse_attention(
         H, float(scale) * _LOG2E, num_splits,
         D=D, NOPE=D - swa.rope_dim, CODEC=swa.codec_id, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
         SPLIT=num_splits > 1, COMP_MODE=mode, ALIGN=fp8_align, DV_SPLIT=dv_split, IEEE=ieee_f32_dots(q.dtype),
-        STORE_LSE=lse is not None, COMP_CODEC=comp.codec_id, num_warps=num_warps,
+        STORE_LSE=lse is not None, COMP_CODEC=comp.codec_id, KEYS_ON_M=keys_on_m, num_warps=num_warps,
         num_stages=num_stages,
     )  # fmt: skip
     if num_splits > 1:
