@@ -268,6 +268,9 @@ class CompletionRequest(_SamplingExtras, VllmCompletionFields):
     logit_bias: dict[str, float] | None = None
     logprobs: int | None = None
     max_tokens: int | None = 16
+    #: Chat's name of the output limit, accepted here too (clients and guides send it to
+    #: /v1/completions): it wins over ``max_tokens`` when both are set, as on chat.
+    max_completion_tokens: int | None = None
     n: int | None = 1
     presence_penalty: float | None = 0.0
     seed: int | None = None

@@ -399,9 +399,17 @@ class ChatMixin(ChatPrepareMixin):
                     created=created,
                     model=req.model,
                     choices=[ChatCompletionResponseStreamChoice(index=idx, delta=delta, **kw)],
-                    usage=self._usage([{"meta_info": meta}], 1) if continuous and meta is not None else None,
+                    usage=self._usage(
+                        [{"meta_info": meta}], 1, [running_rt.get(idx, 0)] if separate else None
+                    )
+                    if continuous and meta is not None
+                    else None,
                 )
             )
+
+        #: per choice: its generated tokens of the reasoning block so far (continuous usage stats
+        #: count them as the final usage does)
+        running_rt: dict[int, int] = {}
 
         def new_state() -> _ChoiceStream:
             rp = None
@@ -438,6 +446,10 @@ class ChatMixin(ChatPrepareMixin):
                                 yield chunk(idx, DeltaMessage(content=echo), dict(meta, completion_tokens=0))
                         st = states[idx]
                         fr, matched, reasoning_d, content_d, tool_deltas = self._read_output(st, ret, plan)
+                        if separate and continuous:
+                            running_rt[idx] = self._reasoning_tokens(
+                                ret.get("output_ids") or [], st.reasoning_raw or st.reasoning_text
+                            )
                         lp = None
                         if req.logprobs:
                             lp = self._chat_logprobs(meta, st.sent_lp, bool(req.return_tokens_as_token_ids))
