@@ -11,6 +11,11 @@ Faults found here, fixed:
   every running usage chunk of a thinking request (vllm-project/vllm-ascend#10777 reports the
   same zero on the final usage); only the usage chunk after the finish counted them. Each
   running usage now counts the reasoning tokens generated so far, as the final one does.
+* ``matched_stop`` named a stop string when EOS ended the generation (sgl-project/sglang#1684 added
+  ``matched_stop`` so that a client can tell the two apart): stop strings were checked before
+  stop tokens, on a text that holds the EOS token's own text (``<｜end▁of▁sentence｜>``), so a
+  stop string such as ``"e"`` or ``"sentence"`` "matched" the EOS. Stop tokens (EOS,
+  ``stop_token_ids``) are now checked first, as SGLang's ``Req.check_finished`` and vLLM do.
 
 Reports replayed that showed no fault here (the tests keep them so): ``max_completion_tokens``
 counts the reasoning tokens (vllm-project/vllm#28266, vllm-project/vllm#19861); a
@@ -24,9 +29,14 @@ of Chinese characters (sgl-project/sglang#377); ``top_logprobs_num`` on ``/gener
 cumulative per-choice continuous usage and the final usage over all choices
 (vllm-project/vllm#9357); Anthropic ``cache_read_input_tokens`` apart from ``input_tokens``
 (sgl-project/sglang#25876); ``/v1/embeddings`` on a generation model is a 400 and the server keeps
-serving (sgl-project/sglang#8256); legacy completions ``logprobs: 0`` (xorbitsai/inference#5270).
+serving (sgl-project/sglang#8256); legacy completions ``logprobs: 0`` (xorbitsai/inference#5270);
+``json_schema`` with thinking on and ``include_reasoning: false`` (vllm-project/vllm#48863), with
+thinking off (sgl-project/sglang#14821) and on the Responses API (vllm-project/vllm#44012): the
+answer is schema-valid JSON in ``content``; malformed grammars (a Lark grammar, an EBNF without
+``root``) are a 400 naming the field, not an engine error (vllm-project/vllm#16911); a grammar
+request whose biased token is a special one stays within the grammar (sgl-project/sglang#3108).
 
-Oracles: the served model's tokenizer (ids, decode, counts), ``re.fullmatch``, the non-streamed
+Oracles: the served model's tokenizer (ids, decode, counts), ``re.fullmatch``, ``jsonschema``, the non-streamed
 answer of the same greedy request, single requests for a batch, the chat route's counts for the
 Anthropic route, the ``openai`` / ``anthropic`` clients' parsers, the reports' stated expectations.
 """
@@ -397,3 +407,163 @@ def test_sglang_8256_embeddings_on_a_generation_model(server: ServerHandle) -> N
         ]
         == 2
     )
+
+
+# --------------------------------------------------------------------------- stop reasons
+
+
+def test_sglang_1684_eos_is_not_reported_as_a_stop_string(
+    server: ServerHandle, client: Any, mtok: Any
+) -> None:
+    """sgl-project/sglang#1684 (``matched_stop`` tells an EOS finish from a stop string): the
+    EOS token's text ``<｜end▁of▁sentence｜>`` holds ``e`` and ``sentence``; a generation ended by
+    EOS reported such a stop string as matched. EOS (forced by ``logit_bias``) is reported as
+    itself on every route, with and without a grammar, and so is a ``stop_token_ids`` entry;
+    a stop string the text does hold is still reported as itself."""
+    eos = mtok.eos_token_id
+    assert "sentence" in mtok.decode([eos]) and "e" in mtok.decode([eos])
+    force_eos = {str(eos): 100}
+    for stop in (["sentence"], ["e"]):
+        out = _generate(
+            server,
+            {"text": "Hi", "sampling_params": {"max_new_tokens": 4, "logit_bias": force_eos, "stop": stop}},
+        )
+        assert (out["text"], out["meta_info"]["finish_reason"]) == ("", {"type": "stop", "matched": eos})
+        out = _generate(
+            server,
+            {"text": "Hi", "sampling_params": {"max_new_tokens": 8, "regex": "(yes|no)", "stop": stop}},
+        )
+        # the grammar ends with EOS after "yes" / "no"; "e" in "yes" is a true match of its own
+        want = {"yes": eos, "no": eos} if stop == ["sentence"] else {"y": "e", "no": eos}
+        assert out["text"] in want and out["meta_info"]["finish_reason"]["matched"] == want[out["text"]], out
+        kw: dict[str, Any] = dict(model=MODEL, max_tokens=4, logit_bias=force_eos, stop=stop)
+        c = client.completions.create(prompt="Hi", **kw).choices[0]
+        assert (c.text, c.finish_reason, c.model_extra["matched_stop"]) == ("", "stop", eos)
+        m = client.chat.completions.create(messages=USER, **kw).choices[0]
+        assert (m.message.content, m.model_extra["matched_stop"]) == ("", eos)
+    regex = _generate(
+        server,
+        {
+            "text": "Hi",
+            "sampling_params": {"max_new_tokens": 4, "logit_bias": force_eos, "stop_regex": ["sent"]},
+        },
+    )
+    assert regex["meta_info"]["finish_reason"] == {"type": "stop", "matched": eos}
+    (hello,) = mtok.encode("hello", add_special_tokens=False)
+    sp = {"max_new_tokens": 4, "logit_bias": {str(hello): 100}, "stop_token_ids": [hello], "stop": ["hel"]}
+    assert (
+        _generate(server, {"text": "Hi", "sampling_params": sp})["meta_info"]["finish_reason"]["matched"]
+        == hello
+    )
+    sp = {"max_new_tokens": 4, "temperature": 0, "logit_bias": {str(hello): 100}, "stop": ["llo"]}
+    out = _generate(server, {"text": "Hi", "sampling_params": sp})
+    assert (out["text"], out["meta_info"]["finish_reason"]["matched"]) == ("he", "llo")
+
+
+# --------------------------------------------------------------------------- structured outputs
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"x": {"type": "string", "maxLength": 6}},
+    "required": ["x"],
+    "additionalProperties": False,
+}
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}}
+
+
+def _valid(text: str | None) -> Any:
+    import jsonschema
+
+    value = json.loads(text or "")
+    jsonschema.validate(value, SCHEMA)
+    return value
+
+
+def test_vllm_48863_sglang_14821_json_schema_answer_in_content(server: ServerHandle, mtok: Any) -> None:
+    """vllm-project/vllm#48863 (thinking on, ``include_reasoning: false`` and a ``json_schema``:
+    ``content`` came back null) and sgl-project/sglang#14821 (thinking off: the grammar's JSON
+    landed in ``reasoning_content``): the answer is schema-valid JSON in ``content``, streamed or
+    not, and no reasoning is returned. The reasoning is ended at once (``</think>`` forced) so the
+    answer's grammar is reached."""
+    end = {str(_think_end_id(mtok)): 100}
+    cases = [
+        {"chat_template_kwargs": {"thinking": True}, "include_reasoning": False, "logit_bias": end},
+        {"chat_template_kwargs": {"thinking": True}, "logit_bias": end},
+        {"chat_template_kwargs": {"thinking": False}},
+        {"chat_template_kwargs": {"enable_thinking": False}},
+    ]
+    for k, extra in enumerate(cases):
+        body = {
+            "model": MODEL,
+            "messages": USER,
+            "max_tokens": 80,
+            "temperature": 0,
+            "response_format": RESPONSE_FORMAT,
+            **extra,
+        }
+        r = _post(server, "/v1/chat/completions", body).json()
+        msg = r["choices"][0]["message"]
+        _valid(msg["content"])
+        assert not msg.get("reasoning_content") and r["choices"][0]["finish_reason"] == "stop", (extra, r)
+        if k % 2:
+            continue  # streamed: one case with thinking, one without
+        content = "".join(
+            (c["choices"][0]["delta"].get("content") or "")
+            for c in _sse(server, "/v1/chat/completions", body)
+            if c["choices"]
+        )
+        assert content == msg["content"]
+
+
+def test_vllm_44012_responses_text_format_is_constrained(server: ServerHandle) -> None:
+    """vllm-project/vllm#44012: the Responses API's ``text.format`` ``json_schema`` was not
+    applied. The output text is schema-valid JSON."""
+    body = {
+        "model": MODEL,
+        "input": "Hi",
+        "max_output_tokens": 80,
+        "temperature": 0,
+        "text": {"format": {"type": "json_schema", "name": "t", "schema": SCHEMA}},
+    }
+    r = _post(server, "/v1/responses", body).json()
+    texts = [c["text"] for item in r["output"] if item["type"] == "message" for c in item["content"]]
+    assert len(texts) == 1 and r["status"] == "completed", r
+    _valid(texts[0])
+
+
+def test_vllm_16911_malformed_grammars_are_a_400(server: ServerHandle) -> None:
+    """vllm-project/vllm#16911: a ``guided_grammar`` in Lark's syntax (the docs' example) raised
+    inside the engine. Malformed grammars of every kind are a 400 naming the field, and the
+    server keeps serving."""
+    lark = '?start: select\n?select: "SELECT " column\n?column: "a" | "b"'
+    r = _post(
+        server, "/v1/completions", {"model": MODEL, "prompt": "Hi", "max_tokens": 4, "guided_grammar": lark}
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "guided_grammar", r.text
+    for field, value in (
+        ("ebnf", 'start ::= "a"'),
+        ("ebnf", "root ::= ("),
+        ("regex", "(a"),
+        ("json_schema", "{not json"),
+    ):
+        r = _post(server, "/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 4, field: value}})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith(field), r.text
+    assert (
+        _generate(server, {"text": "Hi", "sampling_params": {"max_new_tokens": 2}})["meta_info"][
+            "completion_tokens"
+        ]
+        == 2
+    )
+
+
+def test_sglang_3108_grammar_with_a_biased_special_token(server: ServerHandle, mtok: Any) -> None:
+    """sgl-project/sglang#3108: an EBNF request whose model emitted a reserved special token
+    crashed the scheduler. With such tokens pushed to the top (``logit_bias`` +100: BOS, the
+    ``<｜User｜>`` marker, ``</think>``), the output is still one of the grammar's strings."""
+    grammar = 'root ::= "yes" | "no"'
+    for token in ("<｜begin▁of▁sentence｜>", "<｜User｜>", THINK_END):
+        tid = mtok.convert_tokens_to_ids(token)
+        assert isinstance(tid, int) and tid != mtok.unk_token_id
+        sp = {"max_new_tokens": 8, "ebnf": grammar, "logit_bias": {str(tid): 100}}
+        out = _generate(server, {"text": "Hi", "sampling_params": sp})
+        assert out["text"] in ("yes", "no") and tid not in out["output_ids"], out

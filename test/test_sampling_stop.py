@@ -87,11 +87,13 @@ def test_stop_token_ids_and_trim(tok: Tokenizer) -> None:
     assert check_stop([7, 43], sp, {EOS}, tok, False) is None
     assert trim_matched_stop([7, 42], {"type": "stop", "matched": 42}, False) == [7]
     assert trim_matched_stop([7, 42], {"type": "stop", "matched": 42}, True) == [7, 42]
-    # a stop string takes precedence over the EOS landing at the same step (SGLang order)
+    # a stop token landing at the same step as a stop string is the finish (SGLang's
+    # Req.check_finished and vLLM check token stops before stop strings)
     ids = _ids(tok, "abc STOP")
     sp3 = SamplingParams(stop="STOP")
     sp3.normalize(tok)
-    assert check_stop(ids + [EOS], sp3, {EOS}, tok, False) == {"type": "stop", "matched": "STOP"}
+    assert check_stop(ids + [EOS], sp3, {EOS}, tok, False) == {"type": "stop", "matched": EOS}
+    assert check_stop(ids, sp3, {EOS}, tok, False) == {"type": "stop", "matched": "STOP"}
 
 
 def test_stop_regex(tok: Tokenizer) -> None:

@@ -1,8 +1,11 @@
 """Finish checks for one request after each generated token, with SGLang 0.5.x semantics.
 
 Re-derived from SGLang's ``Req.update_finish_state`` (``srt/managers/schedule_batch.py``) and
-``DetokenizerManager.trim_matched_stop``. Order of checks (as SGLang): stop strings / stop regex
-first, then stop tokens (EOS, ``stop_token_ids``), then the length limit.
+``DetokenizerManager.trim_matched_stop``. Order of checks: stop tokens (EOS, ``stop_token_ids``)
+first, as SGLang's ``Req.check_finished`` and vLLM's stop checker do, so a stop token is reported
+as itself even when the text of a special token (EOS is ``<｜end▁of▁sentence｜>``) holds a stop
+string; then stop strings / stop regex; then the length limit (vLLM's order: a stop on the last
+allowed token is a stop, not a length finish).
 
 Finish-reason dicts (SGLang's ``to_json`` shapes):
     ``{"type": "stop", "matched": <int token id>}``  EOS or a ``stop_token_ids`` entry;
@@ -87,6 +90,13 @@ def check_stop(
     regs = params.stop_regex_strs if params.stop_regex_strs is not None else params.stop_regex
     if isinstance(regs, str):
         regs = [regs]
+    last = int(output_ids[-1])
+    if not params.ignore_eos and len(output_ids) >= params.min_new_tokens:
+        if params.stop_token_ids and last in params.stop_token_ids:
+            return {"type": "stop", "matched": last}
+        if eos_token_ids and last in eos_token_ids:
+            return {"type": "stop", "matched": last}
+
     if text_start >= 0:
         text_start = max(text_start, params.min_new_tokens)
     if (stops or regs) and 0 <= text_start < len(output_ids):
@@ -107,13 +117,6 @@ def check_stop(
         for r in regs or []:
             if re.search(r, tail):
                 return {"type": "stop", "matched": r}
-
-    last = int(output_ids[-1])
-    if not params.ignore_eos and len(output_ids) >= params.min_new_tokens:
-        if params.stop_token_ids and last in params.stop_token_ids:
-            return {"type": "stop", "matched": last}
-        if eos_token_ids and last in eos_token_ids:
-            return {"type": "stop", "matched": last}
 
     if max_new_tokens_reached:
         return {"type": "length", "length": len(output_ids)}
