@@ -16,6 +16,12 @@ Faults found here, fixed:
   stop tokens, on a text that holds the EOS token's own text (``<｜end▁of▁sentence｜>``), so a
   stop string such as ``"e"`` or ``"sentence"`` "matched" the EOS. Stop tokens (EOS,
   ``stop_token_ids``) are now checked first, as SGLang's ``Req.check_finished`` and vLLM do.
+* ``parallel_tool_calls: false`` still gave every call the model wrote (sgl-project/sglang#9696)
+  where no tool grammar bounded the decoding (next to the request's own grammar, or without a
+  grammar backend); the answer's reader now keeps the first call, on chat, Responses and
+  Anthropic Messages (``disable_parallel_tool_use``), streamed or not.
+* Reports that also passed: the finish chunk's shape (vllm-project/vllm#19650,
+  vllm-project/vllm#35705).
 
 Reports replayed that showed no fault here (the tests keep them so): ``max_completion_tokens``
 counts the reasoning tokens (vllm-project/vllm#28266, vllm-project/vllm#19861); a
@@ -567,3 +573,108 @@ def test_sglang_3108_grammar_with_a_biased_special_token(server: ServerHandle, m
         sp = {"max_new_tokens": 8, "ebnf": grammar, "logit_bias": {str(tid): 100}}
         out = _generate(server, {"text": "Hi", "sampling_params": sp})
         assert out["text"] in ("yes", "no") and tid not in out["output_ids"], out
+
+
+# --------------------------------------------------------------------------- stream framing
+
+
+def test_vllm_19650_35705_finish_chunk_shape(server: ServerHandle, mtok: Any) -> None:
+    """vllm-project/vllm#19650 (streamed chat chunks lost their ``"finish_reason": null``) and
+    vllm-project/vllm#35705 (the last content came in the chunk that carried the finish reason):
+    every chunk has the ``finish_reason`` key, ``null`` until the last chunk of the choice, which
+    has an empty delta; for a length cut, an EOS stop and a thinking request alike."""
+    bodies = [
+        {"max_tokens": 3},
+        {"max_tokens": 3, "logit_bias": {str(mtok.eos_token_id): 100}},
+        {"max_tokens": 3, "chat_template_kwargs": {"thinking": True}},
+    ]
+    for extra, want in zip(bodies, ("length", "stop", "length")):
+        chunks = _sse(server, "/v1/chat/completions", {"model": MODEL, "messages": USER, **extra})
+        choices = [c["choices"][0] for c in chunks]
+        assert all("finish_reason" in ch for ch in choices), choices
+        assert [ch["finish_reason"] for ch in choices[:-1]] == [None] * (len(choices) - 1)
+        last = choices[-1]
+        assert last["finish_reason"] == want
+        assert not any(last["delta"].get(k) for k in ("content", "reasoning_content", "tool_calls")), last
+
+
+# --------------------------------------------------------------------------- parallel_tool_calls
+
+D = "｜DSML｜"
+WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_PARAMS}}]
+
+
+def _two_calls(cities: tuple[str, ...] = ("Paris", "Oslo")) -> str:
+    invokes = [
+        f'<{D}invoke name="get_weather">\n<{D}parameter name="city" string="true">{c}</{D}parameter>\n</{D}invoke>'
+        for c in cities
+    ]
+    return f"\n\n<{D}tool_calls>\n" + "\n".join(invokes) + f"\n</{D}tool_calls>"
+
+
+def test_sglang_9696_parallel_tool_calls_false_is_one_call(server: ServerHandle) -> None:
+    """sgl-project/sglang#9696: with ``parallel_tool_calls: false`` the answer still held several
+    calls. The tool grammar bounds the decoding where it applies, but not next to the request's
+    own grammar (here a ``regex`` that spells out a block of two calls) nor without a grammar
+    backend: the answer keeps the first call, streamed or not, and its finish is ``tool_calls``;
+    ``true`` (the default) keeps both."""
+    body = {
+        "model": MODEL,
+        "messages": USER,
+        "tools": CHAT_TOOLS,
+        "max_tokens": 200,
+        "temperature": 0,
+        "regex": re.escape(_two_calls()),
+    }
+    for parallel, want in ((False, ['{"city": "Paris"}']), (True, ['{"city": "Paris"}', '{"city": "Oslo"}'])):
+        r = _post(server, "/v1/chat/completions", {**body, "parallel_tool_calls": parallel}).json()
+        ch = r["choices"][0]
+        assert [c["function"]["arguments"] for c in ch["message"]["tool_calls"]] == want, r
+        assert ch["finish_reason"] == "tool_calls" and not ch["message"]["content"]
+        streamed: dict[int, str] = {}
+        chunks = _sse(server, "/v1/chat/completions", {**body, "parallel_tool_calls": parallel})
+        for c in chunks:
+            for tc in c["choices"][0]["delta"].get("tool_calls") or []:
+                streamed[tc["index"]] = streamed.get(tc["index"], "") + (
+                    tc["function"].get("arguments") or ""
+                )
+        assert list(streamed.values()) == want and chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_sglang_9696_one_call_on_responses_and_messages(tok: Any) -> None:
+    """sgl-project/sglang#9696 on the other routes (model output written by hand, no grammar
+    backend): Responses ``parallel_tool_calls: false`` and Anthropic
+    ``disable_parallel_tool_use`` give the first call only, streamed or not."""
+    from test_chat_tool_stream_agreement import ChunkTM
+    from test_dsv4_public_bugs import _anthropic_client
+    from test_openai_tools import client_for
+
+    reply = "Checking." + _two_calls()
+    client, _ = client_for(ChunkTM(tok, reply))
+    rkw: dict[str, Any] = dict(
+        model="m",
+        input="Weather?",
+        tools=[{"type": "function", "name": "get_weather", "parameters": WEATHER_PARAMS}],
+        parallel_tool_calls=False,
+    )
+    done = client.responses.create(**rkw)
+    with client.responses.stream(**rkw) as stream:
+        folded = stream.get_final_response()
+    for r in (done, folded):
+        assert [o.arguments for o in r.output if o.type == "function_call"] == ['{"city": "Paris"}']
+        assert r.output_text == "Checking."
+    aclient = _anthropic_client(ChunkTM(tok, reply))
+    mkw: dict[str, Any] = dict(
+        model="m",
+        max_tokens=200,
+        messages=[{"role": "user", "content": "Weather?"}],
+        tools=[{"name": "get_weather", "input_schema": WEATHER_PARAMS}],
+        tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+    )
+    msg = aclient.messages.create(**mkw)
+    with aclient.messages.stream(**mkw) as mstream:
+        mfolded = mstream.get_final_message()
+    for m in (msg, mfolded):
+        assert [b.input for b in m.content if b.type == "tool_use"] == [{"city": "Paris"}]
+        assert m.stop_reason == "tool_use"

@@ -12,7 +12,7 @@ Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
   become ``message.tool_calls`` (:mod:`.tool_parser`). With a tool marked ``strict`` a call, once
   started, is constrained to the tool schemas (xgrammar structural tag); with
   ``parallel_tool_calls`` false a grammar allows at most one call (unless the request has its own
-  answer grammar);
+  answer grammar) and the answer keeps the first call only in any case (sgl-project/sglang#9696);
 * ``"required"`` / ``{"type": "function", "function": {"name": ...}}``: decoding is constrained to
   a DSML block of one or more calls (exactly one call of that function when named, or when
   ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas.
