@@ -20,8 +20,8 @@ Faults found here, fixed:
   where no tool grammar bounded the decoding (next to the request's own grammar, or without a
   grammar backend); the answer's reader now keeps the first call, on chat, Responses and
   Anthropic Messages (``disable_parallel_tool_use``), streamed or not.
-* Reports that also passed: the finish chunk's shape (vllm-project/vllm#19650,
-  vllm-project/vllm#35705).
+* ``/tokenize`` ignored vLLM's ``return_token_strs`` (vllm-project/vllm#18928): it now answers
+  ``token_strs``, the tokenizer's token strings of the ids, as vLLM does.
 
 Reports replayed that showed no fault here (the tests keep them so): ``max_completion_tokens``
 counts the reasoning tokens (vllm-project/vllm#28266, vllm-project/vllm#19861); a
@@ -40,7 +40,9 @@ serving (sgl-project/sglang#8256); legacy completions ``logprobs: 0`` (xorbitsai
 thinking off (sgl-project/sglang#14821) and on the Responses API (vllm-project/vllm#44012): the
 answer is schema-valid JSON in ``content``; malformed grammars (a Lark grammar, an EBNF without
 ``root``) are a 400 naming the field, not an engine error (vllm-project/vllm#16911); a grammar
-request whose biased token is a special one stays within the grammar (sgl-project/sglang#3108).
+request whose biased token is a special one stays within the grammar (sgl-project/sglang#3108);
+the finish chunk's shape (vllm-project/vllm#19650, vllm-project/vllm#35705); a Responses turn
+on ``previous_response_id`` does not inherit the earlier ``instructions`` (vllm-project/vllm#37697).
 
 Oracles: the served model's tokenizer (ids, decode, counts), ``re.fullmatch``, ``jsonschema``, the non-streamed
 answer of the same greedy request, single requests for a batch, the chat route's counts for the
@@ -678,3 +680,58 @@ def test_sglang_9696_one_call_on_responses_and_messages(tok: Any) -> None:
     for m in (msg, mfolded):
         assert [b.input for b in m.content if b.type == "tool_use"] == [{"city": "Paris"}]
         assert m.stop_reason == "tool_use"
+
+
+# --------------------------------------------------------------------------- tokenizer, Responses
+
+
+def test_vllm_18928_tokenize_return_token_strs(server: ServerHandle, mtok: Any) -> None:
+    """vllm-project/vllm#18928 (vllm-project/vllm#18941 added it): ``/tokenize`` with
+    ``return_token_strs`` also answers ``token_strs``, the tokenizer's token strings of the ids
+    (``convert_ids_to_tokens``), for a text, a list of texts and messages; without the flag the
+    field is left out."""
+    for path in ("/tokenize", "/v1/tokenize"):
+        r = _post(server, path, {"prompt": "Hello world! 上海", "return_token_strs": True}).json()
+        assert r["tokens"] == mtok.encode("Hello world! 上海")
+        assert r["token_strs"] == mtok.convert_ids_to_tokens(r["tokens"]) and r["count"] == len(
+            r["token_strs"]
+        )
+    r = _post(server, "/tokenize", {"prompt": ["Hello world!", "Bye"], "return_token_strs": True}).json()
+    assert r["token_strs"] == [mtok.convert_ids_to_tokens(ids) for ids in r["tokens"]]
+    r = _post(server, "/tokenize", {"messages": USER, "return_token_strs": True}).json()
+    assert r["token_strs"] == mtok.convert_ids_to_tokens(r["tokens"]) and "<｜User｜>" in r["token_strs"]
+    assert "token_strs" not in _post(server, "/tokenize", {"prompt": "Hello"}).json()
+
+
+def test_vllm_37697_instructions_do_not_carry_over(server: ServerHandle) -> None:
+    """vllm-project/vllm#37697: with ``previous_response_id`` the earlier response's
+    ``instructions`` were kept in the prompt (OpenAI: they are not carried over). The next turn's
+    prompt counts as the chat conversation without that system message (with the new
+    ``instructions`` as the system message when given)."""
+    first = _post(
+        server,
+        "/v1/responses",
+        {
+            "model": MODEL,
+            "input": "Hi",
+            "instructions": "You are a pirate who rhymes.",
+            "max_output_tokens": 4,
+            "temperature": 0,
+        },
+    ).json()
+    said = first["output"][-1]["content"][0]["text"]
+    convo = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": said},
+        {"role": "user", "content": "Again"},
+    ]
+    for instructions in (None, "Be brief."):
+        body = {"model": MODEL, "input": "Again", "previous_response_id": first["id"], "max_output_tokens": 1}
+        if instructions:
+            body["instructions"] = instructions
+        got = _post(server, "/v1/responses", body).json()["usage"]["input_tokens"]
+        msgs = ([{"role": "system", "content": instructions}] if instructions else []) + convo
+        chat = _post(
+            server, "/v1/chat/completions", {"model": MODEL, "messages": msgs, "max_tokens": 1}
+        ).json()
+        assert got == chat["usage"]["prompt_tokens"], (instructions, got, chat["usage"])
