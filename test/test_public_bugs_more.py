@@ -21,7 +21,8 @@ Reports replayed that showed no fault here (the tests keep them so): ``max_compl
 counts the reasoning tokens (vllm-project/vllm#28266, vllm-project/vllm#19861);
 ``top_logprobs_num`` on ``/generate`` (sgl-project/sglang#12418); streamed top logprobs per token,
 one token or several per chunk (sgl-project/sglang#5761, sgl-project/sglang#39260); legacy
-completions ``logprobs: 0`` (xorbitsai/inference#5270); a batch of ``input_ids`` lists
+completions ``logprobs: 0`` (xorbitsai/inference#5270) and ``echo`` with ``logprobs``, streamed or
+not (ggml-org/llama.cpp#27174, vllm-project/vllm#15119); a batch of ``input_ids`` lists
 (sgl-project/sglang#19435); no usage for ``stream_options: {}`` (vllm-project/vllm#36379);
 cumulative per-choice continuous usage and the final usage over all choices
 (vllm-project/vllm#9357); Anthropic ``cache_read_input_tokens`` apart from ``input_tokens``
@@ -200,6 +201,27 @@ def test_xorbits_5270_completions_logprobs_zero(client: Any) -> None:
     assert lp is not None and len(lp.tokens) == len(lp.token_logprobs) == 3
     assert all(x is not None and x <= 0 for x in lp.token_logprobs)
     assert "".join(lp.tokens) == r.choices[0].text
+
+
+def test_llama_cpp_27174_vllm_15119_echo_with_logprobs(client: Any, mtok: Any) -> None:
+    """ggml-org/llama.cpp#27174 (``echo`` + ``logprobs`` gave the generated tokens' entries only:
+    every loglikelihood eval scored 0) and vllm-project/vllm#15119 (``echo`` dropped when
+    streamed): the prompt's tokens come first, one entry each (``null`` logprob for the first),
+    then the generated ones; their texts make up the echoed text, streamed or not."""
+    prompt = "The capital of France is Paris"
+    n_prompt = len(mtok.encode(prompt))
+    kw: dict[str, Any] = dict(model=MODEL, prompt=prompt, max_tokens=2, temperature=0, echo=True, logprobs=1)
+    r = client.completions.create(**kw)
+    lp, text = r.choices[0].logprobs, r.choices[0].text
+    assert r.usage.prompt_tokens == n_prompt and len(lp.tokens) == n_prompt + 2
+    assert lp.token_logprobs[0] is None and all(x is not None for x in lp.token_logprobs[1:])
+    assert text.startswith(prompt) and "".join(lp.tokens) == text
+    streamed_text, streamed = "", []
+    for ch in client.completions.create(**kw, stream=True):
+        for c in ch.choices:
+            streamed_text += c.text
+            streamed += list(zip(c.logprobs.tokens, c.logprobs.token_logprobs)) if c.logprobs else []
+    assert streamed_text == text and streamed == list(zip(lp.tokens, lp.token_logprobs))
 
 
 # --------------------------------------------------------------------------- batches, usage
