@@ -13,6 +13,12 @@ Faults found here, fixed:
   where no tool grammar bounded the decoding (next to the request's own grammar, or without a
   grammar backend); the answer's reader now keeps the first call, on chat, Responses and
   Anthropic Messages (``disable_parallel_tool_use``), streamed or not.
+* ``stop_regex`` was searched in the last 64 tokens only: a match spanning more was never seen
+  (sgl-project/sglang#30932 sizes SGLang's tail from the pattern); the window is now the
+  pattern's longest match (``re``'s parser), the whole output for an unbounded one.
+* A ``stop_regex`` that backtracks catastrophically on the output hung the scheduler loop, and
+  every request in it (sgl-project/sglang#28203); its search is now time-bounded (the ``regex``
+  engine's ``timeout``) and such a request ends with a 400 naming the pattern.
 
 Reports replayed that showed no fault here (the tests keep them so): a ``stop_token_ids`` token
 is not in the text unless ``include_stop_str_in_output`` (vllm-project/vllm#2538); no spaces
@@ -37,6 +43,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 from public_bugs_testutil import MODEL, THINK_END, USER, generate, post, sse, think_end_id
 from server_fixture import ServerHandle
 
@@ -394,3 +401,47 @@ def test_sglang_9696_one_call_on_every_route(tok: Any) -> None:
     for m in (msg, mfolded):
         assert [b.input for b in m.content if b.type == "tool_use"] == [{"city": "Paris"}]
         assert m.stop_reason == "tool_use"
+
+
+# --------------------------------------------------------------------------- stop_regex
+
+
+def test_sglang_30932_stop_regex_longer_than_the_old_window(server: ServerHandle) -> None:
+    """sgl-project/sglang#30932 (the stop-regex tail is sized from the pattern's longest match):
+    the tail searched was a fixed 64 tokens, so ``X[^Z]*Z`` over a longer span was never
+    matched. The output is forced (``regex``) to ``X``, 60 `` y`` (more than 66 tokens), `` Z``
+    and more; the stop
+    regex ends it at the token that completes the match (as SGLang, a matched regex stays in the
+    text), before the rest."""
+    sp = {"max_new_tokens": 200, "temperature": 0, "regex": "X( y){60} Z( w){10}", "stop_regex": r"X[^Z]*Z"}
+    out = generate(server, {"text": "Hi", "sampling_params": sp})
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": r"X[^Z]*Z"}, out["meta_info"]
+    assert out["text"] == "X" + " y" * 60 + " Z" and len(out["output_ids"]) > 66, out["output_ids"]
+
+
+def test_sglang_28203_catastrophic_stop_regex_is_a_400(server: ServerHandle) -> None:
+    """sgl-project/sglang#28203: a ``stop_regex`` that backtracks catastrophically on the output
+    (``(a|aa)+c`` on a run of ``a``) held the scheduler loop, and every other request, for good.
+    The search is time-bounded: that request ends with a 400 naming the pattern (streamed: an
+    error event), and the server serves the next request."""
+    sp = {"max_new_tokens": 80, "temperature": 0, "regex": "a{60}b", "stop_regex": "(a|aa)+c"}
+    r = requests.post(server.url + "/generate", json={"text": "Hi", "sampling_params": sp}, timeout=60)
+    assert r.status_code == 400 and "stop_regex '(a|aa)+c'" in r.json()["error"]["message"], r.text
+    body = {
+        "model": MODEL,
+        "messages": USER,
+        "max_tokens": 80,
+        "temperature": 0,
+        "regex": "a{60}b",
+        "stop_regex": "(a|aa)+c",
+    }
+    chunks = requests.post(
+        server.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=60
+    ).text
+    assert '"error"' in chunks and "(a|aa)+c" in chunks, chunks[-500:]
+    assert (
+        generate(server, {"text": "Hi", "sampling_params": {"max_new_tokens": 2}})["meta_info"][
+            "completion_tokens"
+        ]
+        == 2
+    )
