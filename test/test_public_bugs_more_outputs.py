@@ -28,7 +28,9 @@ hang (sgl-project/sglang#276); a regex of Chinese characters (sgl-project/sglang
 thinking off (sgl-project/sglang#14821) and on the Responses API (vllm-project/vllm#44012): the
 answer is schema-valid JSON in ``content``; malformed grammars (a Lark grammar, an EBNF without
 ``root``) are a 400 naming the field, not an engine error (vllm-project/vllm#16911); a grammar
-request whose biased token is a special one stays within the grammar (sgl-project/sglang#3108).
+request whose biased token is a special one stays within the grammar (sgl-project/sglang#3108);
+``min_new_tokens`` holds EOS, ``stop_token_ids`` and ``stop`` strings (sgl-project/sglang#6266,
+sgl-project/sglang#26185).
 
 Oracles: the served model's tokenizer (ids, decode), ``re.fullmatch``, ``jsonschema``, the
 ``openai`` / ``anthropic`` clients' parsers, the model output written by hand (the fake engine of
@@ -445,3 +447,25 @@ def test_sglang_28203_catastrophic_stop_regex_is_a_400(server: ServerHandle) -> 
         ]
         == 2
     )
+
+
+def test_sglang_6266_min_new_tokens_holds_every_stop(server: ServerHandle, mtok: Any) -> None:
+    """sgl-project/sglang#6266 (``min_new_tokens`` did not work next to a ``stop``) and
+    sgl-project/sglang#26185 (it must hold token, EOS and string stops alike): with the stop
+    forced from the first token (``logit_bias``), the request still generates ``min_new_tokens``
+    tokens and stops on the next one."""
+    (hello,) = mtok.encode("hello", add_special_tokens=False)
+    base = {"max_new_tokens": 10, "min_new_tokens": 5}
+    cases = [
+        ({"logit_bias": {str(mtok.eos_token_id): 100}}, mtok.eos_token_id),
+        ({"logit_bias": {str(hello): 100}, "stop_token_ids": [hello]}, hello),
+        ({"logit_bias": {str(hello): 100}, "stop": ["hello"]}, "hello"),
+    ]
+    for extra, matched in cases:
+        out = generate(server, {"text": "Hi", "sampling_params": {**base, **extra}})
+        assert len(out["output_ids"]) == 6 and out["meta_info"]["finish_reason"] == {
+            "type": "stop",
+            "matched": matched,
+        }
+        assert matched not in out["output_ids"][:5]
+    assert out["text"] == "hello" * 5  # the sixth, matched one is cut off the text
