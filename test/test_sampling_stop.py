@@ -87,11 +87,13 @@ def test_stop_token_ids_and_trim(tok: Tokenizer) -> None:
     assert check_stop([7, 43], sp, {EOS}, tok, False) is None
     assert trim_matched_stop([7, 42], {"type": "stop", "matched": 42}, False) == [7]
     assert trim_matched_stop([7, 42], {"type": "stop", "matched": 42}, True) == [7, 42]
-    # a stop string takes precedence over the EOS landing at the same step (SGLang order)
+    # a stop token landing at the same step as a stop string is the finish (SGLang's
+    # Req.check_finished and vLLM check token stops before stop strings)
     ids = _ids(tok, "abc STOP")
     sp3 = SamplingParams(stop="STOP")
     sp3.normalize(tok)
-    assert check_stop(ids + [EOS], sp3, {EOS}, tok, False) == {"type": "stop", "matched": "STOP"}
+    assert check_stop(ids + [EOS], sp3, {EOS}, tok, False) == {"type": "stop", "matched": EOS}
+    assert check_stop(ids, sp3, {EOS}, tok, False) == {"type": "stop", "matched": "STOP"}
 
 
 def test_stop_regex(tok: Tokenizer) -> None:
@@ -101,3 +103,30 @@ def test_stop_regex(tok: Tokenizer) -> None:
     n, reason = _first_stop(tok, ids, sp)
     assert reason == {"type": "stop", "matched": r"\d{5}"}
     assert "12345" in tok.decode(ids[:n])
+
+
+def test_stop_regex_window_and_time_bound(tok: Tokenizer) -> None:
+    """A match spanning more than the old fixed 64-token tail is seen (the window is the pattern's
+    longest match, the whole output when unbounded; oracle: ``re.search`` on the whole text, the
+    first prefix it matches in), and a catastrophically backtracking pattern ends the request
+    with a 400 abort instead of holding the caller (sgl-project/sglang#30932, #28203)."""
+    import re
+    import time
+
+    from sglang_v4.sampling.stop_checker import STOP_REGEX_TIMEOUT_S, stop_regex_window
+
+    assert stop_regex_window("abc") == 12 and stop_regex_window(r"\d{5}") == 20
+    assert stop_regex_window(r"X[^Z]*Z") is None and stop_regex_window(".+") is None
+    ids = _ids(tok, "X" + " y" * 90 + " Z and more")
+    sp = SamplingParams(stop_regex=r"X[^Z]*Z")
+    sp.normalize(tok)
+    n, reason = _first_stop(tok, ids, sp)
+    want = next(k for k in range(1, len(ids) + 1) if re.search(r"X[^Z]*Z", tok.decode(ids[:k])))
+    assert (n, reason) == (want, {"type": "stop", "matched": r"X[^Z]*Z"}) and n > 66
+    bad = SamplingParams(stop_regex="(a|aa)+c")
+    bad.normalize(tok)
+    t0 = time.monotonic()
+    got = check_stop(_ids(tok, "a" * 200), bad, {EOS}, tok, False)
+    assert time.monotonic() - t0 < 20 * STOP_REGEX_TIMEOUT_S
+    assert got is not None and got["type"] == "abort" and got["status_code"] == 400
+    assert "(a|aa)+c" in got["message"]

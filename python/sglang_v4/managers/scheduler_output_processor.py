@@ -312,7 +312,7 @@ class SchedulerOutputProcessorMixin:
             if reason is None and req.grammar is not None and req.grammar.is_terminated():
                 reason = finish_stop(tok)
         elif tok in req.stop_token_set and n >= req.sampling_params.min_new_tokens:
-            reason = finish_stop(tok)  # check_stop's token rule (no stop strings to check first)
+            reason = finish_stop(tok)  # check_stop's token rule (the request has no stop strings)
         else:
             reason = finish_length(n) if n >= req.max_new_tokens else None
         if reason is not None:

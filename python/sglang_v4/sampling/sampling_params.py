@@ -518,8 +518,9 @@ def check_structural_tag(spec: str) -> dict[str, Any]:
 
 def _verify_stop_regex(regs: str | list[str] | None) -> None:
     """``stop_regex`` patterns: at most :data:`MAX_STOP_COUNT`, non-empty (an empty pattern
-    matches at once) and valid Python ``re`` syntax, the engine the stop checker runs them with
-    (:mod:`sglang_v4.sampling.stop_checker`). Checked at admission: a pattern that does not
+    matches at once) and valid Python ``re`` syntax, what the stop checker accepts (it runs them
+    with the ``re``-compatible ``regex`` engine, time-bounded, or ``re`` itself:
+    :mod:`sglang_v4.sampling.stop_checker`). Checked at admission: a pattern that does not
     compile would otherwise fail inside the scheduler loop, on the first generated token.
 
     Raises:

@@ -1,28 +1,91 @@
 """Finish checks for one request after each generated token, with SGLang 0.5.x semantics.
 
 Re-derived from SGLang's ``Req.update_finish_state`` (``srt/managers/schedule_batch.py``) and
-``DetokenizerManager.trim_matched_stop``. Order of checks (as SGLang): stop strings / stop regex
-first, then stop tokens (EOS, ``stop_token_ids``), then the length limit.
+``DetokenizerManager.trim_matched_stop``. Order of checks: stop tokens (EOS, ``stop_token_ids``)
+first, as SGLang's ``Req.check_finished`` and vLLM's stop checker do, so a stop token is reported
+as itself even when the text of a special token (EOS is ``<｜end▁of▁sentence｜>``) holds a stop
+string; then stop strings / stop regex; then the length limit (vLLM's order: a stop on the last
+allowed token is a stop, not a length finish).
 
 Finish-reason dicts (SGLang's ``to_json`` shapes):
     ``{"type": "stop", "matched": <int token id>}``  EOS or a ``stop_token_ids`` entry;
     ``{"type": "stop", "matched": "<stop string or regex>"}``;
-    ``{"type": "length", "length": <int>}``.
+    ``{"type": "length", "length": <int>}``;
+    ``{"type": "abort", ...}``  a ``stop_regex`` whose search ran past its time bound.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from sglang_v4.sampling.sampling_params import SamplingParams
 
-__all__ = ["check_stop", "stop_holdback", "stop_text_start", "trim_matched_stop", "STOP_TAIL_EXTRA_TOKENS"]
+__all__ = [
+    "check_stop",
+    "stop_holdback",
+    "stop_regex_window",
+    "stop_text_start",
+    "trim_matched_stop",
+    "STOP_REGEX_TIMEOUT_S",
+    "STOP_TAIL_EXTRA_TOKENS",
+]
 
 STOP_TAIL_EXTRA_TOKENS = 2
 """Tokens decoded beyond ``stop_str_max_len`` so a stop string straddling token boundaries (and
 multi-byte characters split across byte-level tokens) is still seen whole."""
+
+STOP_REGEX_TIMEOUT_S = 0.25
+"""Seconds one ``stop_regex`` search of one step may take (the ``regex`` engine's ``timeout``). A
+pattern that backtracks catastrophically on the output (``((a )+)+c`` on ``"a a a ..."``) would
+otherwise hold the scheduler loop, and every request in it, for hours (sgl-project/sglang#28203);
+past the bound the request ends with a 400 abort naming the pattern, the others go on."""
+
+#: Characters a regex may match beyond which it counts as unbounded (the whole output is searched).
+_UNBOUNDED_CHARS = 1 << 16
+
+
+@functools.lru_cache(maxsize=1024)
+def stop_regex_window(pattern: str) -> int | None:
+    """Output tokens a match of ``pattern`` can span (at most), or ``None`` when unbounded.
+
+    From the longest text the pattern can match (``re``'s parser: ``getwidth()``, in characters):
+    a character is at most 4 UTF-8 bytes and every token covers at least one byte, so ``4 *
+    width`` tokens hold any match; a pattern without such a bound (``X[^Z]*Z``, ``.+``) is searched
+    in the whole output, as SGLang sizes its stop-regex tail (``get_max_seq_length``). The window
+    used to be a fixed 64 tokens: a match longer than that was never seen.
+    """
+    try:
+        width = re._parser.parse(pattern).getwidth()[1]  # type: ignore[attr-defined]
+    except (re.error, OverflowError, RecursionError, AttributeError):
+        return None
+    return None if width >= _UNBOUNDED_CHARS else 4 * int(width)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> Any:
+    """``pattern`` compiled by the ``regex`` engine (it bounds a search's time; ``re`` cannot), or
+    by ``re`` where ``regex`` is missing or reads the pattern otherwise."""
+    try:
+        import regex
+
+        return regex.compile(pattern, flags=regex.V0)
+    except Exception:  # noqa: BLE001 - no regex module, or a pattern only ``re`` accepts
+        return re.compile(pattern)
+
+
+def _regex_search(pattern: str, text: str) -> bool | None:
+    """Whether ``pattern`` matches in ``text``; ``None`` when the search ran past
+    :data:`STOP_REGEX_TIMEOUT_S`."""
+    compiled = _compiled(pattern)
+    if isinstance(compiled, re.Pattern):
+        return compiled.search(text) is not None
+    try:
+        return compiled.search(text, timeout=STOP_REGEX_TIMEOUT_S) is not None
+    except TimeoutError:
+        return None
 
 
 def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
@@ -71,7 +134,12 @@ def check_stop(
             rule for stop strings, which the OpenAI route's ``min_tokens`` follows).
 
     Returns:
-        A finish-reason dict (see module docstring) or ``None`` when generation continues.
+        A finish-reason dict (see module docstring) or ``None`` when generation continues; an
+        abort (``{"type": "abort", "message", "status_code": 400, "err_type": None}``, the shape
+        of ``io_struct.finish_abort``) when a ``stop_regex`` search ran past
+        :data:`STOP_REGEX_TIMEOUT_S`. Stop strings are searched in the last ``stop_str_max_len``
+        tokens, stop regexes in the last :func:`stop_regex_window` tokens (the whole output for an
+        unbounded pattern), each plus :data:`STOP_TAIL_EXTRA_TOKENS`.
         Token stops are suppressed while ``len(output_ids) < min_new_tokens`` (the sampler also
         masks those tokens then). As in SGLang 0.5.x, ``ignore_eos`` disables all token-based stops
         (EOS and ``stop_token_ids``); stop strings still apply.
@@ -87,6 +155,13 @@ def check_stop(
     regs = params.stop_regex_strs if params.stop_regex_strs is not None else params.stop_regex
     if isinstance(regs, str):
         regs = [regs]
+    last = int(output_ids[-1])
+    if not params.ignore_eos and len(output_ids) >= params.min_new_tokens:
+        if params.stop_token_ids and last in params.stop_token_ids:
+            return {"type": "stop", "matched": last}
+        if eos_token_ids and last in eos_token_ids:
+            return {"type": "stop", "matched": last}
+
     if text_start >= 0:
         text_start = max(text_start, params.min_new_tokens)
     if (stops or regs) and 0 <= text_start < len(output_ids):
@@ -97,23 +172,28 @@ def check_stop(
             # Not normalized: bound the window by UTF-8 bytes (every token covers at least one
             # byte of the stop string in the worst case, SamplingParams.normalize).
             max_len = max((len(s.encode("utf-8", errors="surrogatepass")) for s in (stops or [])), default=0)
-        if regs:
-            max_len = max(max_len, 64)
+        windows = [stop_regex_window(r) for r in regs or []]
+        if any(w is None for w in windows):
+            max_len = len(output_ids)  # an unbounded pattern reads the whole output
+        else:
+            max_len = max([max_len, *windows])  # type: ignore[list-item]
         tail_len = min(len(output_ids) - text_start, max_len + STOP_TAIL_EXTRA_TOKENS)
         tail = _decode(tokenizer, output_ids[-tail_len:])
         for s in stops or []:
             if s and s in tail:
                 return {"type": "stop", "matched": s}
         for r in regs or []:
-            if re.search(r, tail):
+            found = _regex_search(r, tail)
+            if found is None:
+                return {
+                    "type": "abort",
+                    "message": f"stop_regex {r!r} took longer than {STOP_REGEX_TIMEOUT_S} s to match "
+                    "the output (catastrophic backtracking); the request was stopped.",
+                    "status_code": 400,
+                    "err_type": None,
+                }
+            if found:
                 return {"type": "stop", "matched": r}
-
-    last = int(output_ids[-1])
-    if not params.ignore_eos and len(output_ids) >= params.min_new_tokens:
-        if params.stop_token_ids and last in params.stop_token_ids:
-            return {"type": "stop", "matched": last}
-        if eos_token_ids and last in eos_token_ids:
-            return {"type": "stop", "matched": last}
 
     if max_new_tokens_reached:
         return {"type": "length", "length": len(output_ids)}

@@ -10,8 +10,9 @@ rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_prof
 ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` are checked here and, when decoding is
 constrained, turned into the tool-call structural tag (``"required"``, a named function, a
 ``strict`` tool, or ``parallel_tool_calls: false``: at most one call, also under ``"auto"``, as
-SGLang's tool grammar does; not enforced without a grammar backend or next to the client's own
-answer grammar); an answer grammar in thinking mode is moved
+SGLang's tool grammar does; without a grammar backend or next to the client's own answer grammar
+the answer's reader keeps the first call only, :attr:`ChatPlan.max_calls`); an answer grammar in
+thinking mode is moved
 after the reasoning. The response and stream builders are in :mod:`.serving_chat`.
 """
 
@@ -121,6 +122,9 @@ class ChatPlan:
             ``()`` for a ``--chat-template`` prompt, tokenized as transformers does).
         tools_withheld: the request has tools but ``tool_choice`` ``"none"``: a DSML block the
             model writes anyway is cut off the answer (:mod:`.dsml_withheld`).
+        max_calls: ``1`` with ``parallel_tool_calls: false``: the answer makes at most one call,
+            whether or not a grammar bounded the decoding (:class:`.dsml_markup.DsmlAnswerReader`);
+            ``None``: any number.
     """
 
     prompt: str
@@ -133,6 +137,7 @@ class ChatPlan:
     continued: str | None = None
     plain_spans: tuple[tuple[int, int], ...] = ()
     tools_withheld: bool = False
+    max_calls: int | None = None
 
     def tool_reader(self, block: str) -> DsmlAnswerReader | None:
         """A fresh reader of one choice's answer, the same for every route and ``tool_choice``:
@@ -140,7 +145,7 @@ class ChatPlan:
         cutter of markup when the tools were withheld, each with its content scrubbed of DSML tags
         (:mod:`.dsml_markup`); ``None`` without tools (the answer is read as it is)."""
         if self.tool_names is not None:
-            return DsmlAnswerReader(DsmlToolParser(self.tool_names, block))
+            return DsmlAnswerReader(DsmlToolParser(self.tool_names, block), max_calls=self.max_calls)
         return DsmlAnswerReader(DsmlWithheld()) if self.tools_withheld else None
 
     def ended_by_marker(self, matched: Any) -> bool:
@@ -345,6 +350,7 @@ class ChatPrepareMixin(OpenAIServingBase):
             schemas if active else None,
             plain_spans=rendered.plain_spans,
             tools_withheld=bool(functions) and not active,
+            max_calls=1 if req.parallel_tool_calls is False else None,
         )
         if (req.continue_final_message or req.messages[-1].prefix) and msgs[-1].get("role") == "assistant":
             plan.continued = _continued_text(msgs[-1], rendered.text)

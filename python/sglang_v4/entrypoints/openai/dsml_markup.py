@@ -122,32 +122,46 @@ class DsmlAnswerReader:
     """Reader of one choice's answer: ``inner`` (the tool-call parser, or :class:`DsmlWithheld`
     when the tools were withheld) with its content scrubbed of DSML tags (module docstring). The
     interface of :class:`~.tool_parser.DsmlToolParser` where the serving code uses it.
+
+    ``max_calls`` (``parallel_tool_calls: false``: 1): the answer makes at most that many calls,
+    the first ones written; the model's further invokes are read (their markup never reaches
+    ``content``) but make no call and stream no delta (OpenAI's contract for the flag, which the
+    tool-call grammar enforces while decoding where one applies; sgl-project/sglang#9696). The
+    finish reason of such an answer is the one of its kept calls.
     """
 
     inner: DsmlToolParser | DsmlWithheld
     scrub: DsmlMarkupScrub = field(default_factory=DsmlMarkupScrub)
+    max_calls: int | None = None
 
     @property
     def calls(self) -> list[ParsedToolCall]:
-        """The calls of the inner reader."""
-        return self.inner.calls
+        """The calls of the inner reader (the first ``max_calls`` of them)."""
+        calls = self.inner.calls
+        return calls if self.max_calls is None else calls[: self.max_calls]
 
     @property
     def calls_whole(self) -> bool:
-        """The inner reader's :attr:`~.tool_parser.DsmlToolParser.calls_whole`."""
-        return self.inner.calls_whole
+        """The inner reader's :attr:`~.tool_parser.DsmlToolParser.calls_whole`; with
+        ``max_calls``, whether the kept calls were all made and none was cut."""
+        if self.max_calls is None or len(self.inner.calls) <= self.max_calls:
+            return self.inner.calls_whole
+        return not any(c.partial for c in self.calls)
 
     @property
     def malformed(self) -> bool:
         """The inner reader's :attr:`~.tool_parser.DsmlToolParser.malformed`."""
         return self.inner.malformed
 
+    def _kept(self, deltas: list[ToolCallDelta]) -> list[ToolCallDelta]:
+        return deltas if self.max_calls is None else [d for d in deltas if d.index < self.max_calls]
+
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
         """Read the next generated text; returns ``(content_delta, tool_call_deltas)``."""
         content, deltas = self.inner.feed(text)
-        return self.scrub.feed(content), deltas
+        return self.scrub.feed(content), self._kept(deltas)
 
     def finish(self, stopped: bool = False) -> tuple[str, list[ToolCallDelta]]:
         """End of the generation (``stopped``: see :meth:`~.tool_parser.DsmlToolParser.finish`)."""
         content, deltas = self.inner.finish(stopped)
-        return self.scrub.feed(content) + self.scrub.finish(), deltas
+        return self.scrub.feed(content) + self.scrub.finish(), self._kept(deltas)

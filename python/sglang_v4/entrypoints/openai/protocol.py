@@ -270,6 +270,9 @@ class CompletionRequest(_SamplingExtras, VllmCompletionFields):
     logit_bias: dict[str, float] | None = None
     logprobs: int | None = None
     max_tokens: int | None = 16
+    #: Chat's name of the output limit, accepted here too (clients and guides send it to
+    #: /v1/completions): it wins over ``max_tokens`` when both are set, as on chat.
+    max_completion_tokens: int | None = None
     n: int | None = 1
     presence_penalty: float | None = 0.0
     seed: int | None = None
@@ -572,16 +575,28 @@ class TokenizeRequest(_Req):
     prompt: str | list[str] | None = None
     messages: list[dict[str, Any]] | None = None
     add_special_tokens: bool = True
+    #: vLLM's: also answer ``token_strs``, the tokenizer's token strings of the ids.
+    return_token_strs: bool = False
 
 
 class TokenizeResponse(BaseModel):
     """``/tokenize`` answer: ``tokens`` (token ids; one list per text of a list ``prompt``),
-    ``count`` (their number; a list for a list ``prompt``) and ``max_model_len`` (the served
-    context length, tokens)."""
+    ``count`` (their number; a list for a list ``prompt``), ``max_model_len`` (the served context
+    length, tokens) and, with ``return_token_strs``, ``token_strs``: each id's token string as the
+    tokenizer's ``convert_ids_to_tokens`` writes it (byte-level pieces such as ``"Ġworld"``, vLLM's
+    field; shaped as ``tokens``); left out otherwise."""
 
     tokens: list[int] | list[list[int]]
     count: int | list[int]
     max_model_len: int | None = None
+    token_strs: list[str] | list[list[str]] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unasked(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("token_strs") is None:
+            data.pop("token_strs", None)
+        return data
 
 
 class DetokenizeRequest(_Req):

@@ -12,7 +12,7 @@ Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
   become ``message.tool_calls`` (:mod:`.tool_parser`). With a tool marked ``strict`` a call, once
   started, is constrained to the tool schemas (xgrammar structural tag); with
   ``parallel_tool_calls`` false a grammar allows at most one call (unless the request has its own
-  answer grammar);
+  answer grammar) and the answer keeps the first call only in any case (sgl-project/sglang#9696);
 * ``"required"`` / ``{"type": "function", "function": {"name": ...}}``: decoding is constrained to
   a DSML block of one or more calls (exactly one call of that function when named, or when
   ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas.
@@ -401,9 +401,17 @@ class ChatMixin(ChatPrepareMixin):
                     created=created,
                     model=req.model,
                     choices=[ChatCompletionResponseStreamChoice(index=idx, delta=delta, **kw)],
-                    usage=self._usage([{"meta_info": meta}], 1) if continuous and meta is not None else None,
+                    usage=self._usage(
+                        [{"meta_info": meta}], 1, [running_rt.get(idx, 0)] if separate else None
+                    )
+                    if continuous and meta is not None
+                    else None,
                 )
             )
+
+        #: per choice: its generated tokens of the reasoning block so far (continuous usage stats
+        #: count them as the final usage does)
+        running_rt: dict[int, int] = {}
 
         def new_state() -> _ChoiceStream:
             rp = None
@@ -440,6 +448,10 @@ class ChatMixin(ChatPrepareMixin):
                                 yield chunk(idx, DeltaMessage(content=echo), dict(meta, completion_tokens=0))
                         st = states[idx]
                         fr, matched, reasoning_d, content_d, tool_deltas = self._read_output(st, ret, plan)
+                        if separate and continuous:
+                            running_rt[idx] = self._reasoning_tokens(
+                                ret.get("output_ids") or [], st.reasoning_raw or st.reasoning_text
+                            )
                         lp = None
                         if req.logprobs:
                             lp = self._chat_logprobs(meta, st.sent_lp, bool(req.return_tokens_as_token_ids))

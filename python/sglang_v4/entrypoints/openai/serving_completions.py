@@ -70,8 +70,11 @@ class CompletionsMixin(OpenAIServingBase):
             raise RequestError(
                 f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.logprobs}.", param="logprobs"
             )
+        # chat's max_completion_tokens is the same limit; it wins over max_tokens when both are set
+        limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+        req.max_tokens = getattr(req, limit_field)
         if req.max_tokens is not None and req.max_tokens < 0:
-            raise RequestError(f"max_tokens must be at least 0, got {req.max_tokens}.", param="max_tokens")
+            raise RequestError(f"{limit_field} must be at least 0, got {req.max_tokens}.", param=limit_field)
         prompt = req.prompt
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]

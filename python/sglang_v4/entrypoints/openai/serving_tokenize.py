@@ -11,6 +11,8 @@ does vLLM; clients use them to count a prompt's tokens before sending it, or to 
 * ``POST /tokenize`` ``{"messages": [...], ...chat fields}``: the prompt ``/v1/chat/completions``
   would build from the same body (tools, thinking, ``add_generation_prompt``...), so ``count``
   equals that route's ``usage.prompt_tokens``.
+* ``"return_token_strs": true`` (vLLM's field) adds ``token_strs``, the tokenizer's token string of
+  each id (``convert_ids_to_tokens``: byte-level pieces such as ``"Ġworld"``), shaped as ``tokens``.
 * ``POST /detokenize`` ``{"tokens": [ids] | [[ids], ...], "skip_special_tokens": true}`` ->
   ``{"text": "..." | ["...", ...]}``.
 
@@ -95,6 +97,12 @@ class TokenizeMixin(OpenAIServingBase):
             resp = TokenizeResponse(
                 tokens=batch, count=[len(b) for b in batch], max_model_len=self._context_len()
             )
+        if req.return_token_strs:
+            to_strs = self.tokenizer.convert_ids_to_tokens
+            if isinstance(req.prompt, list):
+                resp.token_strs = [list(to_strs(list(ids))) for ids in resp.tokens]  # type: ignore[union-attr]
+            else:
+                resp.token_strs = list(to_strs(list(resp.tokens)))  # type: ignore[arg-type]
         return JSONResponse(resp.model_dump(mode="json"))
 
     async def _detokenize(self, request: Request) -> Response:

@@ -1,0 +1,41 @@
+"""Helpers of the public-bug replay modules that share the ``more_bugs_server`` fixture
+(``test_public_bugs_more``, ``test_public_bugs_more_outputs``): JSON posts, ``/generate``, SSE
+streams, the served model's ``</think>`` id."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import requests
+from server_fixture import ServerHandle
+
+MODEL = "default"
+USER = [{"role": "user", "content": "Hi"}]
+THINK_END = "</think>"
+
+
+def post(server: ServerHandle, path: str, body: dict[str, Any]) -> requests.Response:
+    """``POST path`` with the JSON ``body`` (120 s timeout)."""
+    return requests.post(server.url + path, json=body, timeout=120)
+
+
+def generate(server: ServerHandle, body: dict[str, Any]) -> Any:
+    """The JSON answer of ``POST /generate``; asserts HTTP 200."""
+    r = post(server, "/generate", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def sse(server: ServerHandle, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON chunks of the streamed ``body`` (``stream: true`` added), ``[DONE]`` left out."""
+    r = requests.post(server.url + path, json={**body, "stream": True}, stream=True, timeout=120)
+    assert r.status_code == 200, r.text
+    return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: {")]
+
+
+def think_end_id(mtok: Any) -> int:
+    """The id of the ``</think>`` token in ``mtok`` (a single token that decodes to itself)."""
+    tid = mtok.convert_tokens_to_ids(THINK_END)
+    assert isinstance(tid, int) and mtok.decode([tid]) == THINK_END
+    return tid
