@@ -51,8 +51,9 @@ def check_supported(hf: DeepseekV4Config) -> None:
             ``hidden_act`` outside :data:`HIDDEN_ACTS`, ``mlp_bias`` true (biased shared-expert
             linears), a ``rope_parameters`` type outside :data:`ROPE_TYPES`, ``index_head_dim``
             below the compress rope's dimension (HF's indexer rotates that many channels of each
-            indexer head), a non-positive size, or ``num_experts_per_tok`` above
-            ``n_routed_experts``.
+            indexer head), a non-positive size (``num_hidden_layers`` 0 included: transformers
+            builds a model of no decoder layers, which has no KV layout to serve), or
+            ``num_experts_per_tok`` above ``n_routed_experts``.
     """
     if hf.scoring_func not in SCORING_FUNCS:
         raise ValueError(
@@ -63,7 +64,7 @@ def check_supported(hf: DeepseekV4Config) -> None:
     if hf.mlp_bias:
         raise ValueError("mlp_bias: biased shared-expert projections are not supported (expected false)")
     for name in (
-        "vocab_size", "hidden_size", "num_attention_heads", "head_dim", "q_lora_rank", "o_groups",
+        "num_hidden_layers", "vocab_size", "hidden_size", "num_attention_heads", "head_dim", "q_lora_rank", "o_groups",
         "o_lora_rank", "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok",
         "index_n_heads", "index_head_dim", "index_topk", "sliding_window", "hc_mult",
         "hc_sinkhorn_iters",
