@@ -201,3 +201,23 @@ def test_architectures_override_is_checked(tmp_path: Path) -> None:
     check_model_dir(str(d), model_overrides={"architectures": ["DeepseekV4ForCausalLM"]}, **DUMMY)
     msg = _refusal(d, model_overrides={"architectures": ["DeepseekV3ForCausalLM"]})
     assert "architectures" in msg and "DeepseekV3ForCausalLM" in msg
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [({"moe_intermediate_size": 48}, "moe_intermediate_size"), ({"hidden_size": 100}, "hidden_size")],
+)
+def test_fp4_experts_of_sizes_not_multiple_of_32_refused_up_front(
+    tmp_path: Path, changes: dict[str, Any], field: str
+) -> None:
+    """``--quantization fp8`` (FP4 experts, one scale per 32 inputs) on a model whose expert input
+    sizes are not multiples of 32: refused by ``check_model_dir`` before any process starts (the
+    experts' constructor raised it in the model process); ``none`` serves it."""
+    from dsv4_testutil import BASE
+
+    d = _write(tmp_path, {**BASE, **changes})
+    for device in ("cpu", "cuda"):
+        msg = _refusal(d, quantization="fp8", device=device)
+        assert msg.startswith(f"model_path: {d / 'config.json'}: {field}: ") and "--quantization none" in msg
+    check_model_dir(str(d), quantization="none", device="cpu", **DUMMY)
+    check_model_dir(str(d), quantization=None, device="cuda", **DUMMY)  # unquantized checkpoint

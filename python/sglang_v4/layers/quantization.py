@@ -95,6 +95,8 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
             positive integers, or an ``activation_scheme`` other than ``dynamic`` (static
             per-tensor input scales, which neither path applies). Checked with every ``flag``,
             ``"none"`` included: only DeepSeek's FP8 / FP4 formats can be dequantized at load.
+            Also, naming ``hidden_size`` / ``moe_intermediate_size``, FP4 routed experts of a size
+            that is not a multiple of 32 (:func:`_checked`).
     """
     check_quantization_flag(flag)
     qc = getattr(hf_config, "quantization_config", None)
@@ -148,14 +150,39 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         hf_config, "expert_dtype", None
     )
     if flag == "fp8":
-        return QuantConfig("fp8", "fp4" if qc is None or expert_dtype == "fp4" else None)
+        return _checked(QuantConfig("fp8", "fp4" if qc is None or expert_dtype == "fp4" else None), hf_config)
     if qc is None or device == "cpu":
         return None
     linear: str | None = "fp8"
     if block is not None and tuple(int(b) for b in block) != FP8_BLOCK:
         logger.warning("FP8 block size %s is not 128x128: dequantizing the FP8 linears at load", block)
         linear = None
-    return QuantConfig(linear, "fp4" if expert_dtype == "fp4" else None)
+    return _checked(QuantConfig(linear, "fp4" if expert_dtype == "fp4" else None), hf_config)
+
+
+#: Inputs per ue8m0 scale of an FP4 routed expert (``model_loader.quant.FP4_GROUP``).
+FP4_EXPERT_GROUP = 32
+
+
+def _checked(quant: QuantConfig, hf_config: Any) -> QuantConfig:
+    """``quant``, once the routed experts' sizes fit it: FP4 experts need ``hidden_size`` and
+    ``moe_intermediate_size`` divisible by :data:`FP4_EXPERT_GROUP` (both are input dims of an
+    expert GEMM; DeepSeek's FP4 format has one scale per 32 inputs).
+
+    Raises:
+        ValueError: naming the first size that does not divide, before any weight is built (the
+            experts' constructor raised it in the model process before).
+    """
+    if quant.experts == "fp4":
+        for name in ("hidden_size", "moe_intermediate_size"):
+            size = int(getattr(hf_config, name))
+            if size % FP4_EXPERT_GROUP:
+                raise ValueError(
+                    f"{name}: {size} is not a multiple of {FP4_EXPERT_GROUP}, which FP4 routed experts need "
+                    f"(one ue8m0 scale per {FP4_EXPERT_GROUP} inputs); pass --quantization none to keep "
+                    "the experts in the model dtype"
+                )
+    return quant
 
 
 #: Why an SGLang ``--quantization`` value other than :data:`QUANTIZATION_CHOICES` is refused.
