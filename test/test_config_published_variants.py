@@ -221,3 +221,75 @@ def test_fp4_experts_of_sizes_not_multiple_of_32_refused_up_front(
         assert msg.startswith(f"model_path: {d / 'config.json'}: {field}: ") and "--quantization none" in msg
     check_model_dir(str(d), quantization="none", device="cpu", **DUMMY)
     check_model_dir(str(d), quantization=None, device="cuda", **DUMMY)  # unquantized checkpoint
+
+
+# ------------------------------------------------------------------------------- rope overrides
+YARN_32 = {
+    "rope_type": "yarn",
+    "factor": 32.0,
+    "original_max_position_embeddings": 65536,
+    "beta_fast": 32,
+    "beta_slow": 1,
+}
+
+
+def _rope(cfg: DeepseekV4Config) -> dict[str, Any]:
+    return {k: {x: y for x, y in p.items() if x != "type"} for k, p in cfg.rope_parameters.items()}
+
+
+def _hf_format(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What ``save_pretrained`` writes for ``cfg``: transformers' dialect (nested
+    ``rope_parameters`` holding each rope's ``rope_theta`` and ``partial_rotary_factor``)."""
+    return DeepseekV4Config(**{k: v for k, v in cfg.items() if k != "model_type"}).to_dict()
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"rope_parameters": YARN_32},
+        {"rope_scaling": YARN_32},
+        {"rope_theta": 20000.0},
+        {"compress_rope_theta": 320000.0},
+        {"partial_rotary_factor": 0.25},
+        {"rope_theta": 20000.0, "compress_rope_theta": 320000.0},
+    ],
+    ids=[
+        "rope_parameters",
+        "rope_scaling",
+        "rope_theta",
+        "compress_rope_theta",
+        "partial_rotary_factor",
+        "both_thetas",
+    ],
+)
+@pytest.mark.parametrize("dialect", ["official", "transformers", "trl-tiny"])
+def test_rope_override_wins_over_the_files_other_spelling(
+    tmp_path: Path, override: dict[str, Any], dialect: str
+) -> None:
+    """``--json-model-override-args`` of a rope key gives the model transformers builds from the
+    file with that key written in it by hand (the official dialect: the key's only spelling there).
+    Before, a ``rope_parameters`` override of an official file (which has ``rope_scaling``) and a
+    ``rope_theta`` / ``compress_rope_theta`` / ``partial_rotary_factor`` override of a file in
+    transformers' dialect (whose nested ``rope_parameters`` repeats them) were silently lost."""
+    source = {"official": FLASH, "transformers": _hf_format(FLASH), "trl-tiny": TRL_TINY}[dialect]
+    base = {"official": FLASH, "transformers": FLASH, "trl-tiny": TRL_TINY}[dialect]
+    edited = dict(base)
+    if "rope_parameters" in override or "rope_scaling" in override:
+        for k in ("rope_scaling", "rope_parameters", "compress_rope_parameters"):
+            edited.pop(k, None)
+    elif dialect == "trl-tiny":  # its flat rope_parameters / compress_rope_parameters repeat the scalars
+        for k in ("rope_parameters", "compress_rope_parameters"):
+            edited[k] = dict(edited[k])
+            if "rope_theta" in override and k == "rope_parameters":
+                edited[k]["rope_theta"] = override["rope_theta"]
+            if "compress_rope_theta" in override and k == "compress_rope_parameters":
+                edited[k]["rope_theta"] = override["compress_rope_theta"]
+            if "partial_rotary_factor" in override:
+                edited[k]["partial_rotary_factor"] = override["partial_rotary_factor"]
+    edited.update(override)
+    oracle = AutoConfig.from_pretrained(str(_write(tmp_path / "oracle", edited)))
+    d = _write(tmp_path / "file", source)
+    check_model_dir(str(d), model_overrides=override, **DUMMY)
+    got = ModelConfig.from_pretrained(str(d), override).hf
+    assert _rope(got) == _rope(oracle)
+    assert _rope(got) != _rope(ModelConfig.from_pretrained(str(d)).hf)  # the override did change it
