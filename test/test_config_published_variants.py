@@ -293,3 +293,18 @@ def test_rope_override_wins_over_the_files_other_spelling(
     got = ModelConfig.from_pretrained(str(d), override).hf
     assert _rope(got) == _rope(oracle)
     assert _rope(got) != _rope(ModelConfig.from_pretrained(str(d)).hf)  # the override did change it
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["top-level", "in-quantization_config"])
+def test_expert_dtype_override_wins(tmp_path: Path, inside: bool) -> None:
+    """``{"expert_dtype": "fp8"}`` overrides the file's, also where the file keeps it inside
+    ``quantization_config`` (DeepSeek-V4.1's place, read first; the override was lost there). Oracle:
+    the file with ``fp8`` written in that place, as the FP8-expert Base checkpoints have it."""
+    qc = {**FLASH["quantization_config"], **({"expert_dtype": "fp4"} if inside else {})}
+    d = _write(tmp_path / "file", {**FLASH, "quantization_config": qc})
+    oracle_qc = {**qc, **({"expert_dtype": "fp8"} if inside else {})}
+    oracle = _write(tmp_path / "oracle", {**FLASH, "quantization_config": oracle_qc, "expert_dtype": "fp8"})
+    want = resolve_quantization(None, ModelConfig.from_pretrained(str(oracle)).hf, "cuda")
+    assert want == QuantConfig("fp8", None)
+    got = ModelConfig.from_pretrained(str(d), {"expert_dtype": "fp8"}).hf
+    assert resolve_quantization(None, got, "cuda") == want

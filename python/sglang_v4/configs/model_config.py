@@ -313,6 +313,10 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     :meth:`ModelConfig.from_pretrained`. ``raw`` is not modified."""
     out = {**raw, **overrides}
     _override_rope(raw, overrides, out)
+    qc = raw.get("quantization_config")
+    if "expert_dtype" in overrides and "quantization_config" not in overrides and isinstance(qc, dict):
+        # the file's copy inside quantization_config (DeepSeek-V4.1's place) is the one read
+        out["quantization_config"] = {**qc, "expert_dtype": overrides["expert_dtype"]}
     n = overrides.get("num_hidden_layers", overrides.get("n_layers"))
     if n is None:
         return out
