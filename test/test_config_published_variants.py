@@ -30,6 +30,12 @@ Refused or read up front (each failed before the fix here):
 * SGLang ``--quantization`` methods the runtime does not compute (``w8a8_fp8``, ``modelopt_fp4``,
   ...) are refused in one line saying why (argparse's bare "invalid choice" before).
 * An ``architectures`` given by ``--json-model-override-args`` is checked as the file's is.
+* ``--quantization fp8`` (FP4 experts) on a model whose expert input sizes are not multiples of 32
+  is refused naming the size before any process starts (it failed in the model process).
+* A rope key of ``--json-model-override-args`` wins over the file's other spellings of it
+  (``rope_parameters`` over an official file's ``rope_scaling``; ``rope_theta`` & co. over the
+  copies in a transformers-dialect ``rope_parameters``), and an ``expert_dtype`` override over the
+  copy inside ``quantization_config``: all were silently lost.
 """
 
 from __future__ import annotations
