@@ -314,3 +314,13 @@ def test_expert_dtype_override_wins(tmp_path: Path, inside: bool) -> None:
     assert want == QuantConfig("fp8", None)
     got = ModelConfig.from_pretrained(str(d), {"expert_dtype": "fp8"}).hf
     assert resolve_quantization(None, got, "cuda") == want
+
+
+def test_trl_tiny_tp_sizes(tmp_path: Path) -> None:
+    """The trl tiny shape has 4 query heads over 8 output groups: ``--tp-size`` 8 would leave half
+    the ranks no head (refused naming ``num_attention_heads``); 2 and 4 split both."""
+    d = _write(tmp_path, TRL_TINY)
+    for tp in (2, 4):
+        check_model_dir(str(d), tp_size=tp, **DUMMY)
+    msg = _refusal(d, tp_size=8)
+    assert msg.startswith("tp_size: ") and "num_attention_heads (4) is not divisible by 8" in msg, msg
