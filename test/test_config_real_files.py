@@ -277,8 +277,17 @@ TEMPLATE_BOS = {
         ({"add_bos_token": False, "add_eos_token": True}, "keep"),
         ({"add_bos_token": False}, TEMPLATE_BOS),
         ({"add_bos_token": False}, None),
+        # a null model_max_length (transformers: no limit) made the fast path fall back to transformers
+        ({"model_max_length": None}, "keep"),
     ],
-    ids=["add-bos", "llama-class-add-bos", "add-eos", "post-processor-bos", "no-post-processor"],
+    ids=[
+        "add-bos",
+        "llama-class-add-bos",
+        "add-eos",
+        "post-processor-bos",
+        "no-post-processor",
+        "null-max-length",
+    ],
 )
 def test_special_tokens_follow_transformers(
     tmp_path: Path, cfg_changes: dict[str, Any], post_processor: Any

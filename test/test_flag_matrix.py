@@ -266,18 +266,23 @@ def test_numerics_flags_are_stable_and_close_to_bf16(quant: dict[str, Any]) -> N
 
 
 def _model_builds(mc: Any, quant: Any, tp: int, ep: int) -> bool:
-    """Whether every rank of the layout builds the model (on the meta device)."""
+    """Whether every rank of the layout builds the model (on the meta device) and the ranks'
+    attention layers share the query heads out whole: each holds at least one, together all."""
     import torch
     from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
     from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
 
+    heads = []
     try:
         for rank in range(tp):
             with torch.device("meta"):
-                DeepseekV4ForCausalLM(mc, torch.float32, "meta", quant, TPGroup(ParallelConfig(tp, rank, ep)))
+                m = DeepseekV4ForCausalLM(
+                    mc, torch.float32, "meta", quant, TPGroup(ParallelConfig(tp, rank, ep))
+                )
+            heads.append(m.model.layers[0].self_attn.n_heads)
     except ValueError:
         return False
-    return True
+    return min(heads) >= 1 and sum(heads) == mc.hf.num_attention_heads
 
 
 @pytest.mark.parametrize("quantization", [None, "fp8"])
@@ -291,7 +296,13 @@ def test_layout_check_agrees_with_the_model(default_model_dir: str, quantization
     from sglang_v4.layers.quantization import resolve_quantization
 
     refused = 0
-    for overrides in ({}, {"o_groups": 4, "num_attention_heads": 8}, {"moe_intermediate_size": 96}):
+    for overrides in (
+        {},
+        {"o_groups": 4, "num_attention_heads": 8},
+        {"moe_intermediate_size": 96},
+        # fewer heads than output groups, as trl-internal-testing/tiny-DeepseekV4ForCausalLM's 4 over 8
+        {"o_groups": 8, "num_attention_heads": 4, "o_lora_rank": 16},
+    ):
         mc = ModelConfig.from_pretrained(default_model_dir, overrides)
         quant = resolve_quantization(quantization, mc.hf, "cpu")
         fp4 = quant is not None and quant.experts == "fp4"

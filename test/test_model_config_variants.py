@@ -162,6 +162,8 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"compress_rates": {CSA: 0, HCA: 128}}, "compress_rates"),
     ({"partial_rotary_factor": 37 / 128}, "partial_rotary_factor"),
     ({"sliding_window": 0}, "sliding_window"),
+    # transformers accepts it; the KV layout planner failed on it with an empty ``min()``
+    ({"num_hidden_layers": 0, "layer_types": [], "mlp_layer_types": []}, "num_hidden_layers"),
 ]
 
 

@@ -417,3 +417,34 @@ def test_top_k_zero_is_the_whole_vocabulary_as_vllm(tok: PreTrainedTokenizerFast
     )
     assert r.status_code == 200, r.text
     assert tm.received[-1].sampling_params.get("top_k", -1) == -1
+
+
+def test_invalid_generation_config_sampling_values_are_left_out(
+    tok: PreTrainedTokenizerFast, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``generation_config.json`` value SGLang's sampling parameters refuse (``top_p`` 0,
+    ``repetition_penalty`` 0, a string ``min_p``, ``temperature`` -1) is logged and left out of the
+    chat defaults: every chat request that left the field unset was a 400 naming a field the client
+    never sent. The valid values (and ``top_k`` 0, transformers' "off") still apply. Oracle: a chat
+    request sending the same value itself is the 400 SGLang gives."""
+    import logging
+
+    from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaults
+
+    gen = {"temperature": 0.6, "top_p": 0.0, "top_k": 0, "repetition_penalty": 0, "min_p": "0.1"}
+    (tmp_path / "generation_config.json").write_text(json.dumps(gen))
+    with caplog.at_level(logging.WARNING):
+        assert model_sampling_defaults(str(tmp_path), "model") == {"temperature": 0.6, "top_k": 0}
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert all(f"Ignoring {k} of" in warned for k in ("top_p", "repetition_penalty", "min_p")), warned
+    msgs = [{"role": "user", "content": "hi"}]
+    body = {"model": "dsv4-test", "messages": msgs, "max_tokens": 2}
+    tm = FakeTM(tok)
+    r = _client(tm, model_path=str(tmp_path)).post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    sp = tm.received[-1].sampling_params
+    assert sp["temperature"] == 0.6 and sp.get("top_k", -1) == -1
+    assert sp.get("top_p", 1.0) == 1.0 and sp.get("repetition_penalty", 1.0) == 1.0 and not sp.get("min_p")
+    for key in ("top_p", "repetition_penalty"):
+        r = _client(FakeTM(tok)).post("/v1/chat/completions", json={**body, key: gen[key]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == key, r.text

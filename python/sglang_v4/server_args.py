@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_v4.layers.quantization import QUANTIZATION_CHOICES
+from sglang_v4.layers.quantization import check_quantization_flag
 from sglang_v4.managers.request_log import LOG_REQUESTS_FORMATS, LOG_REQUESTS_LEVELS
 from sglang_v4.server_args_compat import (
     SGLangCompatArgs,
@@ -313,8 +313,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
                 f"load_format must be one of {list(LOAD_FORMAT_CHOICES + tuple(LOAD_FORMAT_ALIASES))} "
                 f"(safetensors is read as auto; got {self.load_format!r})"
             )
-        if self.quantization is not None:
-            choice("quantization", QUANTIZATION_CHOICES)
+        check_quantization_flag(self.quantization)
         choice("log_level", LOG_LEVEL_CHOICES)
         choice("sampling_defaults", ("model", "openai"))
         dctk = self.default_chat_template_kwargs

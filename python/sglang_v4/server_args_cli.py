@@ -54,8 +54,7 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         "--quantization",
         type=str,
         default=None,
-        choices=QUANTIZATION_CHOICES,
-        help="fp8: keep FP8 block-scaled linears and FP4 routed experts (DeepSeek's published format; "
+        help=f"One of {', '.join(QUANTIZATION_CHOICES)} (other SGLang methods are refused). fp8: keep FP8 block-scaled linears and FP4 routed experts (DeepSeek's published format; "
         "an unquantized checkpoint is quantized on load); none: dequantize to --dtype. Default: the "
         "checkpoint's quantization_config on CUDA, dequantized on CPU.",
     )

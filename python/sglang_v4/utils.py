@@ -273,7 +273,10 @@ class FastTokenizer:
         if os.path.isfile(jinja):
             with open(jinja, encoding="utf-8") as f:
                 self.chat_template = f.read()
-        self.model_max_length = int(cfg.get("model_max_length", 1 << 30))
+        try:  # transformers reads null (and no key) as "no limit"
+            self.model_max_length = int(cfg.get("model_max_length") or (1 << 30))
+        except (TypeError, ValueError):
+            self.model_max_length = 1 << 30
         unk = token_str(cfg.get("unk_token"))
         named = (self.bos_token, self.eos_token, self.pad_token, unk)
         self.all_special_ids = sorted({i for t in named if t and (i := self._tok.token_to_id(t)) is not None})

@@ -11,6 +11,7 @@ rope parameters per rope type).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -51,8 +52,9 @@ def check_supported(hf: DeepseekV4Config) -> None:
             ``hidden_act`` outside :data:`HIDDEN_ACTS`, ``mlp_bias`` true (biased shared-expert
             linears), a ``rope_parameters`` type outside :data:`ROPE_TYPES`, ``index_head_dim``
             below the compress rope's dimension (HF's indexer rotates that many channels of each
-            indexer head), a non-positive size, or ``num_experts_per_tok`` above
-            ``n_routed_experts``.
+            indexer head), a non-positive size (``num_hidden_layers`` 0 included: transformers
+            builds a model of no decoder layers, which has no KV layout to serve), or
+            ``num_experts_per_tok`` above ``n_routed_experts``.
     """
     if hf.scoring_func not in SCORING_FUNCS:
         raise ValueError(
@@ -63,7 +65,7 @@ def check_supported(hf: DeepseekV4Config) -> None:
     if hf.mlp_bias:
         raise ValueError("mlp_bias: biased shared-expert projections are not supported (expected false)")
     for name in (
-        "vocab_size", "hidden_size", "num_attention_heads", "head_dim", "q_lora_rank", "o_groups",
+        "num_hidden_layers", "vocab_size", "hidden_size", "num_attention_heads", "head_dim", "q_lora_rank", "o_groups",
         "o_lora_rank", "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok",
         "index_n_heads", "index_head_dim", "index_topk", "sliding_window", "hc_mult",
         "hc_sinkhorn_iters",
@@ -253,10 +255,68 @@ def generation_eos_token_ids(model_path: str) -> list[int]:
     return list(ids)
 
 
+#: Keys that each give a config's whole rope scaling, in one dialect or another: an override of
+#: one replaces the file's others (transformers reads ``rope_scaling`` first, so a
+#: ``rope_parameters`` override of an official file was dropped).
+_ROPE_SCALING_KEYS = ("rope_scaling", "rope_parameters", "compress_rope_parameters", *_REFERENCE_YARN_KEYS)
+#: Scalar rope keys -> (the key inside a rope's parameters, the ropes of a nested
+#: ``rope_parameters`` that hold a copy of it, which transformers reads instead of the scalar).
+_ROPE_SCALARS = {
+    "rope_theta": ("rope_theta", ("main",)),
+    "compress_rope_theta": ("rope_theta", ("compress",)),
+    "partial_rotary_factor": ("partial_rotary_factor", ("main", "compress")),
+}
+
+
+def _override_rope(raw: dict[str, Any], overrides: dict[str, Any], out: dict[str, Any]) -> None:
+    """Make the rope keys of ``overrides`` win over the file's other spellings of them, in ``out``.
+
+    An override of a :data:`_ROPE_SCALING_KEYS` key drops the file's other such keys. An override
+    of a :data:`_ROPE_SCALARS` scalar is also written into the file's copies of it: ``main`` /
+    ``compress`` of a nested ``rope_parameters`` (transformers' layout), else a flat
+    ``rope_parameters`` (the main rope's) and ``compress_rope_parameters`` (the compress rope's).
+    Before, transformers read the file's copies and the override was silently lost.
+    """
+    if any(k in overrides for k in _ROPE_SCALING_KEYS):
+        for k in _ROPE_SCALING_KEYS:
+            if k not in overrides:
+                out.pop(k, None)
+        return
+    params = (
+        copy.deepcopy(raw.get("rope_parameters")) if isinstance(raw.get("rope_parameters"), dict) else None
+    )
+    cparams = raw.get("compress_rope_parameters")
+    cparams = copy.deepcopy(cparams) if isinstance(cparams, dict) else None
+    nested = params is not None and any(isinstance(params.get(k), dict) for k in ("main", "compress"))
+    for key, (inner, kinds) in _ROPE_SCALARS.items():
+        if key not in overrides:
+            continue
+        value = overrides[key]
+        if nested:
+            assert params is not None
+            for kind in kinds:
+                if isinstance(params.get(kind), dict):
+                    params[kind][inner] = value
+            continue
+        if params is not None and "main" in kinds:
+            params[inner] = value
+        if cparams is not None and "compress" in kinds:
+            cparams[inner] = value
+    if params is not None:
+        out["rope_parameters"] = params
+    if cparams is not None:
+        out["compress_rope_parameters"] = cparams
+
+
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """``raw`` (a ``config.json`` dict, either dialect) with ``overrides`` applied; see
     :meth:`ModelConfig.from_pretrained`. ``raw`` is not modified."""
     out = {**raw, **overrides}
+    _override_rope(raw, overrides, out)
+    qc = raw.get("quantization_config")
+    if "expert_dtype" in overrides and "quantization_config" not in overrides and isinstance(qc, dict):
+        # the file's copy inside quantization_config (DeepSeek-V4.1's place) is the one read
+        out["quantization_config"] = {**qc, "expert_dtype": overrides["expert_dtype"]}
     n = overrides.get("num_hidden_layers", overrides.get("n_layers"))
     if n is None:
         return out
@@ -350,7 +410,10 @@ class ModelConfig:
                 of the file (``compress_ratios``, ``layer_types``, ``mlp_layer_types``) longer than
                 an overridden ``num_hidden_layers`` is cut to its first layers (plus, for
                 ``compress_ratios``, the file's trailing MTP entries), so a reduced-depth model keeps
-                the published layer schedule; an override of the list itself wins.
+                the published layer schedule; an override of the list itself wins. A rope key
+                overridden wins over the file's other spellings of it (``rope_parameters`` over a
+                file's ``rope_scaling``, ``rope_theta`` over the copy in a file's nested
+                ``rope_parameters``; :func:`_override_rope`).
 
         Raises:
             FileNotFoundError: if ``config.json`` does not exist.

@@ -129,7 +129,7 @@ def layout_splits(
     must be divisible by ``parts``.
 
     The same splits the model's layers make (:meth:`ParallelConfig.tp_range` and friends):
-    ``o_groups``, the shared expert's ``moe_intermediate_size`` and the LM head's ``vocab_size`` over
+    ``o_groups`` and ``num_attention_heads`` (whole query heads per rank), the shared expert's ``moe_intermediate_size`` and the LM head's ``vocab_size`` over
     ``tp_size``; ``n_routed_experts`` over ``ep_size``; each expert's ``moe_intermediate_size`` over
     ``tp_size / ep_size``, in whole FP4 scale groups (``FP4_GROUP`` values) when the experts are kept in FP4
     (``fp4_experts``). ``hf`` is a model config's ``transformers`` view (``ModelConfig.hf``).
@@ -138,6 +138,7 @@ def layout_splits(
     inter = int(hf.moe_intermediate_size)
     splits = [
         ("--tp-size", "o_groups", int(hf.o_groups), tp_size),
+        ("--tp-size", "num_attention_heads", int(hf.num_attention_heads), tp_size),
         ("--tp-size", "moe_intermediate_size", inter, tp_size),
         ("--tp-size", "vocab_size", int(hf.vocab_size), tp_size),
         ("--ep-size", "n_routed_experts", int(hf.n_routed_experts), ep_size),

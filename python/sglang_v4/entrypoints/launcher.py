@@ -131,7 +131,8 @@ def check_model_dir(
         mc = ModelConfig.from_pretrained(model_path, model_overrides)
     except ValueError as e:
         raise ValueError(f"model_path: {cfg} does not parse as a DeepSeek-V4 config: {e}") from None
-    check_architectures(raw.get("architectures"), cfg)
+    # an ``architectures`` of --json-model-override-args replaces the file's, as in SGLang
+    check_architectures({**raw, **(model_overrides or {})}.get("architectures"), cfg)
     from sglang_v4.layers.quantization import resolve_quantization
 
     try:

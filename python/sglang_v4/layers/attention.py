@@ -58,7 +58,7 @@ class DSV4Attention(nn.Module):
     ``scorer.weights_proj`` are one GEMM inside the indexer branch (its own stream).
 
     Raises:
-        ValueError: ``o_groups`` not divisible by the TP size.
+        ValueError: ``o_groups`` or ``num_attention_heads`` not divisible by the TP size.
     """
 
     def __init__(
@@ -79,6 +79,9 @@ class DSV4Attention(nn.Module):
         self.rope_kind = "compress" if self.layer_type in (CSA, HCA) else "main"
         self.head_dim, self.eps = c.head_dim, c.rms_norm_eps
         g0, g1 = self.tp.config.tp_range(c.o_groups, "o_groups (by --tp-size)")
+        # whole query heads per rank: a config with fewer heads than output groups (a transformers
+        # tiny model has 4 heads over 8 groups) left some ranks none
+        self.tp.config.tp_range(c.num_attention_heads, "num_attention_heads (by --tp-size)")
         self.o_groups = g1 - g0  # this rank's output groups and their heads
         self.n_heads = c.num_attention_heads * self.o_groups // c.o_groups
         fp8 = linear_quant(quant)

@@ -87,18 +87,22 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         model dtype (re-quantizing FP8 experts to FP4 would lose accuracy).
 
     Raises:
-        ValueError: unknown ``flag``, or a checkpoint quantization other than DeepSeek's FP8
-            (naming ``quantization_config.quant_method``: another method, or none given, which
-            SGLang takes for an NVIDIA ModelOpt ``quant_algo`` block), a compressed-tensors
-            ``compression_config``, an MLX ``quantization`` block (mlx-lm's exports), or a
-            ``weight_block_size`` that is not two positive integers.
+        ValueError: unknown ``flag`` (:func:`check_quantization_flag`), or a checkpoint
+            quantization other than DeepSeek's FP8 (naming ``quantization_config.quant_method``:
+            another method, or none given, which SGLang takes for an NVIDIA ModelOpt
+            ``quant_algo`` block), a compressed-tensors ``compression_config``, an MLX
+            ``quantization`` block (mlx-lm's exports), a ``weight_block_size`` that is not two
+            positive integers, or an ``activation_scheme`` other than ``dynamic`` (static
+            per-tensor input scales, which neither path applies). Checked with every ``flag``,
+            ``"none"`` included: only DeepSeek's FP8 / FP4 formats can be dequantized at load.
+            Also, naming ``hidden_size`` / ``moe_intermediate_size``, FP4 routed experts of a size
+            that is not a multiple of 32 (:func:`_checked`).
     """
-    if flag is not None and flag not in QUANTIZATION_CHOICES:
-        raise ValueError(f"quantization must be one of {list(QUANTIZATION_CHOICES)} or None (got {flag!r})")
-    if flag == "none":
-        return None
+    check_quantization_flag(flag)
     qc = getattr(hf_config, "quantization_config", None)
-    if isinstance(qc, dict) and not qc:  # ``"quantization_config": {}``: nothing quantized
+    if isinstance(qc, dict) and not {k for k in qc if k != "expert_dtype"}:
+        # ``"quantization_config": {}`` (nothing quantized), into which transformers'
+        # ``DeepseekV4Config`` folds a top-level ``expert_dtype`` (a BF16 conversion that kept it)
         qc = None
     mlx = getattr(hf_config, "quantization", None)
     if qc is None and isinstance(mlx, dict) and mlx:  # mlx-lm's block (``bits``, ``group_size``, ``mode``)
@@ -133,18 +137,75 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         raise ValueError(
             f"quantization_config.weight_block_size: expected two positive integers [rows, columns], got {block!r}"
         )
+    scheme = _qc_get(qc, "activation_scheme") if qc is not None else None
+    if scheme is not None and str(scheme).lower() != "dynamic":
+        raise ValueError(
+            f"quantization_config.activation_scheme: {scheme!r} is not supported; DeepSeek's FP8 "
+            "quantizes activations dynamically (one scale per 128 channels of each token), and static "
+            "per-tensor input scales are not applied"
+        )
+    if flag == "none":
+        return None
     expert_dtype = (_qc_get(qc, "expert_dtype") if qc is not None else None) or getattr(
         hf_config, "expert_dtype", None
     )
     if flag == "fp8":
-        return QuantConfig("fp8", "fp4" if qc is None or expert_dtype == "fp4" else None)
+        return _checked(QuantConfig("fp8", "fp4" if qc is None or expert_dtype == "fp4" else None), hf_config)
     if qc is None or device == "cpu":
         return None
     linear: str | None = "fp8"
     if block is not None and tuple(int(b) for b in block) != FP8_BLOCK:
         logger.warning("FP8 block size %s is not 128x128: dequantizing the FP8 linears at load", block)
         linear = None
-    return QuantConfig(linear, "fp4" if expert_dtype == "fp4" else None)
+    return _checked(QuantConfig(linear, "fp4" if expert_dtype == "fp4" else None), hf_config)
+
+
+#: Inputs per ue8m0 scale of an FP4 routed expert (``model_loader.quant.FP4_GROUP``).
+FP4_EXPERT_GROUP = 32
+
+
+def _checked(quant: QuantConfig, hf_config: Any) -> QuantConfig:
+    """``quant``, once the routed experts' sizes fit it: FP4 experts need ``hidden_size`` and
+    ``moe_intermediate_size`` divisible by :data:`FP4_EXPERT_GROUP` (both are input dims of an
+    expert GEMM; DeepSeek's FP4 format has one scale per 32 inputs).
+
+    Raises:
+        ValueError: naming the first size that does not divide, before any weight is built (the
+            experts' constructor raised it in the model process before).
+    """
+    if quant.experts == "fp4":
+        for name in ("hidden_size", "moe_intermediate_size"):
+            size = int(getattr(hf_config, name))
+            if size % FP4_EXPERT_GROUP:
+                raise ValueError(
+                    f"{name}: {size} is not a multiple of {FP4_EXPERT_GROUP}, which FP4 routed experts need "
+                    f"(one ue8m0 scale per {FP4_EXPERT_GROUP} inputs); pass --quantization none to keep "
+                    "the experts in the model dtype"
+                )
+    return quant
+
+
+#: Why an SGLang ``--quantization`` value other than :data:`QUANTIZATION_CHOICES` is refused.
+QUANTIZATION_REFUSAL = (
+    "sglang-v4 computes DeepSeek's published format ('fp8': FP8 128x128 block-scaled linears and FP4 "
+    "routed experts, an unquantized checkpoint quantized on load) or the model dtype ('none'); other "
+    "methods (per-channel / per-tensor FP8 such as w8a8_fp8, ModelOpt FP4 / FP8, MXFP4, AWQ, GPTQ, "
+    "int8, bitsandbytes, GGUF) use weight formats and kernels it does not have"
+)
+
+
+def check_quantization_flag(flag: str | None) -> None:
+    """``--quantization``: ``None`` (the checkpoint's) or one of :data:`QUANTIZATION_CHOICES`.
+
+    Raises:
+        ValueError: naming ``quantization`` and saying why (:data:`QUANTIZATION_REFUSAL`), e.g. for
+            SGLang's ``w8a8_fp8`` or ``modelopt_fp4``.
+    """
+    if flag is not None and flag not in QUANTIZATION_CHOICES:
+        raise ValueError(
+            f"quantization {flag!r} is not supported (expected one of {list(QUANTIZATION_CHOICES)}): "
+            f"{QUANTIZATION_REFUSAL}"
+        )
 
 
 def linear_quant(quant: QuantConfig | None) -> str | None:

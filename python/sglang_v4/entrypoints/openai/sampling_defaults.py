@@ -34,8 +34,11 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
 
     Returns:
         ``{key: value}`` of the :data:`GENERATION_CONFIG_SAMPLING_KEYS` that
-        ``generation_config.json`` sets to a non-null value (empty for ``openai``, without the
-        file, or when it does not parse as a JSON object: logged).
+        ``generation_config.json`` sets to a non-null value SGLang's sampling parameters accept
+        (:func:`valid_sampling_default`; another value is logged and left out, so that it does not
+        turn every chat request that leaves the field unset into a 400 about a field the client never
+        sent). Empty for ``openai``, without the file, or when it does not parse as a JSON object
+        (logged).
 
     Raises:
         ValueError: naming ``sampling_defaults`` for another ``mode``.
@@ -55,10 +58,36 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
         return {}
     if not isinstance(cfg, dict):
         return {}
-    out = {k: cfg[k] for k in GENERATION_CONFIG_SAMPLING_KEYS if cfg.get(k) is not None}
+    out = {}
+    for k in GENERATION_CONFIG_SAMPLING_KEYS:
+        if cfg.get(k) is None:
+            continue
+        why = valid_sampling_default(k, cfg[k])
+        if why is None:
+            out[k] = cfg[k]
+        else:
+            logger.warning("Ignoring %s of %s: %s", k, path, why)
     if out:
         logger.info("Chat sampling defaults from %s: %s", path, out)
     return out
+
+
+def valid_sampling_default(key: str, value: Any) -> str | None:
+    """Why ``value`` of ``generation_config.json``'s ``key`` cannot be a chat sampling default, or
+    ``None`` when it can: SGLang's own range check of that one parameter
+    (:meth:`~sglang_v4.sampling.sampling_params.SamplingParams.verify`), after reading ``top_k``
+    0 as transformers' "no top-k" (the chat route sends -1 for it)."""
+    from sglang_v4.sampling.sampling_params import TOP_K_ALL, SamplingParams
+
+    if key == "top_k" and value == 0 and not isinstance(value, bool):
+        value = TOP_K_ALL
+    try:
+        sp = SamplingParams.from_dict({key: value})
+        sp.normalize(None)
+        sp.verify()
+    except (TypeError, ValueError) as e:
+        return str(e)
+    return None
 
 
 def parse_preferred_sampling_params(value: Any, skip_tokenizer_init: bool = False) -> dict[str, Any] | None:
