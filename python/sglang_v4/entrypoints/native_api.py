@@ -251,7 +251,9 @@ async def flush_cache_within(tm: Any, timeout_s: float) -> FlushCacheReqOutput:
 
 #: ``/abort_request`` body fields: the two read here, and SGLang's ``AbortReq`` fields a client has
 #: no use for here (set by SGLang's own components; ignored without a warning).
-_ABORT_FIELDS = frozenset({"rid", "abort_all", "prefix", "finished_reason", "abort_message", "weight_versions"})
+_ABORT_FIELDS = frozenset(
+    {"rid", "abort_all", "prefix", "finished_reason", "abort_message", "weight_versions"}
+)
 
 
 def parse_abort_body(body: Any) -> tuple[str, bool, bool]:
