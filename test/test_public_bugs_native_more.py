@@ -387,6 +387,30 @@ def test_abort_by_rid_prefix(server: Any) -> None:
     assert bad.status_code == 400 and "prefix" in bad.json()["error"]["message"]
 
 
+def test_engine_second_batch_call_completes(engine: Any, tok: Any) -> None:
+    """sgl-project/sglang#1612 (``Engine.generate`` on a batch answered, then hung in the middle
+    of the second batch call): successive batch calls of different sizes and lengths each return
+    every output, in prompt order, and leave no request in flight."""
+    for size, n in ((24, 3), (40, 5), (8, 2)):
+        prompts = [f"query {i}" for i in range(size)]
+        outs = engine.generate(prompts, {"max_new_tokens": n})
+        assert [o["meta_info"]["prompt_tokens"] for o in outs] == [
+            len(tok.encode(p, add_special_tokens=False)) for p in prompts
+        ]
+        assert [o["text"] for o in outs] == [fake_output_text(tok, n)] * size
+    assert engine.tokenizer_manager.rid_to_state == {}
+
+
+def test_health_generate_repeated_leaves_nothing_behind(server: Any) -> None:
+    """sgl-project/sglang#1473 (the server hung after ``/health_generate`` was requested 190
+    times in a row): every probe answers 200 and none leaves a request running or a page
+    used."""
+    for _ in range(200):
+        assert requests.get(server.url + "/health_generate", timeout=30).status_code == 200
+    info = requests.get(server.url + "/server_info", timeout=10).json()
+    assert info["num_running_reqs"] == 0 and info["kv_pool"]["used_pages"] == 0
+
+
 # ----------------------------------------------------------------------------- frontend language
 def test_frontend_flush_cache_and_server_info(backend: Any, server: Any, model: Path) -> None:
     """sgl-project/sglang#1576 and #2205 (``sgl.flush_cache()`` / ``sgl.get_server_info()`` on
