@@ -251,24 +251,30 @@ async def flush_cache_within(tm: Any, timeout_s: float) -> FlushCacheReqOutput:
 
 #: ``/abort_request`` body fields: the two read here, and SGLang's ``AbortReq`` fields a client has
 #: no use for here (set by SGLang's own components; ignored without a warning).
-_ABORT_FIELDS = frozenset({"rid", "abort_all", "finished_reason", "abort_message", "weight_versions"})
+_ABORT_FIELDS = frozenset(
+    {"rid", "abort_all", "prefix", "finished_reason", "abort_message", "weight_versions"}
+)
 
 
-def parse_abort_body(body: Any) -> tuple[str, bool]:
-    """``/abort_request``'s decoded body -> ``(rid, abort_all)`` (SGLang's defaults ``""`` and
-    ``False``, also for ``null``); unknown fields are ignored (:func:`drop_unknown_fields`).
+def parse_abort_body(body: Any) -> tuple[str, bool, bool]:
+    """``/abort_request``'s decoded body -> ``(rid, abort_all, prefix)`` (SGLang's defaults
+    ``""``, ``False`` and ``False``, also for ``null``); ``prefix``: ``rid`` is a prefix of the
+    request ids to abort (SGLang's flag). Unknown fields are ignored (:func:`drop_unknown_fields`).
 
     Raises:
-        RequestError: not an object, ``rid`` not a string or ``abort_all`` not a boolean (named).
+        RequestError: not an object, ``rid`` not a string, ``abort_all`` or ``prefix`` not a
+            boolean (named).
     """
     if not isinstance(body, dict):
         raise RequestError("The request body must be a JSON object.")
     body = drop_unknown_fields(body, _ABORT_FIELDS, "/abort_request")
     rid = "" if body.get("rid") is None else body["rid"]  # null: the default, as SGLang's Optional
     abort_all = False if body.get("abort_all") is None else body["abort_all"]
+    prefix = False if body.get("prefix") is None else body["prefix"]
     _check_type("rid", rid, isinstance(rid, str), "a string")
     _check_type("abort_all", abort_all, isinstance(abort_all, bool), "a boolean")
-    return rid, abort_all
+    _check_type("prefix", prefix, isinstance(prefix, bool), "a boolean")
+    return rid, abort_all, prefix
 
 
 def is_unset(value: Any) -> bool:

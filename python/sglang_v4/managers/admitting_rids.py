@@ -142,6 +142,10 @@ class AdmittingRids:
     def __contains__(self, rid: object) -> bool:
         return self._rids.get(rid, 0) > 0  # type: ignore[call-overload]
 
+    def rids(self) -> list[str]:
+        """The request ids being admitted (each once)."""
+        return list(self._rids)
+
     @contextmanager
     def hold(self, rids: Iterable[str]) -> Iterator[AdmissionTicket]:
         """Track ``rids`` until the block ends (the request was sent, or it failed).

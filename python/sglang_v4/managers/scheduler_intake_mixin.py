@@ -93,6 +93,8 @@ class SchedulerIntakeMixin:
         req.max_new_tokens = sp.max_new_tokens_for(len(req.origin_input_ids), limit)
         if sp.sampling_seed is not None:
             req.generator = torch.Generator(device=self.runner.device).manual_seed(int(sp.sampling_seed))
+        if req.logprob_start_len >= len(req.origin_input_ids):
+            req.logprob_start_len = -1  # SGLang: a start at the prompt's end means no prompt logprobs
         if req.logprob_start_len < 0 or not req.return_logprob:
             req.input_logprobs_done = True
         if not sp.ignore_eos:

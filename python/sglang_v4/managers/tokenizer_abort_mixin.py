@@ -24,6 +24,8 @@ string ``R`` runs as requests ``R_0``, ``R_1``, ... (a list of rids with ``n > 1
 (``R`` does not abort ``R1_0``). SGLang's scheduler matches an abort's ``rid`` as a prefix of the
 request ids, but SGLang 0.5's tokenizer manager drops an abort whose ``rid`` is none of its own
 requests and gives ``n > 1`` samples fresh ids, so there a parent's abort reaches nothing.
+``prefix=True`` (SGLang's ``/abort_request`` ``prefix`` flag, for clients that namespace rids,
+e.g. ``"adapter::<uuid>"``) aborts every request, in either place, whose id starts with ``rid``.
 
 Everything runs on the tokenizer manager's event loop.
 """
@@ -105,12 +107,14 @@ class TokenizerAbortMixin:
         #: parent ``rid`` -> request ids of the batch / ``n > 1`` requests in flight
         self.parent_rids = ParentRids()
 
-    def abort_request(self: TokenizerManager, rid: str = "", abort_all: bool = False) -> None:
+    def abort_request(
+        self: TokenizerManager, rid: str = "", abort_all: bool = False, prefix: bool = False
+    ) -> None:
         """Abort the request ``rid`` (or each request of the batch / ``n > 1`` request whose
-        ``rid`` it is), or with ``abort_all`` every request the server holds, wherever it is
-        (module docstring). The scheduler frees their pages; a request not sent yet ends without
-        being sent. An unknown or empty ``rid`` aborts nothing; after :meth:`close` nothing is
-        done."""
+        ``rid`` it is; with ``prefix`` each request whose id starts with ``rid``), or with
+        ``abort_all`` every request the server holds, wherever it is (module docstring). The
+        scheduler frees their pages; a request not sent yet ends without being sent. An unknown
+        or empty ``rid`` aborts nothing; after :meth:`close` nothing is done."""
         if self._closed:
             return
         if abort_all:
@@ -119,6 +123,13 @@ class TokenizerAbortMixin:
                 self._send.send_pyobj(AbortReq(rid=r))
             return
         if not rid:
+            return
+        if prefix:
+            for r in {*self.rid_to_state, *self.admitting.rids()}:
+                if r.startswith(rid):
+                    self.admitting.abort(r)
+                    if r in self.rid_to_state:
+                        self._send.send_pyobj(AbortReq(rid=r))
             return
         for r in (rid, *self.parent_rids.children(rid)):
             self.admitting.abort(r)  # not sent yet: it ends without being sent (_send_admitted)
