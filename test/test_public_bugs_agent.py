@@ -18,7 +18,7 @@ from typing import Any
 import deepseek_recipe as recipe
 import pytest
 from fake_prompt_tm import CALL, MODEL, PromptTM
-from responses_testutil import WEATHER, make_client, post
+from responses_testutil import WEATHER, final_response, make_client, post
 from test_chat_tool_stream_agreement import ChunkTM, _block, _both, _folded, _invoke, _message, _param
 from test_openai_tools import WEATHER as CHAT_TOOL
 from test_openai_tools import client_for
@@ -176,13 +176,18 @@ def test_sglang_30925_tool_choice_none_never_returns_call_markup(
 ) -> None:
     """sgl-project/sglang#30925: with ``tool_choice: "none"`` and ``tools`` given, the model's
     tool-call markup written anyway reached ``message.content`` verbatim. Expected: a clean
-    answer (no markup, no ``tool_calls``), the same streamed and not."""
+    answer (no markup, no ``tool_calls``), the same streamed and not, and on ``/v1/responses``."""
     reply = "It is sunny in Dublin." + _block(_invoke("get_weather", _param("city", True, "Dublin")))
     client, _ = client_for(ChunkTM(tok, reply, per_chunk))
     kw = dict(model="m", messages=MSGS, tools=[CHAT_TOOL], tool_choice="none")
     content, calls, finish = _message(client, **kw)
     assert (content, calls, finish) == ("It is sunny in Dublin.", [], "stop")
     assert _folded(client, **kw) == (content, calls, finish)
+    _, tc = make_client(PromptTM(tok, reply=reply))
+    body, events = post(tc, {"input": "Go.", "tools": [WEATHER], "tool_choice": "none"})
+    assert [o["type"] for o in body["output"]] == ["message"]
+    assert body["output"][0]["content"][0]["text"] == content
+    assert not any(e["type"].startswith("response.function_call") for e in events)
 
 
 # --- chat completions: streamed tool calls ----------------------------------------------------
@@ -302,6 +307,35 @@ def test_sglang_8569_partial_tag_text_in_the_answer_is_kept(
     assert _both(client, model="m", messages=MSGS)[0] == answer
 
 
+def test_spring_ai_5898_thinking_tool_loop_without_reasoning_content(tok: PreTrainedTokenizerFast) -> None:
+    """spring-projects/spring-ai#5898 (and langchain-ai/langchain#39370): in thinking mode, a tool
+    loop whose assistant call turn came back without its ``reasoning_content`` (clients that fold
+    the stream drop it) was a 400 ("reasoning_content is missing in assistant tool call message").
+    Expected, as DeepSeek's own converter does by default: accepted, the missing reasoning an
+    empty one, and the prompt that converter renders."""
+    tm = ChunkTM(tok, "Checked.</think>It is 18C.")
+    client, _ = client_for(tm)
+    body = {
+        "model": "m",
+        "tools": [CHAT_TOOL],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", '{"city": "Paris"}')]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18C"},
+        ],
+    }
+    r = client.chat.completions.create(**body, extra_body=THINK)
+    assert r.choices[0].message.content == "It is 18C."
+    assert r.choices[0].message.model_extra["reasoning_content"] == "Checked."
+    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro", "thinking": {"type": "enabled"}}
+    req = recipe.ChatCompletionRequest(b).convert(recipe.ConversionOptions())
+    want = recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
+    # (the converter's default effort paragraph, absent from a request without reasoning_effort)
+    bos = "<｜begin▁of▁sentence｜>"
+    want = bos + want[want.index("\n\n## Tools") :]
+    assert tok.decode(tm.received[-1].input_ids) == want
+
+
 # --- Responses API ----------------------------------------------------------------------------
 
 
@@ -356,3 +390,61 @@ def test_vllm_pr_40314_responses_without_tools_make_no_calls(tok: PreTrainedToke
     tm.reply = "Sure." + CALL  # markup written without tools is never a function_call
     body, _ = post(tc, {"input": "Hello", "max_output_tokens": 200})
     assert "function_call" not in [o["type"] for o in body["output"]]
+
+
+def test_vllm_29725_responses_stream_call_as_function_call_events(tok: PreTrainedTokenizerFast) -> None:
+    """vllm-project/vllm#29725 (and vllm-project/vllm#24076): streamed on ``/v1/responses``, a
+    tool call came out as ``response.output_text.delta`` events carrying the model's call markup
+    (or, with reasoning, as reasoning only). Expected, as OpenAI streams one: a ``reasoning``
+    item, then a ``function_call`` item whose arguments arrive as
+    ``response.function_call_arguments.delta`` events; no text item; the ``openai`` client's
+    final response the non-streamed one."""
+    reply = "Need the weather.</think>" + CALL
+    tm = PromptTM(tok, reply=reply)
+    client, tc = make_client(tm)
+    req = {"input": "Weather in Paris?", "tools": [WEATHER], "reasoning": {"effort": "max"}}
+    body, events = post(tc, req)
+    kinds = [o["type"] for o in body["output"]]
+    assert kinds == ["reasoning", "function_call"]
+    assert json.loads(body["output"][1]["arguments"]) == {"city": "Paris", "days": 3}
+    types = [e["type"] for e in events]
+    assert "response.output_text.delta" not in types
+    args = "".join(e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta")
+    assert args == body["output"][1]["arguments"]
+    with client.responses.stream(model=MODEL, **req) as s:
+        final = final_response(s)
+    assert [o.type for o in final.output] == kinds and final.output[1].arguments == args
+
+
+@pytest.mark.parametrize("effort", [None, "max"])
+def test_sglang_40082_responses_developer_instructions_reach_the_model(
+    tok: PreTrainedTokenizerFast, effort: str | None
+) -> None:
+    """sgl-project/sglang#40082 (and ollama/ollama#18305 on ``/v1/responses``): ``developer``
+    messages were accepted and then silently left out of the prompt (Codex sends its
+    instructions that way, with a reasoning effort). Expected: the instruction reaches the model,
+    thinking or not, as DeepSeek's own Responses converter renders it (the user's text)."""
+    tm = PromptTM(tok, reply="BANANA")
+    _, tc = make_client(tm)
+    items = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Say BANANA."}]},
+        {"role": "user", "content": "What now?"},
+    ]
+    req: dict[str, Any] = {"input": items, "max_output_tokens": 20}
+    if effort:
+        req["reasoning"] = {"effort": effort}
+    body, _ = post(tc, req)
+    assert body["status"] == "completed"
+    prompt = tok.decode(tm.received[-1].input_ids)
+    assert "Say BANANA." in prompt
+    b = {**req, "model": "DeepSeek-V4-Pro"}
+    b.pop("max_output_tokens")
+    conv = (
+        recipe.ResponsesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False)).conversation
+    )
+    want = recipe.DeepseekV4Encoding().render_conversation(conv).prompt
+    if effort:  # (the effort paragraph depends on the checkpoint's profile)
+        prompt, want = prompt[prompt.index("<｜User｜>") :], want[want.index("<｜User｜>") :]
+    assert prompt == want
