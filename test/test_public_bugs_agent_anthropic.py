@@ -189,3 +189,20 @@ def test_vllm_44576_claude_code_request_shape(tok: PreTrainedTokenizerFast) -> N
     assert json.loads(json.dumps(client.messages.count_tokens(model=MODEL, **count).model_dump())) == {
         "input_tokens": n
     }
+
+
+@pytest.mark.parametrize("text", ["Is 3 < 4? Yes: 3 <", "Done.\n\n<｜"])
+def test_sglang_9657_messages_unused_tools_never_cut_the_answer(
+    tok: PreTrainedTokenizerFast, text: str
+) -> None:
+    """sgl-project/sglang#9657 through ``/v1/messages``: with tools given but not used, an answer
+    that stopped on characters that could begin a DSML block (``"<"``, ``"<｜"``) lost them.
+    Expected: the text block the same request without tools gets, streamed and not."""
+    tm = PromptTM(tok, reply=text)
+    client, _, tc = make_clients(tm)
+    plain = client.messages.create(model=MODEL, max_tokens=100, messages=[USER])
+    assert plain.content[0].text == text  # the oracle: no tool parser at all
+    body, events = post(tc, {"messages": [USER], "tools": [WEATHER]})
+    assert body["content"] == [{"type": "text", "text": text}] and body["stop_reason"] == "end_turn"
+    streamed = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    assert streamed == text
