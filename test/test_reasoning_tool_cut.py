@@ -168,7 +168,10 @@ def test_stopped_while_reasoning_at_every_character(
     tok: PreTrainedTokenizerFast, stream_reasoning: bool
 ) -> None:
     """Stopped (EOS) before the reasoning ended: the text was the answer, in ``content``, with a
-    trailing partial block start (and the whitespace before it) dropped, streamed and not. The
+    trailing partial block start dropped (with the newlines before it) once it holds the
+    ``<｜DSML｜`` marker, and kept as text before that (a stopped generation opens no block: a
+    literal ``"<"`` is text), as DeepSeek's response parser (``deepseek-recipe``) reads it,
+    streamed and not. The
     streamed reasoning deltas were sent before the stop was known (``stream_reasoning``); they are
     the text as generated, the partial marker included up to the ``｜DSML｜`` token (a DSML tag is
     never reasoning text), and nothing when reasoning is not streamed. Stopped inside the block
@@ -178,7 +181,6 @@ def test_stopped_while_reasoning_at_every_character(
     one documented difference)."""
     text = INSIDE
     _, tc = client_for(CharTM(tok, text, "stop"))
-    lt = REASONING.index("<")
     ws_at, start_at = len(REASONING), len(REASONING) + 2
     end = start_at + len(START)
     for k in range(1, len(text) + 1):
@@ -190,10 +192,10 @@ def test_stopped_while_reasoning_at_every_character(
         closed_at = text.index(f"</{D}invoke>") + len(f"</{D}invoke>")
         assert ns["finish"] == s["finish"] == ("tool_calls" if k >= closed_at else "stop"), k
         if k < end:
-            if k == lt + 1 or k > start_at:  # ends with the first characters of a block start
+            if k - start_at >= len(f"<{D}"):  # ends with a block start's DSML marker
                 # dropped with the newlines before it (the separator); a space there is text
-                answer = text[: lt if k == lt + 1 else ws_at].rstrip("\n")
-            else:
+                answer = text[:ws_at].rstrip("\n")
+            else:  # a stopped generation opens no block: a trailing "<", "<｜DSM" ... is text
                 answer = text[:k]
             assert (ns["reasoning"], ns["content"]) == ("", answer), k
             assert s["reasoning"] == (_without_dsml_tail(text[:k]) if stream_reasoning else ""), k

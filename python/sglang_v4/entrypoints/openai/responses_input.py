@@ -3,7 +3,10 @@ chat path, :mod:`.serving_responses`).
 
 * ``input`` (a string, or a list of items) becomes chat messages (:func:`input_to_messages`):
   message items (roles ``user`` / ``system`` / ``developer`` / ``assistant``; ``content`` a string
-  or ``input_text`` / ``output_text`` / ``refusal`` parts) keep their role; ``reasoning``,
+  or ``input_text`` / ``output_text`` / ``refusal`` parts) keep their role, but for ``developer``,
+  which is ``user`` (OpenAI's developer instructions, joined to the user turn they are in, as
+  DeepSeek's Responses converter ``deepseek-recipe`` reads them; the V4 encoder's own developer
+  turn is another thing, which thinking mode leaves out before the last user turn); ``reasoning``,
   assistant ``message`` and ``function_call`` items that follow one another form one assistant
   turn (``reasoning_content``, ``content``, ``tool_calls`` with the item's ``call_id`` as the call
   id), as one response's output is one turn; a ``function_call_output`` item is a ``tool`` message
@@ -163,7 +166,9 @@ def input_to_messages(
                 last_calls = set()
             else:
                 turn = None
-                out.append({"role": role, "content": text})
+                # a developer item is the user's text, as DeepSeek's Responses converter reads it
+                # (deepseek-recipe): not the V4 encoder's developer turn, which thinking mode drops
+                out.append({"role": "user" if role == "developer" else role, "content": text})
         elif kind == "reasoning":
             t = assistant_turn(("reasoning_content", "content", "tool_calls"))
             t["reasoning_content"] = _reasoning_text(item, field)

@@ -36,9 +36,12 @@ complete is no call. A generation that *stopped* (EOS, a stop token, a ``stop`` 
 ``finish(stopped=True)``) inside an invoke, or in a block before its first invoke closed, did not
 make that call: the block is malformed (below, dropped) from there (vllm-project/vllm#42210); stopped after
 its last closed invoke, it made its calls (:attr:`DsmlToolParser.calls_whole`: finish reason
-``"tool_calls"``, sgl-project/sglang#40236). Output that ends with the first characters of a block
-start (``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the newlines before them (in the
-content only; at the end of unfinished reasoning they are reasoning text, :mod:`.reasoning_parser`).
+``"tool_calls"``, sgl-project/sglang#40236). Output cut by ``max_tokens`` that ends with the first
+characters of a block start (``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the newlines
+before them (in the content only; at the end of unfinished reasoning they are reasoning text,
+:mod:`.reasoning_parser`); output that *stopped* there opened no block, so they are text (a
+literal ``"<"``, ``"a <"``), as DeepSeek's response parser (``deepseek-recipe``) reads them, but
+from the ``<｜DSML｜`` marker on, which is never content.
 The streamed deltas and :func:`parse_tool_calls` give the same calls;
 :attr:`DsmlToolParser.truncated` is set, :attr:`DsmlToolParser.complete` False.
 
@@ -224,7 +227,8 @@ class DsmlToolParser:
         Args:
             stopped: the generation *stopped* (EOS, a stop token or a stop string; finish reason
                 ``"stop"``) rather than being cut by ``max_tokens``: an invoke left open is
-                dropped, not a partial call.
+                dropped, not a partial call, and a held-back first part of a block start without
+                the ``<｜DSML｜`` marker (``"<"``, ``"<｜DS"``) is text.
 
         Returns:
             ``(content_delta, tool_call_deltas)``: the held-back plain text (nothing of an open
@@ -244,7 +248,8 @@ class DsmlToolParser:
             )
             tag = _DSML_TAG_TAIL.search(rest)  # a wrapper tag (or its start) that nothing followed
             marker = max(marker, len(rest) - tag.start() if tag else 0)
-            if not marker:
+            if not marker or (stopped and f"<{DSML}" not in rest[len(rest) - marker :]):
+                # a generation that stopped opens no block: a held-back "<", "\n\n<｜" ... is text
                 return rest, []
             self.truncated = True  # the output ends with the first characters of a block start
             rest = rest[: len(rest) - marker]
