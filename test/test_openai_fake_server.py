@@ -144,7 +144,7 @@ def test_errors_and_still_serving(client: openai.OpenAI, server) -> None:
     assert "context" in str(ei.value)
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(
-            model=NAME, messages=[{"role": "user", "content": "x"}], extra_body={"top_k": 0}
+            model=NAME, messages=[{"role": "user", "content": "x"}], extra_body={"top_k": -2}
         )
     with pytest.raises(openai.BadRequestError, match="vocabulary"):
         client.completions.create(model=NAME, prompt=[5, 10**7], max_tokens=2)

@@ -11,7 +11,8 @@ ranges (its ``sampling_params.py``): ``temperature`` >= 0, ``top_p`` in (0, 1], 
 gets a 400 in OpenAI's error shape naming the field (``param``), each bound itself a 200; the
 native API's message names the field. Wrong JSON types are refused, not coerced (pydantic strict),
 except the two numbers SGLang's and vLLM's lax validation read without doubt: 0 / 1 for a boolean
-and an integral float for an integer.
+and an integral float for an integer. One exception on the OpenAI routes: ``top_k`` 0 means the
+whole vocabulary there (vLLM's rule), so only values below -1 are refused.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ COMMON: list[tuple[str, list[Any], list[Any]]] = [
     ("stop", [["a"] * 33, [""]], [["a", "b", "c", "d"], ["a", "b", "c", "d", "e", "f"], ["s"] * 32, "x"]),
     ("max_tokens", [-1], [1, 3]),  # 0 (prompt scoring) is served end to end in test_server_public_bugs
     ("seed", ["7", 7.5, True], [7, -(2**63)]),
-    ("top_k", [0, -2], [-1, 1]),
+    # 0 is the whole vocabulary on the OpenAI routes (vLLM's rule), a 400 on /generate (SGLang's)
+    ("top_k", [-2], [-1, 0, 1]),
     ("min_p", [-0.1, 1.1], [0, 1]),
     ("repetition_penalty", [0, 2.01], [0.5, 2]),
     ("min_tokens", [-1], [0]),
