@@ -108,6 +108,19 @@ class TokenTextSplitter:
         alts[token_id] = text
         return TokenPiece(token_id, text, alts)
 
+    def ready(self, pieces: Sequence[TokenPiece], text: str) -> int:
+        """How many of ``pieces`` (the next ones from :meth:`add`, in order) the cumulative text
+        ``text`` already holds where they fall: a stream's chunk sends only those, so that no
+        token carries text the stream has not sent (text held back as a possible stop string, an
+        incomplete character) and may never send (the stop string trimmed at the finish)."""
+        pos, k = self._sent, 0
+        for p in pieces:
+            end = pos + len(p.text)
+            if end > len(text) or text[pos:end] != p.text:
+                break
+            pos, k = end, k + 1
+        return k
+
     def finish(self, pieces: list[TokenPiece], text: str, final: bool) -> list[TokenPiece]:
         """Align ``pieces`` (the next ones from :meth:`add`) to ``text``, the segment's returned
         text (cumulative): each piece keeps the part that matches ``text`` where it falls, so a
