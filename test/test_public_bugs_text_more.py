@@ -16,7 +16,8 @@ Found faulty here: streamed ``/v1/completions`` ``logprobs`` with a stop string
 (vllm-project/vllm#3574's rule applied to the logprobs): a chunk's ``tokens`` carried the text of
 tokens the stream was holding back as a possible stop string, and, once the stop string was
 trimmed, text the stream never sent; the streamed ``tokens`` no longer joined to the streamed
-text and their ``text_offset`` ran past it, unlike the non-streamed answer.
+text and their ``text_offset`` ran past it, unlike the non-streamed answer. The other reports
+replayed here passed as they are.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pytest
 import requests
 from server_fixture import FAKE_TEXT, fake_output_ids, tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager
-from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length
+from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
 from sglang_v4.utils import FastTokenizer
 
 try:  # DeepSeek's request converter and V4 encoder (the test extra's deepseek-recipe): the oracle
@@ -213,6 +214,41 @@ def test_pending_bytes_are_flushed_when_the_output_ends(fast_tok, hf) -> None:
     assert "".join(chunks) == final == want
     chunks, final = _detok_stream(fast_tok, ids, finish_at_end=False)  # still running: held back
     assert final is None and "".join(chunks) == want.rstrip(FFFD)
+
+
+def test_emoji_then_eos_streams_the_emoji_once(fast_tok, hf) -> None:
+    """tenstorrent/tt-inference-server#2594: the DeepSeek-vocabulary ids ``3574, 252, 242`` (the
+    bytes of 🛑) then EOS (id 1) streamed ``" \\ufffd"`` chunks. Here EOS is the matched stop
+    token: no chunk holds U+FFFD, and the text is the tokenizer's decode without the EOS."""
+    ids = [3574, 252, 242, 1]
+    dm = DetokenizerManager(fast_tok)
+    chunks = []
+    for k, tid in enumerate(ids):
+        m = BatchTokenIDOut.empty()
+        m.append(
+            rid="r",
+            finished_reason=finish_stop(1) if k == len(ids) - 1 else None,
+            output_ids=[tid],
+            prompt_tokens=1,
+            completion_tokens=k + 1,
+            skip_special_tokens=False,  # the EOS is trimmed as the matched stop, not as special
+        )
+        out = dm.handle_batch_token_id_out(m)
+        chunks.append(out.output_strs[0])
+    assert not any(FFFD in c for c in chunks), chunks
+    assert "".join(chunks) == out.final_strs[0] == hf.decode(ids[:-1]) == "🛑"
+
+
+@pytest.mark.parametrize("text", ["Hi 𓀀 there", "x 🔥y", "说 你好"])
+def test_space_led_token_with_an_incomplete_tail_is_not_flushed(fast_tok, hf, text: str) -> None:
+    """Blaizzy/mlx-vlm#1771 (fixed by #1778): a token starting with a space flushed the pending
+    bytes even when they ended inside a multi-byte character, which came out as U+FFFD. Byte-level
+    tokens such as ``" \\xf0"`` (a space and the lead byte of 𓀀) stream without U+FFFD, and the
+    chunks join to the text."""
+    ids = hf.encode(text, add_special_tokens=False)
+    chunks, final = _detok_stream(fast_tok, ids)
+    assert not any(FFFD in c for c in chunks), chunks
+    assert "".join(chunks) == final == text
 
 
 # -------------------------------------------------------------------- stop strings in streams
