@@ -32,6 +32,8 @@ import requests
 from server_fixture import FAKE_TEXT, fake_output_ids, tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
+from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.sampling.stop_checker import check_stop
 from sglang_v4.utils import FastTokenizer
 
 try:  # DeepSeek's request converter and V4 encoder (the test extra's deepseek-recipe): the oracle
@@ -303,6 +305,39 @@ def test_stop_that_never_matches_changes_nothing(server, hf) -> None:
         assert whole["finish_reason"] == "length"
         streamed = "".join(d or "" for d in _chat_deltas(_sse(server, "/v1/chat/completions", body)))
         assert streamed == _fake_text(hf, n)
+
+
+def test_stop_string_spelling_a_special_token_stops_with_special_tokens_skipped(fast_tok, hf) -> None:
+    """vllm-project/vllm#2123 (also LostRuins/koboldcpp#791): a stop string that is a special
+    token's text never matched with ``skip_special_tokens`` on, because the text it was searched
+    in had the token skipped. The scheduler's stop check ends the output at the special token and
+    the detokenizer's final text is the tokenizer's decode of the ids before it (skipped: no
+    special text, nothing else cut)."""
+    special = 128005
+    assert hf.added_tokens_decoder[special].special  # skipped by a skip_special_tokens decode
+    stop = hf.convert_ids_to_tokens(special)
+    ids = [
+        *hf.encode("Hello there", add_special_tokens=False),
+        special,
+        *hf.encode(" more", add_special_tokens=False),
+    ]
+    sp = SamplingParams(stop=[stop], skip_special_tokens=True)
+    sp.normalize(fast_tok)
+    reasons = [check_stop(ids[:n], sp, {1}, fast_tok, False) for n in range(1, len(ids) + 1)]
+    first = next(n for n, r in enumerate(reasons, 1) if r is not None)
+    assert first == ids.index(special) + 1 and reasons[first - 1] == {"type": "stop", "matched": stop}
+    dm = DetokenizerManager(fast_tok)
+    m = BatchTokenIDOut.empty()
+    m.append(
+        rid="r",
+        finished_reason=reasons[first - 1],
+        output_ids=ids[:first],
+        prompt_tokens=1,
+        completion_tokens=first,
+        skip_special_tokens=True,
+    )
+    out = dm.handle_batch_token_id_out(m)
+    assert out.final_strs[0] == out.output_strs[0] == hf.decode(ids[: first - 1]) == "Hello there"
 
 
 def test_no_empty_content_chunks_while_a_stop_prefix_is_held(server) -> None:
