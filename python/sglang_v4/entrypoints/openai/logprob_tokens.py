@@ -14,7 +14,9 @@ whole sequence), so a token that leaves a character incomplete adds nothing and 
 completes it adds the whole character; a byte that can never start or continue a character adds
 its U+FFFD at once. Joined, the pieces are the choice's text (:meth:`TokenTextSplitter.finish`
 aligns them to the returned text: a trimmed stop string cuts the pieces too), so ``text_offset``
-is each token's true offset and ``text[text_offset[i]:]`` starts with ``tokens[i]``. The
+is each token's true offset and ``text[text_offset[i]:]`` starts with ``tokens[i]``; a stream
+sends a token with the first chunk whose text holds its piece (:meth:`TokenTextSplitter.ready`),
+so text the stream holds back (a possible stop string) never reaches ``tokens`` early. The
 alternatives of ``top_logprobs`` are decoded in the same context (a candidate's text as if it had
 been sampled there), as vLLM keys them; a candidate that is a special token the text would skip
 is keyed by its own text rather than by ``""``.
