@@ -105,8 +105,9 @@ def secured_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN2
 @pytest.fixture(scope="session")
 def plain_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
     """A ``launch_server`` on ``server_fixture.FakeScheduler`` with default flags and
-    ``--served-model-name qa-model``; shared by ``test_openai_models_usage`` and
-    ``test_server_sglang_frontend`` (their requests finish; neither counts the server's totals).
+    ``--served-model-name qa-model``; shared by ``test_openai_models_usage``,
+    ``test_server_sglang_frontend``, the public-bug replay modules and others (their requests
+    finish; none counts the server's totals).
     Yields the ``ServerHandle``; at the end of the session the server must exit with code 0."""
     from server_fixture import fake_env, make_fake_model_dir, start_server
 

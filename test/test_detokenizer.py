@@ -8,6 +8,9 @@ tokenizer, against ``transformers``' full decode of the same ids as the oracle.
   tokens, streamed in random message sizes: every cumulative text is a prefix of the full decode
   of the ids so far and extends it minus its trailing U+FFFD; the finished text is the full
   decode; the window never exceeds ``2 * (MAX_HELD_TOKENS + 1)`` tokens.
+* Found by hand: more skipped special tokens than the window bound between the bytes of one
+  character forced it out as U+FFFD before its last bytes came; skipped special tokens no longer
+  enter the window.
 """
 
 from __future__ import annotations
@@ -143,3 +146,23 @@ def test_incremental_text_is_always_a_prefix_of_the_full_decode(tok, hf, data) -
             assert sent == final == now
         assert sent.startswith(last)
         last = sent
+
+
+def test_skipped_special_tokens_inside_a_character_do_not_split_it(tok, hf) -> None:
+    """Found by hand: a run of more special tokens than ``MAX_HELD_TOKENS`` between the bytes of
+    one character (skipped: they decode to nothing) filled the pending window, so the bound
+    committed the half-made character as U+FFFD; the finished text, the tokenizer's decode, has the
+    character whole, so the stream was no longer a prefix of it. Skipped special tokens no longer
+    count: every cumulative text is a prefix of the decode of the ids so far, and no chunk holds
+    U+FFFD (the text has none)."""
+    emoji = hf.encode("🫠", add_special_tokens=False)
+    ids = [*hf.encode("a", add_special_tokens=False), emoji[0], *[0] * (MAX_HELD_TOKENS + 2), *emoji[1:]]
+    ids += hf.encode("b", add_special_tokens=False)
+    assert hf.decode(ids, skip_special_tokens=True) == "a🫠b"
+    dm = DetokenizerManager(tok)
+    steps = list(_stream(dm, ids, list(range(1, len(ids) + 1))))
+    for k, sent, window, _ in steps:
+        assert FFFD not in sent, (k, sent)
+        assert hf.decode(ids[:k], skip_special_tokens=True).startswith(sent)
+        assert window is None or window <= 2 * (MAX_HELD_TOKENS + 1)
+    assert steps[-1][1] == steps[-1][3] == "a🫠b"

@@ -16,9 +16,11 @@ Incremental detokenization follows SGLang's ``detokenizer_manager.py`` scheme: p
    bytes can change only the last character, so everything before it is final. Stray bytes that
    never form a character (e.g. a run of lone continuation bytes, each decoding to U+FFFD) are thus
    committed one token behind, instead of being held until the request ends (SGLang holds them).
-3. Bound: if more than :data:`MAX_HELD_TOKENS` tokens are pending (e.g. a run of skipped special
-   tokens that decode to nothing), everything is committed. The decode window ``ids[surr:]`` is
-   therefore at most ``2 * (MAX_HELD_TOKENS + 1)`` tokens, whatever the output length.
+3. Bound: if more than :data:`MAX_HELD_TOKENS` tokens are pending, everything is committed. The
+   decode window ``ids[surr:]`` is therefore at most ``2 * (MAX_HELD_TOKENS + 1)`` tokens,
+   whatever the output length. Special tokens a ``skip_special_tokens`` request skips never
+   enter the window (the tokenizer's decode drops them before decoding, so the text is the same):
+   a run of them between the bytes of one character cannot force that character out half-made.
 4. Text held back by 2 is still sent early up to its last complete character (the printable
    prefix); sent text is never taken back.
 
@@ -151,6 +153,15 @@ class DetokenizerManager:
         self.tokenizer = tokenizer
         self.vocab_limit = len(tokenizer)
         self.decode_status: dict[str, DecodeStatus] = {}
+        self._skipped: dict[int, bool] = {}  # token id -> a skip_special_tokens decode drops it
+
+    def _is_skipped(self, tid: int) -> bool:
+        """Whether ``tid`` is a token a ``skip_special_tokens`` decode drops: one that decodes to
+        text on its own but to nothing when special tokens are skipped (cached per id)."""
+        hit = self._skipped.get(tid)
+        if hit is None:
+            hit = self._skipped[tid] = self._decode([tid], True) == "" and self._decode([tid], False) != ""
+        return hit
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         ids = [t for t in ids if 0 <= t < self.vocab_limit]
@@ -207,7 +218,8 @@ class DetokenizerManager:
             s = self.decode_status.get(rid)
             if s is None:
                 s = self.decode_status[rid] = DecodeStatus()
-            s.ids.extend(recv.output_ids[i])
+            new_ids = recv.output_ids[i]
+            s.ids.extend([t for t in new_ids if not self._is_skipped(t)] if skip else new_ids)
             ids = s.ids
             min_toks = recv.stop_str_min_tokens[i] if recv.stop_str_min_tokens else 0
             if len(s.head_ids) < min_toks:

@@ -14,7 +14,9 @@ whole sequence), so a token that leaves a character incomplete adds nothing and 
 completes it adds the whole character; a byte that can never start or continue a character adds
 its U+FFFD at once. Joined, the pieces are the choice's text (:meth:`TokenTextSplitter.finish`
 aligns them to the returned text: a trimmed stop string cuts the pieces too), so ``text_offset``
-is each token's true offset and ``text[text_offset[i]:]`` starts with ``tokens[i]``. The
+is each token's true offset and ``text[text_offset[i]:]`` starts with ``tokens[i]``; a stream
+sends a token with the first chunk whose text holds its piece (:meth:`TokenTextSplitter.ready`),
+so text the stream holds back (a possible stop string) never reaches ``tokens`` early. The
 alternatives of ``top_logprobs`` are decoded in the same context (a candidate's text as if it had
 been sampled there), as vLLM keys them; a candidate that is a special token the text would skip
 is keyed by its own text rather than by ``""``.
@@ -107,6 +109,19 @@ class TokenTextSplitter:
         text = self._utf8.decode(self._bytes(token_id))
         alts[token_id] = text
         return TokenPiece(token_id, text, alts)
+
+    def ready(self, pieces: Sequence[TokenPiece], text: str) -> int:
+        """How many of ``pieces`` (the next ones from :meth:`add`, in order) the cumulative text
+        ``text`` already holds where they fall: a stream's chunk sends only those, so that no
+        token carries text the stream has not sent (text held back as a possible stop string, an
+        incomplete character) and may never send (the stop string trimmed at the finish)."""
+        pos, k = self._sent, 0
+        for p in pieces:
+            end = pos + len(p.text)
+            if end > len(text) or text[pos:end] != p.text:
+                break
+            pos, k = end, k + 1
+        return k
 
     def finish(self, pieces: list[TokenPiece], text: str, final: bool) -> list[TokenPiece]:
         """Align ``pieces`` (the next ones from :meth:`add`) to ``text``, the segment's returned

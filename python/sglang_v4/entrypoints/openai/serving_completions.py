@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
@@ -189,7 +189,11 @@ class CompletionsMixin(OpenAIServingBase):
         ``tokens`` are each token's part of the choice's text (:mod:`.logprob_tokens`): joined,
         they are the echoed prompt plus ``out_text`` (the cumulative output text; ``final``: it is
         complete). ``text_offset`` is each token's character position in the choice's whole text,
-        continuing over a stream's chunks as OpenAI's do. ``top_logprobs`` holds the
+        continuing over a stream's chunks as OpenAI's do. Streamed (``final`` false), an output
+        token is sent with the first chunk whose text holds its text (:meth:`TokenTextSplitter.ready`):
+        a token of text held back as a possible stop string, or of an incomplete character, waits
+        (``state.held``), so the streamed ``tokens`` join to the streamed text and a trimmed stop
+        string's tokens never carry its text (vllm-project/vllm#3574 for the logprobs). ``top_logprobs`` holds the
         ``logprobs`` most likely tokens *and* the sampled one (up to ``logprobs + 1`` entries),
         as OpenAI documents the field and vLLM returns it; a dict with only the sampled
         token for ``logprobs: 0``; ``None`` for the echoed prompt's first token (no logprob).
@@ -204,13 +208,19 @@ class CompletionsMixin(OpenAIServingBase):
         otop = list(meta.get("output_top_logprobs") or [])[state.sent :]
         state.sent += len(outs)
         segments.append((outs, otop, state.output, out_text, final))
-        for entries, tops, splitter, text, done in segments:
+        for seg, (entries, tops, splitter, text, done) in enumerate(segments):
             parsed = [_lp_entry(e) for e in entries]
             tops = tops + [None] * (len(parsed) - len(tops))
             cands = [[_lp_entry(c) for c in (top or [])] for top in tops]
             if splitter is not None:
                 pieces = [splitter.add(tid, [c[1] for c in cs]) for (_, tid, _), cs in zip(parsed, cands)]
-                pieces = splitter.finish(pieces, text, done)
+                rows = list(zip(parsed, cands, pieces))
+                if seg == len(segments) - 1:  # the output: tokens whose text is not sent yet wait
+                    rows = state.held + rows
+                    keep = len(rows) if done else splitter.ready([r[2] for r in rows], text)
+                    rows, state.held = rows[:keep], rows[keep:]
+                pieces = splitter.finish([r[2] for r in rows], text, done)
+                parsed, cands = [r[0] for r in rows], [r[1] for r in rows]
             else:
                 pieces = [TokenPiece(tid, self._token_text(tid, t)) for _, tid, t in parsed]
             for (logprob, _, _), cs, piece in zip(parsed, cands, pieces):
@@ -367,6 +377,9 @@ class _ChoiceLogprobs:
     #: vLLM's ``return_tokens_as_token_ids``: ``tokens`` and ``top_logprobs`` keys written
     #: ``token_id:<id>`` (``text_offset`` still counts the choice's text)
     as_ids: bool = False
+    #: output tokens received but not sent: a streamed token goes out once the streamed text
+    #: holds its text (its parsed entry, its candidates, its piece)
+    held: list[tuple[Any, Any, TokenPiece]] = field(default_factory=list)
 
 
 def _nth_prompt(prompt_ids: list[list[int]] | None, idx: int, n: int) -> list[int] | None:
