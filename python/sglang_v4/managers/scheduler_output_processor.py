@@ -301,9 +301,11 @@ class SchedulerOutputProcessorMixin:
             tv, ti = top if top is not None else (None, None)
             req.pending_output_logprobs.append((logprob, tok, tv, ti, id_vals))
         n = len(out)
-        if req.grammar is not None or req.has_text_stops:
-            if req.grammar is not None:
-                req.grammar.accept(tok)
+        if req.grammar is not None and not req.grammar.accept(tok):
+            # A token the grammar forbids: every logit was masked (a dead end of the request's
+            # grammar) or the mask and the matcher disagree. Aborted, as SGLang does.
+            reason = req.grammar.rejection_reason(tok)
+        elif req.grammar is not None or req.has_text_stops:
             sp = req.sampling_params
             if req.stop_text_start < 0 and tok == sp.stop_str_after_token_id:
                 req.stop_text_start = n  # stop strings match from the next token on

@@ -37,12 +37,15 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from sglang_v4.sampling.json_schema_rewrite import check_json_schema, normalize_json_schema, open_arrays
 from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_tag
+
+if TYPE_CHECKING:
+    from sglang_v4.managers.io_struct import FinishReason
 
 __all__ = [
     "Grammar",
@@ -150,6 +153,42 @@ class Grammar:
         """True once a stop token was accepted at a point where the grammar may end."""
         return bool(self.matcher.is_terminated())
 
+    def allows_any_token(self) -> bool:
+        """Whether some token of the vocabulary may come next (False at a dead end: a grammar
+        whose language is empty, such as the regex ``[^\\s\\S]``, or one with no continuation of
+        the text accepted so far). Read from the matcher's own next-token mask applied to a
+        zero ``[1, vocab_size]`` float32 row (any finite entry left)."""
+        import xgrammar as xgr
+
+        if self.is_terminated():
+            return False
+        row = torch.zeros(1, self.vocab_size, dtype=torch.float32)
+        bitmask = xgr.allocate_token_bitmask(1, self.vocab_size)
+        self.fill_bitmask(bitmask, 0)
+        xgr.apply_token_bitmask_inplace(row, bitmask)
+        return bool(torch.isfinite(row).any())
+
+    def rejection_reason(self, token_id: int) -> FinishReason:
+        """The finish reason of a request whose sampled ``token_id`` this grammar rejected.
+
+        SGLang aborts such a request (its scheduler's "Grammar accept_token failed", HTTP 500).
+        When the grammar allows no token at all here, the request's own grammar has no
+        continuation (the sampler found every logit masked), so the abort is a 400 naming the
+        grammar field (:attr:`kind`); otherwise the 500 of an engine fault.
+
+        Returns:
+            SGLang's ``FINISH_ABORT`` shape (:func:`~sglang_v4.managers.io_struct.finish_abort`).
+        """
+        from sglang_v4.managers.io_struct import finish_abort
+
+        if not self.allows_any_token():
+            return finish_abort(
+                f"{self.kind}: the grammar allows no token after the {self.finished_tokens} token(s) "
+                "generated so far: no text matching it continues this output (does it match any text?).",
+                400,
+            )
+        return finish_abort(f"Grammar accept_token failed: {self.kind} rejected token {int(token_id)}.", 500)
+
     def rollback(self, num_tokens: int) -> None:
         """Undo the last ``num_tokens`` accepted tokens."""
         self.matcher.rollback(int(num_tokens))
@@ -245,14 +284,19 @@ class GrammarBackend:
         ``grammar_prefix``, the state after reading it.
 
         Raises:
-            ValueError: the grammar does not compile, or rejects the ``grammar_prefix`` (the
-                message names the field).
+            ValueError: the grammar does not compile, rejects the ``grammar_prefix``, or allows
+                no first token (its language is empty, e.g. the regex ``[^\\s\\S]``; read from
+                the matcher's mask, :meth:`Grammar.allows_any_token`); the message names the field.
         """
         for kind in GRAMMAR_KINDS:
             spec = getattr(params, kind)
             if spec is not None:
                 prefix = getattr(params, "grammar_prefix", None) or ""
-                return Grammar(self._compile(kind, spec), kind, self.vocab_size, prefix)
+                grammar = Grammar(self._compile(kind, spec), kind, self.vocab_size, prefix)
+                if not grammar.allows_any_token():
+                    after = " after the continued text" if prefix else ""
+                    raise ValueError(f"{kind}: the grammar matches no text{after} (no token can come first)")
+                return grammar
         return None
 
 
