@@ -172,3 +172,15 @@ def test_stream_options_without_stream_is_a_400(
     assert c.post(path, json=body | {"stream_options": None}).status_code == 200
     streamed = c.post(path, json=body | {"stream": True, "stream_options": {"include_usage": True}})
     assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_huge_seed_is_quoted_as_sent(tok: PreTrainedTokenizerFast, path: str) -> None:
+    # orjson decodes an integer past 64 bits as a float; the message quoted 99999999999999991611392.
+    sent = "99999999999999999999999"
+    body = '{"prompt": "x", "messages": [{"role": "user", "content": "x"}], "seed": ' + sent + "}"
+    if path == "/v1/completions":
+        body = '{"prompt": "x", "seed": ' + sent + "}"
+    r = _client(FakeTM(tok)).post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["param"] == "seed" and r.json()["message"].endswith(f"got {sent}."), r.text

@@ -95,6 +95,7 @@ from sglang_v4.entrypoints.native_api import (
     request_error_response,
 )
 from sglang_v4.entrypoints.native_api import error_body as native_error_body
+from sglang_v4.entrypoints.openai.request_errors import loads_json_body
 from sglang_v4.entrypoints.request_id import RequestIdMiddleware
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.managers.io_struct import GenerateReqInput
@@ -300,7 +301,7 @@ def create_app(
     async def generate(request: Request) -> Response:
         raw = await request.body()
         try:
-            body = orjson.loads(raw)
+            body = loads_json_body(raw)
         except orjson.JSONDecodeError as e:
             return error_response(f"Malformed JSON body: {e}")
         try:

@@ -260,9 +260,61 @@ def normalize_json_schema(schema: Any, path: str = "schema") -> Any:
     return _rewrite(schema, path)
 
 
+#: Subschemas nested deeper than this (in subschemas) are meta-checked as schemas of their own:
+#: ``jsonschema``'s check recurses about eight Python frames per level, so a whole 150-level
+#: schema exceeded Python's recursion limit although it is valid (xgrammar compiles it).
+_CHECK_CHUNK_DEPTH = 24
+
+
+def _subschema_slots(node: dict[str, Any]) -> list[tuple[tuple[Any, ...], Any]]:
+    """The subschemas of ``node`` (a schema object) as ``(path from node, subschema)`` pairs:
+    the values of the keywords in ``_ONE_SCHEMA`` / ``_SCHEMA_LISTS`` / ``_SCHEMA_MAPS`` and the
+    tuple form of ``items`` (JSON Schema Core/Validation, "Keywords for Applying Subschemas")."""
+    slots: list[tuple[tuple[Any, ...], Any]] = []
+    for k in _ONE_SCHEMA:
+        if isinstance(node.get(k), dict):
+            slots.append(((k,), node[k]))
+    for k in (*_SCHEMA_LISTS, "items"):
+        if isinstance(node.get(k), list):
+            slots.extend(((k, i), s) for i, s in enumerate(node[k]) if isinstance(s, dict))
+    for k in _SCHEMA_MAPS:
+        if isinstance(node.get(k), dict):
+            slots.extend(((k, n), s) for n, s in node[k].items() if isinstance(s, dict))
+    return slots
+
+
+def _cut_deep(schema: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[tuple[Any, ...], Any]]]:
+    """``schema`` with every subschema ``_CHECK_CHUNK_DEPTH`` levels down replaced by ``{}`` (a
+    schema valid in every draft), and the cut subschemas with their paths from ``schema``.
+    Iterative: no Python recursion, whatever the depth."""
+    root = dict(schema)
+    cut: list[tuple[tuple[Any, ...], Any]] = []
+    stack: list[tuple[dict[str, Any], tuple[Any, ...], int]] = [(root, (), 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        for slot, sub in _subschema_slots(node):
+            copy = dict(sub)
+            if depth + 1 >= _CHECK_CHUNK_DEPTH:
+                cut.append((path + slot, sub))
+                copy = {}
+            else:
+                stack.append((copy, path + slot, depth + 1))
+            parent = node
+            for key in slot[:-1]:
+                parent[key] = parent[key].copy()  # a fresh list / dict: the input is not changed
+                parent = parent[key]
+            parent[slot[-1]] = copy
+    return root, cut
+
+
 def check_json_schema(schema: Any) -> None:
     """Check ``schema`` against the meta-schema of the draft it names in ``$schema`` (Draft
     2020-12, OpenAI's and pydantic's, when it names none or one ``jsonschema`` does not know).
+
+    A schema of any nesting depth is checked: subschemas ``_CHECK_CHUNK_DEPTH`` levels down are
+    checked as schemas of their own (the meta-schema checks each subschema on its own; its
+    ``$ref`` / ``$dynamicRef`` point into the meta-schema, never into the checked schema), so
+    the check needs no Python recursion deeper than that.
 
     Raises:
         ValueError: the schema is malformed; the message names the offending keyword by its path
@@ -274,11 +326,17 @@ def check_json_schema(schema: Any) -> None:
     cls = Draft202012Validator
     if isinstance(schema, dict) and isinstance(schema.get("$schema"), str):
         cls = validator_for(schema, default=Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except SchemaError as e:
-        where = "/".join(str(p) for p in e.absolute_path) or "the root"
-        raise ValueError(f"invalid JSON schema at {where!r}: {e.message}") from None
+    pending: list[tuple[tuple[Any, ...], Any]] = [((), schema)]
+    while pending:
+        prefix, part = pending.pop()
+        if isinstance(part, dict):
+            part, deeper = _cut_deep(part)
+            pending.extend((prefix + p, s) for p, s in deeper)
+        try:
+            cls.check_schema(part)
+        except SchemaError as e:
+            where = "/".join(str(p) for p in (*prefix, *e.absolute_path)) or "the root"
+            raise ValueError(f"invalid JSON schema at {where!r}: {e.message}") from None
 
 
 def open_arrays(schema: Any) -> Any:

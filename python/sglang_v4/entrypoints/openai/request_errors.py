@@ -8,6 +8,8 @@ nested ``error`` (:func:`~.protocol.error_body`); a 400 names the offending fiel
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import orjson
@@ -54,6 +56,27 @@ def error_response(
     return JSONResponse(error_body(message, status, err_type, param), status_code=status)
 
 
+#: A JSON integer literal of 20+ digits: past the 64-bit range orjson decodes exactly.
+_LONG_INT = re.compile(rb"\d{20,}")
+
+
+def loads_json_body(raw: bytes) -> Any:
+    """``raw`` decoded as JSON (orjson), with integers past the 64-bit range kept exact.
+
+    orjson decodes such an integer as a float (``99999999999999999999999`` -> ``1e+23``), and a
+    range error then quoted the rounded value; a body holding 20+ consecutive digits is decoded
+    again by the standard library, whose integers are exact (RFC 8259 leaves the range to the
+    parser). Raises ``orjson.JSONDecodeError`` (a ``ValueError``) for text that is not JSON.
+    """
+    data = orjson.loads(raw)
+    if _LONG_INT.search(raw):
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            pass  # orjson's reading stands
+    return data
+
+
 async def read_json_object(request: Request) -> dict[str, Any]:
     """The request body decoded as strict JSON (orjson) that must be an object.
 
@@ -62,7 +85,7 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     """
     body = await request.body()
     try:
-        data = orjson.loads(body) if body else None
+        data = loads_json_body(body) if body else None
     except orjson.JSONDecodeError as e:
         raise RequestError(f"Invalid JSON body: {e}") from None
     if not isinstance(data, dict):

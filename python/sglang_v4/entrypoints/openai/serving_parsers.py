@@ -39,6 +39,7 @@ from sglang_v4.entrypoints.openai.reasoning_parser import (
     reasoning_spec,
     split_reasoning,
 )
+from sglang_v4.entrypoints.openai.request_errors import loads_json_body
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang_v4.entrypoints.openai.tool_parser import (
     TOOL_CALL_PARSERS,
@@ -56,7 +57,7 @@ def _object_body(raw: bytes) -> dict[str, Any]:
         ValueError: not JSON, or not an object.
     """
     try:
-        data = orjson.loads(raw) if raw else None
+        data = loads_json_body(raw) if raw else None
     except orjson.JSONDecodeError as e:
         raise ValueError(f"Malformed JSON body: {e}") from None
     if not isinstance(data, dict):
