@@ -111,3 +111,42 @@ BRANCH_CASES: list[tuple[dict[str, Any], list[Any]]] = [
 @pytest.mark.parametrize(("schema", "instances"), BRANCH_CASES, ids=[json.dumps(s) for s, _ in BRANCH_CASES])
 def test_branches_are_read_with_their_object(schema: dict[str, Any], instances: list[Any]) -> None:
     test_rewritten_grammar_accepts_what_the_schema_accepts(schema, instances)
+
+
+def _nested(levels: int, wrap) -> dict:
+    s: dict = {"type": "integer"}
+    for _ in range(levels):
+        s = wrap(s)
+    return s
+
+
+_WRAPS = {
+    "properties": lambda s: {"type": "object", "properties": {"a": s}, "required": ["a"]},
+    "items": lambda s: {"type": "array", "items": s},
+    "anyOf": lambda s: {"type": "object", "anyOf": [s, {"type": "null"}]},
+}
+
+
+@pytest.mark.parametrize("kind", list(_WRAPS))
+def test_schema_past_the_depth_limit_is_refused_by_name(kind: str) -> None:
+    # Found in a new-user trial: ~1000 levels failed with Python's "maximum recursion depth
+    # exceeded". Oracle: the depth the schema was built with, against the stated limit.
+    from sglang_v4.sampling.json_schema_rewrite import MAX_SCHEMA_DEPTH
+
+    with pytest.raises(ValueError) as e:
+        normalize_json_schema(_nested(1000, _WRAPS[kind]), "json_schema")
+    msg = str(e.value)
+    assert msg.startswith("json_schema: ") and str(MAX_SCHEMA_DEPTH) in msg, msg
+    assert "recursion" not in msg, msg
+    with pytest.raises(ValueError):
+        normalize_json_schema(_nested(MAX_SCHEMA_DEPTH + 1, _WRAPS[kind]))
+    out = normalize_json_schema(_nested(MAX_SCHEMA_DEPTH, _WRAPS[kind]))  # the limit itself is served
+    for _ in range(MAX_SCHEMA_DEPTH):  # every level kept
+        out = (
+            out["properties"]["a"]
+            if kind == "properties"
+            else out["items"]
+            if kind == "items"
+            else out["anyOf"][0]
+        )
+    assert out == {"type": "integer"}

@@ -78,6 +78,7 @@ __all__ = [
     "TOOL_CALLS_START",
     "TOOL_CALLS_END",
     "PART_SEPARATOR",
+    "MAX_TOOL_PARAMETERS_NESTING",
     "REASONING_EFFORT_PROFILES",
     "RenderedPrompt",
     "Segment",
@@ -90,6 +91,7 @@ __all__ = [
     "render_continuation",
     "render_messages",
     "render_tools",
+    "json_nesting_depth",
     "validate_tools",
 ]
 
@@ -190,6 +192,31 @@ def message_text(content: Any, field: str = "content", sep: str = PART_SEPARATOR
     raise ValueError(f"{field} must be a string or a list of content parts.")
 
 
+#: Deepest JSON nesting (objects / arrays, the ``parameters`` object itself is level 1) a tool's
+#: ``parameters`` may have. The tool-call grammar is xgrammar's structural tag, a pydantic model
+#: that holds each schema about 10 levels down and whose serializer refuses values nested 255
+#: levels deep ("Maximum serialization depth exceeded"); 240 keeps every tool within it.
+MAX_TOOL_PARAMETERS_NESTING = 240
+
+
+def json_nesting_depth(value: Any) -> int:
+    """Nesting depth of a decoded JSON value: 0 for a scalar, 1 for a flat object / array, and one
+    more per level of containers inside. Iterative: no Python recursion, whatever the depth."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children = node.values()
+        elif isinstance(node, (list, tuple)):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((c, depth + 1) for c in children)
+    return deepest
+
+
 def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str, Any]]:
     """Check OpenAI ``tools`` (``[{"type": "function", "function": {"name", ...}}]``).
 
@@ -199,7 +226,8 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
     Raises:
         ValueError: naming the bad entry (``tools[i].function.name`` ...): a non-function tool, a
             missing or non-string name, non-object ``parameters``, a duplicate name, a non-string
-            ``description``, a non-boolean ``strict`` (``"false"`` would read as strict).
+            ``description``, a non-boolean ``strict`` (``"false"`` would read as strict),
+            ``parameters`` nested deeper than :data:`MAX_TOOL_PARAMETERS_NESTING`.
     """
     if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
         raise ValueError(f"{field} must be a list of tool objects.")
@@ -222,6 +250,12 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
         params = fn.get("parameters")
         if params is not None and not isinstance(params, Mapping):
             raise ValueError(f"{field}[{i}].function.parameters must be a JSON schema object.")
+        if params is not None and json_nesting_depth(params) > MAX_TOOL_PARAMETERS_NESTING:
+            raise ValueError(
+                f"{field}[{i}].function.parameters nests JSON objects / arrays more than "
+                f"{MAX_TOOL_PARAMETERS_NESTING} levels deep (at most {MAX_TOOL_PARAMETERS_NESTING} "
+                "are supported)."
+            )
         for key, kind, what in (("description", str, "a string"), ("strict", bool, "a boolean")):
             if fn.get(key) is not None and not isinstance(fn[key], kind):
                 raise ValueError(f"{field}[{i}].function.{key} must be {what}; got {fn[key]!r}.")

@@ -37,6 +37,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from sglang_v4.entrypoints.native_api import drop_unknown_fields, error_body, error_response, json_response
+from sglang_v4.entrypoints.openai.request_errors import loads_json_body
 from sglang_v4.managers.control_struct import ProfileReq
 from sglang_v4.managers.request_log import LOG_REQUESTS_FORMATS, LOG_REQUESTS_LEVELS
 from sglang_v4.managers.tokenizer_control_mixin import PAUSE_MODES
@@ -299,7 +300,7 @@ async def _body(request: Request) -> Any:
     if not raw.strip():
         return None
     try:
-        return orjson.loads(raw)
+        return loads_json_body(raw)
     except orjson.JSONDecodeError as e:
         raise RequestError(f"Malformed JSON body: {e}") from None
 

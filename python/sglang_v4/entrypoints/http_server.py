@@ -400,7 +400,7 @@ def create_app(
     @app.post("/abort_request")
     async def abort_request(request: Request) -> Response:
         try:
-            body = orjson.loads(await request.body() or b"{}")
+            body = loads_json_body(await request.body() or b"{}")
         except orjson.JSONDecodeError as e:
             return error_response(f"Malformed JSON body: {e}")
         try:

@@ -41,7 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sglang_v4.sampling.json_schema_rewrite import check_json_schema, normalize_json_schema, open_arrays
+from sglang_v4.sampling.json_schema_rewrite import (
+    MAX_SCHEMA_DEPTH,
+    check_json_schema,
+    check_schema_depth,
+    normalize_json_schema,
+    open_arrays,
+)
 from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_tag
 
 if TYPE_CHECKING:
@@ -253,7 +259,13 @@ class GrammarBackend:
                 return hit
         try:
             if kind == "json_schema":
-                schema = json.loads(spec)  # a clear error for malformed JSON first
+                try:
+                    schema = json.loads(spec)  # a clear error for malformed JSON first
+                except RecursionError:
+                    raise ValueError(
+                        f"the schema nests deeper than the {MAX_SCHEMA_DEPTH} subschema levels supported"
+                    ) from None
+                check_schema_depth(schema)
                 check_json_schema(schema)
                 schema = normalize_json_schema(schema)
                 compiled = self._compiler.compile_json_schema(
@@ -401,7 +413,13 @@ def after_reasoning_structural_tag(
             schema = json.loads(spec)
         except json.JSONDecodeError as e:
             raise ValueError(f"json_schema: invalid grammar: {e}") from None
+        except RecursionError:
+            raise ValueError(
+                "json_schema: invalid grammar: the schema nests deeper than the "
+                f"{MAX_SCHEMA_DEPTH} subschema levels supported"
+            ) from None
         try:
+            check_schema_depth(schema)
             check_json_schema(schema)
             schema = normalize_json_schema(schema)
         except ValueError as e:

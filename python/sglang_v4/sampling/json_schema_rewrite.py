@@ -41,7 +41,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["check_json_schema", "normalize_json_schema", "open_arrays"]
+__all__ = [
+    "MAX_SCHEMA_DEPTH",
+    "check_json_schema",
+    "check_schema_depth",
+    "normalize_json_schema",
+    "open_arrays",
+]
 
 #: Keywords whose value is one subschema.
 _ONE_SCHEMA = (
@@ -241,6 +247,39 @@ def _rewrite(schema: Any, path: str) -> Any:
     return out
 
 
+#: Deepest subschema nesting a schema may have (the root is level 0). The rewrite recurses a few
+#: Python frames per level, as does the standard library's ``json`` that decodes a grammar's
+#: text; a deeper schema is refused by name instead of failing with Python's internal
+#: "maximum recursion depth exceeded". 256 levels keeps the 150-level schemas that xgrammar
+#: compiles (``test_sampling_grammar_deep_schema``) with room to spare.
+MAX_SCHEMA_DEPTH = 256
+
+
+def check_schema_depth(schema: Any, path: str = "schema", limit: int = MAX_SCHEMA_DEPTH) -> None:
+    """Check that no subschema of ``schema`` is nested more than ``limit`` levels below the root.
+
+    A level is one step through a keyword applying subschemas (``properties``, ``items``,
+    ``anyOf``...: :func:`_subschema_slots`, JSON Schema Core "Keywords for Applying Subschemas");
+    ``const`` / ``enum`` / ``default`` values are data and do not count. Iterative: no Python
+    recursion, whatever the depth.
+
+    Raises:
+        ValueError: a subschema deeper than ``limit``; the message names ``path`` and the limit.
+    """
+    if not isinstance(schema, dict):
+        return
+    stack: list[tuple[dict[str, Any], int]] = [(schema, 0)]
+    while stack:
+        node, depth = stack.pop()
+        for _, sub in _subschema_slots(node):
+            if depth + 1 > limit:
+                raise ValueError(
+                    f"{path}: the schema nests subschemas more than {limit} levels deep "
+                    f"(at most {limit} are supported)."
+                )
+            stack.append((sub, depth + 1))
+
+
 def normalize_json_schema(schema: Any, path: str = "schema") -> Any:
     """``schema`` rewritten as the module docstring describes (a copy; the input is not changed).
 
@@ -255,8 +294,10 @@ def normalize_json_schema(schema: Any, path: str = "schema") -> Any:
 
     Raises:
         ValueError: a ``required`` property that ``"additionalProperties": false`` forbids (no
-            object satisfies the schema); the message names the node by its path.
+            object satisfies the schema); the message names the node by its path. A schema
+            nested deeper than :data:`MAX_SCHEMA_DEPTH` (:func:`check_schema_depth`).
     """
+    check_schema_depth(schema, path)
     return _rewrite(schema, path)
 
 

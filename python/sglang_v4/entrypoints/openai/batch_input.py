@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from sglang_v4.entrypoints.openai.protocol_batch import BatchError
+from sglang_v4.entrypoints.openai.request_errors import loads_json_body
 
 __all__ = ["BatchLine", "MAX_BATCH_REQUESTS", "MAX_REPORTED_ERRORS", "parse_batch_input"]
 
@@ -93,7 +94,7 @@ def parse_batch_input(content: bytes, endpoint: str) -> tuple[list[BatchLine], l
         if not raw.strip():
             continue
         try:
-            obj = orjson.loads(raw)
+            obj = loads_json_body(raw)
         except orjson.JSONDecodeError:
             err: BatchError | None = BatchError(
                 code="invalid_json_line", message="This line is not parseable as valid JSON.", line=number
