@@ -149,6 +149,12 @@ class RadixCache:
         first = node.edge[: self._bb]
         return node.tag + first if node.depth == 0 else first
 
+    def _lookup_key(self, buf: bytes, i: int, tag: bytes) -> bytes:
+        """The children-dict key of block ``i`` of ``buf`` below its parent: the block's bytes,
+        after the namespace ``tag`` when it is the sequence's first block."""
+        block = buf[i * self._bb : (i + 1) * self._bb]
+        return tag + block if i == 0 else block
+
     def _split(self, node: TreeNode, k: int) -> TreeNode:
         """Split ``node`` after its first ``k`` blocks (0 < k < num_blocks); returns the new upper
         node. ``node`` keeps its identity as the lower part (locks taken on it stay valid)."""
@@ -198,13 +204,12 @@ class RadixCache:
     def _walk(self, buf: bytes, nblocks: int, tag: bytes = b"") -> tuple[list[TreeNode], list[int]]:
         """Walk the tree along ``buf`` (in the namespace of ``tag``); returns the visited nodes
         and blocks matched in each."""
-        bb = self._bb
         nodes: list[TreeNode] = []
         counts: list[int] = []
         node = self.root
         i = 0
         while i < nblocks:
-            child = node.children.get((tag if i == 0 else b"") + buf[i * bb : (i + 1) * bb])
+            child = node.children.get(self._lookup_key(buf, i, tag))
             if child is None:
                 break
             j = self._common_blocks(child, buf, i, nblocks - i)
@@ -361,7 +366,7 @@ class RadixCache:
         node = self.root
         i = 0
         while i < nblocks:
-            first = (tag if i == 0 else b"") + buf[i * bb : (i + 1) * bb]
+            first = self._lookup_key(buf, i, tag)
             child = node.children.get(first)
             if child is None:
                 wins: list[int | None] = []

@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from sglang_v4.managers.io_struct import finish_abort
 from sglang_v4.sampling.sampling_params import SamplingParams
 
 __all__ = [
@@ -185,13 +186,11 @@ def check_stop(
         for r in regs or []:
             found = _regex_search(r, tail)
             if found is None:
-                return {
-                    "type": "abort",
-                    "message": f"stop_regex {r!r} took longer than {STOP_REGEX_TIMEOUT_S} s to match "
+                return finish_abort(
+                    f"stop_regex {r!r} took longer than {STOP_REGEX_TIMEOUT_S} s to match "
                     "the output (catastrophic backtracking); the request was stopped.",
-                    "status_code": 400,
-                    "err_type": None,
-                }
+                    400,
+                )
             if found:
                 return {"type": "stop", "matched": r}
 
