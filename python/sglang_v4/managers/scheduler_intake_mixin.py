@@ -45,13 +45,11 @@ class SchedulerIntakeMixin:
             if grammar_available():
                 import os
 
-                from transformers import PreTrainedTokenizerFast
-
-                hf_tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tok_dir, "tokenizer.json"))
                 mc = self.model_config
                 ws = self.server_args.constrained_json_max_whitespace_cnt
                 kw = {} if ws is None else {"max_whitespace_cnt": ws}
-                return GrammarBackend(hf_tok, mc.vocab_size, sorted(self.eos_ids), **kw)
+                path = os.path.join(tok_dir, "tokenizer.json")
+                return GrammarBackend.from_tokenizer_file(path, mc.vocab_size, sorted(self.eos_ids), **kw)
         except Exception as e:  # constrained decoding is optional
             logger.warning("constrained decoding disabled: %s", e)
         return None

@@ -32,7 +32,9 @@ or ``--constrained-json-max-whitespace-cnt``, as for every JSON grammar).
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 import threading
 from collections import OrderedDict
@@ -211,11 +213,25 @@ class Grammar:
         return Grammar(self._compiled, self.kind, self.vocab_size, self.prefix)
 
 
+@functools.lru_cache(maxsize=4)
+def _tokenizer_info(path: str, mtime_ns: int, size: int, vocab_size: int, stop_ids: tuple[int, ...]) -> Any:
+    """The ``xgrammar.TokenizerInfo`` of the ``tokenizer.json`` at ``path`` (one version of it:
+    ``mtime_ns`` and ``size`` are part of the cache key)."""
+    if not grammar_available():
+        raise ValueError("constrained decoding needs the `xgrammar` package (pip install xgrammar)")
+    import xgrammar as xgr
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=path)
+    return xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab_size, stop_token_ids=list(stop_ids))
+
+
 class GrammarBackend:
     """Compiles request grammars with xgrammar (an LRU cache of compiled grammars).
 
     Args:
-        tokenizer: a Hugging Face (fast) tokenizer of the model.
+        tokenizer: a Hugging Face (fast) tokenizer of the model, or the ``xgrammar.TokenizerInfo``
+            made from one (:meth:`from_tokenizer_file`; ``stop_token_ids`` are then those it holds).
         vocab_size: the model's vocabulary size (logits width; may exceed the tokenizer's).
         stop_token_ids: token ids that may end a grammar (the EOS ids).
         max_threads: compiler threads.
@@ -242,13 +258,38 @@ class GrammarBackend:
         import xgrammar as xgr
 
         self.vocab_size = int(vocab_size)
-        info = xgr.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=self.vocab_size, stop_token_ids=[int(t) for t in stop_token_ids]
-        )
+        if isinstance(tokenizer, xgr.TokenizerInfo):
+            info = tokenizer
+        else:
+            info = xgr.TokenizerInfo.from_huggingface(
+                tokenizer, vocab_size=self.vocab_size, stop_token_ids=[int(t) for t in stop_token_ids]
+            )
         self._compiler = xgr.GrammarCompiler(info, max_threads=max_threads)
         self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_tokenizer_file(
+        cls, tokenizer_json: str, vocab_size: int, stop_token_ids: Sequence[int], **kw: Any
+    ) -> GrammarBackend:
+        """A backend over the ``tokenizer.json`` file at ``tokenizer_json``; ``kw`` as for the
+        constructor. The vocabulary scan (``xgrammar.TokenizerInfo``, about a second for a
+        129k-token vocabulary on one CPU core) is made once per file version, vocabulary size and
+        stop ids in a process, and shared by the backends built after it (it is read-only).
+
+        Raises:
+            ValueError: as the constructor; ``OSError`` when the file cannot be read.
+        """
+        st = os.stat(tokenizer_json)
+        info = _tokenizer_info(
+            os.path.realpath(tokenizer_json),
+            st.st_mtime_ns,
+            st.st_size,
+            int(vocab_size),
+            tuple(int(t) for t in stop_token_ids),
+        )
+        return cls(info, vocab_size, stop_token_ids, **kw)
 
     def _compile(self, kind: str, spec: str) -> Any:
         key = (kind, spec)
