@@ -12,7 +12,10 @@ fast tokenizer), ``interpreted_kernel_tier`` (the interpreted kernel cases of
 (a fake-model server with an API key and metrics) and ``plain_fake_server`` (one with the default
 flags and a served model name), shared by the modules that only query them, and
 ``embedded_model_server`` (a CPU server on the embedded default model, for slow tests), and
-``more_bugs_server`` (one on the embedded model for the two ``test_public_bugs_more*`` modules). A module
+``more_bugs_server`` (one on the embedded model for the two ``test_public_bugs_more*`` modules),
+``shared_fake_model_dir`` with ``held_fake_server`` (a fake-model server on it whose ``[hold]``
+prompts run until aborted) and ``shared_fake_engine`` (an ``Engine`` on it, the same), shared by the
+modules whose own server or engine had exactly that configuration. A module
 that needs the tokenizer in another wrapper (the benchmark's ``BenchTokenizer``, the detokenizer's
 ``FastTokenizer``, ``AutoTokenizer`` on the tokenizer directory) defines its own ``tok``, which
 takes precedence there. Server subprocesses are started with ``server_fixture.start_server``.
@@ -147,3 +150,44 @@ def embedded_model_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: AN
     h = start_server(["--device", "cpu"], dict(os.environ), root / "server.log", timeout_s=300)
     yield h
     assert h.stop() == 0
+
+
+@pytest.fixture(scope="session")
+def shared_fake_model_dir(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
+    """A ``server_fixture.make_fake_model_dir`` (the real tokenizer, no weights) under which
+    ``held_fake_server`` and ``shared_fake_engine`` run; its ``Path``."""
+    from server_fixture import make_fake_model_dir
+
+    return make_fake_model_dir(tmp_path_factory.mktemp("shared_fake"))
+
+
+@pytest.fixture(scope="session")
+def held_fake_server(shared_fake_model_dir, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
+    """A ``launch_server --model-path shared_fake_model_dir`` on ``server_fixture.FakeScheduler``
+    with default flags and ``FAKE_HOLD_ON_TEXT=[hold]`` (a prompt holding ``[hold]`` runs until it
+    is aborted); shared by ``test_native_public_bugs`` and ``test_public_bugs_native_more`` (their
+    held requests are aborted by the test that sent them). Yields the ``ServerHandle``; at the end
+    of the session the server must exit with code 0."""
+    from server_fixture import fake_env, start_server
+
+    log = tmp_path_factory.mktemp("held_fake_server") / "server.log"
+    h = start_server(
+        ["--model-path", str(shared_fake_model_dir)], fake_env({"FAKE_HOLD_ON_TEXT": "[hold]"}), log
+    )
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
+
+
+@pytest.fixture(scope="session")
+def shared_fake_engine(shared_fake_model_dir):  # noqa: ANN001, ANN201 - lazy imports
+    """``server_fixture.fake_engine(shared_fake_model_dir)``: an ``Engine`` on ``FakeScheduler``,
+    256-token pages, ``[hold]`` prompts held until aborted; shared by ``test_abort_every_state``,
+    ``test_engine_api``, ``test_engine_cancel``, ``test_native_public_bugs`` and
+    ``test_public_bugs_native_more`` (each leaves no request running: several check that the
+    engine's pages and request table are empty). At the end of the session its scheduler and
+    detokenizer processes must have exited."""
+    from server_fixture import fake_engine
+
+    with fake_engine(shared_fake_model_dir) as eng:
+        yield eng
+    assert not eng._procs.scheduler.is_alive() and not eng._procs.detokenizer.is_alive()

@@ -399,7 +399,7 @@ def start_server(
                 return handle
         except requests.RequestException:
             pass
-        time.sleep(0.3)
+        time.sleep(0.05)  # a refused connection costs ~1 ms; a coarser poll wastes half its period
     handle.stop()
     raise RuntimeError(f"server not healthy after {timeout_s}s:\n{handle.log()[-5000:]}")
 

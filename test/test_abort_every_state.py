@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from server_fixture import fake_engine, fake_output_text, make_fake_model_dir, tokenizer_source_dir
+from server_fixture import fake_output_text, tokenizer_source_dir
 from sglang_v4.managers.io_struct import GenerateReqInput
 
 pytestmark = pytest.mark.timeout(240)
@@ -44,9 +44,9 @@ QUEUED_ABORT = _abort("Abort in waiting queue")
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with fake_engine(make_fake_model_dir(tmp_path_factory.mktemp("model"))) as eng:
-        yield eng
+def engine(shared_fake_engine: Any) -> Any:
+    """conftest's session ``Engine`` on ``FakeScheduler`` (``[hold]`` prompts held)."""
+    return shared_fake_engine
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,14 @@ import os
 from pathlib import Path
 
 import pytest
-from server_fixture import fake_engine, fake_output_text, make_fake_model_dir, tokenizer_source_dir
+from server_fixture import fake_output_text, make_fake_model_dir, tokenizer_source_dir
 
 pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory):
-    with fake_engine(make_fake_model_dir(tmp_path_factory.mktemp("model"))) as eng:
-        yield eng
-    assert not eng._procs.scheduler.is_alive() and not eng._procs.detokenizer.is_alive()
+def engine(shared_fake_engine):  # noqa: ANN001, ANN201 - conftest's session Engine on FakeScheduler
+    return shared_fake_engine
 
 
 @pytest.fixture(scope="module")

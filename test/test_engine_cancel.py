@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from server_fixture import fake_engine, fake_output_text, make_fake_model_dir, tokenizer_source_dir
+from server_fixture import fake_output_text, tokenizer_source_dir
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -28,9 +27,9 @@ class _Interrupted(Exception):
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with fake_engine(make_fake_model_dir(tmp_path_factory.mktemp("model"))) as eng:
-        yield eng
+def engine(shared_fake_engine: Any) -> Any:
+    """conftest's session ``Engine`` on ``FakeScheduler`` (``[hold]`` prompts held)."""
+    return shared_fake_engine
 
 
 @pytest.fixture(scope="module")

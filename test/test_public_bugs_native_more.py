@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,8 @@ from server_fixture import (
     FAKE_EOS,
     FAKE_SCRIPT,
     FAKE_TEXT,
-    fake_engine,
-    fake_env,
     fake_output_text,
-    make_fake_model_dir,
     sse_events,
-    start_server,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -38,22 +33,21 @@ HOLD = "[hold]"  # FakeScheduler's FAKE_HOLD_ON_TEXT: such a request runs until 
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_fake_model_dir(tmp_path_factory.mktemp("model"))
+def model(shared_fake_model_dir: Path) -> Path:
+    """The model directory of conftest's ``held_fake_server`` and ``shared_fake_engine``."""
+    return shared_fake_model_dir
 
 
 @pytest.fixture(scope="module")
-def server(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    log = tmp_path_factory.mktemp("log") / "server.log"
-    h = start_server(["--model-path", str(model)], fake_env({"FAKE_HOLD_ON_TEXT": HOLD}), log)
-    yield h
-    assert h.stop() == 0, h.log()[-3000:]
+def server(held_fake_server: Any) -> Any:
+    """conftest's session fake-model server on :func:`model` (``[hold]`` prompts held)."""
+    return held_fake_server
 
 
 @pytest.fixture(scope="module")
-def engine(model: Path) -> Iterator[Any]:
-    with fake_engine(model) as eng:
-        yield eng
+def engine(shared_fake_engine: Any) -> Any:
+    """conftest's session ``Engine`` on :func:`model` (``[hold]`` prompts held)."""
+    return shared_fake_engine
 
 
 @pytest.fixture(scope="module")
