@@ -141,8 +141,9 @@ def more_bugs_server(default_model_dir: str, tmp_path_factory: pytest.TempPathFa
 @pytest.fixture(scope="session")
 def embedded_model_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
     """A ``launch_server --device cpu`` on the embedded default model (real scheduler, random
-    weights); shared by the slow real-model tests of the Responses and Messages APIs (their
-    requests finish and they compare routes on the same server). Yields the ``ServerHandle``; at
+    weights); shared by ``test_openai_vllm_fields``, ``test_score_api`` and the slow real-model
+    tests of the Responses and Messages APIs (their requests finish and they compare routes on the
+    same server). Yields the ``ServerHandle``; at
     the end of the session the server must exit with code 0."""
     from server_fixture import start_server
 

@@ -38,14 +38,11 @@ def hf(default_model_dir: str) -> tuple[Any, Any]:
 
 
 @pytest.fixture(scope="module")
-def server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from server_fixture import real_env, start_server
-
-    root = tmp_path_factory.mktemp("score_server")
-    args = ["--model-path", default_model_dir, "--device", "cpu", "--skip-server-warmup"]
-    h = start_server(args, real_env(), root / "server.log", timeout_s=300)
-    yield h
-    assert h.stop() == 0, h.log()[-3000:]
+def server(embedded_model_server: Any) -> Any:
+    """conftest's session ``launch_server --device cpu`` on the embedded default model (the
+    checkpoint of :func:`hf`). Its other users' prompts share no 256-token block with these, so
+    every score here is a cold prefill, and the page checks compare counts before and after."""
+    return embedded_model_server
 
 
 @torch.no_grad()
