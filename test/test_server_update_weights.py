@@ -13,6 +13,8 @@ from __future__ import annotations
 import gzip
 import json
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +50,33 @@ def new_ckpt(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="module")
-def real_server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory):
+def cold_start(new_ckpt: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[ServerHandle]]:
+    """The start of a fresh server on ``new_ckpt`` (the cold-run oracle of :func:`cold_outputs`),
+    begun in a thread so that it overlaps :func:`real_server`'s start."""
+    log = tmp_path_factory.mktemp("cold") / "server.log"
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(start_server, ["--model-path", new_ckpt], real_env(), log, timeout_s=300)
+        try:
+            yield fut
+        finally:
+            if fut.exception() is None:
+                fut.result().stop()  # already stopped by cold_outputs unless that failed
+
+
+@pytest.fixture(scope="module")
+def real_server(
+    default_model_dir: str, cold_start: Future[ServerHandle], tmp_path_factory: pytest.TempPathFactory
+):
     h = start_server([], real_env(), tmp_path_factory.mktemp("control_real") / "server.log", timeout_s=300)
     yield h
     assert h.stop() == 0, h.log()[-3000:]
 
 
 @pytest.fixture(scope="module")
-def cold_outputs(new_ckpt: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[int]]:
-    """Greedy outputs of a fresh server launched on ``new_ckpt`` (the cold-run oracle)."""
-    h = start_server(
-        ["--model-path", new_ckpt], real_env(), tmp_path_factory.mktemp("cold") / "server.log", timeout_s=300
-    )
+def cold_outputs(cold_start: Future[ServerHandle]) -> dict[str, list[int]]:
+    """Greedy outputs of a fresh server launched on ``new_ckpt`` (the cold-run oracle); the
+    server is stopped once they are read."""
+    h = cold_start.result()
     try:
         return {p: _greedy(h, p)["output_ids"] for p in [*PROMPTS, LONG]}
     finally:
