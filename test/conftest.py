@@ -166,8 +166,8 @@ def shared_fake_model_dir(tmp_path_factory: pytest.TempPathFactory):  # noqa: AN
 def held_fake_server(shared_fake_model_dir, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
     """A ``launch_server --model-path shared_fake_model_dir`` on ``server_fixture.FakeScheduler``
     with default flags and ``FAKE_HOLD_ON_TEXT=[hold]`` (a prompt holding ``[hold]`` runs until it
-    is aborted); shared by ``test_native_public_bugs`` and ``test_public_bugs_native_more`` (their
-    held requests are aborted by the test that sent them). Yields the ``ServerHandle``; at the end
+    is aborted); shared by ``test_native_public_bugs``, ``test_public_bugs_native_more`` and
+    ``test_server_native_api`` (their held requests are aborted by the test that sent them). Yields the ``ServerHandle``; at the end
     of the session the server must exit with code 0."""
     from server_fixture import fake_env, start_server
 

@@ -20,7 +20,6 @@ from server_fixture import (
     FAKE_VOCAB,
     fake_env,
     fake_output_text,
-    make_fake_model_dir,
     sse_events,
     start_server,
     tokenizer_source_dir,
@@ -31,21 +30,17 @@ HOLD = "[hold]"  # FakeScheduler's FAKE_HOLD_ON_TEXT: such a request runs until 
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_fake_model_dir(tmp_path_factory.mktemp("model"))
+def model_dir(shared_fake_model_dir: Path) -> Path:
+    """The model directory of conftest's ``held_fake_server``."""
+    return shared_fake_model_dir
 
 
 @pytest.fixture(scope="module")
-def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    log = tmp_path_factory.mktemp("log") / "server.log"
-    h = start_server(
-        ["--model-path", str(model_dir)],
-        fake_env({"FAKE_STEP_SLEEP": "0.01", "FAKE_HOLD_ON_TEXT": HOLD}),
-        log,
-    )
-    yield h
-    code = h.stop()
-    assert code == 0, h.log()[-3000:]
+def server(held_fake_server):  # noqa: ANN001, ANN201 - a server_fixture.ServerHandle
+    """conftest's session fake-model server on :func:`model_dir` with default flags (``[hold]``
+    prompts held until aborted; every wait here is on a condition, none on the fake model's step
+    time)."""
+    return held_fake_server
 
 
 @pytest.fixture(scope="module")
