@@ -183,8 +183,8 @@ def held_fake_server(shared_fake_model_dir, tmp_path_factory: pytest.TempPathFac
 def shared_fake_engine(shared_fake_model_dir):  # noqa: ANN001, ANN201 - lazy imports
     """``server_fixture.fake_engine(shared_fake_model_dir)``: an ``Engine`` on ``FakeScheduler``,
     256-token pages, ``[hold]`` prompts held until aborted; shared by ``test_abort_every_state``,
-    ``test_engine_api``, ``test_engine_cancel``, ``test_native_public_bugs`` and
-    ``test_public_bugs_native_more`` (each leaves no request running: several check that the
+    ``test_engine_api``, ``test_engine_cancel``, ``test_engine_public_bugs``,
+    ``test_native_public_bugs`` and ``test_public_bugs_native_more`` (each leaves no request running: several check that the
     engine's pages and request table are empty). At the end of the session its scheduler and
     detokenizer processes must have exited."""
     from server_fixture import fake_engine

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from server_fixture import fake_output_text, make_fake_model_dir, tokenizer_source_dir
+from server_fixture import fake_output_text, tokenizer_source_dir
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -34,14 +33,16 @@ def _fake_engine(model: Path, **kwargs: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_fake_model_dir(tmp_path_factory.mktemp("model"))
+def model(shared_fake_model_dir: Path) -> Path:
+    """The model directory of conftest's ``shared_fake_engine``."""
+    return shared_fake_model_dir
 
 
 @pytest.fixture(scope="module")
-def engine(model: Path) -> Iterator[Any]:
-    with _fake_engine(model) as eng:
-        yield eng
+def engine(shared_fake_engine: Any) -> Any:
+    """conftest's session ``Engine`` on ``FakeScheduler`` (its default flags are
+    :func:`_fake_engine`'s; its ``[hold]`` prompts are none of this module's)."""
+    return shared_fake_engine
 
 
 @pytest.fixture(scope="module")
