@@ -164,17 +164,18 @@ def shared_fake_model_dir(tmp_path_factory: pytest.TempPathFactory):  # noqa: AN
 
 @pytest.fixture(scope="session")
 def held_fake_server(shared_fake_model_dir, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
-    """A ``launch_server --model-path shared_fake_model_dir`` on ``server_fixture.FakeScheduler``
-    with default flags and ``FAKE_HOLD_ON_TEXT=[hold]`` (a prompt holding ``[hold]`` runs until it
-    is aborted); shared by ``test_native_public_bugs``, ``test_public_bugs_native_more`` and
-    ``test_server_native_api`` (their held requests are aborted by the test that sent them). Yields the ``ServerHandle``; at the end
-    of the session the server must exit with code 0."""
+    """A ``launch_server --model-path shared_fake_model_dir --served-model-name dsv4-test``
+    (``fake_prompt_tm.MODEL``) on ``server_fixture.FakeScheduler`` with ``FAKE_HOLD_ON_TEXT=[hold]``
+    (a prompt holding ``[hold]`` runs until it is aborted); shared by ``test_native_public_bugs``,
+    ``test_public_bugs_native_more``, ``test_server_native_api`` and
+    ``test_openai_responses_server`` (their held requests are aborted by the test that sent
+    them). Yields the ``ServerHandle``; at the end of the session the server must exit with code 0."""
+    from fake_prompt_tm import MODEL
     from server_fixture import fake_env, start_server
 
     log = tmp_path_factory.mktemp("held_fake_server") / "server.log"
-    h = start_server(
-        ["--model-path", str(shared_fake_model_dir)], fake_env({"FAKE_HOLD_ON_TEXT": "[hold]"}), log
-    )
+    args = ["--model-path", str(shared_fake_model_dir), "--served-model-name", MODEL]
+    h = start_server(args, fake_env({"FAKE_HOLD_ON_TEXT": "[hold]"}), log)
     yield h
     assert h.stop() == 0, h.log()[-3000:]
 

@@ -8,7 +8,6 @@ server) and, in the slow tier, on the embedded tiny model (greedy text equal to 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -16,22 +15,17 @@ import pytest
 import requests
 from fake_prompt_tm import MODEL
 from responses_testutil import final_response
-from server_fixture import fake_env, make_fake_model_dir, start_server, used_pages, wait_used_pages
+from server_fixture import used_pages, wait_used_pages
 
 pytestmark = pytest.mark.timeout(300)
 
 
 # ----------------------------------------------------------------------------------- real processes
 @pytest.fixture(scope="module")
-def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    root = tmp_path_factory.mktemp("responses_server")
-    h = start_server(
-        ["--model-path", str(make_fake_model_dir(root)), "--served-model-name", MODEL],
-        fake_env({"FAKE_STEP_SLEEP": "0.002", "FAKE_HOLD_ON_TEXT": "[hold]"}),
-        root / "server.log",
-    )
-    yield h
-    assert h.stop() == 0, h.log()[-3000:]
+def fake_server(held_fake_server: Any) -> Any:
+    """conftest's session fake-model server, served as ``MODEL``, ``[hold]`` prompts held until
+    aborted (every wait here is on a condition, none on the fake model's step time)."""
+    return held_fake_server
 
 
 def test_real_server_stream_and_disconnects_abort(fake_server: Any) -> None:
