@@ -143,17 +143,20 @@ def test_jit_warmup_runs_other_prompts_first(tmp_path: Path) -> None:
 def test_sigterm_stops_launched_servers(tmp_path: Path) -> None:
     """A ``--launch`` run terminated by SIGTERM (as ``timeout`` does) stops the server it started:
     the server runs in its own process group, and an orphan kept the GPU's memory from the next run
-    of a device call. Checked with the process table: every descendant is gone afterwards."""
-    import os
+    of a device call. Checked with the process table: every descendant is gone afterwards. The
+    server runs the model-free ``FakeScheduler`` (its processes are the real server's)."""
     import signal
     import subprocess
     import time
 
+    from server_fixture import fake_env, make_fake_model_dir
+
     psutil = pytest.importorskip("psutil")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = fake_env({"PYTHONUNBUFFERED": "1"})
+    model = make_fake_model_dir(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "benchmark" / "prefix_cache.py"), "--launch", "--server-args",
-         "--device cpu", "--server-timeout", "120", "--out-dir", str(tmp_path)],
+         f"--model-path {model}", "--server-timeout", "120", "--out-dir", str(tmp_path)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     log = tmp_path / "server_on.log"
