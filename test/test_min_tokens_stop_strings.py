@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from scheduler_testutil import OutputProcessorStub
-from server_fixture import FAKE_EOS, tokenizer_source_dir
+from server_fixture import FAKE_EOS, hf_auto_tokenizer
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut
 from sglang_v4.managers.req import Req
@@ -24,9 +24,7 @@ SCRIPT = "Stop here, then go on. Stop again at last. Done."
 
 @pytest.fixture(scope="module")
 def tok():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    return hf_auto_tokenizer()
 
 
 def _generate(tok, sp: SamplingParams, ids: list[int]) -> tuple[Req, str]:

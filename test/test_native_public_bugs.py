@@ -23,7 +23,7 @@ import pytest
 import requests
 from server_fixture import (
     fake_output_text,
-    tokenizer_source_dir,
+    hf_auto_tokenizer,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -57,9 +57,7 @@ def _wait_running(server: Any, n: int = 1) -> None:
 
 @pytest.fixture(scope="module")
 def expected() -> Any:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    tok = hf_auto_tokenizer()
     return lambda n: fake_output_text(tok, n)
 
 
@@ -316,9 +314,8 @@ def test_reasoning_tokens_in_meta_info(server, stream: bool) -> None:
     including ``</think>``, else 0. Ours had no such key and refused ``require_reasoning``.
     Oracle: the scripted output's ids from ``transformers`` and ``</think>``'s ids."""
     from server_fixture import FAKE_EOS, FAKE_SCRIPT, FAKE_SCRIPT_TAG
-    from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    tok = hf_auto_tokenizer()
     script = tok.encode(FAKE_SCRIPT) + [FAKE_EOS]
     end = tok.encode("</think>", add_special_tokens=False)
     url = server.url + "/generate"

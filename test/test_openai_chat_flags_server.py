@@ -13,7 +13,13 @@ import subprocess
 import sys
 
 import pytest
-from server_fixture import REPO, fake_env, make_fake_model_dir, start_server, tokenizer_source_dir
+from server_fixture import (
+    REPO,
+    fake_env,
+    hf_auto_tokenizer,
+    make_fake_model_dir,
+    start_server,
+)
 
 openai = pytest.importorskip("openai")
 
@@ -41,15 +47,13 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_chat_template_and_model_id(server) -> None:
-    from transformers import AutoTokenizer
-
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="EMPTY", max_retries=0)
     (model,) = [m.id for m in client.models.list().data]
     assert model == "fake-model"
     tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hello"}]
     r = client.chat.completions.create(model=model, messages=msgs, tools=[tool], max_tokens=3)
-    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    tok = hf_auto_tokenizer()
     expected = "<｜begin▁of▁sentence｜><system>S<user>Hello<tools>lookup;<assistant>"
     assert r.usage.prompt_tokens == len(tok.encode(expected, add_special_tokens=False))
 

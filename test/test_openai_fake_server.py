@@ -18,9 +18,9 @@ from server_fixture import (
     FAKE_TEXT,
     fake_env,
     fake_output_text,
+    hf_auto_tokenizer,
     make_fake_model_dir,
     start_server,
-    tokenizer_source_dir,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -53,9 +53,7 @@ def client(server) -> openai.OpenAI:
 
 @pytest.fixture(scope="module")
 def tok():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    return hf_auto_tokenizer()
 
 
 def expected(tok, n: int) -> str:

@@ -62,14 +62,6 @@ def client(server: ServerHandle) -> Any:
     return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def mtok(default_model_dir: str) -> Any:
-    """The served model's tokenizer (ids, decode and count oracle)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(default_model_dir)
-
-
 # --------------------------------------------------------------------------- output limits
 
 

@@ -59,20 +59,11 @@ def client(server: ServerHandle) -> Any:
 
 
 @pytest.fixture(scope="module")
-def mtok(default_model_dir: str) -> Any:
-    """The served model's tokenizer (the prompt-count and decode oracle)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(default_model_dir)
-
-
-@pytest.fixture(scope="module")
-def hf_next_logits(default_model_dir: str) -> Any:
+def hf_next_logits(hf_default_model: Any) -> Any:
     """``ids -> [V] float64`` next-token logits of HF transformers on the same checkpoint."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
+    model = hf_default_model
 
     def run(ids: list[int]) -> Any:
         with torch.no_grad():

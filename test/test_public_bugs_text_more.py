@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 import requests
-from server_fixture import FAKE_TEXT, fake_output_ids, tokenizer_source_dir
+from server_fixture import FAKE_TEXT, fake_output_ids, hf_auto_tokenizer, tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
 from sglang_v4.sampling.sampling_params import SamplingParams
@@ -67,9 +67,7 @@ _TOOL = {
 def hf():  # noqa: ANN201 - a transformers tokenizer
     """The served tokenizer as ``transformers`` loads it (its ``tokenizer_config.json`` too): the
     decode / encode oracle."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    return hf_auto_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from scheduler_testutil import OutputProcessorStub
-from server_fixture import FAKE_EOS, FAKE_SCRIPT, tokenizer_source_dir
+from server_fixture import FAKE_EOS, FAKE_SCRIPT, hf_auto_tokenizer
 from sglang_v4.entrypoints.openai.reasoning_parser import stops_after_reasoning
 from sglang_v4.managers.detokenizer_manager import trim_matched_stop
 from sglang_v4.managers.req import Req
@@ -22,9 +22,7 @@ THINK_END = "</think>"
 
 @pytest.fixture(scope="module")
 def tok():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    return hf_auto_tokenizer()
 
 
 def _run(tok, sp: SamplingParams, ids: list[int]) -> Req:

@@ -29,12 +29,9 @@ LABELS = [3, 450, 12000, 129279]
 
 
 @pytest.fixture(scope="module")
-def hf(default_model_dir: str) -> tuple[Any, Any]:
+def hf(hf_default_model: Any, mtok: Any) -> tuple[Any, Any]:
     """``(model, tokenizer)``: HF transformers on the embedded model, float32, eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(default_model_dir)
+    return hf_default_model, mtok
 
 
 @pytest.fixture(scope="module")

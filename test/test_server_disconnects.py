@@ -19,9 +19,9 @@ import requests
 from server_fixture import (
     fake_env,
     fake_output_text,
+    hf_auto_tokenizer,
     make_fake_model_dir,
     start_server,
-    tokenizer_source_dir,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,9 +41,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - server_f
 
 @pytest.fixture(scope="module")
 def expected_text() -> Any:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    tok = hf_auto_tokenizer()
     return lambda n: fake_output_text(tok, n)
 
 

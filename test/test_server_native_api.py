@@ -20,9 +20,9 @@ from server_fixture import (
     FAKE_VOCAB,
     fake_env,
     fake_output_text,
+    hf_auto_tokenizer,
     sse_events,
     start_server,
-    tokenizer_source_dir,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -45,9 +45,7 @@ def server(held_fake_server):  # noqa: ANN001, ANN201 - a server_fixture.ServerH
 
 @pytest.fixture(scope="module")
 def tok():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    return hf_auto_tokenizer()
 
 
 def expected_text(tok, n: int) -> str:

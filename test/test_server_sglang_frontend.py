@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from server_fixture import FAKE_TEXT, tokenizer_source_dir
+from server_fixture import FAKE_TEXT, hf_auto_tokenizer
 
 sgl = pytest.importorskip("sglang")
 
@@ -28,9 +28,7 @@ def backend(plain_fake_server):  # noqa: ANN201 - sglang's RuntimeEndpoint
 
 
 def test_gen_select_fork_stream_batch(backend):
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    tok = hf_auto_tokenizer()
     ids = tok.encode(FAKE_TEXT)
 
     def fake(n: int) -> str:
@@ -69,9 +67,8 @@ def test_logprob_start_len_edges_and_unconditional_select(backend):
     ``unconditional_likelihood_normalized`` cannot average: that method fails inside the frontend
     with a ``TypeError``, as it does against SGLang 0.5.23."""
     import requests
-    from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    tok = hf_auto_tokenizer()
     text = "The answer is yes"
     ids = tok.encode(text, add_special_tokens=False)
     url = backend.base_url + "/generate"

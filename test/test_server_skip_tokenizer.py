@@ -20,6 +20,7 @@ from server_fixture import (
     ServerHandle,
     fake_env,
     fake_output_ids,
+    hf_auto_tokenizer,
     make_fake_model_dir,
     sse_events,
     start_server,
@@ -49,11 +50,8 @@ def server(bare_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def tok():  # noqa: ANN201 - transformers is imported lazily
-    from server_fixture import tokenizer_source_dir
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+def tok():  # noqa: ANN201 - a transformers tokenizer
+    return hf_auto_tokenizer()
 
 
 def expected_ids(tok: Any, n: int) -> list[int]:

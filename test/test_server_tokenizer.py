@@ -7,7 +7,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from server_fixture import tokenizer_source_dir
+from server_fixture import hf_auto_tokenizer, tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager, trim_matched_stop
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager, stop_holdback
@@ -26,9 +26,7 @@ SAMPLES = [
 
 @pytest.fixture(scope="module")
 def hf():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_source_dir())
+    return hf_auto_tokenizer()
 
 
 @pytest.fixture(scope="module")
