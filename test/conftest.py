@@ -9,7 +9,8 @@ Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process scheduler
 ``scheduler_testutil.make_scheduler``), ``resume_model_dir`` (the resume-exactness modules'), ``tok`` (the DeepSeek-V4 tokenizer as a ``transformers``
 fast tokenizer), ``mtok`` and ``hf_default_model`` (the embedded model's tokenizer through ``AutoTokenizer``, and
 its HF transformers model), ``interpreted_kernel_tier`` (the interpreted kernel cases of
-``test_kernels_interpreted``, run once with their launches recorded) and ``secured_fake_server``
+``test_kernels_interpreted``, run once with their launches recorded, started in the background
+when the session's tests are collected) and ``secured_fake_server``
 (a fake-model server with an API key and metrics) and ``plain_fake_server`` (one with the default
 flags and a served model name), shared by the modules that only query them, and
 ``embedded_model_server`` (a CPU server on the embedded default model, for slow tests), and
@@ -25,7 +26,10 @@ takes precedence there. Server subprocesses are started with ``server_fixture.st
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,16 +96,45 @@ def hf_default_model(default_model_dir: str):  # noqa: ANN201 - transformers is 
     return AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
 
 
+#: The interpreted kernel tier started at collection (:func:`pytest_collection_finish`).
+_INTERPRETED_TIER = pytest.StashKey[object]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When a selected test uses ``interpreted_kernel_tier``, start that run now, in the
+    background (``test_kernels_interpreted.start_interpreted_tier``): it then overlaps the tests
+    collected before its users instead of running while they wait."""
+    if session.config.option.collectonly:
+        return
+    if any("interpreted_kernel_tier" in getattr(item, "fixturenames", ()) for item in session.items):
+        from test_kernels_interpreted import start_interpreted_tier
+
+        workdir = Path(tempfile.mkdtemp(prefix="interpreted_tier_"))
+        session.config.stash[_INTERPRETED_TIER] = start_interpreted_tier(workdir)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run started at collection is killed if never waited for (the session was cut short),
+    and its directory removed."""
+    run = config.stash.get(_INTERPRETED_TIER, None)
+    if run is not None:
+        run.stop()
+        shutil.rmtree(run.workdir, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def interpreted_kernel_tier(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
+def interpreted_kernel_tier(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     """``(process, log)``: the interpreted kernel cases of ``test_kernels_interpreted`` run once in
     a pytest subprocess (``TRITON_INTERPRET=1``), their launches recorded to the pickle ``log``;
     shared by that test (the cases pass) and ``test_kernels_entry_alignment`` (the quantized-codec
-    launches compile for sm_90 with accesses no wider than the entry alignment)."""
-    from test_kernels_interpreted import run_interpreted_tier
+    launches compile for sm_90 with accesses no wider than the entry alignment). The run was
+    started at collection (:func:`pytest_collection_finish`); this waits for it to end."""
+    from test_kernels_interpreted import start_interpreted_tier
 
-    log = str(tmp_path_factory.mktemp("interpreted") / "launches.pkl")
-    return run_interpreted_tier(log), log
+    run = request.config.stash.get(_INTERPRETED_TIER, None)
+    if run is None:
+        run = start_interpreted_tier(tmp_path_factory.mktemp("interpreted"))
+    return run.wait(), run.log
 
 
 @pytest.fixture(scope="session")

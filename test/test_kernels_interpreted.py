@@ -9,10 +9,12 @@ keys, fp8 attention pools, the KV codec, the FP4 MoE's fp8 product) and the kern
 merged-projection column views in a subprocess under the interpreter, and requires them to pass,
 not skip.
 
-The run records every launch (``kernel_launch_record``); the session fixture
-``interpreted_kernel_tier`` of ``conftest.py`` runs it once, and ``test_kernels_entry_alignment``
-compiles the quantized-codec launches of the same recording for sm_90 instead of interpreting
-those kernel tests a second time.
+The run records every launch (``kernel_launch_record``); ``conftest.py`` starts it once, in the
+background as soon as the session's tests are collected (the interpreter keeps one core busy for
+a minute while the tests before these mostly wait on servers), the session fixture
+``interpreted_kernel_tier`` waits for it, and ``test_kernels_entry_alignment`` compiles the
+quantized-codec launches of the same recording for sm_90 instead of interpreting those kernel
+tests a second time.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import importlib.util
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from test_kernels_compile_all import HERE, REPRESENTATIVE, _env
@@ -44,16 +48,53 @@ QUANTIZED = [
 MERGED_VIEWS = ["test_kernels_merged_views.py"]
 
 
-def run_interpreted_tier(log: str) -> subprocess.CompletedProcess[str]:
-    """Run the interpreted kernel cases (:data:`REPRESENTATIVE`, :data:`QUANTIZED`,
+@dataclass
+class InterpretedTierRun:
+    """The interpreted kernel cases running in a pytest subprocess (:func:`start_interpreted_tier`).
+
+    Attributes:
+        proc: the subprocess (its stdout and stderr go to files in ``workdir``).
+        workdir: the directory of its output files and of the launch recording.
+        log: the pickle of recorded launches (``kernel_launch_record.load`` reads it).
+    """
+
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+    log: str
+
+    def wait(self, timeout_s: float = 1200.0) -> subprocess.CompletedProcess[str]:
+        """Wait for the run to end (killed after ``timeout_s`` seconds from now, then
+        ``subprocess.TimeoutExpired``); the finished process with its stdout / stderr as text. It
+        does not check the outcome."""
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        out, err = ((self.workdir / name).read_text(errors="replace") for name in ("stdout", "stderr"))
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+
+    def stop(self) -> None:
+        """Kill the run if it is still going (the session ended without waiting for it)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_interpreted_tier(workdir: Path) -> InterpretedTierRun:
+    """Start the interpreted kernel cases (:data:`REPRESENTATIVE`, :data:`QUANTIZED`,
     :data:`MERGED_VIEWS`) in a pytest subprocess under ``TRITON_INTERPRET=1``, recording every
-    launch to the pickle ``log`` (``kernel_launch_record.load`` reads it). Returns the finished
-    process (stdout / stderr captured as text); it does not check the outcome."""
+    launch to ``workdir / "launches.pkl"``; it runs while the caller goes on (``conftest.py``
+    starts it once the session's tests are collected, so that it overlaps them)."""
+    log = str(workdir / "launches.pkl")
     env = _env(True)
     env["SGLANG_V4_LAUNCH_LOG"] = log
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "kernel_launch_record"]
     cmd += ["-rs", *REPRESENTATIVE, *QUANTIZED, *MERGED_VIEWS]
-    return subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=1200)
+    with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
+        proc = subprocess.Popen(cmd, cwd=HERE, env=env, stdout=out, stderr=err)
+    return InterpretedTierRun(proc, workdir, log)
 
 
 def test_kernel_families_match_their_oracles_under_the_interpreter(
