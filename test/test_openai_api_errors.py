@@ -184,3 +184,68 @@ def test_huge_seed_is_quoted_as_sent(tok: PreTrainedTokenizerFast, path: str) ->
     r = _client(FakeTM(tok)).post(path, content=body, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.json()["param"] == "seed" and r.json()["message"].endswith(f"got {sent}."), r.text
+
+
+NULL_CONTENT = [
+    ([{"role": "user", "content": None}], 0, True),
+    ([{"role": "system", "content": "S"}, {"role": "user"}], 1, False),
+    ([{"role": "developer", "content": None}, {"role": "user", "content": "Hi"}], 0, True),
+    ([{"role": "system", "content": None}, {"role": "user", "content": "Hi"}], 0, True),
+    (
+        [
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": None},
+        ],
+        2,
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize("messages,index,explicit_null", NULL_CONTENT)
+def test_message_without_content_is_a_400_naming_it(
+    tok: PreTrainedTokenizerFast, messages: list[dict[str, Any]], index: int, explicit_null: bool
+) -> None:
+    """A ``system`` / ``developer`` / ``user`` / ``tool`` message whose ``content`` is ``null`` or
+    absent: OpenAI's API refuses it (400 ``invalid_request_error``, "Invalid value for 'content':
+    expected a string, got null.", docker/docker-agent#63; content is required for those roles in
+    its Chat Completions reference), with ``param`` naming the message's content. It used to run
+    as an empty turn. Checked with the ``openai`` client's own error parser; nothing reached the
+    engine, and the same conversation with the content given runs (the refusal is that field's)."""
+    tm = FakeTM(tok)
+    c = _client(tm)
+    param = f"messages[{index}].content"
+    with pytest.raises(openai.BadRequestError) as e:
+        _oai(c).chat.completions.create(model="dsv4-test", messages=messages, max_tokens=4)
+    assert e.value.status_code == 400 and e.value.param == param
+    assert ("got null" if explicit_null else "Missing required parameter") in e.value.message
+    r = c.post("/v1/chat/completions", json={"messages": messages, "stream": True, "max_tokens": 4})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param  # streamed: the same answer
+    r = c.post("/tokenize", json={"messages": messages})  # the chat route's prompt: the same refusal
+    assert r.status_code == 400 and r.json()["error"]["param"] == param
+    assert tm.received == []
+    fixed = [dict(m, content="x") if i == index else m for i, m in enumerate(messages)]
+    ok = _oai(c).chat.completions.create(model="dsv4-test", messages=fixed, max_tokens=4)
+    assert ok.choices[0].finish_reason is not None
+
+
+def test_assistant_message_with_tool_calls_and_null_content_stays_valid(tok: PreTrainedTokenizerFast) -> None:
+    """OpenAI's reference: an assistant message's ``content`` is required unless it has
+    ``tool_calls``; ``null`` there is the shape every OpenAI client sends back after a call."""
+    tm = FakeTM(tok)
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+    ]
+    r = _client(tm).post("/v1/chat/completions", json={"messages": messages, "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    assert len(tm.received) == 1

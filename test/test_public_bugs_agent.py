@@ -448,3 +448,52 @@ def test_sglang_40082_responses_developer_instructions_reach_the_model(
     if effort:  # (the effort paragraph depends on the checkpoint's profile)
         prompt, want = prompt[prompt.index("<｜User｜>") :], want[want.index("<｜User｜>") :]
     assert prompt == want
+
+
+DEVELOPER_CONVERSATIONS = [
+    [{"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "Hi"}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "developer", "content": "Say BANANA."},
+        {"role": "user", "content": "What now?"},
+    ],
+    [{"role": "user", "content": "Hi"}, {"role": "developer", "content": "Reply in one word."}],
+]
+
+
+@pytest.mark.parametrize("tools", [False, True])
+@pytest.mark.parametrize("thinking", [False, True])
+@pytest.mark.parametrize("messages", DEVELOPER_CONVERSATIONS)
+def test_chat_developer_messages_render_as_responses_developer_items(
+    tok: PreTrainedTokenizerFast, messages: list[dict[str, Any]], thinking: bool, tools: bool
+) -> None:
+    """sgl-project/sglang#40082 on ``/v1/chat/completions``: a ``developer`` message before the
+    last user turn was left out of the prompt in thinking mode without tools (DeepSeek's
+    ``encoding_dsv4.py`` drops its own developer role there), so an instruction given first never
+    reached the model, while ``/v1/responses`` renders the same item as the user's text. Expected:
+    the chat route renders a developer message as ``/v1/responses`` does, in every mode. Oracle:
+    DeepSeek's own Responses converter and V4 encoder (``deepseek-recipe``; its Chat Completions
+    converter has no developer role) on the same conversation as Responses input items."""
+    tm = PromptTM(tok, reply="OK")
+    _, tc = make_client(tm)
+    body: dict[str, Any] = {"model": MODEL, "messages": messages, "max_tokens": 5}
+    if thinking:
+        body["chat_template_kwargs"] = {"thinking": True}
+    if tools:
+        body["tools"] = [CHAT_TOOL]
+    r = tc.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    prompt = tok.decode(tm.received[-1].input_ids)
+    items: dict[str, Any] = {"model": "DeepSeek-V4-Pro", "input": messages}
+    if thinking:  # the lowest effort: no effort paragraph, as the chat route without an effort
+        items["reasoning"] = {"effort": "low"}
+    if tools:
+        items["tools"] = [{"type": "function", **CHAT_TOOL["function"]}]
+    conv = recipe.ResponsesRequest(items).convert(recipe.ConversionOptions(default_thinking_mode=thinking))
+    want = recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
+    assert prompt == want
+    for m in messages:
+        if m["role"] == "developer":
+            assert m["content"] in prompt

@@ -24,7 +24,9 @@ DeepSeek's published reference encoder):
   tool messages (system messages between them moved to the front) form one user turn whose parts
   are joined by ``"\\n\\n"``;
 * a ``developer`` message is ``<｜User｜>`` + content and is never merged (DeepSeek's reference
-  encoder; its ``deepseek-recipe`` converter has no developer role on the Chat Completions API);
+  encoder; its ``deepseek-recipe`` converter has no developer role on the Chat Completions API,
+  and the chat route hands an OpenAI developer message over as a user one:
+  :func:`~sglang_v4.entrypoints.openai.chat_prepare.developer_messages_as_user`);
 * after a user/developer turn that is followed by an assistant turn (or ends the conversation and
   a generation prompt is wanted) come ``<｜Assistant｜>`` and a mode token: ``<think>`` in thinking
   mode, ``</think>`` in chat mode. The same follows a system turn that an assistant turn follows
