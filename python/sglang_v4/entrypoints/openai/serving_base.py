@@ -75,6 +75,7 @@ __all__ = [
     "error_response",
     "grammar_error_for",
     "read_json_object",
+    "stream_failure",
     "validate_request",
 ]
 
@@ -96,10 +97,35 @@ def _sse(obj: BaseModel | dict[str, Any]) -> bytes:
 _SSE_DONE = b"data: [DONE]\n\n"
 
 
-def _sse_error(message: str, err_type: str | None, status: int) -> bytes:
+def _sse_error(message: str, err_type: str | None, status: int, param: str | None = None) -> bytes:
     """An in-stream error event in SGLang's shape: ``data: {"error": {...}}``."""
     et = err_type or error_type_for_status(status)
-    return _sse({"error": {"object": "error", "message": message, "type": et, "param": None, "code": status}})
+    return _sse(
+        {"error": {"object": "error", "message": message, "type": et, "param": param, "code": status}}
+    )
+
+
+def stream_failure(e: RequestError | ValueError, grammar_field: str | None) -> RequestError:
+    """The error of a generation that failed after its first streamed output (an abort in its
+    outputs, or a ``ValueError`` of the generator), named as the same request's non-streamed answer
+    names it: a grammar error carries the request field the grammar was made from
+    (:func:`~.request_errors.grammar_error_for`: ``response_format``, ``tools``...), in its message
+    and its ``param``. The streamed answer used to name the engine's ``json_schema`` with no
+    ``param`` where the non-streamed one named ``response_format``.
+
+    Args:
+        e: the abort (:func:`_abort_error`) or the generator's error (its ``status_code``, else 400).
+        grammar_field: the request field of the request's grammar, if any.
+    """
+    if not isinstance(e, RequestError):
+        e = RequestError(str(e), int(getattr(e, "status_code", 400) or 400))
+    return grammar_error_for(e, grammar_field)
+
+
+def _sse_failure(e: RequestError | ValueError, grammar_field: str | None) -> bytes:
+    """:func:`_sse_error` of :func:`stream_failure`."""
+    err = stream_failure(e, grammar_field)
+    return _sse_error(err.message, err.err_type, err.status, err.param)
 
 
 async def _engine_outputs(gen: AsyncIterator[Any], first: Any) -> AsyncIterator[Any]:

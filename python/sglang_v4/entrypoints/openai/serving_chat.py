@@ -100,7 +100,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     _finish,
     _lp_entry,
     _sse,
-    _sse_error,
+    _sse_failure,
     grammar_error_for,
     openai_logprob,
 )
@@ -191,7 +191,7 @@ class ChatMixin(ChatPrepareMixin):
         run = await self._prepare_chat(req)
         try:
             if req.stream:
-                return await self._chat_stream(req, run.obj, run.n, run.plan, run.separate, request)
+                return await self._chat_stream(req, run, request)
             rets = await self._collect(run.obj, request)
         except RequestError as e:
             raise grammar_error_for(e, run.grammar_field) from None
@@ -384,10 +384,12 @@ class ChatMixin(ChatPrepareMixin):
         return ChoiceLogprobs(content=content)
 
     # ------------------------------------------------------------------ streaming
-    async def _chat_stream(
-        self, req: ChatCompletionRequest, obj: Any, n: int, plan: ChatPlan, separate: bool, raw: Request
-    ) -> Response:
-        gen, first = await self._run_stream(obj, raw)
+    async def _chat_stream(self, req: ChatCompletionRequest, run: ChatRun, raw: Request) -> Response:
+        """The SSE answer of ``run``. A generation that fails after its first output ends the
+        stream with an error event named as the non-streamed answer's error
+        (:func:`~.serving_base.stream_failure`: a grammar error names ``run.grammar_field``)."""
+        n, plan, separate = run.n, run.plan, run.separate
+        gen, first = await self._run_stream(run.obj, raw)
         rid = f"chatcmpl-{req.request_id or uuid.uuid4().hex}"
         created = int(time.time())
         echo = chat_echo_text(req)
@@ -432,7 +434,7 @@ class ChatMixin(ChatPrepareMixin):
                         meta = ret.get("meta_info", {})
                         abort = _abort_error(meta)
                         if abort is not None:
-                            yield _sse_error(abort.message, abort.err_type, abort.status)
+                            yield _sse_failure(abort, run.grammar_field)
                             finals[idx] = ret
                             continue
                         if idx not in states:
@@ -493,8 +495,7 @@ class ChatMixin(ChatPrepareMixin):
                         )
                     )
             except ValueError as e:
-                status = int(getattr(e, "status_code", 400) or 400)
-                yield _sse_error(str(e), None, status)
+                yield _sse_failure(e, run.grammar_field)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE

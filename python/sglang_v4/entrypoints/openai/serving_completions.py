@@ -36,7 +36,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     _finish,
     _lp_entry,
     _sse,
-    _sse_error,
+    _sse_failure,
     grammar_error_for,
     openai_logprob,
 )
@@ -125,7 +125,9 @@ class CompletionsMixin(OpenAIServingBase):
         grammar_field = "response_format" if req.response_format else vllm_grammar_field(req)
         try:
             if req.stream:
-                return await self._completions_stream(req, obj, prompts, n, request, prompt_ids)
+                return await self._completions_stream(
+                    req, obj, prompts, n, request, prompt_ids, grammar_field
+                )
             rets = await self._collect(obj, request)
         except RequestError as e:
             raise grammar_error_for(e, grammar_field) from None
@@ -268,9 +270,13 @@ class CompletionsMixin(OpenAIServingBase):
         n: int,
         raw: Request,
         prompt_ids: list[list[int]] | None = None,
+        grammar_field: str | None = None,
     ) -> Response:
         """The SSE answer; ``prompt_ids`` (``return_token_ids``): each prompt's ids, sent with its
-        choices' first chunks, the generated ids since the previous chunk in each chunk."""
+        choices' first chunks, the generated ids since the previous chunk in each chunk. A
+        generation that fails after its first output ends the stream with an error event named
+        as the non-streamed answer's error (:func:`~.serving_base.stream_failure`: a grammar error
+        names ``grammar_field``)."""
         gen, first = await self._run_stream(obj, raw)
         rid = f"cmpl-{req.request_id or uuid.uuid4().hex}"
         created = int(time.time())
@@ -288,7 +294,7 @@ class CompletionsMixin(OpenAIServingBase):
                         meta = ret.get("meta_info", {})
                         abort = _abort_error(meta)
                         if abort is not None:
-                            yield _sse_error(abort.message, abort.err_type, abort.status)
+                            yield _sse_failure(abort, grammar_field)
                             finals[idx] = ret
                             continue
                         text = ret.get("text", "")
@@ -356,8 +362,7 @@ class CompletionsMixin(OpenAIServingBase):
                         )
                     )
             except ValueError as e:
-                status = int(getattr(e, "status_code", 400) or 400)
-                yield _sse_error(str(e), None, status)
+                yield _sse_failure(e, grammar_field)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE

@@ -87,6 +87,7 @@ from sglang_v4.entrypoints.openai.serving_base import (
     error_response,
     grammar_error_for,
     read_json_object,
+    stream_failure,
     validate_request,
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatMixin, ChatRun, ChoiceOutput, _ChoiceStream
@@ -554,17 +555,19 @@ class ResponsesMixin(ChatMixin):
                     ret = item[0] if isinstance(item, list) else item
                     abort = _abort_error(ret.get("meta_info", {}))
                     if abort is not None:
-                        for ev in self._failed(w, job, abort.message, abort.status):
+                        for ev in self._failed(w, job, self._stream_error(abort, run)):
                             yield ev
                         return
                     for ev in self._stream_step(w, read, job, ret):
                         yield ev
                     if read.done:
                         return
-                for ev in self._failed(w, job, "The generation ended without a finish reason.", 500):
+                for ev in self._failed(
+                    w, job, RequestError("The generation ended without a finish reason.", 500)
+                ):
                     yield ev
             except ValueError as e:
-                for ev in self._failed(w, job, str(e), int(getattr(e, "status_code", 400) or 400)):
+                for ev in self._failed(w, job, self._stream_error(e, run)):
                     yield ev
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
@@ -602,11 +605,20 @@ class ResponsesMixin(ChatMixin):
         out.append(w.event(f"response.{status}", response=read.done))
         return out
 
-    def _failed(self, w: _EventWriter, job: _Job, message: str, status: int) -> list[bytes]:
-        """``error`` then ``response.failed`` (open item closed ``incomplete``); nothing is stored."""
+    @staticmethod
+    def _stream_error(e: RequestError | ValueError, run: ChatRun) -> RequestError:
+        """A failure after the stream's first output, named as the non-streamed answer names it
+        (:func:`~.serving_base.stream_failure`, then the Responses field: ``text.format`` for a
+        ``response_format`` grammar)."""
+        return _responses_error(stream_failure(e, run.grammar_field))
+
+    def _failed(self, w: _EventWriter, job: _Job, err: RequestError) -> list[bytes]:
+        """``error`` (``err``'s message and ``param``) then ``response.failed`` (open item closed
+        ``incomplete``); nothing is stored."""
+        message, status = err.message, err.status
         out = w.close("incomplete")
         code = "server_error" if status >= 500 else "invalid_prompt"
-        out.append(w.event("error", code=code, message=message, param=None))
+        out.append(w.event("error", code=code, message=message, param=err.param))
         failed = job.base.model_copy(
             update={"status": "failed", "error": ResponseError(code=code, message=message)}
         )
