@@ -466,16 +466,17 @@ DEVELOPER_CONVERSATIONS = [
 @pytest.mark.parametrize("tools", [False, True])
 @pytest.mark.parametrize("thinking", [False, True])
 @pytest.mark.parametrize("messages", DEVELOPER_CONVERSATIONS)
-def test_chat_developer_messages_render_as_responses_developer_items(
+def test_chat_developer_messages_render_as_sglang_renders_them(
     tok: PreTrainedTokenizerFast, messages: list[dict[str, Any]], thinking: bool, tools: bool
 ) -> None:
-    """sgl-project/sglang#40082 on ``/v1/chat/completions``: a ``developer`` message before the
-    last user turn was left out of the prompt in thinking mode without tools (DeepSeek's
+    """sgl-project/sglang#40082's kind on ``/v1/chat/completions``: a ``developer`` message before
+    the last user turn was left out of the prompt in thinking mode without tools (DeepSeek's
     ``encoding_dsv4.py`` drops its own developer role there), so an instruction given first never
-    reached the model, while ``/v1/responses`` renders the same item as the user's text. Expected:
-    the chat route renders a developer message as ``/v1/responses`` does, in every mode. Oracle:
-    DeepSeek's own Responses converter and V4 encoder (``deepseek-recipe``; its Chat Completions
-    converter has no developer role) on the same conversation as Responses input items."""
+    reached the model. Expected: SGLang's DeepSeek-V4 chat path, which makes it a system message
+    before DeepSeek's converter (``pre_normalize`` in SGLang's ``deepseek_recipe_renderer``).
+    Oracle: that function from the installed ``sglang`` package, then DeepSeek's own Chat
+    Completions converter and V4 encoder (``deepseek-recipe``) on the same request."""
+    renderer = pytest.importorskip("sglang.srt.parser.deepseek_recipe_renderer")
     tm = PromptTM(tok, reply="OK")
     _, tc = make_client(tm)
     body: dict[str, Any] = {"model": MODEL, "messages": messages, "max_tokens": 5}
@@ -486,12 +487,13 @@ def test_chat_developer_messages_render_as_responses_developer_items(
     r = tc.post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
     prompt = tok.decode(tm.received[-1].input_ids)
-    items: dict[str, Any] = {"model": "DeepSeek-V4-Pro", "input": messages}
-    if thinking:  # the lowest effort: no effort paragraph, as the chat route without an effort
-        items["reasoning"] = {"effort": "low"}
+    wire: dict[str, Any] = {"messages": copy.deepcopy(messages), "thinking": thinking}
     if tools:
-        items["tools"] = [{"type": "function", **CHAT_TOOL["function"]}]
-    conv = recipe.ResponsesRequest(items).convert(recipe.ConversionOptions(default_thinking_mode=thinking))
+        wire["tools"] = [CHAT_TOOL]
+    if thinking:  # the lowest effort: no effort paragraph, as the chat route without an effort
+        wire["reasoning_effort"] = "low"
+    req = {**renderer.pre_normalize(wire), "model": "DeepSeek-V4-Pro"}
+    conv = recipe.ChatCompletionRequest(req).convert(recipe.ConversionOptions(default_thinking_mode=thinking))
     want = recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
     assert prompt == want
     for m in messages:

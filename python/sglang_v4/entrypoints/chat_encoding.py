@@ -25,8 +25,8 @@ DeepSeek's published reference encoder):
   are joined by ``"\\n\\n"``;
 * a ``developer`` message is ``<｜User｜>`` + content and is never merged (DeepSeek's reference
   encoder; its ``deepseek-recipe`` converter has no developer role on the Chat Completions API,
-  and the chat route hands an OpenAI developer message over as a user one:
-  :func:`~sglang_v4.entrypoints.openai.chat_prepare.developer_messages_as_user`);
+  and the chat route hands an OpenAI developer message over as a system one, as SGLang does:
+  :func:`~sglang_v4.entrypoints.openai.chat_prepare.developer_messages_as_system`);
 * after a user/developer turn that is followed by an assistant turn (or ends the conversation and
   a generation prompt is wanted) come ``<｜Assistant｜>`` and a mode token: ``<think>`` in thinking
   mode, ``</think>`` in chat mode. The same follows a system turn that an assistant turn follows

@@ -4,7 +4,8 @@ is read (:class:`ChatPlan`).
 The messages are rendered with :func:`~sglang_v4.entrypoints.chat_encoding.render_messages`, the
 request's own text marked to be tokenized as plain text (or, with ``--chat-template FILE``, with
 transformers' ``apply_chat_template`` and that Jinja text, tokenized as a whole); a ``developer``
-message is the user's text there (:func:`developer_messages_as_user`), as on ``/v1/responses``;
+message is a system message there (:func:`developer_messages_as_system`, SGLang's rule) and a
+message whose ``content`` is ``null`` or absent is rendered with empty text (SGLang's);
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
 as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request,
 rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`).
@@ -51,9 +52,8 @@ __all__ = [
     "ChatPrepareMixin",
     "answer_grammar_kind",
     "chat_echo_text",
-    "check_message_contents",
     "detect_reasoning_effort_profile",
-    "developer_messages_as_user",
+    "developer_messages_as_system",
     "grammar_after_reasoning",
 ]
 
@@ -239,46 +239,17 @@ def chat_echo_text(req: ChatCompletionRequest) -> str:
         return ""
 
 
-#: Roles whose ``content`` OpenAI's Chat Completions API requires (an assistant message may leave
-#: it out or null when it has ``tool_calls``; this server takes a content-less assistant turn
-#: whatever it holds, as DeepSeek's encoder renders it: no text).
-CONTENT_REQUIRED_ROLES = ("system", "developer", "user", "tool")
+def developer_messages_as_system(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``msgs`` (chat message dicts) with each ``developer`` message turned into a ``system`` one.
 
-
-def check_message_contents(req: ChatCompletionRequest) -> None:
-    """Refuse a ``system`` / ``developer`` / ``user`` / ``tool`` message without ``content``, as
-    OpenAI's API does (400 ``invalid_request_error``: "Invalid value for 'content': expected a
-    string, got null." for ``null``, "Missing required parameter" when the key is absent); such a
-    message used to render as an empty turn. Nothing else is checked or changed here.
-
-    Raises:
-        RequestError: 400, ``param`` ``messages[i].content`` of the first such message.
-    """
-    for i, m in enumerate(req.messages):
-        if m.role not in CONTENT_REQUIRED_ROLES or m.content is not None:
-            continue
-        field = f"messages[{i}].content"
-        if "content" in m.model_fields_set:
-            message = (
-                f"Invalid value for '{field}': expected a string or an array of content parts, got null."
-            )
-        else:
-            message = f"Missing required parameter: '{field}'."
-        raise RequestError(message, param=field)
-
-
-def developer_messages_as_user(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``msgs`` (chat message dicts) with each ``developer`` message turned into a ``user`` one.
-
-    An OpenAI ``developer`` message is the client's instruction. DeepSeek's V4 encoder
+    SGLang's DeepSeek-V4 chat path does this before DeepSeek's request converter
+    (``deepseek-recipe``), whose Chat Completions API has no developer role: an OpenAI
+    ``developer`` message is the client's instruction, i.e. a system message. DeepSeek's V4 encoder
     (``encoding_dsv4.py``) has a ``developer`` role of its own that thinking mode without tools
-    drops before the last user turn (its ``_drop_thinking_messages``), so an instruction given
-    first would never reach the model; DeepSeek's own request converter (``deepseek-recipe``) has
-    no developer role on Chat Completions and makes a Responses ``developer`` item user text. The
-    chat route does the same as ``/v1/responses``: the developer's text is a user message (merged
-    with the user and tool messages next to it, as the encoder merges those), in every mode.
+    drops before the last user turn, so handing the OpenAI role to it unchanged would lose an
+    instruction given first.
     """
-    return [dict(m, role="user") if m.get("role") == "developer" else m for m in msgs]
+    return [dict(m, role="system") if m.get("role") == "developer" else m for m in msgs]
 
 
 def _thinking_flag(req: ChatCompletionRequest) -> bool:
@@ -348,9 +319,7 @@ class ChatPrepareMixin(OpenAIServingBase):
         """Render the prompt and decide the reasoning split and the tool-call handling.
 
         Raises:
-            RequestError: 400 naming the field (messages, ``messages[i].content`` of a message
-                without content: :func:`check_message_contents`, tools, tool_choice,
-                reasoning_effort).
+            RequestError: 400 naming the field (messages, tools, tool_choice, reasoning_effort).
         """
         defaults = getattr(self.args, "default_chat_template_kwargs", None)
         if defaults:  # --default-chat-template-kwargs: under the request's own keys
@@ -375,7 +344,6 @@ class ChatPrepareMixin(OpenAIServingBase):
         msgs = [m.model_dump(exclude_none=True) for m in req.messages]
         if not msgs:
             raise RequestError("messages must contain at least one message.", param="messages")
-        check_message_contents(req)
         for i, m in enumerate(msgs):  # DeepSeek's prefix completion: the final assistant turn only
             if m.pop("prefix", False) and (i != len(msgs) - 1 or m["role"] != "assistant"):
                 raise RequestError(
@@ -465,7 +433,7 @@ class ChatPrepareMixin(OpenAIServingBase):
                 raise ValueError(f"the chat template failed on these messages: {e}") from None
             return RenderedPrompt(prompt), thinking
         profile = self.reasoning_effort_profile
-        msgs = developer_messages_as_user(msgs)
+        msgs = developer_messages_as_system(msgs)
         if cont:  # the continuation is answer text (after the turn's closed reasoning)
             rendered = render_continuation(
                 msgs, thinking, tools=tools, reasoning_effort=effort, reasoning_effort_profile=profile
