@@ -3,7 +3,14 @@ leaves unset (SGLang's flag and default).
 
 * ``model`` (the default, as in SGLang): the model directory's ``generation_config.json`` -- its
   ``temperature``, ``top_p``, ``top_k``, ``min_p`` and ``repetition_penalty`` where it sets them
-  (the values the model's authors recommend); the others keep SGLang's defaults.
+  (the values the model's authors recommend); the others keep SGLang's defaults. One reading goes
+  beyond SGLang's (which ignores ``do_sample``): ``"do_sample": false`` is transformers'
+  ``GenerationConfig`` greedy decoding, whose sampling knobs are unused, so the default is then
+  ``temperature`` 0 (greedy) and only ``repetition_penalty`` is taken from the file.
+  ``max_new_tokens`` / ``max_length`` are not defaults (SGLang reads neither; vLLM's
+  ``--generation-config`` makes ``max_new_tokens`` a server-wide cap on every request's output
+  instead): a request's length is its own ``max_tokens``, else the room the context leaves. They
+  are logged at start-up as not applied, like any value that cannot be a default.
 * ``openai``: SGLang's / OpenAI's defaults (``temperature`` 1, ``top_p`` 1, no ``top_k`` /
   ``min_p``, no repetition penalty) whatever the model directory says.
 
@@ -23,6 +30,8 @@ logger = logging.getLogger(__name__)
 SAMPLING_DEFAULTS_CHOICES = ("model", "openai")
 #: ``generation_config.json`` keys that become chat sampling defaults.
 GENERATION_CONFIG_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+#: ``generation_config.json`` length keys that are not defaults (module docstring).
+GENERATION_CONFIG_LENGTH_KEYS = ("max_new_tokens", "max_length")
 
 
 def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]:
@@ -37,8 +46,9 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
         ``generation_config.json`` sets to a non-null value SGLang's sampling parameters accept
         (:func:`valid_sampling_default`; another value is logged and left out, so that it does not
         turn every chat request that leaves the field unset into a 400 about a field the client never
-        sent). Empty for ``openai``, without the file, or when it does not parse as a JSON object
-        (logged).
+        sent); with ``"do_sample": false``, ``temperature`` 0 and the file's ``repetition_penalty``
+        only. Empty for ``openai``, without the file, or when it does not parse as a JSON object
+        (logged: an empty or truncated file, a stray list, is never a start-up failure).
 
     Raises:
         ValueError: naming ``sampling_defaults`` for another ``mode``.
@@ -57,16 +67,28 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
         logger.warning("Ignoring %s (%s): chat requests use SGLang's sampling defaults", path, e)
         return {}
     if not isinstance(cfg, dict):
+        logger.warning("Ignoring %s (not a JSON object): chat requests use SGLang's sampling defaults", path)
         return {}
-    out = {}
+    greedy = cfg.get("do_sample") is False
+    out: dict[str, Any] = {"temperature": 0.0} if greedy else {}
     for k in GENERATION_CONFIG_SAMPLING_KEYS:
-        if cfg.get(k) is None:
+        if cfg.get(k) is None or (greedy and k != "repetition_penalty"):
             continue
         why = valid_sampling_default(k, cfg[k])
         if why is None:
             out[k] = cfg[k]
         else:
             logger.warning("Ignoring %s of %s: %s", k, path, why)
+    if greedy:
+        logger.info("%s sets do_sample false: chat requests default to greedy decoding (temperature 0)", path)
+    unread = [k for k in GENERATION_CONFIG_LENGTH_KEYS if cfg.get(k) is not None]
+    if unread:
+        logger.info(
+            "Not applied from %s: %s (SGLang's rule: a request's length is its own max_tokens, else "
+            "what the context leaves; use --preferred-sampling-params '{\"max_new_tokens\": N}' for a default)",
+            path,
+            ", ".join(f"{k}={cfg[k]!r}" for k in unread),
+        )
     if out:
         logger.info("Chat sampling defaults from %s: %s", path, out)
     return out
