@@ -73,10 +73,9 @@ def model_dir(
     ("template", "files"),
     [
         ("{{ 'a template of the directory' }}", {}),
-        (NAMED, {}),
-        (None, {"chat_template.jinja": "{% for m in messages %}{{ m.content }}{% endfor %}"}),
+        (NAMED, {"chat_template.jinja": "{% for m in messages %}{{ m.content }}{% endfor %}"}),
     ],
-    ids=["string", "named-list", "jinja-file"],
+    ids=["string", "named-list-and-jinja-file"],
 )
 def test_directory_templates_do_not_replace_the_v4_encoding(
     tmp_path: Path, template: Any, files: dict

@@ -298,3 +298,29 @@ def test_stop_set_is_the_union_transformers_reads(tmp_path: Path, cfg_eos: Any, 
     assert stop_token_ids(ModelConfig.from_pretrained(str(d)), None) == want - {
         get_tokenizer(str(d)).eos_token_id
     }
+
+
+def test_tokenizer_eos_outside_the_model_vocabulary_is_no_stop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tokenizer whose ``eos_token`` is not in its vocabulary gets it appended (transformers
+    adds it, at the first free id): an id the model's embedding does not have. It is left out of
+    the stop set with a warning naming it; the config's ids still stop."""
+    import logging
+
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.managers.scheduler import stop_token_ids
+
+    d = tok_dir(tmp_path / "m", {**BASE, "eos_token": "<|im_end|>"})
+    cfg = json.loads(
+        (
+            Path(__file__).parent / "fixtures" / "configs" / "tiny-DeepseekV4ForCausalLM.config.json"
+        ).read_text()
+    )
+    cfg["vocab_size"] = len(get_tokenizer(str(d))) - 1  # the appended token is the one past it
+    cfg["eos_token_id"] = 1
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert AutoTokenizer.from_pretrained(str(d)).eos_token_id == cfg["vocab_size"]
+    with caplog.at_level(logging.WARNING):
+        assert stop_token_ids(ModelConfig.from_pretrained(str(d)), get_tokenizer(str(d))) == {1}
+    assert any("'<|im_end|>'" in m and "outside the model's vocabulary" in m for m in caplog.messages)

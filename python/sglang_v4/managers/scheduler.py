@@ -99,8 +99,8 @@ def stop_token_ids(mc: ModelConfig, tokenizer: Any) -> set[int]:
     ``Req.check_finished`` stops: ``config.json``'s and ``generation_config.json``'s
     ``eos_token_id`` (:attr:`ModelConfig.eos_token_ids`) and the tokenizer's ``eos_token``
     (``tokenizer_config.json`` / ``special_tokens_map.json``; a fine-tune may name another end
-    token there than its config). The tokenizer's id is left out when it is outside the model's
-    vocabulary (a token the model can never sample). The same set masks EOS before
+    token there than its config). The tokenizer's id is left out, with a warning, when it is outside
+    the model's vocabulary (a token the model can never sample). The same set masks EOS before
     ``min_new_tokens`` and ends a grammar.
 
     Args:
@@ -109,8 +109,18 @@ def stop_token_ids(mc: ModelConfig, tokenizer: Any) -> set[int]:
     """
     ids = set(mc.eos_token_ids)
     tok_eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
-    if isinstance(tok_eos, int) and not isinstance(tok_eos, bool) and 0 <= tok_eos < mc.vocab_size:
-        ids.add(tok_eos)
+    if isinstance(tok_eos, int) and not isinstance(tok_eos, bool):
+        if 0 <= tok_eos < mc.vocab_size:
+            ids.add(tok_eos)
+        else:
+            logger.warning(
+                "The tokenizer's eos_token %r (id %d) is outside the model's vocabulary (%d ids): "
+                "generations end on the config's eos_token_id %s only",
+                getattr(tokenizer, "eos_token", None),
+                tok_eos,
+                mc.vocab_size,
+                sorted(ids),
+            )
     return ids
 
 
