@@ -324,3 +324,28 @@ def test_tokenizer_eos_outside_the_model_vocabulary_is_no_stop(
     with caplog.at_level(logging.WARNING):
         assert stop_token_ids(ModelConfig.from_pretrained(str(d)), get_tokenizer(str(d))) == {1}
     assert any("'<|im_end|>'" in m and "outside the model's vocabulary" in m for m in caplog.messages)
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        "LlamaTokenizerFast",
+        "LlamaTokenizer",
+        "GPT2TokenizerFast",
+        "CodeLlamaTokenizerFast",
+        "DeepseekV4Tokenizer",
+    ],
+)
+def test_legacy_tokenizer_class_names_change_nothing(tmp_path: Path, cls: str) -> None:
+    """``tokenizer_class`` of older exports (DeepSeek-V3's ``LlamaTokenizerFast``, GPT-2's, a
+    class transformers does not have): the ids are ``tokenizer.json``'s own (the oracle: the
+    ``tokenizers`` library on the file). transformers 5 itself splits differently for some
+    (``CodeLlamaTokenizerFast`` rebuilds a SentencePiece-style pipeline over the byte-level file)."""
+    from tokenizers import Tokenizer
+
+    d = tok_dir(tmp_path / "m", {**BASE, "tokenizer_class": cls, "add_bos_token": True})
+    raw = Tokenizer.from_file(str(d / "tokenizer.json"))
+    ours = get_tokenizer(str(d))
+    assert isinstance(ours, FastTokenizer)
+    for text in TEXTS:
+        assert ours.encode(text) == raw.encode(text).ids, text
