@@ -12,7 +12,8 @@ fast tokenizer), ``interpreted_kernel_tier`` (the interpreted kernel cases of
 (a fake-model server with an API key and metrics) and ``plain_fake_server`` (one with the default
 flags and a served model name), shared by the modules that only query them, and
 ``embedded_model_server`` (a CPU server on the embedded default model, for slow tests), and
-``more_bugs_server`` (one on the embedded model for the two ``test_public_bugs_more*`` modules). A module
+``more_bugs_server`` (one on the embedded model for the ``test_public_bugs_more*`` and
+``test_public_bugs_fourth*`` modules). A module
 that needs the tokenizer in another wrapper (the benchmark's ``BenchTokenizer``, the detokenizer's
 ``FastTokenizer``, ``AutoTokenizer`` on the tokenizer directory) defines its own ``tok``, which
 takes precedence there. Server subprocesses are started with ``server_fixture.start_server``.
@@ -121,8 +122,10 @@ def plain_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 @pytest.fixture(scope="session")
 def more_bugs_server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     """A CPU ``launch_server`` on the embedded default model with ``--context-length 1024
-    --enable-cache-report``, shared by the public-bug replay modules ``test_public_bugs_more`` and
-    ``test_public_bugs_more_outputs`` (their requests finish; none counts the server's totals).
+    --enable-cache-report``, shared by the public-bug replay modules ``test_public_bugs_more``,
+    ``test_public_bugs_more_outputs``, ``test_public_bugs_fourth`` and
+    ``test_public_bugs_fourth_sampling`` (their requests finish; none counts the server's totals;
+    ``test_public_bugs_fourth`` flushes the prefix cache).
     Yields the ``ServerHandle``; at the end of the session the server must exit with code 0 and
     its log hold no traceback."""
     from server_fixture import real_env, start_server

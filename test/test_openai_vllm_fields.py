@@ -234,8 +234,6 @@ def test_chat_echo_request_id_include_reasoning(url: str) -> None:
     [
         ("prompt_logprobs", 0),
         ("use_beam_search", True),
-        ("allowed_token_ids", [1, 2]),
-        ("bad_words", ["cat"]),
         ("logits_processors", ["mod.Proc"]),
         ("guided_whitespace_pattern", " "),
         ("structured_outputs", {"json": SCHEMA, "disable_any_whitespace": True}),

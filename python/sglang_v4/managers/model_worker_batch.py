@@ -43,8 +43,8 @@ class SamplingBatchInfo:
         top_logprobs_nums: ``-1``: no output logprob; ``0``: the token's logprob; ``k``: also the
             top ``k``.
         future_slots: future-map slot that receives each row's token.
-        plain_greedy: every row is greedy without penalties, logit bias, ``min_new_tokens`` or
-            grammar (``Req.freeze_sampling``): the sampler takes the argmax of the raw logits
+        plain_greedy: every row is greedy without penalties, logit bias, vocabulary constraints,
+            ``min_new_tokens`` or grammar (``Req.freeze_sampling``): the sampler takes the argmax of the raw logits
             without its per-row checks (:func:`sglang_v4.sampling.sampler.sample`); ``False``
             makes no claim.
         token_ids_logprobs: per row, the token ids whose logprobs it also returns

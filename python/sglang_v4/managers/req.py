@@ -111,7 +111,8 @@ class Req:
     #: The prompt's first ``page_size`` token ids when it is longer (set by the scheduler on
     #: arrival): the key of in-batch prefix sharing (``Scheduler._add_prefill_reqs``).
     first_block: tuple[int, ...] | RadixKey | None = field(init=False, default=None)
-    #: Repetition / frequency / presence penalties are set (sampling reads the output history).
+    #: Sampling reads the output history: repetition / frequency / presence penalties, or a bad
+    #: word of two or more tokens (banned after its first tokens, ``sampling/token_masks.py``).
     penalised: bool = field(init=False, default=False)
 
     #: What every output message carries of the request and never changes:
@@ -127,7 +128,10 @@ class Req:
     def __post_init__(self) -> None:
         sp = self.sampling_params
         self.penalised = (
-            sp.repetition_penalty != 1.0 or sp.frequency_penalty != 0.0 or sp.presence_penalty != 0.0
+            sp.repetition_penalty != 1.0
+            or sp.frequency_penalty != 0.0
+            or sp.presence_penalty != 0.0
+            or any(len(seq) > 1 for seq in sp.bad_words_ids or ())
         )
         self.output_static = (
             self.rid,
@@ -145,8 +149,8 @@ class Req:
         generator and the grammar when it queues the request, before) and kept in
         :attr:`sampling_static`. The history is ``output_ids`` itself (a list only ever appended
         to) when sampling reads it (penalties, grammar), else ``()``. *Plain greedy*: the sampler
-        takes the argmax of the raw logits (greedy, no penalty, logit bias, ``min_new_tokens`` or
-        grammar; :attr:`SamplingBatchInfo.plain_greedy`)."""
+        takes the argmax of the raw logits (greedy, no penalty, logit bias, vocabulary constraint,
+        ``min_new_tokens`` or grammar; :attr:`SamplingBatchInfo.plain_greedy`)."""
         sp = self.sampling_params
         self.sampling_static = (
             sp,
@@ -158,6 +162,8 @@ class Req:
             sp.is_greedy
             and not self.penalised
             and not sp.logit_bias
+            and not sp.allowed_token_ids
+            and not sp.bad_words_ids
             and sp.min_new_tokens <= 0
             and self.grammar is None,
         )
@@ -229,7 +235,8 @@ class Req:
     @property
     def needs_host_history(self) -> bool:
         """Sampling this request needs the host values of its previous tokens (a grammar's mask,
-        repetition / frequency / presence penalties): its step cannot overlap the one before."""
+        repetition / frequency / presence penalties, multi-token bad words): its step cannot
+        overlap the one before."""
         return self.grammar is not None or self.penalised
 
     @property

@@ -8,6 +8,8 @@ Pipeline per row (SGLang ``srt/layers/sampler.py`` + ``srt/sampling/penaltylib``
    * frequency / presence (OpenAI API definition): ``z -= f * count_out(t) + p * [count_out(t) > 0]``,
      counts over *output* tokens only;
    * ``logit_bias``: ``z[t] += bias[t]``;
+   * ``allowed_token_ids`` / ``bad_words_ids`` (vLLM's): ``-inf`` outside the allowlist and on
+     each banned next token (:mod:`sglang_v4.sampling.token_masks`);
    * min_new_tokens: while ``len(output) < min_new_tokens`` the EOS ids and ``stop_token_ids`` get
      ``-inf``;
    * grammar (``json_schema`` / ``regex`` / ``ebnf``, optional): xgrammar's token bitmask sets
@@ -36,6 +38,7 @@ import numpy as np
 import torch
 
 from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.sampling.token_masks import apply_allowed_token_ids, apply_bad_words, restore_dead_rows
 
 _TOPK_CAP = 1024
 """Candidates examined by the partial-sort fast path of :func:`filter_probs`."""
@@ -162,12 +165,14 @@ def apply_penalties(
     rids: Sequence[Any] | None = None,
     output_lens: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """Apply repetition / frequency / presence penalties, logit_bias and the min_new_tokens mask.
+    """Apply repetition / frequency / presence penalties, logit_bias, the vocabulary constraints
+    (``allowed_token_ids``, ``bad_words_ids``) and the min_new_tokens mask.
 
     Args:
         logits: ``[B, V]`` float32 raw next-token logits; modified in place and returned.
         params: ``B`` sampling parameters.
-        output_ids: ``B`` lists of already generated token ids.
+        output_ids: ``B`` lists of already generated token ids (penalties, bad words of two or
+            more tokens).
         prompt_ids: ``B`` lists of prompt token ids (for the repetition penalty); ``None`` = output
             tokens only.
         eos_token_ids: EOS ids masked (with each row's ``stop_token_ids``) before ``min_new_tokens``.
@@ -250,6 +255,14 @@ def apply_penalties(
             val = _device_tensor([float(v) for v in p.logit_bias.values()], logits.dtype, dev)
             logits[i].index_add_(0, idx, val)
 
+    # vLLM's vocabulary constraints (token_masks.py); the allowlist wins where the bad-word bans
+    # or the min_new_tokens mask below would leave none of its tokens
+    allow_rows = apply_allowed_token_ids(logits, params)
+    kept = {
+        i: logits[i].clone() for i in allow_rows if params[i].bad_words_ids or params[i].min_new_tokens > 0
+    }
+    apply_bad_words(logits, params, output_ids)
+
     eos = set(eos_token_ids or ())
     mask_rows: list[int] = []
     mask_ids: list[int] = []
@@ -265,6 +278,7 @@ def apply_penalties(
             _device_tensor(mask_rows, torch.long, dev),
             _device_tensor(mask_ids, torch.long, dev),
         ] = float("-inf")
+    restore_dead_rows(logits, kept)
     return logits
 
 

@@ -164,7 +164,12 @@ def validate_request(cls: type[BaseModel], data: dict[str, Any]) -> Any:
 OPENAI_MAX_TEMPERATURE = 2.0
 
 #: SGLang sampling-parameter names whose OpenAI request field is named differently.
-_OPENAI_NAME = {"min_new_tokens": "min_tokens", "max_new_tokens": "max_tokens", "sampling_seed": "seed"}
+_OPENAI_NAME = {
+    "min_new_tokens": "min_tokens",
+    "max_new_tokens": "max_tokens",
+    "sampling_seed": "seed",
+    "bad_words_ids": "bad_words",
+}
 
 
 def _check_openai_ranges(req: Any) -> None:

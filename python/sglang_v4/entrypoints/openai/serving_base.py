@@ -60,7 +60,7 @@ from sglang_v4.entrypoints.openai.request_errors import (  # re-exported: the ro
 )
 from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaults
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
-from sglang_v4.entrypoints.openai.vllm_fields import check_vllm_fields, vllm_grammar
+from sglang_v4.entrypoints.openai.vllm_fields import check_vllm_fields, vllm_grammar, vocabulary_constraints
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, TOP_K_ALL, SamplingParams
 from sglang_v4.utils import byte_level_token_bytes
@@ -382,6 +382,7 @@ class OpenAIServingBase:
             "regex": grammar.get("regex", req.regex),
             "ebnf": grammar.get("ebnf", req.ebnf),
             "custom_params": req.custom_params,
+            **vocabulary_constraints(req, self.tokenizer),  # vLLM's allowed_token_ids / bad_words
         }
         if isinstance(req, ChatCompletionRequest):  # --sampling-defaults (sampling_defaults.py)
             for key, value in self.chat_sampling_defaults.items():

@@ -1,6 +1,7 @@
 """``POST /v1/completions`` (OpenAI's legacy completions, SGLang's extra sampling fields).
 
 A text or token-id prompt (or a batch of them), ``n`` samples each, ``echo``, legacy ``logprobs``,
+``suffix`` (DeepSeek's fill-in-the-middle prompt, :mod:`sglang_v4.entrypoints.fim_prompt`),
 ``response_format`` (``json_object`` / ``json_schema``: constrained decoding), ``best_of`` (the best
 ``n`` of ``best_of`` candidates by mean token logprob; not streamable), streaming with
 ``stream_options.include_usage``. See :mod:`.serving_base` for the shared request handling.
@@ -17,6 +18,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from sglang_v4.entrypoints.fim_prompt import fim_token_ids, render_fim_prompt
 from sglang_v4.entrypoints.openai.logprob_tokens import TokenPiece, TokenTextSplitter
 from sglang_v4.entrypoints.openai.protocol import (
     CompletionRequest,
@@ -64,8 +66,6 @@ class CompletionsMixin(OpenAIServingBase):
 
         req: CompletionRequest = await self._parse(request, CompletionRequest)
         self._check_model(req.model)
-        if req.suffix:
-            raise RequestError("suffix is not supported.", param="suffix")
         if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP_LOGPROBS:
             raise RequestError(
                 f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.logprobs}.", param="logprobs"
@@ -80,6 +80,8 @@ class CompletionsMixin(OpenAIServingBase):
             prompt = prompt[0]
         if prompt == "" or prompt == [] or (isinstance(prompt, list) and any(p in ("", []) for p in prompt)):
             raise RequestError("prompt must not be empty.", param="prompt")
+        if req.suffix:
+            prompt = self._fim_prompt(req, prompt)
         is_text = isinstance(prompt, str) or (isinstance(prompt, list) and isinstance(prompt[0], str))
         sp = self._sampling_params(req, req.max_tokens)
         n = req.n or 1
@@ -161,6 +163,27 @@ class CompletionsMixin(OpenAIServingBase):
             id=f"cmpl-{req.request_id or uuid.uuid4().hex}", model=req.model, choices=choices, usage=usage
         )
         return JSONResponse(resp.model_dump(mode="json"))
+
+    def _fim_prompt(self, req: CompletionRequest, prompt: str | list[Any]) -> str | list[str]:
+        """The fill-in-the-middle prompt(s) of a request with ``suffix`` (:mod:`..fim_prompt`):
+        each text prompt rendered around the gap before ``suffix``.
+
+        Raises:
+            RequestError: 400 naming ``suffix``: the tokenizer has no FIM tokens, a prompt is
+                token ids (the text between the markers must be text), or ``echo`` is set (the
+                answer is the middle; the FIM prompt is no prefix of it).
+        """
+        if fim_token_ids(self.tokenizer) is None:
+            raise RequestError(
+                "suffix is not supported: the tokenizer has no fill-in-the-middle tokens.", param="suffix"
+            )
+        if req.echo:
+            raise RequestError("suffix cannot be combined with echo.", param="suffix")
+        texts = [prompt] if isinstance(prompt, str) else list(prompt)
+        if not all(isinstance(p, str) for p in texts):
+            raise RequestError("suffix needs a text prompt, not token ids.", param="suffix")
+        rendered = [render_fim_prompt(p, req.suffix or "") for p in texts]
+        return rendered[0] if isinstance(prompt, str) else rendered
 
     def _prompt_text(self, prompts: list[Any], idx: int, n: int) -> str:
         # The tokenizer manager returns a batch with n samples grouped by prompt: [p0 x n, p1 x n, ...].
