@@ -1,10 +1,9 @@
 """``generation_config.json`` shapes of published checkpoints and the chat defaults they give.
 
-* ``"do_sample": false`` is transformers' greedy decoding (``GenerationConfig.get_generation_mode``
-  says ``GREEDY_SEARCH`` whatever ``temperature`` / ``top_p`` the file also sets: transformers
-  warns they are unused); chat requests that leave ``temperature`` unset now decode greedily
-  (before, the file's ``temperature`` 0.6 sampled them). Its ``repetition_penalty`` still applies
-  (transformers' greedy search applies it too); a request's own values win.
+* ``"do_sample"`` is not read, as SGLang (``ModelConfig.get_default_sampling_params``) and vLLM
+  (``get_diff_sampling_param``) read only the sampling keys themselves: with ``"do_sample": false``
+  the file's ``temperature`` / ``top_p`` / ``top_k`` / ``repetition_penalty`` are still the chat
+  defaults, and the start-up log says ``do_sample`` was not read.
 * ``max_new_tokens`` / ``max_length`` are not defaults (SGLang reads neither; vLLM's
   ``--generation-config`` makes ``max_new_tokens`` a server-wide cap instead): the request's
   length is unchanged, and the start-up log says they were not applied.
@@ -23,8 +22,6 @@ from typing import Any
 import pytest
 from openai_fake_tm import FakeTM, app_client
 from sglang_v4.configs.model_config import ModelConfig
-from transformers import GenerationConfig
-from transformers.generation.configuration_utils import GenerationMode
 
 CONFIG = Path(__file__).parent / "fixtures" / "configs" / "tiny-DeepseekV4ForCausalLM.config.json"
 MSGS = [{"role": "user", "content": "hi"}]
@@ -48,20 +45,15 @@ def _sent(tok: Any, d: Path, body: dict[str, Any]) -> tuple[dict[str, Any], dict
     return dict(tm.received[-1].sampling_params or {}), r.json()
 
 
-def test_do_sample_false_is_greedy(tok: Any, tmp_path: Path) -> None:
+def test_do_sample_is_not_read(tok: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     gen = {"do_sample": False, "temperature": 0.6, "top_p": 0.9, "top_k": 20, "repetition_penalty": 1.1}
     d = _model_dir(tmp_path, json.dumps(gen))
-    assert GenerationConfig.from_pretrained(str(d)).get_generation_mode() == GenerationMode.GREEDY_SEARCH
-    sp, _ = _sent(tok, d, {})
-    assert sp["temperature"] == 0 and sp["repetition_penalty"] == 1.1
-    assert sp.get("top_p", 1.0) == 1.0 and sp.get("top_k", -1) == -1  # the unused sampling knobs
-    sp, _ = _sent(tok, d, {"temperature": 0.7, "top_p": 0.5})
+    with caplog.at_level(logging.INFO):
+        sp, _ = _sent(tok, d, {})
+    assert (sp["temperature"], sp["top_p"], sp["top_k"], sp["repetition_penalty"]) == (0.6, 0.9, 20, 1.1)
+    assert any("do_sample false, which is not read" in m for m in caplog.messages), caplog.messages
+    sp, _ = _sent(tok, d, {"temperature": 0.7, "top_p": 0.5})  # the request's own values win
     assert (sp["temperature"], sp["top_p"]) == (0.7, 0.5)
-    # do_sample true (or absent) keeps reading the knobs, as before
-    (d / "generation_config.json").write_text(json.dumps({**gen, "do_sample": True}))
-    assert GenerationConfig.from_pretrained(str(d)).get_generation_mode() == GenerationMode.SAMPLE
-    sp, _ = _sent(tok, d, {})
-    assert (sp["temperature"], sp["top_p"], sp["top_k"]) == (0.6, 0.9, 20)
 
 
 def test_length_keys_are_not_defaults(tok: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

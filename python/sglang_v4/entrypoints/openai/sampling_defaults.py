@@ -3,10 +3,9 @@ leaves unset (SGLang's flag and default).
 
 * ``model`` (the default, as in SGLang): the model directory's ``generation_config.json`` -- its
   ``temperature``, ``top_p``, ``top_k``, ``min_p`` and ``repetition_penalty`` where it sets them
-  (the values the model's authors recommend); the others keep SGLang's defaults. One reading goes
-  beyond SGLang's (which ignores ``do_sample``): ``"do_sample": false`` is transformers'
-  ``GenerationConfig`` greedy decoding, whose sampling knobs are unused, so the default is then
-  ``temperature`` 0 (greedy) and only ``repetition_penalty`` is taken from the file.
+  (the values the model's authors recommend); the others keep SGLang's defaults. ``do_sample`` is
+  not read, as neither SGLang nor vLLM reads it: ``"do_sample": false`` with ``temperature`` 0.6
+  samples at 0.6 (transformers' ``generate`` would decode greedily); the start-up log says so.
   ``max_new_tokens`` / ``max_length`` are not defaults (SGLang reads neither; vLLM's
   ``--generation-config`` makes ``max_new_tokens`` a server-wide cap on every request's output
   instead): a request's length is its own ``max_tokens``, else the room the context leaves. They
@@ -46,8 +45,7 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
         ``generation_config.json`` sets to a non-null value SGLang's sampling parameters accept
         (:func:`valid_sampling_default`; another value is logged and left out, so that it does not
         turn every chat request that leaves the field unset into a 400 about a field the client never
-        sent); with ``"do_sample": false``, ``temperature`` 0 and the file's ``repetition_penalty``
-        only. Empty for ``openai``, without the file, or when it does not parse as a JSON object
+        sent). Empty for ``openai``, without the file, or when it does not parse as a JSON object
         (logged: an empty or truncated file, a stray list, is never a start-up failure).
 
     Raises:
@@ -69,18 +67,21 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
     if not isinstance(cfg, dict):
         logger.warning("Ignoring %s (not a JSON object): chat requests use SGLang's sampling defaults", path)
         return {}
-    greedy = cfg.get("do_sample") is False
-    out: dict[str, Any] = {"temperature": 0.0} if greedy else {}
+    out: dict[str, Any] = {}
     for k in GENERATION_CONFIG_SAMPLING_KEYS:
-        if cfg.get(k) is None or (greedy and k != "repetition_penalty"):
+        if cfg.get(k) is None:
             continue
         why = valid_sampling_default(k, cfg[k])
         if why is None:
             out[k] = cfg[k]
         else:
             logger.warning("Ignoring %s of %s: %s", k, path, why)
-    if greedy:
-        logger.info("%s sets do_sample false: chat requests default to greedy decoding (temperature 0)", path)
+    if cfg.get("do_sample") is False:
+        logger.info(
+            "%s sets do_sample false, which is not read (SGLang's and vLLM's rule): chat requests that "
+            "leave temperature unset sample at its temperature; send temperature 0 for greedy decoding",
+            path,
+        )
     unread = [k for k in GENERATION_CONFIG_LENGTH_KEYS if cfg.get(k) is not None]
     if unread:
         logger.info(
