@@ -100,7 +100,10 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     #: SGLang's ``--json-model-override-args``: a JSON object whose keys replace those of the
     #: model's ``config.json`` (either dialect) before it is parsed, e.g. ``{"num_hidden_layers": 2}``.
     json_model_override_args: str | None = None
-    served_model_name: str | None = None
+    #: The model id of the APIs; of several (vLLM's ``--served-model-name a b``, or a list) the first
+    #: stays here and the others go to ``served_model_aliases`` (all accepted and listed).
+    served_model_name: str | list[str] | None = None
+    served_model_aliases: list[str] = field(default_factory=list)
     # HTTP.
     host: str = "127.0.0.1"
     port: int = 30000
@@ -227,6 +230,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     graceful_shutdown_timeout: float = 5.0
 
     def __post_init__(self) -> None:
+        self._split_served_model_names()
         self.dtype = DTYPE_ALIASES.get(self.dtype, self.dtype)
         self.load_format = LOAD_FORMAT_ALIASES.get(self.load_format, self.load_format)
         if self.device == "auto":
@@ -436,8 +440,10 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             from sglang_v4.entrypoints.openai.reasoning_parser import canonical_reasoning_parser
 
             self.reasoning_parser = canonical_reasoning_parser(self.reasoning_parser)
-        if self.chat_template is not None and not os.path.isfile(self.chat_template):
-            raise ValueError(f"chat_template must be a Jinja template file (no file {self.chat_template!r})")
+        if self.chat_template is not None:  # a name is checked against the tokenizer at launch
+            from sglang_v4.entrypoints.chat_template import check_chat_template_arg
+
+            check_chat_template_arg(self.chat_template)
         gst = self.graceful_shutdown_timeout
         if isinstance(gst, bool) or not isinstance(gst, (int, float)) or not 0 <= gst < float("inf"):
             raise ValueError(f"graceful_shutdown_timeout must be a number of seconds >= 0 (got {gst!r})")
@@ -536,6 +542,25 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
             raise ValueError(f"json_model_override_args must be a JSON object (got {text!r})")
         return value
 
+    def _split_served_model_names(self) -> None:
+        """A list of names (vLLM's ``--served-model-name a b``): the first is ``served_model_name``,
+        the others (no repeats) ``served_model_aliases``. Raises ``ValueError`` naming the field for
+        an empty list or a name that is not a non-empty string."""
+        names = self.served_model_name
+        if isinstance(names, (list, tuple)):
+            if not names or not all(isinstance(n, str) and n.strip() for n in names):
+                raise ValueError(f"served_model_name must be one or more non-empty names (got {names!r})")
+            first, *rest = (n.strip() for n in names)
+            self.served_model_name = first
+            self.served_model_aliases = [
+                n for n in dict.fromkeys([*rest, *self.served_model_aliases]) if n != first
+            ]
+
+    def served_model_names(self) -> list[str]:
+        """Every id the APIs accept and ``/v1/models`` lists: the resolved name, then the aliases."""
+        first = self.resolved_served_model_name()
+        return [first, *(n for n in self.served_model_aliases if n != first)]
+
     def resolved_served_model_name(self) -> str:
         """The model id the APIs report (``/v1/models``) and accept: ``served_model_name``, else the
         last component of ``model_path`` (``/models/DeepSeek-V4-Flash/`` -> ``DeepSeek-V4-Flash``),
@@ -543,7 +568,7 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         if self.served_model_name:
             return self.served_model_name
         if self.model_path:
-            return os.path.basename(os.path.normpath(self.model_path)) or "default"
+            return os.path.basename(os.path.abspath(self.model_path)) or "default"  # "." is its directory
         return "default"
 
     def to_dict(self) -> dict[str, Any]:

@@ -296,8 +296,14 @@ class ChatPrepareMixin(OpenAIServingBase):
     reasoning_effort_profile: str = "preview"
 
     def _load_chat_template(self) -> None:
-        """Read ``--chat-template`` and load the transformers tokenizer that renders it; detect
-        the checkpoint's reasoning-effort profile."""
+        """Read ``--chat-template`` (a file, an inline template or a name of the tokenizer's
+        templates: :func:`~sglang_v4.entrypoints.chat_template.resolve_chat_template`) and load the
+        transformers tokenizer that renders it; detect the checkpoint's reasoning-effort profile.
+
+        Raises:
+            ValueError: naming ``chat_template`` (what it names cannot be used) or
+                ``tokenizer_path`` (transformers cannot load the tokenizer to render it).
+        """
         self.reasoning_effort_profile = detect_reasoning_effort_profile(
             getattr(self.args, "model_path", None)
         )
@@ -308,12 +314,11 @@ class ChatPrepareMixin(OpenAIServingBase):
             prepare_plain_encoding(self.tokenizer)  # the request text's tokenizer, built aside
         if not path or getattr(self.args, "skip_tokenizer_init", False):
             return  # (without a tokenizer the chat route is refused: nothing to render)
-        with open(path, encoding="utf-8") as f:
-            self.chat_template = f.read()
-        from transformers import AutoTokenizer
+        from sglang_v4.entrypoints.chat_template import load_template_renderer, resolve_chat_template
 
         tok_dir = getattr(self.args, "tokenizer_path", None) or getattr(self.args, "model_path", None)
-        self._hf_tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        self.chat_template = resolve_chat_template(path, tok_dir)
+        self._hf_tokenizer = load_template_renderer(tok_dir)
 
     def _plan_chat(self, req: ChatCompletionRequest) -> ChatPlan:
         """Render the prompt and decide the reasoning split and the tool-call handling.

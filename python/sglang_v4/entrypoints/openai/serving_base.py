@@ -24,6 +24,7 @@ import hmac
 import json
 import logging
 import math
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -210,6 +211,9 @@ class OpenAIServingBase:
                 server_args, "model_path", None
             )
             self.model_name = self.model_name or "default"
+        names_fn = getattr(server_args, "served_model_names", None)
+        #: every id the routes accept and ``/v1/models`` lists (``--served-model-name a b``)
+        self.model_names: list[str] = list(names_fn()) if callable(names_fn) else [self.model_name]
         self.enable_cache_report = bool(getattr(server_args, "enable_cache_report", False))
         #: Sampling parameters a chat request leaves unset (``--sampling-defaults``); read (and
         #: logged) once, by the handler that serves chat (:meth:`load_chat_sampling_defaults`).
@@ -279,11 +283,12 @@ class OpenAIServingBase:
         return None
 
     def _check_model(self, model: str | None) -> None:
-        """404 unless ``model`` is the served name, ``"default"`` or the model path (or omitted)."""
-        accepted = {self.model_name, "default"}
+        """404 unless ``model`` is a served name, ``"default"`` or the model path, with or without
+        a trailing separator (or omitted)."""
+        accepted = {self.model_name, *self.model_names, "default"}
         mp = getattr(self.args, "model_path", None)
         if mp:
-            accepted.add(str(mp))
+            accepted |= {str(mp), os.path.normpath(str(mp))}
         if model is not None and model not in accepted:
             raise RequestError(f"The model `{model}` does not exist.", 404, param="model")
 
@@ -600,13 +605,15 @@ class OpenAIServingBase:
                 else denied
             )
         if anthropic:
-            info = anthropic_models.anthropic_model(self.model_name, self._context_len())
+            infos = [anthropic_models.anthropic_model(n, self._context_len()) for n in self.model_names]
             try:
-                return JSONResponse(anthropic_models.anthropic_model_list([info], request.query_params))
+                return JSONResponse(anthropic_models.anthropic_model_list(infos, request.query_params))
             except RequestError as e:
                 return anthropic_error_response(e.message, e.status)
-        card = ModelCard(id=self.model_name, root=self.model_name, max_model_len=self._context_len())
-        return JSONResponse(ModelList(data=[card]).model_dump())
+        cards = [
+            ModelCard(id=n, root=self.model_name, max_model_len=self._context_len()) for n in self.model_names
+        ]
+        return JSONResponse(ModelList(data=cards).model_dump())
 
     async def retrieve_model(self, request: Request, model: str) -> Response:
         """``GET /v1/models/{model}``: the model card for a name the API accepts, else 404 (as SGLang);
