@@ -34,7 +34,15 @@ from transformers import AutoTokenizer
 SRC = Path(tokenizer_source_dir())
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLD = {c["name"]: c for c in json.loads((FIXTURES / "dsv4_chat_encoding.json").read_text())["cases"]}
-CASE = GOLD["chat_consecutive_user_messages_merge"]
+#: the reference encoder's case without its DeepSeek ``developer`` turn (the chat route hands an
+#: OpenAI developer message over as a system one, SGLang's rule; the turn renders as
+#: ``<｜User｜>dev note`` in the reference output, so leaving it out removes exactly that text)
+_GOLD_CASE = GOLD["chat_consecutive_user_messages_merge"]
+CASE = {
+    "messages": [m for m in _GOLD_CASE["messages"] if m["role"] != "developer"],
+    "expected": _GOLD_CASE["expected"].replace("<｜User｜>dev note", "", 1),
+}
+assert len(CASE["messages"]) == len(_GOLD_CASE["messages"]) - 1
 MSGS = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
 #: named templates in the list layout of CohereForAI/c4ai-command-r-v01's tokenizer_config.json
 NAMED = [
