@@ -46,14 +46,16 @@ from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
 from sglang_v4.entrypoints.openai.serving_base import (
     SKIP_TOKENIZER_OPENAI_MSG,
     RequestError,
-    _abort_error,
-    _engine_outputs,
     grammar_error_for,
     read_json_object,
-    stream_failure,
     validate_request,
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatRun, _ChoiceStream
+from sglang_v4.entrypoints.openai.serving_outputs import (
+    _abort_error,
+    _engine_outputs,
+    stream_failure,
+)
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.prompt_tokens import encode_with_plain_spans
@@ -233,7 +235,7 @@ class AnthropicServing:
 
         def _error_event(e: RequestError | ValueError) -> bytes:
             """A failure after the first output, named as the non-streamed answer names it
-            (:func:`~sglang_v4.entrypoints.openai.serving_base.stream_failure`, then the Messages
+            (:func:`~sglang_v4.entrypoints.openai.serving_outputs.stream_failure`, then the Messages
             field: ``output_config.format`` for a grammar made from it)."""
             err = anthropic_field_error(stream_failure(e, run.grammar_field))
             return error_event(err.message, err.status)

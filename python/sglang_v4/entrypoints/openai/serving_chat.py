@@ -92,16 +92,18 @@ from sglang_v4.entrypoints.openai.reasoning_parser import (
     stops_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.serving_base import (
+    RequestError,
+    grammar_error_for,
+)
+from sglang_v4.entrypoints.openai.serving_outputs import (
     _SSE_DONE,
     MAX_TOP_LOGPROBS,
-    RequestError,
     _abort_error,
     _engine_outputs,
     _finish,
     _lp_entry,
     _sse,
     _sse_failure,
-    grammar_error_for,
     openai_logprob,
 )
 from sglang_v4.entrypoints.openai.tool_parser import (
@@ -387,7 +389,7 @@ class ChatMixin(ChatPrepareMixin):
     async def _chat_stream(self, req: ChatCompletionRequest, run: ChatRun, raw: Request) -> Response:
         """The SSE answer of ``run``. A generation that fails after its first output ends the
         stream with an error event named as the non-streamed answer's error
-        (:func:`~.serving_base.stream_failure`: a grammar error names ``run.grammar_field``)."""
+        (:func:`~.serving_outputs.stream_failure`: a grammar error names ``run.grammar_field``)."""
         n, plan, separate = run.n, run.plan, run.separate
         gen, first = await self._run_stream(run.obj, raw)
         rid = f"chatcmpl-{req.request_id or uuid.uuid4().hex}"

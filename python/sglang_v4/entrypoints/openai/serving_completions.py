@@ -29,17 +29,19 @@ from sglang_v4.entrypoints.openai.protocol import (
     LogProbs,
 )
 from sglang_v4.entrypoints.openai.serving_base import (
-    _SSE_DONE,
-    MAX_TOP_LOGPROBS,
     OpenAIServingBase,
     RequestError,
+    grammar_error_for,
+)
+from sglang_v4.entrypoints.openai.serving_outputs import (
+    _SSE_DONE,
+    MAX_TOP_LOGPROBS,
     _abort_error,
     _engine_outputs,
     _finish,
     _lp_entry,
     _sse,
     _sse_failure,
-    grammar_error_for,
     openai_logprob,
 )
 from sglang_v4.entrypoints.openai.vllm_fields import (
@@ -298,7 +300,7 @@ class CompletionsMixin(OpenAIServingBase):
         """The SSE answer; ``prompt_ids`` (``return_token_ids``): each prompt's ids, sent with its
         choices' first chunks, the generated ids since the previous chunk in each chunk. A
         generation that fails after its first output ends the stream with an error event named
-        as the non-streamed answer's error (:func:`~.serving_base.stream_failure`: a grammar error
+        as the non-streamed answer's error (:func:`~.serving_outputs.stream_failure`: a grammar error
         names ``grammar_field``)."""
         gen, first = await self._run_stream(obj, raw)
         rid = f"cmpl-{req.request_id or uuid.uuid4().hex}"

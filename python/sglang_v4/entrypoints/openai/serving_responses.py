@@ -83,15 +83,17 @@ from sglang_v4.entrypoints.openai.responses_input_items import input_items_of, i
 from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
-    _abort_error,
-    _engine_outputs,
     error_response,
     grammar_error_for,
     read_json_object,
-    stream_failure,
     validate_request,
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatMixin, ChatRun, ChoiceOutput, _ChoiceStream
+from sglang_v4.entrypoints.openai.serving_outputs import (
+    _abort_error,
+    _engine_outputs,
+    stream_failure,
+)
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
@@ -464,7 +466,7 @@ class ResponsesMixin(ChatMixin):
     @staticmethod
     def _stream_error(e: RequestError | ValueError, run: ChatRun) -> RequestError:
         """A failure after the stream's first output, named as the non-streamed answer names it
-        (:func:`~.serving_base.stream_failure`, then the Responses field: ``text.format`` for a
+        (:func:`~.serving_outputs.stream_failure`, then the Responses field: ``text.format`` for a
         ``response_format`` grammar)."""
         return _responses_error(stream_failure(e, run.grammar_field))
 
