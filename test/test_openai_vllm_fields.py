@@ -232,7 +232,6 @@ def test_chat_echo_request_id_include_reasoning(url: str) -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("prompt_logprobs", 0),
         ("use_beam_search", True),
         ("logits_processors", ["mod.Proc"]),
         ("guided_whitespace_pattern", " "),

@@ -126,7 +126,8 @@ class SchedulerOutputProcessorMixin:
                 vals: list[float] = [] if lp is None else lp[0].tolist()
                 tops = None if lp is None or lp[1] is None else (lp[1].tolist(), lp[2].tolist())  # type: ignore[union-attr]
                 id_vals = None if lp is None or lp[3] is None else lp[3].tolist()
-                req.add_input_logprob_entries(first, batch.logits_counts[i], vals, tops, id_vals)
+                ranks = None if lp is None or lp[4] is None else lp[4].tolist()
+                req.add_input_logprob_entries(first, batch.logits_counts[i], vals, tops, id_vals, ranks)
             # a one-token step completes a block or moves the window's first span only at these
             # positions (the cache manager re-checks); longer chunks always go through it
             if n != 1 or (c + 1) % W == 0 or (c // ps > req.num_tree_blocks and not tree_off):
@@ -299,7 +300,7 @@ class SchedulerOutputProcessorMixin:
         out.append(tok)
         if logprob is not None and req.return_logprob:
             tv, ti = top if top is not None else (None, None)
-            req.pending_output_logprobs.append((logprob, tok, tv, ti, id_vals))
+            req.pending_output_logprobs.append((logprob, tok, tv, ti, id_vals, None))
         n = len(out)
         if req.grammar is not None and not req.grammar.accept(tok):
             # A token the grammar forbids: every logit was masked (a dead end of the request's

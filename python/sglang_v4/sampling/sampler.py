@@ -51,6 +51,7 @@ __all__ = [
     "compute_logprobs",
     "top_logprobs",
     "token_logprobs",
+    "token_ranks",
     "logprobs_for_tokens",
 ]
 
@@ -493,6 +494,22 @@ def token_logprobs(logprobs: torch.Tensor, token_ids: torch.Tensor) -> torch.Ten
         ``[B]`` float32 ``logprobs[b, token_ids[b]]``.
     """
     return logprobs.gather(1, token_ids.view(-1, 1).to(torch.long)).squeeze(1)
+
+
+def token_ranks(logprobs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Each token's rank among its row's log-probabilities, as vLLM's ``Logprob.rank`` reports
+    it: the count of vocabulary entries whose log-probability is at least the token's (vLLM's
+    ``batched_count_greater_than``, ``(x >= value).sum(-1)``), so 1 is the most likely token and a
+    token tied with others gets the last rank of the tie.
+
+    Args:
+        logprobs: ``[B, V]`` float32.
+        values: ``[B]`` float32, the log-probability of each row's token (``token_logprobs``).
+
+    Returns:
+        ``[B]`` int64 ranks in ``[1, V]`` (0 for a NaN value, which nothing is ``>=``).
+    """
+    return (logprobs >= values.unsqueeze(-1)).sum(dim=-1)
 
 
 def logprobs_for_tokens(

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from sglang_v4.entrypoints.openai.protocol_vllm import VllmChatFields, VllmCompletionFields
+from sglang_v4.entrypoints.openai.protocol_vllm import PromptLogprob, VllmChatFields, VllmCompletionFields
 
 __all__ = [
     "ErrorResponse",
@@ -250,13 +250,18 @@ UNSUPPORTED_OPENAI_FIELDS = (
 
 
 class _OmitNoneIds(BaseModel):
-    """Response choices whose token-id fields (``*token_ids``) are left out when None, so that a
-    response without ``return_token_ids`` keeps its usual shape (as SGLang's)."""
+    """Responses / choices whose token-id fields (``*token_ids``) and vLLM's ``prompt_logprobs``
+    are left out when None, so that a response without ``return_token_ids`` or
+    ``prompt_logprobs`` keeps its usual shape (as SGLang's)."""
 
     @model_serializer(mode="wrap")
     def _drop_unset_ids(self, handler: Any) -> dict[str, Any]:
         data = handler(self)
-        return {k: v for k, v in data.items() if not (v is None and k.endswith("token_ids"))}
+        return {
+            k: v
+            for k, v in data.items()
+            if not (v is None and (k.endswith("token_ids") or k == "prompt_logprobs"))
+        }
 
 
 class CompletionRequest(_SamplingExtras, VllmCompletionFields):
@@ -306,6 +311,8 @@ class CompletionResponseChoice(_OmitNoneIds):
     matched_stop: int | str | None = None
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
+    #: vLLM's ``prompt_logprobs`` of the choice's prompt (:mod:`.prompt_logprobs`)
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -514,8 +521,9 @@ class ChatCompletionResponseChoice(_OmitNoneIds):
     response_token_ids: list[int] | None = None
 
 
-class ChatCompletionResponse(BaseModel):
-    """A non-streamed ``/v1/chat/completions`` response (``object: "chat.completion"``)."""
+class ChatCompletionResponse(_OmitNoneIds):
+    """A non-streamed ``/v1/chat/completions`` response (``object: "chat.completion"``;
+    ``prompt_logprobs``: vLLM's, of the prompt, :mod:`.prompt_logprobs`)."""
 
     id: str = Field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     object: str = "chat.completion"
@@ -523,6 +531,7 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatCompletionResponseChoice]
     usage: UsageInfo
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
 
 
 class DeltaMessage(BaseModel):

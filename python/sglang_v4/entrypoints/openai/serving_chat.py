@@ -70,6 +70,11 @@ from sglang_v4.entrypoints.openai.chat_prepare import (
     grammar_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader, DsmlMarkupScrub, scrub_dsml
+from sglang_v4.entrypoints.openai.prompt_logprobs import (
+    check_prompt_logprobs,
+    prompt_logprobs_engine_fields,
+    vllm_prompt_logprobs,
+)
 from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -134,6 +139,8 @@ class ChatRun:
         separate: the reasoning is split off the content.
         grammar_field: the request field a grammar error names (``tools``, ``response_format``...).
         prompt_ids: the prompt's token ids (``None`` without a tokenizer).
+        prompt_logprobs: top tokens per position of vLLM's ``prompt_logprobs`` in the answer,
+            ``None`` for none (:func:`~.prompt_logprobs.check_prompt_logprobs`).
     """
 
     obj: Any
@@ -142,6 +149,7 @@ class ChatRun:
     separate: bool
     grammar_field: str | None
     prompt_ids: list[int] | None
+    prompt_logprobs: int | None = None
 
 
 @dataclass
@@ -211,7 +219,9 @@ class ChatMixin(ChatPrepareMixin):
                 ]
             lp = None
             if req.logprobs:
-                lp = self._chat_logprobs(ret.get("meta_info", {}), 0, bool(req.return_tokens_as_token_ids))
+                lp = self._chat_logprobs(
+                    ret.get("meta_info", {}), 0, bool(req.return_tokens_as_token_ids), req.top_logprobs or 0
+                )
             content = echo + (out.content or "") if echo else out.content
             reasoning = out.reasoning if req.include_reasoning else None
             choices.append(
@@ -230,6 +240,11 @@ class ChatMixin(ChatPrepareMixin):
             model=req.model,
             choices=choices,
             usage=self._usage(rets, run.n, reasoning_tokens if run.separate else None),
+            prompt_logprobs=(
+                vllm_prompt_logprobs(rets[0].get("meta_info", {}), run.prompt_logprobs)
+                if run.prompt_logprobs is not None and rets
+                else None
+            ),
         )
         return JSONResponse(resp.model_dump(mode="json"))
 
@@ -254,6 +269,7 @@ class ChatMixin(ChatPrepareMixin):
                     f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.top_logprobs}.",
                     param="top_logprobs",
                 )
+        prompt_lps = check_prompt_logprobs(req, self._vocab_size())
         # OpenAI's max_completion_tokens replaces the deprecated max_tokens; it wins when both are set
         limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_new = getattr(req, limit_field)
@@ -279,6 +295,8 @@ class ChatMixin(ChatPrepareMixin):
             stream=req.stream,
             rid=req.rid,
         )
+        if prompt_lps is not None:
+            kw.update(prompt_logprobs_engine_fields(prompt_lps, kw["top_logprobs_num"]))
         if req.priority is not None:
             kw["priority"] = req.priority
         kw["extra_key"] = cache_namespace(req)
@@ -310,7 +328,7 @@ class ChatMixin(ChatPrepareMixin):
             else vllm_grammar_field(req) or answer_grammar
         )
         separate = plan.reasoning.separate and req.separate_reasoning
-        return ChatRun(obj, plan, req.n or 1, separate, grammar_field, ids)
+        return ChatRun(obj, plan, req.n or 1, separate, grammar_field, ids, prompt_lps)
 
     def _read_choice(self, ret: dict[str, Any], plan: ChatPlan, separate: bool) -> ChoiceOutput:
         """One finished choice of the engine output read as the plan says: the reasoning split
@@ -354,12 +372,16 @@ class ChatMixin(ChatPrepareMixin):
                 return max(output_ids.index(tid) + extra, 0)
         return len(output_ids)
 
-    def _chat_logprobs(self, meta: dict[str, Any], start: int, as_ids: bool = False) -> ChoiceLogprobs:
+    def _chat_logprobs(
+        self, meta: dict[str, Any], start: int, as_ids: bool = False, num_top: int | None = None
+    ) -> ChoiceLogprobs:
         """Chat ``logprobs`` of the output tokens from ``start`` on; ``as_ids`` (vLLM's
         ``return_tokens_as_token_ids``): each ``token`` written ``token_id:<id>``, its ``bytes``
-        those of that text, as vLLM writes them."""
+        those of that text, as vLLM writes them. ``num_top``: the request's ``top_logprobs``,
+        where the engine's top lists may be longer (it computed more for ``prompt_logprobs``);
+        ``None`` keeps them whole."""
         outs = [_lp_entry(e) for e in (meta.get("output_token_logprobs") or [])][start:]
-        tops = list(meta.get("output_top_logprobs") or [])[start:]
+        tops = [t[:num_top] if t else t for t in list(meta.get("output_top_logprobs") or [])[start:]]
         tops += [None] * (len(outs) - len(tops))
         content = []
         for (logprob, tid, text), top in zip(outs, tops):

@@ -4,7 +4,8 @@ A text or token-id prompt (or a batch of them), ``n`` samples each, ``echo``, le
 ``suffix`` (DeepSeek's fill-in-the-middle prompt, :mod:`sglang_v4.entrypoints.fim_prompt`),
 ``response_format`` (``json_object`` / ``json_schema``: constrained decoding), ``best_of`` (the best
 ``n`` of ``best_of`` candidates by mean token logprob; not streamable), streaming with
-``stream_options.include_usage``. See :mod:`.serving_base` for the shared request handling.
+``stream_options.include_usage``, vLLM's ``prompt_logprobs`` per choice (:mod:`.prompt_logprobs`).
+See :mod:`.serving_base` for the shared request handling.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.fim_prompt import fim_token_ids, render_fim_prompt
 from sglang_v4.entrypoints.openai.logprob_tokens import TokenPiece, TokenTextSplitter
+from sglang_v4.entrypoints.openai.prompt_logprobs import (
+    check_prompt_logprobs,
+    prompt_logprobs_engine_fields,
+    vllm_prompt_logprobs,
+)
 from sglang_v4.entrypoints.openai.protocol import (
     CompletionRequest,
     CompletionResponse,
@@ -72,6 +78,7 @@ class CompletionsMixin(OpenAIServingBase):
             raise RequestError(
                 f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.logprobs}.", param="logprobs"
             )
+        prompt_lps = check_prompt_logprobs(req, self._vocab_size())
         # chat's max_completion_tokens is the same limit; it wins over max_tokens when both are set
         limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         req.max_tokens = getattr(req, limit_field)
@@ -100,6 +107,8 @@ class CompletionsMixin(OpenAIServingBase):
             stream=req.stream,
             rid=req.rid,
         )
+        if prompt_lps is not None:
+            kw.update(prompt_logprobs_engine_fields(prompt_lps, kw["top_logprobs_num"]))
         if req.priority is not None:
             kw["priority"] = req.priority
         kw["extra_key"] = cache_namespace(req)
@@ -149,7 +158,7 @@ class CompletionsMixin(OpenAIServingBase):
                     as_ids=bool(req.return_tokens_as_token_ids),
                 )
                 lp = self._completion_logprobs(
-                    meta, state, ret.get("text", ""), True, prefix if req.echo else None
+                    meta, state, ret.get("text", ""), True, prefix if req.echo else None, req.logprobs
                 )
             fr, matched = _finish(meta)
             choices.append(
@@ -161,6 +170,9 @@ class CompletionsMixin(OpenAIServingBase):
                     matched_stop=matched,
                     token_ids=list(ret.get("output_ids") or []) if prompt_ids is not None else None,
                     prompt_token_ids=_nth_prompt(prompt_ids, idx, n),
+                    prompt_logprobs=vllm_prompt_logprobs(meta, prompt_lps)
+                    if prompt_lps is not None
+                    else None,
                 )
             )
         resp = CompletionResponse(
@@ -208,6 +220,7 @@ class CompletionsMixin(OpenAIServingBase):
         out_text: str,
         final: bool,
         echo_text: str | None = None,
+        num_top: int | None = None,
     ) -> LogProbs:
         """Legacy completions ``logprobs`` of one choice's new tokens: the prompt's tokens first
         when ``echo_text`` (the echoed prompt) is given, then the output tokens not yet sent
@@ -224,6 +237,8 @@ class CompletionsMixin(OpenAIServingBase):
         ``logprobs`` most likely tokens *and* the sampled one (up to ``logprobs + 1`` entries),
         as OpenAI documents the field and vLLM returns it; a dict with only the sampled
         token for ``logprobs: 0``; ``None`` for the echoed prompt's first token (no logprob).
+        ``num_top``: the request's ``logprobs``, where the engine's top lists may be longer (it
+        computed more for ``prompt_logprobs``); ``None`` keeps them whole.
         """
         lp = LogProbs()
         segments: list[tuple[list[Any], list[Any], TokenTextSplitter | None, str, bool]] = []
@@ -238,7 +253,7 @@ class CompletionsMixin(OpenAIServingBase):
         for seg, (entries, tops, splitter, text, done) in enumerate(segments):
             parsed = [_lp_entry(e) for e in entries]
             tops = tops + [None] * (len(parsed) - len(tops))
-            cands = [[_lp_entry(c) for c in (top or [])] for top in tops]
+            cands = [[_lp_entry(c) for c in (top or [])[:num_top]] for top in tops]
             if splitter is not None:
                 pieces = [splitter.add(tid, [c[1] for c in cs]) for (_, tid, _), cs in zip(parsed, cands)]
                 rows = list(zip(parsed, cands, pieces))

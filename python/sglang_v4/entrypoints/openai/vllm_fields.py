@@ -1,7 +1,7 @@
 """vLLM's extra request fields (:mod:`.protocol_vllm`) mapped onto what the runtime does.
 
 * refused with a 400 naming the field (:func:`check_vllm_fields`): the fields whose effect the
-  runtime lacks and whose absence would change the output (beam search, ``prompt_logprobs``,
+  runtime lacks and whose absence would change the output (beam search,
   ``logits_processors``, whitespace options of the JSON
   grammar, repetition-pattern stops, ``kv_transfer_params``, ``vllm_xargs``, ``prompt_embeds``,
   a per-request ``chat_template``) and invalid values of the honoured ones;
@@ -12,7 +12,8 @@
   fields of ``SamplingParams`` (:func:`vocabulary_constraints`;
   :mod:`sglang_v4.sampling.token_masks` applies them);
 * ``truncate_prompt_tokens`` keeps the last N prompt tokens (:func:`truncation_length`);
-* ``return_tokens_as_token_ids`` writes logprob tokens as ``token_id:<id>`` (:func:`token_id_text`).
+* ``return_tokens_as_token_ids`` writes logprob tokens as ``token_id:<id>`` (:func:`token_id_text`);
+* ``prompt_logprobs`` is checked and answered by :mod:`.prompt_logprobs`.
 
 The table of every field is in ``docs/VLLM_FIELDS.md``.
 """
@@ -38,8 +39,6 @@ __all__ = [
 #: vLLM fields refused when set to anything but their "off" value, with the reason.
 _REFUSED: dict[str, str] = {
     "use_beam_search": "beam search is not implemented",
-    "prompt_logprobs": "prompt logprobs with vLLM's per-token ranks are not available "
-    "(/v1/completions with echo and logprobs returns the prompt's logprobs in OpenAI's format)",
     "logits_processors": "custom logits processors are not supported",
     "guided_whitespace_pattern": "the JSON grammar's whitespace pattern cannot be changed "
     "(--constrained-json-max-whitespace-cnt bounds it server-wide)",
@@ -84,15 +83,14 @@ def check_vllm_fields(req: Any) -> None:
     cannot honour, and invalid values of the ones it honours.
 
     Raises:
-        RequestError: 400, ``param`` the field: a refused field that is set (:data:`_REFUSED`; a
-            ``prompt_logprobs`` of 0 too, as vLLM then still returns the prompt's entries), a
+        RequestError: 400, ``param`` the field: a refused field that is set (:data:`_REFUSED`), a
             refused ``structured_outputs`` option, ``truncate_prompt_tokens`` below -1 or 0,
             ``best_of`` above ``n`` on the chat route, or more than one guided-decoding
             constraint (:func:`vllm_grammar`).
     """
     for name, why in _REFUSED.items():
         value = getattr(req, name, None)
-        if _is_set(value) or (name == "prompt_logprobs" and value is not None):
+        if _is_set(value):
             raise RequestError(f"{name} is not supported by sglang-v4: {why}.", param=name)
     so = getattr(req, "structured_outputs", None)
     for option in _REFUSED_OPTIONS if so is not None else ():
