@@ -1,5 +1,5 @@
 """Chat request preparation for ``/v1/chat/completions``: the rendered prompt and how the output
-is read (:class:`ChatPlan`).
+is read (:class:`ChatPlan`), and the checked request ready to run (:class:`ChatRun`).
 
 The messages are rendered with :func:`~sglang_v4.entrypoints.chat_encoding.render_messages`, the
 request's own text marked to be tokenized as plain text (or, with ``--chat-template FILE``, with
@@ -15,7 +15,8 @@ constrained, turned into the tool-call structural tag (``"required"``, a named f
 SGLang's tool grammar does; without a grammar backend or next to the client's own answer grammar
 the answer's reader keeps the first call only, :attr:`ChatPlan.max_calls`); an answer grammar in
 thinking mode is moved
-after the reasoning. The response and stream builders are in :mod:`.serving_chat`.
+after the reasoning. The response and stream builders are in :mod:`.serving_chat` and
+:mod:`.serving_chat_stream`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from sglang_v4.prompt_tokens import prepare_plain_encoding
 __all__ = [
     "ChatPlan",
     "ChatPrepareMixin",
+    "ChatRun",
     "answer_grammar_kind",
     "chat_echo_text",
     "detect_reasoning_effort_profile",
@@ -162,6 +164,30 @@ class ChatPlan:
         if self.stop_marker and self.ended_by_marker(matched) and matched not in (stop_token_ids or ()):
             return THINK_END
         return matched
+
+
+@dataclass
+class ChatRun:
+    """A checked chat request ready to run (:meth:`~.serving_chat.ChatMixin._prepare_chat`).
+
+    Attributes:
+        obj: the engine request (``GenerateReqInput``; prompt as token ids when a tokenizer is loaded).
+        plan: how the prompt was rendered and how the output is read.
+        n: samples per prompt.
+        separate: the reasoning is split off the content.
+        grammar_field: the request field a grammar error names (``tools``, ``response_format``...).
+        prompt_ids: the prompt's token ids (``None`` without a tokenizer).
+        prompt_logprobs: top tokens per position of vLLM's ``prompt_logprobs`` in the answer,
+            ``None`` for none (:func:`~.prompt_logprobs.check_prompt_logprobs`).
+    """
+
+    obj: Any
+    plan: ChatPlan
+    n: int
+    separate: bool
+    grammar_field: str | None
+    prompt_ids: list[int] | None
+    prompt_logprobs: int | None = None
 
 
 def answer_grammar_kind(sp: dict[str, Any]) -> str | None:

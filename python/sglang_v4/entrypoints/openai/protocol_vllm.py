@@ -3,10 +3,11 @@
 vLLM's OpenAI-compatible server accepts fields beyond OpenAI's (its ``ChatCompletionRequest`` /
 ``CompletionRequest``, documented under "OpenAI-Compatible Server" -> "Extra Parameters"; read
 for names, types and meaning, written independently). They are declared here, mixed into the
-request models of :mod:`.protocol`, so that each is honoured, ignored on purpose or refused with a
-400 naming it (:mod:`.vllm_fields`) instead of being dropped silently as an unknown field. The
-fields SGLang and vLLM share (``top_k``, ``min_p``, ``min_tokens``, ``stop_token_ids``,
-``include_stop_str_in_output``, ``priority``...) are declared in :mod:`.protocol`.
+request models of :mod:`.protocol_chat` and :mod:`.protocol_completions`, so that each is honoured,
+ignored on purpose or refused with a 400 naming it (:mod:`.vllm_fields`) instead of being dropped
+silently as an unknown field. The fields SGLang and vLLM share (``top_k``, ``min_p``,
+``min_tokens``, ``stop_token_ids``, ``include_stop_str_in_output``, ``priority``...) are declared
+in :mod:`.protocol_base`.
 The table of what each field does here is in ``docs/VLLM_FIELDS.md``. :class:`PromptLogprob` is
 the one vLLM response shape the routes add (``prompt_logprobs``, :mod:`.prompt_logprobs`).
 """
