@@ -8,7 +8,10 @@ message is a system message there (:func:`developer_messages_as_system`, SGLang'
 message whose ``content`` is ``null`` or absent is rendered with empty text (SGLang's);
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
 as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request,
-rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`).
+rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`);
+``chat_template_kwargs`` ``{"drop_thinking": false}`` keeps the reasoning of the turns before the
+last user turn in a thinking-mode prompt without tools (the reference encoder's argument, which
+vLLM's DeepSeek-V4 chat encoding reads there; dropped by default).
 ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` are checked here and, when decoding is
 constrained, turned into the tool-call structural tag (``"required"``, a named function, a
 ``strict`` tool, or ``parallel_tool_calls: false``: at most one call, also under ``"auto"``, as
@@ -359,6 +362,13 @@ class ChatPrepareMixin(OpenAIServingBase):
             req.chat_template_kwargs = {**defaults, **(req.chat_template_kwargs or {})}
         thinking = _thinking_flag(req)
         kwargs = dict(req.chat_template_kwargs or {})
+        if kwargs.get("drop_thinking") is None:
+            kwargs.pop("drop_thinking", None)
+        elif not isinstance(kwargs["drop_thinking"], bool):
+            raise RequestError(
+                f"chat_template_kwargs.drop_thinking must be a boolean, got {kwargs['drop_thinking']!r}.",
+                param="chat_template_kwargs",
+            )
         try:
             effort = normalize_reasoning_effort(
                 req.reasoning_effort or kwargs.get("reasoning_effort"), self.reasoning_effort_profile
@@ -464,10 +474,16 @@ class ChatPrepareMixin(OpenAIServingBase):
                 raise ValueError(f"the chat template failed on these messages: {e}") from None
             return RenderedPrompt(prompt), thinking
         profile = self.reasoning_effort_profile
+        drop = kwargs.get("drop_thinking", True)
         msgs = developer_messages_as_system(msgs)
         if cont:  # the continuation is answer text (after the turn's closed reasoning)
             rendered = render_continuation(
-                msgs, thinking, tools=tools, reasoning_effort=effort, reasoning_effort_profile=profile
+                msgs,
+                thinking,
+                tools=tools,
+                reasoning_effort=effort,
+                reasoning_effort_profile=profile,
+                drop_thinking=drop,
             )
             return rendered, False
         rendered = render_messages(
@@ -477,6 +493,7 @@ class ChatPrepareMixin(OpenAIServingBase):
             tools=tools,
             reasoning_effort=effort,
             reasoning_effort_profile=profile,
+            drop_thinking=drop,
         )
         return rendered, thinking
 
