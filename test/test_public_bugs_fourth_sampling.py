@@ -219,7 +219,8 @@ def test_allowed_token_ids_with_a_grammar(server: ServerHandle, mtok: Any) -> No
     """``allowed_token_ids`` with structured outputs (vLLM serves both together). The client's
     own tokenizer gives the ids. An allowlist that shares no token with the grammar (letters for a
     three-digit regex) left every logit masked and the request failed with a 500 "Grammar
-    accept_token failed" (streamed too): it is a 400 naming ``allowed_token_ids``. A ``choice``
+    accept_token failed" (streamed too): it is a 400 naming ``allowed_token_ids`` (bad words that
+    ban the grammar's only token: a 400 naming ``bad_words``, as the client sent it). A ``choice``
     with the allowlist of its answers' tokens (no EOS among them) answers one of the choices and
     ends with ``stop``: the grammar's end passes the allowlist (it was the same 500 after the
     answer, the grammar then allowing only EOS)."""
@@ -239,6 +240,12 @@ def test_allowed_token_ids_with_a_grammar(server: ServerHandle, mtok: Any) -> No
         assert r.status_code == 400, r.text
         err = r.json()["error"]
     assert err["param"] == "allowed_token_ids", r.text
+    # bad words that ban the grammar's only token (the regex "a": the one token "a"), named as sent
+    assert len(mtok.encode("a", add_special_tokens=False)) == 1
+    r = post(server, COMPLETIONS, {**body, "structured_outputs": {"regex": "a"}, "bad_words": ["a"]})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "bad_words" and err["message"].startswith("bad_words: "), err
     choices = ["yes", "no"]
     ids = sorted({mtok.encode(c, add_special_tokens=False)[0] for c in choices})
     assert all(len(mtok.encode(c, add_special_tokens=False)) == 1 for c in choices)

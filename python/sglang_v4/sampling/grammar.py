@@ -241,9 +241,9 @@ class Grammar:
             left[torch.as_tensor(banned, dtype=torch.long)] = False
             if not bool(left.any()):
                 return finish_abort(
-                    f"bad_words_ids: the words banned here cover every token the request's {self.kind} "
-                    f"grammar{' and allowed_token_ids' if allowed_token_ids else ''} allow {after}: "
-                    "together they leave nothing to generate.",
+                    f"bad_words_ids: the words banned here cover every token that the request's "
+                    f"{self.kind} grammar{' and allowed_token_ids' if allowed_token_ids else ''} "
+                    f"let through {after}: together they leave nothing to generate.",
                     400,
                 )
         return finish_abort(f"Grammar accept_token failed: {self.kind} rejected token {int(token_id)}.", 500)

@@ -234,7 +234,7 @@ def grammar_error_for(e: RequestError, field: str | None) -> RequestError:
     or it is not a grammar error.
     """
     kind, sep, rest = e.message.partition(": ")
-    if e.status == 400 and sep and kind in _ABORT_FIELDS and e.param is None:
+    if e.status == 400 and sep and kind in _ABORT_FIELDS and e.param in (None, kind):
         name = _OPENAI_NAME.get(kind, kind)
         return RequestError(f"{name}: {rest}", e.status, e.err_type, name)
     if field is None or e.status != 400 or not sep or kind not in GRAMMAR_FIELDS:
