@@ -26,6 +26,7 @@ answer without the constraint, the reports' stated expectations.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -206,4 +207,51 @@ def test_vllm_57986_allowed_token_ids_is_the_hard_constraint(server: ServerHandl
         assert r.status_code == 400 and r.json()["error"]["param"] == "allowed_token_ids", r.text
     r = post(server, COMPLETIONS, {**body, "bad_words": [""]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "bad_words", r.text
-    assert post(server, COMPLETIONS, {**body, "allowed_token_ids": [], "bad_words": []}).status_code == 200
+    assert post(server, COMPLETIONS, {**body, "bad_words": []}).status_code == 200
+    # an empty allowlist would allow nothing: vLLM's 400 ("allowed_token_ids is not None and
+    # empty!"), here naming the field too (it was read as unset and generated freely)
+    for path, extra in ((COMPLETIONS, {}), (CHAT, {"messages": USER, "prompt": None})):
+        r = post(server, path, {**body, **extra, "allowed_token_ids": []})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "allowed_token_ids", r.text
+
+
+def test_allowed_token_ids_with_a_grammar(server: ServerHandle, mtok: Any) -> None:
+    """``allowed_token_ids`` with structured outputs (vLLM serves both together). The client's
+    own tokenizer gives the ids. An allowlist that shares no token with the grammar (letters for a
+    three-digit regex) left every logit masked and the request failed with a 500 "Grammar
+    accept_token failed" (streamed too): it is a 400 naming ``allowed_token_ids`` (bad words that
+    ban the grammar's only token: a 400 naming ``bad_words``, as the client sent it). A ``choice``
+    with the allowlist of its answers' tokens (no EOS among them) answers one of the choices and
+    ends with ``stop``: the grammar's end passes the allowlist (it was the same 500 after the
+    answer, the grammar then allowing only EOS)."""
+    letters = mtok.encode(" hello world", add_special_tokens=False)
+    body = {"model": MODEL, "prompt": "Number:", "max_tokens": 6, "temperature": 0}
+    bad = {**body, "structured_outputs": {"regex": "[0-9]{3}"}, "allowed_token_ids": letters}
+    r = post(server, COMPLETIONS, bad)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "allowed_token_ids", r.text
+    r = post(server, CHAT, {**bad, "messages": USER, "prompt": None})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "allowed_token_ids", r.text
+    # streamed, the error comes before any chunk: the same 400 (an error event if it came later)
+    r = post(server, COMPLETIONS, {**bad, "stream": True})
+    if r.status_code == 200:
+        events = [json.loads(x[6:]) for x in r.text.splitlines() if x.startswith("data: {")]
+        err = next(e["error"] for e in events if "error" in e)
+    else:
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+    assert err["param"] == "allowed_token_ids", r.text
+    # bad words that ban the grammar's only token (the regex "a": the one token "a"), named as sent
+    assert len(mtok.encode("a", add_special_tokens=False)) == 1
+    r = post(server, COMPLETIONS, {**body, "structured_outputs": {"regex": "a"}, "bad_words": ["a"]})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "bad_words" and err["message"].startswith("bad_words: "), err
+    choices = ["yes", "no"]
+    ids = sorted({mtok.encode(c, add_special_tokens=False)[0] for c in choices})
+    assert all(len(mtok.encode(c, add_special_tokens=False)) == 1 for c in choices)
+    r = post(
+        server, COMPLETIONS, {**body, "structured_outputs": {"choice": choices}, "allowed_token_ids": ids}
+    )
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["text"] in choices and choice["finish_reason"] == "stop", choice

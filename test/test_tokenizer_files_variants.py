@@ -349,3 +349,41 @@ def test_legacy_tokenizer_class_names_change_nothing(tmp_path: Path, cls: str) -
     assert isinstance(ours, FastTokenizer)
     for text in TEXTS:
         assert ours.encode(text) == raw.encode(text).ids, text
+
+
+def test_tokenizer_tokens_past_the_model_vocabulary_are_named_at_start_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``special_tokens_map.json``'s ``additional_special_tokens`` add tokens after the vocabulary
+    (transformers appends them at the next free ids): past a model whose embeddings were not
+    resized. A prompt holding one is refused with a 400, and nothing at start-up said why; the
+    scheduler's start-up warning names each such token and id, those transformers gives it."""
+    import logging
+
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.managers.scheduler import warn_tokens_beyond_vocab
+
+    added = ["<my_special>", "<my_other>"]
+    d = tok_dir(tmp_path / "m", None)
+    (d / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": BOS, "eos_token": EOS, "additional_special_tokens": added})
+    )
+    hf = AutoTokenizer.from_pretrained(str(d))
+    want = [(hf.convert_tokens_to_ids(t), t) for t in added]
+    cfg = json.loads(
+        (
+            Path(__file__).parent / "fixtures" / "configs" / "tiny-DeepseekV4ForCausalLM.config.json"
+        ).read_text()
+    )
+    cfg["vocab_size"] = min(i for i, _ in want)  # the model ends where the added tokens begin
+    (d / "config.json").write_text(json.dumps(cfg))
+    mc = ModelConfig.from_pretrained(str(d))
+    with caplog.at_level(logging.WARNING):
+        assert warn_tokens_beyond_vocab(mc, get_tokenizer(str(d))) == want
+    assert any(all(f"{t!r} (id {i})" in m for i, t in want) for m in caplog.messages), caplog.messages
+    cfg["vocab_size"] = len(hf)  # a model that has them: no warning
+    (d / "config.json").write_text(json.dumps(cfg))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert warn_tokens_beyond_vocab(ModelConfig.from_pretrained(str(d)), get_tokenizer(str(d))) == []
+    assert not caplog.messages

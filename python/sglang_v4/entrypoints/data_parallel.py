@@ -25,7 +25,9 @@ replicas accept.
 
 A replica, the router or the gateway that exits takes the whole group down (exit code 1, naming
 it); SIGTERM / SIGINT stop the gateway and the router, then drain the replicas (each its own
-graceful shutdown).
+graceful shutdown), exit code 0. Sent to the whole process group (a terminal's Ctrl+C), the
+signal also reaches the gateway and the replicas, which stop on their own; the router runs in its
+own session, out of the group's reach (:func:`start_router`), and is stopped by the launcher.
 """
 
 from __future__ import annotations
@@ -136,6 +138,11 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
     def on_signal(signum: int, frame: Any) -> None:
         stop["signal"] = signum
 
+    def stopped_meanwhile() -> bool:
+        # a child found exited: the signal that stopped the whole group may still be on its way
+        time.sleep(_SIGNAL_GRACE_S)
+        return stop["signal"] is not None
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     ctx = mp.get_context("spawn")
@@ -157,6 +164,8 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
                 return 0
             for i, _, p in replicas:
                 if not p.is_alive():
+                    if stopped_meanwhile():
+                        return 0
                     logger.error(
                         "DP replica %d (pid %s) exited with code %s during start-up", i, p.pid, p.exitcode
                     )
@@ -170,7 +179,7 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
         from sglang_v4.entrypoints.tp_launch import free_port
 
         router_port = free_port()
-        router = subprocess.Popen(router_command(urls, sa, free_port(), router_port))
+        router = start_router(router_command(urls, sa, free_port(), router_port))
         router_url = f"http://127.0.0.1:{router_port}"
         while not _healthy(router_url):
             if router.poll() is not None:
@@ -188,11 +197,13 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
         gateway.start()
         own = f"http://{'127.0.0.1' if sa.host in ('0.0.0.0', '::') else sa.host}:{sa.port}"
         while not _healthy(own):
-            if not gateway.is_alive():
-                logger.error("the DP gateway exited with code %s during start-up", gateway.exitcode)
-                return 1
             if stop["signal"] is not None:
                 return 0
+            if not gateway.is_alive():
+                if stopped_meanwhile():
+                    return 0
+                logger.error("the DP gateway exited with code %s during start-up", gateway.exitcode)
+                return 1
             time.sleep(0.3)
         logger.info(
             "Serving on http://%s:%d: sglang-router (policy %s) on %s over %d replicas %s",
@@ -205,19 +216,52 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
         )
         while stop["signal"] is None:
             time.sleep(0.5)
-            if router.poll() is not None:
-                logger.error("sglang-router exited with code %s; stopping the replicas", router.returncode)
+            # A terminal's Ctrl+C (or `kill -- -PGID`) reaches the gateway and the replicas too:
+            # they exit at the same moment, which is the stop, not a failure.
+            if stop["signal"] is not None:
+                break
+            failure = _exited_child(router, gateway, replicas)
+            if failure is not None:
+                if stopped_meanwhile():
+                    break
+                logger.error("%s; stopping the replicas", failure)
                 return 1
-            if not gateway.is_alive():
-                logger.error("the DP gateway exited with code %s; stopping the replicas", gateway.exitcode)
-                return 1
-            for i, _, p in replicas:
-                if not p.is_alive():
-                    logger.error("DP replica %d (pid %s) exited with code %s; stopping", i, p.pid, p.exitcode)
-                    return 1
         return 0
     finally:
         _stop_all(gateway, router, [p for _, _, p in replicas], sa.graceful_shutdown_timeout)
+
+
+#: Seconds to wait, on finding a child exited, for the signal that may have stopped the group.
+_SIGNAL_GRACE_S = 0.2
+
+
+def start_router(cmd: list[str]) -> subprocess.Popen[bytes]:
+    """Start the router process (:func:`router_command`) in its own session, so a signal sent to
+    the launcher's process group (a terminal's Ctrl+C, ``kill -TERM -- -PGID``) does not reach it:
+    the launcher stops it after the gateway (:func:`_stop_all`), and sglang-router's Python
+    wrapper, interrupted by a SIGINT, printed a ``KeyboardInterrupt`` traceback over the clean
+    shutdown. It gets SIGTERM when the launcher dies (``prctl(PR_SET_PDEATHSIG)``), as the
+    replicas and the gateway do.
+    """
+    from sglang_v4.utils import set_parent_death_signal
+
+    return subprocess.Popen(
+        cmd, start_new_session=True, preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM)
+    )
+
+
+def _exited_child(
+    router: subprocess.Popen[bytes], gateway: Any, replicas: list[tuple[int, Any, Any]]
+) -> str | None:
+    """What exited among the serving group's processes (a log phrase), or ``None``."""
+    if router.poll() is not None:
+        return f"sglang-router exited with code {router.returncode}"
+    if not gateway.is_alive():
+        return f"the DP gateway exited with code {gateway.exitcode}"
+    for i, _, p in replicas:
+        if not p.is_alive():
+            return f"DP replica {i} (pid {p.pid}) exited with code {p.exitcode}"
+    return None
 
 
 def _stop_all(

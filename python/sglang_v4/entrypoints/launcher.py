@@ -89,7 +89,7 @@ def check_model_dir(
         if looks_like_hub_id:
             raise ValueError(
                 f"model_path: {model_path!r} is not a local directory; sglang-v4 does not download "
-                f"from the Hugging Face Hub. Download it first (huggingface-cli download {model_path} "
+                f"from the Hugging Face Hub. Download it first (hf download {model_path} "
                 f"--local-dir DIR) and pass --model-path DIR, or make a random-weight model with: "
                 f"{MAKE_CHECKPOINT_HINT}"
             )

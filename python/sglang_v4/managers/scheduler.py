@@ -124,6 +124,29 @@ def stop_token_ids(mc: ModelConfig, tokenizer: Any) -> set[int]:
     return ids
 
 
+def warn_tokens_beyond_vocab(mc: ModelConfig, tokenizer: Any) -> list[tuple[int, str]]:
+    """Warn (once, at start-up) about the tokenizer's tokens whose ids are past the model's
+    vocabulary (``config.json``'s ``vocab_size``): tokens added by ``special_tokens_map.json`` /
+    ``added_tokens_decoder`` / ``extra_special_tokens`` to a tokenizer whose model was not resized.
+    A prompt that holds one is refused with a 400 (its id has no embedding), and the operator's only
+    clue was that 400. Returns the ``(id, token)`` pairs, in id order (``[]``: none, or no
+    tokenizer).
+    """
+    if tokenizer is None or len(tokenizer) <= mc.vocab_size:
+        return []
+    ids = list(range(mc.vocab_size, len(tokenizer)))
+    extra = list(zip(ids, tokenizer.convert_ids_to_tokens(ids)))
+    logger.warning(
+        "The tokenizer has %d token(s) past the model's vocabulary (%d ids): %s; a prompt that "
+        "contains one is refused (400): resize the model's embeddings or remove them from the "
+        "tokenizer files",
+        len(extra),
+        mc.vocab_size,
+        ", ".join(f"{t!r} (id {i})" for i, t in extra[:8]) + (", ..." if len(extra) > 8 else ""),
+    )
+    return extra
+
+
 class Scheduler(
     SchedulerIntakeMixin, SchedulerOutputProcessorMixin, SchedulerMetricsMixin, SchedulerUpdateWeightsMixin
 ):
@@ -183,6 +206,7 @@ class Scheduler(
         skip_tok = bool(getattr(sa, "skip_tokenizer_init", False))
         self.tokenizer = None if skip_tok else get_tokenizer(sa.tokenizer_path or model_path)
         self.eos_ids = stop_token_ids(mc, self.tokenizer)
+        warn_tokens_beyond_vocab(mc, self.tokenizer)
         self.grammar_backend = None
         if skip_tok:
             logger.info("--skip-tokenizer-init: constrained decoding disabled (grammars need the tokenizer)")

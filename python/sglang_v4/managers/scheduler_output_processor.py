@@ -34,6 +34,7 @@ from sglang_v4.managers.model_worker_batch import GenerationBatchResult
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.schedule_batch import ScheduleBatch
 from sglang_v4.sampling.stop_checker import check_stop
+from sglang_v4.sampling.token_masks import banned_next_tokens
 
 if TYPE_CHECKING:
     from sglang_v4.managers.scheduler import Scheduler
@@ -304,8 +305,11 @@ class SchedulerOutputProcessorMixin:
         n = len(out)
         if req.grammar is not None and not req.grammar.accept(tok):
             # A token the grammar forbids: every logit was masked (a dead end of the request's
-            # grammar) or the mask and the matcher disagree. Aborted, as SGLang does.
-            reason = req.grammar.rejection_reason(tok)
+            # grammar, or its allowlist / bad words leave none of the grammar's tokens) or the mask
+            # and the matcher disagree. Aborted, as SGLang does.
+            sp = req.sampling_params
+            banned = banned_next_tokens(sp.bad_words_ids, out[:-1]) if sp.bad_words_ids else ()
+            reason = req.grammar.rejection_reason(tok, sp.allowed_token_ids, banned)
         elif req.grammar is not None or req.has_text_stops:
             sp = req.sampling_params
             if req.stop_text_start < 0 and tok == sp.stop_str_after_token_id:

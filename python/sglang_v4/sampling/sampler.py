@@ -405,15 +405,26 @@ def sample(
 
         apply_grammar_masks(z, grammars)
         # A grammar that only allows EOS while min_new_tokens masks EOS leaves nothing: the grammar
-        # wins (the row is recomputed without the min_new_tokens mask).
+        # wins (the row is recomputed without the min_new_tokens mask). A grammar whose match is
+        # complete may always end the output: where the allowlist or the bad words mask its stop
+        # tokens too (allowed_token_ids without EOS), those stop tokens alone are kept. A row left
+        # dead is sampled anyway; the grammar rejects the token and names the field that left
+        # nothing (Grammar.rejection_reason).
         dead = (~torch.isfinite(z).any(dim=-1)).nonzero().flatten().tolist()
         for i in dead:
-            if grammars[i] is None:
+            g = grammars[i]
+            if g is None:
                 continue
             row = logits[i : i + 1].detach().to(torch.float32).clone()
             relaxed = dataclasses.replace(params[i], min_new_tokens=0, is_normalized=True)
             apply_penalties(row, [relaxed], [output_ids[i]], None if prompt_ids is None else [prompt_ids[i]])
-            apply_grammar_masks(row, [grammars[i]])
+            apply_grammar_masks(row, [g])
+            ends = g.end_tokens()
+            if ends and not bool(torch.isfinite(row).any()):
+                idx = _device_tensor(ends, torch.long, dev)
+                kept = logits[i].detach().to(torch.float32).index_select(0, idx)
+                row.fill_(float("-inf"))
+                row[0].index_copy_(0, idx, kept)
             z[i] = row[0]
 
     greedy = [p.is_greedy for p in params]

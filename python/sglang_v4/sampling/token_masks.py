@@ -51,13 +51,19 @@ def normalize_token_lists(
     allowed: Any, bad_words_ids: Any
 ) -> tuple[list[int] | None, list[list[int]] | None]:
     """Type-checked ``(allowed_token_ids, bad_words_ids)``: a list of ints and a list of non-empty
-    lists of ints, each ``None`` when unset or empty (``[]`` is the fields' "off" value).
+    lists of ints, each ``None`` when unset (``bad_words_ids``: also when ``[]``, no word banned).
 
     Raises:
-        ValueError: a value of another type, or an empty token sequence (the message names the
-            field).
+        ValueError: a value of another type, an empty token sequence, or an empty allowlist
+            (``allowed_token_ids: []`` would leave no token to generate; vLLM refuses it too); the
+            message names the field.
     """
     allowed_out = _int_list("allowed_token_ids", allowed) if allowed is not None else []
+    if allowed is not None and not allowed_out:
+        raise ValueError(
+            "allowed_token_ids must not be empty: it would leave no token to generate "
+            "(leave the field out for no constraint)."
+        )
     bad_out: list[list[int]] = []
     if bad_words_ids is not None:
         if isinstance(bad_words_ids, (str, bytes, dict)) or not isinstance(bad_words_ids, (list, tuple)):

@@ -119,7 +119,8 @@ def check_vllm_fields(req: Any) -> None:
 def vocabulary_constraints(req: Any, tokenizer: Any) -> dict[str, Any]:
     """vLLM's ``allowed_token_ids`` and ``bad_words`` of ``req`` as ``SamplingParams`` fields:
     ``{"allowed_token_ids": [ids], "bad_words_ids": [[ids], ...]}`` with the unset ones left out
-    (``[]`` is unset). The bad words are tokenized with ``tokenizer`` by vLLM's rule
+    (``bad_words: []`` is unset; ``allowed_token_ids: []`` is passed on, for the 400 of
+    ``SamplingParams``: it would allow nothing). The bad words are tokenized with ``tokenizer`` by vLLM's rule
     (:func:`~sglang_v4.sampling.token_masks.bad_word_token_ids`); their range and the allowlist
     are checked with the other sampling parameters (``SamplingParams.verify``).
 
@@ -131,7 +132,7 @@ def vocabulary_constraints(req: Any, tokenizer: Any) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     allowed = getattr(req, "allowed_token_ids", None)
-    if allowed:
+    if allowed is not None:
         out["allowed_token_ids"] = list(allowed)
     words = getattr(req, "bad_words", None)
     if words:
