@@ -138,10 +138,13 @@ def check_model_dir(
     # an ``architectures`` of --json-model-override-args replaces the file's, as in SGLang
     check_architectures({**raw, **(model_overrides or {})}.get("architectures"), cfg)
     from sglang_v4.layers.quantization import resolve_quantization
+    from sglang_v4.model_loader.expert_format import stored_expert_format
 
+    # the routed experts' stored format (one safetensors header entry) decides theirs where definite
+    stored = stored_expert_format(model_path).fmt if load_format != "dummy" else None
     try:
-        resolve_quantization(quantization, mc.hf, "cuda")
-        quant = resolve_quantization(quantization, mc.hf, device)
+        resolve_quantization(quantization, mc.hf, "cuda", stored)
+        quant = resolve_quantization(quantization, mc.hf, device, stored)
     except ValueError as e:
         raise ValueError(f"model_path: {cfg}: {e}") from None
     check_modelopt_config(model_path)
