@@ -2,7 +2,9 @@
 replica, all in this process: the model routes answer as the replica does, in Anthropic's shape for
 a request carrying ``anthropic-version`` (``sglang-router`` answered ``/v1/models`` itself, in
 OpenAI's shape only, with the model's path as its id, and had no ``/v1/models/{id}``), and every
-other request reaches the router as sent, its answer coming back as the router sent it, streamed.
+other request reaches the router as sent, its answer coming back as the router sent it, streamed
+(repeated headers kept); a client that goes away closes the router's request (also before any
+answer), and a router that drops the connection unanswered is a 502, not the gateway's 500.
 
 The replica is the OpenAI and Anthropic routers over ``fake_prompt_tm.PromptTM`` (uvicorn); the
 router a stub that answers like ``sglang-router`` and echoes what it receives (aiohttp). Oracles:
@@ -29,7 +31,7 @@ from aiohttp import web
 from fake_prompt_tm import MODEL, PromptTM
 from fastapi import FastAPI
 from sglang_v4.entrypoints.anthropic import create_anthropic_router
-from sglang_v4.entrypoints.dp_gateway import create_gateway_app
+from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, create_gateway_app
 from sglang_v4.entrypoints.openai import create_openai_router
 from transformers import PreTrainedTokenizerFast
 
@@ -46,11 +48,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve_aiohttp(app: web.Application) -> tuple[str, Any]:
-    """``app`` served on a loopback port by its own event loop in a thread; ``(url, stop)``."""
+def _serve_aiohttp(app: web.Application, **options: Any) -> tuple[str, Any]:
+    """``app`` served on a loopback port by its own event loop in a thread (``options``: the
+    ``web.AppRunner``'s); ``(url, stop)``."""
     port = _free_port()
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(app, **options)
     loop.run_until_complete(runner.setup())
     loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -66,7 +69,9 @@ def _serve_aiohttp(app: web.Application) -> tuple[str, Any]:
 
 def _router_stub(seen: list[dict[str, Any]]) -> web.Application:
     """Answers like ``sglang-router`` (its own model list, 404 on routes it lacks), echoes
-    ``/echo`` and streams ``/stream``; records each request it gets in ``seen``."""
+    ``/echo``, streams ``/stream``, sets two cookies on ``/cookies``, closes the connection
+    unanswered on ``/drop`` and answers ``/slow`` after 5 s (``"cancelled"`` in its record when
+    the gateway closes the request first); records each request it gets in ``seen``."""
 
     async def record(request: web.Request) -> dict[str, Any]:
         entry = {
@@ -100,6 +105,28 @@ def _router_stub(seen: list[dict[str, Any]]) -> web.Application:
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
+    async def cookies(request: web.Request) -> web.Response:
+        await record(request)
+        resp = web.Response(text="ok")
+        resp.headers.add("Set-Cookie", "a=1")
+        resp.headers.add("Set-Cookie", "b=2")
+        return resp
+
+    async def drop(request: web.Request) -> web.Response:
+        await record(request)
+        assert request.transport is not None
+        request.transport.close()
+        return web.Response(text="never sent")
+
+    async def slow(request: web.Request) -> web.Response:
+        e = await record(request)
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            e["cancelled"] = True
+            raise
+        return web.Response(text="late")
+
     async def missing(request: web.Request) -> web.Response:
         await record(request)
         return web.Response(status=404)
@@ -108,6 +135,9 @@ def _router_stub(seen: list[dict[str, Any]]) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_route("*", "/echo", echo)
     app.router.add_post("/stream", stream)
+    app.router.add_get("/cookies", cookies)
+    app.router.add_post("/drop", drop)
+    app.router.add_post("/slow", slow)
     app.router.add_route("*", "/{tail:.*}", missing)
     return app
 
@@ -130,10 +160,12 @@ def stack(tok: PreTrainedTokenizerFast) -> Iterator[SimpleNamespace]:
         assert time.time() < deadline, "the replica did not start"
         time.sleep(0.02)
     seen: list[dict[str, Any]] = []
-    router_url, stop_router = _serve_aiohttp(_router_stub(seen))
+    # the stub notices a closed request as sglang-router's server does (its handler is cancelled)
+    router_url, stop_router = _serve_aiohttp(_router_stub(seen), handler_cancellation=True)
     # the first replica URL answers nothing: the model routes go on to the next one
     gateway_url, stop_gateway = _serve_aiohttp(
-        create_gateway_app(router_url, [f"http://127.0.0.1:{_free_port()}", replica])
+        create_gateway_app(router_url, [f"http://127.0.0.1:{_free_port()}", replica]),
+        **GATEWAY_SERVER_OPTIONS,
     )
     yield SimpleNamespace(url=gateway_url, replica=replica, seen=seen)
     stop_gateway()
@@ -194,3 +226,32 @@ def test_other_requests_reach_the_router_as_sent(stack: SimpleNamespace) -> None
     assert [ln for ln, _ in got_at] == [b"data: 0", b"data: 1", b"data: 2", b"data: [DONE]"]
     # streamed: the first event came before the stub had written the last (3 x 50 ms later)
     assert got_at[-1][1] - got_at[0][1] > 0.1
+
+
+def test_repeated_headers_come_back_whole(stack: SimpleNamespace) -> None:
+    r = requests.get(stack.url + "/cookies", timeout=10)
+    assert r.status_code == 200 and r.raw.headers.getlist("Set-Cookie") == ["a=1", "b=2"]
+
+
+def test_router_dropping_the_connection_is_a_502(stack: SimpleNamespace) -> None:
+    r = requests.post(stack.url + "/drop", json={}, timeout=10)
+    assert r.status_code == 502 and "error" in r.json()
+
+
+def test_client_gone_before_the_answer_closes_the_router_request(stack: SimpleNamespace) -> None:
+    """A non-streamed request whose client disconnects while the router has not answered yet:
+    the router's request is closed (its handler cancelled) well before its 5 s answer."""
+    n = len(stack.seen)
+    host, port = stack.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(
+            b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        )
+        deadline = time.time() + 5
+        while len(stack.seen) <= n:
+            assert time.time() < deadline, "the request did not reach the router"
+            time.sleep(0.02)
+    deadline = time.time() + 2.5
+    while not stack.seen[n].get("cancelled"):
+        assert time.time() < deadline, "the router's request stayed open after the client left"
+        time.sleep(0.02)

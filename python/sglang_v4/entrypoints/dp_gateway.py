@@ -8,8 +8,12 @@ and gets no Anthropic ``ModelInfo`` list, where a single server answers in Anthr
 (:data:`MODEL_ROUTES`) to a replica, headers and query kept, so they answer as one server does in
 both shapes, and forwards every other request to the router unchanged: method, path, query,
 headers (hop-by-hop ones excepted), body, and the router's status, headers and body, streamed as
-they come (SSE included; a client that goes away closes the router's request, which aborts it on
-the replica). The replicas serve one model under one name, so any healthy replica answers for all.
+they come (SSE included). A client that goes away cancels its handler (aiohttp's
+``handler_cancellation``, :data:`GATEWAY_SERVER_OPTIONS`), which closes the router's request and
+so aborts the generation on the replica, streamed or not. An upstream that cannot be reached or
+drops the connection before answering is a 502 (the model routes try the next replica first); one
+that fails later ends the answer where it stands. The replicas serve one model under one name, so
+any healthy replica answers for all.
 
 API keys are checked where they were: by the router on its routes and by the replica on the model
 routes (both start with the server's ``--api-key``).
@@ -21,14 +25,23 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 from yarl import URL
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HOP_BY_HOP_HEADERS", "MODEL_ROUTES", "create_gateway_app", "run_gateway"]
+__all__ = [
+    "GATEWAY_SERVER_OPTIONS",
+    "HOP_BY_HOP_HEADERS",
+    "MODEL_ROUTES",
+    "UpstreamUnanswered",
+    "create_gateway_app",
+    "run_gateway",
+]
 
 #: Paths the gateway answers from a replica (``/v1/models`` and ``/v1/models/{model_id}``).
 MODEL_ROUTES = ("/v1/models", "/v1/models/{model_id:.+}")
@@ -51,13 +64,25 @@ HOP_BY_HOP_HEADERS = frozenset(
     }
 )
 
+#: Options of the gateway's aiohttp server (``web.run_app`` / ``web.AppRunner``): a client that
+#: disconnects cancels its handler, and with it the upstream request (aiohttp >= 3.9 leaves the
+#: handler running by default, so a non-streamed generation would run on to its end).
+GATEWAY_SERVER_OPTIONS: dict[str, Any] = {"handler_cancellation": True}
+
 _SESSION = web.AppKey("session", aiohttp.ClientSession)
 
 
-def _forward_headers(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -> dict[str, str]:
-    """``headers`` without :data:`HOP_BY_HOP_HEADERS` and ``drop`` (lower-case names; the last
-    value of a repeated name kept)."""
-    return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP_HEADERS and k.lower() not in drop}
+class UpstreamUnanswered(Exception):
+    """The router or replica could not be reached, or closed the connection before its answer
+    began (nothing was sent to the client yet)."""
+
+
+def _forward_headers(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
+    """``headers`` without :data:`HOP_BY_HOP_HEADERS` and ``drop`` (lower-case names); a repeated
+    name (``Set-Cookie``, ``Vary``, ...) keeps all its values, in order."""
+    return CIMultiDict(
+        (k, v) for k, v in headers.items() if k.lower() not in HOP_BY_HOP_HEADERS and k.lower() not in drop
+    )
 
 
 async def _forward(request: web.Request, session: aiohttp.ClientSession, base_url: str) -> web.StreamResponse:
@@ -65,20 +90,25 @@ async def _forward(request: web.Request, session: aiohttp.ClientSession, base_ur
     streamed back.
 
     Raises:
-        aiohttp.ClientConnectorError: ``base_url`` cannot be reached (nothing was sent back yet);
-            an upstream that fails later ends the answer where it stands.
+        UpstreamUnanswered: ``base_url`` cannot be reached or sent no answer (any
+            ``aiohttp.ClientError`` before its status line; nothing was sent back yet). An upstream
+            that fails later ends the answer where it stands.
     """
     body = await request.read() if request.can_read_body else None
-    async with session.request(
-        request.method,
-        URL(base_url + request.rel_url.raw_path_qs, encoded=True),  # the path and query as sent
-        # the server hands the body over decoded: its Content-Encoding no longer applies
-        headers=_forward_headers(request.headers, frozenset({"content-encoding"})),
-        data=body,
-        allow_redirects=False,
-    ) as upstream:
+    try:
+        upstream = await session.request(
+            request.method,
+            URL(base_url + request.rel_url.raw_path_qs, encoded=True),  # the path and query as sent
+            # the server hands the body over decoded: its Content-Encoding no longer applies
+            headers=_forward_headers(request.headers, frozenset({"content-encoding"})),
+            data=body,
+            allow_redirects=False,
+        )
+    except aiohttp.ClientError as e:
+        raise UpstreamUnanswered(f"{type(e).__name__}: {e}") from e
+    async with upstream:  # released (its connection closed, mid-answer) on the way out
         resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        resp.headers.update(_forward_headers(upstream.headers))
+        resp.headers.extend(_forward_headers(upstream.headers))
         if upstream.content_length is not None:
             resp.content_length = upstream.content_length
         await resp.prepare(request)
@@ -120,14 +150,14 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
             url = replicas[(first + k) % len(replicas)]
             try:
                 return await _forward(request, app[_SESSION], url)
-            except aiohttp.ClientConnectorError as e:
+            except UpstreamUnanswered as e:
                 logger.warning("DP gateway: replica %s did not answer %s (%s)", url, request.path, e)
         return web.json_response({"error": "No replica answered."}, status=503)
 
     async def other(request: web.Request) -> web.StreamResponse:
         try:
             return await _forward(request, app[_SESSION], router_url)
-        except aiohttp.ClientConnectorError as e:
+        except UpstreamUnanswered as e:
             logger.warning("DP gateway: the router did not answer %s (%s)", request.path, e)
             return web.json_response({"error": "The router did not answer."}, status=502)
 
@@ -154,4 +184,5 @@ def run_gateway(host: str, port: int, router_url: str, replica_urls: Sequence[st
         print=None,
         access_log=None,
         shutdown_timeout=5.0,
+        **GATEWAY_SERVER_OPTIONS,
     )
