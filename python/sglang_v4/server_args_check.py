@@ -11,7 +11,6 @@ JSON text to dicts.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING
 
@@ -138,25 +137,20 @@ def check_server_args(args: ServerArgs) -> None:
     check_quantization_flag(args.quantization)
     _choice(args, "log_level", LOG_LEVEL_CHOICES)
     _choice(args, "sampling_defaults", ("model", "openai"))
-    dctk = args.default_chat_template_kwargs
-    if isinstance(dctk, str):
-        try:
-            dctk = json.loads(dctk)
-        except json.JSONDecodeError as e:
-            raise ValueError(
-                f"default_chat_template_kwargs must be a JSON object (got {dctk!r}: {e})"
-            ) from None
-    if dctk is not None and not isinstance(dctk, dict):
-        raise ValueError(f"default_chat_template_kwargs must be a JSON object (got {dctk!r})")
-    args.default_chat_template_kwargs = dctk
+    from sglang_v4.entrypoints.openai.sampling_defaults import (
+        json_object_flag,
+        parse_preferred_sampling_params,
+    )
+
+    args.default_chat_template_kwargs = json_object_flag(
+        "default_chat_template_kwargs", args.default_chat_template_kwargs
+    )
     fsp = args.file_storage_path
     if fsp is not None and (
         not isinstance(fsp, str) or not fsp or (os.path.exists(fsp) and not os.path.isdir(fsp))
     ):
         # checked here: the file store is made on the first /v1/files or /v1/batches request
         raise ValueError(f"file_storage_path must name a directory (made if missing); got {fsp!r}")
-    from sglang_v4.entrypoints.openai.sampling_defaults import parse_preferred_sampling_params
-
     args.preferred_sampling_params = parse_preferred_sampling_params(
         args.preferred_sampling_params, skip_tokenizer_init=bool(args.skip_tokenizer_init)
     )

@@ -113,6 +113,25 @@ def valid_sampling_default(key: str, value: Any) -> str | None:
     return None
 
 
+def json_object_flag(name: str, value: Any) -> dict[str, Any] | None:
+    """A server flag that holds a JSON object: ``value`` as the command line gives it (JSON text)
+    or as ``Engine`` keywords do (a dict); ``None`` stays ``None``.
+
+    Raises:
+        ValueError: naming ``name``: text that is not JSON, or JSON that is not an object.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{name} must be a JSON object (got {value!r}: {e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object (got {value!r})")
+    return value
+
+
 def parse_preferred_sampling_params(value: Any, skip_tokenizer_init: bool = False) -> dict[str, Any] | None:
     """SGLang's ``--preferred-sampling-params``, parsed and checked once at start-up.
 
@@ -138,17 +157,9 @@ def parse_preferred_sampling_params(value: Any, skip_tokenizer_init: bool = Fals
     from sglang_v4.managers.tokenization import check_tokenizer_free
     from sglang_v4.sampling.sampling_params import SamplingParams
 
+    value = json_object_flag("preferred_sampling_params", value)
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ValueError(
-                f"preferred_sampling_params must be a JSON object (got {value!r}: {e})"
-            ) from None
-    if not isinstance(value, dict):
-        raise ValueError(f"preferred_sampling_params must be a JSON object (got {value!r})")
     if "n" in value:
         raise ValueError(
             "preferred_sampling_params: n is not a default sampling parameter (it is how many "
