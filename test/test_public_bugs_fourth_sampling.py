@@ -113,10 +113,13 @@ def test_sglang_3429_suffix_streamed_batched_and_refused_combinations(server: Se
 
 
 def _variants(mtok: Any, word: str) -> list[list[int]]:
-    """The token sequences of ``word`` a bad-word ban covers (vLLM's rule: the word without its
-    leading whitespace, and after one space), encoded here."""
+    """The token sequences of ``word`` a bad-word ban covers (vLLM's ``SamplingParams`` rule: the
+    word without its leading whitespace, and after one space only when that form has as many
+    tokens and a different first token), encoded here."""
     w = word.lstrip()
-    return [mtok.encode(t, add_special_tokens=False) for t in (w, " " + w)]
+    plain = mtok.encode(w, add_special_tokens=False)
+    spaced = mtok.encode(" " + w, add_special_tokens=False)
+    return [plain, spaced] if len(spaced) == len(plain) and spaced[0] != plain[0] else [plain]
 
 
 def _contains(ids: list[int], seq: list[int]) -> bool:

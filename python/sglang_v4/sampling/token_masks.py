@@ -103,9 +103,10 @@ def check_token_constraints(
 
 
 def bad_word_token_ids(tokenizer: Any, words: Sequence[str]) -> list[list[int]]:
-    """The token sequences that ban ``words`` (vLLM's rule): for each word, the encoding (no
-    special tokens added) of the word with its leading whitespace dropped and of the same text
-    after one space, empty and repeated sequences left out.
+    """The token sequences that ban ``words`` (vLLM's ``SamplingParams`` rule): for each word, the
+    encoding (no special tokens added) of the word with its leading whitespace dropped, and the
+    encoding of the same text after one space only when that is a new word token: the same number
+    of tokens with a different first token. Empty and repeated sequences are left out.
 
     Args:
         tokenizer: a ``transformers`` tokenizer (``encode(text, add_special_tokens=False)``).
@@ -121,8 +122,14 @@ def bad_word_token_ids(tokenizer: Any, words: Sequence[str]) -> list[list[int]]:
         if not word:
             raise ValueError("bad_words must not contain an empty string.")
         stripped = word.lstrip()
-        for text in (stripped, " " + stripped):
-            ids = [int(t) for t in tokenizer.encode(text, add_special_tokens=False)] if text else []
+        plain = [int(t) for t in tokenizer.encode(stripped, add_special_tokens=False)] if stripped else []
+        spaced = [int(t) for t in tokenizer.encode(" " + stripped, add_special_tokens=False)]
+        forms = [plain]
+        if plain and spaced and spaced[0] != plain[0] and len(spaced) == len(plain):
+            forms.append(spaced)
+        elif not plain:
+            forms = [spaced]
+        for ids in forms:
             if ids and ids not in out:
                 out.append(ids)
     return out
