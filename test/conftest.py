@@ -6,18 +6,19 @@ slower. ``test/`` is put on ``sys.path`` so tests can import their shared helper
 (``dsv4_testutil``, ``scheduler_testutil``, ``server_fixture``...).
 
 Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process schedulers, built with
-``scheduler_testutil.make_scheduler``), ``resume_model_dir`` (the resume-exactness modules'), ``tok`` (the DeepSeek-V4 tokenizer as a ``transformers``
-fast tokenizer), ``mtok`` and ``hf_default_model`` (the embedded model's tokenizer through ``AutoTokenizer``, and
-its HF transformers model), ``interpreted_kernel_tier`` (the interpreted kernel cases of
+``scheduler_testutil.make_scheduler``), ``resume_model_dir`` (the resume-exactness modules'),
+``tok`` (the DeepSeek-V4 tokenizer as a ``transformers`` fast tokenizer), ``mtok`` and
+``hf_default_model`` (the embedded model's tokenizer through ``AutoTokenizer``, and its HF
+transformers model), ``interpreted_kernel_tier`` (the interpreted kernel cases of
 ``test_kernels_interpreted``, run once with their launches recorded, started in the background
-when the session's tests are collected) and ``secured_fake_server``
-(a fake-model server with an API key and metrics) and ``plain_fake_server`` (one with the default
-flags and a served model name), shared by the modules that only query them, and
-``embedded_model_server`` (a CPU server on the embedded default model, for slow tests), and
-``more_bugs_server`` (one on the embedded model for the two ``test_public_bugs_more*`` modules),
+when the session's tests are collected), ``secured_fake_server`` (a fake-model server with an API
+key and metrics) and ``plain_fake_server`` (one with the default flags and a served model name),
+shared by the modules that only query them, ``embedded_model_server`` (a CPU server on the
+embedded default model), ``more_bugs_server`` (one on the embedded model for the
+``test_public_bugs_more*`` and ``test_public_bugs_fourth*`` modules), and
 ``shared_fake_model_dir`` with ``held_fake_server`` (a fake-model server on it whose ``[hold]``
-prompts run until aborted) and ``shared_fake_engine`` (an ``Engine`` on it, the same), shared by the
-modules whose own server or engine had exactly that configuration. A module
+prompts run until aborted) and ``shared_fake_engine`` (an ``Engine`` on it, the same), shared by
+the modules whose own server or engine had exactly that configuration. A module
 that needs the tokenizer in another wrapper (the benchmark's ``BenchTokenizer``, the detokenizer's
 ``FastTokenizer``, ``AutoTokenizer`` on the tokenizer directory) defines its own ``tok``, which
 takes precedence there. Server subprocesses are started with ``server_fixture.start_server``.
@@ -178,8 +179,10 @@ def plain_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 @pytest.fixture(scope="session")
 def more_bugs_server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     """A CPU ``launch_server`` on the embedded default model with ``--context-length 1024
-    --enable-cache-report``, shared by the public-bug replay modules ``test_public_bugs_more`` and
-    ``test_public_bugs_more_outputs`` (their requests finish; none counts the server's totals).
+    --enable-cache-report``, shared by the public-bug replay modules ``test_public_bugs_more``,
+    ``test_public_bugs_more_outputs``, ``test_public_bugs_fourth`` and
+    ``test_public_bugs_fourth_sampling`` (their requests finish; none counts the server's totals;
+    ``test_public_bugs_fourth`` flushes the prefix cache).
     Yields the ``ServerHandle``; at the end of the session the server must exit with code 0 and
     its log hold no traceback."""
     from server_fixture import real_env, start_server

@@ -39,14 +39,16 @@ class PromptTM:
     """Fake tokenizer manager: generates the tokens of ``reply(prompt_ids)`` (or a fixed text),
     finish ``stop`` (``length`` when ``max_new_tokens`` cuts it), cumulative text per token when
     streaming, like the real one; a ``json_schema`` is compiled first (xgrammar), as the real one
-    does before queueing. ``abort_after``: the stream's output after that many tokens is an engine
-    abort. Records every request."""
+    does before queueing. ``abort_after``: the output after that many tokens is an engine abort
+    (``abort_reason``, SGLang's ``FINISH_ABORT`` dict; a 500 "engine failure" by default), the
+    last output of a non-streamed request too. Records every request."""
 
     def __init__(
         self,
         tokenizer: Any,
         reply: str | Callable[[list[int]], str] = prompt_reply,
         abort_after: int | None = None,
+        abort_reason: dict[str, Any] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
@@ -54,6 +56,7 @@ class PromptTM:
         self.grammar_enabled = True
         self.reply = reply
         self.abort_after = abort_after
+        self.abort_reason = abort_reason or {"type": "abort", "message": "engine failure", "status_code": 500}
         self.received: list[GenerateReqInput] = []
 
     async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
@@ -82,7 +85,7 @@ class PromptTM:
                 "cached_tokens": 2,
             }
             if self.abort_after is not None and j > self.abort_after:
-                meta["finish_reason"] = {"type": "abort", "message": "engine failure", "status_code": 500}
+                meta["finish_reason"] = dict(self.abort_reason)
                 outs.append({"text": "", "output_ids": [], "meta_info": meta})
                 break
             outs.append({"text": self.tokenizer.decode(ids[:j]), "output_ids": ids[:j], "meta_info": meta})

@@ -225,7 +225,8 @@ def test_tool_use_round_trip(tok: PreTrainedTokenizerFast) -> None:
     """A DSML call is a ``tool_use`` block (``input`` the arguments object, ``stop_reason``
     ``tool_use``), streamed as ``input_json_delta`` fragments the client's helper rebuilds; the
     message sent back with a ``tool_result`` renders the chat route's prompt of the same
-    conversation (an ``is_error`` result marked as such); ``tool_choice`` maps to chat's."""
+    conversation (an ``is_error`` result's text as is, as DeepSeek's Messages converter renders
+    it); ``tool_choice`` maps to chat's."""
     tm = PromptTM(tok, reply="Checking." + CALL)
     client, oa, tc = make_clients(tm)
     user = {"role": "user", "content": "Weather in Paris?"}
@@ -265,7 +266,7 @@ def test_tool_use_round_trip(tok: PreTrainedTokenizerFast) -> None:
         chat_convo = [
             user,
             {"role": "assistant", "content": "Checking.", "tool_calls": [tc_msg]},
-            {"role": "tool", "tool_call_id": "c1", "content": ("Error: " if is_error else "") + text},
+            {"role": "tool", "tool_call_id": "c1", "content": text},
             {"role": "user", "content": "Thanks"},
         ]
         again = chat(oa, chat_convo, max_tokens=200, tools=[CHAT_WEATHER])

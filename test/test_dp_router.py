@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from server_fixture import REPO
+from server_fixture import REPO, fake_env, make_fake_model_dir, sse_events
 
 pytest.importorskip("sglang_router")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -140,5 +140,56 @@ def test_cache_aware_router_sends_a_shared_prefix_to_its_replica(tmp_path: Path)
     finally:
         if rr is not None:
             _stop(rr)
+        code = _stop(dp)
+    assert code == 0, log.read_text(errors="replace")[-4000:]
+
+
+def test_dp_front_answers_models_as_one_server(tmp_path: Path) -> None:
+    """``--dp-size 2`` over the model-free FakeScheduler: on the server's port, ``GET /v1/models``
+    and ``/v1/models/{id}`` answer as a replica does, in Anthropic's shape for the ``anthropic``
+    SDK (a request with ``anthropic-version``) and in OpenAI's with the served name otherwise;
+    ``sglang-router`` itself answered OpenAI's shape with the model's path as id, and 404 for
+    ``/v1/models/{id}``. Generation still goes through the router (streamed too); SIGTERM stops
+    the whole group with exit code 0. Oracles: the ``anthropic`` / ``openai`` clients' parsers and
+    a replica's own answers."""
+    import anthropic
+    import openai
+
+    model = make_fake_model_dir(tmp_path / "model")
+    port = _free_run(3)
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "dp.log"
+    cmd = [sys.executable, "-m", "sglang_v4.launch_server", "--model-path", str(model), "--dp-size", "2"]
+    cmd += ["--port", str(port), "--api-key", "k3y"]
+    with open(log, "wb") as f:
+        dp = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=str(REPO), env=fake_env())
+    try:
+        _wait_healthy(url, dp, log, timeout_s=180)
+        replica = f"http://127.0.0.1:{port + 1}"
+        headers = {"x-api-key": "k3y", "anthropic-version": "2023-06-01"}
+        client = anthropic.Anthropic(base_url=url, api_key="k3y", max_retries=0)
+        (info,) = client.models.list().data
+        assert (
+            info.type == "model"
+            and info.id == requests.get(replica + "/v1/models", headers=headers).json()["data"][0]["id"]
+        )
+        assert client.models.retrieve(info.id).id == info.id
+        for path in ("/v1/models", f"/v1/models/{info.id}"):
+            assert requests.get(url + path, headers=headers, timeout=10).json() == (
+                requests.get(replica + path, headers=headers, timeout=10).json()
+            )
+        oa = openai.OpenAI(base_url=url + "/v1", api_key="k3y", max_retries=0)
+        assert [m.id for m in oa.models.list().data] == [info.id]
+        r = oa.chat.completions.create(
+            model=info.id, messages=[{"role": "user", "content": "Hi"}], max_tokens=3
+        )
+        assert r.choices[0].finish_reason == "length"
+        body = {"text": "Hello", "sampling_params": {"max_new_tokens": 3}, "stream": True}
+        with requests.post(
+            url + "/generate", json=body, headers={"authorization": "Bearer k3y"}, stream=True, timeout=60
+        ) as s:
+            events = sse_events(s)
+        assert events[-1] == "[DONE]" and events[-2]["meta_info"]["finish_reason"]["type"] == "length"
+    finally:
         code = _stop(dp)
     assert code == 0, log.read_text(errors="replace")[-4000:]

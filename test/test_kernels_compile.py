@@ -130,7 +130,7 @@ def _cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
     out = []
     for dt in ("bf16", "fp32"):
         c = {"POW2": True, "BLOCK_M": 16, "GROUP": 128}
-        out.append(("fp8_gemm", "_act_quant_kernel", _as(_ACT, dt), c, {"num_warps": 4}, dt == "bf16"))
+        out.append(("fp8_act_quant", "_act_quant_kernel", _as(_ACT, dt), c, {"num_warps": 4}, dt == "bf16"))
     w8a16 = [
         (1, 1024, 4096, "bf16"),
         (16, 32768, 1024, "bf16"),

@@ -515,7 +515,7 @@ def test_bf16_checkpoint_with_the_fp8_quantization_config(base, tmp_path, caplog
 
 def test_hugging_face_cache_root_points_at_its_snapshot(base, tmp_path) -> None:
     """``--model-path ~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash`` (the cache
-    root of a repo, as ``huggingface-cli download`` without ``--local-dir`` leaves it)."""
+    root of a repo, as ``hf download`` without ``--local-dir`` leaves it)."""
     root = tmp_path / "models--deepseek-ai--DeepSeek-V4-Flash"
     snap = root / "snapshots" / "553034d7dd9e06c2eeaee68cf85a17d6d4754cf0"
     shutil.copytree(base["hf"], snap)

@@ -184,3 +184,60 @@ def test_huge_seed_is_quoted_as_sent(tok: PreTrainedTokenizerFast, path: str) ->
     r = _client(FakeTM(tok)).post(path, content=body, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.json()["param"] == "seed" and r.json()["message"].endswith(f"got {sent}."), r.text
+
+
+NULL_CONTENT = [
+    ([{"role": "user", "content": None}], 0),
+    ([{"role": "system", "content": "S"}, {"role": "user"}], 1),
+    ([{"role": "developer", "content": None}, {"role": "user", "content": "Hi"}], 0),
+    ([{"role": "system", "content": None}, {"role": "user", "content": "Hi"}], 0),
+    (
+        [
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": None},
+        ],
+        2,
+    ),
+]
+
+
+@pytest.mark.parametrize("messages,index", NULL_CONTENT)
+def test_message_without_content_renders_as_empty_text(
+    tok: PreTrainedTokenizerFast, messages: list[dict[str, Any]], index: int
+) -> None:
+    """A message whose ``content`` is ``null`` or absent: SGLang's DeepSeek-V4 chat path renders
+    it as empty text (``serving_deepseek_recipe._null_content_as_empty`` in SGLang 0.5.23) rather
+    than refusing it as OpenAI's API does. Oracle: the same conversation with ``content: ""``
+    (a cold run on the same server) gives the same prompt ids, on chat and ``/tokenize``."""
+    tm = FakeTM(tok)
+    c = _client(tm)
+    empty = [dict(m, content="") if i == index else m for i, m in enumerate(messages)]
+    for msgs in (messages, empty):
+        r = c.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4})
+        assert r.status_code == 200, r.text
+    assert len(tm.received) == 2 and tm.received[0].input_ids == tm.received[1].input_ids
+    got = [c.post("/tokenize", json={"messages": msgs}) for msgs in (messages, empty)]
+    assert all(r.status_code == 200 for r in got), got[0].text
+    assert got[0].json()["tokens"] == got[1].json()["tokens"]
+
+
+def test_assistant_message_with_tool_calls_and_null_content_stays_valid(tok: PreTrainedTokenizerFast) -> None:
+    """OpenAI's reference: an assistant message's ``content`` is required unless it has
+    ``tool_calls``; ``null`` there is the shape every OpenAI client sends back after a call."""
+    tm = FakeTM(tok)
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+    ]
+    r = _client(tm).post("/v1/chat/completions", json={"messages": messages, "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    assert len(tm.received) == 1

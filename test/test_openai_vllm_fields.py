@@ -232,10 +232,7 @@ def test_chat_echo_request_id_include_reasoning(url: str) -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("prompt_logprobs", 0),
         ("use_beam_search", True),
-        ("allowed_token_ids", [1, 2]),
-        ("bad_words", ["cat"]),
         ("logits_processors", ["mod.Proc"]),
         ("guided_whitespace_pattern", " "),
         ("structured_outputs", {"json": SCHEMA, "disable_any_whitespace": True}),

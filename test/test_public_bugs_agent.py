@@ -448,3 +448,54 @@ def test_sglang_40082_responses_developer_instructions_reach_the_model(
     if effort:  # (the effort paragraph depends on the checkpoint's profile)
         prompt, want = prompt[prompt.index("<｜User｜>") :], want[want.index("<｜User｜>") :]
     assert prompt == want
+
+
+DEVELOPER_CONVERSATIONS = [
+    [{"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "Hi"}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "developer", "content": "Say BANANA."},
+        {"role": "user", "content": "What now?"},
+    ],
+    [{"role": "user", "content": "Hi"}, {"role": "developer", "content": "Reply in one word."}],
+]
+
+
+@pytest.mark.parametrize("tools", [False, True])
+@pytest.mark.parametrize("thinking", [False, True])
+@pytest.mark.parametrize("messages", DEVELOPER_CONVERSATIONS)
+def test_chat_developer_messages_render_as_sglang_renders_them(
+    tok: PreTrainedTokenizerFast, messages: list[dict[str, Any]], thinking: bool, tools: bool
+) -> None:
+    """sgl-project/sglang#40082's kind on ``/v1/chat/completions``: a ``developer`` message before
+    the last user turn was left out of the prompt in thinking mode without tools (DeepSeek's
+    ``encoding_dsv4.py`` drops its own developer role there), so an instruction given first never
+    reached the model. Expected: SGLang's DeepSeek-V4 chat path, which makes it a system message
+    before DeepSeek's converter (``pre_normalize`` in SGLang's ``deepseek_recipe_renderer``).
+    Oracle: that function from the installed ``sglang`` package, then DeepSeek's own Chat
+    Completions converter and V4 encoder (``deepseek-recipe``) on the same request."""
+    renderer = pytest.importorskip("sglang.srt.parser.deepseek_recipe_renderer")
+    tm = PromptTM(tok, reply="OK")
+    _, tc = make_client(tm)
+    body: dict[str, Any] = {"model": MODEL, "messages": messages, "max_tokens": 5}
+    if thinking:
+        body["chat_template_kwargs"] = {"thinking": True}
+    if tools:
+        body["tools"] = [CHAT_TOOL]
+    r = tc.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    prompt = tok.decode(tm.received[-1].input_ids)
+    wire: dict[str, Any] = {"messages": copy.deepcopy(messages), "thinking": thinking}
+    if tools:
+        wire["tools"] = [CHAT_TOOL]
+    if thinking:  # the lowest effort: no effort paragraph, as the chat route without an effort
+        wire["reasoning_effort"] = "low"
+    req = {**renderer.pre_normalize(wire), "model": "DeepSeek-V4-Pro"}
+    conv = recipe.ChatCompletionRequest(req).convert(recipe.ConversionOptions(default_thinking_mode=thinking))
+    want = recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
+    assert prompt == want
+    for m in messages:
+        if m["role"] == "developer":
+            assert m["content"] in prompt

@@ -1,5 +1,5 @@
 """Public bug reports of peer servers' Anthropic Messages API as Claude Code uses it, replayed
-through ``/v1/messages`` (each test names its report).
+through ``/v1/messages`` (each test names its report, or the rule it pins).
 
 The model's text is written by hand (:class:`~fake_prompt_tm.PromptTM`). Oracles: the
 ``anthropic`` client's own types and its stream accumulator (``client.messages.stream``), the
@@ -142,6 +142,41 @@ def test_vllm_38738_multi_turn_tool_use_history(tok: PreTrainedTokenizerFast) ->
     m = client.messages.create(model=MODEL, **body)
     assert m.content[0].text == "Paris 18C, Rome 21C." and m.stop_reason == "end_turn"
     assert tok.decode(tm.received[-1].input_ids) == recipe_prompt(body)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_result_is_error_renders_its_text_as_is(tok: PreTrainedTokenizerFast, stream: bool) -> None:
+    """A ``tool_result`` with ``is_error: true`` (a string content and a list of text blocks):
+    DeepSeek's own Messages converter (``deepseek-recipe``) renders it as the same result without
+    the flag, and so do SGLang's and vLLM's Anthropic adapters (sgl-project/sglang,
+    vllm-project/vllm: the tool message's content is the block's content). It used to get an
+    ``"Error: "`` prefix the model was never trained on. Oracle: ``deepseek-recipe``'s prompt."""
+    tm = PromptTM(tok, reply="The tool failed.")
+    _, _, tc = make_clients(tm)
+    calls = [
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+        {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {"city": "Rome"}},
+    ]
+    results = [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "timeout", "is_error": True},
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_2",
+            "content": [{"type": "text", "text": "no such city"}],
+            "is_error": True,
+        },
+        {"type": "text", "text": "What happened?"},
+    ]
+    body = {
+        "max_tokens": 100,
+        "tools": [WEATHER],
+        "messages": [USER, {"role": "assistant", "content": calls}, {"role": "user", "content": results}],
+    }
+    r = tc.post("/v1/messages", json={"model": MODEL, **body, "stream": stream})
+    assert r.status_code == 200, r.text
+    prompt = tok.decode(tm.received[-1].input_ids)
+    assert prompt == recipe_prompt(body)
+    assert "Error: " not in prompt  # old code: "<tool_result>Error: timeout</tool_result>"
 
 
 def test_vllm_44576_claude_code_request_shape(tok: PreTrainedTokenizerFast) -> None:

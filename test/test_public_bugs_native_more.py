@@ -229,6 +229,44 @@ def test_stop_regex_stops_at_the_first_match(server: Any, tok: Any, streamed: bo
         assert final["meta_info"]["finish_reason"] == {"type": "stop", "matched": pattern}
 
 
+@pytest.mark.parametrize("no_stop_trim", [False, True])
+@pytest.mark.parametrize("pattern", [r"\d+\.", "Stop"])
+def test_stop_regex_trimming_on_the_openai_routes(
+    server: Any, tok: Any, pattern: str, no_stop_trim: bool
+) -> None:
+    """``stop_regex`` on ``/v1/completions`` and ``/v1/chat/completions`` (SGLang's extra field,
+    sgl-project/sglang#10635) trims as on ``/generate``, SGLang's rule: the finish reason's
+    ``matched`` is the pattern and its detokenizer's ``trim_matched_stop`` cuts the text at the
+    first literal occurrence of ``matched`` (``output.find``), before it (through it with
+    ``no_stop_trim``). A pattern with regex syntax (``\\d+\\.``) is no text of the output: the
+    match stays, with or without ``no_stop_trim``; a pattern that is plain text (``Stop``) is its
+    own match and is cut like a stop string. ``matched_stop`` is the pattern. Oracle: ``re`` over
+    the decoded prefixes of the fake model's token sequence, then ``str.find``."""
+    ids = _script_ids(tok)
+    n = next(i for i in range(1, len(ids) + 1) if re.search(pattern, tok.decode(ids[:i])))
+    text = tok.decode(ids[:n])
+    cut = text.find(pattern)
+    want = text if cut < 0 else text[: cut + len(pattern)] if no_stop_trim else text[:cut]
+    extra = {"stop_regex": pattern, "no_stop_trim": no_stop_trim, "max_tokens": 80, "temperature": 0}
+    r = requests.post(server.url + "/v1/completions", json={"prompt": "[script] q", **extra}, timeout=60)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert (choice["text"], choice["finish_reason"], choice["matched_stop"]) == (want, "stop", pattern)
+    body = {"prompt": "[script] q", "stream": True, **extra}
+    with requests.post(server.url + "/v1/completions", json=body, stream=True, timeout=60) as s:
+        events = [e for e in sse_events(s) if e != "[DONE]"]
+    assert "".join(e["choices"][0]["text"] for e in events if e["choices"]) == want
+    messages = [{"role": "user", "content": "[script] q"}]
+    r = requests.post(server.url + "/v1/chat/completions", json={"messages": messages, **extra}, timeout=60)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert (choice["message"]["content"], choice["finish_reason"], choice["matched_stop"]) == (
+        want,
+        "stop",
+        pattern,
+    )
+
+
 def test_finish_reason_matched_tells_eos_from_stops(server: Any, tok: Any) -> None:
     """sgl-project/sglang#1684 and #1407 (``finish_reason`` is a dict whose ``matched`` tells
     what ended the output: the EOS id or a ``stop_token_ids`` id as an int, a stop string as that

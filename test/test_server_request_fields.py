@@ -40,7 +40,14 @@ def _generate(server: Any, body: dict[str, Any]) -> Any:
     """The answer of a ``/generate`` that must succeed: the JSON object, or a stream's events."""
     r = requests.post(server.url + "/generate", json=body, timeout=60, stream=bool(body.get("stream")))
     assert r.status_code == 200, r.text
-    return sse_events(r) if body.get("stream") else r.json()
+    if not body.get("stream"):
+        return r.json()
+    # How many chunks a stream has depends on timing (the detokenizer merges the tokens that
+    # arrived since its last send); SGLang's chunks are cumulative, so the last one before
+    # ``[DONE]`` carries the whole answer.
+    events = sse_events(r)
+    assert events[-1] == "[DONE]" and len(events) >= 2, events
+    return events[-2]
 
 
 def _comparable(out: Any) -> Any:

@@ -8,7 +8,8 @@ point, start-up included (:mod:`sglang_v4.entrypoints.lifecycle`).
 Parallelism (docs/PARALLELISM.md): ``--tp-size N [--ep-size M]`` starts N ranks;
 ``--nnodes K --node-rank k --dist-init-addr HOST:PORT`` spreads them over K nodes (a node
 ``k > 0`` runs only its ranks, no HTTP); ``--dp-size D`` starts D servers on ports
-``--port + 1 .. --port + D`` behind ``sglang-router`` on ``--port``.
+``--port + 1 .. --port + D`` behind ``sglang-router``, reached through the gateway on ``--port``
+(:mod:`sglang_v4.entrypoints.dp_gateway`).
 """
 
 from __future__ import annotations

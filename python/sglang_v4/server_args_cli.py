@@ -72,7 +72,14 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         help="JSON object of config.json keys to replace before parsing, e.g. '{\"num_hidden_layers\": 2}' "
         "(with --load-format dummy: a reduced-depth model from a config-only directory).",
     )
-    a("--served-model-name", type=str, default=None, help="Model name in the APIs.")
+    a(
+        "--served-model-name",
+        type=str,
+        nargs="+",
+        default=None,
+        help="Model name in the APIs (default: the model directory's name). Several names (vLLM's "
+        "form) are all accepted and listed by /v1/models; the first is the one reported.",
+    )
     a("--host", type=str, default=d["host"].default)
     a("--port", type=int, default=d["port"].default)
     a("--api-key", type=str, default=None, help="Require 'Authorization: Bearer KEY'.")

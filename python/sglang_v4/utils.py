@@ -1,4 +1,5 @@
-"""Process, logging and tokenizer helpers shared by the runtime processes."""
+"""Process and logging helpers shared by the runtime processes (the tokenizer helpers live in
+:mod:`sglang_v4.hf_transformers_utils`; their names are re-exported here)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ import time
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any, NoReturn, TypeVar
+
+from sglang_v4.hf_transformers_utils import (  # noqa: F401 - re-exported
+    FastTokenizer,
+    byte_level_token_bytes,
+    get_tokenizer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -175,198 +182,6 @@ def start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> threading
     t = threading.Thread(target=watch, name="parent-watchdog", daemon=True)
     t.start()
     return t
-
-
-@functools.lru_cache(maxsize=1)
-def _byte_level_alphabet() -> dict[str, int]:
-    """The byte-level BPE alphabet (GPT-2's): the character that stands for each byte value.
-    Printable Latin-1 bytes stand for themselves; the others (controls, space, 0x7F-0xA0, 0xAD)
-    are shifted to U+0100 onwards in byte order."""
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    chars: dict[str, int] = {chr(b): b for b in printable}
-    shift = 0
-    for b in range(256):
-        if b not in printable:
-            chars[chr(0x100 + shift)] = b
-            shift += 1
-    return chars
-
-
-def byte_level_token_bytes(tokenizer: Any, tid: int) -> bytes | None:
-    """The raw bytes of token ``tid`` of a byte-level BPE vocabulary, or ``None`` when the token's
-    piece is not spelled in the byte-level alphabet (an added token, another tokenizer kind)."""
-    if tokenizer is None:
-        return None
-    try:
-        piece = tokenizer.convert_ids_to_tokens(int(tid))
-    except Exception:  # noqa: BLE001 - an id outside the vocabulary: no raw bytes
-        return None
-    if not isinstance(piece, str) or not piece:
-        return None
-    alphabet = _byte_level_alphabet()
-    if any(c not in alphabet for c in piece):
-        return None
-    return bytes(alphabet[c] for c in piece)
-
-
-def _byte_level_max_chars_per_token(tok: Any) -> int | None:
-    """See :attr:`FastTokenizer.max_chars_per_token` (``tok``: a ``tokenizers.Tokenizer``)."""
-    import json
-
-    try:
-        spec = json.loads(tok.to_str())
-    except Exception:  # noqa: BLE001 - an unreadable spec means "unknown"
-        return None
-    norm = spec.get("normalizer")
-    if norm is not None and not (norm.get("type") == "Sequence" and not norm.get("normalizers")):
-        return None  # a normalizer may shrink or drop characters
-    model = spec.get("model") or {}
-    if model.get("type") != "BPE" or "ByteLevel" not in json.dumps(spec.get("pre_tokenizer")):
-        return None
-    longest = max((len(t) for t in tok.get_vocab(with_added_tokens=False)), default=0)
-    for added in tok.get_added_tokens_decoder().values():
-        longest = max(longest, len(added.content))
-    return longest or None
-
-
-class FastTokenizer:
-    """A light HF-compatible tokenizer on ``tokenizers.Tokenizer`` (no ``transformers`` import).
-
-    Loads ``tokenizer.json`` and reads ``tokenizer_config.json`` for the BOS/EOS/pad tokens and a
-    chat template (``chat_template.jinja`` beside it wins, as in transformers). The special tokens
-    ``encode`` adds are those of ``tokenizer.json``'s post-processor: transformers 5 drops
-    ``tokenizer_config.json``'s ``add_bos_token`` / ``add_eos_token`` whenever a ``tokenizer.json``
-    exists (``PreTrainedTokenizerBase._from_pretrained``). Implements the subset of the ``transformers`` tokenizer
-    API the runtime uses: ``encode``, ``decode``, ``batch_decode``, ``convert_ids_to_tokens``,
-    ``convert_tokens_to_ids``, ``len()``, ``vocab_size``, ``bos/eos/pad_token(_id)``,
-    ``all_special_ids``, ``chat_template``. ``test_server_tokenizer.py`` checks it against
-    ``transformers.AutoTokenizer`` on the same files.
-    """
-
-    def __init__(self, path: str) -> None:
-        import json
-
-        import tokenizers
-
-        self.name_or_path = path
-        self._tok = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
-        cfg: dict[str, Any] = {}
-        cfg_file = os.path.join(path, "tokenizer_config.json")
-        if os.path.exists(cfg_file):
-            with open(cfg_file, encoding="utf-8") as f:
-                cfg = json.load(f)
-
-        def token_str(v: Any) -> str | None:
-            if isinstance(v, dict):
-                return v.get("content")
-            return v if isinstance(v, str) else None
-
-        self.bos_token = token_str(cfg.get("bos_token"))
-        self.eos_token = token_str(cfg.get("eos_token"))
-        self.pad_token = token_str(cfg.get("pad_token"))
-        self.bos_token_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None
-        self.eos_token_id = self._tok.token_to_id(self.eos_token) if self.eos_token else None
-        self.pad_token_id = self._tok.token_to_id(self.pad_token) if self.pad_token else None
-        self.clean_up_tokenization_spaces = bool(cfg.get("clean_up_tokenization_spaces", False))
-        self.chat_template = cfg.get("chat_template")
-        jinja = os.path.join(path, "chat_template.jinja")
-        if os.path.isfile(jinja):
-            with open(jinja, encoding="utf-8") as f:
-                self.chat_template = f.read()
-        try:  # transformers reads null (and no key) as "no limit"
-            self.model_max_length = int(cfg.get("model_max_length") or (1 << 30))
-        except (TypeError, ValueError):
-            self.model_max_length = 1 << 30
-        unk = token_str(cfg.get("unk_token"))
-        named = (self.bos_token, self.eos_token, self.pad_token, unk)
-        self.all_special_ids = sorted({i for t in named if t and (i := self._tok.token_to_id(t)) is not None})
-        self._max_chars_per_token: int | None = 0  # 0: not computed yet
-
-    def __len__(self) -> int:
-        return int(self._tok.get_vocab_size(with_added_tokens=True))
-
-    @property
-    def vocab_size(self) -> int:
-        """Base vocabulary size without added tokens (HF's ``vocab_size``)."""
-        return int(self._tok.get_vocab_size(with_added_tokens=False))
-
-    def encode(self, text: str, add_special_tokens: bool = True, **_: Any) -> list[int]:
-        """Token ids of ``text``; with ``add_special_tokens``, those ``tokenizer.json``'s post-processor
-        adds (none for the DeepSeek-V4 tokenizer, whose prompts carry their BOS as text)."""
-        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
-
-    def encode_releasing_gil(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """:meth:`encode` with the GIL released while the Rust tokenizer runs (same ids).
-
-        ``tokenizers.Tokenizer.encode`` holds the GIL for the whole call (seconds for a prompt of
-        millions of characters); ``encode_batch`` releases it, so running this in a worker thread
-        leaves the event loop free.
-        """
-        return list(self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
-
-    @property
-    def max_chars_per_token(self) -> int | None:
-        """The most characters of input text one token can stand for, or ``None`` when unknown.
-
-        Known for a byte-level BPE without a normalizer (the DeepSeek tokenizers): a vocabulary
-        token of ``k`` byte-level symbols covers ``k`` UTF-8 bytes, hence at most ``k`` characters,
-        and an added (special) token covers its literal content. So a text of ``c`` characters has
-        at least ``ceil(c / max_chars_per_token)`` tokens.
-        """
-        if self._max_chars_per_token == 0:
-            self._max_chars_per_token = _byte_level_max_chars_per_token(self._tok)
-        return self._max_chars_per_token
-
-    def __call__(self, text: str, add_special_tokens: bool = True, **_: Any) -> dict[str, list[int]]:
-        return {"input_ids": self.encode(text, add_special_tokens=add_special_tokens)}
-
-    def decode(self, ids: Any, skip_special_tokens: bool = False, **_: Any) -> str:
-        """Text of ``ids`` (an int or a list of ints)."""
-        if isinstance(ids, int):
-            ids = [ids]
-        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
-
-    def batch_decode(self, batch: list[list[int]], skip_special_tokens: bool = False, **_: Any) -> list[str]:
-        """Texts of several id lists."""
-        return list(self._tok.decode_batch([list(b) for b in batch], skip_special_tokens=skip_special_tokens))
-
-    def convert_ids_to_tokens(self, ids: Any) -> Any:
-        """Vocabulary token of an id, or the tokens of a list of ids (``None`` for an unknown id)."""
-        if isinstance(ids, int):
-            return self._tok.id_to_token(ids)
-        return [self._tok.id_to_token(i) for i in ids]
-
-    def convert_tokens_to_ids(self, tokens: Any) -> Any:
-        """Id of a vocabulary token, or the ids of a list of tokens (``None`` for an unknown token)."""
-        if isinstance(tokens, str):
-            return self._tok.token_to_id(tokens)
-        return [self._tok.token_to_id(t) for t in tokens]
-
-    def get_vocab(self) -> dict[str, int]:
-        """The vocabulary, added tokens included: ``{token: id}``."""
-        return dict(self._tok.get_vocab(with_added_tokens=True))
-
-
-def get_tokenizer(path: str) -> Any:
-    """Load the model's tokenizer from a HF-layout directory.
-
-    ``tokenizer.json`` present: a :class:`FastTokenizer` (fast to import; same ids and text as
-    ``transformers``). Otherwise ``transformers.AutoTokenizer.from_pretrained(path)``.
-
-    Raises:
-        ValueError: the directory has no usable tokenizer (message names ``tokenizer_path``).
-    """
-    if os.path.exists(os.path.join(path, "tokenizer.json")):
-        try:
-            return FastTokenizer(path)
-        except Exception as e:  # noqa: BLE001 - fall back to transformers
-            logger.warning("FastTokenizer failed on %s (%s); using transformers", path, e)
-    try:
-        import transformers
-
-        return transformers.AutoTokenizer.from_pretrained(path)
-    except Exception as e:  # noqa: BLE001
-        raise ValueError(f"tokenizer_path: cannot load a tokenizer from {path!r}: {e}") from None
 
 
 def find_printable_text(text: str) -> str:

@@ -24,7 +24,9 @@ DeepSeek's published reference encoder):
   tool messages (system messages between them moved to the front) form one user turn whose parts
   are joined by ``"\\n\\n"``;
 * a ``developer`` message is ``<｜User｜>`` + content and is never merged (DeepSeek's reference
-  encoder; its ``deepseek-recipe`` converter has no developer role on the Chat Completions API);
+  encoder; its ``deepseek-recipe`` converter has no developer role on the Chat Completions API,
+  and the chat route hands an OpenAI developer message over as a system one, as SGLang does:
+  :func:`~sglang_v4.entrypoints.openai.chat_prepare.developer_messages_as_system`);
 * after a user/developer turn that is followed by an assistant turn (or ends the conversation and
   a generation prompt is wanted) come ``<｜Assistant｜>`` and a mode token: ``<think>`` in thinking
   mode, ``</think>`` in chat mode. The same follows a system turn that an assistant turn follows
@@ -32,7 +34,9 @@ DeepSeek's published reference encoder):
   wanted (a new assistant turn), so that a prompt never ends at bare system text or at EOS. In
   thinking mode *without* tools, earlier turns are "dropped thinking": only turns from the last
   user turn on open ``<think>``, only assistant turns after it keep their reasoning, and developer
-  turns before it are left out. With tools every turn keeps its thinking;
+  turns before it are left out. With tools every turn keeps its thinking, and so it does without
+  tools when the caller turns the dropping off (the reference encoder's ``drop_thinking=False``,
+  which vLLM's DeepSeek-V4 chat encoding takes from ``chat_template_kwargs``);
 * an ``assistant`` message is ``[reasoning + "</think>"] + content + [tool calls] + EOS``; tool
   calls are a DSML block, ``"\\n\\n<｜DSML｜tool_calls>\\n"`` + invokes joined by ``"\\n"`` +
   ``"\\n</｜DSML｜tool_calls>"``, an invoke being ``<｜DSML｜invoke name="NAME">\\n`` + parameters
@@ -494,6 +498,7 @@ def encode_messages(
     reasoning_effort: str | None = None,
     add_bos: bool = True,
     reasoning_effort_profile: str = "preview",
+    drop_thinking: bool = True,
 ) -> str:
     """Render an OpenAI-style conversation into a DeepSeek-V4 prompt string (module docstring).
 
@@ -508,6 +513,9 @@ def encode_messages(
             instruction (:func:`reasoning_effort_prefix`) follows BOS in thinking mode.
         add_bos: start with BOS.
         reasoning_effort_profile: the checkpoint's effort profile (:data:`REASONING_EFFORT_PROFILES`).
+        drop_thinking: in thinking mode without tools, leave out the reasoning of the assistant
+            turns before the last user turn (and developer turns before it), as the reference
+            encoder does by default; False keeps every turn's reasoning, as with tools.
 
     Returns:
         The prompt text; :func:`render_messages` adds where the request's own text lies.
@@ -524,6 +532,7 @@ def encode_messages(
         reasoning_effort=reasoning_effort,
         add_bos=add_bos,
         reasoning_effort_profile=reasoning_effort_profile,
+        drop_thinking=drop_thinking,
     ).text
 
 
@@ -536,6 +545,7 @@ def render_messages(
     reasoning_effort: str | None = None,
     add_bos: bool = True,
     reasoning_effort_profile: str = "preview",
+    drop_thinking: bool = True,
 ) -> RenderedPrompt:
     """:func:`encode_messages` with the plain spans of the request's own text (:class:`RenderedPrompt`).
 
@@ -551,9 +561,9 @@ def render_messages(
         if turns[0]["role"] != "system":
             turns.insert(0, {"role": "system", "segs": []})
         turns[0] = dict(turns[0], segs=[*turns[0]["segs"], ("\n\n", False), *_tools_segments(functions)])
-    # "Dropped thinking" (thinking mode without tools): developer turns before the last user turn
-    # are left out; only turns after it keep their reasoning.
-    drop = thinking and not functions
+    # "Dropped thinking" (thinking mode without tools, unless the caller keeps it): developer turns
+    # before the last user turn are left out; only turns after it keep their reasoning.
+    drop = thinking and drop_thinking and not functions
 
     def last_user_index() -> int:
         return max((i for i, t in enumerate(turns) if t["role"] in ("user", "developer")), default=-1)
@@ -595,6 +605,7 @@ def encode_continuation(
     tools: Sequence[Mapping[str, Any]] | None = None,
     reasoning_effort: str | None = None,
     reasoning_effort_profile: str = "preview",
+    drop_thinking: bool = True,
 ) -> str:
     """Render a conversation whose last message is a partial ``assistant`` turn to be continued
     (``continue_final_message``): :func:`encode_messages` of it without the final EOS (V4's
@@ -610,6 +621,7 @@ def encode_continuation(
         tools=tools,
         reasoning_effort=reasoning_effort,
         reasoning_effort_profile=reasoning_effort_profile,
+        drop_thinking=drop_thinking,
     ).text
 
 
@@ -620,6 +632,7 @@ def render_continuation(
     tools: Sequence[Mapping[str, Any]] | None = None,
     reasoning_effort: str | None = None,
     reasoning_effort_profile: str = "preview",
+    drop_thinking: bool = True,
 ) -> RenderedPrompt:
     """:func:`encode_continuation` with the plain spans of the request's own text.
 
@@ -635,6 +648,7 @@ def render_continuation(
         tools=tools,
         reasoning_effort=reasoning_effort,
         reasoning_effort_profile=reasoning_effort_profile,
+        drop_thinking=drop_thinking,
     )
     # the final EOS is template markup, never inside a plain span
     return RenderedPrompt(rendered.text.removesuffix(EOS), rendered.plain_spans)

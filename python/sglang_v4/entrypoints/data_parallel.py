@@ -4,7 +4,10 @@
 (each with its own scheduler, radix cache and N TP ranks; replica ``i`` on port ``P + 1 + i`` and
 GPUs ``base_gpu_id + i N .. base_gpu_id + (i + 1) N - 1``), waits until each answers ``/health``,
 then runs SGLang's router (the ``sglang-router`` package, ``python -m sglang_router.launch_router
---worker-urls ... --policy cache_aware``) on port ``P``. The cache-aware policy keeps an
+--worker-urls ... --policy cache_aware``) on a loopback port and, on port ``P``, the gateway of
+:mod:`.dp_gateway`: it answers ``/v1/models`` and ``/v1/models/{id}`` from a replica (the router's
+own list has neither the served name nor Anthropic's shape) and forwards everything else to the
+router. The cache-aware policy keeps an
 approximate radix tree of the text each replica has served and sends a request to the replica
 with the longest match (above its threshold; otherwise the least loaded), so a repeated shared
 prefix lands where its KV already is. The same recipe by hand, as SGLang documents it::
@@ -20,8 +23,11 @@ and ``/model_info`` (registration), ``/get_model_info``, ``/get_server_info``, `
 bodies it re-serialises with SGLang's default fields (``model``, ``no_logs``, ...), which the
 replicas accept.
 
-A replica or the router that exits takes the whole group down (exit code 1, naming it);
-SIGTERM / SIGINT stop the router, then drain the replicas (each its own graceful shutdown).
+A replica, the router or the gateway that exits takes the whole group down (exit code 1, naming
+it); SIGTERM / SIGINT stop the gateway and the router, then drain the replicas (each its own
+graceful shutdown), exit code 0. Sent to the whole process group (a terminal's Ctrl+C), the
+signal also reaches the gateway and the replicas, which stop on their own; the router runs in its
+own session, out of the group's reach (:func:`start_router`), and is stopped by the launcher.
 """
 
 from __future__ import annotations
@@ -65,12 +71,13 @@ def replica_url(sa: ServerArgs) -> str:
     return f"http://{host}:{sa.port}"
 
 
-def router_command(urls: list[str], server_args: ServerArgs, prometheus_port: int) -> list[str]:
-    """``python -m sglang_router.launch_router`` for ``urls`` on the server's host and port (its
-    Prometheus exporter on ``prometheus_port``: the router always starts one)."""
+def router_command(urls: list[str], server_args: ServerArgs, prometheus_port: int, port: int) -> list[str]:
+    """``python -m sglang_router.launch_router`` for ``urls`` on ``127.0.0.1:port`` (behind the
+    gateway on the server's host and port; its Prometheus exporter on ``prometheus_port``: the
+    router always starts one)."""
     sa = server_args
     cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls]
-    cmd += ["--policy", sa.router_policy, "--host", sa.host, "--port", str(sa.port)]
+    cmd += ["--policy", sa.router_policy, "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus_port)]
     cmd += ["--log-level", "warn" if sa.log_level == "info" else sa.log_level]
     if sa.api_key:
@@ -131,6 +138,11 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
     def on_signal(signum: int, frame: Any) -> None:
         stop["signal"] = signum
 
+    def stopped_meanwhile() -> bool:
+        # a child found exited: the signal that stopped the whole group may still be on its way
+        time.sleep(_SIGNAL_GRACE_S)
+        return stop["signal"] is not None
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     ctx = mp.get_context("spawn")
@@ -143,6 +155,7 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
         replicas.append((i, ra, p))
     urls = [replica_url(ra) for _, ra, _ in replicas]
     router: subprocess.Popen[bytes] | None = None
+    gateway: Any = None
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         pending = set(range(sa.dp_size))
@@ -151,6 +164,8 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
                 return 0
             for i, _, p in replicas:
                 if not p.is_alive():
+                    if stopped_meanwhile():
+                        return 0
                     logger.error(
                         "DP replica %d (pid %s) exited with code %s during start-up", i, p.pid, p.exitcode
                     )
@@ -160,40 +175,104 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
                 logger.error("DP replicas %s not healthy after %.0f s", sorted(pending), READY_TIMEOUT_S)
                 return 1
             time.sleep(0.5)
+        from sglang_v4.entrypoints.dp_gateway import run_gateway
         from sglang_v4.entrypoints.tp_launch import free_port
 
-        router = subprocess.Popen(router_command(urls, sa, free_port()))
-        own = f"http://{'127.0.0.1' if sa.host in ('0.0.0.0', '::') else sa.host}:{sa.port}"
-        while not _healthy(own):
+        router_port = free_port()
+        router = start_router(router_command(urls, sa, free_port(), router_port))
+        router_url = f"http://127.0.0.1:{router_port}"
+        while not _healthy(router_url):
             if router.poll() is not None:
                 logger.error("sglang-router exited with code %s during start-up", router.returncode)
                 return 1
             if stop["signal"] is not None:
                 return 0
             time.sleep(0.3)
+        gateway = ctx.Process(
+            target=run_gateway,
+            args=(sa.host, sa.port, router_url, urls, sa.log_level),
+            name="sglang_v4-dp-gateway",
+            daemon=False,
+        )
+        gateway.start()
+        own = f"http://{'127.0.0.1' if sa.host in ('0.0.0.0', '::') else sa.host}:{sa.port}"
+        while not _healthy(own):
+            if stop["signal"] is not None:
+                return 0
+            if not gateway.is_alive():
+                if stopped_meanwhile():
+                    return 0
+                logger.error("the DP gateway exited with code %s during start-up", gateway.exitcode)
+                return 1
+            time.sleep(0.3)
         logger.info(
-            "Serving on http://%s:%d: sglang-router (policy %s) over %d replicas %s",
+            "Serving on http://%s:%d: sglang-router (policy %s) on %s over %d replicas %s",
             sa.host,
             sa.port,
             sa.router_policy,
+            router_url,
             sa.dp_size,
             urls,
         )
         while stop["signal"] is None:
             time.sleep(0.5)
-            if router.poll() is not None:
-                logger.error("sglang-router exited with code %s; stopping the replicas", router.returncode)
+            # A terminal's Ctrl+C (or `kill -- -PGID`) reaches the gateway and the replicas too:
+            # they exit at the same moment, which is the stop, not a failure.
+            if stop["signal"] is not None:
+                break
+            failure = _exited_child(router, gateway, replicas)
+            if failure is not None:
+                if stopped_meanwhile():
+                    break
+                logger.error("%s; stopping the replicas", failure)
                 return 1
-            for i, _, p in replicas:
-                if not p.is_alive():
-                    logger.error("DP replica %d (pid %s) exited with code %s; stopping", i, p.pid, p.exitcode)
-                    return 1
         return 0
     finally:
-        _stop_all(router, [p for _, _, p in replicas], sa.graceful_shutdown_timeout)
+        _stop_all(gateway, router, [p for _, _, p in replicas], sa.graceful_shutdown_timeout)
 
 
-def _stop_all(router: subprocess.Popen[bytes] | None, replicas: list[Any], drain_s: float) -> None:
+#: Seconds to wait, on finding a child exited, for the signal that may have stopped the group.
+_SIGNAL_GRACE_S = 0.2
+
+
+def start_router(cmd: list[str]) -> subprocess.Popen[bytes]:
+    """Start the router process (:func:`router_command`) in its own session, so a signal sent to
+    the launcher's process group (a terminal's Ctrl+C, ``kill -TERM -- -PGID``) does not reach it:
+    the launcher stops it after the gateway (:func:`_stop_all`), and sglang-router's Python
+    wrapper, interrupted by a SIGINT, printed a ``KeyboardInterrupt`` traceback over the clean
+    shutdown. It gets SIGTERM when the launcher dies (``prctl(PR_SET_PDEATHSIG)``), as the
+    replicas and the gateway do.
+    """
+    from sglang_v4.utils import set_parent_death_signal
+
+    return subprocess.Popen(
+        cmd, start_new_session=True, preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM)
+    )
+
+
+def _exited_child(
+    router: subprocess.Popen[bytes], gateway: Any, replicas: list[tuple[int, Any, Any]]
+) -> str | None:
+    """What exited among the serving group's processes (a log phrase), or ``None``."""
+    if router.poll() is not None:
+        return f"sglang-router exited with code {router.returncode}"
+    if not gateway.is_alive():
+        return f"the DP gateway exited with code {gateway.exitcode}"
+    for i, _, p in replicas:
+        if not p.is_alive():
+            return f"DP replica {i} (pid {p.pid}) exited with code {p.exitcode}"
+    return None
+
+
+def _stop_all(
+    gateway: Any, router: subprocess.Popen[bytes] | None, replicas: list[Any], drain_s: float
+) -> None:
+    if gateway is not None and gateway.is_alive():
+        gateway.terminate()  # aiohttp's run_app: SIGTERM ends it, open streams closed within 5 s
+        gateway.join(10)
+        if gateway.is_alive():
+            gateway.kill()
+            gateway.join(5)
     if router is not None and router.poll() is None:
         router.terminate()
         try:

@@ -53,6 +53,7 @@ def check_model_dir(
     tp_size: int = 1,
     ep_size: int = 1,
     device: str = "cuda",
+    chat_template: str | None = None,
 ) -> None:
     """Check that ``model_path`` is a local model directory before any process starts.
 
@@ -78,14 +79,17 @@ def check_model_dir(
             tensor when the safetensors headers do not hold the model's tensors with their shapes
             (:func:`~sglang_v4.model_loader.weight_loader.check_checkpoint`; not with
             ``load_format="dummy"``, with a scheduler class set by ``$SGLANG_V4_SCHEDULER_CLASS``
-            (it loads its own weights), nor for safetensors files holding no tensor at all).
+            (it loads its own weights), nor for safetensors files holding no tensor at all);
+            naming ``chat_template`` when ``--chat-template`` names nothing usable, or
+            ``tokenizer_path`` when transformers cannot load the tokenizer to render it
+            (:mod:`~sglang_v4.entrypoints.chat_template`; not with ``skip_tokenizer_init``).
     """
     if not os.path.exists(model_path):
         looks_like_hub_id = model_path.count("/") == 1 and not model_path.startswith((".", "/", "~"))
         if looks_like_hub_id:
             raise ValueError(
                 f"model_path: {model_path!r} is not a local directory; sglang-v4 does not download "
-                f"from the Hugging Face Hub. Download it first (huggingface-cli download {model_path} "
+                f"from the Hugging Face Hub. Download it first (hf download {model_path} "
                 f"--local-dir DIR) and pass --model-path DIR, or make a random-weight model with: "
                 f"{MAKE_CHECKPOINT_HINT}"
             )
@@ -134,10 +138,13 @@ def check_model_dir(
     # an ``architectures`` of --json-model-override-args replaces the file's, as in SGLang
     check_architectures({**raw, **(model_overrides or {})}.get("architectures"), cfg)
     from sglang_v4.layers.quantization import resolve_quantization
+    from sglang_v4.model_loader.expert_format import stored_expert_format
 
+    # the routed experts' stored format (one safetensors header entry) decides theirs where definite
+    stored = stored_expert_format(model_path).fmt if load_format != "dummy" else None
     try:
-        resolve_quantization(quantization, mc.hf, "cuda")
-        quant = resolve_quantization(quantization, mc.hf, device)
+        resolve_quantization(quantization, mc.hf, "cuda", stored)
+        quant = resolve_quantization(quantization, mc.hf, device, stored)
     except ValueError as e:
         raise ValueError(f"model_path: {cfg}: {e}") from None
     check_modelopt_config(model_path)
@@ -160,6 +167,13 @@ def check_model_dir(
         )
     if not skip_tokenizer_init:
         tok = tokenizer_path or model_path
+        if tokenizer_path is not None and not os.path.isdir(tok):
+            what = (
+                "is a file; pass the directory that holds tokenizer.json / tokenizer_config.json"
+                if os.path.isfile(tok)
+                else "does not exist (sglang-v4 does not download tokenizers: pass a local directory)"
+            )
+            raise ValueError(f"tokenizer_path: {tok!r} {what}")
         if not os.path.isdir(tok) or not any(
             os.path.isfile(os.path.join(tok, n)) for n in ("tokenizer.json", "tokenizer_config.json")
         ):
@@ -177,6 +191,11 @@ def check_model_dir(
             raise ValueError(
                 f"{' '.join(str(e).split())} (pass --skip-tokenizer-init to serve token ids only)"
             ) from None
+        if chat_template is not None:
+            from sglang_v4.entrypoints.chat_template import load_template_renderer, resolve_chat_template
+
+            resolve_chat_template(chat_template, tok)
+            load_template_renderer(tok)
     from sglang_v4.managers.scheduler_process import SCHEDULER_CLASS_ENV
 
     if load_format != "dummy" and not os.environ.get(SCHEDULER_CLASS_ENV):
@@ -317,6 +336,7 @@ def resolve_model_path(server_args: ServerArgs) -> None:
         tp_size=server_args.tp_size,
         ep_size=server_args.ep_size,
         device=server_args.device,
+        chat_template=server_args.chat_template,
     )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path

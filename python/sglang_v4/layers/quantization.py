@@ -14,6 +14,10 @@ With a :class:`QuantConfig` the layers hold exactly that: ``Linear`` a float8_e4
 a float32 ``weight_scale_inv`` buffer, ``Experts`` packed uint8 ``gate_up_proj`` / ``down_proj``
 plus uint8 ``*_scale_inv`` exponent buffers, and they call the FP8 / FP4 GEMMs of
 ``sgl_kernel_v4``. Without one, every weight is in the model dtype (the loader dequantizes).
+
+Whether the routed experts are FP4 follows how the checkpoint stores them where its safetensors
+header says so (packed FP4 or FP8 e4m3: ``model_loader/expert_format.py``), and the config's
+``expert_dtype`` otherwise (:func:`resolve_quantization`).
 """
 
 from __future__ import annotations
@@ -70,7 +74,9 @@ def _qc_get(qc: Any, key: str) -> Any:
     return qc.get(key) if isinstance(qc, dict) else getattr(qc, key, None)
 
 
-def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> QuantConfig | None:
+def resolve_quantization(
+    flag: str | None, hf_config: Any, device: str, stored_experts: str | None = None
+) -> QuantConfig | None:
     """Decide what stays quantized in memory.
 
     Args:
@@ -78,13 +84,22 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         hf_config: the model's ``DeepseekV4Config`` (its ``quantization_config``, if any, is the
             checkpoint's; HF folds ``expert_dtype`` into it).
         device: ``"cpu"`` or ``"cuda"``.
+        stored_experts: the routed experts' format as the checkpoint stores them, read from a
+            safetensors header (``model_loader.expert_format.stored_expert_format``): ``"fp4"``
+            (packed e2m1), ``"fp8"`` (e4m3, block-scaled) or ``None`` (a float dtype, unreadable,
+            or no checkpoint: the config decides).
 
     Returns:
         ``None`` (every weight in the model dtype) or a :class:`QuantConfig`. ``None`` flag: the
         checkpoint's FP8 format on CUDA; on the CPU the weights are dequantized at load (the CPU
         path is the exact oracle; ``"fp8"`` runs the quantized layers through the torch
-        references there). ``"fp8"`` on a checkpoint whose experts are not FP4 keeps them in the
-        model dtype (re-quantizing FP8 experts to FP4 would lose accuracy).
+        references there). The routed experts stay FP4 where the model keeps the checkpoint's
+        format and they are stored FP4, whatever ``expert_dtype`` says (also beside no
+        ``quantization_config``: the linears then follow the config); FP8-stored experts stay in
+        the model dtype (there is no FP8 expert kernel, and re-quantizing them to FP4 would lose
+        accuracy), also under ``"fp8"``. Only where the header is not definite (``None``) does
+        the config decide: ``expert_dtype: fp4`` (or, under ``"fp8"``, an unquantized config)
+        gives FP4 experts, quantized on load.
 
     Raises:
         ValueError: unknown ``flag`` (:func:`check_quantization_flag`), or a checkpoint
@@ -99,11 +114,9 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
             that is not a multiple of 32 (:func:`_checked`).
     """
     check_quantization_flag(flag)
-    qc = getattr(hf_config, "quantization_config", None)
-    if isinstance(qc, dict) and not {k for k in qc if k != "expert_dtype"}:
-        # ``"quantization_config": {}`` (nothing quantized), into which transformers'
-        # ``DeepseekV4Config`` folds a top-level ``expert_dtype`` (a BF16 conversion that kept it)
-        qc = None
+    if stored_experts not in (None, "fp4", "fp8"):
+        raise ValueError(f"stored_experts: expected 'fp4', 'fp8' or None, got {stored_experts!r}")
+    qc = _quantization_config(hf_config)
     mlx = getattr(hf_config, "quantization", None)
     if qc is None and isinstance(mlx, dict) and mlx:  # mlx-lm's block (``bits``, ``group_size``, ``mode``)
         raise ValueError(
@@ -146,18 +159,63 @@ def resolve_quantization(flag: str | None, hf_config: Any, device: str) -> Quant
         )
     if flag == "none":
         return None
-    expert_dtype = (_qc_get(qc, "expert_dtype") if qc is not None else None) or getattr(
-        hf_config, "expert_dtype", None
-    )
+    expert_dtype = _expert_dtype(qc, hf_config)
+    if stored_experts is not None:  # the header is definite: packed FP4 stays FP4, FP8 is dequantized
+        experts = "fp4" if stored_experts == "fp4" else None
+    elif flag == "fp8":  # an unquantized config is quantized on load
+        experts = "fp4" if qc is None or expert_dtype == "fp4" else None
+    else:
+        experts = "fp4" if expert_dtype == "fp4" else None
     if flag == "fp8":
-        return _checked(QuantConfig("fp8", "fp4" if qc is None or expert_dtype == "fp4" else None), hf_config)
-    if qc is None or device == "cpu":
+        return _checked(QuantConfig("fp8", experts), hf_config)
+    if device == "cpu":
         return None
+    if qc is None:  # unquantized config: only experts the header shows packed FP4 stay FP4
+        return _checked(QuantConfig(None, "fp4"), hf_config) if stored_experts == "fp4" else None
     linear: str | None = "fp8"
     if block is not None and tuple(int(b) for b in block) != FP8_BLOCK:
         logger.warning("FP8 block size %s is not 128x128: dequantizing the FP8 linears at load", block)
         linear = None
-    return _checked(QuantConfig(linear, "fp4" if expert_dtype == "fp4" else None), hf_config)
+    return _checked(QuantConfig(linear, experts), hf_config)
+
+
+def _quantization_config(hf_config: Any) -> Any:
+    """The config's ``quantization_config``, or ``None`` for none or an empty one."""
+    qc = getattr(hf_config, "quantization_config", None)
+    if isinstance(qc, dict) and not {k for k in qc if k != "expert_dtype"}:
+        # ``"quantization_config": {}`` (nothing quantized), into which transformers'
+        # ``DeepseekV4Config`` folds a top-level ``expert_dtype`` (a BF16 conversion that kept it)
+        return None
+    return qc
+
+
+def _expert_dtype(qc: Any, hf_config: Any) -> str | None:
+    """``expert_dtype`` as the config gives it (inside ``quantization_config`` or at top level)."""
+    v = (_qc_get(qc, "expert_dtype") if qc is not None else None) or getattr(hf_config, "expert_dtype", None)
+    return str(v).lower() if v is not None else None
+
+
+def declared_expert_dtype(hf_config: Any) -> tuple[str | None, str]:
+    """What the config says the routed experts are stored as, and where it says so.
+
+    ``expert_dtype`` when given (``"fp4"`` in DeepSeek's V4 releases, ``"fp8"`` in the Base
+    ones); without it, ``quantization_config.quant_method`` (``fp8`` -> ``"fp8"``, as vLLM infers
+    it: FP8 repackages drop the key); with neither, ``None`` (unquantized).
+
+    Returns:
+        ``(dtype, source)``: ``dtype`` lower-case or ``None``; ``source`` a phrase for messages,
+        e.g. ``"expert_dtype 'fp4'"``.
+    """
+    qc = _quantization_config(hf_config)
+    expert_dtype = _expert_dtype(qc, hf_config)
+    if expert_dtype is not None:
+        return expert_dtype, f"expert_dtype {expert_dtype!r}"
+    method = _qc_get(qc, "quant_method") if qc is not None else None
+    if method is not None:
+        m = str(method).lower()
+        dtype = "fp8" if m == "fp8" else "fp4" if m in ("fp4", "nvfp4", "mxfp4") else None
+        return dtype, f"no expert_dtype, quantization_config.quant_method {method!r}"
+    return None, "no quantization_config"
 
 
 #: Inputs per ue8m0 scale of an FP4 routed expert (``model_loader.quant.FP4_GROUP``).

@@ -291,6 +291,7 @@ def str_out_from_token_out(
         output_top_logprobs_idx=lst(recv.output_top_logprobs_idx),
         input_token_ids_logprobs_val=lst(recv.input_token_ids_logprobs_val),
         output_token_ids_logprobs_val=lst(recv.output_token_ids_logprobs_val),
+        input_token_ranks=lst(recv.input_token_ranks),
         retraction_counts=recv.retraction_counts if len(recv.retraction_counts) == n else [0] * n,
     )
 

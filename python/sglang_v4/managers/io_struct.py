@@ -93,6 +93,11 @@ class GenerateReqInput:
     top_logprobs_num: int | list[int] | None = None
     token_ids_logprob: list[int] | list[list[int] | None] | None = None
     return_text_in_logprobs: bool = False
+    #: Also return each prompt token's rank among the vocabulary's logprobs
+    #: (``meta_info["input_token_ranks"]``, next to ``input_token_logprobs``; vLLM's
+    #: ``Logprob.rank`` of its ``prompt_logprobs``); set by the OpenAI routes, not a ``/generate``
+    #: field. One value for a whole batch.
+    return_input_token_ranks: bool = False
     stream: bool = False
     log_metrics: bool = True
     priority: int | list[int] | None = None
@@ -279,6 +284,7 @@ class GenerateReqInput:
                 self.token_ids_logprob[i] if self.token_ids_logprob is not None else None  # type: ignore[arg-type]
             ),
             return_text_in_logprobs=self.return_text_in_logprobs,
+            return_input_token_ranks=self.return_input_token_ranks,
             stream=self.stream,
             log_metrics=self.log_metrics,
             priority=pick(self.priority),
@@ -328,6 +334,8 @@ class TokenizedGenerateReqInput:
     stream: bool = False
     priority: int | None = None
     return_text_in_logprobs: bool = False
+    #: :attr:`GenerateReqInput.return_input_token_ranks` (only with ``return_logprob``).
+    return_input_token_ranks: bool = False
     #: The prefix-cache namespace (:attr:`GenerateReqInput.extra_key`; None: shared).
     extra_key: str | None = None
     #: ``/health_generate``'s probe (:attr:`GenerateReqInput.health_check`): a busy scheduler
@@ -387,6 +395,9 @@ class BatchTokenIDOut:
     - ``input_token_ids_logprobs_val[i]`` / ``output_token_ids_logprobs_val[i]``: list (per position)
       of the logprobs of the request's ``token_ids_logprob`` in its order (``None`` for the first
       prompt position); ``[]`` without ``token_ids_logprob``.
+    - ``input_token_ranks[i]``: list (per prompt position, as ``input_token_logprobs_val[i]``) of
+      each token's vocabulary rank (:func:`~sglang_v4.sampling.sampler.token_ranks`; ``None`` for
+      the first position); ``[]`` without ``return_input_token_ranks``.
     """
 
     rids: list[str]
@@ -410,6 +421,7 @@ class BatchTokenIDOut:
     output_top_logprobs_idx: list[list[list[int]]] = field(default_factory=list)
     input_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
     output_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
+    input_token_ranks: list[list[int | None]] = field(default_factory=list)
     #: Per-request retraction counts (optional, SGLang ``num_retractions``).
     retraction_counts: list[int] = field(default_factory=list)
 
@@ -435,7 +447,7 @@ class BatchTokenIDOut:
             return out
         ilv, ili, olv, oli = [], [], [], []
         itv, iti, otv, oti = [], [], [], []
-        idv, odv = [], []
+        idv, odv, irk = [], [], []
         with_logprobs: Sequence[Req] = reqs
         # the fixed fields of each request (and whether it returns logprobs), as columns
         (
@@ -463,13 +475,13 @@ class BatchTokenIDOut:
                 add_count(k)
                 if r.pending_input_logprobs or r.pending_output_logprobs:
                     r.pending_input_logprobs, r.pending_output_logprobs = [], []
-            ilv = ili = olv = oli = itv = iti = otv = oti = idv = odv = [[]] * n  # shared, read-only
+            ilv = ili = olv = oli = itv = iti = otv = oti = idv = odv = irk = [[]] * n  # shared, read-only
             with_logprobs = ()
         for r in with_logprobs:
             new_ids, ilp, olp = r.take_new_outputs()
             out.output_ids.append(new_ids)
             if not r.return_logprob:
-                for col in (ilv, ili, olv, oli, itv, iti, otv, oti, idv, odv):
+                for col in (ilv, ili, olv, oli, itv, iti, otv, oti, idv, odv, irk):
                     col.append([])
                 continue
             top = r.top_logprobs_num > 0
@@ -484,6 +496,7 @@ class BatchTokenIDOut:
             with_ids = r.token_ids_logprob is not None
             idv.append([x[4] for x in ilp] if with_ids else [])
             odv.append([x[4] for x in olp] if with_ids else [])
+            irk.append([x[5] for x in ilp] if r.return_input_token_ranks else [])
         if with_logprobs:
             out.completion_tokens = [len(r.output_ids) for r in reqs]
         # the other fields that change
@@ -495,6 +508,7 @@ class BatchTokenIDOut:
         out.input_top_logprobs_val, out.input_top_logprobs_idx = itv, iti
         out.output_top_logprobs_val, out.output_top_logprobs_idx = otv, oti  # type: ignore[assignment]
         out.input_token_ids_logprobs_val, out.output_token_ids_logprobs_val = idv, odv
+        out.input_token_ranks = irk
         return out
 
     def append(
@@ -518,6 +532,7 @@ class BatchTokenIDOut:
         retraction_count: int = 0,
         input_token_ids_logprobs: list[list[float] | None] | None = None,
         output_token_ids_logprobs: list[list[float] | None] | None = None,
+        input_token_ranks: list[int | None] | None = None,
     ) -> None:
         """Add one request's news, keeping every per-request list aligned.
 
@@ -545,6 +560,7 @@ class BatchTokenIDOut:
             idxs.append(list(pair[1]) if pair is not None else [])  # type: ignore[arg-type]
         self.input_token_ids_logprobs_val.append(list(input_token_ids_logprobs or []))
         self.output_token_ids_logprobs_val.append(list(output_token_ids_logprobs or []))
+        self.input_token_ranks.append(list(input_token_ranks or []))
         self.retraction_counts.append(retraction_count)
 
 
@@ -577,3 +593,4 @@ class BatchStrOut:
     retraction_counts: list[int] = field(default_factory=list)
     input_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
     output_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
+    input_token_ranks: list[list[int | None]] = field(default_factory=list)

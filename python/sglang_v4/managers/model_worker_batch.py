@@ -43,8 +43,8 @@ class SamplingBatchInfo:
         top_logprobs_nums: ``-1``: no output logprob; ``0``: the token's logprob; ``k``: also the
             top ``k``.
         future_slots: future-map slot that receives each row's token.
-        plain_greedy: every row is greedy without penalties, logit bias, ``min_new_tokens`` or
-            grammar (``Req.freeze_sampling``): the sampler takes the argmax of the raw logits
+        plain_greedy: every row is greedy without penalties, logit bias, vocabulary constraints,
+            ``min_new_tokens`` or grammar (``Req.freeze_sampling``): the sampler takes the argmax of the raw logits
             without its per-row checks (:func:`sglang_v4.sampling.sampler.sample`); ``False``
             makes no claim.
         token_ids_logprobs: per row, the token ids whose logprobs it also returns
@@ -76,8 +76,8 @@ class ModelWorkerBatch:
         logits_counts: logits rows per request (``forward_inputs`` order).
         sampling: the rows that sample, or ``None``.
         input_logprobs: per request ``(target token ids, top_logprobs_num, token_ids_logprob or
-            None)`` when its first logits rows give prompt logprobs (row ``j`` for target ``j``),
-            else ``None``.
+            None, return_input_token_ranks)`` when its first logits rows give prompt logprobs (row
+            ``j`` for target ``j``), else ``None``.
         req_state_ops: compressor-state resets / resume-state loads of newly admitted request
             slots, applied before the forward (``mem_cache.cache_manager.ReqStateOp``).
     """
@@ -86,7 +86,7 @@ class ModelWorkerBatch:
     forward_inputs: list[ReqForwardInput]
     logits_counts: list[int]
     sampling: SamplingBatchInfo | None
-    input_logprobs: list[tuple[list[int], int, list[int] | None] | None]
+    input_logprobs: list[tuple[list[int], int, list[int] | None, bool] | None]
     req_state_ops: list[ReqStateOp]
 
 
@@ -102,8 +102,10 @@ class GenerationBatchResult:
         next_top_logprobs: ``k -> (rows, values [r, k] float32, ids [r, k] int64)`` for the
             sampling rows (indices into ``R``) that asked for the top ``k``.
         input_logprobs: per request ``(values [t] float32, top values [t, k] | None, top ids
-            [t, k] | None, token-ids values [t, m] | None)`` for its prompt-logprob targets (the
-            last: the logprobs of its ``m`` ``token_ids_logprob``), else ``None``.
+            [t, k] | None, token-ids values [t, m] | None, ranks [t] int64 | None)`` for its
+            prompt-logprob targets (the fourth: the logprobs of its ``m`` ``token_ids_logprob``;
+            the last: each target's vocabulary rank, ``sampling.sampler.token_ranks``, when the
+            request asked for ranks), else ``None``.
         forward_time: seconds the worker spent on the batch (forward, sampling, copies issued).
         error: ``None``, or why the batch failed (``"oom"``: the device ran out of memory; no KV
             was confirmed and no token sampled).
@@ -115,7 +117,12 @@ class GenerationBatchResult:
     next_token_ids: torch.Tensor | None
     next_token_logprobs: torch.Tensor | None
     next_top_logprobs: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]]
-    input_logprobs: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None]
+    input_logprobs: list[
+        tuple[
+            torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None
+        ]
+        | None
+    ]
     forward_time: float
     error: str | None = None
     copy_done: Any = None

@@ -30,17 +30,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sglang_v4.mem_cache.radix_node import RadixKey
-from sglang_v4.sampling.sampler import compute_logprobs, top_logprobs
+from sglang_v4.sampling.sampler import compute_logprobs, token_ranks, top_logprobs
 from sglang_v4.sampling.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
 
-#: One position's logprob entry: ``(logprob, token_id, top_values, top_token_ids, token_ids_values)``;
-#: the logprob is ``None`` for the first prompt token, the top lists ``None`` without
+#: One position's logprob entry: ``(logprob, token_id, top_values, top_token_ids, token_ids_values,
+#: rank)``; the logprob is ``None`` for the first prompt token, the top lists ``None`` without
 #: ``top_logprobs_num``, ``token_ids_values`` (the logprobs of the request's ``token_ids_logprob``,
-#: in its order) ``None`` without ``token_ids_logprob`` and for the first prompt token.
-LogprobEntry = tuple[float | None, int, list[float] | None, list[int] | None, list[float] | None]
+#: in its order) ``None`` without ``token_ids_logprob`` and for the first prompt token; ``rank``
+#: (:func:`~sglang_v4.sampling.sampler.token_ranks`) only for prompt tokens of a request with
+#: ``return_input_token_ranks``, else ``None``.
+LogprobEntry = tuple[float | None, int, list[float] | None, list[int] | None, list[float] | None, int | None]
 
 
 @dataclass(eq=False, slots=True)
@@ -60,6 +62,8 @@ class Req:
     #: Token ids whose logprobs every returned position also reports (SGLang's
     #: ``token_ids_logprob``), or ``None``.
     token_ids_logprob: list[int] | None = None
+    #: Prompt logprob entries also carry the token's vocabulary rank (vLLM's ``Logprob.rank``).
+    return_input_token_ranks: bool = False
     stream: bool = False
     priority: int = 0
     #: The prefix-cache namespace (vLLM's ``cache_salt``, SGLang's ``extra_key``): the request
@@ -111,7 +115,8 @@ class Req:
     #: The prompt's first ``page_size`` token ids when it is longer (set by the scheduler on
     #: arrival): the key of in-batch prefix sharing (``Scheduler._add_prefill_reqs``).
     first_block: tuple[int, ...] | RadixKey | None = field(init=False, default=None)
-    #: Repetition / frequency / presence penalties are set (sampling reads the output history).
+    #: Sampling reads the output history: repetition / frequency / presence penalties, or a bad
+    #: word of two or more tokens (banned after its first tokens, ``sampling/token_masks.py``).
     penalised: bool = field(init=False, default=False)
 
     #: What every output message carries of the request and never changes:
@@ -127,7 +132,10 @@ class Req:
     def __post_init__(self) -> None:
         sp = self.sampling_params
         self.penalised = (
-            sp.repetition_penalty != 1.0 or sp.frequency_penalty != 0.0 or sp.presence_penalty != 0.0
+            sp.repetition_penalty != 1.0
+            or sp.frequency_penalty != 0.0
+            or sp.presence_penalty != 0.0
+            or any(len(seq) > 1 for seq in sp.bad_words_ids or ())
         )
         self.output_static = (
             self.rid,
@@ -145,8 +153,8 @@ class Req:
         generator and the grammar when it queues the request, before) and kept in
         :attr:`sampling_static`. The history is ``output_ids`` itself (a list only ever appended
         to) when sampling reads it (penalties, grammar), else ``()``. *Plain greedy*: the sampler
-        takes the argmax of the raw logits (greedy, no penalty, logit bias, ``min_new_tokens`` or
-        grammar; :attr:`SamplingBatchInfo.plain_greedy`)."""
+        takes the argmax of the raw logits (greedy, no penalty, logit bias, vocabulary constraint,
+        ``min_new_tokens`` or grammar; :attr:`SamplingBatchInfo.plain_greedy`)."""
         sp = self.sampling_params
         self.sampling_static = (
             sp,
@@ -158,6 +166,8 @@ class Req:
             sp.is_greedy
             and not self.penalised
             and not sp.logit_bias
+            and not sp.allowed_token_ids
+            and not sp.bad_words_ids
             and sp.min_new_tokens <= 0
             and self.grammar is None,
         )
@@ -174,6 +184,7 @@ class Req:
             logprob_start_len=int(recv.logprob_start_len if recv.logprob_start_len is not None else -1),
             top_logprobs_num=int(recv.top_logprobs_num or 0),
             token_ids_logprob=list(recv.token_ids_logprob) if recv.token_ids_logprob else None,
+            return_input_token_ranks=bool(recv.return_input_token_ranks),
             stream=bool(recv.stream),
             priority=int(recv.priority or 0),
             extra_key=recv.extra_key or None,
@@ -229,7 +240,8 @@ class Req:
     @property
     def needs_host_history(self) -> bool:
         """Sampling this request needs the host values of its previous tokens (a grammar's mask,
-        repetition / frequency / presence penalties): its step cannot overlap the one before."""
+        repetition / frequency / presence penalties, multi-token bad words): its step cannot
+        overlap the one before."""
         return self.grammar is not None or self.penalised
 
     @property
@@ -263,7 +275,8 @@ class Req:
         lp = compute_logprobs(rows)
         targets = self.input_logprob_targets(first_pos, rows.shape[0])
         idx = torch.tensor(targets, dtype=torch.long, device=lp.device)
-        vals = lp[: len(targets)].gather(1, idx[:, None])[:, 0].tolist() if targets else []
+        val_t = lp[: len(targets)].gather(1, idx[:, None])[:, 0]
+        vals = val_t.tolist() if targets else []
         tops = None
         if self.top_logprobs_num > 0 and targets:
             tv, ti = top_logprobs(lp[: len(targets)], self.top_logprobs_num)
@@ -271,7 +284,10 @@ class Req:
         id_vals = None
         if self.token_ids_logprob and targets:
             id_vals = lp[: len(targets)][:, self.token_ids_logprob].tolist()
-        self.add_input_logprob_entries(first_pos, rows.shape[0], vals, tops, id_vals)
+        ranks = None
+        if self.return_input_token_ranks and targets:
+            ranks = token_ranks(lp[: len(targets)], val_t).tolist()
+        self.add_input_logprob_entries(first_pos, rows.shape[0], vals, tops, id_vals, ranks)
 
     def input_logprob_targets(self, first_pos: int, num_rows: int) -> list[int]:
         """Prompt tokens whose logprobs ``num_rows`` logits rows from position ``first_pos`` give
@@ -286,10 +302,12 @@ class Req:
         vals: list[float],
         tops: tuple[list[list[float]], list[list[int]]] | None,
         id_vals: list[list[float]] | None = None,
+        ranks: list[int] | None = None,
     ) -> None:
         """Record prompt logprobs computed by the model worker: ``vals[j]`` is the logprob of
         :meth:`input_logprob_targets` ``[j]`` (and ``tops`` its top-``top_logprobs_num`` values and
-        ids; ``id_vals`` the logprobs of ``token_ids_logprob``).
+        ids; ``id_vals`` the logprobs of ``token_ids_logprob``; ``ranks`` its vocabulary rank, with
+        ``return_input_token_ranks``).
 
         SGLang's shape (``SchedulerLogprobResultProcessor``: ``[None] + input_token_logprobs[:-1]``):
         with ``logprob_start_len = s`` there is one entry per prompt token ``s .. L - 1``, and the
@@ -300,7 +318,7 @@ class Req:
         L = len(self.origin_input_ids)
         lps = max(0, self.logprob_start_len)
         if not self.input_logprob_buffer:
-            self.input_logprob_buffer.append((None, self.origin_input_ids[lps], None, None, None))
+            self.input_logprob_buffer.append((None, self.origin_input_ids[lps], None, None, None, None))
         for j, v in enumerate(vals):
             pos = first_pos + j + 1  # token whose logprob this row gives
             if pos <= lps:
@@ -312,6 +330,7 @@ class Req:
                     tops[0][j] if tops is not None else None,
                     tops[1][j] if tops is not None else None,
                     id_vals[j] if id_vals is not None else None,
+                    ranks[j] if ranks is not None else None,
                 )
             )
         if first_pos + num_rows >= L - 1:

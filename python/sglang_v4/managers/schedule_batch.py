@@ -333,12 +333,16 @@ class ScheduleBatch:
                 token_ids_logprobs=_token_ids_logprobs(sreqs),
             )
         firsts = self.input_logprob_first
-        input_lp: list[tuple[list[int], int, list[int] | None] | None] = [None] * len(self.reqs)
+        input_lp: list[tuple[list[int], int, list[int] | None, bool] | None] = [None] * len(self.reqs)
         if firsts.count(None) != len(firsts):
             for i, (req, first, c) in enumerate(zip(self.reqs, firsts, self.logits_counts)):
                 if first is not None:
                     targets = req.input_logprob_targets(first, c)
-                    input_lp[i] = (targets, req.top_logprobs_num, req.token_ids_logprob) if targets else None
+                    input_lp[i] = (
+                        (targets, req.top_logprobs_num, req.token_ids_logprob, req.return_input_token_ranks)
+                        if targets
+                        else None
+                    )
         return ModelWorkerBatch(
             forward_mode=self.forward_mode,
             forward_inputs=self.get_forward_inputs(),

@@ -94,6 +94,59 @@ logger = logging.getLogger(__name__)
 LPM_FALLBACK_QUEUE_LEN = CACHE_AWARE_MAX_QUEUE
 
 
+def stop_token_ids(mc: ModelConfig, tokenizer: Any) -> set[int]:
+    """The token ids that end every generation (unless ``ignore_eos``), as SGLang's
+    ``Req.check_finished`` stops: ``config.json``'s and ``generation_config.json``'s
+    ``eos_token_id`` (:attr:`ModelConfig.eos_token_ids`) and the tokenizer's ``eos_token``
+    (``tokenizer_config.json`` / ``special_tokens_map.json``; a fine-tune may name another end
+    token there than its config). The tokenizer's id is left out, with a warning, when it is outside
+    the model's vocabulary (a token the model can never sample). The same set masks EOS before
+    ``min_new_tokens`` and ends a grammar.
+
+    Args:
+        mc: the served model's config.
+        tokenizer: the loaded tokenizer, or ``None`` (``--skip-tokenizer-init``).
+    """
+    ids = set(mc.eos_token_ids)
+    tok_eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    if isinstance(tok_eos, int) and not isinstance(tok_eos, bool):
+        if 0 <= tok_eos < mc.vocab_size:
+            ids.add(tok_eos)
+        else:
+            logger.warning(
+                "The tokenizer's eos_token %r (id %d) is outside the model's vocabulary (%d ids): "
+                "generations end on the config's eos_token_id %s only",
+                getattr(tokenizer, "eos_token", None),
+                tok_eos,
+                mc.vocab_size,
+                sorted(ids),
+            )
+    return ids
+
+
+def warn_tokens_beyond_vocab(mc: ModelConfig, tokenizer: Any) -> list[tuple[int, str]]:
+    """Warn (once, at start-up) about the tokenizer's tokens whose ids are past the model's
+    vocabulary (``config.json``'s ``vocab_size``): tokens added by ``special_tokens_map.json`` /
+    ``added_tokens_decoder`` / ``extra_special_tokens`` to a tokenizer whose model was not resized.
+    A prompt that holds one is refused with a 400 (its id has no embedding), and the operator's only
+    clue was that 400. Returns the ``(id, token)`` pairs, in id order (``[]``: none, or no
+    tokenizer).
+    """
+    if tokenizer is None or len(tokenizer) <= mc.vocab_size:
+        return []
+    ids = list(range(mc.vocab_size, len(tokenizer)))
+    extra = list(zip(ids, tokenizer.convert_ids_to_tokens(ids)))
+    logger.warning(
+        "The tokenizer has %d token(s) past the model's vocabulary (%d ids): %s; a prompt that "
+        "contains one is refused (400): resize the model's embeddings or remove them from the "
+        "tokenizer files",
+        len(extra),
+        mc.vocab_size,
+        ", ".join(f"{t!r} (id {i})" for i, t in extra[:8]) + (", ..." if len(extra) > 8 else ""),
+    )
+    return extra
+
+
 class Scheduler(
     SchedulerIntakeMixin, SchedulerOutputProcessorMixin, SchedulerMetricsMixin, SchedulerUpdateWeightsMixin
 ):
@@ -152,7 +205,8 @@ class Scheduler(
         # manager (they need the vocabulary's text)
         skip_tok = bool(getattr(sa, "skip_tokenizer_init", False))
         self.tokenizer = None if skip_tok else get_tokenizer(sa.tokenizer_path or model_path)
-        self.eos_ids = set(mc.eos_token_ids)
+        self.eos_ids = stop_token_ids(mc, self.tokenizer)
+        warn_tokens_beyond_vocab(mc, self.tokenizer)
         self.grammar_backend = None
         if skip_tok:
             logger.info("--skip-tokenizer-init: constrained decoding disabled (grammars need the tokenizer)")

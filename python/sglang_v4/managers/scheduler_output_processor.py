@@ -34,6 +34,7 @@ from sglang_v4.managers.model_worker_batch import GenerationBatchResult
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.schedule_batch import ScheduleBatch
 from sglang_v4.sampling.stop_checker import check_stop
+from sglang_v4.sampling.token_masks import banned_next_tokens
 
 if TYPE_CHECKING:
     from sglang_v4.managers.scheduler import Scheduler
@@ -126,7 +127,8 @@ class SchedulerOutputProcessorMixin:
                 vals: list[float] = [] if lp is None else lp[0].tolist()
                 tops = None if lp is None or lp[1] is None else (lp[1].tolist(), lp[2].tolist())  # type: ignore[union-attr]
                 id_vals = None if lp is None or lp[3] is None else lp[3].tolist()
-                req.add_input_logprob_entries(first, batch.logits_counts[i], vals, tops, id_vals)
+                ranks = None if lp is None or lp[4] is None else lp[4].tolist()
+                req.add_input_logprob_entries(first, batch.logits_counts[i], vals, tops, id_vals, ranks)
             # a one-token step completes a block or moves the window's first span only at these
             # positions (the cache manager re-checks); longer chunks always go through it
             if n != 1 or (c + 1) % W == 0 or (c // ps > req.num_tree_blocks and not tree_off):
@@ -299,12 +301,15 @@ class SchedulerOutputProcessorMixin:
         out.append(tok)
         if logprob is not None and req.return_logprob:
             tv, ti = top if top is not None else (None, None)
-            req.pending_output_logprobs.append((logprob, tok, tv, ti, id_vals))
+            req.pending_output_logprobs.append((logprob, tok, tv, ti, id_vals, None))
         n = len(out)
         if req.grammar is not None and not req.grammar.accept(tok):
             # A token the grammar forbids: every logit was masked (a dead end of the request's
-            # grammar) or the mask and the matcher disagree. Aborted, as SGLang does.
-            reason = req.grammar.rejection_reason(tok)
+            # grammar, or its allowlist / bad words leave none of the grammar's tokens) or the mask
+            # and the matcher disagree. Aborted, as SGLang does.
+            sp = req.sampling_params
+            banned = banned_next_tokens(sp.bad_words_ids, out[:-1]) if sp.bad_words_ids else ()
+            reason = req.grammar.rejection_reason(tok, sp.allowed_token_ids, banned)
         elif req.grammar is not None or req.has_text_stops:
             sp = req.sampling_params
             if req.stop_text_start < 0 and tok == sp.stop_str_after_token_id:

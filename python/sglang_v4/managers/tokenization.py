@@ -375,6 +375,7 @@ class TokenizationMixin:
             priority=prio,  # type: ignore[arg-type]
             extra_key=obj.extra_key or None,  # type: ignore[arg-type]
             return_text_in_logprobs=bool(obj.return_text_in_logprobs),
+            return_input_token_ranks=bool(obj.return_input_token_ranks and obj.return_logprob),
             health_check=bool(obj.health_check),
         )
 

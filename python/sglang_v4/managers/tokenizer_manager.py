@@ -108,6 +108,8 @@ class ReqState:
     token_ids_logprob: list[int] | None = None
     input_token_ids_logprobs: list[Any] = field(default_factory=list)
     output_token_ids_logprobs: list[Any] = field(default_factory=list)
+    #: each prompt position's vocabulary rank so far (``return_input_token_ranks``; None first)
+    input_token_ranks: list[int | None] = field(default_factory=list)
     created_time: float = field(default_factory=time.perf_counter)
     first_token_time: float = 0.0
     last_time: float = 0.0
@@ -293,6 +295,8 @@ class TokenizerManager(
                         (state.output_token_ids_logprobs, recv.output_token_ids_logprobs_val[i]),
                     ):
                         dst.extend(self._decode_top(vals, [tids] * len(vals), with_text))
+                if state.obj.return_input_token_ranks:
+                    state.input_token_ranks.extend(recv.input_token_ranks[i])
             completion = recv.completion_tokens[i]
             new_tokens = completion - state.last_completion_tokens
             if self.metrics is not None and state.obj.log_metrics and new_tokens > 0:
@@ -340,6 +344,8 @@ class TokenizerManager(
                 if state.token_ids_logprob is not None:
                     meta["input_token_ids_logprobs"] = list(state.input_token_ids_logprobs)
                     meta["output_token_ids_logprobs"] = list(state.output_token_ids_logprobs)
+                if state.obj.return_input_token_ranks:
+                    meta["input_token_ranks"] = list(state.input_token_ranks)
             if state.finished:
                 text = state.final_text if state.final_text is not None else state.text_raw
             else:

@@ -53,6 +53,8 @@ SCORE_SAMPLING_PARAMS: dict[str, Any] = {
     "repetition_penalty": 1.0,
     "min_new_tokens": 0,
     "logit_bias": None,
+    "allowed_token_ids": None,
+    "bad_words_ids": None,
     "json_schema": None,
     "regex": None,
     "ebnf": None,

@@ -31,7 +31,7 @@ import torch
 
 from sglang_v4.managers.model_worker_batch import GenerationBatchResult, ModelWorkerBatch
 from sglang_v4.model_executor.model_runner import ModelRunner
-from sglang_v4.sampling.sampler import compute_logprobs, sample, top_logprobs
+from sglang_v4.sampling.sampler import compute_logprobs, sample, token_ranks, top_logprobs
 
 logger = logging.getLogger(__name__)
 
@@ -144,14 +144,15 @@ class TpModelWorker:
         for i, want in enumerate(wants if wants.count(None) != len(wants) else ()):
             if want is None or not want[0]:
                 continue
-            targets, k, tid = want
+            targets, k, tid, with_ranks = want
             lp = compute_logprobs(logits[offs[i] : offs[i] + len(targets)])
             vals = lp.gather(1, self._upload(targets)[:, None])[:, 0]
             tv = ti = None
             if k > 0:
                 tv, ti = top_logprobs(lp, k)
             idv = lp.index_select(1, self._upload(tid)) if tid else None
-            input_lps[i] = (_to_host(vals), _to_host(tv), _to_host(ti), _to_host(idv))
+            ranks = token_ranks(lp, vals) if with_ranks else None
+            input_lps[i] = (_to_host(vals), _to_host(tv), _to_host(ti), _to_host(idv), _to_host(ranks))
         ids_host = tok_lp = None
         id_lps: list[Any] | None = None
         tops: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]] = {}

@@ -20,6 +20,7 @@ from sglang_v4.layers.quantization import QuantConfig, resolve_quantization
 from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
 
 from .dummy import init_dummy_weights
+from .expert_format import StoredExpertFormat, expert_format_warning, stored_expert_format
 from .loader import checkpoint_nbytes
 from .weight_loader import load_weights_into, weight_nbytes
 
@@ -73,6 +74,36 @@ def check_weights_fit(need: int, free: int, total: int, label: str = "model", tp
     )
 
 
+def resolve_model_quantization(
+    quantization: str | None,
+    model_config: ModelConfig,
+    model_path: str | None,
+    device_type: str,
+    load_format: str = "auto",
+    warn: bool = True,
+) -> QuantConfig | None:
+    """The weight format of the model built from ``model_path``: the routed experts' stored
+    format read from the checkpoint's safetensors headers
+    (:func:`~sglang_v4.model_loader.expert_format.stored_expert_format`; not with
+    ``load_format="dummy"`` or without a path) and the config, resolved by
+    :func:`~sglang_v4.layers.quantization.resolve_quantization`. With ``warn``, a config that
+    disagrees with the stored experts is logged in one warning line naming both.
+
+    Raises:
+        ValueError: as :func:`~sglang_v4.layers.quantization.resolve_quantization`.
+    """
+    stored = (
+        stored_expert_format(model_path)
+        if load_format == "auto" and model_path is not None
+        else StoredExpertFormat()
+    )
+    quant = resolve_quantization(quantization, model_config.hf, device_type, stored.fmt)
+    msg = expert_format_warning(model_config.hf, stored) if warn else None
+    if msg:
+        logger.warning("%s", msg)
+    return quant
+
+
 def get_model(
     model_config: ModelConfig,
     model_path: str | None,
@@ -92,7 +123,8 @@ def get_model(
         dtype: activation / unquantized-weight dtype.
         load_format: ``"auto"`` (read the checkpoint) or ``"dummy"`` (random weights on the device).
         quantization: ``--quantization`` (``None``: the checkpoint's format on CUDA, dequantized on
-            CPU; ``"fp8"``; ``"none"``), see :func:`~sglang_v4.layers.quantization.resolve_quantization`.
+            CPU; ``"fp8"``; ``"none"``), see :func:`resolve_model_quantization` (the routed
+            experts follow their stored format where the header is definite).
         seed: dummy-weight seed.
         tp: this rank's tensor-parallel group: the model holds, loads (or generates) and logs
             only this rank's shard (``DeepseekV4ForCausalLM.weight_shards``).
@@ -106,7 +138,10 @@ def get_model(
     if load_format == "auto" and model_path is None:
         raise ValueError("model_path: required unless load_format='dummy'")
     dev = torch.device(device)
-    quant = resolve_quantization(quantization, model_config.hf, dev.type)
+    rank0 = tp is None or tp.config.tp_rank == 0
+    quant = resolve_model_quantization(
+        quantization, model_config, model_path, dev.type, load_format, warn=rank0
+    )
     label = "weights" if quant is None else quant.describe()
     parallel = tp.config if tp is not None else ParallelConfig()
     need = model_weight_bytes(model_config, dtype, quant, parallel)

@@ -161,40 +161,93 @@ class Grammar:
         """True once a stop token was accepted at a point where the grammar may end."""
         return bool(self.matcher.is_terminated())
 
-    def allows_any_token(self) -> bool:
-        """Whether some token of the vocabulary may come next (False at a dead end: a grammar
-        whose language is empty, such as the regex ``[^\\s\\S]``, or one with no continuation of
-        the text accepted so far). Read from the matcher's own next-token mask applied to a
-        zero ``[1, vocab_size]`` float32 row (any finite entry left)."""
+    def end_tokens(self) -> list[int]:
+        """The stop tokens that may end the output now: the matcher's stop token ids once the text
+        accepted so far is a complete match of the grammar (xgrammar's ``is_completed``), else
+        ``[]`` (also once terminated)."""
+        if self.is_terminated() or not self.matcher.is_completed():
+            return []
+        return [int(t) for t in self.matcher.stop_token_ids if 0 <= int(t) < self.vocab_size]
+
+    def allowed_next_tokens(self) -> torch.Tensor:
+        """The tokens that may come next: ``[vocab_size]`` bool (all False once terminated), read
+        from the matcher's own next-token mask applied to a zero ``[1, vocab_size]`` float32 row
+        (the entries left finite)."""
         import xgrammar as xgr
 
         if self.is_terminated():
-            return False
+            return torch.zeros(self.vocab_size, dtype=torch.bool)
         row = torch.zeros(1, self.vocab_size, dtype=torch.float32)
         bitmask = xgr.allocate_token_bitmask(1, self.vocab_size)
         self.fill_bitmask(bitmask, 0)
         xgr.apply_token_bitmask_inplace(row, bitmask)
-        return bool(torch.isfinite(row).any())
+        return torch.isfinite(row[0])
 
-    def rejection_reason(self, token_id: int) -> FinishReason:
+    def allows_any_token(self) -> bool:
+        """Whether some token of the vocabulary may come next (False at a dead end: a grammar
+        whose language is empty, such as the regex ``[^\\s\\S]``, or one with no continuation of
+        the text accepted so far; :meth:`allowed_next_tokens`)."""
+        return bool(self.allowed_next_tokens().any())
+
+    def rejection_reason(
+        self,
+        token_id: int,
+        allowed_token_ids: Sequence[int] | None = None,
+        banned_token_ids: Sequence[int] = (),
+    ) -> FinishReason:
         """The finish reason of a request whose sampled ``token_id`` this grammar rejected.
 
         SGLang aborts such a request (its scheduler's "Grammar accept_token failed", HTTP 500).
-        When the grammar allows no token at all here, the request's own grammar has no
-        continuation (the sampler found every logit masked), so the abort is a 400 naming the
-        grammar field (:attr:`kind`); otherwise the 500 of an engine fault.
+        When the sampler found every logit masked because of what the request asked for, the
+        abort is a 400 naming the field that left nothing: the grammar field (:attr:`kind`) when
+        the grammar allows no token at all here (its own dead end); ``allowed_token_ids`` (vLLM's
+        allowlist) when none of the grammar's tokens is in it; ``bad_words_ids`` when the tokens
+        its bad words ban at this step (``banned_token_ids``) cover what the grammar and the
+        allowlist leave. Otherwise the 500 of an engine fault.
+
+        Args:
+            token_id: the sampled token the grammar rejected.
+            allowed_token_ids: the request's allowlist (``SamplingParams.allowed_token_ids``), if any.
+            banned_token_ids: the tokens the request's bad words banned at this step
+                (:func:`~sglang_v4.sampling.token_masks.banned_next_tokens` of the output before
+                ``token_id``).
 
         Returns:
             SGLang's ``FINISH_ABORT`` shape (:func:`~sglang_v4.managers.io_struct.finish_abort`).
         """
         from sglang_v4.managers.io_struct import finish_abort
 
-        if not self.allows_any_token():
+        left = self.allowed_next_tokens()
+        after = f"after the {self.finished_tokens} token(s) generated so far"
+        if not bool(left.any()):
             return finish_abort(
-                f"{self.kind}: the grammar allows no token after the {self.finished_tokens} token(s) "
-                "generated so far: no text matching it continues this output (does it match any text?).",
+                f"{self.kind}: the grammar allows no token {after}: no text matching it continues "
+                "this output (does it match any text?).",
                 400,
             )
+        if allowed_token_ids:
+            keep = torch.zeros_like(left)
+            ids = torch.as_tensor(
+                [t for t in allowed_token_ids if 0 <= t < self.vocab_size], dtype=torch.long
+            )
+            keep[ids] = True
+            left &= keep
+            if not bool(left.any()):
+                return finish_abort(
+                    f"allowed_token_ids: none of these tokens is one the request's {self.kind} grammar "
+                    f"allows {after}: together they leave nothing to generate.",
+                    400,
+                )
+        banned = [t for t in banned_token_ids if 0 <= t < self.vocab_size]
+        if banned:
+            left[torch.as_tensor(banned, dtype=torch.long)] = False
+            if not bool(left.any()):
+                return finish_abort(
+                    f"bad_words_ids: the words banned here cover every token that the request's "
+                    f"{self.kind} grammar{' and allowed_token_ids' if allowed_token_ids else ''} "
+                    f"let through {after}: together they leave nothing to generate.",
+                    400,
+                )
         return finish_abort(f"Grammar accept_token failed: {self.kind} rejected token {int(token_id)}.", 500)
 
     def rollback(self, num_tokens: int) -> None:

@@ -8,6 +8,8 @@ Pipeline per row (SGLang ``srt/layers/sampler.py`` + ``srt/sampling/penaltylib``
    * frequency / presence (OpenAI API definition): ``z -= f * count_out(t) + p * [count_out(t) > 0]``,
      counts over *output* tokens only;
    * ``logit_bias``: ``z[t] += bias[t]``;
+   * ``allowed_token_ids`` / ``bad_words_ids`` (vLLM's): ``-inf`` outside the allowlist and on
+     each banned next token (:mod:`sglang_v4.sampling.token_masks`);
    * min_new_tokens: while ``len(output) < min_new_tokens`` the EOS ids and ``stop_token_ids`` get
      ``-inf``;
    * grammar (``json_schema`` / ``regex`` / ``ebnf``, optional): xgrammar's token bitmask sets
@@ -36,6 +38,7 @@ import numpy as np
 import torch
 
 from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.sampling.token_masks import apply_allowed_token_ids, apply_bad_words, restore_dead_rows
 
 _TOPK_CAP = 1024
 """Candidates examined by the partial-sort fast path of :func:`filter_probs`."""
@@ -48,6 +51,7 @@ __all__ = [
     "compute_logprobs",
     "top_logprobs",
     "token_logprobs",
+    "token_ranks",
     "logprobs_for_tokens",
 ]
 
@@ -162,12 +166,14 @@ def apply_penalties(
     rids: Sequence[Any] | None = None,
     output_lens: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """Apply repetition / frequency / presence penalties, logit_bias and the min_new_tokens mask.
+    """Apply repetition / frequency / presence penalties, logit_bias, the vocabulary constraints
+    (``allowed_token_ids``, ``bad_words_ids``) and the min_new_tokens mask.
 
     Args:
         logits: ``[B, V]`` float32 raw next-token logits; modified in place and returned.
         params: ``B`` sampling parameters.
-        output_ids: ``B`` lists of already generated token ids.
+        output_ids: ``B`` lists of already generated token ids (penalties, bad words of two or
+            more tokens).
         prompt_ids: ``B`` lists of prompt token ids (for the repetition penalty); ``None`` = output
             tokens only.
         eos_token_ids: EOS ids masked (with each row's ``stop_token_ids``) before ``min_new_tokens``.
@@ -250,6 +256,14 @@ def apply_penalties(
             val = _device_tensor([float(v) for v in p.logit_bias.values()], logits.dtype, dev)
             logits[i].index_add_(0, idx, val)
 
+    # vLLM's vocabulary constraints (token_masks.py); the allowlist wins where the bad-word bans
+    # or the min_new_tokens mask below would leave none of its tokens
+    allow_rows = apply_allowed_token_ids(logits, params)
+    kept = {
+        i: logits[i].clone() for i in allow_rows if params[i].bad_words_ids or params[i].min_new_tokens > 0
+    }
+    apply_bad_words(logits, params, output_ids)
+
     eos = set(eos_token_ids or ())
     mask_rows: list[int] = []
     mask_ids: list[int] = []
@@ -265,6 +279,7 @@ def apply_penalties(
             _device_tensor(mask_rows, torch.long, dev),
             _device_tensor(mask_ids, torch.long, dev),
         ] = float("-inf")
+    restore_dead_rows(logits, kept)
     return logits
 
 
@@ -390,15 +405,26 @@ def sample(
 
         apply_grammar_masks(z, grammars)
         # A grammar that only allows EOS while min_new_tokens masks EOS leaves nothing: the grammar
-        # wins (the row is recomputed without the min_new_tokens mask).
+        # wins (the row is recomputed without the min_new_tokens mask). A grammar whose match is
+        # complete may always end the output: where the allowlist or the bad words mask its stop
+        # tokens too (allowed_token_ids without EOS), those stop tokens alone are kept. A row left
+        # dead is sampled anyway; the grammar rejects the token and names the field that left
+        # nothing (Grammar.rejection_reason).
         dead = (~torch.isfinite(z).any(dim=-1)).nonzero().flatten().tolist()
         for i in dead:
-            if grammars[i] is None:
+            g = grammars[i]
+            if g is None:
                 continue
             row = logits[i : i + 1].detach().to(torch.float32).clone()
             relaxed = dataclasses.replace(params[i], min_new_tokens=0, is_normalized=True)
             apply_penalties(row, [relaxed], [output_ids[i]], None if prompt_ids is None else [prompt_ids[i]])
-            apply_grammar_masks(row, [grammars[i]])
+            apply_grammar_masks(row, [g])
+            ends = g.end_tokens()
+            if ends and not bool(torch.isfinite(row).any()):
+                idx = _device_tensor(ends, torch.long, dev)
+                kept = logits[i].detach().to(torch.float32).index_select(0, idx)
+                row.fill_(float("-inf"))
+                row[0].index_copy_(0, idx, kept)
             z[i] = row[0]
 
     greedy = [p.is_greedy for p in params]
@@ -479,6 +505,22 @@ def token_logprobs(logprobs: torch.Tensor, token_ids: torch.Tensor) -> torch.Ten
         ``[B]`` float32 ``logprobs[b, token_ids[b]]``.
     """
     return logprobs.gather(1, token_ids.view(-1, 1).to(torch.long)).squeeze(1)
+
+
+def token_ranks(logprobs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Each token's rank among its row's log-probabilities, as vLLM's ``Logprob.rank`` reports
+    it: the count of vocabulary entries whose log-probability is at least the token's (vLLM's
+    ``batched_count_greater_than``, ``(x >= value).sum(-1)``), so 1 is the most likely token and a
+    token tied with others gets the last rank of the tie.
+
+    Args:
+        logprobs: ``[B, V]`` float32.
+        values: ``[B]`` float32, the log-probability of each row's token (``token_logprobs``).
+
+    Returns:
+        ``[B]`` int64 ranks in ``[1, V]`` (0 for a NaN value, which nothing is ``>=``).
+    """
+    return (logprobs >= values.unsqueeze(-1)).sum(dim=-1)
 
 
 def logprobs_for_tokens(

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_v4.sampling.token_masks import check_token_constraints, normalize_token_lists
+
 __all__ = [
     "SamplingParams",
     "TOP_K_ALL",
@@ -168,6 +170,12 @@ class SamplingParams:
         sampling_seed: int | None. Per-request seed for reproducible sampling, in the signed
             64-bit range. With ``n > 1`` sample ``k`` uses :func:`derive_choice_seed` (seed + k).
         custom_params: dict | None. Opaque user data (kept, not interpreted).
+        allowed_token_ids: list[int] | None. Only these token ids may be generated (vLLM's
+            field; ids in ``[0, vocab)``). An extension, not in SGLang.
+        bad_words_ids: list[list[int]] | None. Token sequences never generated: a sequence's last
+            token is banned where its other tokens end the output (vLLM's ``bad_words``, which the
+            OpenAI routes tokenize into these). An extension, not in SGLang.
+            :mod:`sglang_v4.sampling.token_masks` applies and checks both; ``[]`` means unset.
         beam_width: int | None. Only ``None``/``1`` accepted (beam search not supported).
 
     Internal fields (filled by :meth:`normalize`): ``stop_strs`` (list[str]), ``stop_regex_strs``
@@ -202,6 +210,8 @@ class SamplingParams:
     sampling_seed: int | None = None
     custom_params: dict[str, Any] | None = None
     beam_width: int | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words_ids: list[list[int]] | None = None
 
     # --- internal (set by normalize) ---
     stop_strs: list[str] | None = field(default=None, repr=False)
@@ -259,6 +269,9 @@ class SamplingParams:
             raise ValueError(
                 f"logit_bias must be an object mapping token ids to floats, got {self.logit_bias!r}."
             )
+        self.allowed_token_ids, self.bad_words_ids = normalize_token_lists(
+            self.allowed_token_ids, self.bad_words_ids
+        )
         if self.custom_params is not None and not isinstance(self.custom_params, dict):
             raise ValueError(f"custom_params must be an object, got {self.custom_params!r}.")
 
@@ -325,8 +338,8 @@ class SamplingParams:
         """Range checks, as SGLang's ``SamplingParams.verify``.
 
         Args:
-            vocab_size: model vocabulary size; when given, ``stop_token_ids`` and ``logit_bias``
-                keys must lie in ``[0, vocab_size)``.
+            vocab_size: model vocabulary size; when given, ``stop_token_ids``, ``logit_bias``
+                keys, ``allowed_token_ids`` and ``bad_words_ids`` must lie in ``[0, vocab_size)``.
             allow_grammar: accept ``json_schema`` / ``regex`` / ``ebnf`` / ``structural_tag`` (pass
                 True only where the scheduler applies them with :mod:`sglang_v4.sampling.grammar`);
                 otherwise they are rejected as not supported.
@@ -403,6 +416,7 @@ class SamplingParams:
                         f"logit_bias values must be in [-{LOGIT_BIAS_MAX:g}, {LOGIT_BIAS_MAX:g}], "
                         f"got {v!r} for token {k}."
                     )
+        check_token_constraints(self.allowed_token_ids, self.bad_words_ids, vocab_size)
         grammars = [
             n for n in ("json_schema", "regex", "ebnf", "structural_tag") if getattr(self, n) is not None
         ]

@@ -40,7 +40,7 @@ Weight decode (``DECODE``), on the two nibbles of each packed byte (low nibble =
 ``USE_ASM`` (CUDA): the decode is inline PTX on packed registers (four bytes per register);
 otherwise (the Triton interpreter) the same bytes are computed one per lane. Activation rounding:
 ``NATIVE_CVT = False`` computes the e4m3 code from the fp32 bits
-(:func:`~sgl_kernel_v4.triton.fp8_gemm._e4m3_code`, identical on every backend); ``True`` uses the
+(:func:`~sgl_kernel_v4.triton.fp8_act_quant._e4m3_code`, identical on every backend); ``True`` uses the
 GPU's round-to-nearest-even fp32 -> e4m3 conversion (the same bytes on CUDA, fewer instructions;
 not on the interpreter, whose conversion does not round to nearest even).
 """
@@ -56,7 +56,7 @@ import triton.language as tl
 
 from sgl_kernel_v4.ref.fp8_gemm import AMAX_MIN, FP8_MAX
 
-from .fp8_gemm import _e4m3_code, _pow2_ceil
+from .fp8_act_quant import _e4m3_code, _pow2_ceil
 
 __all__ = [
     "DECODE_NAMES",

@@ -11,7 +11,8 @@ interleaved back into K order. With 64-row tiles and this decode the kernels spi
 registers per thread, the fused one 140, the token down kernel 168. The same routing, SwiGLU clamp and
 hash-routing ids as the bf16 :mod:`.moe`; ids outside ``[0, E)`` contribute nothing.
 
-Two layouts of the work, by how many (token, slot) pairs share an expert (:func:`_use_pair_mode`):
+Two layouts of the work, by how many (token, slot) pairs share an expert (tiles and layout:
+:mod:`.moe_fp4_tiles`, its names re-exported here):
 
 * **pair mode** (decode, about one pair per touched expert, e.g. bs 1): no sort. The gate/up
   kernel runs one program per (pair, N tile), reading the expert id of its pair directly; the
@@ -52,8 +53,22 @@ from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 from .fp4_fp8 import MMA_ENV, default_mma, dot_fp4_fp8, fp8_code
 from .fp4_tile import fp4_tile, fp4_words_tile, permute_fp4_k
 from .moe import _align
+from .moe_fp4_tiles import (  # re-exported: the warm-up, tests and benchmarks import them from here
+    DECODE_DEFAULT,
+    DECODE_VARIANTS,
+    _config,
+    _use_pair_mode,  # noqa: F401
+    tile_class_token_counts,
+)
 
-__all__ = ["DECODE_VARIANTS", "MMA_ENV", "default_mma", "fused_moe_fp4"]
+__all__ = [
+    "DECODE_DEFAULT",
+    "DECODE_VARIANTS",
+    "MMA_ENV",
+    "default_mma",
+    "fused_moe_fp4",
+    "tile_class_token_counts",
+]
 
 #: Keys :func:`fused_moe_fp4`'s ``config`` accepts.
 _CONFIG_KEYS = frozenset(
@@ -389,96 +404,6 @@ def _sum_rows_kernel(
     p = tl.load(part_ptr + (t.to(tl.int64) * R + offs_r[:, None]) * D + offs[None, :], mask=m, other=0.0)
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs, tl.sum(p, axis=0).to(y_ptr.dtype.element_ty),
              mask=offs < D)  # fmt: skip
-
-
-def _use_pair_mode(n_pairs: int, k: int, E: int) -> bool:
-    """Pair mode when the batch's pairs rarely share an expert: one token (its ``k`` ids are
-    distinct), or at most ``E / 4`` pairs (each pair then meets another of its expert with
-    probability under about 1/4)."""
-    return n_pairs <= max(k, E // 4)
-
-
-#: Pair-mode (decode) configurations by name, timed side by side by ``benchmark/moe_fp4_sweep.py``;
-#: :data:`DECODE_DEFAULT` names the one :func:`_config` picks. Keys beyond the tile: ``GU_FUSED``
-#: (gate and up rows interleaved in one tile, one dot per K step, twice the programs),
-#: ``DOWN_SPLIT`` (0: one down program per (token, N tile) summing its ``k`` slots in registers;
-#: ``s >= 1``: one per (pair, K split, N tile) writing fp32 partials, then a partial-sum kernel:
-#: ``k * s`` times the programs), ``DOWN_BLOCK_N / DOWN_BLOCK_K / DOWN_STAGES / DOWN_WARPS`` (the
-#: down kernel's tile when it differs from gate/up's).
-DECODE_VARIANTS: dict[str, dict[str, int]] = {
-    # 256-deep K steps, 3 / 6 stages: the H200 tile sweep's best at E=32, T=1 (0.100 ms vs 0.133 ms
-    # for 128-deep, 4 / 8 stages; benchmark/RESULTS.md, quantized weights)
-    "baseline": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "DOWN_STAGES": 6},
-    "dsplit1": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "DOWN_STAGES": 4,
-                "DOWN_SPLIT": 1},
-    "dsplit2": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "DOWN_STAGES": 4,
-                "DOWN_SPLIT": 2, "DOWN_BLOCK_K": 128},
-    "fused": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "DOWN_STAGES": 6,
-              "GU_FUSED": 1},
-    "fused_dsplit1": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
-                      "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 1},
-    "fused_dsplit2": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
-                      "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 2, "DOWN_BLOCK_K": 128},
-    "fused_k128": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5,
-                   "DOWN_STAGES": 5, "GU_FUSED": 1, "DOWN_SPLIT": 1},
-    "fused_n128": {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
-                   "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 2, "DOWN_BLOCK_N": 64},
-    "fused_n32": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
-                  "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 1, "DOWN_BLOCK_N": 32},
-    # the default's tiles with the word decode (fp4_tile.fp4_words_tile; untimed)
-    "fused_dsplit1_words": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
-                            "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 1, "FP4_WORDS": 1},
-}  # fmt: skip
-#: From the H200 sweep (``benchmark/moe_fp4_sweep.py``, RESULTS.md; E=160, k=6, D=4096, I=2048):
-#: ``fused_dsplit1`` took 48.5 us at one token vs 94.2 us for ``baseline`` (1.94x), 1.52x at two,
-#: 1.20x at four.
-DECODE_DEFAULT = "fused_dsplit1"
-
-
-def _config(n_pairs: int, E: int, k: int, elem_bytes: int) -> dict[str, int]:
-    """Tiles by pairs per expert (``docs/QUANTIZATION.md``). The weight tile is the MMA's 64-row side,
-    the tokens the other (``BLOCK_M``, 16 at least). Decode: 64-row weight tiles, so that the few
-    touched experts still give every SM programs, and deep pipelines (``DOWN_STAGES`` for the down
-    kernel, whose pair-mode grid is only ``T * D / 64`` programs) to keep enough bytes in flight;
-    prefill: 128x128 tiles. fp32 activations (the interpreter, fp32 tests) take 32-deep K steps."""
-    if _use_pair_mode(n_pairs, k, E):
-        cfg = dict(DECODE_VARIANTS[DECODE_DEFAULT], PAIR=1)
-    else:
-        per_expert = n_pairs / max(E, 1)
-        if per_expert <= 16:
-            cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
-        elif per_expert <= 32:
-            cfg = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
-        elif per_expert <= 96:
-            cfg = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
-        else:
-            cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
-        cfg.update(PAIR=0, DOWN_STAGES=cfg["num_stages"])
-    if elem_bytes > 2:
-        cfg.update(BLOCK_K=32, num_stages=2, DOWN_STAGES=2)
-    return cfg
-
-
-def tile_class_token_counts(E: int, k: int, max_tokens: int, fp4: bool) -> list[int]:
-    """The smallest token count of each tile class the MoE wrapper picks for ``T`` tokens of ``k``
-    experts each over ``E`` (local) experts, ``1 <= T <= max_tokens``: one dummy forward per entry
-    compiles every grouped-GEMM variant serving can hit (the pair counts are runtime arguments;
-    ``fp4``: :func:`fused_moe_fp4`'s classes, else :func:`~sgl_kernel_v4.triton.moe.fused_moe`'s).
-
-    Raises:
-        ValueError: ``E``, ``k`` or ``max_tokens`` below 1."""
-    from sgl_kernel_v4.triton.moe import _config as bf16_config
-
-    if min(E, k, max_tokens) < 1:
-        raise ValueError(f"E, k, max_tokens: expected >= 1, got {E}, {k}, {max_tokens}")
-    out, last = [], None
-    for t in range(1, max_tokens + 1):
-        cfg = _config(t * k, E, k, 2) if fp4 else bf16_config(t * k, E, 2)
-        key = tuple(sorted(cfg.items()))
-        if key != last:
-            out.append(t)
-            last = key
-    return out
 
 
 def _interpreting() -> bool:

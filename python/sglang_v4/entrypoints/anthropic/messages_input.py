@@ -8,9 +8,10 @@
 * ``messages`` (:func:`messages_to_chat`): a ``user`` message's ``text`` blocks become a user
   message (joined by a blank line; a string content is one text); each ``tool_result`` block
   becomes a ``tool`` message answering the call of its ``tool_use_id``, which must be a
-  ``tool_use`` of the preceding assistant message (``content`` a string or ``text`` blocks;
-  ``is_error: true`` puts ``"Error: "`` in front of the text, so that the model reads the call as
-  failed). The blocks keep their order: ``[tool_result, tool_result, text]`` is two tool messages
+  ``tool_use`` of the preceding assistant message (``content`` a string or ``text`` blocks, its
+  text as is: ``is_error`` must be a boolean and adds nothing to the prompt, as DeepSeek's own
+  Messages converter (``deepseek-recipe``), SGLang's and vLLM's Anthropic adapters render it; the
+  tool's own error text tells the model the call failed). The blocks keep their order: ``[tool_result, tool_result, text]`` is two tool messages
   and then a user message. An ``assistant`` message's ``text`` blocks are its content,
   ``thinking`` blocks its ``reasoning_content`` (the ``signature`` is not checked;
   ``redacted_thinking`` blocks are dropped: their data is another model's) and ``tool_use``
@@ -126,6 +127,13 @@ def _system_text(system: str | Sequence[Any] | None) -> str | None:
 
 
 def _tool_result_text(block: Mapping[str, Any], field: str) -> str:
+    """The text of a ``tool_result`` block: its ``content`` (a string or ``text`` blocks joined by
+    :data:`BLOCK_SEPARATOR`) as is, whatever ``is_error`` says (module docstring).
+
+    Raises:
+        RequestError: 400 naming ``{field}.content`` (not a string or a list of text blocks) or
+            ``{field}.is_error`` (not a boolean).
+    """
     content = block.get("content", "")
     if isinstance(content, str):
         text = content
@@ -136,7 +144,7 @@ def _tool_result_text(block: Mapping[str, Any], field: str) -> str:
     is_error = block.get("is_error", False)
     if not isinstance(is_error, bool):
         raise _error(f"{field}.is_error", "must be a boolean.")
-    return "Error: " + text if is_error else text
+    return text
 
 
 def _unsupported_block(kind: Any, field: str, role: str) -> RequestError:

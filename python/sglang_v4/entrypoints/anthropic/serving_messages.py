@@ -46,13 +46,16 @@ from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
 from sglang_v4.entrypoints.openai.serving_base import (
     SKIP_TOKENIZER_OPENAI_MSG,
     RequestError,
-    _abort_error,
-    _engine_outputs,
     grammar_error_for,
     read_json_object,
     validate_request,
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatRun, _ChoiceStream
+from sglang_v4.entrypoints.openai.serving_outputs import (
+    _abort_error,
+    _engine_outputs,
+    stream_failure,
+)
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.prompt_tokens import encode_with_plain_spans
@@ -230,6 +233,13 @@ class AnthropicServing:
             reason, sequence = stop_reason(fr, plan.matched_stop(matched, None), req.stop_sequences)
             return out + events.finish(reason, sequence, message_usage(meta, cache_report)), True
 
+        def _error_event(e: RequestError | ValueError) -> bytes:
+            """A failure after the first output, named as the non-streamed answer names it
+            (:func:`~sglang_v4.entrypoints.openai.serving_outputs.stream_failure`, then the Messages
+            field: ``output_config.format`` for a grammar made from it)."""
+            err = anthropic_field_error(stream_failure(e, run.grammar_field))
+            return error_event(err.message, err.status)
+
         async def stream() -> AsyncIterator[bytes]:
             for ev in events.start():
                 yield ev
@@ -238,7 +248,7 @@ class AnthropicServing:
                     ret = item[0] if isinstance(item, list) else item
                     abort = _abort_error(ret.get("meta_info", {}))
                     if abort is not None:
-                        yield error_event(abort.message, abort.status)
+                        yield _error_event(abort)
                         return
                     out, done = step(ret)
                     for ev in out:
@@ -247,7 +257,7 @@ class AnthropicServing:
                         return
                 yield error_event("The generation ended without a finish reason.", 500)
             except ValueError as e:
-                yield error_event(str(e), int(getattr(e, "status_code", 400) or 400))
+                yield _error_event(e)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
 

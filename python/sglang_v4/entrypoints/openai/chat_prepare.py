@@ -1,19 +1,25 @@
 """Chat request preparation for ``/v1/chat/completions``: the rendered prompt and how the output
-is read (:class:`ChatPlan`).
+is read (:class:`ChatPlan`), and the checked request ready to run (:class:`ChatRun`).
 
 The messages are rendered with :func:`~sglang_v4.entrypoints.chat_encoding.render_messages`, the
 request's own text marked to be tokenized as plain text (or, with ``--chat-template FILE``, with
-transformers' ``apply_chat_template`` and that Jinja text, tokenized as a whole);
+transformers' ``apply_chat_template`` and that Jinja text, tokenized as a whole); a ``developer``
+message is a system message there (:func:`developer_messages_as_system`, SGLang's rule) and a
+message whose ``content`` is ``null`` or absent is rendered with empty text (SGLang's);
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
 as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request,
-rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`).
+rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`);
+``chat_template_kwargs`` ``{"drop_thinking": false}`` keeps the reasoning of the turns before the
+last user turn in a thinking-mode prompt without tools (the reference encoder's argument, which
+vLLM's DeepSeek-V4 chat encoding reads there; dropped by default).
 ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` are checked here and, when decoding is
 constrained, turned into the tool-call structural tag (``"required"``, a named function, a
 ``strict`` tool, or ``parallel_tool_calls: false``: at most one call, also under ``"auto"``, as
 SGLang's tool grammar does; without a grammar backend or next to the client's own answer grammar
 the answer's reader keeps the first call only, :attr:`ChatPlan.max_calls`); an answer grammar in
 thinking mode is moved
-after the reasoning. The response and stream builders are in :mod:`.serving_chat`.
+after the reasoning. The response and stream builders are in :mod:`.serving_chat` and
+:mod:`.serving_chat_stream`.
 """
 
 from __future__ import annotations
@@ -48,9 +54,11 @@ from sglang_v4.prompt_tokens import prepare_plain_encoding
 __all__ = [
     "ChatPlan",
     "ChatPrepareMixin",
+    "ChatRun",
     "answer_grammar_kind",
     "chat_echo_text",
     "detect_reasoning_effort_profile",
+    "developer_messages_as_system",
     "grammar_after_reasoning",
 ]
 
@@ -161,6 +169,30 @@ class ChatPlan:
         return matched
 
 
+@dataclass
+class ChatRun:
+    """A checked chat request ready to run (:meth:`~.serving_chat.ChatMixin._prepare_chat`).
+
+    Attributes:
+        obj: the engine request (``GenerateReqInput``; prompt as token ids when a tokenizer is loaded).
+        plan: how the prompt was rendered and how the output is read.
+        n: samples per prompt.
+        separate: the reasoning is split off the content.
+        grammar_field: the request field a grammar error names (``tools``, ``response_format``...).
+        prompt_ids: the prompt's token ids (``None`` without a tokenizer).
+        prompt_logprobs: top tokens per position of vLLM's ``prompt_logprobs`` in the answer,
+            ``None`` for none (:func:`~.prompt_logprobs.check_prompt_logprobs`).
+    """
+
+    obj: Any
+    plan: ChatPlan
+    n: int
+    separate: bool
+    grammar_field: str | None
+    prompt_ids: list[int] | None
+    prompt_logprobs: int | None = None
+
+
 def answer_grammar_kind(sp: dict[str, Any]) -> str | None:
     """The grammar field (``json_schema`` / ``regex`` / ``ebnf`` / ``structural_tag``) a chat
     request's sampling parameters constrain the answer with (``response_format`` becomes
@@ -236,6 +268,19 @@ def chat_echo_text(req: ChatCompletionRequest) -> str:
         return ""
 
 
+def developer_messages_as_system(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``msgs`` (chat message dicts) with each ``developer`` message turned into a ``system`` one.
+
+    SGLang's DeepSeek-V4 chat path does this before DeepSeek's request converter
+    (``deepseek-recipe``), whose Chat Completions API has no developer role: an OpenAI
+    ``developer`` message is the client's instruction, i.e. a system message. DeepSeek's V4 encoder
+    (``encoding_dsv4.py``) has a ``developer`` role of its own that thinking mode without tools
+    drops before the last user turn, so handing the OpenAI role to it unchanged would lose an
+    instruction given first.
+    """
+    return [dict(m, role="system") if m.get("role") == "developer" else m for m in msgs]
+
+
 def _thinking_flag(req: ChatCompletionRequest) -> bool:
     kwargs = req.chat_template_kwargs or {}
     flag = kwargs.get("thinking", kwargs.get("enable_thinking"))
@@ -280,8 +325,14 @@ class ChatPrepareMixin(OpenAIServingBase):
     reasoning_effort_profile: str = "preview"
 
     def _load_chat_template(self) -> None:
-        """Read ``--chat-template`` and load the transformers tokenizer that renders it; detect
-        the checkpoint's reasoning-effort profile."""
+        """Read ``--chat-template`` (a file, an inline template or a name of the tokenizer's
+        templates: :func:`~sglang_v4.entrypoints.chat_template.resolve_chat_template`) and load the
+        transformers tokenizer that renders it; detect the checkpoint's reasoning-effort profile.
+
+        Raises:
+            ValueError: naming ``chat_template`` (what it names cannot be used) or
+                ``tokenizer_path`` (transformers cannot load the tokenizer to render it).
+        """
         self.reasoning_effort_profile = detect_reasoning_effort_profile(
             getattr(self.args, "model_path", None)
         )
@@ -292,12 +343,11 @@ class ChatPrepareMixin(OpenAIServingBase):
             prepare_plain_encoding(self.tokenizer)  # the request text's tokenizer, built aside
         if not path or getattr(self.args, "skip_tokenizer_init", False):
             return  # (without a tokenizer the chat route is refused: nothing to render)
-        with open(path, encoding="utf-8") as f:
-            self.chat_template = f.read()
-        from transformers import AutoTokenizer
+        from sglang_v4.entrypoints.chat_template import load_template_renderer, resolve_chat_template
 
         tok_dir = getattr(self.args, "tokenizer_path", None) or getattr(self.args, "model_path", None)
-        self._hf_tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        self.chat_template = resolve_chat_template(path, tok_dir)
+        self._hf_tokenizer = load_template_renderer(tok_dir)
 
     def _plan_chat(self, req: ChatCompletionRequest) -> ChatPlan:
         """Render the prompt and decide the reasoning split and the tool-call handling.
@@ -312,6 +362,13 @@ class ChatPrepareMixin(OpenAIServingBase):
             req.chat_template_kwargs = {**defaults, **(req.chat_template_kwargs or {})}
         thinking = _thinking_flag(req)
         kwargs = dict(req.chat_template_kwargs or {})
+        if kwargs.get("drop_thinking") is None:
+            kwargs.pop("drop_thinking", None)
+        elif not isinstance(kwargs["drop_thinking"], bool):
+            raise RequestError(
+                f"chat_template_kwargs.drop_thinking must be a boolean, got {kwargs['drop_thinking']!r}.",
+                param="chat_template_kwargs",
+            )
         try:
             effort = normalize_reasoning_effort(
                 req.reasoning_effort or kwargs.get("reasoning_effort"), self.reasoning_effort_profile
@@ -417,9 +474,16 @@ class ChatPrepareMixin(OpenAIServingBase):
                 raise ValueError(f"the chat template failed on these messages: {e}") from None
             return RenderedPrompt(prompt), thinking
         profile = self.reasoning_effort_profile
+        drop = kwargs.get("drop_thinking", True)
+        msgs = developer_messages_as_system(msgs)
         if cont:  # the continuation is answer text (after the turn's closed reasoning)
             rendered = render_continuation(
-                msgs, thinking, tools=tools, reasoning_effort=effort, reasoning_effort_profile=profile
+                msgs,
+                thinking,
+                tools=tools,
+                reasoning_effort=effort,
+                reasoning_effort_profile=profile,
+                drop_thinking=drop,
             )
             return rendered, False
         rendered = render_messages(
@@ -429,6 +493,7 @@ class ChatPrepareMixin(OpenAIServingBase):
             tools=tools,
             reasoning_effort=effort,
             reasoning_effort_profile=profile,
+            drop_thinking=drop,
         )
         return rendered, thinking
 

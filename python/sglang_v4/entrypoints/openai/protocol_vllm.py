@@ -3,11 +3,13 @@
 vLLM's OpenAI-compatible server accepts fields beyond OpenAI's (its ``ChatCompletionRequest`` /
 ``CompletionRequest``, documented under "OpenAI-Compatible Server" -> "Extra Parameters"; read
 for names, types and meaning, written independently). They are declared here, mixed into the
-request models of :mod:`.protocol`, so that each is honoured, ignored on purpose or refused with a
-400 naming it (:mod:`.vllm_fields`) instead of being dropped silently as an unknown field. The
-fields SGLang and vLLM share (``top_k``, ``min_p``, ``min_tokens``, ``stop_token_ids``,
-``include_stop_str_in_output``, ``priority``...) are declared in :mod:`.protocol`.
-The table of what each field does here is in ``docs/VLLM_FIELDS.md``.
+request models of :mod:`.protocol_chat` and :mod:`.protocol_completions`, so that each is honoured,
+ignored on purpose or refused with a 400 naming it (:mod:`.vllm_fields`) instead of being dropped
+silently as an unknown field. The fields SGLang and vLLM share (``top_k``, ``min_p``,
+``min_tokens``, ``stop_token_ids``, ``include_stop_str_in_output``, ``priority``...) are declared
+in :mod:`.protocol_base`.
+The table of what each field does here is in ``docs/VLLM_FIELDS.md``. :class:`PromptLogprob` is
+the one vLLM response shape the routes add (``prompt_logprobs``, :mod:`.prompt_logprobs`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,22 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "PromptLogprob",
     "StructuredOutputs",
     "VllmChatFields",
     "VllmCompletionFields",
     "VllmSamplingFields",
 ]
+
+
+class PromptLogprob(BaseModel):
+    """One token's entry in vLLM's ``prompt_logprobs`` (its ``Logprob`` dataclass): ``logprob``
+    (natural log, ``-inf`` written as -9999.0), ``rank`` (1 = the most likely token of the
+    vocabulary) and ``decoded_token`` (the token decoded alone; ``None`` without a tokenizer)."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
 
 
 class StructuredOutputs(BaseModel):

@@ -164,7 +164,12 @@ def validate_request(cls: type[BaseModel], data: dict[str, Any]) -> Any:
 OPENAI_MAX_TEMPERATURE = 2.0
 
 #: SGLang sampling-parameter names whose OpenAI request field is named differently.
-_OPENAI_NAME = {"min_new_tokens": "min_tokens", "max_new_tokens": "max_tokens", "sampling_seed": "seed"}
+_OPENAI_NAME = {
+    "min_new_tokens": "min_tokens",
+    "max_new_tokens": "max_tokens",
+    "sampling_seed": "seed",
+    "bad_words_ids": "bad_words",
+}
 
 
 def _check_openai_ranges(req: Any) -> None:
@@ -213,15 +218,25 @@ def _check_stream_options(req: Any) -> None:
 GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
 
 
+#: Sampling fields a generation's 400 abort may start with (``"<field>: ..."``): the vocabulary
+#: constraints that, with the request's grammar, left no token to generate.
+_ABORT_FIELDS = ("allowed_token_ids", "bad_words_ids")
+
+
 def grammar_error_for(e: RequestError, field: str | None) -> RequestError:
     """``e`` renamed to the request field its grammar was made from (``tools``, ``response_format``).
 
     A chat request's tool-call grammar is a ``structural_tag`` and a ``response_format`` becomes a
     ``json_schema``; the client sent neither name, so their errors name ``field`` instead (message
-    prefix and ``param``). ``e`` is returned unchanged when ``field`` is None or it is not a
-    grammar error.
+    prefix and ``param``). A 400 that starts with a vocabulary constraint (``allowed_token_ids``,
+    ``bad_words_ids``: it and the grammar left nothing to generate) names the field as the client
+    sent it (``bad_words``), with its ``param``. ``e`` is returned unchanged when ``field`` is None
+    or it is not a grammar error.
     """
     kind, sep, rest = e.message.partition(": ")
+    if e.status == 400 and sep and kind in _ABORT_FIELDS and e.param in (None, kind):
+        name = _OPENAI_NAME.get(kind, kind)
+        return RequestError(f"{name}: {rest}", e.status, e.err_type, name)
     if field is None or e.status != 400 or not sep or kind not in GRAMMAR_FIELDS:
         return e
     return RequestError(f"{field}: {rest}", e.status, e.err_type, field)

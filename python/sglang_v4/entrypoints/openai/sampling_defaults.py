@@ -3,7 +3,13 @@ leaves unset (SGLang's flag and default).
 
 * ``model`` (the default, as in SGLang): the model directory's ``generation_config.json`` -- its
   ``temperature``, ``top_p``, ``top_k``, ``min_p`` and ``repetition_penalty`` where it sets them
-  (the values the model's authors recommend); the others keep SGLang's defaults.
+  (the values the model's authors recommend); the others keep SGLang's defaults. ``do_sample`` is
+  not read, as neither SGLang nor vLLM reads it: ``"do_sample": false`` with ``temperature`` 0.6
+  samples at 0.6 (transformers' ``generate`` would decode greedily); the start-up log says so.
+  ``max_new_tokens`` / ``max_length`` are not defaults (SGLang reads neither; vLLM's
+  ``--generation-config`` makes ``max_new_tokens`` a server-wide cap on every request's output
+  instead): a request's length is its own ``max_tokens``, else the room the context leaves. They
+  are logged at start-up as not applied, like any value that cannot be a default.
 * ``openai``: SGLang's / OpenAI's defaults (``temperature`` 1, ``top_p`` 1, no ``top_k`` /
   ``min_p``, no repetition penalty) whatever the model directory says.
 
@@ -23,6 +29,8 @@ logger = logging.getLogger(__name__)
 SAMPLING_DEFAULTS_CHOICES = ("model", "openai")
 #: ``generation_config.json`` keys that become chat sampling defaults.
 GENERATION_CONFIG_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+#: ``generation_config.json`` length keys that are not defaults (module docstring).
+GENERATION_CONFIG_LENGTH_KEYS = ("max_new_tokens", "max_length")
 
 
 def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]:
@@ -38,7 +46,7 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
         (:func:`valid_sampling_default`; another value is logged and left out, so that it does not
         turn every chat request that leaves the field unset into a 400 about a field the client never
         sent). Empty for ``openai``, without the file, or when it does not parse as a JSON object
-        (logged).
+        (logged: an empty or truncated file, a stray list, is never a start-up failure).
 
     Raises:
         ValueError: naming ``sampling_defaults`` for another ``mode``.
@@ -57,8 +65,9 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
         logger.warning("Ignoring %s (%s): chat requests use SGLang's sampling defaults", path, e)
         return {}
     if not isinstance(cfg, dict):
+        logger.warning("Ignoring %s (not a JSON object): chat requests use SGLang's sampling defaults", path)
         return {}
-    out = {}
+    out: dict[str, Any] = {}
     for k in GENERATION_CONFIG_SAMPLING_KEYS:
         if cfg.get(k) is None:
             continue
@@ -67,6 +76,20 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
             out[k] = cfg[k]
         else:
             logger.warning("Ignoring %s of %s: %s", k, path, why)
+    if cfg.get("do_sample") is False:
+        logger.info(
+            "%s sets do_sample false, which is not read (SGLang's and vLLM's rule): chat requests that "
+            "leave temperature unset sample at its temperature; send temperature 0 for greedy decoding",
+            path,
+        )
+    unread = [k for k in GENERATION_CONFIG_LENGTH_KEYS if cfg.get(k) is not None]
+    if unread:
+        logger.info(
+            "Not applied from %s: %s (SGLang's rule: a request's length is its own max_tokens, else "
+            "what the context leaves; use --preferred-sampling-params '{\"max_new_tokens\": N}' for a default)",
+            path,
+            ", ".join(f"{k}={cfg[k]!r}" for k in unread),
+        )
     if out:
         logger.info("Chat sampling defaults from %s: %s", path, out)
     return out
@@ -88,6 +111,25 @@ def valid_sampling_default(key: str, value: Any) -> str | None:
     except (TypeError, ValueError) as e:
         return str(e)
     return None
+
+
+def json_object_flag(name: str, value: Any) -> dict[str, Any] | None:
+    """A server flag that holds a JSON object: ``value`` as the command line gives it (JSON text)
+    or as ``Engine`` keywords do (a dict); ``None`` stays ``None``.
+
+    Raises:
+        ValueError: naming ``name``: text that is not JSON, or JSON that is not an object.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{name} must be a JSON object (got {value!r}: {e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object (got {value!r})")
+    return value
 
 
 def parse_preferred_sampling_params(value: Any, skip_tokenizer_init: bool = False) -> dict[str, Any] | None:
@@ -115,17 +157,9 @@ def parse_preferred_sampling_params(value: Any, skip_tokenizer_init: bool = Fals
     from sglang_v4.managers.tokenization import check_tokenizer_free
     from sglang_v4.sampling.sampling_params import SamplingParams
 
+    value = json_object_flag("preferred_sampling_params", value)
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ValueError(
-                f"preferred_sampling_params must be a JSON object (got {value!r}: {e})"
-            ) from None
-    if not isinstance(value, dict):
-        raise ValueError(f"preferred_sampling_params must be a JSON object (got {value!r})")
     if "n" in value:
         raise ValueError(
             "preferred_sampling_params: n is not a default sampling parameter (it is how many "

@@ -1,13 +1,13 @@
-"""Shared part of the OpenAI-compatible routes: request parsing, errors, sampling parameters,
-usage, generation plumbing and ``/v1/models`` (the routes: :mod:`.serving_completions`,
+"""Shared part of the OpenAI-compatible routes: request parsing and authentication, usage,
+generation plumbing and ``/v1/models`` (the routes: :mod:`.serving_completions`,
 :mod:`.serving_chat`; assembled in :mod:`.serving`).
 
 Behaviour follows SGLang 0.5.x ``srt/entrypoints/openai/serving_{base,completions,chat}.py`` (read,
 not copied): a request is converted into a :class:`GenerateReqInput` (SGLang sampling-parameter
-names), sent through ``tokenizer_manager.generate_request(obj, raw_request)`` (an async generator
-of SGLang-shaped dicts ``{"text", "output_ids", "meta_info", ["index"]}`` with *cumulative* text when
-streaming; a list of dicts for a non-streamed batch), and the results are reshaped into OpenAI
-responses / SSE chunks (``data: {...}\\n\\n`` ... ``data: [DONE]\\n\\n``).
+names, :mod:`.request_sampling`), sent through ``tokenizer_manager.generate_request(obj,
+raw_request)`` (an async generator of SGLang-shaped dicts ``{"text", "output_ids", "meta_info",
+["index"]}`` with *cumulative* text when streaming; a list of dicts for a non-streamed batch), and
+the results are reshaped into OpenAI responses / SSE chunks (:mod:`.serving_outputs`).
 
 Errors (:mod:`.request_errors`, re-exported here) use SGLang's body ``{"object": "error",
 "message", "type", "param", "code"}``: 400 ``BadRequestError`` for invalid input (including
@@ -21,13 +21,11 @@ its clients use ``/generate`` with ``input_ids``. ``/v1/models`` still answers.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
-import math
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
@@ -40,15 +38,12 @@ from sglang_v4.entrypoints.openai.protocol import (
     ModelList,
     PromptTokensDetails,
     UsageInfo,
-    error_type_for_status,
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import canonical_reasoning_parser
 from sglang_v4.entrypoints.openai.request_errors import (  # re-exported: the routes import them from here
-    _OPENAI_NAME,
     GRAMMAR_FIELDS,
     OPENAI_MAX_TEMPERATURE,
     RequestError,
-    _check_openai_ranges,
     _check_stream_options,
     _check_unsupported,
     _param_of,
@@ -57,11 +52,18 @@ from sglang_v4.entrypoints.openai.request_errors import (  # re-exported: the ro
     read_json_object,
     validate_request,
 )
+from sglang_v4.entrypoints.openai.request_sampling import build_sampling_params
 from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaults
+from sglang_v4.entrypoints.openai.serving_outputs import (  # re-exported: public names of the outputs
+    MAX_TOP_LOGPROBS,
+    OPENAI_MIN_LOGPROB,
+    _abort_error,
+    openai_logprob,
+    stream_failure,
+)
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
-from sglang_v4.entrypoints.openai.vllm_fields import check_vllm_fields, vllm_grammar
+from sglang_v4.entrypoints.openai.vllm_fields import check_vllm_fields
 from sglang_v4.prompt_tokens import encode_with_plain_spans
-from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, TOP_K_ALL, SamplingParams
 from sglang_v4.utils import byte_level_token_bytes
 
 logger = logging.getLogger(__name__)
@@ -70,11 +72,14 @@ __all__ = [
     "GRAMMAR_FIELDS",
     "MAX_TOP_LOGPROBS",
     "OPENAI_MAX_TEMPERATURE",
+    "OPENAI_MIN_LOGPROB",
     "OpenAIServingBase",
     "RequestError",
     "error_response",
     "grammar_error_for",
+    "openai_logprob",
     "read_json_object",
+    "stream_failure",
     "validate_request",
 ]
 
@@ -83,83 +88,6 @@ SKIP_TOKENIZER_OPENAI_MSG = (
     "{path} needs the tokenizer (text prompts and responses, the chat template), which this server "
     "does not load (it was started with --skip-tokenizer-init): use /generate with input_ids."
 )
-
-MAX_TOP_LOGPROBS = 20
-"""OpenAI's bound for ``top_logprobs`` (chat) and ``logprobs`` (completions: 5 in OpenAI; SGLang allows more)."""
-
-
-def _sse(obj: BaseModel | dict[str, Any]) -> bytes:
-    data = obj.model_dump(mode="json") if isinstance(obj, BaseModel) else obj
-    return b"data: " + orjson.dumps(data) + b"\n\n"
-
-
-_SSE_DONE = b"data: [DONE]\n\n"
-
-
-def _sse_error(message: str, err_type: str | None, status: int) -> bytes:
-    """An in-stream error event in SGLang's shape: ``data: {"error": {...}}``."""
-    et = err_type or error_type_for_status(status)
-    return _sse({"error": {"object": "error", "message": message, "type": et, "param": None, "code": status}})
-
-
-async def _engine_outputs(gen: AsyncIterator[Any], first: Any) -> AsyncIterator[Any]:
-    """The outputs of a started generation (:meth:`OpenAIServingBase._run_stream`): ``first``, the
-    one already read, then the rest of ``gen``. Each is one response dict (``text``,
-    ``output_ids``, ``meta_info``; cumulative) or, for a request of several choices, a list of
-    them. Closing ``gen`` (which aborts an unfinished request) stays with the caller.
-
-    Raises:
-        ValueError: what ``gen`` raises (a scheduler-side error after the first output).
-    """
-    yield first
-    async for item in gen:
-        yield item
-
-
-def _encode_ids(tokenizer: Any, text: str) -> list[int]:
-    enc = tokenizer.encode(text, add_special_tokens=False)
-    return list(getattr(enc, "ids", enc))
-
-
-def _finish(meta: dict[str, Any]) -> tuple[str | None, Any]:
-    """``(finish_reason string, matched_stop)`` from SGLang's ``meta_info["finish_reason"]``."""
-    fr = meta.get("finish_reason")
-    if not fr:
-        return None, None
-    if isinstance(fr, str):
-        return fr, None
-    return fr.get("type"), fr.get("matched")
-
-
-def _abort_error(meta: dict[str, Any]) -> RequestError | None:
-    fr = meta.get("finish_reason")
-    if isinstance(fr, dict) and fr.get("type") == "abort":
-        status = int(fr.get("status_code") or 400)
-        return RequestError(str(fr.get("message") or "Aborted"), status)
-    return None
-
-
-OPENAI_MIN_LOGPROB = -9999.0
-"""The logprob OpenAI's API reports for a token that has no probability: its chat reference
-documents -9999.0 for "very unlikely" tokens, and vLLM clamps to the same value. A constrained
-(grammar, ``logit_bias``, ``min_tokens``) step gives ``-inf`` to the tokens it forbids, and those
-appear among the ``top_logprobs`` when fewer tokens than asked for are allowed; JSON has no
-``-Infinity``, so without this floor they would go out as ``null`` in a field typed as a number."""
-
-
-def openai_logprob(lp: float) -> float:
-    """``lp`` (a natural-log probability) as OpenAI's API writes it: at least
-    :data:`OPENAI_MIN_LOGPROB` (``-inf`` and NaN become that value), otherwise unchanged."""
-    if math.isnan(lp):
-        return OPENAI_MIN_LOGPROB
-    return max(float(lp), OPENAI_MIN_LOGPROB)
-
-
-def _lp_entry(e: Any) -> tuple[float | None, int, str | None]:
-    """One SGLang logprob entry ``(logprob, token_id, text|None)`` (tuple or list)."""
-    lp, tid = e[0], e[1]
-    text = e[2] if len(e) > 2 else None
-    return (None if lp is None else float(lp)), int(tid), text
 
 
 class OpenAIServingBase:
@@ -184,6 +112,9 @@ class OpenAIServingBase:
                 server_args, "model_path", None
             )
             self.model_name = self.model_name or "default"
+        names_fn = getattr(server_args, "served_model_names", None)
+        #: every id the routes accept and ``/v1/models`` lists (``--served-model-name a b``)
+        self.model_names: list[str] = list(names_fn()) if callable(names_fn) else [self.model_name]
         self.enable_cache_report = bool(getattr(server_args, "enable_cache_report", False))
         #: Sampling parameters a chat request leaves unset (``--sampling-defaults``); read (and
         #: logged) once, by the handler that serves chat (:meth:`load_chat_sampling_defaults`).
@@ -253,11 +184,12 @@ class OpenAIServingBase:
         return None
 
     def _check_model(self, model: str | None) -> None:
-        """404 unless ``model`` is the served name, ``"default"`` or the model path (or omitted)."""
-        accepted = {self.model_name, "default"}
+        """404 unless ``model`` is a served name, ``"default"`` or the model path, with or without
+        a trailing separator (or omitted)."""
+        accepted = {self.model_name, *self.model_names, "default"}
         mp = getattr(self.args, "model_path", None)
         if mp:
-            accepted.add(str(mp))
+            accepted |= {str(mp), os.path.normpath(str(mp))}
         if model is not None and model not in accepted:
             raise RequestError(f"The model `{model}` does not exist.", 404, param="model")
 
@@ -273,143 +205,29 @@ class OpenAIServingBase:
             check_vllm_fields(req)
         return req
 
-    @staticmethod
-    def _response_format(rf: dict[str, Any] | None) -> dict[str, str]:
-        """The grammar field of an OpenAI ``response_format``: ``{}`` (text), ``{"json_schema": ...}``
-        (``json_object``: any JSON object; ``json_schema``: its ``schema``, any JSON value without
-        one) or ``{"structural_tag": ...}`` (SGLang's extension).
-
-        Raises:
-            RequestError: an unknown type or a malformed ``json_schema`` (400, param
-                ``response_format``).
-        """
-        if not rf:
-            return {}
-        rtype = rf.get("type")
-        if rtype in (None, "text"):
-            return {}
-        if rtype == "json_object":
-            return {"json_schema": '{"type": "object"}'}
-        if rtype == "json_schema":
-            js = rf.get("json_schema")
-            if not isinstance(js, dict) or not js:
-                raise RequestError(
-                    "response_format.json_schema must be an object with a `name` and a `schema`.",
-                    param="response_format",
-                )
-            name = js.get("name")
-            if not isinstance(name, str) or not name:
-                raise RequestError(
-                    "response_format.json_schema.name must be a non-empty string.", param="response_format"
-                )
-            schema = js.get("schema", {})
-            if not isinstance(schema, (dict, bool)):
-                raise RequestError(
-                    "response_format.json_schema.schema must be an object.", param="response_format"
-                )
-            if js.get("strict") is not None and not isinstance(js["strict"], bool):
-                raise RequestError(
-                    "response_format.json_schema.strict must be a boolean.", param="response_format"
-                )
-            return {"json_schema": json.dumps(schema)}
-        if rtype == "structural_tag":
-            return {"structural_tag": json.dumps(rf)}
-        raise RequestError(f"response_format.type {rtype!r} is not supported.", param="response_format")
-
     def _sampling_params(
         self,
         req: CompletionRequest | ChatCompletionRequest,
         max_new_tokens: int | None,
         structural_tag: str | None = None,
-    ) -> dict:
-        """SGLang sampling parameters of a request, validated (400 naming the field on error).
+    ) -> dict[str, Any]:
+        """SGLang sampling parameters of a request, validated (400 naming the field on error):
+        :func:`~.request_sampling.build_sampling_params` with this server's tokenizer, vocabulary
+        size, grammar backend and chat sampling defaults.
 
-        ``structural_tag`` is the tool-call grammar of a chat request (exclusive with the other
-        grammar fields). ``top_k: 0`` means the whole vocabulary, as vLLM reads it ("Set to 0 (or
-        -1) to consider all tokens"; SGLang's ``/generate`` refuses 0), also when it comes from the
-        model's ``generation_config.json``.
+        Raises:
+            RequestError: 400 naming the request's field.
         """
-        grammar = self._response_format(req.response_format)
-        sglang_grammar = any(getattr(req, k, None) for k in ("json_schema", "regex", "ebnf"))
-        if grammar and sglang_grammar:
-            raise RequestError(
-                "response_format cannot be combined with json_schema / regex / ebnf.", param="response_format"
-            )
-        # vLLM's guided_* / structured_outputs (vllm_fields.py): one more source of the same grammars
-        guided, guided_field = vllm_grammar(req)
-        if guided and (grammar or sglang_grammar):
-            raise RequestError(
-                f"{guided_field} cannot be combined with response_format / json_schema / regex / ebnf.",
-                param=guided_field,
-            )
-        grammar_field = "response_format" if grammar else guided_field
-        grammar = grammar or guided
-        json_schema = grammar.get("json_schema", req.json_schema)
-        if structural_tag is not None:
-            if grammar or any(getattr(req, k, None) for k in ("json_schema", "regex", "ebnf")):
-                raise RequestError(
-                    "a constrained tool call (tool_choice 'required' / a named function / a strict tool) "
-                    "cannot be combined with response_format / json_schema / regex / ebnf.",
-                    param="tool_choice",
-                )
-            grammar = {"structural_tag": structural_tag}
-        d: dict[str, Any] = {
-            "max_new_tokens": max_new_tokens,
-            "min_new_tokens": req.min_tokens,
-            "temperature": req.temperature,
-            "top_p": req.top_p,
-            "top_k": req.top_k,
-            "min_p": req.min_p,
-            "frequency_penalty": req.frequency_penalty,
-            "presence_penalty": req.presence_penalty,
-            "repetition_penalty": req.repetition_penalty,
-            "stop": req.stop,
-            "stop_token_ids": req.stop_token_ids,
-            "stop_regex": req.stop_regex,
-            "n": req.n,
-            "ignore_eos": req.ignore_eos,
-            "skip_special_tokens": req.skip_special_tokens,
-            "no_stop_trim": req.no_stop_trim or req.include_stop_str_in_output,
-            "logit_bias": req.logit_bias,
-            "sampling_seed": req.seed,
-            "json_schema": json_schema,
-            "structural_tag": grammar.get("structural_tag"),
-            "regex": grammar.get("regex", req.regex),
-            "ebnf": grammar.get("ebnf", req.ebnf),
-            "custom_params": req.custom_params,
-        }
-        if isinstance(req, ChatCompletionRequest):  # --sampling-defaults (sampling_defaults.py)
-            for key, value in self.chat_sampling_defaults.items():
-                if d.get(key) is None:
-                    d[key] = value
-        if d.get("top_k") == 0:  # vLLM's "0 (or -1): consider all tokens"; also a generation_config's 0
-            d["top_k"] = TOP_K_ALL
-        d = {k: v for k, v in d.items() if v is not None or k == "max_new_tokens"}
-        _check_openai_ranges(req)
-        # Validate now so that the client gets a 400 naming the field before anything is queued.
-        try:
-            sp = SamplingParams.from_dict(d)
+        return build_sampling_params(
+            req,
+            max_new_tokens,
+            structural_tag,
+            tokenizer=self.tokenizer,
+            vocab_size=self._vocab_size(),
             # Grammars are accepted only where the backend applies them (tokenizer_manager.grammar_enabled).
-            sp.verify(self._vocab_size(), allow_grammar=bool(getattr(self.tm, "grammar_enabled", False)))
-        except ValueError as e:
-            msg = str(e)
-            param = _param_of(msg)
-            if param in _OPENAI_NAME:  # name the field the client sent
-                msg, param = _OPENAI_NAME[param] + msg[len(param) :], _OPENAI_NAME[param]
-            if msg.startswith(GRAMMAR_UNAVAILABLE_MSG.split("(", 1)[0]):
-                # a grammar on a server without xgrammar: name the field that asked for it (the
-                # tool-call grammar comes from tool_choice / strict tools, json_schema from
-                # response_format), not the internal grammar kind
-                param = (
-                    "tool_choice"
-                    if structural_tag is not None
-                    else grammar_field
-                    if grammar_field is not None
-                    else next(k for k in GRAMMAR_FIELDS if d.get(k) is not None)
-                )
-                msg = GRAMMAR_UNAVAILABLE_MSG.format(field=param)
-            raise RequestError(msg, param=param) from None
-        return d
+            grammar_enabled=bool(getattr(self.tm, "grammar_enabled", False)),
+            chat_defaults=self.chat_sampling_defaults,
+        )
 
     def _usage(
         self, rets: list[dict[str, Any]], n: int, reasoning_tokens: list[int] | None = None
@@ -573,13 +391,15 @@ class OpenAIServingBase:
                 else denied
             )
         if anthropic:
-            info = anthropic_models.anthropic_model(self.model_name, self._context_len())
+            infos = [anthropic_models.anthropic_model(n, self._context_len()) for n in self.model_names]
             try:
-                return JSONResponse(anthropic_models.anthropic_model_list([info], request.query_params))
+                return JSONResponse(anthropic_models.anthropic_model_list(infos, request.query_params))
             except RequestError as e:
                 return anthropic_error_response(e.message, e.status)
-        card = ModelCard(id=self.model_name, root=self.model_name, max_model_len=self._context_len())
-        return JSONResponse(ModelList(data=[card]).model_dump())
+        cards = [
+            ModelCard(id=n, root=self.model_name, max_model_len=self._context_len()) for n in self.model_names
+        ]
+        return JSONResponse(ModelList(data=cards).model_dump())
 
     async def retrieve_model(self, request: Request, model: str) -> Response:
         """``GET /v1/models/{model}``: the model card for a name the API accepts, else 404 (as SGLang);

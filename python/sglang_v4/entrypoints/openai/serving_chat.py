@@ -1,7 +1,8 @@
 """``POST /v1/chat/completions``: the DeepSeek-V4 chat encoding, reasoning and tool calls.
 
 The prompt and the reading plan of a request (rendering, thinking mode, tool checks, grammars) come
-from :mod:`.chat_prepare`; this module builds the responses and the streams from the engine output.
+from :mod:`.chat_prepare`; this module checks the request and builds the non-streamed response from
+the engine output, :mod:`.serving_chat_stream` the stream (and the output readers both share).
 
 Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
 
@@ -52,94 +53,61 @@ and EOS are never dormant.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from sglang_v4.entrypoints.chat_encoding import DSML, EOS, THINK_END
+from sglang_v4.entrypoints.chat_encoding import EOS
 from sglang_v4.entrypoints.openai.chat_prepare import (
     ChatPlan,
-    ChatPrepareMixin,
+    ChatRun,
     answer_grammar_kind,
     chat_echo_text,
     grammar_after_reasoning,
 )
-from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader, DsmlMarkupScrub, scrub_dsml
+from sglang_v4.entrypoints.openai.dsml_markup import scrub_dsml
+from sglang_v4.entrypoints.openai.prompt_logprobs import (
+    check_prompt_logprobs,
+    prompt_logprobs_engine_fields,
+    vllm_prompt_logprobs,
+)
 from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatCompletionResponseChoice,
-    ChatCompletionResponseStreamChoice,
-    ChatCompletionStreamResponse,
-    ChatCompletionTokenLogprob,
     ChatMessage,
-    ChoiceLogprobs,
-    DeltaFunctionCall,
-    DeltaMessage,
-    DeltaToolCall,
     FunctionCall,
     ToolCall,
-    TopLogprob,
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import (
-    ReasoningParser,
     split_reasoning,
     stops_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.serving_base import (
-    _SSE_DONE,
-    MAX_TOP_LOGPROBS,
     RequestError,
-    _abort_error,
-    _engine_outputs,
-    _finish,
-    _lp_entry,
-    _sse,
-    _sse_error,
     grammar_error_for,
-    openai_logprob,
+)
+from sglang_v4.entrypoints.openai.serving_chat_stream import ChatStreamMixin
+from sglang_v4.entrypoints.openai.serving_chat_stream import _ChoiceStream as _ChoiceStream
+from sglang_v4.entrypoints.openai.serving_outputs import (
+    MAX_TOP_LOGPROBS,
+    _finish,
 )
 from sglang_v4.entrypoints.openai.tool_parser import (
     TOOL_CALL_PARSERS,
     ParsedToolCall,
-    ToolCallDelta,
 )
 from sglang_v4.entrypoints.openai.vllm_fields import (
     cache_namespace,
     special_token_edges,
-    token_id_text,
     truncation_length,
     vllm_grammar_field,
 )
-from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
 __all__ = ["ChatMixin", "ChatPlan", "ChatRun", "ChoiceOutput"]
-
-
-@dataclass
-class ChatRun:
-    """A checked chat request ready to run (:meth:`ChatMixin._prepare_chat`).
-
-    Attributes:
-        obj: the engine request (``GenerateReqInput``; prompt as token ids when a tokenizer is loaded).
-        plan: how the prompt was rendered and how the output is read.
-        n: samples per prompt.
-        separate: the reasoning is split off the content.
-        grammar_field: the request field a grammar error names (``tools``, ``response_format``...).
-        prompt_ids: the prompt's token ids (``None`` without a tokenizer).
-    """
-
-    obj: Any
-    plan: ChatPlan
-    n: int
-    separate: bool
-    grammar_field: str | None
-    prompt_ids: list[int] | None
 
 
 @dataclass
@@ -164,21 +132,7 @@ class ChoiceOutput:
     reasoning_tokens: int
 
 
-@dataclass
-class _ChoiceStream:
-    """Per-choice state of a streamed chat response."""
-
-    reasoning: ReasoningParser | None
-    tools: DsmlAnswerReader | None
-    sent_text: int = 0
-    sent_lp: int = 0
-    reasoning_text: str = ""  # the reasoning sent (DSML tags scrubbed)
-    reasoning_raw: str = ""  # the reasoning as generated (an unterminated one becomes the answer)
-    reasoning_scrub: DsmlMarkupScrub = field(default_factory=DsmlMarkupScrub)
-    started_calls: set[int] = field(default_factory=set)
-
-
-class ChatMixin(ChatPrepareMixin):
+class ChatMixin(ChatStreamMixin):
     """The ``/v1/chat/completions`` route (mixed into :class:`~.serving.OpenAIServing`)."""
 
     async def chat_completions(self, request: Request) -> Response:
@@ -191,7 +145,7 @@ class ChatMixin(ChatPrepareMixin):
         run = await self._prepare_chat(req)
         try:
             if req.stream:
-                return await self._chat_stream(req, run.obj, run.n, run.plan, run.separate, request)
+                return await self._chat_stream(req, run, request)
             rets = await self._collect(run.obj, request)
         except RequestError as e:
             raise grammar_error_for(e, run.grammar_field) from None
@@ -209,7 +163,9 @@ class ChatMixin(ChatPrepareMixin):
                 ]
             lp = None
             if req.logprobs:
-                lp = self._chat_logprobs(ret.get("meta_info", {}), 0, bool(req.return_tokens_as_token_ids))
+                lp = self._chat_logprobs(
+                    ret.get("meta_info", {}), 0, bool(req.return_tokens_as_token_ids), req.top_logprobs or 0
+                )
             content = echo + (out.content or "") if echo else out.content
             reasoning = out.reasoning if req.include_reasoning else None
             choices.append(
@@ -228,6 +184,11 @@ class ChatMixin(ChatPrepareMixin):
             model=req.model,
             choices=choices,
             usage=self._usage(rets, run.n, reasoning_tokens if run.separate else None),
+            prompt_logprobs=(
+                vllm_prompt_logprobs(rets[0].get("meta_info", {}), run.prompt_logprobs)
+                if run.prompt_logprobs is not None and rets
+                else None
+            ),
         )
         return JSONResponse(resp.model_dump(mode="json"))
 
@@ -252,6 +213,7 @@ class ChatMixin(ChatPrepareMixin):
                     f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.top_logprobs}.",
                     param="top_logprobs",
                 )
+        prompt_lps = check_prompt_logprobs(req, self._vocab_size())
         # OpenAI's max_completion_tokens replaces the deprecated max_tokens; it wins when both are set
         limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_new = getattr(req, limit_field)
@@ -277,6 +239,8 @@ class ChatMixin(ChatPrepareMixin):
             stream=req.stream,
             rid=req.rid,
         )
+        if prompt_lps is not None:
+            kw.update(prompt_logprobs_engine_fields(prompt_lps, kw["top_logprobs_num"]))
         if req.priority is not None:
             kw["priority"] = req.priority
         kw["extra_key"] = cache_namespace(req)
@@ -308,7 +272,7 @@ class ChatMixin(ChatPrepareMixin):
             else vllm_grammar_field(req) or answer_grammar
         )
         separate = plan.reasoning.separate and req.separate_reasoning
-        return ChatRun(obj, plan, req.n or 1, separate, grammar_field, ids)
+        return ChatRun(obj, plan, req.n or 1, separate, grammar_field, ids, prompt_lps)
 
     def _read_choice(self, ret: dict[str, Any], plan: ChatPlan, separate: bool) -> ChoiceOutput:
         """One finished choice of the engine output read as the plan says: the reasoning split
@@ -338,240 +302,3 @@ class ChatMixin(ChatPrepareMixin):
                 if parser.calls_whole and fr == "stop":
                     fr = "tool_calls"
         return ChoiceOutput(content, reasoning, calls, fr, matched, reasoning_tokens)
-
-    def _reasoning_tokens(self, output_ids: list[int], reasoning: str | None) -> int:
-        """Generated tokens of the reasoning block: up to and including the first ``</think>``;
-        up to the DSML block when that ended it; all of them when it never ended; none when the
-        output was the answer (``reasoning`` empty)."""
-        if not reasoning:
-            return 0
-        tok = self.tokenizer
-        for marker, extra in ((THINK_END, 1), (DSML, -1)):
-            tid = tok.convert_tokens_to_ids(marker) if tok is not None else None
-            if isinstance(tid, int) and tid in output_ids:
-                return max(output_ids.index(tid) + extra, 0)
-        return len(output_ids)
-
-    def _chat_logprobs(self, meta: dict[str, Any], start: int, as_ids: bool = False) -> ChoiceLogprobs:
-        """Chat ``logprobs`` of the output tokens from ``start`` on; ``as_ids`` (vLLM's
-        ``return_tokens_as_token_ids``): each ``token`` written ``token_id:<id>``, its ``bytes``
-        those of that text, as vLLM writes them."""
-        outs = [_lp_entry(e) for e in (meta.get("output_token_logprobs") or [])][start:]
-        tops = list(meta.get("output_top_logprobs") or [])[start:]
-        tops += [None] * (len(outs) - len(tops))
-        content = []
-        for (logprob, tid, text), top in zip(outs, tops):
-            tok = token_id_text(tid) if as_ids else self._token_text(tid, text)
-            tl_list = []
-            for e in top or []:
-                tl, ti, tt = _lp_entry(e)
-                ttok = token_id_text(ti) if as_ids else self._token_text(ti, tt)
-                tl_list.append(
-                    TopLogprob(
-                        token=ttok,
-                        bytes=list(ttok.encode()) if as_ids else self._token_bytes(ti, ttok),
-                        logprob=openai_logprob(tl if tl is not None else float("-inf")),
-                    )
-                )
-            content.append(
-                ChatCompletionTokenLogprob(
-                    token=tok,
-                    bytes=list(tok.encode()) if as_ids else self._token_bytes(tid, tok),
-                    logprob=openai_logprob(logprob if logprob is not None else float("-inf")),
-                    top_logprobs=tl_list,
-                )
-            )
-        return ChoiceLogprobs(content=content)
-
-    # ------------------------------------------------------------------ streaming
-    async def _chat_stream(
-        self, req: ChatCompletionRequest, obj: Any, n: int, plan: ChatPlan, separate: bool, raw: Request
-    ) -> Response:
-        gen, first = await self._run_stream(obj, raw)
-        rid = f"chatcmpl-{req.request_id or uuid.uuid4().hex}"
-        created = int(time.time())
-        echo = chat_echo_text(req)
-        include_usage, continuous = self._stream_usage(req)
-        block = TOOL_CALL_PARSERS[self.tool_call_parser]
-
-        def chunk(idx: int, delta: DeltaMessage, meta: dict[str, Any] | None = None, **kw: Any) -> bytes:
-            return _sse(
-                ChatCompletionStreamResponse(
-                    id=rid,
-                    created=created,
-                    model=req.model,
-                    choices=[ChatCompletionResponseStreamChoice(index=idx, delta=delta, **kw)],
-                    usage=self._usage(
-                        [{"meta_info": meta}], 1, [running_rt.get(idx, 0)] if separate else None
-                    )
-                    if continuous and meta is not None
-                    else None,
-                )
-            )
-
-        #: per choice: its generated tokens of the reasoning block so far (continuous usage stats
-        #: count them as the final usage does)
-        running_rt: dict[int, int] = {}
-
-        def new_state() -> _ChoiceStream:
-            rp = None
-            if separate:
-                rp = ReasoningParser(
-                    stream_reasoning=req.stream_reasoning, implicit_end=plan.reasoning.implicit_end
-                )
-            return _ChoiceStream(rp, plan.tool_reader(block))
-
-        async def stream() -> AsyncIterator[bytes]:
-            states: dict[int, _ChoiceStream] = {}
-            finals: dict[int, dict[str, Any]] = {}
-            reasoning_tokens: dict[int, int] = {}
-            try:
-                async for item in _engine_outputs(gen, first):
-                    for ret in item if isinstance(item, list) else [item]:
-                        idx = int(ret.get("index", 0))
-                        meta = ret.get("meta_info", {})
-                        abort = _abort_error(meta)
-                        if abort is not None:
-                            yield _sse_error(abort.message, abort.err_type, abort.status)
-                            finals[idx] = ret
-                            continue
-                        if idx not in states:
-                            states[idx] = new_state()
-                            # with continuous usage stats every chunk carries usage, the role
-                            # chunk too (nothing generated yet), as vLLM sends it
-                            yield chunk(
-                                idx,
-                                DeltaMessage(role="assistant", content=""),
-                                dict(meta, completion_tokens=0),
-                            )
-                            if echo:
-                                yield chunk(idx, DeltaMessage(content=echo), dict(meta, completion_tokens=0))
-                        st = states[idx]
-                        fr, matched, reasoning_d, content_d, tool_deltas = self._read_output(st, ret, plan)
-                        if separate and continuous:
-                            running_rt[idx] = self._reasoning_tokens(
-                                ret.get("output_ids") or [], st.reasoning_raw or st.reasoning_text
-                            )
-                        lp = None
-                        if req.logprobs:
-                            lp = self._chat_logprobs(meta, st.sent_lp, bool(req.return_tokens_as_token_ids))
-                            st.sent_lp = len(meta.get("output_token_logprobs") or [])
-                        if reasoning_d and req.include_reasoning:
-                            yield chunk(idx, DeltaMessage(reasoning_content=reasoning_d), meta)
-                        if content_d or (lp and lp.content):
-                            yield chunk(idx, DeltaMessage(content=content_d), meta, logprobs=lp)
-                        if tool_deltas:
-                            yield chunk(
-                                idx, DeltaMessage(tool_calls=self._delta_calls(st, tool_deltas)), meta
-                            )
-                        if fr is not None:
-                            finals[idx] = ret
-                            if separate:
-                                reasoning_tokens[idx] = self._reasoning_tokens(
-                                    ret.get("output_ids") or [], st.reasoning_text
-                                )
-                            if st.tools is not None and st.tools.calls_whole and fr == "stop":
-                                fr = "tool_calls"
-                            yield chunk(
-                                idx,
-                                DeltaMessage(),
-                                meta,
-                                finish_reason=fr,
-                                matched_stop=plan.matched_stop(matched, req.stop_token_ids),
-                            )
-                if include_usage:
-                    order = sorted(finals)
-                    rets = [finals[i] for i in order]
-                    rt = [reasoning_tokens.get(i, 0) for i in order] if separate else None
-                    yield _sse(
-                        ChatCompletionStreamResponse(
-                            id=rid,
-                            created=created,
-                            model=req.model,
-                            choices=[],
-                            usage=self._usage(rets, n, rt),
-                        )
-                    )
-            except ValueError as e:
-                status = int(getattr(e, "status_code", 400) or 400)
-                yield _sse_error(str(e), None, status)
-            finally:
-                await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
-            yield _SSE_DONE
-
-        return ClosingStreamingResponse(stream(), media_type="text/event-stream")
-
-    @classmethod
-    def _read_output(
-        cls, st: _ChoiceStream, ret: dict[str, Any], plan: ChatPlan
-    ) -> tuple[str | None, Any, str, str, list[ToolCallDelta]]:
-        """What one engine output of a streamed choice adds: ``(finish_reason, matched_stop,
-        reasoning_delta, content_delta, tool_call_deltas)``. ``ret["text"]`` is the cumulative
-        text (the EOS marker dropped); ``st.sent_text`` counts the characters already read. The
-        reasoning parser splits the new text (:meth:`_split_delta`), then the tool-call parser
-        takes the content; at the finish it closes its calls (``stopped``: the generation ended
-        on a stop, so an open call is text). Shared by the chat, Responses and Messages streams."""
-        meta = ret.get("meta_info", {})
-        text = ret.get("text", "").replace(EOS, "")
-        delta = text[st.sent_text :] if len(text) >= st.sent_text else ""
-        st.sent_text = max(st.sent_text, len(text))
-        fr, matched = _finish(meta)
-        reasoning_d, content_d = cls._split_delta(st, delta, fr, plan, matched)
-        tool_deltas: list[ToolCallDelta] = []
-        if st.tools is not None:
-            content_d, tool_deltas = st.tools.feed(content_d)
-            if fr is not None:
-                c2, t2 = st.tools.finish(stopped=fr == "stop")
-                content_d, tool_deltas = content_d + c2, tool_deltas + t2
-        return fr, matched, reasoning_d, content_d, tool_deltas
-
-    @staticmethod
-    def _split_delta(
-        st: _ChoiceStream, delta: str, fr: str | None, plan: ChatPlan, matched: Any = None
-    ) -> tuple[str, str]:
-        """``(reasoning_delta, content_delta)`` of a text delta (``fr``: the finish reason, if done;
-        ``matched``: its matched stop).
-
-        A generation that stops without ever ending its reasoning was the answer
-        (:mod:`.reasoning_parser`): its whole text is sent once more, as content, at the finish
-        (with ``stream_reasoning: false`` it is sent as content only). One stopped by the
-        ``</think>`` token (``stop_token_ids``, its tag trimmed) ended its reasoning there.
-        """
-        if st.reasoning is None:
-            return "", delta
-        r, c = st.reasoning.feed(delta)
-        if fr is not None:
-            r2, c2 = st.reasoning.flush()
-            r, c = r + r2, c + c2
-            if (
-                st.reasoning.in_reasoning
-                and plan.reasoning.unterminated_stop_is_content
-                and fr == "stop"
-                and not plan.ended_by_marker(matched)
-            ):
-                answer = st.reasoning_raw + r
-                st.reasoning_text = st.reasoning_raw = ""
-                sent = st.reasoning_scrub.feed(r) + st.reasoning_scrub.finish()
-                return ("" if not st.reasoning.stream_reasoning else sent), c + answer
-        st.reasoning_raw += r
-        sent = st.reasoning_scrub.feed(r)  # the reasoning's DSML tags dropped (.dsml_markup)
-        if fr is not None or not st.reasoning.in_reasoning:
-            sent += st.reasoning_scrub.finish()
-        st.reasoning_text += sent
-        return sent, c
-
-    @staticmethod
-    def _delta_calls(st: _ChoiceStream, deltas: list[ToolCallDelta]) -> list[DeltaToolCall]:
-        out = []
-        for d in deltas:
-            first = d.index not in st.started_calls
-            st.started_calls.add(d.index)
-            out.append(
-                DeltaToolCall(
-                    index=d.index,
-                    id=d.id if first else None,
-                    type="function" if first else None,
-                    function=DeltaFunctionCall(name=d.name if first else None, arguments=d.arguments),
-                )
-            )
-        return out

@@ -1,9 +1,11 @@
 """``POST /v1/completions`` (OpenAI's legacy completions, SGLang's extra sampling fields).
 
 A text or token-id prompt (or a batch of them), ``n`` samples each, ``echo``, legacy ``logprobs``,
+``suffix`` (DeepSeek's fill-in-the-middle prompt, :mod:`sglang_v4.entrypoints.fim_prompt`),
 ``response_format`` (``json_object`` / ``json_schema``: constrained decoding), ``best_of`` (the best
 ``n`` of ``best_of`` candidates by mean token logprob; not streamable), streaming with
-``stream_options.include_usage``. See :mod:`.serving_base` for the shared request handling.
+``stream_options.include_usage``, vLLM's ``prompt_logprobs`` per choice (:mod:`.prompt_logprobs`).
+See :mod:`.serving_base` for the shared request handling.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from sglang_v4.entrypoints.fim_prompt import fim_token_ids, render_fim_prompt
 from sglang_v4.entrypoints.openai.logprob_tokens import TokenPiece, TokenTextSplitter
+from sglang_v4.entrypoints.openai.prompt_logprobs import (
+    check_prompt_logprobs,
+    prompt_logprobs_engine_fields,
+    vllm_prompt_logprobs,
+)
 from sglang_v4.entrypoints.openai.protocol import (
     CompletionRequest,
     CompletionResponse,
@@ -27,17 +35,19 @@ from sglang_v4.entrypoints.openai.protocol import (
     LogProbs,
 )
 from sglang_v4.entrypoints.openai.serving_base import (
-    _SSE_DONE,
-    MAX_TOP_LOGPROBS,
     OpenAIServingBase,
     RequestError,
+    grammar_error_for,
+)
+from sglang_v4.entrypoints.openai.serving_outputs import (
+    _SSE_DONE,
+    MAX_TOP_LOGPROBS,
     _abort_error,
     _engine_outputs,
     _finish,
     _lp_entry,
     _sse,
-    _sse_error,
-    grammar_error_for,
+    _sse_failure,
     openai_logprob,
 )
 from sglang_v4.entrypoints.openai.vllm_fields import (
@@ -64,12 +74,11 @@ class CompletionsMixin(OpenAIServingBase):
 
         req: CompletionRequest = await self._parse(request, CompletionRequest)
         self._check_model(req.model)
-        if req.suffix:
-            raise RequestError("suffix is not supported.", param="suffix")
         if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP_LOGPROBS:
             raise RequestError(
                 f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.logprobs}.", param="logprobs"
             )
+        prompt_lps = check_prompt_logprobs(req, self._vocab_size())
         # chat's max_completion_tokens is the same limit; it wins over max_tokens when both are set
         limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         req.max_tokens = getattr(req, limit_field)
@@ -80,6 +89,8 @@ class CompletionsMixin(OpenAIServingBase):
             prompt = prompt[0]
         if prompt == "" or prompt == [] or (isinstance(prompt, list) and any(p in ("", []) for p in prompt)):
             raise RequestError("prompt must not be empty.", param="prompt")
+        if req.suffix:
+            prompt = self._fim_prompt(req, prompt)
         is_text = isinstance(prompt, str) or (isinstance(prompt, list) and isinstance(prompt[0], str))
         sp = self._sampling_params(req, req.max_tokens)
         n = req.n or 1
@@ -96,6 +107,8 @@ class CompletionsMixin(OpenAIServingBase):
             stream=req.stream,
             rid=req.rid,
         )
+        if prompt_lps is not None:
+            kw.update(prompt_logprobs_engine_fields(prompt_lps, kw["top_logprobs_num"]))
         if req.priority is not None:
             kw["priority"] = req.priority
         kw["extra_key"] = cache_namespace(req)
@@ -125,7 +138,9 @@ class CompletionsMixin(OpenAIServingBase):
         grammar_field = "response_format" if req.response_format else vllm_grammar_field(req)
         try:
             if req.stream:
-                return await self._completions_stream(req, obj, prompts, n, request, prompt_ids)
+                return await self._completions_stream(
+                    req, obj, prompts, n, request, prompt_ids, grammar_field
+                )
             rets = await self._collect(obj, request)
         except RequestError as e:
             raise grammar_error_for(e, grammar_field) from None
@@ -143,7 +158,7 @@ class CompletionsMixin(OpenAIServingBase):
                     as_ids=bool(req.return_tokens_as_token_ids),
                 )
                 lp = self._completion_logprobs(
-                    meta, state, ret.get("text", ""), True, prefix if req.echo else None
+                    meta, state, ret.get("text", ""), True, prefix if req.echo else None, req.logprobs
                 )
             fr, matched = _finish(meta)
             choices.append(
@@ -155,12 +170,36 @@ class CompletionsMixin(OpenAIServingBase):
                     matched_stop=matched,
                     token_ids=list(ret.get("output_ids") or []) if prompt_ids is not None else None,
                     prompt_token_ids=_nth_prompt(prompt_ids, idx, n),
+                    prompt_logprobs=vllm_prompt_logprobs(meta, prompt_lps)
+                    if prompt_lps is not None
+                    else None,
                 )
             )
         resp = CompletionResponse(
             id=f"cmpl-{req.request_id or uuid.uuid4().hex}", model=req.model, choices=choices, usage=usage
         )
         return JSONResponse(resp.model_dump(mode="json"))
+
+    def _fim_prompt(self, req: CompletionRequest, prompt: str | list[Any]) -> str | list[str]:
+        """The fill-in-the-middle prompt(s) of a request with ``suffix`` (:mod:`..fim_prompt`):
+        each text prompt rendered around the gap before ``suffix``.
+
+        Raises:
+            RequestError: 400 naming ``suffix``: the tokenizer has no FIM tokens, a prompt is
+                token ids (the text between the markers must be text), or ``echo`` is set (the
+                answer is the middle; the FIM prompt is no prefix of it).
+        """
+        if fim_token_ids(self.tokenizer) is None:
+            raise RequestError(
+                "suffix is not supported: the tokenizer has no fill-in-the-middle tokens.", param="suffix"
+            )
+        if req.echo:
+            raise RequestError("suffix cannot be combined with echo.", param="suffix")
+        texts = [prompt] if isinstance(prompt, str) else list(prompt)
+        if not all(isinstance(p, str) for p in texts):
+            raise RequestError("suffix needs a text prompt, not token ids.", param="suffix")
+        rendered = [render_fim_prompt(p, req.suffix or "") for p in texts]
+        return rendered[0] if isinstance(prompt, str) else rendered
 
     def _prompt_text(self, prompts: list[Any], idx: int, n: int) -> str:
         # The tokenizer manager returns a batch with n samples grouped by prompt: [p0 x n, p1 x n, ...].
@@ -181,6 +220,7 @@ class CompletionsMixin(OpenAIServingBase):
         out_text: str,
         final: bool,
         echo_text: str | None = None,
+        num_top: int | None = None,
     ) -> LogProbs:
         """Legacy completions ``logprobs`` of one choice's new tokens: the prompt's tokens first
         when ``echo_text`` (the echoed prompt) is given, then the output tokens not yet sent
@@ -197,6 +237,8 @@ class CompletionsMixin(OpenAIServingBase):
         ``logprobs`` most likely tokens *and* the sampled one (up to ``logprobs + 1`` entries),
         as OpenAI documents the field and vLLM returns it; a dict with only the sampled
         token for ``logprobs: 0``; ``None`` for the echoed prompt's first token (no logprob).
+        ``num_top``: the request's ``logprobs``, where the engine's top lists may be longer (it
+        computed more for ``prompt_logprobs``); ``None`` keeps them whole.
         """
         lp = LogProbs()
         segments: list[tuple[list[Any], list[Any], TokenTextSplitter | None, str, bool]] = []
@@ -211,7 +253,7 @@ class CompletionsMixin(OpenAIServingBase):
         for seg, (entries, tops, splitter, text, done) in enumerate(segments):
             parsed = [_lp_entry(e) for e in entries]
             tops = tops + [None] * (len(parsed) - len(tops))
-            cands = [[_lp_entry(c) for c in (top or [])] for top in tops]
+            cands = [[_lp_entry(c) for c in (top or [])[:num_top]] for top in tops]
             if splitter is not None:
                 pieces = [splitter.add(tid, [c[1] for c in cs]) for (_, tid, _), cs in zip(parsed, cands)]
                 rows = list(zip(parsed, cands, pieces))
@@ -268,9 +310,13 @@ class CompletionsMixin(OpenAIServingBase):
         n: int,
         raw: Request,
         prompt_ids: list[list[int]] | None = None,
+        grammar_field: str | None = None,
     ) -> Response:
         """The SSE answer; ``prompt_ids`` (``return_token_ids``): each prompt's ids, sent with its
-        choices' first chunks, the generated ids since the previous chunk in each chunk."""
+        choices' first chunks, the generated ids since the previous chunk in each chunk. A
+        generation that fails after its first output ends the stream with an error event named
+        as the non-streamed answer's error (:func:`~.serving_outputs.stream_failure`: a grammar error
+        names ``grammar_field``)."""
         gen, first = await self._run_stream(obj, raw)
         rid = f"cmpl-{req.request_id or uuid.uuid4().hex}"
         created = int(time.time())
@@ -288,7 +334,7 @@ class CompletionsMixin(OpenAIServingBase):
                         meta = ret.get("meta_info", {})
                         abort = _abort_error(meta)
                         if abort is not None:
-                            yield _sse_error(abort.message, abort.err_type, abort.status)
+                            yield _sse_failure(abort, grammar_field)
                             finals[idx] = ret
                             continue
                         text = ret.get("text", "")
@@ -356,8 +402,7 @@ class CompletionsMixin(OpenAIServingBase):
                         )
                     )
             except ValueError as e:
-                status = int(getattr(e, "status_code", 400) or 400)
-                yield _sse_error(str(e), None, status)
+                yield _sse_failure(e, grammar_field)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE

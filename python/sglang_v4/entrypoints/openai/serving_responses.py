@@ -19,7 +19,8 @@ Responses are stored (``store``, default true) in a bounded in-memory store
 (:mod:`.responses_input_items`); an unknown id is a 404 in OpenAI's error shape.
 
 Streaming (``stream: true``) sends OpenAI's event sequence as server-sent events (``event:`` and
-``data:`` lines, no ``[DONE]``), each event with a ``sequence_number`` from 0:
+``data:`` lines, no ``[DONE]``; the per-item events are written by :mod:`.responses_events`), each
+event with a ``sequence_number`` from 0:
 ``response.created``, ``response.in_progress``; per output item ``response.output_item.added``,
 then for a message ``response.content_part.added``, ``response.output_text.delta``...,
 ``response.output_text.done``, ``response.content_part.done``; for reasoning the same with
@@ -47,7 +48,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
@@ -71,6 +71,7 @@ from sglang_v4.entrypoints.openai.protocol_responses import (
     new_item_id,
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
+from sglang_v4.entrypoints.openai.responses_events import ResponsesEventWriter
 from sglang_v4.entrypoints.openai.responses_input import (
     input_to_messages,
     reasoning_switch,
@@ -82,15 +83,18 @@ from sglang_v4.entrypoints.openai.responses_input_items import input_items_of, i
 from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
-    _abort_error,
-    _engine_outputs,
     error_response,
     grammar_error_for,
     read_json_object,
     validate_request,
 )
 from sglang_v4.entrypoints.openai.serving_chat import ChatMixin, ChatRun, ChoiceOutput, _ChoiceStream
-from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, ToolCallDelta
+from sglang_v4.entrypoints.openai.serving_outputs import (
+    _abort_error,
+    _engine_outputs,
+    stream_failure,
+)
+from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
 __all__ = ["ResponsesMixin"]
@@ -159,153 +163,6 @@ class _Job:
 def _output_messages(items: list[OutputItem]) -> list[dict[str, Any]]:
     """The chat messages of a response's output items (one assistant turn), for the store."""
     return input_to_messages([item.model_dump(mode="json") for item in items])
-
-
-class _EventWriter:
-    """The SSE events of one streamed response: sequence numbers, and the output items opened and
-    closed as the reasoning, text and call deltas arrive (one open item at a time).
-
-    Attributes:
-        ids: item ids by kind (``"reasoning"``, ``"message"``, ``("call", index)``), reused by the
-            final response.
-    """
-
-    def __init__(self) -> None:
-        self.seq = 0
-        self.n_items = 0
-        self.open: dict[str, Any] | None = None
-        self.ids: dict[Any, str] = {}
-
-    def event(self, kind: str, **fields: Any) -> bytes:
-        data = {"type": kind, "sequence_number": self.seq, **fields}
-        self.seq += 1
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
-
-    def _start(self, kind: str, key: Any, item: dict[str, Any], part: dict[str, Any] | None) -> list[bytes]:
-        out = self.close()
-        item_id = item["id"]
-        self.ids.setdefault(key, item_id)
-        self.open = {"kind": kind, "key": key, "index": self.n_items, "item": item, "text": ""}
-        self.n_items += 1
-        out.append(self.event("response.output_item.added", output_index=self.open["index"], item=item))
-        if part is not None:
-            out.append(self._part_event("response.content_part.added", part))
-        return out
-
-    def _part_event(self, kind: str, part: dict[str, Any]) -> bytes:
-        o = self.open or {}
-        return self.event(kind, item_id=o["item"]["id"], output_index=o["index"], content_index=0, part=part)
-
-    def reasoning(self, delta: str) -> list[bytes]:
-        if not delta:
-            return []
-        out: list[bytes] = []
-        if self.open is None or self.open["kind"] != "reasoning":
-            item = {
-                "id": new_item_id("rs"),
-                "type": "reasoning",
-                "summary": [],
-                "content": [],
-                "status": "in_progress",
-            }
-            out += self._start("reasoning", "reasoning", item, {"type": "reasoning_text", "text": ""})
-        return out + self._delta("response.reasoning_text.delta", delta)
-
-    def text(self, delta: str) -> list[bytes]:
-        if not delta:
-            return []
-        out: list[bytes] = []
-        if self.open is None or self.open["kind"] != "message":
-            out += self._open_message()
-        return out + self._delta("response.output_text.delta", delta, logprobs=[])
-
-    def _open_message(self) -> list[bytes]:
-        item = {
-            "id": new_item_id("msg"),
-            "type": "message",
-            "role": "assistant",
-            "status": "in_progress",
-            "content": [],
-        }
-        return self._start("message", "message", item, OutputText(text="").model_dump(mode="json"))
-
-    def call(self, d: ToolCallDelta) -> list[bytes]:
-        out: list[bytes] = []
-        key = ("call", d.index)
-        if self.open is None or self.open["key"] != key:
-            if d.name is None:  # a late fragment of a call already closed: nothing to attach it to
-                return out
-            item = {
-                "id": new_item_id("fc"),
-                "type": "function_call",
-                "call_id": d.id,
-                "name": d.name,
-                "arguments": "",
-                "status": "in_progress",
-            }
-            out += self._start("function_call", key, item, None)
-        if d.arguments:
-            o = self.open or {}
-            o["text"] += d.arguments
-            out.append(
-                self.event(
-                    "response.function_call_arguments.delta",
-                    item_id=o["item"]["id"],
-                    output_index=o["index"],
-                    delta=d.arguments,
-                )
-            )
-        return out
-
-    def drop_call(self, made: set[int]) -> list[bytes]:
-        """Close the open ``function_call`` item ``incomplete`` when its call was not made (its
-        invoke turned out malformed or was stopped inside): its events went out already, the
-        final response has no such item."""
-        o = self.open
-        if o is None or o["kind"] != "function_call" or o["key"][1] in made:
-            return []
-        return self.close("incomplete")
-
-    def _delta(self, kind: str, delta: str, **extra: Any) -> list[bytes]:
-        o = self.open or {}
-        o["text"] += delta
-        ev = self.event(
-            kind, item_id=o["item"]["id"], output_index=o["index"], content_index=0, delta=delta, **extra
-        )
-        return [ev]
-
-    def close(self, status: str = "completed") -> list[bytes]:
-        """The closing events of the open item (none when no item is open)."""
-        o, self.open = self.open, None
-        if o is None:
-            return []
-        item, text, where = dict(o["item"], status=status), o["text"], {"item_id": o["item"]["id"]}
-        where["output_index"] = o["index"]
-        out = []
-        if o["kind"] == "function_call":
-            item["arguments"] = text
-            out.append(self.event("response.function_call_arguments.done", **where, arguments=text))
-        elif o["kind"] == "reasoning":
-            part = ReasoningText(text=text).model_dump(mode="json")
-            item["content"] = [part]
-            out.append(self.event("response.reasoning_text.done", **where, content_index=0, text=text))
-            out.append(self.event("response.content_part.done", **where, content_index=0, part=part))
-        else:
-            part = OutputText(text=text).model_dump(mode="json")
-            item["content"] = [part]
-            out.append(
-                self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
-            )
-            out.append(self.event("response.content_part.done", **where, content_index=0, part=part))
-        out.append(self.event("response.output_item.done", output_index=o["index"], item=item))
-        return out
-
-    def finish(self, status: str) -> list[bytes]:
-        """Close the open item (``status``); an output with no item at all gets an empty message,
-        as the non-streamed response has."""
-        if self.open is None and self.n_items == 0:
-            return self._open_message() + self.close(status)
-        return self.close(status)
 
 
 @dataclass
@@ -543,7 +400,7 @@ class ResponsesMixin(ChatMixin):
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         tp = plan.tool_reader(block)
         read = _StreamRead(_ChoiceStream(rp, tp))
-        w = _EventWriter()
+        w = ResponsesEventWriter()
         base = job.base.model_dump(mode="json")
 
         async def stream() -> AsyncIterator[bytes]:
@@ -554,24 +411,28 @@ class ResponsesMixin(ChatMixin):
                     ret = item[0] if isinstance(item, list) else item
                     abort = _abort_error(ret.get("meta_info", {}))
                     if abort is not None:
-                        for ev in self._failed(w, job, abort.message, abort.status):
+                        for ev in self._failed(w, job, self._stream_error(abort, run)):
                             yield ev
                         return
                     for ev in self._stream_step(w, read, job, ret):
                         yield ev
                     if read.done:
                         return
-                for ev in self._failed(w, job, "The generation ended without a finish reason.", 500):
+                for ev in self._failed(
+                    w, job, RequestError("The generation ended without a finish reason.", 500)
+                ):
                     yield ev
             except ValueError as e:
-                for ev in self._failed(w, job, str(e), int(getattr(e, "status_code", 400) or 400)):
+                for ev in self._failed(w, job, self._stream_error(e, run)):
                     yield ev
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
 
         return ClosingStreamingResponse(stream(), media_type="text/event-stream")
 
-    def _stream_step(self, w: _EventWriter, read: _StreamRead, job: _Job, ret: dict[str, Any]) -> list[bytes]:
+    def _stream_step(
+        self, w: ResponsesEventWriter, read: _StreamRead, job: _Job, ret: dict[str, Any]
+    ) -> list[bytes]:
         """The events of one engine output (cumulative text); at its finish the closing events
         and ``response.completed`` (``response.incomplete`` for a reply cut by the token limit)."""
         st, run = read.st, job.run
@@ -602,11 +463,20 @@ class ResponsesMixin(ChatMixin):
         out.append(w.event(f"response.{status}", response=read.done))
         return out
 
-    def _failed(self, w: _EventWriter, job: _Job, message: str, status: int) -> list[bytes]:
-        """``error`` then ``response.failed`` (open item closed ``incomplete``); nothing is stored."""
+    @staticmethod
+    def _stream_error(e: RequestError | ValueError, run: ChatRun) -> RequestError:
+        """A failure after the stream's first output, named as the non-streamed answer names it
+        (:func:`~.serving_outputs.stream_failure`, then the Responses field: ``text.format`` for a
+        ``response_format`` grammar)."""
+        return _responses_error(stream_failure(e, run.grammar_field))
+
+    def _failed(self, w: ResponsesEventWriter, job: _Job, err: RequestError) -> list[bytes]:
+        """``error`` (``err``'s message and ``param``) then ``response.failed`` (open item closed
+        ``incomplete``); nothing is stored."""
+        message, status = err.message, err.status
         out = w.close("incomplete")
         code = "server_error" if status >= 500 else "invalid_prompt"
-        out.append(w.event("error", code=code, message=message, param=None))
+        out.append(w.event("error", code=code, message=message, param=err.param))
         failed = job.base.model_copy(
             update={"status": "failed", "error": ResponseError(code=code, message=message)}
         )

@@ -1,15 +1,19 @@
 """vLLM's extra request fields (:mod:`.protocol_vllm`) mapped onto what the runtime does.
 
 * refused with a 400 naming the field (:func:`check_vllm_fields`): the fields whose effect the
-  runtime lacks and whose absence would change the output (beam search, ``prompt_logprobs``,
-  ``allowed_token_ids``, ``bad_words``, ``logits_processors``, whitespace options of the JSON
+  runtime lacks and whose absence would change the output (beam search,
+  ``logits_processors``, whitespace options of the JSON
   grammar, repetition-pattern stops, ``kv_transfer_params``, ``vllm_xargs``, ``prompt_embeds``,
   a per-request ``chat_template``) and invalid values of the honoured ones;
 * the guided-decoding fields (``guided_json`` / ``guided_regex`` / ``guided_choice`` /
   ``guided_grammar`` / ``structural_tag``, and ``structured_outputs``) become the grammar fields of
   :class:`~sglang_v4.sampling.sampling_params.SamplingParams` (:func:`vllm_grammar`);
+* ``allowed_token_ids`` and ``bad_words`` become the ``allowed_token_ids`` / ``bad_words_ids``
+  fields of ``SamplingParams`` (:func:`vocabulary_constraints`;
+  :mod:`sglang_v4.sampling.token_masks` applies them);
 * ``truncate_prompt_tokens`` keeps the last N prompt tokens (:func:`truncation_length`);
-* ``return_tokens_as_token_ids`` writes logprob tokens as ``token_id:<id>`` (:func:`token_id_text`).
+* ``return_tokens_as_token_ids`` writes logprob tokens as ``token_id:<id>`` (:func:`token_id_text`);
+* ``prompt_logprobs`` is checked and answered by :mod:`.prompt_logprobs`.
 
 The table of every field is in ``docs/VLLM_FIELDS.md``.
 """
@@ -27,6 +31,7 @@ __all__ = [
     "special_token_edges",
     "token_id_text",
     "truncation_length",
+    "vocabulary_constraints",
     "vllm_grammar",
     "vllm_grammar_field",
 ]
@@ -34,10 +39,6 @@ __all__ = [
 #: vLLM fields refused when set to anything but their "off" value, with the reason.
 _REFUSED: dict[str, str] = {
     "use_beam_search": "beam search is not implemented",
-    "prompt_logprobs": "prompt logprobs with vLLM's per-token ranks are not available "
-    "(/v1/completions with echo and logprobs returns the prompt's logprobs in OpenAI's format)",
-    "allowed_token_ids": "restricting the vocabulary is not implemented",
-    "bad_words": "bad-word filtering is not implemented",
     "logits_processors": "custom logits processors are not supported",
     "guided_whitespace_pattern": "the JSON grammar's whitespace pattern cannot be changed "
     "(--constrained-json-max-whitespace-cnt bounds it server-wide)",
@@ -82,15 +83,14 @@ def check_vllm_fields(req: Any) -> None:
     cannot honour, and invalid values of the ones it honours.
 
     Raises:
-        RequestError: 400, ``param`` the field: a refused field that is set (:data:`_REFUSED`; a
-            ``prompt_logprobs`` of 0 too, as vLLM then still returns the prompt's entries), a
+        RequestError: 400, ``param`` the field: a refused field that is set (:data:`_REFUSED`), a
             refused ``structured_outputs`` option, ``truncate_prompt_tokens`` below -1 or 0,
             ``best_of`` above ``n`` on the chat route, or more than one guided-decoding
             constraint (:func:`vllm_grammar`).
     """
     for name, why in _REFUSED.items():
         value = getattr(req, name, None)
-        if _is_set(value) or (name == "prompt_logprobs" and value is not None):
+        if _is_set(value):
             raise RequestError(f"{name} is not supported by sglang-v4: {why}.", param=name)
     so = getattr(req, "structured_outputs", None)
     for option in _REFUSED_OPTIONS if so is not None else ():
@@ -114,6 +114,37 @@ def check_vllm_fields(req: Any) -> None:
             "best_of greater than n is not supported on /v1/chat/completions.", param="best_of"
         )
     vllm_grammar(req)  # at most one constraint
+
+
+def vocabulary_constraints(req: Any, tokenizer: Any) -> dict[str, Any]:
+    """vLLM's ``allowed_token_ids`` and ``bad_words`` of ``req`` as ``SamplingParams`` fields:
+    ``{"allowed_token_ids": [ids], "bad_words_ids": [[ids], ...]}`` with the unset ones left out
+    (``bad_words: []`` is unset; ``allowed_token_ids: []`` is passed on, for the 400 of
+    ``SamplingParams``: it would allow nothing). The bad words are tokenized with ``tokenizer`` by vLLM's rule
+    (:func:`~sglang_v4.sampling.token_masks.bad_word_token_ids`); their range and the allowlist
+    are checked with the other sampling parameters (``SamplingParams.verify``).
+
+    Raises:
+        RequestError: a bad word that is ``""`` or not a string (400 naming ``bad_words``), or
+            bad words on a server without a tokenizer.
+    """
+    from sglang_v4.sampling.token_masks import bad_word_token_ids
+
+    out: dict[str, Any] = {}
+    allowed = getattr(req, "allowed_token_ids", None)
+    if allowed is not None:
+        out["allowed_token_ids"] = list(allowed)
+    words = getattr(req, "bad_words", None)
+    if words:
+        if tokenizer is None:
+            raise RequestError(
+                "bad_words needs the tokenizer, which this server does not load.", param="bad_words"
+            )
+        try:
+            out["bad_words_ids"] = bad_word_token_ids(tokenizer, words)
+        except ValueError as e:
+            raise RequestError(str(e), param="bad_words") from None
+    return out
 
 
 def _choice_ebnf(choices: list[str]) -> str:

@@ -1,0 +1,188 @@
+"""The ``--dp-size`` front door: an HTTP gateway on the server's port in front of ``sglang-router``.
+
+``sglang-router`` answers ``GET /v1/models`` itself, from its worker registry and in OpenAI's shape
+only (each model's id its path on disk, ``owned_by: "local"``), and has no ``/v1/models/{id}``: a
+client of the Anthropic API (its SDK, Claude Code's gateway discovery) sends ``anthropic-version``
+and gets no Anthropic ``ModelInfo`` list, where a single server answers in Anthropic's shape
+(:mod:`sglang_v4.entrypoints.anthropic.models`). The gateway sends the model routes
+(:data:`MODEL_ROUTES`) to a replica, headers and query kept, so they answer as one server does in
+both shapes, and forwards every other request to the router unchanged: method, path, query,
+headers (hop-by-hop ones excepted), body, and the router's status, headers and body, streamed as
+they come (SSE included). A client that goes away cancels its handler (aiohttp's
+``handler_cancellation``, :data:`GATEWAY_SERVER_OPTIONS`), which closes the router's request and
+so aborts the generation on the replica, streamed or not. An upstream that cannot be reached or
+drops the connection before answering is a 502 (the model routes try the next replica first); one
+that fails later ends the answer where it stands. The replicas serve one model under one name, so
+any healthy replica answers for all.
+
+API keys are checked where they were: by the router on its routes and by the replica on the model
+routes (both start with the server's ``--api-key``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "GATEWAY_SERVER_OPTIONS",
+    "HOP_BY_HOP_HEADERS",
+    "MODEL_ROUTES",
+    "UpstreamUnanswered",
+    "create_gateway_app",
+    "run_gateway",
+]
+
+#: Paths the gateway answers from a replica (``/v1/models`` and ``/v1/models/{model_id}``).
+MODEL_ROUTES = ("/v1/models", "/v1/models/{model_id:.+}")
+
+#: Headers of one connection, not of the request (RFC 9110 section 7.6.1), and those the
+#: forwarding recomputes (``Host``, ``Content-Length``).
+HOP_BY_HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+
+#: Options of the gateway's aiohttp server (``web.run_app`` / ``web.AppRunner``): a client that
+#: disconnects cancels its handler, and with it the upstream request (aiohttp >= 3.9 leaves the
+#: handler running by default, so a non-streamed generation would run on to its end).
+GATEWAY_SERVER_OPTIONS: dict[str, Any] = {"handler_cancellation": True}
+
+_SESSION = web.AppKey("session", aiohttp.ClientSession)
+
+
+class UpstreamUnanswered(Exception):
+    """The router or replica could not be reached, or closed the connection before its answer
+    began (nothing was sent to the client yet)."""
+
+
+def _forward_headers(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
+    """``headers`` without :data:`HOP_BY_HOP_HEADERS` and ``drop`` (lower-case names); a repeated
+    name (``Set-Cookie``, ``Vary``, ...) keeps all its values, in order."""
+    return CIMultiDict(
+        (k, v) for k, v in headers.items() if k.lower() not in HOP_BY_HOP_HEADERS and k.lower() not in drop
+    )
+
+
+async def _forward(request: web.Request, session: aiohttp.ClientSession, base_url: str) -> web.StreamResponse:
+    """``request`` sent to ``base_url`` (same method, path, query, headers and body), its answer
+    streamed back.
+
+    Raises:
+        UpstreamUnanswered: ``base_url`` cannot be reached or sent no answer (any
+            ``aiohttp.ClientError`` before its status line; nothing was sent back yet). An upstream
+            that fails later ends the answer where it stands.
+    """
+    body = await request.read() if request.can_read_body else None
+    try:
+        upstream = await session.request(
+            request.method,
+            URL(base_url + request.rel_url.raw_path_qs, encoded=True),  # the path and query as sent
+            # the server hands the body over decoded: its Content-Encoding no longer applies
+            headers=_forward_headers(request.headers, frozenset({"content-encoding"})),
+            data=body,
+            allow_redirects=False,
+        )
+    except aiohttp.ClientError as e:
+        raise UpstreamUnanswered(f"{type(e).__name__}: {e}") from e
+    async with upstream:  # released (its connection closed, mid-answer) on the way out
+        resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        resp.headers.extend(_forward_headers(upstream.headers))
+        if upstream.content_length is not None:
+            resp.content_length = upstream.content_length
+        await resp.prepare(request)
+        async for chunk in upstream.content.iter_any():  # each piece passed on as it arrives
+            await resp.write(chunk)
+        await resp.write_eof()
+        return resp
+
+
+def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Application:
+    """The gateway's ``aiohttp`` application (module docstring).
+
+    Args:
+        router_url: ``http://host:port`` of ``sglang-router``.
+        replica_urls: the replicas' ``http://host:port``; the model routes go to them in turn, the
+            next one when one cannot be reached.
+
+    Raises:
+        ValueError: ``replica_urls`` is empty.
+    """
+    if not replica_urls:
+        raise ValueError("replica_urls: the gateway needs at least one replica")
+    replicas = list(replica_urls)
+    turn = itertools.cycle(range(len(replicas)))
+    app = web.Application(client_max_size=0)  # bodies are the router's and replicas' to bound
+
+    async def start(app: web.Application) -> None:
+        # no total timeout (a generation runs as long as it runs); bytes passed on as they are
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+        app[_SESSION] = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+
+    async def stop(app: web.Application) -> None:
+        await app[_SESSION].close()
+
+    async def models(request: web.Request) -> web.StreamResponse:
+        first = next(turn)
+        for k in range(len(replicas)):
+            url = replicas[(first + k) % len(replicas)]
+            try:
+                return await _forward(request, app[_SESSION], url)
+            except UpstreamUnanswered as e:
+                logger.warning("DP gateway: replica %s did not answer %s (%s)", url, request.path, e)
+        return web.json_response({"error": "No replica answered."}, status=503)
+
+    async def other(request: web.Request) -> web.StreamResponse:
+        try:
+            return await _forward(request, app[_SESSION], router_url)
+        except UpstreamUnanswered as e:
+            logger.warning("DP gateway: the router did not answer %s (%s)", request.path, e)
+            return web.json_response({"error": "The router did not answer."}, status=502)
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    for path in MODEL_ROUTES:
+        app.router.add_get(path, models)
+    app.router.add_route("*", "/{tail:.*}", other)
+    return app
+
+
+def run_gateway(host: str, port: int, router_url: str, replica_urls: Sequence[str], log_level: str) -> None:
+    """Serve :func:`create_gateway_app` on ``host:port`` until SIGTERM / SIGINT (the process
+    target of :func:`~sglang_v4.entrypoints.data_parallel.launch_data_parallel`)."""
+    from sglang_v4.utils import configure_logging, set_parent_death_signal
+
+    configure_logging(log_level, prefix=" DP gateway")
+    set_parent_death_signal()
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    web.run_app(
+        create_gateway_app(router_url, replica_urls),
+        host=host,
+        port=port,
+        print=None,
+        access_log=None,
+        shutdown_timeout=5.0,
+        **GATEWAY_SERVER_OPTIONS,
+    )

@@ -1,0 +1,258 @@
+"""``POST /v1/chat/completions`` models: the request and its messages, the (streamed) response,
+the assistant message and its deltas, tool calls and the chat ``logprobs``.
+
+Field names, defaults and shapes follow the OpenAI API reference (chat completions) and SGLang's
+``srt/entrypoints/openai/protocol.py`` (read for behaviour; written independently); vLLM's extra
+request fields come from :class:`~.protocol_vllm.VllmChatFields`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+
+from sglang_v4.entrypoints.openai.protocol_base import (
+    FinishReasonStr,
+    StreamOptions,
+    UsageInfo,
+    _now,
+    _OmitNoneIds,
+    _Req,
+    _SamplingExtras,
+)
+from sglang_v4.entrypoints.openai.protocol_vllm import PromptLogprob, VllmChatFields
+
+__all__ = [
+    "ChatMessageParam",
+    "ChatCompletionRequest",
+    "TopLogprob",
+    "ChatCompletionTokenLogprob",
+    "ChoiceLogprobs",
+    "FunctionCall",
+    "ToolCall",
+    "DeltaFunctionCall",
+    "DeltaToolCall",
+    "ChatMessage",
+    "ChatCompletionResponseChoice",
+    "ChatCompletionResponse",
+    "DeltaMessage",
+    "ChatCompletionResponseStreamChoice",
+    "ChatCompletionStreamResponse",
+]
+
+
+class ChatMessageParam(_Req):
+    """One input message. ``content`` is a string, ``None`` or a list of (text) content parts.
+
+    An assistant turn's reasoning comes as ``reasoning_content`` (DeepSeek's and SGLang's name)
+    or as ``reasoning`` (vLLM's name since it renamed the field; its clients echo it back): a
+    ``reasoning`` alone fills ``reasoning_content``, so the prompt keeps it either way; when both
+    are given ``reasoning_content`` wins. ``prefix: true`` on the final assistant message is
+    DeepSeek's chat prefix completion: that message is continued (as ``continue_final_message``).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    prefix: bool = False
+
+    @model_validator(mode="after")
+    def _reasoning_alias(self) -> ChatMessageParam:
+        if self.reasoning_content is None and self.reasoning is not None:
+            self.reasoning_content = self.reasoning
+        self.reasoning = None  # one field downstream: the encoders read reasoning_content
+        return self
+
+
+class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
+    """``POST /v1/chat/completions`` body.
+
+    Tool calling: ``tools`` (OpenAI function tools), ``tool_choice`` (``"none"``, ``"auto"``,
+    ``"required"`` or ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``.
+    Thinking mode: ``chat_template_kwargs`` ``{"thinking": true}`` (or ``enable_thinking``), or
+    DeepSeek's ``thinking: {"type": "enabled"}``; ``add_generation_prompt: false`` (vLLM's
+    extension) leaves out the assistant turn's opening (``continue_final_message`` wins over it);
+    ``reasoning_effort`` one of none, minimal, low, medium, high, xhigh, max. ``response_format``: ``text``, ``json_object``, ``json_schema``
+    (``{"json_schema": {"name", "schema", "strict"}}``) or SGLang's ``structural_tag``.
+    """
+
+    messages: list[ChatMessageParam]
+    model: str = "default"
+    frequency_penalty: float | None = 0.0
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int | None = 1
+    presence_penalty: float | None = 0.0
+    response_format: dict[str, Any] | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    user: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = True
+    reasoning_effort: str | None = None
+    thinking: dict[str, Any] | bool | None = None
+    continue_final_message: bool = False
+    add_generation_prompt: bool = True
+    separate_reasoning: bool = True
+    stream_reasoning: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    #: SGLang's: the prompt's token ids, used as given instead of rendering ``messages`` (which
+    #: still decide the tool-call and reasoning handling).
+    input_ids: list[int] | None = None
+    return_prompt_token_ids: bool = False
+
+
+class TopLogprob(BaseModel):
+    """One alternative of a chat token's ``top_logprobs``: its text, UTF-8 ``bytes`` and natural-log probability."""
+
+    token: str
+    bytes: list[int]
+    logprob: float
+
+
+class ChatCompletionTokenLogprob(BaseModel):
+    """A chat output token's logprob entry: text, UTF-8 ``bytes``, natural-log probability and its
+    ``top_logprobs``."""
+
+    token: str
+    bytes: list[int]
+    logprob: float
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    """``choices[i].logprobs`` of a chat response: one entry per output token of ``content``."""
+
+    content: list[ChatCompletionTokenLogprob]
+
+
+class FunctionCall(BaseModel):
+    """``tool_calls[i].function``: the tool's name and its arguments as a JSON object text."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    """One entry of ``message.tool_calls``."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class _OmitNone(BaseModel):
+    """A stream delta whose None fields are left out of the JSON, not sent as ``null``.
+
+    OpenAI's deltas omit what a chunk does not carry, and the ``openai`` client's stream
+    accumulator (``ChatCompletionStreamState``, behind ``client.chat.completions.stream``) copies a
+    delta's ``type`` over the accumulated one: a later fragment's ``"type": null`` turned the call
+    into an untyped one and the accumulator failed.
+    """
+
+    @model_serializer(mode="wrap")
+    def _drop_none(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class DeltaFunctionCall(_OmitNone):
+    """``delta.tool_calls[i].function``: the name on a call's first delta, then argument fragments
+    (a key that a delta does not carry is absent)."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(_OmitNone):
+    """One entry of ``delta.tool_calls``: ``id``, ``type`` and ``function.name`` on a call's first
+    delta only, absent (not ``null``) from the later ones."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall
+
+
+class ChatMessage(BaseModel):
+    """The assistant message of a chat choice (``reasoning_content``: the thinking-mode text, as SGLang
+    and DeepSeek's API return it)."""
+
+    role: str = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ChatCompletionResponseChoice(_OmitNoneIds):
+    """``prompt_token_ids`` (``return_prompt_token_ids`` or ``return_token_ids``) and
+    ``response_token_ids`` (``return_token_ids``: every generated id, reasoning and tool-call
+    markup included), SGLang's names."""
+
+    index: int
+    message: ChatMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReasonStr | None = None
+    matched_stop: int | str | None = None
+    prompt_token_ids: list[int] | None = None
+    response_token_ids: list[int] | None = None
+
+
+class ChatCompletionResponse(_OmitNoneIds):
+    """A non-streamed ``/v1/chat/completions`` response (``object: "chat.completion"``;
+    ``prompt_logprobs``: vLLM's, of the prompt, :mod:`.prompt_logprobs`)."""
+
+    id: str = Field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    object: str = "chat.completion"
+    created: int = Field(default_factory=_now)
+    model: str
+    choices: list[ChatCompletionResponseChoice]
+    usage: UsageInfo
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
+
+
+class DeltaMessage(BaseModel):
+    """The part of the assistant message one stream chunk adds (role first, then content,
+    reasoning or tool-call deltas)."""
+
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
+
+
+class ChatCompletionResponseStreamChoice(BaseModel):
+    """One choice of a chat stream chunk; ``finish_reason`` is set on the choice's last chunk."""
+
+    index: int
+    delta: DeltaMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReasonStr | None = None
+    matched_stop: int | str | None = None
+
+
+class ChatCompletionStreamResponse(BaseModel):
+    """One SSE chunk of a streamed ``/v1/chat/completions`` response
+    (``object: "chat.completion.chunk"``); ``usage`` only on the usage chunk."""
+
+    id: str
+    object: str = "chat.completion.chunk"
+    created: int = Field(default_factory=_now)
+    model: str
+    choices: list[ChatCompletionResponseStreamChoice]
+    usage: UsageInfo | None = None

@@ -1,0 +1,129 @@
+"""The engine's outputs as the OpenAI routes write them: SSE framing (``data: {...}\\n\\n`` ...
+``data: [DONE]\\n\\n``), in-stream errors in SGLang's shape, the finish reason and abort of a
+response dict's ``meta_info``, and logprob values as OpenAI's API writes them.
+
+The outputs read here are those of ``tokenizer_manager.generate_request`` (SGLang-shaped dicts
+``{"text", "output_ids", "meta_info", ["index"]}``, cumulative when streaming). Used by the routes
+of :mod:`.serving_completions`, :mod:`.serving_chat`, :mod:`.serving_responses` and Anthropic's
+Messages route; re-exported by :mod:`.serving_base`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from sglang_v4.entrypoints.openai.protocol import error_type_for_status
+from sglang_v4.entrypoints.openai.request_errors import RequestError, grammar_error_for
+
+__all__ = [
+    "MAX_TOP_LOGPROBS",
+    "OPENAI_MIN_LOGPROB",
+    "openai_logprob",
+    "stream_failure",
+]
+
+MAX_TOP_LOGPROBS = 20
+"""OpenAI's bound for ``top_logprobs`` (chat) and ``logprobs`` (completions: 5 in OpenAI; SGLang allows more)."""
+
+
+def _sse(obj: BaseModel | dict[str, Any]) -> bytes:
+    """One SSE event ``data: <json>\\n\\n`` of ``obj`` (a pydantic model dumped in JSON mode, or a
+    JSON-able dict), UTF-8 bytes."""
+    data = obj.model_dump(mode="json") if isinstance(obj, BaseModel) else obj
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+_SSE_DONE = b"data: [DONE]\n\n"
+
+
+def _sse_error(message: str, err_type: str | None, status: int, param: str | None = None) -> bytes:
+    """An in-stream error event in SGLang's shape: ``data: {"error": {...}}``."""
+    et = err_type or error_type_for_status(status)
+    return _sse(
+        {"error": {"object": "error", "message": message, "type": et, "param": param, "code": status}}
+    )
+
+
+def stream_failure(e: RequestError | ValueError, grammar_field: str | None) -> RequestError:
+    """The error of a generation that failed after its first streamed output (an abort in its
+    outputs, or a ``ValueError`` of the generator), named as the same request's non-streamed answer
+    names it: a grammar error carries the request field the grammar was made from
+    (:func:`~.request_errors.grammar_error_for`: ``response_format``, ``tools``...), in its message
+    and its ``param``. The streamed answer used to name the engine's ``json_schema`` with no
+    ``param`` where the non-streamed one named ``response_format``.
+
+    Args:
+        e: the abort (:func:`_abort_error`) or the generator's error (its ``status_code``, else 400).
+        grammar_field: the request field of the request's grammar, if any.
+    """
+    if not isinstance(e, RequestError):
+        e = RequestError(str(e), int(getattr(e, "status_code", 400) or 400))
+    return grammar_error_for(e, grammar_field)
+
+
+def _sse_failure(e: RequestError | ValueError, grammar_field: str | None) -> bytes:
+    """:func:`_sse_error` of :func:`stream_failure`."""
+    err = stream_failure(e, grammar_field)
+    return _sse_error(err.message, err.err_type, err.status, err.param)
+
+
+async def _engine_outputs(gen: AsyncIterator[Any], first: Any) -> AsyncIterator[Any]:
+    """The outputs of a started generation (:meth:`~.serving_base.OpenAIServingBase._run_stream`): ``first``, the
+    one already read, then the rest of ``gen``. Each is one response dict (``text``,
+    ``output_ids``, ``meta_info``; cumulative) or, for a request of several choices, a list of
+    them. Closing ``gen`` (which aborts an unfinished request) stays with the caller.
+
+    Raises:
+        ValueError: what ``gen`` raises (a scheduler-side error after the first output).
+    """
+    yield first
+    async for item in gen:
+        yield item
+
+
+def _finish(meta: dict[str, Any]) -> tuple[str | None, Any]:
+    """``(finish_reason string, matched_stop)`` from SGLang's ``meta_info["finish_reason"]``."""
+    fr = meta.get("finish_reason")
+    if not fr:
+        return None, None
+    if isinstance(fr, str):
+        return fr, None
+    return fr.get("type"), fr.get("matched")
+
+
+def _abort_error(meta: dict[str, Any]) -> RequestError | None:
+    """The error of an output that ended with an abort (``meta_info["finish_reason"]`` of type
+    ``abort``: its message and ``status_code``, 400 when it gives none), else ``None``."""
+    fr = meta.get("finish_reason")
+    if isinstance(fr, dict) and fr.get("type") == "abort":
+        status = int(fr.get("status_code") or 400)
+        return RequestError(str(fr.get("message") or "Aborted"), status)
+    return None
+
+
+OPENAI_MIN_LOGPROB = -9999.0
+"""The logprob OpenAI's API reports for a token that has no probability: its chat reference
+documents -9999.0 for "very unlikely" tokens, and vLLM clamps to the same value. A constrained
+(grammar, ``logit_bias``, ``min_tokens``) step gives ``-inf`` to the tokens it forbids, and those
+appear among the ``top_logprobs`` when fewer tokens than asked for are allowed; JSON has no
+``-Infinity``, so without this floor they would go out as ``null`` in a field typed as a number."""
+
+
+def openai_logprob(lp: float) -> float:
+    """``lp`` (a natural-log probability) as OpenAI's API writes it: at least
+    :data:`OPENAI_MIN_LOGPROB` (``-inf`` and NaN become that value), otherwise unchanged."""
+    if math.isnan(lp):
+        return OPENAI_MIN_LOGPROB
+    return max(float(lp), OPENAI_MIN_LOGPROB)
+
+
+def _lp_entry(e: Any) -> tuple[float | None, int, str | None]:
+    """One SGLang logprob entry ``(logprob, token_id, text|None)`` (tuple or list)."""
+    lp, tid = e[0], e[1]
+    text = e[2] if len(e) > 2 else None
+    return (None if lp is None else float(lp)), int(tid), text

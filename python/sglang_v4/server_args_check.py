@@ -1,0 +1,320 @@
+"""Validation of :class:`~sglang_v4.server_args.ServerArgs`: the accepted values of each flag
+(choice tables, SGLang's alternative spellings) and :func:`check_server_args`, which raises a
+``ValueError`` naming the first bad field.
+
+Run by ``ServerArgs.__post_init__`` (through ``ServerArgs.check``) after the ``auto`` values are
+resolved, so ``Engine(**kwargs)`` and the command line (:mod:`sglang_v4.server_args_cli`) are
+refused with the same messages. A few fields are normalised while checked: the parser names to
+their canonical spelling, ``default_chat_template_kwargs`` and ``preferred_sampling_params`` from
+JSON text to dicts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from sglang_v4.layers.quantization import check_quantization_flag
+from sglang_v4.managers.request_log import LOG_REQUESTS_FORMATS, LOG_REQUESTS_LEVELS
+from sglang_v4.server_args_compat import check_sglang_args
+
+if TYPE_CHECKING:
+    from sglang_v4.server_args import ServerArgs
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+DTYPE_CHOICES = ("auto", "float32", "bfloat16")
+KV_CACHE_DTYPE_CHOICES = ("auto", "bf16", "fp8_e4m3")
+#: SGLang spellings of the same KV dtypes.
+KV_CACHE_DTYPE_ALIASES = {"bfloat16": "bf16"}
+#: SGLang spellings of the same weight dtype / load format (``--dtype float``, ``--load-format
+#: safetensors``: the loader reads safetensors checkpoints only, which is what ``auto`` means here).
+DTYPE_ALIASES = {"float": "float32"}
+LOAD_FORMAT_ALIASES = {"safetensors": "auto"}
+#: ``--grammar-backend``: xgrammar (constrained decoding, the only implementation here) or none
+#: (no constrained decoding: requests with a grammar are refused, as in SGLang).
+GRAMMAR_BACKEND_CHOICES = ("xgrammar", "none")
+#: ``--schedule-policy``: SGLang's policies (``sglang_v4.managers.schedule_policy`` says what each does).
+SCHEDULE_POLICY_CHOICES = ("fcfs", "lpm", "random", "dfs-weight", "lof", "hrrn", "shortest-prefill-first")
+#: SGLang's other ``--schedule-policy`` choices, refused with the reason.
+SCHEDULE_POLICY_REFUSED = {
+    "priority": "SGLang lists it but has no such policy; use --enable-priority-scheduling",
+    "routing-key": "requests carry no routing_key here, so it could not order anything",
+}
+#: ``sglang-router`` policies for ``--dp-size`` (its ``--policy`` values).
+ROUTER_POLICY_CHOICES = ("cache_aware", "round_robin", "random", "power_of_two")
+LOAD_FORMAT_CHOICES = ("auto", "dummy")
+LOG_LEVEL_CHOICES = ("debug", "info", "warning", "error", "critical")
+#: ``--log-level`` is read as Python's ``logging`` level names are (SGLang's ``getattr(logging,
+#: level.upper())``): any case, and the names ``warn`` / ``fatal``.
+LOG_LEVEL_ALIASES = {"warn": "warning", "fatal": "critical"}
+
+
+def cuda_available() -> bool:
+    """Whether ``torch.cuda.is_available()`` (``False`` when torch cannot be imported): what
+    ``device="auto"`` resolves to and ``device="cuda"`` needs."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # pragma: no cover - torch always importable in this project
+        return False
+
+
+def _choice(args: ServerArgs, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(args, name)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)} (got {value!r})")
+
+
+def _positive_int(args: ServerArgs, name: str, allow_none: bool = True) -> None:
+    value = getattr(args, name)
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer (got {value!r})")
+
+
+def _nonnegative_int(args: ServerArgs, name: str) -> None:
+    value = getattr(args, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0 (got {value!r})")
+
+
+def check_server_args(args: ServerArgs) -> None:
+    """Validate every field of ``args`` (resolved: ``device`` is ``cpu`` / ``cuda``), normalising
+    the few listed in the module docstring in place.
+
+    Raises:
+        ValueError: naming the first bad field, e.g. ``page_size must be a positive multiple of 128
+            ...``, or an unsupported SGLang flag (:func:`~sglang_v4.server_args_compat.check_sglang_args`).
+    """
+    _choice(args, "device", ("cpu", "cuda"))
+    if args.dtype in ("half", "float16"):
+        raise ValueError(
+            f"dtype {args.dtype!r} is not supported: DeepSeek-V4 runs in bfloat16 (CUDA) or float32 (CPU); "
+            "use --dtype bfloat16 or auto"
+        )
+    _choice(args, "dtype", ("float32", "bfloat16"))
+    check_sglang_args(args)
+    if args.kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES:
+        raise ValueError(
+            f"kv_cache_dtype {args.kv_cache_dtype!r} is not supported: sglang-v4 stores the KV cache as "
+            f"one of {list(KV_CACHE_DTYPE_CHOICES)} (fp8_e4m3 is DeepSeek-V4's FP8 KV format)"
+        )
+    if args.grammar_backend not in GRAMMAR_BACKEND_CHOICES:
+        raise ValueError(
+            f"grammar_backend {args.grammar_backend!r} is not supported: sglang-v4 implements constrained "
+            f"decoding with xgrammar; use one of {list(GRAMMAR_BACKEND_CHOICES)}"
+        )
+    if args.constrained_json_max_whitespace_cnt is not None:
+        from sglang_v4.sampling.grammar import check_max_whitespace_cnt
+
+        check_max_whitespace_cnt(args.constrained_json_max_whitespace_cnt)
+    if args.cuda_graph_bs is not None and (
+        not isinstance(args.cuda_graph_bs, (list, tuple))
+        or not args.cuda_graph_bs
+        or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in args.cuda_graph_bs)
+    ):
+        raise ValueError(
+            f"cuda_graph_bs must be a non-empty list of positive integers (got {args.cuda_graph_bs!r})"
+        )
+    if args.schedule_policy in SCHEDULE_POLICY_REFUSED:
+        raise ValueError(
+            f"schedule_policy {args.schedule_policy!r} is not supported: "
+            f"{SCHEDULE_POLICY_REFUSED[args.schedule_policy]}"
+        )
+    _choice(args, "schedule_policy", SCHEDULE_POLICY_CHOICES)
+    if args.schedule_policy == "shortest-prefill-first" and args.disable_radix_cache:
+        raise ValueError(
+            "schedule_policy 'shortest-prefill-first' needs the radix cache (it orders by the tokens "
+            "left to prefill after the cached prefix); drop --disable-radix-cache or pick another policy"
+        )
+    if args.load_format not in LOAD_FORMAT_CHOICES:
+        raise ValueError(
+            f"load_format must be one of {list(LOAD_FORMAT_CHOICES + tuple(LOAD_FORMAT_ALIASES))} "
+            f"(safetensors is read as auto; got {args.load_format!r})"
+        )
+    check_quantization_flag(args.quantization)
+    _choice(args, "log_level", LOG_LEVEL_CHOICES)
+    _choice(args, "sampling_defaults", ("model", "openai"))
+    from sglang_v4.entrypoints.openai.sampling_defaults import (
+        json_object_flag,
+        parse_preferred_sampling_params,
+    )
+
+    args.default_chat_template_kwargs = json_object_flag(
+        "default_chat_template_kwargs", args.default_chat_template_kwargs
+    )
+    fsp = args.file_storage_path
+    if fsp is not None and (
+        not isinstance(fsp, str) or not fsp or (os.path.exists(fsp) and not os.path.isdir(fsp))
+    ):
+        # checked here: the file store is made on the first /v1/files or /v1/batches request
+        raise ValueError(f"file_storage_path must name a directory (made if missing); got {fsp!r}")
+    args.preferred_sampling_params = parse_preferred_sampling_params(
+        args.preferred_sampling_params, skip_tokenizer_init=bool(args.skip_tokenizer_init)
+    )
+    if not isinstance(args.allow_auto_truncate, bool):
+        raise ValueError(f"allow_auto_truncate must be a boolean (got {args.allow_auto_truncate!r})")
+    if not isinstance(args.weight_version, str) or not args.weight_version:
+        raise ValueError(f"weight_version must be a non-empty string (got {args.weight_version!r})")
+    if args.log_requests_level not in LOG_REQUESTS_LEVELS or isinstance(args.log_requests_level, bool):
+        raise ValueError(
+            f"log_requests_level must be one of {list(LOG_REQUESTS_LEVELS)} (got {args.log_requests_level!r})"
+        )
+    _choice(args, "log_requests_format", LOG_REQUESTS_FORMATS)
+    targets = args.log_requests_target
+    if targets is not None and (not isinstance(targets, (list, tuple)) or set(targets) - {"stdout"}):
+        raise ValueError(
+            f"log_requests_target {targets!r} is not supported: request lines go to the server log "
+            "(stdout) only; pass stdout or redirect the server's output"
+        )
+    if args.device == "cuda" and not cuda_available():
+        raise ValueError("device='cuda' was requested but CUDA is not available")
+    if not isinstance(args.skip_tokenizer_init, bool):
+        raise ValueError(f"skip_tokenizer_init must be a boolean (got {args.skip_tokenizer_init!r})")
+    if args.model_path is not None and not isinstance(args.model_path, str):
+        raise ValueError(f"model_path must be a string path (got {args.model_path!r})")
+    if isinstance(args.port, bool) or not isinstance(args.port, int) or not 0 < args.port < 65536:
+        raise ValueError(f"port must be an integer in [1, 65535] (got {args.port!r})")
+    _positive_int(args, "page_size", allow_none=False)
+    if args.page_size % 128 != 0 or args.page_size % 4 != 0:
+        raise ValueError(
+            f"page_size must be a positive multiple of 128 and of 4 (the HCA and CSA compression "
+            f"ratios) (got {args.page_size}; the default is {type(args).page_size}: SGLang's V3.2 "
+            "--page-size 64 does not apply to DeepSeek-V4's compressed KV)"
+        )
+    if args.mem_fraction_static is not None and not 0.0 < float(args.mem_fraction_static) < 1.0:
+        raise ValueError(f"mem_fraction_static must be in (0, 1) (got {args.mem_fraction_static!r})")
+    _positive_int(args, "max_total_tokens")
+    if args.max_total_tokens is not None and args.max_total_tokens < args.page_size:
+        # SGLang rounds the token budget down to the page size: less than a page is no pool
+        raise ValueError(
+            f"max_total_tokens (--max-total-tokens) must be at least one page of page_size "
+            f"{args.page_size} tokens (got {args.max_total_tokens}); the KV pool is rounded "
+            "down to whole pages"
+        )
+    _positive_int(args, "max_running_requests")
+    _positive_int(args, "max_queued_requests")
+    _positive_int(args, "max_prefill_tokens", allow_none=False)
+    for name in ("priority_scheduling_preemption_threshold", "default_priority_value"):
+        value = getattr(args, name)
+        if value is None and name == "default_priority_value":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not -(1 << 63) <= value < (1 << 63):
+            raise ValueError(f"{name} must be a signed 64-bit integer (got {value!r})")
+    _positive_int(args, "context_length")
+    if args.context_length is not None and args.context_length < 2:
+        raise ValueError(
+            f"context_length must be at least 2 (a prompt token and a generated one) (got {args.context_length})"
+        )
+    _positive_int(args, "tp_size", allow_none=False)
+    _positive_int(args, "stream_interval", allow_none=False)
+    _positive_int(args, "resume_interval", allow_none=False)
+    _positive_int(args, "cuda_graph_max_bs")
+    _nonnegative_int(args, "cuda_graph_warmup_ctx")
+    _nonnegative_int(args, "cuda_graph_max_extend_tokens")
+    _nonnegative_int(args, "indexer_stream_max_bs")
+    _positive_int(args, "decode_log_interval", allow_none=False)
+    cps = args.chunked_prefill_size
+    if isinstance(cps, bool) or not isinstance(cps, int) or (cps <= 0 and cps != -1):
+        raise ValueError(f"chunked_prefill_size must be a positive integer or -1 (got {cps!r})")
+    if isinstance(args.random_seed, bool) or not isinstance(args.random_seed, int):
+        raise ValueError(f"random_seed must be an integer (got {args.random_seed!r})")
+    args.model_override_args()  # raises ValueError naming json_model_override_args
+    for name in (
+        "bucket_time_to_first_token",
+        "bucket_inter_token_latency",
+        "bucket_e2e_request_latency",
+    ):
+        buckets = getattr(args, name)
+        if buckets is not None and (
+            not isinstance(buckets, (list, tuple))
+            or not buckets
+            or any(isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 for b in buckets)
+            or list(buckets) != sorted(set(buckets))
+        ):
+            raise ValueError(
+                f"{name} must be a non-empty increasing list of positive seconds (got {buckets!r})"
+            )
+    _check_ssl(args)
+    if args.api_key is not None and not isinstance(args.api_key, str):
+        raise ValueError("api_key must be a string")
+    if args.admin_api_key is not None and not isinstance(args.admin_api_key, str):
+        raise ValueError("admin_api_key must be a string")
+    if args.watchdog_timeout <= 0:
+        raise ValueError(f"watchdog_timeout must be positive (got {args.watchdog_timeout!r})")
+    if args.tool_call_parser is not None:
+        from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
+
+        args.tool_call_parser = canonical_tool_call_parser(args.tool_call_parser)
+    if args.reasoning_parser is not None:
+        from sglang_v4.entrypoints.openai.reasoning_parser import canonical_reasoning_parser
+
+        args.reasoning_parser = canonical_reasoning_parser(args.reasoning_parser)
+    if args.chat_template is not None:  # a name is checked against the tokenizer at launch
+        from sglang_v4.entrypoints.chat_template import check_chat_template_arg
+
+        check_chat_template_arg(args.chat_template)
+    gst = args.graceful_shutdown_timeout
+    if isinstance(gst, bool) or not isinstance(gst, (int, float)) or not 0 <= gst < float("inf"):
+        raise ValueError(f"graceful_shutdown_timeout must be a number of seconds >= 0 (got {gst!r})")
+    _check_parallel(args)
+
+
+def _check_ssl(args: ServerArgs) -> None:
+    """``ssl_certfile`` / ``ssl_keyfile`` come together, name files, and serve one server."""
+    if bool(args.ssl_certfile) != bool(args.ssl_keyfile):
+        missing = "ssl_keyfile" if args.ssl_certfile else "ssl_certfile"
+        raise ValueError(
+            f"{missing} is required with {'ssl_certfile' if args.ssl_certfile else 'ssl_keyfile'}"
+        )
+    for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
+        path = getattr(args, name)
+        if path is not None and not os.path.isfile(path):
+            raise ValueError(f"{name} must be a PEM file (no file {path!r})")
+    if args.ssl_certfile and args.dp_size > 1:
+        raise ValueError("ssl_certfile: HTTPS with dp_size > 1 is not supported (sglang-router talks HTTP)")
+
+
+def _check_parallel(args: ServerArgs) -> None:
+    """The TP / EP / DP / multi-node fields (docs/PARALLELISM.md)."""
+    for name in ("ep_size", "dp_size", "nnodes"):
+        _positive_int(args, name, allow_none=False)
+    _nonnegative_int(args, "node_rank")
+    _nonnegative_int(args, "base_gpu_id")
+    _positive_int(args, "dist_timeout")
+    if args.tp_size % args.ep_size:
+        raise ValueError(
+            f"ep_size must divide tp_size (experts are split inside the TP group; got ep_size="
+            f"{args.ep_size}, tp_size={args.tp_size})"
+        )
+    if args.tp_size % args.nnodes:
+        raise ValueError(
+            f"tp_size must be a multiple of nnodes (the same number of ranks on every node; got "
+            f"tp_size={args.tp_size}, nnodes={args.nnodes})"
+        )
+    if args.node_rank >= args.nnodes:
+        raise ValueError(f"node_rank must be in [0, nnodes) (got {args.node_rank}, nnodes={args.nnodes})")
+    if args.nnodes > 1 and not args.dist_init_addr:
+        raise ValueError("dist_init_addr is required with nnodes > 1 (host:port of node 0's rendezvous)")
+    if args.dist_init_addr is not None:
+        host, _, port = str(args.dist_init_addr).rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"dist_init_addr must be host:port (got {args.dist_init_addr!r})")
+    if args.dp_size > 1 and args.nnodes > 1:
+        raise ValueError("dp_size > 1 runs replicas on one node: use nnodes=1 (or one router per node)")
+    if args.router_policy not in ROUTER_POLICY_CHOICES:
+        raise ValueError(
+            f"router_policy must be one of {list(ROUTER_POLICY_CHOICES)} (got {args.router_policy!r})"
+        )
+    if args.device == "cuda":
+        import torch
+
+        need = args.base_gpu_id + args.dp_size * args.tp_size // args.nnodes
+        have = torch.cuda.device_count()
+        if need > have:
+            raise ValueError(
+                f"tp_size: {args.dp_size} x {args.tp_size // args.nnodes} GPUs per node from base_gpu_id "
+                f"{args.base_gpu_id} need {need} GPUs, this node has {have}"
+            )

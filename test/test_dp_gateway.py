@@ -1,0 +1,257 @@
+"""The ``--dp-size`` gateway (:mod:`sglang_v4.entrypoints.dp_gateway`) in front of a router and a
+replica, all in this process: the model routes answer as the replica does, in Anthropic's shape for
+a request carrying ``anthropic-version`` (``sglang-router`` answered ``/v1/models`` itself, in
+OpenAI's shape only, with the model's path as its id, and had no ``/v1/models/{id}``), and every
+other request reaches the router as sent, its answer coming back as the router sent it, streamed
+(repeated headers kept); a client that goes away closes the router's request (also before any
+answer), and a router that drops the connection unanswered is a 502, not the gateway's 500.
+
+The replica is the OpenAI and Anthropic routers over ``fake_prompt_tm.PromptTM`` (uvicorn); the
+router a stub that answers like ``sglang-router`` and echoes what it receives (aiohttp). Oracles:
+the ``anthropic`` and ``openai`` clients' own parsers, the replica's own answers to the same
+requests, and the stub's record of what reached it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+import requests
+import uvicorn
+from aiohttp import web
+from fake_prompt_tm import MODEL, PromptTM
+from fastapi import FastAPI
+from sglang_v4.entrypoints.anthropic import create_anthropic_router
+from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, create_gateway_app
+from sglang_v4.entrypoints.openai import create_openai_router
+from transformers import PreTrainedTokenizerFast
+
+pytestmark = pytest.mark.timeout(120)
+KEY = "s3cret"
+ANTHROPIC = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+#: what sglang-router 0.3.2 answers to ``GET /v1/models`` (its worker registry: the model's path)
+ROUTER_MODELS = {"object": "list", "data": [{"id": "/models/dsv4", "object": "model", "owned_by": "local"}]}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_aiohttp(app: web.Application, **options: Any) -> tuple[str, Any]:
+    """``app`` served on a loopback port by its own event loop in a thread (``options``: the
+    ``web.AppRunner``'s); ``(url, stop)``."""
+    port = _free_port()
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app, **options)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+    return f"http://127.0.0.1:{port}", stop
+
+
+def _router_stub(seen: list[dict[str, Any]]) -> web.Application:
+    """Answers like ``sglang-router`` (its own model list, 404 on routes it lacks), echoes
+    ``/echo``, streams ``/stream``, sets two cookies on ``/cookies``, closes the connection
+    unanswered on ``/drop`` and answers ``/slow`` after 5 s (``"cancelled"`` in its record when
+    the gateway closes the request first); records each request it gets in ``seen``."""
+
+    async def record(request: web.Request) -> dict[str, Any]:
+        entry = {
+            "method": request.method,
+            "path_qs": request.rel_url.raw_path_qs,
+            "headers": {k.lower(): v for k, v in request.headers.items()},
+            "body": await request.read(),
+        }
+        seen.append(entry)
+        return entry
+
+    async def models(request: web.Request) -> web.Response:
+        await record(request)
+        return web.json_response(ROUTER_MODELS)
+
+    async def echo(request: web.Request) -> web.Response:
+        e = await record(request)
+        return web.json_response(
+            {"method": e["method"], "path_qs": e["path_qs"], "body": e["body"].decode()},
+            status=201,
+            headers={"x-upstream": "router"},
+        )
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        await record(request)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for k in range(3):
+            await resp.write(f"data: {k}\n\n".encode())
+            await asyncio.sleep(0.05)
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def cookies(request: web.Request) -> web.Response:
+        await record(request)
+        resp = web.Response(text="ok")
+        resp.headers.add("Set-Cookie", "a=1")
+        resp.headers.add("Set-Cookie", "b=2")
+        return resp
+
+    async def drop(request: web.Request) -> web.Response:
+        await record(request)
+        assert request.transport is not None
+        request.transport.close()
+        return web.Response(text="never sent")
+
+    async def slow(request: web.Request) -> web.Response:
+        e = await record(request)
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            e["cancelled"] = True
+            raise
+        return web.Response(text="late")
+
+    async def missing(request: web.Request) -> web.Response:
+        await record(request)
+        return web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_route("*", "/echo", echo)
+    app.router.add_post("/stream", stream)
+    app.router.add_get("/cookies", cookies)
+    app.router.add_post("/drop", drop)
+    app.router.add_post("/slow", slow)
+    app.router.add_route("*", "/{tail:.*}", missing)
+    return app
+
+
+@pytest.fixture(scope="module")
+def stack(tok: PreTrainedTokenizerFast) -> Iterator[SimpleNamespace]:
+    """A replica (uvicorn), a router stub and the gateway over them; the gateway's URL."""
+    sa = SimpleNamespace(served_model_name=MODEL, model_path=None, api_key=KEY, enable_cache_report=False)
+    app = FastAPI()
+    router = create_openai_router(PromptTM(tok), sa)
+    app.include_router(router)
+    app.include_router(create_anthropic_router(router.serving))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    replica = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while not server.started:
+        assert time.time() < deadline, "the replica did not start"
+        time.sleep(0.02)
+    seen: list[dict[str, Any]] = []
+    # the stub notices a closed request as sglang-router's server does (its handler is cancelled)
+    router_url, stop_router = _serve_aiohttp(_router_stub(seen), handler_cancellation=True)
+    # the first replica URL answers nothing: the model routes go on to the next one
+    gateway_url, stop_gateway = _serve_aiohttp(
+        create_gateway_app(router_url, [f"http://127.0.0.1:{_free_port()}", replica]),
+        **GATEWAY_SERVER_OPTIONS,
+    )
+    yield SimpleNamespace(url=gateway_url, replica=replica, seen=seen)
+    stop_gateway()
+    stop_router()
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_models_answer_as_a_single_server_in_both_shapes(stack: SimpleNamespace) -> None:
+    client = anthropic.Anthropic(base_url=stack.url, api_key=KEY, max_retries=0)
+    for _ in range(2):  # each replica in turn: the dead one is skipped
+        page = client.models.list()
+        (info,) = page.data
+        assert info.type == "model" and info.id == MODEL and page.first_id == MODEL
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(anthropic.NotFoundError):
+        client.models.retrieve("no-such-model")
+    with pytest.raises(anthropic.AuthenticationError):  # the replica checks the key
+        anthropic.Anthropic(base_url=stack.url, api_key="bad", max_retries=0).models.list()
+    oa = openai.OpenAI(base_url=stack.url + "/v1", api_key=KEY, max_retries=0)
+    assert [m.id for m in oa.models.list().data] == [MODEL]  # the router said "/models/dsv4"
+    assert oa.models.retrieve(MODEL).id == MODEL  # the router has no such route
+    for path, headers in (
+        ("/v1/models", ANTHROPIC),
+        ("/v1/models?limit=1", ANTHROPIC),
+        (f"/v1/models/{MODEL}", ANTHROPIC),
+        ("/v1/models", {"authorization": f"Bearer {KEY}"}),
+    ):
+        direct = requests.get(stack.replica + path, headers=headers, timeout=10)
+        through = requests.get(stack.url + path, headers=headers, timeout=10)
+        assert (through.status_code, through.json()) == (direct.status_code, direct.json()), path
+    assert not any(e["path_qs"].startswith("/v1/models") for e in stack.seen)
+
+
+def test_other_requests_reach_the_router_as_sent(stack: SimpleNamespace) -> None:
+    n = len(stack.seen)
+    body = b'{"text": "caf\xc3\xa9", "sampling_params": {"max_new_tokens": 2}}'
+    r = requests.post(
+        stack.url + "/echo?a=1&b=%2F",
+        data=body,
+        headers={
+            "authorization": f"Bearer {KEY}",
+            "content-type": "application/json",
+            "x-request-id": "rq-7",
+        },
+        timeout=10,
+    )
+    assert r.status_code == 201 and r.headers["x-upstream"] == "router"
+    assert r.json() == {"method": "POST", "path_qs": "/echo?a=1&b=%2F", "body": body.decode()}
+    got = stack.seen[n]
+    assert got["body"] == body and got["headers"]["authorization"] == f"Bearer {KEY}"
+    assert got["headers"]["x-request-id"] == "rq-7"
+    gone = requests.post(stack.url + "/v1/messages", json={}, headers=ANTHROPIC, timeout=10)
+    assert gone.status_code == 404  # the router's answer, as it gave it
+    with requests.post(stack.url + "/stream", json={}, stream=True, timeout=10) as s:
+        assert s.headers["content-type"].startswith("text/event-stream")
+        got_at = [(ln, time.monotonic()) for ln in s.iter_lines() if ln]
+    assert [ln for ln, _ in got_at] == [b"data: 0", b"data: 1", b"data: 2", b"data: [DONE]"]
+    # streamed: the first event came before the stub had written the last (3 x 50 ms later)
+    assert got_at[-1][1] - got_at[0][1] > 0.1
+
+
+def test_repeated_headers_come_back_whole(stack: SimpleNamespace) -> None:
+    r = requests.get(stack.url + "/cookies", timeout=10)
+    assert r.status_code == 200 and r.raw.headers.getlist("Set-Cookie") == ["a=1", "b=2"]
+
+
+def test_router_dropping_the_connection_is_a_502(stack: SimpleNamespace) -> None:
+    r = requests.post(stack.url + "/drop", json={}, timeout=10)
+    assert r.status_code == 502 and "error" in r.json()
+
+
+def test_client_gone_before_the_answer_closes_the_router_request(stack: SimpleNamespace) -> None:
+    """A non-streamed request whose client disconnects while the router has not answered yet:
+    the router's request is closed (its handler cancelled) well before its 5 s answer."""
+    n = len(stack.seen)
+    host, port = stack.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(
+            b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        )
+        deadline = time.time() + 5
+        while len(stack.seen) <= n:
+            assert time.time() < deadline, "the request did not reach the router"
+            time.sleep(0.02)
+    deadline = time.time() + 2.5
+    while not stack.seen[n].get("cancelled"):
+        assert time.time() < deadline, "the router's request stayed open after the client left"
+        time.sleep(0.02)
