@@ -411,3 +411,40 @@ def test_cut_calls_hand_checked() -> None:
     for tail in ("<", f"<{D}", f"<{D}tool_calls"):
         assert parse_tool_calls("Sure.  \n\n" + tail, TOOLS) == ("Sure.  ", [], False)
     assert parse_tool_calls("Sure.  \n", TOOLS) == ("Sure.  \n", [], False)
+
+
+@pytest.mark.parametrize("text,expected", CUT, ids=[str(i) for i in range(len(CUT))])
+def test_cut_inside_the_bar_of_a_tag_reads_as_the_tag_start(text: str, expected: list) -> None:
+    """A generation cut between the bytes of a DSML tag's ``｜`` (3 bytes, often 3 tokens) ends
+    with a U+FFFD, the detokenizer's text for the incomplete character (streamed, it comes with
+    the final chunk). It reads as that ``｜``: content, calls and the cut flag are those of the
+    output cut right after the whole ``｜`` (checked against the oracle by
+    :func:`test_every_cut_point_streamed_equals_non_streamed`), streamed and not; before, the
+    output's ``"</"`` + U+FFFD went into the arguments (vllm-project/vllm#47903)."""
+    del expected
+    bars = [m.start() for m in re.finditer(re.escape(D), text)] + [
+        m.end() - 1 for m in re.finditer(re.escape(D), text)
+    ]
+    assert bars
+    for k in bars:
+        want_content, want_calls, want_complete = parse_tool_calls(text[: k + 1], TOOLS)
+        want = [(c.name, c.arguments, c.partial) for c in want_calls]
+        content, calls, complete = parse_tool_calls(text[:k] + "\ufffd", TOOLS)
+        assert (content, [(c.name, c.arguments, c.partial) for c in calls], complete) == (
+            want_content,
+            want,
+            want_complete,
+        ), k
+        s_content, s_calls, _ = run_stream([text[:k], "\ufffd"])
+        assert s_content == content and [(c["name"], c["arguments"]) for c in s_calls.values()] == [
+            (n, a) for n, a, _ in want
+        ], k
+
+
+def test_cut_inside_a_value_character_stays_value_text() -> None:
+    """A U+FFFD that cannot be a tag's ``｜`` (after a value's text) is the value's text, as an
+    incomplete last character is in a plain answer."""
+    text = block(invoke("get_weather", ("city", "true", "東京")))
+    k = text.index("東")
+    _, calls, _ = parse_tool_calls(text[:k] + "東\ufffd", TOOLS)
+    assert [(c.name, c.arguments, c.partial) for c in calls] == [("get_weather", '{"city": "東\ufffd', True)]

@@ -17,6 +17,7 @@ __all__ = [
     "INVOKE_TAG",
     "MAX_TAG_CHARS",
     "PARAM_TAG",
+    "REPLACEMENT_CHAR",
     "WRAPPER_OPEN",
     "json_value",
     "partial_suffix",
@@ -42,10 +43,24 @@ INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
 PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
 
 
+#: What the detokenizer writes for an incomplete UTF-8 sequence at the end of a text.
+REPLACEMENT_CHAR = "\ufffd"
+
+
 def partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``marker``."""
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``marker``.
+
+    A U+FFFD that ends ``text`` counts as the first bytes of a non-ASCII character of ``marker``
+    (``"｜"`` of ``"</｜DSML｜parameter>"``): a byte-level detokenizer writes it for an incomplete
+    UTF-8 sequence, which is what the end of an output cut by ``max_tokens`` in the middle of the
+    ``｜`` (3 bytes, often 3 tokens) decodes to (``"</\ufffd"``: a tag being written, not text).
+    An ASCII character of ``marker`` is never matched by it (an incomplete sequence is never ASCII).
+    """
     for n in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-n:]):
+        tail = text[-n:]
+        if marker.startswith(tail):
+            return n
+        if tail[-1] == REPLACEMENT_CHAR and ord(marker[n - 1]) > 0x7F and marker.startswith(tail[:-1]):
             return n
     return 0
 

@@ -298,11 +298,12 @@ class DsmlToolParser:
             self._take(n)
 
     def _expect(self, markers: tuple[str, ...]) -> str | None:
-        """The marker the buffer starts with; ``""`` when it may still become one; None: none."""
+        """The marker the buffer starts with; ``""`` when it may still become one (a U+FFFD at
+        its end read as :func:`~.dsml_grammar.partial_suffix` reads it); None: none."""
         for m in markers:
             if self._buf.startswith(m):
                 return m
-        if any(m.startswith(self._buf) for m in markers):
+        if any(_partial_suffix(self._buf, m) == len(self._buf) for m in markers):
             return ""
         return None
 
