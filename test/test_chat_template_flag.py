@@ -168,3 +168,30 @@ def test_unknown_template_name_refused_listing_the_names(tmp_path: Path) -> None
     # the tokenizer's names are only looked up, never run, when the tokenizer is not loaded
     check_model_dir(str(plain), load_format="dummy", chat_template="chatml", skip_tokenizer_init=True)
     assert resolve_chat_template("tool_use", str(with_names)) == NAMED[1]["template"]
+
+
+def test_launch_exit_codes_follow_where_the_template_is_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``--chat-template`` the flag alone shows unusable (a missing file) is argparse's error,
+    exit code 2, as every flag value ``ServerArgs`` refuses; a name the tokenizer directory does
+    not hold is found by the pre-flight check of the model directory and exits 1 in one log line,
+    as the other refusals against the model directory (``test_server_launch``: a bad
+    ``--model-path``, a missing tokenizer) do. SGLang (its template manager, at start-up) and vLLM
+    (its chat-template load, at start-up) both end a launch with an unresolvable template by an
+    exception, exit code 1; neither has a flag-level check."""
+    from server_fixture import free_port
+    from sglang_v4.launch_server import main
+
+    d = model_dir(tmp_path / "named", NAMED)
+    base = ["--model-path", str(d), "--load-format", "dummy", "--device", "cpu", "--port", str(free_port())]
+    with pytest.raises(SystemExit) as ei:
+        main([*base, "--chat-template", str(tmp_path / "missing.jinja")])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error: argument --chat-template: chat_template" in err[0], err
+    assert main([*base, "--chat-template", "chatml"]) == 1
+    cap = capsys.readouterr()
+    lines = [ln for ln in (cap.out + cap.err).splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in lines[0], lines
+    assert "chat_template: 'chatml'" in lines[0] and "['default', 'tool_use']" in lines[0], lines

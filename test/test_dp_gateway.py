@@ -4,7 +4,8 @@ a request carrying ``anthropic-version`` (``sglang-router`` answered ``/v1/model
 OpenAI's shape only, with the model's path as its id, and had no ``/v1/models/{id}``), and every
 other request reaches the router as sent, its answer coming back as the router sent it, streamed
 (repeated headers kept); a client that goes away closes the router's request (also before any
-answer), and a router that drops the connection unanswered is a 502, not the gateway's 500.
+answer), and a router that drops the connection unanswered is a 502, not the gateway's 500; the
+gateway's own errors are in the route's error shape (OpenAI's, Anthropic's or SGLang's native).
 
 The replica is the OpenAI and Anthropic routers over ``fake_prompt_tm.PromptTM`` (uvicorn); the
 router a stub that answers like ``sglang-router`` and echoes what it receives (aiohttp). Oracles:
@@ -70,7 +71,8 @@ def _serve_aiohttp(app: web.Application, **options: Any) -> tuple[str, Any]:
 def _router_stub(seen: list[dict[str, Any]]) -> web.Application:
     """Answers like ``sglang-router`` (its own model list, 404 on routes it lacks), echoes
     ``/echo``, streams ``/stream``, sets two cookies on ``/cookies``, closes the connection
-    unanswered on ``/drop`` and answers ``/slow`` after 5 s (``"cancelled"`` in its record when
+    unanswered on ``/drop``, ``/v1/chat/completions``, ``/v1/messages/count_tokens`` and
+    ``/generate``, and answers ``/slow`` after 5 s (``"cancelled"`` in its record when
     the gateway closes the request first); records each request it gets in ``seen``."""
 
     async def record(request: web.Request) -> dict[str, Any]:
@@ -136,7 +138,8 @@ def _router_stub(seen: list[dict[str, Any]]) -> web.Application:
     app.router.add_route("*", "/echo", echo)
     app.router.add_post("/stream", stream)
     app.router.add_get("/cookies", cookies)
-    app.router.add_post("/drop", drop)
+    for path in ("/drop", "/v1/chat/completions", "/v1/messages/count_tokens", "/generate"):
+        app.router.add_post(path, drop)
     app.router.add_post("/slow", slow)
     app.router.add_route("*", "/{tail:.*}", missing)
     return app
@@ -236,6 +239,61 @@ def test_repeated_headers_come_back_whole(stack: SimpleNamespace) -> None:
 def test_router_dropping_the_connection_is_a_502(stack: SimpleNamespace) -> None:
     r = requests.post(stack.url + "/drop", json={}, timeout=10)
     assert r.status_code == 502 and "error" in r.json()
+
+
+def _openai_error_object(e: openai.APIStatusError) -> dict[str, Any]:
+    """The error object the ``openai`` client parsed (its ``body``: the ``"error"`` member)."""
+    assert isinstance(e.body, dict), e.body
+    return e.body
+
+
+def test_gateway_errors_have_the_routes_error_shape(stack: SimpleNamespace) -> None:
+    """The gateway's own 502 (router unanswered) and 503 (no replica answered) are written as a
+    single server writes errors for the route (they were ``{"error": "<text>"}``, which no client
+    parses): OpenAI's error object ``{"message", "type", "param", "code"}`` under ``/v1/``
+    (https://platform.openai.com/docs/guides/error-codes; oracle: the ``openai`` client's
+    parser), Anthropic's ``{"type": "error", "error": {"type", "message"}}`` on its routes (the
+    ``anthropic`` client's parser), SGLang's native ``{"error": {"message", "type", "code"}}``
+    elsewhere (also sglang-router's own shape)."""
+    oa = openai.OpenAI(base_url=stack.url + "/v1", api_key=KEY, max_retries=0)
+    with pytest.raises(openai.InternalServerError) as ei:
+        oa.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    err = _openai_error_object(ei.value)
+    assert ei.value.status_code == 502 and set(err) >= {"message", "type", "param", "code"}, err
+    assert err["message"] == "The router did not answer." and err["code"] == 502
+    an = anthropic.Anthropic(base_url=stack.url, api_key=KEY, max_retries=0)
+    with pytest.raises(anthropic.InternalServerError) as ai:
+        an.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    assert ai.value.status_code == 502 and isinstance(ai.value.body, dict)
+    assert (
+        ai.value.body["type"] == "error" and ai.value.body["error"]["message"] == "The router did not answer."
+    )
+    r = requests.post(stack.url + "/generate", json={"text": "hi"}, timeout=10)
+    assert r.status_code == 502
+    native = r.json()["error"]
+    assert native["message"] == "The router did not answer." and native["code"] == 502
+    # no replica answers: 503 in the shape the request asked for
+    router_url, stop_router = _serve_aiohttp(_router_stub([]))
+    gateway_url, stop_gateway = _serve_aiohttp(
+        create_gateway_app(router_url, [f"http://127.0.0.1:{_free_port()}"]), **GATEWAY_SERVER_OPTIONS
+    )
+    try:
+        oa = openai.OpenAI(base_url=gateway_url + "/v1", api_key=KEY, max_retries=0)
+        with pytest.raises(openai.APIStatusError) as ei:
+            oa.models.list()
+        err = _openai_error_object(ei.value)
+        assert ei.value.status_code == 503 and set(err) >= {"message", "type", "param", "code"}, err
+        assert err["message"] == "No replica answered." and err["code"] == 503
+        an = anthropic.Anthropic(base_url=gateway_url, api_key=KEY, max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as ai:
+            an.models.list()
+        assert ai.value.status_code == 503 and isinstance(ai.value.body, dict)
+        assert (
+            ai.value.body["type"] == "error" and ai.value.body["error"]["message"] == "No replica answered."
+        )
+    finally:
+        stop_gateway()
+        stop_router()
 
 
 def test_client_gone_before_the_answer_closes_the_router_request(stack: SimpleNamespace) -> None:

@@ -173,3 +173,44 @@ def test_continued_message_of_text_parts_is_the_grammar_prefix(tok: PreTrainedTo
     want = '{"a": "x\n\ny", "b":'
     assert prompt.endswith(want)  # the case under test: the parts joined as the prompt joins them
     assert tm.received[-1].sampling_params["grammar_prefix"] == want
+
+
+def test_reasoning_effort_none_turns_thinking_off(tok: PreTrainedTokenizerFast) -> None:
+    """``reasoning_effort: "none"`` renders the chat-mode prompt where the request does not set
+    thinking itself, also when ``--default-chat-template-kwargs`` turns thinking on (SGLang's
+    ``normalize_reasoning_inputs`` defaults ``thinking`` / ``enable_thinking`` to false for it;
+    vLLM's DeepSeek-V4 tokenizer renders ``thinking_mode="chat"`` for it). A request that sets
+    ``thinking`` itself keeps it (SGLang's ``setdefault``). Oracle: prompts of DeepSeek's reference
+    encoder (``fixtures/dsv4_chat_encoding.json``)."""
+    import json
+    from pathlib import Path
+
+    gold = {
+        c["name"]: c
+        for c in json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())[
+            "cases"
+        ]
+    }
+    chat_case = gold["chat_consecutive_user_messages_merge"]  # chat mode, no tools
+    assert not chat_case["thinking"]
+    # the route renders a developer message as a system one (SGLang's rule); the reference renders
+    # that turn as "<｜User｜>dev note", so leaving it out removes exactly that text
+    msgs = [m for m in chat_case["messages"] if m["role"] != "developer"]
+    chat_prompt = chat_case["expected"].replace(U + "dev note", "", 1)
+    think_case = gold["thinking_high_effort_no_prefix"]  # thinking mode, effort "high", no prefix
+    tm = FakeTM(tok)
+    client = _oai(_client(tm, default_chat_template_kwargs={"thinking": True}))
+
+    def prompt_of(messages: list[dict], **kw: object) -> list[int]:
+        client.chat.completions.create(model="dsv4-test", messages=messages, max_tokens=1, **kw)
+        return tm.received[-1].input_ids
+
+    assert prompt_of(msgs, reasoning_effort="none") == tok.encode(chat_prompt, add_special_tokens=False)
+    assert prompt_of(msgs, extra_body={"chat_template_kwargs": {"reasoning_effort": "none"}}) == tok.encode(
+        chat_prompt, add_special_tokens=False
+    )
+    want_think = tok.encode(think_case["expected"], add_special_tokens=False)
+    assert prompt_of(think_case["messages"], reasoning_effort="high") == want_think  # the default's thinking
+    # the request's own thinking switch wins over "none"
+    own = {"chat_template_kwargs": {"thinking": True}}
+    assert prompt_of(think_case["messages"], reasoning_effort="none", extra_body=own) == want_think

@@ -193,6 +193,12 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     #: Unset chat sampling parameters from the model's generation_config.json (``model``) or
     #: SGLang's defaults (``openai``): ``sglang_v4.entrypoints.openai.sampling_defaults``.
     sampling_defaults: str = "model"
+    #: vLLM's ``--max-logprobs``: the most top tokens per position the OpenAI routes give
+    #: (``top_logprobs`` on chat, ``logprobs`` on completions, ``prompt_logprobs`` on both); ``-1``:
+    #: the vocabulary size. A request above it is a 400 naming its field
+    #: (:mod:`sglang_v4.entrypoints.openai.logprob_limits`); ``/generate``'s ``top_logprobs_num``
+    #: keeps SGLang's bound (the vocabulary).
+    max_logprobs: int = 20
     #: SGLang's ``--default-chat-template-kwargs``: a JSON object merged under every chat request's
     #: ``chat_template_kwargs`` (the request's keys win), e.g. ``{"thinking": true}``.
     default_chat_template_kwargs: dict[str, Any] | None = None

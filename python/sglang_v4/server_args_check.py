@@ -106,6 +106,14 @@ def check_server_args(args: ServerArgs) -> None:
             f"grammar_backend {args.grammar_backend!r} is not supported: sglang-v4 implements constrained "
             f"decoding with xgrammar; use one of {list(GRAMMAR_BACKEND_CHOICES)}"
         )
+    if (
+        isinstance(args.max_logprobs, bool)
+        or not isinstance(args.max_logprobs, int)
+        or args.max_logprobs < -1
+    ):
+        raise ValueError(
+            f"max_logprobs must be an integer >= 0, or -1 for the vocabulary size (got {args.max_logprobs!r})"
+        )
     if args.constrained_json_max_whitespace_cnt is not None:
         from sglang_v4.sampling.grammar import check_max_whitespace_cnt
 

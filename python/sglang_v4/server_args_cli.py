@@ -357,6 +357,13 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         "come from the model's generation_config.json (SGLang's default); openai: SGLang's defaults.",
     )
     a(
+        "--max-logprobs",
+        type=int,
+        default=d["max_logprobs"].default,
+        help="vLLM's flag: the most top logprobs per position the OpenAI routes return (chat "
+        "top_logprobs, completions logprobs, prompt_logprobs; more is a 400); -1: the vocabulary size.",
+    )
+    a(
         "--default-chat-template-kwargs",
         type=str,
         default=None,

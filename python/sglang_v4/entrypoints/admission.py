@@ -31,7 +31,8 @@ status's (:func:`~sglang_v4.entrypoints.openai.protocol.error_type_for_status`);
 routes (``/v1/messages``, ``/v1/messages/count_tokens``), and ``/v1/models[/{id}]`` asked with
 the ``anthropic-version`` header (the ``anthropic`` SDK's model listing), answer in Anthropic's
 shape ``{"type": "error", "error": {"type", "message"}}``
-(:func:`~sglang_v4.entrypoints.anthropic.protocol.anthropic_error_body`).
+(:func:`~sglang_v4.entrypoints.anthropic.protocol.anthropic_error_body`); the bodies are
+:func:`~sglang_v4.entrypoints.route_errors.route_error_body`'s.
 
 Slow headers are bounded by :class:`HeaderTimeoutH11Protocol` (uvicorn has keep-alive and
 graceful-shutdown timeouts but none for a request's headers): a connection that has not sent a
@@ -64,14 +65,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import uvicorn
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from sglang_v4.entrypoints.anthropic.protocol import ANTHROPIC_ROUTES, anthropic_error_body
-from sglang_v4.entrypoints.native_api import error_body as native_error_body
-from sglang_v4.entrypoints.openai.protocol import error_body
+from sglang_v4.entrypoints.route_errors import route_error_body, wants_anthropic_errors
 
 logger = logging.getLogger(__name__)
 
@@ -160,26 +158,11 @@ class _BodyTimeout(Exception):
 
 def _anthropic_shaped(scope: dict[str, Any]) -> bool:
     """Whether the errors of this request take Anthropic's shape (module docstring)."""
-    path = scope.get("path", "")
-    if path in ANTHROPIC_ROUTES:
-        return True
-    if path != "/v1/models" and not path.startswith("/v1/models/"):
-        return False
-    return any(k == b"anthropic-version" for k, _ in scope.get("headers", ()))
-
-
-def _error_body(path: str, status: int, message: str, anthropic: bool | None = None) -> bytes:
-    if path in ANTHROPIC_ROUTES if anthropic is None else anthropic:
-        return orjson.dumps(anthropic_error_body(message, status))
-    if status == 401 and not path.startswith("/v1/"):
-        return orjson.dumps({"error": "Unauthorized"})
-    if path.startswith("/v1/"):
-        return orjson.dumps(error_body(message, status))
-    return orjson.dumps(native_error_body(message, status))
+    return wants_anthropic_errors(scope.get("path", ""), (k for k, _ in scope.get("headers", ())))
 
 
 async def _send_error(send: Any, path: str, status: int, message: str, anthropic: bool | None = None) -> None:
-    body = _error_body(path, status, message, anthropic)
+    body = route_error_body(path, status, message, anthropic)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status in (408, 413):
         headers.append((b"connection", b"close"))  # the rest of the body is not read

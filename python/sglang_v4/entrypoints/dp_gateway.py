@@ -11,8 +11,11 @@ headers (hop-by-hop ones excepted), body, and the router's status, headers and b
 they come (SSE included). A client that goes away cancels its handler (aiohttp's
 ``handler_cancellation``, :data:`GATEWAY_SERVER_OPTIONS`), which closes the router's request and
 so aborts the generation on the replica, streamed or not. An upstream that cannot be reached or
-drops the connection before answering is a 502 (the model routes try the next replica first); one
-that fails later ends the answer where it stands. The replicas serve one model under one name, so
+drops the connection before answering is a 502 (the model routes try the next replica first, and
+are a 503 when none answers); one that fails later ends the answer where it stands. Those errors
+have the body a single server writes for the route (OpenAI's error object under ``/v1/``,
+Anthropic's for its routes, SGLang's native shape elsewhere:
+:func:`~sglang_v4.entrypoints.route_errors.route_error_body`). The replicas serve one model under one name, so
 any healthy replica answers for all.
 
 API keys are checked where they were: by the router on its routes and by the replica on the model
@@ -31,6 +34,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
+
+from sglang_v4.entrypoints.route_errors import route_error_body, wants_anthropic_errors
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +123,16 @@ async def _forward(request: web.Request, session: aiohttp.ClientSession, base_ur
         return resp
 
 
+def _error(request: web.Request, status: int, message: str) -> web.Response:
+    """The gateway's own error answer to ``request``: ``status`` with the body a single server
+    writes for that route (:func:`~sglang_v4.entrypoints.route_errors.route_error_body`: OpenAI's
+    ``{"error": {"message", "type", "param", "code"}}`` under ``/v1/``, Anthropic's for its routes
+    and an ``anthropic-version`` model listing, SGLang's native shape elsewhere)."""
+    anthropic = wants_anthropic_errors(request.path, request.headers.keys())
+    body = route_error_body(request.path, status, message, anthropic)
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
 def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Application:
     """The gateway's ``aiohttp`` application (module docstring).
 
@@ -152,14 +167,14 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
                 return await _forward(request, app[_SESSION], url)
             except UpstreamUnanswered as e:
                 logger.warning("DP gateway: replica %s did not answer %s (%s)", url, request.path, e)
-        return web.json_response({"error": "No replica answered."}, status=503)
+        return _error(request, 503, "No replica answered.")
 
     async def other(request: web.Request) -> web.StreamResponse:
         try:
             return await _forward(request, app[_SESSION], router_url)
         except UpstreamUnanswered as e:
             logger.warning("DP gateway: the router did not answer %s (%s)", request.path, e)
-            return web.json_response({"error": "The router did not answer."}, status=502)
+            return _error(request, 502, "The router did not answer.")
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)

@@ -8,7 +8,10 @@ message is a system message there (:func:`developer_messages_as_system`, SGLang'
 message whose ``content`` is ``null`` or absent is rendered with empty text (SGLang's);
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
 as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request,
-rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`);
+rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`), its
+``"none"`` turning thinking mode off where the request does not set it itself (SGLang's rule:
+``thinking`` / ``enable_thinking`` default to false, also over ``--default-chat-template-kwargs``;
+vLLM's DeepSeek-V4 encoding renders such a request in chat mode too);
 ``chat_template_kwargs`` ``{"drop_thinking": false}`` keeps the reasoning of the turns before the
 last user turn in a thinking-mode prompt without tools (the reference encoder's argument, which
 vLLM's DeepSeek-V4 chat encoding reads there; dropped by default).
@@ -355,6 +358,17 @@ class ChatPrepareMixin(OpenAIServingBase):
         Raises:
             RequestError: 400 naming the field (messages, tools, tool_choice, reasoning_effort).
         """
+        own = req.chat_template_kwargs or {}
+        if (
+            (req.reasoning_effort or own.get("reasoning_effort")) == "none"
+            and req.thinking is None
+            and "thinking" not in own
+            and "enable_thinking" not in own
+        ):
+            # "none" turns thinking mode off unless the request sets it itself (SGLang's
+            # normalize_reasoning_inputs; vLLM's DeepSeek-V4 encoding renders chat mode), also
+            # over --default-chat-template-kwargs
+            req.chat_template_kwargs = {**own, "thinking": False, "enable_thinking": False}
         defaults = getattr(self.args, "default_chat_template_kwargs", None)
         if defaults:  # --default-chat-template-kwargs: under the request's own keys
             if req.thinking is not None:  # the request's own thinking switch wins over the defaults'

@@ -23,8 +23,8 @@ without a tokenizer).
 Checks, in vLLM's order and words (its request validators, then its engine's max-logprobs rule),
 each a 400 naming ``prompt_logprobs``: a value other than 0 with ``stream: true`` (``0`` is
 accepted and the stream carries no prompt logprobs), a value below -1, and a count above
-:data:`~.serving_base.MAX_TOP_LOGPROBS` (vLLM's default ``--max-logprobs``, 20; ``-1`` asks for
-the whole vocabulary, so it is refused too).
+``--max-logprobs`` (:mod:`.logprob_limits`; default 20; ``-1`` asks for the whole vocabulary, so
+it is refused unless the server's bound is the vocabulary, ``--max-logprobs -1``).
 
 The engine computes them on its prompt-logprob path (``logprob_start_len: 0``, so the whole prompt
 is run: no prefix-cache hit skips the positions whose logits are needed) with the ranks asked for
@@ -36,9 +36,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from sglang_v4.entrypoints.openai.logprob_limits import DEFAULT_MAX_LOGPROBS, logprob_count
 from sglang_v4.entrypoints.openai.protocol_vllm import PromptLogprob
 from sglang_v4.entrypoints.openai.request_errors import RequestError
-from sglang_v4.entrypoints.openai.serving_base import MAX_TOP_LOGPROBS
 
 __all__ = ["check_prompt_logprobs", "prompt_logprobs_engine_fields", "vllm_prompt_logprobs"]
 
@@ -46,7 +46,9 @@ __all__ = ["check_prompt_logprobs", "prompt_logprobs_engine_fields", "vllm_promp
 _MIN_LOGPROB = -9999.0
 
 
-def check_prompt_logprobs(req: Any, vocab_size: int | None) -> int | None:
+def check_prompt_logprobs(
+    req: Any, vocab_size: int | None, max_logprobs: int = DEFAULT_MAX_LOGPROBS
+) -> int | None:
     """How many top tokens per prompt position the answer to ``req`` (a parsed chat or
     completions request) holds, or ``None`` when it carries no ``prompt_logprobs`` (not asked for,
     or ``0`` on a stream).
@@ -55,10 +57,12 @@ def check_prompt_logprobs(req: Any, vocab_size: int | None) -> int | None:
         req: the request (``prompt_logprobs``, ``stream``).
         vocab_size: the model's vocabulary size (what ``-1`` stands for in the error message),
             or ``None`` when unknown.
+        max_logprobs: the bound (``--max-logprobs`` resolved:
+            :func:`~.logprob_limits.max_logprobs_of`).
 
     Raises:
         RequestError: 400 naming ``prompt_logprobs``: not 0 with ``stream: true``, below -1, or
-            more than :data:`MAX_TOP_LOGPROBS` (``-1``: the whole vocabulary).
+            more than ``max_logprobs`` (``-1``: the whole vocabulary).
     """
     value = getattr(req, "prompt_logprobs", None)
     if value is None:
@@ -71,13 +75,7 @@ def check_prompt_logprobs(req: Any, vocab_size: int | None) -> int | None:
         )
     if getattr(req, "stream", False):
         return None  # 0 on a stream: accepted, nothing returned
-    count = value if value != -1 else (vocab_size if vocab_size is not None else MAX_TOP_LOGPROBS + 1)
-    if count > MAX_TOP_LOGPROBS:
-        raise RequestError(
-            f"Requested prompt logprobs of {count}, which is greater than max allowed: {MAX_TOP_LOGPROBS}",
-            param="prompt_logprobs",
-        )
-    return count
+    return logprob_count(value, "prompt_logprobs", "prompt", max_logprobs, vocab_size)
 
 
 def prompt_logprobs_engine_fields(count: int, top_logprobs_num: int) -> dict[str, Any]:

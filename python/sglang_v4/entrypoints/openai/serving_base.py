@@ -30,6 +30,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from sglang_v4.entrypoints.openai.logprob_limits import max_logprobs_of
 from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -156,6 +157,11 @@ class OpenAIServingBase:
             except TypeError:
                 return None
         return None
+
+    def _max_logprobs(self) -> int:
+        """The most top logprobs per position a request may ask for (``--max-logprobs``, ``-1``
+        resolved to the vocabulary size: :func:`~.logprob_limits.max_logprobs_of`)."""
+        return max_logprobs_of(self.args, self._vocab_size())
 
     def _context_len(self) -> int | None:
         mc = getattr(self.tm, "model_config", None)

@@ -69,6 +69,7 @@ from sglang_v4.entrypoints.openai.chat_prepare import (
     grammar_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.dsml_markup import scrub_dsml
+from sglang_v4.entrypoints.openai.logprob_limits import check_chat_top_logprobs
 from sglang_v4.entrypoints.openai.prompt_logprobs import (
     check_prompt_logprobs,
     prompt_logprobs_engine_fields,
@@ -93,7 +94,6 @@ from sglang_v4.entrypoints.openai.serving_base import (
 from sglang_v4.entrypoints.openai.serving_chat_stream import ChatStreamMixin
 from sglang_v4.entrypoints.openai.serving_chat_stream import _ChoiceStream as _ChoiceStream
 from sglang_v4.entrypoints.openai.serving_outputs import (
-    MAX_TOP_LOGPROBS,
     _finish,
 )
 from sglang_v4.entrypoints.openai.tool_parser import (
@@ -205,15 +205,9 @@ class ChatMixin(ChatStreamMixin):
         from sglang_v4.managers.io_struct import GenerateReqInput
 
         self._check_model(req.model)
-        if req.top_logprobs is not None:
-            if not req.logprobs:
-                raise RequestError("top_logprobs requires logprobs to be true.", param="top_logprobs")
-            if not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
-                raise RequestError(
-                    f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.top_logprobs}.",
-                    param="top_logprobs",
-                )
-        prompt_lps = check_prompt_logprobs(req, self._vocab_size())
+        bound = self._max_logprobs()
+        top_num = check_chat_top_logprobs(req.top_logprobs, req.logprobs, bound, self._vocab_size())
+        prompt_lps = check_prompt_logprobs(req, self._vocab_size(), bound)
         # OpenAI's max_completion_tokens replaces the deprecated max_tokens; it wins when both are set
         limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_new = getattr(req, limit_field)
@@ -234,7 +228,7 @@ class ChatMixin(ChatStreamMixin):
         kw: dict[str, Any] = dict(
             sampling_params=sp,
             return_logprob=req.logprobs,
-            top_logprobs_num=req.top_logprobs or 0,
+            top_logprobs_num=top_num,
             return_text_in_logprobs=True,
             stream=req.stream,
             rid=req.rid,

@@ -20,6 +20,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.fim_prompt import fim_token_ids, render_fim_prompt
+from sglang_v4.entrypoints.openai.logprob_limits import check_completion_logprobs
 from sglang_v4.entrypoints.openai.logprob_tokens import TokenPiece, TokenTextSplitter
 from sglang_v4.entrypoints.openai.prompt_logprobs import (
     check_prompt_logprobs,
@@ -41,7 +42,6 @@ from sglang_v4.entrypoints.openai.serving_base import (
 )
 from sglang_v4.entrypoints.openai.serving_outputs import (
     _SSE_DONE,
-    MAX_TOP_LOGPROBS,
     _abort_error,
     _engine_outputs,
     _finish,
@@ -74,11 +74,9 @@ class CompletionsMixin(OpenAIServingBase):
 
         req: CompletionRequest = await self._parse(request, CompletionRequest)
         self._check_model(req.model)
-        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP_LOGPROBS:
-            raise RequestError(
-                f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.logprobs}.", param="logprobs"
-            )
-        prompt_lps = check_prompt_logprobs(req, self._vocab_size())
+        bound = self._max_logprobs()
+        check_completion_logprobs(req.logprobs, bound, self._vocab_size())
+        prompt_lps = check_prompt_logprobs(req, self._vocab_size(), bound)
         # chat's max_completion_tokens is the same limit; it wins over max_tokens when both are set
         limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         req.max_tokens = getattr(req, limit_field)

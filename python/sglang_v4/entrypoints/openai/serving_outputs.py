@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from sglang_v4.entrypoints.openai.logprob_limits import DEFAULT_MAX_LOGPROBS
 from sglang_v4.entrypoints.openai.protocol import error_type_for_status
 from sglang_v4.entrypoints.openai.request_errors import RequestError, grammar_error_for
 
@@ -27,8 +28,9 @@ __all__ = [
     "stream_failure",
 ]
 
-MAX_TOP_LOGPROBS = 20
-"""OpenAI's bound for ``top_logprobs`` (chat) and ``logprobs`` (completions: 5 in OpenAI; SGLang allows more)."""
+MAX_TOP_LOGPROBS = DEFAULT_MAX_LOGPROBS
+"""The default bound of ``top_logprobs`` (chat), ``logprobs`` (completions) and ``prompt_logprobs``:
+vLLM's default ``--max-logprobs`` (:mod:`.logprob_limits`), OpenAI's chat maximum."""
 
 
 def _sse(obj: BaseModel | dict[str, Any]) -> bytes:

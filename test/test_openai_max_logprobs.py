@@ -1,0 +1,130 @@
+"""vLLM's ``--max-logprobs`` on the OpenAI routes, and ``prompt_logprobs`` next to the output's own
+logprobs, through FastAPI's TestClient on the fake tokenizer manager of ``test_openai_api``.
+
+Oracles: vLLM's documented rule and its 400 messages (``--max-logprobs``, default 20, ``-1`` the
+vocabulary size; ``SamplingParams``' "Requested sample / prompt logprobs of N, which is greater
+than max allowed: M"; its request validators for a negative ``top_logprobs`` / ``logprobs``), the
+``openai`` client's own parsing of the answers, and what reached the engine (the fake records each
+``GenerateReqInput``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import openai
+import pytest
+from openai_fake_tm import FakeTM
+from openai_fake_tm import app_client as _client
+from openai_fake_tm import oai_client as _oai
+from sglang_v4.server_args import ServerArgs
+from transformers import PreTrainedTokenizerFast
+
+MSGS = [{"role": "user", "content": "Hi"}]
+
+
+def _refused(call: Any, param: str) -> str:
+    with pytest.raises(openai.BadRequestError) as ei:
+        call()
+    assert ei.value.body["param"] == param, ei.value.body
+    return ei.value.message
+
+
+def test_default_bound_is_vllms_20_on_every_field(tok: PreTrainedTokenizerFast) -> None:
+    tm = FakeTM(tok)
+    c = _oai(_client(tm))
+    vocab = len(tok)
+    chat = lambda **kw: c.chat.completions.create(model="dsv4-test", messages=MSGS, max_tokens=2, **kw)  # noqa: E731
+    comp = lambda **kw: c.completions.create(model="dsv4-test", prompt="Hi", max_tokens=2, **kw)  # noqa: E731
+    msg = _refused(lambda: chat(logprobs=True, top_logprobs=21), "top_logprobs")
+    assert "Requested sample logprobs of 21, which is greater than max allowed: 20" in msg
+    msg = _refused(lambda: chat(logprobs=True, top_logprobs=-1), "top_logprobs")  # -1: the vocabulary
+    assert f"Requested sample logprobs of {vocab}, which is greater than max allowed: 20" in msg
+    assert "must be a positive value or -1" in _refused(
+        lambda: chat(logprobs=True, top_logprobs=-2), "top_logprobs"
+    )
+    assert "`logprobs` must be set to true" in _refused(lambda: chat(top_logprobs=2), "top_logprobs")
+    msg = _refused(lambda: comp(logprobs=100), "logprobs")
+    assert "Requested sample logprobs of 100, which is greater than max allowed: 20" in msg
+    assert "must be a positive value" in _refused(lambda: comp(logprobs=-1), "logprobs")
+    msg = _refused(lambda: comp(extra_body={"prompt_logprobs": 21}), "prompt_logprobs")
+    assert "Requested prompt logprobs of 21, which is greater than max allowed: 20" in msg
+    n = len(tm.received)
+    out = chat(logprobs=True, top_logprobs=20)  # the bound itself
+    assert out.choices[0].logprobs is not None and tm.received[-1].top_logprobs_num == 20
+    chat(top_logprobs=0)  # vLLM: a count of 0 needs no `logprobs`
+    comp(logprobs=20)
+    assert len(tm.received) == n + 3  # the refused ones never reached the engine
+
+
+def test_max_logprobs_flag_moves_the_bound(tok: PreTrainedTokenizerFast) -> None:
+    tm = FakeTM(tok)
+    c = _oai(_client(tm, max_logprobs=5))
+    chat = lambda **kw: c.chat.completions.create(model="dsv4-test", messages=MSGS, max_tokens=2, **kw)  # noqa: E731
+    comp = lambda **kw: c.completions.create(model="dsv4-test", prompt="Hi", max_tokens=2, **kw)  # noqa: E731
+    for call, param, kind in (
+        (lambda: chat(logprobs=True, top_logprobs=6), "top_logprobs", "sample"),
+        (lambda: comp(logprobs=6), "logprobs", "sample"),
+        (lambda: comp(extra_body={"prompt_logprobs": 6}), "prompt_logprobs", "prompt"),
+        (lambda: chat(extra_body={"prompt_logprobs": 6}), "prompt_logprobs", "prompt"),
+    ):
+        assert f"Requested {kind} logprobs of 6, which is greater than max allowed: 5" in _refused(
+            call, param
+        )
+    chat(logprobs=True, top_logprobs=5)
+    assert tm.received[-1].top_logprobs_num == 5
+    # -1: the vocabulary size is the bound, and a request's -1 asks for the whole vocabulary
+    tm = FakeTM(tok)
+    c = _oai(_client(tm, max_logprobs=-1))
+    c.chat.completions.create(model="dsv4-test", messages=MSGS, max_tokens=1, logprobs=True, top_logprobs=50)
+    assert tm.received[-1].top_logprobs_num == 50
+    c.chat.completions.create(model="dsv4-test", messages=MSGS, max_tokens=1, logprobs=True, top_logprobs=-1)
+    assert tm.received[-1].top_logprobs_num == len(tok)
+    c.completions.create(model="dsv4-test", prompt="Hi", max_tokens=1, logprobs=100)
+    assert tm.received[-1].top_logprobs_num == 100
+
+
+def test_max_logprobs_flag_parses_and_is_checked() -> None:
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    assert ServerArgs.from_cli_args(parser.parse_args(["--device", "cpu"])).max_logprobs == 20
+    args = parser.parse_args(["--device", "cpu", "--max-logprobs", "-1"])
+    assert ServerArgs.from_cli_args(args).max_logprobs == -1
+    with pytest.raises(ValueError, match=r"^max_logprobs must be an integer >= 0, or -1"):
+        ServerArgs(device="cpu", max_logprobs=-2)
+
+
+def test_prompt_logprobs_alone_returns_no_output_logprobs(tok: PreTrainedTokenizerFast) -> None:
+    """vLLM: ``prompt_logprobs`` asks for the prompt's logprobs only; without ``logprobs`` the
+    choices carry none (``logprobs: null``), and with them the output keeps the request's own top
+    count (the engine computes the larger one for both)."""
+    tm = FakeTM(tok)
+    c = _oai(_client(tm))
+    out = c.completions.create(
+        model="dsv4-test", prompt="Hi", max_tokens=2, extra_body={"prompt_logprobs": 5}
+    )
+    assert out.choices[0].logprobs is None
+    assert out.choices[0].model_extra["prompt_logprobs"][0] is None  # asked for: answered
+    out = c.chat.completions.create(
+        model="dsv4-test", messages=MSGS, max_tokens=2, extra_body={"prompt_logprobs": 5}
+    )
+    assert out.choices[0].logprobs is None and out.model_extra["prompt_logprobs"][0] is None
+    out = c.chat.completions.create(
+        model="dsv4-test",
+        messages=MSGS,
+        max_tokens=2,
+        logprobs=True,
+        top_logprobs=1,
+        extra_body={"prompt_logprobs": 5},
+    )
+    assert tm.received[-1].top_logprobs_num == 5
+    assert out.choices[0].logprobs is not None
+    assert [len(t.top_logprobs) for t in out.choices[0].logprobs.content] == [1, 1]
+    out = c.completions.create(
+        model="dsv4-test", prompt="Hi", max_tokens=2, logprobs=1, extra_body={"prompt_logprobs": 5}
+    )
+    lp = out.choices[0].logprobs
+    assert lp is not None and lp.top_logprobs is not None
+    # OpenAI's legacy rule: the top ``logprobs`` candidates plus the sampled token
+    assert all(1 <= len(t) <= 2 for t in lp.top_logprobs)
