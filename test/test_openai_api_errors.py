@@ -289,3 +289,34 @@ def test_token_ids_outside_the_vocabulary_name_the_field(
                 extra_body={"input_ids": sent["input_ids"]},
             )
     assert e.value.param == field
+
+
+LEGACY_FUNCTION = {
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+@pytest.mark.parametrize(
+    "kw,param",
+    [
+        ({"functions": [LEGACY_FUNCTION]}, "functions"),
+        ({"functions": [LEGACY_FUNCTION], "function_call": "auto"}, "functions"),
+        ({"function_call": {"name": "get_weather"}}, "function_call"),
+    ],
+)
+def test_legacy_functions_are_refused_not_dropped(tok: PreTrainedTokenizerFast, kw: dict, param: str) -> None:
+    """OpenAI's deprecated ``functions`` / ``function_call`` (the ``openai`` client still sends
+    them) were dropped silently, so the model never saw the functions; now a 400 names the field
+    and the engine gets no request. Unset (``null``, ``[]``) they pass."""
+    tm = FakeTM(tok)
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    with pytest.raises(openai.BadRequestError) as e:
+        _oai(_client(tm)).chat.completions.create(model="dsv4-test", messages=messages, max_tokens=2, **kw)
+    assert e.value.param == param and e.value.status_code == 400
+    assert tm.received == []
+    r = _client(tm).post(
+        "/v1/chat/completions",
+        json={"messages": messages, "max_tokens": 2, "functions": None, "function_call": []},
+    )
+    assert r.status_code == 200, r.text
