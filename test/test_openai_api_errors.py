@@ -241,3 +241,82 @@ def test_assistant_message_with_tool_calls_and_null_content_stays_valid(tok: Pre
     r = _client(tm).post("/v1/chat/completions", json={"messages": messages, "max_tokens": 4})
     assert r.status_code == 200, r.text
     assert len(tm.received) == 1
+
+
+@pytest.mark.parametrize(
+    "path,body,where",
+    [
+        ("/v1/completions", {"prompt": [5, "VOCAB"]}, "prompt[1]"),
+        ("/v1/completions", {"prompt": [[5], [6, "VOCAB"]]}, "prompt[1][1]"),
+        ("/v1/completions", {"prompt": [[-1, 5]]}, "prompt[0]"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "input_ids": [5, 6, "VOCAB"]},
+            "input_ids[2]",
+        ),
+    ],
+)
+def test_token_ids_outside_the_vocabulary_name_the_field(
+    tok: PreTrainedTokenizerFast, path: str, body: dict, where: str
+) -> None:
+    """A token-id prompt with an id outside ``[0, len(tokenizer))`` is a 400 whose ``param`` is the
+    field the client sent (``prompt`` / ``input_ids``) and whose message gives the position; the
+    engine gets no request. The engine's own check spoke of ``input_ids`` with ``param: null``,
+    a field ``/v1/completions`` does not have."""
+    vocab = len(tok)
+    fill = {"VOCAB": vocab}
+
+    def sub(v: Any) -> Any:
+        return [sub(x) for x in v] if isinstance(v, list) else fill.get(v, v) if isinstance(v, str) else v
+
+    sent = {k: (sub(v) if k in ("prompt", "input_ids") else v) for k, v in body.items()}
+    tm = FakeTM(tok)
+    r = _client(tm).post(path, json={**sent, "max_tokens": 2})
+    assert r.status_code == 400, r.text
+    j = r.json()
+    field = where.split("[", 1)[0]
+    assert j["param"] == field and j["error"]["param"] == field
+    assert j["message"].startswith(f"{where} = ") and f"[0, {vocab})" in j["message"]
+    assert tm.received == []
+    with pytest.raises(openai.BadRequestError) as e:
+        if path == "/v1/completions":
+            _oai(_client(tm)).completions.create(model="dsv4-test", prompt=sent["prompt"], max_tokens=2)
+        else:
+            _oai(_client(tm)).chat.completions.create(
+                model="dsv4-test",
+                messages=sent["messages"],
+                max_tokens=2,
+                extra_body={"input_ids": sent["input_ids"]},
+            )
+    assert e.value.param == field
+
+
+LEGACY_FUNCTION = {
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+@pytest.mark.parametrize(
+    "kw,param",
+    [
+        ({"functions": [LEGACY_FUNCTION]}, "functions"),
+        ({"functions": [LEGACY_FUNCTION], "function_call": "auto"}, "functions"),
+        ({"function_call": {"name": "get_weather"}}, "function_call"),
+    ],
+)
+def test_legacy_functions_are_refused_not_dropped(tok: PreTrainedTokenizerFast, kw: dict, param: str) -> None:
+    """OpenAI's deprecated ``functions`` / ``function_call`` (the ``openai`` client still sends
+    them) were dropped silently, so the model never saw the functions; now a 400 names the field
+    and the engine gets no request. Unset (``null``, ``[]``) they pass."""
+    tm = FakeTM(tok)
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    with pytest.raises(openai.BadRequestError) as e:
+        _oai(_client(tm)).chat.completions.create(model="dsv4-test", messages=messages, max_tokens=2, **kw)
+    assert e.value.param == param and e.value.status_code == 400
+    assert tm.received == []
+    r = _client(tm).post(
+        "/v1/chat/completions",
+        json={"messages": messages, "max_tokens": 2, "functions": None, "function_call": []},
+    )
+    assert r.status_code == 200, r.text

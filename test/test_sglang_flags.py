@@ -5,6 +5,7 @@ and Engine-keyword parity (ServerArgs only: no server or engine is started)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import shlex
 import signal
 
@@ -386,3 +387,17 @@ def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
         assert e.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and f"argument {flag}:" in err, err
+
+
+def test_bad_dtype_offers_every_value_the_flag_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--dtype float99`` once answered "must be one of ['float32', 'bfloat16']", leaving out
+    ``auto`` (the default) and ``float``, which ``--help`` lists: the message offers each value the
+    flag takes, and every value it offers is accepted."""
+    with pytest.raises(SystemExit) as e:
+        main(["--dtype", "float99", "--device", "cpu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    offered = ast.literal_eval(err.split("must be one of ", 1)[1].split(" (got", 1)[0])
+    assert {"auto", "float32", "bfloat16", "float"} <= set(offered), err
+    for value in offered:
+        ServerArgs(device="cpu", dtype=value)

@@ -94,7 +94,9 @@ def check_server_args(args: ServerArgs) -> None:
             f"dtype {args.dtype!r} is not supported: DeepSeek-V4 runs in bfloat16 (CUDA) or float32 (CPU); "
             "use --dtype bfloat16 or auto"
         )
-    _choice(args, "dtype", ("float32", "bfloat16"))
+    if args.dtype not in ("float32", "bfloat16"):  # "auto" / "float" are resolved by now
+        offered = list(DTYPE_CHOICES + tuple(DTYPE_ALIASES))
+        raise ValueError(f"dtype must be one of {offered} (got {args.dtype!r})")
     check_sglang_args(args)
     if args.kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES:
         raise ValueError(

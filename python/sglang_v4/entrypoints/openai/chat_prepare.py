@@ -295,7 +295,20 @@ def _thinking_flag(req: ChatCompletionRequest) -> bool:
 
 def _tool_choice(req: ChatCompletionRequest, names: list[str]) -> Any:
     """The request's ``tool_choice`` checked against its tools: ``"none"``, ``"auto"``,
-    ``"required"`` or ``{"type": "function", "function": {"name": NAME}}``."""
+    ``"required"`` or ``{"type": "function", "function": {"name": NAME}}``.
+
+    Raises:
+        RequestError: 400 naming ``functions`` / ``function_call`` when set: OpenAI's deprecated
+            forms of ``tools`` / ``tool_choice`` are not read (served without them, the model would
+            not see the functions; vLLM and SGLang drop them silently).
+    """
+    for legacy, modern in (("functions", "tools"), ("function_call", "tool_choice")):
+        if getattr(req, legacy, None) not in (None, [], {}):
+            raise RequestError(
+                f"{legacy} (OpenAI's deprecated form of `{modern}`) is not supported: send `{modern}` "
+                'instead (tools: [{"type": "function", "function": {...}}]).',
+                param=legacy,
+            )
     tc = req.tool_choice
     if not names:
         if tc not in (None, "none", "auto"):

@@ -104,6 +104,9 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     user: str | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    #: OpenAI's deprecated forms of ``tools`` / ``tool_choice``: read only to refuse them (400).
+    functions: Any = None
+    function_call: Any = None
     parallel_tool_calls: bool | None = True
     reasoning_effort: str | None = None
     thinking: dict[str, Any] | bool | None = None

@@ -27,6 +27,7 @@ __all__ = [
     "GRAMMAR_FIELDS",
     "OPENAI_MAX_TEMPERATURE",
     "RequestError",
+    "check_token_ids_in_vocab",
     "error_response",
     "grammar_error_for",
     "read_json_object",
@@ -221,6 +222,25 @@ GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
 #: Sampling fields a generation's 400 abort may start with (``"<field>: ..."``): the vocabulary
 #: constraints that, with the request's grammar, left no token to generate.
 _ABORT_FIELDS = ("allowed_token_ids", "bad_words_ids")
+
+
+def check_token_ids_in_vocab(seqs: list[list[int]], batched: bool, vocab: int | None, field: str) -> None:
+    """Refuse token ids a request sent outside the model's vocabulary, naming the request field.
+
+    ``seqs``: the token-id lists of field ``field`` (``prompt``, ``input_ids``, ``tokens``), one per
+    prompt; ``batched``: whether the client sent a list of lists (the message then gives both
+    indices, ``prompt[1][0]``). Ids must lie in ``[0, vocab)`` (only ``>= 0`` when ``vocab`` is
+    None). The engine would refuse them too, but its message speaks of ``input_ids`` and carries no
+    ``param``; this check names what the client sent.
+
+    Raises:
+        RequestError: 400 ``"{field}[i][j] = ID is outside the vocabulary [0, V)."``, ``param=field``.
+    """
+    for i, seq in enumerate(seqs):
+        for j, tid in enumerate(seq):
+            if tid < 0 or (vocab is not None and tid >= vocab):
+                where = f"{field}[{i}][{j}]" if batched else f"{field}[{j}]"
+                raise RequestError(f"{where} = {tid} is outside the vocabulary [0, {vocab}).", param=field)
 
 
 def grammar_error_for(e: RequestError, field: str | None) -> RequestError:

@@ -87,6 +87,7 @@ from sglang_v4.entrypoints.openai.reasoning_parser import (
     split_reasoning,
     stops_after_reasoning,
 )
+from sglang_v4.entrypoints.openai.request_errors import check_token_ids_in_vocab
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
     grammar_error_for,
@@ -244,6 +245,8 @@ class ChatMixin(ChatStreamMixin):
             )
         if req.input_ids is not None and not req.input_ids:
             raise RequestError("input_ids must not be empty.", param="input_ids")
+        if req.input_ids is not None:
+            check_token_ids_in_vocab([req.input_ids], False, self._vocab_size(), "input_ids")
         ids = req.input_ids
         if ids is None and self.tokenizer is not None:
             ids = await self._encode_prompt(plan.prompt, max_new, plain_spans=plan.plain_spans)

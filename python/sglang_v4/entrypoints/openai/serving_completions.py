@@ -35,6 +35,7 @@ from sglang_v4.entrypoints.openai.protocol import (
     CompletionStreamResponse,
     LogProbs,
 )
+from sglang_v4.entrypoints.openai.request_errors import check_token_ids_in_vocab
 from sglang_v4.entrypoints.openai.serving_base import (
     OpenAIServingBase,
     RequestError,
@@ -87,6 +88,9 @@ class CompletionsMixin(OpenAIServingBase):
             prompt = prompt[0]
         if prompt == "" or prompt == [] or (isinstance(prompt, list) and any(p in ("", []) for p in prompt)):
             raise RequestError("prompt must not be empty.", param="prompt")
+        if isinstance(prompt, list) and not isinstance(prompt[0], str):  # token ids: [ids] or [[ids], ...]
+            batched = isinstance(prompt[0], list)
+            check_token_ids_in_vocab(prompt if batched else [prompt], batched, self._vocab_size(), "prompt")
         if req.suffix:
             prompt = self._fim_prompt(req, prompt)
         is_text = isinstance(prompt, str) or (isinstance(prompt, list) and isinstance(prompt[0], str))

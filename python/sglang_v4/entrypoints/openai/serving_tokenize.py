@@ -34,6 +34,7 @@ from sglang_v4.entrypoints.openai.protocol import (
     TokenizeRequest,
     TokenizeResponse,
 )
+from sglang_v4.entrypoints.openai.request_errors import check_token_ids_in_vocab
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError, validate_request
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import run_blocking
@@ -112,14 +113,7 @@ class TokenizeMixin(OpenAIServingBase):
         self._check_model(req.model)
         batched = bool(req.tokens) and isinstance(req.tokens[0], list)
         seqs: list[list[int]] = list(req.tokens) if batched else [list(req.tokens)]  # type: ignore[arg-type]
-        vocab = self._vocab_size()
-        for i, seq in enumerate(seqs):
-            for j, tid in enumerate(seq):
-                if tid < 0 or (vocab is not None and tid >= vocab):
-                    where = f"tokens[{i}][{j}]" if batched else f"tokens[{j}]"
-                    raise RequestError(
-                        f"{where} = {tid} is outside the vocabulary [0, {vocab}).", param="tokens"
-                    )
+        check_token_ids_in_vocab(seqs, batched, self._vocab_size(), "tokens")
         tok = self.tokenizer
         texts = [tok.decode(seq, skip_special_tokens=req.skip_special_tokens) for seq in seqs]
         resp = DetokenizeResponse(text=texts if batched else texts[0])
