@@ -9,6 +9,7 @@ bad body fails that request alone, in the batch's error file).
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,7 +81,9 @@ def parse_batch_input(content: bytes, endpoint: str) -> tuple[list[BatchLine], l
     """The requests of a batch input file, or the reasons it is invalid.
 
     Args:
-        content: the file's bytes (UTF-8 JSON Lines; blank lines are skipped).
+        content: the file's bytes (UTF-8 JSON Lines; blank lines are skipped; a leading UTF-8
+            byte-order mark, as editors on Windows write, is dropped as Python's ``json.loads``
+            drops it from bytes).
         endpoint: the batch's endpoint, which every line's ``url`` must equal.
 
     Returns:
@@ -90,6 +93,7 @@ def parse_batch_input(content: bytes, endpoint: str) -> tuple[list[BatchLine], l
     lines: list[BatchLine] = []
     errors: list[BatchError] = []
     seen: set[str] = set()
+    content = content.removeprefix(codecs.BOM_UTF8)
     for number, raw in enumerate(content.split(b"\n"), start=1):
         if not raw.strip():
             continue
