@@ -128,3 +128,25 @@ def test_prompt_logprobs_alone_returns_no_output_logprobs(tok: PreTrainedTokeniz
     assert lp is not None and lp.top_logprobs is not None
     # OpenAI's legacy rule: the top ``logprobs`` candidates plus the sampled token
     assert all(1 <= len(t) <= 2 for t in lp.top_logprobs)
+
+
+def test_whole_vocabulary_top_logprobs_keeps_every_candidate(tok: PreTrainedTokenizerFast) -> None:
+    """``top_logprobs: -1`` (the whole vocabulary, under ``--max-logprobs -1``) returns every
+    candidate the engine computed, streamed or not, for every sample (``n``): the fake engine's
+    top lists hold 2 entries per position, so each position's ``top_logprobs`` has 2 (a ``-1``
+    read as a slice end would drop the last one)."""
+    tm = FakeTM(tok)
+    c = _oai(_client(tm, max_logprobs=-1))
+    kw: dict[str, Any] = dict(model="dsv4-test", messages=MSGS, max_tokens=2, logprobs=True, top_logprobs=-1)
+    out = c.chat.completions.create(n=2, **kw)
+    for choice in out.choices:
+        assert choice.logprobs is not None and choice.logprobs.content
+        assert [len(t.top_logprobs) for t in choice.logprobs.content] == [2] * len(choice.logprobs.content)
+    streamed = [
+        len(t.top_logprobs)
+        for chunk in c.chat.completions.create(stream=True, **kw)
+        for ch in chunk.choices
+        if ch.logprobs is not None and ch.logprobs.content
+        for t in ch.logprobs.content
+    ]
+    assert streamed == [2] * len(out.choices[0].logprobs.content)

@@ -185,6 +185,10 @@ class ChatRun:
         prompt_ids: the prompt's token ids (``None`` without a tokenizer).
         prompt_logprobs: top tokens per position of vLLM's ``prompt_logprobs`` in the answer,
             ``None`` for none (:func:`~.prompt_logprobs.check_prompt_logprobs`).
+        top_logprobs: top tokens per output position the choices' ``logprobs`` give (the
+            request's ``top_logprobs`` resolved, ``-1`` to the vocabulary size:
+            :func:`~.logprob_limits.check_chat_top_logprobs`); the engine's lists may be longer
+            when ``prompt_logprobs`` asks for more.
     """
 
     obj: Any
@@ -194,6 +198,7 @@ class ChatRun:
     grammar_field: str | None
     prompt_ids: list[int] | None
     prompt_logprobs: int | None = None
+    top_logprobs: int = 0
 
 
 def answer_grammar_kind(sp: dict[str, Any]) -> str | None:

@@ -165,7 +165,7 @@ class ChatMixin(ChatStreamMixin):
             lp = None
             if req.logprobs:
                 lp = self._chat_logprobs(
-                    ret.get("meta_info", {}), 0, bool(req.return_tokens_as_token_ids), req.top_logprobs or 0
+                    ret.get("meta_info", {}), 0, bool(req.return_tokens_as_token_ids), run.top_logprobs
                 )
             content = echo + (out.content or "") if echo else out.content
             reasoning = out.reasoning if req.include_reasoning else None
@@ -269,7 +269,7 @@ class ChatMixin(ChatStreamMixin):
             else vllm_grammar_field(req) or answer_grammar
         )
         separate = plan.reasoning.separate and req.separate_reasoning
-        return ChatRun(obj, plan, req.n or 1, separate, grammar_field, ids, prompt_lps)
+        return ChatRun(obj, plan, req.n or 1, separate, grammar_field, ids, prompt_lps, top_num)
 
     def _read_choice(self, ret: dict[str, Any], plan: ChatPlan, separate: bool) -> ChoiceOutput:
         """One finished choice of the engine output read as the plan says: the reasoning split
