@@ -214,3 +214,34 @@ def test_reasoning_effort_none_turns_thinking_off(tok: PreTrainedTokenizerFast) 
     # the request's own thinking switch wins over "none"
     own = {"chat_template_kwargs": {"thinking": True}}
     assert prompt_of(think_case["messages"], reasoning_effort="none", extra_body=own) == want_think
+
+
+def test_request_switch_under_either_name_wins_over_default_thinking(tok: PreTrainedTokenizerFast) -> None:
+    """A request's own thinking switch wins over ``--default-chat-template-kwargs`` under either
+    of SGLang's names: ``chat_template_kwargs: {"enable_thinking": false}`` against a server
+    default ``{"thinking": true}`` renders chat mode (merged key by key, the default's
+    ``thinking`` would be read first and win), as ``{"thinking": false}`` against a default
+    ``{"enable_thinking": true}`` does. Oracle: DeepSeek's reference encoder's chat-mode prompt
+    (``fixtures/dsv4_chat_encoding.json``) and the same request on a server without defaults."""
+    import json
+    from pathlib import Path
+
+    gold = {
+        c["name"]: c
+        for c in json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())[
+            "cases"
+        ]
+    }
+    case = gold["chat_consecutive_user_messages_merge"]  # chat mode, no tools
+    assert not case["thinking"]
+    msgs = [m for m in case["messages"] if m["role"] != "developer"]  # as in the test above
+    want = tok.encode(case["expected"].replace(U + "dev note", "", 1), add_special_tokens=False)
+    for default, own in (({"thinking": True}, {"enable_thinking": False}), ({"enable_thinking": True}, {"thinking": False})):
+        for defaults in (default, None):
+            tm = FakeTM(tok)
+            client = _oai(_client(tm, default_chat_template_kwargs=defaults))
+            out = client.chat.completions.create(
+                model="dsv4-test", messages=msgs, max_tokens=2, extra_body={"chat_template_kwargs": own}
+            )
+            assert tm.received[-1].input_ids == want, (default, own, defaults)
+            assert out.choices[0].message.content  # read as answer text, not reasoning

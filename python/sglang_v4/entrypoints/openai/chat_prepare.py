@@ -389,7 +389,10 @@ class ChatPrepareMixin(OpenAIServingBase):
             req.chat_template_kwargs = {**own, "thinking": False, "enable_thinking": False}
         defaults = getattr(self.args, "default_chat_template_kwargs", None)
         if defaults:  # --default-chat-template-kwargs: under the request's own keys
-            if req.thinking is not None:  # the request's own thinking switch wins over the defaults'
+            own = req.chat_template_kwargs or {}
+            if req.thinking is not None or "thinking" in own or "enable_thinking" in own:
+                # the request's own thinking switch, under either name, wins over the defaults'
+                # (merged, a default ``thinking`` would be read before the request's ``enable_thinking``)
                 defaults = {k: v for k, v in defaults.items() if k not in ("thinking", "enable_thinking")}
             req.chat_template_kwargs = {**defaults, **(req.chat_template_kwargs or {})}
         thinking = _thinking_flag(req)
@@ -489,6 +492,7 @@ class ChatPrepareMixin(OpenAIServingBase):
         cont = (req.continue_final_message or prefix) and msgs[-1].get("role") == "assistant"
         if self.chat_template is not None:
             kwargs.setdefault("thinking", thinking)
+            kwargs.setdefault("enable_thinking", thinking)  # the switch's other name, as the parser reads it
             if req.reasoning_effort is not None:
                 kwargs.setdefault("reasoning_effort", req.reasoning_effort)
             try:
