@@ -175,6 +175,15 @@ def test_continued_message_of_text_parts_is_the_grammar_prefix(tok: PreTrainedTo
     assert tm.received[-1].sampling_params["grammar_prefix"] == want
 
 
+def _gold_cases() -> dict[str, dict]:
+    """DeepSeek's reference encoder's prompts (``fixtures/dsv4_chat_encoding.json``) by case name."""
+    import json
+    from pathlib import Path
+
+    cases = json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())["cases"]
+    return {c["name"]: c for c in cases}
+
+
 def test_reasoning_effort_none_turns_thinking_off(tok: PreTrainedTokenizerFast) -> None:
     """``reasoning_effort: "none"`` renders the chat-mode prompt where the request does not set
     thinking itself, also when ``--default-chat-template-kwargs`` turns thinking on (SGLang's
@@ -182,15 +191,7 @@ def test_reasoning_effort_none_turns_thinking_off(tok: PreTrainedTokenizerFast) 
     vLLM's DeepSeek-V4 tokenizer renders ``thinking_mode="chat"`` for it). A request that sets
     ``thinking`` itself keeps it (SGLang's ``setdefault``). Oracle: prompts of DeepSeek's reference
     encoder (``fixtures/dsv4_chat_encoding.json``)."""
-    import json
-    from pathlib import Path
-
-    gold = {
-        c["name"]: c
-        for c in json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())[
-            "cases"
-        ]
-    }
+    gold = _gold_cases()
     chat_case = gold["chat_consecutive_user_messages_merge"]  # chat mode, no tools
     assert not chat_case["thinking"]
     # the route renders a developer message as a system one (SGLang's rule); the reference renders
@@ -223,20 +224,15 @@ def test_request_switch_under_either_name_wins_over_default_thinking(tok: PreTra
     ``thinking`` would be read first and win), as ``{"thinking": false}`` against a default
     ``{"enable_thinking": true}`` does. Oracle: DeepSeek's reference encoder's chat-mode prompt
     (``fixtures/dsv4_chat_encoding.json``) and the same request on a server without defaults."""
-    import json
-    from pathlib import Path
-
-    gold = {
-        c["name"]: c
-        for c in json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())[
-            "cases"
-        ]
-    }
+    gold = _gold_cases()
     case = gold["chat_consecutive_user_messages_merge"]  # chat mode, no tools
     assert not case["thinking"]
     msgs = [m for m in case["messages"] if m["role"] != "developer"]  # as in the test above
     want = tok.encode(case["expected"].replace(U + "dev note", "", 1), add_special_tokens=False)
-    for default, own in (({"thinking": True}, {"enable_thinking": False}), ({"enable_thinking": True}, {"thinking": False})):
+    for default, own in (
+        ({"thinking": True}, {"enable_thinking": False}),
+        ({"enable_thinking": True}, {"thinking": False}),
+    ):
         for defaults in (default, None):
             tm = FakeTM(tok)
             client = _oai(_client(tm, default_chat_template_kwargs=defaults))
