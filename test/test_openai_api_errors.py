@@ -308,7 +308,8 @@ LEGACY_FUNCTION = {
 def test_legacy_functions_are_refused_not_dropped(tok: PreTrainedTokenizerFast, kw: dict, param: str) -> None:
     """OpenAI's deprecated ``functions`` / ``function_call`` (the ``openai`` client still sends
     them) were dropped silently, so the model never saw the functions; now a 400 names the field
-    and the engine gets no request. Unset (``null``, ``[]``) they pass."""
+    and the engine gets no request. Unset (``null``, ``[]``) they pass, and so does
+    ``function_call`` ``"none"`` / ``"auto"`` without ``functions`` (it asks for nothing)."""
     tm = FakeTM(tok)
     messages = [{"role": "user", "content": "Weather in Paris?"}]
     with pytest.raises(openai.BadRequestError) as e:
@@ -320,3 +321,8 @@ def test_legacy_functions_are_refused_not_dropped(tok: PreTrainedTokenizerFast, 
         json={"messages": messages, "max_tokens": 2, "functions": None, "function_call": []},
     )
     assert r.status_code == 200, r.text
+    for value in ("none", "auto"):
+        r = _client(tm).post(
+            "/v1/chat/completions", json={"messages": messages, "max_tokens": 2, "function_call": value}
+        )
+        assert r.status_code == 200, (value, r.text)

@@ -305,10 +305,14 @@ def _tool_choice(req: ChatCompletionRequest, names: list[str]) -> Any:
     Raises:
         RequestError: 400 naming ``functions`` / ``function_call`` when set: OpenAI's deprecated
             forms of ``tools`` / ``tool_choice`` are not read (served without them, the model would
-            not see the functions; vLLM and SGLang drop them silently).
+            not see the functions; vLLM and SGLang drop them silently). ``function_call`` ``"none"``
+            / ``"auto"`` without ``functions`` ask for nothing and pass.
     """
-    for legacy, modern in (("functions", "tools"), ("function_call", "tool_choice")):
-        if getattr(req, legacy, None) not in (None, [], {}):
+    for legacy, modern, harmless in (
+        ("functions", "tools", (None, [], {})),
+        ("function_call", "tool_choice", (None, [], {}, "none", "auto")),
+    ):
+        if getattr(req, legacy, None) not in harmless:
             raise RequestError(
                 f"{legacy} (OpenAI's deprecated form of `{modern}`) is not supported: send `{modern}` "
                 'instead (tools: [{"type": "function", "function": {...}}]).',
