@@ -128,7 +128,10 @@ def test_empty_quantization_config_with_expert_dtype_is_unquantized(tmp_path: Pa
     dropped = _write(tmp_path / "dropped", {**FLASH, "quantization_config": None})
     check_model_dir(str(emptied), **DUMMY)
     got = ModelConfig.from_pretrained(str(emptied)).hf
-    assert AutoConfig.from_pretrained(str(emptied)).quantization_config == {"expert_dtype": "fp4"}
+    # transformers 5.21 on fold the top-level ``expert_dtype`` into the empty block; 5.17 to 5.20 keep
+    # it empty (the key stays at the top level in both)
+    hf = AutoConfig.from_pretrained(str(emptied))
+    assert hf.quantization_config in ({}, {"expert_dtype": "fp4"}) and hf.expert_dtype == "fp4"
     want = ModelConfig.from_pretrained(str(dropped)).hf
     for flag in (None, "fp8", "none"):
         for device in ("cuda", "cpu"):

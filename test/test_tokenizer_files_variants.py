@@ -6,7 +6,10 @@ layouts published checkpoints and fine-tunes carry beside the V4 ``tokenizer.jso
 
 * special tokens as ``AddedToken`` dicts (``"__type": "AddedToken"``, the shape of
   deepseek-ai/DeepSeek-V3's tokenizer_config.json) or plain strings; ``pad_token`` missing;
-  ``tokenizer_class`` ``LlamaTokenizerFast`` with ``add_bos_token: true`` (DeepSeek-V3's);
+  ``tokenizer_class`` ``LlamaTokenizerFast`` with ``add_bos_token: true`` (DeepSeek-V3's; the
+  transformers releases whose ``LlamaTokenizer`` rebuilds the byte-level pre-tokenizer,
+  huggingface/transformers#45488, are read through ``transformers_tokenizer``, which drops the
+  rebuild as later releases do);
 * the legacy ``special_tokens_map.json`` (read only when the config has no
   ``added_tokens_decoder``, and then over the config's entries);
 * ``added_tokens_decoder`` / ``extra_special_tokens`` / ``additional_special_tokens`` naming
@@ -37,7 +40,7 @@ import torch
 from server_fixture import tokenizer_source_dir
 from sglang_v4.entrypoints.launcher import check_model_dir
 from sglang_v4.hf_transformers_utils import FastTokenizer, get_tokenizer
-from tokenizer_testutil import BOS, EOS, PAD, tiny_tokenizer_json
+from tokenizer_testutil import BOS, EOS, PAD, tiny_tokenizer_json, transformers_tokenizer
 from transformers import AutoTokenizer
 
 SRC = Path(tokenizer_source_dir())
@@ -148,7 +151,7 @@ def tok_dir(root: Path, cfg: dict[str, Any] | None, files: dict[str, str] | None
 def test_tokenizer_files_read_as_transformers_reads_them(tmp_path: Path, name: str) -> None:
     cfg, files = VARIANTS[name]
     d = tok_dir(tmp_path / "tok", cfg, files)
-    ref, ours = AutoTokenizer.from_pretrained(str(d)), get_tokenizer(str(d))
+    ref, ours = transformers_tokenizer(d), get_tokenizer(str(d))
     assert isinstance(ours, FastTokenizer)
     for attr in ("bos_token", "eos_token", "pad_token", "bos_token_id", "eos_token_id", "pad_token_id"):
         assert getattr(ours, attr) == getattr(ref, attr), attr

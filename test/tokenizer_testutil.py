@@ -5,7 +5,9 @@ half a second per load (transformers and the server each load it)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 #: DeepSeek-V4's begin / end of sentence and padding tokens (its ``tokenizer_config.json``'s)
 BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"
@@ -27,3 +29,25 @@ def tiny_tokenizer_json(path: Path) -> None:
     specials = [BOS, EOS, PAD, *(f"<｜place▁holder▁no▁{i}｜>" for i in range(10))]
     tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in specials])
     tok.save(str(path))
+
+
+def transformers_tokenizer(path: str | Path) -> Any:
+    """transformers' reading of the tokenizer directory ``path``: the oracle of the tokenizer tests.
+
+    ``transformers.AutoTokenizer.from_pretrained(path)``, except on the releases whose
+    ``LlamaTokenizer`` replaces a byte-level ``tokenizer.json``'s pre-tokenizer and decoder with
+    SentencePiece's ``Metaspace`` when ``tokenizer_config.json`` names a ``Llama*`` class (as
+    DeepSeek-V3's does): spaces and CJK text vanish from the ids (huggingface/transformers#45488;
+    5.17 to 5.21 do it, 5.22 on read the file as it is). There the oracle is
+    ``PreTrainedTokenizerFast.from_pretrained(path)``, the same files read without the class's
+    rebuild: what ``AutoTokenizer`` gives from 5.22 on.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    file_pre = json.loads((Path(path) / "tokenizer.json").read_text(encoding="utf-8")).get("pre_tokenizer")
+    backend = getattr(tok, "backend_tokenizer", None)
+    if isinstance(file_pre, dict) and backend is not None and backend.pre_tokenizer is not None:
+        if type(backend.pre_tokenizer).__name__ != file_pre.get("type"):  # the file's pipeline replaced
+            return PreTrainedTokenizerFast.from_pretrained(str(path))
+    return tok

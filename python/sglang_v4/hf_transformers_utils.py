@@ -97,8 +97,10 @@ class FastTokenizer:
     ``{name: template}``). The special tokens ``encode`` adds are those of ``tokenizer.json``'s
     post-processor: transformers 5 drops ``tokenizer_config.json``'s ``add_bos_token`` /
     ``add_eos_token`` whenever a ``tokenizer.json`` exists (``PreTrainedTokenizerBase._from_pretrained``).
-    ``tokenizer_class`` is not read (transformers 5 loads a byte-level ``tokenizer.json`` the same way
-    whatever class it names). Implements the subset of the ``transformers`` tokenizer API the runtime
+    ``tokenizer_class`` is not read (transformers 5.22 on load a byte-level ``tokenizer.json`` the
+    same way whatever class it names; 5.17 to 5.21 let a ``Llama*`` class replace its pre-tokenizer
+    and decoder by SentencePiece's, which drops spaces from the ids: huggingface/transformers#45488).
+    Implements the subset of the ``transformers`` tokenizer API the runtime
     uses: ``encode``, ``decode``, ``batch_decode``, ``convert_ids_to_tokens``,
     ``convert_tokens_to_ids``, ``len()``, ``vocab_size``, ``bos/eos/pad/unk_token(_id)``,
     ``all_special_ids``, ``chat_template``, ``model_max_length``. ``test_server_tokenizer.py`` and
