@@ -390,3 +390,34 @@ def test_tokenizer_tokens_past_the_model_vocabulary_are_named_at_start_up(
     with caplog.at_level(logging.WARNING):
         assert warn_tokens_beyond_vocab(ModelConfig.from_pretrained(str(d)), get_tokenizer(str(d))) == []
     assert not caplog.messages
+
+
+@pytest.mark.parametrize("loader", ["server-transformers-fallback", "bench"])
+@pytest.mark.parametrize("cls", ["LlamaTokenizerFast", "LlamaTokenizer"])
+def test_transformers_paths_keep_a_byte_level_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loader: str, cls: str
+) -> None:
+    """The places that read a model directory through transformers (the server's fallback when
+    ``FastTokenizer`` fails, the benchmark's tokenizer) give ``tokenizer.json``'s own ids for a
+    byte-level file under a ``Llama*`` class, also on the transformers releases whose
+    ``AutoTokenizer`` swaps in a ``Metaspace`` pre-tokenizer there (huggingface/transformers#45488:
+    spaces and CJK text were lost). Oracle: the ``tokenizers`` library on the file."""
+    import sglang_v4.hf_transformers_utils as hfu
+    from sglang_v4.bench.datasets import get_tokenizer as bench_get_tokenizer
+    from tokenizers import Tokenizer
+
+    d = tok_dir(tmp_path / "m", {**BASE, "tokenizer_class": cls, "add_bos_token": True})
+    raw = Tokenizer.from_file(str(d / "tokenizer.json"))
+    if loader == "bench":
+        encode = bench_get_tokenizer(str(d)).encode
+    else:
+
+        def fail(path: str) -> None:
+            raise RuntimeError("unsupported tokenizer file")
+
+        monkeypatch.setattr(hfu, "FastTokenizer", fail)
+        ours = get_tokenizer(str(d))
+        assert not isinstance(ours, FastTokenizer)
+        encode = ours.encode
+    for text in TEXTS:
+        assert encode(text) == raw.encode(text).ids, text

@@ -255,7 +255,7 @@ def get_tokenizer(path: str) -> Any:
     """Load the model's tokenizer from a HF-layout directory.
 
     ``tokenizer.json`` present: a :class:`FastTokenizer` (fast to import; same ids and text as
-    ``transformers``). Otherwise ``transformers.AutoTokenizer.from_pretrained(path)``.
+    ``transformers``). Otherwise (or when it fails on the file) :func:`load_transformers_tokenizer`.
 
     Raises:
         ValueError: the directory has no usable tokenizer (message names ``tokenizer_path``).
@@ -270,11 +270,73 @@ def get_tokenizer(path: str) -> Any:
         except Exception as e:  # noqa: BLE001 - fall back to transformers
             logger.warning("FastTokenizer failed on %s (%s); using transformers", path, e)
     try:
-        import transformers
-
-        return transformers.AutoTokenizer.from_pretrained(path)
+        return load_transformers_tokenizer(path)
     except Exception as e:  # noqa: BLE001
         raise ValueError(f"tokenizer_path: cannot load a tokenizer from {path!r}: {e}") from None
+
+
+def _pipeline_kinds(part: Any) -> Any:
+    """The component type(s) of a serialized ``tokenizers`` pre-tokenizer or decoder (a JSON
+    object, or ``None``): its ``"type"``, or for a ``Sequence`` the tuple of its members' kinds."""
+    if not isinstance(part, dict):
+        return None
+    members = part.get("pretokenizers", part.get("decoders"))
+    if part.get("type") == "Sequence" and isinstance(members, list):
+        return tuple(_pipeline_kinds(m) for m in members)
+    return part.get("type")
+
+
+def _has_byte_level(kinds: Any) -> bool:
+    """``kinds`` (from :func:`_pipeline_kinds`) is or contains ``ByteLevel``."""
+    return kinds == "ByteLevel" or (isinstance(kinds, tuple) and any(_has_byte_level(k) for k in kinds))
+
+
+def load_transformers_tokenizer(path: str, **kwargs: Any) -> Any:
+    """``transformers.AutoTokenizer.from_pretrained(path, **kwargs)``, reading a byte-level
+    ``tokenizer.json`` as it is on every transformers 5 release.
+
+    transformers 5.17 to 5.21 rebuild the pipeline of a directory whose ``tokenizer_config.json``
+    names a ``Llama*`` class (as DeepSeek-V3's does): the file's ``ByteLevel`` pre-tokenizer and
+    decoder become SentencePiece's ``Metaspace``, so spaces and CJK text vanish from the ids
+    (huggingface/transformers#45488; 5.22 on keep the file's). When ``path`` is a directory whose
+    ``tokenizer.json`` has a ``ByteLevel`` pre-tokenizer or decoder and the loaded tokenizer's
+    differ from the file's, the directory is read again with
+    ``transformers.PreTrainedTokenizerFast.from_pretrained(path, **kwargs)`` (the same files and
+    ``tokenizer_config.json`` without the class's rebuild: what ``AutoTokenizer`` gives from 5.22
+    on). Other tokenizers (SentencePiece ones, Hub ids) are returned as ``AutoTokenizer`` reads them.
+
+    Raises:
+        Whatever ``from_pretrained`` raises for a directory it cannot read (``OSError``,
+        ``ValueError``...); callers name the field.
+    """
+    import json
+
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(path, **kwargs)
+    file = os.path.join(path, "tokenizer.json")
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None or not os.path.isfile(file):
+        return tok
+    try:
+        with open(file, encoding="utf-8") as f:
+            spec = json.load(f)
+        loaded = json.loads(backend.to_str())
+    except (OSError, ValueError):
+        return tok
+    if not isinstance(spec, dict):
+        return tok
+    for part in ("pre_tokenizer", "decoder"):
+        want = _pipeline_kinds(spec.get(part))
+        if _has_byte_level(want) and _pipeline_kinds(loaded.get(part)) != want:
+            logger.warning(
+                "transformers %s replaced the %s of %s (huggingface/transformers#45488); reading the file as it is",
+                transformers.__version__,
+                part,
+                file,
+            )
+            return transformers.PreTrainedTokenizerFast.from_pretrained(path, **kwargs)
+    return tok
 
 
 def _read_json_object(file: str) -> dict[str, Any]:

