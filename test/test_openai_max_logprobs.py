@@ -11,6 +11,8 @@ than max allowed: M"; its request validators for a negative ``top_logprobs`` / `
 from __future__ import annotations
 
 import argparse
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -18,6 +20,9 @@ import pytest
 from openai_fake_tm import FakeTM
 from openai_fake_tm import app_client as _client
 from openai_fake_tm import oai_client as _oai
+from sglang_v4.managers.io_struct import GenerateReqInput, TokenizedGenerateReqInput
+from sglang_v4.managers.tokenization import TokenizationMixin
+from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.server_args import ServerArgs
 from transformers import PreTrainedTokenizerFast
 
@@ -150,3 +155,67 @@ def test_whole_vocabulary_top_logprobs_keeps_every_candidate(tok: PreTrainedToke
         for t in ch.logprobs.content
     ]
     assert streamed == [2] * len(out.choices[0].logprobs.content)
+
+
+class _VolumeGuardTM(FakeTM):
+    """The fake engine with the tokenizer manager's own logprob-volume guard in front
+    (``TokenizationMixin._check_logprob_volume`` on the request's items and samples)."""
+
+    scheduler_info = SimpleNamespace(max_total_num_tokens=0)
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        obj.normalize_batch_and_arguments()
+        subs = (
+            [obj]
+            if obj.is_single
+            else [obj[j] for j in range(obj.batch_size) for _ in range(obj.parallel_sample_num)]
+        )
+        items = []
+        for s in subs:
+            ids = list(s.input_ids) if s.input_ids is not None else self.tokenizer.encode(s.text)
+            items.append(
+                TokenizedGenerateReqInput(
+                    rid=str(s.rid),
+                    input_text=None,
+                    input_ids=ids,
+                    sampling_params=SamplingParams.from_dict(s.sampling_params),
+                    return_logprob=bool(s.return_logprob),
+                    logprob_start_len=-1 if s.logprob_start_len is None else s.logprob_start_len,
+                    top_logprobs_num=int(s.top_logprobs_num or 0),
+                    token_ids_logprob=s.token_ids_logprob,
+                )
+            )
+        TokenizationMixin._check_logprob_volume(self, items)  # type: ignore[arg-type]
+        async for out in super().generate_request(obj, request):
+            yield out
+
+
+def test_logprob_volume_refusal_names_the_routes_field(
+    tok: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``--max-logprobs 20`` a request meets the engine's bound on its logprob values
+    (``SGLANG_V4_MAX_LOGPROB_ENTRIES``); its 400 on the OpenAI routes names the field the client
+    sent (chat ``top_logprobs``, completions ``logprobs``, ``prompt_logprobs`` when that set the
+    count), in the message and in ``param`` as the ``openai`` client parses them, never
+    ``/generate``'s ``top_logprobs_num``. Oracle: the arithmetic of positions x (1 + count)."""
+    monkeypatch.setenv("SGLANG_V4_MAX_LOGPROB_ENTRIES", "100")
+    tm = _VolumeGuardTM(tok)
+    c = _oai(_client(tm, max_logprobs=-1))
+    chat = lambda **kw: c.chat.completions.create(model="dsv4-test", messages=MSGS, **kw)  # noqa: E731
+    comp = lambda **kw: c.completions.create(model="dsv4-test", prompt="Hi", **kw)  # noqa: E731
+    # 4 output positions x (1 + 30) = 124 > 100
+    for call, param in (
+        (lambda: chat(max_tokens=4, logprobs=True, top_logprobs=30), "top_logprobs"),
+        (lambda: chat(max_tokens=4, logprobs=True, top_logprobs=30, stream=True), "top_logprobs"),
+        (lambda: comp(max_tokens=4, logprobs=30), "logprobs"),
+        (lambda: comp(max_tokens=4, logprobs=30, stream=True), "logprobs"),
+        (lambda: chat(max_tokens=4, extra_body={"prompt_logprobs": 30}), "prompt_logprobs"),
+        (lambda: comp(max_tokens=4, logprobs=1, extra_body={"prompt_logprobs": 30}), "prompt_logprobs"),
+    ):
+        msg = _refused(call, param)
+        assert f"400 - {param}: the request asks" in msg and "top_logprobs_num" not in msg, msg
+        assert "SGLANG_V4_MAX_LOGPROB_ENTRIES" in msg and "at most 100 " in msg, msg
+    # 3 x 31 = 93 fits
+    out = chat(max_tokens=3, logprobs=True, top_logprobs=30)
+    assert out.choices[0].logprobs is not None
+    comp(max_tokens=3, logprobs=30)

@@ -49,6 +49,29 @@ class RequestError(ValueError):
         self.status_code = status_code
 
 
+class LogprobVolumeError(RequestError):
+    """The 400 of :meth:`TokenizationMixin._check_logprob_volume`, in ``/generate``'s words (SGLang's
+    fields); the OpenAI routes re-word it with their own field
+    (:func:`sglang_v4.entrypoints.openai.logprob_limits.logprob_volume_error`).
+
+    Attributes:
+        total: the logprob values the request asks for (:func:`logprob_entries`, summed).
+        limit: the most that are served (``SGLANG_V4_MAX_LOGPROB_ENTRIES``).
+    """
+
+    def __init__(self, total: int, limit: int) -> None:
+        self.total = total
+        self.limit = limit
+        super().__init__(
+            f"The request asks for up to {total} logprob values (positions from logprob_start_len "
+            "and max_new_tokens, times 1 + top_logprobs_num + len(token_ids_logprob), over its "
+            f"prompts and samples with more than {NARROW_LOGPROB_CANDIDATES} candidates per "
+            f"position); at most {limit} are served ({MAX_LOGPROB_ENTRIES_ENV}). Reduce "
+            "top_logprobs_num, token_ids_logprob, the prompt span from logprob_start_len, "
+            "max_new_tokens or the number of prompts."
+        )
+
+
 class BackendDiedError(RequestError, RuntimeError):
     """The scheduler or the detokenizer process died (crashed, was killed, hung past the
     watchdog): every in-flight and later request fails with it. HTTP status 503; ``Engine``
@@ -235,7 +258,7 @@ class TokenizationMixin:
         memory and kill the server.
 
         Raises:
-            RequestError: 400 naming the fields and the limit.
+            LogprobVolumeError: 400 naming the fields and the limit.
         """
         limit = int(os.environ.get(MAX_LOGPROB_ENTRIES_ENV, DEFAULT_MAX_LOGPROB_ENTRIES))
         pool = int(self.scheduler_info.max_total_num_tokens or 0)
@@ -245,14 +268,7 @@ class TokenizationMixin:
         ]
         total = sum(logprob_entries(r, token_limit) for r in wide)
         if total > limit:
-            raise RequestError(
-                f"The request asks for up to {total} logprob values (positions from logprob_start_len "
-                "and max_new_tokens, times 1 + top_logprobs_num + len(token_ids_logprob), over its "
-                f"prompts and samples with more than {NARROW_LOGPROB_CANDIDATES} candidates per "
-                f"position); at most {limit} are served ({MAX_LOGPROB_ENTRIES_ENV}). Reduce "
-                "top_logprobs_num, token_ids_logprob, the prompt span from logprob_start_len, "
-                "max_new_tokens or the number of prompts."
-            )
+            raise LogprobVolumeError(total, limit)
 
     def _tokenize_one(
         self, obj: GenerateReqInput, text_ids: list[int] | None = None

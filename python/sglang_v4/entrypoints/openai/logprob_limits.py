@@ -15,7 +15,9 @@ must be a positive value or -1."``), and a count other than 0 needs ``logprobs: 
 count (``"`logprobs` must be a positive value."``).
 
 ``/generate``'s ``top_logprobs_num`` is SGLang's field and keeps SGLang's bound (the vocabulary;
-:mod:`sglang_v4.managers.tokenization`).
+:mod:`sglang_v4.managers.tokenization`). A count above 20 (``--max-logprobs`` raised) also meets
+the engine's bound on a request's logprob values (``SGLANG_V4_MAX_LOGPROB_ENTRIES``), whose 400
+the routes re-word with their own field (:func:`logprob_volume_error`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ __all__ = [
     "check_chat_top_logprobs",
     "check_completion_logprobs",
     "logprob_count",
+    "logprob_volume_error",
+    "logprob_volume_field",
     "max_logprobs_of",
 ]
 
@@ -101,3 +105,27 @@ def check_completion_logprobs(logprobs: int | None, max_logprobs: int, vocab_siz
     if logprobs < 0:
         raise RequestError(f"`logprobs` must be a positive value (got {logprobs}).", param="logprobs")
     return logprob_count(logprobs, "logprobs", "sample", max_logprobs, vocab_size)
+
+
+def logprob_volume_field(sample_field: str, sample_count: int | None, prompt_count: int | None) -> str:
+    """The request field that set the engine's top count (the larger of the output's and
+    ``prompt_logprobs``', :func:`~.prompt_logprobs.prompt_logprobs_engine_fields`): ``sample_field``
+    (chat ``top_logprobs``, completions ``logprobs``; its count ``sample_count``) unless
+    ``prompt_count`` is larger, then ``prompt_logprobs``."""
+    return "prompt_logprobs" if (prompt_count or 0) > (sample_count or 0) else sample_field
+
+
+def logprob_volume_error(e: Any, field: str) -> RequestError:
+    """The OpenAI route's 400 for the engine's logprob-volume refusal ``e``
+    (:class:`sglang_v4.managers.tokenization.LogprobVolumeError`: ``total`` values asked for,
+    ``limit`` served), naming the route's ``field`` in the message and ``param`` instead of
+    ``/generate``'s ``top_logprobs_num``."""
+    from sglang_v4.managers.tokenization import MAX_LOGPROB_ENTRIES_ENV
+
+    return RequestError(
+        f"{field}: the request asks for up to {e.total} logprob values (1 + {field} per output "
+        "position, and per prompt position with prompt_logprobs, over every choice and prompt); at "
+        f"most {e.limit} are served ({MAX_LOGPROB_ENTRIES_ENV}). Reduce {field}, the token limit, "
+        "n or the number of prompts.",
+        param=field,
+    )

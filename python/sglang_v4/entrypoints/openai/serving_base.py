@@ -64,6 +64,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (  # re-exported: publi
 )
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
 from sglang_v4.entrypoints.openai.vllm_fields import check_vllm_fields
+from sglang_v4.managers.tokenization import LogprobVolumeError
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import byte_level_token_bytes
 
@@ -317,12 +318,21 @@ class OpenAIServingBase:
         return list(text.encode("utf-8"))
 
     async def _run(self, obj: Any, raw: Request | None) -> tuple[AsyncIterator[Any], Any]:
-        """Start generation and get its first output (so input errors become a 400, not a broken stream)."""
+        """Start generation and get its first output (so input errors become a 400, not a broken stream).
+
+        Raises:
+            RequestError: the tokenizer manager's ``ValueError`` (400 unless it names a status).
+            LogprobVolumeError: unchanged, for the route to name its field
+                (:func:`~.logprob_limits.logprob_volume_error`; a route that does not is answered
+                400 by :meth:`_guard`).
+        """
         gen = self.tm.generate_request(obj, raw)
         try:
             first = await gen.__anext__()
         except StopAsyncIteration:
             raise RequestError("The request produced no output.", 500) from None
+        except LogprobVolumeError:
+            raise  # the route names its own field (logprob_limits.logprob_volume_error)
         except ValueError as e:
             status = int(getattr(e, "status_code", 400) or 400)
             raise RequestError(str(e), status, param=_param_of(str(e)) if status == 400 else None) from None

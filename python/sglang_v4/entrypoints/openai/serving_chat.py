@@ -69,7 +69,11 @@ from sglang_v4.entrypoints.openai.chat_prepare import (
     grammar_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.dsml_markup import scrub_dsml
-from sglang_v4.entrypoints.openai.logprob_limits import check_chat_top_logprobs
+from sglang_v4.entrypoints.openai.logprob_limits import (
+    check_chat_top_logprobs,
+    logprob_volume_error,
+    logprob_volume_field,
+)
 from sglang_v4.entrypoints.openai.prompt_logprobs import (
     check_prompt_logprobs,
     prompt_logprobs_engine_fields,
@@ -107,6 +111,7 @@ from sglang_v4.entrypoints.openai.vllm_fields import (
     truncation_length,
     vllm_grammar_field,
 )
+from sglang_v4.managers.tokenization import LogprobVolumeError
 
 __all__ = ["ChatMixin", "ChatPlan", "ChatRun", "ChoiceOutput"]
 
@@ -150,6 +155,9 @@ class ChatMixin(ChatStreamMixin):
             rets = await self._collect(run.obj, request)
         except RequestError as e:
             raise grammar_error_for(e, run.grammar_field) from None
+        except LogprobVolumeError as e:
+            field = logprob_volume_field("top_logprobs", run.top_logprobs, run.prompt_logprobs)
+            raise logprob_volume_error(e, field) from None
         ids, want_prompt_ids = run.prompt_ids, req.return_prompt_token_ids or req.return_token_ids
         echo = chat_echo_text(req)
         choices, reasoning_tokens = [], []

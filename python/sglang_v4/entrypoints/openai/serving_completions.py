@@ -20,7 +20,11 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.fim_prompt import fim_token_ids, render_fim_prompt
-from sglang_v4.entrypoints.openai.logprob_limits import check_completion_logprobs
+from sglang_v4.entrypoints.openai.logprob_limits import (
+    check_completion_logprobs,
+    logprob_volume_error,
+    logprob_volume_field,
+)
 from sglang_v4.entrypoints.openai.logprob_tokens import TokenPiece, TokenTextSplitter
 from sglang_v4.entrypoints.openai.prompt_logprobs import (
     check_prompt_logprobs,
@@ -58,6 +62,7 @@ from sglang_v4.entrypoints.openai.vllm_fields import (
     vllm_grammar_field,
 )
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
+from sglang_v4.managers.tokenization import LogprobVolumeError
 from sglang_v4.sampling.sampling_params import MAX_N
 
 __all__ = ["CompletionsMixin", "select_best_of"]
@@ -146,6 +151,10 @@ class CompletionsMixin(OpenAIServingBase):
             rets = await self._collect(obj, request)
         except RequestError as e:
             raise grammar_error_for(e, grammar_field) from None
+        except LogprobVolumeError as e:
+            raise logprob_volume_error(
+                e, logprob_volume_field("logprobs", req.logprobs, prompt_lps)
+            ) from None
         usage = self._usage(rets, best_of)  # every generated candidate counts
         if best_of > n:
             rets = select_best_of(rets, best_of, n)
