@@ -304,18 +304,23 @@ def test_raw_bodies(server, path: str) -> None:
 
 
 def test_oversized_bodies_get_413_declared_or_chunked(server) -> None:
+    """Both messages carry the status's reason phrase ``Payload Too Large``, which
+    sgl-project/sglang:test/srt/openai_server/validation/test_request_body_validation.py::
+    test_input_body_size_larger_than_maximum_allowed_payload_size_limit matches in the client's
+    error text."""
     big = json.dumps({"text": "a" * (BODY_LIMIT + 10)}).encode()
     r = requests.post(
         server.url + "/generate", data=big, headers={"content-type": "application/json"}, timeout=60
     )
-    assert r.status_code == 413 and "larger than the limit" in r.json()["error"]["message"]
+    msg = r.json()["error"]["message"]
+    assert r.status_code == 413 and "larger than the limit" in msg and "Payload Too Large" in msg, msg
 
     def chunks():  # no Content-Length: chunked transfer encoding, counted as it arrives
         for i in range(0, len(big), 65536):
             yield big[i : i + 65536]
 
     r = requests.post(server.url + "/v1/completions", data=chunks(), timeout=60)
-    assert r.status_code == 413 and r.json()["code"] == 413
+    assert r.status_code == 413 and r.json()["code"] == 413 and "Payload Too Large" in r.json()["message"]
     assert requests.get(server.url + "/health", timeout=30).status_code == 200
 
 

@@ -240,7 +240,7 @@ class AdmissionMiddleware:
                         send,
                         path,
                         413,
-                        f"The request body ({declared} bytes) is larger than the limit of {limit} bytes.",
+                        f"Payload Too Large: the request body ({declared} bytes) is larger than the limit of {limit} bytes.",
                     )
                     return
                 break
@@ -280,7 +280,7 @@ class AdmissionMiddleware:
                 send,
                 path,
                 413,
-                f"The request body is larger than the limit of {limit} bytes.",
+                f"Payload Too Large: the request body is larger than the limit of {limit} bytes.",
             )
         except _BodyTimeout:
             if started:

@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from sglang_v4.entrypoints.openai.protocol import _Req
 
@@ -186,13 +186,29 @@ class OutputTokensDetails(BaseModel):
 
 class ResponseUsage(BaseModel):
     """Token accounting of a response (all counts in tokens; ``output_tokens`` includes the
-    reasoning and tool-call markup)."""
+    reasoning and tool-call markup).
+
+    OpenAI's fields, plus ``prompt_tokens`` / ``completion_tokens`` (the same counts as
+    ``input_tokens`` / ``output_tokens``): SGLang's Responses API reports its usage under the Chat
+    Completions names, and clients written against it read them; OpenAI's clients ignore them."""
 
     input_tokens: int
     input_tokens_details: InputTokensDetails = Field(default_factory=InputTokensDetails)
     output_tokens: int
     output_tokens_details: OutputTokensDetails = Field(default_factory=OutputTokensDetails)
     total_tokens: int
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def prompt_tokens(self) -> int:
+        """SGLang's name of ``input_tokens``."""
+        return self.input_tokens
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def completion_tokens(self) -> int:
+        """SGLang's name of ``output_tokens``."""
+        return self.output_tokens
 
 
 class IncompleteDetails(BaseModel):

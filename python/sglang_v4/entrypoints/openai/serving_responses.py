@@ -16,7 +16,8 @@ limit ended the generation.
 its ``instructions``) comes before this request's input, so the prompt is that of the whole chat.
 Responses are stored (``store``, default true) in a bounded in-memory store
 (:mod:`.responses_store`), with their input items for ``GET /v1/responses/{id}/input_items``
-(:mod:`.responses_input_items`); an unknown id is a 404 in OpenAI's error shape.
+(:mod:`.responses_input_items`); an unknown id is a 404 in OpenAI's error shape, a
+``previous_response_id`` that is no response id (no ``resp_`` prefix) a 400.
 
 Streaming (``stream: true``) sends OpenAI's event sequence as server-sent events (``event:`` and
 ``data:`` lines, no ``[DONE]``; the per-item events are written by :mod:`.responses_events`), each
@@ -270,10 +271,19 @@ class ResponsesMixin(ChatMixin):
         """The stored chat messages of ``previous_response_id`` (``[]`` for None).
 
         Raises:
-            RequestError: 404 (``param="previous_response_id"``) when no stored response has it.
+            RequestError: 400 (``param="previous_response_id"``) when it is not a response id at
+                all (no ``resp_`` prefix: OpenAI's and SGLang's answer to a malformed id), 404 when
+                it is one but no stored response has it.
         """
         if previous_response_id is None:
             return []
+        if not previous_response_id.startswith("resp_"):
+            raise RequestError(
+                f"Invalid 'previous_response_id': '{previous_response_id}'. "
+                "Expected an ID that begins with 'resp_'.",
+                400,
+                param="previous_response_id",
+            )
         prev = self.responses_store.get(previous_response_id)
         if prev is None:
             raise RequestError(
