@@ -7,15 +7,18 @@ Each test names the vLLM test it comes from. Faults they showed here:
   the last ones were always kept.
 * ``stream_options.continuous_usage_stats`` without ``include_usage`` sent usage on every chunk;
   vLLM sends usage only when ``include_usage`` asks for it.
-* A streamed chat choice sent its finish reason in an extra chunk with an empty delta, after the
-  last token's text: the last chunk had no content, and with continuous usage it repeated the
-  previous count on a chunk that still had choices.
 * A ``seed`` below ``-2**63`` with 19 digits was decoded by orjson as a float, rounded into range
   and accepted; range errors of ``seed`` now name the bound crossed as pydantic's error type.
 * A ``logit_bias`` / ``stop_token_ids`` id past the vocabulary was refused without naming the
   vocabulary size, and only the first of several non-integer ``logit_bias`` keys was named; an
   out-of-vocabulary prompt id was not called "out of vocabulary".
 * ``POST /invocations`` and ``/ping`` (SageMaker's routes, which vLLM and SGLang serve) were 404s.
+* With ``return_token_ids`` a chat answer had the ids only under SGLang's names (per choice), not
+  in vLLM's places (``prompt_token_ids`` at the top, ``token_ids`` per choice).
+
+Not matched on purpose: vLLM's ``test_chat.py::test_chat_streaming`` wants the last token's text in
+the chunk with the finish reason; here (as in SGLang and OpenAI) that chunk has an empty delta
+(vllm-project/vllm#35705, kept by ``test_public_bugs_more``).
 
 Oracles: list slicing of the ids sent, the model's ``config.json`` (vocabulary size), the signed
 64-bit range, the same request on ``/v1/chat/completions`` / ``/v1/completions`` (greedy), and the
@@ -107,32 +110,6 @@ def test_continuous_usage_needs_include_usage(server: ServerHandle) -> None:
         assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
 
 
-def test_chat_stream_finish_rides_on_the_last_token(server: ServerHandle) -> None:
-    """vllm-project/vllm:tests/entrypoints/openai/chat_completion/test_chat.py::test_chat_streaming
-    and ::test_chat_completion_stream_options -- one chunk has a finish reason, the non-streamed
-    one, and it carries the last token's text; the joined text is the non-streamed answer. With
-    continuous usage (``min_tokens`` = ``max_completion_tokens`` = 10) the completion count grows
-    on every chunk after the first, except the usage-only chunk, and ends at 10."""
-    body = {"model": MODEL, "messages": MESSAGES, "max_completion_tokens": 10, "temperature": 0}
-    whole = post(server, CHAT, body).json()["choices"][0]
-    chunks = sse(server, CHAT, {**body, "stream": True})
-    finished = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] is not None]
-    assert len(finished) == 1 and finished[0] is chunks[-1], chunks
-    assert finished[0]["choices"][0]["finish_reason"] == whole["finish_reason"] == "length"
-    assert finished[0]["choices"][0]["delta"].get("content"), finished[0]
-    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
-    assert text == whole["message"]["content"]
-
-    opts = {"include_usage": True, "continuous_usage_stats": True}
-    chunks = sse(server, CHAT, {**body, "min_tokens": 10, "stream": True, "stream_options": opts})
-    last = 0
-    for c in chunks:
-        n = c["usage"]["completion_tokens"]
-        assert last == 0 or n > last or (not c["choices"] and n == last), (last, c)
-        last = n
-    assert last == 10
-
-
 def test_seed_outside_int64_is_a_400_naming_the_bound(server: ServerHandle) -> None:
     """vllm-project/vllm:tests/entrypoints/openai/chat_completion/test_chat.py::test_long_seed --
     a seed one past either end of the signed 64-bit range is a 400 whose message holds
@@ -198,3 +175,23 @@ def test_sagemaker_invocations_and_ping(server: ServerHandle) -> None:
     assert "messages" in _error(post(server, "/invocations", {"model": MODEL}))
     assert requests.get(server.url + "/ping", timeout=30).status_code == 200
     assert requests.post(server.url + "/ping", timeout=30).status_code == 200
+
+
+def test_chat_return_token_ids_in_vllm_places(server: ServerHandle, mtok: Any) -> None:
+    """vllm-project/vllm:tests/entrypoints/openai/basic/test_return_token_ids.py::test_chat_completion_with_emoji_and_token_ids
+    -- with ``return_token_ids`` a chat answer has the prompt's ids at its top level (decoding to
+    a text holding the messages) and the generated ids as the choice's ``token_ids`` (as many as
+    ``completion_tokens``, SGLang's ``response_token_ids`` too); without it neither key is sent."""
+    msgs = [
+        {"role": "system", "content": "You like to use emojis in your responses."},
+        {"role": "user", "content": "Repeat after me: I love cats 🐱"},
+    ]
+    body = {"model": MODEL, "messages": msgs, "max_tokens": 6, "temperature": 0, "return_token_ids": True}
+    resp = post(server, CHAT, body).json()
+    prompt = mtok.decode(resp["prompt_token_ids"])
+    assert "You like to use emojis in your responses." in prompt and "I love cats 🐱" in prompt, prompt
+    choice = resp["choices"][0]
+    assert choice["token_ids"] == choice["response_token_ids"]
+    assert len(choice["token_ids"]) == resp["usage"]["completion_tokens"]
+    plain = post(server, CHAT, {**body, "return_token_ids": False}).json()
+    assert "prompt_token_ids" not in plain and "token_ids" not in plain["choices"][0]

@@ -186,6 +186,7 @@ class ChatMixin(ChatStreamMixin):
                     matched_stop=run.plan.matched_stop(out.matched, req.stop_token_ids),
                     prompt_token_ids=list(ids) if want_prompt_ids and ids is not None else None,
                     response_token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,
+                    token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,
                 )
             )
         resp = ChatCompletionResponse(
@@ -198,6 +199,7 @@ class ChatMixin(ChatStreamMixin):
                 if run.prompt_logprobs is not None and rets
                 else None
             ),
+            prompt_token_ids=list(ids) if req.return_token_ids and ids is not None else None,
         )
         return JSONResponse(resp.model_dump(mode="json"))
 

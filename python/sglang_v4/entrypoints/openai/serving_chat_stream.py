@@ -194,14 +194,14 @@ class ChatStreamMixin(ChatPrepareMixin):
                         if req.logprobs:
                             lp = self._chat_logprobs(meta, st.sent_lp, bool(req.return_tokens_as_token_ids))
                             st.sent_lp = len(meta.get("output_token_logprobs") or [])
-                        #: this output's chunks, ``(delta, extra choice fields)``
-                        parts: list[tuple[DeltaMessage, dict[str, Any]]] = []
                         if reasoning_d and req.include_reasoning:
-                            parts.append((DeltaMessage(reasoning_content=reasoning_d), {}))
+                            yield chunk(idx, DeltaMessage(reasoning_content=reasoning_d), meta)
                         if content_d or (lp and lp.content):
-                            parts.append((DeltaMessage(content=content_d), {"logprobs": lp}))
+                            yield chunk(idx, DeltaMessage(content=content_d), meta, logprobs=lp)
                         if tool_deltas:
-                            parts.append((DeltaMessage(tool_calls=self._delta_calls(st, tool_deltas)), {}))
+                            yield chunk(
+                                idx, DeltaMessage(tool_calls=self._delta_calls(st, tool_deltas)), meta
+                            )
                         if fr is not None:
                             finals[idx] = ret
                             if separate:
@@ -210,15 +210,13 @@ class ChatStreamMixin(ChatPrepareMixin):
                                 )
                             if st.tools is not None and st.tools.calls_whole and fr == "stop":
                                 fr = "tool_calls"
-                            # the finish rides on the output's last chunk (vLLM's: the last token's
-                            # text arrives with finish_reason); an empty delta when it added none
-                            if not parts:
-                                parts.append((DeltaMessage(), {}))
-                            parts[-1][1].update(
-                                finish_reason=fr, matched_stop=plan.matched_stop(matched, req.stop_token_ids)
+                            yield chunk(
+                                idx,
+                                DeltaMessage(),
+                                meta,
+                                finish_reason=fr,
+                                matched_stop=plan.matched_stop(matched, req.stop_token_ids),
                             )
-                        for delta, extra in parts:
-                            yield chunk(idx, delta, meta, **extra)
                 if include_usage:
                     order = sorted(finals)
                     rets = [finals[i] for i in order]
