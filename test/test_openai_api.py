@@ -177,15 +177,22 @@ def test_chat_stream_n2_usage(tok: PreTrainedTokenizerFast) -> None:
 
 
 def test_continuous_usage_stats(tok: PreTrainedTokenizerFast) -> None:
+    """Running usage on every chunk needs ``include_usage`` too (vLLM's rule,
+    vllm-project/vllm:tests/entrypoints/openai/completion/test_completion.py::test_completion_stream_options):
+    ``continuous_usage_stats`` alone sends no usage at all."""
     c = _client(FakeTM(tok))
     for path, body in [
         ("/v1/completions", {"prompt": "x"}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}),
     ]:
-        body |= {"stream": True, "max_tokens": 4, "stream_options": {"continuous_usage_stats": True}}
+        opts = {"include_usage": True, "continuous_usage_stats": True}
+        body |= {"stream": True, "max_tokens": 4, "stream_options": opts}
         ev = [e for e in _sse_events(c.post(path, json=body)) if e != "[DONE]"]
         counts = [e["usage"]["completion_tokens"] for e in ev if e["choices"] and e["usage"]]
         assert counts and counts == sorted(counts) and counts[-1] == 4
+        body["stream_options"] = {"continuous_usage_stats": True}
+        ev = [e for e in _sse_events(c.post(path, json=body)) if e != "[DONE]"]
+        assert ev and all(e.get("usage") is None for e in ev), ev
 
 
 @pytest.mark.parametrize("echo", [False, True])

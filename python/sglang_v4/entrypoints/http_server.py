@@ -287,6 +287,11 @@ def create_app(
     async def health() -> Response:
         return unhealthy() or Response(status_code=200)
 
+    @app.api_route("/ping", methods=["GET", "POST"])
+    async def ping() -> Response:
+        """Amazon SageMaker's health route (SGLang's and vLLM's ``/ping``): as ``/health``."""
+        return unhealthy() or Response(status_code=200)
+
     @app.get("/health_generate")
     async def health_generate() -> Response:
         bad = unhealthy()

@@ -58,6 +58,12 @@ LOGIT_BIAS_MAX = 100.0
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
+def vocab_range(vocab_size: int | None) -> str:
+    """The token-id range of a vocabulary for error messages: ``"in [0, V) (vocab_size V)"``
+    (the size itself is named, as vLLM's range errors name it), ``"at least 0"`` when unknown."""
+    return "at least 0" if vocab_size is None else f"in [0, {vocab_size}) (vocab_size {vocab_size})"
+
+
 def derive_choice_seed(seed: int, index: int) -> int:
     """The ``sampling_seed`` of parallel sample ``index`` (0-based) of a request seeded with ``seed``.
 
@@ -379,7 +385,11 @@ class SamplingParams:
         if self.stream_interval is not None and self.stream_interval < 1:
             raise ValueError(f"stream_interval must be at least 1, got {self.stream_interval}.")
         if self.sampling_seed is not None and not _INT64_MIN <= self.sampling_seed <= _INT64_MAX:
-            raise ValueError(f"sampling_seed must be in [-2**63, 2**63 - 1], got {self.sampling_seed}.")
+            # the bracketed tag is pydantic's error type for the bound crossed, as vLLM's 400 names it
+            bound = "greater_than_equal" if self.sampling_seed < _INT64_MIN else "less_than_equal"
+            raise ValueError(
+                f"sampling_seed must be in [-2**63, 2**63 - 1], got {self.sampling_seed} [type={bound}]."
+            )
         stops = self.stop_strs if self.stop_strs is not None else self.stop
         if isinstance(stops, list):
             if len(stops) > MAX_STOP_COUNT:
@@ -394,22 +404,27 @@ class SamplingParams:
         if self.stop_token_ids:
             for t in self.stop_token_ids:
                 if t < 0 or (vocab_size is not None and t >= vocab_size):
-                    hi = "" if vocab_size is None else f", {vocab_size - 1}"
-                    raise ValueError(f"stop_token_ids must be in [0{hi}], got {t}.")
+                    raise ValueError(f"stop_token_ids must be token ids {vocab_range(vocab_size)}, got {t}.")
         t = self.stop_str_after_token_id
         if t is not None and (t < 0 or (vocab_size is not None and t >= vocab_size)):
             hi = "" if vocab_size is None else f", {vocab_size - 1}"
             raise ValueError(f"stop_str_after_token_id must be in [0{hi}], got {t}.")
         if self.logit_bias is not None:
+            # every key that is no token id is named at once (vLLM reports them together)
+            bad_keys = [
+                k
+                for k in self.logit_bias
+                if isinstance(k, bool)
+                or not (_is_int(k) or (isinstance(k, str) and k.isascii() and k.lstrip("-").isdigit()))
+            ]
+            if bad_keys:
+                raise ValueError(
+                    f"logit_bias keys must be token ids, got {', '.join(repr(k) for k in bad_keys)}."
+                )
             for k, v in self.logit_bias.items():
-                if isinstance(k, bool) or not (
-                    _is_int(k) or (isinstance(k, str) and k.isascii() and k.lstrip("-").isdigit())
-                ):
-                    raise ValueError(f"logit_bias keys must be token ids, got {k!r}.")
                 tid = int(k)
                 if tid < 0 or (vocab_size is not None and tid >= vocab_size):
-                    hi = "" if vocab_size is None else f", {vocab_size - 1}"
-                    raise ValueError(f"logit_bias keys must be in [0{hi}], got {k}.")
+                    raise ValueError(f"logit_bias keys must be token ids {vocab_range(vocab_size)}, got {k}.")
                 bias = _as_float(f"logit_bias[{k}]", v)
                 if not -LOGIT_BIAS_MAX <= bias <= LOGIT_BIAS_MAX:  # NaN fails too
                     raise ValueError(

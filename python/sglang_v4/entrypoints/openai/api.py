@@ -14,6 +14,7 @@ __all__ = ["create_openai_router"]
 
 def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     """Build the router with ``GET /v1/models[/{model}]``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
+    ``POST /invocations`` (SageMaker's route: one of those two, by the body),
     ``POST /v1/responses`` with ``GET`` / ``DELETE /v1/responses/{id}`` (stored responses),
     ``GET /v1/responses/{id}/input_items`` (their input items) and
     ``POST /v1/responses/input_tokens`` (the input-token count of a Responses request),
@@ -52,6 +53,10 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     @router.post("/v1/chat/completions")
     async def v1_chat_completions(request: Request) -> Response:
         return await serving.chat_completions(request)
+
+    @router.post("/invocations")
+    async def invocations(request: Request) -> Response:
+        return await serving.invocations(request)
 
     @router.post("/v1/responses")
     async def v1_responses(request: Request) -> Response:

@@ -205,7 +205,8 @@ class ChatMessage(BaseModel):
 class ChatCompletionResponseChoice(_OmitNoneIds):
     """``prompt_token_ids`` (``return_prompt_token_ids`` or ``return_token_ids``) and
     ``response_token_ids`` (``return_token_ids``: every generated id, reasoning and tool-call
-    markup included), SGLang's names."""
+    markup included), SGLang's names; with ``return_token_ids`` the generated ids also as
+    ``token_ids``, vLLM's name."""
 
     index: int
     message: ChatMessage
@@ -214,11 +215,13 @@ class ChatCompletionResponseChoice(_OmitNoneIds):
     matched_stop: int | str | None = None
     prompt_token_ids: list[int] | None = None
     response_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
 
 
 class ChatCompletionResponse(_OmitNoneIds):
     """A non-streamed ``/v1/chat/completions`` response (``object: "chat.completion"``;
-    ``prompt_logprobs``: vLLM's, of the prompt, :mod:`.prompt_logprobs`)."""
+    ``prompt_logprobs``: vLLM's, of the prompt, :mod:`.prompt_logprobs`; ``prompt_token_ids``:
+    vLLM's place of the prompt's ids with ``return_token_ids``, left out otherwise)."""
 
     id: str = Field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     object: str = "chat.completion"
@@ -227,6 +230,7 @@ class ChatCompletionResponse(_OmitNoneIds):
     choices: list[ChatCompletionResponseChoice]
     usage: UsageInfo
     prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
+    prompt_token_ids: list[int] | None = None
 
 
 class DeltaMessage(BaseModel):

@@ -14,7 +14,7 @@ the one vLLM response shape the routes add (``prompt_logprobs``, :mod:`.prompt_l
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,6 +68,9 @@ class VllmSamplingFields(BaseModel):
     spaces_between_special_tokens: bool = True
     #: keep the last N prompt tokens (-1: as many as the context holds); None: no truncation
     truncate_prompt_tokens: int | None = None
+    #: which end ``truncate_prompt_tokens`` cuts: "left" keeps the last tokens (None: as "left"),
+    #: "right" the first ones
+    truncation_side: Literal["left", "right"] | None = None
     prompt_logprobs: int | None = None
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None

@@ -57,15 +57,17 @@ def error_response(
     return JSONResponse(error_body(message, status, err_type, param), status_code=status)
 
 
-#: A JSON integer literal of 20+ digits: past the 64-bit range orjson decodes exactly.
-_LONG_INT = re.compile(rb"\d{20,}")
+#: A JSON integer literal of 19+ digits: orjson decodes exactly only the signed and unsigned 64-bit
+#: ranges, and a 19-digit negative one can lie below -2**63.
+_LONG_INT = re.compile(rb"\d{19,}")
 
 
 def loads_json_body(raw: bytes) -> Any:
     """``raw`` decoded as JSON (orjson), with integers past the 64-bit range kept exact.
 
-    orjson decodes such an integer as a float (``99999999999999999999999`` -> ``1e+23``), and a
-    range error then quoted the rounded value; a body holding 20+ consecutive digits is decoded
+    orjson decodes such an integer as a float (``99999999999999999999999`` -> ``1e+23``,
+    ``-9223372036854775809`` -> ``-2**63``), and a range error then quoted the rounded value or, where
+    the rounded value is in range, none was raised; a body holding 19+ consecutive digits is decoded
     again by the standard library, whose integers are exact (RFC 8259 leaves the range to the
     parser). Raises ``orjson.JSONDecodeError`` (a ``ValueError``) for text that is not JSON.
     """
@@ -234,13 +236,17 @@ def check_token_ids_in_vocab(seqs: list[list[int]], batched: bool, vocab: int | 
     ``param``; this check names what the client sent.
 
     Raises:
-        RequestError: 400 ``"{field}[i][j] = ID is outside the vocabulary [0, V)."``, ``param=field``.
+        RequestError: 400 ``"{field}[i][j] = ID is out of vocabulary (outside the vocabulary [0, V))."``
+            (vLLM's words first), ``param=field``.
     """
     for i, seq in enumerate(seqs):
         for j, tid in enumerate(seq):
             if tid < 0 or (vocab is not None and tid >= vocab):
                 where = f"{field}[{i}][{j}]" if batched else f"{field}[{j}]"
-                raise RequestError(f"{where} = {tid} is outside the vocabulary [0, {vocab}).", param=field)
+                raise RequestError(
+                    f"{where} = {tid} is out of vocabulary (outside the vocabulary [0, {vocab})).",
+                    param=field,
+                )
 
 
 def grammar_error_for(e: RequestError, field: str | None) -> RequestError:

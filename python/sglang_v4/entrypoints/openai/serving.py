@@ -1,7 +1,8 @@
 """The OpenAI-compatible routes over a tokenizer manager: ``/v1/models``, ``/v1/completions``,
 ``/v1/chat/completions``, ``/v1/responses`` (with ``/v1/responses/input_tokens``), ``/tokenize`` and ``/detokenize``, SGLang's parser
 routes ``/separate_reasoning`` and ``/parse_function_call``, the Files and Batch APIs
-``/v1/files`` and ``/v1/batches`` (:mod:`.serving_files`, :mod:`.serving_batch`) (shared handling in
+``/v1/files`` and ``/v1/batches`` (:mod:`.serving_files`, :mod:`.serving_batch`), SageMaker's
+``/invocations`` (a chat or completions request by its body) (shared handling in
 :mod:`.serving_base`, the routes in :mod:`.serving_completions`, :mod:`.serving_chat`,
 :mod:`.serving_responses`, :mod:`.serving_responses_tokens`, :mod:`.serving_tokenize` and :mod:`.serving_parsers`). ``/v1/embeddings`` and ``/v1/classify`` answer SGLang's 400 for a
 generation model."""
@@ -62,3 +63,21 @@ class OpenAIServing(
             raise RequestError(NOT_AN_EMBEDDING_MODEL_MSG)
 
         return await self._guard(request, refuse)
+
+    async def invocations(self, request: Request) -> Response:
+        """``POST /invocations`` (SageMaker's inference route, as vLLM serves it): after the API
+        key, a JSON object with ``messages`` is answered as ``/v1/chat/completions``, one with
+        ``prompt`` as ``/v1/completions``; any other body is a 400 naming both fields."""
+
+        async def dispatch(req: Request) -> Response:
+            body = await read_json_object(req)  # the body is cached: the route reads it again
+            if "messages" in body:
+                return await self._chat(req)
+            if "prompt" in body:
+                return await self._completions(req)
+            raise RequestError(
+                "An /invocations body must hold 'messages' (a chat completion) or 'prompt' (a completion).",
+                param="messages",
+            )
+
+        return await self._guard(request, dispatch)

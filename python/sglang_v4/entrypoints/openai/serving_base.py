@@ -262,12 +262,13 @@ class OpenAIServingBase:
         """``(include_usage, continuous)`` of a streamed chat or completions request (``req``: its
         parsed body): a final usage chunk when ``stream_options.include_usage`` asks for it or
         the server sends one by default (SGLang's ``--stream-response-default-include-usage``);
-        usage on every chunk with ``stream_options.continuous_usage_stats`` (vLLM's field)."""
+        usage on every chunk too with ``stream_options.continuous_usage_stats`` (vLLM's field), only
+        when the final usage chunk is sent (vLLM's ``include_usage and continuous_usage_stats``)."""
         opts = req.stream_options
         include = bool(opts and opts.include_usage) or bool(
             getattr(self.args, "stream_response_default_include_usage", False)
         )
-        return include, bool(opts and opts.continuous_usage_stats)
+        return include, include and bool(opts and opts.continuous_usage_stats)
 
     async def _encode_prompt(
         self,

@@ -108,7 +108,7 @@ from sglang_v4.entrypoints.openai.tool_parser import (
 from sglang_v4.entrypoints.openai.vllm_fields import (
     cache_namespace,
     special_token_edges,
-    truncation_length,
+    truncate_prompt_ids,
     vllm_grammar_field,
 )
 from sglang_v4.managers.tokenization import LogprobVolumeError
@@ -186,6 +186,7 @@ class ChatMixin(ChatStreamMixin):
                     matched_stop=run.plan.matched_stop(out.matched, req.stop_token_ids),
                     prompt_token_ids=list(ids) if want_prompt_ids and ids is not None else None,
                     response_token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,
+                    token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,
                 )
             )
         resp = ChatCompletionResponse(
@@ -198,6 +199,7 @@ class ChatMixin(ChatStreamMixin):
                 if run.prompt_logprobs is not None and rets
                 else None
             ),
+            prompt_token_ids=list(ids) if req.return_token_ids and ids is not None else None,
         )
         return JSONResponse(resp.model_dump(mode="json"))
 
@@ -261,9 +263,10 @@ class ChatMixin(ChatStreamMixin):
             if req.add_special_tokens:  # vLLM's: the tokenizer's specials on top of the template's
                 before, after = special_token_edges(self.tokenizer)
                 ids = before + ids + after
-        if ids is not None and req.truncate_prompt_tokens is not None:  # vLLM's: the last N tokens
-            keep = truncation_length(req.truncate_prompt_tokens, self._context_len())
-            ids = ids[-keep:] if keep is not None and len(ids) > keep else ids
+        if ids is not None and req.truncate_prompt_tokens is not None:  # vLLM's, truncation_side's end
+            ids = truncate_prompt_ids(
+                ids, req.truncate_prompt_tokens, req.truncation_side, self._context_len()
+            )
         obj = (
             GenerateReqInput(input_ids=ids, **kw)
             if ids is not None

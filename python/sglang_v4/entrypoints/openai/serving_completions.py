@@ -58,7 +58,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (
 from sglang_v4.entrypoints.openai.vllm_fields import (
     cache_namespace,
     token_id_text,
-    truncation_length,
+    truncate_prompt_ids,
     vllm_grammar_field,
 )
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
@@ -126,7 +126,7 @@ class CompletionsMixin(OpenAIServingBase):
         truncate = req.truncate_prompt_tokens
         if req.return_token_ids or truncate is not None or not req.add_special_tokens:
             # the ids are needed here: tokenize text prompts as /generate would (BOS as vLLM's
-            # add_special_tokens says), keep the last truncate_prompt_tokens of each (vLLM's)
+            # add_special_tokens says), cut each to truncate_prompt_tokens (vLLM's truncation_side)
             ids = [
                 await self._encode_prompt(p, req.max_tokens, add_special_tokens=req.add_special_tokens)
                 if isinstance(p, str)
@@ -134,8 +134,8 @@ class CompletionsMixin(OpenAIServingBase):
                 for p in prompts
             ]
             if truncate is not None:
-                keep = truncation_length(truncate, self._context_len())
-                cut = [x[-keep:] if keep is not None and len(x) > keep else x for x in ids]
+                ctx = self._context_len()
+                cut = [truncate_prompt_ids(x, truncate, req.truncation_side, ctx) for x in ids]
                 # echo shows the prompt the model read: a truncated one is decoded from its ids
                 prompts = [c if len(c) < len(x) else p for c, x, p in zip(cut, ids, prompts)]
                 ids = cut

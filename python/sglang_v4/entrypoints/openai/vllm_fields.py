@@ -264,6 +264,22 @@ def truncation_length(truncate: int, context_len: int | None) -> int | None:
     return truncate
 
 
+def truncate_prompt_ids(
+    ids: list[int], truncate: int, side: str | None, context_len: int | None
+) -> list[int]:
+    """``ids`` cut to what ``truncate_prompt_tokens`` keeps (:func:`truncation_length` tokens):
+    the last ones for ``truncation_side`` ``"left"`` or unset (vLLM's default), the first ones for
+    ``"right"`` (vLLM's ``truncation_side`` field); ``ids`` itself when it is no longer than that.
+
+    Raises:
+        RequestError: 400 naming ``truncate_prompt_tokens`` as :func:`truncation_length` does.
+    """
+    keep = truncation_length(truncate, context_len)
+    if keep is None or len(ids) <= keep:
+        return ids
+    return ids[:keep] if side == "right" else ids[len(ids) - keep :]
+
+
 def token_id_text(token_id: int) -> str:
     """A logprob token written as vLLM's ``return_tokens_as_token_ids`` writes it: ``token_id:<id>``."""
     return f"token_id:{token_id}"
