@@ -48,7 +48,11 @@ class TokenizerMetrics:
     free, reclaimable cached and request-held tokens; they sum to ``max_total_num_tokens``),
     ``cache_hit_rate`` (prefix-cache hit tokens / prompt tokens of the last prefill batch, 0..1),
     ``gen_throughput`` (generated tokens/s over the last log interval), ``page_size``,
-    ``num_pages`` (KV pool pages), ``context_len`` (tokens).
+    ``num_pages`` (KV pool pages), ``context_len`` (tokens). Gauges that are always zero here,
+    kept because SGLang's dashboards and its metrics test read them (:attr:`ZERO_GAUGES`):
+    ``num_grammar_queue_reqs`` (grammars compile when the scheduler takes a request, there is
+    no grammar queue), ``spec_accept_length`` and ``spec_accept_rate`` (no speculative decoding;
+    SGLang reports 0 without it too).
 
     Counters (exposed with SGLang's ``_total`` names): ``prompt_tokens``, ``generation_tokens``,
     ``num_requests`` (finished; labels ``is_streaming``), ``cached_tokens`` (prompt tokens served
@@ -84,6 +88,9 @@ class TokenizerMetrics:
         "context_len",
     )
 
+    #: The gauges fixed at 0 (see the class docstring), set when the metrics are made.
+    ZERO_GAUGES = ("num_grammar_queue_reqs", "spec_accept_length", "spec_accept_rate")
+
     def __init__(
         self,
         model_name: str,
@@ -99,8 +106,11 @@ class TokenizerMetrics:
         slab = [*lab, "is_streaming"]
         reg = self.registry
         self.gauges = {
-            g: Gauge(f"sglang:{g}", f"sglang {g.replace('_', ' ')}", lab, registry=reg) for g in self.GAUGES
+            g: Gauge(f"sglang:{g}", f"sglang {g.replace('_', ' ')}", lab, registry=reg)
+            for g in (*self.GAUGES, *self.ZERO_GAUGES)
         }
+        for g in self.ZERO_GAUGES:
+            self.gauges[g].labels(**self.labels).set(0.0)
         ttft = tuple(bucket_time_to_first_token or TTFT_BUCKETS)
         itl = tuple(bucket_inter_token_latency or ITL_BUCKETS)
         e2e = tuple(bucket_e2e_request_latency or E2E_BUCKETS)
