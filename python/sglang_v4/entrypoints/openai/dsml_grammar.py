@@ -13,6 +13,7 @@ from sglang_v4.entrypoints.chat_encoding import DSML
 __all__ = [
     "DSML_TAG_HEAD",
     "DSML_TAG_START",
+    "STRUCTURAL_OPEN",
     "DSML_TAG_TAIL",
     "INVOKE_TAG",
     "MAX_TAG_CHARS",
@@ -31,8 +32,11 @@ MAX_TAG_CHARS = 512
 
 #: A DSML wrapper tag: ``<｜DSML｜tool_calls>``, or another name holding invokes (module docstring).
 WRAPPER_OPEN = re.compile(rf"<{DSML}(\w+)>")
-#: The start of any DSML tag: never part of a value (DeepSeek's encoder writes values raw).
+#: The start of any DSML tag, finished or not (in a value: held back until the value ends).
 DSML_TAG_START = re.compile(rf"</?{DSML}")
+#: A parameter or invoke opening tag (up to the whitespace before its attributes): in a value it
+#: means the value's closing tag was left out (``DsmlToolParser._structural_tag_in``).
+STRUCTURAL_OPEN = re.compile(rf"<{DSML}(?:parameter|invoke)\s")
 #: An unfinished DSML tag at the end of a text (what follows decides what it is).
 DSML_TAG_HEAD = re.compile(rf"<{DSML}\w*$")
 #: A DSML tag, finished or not, that ends a text (whitespace after it).

@@ -63,8 +63,9 @@ parameter is a spurious ``arguments`` / ``input`` wrapper is repaired
 second parameter releases them.
 
 A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
-between tags, DSML markup inside a value: a closing tag left out, the value would swallow the next
-parameter's markup, vllm-project/vllm#53227) is *dropped*, never returned as text (no DSML markup
+between tags, the invoke's own markup inside a value: a closing tag left out, the value would
+swallow the next parameter's markup, vllm-project/vllm#53227; other DSML-looking text in a value,
+such as a quoted ``<｜DSML｜tool_calls>``, is the value's text) is *dropped*, never returned as text (no DSML markup
 in ``content``; the peers' fixes, vllm-project/vllm-ascend#14511, sgl-project/sglang#40236): from
 its first character or, when invokes of the block closed before, from the end of the last of them
 (those stay calls, sgl-project/sglang#40236) up to the block's end: its wrapper's closing tag, for
@@ -100,6 +101,9 @@ from sglang_v4.entrypoints.openai.dsml_grammar import (
 )
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     PARAM_TAG as _PARAM_TAG,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    STRUCTURAL_OPEN as _STRUCTURAL_OPEN,
 )
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     WRAPPER_OPEN as _WRAPPER_OPEN,
@@ -454,13 +458,17 @@ class DsmlToolParser:
         buf = self._buf
         pos = buf.find(end_marker)
         piece = buf if pos < 0 else buf[:pos]
-        keep = 0  # what may still become the end marker (or a DSML tag) waits for more text
-        if pos < 0:
-            keep = max(_partial_suffix(buf, m) for m in (end_marker, f"<{DSML}", f"</{DSML}"))
-        piece = piece[: len(piece) - keep]
-        if _DSML_TAG_START.search(piece) is not None:  # markup in a value: a closer is missing
+        if self._structural_tag_in(piece):  # the invoke's markup in a value: a closer is missing
             self._drop_block()
             return True
+        keep = 0  # what may still become the end marker waits for more text; DSML-looking text
+        # waits for the value's end: its closing tag makes it the value's text, the invoke's own
+        # markup (a closer left out) drops the block, and nothing of it went out as arguments
+        if pos < 0:
+            tag = _DSML_TAG_START.search(buf)
+            keep = len(buf) - tag.start() if tag else _partial_suffix(buf, end_marker)
+            keep = max(keep, _partial_suffix(buf, f"<{DSML}"), _partial_suffix(buf, f"</{DSML}"))
+        piece = piece[: len(piece) - keep]
         raw_json = self._state == _JSON_ARGS or not self._value_is_string
         if raw_json:  # hold back trailing whitespace: it is dropped if the value ends there
             piece = self._held_ws + piece
@@ -498,6 +506,17 @@ class DsmlToolParser:
         )
         self._state = _INVOKE
         return True
+
+    def _structural_tag_in(self, piece: str) -> bool:
+        """Whether ``piece`` (text of a value) holds a DSML tag that can only follow a value whose
+        closing tag was left out: a parameter or invoke opening (``<｜DSML｜parameter`` and the
+        whitespace before its attributes), a parameter or invoke closing, the open block's closing
+        tag. Other DSML-looking text in a value (``<｜DSML｜tool_calls>`` quoted in a string, a
+        ``</｜DSML｜parameter |`` that is no closing tag) is the value's text, as SGLang's
+        DeepSeek-V4 detector keeps it."""
+        if self.param_end in piece or self.invoke_end in piece or self._cur_end in piece:
+            return True
+        return _STRUCTURAL_OPEN.search(piece) is not None
 
     def _may_wrap(self, key: str) -> bool:
         """Whether parameter ``key`` of the open call may be a spurious wrapper (the tools'
