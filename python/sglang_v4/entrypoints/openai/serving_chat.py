@@ -249,10 +249,6 @@ class ChatMixin(ChatStreamMixin):
         if req.priority is not None:
             kw["priority"] = req.priority
         kw["extra_key"] = cache_namespace(req)
-        if req.stream and (req.return_token_ids or req.return_prompt_token_ids):
-            raise RequestError(
-                "return_token_ids / return_prompt_token_ids need stream false.", param="stream"
-            )
         if req.input_ids is not None and not req.input_ids:
             raise RequestError("input_ids must not be empty.", param="input_ids")
         if req.input_ids is not None:

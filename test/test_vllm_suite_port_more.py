@@ -1,0 +1,71 @@
+"""More of vLLM's OpenAI-server tests (``tests/entrypoints/openai/`` of vllm-project/vllm), their
+model-independent assertions replayed on the embedded DeepSeek-V4 model's ``more_bugs_server``
+(the first set is ``test_vllm_suite_port``).
+
+Each test names the vLLM test it comes from. Faults they showed here:
+
+* A streamed chat request with ``return_token_ids`` was refused (400 on ``stream``); vLLM streams
+  the prompt's ids at the top of each choice's first chunk and the generated ids as each chunk's
+  choice ``token_ids``.
+
+Oracles: the same request not streamed (greedy), the embedded model's tokenizer, the usage counts
+and the vLLM tests' stated expectations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from public_bugs_testutil import MODEL, post, sse
+from server_fixture import ServerHandle
+
+pytestmark = pytest.mark.timeout(300)
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+
+@pytest.fixture(scope="module")
+def server(more_bugs_server: ServerHandle) -> ServerHandle:
+    """The session's embedded-model server (conftest ``more_bugs_server``)."""
+    return more_bugs_server
+
+
+def test_chat_stream_return_token_ids(server: ServerHandle, mtok: Any) -> None:
+    """vllm-project/vllm:tests/entrypoints/openai/basic/test_return_token_ids.py::test_chat_completion_with_emoji_and_token_ids
+    (its streamed half) -- the first chunk has the prompt's ids at its top level (decoding to the
+    non-streamed answer's prompt), no later chunk has the key; the choices' ``token_ids`` joined
+    are the non-streamed answer's ``token_ids`` (greedy), as many as its ``completion_tokens``;
+    with ``n: 2`` each choice's first chunk has the prompt's ids and each choice's ids are whole.
+    Without ``return_token_ids`` no chunk has either key."""
+    msgs = [
+        {"role": "system", "content": "You like to use emojis in your responses."},
+        {"role": "user", "content": "Repeat after me: I love cats 🐱"},
+    ]
+    body = {"model": MODEL, "messages": msgs, "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+    whole = post(server, CHAT, body).json()
+    chunks = sse(server, CHAT, body)
+    assert mtok.decode(chunks[0]["prompt_token_ids"]) == mtok.decode(whole["prompt_token_ids"])
+    assert all("prompt_token_ids" not in c for c in chunks[1:]), chunks
+    got = [t for c in chunks for ch in c["choices"] for t in ch.get("token_ids", [])]
+    assert got == whole["choices"][0]["token_ids"] and len(got) == whole["usage"]["completion_tokens"]
+    assert all(ch.get("token_ids") != [] for c in chunks for ch in c["choices"])  # no empty lists
+
+    sampled = {**body, "n": 2, "temperature": 1.0, "seed": 7, "stream_options": {"include_usage": True}}
+    chunks = sse(server, CHAT, sampled)
+    per: dict[int, list[int]] = {0: [], 1: []}
+    firsts = 0
+    for c in chunks:
+        if "prompt_token_ids" in c:
+            firsts += 1
+            assert c["prompt_token_ids"] == whole["prompt_token_ids"]
+            assert c["choices"][0]["delta"].get("role") == "assistant"
+        for ch in c["choices"]:
+            per[ch["index"]] += ch.get("token_ids", [])
+    assert firsts == 2
+    assert len(per[0]) + len(per[1]) == chunks[-1]["usage"]["completion_tokens"], per
+
+    plain = sse(server, CHAT, {**body, "return_token_ids": False})
+    assert all("prompt_token_ids" not in c for c in plain)
+    assert all("token_ids" not in ch for c in plain for ch in c["choices"])
