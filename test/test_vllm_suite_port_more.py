@@ -7,6 +7,8 @@ Each test names the vLLM test it comes from. Faults they showed here:
 * A streamed chat request with ``return_token_ids`` was refused (400 on ``stream``); vLLM streams
   the prompt's ids at the top of each choice's first chunk and the generated ids as each chunk's
   choice ``token_ids``.
+* ``/v1/responses`` refused ``include: ["message.output_text.logprobs"]`` and ``top_logprobs``
+  (400); vLLM and OpenAI return the answer's logprobs on the message's ``output_text`` part.
 
 Oracles: the same request not streamed (greedy), the embedded model's tokenizer, the usage counts
 and the vLLM tests' stated expectations.
@@ -14,9 +16,11 @@ and the vLLM tests' stated expectations.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+import requests
 from public_bugs_testutil import MODEL, post, sse
 from server_fixture import ServerHandle
 
@@ -69,3 +73,59 @@ def test_chat_stream_return_token_ids(server: ServerHandle, mtok: Any) -> None:
     plain = sse(server, CHAT, {**body, "return_token_ids": False})
     assert all("prompt_token_ids" not in c for c in plain)
     assert all("token_ids" not in ch for c in plain for ch in c["choices"])
+
+
+def _events(server: ServerHandle, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``data:`` payloads of a streamed ``/v1/responses`` answer."""
+    r = requests.post(server.url + "/v1/responses", json={**body, "stream": True}, stream=True, timeout=120)
+    assert r.status_code == 200, r.text
+    return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: ")]
+
+
+def test_responses_logprobs(server: ServerHandle) -> None:
+    """vllm-project/vllm:tests/entrypoints/openai/responses/test_basic.py::test_logprobs -- with
+    ``include: ["message.output_text.logprobs"]`` and ``top_logprobs: 5`` the message's
+    ``output_text`` has one logprob entry per answer token, each with 5 ``top_logprobs``: the
+    tokens and logprobs ``/v1/chat/completions`` gives the same greedy request. Streamed, the
+    deltas' logprobs joined are those of ``output_text.done`` and of the final response. Without
+    the ``include`` (``top_logprobs`` alone, vLLM's rule) the list is empty; a ``top_logprobs``
+    past the bound is a 400 naming it; ``model`` may be left out."""
+    base: dict[str, Any] = {"input": "What is 13 * 24?", "max_output_tokens": 5, "temperature": 0}
+    body = {**base, "include": ["message.output_text.logprobs"], "top_logprobs": 5}
+    resp = post(server, "/v1/responses", body)
+    assert resp.status_code == 200, resp.text
+    part = resp.json()["output"][-1]["content"][0]
+    chat = post(
+        server,
+        CHAT,
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": base["input"]}],
+            "max_tokens": 5,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": 5,
+        },
+    ).json()
+    want = chat["choices"][0]["logprobs"]["content"]
+    assert len(part["logprobs"]) == resp.json()["usage"]["output_tokens"] == len(want) == 5
+    for got, ref in zip(part["logprobs"], want):
+        assert got["token"] == ref["token"] and got["bytes"] == ref["bytes"]
+        assert got["logprob"] == pytest.approx(ref["logprob"], abs=1e-4)
+        assert [t["token"] for t in got["top_logprobs"]] == [t["token"] for t in ref["top_logprobs"]]
+        assert len(got["top_logprobs"]) == 5
+    assert "".join(e["token"] for e in part["logprobs"]) == part["text"]
+
+    events = _events(server, body)
+    deltas = [lp for e in events if e["type"] == "response.output_text.delta" for lp in e["logprobs"]]
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    final = events[-1]["response"]["output"][-1]["content"][0]["logprobs"]
+    assert (
+        [d["token"] for d in deltas] == [d["token"] for d in done["logprobs"]] == [d["token"] for d in final]
+    )
+    assert [d["token"] for d in final] == [d["token"] for d in part["logprobs"]]
+
+    plain = post(server, "/v1/responses", {**base, "top_logprobs": 5}).json()
+    assert plain["output"][-1]["content"][0]["logprobs"] == []
+    bad = post(server, "/v1/responses", {**body, "top_logprobs": 21})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "top_logprobs", bad.text
