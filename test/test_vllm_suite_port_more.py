@@ -129,3 +129,46 @@ def test_responses_logprobs(server: ServerHandle) -> None:
     assert plain["output"][-1]["content"][0]["logprobs"] == []
     bad = post(server, "/v1/responses", {**body, "top_logprobs": 21})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "top_logprobs", bad.text
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_weather",
+            "description": "Get the current weather in a given location",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+                "required": ["city", "unit"],
+            },
+        },
+    }
+]
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "get_current_weather"}}]
+)
+def test_forced_tool_choice_cut_by_max_tokens(server: ServerHandle, tool_choice: Any) -> None:
+    """vllm-project/vllm:tests/entrypoints/openai/chat_completion/test_completion_with_function_calling.py::test_max_tokens_with_tool_choice_required
+    -- a forced tool choice cut by ``max_completion_tokens`` before its call began has
+    ``finish_reason: "length"``, no ``tool_calls`` and empty content (the grammar's separator
+    newlines are no answer text), streamed or not."""
+    msgs = [{"role": "user", "content": "What is the weather in Berlin, in fahrenheit?"}]
+    for limit in (1, 2):
+        body = {
+            "model": MODEL,
+            "messages": msgs,
+            "tools": TOOLS,
+            "tool_choice": tool_choice,
+            "temperature": 0,
+            "max_completion_tokens": limit,
+        }
+        choice = post(server, CHAT, body).json()["choices"][0]
+        assert choice["finish_reason"] == "length", choice
+        assert not choice["message"]["tool_calls"] and not choice["message"]["content"], (limit, choice)
+        chunks = sse(server, CHAT, body)
+        deltas = [ch for c in chunks for ch in c["choices"]]
+        assert [d["finish_reason"] for d in deltas if d["finish_reason"]] == ["length"]
+        assert not any(d["delta"].get("content") or d["delta"].get("tool_calls") for d in deltas), deltas

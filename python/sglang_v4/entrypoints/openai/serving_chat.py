@@ -24,7 +24,9 @@ calls (also inside a block left open after its last closed invoke: the model's E
 block's closing tag); a malformed block comes back as ``content`` with the engine's finish reason. A call cut by
 ``max_tokens`` is answered as OpenAI answers it: ``finish_reason`` ``"length"`` and the call in
 ``tool_calls`` with the arguments generated so far (once its name is known), no markup in
-``content``, the same streamed and not. A generation that *stopped* inside an invoke (EOS, a stop
+``content``, the same streamed and not (with ``"required"`` / a named function, a reply cut
+before its block began has empty content: the grammar's separator newlines are not text). A
+generation that *stopped* inside an invoke (EOS, a stop
 token, or a ``stop`` string matching text of the call: stops apply everywhere in the answer, as in
 SGLang and vLLM) made no such call: the unfinished invoke's text is ``content`` and the finish
 reason ``"stop"`` (vllm-project/vllm#42210). Streamed, a call's id and name go out when its invoke
