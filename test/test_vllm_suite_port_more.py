@@ -9,6 +9,10 @@ Each test names the vLLM test it comes from. Faults they showed here:
   choice ``token_ids``.
 * ``/v1/responses`` refused ``include: ["message.output_text.logprobs"]`` and ``top_logprobs``
   (400); vLLM and OpenAI return the answer's logprobs on the message's ``output_text`` part.
+* With ``tool_choice`` ``"required"`` / named, a reply cut by ``max_completion_tokens`` before its
+  block began had the grammar's separator newline as ``content``.
+* A missing ``response_format.json_schema`` and a negative prompt id were 400s without vLLM's
+  words ("must be provided", "greater than or equal to 0").
 
 Oracles: the same request not streamed (greedy), the embedded model's tokenizer, the usage counts
 and the vLLM tests' stated expectations.
@@ -17,6 +21,7 @@ and the vLLM tests' stated expectations.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -172,3 +177,22 @@ def test_forced_tool_choice_cut_by_max_tokens(server: ServerHandle, tool_choice:
         deltas = [ch for c in chunks for ch in c["choices"]]
         assert [d["finish_reason"] for d in deltas if d["finish_reason"]] == ["length"]
         assert not any(d["delta"].get("content") or d["delta"].get("tool_calls") for d in deltas), deltas
+
+
+def test_request_errors_in_vllms_words(server: ServerHandle) -> None:
+    """vllm-project/vllm:tests/entrypoints/openai/completion/test_completion_error.py
+    (::test_json_schema_response_format_missing_schema, ::test_negative_prompt_token_ids_nested,
+    ::test_negative_prompt_token_ids_flat) -- ``response_format: {"type": "json_schema"}``
+    without ``json_schema`` is a 400 matching ``json_schema.*must be provided``; a negative prompt
+    id, flat or nested, a 400 saying "greater than or equal to 0"; on chat too for the first."""
+    for path, extra in (
+        (COMPLETIONS, {"prompt": "x"}),
+        (CHAT, {"messages": [{"role": "user", "content": "x"}]}),
+    ):
+        body = {"model": MODEL, "max_tokens": 2, "response_format": {"type": "json_schema"}, **extra}
+        r = post(server, path, body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text
+        assert re.search("json_schema.*must be provided", r.json()["error"]["message"]), r.text
+    for prompt in ([[-1]], [-1], [5, -2]):
+        r = post(server, COMPLETIONS, {"model": MODEL, "max_tokens": 2, "prompt": prompt})
+        assert r.status_code == 400 and "greater than or equal to 0" in r.json()["error"]["message"], r.text
