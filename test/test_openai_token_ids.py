@@ -88,7 +88,6 @@ def test_chat_return_token_ids_and_input_ids(tok: PreTrainedTokenizerFast) -> No
         ("/v1/completions", {"custom_logit_processor": "x"}, "custom_logit_processor"),
         ("/v1/completions", {"session_params": {"id": "s"}}, "session_params"),
         ("/v1/completions", {"bootstrap_host": "h"}, "bootstrap_host"),
-        ("/v1/chat/completions", {"return_token_ids": True, "stream": True}, "stream"),
         ("/v1/chat/completions", {"input_ids": []}, "input_ids"),
     ],
 )

@@ -136,6 +136,9 @@ class ChatPlan:
         max_calls: ``1`` with ``parallel_tool_calls: false``: the answer makes at most one call,
             whether or not a grammar bounded the decoding (:class:`.dsml_markup.DsmlAnswerReader`);
             ``None``: any number.
+        calls_forced: ``tool_choice`` ``"required"`` or a named function under the tool-call
+            grammar: the answer is a DSML block and nothing else, so newlines generated before a
+            block that never came (a reply cut by ``max_tokens``) are its separator, not content.
     """
 
     prompt: str
@@ -149,6 +152,7 @@ class ChatPlan:
     plain_spans: tuple[tuple[int, int], ...] = ()
     tools_withheld: bool = False
     max_calls: int | None = None
+    calls_forced: bool = False
 
     def tool_reader(self, block: str) -> DsmlAnswerReader | None:
         """A fresh reader of one choice's answer, the same for every route and ``tool_choice``:
@@ -156,7 +160,11 @@ class ChatPlan:
         cutter of markup when the tools were withheld, each with its content scrubbed of DSML tags
         (:mod:`.dsml_markup`); ``None`` without tools (the answer is read as it is)."""
         if self.tool_names is not None:
-            return DsmlAnswerReader(DsmlToolParser(self.tool_names, block), max_calls=self.max_calls)
+            return DsmlAnswerReader(
+                DsmlToolParser(self.tool_names, block),
+                max_calls=self.max_calls,
+                calls_forced=self.calls_forced,
+            )
         return DsmlAnswerReader(DsmlWithheld()) if self.tools_withheld else None
 
     def ended_by_marker(self, matched: Any) -> bool:
@@ -472,6 +480,7 @@ class ChatPrepareMixin(OpenAIServingBase):
                 )
             except ValueError as e:
                 raise RequestError(str(e), param="tools") from None
+            plan.calls_forced = choice != "auto"
         return plan
 
     def json_whitespace_kw(self) -> dict[str, int]:

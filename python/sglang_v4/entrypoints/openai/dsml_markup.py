@@ -128,11 +128,17 @@ class DsmlAnswerReader:
     ``content``) but make no call and stream no delta (OpenAI's contract for the flag, which the
     tool-call grammar enforces while decoding where one applies; sgl-project/sglang#9696). The
     finish reason of such an answer is the one of its kept calls.
+
+    ``calls_forced`` (``tool_choice`` ``"required"`` / named, under the tool-call grammar): the
+    answer is the separator and a block; newlines held back in front of a block that never came
+    (a reply cut by ``max_tokens`` before it) are dropped at the finish, not sent as content
+    (vLLM's ``test_max_tokens_with_tool_choice_required``: ``content`` empty, no calls).
     """
 
     inner: DsmlToolParser | DsmlWithheld
     scrub: DsmlMarkupScrub = field(default_factory=DsmlMarkupScrub)
     max_calls: int | None = None
+    calls_forced: bool = False
 
     @property
     def calls(self) -> list[ParsedToolCall]:
@@ -164,4 +170,6 @@ class DsmlAnswerReader:
     def finish(self, stopped: bool = False) -> tuple[str, list[ToolCallDelta]]:
         """End of the generation (``stopped``: see :meth:`~.tool_parser.DsmlToolParser.finish`)."""
         content, deltas = self.inner.finish(stopped)
+        if self.calls_forced and not content.strip("\n"):
+            content = ""  # the grammar's separator in front of the block (class docstring)
         return self.scrub.feed(content) + self.scrub.finish(), self._kept(deltas)

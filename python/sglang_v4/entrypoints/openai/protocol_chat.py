@@ -243,19 +243,24 @@ class DeltaMessage(BaseModel):
     tool_calls: list[DeltaToolCall] | None = None
 
 
-class ChatCompletionResponseStreamChoice(BaseModel):
-    """One choice of a chat stream chunk; ``finish_reason`` is set on the choice's last chunk."""
+class ChatCompletionResponseStreamChoice(_OmitNoneIds):
+    """One choice of a chat stream chunk; ``finish_reason`` is set on the choice's last chunk.
+    ``token_ids`` (vLLM's, with ``return_token_ids``): the generated ids this chunk adds, left out
+    of chunks that add none; the concatenation over a choice's chunks is its whole output."""
 
     index: int
     delta: DeltaMessage
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReasonStr | None = None
     matched_stop: int | str | None = None
+    token_ids: list[int] | None = None
 
 
-class ChatCompletionStreamResponse(BaseModel):
+class ChatCompletionStreamResponse(_OmitNoneIds):
     """One SSE chunk of a streamed ``/v1/chat/completions`` response
-    (``object: "chat.completion.chunk"``); ``usage`` only on the usage chunk."""
+    (``object: "chat.completion.chunk"``); ``usage`` only on the usage chunk. ``prompt_token_ids``
+    (vLLM's place, with ``return_token_ids`` or ``return_prompt_token_ids``): the prompt's ids, on
+    each choice's first (role) chunk only, left out of the others."""
 
     id: str
     object: str = "chat.completion.chunk"
@@ -263,3 +268,4 @@ class ChatCompletionStreamResponse(BaseModel):
     model: str
     choices: list[ChatCompletionResponseStreamChoice]
     usage: UsageInfo | None = None
+    prompt_token_ids: list[int] | None = None

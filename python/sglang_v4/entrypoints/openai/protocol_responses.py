@@ -53,6 +53,8 @@ class ResponsesRequest(_Req):
     /v1/responses/{id}`` and ``previous_response_id``. SGLang's sampling extras (``top_k``,
     ``min_p``, ``repetition_penalty``, penalties, ``seed``) and ``chat_template_kwargs`` are
     accepted as on ``/v1/chat/completions``, and so is vLLM's ``cache_salt``.
+    ``include: ["message.output_text.logprobs"]`` (with ``top_logprobs``) gives the message's
+    ``output_text`` part the logprobs of the answer's tokens.
     """
 
     model: str = "default"
@@ -89,8 +91,10 @@ class ResponsesRequest(_Req):
     conversation: Any = None
     prompt: Any = None
     max_tool_calls: Any = None
-    top_logprobs: Any = None
     stop: Any = None
+    #: top tokens per answer token with ``include: ["message.output_text.logprobs"]`` (OpenAI's
+    #: 0..20, the chat route's bound); without that ``include`` no logprobs are returned (vLLM's rule)
+    top_logprobs: int | None = None
 
 
 class ResponsesInputTokensRequest(ResponsesRequest):
@@ -115,7 +119,6 @@ UNSERVED_RESPONSES_FIELDS = {
     "conversation": "conversations are not supported; use previous_response_id instead",
     "prompt": "prompt templates are not supported",
     "max_tool_calls": "max_tool_calls is not supported",
-    "top_logprobs": "logprobs are not supported on /v1/responses; use /v1/chat/completions",
     "stop": "stop is not a field of the Responses API; use /v1/chat/completions for stop strings",
 }
 

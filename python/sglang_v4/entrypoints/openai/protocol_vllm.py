@@ -88,6 +88,10 @@ class VllmSamplingFields(BaseModel):
     kv_transfer_params: dict[str, Any] | None = None
     vllm_xargs: dict[str, Any] | None = None
     mm_processor_kwargs: dict[str, Any] | None = None
+    #: vLLM's bound on reasoning tokens (-1 / None: none); an integer >= -1 (check_vllm_fields).
+    #: Refused on a chat request in thinking mode (the bound is not implemented); elsewhere there is
+    #: no reasoning block to bound
+    thinking_token_budget: int | None = None
     max_repetition_pattern_size: int = 0
     min_repetition_pattern_size: int = 0
     repetition_min_count: int = 0

@@ -237,14 +237,16 @@ def check_token_ids_in_vocab(seqs: list[list[int]], batched: bool, vocab: int | 
 
     Raises:
         RequestError: 400 ``"{field}[i][j] = ID is out of vocabulary (outside the vocabulary [0, V))."``
-            (vLLM's words first), ``param=field``.
+            (vLLM's words first; for a negative id also pydantic's ``"greater than or equal to
+            0"``, which vLLM's schema answers), ``param=field``.
     """
     for i, seq in enumerate(seqs):
         for j, tid in enumerate(seq):
             if tid < 0 or (vocab is not None and tid >= vocab):
                 where = f"{field}[{i}][{j}]" if batched else f"{field}[{j}]"
+                sign = "; token ids must be greater than or equal to 0" if tid < 0 else ""
                 raise RequestError(
-                    f"{where} = {tid} is out of vocabulary (outside the vocabulary [0, {vocab})).",
+                    f"{where} = {tid} is out of vocabulary (outside the vocabulary [0, {vocab})){sign}.",
                     param=field,
                 )
 

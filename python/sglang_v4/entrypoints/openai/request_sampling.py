@@ -47,7 +47,7 @@ def response_format_grammar(rf: dict[str, Any] | None) -> dict[str, str]:
         js = rf.get("json_schema")
         if not isinstance(js, dict) or not js:
             raise RequestError(
-                "response_format.json_schema must be an object with a `name` and a `schema`.",
+                "response_format.json_schema must be provided, an object with a `name` and a `schema`.",
                 param="response_format",
             )
         name = js.get("name")

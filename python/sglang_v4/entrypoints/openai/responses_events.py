@@ -77,15 +77,20 @@ class ResponsesEventWriter:
             out += self._start("reasoning", "reasoning", item, {"type": "reasoning_text", "text": ""})
         return out + self._delta("response.reasoning_text.delta", delta)
 
-    def text(self, delta: str) -> list[bytes]:
+    def text(self, delta: str, logprobs: list[dict[str, Any]] | None = None) -> list[bytes]:
         """The events of an answer-text delta: a ``message`` item opened first when another kind
-        is open (the open one closed); none for an empty delta."""
+        is open (the open one closed); none for an empty delta. ``logprobs``: those of the
+        delta's tokens (OpenAI's ``Logprob`` entries; ``include:
+        ["message.output_text.logprobs"]``), sent with the delta and gathered for the
+        ``output_text.done`` event and the closed part."""
         if not delta:
             return []
         out: list[bytes] = []
         if self.open is None or self.open["kind"] != "message":
             out += self._open_message()
-        return out + self._delta("response.output_text.delta", delta, logprobs=[])
+        lps = list(logprobs or [])
+        (self.open or {}).setdefault("logprobs", []).extend(lps)
+        return out + self._delta("response.output_text.delta", delta, logprobs=lps)
 
     def _open_message(self) -> list[bytes]:
         item = {
@@ -162,10 +167,11 @@ class ResponsesEventWriter:
             out.append(self.event("response.reasoning_text.done", **where, content_index=0, text=text))
             out.append(self.event("response.content_part.done", **where, content_index=0, part=part))
         else:
-            part = OutputText(text=text).model_dump(mode="json")
+            lps = o.get("logprobs") or []
+            part = OutputText(text=text, logprobs=lps).model_dump(mode="json")
             item["content"] = [part]
             out.append(
-                self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
+                self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=lps)
             )
             out.append(self.event("response.content_part.done", **where, content_index=0, part=part))
         out.append(self.event("response.output_item.done", output_index=o["index"], item=item))

@@ -24,7 +24,9 @@ calls (also inside a block left open after its last closed invoke: the model's E
 block's closing tag); a malformed block comes back as ``content`` with the engine's finish reason. A call cut by
 ``max_tokens`` is answered as OpenAI answers it: ``finish_reason`` ``"length"`` and the call in
 ``tool_calls`` with the arguments generated so far (once its name is known), no markup in
-``content``, the same streamed and not. A generation that *stopped* inside an invoke (EOS, a stop
+``content``, the same streamed and not (with ``"required"`` / a named function, a reply cut
+before its block began has empty content: the grammar's separator newlines are not text). A
+generation that *stopped* inside an invoke (EOS, a stop
 token, or a ``stop`` string matching text of the call: stops apply everywhere in the answer, as in
 SGLang and vLLM) made no such call: the unfinished invoke's text is ``content`` and the finish
 reason ``"stop"`` (vllm-project/vllm#42210). Streamed, a call's id and name go out when its invoke
@@ -225,6 +227,12 @@ class ChatMixin(ChatStreamMixin):
         if max_new is not None and max_new < 0:
             raise RequestError(f"{limit_field} must be at least 0, got {max_new}.", param=limit_field)
         plan = self._plan_chat(req)
+        if plan.thinking and req.thinking_token_budget not in (None, -1):
+            raise RequestError(
+                "thinking_token_budget is not supported by sglang-v4: the reasoning length cannot be "
+                "bounded (send it with thinking off, or bound the whole reply with max_tokens).",
+                param="thinking_token_budget",
+            )
         sp = self._sampling_params(req, max_new, plan.structural_tag)
         answer_grammar = None if plan.structural_tag is not None else answer_grammar_kind(sp)
         if plan.thinking and answer_grammar is not None:
@@ -249,10 +257,6 @@ class ChatMixin(ChatStreamMixin):
         if req.priority is not None:
             kw["priority"] = req.priority
         kw["extra_key"] = cache_namespace(req)
-        if req.stream and (req.return_token_ids or req.return_prompt_token_ids):
-            raise RequestError(
-                "return_token_ids / return_prompt_token_ids need stream false.", param="stream"
-            )
         if req.input_ids is not None and not req.input_ids:
             raise RequestError("input_ids must not be empty.", param="input_ids")
         if req.input_ids is not None:

@@ -66,6 +66,7 @@ class _ChoiceStream:
     reasoning_raw: str = ""  # the reasoning as generated (an unterminated one becomes the answer)
     reasoning_scrub: DsmlMarkupScrub = field(default_factory=DsmlMarkupScrub)
     started_calls: set[int] = field(default_factory=set)
+    sent_ids: int = 0  # generated ids sent in chunks' ``token_ids`` (return_token_ids)
 
 
 class ChatStreamMixin(ChatPrepareMixin):
@@ -123,7 +124,14 @@ class ChatStreamMixin(ChatPrepareMixin):
     async def _chat_stream(self, req: ChatCompletionRequest, run: ChatRun, raw: Request) -> Response:
         """The SSE answer of ``run``. A generation that fails after its first output ends the
         stream with an error event named as the non-streamed answer's error
-        (:func:`~.serving_outputs.stream_failure`: a grammar error names ``run.grammar_field``)."""
+        (:func:`~.serving_outputs.stream_failure`: a grammar error names ``run.grammar_field``).
+
+        Token ids go where vLLM streams them: with ``return_token_ids`` (or SGLang's
+        ``return_prompt_token_ids``) each choice's role chunk has the prompt's ids as its top-level
+        ``prompt_token_ids``; with ``return_token_ids`` the first chunk sent for an engine output
+        has the ids generated since the last chunk as the choice's ``token_ids`` (EOS and
+        reasoning / tool-call markup included), so that a choice's ``token_ids`` joined are its
+        non-streamed ``token_ids``."""
         n, plan, separate = run.n, run.plan, run.separate
         gen, first = await self._run_stream(run.obj, raw)
         rid = f"chatcmpl-{req.request_id or uuid.uuid4().hex}"
@@ -131,14 +139,30 @@ class ChatStreamMixin(ChatPrepareMixin):
         echo = chat_echo_text(req)
         include_usage, continuous = self._stream_usage(req)
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
+        want_prompt_ids = req.return_token_ids or req.return_prompt_token_ids
+        prompt_ids = list(run.prompt_ids) if want_prompt_ids and run.prompt_ids is not None else None
+        #: per choice: the generated ids not yet sent in a chunk (return_token_ids)
+        pending_ids: dict[int, list[int]] = {}
 
-        def chunk(idx: int, delta: DeltaMessage, meta: dict[str, Any] | None = None, **kw: Any) -> bytes:
+        def chunk(
+            idx: int,
+            delta: DeltaMessage,
+            meta: dict[str, Any] | None = None,
+            first: bool = False,
+            **kw: Any,
+        ) -> bytes:
+            ids = pending_ids.pop(idx, None) if req.return_token_ids and not first else None
             return _sse(
                 ChatCompletionStreamResponse(
                     id=rid,
                     created=created,
                     model=req.model,
-                    choices=[ChatCompletionResponseStreamChoice(index=idx, delta=delta, **kw)],
+                    choices=[
+                        ChatCompletionResponseStreamChoice(
+                            index=idx, delta=delta, token_ids=ids or None, **kw
+                        )
+                    ],
+                    prompt_token_ids=prompt_ids if first else None,
                     usage=self._usage(
                         [{"meta_info": meta}], 1, [running_rt.get(idx, 0)] if separate else None
                     )
@@ -181,10 +205,15 @@ class ChatStreamMixin(ChatPrepareMixin):
                                 idx,
                                 DeltaMessage(role="assistant", content=""),
                                 dict(meta, completion_tokens=0),
+                                first=True,
                             )
                             if echo:
                                 yield chunk(idx, DeltaMessage(content=echo), dict(meta, completion_tokens=0))
                         st = states[idx]
+                        if req.return_token_ids:
+                            out_ids = list(ret.get("output_ids") or [])
+                            pending_ids.setdefault(idx, []).extend(out_ids[st.sent_ids :])
+                            st.sent_ids = max(st.sent_ids, len(out_ids))
                         fr, matched, reasoning_d, content_d, tool_deltas = self._read_output(st, ret, plan)
                         if separate and continuous:
                             running_rt[idx] = self._reasoning_tokens(

@@ -121,6 +121,16 @@ def _responses_error(e: RequestError) -> RequestError:
     return RequestError(msg, e.status, e.err_type, param)
 
 
+def _wants_logprobs(req: ResponsesRequest) -> bool:
+    """Whether ``req`` asks for the answer's logprobs (``include`` names
+    ``message.output_text.logprobs``; ``top_logprobs`` alone does not, as in vLLM)."""
+    return bool(req.include) and LOGPROBS_INCLUDE in (req.include or [])
+
+
+#: The ``include`` value that asks for the message's logprobs (OpenAI's name).
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
 def _check_request(req: ResponsesRequest) -> None:
     """Fields refused when set, ``truncation: "auto"``, ``metadata`` bounds (400 naming the field)."""
     for name, why in UNSERVED_RESPONSES_FIELDS.items():
@@ -136,8 +146,6 @@ def _check_request(req: ResponsesRequest) -> None:
         raise RequestError(
             "Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt"
         )
-    if req.include and "message.output_text.logprobs" in req.include:
-        raise RequestError("include: message.output_text.logprobs is not supported.", param="include")
     md = req.metadata or {}
     if len(md) > METADATA_MAX_PAIRS or any(
         len(k) > METADATA_MAX_KEY or len(v) > METADATA_MAX_VALUE for k, v in md.items()
@@ -337,6 +345,8 @@ class ResponsesMixin(ChatMixin):
         for name in ("top_k", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
             data[name] = getattr(req, name)
         data.update(seed=req.seed, priority=req.priority, cache_salt=req.cache_salt)
+        if _wants_logprobs(req):
+            data.update(logprobs=True, top_logprobs=req.top_logprobs or 0)
         try:
             chat_req = ChatCompletionRequest.model_validate({k: v for k, v in data.items() if v is not None})
         except ValidationError as e:  # the fields were checked above; a 400, never a 500
@@ -344,9 +354,22 @@ class ResponsesMixin(ChatMixin):
         return chat_req, conversation
 
     # ------------------------------------------------------------------ response
-    def _output_items(self, out: ChoiceOutput, ids: dict[Any, str], incomplete: bool) -> list[OutputItem]:
-        """Output items of a finished choice: reasoning, message, function calls (ids from a
-        stream where it sent them); the last item is ``incomplete`` when the response is."""
+    def _answer_logprobs(self, job: _Job, meta: dict[str, Any], start: int) -> list[dict[str, Any]]:
+        """The ``output_text`` logprobs of the answer: one ``{"token", "bytes", "logprob",
+        "top_logprobs": [{"token", "bytes", "logprob"}]}`` per generated token from ``start`` on
+        (the tokens after the reasoning block; OpenAI's ``Logprob`` shape, the chat route's
+        entries), ``top_logprobs`` of them each; ``[]`` unless the request's ``include`` asks."""
+        if not _wants_logprobs(job.req):
+            return []
+        lp = self._chat_logprobs(meta, start, False, job.run.top_logprobs)
+        return [e.model_dump(mode="json") for e in lp.content]
+
+    def _output_items(
+        self, out: ChoiceOutput, ids: dict[Any, str], incomplete: bool, logprobs: list[Any] | None = None
+    ) -> list[OutputItem]:
+        """Output items of a finished choice: reasoning, message (its ``output_text`` with
+        ``logprobs``), function calls (ids from a stream where it sent them); the last item is
+        ``incomplete`` when the response is."""
         items: list[OutputItem] = []
         if out.reasoning:
             items.append(
@@ -357,7 +380,8 @@ class ResponsesMixin(ChatMixin):
         if out.content or not (out.reasoning or out.tool_calls):
             items.append(
                 ResponseOutputMessage(
-                    id=ids.get("message") or new_item_id("msg"), content=[OutputText(text=out.content or "")]
+                    id=ids.get("message") or new_item_id("msg"),
+                    content=[OutputText(text=out.content or "", logprobs=logprobs or [])],
                 )
             )
         for c in out.tool_calls:
@@ -379,7 +403,9 @@ class ResponsesMixin(ChatMixin):
     ) -> dict[str, Any]:
         """The final response body (stored when ``store``): output items, status, usage."""
         incomplete = out.finish_reason == "length"
-        items = self._output_items(out, ids, incomplete)
+        items = self._output_items(
+            out, ids, incomplete, self._answer_logprobs(job, meta, out.reasoning_tokens)
+        )
         prompt, completion = int(meta.get("prompt_tokens", 0)), int(meta.get("completion_tokens", 0))
         usage = ResponseUsage(
             input_tokens=prompt,
@@ -453,7 +479,12 @@ class ResponsesMixin(ChatMixin):
         out = w.reasoning(reasoning_d)
         if st.tools is not None and st.tools.malformed:
             out += w.drop_call({c.index for c in st.tools.calls})
-        out += w.text(content_d)
+        lps = None
+        if content_d and _wants_logprobs(job.req):
+            done = self._reasoning_tokens(ret.get("output_ids") or [], st.reasoning_raw or st.reasoning_text)
+            lps = self._answer_logprobs(job, meta, max(st.sent_lp, done if run.separate else 0))
+            st.sent_lp = len(meta.get("output_token_logprobs") or [])
+        out += w.text(content_d, lps)
         for d in tool_deltas:
             out += w.call(d)
         if fr is None:

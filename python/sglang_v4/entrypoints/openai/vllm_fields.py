@@ -85,8 +85,9 @@ def check_vllm_fields(req: Any) -> None:
     Raises:
         RequestError: 400, ``param`` the field: a refused field that is set (:data:`_REFUSED`), a
             refused ``structured_outputs`` option, ``truncate_prompt_tokens`` below -1 or 0,
-            ``best_of`` above ``n`` on the chat route, or more than one guided-decoding
-            constraint (:func:`vllm_grammar`).
+            ``best_of`` above ``n`` on the chat route, ``thinking_token_budget`` below -1 (vLLM's
+            rule: -1 is unlimited), or more than one guided-decoding constraint
+            (:func:`vllm_grammar`).
     """
     for name, why in _REFUSED.items():
         value = getattr(req, name, None)
@@ -107,6 +108,12 @@ def check_vllm_fields(req: Any) -> None:
     if t is not None and t < 1 and t != -1:
         raise RequestError(
             f"truncate_prompt_tokens must be -1 or at least 1, got {t}.", param="truncate_prompt_tokens"
+        )
+    budget = getattr(req, "thinking_token_budget", None)
+    if budget is not None and budget < -1:
+        raise RequestError(
+            f"thinking_token_budget must be -1 (unlimited) or at least 0, got {budget}.",
+            param="thinking_token_budget",
         )
     best_of, n = getattr(req, "best_of", None), getattr(req, "n", None) or 1
     if best_of is not None and best_of > n and hasattr(req, "messages"):
