@@ -163,7 +163,7 @@ def mma_configs(shape: dict, T: int, dry: bool) -> dict[str, dict | None]:
     else:
         other, cfg = "pair", variant_configs([DECODE_DEFAULT], dry)[DECODE_DEFAULT]
     out[f"bf16_{other}"] = cfg
-    fp8_cfg = dict(cfg, **fp8)
+    fp8_cfg = dict({key: v for key, v in cfg.items() if key != "FP4_WORDS"}, **fp8)  # words: bf16 only
     if dry or fp8_cfg["BLOCK_K"] % 128:
         fp8_cfg.update(BLOCK_K=128, DOWN_BLOCK_K=128)
     out[f"fp8_{other}"] = fp8_cfg

@@ -241,6 +241,37 @@ def test_paged_attention_keys_on_m(
 
 
 @pytest.mark.parametrize("mode", ["csa", "hca"])
+def test_paged_attention_extend_tile_default(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default tile of a bf16 extend (``T >= 128``, 64 heads: ``EXTEND_TILE``, the key rows on
+    the MMA's M) and the heads-on-M tile it replaced (``SGLANG_V4_ATTN_EXTEND_KEYS_ON_M=0``) both
+    stay within the float64 oracle's bounds, with one split or the default splits, and with the
+    log-sum-exp output the prefix merge reads (checked against the oracle's logits)."""
+    from sgl_kernel_v4.triton import attention as attn
+
+    if INTERP:
+        pytest.skip("interpreter: no bf16 dot (the tile applies to bf16 / fp16 queries only)")
+    gen = torch.Generator().manual_seed(41 if mode == "csa" else 43)
+    case = make_case(160, 64, 512, 512 if mode == "csa" else 1500, mode, torch.bfloat16, gen)
+    swa, comp = case["swa"].to(DEVICE), case["comp"].to(DEVICE)
+    ref = oracle(case, case["swa"].double(), case["comp"].double())
+    outs = {}
+    for km in ("", "0"):
+        monkeypatch.setenv(attn.EXTEND_KEYS_ON_M_ENV, km)
+        attn.extend_keys_on_m.cache_clear()
+        try:
+            for splits in (None, 1):
+                out = run(case, swa, comp, num_splits=splits)
+                assert rel_err(out, ref) < 1.5e-2, (km, splits)
+            lse = torch.empty((160, 64), dtype=torch.float32, device=DEVICE)
+            outs[km] = run(case, swa, comp, lse=lse)
+            assert rel_err(outs[km], ref) < 1.5e-2, km
+            assert torch.isfinite(lse[:-1]).all(), km
+        finally:
+            attn.extend_keys_on_m.cache_clear()
+    assert rel_err(outs[""], outs["0"].double()) < 1.5e-2
+
+
+@pytest.mark.parametrize("mode", ["csa", "hca"])
 def test_paged_attention_fp8_pools(mode: str) -> None:
     """fp8 entries (448 e4m3 nope + 64 bf16 rope + 7 ue8m0 scales, in class-strided pages): the
     kernel dequantizes in registers; the oracle attends over the reference codec's decode."""

@@ -384,12 +384,16 @@ def test_decode_variant_env_override(_fresh_override: pytest.MonkeyPatch) -> Non
     fused = fp8_gemm.fp8_linear(x, w, s, "w8a8_fused")
     plain = fp8_gemm.fp8_linear(x, w, s, "w8a16")
     assert not torch.equal(fused, plain)
-    assert torch.equal(fp8_gemm.fp8_linear(x, w, s), plain)  # unset: choose_variant's w8a16
+    assert fp8_gemm.choose_variant(2) == "w8a16_words"
+    words = fp8_gemm.fp8_linear(x, w, s, "w8a16_words")
+    assert torch.equal(fp8_gemm.fp8_linear(x, w, s), words)  # unset: choose_variant's
     fp8_gemm.decode_variant_override.cache_clear()
     _fresh_override.setenv(fp8_gemm.DECODE_VARIANT_ENV, "w8a8_fused")
     assert torch.equal(fp8_gemm.fp8_linear(x, w, s), fused)
     _fresh_override.setenv(fp8_gemm.DECODE_VARIANT_ENV, "w8a16")  # read once: still fused
     assert torch.equal(fp8_gemm.fp8_linear(x, w, s), fused)
+    fp8_gemm.decode_variant_override.cache_clear()
+    assert torch.equal(fp8_gemm.fp8_linear(x, w, s), plain)  # w8a16: the word decode's baseline
     fp8_gemm.decode_variant_override.cache_clear()
     _fresh_override.setenv(fp8_gemm.DECODE_VARIANT_ENV, "w8a8")
     with pytest.raises(ValueError, match=fp8_gemm.DECODE_VARIANT_ENV):

@@ -29,12 +29,15 @@ per split count while serving.
 One key tile's arithmetic lives in :mod:`sgl_kernel_v4.triton.attention_tile`, with its compile
 statistics for sm_90: in the 64-head prefill tile both warpgroups compute the whole ``q·kᵀ``
 (1.5x the useful tensor work, 255 registers, 120 spilled bytes, N = 16 products re-reading ``q``
-from shared memory); the opt-in ``keys_on_m`` forms put the key rows on the MMA's M so each
-warpgroup computes its own keys' logits once.
+from shared memory); the ``keys_on_m`` forms put the key rows on the MMA's M so each warpgroup
+computes its own keys' logits once, and the 4-chunk form is the bf16 extend default
+(:data:`EXTEND_TILE`, 1.45x - 1.85x the heads-on-M tile on the H100).
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 import torch
@@ -302,8 +305,33 @@ COMBINE_SPLITS = 8
 #: Default of ``sparse_attention(dv_split=...)``: value-column programs per (token, head block).
 DV_SPLIT = 1
 #: Default of ``sparse_attention(keys_on_m=...)``: the tile's operand orientation
-#: (:mod:`sgl_kernel_v4.triton.attention_tile`; 0: heads on the MMA's M).
+#: (:mod:`sgl_kernel_v4.triton.attention_tile`; 0: heads on the MMA's M) outside the extend tile.
 KEYS_ON_M = 0
+#: The extend tile (``T >= 128`` tokens, ``>= 64`` heads, bf16 / fp16 pools, every tile argument
+#: left ``None``): (block_h, block_n, num_warps, num_stages, keys_on_m). From the H100 run of
+#: ``attention_extend_sweep.py --qk-once`` (benchmark/RESULTS.md): 64 heads x 128 keys with the
+#: key rows on the MMA's M, the entry rows read in 4 chunks, took 0.90 / 1.00 ms (CSA, 12k / 128k
+#: contexts) and 0.51 / 1.61 ms (HCA) per 2048-token chunk against 1.61 / 1.64 and 0.74 / 2.98 ms
+#: for the 64 x 32 heads-on-M tile (1.45x - 1.85x).
+EXTEND_TILE = (64, 128, 8, 1, 4)
+#: Names the extend tile's ``keys_on_m`` (0, 1, 2 or 4; 0: the 64 x 32 heads-on-M tile of before),
+#: read once per process; unset or empty: ``EXTEND_TILE``'s.
+EXTEND_KEYS_ON_M_ENV = "SGLANG_V4_ATTN_EXTEND_KEYS_ON_M"
+
+
+@functools.cache
+def extend_keys_on_m() -> int:
+    """The extend tile's ``keys_on_m``: :data:`EXTEND_KEYS_ON_M_ENV` when set, else
+    :data:`EXTEND_TILE`'s (4).
+
+    Raises:
+        ValueError: the variable is not one of 0, 1, 2, 4."""
+    v = os.environ.get(EXTEND_KEYS_ON_M_ENV, "").strip()
+    if not v:
+        return EXTEND_TILE[4]
+    if v not in ("0", "1", "2", "4"):
+        raise ValueError(f"{EXTEND_KEYS_ON_M_ENV}: expected 0, 1, 2 or 4, got {v!r}")
+    return int(v)
 
 
 def default_num_splits(
@@ -431,8 +459,9 @@ def sparse_attention(
             block_h]``: with ``block_n = 128`` and 8 warps each warpgroup computes its own keys'
             logits, where the 64-head default has both warpgroups compute all of them); 2 or 4 as
             1 with the entry rows read as that many chunks of ``D`` (needs ``dv_split = 1``).
-            ``None``: :data:`KEYS_ON_M` (0; the others not measured yet:
-            ``attention_extend_sweep.py --qk-once``).
+            ``None``: 4 with the extend tile (:data:`EXTEND_TILE`: ``T >= 128``, ``H >= 64``,
+            bf16 / fp16 pools, no tile argument given; :data:`EXTEND_KEYS_ON_M_ENV` overrides it),
+            else :data:`KEYS_ON_M` (0).
         lse: optional ``[T, H]`` fp32 buffer receiving each row's base-2 log-sum-exp of the
             scaled logits, the sink included (``log2(2**sink' + sum_j 2**(scale' q.k_j))`` with
             ``x' = x * log2(e)``), so a caller can merge another key set's partial result
@@ -496,11 +525,24 @@ def sparse_attention(
     if q.dtype != cdt:
         q = q.to(cdt)
     block_d = next_power_of_2(D)
+    fp8 = swa.codec == "fp8_main"
+    tile_args = (block_h, block_n, num_warps, num_stages, dv_split, keys_on_m)
+    if (
+        all(a is None for a in tile_args)
+        and T >= 128
+        and H >= 64
+        and not fp8
+        and q.element_size() == 2
+        and block_d // 4 >= 16
+        and extend_keys_on_m() != 0
+    ):
+        # the extend tile (EXTEND_TILE): key rows on the MMA's M, one stage
+        block_h, block_n, num_warps, num_stages, _ = EXTEND_TILE
+        keys_on_m, dv_split = extend_keys_on_m(), 1
     # tiles from the H200 sweep (benchmark/RESULTS.md): prefill wants all 64 heads per program
     # (one gather of the keys per token), decode small head blocks and long key tiles
     if block_h is None:
         block_h = 64 if (T >= 128 and H >= 64) else 16
-    fp8 = swa.codec == "fp8_main"
     if block_n is None:
         block_n = 32 if T >= 128 else (16 if T <= 4 or fp8 else 64)
     if q.element_size() > 2:  # fp32 tiles: halve to fit shared memory

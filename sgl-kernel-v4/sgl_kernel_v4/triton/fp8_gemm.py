@@ -37,14 +37,15 @@ Techniques (from DeepGEMM's and DeepSeek's published FP8 GEMM designs, written a
 The activation side (``act_quant``, the in-register e4m3 and fp16 tiles) is
 :mod:`.fp8_act_quant`; :func:`act_quant` is re-exported here.
 
-:func:`fp8_linear` picks the variant per shape (:func:`choose_variant`): w8a16 for at most
-:data:`W8A16_MAX_TOKENS` tokens, else w8a8 (``docs/QUANTIZATION.md``); the environment variable
+:func:`fp8_linear` picks the variant per shape (:func:`choose_variant`): w8a16 (its word decode up
+to :data:`WORDS_MAX_TOKENS` tokens) for at most :data:`W8A16_MAX_TOKENS` tokens, else w8a8 (``docs/QUANTIZATION.md``); the environment variable
 :data:`DECODE_VARIANT_ENV` (one of :data:`DECODE_VARIANTS`, read once) replaces the decode choice.
 ``w8a16_f16`` / ``w8a16_f16asm`` (opt-in; measured 0.94x of w8a16 at one token on the H200): the
 weight-only kernel with an fp16 product, the weights converted on the GPU's conversion pipe (one
 instruction per two values) and the activations scaled to fp16 per token and sub-step.
-``w8a16_words`` / ``w8a16_words_fold`` (opt-in, untimed): the weights read as 32-bit words and
-decoded by shifts and masks in a permuted K order (:mod:`.fp8_words`).
+``w8a16_words`` (the default up to :data:`WORDS_MAX_TOKENS` tokens; 1.07x - 1.08x ``w8a16`` per
+decode step on the H100) / ``w8a16_words_fold`` (opt-in, as fast): the weights read as 32-bit words
+and decoded by shifts and masks in a permuted K order (:mod:`.fp8_words`).
 Nothing here synchronises with the host, so decode steps are CUDA-graph capturable.
 """
 
@@ -79,6 +80,7 @@ __all__ = [
     "VARIANTS",
     "W8A16_MAX_TOKENS",
     "act_quant",
+    "WORDS_MAX_TOKENS",
     "choose_variant",
     "decode_variant_override",
     "fp8_linear",
@@ -89,8 +91,20 @@ __all__ = [
 W8A16_MAX_TOKENS = 64
 
 
+#: Largest token count that takes ``w8a16_words`` (the word decode): from the H100 run of
+#: ``fp8_linear_sweep.py --ab-only`` (benchmark/RESULTS.md) a flash decode step's FP8 linears took
+#: 3292 / 3522 us with it against 3508 / 3801 us with ``w8a16`` at 1 / 16 tokens (1.07x / 1.08x),
+#: and 5321 against 5025 us at 64 tokens (0.94x).
+WORDS_MAX_TOKENS = 16
+
+
 def choose_variant(num_tokens: int) -> str:
-    """``"w8a16"`` for ``num_tokens <= W8A16_MAX_TOKENS`` (weight-bandwidth bound), else ``"w8a8"``."""
+    """``"w8a16_words"`` for ``num_tokens <= WORDS_MAX_TOKENS``, ``"w8a16"`` up to
+    ``W8A16_MAX_TOKENS`` (both weight-bandwidth bound), else ``"w8a8"``. (:func:`fp8_linear` runs
+    ``w8a16``'s decode where the word decode does not apply: fp16 activations, a partial K step,
+    rows not 4-byte aligned.)"""
+    if num_tokens <= WORDS_MAX_TOKENS:
+        return "w8a16_words"
     return "w8a16" if num_tokens <= W8A16_MAX_TOKENS else "w8a8"
 
 

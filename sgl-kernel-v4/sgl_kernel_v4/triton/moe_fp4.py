@@ -493,7 +493,11 @@ def fused_moe_fp4(
     use_asm = (fp8 or x.dtype == torch.bfloat16) and x.is_cuda and not _interpreting()
     words = bool(cfg.pop("FP4_WORDS", 0))
     if words and fp8:
-        raise ValueError("config: FP4_WORDS (the bf16 word decode) and the fp8 product exclude each other")
+        if (config or {}).get("FP4_WORDS"):
+            raise ValueError(
+                "config: FP4_WORDS (the bf16 word decode) and the fp8 product exclude each other"
+            )
+        words = False  # the decode default's word form: the fp8 product decodes its own way
     if words and all(
         t.stride(0) % 4 == 0 and t.stride(1) % 4 == 0 and t.data_ptr() % 4 == 0 for t in (w13, w2)
     ):

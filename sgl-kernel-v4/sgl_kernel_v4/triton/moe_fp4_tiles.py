@@ -47,14 +47,16 @@ DECODE_VARIANTS: dict[str, dict[str, int]] = {
                    "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 2, "DOWN_BLOCK_N": 64},
     "fused_n32": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
                   "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 1, "DOWN_BLOCK_N": 32},
-    # the default's tiles with the word decode (fp4_tile.fp4_words_tile; untimed)
+    # fused_dsplit1's tiles with the word decode (fp4_tile.fp4_words_tile)
     "fused_dsplit1_words": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3,
                             "DOWN_STAGES": 4, "GU_FUSED": 1, "DOWN_SPLIT": 1, "FP4_WORDS": 1},
 }  # fmt: skip
 #: From the H200 sweep (``benchmark/moe_fp4_sweep.py``, RESULTS.md; E=160, k=6, D=4096, I=2048):
 #: ``fused_dsplit1`` took 48.5 us at one token vs 94.2 us for ``baseline`` (1.94x), 1.52x at two,
-#: 1.20x at four.
-DECODE_DEFAULT = "fused_dsplit1"
+#: 1.20x at four. With the word decode (``fused_dsplit1_words``) the H100 run of
+#: ``moe_fp4_sweep.py --set variants`` took 47.0 / 85.4 / 160.7 us at 1 / 2 / 4 tokens against
+#: 48.5 / 90.5 / 167.1 us (1.03x - 1.06x; RESULTS.md), the same outputs to 2.4e-4 of 0.19.
+DECODE_DEFAULT = "fused_dsplit1_words"
 
 
 def _config(n_pairs: int, E: int, k: int, elem_bytes: int) -> dict[str, int]:
