@@ -17,8 +17,8 @@ loop (the backward branch whose body holds the MMA) by kind:
   take issue slots too).
 
 ``--moe``: the same for the FP4 MoE's pair-mode kernels (``moe_fp4``: fused gate/up, K-split down;
-bf16, the launches ``test_kernels_compile._moe_fp4_launches`` lists) for the default configuration
-and ``fused_dsplit1_words`` (the word decode); a K step's weight bytes are ``BLOCK_N x BLOCK_K / 2``
+bf16, the launches ``test_kernels_compile._moe_fp4_launches`` lists) for ``fused_dsplit1``
+and ``fused_dsplit1_words`` (the word decode, the default); a K step's weight bytes are ``BLOCK_N x BLOCK_K / 2``
 (e2m1, two per byte; the scale bytes, 1/16 of that, not counted).
 
 Per weight byte: ``count x num_warps / (BLOCK_N x BLOCK_K)`` warp-instructions. Issue model
@@ -166,17 +166,18 @@ def count_loop(k: Any, warps: int, step_bytes: int) -> dict[str, Any]:
 
 
 def moe_rows() -> list[tuple[str, str, dict[str, Any]]]:
-    """``(configuration, kernel, counts)`` of the FP4 MoE pair-mode kernels (bf16), default and words."""
+    """``(configuration, kernel, counts)`` of the FP4 MoE pair-mode kernels (bf16): the byte decode
+    (``fused_dsplit1``) and the word decode (``fused_dsplit1_words``, the default)."""
     import importlib
 
     import triton
-    from sgl_kernel_v4.triton.moe_fp4 import DECODE_DEFAULT, DECODE_VARIANTS
+    from sgl_kernel_v4.triton.moe_fp4 import DECODE_VARIANTS
     from test_kernels_compile import _attrs, _moe_fp4_launches
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     out = []
-    for name in (DECODE_DEFAULT, "fused_dsplit1_words"):
+    for name in ("fused_dsplit1", "fused_dsplit1_words"):
         for module, kname, sig, consts, opts, _ in _moe_fp4_launches(DECODE_VARIANTS[name], "bf16", True):
             if "BLOCK_K" not in consts:  # the partial-sum kernel: no K loop
                 continue
