@@ -181,7 +181,8 @@ def more_bugs_server(default_model_dir: str, tmp_path_factory: pytest.TempPathFa
     """A CPU ``launch_server`` on the embedded default model with ``--context-length 1024
     --enable-cache-report``, shared by the public-bug replay modules ``test_public_bugs_more``,
     ``test_public_bugs_more_outputs``, ``test_public_bugs_fourth``,
-    ``test_public_bugs_fourth_sampling`` and ``test_public_bugs_fifth`` (their requests finish; none counts the server's totals;
+    ``test_public_bugs_fourth_sampling``, ``test_public_bugs_fifth``, ``test_vllm_suite_port_more`` and
+    ``test_thinking_budget_chat`` (their requests finish; none counts the server's totals;
     ``test_public_bugs_fourth`` flushes the prefix cache).
     Yields the ``ServerHandle``; at the end of the session the server must exit with code 0 and
     its log hold no traceback."""

@@ -216,6 +216,10 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     #: SGLang's ``--stream-response-default-include-usage``: streamed OpenAI responses end with the
     #: ``usage`` chunk even when the request's ``stream_options`` does not ask for it.
     stream_response_default_include_usage: bool = False
+    #: vLLM's ``--enable-force-include-usage``: every streamed chat / completions response ends
+    #: with the ``usage`` chunk and every chunk carries the usage so far (vLLM's
+    #: ``should_include_usage`` returns ``(True, True)`` under it, whatever ``stream_options`` says).
+    enable_force_include_usage: bool = False
     #: SGLang's ``--incremental-streaming-output``: each streamed ``/generate`` (and ``Engine``)
     #: chunk carries only what is new since the last one (text, ``output_ids``, output logprobs)
     #: instead of everything so far.

@@ -398,6 +398,12 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         help="Streamed /v1 responses always end with a usage chunk (as with stream_options.include_usage).",
     )
     a(
+        "--enable-force-include-usage",
+        action="store_true",
+        help="vLLM's flag: streamed chat / completions responses always end with a usage chunk and "
+        "carry the usage so far on every chunk, whatever stream_options asks.",
+    )
+    a(
         "--weight-version",
         type=str,
         default=d["weight_version"].default,

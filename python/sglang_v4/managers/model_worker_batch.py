@@ -49,6 +49,9 @@ class SamplingBatchInfo:
             makes no claim.
         token_ids_logprobs: per row, the token ids whose logprobs it also returns
             (``token_ids_logprob``) or ``None``; ``None`` when no row asks.
+        forced_token_ids: per row, the id that replaces the sampled one (the think-end token of
+            ``thinking_token_budget``, :mod:`sglang_v4.sampling.thinking_budget`) or ``-1``;
+            ``None`` when no row is forced. The row's logprobs stay those of the model.
     """
 
     rows: list[int]
@@ -62,6 +65,7 @@ class SamplingBatchInfo:
     future_slots: list[int]
     plain_greedy: bool = False
     token_ids_logprobs: list[list[int] | None] | None = None
+    forced_token_ids: list[int] | None = None
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_v4.entrypoints.chat_encoding import THINK_END
+from sglang_v4.entrypoints.chat_encoding import THINK_END, THINK_START
 
 
 def think_end_token_ids(tokenizer: Any, reasoning_parser: str | None) -> list[int] | None:
@@ -27,6 +27,16 @@ def think_end_token_ids(tokenizer: Any, reasoning_parser: str | None) -> list[in
         return None
     ids = [int(t) for t in tokenizer.encode(THINK_END, add_special_tokens=False)]
     return ids or None
+
+
+def reasoning_marker_ids(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """``(<think> ids, </think> ids)``, each ``tokenizer.encode(marker, add_special_tokens=False)``
+    (the sequences ``thinking_token_budget`` reads and forces,
+    :mod:`sglang_v4.sampling.thinking_budget`); two empty lists without a tokenizer."""
+    if tokenizer is None:
+        return [], []
+    enc = [[int(t) for t in tokenizer.encode(m, add_special_tokens=False)] for m in (THINK_START, THINK_END)]
+    return enc[0], enc[1]
 
 
 @dataclass

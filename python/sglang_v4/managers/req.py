@@ -32,6 +32,7 @@ import torch
 from sglang_v4.mem_cache.radix_node import RadixKey
 from sglang_v4.sampling.sampler import compute_logprobs, token_ranks, top_logprobs
 from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.sampling.thinking_budget import ThinkingBudgetState
 
 if TYPE_CHECKING:
     from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
@@ -105,6 +106,9 @@ class Req:
     finished_reason: dict | None = None
     generator: torch.Generator | None = None
     grammar: Any = None
+    #: ``thinking_token_budget``'s state (:mod:`sglang_v4.sampling.thinking_budget`), set on
+    #: admission for a request whose prompt opened the reasoning; ``None`` when nothing is bounded.
+    thinking_budget: ThinkingBudgetState | None = None
     num_retractions: int = 0
     num_oom_errors: int = 0
     sent_output_len: int = 0
@@ -240,9 +244,12 @@ class Req:
     @property
     def needs_host_history(self) -> bool:
         """Sampling this request needs the host values of its previous tokens (a grammar's mask,
-        repetition / frequency / presence penalties, multi-token bad words): its step cannot
-        overlap the one before."""
-        return self.grammar is not None or self.penalised
+        repetition / frequency / presence penalties, multi-token bad words, or the step before the
+        first token ``thinking_token_budget`` may force): its step cannot overlap the one before."""
+        if self.grammar is not None or self.penalised:
+            return True
+        tb = self.thinking_budget
+        return tb is not None and tb.needs_host_history(len(self.output_ids) + self.num_future)
 
     @property
     def finished(self) -> bool:

@@ -27,6 +27,25 @@ if TYPE_CHECKING:
     from sglang_v4.mem_cache.cache_manager import ReqStateOp
 
 
+def _forced_token_ids(reqs: Sequence[Req], lens: Sequence[int]) -> list[int] | None:
+    """Per sampling request, the id ``thinking_token_budget`` forces at output index ``lens[i]``
+    or ``-1`` (:class:`~sglang_v4.sampling.thinking_budget.ThinkingBudgetState`); ``None`` when
+    none is forced. A request whose reasoning is over drops its budget state."""
+    forced: list[int] | None = None
+    for i, (r, n) in enumerate(zip(reqs, lens)):
+        tb = r.thinking_budget
+        if tb is None:
+            continue
+        t = tb.forced_token(n, r.output_ids)
+        if tb.ended:
+            r.thinking_budget = None
+        if t >= 0:
+            if forced is None:
+                forced = [-1] * len(reqs)
+            forced[i] = t
+    return forced
+
+
 def _token_ids_logprobs(reqs: Sequence[Req]) -> list[list[int] | None] | None:
     """Each request's ``token_ids_logprob`` when it returns logprobs (else ``None``), or ``None``
     when no request asks for any (the common case)."""
@@ -291,6 +310,7 @@ class ScheduleBatch:
             future_slots=list(future_slots),
             plain_greedy=plain.count(True) == B,
             token_ids_logprobs=_token_ids_logprobs(reqs),
+            forced_token_ids=_forced_token_ids(reqs, lens),
         )
         return ModelWorkerBatch(
             forward_mode=ForwardMode.DECODE,
@@ -331,6 +351,7 @@ class ScheduleBatch:
                 future_slots=list(self.future_slots),
                 plain_greedy=plain.count(True) == len(plain),
                 token_ids_logprobs=_token_ids_logprobs(sreqs),
+                forced_token_ids=_forced_token_ids(sreqs, lens),
             )
         firsts = self.input_logprob_first
         input_lp: list[tuple[list[int], int, list[int] | None, bool] | None] = [None] * len(self.reqs)

@@ -70,6 +70,7 @@ from sglang_v4.managers.io_struct import (
     FinishReason,
     finish_abort,
 )
+from sglang_v4.managers.reasoning_tokens import reasoning_marker_ids
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.schedule_batch import FixedColumns, ScheduleBatch
 from sglang_v4.managers.schedule_policy import (
@@ -206,6 +207,8 @@ class Scheduler(
         skip_tok = bool(getattr(sa, "skip_tokenizer_init", False))
         self.tokenizer = None if skip_tok else get_tokenizer(sa.tokenizer_path or model_path)
         self.eos_ids = stop_token_ids(mc, self.tokenizer)
+        #: ``<think>`` / ``</think>`` encoded (``thinking_token_budget``; empty without a tokenizer)
+        self.think_start_ids, self.think_end_ids = reasoning_marker_ids(self.tokenizer)
         warn_tokens_beyond_vocab(mc, self.tokenizer)
         self.grammar_backend = None
         if skip_tok:

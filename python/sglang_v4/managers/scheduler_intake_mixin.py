@@ -22,6 +22,7 @@ from sglang_v4.managers.req import Req
 from sglang_v4.managers.schedule_policy import PRIORITY_DISABLED_MSG, request_priority
 from sglang_v4.mem_cache.radix_node import RadixKey
 from sglang_v4.sampling.stop_checker import stop_text_start
+from sglang_v4.sampling.thinking_budget import ThinkingBudgetState
 
 if TYPE_CHECKING:
     from sglang_v4.managers.scheduler import Scheduler
@@ -81,6 +82,13 @@ class SchedulerIntakeMixin:
             and (sp.stop_strs or sp.stop or sp.stop_regex_strs or sp.stop_regex)
         ):
             err = "stop strings need the tokenizer, which this server does not load (--skip-tokenizer-init)"
+        if err is None and sp.thinking_token_budget not in (None, -1):
+            if not self.think_end_ids:
+                err = "thinking_token_budget needs the tokenizer's </think> ids, which this server does not have"
+            else:
+                req.thinking_budget = ThinkingBudgetState.for_prompt(
+                    req.origin_input_ids, sp.thinking_token_budget, self.think_start_ids, self.think_end_ids
+                )
         if err is not None:
             req.finished_reason = finish_abort(err, 400)
             self._queue_output(req)

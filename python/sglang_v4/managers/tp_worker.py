@@ -176,6 +176,9 @@ class TpModelWorker:
                 plain_greedy=si.plain_greedy,
             )
             ids, lps = out if want_lp else (out, None)  # type: ignore[misc]
+            if si.forced_token_ids is not None:  # thinking_token_budget: the think-end token
+                forced = self._upload(si.forced_token_ids)
+                ids = torch.where(forced >= 0, forced, ids)
             self.future_map.write(si.future_slots, ids)
             ids_host = _to_host(ids)
             if lps is not None:

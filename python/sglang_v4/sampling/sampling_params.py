@@ -183,6 +183,10 @@ class SamplingParams:
             OpenAI routes tokenize into these). An extension, not in SGLang.
             :mod:`sglang_v4.sampling.token_masks` applies and checks both; ``[]`` means unset.
         beam_width: int | None. Only ``None``/``1`` accepted (beam search not supported).
+        thinking_token_budget: int | None. vLLM's field: at most this many reasoning tokens; then
+            the think-end token is forced (:mod:`sglang_v4.sampling.thinking_budget`). ``None`` or
+            ``-1``: unlimited; else at least 0. Bounds only a prompt that opened the reasoning. An
+            extension, not in SGLang.
 
     Internal fields (filled by :meth:`normalize`): ``stop_strs`` (list[str]), ``stop_regex_strs``
     (list[str]), ``stop_str_max_len`` (the most output tokens a stop string can span), ``is_normalized``.
@@ -218,6 +222,7 @@ class SamplingParams:
     beam_width: int | None = None
     allowed_token_ids: list[int] | None = None
     bad_words_ids: list[list[int]] | None = None
+    thinking_token_budget: int | None = None
 
     # --- internal (set by normalize) ---
     stop_strs: list[str] | None = field(default=None, repr=False)
@@ -246,7 +251,13 @@ class SamplingParams:
                 raise ValueError(f"{name} must be a boolean, got {type(v).__name__} {v!r}.")
         if self.max_new_tokens is not None:
             self.max_new_tokens = _as_int("max_new_tokens", self.max_new_tokens)
-        for name in ("sampling_seed", "stream_interval", "beam_width", "stop_str_after_token_id"):
+        for name in (
+            "sampling_seed",
+            "stream_interval",
+            "beam_width",
+            "stop_str_after_token_id",
+            "thinking_token_budget",
+        ):
             v = getattr(self, name)
             if v is not None:
                 setattr(self, name, _as_int(name, v))
@@ -382,6 +393,10 @@ class SamplingParams:
             raise ValueError(f"n must be in [1, {MAX_N}], got {self.n}.")
         if self.beam_width is not None and self.beam_width != 1:
             raise ValueError(f"beam_width: beam search is not supported, got {self.beam_width}.")
+        if self.thinking_token_budget is not None and self.thinking_token_budget < -1:
+            raise ValueError(
+                f"thinking_token_budget must be -1 (unlimited) or at least 0, got {self.thinking_token_budget}."
+            )
         if self.stream_interval is not None and self.stream_interval < 1:
             raise ValueError(f"stream_interval must be at least 1, got {self.stream_interval}.")
         if self.sampling_seed is not None and not _INT64_MIN <= self.sampling_seed <= _INT64_MAX:

@@ -154,6 +154,8 @@ def build_sampling_params(
         "regex": grammar.get("regex", req.regex),
         "ebnf": grammar.get("ebnf", req.ebnf),
         "custom_params": req.custom_params,
+        # vLLM's reasoning bound: the scheduler forces </think> where the prompt opened the reasoning
+        "thinking_token_budget": getattr(req, "thinking_token_budget", None),
         **vocabulary_constraints(req, tokenizer),  # vLLM's allowed_token_ids / bad_words
     }
     if isinstance(req, ChatCompletionRequest):  # --sampling-defaults (sampling_defaults.py)

@@ -263,7 +263,11 @@ class OpenAIServingBase:
         parsed body): a final usage chunk when ``stream_options.include_usage`` asks for it or
         the server sends one by default (SGLang's ``--stream-response-default-include-usage``);
         usage on every chunk too with ``stream_options.continuous_usage_stats`` (vLLM's field), only
-        when the final usage chunk is sent (vLLM's ``include_usage and continuous_usage_stats``)."""
+        when the final usage chunk is sent (vLLM's ``include_usage and continuous_usage_stats``).
+        vLLM's ``--enable-force-include-usage`` gives ``(True, True)`` whatever the request says
+        (vLLM's ``should_include_usage``)."""
+        if getattr(self.args, "enable_force_include_usage", False):
+            return True, True
         opts = req.stream_options
         include = bool(opts and opts.include_usage) or bool(
             getattr(self.args, "stream_response_default_include_usage", False)

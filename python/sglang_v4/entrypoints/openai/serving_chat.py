@@ -227,12 +227,6 @@ class ChatMixin(ChatStreamMixin):
         if max_new is not None and max_new < 0:
             raise RequestError(f"{limit_field} must be at least 0, got {max_new}.", param=limit_field)
         plan = self._plan_chat(req)
-        if plan.thinking and req.thinking_token_budget not in (None, -1):
-            raise RequestError(
-                "thinking_token_budget is not supported by sglang-v4: the reasoning length cannot be "
-                "bounded (send it with thinking off, or bound the whole reply with max_tokens).",
-                param="thinking_token_budget",
-            )
         sp = self._sampling_params(req, max_new, plan.structural_tag)
         answer_grammar = None if plan.structural_tag is not None else answer_grammar_kind(sp)
         if plan.thinking and answer_grammar is not None:

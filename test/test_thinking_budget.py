@@ -1,0 +1,189 @@
+"""vLLM's ``thinking_token_budget`` enforced: after ``budget`` reasoning tokens the next token is
+``</think>`` (``sampling/thinking_budget.py``, the scheduler's sampling inputs, the worker's
+override of the sampled id).
+
+Oracles: vLLM's stated semantics (``ThinkingTokenBudgetLogitsProcessor`` and
+vllm-project/vllm:tests/v1/logits_processors' budget cases: the reasoning holds at most ``budget``
+tokens, then the think-end ids follow; a model-written end before that is left alone; budget 0
+puts the end first), the tokenizer's own ids of ``<think>`` / ``</think>``, and the same request
+without a budget (greedy: the tokens before the forced one are unchanged).
+
+The in-process scheduler runs the embedded model (its vocabulary holds the markers) with overlap
+on and off; the chat route's parse is tested on the shared server (``test_thinking_budget_chat``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from scheduler_testutil import assert_idle, drain, make_scheduler, submit
+from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.sampling.thinking_budget import NOT_FORCED, ThinkingBudgetState, last_sequence_index
+
+pytestmark = pytest.mark.timeout(300)
+
+S, E = [7], [9]  # one-token markers for the state tests
+
+
+def test_last_sequence_index() -> None:
+    assert last_sequence_index([1, 2, 3, 1, 2], [1, 2]) == 3
+    assert last_sequence_index([1, 2, 3], [3, 4]) == -1
+    assert last_sequence_index([1, 2], []) == -1
+
+
+@pytest.mark.parametrize(
+    ("prompt", "budget", "start"),
+    [
+        ([1, 7], 5, 5),  # the prompt ends with <think>: the whole budget is left
+        ([1, 7, 3, 4], 5, 3),  # two reasoning tokens already in the prompt
+        ([1, 7, 3, 4], 1, 0),  # the prompt's reasoning is over budget: the end comes first
+        ([1, 7], 0, 0),
+    ],
+)
+def test_state_starts_where_the_budget_runs_out(prompt: list[int], budget: int, start: int) -> None:
+    st = ThinkingBudgetState.for_prompt(prompt, budget, S, E)
+    assert st is not None and st.start == start
+    outs = [5] * start
+    assert [st.forced_token(i, outs[:i]) for i in range(start)] == [NOT_FORCED] * start
+    assert st.forced_token(start, outs) == 9
+    assert st.forced_token(start + 1, outs + [9]) == NOT_FORCED and st.ended
+
+
+@pytest.mark.parametrize(
+    ("prompt", "budget"),
+    [([1, 2], 5), ([7, 3, 9, 4], 5), ([7, 3], None), ([7, 3], -1)],
+)
+def test_nothing_bounded(prompt: list[int], budget: int | None) -> None:
+    """No ``<think>`` in the prompt, a closed one, no budget or -1: no state."""
+    assert ThinkingBudgetState.for_prompt(prompt, budget, S, E) is None
+
+
+def test_model_written_end_is_left_alone() -> None:
+    st = ThinkingBudgetState.for_prompt([1, 7], 3, S, E)
+    assert st is not None
+    assert st.forced_token(3, [5, 9, 5]) == NOT_FORCED and st.ended
+    assert st.forced_token(4, [5, 9, 5, 5]) == NOT_FORCED
+
+
+def test_multi_token_end_is_forced_in_order() -> None:
+    st = ThinkingBudgetState.for_prompt([1, 7, 8], 2, [7, 8], [9, 10, 11])
+    assert st is not None and st.start == 2
+    assert [st.forced_token(i, [5, 5, 9, 10][:i]) for i in range(2, 5)] == [9, 10, 11]
+    assert st.forced_token(5, [5, 5, 9, 10, 11]) == NOT_FORCED
+
+
+def test_host_waits_only_before_the_first_forced_token() -> None:
+    st = ThinkingBudgetState.for_prompt([1, 7], 4, S, E)
+    assert st is not None
+    assert [st.needs_host_history(n) for n in range(7)] == [False] * 4 + [True] + [False] * 2
+    zero = ThinkingBudgetState.for_prompt([1, 7], 0, S, E)
+    assert zero is not None and not zero.needs_host_history(0)
+
+
+def test_sampling_params_field() -> None:
+    assert SamplingParams.from_dict({"thinking_token_budget": 3}).thinking_token_budget == 3
+    with pytest.raises(ValueError, match="thinking_token_budget"):
+        SamplingParams.from_dict({"thinking_token_budget": -2}).verify()
+    with pytest.raises(ValueError, match="thinking_token_budget"):
+        SamplingParams.from_dict({"thinking_token_budget": 1.5})
+
+
+@pytest.fixture(scope="module")
+def markers(mtok: Any) -> tuple[int, int]:
+    s = mtok.encode("<think>", add_special_tokens=False)
+    e = mtok.encode("</think>", add_special_tokens=False)
+    assert len(s) == len(e) == 1
+    return s[0], e[0]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_scheduler_forces_think_end(
+    default_model_dir: str, mtok: Any, markers: tuple[int, int], overlap: bool
+) -> None:
+    """Concurrent requests (two prompts, budgets 0, 1, 5, one past ``max_new_tokens`` and none,
+    ``n``-style duplicates, a prompt with reasoning already in it and one with a closed
+    reasoning): each output is the unbounded output up to the budget, then ``</think>``; the
+    forced token counts against ``max_new_tokens``; nothing leaks."""
+    start, end = markers
+    s = make_scheduler(default_model_dir, disable_overlap_schedule=not overlap)
+    p1 = mtok.encode("Why is the sky blue?", add_special_tokens=False) + [start]
+    p2 = (
+        mtok.encode("Count to ten.", add_special_tokens=False)
+        + [start]
+        + mtok.encode(" one two", add_special_tokens=False)
+    )
+    closed = mtok.encode("Hi", add_special_tokens=False) + [start, end]
+    n = 8
+    cases = {
+        "p1-free": (p1, None),
+        "p1-0": (p1, 0),
+        "p1-1": (p1, 1),
+        "p1-5": (p1, 5),
+        "p1-5b": (p1, 5),
+        "p1-big": (p1, 50),
+        "p2-free": (p2, None),
+        "p2-5": (p2, 5),
+        "closed-free": (closed, None),
+        "closed-2": (closed, 2),
+    }
+    for rid, (ids, budget) in cases.items():
+        submit(s, rid, ids, n, sampling=None if budget is None else {"thinking_token_budget": budget})
+    res = drain(s)
+    in_p2 = len(p2) - (p2.index(start) + 1)
+    for rid, (ids, budget) in cases.items():
+        out = res[rid]["ids"]
+        assert len(out) == n and res[rid]["completion"] == n, (rid, out)
+        free = res[rid.split("-")[0] + "-free"]["ids"]
+        if budget is None or ids is closed or budget >= n:
+            if end not in free[: n if budget is None else budget]:
+                assert out == free, rid  # nothing forced (no budget, closed reasoning, over max)
+            continue
+        k = max(0, budget - (in_p2 if ids is p2 else 0))
+        if end in free[:k]:
+            assert out == free, rid  # the model ended its reasoning itself
+            continue
+        assert out[:k] == free[:k] and out[k] == end, (rid, out, free)
+    assert res["p1-5"]["ids"] == res["p1-5b"]["ids"]
+    assert_idle(s)
+
+
+def test_scheduler_budget_with_prefix_cache(
+    default_model_dir: str, mtok: Any, markers: tuple[int, int]
+) -> None:
+    """The same prompt twice in turn (the second is a prefix-cache hit) and with ``max_new_tokens``
+    equal to the budget + 1: the forced token is the last output both times."""
+    start, end = markers
+    s = make_scheduler(default_model_dir)
+    p = mtok.encode("A long question about caches. " * 60, add_special_tokens=False) + [start]
+    for rid in ("a", "b"):
+        submit(s, rid, p, 4, sampling={"thinking_token_budget": 3})
+        r = drain(s)[rid]
+        assert r["ids"][3] == end and len(r["ids"]) == 4, r
+    assert r["cached"] > 0
+    assert_idle(s)
+
+
+def test_overlap_decides_with_the_previous_token_known(
+    default_model_dir: str, mtok: Any, markers: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With overlap on, the batch that samples the first token the budget may force is built
+    after the previous token is on the host (a model-written ``</think>`` just before it must
+    cancel the forcing): every decision at ``start`` sees all ``start`` earlier outputs."""
+    start, end = markers
+    seen: list[tuple[int, int, int]] = []
+    real = ThinkingBudgetState.forced_token
+
+    def spy(self: ThinkingBudgetState, index: int, output_ids: Any) -> int:
+        seen.append((self.start, index, len(output_ids)))
+        return real(self, index, output_ids)
+
+    monkeypatch.setattr(ThinkingBudgetState, "forced_token", spy)
+    s = make_scheduler(default_model_dir)
+    p = mtok.encode("Why is the sky blue?", add_special_tokens=False) + [start]
+    for i, budget in enumerate((1, 2, 4)):
+        submit(s, f"r{i}", p, 6, sampling={"thinking_token_budget": budget})
+    res = drain(s)
+    at_start = [(st, i, k) for st, i, k in seen if i == st]
+    assert len(at_start) >= 3 and all(k == i for _, i, k in at_start), seen
+    assert all(res[f"r{i}"]["ids"][b] == end for i, b in enumerate((1, 2, 4)))
