@@ -6,9 +6,10 @@ Each test names the SGLang test it comes from (``sgl-project/sglang:path::test_n
 that already had a test here are not repeated.
 
 Fault found and fixed: ``/generate`` (and ``Engine.generate``) refused ``data_parallel_rank: 0``
-(and ``routed_dp_rank: 0``) as an unsupported feature. SGLang dispatches a pinned request to rank
-``k`` of its ``dp_size`` ranks and refuses only a rank outside ``[0, dp_size)``; a server here is
-one rank, so ``0`` is now accepted and any other rank is refused with SGLang's messages.
+(and ``routed_dp_rank: 0``) as an unsupported feature, while the OpenAI routes silently ignored
+any rank. SGLang dispatches a pinned request to rank ``k`` of its ``dp_size`` ranks and refuses
+only a rank outside ``[0, dp_size)``; a server here is one rank, so ``0`` is now accepted on every
+route and any other rank is refused with SGLang's messages.
 
 Deliberately not matched: ``/detokenize`` of an id outside the vocabulary is a 400 naming the
 position (SGLang's test expects its 500); the text parts of one message are joined by a blank
@@ -281,7 +282,9 @@ def test_data_parallel_rank_zero_is_this_server(more_bugs_server: ServerHandle) 
     """SGLang's ``data_parallel_rank`` / ``routed_dp_rank`` (``GenerateReqInput``; SGLang's
     ``Engine.generate`` refuses a rank ``< 0`` or ``>= dp_size``): a server here is one rank, so
     rank 0 is served like an unpinned request (same greedy tokens), rank 1 and -1 are 400s in
-    SGLang's words, a non-integer a 400 naming the field. (Before: even rank 0 was a 400.)"""
+    SGLang's words, a non-integer a 400 naming the field; the OpenAI routes check the pin the same
+    way (``param`` the field). (Before: even rank 0 was a 400 on ``/generate``, and any rank was
+    silently ignored on the OpenAI routes.)"""
     base = {"text": "pin me", "sampling_params": {"temperature": 0, "max_new_tokens": 4, "ignore_eos": True}}
     plain = generate(more_bugs_server, base)
     for field in ("data_parallel_rank", "routed_dp_rank"):
@@ -293,6 +296,16 @@ def test_data_parallel_rank_zero_is_this_server(more_bugs_server: ServerHandle) 
             assert r.status_code == 400, (field, value, r.text[:300])
             msg = r.json()["error"]["message"]
             assert field in msg and needle in msg, msg
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "pin me"}], "max_tokens": 1}
+    for path, body in (
+        ("/v1/chat/completions", chat),
+        ("/v1/completions", {"model": MODEL, "prompt": "pin me", "max_tokens": 1}),
+    ):
+        for field in ("data_parallel_rank", "routed_dp_rank"):
+            assert post(more_bugs_server, path, {**body, field: 0}).status_code == 200
+            r = post(more_bugs_server, path, {**body, field: 3})
+            assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text[:300]
+            assert "less than dp_size: 1" in r.json()["error"]["message"]
 
 
 def test_engine_data_parallel_rank(shared_fake_engine: Any) -> None:

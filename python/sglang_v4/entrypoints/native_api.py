@@ -116,7 +116,7 @@ _IGNORED_FIELDS = {
 }
 #: SGLang's data-parallel rank pins (``routed_dp_rank`` is the later name): this server is one rank
 #: (rank 0) of its own, so ``0`` is the pin it already honours and is accepted; any other value is
-#: refused as SGLang refuses a rank outside ``[0, dp_size)`` (:func:`_check_dp_rank`).
+#: refused as SGLang refuses a rank outside ``[0, dp_size)`` (:func:`check_dp_rank`).
 _DP_RANK_FIELDS = ("data_parallel_rank", "routed_dp_rank")
 #: SGLang ``/generate`` / ``Engine.generate`` fields that are not implemented or are ignored here.
 SGLANG_ONLY_FIELDS = frozenset(_UNSUPPORTED_IF_SET | _IGNORED_FIELDS | set(_DP_RANK_FIELDS))
@@ -299,7 +299,7 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _check_dp_rank(name: str, value: Any) -> None:
+def check_dp_rank(name: str, value: Any) -> None:
     """A ``data_parallel_rank`` / ``routed_dp_rank`` pin: ``None`` or ``0`` (this server's one rank).
 
     SGLang dispatches a pinned request to rank ``value`` of its ``dp_size`` ranks and refuses a
@@ -335,7 +335,7 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
         if not is_unset(body.get(k)):
             raise RequestError(f"{k} is not supported by sglang-v4.")
     for k in _DP_RANK_FIELDS:
-        _check_dp_rank(k, body.get(k))
+        check_dp_rank(k, body.get(k))
     text, ids = body.get("text"), body.get("input_ids")
     if text is not None:
         _check_type(
