@@ -332,8 +332,10 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         position, in SGLang's order). ``sampling_params`` is one dict for every prompt or one per
         prompt. SGLang features this runtime does not implement (``image_data``, ``audio_data``,
         ``video_data``, ``lora_path``, ``custom_logit_processor``, ``return_hidden_states``,
-        ``bootstrap_*``, ``data_parallel_rank``, ``session_params``, ...)
+        ``bootstrap_*``, ``session_params``, ...)
         are accepted when left unset and raise ``ValueError`` naming the field otherwise;
+        ``data_parallel_rank`` / ``routed_dp_rank`` may be ``0`` (the Engine is one rank) and raise
+        ``ValueError`` for any other rank, as SGLang's does for a rank outside ``[0, dp_size)``;
         ``extra_key`` / ``cache_salt`` (SGLang's and vLLM's) set the request's prefix-cache
         namespace; ``session_id`` and the other fields ``/generate`` ignores are ignored.
 

@@ -3,7 +3,8 @@
 ``parse_generate_body`` type-checks a decoded ``/generate`` body (SGLang 0.5.x field names) and
 builds a :class:`~sglang_v4.managers.io_struct.GenerateReqInput`; SGLang fields this runtime does
 not implement are accepted only when null/false (a 400 naming the field otherwise), a few
-routing-only fields are ignored. Unknown top-level fields are ignored with one warning naming them
+routing-only fields are ignored, and a data-parallel rank pin is accepted for rank 0, the one
+rank a server is. Unknown top-level fields are ignored with one warning naming them
 (:func:`drop_unknown_fields`), as SGLang's handler does: it parses the body into its
 ``GenerateReqInput`` dataclass, which drops keys it does not declare, so a client that sends a
 field of a later SGLang version still gets its answer. An unknown key inside ``sampling_params`` is
@@ -68,8 +69,6 @@ _UNSUPPORTED_IF_SET = {
     "bootstrap_host",
     "bootstrap_port",
     "bootstrap_room",
-    "data_parallel_rank",
-    "routed_dp_rank",
     "return_routed_experts",
     "return_bytes",
     "return_entropy",
@@ -115,8 +114,12 @@ _IGNORED_FIELDS = {
     "external_trace_header",
     "routed_experts_start_len",  # read only with return_routed_experts, which is refused
 }
+#: SGLang's data-parallel rank pins (``routed_dp_rank`` is the later name): this server is one rank
+#: (rank 0) of its own, so ``0`` is the pin it already honours and is accepted; any other value is
+#: refused as SGLang refuses a rank outside ``[0, dp_size)`` (:func:`check_dp_rank`).
+_DP_RANK_FIELDS = ("data_parallel_rank", "routed_dp_rank")
 #: SGLang ``/generate`` / ``Engine.generate`` fields that are not implemented or are ignored here.
-SGLANG_ONLY_FIELDS = frozenset(_UNSUPPORTED_IF_SET | _IGNORED_FIELDS)
+SGLANG_ONLY_FIELDS = frozenset(_UNSUPPORTED_IF_SET | _IGNORED_FIELDS | set(_DP_RANK_FIELDS))
 _KNOWN_GENERATE_FIELDS = frozenset(_GENERATE_FIELDS) | SGLANG_ONLY_FIELDS
 
 #: ``sampling_params`` keys of SGLang 0.5.23's contract for features this runtime lacks: accepted
@@ -296,6 +299,25 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def check_dp_rank(name: str, value: Any) -> None:
+    """A ``data_parallel_rank`` / ``routed_dp_rank`` pin: ``None`` or ``0`` (this server's one rank).
+
+    SGLang dispatches a pinned request to rank ``value`` of its ``dp_size`` ranks and refuses a
+    rank outside ``[0, dp_size)`` with the messages used here. Each sglang-v4 server (each
+    ``--dp-size`` replica too, behind the router that picks it) is one rank, so ``dp_size`` is 1.
+
+    Raises:
+        RequestError: not an integer, negative, or ``>= 1``; names the field.
+    """
+    if value is None:
+        return
+    _check_type(name, value, _is_int(value), "an integer")
+    if value < 0:
+        raise RequestError(f"{name} must be non-negative")
+    if value >= 1:
+        raise RequestError(f"{name} must be less than dp_size: 1")
+
+
 def parse_generate_body(body: Any) -> GenerateReqInput:
     """Type-check a decoded ``/generate`` JSON body and build a :class:`GenerateReqInput`.
 
@@ -312,6 +334,8 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
     for k in _UNSUPPORTED_IF_SET:
         if not is_unset(body.get(k)):
             raise RequestError(f"{k} is not supported by sglang-v4.")
+    for k in _DP_RANK_FIELDS:
+        check_dp_rank(k, body.get(k))
     text, ids = body.get("text"), body.get("input_ids")
     if text is not None:
         _check_type(

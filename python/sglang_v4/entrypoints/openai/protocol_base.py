@@ -210,6 +210,10 @@ class _SamplingExtras(_Req):
     bootstrap_host: Any = None
     bootstrap_port: Any = None
     bootstrap_room: Any = None
+    #: SGLang's data-parallel rank pin (``routed_dp_rank`` its later name): ``0`` or a 400
+    #: (:func:`~sglang_v4.entrypoints.native_api.check_dp_rank`).
+    data_parallel_rank: Any = None
+    routed_dp_rank: Any = None
 
 
 #: The request fields of :class:`_SamplingExtras` refused when set (not None / false).

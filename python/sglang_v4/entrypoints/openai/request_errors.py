@@ -194,7 +194,8 @@ def _check_unsupported(req: Any) -> None:
     """SGLang request fields of features sglang-v4 lacks (LoRA, hidden states, disaggregation...,
     :data:`~.protocol.UNSUPPORTED_OPENAI_FIELDS`) are a 400 naming the field when set, as
     ``/generate`` answers them: served without them, the output would silently differ from what
-    was asked. ``null`` / ``false`` (clients that send every field) pass.
+    was asked. ``null`` / ``false`` (clients that send every field) pass. A data-parallel rank pin
+    is checked as ``/generate`` checks it (rank 0 or a 400).
 
     Raises:
         RequestError: 400, param the first such field.
@@ -203,6 +204,13 @@ def _check_unsupported(req: Any) -> None:
         value = getattr(req, name, None)
         if value is not None and value is not False and value != [] and value != {}:
             raise RequestError(f"{name} is not supported by sglang-v4.", param=name)
+    from sglang_v4.entrypoints.native_api import check_dp_rank  # native_api imports this package
+
+    for name in ("data_parallel_rank", "routed_dp_rank"):
+        try:
+            check_dp_rank(name, getattr(req, name, None))
+        except ValueError as e:
+            raise RequestError(str(e), param=name) from None
 
 
 def _check_stream_options(req: Any) -> None:
