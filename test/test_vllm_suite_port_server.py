@@ -21,6 +21,7 @@ stated expectations.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -147,7 +148,7 @@ def test_concurrent_prompts_with_and_without_truncation(server: ServerHandle) ->
         else:
             assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == truncate, r.text
 
-    huge = " ".join(["A"] * 100_000)
+    huge = " ".join(["A"] * 50_000)
     with ThreadPoolExecutor(4) as pool:
         futures = [
             pool.submit(post, server, COMPLETIONS, {"model": MODEL, "prompt": huge, "max_tokens": 2})
@@ -234,3 +235,78 @@ def test_generation_prompt_and_continue_final_message(server: ServerHandle, mtok
     assert mtok.decode(no_gen).endswith("What is the capital of")
     assert len(gen) > len(no_gen) and gen[: len(no_gen)] == no_gen
     assert continued[: len(gen)] == gen and mtok.decode(continued[len(gen) :]) == "The capital of"
+
+
+#: vLLM's pairing of the Responses stream's closing events with their opening ones.
+_CLOSES = {
+    "response.completed": "response.created",
+    "response.incomplete": "response.created",
+    "response.output_item.done": "response.output_item.added",
+    "response.output_text.done": "response.output_text.delta",
+    "response.content_part.done": "response.content_part.added",
+    "response.reasoning_text.done": "response.reasoning_text.delta",
+    "response.function_call_arguments.done": "response.function_call_arguments.delta",
+}
+
+
+def test_responses_function_call_stream_and_round_trip(server: ServerHandle) -> None:
+    """vllm-project/vllm:tests/entrypoints/openai/responses/test_function_call.py
+    (::test_function_calling_with_streaming_types, ::test_function_calling_with_streaming_expected_arguments,
+    ::test_named_tool_use) -- a streamed forced call: every opened block is closed in order (vLLM's
+    stack of event types; ``response.incomplete`` closes like ``response.completed``), the
+    ``output_item.added`` item is a ``function_call`` whose argument deltas join to the
+    ``output_item.done`` item's JSON arguments, valid for the tool's schema, and the final
+    response equals the non-streamed one (greedy). The call item sent back as input with a
+    ``function_call_output`` for its ``call_id`` is answered with a message."""
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                "required": ["unit"],
+                "additionalProperties": False,
+            },
+        }
+    ]
+    base = {"model": MODEL, "tools": tools, "max_output_tokens": 200, "temperature": 0}
+    body = {**base, "input": [{"role": "user", "content": "Weather in Berlin?"}], "tool_choice": "required"}
+    r = requests.post(f"{server.url}/v1/responses", json={**body, "stream": True}, stream=True, timeout=120)
+    assert r.status_code == 200, r.text
+    events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: {")]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    stack: list[str] = []
+    for e in events:
+        t = e["type"]
+        if t == "response.created" or t.endswith("added"):
+            stack.append(t)
+        elif t.endswith("delta"):
+            if stack[-1] != t:
+                stack.append(t)
+        elif t in _CLOSES:
+            assert stack and stack[-1] == _CLOSES[t], (t, stack)
+            stack.pop()
+    assert stack == [], stack
+    added = [e["item"] for e in events if e["type"] == "response.output_item.added"]
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert [i["type"] for i in added] == ["function_call"] and added[0]["name"] == "get_weather"
+    streamed_args = "".join(
+        e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"
+    )
+    assert done[0]["arguments"] == streamed_args and done[0]["call_id"] == added[0]["call_id"]
+    assert json.loads(streamed_args)["unit"] in ("celsius", "fahrenheit")
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.completed" and final["output"] == done
+    whole = post(server, "/v1/responses", body).json()
+    assert [o["arguments"] for o in whole["output"]] == [streamed_args] and whole["status"] == "completed"
+
+    call = whole["output"][0]
+    back = [
+        *body["input"],
+        call,
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "20 C"},
+    ]
+    second = post(server, "/v1/responses", {**base, "input": back, "max_output_tokens": 3})
+    assert second.status_code == 200, second.text
+    assert [o["type"] for o in second.json()["output"]] == ["message"]
