@@ -15,6 +15,8 @@ Each test names the vLLM test it comes from. Faults they showed here:
 * ``/openapi.json`` documented no request body for any OpenAI route (they read their body
   themselves) and no error response, so a schema-driven client or fuzzer (vLLM's test uses
   schemathesis) had nothing to build requests from; the routes' models are now documented.
+* ``model: ""`` was a 404 ("The model `` does not exist"); vLLM serves it with the served model,
+  as an omitted ``model`` is served here.
 
 Oracles: the server's context length (the fixture's flag) and the usage counts it reports, the ids
 of the same conversation rendered with and without the generation prompt (one a prefix of the
@@ -340,3 +342,35 @@ def test_responses_function_call_stream_and_round_trip(server: ServerHandle) -> 
     second = post(server, "/v1/responses", {**base, "input": back, "max_output_tokens": 3})
     assert second.status_code == 200, second.text
     assert [o["type"] for o in second.json()["output"]] == ["message"]
+
+
+def test_empty_or_missing_model_is_the_served_model(server: ServerHandle) -> None:
+    """vllm-project/vllm:tests/entrypoints/openai/chat_completion/test_serving_chat.py::test_serving_chat_returns_correct_model_name
+    -- a request with ``model: ""`` or no ``model`` is served by the served model (vLLM: "full name
+    is returned when empty string is specified"), on chat, completions, Responses and
+    ``/tokenize``, and is answered as the same request naming ``"default"``; an unknown name stays
+    a 404."""
+    cases = (
+        (CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0}),
+        (COMPLETIONS, {"prompt": "hi", "max_tokens": 2, "temperature": 0}),
+        ("/v1/responses", {"input": "hi", "max_output_tokens": 2, "temperature": 0}),
+        ("/tokenize", {"prompt": "hi"}),
+    )
+    for path, body in cases:
+        named = post(server, path, {**body, "model": MODEL})
+        assert named.status_code == 200, named.text
+        for model in ({}, {"model": ""}):
+            r = post(server, path, {**body, **model})
+            assert r.status_code == 200, (path, model, r.text)
+            got = r.json()
+            if "model" in got:
+                assert got["model"] == MODEL, (path, got)
+            if path == "/v1/responses":
+                assert (
+                    got["output"][0]["content"][0]["text"] == named.json()["output"][0]["content"][0]["text"]
+                )
+            elif path == "/tokenize":
+                assert got == named.json()
+            else:
+                assert got["choices"] == named.json()["choices"], path
+        _error(post(server, path, {**body, "model": "no-such-model"}), 404)
