@@ -96,6 +96,7 @@ from sglang_v4.entrypoints.native_api import (
 )
 from sglang_v4.entrypoints.native_api import error_body as native_error_body
 from sglang_v4.entrypoints.openai.request_errors import loads_json_body
+from sglang_v4.entrypoints.openapi_docs import install_openapi
 from sglang_v4.entrypoints.request_id import RequestIdMiddleware
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.managers.io_struct import GenerateReqInput
@@ -238,6 +239,7 @@ def create_app(
         tm.close()
 
     app = FastAPI(lifespan=lifespan)
+    install_openapi(app)  # /openapi.json with the routes' request bodies and error shape
     app.add_middleware(
         AdmissionMiddleware,
         api_key=server_args.api_key,

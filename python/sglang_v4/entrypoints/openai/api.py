@@ -74,6 +74,10 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     async def v1_response_input_items(response_id: str, request: Request) -> Response:
         return await serving.list_input_items(request, response_id)
 
+    @router.post("/v1/responses/{response_id}/cancel")
+    async def v1_cancel_response(response_id: str, request: Request) -> Response:
+        return await serving.cancel_response(request, response_id)
+
     @router.delete("/v1/responses/{response_id}")
     async def v1_delete_response(response_id: str, request: Request) -> Response:
         return await serving.delete_response(request, response_id)

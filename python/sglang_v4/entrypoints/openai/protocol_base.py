@@ -42,16 +42,21 @@ class _Req(BaseModel):
     optional field means "not given" (its default applies), as vLLM's optional fields and the
     OpenAI API accept it; clients that serialise every parameter send ``"stream": null``,
     ``"logprobs": null``... A ``null`` for a required field (``messages``, ``prompt``, ``role``)
-    stays an error."""
+    stays an error. An empty ``model`` (``""``) is not given either where ``model`` is optional:
+    the served model answers, as vLLM does for it (SGLang serves any name)."""
 
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
 
     @model_validator(mode="before")
     @classmethod
     def _null_means_default(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or None not in data.values():
+        if not isinstance(data, dict):
             return data
         fields = cls.model_fields
+        if data.get("model") == "" and "model" in fields and not fields["model"].is_required():
+            data = {k: v for k, v in data.items() if k != "model"}
+        if None not in data.values():
+            return data
         return {
             k: v
             for k, v in data.items()

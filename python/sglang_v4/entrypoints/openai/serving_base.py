@@ -63,7 +63,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (  # re-exported: publi
     stream_failure,
 )
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
-from sglang_v4.entrypoints.openai.vllm_fields import check_vllm_fields
+from sglang_v4.entrypoints.openai.vllm_fields import check_refused_fields, check_vllm_fields
 from sglang_v4.managers.tokenization import LogprobVolumeError
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import byte_level_token_bytes
@@ -203,9 +203,13 @@ class OpenAIServingBase:
     async def _parse(self, request: Request, cls: type[BaseModel]) -> Any:
         """Decode the body as strict JSON (orjson: no NaN/Infinity, no lone surrogates, nesting
         bounded) and validate it in pydantic's strict mode (no ``"0.5"`` -> 0.5 or ``true`` -> 1.0
-        coercions; integers are accepted for floats). Cross-field rule checked here for both routes:
+        coercions; integers are accepted for floats); a refused vLLM field set in the body is refused
+        first (:func:`~.vllm_fields.check_refused_fields`). Cross-field rule checked here for both routes:
         ``stream_options`` needs ``stream: true`` (:func:`_check_stream_options`)."""
-        req = validate_request(cls, await read_json_object(request))
+        data = await read_json_object(request)
+        if cls in (ChatCompletionRequest, CompletionRequest):
+            check_refused_fields(data, cls.model_fields)
+        req = validate_request(cls, data)
         _check_stream_options(req)
         _check_unsupported(req)
         if isinstance(req, (ChatCompletionRequest, CompletionRequest)):

@@ -1,4 +1,5 @@
-"""``POST /v1/responses``, ``GET`` / ``DELETE /v1/responses/{id}``: OpenAI's Responses API on the
+"""``POST /v1/responses``, ``GET`` / ``DELETE /v1/responses/{id}``, ``POST
+/v1/responses/{id}/cancel`` (a 400: no background responses run): OpenAI's Responses API on the
 chat-completions path.
 
 A request is turned into a chat-completions request (:mod:`.responses_input`: ``input`` items ->
@@ -234,6 +235,23 @@ class ResponsesMixin(ChatMixin):
         if not self.responses_store.delete(response_id):
             return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
         return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+
+    async def cancel_response(self, request: Request, response_id: str) -> Response:
+        """``POST /v1/responses/{response_id}/cancel``: OpenAI cancels only responses created with
+        ``background: true``, which this server does not run (every response is finished when its
+        ``POST`` returns), so a stored response is a 400 that says so and leaves it unchanged; an
+        unknown id is a 404, as on ``GET``."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        if self.responses_store.get(response_id) is None:
+            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        return error_response(
+            "Cannot cancel a synchronous response: only responses created with background=true "
+            "can be cancelled, and this server runs none.",
+            400,
+            param="response_id",
+        )
 
     # ------------------------------------------------------------------ request
     async def _responses(self, request: Request) -> Response:

@@ -27,6 +27,7 @@ from sglang_v4.entrypoints.openai.request_errors import RequestError
 
 __all__ = [
     "cache_namespace",
+    "check_refused_fields",
     "check_vllm_fields",
     "special_token_edges",
     "token_id_text",
@@ -76,6 +77,23 @@ def cache_namespace(req: Any) -> str | None:
     first block's hash), requests of one namespace share them."""
     parts = [v for v in (getattr(req, "cache_salt", None), getattr(req, "extra_key", None)) if v]
     return "".join(parts) or None
+
+
+def check_refused_fields(data: dict[str, Any], fields: Any) -> None:
+    """Refuse the refused vLLM fields (:data:`_REFUSED`) set in a raw request body, before it is
+    validated: such a field can stand in for a required one (``prompt_embeds`` for ``prompt``), so
+    the schema error of the missing one would hide the real reason.
+
+    Args:
+        data: the decoded JSON body.
+        fields: the field names of the request class (its ``model_fields``); others are skipped.
+
+    Raises:
+        RequestError: 400 naming the first refused field that is set, as :func:`check_vllm_fields`.
+    """
+    for name, why in _REFUSED.items():
+        if name in fields and _is_set(data.get(name)):
+            raise RequestError(f"{name} is not supported by sglang-v4: {why}.", param=name)
 
 
 def check_vllm_fields(req: Any) -> None:
