@@ -30,6 +30,23 @@ def test_last_sequence_index() -> None:
     assert last_sequence_index([1, 2, 3, 1, 2], [1, 2]) == 3
     assert last_sequence_index([1, 2, 3], [3, 4]) == -1
     assert last_sequence_index([1, 2], []) == -1
+    assert last_sequence_index((1, 1, 1), [1, 1]) == 1  # overlapping, any sequence type
+
+
+def test_last_sequence_index_vs_brute_force() -> None:
+    """Random short id lists over a 3-token alphabet (many partial and overlapping matches)
+    against the definition written as a plain scan of every start from the end."""
+    import random
+
+    def brute(ids: list[int], seq: list[int]) -> int:
+        starts = [i for i in range(len(ids) - len(seq) + 1) if seq and ids[i : i + len(seq)] == seq]
+        return starts[-1] if starts else -1
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        ids = [rng.randrange(3) for _ in range(rng.randrange(12))]
+        seq = [rng.randrange(3) for _ in range(rng.randrange(4))]
+        assert last_sequence_index(ids, seq) == brute(ids, seq), (ids, seq)
 
 
 @pytest.mark.parametrize(
