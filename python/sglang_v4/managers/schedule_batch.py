@@ -11,7 +11,6 @@ answers with a :class:`GenerationBatchResult`.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,9 +28,6 @@ if TYPE_CHECKING:
     from sglang_v4.mem_cache.cache_manager import ReqStateOp
 
 
-_thinking_budget_of = operator.attrgetter("thinking_budget")
-
-
 def _forced_token_ids(reqs: Sequence[Req], lens: Sequence[int]) -> list[int] | None:
     """Per sampling request, the id ``thinking_token_budget`` forces at output index ``lens[i]``
     or ``-1`` (:class:`~sglang_v4.sampling.thinking_budget.ThinkingBudgetState`); ``None`` when
@@ -39,15 +35,16 @@ def _forced_token_ids(reqs: Sequence[Req], lens: Sequence[int]) -> list[int] | N
     grammar wins: a forced id that it does not allow next is not forced and ends the budget (a
     grammar applied from the first token, e.g. ``json_schema`` on ``/generate``, has no reasoning
     block to close; forcing the id would abort the request). A batch without budgets costs one
-    C-level pass."""
-    budgets = list(map(_thinking_budget_of, reqs))
-    if budgets.count(None) == len(budgets):
+    comprehension over its requests."""
+    rows = [i for i, r in enumerate(reqs) if r.thinking_budget is not None]
+    if not rows:
         return None
     forced: list[int] | None = None
-    for i, (r, tb, n) in enumerate(zip(reqs, budgets, lens)):
-        if tb is None:
-            continue
-        t = tb.forced_token(n, r.output_ids)
+    for i in rows:
+        r = reqs[i]
+        tb = r.thinking_budget
+        assert tb is not None
+        t = tb.forced_token(lens[i], r.output_ids)
         if t >= 0 and r.grammar is not None and not r.grammar.allows(t):
             tb.ended, t = True, NOT_FORCED
         if tb.ended:
