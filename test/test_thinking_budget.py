@@ -30,6 +30,23 @@ def test_last_sequence_index() -> None:
     assert last_sequence_index([1, 2, 3, 1, 2], [1, 2]) == 3
     assert last_sequence_index([1, 2, 3], [3, 4]) == -1
     assert last_sequence_index([1, 2], []) == -1
+    assert last_sequence_index((1, 1, 1), [1, 1]) == 1  # overlapping, any sequence type
+
+
+def test_last_sequence_index_vs_brute_force() -> None:
+    """Random short id lists over a 3-token alphabet (many partial and overlapping matches)
+    against the definition written as a plain scan of every start from the end."""
+    import random
+
+    def brute(ids: list[int], seq: list[int]) -> int:
+        starts = [i for i in range(len(ids) - len(seq) + 1) if seq and ids[i : i + len(seq)] == seq]
+        return starts[-1] if starts else -1
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        ids = [rng.randrange(3) for _ in range(rng.randrange(12))]
+        seq = [rng.randrange(3) for _ in range(rng.randrange(4))]
+        assert last_sequence_index(ids, seq) == brute(ids, seq), (ids, seq)
 
 
 @pytest.mark.parametrize(
@@ -187,3 +204,33 @@ def test_overlap_decides_with_the_previous_token_known(
     at_start = [(st, i, k) for st, i, k in seen if i == st]
     assert len(at_start) >= 3 and all(k == i for _, i, k in at_start), seen
     assert all(res[f"r{i}"]["ids"][b] == end for i, b in enumerate((1, 2, 4)))
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_grammar_wins_over_the_forced_end(
+    default_model_dir: str, mtok: Any, markers: tuple[int, int], overlap: bool
+) -> None:
+    """A grammar applied from the first token (``/generate`` with a ``regex`` on a prompt that
+    ends with ``<think>``) never allows ``</think>``: the budget must not force it (it would abort
+    the request with the grammar's 500); the output follows the grammar. A grammar that allows
+    the end still gets it forced. Oracle: the regex itself (Python's ``re``) and the tokenizer's
+    ids."""
+    import re
+
+    start, end = markers
+    s = make_scheduler(default_model_dir, disable_overlap_schedule=not overlap)
+    if s.grammar_backend is None:
+        pytest.skip("constrained decoding unavailable")
+    p = mtok.encode("Why is the sky blue?", add_special_tokens=False) + [start]
+    regex = "[a-z]{4,12}"
+    submit(s, "strict", p, 8, ignore_eos=False, sampling={"regex": regex, "thinking_token_budget": 1})
+    free = "(.|\\n)*"  # any text: </think> included
+    submit(s, "free", p, 4, sampling={"regex": free, "thinking_token_budget": 1})
+    res = drain(s)
+    strict = res["strict"]
+    assert strict["finish"]["type"] != "abort", strict["finish"]
+    assert end not in strict["ids"]
+    text = mtok.decode([t for t in strict["ids"] if t not in s.eos_ids])
+    assert re.fullmatch(regex, text), text
+    assert res["free"]["ids"][1] == end, res["free"]
+    assert_idle(s)

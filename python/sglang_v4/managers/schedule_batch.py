@@ -21,6 +21,7 @@ from sglang_v4.managers.model_worker_batch import (
     SamplingBatchInfo,
 )
 from sglang_v4.model_executor.forward_batch_info import ReqForwardInput
+from sglang_v4.sampling.thinking_budget import NOT_FORCED
 
 if TYPE_CHECKING:
     from sglang_v4.managers.req import Req
@@ -30,13 +31,22 @@ if TYPE_CHECKING:
 def _forced_token_ids(reqs: Sequence[Req], lens: Sequence[int]) -> list[int] | None:
     """Per sampling request, the id ``thinking_token_budget`` forces at output index ``lens[i]``
     or ``-1`` (:class:`~sglang_v4.sampling.thinking_budget.ThinkingBudgetState`); ``None`` when
-    none is forced. A request whose reasoning is over drops its budget state."""
+    none is forced. A request whose reasoning is over drops its budget state. The request's
+    grammar wins: a forced id that it does not allow next is not forced and ends the budget (a
+    grammar applied from the first token, e.g. ``json_schema`` on ``/generate``, has no reasoning
+    block to close; forcing the id would abort the request). A batch without budgets costs one
+    comprehension over its requests."""
+    rows = [i for i, r in enumerate(reqs) if r.thinking_budget is not None]
+    if not rows:
+        return None
     forced: list[int] | None = None
-    for i, (r, n) in enumerate(zip(reqs, lens)):
+    for i in rows:
+        r = reqs[i]
         tb = r.thinking_budget
-        if tb is None:
-            continue
-        t = tb.forced_token(n, r.output_ids)
+        assert tb is not None
+        t = tb.forced_token(lens[i], r.output_ids)
+        if t >= 0 and r.grammar is not None and not r.grammar.allows(t):
+            tb.ended, t = True, NOT_FORCED
         if tb.ended:
             r.thinking_budget = None
         if t >= 0:

@@ -183,6 +183,18 @@ class Grammar:
         xgr.apply_token_bitmask_inplace(row, bitmask)
         return torch.isfinite(row[0])
 
+    def allows(self, token_id: int) -> bool:
+        """Whether ``token_id`` may come next (its bit in the matcher's next-token bitmask; False
+        once terminated or outside ``[0, vocab_size)``). The state is unchanged."""
+        import xgrammar as xgr
+
+        t = int(token_id)
+        if not 0 <= t < self.vocab_size or self.is_terminated():
+            return False
+        bitmask = xgr.allocate_token_bitmask(1, self.vocab_size)
+        self.fill_bitmask(bitmask, 0)
+        return bool((int(bitmask[0, t // 32]) >> (t % 32)) & 1)
+
     def allows_any_token(self) -> bool:
         """Whether some token of the vocabulary may come next (False at a dead end: a grammar
         whose language is empty, such as the regex ``[^\\s\\S]``, or one with no continuation of

@@ -36,15 +36,26 @@ NOT_FORCED = -1
 
 
 def last_sequence_index(ids: Sequence[int], seq: Sequence[int]) -> int:
-    """Start index of the last occurrence of ``seq`` in ``ids``; ``-1`` when absent or ``seq`` is empty."""
+    """Start index of the last occurrence of ``seq`` in ``ids``; ``-1`` when absent or ``seq`` is empty.
+
+    The candidates are found with ``list.index`` on the reversed ids (C speed: a long prompt is
+    scanned on the scheduler's thread when a request with a budget arrives)."""
     m = len(seq)
     if m == 0:
         return -1
-    seq = list(seq)
-    for i in range(len(ids) - m, -1, -1):
-        if list(ids[i : i + m]) == seq:
+    seq, ids = list(seq), ids if isinstance(ids, list) else list(ids)
+    n, first = len(ids), seq[0]
+    rev = ids[::-1]  # ids[i] is rev[n - 1 - i]; a match starts at i <= n - m, so rev index >= m - 1
+    j = m - 1
+    while True:
+        try:
+            j = rev.index(first, j)
+        except ValueError:
+            return -1
+        i = n - 1 - j
+        if ids[i : i + m] == seq:
             return i
-    return -1
+        j += 1
 
 
 @dataclass(slots=True)

@@ -413,9 +413,11 @@ def _ptx_ok(x: torch.Tensor) -> bool:
 
 
 def _words_ok(x: torch.Tensor, weight: torch.Tensor, K: int, block_k: int) -> bool:
-    """The word decode applies: bf16 / fp32 activations, whole K steps, 4-byte aligned rows."""
+    """The word decode applies: bf16 / fp32 activations, whole K steps of whole 128-wide permuted
+    blocks, 4-byte aligned rows."""
     aligned = weight.stride(0) % 4 == 0 and weight.data_ptr() % 4 == 0
-    return x.dtype in (torch.bfloat16, torch.float32) and K % block_k == 0 and aligned
+    whole = block_k % BLOCK == 0 and K % block_k == 0
+    return x.dtype in (torch.bfloat16, torch.float32) and whole and aligned
 
 
 def fp8_linear(
@@ -441,7 +443,8 @@ def fp8_linear(
             ``"w8a16_words"`` / ``"w8a16_words_fold"`` (weights read as 32-bit words, decoded by
             shifts and masks in a permuted K order, :mod:`.fp8_words`; activations below ``2**64``
             / weight scales below ``2**8``; fp16 activations, ``K`` not a multiple of the K step
-            or unaligned weight rows run ``w8a16``).
+            or unaligned weight rows run ``w8a16``, as does a default choice with a ``config``
+            whose ``BLOCK_K`` is below 128).
         config: tile override for the chosen kernel (keys of ``_w8a16_config`` / ``_w8a8_config``;
             w8a16 / w8a8_fused: ``fp8_gemm_tiles.check_w8a16_config`` says what is valid, and
             w8a8_fused and the words variants need ``BLOCK_K`` a multiple of 128: a sub-step is
@@ -455,6 +458,7 @@ def fp8_linear(
             w8a8_fused ``config``, or (``variant=None``) an invalid :data:`DECODE_VARIANT_ENV`.
     """
     T, G, N, K = check_fp8_linear_args(x, weight, weight_scale)
+    chosen = variant is None  # a default: a form that does not apply falls back, never raises
     if variant is None:
         variant = choose_variant(T)
         if T <= W8A16_MAX_TOKENS:
@@ -486,7 +490,7 @@ def fp8_linear(
     words = _WORDS.get(variant, 0)
     if config is not None:
         check_w8a16_config(config)
-        if (quant_a or words) and config["BLOCK_K"] < BLOCK:
+        if (quant_a or (words and not chosen)) and config["BLOCK_K"] < BLOCK:
             raise ValueError(f"config: {variant} needs BLOCK_K >= {BLOCK}, got {config['BLOCK_K']}")
     cfg = dict(config or _w8a16_config(T, N, G, K, num_sms(dev), x.element_size()))
     bm, bn, bk, split = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), cfg.pop("SPLIT_K")

@@ -442,7 +442,9 @@ def fused_moe_fp4(
             and ``FP8_CVT`` (1: the GPU's e4m3 conversion); in fp8 the K steps are multiples of
             128 (a default that is not becomes 128). ``FP4_WORDS`` (1: the bf16 product with the
             word decode of :func:`.fp4_tile.fp4_words_tile` where a K step is a whole multiple of
-            128 inside K; 4-byte aligned weights; not with ``FP8_MMA``).
+            128 inside K; 4-byte aligned weights; not with ``FP8_MMA``): the pair-mode default
+            without ``config`` (dropped under the fp8 product); a given ``config`` without the key
+            runs the byte decode (``DECODE_VARIANTS["fused_dsplit1"]`` is that layout's byte form).
 
     Returns:
         ``[T, D]`` in x's dtype (fp32 accumulation).
@@ -470,6 +472,8 @@ def fused_moe_fp4(
     if fp8:  # an activation group (128) never spans two K steps
         cfg.update({key: 128 for key in ("BLOCK_K", "DOWN_BLOCK_K") if cfg.get(key, 128) % 128})
     cfg.update(config or {})
+    if config and "FP4_WORDS" not in config:
+        cfg.pop("FP4_WORDS", None)  # a given configuration names its decode: without the key, bytes
     fp8 = fp8_code(cfg, x, _interpreting())
     bm, bn, bk, pair = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K"), bool(cfg.pop("PAIR"))
     fused = bool(cfg.pop("GU_FUSED", 0))
