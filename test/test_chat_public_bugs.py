@@ -85,17 +85,28 @@ def test_reasoning_field_name_of_vllm_is_kept_in_the_prompt(tok: PreTrainedToken
     assert r.json()["tokens"] == tok.encode(case["expected"], add_special_tokens=False)
 
 
-def test_reasoning_content_wins_over_reasoning_and_bad_types_are_400(tok: PreTrainedTokenizerFast) -> None:
-    """Both names given: ``reasoning_content`` (DeepSeek's) is the one rendered. A ``reasoning``
-    that is not a string is a 400 naming the field, as for ``reasoning_content``."""
+def test_reasoning_both_names_equal_or_400_and_bad_types_are_400(tok: PreTrainedTokenizerFast) -> None:
+    """Both names given with the same text (an answer echoed back as the openai client dumps it:
+    our message carries both): the reference encoder's prompt. Both given and different: a 400
+    naming both fields (which one the client meant is unknown). A ``reasoning`` that is not a
+    string is a 400 naming the field, as for ``reasoning_content``."""
     case = _REASONING_CASES[0]
-    msgs = copy.deepcopy(case["messages"])
-    for m in msgs:
+    c = _client(FakeTM(tok))
+    same = copy.deepcopy(case["messages"])
+    for m in same:
+        if "reasoning_content" in m:
+            m["reasoning"] = m["reasoning_content"]
+    r = c.post("/tokenize", json=_tokenize_body(case, same))
+    assert r.status_code == 200, r.text
+    assert r.json()["tokens"] == tok.encode(case["expected"], add_special_tokens=False)
+    differ = copy.deepcopy(case["messages"])
+    for m in differ:
         if "reasoning_content" in m:
             m["reasoning"] = "NOT THIS " + m["reasoning_content"]
-    c = _client(FakeTM(tok))
-    r = c.post("/tokenize", json=_tokenize_body(case, msgs))
-    assert r.json()["tokens"] == tok.encode(case["expected"], add_special_tokens=False)
+    for path in ("/tokenize", "/v1/chat/completions"):
+        r = c.post(path, json=_tokenize_body(case, differ))
+        assert r.status_code == 400, r.text
+        assert "reasoning_content" in r.json()["message"] and "reasoning " in r.json()["message"], r.json()
     bad = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "reasoning": {"t": 1}}]
     for path in ("/tokenize", "/v1/chat/completions"):
         r = c.post(path, json={"messages": bad, "max_tokens": 1})

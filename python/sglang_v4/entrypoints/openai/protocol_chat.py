@@ -47,10 +47,12 @@ class ChatMessageParam(_Req):
     """One input message. ``content`` is a string, ``None`` or a list of (text) content parts.
 
     An assistant turn's reasoning comes as ``reasoning_content`` (DeepSeek's and SGLang's name)
-    or as ``reasoning`` (vLLM's name since it renamed the field; its clients echo it back): a
-    ``reasoning`` alone fills ``reasoning_content``, so the prompt keeps it either way; when both
-    are given ``reasoning_content`` wins. ``prefix: true`` on the final assistant message is
-    DeepSeek's chat prefix completion: that message is continued (as ``continue_final_message``).
+    or as ``reasoning`` (vLLM's name since vllm-project/vllm#27752; its clients send their previous
+    answer back with it): a ``reasoning`` alone fills ``reasoning_content``, so the prompt keeps it
+    either way. Both given (not null) must be equal - a client echoing our answer, which carries
+    both, sends them equal - else a ``ValueError`` naming both fields (HTTP 400). ``prefix: true``
+    on the final assistant message is DeepSeek's chat prefix completion: that message is continued
+    (as ``continue_final_message``).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -66,8 +68,13 @@ class ChatMessageParam(_Req):
 
     @model_validator(mode="after")
     def _reasoning_alias(self) -> ChatMessageParam:
-        if self.reasoning_content is None and self.reasoning is not None:
+        if self.reasoning_content is None:
             self.reasoning_content = self.reasoning
+        elif self.reasoning is not None and self.reasoning != self.reasoning_content:
+            raise ValueError(
+                "reasoning and reasoning_content of an assistant message differ: give one of them "
+                "(reasoning is vLLM's name of reasoning_content), or both with the same text"
+            )
         self.reasoning = None  # one field downstream: the encoders read reasoning_content
         return self
 
@@ -192,9 +199,29 @@ class DeltaToolCall(_OmitNone):
     function: DeltaFunctionCall
 
 
-class ChatMessage(BaseModel):
+class _WithReasoningAlias(BaseModel):
+    """A message (or delta) whose dump repeats ``reasoning_content`` as ``reasoning``, right after
+    it, with the same value (``null`` included): SGLang's and DeepSeek's clients read
+    ``reasoning_content``; vLLM's read ``reasoning``, the name vLLM moved to in
+    vllm-project/vllm#27752 and kept alone after vllm-project/vllm#33402. The key is present
+    exactly where ``reasoning_content`` is, so a choice's answer has the same shape for both."""
+
+    @model_serializer(mode="wrap")
+    def _add_reasoning(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if "reasoning_content" not in data:
+            return data
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out[k] = v
+            if k == "reasoning_content":
+                out["reasoning"] = v
+        return out
+
+
+class ChatMessage(_WithReasoningAlias):
     """The assistant message of a chat choice (``reasoning_content``: the thinking-mode text, as SGLang
-    and DeepSeek's API return it)."""
+    and DeepSeek's API return it; dumped a second time as vLLM's ``reasoning``)."""
 
     role: str = "assistant"
     content: str | None = None
@@ -233,9 +260,10 @@ class ChatCompletionResponse(_OmitNoneIds):
     prompt_token_ids: list[int] | None = None
 
 
-class DeltaMessage(BaseModel):
+class DeltaMessage(_WithReasoningAlias):
     """The part of the assistant message one stream chunk adds (role first, then content,
-    reasoning or tool-call deltas)."""
+    reasoning or tool-call deltas; ``reasoning_content`` dumped a second time as vLLM's
+    ``reasoning``)."""
 
     role: str | None = None
     content: str | None = None
