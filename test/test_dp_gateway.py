@@ -164,7 +164,7 @@ def stack(tok: PreTrainedTokenizerFast) -> Iterator[SimpleNamespace]:
         time.sleep(0.02)
     seen: list[dict[str, Any]] = []
     # the stub notices a closed request as sglang-router's server does (its handler is cancelled)
-    router_url, stop_router = _serve_aiohttp(_router_stub(seen), handler_cancellation=True)
+    router_url, stop_router = _serve_aiohttp(_router_stub(seen), handler_cancellation=True, access_log=None)
     # the first replica URL answers nothing: the model routes go on to the next one
     gateway_url, stop_gateway = _serve_aiohttp(
         create_gateway_app(router_url, [f"http://127.0.0.1:{_free_port()}", replica]),

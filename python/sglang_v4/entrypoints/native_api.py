@@ -121,6 +121,10 @@ _DP_RANK_FIELDS = ("data_parallel_rank", "routed_dp_rank")
 #: SGLang ``/generate`` / ``Engine.generate`` fields that are not implemented or are ignored here.
 SGLANG_ONLY_FIELDS = frozenset(_UNSUPPORTED_IF_SET | _IGNORED_FIELDS | set(_DP_RANK_FIELDS))
 _KNOWN_GENERATE_FIELDS = frozenset(_GENERATE_FIELDS) | SGLANG_ONLY_FIELDS
+#: The top-level ``/generate`` fields this runtime serves, and SGLang's data-parallel rank pins
+#: (read by the ``/openapi.json`` body schema, :mod:`sglang_v4.entrypoints.openapi_docs`).
+GENERATE_FIELDS: frozenset[str] = frozenset(_GENERATE_FIELDS)
+DP_RANK_FIELDS: tuple[str, ...] = _DP_RANK_FIELDS
 
 #: ``sampling_params`` keys of SGLang 0.5.23's contract for features this runtime lacks: accepted
 #: unset (null, false, ``[]``), a 400 naming the key otherwise.

@@ -9,6 +9,10 @@ no body. :func:`install_openapi` adds:
   body with (pydantic's validation-mode schema, the models' shared definitions under
   ``components.schemas``), as vLLM's and SGLang's documents have them (their routes take the model
   as a parameter);
+* ``/generate``'s ``requestBody`` (:func:`generate_request_schema`): SGLang's native route parses
+  its body into a dataclass, not a pydantic model, so its schema is built from the fields the
+  route reads (``GenerateReqInput``'s types, the ``sampling_params`` keys of ``SamplingParams``);
+* unique ``operationId`` s (OpenAPI's rule; FastAPI repeats one for a route of several methods);
 * a ``default`` response on every operation: the error body (:data:`ERROR_SCHEMA`) that any route
   may answer with a 4xx / 5xx status (bad body, API key, draining, unknown id).
 
@@ -24,7 +28,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-__all__ = ["ERROR_SCHEMA", "install_openapi", "request_body_models"]
+__all__ = ["ERROR_SCHEMA", "generate_request_schema", "install_openapi", "request_body_models"]
 
 #: The error bodies of the server: OpenAI's nested ``error`` object (with SGLang's flat keys beside
 #: it on the OpenAI routes), SGLang's native ``{"error": ...}``, or FastAPI's ``detail``.
@@ -87,9 +91,73 @@ def request_body_models() -> dict[tuple[str, str], list[type[BaseModel]]]:
     }
 
 
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (a dataclass field's, from pydantic) as ``/generate`` reads the field: ``null``
+    is the field's default, and a list is not required to hold distinct items (pydantic writes
+    ``uniqueItems`` for a ``set`` field; the route takes a list with repeats)."""
+    alts = schema.get("anyOf", [schema])
+    alts = [{k: v for k, v in a.items() if k != "uniqueItems"} for a in alts]
+    if not any(a.get("type") == "null" for a in alts):
+        alts.append({"type": "null"})
+    out = {k: v for k, v in schema.items() if k in ("title", "description")}
+    out["anyOf"] = alts
+    return out
+
+
+def generate_request_schema() -> dict[str, Any]:
+    """JSON Schema (2020-12) of a ``POST /generate`` body as
+    :func:`sglang_v4.entrypoints.native_api.parse_generate_body` reads it: the fields it serves,
+    typed as ``GenerateReqInput`` declares them (``null`` meaning the default); SGLang fields it
+    accepts unset or ignores, untyped; ``sampling_params`` an object (or a list of them, one per
+    prompt) of the ``SamplingParams`` keys, an unknown key refused (``additionalProperties:
+    false``: the route's 400); other top-level keys allowed (the route ignores them, as SGLang's
+    dataclass parse does). Raises nothing."""
+    from pydantic import TypeAdapter
+
+    from sglang_v4.entrypoints import native_api
+    from sglang_v4.managers.io_struct import GenerateReqInput
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+    sp_fields = TypeAdapter(SamplingParams).json_schema(mode="validation")["properties"]
+    unset_only = {"description": "Accepted unset (null, false, []); a 400 naming the key otherwise."}
+    sampling = {
+        "type": "object",
+        "properties": {
+            k: _nullable(sp_fields[k]) if k in sp_fields else unset_only
+            for k in native_api.SAMPLING_PARAMS_KEYS
+        },
+        "additionalProperties": False,
+    }
+    gen_fields = TypeAdapter(GenerateReqInput).json_schema(mode="validation")["properties"]
+    text_or_list = {
+        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}, {"type": "null"}]
+    }
+    props: dict[str, Any] = {}
+    for name in sorted(native_api.SGLANG_ONLY_FIELDS):
+        props[name] = {"description": "SGLang's field: accepted unset or ignored here."}
+    for name in native_api.DP_RANK_FIELDS:
+        props[name] = {
+            "description": "Data-parallel rank pin: 0 (this server's only rank) or null.",
+            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}],
+        }
+    for name in sorted(native_api.GENERATE_FIELDS):
+        props[name] = _nullable(gen_fields[name]) if name in gen_fields else text_or_list
+    props["sampling_params"] = {
+        "anyOf": [sampling, {"type": "array", "items": sampling}, {"type": "null"}],
+        "title": "Sampling Params",
+    }
+    return {
+        "title": "GenerateReqInput",
+        "description": "SGLang's native /generate body: `text` or `input_ids` (one prompt or a batch).",
+        "type": "object",
+        "properties": props,
+        "additionalProperties": True,
+    }
+
+
 def _complete(doc: dict[str, Any], bodies: dict[tuple[str, str], list[type[BaseModel]]]) -> dict[str, Any]:
-    """``doc`` (FastAPI's document) with the request bodies of ``bodies`` and the ``default`` error
-    response added in place; returns ``doc``."""
+    """``doc`` (FastAPI's document) with the request bodies of ``bodies`` and of ``/generate``,
+    unique operationIds and the ``default`` error response, in place; returns ``doc``."""
     models = sorted({m for ms in bodies.values() for m in ms}, key=lambda m: m.__name__)
     refs, top = models_json_schema(
         [(m, "validation") for m in models], ref_template="#/components/schemas/{model}"
@@ -97,10 +165,21 @@ def _complete(doc: dict[str, Any], bodies: dict[tuple[str, str], list[type[BaseM
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas.update(top.get("$defs", {}))
     schemas["ErrorBody"] = ERROR_SCHEMA
+    schemas["GenerateReqInput"] = generate_request_schema()
+    generate = {"$ref": "#/components/schemas/GenerateReqInput"}
+    # FastAPI names a route's operations after its first method, so a route serving two methods has
+    # one operationId twice; OpenAPI requires them unique (client generators key their methods on
+    # them): each operation of a repeated id is named after its own method instead.
+    ids = [op.get("operationId") for ops in doc.get("paths", {}).values() for op in ops.values()]
+    repeated = {i for i in ids if i and ids.count(i) > 1}
     for path, ops in doc.get("paths", {}).items():
         for method, op in ops.items():
+            if op.get("operationId") in repeated:
+                op["operationId"] = f"{op['operationId'].rsplit('_', 1)[0]}_{method}"
             ms = bodies.get((method, path))
-            if ms and "requestBody" not in op:
+            if path == "/generate" and "requestBody" not in op:
+                op["requestBody"] = {"required": True, "content": {"application/json": {"schema": generate}}}
+            elif ms and "requestBody" not in op:
                 alts = [refs[(m, "validation")] for m in ms]
                 schema = alts[0] if len(alts) == 1 else {"anyOf": alts}
                 op["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
