@@ -15,7 +15,8 @@ when the session's tests are collected), ``secured_fake_server`` (a fake-model s
 key and metrics) and ``plain_fake_server`` (one with the default flags and a served model name),
 shared by the modules that only query them, ``embedded_model_server`` (a CPU server on the
 embedded default model), ``more_bugs_server`` (one on the embedded model for the
-``test_public_bugs_more*``, ``test_public_bugs_fourth*`` and ``test_public_bugs_fifth`` modules), and
+``test_public_bugs_more*``, ``test_public_bugs_fourth*``, ``test_public_bugs_fifth`` and
+``test_public_bugs_sixth`` modules), and
 ``shared_fake_model_dir`` with ``held_fake_server`` (a fake-model server on it whose ``[hold]``
 prompts run until aborted) and ``shared_fake_engine`` (an ``Engine`` on it, the same), shared by
 the modules whose own server or engine had exactly that configuration. A module
@@ -181,7 +182,8 @@ def more_bugs_server(default_model_dir: str, tmp_path_factory: pytest.TempPathFa
     """A CPU ``launch_server`` on the embedded default model with ``--context-length 1024
     --enable-cache-report``, shared by the public-bug replay modules ``test_public_bugs_more``,
     ``test_public_bugs_more_outputs``, ``test_public_bugs_fourth``,
-    ``test_public_bugs_fourth_sampling``, ``test_public_bugs_fifth``, ``test_vllm_suite_port_more`` and
+    ``test_public_bugs_fourth_sampling``, ``test_public_bugs_fifth``, ``test_public_bugs_sixth``,
+    ``test_vllm_suite_port_more`` and
     ``test_thinking_budget_chat`` (their requests finish; none counts the server's totals;
     ``test_public_bugs_fourth`` flushes the prefix cache).
     Yields the ``ServerHandle``; at the end of the session the server must exit with code 0 and

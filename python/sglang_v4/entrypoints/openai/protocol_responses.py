@@ -54,7 +54,11 @@ class ResponsesRequest(_Req):
     ``min_p``, ``repetition_penalty``, penalties, ``seed``) and ``chat_template_kwargs`` are
     accepted as on ``/v1/chat/completions``, and so is vLLM's ``cache_salt``.
     ``include: ["message.output_text.logprobs"]`` (with ``top_logprobs``) gives the message's
-    ``output_text`` part the logprobs of the answer's tokens.
+    ``output_text`` part the logprobs of the answer's tokens. ``include_reasoning`` (vLLM's field,
+    as on ``/v1/chat/completions``; default true): false leaves the ``reasoning`` item out of the
+    output, streamed and not (no ``reasoning_text`` events); the reasoning is still generated,
+    counted in ``output_tokens_details.reasoning_tokens`` and kept with the stored conversation
+    for ``previous_response_id``, as OpenAI keeps reasoning it does not return.
     """
 
     model: str = "default"
@@ -83,6 +87,8 @@ class ResponsesRequest(_Req):
     presence_penalty: float | None = None
     seed: int | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    #: vLLM's switch: false returns no ``reasoning`` item (see the class docstring)
+    include_reasoning: bool = True
     priority: int | None = None
     #: vLLM's prefix-cache namespace (as on the chat route: :func:`~.vllm_fields.cache_namespace`)
     cache_salt: str | None = None

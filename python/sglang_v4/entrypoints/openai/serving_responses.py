@@ -8,7 +8,8 @@ messages, ``instructions`` -> a first system message, flat tools -> chat tools, 
 ``max_completion_tokens``) and run as one: the same prompt rendering, sampling defaults, grammars,
 reasoning split and DSML tool-call parsing (:meth:`~.serving_chat.ChatMixin._prepare_chat`,
 :meth:`~.serving_chat.ChatMixin._read_choice`). The result becomes output items: ``reasoning``
-(the whole reasoning as ``reasoning_text`` content; no summaries), ``message`` (one
+(the whole reasoning as ``reasoning_text`` content; no summaries; left out with vLLM's
+``include_reasoning: false``, streamed and not), ``message`` (one
 ``output_text`` part) and one ``function_call`` per tool call (``call_id`` the chat call id).
 ``status`` is ``incomplete`` (``incomplete_details.reason: "max_output_tokens"``) when the token
 limit ended the generation.
@@ -47,7 +48,7 @@ the request, as on chat completions.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import Request
@@ -421,8 +422,13 @@ class ResponsesMixin(ChatMixin):
     ) -> dict[str, Any]:
         """The final response body (stored when ``store``): output items, status, usage."""
         incomplete = out.finish_reason == "length"
-        items = self._output_items(
-            out, ids, incomplete, self._answer_logprobs(job, meta, out.reasoning_tokens)
+        logprobs = self._answer_logprobs(job, meta, out.reasoning_tokens)
+        kept = self._output_items(out, ids, incomplete, logprobs)
+        # include_reasoning false: the client gets no reasoning item; the store keeps it (kept)
+        items = (
+            kept
+            if job.req.include_reasoning
+            else self._output_items(replace(out, reasoning=None), ids, incomplete, logprobs)
         )
         prompt, completion = int(meta.get("prompt_tokens", 0)), int(meta.get("completion_tokens", 0))
         usage = ResponseUsage(
@@ -442,7 +448,7 @@ class ResponsesMixin(ChatMixin):
         )
         body = resp.model_dump(mode="json")
         if job.req.store:
-            self.responses_store.put(resp.id, body, job.messages + _output_messages(items), job.input_items)
+            self.responses_store.put(resp.id, body, job.messages + _output_messages(kept), job.input_items)
         return body
 
     # ------------------------------------------------------------------ streaming
@@ -494,7 +500,7 @@ class ResponsesMixin(ChatMixin):
         meta = ret.get("meta_info", {})
         fr, matched, reasoning_d, content_d, tool_deltas = self._read_output(st, ret, plan)
         read.content += content_d
-        out = w.reasoning(reasoning_d)
+        out = w.reasoning(reasoning_d) if job.req.include_reasoning else []
         if st.tools is not None and st.tools.malformed:
             out += w.drop_call({c.index for c in st.tools.calls})
         lps = None
