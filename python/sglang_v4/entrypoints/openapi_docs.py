@@ -12,7 +12,14 @@ no body. :func:`install_openapi` adds:
 * ``/generate``'s ``requestBody`` (:func:`generate_request_schema`): SGLang's native route parses
   its body into a dataclass, not a pydantic model, so its schema is built from the fields the
   route reads (``GenerateReqInput``'s types, the ``sampling_params`` keys of ``SamplingParams``);
+* the bodies of SGLang's native routes read by hand-written parsers
+  (:func:`native_body_schemas`): ``/separate_reasoning``, ``/parse_function_call``,
+  ``/abort_request``, ``/update_weights_from_disk``, ``/pause_generation`` (whose body is
+  optional); ``POST /v1/batches`` has its pydantic model (``BatchCreateRequest``);
 * unique ``operationId`` s (OpenAPI's rule; FastAPI repeats one for a route of several methods);
+* no ``422`` response on an operation whose only parameters are string path parameters (FastAPI
+  lists its validation error for any parameter; a string path parameter always validates, and
+  the routes answer a bad id with a 404 in the error body);
 * a ``default`` response on every operation: the error body (:data:`ERROR_SCHEMA`) that any route
   may answer with a 4xx / 5xx status (bad body, API key, draining, unknown id).
 
@@ -28,7 +35,13 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-__all__ = ["ERROR_SCHEMA", "generate_request_schema", "install_openapi", "request_body_models"]
+__all__ = [
+    "ERROR_SCHEMA",
+    "generate_request_schema",
+    "install_openapi",
+    "native_body_schemas",
+    "request_body_models",
+]
 
 #: The error bodies of the server: OpenAI's nested ``error`` object (with SGLang's flat keys beside
 #: it on the OpenAI routes), SGLang's native ``{"error": ...}``, or FastAPI's ``detail``.
@@ -66,6 +79,7 @@ def request_body_models() -> dict[tuple[str, str], list[type[BaseModel]]]:
     try:
         from sglang_v4.entrypoints.anthropic.protocol import CountTokensRequest, MessagesRequest
         from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+        from sglang_v4.entrypoints.openai.protocol_batch import BatchCreateRequest
         from sglang_v4.entrypoints.openai.protocol_responses import (
             ResponsesInputTokensRequest,
             ResponsesRequest,
@@ -88,6 +102,7 @@ def request_body_models() -> dict[tuple[str, str], list[type[BaseModel]]]:
         ("post", "/v1/score"): [ScoringRequest],
         ("post", "/v1/messages"): [MessagesRequest],
         ("post", "/v1/messages/count_tokens"): [CountTokensRequest],
+        ("post", "/v1/batches"): [BatchCreateRequest],
     }
 
 
@@ -155,6 +170,123 @@ def generate_request_schema() -> dict[str, Any]:
     }
 
 
+def _opt(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` or ``null`` (the parsers read ``null`` as the field's default)."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def native_body_schemas() -> dict[tuple[str, str], tuple[dict[str, Any], bool]]:
+    """JSON Schemas (2020-12) of the native routes' bodies, keyed by (lower-case method, path),
+    each with whether a body is required, as their parsers read them (other keys are ignored,
+    so ``additionalProperties`` is allowed):
+
+    * ``/separate_reasoning`` (:func:`~.openai.serving_parsers.separate_reasoning_body`): ``text``
+      and ``reasoning_parser`` (a known name) required, ``return_blocks`` a boolean;
+    * ``/parse_function_call`` (:func:`~.openai.serving_parsers.parse_function_call_body`):
+      ``text`` required, ``tools`` OpenAI function tools (a name without quotes, angle brackets
+      or newlines; unique names and the nesting bound are the route's checks), ``tool_call_parser``
+      a known name or ``null``;
+    * ``/abort_request`` (:func:`~.native_api.parse_abort_body`): ``rid`` a string,
+      ``abort_all`` / ``prefix`` booleans;
+    * ``/update_weights_from_disk`` (:func:`~.control_api.parse_update_weights_body`):
+      ``model_path`` a non-empty string (that it is a directory is the route's check),
+      ``load_format`` ``auto`` / ``safetensors``, ``flush_cache`` only ``true``, ``is_async`` /
+      ``manifest`` only unset;
+    * ``/pause_generation`` (:func:`~.control_api.parse_pause_body`): optional; ``mode`` one of
+      the pause modes.
+
+    Empty when the routes' modules are not installed. Raises nothing.
+    """
+    try:
+        from sglang_v4.entrypoints.control_api import UPDATE_LOAD_FORMATS
+        from sglang_v4.entrypoints.openai.reasoning_parser import REASONING_PARSER_NAMES
+        from sglang_v4.entrypoints.openai.tool_calls import TOOL_CALL_PARSER_NAMES
+        from sglang_v4.managers.tokenizer_control_mixin import PAUSE_MODES
+    except ImportError:
+        return {}
+    string, boolean = {"type": "string"}, {"type": "boolean"}
+    unset = {"description": "Not supported: accepted unset (null, false) only.", "enum": [None, False]}
+    function = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "not": {"pattern": '["<>\\n]'}},
+            "description": _opt(string),
+            "parameters": _opt({"type": "object"}),
+            "strict": _opt(boolean),
+        },
+        "required": ["name"],
+    }
+    tool = {
+        "type": "object",
+        "properties": {"type": {"const": "function"}, "function": function},
+        "required": ["function"],
+    }
+    separate = {
+        "title": "SeparateReasoningRequest",
+        "type": "object",
+        "properties": {
+            "text": string,
+            "reasoning_parser": {"enum": list(REASONING_PARSER_NAMES)},
+            "return_blocks": boolean,
+        },
+        "required": ["text", "reasoning_parser"],
+    }
+    parse_calls = {
+        "title": "ParseFunctionCallRequest",
+        "type": "object",
+        "properties": {
+            "text": string,
+            "tools": _opt({"type": "array", "items": tool}),
+            "tool_call_parser": _opt({"enum": list(TOOL_CALL_PARSER_NAMES)}),
+        },
+        "required": ["text"],
+    }
+    abort = {
+        "title": "AbortRequest",
+        "type": "object",
+        "properties": {"rid": _opt(string), "abort_all": _opt(boolean), "prefix": _opt(boolean)},
+    }
+    weights = {
+        "title": "UpdateWeightsFromDiskRequest",
+        "type": "object",
+        "properties": {
+            "model_path": {"type": "string", "minLength": 1},
+            "load_format": {"enum": list(UPDATE_LOAD_FORMATS)},
+            "weight_version": _opt(string),
+            "token_step": _opt({"type": "integer"}),
+            "rid": _opt(string),
+            "flush_cache": {"enum": [None, True]},
+            **{k: _opt(boolean) for k in ("abort_all_requests", "torch_empty_cache", "keep_pause")},
+            "recapture_cuda_graph": _opt(boolean),
+            "is_async": unset,
+            "manifest": unset,
+        },
+        "required": ["model_path"],
+    }
+    pause = {
+        "title": "PauseGenerationRequest",
+        "anyOf": [
+            {"type": "object", "properties": {"mode": _opt({"enum": list(PAUSE_MODES)})}},
+            {"type": "null"},
+        ],
+    }
+    return {
+        ("post", "/separate_reasoning"): (separate, True),
+        ("post", "/parse_function_call"): (parse_calls, True),
+        ("post", "/abort_request"): (abort, False),
+        ("post", "/update_weights_from_disk"): (weights, True),
+        ("post", "/pause_generation"): (pause, False),
+    }
+
+
+def _only_string_path_params(op: dict[str, Any]) -> bool:
+    """Whether ``op``'s parameters are all string path parameters (and it has some)."""
+    params = op.get("parameters") or []
+    return bool(params) and all(
+        p.get("in") == "path" and p.get("schema", {}).get("type") == "string" for p in params
+    )
+
+
 def _complete(doc: dict[str, Any], bodies: dict[tuple[str, str], list[type[BaseModel]]]) -> dict[str, Any]:
     """``doc`` (FastAPI's document) with the request bodies of ``bodies`` and of ``/generate``,
     unique operationIds and the ``default`` error response, in place; returns ``doc``."""
@@ -167,6 +299,7 @@ def _complete(doc: dict[str, Any], bodies: dict[tuple[str, str], list[type[BaseM
     schemas["ErrorBody"] = ERROR_SCHEMA
     schemas["GenerateReqInput"] = generate_request_schema()
     generate = {"$ref": "#/components/schemas/GenerateReqInput"}
+    natives = native_body_schemas()
     # FastAPI names a route's operations after its first method, so a route serving two methods has
     # one operationId twice; OpenAPI requires them unique (client generators key their methods on
     # them): each operation of a repeated id is named after its own method instead.
@@ -177,7 +310,17 @@ def _complete(doc: dict[str, Any], bodies: dict[tuple[str, str], list[type[BaseM
             if op.get("operationId") in repeated:
                 op["operationId"] = f"{op['operationId'].rsplit('_', 1)[0]}_{method}"
             ms = bodies.get((method, path))
-            if path == "/generate" and "requestBody" not in op:
+            native = natives.get((method, path))
+            if "422" in op.get("responses", {}) and "requestBody" not in op and _only_string_path_params(op):
+                del op["responses"]["422"]
+            if native is not None and "requestBody" not in op:
+                name = native[0]["title"]
+                schemas[name] = native[0]
+                op["requestBody"] = {
+                    "required": native[1],
+                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+                }
+            elif path == "/generate" and "requestBody" not in op:
                 op["requestBody"] = {"required": True, "content": {"application/json": {"schema": generate}}}
             elif ms and "requestBody" not in op:
                 alts = [refs[(m, "validation")] for m in ms]

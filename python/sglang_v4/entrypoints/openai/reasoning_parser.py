@@ -49,6 +49,7 @@ from sglang_v4.entrypoints.chat_encoding import THINK_END, THINK_START
 
 __all__ = [
     "REASONING_PARSERS",
+    "REASONING_PARSER_NAMES",
     "ReasoningParser",
     "ReasoningSpec",
     "canonical_reasoning_parser",
@@ -68,6 +69,8 @@ _ALIASES = {
     "deepseek-v41": "deepseek-v4",  # SGLang runs DeepSeek-V4's detector for it
     "auto": "deepseek-v4",
 }
+#: Every name :func:`canonical_reasoning_parser` accepts (the parsers and their other spellings).
+REASONING_PARSER_NAMES = (*REASONING_PARSERS, *_ALIASES)
 
 
 def canonical_reasoning_parser(name: str) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = [
     "TOOL_CALL_PARSERS",
+    "TOOL_CALL_PARSER_NAMES",
     "ParsedToolCall",
     "ToolCallDelta",
     "canonical_tool_call_parser",
@@ -24,6 +25,8 @@ TOOL_CALL_PARSERS: dict[str, str] = {"deepseekv4": "tool_calls"}
 #: Other spellings; SGLang's ``auto`` picks the parser of the model's architecture, which is
 #: DeepSeek-V4's for every model sglang-v4 serves.
 _ALIASES = {"deepseek_v4": "deepseekv4", "deepseek-v4": "deepseekv4", "auto": "deepseekv4"}
+#: Every name :func:`canonical_tool_call_parser` accepts (the parsers and their other spellings).
+TOOL_CALL_PARSER_NAMES = (*TOOL_CALL_PARSERS, *_ALIASES)
 #: SGLang's parsers of other DeepSeek releases' tool-call formats (copied from their cookbooks):
 #: refused, since a DeepSeek-V4 model's calls would never match them (tool calls would silently
 #: stay in the content).
