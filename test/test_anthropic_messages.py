@@ -534,6 +534,27 @@ def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, strea
     ).content
 
 
+def test_empty_model_is_the_served_model(tok: PreTrainedTokenizerFast) -> None:
+    """``model: ""`` on ``/v1/messages`` and ``/v1/messages/count_tokens`` is served by the served
+    model, as on the OpenAI routes (vLLM serves it on its Anthropic route too): the same reply and
+    token count as the request naming the served model, echoed as the chat route echoes it
+    (``"default"``). An omitted ``model`` stays a 400 naming it (Anthropic's API requires it)."""
+    client, oa, tc = make_clients(PromptTM(tok))
+    msgs = [{"role": "user", "content": "q"}]
+    named = client.messages.create(model=MODEL, max_tokens=10, messages=msgs)
+    empty = client.messages.create(model="", max_tokens=10, messages=msgs)
+    assert blocks(empty) == blocks(named) and empty.model == "default"
+    chat_empty = oa.chat.completions.create(model="", messages=msgs, max_tokens=10)
+    assert empty.model == chat_empty.model
+    with client.messages.stream(model="", max_tokens=10, messages=msgs) as st:
+        assert blocks(st.get_final_message()) == blocks(named)
+    count = client.messages.count_tokens(model="", messages=msgs)
+    assert count.input_tokens == client.messages.count_tokens(model=MODEL, messages=msgs).input_tokens
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        r = tc.post(path, json={"max_tokens": 10, "messages": msgs})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("model"), r.text
+
+
 def test_api_key_headers(tok: PreTrainedTokenizerFast) -> None:
     """With an API key: ``x-api-key`` and ``Authorization: Bearer`` both work (the client's
     ``api_key`` and a ``default_headers`` x-api-key); none or a wrong one is a 401

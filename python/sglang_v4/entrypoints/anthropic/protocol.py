@@ -15,7 +15,7 @@ import hashlib
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from sglang_v4.entrypoints.openai.protocol import _Req
 
@@ -96,9 +96,20 @@ class MessageParam(_Req):
 
 class _MessagesBody(_Req):
     """Fields shared by ``/v1/messages`` and ``/v1/messages/count_tokens``: the conversation, the
-    tools and the switches that change the prompt."""
+    tools and the switches that change the prompt.
+
+    ``model`` is required, as in Anthropic's API; an empty one (``""``) means the served model,
+    as on the OpenAI routes (and vLLM's Anthropic route): it reads as ``"default"``, the name
+    those routes give a request without a model (and echo).
+    """
 
     model: str
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _empty_model_is_served(cls, v: Any) -> Any:
+        return "default" if v == "" else v
+
     messages: list[MessageParam]
     system: str | list[Any] | None = None
     tools: list[Any] | None = None
