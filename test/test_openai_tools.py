@@ -266,7 +266,9 @@ def test_thinking_with_tools(tok: PreTrainedTokenizerFast) -> None:
 
 def test_unterminated_reasoning_lands_by_finish_reason(tok: PreTrainedTokenizerFast) -> None:
     """Thinking mode, no ``</think>`` ever: a generation that stopped was the answer (content);
-    one cut by max_tokens is reasoning that ran out of budget (reasoning_content)."""
+    one cut by max_tokens is reasoning that ran out of budget (reasoning_content). The stopped
+    case is vllm-project/vllm#48645 (its example reply; expected: the answer in ``content``,
+    ``reasoning_content`` empty, no EOS in either), streamed and not."""
     answer = "Good morning! How can I help?"
     tm = ScriptedTM(tok, answer + EOS)
     client, _ = client_for(tm)
