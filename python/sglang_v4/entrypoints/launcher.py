@@ -74,8 +74,10 @@ def check_model_dir(
             whether the experts stay FP4; :func:`~sglang_v4.distributed.parallel_state.
             check_parallel_layout`); naming the field when ``architectures`` names
             another model or the checkpoint's ``quantization_config`` (with ``quantization``,
-            ``--quantization``) or a ModelOpt ``hf_quant_config.json`` is not one sglang-v4 computes
-            (:func:`~sglang_v4.layers.quantization.resolve_quantization`); naming the file and the
+            ``--quantization``), a ModelOpt ``hf_quant_config.json`` or a GPTQ / AWQ
+            ``quantize_config.json`` / ``quant_config.json`` is not one sglang-v4 computes
+            (:func:`~sglang_v4.layers.quantization.resolve_quantization`,
+            :func:`~sglang_v4.model_loader.foreign_quant.check_quant_side_files`); naming the file and the
             tensor when the safetensors headers do not hold the model's tensors with their shapes
             (:func:`~sglang_v4.model_loader.weight_loader.check_checkpoint`; not with
             ``load_format="dummy"``, with a scheduler class set by ``$SGLANG_V4_SCHEDULER_CLASS``
@@ -139,6 +141,7 @@ def check_model_dir(
     check_architectures({**raw, **(model_overrides or {})}.get("architectures"), cfg)
     from sglang_v4.layers.quantization import resolve_quantization
     from sglang_v4.model_loader.expert_format import stored_expert_format
+    from sglang_v4.model_loader.foreign_quant import check_quant_side_files
 
     # the routed experts' stored format (one safetensors header entry) decides theirs where definite
     stored = stored_expert_format(model_path).fmt if load_format != "dummy" else None
@@ -148,6 +151,7 @@ def check_model_dir(
     except ValueError as e:
         raise ValueError(f"model_path: {cfg}: {e}") from None
     check_modelopt_config(model_path)
+    check_quant_side_files(model_path)
     if page_size is not None:
         check_page_size(page_size, mc)
     if context_length is not None:

@@ -17,7 +17,9 @@ plus uint8 ``*_scale_inv`` exponent buffers, and they call the FP8 / FP4 GEMMs o
 
 Whether the routed experts are FP4 follows how the checkpoint stores them where its safetensors
 header says so (packed FP4 or FP8 e4m3: ``model_loader/expert_format.py``), and the config's
-``expert_dtype`` otherwise (:func:`resolve_quantization`).
+``expert_dtype`` otherwise (:func:`resolve_quantization`). Linears a checkpoint lists in
+``modules_to_not_convert`` / ``ignored_layers`` are stored unquantized on purpose: then every
+linear stays in the model dtype (:func:`unconverted_modules`).
 """
 
 from __future__ import annotations
@@ -99,7 +101,11 @@ def resolve_quantization(
         the model dtype (there is no FP8 expert kernel, and re-quantizing them to FP4 would lose
         accuracy), also under ``"fp8"``. Only where the header is not definite (``None``) does
         the config decide: ``expert_dtype: fp4`` (or, under ``"fp8"``, an unquantized config)
-        gives FP4 experts, quantized on load.
+        gives FP4 experts, quantized on load. A checkpoint whose ``modules_to_not_convert`` /
+        ``ignored_layers`` name FP8 linears (:func:`unconverted_modules`) has every linear in the
+        model dtype (those stored in a float dtype are read as stored), and one naming the routed
+        experts keeps them in the model dtype unless the header shows them packed FP4.
+        ``quant_method`` is compared case-insensitively, as SGLang and vLLM read it.
 
     Raises:
         ValueError: unknown ``flag`` (:func:`check_quantization_flag`), or a checkpoint
@@ -111,7 +117,8 @@ def resolve_quantization(
             per-tensor input scales, which neither path applies). Checked with every ``flag``,
             ``"none"`` included: only DeepSeek's FP8 / FP4 formats can be dequantized at load.
             Also, naming ``hidden_size`` / ``moe_intermediate_size``, FP4 routed experts of a size
-            that is not a multiple of 32 (:func:`_checked`).
+            that is not a multiple of 32 (:func:`_checked`), and ``modules_to_not_convert`` /
+            ``ignored_layers`` that are not lists of strings.
     """
     check_quantization_flag(flag)
     if stored_experts not in (None, "fp4", "fp8"):
@@ -137,7 +144,8 @@ def resolve_quantization(
             + (f" (quant_algo {algo!r}: an NVIDIA ModelOpt export)" if algo else "")
             + "; only DeepSeek's block FP8 ('fp8') is supported"
         )
-    if method is not None and method != "fp8":
+    # SGLang and vLLM lower-case quant_method before reading it (a hand-edited "FP8" is DeepSeek's)
+    if method is not None and not (isinstance(method, str) and method.lower() == "fp8"):
         raise ValueError(
             f"quantization_config.quant_method: only DeepSeek's block FP8 ('fp8') is supported, got {method!r}"
         )
@@ -157,6 +165,7 @@ def resolve_quantization(
             "quantizes activations dynamically (one scale per 128 channels of each token), and static "
             "per-tensor input scales are not applied"
         )
+    unconverted = unconverted_modules(qc, hf_config) if qc is not None else (False, False)
     if flag == "none":
         return None
     expert_dtype = _expert_dtype(qc, hf_config)
@@ -166,8 +175,10 @@ def resolve_quantization(
         experts = "fp4" if qc is None or expert_dtype == "fp4" else None
     else:
         experts = "fp4" if expert_dtype == "fp4" else None
+    if unconverted[1] and stored_experts != "fp4":  # experts the checkpoint left unquantized
+        experts = None
     if flag == "fp8":
-        return _checked(QuantConfig("fp8", experts), hf_config)
+        return _unconverted_kept(QuantConfig("fp8", experts), unconverted, hf_config)
     if device == "cpu":
         return None
     if qc is None:  # unquantized config: only experts the header shows packed FP4 stay FP4
@@ -176,7 +187,104 @@ def resolve_quantization(
     if block is not None and tuple(int(b) for b in block) != FP8_BLOCK:
         logger.warning("FP8 block size %s is not 128x128: dequantizing the FP8 linears at load", block)
         linear = None
-    return _checked(QuantConfig(linear, experts), hf_config)
+    return _unconverted_kept(QuantConfig(linear, experts), unconverted, hf_config)
+
+
+#: ``quantization_config`` keys listing modules a quantized checkpoint stores unquantized:
+#: transformers' ``modules_to_not_convert`` (``FineGrainedFP8Config``; huggingface/transformers)
+#: and vLLM / SGLang ``Fp8Config``'s ``ignored_layers`` (vllm-project/vllm, sgl-project/sglang).
+UNCONVERTED_KEYS = ("modules_to_not_convert", "ignored_layers")
+
+
+def _fp8_module_names(hf_config: Any) -> tuple[list[str], list[str]]:
+    """Module names (no ``.weight``) of the weights DeepSeek publishes quantized, in the spellings a
+    ``modules_to_not_convert`` / ``ignored_layers`` entry may use: HF (``model.layers.0.self_attn.
+    q_a_proj``), official (``layers.0.attn.wq_a``) and official under ``model.`` (what
+    ``save_pretrained`` writes). Returns ``(FP8 linears, routed experts)``."""
+    from sglang_v4.model_loader.names import hf_to_official
+
+    linears: list[str] = []
+    experts: list[str] = []
+    projs = [f"self_attn.{p}" for p in ("q_a_proj", "q_b_proj", "kv_proj", "o_a_proj", "o_b_proj")]
+    projs += ["self_attn.compressor.indexer.q_b_proj"]
+    projs += [f"mlp.shared_experts.{p}" for p in ("gate_proj", "up_proj", "down_proj")]
+    for i in range(int(getattr(hf_config, "num_hidden_layers", 0) or 0)):
+        for p in projs:
+            hf = f"model.layers.{i}.{p}"
+            linears.append(hf)
+            off = hf_to_official(hf + ".weight")
+            if off is not None:
+                linears += [off[: -len(".weight")], "model." + off[: -len(".weight")]]
+        experts += [
+            f"model.layers.{i}.mlp.experts",
+            f"layers.{i}.ffn.experts",
+            f"model.layers.{i}.ffn.experts",
+        ]
+    return linears, experts
+
+
+def unconverted_modules(qc: Any, hf_config: Any) -> tuple[bool, bool]:
+    """Whether ``quantization_config``'s :data:`UNCONVERTED_KEYS` name any FP8 linear / the routed
+    experts, i.e. the checkpoint stores some of them in a float dtype on purpose.
+
+    An entry (a trailing ``.weight`` dropped) matches a module when one name contains the other
+    or it matches as transformers' ``should_convert_module`` does (a regular expression from the
+    name's start to a module boundary; vLLM's ``ignored_layers`` are prefixes): a superset of both
+    projects' rules, so that a near miss keeps weights exact rather than re-quantized. ``lm_head``,
+    the embedding and the router (``model.layers.0.mlp.gate``), unquantized anyway, match nothing.
+
+    Returns:
+        ``(linears, experts)``.
+
+    Raises:
+        ValueError: naming ``quantization_config.<key>`` when it is not a list of strings.
+    """
+    entries: list[str] = []
+    for key in UNCONVERTED_KEYS:
+        v = _qc_get(qc, key)
+        if v is None:
+            continue
+        if not isinstance(v, (list, tuple)) or not all(isinstance(e, str) for e in v):
+            raise ValueError(f"quantization_config.{key}: expected a list of module names, got {v!r}")
+        entries += [e.removesuffix(".weight") for e in v if e.removesuffix(".weight")]
+    if not entries:
+        return False, False
+    linears, experts = _fp8_module_names(hf_config)
+
+    def hit(names: list[str]) -> bool:
+        return any(_names_module(e, n) for e in entries for n in names)
+
+    return hit(linears), hit(experts)
+
+
+def _names_module(entry: str, name: str) -> bool:
+    """Whether a not-converted ``entry`` names module ``name``: either contains the other, or
+    ``entry`` as a regular expression matches ``name`` from its start up to a module boundary
+    (transformers' ``should_convert_module``: ``model.layers.*.self_attn``)."""
+    if entry in name or name in entry:
+        return True
+    try:
+        return re.match(rf"(?:{entry})(?:(?<=\.)|(?=\.|$))", name) is not None
+    except re.error:
+        return False
+
+
+def _unconverted_kept(
+    quant: QuantConfig, unconverted: tuple[bool, bool], hf_config: Any
+) -> QuantConfig | None:
+    """``quant`` with the FP8 linears in the model dtype when the checkpoint left some of them
+    unquantized (quantizing those on load would change the weights it chose to keep exact; the
+    FP8 ones are dequantized exactly); ``None`` when nothing stays quantized."""
+    if unconverted[0] and quant.linear is not None:
+        logger.warning(
+            "quantization_config lists FP8 linears as not converted (%s): keeping every FP8 linear in "
+            "the model dtype (the stored FP8 ones dequantized at load)",
+            "/".join(UNCONVERTED_KEYS),
+        )
+        quant = QuantConfig(None, quant.experts)
+    if quant.linear is None and quant.experts is None:
+        return None
+    return _checked(quant, hf_config)
 
 
 def _quantization_config(hf_config: Any) -> Any:

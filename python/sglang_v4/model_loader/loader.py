@@ -42,6 +42,7 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
+from .foreign_quant import check_tensor_name, check_unscaled_dtype
 from .names import ExpertPart, hf_saved_to_hf, official_to_hf, parse_official_expert
 from .quant import FP4_GROUP, dequantize_fp4, dequantize_fp8_block
 
@@ -349,6 +350,8 @@ def _plan(model_path: str) -> _Plan:
         raise ValueError(f"{model_path}: checkpoint has no model tensors")
     plan.fmt = _detect_format(keys, plan.key_file)
     keyset = set(keys)
+    for k in keys:  # another method's layout (GPTQ qweight, bitsandbytes absmax, ...): named first
+        check_tensor_name(plan.key_file[k], k)
 
     scale_of: dict[str, str] = {}
     for k in keys:
@@ -387,6 +390,8 @@ def _plan(model_path: str) -> _Plan:
                 f"{plan.key_file[k]}: {k}: {dt} weight without its block scale ({_scale_names(k)}){found}; "
                 "FP8 values mean nothing without their scales"
             )
+        if s is None:
+            check_unscaled_dtype(plan.key_file[k], k, dt)
         sources[k] = _Source(k, dt, shape, s, meta[s][1] if s else None, meta[s][0] if s else None)
         try:
             _check_scale(sources[k], plan.block)

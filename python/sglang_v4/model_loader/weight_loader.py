@@ -440,7 +440,9 @@ def check_checkpoint(model_path: str, model_config: ModelConfig, allow_empty: bo
     Raises:
         ValueError: one line naming the file and the tensor: a missing shard or a file that is not
             safetensors, a tensor stored twice, an FP8 weight without its scale, a scale of the
-            wrong shape (see :func:`~sglang_v4.model_loader.loader._plan`); a tensor the model
+            wrong shape (see :func:`~sglang_v4.model_loader.loader._plan`), a tensor of another
+            quantization method's layout or an integer weight without a scale
+            (:mod:`~sglang_v4.model_loader.foreign_quant`); a tensor the model
             needs that is missing (with the shard the index lists for it), one with another shape
             (both shapes), or one the model does not have; with ``(and N more: ...)`` when
             several tensors are wrong.
