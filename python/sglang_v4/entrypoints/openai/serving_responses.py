@@ -364,6 +364,7 @@ class ResponsesMixin(ChatMixin):
         for name in ("top_k", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
             data[name] = getattr(req, name)
         data.update(seed=req.seed, priority=req.priority, cache_salt=req.cache_salt)
+        data["thinking_token_budget"] = req.thinking_token_budget
         if _wants_logprobs(req):
             data.update(logprobs=True, top_logprobs=req.top_logprobs or 0)
         try:
