@@ -294,3 +294,38 @@ def test_grammar_wins_over_the_forced_end(
     assert re.fullmatch(regex, text), text
     assert res["free"]["ids"][1] == end, res["free"]
     assert_idle(s)
+
+
+def test_forced_end_wins_over_vocabulary_constraints(
+    default_model_dir: str, mtok: Any, markers: tuple[int, int]
+) -> None:
+    """``allowed_token_ids`` without ``</think>``, ``</think>`` as a bad word, or a -100 bias on
+    it: the budget still forces it, as vLLM's sampler does (it masks the allowed ids and the bad
+    words, then its ``ThinkingTokenBudgetLogitsProcessor`` sets every logit of the row but the
+    forced id's to -inf). The other tokens keep the constraint. Oracle: vLLM's stated order and
+    the tokenizer's ids of the markers."""
+    start, end = markers
+    s = make_scheduler(default_model_dir)
+    p = mtok.encode("Why is the sky blue?", add_special_tokens=False) + [start]
+    submit(s, "free", p, 6)
+    allowed = sorted(set(drain(s)["free"]["ids"]) - {end})
+    cases = {
+        "allowed": {"allowed_token_ids": allowed},
+        "bad": {"bad_words_ids": [[end]]},
+        "bias": {"logit_bias": {str(end): -100.0}},
+    }
+    for rid, extra in cases.items():
+        submit(s, rid, p, 6, sampling={"thinking_token_budget": 2, **extra}, return_logprob=True)
+    res = drain(s)
+    for rid in cases:
+        ids = res[rid]["ids"]
+        assert ids[2] == end and end not in ids[:2], (rid, ids)
+    assert set(res["allowed"]["ids"]) - {end} <= set(allowed)
+    # the forced token's logprob is the model's (vLLM's raw logprobs), not the masked -inf: a cold
+    # run's prompt logprob of </think> after the same tokens (the prefill's own log-softmax)
+    ids = res["allowed"]["ids"]
+    submit(s, "cold", p + ids[:3], 1, return_logprob=True, logprob_start_len=0)
+    want = drain(s)["cold"]["in_lp"][-1]
+    for rid in cases:
+        assert res[rid]["lp"][2] == pytest.approx(want, abs=1e-4), (rid, res[rid]["lp"])
+    assert_idle(s)

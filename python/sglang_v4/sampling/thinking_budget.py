@@ -23,8 +23,10 @@ Semantics (vLLM's ``ThinkingTokenBudgetLogitsProcessor``, read for behaviour, no
   the request's grammar refuses and drops the budget (``schedule_batch._forced_token_ids``).
 
 Here the forcing is a per-row override of the sampled id on the device
-(:attr:`~sglang_v4.managers.model_worker_batch.SamplingBatchInfo.forced_token_ids`): the sampled
-token's logprob entries are those of the distribution it was sampled from.
+(:attr:`~sglang_v4.managers.model_worker_batch.SamplingBatchInfo.forced_token_ids`); a forced
+row's logprob entries are those of the model's own distribution (``log_softmax`` of its logits, as
+vLLM's default raw logprobs are computed before its logits processors), so a forced id that a
+vocabulary constraint masked still has its finite logprob.
 
 Overlap scheduling: whether the token at output index ``i`` is forced depends on the values of
 the tokens before it; the one before may still be in flight when the next batch is built, so a
