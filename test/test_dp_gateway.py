@@ -313,3 +313,35 @@ def test_client_gone_before_the_answer_closes_the_router_request(stack: SimpleNa
     while not stack.seen[n].get("cancelled"):
         assert time.time() < deadline, "the router's request stayed open after the client left"
         time.sleep(0.02)
+
+
+def test_dp_rank_header_goes_straight_to_that_replica(stack: SimpleNamespace) -> None:
+    """SGLang's ``X-Data-Parallel-Rank`` header (read by SGLang's OpenAI serving, and by vLLM as
+    ``X-data-parallel-rank``) on a generation route: rank ``i`` is replica ``i`` (here 1: the live
+    replica, which answers as it does directly; 0: the dead one, a 502), the router never sees the
+    request and the replica gets no header (it is one rank of its own, a pin of 1 would be its
+    400); a rank outside ``[0, dp_size)`` or a non-integer is a 400 in OpenAI's error shape (the
+    ``openai`` client's own parse). A header on another route goes to the router unchanged."""
+    n = len(stack.seen)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    auth = {"authorization": f"Bearer {KEY}"}
+    direct = requests.post(stack.replica + "/v1/chat/completions", json=body, headers=auth, timeout=30)
+    assert direct.status_code == 200, direct.text
+    for name in ("X-Data-Parallel-Rank", "x-data-parallel-rank"):
+        r = requests.post(
+            stack.url + "/v1/chat/completions", json=body, headers={**auth, name: "1"}, timeout=30
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"] == direct.json()["choices"][0]["message"]
+    dead = requests.post(
+        stack.url + "/v1/chat/completions", json=body, headers={**auth, "X-Data-Parallel-Rank": "0"}
+    )
+    assert dead.status_code == 502 and "rank 0" in dead.json()["error"]["message"]
+    oa = openai.OpenAI(base_url=stack.url + "/v1", api_key=KEY, max_retries=0)
+    for bad, words in (("2", "less than dp_size: 2"), ("-1", "non-negative"), ("one", "must be an integer")):
+        with pytest.raises(openai.BadRequestError) as ei:
+            oa.chat.completions.create(**body, extra_headers={"X-Data-Parallel-Rank": bad})
+        assert words in ei.value.message, ei.value.message
+    assert len(stack.seen) == n  # none of them reached the router
+    r = requests.post(stack.url + "/echo", json={}, headers={"X-Data-Parallel-Rank": "7"}, timeout=10)
+    assert r.status_code == 201 and stack.seen[-1]["headers"]["x-data-parallel-rank"] == "7"

@@ -180,6 +180,27 @@ def test_reasoning_effort_switches_thinking_as_chat_does(tok: PreTrainedTokenize
     assert tm.received[-1].input_ids == plain_ids != chat_ids
 
 
+def test_thinking_token_budget_reaches_the_engine_as_on_chat(tok: PreTrainedTokenizerFast) -> None:
+    """vLLM's ``thinking_token_budget`` (a chat and completions field) on ``/v1/responses``: the
+    engine gets the sampling parameters the chat route gives it for the same budget and
+    conversation, streamed or not (vLLM's Responses route drops the field unread, the fault
+    reported in vllm-project/vllm#43692); below -1 it is a 400 naming the field, as on chat.
+    Oracle: the chat route's own request to the same fake engine."""
+    tm = PromptTM(tok, "Let me think.</think>\n\nThe answer.")
+    client, tc = make_client(tm)
+    msgs = [{"role": "user", "content": "Why?"}]
+    kw = {"chat_template_kwargs": {"thinking": True}}
+    chat(client, msgs, extra_body={**kw, "thinking_token_budget": 3})
+    want = tm.received[-1]
+    assert want.sampling_params["thinking_token_budget"] == 3
+    post(tc, {"input": "Why?", "temperature": 0, **kw, "thinking_token_budget": 3})
+    for got in tm.received[-2:]:  # non-streamed, streamed
+        assert got.input_ids == want.input_ids
+        assert got.sampling_params["thinking_token_budget"] == 3
+    r = tc.post("/v1/responses", json={"model": MODEL, "input": "Why?", "thinking_token_budget": -2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "thinking_token_budget", r.text
+
+
 def test_unclosed_reasoning_that_stops_is_the_answer_streamed_or_not(tok: PreTrainedTokenizerFast) -> None:
     """A thinking-mode reply that stops without ``</think>`` is the answer (chat's rule): the
     response is one message with chat's content; streamed, the text went out as reasoning first,

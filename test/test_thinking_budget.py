@@ -65,15 +65,75 @@ def test_state_starts_where_the_budget_runs_out(prompt: list[int], budget: int, 
     assert [st.forced_token(i, outs[:i]) for i in range(start)] == [NOT_FORCED] * start
     assert st.forced_token(start, outs) == 9
     assert st.forced_token(start + 1, outs + [9]) == NOT_FORCED and st.ended
+    assert st.forced_token(start + 2, outs + [9, 5]) == NOT_FORCED  # no new <think>: nothing
 
 
-@pytest.mark.parametrize(
-    ("prompt", "budget"),
-    [([1, 2], 5), ([7, 3, 9, 4], 5), ([7, 3], None), ([7, 3], -1)],
-)
+@pytest.mark.parametrize(("prompt", "budget"), [([7, 3], None), ([7, 3], -1)])
 def test_nothing_bounded(prompt: list[int], budget: int | None) -> None:
-    """No ``<think>`` in the prompt, a closed one, no budget or -1: no state."""
+    """No budget or -1: no state."""
     assert ThinkingBudgetState.for_prompt(prompt, budget, S, E) is None
+
+
+@pytest.mark.parametrize("prompt", [[1, 2], [7, 3, 9, 4]])
+def test_prompt_outside_the_reasoning_waits_for_a_think_start(prompt: list[int]) -> None:
+    """No ``<think>`` in the prompt, or a closed one: nothing is forced until the model writes a
+    ``<think>``; then that section is bounded like the prompt's (vLLM's processor creates its
+    state for every request with a budget and enters the reasoning at an output think-start)."""
+    st = ThinkingBudgetState.for_prompt(prompt, 2, S, E)
+    assert st is not None
+    outs = [5, 5, 5, 7, 5, 5, 5]
+    forced = [st.forced_token(i, outs[:i]) for i in range(4)]
+    assert forced == [NOT_FORCED] * 4  # up to and including the <think> itself
+    assert st.forced_token(4, outs[:4]) == NOT_FORCED  # budget 2: two reasoning tokens first
+    assert st.forced_token(5, outs[:5]) == NOT_FORCED
+    assert st.forced_token(6, outs[:6]) == 9
+
+
+def test_budget_rearms_for_every_reasoning_section() -> None:
+    """vLLM's ``ThinkingTokenBudgetLogitsProcessor`` re-enters the reasoning (count 0) when the
+    output ends with the think-start ids, after a forced or a model-written end: each section
+    holds at most ``budget`` tokens. Oracle: a direct simulation of that rule (count the tokens
+    since the last think-start while inside; the end ids follow when the count reaches the
+    budget)."""
+    budget = 2
+    st = ThinkingBudgetState.for_prompt([1, 7], budget, S, E)
+    assert st is not None
+    # the "model" writes 5s, a <think> (7) whenever it may, and once ends a section itself (9)
+    wants = [5, 5, 5, 5, 7, 5, 9, 5, 7, 5, 5, 5, 5, 7, 5, 5]
+    outs: list[int] = []
+    for i, w in enumerate(wants):
+        t = st.forced_token(i, outs)
+        outs.append(w if t == NOT_FORCED else t)
+    # the oracle: sections and their lengths
+    inside, count, expect = True, 0, []
+    for w in wants:
+        if inside and count == budget:
+            expect.append(9)
+            inside, count = False, 0
+            continue
+        expect.append(w)
+        if w == 7:
+            inside, count = True, 0
+        elif w == 9 and inside:
+            inside, count = False, 0
+        elif inside:
+            count += 1
+    assert outs == expect, (outs, expect)
+    assert outs.count(9) == 3 and outs[2] == outs[11] == 9  # two forced ends, the model's own
+
+
+def test_zero_budget_rearm_waits_for_every_token() -> None:
+    """With budget 0 a ``<think>`` just sampled forces the very next token, so outside a section
+    every overlapped step would decide without it: the host must know each previous token."""
+    st = ThinkingBudgetState.for_prompt([1, 7], 0, S, E)
+    assert st is not None and st.forced_token(0, []) == 9
+    assert st.needs_host_history(1, [9]) and st.needs_host_history(2, [9])
+    assert st.forced_token(2, [9, 7]) == 9  # re-armed by the output's <think>
+    two = ThinkingBudgetState.for_prompt([1, 7], 2, S, E)
+    assert two is not None and two.forced_token(2, [5, 5]) == 9
+    assert not two.needs_host_history(4, [5, 5, 9])  # a <think> at index 3 cannot force index 4
+    assert not two.needs_host_history(5, [5, 5, 9, 7])  # the <think> at 3: start is 6
+    assert two.needs_host_history(6, [5, 5, 9, 7, 5])  # index 5 may be the model's own end
 
 
 def test_model_written_end_is_left_alone() -> None:
@@ -233,4 +293,39 @@ def test_grammar_wins_over_the_forced_end(
     text = mtok.decode([t for t in strict["ids"] if t not in s.eos_ids])
     assert re.fullmatch(regex, text), text
     assert res["free"]["ids"][1] == end, res["free"]
+    assert_idle(s)
+
+
+def test_forced_end_wins_over_vocabulary_constraints(
+    default_model_dir: str, mtok: Any, markers: tuple[int, int]
+) -> None:
+    """``allowed_token_ids`` without ``</think>``, ``</think>`` as a bad word, or a -100 bias on
+    it: the budget still forces it, as vLLM's sampler does (it masks the allowed ids and the bad
+    words, then its ``ThinkingTokenBudgetLogitsProcessor`` sets every logit of the row but the
+    forced id's to -inf). The other tokens keep the constraint. Oracle: vLLM's stated order and
+    the tokenizer's ids of the markers."""
+    start, end = markers
+    s = make_scheduler(default_model_dir)
+    p = mtok.encode("Why is the sky blue?", add_special_tokens=False) + [start]
+    submit(s, "free", p, 6)
+    allowed = sorted(set(drain(s)["free"]["ids"]) - {end})
+    cases = {
+        "allowed": {"allowed_token_ids": allowed},
+        "bad": {"bad_words_ids": [[end]]},
+        "bias": {"logit_bias": {str(end): -100.0}},
+    }
+    for rid, extra in cases.items():
+        submit(s, rid, p, 6, sampling={"thinking_token_budget": 2, **extra}, return_logprob=True)
+    res = drain(s)
+    for rid in cases:
+        ids = res[rid]["ids"]
+        assert ids[2] == end and end not in ids[:2], (rid, ids)
+    assert set(res["allowed"]["ids"]) - {end} <= set(allowed)
+    # the forced token's logprob is the model's (vLLM's raw logprobs), not the masked -inf: a cold
+    # run's prompt logprob of </think> after the same tokens (the prefill's own log-softmax)
+    ids = res["allowed"]["ids"]
+    submit(s, "cold", p + ids[:3], 1, return_logprob=True, logprob_start_len=0)
+    want = drain(s)["cold"]["in_lp"][-1]
+    for rid in cases:
+        assert res[rid]["lp"][2] == pytest.approx(want, abs=1e-4), (rid, res[rid]["lp"])
     assert_idle(s)

@@ -8,7 +8,11 @@ and gets no Anthropic ``ModelInfo`` list, where a single server answers in Anthr
 (:data:`MODEL_ROUTES`) to a replica, headers and query kept, so they answer as one server does in
 both shapes, and forwards every other request to the router unchanged: method, path, query,
 headers (hop-by-hop ones excepted), body, and the router's status, headers and body, streamed as
-they come (SSE included). A client that goes away cancels its handler (aiohttp's
+they come (SSE included). A request to an OpenAI generation route carrying SGLang's
+``X-Data-Parallel-Rank`` header (:mod:`sglang_v4.entrypoints.dp_rank_header`) goes straight to
+replica ``rank`` (replica ``i`` is rank ``i``), without the header (that replica is one rank of its
+own); a rank outside ``[0, dp_size)`` or a value that is not an integer is the gateway's 400, in
+the route's error shape. A client that goes away cancels its handler (aiohttp's
 ``handler_cancellation``, :data:`GATEWAY_SERVER_OPTIONS`), which closes the router's request and
 so aborts the generation on the replica, streamed or not. An upstream that cannot be reached or
 drops the connection before answering is a 502 (the model routes try the next replica first, and
@@ -35,6 +39,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from sglang_v4.entrypoints.dp_rank_header import DP_RANK_HEADER, DP_RANK_HEADER_ROUTES, dp_rank_from_header
 from sglang_v4.entrypoints.route_errors import route_error_body, wants_anthropic_errors
 
 logger = logging.getLogger(__name__)
@@ -47,6 +52,9 @@ __all__ = [
     "create_gateway_app",
     "run_gateway",
 ]
+
+#: The pin header's lower-case name, not passed on to the replica it chose.
+_DP_RANK_DROP = frozenset({DP_RANK_HEADER.lower()})
 
 #: Paths the gateway answers from a replica (``/v1/models`` and ``/v1/models/{model_id}``).
 MODEL_ROUTES = ("/v1/models", "/v1/models/{model_id:.+}")
@@ -90,9 +98,11 @@ def _forward_headers(headers: Mapping[str, str], drop: frozenset[str] = frozense
     )
 
 
-async def _forward(request: web.Request, session: aiohttp.ClientSession, base_url: str) -> web.StreamResponse:
-    """``request`` sent to ``base_url`` (same method, path, query, headers and body), its answer
-    streamed back.
+async def _forward(
+    request: web.Request, session: aiohttp.ClientSession, base_url: str, drop: frozenset[str] = frozenset()
+) -> web.StreamResponse:
+    """``request`` sent to ``base_url`` (same method, path, query, headers but ``drop`` (lower-case
+    names), and body), its answer streamed back.
 
     Raises:
         UpstreamUnanswered: ``base_url`` cannot be reached or sent no answer (any
@@ -105,7 +115,7 @@ async def _forward(request: web.Request, session: aiohttp.ClientSession, base_ur
             request.method,
             URL(base_url + request.rel_url.raw_path_qs, encoded=True),  # the path and query as sent
             # the server hands the body over decoded: its Content-Encoding no longer applies
-            headers=_forward_headers(request.headers, frozenset({"content-encoding"})),
+            headers=_forward_headers(request.headers, drop | {"content-encoding"}),
             data=body,
             allow_redirects=False,
         )
@@ -170,6 +180,18 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
         return _error(request, 503, "No replica answered.")
 
     async def other(request: web.Request) -> web.StreamResponse:
+        raw_rank = request.headers.get(DP_RANK_HEADER)
+        if raw_rank is not None and request.path in DP_RANK_HEADER_ROUTES:
+            try:
+                rank = dp_rank_from_header(raw_rank, len(replicas))
+            except ValueError as e:
+                return _error(request, 400, str(e))
+            assert rank is not None
+            try:  # the replica is one rank of its own: the pin is met, the header goes no further
+                return await _forward(request, app[_SESSION], replicas[rank], _DP_RANK_DROP)
+            except UpstreamUnanswered as e:
+                logger.warning("DP gateway: replica %d did not answer %s (%s)", rank, request.path, e)
+                return _error(request, 502, f"Data-parallel rank {rank} did not answer.")
         try:
             return await _forward(request, app[_SESSION], router_url)
         except UpstreamUnanswered as e:

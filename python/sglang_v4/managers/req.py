@@ -107,7 +107,7 @@ class Req:
     generator: torch.Generator | None = None
     grammar: Any = None
     #: ``thinking_token_budget``'s state (:mod:`sglang_v4.sampling.thinking_budget`), set on
-    #: admission for a request whose prompt opened the reasoning; ``None`` when nothing is bounded.
+    #: admission for a request with a budget; ``None`` when nothing is bounded.
     thinking_budget: ThinkingBudgetState | None = None
     num_retractions: int = 0
     num_oom_errors: int = 0
@@ -249,7 +249,9 @@ class Req:
         if self.grammar is not None or self.penalised:
             return True
         tb = self.thinking_budget
-        return tb is not None and tb.needs_host_history(len(self.output_ids) + self.num_future)
+        return tb is not None and tb.needs_host_history(
+            len(self.output_ids) + self.num_future, self.output_ids
+        )
 
     @property
     def finished(self) -> bool:

@@ -31,11 +31,12 @@ if TYPE_CHECKING:
 def _forced_token_ids(reqs: Sequence[Req], lens: Sequence[int]) -> list[int] | None:
     """Per sampling request, the id ``thinking_token_budget`` forces at output index ``lens[i]``
     or ``-1`` (:class:`~sglang_v4.sampling.thinking_budget.ThinkingBudgetState`); ``None`` when
-    none is forced. A request whose reasoning is over drops its budget state. The request's
-    grammar wins: a forced id that it does not allow next is not forced and ends the budget (a
-    grammar applied from the first token, e.g. ``json_schema`` on ``/generate``, has no reasoning
-    block to close; forcing the id would abort the request). A batch without budgets costs one
-    comprehension over its requests."""
+    none is forced. A request keeps its budget state after a reasoning section ends (a later
+    ``<think>`` opens another, as vLLM's budget re-arms). The request's grammar wins: a forced id
+    that it does not allow next is not forced and drops the budget (a grammar applied from the
+    first token, e.g. ``json_schema`` on ``/generate``, has no reasoning block to close; forcing
+    the id would abort the request). A batch without budgets costs one comprehension over its
+    requests."""
     rows = [i for i, r in enumerate(reqs) if r.thinking_budget is not None]
     if not rows:
         return None
@@ -46,9 +47,7 @@ def _forced_token_ids(reqs: Sequence[Req], lens: Sequence[int]) -> list[int] | N
         assert tb is not None
         t = tb.forced_token(lens[i], r.output_ids)
         if t >= 0 and r.grammar is not None and not r.grammar.allows(t):
-            tb.ended, t = True, NOT_FORCED
-        if tb.ended:
-            r.thinking_budget = None
+            r.thinking_budget, t = None, NOT_FORCED
         if t >= 0:
             if forced is None:
                 forced = [-1] * len(reqs)

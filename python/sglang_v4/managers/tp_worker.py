@@ -179,6 +179,10 @@ class TpModelWorker:
             if si.forced_token_ids is not None:  # thinking_token_budget: the think-end token
                 forced = self._upload(si.forced_token_ids)
                 ids = torch.where(forced >= 0, forced, ids)
+                if lps is not None:  # a forced row's logprobs: the model's own distribution (vLLM's
+                    # raw logprobs), finite where a vocabulary constraint masked the forced id
+                    rows = self._upload([j for j, t in enumerate(si.forced_token_ids) if t >= 0])
+                    lps = lps.index_copy(0, rows, torch.log_softmax(x.index_select(0, rows).float(), dim=-1))
             self.future_map.write(si.future_slots, ids)
             ids_host = _to_host(ids)
             if lps is not None:

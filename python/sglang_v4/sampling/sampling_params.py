@@ -185,8 +185,8 @@ class SamplingParams:
         beam_width: int | None. Only ``None``/``1`` accepted (beam search not supported).
         thinking_token_budget: int | None. vLLM's field: at most this many reasoning tokens; then
             the think-end token is forced (:mod:`sglang_v4.sampling.thinking_budget`). ``None`` or
-            ``-1``: unlimited; else at least 0. Bounds only a prompt that opened the reasoning. An
-            extension, not in SGLang.
+            ``-1``: unlimited; else at least 0. Bounds each reasoning section (the prompt's, and any
+            ``<think>`` the output opens). An extension, not in SGLang.
 
     Internal fields (filled by :meth:`normalize`): ``stop_strs`` (list[str]), ``stop_regex_strs``
     (list[str]), ``stop_str_max_len`` (the most output tokens a stop string can span), ``is_normalized``.

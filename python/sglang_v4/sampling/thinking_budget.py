@@ -5,23 +5,35 @@ Semantics (vLLM's ``ThinkingTokenBudgetLogitsProcessor``, read for behaviour, no
 * A request is *in the reasoning* when the last think-start sequence of its prompt (``<think>``)
   comes after the last think-end sequence (``</think>``); its reasoning count starts at the number
   of prompt tokens after that start (0 for the DeepSeek-V4 chat template, whose thinking-mode
-  prompt ends with ``<think>``). A request whose prompt is not in the reasoning is not bounded.
+  prompt ends with ``<think>``).
 * Every generated token while in the reasoning adds one. Once the count reaches ``budget`` and the
   model has not ended the reasoning itself, the think-end sequence is forced: the next
   ``len(think_end_ids)`` output tokens are its ids, whatever the model's distribution says. With
-  ``budget`` 0 the first output token is the think-end token. The forced tokens are output tokens
-  (``max_new_tokens`` counts them; a limit reached first cuts the output, as in vLLM).
+  ``budget`` 0 the first token of the reasoning is the think-end token. The forced tokens are
+  output tokens (``max_new_tokens`` counts them; a limit reached first cuts the output, as in
+  vLLM).
 * A think-end sequence the model writes itself before that ends the reasoning: nothing is forced.
+* The budget is per reasoning section, as vLLM's processor re-arms: a think-start sequence the
+  model writes (after the reasoning ended, or in a prompt that was not in the reasoning) opens a
+  new section whose count starts at 0, bounded by the same ``budget``; one written inside an open
+  section restarts its count, as vLLM's does.
+* The forced id wins over ``allowed_token_ids``, ``bad_words`` and ``logit_bias``, as in vLLM
+  (its sampler masks the allowed ids and bad words, then runs the budget processor, which sets
+  every other logit to ``-inf``). A grammar is the exception: the scheduler does not force an id
+  the request's grammar refuses and drops the budget (``schedule_batch._forced_token_ids``).
 
 Here the forcing is a per-row override of the sampled id on the device
-(:attr:`~sglang_v4.managers.model_worker_batch.SamplingBatchInfo.forced_token_ids`): the sampled
-token's logprob entries are those of the model's distribution (vLLM's default ``raw`` logprobs
-are also computed before its logits processors).
+(:attr:`~sglang_v4.managers.model_worker_batch.SamplingBatchInfo.forced_token_ids`); a forced
+row's logprob entries are those of the model's own distribution (``log_softmax`` of its logits, as
+vLLM's default raw logprobs are computed before its logits processors), so a forced id that a
+vocabulary constraint masked still has its finite logprob.
 
-Overlap scheduling: whether the token at output index ``start`` is forced depends on the values of
+Overlap scheduling: whether the token at output index ``i`` is forced depends on the values of
 the tokens before it; the one before may still be in flight when the next batch is built, so a
-request about to reach ``start`` makes its batch wait for the previous result
-(:meth:`ThinkingBudgetState.needs_host_history`). Every other step overlaps as usual.
+request whose next token may be forced because of that token makes its batch wait for the
+previous result (:meth:`ThinkingBudgetState.needs_host_history`): the step at a section's
+``start``, and, with ``budget`` 0 outside a section, every step (a ``<think>`` just sampled would
+force the next token). Every other step overlaps as usual.
 """
 
 from __future__ import annotations
@@ -60,20 +72,24 @@ def last_sequence_index(ids: Sequence[int], seq: Sequence[int]) -> int:
 
 @dataclass(slots=True)
 class ThinkingBudgetState:
-    """One request's budget (module docstring).
+    """One request's budget (module docstring), advanced over its outputs as they become known.
 
     Attributes:
+        think_start_ids: the sequence that opens a section (may be empty: no re-arming).
         think_end_ids: the ids forced, in order (non-empty).
-        start: output index of the first forced id (``max(0, budget - reasoning tokens already in
-            the prompt)``).
-        ended: the reasoning is over (the model wrote the end sequence before ``start``, or an
-            index past the forced ids was asked for): nothing more is forced. A batch that fails
-            and is run again asks for the same index and gets the same id.
+        budget: reasoning tokens allowed per section (``>= 0``).
+        start: output index of the first forced id of the open section (``max(0, budget -
+            reasoning tokens already in the prompt)`` for the prompt's section).
+        ended: no section is open (the model or the forcing ended it, or none was opened yet):
+            nothing is forced until a think-start sequence opens one. A batch that fails and is
+            run again asks for the same index and gets the same id.
     """
 
+    think_start_ids: list[int]
     think_end_ids: list[int]
-    start: int
-    ended: bool = False
+    budget: int
+    start: int = 0
+    ended: bool = True
     _scanned: int = 0
 
     @classmethod
@@ -85,8 +101,9 @@ class ThinkingBudgetState:
         think_end_ids: list[int],
     ) -> ThinkingBudgetState | None:
         """The state of a request with ``prompt_ids`` and ``budget`` (``None`` or ``-1``:
-        unlimited), or ``None`` when nothing is bounded (no budget, empty marker sequences, or a
-        prompt that is not in the reasoning).
+        unlimited), or ``None`` when nothing is bounded (no budget, or empty marker sequences).
+        A prompt that is not in the reasoning gets a state with no open section (a ``<think>``
+        the model writes opens one).
 
         Raises:
             ValueError: ``budget`` below -1 (the field is named).
@@ -95,22 +112,30 @@ class ThinkingBudgetState:
             raise ValueError(f"thinking_token_budget must be -1 (unlimited) or at least 0, got {budget}.")
         if budget is None or budget == -1 or not think_start_ids or not think_end_ids:
             return None
+        st = cls(list(think_start_ids), list(think_end_ids), budget)
         last_start = last_sequence_index(prompt_ids, think_start_ids)
-        if last_start < 0 or last_start <= last_sequence_index(prompt_ids, think_end_ids):
-            return None
-        in_prompt = len(prompt_ids) - (last_start + len(think_start_ids))
-        return cls(list(think_end_ids), max(0, budget - in_prompt))
+        if last_start >= 0 and last_start > last_sequence_index(prompt_ids, think_end_ids):
+            in_prompt = len(prompt_ids) - (last_start + len(think_start_ids))
+            st.start, st.ended = max(0, budget - in_prompt), False
+        return st
 
-    def _ended_by_model(self, output_ids: Sequence[int]) -> bool:
-        """Scan the newly known outputs before ``start`` for the end sequence (O(new tokens))."""
+    def _ends_at(self, ids: Sequence[int], i: int, seq: list[int]) -> bool:
+        m = len(seq)
+        return i + 1 >= m and ids[i] == seq[-1] and list(ids[i + 1 - m : i + 1]) == seq
+
+    def _advance(self, output_ids: Sequence[int]) -> None:
+        """Read the newly known outputs (O(new tokens)): close the open section at a model-written
+        end before ``start`` or after the forced ids, open one after a think-start sequence."""
         m = len(self.think_end_ids)
-        upto = min(len(output_ids), self.start)  # an end starting at or after start is ours
-        lo = max(0, self._scanned - (m - 1))
-        for i in range(lo, upto):
-            if output_ids[i] == self.think_end_ids[0] and list(output_ids[i : i + m]) == self.think_end_ids:
-                return True
-        self._scanned = max(self._scanned, upto)
-        return False
+        for i in range(self._scanned, len(output_ids)):
+            if self.ended or i < self.start:
+                if not self.ended and self._ends_at(output_ids, i, self.think_end_ids):
+                    self.ended = True  # the model ended the reasoning itself
+                elif self._ends_at(output_ids, i, self.think_start_ids):
+                    self.start, self.ended = i + 1 + self.budget, False  # a section (re)starts
+            elif i == self.start + m - 1:
+                self.ended = True  # the forced sequence is complete
+        self._scanned = max(self._scanned, len(output_ids))
 
     def forced_token(self, index: int, output_ids: Sequence[int]) -> int:
         """The id output index ``index`` must be, or :data:`NOT_FORCED`.
@@ -118,24 +143,24 @@ class ThinkingBudgetState:
         Args:
             index: output index of the token about to be sampled (tokens in flight included).
             output_ids: the outputs the host knows (a prefix of the ``index`` tokens before).
-                Tokens not known yet are taken as not ending the reasoning: the scheduler makes a
-                request wait for them when it matters (:meth:`needs_host_history`).
+                Tokens not known yet are taken as neither ending nor opening a section: the
+                scheduler makes a request wait for them when it matters
+                (:meth:`needs_host_history`).
         """
-        if self.ended:
-            return NOT_FORCED
-        if index < self.start:
-            return NOT_FORCED
-        if self._ended_by_model(output_ids):
-            self.ended = True
+        self._advance(output_ids)
+        if self.ended or index < self.start:
             return NOT_FORCED
         j = index - self.start
-        if j >= len(self.think_end_ids):
-            self.ended = True
-            return NOT_FORCED
-        return self.think_end_ids[j]
+        return self.think_end_ids[j] if j < len(self.think_end_ids) else NOT_FORCED
 
-    def needs_host_history(self, num_outputs: int) -> bool:
-        """The next token (output index ``num_outputs``) is the first that may be forced and the
-        token before is still unknown to the host while a batch runs: that batch's result must be
-        processed before the next is built."""
-        return not self.ended and num_outputs == self.start and self.start > 0
+    def needs_host_history(self, num_outputs: int, output_ids: Sequence[int] = ()) -> bool:
+        """Whether the next token (output index ``num_outputs``) may be forced because of the
+        token before it, which the host may not know yet while a batch runs: that batch's result
+        must then be processed before the next is built. ``output_ids``: the outputs the host
+        knows (read first, as :meth:`forced_token` reads them)."""
+        self._advance(output_ids)
+        if num_outputs == 0:
+            return False
+        if self.ended:
+            return self.budget == 0 and bool(self.think_start_ids)
+        return num_outputs == self.start

@@ -59,6 +59,9 @@ class ResponsesRequest(_Req):
     output, streamed and not (no ``reasoning_text`` events); the reasoning is still generated,
     counted in ``output_tokens_details.reasoning_tokens`` and kept with the stored conversation
     for ``previous_response_id``, as OpenAI keeps reasoning it does not return.
+    ``thinking_token_budget`` (vLLM's chat and completions field) bounds the reasoning as on the
+    chat route: vLLM's Responses route drops it unread, a fault its users report
+    (vllm-project/vllm#43692), so it is honoured here rather than ignored.
     """
 
     model: str = "default"
@@ -89,6 +92,9 @@ class ResponsesRequest(_Req):
     chat_template_kwargs: dict[str, Any] | None = None
     #: vLLM's switch: false returns no ``reasoning`` item (see the class docstring)
     include_reasoning: bool = True
+    #: vLLM's bound on reasoning tokens, as on ``/v1/chat/completions`` (-1 / None: none): the
+    #: reasoning item holds at most that many tokens (:mod:`sglang_v4.sampling.thinking_budget`)
+    thinking_token_budget: int | None = None
     priority: int | None = None
     #: vLLM's prefix-cache namespace (as on the chat route: :func:`~.vllm_fields.cache_namespace`)
     cache_salt: str | None = None

@@ -89,8 +89,9 @@ class VllmSamplingFields(BaseModel):
     vllm_xargs: dict[str, Any] | None = None
     mm_processor_kwargs: dict[str, Any] | None = None
     #: vLLM's bound on reasoning tokens (-1 / None: none); an integer >= -1 (check_vllm_fields).
-    #: Enforced where the prompt opened the reasoning (chat in thinking mode): ``</think>`` is
-    #: forced after that many reasoning tokens (:mod:`sglang_v4.sampling.thinking_budget`)
+    #: Enforced per reasoning section (the prompt's in thinking mode, and any ``<think>`` the
+    #: output opens): ``</think>`` is forced after that many reasoning tokens
+    #: (:mod:`sglang_v4.sampling.thinking_budget`)
     thinking_token_budget: int | None = None
     max_repetition_pattern_size: int = 0
     min_repetition_pattern_size: int = 0

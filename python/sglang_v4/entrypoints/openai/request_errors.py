@@ -190,12 +190,14 @@ def _check_openai_ranges(req: Any) -> None:
         )
 
 
-def _check_unsupported(req: Any) -> None:
+def _check_unsupported(req: Any, dp_rank_from_header: bool = False) -> None:
     """SGLang request fields of features sglang-v4 lacks (LoRA, hidden states, disaggregation...,
     :data:`~.protocol.UNSUPPORTED_OPENAI_FIELDS`) are a 400 naming the field when set, as
     ``/generate`` answers them: served without them, the output would silently differ from what
     was asked. ``null`` / ``false`` (clients that send every field) pass. A data-parallel rank pin
-    is checked as ``/generate`` checks it (rank 0 or a 400).
+    is checked as ``/generate`` checks it (rank 0 or a 400), unless the request's
+    ``X-Data-Parallel-Rank`` header pinned it (``dp_rank_from_header``: the header overrides the
+    body, as in SGLang).
 
     Raises:
         RequestError: 400, param the first such field.
@@ -206,7 +208,7 @@ def _check_unsupported(req: Any) -> None:
             raise RequestError(f"{name} is not supported by sglang-v4.", param=name)
     from sglang_v4.entrypoints.native_api import check_dp_rank  # native_api imports this package
 
-    for name in ("data_parallel_rank", "routed_dp_rank"):
+    for name in () if dp_rank_from_header else ("data_parallel_rank", "routed_dp_rank"):
         try:
             check_dp_rank(name, getattr(req, name, None))
         except ValueError as e:

@@ -30,6 +30,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from sglang_v4.entrypoints.dp_rank_header import DP_RANK_HEADER, DP_RANK_HEADER_ROUTES, dp_rank_from_header
 from sglang_v4.entrypoints.openai.logprob_limits import max_logprobs_of
 from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -77,6 +78,7 @@ __all__ = [
     "OPENAI_MIN_LOGPROB",
     "OpenAIServingBase",
     "RequestError",
+    "dp_rank_header_pin",
     "error_response",
     "grammar_error_for",
     "openai_logprob",
@@ -90,6 +92,22 @@ SKIP_TOKENIZER_OPENAI_MSG = (
     "{path} needs the tokenizer (text prompts and responses, the chat template), which this server "
     "does not load (it was started with --skip-tokenizer-init): use /generate with input_ids."
 )
+
+
+def dp_rank_header_pin(request: Request) -> bool:
+    """Whether ``request`` (on a generation route, :data:`~sglang_v4.entrypoints.dp_rank_header.
+    DP_RANK_HEADER_ROUTES`) carries SGLang's ``X-Data-Parallel-Rank`` header naming this server's
+    one rank (0); the header overrides a body rank pin, as in SGLang.
+
+    Raises:
+        RequestError: 400: the header is not an integer (SGLang's message), or names another rank.
+    """
+    if request.url.path not in DP_RANK_HEADER_ROUTES:
+        return False
+    try:
+        return dp_rank_from_header(request.headers.get(DP_RANK_HEADER)) is not None
+    except ValueError as e:
+        raise RequestError(str(e)) from None
 
 
 class OpenAIServingBase:
@@ -205,13 +223,15 @@ class OpenAIServingBase:
         bounded) and validate it in pydantic's strict mode (no ``"0.5"`` -> 0.5 or ``true`` -> 1.0
         coercions; integers are accepted for floats); a refused vLLM field set in the body is refused
         first (:func:`~.vllm_fields.check_refused_fields`). Cross-field rule checked here for both routes:
-        ``stream_options`` needs ``stream: true`` (:func:`_check_stream_options`)."""
+        ``stream_options`` needs ``stream: true`` (:func:`_check_stream_options`). On the generation
+        routes SGLang's ``X-Data-Parallel-Rank`` header is read (:mod:`~sglang_v4.entrypoints.dp_rank_header`):
+        rank 0 is served (and overrides a body rank pin), anything else is a 400."""
         data = await read_json_object(request)
         if cls in (ChatCompletionRequest, CompletionRequest):
             check_refused_fields(data, cls.model_fields)
         req = validate_request(cls, data)
         _check_stream_options(req)
-        _check_unsupported(req)
+        _check_unsupported(req, dp_rank_from_header=dp_rank_header_pin(request))
         if isinstance(req, (ChatCompletionRequest, CompletionRequest)):
             check_vllm_fields(req)
         return req

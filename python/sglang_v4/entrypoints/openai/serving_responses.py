@@ -86,6 +86,7 @@ from sglang_v4.entrypoints.openai.responses_input_items import input_items_of, i
 from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
+    dp_rank_header_pin,
     error_response,
     grammar_error_for,
     read_json_object,
@@ -257,6 +258,7 @@ class ResponsesMixin(ChatMixin):
     # ------------------------------------------------------------------ request
     async def _responses(self, request: Request) -> Response:
         req: ResponsesRequest = validate_request(ResponsesRequest, await read_json_object(request))
+        dp_rank_header_pin(request)  # SGLang's X-Data-Parallel-Rank: rank 0 or a 400
         self._check_model(req.model)
         _check_request(req)
         chat_req, messages = self._chat_request_of(req, self._previous_messages(req.previous_response_id))
@@ -364,6 +366,7 @@ class ResponsesMixin(ChatMixin):
         for name in ("top_k", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
             data[name] = getattr(req, name)
         data.update(seed=req.seed, priority=req.priority, cache_salt=req.cache_salt)
+        data["thinking_token_budget"] = req.thinking_token_budget
         if _wants_logprobs(req):
             data.update(logprobs=True, top_logprobs=req.top_logprobs or 0)
         try:
