@@ -183,6 +183,7 @@ def more_bugs_server(default_model_dir: str, tmp_path_factory: pytest.TempPathFa
     --enable-cache-report``, shared by the public-bug replay modules ``test_public_bugs_more``,
     ``test_public_bugs_more_outputs``, ``test_public_bugs_fourth``,
     ``test_public_bugs_fourth_sampling``, ``test_public_bugs_fifth``, ``test_public_bugs_sixth``,
+    ``test_public_bugs_seventh``,
     ``test_vllm_suite_port_more`` and
     ``test_thinking_budget_chat`` (their requests finish; none counts the server's totals;
     ``test_public_bugs_fourth`` flushes the prefix cache).
@@ -245,7 +246,7 @@ def shared_fake_engine(shared_fake_model_dir):  # noqa: ANN001, ANN201 - lazy im
     """``server_fixture.fake_engine(shared_fake_model_dir)``: an ``Engine`` on ``FakeScheduler``,
     256-token pages, ``[hold]`` prompts held until aborted; shared by ``test_abort_every_state``,
     ``test_engine_api``, ``test_engine_cancel``, ``test_engine_public_bugs``,
-    ``test_native_public_bugs`` and ``test_public_bugs_native_more`` (each leaves no request running: several check that the
+    ``test_native_public_bugs``, ``test_public_bugs_native_more`` and ``test_public_bugs_seventh`` (each leaves no request running: several check that the
     engine's pages and request table are empty). At the end of the session its scheduler and
     detokenizer processes must have exited."""
     from server_fixture import fake_engine

@@ -50,6 +50,7 @@ from sglang_v4.sampling.json_schema_rewrite import (
     normalize_json_schema,
     open_arrays,
 )
+from sglang_v4.sampling.json_schema_support import check_enforceable_schema, merge_all_of
 from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_tag
 
 if TYPE_CHECKING:
@@ -373,7 +374,8 @@ class GrammarBackend:
                     ) from None
                 check_schema_depth(schema)
                 check_json_schema(schema)
-                schema = normalize_json_schema(schema)
+                schema = normalize_json_schema(merge_all_of(schema))
+                check_enforceable_schema(schema)
                 compiled = self._compiler.compile_json_schema(
                     json.dumps(schema), max_whitespace_cnt=self.max_whitespace_cnt
                 )
@@ -527,7 +529,8 @@ def after_reasoning_structural_tag(
         try:
             check_schema_depth(schema)
             check_json_schema(schema)
-            schema = normalize_json_schema(schema)
+            schema = normalize_json_schema(merge_all_of(schema))
+            check_enforceable_schema(schema)
         except ValueError as e:
             raise ValueError(f"json_schema: invalid grammar: {e}") from None
         answer: dict[str, Any] = {
@@ -612,7 +615,7 @@ def tool_call_structural_tag(
                 function=dict(
                     t["function"],
                     parameters=normalize_json_schema(
-                        t["function"]["parameters"], f"{t['function'].get('name')}.parameters"
+                        merge_all_of(t["function"]["parameters"]), f"{t['function'].get('name')}.parameters"
                     ),
                 ),
             )
