@@ -290,6 +290,9 @@ def test_flash_on_one_h200_fails_up_front_naming_the_bytes() -> None:
         check_weights_fit(need, h200 - GiB, h200, "flash")
     msg = str(ei.value)
     assert f"need {need} bytes (145.3 GiB)" in msg and "--tp-size 2" in msg
+    # The smaller presets are named with their shapes, so the message stays true when the model
+    # that does not fit is one of them (flash-43l on an 80 GB card).
+    assert "flash-43l, 43 layers x 160 experts" in msg and "flash-8l-32e" in msg
     check_weights_fit(100_795_178_844, h200 - GiB, h200, "flash-43l")  # fits
     with pytest.raises(ValueError, match="free"):  # and the free memory counts too
         check_weights_fit(100_795_178_844, 90 * GiB, h200, "flash-43l")

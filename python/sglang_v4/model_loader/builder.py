@@ -70,7 +70,8 @@ def check_weights_fit(need: int, free: int, total: int, label: str = "model", tp
         f"{label}: the weights need {need} bytes ({need / 2**30:.1f} GiB) per GPU but one GPU offers "
         f"{budget} bytes ({budget / 2**30:.1f} GiB: {WEIGHT_MEMORY_FRACTION:g} of its {total / 2**30:.1f} GiB, "
         f"{free / 2**30:.1f} GiB free). Shard the weights over more GPUs (--tp-size {max(more, 2 * tp_size)}, "
-        "with --ep-size for the experts) or use a smaller model (e.g. preset flash-43l)."
+        "with --ep-size for the experts) or use a model with fewer layers or experts (presets: "
+        "flash-43l, 43 layers x 160 experts, ~94 GiB in FP8 + FP4; flash-8l-32e, 8 layers x 32 experts)."
     )
 
 
