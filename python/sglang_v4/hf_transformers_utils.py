@@ -196,7 +196,15 @@ class FastTokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True, **_: Any) -> list[int]:
         """Token ids of ``text``; with ``add_special_tokens``, those ``tokenizer.json``'s post-processor
-        adds (none for the DeepSeek-V4 tokenizer, whose prompts carry their BOS as text)."""
+        adds (none for the DeepSeek-V4 tokenizer, whose prompts carry their BOS as text).
+
+        Runs ``tokenizers``' ``encode_batch_fast`` (tokenizers >= 0.21) where it exists: the same
+        ids without the character offsets, which cost about a fifth of the call and are never
+        read here (a 2k-token prompt: ~2.3 ms instead of ~2.9 ms on a slow CPU core); it also
+        releases the GIL. Older releases run ``encode``."""
+        fast = getattr(self._tok, "encode_batch_fast", None)
+        if fast is not None:
+            return list(fast([text], add_special_tokens=add_special_tokens)[0].ids)
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
 
     def encode_releasing_gil(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -204,9 +212,10 @@ class FastTokenizer:
 
         ``tokenizers.Tokenizer.encode`` holds the GIL for the whole call (seconds for a prompt of
         millions of characters); ``encode_batch`` releases it, so running this in a worker thread
-        leaves the event loop free.
+        leaves the event loop free (``encode_batch_fast`` where it exists: see :meth:`encode`).
         """
-        return list(self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
+        batch = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch
+        return list(batch([text], add_special_tokens=add_special_tokens)[0].ids)
 
     @property
     def max_chars_per_token(self) -> int | None:

@@ -530,12 +530,14 @@ class TokenizerManager(
         rid = str(state.obj.rid)
         try:
             while True:
-                try:
-                    await asyncio.wait_for(state.event.wait(), timeout=1.0)
-                except asyncio.TimeoutError:
-                    if request is not None and await request.is_disconnected():
-                        raise RequestError(f"Client disconnected; request {rid} aborted.", 499) from None
-                    continue
+                # outputs already queued are taken at once: no task and timer per chunk
+                if not state.event.is_set():
+                    try:
+                        await asyncio.wait_for(state.event.wait(), timeout=1.0)
+                    except asyncio.TimeoutError:
+                        if request is not None and await request.is_disconnected():
+                            raise RequestError(f"Client disconnected; request {rid} aborted.", 499) from None
+                        continue
                 if state.error is not None:
                     raise state.error
                 outs, state.out_list = state.out_list, []
