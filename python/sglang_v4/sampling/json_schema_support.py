@@ -37,6 +37,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# the keywords whose values are subschemas (one / a list / a map), as the rewrite walks them
+from sglang_v4.sampling.json_schema_rewrite import _ONE_SCHEMA, _SCHEMA_LISTS, _SCHEMA_MAPS
+
 __all__ = ["check_enforceable_schema", "merge_all_of"]
 
 #: Keywords that only annotate a schema (a merge keeps the first branch's).
@@ -68,22 +71,6 @@ _SIBLING_DEPENDENT = frozenset(
 _STRING_KEYWORDS = ("pattern", "minLength", "maxLength", "format")
 _NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _ARRAY_BOUNDS = ("minItems", "maxItems")
-#: Keywords whose value is one subschema / a list of subschemas / a map of subschemas.
-_ONE_SCHEMA = (
-    "items",
-    "additionalItems",
-    "unevaluatedItems",
-    "contains",
-    "additionalProperties",
-    "unevaluatedProperties",
-    "propertyNames",
-    "not",
-    "if",
-    "then",
-    "else",
-)
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 def _local_ref(root: Any, ref: Any) -> Any:
