@@ -319,8 +319,8 @@ def test_dp_rank_header_goes_straight_to_that_replica(stack: SimpleNamespace) ->
     """SGLang's ``X-Data-Parallel-Rank`` header (read by SGLang's OpenAI serving, and by vLLM as
     ``X-data-parallel-rank``) on a generation route: rank ``i`` is replica ``i`` (here 1: the live
     replica, which answers as it does directly; 0: the dead one, a 502), the router never sees the
-    request and the replica gets no header (it is one rank of its own, a pin of 1 would be its
-    400); a rank outside ``[0, dp_size)`` or a non-integer is a 400 in OpenAI's error shape (the
+    request and the replica gets the header as ``0`` (it is one rank of its own), so a body pin
+    does not make it refuse what the header routed; a rank outside ``[0, dp_size)`` or a non-integer is a 400 in OpenAI's error shape (the
     ``openai`` client's own parse). A header on another route goes to the router unchanged."""
     n = len(stack.seen)
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -333,6 +333,17 @@ def test_dp_rank_header_goes_straight_to_that_replica(stack: SimpleNamespace) ->
         )
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["message"] == direct.json()["choices"][0]["message"]
+    for pin in ("routed_dp_rank", "data_parallel_rank"):  # the header overrides the body's pin, as
+        # in SGLang: the same rank pinned in both (or another in the body) is served by replica 1
+        for body_rank in (1, 0, 5):
+            r = requests.post(
+                stack.url + "/v1/chat/completions",
+                json={**body, pin: body_rank},
+                headers={**auth, "X-Data-Parallel-Rank": "1"},
+                timeout=30,
+            )
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["message"] == direct.json()["choices"][0]["message"]
     dead = requests.post(
         stack.url + "/v1/chat/completions", json=body, headers={**auth, "X-Data-Parallel-Rank": "0"}
     )

@@ -147,3 +147,58 @@ def test_unenforced_keywords_are_refused(schema: dict[str, Any], keyword: str, b
 def test_enforced_keywords_pass(schema: dict[str, Any]) -> None:
     """Schemas whose keywords the grammar enforces are not refused."""
     check_enforceable_schema(normalize_json_schema(merge_all_of(schema)))
+
+
+def _doubling_refs(levels: int) -> dict[str, Any]:
+    """``D{i}`` is ``allOf`` of two ``$ref`` to ``D{i-1}``: a schema of ``levels`` short
+    definitions that a merge re-reading every ``$ref`` walks ``2**levels`` times."""
+    defs: dict[str, Any] = {
+        "D0": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    }
+    for i in range(1, levels + 1):
+        defs[f"D{i}"] = {"allOf": [{"$ref": f"#/$defs/D{i - 1}"}, {"$ref": f"#/$defs/D{i - 1}"}]}
+    return {"$defs": defs, "$ref": f"#/$defs/D{levels}"}
+
+
+def _pairwise_refs(levels: int) -> dict[str, Any]:
+    """An ``allOf`` of ``A{levels}`` and ``B{levels}``, each declaring properties ``p`` and ``q``
+    as the previous level: merged property by property, the pairs double per level."""
+    defs: dict[str, Any] = {
+        "A0": {"type": "object", "properties": {"x": {"type": "integer"}}},
+        "B0": {"type": "object", "properties": {"y": {"type": "integer"}}},
+    }
+    for i in range(1, levels + 1):
+        for n in "AB":
+            ref = {"$ref": f"#/$defs/{n}{i - 1}"}
+            defs[f"{n}{i}"] = {"type": "object", "properties": {"p": ref, "q": dict(ref)}}
+    return {"$defs": defs, "allOf": [{"$ref": f"#/$defs/A{levels}"}, {"$ref": f"#/$defs/B{levels}"}]}
+
+
+def test_all_of_merge_is_not_exponential_in_ref_levels() -> None:
+    """A few kilobytes of ``$ref`` definitions must not take exponential time (a request's
+    schema is merged before its grammar compiles); the merged result keeps the meaning
+    (``jsonschema`` on the original as the oracle) or leaves the ``allOf`` to be refused."""
+    import time
+
+    t0 = time.perf_counter()
+    merged = merge_all_of(_doubling_refs(40))  # 2**40 walks without sharing: never finishes
+    pairs = merge_all_of(_pairwise_refs(40))
+    assert time.perf_counter() - t0 < 2.0
+    top = merged["$defs"]["D40"]
+    assert "allOf" not in top and top["required"] == ["a"]
+    small = _doubling_refs(6)  # the oracle walks every $ref: a small copy of the same shape
+    for text in ('{"a": 1}', '{"a": "x"}', "{}", "[]"):
+        assert _schema_accepts(merge_all_of(small), text) == _schema_accepts(small, text)
+    assert len(json.dumps(pairs)) < 10_000_000  # bounded: merged in part or left to the refusal
+    with pytest.raises(ValueError, match="allOf"):
+        check_enforceable_schema(normalize_json_schema(pairs))
+
+
+def test_all_of_ref_cycle_terminates() -> None:
+    """An ``allOf`` that names itself through ``$ref`` terminates, left unmerged (refused)."""
+    schema = {
+        "$defs": {"N": {"allOf": [{"$ref": "#/$defs/N"}, {"type": "object", "required": ["a"]}]}},
+        "$ref": "#/$defs/N",
+    }
+    out = merge_all_of(schema)
+    assert out["$defs"]["N"]["allOf"]

@@ -10,8 +10,8 @@ both shapes, and forwards every other request to the router unchanged: method, p
 headers (hop-by-hop ones excepted), body, and the router's status, headers and body, streamed as
 they come (SSE included). A request to an OpenAI generation route carrying SGLang's
 ``X-Data-Parallel-Rank`` header (:mod:`sglang_v4.entrypoints.dp_rank_header`) goes straight to
-replica ``rank`` (replica ``i`` is rank ``i``), without the header (that replica is one rank of its
-own); a rank outside ``[0, dp_size)`` or a value that is not an integer is the gateway's 400, in
+replica ``rank`` (replica ``i`` is rank ``i``) with the header set to ``0`` (that replica is one
+rank of its own; the header overrides a rank pin in the body there, as in SGLang); a rank outside ``[0, dp_size)`` or a value that is not an integer is the gateway's 400, in
 the route's error shape. A client that goes away cancels its handler (aiohttp's
 ``handler_cancellation``, :data:`GATEWAY_SERVER_OPTIONS`), which closes the router's request and
 so aborts the generation on the replica, streamed or not. An upstream that cannot be reached or
@@ -53,8 +53,10 @@ __all__ = [
     "run_gateway",
 ]
 
-#: The pin header's lower-case name, not passed on to the replica it chose.
-_DP_RANK_DROP = frozenset({DP_RANK_HEADER.lower()})
+#: The pin header as sent on to the replica it chose: that replica is one rank of its own (rank
+#: 0), and the header, as in SGLang, overrides a ``routed_dp_rank`` / ``data_parallel_rank`` pin
+#: in the body, which the replica would otherwise check against its own single rank.
+_DP_RANK_FOR_REPLICA = {DP_RANK_HEADER: "0"}
 
 #: Paths the gateway answers from a replica (``/v1/models`` and ``/v1/models/{model_id}``).
 MODEL_ROUTES = ("/v1/models", "/v1/models/{model_id:.+}")
@@ -99,10 +101,13 @@ def _forward_headers(headers: Mapping[str, str], drop: frozenset[str] = frozense
 
 
 async def _forward(
-    request: web.Request, session: aiohttp.ClientSession, base_url: str, drop: frozenset[str] = frozenset()
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    base_url: str,
+    replace: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
-    """``request`` sent to ``base_url`` (same method, path, query, headers but ``drop`` (lower-case
-    names), and body), its answer streamed back.
+    """``request`` sent to ``base_url`` (same method, path, query, headers, and body; a header
+    named in ``replace`` is sent with that value only), its answer streamed back.
 
     Raises:
         UpstreamUnanswered: ``base_url`` cannot be reached or sent no answer (any
@@ -110,12 +115,15 @@ async def _forward(
             that fails later ends the answer where it stands.
     """
     body = await request.read() if request.can_read_body else None
+    # the server hands the body over decoded: its Content-Encoding no longer applies
+    headers = _forward_headers(request.headers, frozenset({"content-encoding"}))
+    for name, value in (replace or {}).items():
+        headers[name] = value  # case-insensitive: replaces every value the client sent
     try:
         upstream = await session.request(
             request.method,
             URL(base_url + request.rel_url.raw_path_qs, encoded=True),  # the path and query as sent
-            # the server hands the body over decoded: its Content-Encoding no longer applies
-            headers=_forward_headers(request.headers, drop | {"content-encoding"}),
+            headers=headers,
             data=body,
             allow_redirects=False,
         )
@@ -187,8 +195,8 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
             except ValueError as e:
                 return _error(request, 400, str(e))
             assert rank is not None
-            try:  # the replica is one rank of its own: the pin is met, the header goes no further
-                return await _forward(request, app[_SESSION], replicas[rank], _DP_RANK_DROP)
+            try:  # the replica is one rank of its own: the header pins its rank 0
+                return await _forward(request, app[_SESSION], replicas[rank], _DP_RANK_FOR_REPLICA)
             except UpstreamUnanswered as e:
                 logger.warning("DP gateway: replica %d did not answer %s (%s)", rank, request.path, e)
                 return _error(request, 502, f"Data-parallel rank {rank} did not answer.")

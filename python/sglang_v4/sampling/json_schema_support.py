@@ -37,6 +37,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# the keywords whose values are subschemas (one / a list / a map), as the rewrite walks them
+from sglang_v4.sampling.json_schema_rewrite import _ONE_SCHEMA, _SCHEMA_LISTS, _SCHEMA_MAPS
+
 __all__ = ["check_enforceable_schema", "merge_all_of"]
 
 #: Keywords that only annotate a schema (a merge keeps the first branch's).
@@ -68,22 +71,6 @@ _SIBLING_DEPENDENT = frozenset(
 _STRING_KEYWORDS = ("pattern", "minLength", "maxLength", "format")
 _NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _ARRAY_BOUNDS = ("minItems", "maxItems")
-#: Keywords whose value is one subschema / a list of subschemas / a map of subschemas.
-_ONE_SCHEMA = (
-    "items",
-    "additionalItems",
-    "unevaluatedItems",
-    "contains",
-    "additionalProperties",
-    "unevaluatedProperties",
-    "propertyNames",
-    "not",
-    "if",
-    "then",
-    "else",
-)
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 def _local_ref(root: Any, ref: Any) -> Any:
@@ -103,7 +90,31 @@ def _local_ref(root: Any, ref: Any) -> Any:
     return node
 
 
-def _merge_two(a: dict[str, Any], b: dict[str, Any], root: Any, depth: int) -> dict[str, Any] | None:
+class _Walk:
+    """One :func:`merge_all_of` call's state: the schema (for local ``$ref``) and each node's
+    merged form by ``id`` (the node kept alive beside it), so a subschema reached many times (a
+    ``$ref`` that several branches name, a branch met again by its parent's merge) is merged once:
+    the work stays linear in the schema's size where re-merging would double it per ``$ref``
+    level. A node met again while its own merge is under way (a ``$ref`` cycle through ``allOf``)
+    is left unmerged. A property both branches declare is merged into a new node each time (its
+    result is inlined, not shared): at most :data:`_MAX_PROPERTY_JOINS` such merges are made, so
+    branches whose ``$ref`` definitions nest pairwise cannot make the work or the merged schema
+    grow exponentially; past it the ``allOf`` is left unmerged (and refused)."""
+
+    __slots__ = ("joins_left", "memo", "root")
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.memo: dict[int, tuple[Any, Any]] = {}
+        self.joins_left = _MAX_PROPERTY_JOINS
+
+
+#: The most property schemas one :func:`merge_all_of` call merges (a pydantic or OpenAPI schema
+#: needs a handful: only a property that two branches both declare, differently, is merged).
+_MAX_PROPERTY_JOINS = 4096
+
+
+def _merge_two(a: dict[str, Any], b: dict[str, Any], root: _Walk, depth: int) -> dict[str, Any] | None:
     """One schema meaning ``a`` and ``b`` together (both already free of sibling-dependent
     keywords but ``additionalProperties: false`` handled by the caller), or ``None`` when their
     keywords clash in a way this merge does not resolve."""
@@ -121,6 +132,9 @@ def _merge_two(a: dict[str, Any], b: dict[str, Any], root: Any, depth: int) -> d
                 elif sub in (True, {}):
                     continue
                 else:
+                    root.joins_left -= 1
+                    if root.joins_left < 0:
+                        return None
                     joined = _merge_node({"allOf": [props[name], sub]}, root, depth + 1)
                     if isinstance(joined, dict) and isinstance(joined.get("allOf"), list):
                         return None
@@ -131,12 +145,12 @@ def _merge_two(a: dict[str, Any], b: dict[str, Any], root: Any, depth: int) -> d
     return out
 
 
-def _merge_branches(node: dict[str, Any], root: Any, depth: int) -> dict[str, Any] | None:
+def _merge_branches(node: dict[str, Any], root: _Walk, depth: int) -> dict[str, Any] | None:
     """``node`` with its ``allOf`` merged into it, or ``None`` (left to the caller as it is)."""
     branches = []
     for b in node["allOf"]:
         if isinstance(b, dict) and set(b) == {"$ref"}:
-            b = _local_ref(root, b["$ref"])
+            b = _local_ref(root.root, b["$ref"])
         if b is True:
             continue
         if not isinstance(b, dict):
@@ -185,9 +199,20 @@ def _merge_branches(node: dict[str, Any], root: Any, depth: int) -> dict[str, An
     return merged
 
 
-def _merge_node(node: Any, root: Any, depth: int) -> Any:
+def _merge_node(node: Any, root: _Walk, depth: int) -> Any:
     if not isinstance(node, dict) or depth > 512:
         return node
+    seen = root.memo.get(id(node))
+    if seen is not None:
+        return seen[1]
+    root.memo[id(node)] = (node, node)  # until merged: a cycle back here sees it unmerged
+    out = _merge_fresh(node, root, depth)
+    root.memo[id(node)] = (node, out)
+    root.memo[id(out)] = (out, out)  # a merged node merges to itself
+    return out
+
+
+def _merge_fresh(node: dict[str, Any], root: _Walk, depth: int) -> Any:
     out = dict(node)
     for k in _ONE_SCHEMA:
         if isinstance(out.get(k), dict):
@@ -218,7 +243,7 @@ def merge_all_of(schema: Any) -> Any:
         The schema; an ``allOf`` this merge cannot resolve is left as it was (and
         :func:`check_enforceable_schema` then refuses it).
     """
-    return _merge_node(schema, schema, 0)
+    return _merge_node(schema, _Walk(schema), 0)
 
 
 def _node_problem(node: dict[str, Any]) -> str | None:
