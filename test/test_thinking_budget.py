@@ -122,18 +122,34 @@ def test_budget_rearms_for_every_reasoning_section() -> None:
     assert outs.count(9) == 3 and outs[2] == outs[11] == 9  # two forced ends, the model's own
 
 
-def test_zero_budget_rearm_waits_for_every_token() -> None:
-    """With budget 0 a ``<think>`` just sampled forces the very next token, so outside a section
-    every overlapped step would decide without it: the host must know each previous token."""
+def test_zero_budget_outside_a_section_is_decided_on_the_device() -> None:
+    """With budget 0 a ``<think>`` just sampled forces the very next token (vLLM's processor
+    re-arms at an output think-start with count 0). Outside a section the host does not wait for
+    that token: it arms the conditional force "previous token ``<think>`` -> ``</think>``" when
+    exactly the previous token is in flight; a known ``<think>`` is forced by the host."""
     st = ThinkingBudgetState.for_prompt([1, 7], 0, S, E)
     assert st is not None and st.forced_token(0, []) == 9
-    assert st.needs_host_history(1, [9]) and st.needs_host_history(2, [9])
+    assert not st.needs_host_history(1, [9]) and not st.needs_host_history(2, [9])
+    assert st.forced_token(2, [9]) == NOT_FORCED and st.forced_if_previous(2, [9]) == (7, 9)
+    assert st.forced_if_previous(2, [9, 7]) is None  # the previous token is known: the host's
     assert st.forced_token(2, [9, 7]) == 9  # re-armed by the output's <think>
+    assert st.forced_if_previous(3, [9, 7]) is None  # the section is open: nothing conditional
+    off = ThinkingBudgetState.for_prompt([1, 2], 0, S, E)  # thinking off: no section yet
+    assert off is not None and off.forced_if_previous(1, []) == (7, 9)
+    assert not any(off.needs_host_history(n, [5] * (n - 1)) for n in range(1, 6))
     two = ThinkingBudgetState.for_prompt([1, 7], 2, S, E)
     assert two is not None and two.forced_token(2, [5, 5]) == 9
-    assert not two.needs_host_history(4, [5, 5, 9])  # a <think> at index 3 cannot force index 4
+    assert two.forced_if_previous(4, [5, 5, 9]) is None  # budget 2: a <think> at 3 cannot force 4
+    assert not two.needs_host_history(4, [5, 5, 9])
     assert not two.needs_host_history(5, [5, 5, 9, 7])  # the <think> at 3: start is 6
     assert two.needs_host_history(6, [5, 5, 9, 7, 5])  # index 5 may be the model's own end
+    # a two-token think-start: armed only when its first id ends the known outputs
+    multi = ThinkingBudgetState.for_prompt([1, 2], 0, [7, 8], [9, 10])
+    assert multi is not None
+    assert multi.forced_if_previous(3, [5, 7]) == (8, 9)
+    assert multi.forced_if_previous(3, [5, 5]) is None and multi.forced_if_previous(1, []) is None
+    # the conditional force then fired: the host knows the section and forces the second end id
+    assert multi.forced_token(4, [5, 7, 8]) == 10
 
 
 def test_model_written_end_is_left_alone() -> None:
@@ -328,4 +344,113 @@ def test_forced_end_wins_over_vocabulary_constraints(
     want = drain(s)["cold"]["in_lp"][-1]
     for rid in cases:
         assert res[rid]["lp"][2] == pytest.approx(want, abs=1e-4), (rid, res[rid]["lp"])
+    assert_idle(s)
+
+
+def _write_think_at(monkeypatch: pytest.MonkeyPatch, start: int, end: int, at: set[int]) -> None:
+    """The model worker's sampler, with a model that writes ``<think>`` at output indices ``at``
+    (the rows of requests with ``thinking_token_budget`` 0) and, for requests without a budget,
+    the expected result of vLLM's rule written by hand: ``<think>`` at ``at`` and ``</think>``
+    right after each. Every other id is the real sampler's."""
+    import sglang_v4.managers.tp_worker as tp_worker
+
+    real = tp_worker.sample
+
+    def fake(*args: Any, **kw: Any) -> Any:
+        out = real(*args, **kw)
+        ids = (out[0] if isinstance(out, tuple) else out).clone()
+        for j, (p, n) in enumerate(zip(args[1], kw["output_lens"])):
+            if p.thinking_token_budget == 0 and n in at:
+                ids[j] = start
+            elif p.thinking_token_budget is None and (n in at or n - 1 in at):
+                ids[j] = start if n in at else end
+        return (ids, out[1]) if isinstance(out, tuple) else ids
+
+    monkeypatch.setattr(tp_worker, "sample", fake)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_zero_budget_after_the_reasoning_keeps_overlap(
+    default_model_dir: str,
+    mtok: Any,
+    markers: tuple[int, int],
+    monkeypatch: pytest.MonkeyPatch,
+    overlap: bool,
+) -> None:
+    """Budget 0 on prompts whose reasoning is closed or absent, with a model that writes
+    ``<think>`` mid-answer (output indices 3 and 7): each is followed by a forced ``</think>``,
+    and no step waits for the previous result (``ScheduleBatch.needs_host_history`` stays False
+    for every batch: the ``<think>`` is still in flight when the next batch is built, so with
+    overlap the forcing is decided on the device). Oracle: the same prompts without a budget,
+    with vLLM's rule (``</think>`` right after each ``<think>`` under budget 0) applied by hand;
+    the outputs are the same with overlap on and off."""
+    from sglang_v4.managers.scheduler import Scheduler
+
+    start, end = markers
+    at = {3, 7}
+    _write_think_at(monkeypatch, start, end, at)
+    waits: list[bool] = []
+    real_launch = Scheduler._launch
+
+    def launch(self: Scheduler, batch: Any) -> None:
+        real_launch(self, batch)
+        waits.append(batch.needs_host_history)
+
+    monkeypatch.setattr(Scheduler, "_launch", launch)
+    s = make_scheduler(default_model_dir, disable_overlap_schedule=not overlap)
+    closed = mtok.encode("Hi", add_special_tokens=False) + [start, end]
+    plain = mtok.encode("Tell me a story.", add_special_tokens=False)
+    n = 10
+    for name, ids in (("closed", closed), ("plain", plain)):
+        submit(s, f"{name}-0", ids, n, sampling={"thinking_token_budget": 0})
+        submit(s, f"{name}-want", ids, n)
+    res = drain(s)
+    assert waits and not any(waits), waits
+    for name in ("closed", "plain"):
+        got, want = res[f"{name}-0"]["ids"], res[f"{name}-want"]["ids"]
+        assert [i for i, t in enumerate(want) if t == start] == [3, 7], want  # the model's own
+        assert [i for i, t in enumerate(want) if t == end] == [4, 8], want
+        assert got == want, (name, got, want)
+    if overlap:  # the same outputs without overlap (outputs only: the batches are the same)
+        s2 = make_scheduler(default_model_dir, disable_overlap_schedule=True)
+        for name, ids in (("closed", closed), ("plain", plain)):
+            submit(s2, f"{name}-0", ids, n, sampling={"thinking_token_budget": 0})
+        res2 = drain(s2)
+        assert all(res2[f"{k}-0"]["ids"] == res[f"{k}-0"]["ids"] for k in ("closed", "plain"))
+        assert_idle(s2)
+    assert_idle(s)
+
+
+def test_forced_logprob_uses_the_request_temperature(
+    default_model_dir: str,
+    mtok: Any,
+    markers: tuple[int, int],
+    hf_default_model: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At temperature 0.5 a forced ``</think>``'s logprob is on the scale of the other tokens of
+    the response (SGLang's output logprobs: ``log_softmax(logits / T)``), without the
+    ``logit_bias`` that masks it: forced by the host (budget 2 in the prompt's reasoning) and on
+    the device (budget 0, a ``<think>`` written at index 3 with overlap on). Oracle: HF
+    transformers' float32 logits of the same checkpoint after the same tokens, ``log_softmax(z /
+    0.5)`` in float64."""
+    import torch
+
+    start, end = markers
+    _write_think_at(monkeypatch, start, end, {3})
+    s = make_scheduler(default_model_dir)
+    p = mtok.encode("Why is the sky blue?", add_special_tokens=False) + [start]
+    closed = mtok.encode("Hi", add_special_tokens=False) + [start, end]
+    T = 0.5
+    common = {"temperature": T, "sampling_seed": 11, "logit_bias": {str(end): -100.0}}
+    submit(s, "host", p, 4, sampling={"thinking_token_budget": 2, **common}, return_logprob=True)
+    submit(s, "device", closed, 6, sampling={"thinking_token_budget": 0, **common}, return_logprob=True)
+    res = drain(s)
+    for rid, prompt, k in (("host", p, 2), ("device", closed, 4)):
+        ids, lp = res[rid]["ids"], res[rid]["lp"]
+        assert ids[k] == end, (rid, ids)
+        with torch.no_grad():
+            z = hf_default_model(torch.tensor([prompt + ids[:k]])).logits[0, -1].double()
+        want = torch.log_softmax(z / T, dim=-1)[end].item()
+        assert lp[k] == pytest.approx(want, abs=1e-4), (rid, lp[k], want)
     assert_idle(s)

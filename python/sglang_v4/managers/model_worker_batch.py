@@ -51,7 +51,15 @@ class SamplingBatchInfo:
             (``token_ids_logprob``) or ``None``; ``None`` when no row asks.
         forced_token_ids: per row, the id that replaces the sampled one (the think-end token of
             ``thinking_token_budget``, :mod:`sglang_v4.sampling.thinking_budget`) or ``-1``;
-            ``None`` when no row is forced. The row's logprobs stay those of the model.
+            ``None`` when no row is forced. A forced row's logprobs are computed without the
+            vocabulary constraints (:func:`sglang_v4.sampling.sampler.unconstrained_logprobs`).
+        forced_if_previous: per row ``(C, F)``: when the row's previous token (its last input id,
+            resolved on the device from the future map) is ``C``, the sampled id becomes ``F``
+            (``thinking_token_budget`` 0 outside a reasoning section, where the think-start that
+            opens one may still be in flight:
+            :meth:`~sglang_v4.sampling.thinking_budget.ThinkingBudgetState.forced_if_previous`);
+            ``(-1, -1)`` for the other rows; ``None`` when no row has one. A row that it forces
+            gets the forced row's logprobs.
     """
 
     rows: list[int]
@@ -66,6 +74,7 @@ class SamplingBatchInfo:
     plain_greedy: bool = False
     token_ids_logprobs: list[list[int] | None] | None = None
     forced_token_ids: list[int] | None = None
+    forced_if_previous: list[tuple[int, int]] | None = None
 
 
 @dataclass

@@ -28,19 +28,25 @@ if TYPE_CHECKING:
     from sglang_v4.mem_cache.cache_manager import ReqStateOp
 
 
-def _forced_token_ids(reqs: Sequence[Req], lens: Sequence[int]) -> list[int] | None:
+def _forced_token_ids(
+    reqs: Sequence[Req], lens: Sequence[int]
+) -> tuple[list[int] | None, list[tuple[int, int]] | None]:
     """Per sampling request, the id ``thinking_token_budget`` forces at output index ``lens[i]``
-    or ``-1`` (:class:`~sglang_v4.sampling.thinking_budget.ThinkingBudgetState`); ``None`` when
-    none is forced. A request keeps its budget state after a reasoning section ends (a later
-    ``<think>`` opens another, as vLLM's budget re-arms). The request's grammar wins: a forced id
-    that it does not allow next is not forced and drops the budget (a grammar applied from the
-    first token, e.g. ``json_schema`` on ``/generate``, has no reasoning block to close; forcing
-    the id would abort the request). A batch without budgets costs one comprehension over its
-    requests."""
+    or ``-1`` (:class:`~sglang_v4.sampling.thinking_budget.ThinkingBudgetState`), and the
+    conditional force ``(C, F)`` decided on the device when the token before is still in flight
+    (:meth:`~sglang_v4.sampling.thinking_budget.ThinkingBudgetState.forced_if_previous`) or
+    ``(-1, -1)``; each list is ``None`` when no row has one. A request keeps its budget state
+    after a reasoning section ends (a later ``<think>`` opens another, as vLLM's budget re-arms).
+    The request's grammar wins: a forced id that it does not allow next is not forced and drops
+    the budget (a grammar applied from the first token, e.g. ``json_schema`` on ``/generate``,
+    has no reasoning block to close; forcing the id would abort the request); a request with a
+    grammar never has a token in flight when its batch is built, so it gets no conditional force.
+    A batch without budgets costs one comprehension over its requests."""
     rows = [i for i, r in enumerate(reqs) if r.thinking_budget is not None]
     if not rows:
-        return None
+        return None, None
     forced: list[int] | None = None
+    cond: list[tuple[int, int]] | None = None
     for i in rows:
         r = reqs[i]
         tb = r.thinking_budget
@@ -52,7 +58,11 @@ def _forced_token_ids(reqs: Sequence[Req], lens: Sequence[int]) -> list[int] | N
             if forced is None:
                 forced = [-1] * len(reqs)
             forced[i] = t
-    return forced
+        elif r.grammar is None and (c := tb.forced_if_previous(lens[i], r.output_ids)) is not None:
+            if cond is None:
+                cond = [(-1, -1)] * len(reqs)
+            cond[i] = c
+    return forced, cond
 
 
 def _token_ids_logprobs(reqs: Sequence[Req]) -> list[list[int] | None] | None:
@@ -319,8 +329,8 @@ class ScheduleBatch:
             future_slots=list(future_slots),
             plain_greedy=plain.count(True) == B,
             token_ids_logprobs=_token_ids_logprobs(reqs),
-            forced_token_ids=_forced_token_ids(reqs, lens),
         )
+        sampling.forced_token_ids, sampling.forced_if_previous = _forced_token_ids(reqs, lens)
         return ModelWorkerBatch(
             forward_mode=ForwardMode.DECODE,
             forward_inputs=inputs,
@@ -360,8 +370,8 @@ class ScheduleBatch:
                 future_slots=list(self.future_slots),
                 plain_greedy=plain.count(True) == len(plain),
                 token_ids_logprobs=_token_ids_logprobs(sreqs),
-                forced_token_ids=_forced_token_ids(sreqs, lens),
             )
+            sampling.forced_token_ids, sampling.forced_if_previous = _forced_token_ids(sreqs, lens)
         firsts = self.input_logprob_first
         input_lp: list[tuple[list[int], int, list[int] | None, bool] | None] = [None] * len(self.reqs)
         if firsts.count(None) != len(firsts):

@@ -30,8 +30,14 @@ from typing import Any
 import torch
 
 from sglang_v4.managers.model_worker_batch import GenerationBatchResult, ModelWorkerBatch
-from sglang_v4.model_executor.model_runner import ModelRunner
-from sglang_v4.sampling.sampler import compute_logprobs, sample, token_ranks, top_logprobs
+from sglang_v4.model_executor.model_runner import ModelRunner, resolve_future_token_ids
+from sglang_v4.sampling.sampler import (
+    compute_logprobs,
+    sample,
+    token_ranks,
+    top_logprobs,
+    unconstrained_logprobs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +116,65 @@ class TpModelWorker:
             return t.pin_memory().to(self.device, non_blocking=True)
         return t
 
+    def _force_thinking_end(
+        self, wb: ModelWorkerBatch, x: torch.Tensor, ids: torch.Tensor, lps: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``thinking_token_budget``'s overrides of the sampled ids (``[R]`` int64 ``ids``, from
+        the ``[R, V]`` logits ``x``): the ids the host forces
+        (:attr:`SamplingBatchInfo.forced_token_ids`) and the conditional ones decided here on the
+        device (:attr:`SamplingBatchInfo.forced_if_previous`: each row's previous token is its last
+        input id, a future id resolved from the future map), without a host synchronisation.
+
+        A forced row's logprobs (``lps``, ``[R, V]`` float32, or ``None``) become
+        :func:`~sglang_v4.sampling.sampler.unconstrained_logprobs` of its logits where the row has
+        a vocabulary constraint or a grammar (elsewhere they are the same values already)."""
+        si = wb.sampling
+        assert si is not None
+        R = len(si.rows)
+        maybe = [False] * R  # rows that may be forced
+        hit: torch.Tensor | None = None  # [R] bool: the row is forced
+        if si.forced_token_ids is not None:
+            forced = self._upload(si.forced_token_ids)
+            hit = forced >= 0
+            ids = torch.where(hit, forced, ids)
+            maybe = [t >= 0 for t in si.forced_token_ids]
+        if si.forced_if_previous is not None:
+            fi = si.forced_if_previous
+            prev = [wb.forward_inputs[r].input_ids[-1] for r in si.rows]
+            t = self._upload(prev + [c for c, _ in fi] + [f for _, f in fi]).view(3, R)
+            resolve_future_token_ids(t[0], self.future_map.token_ids)
+            chit = (t[1] >= 0) & (t[0] == t[1])
+            ids = torch.where(chit, t[2], ids)
+            hit = chit if hit is None else hit | chit
+            maybe = [m or c >= 0 for m, (c, _) in zip(maybe, fi)]
+        if lps is None or hit is None:
+            return ids, lps
+        grammars = si.grammars
+        rows = [
+            j
+            for j, p in enumerate(si.params)
+            if maybe[j]
+            and (
+                p.logit_bias
+                or p.allowed_token_ids
+                or p.bad_words_ids
+                or p.min_new_tokens > 0
+                or (grammars is not None and grammars[j] is not None)
+            )
+        ]
+        if rows:
+            ix = self._upload(rows)
+            own = unconstrained_logprobs(
+                x.index_select(0, ix),
+                [si.params[j] for j in rows],
+                [si.output_ids[j] for j in rows],
+                [si.prompt_ids[j] for j in rows],
+            )
+            lps = lps.index_copy(
+                0, ix, torch.where(hit.index_select(0, ix)[:, None], own, lps.index_select(0, ix))
+            )
+        return ids, lps
+
     def forward_batch_generation(self, wb: ModelWorkerBatch) -> GenerationBatchResult:
         """Run ``wb``: forward, prompt logprobs, sampling, future-map write, host copies started.
 
@@ -176,13 +241,8 @@ class TpModelWorker:
                 plain_greedy=si.plain_greedy,
             )
             ids, lps = out if want_lp else (out, None)  # type: ignore[misc]
-            if si.forced_token_ids is not None:  # thinking_token_budget: the think-end token
-                forced = self._upload(si.forced_token_ids)
-                ids = torch.where(forced >= 0, forced, ids)
-                if lps is not None:  # a forced row's logprobs: the model's own distribution (vLLM's
-                    # raw logprobs), finite where a vocabulary constraint masked the forced id
-                    rows = self._upload([j for j, t in enumerate(si.forced_token_ids) if t >= 0])
-                    lps = lps.index_copy(0, rows, torch.log_softmax(x.index_select(0, rows).float(), dim=-1))
+            if si.forced_token_ids is not None or si.forced_if_previous is not None:
+                ids, lps = self._force_thinking_end(wb, x, ids, lps)
             self.future_map.write(si.future_slots, ids)
             ids_host = _to_host(ids)
             if lps is not None:

@@ -49,6 +49,7 @@ __all__ = [
     "filter_probs",
     "sample",
     "compute_logprobs",
+    "unconstrained_logprobs",
     "top_logprobs",
     "token_logprobs",
     "token_ranks",
@@ -460,6 +461,52 @@ def sample(
         assert logprobs is not None
         return out, logprobs
     return out
+
+
+def unconstrained_logprobs(
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    output_ids: Sequence[Sequence[int]],
+    prompt_ids: Sequence[Sequence[int]] | None = None,
+) -> torch.Tensor:
+    """SGLang's output logprobs (as :func:`sample` returns them: ``log_softmax`` of the penalized
+    logits divided by the row temperature, greedy rows at temperature 1) without the vocabulary
+    constraints: the repetition / frequency / presence penalties apply; ``logit_bias``,
+    ``allowed_token_ids``, ``bad_words_ids``, the ``min_new_tokens`` mask and grammar masks do
+    not. These are the logprobs of a token that ``thinking_token_budget`` forces
+    (:mod:`sglang_v4.sampling.thinking_budget`): on the scale of the rest of the response, and
+    finite where a constraint masked the forced id. A row without constraints gets exactly the
+    values :func:`sample` returns for it.
+
+    Args:
+        logits: ``[B, V]`` next-token logits (any float dtype). Not modified.
+        params: ``B`` :class:`SamplingParams`.
+        output_ids: ``B`` output histories (penalties; ``()`` for a row without penalties).
+        prompt_ids: ``B`` prompt id lists (repetition penalty), or ``None``.
+
+    Returns:
+        ``[B, V]`` float32 log-probabilities.
+
+    Raises:
+        ValueError: batch-size mismatch among the arguments.
+    """
+    z = logits.detach().to(torch.float32).clone()
+    bare = [
+        dataclasses.replace(
+            p,
+            logit_bias=None,
+            allowed_token_ids=None,
+            bad_words_ids=None,
+            min_new_tokens=0,
+            is_normalized=True,
+        )
+        for p in params
+    ]
+    apply_penalties(z, bare, output_ids, prompt_ids)
+    temps = [1.0 if p.is_greedy else p.temperature for p in params]
+    if any(t != 1.0 for t in temps):
+        z = z / _device_tensor(temps, torch.float32, z.device).unsqueeze(1)
+    return torch.log_softmax(z, dim=-1)
 
 
 def compute_logprobs(logits: torch.Tensor) -> torch.Tensor:

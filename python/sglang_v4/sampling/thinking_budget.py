@@ -23,17 +23,24 @@ Semantics (vLLM's ``ThinkingTokenBudgetLogitsProcessor``, read for behaviour, no
   the request's grammar refuses and drops the budget (``schedule_batch._forced_token_ids``).
 
 Here the forcing is a per-row override of the sampled id on the device
-(:attr:`~sglang_v4.managers.model_worker_batch.SamplingBatchInfo.forced_token_ids`); a forced
-row's logprob entries are those of the model's own distribution (``log_softmax`` of its logits, as
-vLLM's default raw logprobs are computed before its logits processors), so a forced id that a
-vocabulary constraint masked still has its finite logprob.
+(:attr:`~sglang_v4.managers.model_worker_batch.SamplingBatchInfo.forced_token_ids`). A forced
+row's logprob entries are SGLang's output logprobs of that row (``log_softmax`` of the penalized
+logits divided by the row's temperature, as for every other token of the response) computed
+without the vocabulary constraints (``allowed_token_ids``, ``bad_words_ids``, ``logit_bias``,
+the ``min_new_tokens`` mask, the grammar's mask), so a forced id that a constraint masked still
+has its finite logprob (:func:`sglang_v4.sampling.sampler.unconstrained_logprobs`).
 
 Overlap scheduling: whether the token at output index ``i`` is forced depends on the values of
-the tokens before it; the one before may still be in flight when the next batch is built, so a
-request whose next token may be forced because of that token makes its batch wait for the
-previous result (:meth:`ThinkingBudgetState.needs_host_history`): the step at a section's
-``start``, and, with ``budget`` 0 outside a section, every step (a ``<think>`` just sampled would
-force the next token). Every other step overlaps as usual.
+the tokens before it; the one before may still be in flight when the next batch is built. In an
+open section a request whose next token is the first the budget may force makes its batch wait
+for the previous result (:meth:`ThinkingBudgetState.needs_host_history`: the step at the
+section's ``start``, where a model-written end just before must cancel the forcing). With
+``budget`` 0 outside a section, a think-start just sampled forces the very next token: that case
+is decided on the device instead (:meth:`ThinkingBudgetState.forced_if_previous`: "if the
+previous token is the think-start's last id, the sampled id becomes the first think-end id",
+:attr:`~sglang_v4.managers.model_worker_batch.SamplingBatchInfo.forced_if_previous`), so those
+steps overlap as usual; the later ids of a multi-token think-end are forced by the host, which
+knows the section by then. Every other step overlaps as usual.
 """
 
 from __future__ import annotations
@@ -153,14 +160,35 @@ class ThinkingBudgetState:
         j = index - self.start
         return self.think_end_ids[j] if j < len(self.think_end_ids) else NOT_FORCED
 
+    def forced_if_previous(self, index: int, output_ids: Sequence[int]) -> tuple[int, int] | None:
+        """``(C, F)``: output index ``index`` must be ``F`` if the token before it, still in flight
+        (the host knows ``output_ids``, exactly ``index - 1`` outputs), is ``C``; ``None`` when no
+        such condition applies (call it only where :meth:`forced_token` gave :data:`NOT_FORCED`).
+
+        Only ``budget`` 0 outside a section needs it: a think-start whose last id is the token in
+        flight opens a section that forces ``index`` at once. ``C`` is the think-start's last id,
+        ``F`` the first think-end id; a multi-token think-start arms the condition only when its
+        earlier ids end ``output_ids`` (known outputs only, as :meth:`forced_token` reads them).
+        The model worker checks ``C`` against the row's input id, which is that token resolved on
+        the device."""
+        self._advance(output_ids)
+        s = self.think_start_ids
+        n = len(output_ids)
+        if self.budget != 0 or not self.ended or not s or index != n + 1 or n < len(s) - 1:
+            return None
+        if len(s) > 1 and list(output_ids[n - len(s) + 1 :]) != s[:-1]:
+            return None
+        return s[-1], self.think_end_ids[0]
+
     def needs_host_history(self, num_outputs: int, output_ids: Sequence[int] = ()) -> bool:
         """Whether the next token (output index ``num_outputs``) may be forced because of the
         token before it, which the host may not know yet while a batch runs: that batch's result
-        must then be processed before the next is built. ``output_ids``: the outputs the host
-        knows (read first, as :meth:`forced_token` reads them)."""
+        must then be processed before the next is built. Only the first forced index of an open
+        section needs it (a model-written end just before cancels the forcing); outside a section
+        the ``budget`` 0 case is decided on the device (:meth:`forced_if_previous`).
+        ``output_ids``: the outputs the host knows (read first, as :meth:`forced_token` reads
+        them)."""
         self._advance(output_ids)
-        if num_outputs == 0:
+        if num_outputs == 0 or self.ended:
             return False
-        if self.ended:
-            return self.budget == 0 and bool(self.think_start_ids)
         return num_outputs == self.start
