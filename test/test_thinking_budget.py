@@ -454,3 +454,36 @@ def test_forced_logprob_uses_the_request_temperature(
         want = torch.log_softmax(z / T, dim=-1)[end].item()
         assert lp[k] == pytest.approx(want, abs=1e-4), (rid, lp[k], want)
     assert_idle(s)
+
+
+def test_unconstrained_logprobs_vs_float64_reference() -> None:
+    """A forced row's logprobs: the repetition penalty (CTRL's rule: ``z / r`` where ``z > 0``,
+    ``z * r`` elsewhere, on tokens of the prompt and output) and the temperature apply; the
+    allowlist, bad words, logit bias and ``min_new_tokens`` do not. Oracle: that formula written
+    in float64; and :func:`sample`'s own logprobs for the same row without the constraints."""
+    import torch
+    from sglang_v4.sampling.sampler import sample, unconstrained_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 16, generator=g)
+    base = {"temperature": 0.5, "repetition_penalty": 1.3}
+    masks = {
+        "allowed_token_ids": [1, 2],
+        "bad_words_ids": [[3]],
+        "logit_bias": {"4": -100.0},
+        "min_new_tokens": 5,
+    }
+    params = [SamplingParams.from_dict({**base, **masks}), SamplingParams.from_dict({"temperature": 0})]
+    for p in params:
+        p.normalize(None)
+    outs, prompts = [[3, 5], [6]], [[4], [7]]
+    got = unconstrained_logprobs(z, params, outs, prompts)
+    zz = z.double().clone()
+    seen = sorted(set(outs[0] + prompts[0]))
+    zz[0, seen] = torch.where(zz[0, seen] > 0, zz[0, seen] / 1.3, zz[0, seen] * 1.3)
+    want = torch.stack([torch.log_softmax(zz[0] / 0.5, -1), torch.log_softmax(zz[1], -1)])
+    assert torch.allclose(got.double(), want, atol=1e-5)
+    plain = [SamplingParams.from_dict(base), params[1]]
+    plain[0].normalize(None)
+    _, lps = sample(z, plain, outs, prompts, eos_token_ids=[0], return_logprobs=True)
+    assert torch.equal(got, lps)
