@@ -184,9 +184,10 @@ class TokenizationMixin:
             if max_new_tokens is not None:
                 limit = min(limit, self.context_len - max_new_tokens)
             if at_least > limit:
-                raise RequestError(
-                    context_length_message(self.context_len, at_least, max_new_tokens, at_least=True)
-                )
+                # a prompt that alone fills the context is refused as such (SGLang checks the
+                # input before input + max_new_tokens)
+                mnt = max_new_tokens if at_least < self.context_len else None
+                raise RequestError(context_length_message(self.context_len, at_least, mnt, at_least=True))
         return await run_blocking(encode)
 
     async def _encode_prompts(self, objs: list[GenerateReqInput]) -> list[list[int] | None]:
@@ -330,6 +331,7 @@ class TokenizationMixin:
             sp_error is None
             and explicit
             and input_ids
+            and len(input_ids) < self.context_len  # else the input alone is refused (check_input_ids)
             and sp.max_new_tokens is not None
             and sp.max_new_tokens + len(input_ids) > self.context_len
         ):
