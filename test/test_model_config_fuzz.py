@@ -22,7 +22,10 @@ Per seed, against independent oracles:
 
 HF refuses no combination the generator draws; combinations the runtime refuses by name
 (``ModelConfig``: a compress rope dimension above ``index_head_dim``, an odd rope dimension) are
-not drawn.
+not drawn. Of seeds 0-299 one (253) differs from HF, by a tie, not a fault: at its first decode
+position the 8th and 9th indexer scores of a CSA layer are 2 fp32 ulps apart (-0.15354794 vs
+-0.15354797, different entries), so the summation order decides which entry HF keeps; the
+runtime's tokens and cold/hit runs agree, and the teacher-forced check of the prompt passes.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 import pytest
 import torch
 from dsv4_testutil import CSA, HCA, SL, Driver, make_twin, random_ids
-from scheduler_testutil import assert_idle, make_scheduler, run_one
+from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, submit
 from sglang_v4.tools.make_checkpoint import write_checkpoint
 
 #: logprob bound against HF (``test_model_config_variants.TOL``) and of a cache hit against a cold
@@ -232,6 +235,61 @@ def check_seed(seed: int, tmp_path: Any) -> None:
     assert_idle(s)
 
 
+def check_seed_concurrent(seed: int, tmp_path: Any, decode: int = 24) -> None:
+    """The serving paths of :func:`check_seed` with two requests in flight: the prompt decodes
+    ``decode`` tokens (past the window and more compression boundaries) while the prompt plus a
+    suffix arrives and prefills in chunks beside it (mixed extend + decode steps), hitting whatever
+    blocks the first request has cached by then. The first request's tokens must be HF's argmax,
+    the second's tokens and logprobs those of a cold run."""
+    cfg = random_config(seed)
+    page = page_size_for(cfg)
+    twin = make_twin(f"fuzz{seed}", seed=seed, cfg=cfg)
+    vocab = cfg["vocab_size"]
+    n, chunk = prompt_length(cfg, seed), chunk_size(cfg, seed)
+    prompt = random_ids(n, seed=seed + 1000, vocab=vocab)
+    path = write_checkpoint(
+        str(tmp_path), fmt="hf", weights="fp32", seed=seed, config_dict=copy.deepcopy(cfg)
+    )
+    s = make_scheduler(
+        path, max_total_tokens=8 * page, page_size=page, chunked_prefill_size=chunk, skip_tokenizer_init=True
+    )
+    kw = dict(return_logprob=True, logprob_start_len=-1)
+    submit(s, "first", prompt, n=decode, **kw)
+    res: dict[str, dict] = {}
+    for _ in range(n):  # prefill the first request (at most n chunks), then one more step
+        if res.get("first", {}).get("ids"):
+            break
+        drain_steps(s, res, 1)
+    drain_steps(s, res, 1)
+    assert s.running, "the first request should still be decoding"
+    again = prompt + random_ids(17, seed=seed + 3000, vocab=vocab)
+    submit(s, "hit", again, n=decode, **kw)
+    drain(s, res)
+    first = res["first"]
+    ref = _hf_logprobs(twin.hf, prompt + first["ids"])
+    hf_next = ref[n - 1 : -1].argmax(-1).tolist()
+    assert first["ids"] == hf_next, f"seed {seed} {cfg}: greedy {first['ids']} vs HF {hf_next}"
+    hit = res["hit"]
+    assert hit["cached"] % page == 0 and hit["cached"] <= (n // page) * page
+    assert s.flush_cache()
+    cold = run_one(s, "cold", again, n=decode, **kw)
+    assert hit["ids"] == cold["ids"], f"seed {seed} {cfg}: hit {hit['ids']} vs cold {cold['ids']}"
+    d = max(abs(a - b) for a, b in zip(hit["lp"], cold["lp"]))
+    assert d <= HIT_TOL, f"seed {seed} {cfg}: hit vs cold logprobs max |d| {d}"
+    assert_idle(s)
+
+
+def drain_steps(s: Any, res: dict[str, dict], steps: int) -> None:
+    """``steps`` scheduler steps, collecting outputs into ``res`` as ``scheduler_testutil.drain``."""
+    for _ in range(steps):
+        out = s.step()
+        for i, rid in enumerate(out.rids if out else []):
+            r = res.setdefault(rid, {"ids": [], "lp": []})
+            r["ids"] += out.output_ids[i]
+            r["lp"] += out.output_token_logprobs_val[i]
+            r["cached"] = out.cached_tokens[i]
+
+
 #: seeds the ``Scheduler`` could not start on before (``DSV4KVPool`` demanded that the page size be a
 #: multiple of the configured rate of a compressed layer kind the model does not have, which the
 #: launcher's ``check_page_size`` rightly ignores): seed 6 has no HCA layer and an HCA rate of 100,
@@ -282,3 +340,9 @@ def test_pool_accepts_exactly_the_page_sizes_the_launcher_accepts(page: int) -> 
         except ValueError:
             pool_ok = False
         assert pool_ok == launcher_ok, f"seed {seed}, page {page}: pool {pool_ok}, launcher {launcher_ok}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", list(range(0, 60, 3)))
+def test_random_config_hit_beside_a_decoding_request(seed: int, tmp_path) -> None:
+    check_seed_concurrent(seed, tmp_path)
