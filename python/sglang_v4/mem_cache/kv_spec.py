@@ -419,6 +419,26 @@ def _bucket(sizes: dict[KVKind, int], weights: dict[KVKind, int], max_classes: i
     return {k: class_of[s] for k, s in sizes.items()}
 
 
+#: tokens per SWA page row group when the model has no CSA layers and its (unused) CSA rate does
+#: not divide ``page_size``: the DeepSeek-V4 CSA rate, which every valid ``page_size`` (a multiple
+#: of 128) is a multiple of.
+SWA_ROWS_RATE_WITHOUT_CSA = 4
+
+
+def check_page_size_fits(page_size: int, window: int, csa_ratio: int | None, hca_ratio: int | None) -> None:
+    """A block page must hold whole window pages and whole compressed entries of the layer kinds
+    the model has (``None``: no layer of that kind; its configured rate is then never used).
+
+    Raises:
+        ValueError: naming ``page_size`` when it is not positive or not a multiple of ``window``
+            or of a present kind's rate.
+    """
+    need = [("sliding window", window), ("CSA ratio", csa_ratio), ("HCA ratio", hca_ratio)]
+    for name, r in need:
+        if r is not None and (page_size <= 0 or page_size % r != 0):
+            raise ValueError(f"page_size: must be a positive multiple of the {name} ({r}), got {page_size}")
+
+
 def build_kv_layout(
     model_config: ModelConfig,
     kv_cache_dtype: str | None = "bf16",
@@ -432,8 +452,8 @@ def build_kv_layout(
         model_config: the model.
         kv_cache_dtype: ``bf16`` / ``fp32`` / ``fp8_e4m3`` (or ``auto`` = bf16).
         fp4_indexer: fp4 indexer keys.
-        page_size: tokens per logical block; a positive multiple of both compression ratios and
-            of the sliding window.
+        page_size: tokens per logical block; a positive multiple of the compression ratio of each
+            compressed layer kind the model has and of the sliding window.
         max_classes: at most this many page-size classes (3).
 
     Raises:
@@ -442,17 +462,15 @@ def build_kv_layout(
     fmt = entry_formats(model_config, kv_cache_dtype, fp4_indexer)
     m, mp = model_config.csa_ratio, model_config.hca_ratio
     window = model_config.sliding_window
-    if page_size <= 0 or page_size % m != 0 or page_size % mp != 0 or page_size % window != 0:
-        raise ValueError(
-            f"page_size: must be a positive multiple of {m}, {mp} and the sliding window {window}, "
-            f"got {page_size}"
-        )
-    if max_classes < 1:
-        raise ValueError(f"max_classes: must be >= 1, got {max_classes}")
     csa = tuple(model_config.csa_layers)
     hca = tuple(model_config.hca_layers)
+    check_page_size_fits(page_size, window, m if csa else None, mp if hca else None)
+    if max_classes < 1:
+        raise ValueError(f"max_classes: must be >= 1, got {max_classes}")
     every = tuple(range(model_config.num_layers))
-    csa_rows = page_size // m
+    # the SWA page's rows: a CSA main page's entries; without CSA layers the CSA rate is unused
+    # and need not divide the page, so the V4 rate (4) sets the SWA page when it does not
+    csa_rows = page_size // (m if page_size % m == 0 else SWA_ROWS_RATE_WITHOUT_CSA)
 
     # the kinds: (kind, space, layers, entry format, tokens per entry, rows per unit, rows per page)
     # (a SWA page holds as many raw positions as a CSA main page has entries: one size class)

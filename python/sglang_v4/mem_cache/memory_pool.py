@@ -52,7 +52,14 @@ from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.mem_cache.allocator import PageAllocator
 from sglang_v4.mem_cache.compressor_state import CompressorState, CompressorStateStorage
 from sglang_v4.mem_cache.kv_format import KVRowsView, normalize_kv_cache_dtype
-from sglang_v4.mem_cache.kv_spec import KVCacheSpec, KVKind, KVLayout, PageSpace, build_kv_layout
+from sglang_v4.mem_cache.kv_spec import (
+    KVCacheSpec,
+    KVKind,
+    KVLayout,
+    PageSpace,
+    build_kv_layout,
+    check_page_size_fits,
+)
 from sglang_v4.mem_cache.req_to_page import ReqToPageTable
 
 
@@ -115,7 +122,8 @@ class DSV4KVPool:
     :meth:`rows`; :attr:`quantized_kinds`.
 
     Raises:
-        ValueError: if ``page_size`` is not a multiple of the compression ratios and the window, a
+        ValueError: if ``page_size`` is not a multiple of the window and of the compression ratio
+            of each compressed layer kind the model has, a
             count is negative, ``compute_dtype`` is not fp32 / bf16, or ``kv_cache_dtype`` is
             unknown or cannot hold the model's dims.
     """
@@ -139,13 +147,12 @@ class DSV4KVPool:
         self._state_op_log: list[tuple[str, tuple[int, ...]]] | None = None
         self.page_size = page_size
         self.window = mc.sliding_window
-        for name, r in (
-            ("CSA ratio", mc.csa_ratio),
-            ("HCA ratio", mc.hca_ratio),
-            ("sliding_window", self.window),
-        ):
-            if page_size % r != 0:
-                raise ValueError(f"page_size ({page_size}) must be a multiple of the {name} ({r})")
+        check_page_size_fits(
+            page_size,
+            self.window,
+            mc.csa_ratio if mc.csa_layers else None,
+            mc.hca_ratio if mc.hca_layers else None,
+        )
         for name, v in (
             ("num_block_pages", num_block_pages),
             ("num_window_pages", num_window_pages),

@@ -55,8 +55,9 @@ class RadixCache:
     Args:
         block_alloc: allocator of block pages (``free(ids)`` is called for pages the tree drops).
         window_alloc: allocator of window pages (resume states).
-        page_size: tokens per block (256 for DeepSeek-V4; must be a multiple of both compression
-            ratios, which the caller checks against the model config).
+        page_size: tokens per block (256 for DeepSeek-V4; must be a multiple of the compression
+            ratio of each compressed layer kind the model has and of the sliding window, which the
+            caller checks against the model config: ``kv_spec.check_page_size_fits``).
         disable: if True the cache holds nothing: ``match_prefix`` matches nothing and ``insert``
             returns the caller's ids without taking or freeing anything.
         resume_interval: keep resume states only at block ends whose block index + 1 is a multiple
