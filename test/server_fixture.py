@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -468,6 +469,31 @@ def wait_used_pages(server: ServerHandle, want: int, timeout_s: float = 20.0) ->
     while used_pages(server) != want:
         assert time.time() < deadline, used_pages(server)
         time.sleep(0.05)
+
+
+def running_reqs(server: ServerHandle) -> int:
+    """Requests running on ``server`` (``/server_info``'s ``num_running_reqs``)."""
+    return requests.get(server.url + "/server_info", timeout=10).json()["num_running_reqs"]
+
+
+def wait_running_reqs(server: ServerHandle, n: int, timeout_s: float = 30.0) -> None:
+    """Wait until :func:`running_reqs` is ``n``.
+
+    Raises:
+        AssertionError: not reached in ``timeout_s`` seconds (the last count in the message).
+    """
+    deadline = time.time() + timeout_s
+    while running_reqs(server) != n:
+        assert time.time() < deadline, f"{running_reqs(server)} running, waited for {n}"
+        time.sleep(0.05)
+
+
+def in_background(fn: Any, *args: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``fn(*args)`` on a daemon thread; its return value lands in the dict's ``"out"``."""
+    box: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: box.__setitem__("out", fn(*args)), daemon=True)
+    t.start()
+    return t, box
 
 
 def fake_output_ids(tok: Any, n: int) -> list[int]:

@@ -40,6 +40,7 @@ import torch
 from dsv4_testutil import CSA, HCA, SL, Driver, make_twin, random_ids
 from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, submit
 from sglang_v4.tools.make_checkpoint import write_checkpoint
+from test_model_config_variants import YARN
 
 #: logprob bound against HF (``test_model_config_variants.TOL``) and of a cache hit against a cold
 #: run (``test_radix_exactness.TOL``).
@@ -49,13 +50,6 @@ HIT_TOL = 1e-4
 #: crosses it during decode.
 DECODE = 8
 
-YARN = {
-    "rope_type": "yarn",
-    "factor": 4.0,
-    "original_max_position_embeddings": 16384,
-    "beta_fast": 32,
-    "beta_slow": 1,
-}
 ROPES: list[dict[str, Any] | None] = [
     None,
     None,

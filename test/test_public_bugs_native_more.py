@@ -13,7 +13,6 @@ detokenizer's stop trimming), the frontend's from the ``sglang`` client's own pa
 from __future__ import annotations
 
 import re
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,10 @@ from server_fixture import (
     FAKE_SCRIPT,
     FAKE_TEXT,
     fake_output_text,
+    in_background,
+    running_reqs,
     sse_events,
+    wait_running_reqs,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -72,24 +74,6 @@ def stream(server: Any, body: dict[str, Any]) -> list[Any]:
         events = sse_events(r)
     assert events[-1] == "[DONE]"
     return events[:-1]
-
-
-def _running(server: Any) -> int:
-    return requests.get(server.url + "/server_info", timeout=10).json()["num_running_reqs"]
-
-
-def _wait_running(server: Any, n: int) -> None:
-    deadline = time.time() + 30
-    while _running(server) != n:
-        assert time.time() < deadline, f"{_running(server)} running, waited for {n}"
-        time.sleep(0.05)
-
-
-def _in_background(fn: Any, *args: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: box.__setitem__("out", fn(*args)), daemon=True)
-    t.start()
-    return t, box
 
 
 def _script_ids(tok: Any) -> list[int]:
@@ -372,8 +356,8 @@ def test_rid_is_reusable_after_its_request_was_aborted(server: Any, tok: Any) ->
     ``rid`` failed with "Duplicate request ID detected"): while a request runs, a second one with
     its ``rid`` is refused (400); once it is aborted, the ``rid`` serves a new request."""
     body = {"text": HOLD + " q", "rid": "reuse-me", "sampling_params": {"max_new_tokens": 4}}
-    t, box = _in_background(gen, server, body)
-    _wait_running(server, 1)
+    t, box = in_background(gen, server, body)
+    wait_running_reqs(server, 1)
     dup = requests.post(server.url + "/generate", json={**body, "text": "x"}, timeout=30)
     assert dup.status_code == 400 and "reuse-me" in dup.json()["error"]["message"]
     assert (
@@ -383,7 +367,7 @@ def test_rid_is_reusable_after_its_request_was_aborted(server: Any, tok: Any) ->
     assert box["out"]["meta_info"]["finish_reason"]["type"] == "abort"
     again = gen(server, {"text": "x", "rid": "reuse-me", "sampling_params": {"max_new_tokens": 2}})
     assert again["meta_info"]["id"] == "reuse-me" and again["text"] == fake_output_text(tok, 2)
-    _wait_running(server, 0)
+    wait_running_reqs(server, 0)
 
 
 def test_abort_by_rid_prefix(server: Any) -> None:
@@ -397,19 +381,19 @@ def test_abort_by_rid_prefix(server: Any) -> None:
         "sampling_params": {"max_new_tokens": 4},
     }
     other = {"text": HOLD + " c", "rid": "other::1", "sampling_params": {"max_new_tokens": 4}}
-    t1, box1 = _in_background(gen, server, fam)
-    t2, box2 = _in_background(gen, server, other)
-    _wait_running(server, 3)
+    t1, box1 = in_background(gen, server, fam)
+    t2, box2 = in_background(gen, server, other)
+    wait_running_reqs(server, 3)
     try:
         r = requests.post(server.url + "/abort_request", json={"rid": "fam::"}, timeout=10)
         assert r.status_code == 200
         time.sleep(0.3)
-        assert _running(server) == 3
+        assert running_reqs(server) == 3
         r = requests.post(server.url + "/abort_request", json={"rid": "fam::", "prefix": True}, timeout=10)
         assert r.status_code == 200
         t1.join(30)
         assert [o["meta_info"]["finish_reason"]["type"] for o in box1["out"]] == ["abort", "abort"]
-        assert t2.is_alive() and _running(server) == 1
+        assert t2.is_alive() and running_reqs(server) == 1
     finally:
         requests.post(server.url + "/abort_request", json={"abort_all": True}, timeout=10)
         t1.join(30)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,15 @@ from typing import Any
 import pytest
 import requests
 from fake_prompt_tm import MODEL
-from server_fixture import FAKE_CONTEXT_LEN, fake_output_text, sse_events, used_pages, wait_used_pages
+from server_fixture import (
+    FAKE_CONTEXT_LEN,
+    fake_output_text,
+    in_background,
+    sse_events,
+    used_pages,
+    wait_running_reqs,
+    wait_used_pages,
+)
 
 pytestmark = pytest.mark.timeout(240)
 HOLD = "[hold]"  # FakeScheduler's FAKE_HOLD_ON_TEXT: such a request runs until it is aborted
@@ -49,24 +55,6 @@ def gen(server: Any, body: dict[str, Any]) -> Any:
     r = post(server, "/generate", body)
     assert r.status_code == 200, r.text
     return r.json()
-
-
-def _running(server: Any) -> int:
-    return requests.get(server.url + "/server_info", timeout=10).json()["num_running_reqs"]
-
-
-def _wait_running(server: Any, n: int) -> None:
-    deadline = time.time() + 30
-    while _running(server) != n:
-        assert time.time() < deadline, f"{_running(server)} running, waited for {n}"
-        time.sleep(0.05)
-
-
-def _in_background(fn: Any, *args: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: box.__setitem__("out", fn(*args)), daemon=True)
-    t.start()
-    return t, box
 
 
 def _serves(server: Any, tok: Any) -> None:
@@ -243,9 +231,9 @@ def test_sglang_6855_abort_all_ends_every_request(server: Any, tok: Any) -> None
     """sgl-project/sglang#6855 (``/abort_request`` for every request at once, the ``/generate``
     calls answering instead of hanging): a held batch of two and a held single request all end
     with SGLang's abort ``finish_reason``, their pages come back, and the server serves on."""
-    t1, box1 = _in_background(gen, server, {"text": [HOLD + " a", HOLD + " b"], "sampling_params": {}})
-    t2, box2 = _in_background(gen, server, {"text": HOLD + " c", "sampling_params": {}})
-    _wait_running(server, 3)
+    t1, box1 = in_background(gen, server, {"text": [HOLD + " a", HOLD + " b"], "sampling_params": {}})
+    t2, box2 = in_background(gen, server, {"text": HOLD + " c", "sampling_params": {}})
+    wait_running_reqs(server, 3)
     assert post(server, "/abort_request", {"abort_all": True}).status_code == 200
     t1.join(30)
     t2.join(30)
@@ -265,7 +253,7 @@ def test_sglang_8786_many_concurrent_aborts(server: Any, tok: Any) -> None:
             pool.submit(gen, server, {"text": f"{HOLD} {i}", "rid": rid, "sampling_params": {}})
             for i, rid in enumerate(rids)
         ]
-        _wait_running(server, len(rids))
+        wait_running_reqs(server, len(rids))
         aborts = [abort_pool.submit(post, server, "/abort_request", {"rid": rid}) for rid in rids + rids]
         assert {a.result().status_code for a in aborts} == {200}
         outs = [f.result(timeout=30) for f in futs]
@@ -281,9 +269,9 @@ def test_sglang_4191_info_routes_answer_while_requests_run(server: Any, tok: Any
     ``/health`` and ``/get_model_info`` answered): with requests running, ``/health``,
     ``/health_generate``, ``/get_server_info`` (counting them) and ``/get_model_info`` all answer
     promptly; ``/flush_cache`` refuses (SGLang's 400) and flushes once they have ended."""
-    t, box = _in_background(gen, server, {"text": [HOLD + " x", HOLD + " y"], "sampling_params": {}})
+    t, box = in_background(gen, server, {"text": [HOLD + " x", HOLD + " y"], "sampling_params": {}})
     try:
-        _wait_running(server, 2)
+        wait_running_reqs(server, 2)
         for path in ("/health", "/health_generate"):
             assert requests.get(server.url + path, timeout=15).status_code == 200, path
         info = requests.get(server.url + "/get_server_info", timeout=5)
