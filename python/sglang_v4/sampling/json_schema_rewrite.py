@@ -40,6 +40,11 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   (RFC 3339's leap second ``60`` is refused by pydantic and ``datetime``), ``T`` / ``Z`` in upper
   case, an offset ``Z`` or ``+hh:mm`` / ``-hh:mm``. A node that also sets ``pattern`` /
   ``minLength`` / ``maxLength`` is left alone (those are refused by name later).
+* a ``pattern``'s optional group ``(X)?`` (or lazy ``(X)??``) becomes ``(X|)``, the same language:
+  xgrammar 0.2.9 compiles a ``pattern`` (its JSON-string regex mode) whose optional group holds a
+  repetition to a grammar that also takes the group's tail without its head
+  (``^a(\\.\\d+)?$`` took ``"a1"``, ``^\\d{2}(\\.\\d+)?Z$`` took ``"123Z"``); the alternation
+  form compiles exactly.
 
 :func:`check_json_schema` checks a schema against its JSON Schema meta-schema first (``jsonschema``):
 xgrammar compiles some malformed schemas (``{"anyOf": []}`` to a grammar whose only text is empty,
@@ -57,6 +62,7 @@ __all__ = [
     "check_schema_depth",
     "normalize_json_schema",
     "open_arrays",
+    "optional_groups_as_alternations",
 ]
 
 #: Keywords whose value is one subschema.
@@ -255,7 +261,43 @@ def _rewrite(schema: Any, path: str) -> Any:
     if _is_object_node(out):
         _rewrite_object(out, path)
     _exact_date_format(out)
+    if isinstance(out.get("pattern"), str):
+        out["pattern"] = optional_groups_as_alternations(out["pattern"])
     return out
+
+
+def optional_groups_as_alternations(pattern: str) -> str:
+    """``pattern`` (ECMA-262 regex text) with each group's greedy or lazy ``?`` quantifier,
+    ``(X)?`` / ``(X)??``, written ``(X|)`` (module docstring). Escapes and character classes are
+    skipped as they are; the match set is unchanged.
+
+    Args:
+        pattern: a JSON Schema ``pattern`` string.
+
+    Returns:
+        The rewritten pattern (the input itself when it has no such group).
+    """
+    if ")?" not in pattern:
+        return pattern
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == ")" and pattern[i + 1 : i + 2] == "?" and pattern[i + 2 : i + 3] != "+":
+            out.append("|)")
+            i += 3 if pattern[i + 2 : i + 3] == "?" else 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 # RFC 3339 section 5.6 (``full-date``, ``full-time``), written without look-arounds or

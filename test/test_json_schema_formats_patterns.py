@@ -1,10 +1,13 @@
 """``format: "date"`` / ``"date-time"`` / ``"time"`` answers are real calendar values.
 
 xgrammar's built-in format regexes take any day 01-31 in every month, so the embedded model
-answered a pydantic ``datetime.date`` field with ``"2661-11-31"`` (a 422 for the client's own
-``parse``). ``normalize_json_schema`` now gives those formats an exact pattern. Oracle: Python's
+answered a pydantic ``datetime.date`` field with ``"2661-11-31"`` (a ``ValidationError`` in the
+client's own ``parse``). ``normalize_json_schema`` now gives those formats an exact pattern. Oracle: Python's
 ``datetime`` parsers (RFC 3339 / ISO 8601 calendar rules), never the pattern itself; each text is
 checked against xgrammar's grammar of the rewritten schema.
+
+Also a ``pattern`` with an optional group (``^\\d+(\\.\\d+)?$``, a decimal): xgrammar's grammar of
+it took the group's tail without its head; the rewritten pattern matches as Python's ``re`` does.
 """
 
 from __future__ import annotations
@@ -108,3 +111,31 @@ def test_format_with_length_bound_is_left_for_the_refusal() -> None:
     assert normalize_json_schema(node) == node
     other = {"type": "string", "format": "email"}
     assert normalize_json_schema(other) == other
+
+
+# ------------------------------------------------------------ optional groups in a ``pattern``
+PATTERNS = [
+    r"^a(\.\d+)?$",  # a decimal's fraction: xgrammar 0.2.9 took "a1"
+    r"^a(?:\.\d+)?$",
+    r"^(\.\d+)?a$",
+    r"^a(\.\d+)??$",
+    r"^a(x(\.\d+)?)?$",
+    r"^a(x|\.\d+)?$",
+    r"^a\.?\d+$",
+    r"^[)?]a(\.x+)?$",  # ")?" inside a class and escaped stay as they are
+    r"^\)?a(1x*)?$",
+]
+ALPHABET = "ax.1)?"
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_pattern_with_optional_group_matches_like_python_re(pattern: str) -> None:
+    import itertools
+    import re
+
+    grammar = xgr.Grammar.from_json_schema(
+        json.dumps(normalize_json_schema({"type": "string", "pattern": pattern}))
+    )
+    texts = ["".join(t) for n in range(4) for t in itertools.product(ALPHABET, repeat=n)]
+    wrong = [t for t in texts if _accepts(grammar, t) != bool(re.search(pattern, t))]
+    assert not wrong, wrong[:10]
