@@ -201,6 +201,14 @@ def test_other_methods_are_refused_naming_quant_method(
     assert repr(qc["quant_method"]) in msg
 
 
+@pytest.mark.parametrize("qc", ["gptq", ["awq"], 4, True], ids=["str", "list", "int", "bool"])
+def test_quantization_config_that_is_not_an_object_is_refused_by_name(tmp_path: Path, qc: Any) -> None:
+    # a hand-edited config.json: the refusal names the value, not a "missing" quant_method
+    msg = _refusal(_config_dir(tmp_path, qc), load_format="dummy")
+    assert "config.json: quantization_config: expected an object with a quant_method" in msg, msg
+    assert f"got {type(qc).__name__} {qc!r}" in msg, msg
+
+
 @pytest.mark.parametrize(
     "flag",
     ["compressed-tensors", "modelopt", "bitsandbytes", "gptq_marlin", "awq_marlin", "fbgemm_fp8", "FP8"],

@@ -109,6 +109,8 @@ def resolve_quantization(
 
     Raises:
         ValueError: unknown ``flag`` (:func:`check_quantization_flag`), or a checkpoint
+            ``quantization_config`` that is not an object (a string such as ``"gptq"``, a number,
+            a list), or a checkpoint
             quantization other than DeepSeek's FP8 (naming ``quantization_config.quant_method``:
             another method, or none given, which SGLang takes for an NVIDIA ModelOpt
             ``quant_algo`` block), a compressed-tensors ``compression_config``, an MLX
@@ -124,6 +126,11 @@ def resolve_quantization(
     if stored_experts not in (None, "fp4", "fp8"):
         raise ValueError(f"stored_experts: expected 'fp4', 'fp8' or None, got {stored_experts!r}")
     qc = _quantization_config(hf_config)
+    if isinstance(qc, (str, bytes, int, float, list, tuple)):  # bool is an int
+        raise ValueError(
+            f"quantization_config: expected an object with a quant_method (DeepSeek's block FP8: "
+            f'{{"quant_method": "fp8", ...}}), got {type(qc).__name__} {qc!r}'
+        )
     mlx = getattr(hf_config, "quantization", None)
     if qc is None and isinstance(mlx, dict) and mlx:  # mlx-lm's block (``bits``, ``group_size``, ``mode``)
         raise ValueError(

@@ -31,6 +31,21 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   ``unevaluatedProperties``, else any value); under ``false`` there no object can satisfy the
   schema, which is a ``ValueError``.
 
+* a ``string`` node's ``format: "date"`` / ``"date-time"`` / ``"time"`` becomes a ``pattern``
+  admitting exactly the calendar dates RFC 3339 (section 5.6, ``date-mday`` "based on month/year")
+  allows: xgrammar's built-in format regexes take any day ``01``-``31`` in every month
+  (``"2023-02-31"``, ``"2661-11-31"``), which JSON Schema's ``date`` format, pydantic and Python's
+  ``datetime`` reject. The pattern keeps a subset every common parser reads: years ``0001``-``9999``
+  (Python's ``date`` has no year 0), Gregorian leap years for February 29th, seconds ``00``-``59``
+  (RFC 3339's leap second ``60`` is refused by pydantic and ``datetime``), ``T`` / ``Z`` in upper
+  case, an offset ``Z`` or ``+hh:mm`` / ``-hh:mm``. A node that also sets ``pattern`` /
+  ``minLength`` / ``maxLength`` is left alone (those are refused by name later).
+* a ``pattern``'s optional group ``(X)?`` (or lazy ``(X)??``) becomes ``(X|)``, the same language:
+  xgrammar 0.2.9 compiles a ``pattern`` (its JSON-string regex mode) whose optional group holds a
+  repetition to a grammar that also takes the group's tail without its head
+  (``^a(\\.\\d+)?$`` took ``"a1"``, ``^\\d{2}(\\.\\d+)?Z$`` took ``"123Z"``); the alternation
+  form compiles exactly.
+
 :func:`check_json_schema` checks a schema against its JSON Schema meta-schema first (``jsonschema``):
 xgrammar compiles some malformed schemas (``{"anyOf": []}`` to a grammar whose only text is empty,
 not JSON at all; a ``type`` list with repeats) and reports others only as a C++ type-check failure.
@@ -47,6 +62,7 @@ __all__ = [
     "check_schema_depth",
     "normalize_json_schema",
     "open_arrays",
+    "optional_groups_as_alternations",
 ]
 
 #: Keywords whose value is one subschema.
@@ -244,7 +260,76 @@ def _rewrite(schema: Any, path: str) -> Any:
         out["items"] = {}
     if _is_object_node(out):
         _rewrite_object(out, path)
+    _exact_date_format(out)
+    if isinstance(out.get("pattern"), str):
+        out["pattern"] = optional_groups_as_alternations(out["pattern"])
     return out
+
+
+def optional_groups_as_alternations(pattern: str) -> str:
+    """``pattern`` (ECMA-262 regex text) with each group's greedy or lazy ``?`` quantifier,
+    ``(X)?`` / ``(X)??``, written ``(X|)`` (module docstring). Escapes and character classes are
+    skipped as they are; the match set is unchanged.
+
+    Args:
+        pattern: a JSON Schema ``pattern`` string.
+
+    Returns:
+        The rewritten pattern (the input itself when it has no such group).
+    """
+    if ")?" not in pattern:
+        return pattern
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == ")" and pattern[i + 1 : i + 2] == "?" and pattern[i + 2 : i + 3] != "+":
+            out.append("|)")
+            i += 3 if pattern[i + 2 : i + 3] == "?" else 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+# RFC 3339 section 5.6 (``full-date``, ``full-time``), written without look-arounds or
+# non-capturing groups (xgrammar's regex subset). Years 0001-9999.
+_YEAR = r"([1-9]\d{3}|0[1-9]\d{2}|00[1-9]\d|000[1-9])"
+# Every month's days but February 29th; then February 29th of Gregorian leap years (divisible by 4
+# and not by 100, or divisible by 400; 0000 left out).
+_DATE = (
+    rf"({_YEAR}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))"
+    r"|(\d{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)-02-29)"
+)
+# The fraction is ``(\.\d+|)``: xgrammar 0.2.9 compiles ``(\.\d+)?`` inside a pattern to a regex
+# that also takes the digits without the dot (``12:00:001234Z``).
+_TIME = r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+|)(Z|[+-]([01]\d|2[0-3]):[0-5]\d)"
+#: The ``pattern`` each rewritten ``format`` becomes (module docstring).
+DATE_FORMAT_PATTERNS = {
+    "date": f"^{_DATE}$",
+    "date-time": f"^{_DATE}T{_TIME}$",
+    "time": f"^{_TIME}$",
+}
+
+
+def _exact_date_format(node: dict[str, Any]) -> None:
+    """Replace, in place, a ``string`` node's ``format`` of :data:`DATE_FORMAT_PATTERNS` by its
+    exact ``pattern`` (module docstring)."""
+    fmt = node.get("format")
+    if not isinstance(fmt, str) or fmt not in DATE_FORMAT_PATTERNS or not _is_type(node, "string"):
+        return
+    if any(k in node for k in ("pattern", "minLength", "maxLength")):
+        return
+    del node["format"]
+    node["pattern"] = DATE_FORMAT_PATTERNS[fmt]
 
 
 #: Deepest subschema nesting a schema may have (the root is level 0). The rewrite recurses a few
