@@ -7,6 +7,9 @@ The model's text is written by hand and generated token by token by the fake eng
 decoder's multi-token steps); oracles: the hand-written text, ``json.loads``, the ``openai``
 client's parser and stream accumulator, xgrammar's string matcher over the grammar the route sent,
 and the chunk-size invariance each report states (the non-streamed message is the stream folded).
+Two model-side reports close the module: HF transformers' log-probabilities at every prompt length
+modulo the CSA rate (slow tier) and prefix-cache hits of short repeated prompts against their cold
+runs (an in-process scheduler).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 from typing import Any
 
 import pytest
+from dsv4_testutil import random_ids
 from test_chat_tool_stream_agreement import ChunkTM, _block, _folded, _invoke, _message, _param
 from test_openai_tools import WEATHER, accumulate, client_for
 from transformers import PreTrainedTokenizerFast
@@ -391,7 +395,7 @@ def test_vllm_55927_next_token_at_every_prompt_length_mod_4_matches_hf() -> None
     import copy
 
     import torch
-    from dsv4_testutil import Driver, hf_logprobs, make_twin, random_ids
+    from dsv4_testutil import Driver, hf_logprobs, make_twin
     from test_dsv4_public_bugs_more import REPORT_CFG
 
     twin = make_twin("report_cfg_55927", seed=3, cfg=copy.deepcopy(REPORT_CFG))
@@ -403,3 +407,28 @@ def test_vllm_55927_next_token_at_every_prompt_length_mod_4_matches_hf() -> None
         assert (ours - want).abs().max().item() <= 1e-3, (n, n % 4)
         assert int(ours[-1].argmax()) == int(want[-1].argmax()), n
         assert torch.isfinite(ours).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# prefix-cache hits of short prompts (vllm-project/vllm-ascend#16270, #10710)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_vllm_ascend_16270_short_identical_prompts_hit_whole_blocks(sched_model_dir: str) -> None:
+    """vllm-project/vllm-ascend#16270 and #10710 (DeepSeek-V4: identical serial requests shorter
+    than 4096 tokens never hit the prefix cache, the hit granularity being the least common
+    multiple of the cache groups' block sizes): the cache here is keyed on 256-token blocks
+    (README), so a repeated 600-token prompt reuses its two whole blocks (512 tokens; the last
+    token is always computed) and a 300-token one its first block, and the warm greedy tokens are
+    the cold run's."""
+    from scheduler_testutil import PAGE, assert_idle, make_scheduler, run_one
+
+    s = make_scheduler(sched_model_dir, max_total_tokens=8 * PAGE)
+    for n, hit in ((600, 2 * PAGE), (300, PAGE)):
+        ids = random_ids(n, seed=16270 + n)
+        cold = run_one(s, f"cold{n}", ids, 4)
+        assert cold["cached"] == 0
+        warm = run_one(s, f"warm{n}", ids, 4)
+        assert (warm["cached"], warm["ids"]) == (hit, cold["ids"])
+        assert s.flush_cache()
+    assert_idle(s)
