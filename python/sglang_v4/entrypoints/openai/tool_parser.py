@@ -51,8 +51,14 @@ is a block too: it starts at ``<｜DSML｜invoke`` and ends after its last invok
 closing tag if the model writes it (the orphan end of vLLM's report, dropped) or at the first text
 that is not another invoke (that text is content); ended by the end of the output after a closed
 invoke, it is complete. Only an invoke of one of the request's tools that is written out whole
-makes a call of it (an unknown name is a malformed block, as in a wrapped one). A DSML wrapper of
-another name whose first content is an invoke is a block too, closed by its own closing tag
+makes a call of it (an unknown name is a malformed block, as in a wrapped one). Streamed, a bare
+block's call goes out only when its invoke closes, in one delta (id, name, whole arguments): a
+recovered call must close before it commits, so prose that merely mentions an invoke tag is no
+call in the stream either (vllm-project/vllm#48931 on vllm-project/vllm#49117's recovery); cut by
+``max_tokens``, it goes out at the end as the cut call. A bare block whose first invoke goes on as
+prose (text where its first parameter, JSON body or closing tag belongs, or a malformed invoke
+tag) opened no block: its text is content, the tag dropped there (:mod:`.dsml_markup`). A DSML
+wrapper of another name whose first content is an invoke is a block too, closed by its own closing tag
 (DeepSeek-V4-Flash-0731 writes ``<｜DSML｜toolcalls>`` at times, vllm-project/vllm#51914; V3.2
 wrote ``function_calls``): the invoke grammar is the same; before other text such a tag is text.
 
@@ -72,9 +78,10 @@ its first character or, when invokes of the block closed before, from the end of
 a bare block the end of the failing invoke (``</｜DSML｜invoke>``); text after that is content
 again; with no such end the rest of the output is dropped. The finish reason is not
 ``"tool_calls"``. Streamed, the deltas of the failing (or stopped) invoke's call, once its tag was
-complete, went out already and are not taken back (vLLM leaves them too): the one difference from
-:func:`parse_tool_calls`, which has no such call; the content is the same text. DSML tags left in
-the content (closers with no block, tags of other names) are dropped by :mod:`.dsml_markup`.
+complete, went out already and are not taken back (vLLM leaves them too; a bare block's did not,
+above): the one difference from :func:`parse_tool_calls`, which has no such call; the content is
+the same text. DSML tags left in the content (closers with no block, tags of other names) are
+dropped by :mod:`.dsml_markup`.
 """
 
 from __future__ import annotations
@@ -183,6 +190,7 @@ class DsmlToolParser:
     _cur_end: str = ""  # the closing tag of the open block (its wrapper's name)
     _hold: bool = False  # the open call's arguments are held back (a possible wrapper)
     _hold_undecided: bool = False  # ... its JSON body's first key is not known yet
+    _withheld: bool = False  # the open call is in a bare block: none of it goes out until it closes
     _n_calls: int = 0
     _call: ParsedToolCall | None = None
     _param_names: set[str] = field(default_factory=set)
@@ -236,8 +244,9 @@ class DsmlToolParser:
 
         Returns:
             ``(content_delta, tool_call_deltas)``: the held-back plain text (nothing of an open
-            block); a cut call's held-back arguments (a possible wrapper), else no delta: the
-            rest was streamed already.
+            block); a cut call's held-back arguments (a possible wrapper), or the whole cut call
+            of a bare block (withheld until its invoke closed), else no delta: the rest was
+            streamed already.
         """
         rest, self._buf = self._buf, ""
         if self._state == _RAW:  # the rest of a malformed block: dropped
@@ -271,9 +280,11 @@ class DsmlToolParser:
         held = []
         if cut is not None:
             cut.partial = True
-            if self._hold and cut.arguments:  # never streamed: the generated part goes out now
+            if self._withheld:  # a bare block's call, cut: it goes out now, as far as generated
+                held = [ToolCallDelta(cut.index, id=cut.id, name=cut.name, arguments=cut.arguments)]
+            elif self._hold and cut.arguments:  # never streamed: the generated part goes out now
                 held = [ToolCallDelta(cut.index, arguments=cut.arguments)]
-        self._hold = self._hold_undecided = False
+        self._hold = self._hold_undecided = self._withheld = False
         self.calls.extend(self._block_calls + ([cut] if cut is not None else []))
         self._block_calls, self._call, self._raw, self._held_ws = [], None, "", ""
         self._state = _TEXT
@@ -294,7 +305,19 @@ class DsmlToolParser:
         self._raw = self._held_ws = ""
         self._block_calls = []
         self._call = None
-        self._hold = self._hold_undecided = False
+        self._hold = self._hold_undecided = self._withheld = False
+
+    def _unopen_bare(self, content: list[str]) -> None:
+        """A bare block's first invoke goes on as prose (text where its first parameter, JSON body
+        or closing tag belongs, or a malformed invoke tag): no block was opened; its text is
+        content (the tag itself is dropped there by :mod:`.dsml_markup`), nothing of it went out
+        as a call (module docstring)."""
+        content.append(self._raw)
+        if self._call is not None:
+            self._n_calls -= 1
+        self._raw, self._call, self._state, self._bare = "", None, _TEXT, False
+        self._hold = self._hold_undecided = self._withheld = False
+        self._cur_end = self.block_end
 
     def _skip_ws(self) -> None:
         n = len(self._buf) - len(self._buf.lstrip())
@@ -356,6 +379,9 @@ class DsmlToolParser:
             if m is None and self._buf.startswith("{") and not self._param_names:
                 self._state, self._value = _JSON_ARGS, ""
                 self._hold = self._hold_undecided = any(self._may_wrap(k) for k in WRAPPER_KEYS)
+                return True
+            if m is None and self._bare and not self._block_calls and not self._param_names:
+                self._unopen_bare(content)  # prose that mentions an invoke tag
                 return True
             if m is None:
                 self._drop_block()
@@ -423,7 +449,10 @@ class DsmlToolParser:
         m = (_INVOKE_TAG if is_invoke else _PARAM_TAG).match(self._buf)
         if m is None:
             if ">" in self._buf or len(self._buf) > _MAX_TAG_CHARS:
-                self._drop_block()
+                if is_invoke and self._bare and not self._block_calls:
+                    self._unopen_bare(content)
+                else:
+                    self._drop_block()
                 return True
             return False
         self._take(m.end())
@@ -436,7 +465,9 @@ class DsmlToolParser:
             self._n_calls += 1
             self._param_names = set()
             self._state = _INVOKE
-            deltas.append(ToolCallDelta(self._call.index, id=self._call.id, name=name))
+            self._withheld = self._bare  # a recovered call commits when it closes
+            if not self._withheld:
+                deltas.append(ToolCallDelta(self._call.index, id=self._call.id, name=name))
             return True
         key, is_string = m.group(1), m.group(2) == "true"
         if key in self._param_names:
@@ -530,7 +561,7 @@ class DsmlToolParser:
         """Stop holding the open call's arguments back: what was held goes out as a delta."""
         assert self._call is not None
         self._hold = self._hold_undecided = False
-        if self._call.arguments:
+        if self._call.arguments and not self._withheld:
             deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
 
     def _decide_json_hold(self, piece: str, deltas: list[ToolCallDelta]) -> None:
@@ -551,7 +582,7 @@ class DsmlToolParser:
         if not fragment:
             return
         self._call.arguments += fragment
-        if self._hold:
+        if self._hold or self._withheld:
             return
         if deltas and deltas[-1].index == self._call.index:
             deltas[-1].arguments += fragment
@@ -566,7 +597,12 @@ class DsmlToolParser:
             schema = names.get(self._call.name) if isinstance(names, Mapping) else None
             self._call.arguments = unwrap_arguments(self._call.arguments, schema) or self._call.arguments
             self._hold = self._hold_undecided = False
-            deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
+            if not self._withheld:
+                deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
+        if self._withheld:  # a bare block's call closed: it goes out whole
+            c = self._call
+            deltas.append(ToolCallDelta(c.index, id=c.id, name=c.name, arguments=c.arguments))
+            self._withheld = False
         self._block_calls.append(self._call)
         self._call = None
         self._state = _BLOCK
