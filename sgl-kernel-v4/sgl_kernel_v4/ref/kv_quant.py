@@ -161,9 +161,24 @@ def _exp2(e: torch.Tensor) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(e, dtype=torch.float32), e.to(torch.int32))
 
 
+def _reinterpret(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The bytes of an ``[N, k]`` tensor (any strides: a column slice of packed rows included) as
+    ``[N, k * t.itemsize / dtype.itemsize]`` of ``dtype``.
+
+    ``Tensor.contiguous()`` alone does not do for a column slice of one row (or of none): torch
+    calls it contiguous and keeps its row stride, which ``view(dtype)`` then refuses when the stride
+    does not divide by the new item size (an odd-sized entry row), and ``reshape(N, -1)`` cannot
+    infer a width from zero elements. Such slices are copied to a fresh buffer first."""
+    n, k = t.shape
+    width = k * t.element_size() // torch.empty((), dtype=dtype).element_size()
+    if n <= 1:
+        t = t.reshape(-1).clone()
+    return t.contiguous().view(dtype).reshape(n, width)
+
+
 def _bytes_of(t: torch.Tensor) -> torch.Tensor:
-    """Reinterpret a contiguous [N, k] tensor as its [N, k * itemsize] uint8 bytes."""
-    return t.contiguous().view(torch.uint8).reshape(t.shape[0], -1)
+    """Reinterpret an [N, k] tensor as its [N, k * itemsize] uint8 bytes."""
+    return _reinterpret(t, torch.uint8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,10 +244,10 @@ def dequantize_kv_fp8(
     nope = num // (quant_block + 1)
     nb = nope // quant_block
     n = b.shape[0]
-    vals = b[:, :nope].contiguous().view(torch.float8_e4m3fn).to(torch.float32)
+    vals = _reinterpret(b[:, :nope], torch.float8_e4m3fn).to(torch.float32)
     exp = b[:, nope + 2 * rope_dim : nope + 2 * rope_dim + nb].to(torch.int32) - 127
     nope_out = (vals.reshape(n, nb, quant_block) * _exp2(exp).unsqueeze(-1)).reshape(n, nope)
-    rope = b[:, nope : nope + 2 * rope_dim].contiguous().view(torch.bfloat16).to(torch.float32)
+    rope = _reinterpret(b[:, nope : nope + 2 * rope_dim], torch.bfloat16).to(torch.float32)
     return torch.cat([nope_out, rope], dim=1).to(out_dtype)
 
 
@@ -271,8 +286,8 @@ def dequantize_indexer_fp8(b: torch.Tensor, out_dtype: torch.dtype = torch.float
     if b.dtype != torch.uint8 or b.shape[1] <= 4:
         raise ValueError(f"b: expected uint8 [N, d + 4], got {b.dtype} {tuple(b.shape)}")
     d = b.shape[1] - 4
-    vals = b[:, :d].contiguous().view(torch.float8_e4m3fn).to(torch.float32)
-    scale = b[:, d:].contiguous().view(torch.float32)  # [N, 1]
+    vals = _reinterpret(b[:, :d], torch.float8_e4m3fn).to(torch.float32)
+    scale = _reinterpret(b[:, d:], torch.float32)  # [N, 1]
     return (vals * scale).to(out_dtype)
 
 
