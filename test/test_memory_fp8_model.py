@@ -19,11 +19,9 @@ the deduplicated gathers change nothing else.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
-from sgl_kernel_v4.ref import kv_quant as kq
+from kv_roundtrip_testutil import round_trip_pool
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.configs.presets import get_preset
 from sglang_v4.mem_cache.kv_spec import KVKind
@@ -32,39 +30,6 @@ from sglang_v4.model_executor.forward_batch import ReqForwardInput, build_forwar
 from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
 
 PAGE = 256
-
-
-class _QDQView:
-    """fp32 flat pool that stores the fp8 / fp4 round trip of what is written (the oracle)."""
-
-    def __init__(self, flat: torch.Tensor, codec: str, rope_dim: int) -> None:
-        self.flat, self.codec, self.rope_dim = flat, codec, rope_dim
-        self.shape, self.dtype, self.device = flat.shape, flat.dtype, flat.device
-
-    def __len__(self) -> int:
-        return self.flat.shape[0]
-
-    def __getitem__(self, idx: Any) -> torch.Tensor:
-        return self.flat[idx]
-
-    def __setitem__(self, idx: Any, x: torch.Tensor) -> None:
-        if self.codec == "main":
-            y = kq.dequantize_kv_fp8(kq.quantize_kv_fp8(x, rope_dim=self.rope_dim), rope_dim=self.rope_dim)
-        elif self.codec == "fp4":
-            y = kq.dequantize_indexer_fp4(kq.quantize_indexer_fp4(x))
-        else:
-            y = kq.dequantize_indexer_fp8(kq.quantize_indexer_fp8(x))
-        self.flat[idx] = y
-
-
-class _QDQPool(DSV4KVPool):
-    """The fp32 pool with every KV write rounded through the fp8 (fp4) codecs."""
-
-    fp4 = False
-
-    def rows(self, kind: KVKind, layer: int) -> Any:
-        codec = ("fp4" if self.fp4 else "idx8") if kind is KVKind.CSA_INDEXER else "main"
-        return _QDQView(super().rows(kind, layer), codec, self.model_config.rope_dim)
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +80,7 @@ def test_fp8_pool_runs_model_close_to_fp32(tiny_model: tuple[ModelConfig, Deepse
         pool = DSV4KVPool(**kw, kv_cache_dtype="fp8_e4m3", fp4_indexer=fp4)  # type: ignore[arg-type]
         got = _run(mc, model, pool, ids, 260)
         assert got.shape == ref.shape
-        _QDQPool.fp4 = fp4
-        oracle = _run(mc, model, _QDQPool(**kw), ids, 260)  # type: ignore[arg-type]
+        oracle = _run(mc, model, round_trip_pool(True, fp4)(**kw), ids, 260)  # type: ignore[arg-type]
         exact = (got - oracle).abs().max().item()
         assert exact < 1e-5, (fp4, exact)
         d = (got - ref).abs()

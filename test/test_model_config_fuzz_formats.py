@@ -39,11 +39,10 @@ from typing import Any
 import pytest
 import torch
 from dsv4_testutil import CSA, HCA, Driver, Twin, hf_logprobs, make_twin, random_ids
+from kv_roundtrip_testutil import round_trip_pool
 from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, submit
 from sgl_kernel_v4.ref import kv_quant as kq
 from sglang_v4.configs.model_config import ModelConfig
-from sglang_v4.mem_cache.kv_spec import KVKind
-from sglang_v4.mem_cache.memory_pool import DSV4KVPool
 from sglang_v4.tools.make_checkpoint import write_checkpoint
 from test_model_config_fuzz import (
     DECODE,
@@ -80,45 +79,6 @@ def fp8_kv_config(seed: int) -> dict[str, Any]:
     return cfg
 
 
-class _RoundTripRows:
-    """fp32 rows that store ``dequantize(quantize(x))`` of what is written (the reference)."""
-
-    def __init__(self, flat: torch.Tensor, codec: str, rope_dim: int) -> None:
-        self.flat, self.codec, self.rope_dim = flat, codec, rope_dim
-        self.shape, self.dtype, self.device = flat.shape, flat.dtype, flat.device
-
-    def __len__(self) -> int:
-        return self.flat.shape[0]
-
-    def __getitem__(self, idx: Any) -> torch.Tensor:
-        return self.flat[idx]
-
-    def __setitem__(self, idx: Any, x: torch.Tensor) -> None:
-        if self.codec == "fp8_main":
-            y = kq.dequantize_kv_fp8(kq.quantize_kv_fp8(x, rope_dim=self.rope_dim), rope_dim=self.rope_dim)
-        elif self.codec == "fp4_indexer":
-            y = kq.dequantize_indexer_fp4(kq.quantize_indexer_fp4(x))
-        else:
-            y = kq.dequantize_indexer_fp8(kq.quantize_indexer_fp8(x))
-        self.flat[idx] = y
-
-
-class RoundTripPool(DSV4KVPool):
-    """The fp32 pool with KV writes rounded through the codecs of a quantized format: fp8 main
-    entries when ``fp8``; indexer keys through fp4 when ``fp4``, else fp8 when ``fp8``."""
-
-    fp8 = False
-    fp4 = False
-
-    def rows(self, kind: KVKind, layer: int) -> Any:
-        flat = super().rows(kind, layer)
-        if kind is KVKind.CSA_INDEXER:
-            codec = "fp4_indexer" if self.fp4 else "fp8_indexer" if self.fp8 else None
-        else:
-            codec = "fp8_main" if self.fp8 else None
-        return flat if codec is None else _RoundTripRows(flat, codec, self.model_config.rope_dim)
-
-
 def _reference_run(
     twin: Twin, page: int, fmt: dict[str, Any], prompt: list[int], out: list[int], chunk: int
 ) -> torch.Tensor:
@@ -127,9 +87,7 @@ def _reference_run(
     ``[len(out)]``."""
     wins = (len(prompt) + len(out)) // twin.mc.sliding_window + 8
     d = Driver(twin, page_size=page, num_block_pages=8, num_window_pages=wins)
-    pool = type("Pool", (RoundTripPool,), {})
-    pool.fp8 = fmt.get("kv_cache_dtype") == "fp8_e4m3"
-    pool.fp4 = bool(fmt.get("enable_fp4_indexer"))
+    pool = round_trip_pool(fmt.get("kv_cache_dtype") == "fp8_e4m3", bool(fmt.get("enable_fp4_indexer")))
     d.pool = pool(twin.mc, page, 8, wins, 4, torch.float32, "cpu")
     slot = d.new_req()
     step = len(prompt) if chunk < 0 else chunk
