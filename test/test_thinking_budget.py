@@ -14,6 +14,7 @@ on and off; the chat route's parse is tested on the shared server (``test_thinki
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -337,13 +338,17 @@ def test_forced_end_wins_over_vocabulary_constraints(
         ids = res[rid]["ids"]
         assert ids[2] == end and end not in ids[:2], (rid, ids)
     assert set(res["allowed"]["ids"]) - {end} <= set(allowed)
-    # the forced token's logprob is the model's (vLLM's raw logprobs), not the masked -inf: a cold
-    # run's prompt logprob of </think> after the same tokens (the prefill's own log-softmax)
+    # the forced token's logprob is the model's, not the masked -inf: a cold run's prompt logprob
+    # of </think> after the same tokens (the prefill's own log-softmax); the finite bias stays in
+    # it, as in every sampled token's: log_softmax of z with z[end] - 100, from that logprob q
+    # (float64: q - 100 - log(1 - e^q + e^(q - 100)))
     ids = res["allowed"]["ids"]
     submit(s, "cold", p + ids[:3], 1, return_logprob=True, logprob_start_len=0)
     want = drain(s)["cold"]["in_lp"][-1]
+    biased = want - 100.0 - math.log1p(-math.exp(want) + math.exp(want - 100.0))
     for rid in cases:
-        assert res[rid]["lp"][2] == pytest.approx(want, abs=1e-4), (rid, res[rid]["lp"])
+        w = biased if rid == "bias" else want
+        assert res[rid]["lp"][2] == pytest.approx(w, abs=1e-4), (rid, res[rid]["lp"])
     assert_idle(s)
 
 
@@ -428,12 +433,13 @@ def test_forced_logprob_uses_the_request_temperature(
     hf_default_model: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """At temperature 0.5 a forced ``</think>``'s logprob is on the scale of the other tokens of
-    the response (SGLang's output logprobs: ``log_softmax(logits / T)``), without the
-    ``logit_bias`` that masks it: forced by the host (budget 2 in the prompt's reasoning) and on
-    the device (budget 0, a ``<think>`` written at index 3 with overlap on). Oracle: HF
-    transformers' float32 logits of the same checkpoint after the same tokens, ``log_softmax(z /
-    0.5)`` in float64."""
+    """At temperature 0.5 a forced ``</think>``'s logprob follows the rule of the other tokens of
+    the same response (SGLang's output logprobs: ``log_softmax((logits + logit_bias) / T)``): the
+    finite ``logit_bias`` of -100 on ``</think>`` is in it (it was dropped with the masks before),
+    forced by the host (budget 2 in the prompt's reasoning) and on the device (budget 0, a
+    ``<think>`` written at index 3 with overlap on). Oracle: HF transformers' float32 logits of the
+    same checkpoint after the same tokens, biased and ``log_softmax``-ed in float64, for every
+    token of each response (forced or sampled)."""
     import torch
 
     start, end = markers
@@ -450,17 +456,22 @@ def test_forced_logprob_uses_the_request_temperature(
         ids, lp = res[rid]["ids"], res[rid]["lp"]
         assert ids[k] == end, (rid, ids)
         with torch.no_grad():
-            z = hf_default_model(torch.tensor([prompt + ids[:k]])).logits[0, -1].double()
-        want = torch.log_softmax(z / T, dim=-1)[end].item()
-        assert lp[k] == pytest.approx(want, abs=1e-4), (rid, lp[k], want)
+            zs = hf_default_model(torch.tensor([prompt + ids])).logits[0].double()
+        for i, tok in enumerate(ids):
+            z = zs[len(prompt) + i - 1].clone()
+            z[end] -= 100.0
+            want = torch.log_softmax(z / T, dim=-1)[tok].item()
+            assert lp[i] == pytest.approx(want, abs=2e-4), (rid, i, lp[i], want)
+        assert lp[k] < -150.0  # the bias is in the forced token's logprob
     assert_idle(s)
 
 
 def test_unconstrained_logprobs_vs_float64_reference() -> None:
     """A forced row's logprobs: the repetition penalty (CTRL's rule: ``z / r`` where ``z > 0``,
-    ``z * r`` elsewhere, on tokens of the prompt and output) and the temperature apply; the
-    allowlist, bad words, logit bias and ``min_new_tokens`` do not. Oracle: that formula written
-    in float64; and :func:`sample`'s own logprobs for the same row without the constraints."""
+    ``z * r`` elsewhere, on tokens of the prompt and output), the finite logit bias and the
+    temperature apply, as for a sampled token; the allowlist, bad words and ``min_new_tokens``
+    masks do not. Oracle: that formula written in float64; and :func:`sample`'s own logprobs for
+    the same row without the masks (bias kept)."""
     import torch
     from sglang_v4.sampling.sampler import sample, unconstrained_logprobs
 
@@ -481,9 +492,10 @@ def test_unconstrained_logprobs_vs_float64_reference() -> None:
     zz = z.double().clone()
     seen = sorted(set(outs[0] + prompts[0]))
     zz[0, seen] = torch.where(zz[0, seen] > 0, zz[0, seen] / 1.3, zz[0, seen] * 1.3)
+    zz[0, 4] -= 100.0
     want = torch.stack([torch.log_softmax(zz[0] / 0.5, -1), torch.log_softmax(zz[1], -1)])
     assert torch.allclose(got.double(), want, atol=1e-5)
-    plain = [SamplingParams.from_dict(base), params[1]]
+    plain = [SamplingParams.from_dict({**base, "logit_bias": masks["logit_bias"]}), params[1]]
     plain[0].normalize(None)
     _, lps = sample(z, plain, outs, prompts, eos_token_ids=[0], return_logprobs=True)
     assert torch.equal(got, lps)

@@ -52,7 +52,7 @@ class SamplingBatchInfo:
         forced_token_ids: per row, the id that replaces the sampled one (the think-end token of
             ``thinking_token_budget``, :mod:`sglang_v4.sampling.thinking_budget`) or ``-1``;
             ``None`` when no row is forced. A forced row's logprobs are computed without the
-            vocabulary constraints (:func:`sglang_v4.sampling.sampler.unconstrained_logprobs`).
+            vocabulary masks (:func:`sglang_v4.sampling.sampler.unconstrained_logprobs`).
         forced_if_previous: per row ``(C, F)``: when the row's previous token (its last input id,
             resolved on the device from the future map) is ``C``, the sampled id becomes ``F``
             (``thinking_token_budget`` 0 outside a reasoning section, where the think-start that

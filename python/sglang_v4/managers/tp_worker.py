@@ -127,7 +127,8 @@ class TpModelWorker:
 
         A forced row's logprobs (``lps``, ``[R, V]`` float32, or ``None``) become
         :func:`~sglang_v4.sampling.sampler.unconstrained_logprobs` of its logits where the row has
-        a vocabulary constraint or a grammar (elsewhere they are the same values already)."""
+        a vocabulary mask or a grammar (elsewhere, ``logit_bias`` included, they are the same
+        values already)."""
         si = wb.sampling
         assert si is not None
         R = len(si.rows)
@@ -155,8 +156,7 @@ class TpModelWorker:
             for j, p in enumerate(si.params)
             if maybe[j]
             and (
-                p.logit_bias
-                or p.allowed_token_ids
+                p.allowed_token_ids
                 or p.bad_words_ids
                 or p.min_new_tokens > 0
                 or (grammars is not None and grammars[j] is not None)

@@ -471,12 +471,16 @@ def unconstrained_logprobs(
 ) -> torch.Tensor:
     """SGLang's output logprobs (as :func:`sample` returns them: ``log_softmax`` of the penalized
     logits divided by the row temperature, greedy rows at temperature 1) without the vocabulary
-    constraints: the repetition / frequency / presence penalties apply; ``logit_bias``,
-    ``allowed_token_ids``, ``bad_words_ids``, the ``min_new_tokens`` mask and grammar masks do
-    not. These are the logprobs of a token that ``thinking_token_budget`` forces
-    (:mod:`sglang_v4.sampling.thinking_budget`): on the scale of the rest of the response, and
-    finite where a constraint masked the forced id. A row without constraints gets exactly the
-    values :func:`sample` returns for it.
+    masks: the repetition / frequency / presence penalties and the (finite, ``[-100, 100]``)
+    ``logit_bias`` apply, as they do for every sampled token of the response; ``allowed_token_ids``,
+    ``bad_words_ids``, the ``min_new_tokens`` mask and grammar masks (``-inf`` entries) do not.
+    These are the logprobs of a token that ``thinking_token_budget`` forces
+    (:mod:`sglang_v4.sampling.thinking_budget`): the same rule as the rest of the response, and
+    finite where a mask removed the forced id. vLLM reports either the raw model logprobs or
+    those after every logits processor (its budget processor included, which leaves the forced
+    id alone at logprob 0); ours are the processed logits before the masks, so that a forced
+    token's logprob still says how likely the model (with the request's penalties and bias)
+    found it. A row without masks gets exactly the values :func:`sample` returns for it.
 
     Args:
         logits: ``[B, V]`` next-token logits (any float dtype). Not modified.
@@ -494,7 +498,6 @@ def unconstrained_logprobs(
     bare = [
         dataclasses.replace(
             p,
-            logit_bias=None,
             allowed_token_ids=None,
             bad_words_ids=None,
             min_new_tokens=0,

@@ -26,9 +26,10 @@ Here the forcing is a per-row override of the sampled id on the device
 (:attr:`~sglang_v4.managers.model_worker_batch.SamplingBatchInfo.forced_token_ids`). A forced
 row's logprob entries are SGLang's output logprobs of that row (``log_softmax`` of the penalized
 logits divided by the row's temperature, as for every other token of the response) computed
-without the vocabulary constraints (``allowed_token_ids``, ``bad_words_ids``, ``logit_bias``,
-the ``min_new_tokens`` mask, the grammar's mask), so a forced id that a constraint masked still
-has its finite logprob (:func:`sglang_v4.sampling.sampler.unconstrained_logprobs`).
+with the request's penalties and finite ``logit_bias`` (the rule of the response's other tokens)
+but without the vocabulary masks (``allowed_token_ids``, ``bad_words_ids``, the
+``min_new_tokens`` mask, the grammar's mask), so a forced id that a mask removed still has its
+finite logprob (:func:`sglang_v4.sampling.sampler.unconstrained_logprobs`).
 
 Overlap scheduling: whether the token at output index ``i`` is forced depends on the values of
 the tokens before it; the one before may still be in flight when the next batch is built. In an
