@@ -8,6 +8,7 @@ checked against xgrammar's grammar of the rewritten schema.
 
 Also a ``pattern`` with an optional group (``^\\d+(\\.\\d+)?$``, a decimal): xgrammar's grammar of
 it took the group's tail without its head; the rewritten pattern matches as Python's ``re`` does.
+The same holds for the regexes that match object keys (``patternProperties``, ``propertyNames``).
 """
 
 from __future__ import annotations
@@ -139,3 +140,67 @@ def test_pattern_with_optional_group_matches_like_python_re(pattern: str) -> Non
     texts = ["".join(t) for n in range(4) for t in itertools.product(ALPHABET, repeat=n)]
     wrong = [t for t in texts if _accepts(grammar, t) != bool(re.search(pattern, t))]
     assert not wrong, wrong[:10]
+
+
+# ------------------------------------------- the same fault in regexes that match object keys
+KEY_PATTERNS = [r"^a(\.\d+)?$", r"^a(x(\.\d+)?)?$", r"^(\.\d+)?a$"]
+
+
+def _key_texts() -> list[str]:
+    import itertools
+
+    return ["".join(t) for n in range(4) for t in itertools.product("ax.1", repeat=n)]
+
+
+@pytest.mark.parametrize("pattern", KEY_PATTERNS)
+@pytest.mark.parametrize("where", ["patternProperties", "propertyNames"])
+def test_key_regex_with_optional_group_matches_like_python_re(pattern: str, where: str) -> None:
+    """``patternProperties`` keys (and ``propertyNames``' ``pattern``) are regexes xgrammar
+    compiles into the object's key grammar, with the optional-group fault of a ``pattern``
+    (``^a(\\.\\d+)?$`` took the key ``"a1"``). A one-key object is accepted exactly when Python's
+    ``re`` matches its key (the patterns are anchored: ``re.fullmatch`` of the body) and the
+    ``jsonschema`` package finds the object valid under the original schema; the value under
+    ``patternProperties`` carries the same pattern, checked the same way."""
+    import re
+
+    jsonschema = pytest.importorskip("jsonschema")
+    if where == "patternProperties":
+        schema = {
+            "type": "object",
+            "patternProperties": {pattern: {"type": "string", "pattern": pattern}},
+            "additionalProperties": False,
+        }
+    else:
+        schema = {
+            "type": "object",
+            "propertyNames": {"pattern": pattern},
+            "additionalProperties": {"type": "string"},
+        }
+    grammar = xgr.Grammar.from_json_schema(json.dumps(normalize_json_schema(schema)))
+    body = pattern[1:-1]
+
+    from xgrammar.testing import _is_grammar_accept_string
+
+    wrong = []
+    values = ["a", "a1"] if where == "patternProperties" else ["a1"]
+    for key in _key_texts():
+        for value in values:
+            text = json.dumps({key: value})
+            want = re.fullmatch(body, key) is not None and (
+                where == "propertyNames" or re.fullmatch(body, value) is not None
+            )
+            assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)) == want, text
+            if _is_grammar_accept_string(grammar, text) != want:
+                wrong.append(text)
+    assert not wrong, wrong[:10]
+
+
+def test_pattern_properties_keys_that_become_one_regex_are_joined() -> None:
+    """Two ``patternProperties`` keys with one match set once rewritten (``(X)?`` and ``(X|)``):
+    JSON Schema applies both subschemas to a matching key, so the rewritten key carries both."""
+    schema = {
+        "type": "object",
+        "patternProperties": {r"^a(\.\d+)?$": {"type": "integer"}, r"^a(\.\d+|)$": {"minimum": 0}},
+    }
+    out = normalize_json_schema(schema)["patternProperties"]
+    assert out == {r"^a(\.\d+|)$": {"type": "integer", "minimum": 0}}

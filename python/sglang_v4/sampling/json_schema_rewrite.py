@@ -45,6 +45,10 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   repetition to a grammar that also takes the group's tail without its head
   (``^a(\\.\\d+)?$`` took ``"a1"``, ``^\\d{2}(\\.\\d+)?Z$`` took ``"123Z"``); the alternation
   form compiles exactly.
+  Every regex of the schema that reaches xgrammar is rewritten so: a ``pattern`` (which covers
+  ``propertyNames``' ``pattern``, a subschema like any other) and the keys of
+  ``patternProperties`` (xgrammar compiles them to the grammar of the object's key strings, where
+  ``^a(\\.\\d+)?$`` took the key ``"a1"`` too).
 
 :func:`check_json_schema` checks a schema against its JSON Schema meta-schema first (``jsonschema``):
 xgrammar compiles some malformed schemas (``{"anyOf": []}`` to a grammar whose only text is empty,
@@ -256,6 +260,8 @@ def _rewrite(schema: Any, path: str) -> Any:
     for k in _SCHEMA_MAPS:
         if isinstance(out.get(k), dict):
             out[k] = {name: _rewrite(s, f"{path}.{k}.{name}") for name, s in out[k].items()}
+    if isinstance(out.get("patternProperties"), dict):
+        out["patternProperties"] = _rewrite_key_patterns(out["patternProperties"])
     if _is_type(out, "array") and not any(k in out for k in ("items", "prefixItems", "unevaluatedItems")):
         out["items"] = {}
     if _is_object_node(out):
@@ -263,6 +269,18 @@ def _rewrite(schema: Any, path: str) -> Any:
     _exact_date_format(out)
     if isinstance(out.get("pattern"), str):
         out["pattern"] = optional_groups_as_alternations(out["pattern"])
+    return out
+
+
+def _rewrite_key_patterns(patterns: dict[str, Any]) -> dict[str, Any]:
+    """``patternProperties`` with each key regex's optional groups written as alternations
+    (:func:`optional_groups_as_alternations`): xgrammar compiles the keys in the same regex mode
+    as a ``pattern``, with the same fault. Two keys that become one text have one match set, so
+    JSON Schema applies both subschemas to the same names: they are joined (:func:`_both`)."""
+    out: dict[str, Any] = {}
+    for key, sub in patterns.items():
+        new = optional_groups_as_alternations(key) if isinstance(key, str) else key
+        out[new] = _both(out[new], sub) if new in out else sub
     return out
 
 
