@@ -230,6 +230,70 @@ def test_arguments_stream_while_generated() -> None:
     assert json.loads(args) == {"city": "Paris la belle", "days": 12}
 
 
+def _timed_deltas(text: str, start: int) -> list[tuple[int, int, str | None, str]]:
+    """Feed ``text`` one character at a time: each tool-call delta as ``(characters fed, counted
+    from ``start``; call index; name when the delta carries one (with an id); arguments)``."""
+    p = DsmlToolParser(TOOLS)
+    out = []
+    for i, ch in enumerate(text):
+        for d in p.feed(ch)[1]:
+            assert (d.id is None) == (d.name is None), d
+            out.append((i + 1 - start, d.index, d.name, d.arguments))
+    out += [(len(text) + 1 - start, d.index, d.name, d.arguments) for d in p.finish()[1]]
+    return out
+
+
+def _argument_timeline(deltas: list[tuple[int, int, str | None, str]]) -> list[tuple[int, int, str]]:
+    """``(offset, call index, argument text)`` of timed deltas, the text that went out at one
+    offset for one call joined (however it was split into deltas)."""
+    out: list[tuple[int, int, str]] = []
+    for t, i, _, a in deltas:
+        if out and out[-1][:2] == (t, i):
+            out[-1] = (t, i, out[-1][2] + a)
+        elif a:
+            out.append((t, i, a))
+    return out
+
+
+BARE_STREAMED = [
+    invoke("get_weather", ("city", "true", "Oslo la belle"), ("days", "false", "12")),
+    invoke("book", ("pax", "false", "2")) + "\n" + invoke("get_weather", ("city", "true", "Rome")),
+    f'<{D}invoke name="book">{{"to": "Lima", "pax": 2}}</{D}invoke>',
+]
+
+
+@pytest.mark.parametrize("body", BARE_STREAMED, ids=[str(i) for i in range(len(BARE_STREAMED))])
+def test_bare_block_streams_its_arguments_as_a_wrapped_one(body: str) -> None:
+    """A bare block (no ``<｜DSML｜tool_calls>`` wrapper) streams as a wrapped one does: the call's
+    ``id`` and ``name`` first, then its arguments while they are generated, before the invoke
+    closes (it came whole at the close). Oracles: the non-streamed parse (the concatenated
+    deltas are its arguments, ``json.loads`` equal) and the same invokes in a wrapped block fed
+    the same way (the same argument text at the same offsets from the first invoke tag)."""
+    bare = "Checking.\n\n" + body
+    wrapped = "Checking." + block(body)
+    _, calls, complete = parse_tool_calls(bare, TOOLS)
+    assert complete and calls
+    got = _timed_deltas(bare, bare.index(f"<{D}invoke"))
+    want = _timed_deltas(wrapped, wrapped.index(f"<{D}invoke"))
+    # the same argument text at the same offsets, the same names in the same order; a bare
+    # call's id and name wait for its structure (its first parameter tag, JSON body or closing
+    # tag), a wrapped one's not
+    assert _argument_timeline(got) == _argument_timeline(want)
+    assert [(i, n) for _, i, n, _ in got if n] == [(i, n) for _, i, n, _ in want if n]
+    args: dict[int, str] = {}
+    for _, index, name, fragment in got:
+        assert (name is not None) == (index not in args), got  # id and name first, once
+        args[index] = args.get(index, "") + fragment
+    assert list(args.values()) == [c.arguments for c in calls]
+    assert [json.loads(a) for a in args.values()] == [json.loads(c.arguments) for c in calls]
+    # the first call's id, name and first argument fragments go out before its invoke closes
+    close = body.index(f"</{D}invoke>")
+    early = [d for d in got if d[1] == 0 and d[0] <= close]
+    assert early and early[0][2] == calls[0].name, got
+    sent = "".join(d[3] for d in early)
+    assert calls[0].arguments.startswith(sent) and len(sent) >= len(calls[0].arguments) - 1, got
+
+
 def test_arguments_text_has_the_reference_decoder_shape() -> None:
     # DeepSeek's decoder joins '"key": value' pairs with ", " inside braces; string="false" values
     # are their JSON text without the whitespace around it

@@ -52,10 +52,13 @@ closing tag if the model writes it (the orphan end of vLLM's report, dropped) or
 that is not another invoke (that text is content); ended by the end of the output after a closed
 invoke, it is complete. Only an invoke of one of the request's tools that is written out whole
 makes a call of it (an unknown name is a malformed block, as in a wrapped one). Streamed, a bare
-block's call goes out only when its invoke closes, in one delta (id, name, whole arguments): a
-recovered call must close before it commits, so prose that merely mentions an invoke tag is no
-call in the stream either (vllm-project/vllm#48931 on vllm-project/vllm#49117's recovery); cut by
-``max_tokens``, it goes out at the end as the cut call. A bare block whose first invoke goes on as
+block's call goes out as a wrapped one's does (its ``id`` and ``name`` first, then its arguments
+while they are generated) once its first invoke is confirmed by its structure: the first
+parameter tag, JSON body or closing tag after the invoke tag. Until then nothing of it goes out,
+so prose that merely mentions an invoke tag is no call in the stream either
+(vllm-project/vllm#48931 on vllm-project/vllm#49117's recovery); the later invokes of a bare block
+stream from their tag. Cut by ``max_tokens`` before that confirmation, the call goes out at the
+end as the cut call. A bare block whose first invoke goes on as
 prose (text where its first parameter, JSON body or closing tag belongs, or a malformed invoke
 tag) opened no block: its text is content, the tag dropped there (:mod:`.dsml_markup`). A DSML
 wrapper of another name whose first content is an invoke is a block too, closed by its own closing tag
@@ -190,7 +193,7 @@ class DsmlToolParser:
     _cur_end: str = ""  # the closing tag of the open block (its wrapper's name)
     _hold: bool = False  # the open call's arguments are held back (a possible wrapper)
     _hold_undecided: bool = False  # ... its JSON body's first key is not known yet
-    _withheld: bool = False  # the open call is in a bare block: none of it goes out until it closes
+    _withheld: bool = False  # the open call is a bare block's first, not confirmed yet: none of it out
     _n_calls: int = 0
     _call: ParsedToolCall | None = None
     _param_names: set[str] = field(default_factory=set)
@@ -280,7 +283,7 @@ class DsmlToolParser:
         held = []
         if cut is not None:
             cut.partial = True
-            if self._withheld:  # a bare block's call, cut: it goes out now, as far as generated
+            if self._withheld:  # a bare block's call cut before it was confirmed: it goes out now
                 held = [ToolCallDelta(cut.index, id=cut.id, name=cut.name, arguments=cut.arguments)]
             elif self._hold and cut.arguments:  # never streamed: the generated part goes out now
                 held = [ToolCallDelta(cut.index, arguments=cut.arguments)]
@@ -379,6 +382,7 @@ class DsmlToolParser:
             if m is None and self._buf.startswith("{") and not self._param_names:
                 self._state, self._value = _JSON_ARGS, ""
                 self._hold = self._hold_undecided = any(self._may_wrap(k) for k in WRAPPER_KEYS)
+                self._confirm(deltas)
                 return True
             if m is None and self._bare and not self._block_calls and not self._param_names:
                 self._unopen_bare(content)  # prose that mentions an invoke tag
@@ -389,6 +393,7 @@ class DsmlToolParser:
             if m == "":
                 return False
             self._take(len(m))
+            self._confirm(deltas)
             if m == self.param_start:
                 self._state = _PARAM_TAG_S
             else:
@@ -465,7 +470,8 @@ class DsmlToolParser:
             self._n_calls += 1
             self._param_names = set()
             self._state = _INVOKE
-            self._withheld = self._bare  # a recovered call commits when it closes
+            # a bare block's first call goes out once its structure confirms it (_confirm)
+            self._withheld = self._bare and not self._block_calls
             if not self._withheld:
                 deltas.append(ToolCallDelta(self._call.index, id=self._call.id, name=name))
             return True
@@ -589,6 +595,16 @@ class DsmlToolParser:
         else:
             deltas.append(ToolCallDelta(self._call.index, arguments=fragment))
 
+    def _confirm(self, deltas: list[ToolCallDelta]) -> None:
+        """The open invoke's structure goes on after its tag (a parameter tag, a JSON body or its
+        closing tag): a bare block's first call, withheld until now, goes out as a wrapped call's
+        first delta (``id`` and ``name``); its arguments follow as they are generated."""
+        if self._withheld:
+            assert self._call is not None
+            c = self._call
+            deltas.append(ToolCallDelta(c.index, id=c.id, name=c.name))
+            self._withheld = False
+
     def _close_invoke(self, tail: str, deltas: list[ToolCallDelta]) -> None:
         assert self._call is not None
         self._emit(tail, deltas)
@@ -597,12 +613,7 @@ class DsmlToolParser:
             schema = names.get(self._call.name) if isinstance(names, Mapping) else None
             self._call.arguments = unwrap_arguments(self._call.arguments, schema) or self._call.arguments
             self._hold = self._hold_undecided = False
-            if not self._withheld:
-                deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
-        if self._withheld:  # a bare block's call closed: it goes out whole
-            c = self._call
-            deltas.append(ToolCallDelta(c.index, id=c.id, name=c.name, arguments=c.arguments))
-            self._withheld = False
+            deltas.append(ToolCallDelta(self._call.index, arguments=self._call.arguments))
         self._block_calls.append(self._call)
         self._call = None
         self._state = _BLOCK
