@@ -1,0 +1,177 @@
+"""Output and prompt logprobs: SGLang's output logprobs of a forced row
+(:func:`unconstrained_logprobs`), ``log_softmax`` in float32, the top-k, the chosen tokens' values
+and vLLM's ranks, and chunked prompt logprobs. The sampler's own output logprobs come with its
+sample (:func:`sglang_v4.sampling.sampler.sample`, ``return_logprobs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+
+from sglang_v4.sampling.penalties import apply_penalties, device_tensor
+from sglang_v4.sampling.sampling_params import SamplingParams
+
+__all__ = [
+    "compute_logprobs",
+    "logprobs_for_tokens",
+    "token_logprobs",
+    "token_ranks",
+    "top_logprobs",
+    "unconstrained_logprobs",
+]
+
+
+def unconstrained_logprobs(
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    output_ids: Sequence[Sequence[int]],
+    prompt_ids: Sequence[Sequence[int]] | None = None,
+) -> torch.Tensor:
+    """SGLang's output logprobs (as :func:`~sglang_v4.sampling.sampler.sample` returns them: ``log_softmax`` of the penalized
+    logits divided by the row temperature, greedy rows at temperature 1) without the vocabulary
+    masks: the repetition / frequency / presence penalties and the (finite, ``[-100, 100]``)
+    ``logit_bias`` apply, as they do for every sampled token of the response; ``allowed_token_ids``,
+    ``bad_words_ids``, the ``min_new_tokens`` mask and grammar masks (``-inf`` entries) do not.
+    These are the logprobs of a token that ``thinking_token_budget`` forces
+    (:mod:`sglang_v4.sampling.thinking_budget`): the same rule as the rest of the response, and
+    finite where a mask removed the forced id. vLLM reports either the raw model logprobs or
+    those after every logits processor (its budget processor included, which leaves the forced
+    id alone at logprob 0); ours are the processed logits before the masks, so that a forced
+    token's logprob still says how likely the model (with the request's penalties and bias)
+    found it. A row without masks gets exactly the values
+    :func:`~sglang_v4.sampling.sampler.sample` returns for it.
+
+    Args:
+        logits: ``[B, V]`` next-token logits (any float dtype). Not modified.
+        params: ``B`` :class:`SamplingParams`.
+        output_ids: ``B`` output histories (penalties; ``()`` for a row without penalties).
+        prompt_ids: ``B`` prompt id lists (repetition penalty), or ``None``.
+
+    Returns:
+        ``[B, V]`` float32 log-probabilities.
+
+    Raises:
+        ValueError: batch-size mismatch among the arguments.
+    """
+    z = logits.detach().to(torch.float32).clone()
+    bare = [
+        dataclasses.replace(
+            p,
+            allowed_token_ids=None,
+            bad_words_ids=None,
+            min_new_tokens=0,
+            is_normalized=True,
+        )
+        for p in params
+    ]
+    apply_penalties(z, bare, output_ids, prompt_ids)
+    temps = [1.0 if p.is_greedy else p.temperature for p in params]
+    if any(t != 1.0 for t in temps):
+        z = z / device_tensor(temps, torch.float32, z.device).unsqueeze(1)
+    return torch.log_softmax(z, dim=-1)
+
+
+def compute_logprobs(logits: torch.Tensor) -> torch.Tensor:
+    """``log_softmax`` over the last dim in float32.
+
+    Args:
+        logits: ``[..., V]`` any float dtype.
+
+    Returns:
+        ``[..., V]`` float32 log-probabilities (``-inf`` stays ``-inf``).
+    """
+    return torch.log_softmax(logits.to(torch.float32), dim=-1)
+
+
+def top_logprobs(logprobs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` largest log-probabilities per row.
+
+    Args:
+        logprobs: ``[B, V]`` float32.
+        k: how many (``0 <= k``; clipped to ``V``).
+
+    Returns:
+        ``(values [B, k] float32, token_ids [B, k] int64)``, descending by value.
+
+    Raises:
+        ValueError: ``k < 0``.
+    """
+    if k < 0:
+        raise ValueError(f"top_logprobs_num must be >= 0, got {k}")
+    k = min(k, logprobs.shape[-1])
+    vals, idx = torch.topk(logprobs, k, dim=-1, largest=True, sorted=True)
+    return vals, idx.to(torch.int64)
+
+
+def token_logprobs(logprobs: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """Gather the log-probability of given tokens.
+
+    Args:
+        logprobs: ``[B, V]`` float32.
+        token_ids: ``[B]`` int64.
+
+    Returns:
+        ``[B]`` float32 ``logprobs[b, token_ids[b]]``.
+    """
+    return logprobs.gather(1, token_ids.view(-1, 1).to(torch.long)).squeeze(1)
+
+
+def token_ranks(logprobs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Each token's rank among its row's log-probabilities, as vLLM's ``Logprob.rank`` reports
+    it: the count of vocabulary entries whose log-probability is at least the token's (vLLM's
+    ``batched_count_greater_than``, ``(x >= value).sum(-1)``), so 1 is the most likely token and a
+    token tied with others gets the last rank of the tie.
+
+    Args:
+        logprobs: ``[B, V]`` float32.
+        values: ``[B]`` float32, the log-probability of each row's token (``token_logprobs``).
+
+    Returns:
+        ``[B]`` int64 ranks in ``[1, V]`` (0 for a NaN value, which nothing is ``>=``).
+    """
+    return (logprobs >= values.unsqueeze(-1)).sum(dim=-1)
+
+
+def logprobs_for_tokens(
+    logits: torch.Tensor, token_ids: torch.Tensor, top_k: int = 0, chunk_size: int = 2048
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Log-probabilities of given tokens (and the top-k) row by row, in chunks to bound memory.
+
+    Meant for input (prompt) logprobs, where ``T`` can be long: only ``chunk_size x V`` float32
+    log-softmax values exist at a time.
+
+    Args:
+        logits: ``[T, V]`` any float dtype (row ``t`` predicts ``token_ids[t]``).
+        token_ids: ``[T]`` int64.
+        top_k: also return the ``top_k`` best per row (0 = no).
+        chunk_size: rows per chunk.
+
+    Returns:
+        ``(token_logprobs [T] float32, top_vals [T, k] float32 | None, top_ids [T, k] int64 | None)``.
+
+    Raises:
+        ValueError: shape mismatch, ``top_k < 0`` or ``chunk_size < 1``.
+    """
+    if logits.dim() != 2 or token_ids.shape != (logits.shape[0],):
+        raise ValueError(
+            f"logits must be [T, V] and token_ids [T]; got {tuple(logits.shape)}, {tuple(token_ids.shape)}"
+        )
+    if top_k < 0 or chunk_size < 1:
+        raise ValueError(f"top_k must be >= 0 and chunk_size >= 1; got {top_k}, {chunk_size}")
+    n = logits.shape[0]
+    k = min(top_k, logits.shape[1])
+    vals = torch.empty(n, dtype=torch.float32, device=logits.device)
+    tv = torch.empty(n, k, dtype=torch.float32, device=logits.device) if k else None
+    ti = torch.empty(n, k, dtype=torch.int64, device=logits.device) if k else None
+    ids = token_ids.to(device=logits.device, dtype=torch.long)
+    for s in range(0, n, chunk_size):
+        lp = compute_logprobs(logits[s : s + chunk_size])
+        vals[s : s + chunk_size] = lp.gather(1, ids[s : s + chunk_size].unsqueeze(1)).squeeze(1)
+        if k:
+            v, i = torch.topk(lp, k, dim=-1)
+            tv[s : s + chunk_size] = v  # type: ignore[index]
+            ti[s : s + chunk_size] = i  # type: ignore[index]
+    return vals, tv, ti
