@@ -26,6 +26,9 @@ encoder: parameters in the schema's declared order, ``string="true"`` raw string
 ``string="false"`` JSON values, at most :data:`MAX_JSON_WHITESPACE` whitespace characters in a row,
 or ``--constrained-json-max-whitespace-cnt``, as for every JSON grammar).
 
+The structural tags themselves (and the whitespace bound and error cleaning shared with them) are
+built in :mod:`sglang_v4.sampling.structural_tag`; this module re-exports them.
+
 ``xgrammar`` is a dependency; should it fail to import, :func:`grammar_available` is False and
 :meth:`GrammarBackend` raises ``ValueError`` ("not supported").
 """
@@ -35,7 +38,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -52,11 +54,23 @@ from sglang_v4.sampling.json_schema_rewrite import (
 )
 from sglang_v4.sampling.json_schema_support import check_enforceable_schema, merge_all_of
 from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_tag
+from sglang_v4.sampling.structural_tag import (
+    EMPTY_PARAMETERS,
+    MAX_JSON_WHITESPACE,
+    after_reasoning_structural_tag,
+    check_max_whitespace_cnt,
+    clean_grammar_error,
+    normalize_tag_schemas,
+    structural_tag_object,
+    tool_call_structural_tag,
+)
 
 if TYPE_CHECKING:
     from sglang_v4.managers.io_struct import FinishReason
 
 __all__ = [
+    "EMPTY_PARAMETERS",
+    "MAX_JSON_WHITESPACE",
     "Grammar",
     "after_reasoning_structural_tag",
     "structural_tag_object",
@@ -72,39 +86,6 @@ __all__ = [
 ]
 
 GRAMMAR_KINDS = ("json_schema", "regex", "ebnf", "structural_tag")
-
-#: Longest run of whitespace a JSON grammar (``json_schema``, tool-call arguments) allows between
-#: tokens: enough for indented JSON, and it stops a model from spending its whole budget on
-#: whitespace, the known failure of unbounded JSON grammars.
-MAX_JSON_WHITESPACE = 16
-
-
-def check_max_whitespace_cnt(n: int) -> int:
-    """``n`` as a JSON grammar's whitespace bound (SGLang's ``--constrained-json-max-whitespace-cnt``).
-
-    Raises:
-        ValueError: ``n`` is not an integer >= 1 (xgrammar needs a positive bound).
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"constrained_json_max_whitespace_cnt must be an integer >= 1, got {n!r}")
-    return n
-
-
-#: What xgrammar's C++ errors carry besides the message: a ``[hh:mm:ss]`` log stamp, the source
-#: location (``/project/cpp/regex_converter.cc:94:``) and the failed check's expression.
-_XGRAMMAR_NOISE = re.compile(
-    r"\[\d{1,2}:\d{2}:\d{2}\]\s*"
-    r"|(?:[\w.\-]*/)*[\w.\-]+\.(?:cc|cpp|h|hpp|cu|pyx|pxi|py):\d+:\s*"
-    r"|Check failed:\s*\(.*?\) is false:\s*"
-)
-
-
-def clean_grammar_error(error: BaseException | str) -> str:
-    """The message of an xgrammar error without its log stamp, C++ source paths and check
-    expressions (what the client sent and what is wrong with it stay), on one line."""
-    text = _XGRAMMAR_NOISE.sub("", str(error))
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return " ".join(lines).rstrip() or "the grammar was rejected"
 
 
 def grammar_available() -> bool:
@@ -396,7 +377,7 @@ class GrammarBackend:
         return compiled
 
     def _compile_structural_tag(self, spec: str) -> Any:
-        tag = _normalize_tag_schemas(structural_tag_object(spec), self.max_whitespace_cnt)
+        tag = normalize_tag_schemas(structural_tag_object(spec), self.max_whitespace_cnt)
         return self._compiler.compile_structural_tag(json.dumps(tag))
 
     def create(self, params: SamplingParams) -> Grammar | None:
@@ -418,46 +399,6 @@ class GrammarBackend:
                     raise ValueError(f"{kind}: the grammar matches no text{after} (no token can come first)")
                 return grammar
         return None
-
-
-def structural_tag_object(spec: str) -> dict[str, Any]:
-    """A ``structural_tag`` string as xgrammar's current form, ``{"type": "structural_tag",
-    "format": {...}}``; SGLang's older ``{"structures": [{"begin", "schema", "end"}], "triggers"}``
-    becomes the equivalent ``triggered_tags`` format (xgrammar's own conversion).
-
-    Raises:
-        ValueError: the string is not a structural tag (:func:`check_structural_tag`).
-    """
-    import xgrammar as xgr
-
-    obj = check_structural_tag(spec)
-    if "format" in obj:
-        return obj
-    items = [
-        xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s.get("schema", {})), end=s["end"])
-        for s in obj["structures"]
-    ]
-    return json.loads(
-        xgr.StructuralTag.from_legacy_structural_tag(items, list(obj["triggers"])).model_dump_json()
-    )
-
-
-def _normalize_tag_schemas(node: Any, max_whitespace_cnt: int) -> Any:
-    """A structural tag (parsed JSON) whose formats that carry a JSON schema ``S``
-    (``{"type": "json_schema", "json_schema": S}``, any ``style``; the deprecated
-    ``qwen_xml_parameter``) have ``S`` passed through :func:`normalize_json_schema` and, where the
-    tag sets none, ``max_whitespace_cnt`` (as every other JSON grammar: without a bound a model can
-    spend its whole budget on whitespace). A copy; the input is not changed."""
-    if isinstance(node, list):
-        return [_normalize_tag_schemas(x, max_whitespace_cnt) for x in node]
-    if not isinstance(node, dict):
-        return node
-    if isinstance(node.get("type"), str) and isinstance(node.get("json_schema"), (dict, bool)):
-        out = dict(node, json_schema=normalize_json_schema(node["json_schema"], "json_schema"))
-        if out.get("max_whitespace_cnt") is None:
-            out["max_whitespace_cnt"] = max_whitespace_cnt
-        return out
-    return {k: _normalize_tag_schemas(v, max_whitespace_cnt) for k, v in node.items()}
 
 
 def apply_grammar_masks(logits: torch.Tensor, grammars: Sequence[Grammar | None]) -> None:
@@ -487,153 +428,3 @@ def apply_grammar_masks(logits: torch.Tensor, grammars: Sequence[Grammar | None]
     for i in rows:
         grammars[i].fill_bitmask(bitmask, i)  # type: ignore[union-attr]
     xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True), indices=rows)
-
-
-def after_reasoning_structural_tag(
-    kind: str, spec: str, think_end: str = "</think>", max_whitespace_cnt: int = MAX_JSON_WHITESPACE
-) -> str:
-    """A ``structural_tag`` that leaves the reasoning free and constrains the answer after it.
-
-    In thinking mode the prompt ends with ``<think>``: a ``json_schema`` / ``regex`` / ``ebnf``
-    grammar applied from the first token would make the model write the answer as its reasoning
-    (it could never close the block). As SGLang's reasoner grammar and vLLM's structured outputs
-    with a reasoning parser do, the grammar starts after the end-of-reasoning marker: free text
-    without ``<think>`` / ``think_end`` up to ``think_end``, then the format (the same sequence
-    :func:`tool_call_structural_tag` builds with ``thinking=True``).
-
-    Args:
-        kind: ``"json_schema"``, ``"regex"``, ``"ebnf"`` or ``"structural_tag"``.
-        spec: the grammar text of that field (a JSON schema as JSON text, a regex, an EBNF grammar,
-            a structural tag's JSON in either form: its format follows the reasoning).
-        think_end: the end-of-reasoning marker.
-        max_whitespace_cnt: longest whitespace run of a ``json_schema`` answer.
-
-    Returns:
-        The JSON text for ``SamplingParams.structural_tag``.
-
-    Raises:
-        ValueError: ``kind`` is not one of the four, ``spec`` is not a structural tag
-            (structural_tag), or ``spec`` is not valid JSON, not a valid
-            JSON schema, or unsatisfiable as :func:`normalize_json_schema` finds (json_schema).
-    """
-    if kind == "json_schema":
-        try:
-            schema = json.loads(spec)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"json_schema: invalid grammar: {e}") from None
-        except RecursionError:
-            raise ValueError(
-                "json_schema: invalid grammar: the schema nests deeper than the "
-                f"{MAX_SCHEMA_DEPTH} subschema levels supported"
-            ) from None
-        try:
-            check_schema_depth(schema)
-            check_json_schema(schema)
-            schema = normalize_json_schema(merge_all_of(schema))
-            check_enforceable_schema(schema)
-        except ValueError as e:
-            raise ValueError(f"json_schema: invalid grammar: {e}") from None
-        answer: dict[str, Any] = {
-            "type": "json_schema",
-            "json_schema": schema,
-            "max_whitespace_cnt": check_max_whitespace_cnt(max_whitespace_cnt),
-        }
-    elif kind == "regex":
-        answer = {"type": "regex", "pattern": spec}
-    elif kind == "ebnf":
-        answer = {"type": "grammar", "grammar": spec}
-    elif kind == "structural_tag":
-        try:
-            answer = structural_tag_object(spec)["format"]
-        except (ValueError, TypeError, KeyError) as e:
-            raise ValueError(f"structural_tag: invalid grammar: {clean_grammar_error(e)}") from None
-    else:
-        raise ValueError(f"unknown grammar kind {kind!r}")
-    reasoning = {
-        "type": "tag",
-        "begin": "",
-        "content": {"type": "any_text", "excludes": ["<think>", think_end]},
-        "end": think_end,
-    }
-    return json.dumps(
-        {"type": "structural_tag", "format": {"type": "sequence", "elements": [reasoning, answer]}}
-    )
-
-
-#: The schema of a tool defined without ``parameters`` (or with ``{}``): OpenAI's "omitting
-#: ``parameters`` defines a function with an empty parameter list", so its one call is ``{}``.
-EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-def _with_parameters(function: dict[str, Any]) -> dict[str, Any]:
-    """``function`` with :data:`EMPTY_PARAMETERS` where it has no (or empty) ``parameters``.
-
-    xgrammar reads a missing schema as "any arguments": the model could then write parameters of
-    any name, without end, that the tool does not take.
-    """
-    if function.get("parameters"):
-        return function
-    return dict(function, parameters=EMPTY_PARAMETERS)
-
-
-def tool_call_structural_tag(
-    tools: Sequence[dict[str, Any]],
-    tool_choice: Any,
-    *,
-    thinking: bool,
-    parallel_tool_calls: bool,
-    enforce_schema: bool,
-    max_whitespace_cnt: int = MAX_JSON_WHITESPACE,
-) -> str:
-    """The ``structural_tag`` JSON that constrains a DeepSeek DSML tool-call answer.
-
-    Args:
-        tools: OpenAI ``tools`` (``[{"type": "function", "function": {"name", "parameters", "strict"}}]``);
-            a function without ``parameters`` (or with ``{}``) takes none (:data:`EMPTY_PARAMETERS`).
-        tool_choice: ``"auto"`` (free text, and a block only if the model starts one; the arguments
-            of ``strict`` tools follow their schema), ``"required"`` (a block with at least one
-            call) or ``{"type": "function", "function": {"name": NAME}}`` (exactly one call of NAME).
-        thinking: the prompt ends with ``<think>``: free reasoning up to ``</think>`` comes first.
-        parallel_tool_calls: more than one call may follow (else exactly one).
-        enforce_schema: treat every tool as ``strict`` (arguments validate against ``parameters``);
-            otherwise only ``strict`` tools have their arguments constrained (OpenAI's semantics).
-        max_whitespace_cnt: longest whitespace run inside JSON argument values.
-
-    Returns:
-        The JSON text for ``SamplingParams.structural_tag``.
-
-    Raises:
-        ValueError: xgrammar rejects the tools (e.g. a named tool that is not in ``tools``).
-    """
-    import xgrammar as xgr
-
-    tools = [dict(t, function=_with_parameters(t["function"])) for t in tools]
-    try:
-        tools = [
-            dict(
-                t,
-                function=dict(
-                    t["function"],
-                    parameters=normalize_json_schema(
-                        merge_all_of(t["function"]["parameters"]), f"{t['function'].get('name')}.parameters"
-                    ),
-                ),
-            )
-            for t in tools
-        ]
-    except ValueError as e:
-        raise ValueError(f"tools: cannot build the tool-call grammar: {e}") from None
-    if enforce_schema:
-        tools = [dict(t, function=dict(t["function"], strict=True)) for t in tools]
-    try:
-        st = xgr.get_model_structural_tag(
-            "deepseek_v4",
-            tools=tools,
-            tool_choice=tool_choice,
-            reasoning="enabled" if thinking else "disabled",
-            parallel_tool_calls=parallel_tool_calls,
-            max_whitespace_cnt=check_max_whitespace_cnt(max_whitespace_cnt),
-        )
-    except (TypeError, ValueError, KeyError, RuntimeError) as e:
-        raise ValueError(f"tools: cannot build the tool-call grammar: {clean_grammar_error(e)}") from None
-    return st.model_dump_json()
