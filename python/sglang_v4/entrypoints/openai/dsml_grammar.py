@@ -11,6 +11,14 @@ import re
 from sglang_v4.entrypoints.chat_encoding import DSML
 
 __all__ = [
+    "STATE_BLOCK",
+    "STATE_INVOKE",
+    "STATE_INVOKE_TAG",
+    "STATE_JSON_ARGS",
+    "STATE_PARAM_TAG",
+    "STATE_RAW",
+    "STATE_TEXT",
+    "STATE_VALUE",
     "DSML_TAG_HEAD",
     "DSML_TAG_START",
     "STRUCTURAL_OPEN",
@@ -26,6 +34,20 @@ __all__ = [
     "trailing_newlines",
     "trailing_ws",
 ]
+
+#: The streaming parser's states: plain text; in a block between invokes; reading an invoke tag's
+#: head; in an invoke between parameters; reading a parameter tag's head; in a parameter value; in
+#: an invoke's JSON body; dropping the rest of a malformed block.
+(
+    STATE_TEXT,
+    STATE_BLOCK,
+    STATE_INVOKE_TAG,
+    STATE_INVOKE,
+    STATE_PARAM_TAG,
+    STATE_VALUE,
+    STATE_JSON_ARGS,
+    STATE_RAW,
+) = range(8)
 
 #: The longest tag head (``name="..." string="..."``) waited for before a tag counts as malformed.
 MAX_TAG_CHARS = 512
