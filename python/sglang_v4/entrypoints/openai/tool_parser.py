@@ -81,8 +81,8 @@ its first character or, when invokes of the block closed before, from the end of
 a bare block the end of the failing invoke (``</｜DSML｜invoke>``); text after that is content
 again; with no such end the rest of the output is dropped. The finish reason is not
 ``"tool_calls"``. Streamed, the deltas of the failing (or stopped) invoke's call, once its tag was
-complete, went out already and are not taken back (vLLM leaves them too; a bare block's did not,
-above): the one difference from :func:`parse_tool_calls`, which has no such call; the content is
+complete (a bare block's first call: once its structure confirmed it, above), went out already and
+are not taken back (vLLM leaves them too): the one difference from :func:`parse_tool_calls`, which has no such call; the content is
 the same text. DSML tags left in the content (closers with no block, tags of other names) are
 dropped by :mod:`.dsml_markup`.
 """
