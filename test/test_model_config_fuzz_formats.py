@@ -164,15 +164,13 @@ def check_kv_format(seed: int, fmt_name: str, tmp_path: Any, cfg: dict[str, Any]
 
 def official_config(seed: int) -> dict[str, Any]:
     """``random_config(seed)`` in what DeepSeek's official ``config.json`` dialect can express: its
-    hash layers first (``num_hash_layers``) and no rope scaling other than YaRN (a flat
-    ``rope_scaling``); and an expert width FP4's 32-wide groups divide (48 becomes 64)."""
+    hash layers first (``num_hash_layers``; every rope scaling of ``random_config`` is written as a
+    flat ``rope_scaling``); and an expert width FP4's 32-wide groups divide (48 becomes 64)."""
     cfg = random_config(seed)
     n_hash = cfg["mlp_layer_types"].count("hash_moe")
     cfg["mlp_layer_types"] = ["hash_moe"] * n_hash + ["moe"] * (cfg["num_hidden_layers"] - n_hash)
     if cfg["moe_intermediate_size"] % 32:  # FP4 experts quantize rows in groups of 32
         cfg["moe_intermediate_size"] = 64
-    if cfg.get("rope_parameters", {}).get("rope_type", "yarn") != "yarn":
-        del cfg["rope_parameters"]
     return cfg
 
 

@@ -267,6 +267,85 @@ def get_preset(name: str) -> dict[str, Any]:
     return copy.deepcopy(_PRESETS[name]())
 
 
+#: Rope types the official dialect carries in its flat ``rope_scaling`` (the compress rope's; the
+#: runtime's ``model_config.ROPE_TYPES``: frequencies that do not depend on the sequence length).
+OFFICIAL_ROPE_TYPES = ("default", "linear", "yarn", "llama3")
+#: Keys of a rope's parameters that the official dialect keeps outside ``rope_scaling``.
+_ROPE_OUTSIDE_SCALING = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+
+
+def _official_rope(d: dict[str, Any]) -> None:
+    """Replace ``d``'s ``rope_parameters`` (HF dialect) by the official rope keys, in place.
+
+    Mapping (``transformers.DeepseekV4Config.__post_init__``): the main rope (sliding-window
+    attention) is always plain RoPE at ``rope_theta``; a flat ``rope_scaling`` (official) or flat
+    ``rope_parameters`` scales the compress rope only, at ``compress_rope_theta``. So
+
+    * no ``rope_parameters``: ``d``'s ``rope_theta`` / ``compress_rope_theta`` /
+      ``partial_rotary_factor`` stay as they are, no ``rope_scaling``;
+    * flat (``{"rope_type": t, ...}``): ``rope_scaling = {"type": t, ...}`` with the same
+      parameters (``rope_theta`` / ``partial_rotary_factor`` inside it are not read by HF and
+      dropped); none for ``default``;
+    * nested (``{"main": ..., "compress": ...}``): ``rope_theta`` / ``compress_rope_theta`` /
+      ``partial_rotary_factor`` from them, ``rope_scaling`` from the compress rope as above.
+      YaRN's ``attention_factor`` of 1.0 (which HF injects for a flat YaRN) is dropped; any
+      other value is kept.
+
+    ``partial_rotary_factor`` becomes ``qk_rope_head_dim = round(head_dim x factor)``.
+
+    Raises:
+        ValueError: naming the field and its value: a rope type outside
+            :data:`OFFICIAL_ROPE_TYPES` (``dynamic`` and ``longrope`` depend on the sequence
+            length), a nested main rope that is not ``default`` (the official dialect has no
+            field for it), main and compress ropes of different ``partial_rotary_factor``, or a
+            ``rope_parameters`` that is not a dict.
+    """
+    rp = d.pop("rope_parameters", None)
+    if rp is not None and not isinstance(rp, dict):
+        raise ValueError(f"rope_parameters: expected a dict, got {rp!r}")
+    compress: dict[str, Any] | None = rp
+    if rp and isinstance(rp.get("main"), dict) and isinstance(rp.get("compress"), dict):
+        main, compress = rp["main"], rp["compress"]
+        main_type = main.get("rope_type", main.get("type", "default"))
+        if main_type != "default":
+            raise ValueError(
+                f"rope_parameters.main.rope_type: {main_type!r} cannot be written in the official dialect "
+                "(its rope_scaling applies to the compress rope only); expected 'default'"
+            )
+        given = {
+            "partial_rotary_factor": d.get("partial_rotary_factor"),
+            "rope_parameters.main.partial_rotary_factor": main.get("partial_rotary_factor"),
+            "rope_parameters.compress.partial_rotary_factor": compress.get("partial_rotary_factor"),
+        }
+        partials = {v for v in given.values() if v is not None}
+        if len(partials) > 1:
+            raise ValueError(
+                f"partial_rotary_factor: the official dialect has one qk_rope_head_dim, got {given}"
+            )
+        d["rope_theta"] = main["rope_theta"]
+        d["compress_rope_theta"] = compress["rope_theta"]
+        if partials:
+            d["partial_rotary_factor"] = partials.pop()
+    if "partial_rotary_factor" in d:
+        d["qk_rope_head_dim"] = int(round(d["head_dim"] * d.pop("partial_rotary_factor")))
+    if not compress:
+        return
+    field = "rope_parameters.compress" if compress is not rp else "rope_parameters"
+    rope_type = compress.get("rope_type", compress.get("type", "default"))
+    if rope_type not in OFFICIAL_ROPE_TYPES:
+        raise ValueError(
+            f"{field}.rope_type: {rope_type!r} is not supported; expected one of {OFFICIAL_ROPE_TYPES}"
+        )
+    if rope_type == "default":
+        return
+    scaling = {"type": rope_type}
+    scaling.update({k: v for k, v in compress.items() if k not in _ROPE_OUTSIDE_SCALING})
+    if rope_type == "yarn":
+        if scaling.get("attention_factor") == 1.0:
+            del scaling["attention_factor"]
+    d["rope_scaling"] = scaling
+
+
 def to_official_config(hf_config: dict[str, Any], fp8: bool = False) -> dict[str, Any]:
     """Convert an HF-dialect preset dict to DeepSeek's official ``config.json`` dialect.
 
@@ -280,39 +359,32 @@ def to_official_config(hf_config: dict[str, Any], fp8: bool = False) -> dict[str
         hf_config: an HF-dialect dict (e.g. from :func:`get_preset`).
         fp8: add the FP8 / FP4 ``quantization_config`` (``False`` removes one the preset has).
 
+    The ropes follow :func:`_official_rope` (a dict without ``rope_parameters`` keeps its
+    ``rope_theta`` / ``compress_rope_theta`` and gets no ``rope_scaling``). A dict without
+    ``layer_types`` / ``mlp_layer_types`` / ``partial_rotary_factor`` gets no ``compress_ratios``
+    / ``num_hash_layers`` / ``qk_rope_head_dim``: transformers' defaults then apply to both.
+
     Raises:
         ValueError: if the MLP schedule is not ``hash_moe`` layers followed by ``moe`` layers
-            (the legacy ``num_hash_layers`` cannot express anything else), or a layer type is
-            unknown.
+            (the legacy ``num_hash_layers`` cannot express anything else), a layer type is
+            unknown, or the ropes have no official form (:func:`_official_rope`).
     """
     d = copy.deepcopy(hf_config)
-    layer_types = d.pop("layer_types")
-    mlp_types = d.pop("mlp_layer_types")
-    n_hash = sum(1 for t in mlp_types if t == "hash_moe")
-    if mlp_types != _hash_schedule(n_hash, len(mlp_types)):
-        raise ValueError(f"mlp_layer_types: {mlp_types} is not N x hash_moe followed by moe")
-    try:
-        ratios = [_RATIO_OF[t] for t in layer_types]
-    except KeyError as e:
-        raise ValueError(f"layer_types: unknown layer type {e.args[0]!r}") from None
-    ratios += [0] * int(d.get("num_nextn_predict_layers", 0))
-    rope = d.pop("rope_parameters")
-    partial = d.pop("partial_rotary_factor")
-    d["qk_rope_head_dim"] = int(round(d["head_dim"] * partial))
-    d["rope_theta"] = rope["main"]["rope_theta"]
-    d["compress_rope_theta"] = rope["compress"]["rope_theta"]
-    if rope["compress"].get("rope_type") == "yarn":
-        c = rope["compress"]
-        d["rope_scaling"] = {
-            "type": "yarn",
-            "factor": c["factor"],
-            "original_max_position_embeddings": c["original_max_position_embeddings"],
-            "beta_fast": c.get("beta_fast", 32.0),
-            "beta_slow": c.get("beta_slow", 1.0),
-        }
+    layer_types = d.pop("layer_types", None)
+    mlp_types = d.pop("mlp_layer_types", None)
+    if mlp_types is not None:
+        n_hash = sum(1 for t in mlp_types if t == "hash_moe")
+        if mlp_types != _hash_schedule(n_hash, len(mlp_types)):
+            raise ValueError(f"mlp_layer_types: {mlp_types} is not N x hash_moe followed by moe")
+        d["num_hash_layers"] = n_hash
+    if layer_types is not None:
+        try:
+            ratios = [_RATIO_OF[t] for t in layer_types]
+        except KeyError as e:
+            raise ValueError(f"layer_types: unknown layer type {e.args[0]!r}") from None
+        d["compress_ratios"] = ratios + [0] * int(d.get("num_nextn_predict_layers", 0))
+    _official_rope(d)
     d["torch_dtype"] = d.pop("dtype", "bfloat16")  # transformers-4 name, as the official files have it
-    d["compress_ratios"] = ratios
-    d["num_hash_layers"] = n_hash
     d["topk_method"] = "noaux_tc"
     if fp8:
         d["torch_dtype"] = "bfloat16"

@@ -206,6 +206,19 @@ class ModelRunner:
         self.resume_interval = int(sa.resume_interval)
         cps = int(sa.chunked_prefill_size or 0)
         self.chunked_prefill_size = self.context_len if cps <= 0 else min(cps, self.context_len)
+        # A prefill chunk holds a window page per ``sliding_window`` positions it computes until
+        # its forward ends (the spans behind its last window are freed afterwards). The reserve
+        # for those transient pages is ``_EXTRA_WINDOW_PAGES`` (+ the request's own), so the chunk
+        # is capped to ``_EXTRA_WINDOW_PAGES * sliding_window`` tokens, even with chunking
+        # disabled (-1): a chunk of ``e * W`` tokens touches at most ``e + 2`` spans. Capping the
+        # chunk rather than sizing the reserve for the largest chunk keeps the reserve's memory
+        # bounded (a window page's resume snapshot does not shrink with the window, so a reserve
+        # for an unchunked prompt at ``sliding_window`` 1 would cost a snapshot per token), and
+        # chunk boundaries do not change the outputs. With ``sliding_window`` 128 the cap is
+        # 8192 tokens.
+        self.chunked_prefill_size = min(
+            self.chunked_prefill_size, self._EXTRA_WINDOW_PAGES * int(model_config.sliding_window)
+        )
         self.workspace: WorkspacePlan | None = None
         self.plan = self._size_pool(sa.max_total_tokens, sa.mem_fraction_static)
         self.max_total_tokens = self.plan.kv_capacity_tokens
@@ -305,7 +318,7 @@ class ModelRunner:
         return g
 
     # window pages beyond the per-request ones: a prefill chunk's transient spans (64 x 128
-    # positions covers an 8192-token chunk)
+    # positions covers an 8192-token chunk; the chunk is capped to 64 x sliding_window tokens)
     _EXTRA_WINDOW_PAGES = 64
     # window pages per running request: 2 live spans while decoding + slack for a chunk boundary
     _WINDOW_PAGES_PER_REQUEST = 4
