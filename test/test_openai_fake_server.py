@@ -202,8 +202,7 @@ def test_context_length_boundary_and_message(client: openai.OpenAI, server) -> N
     with pytest.raises(openai.BadRequestError) as ei:
         client.completions.create(model=NAME, prompt=prompt, max_tokens=fit + 1)
     msg = ei.value.message
-    assert f"maximum context length of {FAKE_CONTEXT_LEN} tokens" in msg, msg
-    assert msg.count(str(FAKE_CONTEXT_LEN)) == 1, msg  # stated once
+    assert f"maximum context length is {FAKE_CONTEXT_LEN} tokens" in msg, msg
     assert (
         f"you requested {FAKE_CONTEXT_LEN + 1} tokens (500 in the messages, {fit + 1} in the completion)"
         in msg
@@ -244,7 +243,7 @@ def test_huge_prompt_is_400_and_others_are_served(server, path: str) -> None:
     assert r.status_code == 400, r.text
     j = r.json()
     msg = j["error"]["message"]
-    assert f"context length ({FAKE_CONTEXT_LEN} tokens)" in msg and "maximum context length" in msg, msg
+    assert f"maximum context length is {FAKE_CONTEXT_LEN} tokens" in msg, msg
     assert "is longer than the model's context length" in msg, msg  # the prompt alone is too long
     if path.startswith("/v1/"):
         assert j["error"]["type"] == j["type"] == "BadRequestError" and j["code"] == 400

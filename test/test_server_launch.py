@@ -182,8 +182,7 @@ def test_small_context_length_starts_and_serves(tmp_path: Path) -> None:
             h.url + "/generate", json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 3}}
         )
         assert big.status_code == 400
-        msg = big.json()["error"]["message"]
-        assert "maximum context length of 4 tokens" in msg and msg.count(" 4 tokens") == 1, msg
+        assert "maximum context length is 4 tokens" in big.json()["error"]["message"]
         assert requests.get(h.url + "/health").status_code == 200
     finally:
         assert h.stop() == 0

@@ -236,14 +236,11 @@ class SchedulerReadyInfo:
 def context_length_message(
     context_len: int, prompt_tokens: int, max_new_tokens: int | None, at_least: bool = False
 ) -> str:
-    """The 400 message of a request that does not fit in the context, stating the context length
-    once: SGLang's opening sentence (``The input (P tokens) is longer than the model's context
-    length (N tokens).`` for a prompt that leaves no room for a token, ``Requested token count
-    exceeds the model's maximum context length of N tokens.`` for a prompt plus
-    ``max_new_tokens`` over it: the phrases clients and SGLang's own tests match, and tell apart),
-    then the counts in OpenAI's / vLLM's wording (``However, you requested T tokens (P in the
-    messages, M in the completion). Please reduce the length of the messages or completion.``;
-    the prompt-alone message names the "maximum context length" with the input tokens that fit).
+    """The 400 message of a request that does not fit in the context: SGLang's opening sentence
+    (``The input ... is longer than the model's context length`` for a prompt that leaves no room
+    for a token, ``Requested token count exceeds the model's maximum context`` for a prompt plus
+    ``max_new_tokens`` over it, the phrases clients and SGLang's own tests match), then OpenAI's /
+    vLLM's ``This model's maximum context length is N tokens. However, ...`` with the counts.
 
     Args:
         context_len: the model's context length in tokens.
@@ -256,14 +253,16 @@ def context_length_message(
     if max_new_tokens is None:
         return (
             f"The input ({some}{prompt_tokens} tokens) is longer than the model's context length "
-            f"({context_len} tokens). At most {context_len - 1} input tokens fit in the maximum "
-            "context length with the completion. Please reduce the length of the input messages."
+            f"({context_len} tokens). "
+            f"This model's maximum context length is {context_len} tokens. However, your request has "
+            f"{some}{prompt_tokens} input tokens (at most {context_len - 1} fit with the completion). "
+            "Please reduce the length of the input messages."
         )
     return (
         f"Requested token count exceeds the model's maximum context length of {context_len} tokens. "
-        f"However, you requested {some}{prompt_tokens + max_new_tokens} tokens ({some}{prompt_tokens} "
-        f"in the messages, {max_new_tokens} in the completion). Please reduce the length of the "
-        "messages or completion."
+        f"This model's maximum context length is {context_len} tokens. However, you requested "
+        f"{some}{prompt_tokens + max_new_tokens} tokens ({some}{prompt_tokens} in the messages, "
+        f"{max_new_tokens} in the completion). Please reduce the length of the messages or completion."
     )
 
 
