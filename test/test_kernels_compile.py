@@ -578,7 +578,7 @@ def _attention_dv_cases() -> list[tuple[str, str, dict, dict, dict, bool]]:
                       ALIGN=2, DV_SPLIT=dv)  # fmt: skip
         out.append(
             (
-                "attention",
+                "attention_kernels",
                 "_paged_attn_kernel",
                 sig,
                 consts,
@@ -623,7 +623,7 @@ def _attention_launch(block_h: int, block_n: int, warps: int, stages: int, keys_
     import collections
 
     import triton
-    from sgl_kernel_v4.triton import attention
+    from sgl_kernel_v4.triton import attention_kernels
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -634,7 +634,7 @@ def _attention_launch(block_h: int, block_n: int, warps: int, stages: int, keys_
     attrs = _attrs(sig)
     for n in ("swa_ps", "swa_rs", "W", "c_ps", "c_rs", "H"):
         attrs[(names.index(n),)] = [["tt.divisibility", 16]]
-    fn = attention._paged_attn_kernel
+    fn = attention_kernels._paged_attn_kernel
     consts = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
     consts.update(swa_rpp=1, c_rpp=1, D=512, NOPE=448, CODEC=0, BLOCK_D=512, BLOCK_H=block_h, BLOCK_N=block_n,
                   SPLIT=False, COMP_MODE=1, ALIGN=2, KEYS_ON_M=keys_on_m)  # fmt: skip

@@ -48,6 +48,10 @@ The request's own text (message content, reasoning, tool results, tool-call name
 tool schemas) is plain text: :func:`render_messages` gives its spans, and a special-token string in
 one is tokenized as text, not as the control token (:mod:`sglang_v4.prompt_tokens`).
 
+The tool sections (the OpenAI ``tools`` checked and rendered as the "## Tools" section, and the
+DSML block of an assistant message's ``tool_calls``) are :mod:`sglang_v4.entrypoints.chat_encoding_tools`;
+this module re-exports their public names.
+
 ``｜DSML｜`` is one token of the V4 tokenizer. Example (chat mode, one call)::
 
     <｜begin▁of▁sentence｜>SYS\\n\\n## Tools ...<｜User｜>Weather?<｜Assistant｜></think>\\n\\n<｜DSML｜tool_calls>
@@ -59,12 +63,26 @@ one is tokenized as text, not as the control token (:mod:`sglang_v4.prompt_token
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_v4.entrypoints.chat_encoding_tools import (
+    DSML,
+    MAX_TOOL_PARAMETERS_NESTING,
+    THINK_END,
+    THINK_START,
+    TOOL_CALLS_END,
+    TOOL_CALLS_START,
+    Segment,
+    encode_tool_calls,
+    json_nesting_depth,
+    render_tools,
+    tool_call_segments,
+    tools_segments,
+    validate_tools,
+)
 from sglang_v4.entrypoints.reasoning_effort import (
     REASONING_EFFORT_PROFILES,
     normalize_reasoning_effort,
@@ -103,9 +121,6 @@ BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
 USER = "<｜User｜>"
 ASSISTANT = "<｜Assistant｜>"
-THINK_START = "<think>"
-THINK_END = "</think>"
-DSML = "｜DSML｜"
 #: The visual-grounding markup (reference, box, point, polygon; open and close) that the model
 #: writes in its answers. DeepSeek's encoder (``deepseek-recipe``, its ``SpecialToken`` kinds
 #: ``Ref`` .. ``PolygonEnd``) replays these spellings in an assistant message's ``content`` as the
@@ -114,39 +129,8 @@ GROUNDING_TOKENS = tuple(
     f"<｜{slash}{kind}｜>" for kind in ("ref", "box", "point", "polygon") for slash in ("", "/")
 )
 _GROUNDING_RE = re.compile("(" + "|".join(map(re.escape, GROUNDING_TOKENS)) + ")")
-TOOL_CALLS_START = f"<{DSML}tool_calls>"
-TOOL_CALLS_END = f"</{DSML}tool_calls>"
-
-# The "## Tools" system section the model was trained with (format fact, wording as published by
-# DeepSeek; ``{schemas}`` is one JSON object per line).
-_TOOLS_SECTION = (
-    "## Tools\n\n"
-    "You have access to a set of tools to help answer the user's question. You can invoke tools by "
-    f'writing a "{TOOL_CALLS_START}" block like the following:\n\n'
-    f"{TOOL_CALLS_START}\n"
-    f'<{DSML}invoke name="$TOOL_NAME">\n'
-    f'<{DSML}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{DSML}parameter>\n'
-    "...\n"
-    f"</{DSML}invoke>\n"
-    f'<{DSML}invoke name="$TOOL_NAME2">\n'
-    "...\n"
-    f"</{DSML}invoke>\n"
-    f"{TOOL_CALLS_END}\n\n"
-    'String parameters should be specified as is and set `string="true"`. For all other types '
-    '(numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.\n\n'
-    f"If thinking_mode is enabled (triggered by {THINK_START}), you MUST output your complete "
-    f"reasoning inside {THINK_START}...{THINK_END} BEFORE any tool calls or final response.\n\n"
-    f"Otherwise, output directly after {THINK_END} with tool calls or final response.\n\n"
-    "### Available Tool Schemas\n\n"
-    "{schemas}\n\n"
-    "You MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n"
-)
 
 _ROLES = ("system", "user", "developer", "assistant", "tool")
-
-#: A piece of a prompt being rendered: ``(text, is the request's own text)``. The request's text
-#: is tokenized as plain text (:class:`RenderedPrompt`), the rest as template markup.
-Segment = tuple[str, bool]
 
 #: Content part types that carry text, and the key holding it: Chat Completions' ``text`` and
 #: (assistant) ``refusal`` parts, and the Responses API's ``input_text`` / ``output_text`` that
@@ -194,163 +178,6 @@ def message_text(content: Any, field: str = "content", sep: str = PART_SEPARATOR
             out.append(text)
         return sep.join(out)
     raise ValueError(f"{field} must be a string or a list of content parts.")
-
-
-#: Deepest JSON nesting (objects / arrays, the ``parameters`` object itself is level 1) a tool's
-#: ``parameters`` may have. The tool-call grammar is xgrammar's structural tag, a pydantic model
-#: that holds each schema about 10 levels down and whose serializer refuses values nested 255
-#: levels deep ("Maximum serialization depth exceeded"); 240 keeps every tool within it.
-MAX_TOOL_PARAMETERS_NESTING = 240
-
-
-def json_nesting_depth(value: Any) -> int:
-    """Nesting depth of a decoded JSON value: 0 for a scalar, 1 for a flat object / array, and one
-    more per level of containers inside. Iterative: no Python recursion, whatever the depth."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, Mapping):
-            children = node.values()
-        elif isinstance(node, (list, tuple)):
-            children = node
-        else:
-            continue
-        deepest = max(deepest, depth + 1)
-        stack.extend((c, depth + 1) for c in children)
-    return deepest
-
-
-def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str, Any]]:
-    """Check OpenAI ``tools`` (``[{"type": "function", "function": {"name", ...}}]``).
-
-    Returns:
-        The ``function`` objects, in order (as given: they are rendered verbatim).
-
-    Raises:
-        ValueError: naming the bad entry (``tools[i].function.name`` ...): a non-function tool, a
-            missing or non-string name, non-object ``parameters``, a duplicate name, a non-string
-            ``description``, a non-boolean ``strict`` (``"false"`` would read as strict),
-            ``parameters`` nested deeper than :data:`MAX_TOOL_PARAMETERS_NESTING`.
-    """
-    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
-        raise ValueError(f"{field} must be a list of tool objects.")
-    functions: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, Mapping):
-            raise ValueError(f"{field}[{i}] must be an object.")
-        if tool.get("type", "function") != "function":
-            raise ValueError(f"{field}[{i}].type must be 'function'; got {tool.get('type')!r}.")
-        fn = tool.get("function")
-        if not isinstance(fn, Mapping):
-            raise ValueError(f"{field}[{i}].function must be an object.")
-        name = fn.get("name")
-        if not isinstance(name, str) or not name or any(c in name for c in '"<>\n'):
-            raise ValueError(f"{field}[{i}].function.name must be a non-empty string without quotes.")
-        if name in seen:
-            raise ValueError(f"{field}[{i}].function.name {name!r} is defined twice.")
-        seen.add(name)
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, Mapping):
-            raise ValueError(f"{field}[{i}].function.parameters must be a JSON schema object.")
-        if params is not None and json_nesting_depth(params) > MAX_TOOL_PARAMETERS_NESTING:
-            raise ValueError(
-                f"{field}[{i}].function.parameters nests JSON objects / arrays more than "
-                f"{MAX_TOOL_PARAMETERS_NESTING} levels deep (at most {MAX_TOOL_PARAMETERS_NESTING} "
-                "are supported)."
-            )
-        for key, kind, what in (("description", str, "a string"), ("strict", bool, "a boolean")):
-            if fn.get(key) is not None and not isinstance(fn[key], kind):
-                raise ValueError(f"{field}[{i}].function.{key} must be {what}; got {fn[key]!r}.")
-        functions.append(dict(fn))
-    return functions
-
-
-def render_tools(functions: Sequence[Mapping[str, Any]]) -> str:
-    """The "## Tools" section for these function definitions (one ``json.dumps`` line each)."""
-    return "".join(text for text, _ in _tools_segments(functions))
-
-
-def _tools_segments(functions: Sequence[Mapping[str, Any]]) -> list[Segment]:
-    """:func:`render_tools` as segments: the schemas are the client's text."""
-    head, _, tail = _TOOLS_SECTION.partition("{schemas}")
-    return [(head, False), ("\n".join(_to_json(fn) for fn in functions), True), (tail, False)]
-
-
-def _to_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _call_arguments(call: Mapping[str, Any], field: str) -> tuple[str, dict[str, Any]]:
-    """``(name, parameters)`` of one OpenAI tool call.
-
-    ``function.arguments`` is a JSON object text (OpenAI) or an object. Any other text -- one that
-    is not JSON, is JSON but not an object, is empty, or is nested deeper than Python decodes (a
-    call cut by ``max_tokens`` as this server returns it) -- is one string parameter named
-    ``arguments`` holding the text as sent, as DeepSeek's V4 converter (``deepseek-recipe``) renders
-    it, so that a client echoing a cut call keeps the conversation going.
-
-    Raises:
-        ValueError: no ``function`` object, no name, or ``arguments`` neither a string nor an
-            object (names ``field``).
-    """
-    fn = call.get("function")
-    if not isinstance(fn, Mapping):
-        raise ValueError(f"{field}.function must be an object.")
-    name = fn.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{field}.function.name must be a non-empty string.")
-    args = fn.get("arguments", "{}")
-    if isinstance(args, str):
-        try:
-            parsed = json.loads(args)
-        except (ValueError, RecursionError):
-            parsed = None
-        if not isinstance(parsed, dict):
-            return name, {"arguments": args}
-        args = parsed
-    if not isinstance(args, Mapping):
-        raise ValueError(f"{field}.function.arguments must be a JSON object or a string.")
-    return name, dict(args)
-
-
-def encode_tool_calls(tool_calls: Sequence[Mapping[str, Any]], field: str = "tool_calls") -> str:
-    """The DSML block of an assistant message's OpenAI ``tool_calls`` (with its leading ``"\\n\\n"``).
-
-    ``function.arguments`` may be a JSON string (OpenAI) or an object (:func:`_call_arguments`).
-    String values become ``string="true"`` parameters (raw text), all others ``string="false"``
-    (JSON text). A call without parameters is ``<invoke ...>\n</invoke>``, as DeepSeek's V4
-    encoder writes it.
-
-    Raises:
-        ValueError: a call without name, arguments neither a string nor an object (names ``field``).
-    """
-    return "".join(text for text, _ in _tool_call_segments(tool_calls, field))
-
-
-def _tool_call_segments(tool_calls: Sequence[Mapping[str, Any]], field: str) -> list[Segment]:
-    """:func:`encode_tool_calls` as segments: names, keys and values are the client's text."""
-    segs: list[Segment] = [("\n\n" + TOOL_CALLS_START + "\n", False)]
-    for j, call in enumerate(tool_calls):
-        if not isinstance(call, Mapping):
-            raise ValueError(f"{field}[{j}] must be an object.")
-        name, args = _call_arguments(call, f"{field}[{j}]")
-        if j:
-            segs.append(("\n", False))
-        segs += [(f'<{DSML}invoke name="', False), (name, True), ('">\n', False)]
-        for key, v in args.items():
-            is_str = isinstance(v, str)
-            segs += [
-                (f'<{DSML}parameter name="', False),
-                (key, True),
-                (f'" string="{"true" if is_str else "false"}">', False),
-                (v if is_str else _to_json(v), True),
-                (f"</{DSML}parameter>\n", False),
-            ]
-        segs.append((f"</{DSML}invoke>", False))
-    segs.append(("\n" + TOOL_CALLS_END, False))
-    return segs
 
 
 def _assistant_content_segments(text: str) -> list[Segment]:
@@ -421,7 +248,7 @@ def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if not isinstance(calls, Sequence) or isinstance(calls, (str, bytes)):
                 raise ValueError(f"messages[{i}].tool_calls must be a list.")
             if calls:
-                turn["dsml"] = _tool_call_segments(calls, f"messages[{i}].tool_calls")
+                turn["dsml"] = tool_call_segments(calls, f"messages[{i}].tool_calls")
                 call_order = {
                     c.get("id"): k for k, c in enumerate(calls) if isinstance(c, Mapping) and c.get("id")
                 }
@@ -560,7 +387,7 @@ def render_messages(
     if functions:
         if turns[0]["role"] != "system":
             turns.insert(0, {"role": "system", "segs": []})
-        turns[0] = dict(turns[0], segs=[*turns[0]["segs"], ("\n\n", False), *_tools_segments(functions)])
+        turns[0] = dict(turns[0], segs=[*turns[0]["segs"], ("\n\n", False), *tools_segments(functions)])
     # "Dropped thinking" (thinking mode without tools, unless the caller keeps it): developer turns
     # before the last user turn are left out; only turns after it keep their reasoning.
     drop = thinking and drop_thinking and not functions
