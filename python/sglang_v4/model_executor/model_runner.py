@@ -216,9 +216,16 @@ class ModelRunner:
         # for an unchunked prompt at ``sliding_window`` 1 would cost a snapshot per token), and
         # chunk boundaries do not change the outputs. With ``sliding_window`` 128 the cap is
         # 8192 tokens.
-        self.chunked_prefill_size = min(
-            self.chunked_prefill_size, self._EXTRA_WINDOW_PAGES * int(model_config.sliding_window)
-        )
+        window_cap = self._EXTRA_WINDOW_PAGES * int(model_config.sliding_window)
+        if self.chunked_prefill_size > window_cap:
+            logger.info(
+                "prefill chunk lowered from %d to %d tokens (%d window pages x sliding_window %d)",
+                self.chunked_prefill_size,
+                window_cap,
+                self._EXTRA_WINDOW_PAGES,
+                int(model_config.sliding_window),
+            )
+            self.chunked_prefill_size = window_cap
         self.workspace: WorkspacePlan | None = None
         self.plan = self._size_pool(sa.max_total_tokens, sa.mem_fraction_static)
         self.max_total_tokens = self.plan.kv_capacity_tokens
