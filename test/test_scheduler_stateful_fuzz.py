@@ -10,7 +10,8 @@ an eviction of the prefix cache.
 
 The scheduler runs with 128-token pages, a 5-page pool (640 tokens: two long prompts do not fit
 at once, so requests are retracted and the radix cache evicted), 96-token prefill chunks (chunk
-ends fall inside pages and windows) and at most 4 running requests. Hypothesis drives the rules:
+ends fall inside pages and windows) and at most 4 running requests. The rules, driven by a seeded
+walk weighted to keep the pool under pressure (the fast tier) or by hypothesis (slow tier):
 
 * ``add``: a greedy request whose prompt is a cut of one of two shared prefixes plus a random
   suffix (prefix hits on whole pages), with a random ``max_new_tokens``, ``ignore_eos`` or not,
@@ -140,7 +141,7 @@ class FuzzEnv:
     def __init__(self, model_dir: str) -> None:
         self.model_dir = model_dir
         self.cold = ColdOracle(model_dir)
-        self._sched: dict[bool, Scheduler] = {}
+        self._sched: dict[tuple, Scheduler] = {}
 
     def stop_for(self, ids: list[int], kind: str, pick: int) -> dict[str, Any]:
         """Stop params that ``ids``'s greedy run reaches: its ``pick``-th output token (``kind``
@@ -155,14 +156,17 @@ class FuzzEnv:
         text = self.cold.s.tokenizer.decode([tok]).strip()
         return {"stop": [text[:3]]} if text and "\ufffd" not in text else {}
 
-    def scheduler(self, overlap: bool) -> Scheduler:
-        s = self._sched.get(overlap)
+    def scheduler(self, overlap: bool, **kw: Any) -> Scheduler:
+        """The fuzzed scheduler of this overlap mode and further ``ServerArgs`` fields ``kw``,
+        idle and flushed (a new one when the last example left it busy or holding pages)."""
+        key = (overlap, tuple(sorted(kw.items())))
+        s = self._sched.get(key)
         if s is None or s.has_work() or not s.flush_cache() or s.pool.block_alloc.used:
             s = make_scheduler(
                 self.model_dir, max_total_tokens=POOL_PAGES * PS, page_size=PS, chunked_prefill_size=CHUNK,
-                max_running_requests=MAX_RUNNING, disable_overlap_schedule=not overlap,
+                max_running_requests=MAX_RUNNING, disable_overlap_schedule=not overlap, **kw,
             )  # fmt: skip
-            self._sched[overlap] = s
+            self._sched[key] = s
         return s
 
 
@@ -239,10 +243,12 @@ class SchedulerFuzz(RuleBasedStateMachine):
     """See the module docstring; ``env`` is set by the test that runs it."""
 
     env: FuzzEnv
+    #: Further ``ServerArgs`` fields of the fuzzed scheduler.
+    sched_kw: dict[str, Any] = {}
 
     @initialize(overlap=st.booleans())
     def setup(self, overlap: bool) -> None:
-        self.s = self.env.scheduler(overlap)
+        self.s = self.env.scheduler(overlap, **self.sched_kw)
         self.res: dict[str, dict] = {}
         self.reqs: dict[str, tuple[list[int], dict[str, Any]]] = {}
         self.aborted: set[str] = set()
@@ -353,6 +359,7 @@ class SchedulerFuzz(RuleBasedStateMachine):
 
 @pytest.fixture(scope="module")
 def fuzz_env(default_model_dir: str) -> FuzzEnv:
+    """The embedded model's :class:`FuzzEnv` (its cold runs memoised for the module)."""
     return FuzzEnv(default_model_dir)
 
 
@@ -370,7 +377,9 @@ def run_hypothesis(env: FuzzEnv, examples: int, steps: int) -> None:
     run_state_machine_as_test(SchedulerFuzz, settings=cfg)
 
 
-def random_walk(env: FuzzEnv, seed: int, num_rules: int, overlap: bool) -> SchedulerFuzz:
+def random_walk(
+    env: FuzzEnv, seed: int, num_rules: int, overlap: bool, sched_kw: dict[str, Any] | None = None
+) -> SchedulerFuzz:
     """The same rules and invariants driven by a seeded ``random.Random`` with weights that keep
     the pool under pressure (bursts of arrivals; hypothesis's small first examples rarely
     retract); returns the machine after its teardown (its requests and results)."""
@@ -406,7 +415,7 @@ def test_scheduler_random_walk(fuzz_env: FuzzEnv) -> None:
     the middle of a chunked prefill."""
     s = fuzz_env.scheduler(True)
     retractions, stats = s.num_retractions, s.tree_cache.stats()
-    m = random_walk(fuzz_env, 2, 60, overlap=True)
+    m = random_walk(fuzz_env, 2, 45, overlap=True)
     after = m.s.tree_cache.stats()
     assert m.s.num_retractions > retractions and after["evicted_blocks"] > stats["evicted_blocks"]
     assert after["hit_tokens"] > stats["hit_tokens"] and m.aborted and m.aborted_mid_prefill
@@ -417,6 +426,21 @@ def test_scheduler_random_walk(fuzz_env: FuzzEnv) -> None:
 def test_scheduler_random_walk_long(fuzz_env: FuzzEnv, seed: int) -> None:
     """Longer walks, with and without overlap scheduling."""
     random_walk(fuzz_env, seed, 150, overlap=seed % 2 == 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sched_kw",
+    [
+        {"schedule_policy": "lpm", "resume_interval": 2},
+        {"disable_radix_cache": True, "stream_interval": 3},
+    ],
+)
+def test_scheduler_random_walk_other_flags(fuzz_env: FuzzEnv, sched_kw: dict[str, Any]) -> None:
+    """Longest-prefix-match ordering with resume states every second page; no radix cache (every
+    request cold, more retractions) with outputs sent every third token."""
+    random_walk(fuzz_env, 1, 100, overlap=True, sched_kw=sched_kw)
+    random_walk(fuzz_env, 2, 100, overlap=False, sched_kw=sched_kw)
 
 
 @pytest.mark.slow
