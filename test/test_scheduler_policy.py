@@ -370,3 +370,25 @@ def test_policy_decides_admission_order_end_to_end(sched_model_dir: str) -> None
         assert done == expect, policy
         assert s.prefill_tokens_done == 3 * 30  # no shared prefix: every prompt token computed
         assert_idle(s)
+
+
+def test_warmup_runs_the_chunk_the_runner_serves(sched_model_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With chunking disabled (``-1``) the runner resolves the chunk to the context, capped to
+    64 x ``sliding_window``: the warm-up grid must reach that chunk (the largest prompt forward the
+    scheduler ever runs), not a fixed 8192 that the server never serves."""
+    import sglang_v4.model_executor.warmup as warmup
+
+    seen: list[int] = []
+
+    def grid(chunk: int, *a: object, **k: object) -> list[tuple[int, int, int]]:
+        seen.append(chunk)
+        return []
+
+    monkeypatch.setattr(warmup, "warmup_grid", grid)
+    s = make_scheduler(sched_model_dir, chunked_prefill_size=-1)
+    mc = s.model_config
+    want = min(s.context_len, 64 * mc.sliding_window)  # the documented resolution and cap
+    assert s.chunked_prefill_size == want
+    warmup_kernels(s.runner, s.server_args, force=True, max_context=300)
+    assert seen == [want]
+    assert_idle(s)

@@ -317,7 +317,8 @@ def warmup_kernels(
 
     Args:
         runner: the model runner (nothing else may use its pool yet).
-        server_args: ``chunked_prefill_size`` and ``cuda_graph_warmup_ctx`` are read.
+        server_args: ``cuda_graph_warmup_ctx`` is read (``chunked_prefill_size`` only for a runner
+            without its resolved ``chunked_prefill_size``).
         force: run the grid on CPU too (tests; otherwise a no-op there).
         max_context: cap on the contexts of the grid (default: what the context length and the
             pool allow).
@@ -334,9 +335,13 @@ def warmup_kernels(
     runner.jit_info = watch.info
     mc = runner.mc
     vocab = mc.vocab_size
-    chunk = int(server_args.chunked_prefill_size or 2048)
+    # the chunk the scheduler serves: the runner's, resolved from ``--chunked-prefill-size`` (``-1``:
+    # the context) and lowered to the window reserve and the forward workspace
+    chunk = int(getattr(runner, "chunked_prefill_size", 0) or 0)
     if chunk <= 0:
-        chunk = 8192
+        chunk = int(server_args.chunked_prefill_size or 2048)
+        if chunk <= 0:
+            chunk = 8192
     max_ctx = min(runner.context_len, runner.max_total_tokens, WARMUP_MAX_CONTEXT) - 1
     if max_context is not None:
         max_ctx = min(max_ctx, max_context)
