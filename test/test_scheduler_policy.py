@@ -374,8 +374,8 @@ def test_policy_decides_admission_order_end_to_end(sched_model_dir: str) -> None
 
 def test_warmup_runs_the_chunk_the_runner_serves(sched_model_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """With chunking disabled (``-1``) the runner resolves the chunk to the context, capped to
-    64 x ``sliding_window``: the warm-up grid must reach that chunk (the largest prompt forward the
-    scheduler ever runs), not a fixed 8192 that the server never serves."""
+    64 x ``sliding_window`` (1024 at a window of 16): the warm-up grid must reach that chunk (the
+    largest prompt forward the scheduler ever runs), not a fixed 8192 that it never serves."""
     import sglang_v4.model_executor.warmup as warmup
 
     seen: list[int] = []
@@ -385,9 +385,10 @@ def test_warmup_runs_the_chunk_the_runner_serves(sched_model_dir: str, monkeypat
         return []
 
     monkeypatch.setattr(warmup, "warmup_grid", grid)
-    s = make_scheduler(sched_model_dir, chunked_prefill_size=-1)
+    s = make_scheduler(sched_model_dir, chunked_prefill_size=-1, json_model_override_args='{"sliding_window": 16}')
     mc = s.model_config
-    want = min(s.context_len, 64 * mc.sliding_window)  # the documented resolution and cap
+    assert mc.sliding_window == 16 and s.context_len > 64 * 16
+    want = 64 * 16  # the documented cap: 64 window pages x sliding_window
     assert s.chunked_prefill_size == want
     warmup_kernels(s.runner, s.server_args, force=True, max_context=300)
     assert seen == [want]
