@@ -44,8 +44,23 @@ def _nested(compress: dict[str, Any], theta: float = 500.0, compress_theta: floa
 
 
 def _ropes(c: Any) -> dict[str, dict[str, Any]]:
-    """A config's ropes without the ``type`` alias transformers keeps beside ``rope_type``."""
-    return {k: {f: v for f, v in r.items() if f != "type"} for k, r in c.rope_parameters.items()}
+    """A config's ropes without the ``type`` alias transformers keeps beside ``rope_type`` and
+    without YaRN's ``attention_factor`` (compared as transformers computes it: :func:`_rope_values`)."""
+    drop = ("type", "attention_factor")
+    return {k: {f: v for f, v in r.items() if f not in drop} for k, r in c.rope_parameters.items()}
+
+
+def _rope_values(c: Any) -> dict[str, list[float]]:
+    """Per scaled rope, transformers' own ``inv_freq`` followed by its ``attention_factor``."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    out = {}
+    for k, r in c.rope_parameters.items():
+        if r["rope_type"] == "default":
+            continue
+        inv_freq, attention = ROPE_INIT_FUNCTIONS[r["rope_type"]](c, "cpu", layer_type=k)
+        out[k] = [*inv_freq.tolist(), float(attention)]
+    return out
 
 
 CASES = {
@@ -61,6 +76,10 @@ CASES = {
     "nested_llama3": _tiny(rope_parameters=_nested(LLAMA3)),
     "nested_yarn_attention_factor": _tiny(rope_parameters=_nested({**YARN, "attention_factor": 0.8})),
     "nested_default": _tiny(rope_parameters=_nested({"rope_type": "default"})),
+    # no attention_factor: transformers derives 0.1 ln(factor) + 1 (nested) but injects 1.0 (flat)
+    "nested_yarn": _tiny(rope_parameters=_nested(YARN)),
+    "nested_yarn_mscale": _tiny(rope_parameters=_nested({**YARN, "mscale": 1.0, "mscale_all_dim": 0.707})),
+    "flat_yarn_mscale": _tiny(rope_parameters={**YARN, "mscale": 1.0, "mscale_all_dim": 0.707}),
 }
 
 
@@ -72,6 +91,10 @@ def test_official_rope_round_trip_matches_transformers(name: str) -> None:
     assert "rope_parameters" not in off and "partial_rotary_factor" not in off
     ours = ModelConfig.from_dict(off).hf
     assert _ropes(ours) == _ropes(oracle)
+    got, want = _rope_values(ours), _rope_values(oracle)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-6), k
     assert ours.qk_rope_head_dim == oracle.qk_rope_head_dim
     assert ours.layer_types == oracle.layer_types and ours.mlp_layer_types == oracle.mlp_layer_types
     # the official dialect's own form: a flat rope_scaling only where the compress rope scales

@@ -31,6 +31,7 @@ Presets:
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 SLIDING = "sliding_attention"
@@ -289,7 +290,8 @@ def _official_rope(d: dict[str, Any]) -> None:
     * nested (``{"main": ..., "compress": ...}``): ``rope_theta`` / ``compress_rope_theta`` /
       ``partial_rotary_factor`` from them, ``rope_scaling`` from the compress rope as above.
       YaRN's ``attention_factor`` of 1.0 (which HF injects for a flat YaRN) is dropped; any
-      other value is kept.
+      other value is kept; a nested YaRN without one gets the value HF derives for it
+      (:func:`_yarn_attention_factor`), since the flat form read back would get 1.0.
 
     ``partial_rotary_factor`` becomes ``qk_rope_head_dim = round(head_dim x factor)``.
 
@@ -341,9 +343,30 @@ def _official_rope(d: dict[str, Any]) -> None:
     scaling = {"type": rope_type}
     scaling.update({k: v for k, v in compress.items() if k not in _ROPE_OUTSIDE_SCALING})
     if rope_type == "yarn":
+        if compress is not rp and scaling.get("attention_factor") is None and scaling.get("factor"):
+            # a nested YaRN without one gets the factor transformers derives from ``factor`` /
+            # ``mscale`` / ``mscale_all_dim``; a flat one (the official form) would get 1.0 instead
+            scaling["attention_factor"] = _yarn_attention_factor(scaling)
         if scaling.get("attention_factor") == 1.0:
             del scaling["attention_factor"]
     d["rope_scaling"] = scaling
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's attention scale ``0.1 * mscale * ln(scale) + 1`` (1 for ``scale <= 1``; Peng et al.,
+    "YaRN", as transformers' ``yarn_get_mscale``)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _yarn_attention_factor(scaling: dict[str, Any]) -> float:
+    """The ``attention_factor`` transformers' ``_compute_yarn_parameters`` derives for a YaRN rope
+    whose parameters (``scaling``, with a ``factor``) have none: ``mscale(factor, mscale) /
+    mscale(factor, mscale_all_dim)`` when both are set and non-zero, else ``mscale(factor)``."""
+    factor = float(scaling["factor"])
+    m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    if m and m_all:
+        return float(_yarn_mscale(factor, m) / _yarn_mscale(factor, m_all))
+    return float(_yarn_mscale(factor))
 
 
 def to_official_config(hf_config: dict[str, Any], fp8: bool = False) -> dict[str, Any]:
