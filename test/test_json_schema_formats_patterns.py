@@ -204,3 +204,44 @@ def test_pattern_properties_keys_that_become_one_regex_are_joined() -> None:
     }
     out = normalize_json_schema(schema)["patternProperties"]
     assert out == {r"^a(\.\d+|)$": {"type": "integer", "minimum": 0}}
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ({"type": "string", "maxLength": 2}, {"type": "string", "maxLength": 4}),
+        ({"type": "integer", "minimum": 3}, {"type": "number", "minimum": 1, "maximum": 5}),
+        ({"enum": [1, 2, 3, "x"]}, {"enum": ["x", 3, 4]}),
+    ],
+)
+def test_pattern_properties_keys_that_become_one_regex_keep_both_subschemas(first: dict, second: dict) -> None:
+    """The join of two ``patternProperties`` keys that become one regex is the ``allOf`` of their
+    subschemas even where both set a keyword (the tighter bound, the common types / values), not
+    the second alone. Oracle: the ``jsonschema`` package on the original schema, per value."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from xgrammar.testing import _is_grammar_accept_string
+
+    schema = {
+        "type": "object",
+        "patternProperties": {r"^a(\.\d+)?$": first, r"^a(\.\d+|)$": second},
+        "additionalProperties": False,
+    }
+    grammar = xgr.Grammar.from_json_schema(json.dumps(normalize_json_schema(schema)))
+    wrong = []
+    for value in ["", "ab", "abc", "abcd", "abcde", 0, 1, 2, 3, 4, 5, 6, 3.5, "x", "y"]:
+        text = json.dumps({"a": value})
+        want = jsonschema.Draft202012Validator(schema).is_valid({"a": value})
+        if _is_grammar_accept_string(grammar, text) != want:
+            wrong.append((text, want))
+    assert not wrong, wrong
+
+
+def test_pattern_properties_keys_that_become_one_regex_with_clashing_patterns_are_refused() -> None:
+    """Two value ``pattern`` regexes cannot be written as one for xgrammar: a ValueError naming
+    the field and both keys, rather than a grammar that drops one of them."""
+    schema = {
+        "type": "object",
+        "patternProperties": {r"^a(b)?$": {"pattern": "^x"}, r"^a(b|)$": {"pattern": "y$"}},
+    }
+    with pytest.raises(ValueError, match=r"patternProperties: keys '\^a\(b\)\?\$' and '\^a\(b\|\)\$'.*'pattern'"):
+        normalize_json_schema(schema)

@@ -261,7 +261,7 @@ def _rewrite(schema: Any, path: str) -> Any:
         if isinstance(out.get(k), dict):
             out[k] = {name: _rewrite(s, f"{path}.{k}.{name}") for name, s in out[k].items()}
     if isinstance(out.get("patternProperties"), dict):
-        out["patternProperties"] = _rewrite_key_patterns(out["patternProperties"])
+        out["patternProperties"] = _rewrite_key_patterns(out["patternProperties"], f"{path}.patternProperties")
     if _is_type(out, "array") and not any(k in out for k in ("items", "prefixItems", "unevaluatedItems")):
         out["items"] = {}
     if _is_object_node(out):
@@ -272,15 +272,82 @@ def _rewrite(schema: Any, path: str) -> Any:
     return out
 
 
-def _rewrite_key_patterns(patterns: dict[str, Any]) -> dict[str, Any]:
+def _rewrite_key_patterns(patterns: dict[str, Any], path: str) -> dict[str, Any]:
     """``patternProperties`` with each key regex's optional groups written as alternations
     (:func:`optional_groups_as_alternations`): xgrammar compiles the keys in the same regex mode
     as a ``pattern``, with the same fault. Two keys that become one text have one match set, so
-    JSON Schema applies both subschemas to the same names: they are joined (:func:`_both`)."""
+    JSON Schema applies both subschemas to the same names: they are joined (:func:`_join_all_of`).
+
+    Raises:
+        ValueError: naming ``path`` and both keys, where their subschemas cannot be joined.
+    """
     out: dict[str, Any] = {}
+    first: dict[str, str] = {}
     for key, sub in patterns.items():
         new = optional_groups_as_alternations(key) if isinstance(key, str) else key
-        out[new] = _both(out[new], sub) if new in out else sub
+        if new in out:
+            out[new] = _join_all_of(out[new], sub, f"{path}: keys {first[new]!r} and {key!r} (both {new!r})")
+        else:
+            out[new], first[new] = sub, key
+    return out
+
+
+#: Bounds whose join keeps the larger (lower bounds) or the smaller (upper bounds) value.
+_LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"})
+_UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"})
+
+
+def _types(t: Any) -> list[str]:
+    return [t] if isinstance(t, str) else list(t)
+
+
+def _join_all_of(a: Any, b: Any, where: str) -> Any:
+    """One schema whose instances are those of both ``a`` and ``b`` (JSON Schema's ``allOf`` of
+    the two, written out: xgrammar does not compile ``allOf``). Keywords only one side sets are
+    kept; on a keyword both set with different values: the tighter bound (``minimum`` /
+    ``maxLength``... :data:`_LOWER_BOUNDS`, :data:`_UPPER_BOUNDS`), the common ``type`` names
+    (``integer`` within ``number``) and ``enum`` values in ``a``'s order, the union of
+    ``required``, ``b``'s annotation. A ``false`` side gives ``false``.
+
+    Raises:
+        ValueError: naming ``where`` and the keyword, for any other clash (two ``pattern`` /
+            ``const`` / ``properties``... values, or types / enums with nothing in common).
+    """
+    if a is False or b is False:
+        return False
+    if a is True or a == {}:
+        return b
+    if b is True or b == {}:
+        return a
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        raise ValueError(f"{where}: subschemas {a!r} and {b!r} cannot be joined")
+    out = dict(a)
+    for k, v in b.items():
+        if k not in out or out[k] == v or k in _ANNOTATIONS:
+            out[k] = v
+            continue
+        u = out[k]
+        num = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (u, v))
+        if k in _LOWER_BOUNDS and num:
+            out[k] = max(u, v)
+        elif k in _UPPER_BOUNDS and num:
+            out[k] = min(u, v)
+        elif k == "required" and isinstance(u, list) and isinstance(v, list):
+            out[k] = list(dict.fromkeys([*u, *v]))
+        elif k == "type" and isinstance(u, (str, list)) and isinstance(v, (str, list)):
+            tu, tv = _types(u), _types(v)
+            both = [t for t in tu if t in tv or (t == "integer" and "number" in tv)]
+            both += [t for t in tv if t == "integer" and "number" in tu and t not in both]
+            if not both:
+                raise ValueError(f"{where}: 'type' {u!r} and {v!r} have no type in common")
+            out[k] = both[0] if len(both) == 1 else both
+        elif k == "enum" and isinstance(u, list) and isinstance(v, list):
+            both = [x for x in u if x in v]
+            if not both:
+                raise ValueError(f"{where}: 'enum' {u!r} and {v!r} have no value in common")
+            out[k] = both
+        else:
+            raise ValueError(f"{where}: {k!r} is {u!r} in one subschema and {v!r} in the other")
     return out
 
 
