@@ -277,8 +277,14 @@ def test_bare_block_streams_its_arguments_as_a_wrapped_one(body: str) -> None:
     want = _timed_deltas(wrapped, wrapped.index(f"<{D}invoke"))
     # the same argument text at the same offsets, the same names in the same order; a bare
     # call's id and name wait for its structure (its first parameter tag, JSON body or closing
-    # tag), a wrapped one's not
-    assert _argument_timeline(got) == _argument_timeline(want)
+    # tag), a wrapped one's not; a bare JSON body's ``{`` waits for the character that shows it
+    # opens an object (``"`` or ``}``)
+    tg, tw = _argument_timeline(got), _argument_timeline(want)
+    for t in sorted({x[0] for x in tg + tw}):
+        for i in {x[1] for x in tg + tw}:
+            b = "".join(a for u, j, a in tg if u <= t and j == i)
+            w = "".join(a for u, j, a in tw if u <= t and j == i)
+            assert b == w or (w.startswith(b) and w[len(b) :] == "{" and b == ""), (t, i, b, w)
     assert [(i, n) for _, i, n, _ in got if n] == [(i, n) for _, i, n, _ in want if n]
     args: dict[int, str] = {}
     for _, index, name, fragment in got:
@@ -512,3 +518,17 @@ def test_cut_inside_a_value_character_stays_value_text() -> None:
     k = text.index("東")
     _, calls, _ = parse_tool_calls(text[:k] + "東\ufffd", TOOLS)
     assert [(c.name, c.arguments, c.partial) for c in calls] == [("get_weather", '{"city": "東\ufffd', True)]
+
+
+@pytest.mark.parametrize("after", ["{city} to call it.", "{ city: 'Oslo' } to call it.", "{\n  (braces) here"])
+def test_bare_invoke_tag_then_brace_prose_is_no_call(after: str) -> None:
+    """vllm-project/vllm#48931 (prose that mentions an invoke tag must not become a phantom call):
+    an invoke tag followed by a ``{`` that opens no JSON object (no key, no ``}``) is prose. The
+    text is the content, there is no call, and in no chunking does any tool-call delta go out (a
+    delta cannot be taken back)."""
+    text = f'Write <{D}invoke name="get_weather">{after}'
+    assert parse_tool_calls(text, TOOLS)[:2] == (text, [])
+    for chunks in chunkings(text):
+        s_content, s_calls, p = run_stream(chunks)
+        assert (s_content, s_calls) == (text, {}), chunks
+        assert not p.malformed

@@ -54,13 +54,14 @@ invoke, it is complete. Only an invoke of one of the request's tools that is wri
 makes a call of it (an unknown name is a malformed block, as in a wrapped one). Streamed, a bare
 block's call goes out as a wrapped one's does (its ``id`` and ``name`` first, then its arguments
 while they are generated) once its first invoke is confirmed by its structure: the first
-parameter tag, JSON body or closing tag after the invoke tag. Until then nothing of it goes out,
+parameter tag, JSON body (its ``{`` and then ``"`` or ``}``) or closing tag after the invoke
+tag. Until then nothing of it goes out,
 so prose that merely mentions an invoke tag is no call in the stream either
 (vllm-project/vllm#48931 on vllm-project/vllm#49117's recovery); the later invokes of a bare block
 stream from their tag. Cut by ``max_tokens`` before that confirmation, the call goes out at the
 end as the cut call. A bare block whose first invoke goes on as
-prose (text where its first parameter, JSON body or closing tag belongs, or a malformed invoke
-tag) opened no block: its text is content, the tag dropped there (:mod:`.dsml_markup`). A DSML
+prose (text where its first parameter, JSON body or closing tag belongs, a ``{`` not followed
+by a key or ``}`` included, or a malformed invoke tag) opened no block: its text is content, the tag dropped there (:mod:`.dsml_markup`). A DSML
 wrapper of another name whose first content is an invoke is a block too, closed by its own closing tag
 (DeepSeek-V4-Flash-0731 writes ``<｜DSML｜toolcalls>`` at times, vllm-project/vllm#51914; V3.2
 wrote ``function_calls``): the invoke grammar is the same; before other text such a tag is text.
@@ -390,6 +391,13 @@ class DsmlToolParser(DsmlArgumentsMixin):
         if st == _INVOKE:
             m = self._expect((self.param_start, self.invoke_end))
             if m is None and self._buf.startswith("{") and not self._param_names:
+                if self._withheld:  # a bare block's first invoke: a JSON object must begin here
+                    head = self._buf[1:].lstrip()
+                    if not head:
+                        return False
+                    if head[0] not in '"}':  # ``{`` then prose: no JSON body
+                        self._unopen_bare(content)
+                        return True
                 self._state, self._value = _JSON_ARGS, ""
                 self._hold = self._hold_undecided = any(self._may_wrap(k) for k in WRAPPER_KEYS)
                 self._confirm(deltas)
