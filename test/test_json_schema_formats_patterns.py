@@ -214,7 +214,9 @@ def test_pattern_properties_keys_that_become_one_regex_are_joined() -> None:
         ({"enum": [1, 2, 3, "x"]}, {"enum": ["x", 3, 4]}),
     ],
 )
-def test_pattern_properties_keys_that_become_one_regex_keep_both_subschemas(first: dict, second: dict) -> None:
+def test_pattern_properties_keys_that_become_one_regex_keep_both_subschemas(
+    first: dict, second: dict
+) -> None:
     """The join of two ``patternProperties`` keys that become one regex is the ``allOf`` of their
     subschemas even where both set a keyword (the tighter bound, the common types / values), not
     the second alone. Oracle: the ``jsonschema`` package on the original schema, per value."""
@@ -243,5 +245,7 @@ def test_pattern_properties_keys_that_become_one_regex_with_clashing_patterns_ar
         "type": "object",
         "patternProperties": {r"^a(b)?$": {"pattern": "^x"}, r"^a(b|)$": {"pattern": "y$"}},
     }
-    with pytest.raises(ValueError, match=r"patternProperties: keys '\^a\(b\)\?\$' and '\^a\(b\|\)\$'.*'pattern'"):
+    with pytest.raises(
+        ValueError, match=r"patternProperties: keys '\^a\(b\)\?\$' and '\^a\(b\|\)\$'.*'pattern'"
+    ):
         normalize_json_schema(schema)

@@ -520,7 +520,9 @@ def test_cut_inside_a_value_character_stays_value_text() -> None:
     assert [(c.name, c.arguments, c.partial) for c in calls] == [("get_weather", '{"city": "東\ufffd', True)]
 
 
-@pytest.mark.parametrize("after", ["{city} to call it.", "{ city: 'Oslo' } to call it.", "{\n  (braces) here"])
+@pytest.mark.parametrize(
+    "after", ["{city} to call it.", "{ city: 'Oslo' } to call it.", "{\n  (braces) here"]
+)
 def test_bare_invoke_tag_then_brace_prose_is_no_call(after: str) -> None:
     """vllm-project/vllm#48931 (prose that mentions an invoke tag must not become a phantom call):
     an invoke tag followed by a ``{`` that opens no JSON object (no key, no ``}``) is prose. The

@@ -372,7 +372,9 @@ def test_policy_decides_admission_order_end_to_end(sched_model_dir: str) -> None
         assert_idle(s)
 
 
-def test_warmup_runs_the_chunk_the_runner_serves(sched_model_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_warmup_runs_the_chunk_the_runner_serves(
+    sched_model_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With chunking disabled (``-1``) the runner resolves the chunk to the context, capped to
     64 x ``sliding_window`` (1024 at a window of 16): the warm-up grid must reach that chunk (the
     largest prompt forward the scheduler ever runs), not a fixed 8192 that it never serves."""
@@ -385,7 +387,9 @@ def test_warmup_runs_the_chunk_the_runner_serves(sched_model_dir: str, monkeypat
         return []
 
     monkeypatch.setattr(warmup, "warmup_grid", grid)
-    s = make_scheduler(sched_model_dir, chunked_prefill_size=-1, json_model_override_args='{"sliding_window": 16}')
+    s = make_scheduler(
+        sched_model_dir, chunked_prefill_size=-1, json_model_override_args='{"sliding_window": 16}'
+    )
     mc = s.model_config
     assert mc.sliding_window == 16 and s.context_len > 64 * 16
     want = 64 * 16  # the documented cap: 64 window pages x sliding_window

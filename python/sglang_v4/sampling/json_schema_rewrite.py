@@ -261,7 +261,9 @@ def _rewrite(schema: Any, path: str) -> Any:
         if isinstance(out.get(k), dict):
             out[k] = {name: _rewrite(s, f"{path}.{k}.{name}") for name, s in out[k].items()}
     if isinstance(out.get("patternProperties"), dict):
-        out["patternProperties"] = _rewrite_key_patterns(out["patternProperties"], f"{path}.patternProperties")
+        out["patternProperties"] = _rewrite_key_patterns(
+            out["patternProperties"], f"{path}.patternProperties"
+        )
     if _is_type(out, "array") and not any(k in out for k in ("items", "prefixItems", "unevaluatedItems")):
         out["items"] = {}
     if _is_object_node(out):
@@ -293,8 +295,12 @@ def _rewrite_key_patterns(patterns: dict[str, Any], path: str) -> dict[str, Any]
 
 
 #: Bounds whose join keeps the larger (lower bounds) or the smaller (upper bounds) value.
-_LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"})
-_UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"})
+_LOWER_BOUNDS = frozenset(
+    {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"}
+)
+_UPPER_BOUNDS = frozenset(
+    {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"}
+)
 
 
 def _types(t: Any) -> list[str]:
