@@ -126,3 +126,27 @@ def test_official_rope_refuses_two_partial_rotary_factors() -> None:
     rp["compress"]["partial_rotary_factor"] = 0.25
     with pytest.raises(ValueError, match="partial_rotary_factor"):
         to_official_config(_tiny(rope_parameters=rp))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"rope_parameters": None, "partial_rotary_factor": None},  # None: transformers' default
+        {"rope_parameters": LINEAR, "partial_rotary_factor": 36.6 / 128},  # int(), not round()
+    ],
+)
+def test_official_rope_head_dim_is_the_one_transformers_builds(changes: dict) -> None:
+    """``qk_rope_head_dim`` of the official dialect is ``int(head_dim x partial_rotary_factor)``,
+    transformers' own rule (a factor of ``None`` being no factor), and the official file read back
+    has transformers' rope frequencies."""
+    d = _tiny()
+    d.update(copy.deepcopy(changes))
+    oracle = DeepseekV4Config(**{k: v for k, v in copy.deepcopy(d).items() if k != "model_type"})
+    off = to_official_config(d)
+    assert off.get("qk_rope_head_dim", oracle.qk_rope_head_dim) == oracle.qk_rope_head_dim
+    ours = ModelConfig.from_dict(off).hf
+    assert ours.qk_rope_head_dim == oracle.qk_rope_head_dim
+    got, want = _rope_values(ours), _rope_values(oracle)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-6), k

@@ -293,7 +293,8 @@ def _official_rope(d: dict[str, Any]) -> None:
       other value is kept; a nested YaRN without one gets the value HF derives for it
       (:func:`_yarn_attention_factor`), since the flat form read back would get 1.0.
 
-    ``partial_rotary_factor`` becomes ``qk_rope_head_dim = round(head_dim x factor)``.
+    ``partial_rotary_factor`` becomes ``qk_rope_head_dim = int(head_dim x factor)`` (transformers'
+    truncation; ``None`` is no factor).
 
     Raises:
         ValueError: naming the field and its value: a rope type outside
@@ -328,8 +329,9 @@ def _official_rope(d: dict[str, Any]) -> None:
         d["compress_rope_theta"] = compress["rope_theta"]
         if partials:
             d["partial_rotary_factor"] = partials.pop()
-    if "partial_rotary_factor" in d:
-        d["qk_rope_head_dim"] = int(round(d["head_dim"] * d.pop("partial_rotary_factor")))
+    partial = d.pop("partial_rotary_factor", None)
+    if partial is not None:  # None: transformers' default applies (as for an absent key)
+        d["qk_rope_head_dim"] = int(d["head_dim"] * partial)  # DeepseekV4Config's own rounding
     if not compress:
         return
     field = "rope_parameters.compress" if compress is not rp else "rope_parameters"
