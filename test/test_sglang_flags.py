@@ -268,11 +268,14 @@ served-model-name: from-file
 
 
 def _launch_args(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> ServerArgs:
-    """The ServerArgs ``launch_server`` would start a server with (the launch itself stubbed)."""
+    """The ServerArgs ``launch_server`` would start a server with (the launch and its port /
+    model-directory checks stubbed)."""
     import sglang_v4.entrypoints.http_server as http_server
+    import sglang_v4.entrypoints.launcher as launcher
 
     seen: list[ServerArgs] = []
-    monkeypatch.setattr(http_server, "launch_server", lambda sa, stop: seen.append(sa) or 0)
+    monkeypatch.setattr(launcher, "preflight_server", lambda sa: None)
+    monkeypatch.setattr(http_server, "launch_server", lambda sa, stop, checked=False: seen.append(sa) or 0)
     assert main(argv) == 0
     return seen[0]
 

@@ -163,6 +163,17 @@ def _main(argv: list[str] | None, stop: StopSignal) -> int:
         parser.exit(2, f"{parser.prog}: error: {flag_error_message(parser, str(e))}\n")
     warn_ignored_sglang_args(server_args, log)
     warn_unread_sglang_env(log=log)
+    single = server_args.node_rank == 0 and server_args.dp_size == 1
+    if single:
+        # The port and model-directory checks before the HTTP stack's imports (torch, FastAPI):
+        # a taken port or a bad --model-path is one line within a fraction of a second.
+        from sglang_v4.entrypoints import launcher
+
+        try:
+            launcher.preflight_server(server_args)
+        except (RuntimeError, ValueError) as e:
+            log.error("%s", e)
+            return 1
     from sglang_v4.entrypoints.http_server import launch_server
 
     if server_args.node_rank > 0 or server_args.dp_size > 1:
@@ -178,7 +189,7 @@ def _main(argv: list[str] | None, stop: StopSignal) -> int:
             from sglang_v4.entrypoints.data_parallel import launch_data_parallel
 
             return launch_data_parallel(server_args)
-        return launch_server(server_args, stop)
+        return launch_server(server_args, stop, checked=single)
     except StopRequested as e:
         log.info("%s", e)
         return 0

@@ -498,12 +498,14 @@ async def stop_own_work(state: _State) -> None:
         await tm.stop_open_profile()
 
 
-def launch_server(server_args: ServerArgs, stop: StopSignal | None = None) -> int:
+def launch_server(server_args: ServerArgs, stop: StopSignal | None = None, checked: bool = False) -> int:
     """Start the backend processes, serve HTTP until stopped; returns the exit code.
 
     ``stop``: the launcher's :class:`StopSignal` (installed before the model loads); a signal it
     records before the HTTP server handles signals stops the start-up cleanly. Without it, one is
-    installed here.
+    installed here. ``checked``: the caller has run
+    :func:`~sglang_v4.entrypoints.launcher.preflight_server` on ``server_args`` (the port and model
+    directory checks); otherwise they run here.
 
     Raises:
         RuntimeError: the port is taken, the host cannot be listened on, or the scheduler failed
@@ -512,15 +514,12 @@ def launch_server(server_args: ServerArgs, stop: StopSignal | None = None) -> in
     """
     import uvicorn
 
-    from sglang_v4.entrypoints.launcher import launch_subprocesses, resolve_model_path
-    from sglang_v4.utils import bind_error
+    from sglang_v4.entrypoints.launcher import launch_subprocesses, preflight_server
 
     if stop is None:
         stop = StopSignal().install()
-    reason = bind_error(server_args.host, server_args.port)
-    if reason is not None:
-        raise RuntimeError(reason)
-    resolve_model_path(server_args)
+    if not checked:
+        preflight_server(server_args)
     stop.check()
     t0 = time.perf_counter()
     procs = launch_subprocesses(server_args, should_stop=lambda: stop.signum)

@@ -4,9 +4,9 @@
 (``managers/scheduler_process.py``) and the detokenizer process
 (``managers/detokenizer_manager.py``), joined to the main process's ``TokenizerManager`` by ZMQ
 IPC sockets, plus, with ``tp_size > 1``, this node's other tensor-parallel ranks
-(``entrypoints/tp_launch.py``). Also here: the model-directory checks run before launching
-(:func:`check_model_dir`, :func:`resolve_model_path`) and the ``get_server_info`` /
-``get_model_info`` builders.
+(``entrypoints/tp_launch.py``). Also here: the checks run before launching
+(:func:`check_model_dir`, :func:`resolve_model_path`, :func:`preflight_server`) and the
+``get_server_info`` / ``get_model_info`` builders.
 """
 
 from __future__ import annotations
@@ -344,6 +344,27 @@ def resolve_model_path(server_args: ServerArgs) -> None:
     )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path
+
+
+def preflight_server(server_args: ServerArgs) -> None:
+    """The HTTP server's start-up checks, run before any heavy import or child process: the
+    address ``host:port`` can be listened on (:func:`sglang_v4.utils.bind_error`), then
+    :func:`resolve_model_path` (fills ``model_path`` / ``tokenizer_path`` in place).
+
+    ``python -m sglang_v4.launch_server`` runs it before importing the HTTP stack (torch, FastAPI),
+    so a taken port or a bad model directory is reported in a fraction of a second.
+
+    Raises:
+        RuntimeError: the port is taken or the host cannot be listened on (the message starts
+            with ``port:`` / ``host:``).
+        ValueError: the model directory is not usable (see :func:`check_model_dir`).
+    """
+    from sglang_v4.utils import bind_error
+
+    reason = bind_error(server_args.host, server_args.port)
+    if reason is not None:
+        raise RuntimeError(reason)
+    resolve_model_path(server_args)
 
 
 def read_model_config(model_path: str) -> dict[str, Any]:
