@@ -143,12 +143,16 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
 
 
 def render_tools(functions: Sequence[Mapping[str, Any]]) -> str:
-    """The "## Tools" section for these function definitions (one ``json.dumps`` line each)."""
+    """The "## Tools" system-prompt section for these function definitions, in the text of
+    DeepSeek's reference encoder (``encoding_dsv4.py``): one ``json.dumps(fn, ensure_ascii=False)``
+    line per function, between the fixed head and tail. ``functions`` as :func:`validate_tools`
+    returns them (not checked again); raises nothing."""
     return "".join(text for text, _ in tools_segments(functions))
 
 
 def tools_segments(functions: Sequence[Mapping[str, Any]]) -> list[Segment]:
-    """:func:`render_tools` as segments: the schemas are the client's text."""
+    """:func:`render_tools` as :data:`Segment` ``(text, is_request_text)`` pieces: the fixed head
+    and tail ``False``, the function lines ``True`` (the client's text, tokenized as plain text)."""
     head, _, tail = _TOOLS_SECTION.partition("{schemas}")
     return [(head, False), ("\n".join(_to_json(fn) for fn in functions), True), (tail, False)]
 
@@ -199,13 +203,20 @@ def encode_tool_calls(tool_calls: Sequence[Mapping[str, Any]], field: str = "too
     encoder writes it.
 
     Raises:
-        ValueError: a call without name, arguments neither a string nor an object (names ``field``).
+        ValueError: a call that is not an object, has no ``function`` object or name, or
+            ``arguments`` neither a string nor an object (names ``field[j]``).
     """
     return "".join(text for text, _ in tool_call_segments(tool_calls, field))
 
 
 def tool_call_segments(tool_calls: Sequence[Mapping[str, Any]], field: str) -> list[Segment]:
-    """:func:`encode_tool_calls` as segments: names, keys and values are the client's text."""
+    """:func:`encode_tool_calls` as :data:`Segment` ``(text, is_request_text)`` pieces: the DSML
+    tags ``False``; names, keys and values ``True`` (the client's text).
+
+    Raises:
+        ValueError: a call that is not an object, has no ``function`` object or name, or
+            ``arguments`` neither a string nor an object (names ``field[j]``).
+    """
     segs: list[Segment] = [("\n\n" + TOOL_CALLS_START + "\n", False)]
     for j, call in enumerate(tool_calls):
         if not isinstance(call, Mapping):

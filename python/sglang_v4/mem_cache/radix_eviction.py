@@ -245,7 +245,19 @@ class RadixEvictionMixin:
         self._hit_tokens += hit_tokens
 
     def stats(self) -> dict[str, Any]:
-        """Counters for ``get_server_info()["radix_cache"]`` (counts of pages / tokens)."""
+        """Counters for ``get_server_info()["radix_cache"]``.
+
+        Returns:
+            A JSON-ready dict: the settings (``disabled``, ``page_size`` in tokens,
+            ``resume_interval`` in blocks), ``nodes``; block pages (``cached_blocks``,
+            ``evictable_blocks``, ``locked_blocks``, ``evicted_blocks``: counts of
+            ``page_size``-token block pages, and
+            ``cached_tokens = cached_blocks * page_size``); resume states (window pages:
+            ``resume_states``, ``evictable_resume_states``, ``locked_resume_states``,
+            ``evicted_resume_states``); ``locked_nodes``; the hit totals of :meth:`record_hit`
+            in tokens (``hit_tokens``, ``prompt_tokens``) and ``hit_rate = hit / prompt`` (0.0
+            before any prompt).
+        """
         eb, ew = self.evictable_sizes()
         return {
             "disabled": self.disable,

@@ -83,6 +83,7 @@ class PenaltyCache:
     """
 
     def __init__(self) -> None:
+        """An empty cache; entries are made by :meth:`rows` on a request's first use."""
         self._entries: dict[Any, _PenaltyEntry] = {}
 
     def __len__(self) -> int:
@@ -126,7 +127,24 @@ class PenaltyCache:
         vocab: int,
         device: torch.device,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(out_counts [R, V] float32, prompt_present [R, V] bool)`` for the given requests."""
+        """The penalty statistics of ``R = len(rids)`` requests, updated with their new tokens.
+
+        Args:
+            rids: request ids (any hashable), the cache keys.
+            prompt_ids: ``R`` prompt token-id lists (``None``: no prompt presence, all False).
+            output_ids: ``R`` output token-id lists; only the ids past the cached count are added.
+            vocab: ``V``, the logits' last dim; every id must be in ``[0, V)``.
+            device: where the rows live (an entry kept on another device is rebuilt).
+
+        Returns:
+            ``(out_counts [R, V] float32, prompt_present [R, V] bool)``: occurrences of each token
+            in the output, and whether it occurs in the prompt (the inputs of the repetition /
+            frequency / presence formulas of the module docstring).
+
+        Raises:
+            IndexError / RuntimeError: an id outside ``[0, V)`` (torch's indexing error; a
+                request's prompt ids past the vocabulary are refused at admission).
+        """
         entries = [
             self._entry(rid, prompt_ids[j] if prompt_ids is not None else (), output_ids[j], vocab, device)
             for j, rid in enumerate(rids)

@@ -95,6 +95,42 @@ def _paged_attn_kernel(
     COMP_CODEC: tl.constexpr = -1,
     KEYS_ON_M: tl.constexpr = 0,
 ):
+    """One (token ``t``, head block, split ``s``) program of the paged sparse attention.
+
+    Grid ``(T, ceil(H / BLOCK_H) * DV_SPLIT, num_splits)``, launched only by
+    :func:`sgl_kernel_v4.triton.attention.sparse_attention`, which checks every argument. Math:
+    HF's ``eager_attention_forward`` with ``s_aux`` (that module's docstring), computed in base 2
+    with an online softmax (FlashAttention, Dao et al. 2022; the split merge as flash-decoding).
+
+    Args (pointers to device tensors; strides in elements):
+        q_ptr: ``[T, H, D]`` queries (bf16 / fp16 / fp32, last dim contiguous).
+        swa_ptr, swa_rpp, swa_ps, swa_rs: the window pool's storage, rows per page, page and row
+            strides (float rows, or fp8 main-entry rows decoded in registers per ``CODEC``).
+        swa_pages_ptr: ``[T, 2]`` int64 window pages of each token's previous and own span.
+        pos_ptr: ``[T]`` int64 positions; ``W`` the window length (keys ``pos - W + 1 .. pos``).
+        comp_ptr, c_rpp, c_ps, c_rs: the compressed pool (same layout fields as the window's).
+        ent_ptr, stride_et, K_ENT: ``[T, K_ENT]`` int64 selected entry indices (``COMP_MODE`` 1,
+            ``-1`` = none).
+        vis_ptr: ``[T]`` int64 visible entries per token (``COMP_MODE`` 2: all of them).
+        r2p_ptr, stride_r2p, req_rows_ptr, token_req_ptr, E: the page table ``[R, P]``, each
+            request row's slot, each token's request row, entries per block page
+            (:mod:`sgl_kernel_v4.paged`).
+        sink_ptr: ``[H]`` fp32 sink logits (natural-log units; scaled by ``log2(e)`` here): the
+            initial running max of a single split; with several, :func:`_combine_kernel` adds it.
+        out_ptr, stride_ot, stride_oh: ``[T, H, D]`` output in q's dtype (one split).
+        part_acc_ptr, part_ml_ptr: ``[T, H, num_splits, BLOCK_D]`` / ``[.., 2]`` fp32 partial
+            accumulator and (max, sum) in base 2 (several splits).
+        lse_ptr: ``[T, H]`` fp32 base-2 log-sum-exp, sink included (``STORE_LSE``).
+        H: query heads. ``scale_log2``: softmax scale times ``log2(e)``.
+        num_splits: splits per (token, head block); runtime, not specialised.
+        constexprs: ``D`` head dim, ``NOPE`` its non-RoPE part, ``CODEC`` / ``COMP_CODEC`` the
+            pools' entry formats, tiles ``BLOCK_D`` / ``BLOCK_H`` / ``BLOCK_N``, ``SPLIT``,
+            ``COMP_MODE`` (0 window only, 1 selected entries, 2 all visible entries), ``ALIGN``
+            (fp8 row alignment in bytes), ``DV_SPLIT``, ``IEEE`` (fp32 products without TF32),
+            ``KEYS_ON_M`` (operand orientation, :mod:`sgl_kernel_v4.triton.attention_tile`).
+
+    Writes ``out`` (or the partials) and ``lse``; raises nothing (bounds are the launcher's).
+    """
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1) // DV_SPLIT
     dv = tl.program_id(1) % DV_SPLIT
@@ -239,6 +275,14 @@ def _combine_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr,
 ):
+    """Merge the ``num_splits`` partial results of one (token ``t``, head ``h``) with the sink.
+
+    Grid ``(T, H)``. Reads ``part_ml [T, H, num_splits, 2]`` (base-2 max, sum) and ``part_acc
+    [T, H, num_splits, BLOCK_D]`` fp32 as :func:`_paged_attn_kernel` wrote them and ``sink_ptr``
+    ``[H]`` fp32 (natural-log units); writes ``out[t, h, :D]`` in out's dtype:
+    ``sum_s 2**(m_s - M) acc_s / (2**(sink' - M) + sum_s 2**(m_s - M) l_s)`` with ``M`` the
+    running max and ``sink' = sink * log2(e)`` (the log-sum-exp merge of flash-decoding).
+    """
     # the splits' partial (max, sum, acc) merged with the sink in one pass, BLOCK_S splits per
     # step (one [BLOCK_S, BLOCK_D] load, online rescaling): the split count is a runtime argument,
     # so one compiled kernel serves every split count, and BLOCK_S splits cost one step, not

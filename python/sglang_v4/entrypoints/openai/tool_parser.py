@@ -259,8 +259,8 @@ class DsmlToolParser(DsmlArgumentsMixin):
         Returns:
             ``(content_delta, tool_call_deltas)``: the held-back plain text (nothing of an open
             block); a cut call's held-back arguments (a possible wrapper), or the whole cut call
-            of a bare block (withheld until its invoke closed), else no delta: the rest was
-            streamed already.
+            of a bare block cut before its structure confirmed it (withheld until then), else no
+            delta: the rest was streamed already.
         """
         rest, self._buf = self._buf, ""
         if self._state == _RAW:  # the rest of a malformed block: dropped
