@@ -249,3 +249,52 @@ def test_logging_survives_a_replaced_and_closed_stdout(monkeypatch: pytest.Monke
         root = logging.getLogger()
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+def test_main_process_loads_the_tokenizer_once(tmp_path, monkeypatch):
+    """The launcher's directory check loads the tokenizer to validate it and hands that object to
+    the ``TokenizerManager``: the main process reads the tokenizer files once at start-up (it read
+    them twice: to check, then to serve). A manager given none loads its own; with
+    ``--skip-tokenizer-init`` nothing is loaded."""
+    import shutil
+
+    import sglang_v4.utils
+    from sglang_v4.entrypoints.launcher import resolve_model_path
+    from sglang_v4.managers import tokenizer_manager as tm_mod
+    from sglang_v4.managers.control_struct import SchedulerReadyInfo
+    from sglang_v4.server_args import PortArgs, ServerArgs
+
+    loads: list[str] = []
+    real_get_tokenizer = sglang_v4.utils.get_tokenizer
+
+    def counting_get_tokenizer(path: str):
+        loads.append(path)
+        return real_get_tokenizer(path)
+
+    monkeypatch.setattr(sglang_v4.utils, "get_tokenizer", counting_get_tokenizer)
+    monkeypatch.setattr(tm_mod, "get_tokenizer", counting_get_tokenizer)
+    d = str(make_fake_model_dir(tmp_path))
+    info = SchedulerReadyInfo(
+        status="ready", max_total_num_tokens=4096, max_req_input_len=4095, context_len=4096
+    )
+
+    def manager(sa: ServerArgs, tokenizer):
+        port_args = PortArgs.init_new()
+        try:
+            tm = tm_mod.TokenizerManager(sa, port_args, info, tokenizer)
+            tm.close()
+            return tm
+        finally:
+            shutil.rmtree(port_args.ipc_dir, ignore_errors=True)
+
+    sa = ServerArgs(model_path=d, device="cpu")
+    tok = resolve_model_path(sa)
+    assert loads == [d] and tok is not None
+    assert manager(sa, tok).tokenizer is tok and loads == [d]
+    cold = manager(sa, None).tokenizer  # no hand-over: loaded here, as before
+    assert loads == [d, d] and cold is not tok
+    text = "Hello, world: 1 + 1 = 2"
+    assert tok.encode(text) == cold.encode(text)
+    skip = ServerArgs(model_path=d, device="cpu", skip_tokenizer_init=True)
+    assert resolve_model_path(skip) is None and manager(skip, None).tokenizer is None
+    assert loads == [d, d]

@@ -164,13 +164,14 @@ def _main(argv: list[str] | None, stop: StopSignal) -> int:
     warn_ignored_sglang_args(server_args, log)
     warn_unread_sglang_env(log=log)
     single = server_args.node_rank == 0 and server_args.dp_size == 1
+    tokenizer = None  # the one the checks load, handed to the tokenizer manager
     if single:
         # The port and model-directory checks before the HTTP stack's imports (torch, FastAPI):
         # a taken port or a bad --model-path is one line within a fraction of a second.
         from sglang_v4.entrypoints import launcher
 
         try:
-            launcher.preflight_server(server_args)
+            tokenizer = launcher.preflight_server(server_args)
         except (RuntimeError, ValueError) as e:
             log.error("%s", e)
             return 1
@@ -189,7 +190,7 @@ def _main(argv: list[str] | None, stop: StopSignal) -> int:
             from sglang_v4.entrypoints.data_parallel import launch_data_parallel
 
             return launch_data_parallel(server_args)
-        return launch_server(server_args, stop, checked=single)
+        return launch_server(server_args, stop, checked=single, tokenizer=tokenizer)
     except StopRequested as e:
         log.info("%s", e)
         return 0

@@ -192,7 +192,8 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
                 "dp_size / node_rank: an Engine is one server on node 0 (run --dp-size replicas and "
                 "worker nodes with python -m sglang_v4.launch_server)"
             )
-        resolve_model_path(self.server_args)
+        # the tokenizer the directory check loaded goes to the tokenizer manager (loaded once)
+        tokenizer = resolve_model_path(self.server_args)
         self._procs = launch_subprocesses(self.server_args)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -208,7 +209,7 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         self._atexit = functools.partial(_shutdown_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
         try:
-            self.tokenizer_manager = self._run(self._create_tokenizer_manager())
+            self.tokenizer_manager = self._run(self._create_tokenizer_manager(tokenizer))
         except Exception:
             self.shutdown()
             raise
@@ -217,10 +218,10 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         )
         self._watchdog.start()
 
-    async def _create_tokenizer_manager(self) -> Any:
+    async def _create_tokenizer_manager(self, tokenizer: Any = None) -> Any:
         from sglang_v4.managers.tokenizer_manager import TokenizerManager
 
-        tm = TokenizerManager(self.server_args, self._procs.port_args, self._procs.scheduler_info)
+        tm = TokenizerManager(self.server_args, self._procs.port_args, self._procs.scheduler_info, tokenizer)
         tm.start()
         tm.server_status = "Up"
         return tm

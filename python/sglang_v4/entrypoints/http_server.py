@@ -125,7 +125,7 @@ class _State:
 
 
 def create_app(
-    server_args: ServerArgs, procs: Subprocesses, stop: StopSignal | None = None
+    server_args: ServerArgs, procs: Subprocesses, stop: StopSignal | None = None, tokenizer: Any = None
 ) -> tuple[FastAPI, _State]:
     """Build the FastAPI app for already-started backend processes.
 
@@ -134,7 +134,9 @@ def create_app(
     ``/health`` to 503 and stops the server after ``CRASH_EXIT_DELAY_S`` with exit code 1,
     unless it was stopped on request (:meth:`Subprocesses.dead_were_stopped`): then the server
     stops with exit code 0. ``stop``: the launcher's start-up signal record; a signal it holds
-    when the app starts stops the server at once.
+    when the app starts stops the server at once. ``tokenizer``: the one the start-up checks
+    loaded (:func:`~sglang_v4.entrypoints.launcher.preflight_server`), handed to the
+    ``TokenizerManager``; ``None``: it loads its own.
     """
     state = _State(server_args=server_args, procs=procs)
     hf_config = {**read_model_config(server_args.model_path or ""), **server_args.model_override_args()}
@@ -212,7 +214,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tm = TokenizerManager(server_args, procs.port_args, procs.scheduler_info)
+        tm = TokenizerManager(server_args, procs.port_args, procs.scheduler_info, tokenizer)
         if server_args.enable_metrics:
             tm.metrics = TokenizerMetrics(
                 tm.served_model_name,
@@ -498,14 +500,17 @@ async def stop_own_work(state: _State) -> None:
         await tm.stop_open_profile()
 
 
-def launch_server(server_args: ServerArgs, stop: StopSignal | None = None, checked: bool = False) -> int:
+def launch_server(
+    server_args: ServerArgs, stop: StopSignal | None = None, checked: bool = False, tokenizer: Any = None
+) -> int:
     """Start the backend processes, serve HTTP until stopped; returns the exit code.
 
     ``stop``: the launcher's :class:`StopSignal` (installed before the model loads); a signal it
     records before the HTTP server handles signals stops the start-up cleanly. Without it, one is
     installed here. ``checked``: the caller has run
     :func:`~sglang_v4.entrypoints.launcher.preflight_server` on ``server_args`` (the port and model
-    directory checks); otherwise they run here.
+    directory checks) and passes the tokenizer it returned as ``tokenizer`` (the main process then
+    loads it once); otherwise they run here.
 
     Raises:
         RuntimeError: the port is taken, the host cannot be listened on, or the scheduler failed
@@ -519,7 +524,7 @@ def launch_server(server_args: ServerArgs, stop: StopSignal | None = None, check
     if stop is None:
         stop = StopSignal().install()
     if not checked:
-        preflight_server(server_args)
+        tokenizer = preflight_server(server_args)
     stop.check()
     t0 = time.perf_counter()
     procs = launch_subprocesses(server_args, should_stop=lambda: stop.signum)
@@ -531,7 +536,7 @@ def launch_server(server_args: ServerArgs, stop: StopSignal | None = None, check
         procs.scheduler_info.max_req_input_len,
     )
     try:
-        app, state = create_app(server_args, procs, stop)
+        app, state = create_app(server_args, procs, stop, tokenizer)
         limits = AdmissionLimits.from_env()
         protocol = type(
             "HeaderTimeoutH11", (HeaderTimeoutH11Protocol,), {"header_timeout_s": limits.read_timeout_s}

@@ -54,12 +54,17 @@ def check_model_dir(
     ep_size: int = 1,
     device: str = "cuda",
     chat_template: str | None = None,
-) -> None:
+) -> Any:
     """Check that ``model_path`` is a local model directory before any process starts.
 
     Each failure is one line saying what is expected and how to make one (a hub id is not
     downloaded: the message says how to download it), instead of tracebacks from the child
     processes about a missing ``config.json`` or tokenizer.
+
+    Returns:
+        The tokenizer it loaded to check it (:func:`sglang_v4.utils.get_tokenizer` of
+        ``tokenizer_path or model_path``), for the caller to hand to the ``TokenizerManager``
+        instead of loading it again; ``None`` with ``skip_tokenizer_init``.
 
     Raises:
         ValueError: naming ``model_path`` or ``tokenizer_path``: missing, a file, a hub id, no
@@ -169,6 +174,7 @@ def check_model_dir(
             f"model_path: {model_path!r} has no *.safetensors weights{found} (use --load-format dummy for "
             f"random weights); expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
         )
+    tokenizer: Any = None
     if not skip_tokenizer_init:
         tok = tokenizer_path or model_path
         if tokenizer_path is not None and not os.path.isdir(tok):
@@ -190,7 +196,7 @@ def check_model_dir(
         # what the tokenizer manager and the detokenizer will load: tokenizer_config.json alone
         # names no vocabulary for a fast tokenizer
         try:
-            get_tokenizer(tok)
+            tokenizer = get_tokenizer(tok)
         except ValueError as e:
             raise ValueError(
                 f"{' '.join(str(e).split())} (pass --skip-tokenizer-init to serve token ids only)"
@@ -209,6 +215,7 @@ def check_model_dir(
             check_checkpoint(model_path, mc, allow_empty=True)
         except ValueError as e:
             raise ValueError(f"model_path: {' '.join(str(e).split())}") from None
+    return tokenizer
 
 
 #: NVIDIA ModelOpt's quantization file, written next to ``config.json`` by its exports (SGLang
@@ -318,8 +325,13 @@ def check_context_length(context_length: int, mc: Any) -> None:
     raise ValueError(f"{msg}. To allow it, set the environment variable {ALLOW_LONGER_CONTEXT_ENV}=1")
 
 
-def resolve_model_path(server_args: ServerArgs) -> None:
+def resolve_model_path(server_args: ServerArgs) -> Any:
     """Fill ``model_path`` (embedded default when None) and ``tokenizer_path`` in place.
+
+    Returns:
+        The tokenizer :func:`check_model_dir` loaded from ``tokenizer_path`` (``None`` with
+        ``skip_tokenizer_init``): pass it to the ``TokenizerManager`` so that the main process
+        loads it once.
 
     Raises:
         ValueError: the directory is not a usable model directory (see :func:`check_model_dir`).
@@ -328,7 +340,7 @@ def resolve_model_path(server_args: ServerArgs) -> None:
         from sglang_v4.tools.default_model import ensure_default_model
 
         server_args.model_path = str(ensure_default_model())
-    check_model_dir(
+    tokenizer = check_model_dir(
         server_args.model_path,
         server_args.tokenizer_path,
         server_args.load_format,
@@ -344,15 +356,19 @@ def resolve_model_path(server_args: ServerArgs) -> None:
     )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path
+    return tokenizer
 
 
-def preflight_server(server_args: ServerArgs) -> None:
+def preflight_server(server_args: ServerArgs) -> Any:
     """The HTTP server's start-up checks, run before any heavy import or child process: the
     address ``host:port`` can be listened on (:func:`sglang_v4.utils.bind_error`), then
     :func:`resolve_model_path` (fills ``model_path`` / ``tokenizer_path`` in place).
 
     ``python -m sglang_v4.launch_server`` runs it before importing the HTTP stack (torch, FastAPI),
     so a taken port or a bad model directory is reported in a fraction of a second.
+
+    Returns:
+        :func:`resolve_model_path`'s tokenizer (``None`` with ``skip_tokenizer_init``).
 
     Raises:
         RuntimeError: the port is taken or the host cannot be listened on (the message starts
@@ -364,7 +380,7 @@ def preflight_server(server_args: ServerArgs) -> None:
     reason = bind_error(server_args.host, server_args.port)
     if reason is not None:
         raise RuntimeError(reason)
-    resolve_model_path(server_args)
+    return resolve_model_path(server_args)
 
 
 def read_model_config(model_path: str) -> dict[str, Any]:

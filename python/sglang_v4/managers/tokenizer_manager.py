@@ -127,10 +127,17 @@ class TokenizerManager(
         server_args: resolved server arguments (``model_path`` set).
         port_args: the ZMQ endpoints of this server's processes.
         scheduler_info: what the scheduler reported when ready (limits, vocab size).
+        tokenizer: the tokenizer already loaded from ``tokenizer_path`` by the launcher's check
+            (:func:`~sglang_v4.entrypoints.launcher.resolve_model_path` returns it); ``None``:
+            loaded here. Ignored with ``--skip-tokenizer-init``.
     """
 
     def __init__(
-        self, server_args: ServerArgs, port_args: PortArgs, scheduler_info: SchedulerReadyInfo
+        self,
+        server_args: ServerArgs,
+        port_args: PortArgs,
+        scheduler_info: SchedulerReadyInfo,
+        tokenizer: Any = None,
     ) -> None:
         self.server_args = server_args
         self.port_args = port_args
@@ -139,7 +146,10 @@ class TokenizerManager(
         self.served_model_name = server_args.resolved_served_model_name()
         #: ``--skip-tokenizer-init``: no tokenizer (``self.tokenizer is None``); see the module docstring.
         self.skip_tokenizer_init = bool(server_args.skip_tokenizer_init)
-        self.tokenizer = None if self.skip_tokenizer_init else get_tokenizer(self.tokenizer_path)
+        if self.skip_tokenizer_init:
+            self.tokenizer = None
+        else:
+            self.tokenizer = tokenizer if tokenizer is not None else get_tokenizer(self.tokenizer_path)
         #: ``</think>``'s ids for ``meta_info["reasoning_tokens"]`` (None: nothing counted)
         self.think_end_ids = think_end_token_ids(self.tokenizer, server_args.reasoning_parser)
         self.vocab_size = scheduler_info.vocab_size or (
