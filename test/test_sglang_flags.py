@@ -275,7 +275,9 @@ def _launch_args(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> ServerArgs
 
     seen: list[ServerArgs] = []
     monkeypatch.setattr(launcher, "preflight_server", lambda sa: None)
-    monkeypatch.setattr(http_server, "launch_server", lambda sa, stop, checked=False: seen.append(sa) or 0)
+    monkeypatch.setattr(
+        http_server, "launch_server", lambda sa, stop, checked=False, tokenizer=None: seen.append(sa) or 0
+    )
     assert main(argv) == 0
     return seen[0]
 
