@@ -397,23 +397,14 @@ def test_sglang_33151_stop_string_in_reasoning_and_answer(plain_fake_server: Ser
 # --------------------------------------------------------------------------- abort
 
 
-def test_sglang_19357_aborted_stream_ends_with_an_abort(held_fake_server: ServerHandle) -> None:
-    """sgl-project/sglang#19357: a streamed request aborted on the server's side ended without
-    telling the client (no abort in its last chunk, or the stream hung). Expected: after
-    ``/abort_request`` with its ``rid`` (an abort the client did not cause by disconnecting) the
-    stream ends promptly, its last chunk's ``finish_reason`` an ``abort``, and ``/generate``
-    serves a new request normally."""
-    rid = f"held-{uuid.uuid4().hex}"
-    body = {
-        "text": "[hold] Tell me a story",
-        "rid": rid,
-        "stream": True,
-        "sampling_params": {"max_new_tokens": 50},
-    }
+def _start_held_stream(server: ServerHandle, rid: str, text: str) -> tuple[threading.Thread, list[str]]:
+    """Stream ``/generate`` of a held (never-ending until aborted) request ``rid`` in a thread;
+    returns the thread and the list its ``data:`` lines go into, once the first one arrived."""
+    body = {"text": text, "rid": rid, "stream": True, "sampling_params": {"max_new_tokens": 50}}
     chunks: list[str] = []
 
     def read() -> None:
-        with requests.post(held_fake_server.url + "/generate", json=body, stream=True, timeout=60) as r:
+        with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
             chunks.extend(line.decode() for line in r.iter_lines() if line.startswith(b"data: {"))
 
     t = threading.Thread(target=read)
@@ -422,6 +413,17 @@ def test_sglang_19357_aborted_stream_ends_with_an_abort(held_fake_server: Server
     while not chunks and time.time() < deadline:
         time.sleep(0.05)
     assert chunks, "the held request never streamed its first token"
+    return t, chunks
+
+
+def test_sglang_19357_aborted_stream_ends_with_an_abort(held_fake_server: ServerHandle) -> None:
+    """sgl-project/sglang#19357: a streamed request aborted on the server's side ended without
+    telling the client (no abort in its last chunk, or the stream hung). Expected: after
+    ``/abort_request`` with its ``rid`` (an abort the client did not cause by disconnecting) the
+    stream ends promptly, its last chunk's ``finish_reason`` an ``abort``, and ``/generate``
+    serves a new request normally."""
+    rid = f"held-{uuid.uuid4().hex}"
+    t, chunks = _start_held_stream(held_fake_server, rid, "[hold] Tell me a story")
     assert post(held_fake_server, "/abort_request", {"rid": rid}).status_code == 200
     t.join(timeout=30)
     assert not t.is_alive(), "the aborted stream did not end"
@@ -458,24 +460,7 @@ def test_sglang_19035_duplicate_running_rid_is_refused(held_fake_server: ServerH
     400 naming the rid, the running request is unaffected (it still streams and ends when
     aborted), and the rid is free again once it has finished."""
     rid = f"dup-{uuid.uuid4().hex}"
-    body = {
-        "text": "[hold] A long tale",
-        "rid": rid,
-        "stream": True,
-        "sampling_params": {"max_new_tokens": 50},
-    }
-    chunks: list[str] = []
-
-    def read() -> None:
-        with requests.post(held_fake_server.url + "/generate", json=body, stream=True, timeout=60) as r:
-            chunks.extend(line.decode() for line in r.iter_lines() if line.startswith(b"data: {"))
-
-    t = threading.Thread(target=read)
-    t.start()
-    deadline = time.time() + 30
-    while not chunks and time.time() < deadline:
-        time.sleep(0.05)
-    assert chunks, "the held request never streamed its first token"
+    t, chunks = _start_held_stream(held_fake_server, rid, "[hold] A long tale")
     dup = post(
         held_fake_server, "/generate", {"text": "Hi", "rid": rid, "sampling_params": {"max_new_tokens": 2}}
     )
