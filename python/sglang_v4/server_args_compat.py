@@ -51,6 +51,12 @@ UNSUPPORTED = "unsupported"
 #: Honoured through another ``ServerArgs`` field (:func:`apply_sglang_semantics` maps it).
 MAPPED = "mapped"
 
+#: Why the decode-token estimate flags are ignored.
+_NO_DECODE_ESTIMATE = (
+    "sglang-v4 admits without a decode-token estimate: pages are taken as tokens arrive and a "
+    "shortage retracts the newest request (vLLM's policy)"
+)
+
 
 @dataclass(frozen=True)
 class SGLangFlag:
@@ -145,7 +151,9 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         switch=True,
     ),  # fmt: skip
     SGLangFlag(
-        "--schedule-conservativeness", IGNORED, "sglang-v4 reserves KV blocks exactly (no estimate to tune)"
+        "--schedule-conservativeness",
+        IGNORED,
+        _NO_DECODE_ESTIMATE,
     ),  # fmt: skip
     # Speculative decoding (see the module docstring for why these are accepted).
     SGLangFlag("--speculative-algorithm", IGNORED, _SPEC),
@@ -272,7 +280,9 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--num-continuous-decode-steps", IGNORED, _DEBUG),
     SGLangFlag("--max-micro-batch-size", IGNORED, _DEBUG),
     SGLangFlag(
-        "--num-reserved-decode-tokens", IGNORED, "sglang-v4 reserves KV blocks exactly (no estimate to tune)"
+        "--num-reserved-decode-tokens",
+        IGNORED,
+        _NO_DECODE_ESTIMATE,
     ),
     SGLangFlag("--sm-group-num", IGNORED, _DEBUG),
     SGLangFlag("--gc-warning-threshold-secs", IGNORED, _DEBUG),
