@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_compat import warn_ignored_sglang_args, warn_unread_sglang_env
+from sglang_v4.server_args_vllm_hints import vllm_flag_hints
 from sglang_v4.utils import configure_logging
 
 if TYPE_CHECKING:
@@ -49,8 +50,10 @@ class OneLineErrorParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        """Exit with code 2 and the one-line message ``prog: error: message (see --help)``."""
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        """Exit with code 2 and the one-line message ``prog: error: message (see --help)``; a vLLM
+        flag among unrecognized arguments gets what to use here
+        (:func:`~sglang_v4.server_args_vllm_hints.vllm_flag_hints`)."""
+        self.exit(2, f"{self.prog}: error: {vllm_flag_hints(message)} (see --help)\n")
 
 
 def expand_config_file(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:

@@ -98,6 +98,11 @@ _DEBUG = "a debugging / tuning knob of SGLang's runtime with no counterpart here
 _TOKENIZER = "sglang-v4 tokenizes in its HTTP process (one fast tokenizer)"
 _GEMM = "sglang-v4 has one GEMM implementation per format (its Triton / torch kernels)"
 _PREFILL_GRAPH = "sglang-v4 sizes its extend / mixed-step CUDA graphs with --cuda-graph-max-extend-tokens"
+_CP = "sglang-v4 has no context-parallel prefill: attention runs tensor-parallel on the same --tp-size GPUs"
+_HISPARSE = (
+    "sglang-v4 keeps the whole compressed KV in GPU memory and its indexer selects from it there "
+    "(no host tier for sparse attention)"
+)
 _PD = "only read with --disaggregation-mode, which sglang-v4 refuses (one server does prefill and decode)"
 
 SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
@@ -193,7 +198,7 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--triton-attention-num-kv-splits", IGNORED, _ATTN),
     SGLangFlag("--disable-chunked-prefix-cache", IGNORED, _ATTN, switch=True),
     SGLangFlag("--init-expert-location", IGNORED, _EPLB),
-    SGLangFlag("--enable-waterfill", IGNORED, _EPLB, switch=True),
+    SGLangFlag("--enable-waterfill", IGNORED, _EPLB, switch=True, aliases=("--enable-deepep-waterfill",)),
     SGLangFlag("--eplb-algorithm", IGNORED, _EPLB),
     SGLangFlag("--eplb-rebalance-num-iterations", IGNORED, _EPLB),
     SGLangFlag("--ep-dispatch-algorithm", IGNORED, _EPLB),
@@ -203,11 +208,18 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
         IGNORED,
         "sglang-v4 sizes its sliding-window and compressed KV pools itself (docs/ARCHITECTURE.md)",
     ),  # fmt: skip
+    SGLangFlag("--attn-cp-size", IGNORED, _CP, aliases=("--attention-context-parallel-size",)),
+    # The cookbook's CP knob emits these with --attn-cp-size; the DSA / NSA spellings are their
+    # older names (SGLang keeps them as deprecated aliases).
     SGLangFlag(
-        "--attn-cp-size",
+        "--enable-prefill-cp",
         IGNORED,
-        "sglang-v4 has no context-parallel prefill: attention runs tensor-parallel on the same --tp-size GPUs",
-    ),  # fmt: skip
+        _CP,
+        switch=True,
+        aliases=("--enable-dsa-prefill-context-parallel", "--enable-nsa-prefill-context-parallel"),
+    ),
+    SGLangFlag("--cp-strategy", IGNORED, _CP, aliases=("--dsa-prefill-cp-mode", "--nsa-prefill-cp-mode")),
+    SGLangFlag("--enable-cp-decode-attn-tp", IGNORED, _CP, switch=True),
     SGLangFlag(
         "--enable-dp-lm-head",
         IGNORED,
@@ -260,9 +272,14 @@ SGLANG_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--hicache-io-backend", IGNORED, _CACHE),
     SGLangFlag("--hicache-write-policy", IGNORED, _CACHE),
     SGLangFlag("--hicache-storage-prefetch-policy", IGNORED, _CACHE),
+    SGLangFlag("--hicache-storage-backend-extra-config", IGNORED, _CACHE),
+    SGLangFlag("--enable-lmcache", IGNORED, _CACHE, switch=True),
+    SGLangFlag("--enable-hisparse", IGNORED, _HISPARSE, switch=True),
+    SGLangFlag("--hisparse-config", IGNORED, _HISPARSE),
     SGLangFlag("--disaggregation-transfer-backend", IGNORED, _PD),
     SGLangFlag("--disaggregation-ib-device", IGNORED, _PD),
     SGLangFlag("--disaggregation-bootstrap-port", IGNORED, _PD),
+    SGLangFlag("--disaggregation-decode-enable-radix-cache", IGNORED, _PD, switch=True),
     SGLangFlag("--mooncake-ib-device", IGNORED, _PD),
     SGLangFlag("--elastic-ep-backend", IGNORED, _EPLB),
     SGLangFlag("--model-loader-extra-config", IGNORED, "sglang-v4 has one safetensors loader"),
