@@ -12,9 +12,11 @@ JSON value it spells when it has an allowed type; and a bare ``<｜DSML｜invoke
 before ``</think>`` did not end the reasoning (sgl-project/sglang#32539): the text before it went
 to ``content`` (stopped) or the whole call stayed in the reasoning (cut); it now ends the reasoning
 as a ``<｜DSML｜tool_calls>`` block start does. The others passed and are kept: an ``arguments``
-wrapper unwrapped (vllm-project/vllm#40959); no DSML markup in streamed content and ``{}`` for a
+wrapper unwrapped (vllm-project/vllm#40959); no call made up from an invoke whose JSON body is
+not an object (sgl-project/sglang#39434); no DSML markup in streamed content and ``{}`` for a
 call without parameters (vllm-project/vllm#40801); ``tool_choice`` ``required`` and named with
-thinking on (deepseek-ai/DeepSeek-V3#1376); a Responses ``function_call`` and its
+thinking on (deepseek-ai/DeepSeek-V3#1376), and the Messages API's ``tool`` / ``any``
+(deepseek-ai/awesome-deepseek-integration#598); a Responses ``function_call`` and its
 ``function_call_output`` paired, with a developer message between them too
 (deepseek-ai/DeepSeek-V3#1611); a reply without ``</think>`` is the answer
 (vllm-project/vllm#48645); prompt lengths 3 mod 4 decode as HF does (vllm-project/vllm#55927).
@@ -36,6 +38,8 @@ from fake_prompt_tm import D as DSML
 from responses_testutil import CHAT_WEATHER, WEATHER
 from responses_testutil import make_client as make_responses_client
 from responses_testutil import post as post_responses
+from test_anthropic_messages import WEATHER as MESSAGES_WEATHER
+from test_anthropic_messages import make_clients as make_messages_clients
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(300)
@@ -81,6 +85,10 @@ def _calls(tok: PreTrainedTokenizerFast, reply: str, tools: list[dict[str, Any]]
         (c.function.name, json.loads(c.function.arguments)) for c in calls
     ]
     return calls
+
+
+def _no_constant(name: str) -> None:
+    raise AssertionError(f"{name} in arguments: not JSON")
 
 
 def _schema(tool: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +142,10 @@ def test_vllm_30797_a_value_that_is_not_json_stays_the_written_string(tok: PreTr
     reply = _block("todo_write", ("todos", "true", "write, then test"), ("priority", "true", "2.5"))
     (call,) = _calls(tok, reply, [TODO])
     assert json.loads(call.function.arguments) == {"todos": "write, then test", "priority": "2.5"}
+    # a number too large for a float, NaN: no JSON value (the arguments must stay valid JSON)
+    big = _tool("scale", {"x": {"type": "number"}, "y": {"type": "number"}})
+    (call,) = _calls(tok, _block("scale", ("x", "true", "1e999"), ("y", "true", "NaN")), [big])
+    assert json.loads(call.function.arguments, parse_constant=_no_constant) == {"x": "1e999", "y": "NaN"}
 
 
 def test_vllm_33703_multi_type_parameters_render_and_parse(tok: PreTrainedTokenizerFast) -> None:
@@ -196,6 +208,39 @@ def test_vllm_40801_empty_parameter_list_is_an_empty_object(tok: PreTrainedToken
     assert call.function.name == "get_time" and json.loads(call.function.arguments) == {}
 
 
+@pytest.mark.parametrize("body", ['"Haifa"', "[1]", "null", "42", "true"])
+def test_sglang_39434_non_object_invoke_body_is_no_empty_call(
+    tok: PreTrainedTokenizerFast, body: str
+) -> None:
+    """sgl-project/sglang#39434: an invoke whose JSON body is a scalar or an array
+    (``<｜DSML｜invoke name="get_weather">"Haifa"</｜DSML｜invoke>``) came back as an executable
+    call with ``arguments == "{}"`` (finish ``tool_calls``), or its markup as content. Expected
+    (the report): no call with made-up arguments, no DSML in the content and a finish reason
+    other than ``tool_calls``, with ``tool_choice`` ``required`` as with ``auto``, streamed too
+    (a streamed call's name, sent once its tag was complete, is not taken back: the parser's
+    documented limit, as in vLLM; it never gets ``{}`` arguments); an object body is the call's
+    arguments."""
+    reply = (
+        f'\n\n<{DSML}tool_calls>\n<{DSML}invoke name="get_weather">{body}</{DSML}invoke>\n</{DSML}tool_calls>'
+    )
+    client, _ = make_responses_client(PromptTM(tok, reply=reply))
+    for choice in ("required", "auto"):
+        kw: Any = {"model": MODEL, "messages": [USER], "tools": [CHAT_WEATHER], "tool_choice": choice}
+        ch = client.chat.completions.create(**kw).choices[0]
+        assert not ch.message.tool_calls and ch.finish_reason == "stop"
+        assert DSML not in (ch.message.content or "")
+        content, args, finish = "", "", None
+        for chunk in client.chat.completions.create(stream=True, **kw):
+            for c in chunk.choices:
+                content += c.delta.content or ""
+                args += "".join((d.function and d.function.arguments) or "" for d in c.delta.tool_calls or [])
+                finish = c.finish_reason or finish
+        assert DSML not in content and finish == "stop" and args == ""
+    good = reply.replace(f">{body}<", '>{"city": "Haifa"}<')
+    (call,) = _calls(tok, good, [CHAT_WEATHER], tool_choice="required")
+    assert json.loads(call.function.arguments) == {"city": "Haifa"}
+
+
 # --------------------------------------------------------------------------- tool_choice
 
 
@@ -224,6 +269,33 @@ def test_deepseek_v3_1376_forced_tool_choice_works_with_thinking_on(
         ("get_weather", ARGS)
     ]
     assert tok.decode(tm.received[0].input_ids).endswith("<think>")
+
+
+def test_deepseek_integration_598_messages_tool_choice_tool_with_thinking(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """deepseek-ai/awesome-deepseek-integration#598: DeepSeek's Anthropic-compatible
+    ``/v1/messages`` answered ``tool_choice {"type": "tool", "name": ...}`` (documented as
+    supported) with 400 "does not support this tool_choice" for V4 models. Expected (the Messages
+    API reference): 200 with thinking enabled, for ``tool`` and ``any``; the reply is a
+    ``thinking`` block then the ``tool_use`` block with the model's input, ``stop_reason``
+    ``tool_use`` (the ``anthropic`` client's own types)."""
+    tm = PromptTM(tok, reply="The user wants weather.</think>" + CALL)
+    client, _, _ = make_messages_clients(tm)
+    for choice in ({"type": "tool", "name": "get_weather"}, {"type": "any"}):
+        m = client.messages.create(
+            model=MODEL,
+            max_tokens=200,
+            messages=[{"role": "user", "content": "Weather in Paris?"}],
+            tools=[MESSAGES_WEATHER],  # type: ignore[list-item]
+            tool_choice=choice,  # type: ignore[arg-type]
+            thinking={"type": "enabled", "budget_tokens": 1024},
+        )
+        assert m.stop_reason == "tool_use"
+        assert [b.type for b in m.content] == ["thinking", "tool_use"]
+        assert m.content[0].thinking == "The user wants weather."  # type: ignore[union-attr]
+        assert m.content[1].name == "get_weather" and m.content[1].input == ARGS  # type: ignore[union-attr]
+        assert tok.decode(tm.received[-1].input_ids).endswith("<think>")
 
 
 # --------------------------------------------------------------------------- Responses API

@@ -19,6 +19,7 @@ parameter when the tool has exactly one, a string one. Anything else is left as 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -133,14 +134,20 @@ def non_string_types(key: str, schema: Any) -> frozenset[str] | None:
     return frozenset(names)
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
 def coerce_string_value(value: str, types: frozenset[str]) -> str:
     """The JSON text of a ``string="true"`` parameter value whose schema allows only ``types``
     (:func:`non_string_types`): the JSON value the text spells when it parses as one of those
     types (``"[1, 2]"`` for an array parameter becomes ``[1, 2]``), else the JSON string of the
     text as the model wrote it."""
     try:
-        parsed = json.loads(value)
-    except (ValueError, RecursionError):
+        parsed = json.loads(value, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json decodes
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(parsed, float) and not math.isfinite(parsed):  # "1e999": not JSON once dumped
         return json.dumps(value, ensure_ascii=False)
     ok = any(
         isinstance(parsed, _JSON_TYPES[t]) and not (isinstance(parsed, bool) and t in ("integer", "number"))
