@@ -17,8 +17,8 @@ not an object (sgl-project/sglang#39434); no DSML markup in streamed content and
 call without parameters (vllm-project/vllm#40801); ``tool_choice`` ``required`` and named with
 thinking on (deepseek-ai/DeepSeek-V3#1376), and the Messages API's ``tool`` / ``any``
 (deepseek-ai/awesome-deepseek-integration#598); a Responses ``function_call`` and its
-``function_call_output`` paired, with a developer message between them too
-(deepseek-ai/DeepSeek-V3#1611); a reply without ``</think>`` is the answer
+``function_call_output`` paired (deepseek-ai/DeepSeek-V3#1611), with a developer message between
+them too (deepseek-ai/DeepSeek-V3#1588); a reply without ``</think>`` is the answer
 (vllm-project/vllm#48645); prompt lengths 3 mod 4 decode as HF does (vllm-project/vllm#55927).
 
 Oracles: the ``openai`` client's own types and stream accumulation, the tools' JSON schemas (a
@@ -315,28 +315,17 @@ def _tool_turn(between: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("between", ["none", "developer"])
-def test_deepseek_v3_1611_function_call_output_pairs_with_its_call(
-    tok: PreTrainedTokenizerFast, between: str
-) -> None:
-    """deepseek-ai/DeepSeek-V3#1611 (and the developer-message case it cross-references): a
-    Responses ``input`` holding a ``function_call`` and its ``function_call_output`` (as Cherry
-    Studio / the Vercel AI SDK send) failed with "No tool call found for tool output with
-    call_id", also with a developer message between them. Expected: 200, and the prompt carries
-    the call and its result in order; without the developer message it is the chat route's prompt
-    of the same conversation (with it, the two routes place the developer text differently by
-    design: the chat route as a system message, as SGLang does; the Responses route as the user's
-    text, as DeepSeek's Responses converter does), and the developer text is in it."""
-    extra = [{"role": "developer", "content": "Answer in one line."}] if between == "developer" else []
+def test_deepseek_v3_1611_function_call_output_pairs_with_its_call(tok: PreTrainedTokenizerFast) -> None:
+    """deepseek-ai/DeepSeek-V3#1611: a Responses ``input`` holding a ``function_call`` and its
+    ``function_call_output`` (as Cherry Studio / the Vercel AI SDK send) failed with "No tool call
+    found for tool output with call_id". Expected (the Responses API reference): 200, and the
+    prompt is the chat route's prompt of the same conversation (the call, then its result)."""
     tm = PromptTM(tok, reply="It is sunny.")
     client, tc = make_responses_client(tm)
-    body, _ = post_responses(tc, {"input": _tool_turn(extra), "tools": [WEATHER]})
+    body, _ = post_responses(tc, {"input": _tool_turn([]), "tools": [WEATHER]})
     assert body["status"] == "completed"
     text = tok.decode(tm.received[0].input_ids)
     assert 0 <= text.index("Paris") < text.index('invoke name="get_weather"') < text.index("Sunny, 21C")
-    if extra:
-        assert "Answer in one line." in text
-        return
     call = {
         "id": "call_w1",
         "type": "function",
@@ -345,11 +334,32 @@ def test_deepseek_v3_1611_function_call_output_pairs_with_its_call(
     hist: list[Any] = [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": None, "tool_calls": [call]},
-        *extra,
         {"role": "tool", "tool_call_id": "call_w1", "content": "Sunny, 21C"},
     ]
     client.chat.completions.create(model=MODEL, messages=hist, tools=[CHAT_WEATHER])  # type: ignore[list-item]
     assert list(tm.received[0].input_ids) == list(tm.received[-1].input_ids)
+
+
+def test_deepseek_v3_1588_developer_message_between_call_and_output(tok: PreTrainedTokenizerFast) -> None:
+    """deepseek-ai/DeepSeek-V3#1588: a developer message (a Codex hook's additional context)
+    between a ``function_call`` and its ``function_call_output`` made ``/responses`` answer 400
+    "No tool output found for tool call". Expected: 200; the prompt has the call, the developer
+    text and the result, in that order, streamed and not (the Responses route reads a developer
+    item as the user's text, as DeepSeek's Responses converter does)."""
+    tm = PromptTM(tok, reply="It is sunny.")
+    _, tc = make_responses_client(tm)
+    extra = [{"role": "developer", "content": "Answer in one line."}]
+    body, _ = post_responses(tc, {"input": _tool_turn(extra), "tools": [WEATHER]})
+    assert body["status"] == "completed"
+    assert body["output"][-1]["content"][0]["text"] == "It is sunny."
+    for got in tm.received:
+        text = tok.decode(got.input_ids)
+        assert (
+            0
+            <= text.index('invoke name="get_weather"')
+            < text.index("Answer in one line.")
+            < text.index("Sunny")
+        )
 
 
 # --------------------------------------------------------------------------- reasoning
