@@ -411,7 +411,8 @@ def test_sglang_32539_dsml_call_before_think_end_ends_the_reasoning(
     or a bare ``<｜DSML｜invoke name=...>``) before closing ``<think>``; the call's markup was then
     counted or streamed as reasoning. Expected (the report): the DSML start ends the reasoning
     (the text before it is ``reasoning_content``, with no markup), the call is parsed, streamed
-    and not, and ``finish_reason`` is ``tool_calls``."""
+    and not, and ``finish_reason`` is ``tool_calls``; cut by ``max_tokens`` after the invoke
+    closed, the call is still parsed and the reasoning is only the text before it."""
     bare = (
         f'\n\n<{DSML}invoke name="get_weather">\n<{DSML}parameter name="city" string="true">Paris'
         f'</{DSML}parameter>\n<{DSML}parameter name="days" string="false">3</{DSML}parameter>\n</{DSML}invoke>'
@@ -423,6 +424,13 @@ def test_sglang_32539_dsml_call_before_think_end_ends_the_reasoning(
     assert [(c.function.name, json.loads(c.function.arguments)) for c in whole.message.tool_calls or []] == [
         ("get_weather", ARGS)
     ]
+    assert calls == [("get_weather", ARGS)]
+    # cut by max_tokens after the invoke closed: the call is still a call, not reasoning text
+    reply = "I should look it up." + (CALL if wrapped else bare) + " Then I answer."
+    cut = len(tok.encode(reply, add_special_tokens=False)) - 2
+    whole, reasoning, _, calls = _split(tok, reply, max_tokens=cut)
+    assert whole.finish_reason == "length"
+    assert whole.message.reasoning_content == reasoning == "I should look it up."  # type: ignore[attr-defined]
     assert calls == [("get_weather", ARGS)]
 
 
