@@ -5,7 +5,9 @@ turns ``<｜DSML｜parameter>`` values (or an invoke's JSON body) into the JSON 
 
 Each parameter adds ``"key": value`` (``{`` first, then ``", "``, as DeepSeek's reference decoder
 joins them); a ``string="true"`` value is streamed JSON-escaped, a ``string="false"`` value as its
-raw JSON text without surrounding whitespace, checked with ``json.loads`` when it ends. A value
+raw JSON text without surrounding whitespace, checked with ``json.loads`` when it ends; a
+``string="true"`` value of a parameter whose schema allows no string is held to its end and goes
+out as the JSON value it spells (vllm-project/vllm#30797, :mod:`.tool_args_repair`). A value
 holding the invoke's own markup (a closing tag left out) makes the block malformed. Arguments
 that may be a spurious ``arguments`` / ``input`` wrapper are held back and released or repaired
 (:mod:`.tool_args_repair`); a bare block's first call is withheld until its structure confirms it.
@@ -45,7 +47,13 @@ from sglang_v4.entrypoints.openai.dsml_grammar import (
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     trailing_ws as _trailing_ws,
 )
-from sglang_v4.entrypoints.openai.tool_args_repair import is_wrapper_key, json_body_wraps, unwrap_arguments
+from sglang_v4.entrypoints.openai.tool_args_repair import (
+    coerce_string_value,
+    is_wrapper_key,
+    json_body_wraps,
+    non_string_types,
+    unwrap_arguments,
+)
 from sglang_v4.entrypoints.openai.tool_calls import ToolCallDelta
 
 if TYPE_CHECKING:
@@ -86,6 +94,8 @@ class DsmlArgumentsMixin:
         if self._hold_undecided:
             self._decide_json_hold(piece, deltas)
             piece = ""  # in the call's arguments already (or sent by the release)
+        if self._coerce_types is not None:  # held to the value's end (_string_value_types)
+            piece = ""
         if pos < 0:
             if piece:
                 self._emit(json.dumps(piece, ensure_ascii=False)[1:-1] if not raw_json else piece, deltas)
@@ -105,6 +115,10 @@ class DsmlArgumentsMixin:
             return True
         if not self._value_is_string and not _json_value(self._value):
             self._drop_block()
+            return True
+        if self._coerce_types is not None:
+            self._emit(coerce_string_value(self._value, self._coerce_types), deltas)
+            self._state = _INVOKE
             return True
         self._emit(
             json.dumps(piece, ensure_ascii=False)[1:-1] + '"' if self._value_is_string else piece, deltas
@@ -130,6 +144,16 @@ class DsmlArgumentsMixin:
         if self._call is None or not isinstance(names, Mapping) or self._call.name not in names:
             return False
         return is_wrapper_key(key, names[self._call.name])
+
+    def _string_value_types(self: DsmlToolParser, key: str) -> frozenset[str] | None:
+        """The types a ``string="true"`` value of parameter ``key`` of the open call is coerced
+        to (:func:`~.tool_args_repair.non_string_types`: the tool's schema allows no string),
+        or ``None``; such a value is held back to its end, then goes out as the JSON value it
+        spells or, failing that, as the string written."""
+        names = self.tool_names
+        if self._call is None or not isinstance(names, Mapping) or self._call.name not in names:
+            return None
+        return non_string_types(key, names[self._call.name])
 
     def _release(self: DsmlToolParser, deltas: list[ToolCallDelta]) -> None:
         """Stop holding the open call's arguments back: what was held goes out as a delta."""

@@ -13,7 +13,10 @@ chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
 
 * ``deepseek-v4`` (default): reasoning only in thinking mode (``chat_template_kwargs``
   ``{"thinking": true}``). When tools are offered, a DSML ``<｜DSML｜tool_calls>`` block also ends
-  the reasoning (the model sometimes starts its calls without ``</think>``); the block, with the
+  the reasoning (the model sometimes starts its calls without ``</think>``), as does an invoke
+  written without its block (``<｜DSML｜invoke name=``, :data:`BARE_INVOKE_START`,
+  sgl-project/sglang#32539: the text before it is the reasoning, whether the generation then stops
+  or is cut); the block, with the
   newlines in front of it (the format's ``"\\n\\n"`` separator), stays in the content for the
   tool parser, and a ``</think>`` the model writes late, right after that block's end
   (``</｜DSML｜tool_calls>``, whitespace between), is dropped: it closes the reasoning the block
@@ -45,9 +48,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_v4.entrypoints.chat_encoding import THINK_END, THINK_START
+from sglang_v4.entrypoints.chat_encoding import DSML, THINK_END, THINK_START
 
 __all__ = [
+    "BARE_INVOKE_START",
     "REASONING_PARSERS",
     "REASONING_PARSER_NAMES",
     "ReasoningParser",
@@ -60,6 +64,10 @@ __all__ = [
 
 #: ``--reasoning-parser`` names (SGLang's spelling).
 REASONING_PARSERS = ("deepseek-v4", "deepseek-r1", "deepseek-v3")
+#: The start of an invoke written without its block (``<｜DSML｜invoke name="f">`` with no
+#: ``<｜DSML｜tool_calls>`` around it): like a block start, it ends the reasoning when tools are
+#: offered (sgl-project/sglang#32539); the tool parser reads such a bare invoke as a block.
+BARE_INVOKE_START = f"<{DSML}invoke name="
 #: Other spellings; SGLang's ``auto`` picks the parser of the model's architecture, which is
 #: DeepSeek-V4's for every model sglang-v4 serves.
 _ALIASES = {
@@ -112,7 +120,7 @@ def reasoning_spec(parser: str, thinking: bool, tool_block_start: str | None = N
         return ReasoningSpec(separate=True)
     if parser == "deepseek-v3":
         return ReasoningSpec(separate=thinking)
-    implicit = (tool_block_start,) if tool_block_start else ()
+    implicit = (tool_block_start, BARE_INVOKE_START) if tool_block_start else ()
     return ReasoningSpec(separate=thinking, implicit_end=implicit, unterminated_stop_is_content=True)
 
 
@@ -187,7 +195,8 @@ class ReasoningParser:
                 else:  # a block start: its separating newlines go with it to the content
                     ws = len(reasoning) - len(reasoning.rstrip("\n"))
                     reasoning, self._buf = reasoning[: len(reasoning) - ws], self._buf[pos - ws :]
-                    self._late_tag_after = "</" + marker[1:]
+                    # the closing tag of the block (or bare invoke) the marker opens
+                    self._late_tag_after = "</" + marker[1:].split(" ")[0].rstrip(">") + ">"
                 self.in_reasoning = False
             else:
                 keep = max(_partial_suffix_len(self._buf, m) for m in (THINK_END, *self.implicit_end))

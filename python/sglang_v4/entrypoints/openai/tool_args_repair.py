@@ -1,4 +1,6 @@
-"""Repair of DeepSeek-V4's spurious argument wrapper in tool calls.
+"""Schema-guarded repairs of DeepSeek-V4's tool-call arguments: a spurious argument wrapper, and
+a ``string="true"`` value of a parameter whose schema allows no string
+(:func:`non_string_types`, :func:`coerce_string_value`).
 
 DeepSeek-V4 (and V3.2) at times wraps a call's real arguments in one extra parameter named
 ``arguments`` or ``input`` (sgl-project/sglang#38924, vllm-project/vllm#41240), in three shapes::
@@ -17,11 +19,19 @@ parameter when the tool has exactly one, a string one. Anything else is left as 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["WRAPPER_KEYS", "is_wrapper_key", "json_body_wraps", "unwrap_arguments"]
+__all__ = [
+    "WRAPPER_KEYS",
+    "coerce_string_value",
+    "is_wrapper_key",
+    "json_body_wraps",
+    "non_string_types",
+    "unwrap_arguments",
+]
 
 #: The parameter names the model wraps real arguments in.
 WRAPPER_KEYS = ("arguments", "input")
@@ -94,3 +104,55 @@ def unwrap_arguments(arguments: str, schema: Any) -> str | None:
         if len(_properties(schema)) == 1 and len(strings) == 1:
             return json.dumps({strings[0]: value}, ensure_ascii=False)
     return None
+
+
+#: JSON schema ``type`` names of the values :func:`coerce_string_value` may produce
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "array": (list,),
+    "object": (dict,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def non_string_types(key: str, schema: Any) -> frozenset[str] | None:
+    """The JSON types parameter ``key`` of a tool whose ``parameters`` JSON schema is ``schema``
+    declares (its ``type``, a name or a list of names), when they leave a string out; ``None``
+    when a string is allowed or the types are unknown (no ``type``, unknown names).
+
+    DeepSeek-V4 at times writes such a parameter with ``string="true"`` (an array as the text
+    ``[{...}]``), which a client validating the call against the schema rejects
+    (vllm-project/vllm#30797); :func:`coerce_string_value` repairs the value.
+    """
+    prop = _properties(schema).get(key)
+    kind = prop.get("type") if isinstance(prop, Mapping) else None
+    names = [kind] if isinstance(kind, str) else kind
+    if not isinstance(names, list) or not names or not all(n in _JSON_TYPES for n in names):
+        return None
+    return frozenset(names)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def coerce_string_value(value: str, types: frozenset[str]) -> str:
+    """The JSON text of a ``string="true"`` parameter value whose schema allows only ``types``
+    (:func:`non_string_types`): the JSON value the text spells when it parses as one of those
+    types (``"[1, 2]"`` for an array parameter becomes ``[1, 2]``), else the JSON string of the
+    text as the model wrote it."""
+    try:
+        parsed = json.loads(value, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json decodes
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(parsed, float) and not math.isfinite(parsed):  # "1e999": not JSON once dumped
+        return json.dumps(value, ensure_ascii=False)
+    ok = any(
+        isinstance(parsed, _JSON_TYPES[t]) and not (isinstance(parsed, bool) and t in ("integer", "number"))
+        for t in types
+    )
+    if not ok or (isinstance(parsed, float) and "number" not in types):
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(parsed, ensure_ascii=False)

@@ -14,7 +14,9 @@ The model writes tool calls as one DSML block at the end of its answer (format o
 [ToolCallDelta])`` in OpenAI's streaming shape: the first delta of a call carries its ``id`` and
 ``name`` (as soon as the invoke tag is complete), later deltas carry fragments of
 ``function.arguments``, a JSON object built while the values arrive: ``{"city": "Paris", "days":
-3}``. A ``string="true"`` value is streamed as the JSON-escaped string, a ``string="false"`` value
+3}``. A ``string="true"`` value is streamed as the JSON-escaped string (but for a parameter whose
+schema allows no string: held to its end, then the JSON value it spells, :mod:`.tool_args_repair`,
+vllm-project/vllm#30797), a ``string="false"`` value
 as its raw JSON text without surrounding whitespace (checked with ``json.loads`` when it ends); the
 separators are those of the reference decoder (``", "`` and ``": "``). An invoke whose body is a
 JSON object instead of parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``)
@@ -211,6 +213,7 @@ class DsmlToolParser(DsmlArgumentsMixin):
     _value_is_string: bool = True
     _value: str = ""
     _held_ws: str = ""
+    _coerce_types: frozenset[str] | None = None  # a string value to coerce (DsmlArgumentsMixin)
 
     def __post_init__(self) -> None:
         self.block_start = f"<{DSML}{self.block}>"
@@ -504,7 +507,8 @@ class DsmlToolParser(DsmlArgumentsMixin):
         head = ("{" if not self._param_names else ", ") + json.dumps(key, ensure_ascii=False) + ": "
         self._param_names.add(key)
         self._value_is_string, self._value, self._held_ws = is_string, "", ""
-        self._emit(head + ('"' if is_string else ""), deltas)
+        self._coerce_types = self._string_value_types(key) if is_string else None
+        self._emit(head + ('"' if is_string and self._coerce_types is None else ""), deltas)
         self._state = _VALUE
         return True
 
