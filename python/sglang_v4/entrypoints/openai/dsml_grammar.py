@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 from sglang_v4.entrypoints.chat_encoding import DSML
 
 __all__ = [
+    "ASCII_DSML",
+    "DsmlBarNormalizer",
     "STATE_BLOCK",
     "STATE_INVOKE",
     "STATE_INVOKE_TAG",
@@ -67,6 +70,46 @@ DSML_TAG_TAIL = re.compile(rf"<{DSML}\w*>?\s*$")
 INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
 #: The rest of a parameter tag after ``<｜DSML｜parameter``: its name and ``string`` flag.
 PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
+
+
+#: The legacy ASCII spelling of the ``｜DSML｜`` marker: DeepSeek-V4 at times writes its tags as
+#: ``<|DSML|tool_calls>`` / ``</|DSML|invoke>`` (cline/cline#13348; local-inference-lab/vllm#417
+#: reads both spellings). Read only right after ``"<"`` or ``"</"`` (:class:`DsmlBarNormalizer`).
+ASCII_DSML = "|DSML|"
+#: An ASCII-bar tag start, rewritten with the fullwidth marker.
+_ASCII_TAG_START = re.compile(r"(</?)" + re.escape(ASCII_DSML))
+#: The ASCII-bar tag starts whose proper prefixes end a text held back by the normaliser.
+_ASCII_TAG_HEADS = (f"<{ASCII_DSML}", f"</{ASCII_DSML}")
+
+
+@dataclass
+class DsmlBarNormalizer:
+    """Streaming rewrite of ASCII-bar DSML tag starts (``<|DSML|`` / ``</|DSML|``) into the
+    fullwidth spelling (``<｜DSML｜`` / ``</｜DSML｜``) the DSML readers match: the one point where
+    every reader (tool-call parser, reasoning parser's implicit end, markup scrub, withheld-tools
+    cutter) accepts both spellings alike. Each tag is rewritten on its own, so a closing tag may use
+    either spelling whatever its opening tag used. ``|DSML|`` not right after ``"<"`` / ``"</"`` is
+    text (an ASCII ``|`` is an ordinary character, unlike the one-token ``｜DSML｜``); the server
+    never writes the ASCII spelling into prompts.
+
+    A tail that may still become an ASCII tag start (``"<"``, ``"</|DS"``) is held back until the
+    next text decides, and released unchanged by :meth:`finish` (the DSML readers hold such a
+    tail back themselves, so what a reader returns in all is the same).
+    """
+
+    _held: str = ""
+
+    def feed(self, text: str) -> str:
+        """Read the next text; returns the decided part, ASCII-bar tag starts rewritten."""
+        buf = _ASCII_TAG_START.sub(rf"\1{DSML}", self._held + text)
+        n = max(partial_suffix(buf, head) for head in _ASCII_TAG_HEADS)
+        self._held = buf[len(buf) - n :]
+        return buf[: len(buf) - n]
+
+    def finish(self) -> str:
+        """End of the text: the held-back tail, which was text."""
+        out, self._held = self._held, ""
+        return out
 
 
 #: What the detokenizer writes for an incomplete UTF-8 sequence at the end of a text.

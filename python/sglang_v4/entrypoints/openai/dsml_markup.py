@@ -19,7 +19,10 @@ rest of the text:
   whitespace that may be followed by one is held back until the next characters decide, and
   released at the end (a tag unfinished at the end is dropped; the first characters of the
   ``｜DSML｜`` token alone, such as ``"<｜DS"``, are text). Streamed and not alike: the
-  non-streamed reading feeds the whole text once (:func:`scrub_dsml`).
+  non-streamed reading feeds the whole text once (:func:`scrub_dsml`);
+* a tag written with ASCII bars (``</|DSML|invoke>``) is a tag too: the text is read through
+  :class:`~.dsml_grammar.DsmlBarNormalizer` first (``|DSML|`` not right after ``"<"`` or
+  ``"</"`` is text, unlike the one-token ``｜DSML｜``).
 
 :class:`DsmlAnswerReader` is the answer reader every route uses (chat completions, Responses,
 Anthropic Messages; :meth:`~.chat_prepare.ChatPlan.tool_reader`): the tool-call parser, or the
@@ -32,7 +35,7 @@ import re
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
-from sglang_v4.entrypoints.openai.dsml_grammar import MAX_TAG_CHARS
+from sglang_v4.entrypoints.openai.dsml_grammar import MAX_TAG_CHARS, DsmlBarNormalizer
 from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.tool_calls import ParsedToolCall, ToolCallDelta
 from sglang_v4.entrypoints.openai.tool_parser import DsmlToolParser
@@ -73,10 +76,11 @@ class DsmlMarkupScrub:
     dropped: bool = False
     _buf: str = ""
     _after_tag: bool = False  # the last thing read was a dropped tag (whitespace after it held)
+    _bars: DsmlBarNormalizer = field(default_factory=DsmlBarNormalizer)  # ASCII-bar tags read as fullwidth
 
     def feed(self, text: str) -> str:
         """Read the next text; returns the part of the scrubbed text that is decided."""
-        buf = self._buf + text
+        buf = self._buf + self._bars.feed(text)
         hold = _growing_tag_start(buf)
         out = self._scrub(buf[:hold])
         # whitespace at the end may precede a tag (it goes with it): held with the tail
@@ -86,7 +90,7 @@ class DsmlMarkupScrub:
 
     def finish(self) -> str:
         """End of the text: what was held back (an unfinished tag dropped)."""
-        rest, self._buf = self._buf, ""
+        rest, self._buf = self._buf + self._bars.finish(), ""
         hold = _growing_tag_start(rest)
         if DSML not in rest[hold:]:  # only the first characters of the token: text
             hold = len(rest)

@@ -10,7 +10,8 @@ whitespace in front of the tag (the format's ``"\\n\\n"`` separator); the tag an
 it (the block, anything the model wrote after it) is dropped. No call is ever made and the finish
 reason is the engine's. A tail that may be the start of a tag (``"\\n\\n<"``, ``"<｜DS"``) is held
 back until the next characters decide, and released at the end when none came (streamed and not
-alike: the non-streamed reading feeds the whole text once).
+alike: the non-streamed reading feeds the whole text once). A tag start written with ASCII bars
+(``<|DSML|``, ``</|DSML|``) cuts alike (:class:`~.dsml_grammar.DsmlBarNormalizer`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
-from sglang_v4.entrypoints.openai.dsml_grammar import partial_suffix, trailing_ws
+from sglang_v4.entrypoints.openai.dsml_grammar import DsmlBarNormalizer, partial_suffix, trailing_ws
 from sglang_v4.entrypoints.openai.tool_calls import ParsedToolCall, ToolCallDelta
 
 __all__ = ["DsmlWithheld"]
@@ -48,6 +49,7 @@ class DsmlWithheld:
     calls: list[ParsedToolCall] = field(default_factory=list)
     cut: bool = False
     _held: str = ""
+    _bars: DsmlBarNormalizer = field(default_factory=DsmlBarNormalizer)  # ASCII-bar tags read as fullwidth
 
     @property
     def calls_whole(self) -> bool:
@@ -61,6 +63,7 @@ class DsmlWithheld:
 
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
         """Read the next generated text; returns ``(content_delta, [])``."""
+        text = self._bars.feed(text)
         if self.cut:
             return "", []
         buf = self._held + text
@@ -81,5 +84,5 @@ class DsmlWithheld:
         """End of the generation: the held-back tail was text (``stopped`` is not used: nothing
         differs between a stop and the token limit here). Returns ``(content_delta, [])``."""
         del stopped
-        out, self._held = ("" if self.cut else self._held), ""
+        out, self._held = ("" if self.cut else self._held + self._bars.finish()), ""
         return out, []

@@ -38,6 +38,9 @@ chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
   invalid thinking format), so only a *complete* block start is taken as the end of the
   reasoning (the tolerated deviation), as only a complete ``</think>`` is; an unfinished one is
   not known to be markup (``"<"`` may be the reasoning's own text) and is not guessed away.
+  A block or invoke start written with ASCII bars (``<|DSML|tool_calls>``,
+  :class:`~.dsml_grammar.DsmlBarNormalizer`) ends the reasoning alike; the text read after the
+  reasoning has every ASCII-bar tag start in the fullwidth spelling.
 * ``deepseek-r1``: the output always starts inside reasoning (chat mode too), as DeepSeek-R1 did;
   without ``</think>`` everything is reasoning.
 * ``deepseek-v3``: reasoning only in thinking mode; without ``</think>`` everything is reasoning.
@@ -45,10 +48,11 @@ chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_v4.entrypoints.chat_encoding import DSML, THINK_END, THINK_START
+from sglang_v4.entrypoints.openai.dsml_grammar import DsmlBarNormalizer
 
 __all__ = [
     "BARE_INVOKE_START",
@@ -156,6 +160,7 @@ class ReasoningParser:
         stream_reasoning: when False, reasoning is held until it is complete and returned in one piece.
         in_reasoning: still inside the reasoning block (no end marker seen yet).
         implicit_end: markers that also end the reasoning; they stay at the start of the content.
+            With them, ASCII-bar DSML tag starts are read as fullwidth ones (module docstring).
     """
 
     stream_reasoning: bool = True
@@ -168,6 +173,7 @@ class ReasoningParser:
     #: after an implicit end: the end marker of that block (``</｜DSML｜tool_calls>``) while it is
     #: awaited, then ``""`` while a late ``</think>`` right after it may still come; None: neither
     _late_tag_after: str | None = None
+    _bars: DsmlBarNormalizer = field(default_factory=DsmlBarNormalizer)  # with implicit_end only
 
     def feed(self, delta: str) -> tuple[str, str]:
         """Consume a text delta.
@@ -175,7 +181,7 @@ class ReasoningParser:
         Returns:
             ``(reasoning_delta, content_delta)`` (either may be ``""``).
         """
-        self._buf += delta
+        self._buf += self._bars.feed(delta) if self.implicit_end else delta
         reasoning, content = "", ""
         if not self._started:
             # Drop an optional leading "<think>" (wait until we know whether it is there).
@@ -256,7 +262,7 @@ class ReasoningParser:
         """End of stream: return whatever is still held back as ``(reasoning, content)``; inside
         the reasoning, the first characters of an end marker held back are reasoning text (module
         docstring)."""
-        rest, self._buf = self._buf, ""
+        rest, self._buf = self._buf + self._bars.finish(), ""
         if not self._started:
             rest = rest.lstrip()
             if rest.startswith(THINK_START):

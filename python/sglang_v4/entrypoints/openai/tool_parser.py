@@ -88,6 +88,13 @@ complete (a bare block's first call: once its structure confirmed it, above), we
 are not taken back (vLLM leaves them too): the one difference from :func:`parse_tool_calls`, which has no such call; the content is
 the same text. DSML tags left in the content (closers with no block, tags of other names) are
 dropped by :mod:`.dsml_markup`.
+
+Tags written with ASCII bars (``<|DSML|invoke name="f">`` ... ``</|DSML|invoke>``, the legacy
+spelling DeepSeek-V4 writes at times, cline/cline#13348) are read exactly as the fullwidth ones:
+the text is read through :class:`~.dsml_grammar.DsmlBarNormalizer`, which rewrites every
+``<|DSML|`` / ``</|DSML|`` into ``<｜DSML｜`` / ``</｜DSML｜`` (each tag on its own, so opening and
+closing tags may use different spellings). ``|DSML|`` elsewhere is text, and a value's text that
+spells an ASCII-bar tag start reads in the fullwidth spelling.
 """
 
 from __future__ import annotations
@@ -140,6 +147,7 @@ from sglang_v4.entrypoints.openai.dsml_grammar import (
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     WRAPPER_OPEN as _WRAPPER_OPEN,
 )
+from sglang_v4.entrypoints.openai.dsml_grammar import DsmlBarNormalizer
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     partial_suffix as _partial_suffix,
 )
@@ -214,6 +222,7 @@ class DsmlToolParser(DsmlArgumentsMixin):
     _value: str = ""
     _held_ws: str = ""
     _coerce_types: frozenset[str] | None = None  # a string value to coerce (DsmlArgumentsMixin)
+    _bars: DsmlBarNormalizer = field(default_factory=DsmlBarNormalizer)  # ASCII-bar tags read as fullwidth
 
     def __post_init__(self) -> None:
         self.block_start = f"<{DSML}{self.block}>"
@@ -243,6 +252,10 @@ class DsmlToolParser(DsmlArgumentsMixin):
         Returns:
             ``(content_delta, tool_call_deltas)``; either may be empty.
         """
+        return self._read(self._bars.feed(text))
+
+    def _read(self, text: str) -> tuple[str, list[ToolCallDelta]]:
+        """:meth:`feed` of text whose tags are in the fullwidth spelling."""
         self._buf += text
         content: list[str] = []
         deltas: list[ToolCallDelta] = []
@@ -265,6 +278,11 @@ class DsmlToolParser(DsmlArgumentsMixin):
             of a bare block cut before its structure confirmed it (withheld until then), else no
             delta: the rest was streamed already.
         """
+        held = self._bars.finish()  # a tail that was no ASCII-bar tag start: read as text
+        if held:
+            content, deltas = self._read(held)
+            rest, more = self.finish(stopped)
+            return content + rest, deltas + more
         rest, self._buf = self._buf, ""
         if self._state == _RAW:  # the rest of a malformed block: dropped
             return "", []
