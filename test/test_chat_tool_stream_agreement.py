@@ -26,23 +26,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from dsml_testutil import DSML
+from dsml_testutil import dsml_block as _block
+from dsml_testutil import dsml_invoke as _invoke
+from dsml_testutil import dsml_param as _param
 from test_openai_tools import WEATHER, client_for
 from transformers import PreTrainedTokenizerFast
 
-D = "｜DSML｜"
+D = DSML
 EOS_ID = 1
-
-
-def _param(key: str, is_string: bool, value: str) -> str:
-    return f'<{D}parameter name="{key}" string="{"true" if is_string else "false"}">{value}</{D}parameter>'
-
-
-def _invoke(name: str, *params: str) -> str:
-    return f'<{D}invoke name="{name}">\n' + "\n".join(params) + f"\n</{D}invoke>"
-
-
-def _block(*invokes: str) -> str:
-    return f"\n\n<{D}tool_calls>\n" + "\n".join(invokes) + f"\n</{D}tool_calls>"
 
 
 class ChunkTM:

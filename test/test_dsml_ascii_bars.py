@@ -15,26 +15,18 @@ import json
 from typing import Any
 
 import pytest
+from dsml_testutil import DSML
+from dsml_testutil import dsml_block as _block
+from dsml_testutil import dsml_invoke as _invoke
+from dsml_testutil import dsml_param as _param
 from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader, DsmlMarkupScrub
 from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.reasoning_parser import BARE_INVOKE_START, ReasoningParser
 from sglang_v4.entrypoints.openai.tool_parser import DsmlToolParser, parse_tool_calls
 
-FW = "｜DSML｜"
+FW = DSML
 ASCII = "|DSML|"
 TOOLS = {"get_weather", "get_time"}
-
-
-def _param(key: str, is_string: bool, value: str) -> str:
-    return f'<{FW}parameter name="{key}" string="{"true" if is_string else "false"}">{value}</{FW}parameter>'
-
-
-def _invoke(name: str, *params: str) -> str:
-    return f'<{FW}invoke name="{name}">\n' + "\n".join(params) + f"\n</{FW}invoke>"
-
-
-def _block(*invokes: str) -> str:
-    return f"\n\n<{FW}tool_calls>\n" + "\n".join(invokes) + f"\n</{FW}tool_calls>"
 
 
 PARIS = _invoke("get_weather", _param("city", True, "Paris"), _param("days", False, "3"))
