@@ -319,10 +319,15 @@ def test_sglang_7035_9294_unknown_model_name_is_a_404(plain_fake_server: ServerH
     ``NotFoundError``; the served name is answered."""
     client = openai.OpenAI(base_url=plain_fake_server.url + "/v1", api_key="x", max_retries=0, timeout=60)
     for name in ("DeepSeek-XXX", "Qwen/Qwen3-8B", f"{FAKE_MODEL}/extra"):
-        with pytest.raises(openai.NotFoundError):
+        with pytest.raises(openai.NotFoundError) as chat_err:
             client.chat.completions.create(model=name, messages=USER, max_tokens=1)
-        with pytest.raises(openai.NotFoundError):
+        with pytest.raises(openai.NotFoundError) as completion_err:
             client.completions.create(model=name, prompt="Hi", max_tokens=1)
+        # vLLM's sentence, then what to send instead (SGLang's strict-validation message adds the
+        # served name; a request copied from a recipe names the hub id)
+        for err in (chat_err.value, completion_err.value):
+            assert f"The model `{name}` does not exist." in str(err)
+            assert f"The served model name is `{FAKE_MODEL}`" in str(err)
     r = client.chat.completions.create(model=FAKE_MODEL, messages=USER, max_tokens=1)
     assert r.model == FAKE_MODEL and r.choices[0].finish_reason == "length"
 

@@ -210,13 +210,19 @@ class OpenAIServingBase:
 
     def _check_model(self, model: str | None) -> None:
         """404 unless ``model`` is a served name, ``"default"`` or the model path, with or without
-        a trailing separator (or omitted)."""
+        a trailing separator (or omitted). The message is vLLM's sentence followed by the served
+        name (``--served-model-name``), so a request copied from a recipe that names another model
+        id says what to send instead."""
         accepted = {self.model_name, *self.model_names, "default"}
         mp = getattr(self.args, "model_path", None)
         if mp:
             accepted |= {str(mp), os.path.normpath(str(mp))}
         if model is not None and model not in accepted:
-            raise RequestError(f"The model `{model}` does not exist.", 404, param="model")
+            raise RequestError(
+                f"The model `{model}` does not exist. The served model name is `{self.model_name}`.",
+                404,
+                param="model",
+            )
 
     async def _parse(self, request: Request, cls: type[BaseModel]) -> Any:
         """Decode the body as strict JSON (orjson: no NaN/Infinity, no lone surrogates, nesting
