@@ -9,8 +9,11 @@ bounds from the format definitions, and the weight bytes counted from the config
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,6 +167,34 @@ def test_weight_bytes_within_two_percent_of_checkpoint(tmp_path, caplog) -> None
     plain = get_model(mc, path, "cpu", torch.bfloat16)
     assert plain.quant is None and weight_nbytes(plain) > have
     assert plain.state_dict()["model.layers.1.mlp.experts.down_proj"].dtype == torch.bfloat16
+
+
+_META_BUILD = """
+import json, sys, torch
+from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+mc = ModelConfig.from_dict(json.loads(sys.argv[1]))
+with torch.device("meta"):
+    m = DeepseekV4ForCausalLM(mc, torch.bfloat16, "meta")
+print(json.dumps({"dynamo": "torch._dynamo" in sys.modules, "shapes": {k: list(v.shape) for k, v in m.state_dict().items()}}))
+"""
+
+
+def test_meta_build_has_the_cpu_shapes_and_imports_no_dynamo() -> None:
+    """The model built on the meta device (the launcher's checkpoint check and every rank's
+    weight-bytes plan, before any process serves) has the state dict keys and shapes of the model
+    built on the CPU, and does not import ``torch._dynamo``: ``torch._refs`` (random init or
+    ``arange`` / ``stack`` of meta tensors) imports it on first use, ~1.5 s of CPU in each of those
+    processes. Run in a fresh interpreter (this one may have imported it already)."""
+    cfg = copy.deepcopy(CFG)
+    out = subprocess.run(
+        [sys.executable, "-c", _META_BUILD, json.dumps(cfg)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["dynamo"] is False
+    cpu = DeepseekV4ForCausalLM(ModelConfig.from_dict(cfg), torch.bfloat16, "cpu")
+    assert got["shapes"] == {k: list(v.shape) for k, v in cpu.state_dict().items()}
 
 
 def test_dummy_quantized_weights_are_a_sane_model() -> None:

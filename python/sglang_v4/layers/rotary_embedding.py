@@ -8,6 +8,9 @@ matches the oracle exactly; V4 forces YaRN's ``attention_factor`` to 1 (see the 
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import torch
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -28,6 +31,18 @@ class RotaryTables:
         hf = model_config.hf
         self.inv_freq: dict[str, torch.Tensor] = {}
         self.scaling: dict[str, float] = {}
+        # A model built on the meta device (shapes only) computes its tables on the CPU and moves
+        # them: ops on meta tensors or under a meta default device run through ``torch._refs``,
+        # whose first use imports ``torch._dynamo`` (~1.5 s of CPU in every process).
+        meta = torch.device(device).type == "meta"
+        with torch.device("cpu") if meta else contextlib.nullcontext():
+            self._init_tables(hf, "cpu" if meta else device)
+        if meta:
+            self.inv_freq = {k: v.to(device) for k, v in self.inv_freq.items()}
+            self._inv2 = self._inv2.to(device) if self._inv2 is not None else None
+            self._scale2 = self._scale2.to(device)
+
+    def _init_tables(self, hf: Any, device: torch.device | str) -> None:
         for kind in ("main", "compress"):
             params = hf.rope_parameters[kind]
             rope_type = params.get("rope_type", "default")

@@ -74,6 +74,11 @@ class DecoderLayer(nn.Module):
         return ops.hc_post(m, x, post, comb)
 
 
+def _is_meta(device: torch.device | str) -> bool:
+    """Whether ``device`` is the meta device (tensors with shapes and dtypes but no data)."""
+    return torch.device(device).type == "meta"
+
+
 class DeepseekV4Model(nn.Module):
     """Embedding, layers, hyper-head and final norm (HF ``DeepseekV4Model`` names)."""
 
@@ -88,7 +93,15 @@ class DeepseekV4Model(nn.Module):
         super().__init__()
         c = mc.hf
         self.hc_mult = c.hc_mult
-        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size, dtype=dtype, device=device)
+        # On the meta device (shapes only: the checkpoint check, the weight-bytes plan) the
+        # embedding gets its tensor as is: ``nn.Embedding``'s random init of a meta tensor runs
+        # through ``torch._refs``, whose first use imports ``torch._dynamo`` (~1.5 s of CPU).
+        meta = (
+            torch.empty(c.vocab_size, c.hidden_size, dtype=dtype, device="meta") if _is_meta(device) else None
+        )
+        self.embed_tokens = nn.Embedding(
+            c.vocab_size, c.hidden_size, _weight=meta, dtype=dtype, device=device
+        )
         self.embed_tokens.weight.requires_grad_(False)
         self.layers = nn.ModuleList(
             [DecoderLayer(mc, i, dtype, device, quant, tp) for i in range(c.num_hidden_layers)]
