@@ -142,10 +142,14 @@ def interpreted_kernel_tier(request: pytest.FixtureRequest, tmp_path_factory: py
 @pytest.fixture(scope="session")
 def secured_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - lazy imports
     """A ``launch_server`` on ``server_fixture.FakeScheduler`` with ``--api-key``
-    (``server_fixture.SECURED_API_KEY``), ``--enable-metrics`` and ``--served-model-name fake-v4``;
-    shared by ``test_server_auth`` and ``test_server_native_api`` (their requests finish, and the
-    metrics checks compare counters before and after their own request). Yields the
-    ``ServerHandle``; stopped at the end of the session."""
+    (``server_fixture.SECURED_API_KEY``), ``--enable-metrics``, ``--served-model-name fake-v4`` and
+    ``FAKE_HOLD_ON_TEXT=[hold]`` (a prompt holding ``[hold]`` runs until it is aborted); shared by
+    ``test_server_auth``, ``test_server_native_api``, ``test_metrics_workload``,
+    ``test_sglang_suite_port_more``, ``test_public_bugs_api_surface`` and
+    ``test_anthropic_messages_server`` (their requests finish or, held, are aborted by the test that
+    sent them, which waits for their pages to come back; the metrics checks compare counters
+    before and after their own requests). Yields the ``ServerHandle``; stopped at the end of the
+    session."""
     from server_fixture import SECURED_API_KEY, fake_env, make_fake_model_dir, start_server
 
     root = tmp_path_factory.mktemp("secured")
@@ -156,7 +160,9 @@ def secured_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN2
         "--served-model-name",
         "fake-v4",
     ]
-    h = start_server(args, fake_env(), root / "server.log", api_key=SECURED_API_KEY)
+    h = start_server(
+        args, fake_env({"FAKE_HOLD_ON_TEXT": "[hold]"}), root / "server.log", api_key=SECURED_API_KEY
+    )
     yield h
     h.stop()
 

@@ -7,35 +7,30 @@ prompt's tokens). The in-process route tests are in ``test_anthropic_messages.py
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import openai
 import pytest
 import requests
-from fake_prompt_tm import MODEL, blocks
-from server_fixture import fake_env, make_fake_model_dir, start_server, used_pages, wait_used_pages
+from fake_prompt_tm import blocks
+from server_fixture import SECURED_API_KEY, used_pages, wait_used_pages
 
 pytestmark = pytest.mark.timeout(300)
 
-KEY = "s3cret"
+KEY = SECURED_API_KEY
+#: the served model name of the session's ``secured_fake_server`` (conftest.py)
+MODEL = "fake-v4"
+
+
+@pytest.fixture(scope="module")
+def fake_server(secured_fake_server: Any) -> Any:
+    """The session's ``secured_fake_server`` (conftest.py): API key :data:`KEY`, ``[hold]``
+    prompts held until aborted."""
+    return secured_fake_server
 
 
 # ----------------------------------------------------------------------------------- real processes
-@pytest.fixture(scope="module")
-def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    root = tmp_path_factory.mktemp("messages_server")
-    h = start_server(
-        ["--model-path", str(make_fake_model_dir(root)), "--served-model-name", MODEL],
-        fake_env({"FAKE_STEP_SLEEP": "0.002", "FAKE_HOLD_ON_TEXT": "[hold]"}),
-        root / "server.log",
-        api_key=KEY,
-    )
-    yield h
-    assert h.stop() == 0, h.log()[-3000:]
-
-
 def test_real_server_keys_stops_and_disconnects(fake_server: Any) -> None:
     """Through the real processes (admission middleware included): ``x-api-key`` passes it and a
     missing key is a 401 in Anthropic's shape; ``stop_sequences`` end the text where the chat

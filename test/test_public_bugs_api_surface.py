@@ -1,6 +1,6 @@
 """Public bug reports on the API surface of peer servers (Responses, Anthropic Messages, SSE
 framing, error shapes, headers), replayed through the real server processes on
-``server_fixture.FakeScheduler`` (one server for the module, with an API key).
+``server_fixture.FakeScheduler`` (the session's ``secured_fake_server``, with an API key).
 
 Faults found here, fixed:
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -42,26 +41,21 @@ from anthropic.types import RawMessageStreamEvent
 from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
-from server_fixture import FAKE_TEXT, ServerHandle, fake_env, make_fake_model_dir, start_server
+from server_fixture import FAKE_TEXT, SECURED_API_KEY, ServerHandle
 
 pytestmark = pytest.mark.timeout(300)
 
-MODEL = "surface-model"
-KEY = "surface-key"
+#: the served model name and API key of the session's ``secured_fake_server`` (conftest.py)
+MODEL = "fake-v4"
+KEY = SECURED_API_KEY
 USER = [{"role": "user", "content": "Hello"}]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
-    root = tmp_path_factory.mktemp("api_surface")
-    h = start_server(
-        ["--model-path", str(make_fake_model_dir(root)), "--served-model-name", MODEL],
-        fake_env({"FAKE_STEP_SLEEP": "0.001"}),
-        root / "server.log",
-        api_key=KEY,
-    )
-    yield h
-    assert h.stop() == 0, h.log()[-3000:]
+def server(secured_fake_server: ServerHandle) -> ServerHandle:
+    """The session's ``secured_fake_server`` (conftest.py): API key :data:`KEY`, served as
+    :data:`MODEL`."""
+    return secured_fake_server
 
 
 @pytest.fixture(scope="module")
