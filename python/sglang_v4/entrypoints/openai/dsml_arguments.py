@@ -7,7 +7,10 @@ Each parameter adds ``"key": value`` (``{`` first, then ``", "``, as DeepSeek's 
 joins them); a ``string="true"`` value is streamed JSON-escaped, a ``string="false"`` value as its
 raw JSON text without surrounding whitespace, checked with ``json.loads`` when it ends; a
 ``string="true"`` value of a parameter whose schema allows no string is held to its end and goes
-out as the JSON value it spells (vllm-project/vllm#30797, :mod:`.tool_args_repair`). A value
+out as the JSON value it spells (vllm-project/vllm#30797, :mod:`.tool_args_repair`), and a
+``string="false"`` value of one whose schema allows a string is held to its end and goes out as
+written when it is a JSON value, else as that text's JSON string (instead of making the block
+malformed). A value
 holding the invoke's own markup (a closing tag left out) makes the block malformed. Arguments
 that may be a spurious ``arguments`` / ``input`` wrapper are held back and released or repaired
 (:mod:`.tool_args_repair`); a bare block's first call is withheld until its structure confirms it.
@@ -52,6 +55,7 @@ from sglang_v4.entrypoints.openai.tool_args_repair import (
     is_wrapper_key,
     json_body_wraps,
     non_string_types,
+    string_types,
     unwrap_arguments,
 )
 from sglang_v4.entrypoints.openai.tool_calls import ToolCallDelta
@@ -113,12 +117,18 @@ class DsmlArgumentsMixin:
             self._emit(piece, deltas)
             self._close_invoke("", deltas)
             return True
+        if self._coerce_types is not None:
+            if self._value_is_string:
+                fixed = coerce_string_value(self._value, self._coerce_types)
+            else:  # string="false" for a parameter that allows a string: JSON as written, or the text
+                fixed = (
+                    self._value if _json_value(self._value) else json.dumps(self._value, ensure_ascii=False)
+                )
+            self._emit(fixed, deltas)
+            self._state = _INVOKE
+            return True
         if not self._value_is_string and not _json_value(self._value):
             self._drop_block()
-            return True
-        if self._coerce_types is not None:
-            self._emit(coerce_string_value(self._value, self._coerce_types), deltas)
-            self._state = _INVOKE
             return True
         self._emit(
             json.dumps(piece, ensure_ascii=False)[1:-1] + '"' if self._value_is_string else piece, deltas
@@ -145,15 +155,19 @@ class DsmlArgumentsMixin:
             return False
         return is_wrapper_key(key, names[self._call.name])
 
-    def _string_value_types(self: DsmlToolParser, key: str) -> frozenset[str] | None:
-        """The types a ``string="true"`` value of parameter ``key`` of the open call is coerced
-        to (:func:`~.tool_args_repair.non_string_types`: the tool's schema allows no string),
-        or ``None``; such a value is held back to its end, then goes out as the JSON value it
-        spells or, failing that, as the string written."""
+    def _string_value_types(self: DsmlToolParser, key: str, is_string: bool) -> frozenset[str] | None:
+        """The types a value of parameter ``key`` of the open call is coerced to, or ``None``: for
+        a ``string="true"`` value, those of a schema that allows no string
+        (:func:`~.tool_args_repair.non_string_types`); for a ``string="false"`` one, those of a
+        schema that allows a string (:func:`~.tool_args_repair.string_types`). Such a value is
+        held back to its end; a ``string="true"`` one then goes out as the JSON value it spells
+        when that is of one of the types, a ``string="false"`` one as written when it is a JSON
+        value; failing that, as the string written."""
         names = self.tool_names
         if self._call is None or not isinstance(names, Mapping) or self._call.name not in names:
             return None
-        return non_string_types(key, names[self._call.name])
+        schema = names[self._call.name]
+        return non_string_types(key, schema) if is_string else string_types(key, schema)
 
     def _release(self: DsmlToolParser, deltas: list[ToolCallDelta]) -> None:
         """Stop holding the open call's arguments back: what was held goes out as a delta."""

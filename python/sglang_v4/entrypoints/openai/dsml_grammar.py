@@ -66,8 +66,10 @@ STRUCTURAL_OPEN = re.compile(rf"<{DSML}(?:parameter|invoke)\s")
 DSML_TAG_HEAD = re.compile(rf"<{DSML}\w*$")
 #: A DSML tag, finished or not, that ends a text (whitespace after it).
 DSML_TAG_TAIL = re.compile(rf"<{DSML}\w*>?\s*$")
-#: The rest of an invoke tag after ``<｜DSML｜invoke``: the tool name.
-INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*>')
+#: The rest of an invoke tag after ``<｜DSML｜invoke``: the tool name, and a ``/`` when the tag
+#: closes itself (``<｜DSML｜invoke name="f"/>``: a call without arguments, as SGLang's
+#: DeepSeek-V4 detector reads it).
+INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*(/?)>')
 #: The rest of a parameter tag after ``<｜DSML｜parameter``: its name and ``string`` flag.
 PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
 

@@ -12,8 +12,18 @@ DeepSeek-V4 (and V3.2) at times wraps a call's real arguments in one extra param
 (or the invoke's JSON body ``{"arguments": {...}}``), which a client validating the call against
 the tool's schema rejects. :func:`unwrap_arguments` undoes it, guarded by the schema: only when the
 call has that one parameter and the tool declares no parameter of that name; the wrapped value is
-used when it is a JSON object (or a string holding one), and a plain string becomes the tool's
-parameter when the tool has exactly one, a string one. Anything else is left as the model wrote it.
+used when it is a JSON object (or a string holding one) whose keys are all parameters the tool
+declares (any keys when it declares none: vLLM's DeepSeek-V3.2/V4 parsers guard the unwrap the same
+way), and a plain string becomes the tool's parameter when the tool has exactly one, a string one.
+Anything else is left as the model wrote it.
+
+A parameter's declared JSON types (:func:`declared_types`) are read from its ``type`` or, for a
+composed schema, from the alternatives of its ``anyOf`` / ``oneOf`` (their union) or ``allOf``
+(their intersection), as vLLM's DeepSeek-V3.2 parser reads them. They drive two value repairs: a
+``string="true"`` value of a parameter that allows no string (:func:`non_string_types`), and a
+``string="false"`` value of one that allows a string (:func:`string_types`), which is read as
+that string when it is no JSON value (``hello`` for ``["string", "null"]``; a JSON value, ``42``
+or ``null``, stays as written, as DeepSeek's reference decoder reads a ``string="false"`` value).
 """
 
 from __future__ import annotations
@@ -27,9 +37,11 @@ from typing import Any
 __all__ = [
     "WRAPPER_KEYS",
     "coerce_string_value",
+    "declared_types",
     "is_wrapper_key",
     "json_body_wraps",
     "non_string_types",
+    "string_types",
     "unwrap_arguments",
 ]
 
@@ -96,6 +108,9 @@ def unwrap_arguments(arguments: str, schema: Any) -> str | None:
         if isinstance(inner, dict):
             value = inner
     if isinstance(value, dict):
+        declared = _properties(schema)
+        if declared and any(k not in declared for k in value):
+            return None  # not the tool's arguments: the wrapper stays as written
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, str):
         strings = [
@@ -114,24 +129,62 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "number": (int, float),
     "boolean": (bool,),
     "null": (type(None),),
+    "string": (str,),
 }
+
+
+def _schema_types(prop: Any, depth: int = 0) -> frozenset[str] | None:
+    """The JSON types a (sub)schema ``prop`` declares, or ``None`` when they are unknown."""
+    if not isinstance(prop, Mapping) or depth > 8:
+        return None
+    kind = prop.get("type")
+    if kind is not None:
+        names = [kind] if isinstance(kind, str) else kind
+        if not isinstance(names, list) or not names or not all(n in _JSON_TYPES for n in names):
+            return None
+        return frozenset(names)
+    for combinator in ("anyOf", "oneOf", "allOf"):
+        alternatives = prop.get(combinator)
+        if not isinstance(alternatives, list) or not alternatives:
+            continue
+        sets = [_schema_types(a, depth + 1) for a in alternatives]
+        if any(t is None for t in sets):
+            return None
+        if combinator == "allOf":
+            return frozenset.intersection(*sets) or None
+        return frozenset.union(*sets)
+    return None
+
+
+def declared_types(key: str, schema: Any) -> frozenset[str] | None:
+    """The JSON type names (``"string"``, ``"integer"``, ``"null"`` ...) parameter ``key`` of a
+    tool whose ``parameters`` JSON schema is ``schema`` declares: its ``type`` (a name or a list
+    of names), or the union of its ``anyOf`` / ``oneOf`` alternatives' types, or the intersection
+    of its ``allOf`` parts' types (module docstring); ``None`` when unknown (no such parameter,
+    no ``type``, an alternative of unknown type, an unknown name)."""
+    return _schema_types(_properties(schema).get(key))
 
 
 def non_string_types(key: str, schema: Any) -> frozenset[str] | None:
     """The JSON types parameter ``key`` of a tool whose ``parameters`` JSON schema is ``schema``
-    declares (its ``type``, a name or a list of names), when they leave a string out; ``None``
-    when a string is allowed or the types are unknown (no ``type``, unknown names).
+    declares (:func:`declared_types`), when they leave a string out; ``None`` when a string is
+    allowed or the types are unknown.
 
     DeepSeek-V4 at times writes such a parameter with ``string="true"`` (an array as the text
     ``[{...}]``), which a client validating the call against the schema rejects
     (vllm-project/vllm#30797); :func:`coerce_string_value` repairs the value.
     """
-    prop = _properties(schema).get(key)
-    kind = prop.get("type") if isinstance(prop, Mapping) else None
-    names = [kind] if isinstance(kind, str) else kind
-    if not isinstance(names, list) or not names or not all(n in _JSON_TYPES for n in names):
-        return None
-    return frozenset(names)
+    names = declared_types(key, schema)
+    return names if names is not None and "string" not in names else None
+
+
+def string_types(key: str, schema: Any) -> frozenset[str] | None:
+    """The JSON types parameter ``key`` declares (:func:`declared_types`) when they allow a
+    string, else ``None``: a ``string="false"`` value of such a parameter is held to its end and
+    goes out as written when it is a JSON value, else as the text's JSON string (``hello`` becomes
+    ``"hello"``, not a malformed block)."""
+    names = declared_types(key, schema)
+    return names if names is not None and "string" in names else None
 
 
 def _no_constant(name: str) -> None:

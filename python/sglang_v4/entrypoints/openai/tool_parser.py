@@ -20,7 +20,8 @@ vllm-project/vllm#30797), a ``string="false"`` value
 as its raw JSON text without surrounding whitespace (checked with ``json.loads`` when it ends); the
 separators are those of the reference decoder (``", "`` and ``": "``). An invoke whose body is a
 JSON object instead of parameters (``<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>``)
-is accepted too.
+is accepted too, and so is a self-closing invoke tag (``<｜DSML｜invoke name="f"/>``: a call of
+``f`` with the arguments ``{}``, as SGLang's DeepSeek-V4 detector reads it).
 
 Nothing of the DSML markup ever reaches ``content`` or ``arguments``: text that may be the start
 of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of the block are held back
@@ -74,7 +75,8 @@ parameter is a spurious ``arguments`` / ``input`` wrapper is repaired
 (or, for a JSON body, from its first key) until the invoke ends, then sent whole, repaired; a
 second parameter releases them.
 
-A block that is malformed (unknown tool, bad tag, invalid JSON value, duplicate parameter, text
+A block that is malformed (unknown tool, bad tag, invalid JSON value (but a ``string="false"`` value
+of a parameter whose schema allows a string: that string, :mod:`.tool_args_repair`), duplicate parameter, text
 between tags, the invoke's own markup inside a value: a closing tag left out, the value would
 swallow the next parameter's markup, vllm-project/vllm#53227; other DSML-looking text in a value,
 such as a quoted ``<｜DSML｜tool_calls>``, is the value's text) is *dropped*, never returned as text (no DSML markup
@@ -513,6 +515,9 @@ class DsmlToolParser(DsmlArgumentsMixin):
             self._withheld = self._bare and not self._block_calls
             if not self._withheld:
                 deltas.append(ToolCallDelta(self._call.index, id=self._call.id, name=name))
+            if m.group(2):  # a self-closing invoke tag: its call has no arguments
+                self._confirm(deltas)
+                self._close_invoke("{}", deltas)
             return True
         key, is_string = m.group(1), m.group(2) == "true"
         if key in self._param_names:
@@ -525,7 +530,7 @@ class DsmlToolParser(DsmlArgumentsMixin):
         head = ("{" if not self._param_names else ", ") + json.dumps(key, ensure_ascii=False) + ": "
         self._param_names.add(key)
         self._value_is_string, self._value, self._held_ws = is_string, "", ""
-        self._coerce_types = self._string_value_types(key) if is_string else None
+        self._coerce_types = self._string_value_types(key, is_string)
         self._emit(head + ('"' if is_string and self._coerce_types is None else ""), deltas)
         self._state = _VALUE
         return True
