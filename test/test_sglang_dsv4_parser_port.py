@@ -1,8 +1,11 @@
 """SGLang's DeepSeek-V4 function-call detector robustness tests, their model-independent
 expectations replayed on sglang-v4's DSML parser (``parse_tool_calls``, ``DsmlToolParser``).
 
-Source: sgl-project/sglang:test/registered/unit/function_call/test_deepseekv4_streaming_robustness.py
-(each test names its classes). Its tokenizer-split cases are covered by the real-tokenizer
+Sources: sgl-project/sglang:test/registered/unit/function_call/test_deepseekv4_streaming_robustness.py,
+sgl-project/sglang:test/registered/unit/function_call/test_deepseekv32_detector.py (both its V3.2
+and V4 classes: ``function_calls`` and ``tool_calls`` blocks) and
+sgl-project/sglang:test/registered/unit/function_call/test_deepseekv32_strict_dsml.py (each test
+names its classes). Its tokenizer-split cases are covered by the real-tokenizer
 chunkings of ``test_openai_tool_parser``; its serving-code cases (``has_tool_calls`` state) by the
 finish-reason checks of ``test_chat_tool_stream_agreement``. The detector tests of
 ``test_deepseekv4_detector.py`` already ported live in ``test_sglang_suite_port_engine``.
@@ -11,7 +14,8 @@ Fault found and fixed here: a self-closing invoke tag (``<｜DSML｜invoke name=
 without arguments, which SGLang's detector reads as the call ``{}``) made its block malformed:
 the block's calls were dropped.
 
-Deliberately not matched: a ``string="false"`` value that is no JSON is text in SGLang's detector
+Deliberately not matched: SGLang's opt-in strict mode returns a turn with a malformed invoke as
+text; ours drops the malformed block (the documented rule: no DSML markup in the content). A ``string="false"`` value that is no JSON is text in SGLang's detector
 whatever the schema; ours reads it as text only for a parameter whose schema allows a string (a
 malformed block otherwise, as the module docstring of ``tool_parser`` says). Where SGLang's
 detector keeps text that starts like a marker buffered (``"Hello <"`` then no marker), ours
@@ -246,3 +250,183 @@ def test_cut_after_the_name_is_a_partial_call() -> None:
     assert deltas[0].name == "get_weather"
     assert [c.name for c in p.calls] == ["get_weather"] and p.calls[0].partial
     assert p.truncated and not p.calls_whole
+
+
+# --------------------------------------------------------------- V3.2 / V4 detectors: preamble
+V32_SRC = "sgl-project/sglang:test/registered/unit/function_call/test_deepseekv32_detector.py"
+PREAMBLE = "Let me look up the weather in Beijing for you."
+CITY_TOOLS = {
+    "get_weather": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+}
+
+
+def city_invoke(city: str) -> str:
+    return f'<｜DSML｜invoke name="get_weather">{param("city", "true", city)}</｜DSML｜invoke>'
+
+
+def city_block(block: str, *cities: str) -> str:
+    return f"<｜DSML｜{block}>" + "".join(city_invoke(c) for c in cities) + f"</｜DSML｜{block}>"
+
+
+def feed_block(chunks: list[str], block: str) -> tuple[str, list[tuple[str, dict]]]:
+    p = DsmlToolParser(CITY_TOOLS, block)
+    content, deltas = "", []
+    for chunk in chunks:
+        c, d = p.feed(chunk)
+        content += c
+        deltas += d
+    c, d = p.finish(True)
+    return content + c, [(n, json.loads(a)) for n, a in by_index(deltas + d).values()]
+
+
+@pytest.mark.parametrize("block", ["tool_calls", "function_calls"])
+def test_preamble_in_the_opener_delta(block: str) -> None:
+    """V3.2 / V4 detector tests (both classes of the source): ::test_prose_and_wrapped_opener_in_one_delta,
+    ::test_prose_and_bare_invoke_in_one_delta, ::test_prose_emitted_once_at_every_split_point,
+    ::test_bare_invoke_prose_at_every_split_point, ::test_fixed_size_chunkings,
+    ::test_multiple_invokes_after_prose and ::test_streaming_matches_detect_and_parse: prose
+    written right before the opener (no separator) is content exactly once, at every split."""
+    one = [("get_weather", {"city": "Beijing"})]
+    for text, calls in (
+        (PREAMBLE + city_block(block, "Beijing"), one),
+        (PREAMBLE + city_invoke("Beijing"), one),
+        (PREAMBLE + city_block(block, "Beijing", "Tokyo"), one + [("get_weather", {"city": "Tokyo"})]),
+    ):
+        content, parsed, _ = parse_tool_calls(text, CITY_TOOLS, block, stopped=True)
+        assert (content, [(c.name, json.loads(c.arguments)) for c in parsed]) == (PREAMBLE, calls)
+        chunkings = [[text]] + [[text[:k], text[k:]] for k in range(1, len(text))]
+        chunkings += [[text[i : i + w] for i in range(0, len(text), w)] for w in (1, 3, 7, 8)]
+        for chunks in chunkings:
+            assert feed_block(chunks, block) == (PREAMBLE, calls), chunks
+
+
+@pytest.mark.parametrize("block", ["tool_calls", "function_calls"])
+def test_partial_tag_prefix_and_literal_angle_brackets(block: str) -> None:
+    """V3.2 / V4 detector tests ::test_partial_tag_prefix_held_back,
+    ::test_literal_angle_bracket_without_tool_call and ::test_literal_angle_bracket_before_tool_call:
+    a delta ending in ``<`` / ``<｜`` gives the prose before it at once and holds back only the
+    prefix; a literal ``<`` in prose is content, before a call too."""
+    call = city_block(block, "Beijing")
+    for prefix in ("<", "<｜"):
+        p = DsmlToolParser(CITY_TOOLS, block)
+        assert p.feed(PREAMBLE + prefix)[0] == PREAMBLE
+        assert p.feed(call[len(prefix) :])[0] == "" and p.finish(True)[0] == ""
+        assert [(c.name, json.loads(c.arguments)) for c in p.calls] == [("get_weather", {"city": "Beijing"})]
+    assert feed_block(["The check 3 <", " 5 held, done."], block) == ("The check 3 < 5 held, done.", [])
+    prose = "Since 3 < 5 holds, calling the tool. "
+    assert feed_block([prose + call], block) == (prose, [("get_weather", {"city": "Beijing"})])
+
+
+# ------------------------------------------------------------- V3.2 / V4 detectors: strict DSML
+STRICT_SRC = "sgl-project/sglang:test/registered/unit/function_call/test_deepseekv32_strict_dsml.py"
+STRICT_TOOLS = {
+    "set_flag": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+    "lookup_fixture": {"type": "object", "properties": {"key": {"type": "string"}}},
+    "search": {
+        "type": "object",
+        "properties": {"query": {"type": "string"}, "topn": {"type": "integer"}, "ratio": {"type": "number"}},
+    },
+    "submit": {"type": "object", "properties": {}},
+}
+D = "｜DSML｜"
+MALFORMED_BODIES = {
+    "param_missing_dsml_marker_and_string_attr": f'\n<parameter name="key">alpha</{D}parameter>\n',
+    "param_missing_string_attr_only": f'<{D}parameter name="key">alpha</{D}parameter>',
+    "param_missing_dsml_marker_only": f'<parameter name="key" string="true">alpha</{D}parameter>',
+    "unterminated_param_tag": f'<{D}parameter name="key" string="true">alpha',
+    "truncated_json_body": '{"key": "alpha"',
+    "invalid_json_body": '{"key": alpha}',
+    "non_object_json_body": '["alpha"]',
+    "good_param_then_stray_tag": param("key", "true", "alpha") + f'\n<parameter name="x">1</{D}parameter>',
+    "prose_in_body": "\nenable it please\n",
+}
+
+
+def strict_block(block: str, *invokes: str, preamble: str = "") -> str:
+    return f"{preamble}<{D}{block}>\n" + "\n".join(invokes) + f"\n</{D}{block}>"
+
+
+def strict_invoke(name: str, body: str) -> str:
+    return f'<{D}invoke name="{name}">{body}</{D}invoke>'
+
+
+@pytest.mark.parametrize("block", ["tool_calls", "function_calls"])
+@pytest.mark.parametrize("shape", sorted(MALFORMED_BODIES))
+def test_malformed_invoke_body_is_no_call(block: str, shape: str) -> None:
+    """TestMalformedBodiesAreDropped::test_every_malformed_body_in_every_flavour and
+    TestStrictStreaming::test_malformed_turn_streams_no_call_and_tracks_nothing: a complete
+    invoke whose body is not well-formed is never a call (not ``{}`` arguments either), streamed
+    or not. (SGLang's strict mode returns the turn as text; ours drops the block, keeping the
+    preamble: the documented rule for malformed blocks.)"""
+    text = strict_block(block, strict_invoke("lookup_fixture", MALFORMED_BODIES[shape]), preamble="Sure.\n\n")
+    content, calls, complete = parse_tool_calls(text, STRICT_TOOLS, block, stopped=True)
+    assert (content, calls, complete) == ("Sure.", [], False)
+    for w in (1, 2, 3, 5, 7, 11, 23, 1000):
+        p = DsmlToolParser(STRICT_TOOLS, block)
+        c = "".join(p.feed(text[i : i + w])[0] for i in range(0, len(text), w)) + p.finish(True)[0]
+        assert (c, p.calls, p.malformed) == ("Sure.", [], True), w
+
+
+def test_good_call_before_a_malformed_one_stays() -> None:
+    """TestStrictStreaming::test_good_call_before_a_malformed_one_survives_alone: the call that
+    closed before the malformed invoke is the one call, streamed at every width."""
+    text = strict_block(
+        "tool_calls",
+        strict_invoke("lookup_fixture", param("key", "true", "alpha")),
+        strict_invoke("set_flag", f'<parameter name="enabled">true</{D}parameter>'),
+        preamble="Before.\n\n",
+    )
+    content, calls, _ = parse_tool_calls(text, STRICT_TOOLS, stopped=True)
+    assert content == "Before." and [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("lookup_fixture", {"key": "alpha"})
+    ]
+    for w in (1, 2, 3, 5, 7, 11, 23, 1000):
+        p = DsmlToolParser(STRICT_TOOLS)
+        c = "".join(p.feed(text[i : i + w])[0] for i in range(0, len(text), w)) + p.finish(True)[0]
+        assert c == "Before." and [json.loads(x.arguments) for x in p.calls] == [{"key": "alpha"}], w
+
+
+@pytest.mark.parametrize("block", ["tool_calls", "function_calls"])
+def test_well_formed_bodies(block: str) -> None:
+    """TestWellFormedBodiesUnchanged::test_parameter_shapes, ::test_zero_argument_forms and
+    ::test_json_body_and_several_blocks: well-formed invokes parse to the values written,
+    an empty (or blank) body and a self-closing tag to ``{}``."""
+    cases = [
+        ("lookup_fixture", [("key", "true", "alpha")], {"key": "alpha"}),
+        ("search", [("query", "true", "a b"), ("topn", "false", "3")], {"query": "a b", "topn": 3}),
+        ("search", [("topn", "false", "10"), ("ratio", "false", "3.5")], {"topn": 10, "ratio": 3.5}),
+        ("set_flag", [("enabled", "false", "true")], {"enabled": True}),
+        ("set_flag", [("enabled", "false", "false")], {"enabled": False}),
+        (
+            "search",
+            [
+                ("query", "true", 'He said "hi" <b>&</b>\nnext'),
+                ("topn", "false", '{"name": "John", "age": 30}'),
+            ],
+            {"query": 'He said "hi" <b>&</b>\nnext', "topn": {"name": "John", "age": 30}},
+        ),
+        ("lookup_fixture", [("key", "true", "")], {"key": ""}),
+    ]
+    for name, params, expected in cases:
+        body = "\n" + "\n".join(param(*p) for p in params) + "\n"
+        text = strict_block(block, strict_invoke(name, body), preamble="Let me look.\n\n")
+        content, calls, _ = parse_tool_calls(text, STRICT_TOOLS, block, stopped=True)
+        assert (content, [(c.name, json.loads(c.arguments)) for c in calls]) == (
+            "Let me look.",
+            [(name, expected)],
+        )
+    for body in ("", "\n   \n"):
+        text = strict_block(block, strict_invoke("submit", body))
+        assert [
+            json.loads(c.arguments) for c in parse_tool_calls(text, STRICT_TOOLS, block, stopped=True)[1]
+        ] == [{}]
+    text = strict_block(block, f'<{D}invoke name="submit"/>')
+    assert [(c.name, c.arguments) for c in parse_tool_calls(text, STRICT_TOOLS, block, stopped=True)[1]] == [
+        ("submit", "{}")
+    ]
+    two = strict_block(block, strict_invoke("lookup_fixture", '\n{"key": "a"}\n')) + "\n"
+    two += strict_block(block, strict_invoke("lookup_fixture", param("key", "true", "b")))
+    calls = parse_tool_calls(two, STRICT_TOOLS, block, stopped=True)[1]
+    assert [json.loads(c.arguments) for c in calls] == [{"key": "a"}, {"key": "b"}]
+    unknown = strict_block(block, strict_invoke("nope", param("key", "true", "a")))
+    assert parse_tool_calls(unknown, STRICT_TOOLS, block, stopped=True)[1] == []

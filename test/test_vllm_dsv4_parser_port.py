@@ -453,3 +453,24 @@ def test_tool_block_ends_unterminated_reasoning() -> None:
         p = ReasoningParser(implicit_end=spec.implicit_end)
         parts = [p.feed(text[i : i + width]) for i in range(0, len(text), width)] + [p.flush()]
         assert ("".join(r for r, _ in parts), "".join(c for _, c in parts)) == (reasoning, content), width
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_deepseek_v3_parser_selection(thinking: bool) -> None:
+    """vllm-project/vllm:tests/reasoning/test_deepseekv3_reasoning_parser.py::test_parser_selection,
+    ::test_identity_reasoning_parser_basic and ::test_deepseek_v4_reasoning_parser_alias: the
+    V3 parser splits reasoning (R1-style) in thinking mode only, and outside it the whole text is
+    content; ``deepseek_v4`` names the V4 parser. (vLLM's ``count_reasoning_tokens`` counts the
+    tokens between ``<think>`` and ``</think>``; ours follows SGLang's ``reasoning_tokens`` rule,
+    :mod:`sglang_v4.managers.reasoning_tokens`.)"""
+    from sglang_v4.entrypoints.openai.reasoning_parser import canonical_reasoning_parser
+
+    assert canonical_reasoning_parser("deepseek_v4") == "deepseek-v4"
+    spec = reasoning_spec("deepseek-v3", thinking=thinking)
+    assert spec.separate is thinking
+    if thinking:
+        assert split_reasoning("plan</think>answer", spec.implicit_end) == ("plan", "answer")
+        assert split_reasoning("all reasoning", spec.implicit_end, spec.unterminated_stop_is_content) == (
+            "all reasoning",
+            "",
+        )
