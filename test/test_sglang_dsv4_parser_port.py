@@ -10,9 +10,11 @@ chunkings of ``test_openai_tool_parser``; its serving-code cases (``has_tool_cal
 finish-reason checks of ``test_chat_tool_stream_agreement``. The detector tests of
 ``test_deepseekv4_detector.py`` already ported live in ``test_sglang_suite_port_engine``.
 
-Fault found and fixed here: a self-closing invoke tag (``<｜DSML｜invoke name="submit"/>``, a call
+Faults found and fixed here: a self-closing invoke tag (``<｜DSML｜invoke name="submit"/>``, a call
 without arguments, which SGLang's detector reads as the call ``{}``) made its block malformed:
-the block's calls were dropped.
+the block's calls were dropped; a JSON body or value naming a key twice was passed through as a
+call whose arguments mean different values to different clients (a parameter written twice was
+already malformed).
 
 Deliberately not matched: SGLang's opt-in strict mode returns a turn with a malformed invoke as
 text; ours drops the malformed block (the documented rule: no DSML markup in the content). A ``string="false"`` value that is no JSON is text in SGLang's detector
@@ -430,3 +432,28 @@ def test_well_formed_bodies(block: str) -> None:
     assert [json.loads(c.arguments) for c in calls] == [{"key": "a"}, {"key": "b"}]
     unknown = strict_block(block, strict_invoke("nope", param("key", "true", "a")))
     assert parse_tool_calls(unknown, STRICT_TOOLS, block, stopped=True)[1] == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"city": "SF", "city": "NY"}',
+        '{"city": NaN}',
+        '{"city": Infinity}',
+        '{"city": {"value": 1, "value": 2}}',
+        param("city", "true", "SF") + param("city", "true", "NY"),
+        param("extra", "false", '{"v": 1, "v": 2}'),
+    ],
+)
+def test_duplicate_keys_and_non_json_constants_are_no_call(body: str) -> None:
+    """sgl-project/sglang:test/registered/unit/function_call/test_deepseekv4_detector.py::
+    test_strict_direct_json_rejects_duplicates_and_non_json_constants and
+    ::test_strict_rejects_duplicate_xml_parameters_and_invalid_string_flags: arguments naming a
+    key twice (a JSON body's key, a nested object's, or a parameter written twice) or holding
+    ``NaN`` / ``Infinity`` are no call, streamed or not (ours passed duplicate JSON keys through:
+    which value a client reads is undefined)."""
+    text = wrapped(invoke("get_weather", body))
+    assert whole(text) == ("", [])
+    for w in (1, 5, 10_000):
+        content, _, p = feed([text[i : i + w] for i in range(0, len(text), w)])
+        assert (content, p.calls, p.malformed) == ("", [], True), w

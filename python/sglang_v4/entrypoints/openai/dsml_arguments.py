@@ -11,7 +11,8 @@ out as the JSON value it spells (vllm-project/vllm#30797, :mod:`.tool_args_repai
 ``string="false"`` value of one whose schema allows a string is held to its end and goes out as
 written when it is a JSON value, else as that text's JSON string (instead of making the block
 malformed). A value
-holding the invoke's own markup (a closing tag left out) makes the block malformed. Arguments
+holding the invoke's own markup (a closing tag left out), or a JSON value or body naming a key
+twice (as a parameter written twice does), makes the block malformed. Arguments
 that may be a spurious ``arguments`` / ``input`` wrapper are held back and released or repaired
 (:mod:`.tool_args_repair`); a bare block's first call is withheld until its structure confirms it.
 """
@@ -49,6 +50,9 @@ from sglang_v4.entrypoints.openai.dsml_grammar import (
 )
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     trailing_ws as _trailing_ws,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    unique_object as _unique,
 )
 from sglang_v4.entrypoints.openai.tool_args_repair import (
     coerce_string_value,
@@ -108,7 +112,9 @@ class DsmlArgumentsMixin:
         self._held_ws = ""
         if self._state == _JSON_ARGS:
             try:
-                ok = isinstance(json.loads(self._value, parse_constant=_reject_constant), dict)
+                ok = isinstance(
+                    json.loads(self._value, parse_constant=_reject_constant, object_pairs_hook=_unique), dict
+                )
             except (ValueError, RecursionError):  # RecursionError: nested deeper than json decodes
                 ok = False
             if not ok:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from sglang_v4.entrypoints.chat_encoding import DSML
 
@@ -36,6 +37,7 @@ __all__ = [
     "reject_constant",
     "trailing_newlines",
     "trailing_ws",
+    "unique_object",
 ]
 
 #: The streaming parser's states: plain text; in a block between invokes; reading an invoke tag's
@@ -158,12 +160,27 @@ def trailing_newlines(text: str, end: int) -> int:
 
 
 def json_value(text: str) -> bool:
-    """Whether ``text`` is one JSON value (``NaN`` / ``Infinity`` refused)."""
+    """Whether ``text`` is one JSON value (``NaN`` / ``Infinity`` and an object naming a key
+    twice refused: :func:`unique_object`)."""
     try:
-        json.loads(text, parse_constant=reject_constant)
+        json.loads(text, parse_constant=reject_constant, object_pairs_hook=unique_object)
     except (ValueError, RecursionError):  # nested deeper than Python's json decodes: not a value here
         return False
     return True
+
+
+def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of :func:`json.loads` refusing an object that names a key twice:
+    which value a client reads is then undefined (RFC 8259 section 4), as with a parameter written
+    twice, which makes a DSML block malformed; SGLang's strict DeepSeek-V4 detector refuses both.
+
+    Raises:
+        ValueError: a key appears twice.
+    """
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("duplicate key in a JSON object")
+    return obj
 
 
 def reject_constant(name: str) -> None:

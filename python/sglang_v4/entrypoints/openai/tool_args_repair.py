@@ -34,6 +34,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sglang_v4.entrypoints.openai.dsml_grammar import unique_object
+
 __all__ = [
     "WRAPPER_KEYS",
     "coerce_string_value",
@@ -197,7 +199,7 @@ def coerce_string_value(value: str, types: frozenset[str]) -> str:
     types (``"[1, 2]"`` for an array parameter becomes ``[1, 2]``), else the JSON string of the
     text as the model wrote it."""
     try:
-        parsed = json.loads(value, parse_constant=_no_constant)
+        parsed = json.loads(value, parse_constant=_no_constant, object_pairs_hook=unique_object)
     except (ValueError, RecursionError):  # RecursionError: nested deeper than json decodes
         return json.dumps(value, ensure_ascii=False)
     if isinstance(parsed, float) and not math.isfinite(parsed):  # "1e999": not JSON once dumped

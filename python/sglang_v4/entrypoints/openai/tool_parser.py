@@ -76,7 +76,7 @@ parameter is a spurious ``arguments`` / ``input`` wrapper is repaired
 second parameter releases them.
 
 A block that is malformed (unknown tool, bad tag, invalid JSON value (but a ``string="false"`` value
-of a parameter whose schema allows a string: that string, :mod:`.tool_args_repair`), duplicate parameter, text
+of a parameter whose schema allows a string: that string, :mod:`.tool_args_repair`), duplicate parameter (or JSON key), text
 between tags, the invoke's own markup inside a value: a closing tag left out, the value would
 swallow the next parameter's markup, vllm-project/vllm#53227; other DSML-looking text in a value,
 such as a quoted ``<｜DSML｜tool_calls>``, is the value's text) is *dropped*, never returned as text (no DSML markup
