@@ -165,6 +165,70 @@ def test_vllm_33703_multi_type_parameters_render_and_parse(tok: PreTrainedTokeni
     assert json.loads(call.function.arguments) == {"q": None}
 
 
+def test_vllm_30797_pydantic_optional_and_ref_parameters_written_as_strings_are_json(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """vllm-project/vllm#30797 for the schemas the ``openai`` client builds from pydantic models
+    (``openai.pydantic_function_tool``): ``Optional[int]`` is ``{"anyOf": [{"type": "integer"},
+    {"type": "null"}]}``, an enum field a ``$ref`` into ``$defs``, ``Literal[1, 2]`` an ``enum``.
+    Expected, as for a plain ``type``: a ``string="true"`` value spelling an allowed non-string
+    JSON value comes back as that value, streamed and not, and the arguments validate against the
+    client's schema (``jsonschema``); an ``Optional[str]`` keeps its text."""
+    import enum
+
+    import openai
+    from pydantic import BaseModel
+
+    class Unit(int, enum.Enum):
+        one = 1
+        two = 2
+
+    class Pick(BaseModel):
+        ids: list[int] | None = None
+        limit: int | None = None
+        unit: Unit | None = None
+        note: str | None = None
+
+    tool = openai.pydantic_function_tool(Pick, name="pick")
+    schema = dict(tool["function"]["parameters"])
+    reply = _block(
+        "pick",
+        ("ids", "true", "[1, 2]"),
+        ("limit", "true", "5"),
+        ("unit", "true", "2"),
+        ("note", "true", "7"),
+    )
+    (call,) = _calls(tok, reply, [tool])  # type: ignore[list-item]
+    args = json.loads(call.function.arguments)
+    assert args == {"ids": [1, 2], "limit": 5, "unit": 2, "note": "7"}
+    jsonschema.validate(args, schema)
+    Pick.model_validate_json(call.function.arguments, strict=True)
+
+
+def test_vllm_30797_repair_stops_where_the_schema_allows_a_string_or_is_unknown(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """The limits of the repair above: a value stays the string the model wrote when a branch
+    allows a string (``anyOf`` with ``string``, an ``enum`` holding a string), when a ``$ref`` is
+    remote, dangling or cyclic (no infinite recursion), or when a branch has no type."""
+    tool = _tool(
+        "mixed",
+        {
+            "a": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+            "b": {"enum": [1, "two"]},
+            "c": {"$ref": "https://example.com/x.json"},
+            "d": {"$ref": "#/$defs/Loop"},
+            "e": {"anyOf": [{"type": "integer"}, {}]},
+            "f": {"$ref": "#/$defs/Missing"},
+            "g": {"const": 3},
+        },
+    )
+    tool["function"]["parameters"]["$defs"] = {"Loop": {"$ref": "#/$defs/Loop"}}
+    reply = _block("mixed", *((k, "true", "1") for k in "abcdefg"))
+    (call,) = _calls(tok, reply, [tool])
+    assert json.loads(call.function.arguments) == {**{k: "1" for k in "abcdef"}, "g": 1}
+
+
 def test_vllm_40959_nested_arguments_wrapper_is_unwrapped(tok: PreTrainedTokenizerFast) -> None:
     """vllm-project/vllm#40959: DeepSeek-V4 wrapped a call's parameters in one ``arguments``
     parameter (``{"arguments": {"path": ..., "content": ...}}``), which fails the tool's schema.

@@ -19,7 +19,9 @@ Anything else is left as the model wrote it.
 
 A parameter's declared JSON types (:func:`declared_types`) are read from its ``type`` or, for a
 composed schema, from the alternatives of its ``anyOf`` / ``oneOf`` (their union) or ``allOf``
-(their intersection), as vLLM's DeepSeek-V3.2 parser reads them. They drive two value repairs: a
+(their intersection), as vLLM's DeepSeek-V3.2 parser reads them, following local ``$ref``
+pointers and reading ``enum`` / ``const`` values' types (the schemas pydantic writes for
+``Optional[int]`` and enum fields, as ``openai.pydantic_function_tool`` sends them). They drive two value repairs: a
 ``string="true"`` value of a parameter that allows no string (:func:`non_string_types`), and a
 ``string="false"`` value of one that allows a string (:func:`string_types`), which is read as
 that string when it is no JSON value (``hello`` for ``["string", "null"]``; a JSON value, ``42``
@@ -135,36 +137,79 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _schema_types(prop: Any, depth: int = 0) -> frozenset[str] | None:
-    """The JSON types a (sub)schema ``prop`` declares, or ``None`` when they are unknown."""
-    if not isinstance(prop, Mapping) or depth > 8:
+#: JSON schema ``type`` name of each JSON value's Python type (``enum`` / ``const`` values).
+_VALUE_TYPE_NAMES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),  # before int: a bool is an int
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (type(None), "null"),
+    (list, "array"),
+    (dict, "object"),
+)
+#: How deep ``$ref`` / ``anyOf`` / ``oneOf`` / ``allOf`` nesting is followed (a cyclic ``$ref``
+#: stops here).
+_MAX_SCHEMA_DEPTH = 16
+
+
+def _resolve_ref(ref: Any, root: Any) -> Any:
+    """The node a local JSON pointer ``ref`` (``"#/$defs/Unit"``, RFC 6901) names in ``root``,
+    or ``None`` when it is not a local pointer or names nothing."""
+    if not isinstance(ref, str) or not ref.startswith("#"):
         return None
-    kind = prop.get("type")
+    node = root
+    for part in ref[1:].split("/")[1:] if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _schema_types(node: Any, root: Any, depth: int = 0) -> frozenset[str] | None:
+    """The JSON types a (sub)schema ``node`` declares, or ``None`` when they are unknown: its
+    ``type``; else, through a local ``$ref`` into ``root``, the target's; else the union of its
+    ``anyOf`` / ``oneOf`` alternatives' types or the intersection of its ``allOf`` parts' types;
+    else the types of its ``enum`` / ``const`` values (pydantic's ``Optional[int]`` is
+    ``{"anyOf": [{"type": "integer"}, {"type": "null"}]}``, an enum field a ``$ref`` into
+    ``$defs``)."""
+    if not isinstance(node, Mapping) or depth > _MAX_SCHEMA_DEPTH:
+        return None
+    kind = node.get("type")
     if kind is not None:
         names = [kind] if isinstance(kind, str) else kind
         if not isinstance(names, list) or not names or not all(n in _JSON_TYPES for n in names):
             return None
         return frozenset(names)
+    if "$ref" in node:
+        return _schema_types(_resolve_ref(node["$ref"], root), root, depth + 1)
     for combinator in ("anyOf", "oneOf", "allOf"):
-        alternatives = prop.get(combinator)
+        alternatives = node.get(combinator)
         if not isinstance(alternatives, list) or not alternatives:
             continue
-        sets = [_schema_types(a, depth + 1) for a in alternatives]
+        sets = [_schema_types(a, root, depth + 1) for a in alternatives]
         if any(t is None for t in sets):
             return None
         if combinator == "allOf":
-            return frozenset.intersection(*sets) or None
-        return frozenset.union(*sets)
-    return None
+            return frozenset.intersection(*sets) or None  # type: ignore[arg-type]
+        return frozenset.union(*sets)  # type: ignore[arg-type]
+    values = (
+        node["enum"] if isinstance(node.get("enum"), list) else [node["const"]] if "const" in node else None
+    )
+    if not values:
+        return None
+    return frozenset(next((n for t, n in _VALUE_TYPE_NAMES if isinstance(v, t)), "string") for v in values)
 
 
 def declared_types(key: str, schema: Any) -> frozenset[str] | None:
     """The JSON type names (``"string"``, ``"integer"``, ``"null"`` ...) parameter ``key`` of a
     tool whose ``parameters`` JSON schema is ``schema`` declares: its ``type`` (a name or a list
-    of names), or the union of its ``anyOf`` / ``oneOf`` alternatives' types, or the intersection
-    of its ``allOf`` parts' types (module docstring); ``None`` when unknown (no such parameter,
-    no ``type``, an alternative of unknown type, an unknown name)."""
-    return _schema_types(_properties(schema).get(key))
+    of names), through local ``$ref`` pointers, the union of its ``anyOf`` / ``oneOf``
+    alternatives' types, the intersection of its ``allOf`` parts' types, or its ``enum`` /
+    ``const`` values' types (module docstring); ``None`` when unknown (no such parameter, none of
+    those keywords, an alternative of unknown type, an unknown name, a remote or dangling
+    ``$ref``)."""
+    return _schema_types(_properties(schema).get(key), schema)
 
 
 def non_string_types(key: str, schema: Any) -> frozenset[str] | None:
