@@ -9,7 +9,7 @@
 #   m1: the 1,000,000-token request with the new default (issue 18's TTFT against its roofline).
 #   run(command="PARTS='tests ab' bash benchmark/device/extend_tile_ab.sh", carry=[".whl"], timeout_s=600)
 #   run(command="PARTS=m1 bash benchmark/device/extend_tile_ab.sh", carry=[".whl"], timeout_s=600)
-# Outputs in $OUT: gpu_shard_*.log, km0/, km4/, m1/ (longctx.{json,md}) and their logs.
+# Outputs in $OUT: gpu_shards.log, km0/, km4/, m1/ (longctx.{json,md}) and their logs.
 set -u
 BUDGET_S=${BUDGET_S:-560}
 OUT=${OUT:-/tmp/extend_tile_ab_out}
