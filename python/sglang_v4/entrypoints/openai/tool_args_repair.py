@@ -36,7 +36,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sglang_v4.entrypoints.openai.dsml_grammar import unique_object
+from sglang_v4.entrypoints.openai.dsml_grammar import reject_constant, unique_object
 
 __all__ = [
     "WRAPPER_KEYS",
@@ -234,17 +234,13 @@ def string_types(key: str, schema: Any) -> frozenset[str] | None:
     return names if names is not None and "string" in names else None
 
 
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
 def coerce_string_value(value: str, types: frozenset[str]) -> str:
     """The JSON text of a ``string="true"`` parameter value whose schema allows only ``types``
     (:func:`non_string_types`): the JSON value the text spells when it parses as one of those
     types (``"[1, 2]"`` for an array parameter becomes ``[1, 2]``), else the JSON string of the
     text as the model wrote it."""
     try:
-        parsed = json.loads(value, parse_constant=_no_constant, object_pairs_hook=unique_object)
+        parsed = json.loads(value, parse_constant=reject_constant, object_pairs_hook=unique_object)
     except (ValueError, RecursionError):  # RecursionError: nested deeper than json decodes
         return json.dumps(value, ensure_ascii=False)
     if isinstance(parsed, float) and not math.isfinite(parsed):  # "1e999": not JSON once dumped
