@@ -75,14 +75,17 @@ def paged_case(T: int, n_max: int, N: int, gen: torch.Generator, e: int = 64) ->
 
 
 def candidates(case: dict) -> torch.Tensor:
-    """``[T, C]`` slots of each token's entries ``0 .. visible - 1`` by Python loops, -1 = none."""
+    """``[T, C]`` slots of each token's entries ``0 .. visible - 1``, -1 = none: entry ``w`` of a
+    token lives at ``req_to_page[row, w // e] * e + w % e`` (one token at a time, per entry
+    vectorised; a page row of -1 is unmapped)."""
     T, C, e = case["visible"].shape[0], case["C"], case["e"]
     out = torch.full((T, C), -1, dtype=torch.int64)
     for t in range(T):
-        row = case["req_to_page"][int(case["req_rows"][int(case["token_req"][t])])].tolist()
-        for w in range(int(case["visible"][t])):
-            if row[w // e] >= 0:
-                out[t, w] = row[w // e] * e + w % e
+        row = case["req_to_page"][int(case["req_rows"][int(case["token_req"][t])])].long()
+        n = int(case["visible"][t])
+        w = torch.arange(n)
+        page = row[w // e]
+        out[t, :n] = torch.where(page >= 0, page * e + w % e, -1)
     return out
 
 

@@ -58,12 +58,21 @@ def _order_key(scores: torch.Tensor) -> torch.Tensor:
     return i ^ ((i >> 31) & 0x7FFFFFFF)
 
 
-def _ref64(q, w, kv64, cand, scale) -> torch.Tensor:
-    """float64 scores [T, C] of the gathered candidates (HF DeepseekV4IndexerScorer), -inf invalid."""
-    k = kv64[cand.clamp(min=0)]
-    s = torch.relu(torch.einsum("thd,tcd->thc", q.double(), k) * scale)
-    s = torch.einsum("thc,th->tc", s, w.double())
-    return s.masked_fill(cand < 0, float("-inf"))
+def _ref64(q, w, kv64, cand, scale, chunk: int = 16) -> torch.Tensor:
+    """float64 scores [T, C] of the gathered candidates (HF DeepseekV4IndexerScorer), -inf invalid.
+
+    Computed on ``DEVICE`` in chunks of ``chunk`` tokens (a [T, C, D] gather of a prefill-sized
+    case is ~10 GB in float64; on the CPU it stalls a test shard for minutes)."""
+    dev = torch.device(DEVICE)
+    kv = kv64.to(dev)
+    out = []
+    for t0 in range(0, q.shape[0], chunk):
+        c = cand[t0 : t0 + chunk].to(dev)
+        k = kv[c.clamp(min=0)]
+        s = torch.relu(torch.einsum("thd,tcd->thc", q[t0 : t0 + chunk].to(dev).double(), k) * scale)
+        s = torch.einsum("thc,th->tc", s, w[t0 : t0 + chunk].to(dev).double())
+        out.append(s.masked_fill(c < 0, float("-inf")).cpu())
+    return torch.cat(out)
 
 
 def _dev(case: dict) -> dict:
