@@ -24,7 +24,9 @@ for k in $(seq 0 $(( shards - 1 ))); do
   # shellcheck disable=SC2046
   # faulthandler_timeout: a test running longer than GPU_TEST_HANG_S dumps every thread's stack
   # into the shard's log (which test, and where it waits)
-  timeout -s INT -k 20 "$cap" python3 -m pytest -q -m gpu -rfEs -p no:cacheprovider \
+  # OMP_NUM_THREADS: the shards share 16 cores; torch's CPU references would otherwise each start
+  # one thread per core and contend
+  OMP_NUM_THREADS=${GPU_TEST_THREADS:-2} timeout -s INT -k 20 "$cap" python3 -m pytest -q -m gpu -rfEs -p no:cacheprovider \
     -o faulthandler_timeout="${GPU_TEST_HANG_S:-180}" \
     $(cat "$ids.$k") > "${OUT:-/tmp}/gpu_shard_$k.log" 2>&1 &
   pids+=($!)
