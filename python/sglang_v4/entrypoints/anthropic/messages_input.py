@@ -9,9 +9,10 @@
   message (joined by a blank line; a string content is one text); each ``tool_result`` block
   becomes a ``tool`` message answering the call of its ``tool_use_id``, which must be a
   ``tool_use`` of the preceding assistant message (``content`` a string or ``text`` blocks, its
-  text as is: ``is_error`` must be a boolean and adds nothing to the prompt, as DeepSeek's own
-  Messages converter (``deepseek-recipe``), SGLang's and vLLM's Anthropic adapters render it; the
-  tool's own error text tells the model the call failed). The blocks keep their order: ``[tool_result, tool_result, text]`` is two tool messages
+  text as is; ``tool_reference`` items of a client-side tool search add nothing; ``is_error``
+  must be a boolean and adds nothing to the prompt, as DeepSeek's own Messages converter
+  (``deepseek-recipe``), SGLang's and vLLM's Anthropic adapters render it; the tool's own error
+  text tells the model the call failed). The blocks keep their order: ``[tool_result, tool_result, text]`` is two tool messages
   and then a user message. An ``assistant`` message's ``text`` blocks are its content,
   ``thinking`` blocks its ``reasoning_content`` (the ``signature`` is not checked;
   ``redacted_thinking`` blocks are dropped: their data is another model's) and ``tool_use``
@@ -129,18 +130,33 @@ def _system_text(system: str | Sequence[Any] | None) -> str | None:
 def _tool_result_text(block: Mapping[str, Any], field: str) -> str:
     """The text of a ``tool_result`` block: its ``content`` (a string or ``text`` blocks joined by
     :data:`BLOCK_SEPARATOR`) as is, whatever ``is_error`` says (module docstring).
+    ``tool_reference`` items of the list (``{"type": "tool_reference", "tool_name": ...}``, what a
+    client-side tool search returns to load a deferred tool's definition) add no text: every tool
+    of the request's ``tools`` is in the prompt already (``defer_loading`` defers nothing here).
 
     Raises:
-        RequestError: 400 naming ``{field}.content`` (not a string or a list of text blocks) or
+        RequestError: 400 naming ``{field}.content`` (not a string or a list of text and
+            ``tool_reference`` blocks), a ``tool_reference`` without a non-empty ``tool_name``, or
             ``{field}.is_error`` (not a boolean).
     """
     content = block.get("content", "")
     if isinstance(content, str):
         text = content
     elif isinstance(content, list):
-        text = _texts(content, f"{field}.content", "a tool_result")
+        texts = []
+        for where, b in _content_blocks(content, f"{field}.content"):
+            if b.get("type") == "tool_reference":
+                _block_str(b, "tool_name", where, non_empty=True)  # checked, adds no text
+            elif b.get("type") == "text":
+                texts.append(_block_str(b, "text", where))
+            else:
+                raise _error(
+                    f"{where}.type",
+                    f"a tool_result takes text and tool_reference blocks only; got {b.get('type')!r}.",
+                )
+        text = BLOCK_SEPARATOR.join(texts)
     else:
-        raise _error(f"{field}.content", "must be a string or a list of text blocks.")
+        raise _error(f"{field}.content", "must be a string or a list of text and tool_reference blocks.")
     is_error = block.get("is_error", False)
     if not isinstance(is_error, bool):
         raise _error(f"{field}.is_error", "must be a boolean.")
