@@ -326,3 +326,21 @@ def test_legacy_functions_are_refused_not_dropped(tok: PreTrainedTokenizerFast, 
             "/v1/chat/completions", json={"messages": messages, "max_tokens": 2, "function_call": value}
         )
         assert r.status_code == 200, (value, r.text)
+
+
+@pytest.mark.parametrize(
+    "prompt,where",
+    [(["x", ""], "prompt[1]"), (["", "x", "y"], "prompt[0]"), ([[5, 6], []], "prompt[1]")],
+)
+def test_empty_entry_of_a_prompt_batch_is_named(
+    tok: PreTrainedTokenizerFast, prompt: list, where: str
+) -> None:
+    """A batch of prompts with one empty entry: a 400 whose message names that entry (as the
+    token-id check names ``prompt[i][j]``), so a client with many prompts can find it; nothing
+    reaches the engine. Oracle: the entry's index in the request as sent."""
+    tm = FakeTM(tok)
+    r = _client(tm).post("/v1/completions", json={"prompt": prompt, "max_tokens": 2})
+    assert r.status_code == 400, r.text
+    j = r.json()
+    assert j["param"] == "prompt" and j["message"].startswith(f"{where} must not be empty"), j
+    assert tm.received == []

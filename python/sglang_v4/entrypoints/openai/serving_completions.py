@@ -91,8 +91,12 @@ class CompletionsMixin(OpenAIServingBase):
         prompt = req.prompt
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
-        if prompt == "" or prompt == [] or (isinstance(prompt, list) and any(p in ("", []) for p in prompt)):
+        if prompt == "" or prompt == []:
             raise RequestError("prompt must not be empty.", param="prompt")
+        if isinstance(prompt, list):  # a batch: name the empty entry, as the token-id check names its id
+            empty = next((i for i, p in enumerate(prompt) if p in ("", [])), None)
+            if empty is not None:
+                raise RequestError(f"prompt[{empty}] must not be empty.", param="prompt")
         if isinstance(prompt, list) and not isinstance(prompt[0], str):  # token ids: [ids] or [[ids], ...]
             batched = isinstance(prompt[0], list)
             check_token_ids_in_vocab(prompt if batched else [prompt], batched, self._vocab_size(), "prompt")
