@@ -6,8 +6,9 @@ as byte-fragment tokens on the stop checker, and through the model-free ``plain_
 structured outputs (unsupported string formats, ``minItems`` / ``maxItems``, ``regex`` and
 ``ebnf`` through the OpenAI API, JSON mode), a re-sent prompt's prefix-cache hit and
 ``/v1/models``' ``max_model_len`` on the embedded DeepSeek-V4 model's ``more_bugs_server``;
-``/health_generate`` beside a running and an aborted request (``held_fake_server``); the offline
-``Engine`` called again and again (``shared_fake_engine``). Each test names its report.
+``/health_generate`` beside a running and an aborted request and ``/flush_cache?timeout=T``
+(``held_fake_server``); the offline ``Engine`` called again and again (``shared_fake_engine``).
+Each test names its report.
 
 One report showed a fault here: FP4 (e2m1) weight quantization rounded a value exactly halfway
 between two e2m1 magnitudes up in magnitude (vllm-project/vllm#41985: it must round to nearest,
@@ -15,7 +16,7 @@ ties to even, as IEEE 754 and the OCP MX spec say); ``quantize_fp4`` now rounds 
 code. The other reports (sgl-project/sglang#34852, sgl-project/sglang#95,
 sgl-project/sglang#580, sgl-project/sglang#1776, sgl-project/sglang#3295,
 sgl-project/sglang#4733, sgl-project/sglang#3695, sgl-project/sglang#1606,
-vllm-project/vllm#45636, vllm-project/vllm#12201, vllm-project/vllm#42948,
+sgl-project/sglang#33527, vllm-project/vllm#45636, vllm-project/vllm#12201, vllm-project/vllm#42948,
 vllm-project/vllm#4643, huggingface/transformers#24511, huggingface/transformers#46519) are kept
 as regression tests.
 
@@ -479,3 +480,44 @@ def test_sglang_3695_health_generate_beside_a_running_and_an_aborted_request(
         assert requests.get(health, timeout=60).status_code == 200
     r = post(held_fake_server, "/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 3}})
     assert r.status_code == 200 and len(r.json()["output_ids"]) == 3, r.text
+
+
+def test_sglang_33527_flush_cache_with_a_timeout_waits_for_idle(held_fake_server: ServerHandle) -> None:
+    """sgl-project/sglang#33527 (sgl-project/sglang#33368): right after a benchmark's warmup the
+    server was not idle yet, so ``/flush_cache`` answered 400; the fix passes SGLang's
+    ``timeout`` so the server waits for idle before flushing. Expected: while a request runs, a
+    plain flush is a 400 at once and one whose ``timeout`` runs out is a 400 after about that
+    long; one with room to wait returns 200 once the request has ended (here: is aborted)."""
+    rid = f"held-{uuid.uuid4().hex}"
+    body = {"text": "[hold] warmup", "rid": rid, "stream": True, "sampling_params": {"max_new_tokens": 50}}
+    lines: list[bytes] = []
+
+    def read() -> None:
+        with requests.post(held_fake_server.url + "/generate", json=body, stream=True, timeout=60) as r:
+            lines.extend(line for line in r.iter_lines() if line.startswith(b"data: {"))
+
+    t = threading.Thread(target=read)
+    t.start()
+    deadline = time.time() + 30
+    while not lines and time.time() < deadline:
+        time.sleep(0.05)
+    assert lines, "the held request never started"
+    flush = held_fake_server.url + "/flush_cache"
+    assert requests.post(flush, timeout=30).status_code == 400
+    t0 = time.monotonic()
+    r = requests.post(flush, params={"timeout": 0.5}, timeout=30)
+    assert r.status_code == 400 and time.monotonic() - t0 >= 0.4, r.text
+    waited: dict[str, Any] = {}
+
+    def flush_waiting() -> None:
+        waited["r"] = requests.post(flush, params={"timeout": 30}, timeout=60)
+
+    f = threading.Thread(target=flush_waiting)
+    f.start()
+    time.sleep(0.3)
+    assert f.is_alive() and "r" not in waited  # still waiting for the running request
+    assert post(held_fake_server, "/abort_request", {"rid": rid}).status_code == 200
+    f.join(timeout=40)
+    t.join(timeout=30)
+    assert not f.is_alive() and not t.is_alive()
+    assert waited["r"].status_code == 200, waited["r"].text
