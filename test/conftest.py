@@ -190,6 +190,7 @@ def more_bugs_server(default_model_dir: str, tmp_path_factory: pytest.TempPathFa
     ``test_public_bugs_more_outputs``, ``test_public_bugs_fourth``,
     ``test_public_bugs_fourth_sampling``, ``test_public_bugs_fifth``, ``test_public_bugs_sixth``,
     ``test_public_bugs_seventh``, ``test_public_bugs_eighth``, ``test_public_bugs_tenth``,
+    ``test_public_bugs_eleventh``,
     ``test_vllm_suite_port_more``, ``test_published_recipes`` and
     ``test_thinking_budget_chat`` (their requests finish; none counts the server's totals;
     ``test_public_bugs_fourth`` and ``test_public_bugs_eighth`` flush the prefix cache).
@@ -235,7 +236,7 @@ def held_fake_server(shared_fake_model_dir, tmp_path_factory: pytest.TempPathFac
     (``fake_prompt_tm.MODEL``) on ``server_fixture.FakeScheduler`` with ``FAKE_HOLD_ON_TEXT=[hold]``
     (a prompt holding ``[hold]`` runs until it is aborted); shared by ``test_native_public_bugs``,
     ``test_public_bugs_native_more``, ``test_public_bugs_native_third``, ``test_public_bugs_eighth``,
-    ``test_public_bugs_tenth``, ``test_server_native_api`` and ``test_openai_responses_server`` (their held requests are aborted by the test that sent
+    ``test_public_bugs_tenth``, ``test_public_bugs_eleventh``, ``test_server_native_api`` and ``test_openai_responses_server`` (their held requests are aborted by the test that sent
     them). Yields the ``ServerHandle``; at the end of the session the server must exit with code 0."""
     from fake_prompt_tm import MODEL
     from server_fixture import fake_env, start_server
@@ -252,7 +253,7 @@ def shared_fake_engine(shared_fake_model_dir):  # noqa: ANN001, ANN201 - lazy im
     """``server_fixture.fake_engine(shared_fake_model_dir)``: an ``Engine`` on ``FakeScheduler``,
     256-token pages, ``[hold]`` prompts held until aborted; shared by ``test_abort_every_state``,
     ``test_engine_api``, ``test_engine_cancel``, ``test_engine_public_bugs``,
-    ``test_native_public_bugs``, ``test_public_bugs_native_more``, ``test_public_bugs_native_third`` and ``test_public_bugs_seventh`` (each leaves no request running: several check that the
+    ``test_native_public_bugs``, ``test_public_bugs_native_more``, ``test_public_bugs_native_third``, ``test_public_bugs_seventh`` and ``test_public_bugs_eleventh`` (each leaves no request running: several check that the
     engine's pages and request table are empty). At the end of the session its scheduler and
     detokenizer processes must have exited."""
     from server_fixture import fake_engine

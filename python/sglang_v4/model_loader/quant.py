@@ -77,7 +77,8 @@ def _fp4_bucket_codes() -> torch.Tensor:
     """e2m1 magnitude code nearest to |x| for |x| in [b/4, (b+1)/4), b = 0..24.
 
     Every midpoint between neighbouring e2m1 magnitudes (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) is a
-    multiple of 1/4, so the nearest code is constant on each bucket (ties round up in magnitude).
+    multiple of 1/4, so the nearest code is constant on each bucket; a bucket's left edge ``b/4``
+    may be such a midpoint (a tie), which :func:`quantize_fp4` sends to the even code.
     """
     grid = torch.tensor(E2M1_VALUES, dtype=torch.float64)
     centers = (torch.arange(25, dtype=torch.float64) + 0.5) / 4
@@ -85,6 +86,11 @@ def _fp4_bucket_codes() -> torch.Tensor:
 
 
 _FP4_BUCKET_CODE = _fp4_bucket_codes()
+
+#: Buckets whose left edge ``b/4`` is a midpoint between two e2m1 magnitudes (0.25 .. 5): an exact
+#: ``|x| / scale == b/4`` is a tie between the bucket's code and the one below it.
+_FP4_TIE_BUCKET = torch.zeros(25, dtype=torch.bool)
+_FP4_TIE_BUCKET[[1, 3, 5, 7, 10, 14, 20]] = True
 
 
 def _fp4_byte_table() -> torch.Tensor:
@@ -153,7 +159,8 @@ def quantize_fp4(w: torch.Tensor, scale_dtype: torch.dtype = E8M0_DTYPE) -> tupl
 
     Returns:
         ``(packed [..., R, C/2] int8, scale [..., R, C/32] scale_dtype)``; rounding is to the
-        nearest e2m1 value.
+        nearest e2m1 value, ties to the even code (IEEE 754 roundTiesToEven, which the OCP MX
+        spec prescribes for conversions to FP4; the indexer's fp4 key cache rounds the same way).
 
     Raises:
         ValueError: if C is not a multiple of 32.
@@ -166,8 +173,13 @@ def quantize_fp4(w: torch.Tensor, scale_dtype: torch.dtype = E8M0_DTYPE) -> tupl
     g = w.to(torch.float32).reshape(*lead, r, c // FP4_GROUP, FP4_GROUP)
     scale = _pow2_ceil(g.abs().amax(dim=-1) / E2M1_VALUES[-1])  # [..., R, C/32]
     # bucket index floor(4 |x| / scale) in 0..24 (|x| / scale <= 6), then its nearest code
-    bucket = (g.abs() * (4.0 / scale)[..., None]).to(torch.int64).clamp_(0, 24)
+    y = g.abs() * (4.0 / scale)[..., None]  # exact: scale is a power of two
+    bucket = y.to(torch.int64).clamp_(0, 24)
     code = torch.take(_FP4_BUCKET_CODE.to(bucket.device), bucket)
+    # a tie (y on a midpoint) sits at its bucket's left edge, whose code is the upper neighbour:
+    # step down to the lower one when the upper code is odd (ties to even)
+    tie = torch.take(_FP4_TIE_BUCKET.to(bucket.device), bucket) & (y == bucket.to(y.dtype))
+    code = torch.where(tie & ((code & 1) == 1), code - 1, code)
     code |= (g < 0).to(torch.uint8) << 3
     code = code.reshape(*lead, r, c)
     packed = code[..., 0::2] | (code[..., 1::2] << 4)
