@@ -83,6 +83,13 @@ def test_indexer_rows_write_and_read_like_the_reference(fp4: bool) -> None:
     N = P * R
     gen = torch.Generator().manual_seed(3)
     x = (torch.randn(N, D, generator=gen) * torch.logspace(-3, 2, N)[:, None]).float()
+    # exact ties: every multiple of 1/8 in [-6, 6] (the e2m1 midpoints and many e4m3 ones) beside
+    # an amax of 6, at scales 2**k, and a row below the 1e-4 amax floor
+    ties = torch.tensor([i / 8 for i in range(-48, 49)] + [6.0] * (-97 % D), dtype=torch.float32)
+    ties = ties.reshape(-1, D)
+    for i, k in enumerate((-20, -3, 0, 4)):
+        x[i * ties.shape[0] : (i + 1) * ties.shape[0]] = ties * 2.0**k
+    x[-1] = 2.0**-30
     # write: the kernel's bytes are the reference encoding
     _write_rows_kernel[(N,)](x.to(DEVICE), st, R, st.stride(0), st.stride(1), CODEC=3 if fp4 else 2, D=D)
     want = encode_entries(x, fmt).reshape(P, R, B)

@@ -30,6 +30,8 @@ import torch
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
 E8M0_DTYPE = torch.float8_e8m0fnu
+#: ue8m0's smallest value (byte 0), a float32 subnormal.
+_E8M0_MIN = 2.0**-127
 FP4_GROUP = 32
 #: e2m1 magnitudes by 3-bit code.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -154,8 +156,15 @@ def dequantize_fp8_block(
     return q.to(torch.float32) * s
 
 
-def quantize_fp4(w: torch.Tensor, scale_dtype: torch.dtype = E8M0_DTYPE) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_fp4(
+    w: torch.Tensor, scale_dtype: torch.dtype = E8M0_DTYPE, name: str = "weight"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``w [..., R, C]`` (C divisible by 32) to packed e2m1 with per-32 ue8m0 scales.
+
+    Each group's scale is the smallest power of two ``>= amax / 6`` and ``>= 2**-127`` (ue8m0's
+    smallest value, byte 0; an all-zero group gets 1), so a group of tiny or subnormal values keeps
+    what e2m1 at ``2**-127`` can hold. A value below zero keeps its sign when it rounds to zero
+    (code 8, ``-0.0``).
 
     Returns:
         ``(packed [..., R, C/2] int8, scale [..., R, C/32] scale_dtype)``; rounding is to the
@@ -163,17 +172,22 @@ def quantize_fp4(w: torch.Tensor, scale_dtype: torch.dtype = E8M0_DTYPE) -> tupl
         spec prescribes for conversions to FP4; the indexer's fp4 key cache rounds the same way).
 
     Raises:
-        ValueError: if C is not a multiple of 32.
+        ValueError: if C is not a multiple of 32, or ``w`` holds a NaN or an infinity (e2m1 has
+            neither; names ``name``).
     """
     *lead, r, c = w.shape
     if c % FP4_GROUP:
         raise ValueError(
-            f"FP4 quantization needs the last dim divisible by {FP4_GROUP}, got shape {tuple(w.shape)}"
+            f"{name}: FP4 quantization needs the last dim divisible by {FP4_GROUP}, got shape {tuple(w.shape)}"
         )
     g = w.to(torch.float32).reshape(*lead, r, c // FP4_GROUP, FP4_GROUP)
-    scale = _pow2_ceil(g.abs().amax(dim=-1) / E2M1_VALUES[-1])  # [..., R, C/32]
+    amax = g.abs().amax(dim=-1)  # [..., R, C/32]
+    if not bool(torch.isfinite(amax).all()):
+        raise ValueError(f"{name}: FP4 quantization of a tensor holding NaN or infinity (e2m1 has neither)")
+    # clamped before the power-of-two step: amax / 6 of a subnormal amax may underflow to 0
+    scale = _pow2_ceil(torch.where(amax > 0, (amax / E2M1_VALUES[-1]).clamp(min=_E8M0_MIN), 0.0))
     # bucket index floor(4 |x| / scale) in 0..24 (|x| / scale <= 6), then its nearest code
-    y = g.abs() * (4.0 / scale)[..., None]  # exact: scale is a power of two
+    y = g.abs() / scale[..., None] * 4.0  # exact: scale is a power of two (4 / scale may overflow)
     bucket = y.to(torch.int64).clamp_(0, 24)
     code = torch.take(_FP4_BUCKET_CODE.to(bucket.device), bucket)
     # a tie (y on a midpoint) sits at its bucket's left edge, whose code is the upper neighbour:

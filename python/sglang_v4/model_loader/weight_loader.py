@@ -194,7 +194,7 @@ def _in_target_format(
         q, s = quantize_fp8_block(t, FP8_BLOCK, E8M0_DTYPE)
         return q, scale_to_float(s)
     if tgt.kind == "fp4":
-        q, s = quantize_fp4(t)
+        q, s = quantize_fp4(t, name=src.key)
         return q.view(torch.uint8), s.view(torch.uint8)
     if tgt.name.endswith("tid2eid") and t.dtype.is_floating_point:
         t = t.round()

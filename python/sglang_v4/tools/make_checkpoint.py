@@ -193,7 +193,7 @@ def _stored(name: str, t: torch.Tensor, fmt: str, weights: str) -> dict[str, tor
 def _stored_experts(layer: int, proj: str, name: str, t: torch.Tensor, fmt: str, weights: str) -> dict:
     if fmt == "hf":
         if weights == "fp8":
-            q, s = quantize_fp4(t)
+            q, s = quantize_fp4(t, name=name)
             return {name: q, name + "_scale_inv": s}
         return {name: t.to(_float_dtype(name, weights)).contiguous()}
     out: dict[str, torch.Tensor] = {}
@@ -206,7 +206,7 @@ def _stored_experts(layer: int, proj: str, name: str, t: torch.Tensor, fmt: str,
             parts = {"w2": t[e]}
         for p, w in parts.items():
             if weights == "fp8":
-                q, s = quantize_fp4(w)
+                q, s = quantize_fp4(w, name=official_expert_name(layer, e, p, "weight"))
                 out[official_expert_name(layer, e, p, "weight")] = q
                 out[official_expert_name(layer, e, p, "scale")] = s
             else:
