@@ -17,6 +17,7 @@ weights ``max(pow2ceil(amax / 6), 2 ** -127)`` (1 for an all-zero group), indexe
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -56,7 +57,9 @@ def _indexer_scale(group: list[float]) -> float:
     return 2.0 ** min(max(_ceil_log2(max(amax6, 1e-4)), -126), 127)
 
 
-def _reference(rows: torch.Tensor, scale_rule, zero_sign: bool) -> tuple[list[list[int]], list[list[float]]]:  # noqa: ANN001
+def _reference(
+    rows: torch.Tensor, scale_rule: Callable[[list[float]], float], zero_sign: bool
+) -> tuple[list[list[int]], list[list[float]]]:
     """Per row: the 4-bit codes and their float64 values; ``zero_sign`` keeps the sign bit of a
     negative value that rounds to zero."""
     codes, vals = [], []
