@@ -1,6 +1,7 @@
 """A twelfth set of public bug reports of SGLang servers, replayed here: SGLang's native control
 routes (``/server_info`` and its deprecated alias, ``/v1/loads`` beside a running request,
-``/flush_cache`` while busy), ``/v1/tokenize`` / ``/v1/detokenize``, the embedding and rerank
+``/flush_cache`` while busy, the ``/get_server_info`` fields sglang-router registers a worker
+from), ``/v1/tokenize`` / ``/v1/detokenize``, the embedding and rerank
 routes on a generation model, SGLang request fields of features this runtime lacks
 (``lora_path``, ``return_hidden_states``, ``custom_logit_processor``) and the Batch API's cancel
 on the model-free ``held_fake_server``; ``--enable-cache-report``'s ``prompt_tokens_details`` in a
@@ -13,7 +14,8 @@ answers it with the 400 of an embedding request (sgl-project/sglang#6058 added t
 server had no such route (a 404 ``{"detail": "Not Found"}``), so a client could not tell a
 missing route from a model that cannot rerank. The route now answers SGLang's 400 in the OpenAI
 error shape, as ``/v1/embeddings`` does. The other reports (sgl-project/sglang#14533,
-sgl-project/sglang#16976, sgl-project/sglang#12107, sgl-project/sglang#5711,
+sgl-project/sglang#16976, sgl-project/sglang#12107, sgl-project/sglang#6869,
+sgl-project/sglang#10998, sgl-project/sglang#5711,
 sgl-project/sglang#5230, sgl-project/sglang#4739, sgl-project/sglang#30177,
 sgl-project/sglang#6572, sgl-project/sglang#1222, sgl-project/sglang#4707,
 sgl-project/sglang#11289, sgl-project/sglang#7223, sgl-project/sglang#12818) are kept as
@@ -156,6 +158,24 @@ def test_sglang_12107_flush_cache_while_busy_is_refused_and_harmless(held_fake_s
     assert requests.post(held_fake_server.url + "/flush_cache", timeout=30).status_code == 200
     r = post(held_fake_server, "/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 3}})
     assert r.status_code == 200 and len(r.json()["output_ids"]) == 3, r.text
+
+
+def test_sglang_6869_router_reads_the_workers_server_info(held_fake_server: ServerHandle) -> None:
+    """sgl-project/sglang#6869 (the router's ``--dp-aware`` mode) and sgl-project/sglang#10998
+    (worker registration): sglang-router registers a worker from its ``/get_server_info`` -- it
+    reads ``dp_size`` to expand the worker into one entry per data-parallel rank, and
+    ``model_id`` or else ``model_path`` as the worker's model -- after ``/health`` answers.
+    Expected: ``/health`` is 200; ``/get_server_info`` has an integer ``dp_size`` equal to the
+    launch's (1: no ``--dp-size``), and a ``model_path`` equal to ``/get_model_info``'s; the
+    served model name is the launch's ``--served-model-name``."""
+    url = held_fake_server.url
+    assert requests.get(url + "/health", timeout=10).status_code == 200
+    info = requests.get(url + "/get_server_info", timeout=10).json()
+    model = requests.get(url + "/get_model_info", timeout=10).json()
+    assert isinstance(info["dp_size"], int) and info["dp_size"] == 1
+    assert info["model_path"] == model["model_path"]
+    assert model["served_model_name"] == info["served_model_name"] == FAKE_MODEL
+    assert model["is_generation"] is True
 
 
 # --------------------------------------------------------------------------- tokenizer routes
