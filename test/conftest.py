@@ -190,10 +190,11 @@ def more_bugs_server(default_model_dir: str, tmp_path_factory: pytest.TempPathFa
     ``test_public_bugs_more_outputs``, ``test_public_bugs_fourth``,
     ``test_public_bugs_fourth_sampling``, ``test_public_bugs_fifth``, ``test_public_bugs_sixth``,
     ``test_public_bugs_seventh``, ``test_public_bugs_eighth``, ``test_public_bugs_tenth``,
-    ``test_public_bugs_eleventh``,
+    ``test_public_bugs_eleventh``, ``test_public_bugs_twelfth``,
     ``test_vllm_suite_port_more``, ``test_published_recipes`` and
     ``test_thinking_budget_chat`` (their requests finish; none counts the server's totals;
-    ``test_public_bugs_fourth`` and ``test_public_bugs_eighth`` flush the prefix cache).
+    ``test_public_bugs_fourth`` and ``test_public_bugs_eighth`` flush the prefix cache;
+    ``test_public_bugs_twelfth`` reloads the served checkpoint's weights, which flushes it too).
     Yields the ``ServerHandle``; at the end of the session the server must exit with code 0 and
     its log hold no traceback."""
     from server_fixture import real_env, start_server
@@ -236,7 +237,7 @@ def held_fake_server(shared_fake_model_dir, tmp_path_factory: pytest.TempPathFac
     (``fake_prompt_tm.MODEL``) on ``server_fixture.FakeScheduler`` with ``FAKE_HOLD_ON_TEXT=[hold]``
     (a prompt holding ``[hold]`` runs until it is aborted); shared by ``test_native_public_bugs``,
     ``test_public_bugs_native_more``, ``test_public_bugs_native_third``, ``test_public_bugs_eighth``,
-    ``test_public_bugs_tenth``, ``test_public_bugs_eleventh``, ``test_server_native_api`` and ``test_openai_responses_server`` (their held requests are aborted by the test that sent
+    ``test_public_bugs_tenth``, ``test_public_bugs_eleventh``, ``test_public_bugs_twelfth``, ``test_server_native_api`` and ``test_openai_responses_server`` (their held requests are aborted by the test that sent
     them). Yields the ``ServerHandle``; at the end of the session the server must exit with code 0."""
     from fake_prompt_tm import MODEL
     from server_fixture import fake_env, start_server

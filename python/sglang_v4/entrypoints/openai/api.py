@@ -19,7 +19,8 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     ``GET /v1/responses/{id}/input_items`` (their input items) and
     ``POST /v1/responses/input_tokens`` (the input-token count of a Responses request),
     ``POST /tokenize`` and ``POST /detokenize`` (each also under ``/v1/``, as in SGLang), and
-    ``POST /v1/embeddings`` / ``/v1/classify`` (a 400: the model is not an embedding model), and
+    ``POST /v1/embeddings`` / ``/v1/classify`` and ``POST`` / ``PUT /v1/rerank`` (a 400: the model
+    is not an embedding or cross-encoder model), and
     SGLang's parser routes ``POST /separate_reasoning`` and ``POST /parse_function_call``, and
     OpenAI's Files and Batch APIs: ``POST`` / ``GET /v1/files``, ``GET`` / ``DELETE
     /v1/files/{id}``, ``GET /v1/files/{id}/content``, ``POST`` / ``GET /v1/batches``,
@@ -85,6 +86,11 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     @router.post("/v1/embeddings")
     @router.post("/v1/classify")
     async def v1_embeddings(request: Request) -> Response:
+        return await serving.embeddings_unsupported(request)
+
+    @router.post("/v1/rerank")
+    @router.put("/v1/rerank")
+    async def v1_rerank(request: Request) -> Response:
         return await serving.embeddings_unsupported(request)
 
     @router.post("/separate_reasoning")

@@ -4,7 +4,7 @@ routes ``/separate_reasoning`` and ``/parse_function_call``, the Files and Batch
 ``/v1/files`` and ``/v1/batches`` (:mod:`.serving_files`, :mod:`.serving_batch`), SageMaker's
 ``/invocations`` (a chat or completions request by its body) (shared handling in
 :mod:`.serving_base`, the routes in :mod:`.serving_completions`, :mod:`.serving_chat`,
-:mod:`.serving_responses`, :mod:`.serving_responses_tokens`, :mod:`.serving_tokenize` and :mod:`.serving_parsers`). ``/v1/embeddings`` and ``/v1/classify`` answer SGLang's 400 for a
+:mod:`.serving_responses`, :mod:`.serving_responses_tokens`, :mod:`.serving_tokenize` and :mod:`.serving_parsers`). ``/v1/embeddings``, ``/v1/classify`` and ``/v1/rerank`` answer SGLang's 400 for a
 generation model."""
 
 from __future__ import annotations
@@ -54,9 +54,11 @@ class OpenAIServing(
         self._load_chat_template()
 
     async def embeddings_unsupported(self, request: Request) -> Response:
-        """``POST /v1/embeddings`` and ``/v1/classify``: the model is a generation model, so (after
-        the API key and a JSON-object body are checked) a 400 in the OpenAI error shape with
-        SGLang's message for an embedding request to a generation model."""
+        """``POST /v1/embeddings``, ``/v1/classify`` and ``/v1/rerank``: the model is a generation
+        model, so (after the API key and a JSON-object body are checked) a 400 in the OpenAI error
+        shape with SGLang's message for an embedding request to a generation model (SGLang's
+        ``/v1/rerank`` sends the query-document pairs to a cross-encoder as an embedding request,
+        so a generation model refuses it with the same message)."""
 
         async def refuse(req: Request) -> Response:
             await read_json_object(req)
