@@ -384,6 +384,12 @@ def test_tokenizer_tokens_past_the_model_vocabulary_are_named_at_start_up(
     with caplog.at_level(logging.WARNING):
         assert warn_tokens_beyond_vocab(mc, get_tokenizer(str(d))) == want
     assert any(all(f"{t!r} (id {i})" in m for i, t in want) for m in caplog.messages), caplog.messages
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # the scheduler's call: a limited list, the same warning
+        assert warn_tokens_beyond_vocab(mc, get_tokenizer(str(d)), limit=1) == want[:1]
+    assert any(
+        "has 2 token(s)" in m and all(f"{t!r} (id {i})" in m for i, t in want) for m in caplog.messages
+    ), caplog.messages
     cfg["vocab_size"] = len(hf)  # a model that has them: no warning
     (d / "config.json").write_text(json.dumps(cfg))
     caplog.clear()

@@ -125,27 +125,32 @@ def stop_token_ids(mc: ModelConfig, tokenizer: Any) -> set[int]:
     return ids
 
 
-def warn_tokens_beyond_vocab(mc: ModelConfig, tokenizer: Any) -> list[tuple[int, str]]:
+def warn_tokens_beyond_vocab(
+    mc: ModelConfig, tokenizer: Any, limit: int | None = None
+) -> list[tuple[int, str]]:
     """Warn (once, at start-up) about the tokenizer's tokens whose ids are past the model's
     vocabulary (``config.json``'s ``vocab_size``): tokens added by ``special_tokens_map.json`` /
     ``added_tokens_decoder`` / ``extra_special_tokens`` to a tokenizer whose model was not resized.
     A prompt that holds one is refused with a 400 (its id has no embedding), and the operator's only
     clue was that 400. Returns the ``(id, token)`` pairs, in id order (``[]``: none, or no
-    tokenizer).
+    tokenizer); ``limit``: only the first ``limit`` of them (the warning names 8 and counts all,
+    whatever ``limit``; a model far smaller than its tokenizer then maps 8 ids, not every one).
     """
     if tokenizer is None or len(tokenizer) <= mc.vocab_size:
         return []
-    ids = list(range(mc.vocab_size, len(tokenizer)))
+    count = len(tokenizer) - mc.vocab_size
+    shown = count if limit is None else min(count, max(limit, 8))
+    ids = list(range(mc.vocab_size, mc.vocab_size + shown))
     extra = list(zip(ids, tokenizer.convert_ids_to_tokens(ids)))
     logger.warning(
         "The tokenizer has %d token(s) past the model's vocabulary (%d ids): %s; a prompt that "
         "contains one is refused (400): resize the model's embeddings or remove them from the "
         "tokenizer files",
-        len(extra),
+        count,
         mc.vocab_size,
-        ", ".join(f"{t!r} (id {i})" for i, t in extra[:8]) + (", ..." if len(extra) > 8 else ""),
+        ", ".join(f"{t!r} (id {i})" for i, t in extra[:8]) + (", ..." if count > 8 else ""),
     )
-    return extra
+    return extra if limit is None else extra[:limit]
 
 
 class Scheduler(
@@ -209,7 +214,7 @@ class Scheduler(
         self.eos_ids = stop_token_ids(mc, self.tokenizer)
         #: ``<think>`` / ``</think>`` encoded (``thinking_token_budget``; empty without a tokenizer)
         self.think_start_ids, self.think_end_ids = reasoning_marker_ids(self.tokenizer)
-        warn_tokens_beyond_vocab(mc, self.tokenizer)
+        warn_tokens_beyond_vocab(mc, self.tokenizer, limit=8)
         self.grammar_backend = None
         if skip_tok:
             logger.info("--skip-tokenizer-init: constrained decoding disabled (grammars need the tokenizer)")
