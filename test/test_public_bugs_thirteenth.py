@@ -368,10 +368,10 @@ def test_pypto_1122_identical_seeded_requests_give_identical_completions(sched_m
 def test_miles_1788_prefill_recompute_gives_the_decode_logprobs(sched_model_dir: str) -> None:
     """radixark/miles#1788 (DeepSeek-V4 true-on-policy: the log-probabilities SGLang's prefill
     recomputes for a rollout must equal those of the rollout's decode): a 300-token prompt decoded
-    greedily for 40 tokens (closing 10 C4 groups while decoding), then
-    prompt + output sent back with ``max_new_tokens=1`` and prompt log-probabilities from the
-    prompt's last token, gives for each output token the log-probability the decode returned (fp32), on a
-    cold pool and on a hit of the two whole blocks."""
+    greedily for 40 tokens (closing 10 C4 groups while decoding), then prompt + output sent back
+    with ``max_new_tokens=1`` and prompt log-probabilities from the prompt's last token, gives for
+    each output token the log-probability the decode returned (fp32), on a cold pool and on a hit
+    of its one whole block."""
     from scheduler_testutil import PAGE, assert_idle, make_scheduler, run_one
 
     s = make_scheduler(sched_model_dir, max_total_tokens=8 * PAGE)
