@@ -27,14 +27,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from sglang_v4.mem_cache.radix_node import RadixKey
-from sglang_v4.sampling.sampler import compute_logprobs, token_ranks, top_logprobs
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.sampling.thinking_budget import ThinkingBudgetState
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where a tensor is made: the HTTP process never needs it
+    import torch
+
     from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
 
 #: One position's logprob entry: ``(logprob, token_id, top_values, top_token_ids, token_ids_values,
@@ -281,6 +280,10 @@ class Req:
         ``first_pos .. first_pos + k - 1``: row ``j`` gives the logprob of prompt token
         ``first_pos + j + 1``. Positions before ``logprob_start_len`` are skipped; when the last
         prompt token is covered the entries move to ``pending_input_logprobs`` (sent once)."""
+        import torch
+
+        from sglang_v4.sampling.sampler import compute_logprobs, token_ranks, top_logprobs
+
         lp = compute_logprobs(rows)
         targets = self.input_logprob_targets(first_pos, rows.shape[0])
         idx = torch.tensor(targets, dtype=torch.long, device=lp.device)

@@ -40,12 +40,13 @@ def ensure_default_model(cache_dir: str | None = None) -> str:
         ``<cache_dir>/default-tiny-v3``, a complete HF-format checkpoint (config.json, safetensors
         shards + index, tokenizer files) of the ``tiny`` preset with seed-0 float32 weights.
     """
-    from sglang_v4.tools.make_checkpoint import write_checkpoint
-
     root = cache_dir or default_cache_dir()
     path = os.path.join(root, DEFAULT_MODEL_NAME)
     if _is_complete(path):
         return path
+    # torch and the model code only when the model must be written (a start-up pays ~1 s for them)
+    from sglang_v4.tools.make_checkpoint import write_checkpoint
+
     os.makedirs(root, exist_ok=True)
     logger.info(
         "Writing the embedded default model (tiny preset, random seed-0 weights) to %s "
