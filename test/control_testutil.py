@@ -6,6 +6,8 @@ a call on a thread, and the rest of an SSE stream being read.
 from __future__ import annotations
 
 import threading
+import time
+import uuid
 from typing import Any
 
 import requests
@@ -65,3 +67,26 @@ def sse_events_rest(lines: Any) -> list[Any]:
             return lines
 
     return sse_events(_Resp())  # type: ignore[arg-type]
+
+
+def hold_stream(
+    server: ServerHandle, text: str = "[hold] a long story"
+) -> tuple[str, threading.Thread, list[bytes]]:
+    """Start a streamed ``/generate`` of a ``[hold]`` prompt on the fake server (it runs until
+    aborted); returns its rid, the reading thread and the SSE data lines read so far (at least
+    one: it has started)."""
+    rid = f"held-{uuid.uuid4().hex}"
+    body = {"text": text, "rid": rid, "stream": True, "sampling_params": {"max_new_tokens": 50}}
+    lines: list[bytes] = []
+
+    def read() -> None:
+        with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
+            lines.extend(line for line in r.iter_lines() if line.startswith(b"data: {"))
+
+    t = threading.Thread(target=read)
+    t.start()
+    deadline = time.time() + 30
+    while not lines and time.time() < deadline:
+        time.sleep(0.05)
+    assert lines, "the held request never started"
+    return rid, t, lines

@@ -40,6 +40,7 @@ from typing import Any
 import pytest
 import requests
 import torch
+from control_testutil import hold_stream
 from public_bugs_testutil import MODEL, USER, post, sse
 from server_fixture import (
     FAKE_ANSWER,
@@ -451,25 +452,7 @@ def test_sglang_3695_health_generate_beside_a_running_and_an_aborted_request(
     a while when a request was aborted around a health check. Expected: while a request runs,
     ``/health_generate`` answers 200 (its own probe request finishes beside it); after that
     request is aborted the probe still answers 200, repeatedly, and ``/generate`` serves."""
-    rid = f"held-{uuid.uuid4().hex}"
-    body = {
-        "text": "[hold] a long story",
-        "rid": rid,
-        "stream": True,
-        "sampling_params": {"max_new_tokens": 50},
-    }
-    lines: list[bytes] = []
-
-    def read() -> None:
-        with requests.post(held_fake_server.url + "/generate", json=body, stream=True, timeout=60) as r:
-            lines.extend(line for line in r.iter_lines() if line.startswith(b"data: {"))
-
-    t = threading.Thread(target=read)
-    t.start()
-    deadline = time.time() + 30
-    while not lines and time.time() < deadline:
-        time.sleep(0.05)
-    assert lines, "the held request never started"
+    rid, t, lines = hold_stream(held_fake_server)
     health = held_fake_server.url + "/health_generate"
     assert requests.get(health, timeout=60).status_code == 200
     assert post(held_fake_server, "/abort_request", {"rid": rid}).status_code == 200
@@ -488,20 +471,7 @@ def test_sglang_33527_flush_cache_with_a_timeout_waits_for_idle(held_fake_server
     ``timeout`` so the server waits for idle before flushing. Expected: while a request runs, a
     plain flush is a 400 at once and one whose ``timeout`` runs out is a 400 after about that
     long; one with room to wait returns 200 once the request has ended (here: is aborted)."""
-    rid = f"held-{uuid.uuid4().hex}"
-    body = {"text": "[hold] warmup", "rid": rid, "stream": True, "sampling_params": {"max_new_tokens": 50}}
-    lines: list[bytes] = []
-
-    def read() -> None:
-        with requests.post(held_fake_server.url + "/generate", json=body, stream=True, timeout=60) as r:
-            lines.extend(line for line in r.iter_lines() if line.startswith(b"data: {"))
-
-    t = threading.Thread(target=read)
-    t.start()
-    deadline = time.time() + 30
-    while not lines and time.time() < deadline:
-        time.sleep(0.05)
-    assert lines, "the held request never started"
+    rid, t, lines = hold_stream(held_fake_server, "[hold] warmup")
     flush = held_fake_server.url + "/flush_cache"
     assert requests.post(flush, timeout=30).status_code == 400
     t0 = time.monotonic()

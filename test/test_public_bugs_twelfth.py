@@ -34,11 +34,11 @@ import json
 import shlex
 import threading
 import time
-import uuid
 
 import openai
 import pytest
 import requests
+from control_testutil import hold_stream
 from fake_prompt_tm import MODEL as FAKE_MODEL
 from openai.types import Batch
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -55,28 +55,6 @@ CHAT = "/v1/chat/completions"
 
 def _client(server: ServerHandle) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=60)
-
-
-def _hold(
-    server: ServerHandle, text: str = "[hold] a long story"
-) -> tuple[str, threading.Thread, list[bytes]]:
-    """Start a streamed ``/generate`` of a ``[hold]`` prompt (it runs until aborted); returns its
-    rid, the reading thread and the SSE lines read so far (at least one: it has started)."""
-    rid = f"held-{uuid.uuid4().hex}"
-    body = {"text": text, "rid": rid, "stream": True, "sampling_params": {"max_new_tokens": 50}}
-    lines: list[bytes] = []
-
-    def read() -> None:
-        with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
-            lines.extend(line for line in r.iter_lines() if line.startswith(b"data: {"))
-
-    t = threading.Thread(target=read)
-    t.start()
-    deadline = time.time() + 30
-    while not lines and time.time() < deadline:
-        time.sleep(0.05)
-    assert lines, "the held request never started"
-    return rid, t, lines
 
 
 def _end_hold(server: ServerHandle, rid: str, t: threading.Thread) -> None:
@@ -120,7 +98,7 @@ def test_sglang_16976_v1_loads_counts_a_running_request(held_fake_server: Server
     as ``/get_load``'s ``num_reqs`` does; ``include=core`` leaves the sections out; the Prometheus
     text carries the same count; after the abort both say zero."""
     url = held_fake_server.url
-    rid, t, _ = _hold(held_fake_server)
+    rid, t, _ = hold_stream(held_fake_server)
     try:
         body = requests.get(url + "/v1/loads", params={"dp_rank": 0, "include": "core"}, timeout=10).json()
         assert [x["dp_rank"] for x in body["loads"]] == [0]
@@ -143,7 +121,7 @@ def test_sglang_12107_flush_cache_while_busy_is_refused_and_harmless(held_fake_s
     a request runs, ``/flush_cache`` is a 400 and flushes nothing; the running request is not
     disturbed (it keeps running and ends with the abort the test sends); afterwards the flush is a
     200 and ``/generate`` serves."""
-    rid, t, lines = _hold(held_fake_server)
+    rid, t, lines = hold_stream(held_fake_server)
     try:
         for _ in range(3):
             r = requests.post(held_fake_server.url + "/flush_cache", timeout=30)
