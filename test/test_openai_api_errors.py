@@ -248,7 +248,9 @@ def test_assistant_message_with_tool_calls_and_null_content_stays_valid(tok: Pre
     [
         ("/v1/completions", {"prompt": [5, "VOCAB"]}, "prompt[1]"),
         ("/v1/completions", {"prompt": [[5], [6, "VOCAB"]]}, "prompt[1][1]"),
-        ("/v1/completions", {"prompt": [[-1, 5]]}, "prompt[0]"),
+        # a batch of one is named as the batch the client sent: entry 0, then the position in it
+        ("/v1/completions", {"prompt": [[-1, 5]]}, "prompt[0][0]"),
+        ("/v1/completions", {"prompt": [[5, 6, "VOCAB"]]}, "prompt[0][2]"),
         (
             "/v1/chat/completions",
             {"messages": [{"role": "user", "content": "x"}], "input_ids": [5, 6, "VOCAB"]},
@@ -330,7 +332,13 @@ def test_legacy_functions_are_refused_not_dropped(tok: PreTrainedTokenizerFast, 
 
 @pytest.mark.parametrize(
     "prompt,where",
-    [(["x", ""], "prompt[1]"), (["", "x", "y"], "prompt[0]"), ([[5, 6], []], "prompt[1]")],
+    [
+        (["x", ""], "prompt[1]"),
+        (["", "x", "y"], "prompt[0]"),
+        ([[5, 6], []], "prompt[1]"),
+        ([""], "prompt[0]"),  # a batch of one, named as sent
+        ([[]], "prompt[0]"),
+    ],
 )
 def test_empty_entry_of_a_prompt_batch_is_named(
     tok: PreTrainedTokenizerFast, prompt: list, where: str

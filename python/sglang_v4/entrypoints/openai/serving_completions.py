@@ -89,17 +89,20 @@ class CompletionsMixin(OpenAIServingBase):
         if req.max_tokens is not None and req.max_tokens < 0:
             raise RequestError(f"{limit_field} must be at least 0, got {req.max_tokens}.", param=limit_field)
         prompt = req.prompt
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
-        if prompt == "" or prompt == []:
-            raise RequestError("prompt must not be empty.", param="prompt")
-        if isinstance(prompt, list):  # a batch: name the empty entry, as the token-id check names its id
+        # checked in the shape the client sent, so a batch of one (["x"], [[ids]]) is named as a
+        # batch too: prompt[0] / prompt[0][j]
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):  # a batch
             empty = next((i for i, p in enumerate(prompt) if p in ("", [])), None)
             if empty is not None:
                 raise RequestError(f"prompt[{empty}] must not be empty.", param="prompt")
-        if isinstance(prompt, list) and not isinstance(prompt[0], str):  # token ids: [ids] or [[ids], ...]
-            batched = isinstance(prompt[0], list)
-            check_token_ids_in_vocab(prompt if batched else [prompt], batched, self._vocab_size(), "prompt")
+            if isinstance(prompt[0], list):  # token-id lists
+                check_token_ids_in_vocab(prompt, True, self._vocab_size(), "prompt")
+        elif prompt == "" or prompt == []:
+            raise RequestError("prompt must not be empty.", param="prompt")
+        elif isinstance(prompt, list):  # one prompt of token ids
+            check_token_ids_in_vocab([prompt], False, self._vocab_size(), "prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
         if req.suffix:
             prompt = self._fim_prompt(req, prompt)
         is_text = isinstance(prompt, str) or (isinstance(prompt, list) and isinstance(prompt[0], str))
