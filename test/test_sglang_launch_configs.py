@@ -128,24 +128,6 @@ def test_refusals_are_one_line_naming_the_flag(
     assert f"argument {flag}:" in err, err
 
 
-def test_embedding_route_refusal_does_not_only_advise_a_refused_flag(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """The 400 of ``/v1/embeddings`` / ``/v1/rerank`` / ``/encode`` on a generation model keeps
-    SGLang's advice to launch with ``--is-embedding``; since this launcher refuses that flag
-    (oracle: the launcher's own exit code 2 on it), the message must also say so, or a user is sent
-    round in a circle."""
-    from sglang_v4.entrypoints.native_api import NOT_AN_EMBEDDING_MODEL_MSG
-
-    with pytest.raises(SystemExit) as e:
-        main(["--is-embedding", "--device", "cpu"])
-    assert e.value.code == 2  # refused at launch
-    capsys.readouterr()
-    msg = NOT_AN_EMBEDDING_MODEL_MSG
-    assert "--is-embedding" in msg  # SGLang's words kept for clients that match them
-    assert "refuses `--is-embedding`" in msg and "generation models only" in msg, msg
-
-
 def test_unknown_flag_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--kt-method", "MXFP4", "--device", "cpu"])

@@ -179,12 +179,10 @@ def check_sampling_keys(sp: dict[str, Any]) -> dict[str, Any]:
 
 #: The 400 message of the embedding and classification routes (``/encode``, ``/classify``,
 #: ``/v1/embeddings``, ``/v1/classify``): SGLang serves them only for a model launched with
-#: ``--is-embedding``, and every model sglang-v4 serves is a generation model. SGLang's words,
-#: then what holds here: the launcher refuses ``--is-embedding``, so its advice cannot be taken.
+#: ``--is-embedding``, and every model sglang-v4 serves is a generation model.
 NOT_AN_EMBEDDING_MODEL_MSG = (
     "This model does not appear to be an embedding model by default. "
-    "Please add `--is-embedding` when launching the server or try another model. "
-    "(sglang-v4 serves generation models only and refuses `--is-embedding` at launch.)"
+    "Please add `--is-embedding` when launching the server or try another model."
 )
 
 #: orjson options of every JSON body: numpy scalars/arrays and non-str keys allowed.
