@@ -1,16 +1,21 @@
 """A fourteenth set of public bug reports of OpenAI / Anthropic-compatible servers, replayed here:
 stop sequences in a stream (no partial stop leaked) and in the Messages API (``stop_reason`` /
-``stop_sequence``), streamed chat log-probabilities (every token's entry, ``finish_reason`` kept),
-the Completions API's own log-probability shape (unstreamed and streamed, ``logprobs: 0``, every
-``echo`` x ``logprobs`` combination, ``n``), a ``tool`` message after an assistant tool call, and,
-on the embedded DeepSeek-V4 model, streamed forced tool calls (``tool_choice: "required"`` and a
-named function) and a strict ``json_schema`` answer. Each test names its report.
+``stop_sequence``, an empty stop sequence refused with a 400), streamed chat log-probabilities
+(every token's entry, ``finish_reason`` kept), streamed usage with ``n > 1``, the Completions
+API's own log-probability shape (unstreamed and streamed, ``logprobs: 0``, every ``echo`` x
+``logprobs`` combination, ``n``), a ``tool`` message after an assistant tool call, streamed
+content written before a DSML call, and, on the embedded DeepSeek-V4 model, streamed forced tool
+calls (``tool_choice: "required"`` with their log-probabilities, a named function) and a strict
+``json_schema`` answer. Each test names its report; every report passed as-is and is kept as a
+regression test.
 
 Fixtures: ``plain_fake_server`` (``server_fixture.FakeScheduler``: the fake model writes
-``FAKE_TEXT`` over and over, fake log-probabilities) and ``more_bugs_server`` (the embedded model,
-random weights, greedy). Oracles: the ``openai`` / ``anthropic`` clients' own types, the same
-request unstreamed, ``FAKE_TEXT`` (what the fake model writes), the served tokenizer's decode,
-``jsonschema`` and the OpenAI API reference's field shapes.
+``FAKE_TEXT`` over and over, fake log-probabilities), ``more_bugs_server`` (the embedded model,
+random weights, greedy) and the in-process chat route over ``ChunkTM`` (a hand-written reply
+generated token by token). Oracles: the ``openai`` / ``anthropic`` clients' own types and
+stream accumulators, the same request unstreamed, ``FAKE_TEXT`` (what the fake model writes),
+the hand-written reply, ``json`` / ``jsonschema`` and the OpenAI / Anthropic API references'
+field shapes.
 """
 
 from __future__ import annotations
