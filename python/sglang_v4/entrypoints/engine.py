@@ -192,8 +192,16 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
                 "dp_size / node_rank: an Engine is one server on node 0 (run --dp-size replicas and "
                 "worker nodes with python -m sglang_v4.launch_server)"
             )
-        # the tokenizer the directory check loaded goes to the tokenizer manager (loaded once)
-        tokenizer = resolve_model_path(self.server_args)
+        from sglang_v4.entrypoints import prewarm
+
+        # the backend processes import while the model directory is checked (prewarm.py); the
+        # tokenizer the directory check loaded goes to the tokenizer manager (loaded once)
+        prewarm.start_server_children()
+        try:
+            tokenizer = resolve_model_path(self.server_args)
+        except BaseException:
+            prewarm.discard_all()
+            raise
         self._procs = launch_subprocesses(self.server_args)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(

@@ -468,6 +468,28 @@ def warmup_request(tm: TokenizerManager) -> GenerateReqInput:
     )
 
 
+def import_route_modules() -> None:
+    """Import what :func:`_mount_openai` and the first requests would import lazily: the OpenAI,
+    score and Anthropic route modules, and ``pydantic.v1``, which FastAPI imports the first time
+    it builds a route's body model (to tell pydantic v1 models apart). The launcher calls it while
+    the scheduler process loads the model, when this process has nothing else to do."""
+    import warnings
+
+    import sglang_v4.entrypoints.anthropic  # noqa: F401
+    import sglang_v4.entrypoints.openai.serving_score  # noqa: F401
+
+    try:
+        import sglang_v4.entrypoints.openai.api  # noqa: F401
+    except ImportError:  # the native API only (see _mount_openai)
+        pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import pydantic.v1  # noqa: F401
+        except ImportError:  # a pydantic without the v1 shim: FastAPI does not look for it either
+            pass
+
+
 def _mount_openai(app: FastAPI, tm: TokenizerManager, server_args: ServerArgs) -> Any:
     """Mount ``entrypoints.openai.create_openai_router`` when that module exists, and the
     Anthropic Messages routes (``entrypoints.anthropic``) on its chat path; the router's
@@ -527,7 +549,9 @@ def launch_server(
         tokenizer = preflight_server(server_args)
     stop.check()
     t0 = time.perf_counter()
-    procs = launch_subprocesses(server_args, should_stop=lambda: stop.signum)
+    procs = launch_subprocesses(
+        server_args, should_stop=lambda: stop.signum, while_loading=import_route_modules
+    )
     logger.info(
         "Backend ready in %.1fs: max_total_num_tokens=%d, context_len=%d, max_req_input_len=%d",
         time.perf_counter() - t0,

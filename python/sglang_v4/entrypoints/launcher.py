@@ -16,10 +16,8 @@ import dataclasses
 import json
 import logging
 import math
-import multiprocessing as mp
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -380,7 +378,15 @@ def preflight_server(server_args: ServerArgs) -> Any:
     reason = bind_error(server_args.host, server_args.port)
     if reason is not None:
         raise RuntimeError(reason)
-    return resolve_model_path(server_args)
+    from sglang_v4.entrypoints import prewarm
+
+    # the backend processes import while the model directory is checked (prewarm.py)
+    prewarm.start_server_children()
+    try:
+        return resolve_model_path(server_args)
+    except BaseException:
+        prewarm.discard_all()
+        raise
 
 
 def read_model_config(model_path: str) -> dict[str, Any]:
@@ -497,7 +503,9 @@ class Subprocesses:
 
 
 def launch_subprocesses(
-    server_args: ServerArgs, should_stop: Callable[[], int | None] | None = None
+    server_args: ServerArgs,
+    should_stop: Callable[[], int | None] | None = None,
+    while_loading: Callable[[], None] | None = None,
 ) -> Subprocesses:
     """Start the scheduler and detokenizer processes and wait until the model is loaded.
 
@@ -509,7 +517,9 @@ def launch_subprocesses(
 
     ``should_stop``: polled while waiting (every 0.2 s); when it returns a signal number (the
     launcher's :class:`~sglang_v4.entrypoints.lifecycle.StopSignal`), the children are stopped and
-    ``StopRequested`` is raised.
+    ``StopRequested`` is raised. ``while_loading``: called once, as soon as the children have
+    their arguments, i.e. while the scheduler loads the model (the HTTP server imports its routes'
+    modules then); an exception from it is raised after the children are stopped.
 
     Raises:
         RuntimeError: the scheduler or a TP rank failed to start (its traceback is in the log) or
@@ -519,7 +529,8 @@ def launch_subprocesses(
             created at the top level of a script without a main guard, which ``spawn`` re-runs
             there; the parent then raises the RuntimeError that names the guard.
     """
-    from sglang_v4.entrypoints.lifecycle import StopRequested, start_ignoring_sigint
+    from sglang_v4.entrypoints.lifecycle import StopRequested
+    from sglang_v4.entrypoints.prewarm import MAIN_GUARD_HINT, OWN_PIPE, refuse_inside_own_child, take
     from sglang_v4.entrypoints.tp_launch import (
         dead_worker,
         poll_ready,
@@ -529,39 +540,26 @@ def launch_subprocesses(
     from sglang_v4.managers.detokenizer_manager import run_detokenizer_process
     from sglang_v4.managers.scheduler_process import run_scheduler_process
 
-    name = mp.current_process().name
-    if name.startswith("sglang_v4::"):
-        # One of our own spawned children re-running the user's script top level: say so in one
-        # line and exit 1 (no traceback; SystemExit ends the child's spawn bootstrap quietly). The
-        # parent sees the exit code and raises its RuntimeError with the same hint.
-        sys.stderr.write(
-            f"{name}: an Engine was created while this child process imported the main script. "
-            + _MAIN_GUARD_HINT
-            + "\n"
-        )
-        raise SystemExit(1)
-    ctx = mp.get_context("spawn")
+    # One of our own spawned children re-running the user's script top level: one line, exit 1
+    # (the parent sees the exit code and raises its RuntimeError with the same hint).
+    refuse_inside_own_child()
     port_args = PortArgs.init_new()
-    reader, writer = ctx.Pipe(duplex=False)
     parent = os.getpid()
     server_args = with_dist_init_addr(server_args)
+    # started by preflight_server / the Engine while they checked the model (prewarm.py), or now
+    sched_child, detok_child = take("scheduler"), take("detokenizer")
     workers = start_tp_workers(server_args, parent) if server_args.tp_size > 1 else []
-    sched = ctx.Process(
-        target=run_scheduler_process,
-        args=(server_args, port_args, writer, parent),
-        name="sglang_v4::scheduler",
-        daemon=False,
-    )
-    start_ignoring_sigint(sched)
-    detok = ctx.Process(
-        target=run_detokenizer_process,
-        args=(server_args, port_args, parent),
-        name="sglang_v4::detokenizer",
-        daemon=True,
-    )
-    start_ignoring_sigint(detok)
+    sched_child.run(run_scheduler_process, server_args, port_args, OWN_PIPE, parent)
+    detok_child.run(run_detokenizer_process, server_args, port_args, parent)
+    sched, detok, reader = sched_child.process, detok_child.process, sched_child.conn
     procs = Subprocesses(port_args, SchedulerReadyInfo(status="starting"), sched, detok, tp_workers=workers)
     atexit.register(procs.shutdown)
+    if while_loading is not None:
+        try:
+            while_loading()
+        except BaseException:
+            procs.shutdown()
+            raise
     deadline = time.monotonic() + SCHEDULER_READY_TIMEOUT_S
     info: SchedulerReadyInfo | None = None
     rank_error: str | None = None
@@ -580,7 +578,7 @@ def launch_subprocesses(
         if info is None and reader.poll(0.2):
             try:
                 info = reader.recv()
-            except EOFError:
+            except (EOFError, OSError):  # the child died (a reset when it left our job unread)
                 info = None
                 break
             if info.status != "ready":
@@ -603,16 +601,8 @@ def launch_subprocesses(
         else:
             detail = f"scheduler exit code {sched.exitcode}"
         if info is None and sched.exitcode == 1:
-            detail += ". " + _MAIN_GUARD_HINT
+            detail += ". " + MAIN_GUARD_HINT
         procs.shutdown()
         raise RuntimeError(f"The scheduler process failed to start: {detail}")
     procs.scheduler_info = info
     return procs
-
-
-#: Shown when a spawned child fails at start-up, the usual cause being an unguarded script.
-_MAIN_GUARD_HINT = (
-    "The Engine starts its processes with 'spawn', which re-runs the main script in each child: "
-    'create the Engine under `if __name__ == "__main__":` (see "Safe importing of main module" '
-    "in Python's multiprocessing docs)."
-)

@@ -1,0 +1,179 @@
+"""Backend processes started early: they import while the parent checks the model.
+
+A server start spends most of its time importing: the scheduler process needs torch,
+transformers and the model code (~3 s of CPU), and the parent's model-directory check and
+tokenizer load need about as long. Run one after the other, as a launcher that spawns its
+children once the server arguments are final does, start-up costs their sum. Here the scheduler
+and detokenizer processes are spawned as soon as the cheap checks (flags, port) pass: each child
+imports its modules, then blocks on its pipe until the parent sends the function to run and its
+arguments (:meth:`PrewarmedChild.run`). The parent's checks run meanwhile, so start-up costs
+about the longer of the two.
+
+If the parent's checks fail, the children are discarded (:func:`discard_all`, also at exit): a
+child waiting on its pipe sees it closed and exits 0, one still importing is sent SIGTERM. A
+child whose parent dies gets SIGKILL from the kernel (``PR_SET_PDEATHSIG``, set first).
+
+The scheduler's pipe is duplex and also carries its one :class:`SchedulerReadyInfo` back
+(:data:`OWN_PIPE` in the job's arguments stands for the child's end).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import importlib
+import multiprocessing as mp
+import os
+import sys
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+#: In the arguments of :meth:`PrewarmedChild.run`: replaced, in the child, by its end of the pipe.
+OWN_PIPE = "<sglang_v4: the child's end of its pipe>"
+
+#: The children the launcher starts, by role: process name, what each imports while it waits
+#: (``module`` or ``module:function``, the function called with no arguments), daemon flag.
+CHILDREN: dict[str, tuple[str, str, bool]] = {
+    "scheduler": ("sglang_v4::scheduler", "sglang_v4.managers.scheduler_process:load_scheduler_class", False),
+    "detokenizer": ("sglang_v4::detokenizer", "sglang_v4.managers.detokenizer_manager", True),
+}
+
+#: Shown when a spawned child fails at start-up, the usual cause being an unguarded script.
+MAIN_GUARD_HINT = (
+    "The Engine starts its processes with 'spawn', which re-runs the main script in each child: "
+    'create the Engine under `if __name__ == "__main__":` (see "Safe importing of main module" '
+    "in Python's multiprocessing docs)."
+)
+
+
+def refuse_inside_own_child() -> None:
+    """Exit 1 with one line when called in one of the children this module spawns, i.e. an Engine
+    created at the top level of a script without a main guard, which ``spawn`` re-runs in each
+    child (no traceback: ``SystemExit`` ends the child's spawn bootstrap quietly). The parent sees
+    exit code 1 and names the guard (:data:`MAIN_GUARD_HINT`).
+
+    Raises:
+        SystemExit: (code 1) in such a child; nothing otherwise.
+    """
+    name = mp.current_process().name
+    if name.startswith("sglang_v4::"):
+        sys.stderr.write(
+            f"{name}: an Engine was created while this child process imported the main script. "
+            + MAIN_GUARD_HINT
+            + "\n"
+        )
+        raise SystemExit(1)
+
+
+def _preload(spec: str) -> None:
+    """Import ``module`` of ``spec`` (``module`` or ``module:function``) and call the function."""
+    module, _, func = spec.partition(":")
+    loaded = importlib.import_module(module)
+    if func:
+        getattr(loaded, func)()
+
+
+def _child_main(conn: Connection, preload: str) -> None:
+    """A prewarmed child: import ``preload``, wait for the job, run it (see the module docstring).
+    An import error here is ignored: the job imports the same modules and reports it there."""
+    from sglang_v4.utils import set_parent_death_signal
+
+    set_parent_death_signal()
+    try:
+        _preload(preload)
+    except Exception:
+        pass
+    try:
+        job = conn.recv()
+    except (EOFError, OSError):  # the parent discarded this child (or is gone)
+        return
+    if job is None:
+        return
+    target, args = job
+    args = tuple(conn if isinstance(a, str) and a == OWN_PIPE else a for a in args)
+    if not any(a is conn for a in args):
+        conn.close()
+    target(*args)
+
+
+@dataclasses.dataclass
+class PrewarmedChild:
+    """A spawned child waiting for its job. ``process``: the ``multiprocessing`` process (its
+    ``pid`` / ``is_alive`` / ``exitcode`` as usual); ``conn``: the parent's end of the duplex
+    pipe (the scheduler's ready info arrives on it)."""
+
+    role: str
+    process: Any
+    conn: Connection
+
+    def run(self, target: Callable[..., None], *args: Any) -> None:
+        """Have the child call ``target(*args)`` (``target`` importable by name; the arguments
+        picklable; :data:`OWN_PIPE` stands for the child's end of the pipe). A child that already
+        exited (e.g. exit code 1 from :func:`refuse_inside_own_child`) is left for the caller's
+        liveness checks: the send error is swallowed."""
+        try:
+            self.conn.send((target, args))
+        except OSError:
+            pass
+
+    def discard(self) -> None:
+        """Close the pipe (a waiting child exits 0) and stop a child still importing (SIGTERM,
+        then SIGKILL after 2 s); idempotent."""
+        from sglang_v4.utils import stop_processes
+
+        self.conn.close()
+        if self.process.is_alive():
+            stop_processes([self.process], timeout_s=2.0)
+
+
+_started: dict[str, PrewarmedChild] = {}
+_atexit_registered = False
+
+
+def start_child(role: str) -> PrewarmedChild:
+    """Spawn the child of ``role`` (a key of :data:`CHILDREN`) with SIGINT ignored
+    (:func:`~sglang_v4.entrypoints.lifecycle.start_ignoring_sigint`); it imports while it waits.
+
+    Raises:
+        KeyError: an unknown role.
+        SystemExit: called inside one of these children (:func:`refuse_inside_own_child`).
+    """
+    from sglang_v4.entrypoints.lifecycle import start_ignoring_sigint
+
+    refuse_inside_own_child()
+    name, preload, daemon = CHILDREN[role]
+    ctx = mp.get_context("spawn")
+    parent_end, child_end = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=_child_main, args=(child_end, preload), name=name, daemon=daemon)
+    start_ignoring_sigint(proc)
+    child_end.close()
+    return PrewarmedChild(role, proc, parent_end)
+
+
+def start_server_children() -> None:
+    """Spawn the scheduler and detokenizer children now, for a later :func:`take` (idempotent;
+    discarded at exit if never taken). Nothing is started when ``SGLANG_V4_NO_PREWARM`` is set."""
+    global _atexit_registered
+    if os.environ.get("SGLANG_V4_NO_PREWARM"):
+        return
+    refuse_inside_own_child()
+    for role in CHILDREN:
+        if role not in _started:
+            _started[role] = start_child(role)
+    if not _atexit_registered:
+        atexit.register(discard_all)
+        _atexit_registered = True
+
+
+def take(role: str) -> PrewarmedChild:
+    """The child of ``role`` started by :func:`start_server_children` (now the caller's to
+    run), or a new one started here."""
+    child = _started.pop(role, None)
+    return child if child is not None else start_child(role)
+
+
+def discard_all() -> None:
+    """Discard every started child not taken yet (:meth:`PrewarmedChild.discard`)."""
+    while _started:
+        _started.popitem()[1].discard()
