@@ -2,7 +2,10 @@
 with the backend processes prewarmed (the default, ``entrypoints/prewarm.py``) and without
 (``SGLANG_V4_NO_PREWARM=1``: spawned after the model checks), alternating, ``--runs`` times each.
 
-    python benchmark/startup_time.py --runs 3 [-- extra launch_server flags]
+    python benchmark/startup_time.py --runs 3 [--warmup-runs 1] [-- extra launch_server flags]
+
+``--warmup-runs``: untimed launches first (on a GPU the first start compiles the Triton kernels
+into the on-disk cache that later starts load).
 
 Prints each run and the medians as JSON. Runs on the CPU (``--device cpu`` unless the extra flags
 give one) on the embedded default model unless ``--model-path`` is among the extra flags.
@@ -63,8 +66,11 @@ def time_to_ready(extra: list[str], prewarm: bool, timeout_s: float = 300.0) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--warmup-runs", type=int, default=0)
     ap.add_argument("extra", nargs="*", help="flags passed to launch_server (after --)")
     args = ap.parse_args()
+    for _ in range(args.warmup_runs):
+        time_to_ready(args.extra, prewarm=True, timeout_s=600.0)
     runs: dict[str, list[float]] = {"prewarm": [], "no_prewarm": []}
     for _ in range(args.runs):
         for key in runs:
