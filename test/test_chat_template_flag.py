@@ -8,7 +8,7 @@
   ``}`` or a newline; its ``\\n`` escapes decoded) and the name of one of the tokenizer's own
   templates (transformers' ``apply_chat_template(chat_template=name)``) render the prompt with
   transformers; the oracle is transformers' own rendering on the same directory.
-* Refused before any process starts, naming ``chat_template``: a missing path, a JSON file
+* Refused before any process loads the model, naming ``chat_template``: a missing path, a JSON file
   (SGLang's conversation-template format: before, its text was rendered as the prompt of every
   request), a template Jinja cannot compile (before, every chat request was a 400), a name the
   tokenizer does not have (before: "no file", even for the tokenizer's own ``tool_use``).

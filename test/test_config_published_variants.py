@@ -31,7 +31,7 @@ Refused or read up front (each failed before the fix here):
   ...) are refused in one line saying why (argparse's bare "invalid choice" before).
 * An ``architectures`` given by ``--json-model-override-args`` is checked as the file's is.
 * ``--quantization fp8`` (FP4 experts) on a model whose expert input sizes are not multiples of 32
-  is refused naming the size before any process starts (it failed in the model process).
+  is refused naming the size before any process loads the model (it failed in the model process).
 * A rope key of ``--json-model-override-args`` wins over the file's other spellings of it
   (``rope_parameters`` over an official file's ``rope_scaling``; ``rope_theta`` & co. over the
   copies in a transformers-dialect ``rope_parameters``), and an ``expert_dtype`` override over the
@@ -220,7 +220,7 @@ def test_fp4_experts_of_sizes_not_multiple_of_32_refused_up_front(
     tmp_path: Path, changes: dict[str, Any], field: str
 ) -> None:
     """``--quantization fp8`` (FP4 experts, one scale per 32 inputs) on a model whose expert input
-    sizes are not multiples of 32: refused by ``check_model_dir`` before any process starts (the
+    sizes are not multiples of 32: refused by ``check_model_dir`` before any process loads the model (the
     experts' constructor raised it in the model process); ``none`` serves it."""
     from dsv4_testutil import BASE
 

@@ -1,6 +1,6 @@
 """Checkpoint directories as users download them, with the faults public bug reports show.
 
-Each fault is refused by the start-up check (``check_model_dir``, run before any process starts)
+Each fault is refused by the start-up check (``check_model_dir``, run before any process loads the model)
 with one line naming the file and the tensor / field, instead of a traceback from the scheduler
 process or, worse, a model that loads and computes garbage. Oracles: the tensor names and shapes of
 HF transformers' ``DeepseekV4ForCausalLM`` (built on the meta device from the same config),

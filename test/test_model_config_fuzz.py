@@ -315,7 +315,7 @@ def test_random_config_matches_hf_and_cold_runs_more_seeds(seed: int, tmp_path) 
 
 @pytest.mark.parametrize("page", [256, 768, 1280, 6400])
 def test_pool_accepts_exactly_the_page_sizes_the_launcher_accepts(page: int) -> None:
-    """``DSV4KVPool`` and the launcher's ``check_page_size`` (run before any process starts) agree
+    """``DSV4KVPool`` and the launcher's ``check_page_size`` (run before any process loads the model) agree
     on every drawn config: a page size passes both or neither."""
     from sglang_v4.configs.model_config import ModelConfig
     from sglang_v4.entrypoints.launcher import check_page_size

@@ -241,7 +241,7 @@ def test_unsupported_field_is_refused_by_name(overrides: dict[str, Any], field: 
 
 
 def test_refusal_reaches_the_server_start_up_as_one_line(tmp_path) -> None:
-    """``check_model_dir`` (run by the launcher before any process starts) turns the refusal into
+    """``check_model_dir`` (run by the launcher before any process loads the model) turns the refusal into
     one ``ValueError`` line naming the file and the field."""
     from sglang_v4.entrypoints.engine import check_model_dir
 
@@ -254,7 +254,7 @@ def test_refusal_reaches_the_server_start_up_as_one_line(tmp_path) -> None:
 
 def test_launcher_exits_1_with_one_line_naming_the_field(tmp_path, capsys) -> None:
     """``python -m sglang_v4.launch_server`` on such a model: exit code 1 and one log line naming
-    the field, before any process starts."""
+    the field, before any process loads the model."""
     import socket
 
     from sglang_v4 import launch_server

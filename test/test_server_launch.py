@@ -3,7 +3,7 @@
 A directory without ``config.json``, a Hugging Face hub id where a directory is expected, a file,
 a directory without weights or without tokenizer files: each prints one log line saying what is
 expected and how to make a model directory (``python -m sglang_v4.tools.make_checkpoint``), with
-no traceback and no tokenizer red herring, before any child process starts. The ``Engine`` raises
+no traceback and no tokenizer red herring, before any child process loads the model. The ``Engine`` raises
 the same message as a ``ValueError``.
 """
 

@@ -1,4 +1,4 @@
-"""``--chat-template``: what it may name, read and checked before any process starts.
+"""``--chat-template``: what it may name, read and checked before any process loads the model.
 
 Without the flag, chat prompts use the built-in DeepSeek-V4 encoding (``chat_encoding.py``),
 whatever chat template the tokenizer directory carries (SGLang's rule for DeepSeek-V4

@@ -53,7 +53,7 @@ def check_model_dir(
     device: str = "cuda",
     chat_template: str | None = None,
 ) -> Any:
-    """Check that ``model_path`` is a local model directory before any process starts.
+    """Check that ``model_path`` is a local model directory before any process loads the model.
 
     Each failure is one line saying what is expected and how to make one (a hub id is not
     downloaded: the message says how to download it), instead of tracebacks from the child
@@ -272,7 +272,7 @@ def check_architectures(architectures: Any, cfg: str) -> None:
 
 
 def check_page_size(page_size: int, mc: Any) -> None:
-    """The KV pool's constraint, checked before any process starts: a block page holds whole
+    """The KV pool's constraint, checked before any process loads the model: a block page holds whole
     compressed entries and whole window pages (``DSV4KVPool``).
 
     Args:
@@ -358,12 +358,14 @@ def resolve_model_path(server_args: ServerArgs) -> Any:
 
 
 def preflight_server(server_args: ServerArgs) -> Any:
-    """The HTTP server's start-up checks, run before any heavy import or child process: the
-    address ``host:port`` can be listened on (:func:`sglang_v4.utils.bind_error`), then
-    :func:`resolve_model_path` (fills ``model_path`` / ``tokenizer_path`` in place).
+    """The HTTP server's start-up checks: the address ``host:port`` can be listened on
+    (:func:`sglang_v4.utils.bind_error`), then :func:`resolve_model_path` (fills ``model_path`` /
+    ``tokenizer_path`` in place). Between the two, the backend processes are spawned
+    (:func:`sglang_v4.entrypoints.prewarm.start_server_children`): they import while the model
+    directory is checked, and are discarded if a check fails.
 
-    ``python -m sglang_v4.launch_server`` runs it before importing the HTTP stack (torch, FastAPI),
-    so a taken port or a bad model directory is reported in a fraction of a second.
+    ``python -m sglang_v4.launch_server`` runs it before importing the HTTP stack (FastAPI), so a
+    taken port is reported at once and a bad model directory within the checks' imports.
 
     Returns:
         :func:`resolve_model_path`'s tokenizer (``None`` with ``skip_tokenizer_init``).

@@ -429,7 +429,7 @@ def check_checkpoint(model_path: str, model_config: ModelConfig, allow_empty: bo
     """Check, from the safetensors headers alone (no tensor data read), that the checkpoint at
     ``model_path`` holds exactly the tensors the model of ``model_config`` loads, with their
     shapes: what :func:`load_weights_into` checks before copying anything, run before any process
-    starts.
+    loads the model.
 
     The model's tensors and shapes come from the runtime model built on the meta device
     (unquantized, one rank: the full logical shapes a checkpoint stores); decoder layers beyond
