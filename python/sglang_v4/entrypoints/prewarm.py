@@ -157,8 +157,7 @@ def start_server_children() -> None:
     global _atexit_registered
     if os.environ.get("SGLANG_V4_NO_PREWARM"):
         return
-    refuse_inside_own_child()
-    for role in CHILDREN:
+    for role in CHILDREN:  # (start_child refuses inside our own children first)
         if role not in _started:
             _started[role] = start_child(role)
     if not _atexit_registered:
