@@ -2,7 +2,8 @@
 here: a list of prompts with ``n`` (choice indices, prompt-major), ``top_logprobs: 0`` on the
 chat route, SGLang's ``no_stop_trim``, one ``sampling_params`` per prompt of a ``/generate``
 batch, streamed completion log-probabilities chunk by chunk, a streamed natural stop,
-``ignore_eos`` (chat and ``/generate``), a special token as a stop token id, stop strings and
+``ignore_eos`` (chat and ``/generate``), one BOS in chat prompts (also when the final assistant
+message is continued), a special token as a stop token id, stop strings and
 stop token ids together, ``max_tokens: 1``,
 the penalties' range, and, on the embedded DeepSeek-V4 model, prompt log-probabilities with a
 warm prefix cache, a per-request seed under concurrency and streamed chat top log-probabilities.
@@ -148,6 +149,65 @@ def test_dynamo_3038_penalties_outside_range_are_a_400(plain_fake_server: Server
                 assert r.status_code == 400 and r.json()["param"] == field, r.text
             for good in (-1.0, 2.0, -2.0):
                 _ok(plain_fake_server, path, {"model": FAKE_MODEL, "max_tokens": 1, **extra, field: good})
+
+
+def _prompt_ids(server: ServerHandle, messages: list[dict[str, Any]]) -> list[int]:
+    """The prompt ids the chat route rendered for ``messages`` (``return_prompt_token_ids``)."""
+    body = {"model": FAKE_MODEL, "messages": messages, "max_tokens": 1, "return_prompt_token_ids": True}
+    return _ok(server, CHAT, body)["choices"][0]["prompt_token_ids"]
+
+
+def test_deepseek_r1_151_chat_prompt_has_one_bos(plain_fake_server: ServerHandle) -> None:
+    """deepseek-ai/DeepSeek-R1#151: rendering the chat template as text and then tokenizing it with
+    ``add_bos_token`` gave two BOS tokens at the start of the prompt. Expected (DeepSeek's
+    encoding: one ``<｜begin▁of▁sentence｜>`` opens the conversation): the chat route's prompt ids
+    hold the tokenizer's BOS id exactly once, at position 0, for a single user turn, a system
+    prompt with several turns, and the ids ``/v1/tokenize`` reports for the same messages."""
+    bos = hf_auto_tokenizer().bos_token_id
+    shapes = [
+        HI,
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Yo"},
+            {"role": "user", "content": "Again"},
+        ],
+    ]
+    for msgs in shapes:
+        ids = _prompt_ids(plain_fake_server, msgs)
+        assert ids[0] == bos and ids.count(bos) == 1, ids
+        tokenized = _ok(plain_fake_server, "/v1/tokenize", {"model": FAKE_MODEL, "messages": msgs})["tokens"]
+        assert tokenized == ids
+
+
+def test_sglang_3728_continued_assistant_message_gets_no_second_bos(plain_fake_server: ServerHandle) -> None:
+    """sgl-project/sglang#3728: a chat whose last message is the assistant's was rendered by
+    encoding that message on its own, which put a second BOS after ``<｜Assistant｜>``
+    (``...<｜Assistant｜><｜begin▁of▁sentence｜>"An apple a day``). Expected: continuing the final
+    assistant message (``continue_final_message`` or DeepSeek's ``prefix: true``) gives prompt ids
+    with one BOS, at position 0, ending with exactly the tokenizer's ids of the assistant text,
+    and the answer continues it (no EOS after it)."""
+    tok = hf_auto_tokenizer()
+    text = '"An apple a day'
+    want_tail = tok.encode(text, add_special_tokens=False)
+    for last, extra in (
+        ({"role": "assistant", "content": text, "prefix": True}, {}),
+        ({"role": "assistant", "content": text}, {"continue_final_message": True}),
+    ):
+        body = {
+            "model": FAKE_MODEL,
+            "messages": [*HI, last],
+            "max_tokens": 3,
+            "return_prompt_token_ids": True,
+        }
+        ch = _ok(plain_fake_server, CHAT, {**body, **extra})["choices"][0]
+        ids = ch["prompt_token_ids"]
+        assert ids.count(tok.bos_token_id) == 1 and ids[0] == tok.bos_token_id, ids
+        assert ids[-len(want_tail) :] == want_tail and tok.eos_token_id not in ids, ids
+        assert (
+            ch["finish_reason"] == "length"
+            and ch["message"]["content"] == FAKE_TEXT[: len(ch["message"]["content"])]
+        )
 
 
 # --------------------------------------------------------------------------- stopping
