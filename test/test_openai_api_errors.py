@@ -69,6 +69,35 @@ def test_malformed_json_and_openai_client_error(tok: PreTrainedTokenizerFast) ->
         )
 
 
+NOT_UTF8_BODIES = [
+    b'{"prompt": "\xff\xfe", "messages": [{"role": "user", "content": "\xff\xfe"}]}',
+    b'{"prompt": "caf\xe9", "messages": [{"role": "user", "content": "caf\xe9"}]}',  # Latin-1
+    b'{"prompt": "x",\n "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}',  # UTF-8 of U+D800
+    b"\xef\xbb",  # a cut BOM
+]
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/tokenize"])
+@pytest.mark.parametrize("body", NOT_UTF8_BODIES)
+def test_body_that_is_not_utf8_says_so(tok: PreTrainedTokenizerFast, path: str, body: bytes) -> None:
+    """A body that is not valid UTF-8 (RFC 8259 section 8.1: JSON text is UTF-8) is a 400 in the
+    error shape of the route whose message says the body is not valid UTF-8 and where: it quoted
+    orjson's "str is not valid UTF-8: surrogates not allowed", a detail of Python's codec that
+    speaks of surrogates for a Latin-1 byte. Oracle: Python's UTF-8 decoder, whose
+    ``UnicodeDecodeError.start`` is the first bad byte's offset."""
+    with pytest.raises(UnicodeDecodeError) as bad:
+        body.decode("utf-8")
+    tm = FakeTM(tok)
+    r = _client(tm).post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    j = r.json()
+    assert j["object"] == "error" and j["code"] == 400 and j["error"]["message"] == j["message"]
+    msg = j["message"]
+    assert "not valid UTF-8" in msg and "surrogate" not in msg, msg
+    assert f"byte 0x{body[bad.value.start]:02x} at byte offset {bad.value.start}" in msg, msg
+    assert tm.received == []
+
+
 def test_api_key(tok: PreTrainedTokenizerFast) -> None:
     c = _client(FakeTM(tok), api_key="sekret")
     assert c.get("/v1/models").status_code == 401

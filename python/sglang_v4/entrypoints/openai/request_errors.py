@@ -69,15 +69,41 @@ def loads_json_body(raw: bytes) -> Any:
     ``-9223372036854775809`` -> ``-2**63``), and a range error then quoted the rounded value or, where
     the rounded value is in range, none was raised; a body holding 19+ consecutive digits is decoded
     again by the standard library, whose integers are exact (RFC 8259 leaves the range to the
-    parser). Raises ``orjson.JSONDecodeError`` (a ``ValueError``) for text that is not JSON.
+    parser). Raises ``orjson.JSONDecodeError`` (a ``ValueError``) for text that is not JSON, and
+    for bytes that are not UTF-8 (RFC 8259 section 8.1) one whose message says so and gives the
+    first bad byte's offset (:func:`_not_utf8_error`; orjson's own message spoke of
+    "surrogates not allowed", a detail of Python's codec).
     """
-    data = orjson.loads(raw)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise _not_utf8_error(raw) or e from None
     if _LONG_INT.search(raw):
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError):
             pass  # orjson's reading stands
     return data
+
+
+def _not_utf8_error(raw: bytes | bytearray | memoryview) -> orjson.JSONDecodeError | None:
+    """The decode error of a body that is not valid UTF-8, or None when it is valid UTF-8.
+
+    Its message names the first byte that breaks the encoding, by value and 0-based byte offset;
+    ``doc`` / ``pos`` are the body with each bad sequence read as U+FFFD and the character index
+    of that byte, so the line and column the error adds point at it.
+    """
+    data = bytes(raw)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        head = data[: e.start].decode("utf-8")
+        message = (
+            f"the request body is not valid UTF-8 (byte 0x{data[e.start]:02x} at byte offset "
+            f"{e.start}); JSON text must be encoded as UTF-8"
+        )
+        return orjson.JSONDecodeError(message, data.decode("utf-8", "replace"), len(head))
+    return None
 
 
 async def read_json_object(request: Request) -> dict[str, Any]:
