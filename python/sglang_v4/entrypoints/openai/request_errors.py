@@ -28,6 +28,7 @@ __all__ = [
     "OPENAI_MAX_TEMPERATURE",
     "RequestError",
     "check_token_ids_in_vocab",
+    "check_user_message_contents",
     "error_response",
     "grammar_error_for",
     "read_json_object",
@@ -251,6 +252,35 @@ def _check_stream_options(req: Any) -> None:
     """
     if getattr(req, "stream_options", None) is not None and not getattr(req, "stream", False):
         raise RequestError("stream_options is only allowed when stream is true.", param="stream_options")
+
+
+def check_user_message_contents(messages: list[Any]) -> None:
+    """Refuse a chat ``user`` message whose ``content`` is ``null`` or absent (400); it used to
+    render as an empty user turn and generate from it.
+
+    ``messages``: the request's parsed messages (``role``, ``content``; pydantic models, so an
+    absent key is told from ``null`` by ``model_fields_set``). OpenAI's API reference requires a
+    user message's ``content`` (a string or an array of content parts) and its API answers 400
+    ``invalid_request_error``; SGLang's protocol (``ChatCompletionMessageUserParam``) refuses it
+    too. Other roles are left alone: SGLang takes ``null`` on system / developer / tool messages
+    and renders it as empty text on its DeepSeek-V4 path, and an assistant message may leave it
+    out (OpenAI: required unless ``tool_calls`` is given).
+
+    Raises:
+        RequestError: 400, ``param`` ``messages[i].content`` of the first such message, with
+            OpenAI's wording ("Invalid value for ... got null." / "Missing required parameter").
+    """
+    for i, m in enumerate(messages):
+        if getattr(m, "role", None) != "user" or getattr(m, "content", None) is not None:
+            continue
+        field = f"messages[{i}].content"
+        if "content" in m.model_fields_set:
+            message = (
+                f"Invalid value for '{field}': expected a string or an array of content parts, got null."
+            )
+        else:
+            message = f"Missing required parameter: '{field}'."
+        raise RequestError(message, param=field)
 
 
 #: ``SamplingParams`` grammar fields; an error about one is ``"<field>: invalid grammar: ..."``.
