@@ -534,6 +534,26 @@ def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, strea
     ).content
 
 
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+def test_body_that_is_not_utf8_says_so(tok: PreTrainedTokenizerFast, path: str) -> None:
+    """A body that is not valid UTF-8 (here Latin-1 text) is a 400 ``invalid_request_error`` in
+    Anthropic's shape saying so and where, not orjson's "surrogates not allowed" (a detail of
+    Python's codec). Oracle: Python's UTF-8 decoder's offset of the first bad byte."""
+    body = b'{"model": "dsv4-test", "max_tokens": 5, "messages": [{"role": "user", "content": "caf\xe9"}]}'
+    with pytest.raises(UnicodeDecodeError) as bad:
+        body.decode("utf-8")
+    tm = PromptTM(tok)
+    _, _, tc = make_clients(tm)
+    r = tc.post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    err = r.json()
+    assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error", err
+    msg = err["error"]["message"]
+    assert "not valid UTF-8" in msg and "surrogate" not in msg, msg
+    assert f"byte 0xe9 at byte offset {bad.value.start}" in msg, msg
+    assert tm.received == []
+
+
 def test_empty_model_is_the_served_model(tok: PreTrainedTokenizerFast) -> None:
     """``model: ""`` on ``/v1/messages`` and ``/v1/messages/count_tokens`` is served by the served
     model, as on the OpenAI routes (vLLM serves it on its Anthropic route too): the same reply and

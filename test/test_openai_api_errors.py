@@ -69,6 +69,35 @@ def test_malformed_json_and_openai_client_error(tok: PreTrainedTokenizerFast) ->
         )
 
 
+NOT_UTF8_BODIES = [
+    b'{"prompt": "\xff\xfe", "messages": [{"role": "user", "content": "\xff\xfe"}]}',
+    b'{"prompt": "caf\xe9", "messages": [{"role": "user", "content": "caf\xe9"}]}',  # Latin-1
+    b'{"prompt": "x",\n "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}',  # UTF-8 of U+D800
+    b"\xef\xbb",  # a cut BOM
+]
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/tokenize"])
+@pytest.mark.parametrize("body", NOT_UTF8_BODIES)
+def test_body_that_is_not_utf8_says_so(tok: PreTrainedTokenizerFast, path: str, body: bytes) -> None:
+    """A body that is not valid UTF-8 (RFC 8259 section 8.1: JSON text is UTF-8) is a 400 in the
+    error shape of the route whose message says the body is not valid UTF-8 and where: it quoted
+    orjson's "str is not valid UTF-8: surrogates not allowed", a detail of Python's codec that
+    speaks of surrogates for a Latin-1 byte. Oracle: Python's UTF-8 decoder, whose
+    ``UnicodeDecodeError.start`` is the first bad byte's offset."""
+    with pytest.raises(UnicodeDecodeError) as bad:
+        body.decode("utf-8")
+    tm = FakeTM(tok)
+    r = _client(tm).post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    j = r.json()
+    assert j["object"] == "error" and j["code"] == 400 and j["error"]["message"] == j["message"]
+    msg = j["message"]
+    assert "not valid UTF-8" in msg and "surrogate" not in msg, msg
+    assert f"byte 0x{body[bad.value.start]:02x} at byte offset {bad.value.start}" in msg, msg
+    assert tm.received == []
+
+
 def test_api_key(tok: PreTrainedTokenizerFast) -> None:
     c = _client(FakeTM(tok), api_key="sekret")
     assert c.get("/v1/models").status_code == 401
@@ -187,8 +216,6 @@ def test_huge_seed_is_quoted_as_sent(tok: PreTrainedTokenizerFast, path: str) ->
 
 
 NULL_CONTENT = [
-    ([{"role": "user", "content": None}], 0),
-    ([{"role": "system", "content": "S"}, {"role": "user"}], 1),
     ([{"role": "developer", "content": None}, {"role": "user", "content": "Hi"}], 0),
     ([{"role": "system", "content": None}, {"role": "user", "content": "Hi"}], 0),
     (
@@ -212,10 +239,14 @@ NULL_CONTENT = [
 def test_message_without_content_renders_as_empty_text(
     tok: PreTrainedTokenizerFast, messages: list[dict[str, Any]], index: int
 ) -> None:
-    """A message whose ``content`` is ``null`` or absent: SGLang's DeepSeek-V4 chat path renders
-    it as empty text (``serving_deepseek_recipe._null_content_as_empty`` in SGLang 0.5.23) rather
-    than refusing it as OpenAI's API does. Oracle: the same conversation with ``content: ""``
-    (a cold run on the same server) gives the same prompt ids, on chat and ``/tokenize``."""
+    """A system / developer / tool message whose ``content`` is ``null`` or absent: SGLang's
+    DeepSeek-V4 chat path renders it as empty text (``serving_deepseek_recipe._null_content_as_empty``
+    in SGLang 0.5.23; its protocol's ``ChatCompletionMessageGenericParam`` takes ``null`` for these
+    roles) rather than refusing it as OpenAI's API does. A user message is refused by both
+    (:func:`test_user_message_without_content_is_a_400_naming_it`). Oracle: the same conversation
+    with ``content: ""`` (a cold run on the same server) gives the same prompt ids, on chat and
+    ``/tokenize``."""
+    assert _sglang_refuses(messages) is not True  # SGLang's own request model takes them
     tm = FakeTM(tok)
     c = _client(tm)
     empty = [dict(m, content="") if i == index else m for i, m in enumerate(messages)]
@@ -226,6 +257,69 @@ def test_message_without_content_renders_as_empty_text(
     got = [c.post("/tokenize", json={"messages": msgs}) for msgs in (messages, empty)]
     assert all(r.status_code == 200 for r in got), got[0].text
     assert got[0].json()["tokens"] == got[1].json()["tokens"]
+
+
+USER_WITHOUT_CONTENT = [
+    ([{"role": "user", "content": None}], 0, True),
+    ([{"role": "system", "content": "S"}, {"role": "user"}], 1, False),
+    (
+        [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+            {"role": "user", "content": None},
+        ],
+        3,
+        True,
+    ),
+]  # fmt: skip
+
+
+def _sglang_refuses(messages: list[dict[str, Any]]) -> bool | None:
+    """Whether SGLang's own request model (``sglang.srt.entrypoints.openai.protocol``) refuses
+    ``messages``; None without the ``sglang`` package."""
+    try:
+        from pydantic import ValidationError
+        from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest as SGLangChatRequest
+    except Exception:  # noqa: BLE001 - any import failure means "not installed here"
+        return None
+    try:
+        SGLangChatRequest(model="m", messages=messages)
+    except ValidationError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("messages,index,explicit_null", USER_WITHOUT_CONTENT)
+def test_user_message_without_content_is_a_400_naming_it(
+    tok: PreTrainedTokenizerFast, messages: list[dict[str, Any]], index: int, explicit_null: bool
+) -> None:
+    """A ``user`` message whose ``content`` is ``null`` or absent was served as an empty user
+    turn. OpenAI's API reference requires a user message's ``content`` (a string or an array of
+    content parts) and its API answers 400 ``invalid_request_error``; SGLang's protocol
+    (``ChatCompletionMessageUserParam``, no ``None``) refuses it too. Expected: a 400 whose
+    ``param`` and message name ``messages[i].content``, streamed or not and on ``/tokenize``;
+    nothing reaches the engine. Oracles: SGLang's own request model on the same messages (where
+    installed) and the ``openai`` client's parser of the error; the same conversation with the
+    content given runs."""
+    if _sglang_refuses(messages) is False:
+        pytest.fail("SGLang's own request model accepts these messages")
+    tm = FakeTM(tok)
+    c = _client(tm)
+    param = f"messages[{index}].content"
+    with pytest.raises(openai.BadRequestError) as e:
+        _oai(c).chat.completions.create(model="dsv4-test", messages=messages, max_tokens=4)
+    assert e.value.status_code == 400 and e.value.param == param
+    assert param in e.value.message
+    assert ("got null" if explicit_null else "Missing required parameter") in e.value.message
+    for path, extra in (("/v1/chat/completions", {"stream": True, "max_tokens": 4}), ("/tokenize", {})):
+        r = c.post(path, json={"messages": messages, **extra})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert tm.received == []
+    fixed = [dict(m, content="x") if i == index else m for i, m in enumerate(messages)]
+    ok = _oai(c).chat.completions.create(model="dsv4-test", messages=fixed, max_tokens=4)
+    assert ok.choices[0].finish_reason is not None
 
 
 def test_assistant_message_with_tool_calls_and_null_content_stays_valid(tok: PreTrainedTokenizerFast) -> None:

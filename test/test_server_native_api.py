@@ -8,6 +8,7 @@ tokenizer manager, ZMQ wiring, detokenizer, HTTP layer, SSE format and error han
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -259,6 +260,42 @@ def test_bad_input_gets_400(server, body, needle):
         assert r.status_code == 400, (body, r.status_code, r.text)
         msg = r.json()["error"]["message"]
         assert needle.lower() in msg.lower(), msg
+
+
+#: Batches whose one entry is bad, each with the entry as the client sent it (the oracle: its
+#: index in the request) and a phrase the message kept from before.
+BAD_BATCH_ENTRIES = [
+    ({"text": ["a", 5, "c"]}, "text[1]", "text must be"),
+    ({"input_ids": [[1, 2], [3, "x"]]}, "input_ids[1][1]", "input_ids must be"),
+    ({"input_ids": [[1, 2], 7]}, "input_ids[1]", "input_ids must be"),
+    ({"input_ids": [[1, 2], [3], []]}, "input_ids[2]", "every prompt must contain at least one token"),
+    ({"input_ids": [[1, 2], [1, FAKE_VOCAB + 5]]}, "input_ids[1]", "outside the vocabulary"),
+    ({"input_ids": [[1], [2], [1] * (FAKE_CONTEXT_LEN + 10)]}, "input_ids[2]", "context length"),
+    ({"text": ["a", "b", ""]}, "text[2]", "empty"),
+    ({"text": ["a", "word " * 4000]}, "text[1]", "context length"),
+    # n > 1: the engine's requests are grouped by prompt, the name is the prompt's index as sent
+    ({"input_ids": [[1, 2], [1, -3]], "sampling_params": {"n": 2}}, "input_ids[1]", "outside the vocabulary"),
+    # per-entry sampling parameters: the entry whose parameters are bad
+    ({"text": ["a", "b"], "sampling_params": [{}, {"top_p": 0}]}, "text[1]", "top_p"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "body,entry,kept", BAD_BATCH_ENTRIES, ids=[str(i) for i in range(len(BAD_BATCH_ENTRIES))]
+)
+def test_bad_batch_entry_is_named(server, body, entry, kept):
+    """A ``/generate`` batch whose one entry is bad: the 400 names that entry (``text[2]``,
+    ``input_ids[1][1]``), streamed or not, so a client with many prompts can find it; the message
+    keeps what it said before (appended to, not replaced) and the status. A single prompt (also
+    with ``n > 1``) is not called a batch entry."""
+    for stream in (False, True):
+        r = requests.post(server.url + "/generate", json={**body, "stream": stream}, timeout=60)
+        assert r.status_code == 400, (body, r.status_code, r.text)
+        msg = r.json()["error"]["message"]
+        assert re.search(re.escape(entry) + r"(?![\[\d])", msg) and kept.lower() in msg.lower(), msg
+    single = {"input_ids": [1, FAKE_VOCAB + 5], "sampling_params": {"n": 2}}
+    r = requests.post(server.url + "/generate", json=single, timeout=60)
+    assert r.status_code == 400 and "batch entry" not in r.json()["error"]["message"], r.text
 
 
 def test_malformed_json_and_server_keeps_serving(server, tok):

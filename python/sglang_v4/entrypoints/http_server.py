@@ -89,6 +89,7 @@ from sglang_v4.entrypoints.native_api import (
     error_response,
     flush_cache_within,
     json_response,
+    name_batch_entry,
     parse_abort_body,
     parse_flush_timeout,
     parse_generate_body,
@@ -319,7 +320,7 @@ def create_app(
             agen = tm.generate_request(obj, request)
             first = await agen.__anext__()
         except RequestError as e:
-            return request_error_response(e)
+            return request_error_response(name_batch_entry(e, body))
         except StopAsyncIteration:
             return error_response("No output was produced.", 500)
         if not obj.stream:

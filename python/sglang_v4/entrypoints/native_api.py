@@ -12,6 +12,8 @@ refused as SGLang 0.5.23 refuses it (its JSON contract gate, ``srt/entrypoints/a
 400 ``{"error": "unknown field `KEY`, expected one of ..."}`` (:class:`ContractError`,
 :func:`request_error_response`). ``json_response`` / ``error_response`` write SGLang's response
 and error shapes.
+A batch (lists of ``text`` / ``input_ids``) whose one entry is bad gets a 400 naming the entry
+(``text[2]``; :func:`name_batch_entry` for what the tokenizer manager refuses).
 ``flush_cache_within`` is ``/flush_cache?timeout=T`` (SGLang's deferred flush).
 The routes themselves are in :mod:`sglang_v4.entrypoints.http_server`.
 """
@@ -294,9 +296,64 @@ def is_unset(value: Any) -> bool:
     return value is None or value is False
 
 
-def _check_type(name: str, value: Any, ok: bool, expected: str) -> None:
+def _check_type(name: str, value: Any, ok: bool, expected: str, entry: str | None = None) -> None:
+    """Raise a 400 naming ``name`` unless ``ok``; ``entry`` (``"text[2] is int: 5"``) names the
+    first bad entry of a list, appended to the message."""
     if not ok:
-        raise RequestError(f"{name} must be {expected} (got {type(value).__name__}: {str(value)[:80]!r}).")
+        where = f"; {entry}" if entry else ""
+        raise RequestError(
+            f"{name} must be {expected} (got {type(value).__name__}: {str(value)[:80]!r}){where}."
+        )
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__}: {str(value)[:40]!r}"
+
+
+def _bad_entry(name: str, value: Any, ok: Any) -> str | None:
+    """``"name[i] is <type>: <value>"`` for the first entry of list ``value`` that ``ok`` refuses
+    (None when ``value`` is not a list or every entry passes)."""
+    if not isinstance(value, list):
+        return None
+    i = next((i for i, v in enumerate(value) if not ok(v)), None)
+    return None if i is None else f"{name}[{i}] is {_describe(value[i])}"
+
+
+def _bad_id_entry(ids: Any) -> str | None:
+    """The first bad entry of an ``input_ids`` list, named as sent: ``input_ids[i]`` in a flat
+    list (one prompt), ``input_ids[i]`` / ``input_ids[i][j]`` in a batch (its first entry a list)."""
+    if not isinstance(ids, list) or not ids:
+        return None
+    if not isinstance(ids[0], list):
+        return _bad_entry("input_ids", ids, _is_int)
+    for i, row in enumerate(ids):
+        if not isinstance(row, list):
+            return f"input_ids[{i}] is {_describe(row)}, not a list of integers"
+        bad = _bad_entry(f"input_ids[{i}]", row, _is_int)
+        if bad is not None:
+            return bad
+    return None
+
+
+def name_batch_entry(e: RequestError, body: Any) -> RequestError:
+    """``e`` with the batch entry it is about appended to its message (``"... (batch entry
+    text[2])"``), where the tokenizer manager refused one prompt of a batch (``e.batch_index``)
+    and ``body`` (the decoded ``/generate`` body) sent a list of ``text`` or of ``input_ids``
+    lists; else ``e`` unchanged. The message's own text is kept as it was (tests and clients
+    match SGLang's wording), the status too."""
+    i = getattr(e, "batch_index", None)
+    if i is None or isinstance(e, ContractError) or not isinstance(body, dict):
+        return e
+    ids = body.get("input_ids")
+    if isinstance(body.get("text"), list):
+        field = "text"
+    elif isinstance(ids, list) and ids and isinstance(ids[0], list):
+        field = "input_ids"
+    else:
+        return e
+    named = RequestError(f"{e} (batch entry {field}[{i}])", e.status_code)
+    named.batch_index = i
+    return named
 
 
 def _is_int(v: Any) -> bool:
@@ -347,15 +404,25 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
             text,
             isinstance(text, str) or (isinstance(text, list) and all(isinstance(t, str) for t in text)),
             "a string or a list of strings",
+            _bad_entry("text", text, lambda t: isinstance(t, str)),
         )
     if ids is not None:
         flat = isinstance(ids, list) and all(_is_int(t) for t in ids)
         nested = isinstance(ids, list) and all(
             isinstance(r, list) and all(_is_int(t) for t in r) for r in ids
         )
-        _check_type("input_ids", ids, flat or nested, "a list of integers or a list of lists of integers")
+        _check_type(
+            "input_ids",
+            ids,
+            flat or nested,
+            "a list of integers or a list of lists of integers",
+            _bad_id_entry(ids),
+        )
         if nested and ids and any(len(r) == 0 for r in ids):
-            raise RequestError("input_ids: every prompt must contain at least one token.")
+            empty = next(i for i, r in enumerate(ids) if len(r) == 0)
+            raise RequestError(
+                f"input_ids: every prompt must contain at least one token (input_ids[{empty}] is empty)."
+            )
     sp = body.get("sampling_params")
     if sp is not None:
         _check_type(

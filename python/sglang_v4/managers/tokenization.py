@@ -42,7 +42,13 @@ NARROW_LOGPROB_CANDIDATES = 20
 
 
 class RequestError(ValueError):
-    """A request failed; ``status_code`` is the HTTP status (400 bad input, 503 server down)."""
+    """A request failed; ``status_code`` is the HTTP status (400 bad input, 503 server down).
+
+    ``batch_index``: for a batch request, the index (in the batch as sent) of the prompt whose
+    check failed, else None; ``/generate`` names the entry with it (``text[2]``).
+    """
+
+    batch_index: int | None = None
 
     def __init__(self, message: str, status_code: int = 400) -> None:
         super().__init__(message)
@@ -192,19 +198,25 @@ class TokenizationMixin:
 
     async def _encode_prompts(self, objs: list[GenerateReqInput]) -> list[list[int] | None]:
         """Token ids of each single request's text prompt (``None`` for an ``input_ids`` prompt);
-        a text shared by several requests (``n > 1``) is tokenized once."""
+        a text shared by several requests (``n > 1``) is tokenized once. A refused text's
+        :class:`RequestError` carries its position in ``objs`` as ``batch_index``."""
         done: dict[int, list[int]] = {}
         out: list[list[int] | None] = []
-        for o in objs:
+        for pos, o in enumerate(objs):
             if o.input_ids is not None or not isinstance(o.text, str) or self.tokenizer is None:
                 out.append(None)  # (a text prompt without a tokenizer is refused by _tokenize_one)
                 continue
             key = id(o.text)
             if key not in done:
                 mnt = o.sampling_params.get("max_new_tokens") if isinstance(o.sampling_params, dict) else None
-                done[key] = await self.encode_text(
-                    o.text, max_new_tokens=mnt if isinstance(mnt, int) and not isinstance(mnt, bool) else None
-                )
+                try:
+                    done[key] = await self.encode_text(
+                        o.text,
+                        max_new_tokens=mnt if isinstance(mnt, int) and not isinstance(mnt, bool) else None,
+                    )
+                except RequestError as e:
+                    e.batch_index = pos  # the position in ``objs``; the batch path maps it to the prompt's
+                    raise
             out.append(done[key])
         return out
 
@@ -270,6 +282,25 @@ class TokenizationMixin:
         total = sum(logprob_entries(r, token_limit) for r in wide)
         if total > limit:
             raise LogprobVolumeError(total, limit)
+
+    def _tokenize_each(
+        self, objs: Sequence[GenerateReqInput], text_ids: Sequence[list[int] | None]
+    ) -> list[TokenizedGenerateReqInput]:
+        """:meth:`_tokenize_one` of each single request of a batch (``text_ids``: from
+        :meth:`_encode_prompts`); the first refusal is raised with its position in ``objs`` as
+        ``batch_index``.
+
+        Raises:
+            RequestError: as :meth:`_tokenize_one`.
+        """
+        out = []
+        for pos, (o, ids) in enumerate(zip(objs, text_ids)):
+            try:
+                out.append(self._tokenize_one(o, ids))
+            except RequestError as e:
+                e.batch_index = pos
+                raise
+        return out
 
     def _tokenize_one(
         self, obj: GenerateReqInput, text_ids: list[int] | None = None

@@ -469,8 +469,12 @@ class TokenizerManager(
         order = [k * bs + i for i in range(bs) for k in range(n)]  # SGLang: grouped by prompt
         subs = [obj[j] for j in order]
         with self.admitting.hold(rids) as ticket:
-            text_ids = await ticket.unless_failed(self._encode_prompts(subs))
-            tokenized_list = [self._tokenize_one(s, ids) for s, ids in zip(subs, text_ids)]
+            try:
+                text_ids = await ticket.unless_failed(self._encode_prompts(subs))
+                tokenized_list = self._tokenize_each(subs, text_ids)
+            except RequestError as e:  # the prompt's index as sent (subs are grouped by prompt, n > 1)
+                e.batch_index = None if e.batch_index is None else order[e.batch_index] % bs
+                raise
             self._check_logprob_volume(tokenized_list)
             await ticket.unless_failed(self.abandoned.wait([str(s.rid) for s in subs]))
             await self.wait_for_admission(request, ticket)

@@ -5,7 +5,9 @@ The messages are rendered with :func:`~sglang_v4.entrypoints.chat_encoding.rende
 request's own text marked to be tokenized as plain text (or, with ``--chat-template FILE``, with
 transformers' ``apply_chat_template`` and that Jinja text, tokenized as a whole); a ``developer``
 message is a system message there (:func:`developer_messages_as_system`, SGLang's rule) and a
-message whose ``content`` is ``null`` or absent is rendered with empty text (SGLang's);
+system / developer / tool / assistant message whose ``content`` is ``null`` or absent is rendered
+with empty text (SGLang's; a user one is refused when the request is parsed:
+:func:`~.request_errors.check_user_message_contents`);
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
 as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request,
 rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`), its

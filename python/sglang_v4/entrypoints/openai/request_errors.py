@@ -28,6 +28,7 @@ __all__ = [
     "OPENAI_MAX_TEMPERATURE",
     "RequestError",
     "check_token_ids_in_vocab",
+    "check_user_message_contents",
     "error_response",
     "grammar_error_for",
     "read_json_object",
@@ -69,15 +70,41 @@ def loads_json_body(raw: bytes) -> Any:
     ``-9223372036854775809`` -> ``-2**63``), and a range error then quoted the rounded value or, where
     the rounded value is in range, none was raised; a body holding 19+ consecutive digits is decoded
     again by the standard library, whose integers are exact (RFC 8259 leaves the range to the
-    parser). Raises ``orjson.JSONDecodeError`` (a ``ValueError``) for text that is not JSON.
+    parser). Raises ``orjson.JSONDecodeError`` (a ``ValueError``) for text that is not JSON, and
+    for bytes that are not UTF-8 (RFC 8259 section 8.1) one whose message says so and gives the
+    first bad byte's offset (:func:`_not_utf8_error`; orjson's own message spoke of
+    "surrogates not allowed", a detail of Python's codec).
     """
-    data = orjson.loads(raw)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise _not_utf8_error(raw) or e from None
     if _LONG_INT.search(raw):
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError):
             pass  # orjson's reading stands
     return data
+
+
+def _not_utf8_error(raw: bytes | bytearray | memoryview) -> orjson.JSONDecodeError | None:
+    """The decode error of a body that is not valid UTF-8, or None when it is valid UTF-8.
+
+    Its message names the first byte that breaks the encoding, by value and 0-based byte offset;
+    ``doc`` / ``pos`` are the body with each bad sequence read as U+FFFD and the character index
+    of that byte, so the line and column the error adds point at it.
+    """
+    data = bytes(raw)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        head = data[: e.start].decode("utf-8")
+        message = (
+            f"the request body is not valid UTF-8 (byte 0x{data[e.start]:02x} at byte offset "
+            f"{e.start}); JSON text must be encoded as UTF-8"
+        )
+        return orjson.JSONDecodeError(message, data.decode("utf-8", "replace"), len(head))
+    return None
 
 
 async def read_json_object(request: Request) -> dict[str, Any]:
@@ -225,6 +252,35 @@ def _check_stream_options(req: Any) -> None:
     """
     if getattr(req, "stream_options", None) is not None and not getattr(req, "stream", False):
         raise RequestError("stream_options is only allowed when stream is true.", param="stream_options")
+
+
+def check_user_message_contents(messages: list[Any]) -> None:
+    """Refuse a chat ``user`` message whose ``content`` is ``null`` or absent (400); it used to
+    render as an empty user turn and generate from it.
+
+    ``messages``: the request's parsed messages (``role``, ``content``; pydantic models, so an
+    absent key is told from ``null`` by ``model_fields_set``). OpenAI's API reference requires a
+    user message's ``content`` (a string or an array of content parts) and its API answers 400
+    ``invalid_request_error``; SGLang's protocol (``ChatCompletionMessageUserParam``) refuses it
+    too. Other roles are left alone: SGLang takes ``null`` on system / developer / tool messages
+    and renders it as empty text on its DeepSeek-V4 path, and an assistant message may leave it
+    out (OpenAI: required unless ``tool_calls`` is given).
+
+    Raises:
+        RequestError: 400, ``param`` ``messages[i].content`` of the first such message, with
+            OpenAI's wording ("Invalid value for ... got null." / "Missing required parameter").
+    """
+    for i, m in enumerate(messages):
+        if getattr(m, "role", None) != "user" or getattr(m, "content", None) is not None:
+            continue
+        field = f"messages[{i}].content"
+        if "content" in m.model_fields_set:
+            message = (
+                f"Invalid value for '{field}': expected a string or an array of content parts, got null."
+            )
+        else:
+            message = f"Missing required parameter: '{field}'."
+        raise RequestError(message, param=field)
 
 
 #: ``SamplingParams`` grammar fields; an error about one is ``"<field>: invalid grammar: ..."``.

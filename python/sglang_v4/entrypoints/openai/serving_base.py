@@ -49,6 +49,7 @@ from sglang_v4.entrypoints.openai.request_errors import (  # re-exported: the ro
     _check_stream_options,
     _check_unsupported,
     _param_of,
+    check_user_message_contents,
     error_response,
     grammar_error_for,
     read_json_object,
@@ -228,7 +229,8 @@ class OpenAIServingBase:
         """Decode the body as strict JSON (orjson: no NaN/Infinity, no lone surrogates, nesting
         bounded) and validate it in pydantic's strict mode (no ``"0.5"`` -> 0.5 or ``true`` -> 1.0
         coercions; integers are accepted for floats); a refused vLLM field set in the body is refused
-        first (:func:`~.vllm_fields.check_refused_fields`). Cross-field rule checked here for both routes:
+        first (:func:`~.vllm_fields.check_refused_fields`); a chat user message without ``content``
+        is a 400 naming it (:func:`~.request_errors.check_user_message_contents`). Cross-field rule checked here for both routes:
         ``stream_options`` needs ``stream: true`` (:func:`_check_stream_options`). On the generation
         routes SGLang's ``X-Data-Parallel-Rank`` header is read (:mod:`~sglang_v4.entrypoints.dp_rank_header`):
         rank 0 is served (and overrides a body rank pin), anything else is a 400."""
@@ -236,6 +238,8 @@ class OpenAIServingBase:
         if cls in (ChatCompletionRequest, CompletionRequest):
             check_refused_fields(data, cls.model_fields)
         req = validate_request(cls, data)
+        if cls is ChatCompletionRequest:
+            check_user_message_contents(req.messages)
         _check_stream_options(req)
         _check_unsupported(req, dp_rank_from_header=dp_rank_header_pin(request))
         if isinstance(req, (ChatCompletionRequest, CompletionRequest)):

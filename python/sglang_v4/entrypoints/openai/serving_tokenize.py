@@ -34,7 +34,10 @@ from sglang_v4.entrypoints.openai.protocol import (
     TokenizeRequest,
     TokenizeResponse,
 )
-from sglang_v4.entrypoints.openai.request_errors import check_token_ids_in_vocab
+from sglang_v4.entrypoints.openai.request_errors import (
+    check_token_ids_in_vocab,
+    check_user_message_contents,
+)
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError, validate_request
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import run_blocking
@@ -87,6 +90,7 @@ class TokenizeMixin(OpenAIServingBase):
             # The chat route's own parsing and rendering: the same fields, errors and prompt.
             data = req.model_dump(exclude={"prompt", "add_special_tokens"}, exclude_none=True)
             chat: ChatCompletionRequest = validate_request(ChatCompletionRequest, data)
+            check_user_message_contents(chat.messages)
             plan = self._plan_chat(chat)
             ids = await self._encode(plan.prompt, False, plan.plain_spans)
             resp = TokenizeResponse(tokens=ids, count=len(ids), max_model_len=self._context_len())
