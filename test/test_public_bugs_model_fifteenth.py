@@ -1,0 +1,500 @@
+"""A fifteenth set of public reports, model semantics: rope bases and YaRN amplitude per layer
+type, the interleaved RoPE and its inverse, RMSNorm weights and epsilon, router precision, and
+checkpoints that carry multi-token-prediction or extra-layer tensors (each test names its report).
+
+Oracles: HF transformers' ``DeepseekV4ForCausalLM`` (fp32, tiny random weights, one cache-free
+forward; ``from_pretrained`` on the same files for the loader tests, with its own name mapping)
+and float64 references written here from the published formulas (DeepSeek's ``inference/model.py``
+``apply_rotary_emb`` and ``RMSNorm``). The runtime side is the model run through
+:class:`dsv4_testutil.Driver`, :func:`~sglang_v4.model_loader.weight_loader.load_weights_into`,
+and the ops ``qnorm_rope_kv_insert`` / ``inv_rope_quant`` called directly.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import math
+import os
+import shutil
+
+import pytest
+import torch
+from dsv4_testutil import CONFIGS, CSA, HCA, SL, Driver, Twin, hf_logprobs, make_twin, random_ids
+from safetensors import safe_open
+from safetensors.torch import save_file
+from sgl_kernel_v4 import ops
+from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.layers.layernorm import RMSNorm
+from sglang_v4.layers.rotary_embedding import RotaryTables
+from sglang_v4.model_loader.weight_loader import load_weights_into
+from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+from sglang_v4.tools.make_checkpoint import write_checkpoint
+
+TOL = 1e-3  # max |dlogprob| against HF, fp32 both sides
+
+
+def _max_err(ours: torch.Tensor, want: torch.Tensor) -> float:
+    return (ours - want).abs().max().item()
+
+
+def _with_state(twin: Twin, state: dict[str, torch.Tensor]) -> Twin:
+    """``twin`` with ``state`` loaded into copies of both models."""
+    hf = copy.deepcopy(twin.hf)
+    hf.load_state_dict(state)
+    ours = copy.deepcopy(twin.ours)
+    ours.load_state_dict(state, strict=True)
+    return Twin(twin.name, twin.cfg, twin.mc, hf, ours, state)
+
+
+def _plain_cos_sin(theta: float, rdim: int, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 ``cos/sin(pos * theta^(-2i/r))`` ``[N, r/2]`` (DeepSeek ``precompute_freqs_cis``, no YaRN)."""
+    inv = 1.0 / (theta ** (torch.arange(0, rdim, 2, dtype=torch.float64) / rdim))
+    f = pos.double().unsqueeze(-1) * inv
+    return f.cos(), f.sin()
+
+
+def _rope64(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """float64 interleaved RoPE of the trailing ``r`` channels of ``x [T, H, D]`` (``cos/sin [T, r/2]``):
+    ``(x[2i], x[2i+1]) -> (x0 cos - x1 sin, x0 sin + x1 cos)`` (``model.py``'s complex product)."""
+    x = x.double().clone()
+    r = 2 * cos.shape[-1]
+    x0, x1 = x[..., -r::2].clone(), x[..., -r + 1 :: 2].clone()
+    c, s = cos.double().unsqueeze(1), sin.double().unsqueeze(1)
+    x[..., -r::2] = x0 * c - x1 * s
+    x[..., -r + 1 :: 2] = x0 * s + x1 * c
+    return x
+
+
+def _rms64(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
+    x = x.double()
+    y = x / torch.sqrt(x.square().mean(-1, keepdim=True) + eps)
+    return y if w is None else y * w.double()
+
+
+# ---------------------------------------------------------------------------------------------
+# each layer's rope base (huggingface/transformers#45910, Avarok-Cybersecurity/atlas#276)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def far_theta_twin() -> Twin:
+    cfg = dict(copy.deepcopy(CONFIGS["sliding_first"]), rope_theta=50.0, compress_rope_theta=1.0e6)
+    return make_twin("far_thetas", seed=45910, cfg=cfg)
+
+
+def test_transformers_45910_atlas_276_each_layer_type_rotates_with_its_own_base(far_theta_twin: Twin) -> None:
+    """huggingface/transformers#45910 (in a CSA / HCA layer the main query and window KV must share
+    the compressed entries' base, ``compress_rope_theta``, as the reference ``model.py`` builds one
+    rope per layer from its ``compress_ratio``) and Avarok-Cybersecurity/atlas#276 (a port rotated
+    the sliding-only layers with the compress base; they use ``rope_theta``; the error grows with
+    the position): with bases 50 and 1e6, far enough apart that swapping them changes HF's own
+    output, the runtime's sliding layer uses the ``main`` table (float64 plain rope at 50) and its
+    CSA / HCA layers the ``compress`` one (1e6), and the model gives HF's log-probabilities on a
+    200-token prompt."""
+    twin = far_theta_twin
+    kinds = [layer.self_attn.rope_kind for layer in twin.ours.model.layers]
+    assert kinds == ["main" if t == SL else "compress" for t in twin.cfg["layer_types"]]
+    tables = RotaryTables(twin.mc, "cpu")
+    pos = torch.tensor([0, 3, 64, 199])
+    rdim = twin.mc.rope_dim
+    for kind, theta in (("main", 50.0), ("compress", 1.0e6)):
+        cos, sin = tables.cos_sin(kind, pos)
+        pc, ps = _plain_cos_sin(theta, rdim, pos)
+        assert _max_err(cos.double(), pc) <= 1e-4 and _max_err(sin.double(), ps) <= 1e-4
+    ids = random_ids(200, seed=45910)
+    want = hf_logprobs(twin, ids)
+    assert _max_err(Driver(twin).run_chunked(ids, 200), want) <= TOL
+    # the bases matter: HF with the two swapped is another model
+    from transformers import DeepseekV4Config
+    from transformers import DeepseekV4ForCausalLM as HFModel
+
+    swapped = {k: v for k, v in twin.cfg.items() if k != "model_type"}
+    swapped.update(rope_theta=1.0e6, compress_rope_theta=50.0)
+    hf_sw = HFModel(DeepseekV4Config(**swapped)).eval()
+    hf_sw.load_state_dict(twin.state)
+    with torch.no_grad():
+        other = torch.log_softmax(hf_sw(torch.tensor([ids])).logits[0].float(), -1)
+    assert _max_err(other, want) > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# YaRN with V3-style mscale fields: unit rope amplitude, no softmax mscale
+# (Avarok-Cybersecurity/atlas#342, onnxruntime/mobius#548, huggingface/transformers#47435)
+# ---------------------------------------------------------------------------------------------
+
+_YARN_V3_STYLE = {
+    "factor": 16.0,
+    "original_max_position_embeddings": 32,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
+
+
+@pytest.fixture(scope="module")
+def mscale_twin() -> Twin:
+    cfg = dict(
+        copy.deepcopy(CONFIGS["sliding_first"]),
+        layer_types=[SL, CSA, HCA, HCA],
+        rope_parameters={"rope_type": "yarn", **_YARN_V3_STYLE},
+    )
+    return make_twin("yarn_mscale_fields", seed=342, cfg=cfg)
+
+
+def test_atlas_342_yarn_with_mscale_fields_keeps_unit_rope_amplitude(mscale_twin: Twin) -> None:
+    """Avarok-Cybersecurity/atlas#342 (a DeepSeek-V4 port applied DeepSeek-V3's YaRN amplitude
+    ``get_mscale(16, mscale) / get_mscale(16, mscale_all_dim)``, or HF's default
+    ``0.1 ln(factor) + 1 = 1.277``, to the compress rope's cos / sin; the V4 reference builds them
+    with ``torch.polar(ones, freqs)``): a config whose ``rope_scaling`` carries V3's ``mscale`` /
+    ``mscale_all_dim`` fields, in the official dialect (``type``) and in HF's, gives a compress
+    table of unit norm at every position whose frequencies YaRN moved (not the plain ones), and
+    the main table stays the plain rope."""
+    official = dict(copy.deepcopy(CONFIGS["sliding_first"]), layer_types=[SL, CSA, HCA, HCA])
+    official["rope_scaling"] = {"type": "yarn", **_YARN_V3_STYLE}
+    for mc in (ModelConfig.from_dict(official), mscale_twin.mc):
+        assert mc.hf.rope_parameters["compress"].get("mscale_all_dim") == 1.0  # the fields got through
+        tables = RotaryTables(mc, "cpu")
+        pos = torch.arange(0, 2048, 37)
+        cos, sin = tables.cos_sin("compress", pos)
+        assert ((cos.double() ** 2 + sin.double() ** 2) - 1).abs().max().item() <= 1e-5
+        pc, _ = _plain_cos_sin(float(mc.hf.compress_rope_theta), mc.rope_dim, pos)
+        assert _max_err(cos.double(), pc) > 1e-2  # YaRN is on
+        mcos, msin = tables.cos_sin("main", pos)
+        pm, pms = _plain_cos_sin(float(mc.hf.rope_theta), mc.rope_dim, pos)
+        assert _max_err(mcos.double(), pm) <= 1e-4 and _max_err(msin.double(), pms) <= 1e-4
+
+
+def test_mobius_548_no_yarn_softmax_mscale_on_v4_attention(
+    mscale_twin: Twin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime/mobius#548, huggingface/transformers#47435 and NVIDIA/Megatron-LM#1429
+    (DeepSeek-V2 / V3 MLA multiply the softmax scale by ``yarn_get_mscale(factor,
+    mscale_all_dim)**2`` under YaRN, a step ports dropped or computed from the wrong field;
+    DeepSeek-V4's attention has no such factor: its scale is ``head_dim**-0.5`` whatever the rope
+    scaling): with V3's ``mscale_all_dim = 1`` and factor 16 in the config the runtime gives HF's
+    log-probabilities on a 200-token prompt, and the same runtime with V3's factor
+    ``(0.1 ln 16 + 1)**2 = 1.63`` on the softmax scale does not."""
+    twin = mscale_twin
+    ids = random_ids(200, seed=548)
+    want = hf_logprobs(twin, ids)
+    assert _max_err(Driver(twin).run_chunked(ids, 200), want) <= TOL
+    v3_mscale = (0.1 * 1.0 * math.log(16.0) + 1.0) ** 2
+    plain = ops.sparse_attention
+
+    def v3_scaled(q, swa, pages, positions, window, sinks, scale, **kw):  # noqa: ANN001, ANN202
+        return plain(q, swa, pages, positions, window, sinks, scale * v3_mscale, **kw)
+
+    monkeypatch.setattr(ops, "sparse_attention", v3_scaled)
+    assert _max_err(Driver(twin).run_chunked(ids, 200), want) > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# interleaved RoPE on q and KV, and its inverse on the output (hw-native-sys/pypto-lib#244,
+# 1CatAI/1Cat-vLLM#162, hw-native-sys/pypto-lib#536)
+# ---------------------------------------------------------------------------------------------
+
+_T, _H, _D, _R, _EPS = 5, 3, 128, 64, 1e-6
+
+
+def _rope_inputs(seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(_T, _H, _D, generator=g) * 2
+    kv = torch.randn(_T, _D, generator=g) * 2
+    w = 0.5 + torch.rand(_D, generator=g)
+    pos = torch.tensor([0, 1, 7, 130, 1000])
+    cos, sin = _plain_cos_sin(10000.0, _R, pos)
+    return q, kv, w, cos.float(), sin.float()
+
+
+def _half_split64(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The NeoX layout (``x[i]`` paired with ``x[i + r/2]``), which DeepSeek-V4 does not use."""
+    x = x.double().clone()
+    r, h = 2 * cos.shape[-1], cos.shape[-1]
+    a, b = x[..., -r : -r + h].clone(), x[..., -h:].clone()
+    c, s = cos.double().unsqueeze(1), sin.double().unsqueeze(1)
+    x[..., -r : -r + h], x[..., -h:] = a * c - b * s, b * c + a * s
+    return x
+
+
+def test_pypto_244_query_rope_rotates_adjacent_pairs_of_the_trailing_channels() -> None:
+    """hw-native-sys/pypto-lib#244 (DeepSeek-V4 decode rotated the query's rope slice as two halves;
+    the reference rotates interleaved even / odd pairs ``(x[2i], x[2i+1])``): the runtime's
+    ``qnorm_rope_kv_insert`` query output equals the float64 per-head unweighted RMSNorm followed
+    by the interleaved rotation of the last 64 of 128 channels, and not the half-split rotation."""
+    q, kv, w, cos, sin = _rope_inputs(244)
+    swa = torch.zeros(8, _D)
+    q_out, _ = ops.qnorm_rope_kv_insert(q, kv, w, cos, sin, swa, torch.arange(_T), _EPS)
+    normed = _rms64(q, None, _EPS)
+    want = _rope64(normed, cos, sin)
+    assert _max_err(q_out.double(), want) <= 1e-5
+    assert _max_err(q_out.double(), _half_split64(normed, cos, sin)) > 0.1
+    assert _max_err(q_out[..., : _D - _R].double(), normed[..., : _D - _R]) <= 1e-5  # nope: normalised only
+
+
+def test_1cat_vllm_162_kv_rope_touches_only_the_rope_channels_in_the_window_pool() -> None:
+    """1CatAI/1Cat-vLLM#162 (a DeepSeek-V4 KV kernel copied all 512 channels and then overwrote
+    the rope channels from another lane, leaving some rows unrotated in the KV cache): the window
+    pool rows ``qnorm_rope_kv_insert`` writes equal the float64 ``rope(rmsnorm(kv) * w)`` (nope
+    channels normalised only, the trailing 64 rotated by pairs), the same as the returned KV, and a
+    slot of ``-1`` writes nothing."""
+    q, kv, w, cos, sin = _rope_inputs(162)
+    swa = torch.full((8, _D), 7.0)
+    index = torch.tensor([3, 0, -1, 6, 1])
+    _, kv_out = ops.qnorm_rope_kv_insert(q, kv, w, cos, sin, swa, index, _EPS)
+    want = _rope64(_rms64(kv, w, _EPS).unsqueeze(1), cos, sin).squeeze(1)
+    assert _max_err(kv_out.double(), want) <= 1e-5
+    for t, slot in enumerate(index.tolist()):
+        if slot >= 0:
+            assert _max_err(swa[slot].double(), want[t]) <= 1e-5
+    untouched = [s for s in range(8) if s not in index.tolist()]
+    assert torch.equal(swa[untouched], torch.full((len(untouched), _D), 7.0))
+    # the rope channels really moved (positions > 0): an unrotated row would differ
+    assert _max_err(kv_out[1:, -_R:].double(), _rms64(kv, w, _EPS)[1:, -_R:]) > 0.1
+
+
+def test_pypto_536_output_inverse_rope_is_the_conjugate_rotation() -> None:
+    """hw-native-sys/pypto-lib#536 (the DeepSeek-V4 attention output's rope slice must be rotated
+    back by ``-position``, ``even' = even cos + odd sin``, ``odd' = odd cos - even sin``, with the
+    tables of the query's own positions): ``inv_rope_quant`` equals that float64 formula, leaves
+    the nope channels alone, and undoes the forward rotation exactly."""
+    q, _, _, cos, sin = _rope_inputs(536)
+    got = ops.inv_rope_quant(q, cos, sin, False).double()
+    want = _rope64(q, cos, -sin)
+    assert _max_err(got, want) <= 1e-5
+    assert torch.equal(got[..., : _D - _R].float(), q[..., : _D - _R])
+    fwd = _rope64(q, cos, sin).float()
+    assert _max_err(ops.inv_rope_quant(fwd, cos, sin, False).double(), q.double()) <= 1e-5
+    assert _max_err(got, _rope64(q, cos, sin)) > 0.1  # not the forward rotation
+
+
+# ---------------------------------------------------------------------------------------------
+# RMSNorm: plain weight semantics, config epsilon everywhere (Avarok-Cybersecurity/atlas#315,
+# huggingface/transformers#44261)
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _base_twin() -> Twin:
+    return make_twin("sliding_first", seed=15)
+
+
+def test_atlas_315_rmsnorm_weights_are_plain_multipliers_far_from_one() -> None:
+    """Avarok-Cybersecurity/atlas#315 (DeepSeek-V4 ships plain RMSNorm weights, ``x * w / rms``,
+    with values near 0.03 and some crossing zero; a port stored them as offsets from 1 in bf16 and
+    lost them): the runtime's ``RMSNorm`` with such weights equals the float64 ``x * w / rms`` (no
+    ``1 + w``), and with every norm weight of the model set so (decoder, attention q / kv,
+    compressor, indexer, final) the runtime gives HF's log-probabilities on a 96-token prompt."""
+    g = torch.Generator().manual_seed(315)
+    D = 64
+    norm = RMSNorm(D, 1e-6, "cpu")
+    w = 0.03 + 0.02 * torch.randn(D, generator=g)
+    assert (w < 0).any() and (w > 0).any()
+    with torch.no_grad():
+        norm.weight.copy_(w)
+    x = torch.randn(7, D, generator=g)
+    got = norm(x).double()
+    assert _max_err(got, _rms64(x, w, 1e-6)) <= 1e-6
+    assert _max_err(got, _rms64(x, 1 + w, 1e-6)) > 0.5
+    twin = _base_twin()
+    state = {k: v.clone() for k, v in twin.state.items()}
+    n = 0
+    for key in state:
+        if key.endswith("norm.weight"):
+            state[key] = 0.03 + 0.02 * torch.randn(state[key].shape, generator=g)
+            n += 1
+    assert n >= 2 * twin.mc.num_layers + 1
+    small = _with_state(twin, state)
+    ids = random_ids(96, seed=315)
+    want = hf_logprobs(small, ids)
+    assert _max_err(Driver(small).run_chunked(ids, 96), want) <= TOL
+    assert _max_err(want, hf_logprobs(twin, ids)) > 1e-2
+
+
+@pytest.fixture(scope="module")
+def large_eps_twin() -> Twin:
+    cfg = dict(copy.deepcopy(CONFIGS["sliding_first"]), rms_norm_eps=0.5)
+    return make_twin("large_rms_norm_eps", seed=15, cfg=cfg)
+
+
+def test_transformers_44261_every_norm_uses_the_config_epsilon(large_eps_twin: Twin) -> None:
+    """huggingface/transformers#44261 (DeepSeek's MLA q / kv layernorms fell back to the class
+    default ``eps = 1e-6`` instead of ``config.rms_norm_eps``; any checkpoint with another value
+    drifted): with ``rms_norm_eps = 0.5`` every runtime norm module carries 0.5, and the model
+    gives HF's log-probabilities on a 128-token prompt, which differ from those of the same
+    weights at ``1e-6``."""
+    twin = large_eps_twin
+    norms = [m for m in twin.ours.modules() if isinstance(m, RMSNorm)]
+    assert norms and all(m.eps == 0.5 for m in norms)
+    attn = twin.ours.model.layers[1].self_attn
+    assert attn.eps == 0.5
+    ids = random_ids(128, seed=44261)
+    want = hf_logprobs(twin, ids)
+    assert _max_err(Driver(twin).run_chunked(ids, 128), want) <= TOL
+    assert _max_err(want, hf_logprobs(_base_twin(), ids)) > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# the compressor's position bias is fp32 and drives the window softmax (Avarok-Cybersecurity/atlas#347)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_atlas_347_compressor_position_bias_is_fp32_and_steers_the_pooling() -> None:
+    """Avarok-Cybersecurity/atlas#347 (DeepSeek-V4's compressor ``ape`` / ``position_bias`` ships
+    as fp32 ``[ratio, proj_dim]``; a port read it as bf16, corrupting the per-window softmax gate
+    of every CSA / HCA layer): a bf16 runtime model keeps every compressor's and indexer
+    compressor's ``position_bias`` in fp32, and with position biases of a large spread
+    (``N(0, 3^2)``, so one slot of each window takes most of the gate) the fp32 runtime gives HF's
+    log-probabilities on a 160-token prompt, which differ from those of the original biases."""
+    twin = _base_twin()
+    meta = DeepseekV4ForCausalLM(twin.mc, dtype=torch.bfloat16, device="meta")
+    biases = {k: v for k, v in meta.state_dict().items() if k.endswith("position_bias")}
+    csa = len(twin.mc.csa_layers)
+    assert len(biases) == 2 * csa + len(twin.mc.hca_layers)  # CSA: main + indexer compressor
+    assert all(t.dtype == torch.float32 for t in biases.values())
+    g = torch.Generator().manual_seed(347)
+    state = {k: v.clone() for k, v in twin.state.items()}
+    for key in biases:
+        state[key] = torch.randn(state[key].shape, generator=g) * 3.0
+    spread = _with_state(twin, state)
+    ids = random_ids(160, seed=347)
+    want = hf_logprobs(spread, ids)
+    assert _max_err(Driver(spread).run_chunked(ids, 160), want) <= TOL
+    assert _max_err(want, hf_logprobs(twin, ids)) > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoints with MTP tensors, a top-level head, an extra layer (huggingface/transformers#46129,
+# local-inference-lab/vllm#436, vllm-project/vllm#43456, huggingface/transformers#35688)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def official_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An official-format fp32 checkpoint (DeepSeek names, ``compress_ratios``) with ``mtp.0.*``."""
+    out = str(tmp_path_factory.mktemp("official_mtp"))
+    cfg = copy.deepcopy(CONFIGS["sliding_first"])
+    return write_checkpoint(out, fmt="official", weights="fp32", seed=46129, config_dict=cfg)
+
+
+def _file_keys(path: str) -> list[str]:
+    keys: list[str] = []
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".safetensors"):
+            with safe_open(os.path.join(path, name), "pt") as f:
+                keys += list(f.keys())
+    return keys
+
+
+def _hf_from(path: str):  # noqa: ANN202 - transformers model
+    from transformers import DeepseekV4ForCausalLM as HFModel
+
+    return HFModel.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def _ours_from(path: str) -> tuple[ModelConfig, DeepseekV4ForCausalLM]:
+    mc = ModelConfig.from_pretrained(path)
+    model = DeepseekV4ForCausalLM(mc)
+    load_weights_into(model, path, progress=False)
+    return mc, model
+
+
+def _loaded_twin(path: str, hf: object | None = None) -> Twin:
+    mc, ours = _ours_from(path)
+    return Twin(os.path.basename(path), {}, mc, hf if hf is not None else _hf_from(path), ours, {})
+
+
+def test_transformers_46129_mtp_tensors_never_reach_the_main_model(official_dir: str) -> None:
+    """huggingface/transformers#46129 and #46127 (DeepSeek-V4 ``mtp.*`` tensors were matched by no
+    rename and silently mishandled at load): an official checkpoint that holds ``mtp.0.*``
+    tensors loads into the runtime with none of them in its state, and the model gives the
+    log-probabilities of HF's ``from_pretrained`` on the same files (its own name mapping, which
+    ignores ``mtp.*``) on a 96-token prompt."""
+    assert any(k.startswith("mtp.0.") for k in _file_keys(official_dir))
+    twin = _loaded_twin(official_dir)
+    assert not any("mtp" in k for k in twin.ours.state_dict())
+    ids = random_ids(96, seed=46129)
+    assert _max_err(Driver(twin).run_chunked(ids, 96), hf_logprobs(twin, ids)) <= TOL
+
+
+def test_vllm_local_436_mtp_tensors_present_with_zero_nextn_layers(
+    official_dir: str, tmp_path: pytest.TempPathFactory
+) -> None:
+    """local-inference-lab/vllm#436 (with ``num_nextn_predict_layers = 0`` the MTP layers are never
+    built, and their checkpoint tensors hit a ``KeyError`` at load): the same official checkpoint
+    with ``num_nextn_predict_layers: 0`` in its ``config.json`` (its ``mtp.0.*`` tensors kept)
+    loads, into the same weights as with one MTP layer declared."""
+    copy_dir = os.path.join(str(tmp_path), "no_nextn")
+    shutil.copytree(official_dir, copy_dir)
+    cfg_path = os.path.join(copy_dir, "config.json")
+    with open(cfg_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["num_nextn_predict_layers"] = 0
+    with open(cfg_path, "w", encoding="utf-8") as f:
+        json.dump(cfg, f)
+    assert any(k.startswith("mtp.") for k in _file_keys(copy_dir))
+    _, zero = _ours_from(copy_dir)
+    _, one = _ours_from(official_dir)
+    a, b = zero.state_dict(), one.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def saved_dir(official_dir: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, object]:
+    """HF's ``save_pretrained`` of the official checkpoint (top-level ``head.weight``) and that HF model."""
+    hf = _hf_from(official_dir)
+    out = str(tmp_path_factory.mktemp("hf_saved"))
+    hf.save_pretrained(out)
+    return out, hf
+
+
+def test_vllm_43456_top_level_head_weight_is_the_lm_head(saved_dir: tuple[str, object]) -> None:
+    """vllm-project/vllm#43456 (a DeepSeek-V4 artifact written by transformers' ``save_pretrained``
+    keeps ``head.weight`` at the top level; a loader matched no rule for it and left the head
+    uninitialised, with no error): the runtime loads that file's ``head.weight`` into
+    ``lm_head.weight`` and its embedding into ``embed_tokens``, both equal to HF's, and gives
+    HF's log-probabilities on a 64-token prompt."""
+    path, hf = saved_dir
+    keys = _file_keys(path)
+    assert "head.weight" in keys and "lm_head.weight" not in keys
+    twin = _loaded_twin(path, hf)
+    assert torch.equal(twin.ours.lm_head.weight, hf.lm_head.weight.detach())
+    assert torch.equal(twin.ours.model.embed_tokens.weight, hf.model.embed_tokens.weight.detach())
+    ids = random_ids(64, seed=43456)
+    assert _max_err(Driver(twin).run_chunked(ids, 64), hf_logprobs(twin, ids)) <= TOL
+
+
+def test_transformers_35688_extra_trailing_layer_in_the_checkpoint(
+    saved_dir: tuple[str, object], tmp_path: pytest.TempPathFactory
+) -> None:
+    """huggingface/transformers#35688 (a DeepSeek checkpoint held one decoder layer more than
+    ``num_hidden_layers``, the MTP layer stored as ``model.layers.{N}``; transformers loads the
+    first ``N`` and reports the rest unused): with ``model.layers.4.*`` tensors added to a 4-layer
+    checkpoint the runtime loads the first 4 layers unchanged and gives HF's log-probabilities
+    on a 64-token prompt."""
+    path, hf = saved_dir
+    out = os.path.join(str(tmp_path), "extra_layer")
+    shutil.copytree(path, out)
+    tensors: dict[str, torch.Tensor] = {}
+    files = [n for n in os.listdir(out) if n.endswith(".safetensors")]
+    assert len(files) == 1  # one shard: no index to rewrite
+    with safe_open(os.path.join(out, files[0]), "pt") as f:
+        for k in f.keys():
+            tensors[k] = f.get_tensor(k)
+    extra = {
+        k.replace("model.layers.3.", "model.layers.4."): v.clone()
+        for k, v in tensors.items()
+        if k.startswith("model.layers.3.")
+    }
+    assert extra
+    save_file({**tensors, **extra}, os.path.join(out, files[0]), metadata={"format": "pt"})
+    twin = _loaded_twin(out, hf)
+    assert len(twin.ours.model.layers) == 4
+    _, ref = _ours_from(path)
+    a, b = twin.ours.state_dict(), ref.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    ids = random_ids(64, seed=35688)
+    assert _max_err(Driver(twin).run_chunked(ids, 64), hf_logprobs(twin, ids)) <= TOL
