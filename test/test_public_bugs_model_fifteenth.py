@@ -366,6 +366,55 @@ def test_atlas_347_compressor_position_bias_is_fp32_and_steers_the_pooling() -> 
 
 
 # ---------------------------------------------------------------------------------------------
+# swiglu_limit <= 0 disables the clamp (microsoft/onnxruntime#27221, vllm-project/vllm-ascend#9438)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [0.0, -1.0])
+def test_onnxruntime_27221_zero_swiglu_limit_means_no_clamp(limit: float) -> None:
+    """microsoft/onnxruntime#27221 (a MoE op defaulted ``swiglu_limit`` to 0 and clamped every
+    activation to 0, where no limit means no clamp) and vllm-project/vllm-ascend#9438 (DeepSeek-V4
+    SwiGLU clamps only for a positive limit, as the reference ``Expert.forward``'s ``limit > 0``
+    guard): with ``swiglu_limit`` 0 or negative the runtime's routed and shared experts equal the
+    float64 unclamped SwiGLU, and the model gives the log-probabilities of HF with no effective
+    limit (``1e30``) on the same weights, not those of HF clamping at the configured value."""
+    from sglang_v4.layers.moe import SparseMoeBlock
+
+    base = copy.deepcopy(CONFIGS["sliding_first"])
+    twin = make_twin(f"swiglu_limit_{limit}", seed=27221, cfg=dict(base, swiglu_limit=limit))
+    block = twin.ours.model.layers[1].mlp
+    assert isinstance(block, SparseMoeBlock)
+    g = torch.Generator().manual_seed(27221)
+    x = torch.randn(6, twin.mc.hidden_size, generator=g) * 4
+    gu = x.double() @ block.shared_experts.gate_up(torch.eye(twin.mc.hidden_size)).double()
+    inter = gu.shape[-1] // 2
+    want = (
+        torch.nn.functional.silu(gu[:, :inter]) * gu[:, inter:]
+    ) @ block.shared_experts.down_proj.weight.double().t()
+    assert gu[:, inter:].abs().max() > 0.5  # a clamp at 0 (or at -1) would change these
+    assert _max_err(block.shared_experts(x).double(), want) <= 1e-4
+    from transformers import DeepseekV4Config
+    from transformers import DeepseekV4ForCausalLM as HFModel
+
+    hf_cfg = {k: v for k, v in base.items() if k != "model_type"}
+    unclamped = HFModel(DeepseekV4Config(**dict(hf_cfg, swiglu_limit=1e30))).eval()
+    unclamped.load_state_dict(twin.state)
+    ids = random_ids(96, seed=27221)
+    want_lp = hf_logprobs(Twin(twin.name, twin.cfg, twin.mc, unclamped, twin.ours, twin.state), ids)
+    got = Driver(twin).run_chunked(ids, 96)
+    assert _max_err(got, want_lp) <= TOL
+    assert _max_err(got, hf_logprobs(twin, ids)) > 1e-2  # HF clamping at the configured value
+
+
+def test_onnxruntime_27221_nan_swiglu_limit_is_refused() -> None:
+    """microsoft/onnxruntime#27221, the malformed case: a NaN ``swiglu_limit`` (neither a bound nor
+    "no limit") is refused when the model is built, with a ``ValueError`` naming the field."""
+    cfg = dict(copy.deepcopy(CONFIGS["sliding_first"]), swiglu_limit=float("nan"))
+    with pytest.raises(ValueError, match="swiglu_limit"):
+        DeepseekV4ForCausalLM(ModelConfig.from_dict(cfg), device="meta")
+
+
+# ---------------------------------------------------------------------------------------------
 # checkpoints with MTP tensors, a top-level head, an extra layer (huggingface/transformers#46129,
 # local-inference-lab/vllm#436, vllm-project/vllm#43456, huggingface/transformers#35688)
 # ---------------------------------------------------------------------------------------------
