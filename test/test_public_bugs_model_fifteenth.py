@@ -365,6 +365,55 @@ def test_atlas_347_compressor_position_bias_is_fp32_and_steers_the_pooling() -> 
     assert _max_err(want, hf_logprobs(twin, ids)) > 1e-2
 
 
+def test_automodel_2216_bf16_model_keeps_the_reference_fp32_parameters() -> None:
+    """NVIDIA-NeMo/Automodel#2216 (a DeepSeek-V4 port cast the parameters the reference keeps in
+    fp32, mHC, sinks, compressor position bias, router bias, norms, to the model dtype): in a
+    bf16 runtime model every tensor under a module HF transformers lists in
+    ``_keep_in_fp32_modules_strict`` is fp32 (integer ``tid2eid`` aside), while the projections
+    are bf16."""
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4PreTrainedModel
+
+    keep = set(DeepseekV4PreTrainedModel._keep_in_fp32_modules_strict)
+    meta = DeepseekV4ForCausalLM(_base_twin().mc, dtype=torch.bfloat16, device="meta")
+    state = meta.state_dict()
+    fp32 = {k for k in state if keep & set(k.split("."))}
+    assert {s for k in fp32 for s in k.split(".") if s in keep} == keep  # every listed kind is present
+    wrong = {k: state[k].dtype for k in fp32 if state[k].dtype != torch.float32}
+    assert not wrong
+    assert state["model.layers.0.self_attn.q_a_proj.weight"].dtype == torch.bfloat16
+    assert state["lm_head.weight"].dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------------------------------------
+# ragged batches: no request's tokens fold into another's compressed entries
+# (huggingface/transformers#45938)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_transformers_45938_ragged_batch_compresses_each_request_alone() -> None:
+    """huggingface/transformers#45938 (DeepSeek-V4's compressor pooled windows before the padding
+    mask applied, folding pad tokens into compressed KV entries of a padded batch): requests of
+    5, 67 and 130 tokens prefilled in one ragged batch (none a multiple of the CSA rate 4 or the
+    HCA rate 128; the decode steps cross a CSA window end) and then decoded together for 3 steps
+    each give HF's log-probabilities on their own unpadded sequence."""
+    twin = _base_twin()
+    lens = (5, 67, 130)
+    prompts = [random_ids(n, seed=45938 + n) for n in lens]
+    drv = Driver(twin)
+    slots = [drv.new_req() for _ in lens]
+    outs = drv.step(list(zip(slots, prompts)))
+    seqs = [list(p) for p in prompts]
+    got = [[o] for o in outs]
+    for step in range(3):
+        nxt = [random_ids(1, seed=4593800 + 10 * step + i)[0] for i in range(len(lens))]
+        outs = drv.step([(s, [t]) for s, t in zip(slots, nxt)])
+        for i, (t, o) in enumerate(zip(nxt, outs)):
+            seqs[i].append(t)
+            got[i].append(o)
+    for i, seq in enumerate(seqs):
+        assert _max_err(torch.cat(got[i]), hf_logprobs(twin, seq)) <= TOL
+
+
 # ---------------------------------------------------------------------------------------------
 # swiglu_limit <= 0 disables the clamp (microsoft/onnxruntime#27221, vllm-project/vllm-ascend#9438)
 # ---------------------------------------------------------------------------------------------
