@@ -1,9 +1,10 @@
 """A fifteenth set of public reports, checkpoint loading: DeepSeek-V4 checkpoints that carry
-multi-token-prediction tensors, a top-level ``head.weight`` (transformers' ``save_pretrained``
-layout) or one decoder layer more than the config declares (each test names its report).
+multi-token-prediction tensors, packed FP4 routed experts, a top-level ``head.weight``
+(transformers' ``save_pretrained`` layout) or one decoder layer more than the config declares
+(each test names its report).
 
 Oracle: HF transformers' ``DeepseekV4ForCausalLM.from_pretrained`` on the same files (its own
-name mapping and its own handling of ``mtp.*``), run once cache-free in fp32; the runtime side is
+name mapping, handling of ``mtp.*`` and FP8 / FP4 dequantization), run once cache-free in fp32; the runtime side is
 :func:`~sglang_v4.model_loader.weight_loader.load_weights_into` into the runtime model, run
 through :class:`dsv4_testutil.Driver`.
 """
@@ -164,4 +165,43 @@ def test_transformers_35688_extra_trailing_layer_in_the_checkpoint(
     a, b = twin.ours.state_dict(), ref.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     ids = random_ids(64, seed=35688)
+    assert _max_err(Driver(twin).run_chunked(ids, 64), hf_logprobs(twin, ids)) <= TOL
+
+
+# ---------------------------------------------------------------------------------------------
+# FP4 routed experts are not FP8 (modelscope/ms-swift#9724)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_ms_swift_9724_fp4_experts_dequantize_to_full_width(tmp_path: pytest.TempPathFactory) -> None:
+    """modelscope/ms-swift#9724 (a DeepSeek-V4 tool dequantized the packed FP4 routed experts with
+    the FP8 dequantizer, one value per byte, and lost half of every expert's weights): an
+    official-format checkpoint with FP8 block-scaled linears and FP4 experts (``I8`` with two
+    e2m1 values per byte, ``F8_E8M0`` scales per 32) loads into an fp32 runtime model equal, tensor
+    for tensor, to HF's ``from_pretrained`` with ``FineGrainedFP8Config(dequantize=True)`` (its
+    own FP8 / FP4 decoders), experts at full width, and gives HF's log-probabilities."""
+    from transformers import DeepseekV4ForCausalLM as HFModel
+    from transformers import FineGrainedFP8Config
+
+    cfg = dict(copy.deepcopy(CONFIGS["sliding_first"]), hidden_size=128, moe_intermediate_size=128)
+    path = write_checkpoint(str(tmp_path), fmt="official", weights="fp8", seed=9724, config_dict=cfg)
+    key = "layers.1.ffn.experts.0.w1.weight"
+    files = [n for n in os.listdir(path) if n.endswith(".safetensors")]
+    stored: tuple[str, list[int]] | None = None
+    for name in files:
+        with safe_open(os.path.join(path, name), "pt") as f:
+            if key in f.keys():
+                sl = f.get_slice(key)
+                stored = (sl.get_dtype(), sl.get_shape())
+    assert stored == ("I8", [128, 64])  # 128 inputs stored as 64 bytes
+    hf = HFModel.from_pretrained(
+        path, dtype=torch.float32, quantization_config=FineGrainedFP8Config(dequantize=True)
+    )
+    hf.eval()
+    twin = _loaded_twin(path, hf)
+    ours, want = twin.ours.state_dict(), hf.state_dict()
+    assert ours.keys() == want.keys()
+    assert ours["model.layers.1.mlp.experts.gate_up_proj"].shape == (4, 256, 128)
+    assert all(torch.equal(ours[k].float(), want[k].float()) for k in want)
+    ids = random_ids(64, seed=9724)
     assert _max_err(Driver(twin).run_chunked(ids, 64), hf_logprobs(twin, ids)) <= TOL
