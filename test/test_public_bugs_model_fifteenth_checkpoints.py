@@ -4,9 +4,9 @@ multi-token-prediction tensors, packed FP4 routed experts, a top-level ``head.we
 (each test names its report).
 
 Oracle: HF transformers' ``DeepseekV4ForCausalLM.from_pretrained`` on the same files (its own
-name mapping, handling of ``mtp.*`` and FP8 / FP4 dequantization), run once cache-free in fp32; the runtime side is
-:func:`~sglang_v4.model_loader.weight_loader.load_weights_into` into the runtime model, run
-through :class:`dsv4_testutil.Driver`.
+name mapping, handling of ``mtp.*`` and FP8 / FP4 dequantization), run once cache-free in fp32;
+the runtime side is :func:`~sglang_v4.model_loader.weight_loader.load_weights_into` into the
+runtime model, run through :class:`dsv4_testutil.Driver`.
 """
 
 from __future__ import annotations
