@@ -14,6 +14,8 @@ SwiGLU launch (:func:`sgl_kernel_v4.ops.swiglu_clamped`).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from sgl_kernel_v4 import ops
@@ -24,6 +26,23 @@ from sglang_v4.layers.linear import Linear, MergedLinear
 from sglang_v4.layers.quantization import QuantConfig, expert_quant, linear_quant
 
 FP4_GROUP = 32
+
+
+def effective_swiglu_limit(swiglu_limit: float) -> float:
+    """The SwiGLU clamp bound the experts apply for the config's ``swiglu_limit``.
+
+    DeepSeek's reference ``Expert.forward`` clamps (``gate`` from above, ``up`` on both sides) only
+    when ``swiglu_limit > 0``; zero or a negative value means no clamp, which is ``+inf`` here (the
+    clamp ops then leave every value as is). A positive value is returned unchanged. (transformers'
+    ``DeepseekV4Experts`` clamps unconditionally, so a limit of 0 there zeroes every expert.)
+
+    Raises:
+        ValueError: ``swiglu_limit`` is NaN.
+    """
+    limit = float(swiglu_limit)
+    if math.isnan(limit):
+        raise ValueError("swiglu_limit: must be a number, got nan")
+    return limit if limit > 0 else math.inf
 
 
 class Router(nn.Module):
@@ -218,9 +237,11 @@ class SparseMoeBlock(nn.Module):
     of the shared expert. It computes its experts' contributions (tokens routed elsewhere, hash
     layers included, get none) plus its shared-expert slice, and one all-reduce sums the ranks.
 
+    ``swiglu_limit`` of 0 or below disables the experts' clamp (:func:`effective_swiglu_limit`).
+
     Raises:
-        ValueError: ``n_routed_experts`` not divisible by ``ep_size``, or an intermediate size not
-            divisible by its slicing.
+        ValueError: ``n_routed_experts`` not divisible by ``ep_size``, an intermediate size not
+            divisible by its slicing, or a NaN ``swiglu_limit``.
     """
 
     def __init__(
@@ -256,13 +277,13 @@ class SparseMoeBlock(nn.Module):
             self.num_local_experts,
             c.hidden_size,
             i1 - i0,
-            c.swiglu_limit,
+            effective_swiglu_limit(c.swiglu_limit),
             dtype,
             device,
             expert_quant(quant),
         )
         self.shared_experts = SharedMLP(
-            c.hidden_size, s1 - s0, c.swiglu_limit, dtype, device, linear_quant(quant)
+            c.hidden_size, s1 - s0, effective_swiglu_limit(c.swiglu_limit), dtype, device, linear_quant(quant)
         )
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
