@@ -360,9 +360,9 @@ def resolve_model_path(server_args: ServerArgs) -> Any:
 def preflight_server(server_args: ServerArgs) -> Any:
     """The HTTP server's start-up checks: the address ``host:port`` can be listened on
     (:func:`sglang_v4.utils.bind_error`), then :func:`resolve_model_path` (fills ``model_path`` /
-    ``tokenizer_path`` in place). Between the two, the backend processes are spawned
-    (:func:`sglang_v4.entrypoints.prewarm.start_server_children`): they import while the model
-    directory is checked, and are discarded if a check fails.
+    ``tokenizer_path`` in place). Between the two, the backend processes are spawned (by
+    :func:`~sglang_v4.entrypoints.prewarm.start_server_children`, unless torch and transformers
+    are imported already): they import while the model directory is checked; discarded on failure.
 
     ``python -m sglang_v4.launch_server`` runs it before importing the HTTP stack (FastAPI), so a
     taken port is reported at once and a bad model directory within the checks' imports.

@@ -9,6 +9,13 @@ imports its modules, then blocks on its pipe until the parent sends the function
 arguments (:meth:`PrewarmedChild.run`). The parent's checks run meanwhile, so start-up costs
 about the longer of the two.
 
+Prewarm only pays off while the parent's checks are slow, i.e. while the parent still has to
+import torch and transformers. A parent that has both imported already (a test process, a
+notebook, a second ``Engine`` in one script) checks the model directory in a fraction of a
+second: overlapping saves nothing there, and a launch the checks refuse would spawn and discard
+two children for nothing. Such a parent runs its checks first and spawns the children after they
+pass (:func:`prewarm_pays_off`, the rule; ``SGLANG_V4_NO_PREWARM=1`` always does so).
+
 If the parent's checks fail, the children are discarded (:func:`discard_all`, also at exit): a
 child waiting on its pipe sees it closed and exits 0, one still importing is sent SIGTERM. A
 child whose parent dies gets SIGKILL from the kernel (``PR_SET_PDEATHSIG``, set first).
@@ -151,11 +158,33 @@ def start_child(role: str) -> PrewarmedChild:
     return PrewarmedChild(role, proc, parent_end)
 
 
+#: The modules whose import makes the parent's model checks slow (see :func:`prewarm_pays_off`).
+SLOW_CHECK_IMPORTS = ("torch", "transformers")
+
+
+def prewarm_pays_off() -> bool:
+    """Whether :func:`start_server_children` spawns the children before the parent's checks.
+
+    The children's imports (torch, transformers, the model code: seconds of CPU) only overlap
+    something when the parent's model-directory check is itself slow, which is when the parent
+    has yet to import torch and transformers (about 3 s on a cold process). Once both are in
+    ``sys.modules`` the check takes a fraction of a second, so prewarming saves nothing and a
+    refused launch would spawn and discard two children for nothing: the children are then
+    spawned after the checks pass (by :func:`take`). False as well when ``SGLANG_V4_NO_PREWARM``
+    is set (to any non-empty value).
+    """
+    if os.environ.get("SGLANG_V4_NO_PREWARM"):
+        return False
+    return not all(name in sys.modules for name in SLOW_CHECK_IMPORTS)
+
+
 def start_server_children() -> None:
     """Spawn the scheduler and detokenizer children now, for a later :func:`take` (idempotent;
-    discarded at exit if never taken). Nothing is started when ``SGLANG_V4_NO_PREWARM`` is set."""
+    discarded at exit if never taken). Nothing is started when :func:`prewarm_pays_off` says
+    no (``SGLANG_V4_NO_PREWARM`` set, or torch and transformers already imported): :func:`take`
+    then spawns each child after the checks."""
     global _atexit_registered
-    if os.environ.get("SGLANG_V4_NO_PREWARM"):
+    if not prewarm_pays_off():
         return
     for role in CHILDREN:  # (start_child refuses inside our own children first)
         if role not in _started:
