@@ -19,7 +19,14 @@ import requests
 from server_fixture import FAKE_CONTEXT_LEN, fake_env, make_fake_model_dir, start_server
 from sglang_v4.launch_server import main
 from sglang_v4.server_args import ServerArgs
-from sglang_v4.server_args_compat import ignored_sglang_args, unread_sglang_env, warn_unread_sglang_env
+from sglang_v4.server_args_compat import (
+    SGLANG_FLAG_BY_DEST,
+    ignored_sglang_args,
+    unread_sglang_env,
+    warn_unread_sglang_env,
+)
+from sglang_v4.server_args_compat_flag import IGNORED as KIND_IGNORED
+from sglang_v4.server_args_compat_flag import UNSUPPORTED as KIND_UNSUPPORTED
 from test_sglang_flags import parse
 
 sglang_server_args = pytest.importorskip("sglang.srt.server_args")
@@ -287,3 +294,94 @@ def test_allow_auto_truncate_keeps_the_first_tokens(server) -> None:  # type: ig
     # Bad input is still refused (truncation does not hide it)
     r = generate(server, [], {"max_new_tokens": 5})
     assert r.status_code == 400
+
+
+# --------------------------------------------------------------------------- every SGLang flag
+#: Handled by ``launch_server`` before the parser (``test_sglang_flags.test_config_yaml_file``).
+_NOT_A_SERVER_ARG = {"--help", "-h", "--config"}
+
+#: A value SGLang's parser takes, by the ``__name__`` of the flag's argparse ``type``, for flags with
+#: neither a default nor choices.
+_SAMPLE_BY_TYPE = {
+    "int": "1",
+    "float": "0.5",
+    "human_readable_int": "1k",
+    "loads": "{}",
+    "json_list_type": "[]",
+    "parse_cuda_graph_config_arg": "{}",
+}
+
+
+#: SGLang flags without a default or choices whose help names the values they take.
+_SAMPLE_BY_OPTION = {"--device": "cuda"}
+
+
+def _sample_argvs(action: argparse.Action, option: str) -> list[list[str]]:
+    """Command lines giving ``option`` as SGLang's parser takes it: alone for a switch (or for
+    ``nargs`` ``?`` / ``*``), else with its default, its first choice or a value of its type."""
+    if action.nargs == 0:
+        return [[option]]
+    if option in _SAMPLE_BY_OPTION:
+        sample = [_SAMPLE_BY_OPTION[option]]
+    elif action.default not in (None, "", []) and not isinstance(action.default, bool):
+        values = action.default if isinstance(action.default, list) else [action.default]
+        sample = [v if isinstance(v, str) else json.dumps(v) for v in values]
+    elif action.choices:
+        sample = [str(sorted(action.choices, key=str)[0])]
+    else:
+        sample = [_SAMPLE_BY_TYPE.get(getattr(action.type, "__name__", ""), "x")]
+    argvs = [[option, *sample]]
+    if action.nargs in ("?", "*"):
+        argvs.append([option])
+    return argvs
+
+
+def test_every_sglang_flag_parses_as_in_sglang(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each option of SGLang 0.5.23's own parser (aliases and ``--no-`` forms included), given a
+    value SGLang's parser takes, is accepted by ours; building ``ServerArgs`` then succeeds, or fails
+    with a ``ValueError`` naming the flag (refused flags, or values our fields refuse), never for an
+    ignored one. SGLang-only flags store what SGLang's parser stores."""
+    monkeypatch.chdir(tmp_path)  # path-valued samples ("x") must not touch the checkout
+    theirs = sglang_parser()
+    ours = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(ours)
+    ours.exit_on_error = False
+    options = [
+        (action, opt)
+        for action in theirs._actions  # argparse keeps no public list of its actions
+        for opt in action.option_strings
+        if opt not in _NOT_A_SERVER_ARG
+    ]
+    assert len(options) > 550
+    unknown = sorted(opt for _, opt in options if opt not in ours._option_string_actions)
+    assert not unknown, f"{len(unknown)} SGLang flags unknown here: {unknown}"
+    problems = []
+    for action, opt in options:
+        mine = ours._option_string_actions[opt]
+        entry = SGLANG_FLAG_BY_DEST.get(mine.dest)
+        for argv in _sample_argvs(action, opt):
+            their_value = getattr(theirs.parse_args([*argv, "--model-path", "m"]), action.dest)
+            try:
+                ns = ours.parse_args([*argv, "--device", "cpu"])
+            except (argparse.ArgumentError, SystemExit) as e:
+                problems.append(f"{argv}: our parser refuses it ({e})")
+                continue
+            if entry is not None and action.dest == mine.dest and getattr(ns, mine.dest) != their_value:
+                problems.append(f"{argv}: stored {getattr(ns, mine.dest)!r}, SGLang {their_value!r}")
+            try:
+                sa = ServerArgs.from_cli_args(ns)
+            except ValueError as e:
+                if entry is not None and entry.kind == KIND_IGNORED:
+                    problems.append(f"{argv}: ignored flag refused ({e})")
+                elif mine.dest not in str(e) and opt not in str(e):
+                    problems.append(f"{argv}: error does not name the flag ({e})")
+                continue
+            if (
+                entry is not None
+                and entry.kind == KIND_UNSUPPORTED
+                and their_value not in (None, False, [], entry.default)
+            ):
+                problems.append(f"{argv}: unsupported flag accepted")
+            if entry is not None and entry.kind != KIND_IGNORED:
+                assert opt not in {flag for flag, _, _ in ignored_sglang_args(sa)}
+    assert not problems, "\n".join(problems)

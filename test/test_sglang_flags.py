@@ -96,6 +96,12 @@ def test_mapped_and_ignored_values() -> None:
         ("--kv-cache-dtype fp8_e5m2", "--kv-cache-dtype"),
         ("--grammar-backend outlines", "--grammar-backend"),
         ("--enable-deterministic-inference", "--enable-deterministic-inference"),
+        ("--enable-http2", "--enable-http2"),
+        ("--return-output-ids", "--return-output-ids"),
+        ("--dllm-algorithm LowConfidence", "--dllm-algorithm"),
+        ("--model-checksum", "--model-checksum"),  # nargs="?": given without a value
+        ("--lora-strict-loading", "--lora-strict-loading"),
+        ("--decoupled-spec-role drafter", "--decoupled-spec-role"),
     ],
 )
 def test_unsupported_flags_fail_naming_the_flag(
@@ -111,6 +117,53 @@ def test_unsupported_flags_fail_naming_the_flag(
 
 def test_disaggregation_null_is_the_default() -> None:
     assert parse("--disaggregation-mode null").disaggregation_mode == "null"
+    # SGLang's own defaults of refused flags ask for nothing: accepted
+    sa = parse("--decoupled-spec-role null --lora-eviction-policy lru --pp-size 1 --fastapi-root-path ''")
+    assert (sa.decoupled_spec_role, sa.pp_size) == ("null", 1)
+
+
+def test_sglang_0_5_23_recipe_flags_and_negations(capsys: pytest.CaptureFixture[str]) -> None:
+    """Flags of SGLang 0.5.23's DeepSeek-V4 commands: ``--no-<flag>`` negations parse as argparse's
+    ``BooleanOptionalAction`` (SGLang's: the flag stores True, its negation False), values keep
+    SGLang's types, and the start-up warning has one line per flag that asks for something (a
+    negation or SGLang's own default asks for nothing)."""
+    sa = parse(
+        "--attn-dp-size 8 --enable-dsa-fused-indexer --no-enable-tp-lm-head-all-to-all --swa-prefix-tails 4 "
+        "--c128-page-size 16 --dsa-paged-mqa-logits-backend deepgemm --nccl-port 5000 --no-enable-tf32-matmul "
+        "--weight-loader-prefetch-checkpoints --weight-loader-prefetch-num-threads 8 --retraction-policy length"
+    )
+    assert (sa.enable_dsa_fused_indexer, sa.enable_tp_lm_head_all_to_all, sa.enable_tf32_matmul) == (
+        True,
+        False,
+        False,
+    )
+    assert (sa.attn_dp_size, sa.swa_prefix_tails, sa.nccl_port) == (8, 4, 5000)
+    text = warn_ignored_sglang_args(sa) or ""
+    lines = text.splitlines()[1:]
+    assert {line.split(": ", 1)[0].strip() for line in lines} == {
+        "--attn-dp-size 8",
+        "--nccl-port 5000",
+        "--weight-loader-prefetch-checkpoints",
+        "--weight-loader-prefetch-num-threads 8",
+        "--swa-prefix-tails 4",
+        "--dsa-paged-mqa-logits-backend deepgemm",
+        "--enable-dsa-fused-indexer",
+    }
+    assert len(lines) == 7 and all(": " in line for line in lines), text
+    for cmd, flag in (
+        ("--nccl-port abc", "--nccl-port"),  # SGLang's type=int
+        ("--retraction-policy newest", "--retraction-policy"),  # SGLang's choices
+        ("--no-enable-dsa-fused-indexer=1", "--no-enable-dsa-fused-indexer"),  # a switch takes no value
+    ):
+        with pytest.raises(SystemExit) as e:
+            main([*shlex.split(cmd), "--device", "cpu"])
+        assert e.value.code == 2, cmd
+        assert flag in capsys.readouterr().err, cmd
+    sa = parse(
+        """--cuda-graph-config '{"decode": {"backend": "disabled"}, "prefill": {"backend": "full"}}'"""
+    )
+    assert sa.disable_cuda_graph is True and warn_ignored_sglang_args(sa) is None
+    assert parse("""--cuda-graph-config '{"decode": {"max_bs": 64}}'""").disable_cuda_graph is False
 
 
 def test_typo_is_still_rejected(capsys: pytest.CaptureFixture[str]) -> None:

@@ -130,9 +130,9 @@ def test_refusals_are_one_line_naming_the_flag(
 
 def test_unknown_flag_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        main(["--kt-method", "MXFP4", "--device", "cpu"])
+        main(["--kt-methd", "AMXINT4", "--device", "cpu"])  # a typo of SGLang's --kt-method
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "unrecognized arguments: --kt-method MXFP4" in err
+    assert err.count("\n") == 0 and "unrecognized arguments: --kt-methd AMXINT4" in err
 
 
 def test_help_lists_the_sglang_flags(capsys: pytest.CaptureFixture[str]) -> None:
