@@ -21,6 +21,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from openai_fake_tm import FakeTM, oai_client
+from sglang_v4.entrypoints.anthropic import create_anthropic_router
 from sglang_v4.entrypoints.launcher import check_model_dir
 from sglang_v4.entrypoints.openai import create_openai_router
 from sglang_v4.server_args import ServerArgs
@@ -97,3 +98,29 @@ def test_relative_model_path_names_its_directory(tmp_path: Path, monkeypatch: py
     for path in (".", "./", "../DeepSeek-V4-Mini"):
         assert ServerArgs(device="cpu", model_path=path).served_model_names() == ["DeepSeek-V4-Mini"], path
         check_model_dir(path, load_format="dummy")
+
+
+def test_model_path_without_trailing_slash_accepts_it_with_one(tok: Any) -> None:
+    """``--model-path /models/DeepSeek-V4-Flash`` (no slash): a request naming the path with a
+    trailing ``/`` was a 404 ("The model `/models/DeepSeek-V4-Flash/` does not exist.") though a
+    server launched with the slash accepts both spellings. Every route that checks ``model``
+    accepts both now; another name is still a 404."""
+    sa = ServerArgs(device="cpu", model_path="/models/DeepSeek-V4-Flash")
+    router = create_openai_router(FakeTM(tok), sa)
+    app = FastAPI()
+    app.include_router(router)
+    app.include_router(create_anthropic_router(router.serving))
+    c = TestClient(app)
+    user = [{"role": "user", "content": "hi"}]
+    for name in ("/models/DeepSeek-V4-Flash/", "/models/DeepSeek-V4-Flash", "DeepSeek-V4-Flash/"):
+        for route, body in (
+            ("/v1/chat/completions", {"messages": user, "max_tokens": 1}),
+            ("/v1/completions", {"prompt": "x", "max_tokens": 1}),
+            ("/v1/responses", {"input": "hi", "max_output_tokens": 1}),
+            ("/v1/messages", {"messages": user, "max_tokens": 1}),
+        ):
+            r = c.post(route, json=dict(body, model=name))
+            assert r.status_code == 200, (name, route, r.text)
+        assert c.get(f"/v1/models/{name}").status_code == 200, name
+    r = c.post("/v1/completions", json={"model": "/models/DeepSeek-V4", "prompt": "x", "max_tokens": 1})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "model", r.text

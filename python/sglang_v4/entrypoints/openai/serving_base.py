@@ -111,6 +111,11 @@ def dp_rank_header_pin(request: Request) -> bool:
         raise RequestError(str(e)) from None
 
 
+def _strip_slash(name: str) -> str:
+    """``name`` without trailing ``/`` (``"/"`` itself kept), for comparing model names."""
+    return name.rstrip("/") or name
+
+
 class OpenAIServingBase:
     """State and helpers shared by the OpenAI routes, over a tokenizer manager.
 
@@ -210,15 +215,16 @@ class OpenAIServingBase:
         return None
 
     def _check_model(self, model: str | None) -> None:
-        """404 unless ``model`` is a served name, ``"default"`` or the model path, with or without
-        a trailing separator (or omitted). The message is vLLM's sentence followed by the served
+        """404 unless ``model`` is a served name, ``"default"`` or the model path (or omitted),
+        trailing ``/`` ignored on both sides: ``/x/model/`` names a server launched with
+        ``/x/model`` and the other way round. The message is vLLM's sentence followed by the served
         name (``--served-model-name``), so a request copied from a recipe that names another model
         id says what to send instead."""
         accepted = {self.model_name, *self.model_names, "default"}
         mp = getattr(self.args, "model_path", None)
         if mp:
             accepted |= {str(mp), os.path.normpath(str(mp))}
-        if model is not None and model not in accepted:
+        if model is not None and _strip_slash(model) not in {_strip_slash(a) for a in accepted}:
             raise RequestError(
                 f"The model `{model}` does not exist. The served model name is `{self.model_name}`.",
                 404,
