@@ -565,3 +565,43 @@ def test_served_model_id_and_launch_flags(tok: PreTrainedTokenizerFast, tmp_path
     assert model == "DeepSeek-V4-Flash"
     r = real.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])
     assert r.choices[0].message.content == "ok"
+
+
+class CompilingTM(ScriptedTM):
+    """:class:`ScriptedTM` that compiles the request's grammar first, with the real grammar backend,
+    as the scheduler does before a request runs (its error is the request's 400)."""
+
+    def __init__(self, tokenizer: Any, reply: str) -> None:
+        from sglang_v4.sampling.grammar import GrammarBackend
+
+        super().__init__(tokenizer, reply, grammar_enabled=True)
+        self.backend = GrammarBackend(tokenizer, self.vocab_size, [tokenizer.convert_tokens_to_ids(EOS)])
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        from sglang_v4.sampling.sampling_params import SamplingParams
+
+        self.backend.create(SamplingParams.from_dict(dict(obj.sampling_params or {})))
+        async for out in super().generate_request(obj, request):
+            yield out
+
+
+def test_unusable_tool_schema_error_names_the_tool(tok: PreTrainedTokenizerFast) -> None:
+    """A constrained tool call whose tool has an invalid ``parameters`` schema: the 400 named only
+    xgrammar's complaint (``tools: invalid grammar: Unsupported type "nope"``), not which of the
+    tools it was about. Expected: the prefix and ``param`` stay, and the message names the schema's
+    field and the function; under ``"auto"`` (no grammar for non-strict tools) it is served."""
+    pytest.importorskip("xgrammar")
+    client, tc = client_for(CompilingTM(tok, CALL))
+    bad = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "nope"}}}
+    msgs = [{"role": "user", "content": "x"}]
+    for choice in ("required", {"type": "function", "function": {"name": "lookup"}}):
+        for stream in (False, True):
+            body = {"model": "m", "messages": msgs, "tools": [WEATHER, bad], "tool_choice": choice}
+            r = tc.post("/v1/chat/completions", json=dict(body, stream=stream))
+            assert r.status_code == 400, r.text
+            err = r.json()["error"]
+            assert err["param"] == "tools", err
+            assert err["message"].startswith("tools: invalid grammar: tools[1].function.parameters"), err
+            assert "`lookup`" in err["message"] and 'Unsupported type "nope"' in err["message"], err
+    r = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER, bad], tool_choice="auto")
+    assert r.choices[0].finish_reason == "tool_calls"

@@ -35,6 +35,7 @@ __all__ = [
     "after_reasoning_structural_tag",
     "check_max_whitespace_cnt",
     "clean_grammar_error",
+    "first_unusable_tool_parameters",
     "normalize_tag_schemas",
     "structural_tag_object",
     "tool_call_structural_tag",
@@ -262,3 +263,31 @@ def tool_call_structural_tag(
     except (TypeError, ValueError, KeyError, RuntimeError) as e:
         raise ValueError(f"tools: cannot build the tool-call grammar: {clean_grammar_error(e)}") from None
     return st.model_dump_json()
+
+
+def first_unusable_tool_parameters(parameters: Sequence[Any]) -> tuple[int, str] | None:
+    """The first tool ``parameters`` schema the tool-call grammar cannot use, compiled alone.
+
+    A tool-call grammar (:func:`tool_call_structural_tag`) holds the schemas of every constrained
+    tool, and xgrammar's error about it (``Unsupported type "nope"``) does not say which tool it
+    came from; this finds it. Each schema is prepared as the tool-call grammar prepares it
+    (missing or ``{}``: :data:`EMPTY_PARAMETERS`; ``allOf`` merged, then normalised) and compiled
+    with ``xgrammar.Grammar.from_json_schema``.
+
+    Args:
+        parameters: the ``parameters`` JSON schemas (parsed), in the order of the request's tools.
+
+    Returns:
+        ``(position in parameters, error text)`` of the first schema that does not compile, or
+        ``None`` when each compiles alone.
+    """
+    import xgrammar as xgr
+
+    for i, schema in enumerate(parameters):
+        schema = schema or EMPTY_PARAMETERS
+        try:
+            prepared = normalize_json_schema(merge_all_of(schema), "parameters")
+            xgr.Grammar.from_json_schema(json.dumps(prepared))
+        except (RuntimeError, ValueError, TypeError) as e:
+            return i, clean_grammar_error(e)
+    return None

@@ -43,6 +43,7 @@ from sglang_v4.entrypoints.anthropic.protocol import (
 )
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
+from sglang_v4.entrypoints.openai.request_errors import name_grammar_tool
 from sglang_v4.entrypoints.openai.serving_base import (
     SKIP_TOKENIZER_OPENAI_MSG,
     RequestError,
@@ -180,7 +181,10 @@ class AnthropicServing:
                 return await self._stream(req, run, request)
             rets = await self.chat._collect(run.obj, request)
         except RequestError as e:
-            raise anthropic_field_error(grammar_error_for(e, run.grammar_field)) from None
+            err = name_grammar_tool(
+                grammar_error_for(e, run.grammar_field), run.plan.grammar_tools, "tools.{i}.input_schema"
+            )
+            raise anthropic_field_error(err) from None
         out = self.chat._read_choice(rets[0], run.plan, run.separate)
         meta = rets[0].get("meta_info", {})
         reason, sequence = stop_reason(

@@ -141,6 +141,10 @@ class ChatPlan:
         calls_forced: ``tool_choice`` ``"required"`` or a named function under the tool-call
             grammar: the answer is a DSML block and nothing else, so newlines generated before a
             block that never came (a reply cut by ``max_tokens``) are its separator, not content.
+        grammar_tools: ``(index in the request's tools, name, parameters)`` of each tool whose
+            arguments the tool-call grammar constrains (all for ``"required"``, the named one for
+            a named function, the ``strict`` ones under ``"auto"``), so that a grammar error can
+            name the tool.
     """
 
     prompt: str
@@ -155,6 +159,7 @@ class ChatPlan:
     tools_withheld: bool = False
     max_calls: int | None = None
     calls_forced: bool = False
+    grammar_tools: tuple[tuple[int, str, Any], ...] = ()
 
     def tool_reader(self, block: str) -> DsmlAnswerReader | None:
         """A fresh reader of one choice's answer, the same for every route and ``tool_choice``:
@@ -483,6 +488,12 @@ class ChatPrepareMixin(OpenAIServingBase):
             except ValueError as e:
                 raise RequestError(str(e), param="tools") from None
             plan.calls_forced = choice != "auto"
+            named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+            plan.grammar_tools = tuple(
+                (i, fn["name"], fn.get("parameters"))
+                for i, fn in enumerate(functions)
+                if (fn["name"] == named if named is not None else choice != "auto" or fn.get("strict"))
+            )
         return plan
 
     def json_whitespace_kw(self) -> dict[str, int]:

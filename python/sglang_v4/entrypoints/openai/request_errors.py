@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -31,6 +32,7 @@ __all__ = [
     "check_user_message_contents",
     "error_response",
     "grammar_error_for",
+    "name_grammar_tool",
     "read_json_object",
     "validate_request",
 ]
@@ -336,6 +338,41 @@ def grammar_error_for(e: RequestError, field: str | None) -> RequestError:
     if field is None or e.status != 400 or not sep or kind not in GRAMMAR_FIELDS:
         return e
     return RequestError(f"{field}: {rest}", e.status, e.err_type, field)
+
+
+def name_grammar_tool(
+    e: RequestError, grammar_tools: Sequence[tuple[int, str, Any]], where: str
+) -> RequestError:
+    """``e`` (a ``"tools: invalid grammar: ..."`` error, :func:`grammar_error_for`) with the tool
+    whose ``parameters`` schema broke the tool-call grammar named after the prefix.
+
+    The tool-call grammar holds every constrained tool's schema, and xgrammar's error about it
+    (``Unsupported type "nope"``) does not say which tool it came from; each schema of
+    ``grammar_tools`` is compiled alone to find it
+    (:func:`~sglang_v4.sampling.structural_tag.first_unusable_tool_parameters`).
+
+    Args:
+        e: the request's error, returned unchanged unless it is a 400 grammar error of ``tools``.
+        grammar_tools: ``(index in the request's tools, name, parameters)`` of the constrained tools
+            (:attr:`~.chat_prepare.ChatPlan.grammar_tools`).
+        where: the schema's field in the route's request shape, with ``{i}`` for the tool's index
+            (``"tools[{i}].function.parameters"`` for chat).
+
+    Returns:
+        ``"tools: invalid grammar: tools[0].function.parameters (function `f`): ..."`` (the rest
+        of ``e``'s message kept), same status and ``param``; ``e`` when no schema fails alone.
+    """
+    prefix = "tools: invalid grammar: "
+    if e.status != 400 or not e.message.startswith(prefix) or not grammar_tools:
+        return e
+    from sglang_v4.sampling.structural_tag import first_unusable_tool_parameters
+
+    found = first_unusable_tool_parameters([params for _, _, params in grammar_tools])
+    if found is None:
+        return e
+    index, name = grammar_tools[found[0]][:2]
+    site = f"{where.format(i=index)} (function `{name}`)"
+    return RequestError(f"{prefix}{site}: {e.message[len(prefix) :]}", e.status, e.err_type, e.param)
 
 
 #: Names pydantic puts in an error's ``loc`` for the member of a union that failed.

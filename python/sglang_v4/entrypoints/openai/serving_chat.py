@@ -93,7 +93,7 @@ from sglang_v4.entrypoints.openai.reasoning_parser import (
     split_reasoning,
     stops_after_reasoning,
 )
-from sglang_v4.entrypoints.openai.request_errors import check_token_ids_in_vocab
+from sglang_v4.entrypoints.openai.request_errors import check_token_ids_in_vocab, name_grammar_tool
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
     grammar_error_for,
@@ -156,7 +156,8 @@ class ChatMixin(ChatStreamMixin):
                 return await self._chat_stream(req, run, request)
             rets = await self._collect(run.obj, request)
         except RequestError as e:
-            raise grammar_error_for(e, run.grammar_field) from None
+            err = grammar_error_for(e, run.grammar_field)
+            raise name_grammar_tool(err, run.plan.grammar_tools, "tools[{i}].function.parameters") from None
         except LogprobVolumeError as e:
             field = logprob_volume_field("top_logprobs", run.top_logprobs, run.prompt_logprobs)
             raise logprob_volume_error(e, field) from None

@@ -74,6 +74,7 @@ from sglang_v4.entrypoints.openai.protocol_responses import (
     new_item_id,
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
+from sglang_v4.entrypoints.openai.request_errors import name_grammar_tool
 from sglang_v4.entrypoints.openai.responses_events import ResponsesEventWriter
 from sglang_v4.entrypoints.openai.responses_input import (
     input_to_messages,
@@ -291,7 +292,10 @@ class ResponsesMixin(ChatMixin):
                 return await self._responses_stream(job, request)
             rets = await self._collect(run.obj, request)
         except RequestError as e:
-            raise _responses_error(grammar_error_for(e, run.grammar_field)) from None
+            err = name_grammar_tool(
+                grammar_error_for(e, run.grammar_field), run.plan.grammar_tools, "tools[{i}].parameters"
+            )
+            raise _responses_error(err) from None
         out = self._read_choice(rets[0], run.plan, run.separate)
         resp = self._finished_response(job, out, rets[0].get("meta_info", {}), {})
         return JSONResponse(resp)
