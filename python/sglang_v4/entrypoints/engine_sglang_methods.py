@@ -5,8 +5,8 @@ A script written for SGLang's offline ``Engine`` (0.5.23) calls more than ``gene
 
 - ``encode``, ``async_encode`` and ``rerank`` exist and raise the ``ValueError`` SGLang's
   ``TokenizerManager`` raises for an embedding or cross-encoder request on a generation model
-  (:data:`~sglang_v4.entrypoints.native_api.NOT_AN_EMBEDDING_MODEL_MSG`, the text of the HTTP
-  routes' 400): every model sglang-v4 serves is a generation model.
+  (:data:`~sglang_v4.entrypoints.native_api.NOT_AN_EMBEDDING_MODEL_MSG`, the text the HTTP
+  routes' 400 starts with): every model sglang-v4 serves is a generation model.
 - ``get_all_child_pids`` returns the engine's child process ids, as SGLang's does.
 - The methods of features this runtime does not have (:data:`UNSUPPORTED_ENGINE_METHODS`: LoRA,
   sessions, distributed / tensor weight updates, memory release, ...) are not attributes of the

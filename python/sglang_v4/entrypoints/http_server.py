@@ -84,7 +84,7 @@ from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.loads_api import create_loads_router
 from sglang_v4.entrypoints.metrics import TokenizerMetrics
 from sglang_v4.entrypoints.native_api import (
-    NOT_AN_EMBEDDING_MODEL_MSG,
+    NOT_AN_EMBEDDING_MODEL_ROUTE_MSG,
     ORJSON_OPTS,
     error_response,
     flush_cache_within,
@@ -350,7 +350,7 @@ def create_app(
     @app.api_route("/classify", methods=["POST", "PUT"])
     async def encode() -> Response:
         """SGLang's embedding routes: a generation model answers them with SGLang's 400."""
-        return error_response(NOT_AN_EMBEDDING_MODEL_MSG, 400)
+        return error_response(NOT_AN_EMBEDDING_MODEL_ROUTE_MSG, 400)
 
     def model_info_dict() -> dict[str, Any]:
         tm = state.tokenizer_manager

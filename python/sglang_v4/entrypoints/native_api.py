@@ -179,15 +179,22 @@ def check_sampling_keys(sp: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in sp.items() if k not in _SAMPLING_UNSUPPORTED_IF_SET}
 
 
-#: The 400 message of the embedding and classification routes (``/encode``, ``/classify``,
-#: ``/v1/embeddings``, ``/v1/classify``): SGLang serves them only for a model launched with
-#: ``--is-embedding``, and every model sglang-v4 serves is a generation model. SGLang's text comes
-#: first, unchanged (clients match it); the sentence after it says that its advice does not apply
-#: here (sglang-v4 refuses ``--is-embedding`` at start-up).
+#: SGLang's text for an embedding request to a generation model (its ``TokenizerManager``):
+#: SGLang serves embeddings only for a model launched with ``--is-embedding``, and every model
+#: sglang-v4 serves is a generation model. ``Engine.encode`` / ``rerank`` and ``/v1/rerank``
+#: answer it unchanged.
 NOT_AN_EMBEDDING_MODEL_MSG = (
     "This model does not appear to be an embedding model by default. "
-    "Please add `--is-embedding` when launching the server or try another model. "
-    "sglang-v4 serves generation models only and does not support `--is-embedding`."
+    "Please add `--is-embedding` when launching the server or try another model."
+)
+
+#: The 400 message of the embedding and classification routes (``/v1/embeddings``,
+#: ``/v1/classify``, ``/encode``, ``/classify``): SGLang's text first, unchanged (clients match
+#: it), then a sentence saying that its advice does not apply here (sglang-v4 refuses
+#: ``--is-embedding`` at start-up).
+NOT_AN_EMBEDDING_MODEL_ROUTE_MSG = (
+    NOT_AN_EMBEDDING_MODEL_MSG
+    + " sglang-v4 serves generation models only and does not support `--is-embedding`."
 )
 
 #: orjson options of every JSON body: numpy scalars/arrays and non-str keys allowed.

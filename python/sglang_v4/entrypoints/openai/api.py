@@ -91,7 +91,7 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     @router.post("/v1/rerank")
     @router.put("/v1/rerank")
     async def v1_rerank(request: Request) -> Response:
-        return await serving.embeddings_unsupported(request)
+        return await serving.embeddings_unsupported(request, rerank=True)
 
     @router.post("/separate_reasoning")
     async def separate_reasoning(request: Request) -> Response:

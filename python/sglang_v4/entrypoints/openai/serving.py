@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 
-from sglang_v4.entrypoints.native_api import NOT_AN_EMBEDDING_MODEL_MSG
+from sglang_v4.entrypoints.native_api import NOT_AN_EMBEDDING_MODEL_MSG, NOT_AN_EMBEDDING_MODEL_ROUTE_MSG
 from sglang_v4.entrypoints.openai.serving_base import (
     MAX_TOP_LOGPROBS,
     RequestError,
@@ -53,16 +53,19 @@ class OpenAIServing(
         self.load_chat_sampling_defaults()
         self._load_chat_template()
 
-    async def embeddings_unsupported(self, request: Request) -> Response:
+    async def embeddings_unsupported(self, request: Request, rerank: bool = False) -> Response:
         """``POST /v1/embeddings``, ``/v1/classify`` and ``/v1/rerank``: the model is a generation
         model, so (after the API key and a JSON-object body are checked) a 400 in the OpenAI error
-        shape with SGLang's message for an embedding request to a generation model (SGLang's
-        ``/v1/rerank`` sends the query-document pairs to a cross-encoder as an embedding request,
-        so a generation model refuses it with the same message)."""
+        shape with SGLang's message for an embedding request to a generation model followed by a
+        sentence saying that sglang-v4 does not support ``--is-embedding``
+        (:data:`~sglang_v4.entrypoints.native_api.NOT_AN_EMBEDDING_MODEL_ROUTE_MSG`). SGLang's
+        ``/v1/rerank`` (``rerank``) sends the query-document pairs to a cross-encoder as an
+        embedding request, so a generation model refuses it with SGLang's message alone."""
+        message = NOT_AN_EMBEDDING_MODEL_MSG if rerank else NOT_AN_EMBEDDING_MODEL_ROUTE_MSG
 
         async def refuse(req: Request) -> Response:
             await read_json_object(req)
-            raise RequestError(NOT_AN_EMBEDDING_MODEL_MSG)
+            raise RequestError(message)
 
         return await self._guard(request, refuse)
 
