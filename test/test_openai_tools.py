@@ -589,9 +589,13 @@ def test_unusable_tool_schema_error_names_the_tool(tok: PreTrainedTokenizerFast)
     """A constrained tool call whose tool has an invalid ``parameters`` schema: the 400 named only
     xgrammar's complaint (``tools: invalid grammar: Unsupported type "nope"``), not which of the
     tools it was about. Expected: the prefix and ``param`` stay, and the message names the schema's
-    field and the function; under ``"auto"`` (no grammar for non-strict tools) it is served."""
+    field and the function (chat, Responses and Messages shapes); under ``"auto"`` (no grammar for
+    non-strict tools) it is served."""
     pytest.importorskip("xgrammar")
-    client, tc = client_for(CompilingTM(tok, CALL))
+    from sglang_v4.entrypoints.anthropic import create_anthropic_router
+
+    tm = CompilingTM(tok, CALL)
+    client, tc = client_for(tm)
     bad = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "nope"}}}
     msgs = [{"role": "user", "content": "x"}]
     for choice in ("required", {"type": "function", "function": {"name": "lookup"}}):
@@ -605,3 +609,33 @@ def test_unusable_tool_schema_error_names_the_tool(tok: PreTrainedTokenizerFast)
             assert "`lookup`" in err["message"] and 'Unsupported type "nope"' in err["message"], err
     r = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER, bad], tool_choice="auto")
     assert r.choices[0].finish_reason == "tool_calls"
+    # the Responses and Messages routes name the schema in their own request shapes
+    sa = SimpleNamespace(served_model_name="m", model_path=None, api_key=None, enable_cache_report=False)
+    router = create_openai_router(tm, sa)
+    app = FastAPI()
+    app.include_router(router)
+    app.include_router(create_anthropic_router(router.serving))
+    both = TestClient(app)
+    flat = [{"type": "function", **WEATHER["function"]}, {"type": "function", **bad["function"]}]
+    r = both.post(
+        "/v1/responses", json={"model": "m", "input": "x", "tools": flat, "tool_choice": "required"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+    assert r.json()["error"]["message"].startswith(
+        "tools: invalid grammar: tools[1].parameters (function `lookup`)"
+    )
+    anthropic_tools = [
+        {"name": f["function"]["name"], "input_schema": f["function"]["parameters"]} for f in (WEATHER, bad)
+    ]
+    body = {
+        "model": "m",
+        "max_tokens": 8,
+        "messages": msgs,
+        "tools": anthropic_tools,
+        "tool_choice": {"type": "any"},
+    }
+    r = both.post("/v1/messages", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith(
+        "tools: invalid grammar: tools.1.input_schema (function `lookup`)"
+    )
