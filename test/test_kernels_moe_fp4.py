@@ -99,6 +99,31 @@ def test_fused_moe_fp4_vs_float64(T: int, D: int, I: int, E: int, k: int, dtype:
     assert stats["max_pre"] > limit  # the clamp was exercised
 
 
+@pytest.mark.parametrize(
+    "T,D,I,E,k", CASES_INTERP[:1] + CASES_INTERP[2:3] if INTERP else CASES_GPU[:1] + CASES_GPU[2:3]
+)
+def test_no_clamp_limit_vs_float64(T: int, D: int, I: int, E: int, k: int) -> None:  # noqa: E741
+    """``limit = inf`` (a config ``swiglu_limit`` of 0 or below: no clamp, as DeepSeek's reference
+    ``Expert.forward``) in pair and expert mode: the float64 oracle with no clamp, and pre-activations
+    past the positive limits the other tests use, so a clamp left in would show."""
+    import math
+
+    from sgl_kernel_v4.triton.moe_fp4 import fused_moe_fp4
+
+    gen = torch.Generator().manual_seed(11 + T)
+    w13, s13, w2, s2 = _experts(E, D, I, gen)
+    x = (torch.randn(T, D, generator=gen) * 4).to(dtypes()[0])
+    ids = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
+    wts = torch.rand(T, k, generator=gen)
+    stats: dict = {}
+    ref = _moe64(x, w13, s13, w2, s2, ids, wts, math.inf, stats)
+    assert stats["max_pre"] > 10.0  # a clamp at any limit the other tests use would change the output
+    dev = [t.to(DEVICE) for t in (x, w13, s13, w2, s2, ids, wts)]
+    out = fused_moe_fp4(*dev, math.inf)
+    assert not torch.isnan(out).any() and not torch.isinf(out).any()
+    assert rel_err(out, ref) < (1.5e-2 if x.dtype == torch.bfloat16 else 2e-3)
+
+
 @pytest.mark.parametrize("pair", [0, 1])
 def test_both_layouts_any_batch(pair: int) -> None:
     """Pair mode and expert mode forced on the same batch (dropped ids, a repeated expert) give the

@@ -7,6 +7,8 @@ shapes in bf16 (tolerance: bf16 rounding, stated per op).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS, rel_err
@@ -205,7 +207,9 @@ def test_mhc_vs_ref(dev: str) -> None:
     assert rel_err(hc_post(o, x, a[1], a[2]), rm.hc_post(o, x, a[1], a[2])) < 1e-2
 
 
-def test_moe_vs_ref(dev: str) -> None:
+@pytest.mark.parametrize("limit", [10.0, math.inf], ids=["clamp10", "noclamp"])
+def test_moe_vs_ref(dev: str, limit: float) -> None:
+    """bf16 fused MoE, clamped (V4's 10) and unclamped (``inf``: a config limit of 0 or below)."""
     from sgl_kernel_v4.ref.moe import fused_moe as ref
     from sgl_kernel_v4.triton.moe import fused_moe
 
@@ -215,7 +219,7 @@ def test_moe_vs_ref(dev: str) -> None:
     wd = torch.randn(E, D, inter, device=dev, dtype=torch.bfloat16) * inter**-0.5
     ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)])
     wts = torch.rand(T, k, device=dev)
-    assert rel_err(fused_moe(x, wgu, wd, ids, wts, 10.0), ref(x, wgu, wd, ids, wts, 10.0)) < 1.5e-2
+    assert rel_err(fused_moe(x, wgu, wd, ids, wts, limit), ref(x, wgu, wd, ids, wts, limit)) < 1.5e-2
 
 
 def test_moe_route_vs_ref(dev: str) -> None:
@@ -234,13 +238,15 @@ def test_moe_route_vs_ref(dev: str) -> None:
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
-def test_swiglu_vs_ref(dev: str) -> None:
-    """Shared-expert SwiGLU on a fused ``[T, 2I]`` GEMM output, bf16: at most one bf16 ulp apart."""
+@pytest.mark.parametrize("limit", [10.0, math.inf], ids=["clamp10", "noclamp"])
+def test_swiglu_vs_ref(dev: str, limit: float) -> None:
+    """Shared-expert SwiGLU on a fused ``[T, 2I]`` GEMM output, bf16: at most one bf16 ulp apart;
+    clamped at V4's 10 and unclamped (``inf``: a config limit of 0 or below)."""
     from sgl_kernel_v4.ref.moe import swiglu_clamped as ref
     from sgl_kernel_v4.triton.activation import swiglu_clamped
 
     gu = torch.randn(20, 2 * 2048, device=dev, dtype=torch.bfloat16) * 8
-    a, b = swiglu_clamped(gu, 10.0), ref(gu, 10.0)
+    a, b = swiglu_clamped(gu, limit), ref(gu, limit)
     assert (a.view(torch.int16).int() - b.view(torch.int16).int()).abs().max() <= 1
 
 
