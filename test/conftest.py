@@ -191,10 +191,10 @@ def more_bugs_server(default_model_dir: str, tmp_path_factory: pytest.TempPathFa
     ``test_public_bugs_fourth_sampling``, ``test_public_bugs_fifth``, ``test_public_bugs_sixth``,
     ``test_public_bugs_seventh``, ``test_public_bugs_eighth``, ``test_public_bugs_tenth``,
     ``test_public_bugs_eleventh``, ``test_public_bugs_twelfth``, ``test_public_bugs_fourteenth``,
-    ``test_public_bugs_fifteenth``, ``test_vllm_suite_port_more``, ``test_published_recipes`` and
-    ``test_thinking_budget_chat`` (their requests finish; none counts the server's totals;
-    ``test_public_bugs_fourth``, ``test_public_bugs_eighth`` and ``test_public_bugs_fifteenth``
-    flush the prefix cache;
+    ``test_public_bugs_fifteenth``, ``test_vllm_suite_port_more``, ``test_published_recipes``,
+    ``test_public_bugs_cache_sched`` and ``test_thinking_budget_chat`` (their requests finish; none
+    counts the server's totals; ``test_public_bugs_fourth``, ``test_public_bugs_eighth``,
+    ``test_public_bugs_fifteenth`` and ``test_public_bugs_cache_sched`` flush the prefix cache;
     ``test_public_bugs_twelfth`` reloads the served checkpoint's weights, which flushes it too).
     Yields the ``ServerHandle``; at the end of the session the server must exit with code 0 and
     its log hold no traceback."""

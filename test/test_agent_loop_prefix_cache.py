@@ -60,6 +60,8 @@ D = "｜DSML｜"
 EOS = "<｜end▁of▁sentence｜>"
 THINK_START_ID, THINK_END_ID = 128821, 128822
 PAGE = 128
+#: Turns of each tool loop: the fourth follows a turn whose tool choice was "auto" (every third).
+N_TURNS = 4
 RECIPE_MODEL = "DeepSeek-V4-Pro"  # the recipe's V4 model name (its V4 encoding)
 
 
@@ -336,7 +338,7 @@ def _chat_loop(server: ServerHandle, thinking: bool, stream: bool, n_turns: int)
     ids=["chat", "thinking-stream"],
 )
 def test_chat_completions_tool_loop(server: ServerHandle, tok: Any, thinking: bool, stream: bool) -> None:
-    check_loop(tok, _chat_loop(server, thinking, stream, 7), "reasoning" if thinking else "content")
+    check_loop(tok, _chat_loop(server, thinking, stream, N_TURNS), "reasoning" if thinking else "content")
 
 
 def test_chat_thinking_without_tools_drops_reasoning_exactly(server: ServerHandle) -> None:
@@ -346,7 +348,7 @@ def test_chat_thinking_without_tools_drops_reasoning_exactly(server: ServerHandl
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=300)
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "Tell me about Paris."}]
     turns: list[Turn] = []
-    for t in range(4):
+    for t in range(3):
 
         def send() -> tuple[int, str, str]:
             out = client.chat.completions.create(
@@ -387,7 +389,7 @@ def test_anthropic_messages_tool_loop(server: ServerHandle, tok: Any, thinking: 
         {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}
     ]
     turns = []
-    for t in range(6):
+    for t in range(N_TURNS):
         kw: dict[str, Any] = dict(
             model="default-tiny-v3",
             system=[{"type": "text", "text": "You are a weather agent."}],
@@ -444,7 +446,7 @@ def test_responses_tool_loop(
     history: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Paris?"}]
     new_items, prev_id = list(history), None
     turns = []
-    for t in range(6):
+    for t in range(N_TURNS):
         kw: dict[str, Any] = dict(
             model="default-tiny-v3",
             instructions="You are a weather agent.",

@@ -8,6 +8,8 @@ of the runtime's own tokenizer wrapper.
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -191,59 +193,91 @@ def _hold_stream_then_shut_down(eng: Any) -> tuple[Any, dict[str, Any]]:
     return worker, got
 
 
-def test_calls_after_or_during_shutdown_raise_instead_of_hanging(model, monkeypatch) -> None:
-    """``generate`` / ``async_generate`` (plain and streamed) on an Engine after ``shutdown()``
-    raise ``RuntimeError`` at once (``async_generate`` used to wait forever on the stopped loop),
-    and a request still running when another thread shuts the engine down fails the same way
-    instead of blocking its caller."""
-
-    monkeypatch.setenv("FAKE_HOLD_ON_TEXT", "HOLD-THIS")
-    eng = _fake_engine(model)
-    worker, got = _hold_stream_then_shut_down(eng)
-    assert not worker.is_alive(), "a streaming request still blocks after shutdown()"
-    assert isinstance(got["result"], RuntimeError) and "shut down" in str(got["result"])
+def _calls_after_shutdown(eng: Any) -> list[tuple[str, str]]:
+    """Each public call on the shut-down ``eng``: ``(call, "TypeName: message")`` of what it
+    raised, or ``(call, "returned")``."""
 
     async def later(stream: bool) -> Any:
         out = await eng.async_generate(prompt="a", sampling_params={"max_new_tokens": 2}, stream=stream)
         return [c async for c in out] if stream else out
 
-    for call in (
-        lambda: eng.generate(prompt="a", sampling_params={"max_new_tokens": 2}),
-        lambda: list(eng.generate(prompt="a", sampling_params={"max_new_tokens": 2}, stream=True)),
-        lambda: asyncio.run(asyncio.wait_for(later(False), 30)),
-        lambda: asyncio.run(asyncio.wait_for(later(True), 30)),
-        eng.get_server_info,
-        eng.flush_cache,
-    ):
-        with pytest.raises(RuntimeError, match="shut down"):
+    calls = {
+        "generate": lambda: eng.generate(prompt="a", sampling_params={"max_new_tokens": 2}),
+        "generate(stream)": lambda: list(
+            eng.generate(prompt="a", sampling_params={"max_new_tokens": 2}, stream=True)
+        ),
+        "async_generate": lambda: asyncio.run(asyncio.wait_for(later(False), 30)),
+        "async_generate(stream)": lambda: asyncio.run(asyncio.wait_for(later(True), 30)),
+        "get_server_info": eng.get_server_info,
+        "flush_cache": eng.flush_cache,
+    }
+    out = []
+    for name, call in calls.items():
+        try:
             call()
-    eng.shutdown()  # idempotent
+            out.append((name, "returned"))
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            out.append((name, f"{type(e).__name__}: {e}"))
+    return out
 
 
-def test_call_ended_by_shutdown_leaves_no_unretrieved_task_exception(model, monkeypatch) -> None:
+@pytest.fixture(scope="module")
+def shutdown_rounds(model: Path) -> list[dict[str, Any]]:
+    """Three rounds of: an Engine streams a held request (``FAKE_HOLD_ON_TEXT=HOLD-THIS``) on
+    another thread, ``shutdown()`` comes after its first chunk, then every public call is made
+    on the shut-down engine; the engine is dropped and collected. Per round, as plain data (no
+    reference to the engine, its tasks or their exceptions survives the round):
+    ``worker_alive``, ``result`` (``"finished"`` or ``"TypeName: message"`` of what the stream
+    raised), ``after`` (:func:`_calls_after_shutdown`) and ``never_retrieved`` (asyncio's "Task
+    exception was never retrieved" messages logged by the round's garbage collection). Three
+    rounds: the stream's task may end before or after ``shutdown()`` fails its future."""
+    rounds: list[dict[str, Any]] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FAKE_HOLD_ON_TEXT", "HOLD-THIS")
+        for _ in range(3):
+            records: list[logging.LogRecord] = []
+            handler = logging.Handler()
+            handler.emit = records.append  # type: ignore[method-assign]
+            logging.getLogger("asyncio").addHandler(handler)
+            try:
+                eng = _fake_engine(model)
+                worker, got = _hold_stream_then_shut_down(eng)
+                result = got.get("result", "no result: the stream is still running")
+                r: dict[str, Any] = {
+                    "worker_alive": worker.is_alive(),
+                    "result": result if isinstance(result, str) else f"{type(result).__name__}: {result}",
+                    "after": _calls_after_shutdown(eng),
+                }
+                eng.shutdown()  # idempotent
+                del eng, worker, got, result
+                for _ in range(3):
+                    gc.collect()
+            finally:
+                logging.getLogger("asyncio").removeHandler(handler)
+            r["never_retrieved"] = [m.getMessage() for m in records if "never retrieved" in m.getMessage()]
+            rounds.append(r)
+    return rounds
+
+
+def test_calls_after_or_during_shutdown_raise_instead_of_hanging(shutdown_rounds) -> None:
+    """``generate`` / ``async_generate`` (plain and streamed) on an Engine after ``shutdown()``
+    raise ``RuntimeError`` at once (``async_generate`` used to wait forever on the stopped loop),
+    and a request still running when another thread shuts the engine down fails the same way
+    instead of blocking its caller."""
+    for r in shutdown_rounds:
+        assert not r["worker_alive"], "a streaming request still blocks after shutdown()"
+        assert r["result"].startswith("RuntimeError: ") and "shut down" in r["result"], r["result"]
+        for name, outcome in r["after"]:
+            assert outcome.startswith("RuntimeError: ") and "shut down" in outcome, (name, outcome)
+
+
+def test_call_ended_by_shutdown_leaves_no_unretrieved_task_exception(shutdown_rounds) -> None:
     """A streamed request that ``shutdown()`` ends from another thread leaves no asyncio task
     whose exception nobody read: asyncio logs "Task exception was never retrieved" when such a
     task is collected, formatting a traceback inside the garbage collector, which on CPython
     3.11 before 3.11.8 can break every later ``ast.parse`` of the process ("AST constructor
     recursion depth mismatch")."""
-    import gc
-    import logging
-
-    monkeypatch.setenv("FAKE_HOLD_ON_TEXT", "HOLD-THIS")
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
-    logging.getLogger("asyncio").addHandler(handler)
-
-    try:
-        for _ in range(3):  # the task may end before or after shutdown() fails its future
-            _hold_stream_then_shut_down(_fake_engine(model))
-            for _ in range(3):
-                gc.collect()
-    finally:
-        logging.getLogger("asyncio").removeHandler(handler)
-    never = [r.getMessage() for r in records if "never retrieved" in r.getMessage()]
-    assert never == []
+    assert [m for r in shutdown_rounds for m in r["never_retrieved"]] == []
 
 
 def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:

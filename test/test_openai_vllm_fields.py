@@ -62,20 +62,37 @@ def _content(resp: dict[str, Any]) -> str:
 
 
 def test_guided_json_is_response_format_json_schema(url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
     rf = {"type": "json_schema", "json_schema": {"name": "cat", "schema": SCHEMA}}
-    oracle = _chat(url, max_tokens=120, response_format=rf)
-    assert oracle["choices"][0]["finish_reason"] == "stop"
-    jsonschema.validate(json.loads(_content(oracle)), SCHEMA)
-    for kw in (
+    chat_kws: list[dict[str, Any]] = [
+        {"response_format": rf},  # the oracle
         {"guided_json": SCHEMA},
         {"guided_json": json.dumps(SCHEMA)},
         {"structured_outputs": {"json": SCHEMA}},
-    ):
-        assert _content(_chat(url, max_tokens=120, **kw)) == _content(oracle), kw
-    comp_oracle = _comp(url, max_tokens=120, response_format=rf)["choices"][0]["text"]
-    assert _comp(url, max_tokens=120, guided_json=SCHEMA)["choices"][0]["text"] == comp_oracle
-    obj = _chat(url, max_tokens=40, structured_outputs={"json_object": True})
-    assert _content(obj) == _content(_chat(url, max_tokens=40, response_format={"type": "json_object"}))
+    ]
+    with ThreadPoolExecutor(8) as ex:  # sent together: greedy outputs do not depend on the batch
+        chats = [ex.submit(_chat, url, max_tokens=120, **kw) for kw in chat_kws]
+        comps = [
+            ex.submit(_comp, url, max_tokens=120, **kw)
+            for kw in ({"response_format": rf}, {"guided_json": SCHEMA})
+        ]
+        objs = [
+            ex.submit(_chat, url, max_tokens=40, **kw)
+            for kw in (
+                {"structured_outputs": {"json_object": True}},
+                {"response_format": {"type": "json_object"}},
+            )
+        ]
+        oracle, *others = (f.result() for f in chats)
+        comp_oracle, comp_guided = (f.result()["choices"][0]["text"] for f in comps)
+        obj, obj_oracle = (f.result() for f in objs)
+    assert oracle["choices"][0]["finish_reason"] == "stop"
+    jsonschema.validate(json.loads(_content(oracle)), SCHEMA)
+    for kw, got in zip(chat_kws[1:], others, strict=True):
+        assert _content(got) == _content(oracle), kw
+    assert comp_guided == comp_oracle
+    assert _content(obj) == _content(obj_oracle)
     assert _content(obj).startswith("{")
     if obj["choices"][0]["finish_reason"] == "stop":
         assert isinstance(json.loads(_content(obj)), dict)

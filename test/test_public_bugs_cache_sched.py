@@ -32,7 +32,7 @@ import pytest
 import requests
 from dsv4_testutil import random_ids
 from scheduler_testutil import PAGE, assert_idle, make_scheduler, run_one
-from server_fixture import ServerHandle, real_env, sse_events, start_server
+from server_fixture import ServerHandle, sse_events
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -118,17 +118,10 @@ def test_next_turn_hits_the_previous_turns_generated_tokens(sched: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - a ServerHandle
-    args = ["--context-length", str(CONTEXT), "--max-total-tokens", "8192", "--enable-cache-report"]
-    h = start_server(
-        [*args, "--skip-warmup"],
-        real_env(),
-        tmp_path_factory.mktemp("cache_sched") / "server.log",
-        timeout_s=300,
-    )
-    yield h
-    assert h.stop() == 0, h.log()[-3000:]
-    assert "Traceback" not in h.log()
+def server(more_bugs_server: ServerHandle) -> ServerHandle:
+    """The session's embedded-model server (conftest ``more_bugs_server``: ``--context-length
+    1024 --enable-cache-report``); the tests that count cached tokens flush the cache first."""
+    return more_bugs_server
 
 
 def _post(server: ServerHandle, path: str, body: dict[str, Any]) -> Any:
@@ -145,6 +138,7 @@ def test_flush_cache_right_after_a_finished_request(server: ServerHandle) -> Non
     sp = {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}
     ids = random_ids(400, 61)
     first = None
+    assert requests.post(server.url + "/flush_cache", timeout=30).status_code == 200  # a shared server
     for i in range(3):
         out = _post(server, "/generate", {"input_ids": ids, "sampling_params": sp})
         assert out["meta_info"]["cached_tokens"] == 0, i  # the flush before emptied the cache

@@ -204,20 +204,31 @@ def test_stop_strings_never_stream_a_prefix(client) -> None:
     """sglang#11446 (a stop string's first tokens were streamed before it matched) and vllm#1973
     (``include_stop_str_in_output``): streamed and whole texts equal the cold text cut at the stop
     string's first occurrence (kept when asked), for stops inside a token, across several tokens,
-    at the start, holding a replacement character, and never matching."""
+    at the start, holding a replacement character, and never matching. The requests are sent
+    together (greedy outputs do not depend on the batch: ``test_flag_matrix``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     cold = _cold_text(client)
     stops = [cold[3:9], cold[5:30], cold[4:6], cold[2:60], cold[1:2], cold[:3], "zzz" + cold[:5]]
-    for stop in stops:
-        for keep in (False, True):
-            i = cold.find(stop)
-            want = cold if i < 0 else cold[: i + len(stop)] if keep else cold[:i]
-            kw = {"max_tokens": 40, "temperature": 0, "stop": [stop]}
-            kw["extra_body"] = {"include_stop_str_in_output": keep}
+
+    def send(stop: str, keep: bool, stream: bool) -> tuple[str, str | None]:
+        kw = {"max_tokens": 40, "temperature": 0, "stop": [stop]}
+        kw["extra_body"] = {"include_stop_str_in_output": keep}
+        if not stream:
             whole = client.completions.create(model=MODEL, prompt=PROMPT, **kw).choices[0]
-            assert whole.text == want, (stop, keep)
-            assert whole.finish_reason == ("length" if i < 0 else "stop")
-            chunks = client.completions.create(model=MODEL, prompt=PROMPT, stream=True, **kw)
-            assert "".join(c.choices[0].text for c in chunks if c.choices) == want, (stop, keep)
+            return whole.text, whole.finish_reason
+        chunks = client.completions.create(model=MODEL, prompt=PROMPT, stream=True, **kw)
+        return "".join(c.choices[0].text for c in chunks if c.choices), None
+
+    cases = [(stop, keep, stream) for stop in stops for keep in (False, True) for stream in (False, True)]
+    with ThreadPoolExecutor(8) as ex:
+        got = list(ex.map(lambda c: send(*c), cases))
+    for (stop, keep, stream), (text, finish_reason) in zip(cases, got, strict=True):
+        i = cold.find(stop)
+        want = cold if i < 0 else cold[: i + len(stop)] if keep else cold[:i]
+        assert text == want, (stop, keep, stream)
+        if not stream:
+            assert finish_reason == ("length" if i < 0 else "stop"), (stop, keep)
 
 
 # --------------------------------------------------------------------------- usage

@@ -95,6 +95,14 @@ def _wait_running(h, n: int) -> None:
     raise AssertionError(f"fewer than {n} requests running after 60 s")
 
 
+def _wait_draining(h) -> None:
+    """Until the server logged the start of its drain (it refuses new requests from then on)."""
+    deadline = time.time() + 30
+    while "received: draining" not in h.log() and time.time() < deadline:
+        time.sleep(0.05)
+    assert "received: draining" in h.log(), h.log()[-3000:]
+
+
 def _assert_clean_exit(h, kids: list[int]) -> None:
     assert h.proc.wait(timeout=90) == 0, h.log()[-3000:]
     log = h.log()
@@ -132,7 +140,7 @@ def test_drain_finishes_in_flight_requests_and_exits_0(tmp_path: Path, how: str)
         h.proc.send_signal(signal.SIGTERM)
     else:
         os.killpg(h.proc.pid, signal.SIGINT)
-    time.sleep(0.5)
+    _wait_draining(h)
     r = requests.post(
         h.url + "/generate", json={"text": "late", "sampling_params": {"max_new_tokens": 1}}, timeout=30
     )
@@ -215,10 +223,7 @@ def test_second_signal_cuts_the_drain_short(tmp_path: Path) -> None:
     for c in calls:
         assert c.started.wait(60) and c.error is None
     h.proc.send_signal(signal.SIGTERM)
-    deadline = time.time() + 30
-    while "received: draining" not in h.log() and time.time() < deadline:
-        time.sleep(0.1)
-    assert "received: draining" in h.log()
+    _wait_draining(h)
     h.proc.send_signal(signal.SIGTERM)
     for c in calls:
         c.join(60)
