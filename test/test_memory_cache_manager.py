@@ -28,7 +28,6 @@ from array import array
 from typing import Any
 
 import hypothesis.strategies as st
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from sglang_v4.managers.req import Req
@@ -275,23 +274,10 @@ class CacheManagerMachine(RuleBasedStateMachine):
         assert self.pool.req_slots.available == NUM_SLOTS
 
 
-def _machine_settings(max_examples: int) -> settings:
-    return settings(
-        max_examples=max_examples,
-        stateful_step_count=50,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    )
-
-
-class TestCacheManagerMachine(CacheManagerMachine.TestCase):
-    """70 request histories of 50 rules (the fast tier)."""
-
-    settings = _machine_settings(70)
-
-
-@pytest.mark.slow
-class TestCacheManagerMachineFull(CacheManagerMachine.TestCase):
-    """200 request histories of 50 rules."""
-
-    settings = _machine_settings(200)
+CacheManagerMachine.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestCacheManagerMachine = CacheManagerMachine.TestCase
