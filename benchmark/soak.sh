@@ -9,6 +9,6 @@ set -u
 OUT=${OUT:-/tmp/soak_out}
 mkdir -p "$OUT"
 export SGLANG_V4_SOAK_PHASES=${1:-20} SGLANG_V4_SOAK_REQUESTS_PER_PHASE=${2:-260}
-python3 -m pytest -q -s -p no:cacheprovider test/test_soak.py \
+python3 -m pytest -q -s -p no:cacheprovider -m slow test/test_soak.py \
   2>&1 | tee "$OUT/soak.log"
 exit "${PIPESTATUS[0]}"

@@ -25,6 +25,8 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 
 import pytest
 from test_kernels_compile_all import HERE, REPRESENTATIVE, _env, record_script
@@ -83,9 +85,55 @@ for rec in klr.distinct(klr.load(sys.argv[1])):
 """
 
 
+def _scan(log: str) -> list[dict]:
+    """The codec launches of the recording ``log`` compiled for sm_90 (``_SCAN``), one dict each."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCAN, log], cwd=HERE, env=_env(False), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return [json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("SCAN ")]
+
+
+class _Background(threading.Thread):
+    """Runs ``fn`` in a thread; :meth:`result` joins it and returns its value or raises its error."""
+
+    def __init__(self, fn: Callable[[], list[dict]]) -> None:
+        super().__init__(daemon=True)
+        self.fn, self.value, self.error = fn, None, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised by result()
+            self.error = e
+
+    def result(self) -> list[dict]:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+@pytest.fixture(scope="session")
+def serving_scans(tmp_path_factory) -> _Background:
+    """The fp8 attention at serving shapes (``_FP8_SERVING``) recorded and scanned in the
+    background: it needs nothing of the interpreted tier's run, so it overlaps the wait for it
+    (requested before ``interpreted_kernel_tier``, which is session-scoped too)."""
+    log = str(tmp_path_factory.mktemp("align_serving") / "launches.pkl")
+
+    def run() -> list[dict]:
+        record_script(_FP8_SERVING, log)
+        return _scan(log)
+
+    return _Background(run)
+
+
 @pytest.fixture(scope="module")
 def scans(
-    interpreted_kernel_tier: tuple[subprocess.CompletedProcess[str], str], tmp_path_factory
+    serving_scans: _Background,
+    interpreted_kernel_tier: tuple[subprocess.CompletedProcess[str], str],
+    tmp_path_factory,
 ) -> list[dict]:
     from test_kernels_interpreted import QUANTIZED
 
@@ -94,12 +142,7 @@ def scans(
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     log = str(tmp_path_factory.mktemp("align") / "launches.pkl")
     shutil.copy(tier_log, log)
-    record_script(_FP8_SERVING, log)  # appended to this module's copy
-    proc = subprocess.run(
-        [sys.executable, "-c", _SCAN, log], cwd=HERE, env=_env(False), capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    out = [json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("SCAN ")]
+    out = _scan(log) + serving_scans.result()
     assert {s["codec"] for s in out} >= {"fp8_main", "fp8_indexer", "fp4_indexer"}, out
     return out
 

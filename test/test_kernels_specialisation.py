@@ -118,9 +118,9 @@ def comp(bs, off, m, d, overlap):
     X, s = (2 * d if overlap else d), (bs if overlap else 0)
     kv, gate = torch.empty(bs, X, dtype=torch.bfloat16), torch.empty(bs, X, dtype=torch.bfloat16)
     bias, w = torch.empty(m, X), torch.ones(d)
-    st = [torch.zeros(64, m, X), torch.zeros(64, m, X)]
-    st += [torch.zeros(64, m, d) if overlap else None for _ in range(2)]
-    snap = [torch.zeros(64, m, d) if overlap else None for _ in range(2)]
+    st = [torch.empty(64, m, X), torch.empty(64, m, X)]  # recorded, never run: contents unread
+    st += [torch.empty(64, m, d) if overlap else None for _ in range(2)]
+    snap = [torch.empty(64, m, d) if overlap else None for _ in range(2)]
     head = (kv, gate, bias, ix(bs, off=off), ix(bs, off=off), *st)
     compress_windows_and_insert(*head, ix(bs, m, off=off), ix(s, m, off=off), w,
                                 torch.empty(bs, 32), torch.empty(bs, 32),

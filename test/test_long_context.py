@@ -9,7 +9,8 @@ hits on long prefixes.
   float64 reference scoring of the 537M (query, entry) pairs fits CI), prefilled in 8,192-token
   chunks: the peak RSS of the last chunk (16k entries per token) is within a bound of the second
   chunk's (4k), and a request served from the 64k cached prefix gives the cold run's tokens and
-  logprobs (fp32, 1e-4). An 8k-token prefix runs the same check quickly.
+  logprobs (fp32, 1e-4). An 8k-token prefix runs the same check quickly, in the test process (it
+  measures no RSS, so it needs no fresh interpreter).
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def test_reference_attention_memory_is_bounded() -> None:
     assert res["finite"]
 
 
-def test_prefix_hit_equals_cold_8k() -> None:
-    res = _run_child("hit", "8192", "4096")
+def test_prefix_hit_equals_cold_8k(tmp_path) -> None:
+    res = _child_hit(8192, 4096, str(tmp_path))
     assert res["cached"] == 8192
     assert res["same_ids"] and res["max_lp_diff"] <= 1e-4, res
 
@@ -150,7 +151,9 @@ def _child_attention() -> dict:
                 gathered_bytes=T * (W + 8192) * D * 4)  # fmt: skip
 
 
-def _child_hit(prefix: int, chunk: int) -> dict:
+def _child_hit(prefix: int, chunk: int, root: str | None = None) -> dict:
+    """A ``prefix``-token prompt prefilled cold in ``chunk``-token chunks, then again from the cached
+    prefix (checkpoint written under ``root``, a new temporary directory by default)."""
     import tempfile
 
     from dsv4_testutil import random_ids
@@ -160,7 +163,9 @@ def _child_hit(prefix: int, chunk: int) -> dict:
 
     cfg = get_preset("tiny")
     cfg.update(index_n_heads=2, index_head_dim=64)  # CPU time of the float64 reference scoring
-    model_dir = write_checkpoint(tempfile.mkdtemp(), fmt="hf", weights="fp32", seed=1, config_dict=cfg)
+    model_dir = write_checkpoint(
+        root or tempfile.mkdtemp(), fmt="hf", weights="fp32", seed=1, config_dict=cfg
+    )
     from scheduler_testutil import make_scheduler
 
     s = make_scheduler(model_dir, max_total_tokens=prefix + 4096, chunked_prefill_size=chunk,
