@@ -36,6 +36,18 @@ from sglang_v4.server_args_compat_flag import (
 )
 
 #: The ignored runtime-service flags.
+#: SGLang's ``--linear-attn-*-backend`` choices (the verify backend adds ``nv_cutedsl``).
+LINEAR_ATTN_BACKENDS = (
+    "triton",
+    "cutedsl",
+    "flashinfer",
+    "flashkda",
+    "nvidia_kda",
+    "ptx_kda",
+    "helion",
+    "intel_xpu",
+)
+
 RUNTIME_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--mm-attention-backend", IGNORED, "sglang-v4 serves text-only models"),
     SGLangFlag(
@@ -322,63 +334,26 @@ RUNTIME_FLAGS: tuple[SGLangFlag, ...] = (
         "--linear-attn-backend",
         IGNORED,
         MAMBA,
-        choices=(
-            "triton",
-            "cutedsl",
-            "flashinfer",
-            "flashkda",
-            "nvidia_kda",
-            "ptx_kda",
-            "helion",
-            "intel_xpu",
-        ),
+        choices=LINEAR_ATTN_BACKENDS,
         default="triton",
     ),
     SGLangFlag(
         "--linear-attn-decode-backend",
         IGNORED,
         MAMBA,
-        choices=(
-            "triton",
-            "cutedsl",
-            "flashinfer",
-            "flashkda",
-            "nvidia_kda",
-            "ptx_kda",
-            "helion",
-            "intel_xpu",
-        ),
+        choices=LINEAR_ATTN_BACKENDS,
     ),
     SGLangFlag(
         "--linear-attn-prefill-backend",
         IGNORED,
         MAMBA,
-        choices=(
-            "triton",
-            "cutedsl",
-            "flashinfer",
-            "flashkda",
-            "nvidia_kda",
-            "ptx_kda",
-            "helion",
-            "intel_xpu",
-        ),
+        choices=LINEAR_ATTN_BACKENDS,
     ),
     SGLangFlag(
         "--linear-attn-verify-backend",
         IGNORED,
         MAMBA,
-        choices=(
-            "triton",
-            "cutedsl",
-            "flashinfer",
-            "flashkda",
-            "nvidia_kda",
-            "ptx_kda",
-            "helion",
-            "intel_xpu",
-            "nv_cutedsl",
-        ),
+        choices=(*LINEAR_ATTN_BACKENDS, "nv_cutedsl"),
     ),
     SGLangFlag("--enable-linear-replayssm", IGNORED, MAMBA, switch=True),
     SGLangFlag("--linear-replayssm-cache-len", IGNORED, MAMBA, type=int, default=16),
