@@ -102,9 +102,16 @@ def test_real_http_stack_fake_model(
     else:
         assert all(x > n_in for x in res["input_lens"])
     if stream:
-        # one token per 10 ms scheduler step (two requests share a step)
-        assert STEP_S * 1e3 * 0.8 <= res["median_tpot_ms"] <= STEP_S * 1e3 * 5
-        assert all(len(x) == n_out - 1 for x in res["itls"])
+        # one token per 10 ms scheduler step (two requests share a step); the upper bound
+        # leaves room for a loaded CI machine and still catches a unit error
+        assert STEP_S * 1e3 * 0.8 <= res["median_tpot_ms"] <= STEP_S * 1e3 * 20
+        if backend == "sglang":
+            # meta_info.completion_tokens counts the tokens of every chunk: one ITL per token
+            assert all(len(x) == n_out - 1 for x in res["itls"])
+        else:
+            # OpenAI chunks carry no token count: one ITL per text chunk, and a loaded server
+            # may deliver two steps' tokens in one chunk (SGLang and vLLM do too)
+            assert all(1 <= len(x) <= n_out - 1 for x in res["itls"])
     else:
         assert res["ttfts"] == res["e2e_latencies"]
 
