@@ -32,6 +32,8 @@ FP8_MAX = 448.0
 E8M0_DTYPE = torch.float8_e8m0fnu
 #: ue8m0's smallest value (byte 0), a float32 subnormal.
 _E8M0_MIN = 2.0**-127
+#: The e8m0 byte that encodes NaN (OCP MX spec; torch's ``float8_e8m0fnu`` reads it so).
+E8M0_NAN_BYTE = 255
 FP4_GROUP = 32
 #: e2m1 magnitudes by 3-bit code.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -44,16 +46,39 @@ def scale_to_float(scale: torch.Tensor) -> torch.Tensor:
     """A stored scale tensor as float32.
 
     ``float8_e8m0fnu`` and ``uint8`` (raw e8m0 exponent bytes, as some MX checkpoints store them)
-    are read as ``2 ** (b - 127)`` from the byte; float scales convert directly. Exact, and no
-    e8m0 cast is needed on the device.
+    are read as ``2 ** (b - 127)`` from the byte, byte 0 as the subnormal ``2 ** -127`` and byte
+    255 as NaN (the OCP MX spec's e8m0 encoding, as torch converts ``float8_e8m0fnu``); float
+    scales convert directly. Exact, and no e8m0 cast is needed on the device.
     """
     if scale.dtype == E8M0_DTYPE:
         scale = scale.contiguous().view(torch.uint8)
     if scale.dtype == torch.uint8:
         b = scale.to(torch.int32)
         f = (b << 23).view(torch.float32)  # the byte as an fp32 exponent field: 2 ** (b - 127)
-        return torch.where(b == 0, torch.full_like(f, 2.0**-127), f)  # byte 0: subnormal 2 ** -127
+        f = torch.where(b == 0, torch.full_like(f, 2.0**-127), f)  # byte 0: subnormal 2 ** -127
+        return torch.where(b == E8M0_NAN_BYTE, torch.full_like(f, float("nan")), f)  # not +inf
     return scale.to(torch.float32)
+
+
+def check_scale(scale: torch.Tensor, name: str = "weight") -> None:
+    """Refuse a stored quantization scale that encodes no number.
+
+    Raises:
+        ValueError: ``scale`` (``float8_e8m0fnu`` / ``uint8`` exponent bytes, or a float dtype)
+            holds the e8m0 NaN byte 255, a NaN or an infinity (names ``name``): every weight of its
+            block would dequantize to NaN or infinity.
+    """
+    if scale.dtype in (E8M0_DTYPE, torch.uint8, torch.int8):
+        bad = scale.contiguous().view(torch.uint8) == E8M0_NAN_BYTE
+        what = "the e8m0 NaN byte 0xFF"
+    else:
+        f = scale.to(torch.float32)
+        bad = ~torch.isfinite(f)
+        what = "a NaN or an infinity"
+    if bool(bad.any()):
+        raise ValueError(
+            f"{name}: the quantization scale holds {what} ({int(bad.sum())} entries); the checkpoint is corrupt"
+        )
 
 
 def _as_scale_dtype(pow2: torch.Tensor, scale_dtype: torch.dtype) -> torch.Tensor:

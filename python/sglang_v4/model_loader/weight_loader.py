@@ -42,6 +42,7 @@ from .quant import (
     E8M0_DTYPE,
     FP4_GROUP,
     FP8_DTYPE,
+    check_scale,
     dequantize_fp4,
     dequantize_fp8_block,
     fp4_scale_bytes,
@@ -182,7 +183,14 @@ def _in_target_format(
     dtype: torch.dtype | None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A stored region in the target's format: copied as stored when the formats agree, else
-    dequantized and, for a quantized target, re-quantized (on the target's device)."""
+    dequantized and, for a quantized target, re-quantized (on the target's device).
+
+    Raises:
+        ValueError: the stored scale holds a NaN (e8m0 byte 0xFF) or an infinity
+            (:func:`~sglang_v4.model_loader.quant.check_scale`, naming the scale's key).
+    """
+    if scale is not None:
+        check_scale(scale, src.scale or src.key)
     if tgt.kind == "fp8" and src.kind == "fp8" and w.dtype == FP8_DTYPE and plan.block == FP8_BLOCK:
         assert scale is not None
         return w, scale_to_float(scale)

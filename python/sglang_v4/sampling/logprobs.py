@@ -20,8 +20,37 @@ __all__ = [
     "token_logprobs",
     "token_ranks",
     "top_logprobs",
+    "topk_low_id_ties",
     "unconstrained_logprobs",
 ]
+
+
+def topk_low_id_ties(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` largest entries of each row of ``x``, equal values ordered by ascending index.
+
+    ``torch.topk`` leaves the order of equal values (and which of them make the cut at rank ``k``)
+    unspecified: on a row of ties it returns e.g. ids ``[1, 3, 0, 2]``, so the top-1 entry need not
+    be the token ``torch.argmax`` (first maximum) picks, and which tied tokens a top-k keeps varies
+    with the vocabulary size and the device. Here each value is made into a distinct int64 key,
+    ``(its float32 order bits) * 2**32 + (2**32 - 1 - index)``, so the top-k of the keys is the
+    top-k of the values with ties won by the lower index: the same order as a stable descending
+    sort, and the same first entry as ``torch.argmax``. ``-0.0`` counts as ``+0.0``; NaN sorts
+    above everything, as in ``torch.topk``.
+
+    Args:
+        x: ``[..., V]`` float32 (other float dtypes are converted).
+        k: how many, ``0 <= k <= V``.
+
+    Returns:
+        ``(values [..., k] x.dtype, indices [..., k] int64)``, descending by value.
+    """
+    xf = x.to(torch.float32) + 0.0  # a new contiguous tensor; -0.0 + 0.0 = +0.0: one key for both
+    keys = xf.view(torch.int32).to(torch.int64)
+    keys ^= (keys >> 31) & 0x7FFFFFFF  # negative floats: flip the magnitude bits (monotone order)
+    keys <<= 32
+    keys += 0xFFFFFFFF - torch.arange(x.shape[-1], device=x.device, dtype=torch.int64)
+    idx = torch.topk(keys, k, dim=-1, largest=True, sorted=True).indices
+    return x.gather(-1, idx), idx
 
 
 def unconstrained_logprobs(
@@ -94,7 +123,9 @@ def top_logprobs(logprobs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
         k: how many (``0 <= k``; clipped to ``V``).
 
     Returns:
-        ``(values [B, k] float32, token_ids [B, k] int64)``, descending by value.
+        ``(values [B, k] float32, token_ids [B, k] int64)``, descending by value; equal values
+        by ascending token id (:func:`topk_low_id_ties`), so a greedy row's first entry is the
+        token the sampler's argmax picked.
 
     Raises:
         ValueError: ``k < 0``.
@@ -102,8 +133,7 @@ def top_logprobs(logprobs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
     if k < 0:
         raise ValueError(f"top_logprobs_num must be >= 0, got {k}")
     k = min(k, logprobs.shape[-1])
-    vals, idx = torch.topk(logprobs, k, dim=-1, largest=True, sorted=True)
-    return vals, idx.to(torch.int64)
+    return topk_low_id_ties(logprobs, k)
 
 
 def token_logprobs(logprobs: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
@@ -150,7 +180,8 @@ def logprobs_for_tokens(
         chunk_size: rows per chunk.
 
     Returns:
-        ``(token_logprobs [T] float32, top_vals [T, k] float32 | None, top_ids [T, k] int64 | None)``.
+        ``(token_logprobs [T] float32, top_vals [T, k] float32 | None, top_ids [T, k] int64 | None)``;
+        equal values in the top-k by ascending token id (:func:`topk_low_id_ties`).
 
     Raises:
         ValueError: shape mismatch, ``top_k < 0`` or ``chunk_size < 1``.
@@ -171,7 +202,7 @@ def logprobs_for_tokens(
         lp = compute_logprobs(logits[s : s + chunk_size])
         vals[s : s + chunk_size] = lp.gather(1, ids[s : s + chunk_size].unsqueeze(1)).squeeze(1)
         if k:
-            v, i = torch.topk(lp, k, dim=-1)
+            v, i = topk_low_id_ties(lp, k)
             tv[s : s + chunk_size] = v  # type: ignore[index]
             ti[s : s + chunk_size] = i  # type: ignore[index]
     return vals, tv, ti

@@ -44,6 +44,7 @@ from sglang_v4.sampling.logprobs import (
     token_logprobs,
     token_ranks,
     top_logprobs,
+    topk_low_id_ties,
     unconstrained_logprobs,
 )
 from sglang_v4.sampling.penalties import PenaltyCache, apply_penalties, device_tensor
@@ -109,7 +110,8 @@ def filter_probs(probs: torch.Tensor, params: Sequence[SamplingParams]) -> torch
             ),
         )
         if cap < vocab:
-            p_sort, p_idx = torch.topk(sub, cap, dim=-1, largest=True, sorted=True)
+            # ties by token id, as the stable sort below orders them (torch.topk does not)
+            p_sort, p_idx = topk_low_id_ties(sub, cap)
             if any(ks_list[i] > cap for i in sort_rows):  # else exact without asking the device
                 exact = (ks.squeeze(1) <= cap) | (p_sort.sum(dim=-1) > tps.squeeze(1))
                 if not bool(exact.all()):
