@@ -1,12 +1,21 @@
 """A sixteenth set of public bug reports of OpenAI-compatible servers and their clients, replayed
-here, and the naming of a bad entry of a ``/v1/completions`` list of prompts.
+here, and the naming of a bad entry of a ``/v1/completions`` list of prompts: streamed reasoning
+log-probabilities, parallel tool calls streamed (chat, Messages) and after reasoning (Responses),
+``finish_reason`` keys and ``tool_choice: "required"``, the completions usage chunk, one id per
+stream, special tokens among top log-probabilities, 400s for unknown roles, null user content and
+``stream_options`` without ``stream``, a tool-call history turn with null content, the Responses
+completed event and the Messages ``stop_sequence`` field. Each test names its report; the
+streamed reasoning log-probabilities (sgl-project/sglang#26778) and the prompt naming were faults
+here, the other reports passed as-is and are kept as regression tests.
 
-Fixture: ``plain_fake_server`` (``server_fixture.FakeScheduler``: the fake model writes
-``FAKE_TEXT`` over and over, fake log-probabilities; a ``[script]`` prompt makes it write
-``FAKE_SCRIPT`` then EOS through the real stop checker; context length ``FAKE_CONTEXT_LEN``).
-Oracles: ``FAKE_TEXT`` / ``FAKE_SCRIPT`` (what the fake model writes), the DeepSeek-V4 tokenizer
-as ``transformers`` loads it, the ``openai`` client's types and parsers, the request as the
-client sent it, and the OpenAI / SGLang references' field meanings.
+Fixtures: ``plain_fake_server`` (``server_fixture.FakeScheduler``: the fake model writes
+``FAKE_TEXT`` over and over, fake log-probabilities whose alternatives are ids 0..k-1; a
+``[script]`` prompt makes it write ``FAKE_SCRIPT`` then EOS through the real stop checker; context
+length ``FAKE_CONTEXT_LEN``) and, in-process, the routers over ``ChunkTM`` (the model's text written
+by hand, DSML tool calls included, generated token by token). Oracles: ``FAKE_TEXT`` /
+``FAKE_SCRIPT``, the hand-written calls, the DeepSeek-V4 tokenizer as ``transformers`` loads it,
+the ``openai`` client's types and stream accumulator, the same request unstreamed, the request as
+the client sent it, and the OpenAI / Anthropic references' field meanings.
 """
 
 from __future__ import annotations
@@ -415,3 +424,93 @@ def test_ogx_5521_messages_always_have_a_stop_sequence_field(plain_fake_server: 
         assert "stop_sequence" in delta and (delta["stop_reason"], delta["stop_sequence"]) == (reason, seq), (
             delta
         )
+
+
+def _messages_app(tm: Any) -> Any:
+    """A ``TestClient`` over the OpenAI and Anthropic routers on the scripted ``tm``."""
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from sglang_v4.entrypoints.anthropic import create_anthropic_router
+    from sglang_v4.entrypoints.openai import create_openai_router
+
+    sa = SimpleNamespace(
+        served_model_name="m",
+        model_path=None,
+        api_key=None,
+        enable_cache_report=False,
+        allow_auto_truncate=False,
+    )
+    app = FastAPI()
+    router = create_openai_router(tm, sa)
+    app.include_router(router)
+    app.include_router(create_anthropic_router(router.serving))
+    return TestClient(app)
+
+
+def test_sglang_39782_streamed_messages_keep_one_tool_use_block_per_call(tok: Any) -> None:
+    """sgl-project/sglang#39782: ``/v1/messages`` streamed the arguments of several tool calls into
+    the first ``tool_use`` block (one block, concatenated JSON objects), where the unstreamed
+    answer and the OpenAI routes had one call each. Expected (Anthropic's streaming: one
+    ``content_block_start`` per ``tool_use`` block, its ``input_json_delta`` pieces at that block's
+    index): after the text block, one block per call with its own id and name, whose joined
+    ``partial_json`` is that call's input, equal to the unstreamed message's blocks;
+    ``stop_reason`` ``tool_use`` both ways."""
+    tc = _messages_app(ChunkTM(tok, "Checking." + TWO_CALLS, per_chunk=2))
+    tools = [{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]
+    body = {"model": "m", "max_tokens": 300, "messages": WEATHER_Q, "tools": tools}
+    full = tc.post("/v1/messages", json=body).json()
+    want = [{"city": "Oslo"}, {"city": "Rome", "days": 2}]
+    assert full["stop_reason"] == "tool_use"
+    assert [b["input"] for b in full["content"] if b["type"] == "tool_use"] == want
+    events = typed_sse(tc.post("/v1/messages", json={**body, "stream": True}).text)
+    blocks: dict[int, list[Any]] = {}
+    for e in events:
+        if e["type"] == "content_block_start":
+            blocks[e["index"]] = [e["content_block"], ""]
+        elif e["type"] == "content_block_delta":
+            d = e["delta"]
+            blocks[e["index"]][1] += d.get("partial_json") or d.get("text") or ""
+    assert [b["type"] for b, _ in blocks.values()] == ["text", "tool_use", "tool_use"]
+    calls = [(b["id"], b["name"], json.loads(j)) for b, j in list(blocks.values())[1:]]
+    assert [c[2] for c in calls] == want and calls[0][0] != calls[1][0]
+    assert {c[1] for c in calls} == {"get_weather"}
+    delta = next(e for e in events if e["type"] == "message_delta")["delta"]
+    assert delta["stop_reason"] == "tool_use"
+
+
+def test_vllm_36435_streamed_response_tool_calls_after_reasoning(tok: Any) -> None:
+    """vllm-project/vllm#36435: a streamed ``/v1/responses`` answer of a model that reasons and
+    then calls tools sent the calls' markup as ``response.output_text.delta`` text (the tool
+    parser never ran after the reasoning parser) instead of function-call items. Expected (the
+    Responses streaming events; the unstreamed response as the oracle): a reasoning item with
+    the reasoning, then one ``function_call`` item per call with its
+    ``response.function_call_arguments.done`` arguments, no output text at all, and the completed
+    response's output equal to the unstreamed one (types, names and arguments)."""
+    tm = ChunkTM(tok, "Two cities, two calls.</think>" + TWO_CALLS, per_chunk=2)
+    client, tc = client_for(tm)
+    tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}]
+    body = {
+        "model": "m",
+        "input": "Weather in Oslo and Rome?",
+        "tools": tools,
+        "reasoning": {"effort": "high"},
+    }
+
+    def shape(output: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(o["type"], o.get("name"), o.get("arguments")) for o in output]
+
+    full = tc.post("/v1/responses", json=body).json()
+    want = [
+        ("reasoning", None, None),
+        ("function_call", "get_weather", '{"city": "Oslo"}'),
+        ("function_call", "get_weather", '{"city": "Rome", "days": 2}'),
+    ]
+    assert shape(full["output"]) == want
+    assert [c["text"] for c in full["output"][0]["content"]] == ["Two cities, two calls."]
+    events = typed_sse(tc.post("/v1/responses", json={**body, "stream": True}).text)
+    assert not [e for e in events if e["type"].startswith("response.output_text")]
+    done = [e["arguments"] for e in events if e["type"] == "response.function_call_arguments.done"]
+    assert done == [w[2] for w in want[1:]]
+    assert events[-1]["type"] == "response.completed" and shape(events[-1]["response"]["output"]) == want
