@@ -44,8 +44,9 @@ NARROW_LOGPROB_CANDIDATES = 20
 class RequestError(ValueError):
     """A request failed; ``status_code`` is the HTTP status (400 bad input, 503 server down).
 
-    ``batch_index``: for a batch request, the index (in the batch as sent) of the prompt whose
-    check failed, else None; ``/generate`` names the entry with it (``text[2]``).
+    ``batch_index``: the index (in the batch as sent; 0 for a single prompt) of the prompt whose
+    per-prompt check failed, else None; ``/generate`` names a batch's entry with it (``text[2]``),
+    ``/v1/completions`` a list of prompts' (``prompt[2]``).
     """
 
     batch_index: int | None = None
@@ -286,7 +287,7 @@ class TokenizationMixin:
     def _tokenize_each(
         self, objs: Sequence[GenerateReqInput], text_ids: Sequence[list[int] | None]
     ) -> list[TokenizedGenerateReqInput]:
-        """:meth:`_tokenize_one` of each single request of a batch (``text_ids``: from
+        """:meth:`_tokenize_one` of each single request of a batch, or of one request (``text_ids``: from
         :meth:`_encode_prompts`); the first refusal is raised with its position in ``objs`` as
         ``batch_index``.
 

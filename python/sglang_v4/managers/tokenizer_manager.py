@@ -437,7 +437,7 @@ class TokenizerManager(
             # until it is sent, /abort_request and the drain reach it through the ticket
             with self.admitting.hold(rids) as ticket:
                 ids = (await ticket.unless_failed(self._encode_prompts([obj])))[0]
-                tokenized = self._tokenize_one(obj, ids)
+                tokenized = self._tokenize_each([obj], [ids])[0]  # a refusal names prompt 0
                 self._check_logprob_volume([tokenized])
                 await ticket.unless_failed(self.abandoned.wait(rids))
                 await self.wait_for_admission(request, ticket)  # paused, or a weight update under way

@@ -40,7 +40,13 @@ __all__ = [
 
 class RequestError(Exception):
     """An error that becomes an HTTP error response (status, error type, param); the type
-    defaults to the status's (:func:`~.protocol.error_type_for_status`)."""
+    defaults to the status's (:func:`~.protocol.error_type_for_status`).
+
+    ``batch_index``: where the tokenizer manager refused one prompt, its index in the request's
+    prompts (:class:`sglang_v4.managers.tokenization.RequestError`), else None.
+    """
+
+    batch_index: int | None = None
 
     def __init__(
         self, message: str, status: int = 400, err_type: str | None = None, param: str | None = None

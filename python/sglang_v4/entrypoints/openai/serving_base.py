@@ -380,7 +380,9 @@ class OpenAIServingBase:
             raise  # the route names its own field (logprob_limits.logprob_volume_error)
         except ValueError as e:
             status = int(getattr(e, "status_code", 400) or 400)
-            raise RequestError(str(e), status, param=_param_of(str(e)) if status == 400 else None) from None
+            err = RequestError(str(e), status, param=_param_of(str(e)) if status == 400 else None)
+            err.batch_index = getattr(e, "batch_index", None)
+            raise err from None
         return gen, first
 
     async def _run_stream(self, obj: Any, raw: Request | None) -> tuple[AsyncIterator[Any], Any]:

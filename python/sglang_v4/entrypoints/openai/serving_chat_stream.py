@@ -223,13 +223,24 @@ class ChatStreamMixin(ChatPrepareMixin):
                         if req.logprobs:
                             lp = self._chat_logprobs(meta, st.sent_lp, bool(req.return_tokens_as_token_ids))
                             st.sent_lp = len(meta.get("output_token_logprobs") or [])
+                        # the step's log-probabilities ride on its first chunk, whatever it carries
+                        # (reasoning, content or tool-call deltas), or on a chunk of their own
+                        # when the step's tokens showed no text (a marker, an EOS)
+                        step_lp = lp if lp is not None and lp.content else None
                         if reasoning_d and req.include_reasoning:
-                            yield chunk(idx, DeltaMessage(reasoning_content=reasoning_d), meta)
-                        if content_d or (lp and lp.content):
-                            yield chunk(idx, DeltaMessage(content=content_d), meta, logprobs=lp)
+                            yield chunk(
+                                idx, DeltaMessage(reasoning_content=reasoning_d), meta, logprobs=step_lp
+                            )
+                            step_lp = None
+                        if content_d or (step_lp is not None and not tool_deltas):
+                            yield chunk(idx, DeltaMessage(content=content_d), meta, logprobs=step_lp)
+                            step_lp = None
                         if tool_deltas:
                             yield chunk(
-                                idx, DeltaMessage(tool_calls=self._delta_calls(st, tool_deltas)), meta
+                                idx,
+                                DeltaMessage(tool_calls=self._delta_calls(st, tool_deltas)),
+                                meta,
+                                logprobs=step_lp,
                             )
                         if fr is not None:
                             finals[idx] = ret

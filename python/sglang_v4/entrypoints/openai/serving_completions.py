@@ -65,7 +65,7 @@ from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.managers.tokenization import LogprobVolumeError
 from sglang_v4.sampling.sampling_params import MAX_N
 
-__all__ = ["CompletionsMixin", "select_best_of"]
+__all__ = ["CompletionsMixin", "name_prompt_entry", "select_best_of"]
 
 
 class CompletionsMixin(OpenAIServingBase):
@@ -134,12 +134,7 @@ class CompletionsMixin(OpenAIServingBase):
         if req.return_token_ids or truncate is not None or not req.add_special_tokens:
             # the ids are needed here: tokenize text prompts as /generate would (BOS as vLLM's
             # add_special_tokens says), cut each to truncate_prompt_tokens (vLLM's truncation_side)
-            ids = [
-                await self._encode_prompt(p, req.max_tokens, add_special_tokens=req.add_special_tokens)
-                if isinstance(p, str)
-                else list(p)
-                for p in prompts
-            ]
+            ids = [await self._prompt_ids(req, p, i) for i, p in enumerate(prompts)]
             if truncate is not None:
                 ctx = self._context_len()
                 cut = [truncate_prompt_ids(x, truncate, req.truncation_side, ctx) for x in ids]
@@ -157,7 +152,7 @@ class CompletionsMixin(OpenAIServingBase):
                 )
             rets = await self._collect(obj, request)
         except RequestError as e:
-            raise grammar_error_for(e, grammar_field) from None
+            raise name_prompt_entry(grammar_error_for(e, grammar_field), req.prompt) from None
         except LogprobVolumeError as e:
             raise logprob_volume_error(
                 e, logprob_volume_field("logprobs", req.logprobs, prompt_lps)
@@ -197,6 +192,26 @@ class CompletionsMixin(OpenAIServingBase):
             id=f"cmpl-{req.request_id or uuid.uuid4().hex}", model=req.model, choices=choices, usage=usage
         )
         return JSONResponse(resp.model_dump(mode="json"))
+
+    async def _prompt_ids(self, req: CompletionRequest, prompt: str | list[int], i: int) -> list[int]:
+        """The token ids of prompt ``i`` (a text tokenized as ``/generate`` would, BOS as
+        ``add_special_tokens`` says; token ids as given).
+
+        Raises:
+            RequestError: 400: the text provably cannot fit in the context, naming ``prompt[i]``
+                where the client sent a list of prompts (:func:`name_prompt_entry`).
+        """
+        if not isinstance(prompt, str):
+            return list(prompt)
+        try:
+            return await self._encode_prompt(
+                prompt, req.max_tokens, add_special_tokens=req.add_special_tokens
+            )
+        except ValueError as e:
+            status = int(getattr(e, "status_code", 400) or 400)
+            err = RequestError(str(e), status)
+            err.batch_index = i
+            raise name_prompt_entry(err, req.prompt) from None
 
     def _fim_prompt(self, req: CompletionRequest, prompt: str | list[Any]) -> str | list[str]:
         """The fill-in-the-middle prompt(s) of a request with ``suffix`` (:mod:`..fim_prompt`):
@@ -475,6 +490,22 @@ def _check_best_of(req: CompletionRequest, n: int) -> int:
     if req.stream and req.best_of > n:
         raise RequestError("best_of greater than n cannot be used with stream: true.", param="best_of")
     return req.best_of
+
+
+def name_prompt_entry(e: RequestError, sent: Any) -> RequestError:
+    """``e`` with the prompt it is about appended to its message (``"... (batch entry
+    prompt[2])"``, as ``/generate`` names ``text[2]``), where the tokenizer manager refused one
+    prompt (``e.batch_index``) of a list of prompts (``sent``: the request's ``prompt`` as the
+    client sent it; a list of one is named too, as the route's own checks do); else ``e``
+    unchanged. The message keeps its text (clients match SGLang's / OpenAI's wording), the status
+    and the type too; the param is ``prompt`` unless the message named another field."""
+    i = e.batch_index
+    batch = isinstance(sent, list) and bool(sent) and isinstance(sent[0], (str, list))
+    if i is None or not batch or not 0 <= i < len(sent):
+        return e
+    named = RequestError(f"{e.message} (batch entry prompt[{i}])", e.status, e.err_type, e.param or "prompt")
+    named.batch_index = i
+    return named
 
 
 def select_best_of(rets: list[dict[str, Any]], best_of: int, n: int) -> list[dict[str, Any]]:
