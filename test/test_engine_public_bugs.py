@@ -315,7 +315,7 @@ def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:
             env=env,
             capture_output=True,
             text=True,
-            timeout=90,
+            timeout=200,  # an Engine start-up, one chunk, the exit: generous for a loaded machine
         )
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"the script did not exit: {str(e.stderr)[-2000:]}")
