@@ -535,3 +535,13 @@ def hold_until_tag(release: Path) -> str:
     if "]" in str(release) or release.exists():
         raise ValueError(f"release: need a path without ']' that does not exist yet, got {release}")
     return f"[hold-until:{release}]"
+
+
+def release_later(release: Path, after_s: float = 60.0) -> threading.Timer:
+    """Create ``release`` after ``after_s`` seconds (a started daemon timer; ``cancel()`` it once
+    the test created the file itself): a stream that wrongly held back its first chunk until the
+    end then ends too, and the test fails on its chunks instead of waiting for its timeout."""
+    timer = threading.Timer(after_s, release.touch)
+    timer.daemon = True
+    timer.start()
+    return timer

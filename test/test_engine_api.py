@@ -11,7 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
-from server_fixture import fake_output_text, hf_auto_tokenizer, hold_until_tag, make_fake_model_dir
+from server_fixture import (
+    fake_output_text,
+    hf_auto_tokenizer,
+    hold_until_tag,
+    make_fake_model_dir,
+    release_later,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -53,9 +59,11 @@ def test_generate_stream(engine, tok, tmp_path: Path):
     it = engine.generate(
         prompt=f"Hi {hold_until_tag(release)}", sampling_params={"max_new_tokens": 10}, stream=True
     )
+    timer = release_later(release)
     try:
         chunks = [next(it)]
     finally:
+        timer.cancel()
         release.touch()  # a failed read must not leave the shared engine a held request
     assert chunks[0]["text"] == expected(tok, 1) and chunks[0]["meta_info"]["finish_reason"] is None
     chunks += list(it)

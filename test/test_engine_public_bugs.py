@@ -326,7 +326,7 @@ def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:
 def test_engine_incremental_streaming_output(model: Path, expected, tmp_path: Path) -> None:
     """SGLang's ``Engine(incremental_streaming_output=True)`` (was refused): stream chunks carry only
     their new text and ``output_ids`` (sync and async iterators); joined they are the whole output."""
-    from server_fixture import hold_until_tag
+    from server_fixture import hold_until_tag, release_later
 
     with _fake_engine(model, incremental_streaming_output=True) as eng:
         # held after its first token until the file exists: at least two chunks to join, however
@@ -334,7 +334,9 @@ def test_engine_incremental_streaming_output(model: Path, expected, tmp_path: Pa
         release = tmp_path / "release"
         prompt = f"Hi {hold_until_tag(release)}"
         it = eng.generate(prompt=prompt, sampling_params={"max_new_tokens": 8}, stream=True)
+        timer = release_later(release)
         chunks = [next(it)]
+        timer.cancel()
         assert chunks[0]["text"] == expected(1) and len(chunks[0]["output_ids"]) == 1
         release.touch()
         chunks += list(it)
