@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -39,6 +40,11 @@ FAKE_REASONING = "Hmm. The user asks 6*7; I think 42 </ is it? Stop and check: 4
 FAKE_ANSWER = "The answer is 42. Stop here.</b> Done."
 FAKE_SCRIPT = FAKE_REASONING + "</think>\n\n" + FAKE_ANSWER
 FAKE_CONTEXT_LEN = 512
+#: A prompt holding ``[hold-until:PATH]`` (PATH without ``]``) emits its first token, then is held
+#: (running, no further token) until the file PATH exists, then goes on to its end: a stream
+#: whose first chunk is known to come alone, whatever a loaded machine merges (see
+#: :func:`hold_until_tag`). Works on every ``FakeScheduler``, with no environment knob.
+HOLD_UNTIL_RE = re.compile(r"\[hold-until:([^\]]+)\]")
 #: The API key of the shared ``secured_fake_server`` fixture (conftest.py).
 SECURED_API_KEY = "s3cret-key"
 FAKE_VOCAB = 129280
@@ -108,6 +114,7 @@ class FakeScheduler:
     lets a test act "while a request runs" without betting on wall-clock time: a loaded machine
     that stalls the client for seconds cannot let the request finish first.
     ``FAKE_LOAD_SLEEP`` (seconds ``__init__`` sleeps: a model that takes that long to load).
+    A prompt with a :data:`HOLD_UNTIL_RE` tag is held after its first token until its file exists.
     """
 
     def __init__(self, server_args: Any) -> None:
@@ -290,6 +297,9 @@ class FakeScheduler:
 
     def _held(self, r: _FakeReq) -> bool:
         # the prompt's text: a chat / token-id request reaches the scheduler as input_ids only
+        until = HOLD_UNTIL_RE.search(r.text)
+        if until is not None:
+            return not os.path.exists(until.group(1))
         if not (self.hold_text and self.hold_text in r.text):
             return False
         return not (self.release_file and os.path.exists(self.release_file))
@@ -417,8 +427,11 @@ def start_server(
     raise RuntimeError(f"server not healthy after {timeout_s}s:\n{handle.log()[-5000:]}")
 
 
-def sse_events(resp: requests.Response) -> list[Any]:
-    """Parse an SSE ``/generate`` stream: the JSON payloads, then the string ``"[DONE]"``."""
+def sse_events(resp: requests.Response, release: Path | None = None) -> list[Any]:
+    """Parse an SSE ``/generate`` stream: the JSON payloads, then the string ``"[DONE]"``.
+
+    ``release``: the file of the request's :func:`hold_until_tag`, created once the first event
+    has been read (the request is held until then, so that event comes alone)."""
     events: list[Any] = []
     for line in resp.iter_lines(decode_unicode=False):
         if not line:
@@ -427,6 +440,8 @@ def sse_events(resp: requests.Response) -> list[Any]:
         assert text.startswith("data: "), text
         payload = text[len("data: ") :]
         events.append(payload if payload == "[DONE]" else json.loads(payload))
+        if release is not None and len(events) == 1:
+            release.touch()
     return events
 
 
@@ -507,3 +522,26 @@ def fake_output_text(tok: Any, n: int) -> str:
     """The text of :func:`fake_output_ids` (special tokens skipped): what a request of ``n`` output
     tokens on :class:`FakeScheduler` must answer."""
     return tok.decode(fake_output_ids(tok, n), skip_special_tokens=True)
+
+
+def hold_until_tag(release: Path) -> str:
+    """The prompt tag (:data:`HOLD_UNTIL_RE`) that holds a :class:`FakeScheduler` request after its
+    first token until the file ``release`` exists: a test reads the first stream chunk (one token,
+    alone however a loaded server merges outputs), creates the file, then reads the rest.
+
+    Raises:
+        ValueError: ``release`` holds ``]`` (it would end the tag) or already exists.
+    """
+    if "]" in str(release) or release.exists():
+        raise ValueError(f"release: need a path without ']' that does not exist yet, got {release}")
+    return f"[hold-until:{release}]"
+
+
+def release_later(release: Path, after_s: float = 60.0) -> threading.Timer:
+    """Create ``release`` after ``after_s`` seconds (a started daemon timer; ``cancel()`` it once
+    the test created the file itself): a stream that wrongly held back its first chunk until the
+    end then ends too, and the test fails on its chunks instead of waiting for its timeout."""
+    timer = threading.Timer(after_s, release.touch)
+    timer.daemon = True
+    timer.start()
+    return timer

@@ -109,7 +109,7 @@ def test_wake_all_reaches_every_waiter() -> None:
             waits = [asyncio.ensure_future(t.wake.wait()) for t in (t1, t2)]
             await asyncio.sleep(0)
             a.wake_all()
-            done = await asyncio.wait_for(asyncio.gather(*waits), 1.0)
+            done = await asyncio.wait_for(asyncio.gather(*waits), 10.0)
         return list(done)
 
     assert asyncio.run(main()) == [True, True]
@@ -192,7 +192,7 @@ def test_drain_counts_requests_being_admitted(paused: bool) -> None:
         t0 = loop.time()
         await drain_in_flight(lambda: tm, lambda: order.append("draining"), 15, 30.0, None, stop_work)
         took = loop.time() - t0
-        await asyncio.wait_for(task, 1.0)
+        await asyncio.wait_for(task, 10.0)
         return took, failed, order
 
     took, failed, order = asyncio.run(main())
@@ -225,12 +225,14 @@ def test_drain_waits_for_a_control_request_then_fails_it(ends: bool) -> None:
         if ends:
             asyncio.ensure_future(answer())
         t0 = loop.time()
-        await drain_in_flight(lambda: tm, lambda: None, 15, 1.0)
+        # answered: a drain timeout far from the answer's 0.3 s, so a loaded machine cannot make
+        # a drain that waited for it look like one that ran to its timeout
+        await drain_in_flight(lambda: tm, lambda: None, 15, 30.0 if ends else 1.0)
         return loop.time() - t0, update
 
     took, update = asyncio.run(main())
     if ends:
-        assert update.result() == "loaded" and 0.25 <= took < 0.9
+        assert update.result() == "loaded" and 0.25 <= took < 10.0
     else:
         err = update.exception()
         assert isinstance(err, RequestError) and err.status_code == 503 and took >= 0.95
@@ -261,4 +263,5 @@ def test_a_second_signal_cuts_the_stop_work_short() -> None:
         return loop.time() - t0, cancelled
 
     took, cancelled = asyncio.run(main())
-    assert cancelled and took < 2
+    # the second signal comes at 0.2 s; without it the drain would wait its 30 s
+    assert cancelled and took < 10

@@ -132,7 +132,9 @@ SGLANG_JSONL_KEYS = {
 
 @pytest.mark.parametrize("backend", ["sglang", "sglang-oai", "sglang-oai-chat", "vllm"])
 def test_stream_parsing_metrics_and_jsonl(backend: str, tok: bs.BenchTokenizer, tmp_path: Path) -> None:
-    cfg = StubConfig(ttft_s=0.04, chunk_s=0.01, tokens_per_chunk=2, cached_fraction=0.5)
+    # 50 ms per token: the 0.8 lower bounds below leave 10 ms a token for a loaded client that
+    # reads an event late (the next one then looks early); at 10 ms a token they left 2 ms
+    cfg = StubConfig(ttft_s=0.04, chunk_s=0.05, tokens_per_chunk=2, cached_fraction=0.5)
     with StubServer(cfg) as srv:
         res = bs.run_benchmark(
             _args(srv.url, tmp_path, backend=backend, max_concurrency=3, flush_cache=True), tok=tok

@@ -11,7 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
-from server_fixture import fake_output_text, hf_auto_tokenizer, make_fake_model_dir
+from server_fixture import (
+    fake_output_text,
+    hf_auto_tokenizer,
+    hold_until_tag,
+    make_fake_model_dir,
+    release_later,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -46,8 +52,21 @@ def test_generate_single_and_batch(engine, tok):
     assert isinstance(out, list) and len(out) == 3
 
 
-def test_generate_stream(engine, tok):
-    chunks = list(engine.generate(prompt="Hi", sampling_params={"max_new_tokens": 10}, stream=True))
+def test_generate_stream(engine, tok, tmp_path: Path):
+    # held after its first token until the file exists: the stream has a chunk before the last
+    # one however a loaded machine merges the outputs that arrived meanwhile
+    release = tmp_path / "release"
+    it = engine.generate(
+        prompt=f"Hi {hold_until_tag(release)}", sampling_params={"max_new_tokens": 10}, stream=True
+    )
+    timer = release_later(release)
+    try:
+        chunks = [next(it)]
+    finally:
+        timer.cancel()
+        release.touch()  # a failed read must not leave the shared engine a held request
+    assert chunks[0]["text"] == expected(tok, 1) and chunks[0]["meta_info"]["finish_reason"] is None
+    chunks += list(it)
     assert len(chunks) >= 2
     assert chunks[-1]["text"] == expected(tok, 10)
     assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
@@ -165,7 +184,7 @@ def test_stream_closed_early_aborts(engine):
     assert first["meta_info"]["finish_reason"] is None
     assert engine.get_server_info()["kv_pool"]["used_pages"] > 0
     it.close()  # the caller stops reading: the request is aborted and its pages freed
-    deadline = time.time() + 10
+    deadline = time.time() + 30
     while time.time() < deadline and engine.get_server_info()["kv_pool"]["used_pages"] != 0:
         time.sleep(0.05)
     assert engine.get_server_info()["kv_pool"]["used_pages"] == 0

@@ -315,7 +315,7 @@ def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:
             env=env,
             capture_output=True,
             text=True,
-            timeout=90,
+            timeout=200,  # an Engine start-up, one chunk, the exit: generous for a loaded machine
         )
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"the script did not exit: {str(e.stderr)[-2000:]}")
@@ -323,11 +323,23 @@ def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:
     assert "died" not in p.stderr and "crashed" not in p.stderr, p.stderr[-3000:]
 
 
-def test_engine_incremental_streaming_output(model: Path, expected) -> None:
+def test_engine_incremental_streaming_output(model: Path, expected, tmp_path: Path) -> None:
     """SGLang's ``Engine(incremental_streaming_output=True)`` (was refused): stream chunks carry only
     their new text and ``output_ids`` (sync and async iterators); joined they are the whole output."""
+    from server_fixture import hold_until_tag, release_later
+
     with _fake_engine(model, incremental_streaming_output=True) as eng:
-        chunks = list(eng.generate(prompt="Hi", sampling_params={"max_new_tokens": 8}, stream=True))
+        # held after its first token until the file exists: at least two chunks to join, however
+        # a loaded machine merges the outputs that arrived meanwhile
+        release = tmp_path / "release"
+        prompt = f"Hi {hold_until_tag(release)}"
+        it = eng.generate(prompt=prompt, sampling_params={"max_new_tokens": 8}, stream=True)
+        timer = release_later(release)
+        chunks = [next(it)]
+        timer.cancel()
+        assert chunks[0]["text"] == expected(1) and len(chunks[0]["output_ids"]) == 1
+        release.touch()
+        chunks += list(it)
         assert len(chunks) > 1
         assert "".join(c["text"] for c in chunks) == expected(8)
         assert sum(len(c["output_ids"]) for c in chunks) == 8

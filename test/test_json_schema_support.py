@@ -183,7 +183,9 @@ def test_all_of_merge_is_not_exponential_in_ref_levels() -> None:
     t0 = time.perf_counter()
     merged = merge_all_of(_doubling_refs(40))  # 2**40 walks without sharing: never finishes
     pairs = merge_all_of(_pairwise_refs(40))
-    assert time.perf_counter() - t0 < 2.0
+    # ~0.2 s on one core; the bound catches the exponential walk (it never ends), so it is
+    # generous for a loaded machine
+    assert time.perf_counter() - t0 < 10.0
     top = merged["$defs"]["D40"]
     assert "allOf" not in top and top["required"] == ["a"]
     small = _doubling_refs(6)  # the oracle walks every $ref: a small copy of the same shape

@@ -268,9 +268,13 @@ def test_profile_writes_a_trace_that_loads(fake_server, tmp_path: Path) -> None:
     assert r.status_code == 200
     generate(fake_server, {"text": "two steps", "sampling_params": {"max_new_tokens": 6}})
     path = out_dir / "p2-TP-0.trace.json.gz"
-    deadline = time.time() + 30
-    while not path.exists() and time.time() < deadline:
+    # the scheduler logs the path once the trace is written whole (the file exists, partly
+    # written, while it is being compressed into place)
+    done = f"Traces are saved to: {path}"
+    deadline = time.time() + 60
+    while done not in fake_server.log() and time.time() < deadline:
         time.sleep(0.1)
+    assert done in fake_server.log(), fake_server.log()[-3000:]
     steps = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("name") == "scheduler_step"]
     assert len(steps) == 2
     native_error(post(fake_server, "/stop_profile"), "not in progress")

@@ -71,7 +71,7 @@ def test_disconnected_request_is_counted_as_aborted(server) -> None:
     body = {"text": f"{HOLD} count me", "sampling_params": {"max_new_tokens": 400}, "stream": True}
     with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
         assert next(line for line in r.iter_lines() if line).startswith(b"data:")
-    deadline = time.time() + 10
+    deadline = time.time() + 30
     while time.time() < deadline:
         after = _counters(server)
         if after["sglang:num_aborted_requests_total"] > before["sglang:num_aborted_requests_total"]:
@@ -145,7 +145,7 @@ def test_client_gone_from_an_n3_stream_aborts_every_sample(server, route: str) -
         while requests.get(server.url + "/get_server_info", timeout=10).json()["num_running_reqs"] < 3:
             assert time.time() < deadline, "the three samples never ran together"
             time.sleep(0.05)
-    deadline = time.time() + 10
+    deadline = time.time() + 30
     while True:
         info = requests.get(server.url + "/get_server_info", timeout=10).json()
         if info["num_running_reqs"] == 0 and info["kv_pool"]["used_pages"] == base:

@@ -24,7 +24,7 @@ import requests
 from server_fixture import REPO, ServerHandle, fake_env, free_port, make_fake_model_dir, start_server
 from test_server_drain import _alive, _children
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)  # a server start or two per test: generous for a loaded machine
 #: A word of the warm-up prompt (``http_server.WARMUP_PROMPT``): the fake scheduler holds or
 #: crashes the warm-up request on it.
 WARMUP_WORD = "capital"
@@ -123,7 +123,8 @@ def test_failed_warmup_exits_nonzero_with_one_line(tmp_path: Path) -> None:
     env = fake_env({"FAKE_CRASH_ON_TEXT": WARMUP_WORD, "SGLANG_V4_CRASH_EXIT_DELAY": "0"})
     cmd = [sys.executable, "-m", "sglang_v4.launch_server", "--port", str(free_port())]
     cmd += ["--model-path", str(make_fake_model_dir(tmp_path))]
-    r = subprocess.run(cmd, env=env, cwd=str(REPO), capture_output=True, text=True, timeout=90)
+    # a whole start-up up to the failed warm-up: as generous as start_server's deadline and more
+    r = subprocess.run(cmd, env=env, cwd=str(REPO), capture_output=True, text=True, timeout=240)
     log = r.stdout + r.stderr
     assert r.returncode == 1, log[-3000:]
     lines = [ln for ln in log.splitlines() if "The server failed to start" in ln]

@@ -22,6 +22,7 @@ from server_fixture import (
     fake_env,
     fake_output_text,
     hf_auto_tokenizer,
+    hold_until_tag,
     sse_events,
     start_server,
 )
@@ -96,13 +97,20 @@ def test_generate_input_ids_and_batch_order(server, tok):
     assert [o["meta_info"]["completion_tokens"] for o in outs] == [2, 5]
 
 
-def test_streaming_cumulative_and_done(server, tok):
-    body = {"text": "Hi", "sampling_params": {"max_new_tokens": 24}, "stream": True}
+def test_streaming_cumulative_and_done(server, tok, tmp_path: Path):
+    # held after its first token until the file exists (read the first event, then created): the
+    # stream has a chunk before the last one however a loaded machine merges outputs
+    release = tmp_path / "release"
+    body = {
+        "text": f"Hi {hold_until_tag(release)}",
+        "sampling_params": {"max_new_tokens": 24},
+        "stream": True,
+    }
     with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
-        events = sse_events(r)
-    assert events[-1] == "[DONE]"
+        events = sse_events(r, release)
+    assert events[-1] == "[DONE]" and events[0]["text"] == expected_text(tok, 1)
     chunks = events[:-1]
     assert len(chunks) >= 2
     texts = [c["text"] for c in chunks]
@@ -352,7 +360,7 @@ def test_client_disconnect_mid_stream_returns_pages(server):
     assert json.loads(first[len(b"data: ") :])["meta_info"]["finish_reason"] is None
     assert _used_pages(server) > idle  # the request holds pages while it runs
     r.close()  # client goes away
-    deadline = time.time() + 10
+    deadline = time.time() + 30
     while time.time() < deadline and _used_pages(server) != idle:
         time.sleep(0.1)
     assert _used_pages(server) == idle
@@ -493,7 +501,7 @@ def test_client_disconnect_non_streaming_returns_pages(server):
         assert _used_pages(server) > idle
     # The held request never ends by itself: the pages come back only if the server notices the
     # disconnect and aborts it.
-    deadline = time.time() + 10
+    deadline = time.time() + 30
     while time.time() < deadline and _used_pages(server) != idle:
         time.sleep(0.1)
     assert _used_pages(server) == idle
@@ -532,22 +540,26 @@ def incremental_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory
     assert h.stop() == 0, h.log()[-3000:]
 
 
-def test_incremental_streaming_output(incremental_server, tok):
+def test_incremental_streaming_output(incremental_server, tok, tmp_path: Path):
     """SGLang's ``--incremental-streaming-output`` (was refused at start-up): each stream chunk
     carries only its new text, ``output_ids`` and output logprobs; prompt logprobs stay whole.
     Oracle: the same request not streamed (joined chunks equal it) and the HF tokenizer's text."""
+    # the stream is held after its first token until the file exists (created once its first
+    # event is read): two chunks or more to join, however a loaded machine merges outputs; the
+    # same request unstreamed then runs unheld (the file exists)
+    release = tmp_path / "release"
     body = {
-        "text": "Hello world again",
+        "text": f"Hello world again {hold_until_tag(release)}",
         "sampling_params": {"max_new_tokens": 12},
         "return_logprob": True,
         "logprob_start_len": 0,
         "top_logprobs_num": 2,
         "token_ids_logprob": [4],
     }
+    chunks = sse_events(gen(incremental_server, {**body, "stream": True}, stream=True), release)
     whole = gen(incremental_server, body).json()
     assert whole["text"] == expected_text(tok, 12)
-    chunks = sse_events(gen(incremental_server, {**body, "stream": True}, stream=True))
-    assert chunks[-1] == "[DONE]" and len(chunks) > 3
+    assert chunks[-1] == "[DONE]" and len(chunks) >= 3 and len(chunks[0]["output_ids"]) == 1
     chunks = chunks[:-1]
     assert "".join(c["text"] for c in chunks) == whole["text"]
     assert [i for c in chunks for i in c["output_ids"]] == whole["output_ids"]

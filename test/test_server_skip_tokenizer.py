@@ -21,6 +21,7 @@ from server_fixture import (
     fake_env,
     fake_output_ids,
     hf_auto_tokenizer,
+    hold_until_tag,
     make_fake_model_dir,
     sse_events,
     start_server,
@@ -87,11 +88,16 @@ def test_input_ids_give_output_ids_without_text(server: ServerHandle, tok: Any) 
     assert all("text" not in o for o in outs)
 
 
-def test_stream_carries_cumulative_output_ids(server: ServerHandle, tok: Any) -> None:
-    body = {"input_ids": [11, 12, 13], "sampling_params": {"max_new_tokens": 9}, "stream": True}
+def test_stream_carries_cumulative_output_ids(server: ServerHandle, tok: Any, tmp_path: Path) -> None:
+    # the prompt's ids hold the request after its first token until the file exists: the stream
+    # has a chunk before the last one however a loaded machine merges outputs
+    release = tmp_path / "release"
+    ids = tok.encode(hold_until_tag(release), add_special_tokens=False)
+    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 9}, "stream": True}
     with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as r:
         assert r.status_code == 200, r.text
-        events = sse_events(r)
+        events = sse_events(r, release)
+    assert events[0]["output_ids"] == expected_ids(tok, 1)
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     assert len(chunks) >= 2 and all("text" not in c for c in chunks)
