@@ -280,6 +280,74 @@ def test_call_ended_by_shutdown_leaves_no_unretrieved_task_exception(shutdown_ro
     assert [m for r in shutdown_rounds for m in r["never_retrieved"]] == []
 
 
+def test_stream_step_asked_for_while_shutdown_runs_ends(model, tmp_path: Path, monkeypatch) -> None:
+    """A stream iterated on another thread (``generate(stream=True)`` and ``async_generate(
+    stream=True)``) that asks for its next chunk while ``shutdown()`` runs ends with the
+    shutdown's ``RuntimeError``. The step's call had passed the "shut down?" check but was not yet
+    among the calls ``shutdown()`` fails when ``shutdown()`` failed them and stopped the loop: the
+    step was queued on the stopped loop and its consumer waited forever (seen once as a streaming
+    thread still alive 30 s after ``shutdown()``). The window is held open here: each consumer's
+    step waits inside it until ``shutdown()`` has returned."""
+    import threading
+
+    from server_fixture import hold_until_tag
+    from sglang_v4.entrypoints import engine as engine_module
+
+    eng = _fake_engine(model)
+    shut_down = threading.Event()
+    settled = engine_module._settled
+    consumers: dict[str, dict[str, Any]] = {}
+
+    def step_held_in_window(coro: Any) -> Any:
+        # a consumer's step after its first chunk: held until shutdown() returned (bounded, so code
+        # that runs this inside a lock shutdown() needs is slow, not deadlocked)
+        me = next((c for c in consumers.values() if c["thread"] is threading.current_thread()), None)
+        if me is not None and me["first"].is_set() and not me["in_window"].is_set():
+            me["in_window"].set()
+            shut_down.wait(10)
+        return settled(coro)
+
+    def consume(name: str, prompt: str) -> None:
+        me = consumers[name]
+        try:
+            if name == "generate":
+                for _ in eng.generate(prompt=prompt, sampling_params={"max_new_tokens": 50}, stream=True):
+                    me["first"].set()
+            else:
+
+                async def consume_async() -> None:
+                    stream = await eng.async_generate(
+                        prompt=prompt, sampling_params={"max_new_tokens": 50}, stream=True
+                    )
+                    async for _ in stream:
+                        me["first"].set()
+
+                asyncio.run(consume_async())
+            me["result"] = "finished"
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            me["result"] = f"{type(e).__name__}: {e}"
+
+    monkeypatch.setattr(engine_module, "_settled", step_held_in_window)
+    for name in ("generate", "async_generate"):
+        prompt = f"Hi {hold_until_tag(tmp_path / name)}"  # held after its first token, never released
+        thread = threading.Thread(target=consume, args=(name, prompt), daemon=True)
+        consumers[name] = {"thread": thread, "first": threading.Event(), "in_window": threading.Event()}
+    try:
+        for c in consumers.values():
+            c["thread"].start()
+        for name, c in consumers.items():
+            assert c["first"].wait(60), f"{name}: the held request never produced its first chunk"
+            assert c["in_window"].wait(30), f"{name}: the consumer never asked for its second chunk"
+    finally:
+        eng.shutdown()
+        shut_down.set()
+    for name, c in consumers.items():
+        c["thread"].join(10)
+        assert not c["thread"].is_alive(), f"{name}: a stream step asked for during shutdown() waits forever"
+        result = c.get("result", "")
+        assert result.startswith("RuntimeError: ") and "shut down" in result, (name, result)
+
+
 def test_script_ending_with_an_open_stream_exits(model, tmp_path: Path) -> None:
     """A script that ends without ``shutdown()`` while a streamed ``generate`` is still open
     exits promptly and cleanly: the open stream's cleanup used to wait forever on the engine's

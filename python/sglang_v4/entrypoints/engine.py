@@ -208,6 +208,10 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
             target=self._loop.run_forever, name="sglang_v4-engine-loop", daemon=True
         )
         self._thread.start()
+        # _submit() checks _closed and records its call's future in _inflight under this lock,
+        # and shutdown() sets _closed under it: a call either is refused or is among the calls
+        # shutdown() fails (see _submit)
+        self._lock = threading.Lock()
         self._closed = False
         # futures of calls running on the loop; shutdown() fails those still pending
         self._inflight: set[concurrent.futures.Future[Any]] = set()
@@ -249,12 +253,27 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
             raise RuntimeError(SHUT_DOWN_MESSAGE)
 
     def _submit(self, coro: Any) -> concurrent.futures.Future[Any]:
-        """Run ``coro`` on the engine loop; the future fails with RuntimeError at shutdown."""
-        if self._closed:
-            coro.close()
-            raise RuntimeError(SHUT_DOWN_MESSAGE)
-        inner = asyncio.run_coroutine_threadsafe(_settled(coro), self._loop)
+        """Run ``coro`` on the engine loop; the future fails with RuntimeError at shutdown.
+
+        The "shut down?" check, the future's entry in the calls :meth:`shutdown` fails and the
+        scheduling on the loop happen under one lock that :meth:`shutdown` takes to mark the engine
+        closed: a call that passed the check before shutdown() began is failed by it, even when its
+        coroutine was queued on the loop too late to run (a stopped loop runs nothing). Checked
+        without the lock, a call that passed the check just before shutdown() and recorded its
+        future just after shutdown() had failed the others waited forever.
+
+        Raises:
+            RuntimeError: (:data:`SHUT_DOWN_MESSAGE`) the engine is shut down (``coro`` is closed).
+        """
+        settled = _settled(coro)
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                settled.close()
+                coro.close()
+                raise RuntimeError(SHUT_DOWN_MESSAGE)
+            self._inflight.add(fut)
+            inner = asyncio.run_coroutine_threadsafe(settled, self._loop)
 
         def settle(done: concurrent.futures.Future[tuple[bool, Any]]) -> None:
             if fut.done():  # failed by shutdown() or cancelled by the caller
@@ -271,7 +290,6 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
 
         inner.add_done_callback(settle)
         fut.add_done_callback(lambda f: inner.cancel() if f.cancelled() else None)
-        self._inflight.add(fut)
         fut.add_done_callback(self._inflight.discard)
         return fut
 
@@ -530,9 +548,13 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         (:data:`SHUT_DOWN_MESSAGE`), as does every later call (``generate``,
         ``async_generate``, ``flush_cache``, ``get_server_info``).
         """
-        if getattr(self, "_closed", True):
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before the loop started: nothing to stop
             return
-        self._closed = True
+        with lock:  # no call passes _submit's check from now on (see _submit)
+            if self._closed:
+                return
+            self._closed = True
         atexit.unregister(getattr(self, "_atexit", None))
         tm = getattr(self, "tokenizer_manager", None)
         if tm is not None:
