@@ -601,3 +601,29 @@ def test_store_is_bounded() -> None:
     assert store.bytes == sum(store.get(k).size for k in "bd")
     with pytest.raises(ValueError):
         ResponseStore(max_entries=0)
+
+
+def test_context_length_400_keeps_the_sentence_of_the_chat_route(tok: PreTrainedTokenizerFast) -> None:
+    """A prompt over the context is the chat route's 400 with the field words renamed once:
+    vLLM's closing sentence ``Please reduce the length of the input messages.`` stays whole
+    (it read ``the input input.`` when every ``messages`` became ``input``), streamed or not."""
+    from sglang_v4.managers.control_struct import context_length_message
+    from sglang_v4.managers.tokenization import RequestError as EngineRequestError
+
+    class TooLongTM(PromptTM):
+        async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+            raise EngineRequestError(context_length_message(self.context_len, self.context_len + 5, None))
+            yield  # an async generator, as the real tokenizer manager's
+
+    client, tc = make_client(TooLongTM(tok))
+    chat_msg = tc.post(
+        "/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2},
+    ).json()["error"]["message"]
+    assert chat_msg.endswith("Please reduce the length of the input messages.")
+    for stream in (False, True):
+        r = tc.post(
+            "/v1/responses", json={"model": MODEL, "input": "x", "max_output_tokens": 2, "stream": stream}
+        )
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["message"] == chat_msg

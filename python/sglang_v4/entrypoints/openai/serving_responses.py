@@ -47,6 +47,7 @@ the request, as on chat completions.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -116,10 +117,11 @@ METADATA_MAX_PAIRS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
 
 
 def _responses_error(e: RequestError) -> RequestError:
-    """``e`` (raised on the chat path) naming the Responses field (:data:`_FIELD_NAMES`)."""
+    """``e`` (raised on the chat path) naming the Responses field (:data:`_FIELD_NAMES`): whole
+    words only, and not the ``messages`` of vLLM's ``the input messages`` (else ``input input``)."""
     msg, param = e.message, e.param
     for chat_name, name in _FIELD_NAMES.items():
-        msg = msg.replace(chat_name, name)
+        msg = re.sub(rf"(?<!input )\b{re.escape(chat_name)}\b", name, msg)
         if param == chat_name:
             param = name
     return RequestError(msg, e.status, e.err_type, param)
