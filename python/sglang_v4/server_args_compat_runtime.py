@@ -35,7 +35,6 @@ from sglang_v4.server_args_compat_flag import (
     json_value,
 )
 
-#: The ignored runtime-service flags.
 #: SGLang's ``--linear-attn-*-backend`` choices (the verify backend adds ``nv_cutedsl``).
 LINEAR_ATTN_BACKENDS = (
     "triton",
@@ -48,6 +47,7 @@ LINEAR_ATTN_BACKENDS = (
     "intel_xpu",
 )
 
+#: The ignored runtime-service flags.
 RUNTIME_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--mm-attention-backend", IGNORED, "sglang-v4 serves text-only models"),
     SGLangFlag(
