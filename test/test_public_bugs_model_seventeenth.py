@@ -212,10 +212,8 @@ def test_trt_model_connect_1115_partial_fp8_blocks_follow_weight_block_size() ->
     got = dequantize_fp8_block(q, s, (128, 128)).double()
     assert torch.equal(got, _ref_block_dequant64(q, s, 128, 128))
     assert not torch.equal(got, _ref_block_dequant64(q, s, 125, 100))
-    got64 = dequantize_fp8_block(
-        q, torch.pow(2.0, torch.randint(-8, 4, (16, 5), generator=g).float()), (64, 64)
-    )
-    assert got64.shape == (1000, 300)
+    s64 = torch.pow(2.0, torch.randint(-8, 4, (16, 5), generator=g).float())  # weight_block_size [64, 64]
+    assert torch.equal(dequantize_fp8_block(q, s64, (64, 64)).double(), _ref_block_dequant64(q, s64, 64, 64))
 
 
 def test_compressed_tensors_873_block_scale_of_one_column_is_not_per_channel() -> None:
@@ -364,3 +362,121 @@ def test_load_state_dict_of_sharded_checkpoint_matches_runtime_model(
     sd = load_state_dict(sharded_dir, progress=False)
     assert "model.embed_tokens.weight" in sd and "lm_head.weight" in sd
     assert torch.equal(sd["model.embed_tokens.weight"], sharded_model.model.embed_tokens.weight.float())
+
+
+# ---------------------------------------------------------------------------------------------
+# the router's correction bias stays float32 in a bf16 model (sgl-project/sglang#37133)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_sglang_37133_correction_bias_keeps_float32_in_a_bf16_model(sharded_dir: str, tmp_path: Path) -> None:
+    """sgl-project/sglang#37133 and #31213 (a bf16 model allocated ``e_score_correction_bias`` in
+    bf16, so GLM-5.2's float32 biases in ``[6.817, 7.063]`` collapsed to 8 distinct values and
+    98.5% of tokens picked other experts; HF keeps the tensor in float32): a checkpoint whose
+    routers store such biases, loaded into a bfloat16 model, holds them as float32 and bit-equal
+    to the file, while bf16 storage would have rounded them."""
+    wm = json.loads(Path(sharded_dir, INDEX_FILE).read_text())["weight_map"]
+    keys = [k for k in wm if k.endswith("ffn.gate.bias")]
+    assert keys
+    d = _copy(sharded_dir, tmp_path / "ckpt")
+    n = None
+    for k in keys:
+        path = d / wm[k]
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata()
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+        n = tensors[k].numel()
+        tensors[k] = torch.linspace(6.817, 7.063, n, dtype=torch.float64).float()
+        save_file(tensors, str(path), metadata=meta)
+    want = torch.linspace(6.817, 7.063, n, dtype=torch.float64).float()
+    assert not torch.equal(want.bfloat16().float(), want)  # what bf16 storage would keep
+    model = DeepseekV4ForCausalLM(ModelConfig.from_pretrained(str(d)), dtype=torch.bfloat16)
+    load_weights_into(model, str(d), progress=False)
+    biases = {k: v for k, v in model.state_dict().items() if k.endswith("e_score_correction_bias")}
+    assert len(biases) == len(keys)
+    for k, v in biases.items():
+        assert v.dtype == torch.float32 and torch.equal(v, want), k
+
+
+# ---------------------------------------------------------------------------------------------
+# shards without the safetensors metadata block (ml-explore/mlx#743,
+# foundation-model-stack/fastsafetensors#96)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mlx_743_shards_without_format_metadata_load_the_same_model(
+    sharded_dir: str, sharded_model: DeepseekV4ForCausalLM, tmp_path: Path
+) -> None:
+    """ml-explore/mlx#743 and foundation-model-stack/fastsafetensors#96 (shards re-saved by other
+    tools carry no ``__metadata__`` (``{"format": "pt"}`` absent, or an empty / null block) and a
+    loader that read ``metadata["format"]`` refused them): the checkpoint with one shard saved
+    without metadata and one with an empty metadata block loads into exactly the model of the
+    original files."""
+    d = _copy(sharded_dir, tmp_path / "ckpt")
+    for name, meta in (("model-00001-of-00003.safetensors", None), ("model-00003-of-00003.safetensors", {})):
+        with safe_open(str(d / name), "pt") as f:
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        save_file(tensors, str(d / name), metadata=meta)
+        with safe_open(str(d / name), "pt") as f:
+            assert not f.metadata()
+    _same_state(_load(str(d)), sharded_model)
+
+
+# ---------------------------------------------------------------------------------------------
+# a shard shorter than its header declares (osaurus-ai/vmlx-swift#217)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_vmlx_swift_217_truncated_shard_is_refused_before_any_copy(sharded_dir: str, tmp_path: Path) -> None:
+    """osaurus-ai/vmlx-swift#217 (8 shards of a DeepSeek-V4-Flash upload were shorter than their
+    headers declared; the memory-mapped tensors past end-of-file read as zeros or garbage, and
+    ~20% of launches produced token soup): the checkpoint with its last shard cut by 1000 bytes
+    is refused with a ``ValueError`` naming that shard, and the model is left as it was (no
+    tensor was copied before the check)."""
+    d = _copy(sharded_dir, tmp_path / "ckpt")
+    cut = d / "model-00003-of-00003.safetensors"
+    os.truncate(cut, cut.stat().st_size - 1000)
+    model = DeepseekV4ForCausalLM(ModelConfig.from_pretrained(str(d)))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="model-00003-of-00003.safetensors"):
+        load_weights_into(model, str(d), progress=False)
+    bits = lambda t: t.contiguous().view(torch.uint8)  # noqa: E731 - bitwise: uninitialised NaNs compare
+    after = model.state_dict()
+    assert all(torch.equal(bits(before[k]), bits(after[k])) for k in before)
+
+
+# ---------------------------------------------------------------------------------------------
+# the model's tie_word_embeddings, not the file's, decides the LM head (ml-explore/mlx-lm#648,
+# NVIDIA/TensorRT-LLM#13664)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mlx_lm_648_trtllm_13664_loader_follows_the_models_tie_word_embeddings(tmp_path: Path) -> None:
+    """ml-explore/mlx-lm#648 (the loader replaced the config's ``tie_word_embeddings: true`` with
+    its own value and failed with ``Missing ... lm_head.weight``) and NVIDIA/TensorRT-LLM#13664
+    (the loader tied a missing LM head whatever the model's config said): the tie is the served
+    model's config, overrides (``--json-model-override-args``) included. A checkpoint without
+    ``lm_head.weight`` whose file says ``false`` loads under the override ``true`` with the head
+    equal to the embedding, as transformers' ``from_pretrained(..., tie_word_embeddings=True)``
+    gives (before, the loader read the file and refused it), and passes the start-up check; a
+    file saying ``true`` under the override ``false`` is refused naming ``lm_head.weight``."""
+    from sglang_v4.model_loader.weight_loader import check_checkpoint
+    from transformers import DeepseekV4ForCausalLM as HFModel
+
+    d = _hf_checkpoint(tmp_path / "untied", tie=False, seed=648)
+    _edit_single_shard(d, lambda t: t.pop("lm_head.weight"))
+    mc = ModelConfig.from_pretrained(str(d), {"tie_word_embeddings": True})
+    check_checkpoint(str(d), mc)
+    ours = DeepseekV4ForCausalLM(mc)
+    load_weights_into(ours, str(d), progress=False)
+    hf = HFModel.from_pretrained(str(d), dtype=torch.float32, tie_word_embeddings=True)
+    assert torch.equal(ours.lm_head.weight.float(), hf.lm_head.weight.detach())
+    assert torch.equal(ours.lm_head.weight, ours.model.embed_tokens.weight)
+
+    t = _hf_checkpoint(tmp_path / "tied", tie=True, seed=648)
+    assert "lm_head.weight" not in json.loads((t / INDEX_FILE).read_text())["weight_map"]
+    mc = ModelConfig.from_pretrained(str(t), {"tie_word_embeddings": False})
+    with pytest.raises(ValueError, match=r"lm_head\.weight"):
+        check_checkpoint(str(t), mc)
+    with pytest.raises(ValueError, match=r"lm_head\.weight"):
+        load_weights_into(DeepseekV4ForCausalLM(mc), str(t), progress=False)

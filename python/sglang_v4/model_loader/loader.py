@@ -4,8 +4,9 @@ Accepts a single ``.safetensors`` file, a directory with ``model.safetensors``, 
 with shards listed by ``model.safetensors.index.json``; tensor names either DeepSeek's official
 ones, HF's, or the mix ``transformers``' ``save_pretrained`` writes (official layer names under
 ``model.``, ``head.weight``), detected from the names (see :mod:`sglang_v4.model_loader.names`). A
-checkpoint without an LM head (or without an embedding) whose ``config.json`` sets
-``tie_word_embeddings`` uses the other matrix for it, as HF does.
+checkpoint without an LM head (or without an embedding) whose model ties them
+(``tie_word_embeddings``: the served model's config, overrides included, else ``config.json``)
+uses the other matrix for it, as HF does.
 
 Two consumers:
 
@@ -321,7 +322,13 @@ def _detect_format(keys: list[str], key_file: dict[str, str] | None = None) -> s
     return "hf" if hf else "official"
 
 
-def _plan(model_path: str) -> _Plan:
+def _plan(model_path: str, tie_word_embeddings: bool | None = None) -> _Plan:
+    """Plan the load of the checkpoint at ``model_path`` from its safetensors headers.
+
+    ``tie_word_embeddings``: whether the model ties its LM head to its embedding (the model's
+    effective config, ``--json-model-override-args`` included); ``None`` reads it from the
+    checkpoint's ``config.json`` (a view without a model config: :func:`load_state_dict`).
+    """
     files = checkpoint_files(model_path)
     plan = _Plan(block=_block_size(model_path))
     meta: dict[str, tuple[str, tuple[int, ...]]] = {}
@@ -444,7 +451,10 @@ def _plan(model_path: str) -> _Plan:
         plan.entries.append(_Entry(name, shape, [s for row in rows for s in row], experts=rows))
     names = {e.name for e in plan.entries}
     pair = ("model.embed_tokens.weight", "lm_head.weight")
-    if _config(model_path).get("tie_word_embeddings") and (pair[0] in names) != (pair[1] in names):
+    tie = (
+        _config(model_path).get("tie_word_embeddings") if tie_word_embeddings is None else tie_word_embeddings
+    )
+    if tie and (pair[0] in names) != (pair[1] in names):
         # tied and only one of the two stored (HF's save_pretrained writes no LM head): the stored
         # one serves both, as transformers' ``tie_weights`` does; both stored: each its own
         have, missing = pair if pair[0] in names else pair[::-1]

@@ -319,6 +319,14 @@ def _load_entry(
             _load_region(src, region, handles, plan, tgt, local, dtype)
 
 
+def _model_ties_embeddings(model: torch.nn.Module) -> bool | None:
+    """``tie_word_embeddings`` of the config ``model`` was built from (a runtime model keeps its
+    :class:`ModelConfig` as ``mc``, overrides applied), or ``None`` for another module (the
+    checkpoint's ``config.json`` then decides)."""
+    mc = getattr(model, "mc", None)
+    return bool(mc.hf.tie_word_embeddings) if isinstance(mc, ModelConfig) else None
+
+
 def load_weights_into(
     model: torch.nn.Module,
     model_path: str,
@@ -331,7 +339,9 @@ def load_weights_into(
     First checks, from the safetensors headers alone, that every weight of ``model.state_dict()``
     is in the checkpoint with the same (logical, i.e. dequantized) shape and that the checkpoint
     has no other tensor (except the decoder layers beyond the model's depth, skipped with a warning:
-    see :func:`_drop_layers_beyond`); then reads one stored tensor at a time (a routed expert's ``w1`` / ``w3``
+    see :func:`_drop_layers_beyond`; when the model's config ties the LM head to the embedding,
+    a checkpoint holding only one of the two fills both, as transformers' ``tie_weights`` does);
+    then reads one stored tensor at a time (a routed expert's ``w1`` / ``w3``
     / ``w2`` are written straight into their rows of the packed destination, so host memory holds
     one stored tensor, never a stacked fp32 copy), moves it to the destination's device and
     writes it in the destination's format (``layers/quantization.py``): FP8 / FP4 copied as
@@ -361,7 +371,7 @@ def load_weights_into(
         if sh is not None and sh.local_shape != t.logical_shape:
             raise ValueError(f"{k}: the model holds {t.logical_shape} but its shard is {sh.local_shape}")
         full_shapes[k] = sh.full_shape if sh is not None else t.logical_shape
-    plan = _plan(model_path)
+    plan = _plan(model_path, _model_ties_embeddings(model))
     beyond = _drop_layers_beyond(plan, full_shapes)
     if beyond:
         logger.warning(
@@ -465,7 +475,7 @@ def check_checkpoint(model_path: str, model_config: ModelConfig, allow_empty: bo
     expected = {k: t.logical_shape for k, t in _targets(model.state_dict()).items()}
     del model
     try:
-        plan = _plan(model_path)
+        plan = _plan(model_path, bool(model_config.hf.tie_word_embeddings))
     except FileNotFoundError as e:
         raise ValueError(str(e)) from None
     _drop_layers_beyond(plan, expected)
