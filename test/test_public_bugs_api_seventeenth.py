@@ -22,8 +22,17 @@ from typing import Any
 
 import pytest
 import requests
+from dsml_testutil import dsml_block, dsml_invoke, dsml_param
+from openai_fake_tm import FakeTM, app_client, oai_client
 from public_bugs_testutil import post, sse
-from server_fixture import FAKE_CONTEXT_LEN, FAKE_TEXT, ServerHandle
+from responses_testutil import sse as typed_sse
+from server_fixture import (
+    FAKE_CONTEXT_LEN,
+    FAKE_REASONING,
+    FAKE_SCRIPT,
+    FAKE_TEXT,
+    ServerHandle,
+)
 from test_chat_tool_stream_agreement import ChunkTM
 from test_openai_tools import WEATHER, client_for
 
@@ -31,6 +40,8 @@ openai = pytest.importorskip("openai")
 
 from openai.types import Model  # noqa: E402
 from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
+from openai.types.responses import Response, ResponseStreamEvent  # noqa: E402
+from pydantic import TypeAdapter  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,6 +49,7 @@ CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 FAKE_MODEL = "qa-model"  # plain_fake_server's --served-model-name
 HI = [{"role": "user", "content": "Hi"}]
+SCRIPT_Q = "[script] What is 6*7?"  # FakeScheduler writes FAKE_SCRIPT then EOS
 
 
 def _ok(server: ServerHandle, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -328,3 +340,113 @@ def test_sglang_12081_oversized_streamed_prompt_is_an_http_400(
     assert r.json()["error"]["message"] == flat.json()["error"]["message"]
     assert "context length" in r.json()["error"]["message"]
     json.dumps(r.json())  # a plain JSON object, as OpenAI clients read errors
+
+
+# --------------------------------------------------------------------------- reasoning
+
+
+def test_sglang_9457_thinking_disabled_leaves_reasoning_content_empty(
+    plain_fake_server: ServerHandle,
+) -> None:
+    """sgl-project/sglang#9457: with ``chat_template_kwargs: {"thinking": false}`` the reasoning
+    parser still read the start of the answer as reasoning (the prompt had closed the thinking
+    block), so ``content`` came back null and the answer sat in ``reasoning_content``. Expected:
+    thinking off, nothing is reasoning -- ``reasoning_content`` is null, ``content`` is the text the
+    model wrote (``FAKE_SCRIPT``, unsplit), streamed and not, and no reasoning tokens are counted;
+    thinking on, the same output splits at ``</think>`` (the contrast)."""
+    msgs = [{"role": "user", "content": SCRIPT_Q}]
+    off = {
+        "model": FAKE_MODEL,
+        "messages": msgs,
+        "max_tokens": 200,
+        "chat_template_kwargs": {"thinking": False},
+    }
+    full = ChatCompletion.model_validate(_ok(plain_fake_server, CHAT, off))
+    msg = full.choices[0].message
+    assert (msg.model_extra or {}).get("reasoning_content") is None and msg.content == FAKE_SCRIPT
+    assert not (
+        full.usage.completion_tokens_details and full.usage.completion_tokens_details.reasoning_tokens
+    )
+    chunks = sse(plain_fake_server, CHAT, off)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert not any(d.get("reasoning_content") for d in deltas)
+    assert "".join(d.get("content") or "" for d in deltas) == FAKE_SCRIPT
+    on = {**off, "chat_template_kwargs": {"thinking": True}}
+    split = _ok(plain_fake_server, CHAT, on)["choices"][0]["message"]
+    assert split["reasoning_content"] == FAKE_REASONING and split["content"] != FAKE_SCRIPT
+
+
+_EVENTS = TypeAdapter(ResponseStreamEvent)
+
+
+def test_omlx_2817_responses_cut_in_reasoning_are_incomplete(plain_fake_server: ServerHandle) -> None:
+    """jundot/omlx#2817: a Responses request whose ``max_output_tokens`` ran out while the model was
+    still reasoning came back ``status: "completed"`` with an empty message item, so agents took the
+    empty answer as final. Expected (OpenAI's ``Response``): ``status: "incomplete"`` with
+    ``incomplete_details.reason: "max_output_tokens"``, the reasoning item holding the reasoning
+    generated so far (a prefix of ``FAKE_REASONING``) and no empty message; streamed, the last event
+    is ``response.incomplete`` carrying that same response; every event reads as the ``openai``
+    client's event type. With room to finish the same request is ``completed``."""
+    body = {"model": FAKE_MODEL, "input": SCRIPT_Q, "max_output_tokens": 5, "reasoning": {"effort": "high"}}
+    body["chat_template_kwargs"] = {"thinking": True}
+    for stream in (False, True):
+        if stream:
+            r = requests.post(
+                plain_fake_server.url + "/v1/responses", json={**body, "stream": True}, timeout=60
+            )
+            assert r.status_code == 200, r.text
+            events = typed_sse(r.text)
+            for e in events:
+                _EVENTS.validate_python(e)
+            assert events[-1]["type"] == "response.incomplete", [e["type"] for e in events]
+            got = Response.model_validate(events[-1]["response"])
+        else:
+            got = Response.model_validate(_ok(plain_fake_server, "/v1/responses", body))
+        assert got.status == "incomplete" and got.incomplete_details.reason == "max_output_tokens", got
+        assert [o.type for o in got.output] == ["reasoning"], got.output
+        text = "".join(c.text for c in got.output[0].content or [])
+        assert text and FAKE_REASONING.startswith(text), text
+        assert got.usage.output_tokens == 5 == got.usage.output_tokens_details.reasoning_tokens
+    done = Response.model_validate(
+        _ok(plain_fake_server, "/v1/responses", {**body, "max_output_tokens": 200})
+    )
+    assert done.status == "completed" and done.incomplete_details is None
+    assert [o.type for o in done.output] == ["reasoning", "message"]
+
+
+def test_sglang_30556_every_choice_of_n_gets_its_reasoning_and_tool_calls(tok: Any) -> None:
+    """sgl-project/sglang#30556: with ``n > 1`` and both a reasoning and a tool-call parser, no
+    choice had its reasoning separated or its tool calls parsed (``finish_reason: "stop"``), where
+    ``n: 1`` worked. Expected: each of the ``n`` choices is parsed on its own -- its reasoning in
+    ``reasoning_content``, the hand-written calls as ``tool_calls`` with ids of their own, finish
+    ``tool_calls`` -- unstreamed and, folded per choice index by the ``openai`` client's stream
+    accumulator, streamed alike."""
+    calls = dsml_block(
+        dsml_invoke("get_weather", dsml_param("city", True, "Oslo")),
+        dsml_invoke("get_weather", dsml_param("city", True, "Rome")),
+    )
+    tc = app_client(FakeTM(tok, "Think hard.</think>Sure." + calls))  # choice k > 0 adds " #k"
+    client = oai_client(tc)
+    kw = {
+        "model": "dsv4-test",
+        "messages": [{"role": "user", "content": "Weather in Oslo and Rome?"}],
+        "tools": [WEATHER],
+        "n": 3,
+        "extra_body": {"chat_template_kwargs": {"thinking": True}},
+    }
+    full = client.chat.completions.create(**kw)
+    with client.chat.completions.stream(**kw) as stream:
+        folded = stream.get_final_completion()
+    for got in (full, folded):
+        assert [c.index for c in got.choices] == [0, 1, 2]
+        ids = set()
+        for c in got.choices:
+            assert c.finish_reason == "tool_calls", c
+            assert (c.message.model_extra or {}).get("reasoning_content") == "Think hard.", c.message
+            assert c.message.content.startswith("Sure."), c.message
+            assert [json.loads(t.function.arguments) for t in c.message.tool_calls] == [
+                {"city": "Oslo"},
+                {"city": "Rome"},
+            ]
+            ids.update(t.id for t in c.message.tool_calls)
+        assert len(ids) == 6, ids
