@@ -28,6 +28,7 @@ from public_bugs_testutil import post, sse
 from responses_testutil import sse as typed_sse
 from server_fixture import (
     FAKE_CONTEXT_LEN,
+    FAKE_EOS,
     FAKE_REASONING,
     FAKE_SCRIPT,
     FAKE_TEXT,
@@ -450,3 +451,33 @@ def test_sglang_30556_every_choice_of_n_gets_its_reasoning_and_tool_calls(tok: A
             ]
             ids.update(t.id for t in c.message.tool_calls)
         assert len(ids) == 6, ids
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_sglang_1609_matched_stop_tells_eos_stop_token_and_stop_string_apart(
+    plain_fake_server: ServerHandle, tok: Any, path: str
+) -> None:
+    """sgl-project/sglang#1609 (fix PR #1684): every stop came back as ``finish_reason: "stop"``
+    alone, so a client could not tell the EOS token from one of its ``stop_token_ids`` or a
+    ``stop`` string (all are trimmed from the text). Expected (SGLang's ``matched_stop``, vLLM's
+    ``stop_reason``): the EOS id for a natural end, the token id for a stop token, the string for a
+    stop string, null for ``length``; the streamed finishing chunk says the same."""
+    brown = tok.encode(" brown", add_special_tokens=False)
+    assert len(brown) == 1  # a single token of FAKE_TEXT (" The quick brown ...")
+    base = {"model": FAKE_MODEL, "max_tokens": 200}
+    if path == CHAT:
+        plain, script = {"messages": HI}, {"messages": [{"role": "user", "content": SCRIPT_Q}]}
+    else:
+        plain, script = {"prompt": "Hi"}, {"prompt": SCRIPT_Q}
+    cases = [
+        ({**script}, "stop", FAKE_EOS),
+        ({**plain, "stop_token_ids": brown}, "stop", brown[0]),
+        ({**plain, "stop": ["quick"]}, "stop", "quick"),
+        ({**plain, "max_tokens": 2}, "length", None),
+    ]
+    for extra, reason, matched in cases:
+        body = {**base, **extra}
+        ch = _ok(plain_fake_server, path, body)["choices"][0]
+        assert (ch["finish_reason"], ch["matched_stop"]) == (reason, matched), (extra, ch)
+        last = [c["choices"][0] for c in sse(plain_fake_server, path, body) if c["choices"]][-1]
+        assert (last["finish_reason"], last["matched_stop"]) == (reason, matched), (extra, last)
