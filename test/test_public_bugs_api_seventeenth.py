@@ -481,3 +481,32 @@ def test_sglang_1609_matched_stop_tells_eos_stop_token_and_stop_string_apart(
         assert (ch["finish_reason"], ch["matched_stop"]) == (reason, matched), (extra, ch)
         last = [c["choices"][0] for c in sse(plain_fake_server, path, body) if c["choices"]][-1]
         assert (last["finish_reason"], last["matched_stop"]) == (reason, matched), (extra, last)
+
+
+def test_exo_1885_responses_usage_has_its_token_details_streamed_and_not(tok: Any) -> None:
+    """exo-explore/exo#1885: the Responses API's ``usage`` lacked ``input_tokens_details`` and
+    ``output_tokens_details`` (chat completions had them), and clients reading the streamed
+    ``response.completed`` found no usage (diegosouzapw/OmniRoute#6906). Expected (OpenAI's
+    ``ResponseUsage``): ``input_tokens`` the prompt's token count, ``input_tokens_details.
+    cached_tokens`` the engine's cached count, ``output_tokens`` the generated tokens (the reply as
+    the tokenizer encodes it), ``output_tokens_details.reasoning_tokens`` 0 without reasoning and
+    ``total_tokens`` the sum -- the same on the streamed terminal event as unstreamed."""
+    reply = "It is sunny in Oslo."
+    tm = FakeTM(tok, reply)  # every output reports cached_tokens = 3
+    tc = app_client(tm)
+    body = {"model": "dsv4-test", "input": "Weather in Oslo?"}
+    full = Response.model_validate(tc.post("/v1/responses", json=body).json())
+    prompt_len = len(tm.received[-1].input_ids)
+    events = typed_sse(tc.post("/v1/responses", json={**body, "stream": True}).text)
+    for e in events:
+        _EVENTS.validate_python(e)
+    assert events[-1]["type"] == "response.completed"
+    streamed = Response.model_validate(events[-1]["response"])
+    want_out = len(tok.encode(reply, add_special_tokens=False))
+    for got in (full, streamed):
+        u = got.usage
+        assert u is not None, got
+        assert (u.input_tokens, u.input_tokens_details.cached_tokens) == (prompt_len, 3), u
+        assert (u.output_tokens, u.output_tokens_details.reasoning_tokens) == (want_out, 0), u
+        assert u.total_tokens == u.input_tokens + u.output_tokens
+        assert got.output[-1].content[0].text == reply
