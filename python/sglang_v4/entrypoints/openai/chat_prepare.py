@@ -429,6 +429,15 @@ class ChatPrepareMixin(OpenAIServingBase):
             )
         except ValueError as e:
             raise RequestError(str(e), param="reasoning_effort") from None
+        if req.tools is not None and not req.tools:
+            # OpenAI refuses an empty array (code "empty_array"); served as "no tools" the model
+            # would be told nothing while tool_choice "auto" pretends it may call one
+            # (vllm-project/vllm#39741). ``null`` / a missing field is "no tools".
+            raise RequestError(
+                "Invalid 'tools': empty array. `tools` needs at least one tool; leave it out (or "
+                "send null) for a request without tools.",
+                param="tools",
+            )
         try:
             functions = validate_tools(req.tools) if req.tools else []
         except ValueError as e:
