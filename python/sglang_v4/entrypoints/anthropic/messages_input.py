@@ -6,7 +6,9 @@
   which agents such as Claude Code send: ``content`` a string or ``text`` blocks) is a chat
   ``system`` message at its place.
 * ``messages`` (:func:`messages_to_chat`): a ``user`` message's ``text`` blocks become a user
-  message (joined by a blank line; a string content is one text); each ``tool_result`` block
+  message (joined by a blank line; an empty ``text`` block, which Claude Code sends, adds
+  nothing, not even the blank line, as DeepSeek's own Messages converter reads it; a string
+  content is one text); each ``tool_result`` block
   becomes a ``tool`` message answering the call of its ``tool_use_id``, which must be a
   ``tool_use`` of the preceding assistant message (``content`` a string or ``text`` blocks, its
   text as is; ``tool_reference`` items of a client-side tool search add nothing; ``is_error``
@@ -201,16 +203,22 @@ def _assistant_message(blocks: Sequence[Any], field: str) -> dict[str, Any]:
 def _user_messages(blocks: Sequence[Any], field: str, answerable: set[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     texts: list[str] = []
+    run = False  # a run of text blocks is open (its empty blocks add no text, not even a separator)
 
     def flush() -> None:
-        if texts:
+        nonlocal run
+        if run:
             out.append({"role": "user", "content": BLOCK_SEPARATOR.join(texts)})
             texts.clear()
+            run = False
 
     for where, b in _content_blocks(blocks, field):
         kind = b.get("type")
         if kind == "text":
-            texts.append(_block_str(b, "text", where))
+            text = _block_str(b, "text", where)
+            run = True
+            if text:
+                texts.append(text)
         elif kind == "tool_result":
             call_id = _block_str(b, "tool_use_id", where, non_empty=True)
             if call_id not in answerable:
