@@ -11,7 +11,9 @@ chat path, :mod:`.serving_responses`).
   turn (``reasoning_content``, ``content``, ``tool_calls`` with the item's ``call_id`` as the call
   id), as one response's output is one turn; a ``function_call_output`` item is a ``tool`` message
   answering the call of that ``call_id``, which must be one of the calls of the latest assistant
-  turn. A reasoning item's text is its ``reasoning_text`` content, else its summary texts. A
+  turn. A reasoning item's text is its ``reasoning_text`` content, else its summary texts; one
+  with no text (empty, or ``encrypted_content`` only, as Codex replays them) is a no-op, as
+  DeepSeek's Responses converter reads it. A
   ``function_call``'s ``arguments`` is a JSON object text, or the beginning of one (a call cut by
   ``max_output_tokens``, replayed with the members that parse). ``content`` / ``output`` may not
   be ``null``.
@@ -170,8 +172,11 @@ def input_to_messages(
                 # (deepseek-recipe): not the V4 encoder's developer turn, which thinking mode drops
                 out.append({"role": "user" if role == "developer" else role, "content": text})
         elif kind == "reasoning":
+            text = _reasoning_text(item, field)
+            if not text:  # no text to replay (empty, or encrypted content only): a no-op
+                continue
             t = assistant_turn(("reasoning_content", "content", "tool_calls"))
-            t["reasoning_content"] = _reasoning_text(item, field)
+            t["reasoning_content"] = text
             last_calls = set()
         elif kind == "function_call":
             call_id, name, args = item.get("call_id"), item.get("name"), item.get("arguments")
