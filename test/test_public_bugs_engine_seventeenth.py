@@ -1,0 +1,196 @@
+"""Public bug reports (round seventeen) of the offline Engine API, the scheduler, the radix prefix
+cache and the sampling parameters, replayed against sglang-v4.
+
+The Engine tests run the real processes on the model-free ``FakeScheduler`` (``server_fixture``):
+the expected texts come from ``transformers.AutoTokenizer`` on the same tokenizer files
+(``fake_output_text``), independent of the runtime's own tokenizer wrapper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import time
+import warnings
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+from server_fixture import fake_output_text, hf_auto_tokenizer, hold_until_tag
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _fake_engine(model: Path, **kwargs: Any) -> Any:
+    """A private ``Engine`` on ``FakeScheduler`` over ``model`` (one the test may shut down)."""
+    from sglang_v4 import Engine
+
+    old = os.environ.get("SGLANG_V4_SCHEDULER_CLASS")
+    os.environ["SGLANG_V4_SCHEDULER_CLASS"] = "server_fixture:FakeScheduler"
+    try:
+        return Engine(model_path=str(model), **kwargs)
+    finally:
+        if old is None:
+            os.environ.pop("SGLANG_V4_SCHEDULER_CLASS", None)
+        else:
+            os.environ["SGLANG_V4_SCHEDULER_CLASS"] = old
+
+
+@pytest.fixture(scope="module")
+def expected() -> Any:
+    tok = hf_auto_tokenizer()
+    return lambda n: fake_output_text(tok, n)
+
+
+def _outcome(fn: Any) -> tuple[list[dict[str, Any]], str]:
+    """``fn()``'s chunks (it appends to the list it is given) and how it ended: ``"ended"`` or
+    ``"TypeName: message"``."""
+    chunks: list[dict[str, Any]] = []
+    try:
+        fn(chunks)
+        return chunks, "ended"
+    except BaseException as e:  # noqa: BLE001 - the test inspects it
+        return chunks, f"{type(e).__name__}: {e}"
+
+
+def _shut_down_with_open_streams(model: Path, tmp: Path) -> dict[str, Any]:
+    """A private Engine shut down while four streams are open (see :func:`shutdown_round`)."""
+    eng = _fake_engine(model)
+    sp = {"max_new_tokens": 3}
+    held = eng.generate(
+        prompt=f"Hi {hold_until_tag(tmp / 'never')}", sampling_params={"max_new_tokens": 8}, stream=True
+    )
+    held_chunks = [next(held)]  # running, held after its first token, never released
+    unread_release = tmp / "unread"
+    unread = eng.generate(
+        prompt=f"Hey {hold_until_tag(unread_release)}", sampling_params=sp, stream=True, rid="unread-rid"
+    )
+    unread_chunks = [next(unread)]
+    unread_release.touch()
+    deadline = time.time() + 30
+    while eng.tokenizer_manager.rid_to_state.get("unread-rid") is not None and not (
+        eng.tokenizer_manager.rid_to_state["unread-rid"].finished
+    ):
+        assert time.time() < deadline, "the released request never finished"
+        time.sleep(0.01)
+    sync_stream = eng.generate(prompt="one", sampling_params=sp, stream=True)
+
+    async def read_async(chunks: list[dict[str, Any]]) -> None:
+        stream = await eng.async_generate(prompt="two", sampling_params=sp, stream=True)
+        async for c in stream:
+            chunks.append(c)
+            if c["meta_info"]["finish_reason"] is not None:
+                # the other open streams are read after this shutdown
+                eng.shutdown()
+
+    def read_sync(chunks: list[dict[str, Any]]) -> None:
+        for c in sync_stream:
+            chunks.append(c)
+
+    sync_first = next(sync_stream)
+    # the sync stream to its final chunk, without asking past it
+    sync_chunks = [sync_first]
+    while sync_chunks[-1]["meta_info"]["finish_reason"] is None:
+        sync_chunks.append(next(sync_stream))
+    out: dict[str, Any] = {"async_done": _outcome(lambda ch: asyncio.run(read_async(ch)))}
+    more, how = _outcome(read_sync)
+    out["sync_done"] = (sync_chunks + more, how)
+    more, how = _outcome(lambda ch: ch.extend(unread))
+    out["unread"] = (unread_chunks + more, how)
+    more, how = _outcome(lambda ch: ch.extend(held))
+    out["held"] = (held_chunks + more, how)
+    out["threads"] = [t.name for t in threading.enumerate() if t.name.startswith("sglang_v4-engine")]
+    out["engine_ref"] = weakref.ref(eng)
+    return out
+
+
+@pytest.fixture(scope="module")
+def shutdown_round(shared_fake_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One private Engine, shut down while four streams are open, then dropped; as plain data:
+
+    ``async_done`` / ``sync_done``: an ``async_generate(stream=True)`` / ``generate(stream=True)``
+    stream read to its final chunk, ``shutdown()`` called in the loop body; ``unread``: a stream
+    whose request finished but whose last chunk was not read yet; ``held``: a stream whose
+    request is still running at shutdown. Each: ``(chunks, outcome)`` (:func:`_outcome`).
+    ``threads``: the engine's threads alive after ``shutdown()`` returned; ``resource_warnings``:
+    the ``ResourceWarning`` messages of the round and of collecting the engine."""
+    tmp = tmp_path_factory.mktemp("shutdown_round")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        out = _shut_down_with_open_streams(shared_fake_model_dir, tmp)
+        engine_ref = out.pop("engine_ref")
+        deadline = time.time() + 10  # a thread still running holds the engine until it ends
+        gc.collect()
+        while engine_ref() is not None and time.time() < deadline:
+            time.sleep(0.05)
+            gc.collect()
+    out["engine_collected"] = engine_ref() is None
+    out["resource_warnings"] = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    return out
+
+
+def test_stream_finished_before_shutdown_ends_normally(shutdown_round, expected) -> None:
+    """A stream whose request had finished before ``Engine.shutdown()`` ends normally after it,
+    sync and async (the next step used to raise the shut-down ``RuntimeError``), and one whose last
+    chunk was not read yet still hands it out; a request still running fails as before. Oracle:
+    the final text is ``AutoTokenizer``'s decode of the fake model's tokens."""
+    for name in ("async_done", "sync_done", "unread"):
+        chunks, how = shutdown_round[name]
+        assert how == "ended", (name, how)
+        assert chunks[-1]["text"] == expected(3), name
+        assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 3}, name
+        assert [c for c in chunks if c["meta_info"]["finish_reason"] is not None] == chunks[-1:], name
+    chunks, how = shutdown_round["held"]
+    assert how.startswith("RuntimeError: ") and "shut down" in how, how
+
+
+def test_shutdown_closes_event_loop_and_ends_threads(shutdown_round) -> None:
+    """``Engine.shutdown()`` closes its private event loop and ends its threads: the loop was
+    stopped but never closed (``ResourceWarning: unclosed event loop`` when collected, its
+    selector and self-pipe sockets left open) and the watchdog thread outlived the call. The
+    Python docs (asyncio, "Running and stopping the loop"): a loop must be closed with
+    ``loop.close()`` once stopped."""
+    assert shutdown_round["threads"] == []
+    assert shutdown_round["engine_collected"]
+    assert [m for m in shutdown_round["resource_warnings"] if "event loop" in m] == []
+
+
+@pytest.fixture(scope="module")
+def engine(shared_fake_engine: Any) -> Any:
+    """conftest's session ``Engine`` on ``FakeScheduler`` (``[hold]`` prompts run until aborted);
+    every test here leaves no request running and the engine unpaused."""
+    return shared_fake_engine
+
+
+def test_engine_pause_and_continue_generation(engine, expected) -> None:
+    """sgl-project/sglang#7419 (pause / continue generation for RL weight updates; SGLang's
+    engine wrappers call ``engine.pause_generation()`` / ``engine.continue_generation()``): the
+    Engine had neither method (``AttributeError``). ``pause_generation()`` (mode ``abort``)
+    aborts the running request and returns once it has ended; a request made while paused waits
+    and runs after ``continue_generation()``; a bad mode is a ``ValueError`` naming it, and
+    changes nothing."""
+    from server_fixture import in_background
+
+    sp = {"max_new_tokens": 3}
+    held_thread, held = in_background(
+        lambda: engine.generate(prompt="[hold] running", sampling_params={"max_new_tokens": 50})
+    )
+    deadline = time.time() + 30
+    while engine.tokenizer_manager.num_in_flight() == 0:
+        assert time.time() < deadline, "the held request never started"
+        time.sleep(0.01)
+    engine.pause_generation()
+    held_thread.join(30)
+    assert held["out"]["meta_info"]["finish_reason"]["type"] == "abort"
+    waiting_thread, waiting = in_background(lambda: engine.generate(prompt="later", sampling_params=sp))
+    waiting_thread.join(0.5)
+    assert waiting_thread.is_alive(), "a request made while paused ran"
+    engine.continue_generation()
+    waiting_thread.join(30)
+    assert waiting["out"]["text"] == expected(3)
+    with pytest.raises(ValueError, match="mode"):
+        engine.pause_generation(mode="pause-please")
+    assert engine.generate(prompt="after", sampling_params=sp)["text"] == expected(3)
