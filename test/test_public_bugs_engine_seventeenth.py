@@ -158,6 +158,42 @@ def test_shutdown_closes_event_loop_and_ends_threads(shutdown_round) -> None:
     assert [m for m in shutdown_round["resource_warnings"] if "event loop" in m] == []
 
 
+def test_engine_context_manager_in_a_running_loop_releases_everything(
+    shared_fake_model_dir: Path, expected
+) -> None:
+    """sgl-project/sglang#4480 (``Engine`` made a context manager so that leaving the block
+    releases what it holds): an Engine opened with ``with`` inside a running event loop serves
+    blocking and awaited calls there, and leaving the block ends its child processes and its
+    threads and closes its event loop (no ``ResourceWarning`` when it is collected)."""
+    import psutil
+
+    async def main() -> tuple[list[str], list[int], Any]:
+        with _fake_engine(shared_fake_model_dir) as eng:
+            texts = [eng.generate(prompt="a", sampling_params={"max_new_tokens": 2})["text"]]
+            texts.append(
+                (await eng.async_generate(prompt="b", sampling_params={"max_new_tokens": 3}))["text"]
+            )
+            pids = eng.get_all_child_pids()
+        return texts, pids, weakref.ref(eng)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        texts, pids, engine_ref = asyncio.run(main())
+        assert texts == [expected(2), expected(3)]
+        alive = [
+            p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
+        assert alive == []
+        assert [t.name for t in threading.enumerate() if t.name.startswith("sglang_v4-engine")] == []
+        deadline = time.time() + 10
+        gc.collect()
+        while engine_ref() is not None and time.time() < deadline:
+            time.sleep(0.05)
+            gc.collect()
+    assert engine_ref() is None
+    assert [str(w.message) for w in caught if "event loop" in str(w.message)] == []
+
+
 @pytest.fixture(scope="module")
 def engine(shared_fake_engine: Any) -> Any:
     """conftest's session ``Engine`` on ``FakeScheduler`` (``[hold]`` prompts run until aborted);
@@ -194,3 +230,86 @@ def test_engine_pause_and_continue_generation(engine, expected) -> None:
     with pytest.raises(ValueError, match="mode"):
         engine.pause_generation(mode="pause-please")
     assert engine.generate(prompt="after", sampling_params=sp)["text"] == expected(3)
+
+
+def test_per_prompt_sampling_params_list_of_another_length_is_refused(engine, expected) -> None:
+    """ml-explore/mlx-lm#1689 (a per-prompt option list shorter than the prompt list was zipped,
+    silently dropping the trailing prompts; ``max_tokens=0`` crashed): a ``sampling_params`` list
+    shorter or longer than the batch is a ``ValueError`` naming ``sampling_params`` (nothing
+    generated), and ``max_new_tokens=0`` ends at once with an empty text and a ``length``
+    finish of 0, streamed or not (SGLang's finish-reason shape)."""
+    prompts = ["one", "two", "three"]
+    for params in ([{"max_new_tokens": 2}] * 2, [{"max_new_tokens": 2}] * 4):
+        with pytest.raises(ValueError, match="sampling_params"):
+            engine.generate(prompt=prompts, sampling_params=params)
+    outs = engine.generate(prompt=prompts, sampling_params=[{"max_new_tokens": n} for n in (1, 2, 3)])
+    assert [o["text"] for o in outs] == [expected(1), expected(2), expected(3)]
+    zero = {"max_new_tokens": 0}
+    for out in (
+        engine.generate(prompt="x", sampling_params=zero),
+        [*engine.generate(prompt="x", sampling_params=zero, stream=True)][-1],
+    ):
+        assert out["text"] == "" and out["output_ids"] == []
+        assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 0}
+        assert out["meta_info"]["completion_tokens"] == 0
+
+
+def test_batch_with_one_overlong_prompt_is_refused_whole(engine, expected) -> None:
+    """vllm-project/vllm#1655 (a batch holding one prompt longer than the model's limit returned
+    more outputs than prompts, the long one doubled): the whole batch is a ``ValueError`` that
+    gives the prompt's length and the context length (SGLang refuses the request as a whole), and
+    the next batch gets exactly one output per prompt."""
+    long_prompt = "word " * 600  # > the fake model's 512-token context
+    with pytest.raises(ValueError, match="context length") as err:
+        engine.generate(prompt=["short", long_prompt, "also short"], sampling_params={"max_new_tokens": 2})
+    assert "512" in str(err.value)
+    outs = engine.generate(prompt=["short", "also short"], sampling_params={"max_new_tokens": 2})
+    assert [o["text"] for o in outs] == [expected(2)] * 2
+    assert engine.tokenizer_manager.num_in_flight() == 0
+
+
+def test_async_engine_serves_after_a_finished_stream(engine, expected) -> None:
+    """vllm-project/vllm#11873 (after a first ``async for`` over the async engine's stream ended,
+    the next call raised "Engine is gracefully shutting down"): streams read to their ends on
+    two event loops one after the other, then a plain call, all answer the fake model's text."""
+
+    async def stream_once() -> str:
+        stream = await engine.async_generate(
+            prompt="again", sampling_params={"max_new_tokens": 3}, stream=True
+        )
+        return [c async for c in stream][-1]["text"]
+
+    assert asyncio.run(stream_once()) == expected(3)
+    assert asyncio.run(stream_once()) == expected(3)
+    assert asyncio.run(engine.async_generate(prompt="x", sampling_params={"max_new_tokens": 2}))[
+        "text"
+    ] == expected(2)
+
+
+# ----------------------------------------------------------------------------- scheduler (in-process)
+
+
+def test_seeded_sampling_survives_retraction(sched_model_dir: str) -> None:
+    """vllm-project/vllm#19940 (a preempted sequence's seeded generator was re-created when it
+    was prefilled again, so its sampled tokens after the preemption differed from an
+    uninterrupted run): requests sampled at temperature 1 with ``sampling_seed``, retracted
+    under KV pressure and resumed, give the tokens of the same requests run alone on a roomy
+    pool (the cold oracle)."""
+    from dsv4_testutil import random_ids
+    from scheduler_testutil import assert_idle, drain, make_scheduler, submit
+
+    prompts = [random_ids(500, seed=70 + i) for i in range(3)]
+    sampling = {"temperature": 1.0, "top_p": 0.95, "top_k": 50}
+    roomy = make_scheduler(sched_model_dir)
+    alone: dict[str, Any] = {}
+    for i, p in enumerate(prompts):
+        submit(roomy, f"r{i}", p, 20, sampling={**sampling, "sampling_seed": 1000 + i})
+        alone.update(drain(roomy))
+    # five 256-token pages for three requests that each grow to three pages: some are retracted
+    tight = make_scheduler(sched_model_dir, max_total_tokens=5 * 256)
+    for i, p in enumerate(prompts):
+        submit(tight, f"r{i}", p, 20, sampling={**sampling, "sampling_seed": 1000 + i})
+    got = drain(tight)
+    assert tight.num_retractions > 0
+    assert {rid: got[rid]["ids"] for rid in alone} == {rid: r["ids"] for rid, r in alone.items()}
+    assert_idle(tight)
