@@ -289,7 +289,29 @@ def test_async_engine_serves_after_a_finished_stream(engine, expected) -> None:
 # ----------------------------------------------------------------------------- scheduler (in-process)
 
 
-def test_seeded_sampling_survives_retraction(sched_model_dir: str) -> None:
+@pytest.fixture(scope="module")
+def sched(sched_model_dir: str) -> Any:
+    """One in-process CPU scheduler (``scheduler_testutil.make_scheduler``) for the batching
+    tests below; each flushes its cache before a run (:func:`_run_together`)."""
+    from scheduler_testutil import make_scheduler
+
+    return make_scheduler(sched_model_dir)
+
+
+def _run_together(
+    s: Any, reqs: list[tuple[str, list[int], dict[str, Any]]], n: int = 8
+) -> dict[str, list[int]]:
+    """Greedy runs of ``reqs`` (``(rid, prompt ids, extra sampling params)``) submitted in this
+    order before the first step (one batch), on a flushed cache; each rid's output ids."""
+    from scheduler_testutil import drain, submit
+
+    assert s.flush_cache()
+    for rid, ids, sampling in reqs:
+        submit(s, rid, ids, n, sampling=sampling)
+    return {rid: r["ids"] for rid, r in drain(s).items()}
+
+
+def test_seeded_sampling_survives_retraction(sched_model_dir: str, sched: Any) -> None:
     """vllm-project/vllm#19940 (a preempted sequence's seeded generator was re-created when it
     was prefilled again, so its sampled tokens after the preemption differed from an
     uninterrupted run): requests sampled at temperature 1 with ``sampling_seed``, retracted
@@ -300,7 +322,8 @@ def test_seeded_sampling_survives_retraction(sched_model_dir: str) -> None:
 
     prompts = [random_ids(500, seed=70 + i) for i in range(3)]
     sampling = {"temperature": 1.0, "top_p": 0.95, "top_k": 50}
-    roomy = make_scheduler(sched_model_dir)
+    roomy = sched
+    assert roomy.flush_cache()
     alone: dict[str, Any] = {}
     for i, p in enumerate(prompts):
         submit(roomy, f"r{i}", p, 20, sampling={**sampling, "sampling_seed": 1000 + i})
@@ -313,3 +336,44 @@ def test_seeded_sampling_survives_retraction(sched_model_dir: str) -> None:
     assert tight.num_retractions > 0
     assert {rid: got[rid]["ids"] for rid in alone} == {rid: r["ids"] for rid, r in alone.items()}
     assert_idle(tight)
+
+
+def test_repetition_penalty_does_not_depend_on_batch_order(sched: Any) -> None:
+    """vllm-project/vllm#5607 (fixed by vllm-project/vllm#5639: with one request carrying
+    ``repetition_penalty=2`` and one carrying none in the same batch, the penalty tensors had
+    the wrong shape when the plain request came first, so the penalised request's output
+    depended on the order the two arrived in): both orders give each request its output run
+    alone (the cold oracle), and the penalty does change the output of the same prompt."""
+    from dsv4_testutil import random_ids
+
+    base = random_ids(40, seed=17)
+    # the prompt repeats the tokens greedy decoding continues it with: the penalty bites on them
+    prompt = base + _run_together(sched, [("probe", base, {})])["probe"] * 3
+    pen = {"repetition_penalty": 2.0}
+    alone = {
+        "pen": _run_together(sched, [("pen", prompt, pen)])["pen"],
+        "plain": _run_together(sched, [("plain", prompt, {})])["plain"],
+    }
+    assert alone["pen"] != alone["plain"]
+    assert _run_together(sched, [("pen", prompt, pen), ("plain", prompt, {})]) == alone
+    assert _run_together(sched, [("plain", prompt, {}), ("pen", prompt, pen)]) == alone
+
+
+def test_frequency_penalty_in_a_batch_of_unequal_prompts(sched: Any) -> None:
+    """huggingface/text-generation-inference#1765 (in a batch of prompts of different lengths,
+    the padding tokens were counted by the frequency and repetition penalties, so a penalised
+    request's output changed when it was batched): a request with ``frequency_penalty`` and
+    ``presence_penalty`` batched with a longer and a shorter plain prompt gives its output run
+    alone, and so do they."""
+    from dsv4_testutil import random_ids
+
+    reqs = [
+        ("pen", random_ids(40, seed=23), {"frequency_penalty": 1.05, "presence_penalty": 0.5}),
+        ("long", random_ids(120, seed=22), {}),
+        ("short", random_ids(5, seed=23), {}),
+    ]
+    alone = {rid: _run_together(sched, [(rid, ids, sp)])[rid] for rid, ids, sp in reqs}
+    plain = _run_together(sched, [("pen", reqs[0][1], {})])["pen"]
+    assert alone["pen"] != plain  # the penalties act on this prompt
+    assert _run_together(sched, reqs) == alone
+    assert _run_together(sched, reqs[::-1]) == alone
