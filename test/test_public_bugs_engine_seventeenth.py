@@ -40,9 +40,15 @@ def _fake_engine(model: Path, **kwargs: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def expected() -> Any:
-    tok = hf_auto_tokenizer()
-    return lambda n: fake_output_text(tok, n)
+def hf_tok() -> Any:
+    """``AutoTokenizer`` on the test tokenizer files (``server_fixture.hf_auto_tokenizer``)."""
+    return hf_auto_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def expected(hf_tok: Any) -> Any:
+    """``n`` -> the text of the fake model's first ``n`` tokens, decoded by ``hf_tok``."""
+    return lambda n: fake_output_text(hf_tok, n)
 
 
 def _outcome(fn: Any) -> tuple[list[dict[str, Any]], str]:
@@ -377,3 +383,72 @@ def test_frequency_penalty_in_a_batch_of_unequal_prompts(sched: Any) -> None:
     assert alone["pen"] != plain  # the penalties act on this prompt
     assert _run_together(sched, reqs) == alone
     assert _run_together(sched, reqs[::-1]) == alone
+
+
+def test_shared_prefix_pages_are_counted_once_when_idle(sched: Any) -> None:
+    """sgl-project/sglang#35270 (the radix cache's ``evictable_size()`` counted pages shared by
+    several requests more than once, so at idle ``evictable > total`` and the scheduler's leak
+    check killed the server): after requests sharing a two-page prefix (one of them with
+    ``n``-style siblings of the same prompt) have finished, every page the pool has in use is
+    one the tree owns, all of them are evictable, and evicting them all returns the pool to
+    empty (counted by the page allocators, an independent record)."""
+    from dsv4_testutil import random_ids
+    from scheduler_testutil import drain, submit
+
+    s = sched
+    assert s.flush_cache()
+    prefix = random_ids(2 * 256 + 10, seed=31)
+    prompts = [prefix + random_ids(20, seed=32 + i) for i in range(3)]
+    prompts.append(prompts[0])  # a sibling of the first prompt
+    for i, ids in enumerate(prompts):
+        submit(s, f"shared-{i}", ids, 4)
+    out = drain(s)
+    assert {rid: r["finish"]["type"] for rid, r in out.items()} == {f"shared-{i}": "length" for i in range(4)}
+    tree = s.tree_cache
+    blocks, windows = tree.total_pages()
+    assert blocks >= 2  # the shared prefix's two full pages are cached, once
+    assert tree.evictable_sizes() == (blocks, windows)
+    assert s.pool.block_alloc.used == blocks and s.pool.window_alloc.used == windows
+    assert tree.evict(blocks, windows) == (blocks, windows)
+    assert s.pool.block_alloc.used == 0 and s.pool.window_alloc.used == 0
+    assert tree.total_pages() == (0, 0)
+
+
+# ----------------------------------------------------------------------------- stop strings
+
+
+@pytest.mark.parametrize(
+    ("text", "stop"),
+    [
+        ("Hello 🦜🦜 world and more", "🦜🦜"),  # emojis: several byte-level tokens each
+        ("ab 𝔘𝔫𝔦 cd", "𝔫𝔦"),  # 4-byte characters split across tokens
+        ("x 你好世界 y", "好世"),  # a stop inside one token's text
+        ("foo any bar", " any"),  # a leading space the token's own text carries
+    ],
+)
+def test_stop_string_across_token_boundaries(hf_tok: Any, text: str, stop: str) -> None:
+    """openvinotoolkit/openvino.genai#817 (review: stop strings matched token by token miss a
+    character such as an emoji that is spread over several tokens, and a stop string with a
+    leading space): the runtime's finish check ends the request at the first generated token
+    whose text (``AutoTokenizer``'s decode of the ids so far, the oracle) contains the stop
+    string, not earlier and not later, and the final text is cut right before it."""
+    from server_fixture import tokenizer_source_dir
+    from sglang_v4.sampling.sampling_params import SamplingParams
+    from sglang_v4.sampling.stop_checker import check_stop, trim_matched_stop
+    from sglang_v4.utils import get_tokenizer
+
+    hf = hf_tok
+    ids = hf.encode(text, add_special_tokens=False)
+    want = next(i for i in range(1, len(ids) + 1) if stop in hf.decode(ids[:i]))
+    runtime_tok = get_tokenizer(tokenizer_source_dir())
+    sp = SamplingParams.from_dict({"stop": [stop], "max_new_tokens": 100})
+    sp.normalize(runtime_tok)
+    got = next(
+        (i for i in range(1, len(ids) + 1) if check_stop(ids[:i], sp, {1}, runtime_tok, False) is not None),
+        None,
+    )
+    assert got == want
+    reason = check_stop(ids[:got], sp, {1}, runtime_tok, False)
+    assert reason == {"type": "stop", "matched": stop}
+    full = hf.decode(ids[:got])
+    assert trim_matched_stop(full, reason, no_stop_trim=False) == full[: full.index(stop)]
