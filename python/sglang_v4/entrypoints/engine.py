@@ -464,7 +464,8 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
                 yield slicer.slice(out) if slicer is not None else out
         finally:
             if not self._closed:
-                await asyncio.wrap_future(self._submit(steps.close()))
+                with contextlib.suppress(RuntimeError):  # shut down meanwhile: nothing to free
+                    await asyncio.wrap_future(self._submit(steps.close()))
 
     def flush_cache(self) -> FlushCacheReqOutput:
         """Flush the radix cache, as SGLang's ``Engine.flush_cache()``: a
