@@ -20,11 +20,18 @@ import dataclasses
 import functools
 import logging
 import threading
-import time
 import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from sglang_v4.entrypoints.engine_loop import (
+    END_OF_STREAM,
+    StreamSteps,
+    close_streams_and_tm,
+    only_output,
+    rest_of_stream,
+    run_loop_then_close,
+)
 from sglang_v4.entrypoints.engine_score_mixin import EngineScoreMixin
 from sglang_v4.entrypoints.engine_sglang_methods import EngineSGLangMethodsMixin
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
@@ -86,38 +93,13 @@ _ENGINE_KEYWORD_FIELDS = frozenset({"require_reasoning", "extra_key", "cache_sal
 #: Seconds a stream closed early waits for its request's abort to be sent.
 _ACLOSE_TIMEOUT_S = 5.0
 
+#: Seconds ``shutdown()`` waits for the open streams to be read to their ends (see
+#: :meth:`StreamSteps.drain`); a stream still running then fails with the shut-down error.
+_DRAIN_TIMEOUT_S = 3.0
 
-class _StreamSteps:
-    """One ``TokenizerManager.generate_request`` stream, stepped on the engine loop by a caller on
-    another thread or event loop.
-
-    A caller that stops waiting for a step (its task cancelled, its blocking wait interrupted)
-    cancels the step's future; the step itself still runs on the engine loop until that
-    cancellation reaches it. :meth:`close` waits for it to end before closing the stream (an
-    ``aclose()`` while a step runs raises ``RuntimeError: aclose(): asynchronous generator is
-    already running`` and would leave the request running); a request closed unfinished is
-    aborted by the stream's own cleanup.
-    """
-
-    def __init__(self, agen: AsyncIterator[Any]) -> None:
-        self.agen = agen
-        self.step_task: asyncio.Task[Any] | None = None
-
-    async def next(self) -> Any:
-        """The stream's next output (raises ``StopAsyncIteration`` at its end). Runs on the loop."""
-        self.step_task = asyncio.current_task()
-        try:
-            return await self.agen.__anext__()
-        finally:
-            self.step_task = None
-
-    async def close(self) -> None:
-        """Cancel a step still running, wait for it to end, then close the stream. Runs on the loop."""
-        task = self.step_task
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait({task})
-        await self.agen.aclose()  # type: ignore[attr-defined]
+#: Seconds a stream refused by a ``shutdown()`` under way (another thread's) waits for it to
+#: finish reading the open streams before it hands out what its own stream had left.
+_STOPPED_WAIT_S = 30.0
 
 
 async def _settled(coro: Any) -> tuple[bool, Any]:
@@ -134,21 +116,6 @@ async def _settled(coro: Any) -> tuple[bool, Any]:
         return True, await coro
     except Exception as e:  # noqa: BLE001 - handed to the caller's future
         return False, e
-
-
-async def _only_output(agen: Any) -> Any:
-    """The one output of a non-streaming ``generate_request`` stream, the stream then closed.
-
-    Runs on the engine loop, so the stream's first step (where Python binds an async generator to
-    the running loop's finalizer) and its close happen there. Stepped from the caller's thread
-    instead, the generator was bound to the caller's event loop: a loop that outlived the call
-    got the generator's ``aclose()`` as a task when it was garbage-collected (never run if that
-    loop no longer ran: "Task was destroyed but it is pending!"), and ``asyncio.run`` closed it
-    on the caller's thread at exit."""
-    try:
-        return await agen.__anext__()
-    finally:
-        await agen.aclose()
 
 
 def _shutdown_at_exit(ref: weakref.ReferenceType[Engine]) -> None:
@@ -205,7 +172,7 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         self._procs = launch_subprocesses(self.server_args)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
-            target=self._loop.run_forever, name="sglang_v4-engine-loop", daemon=True
+            target=run_loop_then_close, args=(self._loop,), name="sglang_v4-engine-loop", daemon=True
         )
         self._thread.start()
         # _submit() checks _closed and records its call's future in _inflight under this lock,
@@ -215,6 +182,11 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         self._closed = False
         # futures of calls running on the loop; shutdown() fails those still pending
         self._inflight: set[concurrent.futures.Future[Any]] = set()
+        # the open streams, read to their ends by shutdown() (see StreamSteps.drain)
+        self._streams: weakref.WeakSet[StreamSteps] = weakref.WeakSet()
+        # done when shutdown() has drained the streams and stopped the loop (see _after_shutdown)
+        self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stop_watch = threading.Event()
         # A script that ends without shutdown(): close the engine at exit, before the child
         # processes are killed (atexit runs handlers last-in first-out) and before open streams
         # are finalised (their cleanup would wait on the loop thread, frozen at finalisation).
@@ -239,8 +211,7 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         return tm
 
     def _watch_children(self) -> None:
-        while not self._closed:
-            time.sleep(0.5)
+        while not self._stop_watch.wait(0.5):
             dead = self._procs.dead_process()
             if dead is not None and not self._closed:
                 logger.error("Engine backend died: %s", dead)
@@ -279,7 +250,11 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
             if fut.done():  # failed by shutdown() or cancelled by the caller
                 return
             if done.cancelled():
-                fut.cancel()
+                if self._closed:  # cancelled by the loop's clean-up at shutdown
+                    with contextlib.suppress(concurrent.futures.InvalidStateError):
+                        fut.set_exception(RuntimeError(SHUT_DOWN_MESSAGE))
+                else:
+                    fut.cancel()
                 return
             try:
                 ok, value = done.result()
@@ -390,21 +365,40 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         agen = self.tokenizer_manager.generate_request(obj)
         if stream:
             return self._sync_iter(agen)
-        return self._run(_only_output(agen))
+        return self._run(only_output(agen))
 
     def _slicer(self) -> IncrementalStreamSlicer | None:
         """``--incremental-streaming-output``: a slicer for one stream's chunks, else ``None``."""
         return IncrementalStreamSlicer() if self.server_args.incremental_streaming_output else None
 
+    def _open_stream(self, agen: Any) -> StreamSteps:
+        """A :class:`StreamSteps` for ``agen``, among the streams :meth:`shutdown` drains."""
+        steps = StreamSteps(agen, SHUT_DOWN_MESSAGE)
+        self._streams.add(steps)
+        return steps
+
     def _sync_iter(self, agen: Any) -> Iterator[dict[str, Any]]:
         slicer = self._slicer()
-        steps = _StreamSteps(agen)
+        steps = self._open_stream(agen)
         try:
             while True:
+                refused = False
                 try:
                     out = self._run(steps.next())
                 except StopAsyncIteration:
                     return
+                except RuntimeError:
+                    if not self._closed:
+                        raise
+                    refused = True
+                if refused:  # outside the except block: no misleading exception context
+                    with contextlib.suppress(
+                        concurrent.futures.TimeoutError, concurrent.futures.CancelledError
+                    ):
+                        self._stopped.result(timeout=_STOPPED_WAIT_S)
+                    out = rest_of_stream(steps)
+                    if out is END_OF_STREAM:
+                        return
                 yield slicer.slice(out) if slicer is not None else out
         finally:
             if not self._closed:
@@ -443,21 +437,35 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         agen = self.tokenizer_manager.generate_request(obj)
         if stream:
             return self._async_iter(agen)
-        return await asyncio.wrap_future(self._submit(_only_output(agen)))
+        return await asyncio.wrap_future(self._submit(only_output(agen)))
 
     async def _async_iter(self, agen: Any) -> AsyncIterator[dict[str, Any]]:
         slicer = self._slicer()
-        steps = _StreamSteps(agen)
+        steps = self._open_stream(agen)
         try:
             while True:
+                refused = False
                 try:
                     out = await asyncio.wrap_future(self._submit(steps.next()))
                 except StopAsyncIteration:
                     return
+                except RuntimeError:
+                    if not self._closed:
+                        raise
+                    refused = True
+                if refused:  # outside the except block: no misleading exception context
+                    # shielded: a wait cut short must not cancel the future every caller shares
+                    stopped = asyncio.shield(asyncio.wrap_future(self._stopped))
+                    with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                        await asyncio.wait_for(stopped, _STOPPED_WAIT_S)
+                    out = rest_of_stream(steps)
+                    if out is END_OF_STREAM:
+                        return
                 yield slicer.slice(out) if slicer is not None else out
         finally:
             if not self._closed:
-                await asyncio.wrap_future(self._submit(steps.close()))
+                with contextlib.suppress(RuntimeError):  # shut down meanwhile: nothing to free
+                    await asyncio.wrap_future(self._submit(steps.close()))
 
     def flush_cache(self) -> FlushCacheReqOutput:
         """Flush the radix cache, as SGLang's ``Engine.flush_cache()``: a
@@ -542,11 +550,14 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
         self._run(self.tokenizer_manager.stop_profile())
 
     def shutdown(self) -> None:
-        """Stop the background loop and kill the child processes (idempotent).
+        """Stop and close the background loop (its thread ends), stop the watchdog thread and
+        kill the child processes (idempotent).
 
         Requests still running (from other threads or event loops) fail with RuntimeError
         (:data:`SHUT_DOWN_MESSAGE`), as does every later call (``generate``,
-        ``async_generate``, ``flush_cache``, ``get_server_info``).
+        ``async_generate``, ``flush_cache``, ``get_server_info``). A stream whose request had
+        finished before the shutdown is not failed: it hands out the chunks its caller had not
+        read yet, then ends normally.
         """
         lock = getattr(self, "_lock", None)
         if lock is None:  # __init__ failed before the loop started: nothing to stop
@@ -555,15 +566,35 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
             if self._closed:
                 return
             self._closed = True
+        try:
+            self._stop()
+        finally:
+            stopped = getattr(self, "_stopped", None)
+            if stopped is not None:
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    stopped.set_result(None)
+
+    def _stop(self) -> None:
+        """:meth:`shutdown` once the engine is marked closed: read the open streams to their
+        ends and close the tokenizer manager (on the loop), stop and close the loop (its thread
+        ends), fail the calls still pending, stop the watchdog and kill the child processes."""
         atexit.unregister(getattr(self, "_atexit", None))
+        stop_watch = getattr(self, "_stop_watch", None)
+        if stop_watch is not None:
+            stop_watch.set()
         tm = getattr(self, "tokenizer_manager", None)
         if tm is not None:
+            streams = list(getattr(self, "_streams", ()))
             try:
-                asyncio.run_coroutine_threadsafe(self._close_tm(tm), self._loop).result(timeout=5)
+                asyncio.run_coroutine_threadsafe(
+                    close_streams_and_tm(tm, streams, SHUT_DOWN_MESSAGE, _DRAIN_TIMEOUT_S), self._loop
+                ).result(timeout=_DRAIN_TIMEOUT_S + 5)
             except Exception:  # noqa: BLE001 - best effort
                 pass
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
+            del streams
+        with contextlib.suppress(RuntimeError):  # the loop thread ended (and closed it) already
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
         for fut in list(getattr(self, "_inflight", ())):
             if not fut.done():
                 try:
@@ -571,18 +602,9 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
                 except concurrent.futures.InvalidStateError:
                     pass
         self._procs.shutdown()
-
-    @staticmethod
-    async def _close_tm(tm: Any) -> None:
-        err = RuntimeError(SHUT_DOWN_MESSAGE)
-        for state in list(tm.rid_to_state.values()):
-            if not state.finished:
-                state.error = err
-                state.event.set()
-        tm.admitting.fail_all(err)  # not sent yet (held while paused): they raise it too
-        tm.admitting.stop(err)
-        await asyncio.sleep(0)  # let the waiting generators raise before the sockets close
-        tm.close()
+        watchdog = getattr(self, "_watchdog", None)
+        if watchdog is not None and watchdog is not threading.current_thread():
+            watchdog.join(timeout=5)
 
     def __enter__(self) -> Engine:
         return self

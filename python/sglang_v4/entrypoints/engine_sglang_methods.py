@@ -8,6 +8,8 @@ A script written for SGLang's offline ``Engine`` (0.5.23) calls more than ``gene
   (:data:`~sglang_v4.entrypoints.native_api.NOT_AN_EMBEDDING_MODEL_MSG`, the text the HTTP
   routes' 400 starts with): every model sglang-v4 serves is a generation model.
 - ``get_all_child_pids`` returns the engine's child process ids, as SGLang's does.
+- ``pause_generation(mode)`` / ``continue_generation()``: ``/pause_generation`` and
+  ``/continue_generation`` as methods.
 - The methods of features this runtime does not have (:data:`UNSUPPORTED_ENGINE_METHODS`: LoRA,
   sessions, distributed / tensor weight updates, memory release, ...) are not attributes of the
   Engine, so ``hasattr`` stays ``False`` for capability checks, but reading one raises an
@@ -69,6 +71,35 @@ class EngineSGLangMethodsMixin:
 
     _procs: Any
     _check_open: Callable[[], None]
+    _run: Callable[[Any], Any]
+    tokenizer_manager: Any
+
+    def pause_generation(self, mode: str = "abort") -> None:
+        """Stop generating, as ``POST /pause_generation`` (SGLang's modes): ``"abort"`` (the
+        default) aborts every request the engine holds and returns once they have ended (their
+        callers get an ``abort`` finish reason); ``"in_place"`` stops the scheduler's steps, the
+        requests keeping their KV; ``"retract"`` stops them and sends running requests back to
+        the queue, their KV released. Requests made while paused wait until
+        :meth:`continue_generation`.
+
+        Raises:
+            ValueError: a mode other than abort / retract / in_place (nothing changes).
+            RuntimeError: the Engine is shut down.
+        """
+        from sglang_v4.entrypoints.control_api import parse_pause_body
+
+        self._check_open()
+        self._run(self.tokenizer_manager.pause_generation(parse_pause_body({"mode": mode})))
+
+    def continue_generation(self) -> None:
+        """Resume after :meth:`pause_generation` (``POST /continue_generation``): the scheduler
+        steps again and the requests that waited are sent.
+
+        Raises:
+            RuntimeError: the Engine is shut down.
+        """
+        self._check_open()
+        self._run(self.tokenizer_manager.continue_generation())
 
     def encode(self, prompt: Any = None, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """SGLang's ``Engine.encode`` (embeddings). Every model served here is a generation model,
