@@ -11,9 +11,12 @@ chat path, :mod:`.serving_responses`).
   turn (``reasoning_content``, ``content``, ``tool_calls`` with the item's ``call_id`` as the call
   id), as one response's output is one turn; a ``function_call_output`` item is a ``tool`` message
   answering the call of that ``call_id``, which must be one of the calls of the latest assistant
-  turn. A reasoning item's text is its ``reasoning_text`` content, else its summary texts; one
-  with no text (empty, or ``encrypted_content`` only, as Codex replays them) is a no-op, as
-  DeepSeek's Responses converter reads it. A
+  turn. A reasoning item's text is its ``reasoning_text`` content; its ``summary`` is checked and
+  not replayed (a summary is a digest of reasoning the other server kept, not the model's own
+  text). One with no text (summary only, empty, or ``encrypted_content`` only, as Codex replays
+  them) is a no-op, and reasoning items that follow one another are one turn's reasoning (their
+  texts joined by a newline): DeepSeek's Responses converter reads them so. A reasoning-only turn
+  (text, then a user message) stays an empty assistant turn, as that converter renders it. A
   ``function_call``'s ``arguments`` is a JSON object text, or the beginning of one (a call cut by
   ``max_output_tokens``, replayed with the members that parse). ``content`` / ``output`` may not
   be ``null``.
@@ -67,8 +70,8 @@ def _text(content: Any, field: str) -> str:
 
 
 def _reasoning_text(item: Mapping[str, Any], field: str) -> str:
-    """The text of a ``reasoning`` item: its ``reasoning_text`` parts, else its summary texts
-    (joined by a blank line)."""
+    """The text of a ``reasoning`` item: its ``reasoning_text`` parts (joined as they are); the
+    ``summary`` parts are checked and not read (module docstring)."""
     parts = item.get("content") or []
     summary = item.get("summary") or []
     for name, value, kind in (("content", parts, "reasoning_text"), ("summary", summary, "summary_text")):
@@ -84,9 +87,7 @@ def _reasoning_text(item: Mapping[str, Any], field: str) -> str:
                     f"{field}.{name}[{j}] must be a {kind!r} part with a string `text`.",
                     f"{field}.{name}[{j}]",
                 )
-    if parts:
-        return "".join(p["text"] for p in parts)
-    return "\n\n".join(p["text"] for p in summary)
+    return "".join(p["text"] for p in parts)
 
 
 def _call_arguments(args: str, field: str) -> str:
@@ -175,8 +176,9 @@ def input_to_messages(
             text = _reasoning_text(item, field)
             if not text:  # no text to replay (empty, or encrypted content only): a no-op
                 continue
-            t = assistant_turn(("reasoning_content", "content", "tool_calls"))
-            t["reasoning_content"] = text
+            t = assistant_turn(("content", "tool_calls"))
+            had = t.get("reasoning_content")
+            t["reasoning_content"] = f"{had}\n{text}" if had else text
             last_calls = set()
         elif kind == "function_call":
             call_id, name, args = item.get("call_id"), item.get("name"), item.get("arguments")

@@ -9,6 +9,12 @@ string ``input`` or a string ``content`` becomes one ``input_text`` part (``outp
 assistant message), ``function_call`` / ``function_call_output`` / ``reasoning`` items keep their
 fields.
 
+An input item whose ``id`` is that of an item already in the context (an item of the stored
+response chain ``previous_response_id`` names, or an earlier item of the same ``input``) is a
+400, as OpenAI answers it (``Duplicate item found with id ...``, ``param: "input"``;
+:func:`check_duplicate_items`): a client that resends an earlier ``function_call`` with its output
+would otherwise have the call twice in the prompt. Items without an ``id`` are never duplicates.
+
 The list is OpenAI's cursor page: ``{"object": "list", "data", "first_id", "last_id",
 "has_more"}``; ``order`` ``"desc"`` (default, newest first) or ``"asc"``, ``limit`` 1..100
 (default 20), ``after`` an item id of the list (the page starts after it, in the listing order).
@@ -22,7 +28,7 @@ from typing import Any
 from sglang_v4.entrypoints.openai.protocol_responses import new_item_id
 from sglang_v4.entrypoints.openai.request_errors import RequestError
 
-__all__ = ["input_items_of", "input_items_page", "DEFAULT_LIMIT", "MAX_LIMIT"]
+__all__ = ["check_duplicate_items", "input_items_of", "input_items_page", "DEFAULT_LIMIT", "MAX_LIMIT"]
 
 #: OpenAI's ``limit`` default and bound for the input-items list.
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
@@ -75,6 +81,38 @@ def input_items_of(
     """
     items = [{"role": "user", "content": request_input}] if isinstance(request_input, str) else request_input
     return [*previous_items, *previous_output, *(_item(i) for i in items)]
+
+
+def check_duplicate_items(
+    request_input: str | Sequence[Any],
+    previous_items: Sequence[Mapping[str, Any]] = (),
+    previous_output: Sequence[Mapping[str, Any]] = (),
+) -> None:
+    """Refuse an ``input`` that repeats an item of its context (module docstring).
+
+    Args:
+        request_input: the request's ``input`` (a string has no items, so no duplicates).
+        previous_items: the input items stored with the ``previous_response_id`` response (the
+            whole chain before it).
+        previous_output: that response's ``output`` items.
+
+    Raises:
+        RequestError: 400 (``param="input"``, OpenAI's message) naming the first repeated id.
+    """
+    if isinstance(request_input, str):
+        return
+    seen = {i.get("id") for i in (*previous_items, *previous_output) if isinstance(i, Mapping)}
+    seen.discard(None)
+    for item in request_input:
+        item_id = item.get("id") if isinstance(item, Mapping) else None
+        if item_id is None:
+            continue
+        if item_id in seen:
+            raise RequestError(
+                f"Duplicate item found with id {item_id}. Remove duplicate items from your input and try again.",
+                param="input",
+            )
+        seen.add(item_id)
 
 
 def input_items_page(

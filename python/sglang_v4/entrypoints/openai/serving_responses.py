@@ -84,7 +84,11 @@ from sglang_v4.entrypoints.openai.responses_input import (
     responses_tool_choice,
     responses_tools,
 )
-from sglang_v4.entrypoints.openai.responses_input_items import input_items_of, input_items_page
+from sglang_v4.entrypoints.openai.responses_input_items import (
+    check_duplicate_items,
+    input_items_of,
+    input_items_page,
+)
 from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
@@ -264,7 +268,7 @@ class ResponsesMixin(ChatMixin):
         dp_rank_header_pin(request)  # SGLang's X-Data-Parallel-Rank: rank 0 or a 400
         self._check_model(req.model)
         _check_request(req)
-        chat_req, messages = self._chat_request_of(req, self._previous_messages(req.previous_response_id))
+        chat_req, messages = self._chat_request_of(req, self._history(req))
         try:
             run = await self._prepare_chat(chat_req)
         except RequestError as e:
@@ -301,6 +305,18 @@ class ResponsesMixin(ChatMixin):
         out = self._read_choice(rets[0], run.plan, run.separate)
         resp = self._finished_response(job, out, rets[0].get("meta_info", {}), {})
         return JSONResponse(resp)
+
+    def _history(self, req: ResponsesRequest) -> list[dict[str, Any]]:
+        """The stored chat messages ``req`` continues (:meth:`_previous_messages`), after checking
+        that its ``input`` repeats no item of that chain nor of itself
+        (:func:`~.responses_input_items.check_duplicate_items`: a 400 naming ``input``)."""
+        messages = self._previous_messages(req.previous_response_id)
+        prev = self.responses_store.get(req.previous_response_id) if req.previous_response_id else None
+        if prev is None:
+            check_duplicate_items(req.input)
+        else:
+            check_duplicate_items(req.input, prev.input_items, prev.response.get("output") or [])
+        return messages
 
     def _previous_messages(self, previous_response_id: str | None) -> list[dict[str, Any]]:
         """The stored chat messages of ``previous_response_id`` (``[]`` for None).

@@ -36,7 +36,7 @@ class ResponsesInputTokensMixin(ResponsesMixin):
         )
         self._check_model(req.model)
         _check_request(req)
-        chat_req, _ = self._chat_request_of(req, self._previous_messages(req.previous_response_id))
+        chat_req, _ = self._chat_request_of(req, self._history(req))
         try:
             plan = self._plan_chat(chat_req)
         except RequestError as e:
