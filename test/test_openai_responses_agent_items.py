@@ -158,3 +158,35 @@ def test_reasoning_only_turns_render_as_deepseeks_converter(
     r = tc.post("/v1/responses", json=body)
     assert r.status_code == 200, r.text
     assert _prompt(tm) == _recipe_prompt(items)
+
+
+# --------------------------------------------------------------------------- custom tools
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        {
+            "type": "custom",
+            "name": "apply_patch",
+            "description": "Apply a patch",
+            "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+        },
+        {"type": "custom", "name": "note", "format": {"type": "text"}},
+        {"type": "custom", "name": "note"},
+    ],
+)
+def test_custom_tool_is_a_400_naming_the_field_and_the_served_types(
+    tok: PreTrainedTokenizerFast, tool: dict[str, Any]
+) -> None:
+    """Codex's freeform tools (``type: "custom"``, OpenAI's custom tools) are not served: the 400
+    (read by the ``openai`` client) names ``tools[i].type``, says the type is not supported and
+    lists the served types; nothing is generated."""
+    tm = PromptTM(tok, reply="Done.")
+    client, _ = make_client(tm)
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.responses.create(model=MODEL, input="hi", tools=[WEATHER, tool])
+    assert ei.value.body["param"] == "tools[1].type"
+    msg = ei.value.body["message"]
+    assert "'custom' is not supported" in msg and "supported tool types: function" in msg
+    assert tm.received == []

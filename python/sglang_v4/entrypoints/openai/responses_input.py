@@ -51,6 +51,9 @@ __all__ = [
 
 #: Roles of Responses message items.
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
+#: Tool types served in ``tools`` (built-in tools, and ``custom`` free-text tools whose calls
+#: would need ``custom_tool_call`` items, are refused: :func:`responses_tools`).
+TOOL_TYPES = ("function",)
 #: Values of ``reasoning.summary`` (OpenAI's; accepted, none changes the output).
 REASONING_SUMMARIES = (None, "auto", "concise", "detailed")
 
@@ -223,7 +226,8 @@ def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
 
     Raises:
         RequestError: 400 naming the tool field: a tool of another type (built-in tools such as
-            ``web_search`` or ``file_search`` are not served), a missing name, non-object
+            ``web_search`` or ``file_search``, and ``custom`` free-text tools, are not served;
+            the message lists :data:`TOOL_TYPES`), a missing name, non-object
             ``parameters``, a duplicate name, a non-string ``description``, a non-boolean
             ``strict``.
     """
@@ -233,8 +237,14 @@ def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
         if not isinstance(tool, Mapping):
             raise _error(f"{field} must be an object.", field)
         if tool.get("type") != "function":
+            hint = (
+                " Declare a free-text tool as a function with one string parameter instead."
+                if tool.get("type") == "custom"
+                else ""
+            )
             raise _error(
-                f"{field}.type must be 'function' (the only tool type served); got {tool.get('type')!r}.",
+                f"{field}.type {tool.get('type')!r} is not supported; supported tool types: "
+                f"{', '.join(TOOL_TYPES)}.{hint}",
                 f"{field}.type",
             )
         name = tool.get("name")
