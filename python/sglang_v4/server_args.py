@@ -36,6 +36,8 @@ from sglang_v4.server_args_check import (  # re-exported: the CLI and other modu
     SCHEDULE_POLICY_REFUSED,
     check_server_args,
     cuda_available,
+    join_host_port,
+    strip_host_brackets,
 )
 from sglang_v4.server_args_compat import SGLangCompatArgs, apply_sglang_semantics
 
@@ -238,6 +240,8 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
 
     def __post_init__(self) -> None:
         self._split_served_model_names()
+        if isinstance(self.host, str):  # --host [::1] (a URL's spelling) listens on ::1
+            self.host = strip_host_brackets(self.host)
         self.dtype = DTYPE_ALIASES.get(self.dtype, self.dtype)
         self.load_format = LOAD_FORMAT_ALIASES.get(self.load_format, self.load_format)
         if self.device == "auto":
@@ -336,8 +340,9 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         return out
 
     def url(self) -> str:
-        """``http://host:port`` of the HTTP server (``https://`` with ``--ssl-certfile``)."""
-        return f"{'https' if self.ssl_certfile else 'http'}://{self.host}:{self.port}"
+        """``http://host:port`` of the HTTP server (``https://`` with ``--ssl-certfile``); an IPv6
+        host in brackets (``http://[::1]:30000``: :func:`join_host_port`)."""
+        return f"{'https' if self.ssl_certfile else 'http'}://{join_host_port(self.host, self.port)}"
 
 
 @dataclass

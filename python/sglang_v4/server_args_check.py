@@ -49,6 +49,41 @@ LOG_LEVEL_CHOICES = ("debug", "info", "warning", "error", "critical")
 LOG_LEVEL_ALIASES = {"warn": "warning", "fatal": "critical"}
 
 
+def strip_host_brackets(host: str) -> str:
+    """``host`` without the square brackets a URL puts around an IPv6 literal (``"[::1]"`` ->
+    ``"::1"``), else unchanged: sockets and uvicorn take the bare address (RFC 3986 section 3.2.2
+    brackets it only inside a URL's authority)."""
+    if len(host) > 2 and host.startswith("[") and host.endswith("]"):
+        return host[1:-1]
+    return host
+
+
+def join_host_port(host: str, port: int | str) -> str:
+    """``host:port`` as it goes after ``http://`` or ``tcp://``: an IPv6 literal (a host holding
+    ``:``) in square brackets (``[::1]:30000``), as RFC 3986 section 3.2.2 requires; a name or an
+    IPv4 address as is."""
+    host = strip_host_brackets(host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def check_dist_init_addr(addr: str) -> None:
+    """``--dist-init-addr`` is ``host:port`` with ``port`` in [1, 65535]; an IPv6 host is written
+    in brackets (``[2001:db8::1]:5000``, SGLang's form), since a bare one cannot be told from its
+    port and ``torch.distributed`` reads it as ``tcp://{addr}``.
+
+    Raises:
+        ValueError: naming ``dist_init_addr``.
+    """
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"dist_init_addr must be host:port (got {addr!r})")
+    if host.startswith("["):
+        if not host.endswith("]") or len(host) < 3 or "]" in host[:-1]:
+            raise ValueError(f"dist_init_addr must be host:port or [IPv6]:port (got {addr!r})")
+    elif ":" in host:
+        raise ValueError(f"dist_init_addr: an IPv6 address goes in brackets, [{host}]:{port} (got {addr!r})")
+
+
 def cuda_available() -> bool:
     """Whether ``torch.cuda.is_available()`` (``False`` when torch cannot be imported): what
     ``device="auto"`` resolves to and ``device="cuda"`` needs."""
@@ -309,9 +344,7 @@ def _check_parallel(args: ServerArgs) -> None:
     if args.nnodes > 1 and not args.dist_init_addr:
         raise ValueError("dist_init_addr is required with nnodes > 1 (host:port of node 0's rendezvous)")
     if args.dist_init_addr is not None:
-        host, _, port = str(args.dist_init_addr).rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"dist_init_addr must be host:port (got {args.dist_init_addr!r})")
+        check_dist_init_addr(str(args.dist_init_addr))
     if args.dp_size > 1 and args.nnodes > 1:
         raise ValueError("dp_size > 1 runs replicas on one node: use nnodes=1 (or one router per node)")
     if args.router_policy not in ROUTER_POLICY_CHOICES:

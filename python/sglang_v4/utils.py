@@ -229,6 +229,7 @@ def bind_error(host: str, port: int) -> str | None:
         reason = e.strerror if isinstance(e, socket.gaierror) else str(e)
         return f"host: cannot resolve {host!r} ({reason})"
     family, _, _, _, addr = infos[0]
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 host in brackets
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -236,10 +237,10 @@ def bind_error(host: str, port: int) -> str | None:
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
                 return (
-                    f"port: {host}:{port} is already in use (another server?); stop the process "
+                    f"port: {where} is already in use (another server?); stop the process "
                     "listening there or pick a free port with --port"
                 )
-            return f"host: cannot listen on {host}:{port} ({e.strerror or e})"
+            return f"host: cannot listen on {where} ({e.strerror or e})"
     return None
 
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import requests
 
-from sglang_v4.server_args import ServerArgs
+from sglang_v4.server_args import ServerArgs, join_host_port
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def replica_args(server_args: ServerArgs, index: int) -> ServerArgs:
 def replica_url(sa: ServerArgs) -> str:
     """The URL the router uses for a replica (loopback when it listens on every address)."""
     host = "127.0.0.1" if sa.host in ("0.0.0.0", "::", "") else sa.host
-    return f"http://{host}:{sa.port}"
+    return f"http://{join_host_port(host, sa.port)}"  # an IPv6 host in brackets
 
 
 def router_command(urls: list[str], server_args: ServerArgs, prometheus_port: int, port: int) -> list[str]:
@@ -195,7 +195,7 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
             daemon=False,
         )
         gateway.start()
-        own = f"http://{'127.0.0.1' if sa.host in ('0.0.0.0', '::') else sa.host}:{sa.port}"
+        own = replica_url(sa)  # the gateway listens on --host:--port
         while not _healthy(own):
             if stop["signal"] is not None:
                 return 0
