@@ -258,8 +258,12 @@ def shared_fake_engine(shared_fake_model_dir):  # noqa: ANN001, ANN201 - lazy im
     ``test_native_public_bugs``, ``test_public_bugs_native_more``, ``test_public_bugs_native_third``, ``test_public_bugs_seventh`` and ``test_public_bugs_eleventh`` (each leaves no request running: several check that the
     engine's pages and request table are empty). At the end of the session its scheduler and
     detokenizer processes must have exited."""
+    import time
+
     from server_fixture import fake_engine
 
+    created_after = time.time()  # tests bound the engine's startup_time by it
     with fake_engine(shared_fake_model_dir) as eng:
+        eng.test_created_after = created_after
         yield eng
     assert not eng._procs.scheduler.is_alive() and not eng._procs.detokenizer.is_alive()

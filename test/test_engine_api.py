@@ -160,7 +160,9 @@ def test_server_info_carries_version_and_startup_time(engine):
     version = re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1)
     info = engine.get_server_info()
     assert info["version"] == version
-    assert 0.0 <= time.time() - info["startup_time"] < 600.0
+    # the shared session engine may have started long before this test (a loaded CI box): bound
+    # the stamp by the fixture's creation, not by a wall-clock window
+    assert engine.test_created_after <= info["startup_time"] <= time.time()
     assert info["internal_states"][0]["kv_pool"] == info["kv_pool"]
 
 

@@ -165,12 +165,11 @@ def test_requests_ending_before_their_first_output_leave_nothing_in_flight(tmp_p
             assert not bad, bad  # 503 only for a full queue (counted as "refused")
             # at once (before other traffic lets the garbage collector run): abort mode waits until
             # the in-flight table is empty
-            t0 = time.time()
-            try:
-                r = requests.post(h.url + "/pause_generation", json={"mode": "abort"}, timeout=10)
+            try:  # a leaked entry makes it wait forever; 60 s leaves room for a loaded box
+                r = requests.post(h.url + "/pause_generation", json={"mode": "abort"}, timeout=60)
             except requests.exceptions.ReadTimeout:
                 raise AssertionError("/pause_generation hung: requests left in the in-flight table") from None
-            assert r.status_code == 200 and time.time() - t0 < 5, (r.text, time.time() - t0)
+            assert r.status_code == 200, r.text
             assert requests.post(h.url + "/continue_generation", json={}, timeout=30).status_code == 200
             load, metrics = _wait_idle(h)
             assert load == [{"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}]
