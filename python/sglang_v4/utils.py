@@ -123,11 +123,20 @@ def set_process_name(name: str) -> None:
     """Name this process in ``ps`` / ``top`` / ``/proc/PID/comm`` (SGLang names its processes
     ``sglang::scheduler`` and so on the same way), so an operator can tell them apart.
 
-    Uses ``prctl(PR_SET_NAME)`` on the calling (main) thread; the kernel keeps the first 15 bytes
-    (``sglang_v4::scheduler`` shows as ``sglang_v4::sche``). A no-op on other platforms.
+    The whole name replaces the command line that ``ps aux`` and ``pgrep -f`` show (the
+    ``setproctitle`` package, as SGLang does; skipped where it is not installed), and
+    ``prctl(PR_SET_NAME)`` sets the kernel's name of the calling (main) thread, of which the kernel
+    keeps the first 15 bytes (``sglang_v4::scheduler`` shows as ``sglang_v4::sche`` in ``top``,
+    ``ps -e`` and ``/proc/PID/comm``). A no-op on other platforms.
     """
     if not sys.platform.startswith("linux"):
         return
+    try:
+        import setproctitle
+    except ImportError:  # pragma: no cover - a declared dependency; the kernel name still follows
+        pass
+    else:
+        setproctitle.setproctitle(name)
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
