@@ -3,8 +3,11 @@
 (CJK, emoji, a token holding the tail of one character and the next character), the DeepSeek-V4
 tokenizer's added tokens under ``skip_special_tokens``, stop strings that span token boundaries,
 the ``/tokenize`` and ``/detokenize`` routes (out-of-vocabulary ids, BOS duplication), and the
-token texts, bytes and offsets of OpenAI log-probabilities. Each test names its report; all of them
-passed as-is and are kept as regression tests.
+token texts, bytes and offsets of OpenAI log-probabilities. Each test names its report. One was a
+fault here: the stop string cut after reasoning (sgl-project/sglang#33151) searched for the
+*text* of the ``stop_str_after_token_id`` token, which reasoning may spell with other tokens;
+the detokenizer now measures the text through the token itself. The others passed as-is and are
+kept as regression tests.
 
 Fixtures: the detokenizer (``DetokenizerManager`` on the runtime's ``FastTokenizer``) fed scheduler
 messages by hand; the OpenAI router in-process over ``openai_fake_tm.FakeTM`` (the reply written
@@ -206,6 +209,52 @@ def test_mlx_knife_68_stop_string_across_token_boundary_ends_the_stream_at_it(
     assert outs[-1]["text"] == want
     assert outs[-1]["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
     assert shared_fake_engine.generate("Tell me", sp)["text"] == want
+
+
+@pytest.mark.parametrize("per_message", [1, 3, 100])
+@pytest.mark.parametrize("skip", [True, False])
+def test_sglang_33151_stop_string_trimmed_at_its_hit_after_the_reasoning(
+    fast, hf, per_message: int, skip: bool
+) -> None:
+    """sgl-project/sglang#33151: with thinking on, the detokenizer cut the text at the *first*
+    occurrence of the matched stop string, which the model had quoted in its reasoning, so the
+    answer was lost. Here stop strings match only after the ``</think>`` token
+    (``stop_str_after_token_id``, as the chat route sets them), and the detokenizer found that
+    point by searching the *text* ``</think>``: reasoning that spells ``</think>`` with ordinary
+    tokens (``"</"``, ``"think"``, ``">"``) moved it into the reasoning and the answer was cut at the
+    quoted stop word (a fault here, fixed). Expected: the final text, streamed in any message
+    sizes, is the one-shot decode cut at the first stop word after the text of the ``</think>``
+    token itself (the oracle: ``transformers``' decode of the ids through that token)."""
+    think = hf.convert_tokens_to_ids("</think>")
+    plain = [*hf.encode("</", add_special_tokens=False), *hf.encode("think", add_special_tokens=False)]
+    plain += hf.encode(">", add_special_tokens=False)
+    assert think not in plain and hf.decode(plain) == "</think>"
+
+    def enc(text: str) -> list[int]:
+        return hf.encode(text, add_special_tokens=False)
+
+    ids = enc("I may write ") + plain + enc(" then say STOP 😀.") + [think] + enc(" The answer 🚀 STOP")
+    full = hf.decode(ids, skip_special_tokens=skip)
+    start = len(hf.decode(ids[: ids.index(think) + 1], skip_special_tokens=skip))
+    want = full[: full.index("STOP", start)]
+    assert want.endswith("The answer 🚀 ") and "STOP" in want  # the quoted one stays
+    dm = DetokenizerManager(fast)
+    prev = 0
+    cuts = [*range(per_message, len(ids), per_message), len(ids)]
+    for k in cuts:
+        m = BatchTokenIDOut.empty()
+        m.append(
+            rid="r",
+            finished_reason=finish_stop("STOP") if k == len(ids) else None,
+            output_ids=ids[prev:k],
+            prompt_tokens=1,
+            completion_tokens=k,
+            skip_special_tokens=skip,
+            stop_str_after_token_id=think,
+        )
+        out = dm.handle_batch_token_id_out(m)
+        prev = k
+    assert out.final_strs[0] == want
 
 
 # --------------------------------------------------------------------------- /tokenize, /detokenize
