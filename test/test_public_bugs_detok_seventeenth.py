@@ -6,8 +6,9 @@ the ``/tokenize`` and ``/detokenize`` routes (out-of-vocabulary ids, BOS duplica
 token texts, bytes and offsets of OpenAI log-probabilities. Each test names its report. One was a
 fault here: the stop string cut after reasoning (sgl-project/sglang#33151) searched for the
 *text* of the ``stop_str_after_token_id`` token, which reasoning may spell with other tokens;
-the detokenizer now measures the text through the token itself. The others passed as-is and are
-kept as regression tests.
+the detokenizer now measures the text through the token itself. Found by hand: a long prompt of
+added tokens that strip the whitespace beside them was refused as too long by a token-count
+bound that does not hold for them. The others passed as-is and are kept as regression tests.
 
 Fixtures: the detokenizer (``DetokenizerManager`` on the runtime's ``FastTokenizer``) fed scheduler
 messages by hand; the OpenAI router in-process over ``openai_fake_tm.FakeTM`` (the reply written
@@ -20,6 +21,9 @@ the same request unstreamed, and the OpenAI reference's field meanings.
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,7 +32,9 @@ from server_fixture import FAKE_TEXT, hf_auto_tokenizer, tokenizer_source_dir
 from sglang_v4.hf_transformers_utils import byte_level_token_bytes
 from sglang_v4.managers.detokenizer_manager import MAX_HELD_TOKENS, DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
+from sglang_v4.managers.tokenizer_manager import TokenizerManager
 from sglang_v4.utils import FastTokenizer
+from tokenizer_testutil import tiny_tokenizer_json
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -412,3 +418,33 @@ def test_vllm_47815_streamed_echo_text_offsets_match_the_unstreamed_ones(tok: An
                 tokens += ch["logprobs"]["tokens"]
     assert text == whole["text"]
     assert offsets == lp["text_offset"] and tokens == lp["tokens"]
+
+
+# --------------------------------------------------------------------------- long prompts
+
+
+def test_long_prompt_of_whitespace_stripping_added_tokens_is_not_refused(tmp_path: Path) -> None:
+    """Found by hand: a prompt longer than the tokenize-in-a-thread threshold is refused before it is tokenized when
+    ``ceil(chars / max_chars_per_token)`` already exceeds the context. An added token with
+    ``rstrip`` / ``lstrip`` also takes the whitespace run beside it, of any length, so that bound
+    was no bound: a 10,060-character prompt of 20 tokens was refused on a 256-token context. Now
+    the bound is unknown for such a tokenizer, and the prompt is tokenized and served with the ids
+    ``transformers`` gives (the oracle)."""
+    from tokenizers import AddedToken, Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    path = tmp_path / "tokenizer.json"
+    tiny_tokenizer_json(path)
+    t = Tokenizer.from_file(str(path))
+    t.add_tokens([AddedToken("<x>", rstrip=True, special=False)])
+    t.save(str(path))
+    text = ("<x>" + " " * 500) * 20
+    want = PreTrainedTokenizerFast(tokenizer_file=str(path)).encode(text, add_special_tokens=False)
+    assert len(want) == 20
+    fast_tiny = FastTokenizer(str(tmp_path))
+    host = SimpleNamespace(
+        tokenizer=fast_tiny, context_len=256, max_req_input_len=255, _auto_truncate=lambda: False
+    )
+    ids = asyncio.run(TokenizerManager.encode_text(host, text, add_special_tokens=False))  # type: ignore[arg-type]
+    assert ids == want
+    assert fast_tiny.max_chars_per_token is None
