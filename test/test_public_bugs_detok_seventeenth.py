@@ -471,3 +471,26 @@ def test_long_prompt_of_whitespace_stripping_added_tokens_is_not_refused(tmp_pat
     ids = asyncio.run(TokenizerManager.encode_text(host, text, add_special_tokens=False))  # type: ignore[arg-type]
     assert ids == want
     assert fast_tiny.max_chars_per_token is None
+
+
+def test_sglang_34627_output_logprobs_without_input_logprobs(shared_fake_engine: Any, hf: Any) -> None:
+    """sgl-project/sglang#34627: the Engine dropped the generated tokens' logprobs when the
+    prompt's were not asked for (its conversion returned early without input logprobs). Expected:
+    with ``return_logprob`` and the default ``logprob_start_len``, every output token has its
+    logprob entry and top-1 candidates, and with ``return_text_in_logprobs`` each entry's text is
+    the tokenizer's decode of that id alone (SGLang's meaning), streamed or not."""
+    kw = {"return_logprob": True, "top_logprobs_num": 1, "return_text_in_logprobs": True}
+    sp = {"max_new_tokens": 12, "temperature": 0}
+    for out in (
+        shared_fake_engine.generate("Tell me", sp, **kw),
+        list(shared_fake_engine.generate("Tell me", sp, stream=True, **kw))[-1],
+    ):
+        ids, meta = out["output_ids"], out["meta_info"]
+        assert len(ids) == 12
+        entries = meta["output_token_logprobs"]
+        assert [e[1] for e in entries] == ids
+        assert [e[2] for e in entries] == [hf.decode([t]) for t in ids]
+        assert all(isinstance(e[0], float) for e in entries)
+        assert len(meta["output_top_logprobs"]) == 12 and all(
+            len(t) == 1 for t in meta["output_top_logprobs"]
+        )
