@@ -81,6 +81,8 @@ def _byte_level_max_chars_per_token(tok: Any) -> int | None:
         return None
     longest = max((len(t) for t in tok.get_vocab(with_added_tokens=False)), default=0)
     for added in tok.get_added_tokens_decoder().values():
+        if added.lstrip or added.rstrip:
+            return None  # it also takes the whitespace around it, of any length
         longest = max(longest, len(added.content))
     return longest or None
 
@@ -224,7 +226,8 @@ class FastTokenizer:
         Known for a byte-level BPE without a normalizer (the DeepSeek tokenizers): a vocabulary
         token of ``k`` byte-level symbols covers ``k`` UTF-8 bytes, hence at most ``k`` characters,
         and an added (special) token covers its literal content. So a text of ``c`` characters has
-        at least ``ceil(c / max_chars_per_token)`` tokens.
+        at least ``ceil(c / max_chars_per_token)`` tokens. Unknown when an added token has
+        ``lstrip`` / ``rstrip`` (it also covers the whitespace run beside it, of any length).
         """
         if self._max_chars_per_token == 0:
             self._max_chars_per_token = _byte_level_max_chars_per_token(self._tok)

@@ -25,8 +25,10 @@ Incremental detokenization follows SGLang's ``detokenizer_manager.py`` scheme: p
    prefix); sent text is never taken back.
 
 On finish, a matched stop string is cut from the text (or a matched stop token id dropped) unless
-``no_stop_trim`` (with ``stop_str_after_token_id``, at its first occurrence after that token's
-text; with ``min_new_tokens``, at its first occurrence after the text of that many tokens); the
+``no_stop_trim`` (with ``stop_str_after_token_id``, at its first occurrence after the text of the
+first such token *id* -- where the scheduler started matching -- not after the first occurrence of
+that token's text, which the output may also spell with other tokens; with ``min_new_tokens``, at
+its first occurrence after the text of that many tokens); the
 complete final text goes into ``BatchStrOut.final_strs`` so the tokenizer manager never has to
 un-send streamed text.
 """
@@ -84,6 +86,9 @@ class DecodeStatus:
     #: The first ``min_new_tokens`` output ids of a request with stop strings (kept whole: the
     #: text they decode to is where its stop strings start to match).
     head_ids: list[int] = field(default_factory=list)
+    #: Characters of output text through the first ``stop_str_after_token_id`` token (where the
+    #: scheduler's stop strings start to match); -1 until that token is generated.
+    after_start: int = -1
 
     @property
     def decoded_text(self) -> str:
@@ -126,10 +131,14 @@ def trim_matched_stop(
     With ``finished_reason = {"type": "stop", "matched": "<str>"}`` the text is cut before the
     first occurrence of the string (or right after it when ``no_stop_trim``). Other reasons leave
     the text unchanged (stop *token* ids are dropped before decoding, see :class:`DetokenizerManager`).
-    ``after``: the text of the request's ``stop_str_after_token_id`` token; the scheduler matched
-    the stop string only after it, so the search starts after its first occurrence (an earlier
-    occurrence, e.g. in the reasoning, is not the match). ``min_start``: the length of the text
-    of the first ``min_new_tokens`` tokens, before which no occurrence is the match either.
+    ``after``: the text of the request's ``stop_str_after_token_id`` token, for a caller that knows
+    only the text; the scheduler matched the stop string only after that token, so the search
+    starts after the first occurrence of its text (an earlier occurrence, e.g. in the reasoning,
+    is not the match). ``min_start``: a character offset before which no occurrence is the match;
+    :class:`DetokenizerManager` passes the later of the text length of the first
+    ``min_new_tokens`` tokens and the text length through the ``stop_str_after_token_id`` token
+    (exact where ``after`` is not: the output may spell that token's text with other tokens
+    before the token itself).
     """
     if not finished_reason:
         return text
@@ -190,6 +199,13 @@ class DetokenizerManager:
                 return j, t[len(surr_text) :]
         return None
 
+    def _text_len_through(self, s: DecodeStatus, end: int, skip: bool) -> int:
+        """Characters of the request's output text decoded from its ids up to ``s.ids[end]``
+        (exclusive; ``end >= s.read_offset``): the committed text, whose last part is the text of
+        ``ids[surr:read]``, extended by the text ``ids[read:end]`` adds to it."""
+        surr_text = self._decode(s.ids[s.surr_offset : s.read_offset], skip)
+        return s.decoded_len - len(surr_text) + len(self._decode(s.ids[s.surr_offset : end], skip))
+
     def _advance(self, s: DecodeStatus, skip: bool) -> str:
         """Apply the commit rules of the module docstring to an unfinished request (its new ids
         already appended to ``s.ids``); returns the text to send now (new since the last message)."""
@@ -219,8 +235,16 @@ class DetokenizerManager:
             if s is None:
                 s = self.decode_status[rid] = DecodeStatus()
             new_ids = recv.output_ids[i]
+            before = len(s.ids)
             s.ids.extend([t for t in new_ids if not self._is_skipped(t)] if skip else new_ids)
             ids = s.ids
+            after_id = recv.stop_str_after_token_id[i] if recv.stop_str_after_token_id else None
+            if after_id is not None and s.after_start < 0 and after_id in new_ids:
+                # where the scheduler's stop strings start to match: after this token's position,
+                # not after the first place its text occurs (other tokens may spell it earlier)
+                upto = new_ids[: new_ids.index(after_id) + 1]
+                kept = sum(1 for t in upto if not self._is_skipped(t)) if skip else len(upto)
+                s.after_start = self._text_len_through(s, before + kept, skip)
             min_toks = recv.stop_str_min_tokens[i] if recv.stop_str_min_tokens else 0
             if len(s.head_ids) < min_toks:
                 s.head_ids.extend(recv.output_ids[i][: min_toks - len(s.head_ids)])
@@ -239,14 +263,12 @@ class DetokenizerManager:
                 surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip)
                 read_text = self._decode(read_ids[s.surr_offset :], skip)
                 full = s.decoded_text + read_text[len(surr_text) :]
-                after_id = recv.stop_str_after_token_id[i] if recv.stop_str_after_token_id else None
-                after = self._decode([after_id], False) if after_id is not None else None
                 min_start = (
                     len(self._decode(s.head_ids, skip))
                     if min_toks and isinstance(reason.get("matched"), str)
                     else 0
                 )
-                final = trim_matched_stop(full, reason, no_trim, after, min_start)
+                final = trim_matched_stop(full, reason, no_trim, None, max(min_start, s.after_start))
                 output_strs.append(final[s.sent_offset :])
                 final_strs.append(final)
                 del self.decode_status[rid]
