@@ -16,6 +16,8 @@ from sglang_v4.sampling.sampling_params import SamplingParams
 
 __all__ = [
     "compute_logprobs",
+    "finite_limit",
+    "scale_by_temperature",
     "logprobs_for_tokens",
     "token_logprobs",
     "token_ranks",
@@ -51,6 +53,54 @@ def topk_low_id_ties(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     keys += 0xFFFFFFFF - torch.arange(x.shape[-1], device=x.device, dtype=torch.int64)
     idx = torch.topk(keys, k, dim=-1, largest=True, sorted=True).indices
     return x.gather(-1, idx), idx
+
+
+def finite_limit(x: torch.Tensor) -> torch.Tensor:
+    """Logits with the non-finite entries a model can emit (a bf16/fp16 overflow, a bad kernel)
+    replaced by the limit of the softmax over them, so that neither the sampler nor the logprobs
+    see NaN.
+
+    * NaN -> ``-inf``: a NaN logit has probability 0 (it is never picked, greedy or sampled; without
+      this one NaN made every probability NaN and the sampler emitted token 0).
+    * In a row with ``+inf`` entries: those become 0 and every other entry ``-inf``, the limit of
+      ``softmax`` as the logit grows (probability spread evenly over the ``+inf`` tokens, logprob
+      ``-log(count)``; ``softmax`` itself gives NaN there). ``torch.argmax`` (greedy) picks the
+      first ``+inf`` token, which this keeps.
+
+    A row with no finite or ``+inf`` entry stays all ``-inf`` (it has no distribution). No host
+    synchronisation.
+
+    Args:
+        x: ``[..., V]`` float logits (or logits divided by the temperature). Not modified.
+
+    Returns:
+        ``[..., V]`` tensor of ``x.dtype``, with no NaN and no ``+inf``.
+    """
+    x = x.masked_fill(torch.isnan(x), float("-inf"))
+    pinf = torch.isposinf(x)
+    has_pinf = pinf.any(dim=-1, keepdim=True)
+    limit = torch.zeros_like(x).masked_fill_(~pinf, float("-inf"))
+    return torch.where(has_pinf, limit, x)
+
+
+def scale_by_temperature(z: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
+    """``finite_limit(z) / T`` computed without overflow: each row is first shifted by its largest
+    entry (``softmax`` / ``log_softmax`` do not change under a shift), so every value is ``<= 0``
+    before the division and a tiny temperature cannot turn a large finite logit into ``+inf``
+    (which would make the row NaN; vllm-project/vllm#22180, #890). Values far below the maximum
+    may become ``-inf`` (their float64 probability is below float32's range anyway).
+
+    Args:
+        z: ``[B, V]`` float32 logits (penalties applied).
+        temps: ``[B, 1]`` float32 positive temperatures.
+
+    Returns:
+        ``[B, V]`` float32 with the row maximum at 0, no NaN and no ``+inf``.
+    """
+    z = finite_limit(z)
+    m = z.amax(dim=-1, keepdim=True)
+    m = m.masked_fill(~torch.isfinite(m), 0.0)  # a row with no finite entry stays as it is
+    return (z - m) / temps
 
 
 def unconstrained_logprobs(
@@ -99,20 +149,23 @@ def unconstrained_logprobs(
     apply_penalties(z, bare, output_ids, prompt_ids)
     temps = [1.0 if p.is_greedy else p.temperature for p in params]
     if any(t != 1.0 for t in temps):
-        z = z / device_tensor(temps, torch.float32, z.device).unsqueeze(1)
-    return torch.log_softmax(z, dim=-1)
+        return torch.log_softmax(
+            scale_by_temperature(z, device_tensor(temps, torch.float32, z.device).unsqueeze(1)), dim=-1
+        )
+    return torch.log_softmax(finite_limit(z), dim=-1)
 
 
 def compute_logprobs(logits: torch.Tensor) -> torch.Tensor:
-    """``log_softmax`` over the last dim in float32.
+    """``log_softmax`` over the last dim in float32, of :func:`finite_limit` of the logits.
 
     Args:
         logits: ``[..., V]`` any float dtype.
 
     Returns:
-        ``[..., V]`` float32 log-probabilities (``-inf`` stays ``-inf``).
+        ``[..., V]`` float32 log-probabilities (``-inf`` stays ``-inf``; a NaN logit gives
+        ``-inf``; a row with ``+inf`` logits gives them ``-log(count)`` and the rest ``-inf``).
     """
-    return torch.log_softmax(logits.to(torch.float32), dim=-1)
+    return torch.log_softmax(finite_limit(logits.to(torch.float32)), dim=-1)
 
 
 def top_logprobs(logprobs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,13 +18,20 @@ Pipeline per row (SGLang ``srt/layers/sampler.py`` + ``srt/sampling/penaltylib``
    host each step (28 ms per step for 64 requests x 6k history tokens on an H200 host). Passing a
    :class:`PenaltyCache` keeps per-request counts on the device instead (4.7 ms for the same case).
 2. Greedy rows (``top_k == 1``; temperature 0 maps there): ``argmax z``.
-3. Other rows: ``p = softmax(z / T)``; sort descending (a partial top-1024 sort when that is exact,
+3. Other rows: ``p = softmax(z / T)`` (computed as ``softmax((z - max z) / T)``, which cannot
+   overflow); sort descending (a partial top-1024 sort when that is exact,
    see :func:`filter_probs`); drop ranks ``>= top_k``; drop tokens whose
    exclusive cumulative mass (over the unfiltered sorted ``p``) exceeds ``top_p``; drop
    ``p < min_p * max(p)``; sample from the remaining (unnormalised) weights with the exponential
    race (``argmax w / E``, ``E ~ Exp(1)``), which is exactly categorical sampling proportional to
    ``w``. Rows with a ``torch.Generator`` draw their noise from it (reproducible, independent of
    the batch composition); others use the global RNG.
+
+Non-finite logits (:func:`~sglang_v4.sampling.logprobs.finite_limit`): a NaN logit is never
+picked and gets logprob ``-inf``; ``+inf`` logits share the whole
+probability. Without this, one NaN or ``+inf`` made the softmax NaN and every sampled row token 0.
+``z / T`` is computed after shifting each row by its maximum, so a tiny temperature cannot
+overflow a large finite logit to ``+inf``.
 
 The logprob helpers (a forced row's output logprobs, top-k, ranks, prompt logprobs) live in
 :mod:`sglang_v4.sampling.logprobs`; this module re-exports them and the penalty functions.
@@ -40,7 +47,9 @@ import torch
 
 from sglang_v4.sampling.logprobs import (
     compute_logprobs,
+    finite_limit,
     logprobs_for_tokens,
+    scale_by_temperature,
     token_logprobs,
     token_ranks,
     top_logprobs,
@@ -181,9 +190,10 @@ def sample(
         if len(params) != bsz:
             raise ValueError(f"batch mismatch: logits has {bsz} rows, params {len(params)}")
         z = logits.detach().to(torch.float32)  # not modified: no copy
-        out = torch.argmax(z, dim=-1)
-        return (out, torch.log_softmax(z, dim=-1)) if return_logprobs else out
+        out = torch.argmax(z.masked_fill(torch.isnan(z), float("-inf")), dim=-1)
+        return (out, torch.log_softmax(finite_limit(z), dim=-1)) if return_logprobs else out
     z = logits.detach().to(torch.float32).clone()
+    z.masked_fill_(torch.isnan(z), float("-inf"))  # a NaN logit is never picked (finite_limit)
     apply_penalties(z, params, output_ids, prompt_ids, eos_token_ids, penalty_cache, rids, output_lens)
     if grammars is not None and any(g is not None for g in grammars):
         from sglang_v4.sampling.grammar import apply_grammar_masks
@@ -219,13 +229,18 @@ def sample(
         temps = device_tensor(
             [1.0 if g else p.temperature for p, g in zip(params, greedy)], torch.float32, dev
         ).unsqueeze(1)
-        logprobs = torch.log_softmax(z / temps, dim=-1) if return_logprobs else None
+        scaled = scale_by_temperature(z, temps) if return_logprobs else None
     else:
-        logprobs = torch.log_softmax(z, dim=-1) if return_logprobs else None
+        scaled = finite_limit(z) if return_logprobs else None
+    logprobs = torch.log_softmax(scaled, dim=-1) if scaled is not None else None
 
     if rows:
         ridx = device_tensor(rows, torch.long, dev)
-        probs = torch.softmax(z[ridx] / temps[ridx], dim=-1)
+        # z / T overflows to +inf for a tiny T: scale_by_temperature shifts by the row max first
+        sub = (
+            scaled.index_select(0, ridx) if scaled is not None else scale_by_temperature(z[ridx], temps[ridx])
+        )
+        probs = torch.softmax(sub, dim=-1)
         probs = filter_probs(probs, [params[i] for i in rows])
 
         gens = [generators[i] if generators is not None else None for i in rows]
