@@ -257,3 +257,61 @@ def test_top_logprobs_are_sorted_descending_with_ties_by_token_id() -> None:
     vals, top_ids = top_logprobs(lp, 5)
     assert top_ids[0].tolist() == want and top_ids[0, 0].item() == ids.item()
     assert vals[0].tolist() == pytest.approx([ref[i] for i in want], abs=1e-6)
+
+
+# --------------------------------------------------------------------------- seeds, min_new_tokens
+
+
+def _seeded_run(seed: int, steps: int, others: int = 0) -> list[int]:
+    """``steps`` draws of one seeded row over a flat 64-token distribution, batched after
+    ``others`` unseeded rows (a fresh generator per run, as the scheduler makes one per request)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(steps):
+        logits = torch.zeros(others + 1, 64)
+        ids = sample(
+            logits, [SamplingParams()] * (others + 1), [[]] * (others + 1), generators=[None] * others + [g]
+        )
+        out.append(int(ids[-1]))
+    return out
+
+
+def test_parallel_samples_with_one_seed_differ_and_each_equals_its_single_request() -> None:
+    """vllm-project/vllm#11898: with ``n > 1`` and a seed, the seed was copied to every
+    completion, so all ``n`` were the same. Sample ``k`` draws from ``seed + k`` (vLLM's rule):
+    the ``n`` streams differ, and each equals a lone request with that seed (oracle: the cold
+    single-request run), whatever else shares its batch."""
+    from sglang_v4.managers.io_struct import GenerateReqInput
+
+    req = GenerateReqInput(text="x", sampling_params={"n": 4, "sampling_seed": 5})
+    req.normalize_batch_and_arguments()
+    seeds = [p["sampling_seed"] for p in req.sampling_params]
+    assert seeds == [5, 6, 7, 8]
+    runs = [_seeded_run(s, 6, others=3) for s in seeds]
+    assert len({tuple(r) for r in runs}) == 4
+    assert runs == [_seeded_run(s, 6) for s in seeds]
+
+
+def test_min_new_tokens_masks_every_eos_id_of_the_generation_config() -> None:
+    """vllm-project/vllm#5849: with several EOS ids (``generation_config.json``'s list) only the
+    primary one was held back by ``min_tokens``. Every EOS id and every ``stop_token_ids`` entry
+    gets ``-inf`` while fewer than ``min_new_tokens`` tokens exist; the rest of the row is as given."""
+    row = [0.0, 5.0, 6.0, 1.0, 7.0, 2.0]
+    p = SamplingParams(min_new_tokens=3, stop_token_ids=[4])
+    z = torch.tensor([row])
+    apply_penalties(z, [p], [[0, 3]], None, eos_token_ids=[1, 2])
+    assert z[0].tolist() == [0.0, -INF, -INF, 1.0, -INF, 2.0]
+    ids = sample(
+        torch.tensor([row]), [SamplingParams(temperature=0, min_new_tokens=3)], [[0]], eos_token_ids=[1, 2, 4]
+    )
+    assert ids.item() == 5
+
+
+def test_min_new_tokens_outranks_stop_token_ids_until_reached() -> None:
+    """NVIDIA/TensorRT-LLM#4776: ``stop_token_ids`` took precedence over ``min_tokens``. A stop
+    token cannot be drawn before ``min_new_tokens`` outputs exist, and is free from then on
+    (output count == ``min_new_tokens``). Oracle: the greedy argmax of the given logits."""
+    row = [0.0, 1.0, 9.0, 3.0]  # stop token 2 is the argmax
+    p = SamplingParams(temperature=0, min_new_tokens=2, stop_token_ids=[2])
+    picks = [sample(torch.tensor([row]), [p], [[3] * n])[0].item() for n in range(4)]
+    assert picks == [3, 3, 2, 2]
