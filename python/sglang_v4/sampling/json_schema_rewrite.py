@@ -30,6 +30,10 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   (``allOf``, ``anyOf``, ``oneOf``, ``$ref``, ``if``, ``dependentSchemas``) --
   ``unevaluatedProperties``, else any value); under ``false`` there no object can satisfy the
   schema, which is a ``ValueError``.
+* a ``propertyNames`` subschema without ``type`` (``{"propertyNames": {"pattern": "^[a-z]+$"}}``,
+  the usual way to write it: an object's keys are always strings) gets ``"type": "string"``, the
+  same meaning: xgrammar ignores ``pattern`` / ``minLength`` / ``maxLength`` on an untyped node,
+  and answer schemas that carry such keywords are refused, so the plain idiom was a 400.
 
 * a ``string`` node's ``format: "date"`` / ``"date-time"`` / ``"time"`` becomes a ``pattern``
   admitting exactly the calendar dates RFC 3339 (section 5.6, ``date-mday`` "based on month/year")
@@ -264,6 +268,9 @@ def _rewrite(schema: Any, path: str) -> Any:
         out["patternProperties"] = _rewrite_key_patterns(
             out["patternProperties"], f"{path}.patternProperties"
         )
+    names = out.get("propertyNames")
+    if isinstance(names, dict) and not any(k in names for k in ("type", "enum", "const", "$ref")):
+        out["propertyNames"] = {**names, "type": "string"}  # every key is a string: same meaning
     if _is_type(out, "array") and not any(k in out for k in ("items", "prefixItems", "unevaluatedItems")):
         out["items"] = {}
     if _is_object_node(out):

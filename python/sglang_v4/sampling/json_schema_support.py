@@ -11,7 +11,18 @@ being generated against a weaker grammar. Measured against xgrammar 0.2.9 (a tex
 rejects that the compiled grammar accepts):
 
 * ``allOf`` with more than one branch (compiled to "any JSON value"; vllm-project/vllm#56556);
-* ``not``, ``if`` / ``then`` / ``else``, ``dependentRequired``, ``dependentSchemas``;
+* ``not`` (also ``not: {}`` / ``not: true``, which match nothing: compiled to "any JSON value";
+  ggml-org/llama.cpp#17572), ``if`` / ``then`` / ``else``, ``dependentRequired``,
+  ``dependentSchemas``;
+* a ``$ref`` that is not ``#`` or a local JSON pointer (``#/$defs/Name``): a remote URL, another
+  file, an ``$anchor`` / ``$id`` name (``#item``) compiled to "any JSON value"; ``$dynamicRef``
+  and ``$recursiveRef`` likewise;
+* ``propertyNames`` beside ``patternProperties``: keys that match a ``patternProperties`` regex
+  (and, beside ``properties`` too, every other key) were not checked against it
+  (mlc-ai/xgrammar#841);
+* a ``patternProperties`` regex that matches a name ``properties`` declares: the key got only the
+  ``properties`` subschema and could come twice, the second time through the pattern
+  (guidance-ai/llguidance#265's schema gave ``{"score": 5, ..., "score": 632}``);
 * ``uniqueItems: true``, ``contains`` (with ``minContains`` / ``maxContains``);
 * ``multipleOf`` on anything but an ``integer``;
 * ``pattern`` with ``minLength`` / ``maxLength``, ``format`` with any of the three (xgrammar
@@ -35,6 +46,7 @@ format.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # the keywords whose values are subschemas (one / a list / a map), as the rewrite walks them
@@ -246,14 +258,50 @@ def merge_all_of(schema: Any) -> Any:
     return _merge_node(schema, _Walk(schema), 0)
 
 
+def _declared_key_matching_a_pattern(node: dict[str, Any]) -> tuple[str, str] | None:
+    """The first ``(name, regex)`` where a ``properties`` name matches a ``patternProperties``
+    regex (Python's ``re.search``; a regex it cannot read is skipped) and the two subschemas
+    differ, or ``None``. JSON Schema applies both subschemas to that key; xgrammar applies only
+    the ``properties`` one and lets the key come a second time through the pattern (``{"score":
+    5, "score": 632}``). A name declared with the pattern's own subschema (as
+    ``normalize_json_schema`` declares a ``required`` name that only a pattern covers) passes."""
+    props, patterns = node.get("properties"), node.get("patternProperties")
+    if not isinstance(props, dict) or not isinstance(patterns, dict):
+        return None
+    for regex in patterns:
+        try:
+            compiled = re.compile(regex)
+        except (re.error, TypeError):
+            continue
+        for name, sub in props.items():
+            if compiled.search(name) and sub != patterns[regex]:
+                return name, regex
+    return None
+
+
 def _node_problem(node: dict[str, Any]) -> str | None:
     """Why the grammar would not enforce ``node``'s own keywords, or ``None``."""
     all_of = node.get("allOf")
     if isinstance(all_of, list) and len(all_of) > 1:
         return "'allOf' with several branches (they do not merge into one schema)"
-    for k in ("not", "if", "dependentRequired", "dependentSchemas"):
-        if k in node and node[k] not in ({},):
+    if "not" in node:  # ``not: {}`` / ``not: true`` match nothing: refused as much as any other
+        return "'not'"
+    if "if" in node and (node["if"] != {} or "then" in node or "else" in node):
+        return "'if'"
+    for k in ("dependentRequired", "dependentSchemas"):
+        if k in node and node[k] != {}:
             return f"{k!r}"
+    for k in ("$dynamicRef", "$recursiveRef"):
+        if k in node:
+            return f"{k!r}"
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref != "#" and not ref.startswith("#/"):
+        return f"'$ref' to {ref!r} (only '#' and local JSON pointers such as '#/$defs/Name' are resolved)"
+    if node.get("propertyNames") not in (None, {}, True) and node.get("patternProperties"):
+        return "'propertyNames' together with 'patternProperties' (keys matching a pattern escape it)"
+    clash = _declared_key_matching_a_pattern(node)
+    if clash is not None:
+        return f"'patternProperties' regex {clash[1]!r} matching the declared property {clash[0]!r}"
     if node.get("uniqueItems") is True:
         return "'uniqueItems'"
     if "contains" in node:

