@@ -7,10 +7,14 @@ Bugs found here and fixed: a ``$ref`` that is not a local JSON pointer (a URL, a
 ``$anchor`` name) and ``not: {}`` compiled to "any JSON value" (kekzl/imp#1259,
 ggml-org/llama.cpp#17572); an untyped ``propertyNames`` subschema (``{"pattern": ...}``, the
 usual idiom) was refused (vllm-project/vllm#42904); ``propertyNames`` beside ``patternProperties``
-was not enforced on every key (mlc-ai/xgrammar#841). The other reports passed as-is and are kept
-as regression tests.
+was not enforced on every key (mlc-ai/xgrammar#841); a ``patternProperties`` regex matching a
+declared property let that key come twice (guidance-ai/llguidance#265's schema); fractional
+bounds on an ``integer`` and Draft 4's boolean ``exclusiveMinimum`` were refused
+(oxidecomputer/progenitor#417, tristanpenman/valijson#128). The other reports passed as-is and
+are kept as regression tests.
 
-Oracles: the ``jsonschema`` package's Draft 2020-12 validator on the schema as sent (a text the
+Oracles: the ``jsonschema`` package's validator (of the draft the schema names in ``$schema``,
+Draft 2020-12 by default) on the schema as sent (a text the
 compiled grammar accepts must be valid, and the valid texts listed must be accepted), Python's
 ``json`` (``ensure_ascii`` both ways) and the DeepSeek-V4 tokenizer (``tokenizer.json``).
 """
@@ -78,7 +82,7 @@ def _accepts(g: Grammar, text: str) -> bool:
 def _agrees_with_jsonschema(g: Grammar, schema: Any, valid: list[str], invalid: list[str]) -> None:
     """The oracle says ``valid`` texts are valid and ``invalid`` ones are not; the grammar takes
     every valid one and none of the invalid ones."""
-    check = jsonschema.Draft202012Validator(schema)
+    check = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
     for text in valid:
         assert check.is_valid(json.loads(text)), text  # the listed text really is valid
         assert _accepts(g, text), text
@@ -178,7 +182,8 @@ def test_untyped_property_names_is_enforced(
 ) -> None:
     # vllm-project/vllm#42904 (propertyNames for the xgrammar backend, as MCP tools and msgspec /
     # pydantic dict key constraints write it: no "type" inside, keys are always strings). Old
-    # code refused it with a 400 ("'pattern' on a node without 'type'").
+    # code refused it with a 400 ("'pattern' on a node without 'type'"), although the grammar
+    # enforces it on keys.
     schema = {"type": "object", "propertyNames": names, "additionalProperties": {"type": "integer"}}
     g = _grammar(backend, schema)
     _agrees_with_jsonschema(g, schema, [f'{{"{valid_key}": 1}}', "{}"], [f'{{"{bad_key}": 1}}'])
@@ -198,6 +203,59 @@ def test_property_names_beside_pattern_properties_is_a_400(backend: GrammarBacke
     assert not jsonschema.Draft202012Validator(schema).is_valid({"a": 1, "UPPER": "x"})
     message = _refused(backend, schema)
     assert "'propertyNames' together with 'patternProperties'" in message, message
+
+
+# --- numeric bounds xgrammar refused --------------------------------------------------------
+
+
+def test_integer_with_fractional_bounds_is_enforced(backend: GrammarBackend) -> None:
+    # oxidecomputer/progenitor#417 (fixes its #411): an "integer" with floating-point bounds is
+    # valid JSON Schema ("minimum": 0.5 means >= 1). Old code: a 400 ("Integer constraint must
+    # be a whole number") for a schema the grammar can enforce.
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": 0.5, "maximum": 10.5},
+            "m": {"type": "integer", "exclusiveMinimum": -2.5, "exclusiveMaximum": 1.5},
+        },
+        "required": ["n", "m"],
+        "additionalProperties": False,
+    }
+    g = _grammar(backend, schema)
+    valid = ['{"n": 1, "m": -2}', '{"n": 10, "m": 1}']
+    invalid = ['{"n": 0, "m": 0}', '{"n": 11, "m": 0}', '{"n": 1, "m": -3}', '{"n": 1, "m": 2}']
+    _agrees_with_jsonschema(g, schema, valid, invalid)
+
+
+def test_draft4_boolean_exclusive_bounds_are_enforced(backend: GrammarBackend) -> None:
+    # tristanpenman/valijson#128: a Draft 4 schema's {"minimum": 0, "exclusiveMinimum": true}
+    # (the draft's own boolean form, as OpenAPI 3.0 writes it) was rejected as "expected numeric
+    # value". Old code: a 400 ("Value must be a number") although the bound is enforceable.
+    schema = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "properties": {
+            "price": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+            "qty": {
+                "type": "integer",
+                "minimum": 1,
+                "exclusiveMinimum": False,
+                "maximum": 3,
+                "exclusiveMaximum": True,
+            },
+        },
+        "required": ["price", "qty"],
+        "additionalProperties": False,
+    }
+    g = _grammar(backend, schema)
+    valid = ['{"price": 0.5, "qty": 1}', '{"price": 3, "qty": 2}']
+    invalid = [
+        '{"price": 0, "qty": 1}',
+        '{"price": -1, "qty": 1}',
+        '{"price": 1, "qty": 3}',
+        '{"price": 1, "qty": 0}',
+    ]
+    _agrees_with_jsonschema(g, schema, valid, invalid)
 
 
 # --- passing reports kept as regression tests ---------------------------------------------------

@@ -32,8 +32,14 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   schema, which is a ``ValueError``.
 * a ``propertyNames`` subschema without ``type`` (``{"propertyNames": {"pattern": "^[a-z]+$"}}``,
   the usual way to write it: an object's keys are always strings) gets ``"type": "string"``, the
-  same meaning: xgrammar ignores ``pattern`` / ``minLength`` / ``maxLength`` on an untyped node,
-  and answer schemas that carry such keywords are refused, so the plain idiom was a 400.
+  same meaning: elsewhere xgrammar ignores ``pattern`` / ``minLength`` / ``maxLength`` on an
+  untyped node, and answer schemas carrying them there are refused
+  (:func:`~sglang_v4.sampling.json_schema_support.check_enforceable_schema`), which made the
+  plain ``propertyNames`` idiom a 400 although xgrammar enforces it on keys.
+
+* numeric bounds xgrammar refuses although they are valid: Draft 4's boolean
+  ``exclusiveMinimum`` / ``exclusiveMaximum``, a fractional bound on an ``integer``
+  (:mod:`sglang_v4.sampling.json_schema_bounds`).
 
 * a ``string`` node's ``format: "date"`` / ``"date-time"`` / ``"time"`` becomes a ``pattern``
   admitting exactly the calendar dates RFC 3339 (section 5.6, ``date-mday`` "based on month/year")
@@ -63,6 +69,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from sglang_v4.sampling.json_schema_bounds import rewrite_numeric_bounds
 
 __all__ = [
     "MAX_SCHEMA_DEPTH",
@@ -275,6 +283,7 @@ def _rewrite(schema: Any, path: str) -> Any:
         out["items"] = {}
     if _is_object_node(out):
         _rewrite_object(out, path)
+    rewrite_numeric_bounds(out)
     _exact_date_format(out)
     if isinstance(out.get("pattern"), str):
         out["pattern"] = optional_groups_as_alternations(out["pattern"])
