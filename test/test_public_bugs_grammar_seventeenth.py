@@ -10,7 +10,8 @@ usual idiom) was refused (vllm-project/vllm#42904); ``propertyNames`` beside ``p
 was not enforced on every key (mlc-ai/xgrammar#841); a ``patternProperties`` regex matching a
 declared property let that key come twice (guidance-ai/llguidance#265's schema); fractional
 bounds on an ``integer`` and Draft 4's boolean ``exclusiveMinimum`` were refused
-(oxidecomputer/progenitor#417, tristanpenman/valijson#128). The other reports passed as-is and
+(oxidecomputer/progenitor#417, tristanpenman/valijson#128), and so were ``false`` subschemas
+(guidance-ai/guidance#1015). The other reports passed as-is and
 are kept as regression tests.
 
 Oracles: the ``jsonschema`` package's validator (of the draft the schema names in ``$schema``,
@@ -256,6 +257,39 @@ def test_draft4_boolean_exclusive_bounds_are_enforced(backend: GrammarBackend) -
         '{"price": 1, "qty": 0}',
     ]
     _agrees_with_jsonschema(g, schema, valid, invalid)
+
+
+# --- guidance-ai/guidance#1015: boolean subschemas ---------------------------------------------
+
+
+def test_false_subschemas_are_compiled_as_json_schema_reads_them(backend: GrammarBackend) -> None:
+    # guidance-ai/guidance#1015: true / false schemas are valid anywhere a schema goes (a false
+    # property: the key must be absent; a false branch: never taken). Old code: a 400 ("Schema
+    # 'false' cannot accept any value") for both, although the grammar can mean the same.
+    schema = {
+        "type": "object",
+        "properties": {
+            "legacy": False,
+            "id": {"oneOf": [False, {"type": "integer"}]},
+            "tag": {"anyOf": [{"type": "string"}, False]},
+            "any": True,
+        },
+        "required": ["id", "tag"],
+        "additionalProperties": False,
+    }
+    g = _grammar(backend, schema)
+    valid = ['{"id": 1, "tag": "a"}', '{"id": 2, "tag": "b", "any": [1]}']
+    invalid = ['{"legacy": 1, "id": 1, "tag": "a"}', '{"id": "1", "tag": "a"}', '{"id": 1, "tag": 2}']
+    _agrees_with_jsonschema(g, schema, valid, invalid)
+
+
+def test_required_false_property_is_a_400(backend: GrammarBackend) -> None:
+    # guidance-ai/guidance#1015: "nothing can be generated" for a false schema is a ValueError;
+    # a required key whose schema is false leaves no object at all.
+    schema = {"type": "object", "properties": {"a": False}, "required": ["a"]}
+    assert not jsonschema.Draft202012Validator(schema).is_valid({"a": 1})
+    message = _refused(backend, schema)
+    assert "required property 'a'" in message and "no object satisfies" in message, message
 
 
 # --- passing reports kept as regression tests ---------------------------------------------------

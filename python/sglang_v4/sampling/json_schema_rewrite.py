@@ -30,6 +30,10 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   (``allOf``, ``anyOf``, ``oneOf``, ``$ref``, ``if``, ``dependentSchemas``) --
   ``unevaluatedProperties``, else any value); under ``false`` there no object can satisfy the
   schema, which is a ``ValueError``.
+* a ``false`` subschema (it matches nothing) that xgrammar refuses to compile: an ``anyOf`` /
+  ``oneOf`` branch ``false`` is dropped (the others mean the same without it), and a property
+  ``false`` (the key must be absent) is dropped from ``properties`` where nothing else lets the
+  key in; ``required`` as well, it is a ``ValueError``.
 * a ``propertyNames`` subschema without ``type`` (``{"propertyNames": {"pattern": "^[a-z]+$"}}``,
   the usual way to write it: an object's keys are always strings) gets ``"type": "string"``, the
   same meaning: elsewhere xgrammar ignores ``pattern`` / ``minLength`` / ``maxLength`` on an
@@ -71,6 +75,7 @@ import re
 from typing import Any
 
 from sglang_v4.sampling.json_schema_bounds import rewrite_numeric_bounds
+from sglang_v4.sampling.json_schema_false import drop_false_properties
 
 __all__ = [
     "MAX_SCHEMA_DEPTH",
@@ -154,6 +159,7 @@ def _rewrite_object(node: dict[str, Any], path: str) -> None:
         for k in ("properties", "patternProperties", "additionalProperties", "unevaluatedProperties")
     )
     required = node.get("required")
+    drop_false_properties(node, required if isinstance(required, list) else [], path)
     if isinstance(required, list):
         props = node.get("properties")
         if props is None:
@@ -242,6 +248,9 @@ def _rewrite_alternatives(parent: dict[str, Any], key: str, path: str) -> list[A
     merge = parent.get("type") == "object"
     kept, error = [], None
     for i, branch in enumerate(parent[key]):
+        if branch is False:  # matches nothing: the other branches mean the same without it
+            error = error or ValueError(f"{path}.{key}[{i}]: the schema false matches no value.")
+            continue
         try:
             kept.append(
                 _rewrite(_with_parent_keys(parent, branch) if merge else branch, f"{path}.{key}[{i}]")
