@@ -403,3 +403,85 @@ def test_closed_object_with_pattern_properties_is_enforced(backend: GrammarBacke
         '{"score": 5, "tags": ["ab", "ab", "ab", "ab"]}',
     ]
     _agrees_with_jsonschema(g, schema, valid, invalid)
+
+
+def test_const_and_enum_strings_with_slashes_and_escapes_take_the_plain_form(backend: GrammarBackend) -> None:
+    # mlc-ai/xgrammar#626: a const / enum string holding "/" (a URL, a path) compiled to a grammar
+    # that took only the "\/" spelling, so decoding stalled on the first "/" a model writes.
+    values = ["http://example.com/path", "a/b", "c\\d", 'q"x', "tab\there", "😀 ok"]
+    schema = {
+        "type": "object",
+        "properties": {"u": {"const": values[0]}, "e": {"enum": values}},
+        "required": ["u", "e"],
+        "additionalProperties": False,
+    }
+    g = _grammar(backend, schema)
+    valid = [json.dumps({"u": values[0], "e": v}, ensure_ascii=False) for v in values]
+    _agrees_with_jsonschema(g, schema, valid, ['{"u": "http://example.com/other", "e": "a/b"}'])
+
+
+def test_numeric_boolean_and_null_consts_are_kept_as_json_values(backend: GrammarBackend) -> None:
+    # openai/openai-ruby#569: numeric and boolean structured-output constants were lost (written
+    # as strings or dropped). The grammar must take 2 / false / 1.5 / null themselves, not their
+    # quoted spellings.
+    schema = {
+        "type": "object",
+        "properties": {"v": {"const": 2}, "r": {"const": False}, "f": {"const": 1.5}, "n": {"const": None}},
+        "required": ["v", "r", "f", "n"],
+        "additionalProperties": False,
+    }
+    g = _grammar(backend, schema)
+    invalid = [
+        '{"v": "2", "r": false, "f": 1.5, "n": null}',
+        '{"v": 2, "r": "false", "f": 1.5, "n": null}',
+        '{"v": 2, "r": false, "f": "1.5", "n": null}',
+        '{"v": 2, "r": false, "f": 1.5, "n": "null"}',
+        '{"v": 3, "r": false, "f": 1.5, "n": null}',
+    ]
+    _agrees_with_jsonschema(g, schema, ['{"v": 2, "r": false, "f": 1.5, "n": null}'], invalid)
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "web_search"}}]
+)
+def test_forced_tool_call_after_reasoning_accepts_the_boundary_tokens(
+    tok: Any, backend: GrammarBackend, tool_choice: Any
+) -> None:
+    # vllm-project/vllm#46149: a constrained tool_choice (named or "required") with thinking on
+    # crashed at the reasoning -> tool-call boundary: the grammar rejected the reasoning's last
+    # token, "</think>" and the call's opening tokens. The tokenizer's own encoding of reasoning,
+    # "</think>" and a DSML call must be accepted token by token, then EOS.
+    from dsml_testutil import dsml_block, dsml_invoke, dsml_param
+    from sglang_v4.sampling.grammar import tool_call_structural_tag
+
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "web_search",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+            },
+        }
+    ]
+    tag = tool_call_structural_tag(
+        tools, tool_choice, thinking=True, parallel_tool_calls=False, enforce_schema=True
+    )
+    sp = SamplingParams(structural_tag=tag)
+    sp.verify(VOCAB, allow_grammar=True)
+    g = backend.create(sp)
+    assert g is not None
+    text = (
+        "Let me search for it."
+        + "</think>"
+        + dsml_block(dsml_invoke("web_search", dsml_param("q", True, "sglang")))
+    )
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text
+    for t in ids:
+        assert g.accept(t), (t, tok.decode([t]))
+    assert g.allows(EOS)
+    # the answer without a call is not one the forced choice allows
+    g2 = backend.create(sp)
+    assert g2 is not None
+    plain = tok.encode("Let me search for it.</think>No call.", add_special_tokens=False)
+    assert not all(g2.accept(t) for t in plain) or not g2.allows(EOS)
