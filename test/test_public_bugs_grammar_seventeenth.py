@@ -11,7 +11,8 @@ was not enforced on every key (mlc-ai/xgrammar#841); a ``patternProperties`` reg
 declared property let that key come twice (guidance-ai/llguidance#265's schema); fractional
 bounds on an ``integer`` and Draft 4's boolean ``exclusiveMinimum`` were refused
 (oxidecomputer/progenitor#417, tristanpenman/valijson#128), and so were ``false`` subschemas
-(guidance-ai/guidance#1015). The other reports passed as-is and
+(guidance-ai/guidance#1015); keywords beside a ``$ref`` were dropped (ohdearquant/lattice#1078,
+jammaru/llm-abi#2). The other reports passed as-is and
 are kept as regression tests.
 
 Oracles: the ``jsonschema`` package's validator (of the draft the schema names in ``$schema``,
@@ -485,3 +486,63 @@ def test_forced_tool_call_after_reasoning_accepts_the_boundary_tokens(
     assert g2 is not None
     plain = tok.encode("Let me search for it.</think>No call.", add_special_tokens=False)
     assert not all(g2.accept(t) for t in plain) or not g2.allows(EOS)
+
+
+def test_ref_sibling_keywords_apply_too(backend: GrammarBackend) -> None:
+    # ohdearquant/lattice#1078: a grammar compiler returned at "$ref" and dropped the keywords
+    # beside it ({"$ref": "#/$defs/base", "required": ["extra"]} compiled to the reference
+    # alone). Draft 2020-12 applies both. Old code here: "b" was never written, and a "name" of
+    # one character (against minLength 2 beside the $ref) was taken.
+    schema = {
+        "$defs": {
+            "Base": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            "Name": {"type": "string", "maxLength": 4},
+        },
+        "type": "object",
+        "properties": {
+            "obj": {"$ref": "#/$defs/Base", "properties": {"b": {"type": "string"}}, "required": ["b"]},
+            "name": {"$ref": "#/$defs/Name", "type": "string", "minLength": 2, "description": "a name"},
+            "code": {"$ref": "#/$defs/Name", "type": "string", "const": "ab"},
+        },
+        "required": ["obj", "name", "code"],
+        "additionalProperties": False,
+    }
+    g = _grammar(backend, schema)
+    valid = ['{"obj": {"a": 1, "b": "x"}, "name": "ab", "code": "ab"}']
+    invalid = [
+        '{"obj": {"a": 1}, "name": "ab", "code": "ab"}',
+        '{"obj": {"a": 1, "b": "x"}, "name": "a", "code": "ab"}',
+        '{"obj": {"a": 1, "b": "x"}, "name": "abcde", "code": "ab"}',
+        '{"obj": {"a": 1, "b": "x"}, "name": "ab", "code": "abc"}',
+    ]
+    _agrees_with_jsonschema(g, schema, valid, invalid)
+
+
+def test_ref_siblings_that_do_not_merge_are_a_400(backend: GrammarBackend) -> None:
+    # jammaru/llm-abi#2: "if a sibling cannot be represented, emit a diagnostic instead of
+    # dropping it". Two enums beside each other through a $ref do not merge here: a 400 naming
+    # the node, where old code compiled the $ref alone and took "x", which the sibling forbids.
+    schema = {
+        "$defs": {"E": {"enum": ["x", "y"]}},
+        "type": "object",
+        "properties": {"e": {"$ref": "#/$defs/E", "enum": ["y", "z"]}},
+        "required": ["e"],
+    }
+    assert not jsonschema.Draft202012Validator(schema).is_valid({"e": "x"})
+    message = _refused(backend, schema)
+    assert "schema.properties.e: constrained decoding cannot enforce '$ref' beside 'enum'" in message, message
+
+
+def test_draft7_ref_siblings_stay_ignored(backend: GrammarBackend) -> None:
+    # networknt/json-schema-validator#809: in Draft 4, 6 and 7 the keywords beside a $ref are
+    # ignored; a schema naming Draft 7 keeps that reading (the validator of that draft agrees).
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "definitions": {"Name": {"type": "string", "maxLength": 4}},
+        "type": "object",
+        "properties": {"name": {"$ref": "#/definitions/Name", "minLength": 3}},
+        "required": ["name"],
+        "additionalProperties": False,
+    }
+    g = _grammar(backend, schema)
+    _agrees_with_jsonschema(g, schema, ['{"name": "ab"}', '{"name": "abcd"}'], ['{"name": "abcde"}'])

@@ -31,6 +31,12 @@ rejects that the compiled grammar accepts):
   array keywords (``pattern``, ``maxLength``, ``minimum``, ``maxItems``...): JSON Schema applies
   them to values of that type, xgrammar ignores them (vllm-project/vllm#57550).
 
+A ``$ref`` beside keywords that constrain the value (``{"$ref": "#/$defs/Base", "required":
+["b"]}``; from Draft 2019-09 on both apply, before it the siblings are ignored) was compiled from
+the ``$ref`` alone; :func:`merge_all_of` reads such a node as ``allOf: [{"$ref": ...}, {the
+siblings}]`` (unless the schema names an older draft in ``$schema``) and merges it like any other;
+one that does not merge is refused.
+
 :func:`merge_all_of` first rewrites the common multi-branch ``allOf`` that has an equivalent
 single schema: object branches (pydantic's and OpenAPI's inheritance, ``allOf: [{"$ref":
 "#/$defs/Base"}, {...}]``) whose keywords do not depend on each other's siblings are merged into
@@ -113,12 +119,34 @@ class _Walk:
     branches whose ``$ref`` definitions nest pairwise cannot make the work or the merged schema
     grow exponentially; past it the ``allOf`` is left unmerged (and refused)."""
 
-    __slots__ = ("joins_left", "memo", "root")
+    __slots__ = ("joins_left", "memo", "ref_siblings_apply", "root")
 
     def __init__(self, root: Any) -> None:
         self.root = root
         self.memo: dict[int, tuple[Any, Any]] = {}
         self.joins_left = _MAX_PROPERTY_JOINS
+        draft = root.get("$schema") if isinstance(root, dict) else None
+        # before Draft 2019-09 a $ref's siblings are ignored; from it on they apply as well
+        self.ref_siblings_apply = not (isinstance(draft, str) and any(d in draft for d in _OLD_DRAFTS))
+
+
+#: ``$schema`` names of the drafts where keywords beside ``$ref`` are ignored.
+_OLD_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")
+#: Keywords beside a ``$ref`` that say nothing about the value (kept on the node itself).
+_REF_NEUTRAL = _ANNOTATIONS | {"$defs", "definitions", "$schema", "$id", "$anchor"}
+
+
+def _ref_siblings_as_all_of(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` (``$ref`` beside keywords that constrain the value) as ``allOf: [{"$ref": ...},
+    {the other keywords}]``, which Draft 2020-12 means by it; xgrammar applied the ``$ref``
+    alone (``{"$ref": "#/$defs/Name", "required": ["b"]}`` dropped ``required``)."""
+    siblings = {k: v for k, v in node.items() if k not in _REF_NEUTRAL and k not in ("$ref", "allOf")}
+    if not siblings:
+        return node
+    out = {k: v for k, v in node.items() if k in _REF_NEUTRAL}
+    rest = node["allOf"] if isinstance(node.get("allOf"), list) else []
+    out["allOf"] = [{"$ref": node["$ref"]}, siblings, *rest]
+    return out
 
 
 #: The most property schemas one :func:`merge_all_of` call merges (a pydantic or OpenAPI schema
@@ -235,6 +263,12 @@ def _merge_fresh(node: dict[str, Any], root: _Walk, depth: int) -> Any:
     for k in _SCHEMA_MAPS:
         if isinstance(out.get(k), dict):
             out[k] = {n: _merge_node(s, root, depth + 1) for n, s in out[k].items()}
+    if root.ref_siblings_apply and isinstance(out.get("$ref"), str):
+        joined = _ref_siblings_as_all_of(out)
+        if joined is not out:
+            merged = _merge_branches(joined, root, depth)
+            # unmerged, the node is left as it was (an answer schema's is refused by the check)
+            return out if merged is None else merged
     all_of = out.get("allOf")
     if isinstance(all_of, list) and len(all_of) > 1:
         merged = _merge_branches(out, root, depth)
@@ -279,8 +313,17 @@ def _declared_key_matching_a_pattern(node: dict[str, Any]) -> tuple[str, str] | 
     return None
 
 
-def _node_problem(node: dict[str, Any]) -> str | None:
+def _node_problem(node: dict[str, Any], ref_siblings_apply: bool = True) -> str | None:
     """Why the grammar would not enforce ``node``'s own keywords, or ``None``."""
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref != "#" and not ref.startswith("#/"):
+        return f"'$ref' to {ref!r} (only '#' and local JSON pointers such as '#/$defs/Name' are resolved)"
+    if "$ref" in node:
+        beside = sorted(k for k in node if k not in _REF_NEUTRAL and k != "$ref")
+        if not ref_siblings_apply:
+            return None  # Draft 7 and older: the keywords beside a $ref are ignored, as xgrammar does
+        if beside:
+            return f"'$ref' beside {beside[0]!r} (they do not merge into one schema)"
     all_of = node.get("allOf")
     if isinstance(all_of, list) and len(all_of) > 1:
         return "'allOf' with several branches (they do not merge into one schema)"
@@ -294,9 +337,6 @@ def _node_problem(node: dict[str, Any]) -> str | None:
     for k in ("$dynamicRef", "$recursiveRef"):
         if k in node:
             return f"{k!r}"
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref != "#" and not ref.startswith("#/"):
-        return f"'$ref' to {ref!r} (only '#' and local JSON pointers such as '#/$defs/Name' are resolved)"
     if node.get("propertyNames") not in (None, {}, True) and node.get("patternProperties"):
         return "'propertyNames' together with 'patternProperties' (keys matching a pattern escape it)"
     clash = _declared_key_matching_a_pattern(node)
@@ -341,12 +381,13 @@ def check_enforceable_schema(schema: Any, path: str = "schema") -> None:
             constrained decoding cannot enforce 'uniqueItems'; remove it (or validate the answer
             yourself).``
     """
+    siblings_apply = _Walk(schema).ref_siblings_apply
     stack: list[tuple[Any, str]] = [(schema, path)]
     while stack:
         node, where = stack.pop()
         if not isinstance(node, dict):
             continue
-        problem = _node_problem(node)
+        problem = _node_problem(node, siblings_apply)
         if problem is not None:
             raise ValueError(
                 f"{where}: constrained decoding cannot enforce {problem}; remove it "
