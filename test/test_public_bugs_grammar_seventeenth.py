@@ -12,7 +12,7 @@ declared property let that key come twice (guidance-ai/llguidance#265's schema);
 bounds on an ``integer`` and Draft 4's boolean ``exclusiveMinimum`` were refused
 (oxidecomputer/progenitor#417, tristanpenman/valijson#128), and so were ``false`` subschemas
 (guidance-ai/guidance#1015); keywords beside a ``$ref`` were dropped (ohdearquant/lattice#1078,
-jammaru/llm-abi#2). The other reports passed as-is and
+jammaru/llm-abi#2); a ``pattern`` was read as a full match (mlc-ai/xgrammar#838). The other reports passed as-is and
 are kept as regression tests.
 
 Oracles: the ``jsonschema`` package's validator (of the draft the schema names in ``$schema``,
@@ -546,3 +546,35 @@ def test_draft7_ref_siblings_stay_ignored(backend: GrammarBackend) -> None:
     }
     g = _grammar(backend, schema)
     _agrees_with_jsonschema(g, schema, ['{"name": "ab"}', '{"name": "abcd"}'], ['{"name": "abcde"}'])
+
+
+def test_pattern_is_read_unanchored(backend: GrammarBackend) -> None:
+    # mlc-ai/xgrammar#838: "pattern" and "patternProperties" were full matches, where Draft
+    # 2020-12 reads a regex unanchored ("cat" takes "concatenate"). Old code: "pattern": "cat"
+    # took "cat" alone, "^id-" took "id-" alone (a field the model could not fill), and the
+    # patternProperties key "x" took the key "x" alone.
+    schema = {
+        "type": "object",
+        "properties": {
+            "word": {"type": "string", "pattern": "cat"},
+            "id": {"type": "string", "pattern": "^id-"},
+            "end": {"type": "string", "pattern": "[0-9]$"},
+            "whole": {"type": "string", "pattern": "^ab$"},
+            "meta": {"type": "object", "patternProperties": {"x": {"type": "integer"}}},
+        },
+        "required": ["word", "id", "end", "whole", "meta"],
+        "additionalProperties": False,
+    }
+    g = _grammar(backend, schema)
+    valid = [
+        '{"word": "cat", "id": "id-", "end": "7", "whole": "ab", "meta": {"x": 1}}',
+        '{"word": "concatenate", "id": "id-42", "end": "v2", "whole": "ab", "meta": {"ax1": 2}}',
+    ]
+    invalid = [
+        '{"word": "dog", "id": "id-", "end": "7", "whole": "ab", "meta": {}}',
+        '{"word": "cat", "id": "xid-", "end": "7", "whole": "ab", "meta": {}}',
+        '{"word": "cat", "id": "id-", "end": "7a", "whole": "ab", "meta": {}}',
+        '{"word": "cat", "id": "id-", "end": "7", "whole": "abc", "meta": {}}',
+        '{"word": "cat", "id": "id-", "end": "7", "whole": "ab", "meta": {"ax1": "s"}}',
+    ]
+    _agrees_with_jsonschema(g, schema, valid, invalid)

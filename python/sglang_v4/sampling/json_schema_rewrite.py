@@ -59,7 +59,9 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   repetition to a grammar that also takes the group's tail without its head
   (``^a(\\.\\d+)?$`` took ``"a1"``, ``^\\d{2}(\\.\\d+)?Z$`` took ``"123Z"``); the alternation
   form compiles exactly.
-  Every regex of the schema that reaches xgrammar is rewritten so: a ``pattern`` (which covers
+  Every regex of the schema that reaches xgrammar is rewritten so, and its missing anchors
+  written out (JSON Schema reads a regex unanchored, xgrammar as a full match:
+  :mod:`sglang_v4.sampling.json_schema_regex`): a ``pattern`` (which covers
   ``propertyNames``' ``pattern``, a subschema like any other) and the keys of
   ``patternProperties`` (xgrammar compiles them to the grammar of the object's key strings, where
   ``^a(\\.\\d+)?$`` took the key ``"a1"`` too).
@@ -76,6 +78,7 @@ from typing import Any
 
 from sglang_v4.sampling.json_schema_bounds import rewrite_numeric_bounds
 from sglang_v4.sampling.json_schema_false import drop_false_properties
+from sglang_v4.sampling.json_schema_regex import search_as_full_match
 
 __all__ = [
     "MAX_SCHEMA_DEPTH",
@@ -295,7 +298,7 @@ def _rewrite(schema: Any, path: str) -> Any:
     rewrite_numeric_bounds(out)
     _exact_date_format(out)
     if isinstance(out.get("pattern"), str):
-        out["pattern"] = optional_groups_as_alternations(out["pattern"])
+        out["pattern"] = search_as_full_match(optional_groups_as_alternations(out["pattern"]))
     return out
 
 
@@ -311,7 +314,7 @@ def _rewrite_key_patterns(patterns: dict[str, Any], path: str) -> dict[str, Any]
     out: dict[str, Any] = {}
     first: dict[str, str] = {}
     for key, sub in patterns.items():
-        new = optional_groups_as_alternations(key) if isinstance(key, str) else key
+        new = search_as_full_match(optional_groups_as_alternations(key)) if isinstance(key, str) else key
         if new in out:
             out[new] = _join_all_of(out[new], sub, f"{path}: keys {first[new]!r} and {key!r} (both {new!r})")
         else:
