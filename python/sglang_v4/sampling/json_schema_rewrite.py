@@ -30,6 +30,20 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   (``allOf``, ``anyOf``, ``oneOf``, ``$ref``, ``if``, ``dependentSchemas``) --
   ``unevaluatedProperties``, else any value); under ``false`` there no object can satisfy the
   schema, which is a ``ValueError``.
+* a ``false`` subschema (it matches nothing) that xgrammar refuses to compile: an ``anyOf`` /
+  ``oneOf`` branch ``false`` is dropped (the others mean the same without it), and a property
+  ``false`` (the key must be absent) is dropped from ``properties`` where nothing else lets the
+  key in; ``required`` as well, it is a ``ValueError``.
+* a ``propertyNames`` subschema without ``type`` (``{"propertyNames": {"pattern": "^[a-z]+$"}}``,
+  the usual way to write it: an object's keys are always strings) gets ``"type": "string"``, the
+  same meaning: elsewhere xgrammar ignores ``pattern`` / ``minLength`` / ``maxLength`` on an
+  untyped node, and answer schemas carrying them there are refused
+  (:func:`~sglang_v4.sampling.json_schema_support.check_enforceable_schema`), which made the
+  plain ``propertyNames`` idiom a 400 although xgrammar enforces it on keys.
+
+* numeric bounds xgrammar refuses although they are valid: Draft 4's boolean
+  ``exclusiveMinimum`` / ``exclusiveMaximum``, a fractional bound on an ``integer``
+  (:mod:`sglang_v4.sampling.json_schema_bounds`).
 
 * a ``string`` node's ``format: "date"`` / ``"date-time"`` / ``"time"`` becomes a ``pattern``
   admitting exactly the calendar dates RFC 3339 (section 5.6, ``date-mday`` "based on month/year")
@@ -45,7 +59,9 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   repetition to a grammar that also takes the group's tail without its head
   (``^a(\\.\\d+)?$`` took ``"a1"``, ``^\\d{2}(\\.\\d+)?Z$`` took ``"123Z"``); the alternation
   form compiles exactly.
-  Every regex of the schema that reaches xgrammar is rewritten so: a ``pattern`` (which covers
+  Every regex of the schema that reaches xgrammar is rewritten so, and its missing anchors
+  written out (JSON Schema reads a regex unanchored, xgrammar as a full match:
+  :mod:`sglang_v4.sampling.json_schema_regex`): a ``pattern`` (which covers
   ``propertyNames``' ``pattern``, a subschema like any other) and the keys of
   ``patternProperties`` (xgrammar compiles them to the grammar of the object's key strings, where
   ``^a(\\.\\d+)?$`` took the key ``"a1"`` too).
@@ -59,6 +75,10 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from sglang_v4.sampling.json_schema_bounds import rewrite_numeric_bounds
+from sglang_v4.sampling.json_schema_false import drop_false_properties
+from sglang_v4.sampling.json_schema_regex import search_as_full_match
 
 __all__ = [
     "MAX_SCHEMA_DEPTH",
@@ -142,6 +162,7 @@ def _rewrite_object(node: dict[str, Any], path: str) -> None:
         for k in ("properties", "patternProperties", "additionalProperties", "unevaluatedProperties")
     )
     required = node.get("required")
+    drop_false_properties(node, required if isinstance(required, list) else [], path)
     if isinstance(required, list):
         props = node.get("properties")
         if props is None:
@@ -230,6 +251,9 @@ def _rewrite_alternatives(parent: dict[str, Any], key: str, path: str) -> list[A
     merge = parent.get("type") == "object"
     kept, error = [], None
     for i, branch in enumerate(parent[key]):
+        if branch is False:  # matches nothing: the other branches mean the same without it
+            error = error or ValueError(f"{path}.{key}[{i}]: the schema false matches no value.")
+            continue
         try:
             kept.append(
                 _rewrite(_with_parent_keys(parent, branch) if merge else branch, f"{path}.{key}[{i}]")
@@ -264,13 +288,17 @@ def _rewrite(schema: Any, path: str) -> Any:
         out["patternProperties"] = _rewrite_key_patterns(
             out["patternProperties"], f"{path}.patternProperties"
         )
+    names = out.get("propertyNames")
+    if isinstance(names, dict) and not any(k in names for k in ("type", "enum", "const", "$ref")):
+        out["propertyNames"] = {**names, "type": "string"}  # every key is a string: same meaning
     if _is_type(out, "array") and not any(k in out for k in ("items", "prefixItems", "unevaluatedItems")):
         out["items"] = {}
     if _is_object_node(out):
         _rewrite_object(out, path)
+    rewrite_numeric_bounds(out)
     _exact_date_format(out)
     if isinstance(out.get("pattern"), str):
-        out["pattern"] = optional_groups_as_alternations(out["pattern"])
+        out["pattern"] = search_as_full_match(optional_groups_as_alternations(out["pattern"]))
     return out
 
 
@@ -286,7 +314,7 @@ def _rewrite_key_patterns(patterns: dict[str, Any], path: str) -> dict[str, Any]
     out: dict[str, Any] = {}
     first: dict[str, str] = {}
     for key, sub in patterns.items():
-        new = optional_groups_as_alternations(key) if isinstance(key, str) else key
+        new = search_as_full_match(optional_groups_as_alternations(key)) if isinstance(key, str) else key
         if new in out:
             out[new] = _join_all_of(out[new], sub, f"{path}: keys {first[new]!r} and {key!r} (both {new!r})")
         else:

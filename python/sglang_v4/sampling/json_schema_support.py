@@ -11,7 +11,18 @@ being generated against a weaker grammar. Measured against xgrammar 0.2.9 (a tex
 rejects that the compiled grammar accepts):
 
 * ``allOf`` with more than one branch (compiled to "any JSON value"; vllm-project/vllm#56556);
-* ``not``, ``if`` / ``then`` / ``else``, ``dependentRequired``, ``dependentSchemas``;
+* ``not`` (also ``not: {}`` / ``not: true``, which match nothing: compiled to "any JSON value";
+  ggml-org/llama.cpp#17572), ``if`` / ``then`` / ``else``, ``dependentRequired``,
+  ``dependentSchemas``;
+* a ``$ref`` that is not ``#`` or a local JSON pointer (``#/$defs/Name``): a remote URL, another
+  file, an ``$anchor`` / ``$id`` name (``#item``) compiled to "any JSON value"; ``$dynamicRef``
+  and ``$recursiveRef`` likewise;
+* ``propertyNames`` beside ``patternProperties``: keys that match a ``patternProperties`` regex
+  (and, beside ``properties`` too, every other key) were not checked against it
+  (mlc-ai/xgrammar#841);
+* a ``patternProperties`` regex that matches a name ``properties`` declares: the key got only the
+  ``properties`` subschema and could come twice, the second time through the pattern
+  (guidance-ai/llguidance#265's schema gave ``{"score": 5, ..., "score": 632}``);
 * ``uniqueItems: true``, ``contains`` (with ``minContains`` / ``maxContains``);
 * ``multipleOf`` on anything but an ``integer``;
 * ``pattern`` with ``minLength`` / ``maxLength``, ``format`` with any of the three (xgrammar
@@ -19,6 +30,12 @@ rejects that the compiled grammar accepts):
 * a node without ``type`` (and without ``enum`` / ``const``) carrying string, number or bounded
   array keywords (``pattern``, ``maxLength``, ``minimum``, ``maxItems``...): JSON Schema applies
   them to values of that type, xgrammar ignores them (vllm-project/vllm#57550).
+
+A ``$ref`` beside keywords that constrain the value (``{"$ref": "#/$defs/Base", "required":
+["b"]}``; from Draft 2019-09 on both apply, before it the siblings are ignored) was compiled from
+the ``$ref`` alone; :func:`merge_all_of` reads such a node as ``allOf: [{"$ref": ...}, {the
+siblings}]`` (unless the schema names an older draft in ``$schema``) and merges it like any other;
+one that does not merge is refused.
 
 :func:`merge_all_of` first rewrites the common multi-branch ``allOf`` that has an equivalent
 single schema: object branches (pydantic's and OpenAPI's inheritance, ``allOf: [{"$ref":
@@ -35,6 +52,7 @@ format.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # the keywords whose values are subschemas (one / a list / a map), as the rewrite walks them
@@ -101,12 +119,34 @@ class _Walk:
     branches whose ``$ref`` definitions nest pairwise cannot make the work or the merged schema
     grow exponentially; past it the ``allOf`` is left unmerged (and refused)."""
 
-    __slots__ = ("joins_left", "memo", "root")
+    __slots__ = ("joins_left", "memo", "ref_siblings_apply", "root")
 
     def __init__(self, root: Any) -> None:
         self.root = root
         self.memo: dict[int, tuple[Any, Any]] = {}
         self.joins_left = _MAX_PROPERTY_JOINS
+        draft = root.get("$schema") if isinstance(root, dict) else None
+        # before Draft 2019-09 a $ref's siblings are ignored; from it on they apply as well
+        self.ref_siblings_apply = not (isinstance(draft, str) and any(d in draft for d in _OLD_DRAFTS))
+
+
+#: ``$schema`` names of the drafts where keywords beside ``$ref`` are ignored.
+_OLD_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")
+#: Keywords beside a ``$ref`` that say nothing about the value (kept on the node itself).
+_REF_NEUTRAL = _ANNOTATIONS | {"$defs", "definitions", "$schema", "$id", "$anchor"}
+
+
+def _ref_siblings_as_all_of(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` (``$ref`` beside keywords that constrain the value) as ``allOf: [{"$ref": ...},
+    {the other keywords}]``, which Draft 2020-12 means by it; xgrammar applied the ``$ref``
+    alone (``{"$ref": "#/$defs/Name", "required": ["b"]}`` dropped ``required``)."""
+    siblings = {k: v for k, v in node.items() if k not in _REF_NEUTRAL and k not in ("$ref", "allOf")}
+    if not siblings:
+        return node
+    out = {k: v for k, v in node.items() if k in _REF_NEUTRAL}
+    rest = node["allOf"] if isinstance(node.get("allOf"), list) else []
+    out["allOf"] = [{"$ref": node["$ref"]}, siblings, *rest]
+    return out
 
 
 #: The most property schemas one :func:`merge_all_of` call merges (a pydantic or OpenAPI schema
@@ -223,6 +263,12 @@ def _merge_fresh(node: dict[str, Any], root: _Walk, depth: int) -> Any:
     for k in _SCHEMA_MAPS:
         if isinstance(out.get(k), dict):
             out[k] = {n: _merge_node(s, root, depth + 1) for n, s in out[k].items()}
+    if root.ref_siblings_apply and isinstance(out.get("$ref"), str):
+        joined = _ref_siblings_as_all_of(out)
+        if joined is not out:
+            merged = _merge_branches(joined, root, depth)
+            # unmerged, the node is left as it was (an answer schema's is refused by the check)
+            return out if merged is None else merged
     all_of = out.get("allOf")
     if isinstance(all_of, list) and len(all_of) > 1:
         merged = _merge_branches(out, root, depth)
@@ -246,14 +292,56 @@ def merge_all_of(schema: Any) -> Any:
     return _merge_node(schema, _Walk(schema), 0)
 
 
-def _node_problem(node: dict[str, Any]) -> str | None:
+def _declared_key_matching_a_pattern(node: dict[str, Any]) -> tuple[str, str] | None:
+    """The first ``(name, regex)`` where a ``properties`` name matches a ``patternProperties``
+    regex (Python's ``re.search``; a regex it cannot read is skipped) and the two subschemas
+    differ, or ``None``. JSON Schema applies both subschemas to that key; xgrammar applies only
+    the ``properties`` one and lets the key come a second time through the pattern (``{"score":
+    5, "score": 632}``). A name declared with the pattern's own subschema (as
+    ``normalize_json_schema`` declares a ``required`` name that only a pattern covers) passes."""
+    props, patterns = node.get("properties"), node.get("patternProperties")
+    if not isinstance(props, dict) or not isinstance(patterns, dict):
+        return None
+    for regex in patterns:
+        try:
+            compiled = re.compile(regex)
+        except (re.error, TypeError):
+            continue
+        for name, sub in props.items():
+            if compiled.search(name) and sub != patterns[regex]:
+                return name, regex
+    return None
+
+
+def _node_problem(node: dict[str, Any], ref_siblings_apply: bool = True) -> str | None:
     """Why the grammar would not enforce ``node``'s own keywords, or ``None``."""
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref != "#" and not ref.startswith("#/"):
+        return f"'$ref' to {ref!r} (only '#' and local JSON pointers such as '#/$defs/Name' are resolved)"
+    if "$ref" in node:
+        beside = sorted(k for k in node if k not in _REF_NEUTRAL and k != "$ref")
+        if not ref_siblings_apply:
+            return None  # Draft 7 and older: the keywords beside a $ref are ignored, as xgrammar does
+        if beside:
+            return f"'$ref' beside {beside[0]!r} (they do not merge into one schema)"
     all_of = node.get("allOf")
     if isinstance(all_of, list) and len(all_of) > 1:
         return "'allOf' with several branches (they do not merge into one schema)"
-    for k in ("not", "if", "dependentRequired", "dependentSchemas"):
-        if k in node and node[k] not in ({},):
+    if "not" in node:  # ``not: {}`` / ``not: true`` match nothing: refused as much as any other
+        return "'not'"
+    if "if" in node and (node["if"] != {} or "then" in node or "else" in node):
+        return "'if'"
+    for k in ("dependentRequired", "dependentSchemas"):
+        if k in node and node[k] != {}:
             return f"{k!r}"
+    for k in ("$dynamicRef", "$recursiveRef"):
+        if k in node:
+            return f"{k!r}"
+    if node.get("propertyNames") not in (None, {}, True) and node.get("patternProperties"):
+        return "'propertyNames' together with 'patternProperties' (keys matching a pattern escape it)"
+    clash = _declared_key_matching_a_pattern(node)
+    if clash is not None:
+        return f"'patternProperties' regex {clash[1]!r} matching the declared property {clash[0]!r}"
     if node.get("uniqueItems") is True:
         return "'uniqueItems'"
     if "contains" in node:
@@ -293,12 +381,13 @@ def check_enforceable_schema(schema: Any, path: str = "schema") -> None:
             constrained decoding cannot enforce 'uniqueItems'; remove it (or validate the answer
             yourself).``
     """
+    siblings_apply = _Walk(schema).ref_siblings_apply
     stack: list[tuple[Any, str]] = [(schema, path)]
     while stack:
         node, where = stack.pop()
         if not isinstance(node, dict):
             continue
-        problem = _node_problem(node)
+        problem = _node_problem(node, siblings_apply)
         if problem is not None:
             raise ValueError(
                 f"{where}: constrained decoding cannot enforce {problem}; remove it "
