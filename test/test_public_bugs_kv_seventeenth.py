@@ -92,7 +92,8 @@ def test_retraction_mid_chunked_prefill_keeps_the_first_hit_and_equals_cold(sche
 
 def test_cached_tokens_of_a_resent_prompt_are_its_whole_blocks(sched: Any) -> None:
     """vllm-project/vllm#42948 (DeepSeek-V4 hybrid groups lost their first-block keys: a re-sent
-    prompt hit 0%) and vllm-project/vllm-ascend#10710: the same 1000-token prompt sent again hits
+    prompt hit 0%), vllm-project/vllm-ascend#10710 and vllm-project/vllm-ascend#13339 (identical
+    DeepSeek-V4 requests never hit): the same 1000-token prompt sent again hits
     every whole block short of its last token, 768 tokens, and gives the cold tokens."""
     ids = random_ids(1000, seed=1710)
     cold = _cold(sched, "cold", ids, 4)
