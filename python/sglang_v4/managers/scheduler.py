@@ -529,8 +529,7 @@ class Scheduler(
         batch is still sampling is kept too; prompt logprobs not complete are recomputed)."""
         self.running.remove(req)
         self.cache_manager.release_req(req)
-        req.cached_tokens = 0
-        req.num_retractions += 1
+        req.num_retractions += 1  # keeps cached_tokens: the hit of its first admission
         if not req.input_logprobs_done:
             req.input_logprob_buffer = []
         self.num_retractions += 1

@@ -123,7 +123,10 @@ class CacheManager:
         The hit covers at most ``req.max_prefix_len()`` tokens (whole blocks whose end has a live
         resume state); its block pages and resume-state window page become the request's first
         pages (owned by the tree), its compressor state is loaded from the resume state, and
-        ``req.num_computed`` / ``req.cached_tokens`` are set to the hit length (0 on a miss).
+        ``req.num_computed`` is set to the hit length (0 on a miss), and so is
+        ``req.cached_tokens`` on the first admission (a retracted request keeps the value it got
+        then: the usage's ``cached_tokens`` counts the prompt tokens served from the cache, never
+        more than the prompt).
 
         Returns:
             False (and changes nothing) when no request slot is free.
@@ -145,7 +148,11 @@ class CacheManager:
             req.tree_window_spans = {span}
             self._set_req_state(ReqStateOp(slot, m.window_page))
             req.num_computed = m.num_tokens
-        req.cached_tokens = req.num_computed
+        if req.num_retractions == 0:
+            # a retracted request re-admitted keeps the hit of its first admission: the blocks
+            # it finds now are its own, computed once already (SGLang counts cached tokens of a
+            # retracted prefill the same way), and they may include its output tokens
+            req.cached_tokens = req.num_computed
         return True
 
     def _set_req_state(self, op: ReqStateOp) -> None:
