@@ -62,8 +62,17 @@ def _outcome(fn: Any) -> tuple[list[dict[str, Any]], str]:
         return chunks, f"{type(e).__name__}: {e}"
 
 
+def _engine_threads_since(before: set[threading.Thread]) -> list[str]:
+    """Names of the engine threads (``sglang_v4-engine-*``) alive now that were not in ``before``:
+    those of the engine under test, not of an engine another test module keeps open."""
+    return [
+        t.name for t in threading.enumerate() if t not in before and t.name.startswith("sglang_v4-engine")
+    ]
+
+
 def _shut_down_with_open_streams(model: Path, tmp: Path) -> dict[str, Any]:
     """A private Engine shut down while four streams are open (see :func:`shutdown_round`)."""
+    before = set(threading.enumerate())  # other engines' threads (conftest's session Engine)
     eng = _fake_engine(model)
     sp = {"max_new_tokens": 3}
     held = eng.generate(
@@ -108,7 +117,7 @@ def _shut_down_with_open_streams(model: Path, tmp: Path) -> dict[str, Any]:
     out["unread"] = (unread_chunks + more, how)
     more, how = _outcome(lambda ch: ch.extend(held))
     out["held"] = (held_chunks + more, how)
-    out["threads"] = [t.name for t in threading.enumerate() if t.name.startswith("sglang_v4-engine")]
+    out["threads"] = _engine_threads_since(before)
     out["engine_ref"] = weakref.ref(eng)
     return out
 
@@ -173,6 +182,8 @@ def test_engine_context_manager_in_a_running_loop_releases_everything(
     threads and closes its event loop (no ``ResourceWarning`` when it is collected)."""
     import psutil
 
+    before = set(threading.enumerate())  # other engines' threads (conftest's session Engine)
+
     async def main() -> tuple[list[str], list[int], Any]:
         with _fake_engine(shared_fake_model_dir) as eng:
             texts = [eng.generate(prompt="a", sampling_params={"max_new_tokens": 2})["text"]]
@@ -190,7 +201,7 @@ def test_engine_context_manager_in_a_running_loop_releases_everything(
             p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
         ]
         assert alive == []
-        assert [t.name for t in threading.enumerate() if t.name.startswith("sglang_v4-engine")] == []
+        assert _engine_threads_since(before) == []
         deadline = time.time() + 10
         gc.collect()
         while engine_ref() is not None and time.time() < deadline:
