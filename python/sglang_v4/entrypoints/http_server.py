@@ -22,8 +22,9 @@ request first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` 
 and must arrive in time (408); request heads too (the connection is closed).
 
 Start-up: ``/health`` and ``/health_generate`` answer 503 (in the error shape above) until the
-warm-up generation has finished, then 200; ``/model_info``, ``/server_info`` and ``/v1/models``
-answer meanwhile. A failed warm-up stops the server with exit code 1 and one line saying why.
+warm-up generation has finished, then 200 (the probes ``/health``, ``/health_generate``,
+``/ready`` and ``/ping`` answer ``HEAD`` too: the same status, no body); ``/model_info``,
+``/server_info`` and ``/v1/models`` answer meanwhile. A failed warm-up stops the server with exit code 1 and one line saying why.
 
 Graceful drain: on SIGTERM or SIGINT the server stops admitting requests (503, ``/health`` 503),
 cancels the running ``/v1/batches`` and stops a profile left open (its trace is written: see
@@ -283,21 +284,23 @@ def create_app(
             return error_response("The server is unhealthy.", 503)
         return None
 
-    @app.get("/ready")
+    # The probes answer HEAD as GET (RFC 9110 section 9.3.2; load balancers and uptime monitors
+    # probe with HEAD): the same status, no body.
+    @app.api_route("/ready", methods=["GET", "HEAD"])
     async def ready() -> Response:
         """SGLang's readiness probe: 200 once the server serves (warm-up done), else 503."""
         return Response(status_code=200) if unhealthy() is None else Response(status_code=503)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> Response:
         return unhealthy() or Response(status_code=200)
 
-    @app.api_route("/ping", methods=["GET", "POST"])
+    @app.api_route("/ping", methods=["GET", "HEAD", "POST"])
     async def ping() -> Response:
         """Amazon SageMaker's health route (SGLang's and vLLM's ``/ping``): as ``/health``."""
         return unhealthy() or Response(status_code=200)
 
-    @app.get("/health_generate")
+    @app.api_route("/health_generate", methods=["GET", "HEAD"])
     async def health_generate() -> Response:
         bad = unhealthy()
         if bad is not None:

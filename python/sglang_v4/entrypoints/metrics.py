@@ -69,7 +69,8 @@ class TokenizerMetrics:
     request that stopped or hit its length: (end - first token) / (completion tokens - 1)),
     ``e2e_request_latency_seconds`` (label ``is_streaming``); tokens -- ``prompt_tokens_histogram``,
     ``uncached_prompt_tokens_histogram`` (prompt minus cached), ``generation_tokens_histogram``.
-    Every request with ``log_metrics`` set (the default) is counted.
+    Every request with ``log_metrics`` set (the default) is counted. Every counter and histogram
+    series is exposed from the start, at 0 (:meth:`_init_series`).
     """
 
     GAUGES = (
@@ -194,8 +195,37 @@ class TokenizerMetrics:
         self.num_retracted_requests = Counter(
             "sglang:num_retracted_requests", "Total number of retracted requests.", lab, registry=reg
         )
-        self.num_retracted_requests.labels(**self.labels)  # the series exists from the start, at 0
         self._retractions_seen = 0
+        self._init_series()
+
+    def _init_series(self) -> None:
+        """Create every counter and histogram series at 0 for each label set it can take
+        (``is_streaming`` ``"false"`` and ``"true"``, ``cache_source="device"``), so the first
+        scrape already shows them: a series that first appears with the value 1 hides that first
+        increment from PromQL's ``rate()`` / ``increase()`` (Prometheus' instrumentation practice
+        "avoid missing metrics")."""
+        for metric in (
+            self.itl,
+            self.tpot,
+            self.prompt_tokens_histogram,
+            self.uncached_prompt_tokens_histogram,
+            self.generation_tokens_histogram,
+            self.num_so_requests,
+            self.num_aborted_requests,
+            self.num_retracted_requests,
+        ):
+            metric.labels(**self.labels)
+        self.cached_tokens.labels(**self.labels, cache_source="device")
+        for streaming in (False, True):
+            for metric in (
+                self.ttft,
+                self.request_tpot,
+                self.e2e,
+                self.prompt_tokens,
+                self.generation_tokens,
+                self.num_requests,
+            ):
+                metric.labels(**self.labels, is_streaming=self._stream(streaming))
 
     @staticmethod
     def _stream(is_streaming: bool) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -147,6 +148,10 @@ class OpenAIServingBase:
         self.chat_sampling_defaults: dict[str, Any] = {}
         self.skip_tokenizer_init = bool(getattr(server_args, "skip_tokenizer_init", False))
         self.api_key = getattr(server_args, "api_key", None)
+        #: ``created`` of every ``/v1/models`` card (Unix seconds): the time the routes came up, the
+        #: same in each answer, so a client that caches or sorts the list sees one model, not a new
+        #: one per call.
+        self.models_created = int(time.time())
         # parsers of chat output (defaults: the DeepSeek-V4 ones)
         self.tool_call_parser = canonical_tool_call_parser(
             getattr(server_args, "tool_call_parser", None) or "deepseekv4"
@@ -460,7 +465,10 @@ class OpenAIServingBase:
             except RequestError as e:
                 return anthropic_error_response(e.message, e.status)
         cards = [
-            ModelCard(id=n, root=self.model_name, max_model_len=self._context_len()) for n in self.model_names
+            ModelCard(
+                id=n, created=self.models_created, root=self.model_name, max_model_len=self._context_len()
+            )
+            for n in self.model_names
         ]
         return JSONResponse(ModelList(data=cards).model_dump())
 
@@ -486,5 +494,7 @@ class OpenAIServingBase:
             return error_response(e.message, e.status, e.err_type, e.param)
         if anthropic:
             return JSONResponse(anthropic_models.anthropic_model(model, self._context_len()))
-        card = ModelCard(id=model, root=self.model_name, max_model_len=self._context_len())
+        card = ModelCard(
+            id=model, created=self.models_created, root=self.model_name, max_model_len=self._context_len()
+        )
         return JSONResponse(card.model_dump())
