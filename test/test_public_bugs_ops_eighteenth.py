@@ -7,13 +7,15 @@ a non-streamed request, and ``/flush_cache`` while a request runs. Each test nam
 Faults found here and fixed: every counter and histogram series with labels was missing from
 ``/metrics`` until its first increment (so PromQL's ``rate()`` / ``increase()`` missed that first
 request), ``HEAD`` on ``/health``, ``/health_generate``, ``/ready`` and ``/ping`` answered 405,
-and ``/v1/models`` gave a new ``created`` time on every call. The other reports passed as-is and
+``/v1/models`` gave a new ``created`` time on every call, and a scrape of ``/metrics`` waited up
+to a minute for a busy scheduler's gauges. The other reports passed as-is and
 are kept as regression tests.
 
 Fixtures: ``secured_fake_server`` (``server_fixture.FakeScheduler`` with ``--api-key``,
 ``--enable-metrics``, ``--served-model-name fake-v4``; a prompt holding ``[hold]`` runs until it
 is aborted), an in-process ``TokenizerMetrics`` and a CPU ``Scheduler`` on the ``sched_model_dir``
-checkpoint. Oracles: ``prometheus_client``'s text parser, the ``openai`` client's own model
+checkpoint, and the app's ``/metrics`` route over a tokenizer manager whose scheduler never
+answers. Oracles: ``prometheus_client``'s text parser, the ``openai`` client's own model
 parser, the server's own answers to the requests counted (``meta_info``), the FakeScheduler's page
 accounting, and a cold run on a fresh scheduler.
 """
@@ -21,12 +23,16 @@ accounting, and a cold run on a fresh scheduler.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import requests
+import zmq
 from server_fixture import SECURED_API_KEY, ServerHandle, wait_used_pages
 
 pytestmark = pytest.mark.timeout(120)
@@ -335,3 +341,54 @@ def test_flush_cache_is_refused_while_a_request_runs(sched_model_dir: str) -> No
     cold = run_one(s, "cold", ids, 6)
     assert cold["cached"] == 0  # the flush emptied the cache: a cold run
     assert got["ids"] == cold["ids"] and len(got["ids"]) == 6
+
+
+# --------------------------------------------------------------------------- a busy scheduler
+
+
+def test_metrics_scrape_does_not_wait_for_a_busy_scheduler(tmp_path: Path) -> None:
+    """mirage/prometheus#27 (metrics collection without a timeout let a scrape run far past the
+    scraper's own limit, which Prometheus sends in ``X-Prometheus-Scrape-Timeout-Seconds``, so the
+    target read as down exactly while it was busiest): ``/metrics`` waited up to a minute for the
+    scheduler's gauges. Expected: with a scheduler that does not answer (one long step), a scrape
+    sent with a 2 s scrape timeout is answered 200 inside that budget, and carries
+    the counters and histograms (they live in the HTTP process), as ``prometheus_client``'s parser
+    reads them."""
+    from fastapi.testclient import TestClient
+    from prometheus_client.parser import text_string_to_metric_families
+    from server_fixture import make_fake_model_dir
+    from sglang_v4.entrypoints.http_server import create_app
+    from sglang_v4.entrypoints.metrics import TokenizerMetrics
+    from sglang_v4.managers.control_struct import SchedulerReadyInfo
+    from sglang_v4.managers.tokenizer_manager import TokenizerManager
+    from sglang_v4.server_args import PortArgs, ServerArgs
+
+    sa = ServerArgs(
+        model_path=str(make_fake_model_dir(tmp_path)),
+        device="cpu",
+        enable_metrics=True,
+        served_model_name=MODEL,
+    )
+    info = SchedulerReadyInfo(
+        status="ready", max_total_num_tokens=4096, max_req_input_len=4095, context_len=4096
+    )
+    pa = PortArgs.init_new()
+    inbox = zmq.Context.instance().socket(zmq.PULL)  # the scheduler: it reads and never answers
+    inbox.bind(pa.scheduler_input_ipc_name)
+    tm = TokenizerManager(sa, pa, info, None)
+    try:
+        tm.metrics = TokenizerMetrics(MODEL)
+        app, state = create_app(sa, SimpleNamespace(scheduler_info=info, port_args=pa))  # type: ignore[arg-type]
+        state.tokenizer_manager = tm
+        client = TestClient(app)  # no lifespan: the manager above stands for the started one
+        t0 = time.monotonic()
+        r = client.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "2"})
+        took = time.monotonic() - t0
+        assert r.status_code == 200
+        assert took < 2.0, took
+        names = {s.name for fam in text_string_to_metric_families(r.text) for s in fam.samples}
+        assert {"sglang:num_requests_total", "sglang:e2e_request_latency_seconds_count"} <= names
+    finally:
+        tm.close()
+        inbox.close(linger=0)
+        shutil.rmtree(pa.ipc_dir, ignore_errors=True)

@@ -83,7 +83,8 @@ from sglang_v4.entrypoints.launcher import (
 )
 from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.loads_api import create_loads_router
-from sglang_v4.entrypoints.metrics import TokenizerMetrics
+from sglang_v4.entrypoints.metrics import SCRAPE_TIMEOUT_HEADER, TokenizerMetrics, gauge_refresh_timeout
+from sglang_v4.entrypoints.metrics import scrape as scrape_metrics
 from sglang_v4.entrypoints.native_api import (
     NOT_AN_EMBEDDING_MODEL_ROUTE_MSG,
     ORJSON_OPTS,
@@ -429,16 +430,15 @@ def create_app(
     if server_args.enable_metrics:
 
         @app.get("/metrics")
-        async def metrics() -> Response:
+        async def metrics(request: Request) -> Response:
             tm = state.tokenizer_manager
             if tm is None or tm.metrics is None:
                 return Response(status_code=503)
-            try:
-                tm.metrics.update_gauges(await tm.get_scheduler_metrics())
-            except RequestError:
-                pass  # serve the histograms/counters even when the scheduler is gone
+            # the scheduler's gauges within the scraper's time; the counters / histograms always
+            wait_s = gauge_refresh_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER))
             return Response(
-                content=tm.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+                content=await scrape_metrics(tm, wait_s),
+                media_type="text/plain; version=0.0.4; charset=utf-8",
             )
 
     return app, state

@@ -9,6 +9,7 @@ per-request families also carry SGLang's ``is_streaming`` (``"true"`` / ``"false
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,10 @@ TOKEN_LEN_BUCKETS = (
     15000, 17500, 20000, 22500, 25000, 27500, 30000, 35000, 40000, 60000, 80000, 100000, 200000,
     300000, 400000, 600000, 800000, 1000000, 1100000,
 )  # fmt: skip
+#: Longest wait, in seconds, of a ``/metrics`` scrape for the scheduler's gauges.
+GAUGE_REFRESH_TIMEOUT_S = 2.0
+#: The header in which Prometheus sends its scrape timeout (seconds) with each scrape.
+SCRAPE_TIMEOUT_HEADER = "x-prometheus-scrape-timeout-seconds"
 #: Sampling-parameter keys that make a request structured output (``num_so_requests``), as SGLang.
 GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
 
@@ -35,6 +40,35 @@ def has_grammar(sampling_params: Any) -> bool:
     """Whether a request's ``sampling_params`` (a dict, or anything else: False) constrain its
     output with a JSON schema, regex, EBNF grammar or structural tag."""
     return isinstance(sampling_params, dict) and any(sampling_params.get(k) for k in GRAMMAR_KEYS)
+
+
+def gauge_refresh_timeout(scrape_timeout: str | None) -> float:
+    """Seconds a scrape waits for the scheduler's gauges: :data:`GAUGE_REFRESH_TIMEOUT_S`, or half
+    the scraper's own timeout (Prometheus' :data:`SCRAPE_TIMEOUT_HEADER`) when that is shorter; an
+    absent or unreadable header counts as no limit of the scraper's."""
+    try:
+        limit = float(scrape_timeout) / 2 if scrape_timeout is not None else math.inf
+    except ValueError:
+        limit = math.inf
+    if not math.isfinite(limit) or limit <= 0:
+        limit = GAUGE_REFRESH_TIMEOUT_S
+    return min(GAUGE_REFRESH_TIMEOUT_S, limit)
+
+
+async def scrape(tm: Any, wait_s: float) -> bytes:
+    """The ``/metrics`` body of the tokenizer manager ``tm`` (its :class:`TokenizerMetrics`): the
+    gauges refreshed from ``Scheduler.get_metrics()`` when the scheduler answers within ``wait_s``
+    seconds, else as last refreshed, so a scheduler busy with a long step (or gone) never holds a
+    scrape past the scraper's timeout -- the counters and histograms, kept in this process, are
+    served either way (SGLang's scrape never waits for its scheduler either: each process writes
+    its own series)."""
+    from sglang_v4.managers.tokenization import RequestError
+
+    try:
+        tm.metrics.update_gauges(await tm.get_scheduler_metrics(timeout_s=wait_s))
+    except RequestError:
+        pass
+    return tm.metrics.render()
 
 
 class TokenizerMetrics:

@@ -605,7 +605,11 @@ class TokenizerManager(
         out: GetServerInfoReqOutput = await self._control(GetServerInfoReq())
         return out.info
 
-    async def get_scheduler_metrics(self) -> dict[str, Any]:
-        """``Scheduler.get_metrics()`` from the scheduler process."""
-        out: GetMetricsReqOutput = await self._control(GetMetricsReq())
+    async def get_scheduler_metrics(self, timeout_s: float | None = 60.0) -> dict[str, Any]:
+        """``Scheduler.get_metrics()`` from the scheduler process.
+
+        Raises:
+            RequestError: (503) no answer within ``timeout_s`` seconds, or the backend is gone.
+        """
+        out: GetMetricsReqOutput = await self._control(GetMetricsReq(), timeout_s)
         return out.metrics
