@@ -74,3 +74,27 @@ def test_cuda_graph_max_extend_tokens_flag() -> None:
         parser.parse_args(["--device", "cpu", "--cuda-graph-max-extend-tokens", "0"])
     )
     assert sa.cuda_graph_max_extend_tokens == 0
+
+
+def test_random_seed_range_is_torchs() -> None:
+    """``--random-seed`` takes what ``torch.manual_seed`` takes (the scheduler seeds torch with it):
+    a seed past ``2**64 - 1`` or below ``-2**63`` used to pass the checks and kill the scheduler
+    after launch ("Overflow when unpacking long long"); it is now a ValueError naming the field."""
+    import torch
+
+    for ok in (-(2**63), 0, 2**64 - 1):
+        torch.manual_seed(ok)  # the oracle: torch accepts it
+        assert ServerArgs(device="cpu", random_seed=ok).random_seed == ok
+    for bad in (2**64, -(2**63) - 1):
+        with pytest.raises((ValueError, RuntimeError, OverflowError)):
+            torch.manual_seed(bad)  # the oracle: torch refuses it
+        with pytest.raises(ValueError, match="random_seed"):
+            ServerArgs(device="cpu", random_seed=bad)
+    torch.manual_seed(0)
+
+
+def test_blank_served_model_name_is_refused() -> None:
+    """A whitespace-only ``--served-model-name`` would be an id no client can send back; it is
+    refused like an empty name in a list."""
+    with pytest.raises(ValueError, match="served_model_name"):
+        ServerArgs(device="cpu", served_model_name="   ")

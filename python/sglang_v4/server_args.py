@@ -307,6 +307,8 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         the others (no repeats) ``served_model_aliases``. Raises ``ValueError`` naming the field for
         an empty list or a name that is not a non-empty string."""
         names = self.served_model_name
+        if isinstance(names, str) and names and not names.strip():
+            raise ValueError(f"served_model_name must be a non-empty name (got {names!r})")
         if isinstance(names, (list, tuple)):
             if not names or not all(isinstance(n, str) and n.strip() for n in names):
                 raise ValueError(f"served_model_name must be one or more non-empty names (got {names!r})")

@@ -264,8 +264,11 @@ def check_server_args(args: ServerArgs) -> None:
     cps = args.chunked_prefill_size
     if isinstance(cps, bool) or not isinstance(cps, int) or (cps <= 0 and cps != -1):
         raise ValueError(f"chunked_prefill_size must be a positive integer or -1 (got {cps!r})")
-    if isinstance(args.random_seed, bool) or not isinstance(args.random_seed, int):
-        raise ValueError(f"random_seed must be an integer (got {args.random_seed!r})")
+    seed = args.random_seed
+    # torch.manual_seed takes [-2**63, 2**64 - 1] (it raises "Overflow when unpacking long long"
+    # past that, in the scheduler process after launch): refuse it here, naming the field
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**64:
+        raise ValueError(f"random_seed must be an integer in [-2**63, 2**64 - 1] (got {seed!r})")
     args.model_override_args()  # raises ValueError naming json_model_override_args
     for name in (
         "bucket_time_to_first_token",
