@@ -27,6 +27,7 @@ __all__ = [
     "ReasoningText",
     "ResponseOutputMessage",
     "ResponseReasoningItem",
+    "ResponseCustomToolCall",
     "ResponseFunctionToolCall",
     "ResponseUsage",
     "ResponseObject",
@@ -183,7 +184,19 @@ class ResponseFunctionToolCall(BaseModel):
     status: ResponseStatus = "completed"
 
 
-OutputItem = ResponseOutputMessage | ResponseReasoningItem | ResponseFunctionToolCall
+class ResponseCustomToolCall(BaseModel):
+    """A ``custom_tool_call`` output item (a call of a custom tool): ``input`` is the free-form
+    text the model wrote; ``call_id`` is what a ``custom_tool_call_output`` answers. OpenAI's
+    item has no ``status``."""
+
+    id: str
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    call_id: str
+    name: str
+    input: str
+
+
+OutputItem = ResponseOutputMessage | ResponseReasoningItem | ResponseFunctionToolCall | ResponseCustomToolCall
 
 
 class InputTokensDetails(BaseModel):
