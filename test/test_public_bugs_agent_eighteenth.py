@@ -1,0 +1,227 @@
+"""Public bug reports of agent-facing APIs (the OpenAI Responses API as Codex CLI and the OpenAI
+Agents SDK drive it), replayed through ``/v1/responses`` on an in-process app (each test names its
+report). Most are about Codex's freeform tools (``{"type": "custom"}``, such as ``apply_patch``
+with a Lark grammar), which gateways and servers dropped, served as empty-schema functions, or
+answered with a ``function_call`` carrying JSON-wrapped input.
+
+The model's text is written by hand (:class:`~fake_prompt_tm.PromptTM`). Oracles: the ``openai``
+client's own types (``openai.types.responses``), DeepSeek's own Responses converter and V4 encoder
+(the ``deepseek-recipe`` package) for the prompt of a conversation with a custom tool call, and
+the text the model wrote.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import deepseek_recipe as recipe
+import pytest
+from fake_prompt_tm import CALL, MODEL, PromptTM
+from openai.types.responses import Response as OpenAIResponse
+from openai.types.responses import ResponseCustomToolCall, ResponseFunctionToolCall
+from responses_testutil import WEATHER, make_client, post
+from transformers import PreTrainedTokenizerFast
+
+pytestmark = pytest.mark.timeout(120)
+
+D = "｜DSML｜"
+#: Codex's freeform ``apply_patch`` as it declares it (a Lark grammar; the definition shortened)
+APPLY_PATCH = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Use the `apply_patch` tool to edit files. This is a FREEFORM tool.",
+    "format": {
+        "type": "grammar",
+        "syntax": "lark",
+        "definition": 'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\n'
+        'end_patch: "*** End Patch" LF?\nhunk: add_hunk\nadd_hunk: "*** Add File: " filename LF add_line+\n'
+        'filename: /(.+)/\nadd_line: "+" /(.*)/ LF -> line\n%import common.LF\n',
+    },
+}
+PATCH = '*** Begin Patch\n*** Add File: hello.txt\n+say "hi" \\ bye\n*** End Patch'
+USER = {"role": "user", "content": "Create hello.txt"}
+#: Codex's other tools beside it (function tools)
+SHELL = {
+    "type": "function",
+    "name": "shell",
+    "description": "Run a shell command",
+    "parameters": {
+        "type": "object",
+        "properties": {"command": {"type": "array", "items": {"type": "string"}}},
+    },
+}
+
+
+def _custom_call(name: str, text: str) -> str:
+    """A DSML call of a custom tool as DeepSeek-V4 writes it: one ``string="true"`` ``input``."""
+    return (
+        f'\n\n<{D}tool_calls>\n<{D}invoke name="{name}">\n'
+        f'<{D}parameter name="input" string="true">{text}</{D}parameter>\n</{D}invoke>\n</{D}tool_calls>'
+    )
+
+
+def _prompt(tm: PromptTM) -> str:
+    return tm.tokenizer.decode(tm.received[-1].input_ids)
+
+
+def _recipe_prompt(body: dict[str, Any]) -> str:
+    """DeepSeek's own prompt text of a Responses request body, thinking disabled."""
+    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro", "reasoning": {"effort": "none"}}
+    req = recipe.ResponsesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
+    return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
+
+
+def _tool_line(prompt: str, name: str) -> dict[str, Any]:
+    """The JSON line of tool ``name`` in a prompt's tool list."""
+    line = next(x for x in prompt.split("\n") if x.startswith(f'{{"name": "{name}"'))
+    return json.loads(line)
+
+
+def _without_descriptions(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_descriptions(v) for k, v in node.items() if k != "description"}
+    return node
+
+
+def test_ds4_745_custom_tool_call_is_a_custom_tool_call_not_a_function_call(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """antirez/ds4#745: a DeepSeek-V4 server answered Codex's freeform ``apply_patch`` with a
+    ``function_call`` (``arguments: "{\\"patch\\": ...}"``); Codex aborted with "invoked with
+    incompatible payload". Expected: a ``custom_tool_call`` item (the ``openai`` client's
+    ``ResponseCustomToolCall``) whose ``input`` is the raw patch text the model wrote."""
+    tm = PromptTM(tok, reply=_custom_call("apply_patch", PATCH))
+    client, _ = make_client(tm)
+    r = client.responses.create(model=MODEL, input=[USER], tools=[SHELL, APPLY_PATCH])
+    (call,) = r.output
+    assert isinstance(call, ResponseCustomToolCall)
+    assert (call.name, call.input) == ("apply_patch", PATCH)
+
+
+def test_9router_1007_custom_tool_is_offered_with_a_required_string_input(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """decolua/9router#1007: a custom tool became a function with an empty parameter schema, so
+    the model called ``apply_patch`` with ``{}`` ("missing field `input`"). Expected: the tool
+    the model reads takes one required string ``input`` and nothing else, the parameter schema
+    DeepSeek's own Responses converter gives ``apply_patch`` (descriptions aside)."""
+    tm = PromptTM(tok, reply="ok")
+    client, _ = make_client(tm)
+    body = {"input": [USER], "tools": [APPLY_PATCH]}
+    client.responses.create(model=MODEL, **body)
+    ours = _tool_line(_prompt(tm), "apply_patch")["parameters"]
+    deepseek = _tool_line(_recipe_prompt(body), "apply_patch")["parameters"]
+    assert _without_descriptions(ours) == _without_descriptions(deepseek)
+    assert ours["required"] == ["input"] and ours["properties"]["input"]["type"] == "string"
+
+
+def test_copilot_api_242_streamed_custom_input_is_raw_text_not_json(tok: PreTrainedTokenizerFast) -> None:
+    """caozhiyuan/copilot-api#242: the freeform tool's input reached Codex JSON-wrapped
+    (``{"input": "*** Begin Patch..."}``) and the patch failed to parse. Expected, streamed: the
+    ``response.custom_tool_call_input.delta`` events join to the raw patch, the ``.done`` event
+    and the final item hold it, and no event carries function-call arguments."""
+    tm = PromptTM(tok, reply=_custom_call("apply_patch", PATCH))
+    _, tc = make_client(tm)
+    body, events = post(tc, {"input": [USER], "tools": [APPLY_PATCH]})
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.custom_tool_call_input.delta")
+    done = [e["input"] for e in events if e["type"] == "response.custom_tool_call_input.done"]
+    assert deltas == PATCH and done == [PATCH]
+    assert not any(e["type"].startswith("response.function_call_arguments") for e in events)
+    final = OpenAIResponse.model_validate(events[-1]["response"])
+    assert [(o.type, o.input) for o in final.output] == [("custom_tool_call", PATCH)]
+    assert body["output"][0]["input"] == PATCH
+
+
+def test_workbuddy2api_12_freeform_call_is_not_answer_text(tok: PreTrainedTokenizerFast) -> None:
+    """ardeyouxipianyi/workbuddy2api-intl#12: the custom tool's declaration was dropped, so the
+    model's patch came back as ``output_text`` deltas and no tool call reached Codex (HTTP 200,
+    nothing written). Expected: the text before the call is the message, the patch is a
+    ``custom_tool_call`` item and never ``output_text``."""
+    tm = PromptTM(tok, reply="I'll add it." + _custom_call("apply_patch", PATCH))
+    _, tc = make_client(tm)
+    _, events = post(tc, {"input": [USER], "tools": [APPLY_PATCH], "tool_choice": "auto"})
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert text == "I'll add it."
+    items = [e["item"]["type"] for e in events if e["type"] == "response.output_item.done"]
+    assert items == ["message", "custom_tool_call"]
+
+
+def test_omniroute_4862_custom_call_and_output_replay_as_deepseek_renders_them(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """diegosouzapw/OmniRoute#4862: ``custom_tool_call`` / ``custom_tool_call_output`` input
+    items must map onto the assistant's tool call and the tool result. Expected: the conversation
+    part of the prompt (from the first user turn on) is the one DeepSeek's own Responses
+    converter renders: the call as one ``string="true"`` ``input`` parameter, the output as
+    the tool result."""
+    items = [
+        USER,
+        {"type": "custom_tool_call", "call_id": "call_1", "name": "apply_patch", "input": PATCH},
+        {"type": "custom_tool_call_output", "call_id": "call_1", "output": "Success. Updated hello.txt"},
+    ]
+    body = {"input": items, "tools": [APPLY_PATCH]}
+    tm = PromptTM(tok, reply="Done.")
+    client, _ = make_client(tm)
+    client.responses.create(model=MODEL, **body, reasoning={"effort": "none"})
+    ours, deepseek = _prompt(tm), _recipe_prompt(body)
+    user = "<｜User｜>"
+    assert ours[ours.index(user) :] == deepseek[deepseek.index(user) :]
+
+
+def test_sub2api_3390_codex_tool_list_with_a_custom_tool_is_served(tok: PreTrainedTokenizerFast) -> None:
+    """Wei-Shaw/sub2api#3390: Codex's real requests, a ``custom`` ``apply_patch`` among function
+    tools, failed before the model ran (``tools.N.custom.input_schema`` error) while text-only
+    requests passed. Expected: served (the ``openai`` client reads the response, its ``tools``
+    the ones sent, the custom tool included); a function call stays a ``function_call``."""
+    tm = PromptTM(tok, reply=CALL)
+    client, _ = make_client(tm)
+    r = client.responses.create(model=MODEL, input=[USER], tools=[SHELL, WEATHER, APPLY_PATCH])
+    assert [t.type for t in r.tools] == ["function", "function", "custom"]
+    assert r.tools[2].format.syntax == "lark"
+    (call,) = r.output
+    assert isinstance(call, ResponseFunctionToolCall) and json.loads(call.arguments) == {
+        "city": "Paris",
+        "days": 3,
+    }
+
+
+def test_codex_relay_37_function_declared_apply_patch_stays_a_function_call(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """MetaFARS/codex-relay#37: a relay guessed "custom" from the tool's name; Codex also
+    declares ``apply_patch`` as a plain function (``{"input": string}``) for models without
+    freeform support, and then expects a ``function_call``. Expected: the call's kind follows the
+    declared type, not the name: a ``function_call`` with JSON ``arguments``."""
+    fn = {
+        "type": "function",
+        "name": "apply_patch",
+        "description": "Apply a patch",
+        "parameters": {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]},
+    }
+    tm = PromptTM(tok, reply=_custom_call("apply_patch", PATCH))
+    client, _ = make_client(tm)
+    (call,) = client.responses.create(model=MODEL, input=[USER], tools=[fn]).output
+    assert isinstance(call, ResponseFunctionToolCall)
+    assert json.loads(call.arguments) == {"input": PATCH}
+
+
+def test_cliproxyapi_1004_streamed_call_item_done_keeps_its_name(tok: PreTrainedTokenizerFast) -> None:
+    """router-for-me/CLIProxyAPI#1004: ``response.output_item.done`` of a streamed
+    ``function_call`` had an empty ``name`` while ``output_item.added`` had it (the Vercel AI SDK
+    then failed). Expected: the done item has the same ``name`` and ``call_id`` as the added one,
+    for a function call and a custom tool call alike."""
+    reply = CALL.replace(f"</{D}tool_calls>", "") + _custom_call("apply_patch", "x").replace(
+        f"\n\n<{D}tool_calls>\n", "\n"
+    )
+    tm = PromptTM(tok, reply=reply)
+    _, tc = make_client(tm)
+    _, events = post(tc, {"input": [USER], "tools": [WEATHER, APPLY_PATCH]})
+    added = [e["item"] for e in events if e["type"] == "response.output_item.added"]
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert [(i["type"], i["name"]) for i in done] == [
+        ("function_call", "get_weather"),
+        ("custom_tool_call", "apply_patch"),
+    ]
+    assert [(i["name"], i["call_id"]) for i in done] == [(i["name"], i["call_id"]) for i in added]
