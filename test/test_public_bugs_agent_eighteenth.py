@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 import deepseek_recipe as recipe
+import openai
 import pytest
 from fake_prompt_tm import CALL, MODEL, PromptTM
 from openai.types.responses import Response as OpenAIResponse
@@ -225,3 +226,71 @@ def test_cliproxyapi_1004_streamed_call_item_done_keeps_its_name(tok: PreTrained
         ("custom_tool_call", "apply_patch"),
     ]
     assert [(i["name"], i["call_id"]) for i in done] == [(i["name"], i["call_id"]) for i in added]
+
+
+# --------------------------------------------------------------------------- Responses Lite tools
+
+
+def test_vllm_55659_additional_tools_item_declares_the_tools(tok: PreTrainedTokenizerFast) -> None:
+    """vllm-project/vllm#55659: Codex's Responses Lite requests declare their tools in an
+    ``additional_tools`` input item (``role: "developer"``) and send no top-level ``tools``; vLLM
+    crashed on the item. Expected: the item's tools are the request's tools and the item is no
+    turn of its own: the prompt is that of the same request with the tools at the top level (a
+    cold run), and the model's call of one is a ``function_call``."""
+    item = {"type": "additional_tools", "role": "developer", "id": "at_1", "tools": [WEATHER]}
+    tm = PromptTM(tok, reply=CALL)
+    client, _ = make_client(tm)
+    r = client.responses.create(model=MODEL, input=[item, USER])
+    lite = _prompt(tm)
+    client.responses.create(model=MODEL, input=[USER], tools=[WEATHER])
+    assert lite == _prompt(tm)
+    (call,) = r.output
+    assert isinstance(call, ResponseFunctionToolCall) and call.name == "get_weather"
+
+
+def test_cc_switch_466_namespaced_additional_tools_are_offered_flat(tok: PreTrainedTokenizerFast) -> None:
+    """SaladDay/cc-switch-cli#466 (also HEXUXIU/M365-Copilot2API#8): Codex's ``additional_tools``
+    group the tools in ``namespace`` tools (``functions`` holding the custom ``exec`` and the
+    function ``wait``, an empty ``collaboration``); the proxy dropped them and the model said it
+    had no tools. Expected: the grouped tools are offered as if declared one by one at the top
+    level (a cold run's prompt), and a call of the custom ``exec`` is a ``custom_tool_call``."""
+    exec_tool = {"type": "custom", "name": "exec", "description": "Run code"}
+    wait = {"type": "function", "name": "wait", "description": "Wait", "parameters": {"type": "object"}}
+    item = {
+        "type": "additional_tools",
+        "role": "developer",
+        "tools": [
+            {"type": "namespace", "name": "functions", "description": "Tools", "tools": [exec_tool, wait]},
+            {"type": "namespace", "name": "collaboration", "description": "Agents", "tools": []},
+        ],
+    }
+    tm = PromptTM(tok, reply=_custom_call("exec", "print(1)"))
+    client, _ = make_client(tm)
+    r = client.responses.create(model=MODEL, input=[item, USER])
+    lite = _prompt(tm)
+    client.responses.create(model=MODEL, input=[USER], tools=[exec_tool, wait])
+    assert lite == _prompt(tm)
+    (call,) = r.output
+    assert isinstance(call, ResponseCustomToolCall) and (call.name, call.input) == ("exec", "print(1)")
+
+
+def test_chatgpt_codex_proxy_9_additional_tools_item_is_no_message(tok: PreTrainedTokenizerFast) -> None:
+    """10/chatgpt-codex-proxy#9: the ``additional_tools`` item went down the message path and was
+    refused ("Missing required parameter: 'input[0].content'"). Expected: served, and, with no
+    tools in it, the prompt is that of the request without the item (a cold run); a malformed
+    item (``tools`` not a list) is a 400 naming ``input[0].tools``."""
+    tm = PromptTM(tok, reply="ok")
+    client, _ = make_client(tm)
+    client.responses.create(
+        model=MODEL, input=[{"type": "additional_tools", "role": "developer", "tools": []}, USER]
+    )
+    with_item = _prompt(tm)
+    client.responses.create(model=MODEL, input=[USER])
+    assert with_item == _prompt(tm)
+    n = len(tm.received)
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.responses.create(
+            model=MODEL, input=[{"type": "additional_tools", "role": "developer", "tools": {}}, USER]
+        )
+    assert ei.value.body["param"] == "input[0].tools"
+    assert len(tm.received) == n

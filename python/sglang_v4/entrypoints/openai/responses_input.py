@@ -24,7 +24,9 @@ chat path, :mod:`.serving_responses`).
   result) are read as ``function_call`` / ``function_call_output`` items are.
 * ``tools`` (flat function tools, ``{"type": "function", "name", "description", "parameters",
   "strict"}``, and custom tools, ``{"type": "custom", "name", "description", "format"}``) become
-  chat tools (:func:`responses_tools`); ``tool_choice`` ``{"type": "function" | "custom",
+  chat tools (:func:`responses_tools`), with those of ``additional_tools`` input items (Codex's
+  Responses Lite requests; the item is no turn) and the tools ``namespace`` tools group
+  (:func:`request_tools`); ``tool_choice`` ``{"type": "function" | "custom",
   "name"}`` becomes chat's named choice (:func:`responses_tool_choice`).
 * ``text.format`` (``text`` / ``json_object`` / ``json_schema`` with ``name`` and ``schema`` at its
   top level) becomes ``response_format`` (:func:`responses_text_format`).
@@ -47,6 +49,7 @@ from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 
 __all__ = [
     "input_to_messages",
+    "request_tools",
     "reasoning_switch",
     "responses_text_format",
     "responses_tool_choice",
@@ -207,6 +210,8 @@ def input_to_messages(
                 {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
             )
             last_calls.add(call_id)
+        elif kind == "additional_tools":  # tools, not a turn: read by request_tools
+            continue
         elif kind in OUTPUT_ITEMS:
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
@@ -227,10 +232,44 @@ def input_to_messages(
         else:
             raise _error(
                 f"{field}.type {kind!r} is not supported (message, reasoning, function_call, "
-                "function_call_output, custom_tool_call, custom_tool_call_output).",
+                "function_call_output, custom_tool_call, custom_tool_call_output, additional_tools).",
                 f"{field}.type",
             )
     return out
+
+
+def request_tools(tools: Sequence[Any] | None, items: str | Sequence[Any]) -> list[Any] | None:
+    """The tools a Responses request offers: its ``tools``, then the ``tools`` of each
+    ``additional_tools`` input item (``{"type": "additional_tools", "role": "developer", "tools":
+    [...]}``, where Codex's Responses Lite requests declare their tools, with no top-level
+    ``tools``), in order; a ``namespace`` tool (``{"type": "namespace", "name", "tools"}``)
+    stands for the function and custom tools it groups. The result is checked by
+    :func:`responses_tools` (its errors count the tools in this order, as ``tools[i]``).
+
+    Returns:
+        The tools, or ``None`` when there are none (``tools`` absent or empty, or only empty
+        namespaces).
+
+    Raises:
+        RequestError: 400 naming ``input[i].tools``: an ``additional_tools`` item whose ``tools``
+            is not a list; ``input[i].tools[j].tools`` for a namespace whose ``tools`` is not one.
+    """
+    merged: list[tuple[Any, str]] = [(t, f"tools[{j}]") for j, t in enumerate(tools or [])]
+    for i, item in enumerate([] if isinstance(items, str) else items):
+        if isinstance(item, Mapping) and item.get("type") == "additional_tools":
+            more = item.get("tools")
+            if not isinstance(more, list):
+                raise _error(f"input[{i}].tools must be a list of tools.", f"input[{i}].tools")
+            merged += [(t, f"input[{i}].tools[{j}]") for j, t in enumerate(more)]
+    out: list[Any] = []
+    for tool, field in merged:
+        if isinstance(tool, Mapping) and tool.get("type") == "namespace":
+            if not isinstance(tool.get("tools"), list):
+                raise _error(f"{field}.tools must be a list of tools.", f"{field}.tools")
+            out += tool["tools"]
+        else:
+            out.append(tool)
+    return out or None
 
 
 def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:

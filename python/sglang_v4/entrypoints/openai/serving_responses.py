@@ -88,6 +88,7 @@ from sglang_v4.entrypoints.openai.responses_events import ResponsesEventWriter
 from sglang_v4.entrypoints.openai.responses_input import (
     input_to_messages,
     reasoning_switch,
+    request_tools,
     responses_text_format,
     responses_tool_choice,
     responses_tools,
@@ -301,7 +302,7 @@ class ResponsesMixin(ChatMixin):
             tools=list(req.tools or []),
             user=req.user,
         )
-        custom = frozenset(custom_tool_formats(req.tools))
+        custom = frozenset(custom_tool_formats(request_tools(req.tools, req.input)))
         job = _Job(req, run, messages, base, self._input_items(req), custom)
         try:
             if req.stream:
@@ -375,6 +376,7 @@ class ResponsesMixin(ChatMixin):
         if not conversation:
             raise RequestError("input must contain at least one item.", param="input")
         thinking, effort = reasoning_switch(req.reasoning, self.reasoning_effort_profile)
+        tools = request_tools(req.tools, req.input)
         kwargs = dict(req.chat_template_kwargs or {})
         if thinking is not None:
             kwargs.pop("enable_thinking", None)
@@ -383,7 +385,7 @@ class ResponsesMixin(ChatMixin):
         data: dict[str, Any] = {
             "model": req.model,
             "messages": system + conversation,
-            "tools": responses_tools(req.tools) if req.tools else None,
+            "tools": responses_tools(tools) if tools else None,
             "tool_choice": responses_tool_choice(req.tool_choice),
             "parallel_tool_calls": req.parallel_tool_calls,
             "max_completion_tokens": req.max_output_tokens,
@@ -406,9 +408,7 @@ class ResponsesMixin(ChatMixin):
         except ValidationError as e:  # the fields were checked above; a 400, never a 500
             raise RequestError(f"Invalid request: {e.errors()[0].get('msg')}", param="input") from None
         chat_req._string_value_formats = {
-            name: (CUSTOM_INPUT, fmt)
-            for name, fmt in custom_tool_formats(req.tools).items()
-            if fmt is not None
+            name: (CUSTOM_INPUT, fmt) for name, fmt in custom_tool_formats(tools).items() if fmt is not None
         }
         return chat_req, conversation
 
