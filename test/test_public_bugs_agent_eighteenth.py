@@ -294,3 +294,48 @@ def test_chatgpt_codex_proxy_9_additional_tools_item_is_no_message(tok: PreTrain
         )
     assert ei.value.body["param"] == "input[0].tools"
     assert len(tm.received) == n
+
+
+# --------------------------------------------------------------------------- namespace tools
+
+
+@pytest.mark.parametrize("where", ["tools", "additional_tools"])
+def test_cliproxyapi_4255_namespaced_call_keeps_its_namespace(
+    tok: PreTrainedTokenizerFast, where: str
+) -> None:
+    """router-for-me/CLIProxyAPI#4255 (also raullenchai/Rapid-MLX#2130): Codex declares MCP
+    tools in ``namespace`` tools (``mcp__codegraph`` holding ``codegraph_search``); the call came
+    back as a bare ``function_call`` with no ``namespace`` and Codex answered "unsupported call".
+    Expected: the tool's bare ``name`` with ``namespace: "mcp__codegraph"`` beside it (the
+    ``openai`` client's ``ResponseFunctionToolCall.namespace``), streamed and not, in the added
+    and done items; a tool of no namespace has none."""
+    search = {
+        "type": "function",
+        "name": "codegraph_search",
+        "description": "Search code",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+    }
+    ns = {"type": "namespace", "name": "mcp__codegraph", "description": "CodeGraph MCP", "tools": [search]}
+    reply = (
+        f'\n\n<{D}tool_calls>\n<{D}invoke name="codegraph_search">\n'
+        f'<{D}parameter name="query" string="true">MCP</{D}parameter>\n</{D}invoke>\n'
+        + CALL.split(f"<{D}tool_calls>\n", 1)[1]
+    )
+    if where == "tools":
+        body: dict[str, Any] = {"input": [USER], "tools": [ns, WEATHER]}
+    else:
+        item = {"type": "additional_tools", "role": "developer", "tools": [ns, WEATHER]}
+        body = {"input": [item, USER]}
+    tm = PromptTM(tok, reply=reply)
+    _, tc = make_client(tm)
+    resp, events = post(tc, body)
+    calls = OpenAIResponse.model_validate(resp).output
+    assert [(c.name, c.namespace) for c in calls] == [
+        ("codegraph_search", "mcp__codegraph"),
+        ("get_weather", None),
+    ]
+    assert "namespace" not in resp["output"][1]
+    for kind in ("response.output_item.added", "response.output_item.done"):
+        items = [e["item"] for e in events if e["type"] == kind]
+        assert [i.get("namespace") for i in items] == ["mcp__codegraph", None]
+    assert [c.get("namespace") for c in events[-1]["response"]["output"]] == ["mcp__codegraph", None]

@@ -34,10 +34,14 @@ class ResponsesEventWriter:
             final response.
         custom: the names of the request's custom tools (their calls are ``custom_tool_call``
             items).
+        namespaces: tool name -> the ``namespace`` its call items carry.
     """
 
-    def __init__(self, custom: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, custom: frozenset[str] = frozenset(), namespaces: dict[str, str] | None = None
+    ) -> None:
         self.custom = custom
+        self.namespaces = namespaces or {}
         self.seq = 0
         self.n_items = 0
         self.open: dict[str, Any] | None = None
@@ -127,6 +131,8 @@ class ResponsesEventWriter:
                 "arguments": "",
                 "status": "in_progress",
             }
+            if d.name in self.namespaces:
+                item["namespace"] = self.namespaces[d.name]
             out += self._start("function_call", key, item, None)
         if (self.open or {}).get("kind") == "custom_tool_call":
             return out + self._custom_delta(d.arguments)
@@ -151,6 +157,8 @@ class ResponsesEventWriter:
             "name": d.name,
             "input": "",
         }
+        if d.name in self.namespaces:
+            item["namespace"] = self.namespaces[d.name]
         out = self._start("custom_tool_call", key, item, None)
         (self.open or {})["input"] = CustomInputStream()
         return out

@@ -50,6 +50,7 @@ from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 __all__ = [
     "input_to_messages",
     "request_tools",
+    "tool_namespaces",
     "reasoning_switch",
     "responses_text_format",
     "responses_tool_choice",
@@ -254,6 +255,21 @@ def request_tools(tools: Sequence[Any] | None, items: str | Sequence[Any]) -> li
         RequestError: 400 naming ``input[i].tools``: an ``additional_tools`` item whose ``tools``
             is not a list; ``input[i].tools[j].tools`` for a namespace whose ``tools`` is not one.
     """
+    return [tool for tool, _ in _tool_entries(tools, items)] or None
+
+
+def tool_namespaces(tools: Sequence[Any] | None, items: str | Sequence[Any]) -> dict[str, str]:
+    """Tool name -> the name of the ``namespace`` tool that groups it, for the tools of
+    :func:`request_tools` that one groups (the ``namespace`` of their call items)."""
+    out: dict[str, str] = {}
+    for tool, namespace in _tool_entries(tools, items):
+        if namespace is not None and isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+            out[tool["name"]] = namespace
+    return out
+
+
+def _tool_entries(tools: Sequence[Any] | None, items: str | Sequence[Any]) -> list[tuple[Any, str | None]]:
+    """``(tool, name of the namespace grouping it or None)`` of :func:`request_tools`."""
     merged: list[tuple[Any, str]] = [(t, f"tools[{j}]") for j, t in enumerate(tools or [])]
     for i, item in enumerate([] if isinstance(items, str) else items):
         if isinstance(item, Mapping) and item.get("type") == "additional_tools":
@@ -261,15 +277,18 @@ def request_tools(tools: Sequence[Any] | None, items: str | Sequence[Any]) -> li
             if not isinstance(more, list):
                 raise _error(f"input[{i}].tools must be a list of tools.", f"input[{i}].tools")
             merged += [(t, f"input[{i}].tools[{j}]") for j, t in enumerate(more)]
-    out: list[Any] = []
+    out: list[tuple[Any, str | None]] = []
     for tool, field in merged:
         if isinstance(tool, Mapping) and tool.get("type") == "namespace":
+            name = tool.get("name")
+            if not isinstance(name, str) or not name:
+                raise _error(f"{field}.name must be a non-empty string.", f"{field}.name")
             if not isinstance(tool.get("tools"), list):
                 raise _error(f"{field}.tools must be a list of tools.", f"{field}.tools")
-            out += tool["tools"]
+            out += [(t, name) for t in tool["tools"]]
         else:
-            out.append(tool)
-    return out or None
+            out.append((tool, None))
+    return out
 
 
 def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:

@@ -12,7 +12,8 @@ reasoning split and DSML tool-call parsing (:meth:`~.serving_chat.ChatMixin._pre
 ``include_reasoning: false``, streamed and not), ``message`` (one
 ``output_text`` part) and one ``function_call`` per tool call (``call_id`` the chat call id), a
 ``custom_tool_call`` for a call of a custom tool (its ``input`` the free-form text:
-:mod:`.responses_custom_tools`).
+:mod:`.responses_custom_tools`); a call of a tool that a ``namespace`` tool groups carries that
+``namespace`` beside the tool's bare ``name`` (streamed items too).
 ``status`` is ``incomplete`` (``incomplete_details.reason: "max_output_tokens"``) when the token
 limit ended the generation.
 
@@ -92,6 +93,7 @@ from sglang_v4.entrypoints.openai.responses_input import (
     responses_text_format,
     responses_tool_choice,
     responses_tools,
+    tool_namespaces,
 )
 from sglang_v4.entrypoints.openai.responses_input_items import (
     check_duplicate_items,
@@ -187,6 +189,7 @@ class _Job:
     base: ResponseObject
     input_items: list[dict[str, Any]] = field(default_factory=list)
     custom: frozenset[str] = frozenset()  # the names of the request's custom tools
+    namespaces: dict[str, str] = field(default_factory=dict)  # tool name -> its namespace
 
 
 def _output_messages(items: list[OutputItem]) -> list[dict[str, Any]]:
@@ -303,7 +306,8 @@ class ResponsesMixin(ChatMixin):
             user=req.user,
         )
         custom = frozenset(custom_tool_formats(request_tools(req.tools, req.input)))
-        job = _Job(req, run, messages, base, self._input_items(req), custom)
+        namespaces = tool_namespaces(req.tools, req.input)
+        job = _Job(req, run, messages, base, self._input_items(req), custom, namespaces)
         try:
             if req.stream:
                 return await self._responses_stream(job, request)
@@ -430,11 +434,13 @@ class ResponsesMixin(ChatMixin):
         incomplete: bool,
         logprobs: list[Any] | None = None,
         custom: frozenset[str] = frozenset(),
+        namespaces: dict[str, str] | None = None,
     ) -> list[OutputItem]:
         """Output items of a finished choice: reasoning, message (its ``output_text`` with
         ``logprobs``), function calls, and custom tool calls for the tools named in ``custom``
-        (ids from a stream where it sent them); the last item is ``incomplete`` when the response
-        is (a custom tool call has no ``status``)."""
+        (ids from a stream where it sent them), each call with the ``namespace`` of its tool in
+        ``namespaces``; the last item is ``incomplete`` when the response is (a custom tool call
+        has no ``status``)."""
         items: list[OutputItem] = []
         if out.reasoning:
             items.append(
@@ -457,6 +463,7 @@ class ResponsesMixin(ChatMixin):
                         call_id=c.id,
                         name=c.name,
                         input=custom_call_input(c.arguments),
+                        namespace=(namespaces or {}).get(c.name),
                     )
                 )
                 continue
@@ -467,6 +474,7 @@ class ResponsesMixin(ChatMixin):
                     name=c.name,
                     arguments=c.arguments,
                     status="incomplete" if c.partial else "completed",
+                    namespace=(namespaces or {}).get(c.name),
                 )
             )
         if incomplete and hasattr(items[-1], "status"):
@@ -479,12 +487,14 @@ class ResponsesMixin(ChatMixin):
         """The final response body (stored when ``store``): output items, status, usage."""
         incomplete = out.finish_reason == "length"
         logprobs = self._answer_logprobs(job, meta, out.reasoning_tokens)
-        kept = self._output_items(out, ids, incomplete, logprobs, job.custom)
+        kept = self._output_items(out, ids, incomplete, logprobs, job.custom, job.namespaces)
         # include_reasoning false: the client gets no reasoning item; the store keeps it (kept)
         items = (
             kept
             if job.req.include_reasoning
-            else self._output_items(replace(out, reasoning=None), ids, incomplete, logprobs, job.custom)
+            else self._output_items(
+                replace(out, reasoning=None), ids, incomplete, logprobs, job.custom, job.namespaces
+            )
         )
         prompt, completion = int(meta.get("prompt_tokens", 0)), int(meta.get("completion_tokens", 0))
         usage = ResponseUsage(
@@ -516,7 +526,7 @@ class ResponsesMixin(ChatMixin):
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         tp = plan.tool_reader(block)
         read = _StreamRead(_ChoiceStream(rp, tp))
-        w = ResponsesEventWriter(job.custom)
+        w = ResponsesEventWriter(job.custom, job.namespaces)
         base = job.base.model_dump(mode="json")
 
         async def stream() -> AsyncIterator[bytes]:
