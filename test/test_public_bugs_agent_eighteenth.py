@@ -339,3 +339,41 @@ def test_cliproxyapi_4255_namespaced_call_keeps_its_namespace(
         items = [e["item"] for e in events if e["type"] == kind]
         assert [i.get("namespace") for i in items] == ["mcp__codegraph", None]
     assert [c.get("namespace") for c in events[-1]["response"]["output"]] == ["mcp__codegraph", None]
+
+
+def test_cliproxyapi_4219_lite_history_of_custom_calls_with_part_outputs(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """router-for-me/CLIProxyAPI#4219: a Codex Responses Lite history (tools in an
+    ``additional_tools`` item, ``custom_tool_call`` items of ``apply_patch``,
+    ``custom_tool_call_output`` whose ``output`` is a list of ``input_text`` parts) was dropped
+    item by item, leaving plain chat with no tools. Expected: the conversation renders as DeepSeek's own Responses converter
+    renders it (from the first user turn on): each call, each output's text, in order."""
+    items = [
+        {"type": "additional_tools", "role": "developer", "tools": [APPLY_PATCH]},
+        USER,
+        {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": PATCH},
+        {
+            "type": "custom_tool_call_output",
+            "call_id": "c1",
+            "output": [{"type": "input_text", "text": "a.py"}, {"type": "input_text", "text": "b.py"}],
+        },
+        {
+            "type": "custom_tool_call",
+            "call_id": "c2",
+            "name": "apply_patch",
+            "input": "*** Begin Patch\n*** End Patch",
+        },
+        {
+            "type": "custom_tool_call_output",
+            "call_id": "c2",
+            "output": [{"type": "input_text", "text": "x = 1"}],
+        },
+    ]
+    tm = PromptTM(tok, reply="Done.")
+    client, _ = make_client(tm)
+    client.responses.create(model=MODEL, input=items, reasoning={"effort": "none"})
+    ours, deepseek = _prompt(tm), _recipe_prompt({"input": items, "tools": [APPLY_PATCH]})
+    user = "<｜User｜>"
+    assert ours[ours.index(user) :] == deepseek[deepseek.index(user) :]
+    assert '"name": "apply_patch"' in ours[: ours.index(user)]
