@@ -219,3 +219,31 @@ def test_bad_custom_tool_format_is_a_400_naming_the_field(
         )
     assert ei.value.body["param"] == param
     assert tm.received == []
+
+
+def test_openai_stream_helper_reads_the_custom_tool_call(tok: PreTrainedTokenizerFast) -> None:
+    """The ``openai`` client's own stream helper (``client.responses.stream``) folds the custom
+    tool call's events into its final response: the ``custom_tool_call`` with the whole input,
+    its deltas the ones it yielded."""
+    tm = PromptTM(tok, reply="Hi." + _custom_call("apply_patch", PATCH))
+    client, _ = make_client(tm)
+    deltas = []
+    with client.responses.stream(model=MODEL, input=[USER], tools=[APPLY_PATCH]) as stream:
+        for ev in stream:
+            if ev.type == "response.custom_tool_call_input.delta":
+                deltas.append(ev.delta)
+        final = stream.get_final_response()
+    assert [o.type for o in final.output] == ["message", "custom_tool_call"]
+    assert final.output[1].input == PATCH == "".join(deltas)
+
+
+def test_text_format_leaves_decoding_free_under_auto(tok: PreTrainedTokenizerFast) -> None:
+    """A custom tool of free text (``format: {"type": "text"}``) under ``tool_choice: "auto"``
+    asks for no grammar (as a non-strict function tool); a grammar format does."""
+    tm = PromptTM(tok, reply="ok")
+    client, _ = make_client(tm)
+    client.responses.create(model=MODEL, input=[USER], tools=[dict(APPLY_PATCH, format={"type": "text"})])
+    assert tm.received[-1].sampling_params.get("structural_tag") is None
+    fmt = {"type": "grammar", "syntax": "regex", "definition": REGEX}
+    client.responses.create(model=MODEL, input=[USER], tools=[dict(APPLY_PATCH, format=fmt)])
+    assert tm.received[-1].sampling_params.get("structural_tag") is not None
