@@ -160,33 +160,28 @@ def test_reasoning_only_turns_render_as_deepseeks_converter(
     assert _prompt(tm) == _recipe_prompt(items)
 
 
-# --------------------------------------------------------------------------- custom tools
+# --------------------------------------------------------------------------- built-in tools
 
 
 @pytest.mark.parametrize(
     "tool",
     [
-        {
-            "type": "custom",
-            "name": "apply_patch",
-            "description": "Apply a patch",
-            "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
-        },
-        {"type": "custom", "name": "note", "format": {"type": "text"}},
-        {"type": "custom", "name": "note"},
+        {"type": "web_search"},
+        {"type": "file_search", "vector_store_ids": ["vs_1"]},
     ],
 )
-def test_custom_tool_is_a_400_naming_the_field_and_the_served_types(
+def test_builtin_tool_is_a_400_naming_the_field_and_the_served_types(
     tok: PreTrainedTokenizerFast, tool: dict[str, Any]
 ) -> None:
-    """Codex's freeform tools (``type: "custom"``, OpenAI's custom tools) are not served: the 400
-    (read by the ``openai`` client) names ``tools[i].type``, says the type is not supported and
-    lists the served types; nothing is generated."""
+    """OpenAI's built-in tools are not served: the 400 (read by the ``openai`` client) names
+    ``tools[i].type``, says the type is not supported and lists the served types (function and
+    custom: custom tools are served, test_openai_responses_custom_tools.py); nothing is
+    generated."""
     tm = PromptTM(tok, reply="Done.")
     client, _ = make_client(tm)
     with pytest.raises(openai.BadRequestError) as ei:
         client.responses.create(model=MODEL, input="hi", tools=[WEATHER, tool])
     assert ei.value.body["param"] == "tools[1].type"
     msg = ei.value.body["message"]
-    assert "'custom' is not supported" in msg and "supported tool types: function" in msg
+    assert f"{tool['type']!r} is not supported" in msg and "supported tool types: function, custom" in msg
     assert tm.received == []

@@ -210,6 +210,7 @@ def tool_call_structural_tag(
     parallel_tool_calls: bool,
     enforce_schema: bool,
     max_whitespace_cnt: int = MAX_JSON_WHITESPACE,
+    string_value_formats: dict[str, tuple[str, dict[str, Any]]] | None = None,
 ) -> str:
     """The ``structural_tag`` JSON that constrains a DeepSeek DSML tool-call answer.
 
@@ -224,6 +225,10 @@ def tool_call_structural_tag(
         enforce_schema: treat every tool as ``strict`` (arguments validate against ``parameters``);
             otherwise only ``strict`` tools have their arguments constrained (OpenAI's semantics).
         max_whitespace_cnt: longest whitespace run inside JSON argument values.
+        string_value_formats: tool name -> ``(parameter, format)``: that tool's call is its one
+            ``string="true"`` parameter whose raw text follows the xgrammar format (``regex`` /
+            ``grammar``), in place of its JSON schema (:func:`_with_string_value`; the Responses
+            API's custom tools with a grammar).
 
     Returns:
         The JSON text for ``SamplingParams.structural_tag``.
@@ -262,7 +267,33 @@ def tool_call_structural_tag(
         )
     except (TypeError, ValueError, KeyError, RuntimeError) as e:
         raise ValueError(f"tools: cannot build the tool-call grammar: {clean_grammar_error(e)}") from None
-    return st.model_dump_json()
+    if not string_value_formats:
+        return st.model_dump_json()
+    return json.dumps(_with_string_value(json.loads(st.model_dump_json()), string_value_formats))
+
+
+def _with_string_value(node: Any, formats: dict[str, tuple[str, dict[str, Any]]]) -> Any:
+    """A copy of a tool-call structural tag (parsed JSON) in which the invoke tag of each tool
+    named in ``formats`` holds exactly one parameter, ``<｜DSML｜parameter name="P"
+    string="true">`` + text of the format + ``</｜DSML｜parameter>\\n`` (DeepSeek's DSML, as
+    xgrammar's ``deepseek_xml`` style writes a string parameter)."""
+    from sglang_v4.entrypoints.chat_encoding import DSML
+
+    if isinstance(node, list):
+        return [_with_string_value(x, formats) for x in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "tag" and isinstance(node.get("begin"), str):
+        m = re.fullmatch(rf'<{DSML}invoke name="([^"]*)">\n', node["begin"])
+        if m is not None and m.group(1) in formats:
+            param, fmt = formats[m.group(1)]
+            elements = [
+                {"type": "const_string", "value": f'<{DSML}parameter name="{param}" string="true">'},
+                fmt,
+                {"type": "const_string", "value": f"</{DSML}parameter>\n"},
+            ]
+            return dict(node, content={"type": "sequence", "elements": elements})
+    return {k: _with_string_value(v, formats) for k, v in node.items()}
 
 
 def first_unusable_tool_parameters(parameters: Sequence[Any]) -> tuple[int, str] | None:

@@ -492,6 +492,7 @@ class ChatPrepareMixin(OpenAIServingBase):
                     thinking=thinking,
                     parallel_tool_calls=req.parallel_tool_calls is not False,
                     enforce_schema=choice != "auto",
+                    string_value_formats=req._string_value_formats,
                     **self.json_whitespace_kw(),
                 )
             except ValueError as e:

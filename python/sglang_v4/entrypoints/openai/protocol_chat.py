@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
 
 from sglang_v4.entrypoints.openai.protocol_base import (
     FinishReasonStr,
@@ -126,6 +126,10 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     #: still decide the tool-call and reasoning handling).
     input_ids: list[int] | None = None
     return_prompt_token_ids: bool = False
+    #: Not a request field (set by the Responses route for its custom tools): tool name ->
+    #: ``(parameter, xgrammar format)``, the one string parameter whose raw text the tool-call
+    #: grammar constrains to that format (``tool_call_structural_tag``'s ``string_value_formats``).
+    _string_value_formats: dict[str, tuple[str, dict[str, Any]]] = PrivateAttr(default_factory=dict)
 
 
 class TopLogprob(BaseModel):

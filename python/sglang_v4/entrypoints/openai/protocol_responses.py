@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, computed_field, model_serializer
 
 from sglang_v4.entrypoints.openai.protocol import _Req
 
@@ -27,6 +27,7 @@ __all__ = [
     "ReasoningText",
     "ResponseOutputMessage",
     "ResponseReasoningItem",
+    "ResponseCustomToolCall",
     "ResponseFunctionToolCall",
     "ResponseUsage",
     "ResponseObject",
@@ -172,7 +173,22 @@ class ResponseReasoningItem(BaseModel):
     status: ResponseStatus = "completed"
 
 
-class ResponseFunctionToolCall(BaseModel):
+class _NamespacedCall(BaseModel):
+    """A call item's ``namespace``: that of the ``namespace`` tool the called tool belongs to
+    (OpenAI's call items carry the tool's bare ``name`` and its group beside it, which Codex
+    routes on); left out of the JSON for a tool of no namespace."""
+
+    namespace: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_no_namespace(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("namespace") is None:
+            data.pop("namespace", None)
+        return data
+
+
+class ResponseFunctionToolCall(_NamespacedCall):
     """A ``function_call`` output item; ``call_id`` is what a ``function_call_output`` answers."""
 
     id: str
@@ -183,7 +199,19 @@ class ResponseFunctionToolCall(BaseModel):
     status: ResponseStatus = "completed"
 
 
-OutputItem = ResponseOutputMessage | ResponseReasoningItem | ResponseFunctionToolCall
+class ResponseCustomToolCall(_NamespacedCall):
+    """A ``custom_tool_call`` output item (a call of a custom tool): ``input`` is the free-form
+    text the model wrote; ``call_id`` is what a ``custom_tool_call_output`` answers. OpenAI's
+    item has no ``status``."""
+
+    id: str
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    call_id: str
+    name: str
+    input: str
+
+
+OutputItem = ResponseOutputMessage | ResponseReasoningItem | ResponseFunctionToolCall | ResponseCustomToolCall
 
 
 class InputTokensDetails(BaseModel):

@@ -5,8 +5,9 @@ sequence, each event an ``event:`` and a ``data:`` line (no ``[DONE]``) with a
 Per output item: ``response.output_item.added``; for a message ``response.content_part.added``,
 ``response.output_text.delta``..., ``response.output_text.done``, ``response.content_part.done``;
 for reasoning the same with ``reasoning_text`` parts and ``response.reasoning_text.delta`` /
-``.done``; for a call ``response.function_call_arguments.delta``... and ``.done``; then
-``response.output_item.done``. The route (:mod:`.serving_responses`) sends the events around
+``.done``; for a call ``response.function_call_arguments.delta``... and ``.done`` (a call of a
+custom tool: a ``custom_tool_call`` item, ``response.custom_tool_call_input.delta``... and
+``.done`` with its free-form input); then ``response.output_item.done``. The route (:mod:`.serving_responses`) sends the events around
 them (``response.created``, ``response.in_progress``, the terminal ``response.completed`` /
 ``response.incomplete`` / ``error`` + ``response.failed``) through :meth:`ResponsesEventWriter.event`.
 """
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 
 from sglang_v4.entrypoints.openai.protocol_responses import OutputText, ReasoningText, new_item_id
+from sglang_v4.entrypoints.openai.responses_custom_tools import CustomInputStream
 from sglang_v4.entrypoints.openai.tool_parser import ToolCallDelta
 
 __all__ = ["ResponsesEventWriter"]
@@ -30,9 +32,16 @@ class ResponsesEventWriter:
     Attributes:
         ids: item ids by kind (``"reasoning"``, ``"message"``, ``("call", index)``), reused by the
             final response.
+        custom: the names of the request's custom tools (their calls are ``custom_tool_call``
+            items).
+        namespaces: tool name -> the ``namespace`` its call items carry.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, custom: frozenset[str] = frozenset(), namespaces: dict[str, str] | None = None
+    ) -> None:
+        self.custom = custom
+        self.namespaces = namespaces or {}
         self.seq = 0
         self.n_items = 0
         self.open: dict[str, Any] | None = None
@@ -104,13 +113,16 @@ class ResponsesEventWriter:
 
     def call(self, d: ToolCallDelta) -> list[bytes]:
         """The events of a tool-call delta: a ``function_call`` item opened at a call's first
-        fragment (the one that has its ``name``), then argument deltas; a fragment of a call
-        already closed sends nothing."""
+        fragment (the one that has its ``name``), then argument deltas (a custom tool's call: a
+        ``custom_tool_call`` item and input deltas); a fragment of a call already closed sends
+        nothing."""
         out: list[bytes] = []
         key = ("call", d.index)
         if self.open is None or self.open["key"] != key:
             if d.name is None:  # a late fragment of a call already closed: nothing to attach it to
                 return out
+            if d.name in self.custom:
+                return self._start_custom(key, d) + self._custom_delta(d.arguments)
             item = {
                 "id": new_item_id("fc"),
                 "type": "function_call",
@@ -119,7 +131,11 @@ class ResponsesEventWriter:
                 "arguments": "",
                 "status": "in_progress",
             }
+            if d.name in self.namespaces:
+                item["namespace"] = self.namespaces[d.name]
             out += self._start("function_call", key, item, None)
+        if (self.open or {}).get("kind") == "custom_tool_call":
+            return out + self._custom_delta(d.arguments)
         if d.arguments:
             o = self.open or {}
             o["text"] += d.arguments
@@ -133,12 +149,38 @@ class ResponsesEventWriter:
             )
         return out
 
+    def _start_custom(self, key: Any, d: ToolCallDelta) -> list[bytes]:
+        item = {
+            "id": new_item_id("ctc"),
+            "type": "custom_tool_call",
+            "call_id": d.id,
+            "name": d.name,
+            "input": "",
+        }
+        if d.name in self.namespaces:
+            item["namespace"] = self.namespaces[d.name]
+        out = self._start("custom_tool_call", key, item, None)
+        (self.open or {})["input"] = CustomInputStream()
+        return out
+
+    def _custom_delta(self, fragment: str) -> list[bytes]:
+        """``response.custom_tool_call_input.delta`` of the input text an argument fragment
+        adds to the open custom tool call (none when it adds none)."""
+        o = self.open or {}
+        return self._input_delta(o, o["input"].feed(fragment))
+
+    def _input_delta(self, o: dict[str, Any], delta: str) -> list[bytes]:
+        if not delta:
+            return []
+        where = {"item_id": o["item"]["id"], "output_index": o["index"]}
+        return [self.event("response.custom_tool_call_input.delta", **where, delta=delta)]
+
     def drop_call(self, made: set[int]) -> list[bytes]:
         """Close the open ``function_call`` item ``incomplete`` when its call was not made (its
         invoke turned out malformed or was stopped inside): its events went out already, the
         final response has no such item."""
         o = self.open
-        if o is None or o["kind"] != "function_call" or o["key"][1] in made:
+        if o is None or o["kind"] not in ("function_call", "custom_tool_call") or o["key"][1] in made:
             return []
         return self.close("incomplete")
 
@@ -158,7 +200,13 @@ class ResponsesEventWriter:
         item, text, where = dict(o["item"], status=status), o["text"], {"item_id": o["item"]["id"]}
         where["output_index"] = o["index"]
         out = []
-        if o["kind"] == "function_call":
+        if o["kind"] == "custom_tool_call":
+            rest, whole = o["input"].finish()
+            out += self._input_delta(o, rest)
+            item = {k: v for k, v in item.items() if k != "status"}
+            item["input"] = whole
+            out.append(self.event("response.custom_tool_call_input.done", **where, input=whole))
+        elif o["kind"] == "function_call":
             item["arguments"] = text
             out.append(self.event("response.function_call_arguments.done", **where, arguments=text))
         elif o["kind"] == "reasoning":

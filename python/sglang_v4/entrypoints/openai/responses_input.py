@@ -19,9 +19,14 @@ chat path, :mod:`.serving_responses`).
   (text, then a user message) stays an empty assistant turn, as that converter renders it. A
   ``function_call``'s ``arguments`` is a JSON object text, or the beginning of one (a call cut by
   ``max_output_tokens``, replayed with the members that parse). ``content`` / ``output`` may not
-  be ``null``.
+  be ``null``. ``custom_tool_call`` / ``custom_tool_call_output`` items (a custom tool's call,
+  its free-form ``input`` the one string parameter of :mod:`.responses_custom_tools`, and its
+  result) are read as ``function_call`` / ``function_call_output`` items are.
 * ``tools`` (flat function tools, ``{"type": "function", "name", "description", "parameters",
-  "strict"}``) become chat tools (:func:`responses_tools`); ``tool_choice`` ``{"type": "function",
+  "strict"}``, and custom tools, ``{"type": "custom", "name", "description", "format"}``) become
+  chat tools (:func:`responses_tools`), with those of ``additional_tools`` input items (Codex's
+  Responses Lite requests; the item is no turn) and the tools ``namespace`` tools group
+  (:func:`request_tools`); ``tool_choice`` ``{"type": "function" | "custom",
   "name"}`` becomes chat's named choice (:func:`responses_tool_choice`).
 * ``text.format`` (``text`` / ``json_object`` / ``json_schema`` with ``name`` and ``schema`` at its
   top level) becomes ``response_format`` (:func:`responses_text_format`).
@@ -38,11 +43,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sglang_v4.entrypoints.chat_encoding import message_text, normalize_reasoning_effort
+from sglang_v4.entrypoints.openai.responses_custom_tools import custom_call_arguments, custom_tool_function
 from sglang_v4.entrypoints.openai.serving_base import RequestError
 from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 
 __all__ = [
     "input_to_messages",
+    "request_tools",
+    "tool_namespaces",
     "reasoning_switch",
     "responses_text_format",
     "responses_tool_choice",
@@ -51,9 +59,11 @@ __all__ = [
 
 #: Roles of Responses message items.
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
-#: Tool types served in ``tools`` (built-in tools, and ``custom`` free-text tools whose calls
-#: would need ``custom_tool_call`` items, are refused: :func:`responses_tools`).
-TOOL_TYPES = ("function",)
+#: Tool types served in ``tools`` (built-in tools are refused: :func:`responses_tools`).
+TOOL_TYPES = ("function", "custom")
+#: Input item types of a tool call, and of its result, by the tool's type.
+CALL_ITEMS = {"function_call": "function", "custom_tool_call": "custom"}
+OUTPUT_ITEMS = {"function_call_output": "function_call", "custom_tool_call_output": "custom_tool_call"}
 #: Values of ``reasoning.summary`` (OpenAI's; accepted, none changes the output).
 REASONING_SUMMARIES = (None, "auto", "concise", "detailed")
 
@@ -183,12 +193,17 @@ def input_to_messages(
             had = t.get("reasoning_content")
             t["reasoning_content"] = f"{had}\n{text}" if had else text
             last_calls = set()
-        elif kind == "function_call":
-            call_id, name, args = item.get("call_id"), item.get("name"), item.get("arguments")
-            for key, value in (("call_id", call_id), ("name", name), ("arguments", args)):
-                if not isinstance(value, str) or (key != "arguments" and not value):
-                    raise _error(f"{field}.{key} must be a non-empty string.", f"{field}.{key}")
-            args = _call_arguments(args, f"{field}.arguments")
+        elif kind in CALL_ITEMS:
+            body = "arguments" if kind == "function_call" else "input"
+            call_id, name, args = item.get("call_id"), item.get("name"), item.get(body)
+            for key, value in (("call_id", call_id), ("name", name), (body, args)):
+                if not isinstance(value, str) or (key != body and not value):
+                    what = "a string" if key == body else "a non-empty string"
+                    raise _error(f"{field}.{key} must be {what}.", f"{field}.{key}")
+            if kind == "function_call":
+                args = _call_arguments(args, f"{field}.arguments")
+            else:  # a custom tool's free-form input: its one string parameter
+                args = custom_call_arguments(args)
             t = assistant_turn(())
             if not t.get("tool_calls"):
                 last_calls = set()
@@ -196,13 +211,16 @@ def input_to_messages(
                 {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
             )
             last_calls.add(call_id)
-        elif kind == "function_call_output":
+        elif kind == "additional_tools":  # tools, not a turn: read by request_tools
+            continue
+        elif kind in OUTPUT_ITEMS:
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise _error(f"{field}.call_id must be a non-empty string.", f"{field}.call_id")
             if call_id not in last_calls:
                 raise _error(
-                    f"{field}.call_id {call_id!r} answers no function_call of the latest assistant turn.",
+                    f"{field}.call_id {call_id!r} answers no {OUTPUT_ITEMS[kind]} of the latest "
+                    "assistant turn.",
                     f"{field}.call_id",
                 )
             if item.get("output") is None:
@@ -215,36 +233,84 @@ def input_to_messages(
         else:
             raise _error(
                 f"{field}.type {kind!r} is not supported (message, reasoning, function_call, "
-                "function_call_output).",
+                "function_call_output, custom_tool_call, custom_tool_call_output, additional_tools).",
                 f"{field}.type",
             )
     return out
 
 
+def request_tools(tools: Sequence[Any] | None, items: str | Sequence[Any]) -> list[Any] | None:
+    """The tools a Responses request offers: its ``tools``, then the ``tools`` of each
+    ``additional_tools`` input item (``{"type": "additional_tools", "role": "developer", "tools":
+    [...]}``, where Codex's Responses Lite requests declare their tools, with no top-level
+    ``tools``), in order; a ``namespace`` tool (``{"type": "namespace", "name", "tools"}``)
+    stands for the function and custom tools it groups. The result is checked by
+    :func:`responses_tools` (its errors count the tools in this order, as ``tools[i]``).
+
+    Returns:
+        The tools, or ``None`` when there are none (``tools`` absent or empty, or only empty
+        namespaces).
+
+    Raises:
+        RequestError: 400 naming ``input[i].tools``: an ``additional_tools`` item whose ``tools``
+            is not a list; ``input[i].tools[j].tools`` for a namespace whose ``tools`` is not one.
+    """
+    return [tool for tool, _ in _tool_entries(tools, items)] or None
+
+
+def tool_namespaces(tools: Sequence[Any] | None, items: str | Sequence[Any]) -> dict[str, str]:
+    """Tool name -> the name of the ``namespace`` tool that groups it, for the tools of
+    :func:`request_tools` that one groups (the ``namespace`` of their call items)."""
+    out: dict[str, str] = {}
+    for tool, namespace in _tool_entries(tools, items):
+        if namespace is not None and isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+            out[tool["name"]] = namespace
+    return out
+
+
+def _tool_entries(tools: Sequence[Any] | None, items: str | Sequence[Any]) -> list[tuple[Any, str | None]]:
+    """``(tool, name of the namespace grouping it or None)`` of :func:`request_tools`."""
+    merged: list[tuple[Any, str]] = [(t, f"tools[{j}]") for j, t in enumerate(tools or [])]
+    for i, item in enumerate([] if isinstance(items, str) else items):
+        if isinstance(item, Mapping) and item.get("type") == "additional_tools":
+            more = item.get("tools")
+            if not isinstance(more, list):
+                raise _error(f"input[{i}].tools must be a list of tools.", f"input[{i}].tools")
+            merged += [(t, f"input[{i}].tools[{j}]") for j, t in enumerate(more)]
+    out: list[tuple[Any, str | None]] = []
+    for tool, field in merged:
+        if isinstance(tool, Mapping) and tool.get("type") == "namespace":
+            name = tool.get("name")
+            if not isinstance(name, str) or not name:
+                raise _error(f"{field}.name must be a non-empty string.", f"{field}.name")
+            if not isinstance(tool.get("tools"), list):
+                raise _error(f"{field}.tools must be a list of tools.", f"{field}.tools")
+            out += [(t, name) for t in tool["tools"]]
+        else:
+            out.append((tool, None))
+    return out
+
+
 def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
-    """Flat Responses function tools as chat tools (``{"type": "function", "function": {...}}``).
+    """Flat Responses function tools, and custom tools, as chat tools (``{"type": "function",
+    "function": {...}}``; a custom tool as :func:`~.responses_custom_tools.custom_tool_function`
+    serves it).
 
     Raises:
         RequestError: 400 naming the tool field: a tool of another type (built-in tools such as
-            ``web_search`` or ``file_search``, and ``custom`` free-text tools, are not served;
-            the message lists :data:`TOOL_TYPES`), a missing name, non-object
-            ``parameters``, a duplicate name, a non-string ``description``, a non-boolean
-            ``strict``.
+            ``web_search`` or ``file_search`` are not served; the message lists
+            :data:`TOOL_TYPES`), a missing name, non-object ``parameters``, a duplicate name, a
+            non-string ``description``, a non-boolean ``strict``, a custom tool's bad ``format``.
     """
     out, seen = [], set()
     for i, tool in enumerate(tools):
         field = f"tools[{i}]"
         if not isinstance(tool, Mapping):
             raise _error(f"{field} must be an object.", field)
-        if tool.get("type") != "function":
-            hint = (
-                " Declare a free-text tool as a function with one string parameter instead."
-                if tool.get("type") == "custom"
-                else ""
-            )
+        if tool.get("type") not in TOOL_TYPES:
             raise _error(
                 f"{field}.type {tool.get('type')!r} is not supported; supported tool types: "
-                f"{', '.join(TOOL_TYPES)}.{hint}",
+                f"{', '.join(TOOL_TYPES)}.",
                 f"{field}.type",
             )
         name = tool.get("name")
@@ -253,6 +319,9 @@ def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
         if name in seen:
             raise _error(f"{field}.name {name!r} is defined twice.", f"{field}.name")
         seen.add(name)
+        if tool["type"] == "custom":
+            out.append(custom_tool_function(tool, field))
+            continue
         params = tool.get("parameters")
         if params is not None and not isinstance(params, Mapping):
             raise _error(f"{field}.parameters must be a JSON schema object.", f"{field}.parameters")
@@ -269,8 +338,9 @@ def responses_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
 
 def responses_tool_choice(choice: Any) -> Any:
     """A Responses ``tool_choice`` in chat terms: ``"none"`` / ``"auto"`` / ``"required"`` as
-    they are, ``{"type": "function", "name": N}`` as ``{"type": "function", "function": {"name":
-    N}}`` (the chat shape is accepted too); ``None`` stays ``None`` (the default).
+    they are, ``{"type": "function", "name": N}`` (or a custom tool's ``{"type": "custom",
+    "name": N}``) as ``{"type": "function", "function": {"name": N}}`` (the chat shape is accepted
+    too); ``None`` stays ``None`` (the default).
 
     Raises:
         RequestError: 400 (param ``tool_choice``) for another value (built-in tool types,
@@ -278,14 +348,16 @@ def responses_tool_choice(choice: Any) -> Any:
     """
     if choice is None or choice in ("none", "auto", "required"):
         return choice
-    if isinstance(choice, Mapping) and choice.get("type") == "function":
+    if isinstance(choice, Mapping) and choice.get("type") in ("function", "custom"):
         name = choice.get("name")
         if name is None and isinstance(choice.get("function"), Mapping):
             name = choice["function"].get("name")
         if isinstance(name, str) and name:
             return {"type": "function", "function": {"name": name}}
     raise _error(
-        'tool_choice must be "none", "auto", "required" or {"type": "function", "name": ...}.', "tool_choice"
+        'tool_choice must be "none", "auto", "required", {"type": "function", "name": ...} or '
+        '{"type": "custom", "name": ...}.',
+        "tool_choice",
     )
 
 

@@ -6,8 +6,8 @@ response that continues another (``previous_response_id``): the previous respons
 and output items, then this request's ``input``. Each item is in the shape of OpenAI's
 ``ResponseItem`` with an ``id`` (the client's when it sent one) and ``status: "completed"``: a
 string ``input`` or a string ``content`` becomes one ``input_text`` part (``output_text`` for an
-assistant message), ``function_call`` / ``function_call_output`` / ``reasoning`` items keep their
-fields.
+assistant message), ``function_call`` / ``function_call_output`` / ``custom_tool_call`` /
+``custom_tool_call_output`` / ``reasoning`` items keep their fields.
 
 An input item whose ``id`` is that of an item already in the context (an item of the stored
 response chain ``previous_response_id`` names, or an earlier item of the same ``input``) is a
@@ -33,7 +33,14 @@ __all__ = ["check_duplicate_items", "input_items_of", "input_items_page", "DEFAU
 #: OpenAI's ``limit`` default and bound for the input-items list.
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
 #: Id prefixes of the item kinds (OpenAI's style).
-_PREFIX = {"message": "msg", "reasoning": "rs", "function_call": "fc", "function_call_output": "fco"}
+_PREFIX = {
+    "message": "msg",
+    "reasoning": "rs",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+}
 
 
 def _parts(content: Any, kind: str) -> list[Any]:
@@ -80,7 +87,12 @@ def input_items_of(
         JSON-ready item dicts in ``ResponseItem`` shape.
     """
     items = [{"role": "user", "content": request_input}] if isinstance(request_input, str) else request_input
-    return [*previous_items, *previous_output, *(_item(i) for i in items)]
+    # a custom_tool_call output item has no status; as a listed item it has one
+    output = [
+        dict(o, status="completed") if o.get("type") == "custom_tool_call" and "status" not in o else o
+        for o in previous_output
+    ]
+    return [*previous_items, *output, *(_item(i) for i in items)]
 
 
 def check_duplicate_items(

@@ -10,7 +10,10 @@ reasoning split and DSML tool-call parsing (:meth:`~.serving_chat.ChatMixin._pre
 :meth:`~.serving_chat.ChatMixin._read_choice`). The result becomes output items: ``reasoning``
 (the whole reasoning as ``reasoning_text`` content; no summaries; left out with vLLM's
 ``include_reasoning: false``, streamed and not), ``message`` (one
-``output_text`` part) and one ``function_call`` per tool call (``call_id`` the chat call id).
+``output_text`` part) and one ``function_call`` per tool call (``call_id`` the chat call id), a
+``custom_tool_call`` for a call of a custom tool (its ``input`` the free-form text:
+:mod:`.responses_custom_tools`); a call of a tool that a ``namespace`` tool groups carries that
+``namespace`` beside the tool's bare ``name`` (streamed items too).
 ``status`` is ``incomplete`` (``incomplete_details.reason: "max_output_tokens"``) when the token
 limit ended the generation.
 
@@ -30,7 +33,7 @@ then for a message ``response.content_part.added``, ``response.output_text.delta
 ``reasoning_text`` parts and ``response.reasoning_text.delta`` / ``.done`` (the full-text events of
 OpenAI's reasoning models, not the ``reasoning_summary_text`` ones: the text is the model's own
 reasoning, not a summary); for a call ``response.function_call_arguments.delta``... and
-``.done``; then ``response.output_item.done``; at the end the whole response in
+``.done`` (a custom tool's: ``response.custom_tool_call_input.delta``... and ``.done``); then ``response.output_item.done``; at the end the whole response in
 ``response.completed``, or in ``response.incomplete`` when ``max_output_tokens`` cut it (status
 ``incomplete``, ``incomplete_details.reason: "max_output_tokens"``), as OpenAI ends such a stream
 (its ``ResponseIncompleteEvent``; the ``openai`` client's ``get_final_response()`` reads
@@ -65,6 +68,7 @@ from sglang_v4.entrypoints.openai.protocol_responses import (
     OutputText,
     OutputTokensDetails,
     ReasoningText,
+    ResponseCustomToolCall,
     ResponseError,
     ResponseFunctionToolCall,
     ResponseObject,
@@ -76,13 +80,20 @@ from sglang_v4.entrypoints.openai.protocol_responses import (
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
 from sglang_v4.entrypoints.openai.request_errors import name_grammar_tool
+from sglang_v4.entrypoints.openai.responses_custom_tools import (
+    CUSTOM_INPUT,
+    custom_call_input,
+    custom_tool_formats,
+)
 from sglang_v4.entrypoints.openai.responses_events import ResponsesEventWriter
 from sglang_v4.entrypoints.openai.responses_input import (
     input_to_messages,
     reasoning_switch,
+    request_tools,
     responses_text_format,
     responses_tool_choice,
     responses_tools,
+    tool_namespaces,
 )
 from sglang_v4.entrypoints.openai.responses_input_items import (
     check_duplicate_items,
@@ -177,6 +188,8 @@ class _Job:
     messages: list[dict[str, Any]]
     base: ResponseObject
     input_items: list[dict[str, Any]] = field(default_factory=list)
+    custom: frozenset[str] = frozenset()  # the names of the request's custom tools
+    namespaces: dict[str, str] = field(default_factory=dict)  # tool name -> its namespace
 
 
 def _output_messages(items: list[OutputItem]) -> list[dict[str, Any]]:
@@ -292,7 +305,9 @@ class ResponsesMixin(ChatMixin):
             tools=list(req.tools or []),
             user=req.user,
         )
-        job = _Job(req, run, messages, base, self._input_items(req))
+        custom = frozenset(custom_tool_formats(request_tools(req.tools, req.input)))
+        namespaces = tool_namespaces(req.tools, req.input)
+        job = _Job(req, run, messages, base, self._input_items(req), custom, namespaces)
         try:
             if req.stream:
                 return await self._responses_stream(job, request)
@@ -365,6 +380,7 @@ class ResponsesMixin(ChatMixin):
         if not conversation:
             raise RequestError("input must contain at least one item.", param="input")
         thinking, effort = reasoning_switch(req.reasoning, self.reasoning_effort_profile)
+        tools = request_tools(req.tools, req.input)
         kwargs = dict(req.chat_template_kwargs or {})
         if thinking is not None:
             kwargs.pop("enable_thinking", None)
@@ -373,7 +389,7 @@ class ResponsesMixin(ChatMixin):
         data: dict[str, Any] = {
             "model": req.model,
             "messages": system + conversation,
-            "tools": responses_tools(req.tools) if req.tools else None,
+            "tools": responses_tools(tools) if tools else None,
             "tool_choice": responses_tool_choice(req.tool_choice),
             "parallel_tool_calls": req.parallel_tool_calls,
             "max_completion_tokens": req.max_output_tokens,
@@ -395,6 +411,9 @@ class ResponsesMixin(ChatMixin):
             chat_req = ChatCompletionRequest.model_validate({k: v for k, v in data.items() if v is not None})
         except ValidationError as e:  # the fields were checked above; a 400, never a 500
             raise RequestError(f"Invalid request: {e.errors()[0].get('msg')}", param="input") from None
+        chat_req._string_value_formats = {
+            name: (CUSTOM_INPUT, fmt) for name, fmt in custom_tool_formats(tools).items() if fmt is not None
+        }
         return chat_req, conversation
 
     # ------------------------------------------------------------------ response
@@ -409,11 +428,19 @@ class ResponsesMixin(ChatMixin):
         return [e.model_dump(mode="json") for e in lp.content]
 
     def _output_items(
-        self, out: ChoiceOutput, ids: dict[Any, str], incomplete: bool, logprobs: list[Any] | None = None
+        self,
+        out: ChoiceOutput,
+        ids: dict[Any, str],
+        incomplete: bool,
+        logprobs: list[Any] | None = None,
+        custom: frozenset[str] = frozenset(),
+        namespaces: dict[str, str] | None = None,
     ) -> list[OutputItem]:
         """Output items of a finished choice: reasoning, message (its ``output_text`` with
-        ``logprobs``), function calls (ids from a stream where it sent them); the last item is
-        ``incomplete`` when the response is."""
+        ``logprobs``), function calls, and custom tool calls for the tools named in ``custom``
+        (ids from a stream where it sent them), each call with the ``namespace`` of its tool in
+        ``namespaces``; the last item is ``incomplete`` when the response is (a custom tool call
+        has no ``status``)."""
         items: list[OutputItem] = []
         if out.reasoning:
             items.append(
@@ -429,6 +456,17 @@ class ResponsesMixin(ChatMixin):
                 )
             )
         for c in out.tool_calls:
+            if c.name in custom:
+                items.append(
+                    ResponseCustomToolCall(
+                        id=ids.get(("call", c.index)) or new_item_id("ctc"),
+                        call_id=c.id,
+                        name=c.name,
+                        input=custom_call_input(c.arguments),
+                        namespace=(namespaces or {}).get(c.name),
+                    )
+                )
+                continue
             items.append(
                 ResponseFunctionToolCall(
                     id=ids.get(("call", c.index)) or new_item_id("fc"),
@@ -436,9 +474,10 @@ class ResponsesMixin(ChatMixin):
                     name=c.name,
                     arguments=c.arguments,
                     status="incomplete" if c.partial else "completed",
+                    namespace=(namespaces or {}).get(c.name),
                 )
             )
-        if incomplete:
+        if incomplete and hasattr(items[-1], "status"):
             items[-1].status = "incomplete"
         return items
 
@@ -448,12 +487,14 @@ class ResponsesMixin(ChatMixin):
         """The final response body (stored when ``store``): output items, status, usage."""
         incomplete = out.finish_reason == "length"
         logprobs = self._answer_logprobs(job, meta, out.reasoning_tokens)
-        kept = self._output_items(out, ids, incomplete, logprobs)
+        kept = self._output_items(out, ids, incomplete, logprobs, job.custom, job.namespaces)
         # include_reasoning false: the client gets no reasoning item; the store keeps it (kept)
         items = (
             kept
             if job.req.include_reasoning
-            else self._output_items(replace(out, reasoning=None), ids, incomplete, logprobs)
+            else self._output_items(
+                replace(out, reasoning=None), ids, incomplete, logprobs, job.custom, job.namespaces
+            )
         )
         prompt, completion = int(meta.get("prompt_tokens", 0)), int(meta.get("completion_tokens", 0))
         usage = ResponseUsage(
@@ -485,7 +526,7 @@ class ResponsesMixin(ChatMixin):
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         tp = plan.tool_reader(block)
         read = _StreamRead(_ChoiceStream(rp, tp))
-        w = ResponsesEventWriter()
+        w = ResponsesEventWriter(job.custom, job.namespaces)
         base = job.base.model_dump(mode="json")
 
         async def stream() -> AsyncIterator[bytes]:
