@@ -1,0 +1,279 @@
+"""An eighteenth set of public bug reports, on chat templates and the text around them: the
+thinking switch of ``chat_template_kwargs``, ``continue_final_message`` in thinking mode, the
+reasoning split, stop strings across token boundaries (several completed by one token), stop token
+ids, and incremental detokenization.
+
+Faults found here: (1) when one new token completed several stop strings, the scheduler's stop
+check took the first one *listed* rather than the one that ends first in the text, so an earlier
+stop string stayed in the answer (ai-dynamo/dynamo#14848, vllm-project/vllm#49391); (2) a thinking
+switch sent as a string (``{"thinking": "false"}``) was read by its truthiness and turned thinking
+*on* (liquidos-ai/AutoAgents#284). The other tests passed as-is and are kept as regression tests.
+
+Fixtures: conftest's ``shared_fake_engine`` (the real tokenizer manager and detokenizer processes
+over ``server_fixture.FakeScheduler``, which writes ``FAKE_TEXT`` with the real stop checker); the
+OpenAI router in-process over ``openai_fake_tm.FakeTM`` (a fixed reply, token by token). Oracles:
+``transformers.AutoTokenizer`` on the same tokenizer files, the fake model's text scanned
+character by character, DeepSeek's V4 prompt format (module docstring of ``chat_encoding``), the OpenAI client's
+own parser.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openai_fake_tm import A, FakeTM, U, app_client, oai_client, sse_data_events
+from server_fixture import FAKE_SCRIPT, FAKE_SCRIPT_TAG, FAKE_TEXT, hf_auto_tokenizer, tokenizer_source_dir
+from sglang_v4.sampling.sampling_params import SamplingParams
+from sglang_v4.sampling.stop_checker import check_stop
+from sglang_v4.utils import FastTokenizer
+
+pytestmark = pytest.mark.timeout(240)
+
+USER = [{"role": "user", "content": "What is 6*7?"}]
+
+
+@pytest.fixture(scope="module")
+def fast() -> FastTokenizer:
+    """The runtime's own tokenizer wrapper, as the server processes load it."""
+    return FastTokenizer(tokenizer_source_dir())
+
+
+@pytest.fixture(scope="module")
+def hf() -> Any:
+    """``transformers.AutoTokenizer`` on the same files: the ids and text oracle."""
+    return hf_auto_tokenizer()
+
+
+def _chat(fast: FastTokenizer, reply: str, body: dict[str, Any]) -> tuple[FakeTM, Any]:
+    """POST ``body`` to ``/v1/chat/completions`` on the in-process router over a ``FakeTM`` that
+    answers ``reply``; returns the fake (its ``received`` requests) and the response."""
+    tm = FakeTM(fast, reply)
+    r = app_client(tm).post("/v1/chat/completions", json={"model": "dsv4-test", "max_tokens": 64, **body})
+    return tm, r
+
+
+def _char_by_char_stop(text: str, stops: list[str]) -> tuple[str, str]:
+    """The oracle of a stop-string cut: ``text`` written one character at a time stops at the
+    first character after which some stop string occurs (of those completed then, the first
+    listed); returns the text before that stop string and the stop string."""
+    for end in range(1, len(text) + 1):
+        for s in stops:
+            if text[:end].endswith(s):
+                return text[: end - len(s)], s
+    raise AssertionError("no stop string occurs")
+
+
+# --------------------------------------------------------------------------- stop strings
+
+
+def test_dynamo_14848_one_token_completing_two_stop_strings_stops_at_the_earlier(fast, hf) -> None:
+    """ai-dynamo/dynamo#14848: when one decoded token completed several stop strings, the stop
+    list's first entry was chosen instead of the earliest match in the text: ``" there"`` (one
+    token) with ``stop: ["re", "he"]`` answered ``" the"``, leaving the earlier ``"he"`` in the
+    text, while the reversed list answered ``" t"``. A fault here too (the scheduler's
+    ``check_stop``). Expected, in either list order: the stop check on the ids of ``" there is"``
+    reports ``"he"`` at the token ``" there"``, as the text written character by character would
+    have stopped."""
+    ids = hf.encode(" there is", add_special_tokens=False)
+    assert hf.decode(ids[:1]) == " there"  # one token completes both stop strings
+    for stops in (["re", "he"], ["he", "re"]):
+        sp = SamplingParams(stop=stops, max_new_tokens=8)
+        sp.normalize(fast)
+        want = _char_by_char_stop(" there is", stops)[1]
+        assert want == "he"
+        assert check_stop(ids[:1], sp, {1}, fast, False) == {"type": "stop", "matched": want}, stops
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_vllm_49391_answer_cut_at_the_stop_string_that_completes_first(
+    shared_fake_engine: Any, stream: bool
+) -> None:
+    """vllm-project/vllm#49391: with several stop strings in one step's new text, the first one
+    *listed* was taken, so a non-streamed answer ran past an earlier stop string (``stop: ["a",
+    "is", ","]`` on ``" The user is a"`` kept ``"is"``). Here one token (``" user"`` of the fake
+    model's scripted output ``FAKE_SCRIPT``, stopped by the scheduler's real stop check) completes
+    both ``"er"`` and ``"se"``. Expected, streamed or not, for either list order: the text ends
+    right before ``"se"`` and ``matched`` names it -- the cut of ``FAKE_SCRIPT`` written character
+    by character."""
+    for stops in (["er", "se"], ["se", "er"]):
+        want, matched = _char_by_char_stop(FAKE_SCRIPT, stops)
+        assert (want, matched) == ("Hmm. The u", "se")
+        sp = {"max_new_tokens": 16, "stop": stops, "temperature": 0}
+        prompt = f"{FAKE_SCRIPT_TAG} Tell me"
+        if stream:
+            outs = list(shared_fake_engine.generate(prompt, sp, stream=True))
+            assert all(want.startswith(o["text"]) for o in outs), [o["text"] for o in outs]
+            out = outs[-1]
+        else:
+            out = shared_fake_engine.generate(prompt, sp)
+        assert out["text"] == want, (stops, out["text"])
+        assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": matched}
+
+
+# --------------------------------------------------------------------------- thinking switch
+
+
+def _prompt_text(hf: Any, tm: FakeTM) -> str:
+    """The text of the prompt ids the chat route sent last (special tokens kept)."""
+    return hf.decode(tm.received[-1].input_ids, skip_special_tokens=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "thinking"),
+    [
+        ({"thinking": "false"}, False),
+        ({"enable_thinking": "False"}, False),
+        ({"thinking": " off "}, False),
+        ({"thinking": 0}, False),
+        ({"thinking": "true"}, True),
+        ({"enable_thinking": 1}, True),
+    ],
+)
+def test_autoagents_284_thinking_switch_spelled_as_string_is_read_as_boolean(
+    fast, hf, kwargs: dict[str, Any], thinking: bool
+) -> None:
+    """liquidos-ai/AutoAgents#284: ``chat_template_kwargs`` ``{"enable_thinking": "false"}`` was
+    passed on as the string, which is truthy, so the template rendered thinking mode while the
+    client had turned it off (SGLang reads a string ``reasoning.enabled`` as its boolean spelling,
+    sgl-project/sglang#9715). A fault here: ``"false"`` turned thinking on. Expected: a switch
+    spelled ``"false"`` / ``"off"`` / ``0`` renders the chat-mode prompt (DeepSeek-V4's format:
+    ``<｜Assistant｜></think>``) and the whole reply is ``content``; ``"true"`` / ``1`` render
+    ``<｜Assistant｜><think>`` and split the reply at ``</think>``."""
+    tm, r = _chat(fast, "Let me see.</think>42", {"messages": USER, "chat_template_kwargs": kwargs})
+    assert r.status_code == 200, r.text
+    head = "<｜begin▁of▁sentence｜>" + U + "What is 6*7?" + A
+    assert _prompt_text(hf, tm) == head + ("<think>" if thinking else "</think>")
+    msg = r.json()["choices"][0]["message"]
+    if thinking:
+        assert (msg["reasoning_content"], msg["content"]) == ("Let me see.", "42")
+    else:
+        assert (msg["reasoning_content"], msg["content"]) == (None, "Let me see.</think>42")
+
+
+@pytest.mark.parametrize("value", ["maybe", 2, [True], {"type": "enabled"}])
+def test_autoagents_284_thinking_switch_of_no_boolean_spelling_is_a_400(fast, value: Any) -> None:
+    """liquidos-ai/AutoAgents#284 (the other half): a thinking switch that is no boolean spelling
+    cannot be guessed either way. Expected: HTTP 400 in OpenAI's error shape (the ``openai``
+    client raises ``BadRequestError``) naming ``chat_template_kwargs`` and the key, and nothing is
+    generated."""
+    import openai
+
+    tm = FakeTM(fast, "x")
+    client = oai_client(app_client(tm))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="dsv4-test",
+            messages=USER,
+            max_tokens=4,
+            extra_body={"chat_template_kwargs": {"thinking": value}},
+        )
+    assert "chat_template_kwargs.thinking" in str(e.value)
+    assert e.value.body["param"] == "chat_template_kwargs"
+    assert tm.received == []
+
+
+def test_autoagents_284_default_thinking_switch_is_checked_at_start_up() -> None:
+    """liquidos-ai/AutoAgents#284, server side: ``--default-chat-template-kwargs`` with a string
+    switch would turn thinking on for every request (``"off"`` is truthy), and one of no boolean
+    spelling would fail every request. Expected: ``ServerArgs`` reads ``"off"`` as ``false`` and
+    refuses ``"maybe"`` at start-up with a ``ValueError`` naming the flag and the key."""
+    from sglang_v4.server_args import ServerArgs
+
+    sa = ServerArgs(model_path="x", device="cpu", default_chat_template_kwargs='{"thinking": "off"}')
+    assert sa.default_chat_template_kwargs == {"thinking": False}
+    with pytest.raises(ValueError, match=r"default_chat_template_kwargs\.enable_thinking"):
+        ServerArgs(model_path="x", device="cpu", default_chat_template_kwargs={"enable_thinking": "maybe"})
+
+
+def test_prime_rl_2050_tokenize_renders_with_the_default_template_kwargs(fast, hf) -> None:
+    """PrimeIntellect-ai/prime-rl#2050: ``/tokenize`` ignored the server's default
+    ``chat_template_kwargs`` (thinking mode), so its ids differed from the prompt the chat route
+    ran. Expected, with ``--default-chat-template-kwargs {"thinking": true}``: ``/tokenize`` of
+    the messages gives exactly the chat route's prompt ids, the thinking-mode prompt of
+    DeepSeek-V4's format (ending ``<｜Assistant｜><think>``, the oracle's encoding of that text)."""
+    tm = FakeTM(fast, "x")
+    c = app_client(tm, default_chat_template_kwargs={"thinking": True})
+    ids = c.post("/tokenize", json={"messages": USER}).json()["tokens"]
+    r = c.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    assert ids == list(tm.received[-1].input_ids)
+    text = "<｜begin▁of▁sentence｜>" + U + "What is 6*7?" + A + "<think>"
+    assert ids == hf.encode(text, add_special_tokens=False)
+
+
+# --------------------------------------------------------------------------- continue_final_message
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_sglang_17065_continued_answer_in_thinking_mode_is_content(fast, hf, stream: bool) -> None:
+    """sgl-project/sglang#17065: with ``continue_final_message`` and thinking on, the reasoning
+    parser took the continuation for reasoning and ``reasoning_content`` held the continued
+    message. Expected (DeepSeek-V4's format: the continued turn's reasoning is closed before its
+    content, so the continuation is answer text): the prompt ends with the assistant turn's
+    ``<think>`` + reasoning + ``</think>`` + content and no EOS, and the whole reply is
+    ``content``, streamed or not, with no ``reasoning_content``."""
+    msgs = [*USER, {"role": "assistant", "reasoning_content": "6*7 is 42.", "content": "The answer is"}]
+    body = {
+        "messages": msgs,
+        "continue_final_message": True,
+        "add_generation_prompt": False,
+        "chat_template_kwargs": {"thinking": True},
+        "stream": stream,
+    }
+    tm, r = _chat(fast, " 42.", body)
+    assert r.status_code == 200, r.text
+    prompt = _prompt_text(hf, tm)
+    assert prompt.endswith(A + "<think>6*7 is 42.</think>The answer is"), prompt
+    if stream:
+        deltas = [e["choices"][0]["delta"] for e in sse_data_events(r)[:-1] if e["choices"]]
+        assert "".join(d.get("content") or "" for d in deltas) == " 42."
+        assert not any(d.get("reasoning_content") for d in deltas)
+    else:
+        msg = r.json()["choices"][0]["message"]
+        assert (msg["content"], msg["reasoning_content"]) == (" 42.", None)
+
+
+def test_ollama_17187_thinking_only_prefill_continues_as_content(fast, hf) -> None:
+    """ollama/ollama#17187: a trailing assistant prefill holding only thinking (no content) was
+    not taken as a prefill, so the continuation was filed as thinking. Expected: the prompt ends
+    with the closed reasoning (``<think>`` + reasoning + ``</think>``, no EOS) and the
+    continuation is ``content`` -- the OpenAI client's parsed message has it there."""
+    msgs = [*USER, {"role": "assistant", "reasoning_content": "Six sevens.", "content": ""}]
+    tm = FakeTM(fast, "It is 42.")
+    out = oai_client(app_client(tm)).chat.completions.create(
+        model="dsv4-test",
+        messages=msgs,
+        max_tokens=16,
+        extra_body={"continue_final_message": True, "chat_template_kwargs": {"thinking": True}},
+    )
+    assert _prompt_text(hf, tm).endswith(A + "<think>Six sevens.</think>")
+    assert out.choices[0].message.content == "It is 42."
+    assert getattr(out.choices[0].message, "reasoning_content", None) is None
+
+
+# --------------------------------------------------------------------------- stop token ids
+
+
+@pytest.mark.parametrize("no_stop_trim", [False, True])
+def test_vllm_55483_stop_token_id_text_never_reaches_the_output(
+    shared_fake_engine: Any, hf: Any, no_stop_trim: bool
+) -> None:
+    """vllm-project/vllm#55483: a ``stop_token_ids`` token that is an ordinary (not special)
+    token was detokenized into the text and the streamed deltas although the stop string was to be
+    left out. Here the fake model writes the stop token (``" cat"``) as its fourth token. Expected,
+    streamed and not: the text is the oracle's decode of the three tokens before it, no streamed
+    chunk holds ``" cat"``, and ``matched`` is the id; with ``no_stop_trim`` the token's text is
+    kept at the end."""
+    cat = hf.encode(" cat", add_special_tokens=False)
+    assert len(cat) == 1 and cat[0] not in hf.all_special_ids
+    sp = {"max_new_tokens": 8, "stop_token_ids": cat, "no_stop_trim": no_stop_trim}
+    first = hf.encode(FAKE_TEXT, add_special_tokens=False)[:3]
+    want = hf.decode(first + (cat if no_stop_trim else []))
+    outs = list(shared_fake_engine.generate("Tell me", sp, stream=True))
+    if not no_stop_trim:
+        assert not any(" cat" in o["text"] for o in outs), [o["text"] for o in outs]
+    assert outs[-1]["text"] == want
+    out = shared_fake_engine.generate("Tell me", sp)
+    assert out["text"] == want
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": cat[0]}
