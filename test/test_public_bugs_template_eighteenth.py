@@ -19,6 +19,8 @@ own parser.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -171,6 +173,41 @@ def test_autoagents_284_thinking_switch_of_no_boolean_spelling_is_a_400(fast, va
     assert "chat_template_kwargs.thinking" in str(e.value)
     assert e.value.body["param"] == "chat_template_kwargs"
     assert tm.received == []
+
+
+def test_autoagents_284_string_switch_reaches_a_jinja_template_as_boolean(fast, tmp_path: Path) -> None:
+    """liquidos-ai/AutoAgents#284, the report's own path: a ``--chat-template`` that tests
+    ``{% if enable_thinking %}`` saw the string ``"false"`` and opened the thinking block.
+    Expected: the prompt is transformers' ``apply_chat_template`` of the same template with
+    ``enable_thinking=False`` (and with ``True`` for ``"true"``)."""
+    from transformers import AutoTokenizer
+
+    d = tmp_path / "m"
+    d.mkdir()
+    shutil.copy(
+        Path(__file__).parent / "fixtures" / "configs" / "tiny-DeepseekV4ForCausalLM.config.json",
+        d / "config.json",
+    )
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(Path(tokenizer_source_dir()) / name, d / name)
+    body = (
+        "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+        "{% if add_generation_prompt %}<A>{% if enable_thinking %}<think>{% endif %}{% endif %}"
+    )
+    ref = AutoTokenizer.from_pretrained(str(d))
+    for sent, flag in (("false", False), ("true", True)):
+        tm = FakeTM(fast, "x")
+        c = app_client(tm, chat_template=body, tokenizer_path=str(d), model_path=str(d))
+        r = c.post(
+            "/v1/chat/completions",
+            json={"messages": USER, "max_tokens": 2, "chat_template_kwargs": {"enable_thinking": sent}},
+        )
+        assert r.status_code == 200, r.text
+        want = ref.apply_chat_template(
+            USER, chat_template=body, tokenize=False, add_generation_prompt=True, enable_thinking=flag
+        )
+        assert want.endswith("<A><think>" if flag else "<A>")
+        assert list(tm.received[-1].input_ids) == ref.encode(want, add_special_tokens=False), sent
 
 
 def test_autoagents_284_default_thinking_switch_is_checked_at_start_up() -> None:
