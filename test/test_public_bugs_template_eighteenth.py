@@ -239,6 +239,31 @@ def test_prime_rl_2050_tokenize_renders_with_the_default_template_kwargs(fast, h
     assert ids == hf.encode(text, add_special_tokens=False)
 
 
+# --------------------------------------------------------------------------- reasoning stream
+
+
+def test_sglang_18335_first_stream_chunk_carries_the_assistant_role_before_reasoning(fast) -> None:
+    """sgl-project/sglang#18335: while the model reasoned, a stream sent chunks with ``role`` and
+    ``content`` null and no opening chunk, which OpenAI-compatible clients could not read.
+    Expected (OpenAI's stream shape): the first chunk's delta is ``role: "assistant"`` with
+    ``content: ""``, sent before any reasoning; every chunk parses as the ``openai`` client's
+    ``ChatCompletionChunk``; the reasoning deltas add up to the reasoning and the content deltas
+    to the answer."""
+    from openai.types.chat import ChatCompletionChunk
+
+    body = {"messages": USER, "stream": True, "chat_template_kwargs": {"thinking": True}}
+    _, r = _chat(fast, "Six times seven.</think>42", body)
+    events = sse_data_events(r)
+    assert events[-1] == "[DONE]"
+    chunks = [ChatCompletionChunk.model_validate(e) for e in events[:-1]]
+    first = chunks[0].choices[0].delta
+    assert (first.role, first.content) == ("assistant", "")
+    assert getattr(first, "reasoning_content", None) in (None, "")
+    deltas = [e["choices"][0]["delta"] for e in events[:-1] if e["choices"]]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == "Six times seven."
+    assert "".join(d.get("content") or "" for d in deltas) == "42"
+
+
 # --------------------------------------------------------------------------- continue_final_message
 
 
@@ -269,6 +294,40 @@ def test_sglang_17065_continued_answer_in_thinking_mode_is_content(fast, hf, str
     else:
         msg = r.json()["choices"][0]["message"]
         assert (msg["content"], msg["reasoning_content"]) == (" 42.", None)
+
+
+@pytest.mark.parametrize("content", ["OK!\n", "OK! ", "OK!\t", "Liste :\n\n- "])
+def test_vllm_9547_continued_message_ending_in_whitespace_is_continued_verbatim(
+    fast, hf, content: str
+) -> None:
+    """vllm-project/vllm#9547: ``continue_final_message`` with a final assistant message ending in
+    ``"\n"``, ``" "`` or ``"\t"`` failed with a 400 "substring not found" (the template stripped
+    the message, then the server looked for it unstripped). Expected: 200, and the prompt ends
+    with the message exactly as sent -- DeepSeek-V4's format renders assistant content verbatim,
+    the final turn without its EOS -- tokenized as the oracle tokenizes that text."""
+    msgs = [*USER, {"role": "assistant", "content": content}]
+    tm, r = _chat(
+        fast, "x", {"messages": msgs, "continue_final_message": True, "add_generation_prompt": False}
+    )
+    assert r.status_code == 200, r.text
+    want = "<｜begin▁of▁sentence｜>" + U + "What is 6*7?" + A + "</think>" + content
+    assert list(tm.received[-1].input_ids) == hf.encode(want, add_special_tokens=False)
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_vllm_28089_thinking_switch_still_renders_the_continued_turn(fast, hf, thinking: bool) -> None:
+    """vllm-project/vllm#28089: with ``continue_final_message`` the thinking switch of
+    ``chat_template_kwargs`` no longer reached the continued assistant turn (its thinking-mode
+    markup was lost). Expected, per DeepSeek-V4's format: thinking on renders the continued turn
+    as ``<｜Assistant｜><think>`` + its reasoning + ``</think>`` + content, thinking off as
+    ``<｜Assistant｜></think>`` + content (the reasoning left out), each without EOS."""
+    msgs = [*USER, {"role": "assistant", "reasoning_content": "Easy.", "content": "It is"}]
+    body = {"messages": msgs, "continue_final_message": True, "chat_template_kwargs": {"thinking": thinking}}
+    tm, r = _chat(fast, " 42", body)
+    assert r.status_code == 200, r.text
+    turn = A + ("<think>Easy.</think>" if thinking else "</think>") + "It is"
+    assert _prompt_text(hf, tm) == "<｜begin▁of▁sentence｜>" + U + "What is 6*7?" + turn
+    assert r.json()["choices"][0]["message"]["content"] == " 42"
 
 
 def test_ollama_17187_thinking_only_prefill_continues_as_content(fast, hf) -> None:
