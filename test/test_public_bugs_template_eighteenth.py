@@ -373,3 +373,51 @@ def test_vllm_55483_stop_token_id_text_never_reaches_the_output(
     out = shared_fake_engine.generate("Tell me", sp)
     assert out["text"] == want
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": cat[0]}
+
+
+# --------------------------------------------------------------------------- detokenization
+
+
+def _detok_stream(dm: Any, ids: list[int], reason: Any, skip: bool = True) -> tuple[list[str], str | None]:
+    """Feed ``ids`` to the detokenizer one token per scheduler message (the last one finishing
+    with ``reason``); returns the text chunks sent and the final text."""
+    from sglang_v4.managers.io_struct import BatchTokenIDOut
+
+    chunks, final = [], None
+    for k in range(1, len(ids) + 1):
+        m = BatchTokenIDOut.empty()
+        m.append(
+            rid="r",
+            finished_reason=reason if k == len(ids) else None,
+            output_ids=ids[k - 1 : k],
+            prompt_tokens=1,
+            completion_tokens=k,
+            skip_special_tokens=skip,
+        )
+        out = dm.handle_batch_token_id_out(m)
+        chunks.append(out.output_strs[0])
+        final = out.final_strs[0] if k == len(ids) else None
+    return chunks, final
+
+
+def test_vllm_46224_special_tokens_written_mid_answer_never_reach_the_text(fast, hf) -> None:
+    """vllm-project/vllm#46224: special tokens the model wrote inside its answer (BOS, EOS) were
+    left in the text of non-streamed responses although ``skip_special_tokens`` was on (a
+    DeepSeek-V4 output holding ``<｜begin▁of▁sentence｜>`` mid-text, ai-dynamo/dynamo#8780's
+    sample). Expected, with ``skip_special_tokens`` on: the streamed chunks and the final text
+    are ``transformers``' decode of the same ids with special tokens skipped, and neither holds a
+    special token's text; with it off, the final text keeps them, as that decode does."""
+    from sglang_v4.managers.detokenizer_manager import DetokenizerManager
+    from sglang_v4.managers.io_struct import finish_length
+
+    bos, eos = hf.bos_token_id, hf.eos_token_id
+    ids = [bos, *hf.encode("Bonjour 🌍", add_special_tokens=False), bos, eos]
+    ids += hf.encode(" fin", add_special_tokens=False)
+    reason = finish_length(len(ids))
+    chunks, final = _detok_stream(DetokenizerManager(fast), ids, reason)
+    want = hf.decode(ids, skip_special_tokens=True)
+    assert want == "Bonjour 🌍 fin"
+    assert "".join(chunks) == final == want
+    _, kept = _detok_stream(DetokenizerManager(fast), ids, reason, skip=False)
+    assert kept == hf.decode(ids, skip_special_tokens=False)
+    assert hf.bos_token in kept and hf.eos_token in kept
