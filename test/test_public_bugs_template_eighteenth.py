@@ -130,6 +130,7 @@ def _prompt_text(hf: Any, tm: FakeTM) -> str:
         ({"thinking": 0}, False),
         ({"thinking": "true"}, True),
         ({"enable_thinking": 1}, True),
+        ({"thinking": None, "enable_thinking": "true"}, True),
     ],
 )
 def test_autoagents_284_thinking_switch_spelled_as_string_is_read_as_boolean(
@@ -141,7 +142,8 @@ def test_autoagents_284_thinking_switch_spelled_as_string_is_read_as_boolean(
     sgl-project/sglang#9715). A fault here: ``"false"`` turned thinking on. Expected: a switch
     spelled ``"false"`` / ``"off"`` / ``0`` renders the chat-mode prompt (DeepSeek-V4's format:
     ``<｜Assistant｜></think>``) and the whole reply is ``content``; ``"true"`` / ``1`` render
-    ``<｜Assistant｜><think>`` and split the reply at ``</think>``."""
+    ``<｜Assistant｜><think>`` and split the reply at ``</think>``; a switch sent as ``null`` is
+    not set, so the other name decides."""
     tm, r = _chat(fast, "Let me see.</think>42", {"messages": USER, "chat_template_kwargs": kwargs})
     assert r.status_code == 200, r.text
     head = "<｜begin▁of▁sentence｜>" + U + "What is 6*7?" + A

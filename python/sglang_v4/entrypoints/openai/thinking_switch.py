@@ -49,12 +49,18 @@ def thinking_switch_value(value: Any, field: str) -> bool | None:
 def normalize_thinking_switches(kwargs: Mapping[str, Any] | None, field: str) -> dict[str, Any] | None:
     """``kwargs`` (a ``chat_template_kwargs`` object named ``field``) with its thinking switches
     (:data:`SWITCH_KEYS`) replaced by their boolean values, so that the prompt encoder, the
-    reasoning parser and a ``--chat-template`` all read the same switch; ``None`` stays ``None``.
+    reasoning parser and a ``--chat-template`` all read the same switch; a switch sent as
+    ``null`` is left out (not set: the other name, the server's default or the request's
+    ``thinking`` field decides, where ``{"thinking": null, "enable_thinking": true}`` used to
+    read as off). ``None`` stays ``None``.
 
     Raises:
         ValueError: a switch of no boolean spelling (names ``field.KEY``).
     """
     if kwargs is None:
         return None
-    fixed = {k: thinking_switch_value(kwargs[k], f"{field}.{k}") for k in SWITCH_KEYS if k in kwargs}
-    return {**kwargs, **fixed}
+    out = {k: v for k, v in kwargs.items() if not (k in SWITCH_KEYS and v is None)}
+    for k in SWITCH_KEYS:
+        if k in out:
+            out[k] = thinking_switch_value(out[k], f"{field}.{k}")
+    return out
