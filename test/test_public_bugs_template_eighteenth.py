@@ -7,7 +7,8 @@ Faults found here: (1) when one new token completed several stop strings, the sc
 check took the first one *listed* rather than the one that ends first in the text, so an earlier
 stop string stayed in the answer (ai-dynamo/dynamo#14848, vllm-project/vllm#49391); (2) a thinking
 switch sent as a string (``{"thinking": "false"}``) was read by its truthiness and turned thinking
-*on* (liquidos-ai/AutoAgents#284). The other tests passed as-is and are kept as regression tests.
+*on* (liquidos-ai/AutoAgents#284), and one sent as ``null`` hid the other name's value. The
+other tests passed as-is and are kept as regression tests.
 
 Fixtures: conftest's ``shared_fake_engine`` (the real tokenizer manager and detokenizer processes
 over ``server_fixture.FakeScheduler``, which writes ``FAKE_TEXT`` with the real stop checker); the
