@@ -424,3 +424,25 @@ def test_vllm_46224_special_tokens_written_mid_answer_never_reach_the_text(fast,
     _, kept = _detok_stream(DetokenizerManager(fast), ids, reason, skip=False)
     assert kept == hf.decode(ids, skip_special_tokens=False)
     assert hf.bos_token in kept and hf.eos_token in kept
+
+
+def test_aprender_2019_streamed_emoji_whole_and_answer_cut_at_the_stop(fast, hf) -> None:
+    """paiml/aprender#2019: a chat stream decoded each token alone, so an emoji spread over
+    byte-level tokens reached the client as U+FFFD, and the stream ignored ``stop`` (it kept the
+    stop string). Expected, feeding the detokenizer one token per message up to the token that
+    completes the stop string ``"STOP"`` (the scheduler's stop): no chunk holds U+FFFD, the
+    chunks add up to the final text, and that text is ``transformers``' decode of the ids cut
+    right before ``"STOP"``."""
+    from sglang_v4.managers.detokenizer_manager import DetokenizerManager
+    from sglang_v4.managers.io_struct import finish_stop
+
+    text = "Rain 🌧️ then sun ☀️, STOP here"
+    ids = hf.encode(text, add_special_tokens=False)
+    end = next(k for k in range(1, len(ids) + 1) if "STOP" in hf.decode(ids[:k]))
+    ids = ids[:end]
+    assert any("\ufffd" in hf.decode([t]) for t in ids)  # the emoji are split across tokens
+    chunks, final = _detok_stream(DetokenizerManager(fast), ids, finish_stop("STOP"))
+    full = hf.decode(ids)
+    assert final == full[: full.index("STOP")] == "Rain 🌧️ then sun ☀️, "
+    assert "".join(chunks) == final
+    assert not any("\ufffd" in c for c in chunks), chunks
