@@ -180,9 +180,9 @@ def check_stop(
             max_len = max([max_len, *windows])  # type: ignore[list-item]
         tail_len = min(len(output_ids) - text_start, max_len + STOP_TAIL_EXTRA_TOKENS)
         tail = _decode(tokenizer, output_ids[-tail_len:])
-        for s in stops or []:
-            if s and s in tail:
-                return {"type": "stop", "matched": s}
+        hit = _earliest_stop(tail, stops or [])
+        if hit is not None:
+            return {"type": "stop", "matched": hit}
         for r in regs or []:
             found = _regex_search(r, tail)
             if found is None:
@@ -197,6 +197,27 @@ def check_stop(
     if max_new_tokens_reached:
         return {"type": "length", "length": len(output_ids)}
     return None
+
+
+def _earliest_stop(text: str, stops: Sequence[str]) -> str | None:
+    """The stop string of ``stops`` whose first occurrence in ``text`` ends first (ties: the
+    earlier in ``stops``), or ``None`` when none occurs.
+
+    One new token can complete several stop strings at once (``" there"`` with ``stop:
+    ["re", "he"]``); the text generated character by character would have met the one that
+    ends first, so that is the match, whatever the list order (vLLM's ``check_stop_strings``
+    since vllm-project/vllm#49391; ai-dynamo/dynamo#14848). Taking the first listed one left the
+    earlier stop string in the answer.
+    """
+    best: str | None = None
+    best_end = -1
+    for s in stops:
+        if not s:
+            continue
+        pos = text.find(s)
+        if pos >= 0 and (best is None or pos + len(s) < best_end):
+            best, best_end = s, pos + len(s)
+    return best
 
 
 def trim_matched_stop(

@@ -52,6 +52,7 @@ from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError
+from sglang_v4.entrypoints.openai.thinking_switch import normalize_thinking_switches
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser
 from sglang_v4.entrypoints.openai.vllm_fields import vllm_grammar_field
 from sglang_v4.prompt_tokens import prepare_plain_encoding
@@ -304,6 +305,20 @@ def developer_messages_as_system(msgs: list[dict[str, Any]]) -> list[dict[str, A
     return [dict(m, role="system") if m.get("role") == "developer" else m for m in msgs]
 
 
+def _normalize_thinking_switches(req: ChatCompletionRequest) -> None:
+    """Read the thinking switches of ``req.chat_template_kwargs`` as booleans (:mod:`.thinking_switch`).
+
+    Raises:
+        RequestError: a switch of no boolean spelling (400 naming ``chat_template_kwargs``).
+    """
+    try:
+        req.chat_template_kwargs = normalize_thinking_switches(
+            req.chat_template_kwargs, "chat_template_kwargs"
+        )
+    except ValueError as e:
+        raise RequestError(str(e), param="chat_template_kwargs") from None
+
+
 def _thinking_flag(req: ChatCompletionRequest) -> bool:
     kwargs = req.chat_template_kwargs or {}
     flag = kwargs.get("thinking", kwargs.get("enable_thinking"))
@@ -395,6 +410,7 @@ class ChatPrepareMixin(OpenAIServingBase):
         Raises:
             RequestError: 400 naming the field (messages, tools, tool_choice, reasoning_effort).
         """
+        _normalize_thinking_switches(req)
         own = req.chat_template_kwargs or {}
         if (
             (req.reasoning_effort or own.get("reasoning_effort")) == "none"
@@ -414,6 +430,7 @@ class ChatPrepareMixin(OpenAIServingBase):
                 # (merged, a default ``thinking`` would be read before the request's ``enable_thinking``)
                 defaults = {k: v for k, v in defaults.items() if k not in ("thinking", "enable_thinking")}
             req.chat_template_kwargs = {**defaults, **(req.chat_template_kwargs or {})}
+            _normalize_thinking_switches(req)
         thinking = _thinking_flag(req)
         kwargs = dict(req.chat_template_kwargs or {})
         if kwargs.get("drop_thinking") is None:
