@@ -3,12 +3,15 @@ of ``/v1/completions``, ``/v1/chat/completions`` and ``/generate`` streams (one 
 event, one id per stream, ``usage: null`` until the usage chunk, cumulative per-chunk usage,
 in-stream errors the ``openai`` client raises), logprob records of tokens that show no text yet,
 stop strings that straddle chunks, cumulative ``/generate`` chunks and ``sampling_params`` of the
-wrong type. Each test names its report; all of them passed as-is here and are kept as regression
-tests of behaviour a client relies on.
+wrong type. Each test names its report. The ``n > 1`` chat stream folded by the ``openai``
+client's own accumulator (openai/openai-python#1833) was a fault here (a choice's role chunk was
+sent when its first output arrived, so a stream could begin with choice 1); the other reports
+passed as-is and are kept as regression tests of behaviour a client relies on.
 
 Fixtures: ``plain_fake_server`` (``server_fixture.FakeScheduler``: the fake model writes
-``FAKE_TEXT`` over and over, fake log-probabilities; ``--served-model-name qa-model``) and, in
-process, the OpenAI router over a tokenizer manager written here (the model's text and
+``FAKE_TEXT`` over and over, fake log-probabilities; ``--served-model-name qa-model``),
+``secured_fake_server`` (the same with ``--api-key``) for the SGLang frontend's
+``RuntimeEndpoint``, and, in process, the OpenAI router over a tokenizer manager written here (the model's text and
 log-probabilities written by hand). Oracles: ``FAKE_TEXT`` through the DeepSeek-V4 tokenizer
 (``tokenizer.json`` as a ``transformers`` fast tokenizer), UTF-8, the same request not streamed,
 the ``openai`` client's own SSE decoder, stream reader and types, and the OpenAI reference's field
@@ -23,7 +26,7 @@ from typing import Any
 
 import pytest
 import requests
-from openai_fake_tm import app_client, oai_client, sse_data_events
+from openai_fake_tm import FakeTM, app_client, oai_client, sse_data_events
 from public_bugs_testutil import post, sse
 from server_fixture import SECURED_API_KEY, ServerHandle, fake_output_ids, fake_output_text
 
@@ -477,3 +480,58 @@ def test_sglang_820_streamed_program_yields_the_chosen_and_the_generated_variabl
     for var in ("type", "value"):
         streamed = prog.run(backend=backend, stream=True)
         assert "".join(streamed.text_iter(var_name=var)) == whole[var], var
+
+
+class _LastChoiceFirstTM(FakeTM):
+    """``FakeTM`` whose streamed ``n > 1`` outputs come choice by choice, the last choice first
+    (an order the engine may produce: choices run independently)."""
+
+    async def generate_request(self, obj: Any, request: Any = None) -> AsyncIterator[Any]:
+        items = [o async for o in super().generate_request(obj, request)]
+        if obj.stream and items and "index" in items[0]:
+            items.sort(key=lambda o: -o["index"])  # stable: each choice's outputs keep their order
+        for o in items:
+            yield o
+
+
+def test_openai_python_1833_the_clients_stream_state_rebuilds_the_unstreamed_answer(
+    tok: Any, plain_fake_server: ServerHandle
+) -> None:
+    """openai/openai-python#1833 (the client's ``ChatCompletionStreamState`` recombines streamed
+    chunks into a ``ChatCompletion``; it takes the first chunk's choice as choice 0 and appends
+    each new index after the last). Was a fault here: the role chunk of each choice was sent when
+    that choice's first output arrived, so an ``n=2`` stream whose choice 1 came first began with
+    index 1 and the client's fold failed (``IndexError``) or mixed the choices. Expected: the role
+    chunks of all choices come first, in index order; the client's own accumulator, fed the
+    chunks of an ``n=2`` stream with logprobs and the usage chunk, gives per choice the content,
+    finish reason and logprob records of the same request not streamed, and its usage -- on the
+    in-process router with choice 1 generated first, and on the server."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
+    body = {"model": "dsv4-test", "messages": HI, "n": 2, "logprobs": True, "top_logprobs": 2}
+    tc = app_client(_LastChoiceFirstTM(tok))
+    events = sse_data_events(tc.post(CHAT, json={**body, "stream": True}))
+    roles = [(e["choices"][0]["index"], e["choices"][0]["delta"].get("role")) for e in events[:2]]
+    assert roles == [(0, "assistant"), (1, "assistant")], events[:3]
+    server_client = openai.OpenAI(base_url=plain_fake_server.url + "/v1", api_key="none", max_retries=0)
+    for client, extra in (
+        (oai_client(tc), {}),
+        (server_client, {"model": FAKE_MODEL, "max_tokens": 5}),
+    ):
+        req = {**body, **extra}
+        state = ChatCompletionStreamState()
+        for chunk in client.chat.completions.create(
+            **req, stream=True, stream_options={"include_usage": True}
+        ):
+            state.handle_chunk(chunk)
+        folded = state.current_completion_snapshot  # get_final_completion refuses a length finish
+        whole = client.chat.completions.create(**req)
+        assert [c.index for c in folded.choices] == [0, 1] and len(whole.choices) == 2
+        for got, want in zip(folded.choices, whole.choices):
+            assert got.message.content == want.message.content and got.message.role == "assistant"
+            assert got.finish_reason == want.finish_reason
+            assert [t.model_dump() for t in got.logprobs.content] == [
+                t.model_dump() for t in want.logprobs.content
+            ]
+            assert got.logprobs.content
+        assert folded.usage is not None and folded.usage.completion_tokens == whole.usage.completion_tokens
