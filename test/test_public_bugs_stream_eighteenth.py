@@ -535,3 +535,50 @@ def test_openai_python_1833_the_clients_stream_state_rebuilds_the_unstreamed_ans
             ]
             assert got.logprobs.content
         assert folded.usage is not None and folded.usage.completion_tokens == whole.usage.completion_tokens
+
+
+class _FailingTM(FakeTM):
+    """``FakeTM`` whose generation fails before any output with ``message`` (a scheduler-side
+    ``ValueError``, HTTP 400)."""
+
+    def __init__(self, tokenizer: Any, message: str) -> None:
+        super().__init__(tokenizer)
+        self.message = message
+
+    async def generate_request(self, obj: Any, request: Any = None) -> AsyncIterator[Any]:
+        raise ValueError(self.message)
+        yield  # an async generator
+
+
+@pytest.mark.parametrize(
+    "message, param",
+    [
+        ("the scheduler refused the request (injected)", None),
+        ("batch item 1 failed (injected)", None),
+        ("constrained decoding failed (injected)", None),
+        ("temperature must be at most 2 (injected)", "temperature"),
+        ("stop_token_ids must be token ids (injected)", "stop_token_ids"),
+    ],
+)
+def test_ray_64833_error_param_names_a_request_parameter_or_is_null(
+    tok: Any, message: str, param: Any
+) -> None:
+    """ray-project/ray#64833 (an OpenAI-compatible server's error envelope must follow OpenAI's:
+    ``param`` is the request parameter the error is about, else ``null``). Was a fault here for
+    engine errors: ``param`` was the first word of the message whenever it was lower case, so
+    ``"the scheduler ..."`` answered ``param: "the"``. Expected, streamed or not, on both routes:
+    HTTP 400 with the engine's message, ``param`` the field the message names (``temperature``,
+    ``stop_token_ids``) or ``null``; the ``openai`` client's ``BadRequestError`` carries it."""
+    tc = app_client(_FailingTM(tok, message))
+    for path, body in (
+        (CHAT, {"model": "dsv4-test", "messages": HI}),
+        (COMPLETIONS, {"model": "dsv4-test", "prompt": "Hi"}),
+    ):
+        for stream in (False, True):
+            r = tc.post(path, json={**body, "stream": stream})
+            assert r.status_code == 400, r.text
+            err = r.json()["error"]
+            assert err["message"] == message and err["param"] == param, (path, stream, err)
+    with pytest.raises(openai.BadRequestError) as got:
+        oai_client(tc).chat.completions.create(model="dsv4-test", messages=HI)
+    assert got.value.param == param
