@@ -3,10 +3,13 @@ of ``/v1/completions``, ``/v1/chat/completions`` and ``/generate`` streams (one 
 event, one id per stream, ``usage: null`` until the usage chunk, cumulative per-chunk usage,
 in-stream errors the ``openai`` client raises), logprob records of tokens that show no text yet,
 stop strings that straddle chunks, cumulative ``/generate`` chunks and ``sampling_params`` of the
-wrong type. Each test names its report. The ``n > 1`` chat stream folded by the ``openai``
-client's own accumulator (openai/openai-python#1833) was a fault here (a choice's role chunk was
-sent when its first output arrived, so a stream could begin with choice 1); the other reports
-passed as-is and are kept as regression tests of behaviour a client relies on.
+wrong type, the SGLang frontend against the server, and the ``param`` of an error. Each test
+names its report. Two were faults here: the ``n > 1`` chat stream folded by the ``openai``
+client's own accumulator (openai/openai-python#1833; a choice's role chunk was sent when its
+first output arrived, so a stream could begin with choice 1) and an engine error's ``param``
+(ray-project/ray#64833; the message's first word, ``"the"`` or ``"batch"``, was taken for a
+field); the other reports passed as-is and are kept as regression tests of behaviour a client
+relies on.
 
 Fixtures: ``plain_fake_server`` (``server_fixture.FakeScheduler``: the fake model writes
 ``FAKE_TEXT`` over and over, fake log-probabilities; ``--served-model-name qa-model``),
