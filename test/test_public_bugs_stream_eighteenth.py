@@ -1,7 +1,8 @@
 """An eighteenth set of public bug reports, on streaming and SGLang's native API: the SSE framing
 of ``/v1/completions``, ``/v1/chat/completions`` and ``/generate`` streams (one ``data:`` line per
 event, one id per stream, ``usage: null`` until the usage chunk, cumulative per-chunk usage,
-in-stream errors the ``openai`` client raises), logprob records of tokens that show no text yet,
+in-stream errors the ``openai`` client raises, one finish chunk per choice, the opening role
+chunk of a thinking stream), logprob records of tokens that show no text yet,
 stop strings that straddle chunks, cumulative ``/generate`` chunks and ``sampling_params`` of the
 wrong type, the SGLang frontend against the server, and the ``param`` of an error. Each test
 names its report. Two were faults here: the ``n > 1`` chat stream folded by the ``openai``
@@ -585,3 +586,56 @@ def test_ray_64833_error_param_names_a_request_parameter_or_is_null(
     with pytest.raises(openai.BadRequestError) as got:
         oai_client(tc).chat.completions.create(model="dsv4-test", messages=HI)
     assert got.value.param == param
+
+
+def test_sglang_8417_each_choice_finishes_once_in_an_empty_last_chunk(
+    plain_fake_server: ServerHandle,
+) -> None:
+    """sgl-project/sglang#8417 (a streamed choice got two ``finish_reason`` chunks -- one on its
+    last content chunk, one after -- and with ``n > 1`` only the last index got one). Expected for
+    ``n=3``, cut by ``max_tokens`` and ended by a stop string: each index has exactly one chunk
+    with a ``finish_reason``, it is that index's last chunk, its delta carries no text, and the
+    reason is the non-streamed answer's."""
+    for extra in ({"max_tokens": 4}, {"max_tokens": 40, "stop": ["fox"]}):
+        body = {"model": FAKE_MODEL, "messages": HI, "n": 3, **extra}
+        per: dict[int, list[dict[str, Any]]] = {}
+        for c in sse(plain_fake_server, CHAT, body):
+            for ch in c["choices"]:
+                per.setdefault(ch["index"], []).append(ch)
+        whole = _ok(plain_fake_server, CHAT, body)
+        assert sorted(per) == [0, 1, 2]
+        for idx, chs in per.items():
+            finishing = [ch for ch in chs if ch["finish_reason"] is not None]
+            assert len(finishing) == 1 and finishing[0] is chs[-1], (idx, chs)
+            assert not chs[-1]["delta"].get("content"), chs[-1]
+            assert chs[-1]["finish_reason"] == whole["choices"][idx]["finish_reason"], extra
+
+
+def test_sglang_18335_a_thinking_stream_opens_with_the_role_and_no_empty_delta(
+    plain_fake_server: ServerHandle,
+) -> None:
+    """sgl-project/sglang#18335 (while the model reasoned, the stream sent chunks whose delta was
+    ``role: null, content: null`` and nothing else, and no opening role chunk: OpenAI-compatible
+    clients broke). The fake model's ``[script]`` answer reasons, writes ``</think>``, then
+    answers. Expected with thinking on: the first chunk is the role chunk (``role: assistant``,
+    ``content: ""``), every later chunk but the finishing one carries reasoning or content, the
+    reasoning joined and the content joined are the non-streamed message's."""
+    body = {
+        "model": FAKE_MODEL,
+        "messages": [{"role": "user", "content": "[script] What is 6*7?"}],
+        "max_tokens": 200,
+        "chat_template_kwargs": {"thinking": True},
+    }
+    chunks = sse(plain_fake_server, CHAT, body)
+    first = chunks[0]["choices"][0]["delta"]
+    assert first["role"] == "assistant" and first["content"] == ""
+    reasoning = content = ""
+    for c in chunks[1:-1]:
+        d = c["choices"][0]["delta"]
+        assert d.get("reasoning_content") or d.get("content"), c
+        reasoning += d.get("reasoning_content") or ""
+        content += d.get("content") or ""
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    msg = _ok(plain_fake_server, CHAT, body)["choices"][0]["message"]
+    assert reasoning == msg["reasoning_content"] and reasoning
+    assert content == msg["content"] and content
