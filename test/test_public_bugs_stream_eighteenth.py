@@ -4,7 +4,8 @@ event, one id per stream, ``usage: null`` until the usage chunk, cumulative per-
 in-stream errors the ``openai`` client raises, one finish chunk per choice, the opening role
 chunk of a thinking stream), logprob records of tokens that show no text yet,
 stop strings that straddle chunks, cumulative ``/generate`` chunks and ``sampling_params`` of the
-wrong type, the SGLang frontend against the server, and the ``param`` of an error. Each test
+wrong type, and the ``param`` of an error (the SGLang frontend's reports:
+``test_public_bugs_stream_eighteenth_frontend``). Each test
 names its report. Two were faults here: the ``n > 1`` chat stream folded by the ``openai``
 client's own accumulator (openai/openai-python#1833; a choice's role chunk was sent when its
 first output arrived, so a stream could begin with choice 1) and an engine error's ``param``
@@ -13,9 +14,8 @@ field); the other reports passed as-is and are kept as regression tests of behav
 relies on.
 
 Fixtures: ``plain_fake_server`` (``server_fixture.FakeScheduler``: the fake model writes
-``FAKE_TEXT`` over and over, fake log-probabilities; ``--served-model-name qa-model``),
-``secured_fake_server`` (the same with ``--api-key``) for the SGLang frontend's
-``RuntimeEndpoint``, and, in process, the OpenAI router over a tokenizer manager written here (the model's text and
+``FAKE_TEXT`` over and over, fake log-probabilities; ``--served-model-name qa-model``) and, in
+process, the OpenAI router over a tokenizer manager written here (the model's text and
 log-probabilities written by hand). Oracles: ``FAKE_TEXT`` through the DeepSeek-V4 tokenizer
 (``tokenizer.json`` as a ``transformers`` fast tokenizer), UTF-8, the same request not streamed,
 the ``openai`` client's own SSE decoder, stream reader and types, and the OpenAI reference's field
@@ -32,7 +32,7 @@ import pytest
 import requests
 from openai_fake_tm import FakeTM, app_client, oai_client, sse_data_events
 from public_bugs_testutil import post, sse
-from server_fixture import SECURED_API_KEY, ServerHandle, fake_output_ids, fake_output_text
+from server_fixture import ServerHandle, fake_output_ids, fake_output_text
 
 openai = pytest.importorskip("openai")
 
@@ -416,74 +416,6 @@ def test_sglang_600_streamed_chat_deltas_through_cjk_text_rebuild_the_answer(
         texts = [c["choices"][0]["text"] for c in sse(plain_fake_server, COMPLETIONS, comp)]
         assert "".join(texts) == want and not any("\ufffd" in t for t in texts)
     assert "你好" in fake_output_text(tok, 13)
-
-
-# --------------------------------------------------------------------------- the frontend language
-
-
-def test_sglang_230_frontend_program_on_a_server_with_an_api_key(
-    secured_fake_server: ServerHandle, tok: Any
-) -> None:
-    """sgl-project/sglang#230 (``--api-key``: the server answers 401 without the key; the
-    frontend's ``RuntimeEndpoint(url, api_key=...)`` sends it as ``Authorization: Bearer``).
-    Expected: ``RuntimeEndpoint`` without the key fails at once (its ``/get_model_info`` is a
-    401, ``/health`` stays open); with the key a program of ``gen``, ``select`` and ``fork`` runs
-    (the texts are the fake model's, by the tokenizer), streamed too, and ``flush_cache``
-    succeeds."""
-    sgl = pytest.importorskip("sglang")
-    url = secured_fake_server.url
-    assert requests.get(url + "/health", timeout=30).status_code == 200
-    assert requests.get(url + "/get_model_info", timeout=30).status_code == 401
-    with pytest.raises(RuntimeError, match="Unauthorized"):
-        sgl.RuntimeEndpoint(url)
-    backend = sgl.RuntimeEndpoint(url, api_key=SECURED_API_KEY)
-
-    @sgl.function
-    def prog(s):
-        s += "Q: hi\nA:" + sgl.gen("a", max_tokens=3)
-        s += " Pick:" + sgl.select("c", choices=["x", "y"])
-        forks = s.fork(2)
-        for f in forks:
-            f += sgl.gen("b", max_tokens=2)
-        s += "|" + forks[0]["b"] + "|" + forks[1]["b"]
-
-    state = prog.run(backend=backend)
-    assert state.error() is None, state.error()
-    assert state["a"] == fake_output_text(tok, 3)
-    assert state["c"] in ("x", "y")
-    two = fake_output_text(tok, 2)
-    assert state.text() == f"Q: hi\nA:{state['a']} Pick:{state['c']}|{two}|{two}"
-    streamed = prog.run(backend=backend, stream=True)
-    assert "".join(streamed.text_iter()) == streamed.text() == state.text()
-    assert backend.flush_cache() is None
-
-
-def test_sglang_820_streamed_program_yields_the_chosen_and_the_generated_variable(
-    plain_fake_server: ServerHandle, tok: Any
-) -> None:
-    """sgl-project/sglang#820 (a streamed program with ``sgl.gen(choices=...)`` then a
-    ``gen(stop=".")`` chosen by it: ``text_iter(var_name=...)`` hung on the choice and raised on
-    the generated variable). Expected against this server: ``text_iter("type")`` yields the
-    chosen option and ``text_iter("value")`` the text up to the stop (the fake model's text by the
-    tokenizer), both equal to the unstreamed run's variables."""
-    sgl = pytest.importorskip("sglang")
-    backend = sgl.RuntimeEndpoint(plain_fake_server.url)
-
-    @sgl.function
-    def prog(s):
-        s += "Choose a fruit: apple, orange. Let's choose " + sgl.gen("type", choices=["apple", "orange"])
-        if s["type"] == "apple":
-            s += " The colour of apple is" + sgl.gen("value", max_tokens=20, stop=".")
-        else:
-            s += " The shape of orange is" + sgl.gen("value", max_tokens=20, stop=".")
-
-    whole = prog.run(backend=backend)
-    assert whole.error() is None, whole.error()
-    text = fake_output_text(tok, 20)
-    assert whole["type"] in ("apple", "orange") and whole["value"] == text[: text.index(".")]
-    for var in ("type", "value"):
-        streamed = prog.run(backend=backend, stream=True)
-        assert "".join(streamed.text_iter(var_name=var)) == whole[var], var
 
 
 class _LastChoiceFirstTM(FakeTM):
