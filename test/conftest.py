@@ -145,11 +145,11 @@ def secured_fake_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN2
     (``server_fixture.SECURED_API_KEY``), ``--enable-metrics``, ``--served-model-name fake-v4`` and
     ``FAKE_HOLD_ON_TEXT=[hold]`` (a prompt holding ``[hold]`` runs until it is aborted); shared by
     ``test_server_auth``, ``test_server_native_api``, ``test_metrics_workload``,
-    ``test_sglang_suite_port_more``, ``test_public_bugs_api_surface`` and
-    ``test_anthropic_messages_server`` (their requests finish or, held, are aborted by the test that
-    sent them, which waits for their pages to come back; the metrics checks compare counters
-    before and after their own requests). Yields the ``ServerHandle``; stopped at the end of the
-    session."""
+    ``test_sglang_suite_port_more``, ``test_public_bugs_api_surface``,
+    ``test_anthropic_messages_server`` and ``test_public_bugs_stream_eighteenth_frontend`` (their
+    requests finish or, held, are aborted by the test that sent them, which waits for their pages
+    to come back; the metrics checks compare counters before and after their own requests).
+    Yields the ``ServerHandle``; stopped at the end of the session."""
     from server_fixture import SECURED_API_KEY, fake_env, make_fake_model_dir, start_server
 
     root = tmp_path_factory.mktemp("secured")

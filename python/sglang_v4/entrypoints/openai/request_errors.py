@@ -8,6 +8,7 @@ nested ``error`` (:func:`~.protocol.error_body`); a 400 names the offending fiel
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -398,9 +399,47 @@ def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(parts)
 
 
+@functools.cache
+def _single_word_fields() -> frozenset[str]:
+    """The request fields whose names are one plain word (``model``, ``stop``, ``n``...): those of
+    the OpenAI-compatible request models, of ``/generate`` (``GenerateReqInput``) and of its
+    ``sampling_params``."""
+    import dataclasses
+
+    from sglang_v4.entrypoints.openai.protocol import (
+        ChatCompletionRequest,
+        CompletionRequest,
+        DetokenizeRequest,
+        TokenizeRequest,
+    )
+    from sglang_v4.entrypoints.openai.protocol_responses import ResponsesRequest
+    from sglang_v4.entrypoints.openai.protocol_score import ScoringRequest
+    from sglang_v4.managers.io_struct import GenerateReqInput
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+    names: set[str] = set()
+    for model in (
+        ChatCompletionRequest,
+        CompletionRequest,
+        ResponsesRequest,
+        ScoringRequest,
+        TokenizeRequest,
+        DetokenizeRequest,
+    ):
+        names.update(model.model_fields)
+    for dc in (GenerateReqInput, SamplingParams):
+        names.update(f.name for f in dataclasses.fields(dc))
+    return frozenset(n for n in names if n.isalpha())
+
+
 def _param_of(message: str) -> str | None:
-    """Best-effort field name at the start of a ValueError message (``"top_p must be ..."`` -> ``top_p``)."""
+    """Best-effort field name at the start of a ValueError message (``"top_p must be ..."`` ->
+    ``top_p``), for OpenAI's ``param`` ("the parameter related to the error", else ``null``). A
+    head word that names no request field -- ``"the ..."``, ``"batch ..."``, ``"constrained
+    decoding ..."`` -- is no parameter: ``None``."""
     head = message.split(" ", 1)[0].rstrip(":,.")
-    if head and head.replace("_", "").replace(".", "").isalnum() and head[0].islower():
+    if not (head and head.replace("_", "").replace(".", "").isalnum() and head[0].islower()):
+        return None
+    if "_" in head or "." in head or head in _single_word_fields():
         return head
     return None

@@ -197,18 +197,28 @@ class ChatStreamMixin(ChatPrepareMixin):
                             yield _sse_failure(abort, run.grammar_field)
                             finals[idx] = ret
                             continue
-                        if idx not in states:
+                        if not states:
+                            # every choice's role chunk first, in index order (as vLLM and
+                            # OpenAI send them): the engine's outputs of n choices come in any
+                            # order, and a client folding the stream by arrival (the openai
+                            # client's ChatCompletionStreamState) needs choice 0 first and
+                            # each new index next. With continuous usage stats every chunk
+                            # carries usage, the role chunk too (nothing generated yet; the
+                            # choices share their prompt).
+                            for i in sorted({*range(n), idx}):
+                                states[i] = new_state()
+                                yield chunk(
+                                    i,
+                                    DeltaMessage(role="assistant", content=""),
+                                    dict(meta, completion_tokens=0),
+                                    first=True,
+                                )
+                                if echo:
+                                    yield chunk(
+                                        i, DeltaMessage(content=echo), dict(meta, completion_tokens=0)
+                                    )
+                        elif idx not in states:
                             states[idx] = new_state()
-                            # with continuous usage stats every chunk carries usage, the role
-                            # chunk too (nothing generated yet), as vLLM sends it
-                            yield chunk(
-                                idx,
-                                DeltaMessage(role="assistant", content=""),
-                                dict(meta, completion_tokens=0),
-                                first=True,
-                            )
-                            if echo:
-                                yield chunk(idx, DeltaMessage(content=echo), dict(meta, completion_tokens=0))
                         st = states[idx]
                         if req.return_token_ids:
                             out_ids = list(ret.get("output_ids") or [])
