@@ -24,10 +24,11 @@ V = 40
 FLT_MAX = torch.finfo(torch.float32).max
 
 
-def _rows() -> list[list[float]]:
-    """Rows with NaN, ``+inf``, ``-inf``, all ``-inf``, all NaN, huge finite values and ``-0.0``."""
+def nonfinite_rows(v: int = V) -> list[list[float]]:
+    """Rows of ``v >= 40`` logits with NaN, ``+inf``, ``-inf``, all ``-inf``, all NaN, huge finite
+    values and ``-0.0``."""
     gen = torch.Generator().manual_seed(7)
-    base = (torch.randn(V, generator=gen, dtype=torch.float64) * 4).tolist()
+    base = (torch.randn(v, generator=gen, dtype=torch.float64) * 4).tolist()
     rows = [list(base)]
     r = list(base)
     r[3] = r[17] = NAN
@@ -37,24 +38,24 @@ def _rows() -> list[list[float]]:
     r[6] = NAN
     rows.append(r)  # two +inf (and a NaN)
     r = list(base)
-    r[0] = r[11] = r[39] = -INF
+    r[0] = r[11] = r[-1] = -INF
     rows.append(r)  # -inf entries
-    rows.append([-INF] * V)  # nothing above -inf
-    rows.append([NAN] * V)  # nothing but NaN
-    r = [-INF] * V
+    rows.append([-INF] * v)  # nothing above -inf
+    rows.append([NAN] * v)  # nothing but NaN
+    r = [-INF] * v
     r[8] = NAN
     r[9] = INF
     rows.append(r)  # one +inf among -inf / NaN
     r = list(base)
     r[2], r[4], r[7] = 3.0e38, -3.0e38, -0.0
     rows.append(r)  # huge finite logits (z / T overflows for a tiny T without the shift)
-    r = [-0.0] * V
+    r = [-0.0] * v
     r[1] = NAN
     rows.append(r)  # ties at -0.0
     return rows
 
 
-def _ref_scaled(row: list[float], t: float) -> list[float]:
+def ref_scaled(row: list[float], t: float) -> list[float]:
     """Float64 ``finite_limit(row) / T`` shifted by the row maximum; a shifted value beyond
     float32's range is ``-inf`` (documented: its probability is below float32's range anyway)."""
     if any(x == INF for x in row):
@@ -67,15 +68,15 @@ def _ref_scaled(row: list[float], t: float) -> list[float]:
 
 
 def _ref_logprobs(row: list[float], t: float) -> list[float] | None:
-    """Float64 ``log_softmax`` of :func:`_ref_scaled` (``None`` for a row with no distribution)."""
-    s = _ref_scaled(row, t)
+    """Float64 ``log_softmax`` of :func:`ref_scaled` (``None`` for a row with no distribution)."""
+    s = ref_scaled(row, t)
     if max(s) == -INF:
         return None
     lse = math.log(sum(math.exp(x) for x in s))
     return [x - lse for x in s]
 
 
-def _close(got: float, want: float, what: str) -> None:
+def close_to_ref(got: float, want: float, what: str) -> None:
     assert not math.isnan(got), what
     if want == -INF or want < -3.4e38:  # -inf, or beyond float32's range
         assert got == -INF, (what, got, want)
@@ -83,7 +84,7 @@ def _close(got: float, want: float, what: str) -> None:
         assert got == pytest.approx(want, rel=1e-6, abs=1e-6), (what, got, want)
 
 
-def _row_by_row(z: torch.Tensor, temps: list[float]) -> torch.Tensor:
+def row_by_row(z: torch.Tensor, temps: list[float]) -> torch.Tensor:
     """``scale_by_temperature`` as separate float32 steps per row with Python branches."""
     out = []
     for row, t in zip(z, temps):
@@ -101,7 +102,7 @@ def test_scale_by_temperature_matches_float64_reference(t: float) -> None:
     """Every row kind at temperatures 1e-6 / 1 / 2: the scaled logits agree with the float64
     reference (to float32 rounding), bit for bit with the row-by-row float32 steps, and their
     ``log_softmax`` with the float64 log-probabilities (no NaN anywhere)."""
-    rows = _rows()
+    rows = nonfinite_rows()
     z = torch.tensor(rows, dtype=torch.float32)
     before = z.clone()
     temps = torch.full((len(rows), 1), t, dtype=torch.float32)
@@ -110,9 +111,9 @@ def test_scale_by_temperature_matches_float64_reference(t: float) -> None:
     assert got.dtype == torch.float32 and not got.isnan().any() and not got.isposinf().any()
     zf = torch.tensor(rows, dtype=torch.float32).tolist()  # the float32 inputs, as float64 values
     for i, row in enumerate(zf):
-        for j, (g, w) in enumerate(zip(got[i].tolist(), _ref_scaled(row, t))):
-            _close(g, w, f"row {i} col {j}")
-    same = _row_by_row(z, [t] * len(rows))
+        for j, (g, w) in enumerate(zip(got[i].tolist(), ref_scaled(row, t))):
+            close_to_ref(g, w, f"row {i} col {j}")
+    same = row_by_row(z, [t] * len(rows))
     assert torch.equal(got, same) and torch.equal(got.signbit(), same.signbit())
     lp = torch.log_softmax(got, dim=-1)
     for i, row in enumerate(zf):
@@ -120,23 +121,23 @@ def test_scale_by_temperature_matches_float64_reference(t: float) -> None:
         if want is None:
             continue
         for j, (g, w) in enumerate(zip(lp[i].tolist(), want)):
-            _close(g, w, f"logprob row {i} col {j}")
+            close_to_ref(g, w, f"logprob row {i} col {j}")
 
 
 def test_mixed_temperatures_in_one_batch() -> None:
     """Each row is divided by its own temperature (``[B, 1]``)."""
-    rows = _rows()
+    rows = nonfinite_rows()
     ts = [(1e-6, 1.0, 2.0)[i % 3] for i in range(len(rows))]
     z = torch.tensor(rows, dtype=torch.float32)
     got = scale_by_temperature(z, torch.tensor(ts, dtype=torch.float32).unsqueeze(1))
-    assert torch.equal(got, _row_by_row(z, ts))
+    assert torch.equal(got, row_by_row(z, ts))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_finite_limit_matches_reference(dtype: torch.dtype) -> None:
     """``finite_limit`` keeps every other entry bit for bit (``-0.0`` included) and gives the
     softmax limit on ``+inf`` rows; ``compute_logprobs`` agrees with float64."""
-    rows = _rows()
+    rows = nonfinite_rows()
     x = torch.tensor(rows, dtype=torch.float32).to(dtype)
     got = finite_limit(x)
     assert got.dtype == dtype
@@ -152,7 +153,7 @@ def test_finite_limit_matches_reference(dtype: torch.dtype) -> None:
         want = _ref_logprobs(row, 1.0)
         if want is not None:
             for j, (g, w) in enumerate(zip(lp[i].tolist(), want)):
-                _close(g, w, f"row {i} col {j}")
+                close_to_ref(g, w, f"row {i} col {j}")
 
 
 class _CountBV(TorchDispatchMode):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -74,6 +75,22 @@ def drop_nan(x: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(x, nan=-_INF, posinf=_INF, neginf=-_INF)
 
 
+def _kernels(x: torch.Tensor) -> Any:
+    """``sgl_kernel_v4.triton.sampling`` (one launch: two passes over ``[B, V]``) when ``x`` is a
+    ``[B, V]`` float32 CUDA tensor with a contiguous last dim and the Triton path is on
+    (``sgl_kernel_v4.ops.triton_enabled``: ``SGLANG_V4_DISABLE_TRITON``), else ``None`` (the torch
+    path of this module, the CPU and reference path; bit for bit the same results)."""
+    if not x.is_cuda or x.dim() != 2 or x.dtype != torch.float32 or x.stride(-1) != 1:
+        return None
+    from sgl_kernel_v4 import ops
+
+    if not ops.triton_enabled():
+        return None
+    from sgl_kernel_v4.triton import sampling
+
+    return sampling
+
+
 def _shift_(y: torch.Tensor, shift: torch.Tensor, temps: torch.Tensor | None = None) -> torch.Tensor:
     """In place ``y = (y - shift) / temps`` with NaN results (``inf - inf``) made 0: two or three
     element-wise passes over ``y`` (sub, optional div, ``nan_to_num_``). ``shift`` is ``[..., 1]``
@@ -87,8 +104,12 @@ def _shift_(y: torch.Tensor, shift: torch.Tensor, temps: torch.Tensor | None = N
 
 def finite_limit_(y: torch.Tensor) -> torch.Tensor:
     """:func:`finite_limit` of a NaN-free ``y`` (e.g. :func:`drop_nan`'s result), in place: three
-    passes over ``y`` (``amax`` reads it; sub and ``nan_to_num_`` read and write it). Returns ``y``.
+    passes over ``y`` (``amax`` reads it; sub and ``nan_to_num_`` read and write it; on CUDA one
+    Triton launch, two passes). Returns ``y``.
     """
+    k = _kernels(y)
+    if k is not None:
+        return k.finite_limit(y, out=y)
     m = y.amax(dim=-1, keepdim=True)
     return _shift_(y, torch.where(m == _INF, m, torch.zeros_like(m)))
 
@@ -111,7 +132,9 @@ def finite_limit(x: torch.Tensor) -> torch.Tensor:
     Cost: four element-wise passes over ``[..., V]`` (``nan_to_num``, ``amax`` (read only), a
     subtraction of the per-row shift ``+inf`` or 0, ``nan_to_num_`` turning the ``inf - inf`` of the
     ``+inf`` entries into 0), with no data-dependent branch: the rows with ``+inf`` are handled by
-    the same arithmetic as the others.
+    the same arithmetic as the others. A ``[B, V]`` float32 CUDA tensor takes one Triton launch
+    instead (:mod:`sgl_kernel_v4.triton.sampling`: two passes, the maximum then the result; the
+    same values bit for bit).
 
     Args:
         x: ``[..., V]`` float logits (or logits divided by the temperature). Not modified.
@@ -119,13 +142,19 @@ def finite_limit(x: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[..., V]`` tensor of ``x.dtype``, with no NaN and no ``+inf``.
     """
+    k = _kernels(x)
+    if k is not None:
+        return k.finite_limit(x)
     return finite_limit_(drop_nan(x))
 
 
 def scale_by_temperature_(y: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
     """:func:`scale_by_temperature` of a NaN-free ``y`` (e.g. :func:`drop_nan`'s result), in
     place: four passes over ``y`` (``amax`` reads it; sub, div and ``nan_to_num_`` read and write
-    it). Returns ``y``."""
+    it; on CUDA one Triton launch, two passes). Returns ``y``."""
+    k = _kernels(y)
+    if k is not None:
+        return k.scale_by_temperature(y, temps, out=y)
     m = y.amax(dim=-1, keepdim=True)
     return _shift_(y, torch.where(m == -_INF, torch.zeros_like(m), m), temps)
 
@@ -142,7 +171,9 @@ def scale_by_temperature(z: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
     (:func:`finite_limit`'s limit); a row with nothing above ``-inf`` is shifted by 0 (stays
     ``-inf``). Cost: five element-wise passes over ``[B, V]`` (``nan_to_num`` of the NaN, ``amax``
     (read only), sub, div, ``nan_to_num_``), no host synchronisation; callers whose rows carry no
-    NaN use :func:`scale_by_temperature_` (four, in place).
+    NaN use :func:`scale_by_temperature_` (four, in place). On CUDA (float32, last dim contiguous,
+    Triton enabled) one launch of :mod:`sgl_kernel_v4.triton.sampling` does it all in two passes
+    (the row maximum, then the result), bit for bit the same values.
 
     Args:
         z: ``[B, V]`` float32 logits (penalties applied). Not modified.
@@ -151,6 +182,9 @@ def scale_by_temperature(z: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[B, V]`` float32 with the row maximum at 0 (or all ``-inf``), no NaN and no ``+inf``.
     """
+    k = _kernels(z)
+    if k is not None:
+        return k.scale_by_temperature(z, temps)
     return scale_by_temperature_(drop_nan(z), temps)
 
 
