@@ -1,5 +1,5 @@
 """The sampler's Triton kernel (``sgl_kernel_v4.triton.sampling``: NaN / ``+inf`` limit and
-temperature scaling in one launch) against the torch path of ``sglang_v4.sampling.logprobs``
+temperature scaling in two launches) against the torch path of ``sglang_v4.sampling.logprobs``
 (bit for bit) and a float64 reference.
 
 The kernel tests are marked ``gpu`` and run on CUDA or under ``TRITON_INTERPRET=1`` (element-wise
@@ -81,7 +81,7 @@ def test_kernel_rejects_bad_arguments_naming_them() -> None:
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA: the sampler takes the kernel on CUDA tensors")
 def test_sampler_on_cuda_takes_the_kernel_with_the_torch_results(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On CUDA the sampling module's functions run the kernel (one launch each: counted by
+    """On CUDA the sampling module's functions run the kernels (one call of the launcher each: counted by
     wrapping it) and give the CPU torch path's values bit for bit; a sampled batch with NaN / +inf
     rows at V = 129280 picks only tokens of positive probability, and its logprobs are the CPU
     ones (to the rounding of ``log_softmax``'s sum)."""
@@ -103,10 +103,15 @@ def test_sampler_on_cuda_takes_the_kernel_with_the_torch_results(monkeypatch: py
     out, lp = sample(zc, params, [[]] * len(rows), return_logprobs=True)
     assert len(calls) == 3  # the in-place scaling of the sampler's copy
     _, lp_cpu = sample(z, params, [[]] * len(rows), return_logprobs=True)
-    # log_softmax sums in another order on the GPU: equal -inf places, values to rounding
-    assert torch.equal(lp.cpu().isneginf(), lp_cpu.isneginf()) and not lp.isnan().any()
-    fin = lp_cpu.isfinite()
-    assert torch.allclose(lp.cpu()[fin], lp_cpu[fin], rtol=1e-5, atol=1e-4)
-    for i, tok in enumerate(out.tolist()):
-        if lp_cpu[i].isfinite().any():
-            assert lp_cpu[i, tok].isfinite(), (i, tok)
+    # rows with a distribution (the rows of nothing but -inf / NaN have none: their log_softmax is
+    # NaN on both devices); log_softmax rounds differently on the GPU: values to rounding, and a
+    # value near -3.4e38 (the row of huge logits) may be -inf on one device and finite on the other
+    live = torch.where(z.isnan(), -float("inf"), z).amax(dim=-1) > -float("inf")
+    assert live.sum() == len(rows) - 2
+    lp, lp_cpu = lp.cpu()[live], lp_cpu[live]
+    assert not lp.isnan().any() and not lp_cpu.isnan().any()
+    fin = lp_cpu.isfinite() & lp.isfinite()
+    assert torch.allclose(lp[fin], lp_cpu[fin], rtol=1e-5, atol=1e-4)
+    assert ((lp_cpu[~fin] < -1e38) & (lp[~fin] < -1e38)).all()
+    for row, tok in zip(lp_cpu, out[live.cuda()].tolist()):
+        assert row[tok].isfinite(), tok

@@ -76,7 +76,7 @@ def drop_nan(x: torch.Tensor) -> torch.Tensor:
 
 
 def _kernels(x: torch.Tensor) -> Any:
-    """``sgl_kernel_v4.triton.sampling`` (one launch: two passes over ``[B, V]``) when ``x`` is a
+    """``sgl_kernel_v4.triton.sampling`` (two launches: two passes over ``[B, V]``) when ``x`` is a
     ``[B, V]`` float32 CUDA tensor with a contiguous last dim and the Triton path is on
     (``sgl_kernel_v4.ops.triton_enabled``: ``SGLANG_V4_DISABLE_TRITON``), else ``None`` (the torch
     path of this module, the CPU and reference path; bit for bit the same results)."""
@@ -132,7 +132,7 @@ def finite_limit(x: torch.Tensor) -> torch.Tensor:
     Cost: four element-wise passes over ``[..., V]`` (``nan_to_num``, ``amax`` (read only), a
     subtraction of the per-row shift ``+inf`` or 0, ``nan_to_num_`` turning the ``inf - inf`` of the
     ``+inf`` entries into 0), with no data-dependent branch: the rows with ``+inf`` are handled by
-    the same arithmetic as the others. A ``[B, V]`` float32 CUDA tensor takes one Triton launch
+    the same arithmetic as the others. A ``[B, V]`` float32 CUDA tensor takes two Triton launches
     instead (:mod:`sgl_kernel_v4.triton.sampling`: two passes, the maximum then the result; the
     same values bit for bit).
 
@@ -151,7 +151,7 @@ def finite_limit(x: torch.Tensor) -> torch.Tensor:
 def scale_by_temperature_(y: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
     """:func:`scale_by_temperature` of a NaN-free ``y`` (e.g. :func:`drop_nan`'s result), in
     place: four passes over ``y`` (``amax`` reads it; sub, div and ``nan_to_num_`` read and write
-    it; on CUDA one Triton launch, two passes). Returns ``y``."""
+    it; on CUDA two Triton launches, two passes). Returns ``y``."""
     k = _kernels(y)
     if k is not None:
         return k.scale_by_temperature(y, temps, out=y)
@@ -172,7 +172,7 @@ def scale_by_temperature(z: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
     ``-inf``). Cost: five element-wise passes over ``[B, V]`` (``nan_to_num`` of the NaN, ``amax``
     (read only), sub, div, ``nan_to_num_``), no host synchronisation; callers whose rows carry no
     NaN use :func:`scale_by_temperature_` (four, in place). On CUDA (float32, last dim contiguous,
-    Triton enabled) one launch of :mod:`sgl_kernel_v4.triton.sampling` does it all in two passes
+    Triton enabled) two launches of :mod:`sgl_kernel_v4.triton.sampling` do it all in two passes
     (the row maximum, then the result), bit for bit the same values.
 
     Args:

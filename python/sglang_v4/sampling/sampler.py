@@ -34,8 +34,8 @@ probability. Without this, one NaN or ``+inf`` made the softmax NaN and every sa
 overflow a large finite logit to ``+inf``. Cost on the decode path (all rows sampled, no
 logprobs): one pass over ``[B, V]`` makes the float32 copy without NaN that the penalties then
 edit in place, and the shift / temperature / ``+inf`` limit takes four more on that copy
-(``amax``, sub, div, ``nan_to_num_``), with no host synchronisation; on CUDA those four are one
-Triton launch (:mod:`sgl_kernel_v4.triton.sampling`: two passes, bit for bit the same values).
+(``amax``, sub, div, ``nan_to_num_``), with no host synchronisation; on CUDA those four are two
+Triton launches (:mod:`sgl_kernel_v4.triton.sampling`: two passes, bit for bit the same values).
 
 The logprob helpers (a forced row's output logprobs, top-k, ranks, prompt logprobs) live in
 :mod:`sglang_v4.sampling.logprobs`; this module re-exports them and the penalty functions.

@@ -1,4 +1,4 @@
-"""The sampler's non-finite logit handling and temperature scaling (Triton), one launch per call.
+"""The sampler's non-finite logit handling and temperature scaling (Triton), two launches per call.
 
 Formulas of the torch path ``sglang_v4.sampling.logprobs`` (``finite_limit`` /
 ``scale_by_temperature``), which stays the CPU and reference path: a NaN logit becomes ``-inf``
@@ -9,10 +9,12 @@ for the bare limit; then ``(x - shift) / T`` (round-to-nearest division, as torc
 every other entry of their row is ``-inf``. Same float32 operations in the same order as the
 torch path: the results are bit for bit equal.
 
-One program per row, two sweeps over it: the first reads it for the maximum, the second reads it
-again and writes the result (two passes over ``[B, V]``; the torch path makes four or five). The
-output may be the input (in place): each element is read before it is written, by the program
-that writes it. No host synchronisation.
+Two launches over ``[B, V / 4096]`` programs (a row spread over many SMs even for a batch of
+one): the first reads each 4096-wide slice of a row for its maximum, the second takes the row's
+maximum from those and reads the slice again to write the result (two passes over ``[B, V]``; the
+torch path makes four or five). The output may be the input (in place): each element is read
+before it is written, by the program that writes it, and the first launch has read the whole
+input before the second starts. No host synchronisation.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sgl_kernel_v4.triton._utils import next_power_of_2
+from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 
 __all__ = ["finite_limit", "scale_by_temperature"]
 
@@ -29,37 +31,44 @@ _BLOCK = 4096
 
 
 @triton.jit(do_not_specialize=["V"])
+def _row_max_kernel(z_ptr, stride_z, part_ptr, V, N_PART: tl.constexpr, BLOCK: tl.constexpr):
+    """Maximum over the non-NaN entries of one ``BLOCK``-wide slice of one row (``-inf`` if none)."""
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    offs = part * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(z_ptr + row * stride_z + offs, mask=offs < V, other=float("-inf"))
+    tl.store(part_ptr + row * N_PART + part, tl.max(tl.where(x != x, float("-inf"), x), axis=0))
+
+
+@triton.jit(do_not_specialize=["V"])
 def _shift_scale_kernel(
     z_ptr,
     stride_z,
+    part_ptr,
     t_ptr,
     out_ptr,
     stride_o,
     V,
+    N_PART: tl.constexpr,
+    P2: tl.constexpr,
     SCALE: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
+    """The row's maximum from its slices' maxima, then ``(x - shift) / T`` of one slice."""
     row = tl.program_id(0).to(tl.int64)
-    z_row = z_ptr + row * stride_z
-    o_row = out_ptr + row * stride_o
-    acc = tl.full([BLOCK], float("-inf"), tl.float32)
-    for s in range(0, V, BLOCK):
-        offs = s + tl.arange(0, BLOCK)
-        x = tl.load(z_row + offs, mask=offs < V, other=float("-inf"))
-        acc = tl.maximum(acc, tl.where(x != x, float("-inf"), x))
-    m = tl.max(acc, axis=0)
+    part = tl.program_id(1)
+    pidx = tl.arange(0, P2)
+    m = tl.max(tl.load(part_ptr + row * N_PART + pidx, mask=pidx < N_PART, other=float("-inf")), axis=0)
     if SCALE:
         shift = tl.where(m == float("-inf"), 0.0, m)
-        t = tl.load(t_ptr + row)
     else:
         shift = tl.where(m == float("inf"), m, 0.0)
-    for s in range(0, V, BLOCK):
-        offs = s + tl.arange(0, BLOCK)
-        x = tl.load(z_row + offs, mask=offs < V, other=float("-inf"))
-        y = tl.where(x != x, float("-inf"), x) - shift
-        if SCALE:
-            y = tl.math.div_rn(y, t)
-        tl.store(o_row + offs, tl.where(y != y, 0.0, y), mask=offs < V)
+    offs = part * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(z_ptr + row * stride_z + offs, mask=offs < V, other=float("-inf"))
+    y = tl.where(x != x, float("-inf"), x) - shift
+    if SCALE:
+        y = tl.math.div_rn(y, tl.load(t_ptr + row))
+    tl.store(out_ptr + row * stride_o + offs, tl.where(y != y, 0.0, y), mask=offs < V)
 
 
 def _launch(z: torch.Tensor, temps: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
@@ -81,9 +90,13 @@ def _launch(z: torch.Tensor, temps: torch.Tensor | None, out: torch.Tensor | Non
     if B == 0 or V == 0:
         return out
     block = min(_BLOCK, next_power_of_2(V))
-    _shift_scale_kernel[(B,)](
-        z, z.stride(0), temps if temps is not None else z, out, out.stride(0), V,
-        SCALE=temps is not None, BLOCK=block, num_warps=max(1, min(8, block // 512)),
+    n_part = cdiv(V, block)
+    part = torch.empty((B, n_part), dtype=torch.float32, device=z.device)
+    warps = max(1, min(4, block // 1024))
+    _row_max_kernel[(B, n_part)](z, z.stride(0), part, V, N_PART=n_part, BLOCK=block, num_warps=warps)
+    _shift_scale_kernel[(B, n_part)](
+        z, z.stride(0), part, temps if temps is not None else z, out, out.stride(0), V,
+        N_PART=n_part, P2=next_power_of_2(n_part), SCALE=temps is not None, BLOCK=block, num_warps=warps,
     )  # fmt: skip
     return out
 
@@ -91,7 +104,7 @@ def _launch(z: torch.Tensor, temps: torch.Tensor | None, out: torch.Tensor | Non
 def scale_by_temperature(
     z: torch.Tensor, temps: torch.Tensor, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``(finite_limit(z) - max) / T`` per row in one launch (module docstring).
+    """``(finite_limit(z) - max) / T`` per row, two launches (module docstring).
 
     Args:
         z: ``[B, V]`` float32 logits, last dim contiguous (any row stride). NaN / ``+inf`` allowed.
@@ -110,7 +123,7 @@ def scale_by_temperature(
 
 def finite_limit(z: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """NaN -> ``-inf``; in a row with ``+inf`` entries those -> 0 and the others -> ``-inf``; every
-    other entry unchanged (bit for bit ``sglang_v4.sampling.logprobs.finite_limit``), one launch.
+    other entry unchanged (bit for bit ``sglang_v4.sampling.logprobs.finite_limit``), two launches.
 
     Args:
         z: ``[B, V]`` float32, last dim contiguous (any row stride).
