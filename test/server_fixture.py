@@ -445,25 +445,31 @@ def sse_events(resp: requests.Response, release: Path | None = None) -> list[Any
     return events
 
 
-@contextmanager
-def fake_engine(model_dir: Path) -> Iterator[Any]:
-    """An ``sglang_v4.Engine`` on :class:`FakeScheduler` over ``model_dir`` (a
-    :func:`make_fake_model_dir`), 256-token pages; prompts holding ``[hold]`` run until aborted.
-    The scheduler class is chosen through the environment only while the Engine starts."""
+def start_fake_engine(model_dir: Path, env: dict[str, str] | None = None, **kwargs: Any) -> Any:
+    """A started ``sglang_v4.Engine`` on :class:`FakeScheduler` over ``model_dir`` (a
+    :func:`make_fake_model_dir`), ``kwargs`` passed to ``Engine``; the caller shuts it down (or
+    uses it in a ``with`` block). The scheduler class and ``env`` (e.g. ``FAKE_HOLD_ON_TEXT``) are
+    set in the environment only while the Engine starts."""
     from sglang_v4 import Engine
 
-    env = {"SGLANG_V4_SCHEDULER_CLASS": "server_fixture:FakeScheduler", "FAKE_HOLD_ON_TEXT": "[hold]"}
+    env = {"SGLANG_V4_SCHEDULER_CLASS": "server_fixture:FakeScheduler", **(env or {})}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        eng = Engine(model_path=str(model_dir), page_size=256)
+        return Engine(model_path=str(model_dir), **kwargs)
     finally:
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    with eng:
+
+
+@contextmanager
+def fake_engine(model_dir: Path) -> Iterator[Any]:
+    """:func:`start_fake_engine` with 256-token pages, prompts holding ``[hold]`` running until
+    aborted; shut down on leaving the block."""
+    with start_fake_engine(model_dir, {"FAKE_HOLD_ON_TEXT": "[hold]"}, page_size=256) as eng:
         yield eng
 
 

@@ -15,23 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_fixture import fake_output_text, hf_auto_tokenizer
+from server_fixture import fake_output_text, hf_auto_tokenizer, start_fake_engine
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _fake_engine(model: Path, **kwargs: Any) -> Any:
-    from sglang_v4 import Engine
-
-    old = os.environ.get("SGLANG_V4_SCHEDULER_CLASS")
-    os.environ["SGLANG_V4_SCHEDULER_CLASS"] = "server_fixture:FakeScheduler"
-    try:
-        return Engine(model_path=str(model), **kwargs)
-    finally:
-        if old is None:
-            os.environ.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-        else:
-            os.environ["SGLANG_V4_SCHEDULER_CLASS"] = old
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +29,7 @@ def model(shared_fake_model_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def engine(shared_fake_engine: Any) -> Any:
     """conftest's session ``Engine`` on ``FakeScheduler`` (its default flags are
-    :func:`_fake_engine`'s; its ``[hold]`` prompts are none of this module's)."""
+    :func:`server_fixture.start_fake_engine`'s; its ``[hold]`` prompts are none of this module's)."""
     return shared_fake_engine
 
 
@@ -148,7 +134,7 @@ def test_sglang_server_arg_name_and_two_engines(model, engine, expected) -> None
     ``skip_server_warmup`` (the CLI already took ``--skip-server-warmup``) was an "Unknown Engine
     argument"; a second engine in the same process serves alongside the first, and shutting it
     down leaves the first working and no child process behind."""
-    second = _fake_engine(model, skip_server_warmup=True)
+    second = start_fake_engine(model, skip_server_warmup=True)
     try:
         assert second.server_args.skip_warmup is True
         assert second.generate(prompt="b", sampling_params={"max_new_tokens": 2})["text"] == expected(2)
@@ -157,7 +143,7 @@ def test_sglang_server_arg_name_and_two_engines(model, engine, expected) -> None
     assert not second._procs.scheduler.is_alive() and not second._procs.detokenizer.is_alive()
     assert engine.generate(prompt="a", sampling_params={"max_new_tokens": 2})["text"] == expected(2)
     with pytest.raises(ValueError, match="skip_server_warmup"):
-        _fake_engine(model, skip_server_warmup=True, skip_warmup=False)
+        start_fake_engine(model, skip_server_warmup=True, skip_warmup=False)
 
 
 def _hold_stream_then_shut_down(eng: Any) -> tuple[Any, dict[str, Any]]:
@@ -240,7 +226,7 @@ def shutdown_rounds(model: Path) -> list[dict[str, Any]]:
             handler.emit = records.append  # type: ignore[method-assign]
             logging.getLogger("asyncio").addHandler(handler)
             try:
-                eng = _fake_engine(model)
+                eng = start_fake_engine(model)
                 worker, got = _hold_stream_then_shut_down(eng)
                 result = got.get("result", "no result: the stream is still running")
                 r: dict[str, Any] = {
@@ -293,7 +279,7 @@ def test_stream_step_asked_for_while_shutdown_runs_ends(model, tmp_path: Path, m
     from server_fixture import hold_until_tag
     from sglang_v4.entrypoints import engine as engine_module
 
-    eng = _fake_engine(model)
+    eng = start_fake_engine(model)
     shut_down = threading.Event()
     settled = engine_module._settled
     consumers: dict[str, dict[str, Any]] = {}
@@ -396,7 +382,7 @@ def test_engine_incremental_streaming_output(model: Path, expected, tmp_path: Pa
     their new text and ``output_ids`` (sync and async iterators); joined they are the whole output."""
     from server_fixture import hold_until_tag, release_later
 
-    with _fake_engine(model, incremental_streaming_output=True) as eng:
+    with start_fake_engine(model, incremental_streaming_output=True) as eng:
         # held after its first token until the file exists: at least two chunks to join, however
         # a loaded machine merges the outputs that arrived meanwhile
         release = tmp_path / "release"

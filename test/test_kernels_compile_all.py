@@ -54,12 +54,14 @@ KERNEL_TEST_FILES = [
     "test_kernels_moe_fp4.py",
     "test_kernels_moe_router.py",
     "test_kernels_rope.py",
+    "test_kernels_sampling.py",
 ]
 # small cases covering every kernel family (paged sparse attention csa/swa + fp8 pools, HCA,
 # indexer scoring + histogram/threshold top-k on bf16/fp8/fp4 keys, compressor and its in-place
 # window / state kernels, rope / norm / qnorm-rope-kv insert, mHC (decode and legacy finish),
 # bf16 MoE and its chunked pair layout, FP8 GEMMs (the three variants, split-K, act quant), FP4
-# MoE, the MoE router (top-k + hash) and the shared expert's SwiGLU, both bf16).
+# MoE, the MoE router (top-k + hash) and the shared expert's SwiGLU, both bf16, the sampler's
+# temperature scaling and bare NaN / +inf limit).
 REPRESENTATIVE = [
     "test_kernels_attention.py::test_paged_attention_matches_fp64[dtype0-5-12-128-45-csa]",
     "test_kernels_attention.py::test_paged_attention_fp8_pools",
@@ -100,6 +102,8 @@ REPRESENTATIVE = [
     "test_kernels_rope.py::test_apply_and_inverse_rope[dtype0-4-3-64-16]",
     "test_kernels_rope.py::test_qnorm_rope_kv_insert[dtype0-5-3-128-32]",
     "test_kernels_rope.py::test_rms_norm[dtype0-True-3-1000]",
+    "test_kernels_sampling.py::test_scale_by_temperature_kernel_bit_equal_and_float64[1.0-40]",
+    "test_kernels_sampling.py::test_finite_limit_kernel_bit_equal",
 ]
 
 # bf16 serving calls: the ``*_vs_ref`` tests of test_kernels_vs_ref with GPU shapes, recorded dry

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import threading
 import time
 import warnings
@@ -19,24 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_fixture import fake_output_text, hf_auto_tokenizer, hold_until_tag
+from server_fixture import fake_output_text, hf_auto_tokenizer, hold_until_tag, start_fake_engine
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _fake_engine(model: Path, **kwargs: Any) -> Any:
-    """A private ``Engine`` on ``FakeScheduler`` over ``model`` (one the test may shut down)."""
-    from sglang_v4 import Engine
-
-    old = os.environ.get("SGLANG_V4_SCHEDULER_CLASS")
-    os.environ["SGLANG_V4_SCHEDULER_CLASS"] = "server_fixture:FakeScheduler"
-    try:
-        return Engine(model_path=str(model), **kwargs)
-    finally:
-        if old is None:
-            os.environ.pop("SGLANG_V4_SCHEDULER_CLASS", None)
-        else:
-            os.environ["SGLANG_V4_SCHEDULER_CLASS"] = old
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +57,7 @@ def _engine_threads_since(before: set[threading.Thread]) -> list[str]:
 def _shut_down_with_open_streams(model: Path, tmp: Path) -> dict[str, Any]:
     """A private Engine shut down while four streams are open (see :func:`shutdown_round`)."""
     before = set(threading.enumerate())  # other engines' threads (conftest's session Engine)
-    eng = _fake_engine(model)
+    eng = start_fake_engine(model)
     sp = {"max_new_tokens": 3}
     held = eng.generate(
         prompt=f"Hi {hold_until_tag(tmp / 'never')}", sampling_params={"max_new_tokens": 8}, stream=True
@@ -185,7 +169,7 @@ def test_engine_context_manager_in_a_running_loop_releases_everything(
     before = set(threading.enumerate())  # other engines' threads (conftest's session Engine)
 
     async def main() -> tuple[list[str], list[int], Any]:
-        with _fake_engine(shared_fake_model_dir) as eng:
+        with start_fake_engine(shared_fake_model_dir) as eng:
             texts = [eng.generate(prompt="a", sampling_params={"max_new_tokens": 2})["text"]]
             texts.append(
                 (await eng.async_generate(prompt="b", sampling_params={"max_new_tokens": 3}))["text"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -16,8 +17,11 @@ from sglang_v4.sampling.sampling_params import SamplingParams
 
 __all__ = [
     "compute_logprobs",
+    "drop_nan",
     "finite_limit",
+    "finite_limit_",
     "scale_by_temperature",
+    "scale_by_temperature_",
     "logprobs_for_tokens",
     "token_logprobs",
     "token_ranks",
@@ -55,6 +59,61 @@ def topk_low_id_ties(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     return x.gather(-1, idx), idx
 
 
+_INF = float("inf")
+
+
+def drop_nan(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with NaN entries replaced by ``-inf`` (``+inf`` / ``-inf`` kept), in a new tensor: one
+    element-wise pass (``torch.nan_to_num``). A NaN logit then has probability 0.
+
+    Args:
+        x: ``[..., V]`` float tensor. Not modified.
+
+    Returns:
+        ``[..., V]`` tensor of ``x.dtype`` without NaN.
+    """
+    return torch.nan_to_num(x, nan=-_INF, posinf=_INF, neginf=-_INF)
+
+
+def _kernels(x: torch.Tensor) -> Any:
+    """``sgl_kernel_v4.triton.sampling`` (two launches: two passes over ``[B, V]``) when ``x`` is a
+    ``[B, V]`` float32 CUDA tensor with a contiguous last dim and the Triton path is on
+    (``sgl_kernel_v4.ops.triton_enabled``: ``SGLANG_V4_DISABLE_TRITON``), else ``None`` (the torch
+    path of this module, the CPU and reference path; bit for bit the same results)."""
+    if not x.is_cuda or x.dim() != 2 or x.dtype != torch.float32 or x.stride(-1) != 1:
+        return None
+    from sgl_kernel_v4 import ops
+
+    if not ops.triton_enabled():
+        return None
+    from sgl_kernel_v4.triton import sampling
+
+    return sampling
+
+
+def _shift_(y: torch.Tensor, shift: torch.Tensor, temps: torch.Tensor | None = None) -> torch.Tensor:
+    """In place ``y = (y - shift) / temps`` with NaN results (``inf - inf``) made 0: two or three
+    element-wise passes over ``y`` (sub, optional div, ``nan_to_num_``). ``shift`` is ``[..., 1]``
+    and ``y`` has no NaN; ``+inf`` results cannot occur (``y <= shift`` or ``shift = 0`` on a row
+    without ``+inf``)."""
+    y.sub_(shift)
+    if temps is not None:
+        y.div_(temps)
+    return torch.nan_to_num_(y, nan=0.0, posinf=_INF, neginf=-_INF)
+
+
+def finite_limit_(y: torch.Tensor) -> torch.Tensor:
+    """:func:`finite_limit` of a NaN-free ``y`` (e.g. :func:`drop_nan`'s result), in place: three
+    passes over ``y`` (``amax`` reads it; sub and ``nan_to_num_`` read and write it; on CUDA one
+    Triton launch, two passes). Returns ``y``.
+    """
+    k = _kernels(y)
+    if k is not None:
+        return k.finite_limit(y, out=y)
+    m = y.amax(dim=-1, keepdim=True)
+    return _shift_(y, torch.where(m == _INF, m, torch.zeros_like(m)))
+
+
 def finite_limit(x: torch.Tensor) -> torch.Tensor:
     """Logits with the non-finite entries a model can emit (a bf16/fp16 overflow, a bad kernel)
     replaced by the limit of the softmax over them, so that neither the sampler nor the logprobs
@@ -67,8 +126,15 @@ def finite_limit(x: torch.Tensor) -> torch.Tensor:
       ``-log(count)``; ``softmax`` itself gives NaN there). ``torch.argmax`` (greedy) picks the
       first ``+inf`` token, which this keeps.
 
-    A row with no finite or ``+inf`` entry stays all ``-inf`` (it has no distribution). No host
-    synchronisation.
+    A row with no finite or ``+inf`` entry stays all ``-inf`` (it has no distribution). Other
+    entries are returned bit for bit (``-0.0`` included). No host synchronisation.
+
+    Cost: four element-wise passes over ``[..., V]`` (``nan_to_num``, ``amax`` (read only), a
+    subtraction of the per-row shift ``+inf`` or 0, ``nan_to_num_`` turning the ``inf - inf`` of the
+    ``+inf`` entries into 0), with no data-dependent branch: the rows with ``+inf`` are handled by
+    the same arithmetic as the others. A ``[B, V]`` float32 CUDA tensor takes two Triton launches
+    instead (:mod:`sgl_kernel_v4.triton.sampling`: two passes, the maximum then the result; the
+    same values bit for bit).
 
     Args:
         x: ``[..., V]`` float logits (or logits divided by the temperature). Not modified.
@@ -76,11 +142,21 @@ def finite_limit(x: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[..., V]`` tensor of ``x.dtype``, with no NaN and no ``+inf``.
     """
-    x = x.masked_fill(torch.isnan(x), float("-inf"))
-    pinf = torch.isposinf(x)
-    has_pinf = pinf.any(dim=-1, keepdim=True)
-    limit = torch.zeros_like(x).masked_fill_(~pinf, float("-inf"))
-    return torch.where(has_pinf, limit, x)
+    k = _kernels(x)
+    if k is not None:
+        return k.finite_limit(x)
+    return finite_limit_(drop_nan(x))
+
+
+def scale_by_temperature_(y: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
+    """:func:`scale_by_temperature` of a NaN-free ``y`` (e.g. :func:`drop_nan`'s result), in
+    place: four passes over ``y`` (``amax`` reads it; sub, div and ``nan_to_num_`` read and write
+    it; on CUDA two Triton launches, two passes). Returns ``y``."""
+    k = _kernels(y)
+    if k is not None:
+        return k.scale_by_temperature(y, temps, out=y)
+    m = y.amax(dim=-1, keepdim=True)
+    return _shift_(y, torch.where(m == -_INF, torch.zeros_like(m), m), temps)
 
 
 def scale_by_temperature(z: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
@@ -90,17 +166,26 @@ def scale_by_temperature(z: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
     (which would make the row NaN; vllm-project/vllm#22180, #890). Values far below the maximum
     may become ``-inf`` (their float64 probability is below float32's range anyway).
 
+    The shift is the row maximum over the non-NaN entries: a finite maximum gives ``(z - m) / T``;
+    ``+inf`` gives ``inf - inf = NaN`` at the ``+inf`` entries, made 0, and ``-inf`` elsewhere
+    (:func:`finite_limit`'s limit); a row with nothing above ``-inf`` is shifted by 0 (stays
+    ``-inf``). Cost: five element-wise passes over ``[B, V]`` (``nan_to_num`` of the NaN, ``amax``
+    (read only), sub, div, ``nan_to_num_``), no host synchronisation; callers whose rows carry no
+    NaN use :func:`scale_by_temperature_` (four, in place). On CUDA (float32, last dim contiguous,
+    Triton enabled) two launches of :mod:`sgl_kernel_v4.triton.sampling` do it all in two passes
+    (the row maximum, then the result), bit for bit the same values.
+
     Args:
-        z: ``[B, V]`` float32 logits (penalties applied).
+        z: ``[B, V]`` float32 logits (penalties applied). Not modified.
         temps: ``[B, 1]`` float32 positive temperatures.
 
     Returns:
-        ``[B, V]`` float32 with the row maximum at 0, no NaN and no ``+inf``.
+        ``[B, V]`` float32 with the row maximum at 0 (or all ``-inf``), no NaN and no ``+inf``.
     """
-    z = finite_limit(z)
-    m = z.amax(dim=-1, keepdim=True)
-    m = m.masked_fill(~torch.isfinite(m), 0.0)  # a row with no finite entry stays as it is
-    return (z - m) / temps
+    k = _kernels(z)
+    if k is not None:
+        return k.scale_by_temperature(z, temps)
+    return scale_by_temperature_(drop_nan(z), temps)
 
 
 def unconstrained_logprobs(
@@ -135,7 +220,7 @@ def unconstrained_logprobs(
     Raises:
         ValueError: batch-size mismatch among the arguments.
     """
-    z = logits.detach().to(torch.float32).clone()
+    z = drop_nan(logits.detach().to(torch.float32))  # a new tensor: penalised in place
     bare = [
         dataclasses.replace(
             p,
@@ -150,9 +235,9 @@ def unconstrained_logprobs(
     temps = [1.0 if p.is_greedy else p.temperature for p in params]
     if any(t != 1.0 for t in temps):
         return torch.log_softmax(
-            scale_by_temperature(z, device_tensor(temps, torch.float32, z.device).unsqueeze(1)), dim=-1
+            scale_by_temperature_(z, device_tensor(temps, torch.float32, z.device).unsqueeze(1)), dim=-1
         )
-    return torch.log_softmax(finite_limit(z), dim=-1)
+    return torch.log_softmax(finite_limit_(z), dim=-1)
 
 
 def compute_logprobs(logits: torch.Tensor) -> torch.Tensor:

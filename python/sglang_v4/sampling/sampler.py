@@ -31,7 +31,11 @@ Non-finite logits (:func:`~sglang_v4.sampling.logprobs.finite_limit`): a NaN log
 picked and gets logprob ``-inf``; ``+inf`` logits share the whole
 probability. Without this, one NaN or ``+inf`` made the softmax NaN and every sampled row token 0.
 ``z / T`` is computed after shifting each row by its maximum, so a tiny temperature cannot
-overflow a large finite logit to ``+inf``.
+overflow a large finite logit to ``+inf``. Cost on the decode path (all rows sampled, no
+logprobs): one pass over ``[B, V]`` makes the float32 copy without NaN that the penalties then
+edit in place, and the shift / temperature / ``+inf`` limit takes four more on that copy
+(``amax``, sub, div, ``nan_to_num_``), with no host synchronisation; on CUDA those four are two
+Triton launches (:mod:`sgl_kernel_v4.triton.sampling`: two passes, bit for bit the same values).
 
 The logprob helpers (a forced row's output logprobs, top-k, ranks, prompt logprobs) live in
 :mod:`sglang_v4.sampling.logprobs`; this module re-exports them and the penalty functions.
@@ -47,9 +51,10 @@ import torch
 
 from sglang_v4.sampling.logprobs import (
     compute_logprobs,
-    finite_limit,
+    drop_nan,
+    finite_limit_,
     logprobs_for_tokens,
-    scale_by_temperature,
+    scale_by_temperature_,
     token_logprobs,
     token_ranks,
     top_logprobs,
@@ -189,11 +194,11 @@ def sample(
     if plain_greedy and (grammars is None or grammars.count(None) == len(grammars)):
         if len(params) != bsz:
             raise ValueError(f"batch mismatch: logits has {bsz} rows, params {len(params)}")
-        z = logits.detach().to(torch.float32)  # not modified: no copy
-        out = torch.argmax(z.masked_fill(torch.isnan(z), float("-inf")), dim=-1)
-        return (out, torch.log_softmax(finite_limit(z), dim=-1)) if return_logprobs else out
-    z = logits.detach().to(torch.float32).clone()
-    z.masked_fill_(torch.isnan(z), float("-inf"))  # a NaN logit is never picked (finite_limit)
+        z = drop_nan(logits.detach().to(torch.float32))  # a NaN logit is never picked
+        out = torch.argmax(z, dim=-1)
+        return (out, torch.log_softmax(finite_limit_(z), dim=-1)) if return_logprobs else out
+    # a new tensor (penalised in place) without NaN: a NaN logit is never picked (finite_limit)
+    z = drop_nan(logits.detach().to(torch.float32))
     apply_penalties(z, params, output_ids, prompt_ids, eos_token_ids, penalty_cache, rids, output_lens)
     if grammars is not None and any(g is not None for g in grammars):
         from sglang_v4.sampling.grammar import apply_grammar_masks
@@ -225,21 +230,25 @@ def sample(
     greedy = [p.is_greedy for p in params]
     rows = [] if all(greedy) else [i for i, g in enumerate(greedy) if not g]
     out = torch.argmax(z, dim=-1)
+    # From here z (NaN-free, our own copy) is only read through `scaled` / `sub`, which reuse it in
+    # place (scale_by_temperature_ / finite_limit_: four / three passes over it, no copy).
     if rows:  # greedy rows use temperature 1 (dividing by it is exact: skipped when all are greedy)
         temps = device_tensor(
             [1.0 if g else p.temperature for p, g in zip(params, greedy)], torch.float32, dev
         ).unsqueeze(1)
-        scaled = scale_by_temperature(z, temps) if return_logprobs else None
+        scaled = scale_by_temperature_(z, temps) if return_logprobs else None
     else:
-        scaled = finite_limit(z) if return_logprobs else None
+        scaled = finite_limit_(z) if return_logprobs else None
     logprobs = torch.log_softmax(scaled, dim=-1) if scaled is not None else None
 
     if rows:
+        all_rows = len(rows) == bsz
         ridx = device_tensor(rows, torch.long, dev)
-        # z / T overflows to +inf for a tiny T: scale_by_temperature shifts by the row max first
-        sub = (
-            scaled.index_select(0, ridx) if scaled is not None else scale_by_temperature(z[ridx], temps[ridx])
-        )
+        # z / T overflows to +inf for a tiny T: scale_by_temperature_ shifts by the row max first
+        if scaled is not None:
+            sub = scaled if all_rows else scaled.index_select(0, ridx)
+        else:
+            sub = scale_by_temperature_(z if all_rows else z[ridx], temps if all_rows else temps[ridx])
         probs = torch.softmax(sub, dim=-1)
         probs = filter_probs(probs, [params[i] for i in rows])
 
