@@ -1,0 +1,204 @@
+"""Public bug reports (round eighteen) of the scheduler, the paged radix prefix cache and the
+offline Engine API, replayed against sglang-v4.
+
+The scheduler / cache tests drive in-process schedulers on the ``sched_model_dir`` checkpoint
+(``scheduler_testutil``). Oracles: the cold run of the same request (radix cache flushed before
+and after) for output tokens; the prompt length for ``cached_tokens`` (whole 256-token blocks
+short of the last prompt token) and for page counts; the allocators' counts after a flush
+(``assert_idle``) for leaks. The Engine tests run the real processes on the model-free
+``FakeScheduler`` (``shared_fake_engine``): expected texts come from ``transformers.AutoTokenizer``
+on the same tokenizer files (``fake_output_text``) and prompt token counts from that tokenizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from dsv4_testutil import random_ids
+from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, submit
+from server_fixture import fake_output_text, hf_auto_tokenizer
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _cold(s: Any, rid: str, ids: list[int], n: int, **kw: Any) -> dict:
+    """``ids`` run on an empty radix cache (the oracle), the cache flushed again after."""
+    assert s.flush_cache()
+    res = run_one(s, rid, ids, n, **kw)
+    assert res["cached"] == 0
+    assert s.flush_cache()
+    return res
+
+
+def _whole_blocks_before_last(n_tokens: int) -> int:
+    """Tokens of the longest hit a prompt of ``n_tokens`` can get: whole 256-token blocks short of
+    its last token (that one is always computed: its logits sample the first output)."""
+    return (n_tokens - 1) // PAGE * PAGE
+
+
+@pytest.fixture(scope="module")
+def chunked(sched_model_dir: str):  # noqa: ANN201 - a Scheduler
+    """A 16-block pool, prefill chunked at 256 tokens."""
+    return make_scheduler(sched_model_dir, max_total_tokens=16 * PAGE, chunked_prefill_size=PAGE)
+
+
+# --- chunked prefill and the prefix cache --------------------------------------------------------
+
+
+def test_chunked_prefill_counts_no_hit_cold_and_reuses_every_chunk_warm(chunked: Any) -> None:
+    """sgl-project/sglang#2555 (the chunks a chunked prefill had put into the radix cache counted
+    as cache hits of that same request) and ai-dynamo/dynamo#13188 (a prompt longer than the chunk
+    reused at most one chunk of a cached prefix): a 700-token prompt prefilled in 256-token chunks
+    reports 0 cached tokens cold (and the cache statistics count no hit), and sent again hits
+    every whole block short of its last token (512), past the first chunk, with the cold tokens."""
+    ids = random_ids(700, seed=1800)
+    assert chunked.flush_cache()
+    before = chunked.tree_cache.stats()["hit_tokens"]
+    first = run_one(chunked, "first", ids, 4)
+    assert first["cached"] == 0
+    assert chunked.tree_cache.stats()["hit_tokens"] == before
+    again = run_one(chunked, "again", ids, 4)
+    assert again["cached"] == _whole_blocks_before_last(len(ids)) == 2 * PAGE
+    assert chunked.tree_cache.stats()["hit_tokens"] == before + 2 * PAGE
+    assert again["ids"] == first["ids"]
+    assert_idle(chunked)
+
+
+@pytest.mark.parametrize("length", [2 * PAGE, 2 * PAGE + 1])
+def test_fully_cached_block_aligned_prompt_hits_the_same_every_time(chunked: Any, length: int) -> None:
+    """vllm-project/vllm#11186 (a prompt hit in full recomputed only its last token, so its last
+    block was cached the wrong way and later hits shrank): a prompt of exactly two blocks (and one
+    of two blocks and a token) sent three times hits 256 (resp. 512) tokens the second and third
+    time alike, with the cold tokens each time."""
+    ids = random_ids(length, seed=1810 + length)
+    cold = _cold(chunked, "cold", ids, 3)
+    runs = [run_one(chunked, f"r{i}", ids, 3) for i in range(3)]
+    hit = _whole_blocks_before_last(length)
+    assert [r["cached"] for r in runs] == [0, hit, hit]
+    assert all(r["ids"] == cold["ids"] for r in runs)
+    assert_idle(chunked)
+
+
+# --- aborts and the prefix cache -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_prompt_aborted_mid_chunked_prefill_then_resent_equals_cold(chunked: Any, steps: int) -> None:
+    """sgl-project/sglang#28374 (the KV of an aborted request was inserted into the prefix cache
+    and later requests reused it, possibly incomplete): a 700-token prompt aborted after 1 or 3
+    scheduler steps of its 256-token-chunk prefill (overlap scheduling: a chunk may still be in
+    flight), then sent again: the resent request's tokens equal the cold run's, it hits at most
+    the whole blocks the aborted one had completed, and no page is left in use."""
+    ids = random_ids(700, seed=1820)
+    cold = _cold(chunked, "cold", ids, 4)
+    submit(chunked, "aborted", ids, 4)
+    res: dict[str, dict] = {}
+    for _ in range(steps):
+        out = chunked.step()
+        for rid in out.rids if out else []:
+            res.setdefault(rid, {})
+    chunked.abort_request("aborted")
+    drain(chunked, res)
+    again = run_one(chunked, "again", ids, 4)
+    assert again["ids"] == cold["ids"]
+    assert again["cached"] in (0, PAGE, 2 * PAGE)
+    assert_idle(chunked)
+
+
+def test_request_aborted_mid_decode_then_resent_equals_cold(chunked: Any) -> None:
+    """sgl-project/sglang#28374, mid-decode: a 500-token prompt aborted after a few decode steps;
+    the prompt sent again (and one extending it by its first output tokens) gives the cold
+    tokens, and after a flush every page is free."""
+    ids = random_ids(500, seed=1830)
+    cold = _cold(chunked, "cold", ids, 8)
+    submit(chunked, "aborted", ids, 40)
+    for _ in range(6):
+        chunked.step()
+    chunked.abort_request("aborted")
+    drain(chunked)
+    again = run_one(chunked, "again", ids, 8)
+    assert again["ids"] == cold["ids"]
+    assert again["cached"] == PAGE
+    longer = ids + cold["ids"][:4]
+    assert run_one(chunked, "longer", longer, 4)["ids"] == _cold(chunked, "cold-longer", longer, 4)["ids"]
+    assert_idle(chunked)
+
+
+# --- retraction ----------------------------------------------------------------------------------
+
+
+def _retracting_round(sched_model_dir: str, stream: bool) -> tuple[Any, dict[str, dict], list[list[int]]]:
+    """Three distinct 490-token prompts decoding 30 tokens each on a 5-block pool: each needs a
+    third block at token 512, so the pool runs out and requests are retracted and resumed."""
+    s = make_scheduler(sched_model_dir, max_total_tokens=5 * PAGE, chunked_prefill_size=-1)
+    prompts = [random_ids(490, seed=1840 + i) for i in range(3)]
+    for i, p in enumerate(prompts):
+        submit(s, f"r{i}", p, 30, stream=stream)
+    got = drain(s)
+    assert s.num_retractions > 0
+    return s, got, prompts
+
+
+@pytest.mark.slow
+def test_stream_of_a_retracted_request_is_its_cold_output_once(sched_model_dir: str) -> None:
+    """sgl-project/sglang#39645 (a retracted request's stream restarted its generation but kept
+    its stream offset: the client got the first generation's head spliced onto the second's tail)
+    and vllm-project/vllm#25780 (tokens recomputed after a preemption counted as prefix-cache
+    hits): under KV pressure the streamed chunks of each retracted request, concatenated, are its
+    final output and its cold output, each token once; the cache statistics count no hit."""
+    s, got, prompts = _retracting_round(sched_model_dir, stream=True)
+    assert s.tree_cache.stats()["hit_tokens"] == 0
+    for i, p in enumerate(prompts):
+        r = got[f"r{i}"]
+        streamed = [t for c in r["chunks"] for t in c]
+        assert streamed == r["ids"], i
+        assert r["ids"] == _cold(s, f"cold{i}", p, 30)["ids"], i
+    assert_idle(s)
+
+
+# --- Engine API ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hf_tok() -> Any:
+    """``AutoTokenizer`` on the test tokenizer files (``server_fixture.hf_auto_tokenizer``)."""
+    return hf_auto_tokenizer()
+
+
+def test_engine_batch_outputs_follow_input_order_when_they_finish_out_of_order(
+    shared_fake_engine: Any, hf_tok: Any
+) -> None:
+    """vllm-project/vllm#394 (``LLM.generate`` on a list returned the outputs in completion
+    order, not input order): a batch whose first prompt asks the most tokens (it finishes last)
+    answers, item by item, its own prompt's token count and its own output length."""
+    prompts = ["a", "one two three", "the quick brown fox jumps over", "x y"]
+    lens = [9, 1, 5, 3]
+    outs = shared_fake_engine.generate(
+        prompt=prompts, sampling_params=[{"max_new_tokens": n} for n in lens]
+    )
+    assert [o["meta_info"]["prompt_tokens"] for o in outs] == [
+        len(hf_tok(p, add_special_tokens=True)["input_ids"]) for p in prompts
+    ]
+    assert [o["text"] for o in outs] == [fake_output_text(hf_tok, n) for n in lens]
+    assert [o["meta_info"]["completion_tokens"] for o in outs] == lens
+
+
+def test_engine_async_batch_with_n_samples_returns_every_sample(shared_fake_engine: Any, hf_tok: Any) -> None:
+    """vllm-project/vllm#24029 (with ``n > 1`` the async engine's outputs missed responses): an
+    ``async_generate`` batch of 3 prompts with ``n = 3`` answers 9 outputs, the 3 samples of each
+    prompt together in prompt order (SGLang's layout), each complete, with distinct ids."""
+    prompts = ["hello", "hello there my friend", "a b c d e f g h"]
+
+    async def run() -> Any:
+        return await shared_fake_engine.async_generate(
+            prompt=prompts, sampling_params={"max_new_tokens": 4, "n": 3}
+        )
+
+    outs = asyncio.run(run())
+    assert len(outs) == 9
+    counts = [len(hf_tok(p, add_special_tokens=True)["input_ids"]) for p in prompts]
+    assert [o["meta_info"]["prompt_tokens"] for o in outs] == [c for c in counts for _ in range(3)]
+    assert all(o["text"] == fake_output_text(hf_tok, 4) for o in outs)
+    assert len({o["meta_info"]["id"] for o in outs}) == 9
