@@ -202,3 +202,54 @@ def test_engine_async_batch_with_n_samples_returns_every_sample(shared_fake_engi
     assert [o["meta_info"]["prompt_tokens"] for o in outs] == [c for c in counts for _ in range(3)]
     assert all(o["text"] == fake_output_text(hf_tok, 4) for o in outs)
     assert len({o["meta_info"]["id"] for o in outs}) == 9
+
+
+# --- priority scheduling -------------------------------------------------------------------------
+
+
+def _finish_order(s: Any, results: dict[str, dict], steps: int | None = None) -> list[str]:
+    """Step ``s`` until idle (or ``steps`` times), collecting outputs into ``results``; the rids
+    that finished, in finishing order."""
+    order: list[str] = []
+    for k in range(20_000):
+        if not s.has_work() or k == steps:
+            return order
+        out = s.step()
+        for i, rid in enumerate(out.rids if out else []):
+            r = results.setdefault(rid, {"ids": []})
+            r["ids"] += out.output_ids[i]
+            r["cached"] = out.cached_tokens[i]
+            if out.finished_reasons[i] is not None:
+                r["finish"] = out.finished_reasons[i]
+                order.append(rid)
+    raise AssertionError("scheduler did not finish")
+
+
+def test_priority_preemption_at_the_running_cap_and_readmission_before_newer_equals(
+    sched_model_dir: str,
+) -> None:
+    """vllm-project/vllm#54530 (with the running queue full, a waiting request of higher
+    priority never displaced a running one of lower priority) and vllm-project/vllm#41951 (a
+    preempted request lost its place: newer requests of its priority were admitted first and it
+    recomputed later): with ``--enable-priority-scheduling``, ``--max-running-requests 1``, a
+    running request A (priority 0), a newer B (priority 0) queued, then C (priority 20, past the
+    default preemption threshold of 10): C preempts A at the cap, then A resumes before B. Finishing order C, A, B, every output its
+    cold output, no page left in use."""
+    s = make_scheduler(
+        sched_model_dir,
+        max_total_tokens=16 * PAGE,
+        max_running_requests=1,
+        enable_priority_scheduling=True,
+    )
+    prompts = {rid: random_ids(40, seed=1850 + i) for i, rid in enumerate("ABC")}
+    cold = {rid: _cold(s, f"cold-{rid}", p, 12)["ids"] for rid, p in prompts.items()}
+    res: dict[str, dict] = {}
+    submit(s, "A", prompts["A"], 12, priority=0)
+    order = _finish_order(s, res, steps=3)
+    submit(s, "B", prompts["B"], 12, priority=0)
+    submit(s, "C", prompts["C"], 12, priority=20)
+    order += _finish_order(s, res)
+    assert s.num_retractions == 1
+    assert order == ["C", "A", "B"]
+    assert {rid: r["ids"] for rid, r in res.items()} == cold
+    assert_idle(s)
