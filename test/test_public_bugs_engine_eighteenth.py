@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from dsv4_testutil import random_ids
-from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, submit
+from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, submit, write_sched_model
 from server_fixture import fake_output_text, hf_auto_tokenizer
 
 pytestmark = pytest.mark.timeout(300)
@@ -175,9 +175,7 @@ def test_engine_batch_outputs_follow_input_order_when_they_finish_out_of_order(
     answers, item by item, its own prompt's token count and its own output length."""
     prompts = ["a", "one two three", "the quick brown fox jumps over", "x y"]
     lens = [9, 1, 5, 3]
-    outs = shared_fake_engine.generate(
-        prompt=prompts, sampling_params=[{"max_new_tokens": n} for n in lens]
-    )
+    outs = shared_fake_engine.generate(prompt=prompts, sampling_params=[{"max_new_tokens": n} for n in lens])
     assert [o["meta_info"]["prompt_tokens"] for o in outs] == [
         len(hf_tok(p, add_special_tokens=True)["input_ids"]) for p in prompts
     ]
@@ -252,4 +250,31 @@ def test_priority_preemption_at_the_running_cap_and_readmission_before_newer_equ
     assert s.num_retractions == 1
     assert order == ["C", "A", "B"]
     assert {rid: r["ids"] for rid, r in res.items()} == cold
+    assert_idle(s)
+
+
+# --- weight updates and the prefix cache ---------------------------------------------------------
+
+
+def test_weight_update_invalidates_the_prefix_cache(
+    sched_model_dir: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """InternLM/lmdeploy#4917 (a hot weight update left the prefix cache in place: hits reused KV
+    computed with the old weights, wrong outputs, ``cached_tokens`` still reported) and
+    sgl-project/sglang#15246 (gibberish after resuming and updating the weights: the cached KV
+    was not invalidated): a 300-token prompt is cached, the weights are reloaded from another
+    checkpoint, and the same prompt then hits nothing and gives the tokens of a scheduler built
+    cold on the new checkpoint."""
+    new_dir = write_sched_model(tmp_path_factory, seed=18, name="sched_model_new")
+    ids = random_ids(300, seed=1860)
+    s = make_scheduler(sched_model_dir, max_total_tokens=8 * PAGE)
+    old = run_one(s, "old", ids, 6)
+    assert run_one(s, "old-again", ids, 6)["cached"] == PAGE
+    ok, message = s.update_weights_from_disk(new_dir)
+    assert ok, message
+    after = run_one(s, "after", ids, 6)
+    fresh = run_one(make_scheduler(new_dir, max_total_tokens=8 * PAGE), "fresh", ids, 6)
+    assert after["cached"] == 0
+    assert after["ids"] == fresh["ids"] != old["ids"]
+    assert run_one(s, "after-again", ids, 6)["ids"] == fresh["ids"]
     assert_idle(s)
