@@ -278,3 +278,56 @@ def test_weight_update_invalidates_the_prefix_cache(
     assert after["ids"] == fresh["ids"] != old["ids"]
     assert run_one(s, "after-again", ids, 6)["ids"] == fresh["ids"]
     assert_idle(s)
+
+
+# --- pages under pressure, duplicate blocks, short requests --------------------------------------
+
+
+def test_two_long_chunked_prompts_on_a_pool_too_small_for_both_do_not_thrash(sched_model_dir: str) -> None:
+    """vllm-project/vllm#21809 (a request whose chunked prefill was admitted against the next
+    chunk only was preempted once the pool filled, readmitted the same way and preempted again, in
+    a loop): two 700-token prompts asking 20 tokens need 3 blocks each (720 tokens), 6 blocks on a
+    5-block pool, prefill chunked at 256: both complete with their cold tokens, with at most one
+    retraction, and every page comes back."""
+    s = make_scheduler(sched_model_dir, max_total_tokens=5 * PAGE, chunked_prefill_size=PAGE)
+    prompts = [random_ids(700, seed=1870 + i) for i in range(2)]
+    assert -(-(700 + 20) // PAGE) * 2 > 5
+    cold = [_cold(s, f"cold{i}", p, 20)["ids"] for i, p in enumerate(prompts)]
+    for i, p in enumerate(prompts):
+        submit(s, f"r{i}", p, 20)
+    got = drain(s)
+    assert [got[f"r{i}"]["ids"] for i in range(2)] == cold
+    assert s.num_retractions <= 1
+    assert_idle(s)
+
+
+def test_concurrent_identical_prompts_share_blocks_and_equal_cold(chunked: Any) -> None:
+    """sgl-project/mini-sglang#142 (when an unfinished request's blocks were already in the radix
+    cache, its duplicate pages were freed while its page table still pointed at them; decode read
+    pages reused by others): the same 700-token prompt sent twice at once, prefill chunked at
+    256: the second waits for the first block, hits it (256 cached tokens), computes the second
+    block alongside the first request and swaps its copy for the cached one; both give the cold
+    tokens, and after a flush every page is free."""
+    ids = random_ids(700, seed=1880)
+    cold = _cold(chunked, "cold", ids, 10)
+    submit(chunked, "A", ids, 10)
+    submit(chunked, "B", ids, 10)
+    got = drain(chunked)
+    assert (got["A"]["cached"], got["B"]["cached"]) == (0, PAGE)
+    assert got["A"]["ids"] == got["B"]["ids"] == cold["ids"]
+    assert_idle(chunked)
+
+
+def test_requests_shorter_than_a_block_leave_no_lock_on_the_tree(chunked: Any) -> None:
+    """sgl-project/sglang#38191 (a finished request that completed no block inserted an empty key
+    and pointed its last node at the root, a node it held no lock on): requests of 1, 100 and 255
+    tokens (one of them twice, one cut at 0 new tokens) finish, the tree holds no block and can
+    be flushed, and every page is free."""
+    assert chunked.flush_cache()
+    hits = chunked.tree_cache.stats()["hit_tokens"]
+    for n, new in ((1, 3), (100, 3), (100, 3), (255, 0)):
+        res = run_one(chunked, f"short{n}-{new}", random_ids(n, seed=1890 + n), new)
+        assert res["cached"] == 0 and len(res["ids"]) == new
+    assert chunked.tree_cache.stats()["hit_tokens"] == hits
+    assert chunked.cache_manager.kv_block_counts()[1] == 0
+    assert_idle(chunked)
