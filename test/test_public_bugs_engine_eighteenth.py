@@ -331,3 +331,49 @@ def test_requests_shorter_than_a_block_leave_no_lock_on_the_tree(chunked: Any) -
     assert chunked.tree_cache.stats()["hit_tokens"] == hits
     assert chunked.cache_manager.kv_block_counts()[1] == 0
     assert_idle(chunked)
+
+
+def _steps(s: Any, res: dict[str, dict], k: int) -> None:
+    """``k`` scheduler steps, their outputs accumulated into ``res`` as ``drain`` does."""
+    for _ in range(k):
+        out = s.step()
+        for i, rid in enumerate(out.rids if out else []):
+            r = res.setdefault(rid, {"ids": [], "lp": [], "in_lp": [], "chunks": []})
+            r["ids"] += out.output_ids[i]
+            r["lp"] += out.output_token_logprobs_val[i]
+            r["in_lp"] += out.input_token_logprobs_val[i]
+            r["chunks"].append(list(out.output_ids[i]))
+
+
+def _close(a: list[Any], b: list[Any]) -> bool:
+    """Two logprob lists of the same length agreeing within 1e-4 (``None`` only where the other
+    is ``None``)."""
+    return len(a) == len(b) and all(
+        (x is None and y is None) or (x is not None and y is not None and abs(x - y) < 1e-4)
+        for x, y in zip(a, b)
+    )
+
+
+def test_prompt_logprobs_of_a_chunked_prefill_retracted_midway_equal_cold(chunked: Any) -> None:
+    """vllm-project/vllm#29071 (a request with prompt logprobs preempted during its chunked
+    prefill returned wrong or missing prompt logprobs: the chunks computed before the preemption
+    were dropped or counted twice) and vllm-project/vllm#16832 (the output of a request preempted
+    for recompute was incomplete): a 600-token prompt with prompt logprobs from position 0,
+    prefilled in 256-token chunks, is retracted after its first chunk (``/pause_generation`` mode
+    ``retract``); its prompt logprobs (600 entries, the first ``None``), output tokens and output
+    logprobs equal the cold run's."""
+    ids = random_ids(600, seed=1895)
+    kw = {"return_logprob": True, "logprob_start_len": 0}
+    cold = _cold(chunked, "cold", ids, 6, **kw)
+    assert len(cold["in_lp"]) == len(ids) and cold["in_lp"][0] is None
+    submit(chunked, "r", ids, 6, **kw)
+    res: dict[str, dict] = {}
+    _steps(chunked, res, 2)
+    before = chunked.num_retractions
+    chunked.retract_all()
+    assert chunked.num_retractions == before + 1
+    got = drain(chunked, res)["r"]
+    assert got["ids"] == cold["ids"]
+    assert _close(got["in_lp"], cold["in_lp"])
+    assert _close(got["lp"], cold["lp"])
+    assert_idle(chunked)
