@@ -108,10 +108,10 @@ def test_prompt_aborted_mid_chunked_prefill_then_resent_equals_cold(chunked: Any
 
 
 def test_request_aborted_mid_decode_then_resent_equals_cold(chunked: Any) -> None:
-    """sgl-project/sglang#28374, mid-decode: a 500-token prompt aborted after a few decode steps;
+    """sgl-project/sglang#28374, mid-decode: a 300-token prompt aborted after a few decode steps;
     the prompt sent again (and one extending it by its first output tokens) gives the cold
     tokens, and after a flush every page is free."""
-    ids = random_ids(500, seed=1830)
+    ids = random_ids(300, seed=1830)
     cold = _cold(chunked, "cold", ids, 8)
     submit(chunked, "aborted", ids, 40)
     for _ in range(6):
@@ -286,12 +286,12 @@ def test_weight_update_invalidates_the_prefix_cache(
 def test_two_long_chunked_prompts_on_a_pool_too_small_for_both_do_not_thrash(sched_model_dir: str) -> None:
     """vllm-project/vllm#21809 (a request whose chunked prefill was admitted against the next
     chunk only was preempted once the pool filled, readmitted the same way and preempted again, in
-    a loop): two 700-token prompts asking 20 tokens need 3 blocks each (720 tokens), 6 blocks on a
-    5-block pool, prefill chunked at 256: both complete with their cold tokens, with at most one
+    a loop): two 300-token prompts asking 20 tokens need 2 blocks each (320 tokens), 4 blocks on a
+    3-block pool, prefill chunked at 256: both complete with their cold tokens, with at most one
     retraction, and every page comes back."""
-    s = make_scheduler(sched_model_dir, max_total_tokens=5 * PAGE, chunked_prefill_size=PAGE)
-    prompts = [random_ids(700, seed=1870 + i) for i in range(2)]
-    assert -(-(700 + 20) // PAGE) * 2 > 5
+    s = make_scheduler(sched_model_dir, max_total_tokens=3 * PAGE, chunked_prefill_size=PAGE)
+    prompts = [random_ids(300, seed=1870 + i) for i in range(2)]
+    assert -(-(300 + 20) // PAGE) * 2 > 3
     cold = [_cold(s, f"cold{i}", p, 20)["ids"] for i, p in enumerate(prompts)]
     for i, p in enumerate(prompts):
         submit(s, f"r{i}", p, 20)
@@ -377,3 +377,27 @@ def test_prompt_logprobs_of_a_chunked_prefill_retracted_midway_equal_cold(chunke
     assert _close(got["in_lp"], cold["in_lp"])
     assert _close(got["lp"], cold["lp"])
     assert_idle(chunked)
+
+
+def test_requests_deferred_for_a_shared_prefix_do_not_stall_admission_at_the_running_cap(
+    sched_model_dir: str,
+) -> None:
+    """vllm-project/vllm#53130 (once running plus deferred ("skipped waiting") requests reached
+    ``max_num_seqs`` the scheduler never admitted another request, while the KV cache was mostly
+    free): with ``--max-running-requests 2``, four copies of one 300-token prompt (the later
+    copies wait for its first block to be cached) queued between two distinct prompts: all six
+    finish with their cold tokens, each later copy hitting the whole block (256 tokens)."""
+    s = make_scheduler(sched_model_dir, max_total_tokens=16 * PAGE, max_running_requests=2)
+    shared = random_ids(300, seed=1900)
+    others = [random_ids(300, seed=1901 + i) for i in range(2)]
+    cold_shared = _cold(s, "cold-shared", shared, 4)["ids"]
+    cold_others = [_cold(s, f"cold-o{i}", p, 4)["ids"] for i, p in enumerate(others)]
+    submit(s, "o0", others[0], 4)
+    for i in range(4):
+        submit(s, f"s{i}", shared, 4)
+    submit(s, "o1", others[1], 4)
+    got = drain(s)
+    assert [got[f"o{i}"]["ids"] for i in range(2)] == cold_others
+    assert all(got[f"s{i}"]["ids"] == cold_shared for i in range(4))
+    assert sorted(got[f"s{i}"]["cached"] for i in range(4)) == [0, PAGE, PAGE, PAGE]
+    assert_idle(s)
