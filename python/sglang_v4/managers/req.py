@@ -115,9 +115,10 @@ class Req:
     pending_input_logprobs: list[LogprobEntry] = field(default_factory=list)
     pending_output_logprobs: list[LogprobEntry] = field(default_factory=list)
     input_logprob_buffer: list[LogprobEntry] = field(default_factory=list)
-    #: The prompt's first ``page_size`` token ids when it is longer (set by the scheduler on
-    #: arrival): the key of in-batch prefix sharing (``Scheduler._add_prefill_reqs``).
-    first_block: tuple[int, ...] | RadixKey | None = field(init=False, default=None)
+    #: Chained hashes of the prompt's whole ``page_size`` blocks in its cache namespace (set by
+    #: the scheduler on arrival when the radix cache is on; ``prefix_sharing.prompt_block_hashes``):
+    #: the keys of in-batch prefix sharing (``Scheduler._add_prefill_reqs``).
+    block_hashes: tuple[int, ...] = field(init=False, default=())
     #: Sampling reads the output history: repetition / frequency / presence penalties, or a bad
     #: word of two or more tokens (banned after its first tokens, ``sampling/token_masks.py``).
     penalised: bool = field(init=False, default=False)

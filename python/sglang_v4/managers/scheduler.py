@@ -70,6 +70,7 @@ from sglang_v4.managers.io_struct import (
     FinishReason,
     finish_abort,
 )
+from sglang_v4.managers.prefix_sharing import InflightPrefixIndex, prompt_still_prefilling
 from sglang_v4.managers.reasoning_tokens import reasoning_marker_ids
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.schedule_batch import FixedColumns, ScheduleBatch
@@ -434,21 +435,16 @@ class Scheduler(
         if not self.waiting or budget <= 0 or len(self.running) >= self.max_running_requests:
             return
         self._sort_waiting()
-        # in-batch prefix sharing: a queued request whose first block is the first block of a
-        # prompt that is being prefilled (not yet in the radix cache) waits until it is cached
-        inflight = self._uncached_first_blocks()
+        # in-batch prefix sharing (prefix_sharing.py): a queued request waits while a running
+        # request still prefilling shares more prompt blocks with it than are cached yet
+        inflight = None if self.tree_cache.disable else InflightPrefixIndex(self.running)
+        ps = self.page_size
         deferred: list[Req] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_running_requests:
             req = self.waiting[0]
             if req.num_future:
                 break
-            key = req.first_block
-            if (
-                inflight
-                and key is not None
-                and key in inflight
-                and self.cache_manager.prefix_match_len(key) < len(key)
-            ):
+            if inflight and inflight.holds(req, ps):
                 deferred.append(self.waiting.popleft())
                 continue
             if not self.cache_manager.match_prefix(req):
@@ -465,21 +461,9 @@ class Scheduler(
             self.running.append(req)
             budget -= end - req.num_computed
             batch.add(req, end)
-            if inflight is not None and key is not None and req.num_tree_blocks == 0:
-                inflight.add(key)
+            if inflight is not None and prompt_still_prefilling(req):
+                inflight.add(req)
         self.waiting.extendleft(reversed(deferred))
-
-    def _uncached_first_blocks(self) -> set[Any] | None:
-        """First blocks (``Req.first_block``) of running requests that have not put a block into
-        the radix cache yet and are still in their prefill or first output (after that their
-        blocks are in the tree, or never will be); None with the radix cache disabled."""
-        if self.tree_cache.disable:
-            return None
-        return {
-            r.first_block
-            for r in self.running
-            if r.first_block is not None and r.num_tree_blocks == 0 and len(r.output_ids) <= 1
-        }
 
     def _sort_waiting(self) -> None:
         """Order the queue by ``--schedule-policy`` (:mod:`sglang_v4.managers.schedule_policy`),

@@ -18,9 +18,9 @@ from sglang_v4.managers.io_struct import (
     TokenizedGenerateReqInput,
     finish_abort,
 )
+from sglang_v4.managers.prefix_sharing import prompt_block_hashes
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.schedule_policy import PRIORITY_DISABLED_MSG, request_priority
-from sglang_v4.mem_cache.radix_node import RadixKey
 from sglang_v4.sampling.stop_checker import stop_text_start
 from sglang_v4.sampling.thinking_budget import ThinkingBudgetState
 
@@ -109,9 +109,8 @@ class SchedulerIntakeMixin:
         req.stop_text_start = stop_text_start(req.output_ids, sp)
         req.plain_tokens = req.grammar is None and not req.has_text_stops
         req.stream_each = req.stream and not sp.stream_interval
-        ids, ps = req.origin_input_ids, self.page_size
-        first = tuple(ids[:ps]) if len(ids) > ps else None
-        req.first_block = RadixKey(first, req.extra_key) if first and req.extra_key else first
+        if not self.tree_cache.disable:
+            req.block_hashes = prompt_block_hashes(req.origin_input_ids, self.page_size, req.extra_key)
         req.arrival_prefill_tokens = self.prefill_tokens_done
         if self._defer_health_check(req) or self._queue_full_refuses(req):
             return
