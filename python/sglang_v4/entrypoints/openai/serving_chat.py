@@ -35,6 +35,8 @@ and the final chunk's ``finish_reason`` are those of the non-streamed response, 
 a call whose invoke then turned out malformed or was stopped inside went out already: a client
 folding the stream holds that call (arguments usually not JSON) where the non-streamed message has
 none, as with vLLM. Check ``finish_reason`` (``"tool_calls"``) before running calls.
+OpenAI's custom tools (``{"type": "custom", "custom": {...}}``, free-form ``input``) are served as
+function tools of one string parameter and answered as custom calls (:mod:`.chat_custom_tools`).
 The EOS token never appears in the text (even with ``skip_special_tokens: false``).
 
 Answer grammars with reasoning: in thinking mode a ``response_format`` (or SGLang's ``json_schema``
@@ -63,6 +65,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.chat_encoding import EOS
+from sglang_v4.entrypoints.openai.chat_custom_tools import lower_custom_tools
 from sglang_v4.entrypoints.openai.chat_prepare import (
     ChatPlan,
     ChatRun,
@@ -86,6 +89,7 @@ from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionResponse,
     ChatCompletionResponseChoice,
     ChatMessage,
+    CustomToolCall,
     FunctionCall,
     ToolCall,
 )
@@ -94,6 +98,7 @@ from sglang_v4.entrypoints.openai.reasoning_parser import (
     stops_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.request_errors import check_token_ids_in_vocab, name_grammar_tool
+from sglang_v4.entrypoints.openai.responses_custom_tools import custom_call_input
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
     grammar_error_for,
@@ -170,7 +175,13 @@ class ChatMixin(ChatStreamMixin):
             tool_calls = None
             if out.tool_calls:
                 tool_calls = [
-                    ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+                    ToolCall(
+                        id=c.id,
+                        type="custom",
+                        custom=CustomToolCall(name=c.name, input=custom_call_input(c.arguments)),
+                    )
+                    if c.name in req._custom_tools
+                    else ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
                     for c in out.tool_calls
                 ]
             lp = None
@@ -219,6 +230,7 @@ class ChatMixin(ChatStreamMixin):
         from sglang_v4.managers.io_struct import GenerateReqInput
 
         self._check_model(req.model)
+        req._custom_tools = lower_custom_tools(req)  # custom tools served as function tools
         bound = self._max_logprobs()
         top_num = check_chat_top_logprobs(req.top_logprobs, req.logprobs, bound, self._vocab_size())
         prompt_lps = check_prompt_logprobs(req, self._vocab_size(), bound)
