@@ -5,10 +5,13 @@ a call and the text before it, or several calls) at once, as speculative decodin
 required / named / none with a reasoning model; answer grammars after the reasoning, streamed;
 and OpenAI's custom (freeform) tools on the chat route.
 
-Bug found here and fixed: custom tools (``{"type": "custom", "custom": {...}}``) were refused
-with a 400 on the chat route (openai/openai-python#2530 asks for their streamed deltas); they are
-now served (:mod:`sglang_v4.entrypoints.openai.chat_custom_tools`). The other reports passed
-as-is and are kept as regression tests.
+Bugs found here and fixed: tools under ``tool_choice: "auto"`` beside a ``response_format``
+could not be called (the answer grammar alone constrained the output; a strict tool made it a
+400) -- the grammar is now "the answer, or calls" (vllm-project/vllm#39929); custom tools
+(``{"type": "custom", "custom": {...}}``) were refused with a 400 on the chat route
+(openai/openai-python#2530 asks for their streamed deltas); they are now served
+(:mod:`sglang_v4.entrypoints.openai.chat_custom_tools`). The other reports passed as-is and are
+kept as regression tests.
 
 Oracles: the ``openai`` client's own parsers (``ChatCompletion.model_validate``, its streaming
 accumulator ``client.chat.completions.stream``, ``ChatCompletionMessageCustomToolCall``); the
@@ -338,3 +341,95 @@ def test_streamed_custom_tool_call_deltas_carry_the_custom_discriminator(
         and cold["custom"] == {"name": "apply_patch", "input": text}
         and text == PATCH
     )
+
+
+def _accepts(tag: str, text: str) -> bool:
+    """Whether the structural tag ``tag`` accepts ``text`` as the whole output (xgrammar)."""
+    import xgrammar as xgr
+    from xgrammar.testing import _is_grammar_accept_string
+
+    return _is_grammar_accept_string(xgr.Grammar.from_structural_tag(tag), text)
+
+
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"verdict": {"type": "string", "enum": ["yes", "no", "maybe"]}},
+    "required": ["verdict"],
+    "additionalProperties": False,
+}
+RF = {"type": "json_schema", "json_schema": {"name": "verdict", "strict": True, "schema": ANSWER_SCHEMA}}
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+@pytest.mark.parametrize("strict", [False, True])
+def test_tools_beside_response_format_stay_callable(
+    tok: PreTrainedTokenizerFast, thinking: bool, strict: bool
+) -> None:
+    # vllm-project/vllm#39929: tools under tool_choice "auto" with a response_format: the answer
+    # grammar alone constrained the whole output, the tool-call block could not be written and
+    # the calls were silently lost (a strict tool made the request a 400 here). The grammar is
+    # now "the answer or calls": it accepts the schema's answer and the model's call, not text
+    # nor a call whose arguments break a strict tool's schema; the call comes back as a call
+    tool = (
+        {"type": "function", "function": dict(CHAT_WEATHER["function"], strict=True)}
+        if strict
+        else CHAT_WEATHER
+    )
+    pre = "Consider.</think>" if thinking else ""
+    tm = PromptTM(tok, reply=pre + CALL)
+    _, tc = make_client(tm)
+    body = _body(tools=[tool], response_format=RF, **(THINK if thinking else {}))
+    choice = _message(tc, body)
+    assert choice["finish_reason"] == "tool_calls"
+    assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]) == ARGS
+    sp = tm.received[-1].sampling_params
+    assert "json_schema" not in sp
+    tag = sp["structural_tag"]
+    assert _accepts(tag, pre + '{"verdict": "yes"}') and _accepts(tag, pre + CALL)
+    assert not _accepts(tag, pre + "Sunny.") and not _accepts(tag, pre + '{"verdict": "sunny"}')
+    bad_call = CALL.replace('string="false">3<', 'string="false">"x"<')
+    assert not _accepts(tag, pre + bad_call)
+
+
+def test_strict_enum_answer_is_not_complete_before_its_closing_brace(tok: PreTrainedTokenizerFast) -> None:
+    # ardanlabs/kronk#819 (item 2): a strict json_schema with an `enum` property ended right after
+    # the enum value ('{\n  "verdict": "yes"', unparseable, finish "stop"); the answer grammar
+    # accepts exactly the JSON texts json.loads reads as the schema's objects
+    import xgrammar as xgr
+    from xgrammar.testing import _is_grammar_accept_string
+
+    tm = PromptTM(tok, reply='{"verdict": "yes"}')
+    _, tc = make_client(tm)
+    _message(tc, {"model": MODEL, "messages": [USER], "response_format": RF})
+    g = xgr.Grammar.from_json_schema(tm.received[-1].sampling_params["json_schema"])
+    for text in [
+        '{\n  "verdict": "yes"',
+        '{"verdict": "yes"',
+        '{"verdict": "yes"}',
+        '{\n  "verdict": "maybe"\n}',
+    ]:
+        try:
+            valid = json.loads(text)["verdict"] in ("yes", "no", "maybe")
+        except json.JSONDecodeError:
+            valid = False
+        assert _is_grammar_accept_string(g, text) is valid, text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_answer_cut_by_max_tokens_finishes_with_length(
+    tok: PreTrainedTokenizerFast, stream: bool
+) -> None:
+    # 567-labs/instructor#276: a json_object answer cut by max_tokens must say so: finish_reason
+    # "length" (the client's signal that the JSON is incomplete), not "stop"
+    tm = PromptTM(tok, reply='{"city": "Paris", "days": 3, "unit": "celsius"}')
+    _, tc = make_client(tm)
+    body = {"model": MODEL, "messages": [USER], "response_format": {"type": "json_object"}, "max_tokens": 4}
+    if stream:
+        folded = _fold(_stream(tc, body))
+        fr, content = folded["finish"], folded["content"]
+    else:
+        choice = _message(tc, body)
+        fr, content = choice["finish_reason"], choice["message"]["content"]
+    assert fr == "length"
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(content)

@@ -12,8 +12,10 @@ Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
 * ``"auto"`` (default with tools): the model may answer or call tools; DSML blocks in the output
   become ``message.tool_calls`` (:mod:`.tool_parser`). With a tool marked ``strict`` a call, once
   started, is constrained to the tool schemas (xgrammar structural tag); with
-  ``parallel_tool_calls`` false a grammar allows at most one call (unless the request has its own
-  answer grammar) and the answer keeps the first call only in any case (sgl-project/sglang#9696);
+  ``parallel_tool_calls`` false a grammar allows at most one call and the answer keeps the first
+  call only in any case (sgl-project/sglang#9696). Beside the request's own answer grammar
+  (``response_format`` ...) the grammar is "that answer, or a block of calls"
+  (vllm-project/vllm#39929: the answer grammar alone made the calls unreachable);
 * ``"required"`` / ``{"type": "function", "function": {"name": ...}}``: decoding is constrained to
   a DSML block of one or more calls (exactly one call of that function when named, or when
   ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas.
@@ -64,7 +66,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from sglang_v4.entrypoints.chat_encoding import EOS
+from sglang_v4.entrypoints.chat_encoding import EOS, THINK_END
 from sglang_v4.entrypoints.openai.chat_custom_tools import lower_custom_tools
 from sglang_v4.entrypoints.openai.chat_prepare import (
     ChatPlan,
@@ -143,6 +145,44 @@ class ChoiceOutput:
     finish_reason: str | None
     matched: Any
     reasoning_tokens: int
+
+
+def answer_or_tool_calls(
+    sp: dict[str, Any],
+    kind: str,
+    req: ChatCompletionRequest,
+    thinking: bool,
+    ws_kw: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """``sp`` with its ``kind`` answer grammar widened to "that answer, or a DSML block of calls
+    of the request's tools" (:func:`~sglang_v4.sampling.grammar.answer_or_tool_calls_structural_tag`),
+    after free reasoning in thinking mode: tools under ``tool_choice: "auto"`` beside the client's
+    own answer grammar stay callable (vllm-project/vllm#39929).
+
+    Raises:
+        RequestError: 400 naming the answer grammar's field or ``tools``.
+    """
+    from sglang_v4.sampling.grammar import answer_or_tool_calls_structural_tag
+
+    field_name = "response_format" if req.response_format else (vllm_grammar_field(req) or kind)
+    try:
+        tag = answer_or_tool_calls_structural_tag(
+            kind,
+            sp[kind],
+            req.tools or [],
+            thinking=thinking,
+            parallel_tool_calls=req.parallel_tool_calls is not False,
+            think_end=THINK_END,
+            string_value_formats=req._string_value_formats,
+            **(ws_kw or {}),
+        )
+    except ValueError as e:
+        if str(e).startswith("tools:"):
+            raise RequestError(str(e), param="tools") from None
+        raise RequestError(f"{field_name}: {str(e).partition(': ')[2] or e}", param=field_name) from None
+    out = {k: v for k, v in sp.items() if k != kind}
+    out["structural_tag"] = tag
+    return out
 
 
 class ChatMixin(ChatStreamMixin):
@@ -242,7 +282,12 @@ class ChatMixin(ChatStreamMixin):
         plan = self._plan_chat(req)
         sp = self._sampling_params(req, max_new, plan.structural_tag)
         answer_grammar = None if plan.structural_tag is not None else answer_grammar_kind(sp)
-        if plan.thinking and answer_grammar is not None:
+        if answer_grammar is not None and plan.tool_names is not None:
+            # tools under "auto" beside the client's answer grammar: the answer, or calls
+            sp = answer_or_tool_calls(sp, answer_grammar, req, plan.thinking, self.json_whitespace_kw())
+            if plan.continued and not plan.thinking:
+                sp["grammar_prefix"] = plan.continued
+        elif plan.thinking and answer_grammar is not None:
             sp = grammar_after_reasoning(sp, answer_grammar, req, self.json_whitespace_kw())
         elif answer_grammar is not None and plan.continued:
             # the answer is the continued message + the output: the grammar reads the message first
