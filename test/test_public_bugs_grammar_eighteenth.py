@@ -433,3 +433,23 @@ def test_json_answer_cut_by_max_tokens_finishes_with_length(
     assert fr == "length"
     with pytest.raises(json.JSONDecodeError):
         json.loads(content)
+
+
+def test_unusable_tool_schema_beside_response_format_keeps_the_answer_grammar(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    # vllm-project/vllm#39929's grammar of "the answer or calls" needs each tool's schema: a
+    # non-strict tool whose schema xgrammar cannot compile leaves the request served with the
+    # answer grammar alone (non-strict tools ask for no constraint), a strict one is a 400
+    # naming the tool; nothing is generated for the 400
+    bad = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "nope"}}}
+    tm = PromptTM(tok, reply='{"verdict": "no"}')
+    _, tc = make_client(tm)
+    body = _body(tools=[CHAT_WEATHER, bad], response_format=RF)
+    assert _message(tc, body)["message"]["content"] == '{"verdict": "no"}'
+    assert json.loads(tm.received[-1].sampling_params["json_schema"]) == ANSWER_SCHEMA
+    strict = {"type": "function", "function": dict(bad["function"], strict=True)}
+    n = len(tm.received)
+    r = tc.post("/v1/chat/completions", json=_body(tools=[CHAT_WEATHER, strict], response_format=RF))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+    assert "tools[1].function.parameters" in r.json()["error"]["message"] and len(tm.received) == n

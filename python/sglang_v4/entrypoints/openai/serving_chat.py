@@ -153,17 +153,33 @@ def answer_or_tool_calls(
     req: ChatCompletionRequest,
     thinking: bool,
     ws_kw: dict[str, int] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """``sp`` with its ``kind`` answer grammar widened to "that answer, or a DSML block of calls
     of the request's tools" (:func:`~sglang_v4.sampling.grammar.answer_or_tool_calls_structural_tag`),
     after free reasoning in thinking mode: tools under ``tool_choice: "auto"`` beside the client's
-    own answer grammar stay callable (vllm-project/vllm#39929).
+    own answer grammar stay callable (vllm-project/vllm#39929). ``None`` where no tool is
+    ``strict`` and a tool's schema cannot make a grammar (each is compiled alone first:
+    :func:`~sglang_v4.sampling.structural_tag.first_unusable_tool_parameters`); the answer
+    grammar alone then applies, as non-strict tools ask for no constraint.
 
     Raises:
-        RequestError: 400 naming the answer grammar's field or ``tools``.
+        RequestError: 400 naming the answer grammar's field, or ``tools`` (a strict tool's
+            schema cannot make a grammar).
     """
     from sglang_v4.sampling.grammar import answer_or_tool_calls_structural_tag
+    from sglang_v4.sampling.structural_tag import first_unusable_tool_parameters
 
+    functions = [t.get("function") or {} for t in req.tools or []]
+    strict = any(fn.get("strict") for fn in functions)
+    found = first_unusable_tool_parameters([fn.get("parameters") for fn in functions])
+    if found is not None:
+        if not strict:
+            return None
+        i, err = found
+        raise RequestError(
+            f"tools: invalid grammar: tools[{i}].function.parameters (function `{functions[i].get('name')}`): {err}",
+            param="tools",
+        )
     field_name = "response_format" if req.response_format else (vllm_grammar_field(req) or kind)
     try:
         tag = answer_or_tool_calls_structural_tag(
@@ -178,6 +194,8 @@ def answer_or_tool_calls(
         )
     except ValueError as e:
         if str(e).startswith("tools:"):
+            if not strict:
+                return None
             raise RequestError(str(e), param="tools") from None
         raise RequestError(f"{field_name}: {str(e).partition(': ')[2] or e}", param=field_name) from None
     out = {k: v for k, v in sp.items() if k != kind}
@@ -282,9 +300,12 @@ class ChatMixin(ChatStreamMixin):
         plan = self._plan_chat(req)
         sp = self._sampling_params(req, max_new, plan.structural_tag)
         answer_grammar = None if plan.structural_tag is not None else answer_grammar_kind(sp)
+        union = None
         if answer_grammar is not None and plan.tool_names is not None:
             # tools under "auto" beside the client's answer grammar: the answer, or calls
-            sp = answer_or_tool_calls(sp, answer_grammar, req, plan.thinking, self.json_whitespace_kw())
+            union = answer_or_tool_calls(sp, answer_grammar, req, plan.thinking, self.json_whitespace_kw())
+        if union is not None:
+            sp = union
             if plan.continued and not plan.thinking:
                 sp["grammar_prefix"] = plan.continued
         elif plan.thinking and answer_grammar is not None:
