@@ -453,3 +453,20 @@ def test_unusable_tool_schema_beside_response_format_keeps_the_answer_grammar(
     r = tc.post("/v1/chat/completions", json=_body(tools=[CHAT_WEATHER, strict], response_format=RF))
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
     assert "tools[1].function.parameters" in r.json()["error"]["message"] and len(tm.received) == n
+
+
+@pytest.mark.parametrize("cuts", [(), None], ids=["one-output", "token-by-token"])
+def test_streamed_non_ascii_arguments_are_literal_and_sent_once(
+    tok: PreTrainedTokenizerFast, cuts: Any
+) -> None:
+    # vllm-project/vllm#13826: streamed arguments with non-ASCII text ("São Paulo") went out as
+    # \uXXXX escapes and then once more, literal, at the end of the stream (the folded arguments
+    # were two JSON texts); they are one JSON text, literal UTF-8, equal to the non-streamed one
+    reply = CALL.replace(">Paris<", ">São Paulo 北京<")
+    tm = BurstTM(tok, reply, cuts) if cuts is not None else PromptTM(tok, reply=reply)
+    _, tc = make_client(tm)
+    (call,) = _fold(_stream(tc, _body()))["calls"]
+    assert json.loads(call["arguments"]) == dict(ARGS, city="São Paulo 北京")
+    assert "\\u" not in call["arguments"] and "São Paulo 北京" in call["arguments"]
+    cold = _message(tc, _body())["message"]["tool_calls"][0]["function"]["arguments"]
+    assert call["arguments"] == cold
