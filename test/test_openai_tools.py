@@ -348,7 +348,7 @@ def test_parallel_tool_calls_false_under_auto_allows_at_most_one_call(tok: PreTr
     may be text or one call, never two (SGLang's tool grammar enforces the count under "auto"
     too). Oracle: xgrammar's own string matcher over the grammar sent with the request. Before,
     no grammar was sent and a model writing two calls returned both. With the client's own answer
-    grammar (``response_format``) the request is still served, without the call grammar."""
+    grammar (``response_format``) the grammar is "that answer or one call"."""
     xgr = pytest.importorskip("xgrammar")
     from xgrammar.testing import _is_grammar_accept_string
 
@@ -373,8 +373,14 @@ def test_parallel_tool_calls_false_under_auto_allows_at_most_one_call(tok: PreTr
         parallel_tool_calls=False,
         response_format={"type": "json_object"},
     )
+    # with the client's own answer grammar: that answer or one call (vllm-project/vllm#39929)
     sp = tm.received[-1].sampling_params
-    assert "structural_tag" not in sp and sp["json_schema"] is not None
+    assert "json_schema" not in sp
+    grammar = xgr.Grammar.from_structural_tag(sp["structural_tag"])
+    assert _is_grammar_accept_string(grammar, '{"a": 1}') and _is_grammar_accept_string(grammar, CALL)
+    assert not _is_grammar_accept_string(grammar, two) and not _is_grammar_accept_string(
+        grammar, "Just text."
+    )
 
 
 @pytest.mark.parametrize("fn", [{"name": "ping"}, {"name": "ping", "parameters": {}}])

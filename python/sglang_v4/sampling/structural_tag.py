@@ -33,6 +33,7 @@ __all__ = [
     "EMPTY_PARAMETERS",
     "MAX_JSON_WHITESPACE",
     "after_reasoning_structural_tag",
+    "answer_or_tool_calls_structural_tag",
     "check_max_whitespace_cnt",
     "clean_grammar_error",
     "first_unusable_tool_parameters",
@@ -115,6 +116,47 @@ def normalize_tag_schemas(node: Any, max_whitespace_cnt: int) -> Any:
     return {k: normalize_tag_schemas(v, max_whitespace_cnt) for k, v in node.items()}
 
 
+def _answer_format(kind: str, spec: str, max_whitespace_cnt: int) -> dict[str, Any]:
+    """The structural-tag format of an answer grammar (``kind`` and ``spec`` as
+    :func:`after_reasoning_structural_tag` takes them).
+
+    Raises:
+        ValueError: as :func:`after_reasoning_structural_tag` says.
+    """
+    if kind == "json_schema":
+        try:
+            schema = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"json_schema: invalid grammar: {e}") from None
+        except RecursionError:
+            raise ValueError(
+                "json_schema: invalid grammar: the schema nests deeper than the "
+                f"{MAX_SCHEMA_DEPTH} subschema levels supported"
+            ) from None
+        try:
+            check_schema_depth(schema)
+            check_json_schema(schema)
+            schema = normalize_json_schema(merge_all_of(schema))
+            check_enforceable_schema(schema)
+        except ValueError as e:
+            raise ValueError(f"json_schema: invalid grammar: {e}") from None
+        return {
+            "type": "json_schema",
+            "json_schema": schema,
+            "max_whitespace_cnt": check_max_whitespace_cnt(max_whitespace_cnt),
+        }
+    if kind == "regex":
+        return {"type": "regex", "pattern": spec}
+    if kind == "ebnf":
+        return {"type": "grammar", "grammar": spec}
+    if kind == "structural_tag":
+        try:
+            return structural_tag_object(spec)["format"]
+        except (ValueError, TypeError, KeyError) as e:
+            raise ValueError(f"structural_tag: invalid grammar: {clean_grammar_error(e)}") from None
+    raise ValueError(f"unknown grammar kind {kind!r}")
+
+
 def after_reasoning_structural_tag(
     kind: str, spec: str, think_end: str = "</think>", max_whitespace_cnt: int = MAX_JSON_WHITESPACE
 ) -> str:
@@ -142,39 +184,7 @@ def after_reasoning_structural_tag(
             (structural_tag), or ``spec`` is not valid JSON, not a valid
             JSON schema, or unsatisfiable as :func:`normalize_json_schema` finds (json_schema).
     """
-    if kind == "json_schema":
-        try:
-            schema = json.loads(spec)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"json_schema: invalid grammar: {e}") from None
-        except RecursionError:
-            raise ValueError(
-                "json_schema: invalid grammar: the schema nests deeper than the "
-                f"{MAX_SCHEMA_DEPTH} subschema levels supported"
-            ) from None
-        try:
-            check_schema_depth(schema)
-            check_json_schema(schema)
-            schema = normalize_json_schema(merge_all_of(schema))
-            check_enforceable_schema(schema)
-        except ValueError as e:
-            raise ValueError(f"json_schema: invalid grammar: {e}") from None
-        answer: dict[str, Any] = {
-            "type": "json_schema",
-            "json_schema": schema,
-            "max_whitespace_cnt": check_max_whitespace_cnt(max_whitespace_cnt),
-        }
-    elif kind == "regex":
-        answer = {"type": "regex", "pattern": spec}
-    elif kind == "ebnf":
-        answer = {"type": "grammar", "grammar": spec}
-    elif kind == "structural_tag":
-        try:
-            answer = structural_tag_object(spec)["format"]
-        except (ValueError, TypeError, KeyError) as e:
-            raise ValueError(f"structural_tag: invalid grammar: {clean_grammar_error(e)}") from None
-    else:
-        raise ValueError(f"unknown grammar kind {kind!r}")
+    answer = _answer_format(kind, spec, max_whitespace_cnt)
     reasoning = {
         "type": "tag",
         "begin": "",
@@ -270,6 +280,66 @@ def tool_call_structural_tag(
     if not string_value_formats:
         return st.model_dump_json()
     return json.dumps(_with_string_value(json.loads(st.model_dump_json()), string_value_formats))
+
+
+def answer_or_tool_calls_structural_tag(
+    kind: str,
+    spec: str,
+    tools: Sequence[dict[str, Any]],
+    *,
+    thinking: bool,
+    parallel_tool_calls: bool,
+    think_end: str = "</think>",
+    max_whitespace_cnt: int = MAX_JSON_WHITESPACE,
+    string_value_formats: dict[str, tuple[str, dict[str, Any]]] | None = None,
+) -> str:
+    """A ``structural_tag`` for tools under ``tool_choice: "auto"`` beside the client's own
+    answer grammar (``response_format`` / ``json_schema`` / ``regex`` / ``ebnf`` /
+    ``structural_tag``): the answer is either that grammar's text or a DSML block of calls.
+
+    OpenAI lets a model with tools and a ``response_format`` answer in the format or call tools.
+    Constraining the whole output to the answer grammar alone makes the tool-call block
+    unreachable: the calls are silently lost (vllm-project/vllm#39929). In thinking mode free
+    reasoning up to ``think_end`` comes first (as :func:`after_reasoning_structural_tag`).
+
+    Args:
+        kind, spec: the answer grammar, as :func:`after_reasoning_structural_tag` takes it.
+        tools: OpenAI function tools, as :func:`tool_call_structural_tag` takes them.
+        thinking: the prompt ends with ``<think>``.
+        parallel_tool_calls: the block may hold more than one call (else exactly one).
+        think_end: the end-of-reasoning marker.
+        max_whitespace_cnt: longest whitespace run of JSON (answer and arguments).
+        string_value_formats: as :func:`tool_call_structural_tag` takes them.
+
+    Returns:
+        The JSON text for ``SamplingParams.structural_tag``.
+
+    Raises:
+        ValueError: the answer grammar is invalid (its message starts with ``kind``), or the
+            tools cannot make a grammar (the message starts with ``tools:``).
+    """
+    answer = _answer_format(kind, spec, max_whitespace_cnt)
+    calls = json.loads(
+        tool_call_structural_tag(
+            tools,
+            "required",
+            thinking=False,
+            parallel_tool_calls=parallel_tool_calls,
+            enforce_schema=False,
+            max_whitespace_cnt=max_whitespace_cnt,
+            string_value_formats=string_value_formats,
+        )
+    )["format"]
+    fmt: dict[str, Any] = {"type": "or", "elements": [answer, calls]}
+    if thinking:
+        reasoning = {
+            "type": "tag",
+            "begin": "",
+            "content": {"type": "any_text", "excludes": ["<think>", think_end]},
+            "end": think_end,
+        }
+        fmt = {"type": "sequence", "elements": [reasoning, fmt]}
+    return json.dumps({"type": "structural_tag", "format": fmt})
 
 
 def _with_string_value(node: Any, formats: dict[str, tuple[str, dict[str, Any]]]) -> Any:

@@ -491,9 +491,11 @@ class ChatPrepareMixin(OpenAIServingBase):
         )
         if (req.continue_final_message or req.messages[-1].prefix) and msgs[-1].get("role") == "assistant":
             plan.continued = _continued_text(msgs[-1], rendered.text)
-        strict = any(bool(fn.get("strict")) for fn in functions)
+        # a strict tool beside the client's own answer grammar: the grammar of "answer or calls"
+        # (answer_or_tool_calls) constrains the calls
+        strict = any(bool(fn.get("strict")) for fn in functions) and not _has_answer_grammar(req)
         # parallel_tool_calls false under "auto": a grammar of at most one call, where one can
-        # apply (a grammar backend, and no answer grammar of the client's to combine it with)
+        # apply (a grammar backend; beside the client's answer grammar, answer_or_tool_calls does)
         single = (
             req.parallel_tool_calls is False
             and bool(getattr(self.tm, "grammar_enabled", False))

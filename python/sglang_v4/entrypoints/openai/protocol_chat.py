@@ -31,6 +31,7 @@ __all__ = [
     "ChatCompletionTokenLogprob",
     "ChoiceLogprobs",
     "FunctionCall",
+    "CustomToolCall",
     "ToolCall",
     "DeltaFunctionCall",
     "DeltaToolCall",
@@ -130,6 +131,10 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     #: ``(parameter, xgrammar format)``, the one string parameter whose raw text the tool-call
     #: grammar constrains to that format (``tool_call_structural_tag``'s ``string_value_formats``).
     _string_value_formats: dict[str, tuple[str, dict[str, Any]]] = PrivateAttr(default_factory=dict)
+    #: Not a request field: the names of the request's custom tools (``{"type": "custom"}``),
+    #: served as function tools (:mod:`.chat_custom_tools`), whose calls are answered as custom
+    #: tool calls.
+    _custom_tools: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
 
 class TopLogprob(BaseModel):
@@ -163,14 +168,6 @@ class FunctionCall(BaseModel):
     arguments: str
 
 
-class ToolCall(BaseModel):
-    """One entry of ``message.tool_calls``."""
-
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
 class _OmitNone(BaseModel):
     """A stream delta whose None fields are left out of the JSON, not sent as ``null``.
 
@@ -185,6 +182,25 @@ class _OmitNone(BaseModel):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
+class CustomToolCall(_OmitNone):
+    """``tool_calls[i].custom`` of a custom tool's call: the tool's name and its free-form
+    ``input`` (OpenAI's ``ChatCompletionMessageCustomToolCall``); in a stream delta, the name on
+    the call's first delta and the next ``input`` text (a key a delta does not carry is absent)."""
+
+    name: str | None = None
+    input: str | None = None
+
+
+class ToolCall(_OmitNone):
+    """One entry of ``message.tool_calls``: a function call (``type: "function"``, ``function``)
+    or a custom tool's call (``type: "custom"``, ``custom``); the other key is absent."""
+
+    id: str
+    type: Literal["function", "custom"] = "function"
+    function: FunctionCall | None = None
+    custom: CustomToolCall | None = None
+
+
 class DeltaFunctionCall(_OmitNone):
     """``delta.tool_calls[i].function``: the name on a call's first delta, then argument fragments
     (a key that a delta does not carry is absent)."""
@@ -194,13 +210,15 @@ class DeltaFunctionCall(_OmitNone):
 
 
 class DeltaToolCall(_OmitNone):
-    """One entry of ``delta.tool_calls``: ``id``, ``type`` and ``function.name`` on a call's first
-    delta only, absent (not ``null``) from the later ones."""
+    """One entry of ``delta.tool_calls``: ``id``, ``type`` and ``function.name`` (a custom tool's
+    call: ``custom.name``) on a call's first delta only, absent (not ``null``) from the later
+    ones."""
 
     index: int
     id: str | None = None
-    type: Literal["function"] | None = None
-    function: DeltaFunctionCall
+    type: Literal["function", "custom"] | None = None
+    function: DeltaFunctionCall | None = None
+    custom: CustomToolCall | None = None
 
 
 class _WithReasoningAlias(BaseModel):

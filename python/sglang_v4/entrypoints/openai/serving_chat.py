@@ -12,8 +12,10 @@ Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
 * ``"auto"`` (default with tools): the model may answer or call tools; DSML blocks in the output
   become ``message.tool_calls`` (:mod:`.tool_parser`). With a tool marked ``strict`` a call, once
   started, is constrained to the tool schemas (xgrammar structural tag); with
-  ``parallel_tool_calls`` false a grammar allows at most one call (unless the request has its own
-  answer grammar) and the answer keeps the first call only in any case (sgl-project/sglang#9696);
+  ``parallel_tool_calls`` false a grammar allows at most one call and the answer keeps the first
+  call only in any case (sgl-project/sglang#9696). Beside the request's own answer grammar
+  (``response_format`` ...) the grammar is "that answer, or a block of calls"
+  (vllm-project/vllm#39929: the answer grammar alone made the calls unreachable);
 * ``"required"`` / ``{"type": "function", "function": {"name": ...}}``: decoding is constrained to
   a DSML block of one or more calls (exactly one call of that function when named, or when
   ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas.
@@ -35,6 +37,8 @@ and the final chunk's ``finish_reason`` are those of the non-streamed response, 
 a call whose invoke then turned out malformed or was stopped inside went out already: a client
 folding the stream holds that call (arguments usually not JSON) where the non-streamed message has
 none, as with vLLM. Check ``finish_reason`` (``"tool_calls"``) before running calls.
+OpenAI's custom tools (``{"type": "custom", "custom": {...}}``, free-form ``input``) are served as
+function tools of one string parameter and answered as custom calls (:mod:`.chat_custom_tools`).
 The EOS token never appears in the text (even with ``skip_special_tokens: false``).
 
 Answer grammars with reasoning: in thinking mode a ``response_format`` (or SGLang's ``json_schema``
@@ -62,7 +66,8 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from sglang_v4.entrypoints.chat_encoding import EOS
+from sglang_v4.entrypoints.chat_encoding import EOS, THINK_END
+from sglang_v4.entrypoints.openai.chat_custom_tools import lower_custom_tools
 from sglang_v4.entrypoints.openai.chat_prepare import (
     ChatPlan,
     ChatRun,
@@ -86,6 +91,7 @@ from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionResponse,
     ChatCompletionResponseChoice,
     ChatMessage,
+    CustomToolCall,
     FunctionCall,
     ToolCall,
 )
@@ -94,6 +100,7 @@ from sglang_v4.entrypoints.openai.reasoning_parser import (
     stops_after_reasoning,
 )
 from sglang_v4.entrypoints.openai.request_errors import check_token_ids_in_vocab, name_grammar_tool
+from sglang_v4.entrypoints.openai.responses_custom_tools import custom_call_input
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
     grammar_error_for,
@@ -140,6 +147,62 @@ class ChoiceOutput:
     reasoning_tokens: int
 
 
+def answer_or_tool_calls(
+    sp: dict[str, Any],
+    kind: str,
+    req: ChatCompletionRequest,
+    thinking: bool,
+    ws_kw: dict[str, int] | None = None,
+) -> dict[str, Any] | None:
+    """``sp`` with its ``kind`` answer grammar widened to "that answer, or a DSML block of calls
+    of the request's tools" (:func:`~sglang_v4.sampling.grammar.answer_or_tool_calls_structural_tag`),
+    after free reasoning in thinking mode: tools under ``tool_choice: "auto"`` beside the client's
+    own answer grammar stay callable (vllm-project/vllm#39929). ``None`` where no tool is
+    ``strict`` and a tool's schema cannot make a grammar (each is compiled alone first:
+    :func:`~sglang_v4.sampling.structural_tag.first_unusable_tool_parameters`); the answer
+    grammar alone then applies, as non-strict tools ask for no constraint.
+
+    Raises:
+        RequestError: 400 naming the answer grammar's field, or ``tools`` (a strict tool's
+            schema cannot make a grammar).
+    """
+    from sglang_v4.sampling.grammar import answer_or_tool_calls_structural_tag
+    from sglang_v4.sampling.structural_tag import first_unusable_tool_parameters
+
+    functions = [t.get("function") or {} for t in req.tools or []]
+    strict = any(fn.get("strict") for fn in functions)
+    found = first_unusable_tool_parameters([fn.get("parameters") for fn in functions])
+    if found is not None:
+        if not strict:
+            return None
+        i, err = found
+        raise RequestError(
+            f"tools: invalid grammar: tools[{i}].function.parameters (function `{functions[i].get('name')}`): {err}",
+            param="tools",
+        )
+    field_name = "response_format" if req.response_format else (vllm_grammar_field(req) or kind)
+    try:
+        tag = answer_or_tool_calls_structural_tag(
+            kind,
+            sp[kind],
+            req.tools or [],
+            thinking=thinking,
+            parallel_tool_calls=req.parallel_tool_calls is not False,
+            think_end=THINK_END,
+            string_value_formats=req._string_value_formats,
+            **(ws_kw or {}),
+        )
+    except ValueError as e:
+        if str(e).startswith("tools:"):
+            if not strict:
+                return None
+            raise RequestError(str(e), param="tools") from None
+        raise RequestError(f"{field_name}: {str(e).partition(': ')[2] or e}", param=field_name) from None
+    out = {k: v for k, v in sp.items() if k != kind}
+    out["structural_tag"] = tag
+    return out
+
+
 class ChatMixin(ChatStreamMixin):
     """The ``/v1/chat/completions`` route (mixed into :class:`~.serving.OpenAIServing`)."""
 
@@ -170,7 +233,13 @@ class ChatMixin(ChatStreamMixin):
             tool_calls = None
             if out.tool_calls:
                 tool_calls = [
-                    ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+                    ToolCall(
+                        id=c.id,
+                        type="custom",
+                        custom=CustomToolCall(name=c.name, input=custom_call_input(c.arguments)),
+                    )
+                    if c.name in req._custom_tools
+                    else ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
                     for c in out.tool_calls
                 ]
             lp = None
@@ -219,6 +288,7 @@ class ChatMixin(ChatStreamMixin):
         from sglang_v4.managers.io_struct import GenerateReqInput
 
         self._check_model(req.model)
+        req._custom_tools = lower_custom_tools(req)  # custom tools served as function tools
         bound = self._max_logprobs()
         top_num = check_chat_top_logprobs(req.top_logprobs, req.logprobs, bound, self._vocab_size())
         prompt_lps = check_prompt_logprobs(req, self._vocab_size(), bound)
@@ -230,7 +300,15 @@ class ChatMixin(ChatStreamMixin):
         plan = self._plan_chat(req)
         sp = self._sampling_params(req, max_new, plan.structural_tag)
         answer_grammar = None if plan.structural_tag is not None else answer_grammar_kind(sp)
-        if plan.thinking and answer_grammar is not None:
+        union = None
+        if answer_grammar is not None and plan.tool_names is not None:
+            # tools under "auto" beside the client's answer grammar: the answer, or calls
+            union = answer_or_tool_calls(sp, answer_grammar, req, plan.thinking, self.json_whitespace_kw())
+        if union is not None:
+            sp = union
+            if plan.continued and not plan.thinking:
+                sp["grammar_prefix"] = plan.continued
+        elif plan.thinking and answer_grammar is not None:
             sp = grammar_after_reasoning(sp, answer_grammar, req, self.json_whitespace_kw())
         elif answer_grammar is not None and plan.continued:
             # the answer is the continued message + the output: the grammar reads the message first

@@ -31,12 +31,14 @@ from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionStreamResponse,
     ChatCompletionTokenLogprob,
     ChoiceLogprobs,
+    CustomToolCall,
     DeltaFunctionCall,
     DeltaMessage,
     DeltaToolCall,
     TopLogprob,
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
+from sglang_v4.entrypoints.openai.responses_custom_tools import CustomInputStream
 from sglang_v4.entrypoints.openai.serving_outputs import (
     _SSE_DONE,
     _abort_error,
@@ -66,6 +68,8 @@ class _ChoiceStream:
     reasoning_raw: str = ""  # the reasoning as generated (an unterminated one becomes the answer)
     reasoning_scrub: DsmlMarkupScrub = field(default_factory=DsmlMarkupScrub)
     started_calls: set[int] = field(default_factory=set)
+    #: a custom tool's calls (by index): their ``input`` text read from the argument fragments
+    custom_inputs: dict[int, CustomInputStream] = field(default_factory=dict)
     sent_ids: int = 0  # generated ids sent in chunks' ``token_ids`` (return_token_ids)
 
 
@@ -242,16 +246,12 @@ class ChatStreamMixin(ChatPrepareMixin):
                                 idx, DeltaMessage(reasoning_content=reasoning_d), meta, logprobs=step_lp
                             )
                             step_lp = None
-                        if content_d or (step_lp is not None and not tool_deltas):
+                        calls = self._delta_calls(st, tool_deltas, req._custom_tools, fr is not None)
+                        if content_d or (step_lp is not None and not calls):
                             yield chunk(idx, DeltaMessage(content=content_d), meta, logprobs=step_lp)
                             step_lp = None
-                        if tool_deltas:
-                            yield chunk(
-                                idx,
-                                DeltaMessage(tool_calls=self._delta_calls(st, tool_deltas)),
-                                meta,
-                                logprobs=step_lp,
-                            )
+                        if calls:
+                            yield chunk(idx, DeltaMessage(tool_calls=calls), meta, logprobs=step_lp)
                         if fr is not None:
                             finals[idx] = ret
                             if separate:
@@ -348,19 +348,44 @@ class ChatStreamMixin(ChatPrepareMixin):
         return sent, c
 
     @staticmethod
-    def _delta_calls(st: _ChoiceStream, deltas: list[ToolCallDelta]) -> list[DeltaToolCall]:
+    def _delta_calls(
+        st: _ChoiceStream,
+        deltas: list[ToolCallDelta],
+        custom: frozenset[str] = frozenset(),
+        finished: bool = False,
+    ) -> list[DeltaToolCall]:
         """The ``delta.tool_calls`` entries of ``deltas``: ``id``, ``type`` and the name on a
-        call's first delta only (``st.started_calls`` records the calls begun)."""
+        call's first delta only (``st.started_calls`` records the calls begun). A call of a tool
+        named in ``custom`` is a custom tool's call: its entries carry ``custom`` (``name`` first,
+        then the ``input`` text its argument fragments add: :class:`CustomInputStream`), and an
+        entry that adds no text is left out (but for the call's first); at the choice's end
+        (``finished``) the rest of each such input that was held back is sent."""
         out = []
         for d in deltas:
             first = d.index not in st.started_calls
             st.started_calls.add(d.index)
-            out.append(
-                DeltaToolCall(
-                    index=d.index,
-                    id=d.id if first else None,
-                    type="function" if first else None,
-                    function=DeltaFunctionCall(name=d.name if first else None, arguments=d.arguments),
+            if first and d.name in custom:
+                st.custom_inputs[d.index] = CustomInputStream()
+            reader = st.custom_inputs.get(d.index)
+            if reader is None:
+                out.append(
+                    DeltaToolCall(
+                        index=d.index,
+                        id=d.id if first else None,
+                        type="function" if first else None,
+                        function=DeltaFunctionCall(name=d.name if first else None, arguments=d.arguments),
+                    )
                 )
-            )
+                continue
+            text = reader.feed(d.arguments or "")
+            if first:
+                part = CustomToolCall(name=d.name, input=text)
+                out.append(DeltaToolCall(index=d.index, id=d.id, type="custom", custom=part))
+            elif text:
+                out.append(DeltaToolCall(index=d.index, custom=CustomToolCall(input=text)))
+        if finished:
+            for index, reader in st.custom_inputs.items():
+                rest = reader.finish()[0]
+                if rest:
+                    out.append(DeltaToolCall(index=index, custom=CustomToolCall(input=rest)))
         return out
