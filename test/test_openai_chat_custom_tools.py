@@ -242,3 +242,21 @@ def test_custom_call_in_history_without_input_is_a_400(tok: PreTrainedTokenizerF
         client.chat.completions.create(model=MODEL, messages=history, tools=[APPLY_PATCH])
     assert ei.value.body["param"] == "messages[1].tool_calls[0].custom.input"
     assert tm.received == []
+
+
+def test_custom_tool_call_cut_by_max_tokens_keeps_the_input_written(tok: PreTrainedTokenizerFast) -> None:
+    """A custom call cut by ``max_tokens`` inside its input: ``finish_reason: "length"`` and
+    ``custom.input`` the input text written so far (as a cut function call keeps its arguments
+    so far), equal to the streamed ``custom.input`` deltas joined. Oracle: the text the fake
+    model wrote (the cut is a prefix of ``PATCH``) and the ``openai`` client's ``ChatCompletion``."""
+    reply = _custom_call("apply_patch", PATCH)
+    cut = len(tok.encode(reply.split("*** Add File")[0], add_special_tokens=False)) + 2
+    tm = PromptTM(tok, reply=reply)
+    client, tc = make_client(tm)
+    r = client.chat.completions.create(model=MODEL, messages=[USER], tools=[APPLY_PATCH], max_tokens=cut)
+    assert isinstance(r, ChatCompletion) and r.choices[0].finish_reason == "length"
+    (call,) = r.choices[0].message.tool_calls
+    assert call.custom.input.startswith("*** Begin Patch\n*** Add") and PATCH.startswith(call.custom.input)
+    chunks = _chunks(tc, {"messages": [USER], "tools": [APPLY_PATCH], "max_tokens": cut})
+    deltas = [tcall for c in chunks for ch in c["choices"] for tcall in ch["delta"].get("tool_calls") or []]
+    assert "".join(d["custom"].get("input", "") for d in deltas) == call.custom.input

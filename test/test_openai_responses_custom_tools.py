@@ -247,3 +247,24 @@ def test_text_format_leaves_decoding_free_under_auto(tok: PreTrainedTokenizerFas
     fmt = {"type": "grammar", "syntax": "regex", "definition": REGEX}
     client.responses.create(model=MODEL, input=[USER], tools=[dict(APPLY_PATCH, format=fmt)])
     assert tm.received[-1].sampling_params.get("structural_tag") is not None
+
+
+def test_custom_tool_call_cut_by_max_output_tokens_keeps_the_input_written(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """A custom call cut by ``max_output_tokens`` inside its input: the ``custom_tool_call``'s
+    ``input`` is the input text written so far (as a cut function call keeps its arguments so
+    far), non-streamed and streamed alike; the streamed deltas join to the ``.done`` input.
+    Oracle: the text the fake model wrote (the cut is a prefix of ``PATCH``)."""
+    reply = _custom_call("apply_patch", PATCH)
+    cut = len(tok.encode(reply.split("*** Add File")[0], add_special_tokens=False)) + 2
+    tm = PromptTM(tok, reply=reply)
+    _, tc = make_client(tm)
+    body, events = post(tc, {"input": [USER], "tools": [APPLY_PATCH], "max_output_tokens": cut})
+    assert body["status"] == "incomplete"
+    (call,) = body["output"]
+    assert call["type"] == "custom_tool_call"
+    assert call["input"].startswith("*** Begin Patch\n*** Add") and PATCH.startswith(call["input"])
+    deltas = [e["delta"] for e in events if e["type"] == "response.custom_tool_call_input.delta"]
+    (done,) = [e for e in events if e["type"] == "response.custom_tool_call_input.done"]
+    assert "".join(deltas) == done["input"] == call["input"]

@@ -150,15 +150,36 @@ def custom_tool_formats(tools: Sequence[Any] | None) -> dict[str, dict[str, Any]
 def custom_call_input(arguments: str) -> str:
     """The ``input`` of a custom tool's call from its parsed arguments text: the string value of
     :data:`CUSTOM_INPUT`; a call written otherwise (other parameters, a non-string value, a call
-    cut before the value) has its arguments text as its input, as written."""
+    cut before the value) has its arguments text as its input, as written. A call cut inside the
+    value (by the token limit) has the input written so far, as its streamed deltas gave it (an
+    unfinished escape sequence at the end left out)."""
     from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 
     value = partial_json_object(arguments)
+    if isinstance(value, dict) and CUSTOM_INPUT not in value:
+        value = _cut_input_object(arguments) or value
     if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str) and len(value) == 1:
         return value[CUSTOM_INPUT]
     if value == {}:
         return ""
     return arguments
+
+
+def _cut_input_object(arguments: str) -> dict[str, Any] | None:
+    """The object of the beginning of a JSON object text ``arguments`` with its unfinished
+    trailing string kept as written so far (jiter's ``trailing-strings`` mode, which
+    :class:`CustomInputStream` streams from); an unfinished escape sequence at the end (up to the
+    six characters of ``\\uXXXX``) is dropped. ``None`` when no such reading exists."""
+    import jiter
+
+    text = arguments.strip()
+    for drop in range(min(len(text), 6) + 1):
+        try:
+            value = jiter.from_json(text[: len(text) - drop].encode("utf-8"), partial_mode="trailing-strings")
+        except ValueError:
+            continue
+        return value if isinstance(value, dict) else None
+    return None
 
 
 def custom_call_arguments(text: str) -> str:
