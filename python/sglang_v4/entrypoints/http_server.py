@@ -75,12 +75,7 @@ from sglang_v4.entrypoints.admission import (
 )
 from sglang_v4.entrypoints.control_api import create_control_router
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
-from sglang_v4.entrypoints.launcher import (
-    Subprocesses,
-    build_model_info,
-    build_server_info,
-    read_model_config,
-)
+from sglang_v4.entrypoints.launcher import Subprocesses
 from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.loads_api import create_loads_router
 from sglang_v4.entrypoints.metrics import SCRAPE_TIMEOUT_HEADER, TokenizerMetrics, gauge_refresh_timeout
@@ -101,6 +96,7 @@ from sglang_v4.entrypoints.native_api import error_body as native_error_body
 from sglang_v4.entrypoints.openai.request_errors import loads_json_body
 from sglang_v4.entrypoints.openapi_docs import install_openapi
 from sglang_v4.entrypoints.request_id import RequestIdMiddleware
+from sglang_v4.entrypoints.server_info import build_model_info, build_server_info, read_model_config
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
