@@ -5,9 +5,9 @@ launch_subprocesses`), runs the ``TokenizerManager`` on a private event loop in 
 thread and exposes SGLang's ``Engine`` API (``generate``, ``async_generate``, ``score`` and
 ``async_score`` (:mod:`~sglang_v4.entrypoints.engine_score_mixin`), ``flush_cache``,
 ``get_server_info``, ``get_model_info``, ``update_weights_from_disk``, ``get_weights_by_name``, ``start_profile``,
-``stop_profile``, ``shutdown``, context manager; SGLang's other methods as
-:mod:`~sglang_v4.entrypoints.engine_sglang_methods` answers them). The launcher's names are
-re-exported here.
+``stop_profile`` (:mod:`~sglang_v4.entrypoints.engine_control_mixin`), ``shutdown``, context
+manager; SGLang's other methods as :mod:`~sglang_v4.entrypoints.engine_sglang_methods` answers
+them). The launcher's names are re-exported here.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from sglang_v4.entrypoints.engine_control_mixin import EngineControlMixin
 from sglang_v4.entrypoints.engine_loop import (
     END_OF_STREAM,
     StreamSteps,
@@ -39,15 +40,12 @@ from sglang_v4.entrypoints.launcher import (
     MAKE_CHECKPOINT_HINT,
     SCHEDULER_READY_TIMEOUT_S,
     Subprocesses,
-    build_model_info,
-    build_server_info,
     check_model_dir,
     check_page_size,
     launch_subprocesses,
-    read_model_config,
     resolve_model_path,
 )
-from sglang_v4.managers.control_struct import FlushCacheReqOutput
+from sglang_v4.entrypoints.server_info import build_server_info
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_compat import warn_ignored_sglang_args, warn_unread_sglang_env
@@ -124,7 +122,7 @@ def _shutdown_at_exit(ref: weakref.ReferenceType[Engine]) -> None:
         engine.shutdown()
 
 
-class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
+class Engine(EngineControlMixin, EngineScoreMixin, EngineSGLangMethodsMixin):
     """SGLang-style offline engine: the same processes as the server, without HTTP.
 
     ``Engine(model_path=None, **kwargs)``: ``kwargs`` are :class:`ServerArgs` fields
@@ -466,88 +464,6 @@ class Engine(EngineScoreMixin, EngineSGLangMethodsMixin):
             if not self._closed:
                 with contextlib.suppress(RuntimeError):  # shut down meanwhile: nothing to free
                     await asyncio.wrap_future(self._submit(steps.close()))
-
-    def flush_cache(self) -> FlushCacheReqOutput:
-        """Flush the radix cache, as SGLang's ``Engine.flush_cache()``: a
-        :class:`~sglang_v4.managers.control_struct.FlushCacheReqOutput` with ``.success`` (False
-        when requests hold KV: nothing flushed) and ``.message``; its truth value is ``.success``."""
-        self._check_open()
-        return self._run(self.tokenizer_manager.flush_cache())
-
-    def get_server_info(self) -> dict[str, Any]:
-        """Server args + scheduler limits + live ``Scheduler.get_server_info()`` (kv_pool, ...),
-        ``startup_time`` and ``version``: the same dict as ``/get_server_info`` (:func:`build_server_info`)."""
-        self._check_open()
-        return self._run(
-            build_server_info(self.server_args, self._procs.scheduler_info, self.tokenizer_manager)
-        )
-
-    def get_model_info(self) -> dict[str, Any]:
-        """What the engine serves: the same dict as ``/get_model_info``
-        (:func:`~sglang_v4.entrypoints.launcher.build_model_info`: ``model_path``,
-        ``served_model_name``, ``is_generation``, ``weight_version``, ``context_length``, ...)."""
-        self._check_open()
-        sa = self.server_args
-        hf_config = {**read_model_config(sa.model_path or ""), **sa.model_override_args()}
-        tm = self.tokenizer_manager
-        return build_model_info(sa, hf_config, tm.context_len, tm.vocab_size)
-
-    def update_weights_from_disk(
-        self, model_path: str, load_format: str | None = None, **kwargs: Any
-    ) -> tuple[bool, str, int]:
-        """Reload the weights from the checkpoint directory ``model_path`` (same architecture),
-        in place, and flush the radix cache, as ``POST /update_weights_from_disk`` (SGLang's
-        ``Engine.update_weights_from_disk``; its other fields, e.g. ``abort_all_requests`` and
-        ``weight_version``, as keywords). Running requests finish first.
-
-        Returns:
-            ``(success, message, num_paused_requests)``: ``success`` False with the reason when the
-            config or a tensor does not match the served model (the weights are unchanged).
-
-        Raises:
-            ValueError: a bad field (no directory, an unsupported ``load_format``, ...), named.
-        """
-        from sglang_v4.entrypoints.control_api import parse_update_weights_body
-
-        self._check_open()
-        body = parse_update_weights_body({"model_path": model_path, "load_format": load_format, **kwargs})
-        out = self._run(self.tokenizer_manager.update_weights_from_disk(**body))
-        return out.success, out.message, out.num_paused_requests
-
-    def get_weights_by_name(self, name: str, truncate_size: int = 100) -> list[Any]:
-        """The first ``truncate_size`` rows of parameter ``name`` (its Hugging Face checkpoint
-        name) as float32 lists, as ``/get_weights_by_name``.
-
-        Raises:
-            ValueError: no such parameter (or one split over TP ranks), or a bad ``truncate_size``.
-        """
-        from sglang_v4.entrypoints.control_api import parse_get_weights_body
-
-        self._check_open()
-        name, truncate_size = parse_get_weights_body({"name": name, "truncate_size": truncate_size})
-        return self._run(self.tokenizer_manager.get_weights_by_name(name, truncate_size))
-
-    def start_profile(self, **kwargs: Any) -> None:
-        """Start the torch profiler around scheduler steps, as ``/start_profile`` (keywords: its
-        body's fields, ``output_dir``, ``num_steps``, ``activities``, ...).
-
-        Raises:
-            ValueError: a bad field, or a profile already running.
-        """
-        from sglang_v4.entrypoints.control_api import parse_profile_body
-
-        self._check_open()
-        req = parse_profile_body(kwargs, self.server_args.device)
-        self._run(self.tokenizer_manager.start_profile(req))
-
-    def stop_profile(self) -> None:
-        """Stop the profiler and write its trace (``<output_dir>/<profile_id>-TP-0.trace.json.gz``).
-
-        Raises:
-            ValueError: no profile is running.
-        """
-        self._check_open()
-        self._run(self.tokenizer_manager.stop_profile())
 
     def shutdown(self) -> None:
         """Stop and close the background loop (its thread ends), stop the watchdog thread and

@@ -10,7 +10,8 @@ runtime-control routes (``/update_weights_from_disk``, ``/get_weights_by_name``,
 ``/pause_generation``, ``/continue_generation``, ``/start_profile``, ``/stop_profile``,
 ``/configure_logging``, ``/get_weight_version``: :mod:`sglang_v4.entrypoints.control_api`), plus the OpenAI router from ``entrypoints/openai`` when present (``/v1/*``,
 ``/tokenize``, ``/detokenize``) and Anthropic's Messages API on its chat path
-(``/v1/messages``, ``/v1/messages/count_tokens``, from ``entrypoints/anthropic``).
+(``/v1/messages``, ``/v1/messages/count_tokens``, from ``entrypoints/anthropic``), mounted by
+:mod:`sglang_v4.entrypoints.route_families`.
 
 Any origin may call the API from a browser (CORS, as SGLang: preflights answered, the headers on
 every response). Every answer carries the request id as ``x-request-id`` and ``request-id`` (the
@@ -75,12 +76,7 @@ from sglang_v4.entrypoints.admission import (
 )
 from sglang_v4.entrypoints.control_api import create_control_router
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
-from sglang_v4.entrypoints.launcher import (
-    Subprocesses,
-    build_model_info,
-    build_server_info,
-    read_model_config,
-)
+from sglang_v4.entrypoints.launcher import Subprocesses
 from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.loads_api import create_loads_router
 from sglang_v4.entrypoints.metrics import SCRAPE_TIMEOUT_HEADER, TokenizerMetrics, gauge_refresh_timeout
@@ -101,6 +97,9 @@ from sglang_v4.entrypoints.native_api import error_body as native_error_body
 from sglang_v4.entrypoints.openai.request_errors import loads_json_body
 from sglang_v4.entrypoints.openapi_docs import install_openapi
 from sglang_v4.entrypoints.request_id import RequestIdMiddleware
+from sglang_v4.entrypoints.route_families import import_route_modules
+from sglang_v4.entrypoints.route_families import mount_openai as _mount_openai
+from sglang_v4.entrypoints.server_info import build_model_info, build_server_info, read_model_config
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
@@ -470,48 +469,6 @@ def warmup_request(tm: TokenizerManager) -> GenerateReqInput:
         sampling_params={"temperature": 0.0, "max_new_tokens": max_new},
         log_metrics=False,
     )
-
-
-def import_route_modules() -> None:
-    """Import what :func:`_mount_openai` and the first requests would import lazily: the OpenAI,
-    score and Anthropic route modules, and ``pydantic.v1``, which FastAPI imports the first time
-    it builds a route's body model (to tell pydantic v1 models apart). The launcher calls it while
-    the scheduler process loads the model, when this process has nothing else to do."""
-    import warnings
-
-    import sglang_v4.entrypoints.anthropic  # noqa: F401
-    import sglang_v4.entrypoints.openai.serving_score  # noqa: F401
-
-    try:
-        import sglang_v4.entrypoints.openai.api  # noqa: F401
-    except ImportError:  # the native API only (see _mount_openai)
-        pass
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            import pydantic.v1  # noqa: F401
-        except ImportError:  # a pydantic without the v1 shim: FastAPI does not look for it either
-            pass
-
-
-def _mount_openai(app: FastAPI, tm: TokenizerManager, server_args: ServerArgs) -> Any:
-    """Mount ``entrypoints.openai.create_openai_router`` when that module exists, and the
-    Anthropic Messages routes (``entrypoints.anthropic``) on its chat path; the router's
-    ``OpenAIServing`` (None without the OpenAI routes)."""
-    try:
-        from sglang_v4.entrypoints.openai import create_openai_router  # type: ignore[attr-defined]
-    except ImportError:
-        logger.info("OpenAI router not available; serving the native API only.")
-        return None
-    router = create_openai_router(tm, server_args)
-    app.include_router(router)
-    from sglang_v4.entrypoints.openai.serving_score import create_score_router
-
-    app.include_router(create_score_router(tm, server_args))  # POST /v1/score
-    from sglang_v4.entrypoints.anthropic import create_anthropic_router
-
-    app.include_router(create_anthropic_router(router.serving))  # type: ignore[attr-defined]
-    return router.serving  # type: ignore[attr-defined]
 
 
 async def stop_own_work(state: _State) -> None:

@@ -1,6 +1,7 @@
-"""Runtime control of the tokenizer manager (SGLang's ``TokenizerControlMixin`` role): weight
-updates, parameter reads, pausing generation, the profiler and request logging, as RL frameworks
-(verl, slime, OpenRLHF) and operators drive a running server.
+"""Runtime control of the tokenizer manager (SGLang's ``TokenizerControlMixin`` role): control
+requests to the scheduler and their answers (``_control``: cache flush, internal state, metrics),
+weight updates, parameter reads, pausing generation, the profiler and request logging, as RL
+frameworks (verl, slime, OpenRLHF) and operators drive a running server.
 
 Admission gate: a generate request, once tokenized, waits here before it is registered and sent
 to the scheduler while generation is paused (``/pause_generation``) or a weight update is under
@@ -27,6 +28,12 @@ from sglang_v4.managers.admitting_rids import AdmissionTicket, AdmittingRids
 from sglang_v4.managers.control_struct import (
     ContinueGenerationReqInput,
     ControlAck,
+    FlushCacheReqInput,
+    FlushCacheReqOutput,
+    GetMetricsReq,
+    GetMetricsReqOutput,
+    GetServerInfoReq,
+    GetServerInfoReqOutput,
     GetWeightsByNameReqInput,
     GetWeightsByNameReqOutput,
     PauseGenerationReqInput,
@@ -241,6 +248,43 @@ class TokenizerControlMixin:
         if out.parameter is None:
             raise RequestError(out.message or f"name: no parameter {name!r}.")
         return out.parameter
+
+    def num_in_flight(self: TokenizerManager) -> int:
+        """Requests the server holds: sent to the scheduler and not ended (``rid_to_state``), or
+        on their way to it (tokenizing, waiting at the admission gate: :attr:`admitting`)."""
+        return len(self.rid_to_state) + self.admitting.count
+
+    async def _control(self: TokenizerManager, req: Any, timeout_s: float | None = 60.0) -> Any:
+        self._check_alive()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending_control[req.req_id] = fut
+        self._send.send_pyobj(req)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestError(
+                f"The scheduler did not answer {type(req).__name__} in {timeout_s}s.", 503
+            ) from None
+        finally:
+            self.pending_control.pop(req.req_id, None)
+
+    async def flush_cache(self: TokenizerManager) -> FlushCacheReqOutput:
+        """Flush the radix cache (refused while requests run)."""
+        return await self._control(FlushCacheReqInput())
+
+    async def get_internal_state(self: TokenizerManager) -> dict[str, Any]:
+        """``Scheduler.get_server_info()`` from the scheduler process."""
+        out: GetServerInfoReqOutput = await self._control(GetServerInfoReq())
+        return out.info
+
+    async def get_scheduler_metrics(self: TokenizerManager, timeout_s: float | None = 60.0) -> dict[str, Any]:
+        """``Scheduler.get_metrics()`` from the scheduler process.
+
+        Raises:
+            RequestError: (503) no answer within ``timeout_s`` seconds, or the backend is gone.
+        """
+        out: GetMetricsReqOutput = await self._control(GetMetricsReq(), timeout_s)
+        return out.metrics
 
     def fail_control(self: TokenizerManager, message: str, status_code: int = 503) -> int:
         """Fail every control request still waiting for the scheduler's answer (a weight update

@@ -40,12 +40,6 @@ from sglang_v4.entrypoints.metrics import has_grammar
 from sglang_v4.managers.abandoned_rids import AbandonedRids
 from sglang_v4.managers.control_struct import (
     ControlReqOutput,
-    FlushCacheReqInput,
-    FlushCacheReqOutput,
-    GetMetricsReq,
-    GetMetricsReqOutput,
-    GetServerInfoReq,
-    GetServerInfoReqOutput,
     SchedulerCrashed,
     SchedulerReadyInfo,
 )
@@ -575,41 +569,3 @@ class TokenizerManager(
                 self.abandoned.add(rid, state)  # until its final output arrives (see AbandonedRids)
             if self.rid_to_state.get(rid) is state:  # not a later request reusing the rid
                 del self.rid_to_state[rid]
-
-    # ------------------------------------------------------------------ control
-    def num_in_flight(self) -> int:
-        """Requests the server holds: sent to the scheduler and not ended (``rid_to_state``), or
-        on their way to it (tokenizing, waiting at the admission gate: :attr:`admitting`)."""
-        return len(self.rid_to_state) + self.admitting.count
-
-    async def _control(self, req: Any, timeout_s: float | None = 60.0) -> Any:
-        self._check_alive()
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.pending_control[req.req_id] = fut
-        self._send.send_pyobj(req)
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            raise RequestError(
-                f"The scheduler did not answer {type(req).__name__} in {timeout_s}s.", 503
-            ) from None
-        finally:
-            self.pending_control.pop(req.req_id, None)
-
-    async def flush_cache(self) -> FlushCacheReqOutput:
-        """Flush the radix cache (refused while requests run)."""
-        return await self._control(FlushCacheReqInput())
-
-    async def get_internal_state(self) -> dict[str, Any]:
-        """``Scheduler.get_server_info()`` from the scheduler process."""
-        out: GetServerInfoReqOutput = await self._control(GetServerInfoReq())
-        return out.info
-
-    async def get_scheduler_metrics(self, timeout_s: float | None = 60.0) -> dict[str, Any]:
-        """``Scheduler.get_metrics()`` from the scheduler process.
-
-        Raises:
-            RequestError: (503) no answer within ``timeout_s`` seconds, or the backend is gone.
-        """
-        out: GetMetricsReqOutput = await self._control(GetMetricsReq(), timeout_s)
-        return out.metrics

@@ -1,6 +1,6 @@
-"""``POST /v1/responses``, ``GET`` / ``DELETE /v1/responses/{id}``, ``POST
-/v1/responses/{id}/cancel`` (a 400: no background responses run): OpenAI's Responses API on the
-chat-completions path.
+"""``POST /v1/responses``: OpenAI's Responses API on the chat-completions path (the routes of
+stored responses, ``GET`` / ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``
+and ``POST /v1/responses/{id}/cancel``, are :mod:`.serving_responses_stored`'s).
 
 A request is turned into a chat-completions request (:mod:`.responses_input`: ``input`` items ->
 messages, ``instructions`` -> a first system message, flat tools -> chat tools, ``text.format`` ->
@@ -98,13 +98,10 @@ from sglang_v4.entrypoints.openai.responses_input import (
 from sglang_v4.entrypoints.openai.responses_input_items import (
     check_duplicate_items,
     input_items_of,
-    input_items_page,
 )
-from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
     dp_rank_header_pin,
-    error_response,
     grammar_error_for,
     read_json_object,
     validate_request,
@@ -115,6 +112,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (
     _engine_outputs,
     stream_failure,
 )
+from sglang_v4.entrypoints.openai.serving_responses_stored import StoredResponsesMixin
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
@@ -206,74 +204,12 @@ class _StreamRead:
     done: dict[str, Any] = field(default_factory=dict)
 
 
-class ResponsesMixin(ChatMixin):
+class ResponsesMixin(StoredResponsesMixin, ChatMixin):
     """The ``/v1/responses`` routes (mixed into :class:`~.serving.OpenAIServing`)."""
-
-    _responses_store: ResponseStore | None = None
-
-    @property
-    def responses_store(self) -> ResponseStore:
-        """The server's store of responses (created on first use)."""
-        if self._responses_store is None:
-            self._responses_store = ResponseStore()
-        return self._responses_store
 
     async def create_response(self, request: Request) -> Response:
         """``POST /v1/responses``."""
         return await self._guard(request, self._responses)
-
-    async def retrieve_response(self, request: Request, response_id: str) -> Response:
-        """``GET /v1/responses/{response_id}``: a stored response, else 404."""
-        denied = self.check_auth(request)
-        if denied is not None:
-            return denied
-        entry = self.responses_store.get(response_id)
-        if entry is None:
-            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
-        return JSONResponse(entry.response)
-
-    async def list_input_items(self, request: Request, response_id: str) -> Response:
-        """``GET /v1/responses/{response_id}/input_items``: a page of the stored response's input
-        items (:func:`~.responses_input_items.input_items_page`), else 404; a bad ``order`` /
-        ``limit`` / ``after`` is a 400 naming it."""
-        denied = self.check_auth(request)
-        if denied is not None:
-            return denied
-        entry = self.responses_store.get(response_id)
-        if entry is None:
-            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
-        q = request.query_params
-        try:
-            page = input_items_page(entry.input_items, q.get("order"), q.get("limit"), q.get("after"))
-        except RequestError as e:
-            return error_response(e.message, e.status, e.err_type, e.param)
-        return JSONResponse(page)
-
-    async def delete_response(self, request: Request, response_id: str) -> Response:
-        """``DELETE /v1/responses/{response_id}``: drop a stored response, else 404."""
-        denied = self.check_auth(request)
-        if denied is not None:
-            return denied
-        if not self.responses_store.delete(response_id):
-            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
-        return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
-
-    async def cancel_response(self, request: Request, response_id: str) -> Response:
-        """``POST /v1/responses/{response_id}/cancel``: OpenAI cancels only responses created with
-        ``background: true``, which this server does not run (every response is finished when its
-        ``POST`` returns), so a stored response is a 400 that says so and leaves it unchanged; an
-        unknown id is a 404, as on ``GET``."""
-        denied = self.check_auth(request)
-        if denied is not None:
-            return denied
-        if self.responses_store.get(response_id) is None:
-            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
-        return error_response(
-            "Cannot cancel a synchronous response: only responses created with background=true "
-            "can be cancelled, and this server runs none.",
-            400,
-            param="response_id",
-        )
 
     # ------------------------------------------------------------------ request
     async def _responses(self, request: Request) -> Response:

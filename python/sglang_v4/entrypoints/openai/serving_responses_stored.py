@@ -1,0 +1,88 @@
+"""The stored-response routes of OpenAI's Responses API: ``GET`` / ``DELETE /v1/responses/{id}``,
+``GET /v1/responses/{id}/input_items`` and ``POST /v1/responses/{id}/cancel``, over the server's
+in-memory store of responses (:mod:`.responses_store`, filled by ``POST /v1/responses``:
+:mod:`.serving_responses`). An unknown id is a 404 in OpenAI's error shape (``param:
+"response_id"``); cancelling a stored response is a 400, since no response runs in the background.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from sglang_v4.entrypoints.openai.responses_input_items import input_items_page
+from sglang_v4.entrypoints.openai.responses_store import ResponseStore
+from sglang_v4.entrypoints.openai.serving_base import RequestError, error_response
+
+__all__ = ["StoredResponsesMixin"]
+
+
+class StoredResponsesMixin:
+    """The stored-response routes (mixed into :class:`~.serving_responses.ResponsesMixin`); the
+    store itself (:attr:`responses_store`) is shared with ``POST /v1/responses``."""
+
+    check_auth: Callable[[Request], Response | None]
+
+    _responses_store: ResponseStore | None = None
+
+    @property
+    def responses_store(self) -> ResponseStore:
+        """The server's store of responses (created on first use)."""
+        if self._responses_store is None:
+            self._responses_store = ResponseStore()
+        return self._responses_store
+
+    async def retrieve_response(self, request: Request, response_id: str) -> Response:
+        """``GET /v1/responses/{response_id}``: a stored response, else 404."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        entry = self.responses_store.get(response_id)
+        if entry is None:
+            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        return JSONResponse(entry.response)
+
+    async def list_input_items(self, request: Request, response_id: str) -> Response:
+        """``GET /v1/responses/{response_id}/input_items``: a page of the stored response's input
+        items (:func:`~.responses_input_items.input_items_page`), else 404; a bad ``order`` /
+        ``limit`` / ``after`` is a 400 naming it."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        entry = self.responses_store.get(response_id)
+        if entry is None:
+            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        q = request.query_params
+        try:
+            page = input_items_page(entry.input_items, q.get("order"), q.get("limit"), q.get("after"))
+        except RequestError as e:
+            return error_response(e.message, e.status, e.err_type, e.param)
+        return JSONResponse(page)
+
+    async def delete_response(self, request: Request, response_id: str) -> Response:
+        """``DELETE /v1/responses/{response_id}``: drop a stored response, else 404."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        if not self.responses_store.delete(response_id):
+            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+
+    async def cancel_response(self, request: Request, response_id: str) -> Response:
+        """``POST /v1/responses/{response_id}/cancel``: OpenAI cancels only responses created with
+        ``background: true``, which this server does not run (every response is finished when its
+        ``POST`` returns), so a stored response is a 400 that says so and leaves it unchanged; an
+        unknown id is a 404, as on ``GET``."""
+        denied = self.check_auth(request)
+        if denied is not None:
+            return denied
+        if self.responses_store.get(response_id) is None:
+            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        return error_response(
+            "Cannot cancel a synchronous response: only responses created with background=true "
+            "can be cancelled, and this server runs none.",
+            400,
+            param="response_id",
+        )
