@@ -286,3 +286,76 @@ def test_vllm_44398_chat_usage_reports_reasoning_tokens(tok: Any, stream: bool) 
         details = usage.completion_tokens_details
         rt = 0 if details is None or details.reasoning_tokens is None else details.reasoning_tokens
         assert rt == want_rt and rt <= usage.completion_tokens, (thinking, usage)
+
+
+# --------------------------------------------------------------------------- batches and seeds
+
+
+def test_lmdeploy_2395_batched_prompts_keep_prompt_major_choice_order(tok: Any) -> None:
+    """InternLM/lmdeploy#2395: ``/v1/completions`` with a list of prompts answered the choices in
+    the wrong order. Expected (OpenAI: choice ``index`` is prompt-major, ``n`` per prompt): with
+    two prompts and ``n=2`` the four choices come as indices 0..3 in order, 0-1 for the first
+    prompt and 2-3 for the second (``echo`` shows which), the same for token-id prompts and,
+    streamed, each chunk's text stays with its index."""
+    tm = FakeTM(tok)
+    tc = app_client(tm)
+    prompts = ["example one", "example two"]
+    gen = tok.decode(tok.encode(REPLY, add_special_tokens=False)[:2])
+    for prompt, texts in (
+        (prompts, prompts),
+        ([tok.encode(p, add_special_tokens=False) for p in prompts], prompts),
+    ):
+        body = {"model": MODEL, "prompt": prompt, "n": 2, "echo": True, "max_tokens": 2}
+        got = Completion.model_validate(tc.post(COMPLETIONS, json=body).json())
+        assert [c.index for c in got.choices] == [0, 1, 2, 3]
+        assert [c.text for c in got.choices] == [texts[i // 2] + gen for i in range(4)]
+        streamed: dict[int, str] = {}
+        for e in sse_data_events(tc.post(COMPLETIONS, json={**body, "stream": True})):
+            if e != "[DONE]":
+                for c in e["choices"]:
+                    streamed[c["index"]] = streamed.get(c["index"], "") + c["text"]
+        assert streamed == {i: texts[i // 2] + gen for i in range(4)}
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_sglang_15746_openai_seed_reaches_the_sampler(tok: Any, path: str) -> None:
+    """sgl-project/sglang#15746 (and #5377): requests through the OpenAI client with different
+    ``seed`` values gave the same answer -- the seed did not reach the sampler, only
+    ``/generate``'s ``sampling_seed`` did. Expected: ``seed`` is forwarded as the sampler's
+    ``sampling_seed`` (different seeds differ, a repeat sends the same); with ``n > 1`` each
+    sample of a prompt gets its own seed and sample 0 keeps the request's (so ``n=1`` and the
+    first of ``n`` are the same draw); no ``seed`` sends none."""
+    tm = FakeTM(tok)
+    tc = app_client(tm)
+    base = {"model": MODEL, **({"messages": HI} if path == CHAT else {"prompt": "Hi"}), "temperature": 0.8}
+
+    def seeds(extra: dict[str, Any]) -> list[Any]:
+        r = tc.post(path, json={**base, **extra})
+        assert r.status_code == 200, r.text
+        sp = tm.received[-1].sampling_params
+        return [p.get("sampling_seed") for p in sp] if isinstance(sp, list) else [sp.get("sampling_seed")]
+
+    assert seeds({"seed": 1}) == seeds({"seed": 1}) == [1]
+    assert seeds({"seed": 2}) == [2]
+    assert seeds({}) == [None]
+    per_sample = seeds({"seed": 1, "n": 3})
+    assert per_sample[0] == 1 and len(set(per_sample)) == 3, per_sample
+
+
+def test_vllm_2287_min_p_is_served_streamed_and_not(tok: Any) -> None:
+    """vllm-project/vllm#2287: ``min_p`` through the OpenAI server worked unstreamed but the same
+    request with ``stream: true`` failed inside the SSE response. Expected: ``min_p`` reaches the
+    sampler either way and both answers carry the whole reply; outside [0, 1] it is a 400 naming
+    ``min_p`` before any stream starts."""
+    tm = FakeTM(tok)
+    tc = app_client(tm)
+    body = {"model": MODEL, "messages": HI, "min_p": 0.05}
+    got = ChatCompletion.model_validate(tc.post(CHAT, json=body).json())
+    assert got.choices[0].message.content == REPLY
+    assert tm.received[-1].sampling_params["min_p"] == 0.05
+    events = [e for e in sse_data_events(tc.post(CHAT, json={**body, "stream": True})) if e != "[DONE]"]
+    chunks = [ChatCompletionChunk.model_validate(e) for e in events]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == REPLY
+    assert tm.received[-1].sampling_params["min_p"] == 0.05
+    for bad in (1.5, -0.1):
+        _error(tc.post(CHAT, json={**body, "min_p": bad, "stream": True}), "min_p")
