@@ -359,3 +359,30 @@ def test_vllm_2287_min_p_is_served_streamed_and_not(tok: Any) -> None:
     assert tm.received[-1].sampling_params["min_p"] == 0.05
     for bad in (1.5, -0.1):
         _error(tc.post(CHAT, json={**body, "min_p": bad, "stream": True}), "min_p")
+
+
+# --------------------------------------------------------------------------- stop
+
+
+@pytest.mark.parametrize("stop", ["", [""], ["END", ""]])
+def test_sglang_38712_empty_stop_string_is_refused(tok: Any, stop: Any) -> None:
+    """sgl-project/sglang#38712: an empty string in ``stop`` was never validated; ``"" in text`` is
+    always true, so generation ended after one token and the detokenizer cut the output to ``""``
+    (vLLM refuses it: "stop cannot contain an empty string"). Expected: a 400 naming ``stop`` on
+    both routes, streamed or not, before the scheduler; :class:`SamplingParams` (``/generate``'s
+    parameters) refuses it with a ValueError naming ``stop``; ``stop: []`` and ``null`` are no
+    stop strings and are served with the whole reply."""
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+    tm = FakeTM(tok)
+    tc = app_client(tm)
+    for path, body in ((CHAT, {"messages": HI}), (COMPLETIONS, {"prompt": "Hi"})):
+        for stream in (False, True):
+            _error(tc.post(path, json={"model": MODEL, **body, "stop": stop, "stream": stream}), "stop")
+    assert tm.received == []
+    with pytest.raises(ValueError, match="stop"):
+        SamplingParams(stop=stop).verify()
+    for none in ([], None):
+        r = tc.post(COMPLETIONS, json={"model": MODEL, "prompt": "Hi", "stop": none})
+        assert r.status_code == 200, r.text
+        assert Completion.model_validate(r.json()).choices[0].text == REPLY
