@@ -1,9 +1,11 @@
 """A nineteenth set of public bug reports of OpenAI-compatible servers, replayed against the
-OpenAI-compatible routes: request validation (``logit_bias`` keys and ids, ``repetition_penalty``,
-``top_k: 0``, ``max_completion_tokens`` on ``/v1/completions``, extra fields on messages) and
-response fields (``echo`` of a token-id prompt with its log-probabilities,
-``usage.prompt_tokens_details.cached_tokens``, ``usage.completion_tokens_details.
-reasoning_tokens``). Every report passed here as-is; the tests are kept as regression guards.
+OpenAI-compatible routes: request validation (``logit_bias`` keys, ids and values,
+``repetition_penalty``, ``top_k: 0``, ``min_p``, empty ``stop`` strings, non-finite numbers,
+``max_completion_tokens`` on ``/v1/completions``, extra fields on messages), the ``seed`` on its
+way to the sampler, and response fields (the choice order of batched prompts, ``echo`` of a
+token-id prompt with its log-probabilities, ``usage.prompt_tokens_details.cached_tokens``,
+``usage.completion_tokens_details.reasoning_tokens``). Every report passed here as-is; the tests
+are kept as regression guards.
 
 Fixtures: in-process, the OpenAI router over ``openai_fake_tm.FakeTM`` (a fixed reply generated
 token by token, ``cached_tokens = 3`` on every output, fake log-probabilities ``-0.5 * (i + 1)``;
@@ -386,3 +388,46 @@ def test_sglang_38712_empty_stop_string_is_refused(tok: Any, stop: Any) -> None:
         r = tc.post(COMPLETIONS, json={"model": MODEL, "prompt": "Hi", "stop": none})
         assert r.status_code == 200, r.text
         assert Completion.model_validate(r.json()).choices[0].text == REPLY
+
+
+# --------------------------------------------------------------------------- non-finite numbers
+
+
+def _strict_json(text: str) -> Any:
+    """``text`` parsed as strict JSON (RFC 8259): ``NaN`` / ``Infinity`` raise ValueError."""
+    import json
+
+    def refuse(token: str) -> Any:
+        raise ValueError(f"non-standard JSON constant {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_sglang_28153_non_finite_sampling_numbers_are_a_400(tok: Any, literal: str) -> None:
+    """sgl-project/sglang#28153: ``temperature: NaN`` (a literal Python's JSON parser accepts)
+    passed ``temperature < 0`` and put NaN into the probabilities, a device-side assert that took
+    the whole server down; a validation error that echoed the NaN back could also fail to
+    serialize (a 500). Expected: for every float sampling field and a ``logit_bias`` value, the
+    bare literal (not JSON, RFC 8259) and its string form (``"NaN"``, which pydantic would read
+    as a float) are each a 400 whose body is strict JSON -- the string form naming the field --
+    on both routes, before the scheduler; the same values given to :class:`SamplingParams`
+    raise ValueError naming the field."""
+    from sglang_v4.sampling.sampling_params import SamplingParams
+
+    tm = FakeTM(tok)
+    tc = app_client(tm)
+    fields = ["temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"]
+    heads = ((CHAT, '"messages": [{"role": "user", "content": "Hi"}]'), (COMPLETIONS, '"prompt": "Hi"'))
+    for path, head in heads:
+        for field, value in [(f, literal) for f in fields] + [("logit_bias", f'{{"100": {literal}}}')]:
+            for raw in (value, value.replace(literal, f'"{literal}"')):
+                body = f'{{"model": "{MODEL}", {head}, "{field}": {raw}}}'
+                r = tc.post(path, content=body, headers={"content-type": "application/json"})
+                assert r.status_code == 400, (path, field, raw, r.text)
+                err = _strict_json(r.text)["error"]
+                assert raw == value or err["param"] == field, (raw, err)
+    assert tm.received == []
+    for field in fields:
+        with pytest.raises(ValueError, match=field):
+            SamplingParams(**{field: float(literal)}).verify()
