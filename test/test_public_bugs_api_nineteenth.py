@@ -1,11 +1,9 @@
 """A nineteenth set of public bug reports of OpenAI-compatible servers, replayed against the
-OpenAI-compatible routes: request validation (``logit_bias`` keys, ids and values,
-``repetition_penalty``, ``top_k: 0``, ``min_p``, empty ``stop`` strings, non-finite numbers,
-``max_completion_tokens`` on ``/v1/completions``, extra fields on messages), the ``seed`` on its
-way to the sampler, and response fields (the choice order of batched prompts, ``echo`` of a
-token-id prompt with its log-probabilities, ``usage.prompt_tokens_details.cached_tokens``,
-``usage.completion_tokens_details.reasoning_tokens``). Every report passed here as-is; the tests
-are kept as regression guards.
+OpenAI-compatible routes: request validation (``logit_bias`` keys and values, a server that must
+outlive invalid requests, ``repetition_penalty`` 0, ``min_p`` streamed, empty ``stop`` strings,
+non-finite numbers, extra fields on messages), the ``seed`` on its way to the sampler and the
+choice order of batched prompts. Every report passed here as-is; the tests are kept as
+regression guards.
 
 Fixtures: in-process, the OpenAI router over ``openai_fake_tm.FakeTM`` (a fixed reply generated
 token by token, ``cached_tokens = 3`` on every output, fake log-probabilities ``-0.5 * (i + 1)``;
@@ -64,33 +62,19 @@ def test_vllm_46612_non_integer_logit_bias_key_is_a_400_naming_logit_bias(tok: A
     assert tm.received[-1].sampling_params["logit_bias"] == {"100": 5.0, "7": -100.0}
 
 
-def test_vllm_16529_out_of_vocab_logit_bias_id_is_a_400_before_the_engine(tok: Any) -> None:
-    """vllm-project/vllm#16529: a ``logit_bias`` id outside the vocabulary reached the engine and
-    crashed it (index out of range in the bias scatter). Expected: a 400 naming ``logit_bias``
-    for an id at or past the vocabulary size (the tokenizer's ``len``) or a negative id, and for a
-    bias outside OpenAI's [-100, 100]; nothing reaches the scheduler; the last id of the
-    vocabulary and the bounds +-100 themselves are served."""
-    tm = FakeTM(tok)
-    tc = app_client(tm)
-    vocab = len(tok)
-    for bias in ({str(vocab): 1}, {"99999999": -100}, {"-1": 1}, {"100": 100.5}, {"100": -101}):
-        _error(tc.post(COMPLETIONS, json={"model": MODEL, "prompt": "Hi", "logit_bias": bias}), "logit_bias")
-    assert tm.received == []
-    ok = {str(vocab - 1): 100, "0": -100}
-    r = tc.post(COMPLETIONS, json={"model": MODEL, "prompt": "Hi", "logit_bias": ok})
-    assert r.status_code == 200, r.text
-    assert Completion.model_validate(r.json()).choices[0].text == REPLY
-
-
 def test_vllm_5903_server_keeps_serving_after_an_invalid_request(tok: Any) -> None:
     """vllm-project/vllm#5903: one request with an invalid ``logit_bias`` left the engine dead
-    (``AsyncEngineDeadError`` on every later request). Expected: the invalid request gets its
-    400 and the next valid requests, streamed and not, are answered in full as on a fresh
-    server."""
+    (``AsyncEngineDeadError`` on every later request). Expected: each invalid request -- a key
+    that is no token id, a value that is no number or lies outside OpenAI's [-100, 100], an id
+    past the vocabulary (the tokenizer's ``len``) -- gets its 400 naming ``logit_bias`` without
+    reaching the scheduler, and the next valid requests, streamed and not, are answered in full
+    as on a fresh server; the bounds +-100 themselves are served."""
     tm = FakeTM(tok)
     tc = app_client(tm)
-    for bad in ({"logit_bias": {"abc": 1}}, {"logit_bias": {"1": "x"}}, {"logit_bias": {"999999999": 1}}):
-        assert tc.post(CHAT, json={"model": MODEL, "messages": HI, **bad}).status_code == 400
+    bad = [{"abc": 1}, {"1": "x"}, {"100": 100.5}, {"100": -101}, {str(len(tok)): 1}]
+    for bias in bad:
+        _error(tc.post(CHAT, json={"model": MODEL, "messages": HI, "logit_bias": bias}), "logit_bias")
+    assert tm.received == []
     got = ChatCompletion.model_validate(tc.post(CHAT, json={"model": MODEL, "messages": HI}).json())
     assert got.choices[0].message.content == REPLY
     chunks = [
@@ -99,9 +83,11 @@ def test_vllm_5903_server_keeps_serving_after_an_invalid_request(tok: Any) -> No
         if e != "[DONE]"
     ]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == REPLY
+    r = tc.post(CHAT, json={"model": MODEL, "messages": HI, "logit_bias": {"100": 100, "7": -100}})
+    assert r.status_code == 200, r.text
 
 
-# --------------------------------------------------------------------------- penalties and top_k
+# --------------------------------------------------------------------------- penalties
 
 
 @pytest.mark.parametrize("value", [0, 0.0, -1, -0.5])
@@ -120,47 +106,6 @@ def test_sglang_24874_non_positive_repetition_penalty_is_a_400(tok: Any, value: 
         r = tc.post(CHAT, json={"model": MODEL, "messages": HI, "repetition_penalty": good})
         assert r.status_code == 200, r.text
         assert tm.received[-1].sampling_params.get("repetition_penalty", 1.0) == good
-
-
-def test_vllm_17773_top_k_zero_means_no_top_k_like_minus_one(tok: Any) -> None:
-    """vllm-project/vllm#17773: ``top_k: 0`` -- "disabled" in Hugging Face ``generate`` and in
-    most OpenAI-compatible clients -- was refused, only ``-1`` disabled top-k. Expected: ``0`` is
-    served and gives the scheduler the same sampling parameters as ``-1`` (top-k off); below -1
-    is a 400 naming ``top_k``."""
-    tm = FakeTM(tok)
-    tc = app_client(tm)
-    sent = {}
-    for k in (0, -1):
-        r = tc.post(COMPLETIONS, json={"model": MODEL, "prompt": "Hi", "top_k": k})
-        assert r.status_code == 200, r.text
-        sent[k] = tm.received[-1].sampling_params
-    assert sent[0] == sent[-1], sent
-    _error(tc.post(COMPLETIONS, json={"model": MODEL, "prompt": "Hi", "top_k": -2}), "top_k")
-
-
-# --------------------------------------------------------------------------- token limits
-
-
-def test_guidellm_208_max_completion_tokens_is_honoured_on_completions(tok: Any) -> None:
-    """vllm-project/guidellm#208: a benchmark client sent ``max_completion_tokens`` to
-    ``/v1/completions`` and the server ignored it ("fields present but ignored"), generating up to
-    the default. Expected: the limit holds on the completions route as on chat -- exactly that
-    many tokens (the reply's first tokens as the tokenizer encodes it), ``finish_reason:
-    "length"``, ``usage.completion_tokens`` equal to it; with ``max_tokens`` too, the
-    ``max_completion_tokens`` value wins as on chat."""
-    tm = FakeTM(tok)
-    tc = app_client(tm)
-    want = tok.decode(tok.encode(REPLY, add_special_tokens=False)[:3])
-    for extra in ({"max_completion_tokens": 3}, {"max_completion_tokens": 3, "max_tokens": 5}):
-        r = tc.post(COMPLETIONS, json={"model": MODEL, "prompt": "Hi", **extra})
-        assert r.status_code == 200, r.text
-        got = Completion.model_validate(r.json())
-        assert (got.choices[0].text, got.choices[0].finish_reason) == (want, "length"), got
-        assert got.usage is not None and got.usage.completion_tokens == 3
-    _error(
-        tc.post(COMPLETIONS, json={"model": MODEL, "prompt": "Hi", "max_completion_tokens": -1}),
-        "max_completion_tokens",
-    )
 
 
 # --------------------------------------------------------------------------- extra request fields
@@ -183,111 +128,6 @@ def test_vllm_12864_extra_fields_on_messages_are_accepted(tok: Any) -> None:
         r = tc.post(CHAT, json={"model": MODEL, **body})
         assert r.status_code == 200, (body, r.text)
         assert ChatCompletion.model_validate(r.json()).choices[0].message.content == REPLY
-
-
-# --------------------------------------------------------------------------- echo
-
-
-def test_vllm_3441_echo_of_a_token_id_prompt_with_logprobs(tok: Any) -> None:
-    """vllm-project/vllm#3441: ``echo`` with a prompt given as token ids failed (the echo path
-    expected prompt text). Expected (OpenAI's legacy completions): the choice's text is the prompt
-    ids decoded followed by the completion; with ``logprobs`` the first entry is the first prompt
-    token with ``null`` log-probability and ``null`` top entry, the tokens are the prompt's then
-    the completion's, and ``text_offset`` is each token's start in that text -- streamed, the
-    offsets continue across chunks and the chunks' text joins to the same string. (Read as JSON:
-    the ``openai`` client's ``Completion`` type has no ``null`` in ``token_logprobs``.)"""
-    tm = FakeTM(tok)
-    tc = app_client(tm)
-    ids = tok.encode("Good day", add_special_tokens=False)
-    gen = tok.encode(REPLY, add_special_tokens=False)[:2]
-    want_text = tok.decode(ids) + tok.decode(gen)
-    want_tokens = [tok.decode([t]) for t in ids + gen]
-    starts = [sum(len(t) for t in want_tokens[:i]) for i in range(len(want_tokens))]
-    body = {"model": MODEL, "prompt": ids, "echo": True, "max_tokens": 2, "logprobs": 1}
-    r = tc.post(COMPLETIONS, json=body)
-    assert r.status_code == 200, r.text
-    choice = r.json()["choices"][0]
-    lp = choice["logprobs"]
-    assert choice["text"] == want_text
-    assert (lp["tokens"], lp["text_offset"]) == (want_tokens, starts)
-    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
-    assert all(isinstance(x, float) for x in lp["token_logprobs"][1:])
-    events = [
-        e for e in sse_data_events(tc.post(COMPLETIONS, json={**body, "stream": True})) if e != "[DONE]"
-    ]
-    chunks = [e["choices"][0] for e in events if e["choices"]]
-    assert "".join(c["text"] for c in chunks) == want_text
-    toks = [t for c in chunks if c["logprobs"] for t in c["logprobs"]["tokens"]]
-    offsets = [o for c in chunks if c["logprobs"] for o in c["logprobs"]["text_offset"]]
-    assert (toks, offsets) == (want_tokens, starts)
-
-
-# --------------------------------------------------------------------------- usage details
-
-
-@pytest.mark.parametrize("stream", [False, True])
-def test_vllm_ascend_9030_cached_tokens_reported_when_cache_report_is_on(tok: Any, stream: bool) -> None:
-    """vllm-project/vllm-ascend#9030: with prefix caching and the prompt-token-details flag on,
-    ``usage.prompt_tokens_details`` stayed ``null`` although the cache hit. Expected (OpenAI's
-    ``CompletionUsage``): with ``--enable-cache-report`` both routes report
-    ``prompt_tokens_details.cached_tokens`` -- the engine's count (FakeTM reports 3) -- streamed
-    (usage chunk) and not; without the flag the field is ``null``."""
-    for report, want in ((True, 3), (False, None)):
-        tc = app_client(FakeTM(tok), enable_cache_report=report)
-        for path, body in ((CHAT, {"messages": HI}), (COMPLETIONS, {"prompt": "Hi"})):
-            req = {"model": MODEL, **body}
-            if stream:
-                req |= {"stream": True, "stream_options": {"include_usage": True}}
-                events = [e for e in sse_data_events(tc.post(path, json=req)) if e != "[DONE]"]
-                usage_raw = events[-1]["usage"]
-            else:
-                usage_raw = tc.post(path, json=req).json()["usage"]
-            parsed = ChatCompletion if path == CHAT else Completion
-            usage = parsed.model_validate(
-                {
-                    "id": "x",
-                    "object": "chat.completion" if path == CHAT else "text_completion",
-                    "created": 0,
-                    "model": MODEL,
-                    "choices": [],
-                    "usage": usage_raw,
-                }
-            ).usage
-            assert usage is not None, usage_raw
-            details = usage.prompt_tokens_details
-            got = None if details is None else details.cached_tokens
-            assert got == want, (path, report, usage_raw)
-
-
-@pytest.mark.parametrize("stream", [False, True])
-def test_vllm_44398_chat_usage_reports_reasoning_tokens(tok: Any, stream: bool) -> None:
-    """vllm-project/vllm#44398: chat completions never reported
-    ``usage.completion_tokens_details.reasoning_tokens`` (only the Responses API did), and for
-    templates that open ``<think>`` in the prompt (DeepSeek) the count was 0. Expected: with
-    thinking on, ``reasoning_tokens`` counts the generated reasoning up to and including
-    ``</think>`` (SGLang's rule: the reasoning text's tokens plus the closing marker), is at most
-    ``completion_tokens``, and is the same streamed (usage chunk) and not; with the reasoning
-    left in the content (thinking off) it is 0."""
-    reasoning, answer = "Let me think.", "The answer is 4."
-    tm = FakeTM(tok, f"{reasoning}</think>{answer}")
-    tc = app_client(tm)
-    want = len(tok.encode(reasoning, add_special_tokens=False)) + 1
-    total = len(tok.encode(f"{reasoning}</think>{answer}", add_special_tokens=False))
-    for thinking, want_rt in ((True, want), (False, 0)):
-        body = {"model": MODEL, "messages": HI, "chat_template_kwargs": {"thinking": thinking}}
-        if stream:
-            body |= {"stream": True, "stream_options": {"include_usage": True}}
-            events = [e for e in sse_data_events(tc.post(CHAT, json=body)) if e != "[DONE]"]
-            usage = ChatCompletionChunk.model_validate(events[-1]).usage
-        else:
-            got = ChatCompletion.model_validate(tc.post(CHAT, json=body).json())
-            usage = got.usage
-            if thinking:
-                assert got.choices[0].message.content == answer
-        assert usage is not None and usage.completion_tokens == total, usage
-        details = usage.completion_tokens_details
-        rt = 0 if details is None or details.reasoning_tokens is None else details.reasoning_tokens
-        assert rt == want_rt and rt <= usage.completion_tokens, (thinking, usage)
 
 
 # --------------------------------------------------------------------------- batches and seeds
