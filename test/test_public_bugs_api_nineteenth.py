@@ -1,8 +1,9 @@
 """A nineteenth set of public bug reports of OpenAI-compatible servers, replayed against the
 OpenAI-compatible routes: request validation (``logit_bias`` keys and values, a server that must
-outlive invalid requests, ``repetition_penalty`` 0, ``min_p`` streamed, empty ``stop`` strings,
-non-finite numbers, extra fields on messages), the ``seed`` on its way to the sampler and the
-choice order of batched prompts. Every report passed here as-is; the tests are kept as
+outlive invalid requests, ``repetition_penalty`` 0, the [-2, 2] range of the OpenAI penalties,
+``best_of`` against ``n``, ``min_p`` streamed, empty ``stop`` strings, non-finite numbers,
+out-of-range prompt token ids, extra fields on messages), the ``seed`` on its way to the sampler
+and the choice order of batched prompts. Every report passed here as-is; the tests are kept as
 regression guards.
 
 Fixtures: in-process, the OpenAI router over ``openai_fake_tm.FakeTM`` (a fixed reply generated
@@ -108,6 +109,46 @@ def test_sglang_24874_non_positive_repetition_penalty_is_a_400(tok: Any, value: 
         assert tm.received[-1].sampling_params.get("repetition_penalty", 1.0) == good
 
 
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_openai_python_287_penalties_outside_minus_two_to_two_are_a_400(tok: Any, path: str) -> None:
+    """openai/openai-python#287: ``frequency_penalty: 2.3`` (or -1000) was accepted although the
+    reference documents "Number between -2.0 and 2.0" (``presence_penalty`` past 2 was refused).
+    Expected (the documented range, both fields alike): a 400 naming the field for values past
+    either end, before the scheduler; the ends -2 and 2 and a negative value inside are served
+    and reach the sampler as sent."""
+    tm = FakeTM(tok)
+    tc = app_client(tm)
+    base = {"model": MODEL, **({"messages": HI} if path == CHAT else {"prompt": "Hi"})}
+    for field in ("frequency_penalty", "presence_penalty"):
+        for bad in (2.3, -2.01, 10000, -1000):
+            _error(tc.post(path, json={**base, field: bad}), field)
+    assert tm.received == []
+    for field in ("frequency_penalty", "presence_penalty"):
+        for good in (-2, -1.0, 2):
+            r = tc.post(path, json={**base, field: good})
+            assert r.status_code == 200, r.text
+            assert tm.received[-1].sampling_params[field] == good
+
+
+def test_vllm_9167_best_of_and_n_errors_name_best_of(tok: Any) -> None:
+    """vllm-project/vllm#9167: ``best_of`` / ``n`` mismatches failed with errors that did not say
+    which field was wrong. Expected (OpenAI: ``best_of`` "must be greater than n", and "results
+    cannot be streamed"): a 400 with ``param: "best_of"`` for ``best_of < n``, for ``best_of`` past
+    the server's limit and for ``best_of > n`` streamed; nothing reaches the scheduler;
+    ``best_of == n`` streams and ``best_of > n`` unstreamed returns ``n`` choices."""
+    tm = FakeTM(tok)
+    tc = app_client(tm)
+    base = {"model": MODEL, "prompt": "Hi", "max_tokens": 2}
+    for bad in ({"best_of": 1, "n": 2}, {"best_of": 0}, {"best_of": 100000}, {"best_of": 3, "stream": True}):
+        err = _error(tc.post(COMPLETIONS, json={**base, **bad}), "best_of")
+        assert "best_of" in err["message"], err
+    assert tm.received == []
+    got = Completion.model_validate(tc.post(COMPLETIONS, json={**base, "best_of": 3, "n": 2}).json())
+    assert [c.index for c in got.choices] == [0, 1]
+    r = tc.post(COMPLETIONS, json={**base, "best_of": 2, "n": 2, "stream": True})
+    assert r.status_code == 200 and sse_data_events(r)[-1] == "[DONE]", r.text
+
+
 # --------------------------------------------------------------------------- extra request fields
 
 
@@ -128,6 +169,22 @@ def test_vllm_12864_extra_fields_on_messages_are_accepted(tok: Any) -> None:
         r = tc.post(CHAT, json={"model": MODEL, **body})
         assert r.status_code == 200, (body, r.text)
         assert ChatCompletion.model_validate(r.json()).choices[0].message.content == REPLY
+
+
+@pytest.mark.parametrize("prompt", [[-1], [[-1]], [[5, 6], [7, -3]], [1, 2**31]])
+def test_vllm_35231_out_of_range_prompt_token_ids_are_a_400(tok: Any, prompt: list[Any]) -> None:
+    """vllm-project/vllm#35231: a completions ``prompt`` of token ids with a negative id
+    (``[[-1]]``, found by schema fuzzing) was an HTTP 500. Expected: a 400 naming ``prompt`` for
+    negative ids and ids past the vocabulary, flat or nested, before the scheduler; in-vocabulary
+    ids (the last id is ``len(tokenizer) - 1``) are served."""
+    tm = FakeTM(tok)
+    tc = app_client(tm)
+    err = _error(tc.post(COMPLETIONS, json={"model": MODEL, "prompt": prompt, "max_tokens": 2}), "prompt")
+    assert "prompt" in err["message"], err
+    assert tm.received == []
+    for ok in ([0, len(tok) - 1], [[5, 6], [7, 8]]):
+        r = tc.post(COMPLETIONS, json={"model": MODEL, "prompt": ok, "max_tokens": 2})
+        assert r.status_code == 200, r.text
 
 
 # --------------------------------------------------------------------------- batches and seeds
