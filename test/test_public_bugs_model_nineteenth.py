@@ -414,3 +414,71 @@ def test_roo_code_7500_chat_prompt_holds_one_bos(default_model_dir: str, mtok: A
         assert ids[0] == bos and ids.count(bos) == 1, ids[:6]
         text = mtok.decode(ids)
         assert mtok.encode(text, add_special_tokens=False) == ids
+
+
+# ---------------------------------------------------------------------------------------------
+# a BF16 checkpoint under an FP8 quantization_config (sgl-project/sglang#23841) and a scale in
+# another shard than its weight (deepseek-ai/DeepSeek-V3#2)
+# ---------------------------------------------------------------------------------------------
+
+
+def _state(d: str) -> dict[str, torch.Tensor]:
+    model = DeepseekV4ForCausalLM(ModelConfig.from_pretrained(d))
+    load_weights_into(model, d, progress=False)
+    return model.state_dict()
+
+
+def test_sglang_23841_bf16_weights_under_an_fp8_quantization_config_load_as_stored(tmp_path: Path) -> None:
+    """sgl-project/sglang#23841 (a config carrying DeepSeek's FP8 ``quantization_config`` beside
+    BF16 weights made the loader treat the BF16 tensors as FP8: dtype errors at load): the BF16
+    checkpoint with that block added to its ``config.json`` loads to the same model, bit for bit,
+    as the cold run of the file without it, and its weights are the file's BF16 values."""
+    plain = tmp_path / "plain"
+    write_checkpoint(
+        str(plain), fmt="hf", weights="bf16", seed=23841, config_dict=copy.deepcopy(CONFIGS["sliding_first"])
+    )
+    stale = tmp_path / "stale"
+    shutil.copytree(plain, stale)
+    cfg = json.loads((stale / "config.json").read_text())
+    cfg["quantization_config"] = {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "scale_fmt": "ue8m0",
+        "weight_block_size": [128, 128],
+    }
+    (stale / "config.json").write_text(json.dumps(cfg))
+    want, got = _state(str(plain)), _state(str(stale))
+    assert want.keys() == got.keys()
+    for k in want:
+        assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
+    raw = _file_tensors(str(stale))
+    key = "model.layers.1.self_attn.q_b_proj.weight"
+    assert raw[key].dtype == torch.bfloat16
+    assert torch.equal(got[key].float(), raw[key].float())
+
+
+def test_deepseek_v3_2_scale_in_another_shard_than_its_weight(hf_fp8_dir: str, tmp_path: Path) -> None:
+    """deepseek-ai/DeepSeek-V3#2 (a ``weight`` and its ``weight_scale_inv`` stored in different
+    shards failed an assertion in the FP8 -> BF16 cast): the HF-named FP8 checkpoint rewritten
+    with every scale in a shard of its own (the index updated to match) loads to the same model,
+    bit for bit, as the single-shard original."""
+    from safetensors.torch import save_file
+
+    d = tmp_path / "split"
+    shutil.copytree(hf_fp8_dir, d)
+    for p in glob.glob(f"{d}/*.safetensors"):
+        Path(p).unlink()
+    raw = _file_tensors(hf_fp8_dir)
+    scales = {k: v for k, v in raw.items() if k.endswith("scale_inv")}
+    rest = {k: v for k, v in raw.items() if k not in scales}
+    assert any(k.endswith(".weight_scale_inv") for k in scales)
+    files = {"model-00001-of-00002.safetensors": rest, "model-00002-of-00002.safetensors": scales}
+    for name, tensors in files.items():
+        save_file(tensors, str(d / name), metadata={"format": "pt"})
+    index = {"metadata": {}, "weight_map": {k: name for name, ts in files.items() for k in ts}}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    want, got = _state(hf_fp8_dir), _state(str(d))
+    assert want.keys() == got.keys()
+    for k in want:
+        assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
