@@ -482,3 +482,50 @@ def test_deepseek_v3_2_scale_in_another_shard_than_its_weight(hf_fp8_dir: str, t
     assert want.keys() == got.keys()
     for k in want:
         assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
+
+
+# ---------------------------------------------------------------------------------------------
+# a quantization_config without weight_block_size, or not an object (lightseekorg/tokenspeed#259)
+# ---------------------------------------------------------------------------------------------
+
+
+def _with_quantization_config(src: str, dst: Path, qc: Any) -> str:
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["quantization_config"] = qc
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return str(dst)
+
+
+def test_tokenspeed_259_weight_block_size_absent_null_or_malformed(hf_fp8_dir: str, tmp_path: Path) -> None:
+    """lightseekorg/tokenspeed#259 (the DeepSeek loader read ``quant_config.weight_block_size``
+    unguarded and crashed when a quantization config did not carry it): an FP8 checkpoint whose
+    ``quantization_config`` omits ``weight_block_size``, or sets it to ``null``, loads to the same
+    model, bit for bit, as the cold run with ``[128, 128]`` (DeepSeek's block). A
+    ``quantization_config`` that is a string, or a block size that is not two positive integers,
+    is refused by the loader with a ``ValueError`` naming the field (was: a bare
+    ``AttributeError`` / ``TypeError``), before any tensor is copied."""
+    qc = json.loads(Path(hf_fp8_dir, "config.json").read_text())["quantization_config"]
+    assert qc["weight_block_size"] == [128, 128]
+    want = _state(hf_fp8_dir)
+    absent = {k: v for k, v in qc.items() if k != "weight_block_size"}
+    for i, edited in enumerate((absent, {**qc, "weight_block_size": None})):
+        got = _state(_with_quantization_config(hf_fp8_dir, tmp_path / f"ok{i}", edited))
+        for k in want:
+            assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
+    model = DeepseekV4ForCausalLM(ModelConfig.from_pretrained(hf_fp8_dir))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    bad = [("fp8", r"quantization_config: expected an object")]
+    bad += [({**qc, "weight_block_size": b}, r"weight_block_size: expected two positive integers") for b in
+            ([128], [128, 0], [128.5, 128], "128")]  # fmt: skip
+    for i, (edited, msg) in enumerate(bad):
+        d = _with_quantization_config(hf_fp8_dir, tmp_path / f"bad{i}", edited)
+        with pytest.raises(ValueError, match=msg):
+            load_weights_into(model, d, progress=False)
+        with pytest.raises(ValueError, match=msg):
+            load_state_dict(d)
+    after = model.state_dict()
+    for k in before:
+        assert torch.equal(
+            before[k].contiguous().view(torch.uint8), after[k].contiguous().view(torch.uint8)
+        ), k
