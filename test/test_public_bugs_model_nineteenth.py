@@ -1,9 +1,11 @@
 """A nineteenth set of public reports, model configs and checkpoint files: YaRN fields written as
 JSON integers, ue8m0 block scales of FP8 linears, FP4 (e2m1) experts' nibble order and e8m0
 scale bytes, FP8 weights whose sizes are not block multiples and stacked experts, HF-named FP8
-checkpoints (``weight_scale_inv``), the top-level tensors of an HF-namespace checkpoint,
+checkpoints (``weight_scale_inv``), the top-level tensors of an HF-namespace checkpoint, a
+``[1, 1]`` scale of a multi-block weight, BF16 weights under a stale FP8 ``quantization_config``,
+scales in another shard than their weights, an absent / null / malformed ``weight_block_size``,
 ``generation_config.json``'s ``max_new_tokens`` and ``eos_token_id`` against a request's own
-fields, and ``ignore_eos`` (each test names its report).
+fields, ``ignore_eos``, and one BOS per chat prompt (each test names its report).
 
 Oracles: float64 references written here from the documented formats (DeepSeek's YaRN frequency
 ramp, ``w = q * 2 ** (b - 127)`` over ``weight_block_size`` blocks, the OCP MX e2m1 table with
