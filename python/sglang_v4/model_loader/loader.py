@@ -43,6 +43,7 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
+from .checkpoint_config import checkpoint_config, weight_block_size
 from .foreign_quant import check_tensor_name, check_unscaled_dtype
 from .names import ExpertPart, hf_saved_to_hf, official_to_hf, parse_official_expert
 from .quant import FP4_GROUP, dequantize_fp4, dequantize_fp8_block
@@ -164,47 +165,6 @@ def _header_bytes(dtype: str, shape: tuple[int, ...], key: str) -> int:
     if dtype.startswith("F4"):  # packed float4 (two per byte), shape in bytes
         return n
     raise ValueError(f"{key}: unknown safetensors dtype {dtype!r}")
-
-
-def _config(model_path: str) -> dict:
-    """The checkpoint's ``config.json`` (``{}`` when there is none, e.g. a lone ``.safetensors``);
-    ``ValueError`` naming the file when it is not a JSON object."""
-    cfg = os.path.join(model_path, "config.json") if os.path.isdir(model_path) else None
-    if cfg and os.path.exists(cfg):
-        with open(cfg, encoding="utf-8") as f:
-            raw = json.load(f)
-        if not isinstance(raw, dict):
-            raise ValueError(f"{cfg}: expected a JSON object, got {type(raw).__name__}")
-        return raw
-    return {}
-
-
-def _block_size(model_path: str) -> tuple[int, int]:
-    """``quantization_config.weight_block_size`` of the checkpoint's config.json; 128x128 (DeepSeek's
-    block) when the config has no ``quantization_config`` or the key is absent or null.
-
-    Raises:
-        ValueError: naming the field: a ``quantization_config`` that is not an object (a string
-            such as ``"fp8"``), or a ``weight_block_size`` that is not two positive integers.
-    """
-    qc = _config(model_path).get("quantization_config")
-    if qc is None:
-        return 128, 128
-    if not isinstance(qc, dict):
-        raise ValueError(
-            f"{model_path}: quantization_config: expected an object (DeepSeek's block FP8: "
-            f'{{"quant_method": "fp8", "weight_block_size": [128, 128]}}), got {type(qc).__name__} {qc!r}'
-        )
-    bs = qc.get("weight_block_size")
-    if bs is None:
-        return 128, 128
-    ints = isinstance(bs, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool) for b in bs)
-    if not (ints and len(bs) == 2 and min(bs) > 0):
-        raise ValueError(
-            f"{model_path}: quantization_config.weight_block_size: expected two positive integers "
-            f"[rows, columns], got {bs!r}"
-        )
-    return int(bs[0]), int(bs[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,7 +314,7 @@ def _plan(model_path: str, tie_word_embeddings: bool | None = None) -> _Plan:
     checkpoint's ``config.json`` (a view without a model config: :func:`load_state_dict`).
     """
     files = checkpoint_files(model_path)
-    plan = _Plan(block=_block_size(model_path))
+    plan = _Plan(block=weight_block_size(model_path))
     meta: dict[str, tuple[str, tuple[int, ...]]] = {}
     for path in files:
         try:
@@ -476,7 +436,9 @@ def _plan(model_path: str, tie_word_embeddings: bool | None = None) -> _Plan:
     names = {e.name for e in plan.entries}
     pair = ("model.embed_tokens.weight", "lm_head.weight")
     tie = (
-        _config(model_path).get("tie_word_embeddings") if tie_word_embeddings is None else tie_word_embeddings
+        checkpoint_config(model_path).get("tie_word_embeddings")
+        if tie_word_embeddings is None
+        else tie_word_embeddings
     )
     if tie and (pair[0] in names) != (pair[1] in names):
         # tied and only one of the two stored (HF's save_pretrained writes no LM head): the stored
