@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -63,19 +61,11 @@ def _inputs(batch: int, vocab: int, dev: str, seed: int = 0) -> tuple[torch.Tens
 
 
 def _time_us(fn: Callable[[], Any], reps: int, dev: str) -> float:
-    """Median microseconds per call: CUDA events on ``cuda``, the wall clock on the CPU."""
-    if dev == "cuda":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from timing import cuda_ms
+    """Median microseconds per call (``timing.median_ms``: CUDA events on ``cuda``, else the wall clock)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from timing import median_ms
 
-        return statistics.median(cuda_ms(fn, reps, warm=3)) * 1e3
-    fn()
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(out)
+    return median_ms(fn, reps, dev) * 1e3
 
 
 def _row(b: int, vocab: int, reps: int, dev: str) -> dict[str, Any]:

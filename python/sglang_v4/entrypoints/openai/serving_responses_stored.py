@@ -8,6 +8,7 @@ in-memory store of responses (:mod:`.responses_store`, filled by ``POST /v1/resp
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
@@ -34,26 +35,31 @@ class StoredResponsesMixin:
             self._responses_store = ResponseStore()
         return self._responses_store
 
-    async def retrieve_response(self, request: Request, response_id: str) -> Response:
-        """``GET /v1/responses/{response_id}``: a stored response, else 404."""
+    def _stored(self, request: Request, response_id: str) -> Any:
+        """The stored entry of ``response_id``, or the ``Response`` to answer instead: the auth
+        check's refusal, else a 404 naming ``response_id`` when nothing is stored under it."""
         denied = self.check_auth(request)
         if denied is not None:
             return denied
         entry = self.responses_store.get(response_id)
         if entry is None:
             return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        return entry
+
+    async def retrieve_response(self, request: Request, response_id: str) -> Response:
+        """``GET /v1/responses/{response_id}``: a stored response, else 404."""
+        entry = self._stored(request, response_id)
+        if isinstance(entry, Response):
+            return entry
         return JSONResponse(entry.response)
 
     async def list_input_items(self, request: Request, response_id: str) -> Response:
         """``GET /v1/responses/{response_id}/input_items``: a page of the stored response's input
         items (:func:`~.responses_input_items.input_items_page`), else 404; a bad ``order`` /
         ``limit`` / ``after`` is a 400 naming it."""
-        denied = self.check_auth(request)
-        if denied is not None:
-            return denied
-        entry = self.responses_store.get(response_id)
-        if entry is None:
-            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        entry = self._stored(request, response_id)
+        if isinstance(entry, Response):
+            return entry
         q = request.query_params
         try:
             page = input_items_page(entry.input_items, q.get("order"), q.get("limit"), q.get("after"))
@@ -75,11 +81,9 @@ class StoredResponsesMixin:
         ``background: true``, which this server does not run (every response is finished when its
         ``POST`` returns), so a stored response is a 400 that says so and leaves it unchanged; an
         unknown id is a 404, as on ``GET``."""
-        denied = self.check_auth(request)
-        if denied is not None:
-            return denied
-        if self.responses_store.get(response_id) is None:
-            return error_response(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        entry = self._stored(request, response_id)
+        if isinstance(entry, Response):
+            return entry
         return error_response(
             "Cannot cancel a synchronous response: only responses created with background=true "
             "can be cancelled, and this server runs none.",
