@@ -24,6 +24,7 @@ __all__ = [
     "FileDeleted",
     "FileList",
     "BatchRequestCounts",
+    "BatchUsage",
     "BatchError",
     "BatchErrors",
     "BatchObject",
@@ -115,6 +116,50 @@ class BatchError(BaseModel):
     line: int | None = None
 
 
+class BatchInputTokensDetails(BaseModel):
+    """``usage.input_tokens_details`` of a batch: prompt tokens served from the prefix cache."""
+
+    cached_tokens: int = 0
+
+
+class BatchOutputTokensDetails(BaseModel):
+    """``usage.output_tokens_details`` of a batch: generated tokens spent on reasoning."""
+
+    reasoning_tokens: int = 0
+
+
+class BatchUsage(BaseModel):
+    """OpenAI's batch ``usage``: the token counts (tokens) summed over the batch's answered (2xx)
+    requests, from each answer's own ``usage``: ``input_tokens`` = its ``prompt_tokens``,
+    ``output_tokens`` = its ``completion_tokens``, ``cached_tokens`` from
+    ``prompt_tokens_details``, ``reasoning_tokens`` from ``completion_tokens_details`` (or SGLang's
+    top-level ``reasoning_tokens``); ``total_tokens`` = input + output."""
+
+    input_tokens: int = 0
+    input_tokens_details: BatchInputTokensDetails = Field(default_factory=BatchInputTokensDetails)
+    output_tokens: int = 0
+    output_tokens_details: BatchOutputTokensDetails = Field(default_factory=BatchOutputTokensDetails)
+    total_tokens: int = 0
+
+    def add(self, usage: Any) -> None:
+        """Add one answer's ``usage`` object (a chat or completions ``usage`` dict; anything
+        else, or missing counts, adds nothing)."""
+        if not isinstance(usage, dict):
+            return
+
+        def count(obj: Any, key: str) -> int:
+            v = obj.get(key) if isinstance(obj, dict) else None
+            return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+        prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
+        self.input_tokens += prompt
+        self.output_tokens += completion
+        self.total_tokens += prompt + completion
+        self.input_tokens_details.cached_tokens += count(usage.get("prompt_tokens_details"), "cached_tokens")
+        reasoning = count(usage.get("completion_tokens_details"), "reasoning_tokens")
+        self.output_tokens_details.reasoning_tokens += reasoning or count(usage, "reasoning_tokens")
+
+
 class BatchErrors(BaseModel):
     """The ``errors`` of a batch that failed validation."""
 
@@ -144,6 +189,10 @@ class BatchObject(BaseModel):
     cancelling_at: int | None = None
     cancelled_at: int | None = None
     request_counts: BatchRequestCounts = Field(default_factory=BatchRequestCounts)
+    #: the model that answered (the ``model`` of the first 2xx answer; null before one)
+    model: str | None = None
+    #: token counts of the answered requests so far (:class:`BatchUsage`)
+    usage: BatchUsage = Field(default_factory=BatchUsage)
     metadata: dict[str, str] | None = None
 
 

@@ -8,7 +8,8 @@ request built from the line's body), at most :data:`DEFAULT_BATCH_CONCURRENCY` a
 whole server. Each answer becomes one output line ``{"id", "custom_id", "response": {"status_code",
 "request_id", "body"}, "error"}``: 2xx answers go to the output file, the others (a 400 from the
 route, ``stream: true``, which a batch cannot return) to the error file and count as ``failed``.
-Lines are written in input order. Statuses: ``validating`` -> ``in_progress`` -> ``finalizing`` ->
+Lines are written in input order. The batch's ``usage`` sums the token counts of the 2xx answers
+(:class:`~.protocol_batch.BatchUsage`). Statuses: ``validating`` -> ``in_progress`` -> ``finalizing`` ->
 ``completed``, or ``failed`` (validation), or ``cancelling`` -> ``cancelled``.
 
 Cancelling aborts the running requests (their generation is closed, so the tokenizer manager
@@ -389,5 +390,9 @@ class BatchMixin(FilesMixin):
         counts = batch.request_counts
         counts.completed += ok
         counts.failed += not ok
+        if ok and isinstance(body, dict):
+            batch.usage.add(body.get("usage"))
+            if batch.model is None and isinstance(body.get("model"), str):
+                batch.model = body["model"]
         response = BatchOutputResponse(status_code=status, request_id=request_id, body=body)
         return BatchOutputLine(id=new_object_id("batch_req"), custom_id=line.custom_id, response=response), ok
