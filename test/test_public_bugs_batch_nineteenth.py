@@ -289,3 +289,60 @@ def test_bad_lines_are_reported_on_the_failed_batch(client: openai.OpenAI) -> No
     assert b.status == "failed" and b.errors is not None and b.errors.data is not None
     assert [(e.code, e.line) for e in b.errors.data] == [("invalid_json_line", 2), ("mismatched_endpoint", 3)]
     assert all(e.message for e in b.errors.data)
+
+
+def responses_line(cid: str, text: str, **body: Any) -> dict[str, Any]:
+    return {
+        "custom_id": cid,
+        "method": "POST",
+        "url": "/v1/responses",
+        "body": {"model": MODEL, "input": text, **body},
+    }
+
+
+# openai/openai-python#2497: a batch can be created for ``/v1/responses`` (one of the Batch API's
+# endpoints), and its lines with ``url: /v1/responses`` must run, not fail as a url/endpoint
+# mismatch; each answer equals the route's own, parsed by the client's ``Response`` type.
+def test_responses_batch_runs_and_matches_the_route(client: openai.OpenAI, web: TestClient) -> None:
+    from openai.types.responses import Response as OAIResponse
+
+    rows = [responses_line("r1", "hello"), responses_line("r2", "more words here", max_output_tokens=3)]
+    b = run_batch(client, rows, endpoint="/v1/responses")
+    assert b.status == "completed", b.errors
+    out = read_lines(client, b.output_file_id)
+    assert [x["custom_id"] for x in out] == ["r1", "r2"]
+    got = [OAIResponse.model_validate(x["response"]["body"]) for x in out]
+    for row, answer in zip(rows, got, strict=True):
+        direct = OAIResponse.model_validate(web.post("/v1/responses", json=row["body"]).json())
+        assert answer.output_text == direct.output_text
+        assert answer.usage is not None and direct.usage is not None
+        assert (answer.usage.input_tokens, answer.usage.output_tokens) == (
+            direct.usage.input_tokens,
+            direct.usage.output_tokens,
+        )
+    # stdapi-ai/stdapi.ai#146: the batch usage is the sum of the responses' own usage
+    assert b.usage is not None
+    ins = sum(a.usage.input_tokens for a in got if a.usage)
+    outs = sum(a.usage.output_tokens for a in got if a.usage)
+    assert (b.usage.input_tokens, b.usage.output_tokens, b.usage.total_tokens) == (ins, outs, ins + outs)
+    # a line whose url names another endpoint still fails validation
+    bad = run_batch(
+        client, [{**responses_line("x", "hi"), "url": "/v1/chat/completions"}], endpoint="/v1/responses"
+    )
+    assert bad.status == "failed" and bad.errors is not None and bad.errors.data is not None
+    assert bad.errors.data[0].param == "url"
+
+
+# vllm-project/vllm#8347 (the same kind): a line a batch cannot answer as one output line --
+# ``background: true`` on ``/v1/responses`` -- is an error line naming the field; the rest run.
+def test_background_response_line_is_an_error_line(client: openai.OpenAI) -> None:
+    b = run_batch(
+        client,
+        [responses_line("bg", "hi", background=True), responses_line("ok", "hi")],
+        endpoint="/v1/responses",
+    )
+    assert b.status == "completed"
+    (err,) = read_lines(client, b.error_file_id)
+    assert err["custom_id"] == "bg" and err["response"]["status_code"] == 400
+    assert err["response"]["body"]["error"]["param"] == "background"
+    assert [x["custom_id"] for x in read_lines(client, b.output_file_id)] == ["ok"]

@@ -38,7 +38,7 @@ __all__ = [
 
 #: The endpoints a batch may target (OpenAI also has embeddings / responses; this server does not
 #: serve them in a batch).
-BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
+BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 #: OpenAI accepts only ``24h``.
 BATCH_COMPLETION_WINDOWS = ("24h",)
 #: The purposes a client may upload a file for (OpenAI's upload purposes); ``batch_output`` is
@@ -133,7 +133,8 @@ class BatchUsage(BaseModel):
     requests, from each answer's own ``usage``: ``input_tokens`` = its ``prompt_tokens``,
     ``output_tokens`` = its ``completion_tokens``, ``cached_tokens`` from
     ``prompt_tokens_details``, ``reasoning_tokens`` from ``completion_tokens_details`` (or SGLang's
-    top-level ``reasoning_tokens``); ``total_tokens`` = input + output."""
+    top-level ``reasoning_tokens``); a ``/v1/responses`` answer's usage already has the batch's
+    names. ``total_tokens`` = input + output."""
 
     input_tokens: int = 0
     input_tokens_details: BatchInputTokensDetails = Field(default_factory=BatchInputTokensDetails)
@@ -142,8 +143,9 @@ class BatchUsage(BaseModel):
     total_tokens: int = 0
 
     def add(self, usage: Any) -> None:
-        """Add one answer's ``usage`` object (a chat or completions ``usage`` dict; anything
-        else, or missing counts, adds nothing)."""
+        """Add one answer's ``usage`` object (a chat / completions ``usage`` dict with
+        ``prompt_tokens``..., or a ``/v1/responses`` one with ``input_tokens``...; anything else,
+        or missing counts, adds nothing)."""
         if not isinstance(usage, dict):
             return
 
@@ -151,13 +153,20 @@ class BatchUsage(BaseModel):
             v = obj.get(key) if isinstance(obj, dict) else None
             return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
 
-        prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
+        if "input_tokens" in usage:  # a /v1/responses answer names the counts as the batch does
+            prompt, completion = count(usage, "input_tokens"), count(usage, "output_tokens")
+            cached = count(usage.get("input_tokens_details"), "cached_tokens")
+            reasoning = count(usage.get("output_tokens_details"), "reasoning_tokens")
+        else:
+            prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
+            cached = count(usage.get("prompt_tokens_details"), "cached_tokens")
+            reasoning = count(usage.get("completion_tokens_details"), "reasoning_tokens")
+            reasoning = reasoning or count(usage, "reasoning_tokens")
         self.input_tokens += prompt
         self.output_tokens += completion
         self.total_tokens += prompt + completion
-        self.input_tokens_details.cached_tokens += count(usage.get("prompt_tokens_details"), "cached_tokens")
-        reasoning = count(usage.get("completion_tokens_details"), "reasoning_tokens")
-        self.output_tokens_details.reasoning_tokens += reasoning or count(usage, "reasoning_tokens")
+        self.input_tokens_details.cached_tokens += cached
+        self.output_tokens_details.reasoning_tokens += reasoning
 
 
 class BatchErrors(BaseModel):
