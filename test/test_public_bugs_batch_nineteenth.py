@@ -346,3 +346,30 @@ def test_background_response_line_is_an_error_line(client: openai.OpenAI) -> Non
     assert err["custom_id"] == "bg" and err["response"]["status_code"] == 400
     assert err["response"]["body"]["error"]["param"] == "background"
     assert [x["custom_id"] for x in read_lines(client, b.output_file_id)] == ["ok"]
+
+
+# stdapi-ai/stdapi.ai#146: ``usage.output_tokens_details.reasoning_tokens`` sums the answers'
+# reasoning tokens, read where OpenAI puts them (``completion_tokens_details``) or, on SGLang's
+# answers, from the top-level ``reasoning_tokens``; cached prompt tokens likewise.
+def test_batch_usage_reads_reasoning_and_cached_tokens() -> None:
+    from openai.types import CompletionUsage
+    from sglang_v4.entrypoints.openai.protocol_batch import BatchUsage
+
+    openai_shaped = CompletionUsage.model_validate(
+        {
+            "prompt_tokens": 11,
+            "completion_tokens": 7,
+            "total_tokens": 18,
+            "prompt_tokens_details": {"cached_tokens": 4},
+            "completion_tokens_details": {"reasoning_tokens": 5},
+        }
+    ).model_dump(exclude_none=True)
+    sglang_shaped = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "reasoning_tokens": 1}
+    usage = BatchUsage()
+    for u in (openai_shaped, sglang_shaped, None, {"prompt_tokens": None}):
+        usage.add(u)
+    got = usage.model_dump()
+    assert got["input_tokens"] == 11 + 3 and got["output_tokens"] == 7 + 2
+    assert got["total_tokens"] == openai_shaped["total_tokens"] + sglang_shaped["total_tokens"]
+    assert got["input_tokens_details"] == {"cached_tokens": 4}
+    assert got["output_tokens_details"] == {"reasoning_tokens": 5 + 1}
