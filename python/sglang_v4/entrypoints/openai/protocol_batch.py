@@ -24,6 +24,7 @@ __all__ = [
     "FileDeleted",
     "FileList",
     "BatchRequestCounts",
+    "BatchUsage",
     "BatchError",
     "BatchErrors",
     "BatchObject",
@@ -37,7 +38,7 @@ __all__ = [
 
 #: The endpoints a batch may target (OpenAI also has embeddings / responses; this server does not
 #: serve them in a batch).
-BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
+BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 #: OpenAI accepts only ``24h``.
 BATCH_COMPLETION_WINDOWS = ("24h",)
 #: The purposes a client may upload a file for (OpenAI's upload purposes); ``batch_output`` is
@@ -115,6 +116,59 @@ class BatchError(BaseModel):
     line: int | None = None
 
 
+class BatchInputTokensDetails(BaseModel):
+    """``usage.input_tokens_details`` of a batch: prompt tokens served from the prefix cache."""
+
+    cached_tokens: int = 0
+
+
+class BatchOutputTokensDetails(BaseModel):
+    """``usage.output_tokens_details`` of a batch: generated tokens spent on reasoning."""
+
+    reasoning_tokens: int = 0
+
+
+class BatchUsage(BaseModel):
+    """OpenAI's batch ``usage``: the token counts (tokens) summed over the batch's answered (2xx)
+    requests, from each answer's own ``usage``: ``input_tokens`` = its ``prompt_tokens``,
+    ``output_tokens`` = its ``completion_tokens``, ``cached_tokens`` from
+    ``prompt_tokens_details``, ``reasoning_tokens`` from ``completion_tokens_details`` (or SGLang's
+    top-level ``reasoning_tokens``); a ``/v1/responses`` answer's usage already has the batch's
+    names. ``total_tokens`` = input + output."""
+
+    input_tokens: int = 0
+    input_tokens_details: BatchInputTokensDetails = Field(default_factory=BatchInputTokensDetails)
+    output_tokens: int = 0
+    output_tokens_details: BatchOutputTokensDetails = Field(default_factory=BatchOutputTokensDetails)
+    total_tokens: int = 0
+
+    def add(self, usage: Any) -> None:
+        """Add one answer's ``usage`` object (a chat / completions ``usage`` dict with
+        ``prompt_tokens``..., or a ``/v1/responses`` one with ``input_tokens``...; anything else,
+        or missing counts, adds nothing)."""
+        if not isinstance(usage, dict):
+            return
+
+        def count(obj: Any, key: str) -> int:
+            v = obj.get(key) if isinstance(obj, dict) else None
+            return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+        if "input_tokens" in usage:  # a /v1/responses answer names the counts as the batch does
+            prompt, completion = count(usage, "input_tokens"), count(usage, "output_tokens")
+            cached = count(usage.get("input_tokens_details"), "cached_tokens")
+            reasoning = count(usage.get("output_tokens_details"), "reasoning_tokens")
+        else:
+            prompt, completion = count(usage, "prompt_tokens"), count(usage, "completion_tokens")
+            cached = count(usage.get("prompt_tokens_details"), "cached_tokens")
+            reasoning = count(usage.get("completion_tokens_details"), "reasoning_tokens")
+            reasoning = reasoning or count(usage, "reasoning_tokens")
+        self.input_tokens += prompt
+        self.output_tokens += completion
+        self.total_tokens += prompt + completion
+        self.input_tokens_details.cached_tokens += cached
+        self.output_tokens_details.reasoning_tokens += reasoning
+
+
 class BatchErrors(BaseModel):
     """The ``errors`` of a batch that failed validation."""
 
@@ -144,6 +198,10 @@ class BatchObject(BaseModel):
     cancelling_at: int | None = None
     cancelled_at: int | None = None
     request_counts: BatchRequestCounts = Field(default_factory=BatchRequestCounts)
+    #: the model that answered (the ``model`` of the first 2xx answer; null before one)
+    model: str | None = None
+    #: token counts of the answered requests so far (:class:`BatchUsage`)
+    usage: BatchUsage = Field(default_factory=BatchUsage)
     metadata: dict[str, str] | None = None
 
 

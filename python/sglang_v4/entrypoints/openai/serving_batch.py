@@ -1,5 +1,5 @@
 """The ``/v1/batches`` routes (OpenAI's Batch API, as SGLang serves it): create, retrieve, cancel
-and list batches of ``/v1/chat/completions`` or ``/v1/completions`` requests.
+and list batches of ``/v1/chat/completions``, ``/v1/completions`` or ``/v1/responses`` requests.
 
 A batch runs in the server process: its input file (:mod:`.file_store`) is validated
 (:mod:`.batch_input`; a bad line fails the batch with ``errors.data``), then each request goes
@@ -7,9 +7,11 @@ through the same handler as the HTTP route (:meth:`~.serving_base.OpenAIServingB
 request built from the line's body), at most :data:`DEFAULT_BATCH_CONCURRENCY` at a time over the
 whole server. Each answer becomes one output line ``{"id", "custom_id", "response": {"status_code",
 "request_id", "body"}, "error"}``: 2xx answers go to the output file, the others (a 400 from the
-route, ``stream: true``, which a batch cannot return) to the error file and count as ``failed``.
-Lines are written in input order. Statuses: ``validating`` -> ``in_progress`` -> ``finalizing`` ->
-``completed``, or ``failed`` (validation), or ``cancelling`` -> ``cancelled``.
+route, ``stream: true`` or a response's ``background: true``, which a batch cannot return) to
+the error file and count as ``failed``. Lines are written in input order. The batch's ``usage``
+sums the token counts of the 2xx answers (:class:`~.protocol_batch.BatchUsage`). Statuses:
+``validating`` -> ``in_progress`` -> ``finalizing`` -> ``completed``, or ``failed``
+(validation), or ``cancelling`` -> ``cancelled``.
 
 Cancelling aborts the running requests (their generation is closed, so the tokenizer manager
 aborts them and the scheduler frees their KV pages) and skips the queued ones; the answers that
@@ -80,6 +82,16 @@ SHUTDOWN_LINE_MSG = "The server shut down before this request finished; the batc
 #: stopping its task (a large input file may still be in validation, in a worker thread).
 BATCH_STOP_WAIT_S = 5.0
 _BATCH_WINDOW_S = 24 * 3600
+#: The answer to a ``/v1/responses`` batch line with ``background: true``.
+BACKGROUND_IN_BATCH_MSG = (
+    "`background: true` is not supported in a batch: its answer is one line of the output file."
+)
+#: The route handler that answers each batch endpoint's lines.
+_BATCH_HANDLERS = {
+    "/v1/chat/completions": "_chat",
+    "/v1/completions": "_completions",
+    "/v1/responses": "_responses",
+}
 
 
 @dataclass
@@ -139,8 +151,8 @@ def _check_metadata(metadata: dict[str, str] | None) -> None:
 
 
 class BatchMixin(FilesMixin):
-    """The ``/v1/batches`` routes (mixed into :class:`~.serving.OpenAIServing`, whose ``_chat`` and
-    ``_completions`` handlers run the requests)."""
+    """The ``/v1/batches`` routes (mixed into :class:`~.serving.OpenAIServing`, whose ``_chat``,
+    ``_completions`` and ``_responses`` handlers run the requests)."""
 
     _batches: dict[str, _BatchRun] | None = None
     _batch_slots: asyncio.Semaphore | None = None
@@ -373,10 +385,10 @@ class BatchMixin(FilesMixin):
             request_id = f"req_{uuid.uuid4().hex}"
             if line.body.get("stream") is True:
                 status, body = 400, error_body(STREAM_IN_BATCH_MSG, 400, param="stream")
+            elif line.body.get("background") is True and batch.endpoint == "/v1/responses":
+                status, body = 400, error_body(BACKGROUND_IN_BATCH_MSG, 400, param="background")
             else:
-                handler = getattr(
-                    self, "_chat" if batch.endpoint == "/v1/chat/completions" else "_completions"
-                )
+                handler = getattr(self, _BATCH_HANDLERS[batch.endpoint])
                 try:
                     resp = await self._answer(
                         _internal_request(batch.endpoint, orjson.dumps(line.body)), handler
@@ -389,5 +401,9 @@ class BatchMixin(FilesMixin):
         counts = batch.request_counts
         counts.completed += ok
         counts.failed += not ok
+        if ok and isinstance(body, dict):
+            batch.usage.add(body.get("usage"))
+            if batch.model is None and isinstance(body.get("model"), str):
+                batch.model = body["model"]
         response = BatchOutputResponse(status_code=status, request_id=request_id, body=body)
         return BatchOutputLine(id=new_object_id("batch_req"), custom_id=line.custom_id, response=response), ok
