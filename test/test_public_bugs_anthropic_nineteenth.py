@@ -309,3 +309,37 @@ def test_max_tokens_spent_in_thinking_is_a_thinking_block_and_max_tokens(
     with client.messages.stream(model=MODEL, max_tokens=5, messages=USER, thinking=THINK) as s:
         final = s.get_final_message()
     assert final.stop_reason == "max_tokens" and blocks(final) == body["content"]
+
+
+@pytest.mark.parametrize("thinking", [None, THINK])
+def test_text_after_the_calls_keeps_its_place_in_the_whole_message(
+    tok: PreTrainedTokenizerFast, thinking: Any
+) -> None:
+    """experientiallabs/experiential#621 (review: "Buffered content blocks are reordered"): the
+    non-streamed message joined all text into one block before every ``tool_use`` block, while
+    the stream keeps the order the model wrote. The Messages API's content is in written order:
+    text written after the tool calls is a ``text`` block after them, in the whole message as in
+    the SDK's accumulation of the stream; the text before them is its own block."""
+    reply = "Checking." + CALL + "\n\nDone."
+    if thinking is not None:
+        reply = "Plan it.</think>" + reply
+    tm = PromptTM(tok, reply=reply)
+    client, _, _ = make_clients(tm)
+    kw: dict[str, Any] = {"model": MODEL, "max_tokens": 200, "messages": USER, "tools": [WEATHER]}
+    if thinking is not None:
+        kw["thinking"] = thinking
+    m = client.messages.create(**kw)
+    with client.messages.stream(**kw) as s:
+        final = s.get_final_message()
+
+    def shape(bs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(b["type"], b.get("text"), b.get("input")) for b in bs if b["type"] != "thinking"]
+
+    want = [
+        ("text", "Checking.", None),
+        ("tool_use", None, {"city": "Paris", "days": 3}),
+        ("text", "Done.", None),
+    ]
+    assert shape(blocks(m)) == want
+    assert shape(blocks(final)) == want
+    assert m.stop_reason == final.stop_reason == "tool_use"
