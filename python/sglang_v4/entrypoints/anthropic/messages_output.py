@@ -6,7 +6,8 @@ this order, a ``thinking`` block (the reasoning, with an opaque ``signature``), 
 (the answer, when there is one) and one ``tool_use`` block per call (``input`` the arguments as a
 JSON object; a call cut by ``max_tokens`` has the arguments that parse so far, as the
 ``anthropic`` client's stream accumulator reads a cut ``input_json_delta`` stream: an unfinished
-string is left out); a generation stopped inside a call (EOS, a stop sequence) made no call: its
+string is left out); answer text written after the calls is a ``text`` block after them, where
+the stream sends it; a generation stopped inside a call (EOS, a stop sequence) made no call: its
 text is the ``text`` block, as on chat completions (streamed, the ``tool_use`` block of the
 call's first deltas went out already and is followed by that text). ``stop_reason``:
 ``tool_use`` after whole calls, ``max_tokens`` when the token limit (or the context) ended the
@@ -70,9 +71,13 @@ def message_content(out: ChoiceOutput) -> list[ContentBlock]:
     blocks: list[ContentBlock] = []
     if out.reasoning:
         blocks.append(ThinkingBlock(thinking=out.reasoning, signature=thinking_signature(out.reasoning)))
-    if out.content:
-        blocks.append(TextBlock(text=out.content))
+    content, after = out.content or "", out.content_after_calls
+    before = content[: len(content) - len(after)] if after and content.endswith(after) else content
+    if before:
+        blocks.append(TextBlock(text=before))
     blocks += [_tool_use(c) for c in out.tool_calls]
+    if before is not content and after:  # text written after the calls stays after them
+        blocks.append(TextBlock(text=after))
     return blocks
 
 

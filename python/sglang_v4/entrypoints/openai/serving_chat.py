@@ -59,6 +59,7 @@ and EOS are never dormant.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +125,9 @@ from sglang_v4.managers.tokenization import LogprobVolumeError
 
 __all__ = ["ChatMixin", "ChatPlan", "ChatRun", "ChoiceOutput"]
 
+#: The start of a DSML tag (fullwidth or ASCII bars): where a tool-call block may begin.
+_DSML_TAG = re.compile(r"<[|｜]DSML[|｜]")
+
 
 @dataclass
 class ChoiceOutput:
@@ -137,6 +141,9 @@ class ChoiceOutput:
         finish_reason: OpenAI's finish reason (``"tool_calls"`` after whole calls).
         matched: the engine's matched stop (token id or string), if any.
         reasoning_tokens: generated tokens of the reasoning block.
+        content_after_calls: the end of ``content`` that was written after the start of the
+            first tool-call block (``""`` when none): a streamed reply sends it after the calls,
+            and the Messages API keeps that order in its content blocks.
     """
 
     content: str | None
@@ -145,6 +152,7 @@ class ChoiceOutput:
     finish_reason: str | None
     matched: Any
     reasoning_tokens: int
+    content_after_calls: str = ""
 
 
 def answer_or_tool_calls(
@@ -378,12 +386,21 @@ class ChatMixin(ChatStreamMixin):
             reasoning_tokens = self._reasoning_tokens(ret.get("output_ids") or [], reasoning)
         calls: list[ParsedToolCall] = []
         content: str | None = text
+        after = ""
         parser = plan.tool_reader(TOOL_CALL_PARSERS[self.tool_call_parser])
         if parser is not None:
-            content = parser.feed(text)[0] + parser.finish(stopped=fr == "stop")[0]
+            # fed in two parts, as a stream may be: the text before the first DSML tag, then the
+            # rest (whose content was written after the calls began)
+            tag = _DSML_TAG.search(text)
+            cut = tag.start() if tag else len(text)
+            before = parser.feed(text[:cut])[0]
+            after = parser.feed(text[cut:])[0] + parser.finish(stopped=fr == "stop")[0]
+            content = before + after
             calls = parser.calls
             if calls:
                 content = content or None
                 if parser.calls_whole and fr == "stop":
                     fr = "tool_calls"
-        return ChoiceOutput(content, reasoning, calls, fr, matched, reasoning_tokens)
+            else:
+                after = ""
+        return ChoiceOutput(content, reasoning, calls, fr, matched, reasoning_tokens, after)
