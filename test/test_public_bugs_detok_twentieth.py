@@ -4,13 +4,15 @@ whitespace runs before punctuation, a decoder whose output is not append-only
 (``clean_up_tokenization_spaces``), the first token's leading space, spaces between words in
 streamed chunks, long grapheme clusters and byte runs longer than the held window, text after a
 matched stop string in the finishing message, and a held-back stop-string prefix flushed when the
-request ends without the stop string. Each test names its report; all passed as-is and are kept as
+request ends without the stop string (on ``/generate``, and through the chat route's reasoning
+parser). Each test names its report; all passed as-is and are kept as
 regression tests.
 
 Fixtures: the detokenizer (``DetokenizerManager`` on the runtime's ``FastTokenizer``) fed scheduler
 messages by hand; the OpenAI router in-process over ``openai_fake_tm.FakeTM``; conftest's
 ``shared_fake_engine`` (the real tokenizer manager and detokenizer over
-``server_fixture.FakeScheduler``, which writes ``FAKE_TEXT``). Oracles: ``transformers``'
+``server_fixture.FakeScheduler``, which writes ``FAKE_TEXT``) and ``plain_fake_server`` (the same
+over HTTP, whose ``[script]`` prompts write ``FAKE_SCRIPT``). Oracles: ``transformers``'
 ``decode`` of the whole id sequence on the same tokenizer files, ``FAKE_TEXT``, the same request
 unstreamed, and the OpenAI client's own stream parser.
 """
@@ -23,7 +25,17 @@ from typing import Any
 
 import pytest
 from openai_fake_tm import FakeTM, app_client, oai_client
-from server_fixture import FAKE_TEXT, hf_auto_tokenizer, tokenizer_source_dir
+from public_bugs_testutil import post, sse
+from server_fixture import (
+    FAKE_ANSWER,
+    FAKE_REASONING,
+    FAKE_SCRIPT,
+    FAKE_SCRIPT_TAG,
+    FAKE_TEXT,
+    ServerHandle,
+    hf_auto_tokenizer,
+    tokenizer_source_dir,
+)
 from sglang_v4.hf_transformers_utils import byte_level_token_bytes, get_tokenizer
 from sglang_v4.managers.detokenizer_manager import MAX_HELD_TOKENS, DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
@@ -32,6 +44,8 @@ from sglang_v4.utils import FastTokenizer
 pytestmark = pytest.mark.timeout(240)
 
 FFFD = "\ufffd"
+CHAT = "/v1/chat/completions"
+FAKE_MODEL = "qa-model"  # plain_fake_server's --served-model-name
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +142,43 @@ def test_llamacpp_15007_held_stop_prefix_is_flushed_when_the_request_ends(shared
     assert outs[-1]["text"] == FAKE_TEXT
     assert outs[-1]["meta_info"]["finish_reason"]["type"] == "length"
     assert shared_fake_engine.generate("Tell me", sp)["text"] == FAKE_TEXT
+
+
+@pytest.mark.parametrize("cut", ["think_end", "eos"])
+def test_smg_2203_held_stop_prefix_flushed_at_the_end_goes_through_the_reasoning_parser(
+    plain_fake_server: ServerHandle, cut: str
+) -> None:
+    """smg-project/smg#2203: text held back as a possible stop-string start was flushed at the end
+    of the stream straight into ``content``, past the reasoning (and tool) parsers, so a piece of
+    a control token (``ep|>``) reached the client as answer text. Here stop strings that start
+    with the end of the output never match, so the end is held until the request finishes: the
+    ``</think>`` token when ``max_tokens`` ends the output right after it, or the answer's last
+    word when EOS ends it. Expected: the streamed ``reasoning_content`` / ``content`` join to the
+    unstreamed message's, which are the fake model's reasoning and its answer (none after a cut
+    at ``</think>``), and no ``</think>`` reaches either."""
+    hf = hf_auto_tokenizer()
+    script = hf.encode(FAKE_SCRIPT, add_special_tokens=False)
+    if cut == "think_end":
+        max_tokens, stop, answer = script.index(hf.convert_tokens_to_ids("</think>")) + 1, "</think>Never", ""
+    else:
+        max_tokens, stop, answer = len(script) + 5, "Done. Never", FAKE_ANSWER
+    body = {
+        "model": FAKE_MODEL,
+        "messages": [{"role": "user", "content": f"{FAKE_SCRIPT_TAG} What is 6*7?"}],
+        "max_tokens": max_tokens,
+        "stop": [stop],
+        "chat_template_kwargs": {"thinking": True},
+    }
+    r = post(plain_fake_server, CHAT, body)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == ("length" if cut == "think_end" else "stop"), choice
+    msg = choice["message"]
+    assert msg["reasoning_content"] == FAKE_REASONING, msg
+    assert (msg["content"] or "") == answer, msg
+    deltas = [c["delta"] for k in sse(plain_fake_server, CHAT, body) for c in k["choices"]]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == FAKE_REASONING
+    assert "".join(d.get("content") or "" for d in deltas) == answer
 
 
 @pytest.mark.parametrize("no_stop_trim", [False, True])
