@@ -420,3 +420,48 @@ def test_streamed_tool_call_is_a_function_call_item_not_text(tok: PreTrainedToke
     assert json.loads(whole) == json.loads(resp["output"][0]["arguments"]) == ARGS
     assert done["sequence_number"] < item_done["sequence_number"] < events[-1]["sequence_number"]
     assert [o["type"] for o in events[-1]["response"]["output"]] == ["function_call"]
+
+
+class _PrefixCacheTM(PromptTM):
+    """A :class:`PromptTM` that reports as ``cached_tokens`` the longest prompt prefix it has seen
+    before (a radix cache of every earlier prompt plus its reply), as the engine counts them."""
+
+    def __init__(self, tokenizer: Any, reply: str) -> None:
+        super().__init__(tokenizer, reply=reply)
+        self.seen: list[list[int]] = []
+
+    async def generate_request(self, obj: Any, request: Any = None) -> Any:
+        ids = list(obj.input_ids)
+        hit = max((_common_prefix(ids, s) for s in self.seen), default=0)
+        self.seen.append(ids + self.tokenizer.encode(self.reply, add_special_tokens=False))
+        async for out in super().generate_request(obj, request):
+            yield dict(out, meta_info=dict(out["meta_info"], cached_tokens=hit))
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_cached_tokens_of_a_continued_response_are_the_shared_prefix(tok: PreTrainedTokenizerFast) -> None:
+    """EricLBuehler/mistral.rs#2398 (Responses ``usage.input_tokens_details.cached_tokens`` was
+    not reported): a turn continued by ``previous_response_id`` re-reads the whole earlier
+    conversation from the prefix cache. Expected: ``cached_tokens`` is the engine's count, which
+    is the length of the prompt prefix the second turn shares with the first turn's prompt and
+    reply (computed from the two token lists), streamed and not; 0 on a cold first turn; never
+    more than ``input_tokens``."""
+    tm = _PrefixCacheTM(tok, reply="Fine.")
+    client, _ = make_client(tm)
+    first = client.responses.create(model=MODEL, input="A long question about the weather in Paris.")
+    assert first.usage.input_tokens_details.cached_tokens == 0
+    first_ids = tm.seen[-1]
+    second = client.responses.create(model=MODEL, input="And tomorrow?", previous_response_id=first.id)
+    shared = _common_prefix(list(tm.received[-1].input_ids), first_ids)
+    assert shared > first.usage.input_tokens
+    assert second.usage.input_tokens_details.cached_tokens == shared <= second.usage.input_tokens
+    with client.responses.stream(model=MODEL, input="And tomorrow?", previous_response_id=first.id) as s:
+        done = s.get_final_response()
+    shared = _common_prefix(list(tm.received[-1].input_ids), tm.seen[-2])
+    assert done.usage.input_tokens_details.cached_tokens == shared
