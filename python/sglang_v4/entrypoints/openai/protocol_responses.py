@@ -99,6 +99,9 @@ class ResponsesRequest(_Req):
     priority: int | None = None
     #: vLLM's prefix-cache namespace (as on the chat route: :func:`~.vllm_fields.cache_namespace`)
     cache_salt: str | None = None
+    #: the chat completions field, sent here by chat clients: read as ``text.format``
+    #: (:func:`~.responses_input.text_with_response_format`), not ignored
+    response_format: Any = None
     # OpenAI fields of features not served here (refused when set: UNSERVED_RESPONSES_FIELDS)
     background: Any = None
     conversation: Any = None
@@ -164,13 +167,23 @@ class ResponseOutputMessage(BaseModel):
 
 class ResponseReasoningItem(BaseModel):
     """A ``reasoning`` output item: the model's whole reasoning as ``reasoning_text`` content
-    (``summary`` empty: no summaries are written)."""
+    (``summary`` empty: no summaries are written). ``encrypted_content`` (with ``include:
+    ["reasoning.encrypted_content"]`` only; left out of the JSON otherwise) is the same text as
+    a blob a stateless client replays (:mod:`.responses_reasoning_state`)."""
 
     id: str
     type: Literal["reasoning"] = "reasoning"
     summary: list[Any] = Field(default_factory=list)
     content: list[ReasoningText]
+    encrypted_content: str | None = None
     status: ResponseStatus = "completed"
+
+    @model_serializer(mode="wrap")
+    def _drop_no_blob(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("encrypted_content") is None:
+            data.pop("encrypted_content", None)
+        return data
 
 
 class _NamespacedCall(BaseModel):

@@ -20,6 +20,7 @@ import orjson
 
 from sglang_v4.entrypoints.openai.protocol_responses import OutputText, ReasoningText, new_item_id
 from sglang_v4.entrypoints.openai.responses_custom_tools import CustomInputStream
+from sglang_v4.entrypoints.openai.responses_reasoning_state import encode_reasoning
 from sglang_v4.entrypoints.openai.tool_parser import ToolCallDelta
 
 __all__ = ["ResponsesEventWriter"]
@@ -35,13 +36,19 @@ class ResponsesEventWriter:
         custom: the names of the request's custom tools (their calls are ``custom_tool_call``
             items).
         namespaces: tool name -> the ``namespace`` its call items carry.
+        encrypt_reasoning: whether a closed ``reasoning`` item carries its ``encrypted_content``
+            (``include: ["reasoning.encrypted_content"]``: :mod:`.responses_reasoning_state`).
     """
 
     def __init__(
-        self, custom: frozenset[str] = frozenset(), namespaces: dict[str, str] | None = None
+        self,
+        custom: frozenset[str] = frozenset(),
+        namespaces: dict[str, str] | None = None,
+        encrypt_reasoning: bool = False,
     ) -> None:
         self.custom = custom
         self.namespaces = namespaces or {}
+        self.encrypt_reasoning = encrypt_reasoning
         self.seq = 0
         self.n_items = 0
         self.open: dict[str, Any] | None = None
@@ -212,6 +219,8 @@ class ResponsesEventWriter:
         elif o["kind"] == "reasoning":
             part = ReasoningText(text=text).model_dump(mode="json")
             item["content"] = [part]
+            if self.encrypt_reasoning:
+                item = dict(item, encrypted_content=encode_reasoning(text))
             out.append(self.event("response.reasoning_text.done", **where, content_index=0, text=text))
             out.append(self.event("response.content_part.done", **where, content_index=0, part=part))
         else:

@@ -13,8 +13,10 @@ chat path, :mod:`.serving_responses`).
   answering the call of that ``call_id``, which must be one of the calls of the latest assistant
   turn. A reasoning item's text is its ``reasoning_text`` content; its ``summary`` is checked and
   not replayed (a summary is a digest of reasoning the other server kept, not the model's own
-  text). One with no text (summary only, empty, or ``encrypted_content`` only, as Codex replays
-  them) is a no-op, and reasoning items that follow one another are one turn's reasoning (their
+  text). Its ``encrypted_content`` gives the text when the item has no ``reasoning_text`` and
+  the blob is one this server wrote (:mod:`.responses_reasoning_state`). One with no text
+  (summary only, empty, or another server's ``encrypted_content`` only, as Codex replays them)
+  is a no-op, and reasoning items that follow one another are one turn's reasoning (their
   texts joined by a newline): DeepSeek's Responses converter reads them so. A reasoning-only turn
   (text, then a user message) stays an empty assistant turn, as that converter renders it. A
   ``function_call``'s ``arguments`` is a JSON object text, or the beginning of one (a call cut by
@@ -29,7 +31,9 @@ chat path, :mod:`.serving_responses`).
   (:func:`request_tools`); ``tool_choice`` ``{"type": "function" | "custom",
   "name"}`` becomes chat's named choice (:func:`responses_tool_choice`).
 * ``text.format`` (``text`` / ``json_object`` / ``json_schema`` with ``name`` and ``schema`` at its
-  top level) becomes ``response_format`` (:func:`responses_text_format`).
+  top level) becomes ``response_format`` (:func:`responses_text_format`); a chat-shaped
+  ``response_format`` sent to this route instead is read as that ``text.format``
+  (:func:`text_with_response_format`), never dropped.
 * ``reasoning.effort`` switches thinking mode (:func:`reasoning_switch`).
 
 Every error is a :class:`~.request_errors.RequestError` (400) whose message and ``param`` name the
@@ -44,6 +48,7 @@ from typing import Any
 
 from sglang_v4.entrypoints.chat_encoding import message_text, normalize_reasoning_effort
 from sglang_v4.entrypoints.openai.responses_custom_tools import custom_call_arguments, custom_tool_function
+from sglang_v4.entrypoints.openai.responses_reasoning_state import decode_reasoning
 from sglang_v4.entrypoints.openai.serving_base import RequestError
 from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 
@@ -53,6 +58,7 @@ __all__ = [
     "tool_namespaces",
     "reasoning_switch",
     "responses_text_format",
+    "text_with_response_format",
     "responses_tool_choice",
     "responses_tools",
 ]
@@ -83,8 +89,10 @@ def _text(content: Any, field: str) -> str:
 
 
 def _reasoning_text(item: Mapping[str, Any], field: str) -> str:
-    """The text of a ``reasoning`` item: its ``reasoning_text`` parts (joined as they are); the
-    ``summary`` parts are checked and not read (module docstring)."""
+    """The text of a ``reasoning`` item: its ``reasoning_text`` parts (joined as they are), else
+    the text of an ``encrypted_content`` this server wrote (:mod:`.responses_reasoning_state`;
+    another server's is opaque: no text); the ``summary`` parts are checked and not read (module
+    docstring)."""
     parts = item.get("content") or []
     summary = item.get("summary") or []
     for name, value, kind in (("content", parts, "reasoning_text"), ("summary", summary, "summary_text")):
@@ -100,7 +108,11 @@ def _reasoning_text(item: Mapping[str, Any], field: str) -> str:
                     f"{field}.{name}[{j}] must be a {kind!r} part with a string `text`.",
                     f"{field}.{name}[{j}]",
                 )
-    return "".join(p["text"] for p in parts)
+    text = "".join(p["text"] for p in parts)
+    blob = item.get("encrypted_content")
+    if not text and isinstance(blob, str):  # this server's blob gives the text back; another's: none
+        text = decode_reasoning(blob, f"{field}.encrypted_content") or ""
+    return text
 
 
 def _call_arguments(args: str, field: str) -> str:
@@ -397,6 +409,51 @@ def responses_text_format(text: Mapping[str, Any] | None) -> dict[str, Any] | No
     raise _error(
         f"text.format.type must be one of text, json_object, json_schema; got {kind!r}.", "text.format.type"
     )
+
+
+def text_with_response_format(text: Mapping[str, Any] | None, response_format: Any) -> dict[str, Any] | None:
+    """The Responses ``text`` field with a chat-shaped ``response_format`` read into its ``format``.
+
+    Clients written for ``/v1/chat/completions`` send ``response_format`` (``{"type": "text"}``,
+    ``{"type": "json_object"}`` or ``{"type": "json_schema", "json_schema": {"name", "schema",
+    "strict"}}``) to ``/v1/responses`` too, where OpenAI's field is ``text.format`` (``name`` and
+    ``schema`` at its top level). Ignoring it would return free text where JSON was asked for, so
+    it is read as the same ``text.format``. ``text`` is returned unchanged when
+    ``response_format`` is ``None``.
+
+    Raises:
+        RequestError: 400 naming ``response_format...`` for a shape that is none of those, or
+            ``response_format`` when ``text.format`` is set to another format too.
+    """
+    if response_format is None:
+        return dict(text) if text is not None else None
+    if not isinstance(response_format, Mapping):
+        raise _error("response_format must be an object.", "response_format")
+    kind = response_format.get("type")
+    fmt: dict[str, Any]
+    if kind in ("text", "json_object"):
+        fmt = {"type": kind}
+    elif kind == "json_schema":
+        js = response_format.get("json_schema")
+        if not isinstance(js, Mapping):
+            raise _error(
+                "response_format.json_schema must be an object with `name` and `schema`.",
+                "response_format.json_schema",
+            )
+        fmt = {"type": "json_schema", **{k: v for k, v in js.items() if v is not None}}
+    else:
+        raise _error(
+            f"response_format.type must be one of text, json_object, json_schema; got {kind!r}.",
+            "response_format.type",
+        )
+    given = (text or {}).get("format")
+    if given is not None and given != fmt:
+        raise _error(
+            "response_format and text.format ask for different formats; send text.format only "
+            "(the Responses API's field).",
+            "response_format",
+        )
+    return {**(text or {}), "format": fmt}
 
 
 def reasoning_switch(reasoning: Mapping[str, Any] | None, profile: str) -> tuple[bool | None, str | None]:

@@ -4,11 +4,13 @@ and ``POST /v1/responses/{id}/cancel``, are :mod:`.serving_responses_stored`'s).
 
 A request is turned into a chat-completions request (:mod:`.responses_input`: ``input`` items ->
 messages, ``instructions`` -> a first system message, flat tools -> chat tools, ``text.format`` ->
-``response_format``, ``reasoning.effort`` -> the thinking switch, ``max_output_tokens`` ->
+``response_format`` (a chat-shaped ``response_format`` sent here is read as ``text.format``), ``reasoning.effort`` -> the thinking switch, ``max_output_tokens`` ->
 ``max_completion_tokens``) and run as one: the same prompt rendering, sampling defaults, grammars,
 reasoning split and DSML tool-call parsing (:meth:`~.serving_chat.ChatMixin._prepare_chat`,
 :meth:`~.serving_chat.ChatMixin._read_choice`). The result becomes output items: ``reasoning``
-(the whole reasoning as ``reasoning_text`` content; no summaries; left out with vLLM's
+(the whole reasoning as ``reasoning_text`` content; no summaries; with ``include:
+["reasoning.encrypted_content"]`` the same text as the ``encrypted_content`` blob a stateless
+client replays, :mod:`.responses_reasoning_state`; left out with vLLM's
 ``include_reasoning: false``, streamed and not), ``message`` (one
 ``output_text`` part) and one ``function_call`` per tool call (``call_id`` the chat call id), a
 ``custom_tool_call`` for a call of a custom tool (its ``input`` the free-form text:
@@ -93,11 +95,16 @@ from sglang_v4.entrypoints.openai.responses_input import (
     responses_text_format,
     responses_tool_choice,
     responses_tools,
+    text_with_response_format,
     tool_namespaces,
 )
 from sglang_v4.entrypoints.openai.responses_input_items import (
     check_duplicate_items,
     input_items_of,
+)
+from sglang_v4.entrypoints.openai.responses_reasoning_state import (
+    ENCRYPTED_REASONING_INCLUDE,
+    encode_reasoning,
 )
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
@@ -144,6 +151,12 @@ def _wants_logprobs(req: ResponsesRequest) -> bool:
     """Whether ``req`` asks for the answer's logprobs (``include`` names
     ``message.output_text.logprobs``; ``top_logprobs`` alone does not, as in vLLM)."""
     return bool(req.include) and LOGPROBS_INCLUDE in (req.include or [])
+
+
+def _wants_reasoning_blob(req: ResponsesRequest) -> bool:
+    """Whether ``req`` asks for reasoning items' ``encrypted_content`` (``include`` names
+    ``reasoning.encrypted_content``)."""
+    return ENCRYPTED_REASONING_INCLUDE in (req.include or [])
 
 
 #: The ``include`` value that asks for the message's logprobs (OpenAI's name).
@@ -217,6 +230,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         dp_rank_header_pin(request)  # SGLang's X-Data-Parallel-Rank: rank 0 or a 400
         self._check_model(req.model)
         _check_request(req)
+        req.text = text_with_response_format(req.text, req.response_format)
         chat_req, messages = self._chat_request_of(req, self._history(req))
         try:
             run = await self._prepare_chat(chat_req)
@@ -371,17 +385,20 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         logprobs: list[Any] | None = None,
         custom: frozenset[str] = frozenset(),
         namespaces: dict[str, str] | None = None,
+        encrypt: bool = False,
     ) -> list[OutputItem]:
         """Output items of a finished choice: reasoning, message (its ``output_text`` with
         ``logprobs``), function calls, and custom tool calls for the tools named in ``custom``
         (ids from a stream where it sent them), each call with the ``namespace`` of its tool in
-        ``namespaces``; the last item is ``incomplete`` when the response is (a custom tool call
-        has no ``status``)."""
+        ``namespaces``; the reasoning item with its ``encrypted_content`` when ``encrypt``; the last
+        item is ``incomplete`` when the response is (a custom tool call has no ``status``)."""
         items: list[OutputItem] = []
         if out.reasoning:
             items.append(
                 ResponseReasoningItem(
-                    id=ids.get("reasoning") or new_item_id("rs"), content=[ReasoningText(text=out.reasoning)]
+                    id=ids.get("reasoning") or new_item_id("rs"),
+                    content=[ReasoningText(text=out.reasoning)],
+                    encrypted_content=encode_reasoning(out.reasoning) if encrypt else None,
                 )
             )
         if out.content or not (out.reasoning or out.tool_calls):
@@ -423,7 +440,8 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         """The final response body (stored when ``store``): output items, status, usage."""
         incomplete = out.finish_reason == "length"
         logprobs = self._answer_logprobs(job, meta, out.reasoning_tokens)
-        kept = self._output_items(out, ids, incomplete, logprobs, job.custom, job.namespaces)
+        encrypt = _wants_reasoning_blob(job.req)
+        kept = self._output_items(out, ids, incomplete, logprobs, job.custom, job.namespaces, encrypt)
         # include_reasoning false: the client gets no reasoning item; the store keeps it (kept)
         items = (
             kept
@@ -462,7 +480,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         tp = plan.tool_reader(block)
         read = _StreamRead(_ChoiceStream(rp, tp))
-        w = ResponsesEventWriter(job.custom, job.namespaces)
+        w = ResponsesEventWriter(job.custom, job.namespaces, _wants_reasoning_blob(job.req))
         base = job.base.model_dump(mode="json")
 
         async def stream() -> AsyncIterator[bytes]:

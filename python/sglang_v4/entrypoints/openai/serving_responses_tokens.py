@@ -15,6 +15,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.openai.protocol_responses import ResponsesInputTokens, ResponsesInputTokensRequest
+from sglang_v4.entrypoints.openai.responses_input import text_with_response_format
 from sglang_v4.entrypoints.openai.serving_base import RequestError, read_json_object, validate_request
 from sglang_v4.entrypoints.openai.serving_responses import ResponsesMixin, _check_request, _responses_error
 from sglang_v4.prompt_tokens import encode_with_plain_spans
@@ -36,6 +37,7 @@ class ResponsesInputTokensMixin(ResponsesMixin):
         )
         self._check_model(req.model)
         _check_request(req)
+        req.text = text_with_response_format(req.text, req.response_format)
         chat_req, _ = self._chat_request_of(req, self._history(req))
         try:
             plan = self._plan_chat(chat_req)
