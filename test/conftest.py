@@ -238,7 +238,7 @@ def held_fake_server(shared_fake_model_dir, tmp_path_factory: pytest.TempPathFac
     (``fake_prompt_tm.MODEL``) on ``server_fixture.FakeScheduler`` with ``FAKE_HOLD_ON_TEXT=[hold]``
     (a prompt holding ``[hold]`` runs until it is aborted); shared by ``test_native_public_bugs``,
     ``test_public_bugs_native_more``, ``test_public_bugs_native_third``, ``test_public_bugs_eighth``,
-    ``test_public_bugs_tenth``, ``test_public_bugs_eleventh``, ``test_public_bugs_twelfth``, ``test_server_native_api`` and ``test_openai_responses_server`` (their held requests are aborted by the test that sent
+    ``test_public_bugs_tenth``, ``test_public_bugs_eleventh``, ``test_public_bugs_twelfth``, ``test_public_bugs_native_twentieth``, ``test_server_native_api`` and ``test_openai_responses_server`` (their held requests are aborted by the test that sent
     them). Yields the ``ServerHandle``; at the end of the session the server must exit with code 0."""
     from fake_prompt_tm import MODEL
     from server_fixture import fake_env, start_server
