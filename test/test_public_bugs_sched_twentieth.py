@@ -18,9 +18,8 @@ from sglang_v4.managers.scheduler import Scheduler
 #: prompt lengths (tokens) and seeds of the requests the tests replay
 PROMPTS = {
     "short": (40, 201),
-    "long": (700, 202),
-    "a": (240, 203),
-    "b": (240, 204),
+    "a": (250, 203),
+    "b": (250, 204),
     "c": (600, 205),
     "d": (600, 206),
 }
@@ -53,14 +52,14 @@ def cold(roomy: Scheduler, rid: str, n: int = N, ids: list[int] | None = None) -
 
 
 def _long_prompt_next_to_a_decode(s: Scheduler) -> dict[str, dict]:
-    """``short`` decodes; ``long`` arrives two steps later; both run to the end."""
+    """``short`` decodes; ``c`` (600 tokens) arrives two steps later; both run to the end."""
     submit(s, "short", _prompt("short"), 12)
     res: dict[str, dict] = {}
     for _ in range(2):
         out = s.step()
         for i, rid in enumerate(out.rids if out else []):
             res.setdefault(rid, {"ids": []})["ids"] += out.output_ids[i]
-    submit(s, "long", _prompt("long"), N)
+    submit(s, "c", _prompt("c"), N)
     rest = drain(s)
     for rid, r in rest.items():
         res.setdefault(rid, {"ids": []})["ids"] += r["ids"]
@@ -73,12 +72,12 @@ def test_unchunked_prefill_longer_than_max_prefill_tokens_completes(
 ) -> None:
     # sgl-project/sglang#9142: --chunked-prefill-size -1 with a prompt longer than
     # --max-prefill-tokens crashed the server. Chunking off with a 256-token prefill budget: a
-    # 700-token prompt arriving next to a decoding request is still served, with the cold outputs.
+    # 600-token prompt arriving next to a decoding request is still served, with the cold outputs.
     s = make_scheduler(sched_model_dir, chunked_prefill_size=-1, max_prefill_tokens=PAGE)
     res = _long_prompt_next_to_a_decode(s)
-    assert res["long"]["ids"] == cold(roomy, "long")
+    assert res["c"]["ids"] == cold(roomy, "c")
     assert res["short"]["ids"] == cold(roomy, "short", 12)
-    assert res["long"]["finish"]["type"] == res["short"]["finish"]["type"] == "length"
+    assert res["c"]["finish"]["type"] == res["short"]["finish"]["type"] == "length"
     assert_idle(s)
 
 
@@ -88,7 +87,7 @@ def test_chunk_larger_than_max_prefill_tokens_is_served(sched_model_dir: str, ro
     # 512-token chunk over a 256-token prefill budget: the long prompt is served, outputs cold.
     s = make_scheduler(sched_model_dir, chunked_prefill_size=2 * PAGE, max_prefill_tokens=PAGE)
     res = _long_prompt_next_to_a_decode(s)
-    assert res["long"]["ids"] == cold(roomy, "long")
+    assert res["c"]["ids"] == cold(roomy, "c")
     assert res["short"]["ids"] == cold(roomy, "short", 12)
     assert_idle(s)
 
@@ -165,10 +164,10 @@ def test_pool_usage_returns_to_zero_after_many_requests(sched_model_dir: str) ->
     # flush returns every page and request slot.
     s = make_scheduler(sched_model_dir, max_running_requests=3, chunked_prefill_size=PAGE)
     shared = random_ids(PAGE, 31)
-    lengths = [1, 255, 256, 257, 511, 512, 513, 40, 300, 620, 90, 130, 700, 12]
+    lengths = [1, 255, 256, 257, 511, 512, 513, 40, 300, 420, 90, 130, 380, 12]
     for i, n in enumerate(lengths):
         ids = (shared + random_ids(n, 100 + i)) if i % 3 == 0 else random_ids(n, 100 + i)
-        submit(s, f"r{i}", ids, 3 + i % 5)
+        submit(s, f"r{i}", ids, 2 + i % 3)
     aborted: set[str] = set()
     for step in range(20_000):
         if not s.has_work():
@@ -187,8 +186,8 @@ def test_pool_usage_returns_to_zero_after_many_requests(sched_model_dir: str) ->
     assert_idle(s)
 
 
-RETRACT_PROMPTS = {"a": ("a", None), "b": ("b", None), "c2": (None, (240, 207))}
-RETRACT_N = 30
+RETRACT_PROMPTS = {"a": ("a", None), "b": ("b", None), "c2": (None, (250, 207))}
+RETRACT_N = 12
 
 
 def _retract_prompt(rid: str) -> list[int]:
@@ -213,7 +212,7 @@ _COLD_LP: dict[tuple[str, int], dict] = {}
 def retraction_run(
     sched_model_dir: str,
 ) -> tuple[Scheduler, dict[str, dict], list[tuple[str, list, list, Any]]]:
-    """Three 240-token prompts, each growing past a page, in a 4-page pool (overlap on), with
+    """Three 250-token prompts, each growing past a page, in a 4-page pool (overlap on), with
     output logprobs and streaming: one is retracted and resumed; a request submitted at the first
     retraction takes the freed slot. Returns the scheduler, the results per rid (:func:`drain`'s
     fields) and every message as ``(rid, ids, logprobs, finish)``."""
@@ -369,4 +368,74 @@ def test_unbalanced_unlock_is_refused_and_counts_stay(sched_model_dir: str) -> N
     assert not s.flush_cache()  # a held lock refuses a flush
     tree.dec_lock_ref(node)
     assert tree.stats() == before
+    assert_idle(s)
+
+
+def _priority_pressure(
+    sched_model_dir: str, overlap: bool
+) -> tuple[Scheduler, dict[str, list[int]], list, list]:
+    """Three priority-0 requests (100-token prompts, 16 tokens each) fill ``max_running_requests``
+    3 in a 4-page pool; a priority-20 request (300 tokens, 6 new) arrives at step 3 and must
+    preempt one. Returns the scheduler, ids per rid, the finish order and, per step without
+    overlap, the running decoding requests that got no token although not retracted."""
+    s = make_scheduler(
+        sched_model_dir,
+        max_total_tokens=4 * PAGE,
+        max_running_requests=3,
+        enable_priority_scheduling=True,
+        disable_overlap_schedule=not overlap,
+    )
+    for i in range(3):
+        submit(s, f"l{i}", random_ids(100, 60 + i), 16, priority=0)
+    ids: dict[str, list[int]] = {}
+    order: list[str] = []
+    skipped: list = []
+    for step in range(5000):
+        if not s.has_work():
+            break
+        if step == 3:
+            submit(s, "hi", random_ids(300, 70), 6, priority=20)
+        before = {
+            id(r): (r, len(r.output_ids))
+            for r in s.running
+            if r.output_ids and len(r.origin_input_ids) + len(r.output_ids) - r.num_computed == 1
+        }
+        out = s.step()
+        assert len(s.running) <= 3
+        for i, rid in enumerate(out.rids if out else []):
+            ids.setdefault(rid, []).extend(out.output_ids[i])
+            if out.finished_reasons[i]:
+                order.append(rid)
+        if not overlap:
+            skipped += [
+                r.rid
+                for r, n in before.values()
+                if r in s.running and r.num_retractions == 0 and len(r.output_ids) == n
+            ]
+    return s, ids, order, skipped
+
+
+def test_priority_preemption_under_kv_pressure_keeps_outputs(sched_model_dir: str, roomy: Scheduler) -> None:
+    # vllm-project/vllm#23347: priority scheduling crashed when a request was preempted for a
+    # higher-priority one while KV blocks were short (the step's scheduled and running lists
+    # disagreed). Three low-priority requests fill the running cap and the pool; a high-priority
+    # one preempts one of them: it finishes first, nobody crashes, the cap holds at every step,
+    # and every output equals its cold run.
+    s, ids, order, _ = _priority_pressure(sched_model_dir, overlap=True)
+    assert order[0] == "hi" and s.num_retractions >= 1
+    for i in range(3):
+        assert ids[f"l{i}"] == cold(roomy, f"l{i}-16", 16, random_ids(100, 60 + i)), i
+    assert ids["hi"] == cold(roomy, "hi-6", 6, random_ids(300, 70))
+    assert_idle(s)
+
+
+def test_priority_preemption_skips_no_running_request(sched_model_dir: str, roomy: Scheduler) -> None:
+    # vllm-project/vllm#49097: when the preemption victim sat earlier in the running list than the
+    # scheduling cursor, the next running request was silently skipped for a whole step. Without
+    # overlap, every decoding request that is still running after a step and was not retracted
+    # got exactly one token in it.
+    s, ids, order, skipped = _priority_pressure(sched_model_dir, overlap=False)
+    assert order[0] == "hi" and s.num_retractions >= 1
+    assert skipped == []
+    assert ids["hi"] == cold(roomy, "hi-6", 6, random_ids(300, 70))
     assert_idle(s)
