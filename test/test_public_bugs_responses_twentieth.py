@@ -465,3 +465,26 @@ def test_cached_tokens_of_a_continued_response_are_the_shared_prefix(tok: PreTra
         done = s.get_final_response()
     shared = _common_prefix(list(tm.received[-1].input_ids), tm.seen[-2])
     assert done.usage.input_tokens_details.cached_tokens == shared
+
+
+# --------------------------------------------------------------------------- request validation
+
+
+def test_unknown_include_value_is_a_400_naming_include(tok: PreTrainedTokenizerFast) -> None:
+    """An ``include`` value outside OpenAI's ``ResponseIncludable`` list was accepted and ignored
+    (OpenAI and vLLM answer 400). Expected: a 400 in OpenAI's error shape naming ``include``, seen
+    by the ``openai`` client as ``BadRequestError``, and nothing sent to the engine; every value of
+    the client's own ``ResponseIncludable`` type is still accepted."""
+    from typing import get_args
+
+    from openai.types.responses import ResponseIncludable
+
+    tm = PromptTM(tok, reply="hi")
+    client, tc = make_client(tm)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model=MODEL, input="hi", include=["foo.bar"])  # type: ignore[list-item]
+    body = err.value.body
+    assert isinstance(body, dict) and "include" in (body.get("param") or "") + body.get("message", "")
+    assert tm.received == []
+    r = client.responses.create(model=MODEL, input="hi", include=list(get_args(ResponseIncludable)))
+    assert r.status == "completed" and r.output_text == "hi"

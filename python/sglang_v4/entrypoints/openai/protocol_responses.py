@@ -43,6 +43,19 @@ def new_item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
+#: OpenAI's ``ResponseIncludable`` (its API reference: the ``include`` parameter of ``POST /v1/responses``).
+ResponseIncludable = Literal[
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+]
+
+
 class ResponsesRequest(_Req):
     """``POST /v1/responses`` body.
 
@@ -81,7 +94,10 @@ class ResponsesRequest(_Req):
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
-    include: list[str] | None = None
+    #: OpenAI's ``ResponseIncludable`` values (another value is a 400 naming ``include``, as
+    #: OpenAI and vLLM answer); only the logprobs and ``reasoning.encrypted_content`` ones change
+    #: an answer here (the others name outputs of tools this server does not run)
+    include: list[ResponseIncludable] | None = None
     truncation: Literal["auto", "disabled"] | None = None
     # SGLang / vLLM sampling extras
     top_k: int | None = None
