@@ -364,3 +364,46 @@ def test_vllm_spellings_of_the_deepseek_v4_parsers_are_taken(
     DeepSeek-V4 parsers."""
     sa = ServerArgs.from_cli_args(_parser().parse_args([flag, value, "--device", "cpu"]))
     assert getattr(sa, field) == want
+
+
+# --------------------------------------------------------------------------- config.json fields
+
+
+def _hf_runs(cfg: dict[str, Any]) -> bool:
+    """Whether transformers' ``DeepseekV4ForCausalLM`` built from ``cfg`` (random weights; cut to
+    one sliding-window layer and a 256-token vocabulary to keep it quick) runs a forward over a
+    few tokens."""
+    import torch
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+
+    keys = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "dtype", "torch_dtype")}
+    keys.update(vocab_size=256, num_hidden_layers=1, compress_ratios=[0], num_hash_layers=1)
+    torch.manual_seed(0)
+    model = DeepseekV4ForCausalLM(DeepseekV4Config(**keys)).eval()
+    try:
+        with torch.no_grad():
+            model(torch.tensor([[1, 2, 3, 4]]))
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_o_groups_that_do_not_split_the_attention_output_are_refused(tmp_path: Path) -> None:
+    """sgl-project/sglang#31801 (DeepSeek-V4's attention output projection must split into whole
+    ``o_groups``; a layout that does not failed deep in the model instead of at start-up, and the
+    fix validates it up front with a message naming ``o_groups``). Here for the config itself: an
+    ``o_groups`` that does not divide ``num_attention_heads x head_dim`` was accepted and failed on
+    the first forward. Oracle: transformers' ``DeepseekV4ForCausalLM`` runs the published tiny
+    config (8 groups over 4 heads of 512) and fails on the same config with 3 groups."""
+    from sglang_v4.entrypoints.launcher import check_model_dir
+
+    base = json.loads(CONFIG.read_text())
+    bad = {**base, "o_groups": 3}
+    assert _hf_runs(base) and not _hf_runs(bad)
+    ModelConfig.from_dict(dict(base))
+    with pytest.raises(ValueError, match=r"^o_groups: 3 does not divide"):
+        ModelConfig.from_dict(dict(bad))
+    d = _model_dir(tmp_path, o_groups=3)
+    (d / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
+    with pytest.raises(ValueError, match=r"^model_path: .*o_groups: 3"):
+        check_model_dir(str(d), load_format="dummy", skip_tokenizer_init=True, device="cpu")
