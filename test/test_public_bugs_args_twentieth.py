@@ -194,7 +194,9 @@ def test_generation_config_sampling_values_are_chat_defaults(tok: Any, tmp_path:
 def test_generation_config_fields_it_lacks_are_not_synthesized(tok: Any, tmp_path: Path) -> None:
     """NVIDIA/TensorRT-LLM#17213 (review: the defaults transformers synthesizes for fields absent
     from ``generation_config.json`` -- ``top_k`` 50, ``top_p`` 1.0 -- must not become sampling
-    defaults; only the values the file spells do). Oracle: the file's own keys (transformers
+    defaults; only the values the file spells do) and ollama/ollama#17679 (a server-wide
+    ``repeat_penalty`` reached every model whose parameters leave it unset; SGLang and vLLM apply
+    none). Oracle: the file's own keys (transformers
     releases differ in what they fill in: ``top_k`` 50 in older ones, ``None`` now)."""
     d = _model_dir(tmp_path)
     (d / "generation_config.json").write_text(json.dumps({"temperature": 0.6}))
@@ -204,6 +206,20 @@ def test_generation_config_fields_it_lacks_are_not_synthesized(tok: Any, tmp_pat
     assert sp.get("top_k", -1) == -1 and sp.get("top_p", 1.0) == 1.0
     assert "min_p" not in sp or sp["min_p"] == 0.0
     assert "repetition_penalty" not in sp or sp["repetition_penalty"] == 1.0
+
+
+def test_generation_config_repetition_penalty_is_a_chat_default(tok: Any, tmp_path: Path) -> None:
+    """EleutherAI/lm-evaluation-harness#3154 (Qwen2.5-Coder's ``generation_config.json`` sets
+    ``repetition_penalty`` 1.1, yet requests that left it unset ran with no penalty). Oracle:
+    transformers' ``GenerationConfig`` reading the same file."""
+    d = _model_dir(tmp_path)
+    (d / "generation_config.json").write_text(
+        json.dumps({"repetition_penalty": 1.1, "temperature": 0.7, "top_p": 0.8, "top_k": 20})
+    )
+    gc = GenerationConfig.from_pretrained(d)
+    sp = _sent(tok, d, {})
+    assert sp["repetition_penalty"] == gc.repetition_penalty == 1.1
+    assert _sent(tok, d, {"repetition_penalty": 1.0})["repetition_penalty"] == 1.0  # the request's wins
 
 
 def test_request_values_beat_generation_config(tok: Any, tmp_path: Path) -> None:
