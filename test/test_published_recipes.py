@@ -138,6 +138,9 @@ _SAMPLE_VALUES = {
     "--tool-call-parser": "deepseekv4",
     "--log-level": "debug",
     "--tp-size": "1",
+    "--random-seed": "0",
+    "--tokenizer-path": "/models/tokenizer",
+    "--reasoning-parser": "deepseek-v4",
 }
 
 

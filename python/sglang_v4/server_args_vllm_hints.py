@@ -2,11 +2,14 @@
 
 ``python -m sglang_v4.launch_server`` speaks SGLang's flags (:mod:`sglang_v4.server_args_cli`,
 :mod:`sglang_v4.server_args_compat`). Users also arrive from vLLM's DeepSeek-V4 recipe
-(recipes.vllm.ai, the ``vllm-project/recipes`` DeepSeek-V4-Flash / -Pro pages), whose commands carry
-vLLM-only flags (``--max-model-len``, ``--gpu-memory-utilization``, ``--enable-auto-tool-choice``,
-``--block-size``, ...). Those stay refused - a flag that is not SGLang's must not pass silently,
-and a guessed mapping could change what is served - but argparse's "unrecognized arguments" line
-then says, for each such flag, the flag that does the same here or that there is none.
+(recipes.vllm.ai, the ``vllm-project/recipes`` DeepSeek-V4-Flash / -Pro pages) and vLLM-Ascend's
+DeepSeek-V4 tutorials, whose commands carry vLLM-only flags (``--max-model-len``,
+``--gpu-memory-utilization``, ``--enable-auto-tool-choice``, ``--block-size``,
+``--async-scheduling``, ``--tokenizer``, ...). Those stay refused - a flag that is not SGLang's must
+not pass silently, and a guessed mapping could change what is served - but argparse's
+"unrecognized arguments" line then says, for each such flag, the flag that does the same here or
+that there is none. vLLM's ``--tokenizer`` is not unrecognized but ambiguous to argparse (it is the
+start of ``--tokenizer-path``, ``--tokenizer-mode``, ...); that line gets the hint too.
 
 vLLM flags that SGLang also spells (``--tensor-parallel-size``, ``--data-parallel-size``,
 ``--tokenizer-mode``, ``--served-model-name``, ``--max-logprobs``, ...) are accepted and are not
@@ -42,6 +45,14 @@ VLLM_FLAG_HINTS: dict[str, str] = {
     "--enable-sleep-mode": "no counterpart: weights and KV cache stay resident (no memory saver)",
     "--enable-prefix-caching": "not needed: the radix prefix cache is on by default (--disable-radix-cache)",
     "--no-enable-prefix-caching": "use --disable-radix-cache",
+    "--tokenizer": "use --tokenizer-path (a local tokenizer directory)",
+    "--seed": "use --random-seed",
+    "--uvicorn-log-level": "use --log-level",
+    "--enable-reasoning": "not needed: reasoning is parsed by default (--reasoning-parser deepseek-v4)",
+    "--reasoning-config": "use --reasoning-parser (default deepseek-v4, which splits off <think> ... </think>)",
+    "--enable-chunked-prefill": "not needed: chunked prefill is on by default (--chunked-prefill-size; -1 turns it off)",
+    "--async-scheduling": "not needed: scheduling overlaps the forward by default (--disable-overlap-schedule turns it off)",
+    "--safetensors-load-strategy": "no counterpart: the weight loader has no loading-strategy option",
 }
 
 
@@ -54,14 +65,20 @@ def _key(token: str) -> str:
 def vllm_flag_hints(message: str) -> str:
     """``message`` (argparse's ``"unrecognized arguments: --max-model-len 4096 ..."``) with a hint
     appended for each vLLM-only flag it names: ``"; vLLM's --max-model-len: use --context-length"``.
+    argparse's ``"ambiguous option: --tokenizer could match --tokenizer-path, ..."`` gets the hint of
+    the option it names the same way.
 
     Any other message, or one naming no flag of :data:`VLLM_FLAG_HINTS`, is returned unchanged.
     """
-    prefix = "unrecognized arguments:"
-    if not message.startswith(prefix):
+    unrecognized, ambiguous = "unrecognized arguments:", "ambiguous option:"
+    if message.startswith(unrecognized):
+        tokens = message[len(unrecognized) :].split()
+    elif message.startswith(ambiguous):
+        tokens = message[len(ambiguous) :].split()[:1]  # the option, before "could match ..."
+    else:
         return message
     hints: list[str] = []
-    for token in message[len(prefix) :].split():
+    for token in tokens:
         key = _key(token)
         if key in VLLM_FLAG_HINTS and not any(h.startswith(f"vLLM's {key}:") for h in hints):
             hints.append(f"vLLM's {key}: {VLLM_FLAG_HINTS[key]}")

@@ -53,8 +53,11 @@ def check_supported(hf: DeepseekV4Config) -> None:
             linears), a ``rope_parameters`` type outside :data:`ROPE_TYPES`, ``index_head_dim``
             below the compress rope's dimension (HF's indexer rotates that many channels of each
             indexer head), a non-positive size (``num_hidden_layers`` 0 included: transformers
-            builds a model of no decoder layers, which has no KV layout to serve), or
-            ``num_experts_per_tok`` above ``n_routed_experts``.
+            builds a model of no decoder layers, which has no KV layout to serve),
+            ``num_experts_per_tok`` above ``n_routed_experts``, or an ``o_groups`` that does not
+            split the attention output (``num_attention_heads x head_dim`` channels per token) into
+            equal groups (HF's ``o_a_proj`` reshapes it into ``o_groups`` groups; such a config
+            fails there on the first token).
     """
     if hf.scoring_func not in SCORING_FUNCS:
         raise ValueError(
@@ -73,6 +76,11 @@ def check_supported(hf: DeepseekV4Config) -> None:
         v = getattr(hf, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}: must be a positive integer, got {v!r}")
+    if (hf.num_attention_heads * hf.head_dim) % hf.o_groups:
+        raise ValueError(
+            f"o_groups: {hf.o_groups} does not divide the attention output (num_attention_heads x "
+            f"head_dim = {hf.num_attention_heads} x {hf.head_dim} channels) into equal groups"
+        )
     if hf.num_experts_per_tok > hf.n_routed_experts:
         raise ValueError(
             f"num_experts_per_tok: {hf.num_experts_per_tok} is more than n_routed_experts ({hf.n_routed_experts})"
