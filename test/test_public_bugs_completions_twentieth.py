@@ -1,10 +1,11 @@
 """A twentieth set of public bug reports, replayed against the legacy ``POST /v1/completions``
-route: vLLM's ``stop_reason`` on each choice, prompt-only (``max_tokens: 0``) echo, token id 0
-in a prompt, prompt-major choice order of batched prompts with ``n``, the index of every
-streamed batch choice, ``stream_options`` without ``stream``, streamed ``return_token_ids`` with
-``echo``, echo + logprobs over characters split across tokens, ``include_stop_str_in_output``
-streamed and not, the usage chunk of a streamed batch, the finish reason of every streamed
-choice, and the ``logprobs: 0`` shape with ``best_of``.
+route (and chat where the field is shared): vLLM's ``stop_reason`` on each choice (missing here:
+added on both routes, streamed and not), prompt-only (``max_tokens: 0``) echo, token id 0 in a
+prompt, prompt-major choice order of batched prompts with ``n``, batch choices in prompt order,
+the index of every streamed batch choice, streamed echo of one prompt and of a list,
+``stream_options`` with and without ``stream``, the usage chunk of a streamed batch, streamed
+``return_token_ids`` with ``echo``, token-id prompts single and batched, and echo + logprobs over
+characters split across tokens. The other reports passed as-is; their tests are regression guards.
 
 Fixtures: ``plain_fake_server`` (``server_fixture.FakeScheduler`` behind the real tokenizer
 manager and detokenizer: the fake model writes ``FAKE_TEXT``'s tokens, cycled; fake
