@@ -262,6 +262,8 @@ class ChatCompletionResponseChoice(_OmitNoneIds):
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReasonStr | None = None
     matched_stop: int | str | None = None
+    #: vLLM's ``stop_reason`` (:func:`~.vllm_fields.stop_reason`)
+    stop_reason: int | str | None = None
     prompt_token_ids: list[int] | None = None
     response_token_ids: list[int] | None = None
     token_ids: list[int] | None = None
@@ -303,6 +305,8 @@ class ChatCompletionResponseStreamChoice(_OmitNoneIds):
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReasonStr | None = None
     matched_stop: int | str | None = None
+    #: vLLM's ``stop_reason`` (:func:`~.vllm_fields.stop_reason`)
+    stop_reason: int | str | None = None
     token_ids: list[int] | None = None
 
 

@@ -71,13 +71,17 @@ class LogProbs(BaseModel):
 
 class CompletionResponseChoice(_OmitNoneIds):
     """One choice of a ``/v1/completions`` response (``matched_stop``, ``token_ids`` and
-    ``prompt_token_ids`` are SGLang's extensions, the ids left out when not asked for)."""
+    ``prompt_token_ids`` are SGLang's extensions, the ids left out when not asked for;
+    ``stop_reason`` is vLLM's)."""
 
     index: int
     text: str
     logprobs: LogProbs | None = None
     finish_reason: FinishReasonStr | None = None
     matched_stop: int | str | None = None
+    #: vLLM's ``stop_reason``: the stop string or requested stop token id that ended the
+    #: choice, null for EOS and length (:func:`~.vllm_fields.stop_reason`)
+    stop_reason: int | str | None = None
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
     #: vLLM's ``prompt_logprobs`` of the choice's prompt (:mod:`.prompt_logprobs`)
@@ -104,6 +108,9 @@ class CompletionResponseStreamChoice(_OmitNoneIds):
     logprobs: LogProbs | None = None
     finish_reason: FinishReasonStr | None = None
     matched_stop: int | str | None = None
+    #: vLLM's ``stop_reason``: the stop string or requested stop token id that ended the
+    #: choice, null for EOS and length (:func:`~.vllm_fields.stop_reason`)
+    stop_reason: int | str | None = None
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
 

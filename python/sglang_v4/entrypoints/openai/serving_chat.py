@@ -118,6 +118,7 @@ from sglang_v4.entrypoints.openai.tool_parser import (
 from sglang_v4.entrypoints.openai.vllm_fields import (
     cache_namespace,
     special_token_edges,
+    stop_reason,
     truncate_prompt_ids,
     vllm_grammar_field,
 )
@@ -264,6 +265,11 @@ class ChatMixin(ChatStreamMixin):
                     logprobs=lp,
                     finish_reason=out.finish_reason,
                     matched_stop=run.plan.matched_stop(out.matched, req.stop_token_ids),
+                    stop_reason=stop_reason(
+                        out.finish_reason,
+                        run.plan.matched_stop(out.matched, req.stop_token_ids),
+                        req.stop_token_ids,
+                    ),
                     prompt_token_ids=list(ids) if want_prompt_ids and ids is not None else None,
                     response_token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,
                     token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,

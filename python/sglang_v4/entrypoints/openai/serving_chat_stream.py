@@ -50,7 +50,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (
     openai_logprob,
 )
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, ToolCallDelta
-from sglang_v4.entrypoints.openai.vllm_fields import token_id_text
+from sglang_v4.entrypoints.openai.vllm_fields import stop_reason, token_id_text
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
 __all__ = ["ChatStreamMixin"]
@@ -266,6 +266,9 @@ class ChatStreamMixin(ChatPrepareMixin):
                                 meta,
                                 finish_reason=fr,
                                 matched_stop=plan.matched_stop(matched, req.stop_token_ids),
+                                stop_reason=stop_reason(
+                                    fr, plan.matched_stop(matched, req.stop_token_ids), req.stop_token_ids
+                                ),
                             )
                 if include_usage:
                     order = sorted(finals)

@@ -57,6 +57,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (
 )
 from sglang_v4.entrypoints.openai.vllm_fields import (
     cache_namespace,
+    stop_reason,
     token_id_text,
     truncate_prompt_ids,
     vllm_grammar_field,
@@ -181,6 +182,7 @@ class CompletionsMixin(OpenAIServingBase):
                     logprobs=lp,
                     finish_reason=fr,
                     matched_stop=matched,
+                    stop_reason=stop_reason(fr, matched, req.stop_token_ids),
                     token_ids=list(ret.get("output_ids") or []) if prompt_ids is not None else None,
                     prompt_token_ids=_nth_prompt(prompt_ids, idx, n),
                     prompt_logprobs=vllm_prompt_logprobs(meta, prompt_lps)
@@ -420,6 +422,7 @@ class CompletionsMixin(OpenAIServingBase):
                                     logprobs=lp,
                                     finish_reason=fr,
                                     matched_stop=matched,
+                                    stop_reason=stop_reason(fr, matched, req.stop_token_ids),
                                     token_ids=new_ids,
                                     prompt_token_ids=_nth_prompt(prompt_ids, idx, n) if first_chunk else None,
                                 )

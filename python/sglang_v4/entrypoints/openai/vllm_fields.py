@@ -30,6 +30,7 @@ __all__ = [
     "check_refused_fields",
     "check_vllm_fields",
     "special_token_edges",
+    "stop_reason",
     "token_id_text",
     "truncation_length",
     "vocabulary_constraints",
@@ -308,6 +309,28 @@ def truncate_prompt_ids(
 def token_id_text(token_id: int) -> str:
     """A logprob token written as vLLM's ``return_tokens_as_token_ids`` writes it: ``token_id:<id>``."""
     return f"token_id:{token_id}"
+
+
+def stop_reason(
+    finish_reason: str | None, matched: Any, stop_token_ids: list[int] | None
+) -> int | str | None:
+    """vLLM's ``stop_reason`` of a choice: what ended a ``"stop"`` finish when the request named
+    it -- the matched stop string, or the token id when it is one of the request's
+    ``stop_token_ids``; ``None`` for an EOS finish, a length finish or a running choice (vLLM
+    #2976's rule: EOS is ``finish_reason == "stop"`` with ``stop_reason`` null). A chat finish
+    reported as ``"tool_calls"`` keeps the stop that ended the generation.
+
+    Args:
+        finish_reason: the choice's OpenAI ``finish_reason`` (``"stop"``, ``"tool_calls"``,
+            ``"length"``, ...).
+        matched: SGLang's ``matched_stop`` (a stop string, a token id, or None).
+        stop_token_ids: the request's ``stop_token_ids`` (None or a list of ids).
+    """
+    if finish_reason not in ("stop", "tool_calls") or matched is None:
+        return None
+    if isinstance(matched, str):
+        return matched
+    return matched if matched in (stop_token_ids or ()) else None
 
 
 def special_token_edges(tokenizer: Any) -> tuple[list[int], list[int]]:
