@@ -24,7 +24,8 @@ def test_continue_final_message_keeps_bos_and_continues_the_answer(tok: PreTrain
     think = {"chat_template_kwargs": {"thinking": True}}
     user, prefill = {"role": "user", "content": "Q"}, {"role": "assistant", "content": '{"a":'}
     cases = [
-        ([{"role": "assistant", "content": "Sure:"}], {}, B + "Sure:"),
+        # a lone assistant turn opens itself, as DeepSeek's encoder (deepseek-recipe) renders it
+        ([{"role": "assistant", "content": "Sure:"}], {}, B + A + "</think>Sure:"),
         ([user, prefill], {}, B + U + "Q" + A + '</think>{"a":'),
         ([user, prefill], think, B + U + "Q" + A + '<think></think>{"a":'),
         ([user, dict(prefill, reasoning_content="R")], think, B + U + "Q" + A + '<think>R</think>{"a":'),

@@ -27,6 +27,10 @@ DeepSeek's published reference encoder):
   encoder; its ``deepseek-recipe`` converter has no developer role on the Chat Completions API,
   and the chat route hands an OpenAI developer message over as a system one, as SGLang does:
   :func:`~sglang_v4.entrypoints.openai.chat_prepare.developer_messages_as_system`);
+* an assistant turn that no user/developer/system turn precedes (one that starts the conversation
+  or follows another assistant turn) opens with ``<｜Assistant｜>`` and its mode token itself
+  (DeepSeek's ``deepseek-recipe`` encoder; the first ``encoding_dsv4.py`` glued it to the previous
+  turn's EOS);
 * after a user/developer turn that is followed by an assistant turn (or ends the conversation and
   a generation prompt is wanted) come ``<｜Assistant｜>`` and a mode token: ``<think>`` in thinking
   mode, ``</think>`` in chat mode. The same follows a system turn that an assistant turn follows
@@ -411,7 +415,12 @@ def render_messages(
         elif role in ("user", "developer"):
             segs += [(USER, False), *t["segs"]]
         else:  # assistant
-            if thinking and (not drop or i > last_user):
+            keeps_thinking = thinking and (not drop or i > last_user)
+            if i == 0 or turns[i - 1]["role"] == "assistant":
+                # no user / system turn opened this one (the conversation starts with it, or it
+                # follows another assistant turn): it opens itself, as DeepSeek's encoder does
+                segs.append((ASSISTANT + (THINK_START if keeps_thinking else THINK_END), False))
+            if keeps_thinking:
                 rc = t.get("reasoning_content")
                 segs += [(rc if isinstance(rc, str) else "", True), (THINK_END, False)]
             segs += [*t["segs"], *t.get("dsml", []), (EOS, False)]
