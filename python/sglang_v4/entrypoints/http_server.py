@@ -75,6 +75,7 @@ from sglang_v4.entrypoints.admission import (
     drain_in_flight,
 )
 from sglang_v4.entrypoints.control_api import create_control_router
+from sglang_v4.entrypoints.head_requests import HeadAsGetMiddleware
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import Subprocesses
 from sglang_v4.entrypoints.lifecycle import StopSignal
@@ -104,6 +105,7 @@ from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
 from sglang_v4.server_args import ServerArgs
+from sglang_v4.version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -244,6 +246,8 @@ def create_app(
 
     app = FastAPI(lifespan=lifespan)
     install_openapi(app)  # /openapi.json with the routes' request bodies and error shape
+    # Innermost: HEAD is answered as GET without the body on every GET route (head_requests.py).
+    app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(
         AdmissionMiddleware,
         api_key=server_args.api_key,
@@ -370,6 +374,11 @@ def create_app(
 
     async def server_info_dict() -> dict[str, Any]:
         return await build_server_info(server_args, procs.scheduler_info, tm_or_503())
+
+    @app.get("/version")
+    async def version() -> Response:
+        """vLLM's ``GET /version``: ``{"version": the server's version}``."""
+        return json_response({"version": __version__})
 
     @app.get("/get_load")
     async def get_load() -> Response:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import typing
+import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
@@ -27,6 +28,7 @@ __all__ = [
     "UsageInfo",
     "ModelCard",
     "ModelList",
+    "ModelPermission",
     "UNSUPPORTED_OPENAI_FIELDS",
 ]
 
@@ -162,15 +164,37 @@ class UsageInfo(BaseModel):
     completion_tokens_details: CompletionTokensDetails | None = None
 
 
+class ModelPermission(BaseModel):
+    """vLLM's entry of a model card's ``permission`` list (OpenAI's retired model-permission
+    object): sampling, log-probabilities and viewing allowed; engines, search indices and
+    fine-tuning not."""
+
+    id: str = Field(default_factory=lambda: f"modelperm-{uuid.uuid4().hex}")
+    object: str = "model_permission"
+    created: int = Field(default_factory=_now)
+    allow_create_engine: bool = False
+    allow_sampling: bool = True
+    allow_logprobs: bool = True
+    allow_search_indices: bool = False
+    allow_view: bool = True
+    allow_fine_tuning: bool = False
+    organization: str = "*"
+    group: str | None = None
+    is_blocking: bool = False
+
+
 class ModelCard(BaseModel):
-    """One entry of ``/v1/models``."""
+    """One entry of ``/v1/models``: SGLang's fields (``parent``: the base model of a LoRA
+    adapter's card, ``null`` for a base model's) plus vLLM's ``permission`` list."""
 
     id: str
     object: str = "model"
     created: int = Field(default_factory=_now)
     owned_by: str = "sglang"
     root: str | None = None
+    parent: str | None = None
     max_model_len: int | None = None
+    permission: list[ModelPermission] = Field(default_factory=list)
 
 
 class ModelList(BaseModel):

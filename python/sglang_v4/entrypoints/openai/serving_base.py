@@ -39,6 +39,7 @@ from sglang_v4.entrypoints.openai.protocol import (
     CompletionTokensDetails,
     ModelCard,
     ModelList,
+    ModelPermission,
     PromptTokensDetails,
     UsageInfo,
 )
@@ -152,6 +153,8 @@ class OpenAIServingBase:
         #: same in each answer, so a client that caches or sorts the list sees one model, not a new
         #: one per call.
         self.models_created = int(time.time())
+        #: The cards' ``permission`` entry (vLLM's), one for the server's life like ``created``.
+        self.model_permission = ModelPermission(created=self.models_created)
         # parsers of chat output (defaults: the DeepSeek-V4 ones)
         self.tool_call_parser = canonical_tool_call_parser(
             getattr(server_args, "tool_call_parser", None) or "deepseekv4"
@@ -464,13 +467,19 @@ class OpenAIServingBase:
                 return JSONResponse(anthropic_models.anthropic_model_list(infos, request.query_params))
             except RequestError as e:
                 return anthropic_error_response(e.message, e.status)
-        cards = [
-            ModelCard(
-                id=n, created=self.models_created, root=self.model_name, max_model_len=self._context_len()
-            )
-            for n in self.model_names
-        ]
-        return JSONResponse(ModelList(data=cards).model_dump())
+        return JSONResponse(ModelList(data=[self._model_card(n) for n in self.model_names]).model_dump())
+
+    def _model_card(self, name: str) -> ModelCard:
+        """The ``/v1/models`` card of the served name ``name``: ``root`` the served model, no
+        ``parent`` (no LoRA adapters), ``max_model_len`` the context length (tokens)."""
+        return ModelCard(
+            id=name,
+            created=self.models_created,
+            root=self.model_name,
+            parent=None,
+            max_model_len=self._context_len(),
+            permission=[self.model_permission],
+        )
 
     async def retrieve_model(self, request: Request, model: str) -> Response:
         """``GET /v1/models/{model}``: the model card for a name the API accepts, else 404 (as SGLang);
@@ -494,7 +503,4 @@ class OpenAIServingBase:
             return error_response(e.message, e.status, e.err_type, e.param)
         if anthropic:
             return JSONResponse(anthropic_models.anthropic_model(model, self._context_len()))
-        card = ModelCard(
-            id=model, created=self.models_created, root=self.model_name, max_model_len=self._context_len()
-        )
-        return JSONResponse(card.model_dump())
+        return JSONResponse(self._model_card(model).model_dump())
