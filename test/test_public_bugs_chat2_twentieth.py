@@ -1,7 +1,7 @@
 """A twentieth set of public bug reports, second pass over ``POST /v1/chat/completions``: streams
 that end abnormally (an engine abort, an exception of the generation after the first chunk,
 outputs that stop before a choice finished) must reach the client as errors, never as a finished
-answer; and the per-choice finish of ``n > 1`` streams.
+answer; the per-choice finish of ``n > 1`` streams; ``max_completion_tokens`` over ``max_tokens``.
 
 Fixed here: an exception other than a request error after the first chunk cut the response off
 mid-body (now an in-band 500 error event, on the completions, Responses and Messages streams
