@@ -55,6 +55,7 @@ from sglang_v4.entrypoints.openai.serving_chat import ChatRun, _ChoiceStream
 from sglang_v4.entrypoints.openai.serving_outputs import (
     _abort_error,
     _engine_outputs,
+    internal_stream_error,
     stream_failure,
 )
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
@@ -262,6 +263,9 @@ class AnthropicServing:
                 yield error_event("The generation ended without a finish reason.", 500)
             except ValueError as e:
                 yield _error_event(e)
+            except Exception as e:  # noqa: BLE001 - any failure ends the stream with an error event
+                err = internal_stream_error(e)
+                yield error_event(err.message, err.status)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
 

@@ -38,15 +38,18 @@ from sglang_v4.entrypoints.openai.protocol import (
     TopLogprob,
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
+from sglang_v4.entrypoints.openai.request_errors import RequestError
 from sglang_v4.entrypoints.openai.responses_custom_tools import CustomInputStream
 from sglang_v4.entrypoints.openai.serving_outputs import (
     _SSE_DONE,
+    NO_FINISH_MSG,
     _abort_error,
     _engine_outputs,
     _finish,
     _lp_entry,
     _sse,
     _sse_failure,
+    internal_stream_error,
     openai_logprob,
 )
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, ToolCallDelta
@@ -128,7 +131,11 @@ class ChatStreamMixin(ChatPrepareMixin):
     async def _chat_stream(self, req: ChatCompletionRequest, run: ChatRun, raw: Request) -> Response:
         """The SSE answer of ``run``. A generation that fails after its first output ends the
         stream with an error event named as the non-streamed answer's error
-        (:func:`~.serving_outputs.stream_failure`: a grammar error names ``run.grammar_field``).
+        (:func:`~.serving_outputs.stream_failure`: a grammar error names ``run.grammar_field``);
+        any other exception of the generation ends it with a 500 error event
+        (:func:`~.serving_outputs.internal_stream_error`), and outputs that end before every
+        choice has its finish reason with one too: a stream that did not complete never ends
+        like one that did (vllm-project/vllm#57082: an aborted stream read as a finished one).
 
         Token ids go where vLLM streams them: with ``return_token_ids`` (or SGLang's
         ``return_prompt_token_ids``) each choice's role chunk has the prompt's ids as its top-level
@@ -270,7 +277,10 @@ class ChatStreamMixin(ChatPrepareMixin):
                                     fr, plan.matched_stop(matched, req.stop_token_ids), req.stop_token_ids
                                 ),
                             )
-                if include_usage:
+                if len(finals) < n:
+                    # the engine's outputs ended before every choice finished: not a completion
+                    yield _sse_failure(RequestError(NO_FINISH_MSG, 500), None)
+                elif include_usage:
                     order = sorted(finals)
                     rets = [finals[i] for i in order]
                     rt = [reasoning_tokens.get(i, 0) for i in order] if separate else None
@@ -285,6 +295,8 @@ class ChatStreamMixin(ChatPrepareMixin):
                     )
             except ValueError as e:
                 yield _sse_failure(e, run.grammar_field)
+            except Exception as e:  # noqa: BLE001 - any failure ends the stream with an error event
+                yield _sse_failure(internal_stream_error(e), None)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE

@@ -47,12 +47,14 @@ from sglang_v4.entrypoints.openai.serving_base import (
 )
 from sglang_v4.entrypoints.openai.serving_outputs import (
     _SSE_DONE,
+    NO_FINISH_MSG,
     _abort_error,
     _engine_outputs,
     _finish,
     _lp_entry,
     _sse,
     _sse_failure,
+    internal_stream_error,
     openai_logprob,
 )
 from sglang_v4.entrypoints.openai.vllm_fields import (
@@ -351,7 +353,9 @@ class CompletionsMixin(OpenAIServingBase):
         choices' first chunks, the generated ids since the previous chunk in each chunk. A
         generation that fails after its first output ends the stream with an error event named
         as the non-streamed answer's error (:func:`~.serving_outputs.stream_failure`: a grammar error
-        names ``grammar_field``)."""
+        names ``grammar_field``); any other exception, or outputs that end before every choice has
+        its finish reason, with a 500 error event (:func:`~.serving_outputs.internal_stream_error`,
+        :data:`~.serving_outputs.NO_FINISH_MSG`): never like a completed stream."""
         gen, first = await self._run_stream(obj, raw)
         rid = f"cmpl-{req.request_id or uuid.uuid4().hex}"
         created = int(time.time())
@@ -430,7 +434,10 @@ class CompletionsMixin(OpenAIServingBase):
                             usage=self._usage([ret], 1) if continuous else None,
                         )
                         yield _sse(chunk)
-                if include_usage:
+                if len(finals) < len(prompts) * n:
+                    # the engine's outputs ended before every choice finished: not a completion
+                    yield _sse_failure(RequestError(NO_FINISH_MSG, 500), None)
+                elif include_usage:
                     rets = [finals[i] for i in sorted(finals)]
                     yield _sse(
                         CompletionStreamResponse(
@@ -439,6 +446,8 @@ class CompletionsMixin(OpenAIServingBase):
                     )
             except ValueError as e:
                 yield _sse_failure(e, grammar_field)
+            except Exception as e:  # noqa: BLE001 - any failure ends the stream with an error event
+                yield _sse_failure(internal_stream_error(e), None)
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE

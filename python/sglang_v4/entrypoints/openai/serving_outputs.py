@@ -10,6 +10,7 @@ Messages route; re-exported by :mod:`.serving_base`.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,10 +24,18 @@ from sglang_v4.entrypoints.openai.request_errors import RequestError, grammar_er
 
 __all__ = [
     "MAX_TOP_LOGPROBS",
+    "NO_FINISH_MSG",
     "OPENAI_MIN_LOGPROB",
+    "internal_stream_error",
     "openai_logprob",
     "stream_failure",
 ]
+
+logger = logging.getLogger(__name__)
+
+NO_FINISH_MSG = "The generation ended without a finish reason."
+"""The error of a stream whose engine outputs ended before a choice had its finish reason: such
+a stream did not complete, and must not end like one that did."""
 
 MAX_TOP_LOGPROBS = DEFAULT_MAX_LOGPROBS
 """The default bound of ``top_logprobs`` (chat), ``logprobs`` (completions) and ``prompt_logprobs``:
@@ -68,6 +77,20 @@ def stream_failure(e: RequestError | ValueError, grammar_field: str | None) -> R
     return grammar_error_for(e, grammar_field)
 
 
+def internal_stream_error(e: Exception) -> RequestError:
+    """The error of a stream whose generation raised something other than a request error after
+    its first output (a bug, a timeout, a broken engine connection): HTTP 500
+    (its error ``type`` that of the status), the exception's type and message. Logged with its traceback.
+
+    The stream then ends with this error event and ``data: [DONE]``, as an in-stream failure of
+    the tokenizer manager does, instead of being cut off mid-body (which clients read either as a
+    transport error or, past a proxy, as a complete answer).
+    """
+    logger.error("Stream failed after its first output.", exc_info=e)
+    text = str(e)
+    return RequestError(f"{type(e).__name__}: {text}" if text else type(e).__name__, 500)
+
+
 def _sse_failure(e: RequestError | ValueError, grammar_field: str | None) -> bytes:
     """:func:`_sse_error` of :func:`stream_failure`."""
     err = stream_failure(e, grammar_field)
@@ -100,8 +123,12 @@ def _finish(meta: dict[str, Any]) -> tuple[str | None, Any]:
 
 def _abort_error(meta: dict[str, Any]) -> RequestError | None:
     """The error of an output that ended with an abort (``meta_info["finish_reason"]`` of type
-    ``abort``: its message and ``status_code``, 400 when it gives none), else ``None``."""
+    ``abort``: its message and ``status_code``, 400 when it gives none; or the bare string
+    ``"abort"``), else ``None``. ``abort`` is no OpenAI finish reason: an aborted choice is an
+    error, never a choice that finished (vllm-project/vllm#57082)."""
     fr = meta.get("finish_reason")
+    if fr == "abort":  # the bare string form: an abort all the same, never a finish reason to send
+        return RequestError("Aborted", 400)
     if isinstance(fr, dict) and fr.get("type") == "abort":
         status = int(fr.get("status_code") or 400)
         return RequestError(str(fr.get("message") or "Aborted"), status)

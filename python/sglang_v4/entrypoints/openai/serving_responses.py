@@ -117,6 +117,7 @@ from sglang_v4.entrypoints.openai.serving_chat import ChatMixin, ChatRun, Choice
 from sglang_v4.entrypoints.openai.serving_outputs import (
     _abort_error,
     _engine_outputs,
+    internal_stream_error,
     stream_failure,
 )
 from sglang_v4.entrypoints.openai.serving_responses_stored import StoredResponsesMixin
@@ -504,6 +505,9 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
                     yield ev
             except ValueError as e:
                 for ev in self._failed(w, job, self._stream_error(e, run)):
+                    yield ev
+            except Exception as e:  # noqa: BLE001 - any failure ends the stream with response.failed
+                for ev in self._failed(w, job, internal_stream_error(e)):
                     yield ev
             finally:
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
