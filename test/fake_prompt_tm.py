@@ -38,7 +38,8 @@ def prompt_reply(ids: list[int]) -> str:
 class PromptTM:
     """Fake tokenizer manager: generates the tokens of ``reply(prompt_ids)`` (or a fixed text),
     finish ``stop`` (``length`` when ``max_new_tokens`` cuts it), cumulative text per token when
-    streaming, like the real one; a ``json_schema`` is compiled first (xgrammar), as the real one
+    streaming, like the real one (nothing generated, e.g. ``max_new_tokens`` 0: one output, the
+    finish alone); a ``json_schema`` is compiled first (xgrammar), as the real one
     does before queueing. ``abort_after``: the output after that many tokens is an engine abort
     (``abort_reason``, SGLang's ``FINISH_ABORT`` dict; a 500 "engine failure" by default), the
     last output of a non-streamed request too. Records every request."""
@@ -73,7 +74,7 @@ class PromptTM:
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         limit = (obj.sampling_params or {}).get("max_new_tokens")
         finish: dict[str, Any] = {"type": "stop", "matched": 1}
-        if limit is not None and limit < len(ids):
+        if limit is not None and (limit < len(ids) or limit == 0):
             ids, finish = ids[:limit], {"type": "length", "length": limit}
         outs = []
         for j in range(1, len(ids) + 1):
@@ -89,6 +90,15 @@ class PromptTM:
                 outs.append({"text": "", "output_ids": [], "meta_info": meta})
                 break
             outs.append({"text": self.tokenizer.decode(ids[:j]), "output_ids": ids[:j], "meta_info": meta})
+        if not ids:  # nothing generated (``max_new_tokens`` 0, or an empty reply): the finish alone
+            meta = {"id": "r", "finish_reason": finish, "prompt_tokens": len(obj.input_ids)}
+            outs.append(
+                {
+                    "text": "",
+                    "output_ids": [],
+                    "meta_info": {**meta, "completion_tokens": 0, "cached_tokens": 2},
+                }
+            )
         if obj.stream:
             for o in outs:
                 yield o

@@ -461,7 +461,6 @@ def test_cache_report_and_engine_error(tok: PreTrainedTokenizerFast) -> None:
 BAD_INPUTS = [
     ({"max_tokens": None}, "max_tokens"),
     ({"max_tokens": -1}, "max_tokens"),
-    ({"max_tokens": 0}, "max_tokens"),  # Anthropic's API: at least 1
     ({"max_tokens": "10"}, "max_tokens"),
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),

@@ -101,7 +101,7 @@ def test_request_id_headers_echoed_or_fresh(
     assert msg.request_id == "a-1" and msg.parse()._request_id == "a-1"
     with pytest.raises(anthropic.BadRequestError) as be:
         claude.messages.create(
-            model=MODEL, max_tokens=0, messages=USER, extra_headers={"X-Request-Id": "a-2"}
+            model=MODEL, max_tokens=-1, messages=USER, extra_headers={"X-Request-Id": "a-2"}
         )
     assert be.value.request_id == "a-2"
     # a header that is no usable id (too long, not visible ASCII) is replaced; browsers may read it

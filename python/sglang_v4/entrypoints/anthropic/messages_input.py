@@ -33,7 +33,8 @@
   model has no reasoning budget; ``max_tokens`` bounds reasoning and answer together).
 * ``output_config.effort`` is the chat route's ``reasoning_effort``; ``output_config.format``
   (``{"type": "json_schema", "schema": ...}``) its ``response_format`` (a grammar on the answer).
-* ``stop_sequences`` are ``stop``, ``metadata.user_id`` is ``user``.
+* ``stop_sequences`` are ``stop``, ``metadata.user_id`` is ``user``; ``max_tokens`` is the chat
+  route's (``0``, Anthropic's cache pre-warm call, prefills the prompt and generates nothing).
 
 Every error is a :class:`~sglang_v4.entrypoints.openai.request_errors.RequestError` (400) whose
 message starts with the field as the client sent it, dotted as Anthropic's API writes it
@@ -420,8 +421,9 @@ def chat_request_data(req: MessagesRequest | CountTokensRequest) -> dict[str, An
         user = (req.metadata or {}).get("user_id")
         if user is not None and not isinstance(user, str):
             raise _error("metadata.user_id", "must be a string.")
-        if isinstance(req.max_tokens, int) and req.max_tokens < 1:  # Anthropic's lower bound
-            raise _error("max_tokens", f"must be greater than or equal to 1; got {req.max_tokens}.")
+        # Anthropic's lower bound is 0: a request that only prefills (a cache pre-warm)
+        if isinstance(req.max_tokens, int) and req.max_tokens < 0:
+            raise _error("max_tokens", f"must be greater than or equal to 0; got {req.max_tokens}.")
         data.update(
             max_tokens=req.max_tokens,
             stop=req.stop_sequences,

@@ -122,7 +122,9 @@ class _MessagesBody(_Req):
 class MessagesRequest(_MessagesBody):
     """``POST /v1/messages`` body.
 
-    ``max_tokens`` (required, at least 1, as Anthropic's API) bounds the generated tokens, reasoning included.
+    ``max_tokens`` (required, at least 0, as Anthropic's API) bounds the generated tokens, reasoning
+    included; ``0`` is Anthropic's cache pre-warm call: the prompt is prefilled (and its prefix
+    cached) and the reply has no content and ``stop_reason: "max_tokens"``.
     ``stop_sequences`` are stop strings (not part of the text; the one matched is the response's
     ``stop_sequence``). ``temperature``, ``top_p``, ``top_k``: sampling (unset ones take the
     server's chat defaults, as on ``/v1/chat/completions``). ``metadata.user_id``: the chat route's
