@@ -12,7 +12,12 @@ they come (SSE included). A request to an OpenAI generation route carrying SGLan
 ``X-Data-Parallel-Rank`` header (:mod:`sglang_v4.entrypoints.dp_rank_header`) goes straight to
 replica ``rank`` (replica ``i`` is rank ``i``) with the header set to ``0`` (that replica is one
 rank of its own; the header overrides a rank pin in the body there, as in SGLang); a rank outside ``[0, dp_size)`` or a value that is not an integer is the gateway's 400, in
-the route's error shape. A client that goes away cancels its handler (aiohttp's
+the route's error shape. A JSON body of ``/generate`` or of those routes pinning a rank with
+SGLang's ``routed_dp_rank`` / ``data_parallel_rank`` (:func:`body_dp_rank`) goes to that replica
+too, the pin set to ``0`` there (the router would send it to any replica, which refused any rank
+but its own 0); a pinned rank outside ``[0, dp_size)`` is the gateway's 400 in SGLang's words.
+``/get_load`` and ``/abort_request``, which the router lacks, are answered from every replica
+(:mod:`sglang_v4.entrypoints.dp_gateway_fanout`). A client that goes away cancels its handler (aiohttp's
 ``handler_cancellation``, :data:`GATEWAY_SERVER_OPTIONS`), which closes the router's request and
 so aborts the generation on the replica, streamed or not. An upstream that cannot be reached or
 drops the connection before answering is a 502 (the model routes try the next replica first, and
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,16 +45,19 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from sglang_v4.entrypoints.dp_gateway_fanout import add_fanout_routes
 from sglang_v4.entrypoints.dp_rank_header import DP_RANK_HEADER, DP_RANK_HEADER_ROUTES, dp_rank_from_header
 from sglang_v4.entrypoints.route_errors import route_error_body, wants_anthropic_errors
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "BODY_PIN_ROUTES",
     "GATEWAY_SERVER_OPTIONS",
     "HOP_BY_HOP_HEADERS",
     "MODEL_ROUTES",
     "UpstreamUnanswered",
+    "body_dp_rank",
     "create_gateway_app",
     "run_gateway",
 ]
@@ -105,16 +114,19 @@ async def _forward(
     session: aiohttp.ClientSession,
     base_url: str,
     replace: Mapping[str, str] | None = None,
+    body: bytes | None = None,
 ) -> web.StreamResponse:
     """``request`` sent to ``base_url`` (same method, path, query, headers, and body; a header
-    named in ``replace`` is sent with that value only), its answer streamed back.
+    named in ``replace`` is sent with that value only; ``body``, when given, sent instead of the
+    request's), its answer streamed back.
 
     Raises:
         UpstreamUnanswered: ``base_url`` cannot be reached or sent no answer (any
             ``aiohttp.ClientError`` before its status line; nothing was sent back yet). An upstream
             that fails later ends the answer where it stands.
     """
-    body = await request.read() if request.can_read_body else None
+    if body is None:
+        body = await request.read() if request.can_read_body else None
     # the server hands the body over decoded: its Content-Encoding no longer applies
     headers = _forward_headers(request.headers, frozenset({"content-encoding"}))
     for name, value in (replace or {}).items():
@@ -139,6 +151,45 @@ async def _forward(
             await resp.write(chunk)
         await resp.write_eof()
         return resp
+
+
+#: The routes whose JSON body may pin a data-parallel rank (SGLang's ``data_parallel_rank`` and
+#: ``routed_dp_rank`` fields): ``/generate`` and the OpenAI generation routes.
+BODY_PIN_ROUTES = frozenset({"/generate"}) | DP_RANK_HEADER_ROUTES
+
+#: The body fields that pin a rank, the first one set winning.
+_BODY_PIN_FIELDS = ("routed_dp_rank", "data_parallel_rank")
+
+
+def body_dp_rank(body: bytes, dp_size: int) -> tuple[int, bytes] | None:
+    """The rank a request body pins, and the body as its replica gets it (each pin field set to
+    ``0``: the replica is one rank of its own), or ``None`` when the body pins none (not a JSON
+    object, no pin field set, or one that is not an integer: the replica then answers as it does).
+
+    Raises:
+        ValueError: the pinned rank is negative or ``>= dp_size`` (SGLang's message, naming the
+            field).
+    """
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    name = next((n for n in _BODY_PIN_FIELDS if obj.get(n) is not None), None)
+    if name is None:
+        return None
+    rank = obj[name]
+    if not isinstance(rank, int) or isinstance(rank, bool):
+        return None
+    if rank < 0:
+        raise ValueError(f"{name} must be non-negative")
+    if rank >= dp_size:
+        raise ValueError(f"{name} must be less than dp_size: {dp_size}")
+    for n in _BODY_PIN_FIELDS:
+        if obj.get(n) is not None:
+            obj[n] = 0
+    return rank, json.dumps(obj, ensure_ascii=False).encode()
 
 
 def _error(request: web.Request, status: int, message: str) -> web.Response:
@@ -200,6 +251,18 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
             except UpstreamUnanswered as e:
                 logger.warning("DP gateway: replica %d did not answer %s (%s)", rank, request.path, e)
                 return _error(request, 502, f"Data-parallel rank {rank} did not answer.")
+        if request.method == "POST" and request.path in BODY_PIN_ROUTES and request.can_read_body:
+            try:
+                pinned = body_dp_rank(await request.read(), len(replicas))
+            except ValueError as e:
+                return _error(request, 400, str(e))
+            if pinned is not None:
+                rank, body = pinned
+                try:
+                    return await _forward(request, app[_SESSION], replicas[rank], body=body)
+                except UpstreamUnanswered as e:
+                    logger.warning("DP gateway: replica %d did not answer %s (%s)", rank, request.path, e)
+                    return _error(request, 502, f"Data-parallel rank {rank} did not answer.")
         try:
             return await _forward(request, app[_SESSION], router_url)
         except UpstreamUnanswered as e:
@@ -210,6 +273,7 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
     app.on_cleanup.append(stop)
     for path in MODEL_ROUTES:
         app.router.add_get(path, models)
+    add_fanout_routes(app, replicas, lambda: app[_SESSION], _forward_headers, _error)
     app.router.add_route("*", "/{tail:.*}", other)
     return app
 

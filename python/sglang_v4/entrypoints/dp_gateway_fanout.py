@@ -1,0 +1,115 @@
+"""Routes the ``--dp-size`` gateway answers from every replica at once: ``/get_load`` and
+``/abort_request``.
+
+``sglang-router`` has neither (it answers 404 to both; its own ``/get_loads`` has another shape),
+while a single SGLang server with ``--dp-size D`` answers them for all its ranks:
+
+* ``GET /get_load``: one load entry per data-parallel rank (``dp_rank``, ``num_reqs``,
+  ``num_waiting_reqs``, ``num_tokens``). The gateway asks each replica (one rank of its own, which
+  reports ``dp_rank: 0``) and lists the entries in replica order with ``dp_rank`` set to the
+  replica's index. A replica that cannot be reached is left out (its rank missing from the list);
+  none reached is a 503; a replica's own error (a 401 for a missing API key, ...) is passed on.
+* ``POST /abort_request``: the router does not know which replica holds a request id, so the
+  body goes to every replica (a replica without that ``rid`` does nothing, as SGLang's does);
+  ``abort_all`` reaches them all. The answer is the first replica's 200 when any accepted it,
+  otherwise the first replica's answer (the same 400 / 401 each gives to a bad body or key), or a
+  502 when none answered.
+
+Headers are sent as the client sent them (hop-by-hop ones excepted), so each replica checks the
+API key as it does directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FANOUT_ROUTES", "add_fanout_routes"]
+
+#: ``(method, path)`` of the routes answered here.
+FANOUT_ROUTES = (("GET", "/get_load"), ("POST", "/abort_request"))
+
+
+async def _ask(
+    session: aiohttp.ClientSession, method: str, url: str, headers: Any, body: bytes | None
+) -> tuple[int, bytes, str | None] | None:
+    """``(status, body, content type)`` of one replica's answer, ``None`` when it did not answer."""
+    try:
+        async with session.request(method, url, headers=headers, data=body, allow_redirects=False) as r:
+            return r.status, await r.read(), r.headers.get("Content-Type")
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        logger.warning("DP gateway: replica %s did not answer (%s: %s)", url, type(e).__name__, e)
+        return None
+
+
+def _passed_on(answer: tuple[int, bytes, str | None]) -> web.Response:
+    status, body, ctype = answer
+    resp = web.Response(status=status, body=body)
+    if ctype:
+        resp.headers["Content-Type"] = ctype
+    return resp
+
+
+def add_fanout_routes(
+    app: web.Application,
+    replicas: Sequence[str],
+    session: Callable[[], aiohttp.ClientSession],
+    forward_headers: Callable[[Any], Any],
+    error: Callable[[web.Request, int, str], web.Response],
+) -> None:
+    """Add :data:`FANOUT_ROUTES` to the gateway's ``app`` (module docstring).
+
+    Args:
+        app: the gateway's application (before its catch-all route is added).
+        replicas: the replicas' ``http://host:port``; replica ``i`` is data-parallel rank ``i``.
+        session: the gateway's client session (read when a request comes).
+        forward_headers: the request's headers as sent on (hop-by-hop ones dropped).
+        error: the gateway's error answer in the route's shape.
+    """
+
+    async def ask_all(request: web.Request) -> list[tuple[int, bytes, str | None] | None]:
+        body = await request.read() if request.can_read_body else None
+        headers = forward_headers(request.headers)
+        return await asyncio.gather(
+            *(
+                _ask(session(), request.method, url + request.rel_url.raw_path_qs, headers, body)
+                for url in replicas
+            )
+        )
+
+    async def get_load(request: web.Request) -> web.Response:
+        answers = await ask_all(request)
+        loads: list[dict[str, Any]] = []
+        for rank, answer in enumerate(answers):
+            if answer is None:
+                continue
+            if answer[0] != 200:
+                return _passed_on(answer)
+            try:
+                entries = json.loads(answer[1])
+            except ValueError:
+                return error(request, 502, f"Data-parallel rank {rank} answered /get_load with no JSON.")
+            for entry in entries if isinstance(entries, list) else [entries]:
+                loads.append({**entry, "dp_rank": rank} if isinstance(entry, dict) else entry)
+        if all(a is None for a in answers):
+            return error(request, 503, "No replica answered.")
+        return web.json_response(loads)
+
+    async def abort_request(request: web.Request) -> web.Response:
+        answers = await ask_all(request)
+        answered = [a for a in answers if a is not None]
+        if not answered:
+            return error(request, 502, "No replica answered.")
+        ok = [a for a in answered if a[0] == 200]
+        return _passed_on(ok[0] if ok else answered[0])
+
+    app.router.add_get("/get_load", get_load)
+    app.router.add_post("/abort_request", abort_request)
