@@ -110,12 +110,31 @@ def _replica(index: int, seen: list[dict[str, Any]]) -> web.Application:
             }
         )
 
+    async def metrics(request: web.Request) -> web.Response:
+        await record(request)  # open route: no key needed, as on a single server
+        return web.Response(body=_replica_metrics(index), content_type="text/plain")
+
     app = web.Application()
     app.router.add_get("/get_load", get_load)
+    app.router.add_get("/metrics", metrics)
     app.router.add_post("/abort_request", abort)
     for path in ("/generate", "/v1/chat/completions", "/v1/completions"):
         app.router.add_post(path, generate)
     return app
+
+
+def _replica_metrics(index: int) -> bytes:
+    """A replica's ``/metrics`` as ``prometheus_client`` writes it: a labelled counter, a gauge
+    and a histogram, their values set by the replica's index."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    reg = CollectorRegistry()
+    Counter("sglang:prompt_tokens", "prompt tokens", ["model_name"], registry=reg).labels("m").inc(7 + index)
+    Gauge("sglang:num_running_reqs", "running", registry=reg).set(LOADS[index])
+    h = Histogram("sglang:e2e_request_latency_seconds", "e2e", ["model_name"], buckets=[1.0], registry=reg)
+    for _ in range(index + 1):
+        h.labels("m").observe(0.5)
+    return generate_latest(reg)
 
 
 def _router(seen: list[dict[str, Any]]) -> web.Application:
@@ -269,3 +288,32 @@ def test_body_dp_rank_leaves_other_bodies_to_the_replica() -> None:
     rank, sent = body_dp_rank('{"text": "café", "data_parallel_rank": 1, "routed_dp_rank": null}'.encode(), 2)
     assert rank == 1 and json.loads(sent) == {"text": "café", "data_parallel_rank": 0, "routed_dp_rank": None}
     assert "café".encode() in sent
+
+
+def test_sglang_11456_metrics_merge_every_replica_labelled_by_rank(dp: SimpleNamespace) -> None:
+    """sgl-project/sglang#11456 (sglang-router's ``/engine_metrics``: the workers' metrics in one
+    answer, a label per worker) and vtex/node-vtex-api#667 (a ``/metrics`` answered by whichever
+    worker braids independent counters into one series). Here ``/metrics`` on the ``--dp-size``
+    port was the router's 404. Expected, read with ``prometheus_client``'s own parser: each family
+    once, with every live replica's samples labelled ``dp_rank`` and each replica's own values."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = requests.get(dp.url + "/metrics", timeout=10)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain"), r.text
+    families = list(text_string_to_metric_families(r.text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)), names
+    by = {f.name: f for f in families}
+    prompt = {
+        s.labels["dp_rank"]: s.value for s in by["sglang:prompt_tokens"].samples if s.name.endswith("_total")
+    }
+    assert prompt == {"0": 7.0, "1": 8.0}
+    running = {s.labels["dp_rank"]: s.value for s in by["sglang:num_running_reqs"].samples}
+    assert running == {str(k): float(v) for k, v in LOADS.items()}
+    counts = {
+        s.labels["dp_rank"]: s.value
+        for s in by["sglang:e2e_request_latency_seconds"].samples
+        if s.name.endswith("_count")
+    }
+    assert counts == {"0": 1.0, "1": 2.0}
+    assert all(s.labels.get("model_name") == "m" for s in by["sglang:prompt_tokens"].samples)

@@ -16,7 +16,7 @@ the route's error shape. A JSON body of ``/generate`` or of those routes pinning
 SGLang's ``routed_dp_rank`` / ``data_parallel_rank`` (:func:`body_dp_rank`) goes to that replica
 too, the pin set to ``0`` there (the router would send it to any replica, which refused any rank
 but its own 0); a pinned rank outside ``[0, dp_size)`` is the gateway's 400 in SGLang's words.
-``/get_load`` and ``/abort_request``, which the router lacks, are answered from every replica
+``/get_load``, ``/abort_request`` and ``/metrics``, which the router lacks, are answered from every replica
 (:mod:`sglang_v4.entrypoints.dp_gateway_fanout`). A client that goes away cancels its handler (aiohttp's
 ``handler_cancellation``, :data:`GATEWAY_SERVER_OPTIONS`), which closes the router's request and
 so aborts the generation on the replica, streamed or not. An upstream that cannot be reached or

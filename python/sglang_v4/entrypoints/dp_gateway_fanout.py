@@ -1,8 +1,9 @@
-"""Routes the ``--dp-size`` gateway answers from every replica at once: ``/get_load`` and
-``/abort_request``.
+"""Routes the ``--dp-size`` gateway answers from every replica at once: ``/get_load``,
+``/abort_request`` and ``/metrics``.
 
-``sglang-router`` has neither (it answers 404 to both; its own ``/get_loads`` has another shape),
-while a single SGLang server with ``--dp-size D`` answers them for all its ranks:
+``sglang-router`` has none of them on its port (it answers 404; its own ``/get_loads`` has another
+shape, its Prometheus exporter shows router metrics on another port), while a single SGLang server
+with ``--dp-size D`` answers them for all its ranks:
 
 * ``GET /get_load``: one load entry per data-parallel rank (``dp_rank``, ``num_reqs``,
   ``num_waiting_reqs``, ``num_tokens``). The gateway asks each replica (one rank of its own, which
@@ -14,6 +15,12 @@ while a single SGLang server with ``--dp-size D`` answers them for all its ranks
   ``abort_all`` reaches them all. The answer is the first replica's 200 when any accepted it,
   otherwise the first replica's answer (the same 400 / 401 each gives to a bad body or key), or a
   502 when none answered.
+* ``GET /metrics`` (replicas started with ``--enable-metrics``): every replica's Prometheus text
+  exposition merged into one (:func:`merge_metrics`): each family's ``# HELP`` / ``# TYPE`` once,
+  then its samples from each replica in turn, each sample labelled ``dp_rank="i"`` -- so a scrape
+  sees every rank's own monotonic counters, never one replica's counters in place of another's.
+  A replica that cannot be reached is left out; none reached is a 503; a replica's own non-200
+  (404 without ``--enable-metrics``) is passed on.
 
 Headers are sent as the client sent them (hop-by-hop ones excepted), so each replica checks the
 API key as it does directly.
@@ -32,10 +39,63 @@ from aiohttp import web
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FANOUT_ROUTES", "add_fanout_routes"]
+__all__ = ["FANOUT_ROUTES", "add_fanout_routes", "merge_metrics"]
 
 #: ``(method, path)`` of the routes answered here.
-FANOUT_ROUTES = (("GET", "/get_load"), ("POST", "/abort_request"))
+FANOUT_ROUTES = (("GET", "/get_load"), ("POST", "/abort_request"), ("GET", "/metrics"))
+
+
+def _family(line: str) -> str | None:
+    """The metric family a ``# HELP`` / ``# TYPE`` line declares, ``None`` for another line."""
+    parts = line.split(None, 3)
+    if len(parts) >= 3 and parts[0] == "#" and parts[1] in ("HELP", "TYPE"):
+        return parts[2]
+    return None
+
+
+def _with_rank(sample: str, rank: int) -> str:
+    """A sample line with ``dp_rank="rank"`` as its first label."""
+    label = f'dp_rank="{rank}"'
+    brace, space = sample.find("{"), sample.find(" ")
+    if brace != -1 and (space == -1 or brace < space):
+        rest = sample[brace + 1 :]
+        return f"{sample[:brace]}{{{label}{'' if rest.startswith('}') else ','}{rest}"
+    return f"{sample[:space]}{{{label}}}{sample[space:]}" if space != -1 else sample
+
+
+def merge_metrics(texts: Sequence[tuple[int, str]]) -> str:
+    """One Prometheus text exposition (format 0.0.4) from ``(dp_rank, text)`` pairs.
+
+    Each family keeps its first ``# HELP`` / ``# TYPE`` lines and lists the samples of every text
+    in the order given, each labelled ``dp_rank``; families keep the order they first appear in.
+    Samples before any family line form a family of their own. Blank lines and other comments are
+    dropped.
+    """
+    order: list[str] = []
+    heads: dict[str, list[str]] = {}
+    samples: dict[str, list[str]] = {}
+    for rank, text in texts:
+        current = ""
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            name = _family(line)
+            if name is not None:
+                current = name
+                if name not in heads:
+                    order.append(name)
+                    heads[name], samples[name] = [], []
+                if line.split(None, 2)[1] not in {h.split(None, 2)[1] for h in heads[name]}:
+                    heads[name].append(line)
+                continue
+            if line.startswith("#"):
+                continue
+            if current not in samples:
+                order.append(current)
+                heads[current], samples[current] = [], []
+            samples[current].append(_with_rank(line, rank))
+    out = [line for name in order for line in heads[name] + samples[name]]
+    return "\n".join(out) + "\n" if out else ""
 
 
 async def _ask(
@@ -111,5 +171,22 @@ def add_fanout_routes(
         ok = [a for a in answered if a[0] == 200]
         return _passed_on(ok[0] if ok else answered[0])
 
+    async def metrics(request: web.Request) -> web.Response:
+        answers = await ask_all(request)
+        texts: list[tuple[int, str]] = []
+        for rank, answer in enumerate(answers):
+            if answer is None:
+                continue
+            if answer[0] != 200:
+                return _passed_on(answer)
+            texts.append((rank, answer[1].decode("utf-8", "replace")))
+        if not texts:
+            return error(request, 503, "No replica answered.")
+        return web.Response(
+            body=merge_metrics(texts).encode(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
     app.router.add_get("/get_load", get_load)
+    app.router.add_get("/metrics", metrics)
     app.router.add_post("/abort_request", abort_request)
