@@ -45,6 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sglang_v4.sampling.json_schema_enum import filter_enum_values
+from sglang_v4.sampling.json_schema_finite import check_schema_has_finite_value
+from sglang_v4.sampling.json_schema_one_of import check_one_of_disjoint
 from sglang_v4.sampling.json_schema_rewrite import (
     MAX_SCHEMA_DEPTH,
     check_json_schema,
@@ -359,6 +362,9 @@ class GrammarBackend:
                 check_json_schema(schema)
                 schema = normalize_json_schema(merge_all_of(schema))
                 check_enforceable_schema(schema)
+                check_one_of_disjoint(schema)
+                check_schema_has_finite_value(schema)
+                schema = filter_enum_values(schema)
                 compiled = self._compiler.compile_json_schema(
                     json.dumps(schema), max_whitespace_cnt=self.max_whitespace_cnt
                 )
