@@ -1,0 +1,220 @@
+"""A twentieth set of public reports on the DeepSeek-V4 model forward under config variants a
+checkpoint may carry: the tiny mask-layout config of transformers' DeepSeek-V4 fix (sliding window
+8, CSA ratio 4, HCA ratio 8, ``index_topk`` 2) at every length around its boundaries, in one
+ragged batch and token by token; a sliding window (4) no wider than the CSA ratio with prompts
+that fill the compressed pools; index-cache fields (``index_topk_freq`` / ``index_topk_pattern``)
+in a config; and the hash-routing table ``tid2eid`` stored as int32 or naming no expert (each
+test names its report).
+
+Oracles: HF transformers' ``DeepseekV4ForCausalLM`` on the same weights (teacher-forced
+log-probabilities of one no-cache forward per sequence, fp32 on the CPU, within 1e-3 as
+test_model_parity) and the raw tensors of the safetensors files.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from dsv4_testutil import BASE, CSA, HCA, SL, Driver, Twin, hf_logprobs, make_twin, random_ids
+from safetensors import safe_open
+from safetensors.torch import save_file
+from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.model_loader.weight_loader import load_weights_into
+from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
+from sglang_v4.tools.make_checkpoint import write_checkpoint
+
+TOL = 1e-3
+
+#: transformers#45892's visualisation config: window 8, CSA m = 4, HCA m' = 8, top-2 indexer.
+TINY_MASK_CFG: dict[str, Any] = dict(
+    BASE,
+    layer_types=[SL, CSA, HCA, CSA],
+    mlp_layer_types=["hash_moe", "moe", "moe", "moe"],
+    sliding_window=8,
+    compress_rates={CSA: 4, HCA: 8},
+    index_topk=2,
+)
+#: 1bit-MONSTER#2245's failing fixture: a window of 4 beside the default CSA 4 / HCA 128 rates.
+WINDOW_4_CFG: dict[str, Any] = dict(
+    BASE, layer_types=[CSA, HCA, CSA, SL], mlp_layer_types=["hash_moe", "moe", "moe", "moe"], sliding_window=4
+)
+
+
+@functools.cache
+def _twin(name: str) -> Twin:
+    cfg = {"tiny_mask": TINY_MASK_CFG, "window_4": WINDOW_4_CFG}[name]
+    return make_twin(name, seed=20, cfg=copy.deepcopy(cfg))
+
+
+def _max_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    assert out.shape == ref.shape
+    return (out - ref).abs().max().item()
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers#45892: the tiny mask layout (window 8, CSA 4, HCA 8, top-2)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_transformers_45892_tiny_mask_layout_every_boundary_length_in_one_batch() -> None:
+    """huggingface/transformers#45892 (the DeepSeek-V4 fix that laid out, per layer type, the
+    sliding-window mask beside the compressed entries and the indexer's top-k picks, on a config
+    of window 8, CSA ratio 4, HCA ratio 8 and ``index_topk`` 2): lengths below one CSA entry,
+    at and past each compress boundary, past the window, and with more CSA entries than the
+    top-k, all in ONE ragged batch, each give HF's log-probabilities on every position."""
+    twin = _twin("tiny_mask")
+    lengths = [1, 3, 4, 5, 7, 8, 9, 12, 16, 17, 33]
+    seqs = [random_ids(n, seed=100 + n) for n in lengths]
+    drv = Driver(twin)
+    outs = drv.step([(drv.new_req(), ids) for ids in seqs])
+    for ids, out in zip(seqs, outs):
+        err = _max_err(out, hf_logprobs(twin, ids))
+        assert err <= TOL, f"length {len(ids)}: max |dlogprob| {err}"
+
+
+def test_transformers_45892_tiny_mask_layout_decode_across_window_and_entries() -> None:
+    """huggingface/transformers#45892, through the paged KV: a 14-token prefill, then single-token
+    decode steps and a short extend that cross the window (8), an HCA entry boundary (16) and
+    CSA entries beyond ``index_topk``, agree with HF's one-shot forward over the whole sequence."""
+    twin = _twin("tiny_mask")
+    ids = random_ids(21, seed=45892)
+    drv = Driver(twin)
+    slot = drv.new_req()
+    outs, pos = [], 0
+    for n in (14, 1, 1, 1, 4):
+        outs.append(drv.step([(slot, ids[pos : pos + n])])[0])
+        pos += n
+    err = _max_err(torch.cat(outs), hf_logprobs(twin, ids))
+    assert err <= TOL, f"max |dlogprob| {err}"
+
+
+# ---------------------------------------------------------------------------------------------
+# 1bit-MONSTER/1bit-MONSTER#2245: a window of 4 with CSA ratio 4
+# ---------------------------------------------------------------------------------------------
+
+
+def test_1bit_monster_2245_window_as_narrow_as_the_csa_ratio() -> None:
+    """1bit-MONSTER/1bit-MONSTER#2245 (a DeepSeek-V4 engine matched HF on a sliding-only fixture
+    of window 32 but its top-1 token diverged on a compressed fixture with a window of 4: 64 tokens
+    (16 CSA entries) and 160 tokens (40 CSA entries and one HCA entry)): with ``sliding_window``
+    4 both prompts, in one batch, give HF's log-probabilities on every position, and so does the
+    160-token prompt computed in chunks of 50."""
+    twin = _twin("window_4")
+    short, long = random_ids(64, seed=64), random_ids(160, seed=160)
+    drv = Driver(twin)
+    outs = drv.step([(drv.new_req(), short), (drv.new_req(), long)])
+    for ids, out in zip((short, long), outs):
+        err = _max_err(out, hf_logprobs(twin, ids))
+        assert err <= TOL, f"length {len(ids)}: max |dlogprob| {err}"
+    err = _max_err(Driver(twin).run_chunked(long, 50), hf_logprobs(twin, long))
+    assert err <= TOL, f"chunked: max |dlogprob| {err}"
+
+
+# ---------------------------------------------------------------------------------------------
+# sgl-project/sglang#26274: index-cache fields in a config
+# ---------------------------------------------------------------------------------------------
+
+
+def test_sglang_26274_index_cache_fields_do_not_change_the_model() -> None:
+    """sgl-project/sglang#26274 (SGLang added ``index_topk_freq`` / ``index_topk_pattern`` to its
+    DeepSeek-V4 config so that CSA layers reuse an earlier layer's top-k, an approximation that
+    measurably lowered accuracy). A ``config.json`` carrying those keys describes the same
+    DeepSeek-V4 model (transformers' reference ignores them): every CSA layer still selects its
+    own top-k, so the log-probabilities are HF's on the same weights."""
+    twin = _twin("tiny_mask")
+    raw = {**copy.deepcopy(TINY_MASK_CFG), "index_topk_freq": 2, "index_topk_pattern": "FS"}
+    mc = ModelConfig.from_dict(raw)
+    ours = DeepseekV4ForCausalLM(mc)
+    ours.load_state_dict(twin.state, strict=True)
+    cached = Twin(name="index_cache", cfg=raw, mc=mc, hf=twin.hf, ours=ours)
+    ids = random_ids(40, seed=26274)
+    err = _max_err(Driver(cached).run_chunked(ids, 40), hf_logprobs(twin, ids))
+    assert err <= TOL, f"max |dlogprob| {err}"
+
+
+# ---------------------------------------------------------------------------------------------
+# AI-Hypercomputer/maxtext#4787: the hash-routing table's dtype and values
+# ---------------------------------------------------------------------------------------------
+
+HASH_KEY_SUFFIX = "mlp.gate.tid2eid"
+
+
+@pytest.fixture(scope="module")
+def hash_ckpt(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An HF-named fp32 checkpoint of ``TINY_MASK_CFG`` (one hash layer, 4 experts)."""
+    full = ModelConfig.from_dict(copy.deepcopy(TINY_MASK_CFG)).to_dict()
+    out = str(tmp_path_factory.mktemp("hash_ckpt"))
+    return write_checkpoint(out, fmt="hf", weights="fp32", seed=4787, config_dict=full)
+
+
+def _rewrite_table(src: str, dst: Path, edit) -> torch.Tensor:  # noqa: ANN001 - edit(table) -> table
+    """Copy checkpoint ``src`` to ``dst`` with its ``tid2eid`` passed through ``edit``; returns
+    the table as written."""
+    dst.mkdir(parents=True, exist_ok=True)
+    written = None
+    for name in sorted(os.listdir(src)):
+        path = os.path.join(src, name)
+        if not name.endswith(".safetensors"):
+            (dst / name).write_bytes(Path(path).read_bytes())
+            continue
+        with safe_open(path, "pt") as f:
+            meta = f.metadata()
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        for k in tensors:
+            if k.endswith(HASH_KEY_SUFFIX):
+                tensors[k] = written = edit(tensors[k]).contiguous()
+        save_file(tensors, str(dst / name), metadata=meta)
+    assert written is not None
+    return written
+
+
+def _load(path: Path) -> DeepseekV4ForCausalLM:
+    model = DeepseekV4ForCausalLM(ModelConfig.from_pretrained(str(path)))
+    load_weights_into(model, str(path), progress=False)
+    return model
+
+
+def test_maxtext_4787_int32_hash_table_routes_as_stored(hash_ckpt: str, tmp_path: Path) -> None:
+    """AI-Hypercomputer/maxtext#4787 (a DeepSeek-V4 port's shape validation broke on the dtype of
+    ``tid2eid``; checkpoints store the table as int32 or int64): a table stored as int32 is loaded
+    with every entry as written (the raw safetensors tensor), and the model's log-probabilities
+    equal those of the same checkpoint with an int64 table."""
+    stored = _rewrite_table(hash_ckpt, tmp_path / "i32", lambda t: t.to(torch.int32))
+    assert stored.dtype == torch.int32
+    m32, m64 = _load(tmp_path / "i32"), _load(Path(hash_ckpt))
+    key = next(k for k in m32.state_dict() if k.endswith(HASH_KEY_SUFFIX))
+    assert torch.equal(m32.state_dict()[key].cpu(), stored.to(torch.int64))
+    ids = random_ids(20, seed=4787)
+    outs = []
+    for m in (m32, m64):
+        twin = Twin(name="hash", cfg=TINY_MASK_CFG, mc=m.mc, hf=None, ours=m)  # type: ignore[arg-type]
+        outs.append(Driver(twin).run_chunked(ids, 20))
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("bad", [4, -1], ids=["n_routed_experts", "negative"])
+def test_maxtext_4787_hash_table_naming_no_expert_is_refused_at_load(
+    hash_ckpt: str, tmp_path: Path, bad: int
+) -> None:
+    """AI-Hypercomputer/maxtext#4787, the values: ``tid2eid`` rows are expert ids in
+    ``[0, n_routed_experts)``. A table kept from a checkpoint with more experts (id 4 of 4
+    experts) or holding -1 made HF fail on the first token routed through that row (and a GPU
+    kernel read outside the expert weights); loading refuses it, naming the tensor, the token id
+    and the expert id, before any request runs."""
+
+    def edit(t: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        t[17, 1] = bad
+        return t
+
+    _rewrite_table(hash_ckpt, tmp_path / "bad", edit)
+    with pytest.raises(
+        ValueError, match=rf"tid2eid: token 17 is routed to expert {bad} \(slot 1\), outside \[0, 4\)"
+    ):
+        _load(tmp_path / "bad")
