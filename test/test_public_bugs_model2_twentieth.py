@@ -44,11 +44,15 @@ TINY_MASK_CFG: dict[str, Any] = dict(
 WINDOW_4_CFG: dict[str, Any] = dict(
     BASE, layer_types=[CSA, HCA, CSA, SL], mlp_layer_types=["hash_moe", "moe", "moe", "moe"], sliding_window=4
 )
+#: the published window (128) and rates (CSA 4, HCA 128), CSA layers first.
+WINDOW_128_CFG: dict[str, Any] = dict(
+    BASE, layer_types=[CSA, SL, HCA, CSA], mlp_layer_types=["hash_moe", "moe", "moe", "moe"]
+)
 
 
 @functools.cache
 def _twin(name: str) -> Twin:
-    cfg = {"tiny_mask": TINY_MASK_CFG, "window_4": WINDOW_4_CFG}[name]
+    cfg = {"tiny_mask": TINY_MASK_CFG, "window_4": WINDOW_4_CFG, "window_128": WINDOW_128_CFG}[name]
     return make_twin(name, seed=20, cfg=copy.deepcopy(cfg))
 
 
@@ -114,6 +118,59 @@ def test_1bit_monster_2245_window_as_narrow_as_the_csa_ratio() -> None:
         assert err <= TOL, f"length {len(ids)}: max |dlogprob| {err}"
     err = _max_err(Driver(twin).run_chunked(long, 50), hf_logprobs(twin, long))
     assert err <= TOL, f"chunked: max |dlogprob| {err}"
+
+
+# ---------------------------------------------------------------------------------------------
+# huggingface/transformers#48721: compressed entries while the window is not yet full
+# ---------------------------------------------------------------------------------------------
+
+
+def test_transformers_48721_entries_are_emitted_before_the_window_fills() -> None:
+    """huggingface/transformers#48721 (a DeepSeek-V4.1 port located the current token in a mask
+    padded to the window's width, so while the context stayed under ``sliding_window`` (128) no
+    compressed group was ever emitted). With the published window of 128, a 9-token prompt
+    decoded token by token to 31 tokens (7 CSA entries at ratio 4, all within ``index_topk`` 8)
+    gives HF's log-probabilities at every position; HF's one-shot forward
+    attends those entries, so a runtime that skipped them would differ."""
+    twin = _twin("window_128")
+    ids = random_ids(31, seed=48721)
+    drv = Driver(twin)
+    slot = drv.new_req()
+    outs = [drv.step([(slot, ids[:9])])[0]]
+    outs += [drv.step([(slot, [t])])[0] for t in ids[9:]]
+    err = _max_err(torch.cat(outs), hf_logprobs(twin, ids))
+    assert err <= TOL, f"max |dlogprob| {err}"
+
+
+# ---------------------------------------------------------------------------------------------
+# NVIDIA-NeMo/Automodel#2201: a bf16 model keeps the precision-sensitive steps in fp32
+# ---------------------------------------------------------------------------------------------
+
+
+def test_automodel_2201_bf16_model_is_as_close_to_fp32_as_the_bf16_reference() -> None:
+    """NVIDIA-NeMo/Automodel#2201 (a DeepSeek-V4 port ran the sink softmax and the router scores
+    in bf16; the errors compounded over the layers against the reference). The runtime with bf16
+    weights and a bf16 KV pool, over 200 tokens (sliding, CSA top-k and HCA layers), must be at
+    least as close to HF's fp32 log-probabilities as HF's own model cast to bf16 is (mean
+    |dlogprob| within 1.25x of the bf16 reference's, which measures what bf16 weights and
+    activations alone cost), and pick HF fp32's top token at >= 90% of the positions."""
+    from sglang_v4.mem_cache.memory_pool import DSV4KVPool
+
+    twin = _twin("window_128")
+    ids = random_ids(200, seed=2201)
+    ref = hf_logprobs(twin, ids).double()
+    hf_bf16 = copy.deepcopy(twin.hf).to(torch.bfloat16)
+    with torch.no_grad():
+        hb = torch.log_softmax(hf_bf16(torch.tensor([ids])).logits[0].double(), dim=-1)
+    ours = DeepseekV4ForCausalLM(twin.mc, torch.bfloat16, "cpu")
+    ours.load_state_dict(twin.state, strict=True)
+    drv = Driver(Twin(name="bf16", cfg=twin.cfg, mc=twin.mc, hf=twin.hf, ours=ours))
+    drv.pool = DSV4KVPool(twin.mc, drv.page_size, 64, 256, 4, torch.bfloat16, "cpu")
+    ob = drv.run_chunked(ids, 100).double()
+    ours_err, hf_err = (ob - ref).abs().mean().item(), (hb - ref).abs().mean().item()
+    assert ours_err <= 1.25 * hf_err, f"bf16 runtime mean |dlogprob| {ours_err} vs bf16 HF {hf_err}"
+    agree = (ob.argmax(-1) == ref.argmax(-1)).double().mean().item()
+    assert agree >= 0.9, f"top-1 agreement with fp32 HF {agree}"
 
 
 # ---------------------------------------------------------------------------------------------
