@@ -99,6 +99,35 @@ def test_transformers_45892_tiny_mask_layout_decode_across_window_and_entries() 
 
 
 # ---------------------------------------------------------------------------------------------
+# NVIDIA/TensorRT-LLM#13442: hash layers route each token by its own id
+# ---------------------------------------------------------------------------------------------
+
+
+def test_trtllm_13442_hash_layer_routes_every_token_by_its_own_id() -> None:
+    """NVIDIA/TensorRT-LLM#13442 (review of a DeepSeek-V4 port: called without ``input_ids`` the
+    hash-routed layers looked up ``tid2eid[0]`` for every token, "incorrect but export-friendly").
+    Two requests of different tokens in one batch, one of them split over two chunks, give HF's
+    log-probabilities; the same weights with every ``tid2eid`` row replaced by row 0 (what that
+    fallback computes) give different ones, so the comparison sees the routing."""
+    twin = _twin("tiny_mask")
+    a, b = random_ids(24, seed=13442), random_ids(17, seed=13443)
+    drv = Driver(twin)
+    sa, sb = drv.new_req(), drv.new_req()
+    first = drv.step([(sa, a[:10]), (sb, b)])
+    got_a = torch.cat([first[0], drv.step([(sa, a[10:])])[0]])
+    for ids, out in ((a, got_a), (b, first[1])):
+        err = _max_err(out, hf_logprobs(twin, ids))
+        assert err <= TOL, f"length {len(ids)}: max |dlogprob| {err}"
+    state = dict(twin.state)
+    key = next(k for k in state if k.endswith("tid2eid"))
+    state[key] = state[key][:1].expand_as(state[key]).clone()
+    row0 = DeepseekV4ForCausalLM(twin.mc)
+    row0.load_state_dict(state, strict=True)
+    out = Driver(Twin(name="row0", cfg=twin.cfg, mc=twin.mc, hf=twin.hf, ours=row0)).run_chunked(a, 24)
+    assert _max_err(out, hf_logprobs(twin, a)) > 10 * TOL
+
+
+# ---------------------------------------------------------------------------------------------
 # 1bit-MONSTER/1bit-MONSTER#2245: a window of 4 with CSA ratio 4
 # ---------------------------------------------------------------------------------------------
 
