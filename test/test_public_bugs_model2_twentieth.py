@@ -128,6 +128,36 @@ def test_trtllm_13442_hash_layer_routes_every_token_by_its_own_id() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# ml-explore/mlx-lm#390: the window holds the query and sliding_window - 1 keys before it
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mlx_lm_390_window_of_w_attends_w_tokens_including_itself() -> None:
+    """ml-explore/mlx-lm#390 (a sliding-window mask let each query see one key too many: 129 for a
+    window of 128, where the reference attends the query's own token and the 127 before it).
+    With one sliding-only layer and ``sliding_window`` 8, the last position's log-probabilities
+    depend on the last 8 tokens only: replacing the token 8 places back leaves them unchanged,
+    replacing the one 7 places back changes them, and both agree with HF's on the same tokens."""
+    cfg = dict(BASE, num_hidden_layers=1, layer_types=[SL], mlp_layer_types=["moe"], sliding_window=8)
+    twin = make_twin("one_sliding_layer", seed=390, cfg=cfg)
+    ids = random_ids(20, seed=390)
+    t = len(ids) - 1
+
+    def last_row(seq: list[int]) -> torch.Tensor:
+        out = Driver(twin).run_chunked(seq, len(seq))
+        assert _max_err(out, hf_logprobs(twin, seq)) <= TOL
+        return out[-1]
+
+    base = last_row(ids)
+    outside = list(ids)
+    outside[t - 8] = (ids[t - 8] + 1) % 1000
+    inside = list(ids)
+    inside[t - 7] = (ids[t - 7] + 1) % 1000
+    assert (last_row(outside) - base).abs().max().item() <= 1e-6
+    assert (last_row(inside) - base).abs().max().item() > 10 * TOL
+
+
+# ---------------------------------------------------------------------------------------------
 # 1bit-MONSTER/1bit-MONSTER#2245: a window of 4 with CSA ratio 4
 # ---------------------------------------------------------------------------------------------
 
