@@ -334,3 +334,34 @@ def test_maxtext_4787_hash_table_naming_no_expert_is_refused_at_load(
         ValueError, match=rf"tid2eid: token 17 is routed to expert {bad} \(slot 1\), outside \[0, 4\)"
     ):
         _load(tmp_path / "bad")
+
+
+def test_maxtext_4787_update_to_a_bad_hash_table_rolls_back(hash_ckpt: str, tmp_path: Path) -> None:
+    """AI-Hypercomputer/maxtext#4787, on ``update_weights_from_disk``: reloading a checkpoint whose
+    ``tid2eid`` names expert 4 of 4 is refused and the served model gets the previous
+    checkpoint's table back (the raw tensor of its safetensors file), so no request runs on it."""
+    from sglang_v4.model_loader import weight_update
+
+    class _OneRank:
+        def min_int(self, v: int) -> int:
+            return v
+
+    def edit(t: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        t[3, 0] = 4
+        return t
+
+    _rewrite_table(hash_ckpt, tmp_path / "bad", edit)
+    model = _load(Path(hash_ckpt))
+    with pytest.raises(
+        ValueError, match=r"tid2eid: token 3 is routed to expert 4.*Rolled back to the weights of"
+    ):
+        weight_update.swap_weights(model, _OneRank(), str(tmp_path / "bad"), hash_ckpt)
+    key = next(k for k in model.state_dict() if k.endswith(HASH_KEY_SUFFIX))
+    served = model.state_dict()[key].cpu()
+    stored = []
+    for name in sorted(os.listdir(hash_ckpt)):
+        if name.endswith(".safetensors"):
+            with safe_open(os.path.join(hash_ckpt, name), "pt") as f:
+                stored += [f.get_tensor(k) for k in f.keys() if k.endswith(HASH_KEY_SUFFIX)]
+    assert len(stored) == 1 and torch.equal(served, stored[0].to(torch.int64))
