@@ -401,6 +401,7 @@ def load_weights_into(
             _load_entry(entry, handles, plan, tgt, shard, dtype)
             if tgt.kind != "plain" and any(src.kind != tgt.kind for src in entry.sources):
                 requantized.append(entry.name)
+    check_hash_tables(model, model_path)
     if requantized:
         logger.warning(
             "checkpoint %s: %d tensors are not stored in the format the model keeps them in (e.g. %s); "
@@ -412,6 +413,33 @@ def load_weights_into(
         )
     if progress:
         logger.info("%s: %d tensors in %.1fs", desc, len(plan.entries), time.perf_counter() - t0)
+
+
+def check_hash_tables(model: torch.nn.Module, model_path: str) -> None:
+    """Refuse a hash-routing table ``tid2eid`` (``[vocab, num_experts_per_tok]`` int64, one row of
+    expert ids per token id) holding an id that names no expert of its layer.
+
+    Such a table comes from a checkpoint whose routed experts were pruned or re-numbered while the
+    table was kept (or from a corrupt file). HF transformers indexes its experts with the table
+    and fails on the first token that hits the bad row; a GPU kernel reads outside the expert
+    weights. The runtime refuses the checkpoint at start-up instead of failing mid-request.
+
+    Raises:
+        ValueError: naming the tensor, the first offending token id, the id found and the valid
+            range ``[0, n_routed_experts)`` (the router's rows).
+    """
+    for name, table in model.named_buffers():
+        if not name.endswith("tid2eid"):
+            continue
+        n_experts = int(model.get_submodule(name.rsplit(".", 1)[0]).weight.shape[0])
+        bad = (table < 0) | (table >= n_experts)
+        if bool(bad.any()):
+            tok, slot = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"{name}: token {tok} is routed to expert {int(table[tok, slot])} (slot {slot}), outside "
+                f"[0, {n_experts}) (n_routed_experts) in checkpoint {model_path}: the hash-routing table "
+                "does not match the model's experts"
+            )
 
 
 def _problem_file(plan: _Plan, model_path: str, name: str, found: dict[str, _Entry]) -> str:
