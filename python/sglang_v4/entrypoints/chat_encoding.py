@@ -201,6 +201,11 @@ def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     other (system messages between them taken out) form one user turn, their parts joined by
     :data:`PART_SEPARATOR` (an empty user message next to another one's text adds nothing). A
     ``developer`` message is a turn of its own.
+
+    Raises:
+        ValueError: a bad role or content, a ``tool`` message that answers no assistant message
+            with ``tool_calls``, or whose ``tool_call_id`` is none of that message's call ids
+            (OpenAI's "not found in 'tool_calls' of previous message").
     """
     turns: list[dict[str, Any]] = []
     system_texts: list[str] = []
@@ -236,6 +241,14 @@ def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     raise ValueError(
                         f"messages[{i}]: a 'tool' message must answer an earlier assistant message "
                         "with tool_calls."
+                    )
+                call_id = m.get("tool_call_id")
+                if isinstance(call_id, str) and call_order and call_id not in call_order:
+                    # OpenAI's check and text: a result must name a call of the assistant
+                    # message it answers (DeepSeek's converter rejects it too)
+                    raise ValueError(
+                        f"messages[{i}]: Invalid parameter: 'tool_call_id' of '{call_id}' not found "
+                        "in 'tool_calls' of previous message."
                     )
                 text = message_text(m.get("content"), field)
                 segs = [("<tool_result>", False), (text, True), ("</tool_result>", False)]

@@ -96,6 +96,17 @@ def json_nesting_depth(value: Any) -> int:
     return deepest
 
 
+#: JSON schema's type names other than ``object`` (a name outside these is the grammar's to reject)
+_NON_OBJECT_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "null"})
+
+
+def _names_only_non_object_types(schema_type: Any) -> bool:
+    """Whether a JSON schema ``type`` keyword (a name or a list of names) names only JSON types
+    that are not ``object``: a schema no object satisfies."""
+    names = [schema_type] if isinstance(schema_type, str) else schema_type
+    return isinstance(names, list) and bool(names) and all(n in _NON_OBJECT_TYPES for n in names)
+
+
 def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str, Any]]:
     """Check OpenAI ``tools`` (``[{"type": "function", "function": {"name", ...}}]``).
 
@@ -104,7 +115,9 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
 
     Raises:
         ValueError: naming the bad entry (``tools[i].function.name`` ...): a non-function tool, a
-            missing or non-string name, non-object ``parameters``, a duplicate name, a non-string
+            missing or non-string name, non-object ``parameters`` or ``parameters`` whose top-level
+            ``type`` does not admit an object (OpenAI's "Invalid schema for function" text), a
+            duplicate name, a non-string
             ``description``, a non-boolean ``strict`` (``"false"`` would read as strict),
             ``parameters`` nested deeper than :data:`MAX_TOOL_PARAMETERS_NESTING`.
     """
@@ -129,6 +142,14 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
         params = fn.get("parameters")
         if params is not None and not isinstance(params, Mapping):
             raise ValueError(f"{field}[{i}].function.parameters must be a JSON schema object.")
+        top_type = params.get("type") if params is not None else None
+        if _names_only_non_object_types(top_type):
+            # OpenAI's own check and text; a DSML call's arguments are always named parameters
+            raise ValueError(
+                f"Invalid schema for function '{name}': schema must be a JSON Schema of "
+                f"'type: \"object\"', got 'type: {json.dumps(top_type)}' "
+                f"({field}[{i}].function.parameters)."
+            )
         if params is not None and json_nesting_depth(params) > MAX_TOOL_PARAMETERS_NESTING:
             raise ValueError(
                 f"{field}[{i}].function.parameters nests JSON objects / arrays more than "
