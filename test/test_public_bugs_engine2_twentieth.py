@@ -219,3 +219,29 @@ def test_parallel_sampling_output_shapes(engine: Any, expected: Any) -> None:
         assert mine[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 2}
     plain = list(engine.generate("hi", {"max_new_tokens": 2}, stream=True))
     assert all("index" not in c for c in plain)
+
+
+def test_many_abandoned_async_requests_leave_the_engine_serving(engine: Any, expected: Any) -> None:
+    """vllm-project/vllm#2475 (a client that abandoned many in-flight requests, as an editor
+    plug-in does while the user types, killed the async engine: every later request failed with
+    ``AsyncEngineDeadError``): eight held ``async_generate`` tasks, plain and streamed, cancelled
+    together are all aborted (pages freed, table empty) and the engine then serves as before."""
+
+    async def read_stream() -> None:
+        async for _ in await engine.async_generate(**HELD, stream=True):
+            pass
+
+    async def abandon() -> tuple[int, list[bool]]:
+        tasks = [asyncio.ensure_future(engine.async_generate(**HELD)) for _ in range(4)]
+        tasks += [asyncio.ensure_future(read_stream()) for _ in range(4)]
+        deadline = time.time() + 30
+        while len(engine.tokenizer_manager.rid_to_state) < 8 and time.time() < deadline:
+            await asyncio.sleep(0.02)
+        in_flight = len(engine.tokenizer_manager.rid_to_state)
+        for t in tasks:
+            t.cancel()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        return in_flight, [isinstance(d, asyncio.CancelledError) for d in done]
+
+    assert asyncio.run(abandon()) == (8, [True] * 8)
+    _assert_released(engine, expected)
