@@ -108,7 +108,9 @@ def configure_logging(level: str = "info", prefix: str = "") -> None:
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     """Ask the Linux kernel to send ``sig`` to this process when its parent dies.
 
-    Uses ``prctl(PR_SET_PDEATHSIG, sig)`` through ctypes; a no-op on other platforms.
+    Uses ``prctl(PR_SET_PDEATHSIG, sig)`` through ctypes; a no-op on other platforms. The kernel's
+    "parent" is the thread that created this process: parents start their children from a thread
+    that lasts as long as they do (:func:`~sglang_v4.entrypoints.lifecycle.start_ignoring_sigint`).
     """
     if not sys.platform.startswith("linux"):
         return

@@ -21,6 +21,9 @@ interpreter start-up cannot print a ``KeyboardInterrupt`` traceback; the launche
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
+import queue
 import signal
 import threading
 from typing import Any
@@ -84,14 +87,54 @@ def stopped_on_request(exitcode: int | None) -> bool:
     return exitcode is not None and (exitcode == 0 or -exitcode in STOP_SIGNALS)
 
 
+#: The lasting thread that starts children for callers outside the main thread: its queue and the
+#: process it belongs to (a forked child makes its own).
+_spawner_lock = threading.Lock()
+_spawner: tuple[int, queue.SimpleQueue[Any]] | None = None
+
+
+def _spawner_main(jobs: queue.SimpleQueue[Any]) -> None:
+    while True:
+        process, done = jobs.get()
+        try:
+            process.start()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            done.set_exception(e)
+        else:
+            done.set_result(None)
+
+
+def _start_on_lasting_thread(process: Any) -> None:
+    """``process.start()`` on a daemon thread that lives as long as this process.
+
+    The children set ``prctl(PR_SET_PDEATHSIG)`` (:func:`~sglang_v4.utils.set_parent_death_signal`),
+    which Linux ties to the *thread* that created the child: started from a thread that ends
+    (an ``Engine`` made in a worker thread, a Ray Serve replica's start-up thread), the children
+    were killed as that thread ended and the Engine then failed every request."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or _spawner[0] != os.getpid():
+            jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            threading.Thread(
+                target=_spawner_main, args=(jobs,), name="sglang_v4-child-spawner", daemon=True
+            ).start()
+            _spawner = (os.getpid(), jobs)
+        jobs = _spawner[1]
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+    jobs.put((process, done))
+    done.result()
+
+
 def start_ignoring_sigint(process: Any) -> None:
     """``process.start()`` (a ``multiprocessing`` spawn ``Process``) with SIGINT ignored meanwhile,
     so the child starts with SIGINT ignored (an ignored disposition survives ``exec``; Python then
     installs no ``KeyboardInterrupt`` handler) and a Ctrl+C during its interpreter start-up prints
     no traceback. The caller's handler is restored as soon as the child is started (a SIGINT in
-    those few milliseconds is lost). Outside the main thread this is a plain ``start()``."""
+    those few milliseconds is lost). Outside the main thread the child is started, without the
+    SIGINT change, on a thread that lasts as long as this process (:func:`_start_on_lasting_thread`),
+    so it outlives the thread that asked for it."""
     if threading.current_thread() is not threading.main_thread():
-        process.start()
+        _start_on_lasting_thread(process)
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
