@@ -12,10 +12,7 @@ stubs' records of what reached which replica, and the ``openai`` client's own pa
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -26,36 +23,14 @@ import requests
 from aiohttp import web
 from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, body_dp_rank, create_gateway_app
 from sglang_v4.entrypoints.native_api import RequestError, check_dp_rank
+from test_dp_gateway import _free_port
+from test_dp_gateway import _serve_aiohttp as _serve
 
 pytestmark = pytest.mark.timeout(60)
 KEY = "k3y"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 #: each live replica's load (replica index -> num_reqs)
 LOADS = {0: 3, 1: 5}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve(app: web.Application, **options: Any) -> tuple[str, Any]:
-    """``app`` served on a loopback port by its own loop in a thread; ``(url, stop)``."""
-    port = _free_port()
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app, **options)
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-
-    return f"http://127.0.0.1:{port}", stop
 
 
 def _replica(index: int, seen: list[dict[str, Any]]) -> web.Application:
