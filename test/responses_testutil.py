@@ -105,3 +105,15 @@ def final_response(stream: Any) -> OpenAIResponse:
             last = ev.response
     assert last is not None, "the stream ended without response.completed / response.incomplete"
     return last
+
+
+#: A Lark grammar of a custom tool's ``format`` (a ``*** Begin`` / ``*** End`` block of lower-case
+#: lines) and inputs with whether its language holds them (read off the grammar by hand).
+LARK = 'start: "*** Begin\\n" line+ "*** End"\nline: /[a-z ]+/ "\\n"\n'
+LARK_CASES = [
+    ("*** Begin\nab c\n*** End", True),
+    ("*** Begin\nab\ncd\n*** End", True),
+    ("*** Begin\n*** End", False),
+    ("*** Begin\nAB\n*** End", False),
+    ("ab c", False),
+]

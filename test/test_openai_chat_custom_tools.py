@@ -23,7 +23,7 @@ import openai
 import pytest
 from fake_prompt_tm import CALL, MODEL, PromptTM
 from openai.types.chat import ChatCompletion, ChatCompletionMessageCustomToolCall
-from responses_testutil import CHAT_WEATHER, make_client
+from responses_testutil import CHAT_WEATHER, LARK, LARK_CASES, make_client
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(120)
@@ -33,7 +33,6 @@ PATCH = '*** Begin Patch\n*** Add File: a.py\n+print("hi \\\\ there")\n*** End P
 APPLY_PATCH = {"type": "custom", "custom": {"name": "apply_patch", "description": "Apply a patch to files"}}
 USER = {"role": "user", "content": "add a.py"}
 REGEX = r"(add|remove) [a-z]+\.py"
-LARK = 'start: "*** Begin\\n" line+ "*** End"\nline: /[a-z ]+/ "\\n"\n'
 
 
 def _custom_call(name: str, text: str) -> str:
@@ -184,13 +183,7 @@ def test_lark_format_constrains_the_input_and_leaves_a_function_free(tok: PreTra
     tm = PromptTM(tok, reply="ok")
     client, _ = make_client(tm)
     client.chat.completions.create(model=MODEL, messages=[USER], tools=[tool, CHAT_WEATHER])
-    for text, want in [
-        ("*** Begin\nab c\n*** End", True),
-        ("*** Begin\nab\ncd\n*** End", True),
-        ("*** Begin\n*** End", False),
-        ("*** Begin\nAB\n*** End", False),
-        ("ab c", False),
-    ]:
+    for text, want in LARK_CASES:
         assert _grammar_accepts(tm, _custom_call("edit", text)) is want, text
     assert _grammar_accepts(tm, "Sunny." + CALL)
     client.chat.completions.create(model=MODEL, messages=[USER], tools=[_tool("edit", {"type": "text"})])

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from server_fixture import fake_output_text, hf_auto_tokenizer, start_fake_engine
+from test_engine_cancel import _assert_released
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -35,20 +36,6 @@ def expected() -> Any:
     """``n`` -> the text of the fake model's first ``n`` tokens, as ``transformers`` decodes them."""
     tok = hf_auto_tokenizer()
     return lambda n: fake_output_text(tok, n)
-
-
-def _assert_released(engine: Any, expected: Any) -> None:
-    """Within 30 s: no used pages and nothing in the manager's table; then a fresh request gives
-    the fake model's known text."""
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        info = engine.get_server_info()
-        if info["kv_pool"]["used_pages"] == 0 and not engine.tokenizer_manager.rid_to_state:
-            break
-        time.sleep(0.05)
-    assert info["kv_pool"]["used_pages"] == 0, info["kv_pool"]
-    assert not engine.tokenizer_manager.rid_to_state
-    assert engine.generate(prompt="ok", sampling_params={"max_new_tokens": 3})["text"] == expected(3)
 
 
 def _ctrl_c_after(seconds: float) -> threading.Timer:
