@@ -258,18 +258,15 @@ class ChatMixin(ChatStreamMixin):
                 )
             content = echo + (out.content or "") if echo else out.content
             reasoning = out.reasoning if req.include_reasoning else None
+            stop = run.plan.matched_stop(out.matched, req.stop_token_ids)
             choices.append(
                 ChatCompletionResponseChoice(
                     index=idx,
                     message=ChatMessage(content=content, reasoning_content=reasoning, tool_calls=tool_calls),
                     logprobs=lp,
                     finish_reason=out.finish_reason,
-                    matched_stop=run.plan.matched_stop(out.matched, req.stop_token_ids),
-                    stop_reason=stop_reason(
-                        out.finish_reason,
-                        run.plan.matched_stop(out.matched, req.stop_token_ids),
-                        req.stop_token_ids,
-                    ),
+                    matched_stop=stop,
+                    stop_reason=stop_reason(out.finish_reason, stop, req.stop_token_ids),
                     prompt_token_ids=list(ids) if want_prompt_ids and ids is not None else None,
                     response_token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,
                     token_ids=list(ret.get("output_ids") or []) if req.return_token_ids else None,

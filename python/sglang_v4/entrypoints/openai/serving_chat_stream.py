@@ -267,15 +267,14 @@ class ChatStreamMixin(ChatPrepareMixin):
                                 )
                             if st.tools is not None and st.tools.calls_whole and fr == "stop":
                                 fr = "tool_calls"
+                            stop = plan.matched_stop(matched, req.stop_token_ids)
                             yield chunk(
                                 idx,
                                 DeltaMessage(),
                                 meta,
                                 finish_reason=fr,
-                                matched_stop=plan.matched_stop(matched, req.stop_token_ids),
-                                stop_reason=stop_reason(
-                                    fr, plan.matched_stop(matched, req.stop_token_ids), req.stop_token_ids
-                                ),
+                                matched_stop=stop,
+                                stop_reason=stop_reason(fr, stop, req.stop_token_ids),
                             )
                 if len(finals) < n:
                     # the engine's outputs ended before every choice finished: not a completion
