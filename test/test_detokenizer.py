@@ -37,8 +37,9 @@ def hf():
     return hf_auto_tokenizer()
 
 
-def _msg(ids: list[int], start: int, reason=None, skip: bool = True) -> BatchTokenIDOut:
-    """The scheduler's message for output ids ``ids`` of which ``ids[start:]`` are new."""
+def _msg(ids: list[int], start: int, reason=None, skip: bool = True, spaces: bool = True) -> BatchTokenIDOut:
+    """The scheduler's message for output ids ``ids`` of which ``ids[start:]`` are new
+    (``spaces``: the request's ``spaces_between_special_tokens``)."""
     m = BatchTokenIDOut.empty()
     m.append(
         rid="r",
@@ -47,17 +48,18 @@ def _msg(ids: list[int], start: int, reason=None, skip: bool = True) -> BatchTok
         prompt_tokens=1,
         completion_tokens=len(ids),
         skip_special_tokens=skip,
+        spaces_between_special_tokens=spaces,
     )
     return m
 
 
-def _stream(dm: DetokenizerManager, ids: list[int], cuts: list[int], skip: bool = True):
+def _stream(dm: DetokenizerManager, ids: list[int], cuts: list[int], skip: bool = True, spaces: bool = True):
     """Feed ``ids`` in messages ending at ``cuts`` (the last cut finishes the request); yields
     ``(k, cumulative text, window)`` after each message (window None once finished)."""
     sent, prev = "", 0
     for k in cuts:
         reason = finish_length(k) if k == len(ids) else None
-        out = dm.handle_batch_token_id_out(_msg(ids[:k], prev, reason, skip))
+        out = dm.handle_batch_token_id_out(_msg(ids[:k], prev, reason, skip, spaces))
         prev = k
         sent += out.output_strs[0]
         s = dm.decode_status.get("r")
@@ -164,3 +166,67 @@ def test_skipped_special_tokens_inside_a_character_do_not_split_it(tok, hf) -> N
         assert hf.decode(ids[:k], skip_special_tokens=True).startswith(sent)
         assert window is None or window <= 2 * (MAX_HELD_TOKENS + 1)
     assert steps[-1][1] == steps[-1][3] == "a🫠b"
+
+
+class SlowRuleTokenizer:
+    """``tok`` decoding as transformers 4's slow tokenizers do (``PreTrainedTokenizer._decode``):
+    the ids between added tokens decode as one piece, each added token is its own piece (special
+    ones dropped with ``skip_special_tokens``), and the pieces are joined by a space when
+    ``spaces_between_special_tokens`` (default True) -- a tokenizer for which the flag matters."""
+
+    def __init__(self, base: FastTokenizer) -> None:
+        self.base = base
+        self.added = set(base._tok.get_added_tokens_decoder())
+        self.special = set(base.all_special_ids)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def decode(
+        self, ids, skip_special_tokens: bool = False, spaces_between_special_tokens: bool = True
+    ) -> str:
+        pieces: list[str] = []
+        run: list[int] = []
+        for t in ids:
+            if skip_special_tokens and t in self.special:
+                continue
+            if t in self.added:
+                if run:
+                    pieces.append(self.base.decode(run))
+                    run = []
+                pieces.append(self.base.decode([t]))
+            else:
+                run.append(t)
+        if run:
+            pieces.append(self.base.decode(run))
+        return (" " if spaces_between_special_tokens else "").join(pieces)
+
+
+@pytest.mark.parametrize("skip", [True, False])
+@pytest.mark.parametrize("spaces", [True, False])
+def test_spaces_between_special_tokens_reaches_the_tokenizer(tok, spaces: bool, skip: bool) -> None:
+    """Found by hand: the request's ``spaces_between_special_tokens`` reached the detokenizer but
+    not the tokenizer's ``decode``, so a tokenizer that honours it (transformers 4's slow ones;
+    SGLang hands it to ``batch_decode``) always decoded with its default. Oracle: that
+    tokenizer's decode of the whole id sequence with the request's flag; the streamed text (one
+    token and three tokens per message) and the final text must equal it."""
+    slow = SlowRuleTokenizer(tok)
+    think, end_think = tok.convert_tokens_to_ids("<think>"), tok.convert_tokens_to_ids("</think>")
+    enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
+    ids = [
+        think,
+        *enc("Let me see."),
+        end_think,
+        think,
+        end_think,
+        *enc("Hi 你好"),
+        tok.bos_token_id,
+        *enc("!"),
+    ]
+    want = slow.decode(ids, skip_special_tokens=skip, spaces_between_special_tokens=spaces)
+    other = slow.decode(ids, skip_special_tokens=skip, spaces_between_special_tokens=not spaces)
+    assert want != other  # the flag changes this tokenizer's text
+    for step in (1, 3):
+        cuts = [*range(step, len(ids), step), len(ids)]
+        *_, (_, sent, _, final) = _stream(DetokenizerManager(slow), ids, cuts, skip, spaces)
+        assert (sent, final) == (want, want), (step, sent, final)

@@ -242,3 +242,26 @@ def test_request_switch_under_either_name_wins_over_default_thinking(tok: PreTra
             )
             assert tm.received[-1].input_ids == want, (default, own, defaults)
             assert out.choices[0].message.content  # read as answer text, not reasoning
+
+
+@pytest.mark.parametrize("route", ["chat", "completions"])
+def test_spaces_between_special_tokens_reaches_the_engine(tok: PreTrainedTokenizerFast, route: str) -> None:
+    """Found by hand: ``spaces_between_special_tokens`` (an extra field of SGLang's and vLLM's
+    OpenAI requests, default true) was accepted and dropped, so the detokenizer always decoded
+    with the default. Expected: the engine request's sampling parameters carry the value sent
+    (SGLang's native ``sampling_params`` key), and the default when it is not sent."""
+    tm = FakeTM(tok)
+    client = _oai(_client(tm))
+
+    def send(**extra: bool) -> None:
+        if route == "chat":
+            msgs = [{"role": "user", "content": "Hi"}]
+            client.chat.completions.create(model="dsv4-test", messages=msgs, max_tokens=2, extra_body=extra)
+        else:
+            client.completions.create(model="dsv4-test", prompt="Hi", max_tokens=2, extra_body=extra)
+
+    for sent in (False, True):
+        send(spaces_between_special_tokens=sent)
+        assert tm.received[-1].sampling_params["spaces_between_special_tokens"] is sent
+    send()
+    assert tm.received[-1].sampling_params.get("spaces_between_special_tokens", True) is True

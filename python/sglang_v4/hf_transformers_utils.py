@@ -237,7 +237,9 @@ class FastTokenizer:
         return {"input_ids": self.encode(text, add_special_tokens=add_special_tokens)}
 
     def decode(self, ids: Any, skip_special_tokens: bool = False, **_: Any) -> str:
-        """Text of ``ids`` (an int or a list of ints)."""
+        """Text of ``ids`` (an int or a list of ints). Other keyword arguments are accepted and
+        ignored, as transformers' fast tokenizers ignore them (``spaces_between_special_tokens``
+        among them: a ``tokenizers`` decoder places no space around added tokens)."""
         if isinstance(ids, int):
             ids = [ids]
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)

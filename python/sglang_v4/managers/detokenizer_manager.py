@@ -172,14 +172,20 @@ class DetokenizerManager:
             hit = self._skipped[tid] = self._decode([tid], True) == "" and self._decode([tid], False) != ""
         return hit
 
-    def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
+    def _decode(self, ids: list[int], skip_special_tokens: bool, spaces: bool = True) -> str:
+        """Text of ``ids`` (ids outside the vocabulary dropped). ``spaces``: the request's
+        ``spaces_between_special_tokens``, handed to the tokenizer's ``decode`` as SGLang's
+        detokenizer hands it to ``batch_decode`` (the tokenizer decides what it means:
+        transformers' and ``tokenizers``' fast tokenizers ignore it)."""
         ids = [t for t in ids if 0 <= t < self.vocab_limit]
         if not ids:
             return ""
-        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        return self.tokenizer.decode(
+            ids, skip_special_tokens=skip_special_tokens, spaces_between_special_tokens=spaces
+        )
 
     def _stable_prefix(
-        self, ids: list[int], s: DecodeStatus, surr_text: str, full: str, skip: bool
+        self, ids: list[int], s: DecodeStatus, surr_text: str, full: str, skip: bool, spaces: bool
     ) -> tuple[int, str] | None:
         """The longest commit point ``j`` (``read < j < len(ids)``) of rule 2 and the text it adds.
 
@@ -189,34 +195,34 @@ class DetokenizerManager:
         """
         tail = None
         for j in range(len(ids) - 1, s.read_offset, -1):
-            t = self._decode(ids[s.surr_offset : j], skip)
+            t = self._decode(ids[s.surr_offset : j], skip, spaces)
             if not (len(surr_text) < len(t) < len(full) and full.startswith(t) and t.startswith(surr_text)):
                 continue
             if tail is None:
-                tail = self._decode(ids[s.read_offset :], skip)
-            ctx = self._decode(ids[s.read_offset : j], skip)
+                tail = self._decode(ids[s.read_offset :], skip, spaces)
+            ctx = self._decode(ids[s.read_offset : j], skip, spaces)
             if len(ctx) < len(tail) and tail.startswith(ctx):
                 return j, t[len(surr_text) :]
         return None
 
-    def _text_len_through(self, s: DecodeStatus, end: int, skip: bool) -> int:
+    def _text_len_through(self, s: DecodeStatus, end: int, skip: bool, spaces: bool) -> int:
         """Characters of the request's output text decoded from its ids up to ``s.ids[end]``
         (exclusive; ``end >= s.read_offset``): the committed text, whose last part is the text of
         ``ids[surr:read]``, extended by the text ``ids[read:end]`` adds to it."""
-        surr_text = self._decode(s.ids[s.surr_offset : s.read_offset], skip)
-        return s.decoded_len - len(surr_text) + len(self._decode(s.ids[s.surr_offset : end], skip))
+        surr_text = self._decode(s.ids[s.surr_offset : s.read_offset], skip, spaces)
+        return s.decoded_len - len(surr_text) + len(self._decode(s.ids[s.surr_offset : end], skip, spaces))
 
-    def _advance(self, s: DecodeStatus, skip: bool) -> str:
+    def _advance(self, s: DecodeStatus, skip: bool, spaces: bool) -> str:
         """Apply the commit rules of the module docstring to an unfinished request (its new ids
         already appended to ``s.ids``); returns the text to send now (new since the last message)."""
         ids = s.ids
-        surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip)
-        full = self._decode(ids[s.surr_offset :], skip)
+        surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip, spaces)
+        full = self._decode(ids[s.surr_offset :], skip, spaces)
         new_text = full[len(surr_text) :]
         if (new_text and not new_text.endswith(_REPLACEMENT)) or len(ids) - s.read_offset > MAX_HELD_TOKENS:
             return s.commit(new_text, len(ids))  # rules 1 and 3
         out, rest = "", new_text
-        found = self._stable_prefix(ids, s, surr_text, full, skip) if new_text else None
+        found = self._stable_prefix(ids, s, surr_text, full, skip, spaces) if new_text else None
         if found is not None:  # rule 2: commit up to the last complete character
             j, piece = found
             out = s.commit(piece, j)
@@ -231,6 +237,9 @@ class DetokenizerManager:
             reason = recv.finished_reasons[i]
             no_trim = bool(recv.no_stop_trim[i]) if recv.no_stop_trim else False
             skip = bool(recv.skip_special_tokens[i]) if recv.skip_special_tokens else True
+            spaces = (
+                bool(recv.spaces_between_special_tokens[i]) if recv.spaces_between_special_tokens else True
+            )
             s = self.decode_status.get(rid)
             if s is None:
                 s = self.decode_status[rid] = DecodeStatus()
@@ -244,7 +253,7 @@ class DetokenizerManager:
                 # not after the first place its text occurs (other tokens may spell it earlier)
                 upto = new_ids[: new_ids.index(after_id) + 1]
                 kept = sum(1 for t in upto if not self._is_skipped(t)) if skip else len(upto)
-                s.after_start = self._text_len_through(s, before + kept, skip)
+                s.after_start = self._text_len_through(s, before + kept, skip, spaces)
             min_toks = recv.stop_str_min_tokens[i] if recv.stop_str_min_tokens else 0
             if len(s.head_ids) < min_toks:
                 s.head_ids.extend(recv.output_ids[i][: min_toks - len(s.head_ids)])
@@ -260,11 +269,11 @@ class DetokenizerManager:
                     and ids[-1] == matched
                 ):
                     read_ids = ids[:-1]
-                surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip)
-                read_text = self._decode(read_ids[s.surr_offset :], skip)
+                surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip, spaces)
+                read_text = self._decode(read_ids[s.surr_offset :], skip, spaces)
                 full = s.decoded_text + read_text[len(surr_text) :]
                 min_start = (
-                    len(self._decode(s.head_ids, skip))
+                    len(self._decode(s.head_ids, skip, spaces))
                     if min_toks and isinstance(reason.get("matched"), str)
                     else 0
                 )
@@ -273,7 +282,7 @@ class DetokenizerManager:
                 final_strs.append(final)
                 del self.decode_status[rid]
                 continue
-            out = self._advance(s, skip)
+            out = self._advance(s, skip, spaces)
             s.trim()
             output_strs.append(out)
             final_strs.append(None)

@@ -146,6 +146,7 @@ def build_sampling_params(
         "n": req.n,
         "ignore_eos": req.ignore_eos,
         "skip_special_tokens": req.skip_special_tokens,
+        "spaces_between_special_tokens": req.spaces_between_special_tokens,
         "no_stop_trim": req.no_stop_trim or req.include_stop_str_in_output,
         "logit_bias": req.logit_bias,
         "sampling_seed": req.seed,
