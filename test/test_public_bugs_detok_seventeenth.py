@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from openai_fake_tm import A, B, FakeTM, U, app_client, oai_client, sse_data_events
-from server_fixture import FAKE_TEXT, hf_auto_tokenizer, tokenizer_source_dir
+from server_fixture import FAKE_TEXT
 from sglang_v4.hf_transformers_utils import byte_level_token_bytes
 from sglang_v4.managers.detokenizer_manager import MAX_HELD_TOKENS, DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
@@ -40,18 +40,6 @@ from tokenizer_testutil import tiny_tokenizer_json
 pytestmark = pytest.mark.timeout(240)
 
 FFFD = "\ufffd"
-
-
-@pytest.fixture(scope="module")
-def fast() -> FastTokenizer:
-    """The runtime's own tokenizer wrapper, as the detokenizer process loads it."""
-    return FastTokenizer(tokenizer_source_dir())
-
-
-@pytest.fixture(scope="module")
-def hf() -> Any:
-    """``transformers.AutoTokenizer`` on the same files: the decode oracle."""
-    return hf_auto_tokenizer()
 
 
 def _msg(ids: list[int], start: int, reason: Any = None, skip: bool = True) -> BatchTokenIDOut:

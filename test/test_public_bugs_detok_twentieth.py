@@ -34,30 +34,16 @@ from server_fixture import (
     FAKE_TEXT,
     ServerHandle,
     hf_auto_tokenizer,
-    tokenizer_source_dir,
 )
 from sglang_v4.hf_transformers_utils import byte_level_token_bytes, get_tokenizer
 from sglang_v4.managers.detokenizer_manager import MAX_HELD_TOKENS, DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
-from sglang_v4.utils import FastTokenizer
 
 pytestmark = pytest.mark.timeout(240)
 
 FFFD = "\ufffd"
 CHAT = "/v1/chat/completions"
 FAKE_MODEL = "qa-model"  # plain_fake_server's --served-model-name
-
-
-@pytest.fixture(scope="module")
-def fast() -> FastTokenizer:
-    """The runtime's own tokenizer wrapper, as the detokenizer process loads it."""
-    return FastTokenizer(tokenizer_source_dir())
-
-
-@pytest.fixture(scope="module")
-def hf() -> Any:
-    """``transformers.AutoTokenizer`` on the same files: the decode oracle."""
-    return hf_auto_tokenizer()
 
 
 def _enc(hf: Any, text: str) -> list[int]:

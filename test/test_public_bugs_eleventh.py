@@ -49,7 +49,6 @@ from server_fixture import (
     FAKE_TEXT,
     ServerHandle,
     hf_auto_tokenizer,
-    tokenizer_source_dir,
 )
 from sglang_v4.managers.detokenizer_manager import MAX_HELD_TOKENS, DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length
@@ -65,16 +64,6 @@ COMPLETIONS = "/v1/completions"
 FAKE_MODEL = "qa-model"  # plain_fake_server's --served-model-name
 FFFD = "\ufffd"
 STRAY = 225  # byte-level token of the lone UTF-8 continuation byte 0x80 (decodes to U+FFFD)
-
-
-@pytest.fixture(scope="module")
-def ftok() -> FastTokenizer:
-    return FastTokenizer(tokenizer_source_dir())
-
-
-@pytest.fixture(scope="module")
-def hf():  # noqa: ANN201 - transformers is imported lazily
-    return hf_auto_tokenizer()
 
 
 def _feed(dm: DetokenizerManager, ids: list[int], skip: bool = True) -> list[tuple[int, str, int | None]]:
@@ -144,7 +133,7 @@ def test_vllm_41985_fp4_weight_quantization_rounds_ties_to_even() -> None:
 # --------------------------------------------------------------------------- detokenizer
 
 
-def test_sglang_34852_a_run_of_replacement_characters_still_streams(ftok: FastTokenizer, hf) -> None:
+def test_sglang_34852_a_run_of_replacement_characters_still_streams(fast: FastTokenizer, hf) -> None:
     """sgl-project/sglang#34852 (the detokenizer half of sgl-project/sglang#34740): incremental
     detokenization only committed text not ending in U+FFFD, so output made of real U+FFFD
     (byte tokens that never form a character) was never committed: the client received nothing
@@ -154,7 +143,7 @@ def test_sglang_34852_a_run_of_replacement_characters_still_streams(ftok: FastTo
     head = hf.encode("ab", add_special_tokens=False)
     tail = hf.encode(" ok", add_special_tokens=False)
     ids = head + [STRAY] * 60 + tail
-    seen = _feed(DetokenizerManager(ftok), ids)
+    seen = _feed(DetokenizerManager(fast), ids)
     full = hf.decode(ids)
     assert full == "ab" + FFFD * 60 + " ok"
     for k, sent, window in seen[:-1]:
@@ -166,7 +155,7 @@ def test_sglang_34852_a_run_of_replacement_characters_still_streams(ftok: FastTo
     assert seen[-1][1] == full
 
 
-def test_sglang_95_a_completed_cjk_character_streams_at_once(ftok: FastTokenizer, hf) -> None:
+def test_sglang_95_a_completed_cjk_character_streams_at_once(fast: FastTokenizer, hf) -> None:
     """sgl-project/sglang#95: when a stream's last character was half a Chinese character, the
     stream held back the characters before it too, sometimes for three chunks or more.
     Expected: after every token, the client has exactly the complete characters so far -- the
@@ -174,7 +163,7 @@ def test_sglang_95_a_completed_cjk_character_streams_at_once(ftok: FastTokenizer
     text = "你好，世界！深度求索🙂。龘靐齉"
     ids = hf.encode(text, add_special_tokens=False)
     assert len(ids) > len(text) // 2  # some characters span several tokens
-    seen = _feed(DetokenizerManager(ftok), ids)
+    seen = _feed(DetokenizerManager(fast), ids)
     split = 0
     for k, sent, _ in seen:
         done = hf.decode(ids[:k])
@@ -185,7 +174,7 @@ def test_sglang_95_a_completed_cjk_character_streams_at_once(ftok: FastTokenizer
     assert seen[-1][1] == text
 
 
-def test_transformers_46519_cjk_stop_string_split_into_byte_tokens(ftok: FastTokenizer, hf) -> None:
+def test_transformers_46519_cjk_stop_string_split_into_byte_tokens(fast: FastTokenizer, hf) -> None:
     """huggingface/transformers#46519: on a byte-level tokenizer a CJK stop string whose
     characters the model writes as byte-fragment tokens (each decoding to U+FFFD alone) never
     matched, so generation ran on. Expected: the request stops at the first token after which
@@ -196,11 +185,11 @@ def test_transformers_46519_cjk_stop_string_split_into_byte_tokens(ftok: FastTok
     for stop in ("靐", "龘靐", "齉是"):
         assert len(hf.encode(stop, add_special_tokens=False)) >= 1
         sp = SamplingParams(stop=[stop], max_new_tokens=len(ids))
-        sp.normalize(ftok)
+        sp.normalize(fast)
         first = next(k for k in range(1, len(ids) + 1) if stop in hf.decode(ids[:k]))
         assert FFFD in hf.decode(ids[first - 1 : first]) or len(stop) > 1  # a fragment ends it
         for k in range(1, len(ids) + 1):
-            reason = check_stop(ids[:k], sp, {1}, ftok, k >= len(ids))
+            reason = check_stop(ids[:k], sp, {1}, fast, k >= len(ids))
             if k < first:
                 assert reason is None or reason["type"] == "length", (stop, k, reason)
             else:

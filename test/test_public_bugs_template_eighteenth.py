@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from openai_fake_tm import A, FakeTM, U, app_client, oai_client, sse_data_events
-from server_fixture import FAKE_SCRIPT, FAKE_SCRIPT_TAG, FAKE_TEXT, hf_auto_tokenizer, tokenizer_source_dir
+from server_fixture import FAKE_SCRIPT, FAKE_SCRIPT_TAG, FAKE_TEXT, tokenizer_source_dir
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.sampling.stop_checker import check_stop
 from sglang_v4.utils import FastTokenizer
@@ -34,18 +34,6 @@ from sglang_v4.utils import FastTokenizer
 pytestmark = pytest.mark.timeout(240)
 
 USER = [{"role": "user", "content": "What is 6*7?"}]
-
-
-@pytest.fixture(scope="module")
-def fast() -> FastTokenizer:
-    """The runtime's own tokenizer wrapper, as the server processes load it."""
-    return FastTokenizer(tokenizer_source_dir())
-
-
-@pytest.fixture(scope="module")
-def hf() -> Any:
-    """``transformers.AutoTokenizer`` on the same files: the ids and text oracle."""
-    return hf_auto_tokenizer()
 
 
 def _chat(fast: FastTokenizer, reply: str, body: dict[str, Any]) -> tuple[FakeTM, Any]:

@@ -29,12 +29,11 @@ from typing import Any
 
 import pytest
 import requests
-from server_fixture import FAKE_TEXT, fake_output_ids, hf_auto_tokenizer, tokenizer_source_dir
+from server_fixture import FAKE_TEXT, fake_output_ids, tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.sampling.stop_checker import check_stop
-from sglang_v4.utils import FastTokenizer
 
 try:  # DeepSeek's request converter and V4 encoder (the test extra's deepseek-recipe): the oracle
     import deepseek_recipe as recipe
@@ -63,19 +62,6 @@ _TOOL = {
 
 
 # ---------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def hf():  # noqa: ANN201 - a transformers tokenizer
-    """The served tokenizer as ``transformers`` loads it (its ``tokenizer_config.json`` too): the
-    decode / encode oracle."""
-    return hf_auto_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def fast_tok() -> FastTokenizer:
-    """The tokenizer the detokenizer process loads (``utils.get_tokenizer``'s choice)."""
-    return FastTokenizer(tokenizer_source_dir())
-
-
 @pytest.fixture(scope="module")
 def server(plain_fake_server):  # noqa: ANN201 - a server_fixture.ServerHandle
     """The session's fake-model server (conftest ``plain_fake_server``)."""
@@ -165,19 +151,19 @@ def _detok_stream(
 
 
 # --------------------------------------------------------------- incremental detokenization (unit)
-def test_emoji_pieces_stream_without_replacement_chars(fast_tok, hf) -> None:
+def test_emoji_pieces_stream_without_replacement_chars(fast, hf) -> None:
     """replicate/cog-llama-template#75: an emoji is several byte-level tokens; streamed one token
     at a time a client saw U+FFFD for each piece. No chunk may hold U+FFFD (the text has none) and
     the chunks join to the tokenizer's decode of the ids."""
     text = "Fire 🔥🫠 and 𓀀 then 😀!"
     ids = hf.encode(text, add_special_tokens=False)
     assert any(FFFD in hf.decode([t]) for t in ids)  # the emoji really are split into byte tokens
-    chunks, final = _detok_stream(fast_tok, ids)
+    chunks, final = _detok_stream(fast, ids)
     assert not any(FFFD in c for c in chunks), chunks
     assert "".join(chunks) == final == hf.decode(ids) == text
 
 
-def test_sent_text_never_retreats_over_cjk_and_partial_bytes(fast_tok, hf) -> None:
+def test_sent_text_never_retreats_over_cjk_and_partial_bytes(fast, hf) -> None:
     """sgl-project/sglang#31598: across steps whose text ends in an incomplete character, the sent
     offset moved back and a CJK character was streamed twice ("A 世世ab"). Stray and incomplete
     bytes between CJK and ASCII: the chunks join to the full decode, each character once."""
@@ -186,42 +172,42 @@ def test_sent_text_never_retreats_over_cjk_and_partial_bytes(fast_tok, hf) -> No
     ids += [*hf.encode("a", add_special_tokens=False), lead, *hf.encode("b 界", add_special_tokens=False)]
     want = hf.decode(ids)
     assert want.count("世") == 1 and FFFD in want
-    chunks, final = _detok_stream(fast_tok, ids)
+    chunks, final = _detok_stream(fast, ids)
     assert "".join(chunks) == final == want
     assert "".join(chunks).count("世") == 1
 
 
-def test_rare_cjk_split_across_tokens_streams_intact(fast_tok, hf) -> None:
+def test_rare_cjk_split_across_tokens_streams_intact(fast, hf) -> None:
     """NVIDIA/TensorRT-LLM#2488 (also FreedomIntelligence/LLMZoo#40): a Chinese character spread
     over several tokens came out garbled when each token was decoded on its own. Rare characters
     the vocabulary splits into bytes stream whole."""
     text = "他说：龘靐齉爩，好。"
     ids = hf.encode(text, add_special_tokens=False)
     assert len(ids) > len(text)  # some characters take more than one token
-    chunks, final = _detok_stream(fast_tok, ids)
+    chunks, final = _detok_stream(fast, ids)
     assert not any(FFFD in c for c in chunks), chunks
     assert "".join(chunks) == final == text
 
 
-def test_pending_bytes_are_flushed_when_the_output_ends(fast_tok, hf) -> None:
+def test_pending_bytes_are_flushed_when_the_output_ends(fast, hf) -> None:
     """Blaizzy/mlx-vlm#1129: a stream that ends (length) inside a multi-byte character must flush
     the held bytes, not drop them: the final text is the tokenizer's decode of all the ids (with
     its U+FFFD for the incomplete character), and the chunks join to it."""
     ids = hf.encode("ok 😀", add_special_tokens=False)[:-1]  # cut inside the emoji
     want = hf.decode(ids)
     assert want.endswith(FFFD)
-    chunks, final = _detok_stream(fast_tok, ids)
+    chunks, final = _detok_stream(fast, ids)
     assert "".join(chunks) == final == want
-    chunks, final = _detok_stream(fast_tok, ids, finish_at_end=False)  # still running: held back
+    chunks, final = _detok_stream(fast, ids, finish_at_end=False)  # still running: held back
     assert final is None and "".join(chunks) == want.rstrip(FFFD)
 
 
-def test_emoji_then_eos_streams_the_emoji_once(fast_tok, hf) -> None:
+def test_emoji_then_eos_streams_the_emoji_once(fast, hf) -> None:
     """tenstorrent/tt-inference-server#2594: the DeepSeek-vocabulary ids ``3574, 252, 242`` (the
     bytes of 🛑) then EOS (id 1) streamed ``" \\ufffd"`` chunks. Here EOS is the matched stop
     token: no chunk holds U+FFFD, and the text is the tokenizer's decode without the EOS."""
     ids = [3574, 252, 242, 1]
-    dm = DetokenizerManager(fast_tok)
+    dm = DetokenizerManager(fast)
     chunks = []
     for k, tid in enumerate(ids):
         m = BatchTokenIDOut.empty()
@@ -240,13 +226,13 @@ def test_emoji_then_eos_streams_the_emoji_once(fast_tok, hf) -> None:
 
 
 @pytest.mark.parametrize("text", ["Hi 𓀀 there", "x 🔥y", "说 你好"])
-def test_space_led_token_with_an_incomplete_tail_is_not_flushed(fast_tok, hf, text: str) -> None:
+def test_space_led_token_with_an_incomplete_tail_is_not_flushed(fast, hf, text: str) -> None:
     """Blaizzy/mlx-vlm#1771 (fixed by #1778): a token starting with a space flushed the pending
     bytes even when they ended inside a multi-byte character, which came out as U+FFFD. Byte-level
     tokens such as ``" \\xf0"`` (a space and the lead byte of 𓀀) stream without U+FFFD, and the
     chunks join to the text."""
     ids = hf.encode(text, add_special_tokens=False)
-    chunks, final = _detok_stream(fast_tok, ids)
+    chunks, final = _detok_stream(fast, ids)
     assert not any(FFFD in c for c in chunks), chunks
     assert "".join(chunks) == final == text
 
@@ -305,7 +291,7 @@ def test_stop_that_never_matches_changes_nothing(server, hf) -> None:
         assert streamed == _fake_text(hf, n)
 
 
-def test_stop_string_spelling_a_special_token_stops_with_special_tokens_skipped(fast_tok, hf) -> None:
+def test_stop_string_spelling_a_special_token_stops_with_special_tokens_skipped(fast, hf) -> None:
     """vllm-project/vllm#2123 (also LostRuins/koboldcpp#791): a stop string that is a special
     token's text never matched with ``skip_special_tokens`` on, because the text it was searched
     in had the token skipped. The scheduler's stop check ends the output at the special token and
@@ -320,11 +306,11 @@ def test_stop_string_spelling_a_special_token_stops_with_special_tokens_skipped(
         *hf.encode(" more", add_special_tokens=False),
     ]
     sp = SamplingParams(stop=[stop], skip_special_tokens=True)
-    sp.normalize(fast_tok)
-    reasons = [check_stop(ids[:n], sp, {1}, fast_tok, False) for n in range(1, len(ids) + 1)]
+    sp.normalize(fast)
+    reasons = [check_stop(ids[:n], sp, {1}, fast, False) for n in range(1, len(ids) + 1)]
     first = next(n for n, r in enumerate(reasons, 1) if r is not None)
     assert first == ids.index(special) + 1 and reasons[first - 1] == {"type": "stop", "matched": stop}
-    dm = DetokenizerManager(fast_tok)
+    dm = DetokenizerManager(fast)
     m = BatchTokenIDOut.empty()
     m.append(
         rid="r",

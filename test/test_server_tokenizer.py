@@ -7,11 +7,9 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from server_fixture import hf_auto_tokenizer, tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager, trim_matched_stop
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager, stop_holdback
-from sglang_v4.utils import FastTokenizer
 
 SAMPLES = [
     "Hello world",
@@ -22,16 +20,6 @@ SAMPLES = [
     "tabs\tand\nnewlines\n\n  ",
     "def f(x):\n    return x ** 2  # comment",
 ]
-
-
-@pytest.fixture(scope="module")
-def hf():
-    return hf_auto_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def fast():
-    return FastTokenizer(tokenizer_source_dir())
 
 
 def test_fast_tokenizer_matches_transformers(hf, fast):
