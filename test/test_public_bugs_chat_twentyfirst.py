@@ -314,3 +314,98 @@ def test_vllm_35221_reasoning_cut_by_max_tokens_stays_reasoning(tok: PreTrainedT
     assert (
         chunks[-1].usage is not None and chunks[-1].usage.completion_tokens_details.reasoning_tokens == limit
     )
+
+
+# --------------------------------------------------------------------------- continue_final_message
+
+EOS = "<｜end▁of▁sentence｜>"
+Q = {"role": "user", "content": "What is 17*23? Answer in JSON."}
+CONTINUE = {"continue_final_message": True, "add_generation_prompt": False}
+
+
+def _continued(
+    tok: PreTrainedTokenizerFast, body: dict[str, Any], reply: str
+) -> list[tuple[str, str | None]]:
+    """``(content, reasoning_content)`` of ``body`` answered with ``reply``, not streamed and
+    streamed (each the concatenation of the deltas; ``None`` for no reasoning)."""
+    r = _post(tok, body, reply)
+    assert r.status_code == 200, r.text
+    msg = ChatCompletion.model_validate(r.json()).choices[0].message
+    content, reasoning = _streamed_texts(_chunks(tok, body, reply))
+    return [
+        (msg.content or "", (msg.model_extra or {}).get("reasoning_content")),
+        (content[0], reasoning[0] or None),
+    ]
+
+
+def test_sglang_26176_continued_answer_prefix_renders_after_the_thinking_block(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """sgl-project/sglang#26176: with ``continue_final_message`` the DeepSeek-V4 path appended
+    the final assistant message's ``content`` after ``<｜Assistant｜><think>``, inside an open
+    thinking block, so a JSON answer prefix like ``{"answer":`` was continued as reasoning; and a
+    reasoning-only prefill (``content: null``) crashed. Expected: in chat mode the prompt is
+    DeepSeek's own rendering of the conversation without its final EOS; in thinking mode the
+    prefix follows the closed ``<think>reasoning</think>`` block (the reference encoder's
+    assistant turn without EOS); the continuation is ``content`` (streamed or not); a
+    ``content: null`` prefill is answered (HTTP 200)."""
+    prefix = {"role": "assistant", "content": '{"answer":', "reasoning_content": "340 + 51 = 391."}
+    body = {"messages": [Q, prefix], **CONTINUE}
+    full = _recipe_prompt({"messages": [Q, prefix]}, False)
+    assert _our_prompt(tok, body, False) == full[: full.rindex(EOS)]
+    got = _our_prompt(tok, body, True)
+    assert got.endswith('<｜Assistant｜><think>340 + 51 = 391.</think>{"answer":')
+    think = {**body, "chat_template_kwargs": {"thinking": True}}
+    assert _continued(tok, think, " 391}") == [(" 391}", None)] * 2
+
+    null = {**body, "messages": [Q, {"role": "assistant", "content": None, "reasoning_content": "Hmm."}]}
+    null["chat_template_kwargs"] = {"thinking": True}
+    assert _our_prompt(tok, null, True).endswith("<｜Assistant｜><think>Hmm.</think>")
+    assert _continued(tok, null, "391") == [("391", None)] * 2
+
+
+def test_ds4_897_prefill_ending_in_think_end_continues_as_content(tok: PreTrainedTokenizerFast) -> None:
+    """antirez/ds4#897: in thinking mode an assistant prefill whose text already closes the
+    thinking block (``<think>...</think>`` written into ``content``) had its continuation filed
+    under ``reasoning_content``; the prompt had closed the block, so it is the answer. Expected:
+    the continuation is ``content`` and there is no reasoning, streamed or not."""
+    prefill = {
+        "role": "assistant",
+        "content": "<think>17*23 = 340 + 51 = 391. I will answer directly.</think>",
+    }
+    body = {"messages": [Q, prefill], **CONTINUE, "chat_template_kwargs": {"thinking": True}}
+    assert _our_prompt(tok, body, True).endswith(prefill["content"])
+    assert _continued(tok, body, "17 x 23 = 391.") == [("17 x 23 = 391.", None)] * 2
+
+
+# --------------------------------------------------------------------------- n > 1 streams
+
+
+def test_openai_python_3709_n_stream_folds_in_the_clients_own_accumulator(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """openai/openai-python#3709: the client's ``ChatCompletionStreamState`` uses each streamed
+    ``choice.index`` as a list position, so a stream whose first chunk of choice ``k`` comes
+    before any chunk of a lower choice raised ``IndexError`` (and BerriAI/litellm#3276: ``index``
+    must be the choice's index, not a token counter). Expected: with ``n: 3`` the choices first
+    appear in index order, and the client's own accumulator folds the stream into the choices,
+    finish reasons and usage of a cold non-streamed run of the same request."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
+    body = {"messages": HI, "n": 3}
+    chunks = _chunks(tok, {**body, "stream_options": {"include_usage": True}})
+    first_seen = list(dict.fromkeys(c.index for ch in chunks for c in ch.choices))
+    assert first_seen == [0, 1, 2]
+    state = ChatCompletionStreamState()
+    for ch in chunks:
+        state.handle_chunk(ch)
+    folded = state.get_final_completion()
+    cold = ChatCompletion.model_validate(_post(tok, body).json())
+    assert [(c.index, c.message.content, c.finish_reason) for c in folded.choices] == [
+        (c.index, c.message.content, c.finish_reason) for c in cold.choices
+    ]
+    assert folded.usage is not None and cold.usage is not None
+    assert (folded.usage.prompt_tokens, folded.usage.completion_tokens) == (
+        cold.usage.prompt_tokens,
+        cold.usage.completion_tokens,
+    )
