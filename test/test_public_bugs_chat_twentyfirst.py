@@ -2,8 +2,13 @@
 multi-part text content on system and assistant messages, a conversation of one assistant
 message, ``echo`` (only an assistant turn being continued is echoed, and only that turn), the
 streamed usage (no usage chunk unless asked for, ``continuous_usage_stats`` only under
-``include_usage`` and counted per choice, the prompt counted once for ``n > 1``), and reasoning cut
-off by ``max_tokens``. They passed as-is; the tests are regression guards.
+``include_usage`` and counted per choice, the prompt counted once for ``n > 1``), reasoning cut
+off by ``max_tokens``, ``continue_final_message`` in thinking mode, ``n > 1`` streams folded by the
+client, and a non-text content part refused by name.
+
+Fixed here: the 400 for a content part the route cannot take named ``param: "messages"``; it now
+names the part (``messages[i].content[j]``), as the 400 for a null user ``content`` already named
+the message. The other reports passed as-is; their tests are regression guards.
 
 The route runs in process over the fake tokenizer manager of ``openai_fake_tm`` (fast tier).
 Oracles: the prompt DeepSeek's own converter and V4 encoder (``deepseek-recipe``) render for the
@@ -409,3 +414,33 @@ def test_openai_python_3709_n_stream_folds_in_the_clients_own_accumulator(
         cold.usage.prompt_tokens,
         cold.usage.completion_tokens,
     )
+
+
+# --------------------------------------------------------------------------- bad messages
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("role", ["user", "system", "assistant"])
+def test_swiftlet_38_non_text_part_is_refused_by_name(
+    tok: PreTrainedTokenizerFast, role: str, stream: bool
+) -> None:
+    """leonickson1/Swiftlet#38 (and 8monkey-ai/hebo-gateway#91, where the same request was a
+    500): a text-only server silently dropped an ``image_url`` part and answered the text
+    beside it as if the image had never been sent. Expected: a 400 in OpenAI's error shape whose
+    message names the part's type and whose ``param`` names the part as OpenAI names a failing
+    message (``messages[i].content[j]``, the indices as sent); the text beside it does not rescue
+    the request, and nothing reaches the engine, streamed or not."""
+    parts = [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image_url", "image_url": {"url": "u"}},
+    ]
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "Hi"}, {"role": role, "content": parts}]
+    if role != "user":
+        msgs.append({"role": "user", "content": "Describe it."})
+    tm = FakeTM(tok)
+    r = _client(tm).post(CHAT, json={"model": MODEL, "messages": msgs, "stream": stream})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == 400 and "image_url" in err["message"], err
+    assert err["param"] == "messages[1].content[1]", err
+    assert tm.received == []
