@@ -111,6 +111,7 @@ __all__ = [
     "encode_continuation",
     "encode_messages",
     "encode_tool_calls",
+    "message_error_param",
     "message_text",
     "normalize_reasoning_effort",
     "reasoning_effort_prefix",
@@ -182,6 +183,17 @@ def message_text(content: Any, field: str = "content", sep: str = PART_SEPARATOR
             out.append(text)
         return sep.join(out)
     raise ValueError(f"{field} must be a string or a list of content parts.")
+
+
+_MESSAGE_PATH_RE = re.compile(r"messages(?:\[\d+\]|\.[A-Za-z_]\w*)*")
+
+
+def message_error_param(error: str) -> str:
+    """The OpenAI error ``param`` of a message-rendering error text: the path it opens with
+    (``messages[0].content[1]``, as OpenAI names the failing message or part), else
+    ``"messages"``."""
+    m = _MESSAGE_PATH_RE.match(error)
+    return m.group(0) if m else "messages"
 
 
 def _assistant_content_segments(text: str) -> list[Segment]:

@@ -80,6 +80,8 @@ def anthropic_field_error(e: RequestError) -> RequestError:
     """``e`` (raised on the chat path) naming the Messages field (:data:`CHAT_FIELD_NAMES`): its
     ``param`` and the field at the start of its message."""
     msg, param = e.message, e.param
+    if param is not None and param.startswith("messages["):  # the converted chat message's path
+        param = "messages"
     for chat_name, name in CHAT_FIELD_NAMES.items():
         if param == chat_name:
             param = name

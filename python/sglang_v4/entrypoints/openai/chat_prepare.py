@@ -41,6 +41,7 @@ from sglang_v4.entrypoints.chat_encoding import (
     REASONING_EFFORT_PROFILES,
     THINK_END,
     RenderedPrompt,
+    message_error_param,
     message_text,
     normalize_reasoning_effort,
     render_continuation,
@@ -475,7 +476,7 @@ class ChatPrepareMixin(OpenAIServingBase):
         try:
             rendered, thinking = self._render(msgs, req, thinking, tools, effort, kwargs)
         except ValueError as e:
-            raise RequestError(str(e), param="messages") from None
+            raise RequestError(str(e), param=message_error_param(str(e))) from None
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         # a block ends the reasoning with the tools withheld too (it is then cut off the answer)
         spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if functions else None)

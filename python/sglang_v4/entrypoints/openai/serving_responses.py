@@ -141,6 +141,8 @@ def _responses_error(e: RequestError) -> RequestError:
     """``e`` (raised on the chat path) naming the Responses field (:data:`_FIELD_NAMES`): whole
     words only, and not the ``messages`` of vLLM's ``the input messages`` (else ``input input``)."""
     msg, param = e.message, e.param
+    if param is not None and param.startswith("messages["):  # a chat message's path: not an input index
+        param = "messages"
     for chat_name, name in _FIELD_NAMES.items():
         msg = re.sub(rf"(?<!input )\b{re.escape(chat_name)}\b", name, msg)
         if param == chat_name:
