@@ -16,13 +16,17 @@ Faults found here, fixed:
 Reports that showed no fault here (their tests are regression guards): ``min_tokens=N`` lets EOS
 through at the ``N+1``-th token, not one later (vllm-project/vllm#46243); ``min_new_tokens`` masks
 EOS with ``--skip-tokenizer-init`` too (sgl-project/sglang#9039); a ``min_p`` row batched with
-plain rows (sgl-project/sglang#3284).
+plain rows (sgl-project/sglang#3284); a penalised row leaves its batch neighbours alone
+(huggingface/text-generation-inference#1810); a penalised request joining a running penalised
+batch (sgl-project/sglang#1001); frequency / presence penalties count the whole output, not a
+recent window (raullenchai/Rapid-MLX#510).
 
 Fixtures: the in-process ``Scheduler`` on the random test checkpoint (``sched_model_dir``,
-vocabulary 1000, EOS id 1) and the OpenAI router over ``openai_fake_tm.FakeTM`` (it records the
-sampling parameters each request reaches the engine with). Oracles: numpy's MT19937
-(``RandomState``'s array seeding), ``torch.Generator.manual_seed``, cold runs of the same request,
-the forced token's position, a float64 reference of the min-p rule, vLLM's documented ``seed`` rule.
+vocabulary 1000, EOS id 1); the OpenAI routes' sampling builder and the engine request's ``n``
+fan-out for ``seed``. Oracles: numpy's MT19937 (``RandomState``'s array seeding),
+``torch.Generator.manual_seed``, cold runs of the same request, the forced token's position,
+float64 references of the min-p rule and of OpenAI's penalty formula, vLLM's documented ``seed``
+rule.
 """
 
 from __future__ import annotations
@@ -102,40 +106,36 @@ def test_seeded_generator_refuses_seeds_outside_64_bits() -> None:
 # --------------------------------------------------------------------------- seed: -1 (OpenAI)
 
 
-@pytest.fixture(scope="module")
-def oai() -> Any:
-    from openai_fake_tm import FakeTM, app_client
-    from server_fixture import hf_auto_tokenizer
+def _seeds_sent(route: str, body: dict[str, Any]) -> list[Any]:
+    """The ``sampling_seed`` of every sampling-parameter set a completions / chat request with
+    ``body`` reaches the engine with: the route's sampling builder, then the engine request's
+    fan-out of ``n`` (``GenerateReqInput.normalize_batch_and_arguments``)."""
+    from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+    from sglang_v4.entrypoints.openai.request_sampling import build_sampling_params
+    from sglang_v4.managers.io_struct import GenerateReqInput
 
-    tm = FakeTM(hf_auto_tokenizer())
-    return tm, app_client(tm)
+    if route == "chat":
+        req: Any = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "Hi"}], **body)
+    else:
+        req = CompletionRequest(model="m", prompt="Hi", **body)
+    sp = build_sampling_params(
+        req, 3, tokenizer=None, vocab_size=None, grammar_enabled=False, chat_defaults={}
+    )
+    obj = GenerateReqInput(text="Hi", sampling_params=sp)
+    obj.normalize_batch_and_arguments()
+    sps = obj.sampling_params
+    return [p.get("sampling_seed") for p in (sps if isinstance(sps, list) else [sps])]
 
 
-def _seeds_sent(oai: Any, path: str, body: dict[str, Any]) -> list[Any]:
-    """The ``sampling_seed`` of every sampling-parameter set the request reached the engine with."""
-    tm, client = oai
-    r = client.post(path, json={"model": "dsv4-test", "max_tokens": 3, **body})
-    assert r.status_code == 200, r.text
-    sp = tm.received[-1].sampling_params
-    return [p.get("sampling_seed") for p in (sp if isinstance(sp, list) else [sp])]
-
-
-@pytest.mark.parametrize(
-    "path,body",
-    [
-        ("/v1/completions", {"prompt": "Hi"}),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]}),
-    ],
-    ids=["completions", "chat"],
-)
-def test_seed_minus_one_asks_for_a_random_draw(oai: Any, path: str, body: dict[str, Any]) -> None:
+@pytest.mark.parametrize("route", ["completions", "chat"])
+def test_seed_minus_one_asks_for_a_random_draw(route: str) -> None:
     """vllm-project/vllm#4531: clients that cannot leave ``seed`` out send ``-1`` for "random"
     (llama.cpp's server reads it so, and vLLM since this report). Expected: ``seed: -1`` reaches
     the engine unseeded, alone and with ``n=2``; ``-2`` and ``0`` stay seeds (``n=2``: seed + k)."""
-    assert _seeds_sent(oai, path, {**body, "seed": -1}) == [None]
-    assert _seeds_sent(oai, path, {**body, "seed": -1, "n": 2}) == [None, None]
-    assert _seeds_sent(oai, path, {**body, "seed": -2, "n": 2}) == [-2, -1]
-    assert _seeds_sent(oai, path, {**body, "seed": 0}) == [0]
+    assert _seeds_sent(route, {"seed": -1}) == [None]
+    assert _seeds_sent(route, {"seed": -1, "n": 2}) == [None, None]
+    assert _seeds_sent(route, {"seed": -2, "n": 2}) == [-2, -1]
+    assert _seeds_sent(route, {"seed": 0}) == [0]
 
 
 # --------------------------------------------------------------------------- min_new_tokens
@@ -194,3 +194,72 @@ def test_min_p_row_in_a_mixed_batch_keeps_only_its_candidates() -> None:
     assert seen[0] <= allowed and len(seen[0]) > 1, seen[0]
     assert seen[2] == {0}
     assert seen[1] - allowed, seen[1]
+
+
+# --------------------------------------------------------------------------- penalties
+
+
+def _cold(s: Scheduler, rid: str, prompt: list[int], n: int, sampling: dict[str, Any]) -> list[int]:
+    """The output ids of ``sampling`` run alone (greedy unless ``sampling`` says otherwise)."""
+    submit(s, rid, prompt, n, sampling=sampling)
+    return drain(s)[rid]["ids"]
+
+
+def test_frequency_penalty_row_leaves_its_batch_neighbours_alone(sched: Scheduler) -> None:
+    """huggingface/text-generation-inference#1810: one request with ``frequency_penalty`` in a
+    batch corrupted every generation of the batch. Expected: a greedy batch of a plain request,
+    a ``frequency_penalty=-2`` one and a ``presence_penalty=-2, repetition_penalty=1.5`` one
+    gives each the ids of its own cold run, and the penalised runs differ from the plain one
+    (the penalties act)."""
+    other = [9, 8, 7, 6, 5, 4, 3, 2]
+    cases = {
+        "plain": {},
+        "freq": {"frequency_penalty": -2.0},
+        "pres_rep": {"presence_penalty": -2.0, "repetition_penalty": 1.5},
+    }
+    cold = {rid: _cold(sched, f"cold_{rid}", other, 10, sp) for rid, sp in cases.items()}
+    assert cold["freq"] != cold["plain"] and cold["pres_rep"] != cold["plain"], cold
+    for rid, sp in cases.items():
+        submit(sched, rid, other, 10, sampling=sp)
+    res = drain(sched)
+    assert {rid: res[rid]["ids"] for rid in cases} == cold
+
+
+def test_penalised_request_joining_a_running_penalised_batch(sched: Scheduler) -> None:
+    """sgl-project/sglang#1001: a request with penalties that joined a running batch whose
+    requests also had penalties broke the penalty merge (the batch's requests were extended
+    before the penalty state). Expected: the first request runs 3 steps alone, the second joins;
+    both finish with the ids of their cold runs."""
+    a_sp, b_sp = {"frequency_penalty": -2.0}, {"presence_penalty": -2.0, "frequency_penalty": 0.5}
+    a_prompt, b_prompt = [11, 12, 13, 14, 15, 16], [21, 22, 23, 24, 25]
+    cold_a = _cold(sched, "cold_a", a_prompt, 10, a_sp)
+    cold_b = _cold(sched, "cold_b", b_prompt, 10, b_sp)
+    submit(sched, "a", a_prompt, 10, sampling=a_sp)
+    got: dict[str, list[int]] = {"a": [], "b": []}
+    for _ in range(3):
+        out = sched.step()
+        for i, rid in enumerate(out.rids if out else []):
+            got[rid] += out.output_ids[i]
+    assert 0 < len(got["a"]) < 10
+    submit(sched, "b", b_prompt, 10, sampling=b_sp)
+    res = drain(sched)
+    assert (got["a"] + res["a"]["ids"], res["b"]["ids"]) == (cold_a, cold_b)
+
+
+def test_frequency_penalty_counts_the_whole_output_not_a_recent_window() -> None:
+    """raullenchai/Rapid-MLX#510: ``frequency_penalty`` / ``presence_penalty`` only saw the last
+    20 generated tokens, while OpenAI's definition counts every output token. Expected, with 60
+    output tokens where token 3 appears only among the first 5 (twice) and token 4 only in the
+    last 20 (once): ``z[t] -= f * count(t) + p * [count(t) > 0]`` over the whole output (float64
+    reference), the prompt's tokens uncounted."""
+    from sglang_v4.sampling.penalties import apply_penalties
+
+    out = [3, 10, 3, 11, 12] + [20 + (i % 30) for i in range(35)] + [4] + [50 + i for i in range(19)]
+    assert len(out) == 60
+    f, p = 0.7, 0.4
+    row = [0.1 * i for i in range(80)]
+    z = torch.tensor([row], dtype=torch.float32)
+    apply_penalties(z, [SamplingParams(frequency_penalty=f, presence_penalty=p)], [out], [[5, 6, 3]])
+    want = [x - (f * out.count(t) + p if t in out else 0.0) for t, x in enumerate(row)]
+    assert z[0].tolist() == pytest.approx(want, abs=1e-5)
+    assert want[3] == pytest.approx(0.3 - 2 * f - p) and want[5] == pytest.approx(0.5)
