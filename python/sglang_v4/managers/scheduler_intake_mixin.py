@@ -10,8 +10,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from sglang_v4.managers.io_struct import (
     ABORT_IN_QUEUE,
     ABORT_RUNNING,
@@ -21,6 +19,7 @@ from sglang_v4.managers.io_struct import (
 from sglang_v4.managers.prefix_sharing import prompt_block_hashes
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.schedule_policy import PRIORITY_DISABLED_MSG, request_priority
+from sglang_v4.sampling.seeded_generator import seeded_generator
 from sglang_v4.sampling.stop_checker import stop_text_start
 from sglang_v4.sampling.thinking_budget import ThinkingBudgetState
 
@@ -98,7 +97,7 @@ class SchedulerIntakeMixin:
         limit = min(self.context_len, self.max_total_num_tokens)
         req.max_new_tokens = sp.max_new_tokens_for(len(req.origin_input_ids), limit)
         if sp.sampling_seed is not None:
-            req.generator = torch.Generator(device=self.runner.device).manual_seed(int(sp.sampling_seed))
+            req.generator = seeded_generator(int(sp.sampling_seed), self.runner.device)
         if req.logprob_start_len >= len(req.origin_input_ids):
             req.logprob_start_len = -1  # SGLang: a start at the prompt's end means no prompt logprobs
         if req.logprob_start_len < 0 or not req.return_logprob:

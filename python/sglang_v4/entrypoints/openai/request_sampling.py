@@ -24,7 +24,13 @@ from sglang_v4.entrypoints.openai.request_errors import (
 from sglang_v4.entrypoints.openai.vllm_fields import vllm_grammar, vocabulary_constraints
 from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, TOP_K_ALL, SamplingParams
 
-__all__ = ["build_sampling_params", "response_format_grammar"]
+__all__ = ["RANDOM_SEED", "build_sampling_params", "response_format_grammar"]
+
+#: The ``seed`` that asks for an unseeded (random) draw, as vLLM reads OpenAI's field
+#: (vllm-project/vllm#4531, llama.cpp's server too): ``-1`` is sent by clients that cannot leave the
+#: field out. Any other value seeds the request (SGLang's ``sampling_seed``; ``/generate`` keeps -1
+#: as a seed of its own).
+RANDOM_SEED = -1
 
 
 def response_format_grammar(rf: dict[str, Any] | None) -> dict[str, str]:
@@ -149,7 +155,7 @@ def build_sampling_params(
         "spaces_between_special_tokens": req.spaces_between_special_tokens,
         "no_stop_trim": req.no_stop_trim or req.include_stop_str_in_output,
         "logit_bias": req.logit_bias,
-        "sampling_seed": req.seed,
+        "sampling_seed": None if req.seed == RANDOM_SEED else req.seed,
         "json_schema": json_schema,
         "structural_tag": grammar.get("structural_tag"),
         "regex": grammar.get("regex", req.regex),
