@@ -53,6 +53,7 @@ the request, as on chat completions.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -89,6 +90,7 @@ from sglang_v4.entrypoints.openai.responses_custom_tools import (
 )
 from sglang_v4.entrypoints.openai.responses_events import ResponsesEventWriter
 from sglang_v4.entrypoints.openai.responses_input import (
+    allowed_tools_of,
     input_to_messages,
     reasoning_switch,
     request_tools,
@@ -254,7 +256,10 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             text=req.text if req.text and req.text.get("format") else {"format": {"type": "text"}},
             tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
             tools=list(req.tools or []),
+            top_logprobs=req.top_logprobs,
             user=req.user,
+            prompt_cache_key=req.prompt_cache_key,
+            safety_identifier=req.safety_identifier,
         )
         custom = frozenset(custom_tool_formats(request_tools(req.tools, req.input)))
         namespaces = tool_namespaces(req.tools, req.input)
@@ -332,6 +337,9 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             raise RequestError("input must contain at least one item.", param="input")
         thinking, effort = reasoning_switch(req.reasoning, self.reasoning_effort_profile)
         tools = request_tools(req.tools, req.input)
+        if tools:
+            responses_tools(tools)  # every tool is checked, those that allowed_tools leaves out too
+        tools, choice = allowed_tools_of(req.tool_choice, tools)
         kwargs = dict(req.chat_template_kwargs or {})
         if thinking is not None:
             kwargs.pop("enable_thinking", None)
@@ -341,7 +349,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             "model": req.model,
             "messages": system + conversation,
             "tools": responses_tools(tools) if tools else None,
-            "tool_choice": responses_tool_choice(req.tool_choice),
+            "tool_choice": responses_tool_choice(choice),
             "parallel_tool_calls": req.parallel_tool_calls,
             "max_completion_tokens": req.max_output_tokens,
             "temperature": req.temperature,
@@ -462,6 +470,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         resp = job.base.model_copy(
             update={
                 "status": "incomplete" if incomplete else "completed",
+                "completed_at": None if incomplete else int(time.time()),
                 "incomplete_details": IncompleteDetails() if incomplete else None,
                 "output": items,
                 "usage": usage,
