@@ -18,7 +18,7 @@ import openai
 import pytest
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM
 from openai.types.responses import Response as OpenAIResponse
-from responses_testutil import CHAT_WEATHER, WEATHER, make_client, post
+from responses_testutil import CHAT_WEATHER, WEATHER, make_client, post, sse
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(120)
@@ -323,3 +323,49 @@ def test_continued_response_lists_the_previous_input_items(tok: PreTrainedTokeni
         ("message", "assistant", "Noted."),
         ("message", "user", "My name is Ada."),
     ]
+
+
+# --------------------------------------------------------------------------- stream identity and usage
+
+
+def test_streamed_item_ids_are_stable_through_the_lifecycle(tok: PreTrainedTokenizerFast) -> None:
+    """EricLBuehler/mistral.rs#1944: a streamed message got a fresh id at ``output_item.added``,
+    at ``output_item.done`` and in ``response.completed``, so clients could not correlate them.
+    Expected: for a reply of text then a call, each item keeps one id through ``added``, its
+    deltas' ``item_id``, ``done``, the final ``response.completed`` output and the stored response
+    (``GET``), at the ``output_index`` where it was added; the call's ``name`` is the same in
+    ``added`` and ``done``."""
+    tm = PromptTM(tok, reply="Let me check." + CALL)
+    client, tc = make_client(tm)
+    r = tc.post("/v1/responses", json={"model": MODEL, "input": "hi", "tools": [WEATHER], "stream": True})
+    events = sse(r.text)
+    added = {e["output_index"]: e["item"] for e in events if e["type"] == "response.output_item.added"}
+    done = {e["output_index"]: e["item"] for e in events if e["type"] == "response.output_item.done"}
+    final = events[-1]["response"]["output"]
+    assert [i["type"] for i in final] == ["message", "function_call"]
+    assert (
+        [added[k]["id"] for k in sorted(added)]
+        == [done[k]["id"] for k in sorted(done)]
+        == [i["id"] for i in final]
+    )
+    for e in events:
+        if "item_id" in e:
+            assert e["item_id"] == added[e["output_index"]]["id"], e
+    assert added[1]["name"] == done[1]["name"] == "get_weather"
+    stored = client.responses.retrieve(events[-1]["response"]["id"])
+    assert [i.id for i in stored.output] == [i["id"] for i in final]
+
+
+def test_cached_prompt_tokens_reach_the_usage(tok: PreTrainedTokenizerFast) -> None:
+    """vllm-project/vllm#23363: the Responses usage reported ``cached_tokens`` 0 whatever the
+    prefix cache served. Expected: ``usage.input_tokens_details.cached_tokens`` is the engine's
+    count of prompt tokens served from the cache (the fake engine reports 2), streamed and not,
+    and ``total_tokens`` is input plus output (the ``openai`` client's ``ResponseUsage``)."""
+    tm = PromptTM(tok, reply="Cached.")
+    _, tc = make_client(tm)
+    resp, events = post(tc, {"input": "hi"})
+    for body in (resp, events[-1]["response"]):
+        usage = OpenAIResponse.model_validate(body).usage
+        assert usage.input_tokens_details.cached_tokens == 2
+        assert usage.input_tokens == len(tm.received[-1].input_ids)
+        assert usage.total_tokens == usage.input_tokens + usage.output_tokens
