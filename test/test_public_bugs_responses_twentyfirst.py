@@ -369,3 +369,26 @@ def test_cached_prompt_tokens_reach_the_usage(tok: PreTrainedTokenizerFast) -> N
         assert usage.input_tokens_details.cached_tokens == 2
         assert usage.input_tokens == len(tm.received[-1].input_ids)
         assert usage.total_tokens == usage.input_tokens + usage.output_tokens
+
+
+def test_streamed_retrieve_of_a_finished_response_is_refused(tok: PreTrainedTokenizerFast) -> None:
+    """exo-explore/exo#1356: ``GET /v1/responses/{id}?stream=true&starting_after=N`` (OpenAI's
+    resumable stream of a ``background`` response) was not served. This server runs no
+    background response; the route answered with the JSON body, which the ``openai`` client,
+    expecting server-sent events, read as a stream of no events. Expected: a 400 naming
+    ``stream`` (the client's ``BadRequestError``), an unknown id still a 404, and the response
+    unchanged and retrievable without ``stream``."""
+    tm = PromptTM(tok, reply="Done.")
+    client, tc = make_client(tm)
+    resp = client.responses.create(model=MODEL, input="hi")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.retrieve(resp.id, stream=True, starting_after=3)
+    assert e.value.body["param"] == "stream"
+    assert tc.get(f"/v1/responses/{resp.id}?stream=true").status_code == 400
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_" + "0" * 32, stream=True)
+    again = client.responses.retrieve(resp.id)
+    assert again.output_text == "Done." and again.id == resp.id
+    assert (
+        tc.get(f"/v1/responses/{resp.id}?stream=false").json()["output"][0]["content"][0]["text"] == "Done."
+    )
