@@ -392,3 +392,31 @@ def test_streamed_retrieve_of_a_finished_response_is_refused(tok: PreTrainedToke
     assert (
         tc.get(f"/v1/responses/{resp.id}?stream=false").json()["output"][0]["content"][0]["text"] == "Done."
     )
+
+
+@pytest.mark.parametrize("top", [21, -2, 100000])
+def test_out_of_range_top_logprobs_is_refused_with_or_without_include(
+    tok: PreTrainedTokenizerFast, top: int
+) -> None:
+    """sgl-project/sglang#28794: an out-of-range ``top_logprobs`` must be refused at the API
+    boundary. On ``/v1/responses`` it was checked only with ``include:
+    ["message.output_text.logprobs"]``; without it the value was accepted (and is echoed on the
+    response). Expected: the 400 the chat route gives the same count with ``logprobs: true``
+    (same message, param ``top_logprobs``), with or without the ``include``, nothing run; 0..20
+    are served."""
+    tm = PromptTM(tok, reply="Ok.")
+    client, tc = make_client(tm)
+    with pytest.raises(openai.BadRequestError) as chat_err:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], logprobs=True, top_logprobs=top
+        )
+    for include in ([], ["message.output_text.logprobs"]):
+        r = tc.post(
+            "/v1/responses", json={"model": MODEL, "input": "hi", "top_logprobs": top, "include": include}
+        )
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "top_logprobs"
+        assert r.json()["error"]["message"] == chat_err.value.body["message"]
+    assert tm.received == []
+    for ok in (0, 20):
+        assert client.responses.create(model=MODEL, input="hi", top_logprobs=ok).top_logprobs == ok

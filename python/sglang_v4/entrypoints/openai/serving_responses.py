@@ -62,6 +62,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
+from sglang_v4.entrypoints.openai.logprob_limits import check_chat_top_logprobs
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.protocol_responses import (
     UNSERVED_RESPONSES_FIELDS,
@@ -233,6 +234,8 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         dp_rank_header_pin(request)  # SGLang's X-Data-Parallel-Rank: rank 0 or a 400
         self._check_model(req.model)
         _check_request(req)
+        if req.top_logprobs is not None:  # bounded as on the chat route, ``include`` or not (it is echoed)
+            check_chat_top_logprobs(req.top_logprobs, True, self._max_logprobs(), self._vocab_size())
         req.text = text_with_response_format(req.text, req.response_format)
         chat_req, messages = self._chat_request_of(req, self._history(req))
         try:
