@@ -78,20 +78,36 @@ def test_completed_at_is_set_when_completed_and_null_otherwise(tok: PreTrainedTo
     assert cut["completed_at"] is None
 
 
-def test_response_echoes_top_logprobs_and_cache_keys(tok: PreTrainedTokenizerFast) -> None:
+#: the fields the Open Responses specification requires of every response resource (its
+#: ``ResponseResource`` schema's ``required`` list, which the audit below checked)
+OPEN_RESPONSES_REQUIRED = (
+    "id object created_at completed_at status incomplete_details model previous_response_id "
+    "instructions output error tools tool_choice truncation parallel_tool_calls text top_p "
+    "presence_penalty frequency_penalty top_logprobs temperature reasoning usage max_output_tokens "
+    "max_tool_calls store background service_tier metadata safety_identifier prompt_cache_key"
+).split()
+
+
+def test_response_resource_has_every_required_field(tok: PreTrainedTokenizerFast) -> None:
     """Oaklight/llm-rosetta#412: an Open Responses audit of a gateway found fields of the
-    response resource missing that echo the request. Expected: ``top_logprobs``,
-    ``prompt_cache_key`` and ``safety_identifier`` come back as sent (streamed and not), and
-    ``background`` is ``false`` (this server runs nothing in the background), read through the
-    ``openai`` client's ``Response`` type; unset they are ``null``."""
+    response resource missing (``completed_at``, the echoed request fields). Expected: every one
+    of the specification's 31 required fields in the non-streamed body, in the stream's
+    ``response.created`` and ``response.completed``, and in the stored copy; ``top_logprobs``,
+    ``prompt_cache_key``, ``safety_identifier`` and ``presence_penalty`` come back as sent,
+    ``background`` is false and ``service_tier`` ``default`` (read through the ``openai``
+    client's ``Response`` type); unset echoes are ``null``."""
+    assert len(OPEN_RESPONSES_REQUIRED) == 31
     tm = PromptTM(tok, reply="Hi.")
     client, tc = make_client(tm)
     sent = {"top_logprobs": 3, "prompt_cache_key": "conv-7", "safety_identifier": "user-hash-1"}
-    resp, events = post(tc, {"input": "hi", **sent})
-    for body in (resp, events[0]["response"], events[-1]["response"]):
+    resp, events = post(tc, {"input": "hi", "presence_penalty": 0.5, **sent})
+    stored = tc.get(f"/v1/responses/{resp['id']}").json()
+    for body in (resp, events[0]["response"], events[-1]["response"], stored):
+        assert [k for k in OPEN_RESPONSES_REQUIRED if k not in body] == []
         parsed = OpenAIResponse.model_validate(body)
         assert {k: getattr(parsed, k) for k in sent} == sent
-        assert parsed.background is False
+        assert (parsed.background, parsed.service_tier, parsed.max_tool_calls) == (False, "default", None)
+        assert (body["presence_penalty"], body["frequency_penalty"]) == (0.5, 0.0)
     plain = client.responses.create(model=MODEL, input="hi")
     assert {k: getattr(plain, k) for k in sent} == dict.fromkeys(sent)
 

@@ -308,7 +308,11 @@ class ResponseObject(BaseModel):
     ``created_at`` / ``completed_at``: Unix seconds; ``completed_at`` is set when the status is
     ``completed`` and ``null`` otherwise (OpenAI's rule: in progress, incomplete, failed).
     ``background`` (always false: background responses are refused), ``top_logprobs``,
-    ``prompt_cache_key`` and ``safety_identifier`` echo the request, as OpenAI's response does."""
+    ``prompt_cache_key`` and ``safety_identifier`` echo the request, as OpenAI's response does;
+    ``presence_penalty`` / ``frequency_penalty`` are the values sampled with (as ``temperature``
+    and ``top_p``), ``max_tool_calls`` is ``null`` (refused when set) and ``service_tier`` is
+    ``default`` (the one tier served). Every field the Open Responses specification requires of
+    a response resource is present."""
 
     id: str
     object: Literal["response"] = "response"
@@ -333,6 +337,10 @@ class ResponseObject(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)
     top_p: float | None = None
     top_logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    max_tool_calls: int | None = None
+    service_tier: Literal["default"] = "default"
     truncation: Literal["auto", "disabled"] = "disabled"
     usage: ResponseUsage | None = None
     user: str | None = None

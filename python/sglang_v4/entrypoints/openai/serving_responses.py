@@ -260,6 +260,8 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
             tools=list(req.tools or []),
             top_logprobs=req.top_logprobs,
+            presence_penalty=sp.get("presence_penalty") or 0.0,
+            frequency_penalty=sp.get("frequency_penalty") or 0.0,
             user=req.user,
             prompt_cache_key=req.prompt_cache_key,
             safety_identifier=req.safety_identifier,
