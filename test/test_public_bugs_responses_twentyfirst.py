@@ -177,6 +177,44 @@ def test_allowed_tools_auto_and_bad_references(tok: PreTrainedTokenizerFast) -> 
     assert len(tm.received) == n
 
 
+def test_allowed_tools_is_served_on_the_chat_route_too(tok: PreTrainedTokenizerFast) -> None:
+    """vllm-project/vllm#23227: the Responses route took only ``tool_choice: "auto"``; the other
+    choices, OpenAI's ``allowed_tools`` among them, need the grammar path. The Chat Completions
+    API has the same choice in its own shape (``{"type": "allowed_tools", "allowed_tools":
+    {"mode", "tools": [{"type": "function", "function": {"name"}}]}}``), which was a 400 there.
+    Expected: on the chat route, for both modes, the prompt and grammar of the subset alone
+    under ``mode`` (the same as the Responses route's), and an allowed tool not in ``tools`` a
+    400 naming ``tool_choice.allowed_tools.tools[0]``, nothing run."""
+    tm = PromptTM(tok, reply=CALL)
+    client, tc = make_client(tm)
+    msgs = [{"role": "user", "content": "hi"}]
+    ref = [{"type": "function", "function": {"name": "get_weather"}}]
+    for mode in ("required", "auto"):
+        oracle = _chat_oracle(client, tm, [CHAT_WEATHER], mode)
+        allowed = {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": ref}}
+        chat = client.chat.completions.create(
+            model=MODEL, messages=msgs, tools=[CHAT_TIME, CHAT_WEATHER], tool_choice=allowed
+        )
+        assert (_prompt(tm), _grammar(tm)) == oracle
+        assert [c.function.name for c in chat.choices[0].message.tool_calls] == ["get_weather"]
+        flat = {"type": "allowed_tools", "mode": mode, "tools": [{"type": "function", "name": "get_weather"}]}
+        r = tc.post(
+            "/v1/responses",
+            json={"model": MODEL, "input": "hi", "tools": [TIME, WEATHER], "tool_choice": flat},
+        )
+        assert r.status_code == 200, r.text
+        assert (_prompt(tm), _grammar(tm)) == oracle
+    n = len(tm.received)
+    bad = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "nope"}}]},
+    }
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=msgs, tools=[CHAT_WEATHER], tool_choice=bad)
+    assert e.value.body["param"] == "tool_choice.allowed_tools.tools[0]"
+    assert len(tm.received) == n
+
+
 @pytest.mark.parametrize(
     "choice",
     [

@@ -61,7 +61,6 @@ __all__ = [
     "text_with_response_format",
     "responses_tool_choice",
     "responses_tools",
-    "allowed_tools_of",
 ]
 
 #: Roles of Responses message items.
@@ -357,7 +356,7 @@ def responses_tool_choice(choice: Any) -> Any:
 
     Raises:
         RequestError: 400 (param ``tool_choice``) for another value (built-in tool types;
-            ``allowed_tools`` is read first, by :func:`allowed_tools_of`).
+            ``allowed_tools`` is read first, by :func:`~.allowed_tools.allowed_tools_of`).
     """
     if choice is None or choice in ("none", "auto", "required"):
         return choice
@@ -372,40 +371,6 @@ def responses_tool_choice(choice: Any) -> Any:
         '{"type": "custom", "name": ...}.',
         "tool_choice",
     )
-
-
-def allowed_tools_of(choice: Any, tools: Sequence[Any] | None) -> tuple[list[Any] | None, Any]:
-    """The tools a request may call and the ``tool_choice`` left, for OpenAI's
-    ``{"type": "allowed_tools", "mode": "auto" | "required", "tools": [{"type": "function" |
-    "custom", "name": N}, ...]}``: ``tools`` (the Responses tools of :func:`request_tools`) cut to
-    the named ones, in their order, and ``mode`` as the choice (the model is shown, and may call,
-    only those tools; ``required``: at least one call). Another ``choice`` returns ``tools`` and
-    ``choice`` unchanged.
-
-    Raises:
-        RequestError: 400 naming ``tool_choice.mode`` (not ``auto`` / ``required``),
-            ``tool_choice.tools`` (not a non-empty list) or ``tool_choice.tools[i]`` (not a
-            function / custom tool reference, or a name that is not in ``tools``).
-    """
-    if not isinstance(choice, Mapping) or choice.get("type") != "allowed_tools":
-        return (list(tools) if tools else None), choice
-    mode = choice.get("mode")
-    if mode not in ("auto", "required"):
-        raise _error(f'tool_choice.mode must be "auto" or "required"; got {mode!r}.', "tool_choice.mode")
-    refs = choice.get("tools")
-    if not isinstance(refs, list) or not refs:
-        raise _error("tool_choice.tools must be a non-empty list of tools.", "tool_choice.tools")
-    names = {t.get("name"): t.get("type") for t in tools or [] if isinstance(t, Mapping)}
-    wanted = set()
-    for i, ref in enumerate(refs):
-        field = f"tool_choice.tools[{i}]"
-        if not isinstance(ref, Mapping) or ref.get("type") not in TOOL_TYPES:
-            raise _error(f'{field} must be {{"type": "function" | "custom", "name": ...}}.', field)
-        name = ref.get("name")
-        if not isinstance(name, str) or names.get(name) != ref["type"]:
-            raise _error(f"{field} names the {ref['type']} tool {name!r}, which is not in `tools`.", field)
-        wanted.add(name)
-    return [t for t in tools or [] if isinstance(t, Mapping) and t.get("name") in wanted], mode
 
 
 def responses_text_format(text: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -68,6 +68,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.chat_encoding import EOS, THINK_END
+from sglang_v4.entrypoints.openai.allowed_tools import chat_allowed_tools
 from sglang_v4.entrypoints.openai.chat_custom_tools import lower_custom_tools
 from sglang_v4.entrypoints.openai.chat_prepare import (
     ChatPlan,
@@ -302,6 +303,8 @@ class ChatMixin(ChatStreamMixin):
         from sglang_v4.managers.io_struct import GenerateReqInput
 
         self._check_model(req.model)
+        # OpenAI's allowed_tools choice: the tools cut to the allowed ones, its mode the choice
+        req.tools, req.tool_choice = chat_allowed_tools(req.tool_choice, req.tools)
         req._custom_tools = lower_custom_tools(req)  # custom tools served as function tools
         bound = self._max_logprobs()
         top_num = check_chat_top_logprobs(req.top_logprobs, req.logprobs, bound, self._vocab_size())

@@ -62,6 +62,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
+from sglang_v4.entrypoints.openai.allowed_tools import allowed_tools_of
 from sglang_v4.entrypoints.openai.logprob_limits import check_chat_top_logprobs
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.protocol_responses import (
@@ -91,7 +92,6 @@ from sglang_v4.entrypoints.openai.responses_custom_tools import (
 )
 from sglang_v4.entrypoints.openai.responses_events import ResponsesEventWriter
 from sglang_v4.entrypoints.openai.responses_input import (
-    allowed_tools_of,
     input_to_messages,
     reasoning_switch,
     request_tools,
