@@ -18,7 +18,9 @@ Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
   (vllm-project/vllm#39929: the answer grammar alone made the calls unreachable);
 * ``"required"`` / ``{"type": "function", "function": {"name": ...}}``: decoding is constrained to
   a DSML block of one or more calls (exactly one call of that function when named, or when
-  ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas.
+  ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas;
+* ``{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}``: the tools are cut to the
+  allowed ones and ``mode`` (``"auto"`` / ``"required"``) is the choice (:mod:`.allowed_tools`).
 
 Output: reasoning is split off first (:mod:`.reasoning_parser`), then the content goes through the
 tool parser. ``finish_reason`` is ``"tool_calls"`` when the generation stopped after well-formed
