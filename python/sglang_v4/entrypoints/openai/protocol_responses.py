@@ -127,6 +127,10 @@ class ResponsesRequest(_Req):
     #: top tokens per answer token with ``include: ["message.output_text.logprobs"]`` (OpenAI's
     #: 0..20, the chat route's bound); without that ``include`` no logprobs are returned (vLLM's rule)
     top_logprobs: int | None = None
+    #: OpenAI's caching and abuse-tracking keys: read, not used (the prefix cache needs no key),
+    #: and echoed on the response as OpenAI echoes them
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
 
 
 class ResponsesInputTokensRequest(ResponsesRequest):
@@ -299,11 +303,22 @@ class ResponseError(BaseModel):
 
 class ResponseObject(BaseModel):
     """The ``response`` object (``object: "response"``): what ``POST /v1/responses`` returns, what
-    the stream's lifecycle events carry and what ``GET /v1/responses/{id}`` returns."""
+    the stream's lifecycle events carry and what ``GET /v1/responses/{id}`` returns.
+
+    ``created_at`` / ``completed_at``: Unix seconds; ``completed_at`` is set when the status is
+    ``completed`` and ``null`` otherwise (OpenAI's rule: in progress, incomplete, failed).
+    ``background`` (always false: background responses are refused), ``top_logprobs``,
+    ``prompt_cache_key`` and ``safety_identifier`` echo the request, as OpenAI's response does;
+    ``presence_penalty`` / ``frequency_penalty`` are the values sampled with (as ``temperature``
+    and ``top_p``), ``max_tool_calls`` is ``null`` (refused when set) and ``service_tier`` is
+    ``default`` (the one tier served). Every field the Open Responses specification requires of
+    a response resource is present."""
 
     id: str
     object: Literal["response"] = "response"
     created_at: int = Field(default_factory=lambda: int(time.time()))
+    completed_at: int | None = None
+    background: bool = False
     status: ResponseStatus = "completed"
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
@@ -321,6 +336,13 @@ class ResponseObject(BaseModel):
     tool_choice: Any = "auto"
     tools: list[dict[str, Any]] = Field(default_factory=list)
     top_p: float | None = None
+    top_logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    max_tool_calls: int | None = None
+    service_tier: Literal["default"] = "default"
     truncation: Literal["auto", "disabled"] = "disabled"
     usage: ResponseUsage | None = None
     user: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None

@@ -355,8 +355,8 @@ def responses_tool_choice(choice: Any) -> Any:
     too); ``None`` stays ``None`` (the default).
 
     Raises:
-        RequestError: 400 (param ``tool_choice``) for another value (built-in tool types,
-            ``allowed_tools``).
+        RequestError: 400 (param ``tool_choice``) for another value (built-in tool types;
+            ``allowed_tools`` is read first, by :func:`~.allowed_tools.allowed_tools_of`).
     """
     if choice is None or choice in ("none", "auto", "required"):
         return choice

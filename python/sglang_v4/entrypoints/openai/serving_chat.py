@@ -18,7 +18,9 @@ Tools (``tools`` + ``tool_choice`` + ``parallel_tool_calls``):
   (vllm-project/vllm#39929: the answer grammar alone made the calls unreachable);
 * ``"required"`` / ``{"type": "function", "function": {"name": ...}}``: decoding is constrained to
   a DSML block of one or more calls (exactly one call of that function when named, or when
-  ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas.
+  ``parallel_tool_calls`` is false) whose arguments validate against the tools' JSON schemas;
+* ``{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}``: the tools are cut to the
+  allowed ones and ``mode`` (``"auto"`` / ``"required"``) is the choice (:mod:`.allowed_tools`).
 
 Output: reasoning is split off first (:mod:`.reasoning_parser`), then the content goes through the
 tool parser. ``finish_reason`` is ``"tool_calls"`` when the generation stopped after well-formed
@@ -68,6 +70,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.chat_encoding import EOS, THINK_END
+from sglang_v4.entrypoints.openai.allowed_tools import chat_allowed_tools
 from sglang_v4.entrypoints.openai.chat_custom_tools import lower_custom_tools
 from sglang_v4.entrypoints.openai.chat_prepare import (
     ChatPlan,
@@ -299,6 +302,8 @@ class ChatMixin(ChatStreamMixin):
         from sglang_v4.managers.io_struct import GenerateReqInput
 
         self._check_model(req.model)
+        # OpenAI's allowed_tools choice: the tools cut to the allowed ones, its mode the choice
+        req.tools, req.tool_choice = chat_allowed_tools(req.tool_choice, req.tools)
         req._custom_tools = lower_custom_tools(req)  # custom tools served as function tools
         bound = self._max_logprobs()
         top_num = check_chat_top_logprobs(req.top_logprobs, req.logprobs, bound, self._vocab_size())

@@ -53,6 +53,7 @@ the request, as on chat completions.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -61,6 +62,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
+from sglang_v4.entrypoints.openai.allowed_tools import allowed_tools_of
+from sglang_v4.entrypoints.openai.logprob_limits import check_chat_top_logprobs
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.protocol_responses import (
     UNSERVED_RESPONSES_FIELDS,
@@ -233,6 +236,8 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         dp_rank_header_pin(request)  # SGLang's X-Data-Parallel-Rank: rank 0 or a 400
         self._check_model(req.model)
         _check_request(req)
+        if req.top_logprobs is not None:  # bounded as on the chat route, ``include`` or not (it is echoed)
+            check_chat_top_logprobs(req.top_logprobs, True, self._max_logprobs(), self._vocab_size())
         req.text = text_with_response_format(req.text, req.response_format)
         chat_req, messages = self._chat_request_of(req, self._history(req))
         try:
@@ -256,7 +261,12 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             text=req.text if req.text and req.text.get("format") else {"format": {"type": "text"}},
             tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
             tools=list(req.tools or []),
+            top_logprobs=req.top_logprobs,
+            presence_penalty=sp.get("presence_penalty") or 0.0,
+            frequency_penalty=sp.get("frequency_penalty") or 0.0,
             user=req.user,
+            prompt_cache_key=req.prompt_cache_key,
+            safety_identifier=req.safety_identifier,
         )
         custom = frozenset(custom_tool_formats(request_tools(req.tools, req.input)))
         namespaces = tool_namespaces(req.tools, req.input)
@@ -334,6 +344,9 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             raise RequestError("input must contain at least one item.", param="input")
         thinking, effort = reasoning_switch(req.reasoning, self.reasoning_effort_profile)
         tools = request_tools(req.tools, req.input)
+        if tools:
+            responses_tools(tools)  # every tool is checked, those that allowed_tools leaves out too
+        tools, choice = allowed_tools_of(req.tool_choice, tools)
         kwargs = dict(req.chat_template_kwargs or {})
         if thinking is not None:
             kwargs.pop("enable_thinking", None)
@@ -343,7 +356,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             "model": req.model,
             "messages": system + conversation,
             "tools": responses_tools(tools) if tools else None,
-            "tool_choice": responses_tool_choice(req.tool_choice),
+            "tool_choice": responses_tool_choice(choice),
             "parallel_tool_calls": req.parallel_tool_calls,
             "max_completion_tokens": req.max_output_tokens,
             "temperature": req.temperature,
@@ -464,6 +477,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         resp = job.base.model_copy(
             update={
                 "status": "incomplete" if incomplete else "completed",
+                "completed_at": None if incomplete else int(time.time()),
                 "incomplete_details": IncompleteDetails() if incomplete else None,
                 "output": items,
                 "usage": usage,

@@ -2,7 +2,8 @@
 ``GET /v1/responses/{id}/input_items`` and ``POST /v1/responses/{id}/cancel``, over the server's
 in-memory store of responses (:mod:`.responses_store`, filled by ``POST /v1/responses``:
 :mod:`.serving_responses`). An unknown id is a 404 in OpenAI's error shape (``param:
-"response_id"``); cancelling a stored response is a 400, since no response runs in the background.
+"response_id"``); cancelling a stored response, or streaming it (``GET ...?stream=true``, OpenAI's
+resumable stream of a background response), is a 400, since no response runs in the background.
 """
 
 from __future__ import annotations
@@ -47,10 +48,21 @@ class StoredResponsesMixin:
         return entry
 
     async def retrieve_response(self, request: Request, response_id: str) -> Response:
-        """``GET /v1/responses/{response_id}``: a stored response, else 404."""
+        """``GET /v1/responses/{response_id}``: a stored response, else 404. ``stream=true`` (with
+        ``starting_after``: OpenAI's resumption of a ``background`` response's event stream) is a
+        400 naming ``stream``: this server runs no background response, so there is no stream
+        to rejoin, and a JSON body would leave a client that reads events with none."""
         entry = self._stored(request, response_id)
         if isinstance(entry, Response):
             return entry
+        if request.query_params.get("stream", "").lower() in ("true", "1"):
+            return error_response(
+                "Cannot stream a synchronous response: only responses created with background=true "
+                "can be streamed by GET, and this server runs none; GET it without stream (it is "
+                "finished), or set stream on its POST.",
+                400,
+                param="stream",
+            )
         return JSONResponse(entry.response)
 
     async def list_input_items(self, request: Request, response_id: str) -> Response:
