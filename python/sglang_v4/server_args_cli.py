@@ -89,6 +89,12 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Key of the admin routes (/flush_cache, /abort_request); they then refuse --api-key.",
     )
+    a(
+        "--root-path",
+        type=str,
+        default="",
+        help="Path prefix of the API behind a reverse proxy (e.g. /my-model): routes answer with and without it.",
+    )
     a("--ssl-certfile", type=str, default=None, help="Serve HTTPS with this PEM certificate (chain).")
     a("--ssl-keyfile", type=str, default=None, help="The certificate's PEM private key.")
     a("--ssl-ca-certs", type=str, default=None, help="PEM CA bundle that verifies client certificates.")

@@ -23,6 +23,10 @@ in this order:
    request quietly: nothing was parsed or queued, and there is no one to answer. (Starlette's
    ``Request.body()`` raises ``ClientDisconnect``, which uvicorn would log as an ASGI error.)
 
+The routes are told by their path without the ``--root-path`` prefix
+(:func:`~sglang_v4.entrypoints.root_path.route_path`): ``/my-model/health`` is as open as
+``/health``, ``/my-model/flush_cache`` as guarded as ``/flush_cache``.
+
 Errors are JSON in the route family's shape: under ``/v1/`` SGLang's ``{"object": "error",
 "message", "type", "param", "code"}`` plus OpenAI's nested ``"error"`` object
 (:func:`~sglang_v4.entrypoints.openai.protocol.error_body`), elsewhere SGLang's ``{"error":
@@ -69,6 +73,7 @@ import uvicorn
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from sglang_v4.entrypoints.root_path import route_path
 from sglang_v4.entrypoints.route_errors import route_error_body, wants_anthropic_errors
 
 logger = logging.getLogger(__name__)
@@ -158,7 +163,7 @@ class _BodyTimeout(Exception):
 
 def _anthropic_shaped(scope: dict[str, Any]) -> bool:
     """Whether the errors of this request take Anthropic's shape (module docstring)."""
-    return wants_anthropic_errors(scope.get("path", ""), (k for k, _ in scope.get("headers", ())))
+    return wants_anthropic_errors(route_path(scope), (k for k, _ in scope.get("headers", ())))
 
 
 async def _send_error(send: Any, path: str, status: int, message: str, anthropic: bool | None = None) -> None:
@@ -198,7 +203,7 @@ class AdmissionMiddleware:
 
     def _authorized(self, scope: dict[str, Any]) -> bool:
         expected = self.expected
-        if self.admin_expected is not None and scope.get("path", "") in ADMIN_ROUTES:
+        if self.admin_expected is not None and route_path(scope) in ADMIN_ROUTES:
             expected = self.admin_expected
         if expected is None:
             return True
@@ -218,7 +223,7 @@ class AdmissionMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
+        path = route_path(scope)  # the route, without the --root-path prefix (root_path.py)
         open_route = path in OPEN_ROUTES or scope.get("method") == "OPTIONS"
         if not open_route and self.is_draining():
             await _send_error(send, path, 503, "The server is shutting down.", _anthropic_shaped(scope))

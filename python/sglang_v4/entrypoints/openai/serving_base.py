@@ -68,6 +68,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (  # re-exported: publi
 )
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
 from sglang_v4.entrypoints.openai.vllm_fields import check_refused_fields, check_vllm_fields
+from sglang_v4.entrypoints.root_path import route_path
 from sglang_v4.managers.tokenization import LogprobVolumeError
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import byte_level_token_bytes
@@ -105,7 +106,7 @@ def dp_rank_header_pin(request: Request) -> bool:
     Raises:
         RequestError: 400: the header is not an integer (SGLang's message), or names another rank.
     """
-    if request.url.path not in DP_RANK_HEADER_ROUTES:
+    if route_path(request.scope) not in DP_RANK_HEADER_ROUTES:
         return False
     try:
         return dp_rank_from_header(request.headers.get(DP_RANK_HEADER)) is not None
