@@ -41,6 +41,7 @@ PREFIX = "/my-model"
 #: Prometheus' scrape-timeout header: the scheduler (never answering here) is waited 0.1 s for.
 SCRAPE = {"X-Prometheus-Scrape-Timeout-Seconds": "0.2"}
 NAME = "fake-v4"
+SLASH_NAME = "org/fake-v4"  # a hub-style alias: the id holds a "/"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 CONTEXT = 4096
@@ -71,7 +72,7 @@ def prefixed_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     model = make_fake_model_dir(Path(tmp_path_factory.mktemp("admin21")))
     sa = _parse(
         [
-            "--model-path", str(model), "--served-model-name", NAME, "--fastapi-root-path", PREFIX + "/",
+            "--model-path", str(model), "--served-model-name", NAME, SLASH_NAME, "--fastapi-root-path", PREFIX + "/",
             "--api-key", KEY, "--admin-api-key", ADMIN_KEY, "--enable-metrics",
         ]
     )  # fmt: skip
@@ -88,7 +89,7 @@ def prefixed_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         state.tokenizer_manager = tm
         state.openai_serving = mount_openai(app, tm, sa)
         tm.server_status = "Up"
-        yield TestClient(app), sa
+        yield TestClient(app), sa, tm
     finally:
         tm.close()
         inbox.close(linger=0)
@@ -106,12 +107,12 @@ def test_sglang_5879_fastapi_root_path_serves_prefixed_and_bare_paths(prefixed_a
     client parses the card; ``/openapi.json`` lists ``/my-model`` as its server (FastAPI's
     documented ``root_path`` behaviour), and a path outside the prefix's segment is not taken
     for it."""
-    client, sa = prefixed_app
+    client, sa, _ = prefixed_app
     assert sa.root_path == PREFIX
     bare = client.get("/v1/models", headers=AUTH)
     prefixed = client.get(PREFIX + "/v1/models", headers=AUTH)
     assert bare.status_code == prefixed.status_code == 200, (bare.text, prefixed.text)
-    assert [Model.model_validate(c).id for c in prefixed.json()["data"]] == [NAME]
+    assert [Model.model_validate(c).id for c in prefixed.json()["data"]] == [NAME, SLASH_NAME]
     assert prefixed.json()["data"] == bare.json()["data"]
     assert client.get(PREFIX + "/get_model_info", headers=AUTH).json()["served_model_name"] == NAME
     doc = client.get(PREFIX + "/openapi.json", headers=AUTH)
@@ -135,7 +136,7 @@ def test_vllm_10172_root_path_flag_and_route_rules_under_the_prefix(prefixed_app
     for bad in ("p", "/a b", "/a?x", "//p"):
         with pytest.raises(ValueError, match="root_path"):
             ServerArgs(model_path=None, device="cpu", root_path=bad)
-    client, _ = prefixed_app
+    client, _, _ = prefixed_app
     for base in ("", PREFIX):
         assert client.get(base + "/health").status_code == 200
         assert client.get(base + "/metrics", headers=SCRAPE).status_code == 200
@@ -145,6 +146,27 @@ def test_vllm_10172_root_path_flag_and_route_rules_under_the_prefix(prefixed_app
     for base in ("", PREFIX):  # a bad timeout: past the key check, answered before the scheduler
         assert client.post(base + "/flush_cache?timeout=x", headers=AUTH).status_code == 401
         assert client.post(base + "/flush_cache?timeout=x", headers=ADMIN_AUTH).status_code == 400
+
+
+def test_ollama_10139_model_id_with_a_slash_is_retrievable_through_the_client(prefixed_app: Any) -> None:
+    """ollama/ollama#10139 (also BerriAI/litellm#37271): a model listed as ``org/name`` could not
+    be fetched back with ``GET /v1/models/org/name`` (404, percent-encoded or not). Expected: the
+    ``openai`` client, pointed at the prefixed base URL, lists both served names and retrieves
+    each, the slashed one included, as the card the listing gave; the slash sent percent-encoded
+    (``org%2Ffake-v4``) answers the same card; an unknown id is the client's ``NotFoundError``."""
+    from openai_fake_tm import oai_client
+
+    client, _, _ = prefixed_app
+    oai = oai_client(client, KEY)
+    oai.base_url = f"http://testserver{PREFIX}/v1"
+    listed = {m.id: m for m in oai.models.list().data}
+    assert list(listed) == [NAME, SLASH_NAME]
+    for name in (NAME, SLASH_NAME):
+        assert oai.models.retrieve(name) == listed[name]
+    encoded = client.get(PREFIX + "/v1/models/org%2Ffake-v4", headers=AUTH)
+    assert encoded.status_code == 200 and Model.model_validate(encoded.json()) == listed[SLASH_NAME]
+    with pytest.raises(openai.NotFoundError):
+        oai.models.retrieve("org/other")
 
 
 # --------------------------------------------------------------------------- secrets
@@ -172,6 +194,27 @@ def test_sglang_37457_server_args_repr_hides_the_keys() -> None:
     assert all(d[k] != v and v not in str(d) for k, v in secrets.items())
 
 
+def test_sglang_30166_server_info_shows_no_key_to_any_caller(prefixed_app: Any, monkeypatch: Any) -> None:
+    """sgl-project/sglang#30166: ``/server_info`` serialized the whole ``ServerArgs``, so a caller
+    with the plain key read the admin key. Expected: ``/get_server_info`` and ``/server_info``,
+    asked with the plain key, prefixed or not, answer the arguments (``served_model_name``,
+    ``root_path``) with neither key anywhere in the body; without a key they are a 401."""
+    client, sa, tm = prefixed_app
+
+    async def no_live_state() -> dict[str, Any]:  # the scheduler of the fixture never answers
+        return {}
+
+    monkeypatch.setattr(tm, "get_internal_state", no_live_state)
+    for base in ("", PREFIX):
+        assert client.get(base + "/get_server_info").status_code == 401
+        for route in ("/get_server_info", "/server_info"):
+            r = client.get(base + route, headers=AUTH)
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert (body["served_model_name"], body["root_path"]) == (sa.served_model_name, PREFIX)
+            assert KEY not in r.text and ADMIN_KEY not in r.text
+
+
 # --------------------------------------------------------------------------- /metrics
 
 
@@ -182,7 +225,7 @@ def test_sglang_3443_metrics_open_to_prometheus_under_api_key(prefixed_app: Any)
     ``sglang:`` families; a wrong key on it is no reason to refuse either."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    client, _ = prefixed_app
+    client, _, _ = prefixed_app
     for base in ("", PREFIX):
         for headers in ({}, {"Authorization": "Bearer wrong"}):
             r = client.get(base + "/metrics", headers={**SCRAPE, **headers})
