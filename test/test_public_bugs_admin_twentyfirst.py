@@ -169,6 +169,30 @@ def test_ollama_10139_model_id_with_a_slash_is_retrievable_through_the_client(pr
         oai.models.retrieve("org/other")
 
 
+# --------------------------------------------------------------------------- graceful shutdown
+
+
+def test_vllm_34730_shutdown_timeout_is_the_drain_time(capsys: pytest.CaptureFixture[str]) -> None:
+    """vllm-project/vllm#34730 (re-applied by vllm-project/vllm#36666): vLLM's
+    ``--shutdown-timeout SECONDS`` lets in-flight requests finish for up to that long after
+    SIGTERM, ``0`` aborting them at once. Expected: the flag is accepted as the same setting as
+    ``--graceful-shutdown-timeout`` (30 and 0 stored as given, the default unchanged without it);
+    a negative time is refused naming the setting, as the native spelling is."""
+    from sglang_v4.launch_server import main
+
+    assert _parse(["--shutdown-timeout", "30"]).graceful_shutdown_timeout == 30.0
+    assert _parse(["--shutdown-timeout", "0"]).graceful_shutdown_timeout == 0.0
+    assert (
+        _parse([]).graceful_shutdown_timeout
+        == _parse(["--graceful-shutdown-timeout", "5"]).graceful_shutdown_timeout
+    )
+    for flag in ("--shutdown-timeout", "--graceful-shutdown-timeout"):
+        with pytest.raises(SystemExit) as e:
+            main(["--model-path", "m", "--device", "cpu", flag, "-1"])
+        assert e.value.code != 0
+        assert "graceful_shutdown_timeout" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- secrets
 
 
