@@ -1,20 +1,24 @@
 """A twenty-first set of public bug reports, replayed against the server's administration surface:
 serving under a reverse proxy's path prefix (SGLang's ``--fastapi-root-path``, vLLM's
 ``--root-path``) with the API-key, admin-key and error-shape rules unchanged under the prefix,
-the secrets of the server arguments kept out of their ``repr``, and ``/metrics`` left open to
-Prometheus under ``--api-key``. Each test names its report.
+model ids holding a ``/``, the secrets of the server arguments kept out of their ``repr`` and of
+``/server_info``, the ``Bearer`` scheme in any case, vLLM's ``--shutdown-timeout``, and
+``/metrics`` left open to Prometheus under ``--api-key``. Each test names its report.
 
 Faults found here and fixed: ``--fastapi-root-path`` was refused and ``--root-path`` unknown (a
 server behind a prefix-forwarding proxy could not be run); the route checks read the raw path, so
 under a prefix the probes would have needed the key and the admin routes taken the plain key; the
 ``repr`` of ``ServerArgs`` (a logged or printed one) showed ``api_key``, ``admin_api_key`` and
-``ssl_keyfile_password``.
+``ssl_keyfile_password``; the OpenAI routes' second key check refused ``Bearer`` followed by two
+spaces and a padded ``x-api-key``, which the middleware accepted; vLLM's ``--shutdown-timeout`` was
+an unrecognized argument.
 
 Fixtures: the app of ``http_server.create_app`` in-process (no lifespan) over a
 ``TokenizerManager`` whose scheduler socket is read and never answered (``--api-key``,
-``--admin-api-key``, ``--enable-metrics``, ``--fastapi-root-path``). Oracles: the ``openai``
-client's types, ``prometheus_client``'s text parser, the same request on the bare path, FastAPI's
-documented ``root_path`` behaviour (the prefix listed as the OpenAPI server).
+``--admin-api-key``, ``--enable-metrics``, ``--fastapi-root-path``, two served names). Oracles:
+the ``openai`` client (its types, ``models.retrieve``, ``NotFoundError``), ``prometheus_client``'s
+text parser, the same request on the bare path, FastAPI's documented ``root_path`` behaviour (the
+prefix listed as the OpenAPI server), RFC 9110 (the authentication scheme is case-insensitive).
 """
 
 from __future__ import annotations
@@ -167,6 +171,27 @@ def test_ollama_10139_model_id_with_a_slash_is_retrievable_through_the_client(pr
     assert encoded.status_code == 200 and Model.model_validate(encoded.json()) == listed[SLASH_NAME]
     with pytest.raises(openai.NotFoundError):
         oai.models.retrieve("org/other")
+
+
+def test_tower_mcp_1289_bearer_scheme_any_case_and_exact_open_paths(prefixed_app: Any) -> None:
+    """joshrotenberg/tower-mcp#1289: the key check matched a literal ``"Bearer "``, so
+    ``authorization: bearer KEY`` (RFC 9110 section 11.1: the scheme is case-insensitive) was a
+    401; and an open-path test by prefix would let ``/healthz-internal`` through as ``/health``.
+    Found here: the OpenAI routes checked the key a second time by their own rule, which refused
+    ``Bearer`` followed by two spaces (and a padded ``x-api-key``) that the middleware accepted;
+    both now share one rule. Expected: ``bearer``, ``BEARER``, ``Bearer`` with two spaces and a
+    padded ``x-api-key`` reach ``/v1/models`` (200);
+    the key itself is compared exactly (another case, a suffix, another scheme, the bare key:
+    401); ``/healthz`` and ``/health-x`` (prefixed or not) are not open: 401 without a key."""
+    client, _, _ = prefixed_app
+    for auth in (f"bearer {KEY}", f"BEARER {KEY}", f"Bearer  {KEY}"):
+        assert client.get("/v1/models", headers={"Authorization": auth}).status_code == 200, auth
+    assert client.get("/v1/models", headers={"x-api-key": f" {KEY} "}).status_code == 200
+    for auth in (f"Bearer {KEY.upper()}", f"Bearer {KEY}x", f"Basic {KEY}", KEY, "Bearer"):
+        assert client.get("/v1/models", headers={"Authorization": auth}).status_code == 401, auth
+    for base in ("", PREFIX):
+        for path in ("/healthz", "/health-x", "/metricsx"):
+            assert client.get(base + path).status_code == 401, base + path
 
 
 # --------------------------------------------------------------------------- graceful shutdown

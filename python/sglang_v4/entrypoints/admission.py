@@ -65,7 +65,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +85,7 @@ FAIL_GRACE_S = 1.0
 __all__ = [
     "AdmissionLimits",
     "AdmissionMiddleware",
+    "api_key_matches",
     "DrainingServer",
     "HeaderTimeoutH11Protocol",
     "drain_in_flight",
@@ -175,6 +176,25 @@ async def _send_error(send: Any, path: str, status: int, message: str, anthropic
     await send({"type": "http.response.body", "body": body})
 
 
+def api_key_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> bool:
+    """Whether the raw ASGI ``headers`` (lower-case names) carry the key ``expected``: the first
+    ``Authorization`` as ``Bearer KEY`` (the scheme in any case, RFC 9110 section 11.1; spaces
+    around the key ignored) or the first ``x-api-key`` (Anthropic's header) as ``KEY``. The key
+    itself is compared exactly, in constant time (``hmac.compare_digest``). One rule for the
+    middleware and the routes that check the key again."""
+    auth = b""
+    x_key: bytes | None = None
+    for k, v in headers:
+        if k == b"authorization" and not auth:
+            auth = v
+        elif k == b"x-api-key" and x_key is None:
+            x_key = v
+    scheme, _, token = auth.partition(b" ")
+    # compare_digest runs in time independent of where the bytes differ
+    bearer = hmac.compare_digest(token.strip(), expected) and scheme.lower() == b"bearer"
+    return (x_key is not None and hmac.compare_digest(x_key.strip(), expected)) or bearer
+
+
 class AdmissionMiddleware:
     """ASGI middleware applying the checks of the module docstring to every HTTP request.
 
@@ -207,17 +227,7 @@ class AdmissionMiddleware:
             expected = self.admin_expected
         if expected is None:
             return True
-        auth = b""
-        x_key: bytes | None = None
-        for k, v in scope.get("headers", ()):
-            if k == b"authorization" and not auth:
-                auth = v
-            elif k == b"x-api-key" and x_key is None:
-                x_key = v
-        scheme, _, token = auth.partition(b" ")
-        # compare_digest runs in time independent of where the bytes differ
-        bearer = hmac.compare_digest(token.strip(), expected) and scheme.lower() == b"bearer"
-        return (x_key is not None and hmac.compare_digest(x_key.strip(), expected)) or bearer
+        return api_key_matches(scope.get("headers", ()), expected)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
