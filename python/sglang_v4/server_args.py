@@ -106,16 +106,23 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     # HTTP.
     host: str = "127.0.0.1"
     port: int = 30000
-    api_key: str | None = None
+    #: The secrets (``api_key``, ``admin_api_key``, ``ssl_keyfile_password``) are left out of the
+    #: ``repr`` (a logged or printed ``ServerArgs`` shows none) and masked by :meth:`to_dict`.
+    api_key: str | None = field(default=None, repr=False)
     #: SGLang's ``--admin-api-key``: the key of the admin routes (``/flush_cache``,
     #: ``/abort_request``), which then do not accept ``api_key`` (``entrypoints/admission.py``).
-    admin_api_key: str | None = None
+    admin_api_key: str | None = field(default=None, repr=False)
+    #: The path prefix a reverse proxy serves the API under (vLLM's ``--root-path``, SGLang's
+    #: ``--fastapi-root-path``; ASGI's ``root_path``): the routes answer both with it
+    #: (``/my-model/v1/models``) and without it (a proxy that strips it), and ``/openapi.json``
+    #: names it as its server. ``""``: served at the root.
+    root_path: str = ""
     #: HTTPS (SGLang's ``--ssl-*``, handed to uvicorn): a PEM certificate chain and its private key
     #: (both or neither), the CA bundle that verifies client certificates, the key's password.
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     ssl_ca_certs: str | None = None
-    ssl_keyfile_password: str | None = None
+    ssl_keyfile_password: str | None = field(default=None, repr=False)
     # Device and dtypes.
     device: str = "auto"
     dtype: str = "auto"

@@ -5,8 +5,8 @@
 Run by ``ServerArgs.__post_init__`` (through ``ServerArgs.check``) after the ``auto`` values are
 resolved, so ``Engine(**kwargs)`` and the command line (:mod:`sglang_v4.server_args_cli`) are
 refused with the same messages. A few fields are normalised while checked: the parser names to
-their canonical spelling, ``default_chat_template_kwargs`` and ``preferred_sampling_params`` from
-JSON text to dicts.
+their canonical spelling, ``root_path`` without its trailing ``/``, ``default_chat_template_kwargs``
+and ``preferred_sampling_params`` from JSON text to dicts.
 """
 
 from __future__ import annotations
@@ -115,6 +115,29 @@ def _nonnegative_int(args: ServerArgs, name: str) -> None:
         raise ValueError(f"{name} must be an integer >= 0 (got {value!r})")
 
 
+def normalize_root_path(root_path: object, name: str = "root_path") -> str:
+    """``--root-path`` (SGLang's ``--fastapi-root-path``) as ASGI's ``root_path`` wants it: ``""``
+    (``None``, ``""`` and ``"/"``: the root) or ``/segment[/segment...]`` without a trailing ``/``.
+
+    Raises:
+        ValueError: naming ``name`` (the field it came from): not a string, not starting with ``/``, or holding
+            whitespace, ``?``, ``#`` or an empty segment (``//``).
+    """
+    if root_path is None:
+        return ""
+    if not isinstance(root_path, str):
+        raise ValueError(f"{name} must be a string path such as '/my-model' (got {root_path!r})")
+    path = root_path.rstrip("/")
+    if not path:
+        return ""
+    if not path.startswith("/") or "//" in path or any(c.isspace() or c in "?#" for c in path):
+        raise ValueError(
+            f"{name} must be a URL path such as '/my-model': it starts with '/' and holds no "
+            f"whitespace, '?', '#' or empty segment (got {root_path!r})"
+        )
+    return path
+
+
 def check_server_args(args: ServerArgs) -> None:
     """Validate every field of ``args`` (resolved: ``device`` is ``cpu`` / ``cuda``), normalising
     the few listed in the module docstring in place.
@@ -216,6 +239,8 @@ def check_server_args(args: ServerArgs) -> None:
             f"log_requests_target {targets!r} is not supported: request lines go to the server log "
             "(stdout) only; pass stdout or redirect the server's output"
         )
+    from_sglang = bool(args.fastapi_root_path) and args.root_path == args.fastapi_root_path
+    args.root_path = normalize_root_path(args.root_path, "fastapi_root_path" if from_sglang else "root_path")
     if args.device == "cuda" and not cuda_available():
         raise ValueError("device='cuda' was requested but CUDA is not available")
     if not isinstance(args.skip_tokenizer_init, bool):

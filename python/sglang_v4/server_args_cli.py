@@ -89,6 +89,12 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Key of the admin routes (/flush_cache, /abort_request); they then refuse --api-key.",
     )
+    a(
+        "--root-path",
+        type=str,
+        default="",
+        help="Path prefix of the API behind a reverse proxy (e.g. /my-model): routes answer with and without it.",
+    )
     a("--ssl-certfile", type=str, default=None, help="Serve HTTPS with this PEM certificate (chain).")
     a("--ssl-keyfile", type=str, default=None, help="The certificate's PEM private key.")
     a("--ssl-ca-certs", type=str, default=None, help="PEM CA bundle that verifies client certificates.")
@@ -442,10 +448,12 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
     a("--watchdog-timeout", type=float, default=d["watchdog_timeout"].default)
     a(
         "--graceful-shutdown-timeout",
+        "--shutdown-timeout",
         type=float,
         default=d["graceful_shutdown_timeout"].default,
         help="On SIGTERM / SIGINT, stop admitting requests and let in-flight ones finish for up to "
         "this many seconds (then fail them with 503) before exiting with code 0; 0: no wait. Keep "
-        "it below the supervisor's kill timeout (Kubernetes: 30s by default).",
+        "it below the supervisor's kill timeout (Kubernetes: 30s by default). --shutdown-timeout "
+        "is vLLM's name of the same setting.",
     )
     add_sglang_cli_args(parser)

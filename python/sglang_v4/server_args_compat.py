@@ -126,7 +126,8 @@ def apply_sglang_semantics(args: Any) -> None:
     """Map the accepted SGLang flags whose meaning reaches a ``ServerArgs`` field, in place:
     ``enable_dp_attention`` with ``dp_size > 1`` -> ``dp_size = 1`` (module docstring);
     ``disable_decode_cuda_graph``, ``cuda_graph_backend_decode="disabled"`` or
-    ``cuda_graph_config={"decode": {"backend": "disabled"}}`` -> ``disable_cuda_graph = True``.
+    ``cuda_graph_config={"decode": {"backend": "disabled"}}`` -> ``disable_cuda_graph = True``;
+    ``fastapi_root_path`` -> ``root_path`` (when that is not set itself).
 
     Raises:
         ValueError: naming ``cuda_graph_backend_decode`` / ``cuda_graph_config`` when a backend is
@@ -143,6 +144,8 @@ def apply_sglang_semantics(args: Any) -> None:
     config_backend = _cuda_graph_config_decode_backend(args.cuda_graph_config)
     if args.disable_decode_cuda_graph or "disabled" in (backend, config_backend):
         args.disable_cuda_graph = True
+    if args.fastapi_root_path and not args.root_path:
+        args.root_path = args.fastapi_root_path
 
 
 def _cuda_graph_config_decode_backend(config: Any) -> str | None:

@@ -167,8 +167,8 @@ REFUSED_FLAGS: tuple[SGLangFlag, ...] = (
     ),
     SGLangFlag(
         "--fastapi-root-path",
-        UNSUPPORTED,
-        "serving under a path prefix is not supported: the routes are served at the root (/v1/...)",
+        MAPPED,
+        "= --root-path: the API's path prefix behind a reverse proxy",
         default="",
     ),
     SGLangFlag(

@@ -23,6 +23,10 @@ in this order:
    request quietly: nothing was parsed or queued, and there is no one to answer. (Starlette's
    ``Request.body()`` raises ``ClientDisconnect``, which uvicorn would log as an ASGI error.)
 
+The routes are told by their path without the ``--root-path`` prefix
+(:func:`~sglang_v4.entrypoints.root_path.route_path`): ``/my-model/health`` is as open as
+``/health``, ``/my-model/flush_cache`` as guarded as ``/flush_cache``.
+
 Errors are JSON in the route family's shape: under ``/v1/`` SGLang's ``{"object": "error",
 "message", "type", "param", "code"}`` plus OpenAI's nested ``"error"`` object
 (:func:`~sglang_v4.entrypoints.openai.protocol.error_body`), elsewhere SGLang's ``{"error":
@@ -61,7 +65,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +73,7 @@ import uvicorn
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from sglang_v4.entrypoints.root_path import route_path
 from sglang_v4.entrypoints.route_errors import route_error_body, wants_anthropic_errors
 
 logger = logging.getLogger(__name__)
@@ -80,6 +85,7 @@ FAIL_GRACE_S = 1.0
 __all__ = [
     "AdmissionLimits",
     "AdmissionMiddleware",
+    "api_key_matches",
     "DrainingServer",
     "HeaderTimeoutH11Protocol",
     "drain_in_flight",
@@ -158,7 +164,7 @@ class _BodyTimeout(Exception):
 
 def _anthropic_shaped(scope: dict[str, Any]) -> bool:
     """Whether the errors of this request take Anthropic's shape (module docstring)."""
-    return wants_anthropic_errors(scope.get("path", ""), (k for k, _ in scope.get("headers", ())))
+    return wants_anthropic_errors(route_path(scope), (k for k, _ in scope.get("headers", ())))
 
 
 async def _send_error(send: Any, path: str, status: int, message: str, anthropic: bool | None = None) -> None:
@@ -168,6 +174,25 @@ async def _send_error(send: Any, path: str, status: int, message: str, anthropic
         headers.append((b"connection", b"close"))  # the rest of the body is not read
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def api_key_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> bool:
+    """Whether the raw ASGI ``headers`` (lower-case names) carry the key ``expected``: the first
+    ``Authorization`` as ``Bearer KEY`` (the scheme in any case, RFC 9110 section 11.1; spaces
+    around the key ignored) or the first ``x-api-key`` (Anthropic's header) as ``KEY``. The key
+    itself is compared exactly, in constant time (``hmac.compare_digest``). One rule for the
+    middleware and the routes that check the key again."""
+    auth = b""
+    x_key: bytes | None = None
+    for k, v in headers:
+        if k == b"authorization" and not auth:
+            auth = v
+        elif k == b"x-api-key" and x_key is None:
+            x_key = v
+    scheme, _, token = auth.partition(b" ")
+    # compare_digest runs in time independent of where the bytes differ
+    bearer = hmac.compare_digest(token.strip(), expected) and scheme.lower() == b"bearer"
+    return (x_key is not None and hmac.compare_digest(x_key.strip(), expected)) or bearer
 
 
 class AdmissionMiddleware:
@@ -198,27 +223,17 @@ class AdmissionMiddleware:
 
     def _authorized(self, scope: dict[str, Any]) -> bool:
         expected = self.expected
-        if self.admin_expected is not None and scope.get("path", "") in ADMIN_ROUTES:
+        if self.admin_expected is not None and route_path(scope) in ADMIN_ROUTES:
             expected = self.admin_expected
         if expected is None:
             return True
-        auth = b""
-        x_key: bytes | None = None
-        for k, v in scope.get("headers", ()):
-            if k == b"authorization" and not auth:
-                auth = v
-            elif k == b"x-api-key" and x_key is None:
-                x_key = v
-        scheme, _, token = auth.partition(b" ")
-        # compare_digest runs in time independent of where the bytes differ
-        bearer = hmac.compare_digest(token.strip(), expected) and scheme.lower() == b"bearer"
-        return (x_key is not None and hmac.compare_digest(x_key.strip(), expected)) or bearer
+        return api_key_matches(scope.get("headers", ()), expected)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
+        path = route_path(scope)  # the route, without the --root-path prefix (root_path.py)
         open_route = path in OPEN_ROUTES or scope.get("method") == "OPTIONS"
         if not open_route and self.is_draining():
             await _send_error(send, path, 503, "The server is shutting down.", _anthropic_shaped(scope))

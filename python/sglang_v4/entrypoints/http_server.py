@@ -13,6 +13,11 @@ runtime-control routes (``/update_weights_from_disk``, ``/get_weights_by_name``,
 (``/v1/messages``, ``/v1/messages/count_tokens``, from ``entrypoints/anthropic``), mounted by
 :mod:`sglang_v4.entrypoints.route_families`.
 
+Behind a reverse proxy serving the API under a path prefix, ``--root-path /my-model`` (SGLang's
+``--fastapi-root-path``) makes every route answer both ``/my-model/...`` and the bare path, the
+open, admin and per-family rules unchanged (:mod:`sglang_v4.entrypoints.root_path`);
+``/openapi.json`` names the prefix as its server.
+
 Any origin may call the API from a browser (CORS, as SGLang: preflights answered, the headers on
 every response). Every answer carries the request id as ``x-request-id`` and ``request-id`` (the
 client's ``X-Request-Id`` echoed, else a fresh one: :mod:`sglang_v4.entrypoints.request_id`). Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and
@@ -244,7 +249,8 @@ def create_app(
             await state.openai_serving.close_batches(wait_s=STOP_GRACE_S)
         tm.close()
 
-    app = FastAPI(lifespan=lifespan)
+    # --root-path: the routes answer with and without the proxy's prefix (root_path.py)
+    app = FastAPI(lifespan=lifespan, root_path=server_args.root_path)
     install_openapi(app)  # /openapi.json with the routes' request bodies and error shape
     # Innermost: HEAD is answered as GET without the body on every GET route (head_requests.py).
     app.add_middleware(HeadAsGetMiddleware)

@@ -343,7 +343,10 @@ def install_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            # app.servers: FastAPI's /openapi.json route adds the --root-path prefix there first
+            doc = get_openapi(
+                title=app.title, version=app.version, routes=app.routes, servers=app.servers or None
+            )
             app.openapi_schema = _complete(doc, request_body_models())
         return app.openapi_schema
 

@@ -20,7 +20,6 @@ its clients use ``/generate`` with ``input_ids``. ``/v1/models`` still answers.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import time
@@ -31,6 +30,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from sglang_v4.entrypoints.admission import api_key_matches
 from sglang_v4.entrypoints.dp_rank_header import DP_RANK_HEADER, DP_RANK_HEADER_ROUTES, dp_rank_from_header
 from sglang_v4.entrypoints.openai.logprob_limits import max_logprobs_of
 from sglang_v4.entrypoints.openai.protocol import (
@@ -68,6 +68,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (  # re-exported: publi
 )
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
 from sglang_v4.entrypoints.openai.vllm_fields import check_refused_fields, check_vllm_fields
+from sglang_v4.entrypoints.root_path import route_path
 from sglang_v4.managers.tokenization import LogprobVolumeError
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import byte_level_token_bytes
@@ -105,7 +106,7 @@ def dp_rank_header_pin(request: Request) -> bool:
     Raises:
         RequestError: 400: the header is not an integer (SGLang's message), or names another rank.
     """
-    if request.url.path not in DP_RANK_HEADER_ROUTES:
+    if route_path(request.scope) not in DP_RANK_HEADER_ROUTES:
         return False
     try:
         return dp_rank_from_header(request.headers.get(DP_RANK_HEADER)) is not None
@@ -209,16 +210,11 @@ class OpenAIServingBase:
 
     def check_auth(self, request: Request) -> JSONResponse | None:
         """401 unless ``Authorization: Bearer <api_key>`` or ``x-api-key: <api_key>`` (Anthropic's
-        header) matches (constant-time) when a key is set."""
+        header) matches when a key is set: the admission middleware's rule
+        (:func:`~sglang_v4.entrypoints.admission.api_key_matches`)."""
         if not self.api_key:
             return None
-        auth = request.headers.get("authorization", "")
-        expected = str(self.api_key).encode()
-        given = auth[7:] if auth.lower().startswith("bearer ") else ""
-        ok = hmac.compare_digest(given.encode(), expected)
-        x_key = request.headers.get("x-api-key")
-        ok = (x_key is not None and hmac.compare_digest(x_key.encode(), expected)) or ok
-        if not ok:
+        if not api_key_matches(request.scope.get("headers", ()), str(self.api_key).encode()):
             return error_response("Unauthorized: invalid or missing API key.", 401)
         return None
 
