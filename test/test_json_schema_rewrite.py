@@ -123,7 +123,7 @@ def _nested(levels: int, wrap) -> dict:
 _WRAPS = {
     "properties": lambda s: {"type": "object", "properties": {"a": s}, "required": ["a"]},
     "items": lambda s: {"type": "array", "items": s},
-    "anyOf": lambda s: {"type": "object", "anyOf": [s, {"type": "null"}]},
+    "anyOf": lambda s: {"anyOf": [s, {"type": "null"}]},  # no node type: every level satisfiable
 }
 
 

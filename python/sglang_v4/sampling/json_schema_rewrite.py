@@ -76,6 +76,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sglang_v4.sampling.json_schema_alternatives import with_node_keywords
 from sglang_v4.sampling.json_schema_bounds import rewrite_numeric_bounds
 from sglang_v4.sampling.json_schema_false import drop_false_properties
 from sglang_v4.sampling.json_schema_regex import search_as_full_match
@@ -241,9 +242,10 @@ def _with_parent_keys(parent: dict[str, Any], branch: Any) -> Any:
 
 
 def _rewrite_alternatives(parent: dict[str, Any], key: str, path: str) -> list[Any]:
-    """The rewritten ``anyOf`` / ``oneOf`` list of ``parent`` (its object keywords merged into
-    the object branches when ``parent`` is an object schema: :func:`_with_parent_keys`). A branch
-    no object satisfies is dropped (the others may still match).
+    """The rewritten ``anyOf`` / ``oneOf`` list of ``parent``: its ``type`` and scalar keywords
+    applied to each branch (:func:`with_node_keywords`), its object keywords merged into the
+    object branches when ``parent`` is an object schema (:func:`_with_parent_keys`). A branch no
+    value satisfies is dropped (the others may still match).
 
     Raises:
         ValueError: no branch can be satisfied.
@@ -251,6 +253,13 @@ def _rewrite_alternatives(parent: dict[str, Any], key: str, path: str) -> list[A
     merge = parent.get("type") == "object"
     kept, error = [], None
     for i, branch in enumerate(parent[key]):
+        narrowed = with_node_keywords(parent, branch)
+        if narrowed is False and branch is not False:
+            error = error or ValueError(
+                f"{path}.{key}[{i}]: its 'type' shares no value with the node's 'type'."
+            )
+            continue
+        branch = narrowed
         if branch is False:  # matches nothing: the other branches mean the same without it
             error = error or ValueError(f"{path}.{key}[{i}]: the schema false matches no value.")
             continue
