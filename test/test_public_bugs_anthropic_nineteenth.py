@@ -139,7 +139,7 @@ def test_streamed_message_start_carries_the_input_usage(
     assert start["output_tokens"] == 0
     assert _message_delta(events)["usage"]["output_tokens"] == body["usage"]["output_tokens"]
     n_prompt = len(tm.received[-1].input_ids)
-    assert body["usage"]["input_tokens"] + (body["usage"]["cache_read_input_tokens"] or 0) == n_prompt
+    assert body["usage"]["input_tokens"] + body["usage"].get("cache_read_input_tokens", 0) == n_prompt
     with client.messages.stream(model=MODEL, max_tokens=100, messages=USER) as s:
         final = s.get_final_message()
     assert {k: getattr(final.usage, k) for k in body["usage"]} == body["usage"]

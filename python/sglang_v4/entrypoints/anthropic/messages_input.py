@@ -141,7 +141,9 @@ def _tool_result_text(block: Mapping[str, Any], field: str) -> str:
 
     Raises:
         RequestError: 400 naming ``{field}.content`` (not a string or a list of text and
-            ``tool_reference`` blocks), a ``tool_reference`` without a non-empty ``tool_name``, or
+            ``tool_reference`` blocks; an ``image`` or ``document`` item is refused as in a
+            message: the model reads text only), a ``tool_reference`` without a non-empty
+            ``tool_name``, or
             ``{field}.is_error`` (not a boolean).
     """
     content = block.get("content", "")
@@ -154,6 +156,8 @@ def _tool_result_text(block: Mapping[str, Any], field: str) -> str:
                 _block_str(b, "tool_name", where, non_empty=True)  # checked, adds no text
             elif b.get("type") == "text":
                 texts.append(_block_str(b, "text", where))
+            elif b.get("type") in _NON_TEXT_BLOCKS:
+                raise _unsupported_block(b.get("type"), where, "user")
             else:
                 raise _error(
                     f"{where}.type",
@@ -168,8 +172,13 @@ def _tool_result_text(block: Mapping[str, Any], field: str) -> str:
     return text
 
 
+#: Content blocks the model cannot read (it reads text only): refused by name wherever they come,
+#: a message's content or a tool result's, never dropped from the prompt.
+_NON_TEXT_BLOCKS = ("image", "document", "search_result", "container_upload")
+
+
 def _unsupported_block(kind: Any, field: str, role: str) -> RequestError:
-    if kind in ("image", "document", "search_result", "container_upload"):
+    if kind in _NON_TEXT_BLOCKS:
         return _error(f"{field}.type", f"{kind!r} blocks are not supported (the model reads text only).")
     allowed = "text, tool_result" if role == "user" else "text, thinking, redacted_thinking, tool_use"
     return _error(f"{field}.type", f"a {role} message takes {allowed} blocks; got {kind!r}.")

@@ -15,7 +15,7 @@ import hashlib
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from sglang_v4.entrypoints.openai.protocol import _Req
 
@@ -178,12 +178,21 @@ class MessagesUsage(BaseModel):
     from the prefix cache; with ``--enable-cache-report`` those are ``cache_read_input_tokens``
     (Anthropic's split: the prompt is their sum), otherwise ``input_tokens`` is the whole
     prompt. ``output_tokens`` counts every generated token, reasoning and tool-call markup
-    included."""
+    included.
+
+    Without ``--enable-cache-report`` the cache counts are unknown: the two cache keys are left
+    out of every ``usage`` (the message, ``message_start``, ``message_delta``), never sent as
+    ``null``, so each count a client reads is an integer and the three usages have the same keys.
+    """
 
     input_tokens: int
     output_tokens: int
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _unknown_counts_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class AnthropicMessage(BaseModel):
