@@ -47,6 +47,29 @@ def sched(sched_model_dir: str) -> Any:
     return make_scheduler(sched_model_dir)
 
 
+@pytest.fixture(scope="module")
+def chunked_sched(sched_model_dir: str) -> Any:
+    """Another in-process ``Scheduler`` on the same model, prefilling in 256-token chunks."""
+    from scheduler_testutil import make_scheduler
+
+    return make_scheduler(sched_model_dir, chunked_prefill_size=PAGE)
+
+
+@pytest.fixture(scope="module")
+def chunk_case(sched: Any) -> tuple[list[int], dict[str, Any], dict[str, Any]]:
+    """A 600-token prompt, the logprob options of the chunked-prefill tests, and the result of
+    that request on :func:`sched` (which prefills it whole): the oracle."""
+    from dsv4_testutil import random_ids
+    from scheduler_testutil import submit
+
+    ids = random_ids(600, seed=3157)
+    kw = dict(return_logprob=True, logprob_start_len=100, top_logprobs_num=3, token_ids_logprob=[1, 2])
+    submit(sched, "whole", ids, 3, **kw)
+    want = drain_logprobs(sched)["whole"]
+    assert sched.flush_cache()
+    return ids, kw, want
+
+
 def post(server: Any, path: str, body: dict[str, Any]) -> requests.Response:
     """``POST path`` with a JSON ``body``."""
     return requests.post(server.url + path, json=body, timeout=60)
@@ -161,6 +184,38 @@ def test_strands_sglang_34_logprob_start_len_past_a_cached_prefix_reuses_it(sche
     assert got["ids"] == full["ids"]
     assert got["lp"] == pytest.approx(full["lp"], abs=1e-4)
     assert sched.flush_cache()
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_sglang_3157_2403_prompt_logprobs_survive_chunked_prefill(
+    chunked_sched: Any, chunk_case: Any, streamed: bool
+) -> None:
+    """sgl-project/sglang#3157 (input logprobs with chunked prefill: a prompt prefilled in several
+    chunks must return the same prompt logprobs as one prefill) and sgl-project/sglang#2403
+    (logprob streaming + chunked prefill sent wrong pieces): a 600-token prompt prefilled in
+    256-token chunks, with prompt logprobs from position 100, top-3 candidates and
+    ``token_ids_logprob``, streamed or not, returns one entry per position ``100..599`` (each
+    list once, in order, across the messages) equal to the same request on a scheduler that
+    prefills it whole; the generated tokens and their logprobs are the same."""
+    from scheduler_testutil import submit
+
+    ids, kw, want = chunk_case
+    submit(chunked_sched, "chunked", ids, 3, stream=streamed, **kw)
+    got = drain_logprobs(chunked_sched)["chunked"]
+    assert chunked_sched.flush_cache()
+    assert got["in_ids"] == want["in_ids"] == ids[100:]
+    assert got["in_lp"][0] is None and want["in_lp"][0] is None
+    assert got["in_lp"][1:] == pytest.approx(want["in_lp"][1:], abs=1e-4)
+    for key in ("input_top_logprobs_val", "input_token_ids_logprobs_val"):
+        assert len(got[key]) == len(want[key]) == 500, key
+        assert got[key][0] is None and want[key][0] is None, key
+        flat_got = [v for pos in got[key][1:] for v in pos]
+        flat_want = [v for pos in want[key][1:] for v in pos]
+        assert [len(pos) for pos in got[key][1:]] == [len(pos) for pos in want[key][1:]], key
+        assert flat_got == pytest.approx(flat_want, abs=1e-4), key
+    assert got["input_top_logprobs_idx"][1:] == want["input_top_logprobs_idx"][1:]
+    assert got["ids"] == want["ids"]
+    assert got["lp"] == pytest.approx(want["lp"], abs=1e-4)
 
 
 def test_maxtext_2103_prompt_logprob_of_a_token_is_its_next_token_logprob_given_the_prefix(
