@@ -16,8 +16,10 @@ the route's error shape. A JSON body of ``/generate`` or of those routes pinning
 SGLang's ``routed_dp_rank`` / ``data_parallel_rank`` (:func:`body_dp_rank`) goes to that replica
 too, the pin set to ``0`` there (the router would send it to any replica, which refused any rank
 but its own 0); a pinned rank outside ``[0, dp_size)`` is the gateway's 400 in SGLang's words.
-``/get_load``, ``/abort_request`` and ``/metrics``, which the router lacks, are answered from every replica
-(:mod:`sglang_v4.entrypoints.dp_gateway_fanout`). A client that goes away cancels its handler (aiohttp's
+``/get_load``, ``/v1/loads``, ``/abort_request`` and ``/metrics``, which the router lacks, are answered from every replica
+(:mod:`sglang_v4.entrypoints.dp_gateway_fanout`); ``/flush_cache``, the runtime-control routes
+and ``/get_server_info``, which the router lacks or answers in its own shape, go to every replica
+too (:mod:`sglang_v4.entrypoints.dp_gateway_control`). A client that goes away cancels its handler (aiohttp's
 ``handler_cancellation``, :data:`GATEWAY_SERVER_OPTIONS`), which closes the router's request and
 so aborts the generation on the replica, streamed or not. An upstream that cannot be reached or
 drops the connection before answering is a 502 (the model routes try the next replica first, and
@@ -45,6 +47,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from sglang_v4.entrypoints.dp_gateway_control import add_control_routes
 from sglang_v4.entrypoints.dp_gateway_fanout import add_fanout_routes
 from sglang_v4.entrypoints.dp_rank_header import DP_RANK_HEADER, DP_RANK_HEADER_ROUTES, dp_rank_from_header
 from sglang_v4.entrypoints.route_errors import route_error_body, wants_anthropic_errors
@@ -274,6 +277,7 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
     for path in MODEL_ROUTES:
         app.router.add_get(path, models)
     add_fanout_routes(app, replicas, lambda: app[_SESSION], _forward_headers, _error)
+    add_control_routes(app, replicas, lambda: app[_SESSION], _forward_headers, _error)
     app.router.add_route("*", "/{tail:.*}", other)
     return app
 
