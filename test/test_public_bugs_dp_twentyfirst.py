@@ -6,7 +6,8 @@ All in this process: the gateway in front of a router stub and two replica stubs
 answers as ``sglang-router`` 0.3.2 answered in a run against two workers, one refusing its flush:
 ``/flush_cache`` a ``206`` ``{"status": "partial_success", ...}`` (``200`` ``{"status":
 "success", ...}`` when none refuses), ``/get_server_info`` its own ``{"router_manager",
-"routers_count", "workers_count"}`` reaching no worker, and 404 for ``/v1/loads``,
+"routers_count", "workers_count"}`` reaching no worker, ``/health_generate`` a 200 "At least one
+router has healthy workers" reaching no worker, and 404 for ``/v1/loads``,
 ``/update_weights_from_disk``, ``/pause_generation``, ``/continue_generation``. The replica stubs
 answer in a single server's shapes (SGLang's texts and fields) and record what reached them; a
 second gateway adds a rank nothing listens on (a replica that died).
@@ -126,7 +127,14 @@ def _replica(index: int, seen: list[dict[str, Any]], flags: dict[str, Any]) -> w
         envelope = {"timestamp": "t", "version": "0.1.0", "accelerator": None, "num_accelerators": 1}
         return web.json_response({**envelope, "loads": entries})
 
+    async def health_generate(request: web.Request) -> web.Response:
+        await record(request)  # open route, as on a single server
+        if index in flags["dead_scheduler"]:
+            return web.Response(status=503)  # SGLang's answer when no token comes back in time
+        return web.Response(status=200)
+
     app = web.Application()
+    app.router.add_get("/health_generate", health_generate)
     app.router.add_route("*", "/flush_cache", flush)
     app.router.add_get("/get_server_info", server_info)
     app.router.add_get("/server_info", server_info)
@@ -148,6 +156,8 @@ def _router(seen: list[dict[str, Any]], flags: dict[str, Any]) -> web.Applicatio
                 {"status": "partial_success" if failed else "success", "total_workers": 2},
                 status=206 if failed else 200,
             )
+        if request.path == "/health_generate":  # answered from its own registry, no generation
+            return web.Response(text="At least one router has healthy workers")
         if request.path == "/get_server_info":
             return web.json_response({"router_manager": True, "routers_count": 1, "workers_count": 2})
         return web.Response(status=404)
@@ -160,7 +170,7 @@ def _router(seen: list[dict[str, Any]], flags: dict[str, Any]) -> web.Applicatio
 @pytest.fixture(scope="module")
 def dp() -> Iterator[SimpleNamespace]:
     seen: list[dict[str, Any]] = []
-    flags: dict[str, Any] = {"refuse_flush": set(), "paused": set()}
+    flags: dict[str, Any] = {"refuse_flush": set(), "paused": set(), "dead_scheduler": set()}
     stops, urls = [], []
     for i in range(2):
         url, stop = _serve(_replica(i, seen, flags))
@@ -331,3 +341,24 @@ def test_inference_extension_2950_prometheus_loads_keep_every_rank(dp: SimpleNam
         ({"dp_rank": "0", "a": "b"}, 1.0),
         ({"dp_rank": "1"}, 2.0),
     ]
+
+
+def test_sglang_6624_health_generate_fails_when_one_rank_cannot_generate(dp: SimpleNamespace) -> None:
+    """sgl-project/sglang#6624: ``/health_generate`` kept answering 200 after the scheduler died.
+    ``sglang-router`` 0.3.2 answers it from its registry without generating anywhere. Through the
+    gateway every replica generates; one that cannot (its own 503) or cannot be reached makes the
+    probe fail, and a healthy group answers 200."""
+    n = len(dp.seen)
+    assert requests.get(dp.url + "/health_generate", timeout=10).status_code == 200
+    assert _reached(dp, n, "/health_generate") == ["0", "1"]
+    dp.flags["dead_scheduler"] = {1}
+    try:
+        direct = requests.get(dp.replicas[1] + "/health_generate", timeout=10)
+        r = requests.get(dp.url + "/health_generate", timeout=10)
+    finally:
+        dp.flags["dead_scheduler"] = set()
+    assert direct.status_code == 503
+    assert r.status_code == direct.status_code
+    r = requests.get(dp.url_dead + "/health_generate", timeout=10)
+    assert r.status_code == 503
+    assert "rank 2" in r.json()["error"]["message"]

@@ -1,6 +1,6 @@
 """Routes the ``--dp-size`` gateway sends to every replica because one server with ``dp_size``
 ranks applies them to all its ranks: ``/flush_cache``, the runtime-control routes, and
-``/get_server_info`` / ``/server_info``.
+``/get_server_info`` / ``/server_info``, and the health probes.
 
 ``sglang-router`` (0.3.2) has no runtime-control route on its port (``/update_weights_from_disk``,
 ``/pause_generation``, ... answer 404), answers ``/get_server_info`` with its own summary
@@ -19,6 +19,12 @@ all D ranks:
   ``Flush cache failed.``, a 400 naming a bad field, a 401 for a missing key), so a flush or a
   weight update that did not reach every rank is never reported as done. A replica that cannot
   be reached is a 502 naming its rank (the others did get the request).
+* ``GET /health`` and ``GET /health_generate`` (probes; ``HEAD`` too): every replica is asked
+  (``/health_generate`` makes each one generate a token); 200 with the first replica's answer when
+  every replica answers 200, otherwise the first other answer passed on, or a 503 naming a rank
+  that cannot be reached. The router answered ``/health_generate`` itself ("At least one router
+  has healthy workers") without generating on any replica, so a replica whose scheduler had died
+  still probed healthy.
 * ``GET /get_server_info`` and ``GET /server_info``: the first answering replica's server info
   (SGLang's fields: the server arguments, ``tokenizer_path``, ``max_total_num_tokens``, ...) with
   ``dp_size`` set to the number of replicas and ``internal_states`` listing every answering
@@ -42,7 +48,13 @@ from aiohttp import web
 
 from sglang_v4.entrypoints.dp_gateway_fanout import ask_replica, passed_on
 
-__all__ = ["BROADCAST_ROUTES", "SERVER_INFO_ROUTES", "add_control_routes", "merge_server_info"]
+__all__ = [
+    "BROADCAST_ROUTES",
+    "HEALTH_ROUTES",
+    "SERVER_INFO_ROUTES",
+    "add_control_routes",
+    "merge_server_info",
+]
 
 #: ``(path, methods)`` of the routes sent to every replica (the methods a single server accepts).
 BROADCAST_ROUTES = (
@@ -55,6 +67,9 @@ BROADCAST_ROUTES = (
     ("/configure_logging", ("GET", "POST")),
     ("/get_weight_version", ("GET",)),
 )
+
+#: The health probes answered 200 only when every replica answers 200.
+HEALTH_ROUTES = ("/health", "/health_generate")
 
 #: The server-info routes answered from every replica's info.
 SERVER_INFO_ROUTES = ("/get_server_info", "/server_info")
@@ -103,7 +118,8 @@ def add_control_routes(
     forward_headers: Callable[[Any], Any],
     error: Callable[[web.Request, int, str], web.Response],
 ) -> None:
-    """Add :data:`BROADCAST_ROUTES` and :data:`SERVER_INFO_ROUTES` to the gateway's ``app``
+    """Add :data:`BROADCAST_ROUTES`, :data:`HEALTH_ROUTES` and :data:`SERVER_INFO_ROUTES` to the
+    gateway's ``app``
     (module docstring).
 
     Args:
@@ -135,6 +151,15 @@ def add_control_routes(
             return passed_on(refused[0])
         return _summed_paused(done)
 
+    async def health(request: web.Request) -> web.Response:
+        answers = await ask_all(request)
+        for rank, answer in enumerate(answers):
+            if answer is None:
+                return error(request, 503, f"Data-parallel rank {rank} did not answer {request.path}.")
+        done = [a for a in answers if a is not None]
+        failing = [a for a in done if a[0] != 200]
+        return passed_on(failing[0] if failing else done[0])
+
     async def server_info(request: web.Request) -> web.Response:
         answers = await ask_all(request)
         infos: list[dict[str, Any]] = []
@@ -159,5 +184,7 @@ def add_control_routes(
     for path, methods in BROADCAST_ROUTES:
         for method in methods:
             app.router.add_route(method, path, broadcast)
+    for path in HEALTH_ROUTES:
+        app.router.add_get(path, health)
     for path in SERVER_INFO_ROUTES:
         app.router.add_get(path, server_info)
