@@ -29,8 +29,12 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, create_gateway_app
 from sglang_v4.entrypoints.dp_gateway_fanout import merge_metrics
+from sglang_v4.entrypoints.dp_rank_header import header_overrides_body_pins
+from sglang_v4.entrypoints.native_api import RequestError, check_dp_rank, parse_generate_body
 from test_dp_gateway import _free_port
 from test_dp_gateway import _serve_aiohttp as _serve
+from test_public_bugs_admin_twentieth import AUTH as ADMIN_AUTH
+from test_public_bugs_admin_twentieth import admin_app  # noqa: F401 - the fixture, used below
 
 pytestmark = pytest.mark.timeout(60)
 KEY = "k3y"
@@ -133,7 +137,22 @@ def _replica(index: int, seen: list[dict[str, Any]], flags: dict[str, Any]) -> w
             return web.Response(status=503)  # SGLang's answer when no token comes back in time
         return web.Response(status=200)
 
+    async def generate(request: web.Request) -> web.Response:
+        """``/generate`` and ``/v1/messages``: the body's rank pins checked against this replica's
+        one rank (``check_dp_rank``), as a replica that does not read the header checks them."""
+        if (denied := await record(request)) is not None:
+            return denied
+        body = json.loads(await request.read())
+        try:
+            for name in ("data_parallel_rank", "routed_dp_rank"):
+                check_dp_rank(name, body.get(name))
+        except RequestError as err:
+            return web.json_response({"error": {"message": str(err), "code": 400}}, status=400)
+        return web.json_response({"text": f"replica {index}", "meta_info": {"id": "r"}})
+
     app = web.Application()
+    app.router.add_post("/generate", generate)
+    app.router.add_post("/v1/messages", generate)
     app.router.add_get("/health_generate", health_generate)
     app.router.add_route("*", "/flush_cache", flush)
     app.router.add_get("/get_server_info", server_info)
@@ -156,6 +175,8 @@ def _router(seen: list[dict[str, Any]], flags: dict[str, Any]) -> web.Applicatio
                 {"status": "partial_success" if failed else "success", "total_workers": 2},
                 status=206 if failed else 200,
             )
+        if request.path == "/generate":  # an unpinned generation, served "by the router"
+            return web.json_response({"text": "router", "meta_info": {"id": "r"}})
         if request.path == "/health_generate":  # answered from its own registry, no generation
             return web.Response(text="At least one router has healthy workers")
         if request.path == "/get_server_info":
@@ -188,7 +209,7 @@ def dp() -> Iterator[SimpleNamespace]:
         stop()
 
 
-def _reached(dp: SimpleNamespace, n: int, path: str) -> list[Any]:
+def _reached(dp: SimpleNamespace, n: int, path: str) -> list[str]:
     """Who got ``path`` (its path and query) since record ``n``, in arrival order, sorted."""
     return sorted(str(e["replica"]) for e in dp.seen[n:] if e["path_qs"].split("?")[0] == path)
 
@@ -362,3 +383,52 @@ def test_sglang_6624_health_generate_fails_when_one_rank_cannot_generate(dp: Sim
     r = requests.get(dp.url_dead + "/health_generate", timeout=10)
     assert r.status_code == 503
     assert "rank 2" in r.json()["error"]["message"]
+
+
+def test_vllm_42330_header_pins_generate_and_messages_through_the_gateway(dp: SimpleNamespace) -> None:
+    """vllm-project/vllm#42330 (and sgl-project/sglang#38729's table): a generate route that does
+    not read ``X-Data-Parallel-Rank`` answers 200 from whichever rank the balancer picks, so a
+    router's pin is silently lost. Through the gateway the header pins ``/generate`` and
+    ``/v1/messages`` as it pins the OpenAI routes: replica ``k`` answers, the router is not
+    asked, the header wins over a body pin (sent on as 0, which the replica accepts), and a rank
+    the group does not have is a 400 naming ``dp_size``."""
+    for path in ("/generate", "/v1/messages"):
+        for rank in (1, 0):
+            n = len(dp.seen)
+            r = requests.post(
+                dp.url + path,
+                json={"text": "hi", "data_parallel_rank": 1 - rank},
+                headers={**AUTH, "X-Data-Parallel-Rank": str(rank)},
+                timeout=10,
+            )
+            assert (r.status_code, r.json()["text"]) == (200, f"replica {rank}")
+            got = [e for e in dp.seen[n:]]
+            assert [e["replica"] for e in got] == [rank]
+            assert json.loads(got[0]["body"]) == {"text": "hi", "data_parallel_rank": 0}
+    r = requests.post(
+        dp.url + "/generate", json={"text": "hi"}, headers={**AUTH, "X-Data-Parallel-Rank": "2"}, timeout=10
+    )
+    assert r.status_code == 400
+    assert "dp_size: 2" in r.json()["error"]["message"]
+    r = requests.post(dp.url + "/generate", json={"text": "hi"}, headers=AUTH, timeout=10)
+    assert r.json()["text"] == "router"  # no pin: the router's choice, as before
+
+
+def test_sglang_19832_generate_reads_the_header_on_a_single_server(admin_app: Any) -> None:  # noqa: F811
+    """sgl-project/sglang#19832 (the ``X-Data-Parallel-Rank`` header, vLLM's ``X-data-parallel-
+    rank``): the header outranks the body's ``routed_dp_rank``, a non-integer is a 400 "Invalid
+    X-Data-Parallel-Rank header: must be an integer", and the rank is checked against
+    ``dp_size``. A single server is one rank: on ``/generate`` the header ``1`` is a 400 naming
+    ``dp_size: 1`` (before, ignored), and header ``0`` lets a body pin ``1`` through as the OpenAI
+    routes do."""
+    client, _ = admin_app
+    for value, words in (("1", "less than dp_size: 1"), ("zero", "must be an integer")):
+        r = client.post(
+            "/generate", json={"text": "hi"}, headers={**ADMIN_AUTH, "X-Data-Parallel-Rank": value}
+        )
+        assert r.status_code == 400
+        assert words in r.text and "X-Data-Parallel-Rank" in r.text
+    body = {"text": "hi", "sampling_params": {"max_new_tokens": 1}, "routed_dp_rank": 1}
+    with pytest.raises(RequestError, match="less than dp_size: 1"):
+        parse_generate_body(header_overrides_body_pins(body, None))
+    assert parse_generate_body(header_overrides_body_pins(body, "0")).text == "hi"
