@@ -12,8 +12,19 @@ router has healthy workers" reaching no worker, and 404 for ``/v1/loads``,
 answer in a single server's shapes (SGLang's texts and fields) and record what reached them; a
 second gateway adds a rank nothing listens on (a replica that died).
 
+The ``X-Data-Parallel-Rank`` header on a single server's ``/generate`` is checked on the app of
+``http_server.create_app`` in-process (``test_public_bugs_admin_twentieth``'s ``admin_app``).
+
+Faults found here and fixed: a flush one replica refused was a 2xx; ``/get_server_info`` had none
+of a server's fields; weight updates, pause / continue and ``/v1/loads`` were a 404;
+``/health_generate`` was 200 without any replica generating; a ``dp_rank`` label a replica's
+sample already had was repeated (an invalid exposition); the header pin was lost on
+``/generate`` and ``/v1/messages`` and ignored by a single server's ``/generate``. The model list
+skipping a dead replica (sglang#10827) passed as-is and is kept as a regression test.
+
 Oracles: each replica's own answer to the same request sent to it directly, SGLang's documented
-single-server answers, ``prometheus_client``'s parser, and the stubs' records.
+single-server answers and messages, ``prometheus_client``'s parser, the ``openai`` client's
+parser, and the stubs' records.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
+import openai
 import pytest
 import requests
 from aiohttp import web
@@ -150,7 +162,15 @@ def _replica(index: int, seen: list[dict[str, Any]], flags: dict[str, Any]) -> w
             return web.json_response({"error": {"message": str(err), "code": 400}}, status=400)
         return web.json_response({"text": f"replica {index}", "meta_info": {"id": "r"}})
 
+    async def models(request: web.Request) -> web.Response:
+        if (denied := await record(request)) is not None:
+            return denied
+        return web.json_response(
+            {"object": "list", "data": [{"id": "fake-v4", "object": "model", "owned_by": "sglang"}]}
+        )
+
     app = web.Application()
+    app.router.add_get("/v1/models", models)
     app.router.add_post("/generate", generate)
     app.router.add_post("/v1/messages", generate)
     app.router.add_get("/health_generate", health_generate)
@@ -432,3 +452,14 @@ def test_sglang_19832_generate_reads_the_header_on_a_single_server(admin_app: An
     with pytest.raises(RequestError, match="less than dp_size: 1"):
         parse_generate_body(header_overrides_body_pins(body, None))
     assert parse_generate_body(header_overrides_body_pins(body, "0")).text == "hi"
+
+
+def test_sglang_10827_model_list_skips_a_dead_replica(dp: SimpleNamespace) -> None:
+    """sgl-project/sglang#10827: the router proxied ``GET`` routes (``/v1/models``) to the first
+    worker whatever its health, so a restarted pod made them fail until the worker list changed.
+    Through the gateway with rank 2 dead, every ``/v1/models`` (the turn starts at each replica in
+    turn) is a live replica's own answer, parsed by the ``openai`` client."""
+    direct = requests.get(dp.replicas[0] + "/v1/models", headers=AUTH, timeout=10).json()
+    client = openai.OpenAI(base_url=dp.url_dead + "/v1", api_key=KEY, max_retries=0)
+    for _ in range(4):
+        assert [m.id for m in client.models.list()] == [c["id"] for c in direct["data"]]
