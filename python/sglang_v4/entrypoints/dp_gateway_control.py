@@ -11,9 +11,10 @@ success. A single SGLang server with ``--dp-size D`` answers each of them in its
 all D ranks:
 
 * :data:`BROADCAST_ROUTES` (``/flush_cache``, ``/update_weights_from_disk``,
-  ``/pause_generation``, ``/continue_generation``, ``/start_profile``, ``/stop_profile``,
-  ``/configure_logging``, ``/get_weight_version``): the request (method, query, headers, body) goes
-  to every replica at once. Every replica accepting it (2xx) is the first replica's answer, with
+  ``/pause_generation``, ``/continue_generation``, ``/configure_logging``,
+  ``/get_weight_version``; not the profiler, whose replicas would write traces of one name into
+  one directory: send ``/start_profile`` to a replica's own port): the request (method, query,
+  headers, body) goes to every replica at once. Every replica accepting it (2xx) is the first replica's answer, with
   ``num_paused_requests`` (``/update_weights_from_disk``) summed over the replicas; a replica
   refusing it passes its answer on (the first refusal in rank order: ``/flush_cache``'s 400
   ``Flush cache failed.``, a 400 naming a bad field, a 401 for a missing key), so a flush or a
@@ -62,8 +63,6 @@ BROADCAST_ROUTES = (
     ("/update_weights_from_disk", ("POST",)),
     ("/pause_generation", ("POST",)),
     ("/continue_generation", ("POST",)),
-    ("/start_profile", ("GET", "POST")),
-    ("/stop_profile", ("GET", "POST")),
     ("/configure_logging", ("GET", "POST")),
     ("/get_weight_version", ("GET",)),
 )
