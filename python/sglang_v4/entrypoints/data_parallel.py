@@ -19,7 +19,7 @@ prefix lands where its KV already is. The same recipe by hand, as SGLang documen
 
 What the router calls on a replica: ``/health`` (registration, health checks), ``/server_info``
 and ``/model_info`` (registration), ``/get_model_info``, ``/get_server_info``, ``/get_load``
-(load reports), ``/flush_cache`` (fanned out to every replica), and the generation routes, whose
+(load reports), ``/flush_cache``, and the generation routes, whose
 bodies it re-serialises with SGLang's default fields (``model``, ``no_logs``, ...), which the
 replicas accept.
 

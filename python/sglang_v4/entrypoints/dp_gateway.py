@@ -8,16 +8,20 @@ and gets no Anthropic ``ModelInfo`` list, where a single server answers in Anthr
 (:data:`MODEL_ROUTES`) to a replica, headers and query kept, so they answer as one server does in
 both shapes, and forwards every other request to the router unchanged: method, path, query,
 headers (hop-by-hop ones excepted), body, and the router's status, headers and body, streamed as
-they come (SSE included). A request to an OpenAI generation route carrying SGLang's
+they come (SSE included). A request to an OpenAI generation route, ``/generate`` or ``/v1/messages``
+(:data:`~sglang_v4.entrypoints.dp_rank_header.GATEWAY_HEADER_PIN_ROUTES`) carrying SGLang's
 ``X-Data-Parallel-Rank`` header (:mod:`sglang_v4.entrypoints.dp_rank_header`) goes straight to
-replica ``rank`` (replica ``i`` is rank ``i``) with the header set to ``0`` (that replica is one
-rank of its own; the header overrides a rank pin in the body there, as in SGLang); a rank outside ``[0, dp_size)`` or a value that is not an integer is the gateway's 400, in
+replica ``rank`` (replica ``i`` is rank ``i``) with the header, and any rank pin in a JSON body,
+set to ``0`` (that replica is one rank of its own; the header overrides a body pin, as in
+SGLang); a rank outside ``[0, dp_size)`` or a value that is not an integer is the gateway's 400, in
 the route's error shape. A JSON body of ``/generate`` or of those routes pinning a rank with
 SGLang's ``routed_dp_rank`` / ``data_parallel_rank`` (:func:`body_dp_rank`) goes to that replica
 too, the pin set to ``0`` there (the router would send it to any replica, which refused any rank
 but its own 0); a pinned rank outside ``[0, dp_size)`` is the gateway's 400 in SGLang's words.
-``/get_load``, ``/abort_request`` and ``/metrics``, which the router lacks, are answered from every replica
-(:mod:`sglang_v4.entrypoints.dp_gateway_fanout`). A client that goes away cancels its handler (aiohttp's
+``/get_load``, ``/v1/loads``, ``/abort_request`` and ``/metrics``, which the router lacks, are answered from every replica
+(:mod:`sglang_v4.entrypoints.dp_gateway_fanout`); ``/flush_cache``, the runtime-control routes
+and ``/get_server_info``, which the router lacks or answers in its own shape, go to every replica
+too (:mod:`sglang_v4.entrypoints.dp_gateway_control`). A client that goes away cancels its handler (aiohttp's
 ``handler_cancellation``, :data:`GATEWAY_SERVER_OPTIONS`), which closes the router's request and
 so aborts the generation on the replica, streamed or not. An upstream that cannot be reached or
 drops the connection before answering is a 502 (the model routes try the next replica first, and
@@ -45,8 +49,15 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from sglang_v4.entrypoints.dp_gateway_control import add_control_routes
 from sglang_v4.entrypoints.dp_gateway_fanout import add_fanout_routes
-from sglang_v4.entrypoints.dp_rank_header import DP_RANK_HEADER, DP_RANK_HEADER_ROUTES, dp_rank_from_header
+from sglang_v4.entrypoints.dp_rank_header import (
+    BODY_PIN_FIELDS,
+    DP_RANK_HEADER,
+    DP_RANK_HEADER_ROUTES,
+    GATEWAY_HEADER_PIN_ROUTES,
+    dp_rank_from_header,
+)
 from sglang_v4.entrypoints.route_errors import route_error_body, wants_anthropic_errors
 
 logger = logging.getLogger(__name__)
@@ -158,7 +169,22 @@ async def _forward(
 BODY_PIN_ROUTES = frozenset({"/generate"}) | DP_RANK_HEADER_ROUTES
 
 #: The body fields that pin a rank, the first one set winning.
-_BODY_PIN_FIELDS = ("routed_dp_rank", "data_parallel_rank")
+_BODY_PIN_FIELDS = BODY_PIN_FIELDS
+
+
+def _body_pins_zeroed(body: bytes) -> bytes:
+    """``body`` as the replica a header pin chose gets it: a JSON object's rank pins set to ``0``
+    (the header overrides them; ``/generate`` on the replica would otherwise check a pin ``k`` > 0
+    against its own single rank), any other body as it came."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(obj, dict) or all(obj.get(n) is None for n in _BODY_PIN_FIELDS):
+        return body
+    return json.dumps(
+        {**obj, **{n: 0 for n in _BODY_PIN_FIELDS if obj.get(n) is not None}}, ensure_ascii=False
+    ).encode()
 
 
 def body_dp_rank(body: bytes, dp_size: int) -> tuple[int, bytes] | None:
@@ -240,14 +266,15 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
 
     async def other(request: web.Request) -> web.StreamResponse:
         raw_rank = request.headers.get(DP_RANK_HEADER)
-        if raw_rank is not None and request.path in DP_RANK_HEADER_ROUTES:
+        if raw_rank is not None and request.path in GATEWAY_HEADER_PIN_ROUTES:
             try:
                 rank = dp_rank_from_header(raw_rank, len(replicas))
             except ValueError as e:
                 return _error(request, 400, str(e))
             assert rank is not None
+            body = _body_pins_zeroed(await request.read()) if request.can_read_body else None
             try:  # the replica is one rank of its own: the header pins its rank 0
-                return await _forward(request, app[_SESSION], replicas[rank], _DP_RANK_FOR_REPLICA)
+                return await _forward(request, app[_SESSION], replicas[rank], _DP_RANK_FOR_REPLICA, body)
             except UpstreamUnanswered as e:
                 logger.warning("DP gateway: replica %d did not answer %s (%s)", rank, request.path, e)
                 return _error(request, 502, f"Data-parallel rank {rank} did not answer.")
@@ -274,6 +301,7 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
     for path in MODEL_ROUTES:
         app.router.add_get(path, models)
     add_fanout_routes(app, replicas, lambda: app[_SESSION], _forward_headers, _error)
+    add_control_routes(app, replicas, lambda: app[_SESSION], _forward_headers, _error)
     app.router.add_route("*", "/{tail:.*}", other)
     return app
 

@@ -1,5 +1,5 @@
 """Routes the ``--dp-size`` gateway answers from every replica at once: ``/get_load``,
-``/abort_request`` and ``/metrics``.
+``/v1/loads``, ``/abort_request`` and ``/metrics``.
 
 ``sglang-router`` has none of them on its port (it answers 404; its own ``/get_loads`` has another
 shape, its Prometheus exporter shows router metrics on another port), while a single SGLang server
@@ -10,6 +10,13 @@ with ``--dp-size D`` answers them for all its ranks:
   reports ``dp_rank: 0``) and lists the entries in replica order with ``dp_rank`` set to the
   replica's index. A replica that cannot be reached is left out (its rank missing from the list);
   none reached is a 503; a replica's own error (a 401 for a missing API key, ...) is passed on.
+* ``GET /v1/loads`` (``?include=``, ``?dp_rank=``, ``?format=prometheus``): SGLang's load report
+  with one ``loads`` entry per data-parallel rank. Without ``dp_rank`` every replica is asked and
+  the entries are listed in replica order, ``dp_rank`` set to the replica's index (Prometheus
+  samples relabelled the same way), ``num_accelerators`` summed; ``dp_rank=i`` asks replica ``i``
+  alone (as its rank 0) and labels its entry ``i``; a ``dp_rank`` that names no replica is
+  answered by replica 0 as a server answers it (an empty list, or its 422). Unreachable replicas
+  are left out; none reached is a 503.
 * ``POST /abort_request``: the router does not know which replica holds a request id, so the
   body goes to every replica (a replica without that ``rid`` does nothing, as SGLang's does);
   ``abort_all`` reaches them all. The answer is the first replica's 200 when any accepted it,
@@ -31,18 +38,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FANOUT_ROUTES", "add_fanout_routes", "merge_metrics"]
+__all__ = ["FANOUT_ROUTES", "add_fanout_routes", "ask_replica", "merge_metrics", "passed_on"]
 
 #: ``(method, path)`` of the routes answered here.
-FANOUT_ROUTES = (("GET", "/get_load"), ("POST", "/abort_request"), ("GET", "/metrics"))
+FANOUT_ROUTES = (
+    ("GET", "/get_load"),
+    ("GET", "/v1/loads"),
+    ("POST", "/abort_request"),
+    ("GET", "/metrics"),
+)
 
 
 def _family(line: str) -> str | None:
@@ -53,9 +67,18 @@ def _family(line: str) -> str | None:
     return None
 
 
+#: A ``dp_rank`` label already on a sample (a replica's own ``/v1/loads?format=prometheus``).
+_RANK_LABEL = re.compile(r'([{,])dp_rank="[^"]*"')
+
+
 def _with_rank(sample: str, rank: int) -> str:
-    """A sample line with ``dp_rank="rank"`` as its first label."""
+    """A sample line with ``dp_rank="rank"`` as its first label; a ``dp_rank`` label the sample
+    already has (the replica's own rank, always 0) gets the value ``rank`` instead, so the label
+    is never repeated (a repeated label makes the exposition invalid)."""
     label = f'dp_rank="{rank}"'
+    head = sample.split(" ", 1)[0]
+    if _RANK_LABEL.search(head):
+        return _RANK_LABEL.sub(lambda m: m.group(1) + label, head, count=1) + sample[len(head) :]
     brace, space = sample.find("{"), sample.find(" ")
     if brace != -1 and (space == -1 or brace < space):
         rest = sample[brace + 1 :]
@@ -98,7 +121,7 @@ def merge_metrics(texts: Sequence[tuple[int, str]]) -> str:
     return "\n".join(out) + "\n" if out else ""
 
 
-async def _ask(
+async def ask_replica(
     session: aiohttp.ClientSession, method: str, url: str, headers: Any, body: bytes | None
 ) -> tuple[int, bytes, str | None] | None:
     """``(status, body, content type)`` of one replica's answer, ``None`` when it did not answer."""
@@ -110,7 +133,8 @@ async def _ask(
         return None
 
 
-def _passed_on(answer: tuple[int, bytes, str | None]) -> web.Response:
+def passed_on(answer: tuple[int, bytes, str | None]) -> web.Response:
+    """A replica's answer (``(status, body, content type)``) passed on as it came."""
     status, body, ctype = answer
     resp = web.Response(status=status, body=body)
     if ctype:
@@ -140,7 +164,7 @@ def add_fanout_routes(
         headers = forward_headers(request.headers)
         return await asyncio.gather(
             *(
-                _ask(session(), request.method, url + request.rel_url.raw_path_qs, headers, body)
+                ask_replica(session(), request.method, url + request.rel_url.raw_path_qs, headers, body)
                 for url in replicas
             )
         )
@@ -152,7 +176,7 @@ def add_fanout_routes(
             if answer is None:
                 continue
             if answer[0] != 200:
-                return _passed_on(answer)
+                return passed_on(answer)
             try:
                 entries = json.loads(answer[1])
             except ValueError:
@@ -169,7 +193,7 @@ def add_fanout_routes(
         if not answered:
             return error(request, 502, "No replica answered.")
         ok = [a for a in answered if a[0] == 200]
-        return _passed_on(ok[0] if ok else answered[0])
+        return passed_on(ok[0] if ok else answered[0])
 
     async def metrics(request: web.Request) -> web.Response:
         answers = await ask_all(request)
@@ -178,7 +202,7 @@ def add_fanout_routes(
             if answer is None:
                 continue
             if answer[0] != 200:
-                return _passed_on(answer)
+                return passed_on(answer)
             texts.append((rank, answer[1].decode("utf-8", "replace")))
         if not texts:
             return error(request, 503, "No replica answered.")
@@ -187,6 +211,58 @@ def add_fanout_routes(
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 
+    async def v1_loads(request: web.Request) -> web.Response:
+        query = request.rel_url.query
+        targets = list(range(len(replicas)))
+        raw_rank = query.get("dp_rank")
+        pinned = raw_rank.strip().isdigit() if raw_rank is not None else False
+        if pinned and int(raw_rank) < len(replicas):  # that replica alone, as its own rank 0
+            targets = [int(raw_rank)]
+            query = query.copy()
+            query["dp_rank"] = "0"
+        elif raw_rank is not None:  # not a rank here: one replica answers as a server does
+            targets = [0]
+        headers = forward_headers(request.headers)
+        qs = ("?" + urlencode(list(query.items()))) if query else ""
+        answers = await asyncio.gather(
+            *(ask_replica(session(), "GET", replicas[i] + request.path + qs, headers, None) for i in targets)
+        )
+        prometheus = query.get("format") == "prometheus"
+        texts: list[tuple[int, str]] = []
+        envelope: dict[str, Any] | None = None
+        loads: list[Any] = []
+        for rank, answer in zip(targets, answers):
+            if answer is None:
+                continue
+            if answer[0] != 200:
+                return passed_on(answer)
+            if prometheus:
+                texts.append((rank, answer[1].decode("utf-8", "replace")))
+                continue
+            try:
+                body = json.loads(answer[1])
+            except ValueError:
+                body = None
+            if not isinstance(body, dict):
+                return error(
+                    request, 502, f"Data-parallel rank {rank} answered /v1/loads with no JSON object."
+                )
+            if envelope is None:
+                envelope = {**body, "num_accelerators": 0}
+            if isinstance(body.get("num_accelerators"), int):
+                envelope["num_accelerators"] += body["num_accelerators"]
+            for entry in body.get("loads") or []:
+                loads.append({**entry, "dp_rank": rank} if isinstance(entry, dict) else entry)
+        if all(a is None for a in answers):
+            return error(request, 503, "No replica answered.")
+        if prometheus:
+            return web.Response(
+                body=merge_metrics(texts).encode(),
+                headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+            )
+        return web.json_response({**(envelope or {}), "loads": loads})
+
     app.router.add_get("/get_load", get_load)
+    app.router.add_get("/v1/loads", v1_loads)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/abort_request", abort_request)

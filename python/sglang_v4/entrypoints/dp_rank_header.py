@@ -15,13 +15,30 @@ This module imports nothing heavy: the gateway process uses it.
 
 from __future__ import annotations
 
-__all__ = ["DP_RANK_HEADER", "DP_RANK_HEADER_ROUTES", "dp_rank_from_header"]
+__all__ = [
+    "BODY_PIN_FIELDS",
+    "DP_RANK_HEADER",
+    "DP_RANK_HEADER_ROUTES",
+    "GATEWAY_HEADER_PIN_ROUTES",
+    "dp_rank_from_header",
+    "header_overrides_body_pins",
+]
 
 #: The header's name (HTTP header names are case-insensitive).
 DP_RANK_HEADER = "X-Data-Parallel-Rank"
 
 #: The routes whose requests the header pins (SGLang's OpenAI generation routes).
 DP_RANK_HEADER_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
+
+#: The routes the ``--dp-size`` gateway sends to the replica the header names: the OpenAI
+#: generation routes, ``/generate`` (whose single-server handler reads the header too:
+#: :func:`header_overrides_body_pins`) and Anthropic's ``/v1/messages`` (sgl-project/sglang#38729:
+#: a pin ignored on a route is a 200 that lands on any rank, its prefix re-computed cold).
+GATEWAY_HEADER_PIN_ROUTES = DP_RANK_HEADER_ROUTES | frozenset({"/generate", "/v1/messages"})
+
+#: The body fields that pin a rank (SGLang's ``routed_dp_rank`` and its deprecated
+#: ``data_parallel_rank``), the first one set winning.
+BODY_PIN_FIELDS = ("routed_dp_rank", "data_parallel_rank")
 
 
 def dp_rank_from_header(value: str | None, dp_size: int = 1) -> int | None:
@@ -52,3 +69,16 @@ def dp_rank_from_header(value: str | None, dp_size: int = 1) -> int | None:
             f"{DP_RANK_HEADER} header: the rank must be less than dp_size: {dp_size}, got {rank}."
         )
     return rank
+
+
+def header_overrides_body_pins(body: object, value: str | None, dp_size: int = 1) -> object:
+    """``body`` as the rank check should see it when the header may be set: with the header
+    (``value``, a valid rank), a JSON object's :data:`BODY_PIN_FIELDS` are dropped (the header
+    overrides them, as on SGLang's OpenAI routes); without it, ``body`` unchanged.
+
+    Raises:
+        ValueError: the header is not a rank of ``dp_size`` (:func:`dp_rank_from_header`).
+    """
+    if dp_rank_from_header(value, dp_size) is None or not isinstance(body, dict):
+        return body
+    return {k: v for k, v in body.items() if k not in BODY_PIN_FIELDS}

@@ -80,6 +80,7 @@ from sglang_v4.entrypoints.admission import (
     drain_in_flight,
 )
 from sglang_v4.entrypoints.control_api import create_control_router
+from sglang_v4.entrypoints.dp_rank_header import DP_RANK_HEADER, header_overrides_body_pins
 from sglang_v4.entrypoints.head_requests import HeadAsGetMiddleware
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import Subprocesses
@@ -327,6 +328,10 @@ def create_app(
             body = loads_json_body(raw)
         except orjson.JSONDecodeError as e:
             return error_response(f"Malformed JSON body: {e}")
+        try:  # SGLang's X-Data-Parallel-Rank header: rank 0 here, overriding a body pin
+            body = header_overrides_body_pins(body, request.headers.get(DP_RANK_HEADER))
+        except ValueError as e:
+            return error_response(str(e))
         try:
             obj = parse_generate_body(body)
             tm = tm_or_503()
