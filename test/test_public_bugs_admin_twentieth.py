@@ -20,14 +20,12 @@ buckets, RFC 9110 (HEAD) and the Fetch standard (CORS preflight).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import zmq
+from admin_app_testutil import ADMIN_CONTEXT, ADMIN_KEY, ADMIN_NAMES, admin_app_client
 from openai_fake_tm import FakeTM, app_client
 
 openai = pytest.importorskip("openai")
@@ -36,51 +34,17 @@ from openai.types import Model  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
-KEY = "sk-admin-test"
-NAMES = ["fake-v4", "fake-v4-alias"]
+KEY = ADMIN_KEY
+NAMES = ADMIN_NAMES
 AUTH = {"Authorization": f"Bearer {KEY}"}
-CONTEXT = 4096
+CONTEXT = ADMIN_CONTEXT
 
 
 @pytest.fixture(scope="module")
 def admin_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A ``TestClient`` over ``create_app`` with ``--api-key``, ``--enable-metrics`` and two served
-    names; its tokenizer manager stands for the started one (status ``Up``) and its scheduler
-    never answers. Yields ``(client, tokenizer_manager)``."""
-    from fastapi.testclient import TestClient
-    from server_fixture import make_fake_model_dir
-    from sglang_v4.entrypoints.http_server import create_app
-    from sglang_v4.entrypoints.metrics import TokenizerMetrics
-    from sglang_v4.entrypoints.route_families import mount_openai
-    from sglang_v4.managers.control_struct import SchedulerReadyInfo
-    from sglang_v4.managers.tokenizer_manager import TokenizerManager
-    from sglang_v4.server_args import PortArgs, ServerArgs
-
-    sa = ServerArgs(
-        model_path=str(make_fake_model_dir(Path(tmp_path_factory.mktemp("admin")))),
-        device="cpu",
-        enable_metrics=True,
-        served_model_name=NAMES,
-        api_key=KEY,
-    )
-    info = SchedulerReadyInfo(
-        status="ready", max_total_num_tokens=CONTEXT, max_req_input_len=CONTEXT - 1, context_len=CONTEXT
-    )
-    pa = PortArgs.init_new()
-    inbox = zmq.Context.instance().socket(zmq.PULL)  # the scheduler: it reads and never answers
-    inbox.bind(pa.scheduler_input_ipc_name)
-    tm = TokenizerManager(sa, pa, info, None)
-    try:
-        tm.metrics = TokenizerMetrics(NAMES[0])
-        app, state = create_app(sa, SimpleNamespace(scheduler_info=info, port_args=pa))  # type: ignore[arg-type]
-        state.tokenizer_manager = tm
-        state.openai_serving = mount_openai(app, tm, sa)
-        tm.server_status = "Up"
-        yield TestClient(app), tm
-    finally:
-        tm.close()
-        inbox.close(linger=0)
-        shutil.rmtree(pa.ipc_dir, ignore_errors=True)
+    """``admin_app_testutil.admin_app_client``: ``(client, tokenizer_manager)``."""
+    with admin_app_client(Path(tmp_path_factory.mktemp("admin"))) as pair:
+        yield pair
 
 
 # --------------------------------------------------------------------------- /v1/models

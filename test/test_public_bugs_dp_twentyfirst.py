@@ -13,7 +13,7 @@ answer in a single server's shapes (SGLang's texts and fields) and record what r
 second gateway adds a rank nothing listens on (a replica that died).
 
 The ``X-Data-Parallel-Rank`` header on a single server's ``/generate`` is checked on the app of
-``http_server.create_app`` in-process (``test_public_bugs_admin_twentieth``'s ``admin_app``).
+``http_server.create_app`` in-process (``admin_app_testutil.admin_app_client``).
 
 Faults found here and fixed: a flush one replica refused was a 2xx; ``/get_server_info`` had none
 of a server's fields; weight updates, pause / continue and ``/v1/loads`` were a 404;
@@ -37,6 +37,7 @@ from typing import Any
 import openai
 import pytest
 import requests
+from admin_app_testutil import ADMIN_KEY, admin_app_client
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, create_gateway_app
@@ -45,8 +46,6 @@ from sglang_v4.entrypoints.dp_rank_header import header_overrides_body_pins
 from sglang_v4.entrypoints.native_api import RequestError, check_dp_rank, parse_generate_body
 from test_dp_gateway import _free_port
 from test_dp_gateway import _serve_aiohttp as _serve
-from test_public_bugs_admin_twentieth import AUTH as ADMIN_AUTH
-from test_public_bugs_admin_twentieth import admin_app  # noqa: F401 - the fixture, used below
 
 pytestmark = pytest.mark.timeout(60)
 KEY = "k3y"
@@ -434,7 +433,17 @@ def test_vllm_42330_header_pins_generate_and_messages_through_the_gateway(dp: Si
     assert r.json()["text"] == "router"  # no pin: the router's choice, as before
 
 
-def test_sglang_19832_generate_reads_the_header_on_a_single_server(admin_app: Any) -> None:  # noqa: F811
+ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@pytest.fixture(scope="module")
+def admin_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``admin_app_testutil.admin_app_client``: ``(client, tokenizer_manager)``."""
+    with admin_app_client(tmp_path_factory.mktemp("admin")) as pair:
+        yield pair
+
+
+def test_sglang_19832_generate_reads_the_header_on_a_single_server(admin_app: Any) -> None:
     """sgl-project/sglang#19832 (the ``X-Data-Parallel-Rank`` header, vLLM's ``X-data-parallel-
     rank``): the header outranks the body's ``routed_dp_rank``, a non-integer is a 400 "Invalid
     X-Data-Parallel-Rank header: must be an integer", and the rank is checked against
