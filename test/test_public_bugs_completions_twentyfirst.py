@@ -352,3 +352,25 @@ def test_ray_61446_detokenize_answers_vllms_prompt_field_too(
     assert one["prompt"] == one["text"] == tok.decode(ids), one
     many = _ok(plain_fake_server, {"tokens": [ids, ids[:2]]}, "/detokenize")
     assert many["prompt"] == many["text"] == [tok.decode(ids), tok.decode(ids[:2])], many
+
+
+def test_vllm_5923_chat_tokenize_round_trips_through_detokenize(
+    plain_fake_server: ServerHandle, tok: Any
+) -> None:
+    """vllm-project/vllm#5923 (chat input on ``/tokenize``): its examples tokenize ``messages``
+    to the rendered chat prompt's ids -- the count the chat route bills -- and turn those ids back
+    into the rendered prompt with ``/detokenize``, answered as ``{"prompt": ...}``. Expected: the
+    ``messages`` count equals ``/v1/chat/completions``' ``usage.prompt_tokens`` for the same
+    messages; ``/detokenize`` of the ids with ``skip_special_tokens: false`` is the tokenizer's
+    own decoding (the template's special tokens written out, the user's text inside), under both
+    ``prompt`` and ``text``; re-tokenizing that text as a plain prompt gives the same ids back."""
+    messages = [{"role": "user", "content": "Hi there, how are you?"}]
+    tz = _ok(plain_fake_server, {"messages": messages}, "/tokenize")
+    chat = _ok(plain_fake_server, {"messages": messages, "max_tokens": 1}, "/v1/chat/completions")
+    assert tz["count"] == len(tz["tokens"]) == chat["usage"]["prompt_tokens"]
+    back = _ok(plain_fake_server, {"tokens": tz["tokens"], "skip_special_tokens": False}, "/detokenize")
+    want = tok.decode(tz["tokens"], skip_special_tokens=False)
+    assert back["prompt"] == back["text"] == want and want.startswith(BOS), back
+    assert "Hi there, how are you?" in want
+    again = _ok(plain_fake_server, {"prompt": want, "add_special_tokens": False}, "/tokenize")
+    assert again["tokens"] == tz["tokens"]
