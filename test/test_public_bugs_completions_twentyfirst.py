@@ -4,7 +4,9 @@ logprobs, lm-eval's echo + ``logprobs: 1`` scoring request and its ``tokens[ctxl
 each batch choice's own finish reason, streamed ``top_logprobs`` per token, ``truncate_prompt_tokens``
 on either side, out-of-range and wrapping token ids, prompts too long for the context (streamed
 too), ``/tokenize`` counts against the route's ``prompt_tokens``, batched ``/tokenize`` and
-``/detokenize`` of special tokens. All passed as-is; the tests are regression guards.
+``/detokenize`` of special tokens, and vLLM's ``prompt`` field on ``/detokenize`` (missing here:
+added next to SGLang's ``text``). The other reports passed as-is; their tests are regression
+guards.
 
 Fixtures: ``plain_fake_server`` (``server_fixture.FakeScheduler`` behind the real tokenizer
 manager and detokenizer, context 512 tokens: the fake model writes ``FAKE_TEXT``'s tokens, cycled,
