@@ -60,13 +60,15 @@ def test_detokenize(tok: PreTrainedTokenizerFast, prefix: str) -> None:
     c = _client(FakeTM(tok))
     ids = tok.encode("Hello there, 你好", add_special_tokens=False)
     r = c.post(f"{prefix}/detokenize", json={"tokens": ids})
-    assert r.status_code == 200 and r.json() == {"text": "Hello there, 你好"}
+    # SGLang's ``text`` and vLLM's ``prompt``: the same text under both names
+    assert r.status_code == 200 and r.json() == {"text": "Hello there, 你好", "prompt": "Hello there, 你好"}
     eos = tok.convert_tokens_to_ids("<｜end▁of▁sentence｜>")
     r = c.post(f"{prefix}/detokenize", json={"tokens": [ids, [*ids, eos]], "skip_special_tokens": False})
-    assert r.json() == {"text": [tok.decode(ids), tok.decode([*ids, eos])]}
+    want = [tok.decode(ids), tok.decode([*ids, eos])]
+    assert r.json() == {"text": want, "prompt": want}
     assert r.json()["text"][1].endswith("<｜end▁of▁sentence｜>")
     r = c.post(f"{prefix}/detokenize", json={"tokens": [*ids, eos]})
-    assert r.json() == {"text": "Hello there, 你好"}
+    assert r.json() == {"text": "Hello there, 你好", "prompt": "Hello there, 你好"}
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
 
 from sglang_v4.entrypoints.openai.protocol_base import _Req
 
@@ -67,6 +67,14 @@ class DetokenizeRequest(_Req):
 
 
 class DetokenizeResponse(BaseModel):
-    """``/detokenize`` answer: the text of ``tokens`` (a list of texts for a list of id lists)."""
+    """``/detokenize`` answer: ``text``, the text of ``tokens`` (a list of texts for a list of id
+    lists; SGLang's field), and ``prompt``, the same value under vLLM's name for it (vLLM's
+    ``DetokenizeResponse`` answers ``{"prompt": ...}``), so clients of either server read it."""
 
     text: str | list[str]
+    prompt: str | list[str] | None = None
+
+    @model_validator(mode="after")
+    def _prompt_is_text(self) -> DetokenizeResponse:
+        self.prompt = self.text
+        return self

@@ -14,7 +14,8 @@ does vLLM; clients use them to count a prompt's tokens before sending it, or to 
 * ``"return_token_strs": true`` (vLLM's field) adds ``token_strs``, the tokenizer's token string of
   each id (``convert_ids_to_tokens``: byte-level pieces such as ``"Ġworld"``), shaped as ``tokens``.
 * ``POST /detokenize`` ``{"tokens": [ids] | [[ids], ...], "skip_special_tokens": true}`` ->
-  ``{"text": "..." | ["...", ...]}``.
+  ``{"text": "..." | ["...", ...], "prompt": <the same>}`` (``text`` is SGLang's name, ``prompt``
+  vLLM's).
 
 Nothing is checked against the context length here (a client asks precisely to learn whether its
 prompt fits); ids outside the vocabulary are a 400 naming ``tokens``.
