@@ -109,16 +109,28 @@ class Grammar:
         kind: ``"json_schema"``, ``"regex"``, ``"ebnf"`` or ``"structural_tag"``.
         vocab_size: bitmask width in tokens (the model's vocabulary size).
         prefix: text read before the first token (``SamplingParams.grammar_prefix``; ``""``).
+
+    ``stop_token_ids`` (the constructor's), when given, replace the compiled grammar's stop
+    tokens (the backend's EOS ids): the tokens that may end the grammar, masked until the text
+    so far is a complete match of it (xgrammar's ``override_stop_tokens``).
     """
 
-    def __init__(self, compiled: Any, kind: str, vocab_size: int, prefix: str = "") -> None:
+    def __init__(
+        self,
+        compiled: Any,
+        kind: str,
+        vocab_size: int,
+        prefix: str = "",
+        stop_token_ids: Sequence[int] | None = None,
+    ) -> None:
         import xgrammar as xgr
 
         self._compiled = compiled
         self.kind = kind
         self.vocab_size = vocab_size
         self.prefix = prefix
-        self.matcher = xgr.GrammarMatcher(compiled)
+        self._stop_token_ids = None if stop_token_ids is None else [int(t) for t in stop_token_ids]
+        self.matcher = xgr.GrammarMatcher(compiled, override_stop_tokens=self._stop_token_ids)
         self.finished_tokens = 0
         self._read_prefix()
 
@@ -262,7 +274,7 @@ class Grammar:
 
     def fresh_copy(self) -> Grammar:
         """A new matcher over the same compiled grammar, at the start state (for ``n > 1``)."""
-        return Grammar(self._compiled, self.kind, self.vocab_size, self.prefix)
+        return Grammar(self._compiled, self.kind, self.vocab_size, self.prefix, self._stop_token_ids)
 
 
 @functools.lru_cache(maxsize=4)
@@ -317,6 +329,7 @@ class GrammarBackend:
                 tokenizer, vocab_size=self.vocab_size, stop_token_ids=[int(t) for t in stop_token_ids]
             )
         self._compiler = xgr.GrammarCompiler(info, max_threads=max_threads)
+        self._stop_ids = [int(t) for t in info.stop_token_ids]
         self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -388,6 +401,21 @@ class GrammarBackend:
         tag = normalize_tag_schemas(structural_tag_object(spec), self.max_whitespace_cnt)
         return self._compiler.compile_structural_tag(json.dumps(tag))
 
+    def _request_stops(self, params: SamplingParams) -> list[int] | None:
+        """The stop tokens of a request's grammar: the backend's EOS ids and the request's own
+        ``stop_token_ids``, or ``None`` (the compiled grammar's, the EOS ids) when it sets none.
+
+        A request's stop token ends its output wherever it is sampled; where the grammar did not
+        know it as one, it was an ordinary token (allowed wherever its text fits, e.g. a letter
+        inside a JSON string), and the output stopped in the middle of the value. As a stop
+        token of the grammar it is masked until the value is complete (vllm-project/vllm#42403).
+        """
+        extra = getattr(params, "stop_token_ids", None)
+        if not extra:
+            return None
+        ids = set(self._stop_ids) | {int(t) for t in extra if 0 <= int(t) < self.vocab_size}
+        return sorted(ids)
+
     def create(self, params: SamplingParams) -> Grammar | None:
         """The grammar state of a request, or ``None`` when it sets no grammar field; with a
         ``grammar_prefix``, the state after reading it.
@@ -401,7 +429,9 @@ class GrammarBackend:
             spec = getattr(params, kind)
             if spec is not None:
                 prefix = getattr(params, "grammar_prefix", None) or ""
-                grammar = Grammar(self._compile(kind, spec), kind, self.vocab_size, prefix)
+                grammar = Grammar(
+                    self._compile(kind, spec), kind, self.vocab_size, prefix, self._request_stops(params)
+                )
                 if not grammar.allows_any_token():
                     after = " after the continued text" if prefix else ""
                     raise ValueError(f"{kind}: the grammar matches no text{after} (no token can come first)")

@@ -30,6 +30,8 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   (``allOf``, ``anyOf``, ``oneOf``, ``$ref``, ``if``, ``dependentSchemas``) --
   ``unevaluatedProperties``, else any value); under ``false`` there no object can satisfy the
   schema, which is a ``ValueError``.
+* a Draft 4 - 2019-09 tuple array is written in the 2020-12 form
+  (:mod:`sglang_v4.sampling.json_schema_tuple`);
 * a ``false`` subschema (it matches nothing) that xgrammar refuses to compile: an ``anyOf`` /
   ``oneOf`` branch ``false`` is dropped (the others mean the same without it), and a property
   ``false`` (the key must be absent) is dropped from ``properties`` where nothing else lets the
@@ -40,6 +42,11 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   untyped node, and answer schemas carrying them there are refused
   (:func:`~sglang_v4.sampling.json_schema_support.check_enforceable_schema`), which made the
   plain ``propertyNames`` idiom a 400 although xgrammar enforces it on keys.
+
+* JSON escapes in strings: a ``pattern`` that can match ``"``, ``\\`` or a control character
+  takes their escapes (:mod:`sglang_v4.sampling.json_schema_pattern_text`); ``minLength`` /
+  ``maxLength`` become a ``pattern`` counting decoded characters
+  (:mod:`sglang_v4.sampling.json_schema_length`).
 
 * numeric bounds xgrammar refuses although they are valid: Draft 4's boolean
   ``exclusiveMinimum`` / ``exclusiveMaximum``, a fractional bound on an ``integer``
@@ -79,7 +86,10 @@ from typing import Any
 from sglang_v4.sampling.json_schema_alternatives import with_node_keywords
 from sglang_v4.sampling.json_schema_bounds import rewrite_numeric_bounds
 from sglang_v4.sampling.json_schema_false import drop_false_properties
+from sglang_v4.sampling.json_schema_length import length_bounds_as_pattern
+from sglang_v4.sampling.json_schema_pattern_text import pattern_over_json_text
 from sglang_v4.sampling.json_schema_regex import search_as_full_match
+from sglang_v4.sampling.json_schema_tuple import tuple_items_as_prefix_items
 
 __all__ = [
     "MAX_SCHEMA_DEPTH",
@@ -290,13 +300,13 @@ def _rewrite(schema: Any, path: str) -> Any:
             out[k] = _rewrite_alternatives(out, k, path)
         else:
             out[k] = [_rewrite(s, f"{path}.{k}[{i}]") for i, s in enumerate(out[k])]
-    for k in _SCHEMA_MAPS:
-        if isinstance(out.get(k), dict):
-            out[k] = {name: _rewrite(s, f"{path}.{k}.{name}") for name, s in out[k].items()}
-    if isinstance(out.get("patternProperties"), dict):
+    if isinstance(out.get("patternProperties"), dict):  # joined as sent, then rewritten
         out["patternProperties"] = _rewrite_key_patterns(
             out["patternProperties"], f"{path}.patternProperties"
         )
+    for k in _SCHEMA_MAPS:
+        if isinstance(out.get(k), dict):
+            out[k] = {name: _rewrite(s, f"{path}.{k}.{name}") for name, s in out[k].items()}
     names = out.get("propertyNames")
     if isinstance(names, dict) and not any(k in names for k in ("type", "enum", "const", "$ref")):
         out["propertyNames"] = {**names, "type": "string"}  # every key is a string: same meaning
@@ -307,7 +317,10 @@ def _rewrite(schema: Any, path: str) -> Any:
     rewrite_numeric_bounds(out)
     _exact_date_format(out)
     if isinstance(out.get("pattern"), str):
-        out["pattern"] = search_as_full_match(optional_groups_as_alternations(out["pattern"]))
+        out["pattern"] = pattern_over_json_text(
+            search_as_full_match(optional_groups_as_alternations(out["pattern"]))
+        )
+    length_bounds_as_pattern(out)
     return out
 
 
@@ -511,7 +524,7 @@ def normalize_json_schema(schema: Any, path: str = "schema") -> Any:
             nested deeper than :data:`MAX_SCHEMA_DEPTH` (:func:`check_schema_depth`).
     """
     check_schema_depth(schema, path)
-    return _rewrite(schema, path)
+    return _rewrite(tuple_items_as_prefix_items(schema), path)
 
 
 #: Subschemas nested deeper than this (in subschemas) are meta-checked as schemas of their own:
@@ -563,7 +576,9 @@ def _cut_deep(schema: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[tuple[
 
 def check_json_schema(schema: Any) -> None:
     """Check ``schema`` against the meta-schema of the draft it names in ``$schema`` (Draft
-    2020-12, OpenAI's and pydantic's, when it names none or one ``jsonschema`` does not know).
+    2020-12, OpenAI's and pydantic's, when it names none or one ``jsonschema`` does not know;
+    when it names none, older tuple arrays are read in their 2020-12 form first,
+    :func:`~sglang_v4.sampling.json_schema_tuple.tuple_items_as_prefix_items`).
 
     A schema of any nesting depth is checked: subschemas ``_CHECK_CHUNK_DEPTH`` levels down are
     checked as schemas of their own (the meta-schema checks each subschema on its own; its
@@ -580,6 +595,9 @@ def check_json_schema(schema: Any) -> None:
     cls = Draft202012Validator
     if isinstance(schema, dict) and isinstance(schema.get("$schema"), str):
         cls = validator_for(schema, default=Draft202012Validator)
+    elif isinstance(schema, dict):
+        # no draft named: a Draft 4 - 2019-09 tuple array is read in its 2020-12 form
+        schema = tuple_items_as_prefix_items(schema)
     pending: list[tuple[tuple[Any, ...], Any]] = [((), schema)]
     while pending:
         prefix, part = pending.pop()
