@@ -496,7 +496,7 @@ def _find_schema(obj: Any) -> dict:
         ({"reasoning_effort": "extreme"}, "reasoning_effort", "reasoning_effort"),
         ({"response_format": {"type": "xml"}}, "response_format", "xml"),
         ({"response_format": {"type": "json_schema", "json_schema": "s"}}, "response_format", "schema"),
-        ({"messages": [{"role": "tool", "content": "r"}]}, "messages", "tool"),
+        ({"messages": [{"role": "tool", "content": "r"}]}, "messages[0]", "tool"),
     ],
 )
 def test_bad_requests_get_400(
