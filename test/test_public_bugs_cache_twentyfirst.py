@@ -395,3 +395,58 @@ def test_disabled_radix_cache_with_chunked_prefill_frees_every_page(
         assert out["finish"]["type"] == "abort"
     assert s.pool.block_alloc.used == 0 and s.pool.window_alloc.used == 0
     assert s.pool.req_slots.available == s.pool.req_slots.size
+
+
+@pytest.fixture(scope="module")
+def overlapped(sched_model_dir: str):  # noqa: ANN201 - a Scheduler
+    """As ``sched``, with the overlap schedule (a step launches a batch before the last one's
+    result is processed)."""
+    return make_scheduler(sched_model_dir, max_total_tokens=16 * PAGE, chunked_prefill_size=PAGE)
+
+
+@pytest.mark.parametrize("steps", [2, 3])
+def test_abort_with_a_chunk_in_flight_caches_only_computed_blocks(
+    overlapped: Any, cold: dict, steps: int
+) -> None:
+    # sgl-project/sglang#35204: under the overlap schedule a request's committed KV length runs
+    # ahead of the forward that computes it, and the cleanup of a request ended in that window
+    # sized what it kept from the committed length. A 600-token prompt in 256-token chunks is
+    # aborted while a chunk is still in flight: the tree keeps only the blocks already computed,
+    # nothing stays locked, and a resend hits exactly those blocks with the cold run's output.
+    s = overlapped
+    ids = random_ids(600, 2101)
+    assert s.flush_cache()
+    submit(s, "a", ids, 4)
+    for _ in range(steps):
+        s.step()
+    req = s.running[0]
+    assert s.last_batch is not None and req.num_inflight > 0
+    done = req.num_computed // PAGE
+    s.abort_request("a")
+    drain(s)
+    st = s.tree_cache.stats()
+    assert st["cached_blocks"] == done and st["locked_nodes"] == 0
+    _integrity(s)
+    again = run_one(s, "again", ids, 4)
+    assert again["cached"] == done * PAGE and again["ids"] == cold["long"]["ids"]
+    assert_idle(s)
+
+
+# --- flags ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hicache", ["--enable-hierarchical-cache", "--enable-hicache --hicache-ratio 2"])
+def test_hierarchical_cache_with_the_radix_cache_disabled_is_refused(hicache: str) -> None:
+    # sgl-project/sglang#9452: --enable-hierarchical-cache with --disable-radix-cache started and
+    # then crashed the scheduler on the first request (the hierarchical cache extends the radix
+    # tree); SGLang refuses the pair at start-up with a ValueError saying they are mutually
+    # exclusive. Either flag alone is accepted (the hierarchical cache as a logged no-op).
+    from test_sglang_flags import parse
+
+    model = "--model-path deepseek-ai/DeepSeek-V4-Flash"
+    with pytest.raises(
+        ValueError, match="enable-hierarchical-cache and disable-radix-cache are mutually exclusive"
+    ):
+        parse(f"{model} {hicache} --disable-radix-cache")
+    assert parse(f"{model} {hicache}").disable_radix_cache is False
+    assert parse(f"{model} --disable-radix-cache").disable_radix_cache is True
