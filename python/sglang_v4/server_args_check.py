@@ -138,6 +138,13 @@ def normalize_root_path(root_path: object, name: str = "root_path") -> str:
     return path
 
 
+#: SGLang's start-up error for ``--enable-hierarchical-cache`` with ``--disable-radix-cache``.
+HICACHE_WITHOUT_RADIX = (
+    "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive "
+    "and cannot be used at the same time. Please use only one of them."
+)
+
+
 def check_server_args(args: ServerArgs) -> None:
     """Validate every field of ``args`` (resolved: ``device`` is ``cpu`` / ``cuda``), normalising
     the few listed in the module docstring in place.
@@ -197,6 +204,10 @@ def check_server_args(args: ServerArgs) -> None:
             "schedule_policy 'shortest-prefill-first' needs the radix cache (it orders by the tokens "
             "left to prefill after the cached prefix); drop --disable-radix-cache or pick another policy"
         )
+    if args.enable_hierarchical_cache and args.disable_radix_cache:
+        # SGLang refuses the pair at start-up with this text (its hierarchical cache extends the
+        # radix cache); the flag is otherwise accepted and ignored here, so keep the refusal
+        raise ValueError(HICACHE_WITHOUT_RADIX)
     if args.load_format not in LOAD_FORMAT_CHOICES:
         raise ValueError(
             f"load_format must be one of {list(LOAD_FORMAT_CHOICES + tuple(LOAD_FORMAT_ALIASES))} "
