@@ -259,3 +259,36 @@ def test_tgi_3247_chat_template_jinja_file_is_the_template(tmp_path: Path, caplo
     hf = AutoTokenizer.from_pretrained(str(d))
     assert hf.chat_template == template
     assert ours.chat_template == hf.chat_template
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM's generation-config flags on this launcher
+# ---------------------------------------------------------------------------------------------
+# OpenPipe/ART#140: after vllm-project/vllm#12622 users pass --generation-config vllm to get the
+# built-in sampling defaults instead of generation_config.json's; here that flag is not taken, and
+# the refusal names SGLang's --sampling-defaults (and its other generation / config override flags)
+@pytest.mark.parametrize(
+    ("cmd", "flag", "want"),
+    [
+        ("--generation-config vllm", "--generation-config", "--sampling-defaults"),
+        ("--generation-config auto", "--generation-config", "--sampling-defaults"),
+        (
+            """--override-generation-config '{"temperature":0.5}'""",
+            "--override-generation-config",
+            "--preferred-sampling-params",
+        ),
+        ("""--hf-overrides '{"num_hidden_layers":2}'""", "--hf-overrides", "--json-model-override-args"),
+    ],
+)
+def test_openpipe_art_140_vllm_generation_config_flag_names_sampling_defaults(
+    cmd: str, flag: str, want: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+
+    from sglang_v4.launch_server import main
+
+    with pytest.raises(SystemExit) as e:
+        main([*shlex.split(cmd), "--device", "cpu"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "unrecognized arguments" in err and f"vLLM's {flag}: use {want}" in err, err
