@@ -141,6 +141,9 @@ _SAMPLE_VALUES = {
     "--random-seed": "0",
     "--tokenizer-path": "/models/tokenizer",
     "--reasoning-parser": "deepseek-v4",
+    "--sampling-defaults": "openai",
+    "--preferred-sampling-params": """'{"temperature":0.5}'""",
+    "--json-model-override-args": """'{"num_hidden_layers":2}'""",
 }
 
 

@@ -53,6 +53,16 @@ VLLM_FLAG_HINTS: dict[str, str] = {
     "--enable-chunked-prefill": "not needed: chunked prefill is on by default (--chunked-prefill-size; -1 turns it off)",
     "--async-scheduling": "not needed: scheduling overlaps the forward by default (--disable-overlap-schedule turns it off)",
     "--safetensors-load-strategy": "no counterpart: the weight loader has no loading-strategy option",
+    # where a chat request's unset sampling parameters come from (vLLM's auto / vllm / a folder)
+    "--generation-config": (
+        "use --sampling-defaults (model: vLLM's auto, the model's generation_config.json; "
+        "openai: vLLM's vllm, the built-in defaults)"
+    ),
+    "--override-generation-config": (
+        "use --preferred-sampling-params with --sampling-defaults openai (otherwise the model's "
+        "generation_config.json values win over it on chat requests)"
+    ),
+    "--hf-overrides": "use --json-model-override-args (a JSON object of config.json keys)",
 }
 
 

@@ -97,8 +97,12 @@ def keeps_fp32(name: str) -> bool:
 def checkpoint_files(model_path: str) -> list[str]:
     """The safetensors files of a checkpoint, in index order.
 
+    Without an index, the regular files named ``*.safetensors`` (a directory of that name is not
+    one: GeeeekExplorer/nano-vllm#272).
+
     Raises:
-        FileNotFoundError: if there is no safetensors file, or the index names a missing shard.
+        FileNotFoundError: if there is no safetensors file, or the index names a missing shard
+            or one that is not a regular file.
         ValueError: the index maps a tensor to a file that is not ``.safetensors``.
     """
     if os.path.isfile(model_path):
@@ -120,13 +124,19 @@ def checkpoint_files(model_path: str) -> list[str]:
                 )
             if not os.path.exists(p):
                 raise FileNotFoundError(f"{p}: shard listed in {INDEX_FILE} does not exist")
+            if not os.path.isfile(p):
+                raise FileNotFoundError(f"{p}: shard listed in {INDEX_FILE} is not a file (a directory?)")
         return paths
     single = os.path.join(model_path, SINGLE_FILE)
-    if os.path.exists(single):
+    if os.path.isfile(single):
         return [single]
     if os.path.isdir(model_path):
+        # regular files only: a directory named ``*.safetensors`` (a backup, an unpacked archive)
+        # is no shard, and opening it would fail far from the cause
         found = sorted(
-            os.path.join(model_path, p) for p in os.listdir(model_path) if p.endswith(".safetensors")
+            os.path.join(model_path, p)
+            for p in os.listdir(model_path)
+            if p.endswith(".safetensors") and os.path.isfile(os.path.join(model_path, p))
         )
         if found:
             return found
