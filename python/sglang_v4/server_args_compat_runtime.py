@@ -47,6 +47,10 @@ LINEAR_ATTN_BACKENDS = (
     "intel_xpu",
 )
 
+#: SGLang 0.5.23's ``--radix-eviction-policy`` choices (``arg_groups/choices.py``); SGLang's parser
+#: exits 2 on any other value, and so does this one.
+RADIX_EVICTION_POLICY_CHOICES = ("lru", "lfu", "slru", "priority", "tlru")
+
 #: The ignored runtime-service flags.
 RUNTIME_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--mm-attention-backend", IGNORED, "sglang-v4 serves text-only models"),
@@ -282,7 +286,13 @@ RUNTIME_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--trace-modules", IGNORED, OBS, default="request"),
     SGLangFlag("--export-metrics-to-file-dir", IGNORED, OBS),
     SGLangFlag("--otlp-service-name", IGNORED, OBS),
-    SGLangFlag("--radix-eviction-policy", IGNORED, EVICT, default="lru"),
+    SGLangFlag(
+        "--radix-eviction-policy",
+        IGNORED,
+        EVICT,
+        choices=RADIX_EVICTION_POLICY_CHOICES,
+        default="lru",
+    ),
     SGLangFlag("--radix-eviction-policy-config", IGNORED, EVICT, type=json_value),
     SGLangFlag("--nccl-port", IGNORED, PORTS, type=int),
     SGLangFlag("--engine-info-bootstrap-port", IGNORED, PORTS, type=int, default=6789),

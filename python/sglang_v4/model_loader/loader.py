@@ -103,7 +103,10 @@ def checkpoint_files(model_path: str) -> list[str]:
     Raises:
         FileNotFoundError: if there is no safetensors file, or the index names a missing shard
             or one that is not a regular file.
-        ValueError: the index maps a tensor to a file that is not ``.safetensors``.
+        ValueError: the index maps a tensor to a file that is not ``.safetensors``, or to one
+            outside ``model_path`` (an absolute path, or a name whose ``..`` leaves the directory;
+            the name is checked, not where it resolves: a Hugging Face cache snapshot's shards are
+            links into ``../../blobs``).
     """
     if os.path.isfile(model_path):
         if not model_path.endswith(".safetensors"):
@@ -115,6 +118,12 @@ def checkpoint_files(model_path: str) -> list[str]:
         files = list(dict.fromkeys(weight_map.values()))
         paths = [os.path.join(model_path, p) for p in files]
         for name, p in zip(files, paths):
+            if os.path.isabs(name) or os.path.normpath(name).split(os.sep)[0] == os.pardir:
+                k = next(k for k, v in weight_map.items() if v == name)
+                raise ValueError(
+                    f"{index}: weight_map sends {k} to {name!r}, which is outside the model "
+                    "directory (shard names are relative to the directory of the index)"
+                )
             if not name.endswith(".safetensors"):
                 k = next(k for k, v in weight_map.items() if v == name)
                 raise ValueError(

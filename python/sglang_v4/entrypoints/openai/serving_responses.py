@@ -66,7 +66,6 @@ from sglang_v4.entrypoints.openai.allowed_tools import allowed_tools_of
 from sglang_v4.entrypoints.openai.logprob_limits import check_chat_top_logprobs
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.protocol_responses import (
-    UNSERVED_RESPONSES_FIELDS,
     IncompleteDetails,
     InputTokensDetails,
     OutputItem,
@@ -109,6 +108,7 @@ from sglang_v4.entrypoints.openai.responses_reasoning_state import (
     ENCRYPTED_REASONING_INCLUDE,
     encode_reasoning,
 )
+from sglang_v4.entrypoints.openai.responses_request_checks import check_responses_request
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
     dp_rank_header_pin,
@@ -136,8 +136,6 @@ _FIELD_NAMES = {
     "reasoning_effort": "reasoning.effort",
     "messages": "input",
 }
-#: OpenAI's bound on ``metadata``: pairs, key and value lengths (characters).
-METADATA_MAX_PAIRS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
 
 
 def _responses_error(e: RequestError) -> RequestError:
@@ -167,32 +165,6 @@ def _wants_reasoning_blob(req: ResponsesRequest) -> bool:
 
 #: The ``include`` value that asks for the message's logprobs (OpenAI's name).
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
-
-
-def _check_request(req: ResponsesRequest) -> None:
-    """Fields refused when set, ``truncation: "auto"``, ``metadata`` bounds (400 naming the field)."""
-    for name, why in UNSERVED_RESPONSES_FIELDS.items():
-        value = getattr(req, name)
-        if value not in (None, False, 0, [], {}):
-            raise RequestError(f"{name}: {why}.", param=name)
-    if req.truncation == "auto":
-        raise RequestError(
-            'truncation: "auto" is not supported (a conversation longer than the context is a 400).',
-            param="truncation",
-        )
-    if req.cache_salt == "":  # vLLM's rule, as on the chat route
-        raise RequestError(
-            "Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt"
-        )
-    md = req.metadata or {}
-    if len(md) > METADATA_MAX_PAIRS or any(
-        len(k) > METADATA_MAX_KEY or len(v) > METADATA_MAX_VALUE for k, v in md.items()
-    ):
-        raise RequestError(
-            f"metadata takes at most {METADATA_MAX_PAIRS} pairs, keys of at most {METADATA_MAX_KEY} "
-            f"and values of at most {METADATA_MAX_VALUE} characters.",
-            param="metadata",
-        )
 
 
 @dataclass
@@ -235,7 +207,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         req: ResponsesRequest = validate_request(ResponsesRequest, await read_json_object(request))
         dp_rank_header_pin(request)  # SGLang's X-Data-Parallel-Rank: rank 0 or a 400
         self._check_model(req.model)
-        _check_request(req)
+        check_responses_request(req)
         if req.top_logprobs is not None:  # bounded as on the chat route, ``include`` or not (it is echoed)
             check_chat_top_logprobs(req.top_logprobs, True, self._max_logprobs(), self._vocab_size())
         req.text = text_with_response_format(req.text, req.response_format)

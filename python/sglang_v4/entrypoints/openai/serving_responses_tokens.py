@@ -16,8 +16,9 @@ from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.openai.protocol_responses import ResponsesInputTokens, ResponsesInputTokensRequest
 from sglang_v4.entrypoints.openai.responses_input import text_with_response_format
+from sglang_v4.entrypoints.openai.responses_request_checks import check_responses_request
 from sglang_v4.entrypoints.openai.serving_base import RequestError, read_json_object, validate_request
-from sglang_v4.entrypoints.openai.serving_responses import ResponsesMixin, _check_request, _responses_error
+from sglang_v4.entrypoints.openai.serving_responses import ResponsesMixin, _responses_error
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import run_blocking
 
@@ -36,7 +37,7 @@ class ResponsesInputTokensMixin(ResponsesMixin):
             ResponsesInputTokensRequest, await read_json_object(request)
         )
         self._check_model(req.model)
-        _check_request(req)
+        check_responses_request(req)
         req.text = text_with_response_format(req.text, req.response_format)
         chat_req, _ = self._chat_request_of(req, self._history(req))
         try:
