@@ -53,14 +53,8 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   (:mod:`sglang_v4.sampling.json_schema_bounds`).
 
 * a ``string`` node's ``format: "date"`` / ``"date-time"`` / ``"time"`` becomes a ``pattern``
-  admitting exactly the calendar dates RFC 3339 (section 5.6, ``date-mday`` "based on month/year")
-  allows: xgrammar's built-in format regexes take any day ``01``-``31`` in every month
-  (``"2023-02-31"``, ``"2661-11-31"``), which JSON Schema's ``date`` format, pydantic and Python's
-  ``datetime`` reject. The pattern keeps a subset every common parser reads: years ``0001``-``9999``
-  (Python's ``date`` has no year 0), Gregorian leap years for February 29th, seconds ``00``-``59``
-  (RFC 3339's leap second ``60`` is refused by pydantic and ``datetime``), ``T`` / ``Z`` in upper
-  case, an offset ``Z`` or ``+hh:mm`` / ``-hh:mm``. A node that also sets ``pattern`` /
-  ``minLength`` / ``maxLength`` is left alone (those are refused by name later).
+  admitting exactly the dates and times RFC 3339 allows
+  (:mod:`sglang_v4.sampling.json_schema_date_format`).
 * a ``pattern``'s optional group ``(X)?`` (or lazy ``(X)??``) becomes ``(X|)``, the same language:
   xgrammar 0.2.9 compiles a ``pattern`` (its JSON-string regex mode) whose optional group holds a
   repetition to a grammar that also takes the group's tail without its head
@@ -85,6 +79,7 @@ from typing import Any
 
 from sglang_v4.sampling.json_schema_alternatives import with_node_keywords
 from sglang_v4.sampling.json_schema_bounds import rewrite_numeric_bounds
+from sglang_v4.sampling.json_schema_date_format import exact_date_format
 from sglang_v4.sampling.json_schema_false import drop_false_properties
 from sglang_v4.sampling.json_schema_length import length_bounds_as_pattern
 from sglang_v4.sampling.json_schema_pattern_text import pattern_over_json_text
@@ -315,7 +310,7 @@ def _rewrite(schema: Any, path: str) -> Any:
     if _is_object_node(out):
         _rewrite_object(out, path)
     rewrite_numeric_bounds(out)
-    _exact_date_format(out)
+    exact_date_format(out)
     if isinstance(out.get("pattern"), str):
         out["pattern"] = pattern_over_json_text(
             search_as_full_match(optional_groups_as_alternations(out["pattern"]))
@@ -439,38 +434,6 @@ def optional_groups_as_alternations(pattern: str) -> str:
         out.append(c)
         i += 1
     return "".join(out)
-
-
-# RFC 3339 section 5.6 (``full-date``, ``full-time``), written without look-arounds or
-# non-capturing groups (xgrammar's regex subset). Years 0001-9999.
-_YEAR = r"([1-9]\d{3}|0[1-9]\d{2}|00[1-9]\d|000[1-9])"
-# Every month's days but February 29th; then February 29th of Gregorian leap years (divisible by 4
-# and not by 100, or divisible by 400; 0000 left out).
-_DATE = (
-    rf"({_YEAR}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))"
-    r"|(\d{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)-02-29)"
-)
-# The fraction is ``(\.\d+|)``: xgrammar 0.2.9 compiles ``(\.\d+)?`` inside a pattern to a regex
-# that also takes the digits without the dot (``12:00:001234Z``).
-_TIME = r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+|)(Z|[+-]([01]\d|2[0-3]):[0-5]\d)"
-#: The ``pattern`` each rewritten ``format`` becomes (module docstring).
-DATE_FORMAT_PATTERNS = {
-    "date": f"^{_DATE}$",
-    "date-time": f"^{_DATE}T{_TIME}$",
-    "time": f"^{_TIME}$",
-}
-
-
-def _exact_date_format(node: dict[str, Any]) -> None:
-    """Replace, in place, a ``string`` node's ``format`` of :data:`DATE_FORMAT_PATTERNS` by its
-    exact ``pattern`` (module docstring)."""
-    fmt = node.get("format")
-    if not isinstance(fmt, str) or fmt not in DATE_FORMAT_PATTERNS or not _is_type(node, "string"):
-        return
-    if any(k in node for k in ("pattern", "minLength", "maxLength")):
-        return
-    del node["format"]
-    node["pattern"] = DATE_FORMAT_PATTERNS[fmt]
 
 
 #: Deepest subschema nesting a schema may have (the root is level 0). The rewrite recurses a few

@@ -10,7 +10,7 @@ with empty text (SGLang's; a user one is refused when the request is parsed:
 :func:`~.request_errors.check_user_message_contents`);
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
 as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request,
-rendered by the checkpoint's effort profile (:func:`detect_reasoning_effort_profile`), its
+rendered by the checkpoint's effort profile (:mod:`.reasoning_effort_profile`), its
 ``"none"`` turning thinking mode off where the request does not set it itself (SGLang's rule:
 ``thinking`` / ``enable_thinking`` default to false, also over ``--default-chat-template-kwargs``;
 vLLM's DeepSeek-V4 encoding renders such a request in chat mode too);
@@ -29,16 +29,12 @@ after the reasoning. The response and stream builders are in :mod:`.serving_chat
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from sglang_v4.entrypoints.chat_encoding import (
     DSML,
-    REASONING_EFFORT_PROFILES,
     THINK_END,
     RenderedPrompt,
     message_error_param,
@@ -51,6 +47,7 @@ from sglang_v4.entrypoints.chat_encoding import (
 from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader
 from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
+from sglang_v4.entrypoints.openai.reasoning_effort_profile import detect_reasoning_effort_profile
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError
 from sglang_v4.entrypoints.openai.thinking_switch import normalize_thinking_switches
@@ -70,49 +67,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: ``config.json`` key naming a checkpoint's effort profile (SGLang's name), for converted
-#: checkpoints without DeepSeek's encoder file.
-EFFORT_PROFILE_CONFIG_KEY = "dsv4_reasoning_effort_profile"
-#: DeepSeek's reference encoder shipped with a checkpoint.
-ENCODER_FILE = os.path.join("encoding", "encoding_dsv4.py")
-
-
-def detect_reasoning_effort_profile(model_path: str | None) -> str:
-    """The reasoning-effort profile (:data:`~sglang_v4.entrypoints.chat_encoding.REASONING_EFFORT_PROFILES`)
-    of the checkpoint at ``model_path``: ``config.json``'s ``dsv4_reasoning_effort_profile`` when
-    set; else ``"official"`` when the checkpoint's own encoder (``encoding/encoding_dsv4.py``)
-    defines the per-tier table ``REASONING_EFFORT_PROMPTS`` (DeepSeek-V4-Flash-0731 and later:
-    their ``config.json`` and tokenizer files are those of the first V4 checkpoints, so the encoder
-    is what tells them apart, as SGLang decides it); else ``"preview"`` (the first V4 checkpoints'
-    encoder defines only ``REASONING_EFFORT_MAX``; also no directory or no encoder file).
-
-    Raises:
-        ValueError: ``config.json`` names an unknown profile (names the key and the file).
-    """
-    if not model_path or not os.path.isdir(model_path):
-        return "preview"
-    try:
-        with open(os.path.join(model_path, "config.json"), encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        cfg = {}
-    named = cfg.get(EFFORT_PROFILE_CONFIG_KEY) if isinstance(cfg, dict) else None
-    if named is not None:
-        if named not in REASONING_EFFORT_PROFILES:
-            raise ValueError(
-                f"{os.path.join(model_path, 'config.json')}: {EFFORT_PROFILE_CONFIG_KEY} must be one of "
-                f"{list(REASONING_EFFORT_PROFILES)}; got {named!r}"
-            )
-        return named
-    try:
-        with open(os.path.join(model_path, ENCODER_FILE), encoding="utf-8") as f:
-            encoder = f.read()
-    except (OSError, UnicodeDecodeError):
-        return "preview"
-    if re.search(r"^REASONING_EFFORT_PROMPTS\s*(:[^=\n]*)?=", encoder, re.MULTILINE):
-        return "official"
-    return "preview"
 
 
 @dataclass
