@@ -28,8 +28,10 @@
   / ``tool`` with ``name`` (chat's named function) / ``none``; ``disable_parallel_tool_use: true``
   is chat's ``parallel_tool_calls: false``.
 * ``thinking`` (:func:`thinking_switch`): ``enabled`` (with ``budget_tokens``) and ``adaptive``
-  switch the chat template's thinking mode on, ``disabled`` off; without it the server's default
-  applies. ``budget_tokens`` must be a positive integer; it does not bound the reasoning (the
+  switch the chat template's thinking mode on, ``disabled`` off; without it
+  ``output_config.effort`` decides as the chat route's ``reasoning_effort`` does (``"none"`` off,
+  any other on, :mod:`~sglang_v4.entrypoints.openai.reasoning_request`), else the server's
+  default applies. ``budget_tokens`` must be a positive integer; it does not bound the reasoning (the
   model has no reasoning budget; ``max_tokens`` bounds reasoning and answer together).
 * ``output_config.effort`` is the chat route's ``reasoning_effort``; ``output_config.format``
   (``{"type": "json_schema", "schema": ...}``) its ``response_format`` (a grammar on the answer).

@@ -10,10 +10,10 @@ with empty text (SGLang's; a user one is refused when the request is parsed:
 :func:`~.request_errors.check_user_message_contents`);
 thinking mode comes from ``chat_template_kwargs`` (``{"thinking": true}``, or ``enable_thinking``,
 as SGLang) or DeepSeek's ``thinking: {"type": "enabled"}``; ``reasoning_effort`` from the request,
-rendered by the checkpoint's effort profile (:mod:`.reasoning_effort_profile`), its
-``"none"`` turning thinking mode off where the request does not set it itself (SGLang's rule:
-``thinking`` / ``enable_thinking`` default to false, also over ``--default-chat-template-kwargs``;
-vLLM's DeepSeek-V4 encoding renders such a request in chat mode too);
+rendered by the checkpoint's effort profile (:mod:`.reasoning_effort_profile`); where the
+request sets no thinking switch itself, its effort (``"none"``: off, any other: on) or OpenRouter's
+``reasoning`` object sets it, also over ``--default-chat-template-kwargs``
+(:mod:`.reasoning_request`, SGLang's ``normalize_reasoning_inputs``);
 ``chat_template_kwargs`` ``{"drop_thinking": false}`` keeps the reasoning of the turns before the
 last user turn in a thinking-mode prompt without tools (the reference encoder's argument, which
 vLLM's DeepSeek-V4 chat encoding reads there; dropped by default).
@@ -49,6 +49,7 @@ from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.reasoning_effort_profile import detect_reasoning_effort_profile
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
+from sglang_v4.entrypoints.openai.reasoning_request import apply_reasoning_controls
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError
 from sglang_v4.entrypoints.openai.thinking_switch import normalize_thinking_switches
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser
@@ -366,17 +367,9 @@ class ChatPrepareMixin(OpenAIServingBase):
             RequestError: 400 naming the field (messages, tools, tool_choice, reasoning_effort).
         """
         _normalize_thinking_switches(req)
-        own = req.chat_template_kwargs or {}
-        if (
-            (req.reasoning_effort or own.get("reasoning_effort")) == "none"
-            and req.thinking is None
-            and "thinking" not in own
-            and "enable_thinking" not in own
-        ):
-            # "none" turns thinking mode off unless the request sets it itself (SGLang's
-            # normalize_reasoning_inputs; vLLM's DeepSeek-V4 encoding renders chat mode), also
-            # over --default-chat-template-kwargs
-            req.chat_template_kwargs = {**own, "thinking": False, "enable_thinking": False}
+        # reasoning_effort / the reasoning object decide the switch where the request sets none
+        # (e.g. "none" off, "high" on), also over --default-chat-template-kwargs
+        apply_reasoning_controls(req)
         defaults = getattr(self.args, "default_chat_template_kwargs", None)
         if defaults:  # --default-chat-template-kwargs: under the request's own keys
             own = req.chat_template_kwargs or {}

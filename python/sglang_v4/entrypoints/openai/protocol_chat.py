@@ -88,7 +88,9 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     Thinking mode: ``chat_template_kwargs`` ``{"thinking": true}`` (or ``enable_thinking``), or
     DeepSeek's ``thinking: {"type": "enabled"}``; ``add_generation_prompt: false`` (vLLM's
     extension) leaves out the assistant turn's opening (``continue_final_message`` wins over it);
-    ``reasoning_effort`` one of none, minimal, low, medium, high, xhigh, max. ``response_format``: ``text``, ``json_object``, ``json_schema``
+    ``reasoning_effort`` one of none, minimal, low, medium, high, xhigh, max; where the request sets
+    no thinking switch, an effort turns thinking on (``"none"``: off), as does OpenRouter's
+    ``reasoning: {"enabled": true}`` (:mod:`.reasoning_request`). ``response_format``: ``text``, ``json_object``, ``json_schema``
     (``{"json_schema": {"name", "schema", "strict"}}``) or SGLang's ``structural_tag``.
     """
 
@@ -117,6 +119,9 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     function_call: Any = None
     parallel_tool_calls: bool | None = True
     reasoning_effort: str | None = None
+    #: OpenRouter's / SGLang's reasoning controls (``enabled``, ``effort``, ``exclude``,
+    #: ``max_tokens``) or a boolean switch; read by :mod:`.reasoning_request`
+    reasoning: dict[str, Any] | bool | None = None
     thinking: dict[str, Any] | bool | None = None
     continue_final_message: bool = False
     add_generation_prompt: bool = True
