@@ -21,8 +21,9 @@ embedded default model), ``more_bugs_server`` (one on the embedded model for the
 ``test_public_bugs_more*``, ``test_public_bugs_fourth*``, ``test_public_bugs_fifth`` and
 ``test_public_bugs_sixth`` modules), and
 ``shared_fake_model_dir`` with ``held_fake_server`` (a fake-model server on it whose ``[hold]``
-prompts run until aborted) and ``shared_fake_engine`` (an ``Engine`` on it, the same), shared by
-the modules whose own server or engine had exactly that configuration. A module
+prompts run until aborted), ``incremental_fake_server`` (one with
+``--incremental-streaming-output``) and ``shared_fake_engine`` (an ``Engine`` on it, the same),
+shared by the modules whose own server or engine had exactly that configuration. A module
 that needs the tokenizer in another wrapper (the benchmark's ``BenchTokenizer``...) defines its own
 ``tok``, which takes precedence there; the runtime's ``FastTokenizer`` and ``AutoTokenizer`` on the
 tokenizer directory are ``fast`` and ``hf``. Server subprocesses are started with ``server_fixture.start_server``.
@@ -289,6 +290,25 @@ def held_fake_server(shared_fake_model_dir, tmp_path_factory: pytest.TempPathFac
     log = tmp_path_factory.mktemp("held_fake_server") / "server.log"
     args = ["--model-path", str(shared_fake_model_dir), "--served-model-name", MODEL]
     h = start_server(args, fake_env({"FAKE_HOLD_ON_TEXT": "[hold]"}), log)
+    yield h
+    assert h.stop() == 0, h.log()[-3000:]
+
+
+@pytest.fixture(scope="session")
+def incremental_fake_server(shared_fake_model_dir, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
+    """A ``launch_server --model-path shared_fake_model_dir --served-model-name dsv4-test
+    --incremental-streaming-output`` (each streamed ``/generate`` chunk carries only what is new) on
+    ``server_fixture.FakeScheduler`` with ``FAKE_STEP_SLEEP=0.01``; shared by
+    ``test_server_native_api`` and ``test_public_bugs_native_twentieth`` (their requests finish;
+    neither counts the server's totals). Yields the ``ServerHandle``; at the end of the session the
+    server must exit with code 0."""
+    from fake_prompt_tm import MODEL
+    from server_fixture import fake_env, start_server
+
+    log = tmp_path_factory.mktemp("incremental_fake_server") / "server.log"
+    args = ["--model-path", str(shared_fake_model_dir), "--served-model-name", MODEL]
+    args.append("--incremental-streaming-output")
+    h = start_server(args, fake_env({"FAKE_STEP_SLEEP": "0.01"}), log)
     yield h
     assert h.stop() == 0, h.log()[-3000:]
 

@@ -2,31 +2,29 @@
 ``--incremental-streaming-output`` mode and the frontend language
 (``sgl.function`` through ``sglang.RuntimeEndpoint``), replayed against sglang-v4.
 
-Fixtures: conftest's session ``held_fake_server`` (``server_fixture.FakeScheduler``: the fake model writes ``FAKE_TEXT``'s tokens over and over, a
-``stop_token_ids`` request gets its smallest stop id as its fourth token), and one module server on
-the same fake model with ``--incremental-streaming-output``. Oracles: ``FAKE_TEXT`` through the
-DeepSeek-V4 tokenizer (``transformers``, independent of the runtime's tokenizer wrapper), the same
-request sent alone or unstreamed (a cold run), Python's ``str.find`` for stop-string trimming,
-and the ``sglang`` frontend's own chat templates and parser. The frontend tests skip without the
+Fixtures: conftest's session ``held_fake_server`` (``server_fixture.FakeScheduler``: the fake
+model writes ``FAKE_TEXT``'s tokens over and over, a ``stop_token_ids`` request gets its smallest
+stop id as its fourth token) and conftest's session ``incremental_fake_server`` on the same fake
+model with ``--incremental-streaming-output``. Oracles: ``FAKE_TEXT`` through the DeepSeek-V4
+tokenizer (``transformers``, independent of the runtime's tokenizer wrapper), the same request sent
+alone or unstreamed (a cold run), Python's ``str.find`` for stop-string trimming, and the
+``sglang`` frontend's own chat templates and parser. The frontend tests skip without the
 ``sglang`` package (a client, not a project dependency). Every report here passed as-is and is
 kept as a regression test.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from server_fixture import (
     FAKE_TEXT,
-    fake_env,
     fake_output_ids,
     fake_output_text,
     in_background,
     sse_events,
-    start_server,
     wait_running_reqs,
 )
 
@@ -40,22 +38,10 @@ def server(held_fake_server: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def inc_server(shared_fake_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A fake-model server with ``--incremental-streaming-output`` (each streamed ``/generate``
-    chunk carries only what is new); must exit with code 0."""
-    from fake_prompt_tm import MODEL
-
-    log = tmp_path_factory.mktemp("inc_native20") / "server.log"
-    args = [
-        "--model-path",
-        str(shared_fake_model_dir),
-        "--served-model-name",
-        MODEL,
-        "--incremental-streaming-output",
-    ]
-    h = start_server(args, fake_env(), log)
-    yield h
-    assert h.stop() == 0, h.log()[-3000:]
+def inc_server(incremental_fake_server: Any) -> Any:
+    """conftest's session fake-model server with ``--incremental-streaming-output`` (each streamed
+    ``/generate`` chunk carries only what is new), on the same model and served name."""
+    return incremental_fake_server
 
 
 def post(server: Any, path: str, body: dict[str, Any]) -> Any:

@@ -19,12 +19,10 @@ from server_fixture import (
     FAKE_CONTEXT_LEN,
     FAKE_TEXT,
     FAKE_VOCAB,
-    fake_env,
     fake_output_text,
     hf_auto_tokenizer,
     hold_until_tag,
     sse_events,
-    start_server,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -529,15 +527,10 @@ def test_abort_all(server):
 
 
 @pytest.fixture(scope="module")
-def incremental_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    log = tmp_path_factory.mktemp("log") / "server.log"
-    h = start_server(
-        ["--model-path", str(model_dir), "--incremental-streaming-output"],
-        fake_env({"FAKE_STEP_SLEEP": "0.01"}),
-        log,
-    )
-    yield h
-    assert h.stop() == 0, h.log()[-3000:]
+def incremental_server(incremental_fake_server):  # noqa: ANN001, ANN201 - a server_fixture.ServerHandle
+    """conftest's session fake-model server on :func:`model_dir` with
+    ``--incremental-streaming-output``."""
+    return incremental_fake_server
 
 
 def test_incremental_streaming_output(incremental_server, tok, tmp_path: Path):
