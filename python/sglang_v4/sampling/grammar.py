@@ -56,6 +56,7 @@ from sglang_v4.sampling.json_schema_rewrite import (
     open_arrays,
 )
 from sglang_v4.sampling.json_schema_support import check_enforceable_schema, merge_all_of
+from sglang_v4.sampling.regex_dialect import translate_regex
 from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_tag
 from sglang_v4.sampling.structural_tag import (
     EMPTY_PARAMETERS,
@@ -363,6 +364,8 @@ class GrammarBackend:
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
+        if kind == "regex":
+            spec = translate_regex(spec, "regex")  # ValueError naming the construct
         try:
             if kind == "json_schema":
                 try:

@@ -85,6 +85,7 @@ from sglang_v4.sampling.json_schema_length import length_bounds_as_pattern
 from sglang_v4.sampling.json_schema_pattern_text import pattern_over_json_text
 from sglang_v4.sampling.json_schema_regex import search_as_full_match
 from sglang_v4.sampling.json_schema_tuple import tuple_items_as_prefix_items
+from sglang_v4.sampling.regex_dialect import regex_format_checker, translate_regex
 
 __all__ = [
     "MAX_SCHEMA_DEPTH",
@@ -309,12 +310,16 @@ def _rewrite(schema: Any, path: str) -> Any:
         out["items"] = {}
     if _is_object_node(out):
         _rewrite_object(out, path)
+    if isinstance(out.get("patternProperties"), dict):  # keys are JSON text too (after the lookups)
+        out["patternProperties"] = {
+            pattern_over_json_text(k) if isinstance(k, str) else k: v
+            for k, v in out["patternProperties"].items()
+        }
     rewrite_numeric_bounds(out)
     exact_date_format(out)
     if isinstance(out.get("pattern"), str):
-        out["pattern"] = pattern_over_json_text(
-            search_as_full_match(optional_groups_as_alternations(out["pattern"]))
-        )
+        regex = translate_regex(out["pattern"], f"{path}.pattern", schema=True)
+        out["pattern"] = pattern_over_json_text(search_as_full_match(optional_groups_as_alternations(regex)))
     length_bounds_as_pattern(out)
     return out
 
@@ -331,7 +336,10 @@ def _rewrite_key_patterns(patterns: dict[str, Any], path: str) -> dict[str, Any]
     out: dict[str, Any] = {}
     first: dict[str, str] = {}
     for key, sub in patterns.items():
-        new = search_as_full_match(optional_groups_as_alternations(key)) if isinstance(key, str) else key
+        new = key
+        if isinstance(key, str):
+            regex = translate_regex(key, f"{path}[{key!r}]", schema=True)
+            new = search_as_full_match(optional_groups_as_alternations(regex))
         if new in out:
             out[new] = _join_all_of(out[new], sub, f"{path}: keys {first[new]!r} and {key!r} (both {new!r})")
         else:
@@ -568,7 +576,7 @@ def check_json_schema(schema: Any) -> None:
             part, deeper = _cut_deep(part)
             pending.extend((prefix + p, s) for p, s in deeper)
         try:
-            cls.check_schema(part)
+            cls.check_schema(part, format_checker=regex_format_checker(cls))
         except SchemaError as e:
             where = "/".join(str(p) for p in (*prefix, *e.absolute_path)) or "the root"
             raise ValueError(f"invalid JSON schema at {where!r}: {e.message}") from None

@@ -1,0 +1,451 @@
+"""A request's regex written in the dialect xgrammar compiles, or refused naming the construct.
+
+xgrammar (0.2.9) compiles a regex as a full match over ECMA-262-like syntax. Constructs that
+users write (Python's ``re`` / the ``regex`` package, PCRE) and that xgrammar rejects or misreads:
+
+* Unicode properties ``\\p{L}`` ``\\P{Lu}`` ``\\pN`` (general categories, scripts, binary
+  properties: whatever the ``regex`` package knows) were refused ("Unicode character class escape
+  sequence is not supported yet"), and inside a class (``[\\p{L}]``) read as the letters ``p{L}``:
+  they are written as explicit character ranges;
+* inline flags ``(?i)`` (the whole regex, at its start) and ``(?i:...)`` (a group) were refused:
+  case-insensitivity is written out, each letter and class taking its case variants (Python's
+  Unicode simple case folding, read from the ``regex`` package: ``(?i)k`` takes ``k``, ``K`` and
+  the Kelvin sign); ``(?s)`` lets ``.`` match a newline; ``(?a)`` / ``(?u)`` change nothing
+  here (``\\d \\w \\s`` are ASCII digits, ASCII word characters and ECMA-262 white space);
+  ``(?m)`` / ``(?x)`` / ``(?L)`` are refused;
+* ``.`` matched a newline (in Python's ``re`` and ECMA-262 it does not): for the ``regex``
+  parameter it is ``[^\\n]`` (Python's reading) unless ``(?s)`` is set;
+* anchors: ``^`` / ``\\A`` at the start and ``$`` / ``\\Z`` / ``\\z`` at the end are dropped (a
+  full match is anchored already); elsewhere xgrammar ignored ``^`` / ``$`` (``a^b`` took
+  ``"ab"``, which no engine matches) and read ``\\A`` / ``\\Z`` / ``\\z`` as the letters: refused;
+* an unknown letter escape (``\\Q``, ``\\G``, ``\\h``...) was read as the letter; back-references
+  (``\\1``, ``\\k<n>``, ``(?P=n)``), look-arounds, atomic groups, conditionals and ``\\b`` /
+  ``\\B`` are refused by name; ``(?P<n>...)`` is a group, ``(?#...)`` a comment;
+* a counted repeat above :data:`MAX_REGEX_REPEAT` is refused (xgrammar stores counts as 32-bit
+  ints: ``a{4294967297}`` became ``a{1}``); ``{,n}`` is ``{0,n}`` and a ``{`` that starts no
+  repeat is a literal (both Python's reading).
+
+:func:`translate_regex` does this for the ``regex`` sampling parameter (vLLM's
+``structured_outputs.regex`` / ``guided_regex``) and, in ``schema`` mode, for a JSON-schema
+``pattern`` / ``patternProperties`` key (there ``.`` and the anchors keep their ECMA-262 reading,
+handled later by :mod:`sglang_v4.sampling.json_schema_regex` and
+:mod:`sglang_v4.sampling.json_schema_pattern_text`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+__all__ = ["MAX_REGEX_REPEAT", "regex_format_checker", "translate_regex"]
+
+#: The largest bound of a counted repeat ``{m,n}`` (larger ones are refused).
+MAX_REGEX_REPEAT = 100_000
+
+_CLASS_ESCAPES = frozenset("dDwWsS")
+#: Letter escapes that mean one character (xgrammar and Python read them alike).
+_CHAR_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "a": "\a"}
+_REPEAT = re.compile(r"\{(\d*)(?:(,)(\d*))?\}")
+
+
+class _Refused(Exception):
+    def __init__(self, what: str, pos: int) -> None:
+        super().__init__(what)
+        self.what, self.pos = what, pos
+
+
+@functools.lru_cache(maxsize=1)
+def _all_chars() -> str:
+    """Every code point but the surrogates, in order (the text the ``regex`` package scans)."""
+    return "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x110000)))
+
+
+@functools.lru_cache(maxsize=256)
+def _char_set(regex_class: str, ignore_case: bool) -> tuple[tuple[int, int], ...]:
+    """The code point intervals that the one-character regex ``regex_class`` (``regex`` package
+    syntax) matches, case-insensitively when ``ignore_case``."""
+    import regex
+
+    flags = regex.V0 | (regex.IGNORECASE if ignore_case else 0)
+    try:
+        compiled = regex.compile(f"(?:{regex_class})+", flags)
+    except regex.error as e:
+        raise ValueError(str(e)) from None
+    text, out = _all_chars(), []
+    for m in compiled.finditer(text):
+        lo, hi = ord(text[m.start()]), ord(text[m.end() - 1])
+        if lo < 0xD800 < hi:  # the run crosses the removed surrogates
+            out += [(lo, 0xD7FF), (0xE000, hi)]
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _char_text(c: int) -> str:
+    """``c`` written inside a class (xgrammar reads ``\\x`` with as many hex digits as follow,
+    ``\\u`` with four)."""
+    if chr(c) in "\\]^-[":
+        return "\\" + chr(c)
+    if c < 0x20 or 0x7F <= c < 0xA0:
+        return f"\\u{c:04x}"
+    return chr(c)
+
+
+def _ranges_text(ivs: tuple[tuple[int, int], ...]) -> str:
+    parts = []
+    for lo, hi in ivs:
+        if lo == hi:
+            parts.append(_char_text(lo))
+        elif hi == lo + 1:
+            parts.append(_char_text(lo) + _char_text(hi))
+        else:
+            parts.append(f"{_char_text(lo)}-{_char_text(hi)}")
+    return "".join(parts)
+
+
+def _property_end(p: str, i: int) -> int:
+    """The end of the ``\\p`` / ``\\P`` escape at ``p[i]``."""
+    if p[i + 2 : i + 3] == "{":
+        k = p.find("}", i + 3)
+        if k < 0:
+            raise _Refused("an unclosed Unicode property escape", i)
+        return k + 1
+    if i + 2 >= len(p):
+        raise _Refused("an incomplete Unicode property escape", i)
+    return i + 3
+
+
+@functools.lru_cache(maxsize=256)
+def _property_known(text: str) -> bool:
+    import regex
+
+    try:
+        regex.compile(text)
+    except regex.error:
+        return False
+    return True
+
+
+def _check_property(text: str, pos: int) -> None:
+    if not _property_known(text):
+        raise _Refused(f"an unknown Unicode property '{text}'", pos)
+
+
+def _read_escape(p: str, i: int, in_class: bool, schema: bool) -> tuple[str, str, int]:
+    """The escape at ``p[i] == "\\"``: ``(kind, text, end)``, kind one of ``"prop"`` (a
+    Unicode property), ``"set"`` (``\\d``...), ``"char"`` (one character), ``"anchor_start"``,
+    ``"anchor_end"``."""
+    if i + 1 >= len(p):
+        raise _Refused("a trailing backslash", i)
+    e = p[i + 1]
+    if e in "pP":
+        end = _property_end(p, i)
+        _check_property(p[i:end], i)
+        return "prop", p[i:end], end
+    if e in _CLASS_ESCAPES:
+        return "set", p[i : i + 2], i + 2
+    if e in "xuU":
+        n = {"x": 2, "u": 4, "U": 8}[e]
+        digits = p[i + 2 : i + 2 + n]
+        if len(digits) != n or any(d not in "0123456789abcdefABCDEF" for d in digits):
+            raise _Refused(f"an incomplete escape '\\{e}' (it takes {n} hex digits)", i)
+        return "char", p[i : i + 2 + n], i + 2 + n
+    if e == "0":
+        j = i + 2
+        while j < min(len(p), i + 4) and p[j] in "01234567":
+            j += 1
+        return "char", p[i:j], j
+    if e.isdigit() or e == "k":
+        raise _Refused(f"a back-reference '\\{e}'", i)
+    if e == "b" and in_class:
+        return "char", "\\x08", i + 2
+    if e in "bB":
+        raise _Refused(f"a word boundary '\\{e}'", i)
+    if e == "A" and not in_class:  # schema mode: written as "^" / "$" for the anchor rewrite
+        return "anchor_start", "^" if schema else "", i + 2
+    if e in "Zz" and not in_class:
+        return "anchor_end", "$" if schema else "", i + 2
+    if e in _CHAR_ESCAPES or e in "ec":
+        end = i + 3 if e == "c" else i + 2
+        return "char", p[i:end], end
+    if e.isalnum():
+        raise _Refused(f"an unknown escape '\\{e}'", i)
+    return "char", p[i : i + 2], i + 2
+
+
+def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
+    """The class at ``p[i] == "["`` in xgrammar's dialect: ``(text, end)``."""
+    j = i + 1
+    negated = p[j : j + 1] == "^"
+    j += negated
+    sets: list[str] = []
+    rest: list[str] = []  # chars, ranges and properties, as regex-package text
+    if p[j : j + 1] == "]":  # "[]...]": the first "]" is a literal
+        rest.append("\\]")
+        j += 1
+    translate = ignore_case
+    while j < len(p) and p[j] != "]":
+        if p[j] == "\\":
+            kind, text, j = _read_escape(p, j, True, schema)
+            if kind == "set":
+                sets.append(text)
+                continue
+            translate |= kind == "prop"
+            rest.append(text)
+        elif p[j] == "[" and p[j + 1 : j + 2] == ":" and p.find(":]", j + 2) > 0:
+            k = p.find(":]", j + 2)  # a POSIX class, [:alpha:] (read by the regex package)
+            rest.append(p[j : k + 2])
+            translate = True
+            j = k + 2
+        else:
+            rest.append("\\]" if p[j] == "]" else ("\\[" if p[j] == "[" else p[j]))
+            j += 1
+    if j >= len(p):
+        raise _Refused("an unclosed '['", i)
+    end = j + 1
+    if not translate:
+        return p[i:end], end
+    body = "".join(rest)
+    ivs = _char_set(f"[{body}]", ignore_case) if body else ()
+    inner = _ranges_text(ivs) + "".join(sets)
+    if not inner:
+        # [] matches nothing and [^] everything; neither has an xgrammar spelling but these
+        return ("[\\s\\S]" if negated else "[^\\s\\S]"), end
+    return ("[^" if negated else "[") + inner + "]", end
+
+
+def _atom_set(text: str, ignore_case: bool) -> str:
+    """A one-character atom (a literal, a ``\\p`` escape) as an explicit class."""
+    ivs = _char_set(text, ignore_case)
+    if not ivs:
+        return "[^\\s\\S]"
+    return "[" + _ranges_text(ivs) + "]"
+
+
+_FLAGS_GROUP = re.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?(:|\))")
+
+
+def _flags(on: str, off: str, pos: int, ci: bool, dotall: bool) -> tuple[bool, bool]:
+    for f in on + off:
+        if f not in "isau":
+            name = {"m": "multi-line", "x": "verbose", "L": "locale"}.get(f, "unknown")
+            raise _Refused(f"the {name} flag '(?{f})'", pos)
+    if "i" in on:
+        ci = True
+    if "i" in off:
+        ci = False
+    if "s" in on:
+        dotall = True
+    if "s" in off:
+        dotall = False
+    return ci, dotall
+
+
+def _translate(p: str, schema: bool) -> str:
+    out: list[str] = []
+    ci = dotall = False
+    # per open group: [case flag, dot-all flag, at-start on entry, after-end on entry, a branch
+    # ended with "$"]
+    stack: list[list[bool]] = []
+    at_start = True  # nothing that consumes text yet on this path
+    after_end = False  # a "$" precedes on this path
+    i, n = 0, len(p)
+
+    def consume(pos: int) -> None:
+        nonlocal at_start
+        if after_end and not schema:
+            raise _Refused("text after an end anchor '$' (no text can match there)", pos)
+        at_start = False
+
+    while i < n:
+        c = p[i]
+        if c == "(":
+            if p.startswith("(?#", i):
+                k = p.find(")", i)
+                if k < 0:
+                    raise _Refused("an unclosed comment group", i)
+                i = k + 1
+                continue
+            m = _FLAGS_GROUP.match(p, i)
+            if m and (m.group(1) or m.group(2) is not None):
+                new_ci, new_dot = _flags(m.group(1), m.group(2) or "", i, ci, dotall)
+                if m.group(3) == ")":  # global flags: only at the start, as Python requires
+                    if any(t not in ("^", "") for t in out) or stack:
+                        raise _Refused("global flags not at the start of the regex", i)
+                    ci, dotall = new_ci, new_dot
+                else:
+                    stack.append([ci, dotall, at_start, after_end, False])
+                    ci, dotall = new_ci, new_dot
+                    out.append("(?:")
+                i = m.end()
+                continue
+            for prefix, what in (
+                ("(?=", "a look-ahead"),
+                ("(?!", "a look-ahead"),
+                ("(?<=", "a look-behind"),
+                ("(?<!", "a look-behind"),
+                ("(?>", "an atomic group"),
+                ("(?(", "a conditional group"),
+                ("(?P=", "a back-reference"),
+            ):
+                if p.startswith(prefix, i):
+                    raise _Refused(f"{what} '{prefix}...)'", i)
+            stack.append([ci, dotall, at_start, after_end, False])
+            if p.startswith("(?:", i):
+                out.append("(?:")
+                i += 3
+            elif p.startswith("(?P<", i) or p.startswith("(?<", i):
+                k = p.find(">", i)
+                if k < 0:
+                    raise _Refused("an unclosed group name", i)
+                out.append("(")
+                i = k + 1
+            elif p.startswith("(?", i):
+                raise _Refused(f"an unknown group '{p[i : i + 3]}'", i)
+            else:
+                out.append("(")
+                i += 1
+            continue
+        if c == ")":
+            if not stack:  # xgrammar reports it
+                out.append(")")
+                i += 1
+                continue
+            ci, dotall, _, _, any_end = stack.pop()
+            after_end = after_end or any_end
+            out.append(")")
+            i += 1
+            continue
+        if c == "|":
+            if stack:
+                stack[-1][4] = stack[-1][4] or after_end
+                at_start, after_end = stack[-1][2], stack[-1][3]
+            else:
+                at_start, after_end = True, False
+            out.append("|")
+            i += 1
+            continue
+        if c == "^":
+            if not at_start and not schema:
+                raise _Refused("a start anchor '^' after text (no text can match there)", i)
+            if schema:
+                out.append("^")
+            i += 1
+            continue
+        if c == "$":
+            if schema:
+                out.append("$")
+            else:
+                after_end = True
+            i += 1
+            continue
+        if c in "*+?":
+            out.append(c)
+            i += 1
+            continue
+        if c == "{":
+            m = _REPEAT.match(p, i)
+            if m is None or (m.group(1) == "" and m.group(2) is None) or not out:
+                out.append("\\{")  # a literal, as Python reads it
+                consume(i)
+                i += 1
+                continue
+            lo = int(m.group(1) or 0)
+            if m.group(2) is None:
+                hi: int | None = lo
+            else:
+                hi = int(m.group(3)) if m.group(3) else None
+            if max(lo, hi or 0) > MAX_REGEX_REPEAT:
+                raise _Refused(f"a repeat count above {MAX_REGEX_REPEAT} '{m.group(0)}'", i)
+            if hi is not None and hi < lo:
+                raise _Refused(f"a repeat with min > max '{m.group(0)}'", i)
+            if m.group(2) is None:
+                out.append(f"{{{lo}}}")
+            else:
+                out.append(f"{{{lo},{'' if hi is None else hi}}}")
+            i = m.end()
+            continue
+        if c == "\\":
+            kind, text, j = _read_escape(p, i, False, schema)
+            if kind == "anchor_start":
+                if not at_start and not schema:
+                    raise _Refused("'\\A' after text (no text can match there)", i)
+            elif kind == "anchor_end":
+                after_end = True
+            else:
+                consume(i)
+            out.append(_atom_set(text, ci) if kind == "prop" or (kind == "char" and ci) else text)
+            i = j
+            continue
+        consume(i)
+        if c == "[":
+            text, i = _class(p, i, ci, schema)
+            out.append(text)
+            continue
+        if c == ".":
+            out.append("." if schema else ("[\\s\\S]" if dotall else "[^\\n]"))
+            i += 1
+            continue
+        out.append(_atom_set(re.escape(c), True) if ci and c.lower() != c.upper() else c)
+        i += 1
+    return "".join(out)  # an unclosed "(" is reported by xgrammar
+
+
+def translate_regex(pattern: str, field: str, schema: bool = False) -> str:
+    """``pattern`` in the dialect xgrammar compiles with the same meaning (module docstring).
+
+    Args:
+        pattern: the regex a request sent.
+        field: the request field it came from, named in errors (``"regex"``, a schema path).
+        schema: a JSON-schema ``pattern`` / ``patternProperties`` key (ECMA-262 ``.`` and
+            anchors, left for the schema rewrites) rather than the ``regex`` parameter.
+
+    Returns:
+        The regex to compile (``pattern`` itself when nothing needed writing).
+
+    Raises:
+        ValueError: ``"<field>: ... is not supported in a regex ..."`` naming the construct and
+            its position (0-based, in ``pattern``).
+    """
+    try:
+        return _translate(pattern, schema)
+    except _Refused as e:
+        raise ValueError(
+            f"{field}: {e.what} at position {e.pos} of the regex {_shown(pattern)} is not supported "
+            "in constrained decoding."
+        ) from None
+    except ValueError as e:
+        raise ValueError(f"{field}: invalid regex {_shown(pattern)}: {e}.") from None
+
+
+def _shown(pattern: Any) -> str:
+    text = str(pattern)
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def regex_format_checker(cls: Any) -> Any:
+    """The meta-schema's format checker of the draft ``cls``, with ``format: "regex"`` (a
+    ``pattern``, a ``patternProperties`` key) read by the ``regex`` package: ECMA-262 Unicode
+    property escapes (``\\p{L}``) are valid there, which Python's ``re`` refuses (the regex is
+    translated for xgrammar later, :func:`translate_regex`).
+
+    Args:
+        cls: a ``jsonschema`` validator class (``Draft202012Validator``...).
+
+    Returns:
+        A ``jsonschema.FormatChecker`` for ``cls.check_schema(..., format_checker=...)``.
+    """
+    import regex
+    from jsonschema import FormatChecker
+
+    checker = FormatChecker(formats=())
+    checker.checkers = dict(cls.FORMAT_CHECKER.checkers)
+
+    def is_regex(instance: Any) -> bool:
+        if isinstance(instance, str):
+            regex.compile(instance)
+        return True
+
+    checker.checkers["regex"] = (is_regex, regex.error)
+    return checker
