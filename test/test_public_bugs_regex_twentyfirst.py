@@ -141,7 +141,7 @@ def test_obvious_anchors_are_accepted_and_impossible_ones_refused(backend) -> No
 
 
 def test_string_anchors_backslash_a_and_z_are_anchors_not_letters(backend) -> None:
-    # skukfrukt/xeger#7 lists "\A" / "\Z" among the anchors to parse. Old code: xgrammar read them
+    # skunkfrukt/xeger#7 lists "\A" / "\Z" among the anchors to parse. Old code: xgrammar read them
     # as the letters ("\Aabc\Z" took "AabcZ" and refused "abc").
     _check_regex(backend, r"\Aabc\Z", ["abc", "AabcZ"], re)
     _check_regex(backend, r"(\Aab|\Acd)\Z", ["ab", "cd", "Aab", "cdZ"], re)
