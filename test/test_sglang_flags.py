@@ -449,13 +449,19 @@ def test_sglang_0_5_2x_spellings(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_bad_dtype_offers_every_value_the_flag_takes(capsys: pytest.CaptureFixture[str]) -> None:
     """``--dtype float99`` once answered "must be one of ['float32', 'bfloat16']", leaving out
-    ``auto`` (the default) and ``float``, which ``--help`` lists: the message offers each value the
-    flag takes, and every value it offers is accepted."""
+    ``auto`` (the default) and ``float``, which ``--help`` lists. The command line now refuses it as
+    SGLang's argparse does (its choices, ``half`` / ``float16`` then refused by the value check);
+    ``Engine(dtype=...)`` offers each value the field takes, and every value it offers is accepted."""
     with pytest.raises(SystemExit) as e:
         main(["--dtype", "float99", "--device", "cpu"])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
-    offered = ast.literal_eval(err.split("must be one of ", 1)[1].split(" (got", 1)[0])
+    assert "argument --dtype: invalid choice: 'float99'" in err, err
+    offered = ast.literal_eval("(" + err.split("(choose from ", 1)[1].split(")", 1)[0] + ",)")
     assert {"auto", "float32", "bfloat16", "float"} <= set(offered), err
+    with pytest.raises(ValueError, match="must be one of ") as refused:
+        ServerArgs(device="cpu", dtype="float99")
+    offered = ast.literal_eval(str(refused.value).split("must be one of ", 1)[1].split(" (got", 1)[0])
+    assert {"auto", "float32", "bfloat16", "float"} <= set(offered)
     for value in offered:
         ServerArgs(device="cpu", dtype=value)

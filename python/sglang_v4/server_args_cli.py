@@ -21,13 +21,15 @@ from sglang_v4.server_args import (
     SCHEDULE_POLICY_CHOICES,
     ServerArgs,
 )
+from sglang_v4.server_args_choices import add_sglang_choices
 from sglang_v4.server_args_compat import add_sglang_cli_args
 from sglang_v4.utils import human_readable_int
 
 
 def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
     """Add every ``ServerArgs`` field to ``parser`` as a flag (defaults = the dataclass defaults),
-    then SGLang's accepted-only flags."""
+    then SGLang's accepted-only flags; flags SGLang limits to a list of values get its list
+    (:func:`~sglang_v4.server_args_choices.add_sglang_choices`)."""
     d = ServerArgs.__dataclass_fields__
     a = parser.add_argument
     a(
@@ -457,3 +459,4 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         "is vLLM's name of the same setting.",
     )
     add_sglang_cli_args(parser)
+    add_sglang_choices(parser)
