@@ -243,7 +243,9 @@ class ChatStreamMixin(ChatPrepareMixin):
                         lp = None
                         if req.logprobs:
                             lp = self._chat_logprobs(meta, st.sent_lp, bool(req.return_tokens_as_token_ids))
-                            st.sent_lp = len(meta.get("output_token_logprobs") or [])
+                            # an output without logprob fields (an abort or finish chunk) sent
+                            # none: the records already sent stay sent (sgl-project/sglang#33042)
+                            st.sent_lp = max(st.sent_lp, len(meta.get("output_token_logprobs") or []))
                         # the step's log-probabilities ride on its first chunk, whatever it carries
                         # (reasoning, content or tool-call deltas), or on a chunk of their own
                         # when the step's tokens showed no text (a marker, an EOS)

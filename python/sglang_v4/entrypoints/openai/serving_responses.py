@@ -519,7 +519,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         if content_d and _wants_logprobs(job.req):
             done = self._reasoning_tokens(ret.get("output_ids") or [], st.reasoning_raw or st.reasoning_text)
             lps = self._answer_logprobs(job, meta, max(st.sent_lp, done if run.separate else 0))
-            st.sent_lp = len(meta.get("output_token_logprobs") or [])
+            st.sent_lp = max(st.sent_lp, len(meta.get("output_token_logprobs") or []))
         out += w.text(content_d, lps)
         for d in tool_deltas:
             out += w.call(d)
