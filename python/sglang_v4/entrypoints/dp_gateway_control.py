@@ -39,7 +39,6 @@ Headers go on as the client sent them (hop-by-hop ones excepted): each replica c
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,7 +46,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from sglang_v4.entrypoints.dp_gateway_fanout import ask_replica, passed_on
+from sglang_v4.entrypoints.dp_gateway_fanout import ask_every_replica, passed_on
 
 __all__ = [
     "BROADCAST_ROUTES",
@@ -130,14 +129,7 @@ def add_control_routes(
     """
 
     async def ask_all(request: web.Request) -> list[tuple[int, bytes, str | None] | None]:
-        body = await request.read() if request.can_read_body else None
-        headers = forward_headers(request.headers)
-        return await asyncio.gather(
-            *(
-                ask_replica(session(), request.method, url + request.rel_url.raw_path_qs, headers, body)
-                for url in replicas
-            )
-        )
+        return await ask_every_replica(request, replicas, session(), forward_headers)
 
     async def broadcast(request: web.Request) -> web.Response:
         answers = await ask_all(request)

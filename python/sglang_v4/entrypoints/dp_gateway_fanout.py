@@ -48,7 +48,14 @@ from aiohttp import web
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FANOUT_ROUTES", "add_fanout_routes", "ask_replica", "merge_metrics", "passed_on"]
+__all__ = [
+    "FANOUT_ROUTES",
+    "add_fanout_routes",
+    "ask_every_replica",
+    "ask_replica",
+    "merge_metrics",
+    "passed_on",
+]
 
 #: ``(method, path)`` of the routes answered here.
 FANOUT_ROUTES = (
@@ -133,6 +140,24 @@ async def ask_replica(
         return None
 
 
+async def ask_every_replica(
+    request: web.Request,
+    replicas: Sequence[str],
+    session: aiohttp.ClientSession,
+    forward_headers: Callable[[Any], Any],
+) -> list[tuple[int, bytes, str | None] | None]:
+    """``request`` (method, path with query, body, headers less hop-by-hop ones) sent to every
+    replica at once; one :func:`ask_replica` answer per replica, in rank order."""
+    body = await request.read() if request.can_read_body else None
+    headers = forward_headers(request.headers)
+    return await asyncio.gather(
+        *(
+            ask_replica(session, request.method, url + request.rel_url.raw_path_qs, headers, body)
+            for url in replicas
+        )
+    )
+
+
 def passed_on(answer: tuple[int, bytes, str | None]) -> web.Response:
     """A replica's answer (``(status, body, content type)``) passed on as it came."""
     status, body, ctype = answer
@@ -160,14 +185,7 @@ def add_fanout_routes(
     """
 
     async def ask_all(request: web.Request) -> list[tuple[int, bytes, str | None] | None]:
-        body = await request.read() if request.can_read_body else None
-        headers = forward_headers(request.headers)
-        return await asyncio.gather(
-            *(
-                ask_replica(session(), request.method, url + request.rel_url.raw_path_qs, headers, body)
-                for url in replicas
-            )
-        )
+        return await ask_every_replica(request, replicas, session(), forward_headers)
 
     async def get_load(request: web.Request) -> web.Response:
         answers = await ask_all(request)
