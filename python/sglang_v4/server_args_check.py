@@ -12,6 +12,7 @@ and ``preferred_sampling_params`` from JSON text to dicts.
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from sglang_v4.layers.quantization import check_quantization_flag
@@ -84,9 +85,47 @@ def check_dist_init_addr(addr: str) -> None:
         raise ValueError(f"dist_init_addr: an IPv6 address goes in brackets, [{host}]:{port} (got {addr!r})")
 
 
+def torch_build_has_gpu() -> bool | None:
+    """Whether the installed torch was built for a GPU, read from ``torch/version.py`` without
+    importing torch (a few seconds of CPU): False when its ``cuda`` and ``hip`` are both ``None``
+    (a CPU-only build, where ``torch.cuda.is_available()`` is always False), True when either is
+    set, None when that cannot be told (torch not found, or the file not of that form)."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        path = os.path.join(next(iter(spec.submodule_search_locations)), "version.py")
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError, ImportError):
+        return None
+    found: dict[str, object] = {}
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id in ("cuda", "hip"):
+            if not isinstance(node.value, ast.Constant):
+                return None
+            found[target.id] = node.value.value
+    if set(found) != {"cuda", "hip"}:
+        return None
+    return any(v is not None for v in found.values())
+
+
 def cuda_available() -> bool:
     """Whether ``torch.cuda.is_available()`` (``False`` when torch cannot be imported): what
-    ``device="auto"`` resolves to and ``device="cuda"`` needs."""
+    ``device="auto"`` resolves to and ``device="cuda"`` needs.
+
+    A process that has not imported torch yet and whose torch is a CPU-only build
+    (:func:`torch_build_has_gpu` is False) gets False without importing it, so that parsing the
+    server flags does not cost torch's import (the HTTP process imports it later, while the
+    backend processes start)."""
+    if "torch" not in sys.modules and torch_build_has_gpu() is False:
+        return False
     try:
         import torch
 

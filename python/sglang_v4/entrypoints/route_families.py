@@ -27,7 +27,7 @@ def import_route_modules() -> None:
     the scheduler process loads the model, when this process has nothing else to do."""
     import warnings
 
-    import sglang_v4.entrypoints.anthropic  # noqa: F401
+    import sglang_v4.entrypoints.anthropic.api  # noqa: F401 - the package imports it on first use
     import sglang_v4.entrypoints.openai.serving_score  # noqa: F401
 
     try:
