@@ -229,6 +229,11 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     #: with the ``usage`` chunk and every chunk carries the usage so far (vLLM's
     #: ``should_include_usage`` returns ``(True, True)`` under it, whatever ``stream_options`` says).
     enable_force_include_usage: bool = False
+    #: vLLM's ``--sse-keep-alive-interval``: seconds a streamed response may send nothing before it
+    #: sends an SSE comment ``: keep-alive`` (every streaming route: ``/generate``, the OpenAI and
+    #: Anthropic routes); 0, the default, sends none
+    #: (:mod:`sglang_v4.entrypoints.sse_response`).
+    sse_keep_alive_interval: float = 0.0
     #: SGLang's ``--incremental-streaming-output``: each streamed ``/generate`` (and ``Engine``)
     #: chunk carries only what is new since the last one (text, ``output_ids``, output logprobs)
     #: instead of everything so far.

@@ -11,6 +11,7 @@ and ``preferred_sampling_params`` from JSON text to dicts.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -219,6 +220,11 @@ def check_server_args(args: ServerArgs) -> None:
     ):
         raise ValueError(
             f"max_logprobs must be an integer >= 0, or -1 for the vocabulary size (got {args.max_logprobs!r})"
+        )
+    ka = args.sse_keep_alive_interval
+    if isinstance(ka, bool) or not isinstance(ka, (int, float)) or not math.isfinite(ka) or ka < 0:
+        raise ValueError(
+            f"sse_keep_alive_interval must be a finite number of seconds >= 0, 0 for none (got {ka!r})"
         )
     if args.constrained_json_max_whitespace_cnt is not None:
         from sglang_v4.sampling.grammar import check_max_whitespace_cnt

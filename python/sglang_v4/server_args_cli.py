@@ -412,6 +412,13 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         "carry the usage so far on every chunk, whatever stream_options asks.",
     )
     a(
+        "--sse-keep-alive-interval",
+        type=float,
+        default=d["sse_keep_alive_interval"].default,
+        help="vLLM's flag: seconds a streamed response may stay silent before an SSE comment "
+        "': keep-alive' is sent (for proxies with an idle timeout); 0 (default): none.",
+    )
+    a(
         "--weight-version",
         type=str,
         default=d["weight_version"].default,

@@ -107,6 +107,11 @@ from sglang_v4.entrypoints.request_id import RequestIdMiddleware
 from sglang_v4.entrypoints.route_families import import_route_modules
 from sglang_v4.entrypoints.route_families import mount_openai as _mount_openai
 from sglang_v4.entrypoints.server_info import build_model_info, build_server_info, read_model_config
+from sglang_v4.entrypoints.sse_keep_alive import (
+    first_output_within,
+    request_keep_alive_interval,
+    resolve_first,
+)
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
@@ -253,6 +258,7 @@ def create_app(
     # --root-path: the routes answer with and without the proxy's prefix (root_path.py)
     app = FastAPI(lifespan=lifespan, root_path=server_args.root_path)
     install_openapi(app)  # /openapi.json with the routes' request bodies and error shape
+    app.state.sse_keep_alive_interval = server_args.sse_keep_alive_interval  # sse_response.py
     # Innermost: HEAD is answered as GET without the body on every GET route (head_requests.py).
     app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(
@@ -336,7 +342,8 @@ def create_app(
             obj = parse_generate_body(body)
             tm = tm_or_503()
             agen = tm.generate_request(obj, request)
-            first = await agen.__anext__()
+            # streamed with the SSE keep-alive on: waited for at most one interval (sse_keep_alive.py)
+            first = await first_output_within(agen, request_keep_alive_interval(request) if obj.stream else 0)
         except RequestError as e:
             return request_error_response(name_batch_entry(e, body))
         except StopAsyncIteration:
@@ -349,15 +356,19 @@ def create_app(
 
         async def stream() -> AsyncIterator[bytes]:
             try:
-                head = slicer.slice(first) if slicer is not None else first
-                yield b"data: " + orjson.dumps(head, option=ORJSON_OPTS) + b"\n\n"
                 try:
+                    head = await resolve_first(first)
+                    if slicer is not None:
+                        head = slicer.slice(head)
+                    yield b"data: " + orjson.dumps(head, option=ORJSON_OPTS) + b"\n\n"
                     async for out in agen:
                         if slicer is not None:
                             out = slicer.slice(out)
                         yield b"data: " + orjson.dumps(out, option=ORJSON_OPTS) + b"\n\n"
                 except RequestError as e:
                     yield b"data: " + orjson.dumps(native_error_body(str(e), e.status_code)) + b"\n\n"
+                except RuntimeError as e:  # a late first output that never came (resolve_first)
+                    yield b"data: " + orjson.dumps(native_error_body(str(e), 500)) + b"\n\n"
                 yield b"data: [DONE]\n\n"
             finally:
                 await agen.aclose()

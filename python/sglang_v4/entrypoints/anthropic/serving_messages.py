@@ -59,6 +59,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (
     stream_failure,
 )
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
+from sglang_v4.entrypoints.sse_keep_alive import resolve_first
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import run_blocking
@@ -217,14 +218,9 @@ class AnthropicServing:
         plan = run.plan
         rp = ReasoningParser(implicit_end=plan.reasoning.implicit_end) if run.separate else None
         st = _ChoiceStream(rp, plan.tool_reader(TOOL_CALL_PARSERS[self.chat.tool_call_parser]))
-        first_meta = (first[0] if isinstance(first, list) else first).get("meta_info", {})
         cache_report = self.chat.enable_cache_report
-        start = AnthropicMessage(
-            model=req.model, usage=message_usage(first_meta, cache_report, output_tokens=0)
-        )
-        events = MessageEvents(start)
 
-        def step(ret: dict[str, Any]) -> tuple[list[bytes], bool]:
+        def step(events: MessageEvents, ret: dict[str, Any]) -> tuple[list[bytes], bool]:
             """The events of one engine output (cumulative text); ``True`` once it finished."""
             meta = ret.get("meta_info", {})
             fr, matched, reasoning_d, content_d, tool_deltas = self.chat._read_output(st, ret, plan)
@@ -246,16 +242,23 @@ class AnthropicServing:
             return error_event(err.message, err.status)
 
         async def stream() -> AsyncIterator[bytes]:
-            for ev in events.start():
-                yield ev
             try:
-                async for item in _engine_outputs(gen, first):
+                # the first output (read now when the SSE keep-alive started the answer without it)
+                head = await resolve_first(first)
+                first_meta = (head[0] if isinstance(head, list) else head).get("meta_info", {})
+                start = AnthropicMessage(
+                    model=req.model, usage=message_usage(first_meta, cache_report, output_tokens=0)
+                )
+                events = MessageEvents(start)
+                for ev in events.start():
+                    yield ev
+                async for item in _engine_outputs(gen, head):
                     ret = item[0] if isinstance(item, list) else item
                     abort = _abort_error(ret.get("meta_info", {}))
                     if abort is not None:
                         yield _error_event(abort)
                         return
-                    out, done = step(ret)
+                    out, done = step(events, ret)
                     for ev in out:
                         yield ev
                     if done:

@@ -69,6 +69,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (  # re-exported: publi
 from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
 from sglang_v4.entrypoints.openai.vllm_fields import check_refused_fields, check_vllm_fields
 from sglang_v4.entrypoints.root_path import route_path
+from sglang_v4.entrypoints.sse_keep_alive import first_output_within, request_keep_alive_interval
 from sglang_v4.managers.tokenization import LogprobVolumeError
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import byte_level_token_bytes
@@ -366,8 +367,10 @@ class OpenAIServingBase:
                 return list(raw)
         return list(text.encode("utf-8"))
 
-    async def _run(self, obj: Any, raw: Request | None) -> tuple[AsyncIterator[Any], Any]:
-        """Start generation and get its first output (so input errors become a 400, not a broken stream).
+    async def _run(self, obj: Any, raw: Request | None, wait_s: float = 0) -> tuple[AsyncIterator[Any], Any]:
+        """Start generation and get its first output (so input errors become a 400, not a broken
+        stream); with ``wait_s > 0``, one that takes longer is a
+        :class:`~sglang_v4.entrypoints.sse_keep_alive.PendingFirst` (the SSE keep-alive).
 
         Raises:
             RequestError: the tokenizer manager's ``ValueError`` (400 unless it names a status).
@@ -377,7 +380,7 @@ class OpenAIServingBase:
         """
         gen = self.tm.generate_request(obj, raw)
         try:
-            first = await gen.__anext__()
+            first = await first_output_within(gen, wait_s)
         except StopAsyncIteration:
             raise RequestError("The request produced no output.", 500) from None
         except LogprobVolumeError:
@@ -393,12 +396,15 @@ class OpenAIServingBase:
         """:meth:`_run` for a streamed answer: a request that ended with an abort before its first
         output (queue full, ``/abort_request`` while queued, a scheduler-side 400) raises its
         error as a plain HTTP error, the generator closed first (an unclosed one keeps the request
-        in the tokenizer manager's in-flight table until the garbage collector finalises it).
+        in the tokenizer manager's in-flight table until the garbage collector finalises it). With
+        the SSE keep-alive on, the first output is awaited at most one interval; past that it is a
+        :class:`~sglang_v4.entrypoints.sse_keep_alive.PendingFirst` that
+        :func:`~.serving_outputs._engine_outputs` resolves inside the stream.
 
         Raises:
             RequestError: the abort's message and status, or what :meth:`_run` raises.
         """
-        gen, first = await self._run(obj, raw)
+        gen, first = await self._run(obj, raw, request_keep_alive_interval(raw))
         err = _abort_error(first.get("meta_info", {})) if isinstance(first, dict) else None
         if err is not None:
             await gen.aclose()

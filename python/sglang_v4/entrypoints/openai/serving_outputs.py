@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from sglang_v4.entrypoints.openai.logprob_limits import DEFAULT_MAX_LOGPROBS
 from sglang_v4.entrypoints.openai.protocol import error_type_for_status
 from sglang_v4.entrypoints.openai.request_errors import RequestError, grammar_error_for
+from sglang_v4.entrypoints.sse_keep_alive import resolve_first
 
 __all__ = [
     "MAX_TOP_LOGPROBS",
@@ -99,14 +100,15 @@ def _sse_failure(e: RequestError | ValueError, grammar_field: str | None) -> byt
 
 async def _engine_outputs(gen: AsyncIterator[Any], first: Any) -> AsyncIterator[Any]:
     """The outputs of a started generation (:meth:`~.serving_base.OpenAIServingBase._run_stream`): ``first``, the
-    one already read, then the rest of ``gen``. Each is one response dict (``text``,
+    one already read (or read now: :func:`~sglang_v4.entrypoints.sse_keep_alive.resolve_first`),
+    then the rest of ``gen``. Each is one response dict (``text``,
     ``output_ids``, ``meta_info``; cumulative) or, for a request of several choices, a list of
     them. Closing ``gen`` (which aborts an unfinished request) stays with the caller.
 
     Raises:
         ValueError: what ``gen`` raises (a scheduler-side error after the first output).
     """
-    yield first
+    yield await resolve_first(first)
     async for item in gen:
         yield item
 
