@@ -74,14 +74,14 @@ def _frames(text: str) -> list[str]:
 
 
 def _data_frames(text: str) -> list[str]:
-    """The frames that are not comments, with their per-request fields (``id``, ``created``)
+    """The frames that are not comments, with their per-request fields (ids, timestamps)
     stripped so two requests compare."""
     out = []
     for f in _frames(text):
         if f.startswith(":"):
             continue
-        f = re.sub(r'"id":\s*"[^"]*"', '"id":""', f)
-        out.append(re.sub(r'"created":\s*\d+', '"created":0', f))
+        f = re.sub(r'"(\w*id)":\s*"[^"]*"', r'"\1":""', f)
+        out.append(re.sub(r'"(created|\w+_at)":\s*\d+', r'"\1":0', f))
     return out
 
 
@@ -91,6 +91,10 @@ def _data_frames(text: str) -> list[str]:
         ("/v1/completions", {"prompt": "Weather in Paris:", "max_tokens": 50}),
         ("/v1/chat/completions", {"messages": USER, "max_tokens": 50}),
         ("/v1/messages", {"messages": USER, "max_tokens": 50}),
+        (
+            "/v1/responses",
+            {"input": "What is the weather in Paris?", "max_output_tokens": 50, "store": False},
+        ),
     ],
 )
 def test_vllm_47647_a_silent_stream_sends_keep_alive_comments(
@@ -99,8 +103,9 @@ def test_vllm_47647_a_silent_stream_sends_keep_alive_comments(
     """vllm-project/vllm#47647: a streamed response sends no byte while the request is queued or
     prefilling, so a proxy with an idle read timeout (Cloudflare Tunnel 120 s, NGINX 60 s) closes
     it. With the interval set, ``: keep-alive`` comment frames (each a frame of its own, before the
-    first data frame) fill the silence; without it (the default, as vLLM's) none is sent. The data
-    frames are the same, byte for byte, either way, on the completions, chat and Messages routes."""
+    first output's frame) fill the silence; without it (the default, as vLLM's) none is sent. The data
+    frames are the same, byte for byte, either way, on the completions, chat, Messages and
+    Responses routes."""
     req = {"model": MODEL, **body, "stream": True}
     _, _, quiet, _ = _clients(tok, 0)
     _, _, kept, _ = _clients(tok, INTERVAL_S)
@@ -112,7 +117,9 @@ def test_vllm_47647_a_silent_stream_sends_keep_alive_comments(
     comments = [i for i, f in enumerate(frames) if f.startswith(":")]
     assert len(comments) >= 3, frames[:5]
     assert all(frames[i].encode() + b"\n\n" == SSE_KEEP_ALIVE_COMMENT for i in comments)
-    assert comments[:3] == [0, 1, 2]  # the silence comes before the first data frame
+    # the silence before the first output: one run of comments at the start (after the Responses
+    # API's response.created / response.in_progress, sent before any output)
+    assert comments[0] <= 2 and comments[:3] == list(range(comments[0], comments[0] + 3))
     assert _data_frames(alive.text) == _data_frames(plain.text)
 
 
