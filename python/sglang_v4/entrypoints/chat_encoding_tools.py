@@ -107,6 +107,11 @@ def _names_only_non_object_types(schema_type: Any) -> bool:
     return isinstance(names, list) and bool(names) and all(n in _NON_OBJECT_TYPES for n in names)
 
 
+#: The characters a DSML tag's ``name="..."`` cannot carry: the closing quote and a line break
+#: (DeepSeek's encoder writes names raw; its parser reads a name up to the next quote).
+_UNCARRIED = '"\n'
+
+
 def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str, Any]]:
     """Check OpenAI ``tools`` (``[{"type": "function", "function": {"name", ...}}]``).
 
@@ -115,7 +120,8 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
 
     Raises:
         ValueError: naming the bad entry (``tools[i].function.name`` ...): a non-function tool, a
-            missing or non-string name, non-object ``parameters`` or ``parameters`` whose top-level
+            missing, empty or non-string name or one holding a ``"`` or a line break (the DSML
+            format cannot carry them; a parameter name likewise), non-object ``parameters`` or ``parameters`` whose top-level
             ``type`` does not admit an object (OpenAI's "Invalid schema for function" text), a
             duplicate name, a non-string
             ``description``, a non-boolean ``strict`` (``"false"`` would read as strict),
@@ -134,8 +140,11 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
         if not isinstance(fn, Mapping):
             raise ValueError(f"{field}[{i}].function must be an object.")
         name = fn.get("name")
-        if not isinstance(name, str) or not name or any(c in name for c in '"<>\n'):
-            raise ValueError(f"{field}[{i}].function.name must be a non-empty string without quotes.")
+        if not isinstance(name, str) or not name or any(c in name for c in _UNCARRIED):
+            raise ValueError(
+                f"{field}[{i}].function.name must be a non-empty string without '\"' or a line break "
+                "(the DSML tool-call format cannot carry them)."
+            )
         if name in seen:
             raise ValueError(f"{field}[{i}].function.name {name!r} is defined twice.")
         seen.add(name)
@@ -150,6 +159,14 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
                 f"'type: \"object\"', got 'type: {json.dumps(top_type)}' "
                 f"({field}[{i}].function.parameters)."
             )
+        props = params.get("properties") if params is not None else None
+        for key in props if isinstance(props, Mapping) else ():
+            if any(c in str(key) for c in _UNCARRIED):
+                raise ValueError(
+                    f"{field}[{i}].function.parameters.properties: parameter {key!r} of tool "
+                    f"{name!r} has a '\"' or a line break in its name, which the DSML tool-call "
+                    'format cannot carry (a call\'s parameter tag is name="...").'
+                )
         if params is not None and json_nesting_depth(params) > MAX_TOOL_PARAMETERS_NESTING:
             raise ValueError(
                 f"{field}[{i}].function.parameters nests JSON objects / arrays more than "

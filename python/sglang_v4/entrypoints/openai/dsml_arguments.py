@@ -80,7 +80,7 @@ class DsmlArgumentsMixin:
         pos = buf.find(end_marker)
         piece = buf if pos < 0 else buf[:pos]
         if self._structural_tag_in(piece):  # the invoke's markup in a value: a closer is missing
-            self._drop_block()
+            self._drop_invoke()
             return True
         keep = 0  # what may still become the end marker waits for more text; DSML-looking text
         # waits for the value's end: its closing tag makes it the value's text, the invoke's own
@@ -118,7 +118,7 @@ class DsmlArgumentsMixin:
             except (ValueError, RecursionError):  # RecursionError: nested deeper than json decodes
                 ok = False
             if not ok:
-                self._drop_block()
+                self._drop_invoke(ended=True)
                 return True
             self._emit(piece, deltas)
             self._close_invoke("", deltas)
@@ -134,7 +134,7 @@ class DsmlArgumentsMixin:
             self._state = _INVOKE
             return True
         if not self._value_is_string and not _json_value(self._value):
-            self._drop_block()
+            self._drop_invoke()
             return True
         self._emit(
             json.dumps(piece, ensure_ascii=False)[1:-1] + '"' if self._value_is_string else piece, deltas

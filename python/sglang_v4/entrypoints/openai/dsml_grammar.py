@@ -30,6 +30,7 @@ __all__ = [
     "INVOKE_TAG",
     "MAX_TAG_CHARS",
     "PARAM_TAG",
+    "tag_may_continue",
     "REPLACEMENT_CHAR",
     "WRAPPER_OPEN",
     "json_value",
@@ -71,9 +72,31 @@ DSML_TAG_TAIL = re.compile(rf"<{DSML}\w*>?\s*$")
 #: The rest of an invoke tag after ``<｜DSML｜invoke``: the tool name, and a ``/`` when the tag
 #: closes itself (``<｜DSML｜invoke name="f"/>``: a call without arguments, as SGLang's
 #: DeepSeek-V4 detector reads it).
-INVOKE_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s*(/?)>')
-#: The rest of a parameter tag after ``<｜DSML｜parameter``: its name and ``string`` flag.
-PARAM_TAG = re.compile(r'\s+name="([^"<>\n]*)"\s+string="(true|false)"\s*>')
+INVOKE_TAG = re.compile(r'\s+name="([^"\n]*)"\s*(/?)>')
+#: The rest of a parameter tag after ``<｜DSML｜parameter``: its name and ``string`` flag. A name
+#: runs to its closing quote, so ``<`` and ``>`` are name characters (``name="a<b"``), as
+#: DeepSeek's response parser, SGLang's and vLLM's DeepSeek-V4 parsers read them; ``"`` and a line
+#: break cannot be (the tools that declare such names are refused, :mod:`..chat_encoding_tools`).
+PARAM_TAG = re.compile(r'\s+name="([^"\n]*)"\s+string="(true|false)"\s*>')
+_TAG_NAME_DONE = re.compile(r'\s+name="[^"\n]*"')
+_TAG_NAME_OPEN = re.compile(r'\s+name="[^"\n]*')
+_TAG_HEAD_PREFIX = re.compile(r"\s*(?:n(?:a(?:m(?:e=?)?)?)?)?")
+
+
+def tag_may_continue(rest: str) -> bool:
+    """Whether ``rest``, the text after ``<｜DSML｜invoke`` / ``<｜DSML｜parameter`` that
+    :data:`INVOKE_TAG` / :data:`PARAM_TAG` does not match (yet), may still become the tag: a
+    prefix of its ``name="``, a name not closed yet (no line break), or a closed name with no
+    ``>`` after it; never past :data:`MAX_TAG_CHARS`."""
+    if len(rest) > MAX_TAG_CHARS:
+        return False
+    done = _TAG_NAME_DONE.match(rest)
+    if done is not None:
+        return ">" not in rest[done.end() :]
+    opened = _TAG_NAME_OPEN.match(rest)
+    if opened is not None:
+        return opened.end() == len(rest)
+    return _TAG_HEAD_PREFIX.fullmatch(rest) is not None
 
 
 #: The legacy ASCII spelling of the ``｜DSML｜`` marker: DeepSeek-V4 at times writes its tags as

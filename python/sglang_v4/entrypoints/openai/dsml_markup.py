@@ -152,11 +152,24 @@ class DsmlAnswerReader:
 
     @property
     def calls_whole(self) -> bool:
-        """The inner reader's :attr:`~.tool_parser.DsmlToolParser.calls_whole`; with
+        """:attr:`calls_made`, and no dropped call of those kept went out as deltas (the
+        stream's test, :attr:`~.tool_parser.DsmlToolParser.calls_whole`)."""
+        return self.calls_made and not self.dropped_calls
+
+    @property
+    def calls_made(self) -> bool:
+        """The inner reader's :attr:`~.tool_parser.DsmlToolParser.calls_made`; with
         ``max_calls``, whether the kept calls were all made and none was cut."""
         if self.max_calls is None or len(self.inner.calls) <= self.max_calls:
-            return self.inner.calls_whole
+            return self.inner.calls_made
         return not any(c.partial for c in self.calls)
+
+    @property
+    def dropped_calls(self) -> set[int]:
+        """The inner reader's :attr:`~.tool_parser.DsmlToolParser.dropped_calls` (those below
+        ``max_calls``: the others never went out)."""
+        dropped = self.inner.dropped_calls
+        return dropped if self.max_calls is None else {i for i in dropped if i < self.max_calls}
 
     @property
     def malformed(self) -> bool:

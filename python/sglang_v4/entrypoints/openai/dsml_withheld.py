@@ -57,6 +57,16 @@ class DsmlWithheld:
         return False
 
     @property
+    def calls_made(self) -> bool:
+        """Always ``False``: no call is made."""
+        return False
+
+    @property
+    def dropped_calls(self) -> set[int]:
+        """Always empty: no call was started."""
+        return set()
+
+    @property
     def malformed(self) -> bool:
         """Always ``False``: no call was started, so none is taken back."""
         return False

@@ -182,12 +182,12 @@ class ResponsesEventWriter:
         where = {"item_id": o["item"]["id"], "output_index": o["index"]}
         return [self.event("response.custom_tool_call_input.delta", **where, delta=delta)]
 
-    def drop_call(self, made: set[int]) -> list[bytes]:
-        """Close the open ``function_call`` item ``incomplete`` when its call was not made (its
-        invoke turned out malformed or was stopped inside): its events went out already, the
-        final response has no such item."""
+    def drop_call(self, dropped: set[int]) -> list[bytes]:
+        """Close the open ``function_call`` item ``incomplete`` when its call is one of the
+        ``dropped`` (its invoke turned out malformed or was stopped inside): its events went out
+        already, the final response has no such item."""
         o = self.open
-        if o is None or o["kind"] not in ("function_call", "custom_tool_call") or o["key"][1] in made:
+        if o is None or o["kind"] not in ("function_call", "custom_tool_call") or o["key"][1] not in dropped:
             return []
         return self.close("incomplete")
 

@@ -407,7 +407,7 @@ class ChatMixin(ChatStreamMixin):
             calls = parser.calls
             if calls:
                 content = content or None
-                if parser.calls_whole and fr == "stop":
+                if parser.calls_made and fr == "stop":
                     fr = "tool_calls"
             else:
                 after = ""

@@ -513,8 +513,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         fr, matched, reasoning_d, content_d, tool_deltas = self._read_output(st, ret, plan)
         read.content += content_d
         out = w.reasoning(reasoning_d) if job.req.include_reasoning else []
-        if st.tools is not None and st.tools.malformed:
-            out += w.drop_call({c.index for c in st.tools.calls})
+        dropped = st.tools.dropped_calls if st.tools is not None else set()
         lps = None
         if content_d and _wants_logprobs(job.req):
             done = self._reasoning_tokens(ret.get("output_ids") or [], st.reasoning_raw or st.reasoning_text)
@@ -522,14 +521,15 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             st.sent_lp = max(st.sent_lp, len(meta.get("output_token_logprobs") or []))
         out += w.text(content_d, lps)
         for d in tool_deltas:
-            out += w.call(d)
+            out += w.drop_call(dropped) + w.call(d)
+        out += w.drop_call(dropped)
         if fr is None:
             return out
         calls = st.tools.calls if st.tools is not None else []
         content: str | None = read.content
         if calls:
             content = content or None
-            if st.tools is not None and st.tools.calls_whole and fr == "stop":
+            if st.tools is not None and st.tools.calls_made and fr == "stop":
                 fr = "tool_calls"
         reasoning = st.reasoning_text or None
         n_reasoning = self._reasoning_tokens(ret.get("output_ids") or [], reasoning) if run.separate else 0

@@ -38,7 +38,7 @@ closing tag dropped), nothing of the block in ``content``; an invoke cut before 
 complete is no call. A generation that *stopped* (EOS, a stop token, a ``stop`` string:
 ``finish(stopped=True)``) inside an invoke, or in a block before its first invoke closed, did not
 make that call: the block is malformed (below, dropped) from there (vllm-project/vllm#42210); stopped after
-its last closed invoke, it made its calls (:attr:`DsmlToolParser.calls_whole`: finish reason
+its last closed invoke, it made its calls (:attr:`DsmlToolParser.calls_made`: finish reason
 ``"tool_calls"``, sgl-project/sglang#40236). Output cut by ``max_tokens`` that ends with the first
 characters of a block start (``"\n\n<"``, ``"<｜DSML｜tool"`` ...) drops them with the newlines
 before them (in the content only; at the end of unfinished reasoning they are reasoning text,
@@ -80,16 +80,24 @@ of a parameter whose schema allows a string: that string, :mod:`.tool_args_repai
 between tags, the invoke's own markup inside a value: a closing tag left out, the value would
 swallow the next parameter's markup, vllm-project/vllm#53227; other DSML-looking text in a value,
 such as a quoted ``<｜DSML｜tool_calls>``, is the value's text) is *dropped*, never returned as text (no DSML markup
-in ``content``; the peers' fixes, vllm-project/vllm-ascend#14511, sgl-project/sglang#40236): from
-its first character or, when invokes of the block closed before, from the end of the last of them
-(those stay calls, sgl-project/sglang#40236) up to the block's end: its wrapper's closing tag, for
-a bare block the end of the failing invoke (``</｜DSML｜invoke>``); text after that is content
-again; with no such end the rest of the output is dropped. The finish reason is not
-``"tool_calls"``. Streamed, the deltas of the failing (or stopped) invoke's call, once its tag was
-complete (a bare block's first call: once its structure confirmed it, above), went out already and
-are not taken back (vLLM leaves them too): the one difference from :func:`parse_tool_calls`, which has no such call; the content is
-the same text. DSML tags left in the content (closers with no block, tags of other names) are
-dropped by :mod:`.dsml_markup`.
+in ``content``; the peers' fixes, vllm-project/vllm-ascend#14511, sgl-project/sglang#40236). When
+the fault is inside an invoke of a wrapped block, only that invoke is dropped, up to its
+``</｜DSML｜invoke>`` (or the block's closing tag, whichever comes first), and the block goes on:
+the invokes before and after it are calls, as SGLang's and vLLM's DeepSeek-V4 parsers drop a
+malformed invoke and keep its siblings. Any other fault drops the block from its first character
+or, when invokes of the block closed before, from the end of the last of them (those stay calls)
+up to the block's end: its wrapper's closing tag, for a bare block the end of the failing invoke
+(``</｜DSML｜invoke>``); text after that is content again; with no such end the rest of the output
+is dropped. The whole calls made beside a malformed invoke give the finish reason
+``"tool_calls"`` (:attr:`DsmlToolParser.calls_made`). Streamed, the deltas of the failing (or
+stopped) invoke's call, once its tag was complete (a bare block's first call: once its structure
+confirmed it, above), went out already and are not taken back (vLLM leaves them too): the one
+difference from :func:`parse_tool_calls`, which has no such call; the content is the same text;
+such a stream's finish reason is not ``"tool_calls"`` (:attr:`DsmlToolParser.calls_whole`), its
+call's index is in :attr:`DsmlToolParser.dropped_calls`. DSML tags left in the content (closers
+with no block, tags of other names) are dropped by :mod:`.dsml_markup`. A ``</think>`` right
+after a closed block (whitespace between) ends the thinking the block was written in and is no
+content, as DeepSeek's response parser drops it (``deepseek-recipe``); text after it is content.
 
 Tags written with ASCII bars (``<|DSML|invoke name="f">`` ... ``</|DSML|invoke>``, the legacy
 spelling DeepSeek-V4 writes at times, cline/cline#13348) are read exactly as the fullwidth ones:
@@ -106,6 +114,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from sglang_v4.entrypoints.chat_encoding import DSML
+from sglang_v4.entrypoints.chat_encoding_tools import THINK_END
 from sglang_v4.entrypoints.openai.dsml_arguments import DsmlArgumentsMixin
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     DSML_TAG_HEAD as _DSML_TAG_HEAD,
@@ -115,9 +124,6 @@ from sglang_v4.entrypoints.openai.dsml_grammar import (
 )
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     INVOKE_TAG as _INVOKE_TAG,
-)
-from sglang_v4.entrypoints.openai.dsml_grammar import (
-    MAX_TAG_CHARS as _MAX_TAG_CHARS,
 )
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     PARAM_TAG as _PARAM_TAG,
@@ -152,6 +158,9 @@ from sglang_v4.entrypoints.openai.dsml_grammar import (
 from sglang_v4.entrypoints.openai.dsml_grammar import DsmlBarNormalizer
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     partial_suffix as _partial_suffix,
+)
+from sglang_v4.entrypoints.openai.dsml_grammar import (
+    tag_may_continue as _tag_may_continue,
 )
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     trailing_newlines as _trailing_newlines,
@@ -196,8 +205,10 @@ class DsmlToolParser(DsmlArgumentsMixin):
     Attributes:
         calls: the calls of every block that closed properly, in order, then those of a block
             the generation ended in (:attr:`truncated`; the last one may be ``partial``).
-        malformed: a block was malformed, or the generation stopped inside an invoke (its text
-            was dropped).
+        malformed: a block (or an invoke of one) was malformed, or the generation stopped inside
+            an invoke (its text was dropped).
+        dropped_calls: the indexes of the calls whose deltas went out before their invoke turned
+            out malformed (no such call is in :attr:`calls`).
         truncated: the generation ended inside a block or with the start of one (set by
             :meth:`finish`).
     """
@@ -207,12 +218,14 @@ class DsmlToolParser(DsmlArgumentsMixin):
     calls: list[ParsedToolCall] = field(default_factory=list)
     malformed: bool = False
     truncated: bool = False
+    dropped_calls: set[int] = field(default_factory=set)
     _state: int = _TEXT
     _buf: str = ""
     _raw: str = ""  # text of the open block, from the newlines before its start marker
     _block_calls: list[ParsedToolCall] = field(default_factory=list)
     _after_block: bool = False
     _bare: bool = False  # the open block had no wrapper (it started at an invoke)
+    _skip_invoke: bool = False  # dropping a malformed invoke of a wrapped block up to its end
     _cur_end: str = ""  # the closing tag of the open block (its wrapper's name)
     _hold: bool = False  # the open call's arguments are held back (a possible wrapper)
     _hold_undecided: bool = False  # ... its JSON body's first key is not known yet
@@ -241,11 +254,19 @@ class DsmlToolParser(DsmlArgumentsMixin):
         return bool(self.calls) and not self.malformed and not self.truncated and self._state == _TEXT
 
     @property
+    def calls_made(self) -> bool:
+        """At least one call was parsed and no call was cut: the finish reason of a whole message
+        whose generation stopped is ``"tool_calls"``. The block may have been left open after its
+        last closed invoke (a generation *stopped* there made its calls, sgl-project/sglang#40236),
+        and a malformed invoke beside whole calls is dropped without unmaking them, as SGLang's
+        and vLLM's DeepSeek parsers answer such output (module docstring)."""
+        return bool(self.calls) and not any(c.partial for c in self.calls)
+
+    @property
     def calls_whole(self) -> bool:
-        """At least one call was parsed, no block was malformed and no call was cut: the block may
-        have been left open after its last closed invoke (a generation *stopped* there made its
-        calls: finish reason ``"tool_calls"``, sgl-project/sglang#40236)."""
-        return bool(self.calls) and not self.malformed and not any(c.partial for c in self.calls)
+        """:attr:`calls_made`, and no dropped call's deltas went out: the finish reason of a
+        *stream* is ``"tool_calls"`` only when every call the client folded is a call."""
+        return self.calls_made and not self.dropped_calls
 
     # ------------------------------------------------------------------ feeding
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
@@ -286,7 +307,9 @@ class DsmlToolParser(DsmlArgumentsMixin):
             rest, more = self.finish(stopped)
             return content + rest, deltas + more
         rest, self._buf = self._buf, ""
-        if self._state == _RAW:  # the rest of a malformed block: dropped
+        if self._state == _RAW:  # the rest of a malformed block (or invoke): dropped
+            self.calls.extend(self._block_calls)  # the invokes that closed before stay calls
+            self._block_calls, self._skip_invoke = [], False
             return "", []
         if self._state == _TEXT:
             if self._after_block:
@@ -336,12 +359,29 @@ class DsmlToolParser(DsmlArgumentsMixin):
     def _drop_block(self) -> None:
         """Malformed: the open block is dropped from here to its end (module docstring); the
         invokes that closed before stay calls."""
-        self.malformed = True
+        self._forget_call()
         self._state = _RAW
         self.calls.extend(self._block_calls)
-        self._raw = self._held_ws = ""
+        self._raw = ""
         self._block_calls = []
+
+    def _drop_invoke(self, ended: bool = False) -> None:
+        """Malformed invoke of a wrapped block: dropped up to its closing tag (``ended``: read
+        already), the block goes on (module docstring). In a bare block: :meth:`_drop_block`."""
+        if self._bare:
+            self._drop_block()
+            return
+        self._forget_call()
+        self._state, self._skip_invoke = (_BLOCK, False) if ended else (_RAW, True)
+
+    def _forget_call(self) -> None:
+        """Mark the output malformed and drop the open call (recorded in
+        :attr:`dropped_calls` when its deltas went out)."""
+        self.malformed = True
+        if self._call is not None and not self._withheld:
+            self.dropped_calls.add(self._call.index)
         self._call = None
+        self._held_ws = ""
         self._hold = self._hold_undecided = self._withheld = False
 
     def _unopen_bare(self, content: list[str]) -> None:
@@ -374,6 +414,8 @@ class DsmlToolParser(DsmlArgumentsMixin):
     def _step(self, content: list[str], deltas: list[ToolCallDelta]) -> bool:
         """Advance once; False when more text is needed."""
         st = self._state
+        if st == _RAW and self._skip_invoke:  # a malformed invoke is dropped up to its end
+            return self._skip_to_invoke_end()
         if st == _RAW:  # a malformed block is dropped up to its end
             end = self.invoke_end if self._bare else self._cur_end
             pos = self._buf.find(end)
@@ -429,7 +471,7 @@ class DsmlToolParser(DsmlArgumentsMixin):
                 self._unopen_bare(content)  # prose that mentions an invoke tag
                 return True
             if m is None:
-                self._drop_block()
+                self._drop_invoke()
                 return True
             if m == "":
                 return False
@@ -442,13 +484,35 @@ class DsmlToolParser(DsmlArgumentsMixin):
             return True
         return self._step_value(content, deltas)
 
+    def _skip_to_invoke_end(self) -> bool:
+        """Drop text up to the malformed invoke's closing tag (then the block goes on) or the
+        block's own closing tag, whichever comes first; False when more text is needed."""
+        ends = [(p, m) for m in (self.invoke_end, self._cur_end) if (p := self._buf.find(m)) >= 0]
+        if not ends:
+            keep = max(_partial_suffix(self._buf, self.invoke_end), _partial_suffix(self._buf, self._cur_end))
+            self._buf = self._buf[len(self._buf) - keep :]
+            return False
+        pos, end = min(ends)
+        self._buf = self._buf[pos + len(end) :]
+        self._skip_invoke = False
+        if end == self.invoke_end:
+            self._state = _BLOCK
+            return True
+        self.calls.extend(self._block_calls)
+        self._block_calls, self._raw = [], ""
+        self._state, self._after_block = _TEXT, True
+        return True
+
     def _step_text(self, content: list[str]) -> bool:
         buf = self._buf
         if self._after_block:
             buf = buf.lstrip()
-            if not buf:
-                self._buf = ""
+            if not buf or (THINK_END.startswith(buf) and buf != THINK_END):
+                self._buf = buf  # all whitespace, or what may still become the stray ``</think>``
                 return False
+            if buf.startswith(THINK_END):  # the end of the thinking the block was written in
+                self._buf = buf[len(THINK_END) :]
+                return True
             self._after_block = False
         wrapper = _WRAPPER_OPEN.search(buf)
         if wrapper is not None and wrapper.group(1) in ("invoke", "parameter"):
@@ -494,18 +558,18 @@ class DsmlToolParser(DsmlArgumentsMixin):
         is_invoke = self._state == _INVOKE_TAG_S
         m = (_INVOKE_TAG if is_invoke else _PARAM_TAG).match(self._buf)
         if m is None:
-            if ">" in self._buf or len(self._buf) > _MAX_TAG_CHARS:
+            if not _tag_may_continue(self._buf):
                 if is_invoke and self._bare and not self._block_calls:
                     self._unopen_bare(content)
                 else:
-                    self._drop_block()
+                    self._drop_invoke()
                 return True
             return False
         self._take(m.end())
         if is_invoke:
             name = m.group(1)
             if self.tool_names is not None and name not in self.tool_names:
-                self._drop_block()
+                self._drop_invoke()
                 return True
             self._call = ParsedToolCall(self._n_calls, make_tool_call_id(), name, "")
             self._n_calls += 1
@@ -521,7 +585,7 @@ class DsmlToolParser(DsmlArgumentsMixin):
             return True
         key, is_string = m.group(1), m.group(2) == "true"
         if key in self._param_names:
-            self._drop_block()
+            self._drop_invoke()
             return True
         if not self._param_names:
             self._hold = self._may_wrap(key)
