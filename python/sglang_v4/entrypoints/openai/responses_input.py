@@ -12,11 +12,13 @@ chat path, :mod:`.serving_responses`).
   turn (``reasoning_content``, ``content``, ``tool_calls`` with the item's ``call_id`` as the call
   id), as one response's output is one turn; a ``function_call_output`` item is a ``tool`` message
   answering the call of that ``call_id``, which must be one of the calls of the latest assistant
-  turn. A reasoning item's text is its ``reasoning_text`` content; its ``summary`` is checked and
-  not replayed (a summary is a digest of reasoning the other server kept, not the model's own
-  text). Its ``encrypted_content`` gives the text when the item has no ``reasoning_text`` and
-  the blob is one this server wrote (:mod:`.responses_reasoning_state`). One with no text
-  (summary only, empty, or another server's ``encrypted_content`` only, as Codex replays them)
+  turn, and every call must be answered (OpenAI's ``No tool output found for function call``
+  400: :func:`check_calls_answered`). A reasoning item's text is its ``reasoning_text`` content;
+  its ``summary`` is checked and not replayed (a summary is a digest of reasoning the other
+  server kept, not the model's own text). Its ``encrypted_content`` gives the text when the
+  item has no ``reasoning_text`` and the blob is one this server wrote
+  (:mod:`.responses_reasoning_state`). One with no text (summary only, empty, or another
+  server's ``encrypted_content`` only, as Codex replays them)
   is a no-op, and reasoning items that follow one another are one turn's reasoning (their
   texts joined by a newline): DeepSeek's Responses converter reads them so. A reasoning-only turn
   (text, then a user message) stays an empty assistant turn, as that converter renders it. A
