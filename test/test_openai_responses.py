@@ -52,9 +52,9 @@ def test_text_prompt_and_usage_equal_chat_completions(tok: PreTrainedTokenizerFa
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "A1"}]},
         {"role": "user", "content": "Q2"},
     ]
-    msgs = [  # a Responses developer item is user text (DeepSeek's Responses converter)
+    msgs = [  # a Responses developer item is a developer message of the chat route (an instruction)
         {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Answer in Greek letters."},
+        {"role": "developer", "content": "Answer in Greek letters."},
         {"role": "user", "content": "Q1"},
         {"role": "assistant", "content": "A1"},
         {"role": "user", "content": "Q2"},

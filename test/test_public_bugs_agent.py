@@ -423,7 +423,10 @@ def test_sglang_40082_responses_developer_instructions_reach_the_model(
     """sgl-project/sglang#40082 (and ollama/ollama#18305 on ``/v1/responses``): ``developer``
     messages were accepted and then silently left out of the prompt (Codex sends its
     instructions that way, with a reasoning effort). Expected: the instruction reaches the model,
-    thinking or not, as DeepSeek's own Responses converter renders it (the user's text)."""
+    thinking or not, as an instruction (a system message), as SGLang's DeepSeek-V4 path renders a
+    developer message: its ``pre_normalize`` (developer -> system), then DeepSeek's own Chat
+    Completions converter and V4 encoder (``deepseek-recipe``) on the same conversation."""
+    renderer = pytest.importorskip("sglang.srt.parser.deepseek_recipe_renderer")
     tm = PromptTM(tok, reply="BANANA")
     _, tc = make_client(tm)
     items = [
@@ -439,12 +442,15 @@ def test_sglang_40082_responses_developer_instructions_reach_the_model(
     assert body["status"] == "completed"
     prompt = tok.decode(tm.received[-1].input_ids)
     assert "Say BANANA." in prompt
-    b = {**req, "model": "DeepSeek-V4-Pro"}
-    b.pop("max_output_tokens")
-    conv = (
-        recipe.ResponsesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False)).conversation
+    chat = [
+        {"role": m["role"], "content": m["content"] if m.get("type") is None else "Say BANANA."}
+        for m in items
+    ]
+    wire = renderer.pre_normalize({"messages": chat, "thinking": bool(effort)})
+    conv = recipe.ChatCompletionRequest({**wire, "model": "DeepSeek-V4-Pro"}).convert(
+        recipe.ConversionOptions(default_thinking_mode=bool(effort))
     )
-    want = recipe.DeepseekV4Encoding().render_conversation(conv).prompt
+    want = recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
     if effort:  # (the effort paragraph depends on the checkpoint's profile)
         prompt, want = prompt[prompt.index("<｜User｜>") :], want[want.index("<｜User｜>") :]
     assert prompt == want

@@ -407,9 +407,10 @@ def test_deepseek_v3_1611_function_call_output_pairs_with_its_call(tok: PreTrain
 def test_deepseek_v3_1588_developer_message_between_call_and_output(tok: PreTrainedTokenizerFast) -> None:
     """deepseek-ai/DeepSeek-V3#1588: a developer message (a Codex hook's additional context)
     between a ``function_call`` and its ``function_call_output`` made ``/responses`` answer 400
-    "No tool output found for tool call". Expected: 200; the prompt has the call, the developer
-    text and the result, in that order, streamed and not (the Responses route reads a developer
-    item as the user's text, as DeepSeek's Responses converter does)."""
+    "No tool output found for tool call". Expected: 200; the prompt has the developer text as an
+    instruction (the Responses route reads a developer item as a system message, as SGLang's
+    Responses route does, and DeepSeek's V4 encoder puts system text in the system turn before the
+    first user turn), then the call, then the result, streamed and not."""
     tm = PromptTM(tok, reply="It is sunny.")
     _, tc = make_responses_client(tm)
     extra = [{"role": "developer", "content": "Answer in one line."}]
@@ -420,8 +421,9 @@ def test_deepseek_v3_1588_developer_message_between_call_and_output(tok: PreTrai
         text = tok.decode(got.input_ids)
         assert (
             0
-            <= text.index('invoke name="get_weather"')
-            < text.index("Answer in one line.")
+            <= text.index("Answer in one line.")
+            < text.index("<｜User｜>")
+            < text.index('invoke name="get_weather"')
             < text.index("Sunny")
         )
 

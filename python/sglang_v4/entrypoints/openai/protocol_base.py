@@ -259,9 +259,10 @@ UNSUPPORTED_OPENAI_FIELDS = (
 
 
 class _OmitNoneIds(BaseModel):
-    """Responses / choices whose token-id fields (``*token_ids``) and vLLM's ``prompt_logprobs``
-    are left out when None, so that a response without ``return_token_ids`` or
-    ``prompt_logprobs`` keeps its usual shape (as SGLang's)."""
+    """Responses / choices whose token-id fields (``*token_ids``), vLLM's ``prompt_logprobs`` and
+    OpenAI's ``service_tier`` are left out when None, so that a response without
+    ``return_token_ids``, ``prompt_logprobs`` or ``service_tier`` keeps its usual shape (as
+    SGLang's)."""
 
     @model_serializer(mode="wrap")
     def _drop_unset_ids(self, handler: Any) -> dict[str, Any]:
@@ -269,5 +270,5 @@ class _OmitNoneIds(BaseModel):
         return {
             k: v
             for k, v in data.items()
-            if not (v is None and (k.endswith("token_ids") or k == "prompt_logprobs"))
+            if not (v is None and (k.endswith("token_ids") or k in ("prompt_logprobs", "service_tier")))
         }

@@ -112,6 +112,9 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     temperature: float | None = None
     top_p: float | None = None
     user: str | None = None
+    #: OpenAI's processing tier: any of its values is served with ``default``, the one tier here,
+    #: which the response names (:mod:`.service_tier`); another value is a 400
+    service_tier: Any = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
     #: OpenAI's deprecated forms of ``tools`` / ``tool_choice``: read only to refuse them (400).
@@ -285,6 +288,9 @@ class ChatCompletionResponse(_OmitNoneIds):
     model: str
     choices: list[ChatCompletionResponseChoice]
     usage: UsageInfo
+    #: the tier that served the request when it set ``service_tier`` (:mod:`.service_tier`), left
+    #: out otherwise
+    service_tier: str | None = None
     prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
     prompt_token_ids: list[int] | None = None
 
@@ -327,4 +333,6 @@ class ChatCompletionStreamResponse(_OmitNoneIds):
     model: str
     choices: list[ChatCompletionResponseStreamChoice]
     usage: UsageInfo | None = None
+    #: as on the non-streamed response: on every chunk when the request set ``service_tier``
+    service_tier: str | None = None
     prompt_token_ids: list[int] | None = None

@@ -131,6 +131,9 @@ class ResponsesRequest(_Req):
     #: and echoed on the response as OpenAI echoes them
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    #: OpenAI's processing tier: any of its values is served with ``default``, the one tier here,
+    #: which the response names (:mod:`.service_tier`); another value is a 400
+    service_tier: Any = None
 
 
 class ResponsesInputTokensRequest(ResponsesRequest):
@@ -311,7 +314,8 @@ class ResponseObject(BaseModel):
     ``prompt_cache_key`` and ``safety_identifier`` echo the request, as OpenAI's response does;
     ``presence_penalty`` / ``frequency_penalty`` are the values sampled with (as ``temperature``
     and ``top_p``), ``max_tool_calls`` is ``null`` (refused when set) and ``service_tier`` is
-    ``default`` (the one tier served). Every field the Open Responses specification requires of
+    ``default``: the tier that served the request, whatever tier it asked for, as OpenAI's
+    reference defines the field (:mod:`.service_tier`). Every field the Open Responses specification requires of
     a response resource is present."""
 
     id: str

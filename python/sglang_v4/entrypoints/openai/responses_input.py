@@ -4,18 +4,21 @@ chat path, :mod:`.serving_responses`).
 * ``input`` (a string, or a list of items) becomes chat messages (:func:`input_to_messages`):
   message items (roles ``user`` / ``system`` / ``developer`` / ``assistant``; ``content`` a string
   or ``input_text`` / ``output_text`` / ``refusal`` parts) keep their role, but for ``developer``,
-  which is ``user`` (OpenAI's developer instructions, joined to the user turn they are in, as
-  DeepSeek's Responses converter ``deepseek-recipe`` reads them; the V4 encoder's own developer
-  turn is another thing, which thinking mode leaves out before the last user turn); ``reasoning``,
+  which is ``system``: OpenAI's developer instructions, read as a system message as the chat route
+  reads a developer message (:func:`~.chat_prepare.developer_messages_as_system`) and as SGLang's
+  Responses route hands it to the chat template (the V4 encoder's own developer turn is another
+  thing: a user-tier turn, which thinking mode leaves out before the last user turn); ``reasoning``,
   assistant ``message`` and ``function_call`` items that follow one another form one assistant
   turn (``reasoning_content``, ``content``, ``tool_calls`` with the item's ``call_id`` as the call
   id), as one response's output is one turn; a ``function_call_output`` item is a ``tool`` message
   answering the call of that ``call_id``, which must be one of the calls of the latest assistant
-  turn. A reasoning item's text is its ``reasoning_text`` content; its ``summary`` is checked and
-  not replayed (a summary is a digest of reasoning the other server kept, not the model's own
-  text). Its ``encrypted_content`` gives the text when the item has no ``reasoning_text`` and
-  the blob is one this server wrote (:mod:`.responses_reasoning_state`). One with no text
-  (summary only, empty, or another server's ``encrypted_content`` only, as Codex replays them)
+  turn, and every call must be answered (OpenAI's ``No tool output found for function call``
+  400: :func:`check_calls_answered`). A reasoning item's text is its ``reasoning_text`` content;
+  its ``summary`` is checked and not replayed (a summary is a digest of reasoning the other
+  server kept, not the model's own text). Its ``encrypted_content`` gives the text when the
+  item has no ``reasoning_text`` and the blob is one this server wrote
+  (:mod:`.responses_reasoning_state`). One with no text (summary only, empty, or another
+  server's ``encrypted_content`` only, as Codex replays them)
   is a no-op, and reasoning items that follow one another are one turn's reasoning (their
   texts joined by a newline): DeepSeek's Responses converter reads them so. A reasoning-only turn
   (text, then a user message) stays an empty assistant turn, as that converter renders it. A
@@ -43,7 +46,7 @@ field as the client sent it, OpenAI's way (``input[2].call_id``, ``tools[0].name
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sglang_v4.entrypoints.chat_encoding import message_text, normalize_reasoning_effort
@@ -53,6 +56,7 @@ from sglang_v4.entrypoints.openai.serving_base import RequestError
 from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 
 __all__ = [
+    "check_calls_answered",
     "input_to_messages",
     "request_tools",
     "tool_namespaces",
@@ -138,7 +142,11 @@ def _call_arguments(args: str, field: str) -> str:
 
 
 def input_to_messages(
-    items: str | Sequence[Any], history: Sequence[Mapping[str, Any]] = ()
+    items: str | Sequence[Any],
+    history: Sequence[Mapping[str, Any]] = (),
+    *,
+    answered: bool = True,
+    unfinished: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """The chat messages of a Responses ``input`` (module docstring).
 
@@ -146,14 +154,66 @@ def input_to_messages(
         items: the ``input`` field: a string (one user message) or a list of items.
         history: the chat messages that come before (a previous response's conversation), read
             for the calls a ``function_call_output`` may answer.
+        answered: check that every call is answered (:func:`check_calls_answered`); false for a
+            response's own output, whose calls the next request answers.
+        unfinished: the ids of ``history``'s calls cut by ``max_output_tokens`` (no output due).
 
     Returns:
         Chat messages (``role``, ``content`` as text; assistant ``reasoning_content`` /
         ``tool_calls``; tool ``tool_call_id``).
 
     Raises:
-        RequestError: 400 naming the item field (``input[i].role`` ...).
+        RequestError: 400 naming the item field (``input[i].role`` ...); a call left without its
+            output is OpenAI's 400 ``No tool output found for function call <call_id>.``
     """
+    out = _input_messages(items, history)
+    if answered:
+        check_calls_answered(list(history) + out, items, unfinished)
+    return out
+
+
+def check_calls_answered(
+    conversation: Sequence[Mapping[str, Any]],
+    items: str | Sequence[Any] = (),
+    unfinished: Collection[str] = (),
+) -> None:
+    """Every tool call of ``conversation`` (chat messages: a previous response's conversation,
+    then the request's ``input``) is answered by a later ``tool`` message.
+
+    OpenAI's Responses API refuses a ``function_call`` (or ``custom_tool_call``) item, sent in
+    ``input`` or left by the ``previous_response_id`` response, whose ``call_id`` no
+    ``function_call_output`` answers: ``400 No tool output found for function call <call_id>.``
+    (``param: "input"``). The model cannot go on from a call whose result it never reads, and the
+    encoder would render an unanswered call as a finished turn. A call cut by ``max_output_tokens``
+    (``status: "incomplete"`` in ``items``, or its id in ``unfinished``) needs no output: it was
+    never a call the client could run, and the conversation goes on past it. ``items`` (the
+    ``input`` field) also tells custom tool calls apart for the message.
+
+    Raises:
+        RequestError: 400 naming ``input``, the first unanswered call's id in the message.
+    """
+    calls = [
+        item
+        for item in ([] if isinstance(items, str) else items)
+        if isinstance(item, Mapping) and item.get("type") in CALL_ITEMS
+    ]
+    custom = {c.get("call_id") for c in calls if c["type"] == "custom_tool_call"}
+    cut = {c.get("call_id") for c in calls if c.get("status") == "incomplete"} | set(unfinished)
+    pending: list[str] = []
+    for m in conversation:
+        if m.get("role") == "tool":
+            if m.get("tool_call_id") in pending:
+                pending.remove(m["tool_call_id"])
+        elif m.get("role") == "assistant":
+            pending += [c.get("id") for c in m.get("tool_calls") or [] if isinstance(c, Mapping)]
+    pending = [c for c in pending if c not in cut]
+    if pending:
+        what = "custom tool call" if pending[0] in custom else "function call"
+        raise _error(f"No tool output found for {what} {pending[0]}.", "input")
+
+
+def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The chat messages of ``input`` (:func:`input_to_messages` less the answered check)."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     out: list[dict[str, Any]] = []
@@ -194,9 +254,8 @@ def input_to_messages(
                 last_calls = set()
             else:
                 turn = None
-                # a developer item is the user's text, as DeepSeek's Responses converter reads it
-                # (deepseek-recipe): not the V4 encoder's developer turn, which thinking mode drops
-                out.append({"role": "user" if role == "developer" else role, "content": text})
+                # a developer item is an instruction: a system message, as on the chat route
+                out.append({"role": "system" if role == "developer" else role, "content": text})
         elif kind == "reasoning":
             text = _reasoning_text(item, field)
             if not text:  # no text to replay (empty, or encrypted content only): a no-op
@@ -231,8 +290,9 @@ def input_to_messages(
                 raise _error(f"{field}.call_id must be a non-empty string.", f"{field}.call_id")
             if call_id not in last_calls:
                 raise _error(
-                    f"{field}.call_id {call_id!r} answers no {OUTPUT_ITEMS[kind]} of the latest "
-                    "assistant turn.",
+                    f"No tool call found for {kind.removesuffix('_output').replace('_', ' ')} output "
+                    f"with call_id {call_id}. {field}.call_id {call_id!r} answers no "
+                    f"{OUTPUT_ITEMS[kind]} of the latest assistant turn.",
                     f"{field}.call_id",
                 )
             if item.get("output") is None:

@@ -1,13 +1,14 @@
 """Bounds of ``/v1/responses`` request fields that the request model does not check: fields of
 features not served (:data:`~.protocol_responses.UNSERVED_RESPONSES_FIELDS`), ``truncation:
 "auto"``, vLLM's non-empty ``cache_salt``, and OpenAI's bounds on ``metadata``, ``text.verbosity``
-and ``safety_identifier`` (each a 400 naming the field, in OpenAI's error shape).
+and ``safety_identifier``, and ``service_tier`` outside OpenAI's values (each a 400 naming the field, in OpenAI's error shape).
 """
 
 from __future__ import annotations
 
 from sglang_v4.entrypoints.openai.protocol_responses import UNSERVED_RESPONSES_FIELDS, ResponsesRequest
 from sglang_v4.entrypoints.openai.request_errors import RequestError
+from sglang_v4.entrypoints.openai.service_tier import RESPONSES_SERVICE_TIERS, served_service_tier
 
 __all__ = ["check_responses_request"]
 
@@ -26,6 +27,7 @@ def check_responses_request(req: ResponsesRequest) -> None:
         value = getattr(req, name)
         if value not in (None, False, 0, [], {}):
             raise RequestError(f"{name}: {why}.", param=name)
+    served_service_tier(req.service_tier, RESPONSES_SERVICE_TIERS)
     if req.truncation == "auto":
         raise RequestError(
             'truncation: "auto" is not supported (a conversation longer than the context is a 400).',

@@ -105,6 +105,7 @@ from sglang_v4.entrypoints.openai.reasoning_parser import (
 )
 from sglang_v4.entrypoints.openai.request_errors import check_token_ids_in_vocab, name_grammar_tool
 from sglang_v4.entrypoints.openai.responses_custom_tools import custom_call_input
+from sglang_v4.entrypoints.openai.service_tier import CHAT_SERVICE_TIERS, served_service_tier
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
     grammar_error_for,
@@ -280,6 +281,7 @@ class ChatMixin(ChatStreamMixin):
             model=req.model,
             choices=choices,
             usage=self._usage(rets, run.n, reasoning_tokens if run.separate else None),
+            service_tier=req.service_tier,
             prompt_logprobs=(
                 vllm_prompt_logprobs(rets[0].get("meta_info", {}), run.prompt_logprobs)
                 if run.prompt_logprobs is not None and rets
@@ -302,6 +304,8 @@ class ChatMixin(ChatStreamMixin):
         from sglang_v4.managers.io_struct import GenerateReqInput
 
         self._check_model(req.model)
+        # any tier OpenAI names is served with the one tier here, which the answer names
+        req.service_tier = served_service_tier(req.service_tier, CHAT_SERVICE_TIERS)
         # OpenAI's allowed_tools choice: the tools cut to the allowed ones, its mode the choice
         req.tools, req.tool_choice = chat_allowed_tools(req.tool_choice, req.tools)
         req._custom_tools = lower_custom_tools(req)  # custom tools served as function tools

@@ -168,6 +168,7 @@ class ChatStreamMixin(ChatPrepareMixin):
                     id=rid,
                     created=created,
                     model=req.model,
+                    service_tier=req.service_tier,
                     choices=[
                         ChatCompletionResponseStreamChoice(
                             index=idx, delta=delta, token_ids=ids or None, **kw
@@ -290,6 +291,7 @@ class ChatStreamMixin(ChatPrepareMixin):
                             id=rid,
                             created=created,
                             model=req.model,
+                            service_tier=req.service_tier,
                             choices=[],
                             usage=self._usage(rets, n, rt),
                         )

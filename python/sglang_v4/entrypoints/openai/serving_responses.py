@@ -183,7 +183,7 @@ class _Job:
 
 def _output_messages(items: list[OutputItem]) -> list[dict[str, Any]]:
     """The chat messages of a response's output items (one assistant turn), for the store."""
-    return input_to_messages([item.model_dump(mode="json") for item in items])
+    return input_to_messages([item.model_dump(mode="json") for item in items], answered=False)
 
 
 @dataclass
@@ -311,7 +311,13 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         Raises:
             RequestError: 400 naming the Responses field.
         """
-        conversation = list(history) + input_to_messages(req.input, history)
+        prev = self.responses_store.get(req.previous_response_id) if req.previous_response_id else None
+        unfinished = [  # the previous response's calls cut by max_output_tokens: no output due
+            o.get("call_id")
+            for o in (prev.response.get("output") or [] if prev is not None else [])
+            if isinstance(o, dict) and o.get("status") == "incomplete"
+        ]
+        conversation = list(history) + input_to_messages(req.input, history, unfinished=unfinished)
         if not conversation:
             raise RequestError("input must contain at least one item.", param="input")
         thinking, effort = reasoning_switch(req.reasoning, self.reasoning_effort_profile)
