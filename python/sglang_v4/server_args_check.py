@@ -391,6 +391,9 @@ def check_server_args(args: ServerArgs) -> None:
     if isinstance(gst, bool) or not isinstance(gst, (int, float)) or not 0 <= gst < float("inf"):
         raise ValueError(f"graceful_shutdown_timeout must be a number of seconds >= 0 (got {gst!r})")
     _check_parallel(args)
+    from sglang_v4.server_args_choices import check_choice_fields
+
+    check_choice_fields(args)  # a keyword (Engine, ServerArgs) gets the command line's choice check
 
 
 def _check_ssl(args: ServerArgs) -> None:

@@ -15,6 +15,7 @@ time), in SGLang's order.
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any
 
 from sglang_v4.server_args_compat import CUDA_GRAPH_BACKENDS
@@ -445,3 +446,41 @@ def add_sglang_choices(parser: argparse.ArgumentParser) -> None:
             if name in SGLANG_CHOICES:
                 action.choices = (*SGLANG_CHOICES[name], *EXTRA_CHOICES.get(name, ()))
                 break
+
+
+@functools.cache
+def _choice_fields() -> dict[str, tuple[str, tuple[Any, ...], Any]]:
+    """``dest`` -> ``(flag, choices, argparse default)`` of every flag the launcher's parser limits
+    to a list of values (SGLang's lists, the compatibility table's own) whose ``dest`` is a
+    ``ServerArgs`` field (built once from the parser itself, so the two cannot drift)."""
+    from sglang_v4.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    fields = ServerArgs.__dataclass_fields__
+    return {
+        a.dest: (a.option_strings[0], tuple(a.choices), a.default)
+        for a in parser._actions
+        if a.choices is not None and a.option_strings and a.dest in fields
+    }
+
+
+def check_choice_fields(args: Any) -> None:
+    """Refuse a ``ServerArgs`` field (``Engine(**kwargs)``, ``ServerArgs(...)``) holding a value
+    its flag's parser would refuse, so a keyword gets the check the command line gets (argparse's
+    exit code 2, ``invalid choice``). Unset values (``None``, the field's default) pass, as argparse
+    checks only given values; a list-valued flag (``nargs``) has each element checked.
+
+    Raises:
+        ValueError: ``"<field> (--flag) must be one of [...] (got <value>)"`` for the first such
+            field, in the parser's order.
+    """
+    fields = type(args).__dataclass_fields__
+    for dest, (flag, choices, parser_default) in _choice_fields().items():
+        value = getattr(args, dest)
+        if value is None or value is False or value == parser_default or value == fields[dest].default:
+            continue
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if isinstance(v, bool) or v not in choices:
+                raise ValueError(f"{dest} ({flag}) must be one of {list(choices)} (got {v!r})")

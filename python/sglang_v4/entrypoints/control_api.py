@@ -182,6 +182,35 @@ def parse_continue_body(body: Any, ignore_unknown: bool = False) -> None:
     _typed(b, "torch_empty_cache", _is_bool, "a boolean")
 
 
+def check_profile_output_dir(path: str) -> None:
+    """Refuse a ``/start_profile`` ``output_dir`` the trace could not be written to, before the
+    profiler starts (SGLang makes the directory when the profile starts and writes the trace when
+    it stops: an unusable one then failed only at ``/stop_profile``, or in the scheduler).
+
+    Accepted: an existing writable directory, or a path whose nearest existing ancestor is a
+    writable directory (the missing levels are made when the profile starts).
+
+    Raises:
+        RequestError: (400) naming ``output_dir``: a NUL byte in it, an existing path that is not
+            a directory or not writable, or an ancestor that is a file or not writable.
+    """
+    if "\x00" in path:
+        raise RequestError("output_dir: must not contain a NUL byte.")
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise RequestError(f"output_dir: {path!r} exists and is not a directory.")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise RequestError(f"output_dir: {path!r} is not writable.")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise RequestError(f"output_dir: {path!r} cannot be created: {parent!r} is not a directory.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise RequestError(f"output_dir: {path!r} cannot be created: {parent!r} is not writable.")
+
+
 def parse_profile_body(body: Any, device: str, ignore_unknown: bool = False) -> ProfileReq:
     """``/start_profile``'s body -> a :class:`ProfileReq` with SGLang's defaults: ``output_dir``
     from ``$SGLANG_TORCH_PROFILER_DIR`` or ``/tmp``, ``activities`` CPU (and GPU on a CUDA
@@ -189,7 +218,8 @@ def parse_profile_body(body: Any, device: str, ignore_unknown: bool = False) -> 
 
     Raises:
         RequestError: ``num_steps`` < 1, an activity other than CPU / GPU (GPU on a server
-            without CUDA), or an SGLang option this profiler lacks (``start_step``,
+            without CUDA), an ``output_dir`` the trace cannot be written to
+            (:func:`check_profile_output_dir`), or an SGLang option this profiler lacks (``start_step``,
             ``profile_by_stage``, ``merge_profiles``, ...)."""
     known = {
         "output_dir", "start_step", "num_steps", "activities", "profile_by_stage", "with_stack",
@@ -228,8 +258,10 @@ def parse_profile_body(body: Any, device: str, ignore_unknown: bool = False) -> 
         raise RequestError(
             f"profile_id: {profile_id[:80]!r} must be usable in a file name (no path separator)."
         )
+    out_dir = os.path.expanduser(out_dir)
+    check_profile_output_dir(out_dir)
     return ProfileReq(
-        output_dir=os.path.expanduser(out_dir),
+        output_dir=out_dir,
         num_steps=steps,
         activities=list(dict.fromkeys(acts)),
         with_stack=_typed(b, "with_stack", _is_bool, "a boolean") is not False,

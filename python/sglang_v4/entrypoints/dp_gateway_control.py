@@ -12,7 +12,7 @@ all D ranks:
 
 * :data:`BROADCAST_ROUTES` (``/flush_cache``, ``/update_weights_from_disk``,
   ``/pause_generation``, ``/continue_generation``, ``/configure_logging``,
-  ``/get_weight_version``; not the profiler, whose replicas would write traces of one name into
+  not the profiler, whose replicas would write traces of one name into
   one directory: send ``/start_profile`` to a replica's own port): the request (method, query,
   headers, body) goes to every replica at once. Every replica accepting it (2xx) is the first replica's answer, with
   ``num_paused_requests`` (``/update_weights_from_disk``) summed over the replicas; a replica
@@ -20,6 +20,16 @@ all D ranks:
   ``Flush cache failed.``, a 400 naming a bad field, a 401 for a missing key), so a flush or a
   weight update that did not reach every rank is never reported as done. A replica that cannot
   be reached is a 502 naming its rank (the others did get the request).
+* ``GET /get_weight_version``: every replica is asked; when all report the same
+  ``weight_version``, that answer (a single server's shape). Replicas reporting different versions
+  (a weight update that reached only some of them, or replicas started with different
+  ``--weight-version``) are a ``409`` naming each rank's version, never one replica's version
+  taken for the group's; a refusal or an unreachable rank as for :data:`BROADCAST_ROUTES`.
+* ``GET|POST /get_weights_by_name`` (:data:`PER_REPLICA_ROUTES`): every replica is asked and the
+  answer is a JSON list of their parameters in rank order, as SGLang's server with ``dp_size > 1``
+  answers (one entry per data-parallel rank; ``dp_size`` 1 answers the parameter itself). The
+  router has no such route; a replica refusing (unknown parameter name, bad body) passes its
+  answer on, an unreachable one is a 502 naming its rank.
 * ``GET /health`` and ``GET /health_generate`` (probes; ``HEAD`` too): every replica is asked
   (``/health_generate`` makes each one generate a token); 200 with the first replica's answer when
   every replica answers 200, otherwise the first other answer passed on, or a 503 naming a rank
@@ -51,9 +61,11 @@ from sglang_v4.entrypoints.dp_gateway_fanout import ask_every_replica, passed_on
 __all__ = [
     "BROADCAST_ROUTES",
     "HEALTH_ROUTES",
+    "PER_REPLICA_ROUTES",
     "SERVER_INFO_ROUTES",
     "add_control_routes",
     "merge_server_info",
+    "merge_weight_versions",
 ]
 
 #: ``(path, methods)`` of the routes sent to every replica (the methods a single server accepts).
@@ -63,8 +75,10 @@ BROADCAST_ROUTES = (
     ("/pause_generation", ("POST",)),
     ("/continue_generation", ("POST",)),
     ("/configure_logging", ("GET", "POST")),
-    ("/get_weight_version", ("GET",)),
 )
+
+#: ``(path, methods)`` of the routes answered with every replica's answer, a list in rank order.
+PER_REPLICA_ROUTES = (("/get_weights_by_name", ("GET", "POST")),)
 
 #: The health probes answered 200 only when every replica answers 200.
 HEALTH_ROUTES = ("/health", "/health_generate")
@@ -94,6 +108,30 @@ def merge_server_info(infos: Sequence[dict[str, Any]], dp_size: int) -> dict[str
     return {**infos[0], "dp_size": dp_size, "internal_states": states}
 
 
+def merge_weight_versions(bodies: Sequence[Any]) -> tuple[Any, str | None]:
+    """The group's ``/get_weight_version`` from the replicas' answers (``bodies``, parsed JSON, in
+    rank order, at least one).
+
+    Returns:
+        ``(first body, None)`` when every body is an object with the same ``weight_version``;
+        otherwise ``(None, message)``, the message naming each rank's version (``None`` where a
+        body has none).
+
+    Raises:
+        ValueError: ``bodies`` is empty.
+    """
+    if not bodies:
+        raise ValueError("bodies: at least one replica's answer is needed")
+    versions = [b.get("weight_version") if isinstance(b, dict) else None for b in bodies]
+    if all(isinstance(b, dict) for b in bodies) and len(set(map(repr, versions))) == 1:
+        return bodies[0], None
+    listed = ", ".join(f"rank {rank}: {v!r}" for rank, v in enumerate(versions))
+    return None, (
+        f"The data-parallel replicas disagree on weight_version ({listed}): a weight update did not "
+        "reach every replica; update them again or ask each replica's own port."
+    )
+
+
 def _summed_paused(answers: Sequence[tuple[int, bytes, str | None]]) -> web.Response:
     """The first answer, its JSON ``num_paused_requests`` (when every answer has an integer one)
     replaced by the sum over ``answers``; otherwise the first answer as it came."""
@@ -116,9 +154,9 @@ def add_control_routes(
     forward_headers: Callable[[Any], Any],
     error: Callable[[web.Request, int, str], web.Response],
 ) -> None:
-    """Add :data:`BROADCAST_ROUTES`, :data:`HEALTH_ROUTES` and :data:`SERVER_INFO_ROUTES` to the
-    gateway's ``app``
-    (module docstring).
+    """Add :data:`BROADCAST_ROUTES`, :data:`PER_REPLICA_ROUTES`, ``/get_weight_version``,
+    :data:`HEALTH_ROUTES` and :data:`SERVER_INFO_ROUTES` to the gateway's ``app`` (module
+    docstring).
 
     Args:
         app: the gateway's application (before its catch-all route is added).
@@ -141,6 +179,38 @@ def add_control_routes(
         if refused:
             return passed_on(refused[0])
         return _summed_paused(done)
+
+    async def every_answer(request: web.Request) -> list[Any] | web.Response:
+        """Every replica's JSON answer in rank order, or the response to give instead (a 502
+        naming an unreachable rank or one answering no JSON, a replica's refusal passed on)."""
+        answers = await ask_all(request)
+        for rank, answer in enumerate(answers):
+            if answer is None:
+                return error(request, 502, f"Data-parallel rank {rank} did not answer {request.path}.")
+        done = [a for a in answers if a is not None]
+        refused = [a for a in done if not 200 <= a[0] < 300]
+        if refused:
+            return passed_on(refused[0])
+        bodies: list[Any] = []
+        for rank, answer in enumerate(done):
+            try:
+                bodies.append(json.loads(answer[1]))
+            except ValueError:
+                return error(request, 502, f"Data-parallel rank {rank} answered {request.path} with no JSON.")
+        return bodies
+
+    async def per_replica(request: web.Request) -> web.Response:
+        bodies = await every_answer(request)
+        return bodies if isinstance(bodies, web.Response) else web.json_response(bodies)
+
+    async def weight_version(request: web.Request) -> web.Response:
+        bodies = await every_answer(request)
+        if isinstance(bodies, web.Response):
+            return bodies
+        agreed, disagreement = merge_weight_versions(bodies)
+        if disagreement is not None:
+            return error(request, 409, disagreement)
+        return web.json_response(agreed)
 
     async def health(request: web.Request) -> web.Response:
         answers = await ask_all(request)
@@ -175,6 +245,10 @@ def add_control_routes(
     for path, methods in BROADCAST_ROUTES:
         for method in methods:
             app.router.add_route(method, path, broadcast)
+    for path, methods in PER_REPLICA_ROUTES:
+        for method in methods:
+            app.router.add_route(method, path, per_replica)
+    app.router.add_get("/get_weight_version", weight_version)
     for path in HEALTH_ROUTES:
         app.router.add_get(path, health)
     for path in SERVER_INFO_ROUTES:

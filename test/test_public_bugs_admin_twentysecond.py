@@ -1,0 +1,183 @@
+"""A twenty-second set of public bug reports, replayed against the server's administration surface:
+the flag values the offline ``Engine`` / ``ServerArgs`` take as keywords, and ``/start_profile``'s
+``output_dir``. Each test names its report.
+
+Faults found here and fixed: a keyword outside a flag's list of values (``Engine(attention_backend=
+"torch_sdpa")``, ``ServerArgs(moe_runner_backend="no-such")``, ...) was accepted for some fifty
+SGLang flags, where the command line exits 2 with argparse's ``invalid choice``; ``/start_profile``
+(and ``Engine.start_profile``) took an ``output_dir`` naming a file, one under a file, or one
+holding a NUL byte, and failed only in the scheduler (a NUL byte raised there, outside the
+``OSError`` it answers).
+
+Fixtures: the app of ``http_server.create_app`` in-process (``admin_app_testutil``), whose
+scheduler never answers, so a refused request is seen to change nothing. Oracles: SGLang 0.5.23's
+own argument parser (``sglang.srt.server_args.ServerArgs.add_cli_args``), Python's
+``os.makedirs`` on the same path (whether the trace directory can be made at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from admin_app_testutil import ADMIN_KEY, admin_app_client
+
+sglang_server_args = pytest.importorskip("sglang.srt.server_args")
+
+pytestmark = pytest.mark.timeout(120)
+
+AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@functools.cache
+def _sglang_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    sglang_server_args.ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def _sglang_exit(argv: list[str]) -> tuple[int, str]:
+    """``(exit code, stderr)`` of SGLang's own parser on ``argv`` (0 when it parses)."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            _sglang_parser().parse_args(argv)
+        except SystemExit as e:
+            return int(e.code or 0), err.getvalue()
+    return 0, ""
+
+
+def _our_choice_actions() -> dict[str, argparse.Action]:
+    """SGLang's flags with ``choices`` that this launcher accepts, by SGLang's first spelling:
+    this launcher's action for each."""
+    from sglang_v4.server_args import ServerArgs
+
+    ours = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(ours)
+    by_flag = {name: a for a in ours._actions for name in a.option_strings}
+    return {
+        a.option_strings[0]: by_flag[a.option_strings[0]]
+        for a in _sglang_parser()._actions
+        if a.choices is not None and a.option_strings and a.option_strings[0] in by_flag
+    }
+
+
+def _bogus(choices: Any) -> Any:
+    """A value outside ``choices``, in the type the flag takes."""
+    if all(isinstance(c, int) and not isinstance(c, bool) for c in choices):
+        return max(choices) + 1000
+    return "no-such-choice"
+
+
+# --------------------------------------------------------------------------- Engine keywords
+
+
+def test_llm_scaler_403_engine_keyword_outside_the_choices_is_refused_naming_the_field() -> None:
+    """intel/llm-scaler#403: ``--attention-backend torch_sdpa`` is refused by SGLang's parser
+    (``argument --attention-backend: invalid choice: 'torch_sdpa'``, exit 2). Expected: the same
+    value passed to the offline ``Engine`` as a keyword is a ``ValueError`` naming the field and
+    the value before anything starts, not accepted and logged as an ignored flag."""
+    from sglang_v4.entrypoints.engine import Engine
+
+    code, err = _sglang_exit(["--model-path", "m", "--attention-backend", "torch_sdpa"])
+    assert code == 2 and "invalid choice: 'torch_sdpa'" in err, err
+    with pytest.raises(ValueError, match=r"attention_backend.*'torch_sdpa'"):
+        Engine(device="cpu", attention_backend="torch_sdpa")
+
+
+def test_every_sglang_choice_flag_refuses_a_bad_keyword_as_the_command_line_does() -> None:
+    """The same refusal for every flag SGLang 0.5.23 limits to a list of values (the kind of
+    intel/llm-scaler#403): for each one, SGLang's parser exits 2 on a value outside its list, and
+    ``ServerArgs(<field>=that value)`` (what ``Engine(**kwargs)`` builds) raises a ``ValueError``
+    naming the field; the first and last of SGLang's values (by name) get no choice refusal (they may be
+    refused as an unsupported feature, by name, as on the command line)."""
+    from sglang_v4.server_args import ServerArgs
+
+    actions = _our_choice_actions()
+    assert len(actions) > 60, sorted(actions)
+    accepted_bad = []
+    for flag, action in actions.items():
+        if action.dest == "device":
+            continue  # a value this launcher resolves itself (cpu / cuda), checked in its own test
+        sglang_action = next(a for a in _sglang_parser()._actions if flag in a.option_strings)
+        bad = _bogus(sglang_action.choices)
+        code, err = _sglang_exit(["--model-path", "m", flag, str(bad)])
+        assert code == 2 and "invalid choice" in err, (flag, err)
+        value = [bad] if action.nargs in ("*", "+") else bad
+        try:
+            ServerArgs(device="cpu", **{action.dest: value})
+        except ValueError as e:
+            assert action.dest in str(e), (flag, str(e))
+        else:
+            accepted_bad.append(flag)
+        listed = sorted(sglang_action.choices, key=str)
+        for good in {listed[0], listed[-1]}:
+            value = [good] if action.nargs in ("*", "+") else good
+            try:
+                ServerArgs(device="cpu", **{action.dest: value})
+            except ValueError as e:
+                assert f"({action.option_strings[0]}) must be one of" not in str(e), (flag, good, str(e))
+    assert accepted_bad == []
+
+
+# --------------------------------------------------------------------------- /start_profile output_dir
+
+
+@pytest.fixture(scope="module")
+def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    with admin_app_client(Path(tmp_path_factory.mktemp("admin22"))) as pair:
+        yield pair
+
+
+def _unusable_dirs(root: Path) -> dict[str, str]:
+    """Kind -> an ``output_dir`` the trace directory cannot be made at (``os.makedirs`` fails)."""
+    a_file = root / "trace.json"
+    a_file.write_text("{}")
+    return {
+        "a file": str(a_file),
+        "under a file": str(a_file / "traces"),
+        "a NUL byte": str(root / "tr\x00aces"),
+    }
+
+
+def test_sglang_jax_148_unusable_profile_output_dir_is_a_400_and_nothing_starts(
+    admin: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """sgl-project/sglang-jax#148 (``/start_profile`` with an ``output_dir`` the server cannot
+    write to crashed the server; fixed by sgl-project/sglang-jax#157, a check before the profiler
+    starts). Expected: an ``output_dir`` that ``os.makedirs`` cannot make (a file, a path under a
+    file, a NUL byte) is a native 400 naming ``output_dir`` (the body's ``error.message``), the
+    request never reaches the scheduler (no profile is open) and the next request is answered."""
+    client, tm = admin
+    for kind, path in _unusable_dirs(tmp_path).items():
+        with pytest.raises((OSError, ValueError)):
+            os.makedirs(path, exist_ok=True)  # the oracle: the directory cannot be made
+        r = client.post("/start_profile", json={"output_dir": path}, headers=AUTH)
+        assert r.status_code == 400, (kind, r.text)
+        assert "output_dir" in r.json()["error"]["message"], (kind, r.text)
+        assert tm.profile_open is False
+    assert client.get("/health", headers=AUTH).status_code == 200
+
+
+def test_sglang_2874_engine_start_profile_checks_output_dir_like_the_route(tmp_path: Path) -> None:
+    """sgl-project/sglang#2874 (``Engine.start_profile()`` wrote no trace and said nothing: the
+    directory the trace goes to was not the one the user looked in / could use). Expected: the
+    ``Engine``'s body parser (shared with the route) refuses an unusable ``output_dir`` with a
+    ``ValueError`` naming it, and takes a missing directory under a writable one (made when the
+    profile starts, as SGLang makes it) and an existing one, unchanged."""
+    from sglang_v4.entrypoints.control_api import parse_profile_body
+
+    for path in _unusable_dirs(tmp_path).values():
+        with pytest.raises(ValueError, match="output_dir"):
+            parse_profile_body({"output_dir": path}, "cpu")
+    missing = tmp_path / "new" / "traces"
+    assert parse_profile_body({"output_dir": str(missing)}, "cpu").output_dir == str(missing)
+    assert not missing.exists()  # nothing is made by a parse
+    assert parse_profile_body({"output_dir": str(tmp_path)}, "cpu").output_dir == str(tmp_path)
