@@ -1,25 +1,29 @@
 """A twenty-second set of public bug reports, replayed against the server's administration surface:
-the flag values the offline ``Engine`` / ``ServerArgs`` take as keywords, and ``/start_profile``'s
-``output_dir``. Each test names its report.
+the flag values the offline ``Engine`` / ``ServerArgs`` take as keywords, ``/get_model_info``'s
+fields, and ``/start_profile``'s ``output_dir``. Each test names its report.
 
 Faults found here and fixed: a keyword outside a flag's list of values (``Engine(attention_backend=
 "torch_sdpa")``, ``ServerArgs(moe_runner_backend="no-such")``, ...) was accepted for some fifty
 SGLang flags, where the command line exits 2 with argparse's ``invalid choice``; ``/start_profile``
 (and ``Engine.start_profile``) took an ``output_dir`` naming a file, one under a file, or one
 holding a NUL byte, and failed only in the scheduler (a NUL byte raised there, outside the
-``OSError`` it answers).
+``OSError`` it answers); ``/get_model_info`` lacked SGLang's ``reasoning_parser``,
+``tool_call_parser`` and ``disaggregation_mode``.
 
 Fixtures: the app of ``http_server.create_app`` in-process (``admin_app_testutil``), whose
 scheduler never answers, so a refused request is seen to change nothing. Oracles: SGLang 0.5.23's
-own argument parser (``sglang.srt.server_args.ServerArgs.add_cli_args``), Python's
+own argument parser (``sglang.srt.server_args.ServerArgs.add_cli_args``) and ``/model_info``
+answer (its installed source), Python's
 ``os.makedirs`` on the same path (whether the trace directory can be made at all).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import functools
+import importlib.util
 import io
 import os
 from collections.abc import Iterator
@@ -127,13 +131,53 @@ def test_every_sglang_choice_flag_refuses_a_bad_keyword_as_the_command_line_does
     assert accepted_bad == []
 
 
-# --------------------------------------------------------------------------- /start_profile output_dir
+# --------------------------------------------------------------------------- /get_model_info
 
 
 @pytest.fixture(scope="module")
 def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
     with admin_app_client(Path(tmp_path_factory.mktemp("admin22"))) as pair:
         yield pair
+
+
+def _sglang_model_info_keys() -> set[str]:
+    """The keys of the dict SGLang 0.5.23's ``/model_info`` always answers (read from its
+    installed ``http_server.py``, not imported: that needs GPU-only packages)."""
+    spec = importlib.util.find_spec("sglang")
+    assert spec is not None and spec.submodule_search_locations
+    text = (Path(next(iter(spec.submodule_search_locations))) / "srt/entrypoints/http_server.py").read_text()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.AsyncFunctionDef) and node.name == "model_info":
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Dict):
+                    return {k.value for k in sub.value.keys if isinstance(k, ast.Constant)}
+    raise AssertionError("model_info's answer not found in SGLang's http_server.py")
+
+
+def test_sglang_35027_model_info_reports_the_parsers_in_effect(admin: tuple[Any, Any]) -> None:
+    """sgl-project/sglang#35027 (``/model_info`` reports the reasoning and tool-call parsers in
+    effect, ``auto`` resolved, since ``/server_info`` reports what was asked for). Expected: every
+    key SGLang 0.5.23's ``/model_info`` answers is in ``/get_model_info`` (and the ``Engine``'s,
+    one builder); with ``--reasoning-parser auto --tool-call-parser auto`` the answer names a
+    parser of SGLang's lists, not ``auto``."""
+    from sglang_v4.entrypoints.server_info import build_model_info
+    from sglang_v4.server_args import ServerArgs
+
+    client, _ = admin
+    expected = _sglang_model_info_keys()
+    assert {"reasoning_parser", "tool_call_parser", "weight_version", "served_model_name"} <= expected
+    r = client.get("/get_model_info", headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert expected <= set(r.json()), sorted(expected - set(r.json()))
+    sa = ServerArgs(device="cpu", reasoning_parser="auto", tool_call_parser="auto")
+    info = build_model_info(sa, {}, 4096, 129280)
+    parsers = {a.dest: a.choices for a in _sglang_parser()._actions if a.dest in info}
+    for name in ("reasoning_parser", "tool_call_parser"):
+        assert info[name] != "auto" and info[name] in parsers[name], (name, info[name])
+    assert info["disaggregation_mode"] in parsers["disaggregation_mode"]
+
+
+# --------------------------------------------------------------------------- /start_profile output_dir
 
 
 def _unusable_dirs(root: Path) -> dict[str, str]:

@@ -32,7 +32,10 @@ def build_model_info(
     """The ``get_model_info`` answer, one builder for ``/get_model_info`` (``/model_info``) and
     :meth:`Engine.get_model_info`: SGLang's fields (``model_path``, ``served_model_name``,
     ``tokenizer_path``, ``is_generation``, ``preferred_sampling_params``, ``weight_version``,
-    ``load_format``, ``has_image_understanding``, ``has_audio_understanding``) plus the served
+    ``load_format``, the parsers in effect (``reasoning_parser`` / ``tool_call_parser``, ``auto``
+    resolved: SGLang reports what runs, not what was asked for), ``disaggregation_mode`` (always
+    SGLang's ``"null"`` here: no prefill/decode split), ``has_image_understanding``,
+    ``has_audio_understanding``) plus the served
     model's ``model_type`` / ``architectures`` (from ``hf_config``, its ``config.json`` with the
     overrides applied), ``context_length`` and ``vocab_size`` (tokens)."""
     return {
@@ -43,6 +46,9 @@ def build_model_info(
         "preferred_sampling_params": server_args.preferred_sampling_params,
         "weight_version": server_args.weight_version,
         "load_format": server_args.load_format,
+        "reasoning_parser": server_args.reasoning_parser,
+        "tool_call_parser": server_args.tool_call_parser,
+        "disaggregation_mode": "null",
         "has_image_understanding": False,
         "has_audio_understanding": False,
         "model_type": hf_config.get("model_type"),
