@@ -7,7 +7,9 @@ Faults found here and fixed: a keyword outside a flag's list of values (``Engine
 SGLang flags, where the command line exits 2 with argparse's ``invalid choice``; ``/start_profile``
 (and ``Engine.start_profile``) took an ``output_dir`` naming a file, one under a file, or one
 holding a NUL byte, and failed only in the scheduler (a NUL byte raised there, outside the
-``OSError`` it answers); ``/get_model_info`` lacked SGLang's ``reasoning_parser``,
+``OSError`` it answers); a string for a switch (``Engine(disable_cuda_graph="false")``) turned
+it on, and a string or list for ``mem_fraction_static`` / ``watchdog_timeout`` failed without
+naming the field; ``/get_model_info`` lacked SGLang's ``reasoning_parser``,
 ``tool_call_parser`` and ``disaggregation_mode``.
 
 Fixtures: the app of ``http_server.create_app`` in-process (``admin_app_testutil``), whose
@@ -129,6 +131,70 @@ def test_every_sglang_choice_flag_refuses_a_bad_keyword_as_the_command_line_does
             except ValueError as e:
                 assert f"({action.option_strings[0]}) must be one of" not in str(e), (flag, good, str(e))
     assert accepted_bad == []
+
+
+def _sglang_switches() -> dict[str, argparse.Action]:
+    """SGLang's ``store_true`` / ``--no-`` switches (no value taken) by ``dest``."""
+    return {
+        a.dest: a
+        for a in _sglang_parser()._actions
+        if a.option_strings
+        and a.nargs == 0
+        and a.const is True
+        or isinstance(a, argparse.BooleanOptionalAction)
+    }
+
+
+def test_distributed_ba3c_3_string_false_for_a_switch_is_refused_not_truthy() -> None:
+    """deepsense-ai/Distributed-BA3C#3 (boolean options given as strings: ``"False"`` is a
+    non-empty string, so the option was on). On the command line SGLang's switches take no value
+    (``--disable-cuda-graph false`` is an unrecognized argument, exit 2); as an ``Engine`` /
+    ``ServerArgs`` keyword, ``"false"`` must not turn a switch on: every switch field this launcher
+    shares with SGLang refuses a string with a ``ValueError`` naming the field, and takes
+    ``False``."""
+    import dataclasses
+
+    from sglang_v4.server_args import ServerArgs
+
+    code, err = _sglang_exit(["--model-path", "m", "--disable-cuda-graph", "false"])
+    assert code == 2 and "unrecognized arguments: false" in err, err
+    ours = {f.name for f in dataclasses.fields(ServerArgs)}
+    shared = sorted(set(_sglang_switches()) & ours)
+    assert {"disable_cuda_graph", "enable_metrics", "trust_remote_code", "disable_radix_cache"} <= set(shared)
+    accepted = []
+    for name in shared:
+        try:
+            ServerArgs(device="cpu", **{name: "false"})
+        except ValueError as e:
+            assert name in str(e), (name, str(e))
+        else:
+            accepted.append(name)
+        ServerArgs(device="cpu", **{name: False})
+    assert accepted == []
+
+
+def test_ba3c_kind_numeric_fields_refuse_a_string_by_name() -> None:
+    """deepsense-ai/Distributed-BA3C#3's kind (an option given in a type its parser never
+    produced) for SGLang's float flags (``type=float`` on the command line: a keyword of
+    another type never went through that conversion): ``mem_fraction_static="garbage"`` raised
+    float()'s message without the field, ``mem_fraction_static=[0.8]`` and
+    ``watchdog_timeout="300"`` a ``TypeError`` from a comparison. Expected: a ``ValueError`` naming
+    the field, as for the flag's other bad values; SGLang's parser converts the same text to a
+    float."""
+    from sglang_v4.server_args import ServerArgs
+
+    sglang = _sglang_parser().parse_args(["--model-path", "m", "--mem-fraction-static", "0.8"])
+    assert isinstance(sglang.mem_fraction_static, float)
+    for name, bad in (
+        ("mem_fraction_static", "garbage"),
+        ("mem_fraction_static", [0.8]),
+        ("mem_fraction_static", True),
+        ("watchdog_timeout", "300"),
+        ("watchdog_timeout", [300]),
+    ):
+        with pytest.raises(ValueError, match=name):
+            ServerArgs(device="cpu", **{name: bad})
+    assert ServerArgs(device="cpu", mem_fraction_static=0.8, watchdog_timeout=30).mem_fraction_static == 0.8
 
 
 # --------------------------------------------------------------------------- /get_model_info

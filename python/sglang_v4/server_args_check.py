@@ -11,6 +11,8 @@ and ``preferred_sampling_params`` from JSON text to dicts.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import os
 import sys
@@ -141,6 +143,39 @@ def _choice(args: ServerArgs, name: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {list(choices)} (got {value!r})")
 
 
+def _check_switches(args: ServerArgs) -> None:
+    """Refuse a switch (a ``bool`` field, or an SGLang switch of the compatibility table: a
+    ``store_true`` flag on the command line) holding anything but ``True`` / ``False``: a keyword
+    such as ``Engine(disable_cuda_graph="false")`` is a truthy string that would turn the switch on.
+
+    Raises:
+        ValueError: ``"<field> must be a boolean (got ...)"`` for the first such field.
+    """
+    for name in _switch_fields(type(args)):
+        value = getattr(args, name)
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be a boolean (got {value!r})")
+
+
+@functools.cache
+def _switch_fields(cls: type) -> tuple[str, ...]:
+    """The switch fields of the dataclass ``cls`` (see :func:`_check_switches`), in field order."""
+    from sglang_v4.server_args_compat import SGLANG_FLAG_BY_DEST
+
+    names = []
+    for f in dataclasses.fields(cls):
+        entry = SGLANG_FLAG_BY_DEST.get(f.name)
+        if f.type in ("bool", bool) or (entry is not None and entry.switch):
+            names.append(f.name)
+    return tuple(names)
+
+
+def _is_real(value: object) -> bool:
+    """Whether ``value`` is an ``int`` or ``float`` (not a ``bool``, not a numeric string): what the
+    flag's ``type`` gives on the command line, so a keyword of another type is refused by name."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _positive_int(args: ServerArgs, name: str, allow_none: bool = True) -> None:
     value = getattr(args, name)
     if value is None and allow_none:
@@ -193,6 +228,7 @@ def check_server_args(args: ServerArgs) -> None:
         ValueError: naming the first bad field, e.g. ``page_size must be a positive multiple of 128
             ...``, or an unsupported SGLang flag (:func:`~sglang_v4.server_args_compat.check_sglang_args`).
     """
+    _check_switches(args)
     _choice(args, "device", ("cpu", "cuda"))
     if args.dtype in ("half", "float16"):
         raise ValueError(
@@ -312,8 +348,9 @@ def check_server_args(args: ServerArgs) -> None:
             f"ratios) (got {args.page_size}; the default is {type(args).page_size}: SGLang's V3.2 "
             "--page-size 64 does not apply to DeepSeek-V4's compressed KV)"
         )
-    if args.mem_fraction_static is not None and not 0.0 < float(args.mem_fraction_static) < 1.0:
-        raise ValueError(f"mem_fraction_static must be in (0, 1) (got {args.mem_fraction_static!r})")
+    mfs = args.mem_fraction_static
+    if mfs is not None and (not _is_real(mfs) or not 0.0 < mfs < 1.0):
+        raise ValueError(f"mem_fraction_static must be a number in (0, 1) (got {mfs!r})")
     _positive_int(args, "max_total_tokens")
     if args.max_total_tokens is not None and args.max_total_tokens < args.page_size:
         # SGLang rounds the token budget down to the page size: less than a page is no pool
@@ -373,8 +410,10 @@ def check_server_args(args: ServerArgs) -> None:
         raise ValueError("api_key must be a string")
     if args.admin_api_key is not None and not isinstance(args.admin_api_key, str):
         raise ValueError("admin_api_key must be a string")
-    if args.watchdog_timeout <= 0:
-        raise ValueError(f"watchdog_timeout must be positive (got {args.watchdog_timeout!r})")
+    if not _is_real(args.watchdog_timeout) or not args.watchdog_timeout > 0:
+        raise ValueError(
+            f"watchdog_timeout must be a positive number of seconds (got {args.watchdog_timeout!r})"
+        )
     if args.tool_call_parser is not None:
         from sglang_v4.entrypoints.openai.tool_parser import canonical_tool_call_parser
 

@@ -6,6 +6,9 @@ text in :mod:`sglang_v4.server_args_cli` and :mod:`sglang_v4.server_args_compat`
 then checked, mapped or ignored); :func:`add_sglang_choices` gives them SGLang's lists, so a typo
 is refused here as there, while every value SGLang accepts still parses and keeps its meaning here
 (served, logged as ignored, or refused by ``ServerArgs`` with a line naming the flag).
+:func:`check_choice_fields` applies the same lists (and the compatibility table's own) to the
+fields of a ``ServerArgs`` built from keywords (``Engine(attention_backend=...)``), which never
+pass through the parser.
 
 The lists are those of the installed SGLang 0.5.23 parser after its registries are filled
 (attention backends, quantization methods, reasoning / tool-call parsers are extended at import
