@@ -28,6 +28,7 @@ import functools
 import importlib.util
 import io
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,89 @@ def test_ba3c_kind_numeric_fields_refuse_a_string_by_name() -> None:
     assert ServerArgs(device="cpu", mem_fraction_static=0.8, watchdog_timeout=30).mem_fraction_static == 0.8
 
 
+# --------------------------------------------------------------------------- --admin-api-key
+
+
+def _sglang_source(relpath: str) -> Path:
+    """A file of the installed SGLang package (read or loaded alone: importing its packages needs
+    GPU-only modules and a minute)."""
+    spec = importlib.util.find_spec("sglang")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(next(iter(spec.submodule_search_locations))) / relpath
+
+
+def _sglang_route_levels() -> dict[str, str]:
+    """Route path -> SGLang 0.5.23's ``auth_level`` name for the routes of its ``http_server.py``
+    that carry one (``ADMIN_OPTIONAL`` / ``ADMIN_FORCE``)."""
+    tree = ast.parse(_sglang_source("srt/entrypoints/http_server.py").read_text())
+    levels: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        paths, level = [], None
+        for d in node.decorator_list:
+            if not isinstance(d, ast.Call):
+                continue
+            name = ast.unparse(d.func)
+            if name.startswith("app.") and d.args and isinstance(d.args[0], ast.Constant):
+                paths.append(d.args[0].value)
+            if name == "auth_level":
+                level = ast.unparse(d.args[0]).rsplit(".", 1)[-1]
+        for path in paths:
+            if level is not None:
+                levels[path] = level
+    return levels
+
+
+def test_sglang_15908_admin_api_key_tiers_decide_as_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sgl-project/sglang#15908 (``--admin-api-key``: three tiers; an ``api_key`` holder may not
+    call weight updates, pause or abort when an admin key is set, and with only an admin key the
+    normal routes stay open). Expected: for each of the four key set-ups, each route of this
+    server that SGLang marks ``ADMIN_OPTIONAL`` (read from its ``http_server.py``) plus a normal,
+    an OpenAI and an open route, and each ``Authorization`` header (none, either key, another
+    case of the scheme), the admission middleware lets the request through exactly when SGLang
+    0.5.23's own ``decide_request_auth`` (``srt/utils/auth.py``, loaded alone) allows it."""
+    from fastapi.testclient import TestClient
+    from sglang_v4.entrypoints.admission import ADMIN_ROUTES, AdmissionLimits, AdmissionMiddleware
+
+    spec = importlib.util.spec_from_file_location("sglang_auth_oracle", _sglang_source("srt/utils/auth.py"))
+    assert spec is not None and spec.loader is not None
+    auth = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, auth)  # its dataclasses resolve their module
+    spec.loader.exec_module(auth)
+    levels = _sglang_route_levels()
+    admin_routes = sorted(p for p, level in levels.items() if level == "ADMIN_OPTIONAL" and p in ADMIN_ROUTES)
+    assert {"/update_weights_from_disk", "/pause_generation", "/abort_request", "/flush_cache"} <= set(
+        admin_routes
+    )
+    paths = [*admin_routes, "/generate", "/v1/chat/completions", "/health", "/metrics"]
+
+    async def reached(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 299, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    key, admin_key = "sk-plain-22", "sk-admin-22"
+    headers = [None, f"Bearer {key}", f"Bearer {admin_key}", f"bearer {admin_key}", admin_key]
+    wrong = []
+    for api, admin in ((None, None), (key, None), (None, admin_key), (key, admin_key)):
+        client = TestClient(AdmissionMiddleware(reached, api, AdmissionLimits(), lambda: False, admin))
+        for path in paths:
+            level = auth.AuthLevel(levels[path].lower()) if path in levels else auth.AuthLevel.NORMAL
+            for header in headers:
+                expected = auth.decide_request_auth(
+                    method="POST",
+                    path=path,
+                    authorization_header=header,
+                    api_key=api,
+                    admin_api_key=admin,
+                    auth_level=level,
+                ).allowed
+                got = client.post(path, headers={"Authorization": header} if header else {}).status_code
+                if (got == 299) != expected:
+                    wrong.append((api, admin, path, header, got, expected))
+    assert wrong == []
+
+
 # --------------------------------------------------------------------------- /get_model_info
 
 
@@ -208,10 +292,8 @@ def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]
 
 def _sglang_model_info_keys() -> set[str]:
     """The keys of the dict SGLang 0.5.23's ``/model_info`` always answers (read from its
-    installed ``http_server.py``, not imported: that needs GPU-only packages)."""
-    spec = importlib.util.find_spec("sglang")
-    assert spec is not None and spec.submodule_search_locations
-    text = (Path(next(iter(spec.submodule_search_locations))) / "srt/entrypoints/http_server.py").read_text()
+    installed ``http_server.py``)."""
+    text = _sglang_source("srt/entrypoints/http_server.py").read_text()
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.AsyncFunctionDef) and node.name == "model_info":
             for sub in ast.walk(node):
