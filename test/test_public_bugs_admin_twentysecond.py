@@ -8,8 +8,9 @@ SGLang flags, where the command line exits 2 with argparse's ``invalid choice``;
 (and ``Engine.start_profile``) took an ``output_dir`` naming a file, one under a file, or one
 holding a NUL byte, and failed only in the scheduler (a NUL byte raised there, outside the
 ``OSError`` it answers); a string for a switch (``Engine(disable_cuda_graph="false")``) turned
-it on, and a string or list for ``mem_fraction_static`` / ``watchdog_timeout`` failed without
-naming the field; ``/get_model_info`` lacked SGLang's ``reasoning_parser``,
+it on, a string or list for ``mem_fraction_static`` / ``watchdog_timeout`` failed without
+naming the field, and a non-string ``host`` / ``tokenizer_path`` / ``ssl_keyfile_password`` was
+accepted; ``/get_model_info`` lacked SGLang's ``reasoning_parser``,
 ``tool_call_parser`` and ``disaggregation_mode``.
 
 Fixtures: the app of ``http_server.create_app`` in-process (``admin_app_testutil``), whose
@@ -181,7 +182,9 @@ def test_ba3c_kind_numeric_fields_refuse_a_string_by_name() -> None:
     float()'s message without the field, ``mem_fraction_static=[0.8]`` and
     ``watchdog_timeout="300"`` a ``TypeError`` from a comparison. Expected: a ``ValueError`` naming
     the field, as for the flag's other bad values; SGLang's parser converts the same text to a
-    float."""
+    float. Likewise a non-string for the text flags ``host`` / ``tokenizer_path`` /
+    ``ssl_keyfile_password`` (accepted before, failing at bind or load), refused without echoing
+    the value."""
     from sglang_v4.server_args import ServerArgs
 
     sglang = _sglang_parser().parse_args(["--model-path", "m", "--mem-fraction-static", "0.8"])
@@ -196,6 +199,10 @@ def test_ba3c_kind_numeric_fields_refuse_a_string_by_name() -> None:
         with pytest.raises(ValueError, match=name):
             ServerArgs(device="cpu", **{name: bad})
     assert ServerArgs(device="cpu", mem_fraction_static=0.8, watchdog_timeout=30).mem_fraction_static == 0.8
+    for name in ("host", "tokenizer_path", "ssl_keyfile_password"):  # type=str flags
+        with pytest.raises(ValueError, match=f"{name} must be a string") as refused:
+            ServerArgs(device="cpu", **{name: b"k3y-bytes"})
+        assert "k3y-bytes" not in str(refused.value)  # a password's value is never echoed
 
 
 # --------------------------------------------------------------------------- --admin-api-key

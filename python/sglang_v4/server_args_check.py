@@ -229,6 +229,11 @@ def check_server_args(args: ServerArgs) -> None:
             ...``, or an unsupported SGLang flag (:func:`~sglang_v4.server_args_compat.check_sglang_args`).
     """
     _check_switches(args)
+    for name in ("host", "tokenizer_path", "ssl_keyfile_password"):  # type=str flags read as text
+        value = getattr(args, name)
+        if value is not None and not isinstance(value, str):
+            # the type only: the value of ssl_keyfile_password is a secret
+            raise ValueError(f"{name} must be a string (got a {type(value).__name__})")
     _choice(args, "device", ("cpu", "cuda"))
     if args.dtype in ("half", "float16"):
         raise ValueError(
