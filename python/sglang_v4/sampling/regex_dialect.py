@@ -38,6 +38,8 @@ import functools
 import re
 from typing import Any
 
+from sglang_v4.sampling.regex_end_anchor import eliminate_end_anchors
+
 __all__ = ["MAX_REGEX_REPEAT", "regex_format_checker", "translate_regex"]
 
 #: The largest bound of a counted repeat ``{m,n}`` (larger ones are refused).
@@ -47,6 +49,8 @@ _CLASS_ESCAPES = frozenset("dDwWsS")
 #: Letter escapes that mean one character (xgrammar and Python read them alike).
 _CHAR_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "a": "\a"}
 _REPEAT = re.compile(r"\{(\d*)(?:(,)(\d*))?\}")
+#: The end anchors ``$`` / ``\\Z`` as written in the translation (outside the schema mode).
+_END_ANCHORS = ("$", "\\Z")
 
 
 class _Refused(Exception):
@@ -165,7 +169,7 @@ def _read_escape(p: str, i: int, in_class: bool, schema: bool) -> tuple[str, str
     if e == "A" and not in_class:  # schema mode: written as "^" / "$" for the anchor rewrite
         return "anchor_start", "^" if schema else "", i + 2
     if e in "Zz" and not in_class:
-        return "anchor_end", "$" if schema else "", i + 2
+        return "anchor_end", "$" if schema else "\\Z", i + 2
     if e in _CHAR_ESCAPES or e in "ec":
         end = i + 3 if e == "c" else i + 2
         return "char", p[i:end], end
@@ -245,18 +249,11 @@ def _flags(on: str, off: str, pos: int, ci: bool, dotall: bool) -> tuple[bool, b
 def _translate(p: str, schema: bool) -> str:
     out: list[str] = []
     ci = dotall = False
-    # per open group: [case flag, dot-all flag, at-start on entry, after-end on entry, a branch
-    # ended with "$"]
+    # per open group: [case flag, dot-all flag, at-start on entry]
     stack: list[list[bool]] = []
     at_start = True  # nothing that consumes text yet on this path
-    after_end = False  # a "$" precedes on this path
+    first_end = -1  # the position of the first end anchor ("$", "\\Z")
     i, n = 0, len(p)
-
-    def consume(pos: int) -> None:
-        nonlocal at_start
-        if after_end and not schema:
-            raise _Refused("text after an end anchor '$' (no text can match there)", pos)
-        at_start = False
 
     while i < n:
         c = p[i]
@@ -275,7 +272,7 @@ def _translate(p: str, schema: bool) -> str:
                         raise _Refused("global flags not at the start of the regex", i)
                     ci, dotall = new_ci, new_dot
                 else:
-                    stack.append([ci, dotall, at_start, after_end, False])
+                    stack.append([ci, dotall, at_start])
                     ci, dotall = new_ci, new_dot
                     out.append("(?:")
                 i = m.end()
@@ -291,7 +288,7 @@ def _translate(p: str, schema: bool) -> str:
             ):
                 if p.startswith(prefix, i):
                     raise _Refused(f"{what} '{prefix}...)'", i)
-            stack.append([ci, dotall, at_start, after_end, False])
+            stack.append([ci, dotall, at_start])
             if p.startswith("(?:", i):
                 out.append("(?:")
                 i += 3
@@ -312,17 +309,12 @@ def _translate(p: str, schema: bool) -> str:
                 out.append(")")
                 i += 1
                 continue
-            ci, dotall, _, _, any_end = stack.pop()
-            after_end = after_end or any_end
+            ci, dotall, _ = stack.pop()
             out.append(")")
             i += 1
             continue
         if c == "|":
-            if stack:
-                stack[-1][4] = stack[-1][4] or after_end
-                at_start, after_end = stack[-1][2], stack[-1][3]
-            else:
-                at_start, after_end = True, False
+            at_start = stack[-1][2] if stack else True
             out.append("|")
             i += 1
             continue
@@ -333,11 +325,9 @@ def _translate(p: str, schema: bool) -> str:
                 out.append("^")
             i += 1
             continue
-        if c == "$":
-            if schema:
-                out.append("$")
-            else:
-                after_end = True
+        if c == "$":  # written out of the regex at the end (regex_end_anchor.py)
+            out.append("$")
+            first_end = i if first_end < 0 else first_end
             i += 1
             continue
         if c in "*+?":
@@ -348,7 +338,7 @@ def _translate(p: str, schema: bool) -> str:
             m = _REPEAT.match(p, i)
             if m is None or (m.group(1) == "" and m.group(2) is None) or not out:
                 out.append("\\{")  # a literal, as Python reads it
-                consume(i)
+                at_start = False
                 i += 1
                 continue
             lo = int(m.group(1) or 0)
@@ -372,13 +362,13 @@ def _translate(p: str, schema: bool) -> str:
                 if not at_start and not schema:
                     raise _Refused("'\\A' after text (no text can match there)", i)
             elif kind == "anchor_end":
-                after_end = True
+                first_end = i if first_end < 0 else first_end
             else:
-                consume(i)
+                at_start = False
             out.append(_atom_set(text, ci) if kind == "prop" or (kind == "char" and ci) else text)
             i = j
             continue
-        consume(i)
+        at_start = False
         if c == "[":
             text, i = _class(p, i, ci, schema)
             out.append(text)
@@ -389,7 +379,16 @@ def _translate(p: str, schema: bool) -> str:
             continue
         out.append(_atom_set(re.escape(c), True) if ci and c.lower() != c.upper() else c)
         i += 1
-    return "".join(out)  # an unclosed "(" is reported by xgrammar
+    if schema:
+        return "".join(out)  # an unclosed "(" is reported by xgrammar
+    while out and out[-1] in _END_ANCHORS:  # the input's end: the full match is anchored there
+        out.pop()
+    if not any(t in _END_ANCHORS for t in out):
+        return "".join(out)
+    written = eliminate_end_anchors("".join(out))
+    if written is None:
+        raise _Refused("text after an end anchor on every path (no text can match)", first_end)
+    return written
 
 
 def translate_regex(pattern: str, field: str, schema: bool = False) -> str:
