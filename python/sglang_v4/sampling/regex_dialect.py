@@ -17,7 +17,10 @@ users write (Python's ``re`` / the ``regex`` package, PCRE) and that xgrammar re
   parameter it is ``[^\\n]`` (Python's reading) unless ``(?s)`` is set;
 * anchors: ``^`` / ``\\A`` at the start and ``$`` / ``\\Z`` / ``\\z`` at the end are dropped (a
   full match is anchored already); elsewhere xgrammar ignored ``^`` / ``$`` (``a^b`` took
-  ``"ab"``, which no engine matches) and read ``\\A`` / ``\\Z`` / ``\\z`` as the letters: refused;
+  ``"ab"``, which no engine matches) and read ``\\A`` / ``\\Z`` / ``\\z`` as the letters: an end
+  anchor with text after it is written out of the regex as Python reads it
+  (:mod:`sglang_v4.sampling.regex_end_anchor`: ``(a$|b)c`` is ``bc``), refused only where no text
+  can match; a start anchor after text is refused;
 * an unknown letter escape (``\\Q``, ``\\G``, ``\\h``...) was read as the letter; back-references
   (``\\1``, ``\\k<n>``, ``(?P=n)``), look-arounds, atomic groups, conditionals and ``\\b`` /
   ``\\B`` are refused by name; ``(?P<n>...)`` is a group, ``(?#...)`` a comment;
