@@ -4,8 +4,8 @@ xgrammar matches a regex as a whole and has no end anchor: it ignored a ``$`` th
 so ``(a$|b)c`` took ``"ac"``. Python's ``re.fullmatch`` reads ``$`` as "the rest of the input is
 empty or one newline" and ``\\Z`` as "the rest is empty", so ``(a$|b)c`` matches only ``"bc"``
 (the ``a$`` branch is dead), ``(a$|b)\\n?`` matches ``"a"``, ``"a\\n"``, ``"b"`` and ``"b\\n"``,
-and ``(a$)*`` matches ``""`` and ``"a"`` only. :func:`eliminate_end_anchors` writes such a regex
-without anchors, in the same language.
+and ``(a$)*`` matches ``""`` and ``"a"`` only; in a JSON-schema ``pattern`` (ECMA-262) ``$`` is
+``\\Z``. :func:`eliminate_end_anchors` writes such a regex without anchors, in the same language.
 
 Each part ``N`` of the regex is read as three anchor-free languages:
 
@@ -269,9 +269,10 @@ def _matches_newline(tok: str) -> bool:
 
 
 class _Reader:
-    def __init__(self, p: str) -> None:
+    def __init__(self, p: str, strict_dollar: bool) -> None:
         self.toks = _tokens(p)
         self.i = 0
+        self.strict_dollar = strict_dollar
 
     def peek(self) -> str | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -314,20 +315,25 @@ class _Reader:
                 raise ValueError("an unclosed '('")
             self.i += 1
             return node
-        if t == "$":
+        if t == "$" and not self.strict_dollar:
             return _Node(_EMPTY, _EPS, _EMPTY)
+        if t == "$":
+            return _Node(_EMPTY, _EMPTY, _EPS)
         if t == "\\Z":
             return _Node(_EMPTY, _EMPTY, _EPS)
         return _Node(_Lang(t, False, _matches_newline(t)))
 
 
-def eliminate_end_anchors(p: str) -> str | None:
+def eliminate_end_anchors(p: str, strict_dollar: bool = False) -> str | None:
     """``p`` (xgrammar's dialect, with ``$`` and ``\\Z`` as end anchors, any ``^`` already
     dropped) written without them, matching the same texts as a whole as Python's
     ``re.fullmatch`` does (module docstring).
 
     Args:
         p: the regex; a ``$`` outside a class and unescaped is an anchor, ``\\Z`` too.
+        strict_dollar: read ``$`` as ``\\Z`` (the end of the input only: ECMA-262 without the
+            multi-line flag, a JSON-schema ``pattern``) rather than Python's "the end, or before
+            a final newline".
 
     Returns:
         The anchor-free regex; None when no text can match (text follows an anchor on every
@@ -336,7 +342,7 @@ def eliminate_end_anchors(p: str) -> str | None:
     Raises:
         ValueError: unbalanced parentheses.
     """
-    reader = _Reader(p)
+    reader = _Reader(p, strict_dollar)
     node = reader.alt()
     if reader.peek() is not None:
         raise ValueError("an unmatched ')'")
