@@ -13,7 +13,9 @@ Faults found here and fixed:
   structural tag, reached xgrammar untranslated: ``.`` took a newline, ``\\p{Lu}`` and ``(?i)``
   were refused, ``(a$|b)c`` took ``"ac"`` (``sampling/structural_tag.py``);
 * an empty ``guided_regex`` / ``structured_outputs.regex`` was a 400 naming ``regex``, a field
-  the client never sent (``entrypoints/openai/request_sampling.py``).
+  the client never sent (``entrypoints/openai/request_sampling.py``);
+* a NUL character in a regex (``"\\u0000"`` in the request's JSON) was refused by xgrammar: it
+  is written as an escape (``sampling/regex_dialect.py``).
 
 Oracles: Python's ``re`` and the ``regex`` package (``fullmatch``) on every short string over a
 small alphabet, xgrammar's own matcher on the grammar the backend built, and the field the client
@@ -286,3 +288,16 @@ def test_regex_error_names_the_field_the_client_sent(
     assert err["message"].startswith(field), err
     if field != "regex":
         assert not err["message"].startswith("regex"), err
+
+
+@pytest.mark.parametrize(
+    "pattern", ["\x00|a", "a\\\x00b", "[^\x00]+", "(?i)[\x00a]b", "[\x00-\u2e7f]+", "a\x00$"]
+)
+def test_nul_character_in_a_regex_matches_nul(backend: GrammarBackend, pattern: str) -> None:
+    """mawww/kakoune#4460: "a literal NUL character in a regex should match NUL". xgrammar refuses
+    any NUL in a regex ("The regex must not contain null characters", mlc-ai/xgrammar#850), so a
+    JSON request with ``"\\u0000"`` in its regex was a 400 although Python's ``re`` compiles it.
+    Oracle: ``re.fullmatch`` on strings with and without NUL."""
+    g = _grammar(backend, regex=pattern)
+    for s in ("\x00", "a", "a\x00b", "\x00b", "Ab", "abc", "a\x00", "\x00\x00"):
+        assert _accepts(g, s) == (re.fullmatch(pattern, s) is not None), (pattern, s)

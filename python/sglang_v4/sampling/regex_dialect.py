@@ -24,6 +24,8 @@ users write (Python's ``re`` / the ``regex`` package, PCRE) and that xgrammar re
 * an unknown letter escape (``\\Q``, ``\\G``, ``\\h``...) was read as the letter; back-references
   (``\\1``, ``\\k<n>``, ``(?P=n)``), look-arounds, atomic groups, conditionals and ``\\b`` /
   ``\\B`` are refused by name; ``(?P<n>...)`` is a group, ``(?#...)`` a comment;
+* a NUL character (literal or escaped with ``\\``) was refused by xgrammar ("must not contain
+  null characters"): it is written ``\\u0000``;
 * a counted repeat above :data:`MAX_REGEX_REPEAT` is refused (xgrammar stores counts as 32-bit
   ints: ``a{4294967297}`` became ``a{1}``); ``{,n}`` is ``{0,n}`` and a ``{`` that starts no
   repeat is a literal (both Python's reading).
@@ -178,6 +180,8 @@ def _read_escape(p: str, i: int, in_class: bool, schema: bool) -> tuple[str, str
         return "char", p[i:end], end
     if e.isalnum():
         raise _Refused(f"an unknown escape '\\{e}'", i)
+    if e == "\x00":  # an escaped NUL: xgrammar refuses the character itself, not its escape
+        return "char", "\\u0000", i + 2
     return "char", p[i : i + 2], i + 2
 
 
@@ -198,7 +202,7 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
             if kind == "set":
                 sets.append(text)
                 continue
-            translate |= kind == "prop"
+            translate |= kind == "prop" or text == "\\u0000"  # a NUL is written \u0000
             rest.append(text)
         elif p[j] == "[" and p[j + 1 : j + 2] == ":" and p.find(":]", j + 2) > 0:
             k = p.find(":]", j + 2)  # a POSIX class, [:alpha:] (read by the regex package)
@@ -207,6 +211,7 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
             j = k + 2
         else:
             rest.append("\\]" if p[j] == "]" else ("\\[" if p[j] == "[" else p[j]))
+            translate |= p[j] == "\x00"
             j += 1
     if j >= len(p):
         raise _Refused("an unclosed '['", i)
@@ -380,7 +385,10 @@ def _translate(p: str, schema: bool) -> str:
             out.append("." if schema else ("[\\s\\S]" if dotall else "[^\\n]"))
             i += 1
             continue
-        out.append(_atom_set(re.escape(c), True) if ci and c.lower() != c.upper() else c)
+        if c == "\x00":  # a literal NUL (Python reads it as itself; xgrammar refuses it)
+            out.append("\\u0000")
+        else:
+            out.append(_atom_set(re.escape(c), True) if ci and c.lower() != c.upper() else c)
         i += 1
     if schema:
         return "".join(out)  # an unclosed "(" is reported by xgrammar
