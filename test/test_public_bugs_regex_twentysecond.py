@@ -301,3 +301,12 @@ def test_nul_character_in_a_regex_matches_nul(backend: GrammarBackend, pattern: 
     g = _grammar(backend, regex=pattern)
     for s in ("\x00", "a", "a\x00b", "\x00b", "Ab", "abc", "a\x00", "\x00\x00"):
         assert _accepts(g, s) == (re.fullmatch(pattern, s) is not None), (pattern, s)
+
+
+@pytest.mark.parametrize("pattern", [r"a(^b|c)", r"(^a)*", r"(^a|b)c", r"(\Aa|b)+", r"c|(^a)?b"])
+def test_start_anchor_after_text_on_one_path(backend: GrammarBackend, pattern: str) -> None:
+    """guidance-ai/llguidance#82 (the start side): ``a(^b|c)`` was a 400 though its language is
+    ``{"ac"}``, and ``(^a)*`` took ``"aa"`` (the second iteration's ``^`` follows text, so
+    ``re.fullmatch`` refuses it). Start anchors are written out by reading the regex backwards.
+    Oracle: ``re.fullmatch`` over every short string."""
+    _check_language(backend, pattern)

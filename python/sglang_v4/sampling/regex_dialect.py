@@ -18,9 +18,9 @@ users write (Python's ``re`` / the ``regex`` package, PCRE) and that xgrammar re
 * anchors: ``^`` / ``\\A`` at the start and ``$`` / ``\\Z`` / ``\\z`` at the end are dropped (a
   full match is anchored already); elsewhere xgrammar ignored ``^`` / ``$`` (``a^b`` took
   ``"ab"``, which no engine matches) and read ``\\A`` / ``\\Z`` / ``\\z`` as the letters: an end
-  anchor with text after it is written out of the regex as Python reads it
-  (:mod:`sglang_v4.sampling.regex_end_anchor`: ``(a$|b)c`` is ``bc``), refused only where no text
-  can match; a start anchor after text is refused;
+  anchor with text after it, or a start anchor with text before it, is written out of the regex
+  as Python reads it (:mod:`sglang_v4.sampling.regex_end_anchor`: ``(a$|b)c`` is ``bc``,
+  ``a(^b|c)`` is ``ac``), refused where no text can match and where both kinds stand inside;
 * an unknown letter escape (``\\Q``, ``\\G``, ``\\h``...) was read as the letter; back-references
   (``\\1``, ``\\k<n>``, ``(?P=n)``), look-arounds, atomic groups, conditionals and ``\\b`` /
   ``\\B`` are refused by name; ``(?P<n>...)`` is a group, ``(?#...)`` a comment;
@@ -43,7 +43,7 @@ import functools
 import re
 from typing import Any
 
-from sglang_v4.sampling.regex_end_anchor import eliminate_end_anchors
+from sglang_v4.sampling.regex_end_anchor import eliminate_end_anchors, reverse_regex
 
 __all__ = ["MAX_REGEX_REPEAT", "regex_format_checker", "translate_regex"]
 
@@ -172,7 +172,7 @@ def _read_escape(p: str, i: int, in_class: bool, schema: bool) -> tuple[str, str
     if e in "bB":
         raise _Refused(f"a word boundary '\\{e}'", i)
     if e == "A" and not in_class:  # schema mode: written as "^" / "$" for the anchor rewrite
-        return "anchor_start", "^" if schema else "", i + 2
+        return "anchor_start", "^", i + 2
     if e in "Zz" and not in_class:
         return "anchor_end", "$" if schema else "\\Z", i + 2
     if e in _CHAR_ESCAPES or e in "ec":
@@ -254,6 +254,29 @@ def _flags(on: str, off: str, pos: int, ci: bool, dotall: bool) -> tuple[bool, b
     return ci, dotall
 
 
+def _strip_edge_anchors(out: list[str]) -> list[str]:
+    """``out`` (the translation's pieces) without the start anchors that open and the end anchors
+    that close a top-level alternative: a full match is anchored there already."""
+    branches: list[list[str]] = [[]]
+    depth = 0
+    for t in out:
+        if t == "|" and depth == 0:
+            branches.append([])
+            continue
+        depth += t in ("(", "(?:")
+        depth -= t == ")"
+        branches[-1].append(t)
+    kept: list[str] = []
+    for k, b in enumerate(branches):
+        lo, hi = 0, len(b)
+        while lo < hi and b[lo] == "^":
+            lo += 1
+        while hi > lo and b[hi - 1] in _END_ANCHORS:
+            hi -= 1
+        kept += (["|"] if k else []) + b[lo:hi]
+    return kept
+
+
 def _translate(p: str, schema: bool) -> str:
     out: list[str] = []
     ci = dotall = False
@@ -261,6 +284,7 @@ def _translate(p: str, schema: bool) -> str:
     stack: list[list[bool]] = []
     at_start = True  # nothing that consumes text yet on this path
     first_end = -1  # the position of the first end anchor ("$", "\\Z")
+    first_start = -1  # the position of the first start anchor ("^", "\\A") that may follow text
     i, n = 0, len(p)
 
     while i < n:
@@ -328,9 +352,8 @@ def _translate(p: str, schema: bool) -> str:
             continue
         if c == "^":
             if not at_start and not schema:
-                raise _Refused("a start anchor '^' after text (no text can match there)", i)
-            if schema:
-                out.append("^")
+                first_start = i if first_start < 0 else first_start
+            out.append("^")
             i += 1
             continue
         if c == "$":  # written out of the regex at the end (regex_end_anchor.py)
@@ -368,7 +391,7 @@ def _translate(p: str, schema: bool) -> str:
             kind, text, j = _read_escape(p, i, False, schema)
             if kind == "anchor_start":
                 if not at_start and not schema:
-                    raise _Refused("'\\A' after text (no text can match there)", i)
+                    first_start = i if first_start < 0 else first_start
             elif kind == "anchor_end":
                 first_end = i if first_end < 0 else first_end
             else:
@@ -392,13 +415,21 @@ def _translate(p: str, schema: bool) -> str:
         i += 1
     if schema:
         return "".join(out)  # an unclosed "(" is reported by xgrammar
-    while out and out[-1] in _END_ANCHORS:  # the input's end: the full match is anchored there
-        out.pop()
-    if not any(t in _END_ANCHORS for t in out):
-        return "".join(out)
-    written = eliminate_end_anchors("".join(out))
+    out = _strip_edge_anchors(out)
+    has_end, has_start = any(t in _END_ANCHORS for t in out), "^" in out
+    if has_end and has_start:
+        raise _Refused("a start anchor and an end anchor both inside the regex", max(first_start, first_end))
+    written: str | None = "".join(out)
+    if has_end:
+        written = eliminate_end_anchors(written)
+    elif has_start:  # read backwards, "^" is an end anchor
+        backwards = eliminate_end_anchors(reverse_regex(written, {"^": "\\Z"}))
+        written = None if backwards is None else reverse_regex(backwards)
     if written is None:
-        raise _Refused("text after an end anchor on every path (no text can match)", first_end)
+        what = "text after an end anchor '$' / '\\Z'" if has_end else "text before a start anchor '^' / '\\A'"
+        raise _Refused(
+            f"{what} on every path (no text can match)", first_end if has_end else max(first_start, 0)
+        )
     return written
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["eliminate_end_anchors"]
+__all__ = ["eliminate_end_anchors", "reverse_regex"]
 
 
 @dataclass(frozen=True)
@@ -348,3 +348,63 @@ def eliminate_end_anchors(p: str, strict_dollar: bool = False) -> str | None:
         raise ValueError("an unmatched ')'")
     whole = _union(node.f, node.a0, node.a1)
     return whole.text
+
+
+def reverse_regex(p: str, swap: dict[str, str] | None = None) -> str:
+    """``p`` (xgrammar's dialect) read backwards: a regex whose texts are ``p``'s reversed (each
+    sequence in reverse order, groups reversed inside, repeats kept on their atom; capturing
+    groups become non-capturing, lazy repeats greedy: the language is what counts).
+
+    A start anchor ``^`` in ``p`` is an end anchor of the reversed regex: with ``swap={"^":
+    "\\\\Z"}``, :func:`eliminate_end_anchors` writes start anchors out too.
+
+    Args:
+        p: the regex.
+        swap: tokens written as others (an anchor for another), or None.
+
+    Raises:
+        ValueError: unbalanced parentheses.
+    """
+    toks, pos = _tokens(p), 0
+    swap = swap or {}
+
+    def peek() -> str | None:
+        return toks[pos] if pos < len(toks) else None
+
+    def alt() -> str:
+        nonlocal pos
+        branches = [seq()]
+        while peek() == "|":
+            pos += 1
+            branches.append(seq())
+        return "|".join(branches)
+
+    def seq() -> str:
+        items = []
+        while peek() not in (None, "|", ")"):
+            items.append(item())
+        return "".join(reversed(items))
+
+    def item() -> str:
+        nonlocal pos
+        t = toks[pos]
+        pos += 1
+        if t in ("(", "(?:"):
+            inner = alt()
+            if peek() != ")":
+                raise ValueError("an unclosed '('")
+            pos += 1
+            atom = f"(?:{inner})"
+        else:
+            atom = swap.get(t, t)
+        while (q := peek()) is not None and (q in ("*", "+", "?") or _REPEAT.fullmatch(q)):
+            atom += q
+            pos += 1
+            if peek() == "?":  # a lazy repeat: the same language
+                pos += 1
+        return atom
+
+    out = alt()
+    if peek() is not None:
+        raise ValueError("an unmatched ')'")
+    return out
