@@ -7,21 +7,26 @@ takes every string that starts with ``a``. xgrammar (0.2.x) compiles it as a ful
 (``"cat"`` took ``"cat"`` alone, ``"^a"`` took ``"a"`` alone; mlc-ai/xgrammar#838): a field the
 model could only fill with the regex's shortest reading, or with nothing at all. The missing
 anchors are written out instead: ``X`` becomes ``[\\s\\S]*(?:X)[\\s\\S]*``, ``^X`` becomes
-``(?:X)[\\s\\S]*``, ``X$`` becomes ``[\\s\\S]*(?:X)``; ``^X$`` is left as it is. A regex with an
-anchor anywhere else (``a^b``, ``^a|b$``) is left as it is: the rewrite would not mean the same.
+``(?:X)[\\s\\S]*``, ``X$`` becomes ``[\\s\\S]*(?:X)``; ``^X$`` is left as it is. A ``$``
+anywhere else (``(a$|b)c``, ``^a|b$``: xgrammar ignored it, so ``"ac"`` passed) is an assertion
+that the input ends there: the regex is written with the end anchors taken out
+(:func:`~sglang_v4.sampling.regex_end_anchor.eliminate_end_anchors`, ``$`` as ECMA-262 reads it
+without the multi-line flag). A ``^`` anywhere else is left as it is.
 """
 
 from __future__ import annotations
+
+from sglang_v4.sampling.regex_end_anchor import eliminate_end_anchors
 
 __all__ = ["search_as_full_match"]
 
 _ANY = r"[\s\S]*"
 
 
-def _scan(pattern: str) -> tuple[bool, bool, bool, bool]:
-    """``(leading ^, trailing $, a top-level |, an anchor anywhere else)`` of ``pattern``,
-    outside escapes and character classes."""
-    start = end = alternation = inner = False
+def _scan(pattern: str) -> tuple[bool, bool, bool, bool, bool]:
+    """``(leading ^, trailing $, a top-level |, a ^ anywhere else, a $ anywhere else)`` of
+    ``pattern``, outside escapes and character classes."""
+    start = end = alternation = inner = inner_end = False
     depth, in_class, i, n = 0, False, 0, len(pattern)
     while i < n:
         c = pattern[i]
@@ -49,24 +54,36 @@ def _scan(pattern: str) -> tuple[bool, bool, bool, bool]:
             if i == n - 1:
                 end = True
             else:
-                inner = True
+                inner_end = True
         i += 1
-    return start, end, alternation, inner
+    return start, end, alternation, inner, inner_end
 
 
-def search_as_full_match(pattern: str) -> str:
+def search_as_full_match(pattern: str, field: str = "pattern") -> str:
     """``pattern`` (JSON Schema's unanchored reading) as a regex whose full matches are the
     same strings (module docstring); ``pattern`` itself where it is anchored at both ends or
     the rewrite would not mean the same.
 
     Args:
         pattern: an ECMA-262 regex from a schema.
+        field: the schema field it came from, named in errors.
 
     Returns:
         The regex for xgrammar.
+
+    Raises:
+        ValueError: no string matches ``pattern`` (text after ``$`` on every path).
     """
-    start, end, alternation, inner = _scan(pattern)
-    if inner or (start and end and not alternation) or (alternation and (start or end)):
+    start, end, alternation, inner, inner_end = _scan(pattern)
+    if inner_end and not inner:
+        body = pattern[1:] if start else pattern
+        written = eliminate_end_anchors(("" if start else _ANY) + f"(?:{body}){_ANY}", strict_dollar=True)
+        if written is None:
+            raise ValueError(
+                f"{field}: no string matches the regex {pattern!r} (text after '$' on every path)"
+            )
+        return written
+    if inner or inner_end or (start and end and not alternation) or (alternation and (start or end)):
         return pattern
     body = pattern[1 if start else 0 : len(pattern) - 1 if end else len(pattern)]
     if not body:

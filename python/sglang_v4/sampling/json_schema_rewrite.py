@@ -319,7 +319,8 @@ def _rewrite(schema: Any, path: str) -> Any:
     exact_date_format(out)
     if isinstance(out.get("pattern"), str):
         regex = translate_regex(out["pattern"], f"{path}.pattern", schema=True)
-        out["pattern"] = pattern_over_json_text(search_as_full_match(optional_groups_as_alternations(regex)))
+        full = search_as_full_match(optional_groups_as_alternations(regex), f"{path}.pattern")
+        out["pattern"] = pattern_over_json_text(full)
     length_bounds_as_pattern(out)
     return out
 
@@ -339,7 +340,7 @@ def _rewrite_key_patterns(patterns: dict[str, Any], path: str) -> dict[str, Any]
         new = key
         if isinstance(key, str):
             regex = translate_regex(key, f"{path}[{key!r}]", schema=True)
-            new = search_as_full_match(optional_groups_as_alternations(regex))
+            new = search_as_full_match(optional_groups_as_alternations(regex), f"{path}[{key!r}]")
         if new in out:
             out[new] = _join_all_of(out[new], sub, f"{path}: keys {first[new]!r} and {key!r} (both {new!r})")
         else:

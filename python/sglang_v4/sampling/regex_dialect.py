@@ -17,10 +17,15 @@ users write (Python's ``re`` / the ``regex`` package, PCRE) and that xgrammar re
   parameter it is ``[^\\n]`` (Python's reading) unless ``(?s)`` is set;
 * anchors: ``^`` / ``\\A`` at the start and ``$`` / ``\\Z`` / ``\\z`` at the end are dropped (a
   full match is anchored already); elsewhere xgrammar ignored ``^`` / ``$`` (``a^b`` took
-  ``"ab"``, which no engine matches) and read ``\\A`` / ``\\Z`` / ``\\z`` as the letters: refused;
+  ``"ab"``, which no engine matches) and read ``\\A`` / ``\\Z`` / ``\\z`` as the letters: an end
+  anchor with text after it, or a start anchor with text before it, is written out of the regex
+  as Python reads it (:mod:`sglang_v4.sampling.regex_end_anchor`: ``(a$|b)c`` is ``bc``,
+  ``a(^b|c)`` is ``ac``), refused where no text can match and where both kinds stand inside;
 * an unknown letter escape (``\\Q``, ``\\G``, ``\\h``...) was read as the letter; back-references
   (``\\1``, ``\\k<n>``, ``(?P=n)``), look-arounds, atomic groups, conditionals and ``\\b`` /
   ``\\B`` are refused by name; ``(?P<n>...)`` is a group, ``(?#...)`` a comment;
+* a NUL character (literal or escaped with ``\\``) was refused by xgrammar ("must not contain
+  null characters"): it is written ``\\u0000``;
 * a counted repeat above :data:`MAX_REGEX_REPEAT` is refused (xgrammar stores counts as 32-bit
   ints: ``a{4294967297}`` became ``a{1}``); ``{,n}`` is ``{0,n}`` and a ``{`` that starts no
   repeat is a literal (both Python's reading).
@@ -38,6 +43,8 @@ import functools
 import re
 from typing import Any
 
+from sglang_v4.sampling.regex_end_anchor import eliminate_end_anchors, reverse_regex
+
 __all__ = ["MAX_REGEX_REPEAT", "regex_format_checker", "translate_regex"]
 
 #: The largest bound of a counted repeat ``{m,n}`` (larger ones are refused).
@@ -47,6 +54,8 @@ _CLASS_ESCAPES = frozenset("dDwWsS")
 #: Letter escapes that mean one character (xgrammar and Python read them alike).
 _CHAR_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "a": "\a"}
 _REPEAT = re.compile(r"\{(\d*)(?:(,)(\d*))?\}")
+#: The end anchors ``$`` / ``\\Z`` as written in the translation (outside the schema mode).
+_END_ANCHORS = ("$", "\\Z")
 
 
 class _Refused(Exception):
@@ -163,14 +172,16 @@ def _read_escape(p: str, i: int, in_class: bool, schema: bool) -> tuple[str, str
     if e in "bB":
         raise _Refused(f"a word boundary '\\{e}'", i)
     if e == "A" and not in_class:  # schema mode: written as "^" / "$" for the anchor rewrite
-        return "anchor_start", "^" if schema else "", i + 2
+        return "anchor_start", "^", i + 2
     if e in "Zz" and not in_class:
-        return "anchor_end", "$" if schema else "", i + 2
+        return "anchor_end", "$" if schema else "\\Z", i + 2
     if e in _CHAR_ESCAPES or e in "ec":
         end = i + 3 if e == "c" else i + 2
         return "char", p[i:end], end
     if e.isalnum():
         raise _Refused(f"an unknown escape '\\{e}'", i)
+    if e == "\x00":  # an escaped NUL: xgrammar refuses the character itself, not its escape
+        return "char", "\\u0000", i + 2
     return "char", p[i : i + 2], i + 2
 
 
@@ -191,7 +202,7 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
             if kind == "set":
                 sets.append(text)
                 continue
-            translate |= kind == "prop"
+            translate |= kind == "prop" or text == "\\u0000"  # a NUL is written \u0000
             rest.append(text)
         elif p[j] == "[" and p[j + 1 : j + 2] == ":" and p.find(":]", j + 2) > 0:
             k = p.find(":]", j + 2)  # a POSIX class, [:alpha:] (read by the regex package)
@@ -200,6 +211,7 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
             j = k + 2
         else:
             rest.append("\\]" if p[j] == "]" else ("\\[" if p[j] == "[" else p[j]))
+            translate |= p[j] == "\x00"
             j += 1
     if j >= len(p):
         raise _Refused("an unclosed '['", i)
@@ -242,21 +254,38 @@ def _flags(on: str, off: str, pos: int, ci: bool, dotall: bool) -> tuple[bool, b
     return ci, dotall
 
 
+def _strip_edge_anchors(out: list[str]) -> list[str]:
+    """``out`` (the translation's pieces) without the start anchors that open and the end anchors
+    that close a top-level alternative: a full match is anchored there already."""
+    branches: list[list[str]] = [[]]
+    depth = 0
+    for t in out:
+        if t == "|" and depth == 0:
+            branches.append([])
+            continue
+        depth += t in ("(", "(?:")
+        depth -= t == ")"
+        branches[-1].append(t)
+    kept: list[str] = []
+    for k, b in enumerate(branches):
+        lo, hi = 0, len(b)
+        while lo < hi and b[lo] == "^":
+            lo += 1
+        while hi > lo and b[hi - 1] in _END_ANCHORS:
+            hi -= 1
+        kept += (["|"] if k else []) + b[lo:hi]
+    return kept
+
+
 def _translate(p: str, schema: bool) -> str:
     out: list[str] = []
     ci = dotall = False
-    # per open group: [case flag, dot-all flag, at-start on entry, after-end on entry, a branch
-    # ended with "$"]
+    # per open group: [case flag, dot-all flag, at-start on entry]
     stack: list[list[bool]] = []
     at_start = True  # nothing that consumes text yet on this path
-    after_end = False  # a "$" precedes on this path
+    first_end = -1  # the position of the first end anchor ("$", "\\Z")
+    first_start = -1  # the position of the first start anchor ("^", "\\A") that may follow text
     i, n = 0, len(p)
-
-    def consume(pos: int) -> None:
-        nonlocal at_start
-        if after_end and not schema:
-            raise _Refused("text after an end anchor '$' (no text can match there)", pos)
-        at_start = False
 
     while i < n:
         c = p[i]
@@ -275,7 +304,7 @@ def _translate(p: str, schema: bool) -> str:
                         raise _Refused("global flags not at the start of the regex", i)
                     ci, dotall = new_ci, new_dot
                 else:
-                    stack.append([ci, dotall, at_start, after_end, False])
+                    stack.append([ci, dotall, at_start])
                     ci, dotall = new_ci, new_dot
                     out.append("(?:")
                 i = m.end()
@@ -291,7 +320,7 @@ def _translate(p: str, schema: bool) -> str:
             ):
                 if p.startswith(prefix, i):
                     raise _Refused(f"{what} '{prefix}...)'", i)
-            stack.append([ci, dotall, at_start, after_end, False])
+            stack.append([ci, dotall, at_start])
             if p.startswith("(?:", i):
                 out.append("(?:")
                 i += 3
@@ -312,32 +341,24 @@ def _translate(p: str, schema: bool) -> str:
                 out.append(")")
                 i += 1
                 continue
-            ci, dotall, _, _, any_end = stack.pop()
-            after_end = after_end or any_end
+            ci, dotall, _ = stack.pop()
             out.append(")")
             i += 1
             continue
         if c == "|":
-            if stack:
-                stack[-1][4] = stack[-1][4] or after_end
-                at_start, after_end = stack[-1][2], stack[-1][3]
-            else:
-                at_start, after_end = True, False
+            at_start = stack[-1][2] if stack else True
             out.append("|")
             i += 1
             continue
         if c == "^":
             if not at_start and not schema:
-                raise _Refused("a start anchor '^' after text (no text can match there)", i)
-            if schema:
-                out.append("^")
+                first_start = i if first_start < 0 else first_start
+            out.append("^")
             i += 1
             continue
-        if c == "$":
-            if schema:
-                out.append("$")
-            else:
-                after_end = True
+        if c == "$":  # written out of the regex at the end (regex_end_anchor.py)
+            out.append("$")
+            first_end = i if first_end < 0 else first_end
             i += 1
             continue
         if c in "*+?":
@@ -348,7 +369,7 @@ def _translate(p: str, schema: bool) -> str:
             m = _REPEAT.match(p, i)
             if m is None or (m.group(1) == "" and m.group(2) is None) or not out:
                 out.append("\\{")  # a literal, as Python reads it
-                consume(i)
+                at_start = False
                 i += 1
                 continue
             lo = int(m.group(1) or 0)
@@ -370,15 +391,15 @@ def _translate(p: str, schema: bool) -> str:
             kind, text, j = _read_escape(p, i, False, schema)
             if kind == "anchor_start":
                 if not at_start and not schema:
-                    raise _Refused("'\\A' after text (no text can match there)", i)
+                    first_start = i if first_start < 0 else first_start
             elif kind == "anchor_end":
-                after_end = True
+                first_end = i if first_end < 0 else first_end
             else:
-                consume(i)
+                at_start = False
             out.append(_atom_set(text, ci) if kind == "prop" or (kind == "char" and ci) else text)
             i = j
             continue
-        consume(i)
+        at_start = False
         if c == "[":
             text, i = _class(p, i, ci, schema)
             out.append(text)
@@ -387,9 +408,29 @@ def _translate(p: str, schema: bool) -> str:
             out.append("." if schema else ("[\\s\\S]" if dotall else "[^\\n]"))
             i += 1
             continue
-        out.append(_atom_set(re.escape(c), True) if ci and c.lower() != c.upper() else c)
+        if c == "\x00":  # a literal NUL (Python reads it as itself; xgrammar refuses it)
+            out.append("\\u0000")
+        else:
+            out.append(_atom_set(re.escape(c), True) if ci and c.lower() != c.upper() else c)
         i += 1
-    return "".join(out)  # an unclosed "(" is reported by xgrammar
+    if schema:
+        return "".join(out)  # an unclosed "(" is reported by xgrammar
+    out = _strip_edge_anchors(out)
+    has_end, has_start = any(t in _END_ANCHORS for t in out), "^" in out
+    if has_end and has_start:
+        raise _Refused("a start anchor and an end anchor both inside the regex", max(first_start, first_end))
+    written: str | None = "".join(out)
+    if has_end:
+        written = eliminate_end_anchors(written)
+    elif has_start:  # read backwards, "^" is an end anchor
+        backwards = eliminate_end_anchors(reverse_regex(written, {"^": "\\Z"}))
+        written = None if backwards is None else reverse_regex(backwards)
+    if written is None:
+        what = "text after an end anchor '$' / '\\Z'" if has_end else "text before a start anchor '^' / '\\A'"
+        raise _Refused(
+            f"{what} on every path (no text can match)", first_end if has_end else max(first_start, 0)
+        )
+    return written
 
 
 def translate_regex(pattern: str, field: str, schema: bool = False) -> str:

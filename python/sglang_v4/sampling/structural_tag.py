@@ -27,6 +27,7 @@ from sglang_v4.sampling.json_schema_rewrite import (
     normalize_json_schema,
 )
 from sglang_v4.sampling.json_schema_support import check_enforceable_schema, merge_all_of
+from sglang_v4.sampling.regex_dialect import translate_regex
 from sglang_v4.sampling.sampling_params import check_structural_tag
 
 __all__ = [
@@ -103,11 +104,20 @@ def normalize_tag_schemas(node: Any, max_whitespace_cnt: int) -> Any:
     (``{"type": "json_schema", "json_schema": S}``, any ``style``; the deprecated
     ``qwen_xml_parameter``) have ``S`` passed through :func:`normalize_json_schema` and, where the
     tag sets none, ``max_whitespace_cnt`` (as every other JSON grammar: without a bound a model can
-    spend its whole budget on whitespace). A copy; the input is not changed."""
+    spend its whole budget on whitespace). A ``{"type": "regex", "pattern": P}`` format has ``P``
+    written in xgrammar's dialect (:func:`~sglang_v4.sampling.regex_dialect.translate_regex`, as
+    the ``regex`` parameter: without it ``.`` took a newline and ``\\p{L}`` was refused when the
+    regex followed the reasoning). A copy; the input is not changed.
+
+    Raises:
+        ValueError: a schema or regex that cannot be used (the message names it).
+    """
     if isinstance(node, list):
         return [normalize_tag_schemas(x, max_whitespace_cnt) for x in node]
     if not isinstance(node, dict):
         return node
+    if node.get("type") == "regex" and isinstance(node.get("pattern"), str):
+        return dict(node, pattern=translate_regex(node["pattern"], "pattern"))
     if isinstance(node.get("type"), str) and isinstance(node.get("json_schema"), (dict, bool)):
         out = dict(node, json_schema=normalize_json_schema(node["json_schema"], "json_schema"))
         if out.get("max_whitespace_cnt") is None:
@@ -146,6 +156,7 @@ def _answer_format(kind: str, spec: str, max_whitespace_cnt: int) -> dict[str, A
             "max_whitespace_cnt": check_max_whitespace_cnt(max_whitespace_cnt),
         }
     if kind == "regex":
+        translate_regex(spec, "regex")  # a 400 naming the construct now (written when compiled)
         return {"type": "regex", "pattern": spec}
     if kind == "ebnf":
         return {"type": "grammar", "grammar": spec}

@@ -21,7 +21,11 @@ from sglang_v4.entrypoints.openai.request_errors import (
     _check_openai_ranges,
     _param_of,
 )
-from sglang_v4.entrypoints.openai.vllm_fields import vllm_grammar, vocabulary_constraints
+from sglang_v4.entrypoints.openai.vllm_fields import (
+    vllm_grammar,
+    vllm_grammar_path,
+    vocabulary_constraints,
+)
 from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, TOP_K_ALL, SamplingParams
 
 __all__ = ["RANDOM_SEED", "build_sampling_params", "response_format_grammar"]
@@ -183,6 +187,10 @@ def build_sampling_params(
         param = _param_of(msg)
         if param in _OPENAI_NAME:  # name the field the client sent
             msg, param = _OPENAI_NAME[param] + msg[len(param) :], _OPENAI_NAME[param]
+        elif param in GRAMMAR_FIELDS and grammar_field is not None and getattr(req, param, None) is None:
+            # the grammar came from response_format / guided_regex / structured_outputs: name it
+            path = vllm_grammar_path(req) if grammar_field != "response_format" else None
+            msg, param = (path or grammar_field) + msg[len(param) :], grammar_field
         if msg.startswith(GRAMMAR_UNAVAILABLE_MSG.split("(", 1)[0]):
             # a grammar on a server without xgrammar: name the field that asked for it (the
             # tool-call grammar comes from tool_choice / strict tools, json_schema from

@@ -36,6 +36,7 @@ __all__ = [
     "vocabulary_constraints",
     "vllm_grammar",
     "vllm_grammar_field",
+    "vllm_grammar_path",
 ]
 
 #: vLLM fields refused when set to anything but their "off" value, with the reason.
@@ -259,6 +260,14 @@ def vllm_grammar(req: Any) -> tuple[dict[str, str], str | None]:
     if kind == "json_schema":
         return {kind: _schema_text(value, param)}, param
     return {kind: value}, param
+
+
+def vllm_grammar_path(req: Any) -> str | None:
+    """The full request path of ``req``'s (first) vLLM guided-decoding constraint
+    (``guided_regex``, ``structured_outputs.regex``), or None: what a message about its value
+    names (``param`` is its top-level field, :func:`vllm_grammar_field`)."""
+    found = _constraints(req)
+    return found[0][0] if found else None
 
 
 def vllm_grammar_field(req: Any) -> str | None:
