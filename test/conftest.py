@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -146,26 +147,55 @@ def hf_default_model(default_model_dir: str):  # noqa: ANN201 - transformers is 
 _INTERPRETED_TIER = pytest.StashKey[object]()
 
 
+def _xdist_shared_tier_dir(config: pytest.Config) -> Path | None:
+    """Under ``pytest -n`` (a ``pytest-xdist`` worker): the directory of the interpreted tier's run
+    shared by this run's workers (next to their base temp dirs, which pytest rotates away);
+    ``None`` in a single-process session."""
+    if not hasattr(config, "workerinput") or not config.option.basetemp:
+        return None
+    return Path(config.option.basetemp).parent / "interpreted_tier"
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """When a selected test uses ``interpreted_kernel_tier``, start that run now, in the
     background (``test_kernels_interpreted.start_interpreted_tier``): it then overlaps the tests
-    collected before its users instead of running while they wait."""
+    collected before its users instead of running while they wait. Under ``pytest -n`` every
+    worker collects every test: the first to create the shared directory starts the one run and
+    publishes its exit status there; the others wait for it if they get its users."""
     if session.config.option.collectonly:
         return
     if any("interpreted_kernel_tier" in getattr(item, "fixturenames", ()) for item in session.items):
         from test_kernels_interpreted import start_interpreted_tier
 
-        workdir = Path(tempfile.mkdtemp(prefix="interpreted_tier_"))
-        session.config.stash[_INTERPRETED_TIER] = start_interpreted_tier(workdir)
+        shared = _xdist_shared_tier_dir(session.config)
+        if shared is None:
+            workdir = Path(tempfile.mkdtemp(prefix="interpreted_tier_"))
+            session.config.stash[_INTERPRETED_TIER] = start_interpreted_tier(workdir)
+            return
+        try:
+            shared.mkdir()
+        except FileExistsError:
+            return  # another worker started it
+        run = start_interpreted_tier(shared)
+        run.publish()
+        session.config.stash[_INTERPRETED_TIER] = run
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The run started at collection is killed if never waited for (the session was cut short),
-    and its directory removed."""
+    and its directory removed. Under ``pytest -n`` the worker that started it waits for it instead
+    (another worker may still need its result) and leaves the directory to pytest's rotation."""
     run = config.stash.get(_INTERPRETED_TIER, None)
-    if run is not None:
-        run.stop()
-        shutil.rmtree(run.workdir, ignore_errors=True)
+    if run is None:
+        return
+    if _xdist_shared_tier_dir(config) is not None:
+        try:
+            run.wait()
+        except subprocess.TimeoutExpired:
+            pass  # killed by wait(); the waiting workers time out on their own
+        return
+    run.stop()
+    shutil.rmtree(run.workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -174,12 +204,17 @@ def interpreted_kernel_tier(request: pytest.FixtureRequest, tmp_path_factory: py
     a pytest subprocess (``TRITON_INTERPRET=1``), their launches recorded to the pickle ``log``;
     shared by that test (the cases pass) and ``test_kernels_entry_alignment`` (the quantized-codec
     launches compile for sm_90 with accesses no wider than the entry alignment). The run was
-    started at collection (:func:`pytest_collection_finish`); this waits for it to end."""
-    from test_kernels_interpreted import start_interpreted_tier
+    started at collection (:func:`pytest_collection_finish`), under ``pytest -n`` by one worker
+    for all of them; this waits for it to end."""
+    from test_kernels_interpreted import start_interpreted_tier, wait_published
 
     run = request.config.stash.get(_INTERPRETED_TIER, None)
-    if run is None:
-        run = start_interpreted_tier(tmp_path_factory.mktemp("interpreted"))
+    if run is not None:
+        return run.wait(), run.log
+    shared = _xdist_shared_tier_dir(request.config)
+    if shared is not None and shared.exists():
+        return wait_published(shared), str(shared / "launches.pkl")
+    run = start_interpreted_tier(tmp_path_factory.mktemp("interpreted"))
     return run.wait(), run.log
 
 

@@ -20,9 +20,12 @@ tests a second time.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +83,39 @@ class InterpretedTierRun:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def publish(self) -> threading.Thread:
+        """Write the exit status to ``workdir / "returncode"`` (atomically) once the run ends, from
+        a daemon thread (returned): other processes that share ``workdir`` (the workers of
+        ``pytest -n``) wait for it with :func:`wait_published`."""
+
+        def write() -> None:
+            code = self.proc.wait()
+            tmp = self.workdir / "returncode.tmp"
+            tmp.write_text(str(code))
+            os.replace(tmp, self.workdir / "returncode")
+
+        t = threading.Thread(target=write, daemon=True)
+        t.start()
+        return t
+
+
+def wait_published(workdir: Path, timeout_s: float = 1200.0) -> subprocess.CompletedProcess[str]:
+    """The result of a run started by another process in ``workdir`` and published there
+    (:meth:`InterpretedTierRun.publish`): its exit status, stdout and stderr as text (``args`` is
+    the directory). It does not check the outcome.
+
+    Raises:
+        TimeoutError: no exit status after ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not (workdir / "returncode").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the interpreted tier in {workdir} did not end in {timeout_s} s")
+        time.sleep(0.2)
+    code = int((workdir / "returncode").read_text())
+    out, err = ((workdir / name).read_text(errors="replace") for name in ("stdout", "stderr"))
+    return subprocess.CompletedProcess([str(workdir)], code, out, err)
 
 
 def start_interpreted_tier(workdir: Path) -> InterpretedTierRun:
