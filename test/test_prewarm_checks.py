@@ -71,6 +71,13 @@ def test_waiting_child_answers_calls_then_runs_its_job(caplog: pytest.LogCapture
         got = [(r.levelname, r.getMessage(), r.process) for r in caplog.records if r.name == LOGGER]
         # the parent's level (INFO) applies: the DEBUG record is dropped
         assert got == [("INFO", "info 7", child.process.pid), ("WARNING", "warning 7", child.process.pid)]
+        # an answer nobody waits for is dropped, its records too; the next call gets its own
+        caplog.clear()
+        child.call(log_and_return, 8)
+        child.call(refuse, "never waited for")
+        assert child.call(add, 4, 5)() == 9
+        assert [r for r in caplog.records if r.name == LOGGER] == []
+        child.call(add, 0, 0)  # not waited for: run() reads it before sending the job
         child.run(report_pid, prewarm.OWN_PIPE)
         assert child.conn.poll(60), "the child never ran its job"
         assert child.conn.recv() == child.process.pid

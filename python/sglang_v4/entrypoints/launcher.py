@@ -148,11 +148,7 @@ def check_model_dir(
             f"model_path: {cfg} has model_type {model_type!r}; sglang-v4 serves DeepSeek-V4 models "
             f"(model_type 'deepseek_v4'). Make one with: {MAKE_CHECKPOINT_HINT}"
         )
-    from sglang_v4.entrypoints.model_config_checks import (
-        check_in_child,
-        check_model_config,
-        check_model_weights,
-    )
+    from sglang_v4.entrypoints import model_config_checks as checks
 
     config_args = (
         model_path,
@@ -168,27 +164,26 @@ def check_model_dir(
     )
     tok_args = (model_path, tokenizer_path, skip_tokenizer_init, chat_template)
     if checker is None:
-        mc = check_model_config(*config_args)
+        mc = checks.check_model_config(*config_args)
         check_has_weights(model_path, load_format)
         tokenizer = check_tokenizer(*tok_args)
-        check_model_weights(model_path, mc, load_format)
+        checks.check_model_weights(model_path, mc, load_format)
         return tokenizer
     # the same checks, the config's in the child while this process loads the tokenizer; the
-    # first failure in the order above is raised
-    answer = checker.call(check_in_child, *config_args)
+    # first failure in the order above is raised (each answer, with its log records, is taken
+    # only once the checks before it passed)
+    config_answer = checker.call(checks.check_config_in_child, *config_args)
+    weights_answer = checker.call(checks.check_weights_in_child, model_path, load_format)
     tokenizer, tok_error = None, None
     try:
         tokenizer = check_tokenizer(*tok_args)
     except Exception as e:  # noqa: BLE001 - raised below, after any config error
         tok_error = e
-    config_error, weights_error = answer()
-    if config_error is not None:
-        raise config_error
+    config_answer()
     check_has_weights(model_path, load_format)
     if tok_error is not None:
         raise tok_error
-    if weights_error is not None:
-        raise weights_error
+    weights_answer()
     return tokenizer
 
 

@@ -5,8 +5,8 @@ file and tokenizer checks: :func:`check_model_config` (the config parsed as Deep
 architectures, the quantization, the flags that depend on the model: page size, context length,
 parallel layout) before the tokenizer, :func:`check_model_weights` (the safetensors headers
 against the model's tensors) after it. ``launch_server`` runs both in its prewarmed scheduler
-process (:func:`check_in_child`, through :meth:`~sglang_v4.entrypoints.prewarm.PrewarmedChild.call`),
-which imports torch and transformers to load the model anyway, while its own process loads the
+process (:func:`check_config_in_child`, then :func:`check_weights_in_child`, each through
+:meth:`~sglang_v4.entrypoints.prewarm.PrewarmedChild.call`), which imports torch and transformers to load the model anyway, while its own process loads the
 tokenizer: the HTTP process then never imports torch, which saves seconds of CPU per start.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["check_in_child", "check_model_config", "check_model_weights"]
+__all__ = ["check_config_in_child", "check_model_config", "check_model_weights", "check_weights_in_child"]
 
 
 def check_model_config(
@@ -103,18 +103,24 @@ def check_model_weights(model_path: str, mc: Any, load_format: str) -> None:
             raise ValueError(f"model_path: {' '.join(str(e).split())}") from None
 
 
-def check_in_child(
-    model_path: str, raw: dict[str, Any], model_overrides: dict[str, Any] | None, load_format: str, *args: Any
-) -> tuple[Exception | None, Exception | None]:
-    """:func:`check_model_config` (arguments as there), then, when it passed,
-    :func:`check_model_weights`: the exception each raised (``None`` when it passed), returned
-    rather than raised so that the caller raises them in its order, its own checks in between."""
-    try:
-        mc = check_model_config(model_path, raw, model_overrides, load_format, *args)
-    except Exception as e:  # noqa: BLE001 - raised by the caller
-        return e, None
-    try:
+#: The ``ModelConfig`` :func:`check_config_in_child` made, for :func:`check_weights_in_child`
+#: (the next call the same child answers), by model path.
+_checked_configs: dict[str, Any] = {}
+
+
+def check_config_in_child(model_path: str, *args: Any) -> None:
+    """:func:`check_model_config` (arguments as there) in the prewarmed scheduler child; the
+    ``ModelConfig`` is kept here for :func:`check_weights_in_child` instead of being sent back
+    (unpickling it would import transformers in the parent)."""
+    _checked_configs.pop(model_path, None)
+    _checked_configs[model_path] = check_model_config(model_path, *args)
+
+
+def check_weights_in_child(model_path: str, load_format: str) -> None:
+    """:func:`check_model_weights` on the config :func:`check_config_in_child` kept for
+    ``model_path`` (nothing to check when that call failed: its error is raised first). A call of
+    its own, so that its log records reach the parent only when the parent's checks before it
+    passed, as in process."""
+    mc = _checked_configs.pop(model_path, None)
+    if mc is not None:
         check_model_weights(model_path, mc, load_format)
-    except Exception as e:  # noqa: BLE001 - raised by the caller
-        return None, e
-    return None, None

@@ -187,6 +187,8 @@ class PrewarmedChild:
     role: str
     process: Any
     conn: Connection
+    _calls_sent: int = dataclasses.field(default=0, repr=False)
+    _answers_received: int = dataclasses.field(default=0, repr=False)
 
     def call(self, target: Callable[..., Any], *args: Any) -> Callable[[], Any]:
         """Send the waiting child a call of ``target(*args)`` (``target`` importable by name, the
@@ -202,10 +204,11 @@ class PrewarmedChild:
             self.conn.send(_Call(target, args))
         except (OSError, ValueError):
             return lambda: target(*args)
+        number, self._calls_sent = self._calls_sent, self._calls_sent + 1
 
         def wait() -> Any:
             try:
-                answer = self.conn.recv()
+                answer = self._receive(number)
             except (EOFError, OSError, ValueError):
                 return target(*args)
             for record in answer.records:
@@ -218,15 +221,33 @@ class PrewarmedChild:
 
         return wait
 
+    def _receive(self, number: int) -> _Answer:
+        """The answer to call ``number`` (answers come in call order; those of earlier calls
+        nobody waited for are dropped).
+
+        Raises:
+            EOFError, OSError: the child is gone; ValueError: the pipe was closed here.
+        """
+        answer = None
+        while self._answers_received <= number:
+            answer = self.conn.recv()
+            self._answers_received += 1
+        if answer is None:
+            raise ValueError(f"call {number}: its answer was already taken")
+        return answer
+
     def run(self, target: Callable[..., None] | str, *args: Any) -> None:
         """Have the child call ``target(*args)`` (``target`` importable by name, or named by a
         ``"module:function"`` string, imported in the child only; the arguments picklable;
         :data:`OWN_PIPE` stands for the child's end of the pipe). A child that already exited
         (e.g. exit code 1 from :func:`refuse_inside_own_child`) is left for the caller's liveness
-        checks: the send error is swallowed."""
+        checks: the send error is swallowed. Answers to calls nobody waited for are read first,
+        so that what the job sends back comes next on the pipe."""
         try:
+            if self._answers_received < self._calls_sent:
+                self._receive(self._calls_sent - 1)
             self.conn.send((target, args))
-        except OSError:
+        except (EOFError, OSError, ValueError):
             pass
 
     def discard(self) -> None:
