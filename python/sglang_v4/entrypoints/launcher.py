@@ -38,6 +38,8 @@ SCHEDULER_READY_TIMEOUT_S = float(os.environ.get("SGLANG_V4_READY_TIMEOUT", "900
 #: Seconds the children have to exit after SIGTERM at a stop (together), before SIGKILL. They
 #: exit at once when idle; the scheduler finishes the step it is in first.
 CHILD_STOP_TIMEOUT_S = 2.0
+#: The scheduler process's function (``module:function``, imported in that process only).
+RUN_SCHEDULER = "sglang_v4.managers.scheduler_process:run_scheduler_process"
 
 
 #: How to make a model directory, quoted by the start-up errors below.
@@ -58,12 +60,18 @@ def check_model_dir(
     ep_size: int = 1,
     device: str = "cuda",
     chat_template: str | None = None,
+    checker: Any = None,
 ) -> Any:
     """Check that ``model_path`` is a local model directory before any process loads the model.
 
     Each failure is one line saying what is expected and how to make one (a hub id is not
     downloaded: the message says how to download it), instead of tracebacks from the child
     processes about a missing ``config.json`` or tokenizer.
+
+    ``checker``: a prewarmed scheduler child (:class:`~sglang_v4.entrypoints.prewarm.PrewarmedChild`,
+    still waiting for its job) that runs the checks reading the config with transformers
+    (:mod:`~sglang_v4.entrypoints.model_config_checks`) while this process loads the tokenizer, so
+    that this process does not import torch; the same errors, raised in the same order.
 
     Returns:
         The tokenizer it loaded to check it (:func:`sglang_v4.utils.get_tokenizer` of
@@ -140,37 +148,51 @@ def check_model_dir(
             f"model_path: {cfg} has model_type {model_type!r}; sglang-v4 serves DeepSeek-V4 models "
             f"(model_type 'deepseek_v4'). Make one with: {MAKE_CHECKPOINT_HINT}"
         )
-    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.entrypoints import model_config_checks as checks
 
+    config_args = (
+        model_path,
+        raw,
+        model_overrides,
+        load_format,
+        quantization,
+        page_size,
+        context_length,
+        tp_size,
+        ep_size,
+        device,
+    )
+    tok_args = (model_path, tokenizer_path, skip_tokenizer_init, chat_template)
+    if checker is None:
+        mc = checks.check_model_config(*config_args)
+        check_has_weights(model_path, load_format)
+        tokenizer = check_tokenizer(*tok_args)
+        checks.check_model_weights(model_path, mc, load_format)
+        return tokenizer
+    # the same checks, the config's in the child while this process loads the tokenizer; the
+    # first failure in the order above is raised (each answer, with its log records, is taken
+    # only once the checks before it passed)
+    config_answer = checker.call(checks.check_config_in_child, *config_args)
+    weights_answer = checker.call(checks.check_weights_in_child, model_path, load_format)
+    tokenizer, tok_error = None, None
     try:
-        mc = ModelConfig.from_pretrained(model_path, model_overrides)
-    except ValueError as e:
-        raise ValueError(f"model_path: {cfg} does not parse as a DeepSeek-V4 config: {e}") from None
-    # an ``architectures`` of --json-model-override-args replaces the file's, as in SGLang
-    check_architectures({**raw, **(model_overrides or {})}.get("architectures"), cfg)
-    from sglang_v4.layers.quantization import resolve_quantization
-    from sglang_v4.model_loader.expert_format import stored_expert_format
-    from sglang_v4.model_loader.foreign_quant import check_quant_side_files
+        tokenizer = check_tokenizer(*tok_args)
+    except Exception as e:  # noqa: BLE001 - raised below, after any config error
+        tok_error = e
+    config_answer()
+    check_has_weights(model_path, load_format)
+    if tok_error is not None:
+        raise tok_error
+    weights_answer()
+    return tokenizer
 
-    # the routed experts' stored format (one safetensors header entry) decides theirs where definite
-    stored = stored_expert_format(model_path).fmt if load_format != "dummy" else None
-    try:
-        resolve_quantization(quantization, mc.hf, "cuda", stored)
-        quant = resolve_quantization(quantization, mc.hf, device, stored)
-    except ValueError as e:
-        raise ValueError(f"model_path: {cfg}: {e}") from None
-    check_modelopt_config(model_path)
-    check_quant_side_files(model_path)
-    if page_size is not None:
-        check_page_size(page_size, mc)
-    if context_length is not None:
-        check_context_length(context_length, mc)
-    if tp_size > 1 or ep_size > 1:
-        from sglang_v4.distributed.parallel_state import check_parallel_layout
 
-        check_parallel_layout(
-            mc.hf, tp_size, ep_size, fp4_experts=quant is not None and quant.experts == "fp4"
-        )
+def check_has_weights(model_path: str, load_format: str) -> None:
+    """``model_path`` holds a ``*.safetensors`` file (unless ``load_format="dummy"``).
+
+    Raises:
+        ValueError: naming ``model_path`` (and the other weight files found, which are not read).
+    """
     if load_format != "dummy" and not any(n.endswith(".safetensors") for n in os.listdir(model_path)):
         others = sorted(n for n in os.listdir(model_path) if n.endswith((".bin", ".pt", ".pth", ".gguf")))
         found = f" (found {', '.join(others[:3])}: sglang-v4 reads safetensors only)" if others else ""
@@ -178,47 +200,52 @@ def check_model_dir(
             f"model_path: {model_path!r} has no *.safetensors weights{found} (use --load-format dummy for "
             f"random weights); expected {_LAYOUT}. Make one with: {MAKE_CHECKPOINT_HINT}"
         )
-    tokenizer: Any = None
-    if not skip_tokenizer_init:
-        tok = tokenizer_path or model_path
-        if tokenizer_path is not None and not os.path.isdir(tok):
-            what = (
-                "is a file; pass the directory that holds tokenizer.json / tokenizer_config.json"
-                if os.path.isfile(tok)
-                else "does not exist (sglang-v4 does not download tokenizers: pass a local directory)"
-            )
-            raise ValueError(f"tokenizer_path: {tok!r} {what}")
-        if not os.path.isdir(tok) or not any(
-            os.path.isfile(os.path.join(tok, n)) for n in ("tokenizer.json", "tokenizer_config.json")
-        ):
-            raise ValueError(
-                f"tokenizer_path: {tok!r} has no tokenizer.json / tokenizer_config.json; copy the model's "
-                "tokenizer files there or pass --tokenizer-path DIR"
-            )
-        from sglang_v4.utils import get_tokenizer
 
-        # what the tokenizer manager and the detokenizer will load: tokenizer_config.json alone
-        # names no vocabulary for a fast tokenizer
-        try:
-            tokenizer = get_tokenizer(tok)
-        except ValueError as e:
-            raise ValueError(
-                f"{' '.join(str(e).split())} (pass --skip-tokenizer-init to serve token ids only)"
-            ) from None
-        if chat_template is not None:
-            from sglang_v4.entrypoints.chat_template import load_template_renderer, resolve_chat_template
 
-            resolve_chat_template(chat_template, tok)
-            load_template_renderer(tok)
-    from sglang_v4.managers.scheduler_process import SCHEDULER_CLASS_ENV
+def check_tokenizer(
+    model_path: str, tokenizer_path: str | None, skip_tokenizer_init: bool, chat_template: str | None
+) -> Any:
+    """The tokenizer checks of :func:`check_model_dir` (arguments as there).
 
-    if load_format != "dummy" and not os.environ.get(SCHEDULER_CLASS_ENV):
-        from sglang_v4.model_loader.weight_loader import check_checkpoint
+    Returns:
+        The tokenizer loaded from ``tokenizer_path or model_path`` (``None`` with
+        ``skip_tokenizer_init``: nothing is checked).
 
-        try:
-            check_checkpoint(model_path, mc, allow_empty=True)
-        except ValueError as e:
-            raise ValueError(f"model_path: {' '.join(str(e).split())}") from None
+    Raises:
+        ValueError: as :func:`check_model_dir` documents for ``tokenizer_path`` and ``chat_template``.
+    """
+    if skip_tokenizer_init:
+        return None
+    tok = tokenizer_path or model_path
+    if tokenizer_path is not None and not os.path.isdir(tok):
+        what = (
+            "is a file; pass the directory that holds tokenizer.json / tokenizer_config.json"
+            if os.path.isfile(tok)
+            else "does not exist (sglang-v4 does not download tokenizers: pass a local directory)"
+        )
+        raise ValueError(f"tokenizer_path: {tok!r} {what}")
+    if not os.path.isdir(tok) or not any(
+        os.path.isfile(os.path.join(tok, n)) for n in ("tokenizer.json", "tokenizer_config.json")
+    ):
+        raise ValueError(
+            f"tokenizer_path: {tok!r} has no tokenizer.json / tokenizer_config.json; copy the model's "
+            "tokenizer files there or pass --tokenizer-path DIR"
+        )
+    from sglang_v4.utils import get_tokenizer
+
+    # what the tokenizer manager and the detokenizer will load: tokenizer_config.json alone
+    # names no vocabulary for a fast tokenizer
+    try:
+        tokenizer = get_tokenizer(tok)
+    except ValueError as e:
+        raise ValueError(
+            f"{' '.join(str(e).split())} (pass --skip-tokenizer-init to serve token ids only)"
+        ) from None
+    if chat_template is not None:
+        from sglang_v4.entrypoints.chat_template import load_template_renderer, resolve_chat_template
+
+        resolve_chat_template(chat_template, tok)
+        load_template_renderer(tok)
     return tokenizer
 
 
@@ -330,7 +357,9 @@ def check_context_length(context_length: int, mc: Any) -> None:
 
 
 def resolve_model_path(server_args: ServerArgs) -> Any:
-    """Fill ``model_path`` (embedded default when None) and ``tokenizer_path`` in place.
+    """Fill ``model_path`` (embedded default when None) and ``tokenizer_path`` in place. The
+    config checks run in the prewarmed scheduler child when one waits
+    (:func:`~sglang_v4.entrypoints.prewarm.started`; ``checker`` of :func:`check_model_dir`).
 
     Returns:
         The tokenizer :func:`check_model_dir` loaded from ``tokenizer_path`` (``None`` with
@@ -340,6 +369,8 @@ def resolve_model_path(server_args: ServerArgs) -> Any:
     Raises:
         ValueError: the directory is not a usable model directory (see :func:`check_model_dir`).
     """
+    from sglang_v4.entrypoints import prewarm
+
     if server_args.model_path is None:
         from sglang_v4.tools.default_model import ensure_default_model
 
@@ -357,6 +388,7 @@ def resolve_model_path(server_args: ServerArgs) -> Any:
         ep_size=server_args.ep_size,
         device=server_args.device,
         chat_template=server_args.chat_template,
+        checker=prewarm.started("scheduler"),
     )
     if server_args.tokenizer_path is None:
         server_args.tokenizer_path = server_args.model_path
@@ -484,7 +516,6 @@ def launch_subprocesses(
         with_dist_init_addr,
     )
     from sglang_v4.managers.detokenizer_manager import run_detokenizer_process
-    from sglang_v4.managers.scheduler_process import run_scheduler_process
 
     # One of our own spawned children re-running the user's script top level: one line, exit 1
     # (the parent sees the exit code and raises its RuntimeError with the same hint).
@@ -495,7 +526,8 @@ def launch_subprocesses(
     # started by preflight_server / the Engine while they checked the model (prewarm.py), or now
     sched_child, detok_child = take("scheduler"), take("detokenizer")
     workers = start_tp_workers(server_args, parent) if server_args.tp_size > 1 else []
-    sched_child.run(run_scheduler_process, server_args, port_args, OWN_PIPE, parent)
+    # named, not imported: the scheduler's module imports torch, which this process does not need
+    sched_child.run(RUN_SCHEDULER, server_args, port_args, OWN_PIPE, parent)
     detok_child.run(run_detokenizer_process, server_args, port_args, parent)
     sched, detok, reader = sched_child.process, detok_child.process, sched_child.conn
     procs = Subprocesses(port_args, SchedulerReadyInfo(status="starting"), sched, detok, tp_workers=workers)

@@ -21,7 +21,12 @@ child waiting on its pipe sees it closed and exits 0, one still importing is sen
 child whose parent dies gets SIGKILL from the kernel (``PR_SET_PDEATHSIG``, set first).
 
 The scheduler's pipe is duplex and also carries its one :class:`SchedulerReadyInfo` back
-(:data:`OWN_PIPE` in the job's arguments stands for the child's end).
+(:data:`OWN_PIPE` in the job's arguments stands for the child's end). Before its job, a waiting
+child also answers calls (:meth:`PrewarmedChild.call`): the parent's model-directory checks that
+need torch and transformers run in the scheduler child, which imports both anyway, so the parent
+of ``launch_server`` never imports torch (:mod:`sglang_v4.entrypoints.model_config_checks`). A
+job's target may be named by ``"module:function"``, so that the parent need not import the
+module (the scheduler's imports torch).
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import importlib
+import logging
 import multiprocessing as mp
 import os
+import pickle
 import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -81,6 +88,66 @@ def _preload(spec: str) -> None:
         getattr(loaded, func)()
 
 
+def _resolve(target: Callable[..., Any] | str) -> Callable[..., Any]:
+    """``target`` itself, or the function a ``"module:function"`` string names (imported here)."""
+    if not isinstance(target, str):
+        return target
+    module, _, func = target.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+@dataclasses.dataclass
+class _Call:
+    """A call the waiting child answers before its job (:meth:`PrewarmedChild.call`)."""
+
+    target: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+@dataclasses.dataclass
+class _Answer:
+    """The child's answer to a :class:`_Call`: its return value, or the exception it raised and
+    the log records it emitted (re-emitted by the parent's loggers)."""
+
+    value: Any = None
+    error: BaseException | None = None
+    records: list[logging.LogRecord] = dataclasses.field(default_factory=list)
+
+
+class _Collect(logging.Handler):
+    """Keeps the records logged during a call, made picklable (message formatted, no traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.msg, record.args, record.exc_info, record.exc_text = record.getMessage(), None, None, None
+        self.records.append(record)
+
+
+def _answer(call: _Call) -> _Answer:
+    """Run ``call`` with every log record collected (the root logger opened to all levels for its
+    duration: the parent applies its own levels when it re-emits them)."""
+    root = logging.getLogger()
+    collect, level = _Collect(), root.level
+    root.addHandler(collect)
+    root.setLevel(logging.DEBUG)
+    try:
+        answer = _Answer(value=call.target(*call.args))
+    except Exception as e:  # noqa: BLE001 - raised again in the parent
+        answer = _Answer(error=e)
+    finally:
+        root.removeHandler(collect)
+        root.setLevel(level)
+    answer.records = collect.records
+    try:
+        pickle.dumps(answer)
+    except Exception as e:  # noqa: BLE001 - an unpicklable value or exception: say what it was
+        answer = _Answer(error=RuntimeError(f"{type(answer.error or e).__name__}: {answer.error or e}"))
+    return answer
+
+
 def _child_main(conn: Connection, preload: str) -> None:
     """A prewarmed child: import ``preload``, wait for the job, run it (see the module docstring).
     An import error here is ignored: the job imports the same modules and reports it there."""
@@ -91,17 +158,24 @@ def _child_main(conn: Connection, preload: str) -> None:
         _preload(preload)
     except Exception:
         pass
-    try:
-        job = conn.recv()
-    except (EOFError, OSError):  # the parent discarded this child (or is gone)
-        return
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):  # the parent discarded this child (or is gone)
+            return
+        if not isinstance(job, _Call):
+            break
+        try:
+            conn.send(_answer(job))
+        except (EOFError, OSError):
+            return
     if job is None:
         return
     target, args = job
     args = tuple(conn if isinstance(a, str) and a == OWN_PIPE else a for a in args)
     if not any(a is conn for a in args):
         conn.close()
-    target(*args)
+    _resolve(target)(*args)
 
 
 @dataclasses.dataclass
@@ -113,15 +187,67 @@ class PrewarmedChild:
     role: str
     process: Any
     conn: Connection
+    _calls_sent: int = dataclasses.field(default=0, repr=False)
+    _answers_received: int = dataclasses.field(default=0, repr=False)
 
-    def run(self, target: Callable[..., None], *args: Any) -> None:
-        """Have the child call ``target(*args)`` (``target`` importable by name; the arguments
-        picklable; :data:`OWN_PIPE` stands for the child's end of the pipe). A child that already
-        exited (e.g. exit code 1 from :func:`refuse_inside_own_child`) is left for the caller's
-        liveness checks: the send error is swallowed."""
+    def call(self, target: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+        """Send the waiting child a call of ``target(*args)`` (``target`` importable by name, the
+        arguments picklable) to run before its job; returns the function that waits for the
+        answer, then re-emits the records the call logged through this process's loggers (at this
+        process's levels) and returns its value or raises its exception.
+
+        The child answers once its imports are done, so the caller can work meanwhile. When the
+        child cannot answer (gone, or the pipe closed), the waiting function calls ``target``
+        here instead.
+        """
         try:
+            self.conn.send(_Call(target, args))
+        except (OSError, ValueError):
+            return lambda: target(*args)
+        number, self._calls_sent = self._calls_sent, self._calls_sent + 1
+
+        def wait() -> Any:
+            try:
+                answer = self._receive(number)
+            except (EOFError, OSError, ValueError):
+                return target(*args)
+            for record in answer.records:
+                log = logging.getLogger(record.name)
+                if log.isEnabledFor(record.levelno):
+                    log.handle(record)
+            if answer.error is not None:
+                raise answer.error
+            return answer.value
+
+        return wait
+
+    def _receive(self, number: int) -> _Answer:
+        """The answer to call ``number`` (answers come in call order; those of earlier calls
+        nobody waited for are dropped).
+
+        Raises:
+            EOFError, OSError: the child is gone; ValueError: the pipe was closed here.
+        """
+        answer = None
+        while self._answers_received <= number:
+            answer = self.conn.recv()
+            self._answers_received += 1
+        if answer is None:
+            raise ValueError(f"call {number}: its answer was already taken")
+        return answer
+
+    def run(self, target: Callable[..., None] | str, *args: Any) -> None:
+        """Have the child call ``target(*args)`` (``target`` importable by name, or named by a
+        ``"module:function"`` string, imported in the child only; the arguments picklable;
+        :data:`OWN_PIPE` stands for the child's end of the pipe). A child that already exited
+        (e.g. exit code 1 from :func:`refuse_inside_own_child`) is left for the caller's liveness
+        checks: the send error is swallowed. Answers to calls nobody waited for are read first,
+        so that what the job sends back comes next on the pipe."""
+        try:
+            if self._answers_received < self._calls_sent:
+                self._receive(self._calls_sent - 1)
             self.conn.send((target, args))
-        except OSError:
+        except (EOFError, OSError, ValueError):
             pass
 
     def discard(self) -> None:
@@ -192,6 +318,12 @@ def start_server_children() -> None:
     if not _atexit_registered:
         atexit.register(discard_all)
         _atexit_registered = True
+
+
+def started(role: str) -> PrewarmedChild | None:
+    """The child of ``role`` started by :func:`start_server_children` and not taken yet (it stays
+    there for :func:`take`), or ``None``."""
+    return _started.get(role)
 
 
 def take(role: str) -> PrewarmedChild:
