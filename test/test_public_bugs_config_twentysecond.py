@@ -7,12 +7,13 @@ Faults found here, fixed:
 
 * The rope parameters were taken as they came: a ``rope_theta`` / ``compress_rope_theta`` of 0 or
   below built rotary tables of ``inf`` / NaN frequencies (mlx-node/mlx-node#117); a ``factor`` of
-  ``null``, a string, or below 1, an ``attention_factor`` of 0 or below, or ``beta_fast`` below
-  ``beta_slow`` were accepted (transformers only logs a warning) and gave non-finite tables, tables
-  scaled to nothing, or a ``TypeError`` deep inside torch (NVIDIA-NeMo/Safe-Synthesizer#713); an
-  ``original_max_position_embeddings`` of 0 divided by zero inside transformers. Each is now a
-  ``ValueError`` naming the field (``configs/rope_check.py``), checked before transformers'
-  validators and again on the ropes transformers built.
+  ``null``, a string, or below 1, an ``attention_factor`` of 0 or below, ``beta_fast`` below
+  ``beta_slow`` or a llama3 ``high_freq_factor`` not above its ``low_freq_factor`` were accepted
+  (transformers only logs a warning) and gave non-finite tables, tables scaled to nothing, or a
+  ``TypeError`` deep inside torch (NVIDIA-NeMo/Safe-Synthesizer#713); an
+  ``original_max_position_embeddings`` or a llama3 ``low_freq_factor`` of 0 divided by zero inside
+  transformers. Each is now a ``ValueError`` naming the field (``configs/rope_check.py``), checked
+  before transformers' validators and again on the ropes transformers built.
 * ``max_position_embeddings: 0`` was read as the model's context length (qdrant/fastembed#685); it
   is now refused with the other non-positive sizes.
 
@@ -48,6 +49,8 @@ TINY = json.loads((FIXTURES / "tiny-DeepseekV4ForCausalLM.config.json").read_tex
 FLASH = json.loads((FIXTURES / "DeepSeek-V4-Flash.config.json").read_text())
 #: The official release's YaRN block (``rope_scaling`` of DeepSeek-V4-Flash's config.json).
 YARN = dict(FLASH["rope_scaling"])
+#: A llama3 rope (transformers' ``rope_type: "llama3"`` keys); merged over :data:`YARN`.
+LLAMA3 = {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
 _META = ("architectures", "auto_map", "torch_dtype", "dtype", "transformers_version", "model_type")
 
 
@@ -126,6 +129,8 @@ def test_mlx_node_117_rope_base_that_is_not_positive_is_refused(field: str, valu
         ("factor", {"factor": 0.5}),
         ("attention_factor", {"attention_factor": -1.0}),
         ("beta_fast", {"beta_fast": 1, "beta_slow": 32}),
+        ("high_freq_factor", LLAMA3 | {"high_freq_factor": 1.0}),
+        ("high_freq_factor", LLAMA3 | {"low_freq_factor": 4.0, "high_freq_factor": 1.0}),
     ],
 )
 def test_safe_synthesizer_713_rope_values_transformers_only_warns_about_are_refused(
@@ -134,7 +139,8 @@ def test_safe_synthesizer_713_rope_values_transformers_only_warns_about_are_refu
     """NVIDIA-NeMo/Safe-Synthesizer#713: a ``null`` rope scaling factor was not rejected cleanly
     (it reached the code that computes with it). Expected: for each YaRN value that transformers'
     own validator flags (it logs a warning naming the field, then builds the config anyway), the
-    runtime refuses the config with a ``ValueError`` naming the same field."""
+    runtime refuses the config with a ``ValueError`` naming the same field (YaRN's and llama3's
+    values alike)."""
     raw = _tiny(rope_scaling={**YARN, **change})
     assert any(key in m for m in _hf_warnings(raw)), _hf_warnings(raw)
     with pytest.raises(ValueError, match=key):
@@ -150,6 +156,8 @@ def test_safe_synthesizer_713_rope_values_transformers_only_warns_about_are_refu
         ("original_max_position_embeddings", {"original_max_position_embeddings": None}),
         ("attention_factor", {"attention_factor": 0.0}),
         ("beta_slow", {"beta_slow": "1"}),
+        ("low_freq_factor", LLAMA3 | {"low_freq_factor": 0.0}),
+        ("low_freq_factor", LLAMA3 | {"low_freq_factor": None}),
     ],
 )
 def test_safe_synthesizer_713_rope_values_that_fail_inside_the_math_name_their_field(

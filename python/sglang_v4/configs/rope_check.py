@@ -44,7 +44,10 @@ def check_rope_parameters(params: dict[str, Any], where: str, theta_field: str =
             integer (``null`` included);
             ``attention_factor`` not a positive finite number; ``beta_fast`` / ``beta_slow`` /
             ``mscale`` / ``mscale_all_dim`` not finite numbers, or ``beta_fast`` below ``beta_slow``
-            (transformers' rule: the ramp of YaRN's correction range would run backwards).
+            (transformers' rule: the ramp of YaRN's correction range would run backwards); for a
+            ``llama3`` rope, ``low_freq_factor`` / ``high_freq_factor`` not positive finite numbers
+            or ``high_freq_factor`` not above ``low_freq_factor`` (transformers' rule; the smoothing
+            divides by their difference).
     """
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type != "default" and rope_type not in _FACTOR_TYPES:
@@ -70,6 +73,17 @@ def check_rope_parameters(params: dict[str, Any], where: str, theta_field: str =
         v = params.get(key)
         if v is not None and not _number(v):
             raise ValueError(f"{where}: {key} must be a finite number, got {v!r}")
+    if rope_type == "llama3":
+        low, high = params.get("low_freq_factor"), params.get("high_freq_factor")
+        for key, v in (("low_freq_factor", low), ("high_freq_factor", high)):
+            if not (_number(v) and v > 0):
+                raise ValueError(
+                    f"{where}: {key} of a 'llama3' rope must be a positive finite number, got {v!r}"
+                )
+        if high <= low:
+            raise ValueError(
+                f"{where}: high_freq_factor ({high!r}) must be greater than low_freq_factor ({low!r})"
+            )
     fast, slow = params.get("beta_fast"), params.get("beta_slow")
     if rope_type == "yarn" and (32 if fast is None else fast) < (1 if slow is None else slow):
         raise ValueError(f"{where}: beta_fast ({fast!r}) must not be below beta_slow ({slow!r})")
