@@ -21,6 +21,8 @@ from typing import Any
 from huggingface_hub.errors import StrictDataclassError
 from transformers import DeepseekV4Config
 
+from sglang_v4.configs.rope_check import check_raw_rope_dicts, check_rope_parameters
+
 logger = logging.getLogger(__name__)
 
 SLIDING = "sliding_attention"
@@ -50,7 +52,8 @@ def check_supported(hf: DeepseekV4Config) -> None:
     Raises:
         ValueError: naming the field: ``scoring_func`` outside :data:`SCORING_FUNCS`,
             ``hidden_act`` outside :data:`HIDDEN_ACTS`, ``mlp_bias`` true (biased shared-expert
-            linears), a ``rope_parameters`` type outside :data:`ROPE_TYPES`, ``index_head_dim``
+            linears), a ``rope_parameters`` type outside :data:`ROPE_TYPES` or a rope value that
+            gives no usable table (:func:`~sglang_v4.configs.rope_check.check_rope_parameters`), ``index_head_dim``
             below the compress rope's dimension (HF's indexer rotates that many channels of each
             indexer head), a non-positive size (``num_hidden_layers`` 0 included: transformers
             builds a model of no decoder layers, which has no KV layout to serve),
@@ -71,7 +74,7 @@ def check_supported(hf: DeepseekV4Config) -> None:
         "num_hidden_layers", "vocab_size", "hidden_size", "num_attention_heads", "head_dim", "q_lora_rank", "o_groups",
         "o_lora_rank", "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok",
         "index_n_heads", "index_head_dim", "index_topk", "sliding_window", "hc_mult",
-        "hc_sinkhorn_iters",
+        "hc_sinkhorn_iters", "max_position_embeddings",
     ):  # fmt: skip
         v = getattr(hf, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -91,6 +94,8 @@ def check_supported(hf: DeepseekV4Config) -> None:
             raise ValueError(f"compress_rates: the {kind} rate ({t!r}) must be a positive integer, got {r!r}")
     for kind in ("main", "compress"):
         params = hf.rope_parameters[kind]
+        theta_field = "rope_theta" if kind == "main" else "compress_rope_theta"
+        check_rope_parameters(params, f"rope_parameters[{kind}]", theta_field)
         rope_type = params.get("rope_type", "default")
         if rope_type not in ROPE_TYPES:
             raise ValueError(
@@ -396,6 +401,7 @@ class ModelConfig:
         """
         check_raw_config(raw)
         raw = _normalize_raw_config(raw)
+        check_raw_rope_dicts(raw)  # before transformers' validators divide by / compare its values
         mt = raw.pop("model_type", "deepseek_v4")
         if mt not in ("deepseek_v4", "deepseek_v4_flash"):
             raise ValueError(f"model_type: expected 'deepseek_v4', got {mt!r}")
