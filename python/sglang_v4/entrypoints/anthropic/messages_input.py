@@ -15,7 +15,9 @@
   must be a boolean and adds nothing to the prompt, as DeepSeek's own Messages converter
   (``deepseek-recipe``), SGLang's and vLLM's Anthropic adapters render it; the tool's own error
   text tells the model the call failed). The blocks keep their order: ``[tool_result, tool_result, text]`` is two tool messages
-  and then a user message. An ``assistant`` message's ``text`` blocks are its content,
+  and then a user message. Each ``tool_use`` needs its ``tool_result`` in the very next message
+  (Anthropic's 400 ``messages.N: `tool_use` ids were found without `tool_result` blocks
+  immediately after``, N that next message). An ``assistant`` message's ``text`` blocks are its content,
   ``thinking`` blocks its ``reasoning_content`` (the ``signature`` is not checked;
   ``redacted_thinking`` blocks are dropped: their data is another model's) and ``tool_use``
   blocks its ``tool_calls`` (``input`` as the JSON arguments, the block's ``id`` as the call id).
@@ -250,6 +252,28 @@ def _user_messages(blocks: Sequence[Any], field: str, answerable: set[str]) -> l
     return out
 
 
+def _check_tool_uses_answered(
+    calls: Sequence[str], converted: Sequence[Mapping[str, Any]], index: int
+) -> None:
+    """The message right after an assistant message with ``tool_use`` blocks (``index``, converted
+    to ``converted``) answers each of them with a ``tool_result`` block.
+
+    Anthropic's rule and words (DeepSeek's own Messages converter refuses it alike).
+
+    Raises:
+        RequestError: 400 ``messages.{index}: `tool_use` ids were found without `tool_result`
+            blocks immediately after: <ids>. ...`` (``param`` ``messages.{index}``).
+    """
+    answered = {m.get("tool_call_id") for m in converted if m.get("role") == "tool"}
+    missing = [c for c in calls if c not in answered]
+    if missing:
+        raise _error(
+            f"messages.{index}",
+            f"`tool_use` ids were found without `tool_result` blocks immediately after: {', '.join(missing)}. "
+            "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+        )
+
+
 def messages_to_chat(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], bool]:
     """The chat messages of a Messages ``messages`` list (module docstring), and whether the last
     one is an assistant prefill to continue.
@@ -263,29 +287,30 @@ def messages_to_chat(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], boo
     if not messages:
         raise _error("messages", "must contain at least one message.")
     out: list[dict[str, Any]] = []
-    answerable: set[str] = set()  # the tool_use ids of the preceding assistant message
+    calls: list[str] = []  # the tool_use ids of the preceding assistant message, in order
     for i, m in enumerate(messages):
         field = f"messages.{i}.content"
         content = m.content
+        start = len(out)
         if m.role == "system":
             text = content if isinstance(content, str) else _texts(content, field, "system")
             out.append({"role": "system", "content": text})
-            answerable = set()  # a tool_result must come right after its tool_use
         elif m.role == "assistant":
             msg = (
                 {"role": "assistant", "content": content}
                 if isinstance(content, str)
                 else _assistant_message(content, field)
             )
-            answerable = {c["id"] for c in msg.get("tool_calls", [])}
             out.append(msg)
         else:
             out += (
                 [{"role": "user", "content": content}]
                 if isinstance(content, str)
-                else _user_messages(content, field, answerable)
+                else _user_messages(content, field, set(calls))
             )
-            answerable = set()
+        _check_tool_uses_answered(calls, out[start:], i)
+        # a tool_result must come right after its tool_use
+        calls = [c["id"] for c in out[-1].get("tool_calls", [])] if m.role == "assistant" else []
     prefill = messages[-1].role == "assistant"
     if prefill and out[-1].get("tool_calls"):
         raise _error(

@@ -79,6 +79,7 @@ from sglang_v4.entrypoints.openai.chat_prepare import (
     chat_echo_text,
     grammar_after_reasoning,
 )
+from sglang_v4.entrypoints.openai.chat_tool_pairing import check_tool_call_pairing
 from sglang_v4.entrypoints.openai.dsml_markup import scrub_dsml
 from sglang_v4.entrypoints.openai.logprob_limits import (
     check_chat_top_logprobs,
@@ -226,6 +227,12 @@ class ChatMixin(ChatStreamMixin):
     # ------------------------------------------------------------------ non-streaming
     async def _chat(self, request: Request) -> Response:
         req: ChatCompletionRequest = await self._parse(request, ChatCompletionRequest)
+        check_tool_call_pairing(
+            [
+                {"role": m.role, "tool_calls": m.tool_calls, "tool_call_id": m.tool_call_id}
+                for m in req.messages
+            ]
+        )
         run = await self._prepare_chat(req)
         try:
             if req.stream:
