@@ -14,12 +14,14 @@ from typing import Any
 
 import anthropic
 import pytest
+from chat_tools_testutil import WEATHER, ChunkTM, _folded, _message, accumulate, client_for
+from dsml_testutil import dsml_block as _block
+from dsml_testutil import dsml_invoke as _invoke
+from dsml_testutil import dsml_param as _param
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sglang_v4.entrypoints.anthropic import create_anthropic_router
 from sglang_v4.entrypoints.openai import create_openai_router
-from test_chat_tool_stream_agreement import ChunkTM, _block, _folded, _invoke, _message, _param
-from test_openai_tools import WEATHER, accumulate, client_for
 from transformers import PreTrainedTokenizerFast
 
 D = "｜DSML｜"

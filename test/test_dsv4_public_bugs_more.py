@@ -27,11 +27,13 @@ from typing import Any
 
 import pytest
 import torch
+from chat_tools_testutil import ChunkTM, ScriptedTM, _folded, _message, accumulate, client_for
+from dsml_testutil import dsml_block as _block
+from dsml_testutil import dsml_invoke as _invoke
+from dsml_testutil import dsml_param as _param
 from dsv4_testutil import BASE, CSA, HCA, SL, Driver, hf_logprobs, make_twin, random_ids
 from sglang_v4.entrypoints.chat_encoding import BOS, EOS, encode_messages
 from sglang_v4.entrypoints.openai.tool_parser import DsmlToolParser, parse_tool_calls
-from test_chat_tool_stream_agreement import ChunkTM, _block, _folded, _invoke, _message, _param
-from test_openai_tools import ScriptedTM, accumulate, client_for
 from transformers import PreTrainedTokenizerFast
 
 D = "｜DSML｜"
