@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from test_kernels_compile_all import HERE, REPRESENTATIVE, _env, record_script
+from kernels_compile_testutil import HERE, REPRESENTATIVE, _env, record_script
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 

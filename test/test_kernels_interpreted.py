@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_kernels_compile_all import HERE, REPRESENTATIVE, _env
+from kernels_compile_testutil import HERE, REPRESENTATIVE, _env
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 
