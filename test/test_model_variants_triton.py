@@ -214,7 +214,7 @@ def test_fp32_dots_follow_torch_tf32_setting() -> None:
 def test_variant_through_triton_kernels_matches_hf(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime with every op's Triton kernel (the reference where the shapes call for it) on CPU
     tensors, against HF; the fallbacks are taken exactly where the variant's shapes need them."""
-    import test_model_config_variants as V
+    import model_config_testutil as V
     from dsv4_testutil import Driver, hf_logprobs, random_ids
 
     fell_back: set[str] = set()
@@ -277,7 +277,7 @@ def _force_triton(monkeypatch: pytest.MonkeyPatch, fell_back: set[str] | None = 
 def test_variant_forwards_for_the_launch_record(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CUDA test's forwards of every variant (300 tokens in chunks of 100) with the launches
     recorded and not executed (``SGLANG_V4_LAUNCH_DRY=1``): what the H200 compiles for them."""
-    import test_model_config_variants as V
+    import model_config_testutil as V
     from dsv4_testutil import Driver, make_twin, random_ids
 
     _force_triton(monkeypatch)
