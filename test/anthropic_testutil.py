@@ -90,3 +90,15 @@ def post(tc: TestClient, body: dict[str, Any]) -> tuple[dict[str, Any], list[dic
             open_index = None
     assert open_index is None
     return r.json(), events
+
+
+def _anthropic_client(tm: Any) -> anthropic.Anthropic:
+    """The ``anthropic`` client over an app serving the OpenAI and Anthropic routes on ``tm``."""
+    sa = SimpleNamespace(served_model_name="m", model_path=None, api_key=None, enable_cache_report=False)
+    app = FastAPI()
+    router = create_openai_router(tm, sa)
+    app.include_router(router)
+    app.include_router(create_anthropic_router(router.serving))
+    return anthropic.Anthropic(
+        base_url="http://testserver", api_key="x", http_client=TestClient(app), max_retries=0
+    )

@@ -148,12 +148,12 @@ _INTERPRETED_TIER = pytest.StashKey[object]()
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """When a selected test uses ``interpreted_kernel_tier``, start that run now, in the
-    background (``test_kernels_interpreted.start_interpreted_tier``): it then overlaps the tests
+    background (``kernels_compile_testutil.start_interpreted_tier``): it then overlaps the tests
     collected before its users instead of running while they wait."""
     if session.config.option.collectonly:
         return
     if any("interpreted_kernel_tier" in getattr(item, "fixturenames", ()) for item in session.items):
-        from test_kernels_interpreted import start_interpreted_tier
+        from kernels_compile_testutil import start_interpreted_tier
 
         workdir = Path(tempfile.mkdtemp(prefix="interpreted_tier_"))
         session.config.stash[_INTERPRETED_TIER] = start_interpreted_tier(workdir)
@@ -175,7 +175,7 @@ def interpreted_kernel_tier(request: pytest.FixtureRequest, tmp_path_factory: py
     shared by that test (the cases pass) and ``test_kernels_entry_alignment`` (the quantized-codec
     launches compile for sm_90 with accesses no wider than the entry alignment). The run was
     started at collection (:func:`pytest_collection_finish`); this waits for it to end."""
-    from test_kernels_interpreted import start_interpreted_tier
+    from kernels_compile_testutil import start_interpreted_tier
 
     run = request.config.stash.get(_INTERPRETED_TIER, None)
     if run is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -94,3 +96,71 @@ def compile_log(log: str) -> tuple[int, str]:
         text=True,
     )
     return proc.returncode, proc.stdout[-20000:] + proc.stderr[-4000:]
+
+
+QUANTIZED = [
+    "test_kernels_indexer.py::test_indexer_topk_quantized_keys",
+    "test_kernels_attention.py::test_paged_attention_fp8_pools",
+    "test_kernels_kv_codec.py",
+    "test_kernels_compressor_state.py::test_compress_windows_quantized_pools",
+    "test_kernels_moe_fp4_fp8.py::test_fp8_product_vs_float64[shift-pair-fused-dsplit1]",
+    "test_kernels_moe_fp4_fp8.py::test_e4m3_decode_every_byte",
+    # the opt-in word decodes of the FP8 linear and the FP4 MoE (every e4m3 code through the dot)
+    "test_kernels_fp8_gemm.py::test_w8a16_words_every_code_through_the_mma",
+    "test_kernels_moe_fp4.py::test_decode_variants_vs_float64[fused_dsplit1_words]",
+    # the opt-in indexer scoring form with the head sum as a second dot, two tokens per dot
+    "test_kernels_indexer_extend.py::test_extend_topk_exact_with_short_rows[None-keys_wdot_pairs-2-64-4-2-8]",
+]
+
+
+#: the consumers of merged-projection outputs on column views (6 cases)
+MERGED_VIEWS = ["test_kernels_merged_views.py"]
+
+
+@dataclass
+class InterpretedTierRun:
+    """The interpreted kernel cases running in a pytest subprocess (:func:`start_interpreted_tier`).
+
+    Attributes:
+        proc: the subprocess (its stdout and stderr go to files in ``workdir``).
+        workdir: the directory of its output files and of the launch recording.
+        log: the pickle of recorded launches (``kernel_launch_record.load`` reads it).
+    """
+
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+    log: str
+
+    def wait(self, timeout_s: float = 1200.0) -> subprocess.CompletedProcess[str]:
+        """Wait for the run to end (killed after ``timeout_s`` seconds from now, then
+        ``subprocess.TimeoutExpired``); the finished process with its stdout / stderr as text. It
+        does not check the outcome."""
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        out, err = ((self.workdir / name).read_text(errors="replace") for name in ("stdout", "stderr"))
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+
+    def stop(self) -> None:
+        """Kill the run if it is still going (the session ended without waiting for it)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_interpreted_tier(workdir: Path) -> InterpretedTierRun:
+    """Start the interpreted kernel cases (:data:`REPRESENTATIVE`, :data:`QUANTIZED`,
+    :data:`MERGED_VIEWS`) in a pytest subprocess under ``TRITON_INTERPRET=1``, recording every
+    launch to ``workdir / "launches.pkl"``; it runs while the caller goes on (``conftest.py``
+    starts it once the session's tests are collected, so that it overlaps them)."""
+    log = str(workdir / "launches.pkl")
+    env = _env(True)
+    env["SGLANG_V4_LAUNCH_LOG"] = log
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "kernel_launch_record"]
+    cmd += ["-rs", *REPRESENTATIVE, *QUANTIZED, *MERGED_VIEWS]
+    with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
+        proc = subprocess.Popen(cmd, cwd=HERE, env=env, stdout=out, stderr=err)
+    return InterpretedTierRun(proc, workdir, log)

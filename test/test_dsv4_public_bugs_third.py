@@ -398,7 +398,7 @@ def test_vllm_55927_next_token_at_every_prompt_length_mod_4_matches_hf() -> None
 
     import torch
     from dsv4_testutil import Driver, hf_logprobs, make_twin
-    from test_dsv4_public_bugs_more import REPORT_CFG
+    from public_bug_configs_testutil import REPORT_CFG
 
     twin = make_twin("report_cfg_55927", seed=3, cfg=copy.deepcopy(REPORT_CFG))
     full = random_ids(135, seed=55927)

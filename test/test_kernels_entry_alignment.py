@@ -135,7 +135,7 @@ def scans(
     interpreted_kernel_tier: tuple[subprocess.CompletedProcess[str], str],
     tmp_path_factory,
 ) -> list[dict]:
-    from test_kernels_interpreted import QUANTIZED
+    from kernels_compile_testutil import QUANTIZED
 
     proc, tier_log = interpreted_kernel_tier
     assert set(RECORDED) <= set(QUANTIZED + REPRESENTATIVE), RECORDED

@@ -245,7 +245,7 @@ def test_requests_held_while_paused_are_aborted_and_failed_at_sigterm(
 def test_requests_held_while_paused_fail_when_the_scheduler_dies(
     tmp_path: Path, started: list[ServerHandle]
 ) -> None:
-    from test_server_crash import _child_named
+    from server_crash_testutil import _child_named
 
     h = _server(tmp_path, started)
     r = requests.post(h.url + "/pause_generation", json={"mode": "in_place"}, timeout=30)
