@@ -158,14 +158,14 @@ def _xdist_shared_tier_dir(config: pytest.Config) -> Path | None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """When a selected test uses ``interpreted_kernel_tier``, start that run now, in the
-    background (``test_kernels_interpreted.start_interpreted_tier``): it then overlaps the tests
+    background (``kernels_compile_testutil.start_interpreted_tier``): it then overlaps the tests
     collected before its users instead of running while they wait. Under ``pytest -n`` every
     worker collects every test: the first to create the shared directory starts the one run and
     publishes its exit status there; the others wait for it if they get its users."""
     if session.config.option.collectonly:
         return
     if any("interpreted_kernel_tier" in getattr(item, "fixturenames", ()) for item in session.items):
-        from test_kernels_interpreted import start_interpreted_tier
+        from kernels_compile_testutil import start_interpreted_tier
 
         shared = _xdist_shared_tier_dir(session.config)
         if shared is None:
@@ -206,7 +206,7 @@ def interpreted_kernel_tier(request: pytest.FixtureRequest, tmp_path_factory: py
     launches compile for sm_90 with accesses no wider than the entry alignment). The run was
     started at collection (:func:`pytest_collection_finish`), under ``pytest -n`` by one worker
     for all of them; this waits for it to end."""
-    from test_kernels_interpreted import start_interpreted_tier, wait_published
+    from kernels_compile_testutil import start_interpreted_tier, wait_published
 
     run = request.config.stash.get(_INTERPRETED_TIER, None)
     if run is not None:

@@ -45,10 +45,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chat_tools_testutil import WEATHER, CharTM, client_for
 from responses_testutil import final_response
 from server_fixture import ServerHandle, real_env, start_server
-from test_openai_tools import WEATHER, client_for
-from test_reasoning_tool_cut import CharTM
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")

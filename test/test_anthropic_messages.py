@@ -12,92 +12,17 @@ processes are in ``test_anthropic_messages_server.py``.
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
 import anthropic
 import openai
 import pytest
-from anthropic.types import Message, MessageTokensCount, RawMessageStreamEvent
+from anthropic.types import MessageTokensCount
+from anthropic_testutil import CHAT_WEATHER, KEY, WEATHER, make_clients, post
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, blocks, prompt_reply
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
-from pydantic import TypeAdapter
-from responses_testutil import sse
-from sglang_v4.entrypoints.anthropic import create_anthropic_router
-from sglang_v4.entrypoints.openai import create_openai_router
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(300)
-
-KEY = "s3cret"
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather of a city",
-    "input_schema": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-        "required": ["city"],
-    },
-}
-CHAT_WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city",
-        "parameters": WEATHER["input_schema"],
-    },
-}
-EVENTS = TypeAdapter(RawMessageStreamEvent)
-
-
-def make_clients(
-    tm: PromptTM, api_key: str | None = None, cache_report: bool = False, auto_truncate: bool = False
-) -> tuple[anthropic.Anthropic, openai.OpenAI, TestClient]:
-    sa = SimpleNamespace(
-        served_model_name=MODEL,
-        model_path=None,
-        api_key=api_key,
-        enable_cache_report=cache_report,
-        allow_auto_truncate=auto_truncate,
-    )
-    app = FastAPI()
-    router = create_openai_router(tm, sa)
-    app.include_router(router)
-    app.include_router(create_anthropic_router(router.serving))
-    tc = TestClient(app)
-    key = api_key or "x"
-    client = anthropic.Anthropic(base_url="http://testserver", api_key=key, http_client=tc, max_retries=0)
-    oa = openai.OpenAI(base_url="http://testserver/v1", api_key=key, http_client=tc, max_retries=0)
-    return client, oa, tc
-
-
-def post(tc: TestClient, body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The message of ``body`` non-streamed and the events of it streamed, both validated
-    against the ``anthropic`` client's types; the stream's event order is Anthropic's."""
-    r = tc.post("/v1/messages", json={"model": MODEL, "max_tokens": 100, **body})
-    assert r.status_code == 200, r.text
-    Message.model_validate(r.json())
-    s = tc.post("/v1/messages", json={"model": MODEL, "max_tokens": 100, **body, "stream": True})
-    assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
-    events = sse(s.text)
-    for ev in events:
-        if ev["type"] != "ping":
-            EVENTS.validate_python(ev)
-    kinds = [e["type"] for e in events if e["type"] != "ping"]
-    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
-    open_index = None
-    for ev in events:  # one block open at a time, indices from 0 in order
-        if ev["type"] == "content_block_start":
-            assert open_index is None
-            open_index = ev["index"]
-        elif ev["type"] == "content_block_delta":
-            assert ev["index"] == open_index
-        elif ev["type"] == "content_block_stop":
-            assert ev["index"] == open_index
-            open_index = None
-    assert open_index is None
-    return r.json(), events
 
 
 def chat(oa: openai.OpenAI, messages: list[dict[str, Any]], **kw: Any) -> Any:

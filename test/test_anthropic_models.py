@@ -13,8 +13,8 @@ import anthropic
 import openai
 import pytest
 from anthropic.types import ModelInfo
+from anthropic_testutil import KEY, make_clients
 from fake_prompt_tm import MODEL, PromptTM
-from test_anthropic_messages import KEY, make_clients
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(120)

@@ -376,7 +376,7 @@ def test_spurious_arguments_wrapper_is_removed(text: str, want: dict) -> None:
     (the test_openai_tool_parser ones), the arguments text is the non-streamed one. Oracle: the
     expected dicts, written out by hand; ``json.loads``."""
     from sglang_v4.entrypoints.openai.tool_parser import DsmlToolParser, parse_tool_calls
-    from test_openai_tool_parser import chunkings
+    from tool_parser_testutil import chunkings
 
     content, calls, complete = parse_tool_calls(text, _SCHEMAS)
     assert content == "" and complete and [json.loads(c.arguments) for c in calls] == [want]
@@ -439,7 +439,7 @@ def test_malformed_invoke_keeps_its_valid_siblings() -> None:
     block is dropped and the text after it is content, streamed in every chunking as parsed
     whole. Oracle: the positions in the hand-written text, ``json.loads``."""
     from sglang_v4.entrypoints.openai.tool_parser import parse_tool_calls
-    from test_openai_tool_parser import TOOLS, block, chunkings, invoke, run_stream
+    from tool_parser_testutil import TOOLS, block, chunkings, invoke, run_stream
 
     good = invoke("get_weather", ("city", "true", "Paris"))
     text = "Two calls." + block(good, invoke("book", ("pax", "false", "two"))) + "\nSorry."

@@ -12,8 +12,10 @@ import json
 from typing import Any
 
 import pytest
-from test_chat_tool_stream_agreement import ChunkTM, _block, _both, _both_but_the_sent_call, _invoke, _param
-from test_openai_tools import WEATHER, accumulate, client_for
+from chat_tools_testutil import WEATHER, ChunkTM, _both, _both_but_the_sent_call, accumulate, client_for
+from dsml_testutil import dsml_block as _block
+from dsml_testutil import dsml_invoke as _invoke
+from dsml_testutil import dsml_param as _param
 from transformers import PreTrainedTokenizerFast
 
 D = "｜DSML｜"

@@ -23,124 +23,17 @@ stream accumulator (``client.chat.completions.stream``).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from chat_tools_testutil import WEATHER, ChunkTM, _both, _both_but_the_sent_call, _message, client_for
 from dsml_testutil import DSML
 from dsml_testutil import dsml_block as _block
 from dsml_testutil import dsml_invoke as _invoke
 from dsml_testutil import dsml_param as _param
-from test_openai_tools import WEATHER, client_for
 from transformers import PreTrainedTokenizerFast
 
 D = DSML
-EOS_ID = 1
-
-
-class ChunkTM:
-    """Generates ``reply`` token by token, ``per_chunk`` tokens per streamed chunk, with the
-    engine's stop-string, ``max_new_tokens`` and EOS behaviour (module docstring). With
-    ``eos_chunk`` the finish comes in a chunk of its own that adds no text (the EOS token)."""
-
-    def __init__(self, tokenizer: Any, reply: str, per_chunk: int = 1, eos_chunk: bool = False) -> None:
-        self.tokenizer = tokenizer
-        self.vocab_size = len(tokenizer)
-        self.context_len = 4096
-        self.reply = reply
-        self.per_chunk = per_chunk
-        self.eos_chunk = eos_chunk
-        self.received: list[Any] = []
-
-    @staticmethod
-    def _holdback(text: str, stops: list[str]) -> str:
-        keep = 0
-        for s in stops:
-            for n in range(min(len(s) - 1, len(text)), 0, -1):
-                if s.startswith(text[-n:]):
-                    keep = max(keep, n)
-                    break
-        return text[: len(text) - keep]
-
-    async def generate_request(self, obj: Any, request: Any = None) -> AsyncIterator[dict[str, Any]]:
-        self.received.append(obj)
-        sp = obj.sampling_params or {}
-        stop = sp.get("stop")
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        ids = self.tokenizer.encode(self.reply, add_special_tokens=False)
-        limit = sp.get("max_new_tokens")
-        finish: dict[str, Any] = {"type": "stop", "matched": EOS_ID}
-        if limit is not None and limit < len(ids):
-            ids, finish = ids[:limit], {"type": "length", "length": limit}
-        texts: list[str] = []
-        for j in range(1, len(ids) + 1):
-            text = self.tokenizer.decode(ids[:j])
-            hits = [(text.find(s), s) for s in stops if s in text]
-            if hits:
-                at, s = min(hits)
-                texts.append(text[:at])
-                ids, finish = ids[:j], {"type": "stop", "matched": s}
-                break
-            # the detokenizer holds back an incomplete UTF-8 character (U+FFFD so far)
-            texts.append(text if j == len(ids) else self._holdback(text.rstrip("\ufffd"), stops))
-        steps = list(range(self.per_chunk - 1, len(texts), self.per_chunk))
-        if not steps or steps[-1] != len(texts) - 1:
-            steps.append(len(texts) - 1)
-        outs = []
-        for n, j in enumerate(steps):
-            last = n == len(steps) - 1
-            meta = {
-                "id": "r",
-                "finish_reason": finish if last and not self.eos_chunk else None,
-                "prompt_tokens": 3,
-                "completion_tokens": j + 1,
-            }
-            outs.append({"text": texts[j], "output_ids": ids[: j + 1], "meta_info": meta})
-        if self.eos_chunk:
-            meta = dict(outs[-1]["meta_info"], finish_reason=finish)
-            outs.append({"text": texts[-1], "output_ids": ids, "meta_info": meta})
-        if obj.stream:
-            for o in outs:
-                yield o
-        else:
-            yield outs[-1]
-
-
-def _message(client: Any, **kw: Any) -> tuple[str, list[tuple[str, str]], str]:
-    """(content, [(name, arguments)], finish_reason) of the non-streamed response."""
-    ch = client.chat.completions.create(**kw).choices[0]
-    calls = [(c.function.name, c.function.arguments) for c in ch.message.tool_calls or []]
-    return ch.message.content or "", calls, ch.finish_reason
-
-
-def _folded(client: Any, **kw: Any) -> tuple[str, list[tuple[str, str]], str]:
-    """The same, folded from the stream by the ``openai`` client's own accumulator."""
-    with client.chat.completions.stream(**kw) as stream:
-        ch = stream.get_final_completion().choices[0]
-    calls = [(c.function.name, c.function.arguments) for c in ch.message.tool_calls or []]
-    return ch.message.content or "", calls, ch.finish_reason
-
-
-def _both(client: Any, **kw: Any) -> tuple[str, list[tuple[str, str]], str]:
-    """The non-streamed message, checked equal to the folded stream (well-formed calls)."""
-    ns, s = _message(client, **kw), _folded(client, **kw)
-    assert ns == s, (ns, s)
-    return ns
-
-
-def _both_but_the_sent_call(
-    client: Any, **kw: Any
-) -> tuple[tuple[str, list[tuple[str, str]], str], tuple[str, str] | None]:
-    """The non-streamed message and the call the stream sent before its invoke failed (None when
-    its invoke tag was never complete), checked against the documented difference: the folded
-    content is the non-streamed one, the folded calls the non-streamed calls and at most that one
-    more, last; the folded finish reason is the non-streamed one, but ``"stop"`` when that call
-    went out (a stream's ``"tool_calls"`` vouches for every call it sent)."""
-    ns, s = _message(client, **kw), _folded(client, **kw)
-    assert s[1][: len(ns[1])] == ns[1] and len(s[1]) <= len(ns[1]) + 1, (ns, s)
-    sent = s[1][-1] if len(s[1]) > len(ns[1]) else None
-    assert (s[0], s[2]) == (ns[0], ns[2] if sent is None else "stop"), (ns, s)
-    return ns, sent
 
 
 def _written_args(*params: tuple[str, bool, str]) -> str:

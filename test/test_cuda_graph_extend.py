@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from cuda_graph_testutil import _canonical_rows, _field, _replayed, _runner, _Seq, _states
 from dsv4_testutil import CONFIGS
 from sglang_v4.model_executor.cuda_graph_runner import (
     CudaGraphRunner,
@@ -29,7 +30,6 @@ from sglang_v4.model_executor.cuda_graph_runner import (
 )
 from sglang_v4.model_executor.forward_batch import PAD, ForwardBatchBuilder, ReqForwardInput
 from sglang_v4.model_executor.model_runner import ModelRunner
-from test_gpu_cuda_graph_padding import _canonical_rows, _field, _replayed, _runner, _Seq, _states
 
 MAX_CTX = 1024
 

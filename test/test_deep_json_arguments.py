@@ -17,9 +17,9 @@ import json
 import pytest
 from fake_prompt_tm import MODEL, PromptTM
 from fastapi.testclient import TestClient
+from responses_testutil import make_client
 from sglang_v4.entrypoints.openai.tool_parser import parse_tool_calls
-from test_openai_responses import make_client
-from test_openai_tool_parser import TOOLS, D, block, invoke, run_stream
+from tool_parser_testutil import TOOLS, D, block, invoke, run_stream
 from transformers import PreTrainedTokenizerFast
 
 DEEP_OPEN = "[" * 100_000  # the beginning of an array nested 100,000 deep

@@ -9,8 +9,8 @@ is served with its tool-call grammar built (``tool_choice: "required"``).
 from __future__ import annotations
 
 import pytest
+from chat_tools_testutil import ScriptedTM, client_for
 from sglang_v4.entrypoints.chat_encoding import MAX_TOOL_PARAMETERS_NESTING
-from test_openai_tools import ScriptedTM, client_for
 from transformers import PreTrainedTokenizerFast
 
 

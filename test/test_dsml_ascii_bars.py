@@ -326,10 +326,10 @@ def test_chat_route_reads_ascii_bar_calls(tok: Any, thinking: bool, bare: bool) 
 def test_messages_and_responses_routes_read_ascii_bar_calls(tok: Any) -> None:
     """The Anthropic Messages and Responses routes make the fullwidth reply's call of an
     ASCII-bar reply (``tool_use`` / ``function_call`` with the arguments written)."""
+    from anthropic_testutil import WEATHER as MESSAGES_WEATHER
+    from anthropic_testutil import make_clients
     from fake_prompt_tm import PromptTM
     from responses_testutil import WEATHER, post
-    from test_anthropic_messages import WEATHER as MESSAGES_WEATHER
-    from test_anthropic_messages import make_clients
 
     def read(reply: str) -> tuple[Any, Any, Any]:
         client, _, tc = make_clients(PromptTM(tok, reply=reply))

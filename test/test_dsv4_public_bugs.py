@@ -9,17 +9,14 @@ The model's text is written by hand and generated token by token by the fake eng
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
-import anthropic
 import pytest
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
-from sglang_v4.entrypoints.anthropic import create_anthropic_router
-from sglang_v4.entrypoints.openai import create_openai_router
-from test_chat_tool_stream_agreement import ChunkTM, _block, _folded, _invoke, _message, _param
-from test_openai_tools import WEATHER, accumulate, client_for
+from anthropic_testutil import _anthropic_client
+from chat_tools_testutil import WEATHER, ChunkTM, _folded, _message, accumulate, client_for
+from dsml_testutil import dsml_block as _block
+from dsml_testutil import dsml_invoke as _invoke
+from dsml_testutil import dsml_param as _param
 from transformers import PreTrainedTokenizerFast
 
 D = "｜DSML｜"
@@ -42,18 +39,6 @@ HISTORY = [
     {"role": "user", "content": "And in Bergen?"},
 ]
 CALL = _block(_invoke("get_weather", _param("city", True, "Bergen")))
-
-
-def _anthropic_client(tm: Any) -> anthropic.Anthropic:
-    """The ``anthropic`` client over an app serving the OpenAI and Anthropic routes on ``tm``."""
-    sa = SimpleNamespace(served_model_name="m", model_path=None, api_key=None, enable_cache_report=False)
-    app = FastAPI()
-    router = create_openai_router(tm, sa)
-    app.include_router(router)
-    app.include_router(create_anthropic_router(router.serving))
-    return anthropic.Anthropic(
-        base_url="http://testserver", api_key="x", http_client=TestClient(app), max_retries=0
-    )
 
 
 def _no_markup(*texts: str | None) -> None:

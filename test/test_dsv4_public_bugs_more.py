@@ -27,11 +27,14 @@ from typing import Any
 
 import pytest
 import torch
-from dsv4_testutil import BASE, CSA, HCA, SL, Driver, hf_logprobs, make_twin, random_ids
+from chat_tools_testutil import ChunkTM, ScriptedTM, _folded, _message, accumulate, client_for
+from dsml_testutil import dsml_block as _block
+from dsml_testutil import dsml_invoke as _invoke
+from dsml_testutil import dsml_param as _param
+from dsv4_testutil import Driver, hf_logprobs, make_twin, random_ids
+from public_bug_configs_testutil import REPORT_CFG, YARN
 from sglang_v4.entrypoints.chat_encoding import BOS, EOS, encode_messages
 from sglang_v4.entrypoints.openai.tool_parser import DsmlToolParser, parse_tool_calls
-from test_chat_tool_stream_agreement import ChunkTM, _block, _folded, _invoke, _message, _param
-from test_openai_tools import ScriptedTM, accumulate, client_for
 from transformers import PreTrainedTokenizerFast
 
 D = "｜DSML｜"
@@ -312,26 +315,6 @@ def test_sglang_15155_dsml_markers_survive_skip_special_tokens() -> None:
 # ---------------------------------------------------------------------------------------------
 # model math: HF transformers and float64 oracles
 # ---------------------------------------------------------------------------------------------
-
-YARN = {
-    "rope_type": "yarn",
-    "factor": 4.0,
-    "original_max_position_embeddings": 64,
-    "beta_fast": 32,
-    "beta_slow": 1,
-}
-#: sliding, CSA and HCA layers; distinct main / compress rope bases and a flat YaRN block (which the
-#: compressed layers alone take); a small ``swiglu_limit`` so that the experts' clamps bite.
-REPORT_CFG: dict[str, Any] = dict(
-    BASE,
-    layer_types=[SL, CSA, HCA, SL],
-    mlp_layer_types=["hash_moe", "moe", "moe", "moe"],
-    rope_theta=500.0,
-    compress_rope_theta=20000.0,
-    rope_parameters=YARN,
-    swiglu_limit=0.05,
-    max_position_embeddings=1024,
-)
 
 
 @functools.cache

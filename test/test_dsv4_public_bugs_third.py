@@ -18,9 +18,11 @@ import json
 from typing import Any
 
 import pytest
+from chat_tools_testutil import WEATHER, ChunkTM, _folded, _message, accumulate, client_for
+from dsml_testutil import dsml_block as _block
+from dsml_testutil import dsml_invoke as _invoke
+from dsml_testutil import dsml_param as _param
 from dsv4_testutil import random_ids
-from test_chat_tool_stream_agreement import ChunkTM, _block, _folded, _invoke, _message, _param
-from test_openai_tools import WEATHER, accumulate, client_for
 from transformers import PreTrainedTokenizerFast
 
 D = "｜DSML｜"
@@ -105,7 +107,7 @@ def test_vllm_41132_json_object_with_thinking_answers_in_content(
     ``reasoning_content``, the JSON object is ``content`` (``json.loads``), streamed and not; the
     grammar the route sent accepts the free reasoning then the object and refuses the object
     written without the reasoning's end."""
-    from test_openai_tools import _grammar_of
+    from chat_tools_testutil import _grammar_of
     from xgrammar.testing import _is_grammar_accept_string
 
     obj = {"location": "Oslo", "temperature": 4, "conditions": "rainy", "unit": "celsius"}
@@ -396,7 +398,7 @@ def test_vllm_55927_next_token_at_every_prompt_length_mod_4_matches_hf() -> None
 
     import torch
     from dsv4_testutil import Driver, hf_logprobs, make_twin
-    from test_dsv4_public_bugs_more import REPORT_CFG
+    from public_bug_configs_testutil import REPORT_CFG
 
     twin = make_twin("report_cfg_55927", seed=3, cfg=copy.deepcopy(REPORT_CFG))
     full = random_ids(135, seed=55927)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from typing import Any
 
 import pytest
+from engine_testutil import _assert_released
 from server_fixture import fake_output_text, hf_auto_tokenizer
 
 pytestmark = pytest.mark.timeout(240)
@@ -36,20 +36,6 @@ def engine(shared_fake_engine: Any) -> Any:
 def expected() -> Any:
     tok = hf_auto_tokenizer()
     return lambda n: fake_output_text(tok, n)
-
-
-def _assert_released(engine: Any, expected: Any) -> None:
-    """Within 30 s: no used pages, no running request, nothing left in the manager's table; then a
-    fresh request gives the fake model's known text."""
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        info = engine.get_server_info()
-        if info["kv_pool"]["used_pages"] == 0 and not engine.tokenizer_manager.rid_to_state:
-            break
-        time.sleep(0.05)
-    assert info["kv_pool"]["used_pages"] == 0, info["kv_pool"]
-    assert not engine.tokenizer_manager.rid_to_state
-    assert engine.generate(prompt="ok", sampling_params={"max_new_tokens": 3})["text"] == expected(3)
 
 
 def _interrupt_after(seconds: float) -> None:

@@ -17,11 +17,11 @@ import copy
 
 import pytest
 import torch
+from cuda_graph_testutil import PAGE, _Seq
 from dsv4_testutil import CONFIGS
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.model_executor.model_runner import ModelRunner
 from sglang_v4.server_args import ServerArgs
-from test_gpu_cuda_graph_padding import PAGE, _Seq
 
 pytestmark = [
     pytest.mark.gpu,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_testutil import DEVICE, INTERP, rel_err
+from kernels_attention_testutil import W, make_case, oracle
 from sgl_kernel_v4.dense_prefix import PrefixSegment, dense_prefix_segments
-from test_kernels_attention import W, make_case, oracle
 
 
 def test_segments_follow_the_definition() -> None:

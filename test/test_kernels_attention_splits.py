@@ -92,7 +92,7 @@ def test_split_counts_agree_with_reference(
     the combine's 8-split step) matches the float64 oracle; the default count is the key-bounded
     one, derived from the arguments' shapes."""
     import sgl_kernel_v4.triton.attention as attn
-    from test_kernels_attention import W, make_case, oracle, run
+    from kernels_attention_testutil import W, make_case, oracle, run
 
     T, H, D, n_comp = (3, 16, 64, 96) if INTERP else (5, 64, 512, 512)
     gen = torch.Generator().manual_seed(11)

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from test_kernels_compile_all import HERE, REPRESENTATIVE, _env, record_script
+from kernels_compile_testutil import HERE, REPRESENTATIVE, _env, record_script
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 
@@ -135,7 +135,7 @@ def scans(
     interpreted_kernel_tier: tuple[subprocess.CompletedProcess[str], str],
     tmp_path_factory,
 ) -> list[dict]:
-    from test_kernels_interpreted import QUANTIZED
+    from kernels_compile_testutil import QUANTIZED
 
     proc, tier_log = interpreted_kernel_tier
     assert set(RECORDED) <= set(QUANTIZED + REPRESENTATIVE), RECORDED

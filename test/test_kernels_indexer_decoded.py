@@ -15,8 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS
-from test_kernels_indexer import candidates, check_selection
-from test_kernels_indexer_extend import _ref64
+from kernels_indexer_testutil import _ref64, candidates, check_selection
 
 pytestmark = KERNEL_MARKS
 

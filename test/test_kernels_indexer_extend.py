@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_testutil import DEVICE, INTERP, KERNEL_MARKS
-from test_kernels_indexer import candidates, check_selection, paged_case
+from kernels_indexer_testutil import _ref64, candidates, check_selection, paged_case
 
 pytestmark = KERNEL_MARKS
 
@@ -56,23 +56,6 @@ def _order_key(scores: torch.Tensor) -> torch.Tensor:
     s = torch.where(scores == 0, torch.zeros_like(scores), scores)
     i = s.view(torch.int32)
     return i ^ ((i >> 31) & 0x7FFFFFFF)
-
-
-def _ref64(q, w, kv64, cand, scale, chunk: int = 16) -> torch.Tensor:
-    """float64 scores [T, C] of the gathered candidates (HF DeepseekV4IndexerScorer), -inf invalid.
-
-    Computed on ``DEVICE`` in chunks of ``chunk`` tokens (a [T, C, D] gather of a prefill-sized
-    case is ~10 GB in float64; on the CPU it stalls a test shard for minutes)."""
-    dev = torch.device(DEVICE)
-    kv = kv64.to(dev)
-    out = []
-    for t0 in range(0, q.shape[0], chunk):
-        c = cand[t0 : t0 + chunk].to(dev)
-        k = kv[c.clamp(min=0)]
-        s = torch.relu(torch.einsum("thd,tcd->thc", q[t0 : t0 + chunk].to(dev).double(), k) * scale)
-        s = torch.einsum("thc,th->tc", s, w[t0 : t0 + chunk].to(dev).double())
-        out.append(s.masked_fill(c < 0, float("-inf")).cpu())
-    return torch.cat(out)
 
 
 def _dev(case: dict) -> dict:

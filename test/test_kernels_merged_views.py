@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_testutil import DEVICE, KERNEL_MARKS
-from test_kernels_compressor_state import CASES, DTYPES, _batch, _clone, _compress_args, _inputs, _triton
+from kernels_compressor_testutil import CASES, DTYPES, _batch, _clone, _compress_args, _inputs, _triton
 
 pytestmark = KERNEL_MARKS
 

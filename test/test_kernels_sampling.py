@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_testutil import DEVICE, KERNEL_MARKS
+from sampling_testutil import close_to_ref, nonfinite_rows, ref_scaled
 from sglang_v4.sampling import logprobs as torch_path
-from test_sampling_finite_limit import close_to_ref, nonfinite_rows, ref_scaled
 
 pytestmark = KERNEL_MARKS
 

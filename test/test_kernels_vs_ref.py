@@ -135,10 +135,10 @@ def test_compressor_state_vs_ref(dev: str) -> None:
     """The in-place window / state kernels on serving shapes in bf16 (CSA main d 512, CSA indexer
     d 128, HCA d 512 with m 128; a decode of 7 requests and an extend): entries within bf16
     rounding of the reference, bit-equal to the unfused path; the state bit-equal."""
+    from kernels_compressor_testutil import Case, _batch, _clone, _compress_args, _inputs
     from sgl_kernel_v4.ref import compressor_state as ref
     from sgl_kernel_v4.triton import compressor_state as tri
     from sgl_kernel_v4.triton.compressor import compress_and_insert
-    from test_kernels_compressor_state import Case, _batch, _clone, _compress_args, _inputs
 
     for m, d, overlap in ((4, 512, True), (4, 128, True), (128, 512, False)):
         for reqs in ([(s, 100 * s + 255, 1) for s in range(1, 8)], [(1, 250, 300), (2, 0, 1000)]):

@@ -31,143 +31,22 @@ runtime's tokens and cold/hit runs agree, and the teacher-forced check of the pr
 from __future__ import annotations
 
 import copy
-import math
-import random
 from typing import Any
 
 import pytest
 import torch
-from dsv4_testutil import CSA, HCA, SL, Driver, make_twin, random_ids
+from dsv4_testutil import Driver, make_twin, random_ids
+from model_config_testutil import (
+    DECODE,
+    HF_TOL,
+    HIT_TOL,
+    chunk_size,
+    page_size_for,
+    prompt_length,
+    random_config,
+)
 from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, submit
 from sglang_v4.tools.make_checkpoint import write_checkpoint
-from test_model_config_variants import YARN
-
-#: logprob bound against HF (``test_model_config_variants.TOL``) and of a cache hit against a cold
-#: run (``test_radix_exactness.TOL``).
-HF_TOL = 1e-3
-HIT_TOL = 1e-4
-#: greedy tokens generated per request; with prompts placed just before an HCA boundary this
-#: crosses it during decode.
-DECODE = 8
-
-ROPES: list[dict[str, Any] | None] = [
-    None,
-    None,
-    YARN,
-    {"rope_type": "linear", "factor": 2.0},
-    {
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-]
-
-
-def page_size_for(cfg: dict[str, Any]) -> int:
-    """Smallest multiple of 256 holding whole compressed entries of every rate the model's layers
-    use and whole window pages (``launcher.check_page_size``)."""
-    rates = cfg["compress_rates"]
-    need = [256, cfg["sliding_window"]]
-    if CSA in cfg["layer_types"]:
-        need.append(rates[CSA])
-    if HCA in cfg["layer_types"]:
-        need.append(rates[HCA])
-    return math.lcm(*need)
-
-
-def random_config(seed: int) -> dict[str, Any]:
-    """A valid tiny HF-dialect DeepSeek-V4 config drawn from ``seed`` (same dict for the same seed).
-
-    Page sizes (:func:`page_size_for`) stay at most 6400 tokens. ``index_n_heads`` is at least 16
-    (fewer heads leave exact ties among indexer scores, where HF's top-k order is arbitrary; see
-    ``dsv4_testutil.BASE``)."""
-    rng = random.Random(seed)
-    n_layers = rng.randint(1, 5)
-    layer_types = [rng.choice([SL, CSA, HCA]) for _ in range(n_layers)]
-    mlp_layer_types = [rng.choice(["hash_moe", "moe"]) for _ in range(n_layers)]
-    while True:
-        csa = rng.choice([4, 4, 8, 16, 3, 5, 6])
-        hca = rng.choice([128, 128, 64, 32, 4, 5, 6, 100])
-        window = rng.choice([128, 128, 64, 256, 100, 1, 32])
-        cfg = {"compress_rates": {CSA: csa, HCA: hca}, "sliding_window": window, "layer_types": layer_types}
-        if page_size_for(cfg) <= 6400:
-            break
-    while True:
-        head_dim = rng.choice([64, 96, 128, 256])
-        rope_dim = rng.choice([16, 32, 64, head_dim])
-        prf = rope_dim / head_dim
-        if rope_dim <= head_dim and int(head_dim * prf) == rope_dim and rope_dim <= 128:
-            break
-    index_head_dim = rng.choice([d for d in (64, 128) if d >= rope_dim])
-    heads = rng.choice([1, 2, 3, 4])
-    o_groups = rng.choice([g for g in (1, 2, 3, 4) if heads % g == 0])
-    n_experts = rng.choice([4, 8])
-    cfg = dict(
-        model_type="deepseek_v4",
-        vocab_size=rng.choice([1000, 1001, 997, 1283, 515]),
-        hidden_size=rng.choice([64, 96]),
-        num_hidden_layers=n_layers,
-        layer_types=layer_types,
-        mlp_layer_types=mlp_layer_types,
-        compress_rates={CSA: csa, HCA: hca},
-        sliding_window=window,
-        num_attention_heads=heads,
-        head_dim=head_dim,
-        partial_rotary_factor=prf,
-        q_lora_rank=rng.choice([16, 32, 48]),
-        o_groups=o_groups,
-        o_lora_rank=rng.choice([8, 16]),
-        index_n_heads=rng.choice([16, 32]),
-        index_head_dim=index_head_dim,
-        index_topk=rng.choice([1, 4, 8, 16, 512]),
-        n_routed_experts=n_experts,
-        num_experts_per_tok=rng.randint(1, min(4, n_experts)),
-        n_shared_experts=rng.choice([1, 2]),
-        moe_intermediate_size=rng.choice([32, 48]),
-        scoring_func=rng.choice(["sqrtsoftplus", "sigmoid"]),
-        norm_topk_prob=rng.choice([True, False]),
-        routed_scaling_factor=rng.choice([1.0, 1.5, 2.5]),
-        swiglu_limit=rng.choice([10.0, 1.0, 0.05]),
-        hc_mult=rng.randint(1, 3),
-        hc_sinkhorn_iters=rng.choice([1, 3, 5, 20]),
-        hc_eps=rng.choice([1e-6, 1e-2]),
-        rms_norm_eps=rng.choice([1e-6, 1e-2]),
-        rope_theta=rng.choice([10000.0, 500.0]),
-        compress_rope_theta=rng.choice([160000.0, 1000.0]),
-        tie_word_embeddings=rng.random() < 0.3,
-        max_position_embeddings=65536,
-    )
-    rope = rng.choice(ROPES)
-    if rope is not None:
-        cfg["rope_parameters"] = copy.deepcopy(rope)
-    return cfg
-
-
-def prompt_length(cfg: dict[str, Any], seed: int) -> int:
-    """300-700 tokens, or just past one page when a page is 768 or 1280 tokens (so the resent
-    prompt hits the cache; larger pages, from ``sliding_window`` 100 or an HCA rate of 100, are
-    not reached); half the time placed 1-5 tokens before an HCA boundary, so that decode closes an
-    HCA entry."""
-    rng = random.Random(seed * 7919 + 1)
-    page = page_size_for(cfg)
-    lo, hi = (300, 700) if page == 256 or page > 1280 else (page + 1, page + 250)
-    n = rng.randint(lo, hi)
-    hca = cfg["compress_rates"][HCA]
-    if rng.random() < 0.5 and hca < n:
-        n = max(lo, (n // hca) * hca - rng.randint(1, min(5, hca)))
-    return n
-
-
-def chunk_size(cfg: dict[str, Any], seed: int) -> int:
-    """A prefill chunk that is not a multiple of either compression rate (it cuts groups)."""
-    rates = [cfg["compress_rates"][CSA], cfg["compress_rates"][HCA]]
-    rng = random.Random(seed * 104729 + 3)
-    while True:
-        c = rng.randint(17, 160)
-        if all(c % r for r in rates if r > 1):
-            return c
 
 
 @torch.no_grad()

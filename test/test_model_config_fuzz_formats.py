@@ -40,11 +40,7 @@ import pytest
 import torch
 from dsv4_testutil import CSA, HCA, Driver, Twin, hf_logprobs, make_twin, random_ids
 from kv_roundtrip_testutil import round_trip_pool
-from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, submit
-from sgl_kernel_v4.ref import kv_quant as kq
-from sglang_v4.configs.model_config import ModelConfig
-from sglang_v4.tools.make_checkpoint import write_checkpoint
-from test_model_config_fuzz import (
+from model_config_testutil import (
     DECODE,
     HF_TOL,
     HIT_TOL,
@@ -53,6 +49,10 @@ from test_model_config_fuzz import (
     prompt_length,
     random_config,
 )
+from scheduler_testutil import assert_idle, drain, make_scheduler, run_one, submit
+from sgl_kernel_v4.ref import kv_quant as kq
+from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.tools.make_checkpoint import write_checkpoint
 
 #: ``--kv-cache-dtype`` / ``--enable-fp4-indexer`` combinations (``ServerArgs`` fields).
 KV_FORMATS: dict[str, dict[str, Any]] = {

@@ -214,7 +214,7 @@ def test_fp32_dots_follow_torch_tf32_setting() -> None:
 def test_variant_through_triton_kernels_matches_hf(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime with every op's Triton kernel (the reference where the shapes call for it) on CPU
     tensors, against HF; the fallbacks are taken exactly where the variant's shapes need them."""
-    import test_model_config_variants as V
+    import model_config_testutil as V
     from dsv4_testutil import Driver, hf_logprobs, random_ids
 
     fell_back: set[str] = set()
@@ -238,7 +238,7 @@ def test_variant_through_triton_kernels_matches_hf(name: str, monkeypatch: pytes
 def test_failed_variants_match_hf_under_the_interpreter() -> None:
     """Runs :func:`test_variant_through_triton_kernels_matches_hf` under the interpreter (a few
     minutes: ~1 s per token and variant) and requires every case to pass, not skip."""
-    from test_kernels_compile_all import _env
+    from kernels_compile_testutil import _env
 
     env = _env(True)
     node = f"{os.path.basename(__file__)}::test_variant_through_triton_kernels_matches_hf"
@@ -277,7 +277,7 @@ def _force_triton(monkeypatch: pytest.MonkeyPatch, fell_back: set[str] | None = 
 def test_variant_forwards_for_the_launch_record(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CUDA test's forwards of every variant (300 tokens in chunks of 100) with the launches
     recorded and not executed (``SGLANG_V4_LAUNCH_DRY=1``): what the H200 compiles for them."""
-    import test_model_config_variants as V
+    import model_config_testutil as V
     from dsv4_testutil import Driver, make_twin, random_ids
 
     _force_triton(monkeypatch)
@@ -293,7 +293,7 @@ def test_variant_launches_compile_for_sm90(tmp_path) -> None:
     """Every distinct Triton launch of the config variants' CUDA test (fp32 operands, so the
     ``IEEE`` dots; the compressor windows of CSA ratio 16; split attention at the H200's SM count)
     compiles for sm_90 with the installed Triton (minutes: the dry recording, then ~100 compiles)."""
-    from test_kernels_compile_all import _env, compile_log
+    from kernels_compile_testutil import _env, compile_log
 
     log = str(tmp_path / "launches.pkl")
     env = dict(_env(True), SGLANG_V4_LAUNCH_LOG=log, SGLANG_V4_LAUNCH_DRY="1")

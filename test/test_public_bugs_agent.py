@@ -17,11 +17,13 @@ from typing import Any
 
 import deepseek_recipe as recipe
 import pytest
+from chat_tools_testutil import WEATHER as CHAT_TOOL
+from chat_tools_testutil import ChunkTM, _both, _folded, _message, client_for
+from dsml_testutil import dsml_block as _block
+from dsml_testutil import dsml_invoke as _invoke
+from dsml_testutil import dsml_param as _param
 from fake_prompt_tm import CALL, MODEL, PromptTM
 from responses_testutil import WEATHER, final_response, make_client, post
-from test_chat_tool_stream_agreement import ChunkTM, _block, _both, _folded, _invoke, _message, _param
-from test_openai_tools import WEATHER as CHAT_TOOL
-from test_openai_tools import client_for
 from transformers import PreTrainedTokenizerFast
 
 D = "｜DSML｜"

@@ -16,8 +16,8 @@ from typing import Any
 
 import deepseek_recipe as recipe
 import pytest
+from anthropic_testutil import WEATHER, make_clients, post
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, blocks
-from test_anthropic_messages import WEATHER, make_clients, post
 from transformers import PreTrainedTokenizerFast
 
 D = "｜DSML｜"

@@ -17,12 +17,12 @@ from typing import Any
 import deepseek_recipe as recipe
 import pytest
 from anthropic.types import Message
+from anthropic_testutil import WEATHER as MESSAGES_WEATHER
+from anthropic_testutil import make_clients
 from fake_prompt_tm import CALL, MODEL, PromptTM
 from openai.types.responses import Response as OpenAIResponse
 from responses_testutil import WEATHER, make_client
 from responses_testutil import post as responses_post
-from test_anthropic_messages import WEATHER as MESSAGES_WEATHER
-from test_anthropic_messages import make_clients
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,8 +15,8 @@ from typing import Any
 
 import anthropic
 import pytest
+from anthropic_testutil import CHAT_WEATHER, WEATHER, make_clients, post
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, blocks
-from test_anthropic_messages import CHAT_WEATHER, WEATHER, make_clients, post
 from transformers import PreTrainedTokenizerFast
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from anthropic_testutil import CHAT_WEATHER, WEATHER, make_clients, post
 from fake_prompt_tm import CALL, MODEL, PromptTM, blocks
-from test_anthropic_messages import CHAT_WEATHER, WEATHER, make_clients, post
 from transformers import PreTrainedTokenizerFast
 
 D = "｜DSML｜"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from anthropic_testutil import make_clients, post
 from fake_prompt_tm import MODEL, PromptTM
-from test_anthropic_messages import make_clients, post
 from transformers import PreTrainedTokenizerFast
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import requests
+from chat_tools_testutil import WEATHER, ChunkTM, client_for
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from openai_fake_tm import FakeTM, app_client, oai_client
 from public_bugs_testutil import post, sse
@@ -34,8 +35,6 @@ from server_fixture import (
     FAKE_TEXT,
     ServerHandle,
 )
-from test_chat_tool_stream_agreement import ChunkTM
-from test_openai_tools import WEATHER, client_for
 
 openai = pytest.importorskip("openai")
 

@@ -441,7 +441,7 @@ def test_hierarchical_cache_with_the_radix_cache_disabled_is_refused(hicache: st
     # then crashed the scheduler on the first request (the hierarchical cache extends the radix
     # tree); SGLang refuses the pair at start-up with a ValueError saying they are mutually
     # exclusive. Either flag alone is accepted (the hierarchical cache as a logged no-op).
-    from test_sglang_flags import parse
+    from sglang_flags_testutil import parse
 
     model = "--model-path deepseek-ai/DeepSeek-V4-Flash"
     with pytest.raises(

@@ -21,10 +21,10 @@ import openai
 import pytest
 import requests
 from aiohttp import web
+from aiohttp_serve_testutil import free_port as _free_port
+from aiohttp_serve_testutil import serve_aiohttp as _serve
 from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, body_dp_rank, create_gateway_app
 from sglang_v4.entrypoints.native_api import RequestError, check_dp_rank
-from test_dp_gateway import _free_port
-from test_dp_gateway import _serve_aiohttp as _serve
 
 pytestmark = pytest.mark.timeout(60)
 KEY = "k3y"

@@ -39,13 +39,13 @@ import pytest
 import requests
 from admin_app_testutil import ADMIN_KEY, admin_app_client
 from aiohttp import web
+from aiohttp_serve_testutil import free_port as _free_port
+from aiohttp_serve_testutil import serve_aiohttp as _serve
 from prometheus_client.parser import text_string_to_metric_families
 from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, create_gateway_app
 from sglang_v4.entrypoints.dp_gateway_fanout import merge_metrics
 from sglang_v4.entrypoints.dp_rank_header import header_overrides_body_pins
 from sglang_v4.entrypoints.native_api import RequestError, check_dp_rank, parse_generate_body
-from test_dp_gateway import _free_port
-from test_dp_gateway import _serve_aiohttp as _serve
 
 pytestmark = pytest.mark.timeout(60)
 KEY = "k3y"

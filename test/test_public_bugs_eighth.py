@@ -39,6 +39,8 @@ from typing import Any
 
 import pytest
 import requests
+from anthropic_testutil import make_clients as make_messages_clients
+from anthropic_testutil import post as post_messages
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM
 from openai.types.responses import ResponseFunctionToolCall
 from public_bugs_testutil import post, sse
@@ -46,8 +48,6 @@ from responses_testutil import WEATHER, streamed_items
 from responses_testutil import make_client as make_responses_client
 from responses_testutil import post as post_responses
 from server_fixture import FAKE_ANSWER, FAKE_REASONING, FAKE_SCRIPT_TAG, ServerHandle
-from test_anthropic_messages import make_clients as make_messages_clients
-from test_anthropic_messages import post as post_messages
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(300)

@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 import pytest
+from engine_testutil import _assert_released
 from server_fixture import fake_output_text, hf_auto_tokenizer, start_fake_engine
-from test_engine_cancel import _assert_released
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -24,11 +24,10 @@ import json
 from typing import Any
 
 import pytest
+from chat_tools_testutil import ChunkTM, client_for
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from public_bugs_testutil import MODEL, post, sse
 from server_fixture import FAKE_TEXT, ServerHandle
-from test_chat_tool_stream_agreement import ChunkTM
-from test_openai_tools import client_for
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")

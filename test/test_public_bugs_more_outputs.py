@@ -357,9 +357,8 @@ def test_sglang_9696_one_call_on_every_route(tok: Any) -> None:
     """sgl-project/sglang#9696 on every route, streamed or not (model output written by hand, no
     grammar backend): chat and Responses ``parallel_tool_calls: false`` and Anthropic
     ``disable_parallel_tool_use`` give the first call only; ``true`` (the default) keeps both."""
-    from test_chat_tool_stream_agreement import ChunkTM, _folded, _message
-    from test_dsv4_public_bugs import _anthropic_client
-    from test_openai_tools import client_for
+    from anthropic_testutil import _anthropic_client
+    from chat_tools_testutil import ChunkTM, _folded, _message, client_for
 
     reply = "Checking." + _two_calls()
     client, _ = client_for(ChunkTM(tok, reply))

@@ -33,13 +33,13 @@ from typing import Any
 
 import jsonschema
 import pytest
+from anthropic_testutil import WEATHER as MESSAGES_WEATHER
+from anthropic_testutil import make_clients as make_messages_clients
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM
 from fake_prompt_tm import D as DSML
 from responses_testutil import CHAT_WEATHER, WEATHER
 from responses_testutil import make_client as make_responses_client
 from responses_testutil import post as post_responses
-from test_anthropic_messages import WEATHER as MESSAGES_WEATHER
-from test_anthropic_messages import make_clients as make_messages_clients
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(300)

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import requests
+from chat_tools_testutil import WEATHER, ChunkTM, client_for
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from public_bugs_testutil import post, sse
 from responses_testutil import sse as typed_sse
@@ -38,8 +39,6 @@ from server_fixture import (
     ServerHandle,
     hf_auto_tokenizer,
 )
-from test_chat_tool_stream_agreement import ChunkTM
-from test_openai_tools import WEATHER, client_for
 
 openai = pytest.importorskip("openai")
 

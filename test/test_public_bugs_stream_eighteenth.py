@@ -36,6 +36,7 @@ from server_fixture import ServerHandle, fake_output_ids, fake_output_text
 
 openai = pytest.importorskip("openai")
 
+from chat_tools_testutil import _ByteFragmentTM  # noqa: E402
 from openai._streaming import SSEDecoder  # noqa: E402
 from openai.types.chat import ChatCompletionChunk  # noqa: E402
 
@@ -60,58 +61,6 @@ def _raw_stream(server: ServerHandle, path: str, body: dict[str, Any]) -> bytes:
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/event-stream"), r.headers
     return r.content
-
-
-class _ByteFragmentTM:
-    """A tokenizer manager whose model writes ``reply`` token by token, as the engine streams it:
-    cumulative text in which an unfinished UTF-8 character is held back (the detokenizer shows
-    no U+FFFD), one ``output_token_logprobs`` entry per token (``-0.1 * position``) and, when
-    asked, top candidates: the sampled token, then ``cand_ids`` at -5, -6, ... . ``fail_after``:
-    raise a ``ValueError`` (a scheduler-side error) after that many streamed outputs."""
-
-    def __init__(
-        self, tokenizer: Any, reply: str, cand_ids: list[int], fail_after: int | None = None
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.vocab_size = len(tokenizer)
-        self.context_len = 4096
-        self.reply = reply
-        self.cand_ids = cand_ids
-        self.fail_after = fail_after
-
-    def _outputs(self, obj: Any) -> list[dict[str, Any]]:
-        ids = self.tokenizer.encode(self.reply, add_special_tokens=False)
-        outs = []
-        for j in range(1, len(ids) + 1):
-            text = self.tokenizer.decode(ids[:j])
-            if j < len(ids):
-                text = text.rstrip("\ufffd")
-            meta: dict[str, Any] = {
-                "id": "r",
-                "finish_reason": {"type": "stop", "matched": 1} if j == len(ids) else None,
-                "prompt_tokens": 3,
-                "completion_tokens": j,
-            }
-            if obj.return_logprob:
-                meta["output_token_logprobs"] = [[-0.1 * (i + 1), t, None] for i, t in enumerate(ids[:j])]
-                if obj.top_logprobs_num:
-                    cands = [[-5.0 - k, c, None] for k, c in enumerate(self.cand_ids)]
-                    meta["output_top_logprobs"] = [
-                        ([[-0.1 * (i + 1), t, None], *cands])[: obj.top_logprobs_num]
-                        for i, t in enumerate(ids[:j])
-                    ]
-            outs.append({"text": text, "output_ids": ids[:j], "meta_info": meta})
-        return outs
-
-    async def generate_request(self, obj: Any, request: Any = None) -> AsyncIterator[dict[str, Any]]:
-        outs = self._outputs(obj)
-        if not obj.stream:
-            yield outs[-1]
-            return
-        for n, o in enumerate(outs):
-            if self.fail_after is not None and n == self.fail_after:
-                raise ValueError("the scheduler failed while decoding (injected)")
-            yield o
 
 
 # --------------------------------------------------------------------------- usage in streams

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 import requests
+from chat_tools_testutil import _ByteFragmentTM
 from control_testutil import HOLD
 from openai_fake_tm import FakeTM, app_client, oai_client, sse_data_events
 from server_fixture import ServerHandle
-from test_public_bugs_stream_eighteenth import _ByteFragmentTM
 
 openai = pytest.importorskip("openai")
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import openai
 import pytest
+from anthropic_testutil import make_clients
 from fake_prompt_tm import MODEL, PromptTM, blocks
 from sglang_v4.entrypoints.sse_keep_alive import SSE_KEEP_ALIVE_COMMENT, with_keep_alive
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.server_args import ServerArgs, check_server_args
-from test_anthropic_messages import make_clients
 from transformers import PreTrainedTokenizerFast
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]

@@ -29,6 +29,9 @@ import uuid
 from typing import Any
 
 import pytest
+from anthropic_testutil import WEATHER
+from anthropic_testutil import make_clients as make_messages_clients
+from anthropic_testutil import post as post_messages
 from dsv4_testutil import random_ids
 from fake_prompt_tm import MODEL, PromptTM
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -37,9 +40,6 @@ from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one
 from server_fixture import FAKE_ANSWER, FAKE_REASONING, FAKE_SCRIPT_TAG, ServerHandle
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_check import check_server_args
-from test_anthropic_messages import WEATHER
-from test_anthropic_messages import make_clients as make_messages_clients
-from test_anthropic_messages import post as post_messages
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(300)

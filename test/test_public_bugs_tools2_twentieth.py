@@ -22,10 +22,9 @@ from typing import Any
 import deepseek_recipe as recipe
 import jsonschema
 import pytest
+from chat_tools_testutil import WEATHER, ChunkTM, ScriptedTM, _both, client_for
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from test_chat_tool_stream_agreement import ChunkTM, _both
-from test_openai_tools import WEATHER, ScriptedTM, client_for
 from transformers import PreTrainedTokenizerFast
 
 MSGS = [{"role": "user", "content": "Go."}]

@@ -25,11 +25,10 @@ import json
 from typing import Any
 
 import pytest
+from chat_tools_testutil import WEATHER, ChunkTM, client_for
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from test_chat_tool_stream_agreement import ChunkTM
-from test_openai_tools import WEATHER, client_for
 from transformers import PreTrainedTokenizerFast
 
 recipe = pytest.importorskip("deepseek_recipe")

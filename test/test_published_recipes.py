@@ -22,10 +22,10 @@ import json
 import shlex
 
 import pytest
+from sglang_flags_testutil import _restore_root_log_handlers, parse  # noqa: F401 - autouse fixture
 from sglang_v4.launch_server import main
 from sglang_v4.server_args_compat import ignored_sglang_args
 from sglang_v4.server_args_vllm_hints import VLLM_FLAG_HINTS
-from test_sglang_flags import _restore_root_log_handlers, parse  # noqa: F401 - autouse fixture
 
 #: SGLang cookbook flag groups that failed to parse before (Playground knobs / tips), with the
 #: flags the start-up warning must then name as ignored.

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from test_openai_tools import WEATHER, client_for
+from chat_tools_testutil import WEATHER, CharTM, client_for
 from transformers import PreTrainedTokenizerFast
 
 D = "｜DSML｜"
@@ -38,41 +37,6 @@ FULL_ARGS = json.dumps({"city": "Paris"})
 CLOSED = REASONING + "</think>" + ANSWER + BLOCK
 #: The call starts inside the reasoning (no ``</think>``): the model's deviation the parser tolerates.
 INSIDE = REASONING + BLOCK
-
-
-class CharTM:
-    """Generates ``reply[:max_tokens]`` one character per step (cumulative text when streaming);
-    the last step finishes with ``finish`` (``"length"`` or ``"stop"`` by EOS)."""
-
-    def __init__(self, tokenizer: Any, reply: str, finish: str) -> None:
-        self.tokenizer = tokenizer
-        self.vocab_size = len(tokenizer)
-        self.context_len = 4096
-        self.reply = reply
-        self.finish = finish
-
-    async def generate_request(self, obj: Any, request: Any = None) -> AsyncIterator[dict[str, Any]]:
-        k = obj.sampling_params["max_new_tokens"]
-        text = self.reply[:k]
-        fin = {"type": "length", "length": k} if self.finish == "length" else {"type": "stop", "matched": 1}
-        outs = [
-            {
-                "text": text[:j],
-                "output_ids": list(range(j)),
-                "meta_info": {
-                    "id": "r",
-                    "finish_reason": fin if j == len(text) else None,
-                    "prompt_tokens": 3,
-                    "completion_tokens": j,
-                },
-            }
-            for j in range(1, len(text) + 1)
-        ]
-        if obj.stream:
-            for o in outs:
-                yield o
-        else:
-            yield outs[-1]
 
 
 def _body(k: int, **extra: Any) -> dict[str, Any]:

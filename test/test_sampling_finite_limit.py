@@ -14,57 +14,11 @@ import math
 
 import pytest
 import torch
+from sampling_testutil import INF, NAN, V, close_to_ref, nonfinite_rows, ref_scaled
 from sglang_v4.sampling.logprobs import compute_logprobs, finite_limit, scale_by_temperature
 from sglang_v4.sampling.sampler import sample
 from sglang_v4.sampling.sampling_params import SamplingParams
 from torch.utils._python_dispatch import TorchDispatchMode
-
-NAN, INF = float("nan"), float("inf")
-V = 40
-FLT_MAX = torch.finfo(torch.float32).max
-
-
-def nonfinite_rows(v: int = V) -> list[list[float]]:
-    """Rows of ``v >= 40`` logits with NaN, ``+inf``, ``-inf``, all ``-inf``, all NaN, huge finite
-    values and ``-0.0``."""
-    gen = torch.Generator().manual_seed(7)
-    base = (torch.randn(v, generator=gen, dtype=torch.float64) * 4).tolist()
-    rows = [list(base)]
-    r = list(base)
-    r[3] = r[17] = NAN
-    rows.append(r)  # NaN entries
-    r = list(base)
-    r[5], r[30] = INF, INF
-    r[6] = NAN
-    rows.append(r)  # two +inf (and a NaN)
-    r = list(base)
-    r[0] = r[11] = r[-1] = -INF
-    rows.append(r)  # -inf entries
-    rows.append([-INF] * v)  # nothing above -inf
-    rows.append([NAN] * v)  # nothing but NaN
-    r = [-INF] * v
-    r[8] = NAN
-    r[9] = INF
-    rows.append(r)  # one +inf among -inf / NaN
-    r = list(base)
-    r[2], r[4], r[7] = 3.0e38, -3.0e38, -0.0
-    rows.append(r)  # huge finite logits (z / T overflows for a tiny T without the shift)
-    r = [-0.0] * v
-    r[1] = NAN
-    rows.append(r)  # ties at -0.0
-    return rows
-
-
-def ref_scaled(row: list[float], t: float) -> list[float]:
-    """Float64 ``finite_limit(row) / T`` shifted by the row maximum; a shifted value beyond
-    float32's range is ``-inf`` (documented: its probability is below float32's range anyway)."""
-    if any(x == INF for x in row):
-        return [0.0 if x == INF else -INF for x in row]
-    vals = [-INF if math.isnan(x) else x for x in row]
-    m = max(vals)
-    if m == -INF:
-        return [-INF] * len(row)
-    return [(x - m) / t if x - m >= -FLT_MAX else -INF for x in vals]
 
 
 def _ref_logprobs(row: list[float], t: float) -> list[float] | None:
@@ -74,14 +28,6 @@ def _ref_logprobs(row: list[float], t: float) -> list[float] | None:
         return None
     lse = math.log(sum(math.exp(x) for x in s))
     return [x - lse for x in s]
-
-
-def close_to_ref(got: float, want: float, what: str) -> None:
-    assert not math.isnan(got), what
-    if want == -INF or want < -3.4e38:  # -inf, or beyond float32's range
-        assert got == -INF, (what, got, want)
-    else:
-        assert got == pytest.approx(want, rel=1e-6, abs=1e-6), (what, got, want)
 
 
 def row_by_row(z: torch.Tensor, temps: list[float]) -> torch.Tensor:

@@ -16,9 +16,9 @@ from contextlib import contextmanager
 
 import jsonschema
 import pytest
+from sampling_grammar_testutil import _favour, _generate, backend_fixture, structural_fixture, tok_fixture  # noqa: F401 - fixtures
 from sglang_v4.sampling.json_schema_rewrite import check_json_schema
 from sglang_v4.sampling.sampling_params import SamplingParams
-from test_sampling_grammar import _favour, _generate, backend, structural, tok  # noqa: F401
 
 DEPTH = 150
 

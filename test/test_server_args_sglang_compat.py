@@ -17,6 +17,7 @@ import shlex
 import pytest
 import requests
 from server_fixture import FAKE_CONTEXT_LEN, fake_env, make_fake_model_dir, start_server
+from sglang_flags_testutil import parse
 from sglang_v4.launch_server import main
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_compat import (
@@ -27,7 +28,6 @@ from sglang_v4.server_args_compat import (
 )
 from sglang_v4.server_args_compat_flag import IGNORED as KIND_IGNORED
 from sglang_v4.server_args_compat_flag import UNSUPPORTED as KIND_UNSUPPORTED
-from test_sglang_flags import parse
 
 sglang_server_args = pytest.importorskip("sglang.srt.server_args")
 

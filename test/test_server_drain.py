@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import requests
 from server_fixture import fake_env, make_fake_model_dir, sse_events, start_server
+from server_process_testutil import _alive, _children
 
 pytestmark = pytest.mark.timeout(240)
 # FakeScheduler holds a request whose prompt has this text (first token out, then nothing) until
@@ -29,20 +30,6 @@ pytestmark = pytest.mark.timeout(240)
 HOLD = "[hold]"
 #: Seconds an idle server may take to exit after SIGTERM.
 IDLE_STOP_S = 3.0
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out.extend(int(x) for x in (task / "children").read_text().split())
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 class _Call(threading.Thread):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import requests
 from server_fixture import REPO, ServerHandle, fake_env, free_port, make_fake_model_dir, start_server
-from test_server_drain import _alive, _children
+from server_process_testutil import _alive, _children
 
 pytestmark = pytest.mark.timeout(300)  # a server start or two per test: generous for a loaded machine
 #: A word of the warm-up prompt (``http_server.WARMUP_PROMPT``): the fake scheduler holds or

@@ -31,8 +31,8 @@ from typing import Any
 import openai
 import pytest
 import requests
+from batches_testutil import MODEL, chat_line, jsonl
 from server_fixture import ServerHandle, fake_env, make_fake_model_dir, start_server
-from test_openai_batches import MODEL, chat_line, jsonl
 
 # each test starts and stops a server (12-20 s on two cores); the fast tier covers the same code in
 # process: test_admitting_rids.py (the drain, requests held at the gate) and test_openai_batches.py
@@ -245,7 +245,7 @@ def test_requests_held_while_paused_are_aborted_and_failed_at_sigterm(
 def test_requests_held_while_paused_fail_when_the_scheduler_dies(
     tmp_path: Path, started: list[ServerHandle]
 ) -> None:
-    from test_server_crash import _child_named
+    from server_crash_testutil import _child_named
 
     h = _server(tmp_path, started)
     r = requests.post(h.url + "/pause_generation", json={"mode": "in_place"}, timeout=30)

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import requests
 from server_fixture import fake_env, make_fake_model_dir, start_server
-from test_server_drain import _alive, _children
+from server_process_testutil import _alive, _children
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -15,9 +15,9 @@ import io
 import shlex
 
 import pytest
+from sglang_flags_testutil import _restore_root_log_handlers  # noqa: F401 - autouse fixture
 from sglang_v4.launch_server import OneLineErrorParser, flag_error_message, main
 from sglang_v4.server_args import ServerArgs
-from test_sglang_flags import _restore_root_log_handlers  # noqa: F401 - autouse fixture
 
 sglang_server_args = pytest.importorskip("sglang.srt.server_args")
 

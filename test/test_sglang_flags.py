@@ -10,6 +10,10 @@ import shlex
 import signal
 
 import pytest
+from sglang_flags_testutil import (
+    _restore_root_log_handlers,  # noqa: F401 - fixtures
+    parse,
+)
 from sglang_v4.launch_server import main
 from sglang_v4.model_executor.cuda_graph_runner import explicit_bs_buckets
 from sglang_v4.server_args import ServerArgs
@@ -32,24 +36,6 @@ SGLANG_COMMANDS = [
     "--model deepseek-ai/DeepSeek-V4-Flash --tp 8 --ep 8 --disable-radix-cache --max-prefill-tokens 16384 "
     "--revision main --download-dir /data --tokenizer-mode auto --enable-two-batch-overlap --page-size 256",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _restore_root_log_handlers():  # type: ignore[no-untyped-def]
-    """``main`` installs a handler on the test's captured stdout; later tests must not log to it."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-def parse(cmd: str) -> ServerArgs:
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
-    return ServerArgs.from_cli_args(parser.parse_args([*shlex.split(cmd), "--device", "cpu"]))
 
 
 @pytest.mark.parametrize("cmd", SGLANG_COMMANDS)

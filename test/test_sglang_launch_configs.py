@@ -20,12 +20,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sglang_flags_testutil import parse
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.entrypoints.engine import check_model_dir
 from sglang_v4.launch_server import OneLineErrorParser, main
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_compat import ignored_sglang_args, warn_ignored_sglang_args
-from test_sglang_flags import parse
 from transformers import DeepseekV4Config
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"

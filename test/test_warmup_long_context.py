@@ -272,7 +272,7 @@ def test_long_context_warmup_launches_compile_for_sm90(tmp_path) -> None:
     """Every launch of the long-context warm-up (2M-token context, both KV formats) compiles for
     Hopper (``triton.compile`` for sm_90 without the interpreter, within the shared memory limit)."""
     import kernel_launch_record as klr
-    from test_kernels_compile_all import compile_log, record_script
+    from kernels_compile_testutil import compile_log, record_script
 
     log = str(tmp_path / "launches.pkl")
     record_script(_WARM, log)
