@@ -29,6 +29,8 @@ import pytest
 import requests
 import uvicorn
 from aiohttp import web
+from aiohttp_serve_testutil import free_port as _free_port
+from aiohttp_serve_testutil import serve_aiohttp as _serve_aiohttp
 from fake_prompt_tm import MODEL, PromptTM
 from fastapi import FastAPI
 from sglang_v4.entrypoints.anthropic import create_anthropic_router
@@ -41,31 +43,6 @@ KEY = "s3cret"
 ANTHROPIC = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
 #: what sglang-router 0.3.2 answers to ``GET /v1/models`` (its worker registry: the model's path)
 ROUTER_MODELS = {"object": "list", "data": [{"id": "/models/dsv4", "object": "model", "owned_by": "local"}]}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve_aiohttp(app: web.Application, **options: Any) -> tuple[str, Any]:
-    """``app`` served on a loopback port by its own event loop in a thread (``options``: the
-    ``web.AppRunner``'s); ``(url, stop)``."""
-    port = _free_port()
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app, **options)
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-
-    return f"http://127.0.0.1:{port}", stop
 
 
 def _router_stub(seen: list[dict[str, Any]]) -> web.Application:

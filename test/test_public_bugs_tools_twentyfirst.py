@@ -13,7 +13,6 @@ types and its stream accumulator (``ChatCompletionStreamState``), and ``json.loa
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -26,33 +25,15 @@ from transformers import PreTrainedTokenizerFast
 
 recipe = pytest.importorskip("deepseek_recipe")
 
+from deepseek_recipe_testutil import recipe_body as _recipe_body  # noqa: E402
+from deepseek_recipe_testutil import recipe_message as _recipe_message  # noqa: E402
+
 D = "｜DSML｜"
 MSGS = [{"role": "user", "content": "Weather in Paris and Oslo?"}]
 CALL_A = dsml_invoke("get_weather", dsml_param("city", True, "Paris"), dsml_param("days", False, "3"))
 CALL_B = dsml_invoke("get_weather", dsml_param("city", True, "Oslo"))
 WANT_AB = [("get_weather", {"city": "Paris", "days": 3}), ("get_weather", {"city": "Oslo"})]
 PING = {"type": "function", "function": {"name": "ping", "description": "Ping the service."}}
-
-
-def _recipe_body(body: dict[str, Any], thinking: bool) -> dict[str, Any]:
-    b = {k: v for k, v in copy.deepcopy(body).items() if k not in ("chat_template_kwargs", "stream")}
-    return {**b, "model": "DeepSeek-V4-Pro", "thinking": {"type": "enabled" if thinking else "disabled"}}
-
-
-def _recipe_message(body: dict[str, Any], reply: str, thinking: bool = False) -> dict[str, Any]:
-    """DeepSeek's response parser's message for the generated ``reply`` (stopped by EOS)."""
-    req = recipe.ChatCompletionRequest(_recipe_body(body, thinking)).convert(recipe.ConversionOptions())
-    proc = recipe.StreamProcessor(
-        recipe.ChatCompletionRequest.chunk_generator(req, "id", "m"), req.parsing_options
-    )
-    chunks = proc.push(recipe.InferenceChunk.ready(prompt_usage=recipe.PromptUsage(prompt_tokens=1)))
-    chunks += proc.push(recipe.InferenceChunk.text(reply, 1))
-    chunks += proc.push(recipe.InferenceChunk.finish(recipe.InferenceFinishReason.Stop))
-    chunks += proc.finish()
-    resp = recipe.ChatCompletionResponse("id", "m", 0, 1, 0)
-    for c in chunks:
-        resp.accumulate(c)
-    return json.loads(resp.to_json())["choices"][0]["message"]
 
 
 def _recipe_prompt(body: dict[str, Any], thinking: bool = False) -> str:

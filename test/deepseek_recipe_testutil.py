@@ -1,0 +1,35 @@
+"""DeepSeek's own request converter and response parser (the ``deepseek-recipe`` package) as the
+oracle of what a chat request renders to and how a generated reply splits into content, reasoning
+and tool calls. Import this module only after ``pytest.importorskip("deepseek_recipe")``."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import deepseek_recipe as recipe
+
+
+def recipe_body(body: dict[str, Any], thinking: bool) -> dict[str, Any]:
+    """An OpenAI chat ``body`` as DeepSeek's converter takes it: our extension fields
+    (``chat_template_kwargs``, ``stream``) dropped, the model named, thinking on or off."""
+    b = {k: v for k, v in copy.deepcopy(body).items() if k not in ("chat_template_kwargs", "stream")}
+    return {**b, "model": "DeepSeek-V4-Pro", "thinking": {"type": "enabled" if thinking else "disabled"}}
+
+
+def recipe_message(body: dict[str, Any], reply: str, thinking: bool = False) -> dict[str, Any]:
+    """DeepSeek's response parser's ``choices[0].message`` (a JSON object) for the generated
+    ``reply`` text of the request ``body``, the generation stopped by EOS."""
+    req = recipe.ChatCompletionRequest(recipe_body(body, thinking)).convert(recipe.ConversionOptions())
+    proc = recipe.StreamProcessor(
+        recipe.ChatCompletionRequest.chunk_generator(req, "id", "m"), req.parsing_options
+    )
+    chunks = proc.push(recipe.InferenceChunk.ready(prompt_usage=recipe.PromptUsage(prompt_tokens=1)))
+    chunks += proc.push(recipe.InferenceChunk.text(reply, 1))
+    chunks += proc.push(recipe.InferenceChunk.finish(recipe.InferenceFinishReason.Stop))
+    chunks += proc.finish()
+    resp = recipe.ChatCompletionResponse("id", "m", 0, 1, 0)
+    for c in chunks:
+        resp.accumulate(c)
+    return json.loads(resp.to_json())["choices"][0]["message"]
