@@ -20,7 +20,8 @@ users write (Python's ``re`` / the ``regex`` package, PCRE) and that xgrammar re
   ``"ab"``, which no engine matches) and read ``\\A`` / ``\\Z`` / ``\\z`` as the letters: an end
   anchor with text after it, or a start anchor with text before it, is written out of the regex
   as Python reads it (:mod:`sglang_v4.sampling.regex_end_anchor`: ``(a$|b)c`` is ``bc``,
-  ``a(^b|c)`` is ``ac``), refused where no text can match and where both kinds stand inside;
+  ``a(^b|c)`` is ``ac``, ``x?(^a|b)(c$|d)e?`` is ``(xb|a|b)(c|de?)``: end anchors first, then start
+  anchors), refused where no text can match;
 * an unknown letter escape (``\\Q``, ``\\G``, ``\\h``...) was read as the letter; back-references
   (``\\1``, ``\\k<n>``, ``(?P=n)``), look-arounds, atomic groups, conditionals and ``\\b`` /
   ``\\B`` are refused by name; ``(?P<n>...)`` is a group, ``(?#...)`` a comment;
@@ -417,20 +418,62 @@ def _translate(p: str, schema: bool) -> str:
         return "".join(out)  # an unclosed "(" is reported by xgrammar
     out = _strip_edge_anchors(out)
     has_end, has_start = any(t in _END_ANCHORS for t in out), "^" in out
-    if has_end and has_start:
-        raise _Refused("a start anchor and an end anchor both inside the regex", max(first_start, first_end))
     written: str | None = "".join(out)
+    if has_end and has_start:
+        return _eliminate_both_anchors(written, first_start, first_end)
     if has_end:
         written = eliminate_end_anchors(written)
-    elif has_start:  # read backwards, "^" is an end anchor
-        backwards = eliminate_end_anchors(reverse_regex(written, {"^": "\\Z"}))
-        written = None if backwards is None else reverse_regex(backwards)
+    elif has_start:
+        written = _eliminate_start_anchors(written)
     if written is None:
         what = "text after an end anchor '$' / '\\Z'" if has_end else "text before a start anchor '^' / '\\A'"
         raise _Refused(
             f"{what} on every path (no text can match)", first_end if has_end else max(first_start, 0)
         )
     return written
+
+
+def _eliminate_start_anchors(written: str) -> str | None:
+    """``written`` (no end anchors) without its start anchors ``^``: read backwards, a ``^`` is
+    an end anchor ``\\Z`` (None: no text can match)."""
+    backwards = eliminate_end_anchors(reverse_regex(written, {"^": "\\Z"}))
+    return None if backwards is None else reverse_regex(backwards)
+
+
+def _eliminate_both_anchors(written: str, first_start: int, first_end: int) -> str:
+    """``written`` with start anchors and end anchors inside, written without either.
+
+    A match is a path through the regex whose start anchors have no text before them and whose
+    end anchors have only ``""`` (or, for ``$``, ``"\\n"``) after them; the two conditions bear on
+    different anchors. The end anchors are written out first with each ``^`` read as a letter
+    that is neither ``""`` nor ``"\\n"``: that keeps every path on which no ``^`` follows an end
+    anchor, with its ``^`` in place, and drops the others. The start anchors of the result are
+    then written out backwards (:func:`_eliminate_start_anchors`). A dropped path that matches
+    has no text before its ``^`` and so none before the end anchor that precedes it: it matches
+    ``""`` or ``"\\n"`` only, and those two are put back where Python's ``re.fullmatch`` takes them.
+
+    Raises:
+        _Refused: no text can match.
+    """
+    ends_free = eliminate_end_anchors(written)
+    result = None if ends_free is None else _eliminate_start_anchors(ends_free)
+    try:
+        short = re.compile(written)
+    except re.error:
+        raise _Refused("a start anchor and an end anchor both inside the regex", first_end) from None
+    takes_empty = short.fullmatch("") is not None or result == ""
+    parts = [] if result in (None, "") else [result]
+    if short.fullmatch("\n") is not None:
+        parts.append("\\n")
+    if not parts and not takes_empty:
+        raise _Refused(
+            "text before a start anchor or after an end anchor on every path (no text can match)",
+            min(k for k in (first_start, first_end) if k >= 0),
+        )
+    body = "|".join(parts)
+    if takes_empty:
+        body = f"(?:{body})?" if body else ""
+    return body
 
 
 def translate_regex(pattern: str, field: str, schema: bool = False) -> str:
