@@ -135,3 +135,22 @@ def test_sglang_503_gen_logprob_options_reach_the_server(backend: Any, tok: Any)
         assert len(pos) == 2
         assert pos[0][0] >= pos[1][0]
         assert [t[2] for t in pos] == [tok.decode([t[1]]) for t in pos]
+
+
+def test_sglang_303_2513_generator_style_run_batch_yields_every_state(backend: Any, tok: Any) -> None:
+    """sgl-project/sglang#303, fixed by sgl-project/sglang#2513 (``run_batch`` gave control back only
+    at the end; ``generator_style=True`` yields each state as it finishes). Expected: one state per
+    argument set, in order, each with the fake model's text for its own ``max_tokens`` (oracle:
+    ``FAKE_TEXT`` through the tokenizer) and the same as the list-style batch (a cold run)."""
+
+    @sgl.function
+    def prog(s: Any, q: str, n: int) -> None:
+        s += q
+        s += sgl.gen("a", max_tokens=n, temperature=0)
+
+    args = [{"q": f"Q{i}:", "n": n} for i, n in enumerate([2, 5, 3, 1])]
+    listed = [st["a"] for st in prog.run_batch(args, backend=backend, num_threads=2)]
+    yielded = [st["a"] for st in prog.run_batch(args, backend=backend, num_threads=2, generator_style=True)]
+    want = [fake_output_text(tok, a["n"]) for a in args]
+    assert listed == want
+    assert yielded == want
