@@ -87,3 +87,30 @@ def test_dynamo_14938_every_stream_message_reports_the_cache_hit(sched: Any) -> 
     assert counts == [PAGE] * len(counts)
     assert ids == cold
     assert_idle(sched)
+
+
+def test_mlxcel_227_concurrent_siblings_all_reuse_a_running_requests_prefix(sched: Any) -> None:
+    """lablup/mlxcel#227 (the first of several concurrent same-prefix requests consumed the stored
+    prefix and its siblings prefilled cold). Request ``a`` is prefilled and still decoding when
+    three siblings sharing its 2-page prefix arrive together: each reports ``cached_tokens`` of
+    the two whole pages (oracle: the prefix length), and each sibling's tokens equal its cold run
+    (after ``flush_cache``)."""
+    from scheduler_testutil import drain, submit
+
+    assert sched.flush_cache()
+    prefix = random_ids(2 * PAGE + 10, seed=227)
+    tails = [[11, 12], [13], [14, 15, 16]]
+    cold = {}
+    for i, t in enumerate(tails):
+        cold[i] = run_one(sched, f"cold{i}", prefix + t, 3)["ids"]
+        assert sched.flush_cache()
+    submit(sched, "a", prefix + [9, 9], 30)
+    for _ in range(3):
+        sched.step()
+    for i, t in enumerate(tails):
+        submit(sched, f"sib{i}", prefix + t, 3)
+    res = drain(sched)
+    for i in range(len(tails)):
+        assert res[f"sib{i}"]["cached"] == 2 * PAGE
+        assert res[f"sib{i}"]["ids"] == cold[i]
+    assert_idle(sched)
