@@ -250,12 +250,15 @@ def _generate(backend: GrammarBackend, sp: SamplingParams, favour: list[int], se
     g = backend.create(sp)
     assert g is not None
     rng = torch.Generator().manual_seed(seed)
+    # the sampler's own draws seeded too, so the run does not depend on the tests run before it
+    # in this process (the global RNG)
+    draws = [torch.Generator().manual_seed(10_000 + seed)]
     out: list[int] = []
     for _ in range(60):
         logits = torch.randn(1, VOCAB, generator=rng) * 4.0
         logits[0, favour] += 40.0
         logits[0, EOS] += 8.0 + len(out)
-        t = int(sample(logits, [sp], [out], None, None, eos_token_ids={EOS}, grammars=[g]).item())
+        t = int(sample(logits, [sp], [out], None, draws, eos_token_ids={EOS}, grammars=[g]).item())
         assert g.accept(t), t
         out.append(t)
         if g.is_terminated():
