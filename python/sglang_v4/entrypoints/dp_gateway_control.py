@@ -169,7 +169,9 @@ def add_control_routes(
     async def ask_all(request: web.Request) -> list[tuple[int, bytes, str | None] | None]:
         return await ask_every_replica(request, replicas, session(), forward_headers)
 
-    async def broadcast(request: web.Request) -> web.Response:
+    async def all_accepted(request: web.Request) -> list[tuple[int, bytes, str | None]] | web.Response:
+        """Every replica's answer in rank order, or the response to give instead (a 502 naming
+        an unreachable rank, the first replica's refusal passed on)."""
         answers = await ask_all(request)
         for rank, answer in enumerate(answers):
             if answer is None:
@@ -178,19 +180,20 @@ def add_control_routes(
         refused = [a for a in done if not 200 <= a[0] < 300]
         if refused:
             return passed_on(refused[0])
+        return done
+
+    async def broadcast(request: web.Request) -> web.Response:
+        done = await all_accepted(request)
+        if isinstance(done, web.Response):
+            return done
         return _summed_paused(done)
 
     async def every_answer(request: web.Request) -> list[Any] | web.Response:
         """Every replica's JSON answer in rank order, or the response to give instead (a 502
         naming an unreachable rank or one answering no JSON, a replica's refusal passed on)."""
-        answers = await ask_all(request)
-        for rank, answer in enumerate(answers):
-            if answer is None:
-                return error(request, 502, f"Data-parallel rank {rank} did not answer {request.path}.")
-        done = [a for a in answers if a is not None]
-        refused = [a for a in done if not 200 <= a[0] < 300]
-        if refused:
-            return passed_on(refused[0])
+        done = await all_accepted(request)
+        if isinstance(done, web.Response):
+            return done
         bodies: list[Any] = []
         for rank, answer in enumerate(done):
             try:
