@@ -281,14 +281,13 @@ class Grammar:
 @functools.lru_cache(maxsize=4)
 def _tokenizer_info(path: str, mtime_ns: int, size: int, vocab_size: int, stop_ids: tuple[int, ...]) -> Any:
     """The ``xgrammar.TokenizerInfo`` of the ``tokenizer.json`` at ``path`` (one version of it:
-    ``mtime_ns`` and ``size`` are part of the cache key)."""
+    ``mtime_ns`` and ``size`` are part of this in-process cache's key), read from or stored in the
+    disk cache of :mod:`sglang_v4.sampling.tokenizer_info_cache` (keyed by the file's bytes)."""
     if not grammar_available():
         raise ValueError("constrained decoding needs the `xgrammar` package (pip install xgrammar)")
-    import xgrammar as xgr
-    from transformers import PreTrainedTokenizerFast
+    from sglang_v4.sampling.tokenizer_info_cache import load_tokenizer_info
 
-    tok = PreTrainedTokenizerFast(tokenizer_file=path)
-    return xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab_size, stop_token_ids=list(stop_ids))
+    return load_tokenizer_info(path, vocab_size, stop_ids)
 
 
 class GrammarBackend:
@@ -340,9 +339,10 @@ class GrammarBackend:
         cls, tokenizer_json: str, vocab_size: int, stop_token_ids: Sequence[int], **kw: Any
     ) -> GrammarBackend:
         """A backend over the ``tokenizer.json`` file at ``tokenizer_json``; ``kw`` as for the
-        constructor. The vocabulary scan (``xgrammar.TokenizerInfo``, about a second for a
-        129k-token vocabulary on one CPU core) is made once per file version, vocabulary size and
-        stop ids in a process, and shared by the backends built after it (it is read-only).
+        constructor. The vocabulary scan (``xgrammar.TokenizerInfo``, 2-3 s for a 129k-token
+        vocabulary on one CPU core) is made once per file version, vocabulary size and stop ids in
+        a process, and shared by the backends built after it (it is read-only); across processes
+        it is kept on disk (:mod:`sglang_v4.sampling.tokenizer_info_cache`).
 
         Raises:
             ValueError: as the constructor; ``OSError`` when the file cannot be read.
