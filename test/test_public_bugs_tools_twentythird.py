@@ -5,7 +5,11 @@ Fixed here: a ``/v1/responses`` history replaying a ``function_call`` whose ``ar
 neither a JSON object nor the beginning of one (``[]``, ``null``, ``42``, text that is no JSON)
 was a 400, so the malformed call made every later request of the conversation fail; DeepSeek's
 own Responses converter renders such text as one ``arguments`` string parameter, as this server's
-chat route already did, and so does the Responses route now.
+chat route already did, and so does the Responses route now. A named ``tool_choice`` without a
+function name was a 400 reading "names the function None"; it now names the missing
+``tool_choice.function.name`` (``tool_choice.name`` on ``/v1/responses``). A ``tool`` message
+without a ``tool_call_id`` got the unanswered-call 400 blaming the assistant message; it now gets
+OpenAI's ``Missing parameter 'tool_call_id'`` naming ``messages[i].tool_call_id``.
 
 The model's text is written by hand (:class:`~chat_tools_testutil.ChunkTM`, ``n`` tokens per
 streamed chunk). Oracles: DeepSeek's own converters, V4 encoder and response parser
@@ -422,3 +426,83 @@ def test_tool_message_without_tool_call_id_is_a_400_naming_it(
     err = r.json()["error"]
     assert err["param"] == "messages[2].tool_call_id" and "tool_call_id" in err["message"], err
     assert tm.received == []
+
+
+# --------------------------------------------------------------------------- prompt and delta shape
+
+
+def test_non_ascii_tool_schemas_and_calls_reach_the_prompt_unescaped(tok: PreTrainedTokenizerFast) -> None:
+    """theroyallab/tabbyAPI#459: tool definitions with Chinese descriptions were rendered with
+    ``\\uXXXX`` escapes (``tojson`` with ``ensure_ascii``), doubling the prompt's tokens and
+    hiding the text from the model. Expected: the tool section and a replayed call's arguments
+    keep the characters, and the prompt is DeepSeek's for the same body. Oracle: DeepSeek's own
+    converter and V4 encoder, and the prompt text (no ``\\u`` escape in it)."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "query_weather",
+            "description": "查询城市的天气预报（摄氏度）",
+            "parameters": {
+                "type": "object",
+                "properties": {"城市": {"type": "string", "description": "城市名称，例如：北京"}},
+                "required": ["城市"],
+            },
+        },
+    }
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "query_weather", "arguments": json.dumps({"城市": "北京"})},  # escaped JSON text
+    }
+    msgs = [
+        {"role": "user", "content": "北京天气？"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "晴，25°C"},
+    ]
+    body = {"messages": msgs, "tools": [tool]}
+    tm = ChunkTM(tok, "晴天。")
+    _, tc = client_for(tm)
+    r = tc.post(CHAT, json={"model": "m", **body})
+    assert r.status_code == 200, r.text
+    ids = list(tm.received[-1].input_ids)
+    assert ids == _chat_recipe_ids(tok, body)
+    prompt = tok.decode(ids)
+    assert "\\u" not in prompt and "城市名称，例如：北京" in prompt and ">北京</" in prompt
+
+
+def test_only_a_calls_first_delta_carries_its_id_type_and_name(tok: PreTrainedTokenizerFast) -> None:
+    """SillyTavern/SillyTavern#5811 and ag2ai/ag2#2451: servers that repeat ``type`` (or ``id``)
+    on every streamed ``tool_calls`` delta made accumulating clients concatenate them into
+    ``"functionfunction..."`` and drop the call. OpenAI's stream sends ``id``, ``type`` and
+    ``function.name`` once, in a call's first delta. Expected: for each call index exactly one
+    delta carries each of them, and it is the first of that index; the folded call is whole.
+    Oracle: ``openai``'s chunk types and stream accumulator."""
+    oslo = dsml_invoke("get_weather", dsml_param("city", True, "Oslo"))
+    body = {"messages": MSGS, "tools": [WEATHER], "stream": True}
+    for per_chunk in (1, 5):
+        _, tc = client_for(ChunkTM(tok, "Sure." + dsml_block(CALL_PARIS, oslo), per_chunk=per_chunk))
+        r = tc.post(CHAT, json={"model": "m", **body})
+        chunks = [
+            ChatCompletionChunk.model_validate(json.loads(x[6:]))
+            for x in r.text.split("\n")
+            if x.startswith("data: {")
+        ]
+        deltas: dict[int, list[Any]] = {}
+        for c in chunks:
+            for ch in c.choices:
+                for d in ch.delta.tool_calls or []:
+                    deltas.setdefault(d.index, []).append(d)
+        assert sorted(deltas) == [0, 1]
+        for ds in deltas.values():
+            assert [d.id is not None for d in ds] == [True] + [False] * (len(ds) - 1)
+            assert [d.type is not None for d in ds] == [True] + [False] * (len(ds) - 1)
+            assert [bool(d.function and d.function.name) for d in ds] == [True] + [False] * (len(ds) - 1)
+        state = ChatCompletionStreamState()
+        for c in chunks:
+            state.handle_chunk(c)
+        got = state.get_final_completion().choices[0].message
+        assert _calls(got) == [
+            ("get_weather", {"city": "Paris", "days": 3}),
+            ("get_weather", {"city": "Oslo"}),
+        ]
+        assert [c.type for c in got.tool_calls] == ["function", "function"]
