@@ -506,3 +506,30 @@ def test_only_a_calls_first_delta_carries_its_id_type_and_name(tok: PreTrainedTo
             ("get_weather", {"city": "Oslo"}),
         ]
         assert [c.type for c in got.tool_calls] == ["function", "function"]
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_responses_parallel_tool_calls_streamed_and_not(tok: PreTrainedTokenizerFast, parallel: bool) -> None:
+    """ogx-ai/ogx#4123 (``parallel_tool_calls`` not implemented on a Responses server: OpenAI gives
+    one ``function_call`` item per call, and only the first call with ``false``) and
+    SciSharp/BotSharp#1420 (a streamed answer's second call overwrote the first). Expected: with
+    the default every call DeepSeek's parser reads is its own ``function_call`` item (distinct
+    ``id`` and ``call_id``), streamed and not alike; with ``false`` only the first. Oracle:
+    DeepSeek's response parser of the same text and ``openai``'s types."""
+    oslo = dsml_invoke("get_weather", dsml_param("city", True, "Oslo"))
+    reply = "Both." + dsml_block(CALL_PARIS, oslo)
+    want = [
+        ("get_weather", json.loads(c["function"]["arguments"]))
+        for c in _recipe_message({"messages": MSGS, "tools": [WEATHER]}, reply)["tool_calls"]
+    ]
+    assert len(want) == 2
+    want = want if parallel else want[:1]
+    _, tc = client_for(ChunkTM(tok, reply, per_chunk=3))
+    body = {"input": "Weather in Paris and Oslo?", "tools": [FLAT], "parallel_tool_calls": parallel}
+    plain = OpenAIResponse.model_validate(tc.post(RESP, json={"model": "m", **body}).json())
+    streamed = _events(tc, body)[-1].response
+    for resp in (plain, streamed):
+        calls = [o for o in resp.output if o.type == "function_call"]
+        assert [(c.name, json.loads(c.arguments)) for c in calls] == want
+        assert len({c.id for c in calls}) == len({c.call_id for c in calls}) == len(calls)
+        assert resp.parallel_tool_calls is parallel
