@@ -533,3 +533,64 @@ def test_responses_parallel_tool_calls_streamed_and_not(tok: PreTrainedTokenizer
         assert [(c.name, json.loads(c.arguments)) for c in calls] == want
         assert len({c.id for c in calls}) == len({c.call_id for c in calls}) == len(calls)
         assert resp.parallel_tool_calls is parallel
+
+
+TYPED = {
+    "type": "function",
+    "function": {
+        "name": "configure",
+        "description": "Set options",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string"},
+                "enabled": {"type": "boolean"},
+                "ratio": {"type": "number"},
+                "ids": {"type": "array", "items": {"type": "integer"}},
+                "extra": {"type": "object"},
+                "note": {"type": ["string", "null"]},
+            },
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("per_chunk", [1, 4])
+def test_string_attribute_decides_each_parameters_type(tok: PreTrainedTokenizerFast, per_chunk: int) -> None:
+    """xorbitsai/inference#5372: a DeepSeek-V4 parser ignored the parameter tag's ``string``
+    attribute, so numbers, booleans, null, arrays and objects came back as strings (and
+    ``string="true"`` text that looks like a number was decoded). Expected: ``string="true"``
+    values verbatim (``"007"`` stays a string), ``string="false"`` values JSON-decoded, streamed
+    and not. Oracle: DeepSeek's own response parser of the same text."""
+    inv = dsml_invoke(
+        "configure",
+        dsml_param("code", True, "007"),
+        dsml_param("enabled", False, "true"),
+        dsml_param("ratio", False, "-3.5e-1"),
+        dsml_param("ids", False, "[1, 2, 3]"),
+        dsml_param("extra", False, '{"a": {"b": null}}'),
+        dsml_param("note", False, "null"),
+    )
+    reply = dsml_block(inv)
+    body = {"messages": [{"role": "user", "content": "Configure it."}], "tools": [TYPED]}
+    want = [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in _recipe_message(body, reply)["tool_calls"]
+    ]
+    assert want == [
+        (
+            "configure",
+            {
+                "code": "007",
+                "enabled": True,
+                "ratio": -0.35,
+                "ids": [1, 2, 3],
+                "extra": {"a": {"b": None}},
+                "note": None,
+            },
+        )
+    ]
+    _, tc = client_for(ChunkTM(tok, reply, per_chunk=per_chunk))
+    ch = ChatCompletion.model_validate(tc.post(CHAT, json={"model": "m", **body}).json()).choices[0]
+    assert _calls(ch.message) == want
+    assert _calls(_folded(tc, body).message) == want
