@@ -521,12 +521,8 @@ BAD_INPUTS = [
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input[0].content[0]"),
     ({"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]}, "input[0].call_id"),
     ({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}, "input[0].name"),
-    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
-                "arguments": "not json"}]}, "input[1].arguments"),
-    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
-                "arguments": '{"a": 1} {'}]}, "input[1].arguments"),
-    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
-                "arguments": "[1, 2]"}]}, "input[1].arguments"),
+    # (arguments that are no JSON object are no 400: replayed as DeepSeek's converter replays
+    # them, one "arguments" string parameter; see test_public_bugs_tools_twentythird)
     ({"input": [{"role": "user", "content": None}]}, "input[0].content"),
     ({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c", "name": "f",
                 "arguments": "{}"}, {"type": "function_call_output", "call_id": "c", "output": None}]},

@@ -289,7 +289,9 @@ def _tool_choice(req: ChatCompletionRequest, names: list[str]) -> Any:
     ``"required"`` or ``{"type": "function", "function": {"name": NAME}}``.
 
     Raises:
-        RequestError: 400 naming ``functions`` / ``function_call`` when set: OpenAI's deprecated
+        RequestError: 400 naming ``tool_choice.function.name`` when a named choice has no name (or
+            an empty or non-string one), ``tool_choice`` for another bad choice, and
+            ``functions`` / ``function_call`` when set: OpenAI's deprecated
             forms of ``tools`` / ``tool_choice`` are not read (served without them, the model would
             not see the functions; vLLM and SGLang drop them silently). ``function_call`` ``"none"``
             / ``"auto"`` without ``functions`` ask for nothing and pass.
@@ -315,6 +317,12 @@ def _tool_choice(req: ChatCompletionRequest, names: list[str]) -> Any:
         return tc
     if isinstance(tc, dict) and tc.get("type") == "function" and isinstance(tc.get("function"), dict):
         name = tc["function"].get("name")
+        if not isinstance(name, str) or not name:  # OpenAI's 400 for a nameless choice
+            raise RequestError(
+                "Missing required parameter: 'tool_choice.function.name' (a non-empty string naming "
+                "one of `tools`).",
+                param="tool_choice.function.name",
+            )
         if name not in names:
             raise RequestError(
                 f"tool_choice names the function {name!r}, which is not in `tools`.", param="tool_choice"

@@ -13,13 +13,16 @@ result answers nothing.
 
 The *answer window* of an assistant message with ``tool_calls`` is the messages after it up to the
 next ``user`` or ``assistant`` message (or the end of the list); ``system`` / ``developer``
-messages inside it are passed over. Left as they were:
+messages inside it are passed over. The other cases:
 
 * a final assistant message with ``tool_calls`` (nothing follows it): SGLang's DeepSeek-V4 path
   takes it (its calls dropped: the message continued with ``continue_final_message``, else
   re-sent as a user turn), as SGLang's own pairing check leaves the last assistant message out;
 * calls without an ``id``, which no ``tool_call_id`` can name (SGLang's pairing check leaves them
   unchecked);
+* a ``tool`` message without a ``tool_call_id`` (or an empty one) answering calls that have ids:
+  OpenAI's ``Missing parameter 'tool_call_id'`` 400 (``param`` ``messages[i].tool_call_id``), not
+  the unanswered-call error its calls would otherwise give;
 * a ``tool_call_id`` that names none of the window's calls: the prompt encoder's 400
   (OpenAI's ``'tool_call_id' of ... not found in 'tool_calls' of previous message``), worded the
   same here.
@@ -67,8 +70,10 @@ def check_tool_call_pairing(messages: Sequence[Mapping[str, Any]]) -> None:
         RequestError: 400 naming the message: an assistant message's calls left without a
             ``tool`` message before the next user / assistant message (``param``
             ``messages[i]``, ``i`` that next message, or the assistant message when the list
-            ends first; OpenAI writes ``messages.[i].role``), or a ``tool`` message outside every answer window or naming none
-            of its calls (``messages[i]``, ``i`` the tool message).
+            ends first; OpenAI writes ``messages.[i].role``), a ``tool`` message outside every
+            answer window or naming none of its calls (``messages[i]``, ``i`` the tool message),
+            or one without a ``tool_call_id`` where the calls have ids
+            (``messages[i].tool_call_id``).
     """
     window: int | None = None  # index of the assistant message whose calls are being answered
     ids: list[str] = []  # that message's call ids
@@ -83,6 +88,12 @@ def check_tool_call_pairing(messages: Sequence[Mapping[str, Any]]) -> None:
                     param=f"messages[{i}]",
                 )
             call_id = m.get("tool_call_id")
+            if ids and (not isinstance(call_id, str) or not call_id):
+                raise RequestError(
+                    f"messages[{i}]: Missing parameter 'tool_call_id': messages with role 'tool' must "
+                    "have a 'tool_call_id'.",
+                    param=f"messages[{i}].tool_call_id",
+                )
             if isinstance(call_id, str) and ids and call_id not in ids:
                 raise RequestError(
                     f"messages[{i}]: Invalid parameter: 'tool_call_id' of '{call_id}' not found in "

@@ -23,7 +23,8 @@ chat path, :mod:`.serving_responses`).
   texts joined by a newline): DeepSeek's Responses converter reads them so. A reasoning-only turn
   (text, then a user message) stays an empty assistant turn, as that converter renders it. A
   ``function_call``'s ``arguments`` is a JSON object text, or the beginning of one (a call cut by
-  ``max_output_tokens``, replayed with the members that parse). ``content`` / ``output`` may not
+  ``max_output_tokens``, replayed with the members that parse); any other text is replayed as
+  DeepSeek's converter replays it, one ``arguments`` string parameter. ``content`` / ``output`` may not
   be ``null``. ``custom_tool_call`` / ``custom_tool_call_output`` items (a custom tool's call,
   its free-form ``input`` the one string parameter of :mod:`.responses_custom_tools`, and its
   result) are read as ``function_call`` / ``function_call_output`` items are.
@@ -119,21 +120,23 @@ def _reasoning_text(item: Mapping[str, Any], field: str) -> str:
     return text
 
 
-def _call_arguments(args: str, field: str) -> str:
-    """A ``function_call`` item's ``arguments`` as the JSON object text the prompt renders.
+def _call_arguments(args: str) -> str:
+    """A ``function_call`` item's ``arguments`` as the text the prompt renders.
 
     A whole object text is kept as it is. The beginning of one is what a call cut by
     ``max_output_tokens`` holds (such an item, ``status: "incomplete"``, is this server's own
     output, replayed with ``store: false`` or continued by ``previous_response_id``): it is
     replayed with the members that parse (:func:`~.tool_calls.partial_json_object`), as the
     Messages API's ``tool_use`` of a cut call holds them, so that the conversation can go on.
-
-    Raises:
-        RequestError: 400 naming ``field``: neither a JSON object nor the beginning of one.
+    Any other text (another JSON value such as ``[]`` or ``null``, text that is no JSON, or JSON
+    nested deeper than Python decodes) is kept as sent: the chat encoder renders it as one
+    ``arguments`` string parameter, as DeepSeek's own Responses converter (``deepseek-recipe``)
+    and this server's chat route render it, so that a malformed call in a replayed history does
+    not make every later request of the conversation a 400.
     """
     value = partial_json_object(args)
     if value is None:
-        raise _error(f"{field} must be a JSON object text; got {args[:40]!r}.", field)
+        return args
     try:
         json.loads(args)
     except (ValueError, RecursionError):
@@ -272,7 +275,7 @@ def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, A
                     what = "a string" if key == body else "a non-empty string"
                     raise _error(f"{field}.{key} must be {what}.", f"{field}.{key}")
             if kind == "function_call":
-                args = _call_arguments(args, f"{field}.arguments")
+                args = _call_arguments(args)
             else:  # a custom tool's free-form input: its one string parameter
                 args = custom_call_arguments(args)
             t = assistant_turn(())
@@ -415,7 +418,8 @@ def responses_tool_choice(choice: Any) -> Any:
     too); ``None`` stays ``None`` (the default).
 
     Raises:
-        RequestError: 400 (param ``tool_choice``) for another value (built-in tool types;
+        RequestError: 400 (param ``tool_choice.name``) for a function or custom choice without a
+            non-empty name; (param ``tool_choice``) for another value (built-in tool types;
             ``allowed_tools`` is read first, by :func:`~.allowed_tools.allowed_tools_of`).
     """
     if choice is None or choice in ("none", "auto", "required"):
@@ -426,6 +430,10 @@ def responses_tool_choice(choice: Any) -> Any:
             name = choice["function"].get("name")
         if isinstance(name, str) and name:
             return {"type": "function", "function": {"name": name}}
+        raise _error(
+            "Missing required parameter: 'tool_choice.name' (a non-empty string naming one of `tools`).",
+            "tool_choice.name",
+        )
     raise _error(
         'tool_choice must be "none", "auto", "required", {"type": "function", "name": ...} or '
         '{"type": "custom", "name": ...}.',
