@@ -30,8 +30,9 @@ whitespace the tool-call grammar allows between DSML tags that DeepSeek's format
 newline. Re-rendering the echoed text cannot give those tokens back without keeping them on the
 server, and a prompt holding them would not be the one DeepSeek's encoder gives for the messages;
 the checks above hold whatever the model wrote. A call cut by ``max_tokens`` comes back with
-arguments that are no JSON object; the chat route refuses them in an echoed message (DeepSeek's
-encoder renders them as one ``arguments`` string parameter), so the chat loop leaves such calls out.
+arguments that are no JSON object; the chat route accepts them in an echoed message and renders
+them as DeepSeek's encoder does (one ``arguments`` string parameter), but an agent cannot run such a
+call, so the chat loop leaves it out.
 """
 
 from __future__ import annotations
@@ -317,9 +318,9 @@ def _chat_loop(server: ServerHandle, thinking: bool, stream: bool, n_turns: int)
 
         turns.append(_run(server, send))
         if not json_object(msg.get("tool_calls")):
-            # a call cut by max_tokens has arguments that are no JSON object, which the chat route
-            # refuses: the client leaves the calls out (DeepSeek's encoder would render them as
-            # one "arguments" string parameter)
+            # a call cut by max_tokens has arguments that are no JSON object: an agent cannot run
+            # it, so the client leaves the calls out (the chat route would accept them and render
+            # one "arguments" string parameter, as DeepSeek's encoder does)
             msg.pop("tool_calls", None)
         msgs.append(msg)  # echoed as returned
         calls = msg.get("tool_calls") or []
