@@ -31,10 +31,14 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
+import anthropic
 import pytest
+from anthropic_testutil import EVENTS as MESSAGE_EVENTS
 from anthropic_testutil import make_clients
 from fake_prompt_tm import MODEL, PromptTM, blocks
 from openai.types.chat import ChatCompletionChunk
+from responses_testutil import EVENTS as RESPONSE_EVENTS
+from responses_testutil import sse
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.server_args import ServerArgs
 from starlette.testclient import TestClient
@@ -249,3 +253,151 @@ def test_ollama_4357_completion_chunks_before_the_last_have_null_finish_reason(
     whole = tc.post("/v1/completions", json=body).json()["choices"][0]
     assert last["choices"][0]["finish_reason"] == whole["finish_reason"] == "length"
     assert "".join(c["choices"][0]["text"] for c in [*head, last]) == whole["text"]
+
+
+# --------------------------------------------------------------------------- reasoning and thinking
+
+
+def _no_ids(x: Any) -> Any:
+    """``x`` (a JSON value) with every ``id`` / ``item_id`` field and timestamp blanked, so a
+    streamed and a non-streamed answer compare."""
+    if isinstance(x, dict):
+        return {
+            k: ("" if k in ("id", "item_id") else 0 if k in ("created_at", "completed_at") else _no_ids(v))
+            for k, v in x.items()
+        }
+    if isinstance(x, list):
+        return [_no_ids(v) for v in x]
+    return x
+
+
+def test_vllm_35184_responses_reasoning_stream_has_its_part_events(tok: PreTrainedTokenizerFast) -> None:
+    """vllm-project/vllm#35184 and #24938 (the Responses stream's reasoning item had no part
+    events around its ``response.reasoning_text.delta`` events, so a client's state machine had no
+    part to put them in). Expected with reasoning on: every event validates as the ``openai``
+    client's ``ResponseStreamEvent`` and ``sequence_number`` counts 0, 1, 2, ...; the reasoning
+    item is opened (``output_item.added``, ``content_part.added`` of a ``reasoning_text`` part),
+    its deltas follow, then ``reasoning_text.done`` / ``content_part.done`` / ``output_item.done``
+    with the joined text, all before the message item opens; the ``openai`` client's stream
+    accumulator gives the non-streamed response's output."""
+    client, oa, tc = make_clients(PromptTM(tok, reply=f"{THOUGHT}</think>{REPLY}"))
+    body = {"model": MODEL, "input": "Tell me about Paris.", "reasoning": {"effort": "high"}, "store": False}
+    events = sse(tc.post("/v1/responses", json={**body, "stream": True}).text)
+    for e in events:
+        RESPONSE_EVENTS.validate_python(e)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    kinds = [e["type"] for e in events]
+    reasoning = [e for e in events if e.get("output_index") == 0]
+    assert [e["type"] for e in reasoning[:2]] == ["response.output_item.added", "response.content_part.added"]
+    assert reasoning[0]["item"]["type"] == "reasoning" and reasoning[1]["part"]["type"] == "reasoning_text"
+    assert [e["type"] for e in reasoning[-3:]] == [
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    deltas = [e["delta"] for e in reasoning if e["type"] == "response.reasoning_text.delta"]
+    assert len(deltas) > 1 and "".join(deltas) == reasoning[-3]["text"] == THOUGHT
+    assert kinds.index("response.output_text.delta") > events.index(reasoning[-1])
+    whole = tc.post("/v1/responses", json=body).json()
+    with oa.responses.stream(**body) as s:
+        final = s.get_final_response()
+    assert _no_ids(final.model_dump(mode="json", exclude_none=True)["output"]) == _no_ids(
+        [{k: v for k, v in o.items() if v is not None} for o in whole["output"]]
+    )
+    assert final.output_text == REPLY
+
+
+@pytest.mark.parametrize("max_tokens", [5, 60])
+def test_qwen2api_121_thinking_block_closes_before_the_text_block(
+    tok: PreTrainedTokenizerFast, max_tokens: int
+) -> None:
+    """Rfym21/Qwen2API#121 (an Anthropic Messages stream must carry the reasoning as its own
+    ``thinking`` block, closed by ``content_block_stop`` before the ``text`` block starts).
+    Expected, with the answer whole and with ``max_tokens`` cutting the thinking: every event
+    validates as the ``anthropic`` client's ``RawMessageStreamEvent``; each block is started,
+    given deltas of its own type and stopped before the next starts, at indexes 0, 1, ...; the
+    ``anthropic`` client's stream accumulator gives the non-streamed message (blocks, stop reason
+    ``end_turn`` / ``max_tokens``, output tokens)."""
+    client, _, tc = make_clients(PromptTM(tok, reply=f"{THOUGHT}</think>{REPLY}"))
+    kw: dict[str, Any] = dict(
+        model=MODEL, max_tokens=max_tokens, messages=USER, thinking={"type": "enabled", "budget_tokens": 1024}
+    )
+    events = sse(tc.post("/v1/messages", json={**kw, "stream": True}).text)
+    events = [e for e in events if e["type"] != "ping"]
+    for e in events:
+        MESSAGE_EVENTS.validate_python(e)
+    open_block: int | None = None
+    started = []
+    for e in events:
+        if e["type"] == "content_block_start":
+            assert open_block is None
+            open_block = e["index"]
+            started.append(e["content_block"]["type"])
+        elif e["type"] == "content_block_delta":
+            assert e["index"] == open_block
+            want = {"thinking": ("thinking_delta", "signature_delta"), "text": ("text_delta",)}[started[-1]]
+            assert e["delta"]["type"] in want
+        elif e["type"] == "content_block_stop":
+            assert e["index"] == open_block == len(started) - 1
+            open_block = None
+    assert open_block is None and started == (["thinking", "text"] if max_tokens == 60 else ["thinking"])
+    whole = client.messages.create(**kw)
+    with client.messages.stream(**kw) as s:
+        final = s.get_final_message()
+    assert blocks(final) == blocks(whole)
+    assert final.stop_reason == whole.stop_reason == ("end_turn" if max_tokens == 60 else "max_tokens")
+    assert final.usage.output_tokens == whole.usage.output_tokens
+
+
+def test_clicky_132_messages_error_event_ends_the_stream_and_raises(tok: PreTrainedTokenizerFast) -> None:
+    """farzaa/clicky#132 (a client that skipped Anthropic's in-stream ``error`` event returned the
+    partial text as a whole answer). Expected when the engine aborts a request after two tokens:
+    the 200 stream sends those two text deltas, then an ``event: error`` whose data is Anthropic's
+    error shape (``{"type": "error", "error": {"type", "message"}}``) and nothing after it (no
+    ``message_delta`` / ``message_stop`` that would read as a normal end); the ``anthropic``
+    client, reading the same stream, raises ``APIStatusError`` with the engine's message after
+    yielding the partial text."""
+    tm = PromptTM(tok, reply=REPLY, abort_after=2)
+    client, _, tc = make_clients(tm)
+    r = tc.post("/v1/messages", json={"model": MODEL, "max_tokens": 60, "messages": USER, "stream": True})
+    assert r.status_code == 200
+    frames = [f for f in r.text.split("\n\n") if f.strip()]
+    assert frames[-1].startswith("event: error\n")
+    last = json.loads(frames[-1].split("data: ", 1)[1])
+    assert last == {"type": "error", "error": {"type": "api_error", "message": "engine failure"}}
+    events = sse(r.text)
+    assert not {"message_delta", "message_stop"} & {e["type"] for e in events}
+    partial = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+    assert partial == tok.decode(tok.encode(REPLY, add_special_tokens=False)[:2])
+    seen = ""
+    with pytest.raises(anthropic.APIStatusError, match="engine failure"):
+        with client.messages.stream(model=MODEL, max_tokens=60, messages=USER) as s:
+            for text in s.text_stream:
+                seen += text
+    assert seen == partial
+
+
+def test_vllm_40418_responses_failure_mid_stream_is_a_typed_failed_event(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """vllm-project/vllm#40418 and ollama/ollama#17531 (a generation failing after a Responses
+    stream started ended as a chat-style ``{"error": ...}`` frame, or with no terminal event at all,
+    so a client took the partial text for the answer). Expected when the engine aborts after two
+    tokens: every event validates as the ``openai`` client's ``ResponseStreamEvent`` with
+    ``sequence_number`` 0, 1, 2, ...; the last is ``response.failed`` whose response has ``status``
+    ``failed`` and an ``error`` with the engine's message; no ``response.completed`` is sent; the
+    text deltas before it are the two tokens' text."""
+    _, _, tc = make_clients(PromptTM(tok, reply=REPLY, abort_after=2))
+    body = {"model": MODEL, "input": "Tell me about Paris.", "store": False, "stream": True}
+    r = tc.post("/v1/responses", json=body)
+    assert r.status_code == 200
+    events = sse(r.text)
+    for e in events:
+        RESPONSE_EVENTS.validate_python(e)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    kinds = [e["type"] for e in events]
+    assert kinds[-1] == "response.failed" and "response.completed" not in kinds
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and "engine failure" in failed["error"]["message"]
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert text == tok.decode(tok.encode(REPLY, add_special_tokens=False)[:2])
