@@ -10,11 +10,26 @@ runs them at once.
 
 With vLLM's ``--sse-keep-alive-interval`` set, the body is sent through
 :func:`~.sse_keep_alive.with_keep_alive` (SSE comment frames while it is silent).
+
+Two things every stream does for the clients and proxies between it and the server:
+
+* headers :data:`SSE_HEADERS`: ``Cache-Control: no-cache`` (an event stream is never a cached
+  answer) and ``X-Accel-Buffering: no``, which tells NGINX (and proxies that honour it) not to
+  buffer the body: with its default ``proxy_buffering on`` the events arrive in bursts of a buffer
+  (4-16 KB) or all at the end, instead of as they are written.
+* :func:`escape_unicode_line_breaks` on every frame: JSON leaves U+2028, U+2029 (line and
+  paragraph separators) and U+0085 (next line) unescaped inside strings, but readers that split a
+  stream with Python's ``str.splitlines()`` (``requests``' ``iter_lines(decode_unicode=True)``,
+  several SSE libraries) or JavaScript's line rules break a ``data:`` line there, and the JSON
+  they read is cut short. The SSE format splits lines at CR and LF only, so the frames are valid
+  either way; written as JSON escapes (``\u2028``) the data decodes to the same value and no
+  reader sees a line break in it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -25,13 +40,61 @@ from sglang_v4.entrypoints.sse_keep_alive import app_keep_alive_interval, with_k
 
 logger = logging.getLogger(__name__)
 
+#: the headers of every event stream (a header the route sets itself wins)
+SSE_HEADERS: dict[str, str] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+#: the UTF-8 bytes of the characters some readers take for line breaks, and their JSON escapes
+_LINE_BREAK_ESCAPES = (
+    ("\u2028".encode(), b"\\u2028"),
+    ("\u2029".encode(), b"\\u2029"),
+    ("\u0085".encode(), b"\\u0085"),
+)
+
+
+def escape_unicode_line_breaks(frame: bytes | str) -> bytes | str:
+    """``frame`` (SSE frames of JSON data, whole characters) with U+2028, U+2029 and U+0085
+    written as the JSON escapes ``\\u2028``, ``\\u2029``, ``\\u0085``.
+
+    Outside its strings JSON text is ASCII, so each such character is inside a string, where the
+    escape decodes to the same character: every ``data:`` value parses to what it did. In UTF-8
+    their byte sequences (``E2 80 A8``, ``E2 80 A9``, ``C2 85``) cannot occur inside another
+    character, so a byte replacement finds only them. A ``str`` frame is returned as ``str``."""
+    if isinstance(frame, str):
+        for raw, esc in _LINE_BREAK_ESCAPES:
+            frame = frame.replace(raw.decode(), esc.decode())
+        return frame
+    for raw, esc in _LINE_BREAK_ESCAPES:
+        if raw in frame:
+            frame = frame.replace(raw, esc)
+    return frame
+
+
+async def _escaped(body: AsyncIterable[Any]) -> AsyncIterator[Any]:
+    """``body``'s frames through :func:`escape_unicode_line_breaks`; closing it closes ``body``."""
+    it = body.__aiter__()
+    try:
+        async for frame in it:
+            yield escape_unicode_line_breaks(frame) if isinstance(frame, (bytes, str)) else frame
+    finally:
+        close: Any = getattr(it, "aclose", None)
+        if close is not None:
+            await close()
+
 
 class ClosingStreamingResponse(StreamingResponse):
     """``StreamingResponse`` whose async-generator body is closed (``aclose()``, shielded from the
     response's cancellation) when the response ends for any reason: sent in full, client gone,
-    cancelled. Arguments are ``StreamingResponse``'s. With the app's
-    ``state.sse_keep_alive_interval`` > 0 the body is sent through
+    cancelled. Arguments are ``StreamingResponse``'s; the response carries :data:`SSE_HEADERS`
+    (a header in ``headers`` wins) and its frames go through :func:`escape_unicode_line_breaks`.
+    With the app's ``state.sse_keep_alive_interval`` > 0 the body is sent through
     :func:`~.sse_keep_alive.with_keep_alive`."""
+
+    def __init__(self, content: Any, *args: Any, headers: Mapping[str, str] | None = None, **kw: Any) -> None:
+        given = {k.lower() for k in headers or {}}
+        merged = {k: v for k, v in SSE_HEADERS.items() if k.lower() not in given}
+        merged.update(headers or {})
+        body = _escaped(content) if isinstance(content, AsyncIterable) else content
+        super().__init__(body, *args, headers=merged, **kw)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         interval = app_keep_alive_interval(scope.get("app"))
