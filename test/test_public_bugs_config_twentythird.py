@@ -2,7 +2,7 @@
 
 Each test ports one public report (cited as ``owner/repo#N``).
 
-Fault found here, fixed:
+Faults found here, fixed:
 
 * The model's context length was always ``max_position_embeddings``. SGLang reads the first of
   ``max_sequence_length``, ``seq_length``, ``max_seq_len``, ``model_max_length`` and
@@ -13,6 +13,11 @@ Fault found here, fixed:
   the wrong bound. ``ModelConfig.context_length`` now follows SGLang's order (a value that is not a
   positive integer is a ``ValueError`` naming its key; transformers' no-limit ``int(1e30)``,
   jzhang38/TinyLlama#23, sets none).
+
+* An ``eos_token_id`` of ``config.json`` / ``generation_config.json`` outside the model's
+  vocabulary (stefan-it/german-gpt2#9: ``eos_token_id`` equal to ``vocab_size``) was kept silently
+  among the stop ids, a token the model can never sample; it is now left out with a start-up
+  warning naming it, as the tokenizer's own out-of-vocabulary ``eos_token`` already was.
 
 Reports that showed no fault here (their tests are regression guards): a tokenizer's
 ``model_max_length`` is not the model's context (deepseek-ai/DeepSeek-R1#695); a rope override under
@@ -358,3 +363,52 @@ def test_mlx_vlm_1827_stale_index_is_an_error_naming_the_tensor(tmp_path: Path) 
         check_checkpoint(str(d), mc)
     assert any(k in str(e.value) for k in dropped)
     assert "index" in str(e.value)
+
+
+# --------------------------------------------------------------------------- eos ids
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_german_gpt2_9_eos_token_id_outside_the_vocabulary_is_named_and_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """stefan-it/german-gpt2#9: ``config.json`` set ``eos_token_id`` to ``vocab_size`` (52000 of
+    52000 ids), an id the embedding has no row for. Expected: transformers' own config validator
+    flags such an id (the warning it logs), torch's embedding refuses it (``IndexError``), and the
+    server leaves it out of the ids that end a generation with a start-up warning naming it,
+    whether ``config.json`` or ``generation_config.json`` gave it (before, it was kept silently: a
+    stop token the model can never sample)."""
+    import torch
+    from sglang_v4.managers.scheduler import stop_token_ids
+
+    vocab = TINY["vocab_size"]
+    h = _Records()
+    log = logging.getLogger("transformers")
+    log.addHandler(h)
+    try:
+        _hf_config({**TINY, "eos_token_id": vocab})
+    finally:
+        log.removeHandler(h)
+    assert any("eos_token_id" in m and "vocabulary" in m for m in h.messages), h.messages
+    with pytest.raises(IndexError):
+        torch.nn.functional.embedding(torch.tensor([vocab]), torch.zeros(vocab, 2))
+
+    (tmp_path / "config.json").write_text(json.dumps({**TINY, "eos_token_id": [1, vocab]}))
+    with caplog.at_level(logging.WARNING, logger="sglang_v4.managers.scheduler"):
+        assert stop_token_ids(ModelConfig.from_pretrained(str(tmp_path)), None) == {1}
+    assert any(str(vocab) in r.getMessage() and "vocabulary" in r.getMessage() for r in caplog.records)
+
+    caplog.clear()
+    (tmp_path / "config.json").write_text(json.dumps({**TINY, "eos_token_id": 1}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, vocab + 7]}))
+    with caplog.at_level(logging.WARNING, logger="sglang_v4.managers.scheduler"):
+        assert stop_token_ids(ModelConfig.from_pretrained(str(tmp_path)), None) == {1}
+    assert any(str(vocab + 7) in r.getMessage() for r in caplog.records)
