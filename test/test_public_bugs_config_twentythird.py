@@ -289,7 +289,9 @@ def test_vllm_11861_generation_config_that_is_not_json_is_ignored(
     """vllm-project/vllm#11861: a hand-written ``{"temperature": 0.0,}`` (a trailing comma) made
     the server fail to start. Expected: Python's ``json`` refuses the text (the file is not
     JSON), the server ignores it with a warning naming it and serves chat with SGLang's defaults;
-    the same file without the comma makes temperature 0 (greedy) the chat default."""
+    the same file without the comma makes temperature 0 (greedy) the chat default. The same slip
+    in ``config.json``, which the model cannot do without, is a ``ValueError`` naming that file
+    (it was a bare ``JSONDecodeError`` from ``ModelConfig.from_pretrained``)."""
     (tmp_path / "config.json").write_text(json.dumps(TINY))
     bad = '{"temperature": 0.0,}'
     with pytest.raises(json.JSONDecodeError):
@@ -304,6 +306,10 @@ def test_vllm_11861_generation_config_that_is_not_json_is_ignored(
     )
     assert r.status_code == 200, r.text
     assert "temperature" not in (tm.received[-1].sampling_params or {})
+    # the same slip in config.json is an error naming the file (the model cannot be read without it)
+    (tmp_path / "config.json").write_text(json.dumps(TINY)[:-1] + ",}")
+    with pytest.raises(ValueError, match="config.json: not a readable JSON object"):
+        ModelConfig.from_pretrained(str(tmp_path))
     good = '{"temperature": 0.0}'
     (tmp_path / "generation_config.json").write_text(good)
     assert model_sampling_defaults(str(tmp_path), "model") == json.loads(good)

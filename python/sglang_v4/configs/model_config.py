@@ -450,12 +450,15 @@ class ModelConfig:
 
         Raises:
             FileNotFoundError: if ``config.json`` does not exist.
-            ValueError: if it does not describe a DeepSeek-V4 model, or an override key makes it
-                invalid (the message names the field).
+            ValueError: if it is not JSON text (the message names the file), does not describe a
+                DeepSeek-V4 model, or an override key makes it invalid (the message names the field).
         """
         path = os.path.join(model_path, "config.json")
         with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
+            try:
+                raw = json.load(f)
+            except ValueError as e:  # not JSON (a trailing comma), or not UTF-8 text
+                raise ValueError(f"{path}: not a readable JSON object ({e})") from None
         if not isinstance(raw, dict):
             raise ValueError(f"config.json: expected a JSON object, got {type(raw).__name__}")
         check_raw_config({**raw, **(overrides or {})})  # before an override cuts the per-layer lists
