@@ -65,7 +65,9 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         type=human_readable_int,
         default=None,
         help="Max context in tokens (128k, 128Ki accepted; default: the model config's "
-        "max_position_embeddings; a larger value needs SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1).",
+        "max_position_embeddings, or its max_sequence_length / seq_length / max_seq_len / "
+        "model_max_length where set, as SGLang reads it; a larger value needs "
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1).",
     )
     a(
         "--json-model-override-args",

@@ -34,6 +34,20 @@ SCORING_FUNCS = ("sqrtsoftplus", "sigmoid")
 #: Activations of the routed / shared experts' SwiGLU (``ops.swiglu_clamped`` / ``ops.fused_moe``
 #: apply SiLU; transformers' ``ACT2FN`` maps both names to it).
 HIDDEN_ACTS = ("silu", "swish")
+#: ``config.json`` keys that give the model's context length, in SGLang's order of preference
+#: (``CONTEXT_LENGTH_KEYS`` of its ``get_context_length``): a config that sets one of the others
+#: beside ``max_position_embeddings`` (a fine-tune trained to a shorter window, a reference-style
+#: ``max_seq_len``) is served with that one (sgl-project/sglang#1799).
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
+#: transformers' "no limit" ``model_max_length`` (``VERY_LARGE_INTEGER``, ``int(1e30)``), which
+#: tokenizer configs copied into ``config.json`` carry: such a key sets no context length.
+NO_LIMIT_LENGTH = int(1e30)
 #: Rope types whose inverse frequencies do not depend on the sequence length, so one table serves
 #: every position of a paged cache (``dynamic`` and ``longrope`` rescale the whole sequence once it
 #: outgrows ``original_max_position_embeddings``; HF recomputes them per forward).
@@ -56,7 +70,8 @@ def check_supported(hf: DeepseekV4Config) -> None:
             gives no usable table (:func:`~sglang_v4.configs.rope_check.check_rope_parameters`), ``index_head_dim``
             below the compress rope's dimension (HF's indexer rotates that many channels of each
             indexer head), a non-positive size (``num_hidden_layers`` 0 included: transformers
-            builds a model of no decoder layers, which has no KV layout to serve),
+            builds a model of no decoder layers, which has no KV layout to serve; a context-length
+            key of :data:`CONTEXT_LENGTH_KEYS` included),
             ``num_experts_per_tok`` above ``n_routed_experts``, or an ``o_groups`` that does not
             split the attention output (``num_attention_heads x head_dim`` channels per token) into
             equal groups (HF's ``o_a_proj`` reshapes it into ``o_groups`` groups; such a config
@@ -79,6 +94,10 @@ def check_supported(hf: DeepseekV4Config) -> None:
         v = getattr(hf, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}: must be a positive integer, got {v!r}")
+    for name in CONTEXT_LENGTH_KEYS[:-1]:  # the keys transformers keeps as plain attributes
+        v = getattr(hf, name, None)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name}: must be a positive integer (the model's context length), got {v!r}")
     if (hf.num_attention_heads * hf.head_dim) % hf.o_groups:
         raise ValueError(
             f"o_groups: {hf.o_groups} does not divide the attention output (num_attention_heads x "
@@ -431,12 +450,15 @@ class ModelConfig:
 
         Raises:
             FileNotFoundError: if ``config.json`` does not exist.
-            ValueError: if it does not describe a DeepSeek-V4 model, or an override key makes it
-                invalid (the message names the field).
+            ValueError: if it is not JSON text (the message names the file), does not describe a
+                DeepSeek-V4 model, or an override key makes it invalid (the message names the field).
         """
         path = os.path.join(model_path, "config.json")
         with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
+            try:
+                raw = json.load(f)
+            except ValueError as e:  # not JSON (a trailing comma), or not UTF-8 text
+                raise ValueError(f"{path}: not a readable JSON object ({e})") from None
         if not isinstance(raw, dict):
             raise ValueError(f"config.json: expected a JSON object, got {type(raw).__name__}")
         check_raw_config({**raw, **(overrides or {})})  # before an override cuts the per-layer lists
@@ -491,9 +513,24 @@ class ModelConfig:
         return int(self.hf.compress_rates[HCA])
 
     @property
+    def context_length_key(self) -> str:
+        """The ``config.json`` key :attr:`context_length` comes from: the first of
+        :data:`CONTEXT_LENGTH_KEYS` the config sets to a length (``max_position_embeddings`` when
+        it sets none of the others, or sets them to transformers' no-limit :data:`NO_LIMIT_LENGTH`)."""
+        return next(
+            k
+            for k in CONTEXT_LENGTH_KEYS
+            if k == CONTEXT_LENGTH_KEYS[-1] or getattr(self.hf, k, None) not in (None, NO_LIMIT_LENGTH)
+        )
+
+    @property
     def context_length(self) -> int:
-        """The model's context length in tokens (``max_position_embeddings``)."""
-        return int(self.hf.max_position_embeddings)
+        """The model's context length in tokens: the value of :attr:`context_length_key`
+        (SGLang's ``get_context_length``; ``max_position_embeddings`` for the published configs).
+        No rope factor scales it: SGLang multiplies by a flat ``rope_scaling``'s ``factor`` only
+        without ``original_max_position_embeddings``, and DeepSeek-V4's ropes are nested per layer
+        kind (``main`` / ``compress``), which gives it none to apply."""
+        return int(getattr(self.hf, self.context_length_key))
 
     @property
     def eos_token_ids(self) -> list[int]:

@@ -335,7 +335,8 @@ ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 
 
 def check_context_length(context_length: int, mc: Any) -> None:
-    """``--context-length`` against the model's (``max_position_embeddings``), as SGLang checks
+    """``--context-length`` against the model's (``ModelConfig.context_length``: ``config.json``'s
+    ``max_position_embeddings``, or a key SGLang prefers to it), as SGLang checks
     it: a larger value is refused unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` is ``1`` /
     ``true`` / ``yes`` / ``y`` (any case), which logs a warning and serves the longer context
     (positions past the trained length: outputs there may be wrong). A smaller value needs nothing.
@@ -348,7 +349,8 @@ def check_context_length(context_length: int, mc: Any) -> None:
         return
     msg = (
         f"context_length ({context_length}) is greater than the model's context length ({model_len}, "
-        "max_position_embeddings in config.json); positions past it may give wrong outputs"
+        f"{getattr(mc, 'context_length_key', 'max_position_embeddings')} in config.json); positions past "
+        "it may give wrong outputs"
     )
     if os.environ.get(ALLOW_LONGER_CONTEXT_ENV, "").strip().lower() in ("1", "true", "yes", "y"):
         logger.warning("%s (allowed by %s)", msg, ALLOW_LONGER_CONTEXT_ENV)

@@ -101,15 +101,25 @@ def stop_token_ids(mc: ModelConfig, tokenizer: Any) -> set[int]:
     ``Req.check_finished`` stops: ``config.json``'s and ``generation_config.json``'s
     ``eos_token_id`` (:attr:`ModelConfig.eos_token_ids`) and the tokenizer's ``eos_token``
     (``tokenizer_config.json`` / ``special_tokens_map.json``; a fine-tune may name another end
-    token there than its config). The tokenizer's id is left out, with a warning, when it is outside
-    the model's vocabulary (a token the model can never sample). The same set masks EOS before
-    ``min_new_tokens`` and ends a grammar.
+    token there than its config). An id outside the model's vocabulary (a token the model can never
+    sample, e.g. an ``eos_token_id`` equal to ``vocab_size``) is left out with a warning naming
+    where it came from, whichever file gave it: generations end on the others only. The same set
+    masks EOS before ``min_new_tokens`` and ends a grammar.
 
     Args:
         mc: the served model's config.
         tokenizer: the loaded tokenizer, or ``None`` (``--skip-tokenizer-init``).
     """
-    ids = set(mc.eos_token_ids)
+    ids = {i for i in mc.eos_token_ids if 0 <= i < mc.vocab_size}
+    beyond = [i for i in mc.eos_token_ids if i not in ids]
+    if beyond:
+        logger.warning(
+            "eos_token_id %s of config.json / generation_config.json is outside the model's vocabulary "
+            "(%d ids): the model can never sample it; generations end on %s only",
+            beyond,
+            mc.vocab_size,
+            sorted(ids) or "max_new_tokens, stop strings and the tokenizer's eos_token",
+        )
     tok_eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
     if isinstance(tok_eos, int) and not isinstance(tok_eos, bool):
         if 0 <= tok_eos < mc.vocab_size:
