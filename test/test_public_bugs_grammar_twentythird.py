@@ -2,12 +2,20 @@
 malformed EBNF grammars, character classes, array bounds, Draft 7 tuples, and grammars beside
 reasoning and tools.
 
-Fault found here and fixed: xgrammar's built-in ``format: "ipv4"`` took octets with a leading
-zero (``"01.2.3.4"``, refused by the JSON Schema Test Suite as octal-looking), and its ``"ipv6"``
-refused valid addresses ending in an IPv4 address (``"1:2:3:4:5:6:1.2.3.4"``, ``"1::2:1.2.3.4"``)
-while taking an embedded IPv4 address with a leading zero (``"::ffff:01.2.3.4"``); both formats
-are now written as exact RFC 3986 patterns (``sampling/json_schema_ip_format.py``). The other
-reports passed as-is and are kept as regression tests.
+Faults found here and fixed:
+
+* a schema ``pattern`` (or ``patternProperties`` key) with anchors on some branches of a
+  top-level alternation only, or a ``^`` inside a group (``^ab|c$``, ``(^a|b)c``, ``^a$|b``),
+  reached xgrammar as a full match or lost the search around a branch, so ``^ab|c$`` refused
+  ``"ac"`` (mlc-ai/xgrammar#826's second defect, met in the rewrite): the anchors are now
+  written out of the search (``sampling/json_schema_regex.py``);
+* xgrammar's built-in ``format: "ipv4"`` took octets with a leading zero (``"01.2.3.4"``,
+  refused by the JSON Schema Test Suite as octal-looking), and its ``"ipv6"`` refused valid
+  addresses ending in an IPv4 address (``"1:2:3:4:5:6:1.2.3.4"``, ``"1::2:1.2.3.4"``) while
+  taking an embedded IPv4 address with a leading zero (``"::ffff:01.2.3.4"``); both formats are
+  now written as exact RFC 3986 patterns (``sampling/json_schema_ip_format.py``).
+
+The other reports passed as-is and are kept as regression tests.
 
 Oracles: the ``jsonschema`` package's validator with its format checker (its ``ipv4`` / ``ipv6``
 checks are Python's ``ipaddress``); xgrammar's own EBNF parser used directly; Python's ``re``.
@@ -306,3 +314,131 @@ def test_response_format_beside_auto_tools_allows_either(backend: GrammarBackend
         assert _accepts(g, json.dumps(answer)) == validator.is_valid(answer)
     assert _accepts(g, dsml_block(dsml_invoke("lookup", dsml_param("q", True, "Mars"))))
     assert not _accepts(g, "Mars has two moons.")
+
+
+def _raw_schema_accepts(schema: Any, text: str) -> bool:
+    """Whether xgrammar's own grammar of ``schema`` (no code under test) accepts ``text`` whole."""
+    g = xgr.Grammar.from_json_schema(json.dumps(schema))
+    m = xgr.GrammarMatcher(
+        xgr.GrammarCompiler(xgr.TokenizerInfo([f"<t{i}>" for i in range(8)])).compile_grammar(g)
+    )
+    return bool(m.accept_string(text)) and bool(m.is_completed())
+
+
+@pytest.mark.parametrize("fmt", ["email", "ipv4", "date", "uuid"])
+def test_format_with_length_bound_is_a_400(backend: GrammarBackend, fmt: str) -> None:
+    """vllm-project/vllm#49996: ``format`` beside ``minLength`` / ``maxLength`` compiled with the
+    bound silently dropped, so strings over ``maxLength`` came back. Here the combination is a
+    400 naming ``format``. Oracle: ``jsonschema`` refuses a string over the bound that xgrammar's
+    own grammar of ``format: "email"`` still takes (the bound really is dropped)."""
+    schema = {"type": "string", "format": fmt, "maxLength": 6}
+    if fmt == "email":
+        long = "abcdefgh@example.com"
+        assert not jsonschema.Draft202012Validator(schema).is_valid(long)
+        assert _raw_schema_accepts(schema, json.dumps(long))
+    with pytest.raises(ValueError, match=r"^json_schema: invalid grammar: .*'format'.*'maxLength'"):
+        _schema_grammar(backend, schema)
+
+
+VALUE = {
+    "type": "object",
+    "properties": {"n": {"type": "number"}},
+    "required": ["n"],
+    "additionalProperties": False,
+}
+
+
+def test_property_names_keeps_the_additional_properties_schema(backend: GrammarBackend) -> None:
+    """mlc-ai/xgrammar#826 (first defect): ``propertyNames`` beside an ``additionalProperties``
+    schema dropped that value schema, so ``{"a": "plain"}`` passed. Oracle: ``jsonschema``."""
+    _check_values(
+        backend,
+        {"type": "object", "propertyNames": {"type": "string"}, "additionalProperties": VALUE},
+        [{"a": "plain"}, {"a": {"n": 1}}, {}, {"a": {"n": "x"}}],
+    )
+    _check_values(
+        backend,
+        {"type": "object", "propertyNames": {"pattern": "^x"}, "additionalProperties": VALUE},
+        [{"xa": "plain"}, {"xa": {"n": 1}}, {"a": {"n": 1}}],
+    )
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "^a$|^b$",
+        "a|b",
+        "^(a|b)$",
+        "^ab|c$",
+        "^a|b",
+        "a|b$",
+        "^a$|b",
+        "(^ab|c$)",
+        "a(^ab|c$)",
+        "(^a|b)c",
+        "(^a|b)(c$|a)",
+        "^$|b",
+        "(^|a)b",
+        "(^a)*b",
+        "b|^a*$",
+        "^a?$|c",
+        "(a$|b)c",
+    ],
+)
+def test_top_level_alternation_in_a_pattern(backend: GrammarBackend, pattern: str) -> None:
+    """mlc-ai/xgrammar#826 (second defect): a ``pattern`` whose top level is an alternation
+    compiled to a grammar that does not mean the pattern. Old code here: an alternation with an
+    anchor on some branches only (``^ab|c$``: "starts with ab or ends with c"), or a ``^``
+    inside a group (``(^a|b)c``), went to xgrammar as it was and was read as a full match
+    (``"ac"`` refused); ``^a$|b`` lost the search before ``b``. Oracle: ``jsonschema`` over
+    every short string of ``a b c``."""
+    strings = [""] + ["".join(t) for n in range(1, 4) for t in itertools.product("abc", repeat=n)]
+    _check_values(backend, {"type": "string", "pattern": pattern}, strings)
+
+
+def test_pattern_properties_key_with_branch_anchors(backend: GrammarBackend) -> None:
+    """mlc-ai/xgrammar#826 (the same reading for keys): a ``patternProperties`` key regex is a
+    search too, so ``^x|y$`` takes keys starting with ``x`` or ending with ``y``. Oracle:
+    ``jsonschema``."""
+    schema = {
+        "type": "object",
+        "patternProperties": {"^x|y$": {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    values = [{k: 1} for k in ("x", "xa", "ay", "y", "a", "ya", "axa")] + [{"xa": "s"}]
+    _check_values(backend, schema, values)
+
+
+LLAMA_JSON_EBNF = r"""
+char ::= [^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})
+item ::= "{" space item-name-kv "," space item-age-kv "}" space
+item-age ::= ([0-9] | ([1-8] [0-9] | [9] [0-9]) | "1" ([0-4] [0-9] | [5] "0")) space
+item-age-kv ::= "\"age\"" space ":" space item-age
+item-name ::= "\"" char{1,100} "\"" space
+item-name-kv ::= "\"name\"" space ":" space item-name
+root ::= "[" space item ("," space item){9,99} "]" space
+space ::= "" | " " | "\n" [ \t]{0,20}
+"""
+
+
+def test_llama_cpp_readme_grammar_with_bounded_repeats(backend: GrammarBackend) -> None:
+    """mlc-ai/xgrammar#137: the JSON grammar of llama.cpp's grammar README (``char{1,100}``,
+    ``{9,99}``, ``\\x7F`` escapes) failed to parse ("Invalid escape sequence"). Here it compiles
+    (its empty alternative ``space ::= | ...`` spelled ``""``, as xgrammar's EBNF writes it)
+    and its bounds hold: 10 to 100 items, names of 1 to 100 characters, ages 0 to 150. Oracle:
+    the grammar's text read by hand (repeat bounds, the age alternatives)."""
+    g = _grammar(backend, ebnf=LLAMA_JSON_EBNF)
+
+    def array(n: int, name: str = "Ann", age: int = 30) -> str:
+        return (
+            "["
+            + ",".join(json.dumps({"name": name, "age": age}, separators=(",", ":")) for _ in range(n))
+            + "]"
+        )
+
+    assert _accepts(g, array(10)) and _accepts(g, array(100))
+    assert not _accepts(g, array(9)) and not _accepts(g, array(101))
+    assert _accepts(g, array(10, name="x" * 100)) and not _accepts(g, array(10, name="x" * 101))
+    assert _accepts(g, array(10, name='a\\"b'))  # an escaped quote is one ``char``
+    assert _accepts(g, array(10, age=150)) and not _accepts(g, array(10, age=151))
+    assert not _accepts(g, array(10, name=""))
