@@ -13,7 +13,11 @@ Faults found here and fixed:
   refused by the JSON Schema Test Suite as octal-looking), and its ``"ipv6"`` refused valid
   addresses ending in an IPv4 address (``"1:2:3:4:5:6:1.2.3.4"``, ``"1::2:1.2.3.4"``) while
   taking an embedded IPv4 address with a leading zero (``"::ffff:01.2.3.4"``); both formats are
-  now written as exact RFC 3986 patterns (``sampling/json_schema_ip_format.py``).
+  now written as exact RFC 3986 patterns (``sampling/json_schema_ip_format.py``);
+* a ``]`` first in a character class (``[]a]``, ``[^]]``) went to xgrammar as written, which
+  reads ``[]`` as an empty class: ``[]a]`` was refused and ``[^]]+`` took only ``"]"``
+  strings, in the ``regex`` field and in a schema ``pattern`` alike; such a class is now
+  rewritten with the ``]`` escaped (``sampling/regex_dialect.py``).
 
 The other reports passed as-is and are kept as regression tests.
 
@@ -442,3 +446,31 @@ def test_llama_cpp_readme_grammar_with_bounded_repeats(backend: GrammarBackend) 
     assert _accepts(g, array(10, name='a\\"b'))  # an escaped quote is one ``char``
     assert _accepts(g, array(10, age=150)) and not _accepts(g, array(10, age=151))
     assert not _accepts(g, array(10, name=""))
+
+
+#: every string of up to three characters over ``a ] ^ [ - \``
+BRACKET_STRINGS = [""] + ["".join(t) for n in range(1, 4) for t in itertools.product("a]^[-\\", repeat=n)]
+
+
+@pytest.mark.parametrize("regex", [r"[]]", r"[^]]+", r"x*[^]]*", r"[^]\\]+"])
+def test_leading_bracket_is_a_literal_in_a_class(backend: GrammarBackend, regex: str) -> None:
+    """google/fancy-regex#28: ``[]]`` and ``[^]]`` are valid, the same as ``[\\]]`` and
+    ``[^\\]]``: a ``]`` right after ``[`` or ``[^`` is a member. Old code: ``[]]`` was refused
+    ("Empty character class") and ``[^]]+`` took only ``"]"`` strings. Oracle: Python's
+    ``re.fullmatch`` for the ``regex`` field; ``jsonschema`` (Python's ``re.search``) for the
+    same class in a ``pattern``."""
+    g = _grammar(backend, regex=regex)
+    for s in BRACKET_STRINGS:
+        assert _accepts(g, s) == bool(re.fullmatch(regex, s)), s
+    _check_values(backend, {"type": "string", "pattern": f"^(?:{regex})$"}, BRACKET_STRINGS)
+
+
+@pytest.mark.parametrize("regex", [r"[]abc]+", r"[^]abc]+", r"[]-a]+", r"[]^]+"])
+def test_bracket_first_in_a_longer_class(backend: GrammarBackend, regex: str) -> None:
+    """gskinner/regexr#550: ``]`` first in a bracket expression (after ``^`` if present) is a
+    member, ``[]abc]`` and ``[^]abc]``; so is the range ``[]-a]`` (``]`` to ``a``). Old code:
+    refused as an empty class, or ``]`` dropped from a negated class. Oracle: Python's
+    ``re.fullmatch``."""
+    g = _grammar(backend, regex=regex)
+    for s in BRACKET_STRINGS:
+        assert _accepts(g, s) == bool(re.fullmatch(regex, s)), s
