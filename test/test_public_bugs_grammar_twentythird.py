@@ -17,7 +17,10 @@ Faults found here and fixed:
 * a ``]`` first in a character class (``[]a]``, ``[^]]``) went to xgrammar as written, which
   reads ``[]`` as an empty class: ``[]a]`` was refused and ``[^]]+`` took only ``"]"``
   strings, in the ``regex`` field and in a schema ``pattern`` alike; such a class is now
-  rewritten with the ``]`` escaped (``sampling/regex_dialect.py``).
+  rewritten with the ``]`` escaped (``sampling/regex_dialect.py``);
+* ``maxItems`` below the number of ``prefixItems`` (a satisfiable schema: the positions are
+  not required) was a 400 from xgrammar; the unreachable entries are now dropped
+  (``sampling/json_schema_tuple.py``).
 
 The other reports passed as-is and are kept as regression tests.
 
@@ -474,3 +477,39 @@ def test_bracket_first_in_a_longer_class(backend: GrammarBackend, regex: str) ->
     g = _grammar(backend, regex=regex)
     for s in BRACKET_STRINGS:
         assert _accepts(g, s) == bool(re.fullmatch(regex, s)), s
+
+
+TUPLE = [{"type": "integer"}, {"type": "string"}, {"type": "boolean"}]
+ARRAYS = [[], [1], [1, "a"], [1, "a", True], [1, "a", True, 2], ["a"], [1, 2], [1, "a", 3]]
+
+
+@pytest.mark.parametrize(
+    "bounds", [{"maxItems": 2}, {"maxItems": 1}, {"maxItems": 0}, {"minItems": 1, "maxItems": 2}]
+)
+def test_max_items_below_the_prefix_items_length(backend: GrammarBackend, bounds: dict[str, int]) -> None:
+    """oasdiff/oasdiff#1181: ``maxItems`` below the number of ``prefixItems`` is a dead
+    constraint on the trailing entries, not a contradiction: the schema is satisfiable. Old
+    code: a 400 ("maxItems is less than the number of prefixItems: 2 < 3"). Oracle:
+    ``jsonschema``."""
+    _check_values(backend, {"type": "array", "prefixItems": TUPLE, **bounds}, ARRAYS)
+
+
+def test_prefix_items_with_max_items_and_trailing_items(backend: GrammarBackend) -> None:
+    """Effect-TS/effect#7060: ``prefixItems`` with ``maxItems`` must keep both meanings: a bound
+    shorter than the prefix cuts the tuple, a longer one admits trailing ``items`` up to it.
+    Oracle: ``jsonschema`` (Draft 2020-12), and its Draft 7 validator for the same tuple written
+    with a list ``items``."""
+    for most in (1, 2, 4):
+        schema = {"type": "array", "prefixItems": TUPLE, "items": {"type": "integer"}, "maxItems": most}
+        _check_values(backend, schema, ARRAYS)
+    draft7 = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "array",
+        "items": TUPLE,
+        "additionalItems": False,
+        "maxItems": 1,
+    }
+    g = _schema_grammar(backend, draft7)
+    validator = jsonschema.Draft7Validator(draft7)
+    for v in ARRAYS:
+        assert _accepts(g, json.dumps(v)) == validator.is_valid(v), v

@@ -86,7 +86,7 @@ from sglang_v4.sampling.json_schema_ip_format import exact_ip_format
 from sglang_v4.sampling.json_schema_length import length_bounds_as_pattern
 from sglang_v4.sampling.json_schema_pattern_text import pattern_over_json_text
 from sglang_v4.sampling.json_schema_regex import search_as_full_match
-from sglang_v4.sampling.json_schema_tuple import tuple_items_as_prefix_items
+from sglang_v4.sampling.json_schema_tuple import prefix_items_within_max_items, tuple_items_as_prefix_items
 from sglang_v4.sampling.regex_dialect import regex_format_checker, translate_regex
 
 __all__ = [
@@ -318,6 +318,7 @@ def _rewrite(schema: Any, path: str) -> Any:
             for k, v in out["patternProperties"].items()
         }
     rewrite_numeric_bounds(out)
+    prefix_items_within_max_items(out)
     exact_date_format(out)
     exact_ip_format(out)
     if isinstance(out.get("pattern"), str):

@@ -12,13 +12,18 @@ its list ``items`` (there it is malformed, and is reported as such).
 
 ``additionalItems`` beside an ``items`` that is one schema (not a list) has no effect in those
 drafts (Validation draft-07 section 6.4.2) and is dropped.
+
+:func:`prefix_items_within_max_items` drops the ``prefixItems`` entries at positions no array
+can reach (``maxItems`` below their number): such a schema is satisfiable (``prefixItems`` does
+not require its positions, ``[]`` and ``[1]`` are valid for ``{"prefixItems": [int, str],
+"maxItems": 1}``), and xgrammar refused it ("maxItems is less than the number of prefixItems").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["names_draft_2020_12", "tuple_items_as_prefix_items"]
+__all__ = ["names_draft_2020_12", "prefix_items_within_max_items", "tuple_items_as_prefix_items"]
 
 
 def names_draft_2020_12(schema: Any) -> bool:
@@ -74,3 +79,17 @@ def tuple_items_as_prefix_items(schema: Any) -> Any:
                 node[k] = [dict(s) if isinstance(s, dict) else s for s in v]
                 stack.extend(s for s in node[k] if isinstance(s, dict))
     return root
+
+
+def prefix_items_within_max_items(node: dict[str, Any]) -> None:
+    """Drop, in place, the ``prefixItems`` entries of ``node`` past its ``maxItems`` (the whole
+    keyword when ``maxItems`` is 0): positions no valid array has, so the same arrays validate
+    (module docstring). Other nodes are left as they are."""
+    prefix, most = node.get("prefixItems"), node.get("maxItems")
+    if not isinstance(prefix, list) or not isinstance(most, int) or isinstance(most, bool):
+        return
+    if 0 <= most < len(prefix):
+        if most == 0:
+            del node["prefixItems"]
+        else:
+            node["prefixItems"] = prefix[:most]
