@@ -18,8 +18,9 @@ Faults found here and fixed:
   reads ``[]`` as an empty class: ``[]a]`` was refused and ``[^]]+`` took only ``"]"``
   strings, in the ``regex`` field and in a schema ``pattern`` alike; such a class is now
   rewritten with the ``]`` escaped (``sampling/regex_dialect.py``);
-* ``maxItems`` below the number of ``prefixItems`` (a satisfiable schema: the positions are
-  not required) was a 400 from xgrammar; the unreachable entries are now dropped
+* ``maxItems`` below the number of ``prefixItems``, or a ``false`` entry in ``prefixItems``
+  (satisfiable schemas: the positions are not required) were a 400 from xgrammar; the
+  unreachable entries are now dropped, a ``false`` one ending the array
   (``sampling/json_schema_tuple.py``).
 
 The other reports passed as-is and are kept as regression tests.
@@ -513,3 +514,20 @@ def test_prefix_items_with_max_items_and_trailing_items(backend: GrammarBackend)
     validator = jsonschema.Draft7Validator(draft7)
     for v in ARRAYS:
         assert _accepts(g, json.dumps(v)) == validator.is_valid(v), v
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "prefixItems": [{"type": "integer"}, False]},
+        {"type": "array", "prefixItems": [{"type": "integer"}, False, {"type": "string"}], "maxItems": 3},
+        {"type": "array", "prefixItems": [False], "items": {"type": "integer"}},
+        {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}, False], "minItems": 1},
+    ],
+)
+def test_false_prefix_item_ends_the_array(backend: GrammarBackend, schema: dict[str, Any]) -> None:
+    """datamodel-code-generator/datamodel-code-generator#3191: a ``false`` entry in
+    ``prefixItems`` means no array reaches that position (the array ends before it), a valid
+    and satisfiable schema. Old code: a 400 ("prefixItems contains false"). Oracle:
+    ``jsonschema``."""
+    _check_values(backend, schema, ARRAYS)

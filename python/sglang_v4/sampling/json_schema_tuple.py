@@ -16,7 +16,9 @@ drafts (Validation draft-07 section 6.4.2) and is dropped.
 :func:`prefix_items_within_max_items` drops the ``prefixItems`` entries at positions no array
 can reach (``maxItems`` below their number): such a schema is satisfiable (``prefixItems`` does
 not require its positions, ``[]`` and ``[1]`` are valid for ``{"prefixItems": [int, str],
-"maxItems": 1}``), and xgrammar refused it ("maxItems is less than the number of prefixItems").
+"maxItems": 1}``), and xgrammar refused it ("maxItems is less than the number of prefixItems");
+a ``false`` entry (no item may sit there: the array ends before it) was refused as "prefixItems
+contains false" and becomes a ``maxItems``.
 """
 
 from __future__ import annotations
@@ -82,13 +84,19 @@ def tuple_items_as_prefix_items(schema: Any) -> Any:
 
 
 def prefix_items_within_max_items(node: dict[str, Any]) -> None:
-    """Drop, in place, the ``prefixItems`` entries of ``node`` past its ``maxItems`` (the whole
-    keyword when ``maxItems`` is 0): positions no valid array has, so the same arrays validate
-    (module docstring). Other nodes are left as they are."""
+    """Drop, in place, the ``prefixItems`` entries of ``node`` that no valid array reaches: those
+    past its ``maxItems``, and from the first ``false`` entry on (no array has an item there, so
+    ``maxItems`` becomes that position); the whole keyword when none is left. The same arrays
+    validate (module docstring). Other nodes are left as they are."""
     prefix, most = node.get("prefixItems"), node.get("maxItems")
-    if not isinstance(prefix, list) or not isinstance(most, int) or isinstance(most, bool):
+    if not isinstance(prefix, list):
         return
-    if 0 <= most < len(prefix):
+    if not isinstance(most, int) or isinstance(most, bool) or most < 0:
+        most = None
+    first_false = next((i for i, sub in enumerate(prefix) if sub is False), None)
+    if first_false is not None and (most is None or first_false < most):
+        most = node["maxItems"] = first_false
+    if most is not None and most < len(prefix):
         if most == 0:
             del node["prefixItems"]
         else:
