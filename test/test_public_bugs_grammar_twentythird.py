@@ -461,11 +461,12 @@ def test_leading_bracket_is_a_literal_in_a_class(backend: GrammarBackend, regex:
     """google/fancy-regex#28: ``[]]`` and ``[^]]`` are valid, the same as ``[\\]]`` and
     ``[^\\]]``: a ``]`` right after ``[`` or ``[^`` is a member. Old code: ``[]]`` was refused
     ("Empty character class") and ``[^]]+`` took only ``"]"`` strings. Oracle: Python's
-    ``re.fullmatch`` for the ``regex`` field; ``jsonschema`` (Python's ``re.search``) for the
-    same class in a ``pattern``."""
-    g = _grammar(backend, regex=regex)
-    for s in BRACKET_STRINGS:
-        assert _accepts(g, s) == bool(re.fullmatch(regex, s)), s
+    ``re.fullmatch`` for the ``regex`` field and a structural tag's ``regex`` format;
+    ``jsonschema`` (Python's ``re.search``) for the same class in a ``pattern``."""
+    tag = json.dumps({"type": "structural_tag", "format": {"type": "regex", "pattern": regex}})
+    for g in (_grammar(backend, regex=regex), _grammar(backend, structural_tag=tag)):
+        for s in BRACKET_STRINGS:
+            assert _accepts(g, s) == bool(re.fullmatch(regex, s)), s
     _check_values(backend, {"type": "string", "pattern": f"^(?:{regex})$"}, BRACKET_STRINGS)
 
 
