@@ -11,12 +11,16 @@ anchors are written out instead: ``X`` becomes ``[\\s\\S]*(?:X)[\\s\\S]*``, ``^X
 anywhere else (``(a$|b)c``, ``^a|b$``: xgrammar ignored it, so ``"ac"`` passed) is an assertion
 that the input ends there: the regex is written with the end anchors taken out
 (:func:`~sglang_v4.sampling.regex_end_anchor.eliminate_end_anchors`, ``$`` as ECMA-262 reads it
-without the multi-line flag). A ``^`` anywhere else is left as it is.
+without the multi-line flag). A ``^`` anywhere else, or anchors on some branches of a top-level
+alternation only (``^ab|c$``: starts with ``ab`` or ends with ``c``), are written out as well,
+start anchors read backwards as end anchors.
 """
 
 from __future__ import annotations
 
-from sglang_v4.sampling.regex_end_anchor import eliminate_end_anchors
+import re
+
+from sglang_v4.sampling.regex_end_anchor import eliminate_end_anchors, reverse_regex
 
 __all__ = ["search_as_full_match"]
 
@@ -75,7 +79,7 @@ def search_as_full_match(pattern: str, field: str = "pattern") -> str:
         ValueError: no string matches ``pattern`` (text after ``$`` on every path).
     """
     start, end, alternation, inner, inner_end = _scan(pattern)
-    if inner_end and not inner:
+    if inner_end and not inner and not alternation:
         body = pattern[1:] if start else pattern
         written = eliminate_end_anchors(("" if start else _ANY) + f"(?:{body}){_ANY}", strict_dollar=True)
         if written is None:
@@ -83,9 +87,39 @@ def search_as_full_match(pattern: str, field: str = "pattern") -> str:
                 f"{field}: no string matches the regex {pattern!r} (text after '$' on every path)"
             )
         return written
-    if inner or inner_end or (start and end and not alternation) or (alternation and (start or end)):
+    if inner or inner_end or (alternation and (start or end)):
+        return _anchors_written_out(pattern, field)
+    if start and end:
         return pattern
     body = pattern[1 if start else 0 : len(pattern) - 1 if end else len(pattern)]
     if not body:
         return _ANY
     return ("" if start else _ANY) + f"(?:{body})" + ("" if end else _ANY)
+
+
+def _anchors_written_out(pattern: str, field: str) -> str:
+    """``pattern`` with anchors inside it or on some top-level branches only (``^ab|c$``,
+    ``(^a|b)c``, ``x|^y``): the search ``[\\s\\S]*(?:P)[\\s\\S]*`` written without its
+    anchors. The end anchors go first, with each ``^`` read as a letter (a path where a ``^``
+    follows a ``$`` has text after the end: dropped), then the start anchors, read backwards as
+    end anchors. A dropped path that matches has no text at all: the empty string, put back
+    where the pattern takes it (Python's ``re.search`` on ``""``, where its ``$`` and ECMA-262's
+    agree). ``pattern`` itself where Python cannot compile it.
+
+    Raises:
+        ValueError: no string matches ``pattern``.
+    """
+    try:
+        takes_empty = re.search(pattern, "") is not None
+    except re.error:
+        return pattern
+    ends_free = eliminate_end_anchors(f"{_ANY}(?:{pattern}){_ANY}", strict_dollar=True)
+    backwards = None if ends_free is None else eliminate_end_anchors(reverse_regex(ends_free, {"^": "\\Z"}))
+    written = None if backwards is None else reverse_regex(backwards)
+    if written is None or written == "":
+        if not takes_empty:
+            raise ValueError(
+                f"{field}: no string matches the regex {pattern!r} (no path satisfies its anchors)"
+            )
+        return ""
+    return f"(?:{written}|)" if takes_empty else written

@@ -54,7 +54,8 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
 
 * a ``string`` node's ``format: "date"`` / ``"date-time"`` / ``"time"`` becomes a ``pattern``
   admitting exactly the dates and times RFC 3339 allows
-  (:mod:`sglang_v4.sampling.json_schema_date_format`).
+  (:mod:`sglang_v4.sampling.json_schema_date_format`); ``format: "ipv4"`` / ``"ipv6"`` one
+  admitting exactly RFC 3986's address text (:mod:`sglang_v4.sampling.json_schema_ip_format`).
 * a ``pattern``'s optional group ``(X)?`` (or lazy ``(X)??``) becomes ``(X|)``, the same language:
   xgrammar 0.2.9 compiles a ``pattern`` (its JSON-string regex mode) whose optional group holds a
   repetition to a grammar that also takes the group's tail without its head
@@ -81,10 +82,11 @@ from sglang_v4.sampling.json_schema_alternatives import with_node_keywords
 from sglang_v4.sampling.json_schema_bounds import rewrite_numeric_bounds
 from sglang_v4.sampling.json_schema_date_format import exact_date_format
 from sglang_v4.sampling.json_schema_false import drop_false_properties
+from sglang_v4.sampling.json_schema_ip_format import exact_ip_format
 from sglang_v4.sampling.json_schema_length import length_bounds_as_pattern
 from sglang_v4.sampling.json_schema_pattern_text import pattern_over_json_text
 from sglang_v4.sampling.json_schema_regex import search_as_full_match
-from sglang_v4.sampling.json_schema_tuple import tuple_items_as_prefix_items
+from sglang_v4.sampling.json_schema_tuple import prefix_items_within_max_items, tuple_items_as_prefix_items
 from sglang_v4.sampling.regex_dialect import regex_format_checker, translate_regex
 
 __all__ = [
@@ -316,7 +318,9 @@ def _rewrite(schema: Any, path: str) -> Any:
             for k, v in out["patternProperties"].items()
         }
     rewrite_numeric_bounds(out)
+    prefix_items_within_max_items(out)
     exact_date_format(out)
+    exact_ip_format(out)
     if isinstance(out.get("pattern"), str):
         regex = translate_regex(out["pattern"], f"{path}.pattern", schema=True)
         full = search_as_full_match(optional_groups_as_alternations(regex), f"{path}.pattern")

@@ -12,13 +12,20 @@ its list ``items`` (there it is malformed, and is reported as such).
 
 ``additionalItems`` beside an ``items`` that is one schema (not a list) has no effect in those
 drafts (Validation draft-07 section 6.4.2) and is dropped.
+
+:func:`prefix_items_within_max_items` drops the ``prefixItems`` entries at positions no array
+can reach (``maxItems`` below their number): such a schema is satisfiable (``prefixItems`` does
+not require its positions, ``[]`` and ``[1]`` are valid for ``{"prefixItems": [int, str],
+"maxItems": 1}``), and xgrammar refused it ("maxItems is less than the number of prefixItems");
+a ``false`` entry (no item may sit there: the array ends before it) was refused as "prefixItems
+contains false" and becomes a ``maxItems``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["names_draft_2020_12", "tuple_items_as_prefix_items"]
+__all__ = ["names_draft_2020_12", "prefix_items_within_max_items", "tuple_items_as_prefix_items"]
 
 
 def names_draft_2020_12(schema: Any) -> bool:
@@ -74,3 +81,23 @@ def tuple_items_as_prefix_items(schema: Any) -> Any:
                 node[k] = [dict(s) if isinstance(s, dict) else s for s in v]
                 stack.extend(s for s in node[k] if isinstance(s, dict))
     return root
+
+
+def prefix_items_within_max_items(node: dict[str, Any]) -> None:
+    """Drop, in place, the ``prefixItems`` entries of ``node`` that no valid array reaches: those
+    past its ``maxItems``, and from the first ``false`` entry on (no array has an item there, so
+    ``maxItems`` becomes that position); the whole keyword when none is left. The same arrays
+    validate (module docstring). Other nodes are left as they are."""
+    prefix, most = node.get("prefixItems"), node.get("maxItems")
+    if not isinstance(prefix, list):
+        return
+    if not isinstance(most, int) or isinstance(most, bool) or most < 0:
+        most = None
+    first_false = next((i for i, sub in enumerate(prefix) if sub is False), None)
+    if first_false is not None and (most is None or first_false < most):
+        most = node["maxItems"] = first_false
+    if most is not None and most < len(prefix):
+        if most == 0:
+            del node["prefixItems"]
+        else:
+            node["prefixItems"] = prefix[:most]

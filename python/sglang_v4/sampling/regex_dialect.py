@@ -193,10 +193,11 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
     j += negated
     sets: list[str] = []
     rest: list[str] = []  # chars, ranges and properties, as regex-package text
-    if p[j : j + 1] == "]":  # "[]...]": the first "]" is a literal
-        rest.append("\\]")
-        j += 1
     translate = ignore_case
+    if p[j : j + 1] == "]":  # "[]...]": the first "]" is a literal (xgrammar reads "[]" as empty)
+        rest.append("\\]")
+        translate = True
+        j += 1
     while j < len(p) and p[j] != "]":
         if p[j] == "\\":
             kind, text, j = _read_escape(p, j, True, schema)
