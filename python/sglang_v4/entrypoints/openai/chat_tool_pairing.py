@@ -11,11 +11,8 @@ package), which SGLang's DeepSeek-V4 chat path renders through, refuses both too
 unanswered call renders as a finished turn whose result the model never reads, and a stray
 result answers nothing.
 
-Three more shapes are OpenAI's 400s (DeepSeek's converter refuses each of them too):
+Two more shapes are OpenAI's 400s (DeepSeek's converter refuses each of them too):
 
-* ``tool_calls: []`` on an assistant message: ``Invalid 'messages[i].tool_calls': empty array.
-  Expected an array with minimum length 1, but got an empty array instead.`` (``param``
-  ``messages[i].tool_calls``; OpenAI's ``code`` ``empty_array``);
 * a second ``tool`` message answering a call already answered: ``Invalid parameter: Duplicate
   value for 'tool_call_id' of '<id>', in messages[j] and messages[i].`` (``param``
   ``messages[i].tool_call_id``);
@@ -31,6 +28,9 @@ window before the next turn, and a ``tool`` message after them answers nothing. 
 * a final assistant message with ``tool_calls`` (nothing follows it): SGLang's DeepSeek-V4 path
   takes it (its calls dropped: the message continued with ``continue_final_message``, else
   re-sent as a user turn), as SGLang's own pairing check leaves the last assistant message out;
+* ``tool_calls: []`` on an assistant message: no calls. OpenAI and DeepSeek's converter refuse it
+  (``Invalid 'messages[i].tool_calls': empty array``), but vLLM and SGLang serve it and agents
+  echo the ``[]`` such servers return (vllm-project/vllm#12937, microsoft/autogen#3120);
 * calls without an ``id``, which no ``tool_call_id`` can name (SGLang's pairing check leaves them
   unchecked);
 * a ``tool_call_id`` that names none of the window's calls: the prompt encoder's 400
@@ -65,25 +65,6 @@ def _unanswered_error(index: int, ids: Sequence[str]) -> RequestError:
     )
 
 
-def _check_not_empty_calls(index: int, message: Mapping[str, Any]) -> None:
-    """OpenAI's 400 for an assistant message's ``tool_calls: []`` (module docstring).
-
-    The final message too: SGLang's DeepSeek-V4 path drops a final assistant message's
-    ``tool_calls`` before DeepSeek's converter reads them, so it takes ``[]`` there; OpenAI (and
-    DeepSeek's converter) refuse it, and this OpenAI route follows OpenAI.
-
-    Raises:
-        RequestError: 400, ``param`` ``messages[index].tool_calls``.
-    """
-    calls = message.get("tool_calls")
-    if isinstance(calls, Sequence) and not isinstance(calls, (str, bytes)) and len(calls) == 0:
-        raise RequestError(
-            f"Invalid 'messages[{index}].tool_calls': empty array. Expected an array with minimum "
-            "length 1, but got an empty array instead.",
-            param=f"messages[{index}].tool_calls",
-        )
-
-
 def check_tool_call_pairing(messages: Sequence[Mapping[str, Any]]) -> None:
     """Check that every tool call of ``messages`` is answered right after it, once, and every tool
     message answers one (module docstring).
@@ -93,8 +74,7 @@ def check_tool_call_pairing(messages: Sequence[Mapping[str, Any]]) -> None:
             entries with ``id``; tool ``tool_call_id``).
 
     Raises:
-        RequestError: 400 naming the message: an assistant message's ``tool_calls: []``
-            (``param`` ``messages[i].tool_calls``); an assistant message's calls left without a
+        RequestError: 400 naming the message: an assistant message's calls left without a
             ``tool`` message before the next non-``tool`` message (``param`` ``messages[i]``,
             ``i`` that next message, or the assistant message when the list ends first; OpenAI
             writes ``messages.[i].role``); a ``tool`` message outside every answer window or
@@ -107,8 +87,6 @@ def check_tool_call_pairing(messages: Sequence[Mapping[str, Any]]) -> None:
     answered: dict[str, int] = {}  # its calls answered so far -> the index of the answer
     for i, m in enumerate(messages):
         role = m.get("role")
-        if role == "assistant":
-            _check_not_empty_calls(i, m)
         if role == "tool":
             if window is None:
                 raise RequestError(
