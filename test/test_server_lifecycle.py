@@ -25,7 +25,7 @@ from server_fixture import REPO, ServerHandle, fake_env, free_port, make_fake_mo
 from server_process_testutil import _alive, _children
 
 pytestmark = pytest.mark.timeout(300)  # a server start or two per test: generous for a loaded machine
-#: A word of the warm-up prompt (``http_server.WARMUP_PROMPT``): the fake scheduler holds or
+#: A word of the warm-up prompt (``startup_warmup.WARMUP_PROMPT``): the fake scheduler holds or
 #: crashes the warm-up request on it.
 WARMUP_WORD = "capital"
 CRASH_WORDS = ("Traceback", "crash", "Backend failure", "BackendDiedError", "Backend process died")

@@ -1,6 +1,7 @@
 """Routes the ``--dp-size`` gateway sends to every replica because one server with ``dp_size``
-ranks applies them to all its ranks: ``/flush_cache``, the runtime-control routes, and
-``/get_server_info`` / ``/server_info``, and the health probes.
+ranks applies them to all its ranks: ``/flush_cache``, the runtime-control routes,
+``/get_server_info`` / ``/server_info``, ``/get_model_info`` / ``/model_info``, and the health
+probes.
 
 ``sglang-router`` (0.3.2) has no runtime-control route on its port (``/update_weights_from_disk``,
 ``/pause_generation``, ... answer 404), answers ``/get_server_info`` with its own summary
@@ -25,6 +26,14 @@ all D ranks:
   (a weight update that reached only some of them, or replicas started with different
   ``--weight-version``) are a ``409`` naming each rank's version, never one replica's version
   taken for the group's; a refusal or an unreachable rank as for :data:`BROADCAST_ROUTES`.
+* ``GET /get_model_info`` and ``GET /model_info`` (:data:`MODEL_INFO_ROUTES`): every replica is
+  asked; when all answer the same info, that answer (a single server's shape), otherwise a ``409``
+  naming each field the replicas disagree on and each rank's value. SGLang 0.5.23's server with
+  ``dp_size > 1`` answers from its one tokenizer manager, whose ``model_path``,
+  ``weight_version``, parsers ... are those of every rank (a weight update moves them for all
+  ranks at once); here each replica has its own, and a weight update that reached only some of
+  them leaves them different, so one replica's info is the group's only when they agree. A refusal
+  or an unreachable rank as for :data:`BROADCAST_ROUTES`.
 * ``GET|POST /get_weights_by_name`` (:data:`PER_REPLICA_ROUTES`): every replica is asked and the
   answer is a JSON list of their parameters in rank order, as SGLang's server with ``dp_size > 1``
   answers (one entry per data-parallel rank; ``dp_size`` 1 answers the parameter itself). The
@@ -61,9 +70,11 @@ from sglang_v4.entrypoints.dp_gateway_fanout import ask_every_replica, passed_on
 __all__ = [
     "BROADCAST_ROUTES",
     "HEALTH_ROUTES",
+    "MODEL_INFO_ROUTES",
     "PER_REPLICA_ROUTES",
     "SERVER_INFO_ROUTES",
     "add_control_routes",
+    "merge_model_infos",
     "merge_server_info",
     "merge_weight_versions",
 ]
@@ -85,6 +96,9 @@ HEALTH_ROUTES = ("/health", "/health_generate")
 
 #: The server-info routes answered from every replica's info.
 SERVER_INFO_ROUTES = ("/get_server_info", "/server_info")
+
+#: The model-info routes answered when every replica's info is the same.
+MODEL_INFO_ROUTES = ("/get_model_info", "/model_info")
 
 
 def merge_server_info(infos: Sequence[dict[str, Any]], dp_size: int) -> dict[str, Any]:
@@ -132,6 +146,37 @@ def merge_weight_versions(bodies: Sequence[Any]) -> tuple[Any, str | None]:
     )
 
 
+def merge_model_infos(bodies: Sequence[Any]) -> tuple[Any, str | None]:
+    """The group's ``/get_model_info`` from the replicas' answers (``bodies``, parsed JSON, in rank
+    order, at least one).
+
+    Returns:
+        ``(first body, None)`` when every body is an object and all are equal; otherwise
+        ``(None, message)``, the message naming each field whose values differ and each rank's
+        value (``None`` where a body lacks the field or is not an object).
+
+    Raises:
+        ValueError: ``bodies`` is empty.
+    """
+    if not bodies:
+        raise ValueError("bodies: at least one replica's answer is needed")
+    objects = [b if isinstance(b, dict) else {} for b in bodies]
+    if all(isinstance(b, dict) for b in bodies) and all(b == bodies[0] for b in bodies[1:]):
+        return bodies[0], None
+    fields = list(dict.fromkeys(k for o in objects for k in o))
+    differing = [k for k in fields if len({json.dumps(o.get(k), sort_keys=True) for o in objects}) > 1]
+    if not differing:  # a replica answered no JSON object
+        differing = fields or ["the answer"]
+    listed = "; ".join(
+        f"{k}: " + ", ".join(f"rank {rank}: {o.get(k)!r}" for rank, o in enumerate(objects))
+        for k in differing
+    )
+    return None, (
+        f"The data-parallel replicas disagree on the model info ({listed}): a weight update did not "
+        "reach every replica, or the replicas were started differently; ask each replica's own port."
+    )
+
+
 def _summed_paused(answers: Sequence[tuple[int, bytes, str | None]]) -> web.Response:
     """The first answer, its JSON ``num_paused_requests`` (when every answer has an integer one)
     replaced by the sum over ``answers``; otherwise the first answer as it came."""
@@ -155,8 +200,8 @@ def add_control_routes(
     error: Callable[[web.Request, int, str], web.Response],
 ) -> None:
     """Add :data:`BROADCAST_ROUTES`, :data:`PER_REPLICA_ROUTES`, ``/get_weight_version``,
-    :data:`HEALTH_ROUTES` and :data:`SERVER_INFO_ROUTES` to the gateway's ``app`` (module
-    docstring).
+    :data:`MODEL_INFO_ROUTES`, :data:`HEALTH_ROUTES` and :data:`SERVER_INFO_ROUTES` to the
+    gateway's ``app`` (module docstring).
 
     Args:
         app: the gateway's application (before its catch-all route is added).
@@ -215,6 +260,15 @@ def add_control_routes(
             return error(request, 409, disagreement)
         return web.json_response(agreed)
 
+    async def model_info(request: web.Request) -> web.Response:
+        bodies = await every_answer(request)
+        if isinstance(bodies, web.Response):
+            return bodies
+        agreed, disagreement = merge_model_infos(bodies)
+        if disagreement is not None:
+            return error(request, 409, disagreement)
+        return web.json_response(agreed)
+
     async def health(request: web.Request) -> web.Response:
         answers = await ask_all(request)
         for rank, answer in enumerate(answers):
@@ -252,6 +306,8 @@ def add_control_routes(
         for method in methods:
             app.router.add_route(method, path, per_replica)
     app.router.add_get("/get_weight_version", weight_version)
+    for path in MODEL_INFO_ROUTES:
+        app.router.add_get(path, model_info)
     for path in HEALTH_ROUTES:
         app.router.add_get(path, health)
     for path in SERVER_INFO_ROUTES:

@@ -51,7 +51,8 @@ shutdown error and the exit code is 0.
 
 The ``/generate`` body parser and the JSON response helpers are in
 :mod:`sglang_v4.entrypoints.native_api`; the Prometheus metrics in
-:mod:`sglang_v4.entrypoints.metrics`.
+:mod:`sglang_v4.entrypoints.metrics`; the warm-up request in
+:mod:`sglang_v4.entrypoints.startup_warmup`.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ from sglang_v4.entrypoints.sse_keep_alive import (
     resolve_first,
 )
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
-from sglang_v4.managers.io_struct import GenerateReqInput
+from sglang_v4.entrypoints.startup_warmup import warmup_request
 from sglang_v4.managers.tokenizer_manager import RequestError, TokenizerManager
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.version import __version__
@@ -472,34 +473,6 @@ def create_app(
             )
 
     return app, state
-
-
-WARMUP_PROMPT = "The capital city of France is"
-WARMUP_MAX_NEW_TOKENS = 8
-#: The warm-up prompt of a server without a tokenizer (``--skip-tokenizer-init``).
-WARMUP_IDS_NO_TOKENIZER = [10, 11, 12]
-
-
-def warmup_request(tm: TokenizerManager) -> GenerateReqInput:
-    """The start-up generation, fitted to the served context.
-
-    The prompt is ``WARMUP_PROMPT``'s token ids (``WARMUP_IDS_NO_TOKENIZER`` with
-    ``--skip-tokenizer-init``) cut to the longest input the server accepts, and
-    ``max_new_tokens`` is at most ``WARMUP_MAX_NEW_TOKENS`` and what the context leaves (0 when the
-    prompt fills it), so a small ``--context-length`` still starts.
-    """
-    ids = (
-        list(tm.tokenizer.encode(WARMUP_PROMPT))
-        if tm.tokenizer is not None
-        else list(WARMUP_IDS_NO_TOKENIZER)
-    )
-    ids = ids[: max(1, min(tm.max_req_input_len, tm.context_len))]
-    max_new = max(0, min(WARMUP_MAX_NEW_TOKENS, tm.context_len - len(ids)))
-    return GenerateReqInput(
-        input_ids=ids,
-        sampling_params={"temperature": 0.0, "max_new_tokens": max_new},
-        log_metrics=False,
-    )
 
 
 async def stop_own_work(state: _State) -> None:

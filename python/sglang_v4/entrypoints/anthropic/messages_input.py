@@ -10,7 +10,8 @@
   nothing, not even the blank line, as DeepSeek's own Messages converter reads it; a string
   content is one text); each ``tool_result`` block
   becomes a ``tool`` message answering the call of its ``tool_use_id``, which must be a
-  ``tool_use`` of the preceding assistant message (``content`` a string or ``text`` blocks, its
+  ``tool_use`` of the preceding assistant message answered by no earlier block (Anthropic's 400
+  ``each tool_use must have a single result``) (``content`` a string or ``text`` blocks, its
   text as is; ``tool_reference`` items of a client-side tool search add nothing; ``is_error``
   must be a boolean and adds nothing to the prompt, as DeepSeek's own Messages converter
   (``deepseek-recipe``), SGLang's and vLLM's Anthropic adapters render it; the tool's own error
@@ -220,6 +221,7 @@ def _user_messages(blocks: Sequence[Any], field: str, answerable: set[str]) -> l
     out: list[dict[str, Any]] = []
     texts: list[str] = []
     run = False  # a run of text blocks is open (its empty blocks add no text, not even a separator)
+    results: set[str] = set()  # the tool_use ids answered so far in this message
 
     def flush() -> None:
         nonlocal run
@@ -242,6 +244,13 @@ def _user_messages(blocks: Sequence[Any], field: str, answerable: set[str]) -> l
                     f"{where}.tool_use_id",
                     f"{call_id!r} answers no tool_use block of the preceding assistant message.",
                 )
+            if call_id in results:  # Anthropic's 400 (DeepSeek's Messages converter's words too)
+                raise _error(
+                    where,
+                    "each tool_use must have a single result. Found multiple `tool_result` blocks "
+                    f"with id: {call_id}",
+                )
+            results.add(call_id)
             flush()
             out.append({"role": "tool", "tool_call_id": call_id, "content": _tool_result_text(b, where)})
         else:

@@ -1,7 +1,8 @@
 """Bounds of ``/v1/responses`` request fields that the request model does not check: fields of
 features not served (:data:`~.protocol_responses.UNSERVED_RESPONSES_FIELDS`), ``truncation:
 "auto"``, vLLM's non-empty ``cache_salt``, and OpenAI's bounds on ``metadata``, ``text.verbosity``
-and ``safety_identifier``, and ``service_tier`` outside OpenAI's values (each a 400 naming the field, in OpenAI's error shape).
+and ``safety_identifier``, ``service_tier`` outside OpenAI's values, and ``max_output_tokens``
+below :data:`MIN_MAX_OUTPUT_TOKENS` (each a 400 naming the field, in OpenAI's error shape).
 """
 
 from __future__ import annotations
@@ -18,11 +19,32 @@ METADATA_MAX_PAIRS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
 TEXT_VERBOSITY_VALUES = ("low", "medium", "high")
 #: OpenAI's bound on ``safety_identifier`` (the ``openai`` client's ``ResponseCreateParams`` docs).
 SAFETY_IDENTIFIER_MAX_LEN = 128
+#: The least ``max_output_tokens`` taken (tokens). A response of no token asks for nothing: OpenAI
+#: refuses it (400 ``integer below minimum value``, ``code`` ``integer_below_min_value``) and so
+#: does SGLang 0.5.23 (``max_output_tokens`` 0 is ``max_new_tokens`` -2 after its headroom, a
+#: ``max_new_tokens must be at least 0`` 400). The references disagree above 0: OpenAI's floor is
+#: 16, while SGLang serves 2..15 (its headroom of 2 refuses 1 as well) and vLLM's own tests ask
+#: its Responses route for a single token; tests and clients of both ask for a few tokens.
+#: Against the rule of following OpenAI on its routes, this one keeps OpenAI's error words but
+#: the floor every reference shares (no response of zero tokens), not OpenAI's 16, so that those
+#: requests keep being served.
+MIN_MAX_OUTPUT_TOKENS = 1
 
 
 def check_responses_request(req: ResponsesRequest) -> None:
     """Fields refused when set, ``truncation: "auto"``, ``metadata`` bounds, ``text.verbosity``
-    outside OpenAI's values, a ``safety_identifier`` over OpenAI's length (400 naming the field)."""
+    outside OpenAI's values, a ``safety_identifier`` over OpenAI's length, ``max_output_tokens``
+    below :data:`MIN_MAX_OUTPUT_TOKENS` (400 naming the field).
+
+    Raises:
+        RequestError: 400 whose ``param`` names the field.
+    """
+    if req.max_output_tokens is not None and req.max_output_tokens < MIN_MAX_OUTPUT_TOKENS:
+        raise RequestError(
+            "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
+            f"{MIN_MAX_OUTPUT_TOKENS}, but got {req.max_output_tokens} instead.",
+            param="max_output_tokens",
+        )
     for name, why in UNSERVED_RESPONSES_FIELDS.items():
         value = getattr(req, name)
         if value not in (None, False, 0, [], {}):
