@@ -1,0 +1,245 @@
+"""The twenty-third set of public bug reports on the radix prefix cache, the page accounting and
+the scheduler around them, replayed against sglang-v4's in-process scheduler on conftest's
+``sched_model_dir`` checkpoint (CPU, float32, 256-token pages, greedy).
+
+Oracles: a cold run of the same request (after ``flush_cache``) for outputs; the token counts of
+the conversation (whole blocks before the first token that differs, never the last token) for
+``cached_tokens``; ``CacheManager.check_integrity`` and the allocators' own free counts
+(``assert_idle``) for pages; the radix tree's lock counters for balanced locks.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from dsv4_testutil import random_ids
+from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, submit
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def sched(sched_model_dir: str) -> Any:
+    """An in-process ``Scheduler`` on the real tiny model (32 pages of 256 tokens)."""
+    return make_scheduler(sched_model_dir)
+
+
+@pytest.fixture(scope="module")
+def small(sched_model_dir: str) -> Any:
+    """A scheduler with five block pages, 256-token prefill chunks, one queued request at most
+    (``--max-queued-requests 1``) and no overlap (each step's result is processed in that step)."""
+    return make_scheduler(
+        sched_model_dir,
+        max_total_tokens=5 * PAGE,
+        chunked_prefill_size=PAGE,
+        max_queued_requests=1,
+        disable_overlap_schedule=True,
+    )
+
+
+def _whole_blocks(n: int) -> int:
+    """Tokens of the whole blocks among the first ``n`` tokens."""
+    return n // PAGE * PAGE
+
+
+def _step_collect(s: Any, got: dict[str, dict]) -> None:
+    """One scheduler step; its messages appended to ``got`` (per rid: ``ids``, ``finish``)."""
+    out = s.step()
+    for i, rid in enumerate(out.rids if out else []):
+        r = got.setdefault(rid, {"ids": [], "finish": None, "cached": 0})
+        r["ids"] += out.output_ids[i]
+        r["finish"] = out.finished_reasons[i]
+        r["cached"] = out.cached_tokens[i]
+
+
+# --- multi-turn reuse ------------------------------------------------------------------------------
+
+
+def test_omlx_2876_blocks_completed_while_decoding_serve_the_next_turn(sched: Any) -> None:
+    """jundot/omlx#2876 (the cache served only the previous turn's *prompt* blocks: a block that
+    a turn's reply completed was prefilled again by the next turn). Turn 1's prompt has no whole
+    block; its 120-token reply crosses the first block end. Turn 2 (turn 1 + reply + new text)
+    reports ``cached_tokens`` of one whole block (oracle: the conversation's token counts), and
+    its tokens equal its cold run."""
+    assert sched.flush_cache()
+    prompt = random_ids(PAGE - 40, seed=2876)
+    first = run_one(sched, "t1", prompt, 120)
+    assert first["cached"] == 0
+    turn2 = prompt + first["ids"] + random_ids(30, seed=2877)
+    warm = run_one(sched, "t2", turn2, 4)
+    # the reply's last token has no KV (it was sampled, never fed): it is not cached
+    assert warm["cached"] == _whole_blocks(len(prompt) + len(first["ids"]) - 1) == PAGE
+    assert sched.flush_cache()
+    assert run_one(sched, "t2-cold", turn2, 4)["ids"] == warm["ids"]
+    assert_idle(sched)
+
+
+def test_rapid_mlx_1611_a_turn_that_drops_the_stored_tail_still_hits(sched: Any) -> None:
+    """raullenchai/Rapid-MLX#1611 (the stored entry of turn 1 ran a few tokens past what turn 2
+    repeats, its end-of-turn markers, and the whole match was discarded). Turn 2 keeps turn 1's
+    sequence except its last 3 tokens, then goes on with other tokens: it hits every whole block
+    before the first differing token (oracle: the shared length), and its tokens equal its cold
+    run."""
+    assert sched.flush_cache()
+    prompt = random_ids(2 * PAGE + 100, seed=1611)
+    first = run_one(sched, "t1", prompt, 40)
+    shared = prompt + first["ids"][:-3]
+    turn2 = shared + [7, 8, 9, 10]
+    warm = run_one(sched, "t2", turn2, 4)
+    assert warm["cached"] == _whole_blocks(len(shared)) == 2 * PAGE
+    assert sched.flush_cache()
+    assert run_one(sched, "t2-cold", turn2, 4)["ids"] == warm["ids"]
+    assert_idle(sched)
+
+
+def test_rapid_mlx_1611_divergence_inside_an_earlier_block(sched: Any) -> None:
+    """raullenchai/Rapid-MLX#1611, the edge: the first differing token lies inside the second
+    block of a three-block entry. Only the first block is hit (a block is shared only whole), and
+    the tokens equal the cold run."""
+    assert sched.flush_cache()
+    prompt = random_ids(3 * PAGE + 20, seed=1612)
+    run_one(sched, "t1", prompt, 2)
+    turn2 = prompt[: PAGE + 100] + random_ids(PAGE, seed=1613)
+    warm = run_one(sched, "t2", turn2, 4)
+    assert warm["cached"] == PAGE
+    assert sched.flush_cache()
+    assert run_one(sched, "t2-cold", turn2, 4)["ids"] == warm["ids"]
+    assert_idle(sched)
+
+
+def test_mlxcel_179_hit_leaving_a_short_suffix_under_chunked_prefill(small: Any) -> None:
+    """lablup/mlxcel#179 (with chunked prefill, a third turn whose cache hit covered all but a
+    short suffix scheduled one more, empty, chunk and crashed). Under 256-token chunks a prompt
+    of three whole cached blocks plus 13 tokens is served: ``cached_tokens`` is the three blocks,
+    the suffix is one chunk, and the tokens equal the cold run."""
+    assert small.flush_cache()
+    base = random_ids(3 * PAGE + 10, seed=179)
+    turn3 = base + [5, 6, 7]
+    cold = run_one(small, "cold", turn3, 4)
+    assert small.flush_cache()
+    run_one(small, "t2", base, 2)
+    got: dict[str, dict] = {}
+    submit(small, "t3", turn3, 4)
+    _step_collect(small, got)  # the suffix and the first token: one step
+    assert got["t3"]["cached"] == 3 * PAGE and len(got["t3"]["ids"]) == 1
+    drain(small, got)
+    assert got["t3"]["ids"] == cold["ids"]
+    assert_idle(small)
+
+
+# --- pressure: retraction, the queue limit, requests the pool cannot hold ----------------------------
+
+
+def test_sglang_37260_a_retracted_request_is_not_refused_by_the_queue_limit(small: Any) -> None:
+    """sgl-project/sglang#37260 (a request retracted for KV pages went back through the
+    ``--max-queued-requests`` check and was answered 503 because other requests filled the
+    queue). With one queued request allowed, ``a`` and ``b`` run, ``c`` waits, and the pool runs
+    dry so ``b`` is retracted into the full queue: all three finish with their whole budget and
+    their cold runs' tokens (oracle), nothing is refused, nothing leaks."""
+    a, b, c = (random_ids(PAGE + 230, seed=3726 + i) for i in range(3))
+    assert small.flush_cache()
+    cold = {}
+    for rid, p in (("a", a), ("b", b), ("c", c)):
+        cold[rid] = run_one(small, f"cold-{rid}", p, 40)["ids"]
+        assert small.flush_cache()
+    got: dict[str, dict] = {}
+    submit(small, "a", a, 40)
+    _step_collect(small, got)
+    submit(small, "b", b, 40)
+    _step_collect(small, got)
+    submit(small, "c", c, 40)
+    retracted_before, peak = small.num_retractions, 0
+    while small.has_work():
+        _step_collect(small, got)
+        peak = max(peak, len(small.waiting))
+    assert small.num_retractions > retracted_before
+    assert peak == 2  # the queue limit (1) was exceeded by the retracted request
+    for rid in ("a", "b", "c"):
+        assert got[rid]["finish"]["type"] == "length", got[rid]["finish"]
+        assert got[rid]["ids"] == cold[rid]
+    assert_idle(small)
+
+
+def test_vllm_52530_a_prompt_the_pool_can_never_hold_fails_and_others_run(small: Any) -> None:
+    """vllm-project/vllm#52530 (a request the KV pool could never hold was retried forever). A
+    prompt of six blocks reaches the five-block scheduler past the tokenizer's check: it ends
+    with a 400 abort within a bounded number of steps, and a short request queued behind it is
+    served with its cold run's tokens; no page is left in use."""
+    assert small.flush_cache()
+    short = random_ids(40, seed=5253)
+    cold = run_one(small, "cold", short, 3)["ids"]
+    assert small.flush_cache()
+    submit(small, "huge", random_ids(6 * PAGE, seed=5254), 3)
+    got: dict[str, dict] = {}
+    for _ in range(50):
+        _step_collect(small, got)
+        if "huge" in got and got["huge"]["finish"] is not None:
+            break
+    assert got["huge"]["finish"]["type"] == "abort"
+    assert got["huge"]["finish"]["status_code"] == 400
+    assert got["huge"]["ids"] == []
+    submit(small, "short", short, 3)
+    drain(small, got, max_steps=50)
+    assert got["short"]["ids"] == cold
+    assert_idle(small)
+
+
+def test_sglang_14948_a_request_outgrowing_the_pool_is_capped_not_crashed(small: Any) -> None:
+    """sgl-project/sglang#14948 (a lone long request exhausted the KV pool while decoding and
+    the retraction path crashed on an assertion). A prompt 60 tokens short of five blocks asks
+    for 400 tokens in a five-block pool: generation stops when the request holds the whole pool
+    (finish ``length``, prompt + output == pool tokens, oracle: the pool size) instead of
+    crashing, and every page is returned."""
+    assert small.flush_cache()
+    prompt = random_ids(5 * PAGE - 60, seed=1494)
+    out = run_one(small, "long", prompt, 400)
+    assert out["finish"]["type"] == "length"
+    assert len(prompt) + len(out["ids"]) == small.max_total_num_tokens == 5 * PAGE
+    assert_idle(small)
+
+
+# --- locks under a shared-prefix workload ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["lpm", "dfs-weight"])
+def test_sglang_24153_locks_stay_balanced_under_shared_prefix_churn(
+    sched_model_dir: str, policy: str
+) -> None:
+    """sgl-project/sglang#24153 (a DeepSeek-V4 long-context workload with shared prefixes
+    crashed in ``dec_lock_ref`` on a node whose lock count was already 0). Fourteen requests
+    share two long prefixes cut at block edges and mid-block, with 256-token chunks, a four-block
+    pool (so pages are evicted and requests retracted), overlap scheduling, a cache-aware policy
+    and aborts at random steps. After every step the ownership invariant holds
+    (``check_integrity``), and at the end no lock is left and a flush frees every page."""
+    s = make_scheduler(
+        sched_model_dir,
+        max_total_tokens=4 * PAGE,
+        chunked_prefill_size=PAGE,
+        schedule_policy=policy,
+        max_running_requests=4,
+    )
+    rng = random.Random(24153)
+    bases = [random_ids(2 * PAGE + 30, seed=24153 + i) for i in range(2)]
+    live: set[str] = set()
+    for step in range(120):
+        n = step // 4
+        if step % 4 == 0 and n < 14:
+            cut = rng.choice([PAGE - 5, PAGE, PAGE + 1, 2 * PAGE, 2 * PAGE + 30])
+            ids = rng.choice(bases)[:cut] + random_ids(rng.randint(0, 40), seed=1000 + n)
+            submit(s, f"r{n}", ids, rng.randint(1, 40))
+            live.add(f"r{n}")
+        if live and rng.random() < 0.08:
+            s.abort_request(rng.choice(sorted(live)))
+        out = s.step()
+        for i, rid in enumerate(out.rids if out else []):
+            if out.finished_reasons[i] is not None:
+                live.discard(rid)
+        if s.last_batch is None:  # nothing in flight: the pages are all accounted for
+            s.cache_manager.check_integrity([*s.running, *s.waiting])
+    drain(s)
+    s.cache_manager.check_integrity([])
+    st = s.tree_cache.stats()
+    assert st["locked_nodes"] == 0 and st["locked_blocks"] == 0 and st["locked_resume_states"] == 0
+    assert_idle(s)
