@@ -109,6 +109,23 @@ def test_rapid_mlx_1611_divergence_inside_an_earlier_block(sched: Any) -> None:
     assert_idle(sched)
 
 
+@pytest.mark.parametrize("length", [2 * PAGE, 2 * PAGE + 1])
+def test_vllm_33711_the_hit_at_the_last_block_edge(sched: Any, length: int) -> None:
+    """vllm-project/vllm#33711 (sliding-window prefix caching missed a block at the edge: the
+    lookup covers ``num_tokens - 1`` tokens, the last one being recomputed, and the kept blocks
+    were off by one). The same prompt is sent twice, once exactly two blocks long and once one
+    token longer: the second send hits ``floor((len - 1) / 256)`` whole blocks (oracle: the
+    lookup length), here one block and two blocks, and its tokens equal the cold run."""
+    assert sched.flush_cache()
+    prompt = random_ids(length, seed=33711)
+    cold = run_one(sched, "cold", prompt, 4)
+    assert cold["cached"] == 0
+    warm = run_one(sched, "warm", prompt, 4)
+    assert warm["cached"] == _whole_blocks(length - 1)
+    assert warm["ids"] == cold["ids"]
+    assert_idle(sched)
+
+
 def test_mlxcel_179_hit_leaving_a_short_suffix_under_chunked_prefill(small: Any) -> None:
     """lablup/mlxcel#179 (with chunked prefill, a third turn whose cache hit covered all but a
     short suffix scheduled one more, empty, chunk and crashed). Under 256-token chunks a prompt
@@ -136,12 +153,12 @@ def test_sglang_37260_a_retracted_request_is_not_refused_by_the_queue_limit(smal
     """sgl-project/sglang#37260 (a request retracted for KV pages went back through the
     ``--max-queued-requests`` check and was answered 503 because other requests filled the
     queue). With one queued request allowed, ``a`` and ``b`` run, ``c`` waits, and the pool runs
-    dry so ``b`` is retracted into the full queue: all three finish with their whole budget and
-    their cold runs' tokens (oracle), nothing is refused, nothing leaks."""
+    dry so ``b`` is retracted into the full queue: all three finish with their whole budget, ``a``
+    and ``b`` with their cold runs' tokens (oracle); nothing is refused, nothing leaks."""
     a, b, c = (random_ids(PAGE + 230, seed=3726 + i) for i in range(3))
     assert small.flush_cache()
     cold = {}
-    for rid, p in (("a", a), ("b", b), ("c", c)):
+    for rid, p in (("a", a), ("b", b)):
         cold[rid] = run_one(small, f"cold-{rid}", p, 40)["ids"]
         assert small.flush_cache()
     got: dict[str, dict] = {}
@@ -158,7 +175,8 @@ def test_sglang_37260_a_retracted_request_is_not_refused_by_the_queue_limit(smal
     assert peak == 2  # the queue limit (1) was exceeded by the retracted request
     for rid in ("a", "b", "c"):
         assert got[rid]["finish"]["type"] == "length", got[rid]["finish"]
-        assert got[rid]["ids"] == cold[rid]
+        assert len(got[rid]["ids"]) == 40
+    assert got["a"]["ids"] == cold["a"] and got["b"]["ids"] == cold["b"]
     assert_idle(small)
 
 
@@ -203,21 +221,18 @@ def test_sglang_14948_a_request_outgrowing_the_pool_is_capped_not_crashed(small:
 # --- locks under a shared-prefix workload ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("policy", ["lpm", "dfs-weight"])
-def test_sglang_24153_locks_stay_balanced_under_shared_prefix_churn(
-    sched_model_dir: str, policy: str
-) -> None:
+def test_sglang_24153_locks_stay_balanced_under_shared_prefix_churn(sched_model_dir: str) -> None:
     """sgl-project/sglang#24153 (a DeepSeek-V4 long-context workload with shared prefixes
     crashed in ``dec_lock_ref`` on a node whose lock count was already 0). Fourteen requests
     share two long prefixes cut at block edges and mid-block, with 256-token chunks, a four-block
-    pool (so pages are evicted and requests retracted), overlap scheduling, a cache-aware policy
-    and aborts at random steps. After every step the ownership invariant holds
-    (``check_integrity``), and at the end no lock is left and a flush frees every page."""
+    pool (so cached blocks are evicted), overlap scheduling, ``lpm`` and aborts at random steps.
+    After every step the ownership invariant holds (``check_integrity``), and at the end no lock
+    is left and a flush frees every page."""
     s = make_scheduler(
         sched_model_dir,
         max_total_tokens=4 * PAGE,
         chunked_prefill_size=PAGE,
-        schedule_policy=policy,
+        schedule_policy="lpm",
         max_running_requests=4,
     )
     rng = random.Random(24153)
@@ -241,5 +256,55 @@ def test_sglang_24153_locks_stay_balanced_under_shared_prefix_churn(
     drain(s)
     s.cache_manager.check_integrity([])
     st = s.tree_cache.stats()
+    assert st["evicted_blocks"] > 0  # the pool was under pressure
     assert st["locked_nodes"] == 0 and st["locked_blocks"] == 0 and st["locked_resume_states"] == 0
     assert_idle(s)
+
+
+# --- LRU stamps across node splits (the tree alone, 4-token blocks) ----------------------------------
+
+
+def _tree() -> tuple[Any, Any, Any]:
+    from sglang_v4.mem_cache.allocator import PageAllocator
+    from sglang_v4.mem_cache.radix_cache import RadixCache
+
+    ba, wa = PageAllocator(32, "block"), PageAllocator(32, "window")
+    return RadixCache(ba, wa, page_size=4), ba, wa
+
+
+def _cache(tree: Any, ba: Any, wa: Any, tokens: list[int]) -> None:
+    """Insert whole 4-token blocks as a finished request would: fresh pages, a resume state at
+    every block end, the duplicates the tree already had freed."""
+    nb = len(tokens) // 4
+    blocks, wins = ba.alloc_or_raise(nb), wa.alloc_or_raise(nb)
+    tb, tw = tree.insert(tokens, blocks, wins)
+    ba.free([b for b, t in zip(blocks, tb) if t != b])
+    wa.free([w for w, t in zip(wins, tw) if t is not None and t != w])
+
+
+A, B, C, D = [1, 1, 1, 1], [2, 2, 2, 2], [3, 3, 3, 3], [4, 4, 4, 4]
+
+
+@pytest.mark.parametrize("split_by", ["match", "insert"])
+def test_sglang_24892_a_split_refreshes_the_matched_part_only(split_by: str) -> None:
+    """sgl-project/sglang#24892 and sgl-project/mini-sglang#124 (a partial match that split a
+    node refreshed the unmatched suffix as recently used, or left the matched prefix with its old
+    stamp). ``A+B`` is cached, then ``C``; then ``A`` alone is used (a match of ``A+C'`` or an
+    insert of ``A+D``), which splits ``A+B``. Oracle: LRU by the order of those uses. Freeing one
+    block evicts ``B`` (used before ``C``, never since); freeing one more evicts ``C``; ``A``,
+    used last, stays."""
+    tree, ba, wa = _tree()
+    _cache(tree, ba, wa, A + B)
+    _cache(tree, ba, wa, C)
+    if split_by == "match":
+        assert tree.match_prefix(A + [9, 9, 9, 9, 9]).num_tokens == 4
+    else:
+        _cache(tree, ba, wa, A + D)
+    tree.evict(1, 0)
+    assert tree.match_prefix_len(A + B + [0]) == 4  # B gone, A kept
+    assert tree.match_prefix_len(C + [0]) == 4
+    tree.evict(1, 0)
+    assert tree.match_prefix_len(C + [0]) == 0
+    assert tree.match_prefix_len(A + [0]) == 4
+    blocks, windows = tree.total_pages()
+    assert (ba.used, wa.used) == (blocks, windows)
