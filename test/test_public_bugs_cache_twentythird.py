@@ -78,14 +78,17 @@ def test_omlx_2876_blocks_completed_while_decoding_serve_the_next_turn(sched: An
 
 def test_rapid_mlx_1611_a_turn_that_drops_the_stored_tail_still_hits(sched: Any) -> None:
     """raullenchai/Rapid-MLX#1611 (the stored entry of turn 1 ran a few tokens past what turn 2
-    repeats, its end-of-turn markers, and the whole match was discarded). Turn 2 keeps turn 1's
-    sequence except its last 3 tokens, then goes on with other tokens: it hits every whole block
-    before the first differing token (oracle: the shared length), and its tokens equal its cold
-    run."""
+    repeats, its end-of-turn markers, and the whole match was discarded). Turn 1 (a prompt and a
+    58-token reply) ends one token into its third block, so three blocks are stored; turn 2 keeps
+    turn 1's sequence except the reply's last 3 tokens, which fall inside that third block, then
+    goes on with other tokens. It hits the two whole blocks before the first differing token
+    (oracle: the shared length), not nothing, and its tokens equal its cold run."""
     assert sched.flush_cache()
-    prompt = random_ids(2 * PAGE + 100, seed=1611)
-    first = run_one(sched, "t1", prompt, 40)
-    shared = prompt + first["ids"][:-3]
+    prompt = random_ids(2 * PAGE + 200, seed=1611)
+    first = run_one(sched, "t1", prompt, 58)
+    entry = prompt + first["ids"]
+    assert sched.cache_manager.prefix_match_len(entry) == 3 * PAGE  # the stored entry
+    shared = entry[:-3]
     turn2 = shared + [7, 8, 9, 10]
     warm = run_one(sched, "t2", turn2, 4)
     assert warm["cached"] == _whole_blocks(len(shared)) == 2 * PAGE
