@@ -149,6 +149,46 @@ def test_mlxcel_179_hit_leaving_a_short_suffix_under_chunked_prefill(small: Any)
     assert_idle(small)
 
 
+def test_splash_16_a_waiter_on_a_cancelled_producer_falls_back_to_admission(small: Any) -> None:
+    """incoai/splash#16 (requests waiting to reuse the prefix a running request is still
+    prefilling must fall back to ordinary admission when that producer is cancelled, and a
+    cancelled waiter must leave the producer alone). Under 256-token chunks ``A`` (three blocks
+    and 10 tokens) is prefilling when ``B``, sharing its first two blocks and 5 tokens, arrives
+    and waits for them. ``A`` is aborted after two chunks: ``B`` is admitted, hits the two blocks
+    ``A`` completed (oracle: the chunks computed) and its tokens equal its cold run. Then the
+    roles are replayed with ``B`` aborted while it waits: ``A`` finishes with its cold run's
+    tokens, ``B`` ends with SGLang's queue-abort message, and no page is left in use."""
+    prod = random_ids(3 * PAGE + 10, seed=16)
+    waiter = prod[: 2 * PAGE + 5] + random_ids(20, seed=17)
+    assert small.flush_cache()
+    cold_w = run_one(small, "cold-w", waiter, 4)["ids"]
+    assert small.flush_cache()
+    cold_p = run_one(small, "cold-p", prod, 4)["ids"]
+    assert small.flush_cache()
+    got: dict[str, dict] = {}
+    submit(small, "A", prod, 4)
+    _step_collect(small, got)
+    submit(small, "B", waiter, 4)
+    _step_collect(small, got)
+    assert [r.rid for r in small.waiting] == ["B"]  # waiting for A's blocks
+    small.abort_request("A")
+    drain(small, got)
+    assert got["A"]["finish"]["type"] == "abort"
+    assert got["B"]["cached"] == 2 * PAGE
+    assert got["B"]["ids"] == cold_w
+    assert_idle(small)
+    got = {}
+    submit(small, "A", prod, 4)
+    _step_collect(small, got)
+    submit(small, "B", waiter, 4)
+    _step_collect(small, got)
+    small.abort_request("B")
+    drain(small, got)
+    assert got["B"]["finish"]["message"] == "Abort in waiting queue" and got["B"]["ids"] == []
+    assert got["A"]["ids"] == cold_p
+    assert_idle(small)
+
+
 # --- pressure: retraction, the queue limit, requests the pool cannot hold ----------------------------
 
 
