@@ -351,3 +351,40 @@ def test_sglang_24892_a_split_refreshes_the_matched_part_only(split_by: str) -> 
     assert tree.match_prefix_len(A + [0]) == 4
     blocks, windows = tree.total_pages()
     assert (ba.used, wa.used) == (blocks, windows)
+
+
+def _window_bound_manager() -> tuple[Any, Any, Any]:
+    """A ``CacheManager`` over 4-token blocks with 16 block pages and only 4 window pages (the
+    window pool is the bottleneck); ``A+B`` and ``A+C`` are cached (a shared node ``A`` and two
+    leaves, a resume state at every block end: 3 window pages), then the last free window page
+    is taken by a running request."""
+    from types import SimpleNamespace
+
+    from sglang_v4.mem_cache.allocator import PageAllocator
+    from sglang_v4.mem_cache.cache_manager import CacheManager
+
+    ba, wa = PageAllocator(16, "block"), PageAllocator(4, "window")
+    pool = SimpleNamespace(block_alloc=ba, window_alloc=wa, req_slots=PageAllocator(4, "slot"))
+    cm = CacheManager(pool, page_size=4, sliding_window=4)  # type: ignore[arg-type]
+    _cache(cm.tree_cache, ba, wa, A + B)
+    _cache(cm.tree_cache, ba, wa, A + C)
+    wa.alloc_or_raise(1)
+    return cm, ba, wa
+
+
+def test_sglang_29662_a_window_shortage_frees_resume_states_not_blocks() -> None:
+    """sgl-project/sglang#29662 (when the sliding-window pool was the bottleneck, eviction was
+    driven through the full-KV leaves: the window pages held on inner nodes were never visited,
+    and leaves were dropped for what they could not give). With every window page in use, asking
+    for two frees two resume states, the inner node's included, and evicts no block (oracle: the
+    allocators' counts); asking for more window pages than the tree holds fails and still evicts
+    no block: a cached block holds no window page once its resume state is gone."""
+    cm, ba, wa = _window_bound_manager()
+    assert (ba.used, wa.available) == (3, 0)
+    assert cm.evict(0, 2)
+    assert (ba.used, wa.available) == (3, 2)
+    cm, ba, wa = _window_bound_manager()
+    assert not cm.evict(0, 4)  # the tree holds 3 resume states, the request keeps its page
+    assert wa.available == 3
+    assert ba.used == 3  # A, B and C are still cached
+    assert cm.tree_cache.total_pages() == (3, 0)
