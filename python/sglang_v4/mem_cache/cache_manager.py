@@ -177,15 +177,17 @@ class CacheManager:
     def evict(self, num_block_pages: int, num_window_pages: int) -> bool:
         """Evict from the radix cache until ``num_block_pages`` block pages and
         ``num_window_pages`` window pages are free (resume states first, then LRU leaf blocks,
-        never locked ones). Returns whether that many are free now."""
+        never locked ones). Returns whether that many are free now.
+
+        A window-page shortfall is met by resume states alone: they are the only window pages
+        the tree holds, and the resume-state pass visits every unlocked node (inner ones too),
+        so when it falls short, evicting blocks would free no window page and only destroy
+        cached prefixes."""
         ba, wa = self.block_alloc, self.window_alloc
         if ba.available < num_block_pages or wa.available < num_window_pages:
             self.tree_cache.evict(
                 max(0, num_block_pages - ba.available), max(0, num_window_pages - wa.available)
             )
-            if wa.available < num_window_pages and ba.available >= num_block_pages:
-                # resume states alone were not enough: evicting leaf blocks frees theirs too
-                self.tree_cache.evict(max(1, num_window_pages - wa.available), 0)
         return ba.available >= num_block_pages and wa.available >= num_window_pages
 
     def alloc_for_extend(self, req: Req, end: int) -> bool:
