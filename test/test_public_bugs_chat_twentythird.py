@@ -9,7 +9,9 @@ Fixed here: the streamed chat answer sent each engine step's logprob records wit
 chunk, so a token whose text the detokenizer held back (a possible stop string, an incomplete
 character) had its record sent on a chunk without its text, one chunk early. A record now waits
 for the chunk that sends its token's text, as the completions route's stream already did
-(vllm-project/vllm#31135). The other reports passed as-is; their tests are regression guards.
+(vllm-project/vllm#31135); the Responses stream, which reads the same records, had the same fault
+in its ``output_text`` deltas and is fixed the same way. The other reports passed as-is; their
+tests are regression guards.
 
 The routes run in process over the fake tokenizer manager of ``openai_fake_tm`` (fast tier).
 Oracles: the ``openai`` client (its response and chunk types, its streaming reader), the
@@ -155,6 +157,31 @@ def test_vllm_31135_thinking_stream_keeps_every_record_once(tok: PreTrainedToken
             sent += (extra.get("reasoning_content") or "") + (c.delta.content or "")
             for e in (c.logprobs.content or []) if c.logprobs else []:
                 assert e.token == "</think>" or e.token in sent, (e.token, sent)
+
+
+def test_vllm_31135_responses_stream_logprobs_ride_with_their_text(tok: PreTrainedTokenizerFast) -> None:
+    """vllm-project/vllm#31135 on ``POST /v1/responses`` (the Responses stream reads the chat run's
+    records): each ``response.output_text.delta`` carries the logprobs of the tokens its ``delta``
+    spells, with the detokenizer holding text back. Oracle: the ``openai`` event types
+    (``ResponseTextDeltaEvent``), each event's tokens joined are its delta, and the stream's
+    records are those of the finished response's ``output_text`` (``response.completed``)."""
+    from openai.types.responses import ResponseCompletedEvent, ResponseTextDeltaEvent
+
+    body = {"model": MODEL, "input": "Hi", "stream": True, "include": ["message.output_text.logprobs"]}
+    r = _client(_HeldTextTM(tok)).post("/v1/responses", json=body)
+    assert r.status_code == 200, r.text
+    events = [e for e in sse_data_events(r) if isinstance(e, dict)]
+    deltas = [
+        ResponseTextDeltaEvent.model_validate(e) for e in events if e["type"] == "response.output_text.delta"
+    ]
+    assert deltas
+    for d in deltas:
+        assert "".join(lp.token for lp in d.logprobs) == d.delta, d
+    (done,) = [ResponseCompletedEvent.model_validate(e) for e in events if e["type"] == "response.completed"]
+    (part,) = [c for item in done.response.output if item.type == "message" for c in item.content]
+    assert part.type == "output_text" and part.text == REPLY
+    assert [lp.token for d in deltas for lp in d.logprobs] == [lp.token for lp in part.logprobs or []]
+    assert len(part.logprobs or []) == len(_ids(tok, REPLY))
 
 
 @pytest.mark.parametrize("stream", [False, True])
