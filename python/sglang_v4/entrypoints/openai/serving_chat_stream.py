@@ -6,9 +6,10 @@ the role chunk, reasoning / content / tool-call deltas, the finish chunk with it
 output of a streamed choice at a time (:meth:`~ChatStreamMixin._read_output`: the reasoning split
 off, DSML tool calls parsed incrementally), which the Responses and Anthropic Messages streams
 share. The chat ``logprobs`` and the reasoning-token count of an output are read here too, for the
-non-streamed answer as well. The route, the request checks and the non-streamed answer are in
-:mod:`.serving_chat`, whose docstring states the route's behaviour (tool calls, reasoning, stops),
-streamed or not.
+non-streamed answer as well; streamed, a token's logprob record rides on the chunk that sends its
+text (a token whose text the detokenizer holds back waits for it). The route, the request checks
+and the non-streamed answer are in :mod:`.serving_chat`, whose docstring states the route's
+behaviour (tool calls, reasoning, stops), streamed or not.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fastapi.responses import Response
 from sglang_v4.entrypoints.chat_encoding import DSML, EOS, THINK_END
 from sglang_v4.entrypoints.openai.chat_prepare import ChatPlan, ChatPrepareMixin, ChatRun, chat_echo_text
 from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader, DsmlMarkupScrub
+from sglang_v4.entrypoints.openai.logprob_tokens import TokenPiece, TokenTextSplitter
 from sglang_v4.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponseStreamChoice,
@@ -74,6 +76,11 @@ class _ChoiceStream:
     #: a custom tool's calls (by index): their ``input`` text read from the argument fragments
     custom_inputs: dict[int, CustomInputStream] = field(default_factory=dict)
     sent_ids: int = 0  # generated ids sent in chunks' ``token_ids`` (return_token_ids)
+    #: the output tokens' pieces of the text (``logprobs``): a token's record waits in
+    #: ``lp_held`` until the engine's text holds its piece (:meth:`ChatStreamMixin._logprobs_ready`)
+    lp_split: TokenTextSplitter | None = None
+    lp_held: list[TokenPiece] = field(default_factory=list)
+    lp_added: int = 0  # the engine's logprob records given to ``lp_split``
 
 
 class ChatStreamMixin(ChatPrepareMixin):
@@ -93,16 +100,45 @@ class ChatStreamMixin(ChatPrepareMixin):
                 return max(output_ids.index(tid) + extra, 0)
         return len(output_ids)
 
+    def _logprobs_ready(
+        self, st: _ChoiceStream, meta: dict[str, Any], text: str, final: bool, skip_special: bool
+    ) -> int:
+        """How many of the choice's output logprob records a streamed chunk may carry: those of
+        the tokens whose text the engine's cumulative output ``text`` already holds (their pieces,
+        :class:`~.logprob_tokens.TokenTextSplitter`), all of them once the output is ``final``.
+        A token whose text the detokenizer holds back (a possible stop string, an incomplete
+        character) waits for the chunk that sends its text, so a chunk's ``logprobs.content`` is
+        the tokens of its own delta (vllm-project/vllm#31135), as the completions route's stream
+        sends them. Without a tokenizer every record is ready."""
+        records = meta.get("output_token_logprobs") or []
+        tok = self.tokenizer
+        if tok is None:
+            return max(st.sent_lp, len(records))
+        if st.lp_split is None:
+            st.lp_split = TokenTextSplitter(tok, skip_special)
+        for e in records[st.lp_added :]:
+            st.lp_held.append(st.lp_split.add(_lp_entry(e)[1]))
+        st.lp_added = max(st.lp_added, len(records))
+        keep = len(st.lp_held) if final else st.lp_split.ready(st.lp_held, text)
+        st.lp_split.finish(st.lp_held[:keep], text, final)
+        st.lp_held = st.lp_held[keep:]
+        return st.lp_added - len(st.lp_held)
+
     def _chat_logprobs(
-        self, meta: dict[str, Any], start: int, as_ids: bool = False, num_top: int | None = None
+        self,
+        meta: dict[str, Any],
+        start: int,
+        as_ids: bool = False,
+        num_top: int | None = None,
+        end: int | None = None,
     ) -> ChoiceLogprobs:
         """Chat ``logprobs`` of the output tokens from ``start`` on; ``as_ids`` (vLLM's
         ``return_tokens_as_token_ids``): each ``token`` written ``token_id:<id>``, its ``bytes``
         those of that text, as vLLM writes them. ``num_top``: the request's ``top_logprobs``,
         where the engine's top lists may be longer (it computed more for ``prompt_logprobs``);
-        ``None`` keeps them whole."""
-        outs = [_lp_entry(e) for e in (meta.get("output_token_logprobs") or [])][start:]
-        tops = [t[:num_top] if t else t for t in list(meta.get("output_top_logprobs") or [])[start:]]
+        ``None`` keeps them whole. ``end``: the records from ``end`` on are left out (not ready)."""
+        outs = [_lp_entry(e) for e in (meta.get("output_token_logprobs") or [])][start:end]
+        tops = [t[:num_top] if t else t for t in list(meta.get("output_top_logprobs") or [])[start:end]]
         tops += [None] * (len(outs) - len(tops))
         content = []
         for (logprob, tid, text), top in zip(outs, tops):
@@ -243,10 +279,15 @@ class ChatStreamMixin(ChatPrepareMixin):
                             )
                         lp = None
                         if req.logprobs:
-                            lp = self._chat_logprobs(meta, st.sent_lp, bool(req.return_tokens_as_token_ids))
+                            ready = self._logprobs_ready(
+                                st, meta, ret.get("text") or "", fr is not None, req.skip_special_tokens
+                            )
+                            lp = self._chat_logprobs(
+                                meta, st.sent_lp, bool(req.return_tokens_as_token_ids), end=ready
+                            )
                             # an output without logprob fields (an abort or finish chunk) sent
                             # none: the records already sent stay sent (sgl-project/sglang#33042)
-                            st.sent_lp = max(st.sent_lp, len(meta.get("output_token_logprobs") or []))
+                            st.sent_lp = max(st.sent_lp, ready)
                         # the step's log-probabilities ride on its first chunk, whatever it carries
                         # (reasoning, content or tool-call deltas), or on a chunk of their own
                         # when the step's tokens showed no text (a marker, an EOS)

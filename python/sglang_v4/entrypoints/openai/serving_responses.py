@@ -361,14 +361,17 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         return chat_req, conversation
 
     # ------------------------------------------------------------------ response
-    def _answer_logprobs(self, job: _Job, meta: dict[str, Any], start: int) -> list[dict[str, Any]]:
+    def _answer_logprobs(
+        self, job: _Job, meta: dict[str, Any], start: int, end: int | None = None
+    ) -> list[dict[str, Any]]:
         """The ``output_text`` logprobs of the answer: one ``{"token", "bytes", "logprob",
         "top_logprobs": [{"token", "bytes", "logprob"}]}`` per generated token from ``start`` on
         (the tokens after the reasoning block; OpenAI's ``Logprob`` shape, the chat route's
-        entries), ``top_logprobs`` of them each; ``[]`` unless the request's ``include`` asks."""
+        entries), ``top_logprobs`` of them each, up to ``end`` (a stream's tokens whose text is
+        sent); ``[]`` unless the request's ``include`` asks."""
         if not _wants_logprobs(job.req):
             return []
-        lp = self._chat_logprobs(meta, start, False, job.run.top_logprobs)
+        lp = self._chat_logprobs(meta, start, False, job.run.top_logprobs, end=end)
         return [e.model_dump(mode="json") for e in lp.content]
 
     def _output_items(
@@ -521,10 +524,16 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         out = w.reasoning(reasoning_d) if job.req.include_reasoning else []
         dropped = st.tools.dropped_calls if st.tools is not None else set()
         lps = None
-        if content_d and _wants_logprobs(job.req):
-            done = self._reasoning_tokens(ret.get("output_ids") or [], st.reasoning_raw or st.reasoning_text)
-            lps = self._answer_logprobs(job, meta, max(st.sent_lp, done if run.separate else 0))
-            st.sent_lp = max(st.sent_lp, len(meta.get("output_token_logprobs") or []))
+        if _wants_logprobs(job.req):
+            # a token's record goes out with the delta that sends its text (vllm-project/vllm#31135)
+            skip = (run.obj.sampling_params or {}).get("skip_special_tokens", True)
+            ready = self._logprobs_ready(st, meta, ret.get("text") or "", fr is not None, skip is not False)
+            if content_d:
+                done = self._reasoning_tokens(
+                    ret.get("output_ids") or [], st.reasoning_raw or st.reasoning_text
+                )
+                lps = self._answer_logprobs(job, meta, max(st.sent_lp, done if run.separate else 0), ready)
+                st.sent_lp = max(st.sent_lp, ready)
         out += w.text(content_d, lps)
         for d in tool_deltas:
             out += w.drop_call(dropped) + w.call(d)
