@@ -1,11 +1,14 @@
 """A fake tokenizer manager whose reply is a function of the prompt, and the DSML tool call the
 API-route tests script: shared by the Responses and Messages API tests (their oracle is the chat
 route run on the same fake, so a reply must depend on the prompt ids the route rendered), and a
-Messages reply's content blocks as dicts (:func:`blocks`)."""
+Messages reply's content blocks as dicts (:func:`blocks`); :class:`SlowTM`, the same fake silent
+before its first output (the SSE keep-alive tests)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import zlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -110,3 +113,25 @@ def blocks(m: Any) -> list[dict[str, Any]]:
     """A message's content blocks as dicts (the stream helper's parsed blocks without their
     ``parsed_output``)."""
     return [{k: v for k, v in b.model_dump().items() if k != "parsed_output"} for b in m.content]
+
+
+class SlowTM(PromptTM):
+    """:class:`PromptTM` whose streamed outputs start only after ``delay_s`` seconds of silence
+    (a queued request or a long prefill); a text prompt (``/v1/completions``) is tokenized first,
+    as the real one does. ``closed`` records each request's generator closing (the tokenizer
+    manager aborts an unfinished request there; ``time.monotonic()`` seconds)."""
+
+    def __init__(self, *args: Any, delay_s: float = 0.4, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.delay_s = delay_s
+        self.closed: list[float] = []
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+        try:
+            if obj.input_ids is None:
+                obj.input_ids = self.tokenizer.encode(obj.text)
+            await asyncio.sleep(self.delay_s)
+            async for out in super().generate_request(obj, request):
+                yield out
+        finally:
+            self.closed.append(time.monotonic())

@@ -25,9 +25,8 @@ from typing import Any
 import openai
 import pytest
 from anthropic_testutil import make_clients
-from fake_prompt_tm import MODEL, PromptTM, blocks
+from fake_prompt_tm import MODEL, SlowTM, blocks
 from sglang_v4.entrypoints.sse_keep_alive import SSE_KEEP_ALIVE_COMMENT, with_keep_alive
-from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.server_args import ServerArgs, check_server_args
 from transformers import PreTrainedTokenizerFast
 
@@ -38,32 +37,10 @@ DELAY_S = 0.4
 INTERVAL_S = 0.05
 
 
-class SlowTM(PromptTM):
-    """:class:`PromptTM` whose streamed outputs start only after ``delay_s`` seconds of silence
-    (a queued request or a long prefill); a text prompt (``/v1/completions``) is tokenized first,
-    as the real one does. ``closed`` records each request's generator closing (the tokenizer
-    manager aborts an unfinished request there)."""
-
-    def __init__(self, *args: Any, delay_s: float = DELAY_S, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.delay_s = delay_s
-        self.closed: list[float] = []
-
-    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
-        try:
-            if obj.input_ids is None:
-                obj.input_ids = self.tokenizer.encode(obj.text)
-            await asyncio.sleep(self.delay_s)
-            async for out in super().generate_request(obj, request):
-                yield out
-        finally:
-            self.closed.append(time.monotonic())
-
-
 def _clients(tok: PreTrainedTokenizerFast, interval: float, **kw: Any) -> tuple[Any, Any, Any, SlowTM]:
     """The ``anthropic`` and ``openai`` clients and the test client of an app over a
     :class:`SlowTM` (returned last), its keep-alive interval ``interval`` seconds."""
-    tm = SlowTM(tok, reply=REPLY, **kw)
+    tm = SlowTM(tok, reply=REPLY, **{"delay_s": DELAY_S, **kw})
     client, oa, tc = make_clients(tm)
     tc.app.state.sse_keep_alive_interval = interval
     return client, oa, tc, tm
@@ -73,12 +50,27 @@ def _frames(text: str) -> list[str]:
     return [f for f in text.split("\n\n") if f.strip()]
 
 
-def _data_frames(text: str) -> list[str]:
-    """The frames that are not comments, with their per-request fields (ids, timestamps)
-    stripped so two requests compare."""
+def _is_ping(frame: str) -> bool:
+    """An Anthropic ``ping`` event (Anthropic's streaming docs: ``event: ping`` with data
+    ``{"type": "ping"}``)."""
+    lines = dict(line.split(": ", 1) for line in frame.split("\n"))
+    return lines.get("event") == "ping" and json.loads(lines.get("data", "null")) == {"type": "ping"}
+
+
+def _is_keep_alive(frame: str, path: str) -> bool:
+    """A keep-alive frame of ``path``: Anthropic's ``ping`` event on ``/v1/messages`` (Anthropic
+    clients count events, not comments, as a live stream), the SSE comment elsewhere."""
+    if path == "/v1/messages":
+        return not frame.startswith(":") and _is_ping(frame)
+    return frame.encode() + b"\n\n" == SSE_KEEP_ALIVE_COMMENT
+
+
+def _data_frames(text: str, path: str = "") -> list[str]:
+    """The frames that are not keep-alives (comments; on ``/v1/messages`` every ``ping``), with
+    their per-request fields (ids, timestamps) stripped so two requests compare."""
     out = []
     for f in _frames(text):
-        if f.startswith(":"):
+        if f.startswith(":") or (path == "/v1/messages" and _is_ping(f)):
             continue
         f = re.sub(r'"(\w*id)":\s*"[^"]*"', r'"\1":""', f)
         out.append(re.sub(r'"(created|\w+_at)":\s*\d+', r'"\1":0', f))
@@ -102,10 +94,12 @@ def test_vllm_47647_a_silent_stream_sends_keep_alive_comments(
 ) -> None:
     """vllm-project/vllm#47647: a streamed response sends no byte while the request is queued or
     prefilling, so a proxy with an idle read timeout (Cloudflare Tunnel 120 s, NGINX 60 s) closes
-    it. With the interval set, ``: keep-alive`` comment frames (each a frame of its own, before the
-    first output's frame) fill the silence; without it (the default, as vLLM's) none is sent. The data
-    frames are the same, byte for byte, either way, on the completions, chat, Messages and
-    Responses routes."""
+    it. With the interval set, keep-alive frames (each a frame of its own, before the first
+    output's frame) fill the silence: the ``: keep-alive`` comment on the completions, chat and
+    Responses routes, Anthropic's ``ping`` event (after an early ``message_start``) on the
+    Messages route; without it (the default, as vLLM's) none is sent (the Messages stream's one
+    ``ping`` after ``message_start`` aside). The other frames are the same, byte for byte, either
+    way."""
     req = {"model": MODEL, **body, "stream": True}
     _, _, quiet, _ = _clients(tok, 0)
     _, _, kept, _ = _clients(tok, INTERVAL_S)
@@ -114,20 +108,25 @@ def test_vllm_47647_a_silent_stream_sends_keep_alive_comments(
     assert plain.status_code == alive.status_code == 200
     assert not [f for f in _frames(plain.text) if f.startswith(":")]
     frames = _frames(alive.text)
-    comments = [i for i, f in enumerate(frames) if f.startswith(":")]
-    assert len(comments) >= 3, frames[:5]
-    assert all(frames[i].encode() + b"\n\n" == SSE_KEEP_ALIVE_COMMENT for i in comments)
-    # the silence before the first output: one run of comments at the start (after the Responses
-    # API's response.created / response.in_progress, sent before any output)
-    assert comments[0] <= 2 and comments[:3] == list(range(comments[0], comments[0] + 3))
-    assert _data_frames(alive.text) == _data_frames(plain.text)
+    kept_alive = [i for i, f in enumerate(frames) if _is_keep_alive(f, path)]
+    assert len(kept_alive) >= 3, frames[:5]
+    if path == "/v1/messages":  # no comment frame; the pings follow message_start
+        assert not [f for f in frames if f.startswith(":")]
+        assert json.loads(frames[0].split("data: ", 1)[1])["type"] == "message_start"
+        assert len([f for f in _frames(plain.text) if _is_ping(f)]) == 1
+    # the silence before the first output: one run of keep-alives at the start (after the Responses
+    # API's response.created / response.in_progress and the Messages API's message_start, sent
+    # before any output)
+    assert kept_alive[0] <= 2 and kept_alive[:3] == list(range(kept_alive[0], kept_alive[0] + 3))
+    assert _data_frames(alive.text, path) == _data_frames(plain.text, path)
 
 
 def test_ollama_16443_client_parsers_skip_keep_alive_frames(tok: PreTrainedTokenizerFast) -> None:
     """ollama/ollama#16443: a client that read every SSE line as JSON broke on an upstream's
-    keep-alive comment frames. The ``openai`` and ``anthropic`` clients' decoders skip comment
-    lines: through a stream full of keep-alives, the completions and chat streams assemble the
-    reply and the Messages stream accumulator gives the non-streamed message."""
+    keep-alive comment frames. The ``openai`` client's decoder skips comment lines and the
+    ``anthropic`` client's skips ``ping`` events (the Messages route's keep-alive): through a
+    stream full of keep-alives, the completions and chat streams assemble the reply and the
+    Messages stream accumulator gives the non-streamed message."""
     client, oa, _, _ = _clients(tok, INTERVAL_S)
     text = "".join(
         c.choices[0].text
@@ -221,26 +220,28 @@ def test_vllm_47647_an_abort_after_the_silence_is_an_error_event(tok: PreTrained
 
 
 @pytest.mark.parametrize(
-    ("path", "body"),
+    ("path", "body", "first_frame"),
     [
-        ("/v1/completions", {"prompt": "Weather in Paris:", "max_tokens": 50}),
-        ("/v1/messages", {"messages": USER, "max_tokens": 50}),
+        ("/v1/completions", {"prompt": "Weather in Paris:", "max_tokens": 50}, SSE_KEEP_ALIVE_COMMENT),
+        ("/v1/messages", {"messages": USER, "max_tokens": 50}, b"event: message_start\n"),
     ],
 )
 def test_vllm_51034_a_client_gone_during_the_silence_aborts_at_once(
-    tok: PreTrainedTokenizerFast, path: str, body: dict[str, Any]
+    tok: PreTrainedTokenizerFast, path: str, body: dict[str, Any], first_frame: bytes
 ) -> None:
     """vllm-project/vllm#51034 (its cancellation cases): a client that goes away while its stream
     sends only keep-alives (the request still queued) must have its request aborted then, not when
     the queue would have served it. Driven through the ASGI app with a client whose first read
     of the body fails (a closed socket): the tokenizer manager's generator for the request is
-    closed at once, long before its first output."""
+    closed at once, long before its first output. The first frame is the keep-alive comment, or
+    on the Messages route the early ``message_start`` (its stream's keep-alive is a ``ping``
+    event, which no event may precede)."""
     _, _, tc, tm = _clients(tok, INTERVAL_S, delay_s=60)
     app = tc.app
     data = json.dumps({"model": MODEL, **body, "stream": True}).encode()
     sent: list[dict[str, Any]] = []
 
-    async def run() -> float:
+    async def run() -> tuple[float, list[float]]:
         inbox = [{"type": "http.request", "body": data, "more_body": False}]
 
         async def receive() -> dict[str, Any]:
@@ -271,12 +272,14 @@ def test_vllm_51034_a_client_gone_during_the_silence_aborts_at_once(
         t0 = time.monotonic()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(app(scope, receive, send), timeout=20)
-        return t0
+        await asyncio.sleep(0.2)
+        # read before asyncio.run returns: its teardown cancels every task left, which would
+        # close a generator the response left running
+        return t0, list(tm.closed)
 
-    t0 = asyncio.run(run())
+    t0, closed = asyncio.run(run())
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
-    assert sent[1]["body"] == SSE_KEEP_ALIVE_COMMENT
-    closed = tm.closed
+    assert sent[1]["body"].startswith(first_frame)
     assert len(closed) == 1 and closed[0] - t0 < 5.0
 
 

@@ -6,9 +6,10 @@ proxy with an idle read timeout (NGINX ``proxy_read_timeout``, a load balancer's
 tunnel) then closes the connection. With an interval ``> 0`` seconds (the server's
 ``sse_keep_alive_interval``, on the app as ``state.sse_keep_alive_interval``; 0, the default,
 turns this off as in vLLM), every streaming route sends the SSE comment frame ``: keep-alive``
-whenever its body has sent nothing for that long. A line that starts with ``:`` is a comment in
-the SSE format (WHATWG HTML, "Server-sent events"): the ``openai`` and ``anthropic`` clients'
-decoders and browsers' ``EventSource`` skip it.
+whenever its body has sent nothing for that long (Anthropic's ``/v1/messages`` sends its own
+``ping`` event instead: :mod:`~sglang_v4.entrypoints.anthropic.serving_messages`). A line that
+starts with ``:`` is a comment in the SSE format (WHATWG HTML, "Server-sent events"): the
+``openai`` and ``anthropic`` clients' decoders and browsers' ``EventSource`` skip it.
 
 The routes read a request's first output before they answer, so that an input error is a plain
 HTTP error rather than a broken stream. With the keep-alive on they wait for it at most one
@@ -96,10 +97,27 @@ async def resolve_first(first: Any) -> Any:
         raise
 
 
-async def with_keep_alive(body: AsyncIterator[Any], interval: float) -> AsyncIterator[Any]:
-    """The chunks of ``body``, with :data:`SSE_KEEP_ALIVE_COMMENT` sent whenever no chunk came for
-    ``interval`` seconds (> 0). One task advances ``body`` at a time and a keep-alive does not
-    cancel it; closing this generator (client gone, response cancelled) cancels the pending step
+async def cancel_first(first: Any) -> None:
+    """Cancel and await the read of a :class:`PendingFirst` that is still waiting (a stream that
+    sent events before its first output and closes before it came), so the generator it advances
+    is idle when the route closes it; anything else (an output already read) is left alone."""
+    if not isinstance(first, PendingFirst):
+        return
+    task = first.task
+    if not task.done():
+        task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({task})
+    if not task.cancelled():
+        task.exception()  # read, so a failure no one awaited is not logged as never retrieved
+
+
+async def with_keep_alive(
+    body: AsyncIterator[Any], interval: float, frame: bytes = SSE_KEEP_ALIVE_COMMENT
+) -> AsyncIterator[Any]:
+    """The chunks of ``body``, with ``frame`` (:data:`SSE_KEEP_ALIVE_COMMENT` unless the route has
+    its own, e.g. Anthropic's ``ping`` event) sent whenever no chunk came for ``interval`` seconds
+    (> 0). One task advances ``body`` at a time and a keep-alive does not cancel it; closing this generator (client gone, response cancelled) cancels the pending step
     and closes ``body``, so its ``finally`` blocks (the request's abort) run at once."""
     it = body.__aiter__()
     pending: asyncio.Future[Any] | None = None
@@ -109,7 +127,7 @@ async def with_keep_alive(body: AsyncIterator[Any], interval: float) -> AsyncIte
                 pending = asyncio.ensure_future(it.__anext__())
             done, _ = await asyncio.wait({pending}, timeout=interval)
             if not done:
-                yield SSE_KEEP_ALIVE_COMMENT
+                yield frame
                 continue
             step, pending = pending, None
             try:

@@ -9,7 +9,8 @@ collector finalises it, which on an idle server may be never. Closing it when th
 runs them at once.
 
 With vLLM's ``--sse-keep-alive-interval`` set, the body is sent through
-:func:`~.sse_keep_alive.with_keep_alive` (SSE comment frames while it is silent).
+:func:`~.sse_keep_alive.with_keep_alive` (SSE comment frames while it is silent, or the frame the
+route gives: Anthropic's ``ping`` event on ``/v1/messages``).
 
 Two things every stream does for the clients and proxies between it and the server:
 
@@ -36,7 +37,11 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from sglang_v4.entrypoints.sse_keep_alive import app_keep_alive_interval, with_keep_alive
+from sglang_v4.entrypoints.sse_keep_alive import (
+    SSE_KEEP_ALIVE_COMMENT,
+    app_keep_alive_interval,
+    with_keep_alive,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +92,18 @@ class ClosingStreamingResponse(StreamingResponse):
     cancelled. Arguments are ``StreamingResponse``'s; the response carries :data:`SSE_HEADERS`
     (a header in ``headers`` wins) and its frames go through :func:`escape_unicode_line_breaks`.
     With the app's ``state.sse_keep_alive_interval`` > 0 the body is sent through
-    :func:`~.sse_keep_alive.with_keep_alive`."""
+    :func:`~.sse_keep_alive.with_keep_alive`, its silences filled with ``keep_alive_frame`` (the
+    SSE comment :data:`~.sse_keep_alive.SSE_KEEP_ALIVE_COMMENT` unless the route gives its own)."""
 
-    def __init__(self, content: Any, *args: Any, headers: Mapping[str, str] | None = None, **kw: Any) -> None:
+    def __init__(
+        self,
+        content: Any,
+        *args: Any,
+        headers: Mapping[str, str] | None = None,
+        keep_alive_frame: bytes = SSE_KEEP_ALIVE_COMMENT,
+        **kw: Any,
+    ) -> None:
+        self.keep_alive_frame = keep_alive_frame
         given = {k.lower() for k in headers or {}}
         merged = {k: v for k, v in SSE_HEADERS.items() if k.lower() not in given}
         merged.update(headers or {})
@@ -99,7 +113,7 @@ class ClosingStreamingResponse(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         interval = app_keep_alive_interval(scope.get("app"))
         if interval > 0:
-            self.body_iterator = with_keep_alive(self.body_iterator, interval)
+            self.body_iterator = with_keep_alive(self.body_iterator, interval, self.keep_alive_frame)
         try:
             await super().__call__(scope, receive, send)
         finally:

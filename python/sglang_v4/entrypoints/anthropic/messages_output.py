@@ -21,9 +21,13 @@ prompt's tokens), ``ping``, then per block ``content_block_start``, its deltas
 ``signature_delta``) and ``content_block_stop``; at the end ``message_delta`` (``stop_reason``,
 ``stop_sequence``, ``usage``) and ``message_stop``. Blocks come in the order the model writes
 them. An engine error mid-stream is an ``error`` event (Anthropic's error body), after which the
-stream ends. A thinking-mode reply that stops without ever closing its reasoning is the answer (as
-on chat completions): streamed, its text went out as a thinking block first and is sent again as
-a text block; the whole message has the text block only.
+stream ends. With the SSE keep-alive on (``--sse-keep-alive-interval``) a silent stream sends
+``ping`` events (:data:`PING_EVENT`), the liveness signal Anthropic's clients count (they skip SSE
+comments); when the interval passes before the first output, ``message_start`` (its ``usage``
+from the prompt's token count, :func:`prompt_usage`) and its ``ping`` go out first, so no event
+precedes ``message_start``. A thinking-mode reply that stops without ever closing its reasoning
+is the answer (as on chat completions): streamed, its text went out as a thinking block first and
+is sent again as a text block; the whole message has the text block only.
 """
 
 from __future__ import annotations
@@ -48,7 +52,16 @@ from sglang_v4.entrypoints.openai.serving_chat import ChoiceOutput
 from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 from sglang_v4.entrypoints.openai.tool_parser import ParsedToolCall, ToolCallDelta
 
-__all__ = ["MessageEvents", "message_content", "message_usage", "stop_reason", "tool_input", "tool_use_id"]
+__all__ = [
+    "PING_EVENT",
+    "MessageEvents",
+    "message_content",
+    "message_usage",
+    "prompt_usage",
+    "stop_reason",
+    "tool_input",
+    "tool_use_id",
+]
 
 
 def tool_use_id(call_id: str) -> str:
@@ -123,6 +136,22 @@ def sse_event(name: str, data: dict[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps({"type": name, **data}) + b"\n\n"
 
 
+#: Anthropic's keep-alive event (``event: ping``, ``data: {"type": "ping"}``): one follows
+#: ``message_start``, as in Anthropic's documented streams, and one fills each silent keep-alive
+#: interval on ``/v1/messages``
+PING_EVENT = sse_event("ping", {})
+
+
+def prompt_usage(prompt_tokens: int, cache_report: bool) -> MessagesUsage:
+    """``usage`` of a ``message_start`` sent before the request's first output: the whole prompt
+    (``prompt_tokens`` tokens) as ``input_tokens``, ``output_tokens`` 0 and, with
+    ``cache_report``, both cache counts 0, since the prefix-cache hit is known only from the first
+    output. Their sum is the prompt's length, as in every later ``usage``; the closing
+    ``message_delta`` carries every count (:func:`message_usage`), and a client's accumulated
+    message takes them from it."""
+    return message_usage({"prompt_tokens": prompt_tokens}, cache_report, output_tokens=0)
+
+
 def error_event(message: str, status: int) -> bytes:
     """The ``error`` event of a stream (Anthropic's error body)."""
     body = anthropic_error_body(message, status)
@@ -145,10 +174,7 @@ class MessageEvents:
 
     def start(self) -> list[bytes]:
         """``message_start`` and a ``ping``."""
-        return [
-            sse_event("message_start", {"message": self.message.model_dump(mode="json")}),
-            sse_event("ping", {}),
-        ]
+        return [sse_event("message_start", {"message": self.message.model_dump(mode="json")}), PING_EVENT]
 
     def _open(self, key: Any, block: dict[str, Any]) -> list[bytes]:
         out = self.close()

@@ -16,6 +16,13 @@ in the context: Anthropic's own ``prompt is too long: N tokens > M maximum`` / `
 without the server's API key (``x-api-key: KEY``, Anthropic's header, or ``Authorization: Bearer
 KEY``), 404 ``not_found_error`` for another model name. A client that goes away aborts its
 request, streamed or not, as on the chat route.
+
+With ``--sse-keep-alive-interval`` a silent stream sends Anthropic's ``ping`` event, not the SSE
+comment of the other routes: Anthropic clients (Claude Code's stall watchdog) count events only.
+A first output that comes within the interval gives the stream it gives without the keep-alive
+(an early error is still a plain HTTP error); past the interval ``message_start`` (the prompt's
+token count as ``usage``) and a ``ping`` are sent at once, and a later failure is an ``error``
+event.
 """
 
 from __future__ import annotations
@@ -29,10 +36,12 @@ from pydantic import ValidationError
 
 from sglang_v4.entrypoints.anthropic.messages_input import anthropic_field_error, chat_request_data
 from sglang_v4.entrypoints.anthropic.messages_output import (
+    PING_EVENT,
     MessageEvents,
     error_event,
     message_content,
     message_usage,
+    prompt_usage,
     stop_reason,
 )
 from sglang_v4.entrypoints.anthropic.protocol import (
@@ -59,7 +68,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (
     stream_failure,
 )
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
-from sglang_v4.entrypoints.sse_keep_alive import resolve_first
+from sglang_v4.entrypoints.sse_keep_alive import PendingFirst, cancel_first, resolve_first
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import run_blocking
@@ -212,6 +221,16 @@ class AnthropicServing:
         ids = await run_blocking(encode_with_plain_spans, tok, plan.prompt, plan.plain_spans)
         return JSONResponse({"input_tokens": len(ids)})
 
+    def _prompt_tokens(self, run: ChatRun) -> int:
+        """The prompt's token count before the first output reports it: the rendered prompt's ids,
+        cut as ``--allow-auto-truncate`` cuts a prompt over ``max_req_input_len`` tokens."""
+        ids = run.prompt_ids if run.prompt_ids is not None else getattr(run.obj, "input_ids", None)
+        n = len(ids or ())
+        limit = int(getattr(self.chat.tm, "max_req_input_len", 0) or 0)
+        if getattr(self.chat.args, "allow_auto_truncate", False) and limit > 0:
+            n = min(n, limit)
+        return n
+
     # ------------------------------------------------------------------ streaming
     async def _stream(self, req: MessagesRequest, run: ChatRun, raw: Request) -> Response:
         gen, first = await self.chat._run_stream(run.obj, raw)
@@ -241,17 +260,32 @@ class AnthropicServing:
             err = anthropic_field_error(stream_failure(e, run.grammar_field))
             return error_event(err.message, err.status)
 
+        # the SSE keep-alive interval passed with no output: the response starts now, and Anthropic's
+        # clients read no event before message_start, so it goes out before the first ping
+        early = (
+            MessageEvents(
+                AnthropicMessage(model=req.model, usage=prompt_usage(self._prompt_tokens(run), cache_report))
+            )
+            if isinstance(first, PendingFirst)
+            else None
+        )
+
         async def stream() -> AsyncIterator[bytes]:
+            events = early
             try:
+                if events is not None:
+                    for ev in events.start():
+                        yield ev
                 # the first output (read now when the SSE keep-alive started the answer without it)
                 head = await resolve_first(first)
-                first_meta = (head[0] if isinstance(head, list) else head).get("meta_info", {})
-                start = AnthropicMessage(
-                    model=req.model, usage=message_usage(first_meta, cache_report, output_tokens=0)
-                )
-                events = MessageEvents(start)
-                for ev in events.start():
-                    yield ev
+                if events is None:
+                    first_meta = (head[0] if isinstance(head, list) else head).get("meta_info", {})
+                    start = AnthropicMessage(
+                        model=req.model, usage=message_usage(first_meta, cache_report, output_tokens=0)
+                    )
+                    events = MessageEvents(start)
+                    for ev in events.start():
+                        yield ev
                 async for item in _engine_outputs(gen, head):
                     ret = item[0] if isinstance(item, list) else item
                     abort = _abort_error(ret.get("meta_info", {}))
@@ -270,6 +304,9 @@ class AnthropicServing:
                 err = internal_stream_error(e)
                 yield error_event(err.message, err.status)
             finally:
+                await cancel_first(first)  # closed after an early message_start: stop reading first
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
 
-        return ClosingStreamingResponse(stream(), media_type="text/event-stream")
+        # a silent interval is a ping event (never before message_start: the body's first step sends
+        # it without waiting)
+        return ClosingStreamingResponse(stream(), media_type="text/event-stream", keep_alive_frame=PING_EVENT)
