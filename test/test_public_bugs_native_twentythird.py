@@ -282,3 +282,105 @@ def test_sglang_31972_min_new_tokens_masks_config_eos_without_tokenizer_eos() ->
         got = apply_penalties(logits.clone(), [params], [output], [prompt], eos_token_ids=eos)
         assert torch.equal(torch.isinf(got), torch.isinf(want)), n_out
         assert torch.equal(got[torch.isfinite(got)], want[torch.isfinite(want)]), n_out
+
+
+# ----------------------------------------------------------------------------- logprob texts
+def test_sglang_24447_logprob_texts_keep_special_tokens_per_token(server: ServerHandle, tok: Any) -> None:
+    """sgl-project/sglang#24447 (logprob token texts decoded one id at a time, with
+    ``skip_special_tokens=False``, for the prompt, top-k and ``token_ids_logprob`` entries alike;
+    transformers 5's ``batch_decode`` of a flat list joins the ids into one string). Oracle: the
+    tokenizer's ``decode([id], skip_special_tokens=False)`` of each id. Expected: every text of
+    ``input_token_logprobs``, ``input_token_ids_logprobs``, ``output_token_ids_logprobs`` and
+    ``output_top_logprobs`` is its own id's decoding (the BOS / EOS / pad markers kept), and the
+    first prompt position's logprob is ``None``."""
+    ids = [0, 1, 2, 100000, 5]
+    want_ids = [0, 1]
+    out = _gen(
+        server,
+        {
+            "input_ids": ids,
+            "sampling_params": {"max_new_tokens": 2},
+            "return_logprob": True,
+            "logprob_start_len": 0,
+            "return_text_in_logprobs": True,
+            "top_logprobs_num": 2,
+            "token_ids_logprob": want_ids,
+        },
+    )
+    meta = out["meta_info"]
+
+    def text(i: int) -> str:
+        return tok.decode([i], skip_special_tokens=False)
+
+    assert text(0) != "" and text(1) != ""  # special tokens, not skipped
+    entries = meta["input_token_logprobs"]
+    assert [e[1] for e in entries] == ids
+    assert [e[2] for e in entries] == [text(i) for i in ids]
+    assert entries[0][0] is None
+    positions = [p for p in meta["input_token_ids_logprobs"] if p] + meta["output_token_ids_logprobs"]
+    assert len(positions) == len(ids) - 1 + 2
+    for pos in positions:
+        assert [e[1] for e in pos] == want_ids
+        assert [e[2] for e in pos] == [text(i) for i in want_ids]
+    for pos in meta["output_top_logprobs"]:
+        assert len(pos) == 2 and [e[2] for e in pos] == [text(e[1]) for e in pos]
+
+
+def test_sglang_1495_frontend_choice_logprobs_carry_token_text(server: ServerHandle, tok: Any) -> None:
+    """sgl-project/sglang#1495 (the frontend's ``select`` asks for ``return_text_in_logprobs``, so
+    each choice's ``input_token_logprobs`` read as ``(logprob, id, text)``; SGLang's
+    ``choices_logprob`` example). Client: SGLang 0.5.23's frontend over ``RuntimeEndpoint``.
+    Expected: the selection is one of the choices; for each choice, the entries after the first
+    are the choice's own tokens (oracle: the tokenizer, the choice encoded after a space), each
+    text the decoding of its id, and ``normalized_prompt_logprobs`` is their mean."""
+    import sglang as sgl
+
+    choices = ["calculator", "search engine"]
+
+    @sgl.function
+    def tool_use(s: Any, question: str) -> None:
+        s += "To answer this question: " + question + ", "
+        s += "I need to use a " + sgl.gen("tool", choices=choices)
+
+    state = tool_use.run(question="What is 5 + 5?", backend=sgl.RuntimeEndpoint(server.url))
+    assert state["tool"] in choices
+    meta = state.get_meta_info("tool")
+    assert len(meta["input_token_logprobs"]) == len(choices)
+    for choice, entries, norm in zip(
+        choices, meta["input_token_logprobs"], meta["normalized_prompt_logprobs"]
+    ):
+        full = tok.encode("I need to use a " + choice, add_special_tokens=False)
+        head = tok.encode("I need to use a", add_special_tokens=False)
+        assert full[: len(head)] == head
+        assert [e[1] for e in entries[1:]] == full[len(head) :]
+        assert all(e[2] == tok.decode([e[1]]) for e in entries)
+        vals = [e[0] for e in entries[1:]]
+        assert norm == pytest.approx(sum(vals) / len(vals))
+
+
+# ----------------------------------------------------------------------------- per-request seed
+def test_sglang_1335_per_request_seed_is_batch_invariant(sched_model_dir: str) -> None:
+    """sgl-project/sglang#1335 (a per-request random seed: the same request and seed reproduce
+    their tokens whatever else runs). Oracle: cold runs, each request alone on a fresh scheduler.
+    Expected: on the real tiny model (temperature 1), a seeded request sampled in one batch with two
+    others (one with the same seed and prompt, one with another seed) gives the tokens of its cold
+    run, the twin gives the same tokens, the other its own cold run's, and the two seeds differ."""
+    from scheduler_testutil import drain, make_scheduler, submit
+
+    prompt = [5, 17, 33, 2, 90, 41]
+    sampling = {"temperature": 1.0, "top_p": 1.0, "sampling_seed": 1234}
+    other = {"temperature": 1.0, "top_p": 1.0, "sampling_seed": 99}
+    cold = {}
+    for name, sp in (("a", sampling), ("c", other)):
+        s = make_scheduler(sched_model_dir)
+        submit(s, name, prompt, 12, sampling=sp)
+        cold[name] = drain(s)[name]["ids"]
+    s = make_scheduler(sched_model_dir)
+    submit(s, "a", prompt, 12, sampling=sampling)
+    submit(s, "b", prompt, 12, sampling=sampling)
+    submit(s, "c", prompt, 12, sampling=other)
+    res = drain(s)
+    assert len(cold["a"]) == 12
+    assert cold["a"] != cold["c"]  # the seed drives the sampling (temperature 1 is not greedy)
+    assert res["a"]["ids"] == res["b"]["ids"] == cold["a"]
+    assert res["c"]["ids"] == cold["c"]
