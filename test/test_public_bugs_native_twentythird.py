@@ -384,3 +384,36 @@ def test_sglang_1335_per_request_seed_is_batch_invariant(sched_model_dir: str) -
     assert cold["a"] != cold["c"]  # the seed drives the sampling (temperature 1 is not greedy)
     assert res["a"]["ids"] == res["b"]["ids"] == cold["a"]
     assert res["c"]["ids"] == cold["c"]
+
+
+# ----------------------------------------------------------------------------- EOS in the text
+@pytest.mark.parametrize("stream", [False, True])
+def test_tensorrt_llm_14336_trailing_eos_hidden_without_skip_special_tokens(
+    server: ServerHandle, tok: Any, stream: bool
+) -> None:
+    """NVIDIA/TensorRT-LLM#14336 (with ``skip_special_tokens=False`` the EOS that ended the
+    generation leaked into the text). Oracle: the fake model's scripted output (``FAKE_SCRIPT``
+    then EOS) decoded by the tokenizer, trimmed of the matched stop token as SGLang 0.5.23's
+    detokenizer does unless ``no_stop_trim``. Expected: the text (non-streamed, or the last stream
+    chunk) is the script without the EOS marker; with ``no_stop_trim`` the marker is kept only when
+    special tokens are not skipped; ``output_ids`` always end with the EOS id."""
+    from server_fixture import FAKE_EOS, FAKE_SCRIPT, FAKE_SCRIPT_TAG
+
+    ids = tok.encode(FAKE_SCRIPT, add_special_tokens=False) + [FAKE_EOS]
+    eos_text = tok.decode([FAKE_EOS], skip_special_tokens=False)
+    assert eos_text  # the marker is a visible string when special tokens are kept
+    for skip, no_trim in ((False, False), (False, True), (True, True), (True, False)):
+        sp = {"max_new_tokens": 256, "skip_special_tokens": skip, "no_stop_trim": no_trim}
+        body = {"text": f"{FAKE_SCRIPT_TAG} go", "sampling_params": sp, "stream": stream}
+        if stream:
+            r = requests.post(server.url + "/generate", json=body, stream=True, timeout=60)
+            assert r.status_code == 200
+            chunks = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith(b"data: {")]
+            out = chunks[-1]
+        else:
+            out = _gen(server, body)
+        kept = ids if no_trim else ids[:-1]
+        assert out["output_ids"] == ids
+        assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": FAKE_EOS}
+        assert out["text"] == tok.decode(kept, skip_special_tokens=skip), (skip, no_trim)
+        assert out["text"].endswith(eos_text) == (no_trim and not skip)
