@@ -33,6 +33,7 @@ __all__ = [
     "LOGIT_BIAS_MAX",
     "derive_choice_seed",
     "MAX_STOP_COUNT",
+    "MAX_STOP_REGEX_LEN",
     "MAX_N",
     "SAMPLING_EPS",
     "GRAMMAR_UNAVAILABLE_MSG",
@@ -46,7 +47,12 @@ TOP_K_ALL = -1
 """``top_k`` value meaning "no top-k truncation" (SGLang's API value)."""
 
 MAX_STOP_COUNT = 32
-"""At most this many stop strings per request (SGLang's limit)."""
+"""At most this many stop strings per request (SGLang's limit); the same bound holds for
+``stop_regex`` patterns."""
+
+MAX_STOP_REGEX_LEN = 256
+"""At most this many bytes (UTF-8) per ``stop_regex`` pattern (SGLang's limit): the stop checker
+searches every pattern on every decode step, so its size is bounded like its count."""
 
 MAX_N = 128
 """At most this many parallel samples per request (``n``)."""
@@ -562,7 +568,8 @@ def check_structural_tag(spec: str) -> dict[str, Any]:
 
 def _verify_stop_regex(regs: str | list[str] | None) -> None:
     """``stop_regex`` patterns: at most :data:`MAX_STOP_COUNT`, non-empty (an empty pattern
-    matches at once) and valid Python ``re`` syntax, what the stop checker accepts (it runs them
+    matches at once), at most :data:`MAX_STOP_REGEX_LEN` bytes in UTF-8 and valid Python ``re``
+    syntax, what the stop checker accepts (it runs them
     with the ``re``-compatible ``regex`` engine, time-bounded, or ``re`` itself:
     :mod:`sglang_v4.sampling.stop_checker`). Checked at admission: a pattern that does not
     compile would otherwise fail inside the scheduler loop, on the first generated token.
@@ -578,6 +585,11 @@ def _verify_stop_regex(regs: str | list[str] | None) -> None:
     for pat in pats:
         if pat == "":
             raise ValueError("stop_regex: patterns must be non-empty.")
+        size = len(pat.encode("utf-8", "surrogatepass")) if isinstance(pat, str) else 0
+        if size > MAX_STOP_REGEX_LEN:
+            raise ValueError(
+                f"stop_regex: a pattern is {size} bytes, over the {MAX_STOP_REGEX_LEN}-byte limit."
+            )
         try:
             re.compile(pat)
         except (re.error, OverflowError, RecursionError) as e:
