@@ -128,8 +128,9 @@ def _call_arguments(args: str) -> str:
     output, replayed with ``store: false`` or continued by ``previous_response_id``): it is
     replayed with the members that parse (:func:`~.tool_calls.partial_json_object`), as the
     Messages API's ``tool_use`` of a cut call holds them, so that the conversation can go on.
-    Any other text (another JSON value such as ``[]`` or ``null``, text that is no JSON, or JSON
-    nested deeper than Python decodes) is kept as sent: the chat encoder renders it as one
+    Any other text (another JSON value such as ``[]`` or ``null``, text that is no JSON nor the
+    beginning of any JSON object such as ``{"a": "x" "b"``, or JSON nested deeper than Python
+    decodes) is kept as sent: the chat encoder renders it as one
     ``arguments`` string parameter, as DeepSeek's own Responses converter (``deepseek-recipe``)
     and this server's chat route render it, so that a malformed call in a replayed history does
     not make every later request of the conversation a 400.

@@ -9,6 +9,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_v4.entrypoints.openai.json_prefix import is_json_object_prefix
+
 __all__ = [
     "TOOL_CALL_PARSERS",
     "TOOL_CALL_PARSER_NAMES",
@@ -68,11 +70,14 @@ def partial_json_object(text: str) -> dict[str, Any] | None:
     A whole JSON object text gives that object; the beginning of one (a call cut by the token
     limit) gives what parses so far, an unfinished trailing value left out (jiter's
     ``partial_mode``, as the ``openai`` and ``anthropic`` clients read cut argument streams);
-    an empty or blank text gives ``{}``.
+    an empty or blank text gives ``{}``. Only a genuine beginning counts
+    (:func:`~.json_prefix.is_json_object_prefix`): jiter's partial mode also reads text that no
+    continuation makes valid (``{"a": "x" "b"`` as ``{"a": "x"}``), which would drop what
+    follows the error without a word.
 
     Returns:
         The object, or ``None`` when ``text`` is neither a JSON object nor the beginning of one
-        (another JSON value, trailing text after the object, not JSON).
+        (another JSON value, trailing text after the object, not JSON, malformed JSON).
     """
     text = text.strip()
     if not text:
@@ -83,6 +88,8 @@ def partial_json_object(text: str) -> dict[str, Any] | None:
         # or one nested deeper than Python's json decodes (jiter then refuses it too)
         import jiter  # imported here: only a cut call needs it
 
+        if not is_json_object_prefix(text):
+            return None
         try:
             value, end = jiter.from_json(text.encode("utf-8"), partial_mode=True), len(text)
         except ValueError:
