@@ -16,6 +16,7 @@ import random
 from typing import Any
 
 import deepseek_recipe as recipe
+import openai
 import pytest
 from fake_prompt_tm import MODEL, PromptTM
 from responses_testutil import WEATHER, make_client
@@ -165,3 +166,150 @@ def test_json_object_prefix_agrees_with_xgrammar() -> None:
         sum(map(is_json_object_prefix, cases)) > 200
         and sum(not is_json_object_prefix(c) for c in cases) > 200
     )
+
+
+# --------------------------------------------------------------------------- stored responses
+
+
+def test_cancelling_a_foreground_response_is_a_400_that_changes_nothing(tok: PreTrainedTokenizerFast) -> None:
+    """sgl-project/sglang#38002: ``POST /v1/responses/{id}/cancel`` on a stored response created
+    without ``background`` answered 200 with the response. OpenAI's reference: only responses
+    created with ``background=true`` can be cancelled. Expected: the ``openai`` client's
+    ``BadRequestError`` (a 400 in OpenAI's error shape), the stored response unchanged (``GET``
+    gives the same object, status ``completed``), no engine request; an unknown id is a 404."""
+    tm = PromptTM(tok, reply="Hello.")
+    client, tc = make_client(tm)
+    created = client.responses.create(model=MODEL, input="hi")
+    sent = len(tm.received)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.cancel(created.id)
+    assert e.value.status_code == 400 and isinstance(e.value.body, dict) and e.value.body.get("message")
+    after = client.responses.retrieve(created.id)
+    assert after.status == "completed" and after.model_dump() == created.model_dump()
+    assert len(tm.received) == sent
+    with pytest.raises(openai.NotFoundError):
+        client.responses.cancel("resp_" + "0" * 32)
+
+
+def test_previous_response_id_replays_the_stored_conversation(tok: PreTrainedTokenizerFast) -> None:
+    """Blaizzy/mlx-vlm#1046 (``previous_response_id`` accepted and ignored) and
+    digitalocean/gradient-python#96 (a ``store: true`` id neither retrievable nor continuable).
+    Expected: the stored response is retrievable (the ``openai`` client's ``retrieve`` gives the
+    created object), and a request continuing it renders the prompt DeepSeek's own Responses
+    converter and V4 encoder render for the whole conversation sent at once (two turns deep)."""
+    tm = PromptTM(tok, reply="Noted.")
+    client, tc = make_client(tm)
+    first = client.responses.create(model=MODEL, input="The secret word is purple-marmot-42. Reply OK.")
+    assert client.responses.retrieve(first.id).model_dump() == first.model_dump()
+    second = client.responses.create(
+        model=MODEL, input="What is the secret word?", previous_response_id=first.id
+    )
+    third = client.responses.create(model=MODEL, input="Spell it.", previous_response_id=second.id)
+    assert third.previous_response_id == second.id
+    whole = {
+        "input": [
+            {"role": "user", "content": "The secret word is purple-marmot-42. Reply OK."},
+            {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": "What is the secret word?"},
+            {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": "Spell it."},
+        ]
+    }
+    assert _prompt(tok, tm) == _recipe_prompt(whole)
+
+
+def test_input_items_of_id_less_input_page_to_the_end(tok: PreTrainedTokenizerFast) -> None:
+    """praxis-proxy/ai#548: ``GET /v1/responses/{id}/input_items`` over an ``input`` of items sent
+    without ``id`` answered ``has_more: true`` with ``last_id: null``, so a client had no
+    ``after`` to go on with. Expected: every page with more after it names a ``last_id``; the
+    ``openai`` client's cursor pagination (which follows ``last_id`` as ``after``) walks all
+    seven items in the order sent (``asc``) and reversed (``desc``, the default)."""
+    tm = PromptTM(tok, reply="Fine.")
+    client, tc = make_client(tm)
+    texts = [f"turn {i}" for i in range(7)]
+    items = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]
+    rid = client.responses.create(model=MODEL, input=items).id
+    page = tc.get(f"/v1/responses/{rid}/input_items", params={"limit": 2, "order": "asc"}).json()
+    assert page["has_more"] is True and isinstance(page["last_id"], str) and page["last_id"]
+
+    def walk(**kw: Any) -> list[str]:
+        return [item.content[0].text for item in client.responses.input_items.list(rid, limit=2, **kw)]
+
+    assert walk(order="asc") == texts
+    assert walk() == texts[::-1]
+
+
+# --------------------------------------------------------------------------- request fields
+
+
+def test_truncation_disabled_is_accepted_and_keeps_the_whole_conversation(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """stdapi-ai/stdapi.ai#160: ``truncation: "disabled"`` (OpenAI's default, what LlamaIndex's
+    ``OpenAIResponses`` sends on every request) was a 400; Arthur-Ficial/apfel#391: with it the
+    history was trimmed anyway. Expected: accepted and echoed (the ``openai`` client's
+    ``Response.truncation``), the prompt DeepSeek's converter and encoder render for the whole
+    conversation, the same as the request without the field."""
+    tm = PromptTM(tok, reply="Sure.")
+    client, tc = make_client(tm)
+    convo = [
+        {"role": "user", "content": "One."},
+        {"role": "assistant", "content": "Two."},
+        {"role": "user", "content": "Three."},
+    ]
+    r = client.responses.create(model=MODEL, input=convo, truncation="disabled")
+    assert r.truncation == "disabled" and r.status == "completed"
+    with_field = _prompt(tok, tm)
+    client.responses.create(model=MODEL, input=convo)
+    assert with_field == _prompt(tok, tm) == _recipe_prompt({"input": convo})
+
+
+@pytest.mark.parametrize("schema", ["x", 5, [], None])
+def test_non_object_text_format_schema_is_a_400(tok: PreTrainedTokenizerFast, schema: Any) -> None:
+    """smg-project/smg#2562: a ``json_schema`` format whose ``schema`` is no object (the string
+    ``"x"`` of Kimi's vendor verifier) reached the grammar compiler and came back as a 500.
+    Expected on ``text.format``: the ``openai`` client's ``BadRequestError`` naming
+    ``text.format.schema``, no engine request; ``{}`` (any JSON) stays valid."""
+    tm = PromptTM(tok, reply="{}")
+    client, tc = make_client(tm)
+    fmt = {"type": "json_schema", "name": "n", "schema": schema}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model=MODEL, input="hi", text={"format": fmt})  # type: ignore[typeddict-item]
+    assert e.value.body["param"] == "text.format.schema" and not tm.received
+    ok = client.responses.create(model=MODEL, input="hi", text={"format": {**fmt, "schema": {}}})
+    assert ok.status == "completed" and json.loads(ok.output_text) == {}
+
+
+def test_image_in_a_tool_output_is_refused_like_a_user_image_not_sent_as_text(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """CommandCodeAI/command-code#902 (an ``input_image`` inside ``function_call_output.output``
+    flattened into base64 text, billed and unseen) and router-for-me/CLIProxyAPI#5039 (the same
+    image silently dropped). On a text-only model the honest answer is the one a user message's
+    image gets: a 400 naming the part (``input[2].output[1]``), no engine request, and never the
+    data URL as prompt text. The body is a valid ``openai`` ``ResponseInputParam`` (its
+    ``function_call_output`` list form), so the refusal is about the image, not the shape."""
+    from openai.types.responses import ResponseInputItemParam
+    from pydantic import TypeAdapter
+
+    tm = PromptTM(tok, reply="IMAGE_SEEN")
+    _, tc = make_client(tm)
+    data_url = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    parts = [
+        {"type": "input_text", "text": "Read image file [image/png]"},
+        {"type": "input_image", "detail": "auto", "image_url": data_url},
+    ]
+    read = {"type": "function", "name": "read", "parameters": {"type": "object", "properties": {}}}
+    items = [
+        {"role": "user", "content": [{"type": "input_text", "text": "Reply IMAGE_SEEN or IMAGE_NOT_SEEN."}]},
+        {"type": "function_call", "id": "fc_test", "call_id": "call_test", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_test", "output": parts},
+    ]
+    for item in items:
+        TypeAdapter(ResponseInputItemParam).validate_python(item)
+    r = tc.post("/v1/responses", json={"model": MODEL, "input": items, "tools": [read]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input[2].output[1]"
+    as_user = [{"role": "user", "content": parts}]
+    u = tc.post("/v1/responses", json={"model": MODEL, "input": as_user})
+    assert u.status_code == 400 and u.json()["error"]["param"] == "input[0].content[1]"
+    assert not tm.received
