@@ -19,8 +19,8 @@ import deepseek_recipe as recipe
 import openai
 import pytest
 from fake_prompt_tm import MODEL, PromptTM
-from responses_testutil import WEATHER, make_client
-from sglang_v4.entrypoints.openai.json_prefix import is_json_object_prefix
+from responses_testutil import CHAT_WEATHER, WEATHER, make_client
+from sglang_v4.entrypoints.strict_json import is_json_object_prefix
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(120)
@@ -166,6 +166,52 @@ def test_json_object_prefix_agrees_with_xgrammar() -> None:
         sum(map(is_json_object_prefix, cases)) > 200
         and sum(not is_json_object_prefix(c) for c in cases) > 200
     )
+
+
+#: argument texts Python's ``json`` reads but RFC 8259 (and DeepSeek's converter) does not:
+#: non-finite numbers, a number beyond a double, lone surrogate escapes (in a value, in a key)
+_LENIENT = [
+    '{"a": NaN}',
+    '{"a": Infinity}',
+    '{"city": "Paris", "t": -Infinity}',
+    '{"a": 1e999}',
+    '{"a": "\\ud800"}',
+    '{"\\udc00": 1}',
+    '{"city": "Paris", "t": NaN, "u": "c',
+]
+
+
+@pytest.mark.parametrize("arguments", _LENIENT)
+def test_arguments_python_alone_reads_as_json_are_replayed_as_written(
+    tok: PreTrainedTokenizerFast, arguments: str
+) -> None:
+    """python/cpython#121189 (``json.loads`` accepts ``NaN`` / ``Infinity``, which are not JSON)
+    and frenck/probatio#76 (reject them on the standard-library path, as strict parsers do): a
+    replayed call whose ``arguments`` hold such values was read as an object (``NaN`` written
+    into the prompt as a parameter value); one with a lone ``\\ud800`` escape was a 500 (the
+    decoded string cannot be encoded as UTF-8). Expected, on ``/v1/responses`` and on
+    ``/v1/chat/completions``: 200 and the prompt DeepSeek's own converter and V4 encoder render
+    for the same body (such text is not JSON to them: one ``arguments`` string parameter)."""
+    tm = PromptTM(tok, reply="Sunny.")
+    _, tc = make_client(tm)
+    body = _call_body(arguments)
+    r = tc.post("/v1/responses", json={"model": MODEL, **body})
+    assert r.status_code == 200, r.text
+    assert _prompt(tok, tm) == _recipe_prompt(body)
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    chat = {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ],
+        "tools": [CHAT_WEATHER],
+    }
+    r = tc.post("/v1/chat/completions", json={"model": MODEL, **chat})
+    assert r.status_code == 200, r.text
+    wire = {**copy.deepcopy(chat), "model": "DeepSeek-V4-Pro", "thinking": {"type": "disabled"}}
+    conv = recipe.ChatCompletionRequest(wire).convert(recipe.ConversionOptions(default_thinking_mode=False))
+    assert _prompt(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
 
 
 # --------------------------------------------------------------------------- stored responses

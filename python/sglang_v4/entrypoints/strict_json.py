@@ -1,4 +1,11 @@
-"""Whether a text is the beginning of a JSON object (RFC 8259), checked character by character.
+"""Tool-call ``arguments`` texts read as strict JSON (RFC 8259), as DeepSeek's own converter reads
+them: whole texts (:func:`loads_strict`) and beginnings of a JSON object
+(:func:`is_json_object_prefix`).
+
+Python's :mod:`json` is lenient where the grammar is not: it reads ``NaN``, ``Infinity`` and
+``-Infinity`` as numbers, ``1e999`` as infinity, and ``\\ud800`` escapes as strings holding a lone surrogate (which no
+UTF-8 text, hence no prompt, can hold). :func:`loads_strict` refuses both, so such a text is "not
+JSON", rendered as one ``arguments`` string parameter as DeepSeek's converter renders it.
 
 A call cut by the token limit has as its ``arguments`` the beginning of a JSON object text; the
 members written so far are then read with jiter's ``partial_mode`` (:func:`~.tool_calls.
@@ -13,16 +20,70 @@ grammar: strings without raw control characters, the escapes ``\\" \\\\ \\/ \\b 
 
 from __future__ import annotations
 
-__all__ = ["is_json_object_prefix"]
+import json
+import math
+import re
+from typing import Any
+
+__all__ = ["holds_non_json", "is_json_object_prefix", "loads_strict"]
 
 _WS = " \t\n\r"
 _ESCAPES = '"\\/bfnrtu'
 _HEX = "0123456789abcdefABCDEF"
 _DIGITS = "0123456789"
 _LITERALS = {"t": "true", "f": "false", "n": "null"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # where a number stands after its last character; the complete ones may end there
 _NUM_COMPLETE = frozenset({"zero", "int", "frac", "exp"})
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} is out of the range of a double")
+    return value
+
+
+def holds_non_json(value: Any) -> bool:
+    """Whether a decoded value holds what no strict JSON text decodes to: a string (a key or a
+    value, at any depth) with a lone surrogate code point (what a ``\\ud800`` escape without its
+    pair decodes to in Python; a valid pair decodes to one code point), or a float that is not
+    finite (``NaN``, ``Infinity``, ``1e999``)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                return True
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v)
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads(text)`` under RFC 8259: a whole JSON text, whitespace around it allowed.
+
+    Raises:
+        ValueError: not JSON, ``NaN`` / ``Infinity`` / ``-Infinity``, a number beyond a double's
+            range (``1e999``, which Python reads as infinity), or a string with a lone surrogate
+            (module docstring).
+        RecursionError: nested deeper than Python decodes.
+    """
+    value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    if holds_non_json(value):
+        raise ValueError("a lone surrogate escape is not a character (RFC 8259)")
+    return value
 
 
 def _number_step(state: str, ch: str) -> str | None:
