@@ -19,7 +19,7 @@ import deepseek_recipe as recipe
 import openai
 import pytest
 from fake_prompt_tm import MODEL, PromptTM
-from responses_testutil import CHAT_WEATHER, WEATHER, make_client
+from responses_testutil import CHAT_WEATHER, WEATHER, make_client, sse
 from sglang_v4.entrypoints.strict_json import is_json_object_prefix
 from transformers import PreTrainedTokenizerFast
 
@@ -359,3 +359,52 @@ def test_image_in_a_tool_output_is_refused_like_a_user_image_not_sent_as_text(
     u = tc.post("/v1/responses", json={"model": MODEL, "input": as_user})
     assert u.status_code == 400 and u.json()["error"]["param"] == "input[0].content[1]"
     assert not tm.received
+
+
+# --------------------------------------------------------------------------- streamed calls
+
+_D = "｜DSML｜"
+#: two ``get_weather`` calls in one DSML block, the second with a quote in its value
+_TWO_CALLS = (
+    f'\n\n<{_D}tool_calls>\n<{_D}invoke name="get_weather">\n'
+    f'<{_D}parameter name="city" string="true">Paris</{_D}parameter>\n</{_D}invoke>\n'
+    f'<{_D}invoke name="get_weather">\n<{_D}parameter name="city" string="true">Rome "old" town</{_D}parameter>\n'
+    f'<{_D}parameter name="days" string="false">2</{_D}parameter>\n</{_D}invoke>\n</{_D}tool_calls>'
+)
+
+
+def test_parallel_call_argument_deltas_name_their_own_item(tok: PreTrainedTokenizerFast) -> None:
+    """can1357/oh-my-pi#2619: with two function calls open in one streamed response, argument
+    deltas were attached to the wrong call (a client routing them by one "current" item; the
+    stream must let it route by ``item_id`` / ``output_index``). Expected: every
+    ``response.function_call_arguments.delta`` names the ``item_id`` of the item its
+    ``output_index`` added; the deltas of each item join to its ``arguments.done`` text, which
+    ``json.loads`` reads as the call's own arguments; the ``openai`` client's stream helper
+    builds the same output items as the non-streamed response."""
+    tm = PromptTM(tok, reply="Both." + _TWO_CALLS)
+    client, tc = make_client(tm)
+    s = tc.post("/v1/responses", json={"model": MODEL, "input": "W?", "tools": [WEATHER], "stream": True})
+    events = sse(s.text)
+    added = {e["output_index"]: e["item"] for e in events if e["type"] == "response.output_item.added"}
+    joined: dict[str, str] = {}
+    for e in events:
+        if e["type"] == "response.function_call_arguments.delta":
+            assert added[e["output_index"]]["id"] == e["item_id"], e
+            joined[e["item_id"]] = joined.get(e["item_id"], "") + e["delta"]
+    done = [e for e in events if e["type"] == "response.function_call_arguments.done"]
+    assert [json.loads(e["arguments"]) for e in done] == [
+        {"city": "Paris"},
+        {"city": 'Rome "old" town', "days": 2},
+    ]
+    assert all(joined[e["item_id"]] == e["arguments"] for e in done)
+    assert [added[e["output_index"]]["id"] for e in done] == [e["item_id"] for e in done]
+    plain = client.responses.create(model=MODEL, input="W?", tools=[WEATHER])
+    with client.responses.stream(model=MODEL, input="W?", tools=[WEATHER]) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+
+    def calls(r: Any) -> list[tuple[str, str]]:
+        return [(o.name, o.arguments) for o in r.output if o.type == "function_call"]
+
+    assert calls(final) == calls(plain) == [(e.get("name", "get_weather"), e["arguments"]) for e in done]
