@@ -380,7 +380,10 @@ def test_parallel_call_argument_deltas_name_their_own_item(tok: PreTrainedTokeni
     ``response.function_call_arguments.delta`` names the ``item_id`` of the item its
     ``output_index`` added; the deltas of each item join to its ``arguments.done`` text, which
     ``json.loads`` reads as the call's own arguments; the ``openai`` client's stream helper
-    builds the same output items as the non-streamed response."""
+    builds the same output items as the non-streamed response. voocel/litellm#4 and
+    Oaklight/llm-rosetta#86 (a call's name and ids missing where clients read them): each
+    ``function_call`` item is announced by ``response.output_item.added`` with its ``name``,
+    ``call_id`` and ``id`` already set, those of the finished item."""
     tm = PromptTM(tok, reply="Both." + _TWO_CALLS)
     client, tc = make_client(tm)
     s = tc.post("/v1/responses", json={"model": MODEL, "input": "W?", "tools": [WEATHER], "stream": True})
@@ -398,6 +401,11 @@ def test_parallel_call_argument_deltas_name_their_own_item(tok: PreTrainedTokeni
     ]
     assert all(joined[e["item_id"]] == e["arguments"] for e in done)
     assert [added[e["output_index"]]["id"] for e in done] == [e["item_id"] for e in done]
+    finished = {e["item"]["id"]: e["item"] for e in events if e["type"] == "response.output_item.done"}
+    for e in done:
+        first, last = added[e["output_index"]], finished[e["item_id"]]
+        assert first["type"] == "function_call" and first["name"] == last["name"] == "get_weather"
+        assert first["call_id"] == last["call_id"] and first["call_id"].startswith("call_")
     plain = client.responses.create(model=MODEL, input="W?", tools=[WEATHER])
     with client.responses.stream(model=MODEL, input="W?", tools=[WEATHER]) as stream:
         for _ in stream:
