@@ -15,6 +15,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sglang_v4.entrypoints.strict_json import loads_strict
+
 __all__ = [
     "THINK_START",
     "THINK_END",
@@ -203,7 +205,9 @@ def _call_arguments(call: Mapping[str, Any], field: str) -> tuple[str, dict[str,
     """``(name, parameters)`` of one OpenAI tool call.
 
     ``function.arguments`` is a JSON object text (OpenAI) or an object. Any other text -- one that
-    is not JSON, is JSON but not an object, is empty, or is nested deeper than Python decodes (a
+    is not JSON (read strictly, :func:`~sglang_v4.entrypoints.strict_json.loads_strict`: no
+    ``NaN`` / ``Infinity``, no lone surrogate escape), is JSON but not an object, is empty, or is
+    nested deeper than Python decodes (a
     call cut by ``max_tokens`` as this server returns it) -- is one string parameter named
     ``arguments`` holding the text as sent, as DeepSeek's V4 converter (``deepseek-recipe``) renders
     it, so that a client echoing a cut call keeps the conversation going.
@@ -221,7 +225,7 @@ def _call_arguments(call: Mapping[str, Any], field: str) -> tuple[str, dict[str,
     args = fn.get("arguments", "{}")
     if isinstance(args, str):
         try:
-            parsed = json.loads(args)
+            parsed = loads_strict(args)
         except (ValueError, RecursionError):
             parsed = None
         if not isinstance(parsed, dict):

@@ -55,6 +55,7 @@ from sglang_v4.entrypoints.openai.responses_custom_tools import custom_call_argu
 from sglang_v4.entrypoints.openai.responses_reasoning_state import decode_reasoning
 from sglang_v4.entrypoints.openai.serving_base import RequestError
 from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
+from sglang_v4.entrypoints.strict_json import loads_strict
 
 __all__ = [
     "check_calls_answered",
@@ -128,8 +129,10 @@ def _call_arguments(args: str) -> str:
     output, replayed with ``store: false`` or continued by ``previous_response_id``): it is
     replayed with the members that parse (:func:`~.tool_calls.partial_json_object`), as the
     Messages API's ``tool_use`` of a cut call holds them, so that the conversation can go on.
-    Any other text (another JSON value such as ``[]`` or ``null``, text that is no JSON, or JSON
-    nested deeper than Python decodes) is kept as sent: the chat encoder renders it as one
+    Any other text (another JSON value such as ``[]`` or ``null``, text that is no JSON nor the
+    beginning of any JSON object such as ``{"a": "x" "b"``, Python's lenient readings such as
+    ``{"a": NaN}`` or a lone ``\\ud800`` escape (:mod:`~sglang_v4.entrypoints.strict_json`), or JSON nested deeper than
+    Python decodes) is kept as sent: the chat encoder renders it as one
     ``arguments`` string parameter, as DeepSeek's own Responses converter (``deepseek-recipe``)
     and this server's chat route render it, so that a malformed call in a replayed history does
     not make every later request of the conversation a 400.
@@ -138,7 +141,7 @@ def _call_arguments(args: str) -> str:
     if value is None:
         return args
     try:
-        json.loads(args)
+        loads_strict(args)
     except (ValueError, RecursionError):
         return json.dumps(value, ensure_ascii=False)
     return args

@@ -4,10 +4,11 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from sglang_v4.entrypoints.strict_json import holds_non_json, is_json_object_prefix, loads_strict
 
 __all__ = [
     "TOOL_CALL_PARSERS",
@@ -68,24 +69,32 @@ def partial_json_object(text: str) -> dict[str, Any] | None:
     A whole JSON object text gives that object; the beginning of one (a call cut by the token
     limit) gives what parses so far, an unfinished trailing value left out (jiter's
     ``partial_mode``, as the ``openai`` and ``anthropic`` clients read cut argument streams);
-    an empty or blank text gives ``{}``.
+    an empty or blank text gives ``{}``. Only a genuine beginning counts
+    (:func:`~sglang_v4.entrypoints.strict_json.is_json_object_prefix`): jiter's partial mode also reads text that no
+    continuation makes valid (``{"a": "x" "b"`` as ``{"a": "x"}``), which would drop what
+    follows the error without a word. JSON is read strictly (:func:`~sglang_v4.entrypoints.strict_json.loads_strict`:
+    no ``NaN`` / ``Infinity``, no lone surrogate escapes), as DeepSeek's converter reads it.
 
     Returns:
         The object, or ``None`` when ``text`` is neither a JSON object nor the beginning of one
-        (another JSON value, trailing text after the object, not JSON).
+        (another JSON value, trailing text after the object, not JSON, malformed JSON).
     """
     text = text.strip()
     if not text:
         return {}
     try:
-        value, end = json.JSONDecoder().raw_decode(text)
+        value, end = loads_strict(text), len(text)
     except (ValueError, RecursionError):  # not a whole value (the beginning of one, or not JSON),
         # or one nested deeper than Python's json decodes (jiter then refuses it too)
         import jiter  # imported here: only a cut call needs it
 
+        if not is_json_object_prefix(text):
+            return None
         try:
             value, end = jiter.from_json(text.encode("utf-8"), partial_mode=True), len(text)
         except ValueError:
+            return None
+        if holds_non_json(value):
             return None
     return value if isinstance(value, dict) and end == len(text) else None
 
