@@ -3,7 +3,7 @@
 ``top_p``, ``top_logprobs`` counts, and the validation of ``repetition_penalty`` and
 ``logit_bias`` keys. Each test names its report.
 
-Fault found here, fixed:
+Faults found here, fixed:
 
 * A stop string that begins in the text of the first ``min_new_tokens`` tokens and ends after it
   never ended the request: the stop checker searched only the text of the tokens after the first
@@ -14,6 +14,10 @@ Fault found here, fixed:
   ``min_new_tokens`` rule for stop strings) matches it too. ``check_stop`` now takes a stop string
   that ends after that text wherever it begins (``sampling/stop_checker.py``), and the
   detokenizer cuts the final text at that occurrence (``managers/detokenizer_manager.py``).
+* ``logit_bias`` keys naming one token id (``"5"`` and ``"05"``) were all added: ``+100`` and
+  ``-100`` cancelled, two ``+60`` made ``+120`` (vllm-project/vllm#10741, a vectorised bias add).
+  SGLang 0.5.23 and vLLM read the object as a dict keyed by ``int(key)``, the last key's value
+  winning; the sampler now does too (``sampling/penalties.py``).
 
 Reports that showed no fault here (their tests are regression guards): one-character stop
 strings (huggingface/transformers#31435); output logprobs follow the temperature, temperature 0
@@ -43,6 +47,7 @@ from sglang_v4.managers.detokenizer_manager import DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut
 from sglang_v4.managers.req import Req
 from sglang_v4.sampling.logprobs import top_logprobs
+from sglang_v4.sampling.penalties import apply_penalties
 from sglang_v4.sampling.sampler import sample
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.sampling.stop_checker import check_stop, stop_text_start
@@ -323,3 +328,33 @@ def test_lmdeploy_2370_go_openai_129_logit_bias_keys_must_be_token_ids(
     assert "logit_bias" in err["message"] and err["code"] == 400 and err["type"]
     assert any(repr(k) in err["message"] or k in err["message"] for k in bias), err["message"]
     assert tm.received == []
+
+
+@pytest.mark.parametrize(
+    "bias",
+    [
+        {"5": 100.0, "05": -100.0},  # the last key naming id 5 bans it
+        {"05": -100.0, "5": 100.0},  # ... or forces it
+        {"3": 60.0, "003": 60.0, "7": -1.5},  # not 120 on id 3
+    ],
+)
+def test_vllm_10741_vectorised_logit_bias_keeps_one_bias_per_token(bias: dict[str, float]) -> None:
+    """vllm-project/vllm#10741: the per-token ``logit_bias`` loop was replaced by one vectorised
+    add over the request's entries. Keys are decimal strings, so ``"5"`` and ``"05"`` name one
+    token; the vectorised add summed both (``+100`` and ``-100`` cancelled, two ``+60`` made
+    ``+120``, past the documented ``[-100, 100]``). Expected: one bias per token id, the last
+    key's, as SGLang 0.5.23 builds its bias row (a dict keyed by ``int(key)``, its comment: "1"
+    and "01" collide) and vLLM reads the object (``{int(token): bias}``): the biased row equals the
+    float64 ``z + bias`` of that reading, the sampled greedy token follows it, and ``verify``
+    accepts the request (each value lies in the range)."""
+    row = [1.0, 3.0, 2.5, -2.0, 0.5, 2.0, 0.0, -1.0, 2.9, 1.5]
+    last = {int(k): v for k, v in bias.items()}  # SGLang's / vLLM's reading
+    want = [x + last.get(i, 0.0) for i, x in enumerate(row)]
+    sp = SamplingParams(temperature=0.0, logit_bias=bias)
+    sp.verify(len(row))
+    z = torch.tensor([row])
+    apply_penalties(z, [sp], [[]])
+    assert z[0].tolist() == pytest.approx(want, abs=1e-5)
+    ids, lp = sample(torch.tensor([row]), [sp], [[]], return_logprobs=True)
+    assert ids.item() == max(range(len(row)), key=lambda i: (want[i], -i))
+    assert lp[0].tolist() == pytest.approx(_log_softmax64(want, 1.0), abs=1e-4)
