@@ -87,7 +87,8 @@ def _vllm_stop(tok: Any, ids: list[int], stop: str, min_tokens: int) -> tuple[in
     text = ""
     for n in range(1, len(ids) + 1):
         offset = len(text)
-        text = tok.decode(ids[:n])
+        # an incremental detokenizer emits a character once all its bytes are there
+        text = tok.decode(ids[:n]).rstrip("\ufffd")
         if n <= min_tokens:
             offset = len(text)
             continue
@@ -134,6 +135,26 @@ def test_vllm_22014_stop_string_across_the_min_tokens_boundary(tok: Any, stop: s
     # no_stop_trim keeps the stop string: the same occurrence, through its end
     req, final = _generate(tok, SamplingParams(stop=stop, min_new_tokens=min_tokens, no_stop_trim=True), ids)
     assert final == want[1] + stop
+
+
+@pytest.mark.parametrize(
+    ("text", "stop", "min_tokens"), [("ab😀cd", "😀", 2), ("ab🦜cd", "🦜c", 3), ("ab🦜cd", "b🦜", 2)]
+)
+def test_vllm_22014_stop_string_after_a_character_split_at_the_boundary(
+    tok: Any, text: str, stop: str, min_tokens: int
+) -> None:
+    """vllm-project/vllm#22014 with a character whose UTF-8 bytes the first ``min_tokens``
+    tokens only begin: vLLM's incremental detokenizer emits that character with the token that
+    completes it, after the ``min_tokens`` boundary, so a stop string starting there ends the
+    request. Expected: the token and final text of vLLM's rule (the character is not counted as
+    text of the first ``min_tokens`` tokens)."""
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids[:min_tokens]).endswith("\ufffd")
+    want = _vllm_stop(tok, ids, stop, min_tokens)
+    assert want is not None
+    req, final = _generate(tok, SamplingParams(stop=stop, min_new_tokens=min_tokens), ids)
+    assert req.finished_reason == {"type": "stop", "matched": stop}
+    assert (len(req.output_ids), final) == want
 
 
 def test_vllm_22014_stop_string_inside_the_head_only_does_not_stop(tok: Any) -> None:

@@ -277,7 +277,7 @@ class DetokenizerManager:
                 # when it ends after it (the scheduler's rule, check_stop): its match is the
                 # first occurrence that ends past that text
                 min_start = (
-                    max(0, len(self._decode(s.head_ids, skip, spaces)) - len(matched) + 1)
+                    max(0, len(self._decode(s.head_ids, skip, spaces).rstrip("\ufffd")) - len(matched) + 1)
                     if min_toks and isinstance(matched, str)
                     else 0
                 )

@@ -183,8 +183,10 @@ def check_stop(
         window = max_len + STOP_TAIL_EXTRA_TOKENS
         first = max(text_start, len(output_ids) - window)  # the stop strings' window
         tail = _decode(tokenizer, output_ids[first:])
-        # characters of the window inside the text of the first min_new_tokens tokens
-        boundary = len(_decode(tokenizer, output_ids[first:head])) if first < head else 0
+        # characters of the window inside the text of the first min_new_tokens tokens; a
+        # character those tokens only begin (U+FFFD, bytes still missing) is text of the tokens
+        # that complete it, as an incremental detokenizer emits it
+        boundary = len(_decode(tokenizer, output_ids[first:head]).rstrip("\ufffd")) if first < head else 0
         hit = _earliest_stop(tail, stops or [], boundary)
         if hit is not None:
             return {"type": "stop", "matched": hit}
