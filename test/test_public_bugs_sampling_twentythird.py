@@ -25,11 +25,12 @@ giving the model's own distribution (standardcompletions/rfcs#11, ggml-org/llama
 ``top_p`` leaves ``top_logprobs`` whole (huggingface/text-generation-inference#2108); exactly
 ``k`` distinct ``top_logprobs`` entries (vllm-project/vllm#36660, InternLM/lmdeploy#1548); the
 ``repetition_penalty`` range is SGLang's (vllm-project/vllm#16403); a ``logit_bias`` key that is
-no token id is a 400 (InternLM/lmdeploy#2370, sashabaranov/go-openai#129).
+no token id is a 400 (InternLM/lmdeploy#2370, sashabaranov/go-openai#129); seeded parallel samples
+differ and repeat (thinking-machines-lab/tinker-feedback#79).
 
 Oracles: vLLM's incremental stop-string search (its ``update`` / ``check_stop_strings`` rule,
 re-stated below), transformers' ``StopStringCriteria``, float64 ``log_softmax`` references, SGLang
-0.5.23's own ``SamplingParams.verify``, the OpenAI error shape.
+0.5.23's own ``SamplingParams.verify`` and bias reading, the OpenAI error shape, cold runs.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ from typing import Any
 import pytest
 import torch
 from openai_fake_tm import FakeTM, app_client
-from scheduler_testutil import OutputProcessorStub
+from scheduler_testutil import OutputProcessorStub, drain, make_scheduler, submit
 from server_fixture import FAKE_EOS
 from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager
-from sglang_v4.managers.io_struct import BatchTokenIDOut
+from sglang_v4.managers.io_struct import BatchTokenIDOut, GenerateReqInput
 from sglang_v4.managers.req import Req
 from sglang_v4.sampling.logprobs import top_logprobs
 from sglang_v4.sampling.penalties import apply_penalties
@@ -379,3 +380,35 @@ def test_vllm_10741_vectorised_logit_bias_keeps_one_bias_per_token(bias: dict[st
     ids, lp = sample(torch.tensor([row]), [sp], [[]], return_logprobs=True)
     assert ids.item() == max(range(len(row)), key=lambda i: (want[i], -i))
     assert lp[0].tolist() == pytest.approx(_log_softmax64(want, 1.0), abs=1e-4)
+
+
+# --------------------------------------------------------------------------- seeds and n
+
+
+def test_tinker_79_seeded_parallel_samples_are_distinct_and_repeatable(sched_model_dir: str) -> None:
+    """thinking-machines-lab/tinker-feedback#79: with ``seed`` set and 32 samples requested,
+    many samples came back token-identical (every sample drew from the one seed). Expected
+    (vLLM's rule for ``n`` with a seed, sample ``k`` seeded ``seed + k``): the fan-out of one
+    request gives each sample its own seed, the samples' temperature-1 outputs on the test model
+    are pairwise different, and a cold rerun of the whole request (a fresh scheduler) repeats
+    every sample token for token."""
+    n, seed = 8, 1234
+    req = GenerateReqInput(
+        input_ids=[5, 17, 256, 99, 42, 311, 7, 64],
+        sampling_params={"n": n, "sampling_seed": seed, "temperature": 1.0, "max_new_tokens": 10},
+    )
+    req.normalize_batch_and_arguments()
+    seeds = [p["sampling_seed"] for p in req.sampling_params]
+    assert seeds == [seed + k for k in range(n)]
+
+    def run() -> list[list[int]]:
+        s = make_scheduler(sched_model_dir)
+        for k, sd in enumerate(seeds):
+            submit(s, f"r{k}", list(req.input_ids[k]), 10, sampling={"temperature": 1.0, "sampling_seed": sd})
+        res = drain(s)
+        return [res[f"r{k}"]["ids"] for k in range(n)]
+
+    first = run()
+    assert all(len(o) == 10 for o in first)
+    assert len({tuple(o) for o in first}) == n
+    assert run() == first
