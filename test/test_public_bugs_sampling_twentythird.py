@@ -26,7 +26,8 @@ giving the model's own distribution (standardcompletions/rfcs#11, ggml-org/llama
 ``k`` distinct ``top_logprobs`` entries (vllm-project/vllm#36660, InternLM/lmdeploy#1548); the
 ``repetition_penalty`` range is SGLang's (vllm-project/vllm#16403); a ``logit_bias`` key that is
 no token id is a 400 (InternLM/lmdeploy#2370, sashabaranov/go-openai#129); seeded parallel samples
-differ and repeat (thinking-machines-lab/tinker-feedback#79).
+differ and repeat (thinking-machines-lab/tinker-feedback#79); a temperature just above the greedy
+cut still samples (dphnAI/sonar#709).
 
 Oracles: vLLM's incremental stop-string search (its ``update`` / ``check_stop_strings`` rule,
 re-stated below), transformers' ``StopStringCriteria``, float64 ``log_softmax`` references, SGLang
@@ -412,3 +413,31 @@ def test_tinker_79_seeded_parallel_samples_are_distinct_and_repeatable(sched_mod
     assert all(len(o) == 10 for o in first)
     assert len({tuple(o) for o in first}) == n
     assert run() == first
+
+
+@pytest.mark.parametrize("temperature", [1e-6, 1e-5, 1e-3, 1e-2])
+def test_sonar_709_tiny_temperature_still_samples_the_top_token(temperature: float) -> None:
+    """dphnAI/sonar#709: a temperature just above 0 left the sampler with nothing to draw from
+    (``z / T`` overflowed, the softmax gave NaN) and the output came back empty. Expected: a
+    temperature at or above the greedy cut (1e-6, SGLang's ``_SAMPLING_EPS``) is sampled, not
+    greedy, and with the argmax 1.1 above the next logit its float64 distribution puts all but
+    about ``9 exp(-1.1 / T)`` on the argmax, so every seed draws the argmax, from large logits too, beside a greedy row in the
+    batch; the returned logprobs are finite for the argmax and never NaN."""
+    sp = SamplingParams(temperature=temperature)
+    assert not sp.is_greedy
+    base = [x + 1.0 if i == 0 else x for i, x in enumerate(ROW)]  # the argmax leads by 1.1
+    rows = [base, [x * 1e4 for x in base], [x - 3e4 for x in base]]
+    top = 0
+    for seed in range(20):
+        gens = [torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 100), None, None]
+        logits = torch.tensor([*rows, base], dtype=torch.float32)
+        ids, lp = sample(
+            logits,
+            [sp, sp, sp, SamplingParams(temperature=0.0)],
+            [[]] * 4,
+            generators=gens,
+            return_logprobs=True,
+        )
+        assert ids.tolist() == [top] * 4
+        assert not bool(torch.isnan(lp).any())
+        assert all(math.isfinite(lp[r, top].item()) for r in range(4))
