@@ -135,8 +135,9 @@ def trim_matched_stop(
     only the text; the scheduler matched the stop string only after that token, so the search
     starts after the first occurrence of its text (an earlier occurrence, e.g. in the reasoning,
     is not the match). ``min_start``: a character offset before which no occurrence is the match;
-    :class:`DetokenizerManager` passes the later of the text length of the first
-    ``min_new_tokens`` tokens and the text length through the ``stop_str_after_token_id`` token
+    :class:`DetokenizerManager` passes the later of the first offset whose occurrence ends after
+    the text of the first ``min_new_tokens`` tokens (that length minus ``len(matched) - 1``) and
+    the text length through the ``stop_str_after_token_id`` token
     (exact where ``after`` is not: the output may spell that token's text with other tokens
     before the token itself).
     """
@@ -272,9 +273,12 @@ class DetokenizerManager:
                 surr_text = self._decode(ids[s.surr_offset : s.read_offset], skip, spaces)
                 read_text = self._decode(read_ids[s.surr_offset :], skip, spaces)
                 full = s.decoded_text + read_text[len(surr_text) :]
+                # a stop string may begin inside the text of the first min_new_tokens tokens
+                # when it ends after it (the scheduler's rule, check_stop): its match is the
+                # first occurrence that ends past that text
                 min_start = (
-                    len(self._decode(s.head_ids, skip, spaces))
-                    if min_toks and isinstance(reason.get("matched"), str)
+                    max(0, len(self._decode(s.head_ids, skip, spaces).rstrip("\ufffd")) - len(matched) + 1)
+                    if min_toks and isinstance(matched, str)
                     else 0
                 )
                 final = trim_matched_stop(full, reason, no_trim, None, max(min_start, s.after_start))

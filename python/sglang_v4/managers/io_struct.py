@@ -378,8 +378,9 @@ class BatchTokenIDOut:
     - ``skip_special_tokens``, ``spaces_between_special_tokens``, ``no_stop_trim``,
       ``stop_str_after_token_id`` (``None`` when unset): from the request's sampling params.
     - ``stop_str_min_tokens``: the request's ``min_new_tokens`` when it has stop strings / regexes
-      (else 0): a stop string is matched only after the text of that many output tokens, so the
-      detokenizer cuts the final text at an occurrence after it.
+      (else 0): a stop string is matched only where it ends after the text of that many output
+      tokens (a stop regex only after that text), so the detokenizer cuts the final text at the
+      first occurrence ending after it.
     - ``prompt_tokens``, ``completion_tokens`` (output tokens so far), ``cached_tokens`` (prompt
       tokens served from the radix cache).
 

@@ -7,7 +7,8 @@ On the raw logits ``z`` (float32, ``[B, V]``), in this order:
   ``z = z / r`` if ``z > 0`` else ``z * r``;
 * frequency / presence (OpenAI API definition): ``z -= f * count_out(t) + p * [count_out(t) > 0]``,
   counts over *output* tokens only;
-* ``logit_bias``: ``z[t] += bias[t]``;
+* ``logit_bias``: ``z[t] += bias[t]`` (one bias per token id: of keys naming the same id, the
+  last one's);
 * ``allowed_token_ids`` / ``bad_words_ids`` (vLLM's): ``-inf`` outside the allowlist and on each
   banned next token (:mod:`sglang_v4.sampling.token_masks`);
 * min_new_tokens: while ``len(output) < min_new_tokens`` the EOS ids and ``stop_token_ids`` get
@@ -248,8 +249,11 @@ def apply_penalties(
 
     for i, p in enumerate(params):
         if p.logit_bias:
-            idx = device_tensor([int(k) for k in p.logit_bias], torch.long, dev)
-            val = device_tensor([float(v) for v in p.logit_bias.values()], logits.dtype, dev)
+            # one bias per token id: keys naming one id ("5", "05", 5) keep the last value, as
+            # SGLang (its dict keyed by int(key)) and vLLM ({int(token): bias}) read the object
+            bias = {int(k): float(v) for k, v in p.logit_bias.items()}
+            idx = device_tensor(list(bias), torch.long, dev)
+            val = device_tensor(list(bias.values()), logits.dtype, dev)
             logits[i].index_add_(0, idx, val)
 
     # vLLM's vocabulary constraints (token_masks.py); the allowlist wins where the bad-word bans

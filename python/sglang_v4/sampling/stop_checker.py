@@ -130,9 +130,12 @@ def check_stop(
             or the context is full).
         text_start: stop strings / regexes match only in the text of ``output_ids[text_start:]``;
             ``-1``: not at all yet (see :func:`stop_text_start`, ``stop_str_after_token_id``).
-            The start is raised to ``params.min_new_tokens``: a stop string or regex in the text
-            of the first ``min_new_tokens`` tokens does not end the request (vLLM's ``min_tokens``
-            rule for stop strings, which the OpenAI route's ``min_tokens`` follows).
+            ``params.min_new_tokens`` (vLLM's ``min_tokens`` rule for stop strings, which the
+            OpenAI route's ``min_tokens`` follows): a stop string lying wholly in the text of the
+            first ``min_new_tokens`` tokens does not end the request, one that ends after that
+            text does, even where it begins inside it (vLLM searches the new text together with
+            the ``len(stop) - 1`` characters before it); a stop regex matches only in the text
+            after the first ``min_new_tokens`` tokens.
 
     Returns:
         A finish-reason dict (see module docstring) or ``None`` when generation continues; an
@@ -163,9 +166,8 @@ def check_stop(
         if eos_token_ids and last in eos_token_ids:
             return {"type": "stop", "matched": last}
 
-    if text_start >= 0:
-        text_start = max(text_start, params.min_new_tokens)
-    if (stops or regs) and 0 <= text_start < len(output_ids):
+    head = params.min_new_tokens  # stop strings must end after the text of these tokens
+    if (stops or regs) and 0 <= text_start < len(output_ids) and head < len(output_ids):
         if tokenizer is None:
             raise ValueError("stop: stop strings need a tokenizer to decode the output")
         max_len = params.stop_str_max_len
@@ -178,11 +180,18 @@ def check_stop(
             max_len = len(output_ids)  # an unbounded pattern reads the whole output
         else:
             max_len = max([max_len, *windows])  # type: ignore[list-item]
-        tail_len = min(len(output_ids) - text_start, max_len + STOP_TAIL_EXTRA_TOKENS)
-        tail = _decode(tokenizer, output_ids[-tail_len:])
-        hit = _earliest_stop(tail, stops or [])
+        window = max_len + STOP_TAIL_EXTRA_TOKENS
+        first = max(text_start, len(output_ids) - window)  # the stop strings' window
+        tail = _decode(tokenizer, output_ids[first:])
+        # characters of the window inside the text of the first min_new_tokens tokens; a
+        # character those tokens only begin (U+FFFD, bytes still missing) is text of the tokens
+        # that complete it, as an incremental detokenizer emits it
+        boundary = len(_decode(tokenizer, output_ids[first:head]).rstrip("\ufffd")) if first < head else 0
+        hit = _earliest_stop(tail, stops or [], boundary)
         if hit is not None:
             return {"type": "stop", "matched": hit}
+        if regs and first < head:  # regexes match only after the first min_new_tokens tokens
+            tail = _decode(tokenizer, output_ids[max(text_start, head, len(output_ids) - window) :])
         for r in regs or []:
             found = _regex_search(r, tail)
             if found is None:
@@ -199,9 +208,9 @@ def check_stop(
     return None
 
 
-def _earliest_stop(text: str, stops: Sequence[str]) -> str | None:
-    """The stop string of ``stops`` whose first occurrence in ``text`` ends first (ties: the
-    earlier in ``stops``), or ``None`` when none occurs.
+def _earliest_stop(text: str, stops: Sequence[str], boundary: int = 0) -> str | None:
+    """The stop string of ``stops`` whose first occurrence in ``text`` ending after character
+    ``boundary`` ends first (ties: the earlier in ``stops``), or ``None`` when none occurs.
 
     One new token can complete several stop strings at once (``" there"`` with ``stop:
     ["re", "he"]``); the text generated character by character would have met the one that
@@ -214,7 +223,7 @@ def _earliest_stop(text: str, stops: Sequence[str]) -> str | None:
     for s in stops:
         if not s:
             continue
-        pos = text.find(s)
+        pos = text.find(s, max(0, boundary - len(s) + 1))
         if pos >= 0 and (best is None or pos + len(s) < best_end):
             best, best_end = s, pos + len(s)
     return best
