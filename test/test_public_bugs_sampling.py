@@ -60,14 +60,20 @@ def client(server: ServerHandle) -> Any:
 
 @pytest.fixture(scope="module")
 def hf_next_logits(hf_default_model: Any) -> Any:
-    """``ids -> [V] float64`` next-token logits of HF transformers on the same checkpoint."""
+    """``ids -> [V] float64`` next-token logits of HF transformers on the same checkpoint (a fresh
+    copy per call: callers penalize it in place). Memoized per id sequence: the references of
+    several cases walk the same prefixes."""
     import torch
 
     model = hf_default_model
+    seen: dict[tuple[int, ...], Any] = {}
 
     def run(ids: list[int]) -> Any:
-        with torch.no_grad():
-            return model(torch.tensor([ids])).logits[0, -1].double()
+        key = tuple(ids)
+        if key not in seen:
+            with torch.no_grad():
+                seen[key] = model(torch.tensor([ids])).logits[0, -1].double()
+        return seen[key].clone()
 
     return run
 
