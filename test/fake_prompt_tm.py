@@ -119,11 +119,13 @@ class SlowTM(PromptTM):
     """:class:`PromptTM` whose streamed outputs start only after ``delay_s`` seconds of silence
     (a queued request or a long prefill); a text prompt (``/v1/completions``) is tokenized first,
     as the real one does. ``closed`` records each request's generator closing (the tokenizer
-    manager aborts an unfinished request there; ``time.monotonic()`` seconds)."""
+    manager aborts an unfinished request there; ``time.monotonic()`` seconds). ``step_s``: the
+    pause before each output after the first (a slow decode step)."""
 
-    def __init__(self, *args: Any, delay_s: float = 0.4, **kw: Any) -> None:
+    def __init__(self, *args: Any, delay_s: float = 0.4, step_s: float = 0.0, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.delay_s = delay_s
+        self.step_s = step_s
         self.closed: list[float] = []
 
     async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
@@ -131,7 +133,11 @@ class SlowTM(PromptTM):
             if obj.input_ids is None:
                 obj.input_ids = self.tokenizer.encode(obj.text)
             await asyncio.sleep(self.delay_s)
+            n = 0
             async for out in super().generate_request(obj, request):
+                if n and self.step_s:
+                    await asyncio.sleep(self.step_s)
+                n += 1
                 yield out
         finally:
             self.closed.append(time.monotonic())

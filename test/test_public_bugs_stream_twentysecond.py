@@ -223,7 +223,13 @@ def test_vllm_47647_an_abort_after_the_silence_is_an_error_event(tok: PreTrained
     ("path", "body", "first_frame"),
     [
         ("/v1/completions", {"prompt": "Weather in Paris:", "max_tokens": 50}, SSE_KEEP_ALIVE_COMMENT),
+        ("/v1/chat/completions", {"messages": USER, "max_tokens": 50}, SSE_KEEP_ALIVE_COMMENT),
         ("/v1/messages", {"messages": USER, "max_tokens": 50}, b"event: message_start\n"),
+        (
+            "/v1/responses",
+            {"input": "What is the weather in Paris?", "max_output_tokens": 50, "store": False},
+            b"event: response.created\n",
+        ),
     ],
 )
 def test_vllm_51034_a_client_gone_during_the_silence_aborts_at_once(
@@ -235,7 +241,8 @@ def test_vllm_51034_a_client_gone_during_the_silence_aborts_at_once(
     of the body fails (a closed socket): the tokenizer manager's generator for the request is
     closed at once, long before its first output. The first frame is the keep-alive comment, or
     on the Messages route the early ``message_start`` (its stream's keep-alive is a ``ping``
-    event, which no event may precede)."""
+    event, which no event may precede), on the Responses route ``response.created`` (sent before
+    any output)."""
     _, _, tc, tm = _clients(tok, INTERVAL_S, delay_s=60)
     app = tc.app
     data = json.dumps({"model": MODEL, **body, "stream": True}).encode()

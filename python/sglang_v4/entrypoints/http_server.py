@@ -65,6 +65,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -109,6 +110,7 @@ from sglang_v4.entrypoints.route_families import import_route_modules
 from sglang_v4.entrypoints.route_families import mount_openai as _mount_openai
 from sglang_v4.entrypoints.server_info import build_model_info, build_server_info, read_model_config
 from sglang_v4.entrypoints.sse_keep_alive import (
+    close_generation,
     first_output_within,
     request_keep_alive_interval,
     resolve_first,
@@ -374,7 +376,10 @@ def create_app(
             finally:
                 await agen.aclose()
 
-        return ClosingStreamingResponse(stream(), media_type="text/event-stream")
+        # a body closed before its first step never reaches the finally above
+        return ClosingStreamingResponse(
+            stream(), media_type="text/event-stream", on_close=partial(close_generation, agen, first)
+        )
 
     @app.api_route("/encode", methods=["POST", "PUT"])
     @app.api_route("/classify", methods=["POST", "PUT"])

@@ -112,6 +112,19 @@ async def cancel_first(first: Any) -> None:
         task.exception()  # read, so a failure no one awaited is not logged as never retrieved
 
 
+async def close_generation(gen: AsyncIterator[Any], first: Any) -> None:
+    """End a streamed request's generation: :func:`cancel_first` on ``first``, then close ``gen``
+    (the tokenizer manager's generator, whose ``finally`` aborts an unfinished request, so it
+    gives back its slot and KV pages at once). Idempotent: the stream's ``finally`` and the
+    response's close (:class:`~sglang_v4.entrypoints.sse_response.ClosingStreamingResponse`'s
+    ``on_close``, for a body that never started or was closed before its ``try``) may both call it.
+    """
+    await cancel_first(first)
+    close: Any = getattr(gen, "aclose", None)
+    if close is not None:
+        await close()
+
+
 async def with_keep_alive(
     body: AsyncIterator[Any], interval: float, frame: bytes = SSE_KEEP_ALIVE_COMMENT
 ) -> AsyncIterator[Any]:

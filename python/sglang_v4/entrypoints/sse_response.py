@@ -30,7 +30,7 @@ Two things every stream does for the clients and proxies between it and the serv
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -93,7 +93,13 @@ class ClosingStreamingResponse(StreamingResponse):
     (a header in ``headers`` wins) and its frames go through :func:`escape_unicode_line_breaks`.
     With the app's ``state.sse_keep_alive_interval`` > 0 the body is sent through
     :func:`~.sse_keep_alive.with_keep_alive`, its silences filled with ``keep_alive_frame`` (the
-    SSE comment :data:`~.sse_keep_alive.SSE_KEEP_ALIVE_COMMENT` unless the route gives its own)."""
+    SSE comment :data:`~.sse_keep_alive.SSE_KEEP_ALIVE_COMMENT` unless the route gives its own).
+
+    ``on_close`` (no arguments, awaited after the body is closed, shielded too) ends what the
+    body streams (:func:`~.sse_keep_alive.close_generation`: the request's generator and a first
+    output still being read): a body closed before its first step, or at a ``yield`` outside its
+    ``try``, never reaches its ``finally``, and a request read by a
+    :class:`~.sse_keep_alive.PendingFirst` would keep its slot until the scheduler served it."""
 
     def __init__(
         self,
@@ -101,9 +107,11 @@ class ClosingStreamingResponse(StreamingResponse):
         *args: Any,
         headers: Mapping[str, str] | None = None,
         keep_alive_frame: bytes = SSE_KEEP_ALIVE_COMMENT,
+        on_close: Callable[[], Awaitable[None]] | None = None,
         **kw: Any,
     ) -> None:
         self.keep_alive_frame = keep_alive_frame
+        self.on_close = on_close
         given = {k.lower() for k in headers or {}}
         merged = {k: v for k, v in SSE_HEADERS.items() if k.lower() not in given}
         merged.update(headers or {})
@@ -118,9 +126,14 @@ class ClosingStreamingResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             close: Any = getattr(self.body_iterator, "aclose", None)
-            if close is not None:
-                with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
+                if close is not None:
                     try:
                         await close()
                     except RuntimeError:  # still running in a task being torn down: it ends itself
                         logger.debug("Stream body still running at close.", exc_info=True)
+                if self.on_close is not None:
+                    try:
+                        await self.on_close()
+                    except RuntimeError:  # the generator still running in a task being torn down
+                        logger.debug("Stream generation still running at close.", exc_info=True)

@@ -28,6 +28,7 @@ event.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from fastapi import Request
@@ -68,7 +69,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (
     stream_failure,
 )
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
-from sglang_v4.entrypoints.sse_keep_alive import PendingFirst, cancel_first, resolve_first
+from sglang_v4.entrypoints.sse_keep_alive import PendingFirst, close_generation, resolve_first
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.prompt_tokens import encode_with_plain_spans
 from sglang_v4.utils import run_blocking
@@ -304,9 +305,15 @@ class AnthropicServing:
                 err = internal_stream_error(e)
                 yield error_event(err.message, err.status)
             finally:
-                await cancel_first(first)  # closed after an early message_start: stop reading first
-                await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
+                # client gone or error (after an early message_start: stop reading the first output
+                # too): the tokenizer manager aborts the request
+                await close_generation(gen, first)
 
         # a silent interval is a ping event (never before message_start: the body's first step sends
-        # it without waiting)
-        return ClosingStreamingResponse(stream(), media_type="text/event-stream", keep_alive_frame=PING_EVENT)
+        # it without waiting); a body closed before its first step never reaches the finally above
+        return ClosingStreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            keep_alive_frame=PING_EVENT,
+            on_close=partial(close_generation, gen, first),
+        )

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from fastapi import Request
@@ -56,6 +57,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (
 )
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, ToolCallDelta
 from sglang_v4.entrypoints.openai.vllm_fields import stop_reason, token_id_text
+from sglang_v4.entrypoints.sse_keep_alive import close_generation
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
 __all__ = ["ChatStreamMixin"]
@@ -345,7 +347,10 @@ class ChatStreamMixin(ChatPrepareMixin):
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE
 
-        return ClosingStreamingResponse(stream(), media_type="text/event-stream")
+        # a body closed before its first step never reaches the finally above
+        return ClosingStreamingResponse(
+            stream(), media_type="text/event-stream", on_close=partial(close_generation, gen, first)
+        )
 
     @classmethod
     def _read_output(

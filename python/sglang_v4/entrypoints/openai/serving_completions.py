@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from fastapi import Request
@@ -64,6 +65,7 @@ from sglang_v4.entrypoints.openai.vllm_fields import (
     truncate_prompt_ids,
     vllm_grammar_field,
 )
+from sglang_v4.entrypoints.sse_keep_alive import close_generation
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 from sglang_v4.managers.tokenization import LogprobVolumeError
 from sglang_v4.sampling.sampling_params import MAX_N
@@ -452,7 +454,10 @@ class CompletionsMixin(OpenAIServingBase):
                 await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
             yield _SSE_DONE
 
-        return ClosingStreamingResponse(stream(), media_type="text/event-stream")
+        # a body closed before its first step never reaches the finally above
+        return ClosingStreamingResponse(
+            stream(), media_type="text/event-stream", on_close=partial(close_generation, gen, first)
+        )
 
 
 @dataclass

@@ -56,6 +56,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from fastapi import Request
@@ -125,6 +126,7 @@ from sglang_v4.entrypoints.openai.serving_outputs import (
 )
 from sglang_v4.entrypoints.openai.serving_responses_stored import StoredResponsesMixin
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
+from sglang_v4.entrypoints.sse_keep_alive import close_generation
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
 
 __all__ = ["ResponsesMixin"]
@@ -482,9 +484,9 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         base = job.base.model_dump(mode="json")
 
         async def stream() -> AsyncIterator[bytes]:
-            yield w.event("response.created", response=base)
-            yield w.event("response.in_progress", response=base)
-            try:
+            try:  # closed at any yield (the client gone), the request is aborted in the finally
+                yield w.event("response.created", response=base)
+                yield w.event("response.in_progress", response=base)
                 async for item in _engine_outputs(gen, first):
                     ret = item[0] if isinstance(item, list) else item
                     abort = _abort_error(ret.get("meta_info", {}))
@@ -507,9 +509,13 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
                 for ev in self._failed(w, job, internal_stream_error(e)):
                     yield ev
             finally:
-                await gen.aclose()  # client gone or error: the tokenizer manager aborts the request
+                # client gone or error: stop reading a first output that has not come (the frames
+                # above went out before it), and the tokenizer manager aborts the request
+                await close_generation(gen, first)
 
-        return ClosingStreamingResponse(stream(), media_type="text/event-stream")
+        return ClosingStreamingResponse(
+            stream(), media_type="text/event-stream", on_close=partial(close_generation, gen, first)
+        )
 
     def _stream_step(
         self, w: ResponsesEventWriter, read: _StreamRead, job: _Job, ret: dict[str, Any]
