@@ -228,13 +228,15 @@ def test_allowed_tools_is_served_on_the_chat_route_too(tok: PreTrainedTokenizerF
 def test_unserved_tool_choice_is_a_400_not_a_5xx(tok: PreTrainedTokenizerFast, choice: Any) -> None:
     """vllm-project/vllm#53626: a ``tool_choice`` the Responses route does not serve came back as
     HTTP 501 (a server fault) instead of a client error. Expected: 400 in OpenAI's error shape
-    naming ``tool_choice`` (the ``openai`` client's ``BadRequestError``), nothing run."""
+    naming ``tool_choice`` (the ``openai`` client's ``BadRequestError``; ``tool_choice.name`` for a
+    function choice without its name, the field the client's request types require), nothing
+    run."""
     tm = PromptTM(tok)
     client, _ = make_client(tm)
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=MODEL, input="hi", tools=[WEATHER], tool_choice=choice)
     assert e.value.status_code == 400
-    assert e.value.body["param"] == "tool_choice"
+    assert e.value.body["param"] == ("tool_choice.name" if choice == {"type": "function"} else "tool_choice")
     assert tm.received == []
 
 
