@@ -17,8 +17,9 @@ def test_continue_final_message_keeps_bos_and_continues_the_answer(tok: PreTrain
     """``continue_final_message``: the prompt is the whole conversation without the final
     end-of-sentence (BOS first, also when the partial assistant turn is the only message); in
     thinking mode the prefix goes after the turn's reasoning and ``</think>``, so the
-    continuation is answer text (``content``), not reasoning, also after a turn with reasoning
-    only. Expected prompts written out in the V4 format (assistant turn without EOS)."""
+    continuation is answer text (``content``), not reasoning; a turn with reasoning only keeps its
+    block open and the continuation is reasoning (DeepSeek's prefix completion). Expected prompts
+    written out in the V4 format (assistant turn without EOS)."""
     tm = FakeTM(tok)
     client = _oai(_client(tm))
     think = {"chat_template_kwargs": {"thinking": True}}
@@ -29,15 +30,19 @@ def test_continue_final_message_keeps_bos_and_continues_the_answer(tok: PreTrain
         ([user, prefill], {}, B + U + "Q" + A + '</think>{"a":'),
         ([user, prefill], think, B + U + "Q" + A + '<think></think>{"a":'),
         ([user, dict(prefill, reasoning_content="R")], think, B + U + "Q" + A + '<think>R</think>{"a":'),
-        ([user, {"role": "assistant", "content": None, "reasoning_content": "R"}], think, B + U + "Q" + A + "<think>R</think>"),
+        # a turn with reasoning only continues its reasoning (DeepSeek's prefix completion):
+        # the block stays open, and the output cut by max_tokens is reasoning
+        ([user, {"role": "assistant", "content": None, "reasoning_content": "R"}], think, B + U + "Q" + A + "<think>R"),
     ]  # fmt: skip
     want = tok.decode(tok.encode("Hello there, general Kenobi.", add_special_tokens=False)[:3])
     for msgs, extra, prompt in cases:
         body = {**extra, "continue_final_message": True, "add_generation_prompt": False}
         out = client.chat.completions.create(model="dsv4-test", messages=msgs, max_tokens=3, extra_body=body)
         assert tm.received[-1].input_ids == tok.encode(prompt, add_special_tokens=False)
+        in_reasoning = not prompt.endswith(("</think>", ":"))
+        split = ("", want) if in_reasoning else (want, None)
         msg = out.choices[0].message
-        assert (msg.content, msg.model_extra.get("reasoning_content")) == (want, None), prompt
+        assert (msg.content or "", msg.model_extra.get("reasoning_content")) == split, prompt
         stream = client.chat.completions.create(
             model="dsv4-test", messages=msgs, max_tokens=3, extra_body=body, stream=True
         )
@@ -46,7 +51,7 @@ def test_continue_final_message_keeps_bos_and_continues_the_answer(tok: PreTrain
             for ch in chunk.choices:
                 content += ch.delta.content or ""
                 reasoning += (ch.delta.model_extra or {}).get("reasoning_content") or ""
-        assert (content, reasoning) == (want, ""), prompt
+        assert (content, reasoning) == ((split[0], split[1]) if in_reasoning else (want, "")), prompt
 
 
 def test_max_completion_tokens_wins_and_is_named_in_errors(tok: PreTrainedTokenizerFast) -> None:

@@ -353,7 +353,7 @@ def test_sglang_26176_continued_answer_prefix_renders_after_the_thinking_block(
     DeepSeek's own rendering of the conversation without its final EOS; in thinking mode the
     prefix follows the closed ``<think>reasoning</think>`` block (the reference encoder's
     assistant turn without EOS); the continuation is ``content`` (streamed or not); a
-    ``content: null`` prefill is answered (HTTP 200)."""
+    ``content: null`` prefill is answered (HTTP 200), its reasoning block left open."""
     prefix = {"role": "assistant", "content": '{"answer":', "reasoning_content": "340 + 51 = 391."}
     body = {"messages": [Q, prefix], **CONTINUE}
     full = _recipe_prompt({"messages": [Q, prefix]}, False)
@@ -365,8 +365,9 @@ def test_sglang_26176_continued_answer_prefix_renders_after_the_thinking_block(
 
     null = {**body, "messages": [Q, {"role": "assistant", "content": None, "reasoning_content": "Hmm."}]}
     null["chat_template_kwargs"] = {"thinking": True}
-    assert _our_prompt(tok, null, True).endswith("<｜Assistant｜><think>Hmm.</think>")
-    assert _continued(tok, null, "391") == [("391", None)] * 2
+    # a reasoning-only prefill continues its open reasoning (DeepSeek's prefix completion)
+    assert _our_prompt(tok, null, True).endswith("<｜Assistant｜><think>Hmm.")
+    assert _continued(tok, null, " Yes.</think>391") == [("391", " Yes.")] * 2
 
 
 def test_ds4_897_prefill_ending_in_think_end_continues_as_content(tok: PreTrainedTokenizerFast) -> None:

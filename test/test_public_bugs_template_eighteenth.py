@@ -323,20 +323,21 @@ def test_vllm_28089_thinking_switch_still_renders_the_continued_turn(fast, hf, t
 
 def test_ollama_17187_thinking_only_prefill_continues_as_content(fast, hf) -> None:
     """ollama/ollama#17187: a trailing assistant prefill holding only thinking (no content) was
-    not taken as a prefill, so the continuation was filed as thinking. Expected: the prompt ends
-    with the closed reasoning (``<think>`` + reasoning + ``</think>``, no EOS) and the
-    continuation is ``content`` -- the OpenAI client's parsed message has it there."""
+    not taken as a prefill. Expected: it is continued -- DeepSeek's prefix completion leaves its
+    reasoning open (``<think>`` + reasoning, no ``</think>``, no EOS), so the continuation's text up
+    to ``</think>`` is reasoning and the rest ``content`` -- the OpenAI client's parsed message has
+    them there."""
     msgs = [*USER, {"role": "assistant", "reasoning_content": "Six sevens.", "content": ""}]
-    tm = FakeTM(fast, "It is 42.")
+    tm = FakeTM(fast, " So 42.</think>It is 42.")
     out = oai_client(app_client(tm)).chat.completions.create(
         model="dsv4-test",
         messages=msgs,
         max_tokens=16,
         extra_body={"continue_final_message": True, "chat_template_kwargs": {"thinking": True}},
     )
-    assert _prompt_text(hf, tm).endswith(A + "<think>Six sevens.</think>")
+    assert _prompt_text(hf, tm).endswith(A + "<think>Six sevens.")
     assert out.choices[0].message.content == "It is 42."
-    assert getattr(out.choices[0].message, "reasoning_content", None) is None
+    assert getattr(out.choices[0].message, "reasoning_content", None) == " So 42."
 
 
 # --------------------------------------------------------------------------- stop token ids

@@ -17,7 +17,9 @@ DeepSeek's published reference encoder):
   as one run-together text and one after a user turn became part of that turn). When the request
   has ``tools`` they are rendered into that block (an empty one is put in front when the
   conversation has no system message) as ``"\\n\\n"`` + the "## Tools" section: the DSML usage
-  instructions and one JSON line per function definition;
+  instructions and one JSON line per function definition; a ``json_schema`` or ``json_object``
+  ``response_format`` adds its "## Response Format" section after that
+  (:mod:`sglang_v4.entrypoints.chat_encoding_response_format`);
 * a ``user`` message is ``<｜User｜>`` + content; ``tool`` messages are merged into the user turn
   that follows the assistant's call as ``<tool_result>CONTENT</tool_result>`` blocks (ordered like
   the calls of the preceding assistant message, matched by ``tool_call_id``); consecutive user and
@@ -72,6 +74,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_v4.entrypoints.chat_encoding_response_format import response_format_segments
 from sglang_v4.entrypoints.chat_encoding_tools import (
     DSML,
     MAX_TOOL_PARAMETERS_NESTING,
@@ -108,6 +111,7 @@ __all__ = [
     "REASONING_EFFORT_PROFILES",
     "RenderedPrompt",
     "Segment",
+    "continues_reasoning",
     "encode_continuation",
     "encode_messages",
     "encode_tool_calls",
@@ -355,6 +359,7 @@ def encode_messages(
     add_bos: bool = True,
     reasoning_effort_profile: str = "preview",
     drop_thinking: bool = True,
+    response_format: Mapping[str, Any] | None = None,
 ) -> str:
     """Render an OpenAI-style conversation into a DeepSeek-V4 prompt string (module docstring).
 
@@ -372,6 +377,9 @@ def encode_messages(
         drop_thinking: in thinking mode without tools, leave out the reasoning of the assistant
             turns before the last user turn (and developer turns before it), as the reference
             encoder does by default; False keeps every turn's reasoning, as with tools.
+        response_format: the request's OpenAI ``response_format``; ``json_schema`` and
+            ``json_object`` add their "## Response Format" section to the system block
+            (:mod:`sglang_v4.entrypoints.chat_encoding_response_format`).
 
     Returns:
         The prompt text; :func:`render_messages` adds where the request's own text lies.
@@ -389,6 +397,7 @@ def encode_messages(
         add_bos=add_bos,
         reasoning_effort_profile=reasoning_effort_profile,
         drop_thinking=drop_thinking,
+        response_format=response_format,
     ).text
 
 
@@ -402,6 +411,7 @@ def render_messages(
     add_bos: bool = True,
     reasoning_effort_profile: str = "preview",
     drop_thinking: bool = True,
+    response_format: Mapping[str, Any] | None = None,
 ) -> RenderedPrompt:
     """:func:`encode_messages` with the plain spans of the request's own text (:class:`RenderedPrompt`).
 
@@ -413,10 +423,12 @@ def render_messages(
     effort_prefix = reasoning_effort_prefix(reasoning_effort, reasoning_effort_profile)
     functions = validate_tools(tools) if tools else []
     turns = _merge_turns(messages)
-    if functions:
+    format_segs = response_format_segments(response_format)
+    if functions or format_segs:  # both sections go into the system block, tools first
         if turns[0]["role"] != "system":
             turns.insert(0, {"role": "system", "segs": []})
-        turns[0] = dict(turns[0], segs=[*turns[0]["segs"], ("\n\n", False), *tools_segments(functions)])
+        tool_segs = [("\n\n", False), *tools_segments(functions)] if functions else []
+        turns[0] = dict(turns[0], segs=[*turns[0]["segs"], *tool_segs, *format_segs])
     # "Dropped thinking" (thinking mode without tools, unless the caller keeps it): developer turns
     # before the last user turn are left out; only turns after it keep their reasoning.
     drop = thinking and drop_thinking and not functions
@@ -467,11 +479,16 @@ def encode_continuation(
     reasoning_effort: str | None = None,
     reasoning_effort_profile: str = "preview",
     drop_thinking: bool = True,
+    response_format: Mapping[str, Any] | None = None,
 ) -> str:
     """Render a conversation whose last message is a partial ``assistant`` turn to be continued
     (``continue_final_message``): :func:`encode_messages` of it without the final EOS (V4's
     "assistant turn without EOS"). In thinking mode the final turn keeps its ``reasoning_content``
     in the ``<think>`` block, closed before its ``content``: the continuation is answer text.
+    A final turn with no content and no tool calls in thinking mode leaves that block open (no
+    ``</think>``): the continuation is reasoning, after the turn's ``reasoning_content`` if it has
+    one (:func:`continues_reasoning`; DeepSeek's prefix completion, as its ``deepseek-recipe``
+    encoder renders a ``prefix`` assistant message with only ``reasoning_content``).
 
     Raises:
         ValueError: the last message is not an assistant message, or as :func:`encode_messages`.
@@ -483,6 +500,7 @@ def encode_continuation(
         reasoning_effort=reasoning_effort,
         reasoning_effort_profile=reasoning_effort_profile,
         drop_thinking=drop_thinking,
+        response_format=response_format,
     ).text
 
 
@@ -494,6 +512,7 @@ def render_continuation(
     reasoning_effort: str | None = None,
     reasoning_effort_profile: str = "preview",
     drop_thinking: bool = True,
+    response_format: Mapping[str, Any] | None = None,
 ) -> RenderedPrompt:
     """:func:`encode_continuation` with the plain spans of the request's own text.
 
@@ -510,6 +529,30 @@ def render_continuation(
         reasoning_effort=reasoning_effort,
         reasoning_effort_profile=reasoning_effort_profile,
         drop_thinking=drop_thinking,
+        response_format=response_format,
     )
-    # the final EOS is template markup, never inside a plain span
-    return RenderedPrompt(rendered.text.removesuffix(EOS), rendered.plain_spans)
+    # the final EOS (and an open reasoning block's THINK_END) is template markup, never inside a
+    # plain span
+    text = rendered.text.removesuffix(EOS)
+    if continues_reasoning(messages, thinking):
+        text = text.removesuffix(THINK_END)
+    return RenderedPrompt(text, rendered.plain_spans)
+
+
+def continues_reasoning(messages: Sequence[Mapping[str, Any]], thinking: bool) -> bool:
+    """Whether continuing the final ``assistant`` message of ``messages`` continues its reasoning
+    rather than its answer: thinking mode, and the message has no content text and no tool calls
+    (its ``reasoning_content``, if any, is the start of the reasoning). DeepSeek's converter and
+    V4 encoder (``deepseek-recipe``) render such a ``prefix`` message as ``<think>`` + reasoning
+    with no ``</think>``, and its response parser then reads the output as reasoning up to
+    ``</think>``.
+
+    Raises:
+        ValueError: the final message's content is not text (as :func:`message_text`).
+    """
+    if not thinking or not messages or not isinstance(messages[-1], Mapping):
+        return False
+    last = messages[-1]
+    if last.get("role") != "assistant" or last.get("tool_calls"):
+        return False
+    return message_text(last.get("content"), f"messages[{len(messages) - 1}].content") == ""

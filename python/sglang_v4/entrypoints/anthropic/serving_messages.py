@@ -154,11 +154,15 @@ class AnthropicServing:
         self.chat._check_model(req.model)
         data = chat_request_data(req)
         try:
-            return ChatCompletionRequest.model_validate(data)
+            chat_req = ChatCompletionRequest.model_validate(data)
         except ValidationError as e:  # the fields were checked above; a 400, never a 500
             err = e.errors()[0]
             field = ".".join(str(x) for x in err.get("loc", ()))
             raise RequestError(f"{field}: {err.get('msg')}", param=field) from None
+        # output_config.format is a grammar only: DeepSeek's Messages converter renders no
+        # "## Response Format" section for it
+        chat_req._response_format_in_prompt = False
+        return chat_req
 
     async def _prepare(self, chat_req: ChatCompletionRequest) -> ChatRun:
         try:

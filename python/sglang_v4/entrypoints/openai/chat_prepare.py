@@ -37,6 +37,7 @@ from sglang_v4.entrypoints.chat_encoding import (
     DSML,
     THINK_END,
     RenderedPrompt,
+    continues_reasoning,
     message_error_param,
     message_text,
     normalize_reasoning_effort,
@@ -498,7 +499,8 @@ class ChatPrepareMixin(OpenAIServingBase):
     ) -> tuple[RenderedPrompt, bool]:
         """The prompt, and whether the output starts inside the reasoning (thinking mode, except
         when ``continue_final_message``, or DeepSeek's ``prefix: true`` on the final assistant
-        message, continues the answer: :func:`encode_continuation`)."""
+        message, continues the answer: :func:`encode_continuation`; a final message with only
+        ``reasoning_content`` continues the reasoning, :func:`continues_reasoning`)."""
         prefix = req.messages[-1].prefix
         cont = (req.continue_final_message or prefix) and msgs[-1].get("role") == "assistant"
         if self.chat_template is not None:
@@ -523,7 +525,7 @@ class ChatPrepareMixin(OpenAIServingBase):
         profile = self.reasoning_effort_profile
         drop = kwargs.get("drop_thinking", True)
         msgs = developer_messages_as_system(msgs)
-        if cont:  # the continuation is answer text (after the turn's closed reasoning)
+        if cont:  # answer text after the turn's closed reasoning, or the open reasoning itself
             rendered = render_continuation(
                 msgs,
                 thinking,
@@ -531,8 +533,9 @@ class ChatPrepareMixin(OpenAIServingBase):
                 reasoning_effort=effort,
                 reasoning_effort_profile=profile,
                 drop_thinking=drop,
+                response_format=req.response_format if req._response_format_in_prompt else None,
             )
-            return rendered, False
+            return rendered, continues_reasoning(msgs, thinking)
         rendered = render_messages(
             msgs,
             thinking,
@@ -541,6 +544,7 @@ class ChatPrepareMixin(OpenAIServingBase):
             reasoning_effort=effort,
             reasoning_effort_profile=profile,
             drop_thinking=drop,
+            response_format=req.response_format if req._response_format_in_prompt else None,
         )
         return rendered, thinking
 

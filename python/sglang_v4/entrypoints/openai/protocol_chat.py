@@ -143,6 +143,11 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     #: served as function tools (:mod:`.chat_custom_tools`), whose calls are answered as custom
     #: tool calls.
     _custom_tools: frozenset[str] = PrivateAttr(default_factory=frozenset)
+    #: Not a request field: whether ``response_format`` adds its "## Response Format" section to
+    #: the prompt (:mod:`sglang_v4.entrypoints.chat_encoding_response_format`); the Messages route
+    #: turns it off for ``output_config.format``, which DeepSeek's Messages converter leaves out of
+    #: the prompt (the grammar still applies).
+    _response_format_in_prompt: bool = PrivateAttr(default=True)
 
 
 class TopLogprob(BaseModel):
