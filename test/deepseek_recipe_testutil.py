@@ -33,3 +33,13 @@ def recipe_message(body: dict[str, Any], reply: str, thinking: bool = False) -> 
     for c in chunks:
         resp.accumulate(c)
     return json.loads(resp.to_json())["choices"][0]["message"]
+
+
+def recipe_messages_prompt(body: dict[str, Any], thinking: bool = False) -> str:
+    """DeepSeek's own prompt text (``deepseek-recipe``'s Messages converter and V4 encoder) of an
+    Anthropic Messages request ``body`` (``max_tokens`` optional, as on ``count_tokens``), thinking
+    on or off."""
+    b = {"max_tokens": 1, **copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}
+    b["thinking"] = {"type": "enabled" if thinking else "disabled"}
+    req = recipe.MessagesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
+    return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
