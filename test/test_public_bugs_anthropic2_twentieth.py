@@ -212,7 +212,7 @@ def test_thinking_and_redacted_thinking_replayed_in_a_tool_loop(tok: PreTrainedT
     It is served here; the ``redacted_thinking`` block (another model's encrypted reasoning) adds
     nothing to the prompt, and the prompt is the chat route's for the same turn (reasoning as
     ``reasoning_content``, the call as ``tool_calls``, the result as a ``tool`` message)."""
-    tm = PromptTM(tok, reply="It is sunny.")
+    tm = PromptTM(tok, reply="The tool said 18C.</think>It is sunny.")
     client, oa, tc = make_clients(tm)
     think = {"type": "thinking", "thinking": "Call the weather tool.", "signature": "sig"}
     use = {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": ARGS}
