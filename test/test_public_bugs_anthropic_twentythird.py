@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import deepseek_recipe as recipe
 import pytest
 from anthropic_testutil import WEATHER, make_clients, post
 from deepseek_recipe_testutil import recipe_messages_prompt, recipe_messages_response
-from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, blocks
+from fake_prompt_tm import ARGS, CALL, MODEL, D, PromptTM, blocks
 from transformers import PreTrainedTokenizerFast
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -239,3 +240,71 @@ def test_tool_use_block_is_the_recipe_call_streamed_or_not(tok: PreTrainedTokeni
     assert _content(body["content"]) == _content(want["content"]) == _content(blocks(final))
     assert body["content"][-1]["input"] == ARGS
     assert body["stop_reason"] == final.stop_reason == want["stop_reason"] == "tool_use"
+
+
+def _two_calls() -> str:
+    """A DSML block of two ``get_weather`` calls (Paris, then Rome)."""
+    one, two = (
+        f'<{D}invoke name="get_weather">\n<{D}parameter name="city" string="true">{c}</{D}parameter>\n</{D}invoke>\n'
+        for c in ("Paris", "Rome")
+    )
+    return f"\n\n<{D}tool_calls>\n{one}{two}</{D}tool_calls>"
+
+
+@pytest.mark.parametrize("kind", ["auto", "any"])
+def test_disable_parallel_tool_use_gives_at_most_one_tool_use(
+    tok: PreTrainedTokenizerFast, kind: str
+) -> None:
+    """anthropics/anthropic-sdk-python#553 (asking for OpenAI's ``parallel_tool_calls: false`` on
+    the Messages API, answered by ``tool_choice.disable_parallel_tool_use``): the ``anthropic``
+    client's ``ToolChoiceAutoParam`` / ``ToolChoiceAnyParam`` document that with it "the model will
+    output at most one tool use". A model that writes two calls anyway gets one ``tool_use`` block
+    (the first, as DeepSeek's own Messages response generator reads it) with a ``tool_use`` stop,
+    streamed or not; without the switch both calls come back."""
+    reply = _two_calls()
+    tm = PromptTM(tok, reply=reply)
+    client, _, tc = make_clients(tm)
+    req = {"messages": USER, "tools": [WEATHER], "thinking": NO_THINK, "max_tokens": 300}
+    want = recipe_messages_response({"messages": USER, "tools": [WEATHER]}, reply, thinking=False)["content"]
+    assert [b["input"] for b in want] == [{"city": "Paris"}, {"city": "Rome"}]
+    choice = {"type": kind, "disable_parallel_tool_use": True}
+    body, _ = post(tc, {**req, "tool_choice": choice})
+    with client.messages.stream(model=MODEL, tool_choice=choice, **req) as s:  # type: ignore[arg-type]
+        final = s.get_final_message()
+    assert _content(body["content"]) == _content(blocks(final)) == _content(want[:1])
+    assert body["stop_reason"] == final.stop_reason == "tool_use"
+    both, _ = post(tc, {**req, "tool_choice": {"type": kind}})
+    assert _content(both["content"]) == _content(want)
+
+
+def test_parallel_tool_uses_need_every_result_in_the_next_message(tok: PreTrainedTokenizerFast) -> None:
+    """Chainlit/chainlit#2662: a client replayed two parallel ``tool_use`` blocks but answered one,
+    and Anthropic's API refused the request: ``messages.2: `tool_use` ids were found without
+    `tool_result` blocks immediately after: <id>. Each `tool_use` block must have a corresponding
+    `tool_result` block in the next message.``. The same history is refused here with that 400,
+    word for word (the unanswered id), on both routes and before the engine; DeepSeek's own
+    Messages converter refuses it too. Answering both (in any order) is served and renders
+    DeepSeek's converter's prompt."""
+    rome = {**CALL_USE, "id": "toolu_2", "input": {"city": "Rome"}}
+    assistant = {"role": "assistant", "content": [CALL_USE, rome]}
+    answer_rome = {"type": "tool_result", "tool_use_id": "toolu_2", "content": "Rainy"}
+    half = {"tools": [WEATHER], "messages": [*USER, assistant, {"role": "user", "content": [RESULT]}]}
+    with pytest.raises(recipe.ConversionError, match="toolu_2"):
+        recipe_messages_prompt(half)
+    anthropic_words = (
+        "messages.2: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_2. "
+        "Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+    )
+    tm = PromptTM(tok, reply="Sunny.")
+    client, _, tc = make_clients(tm)
+    for path, extra in (("/v1/messages", {"max_tokens": 20}), ("/v1/messages/count_tokens", {})):
+        r = tc.post(path, json={"model": MODEL, **half, **extra})
+        assert r.status_code == 400, r.text
+        assert r.json() == {
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": anthropic_words},
+        }
+    assert tm.received == []
+    whole = {**half, "messages": [*USER, assistant, {"role": "user", "content": [answer_rome, RESULT]}]}
+    client.messages.create(model=MODEL, max_tokens=20, thinking=NO_THINK, **whole)
+    assert _prompt(tm, tok) == recipe_messages_prompt(whole)
